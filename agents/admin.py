@@ -1,0 +1,102 @@
+"""Admin for agents, rules, runs and API keys. A run's page shows its whole trace in order."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext_lazy as _
+
+from agents.models import Agent, ApiKey, DeterministicRule, Run
+
+
+class DeterministicRuleInline(admin.TabularInline):
+    model = DeterministicRule
+    extra = 0
+    fields = ["order", "name", "enabled", "server", "tool_name", "when", "params"]
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "enabled", "model_provider", "model_id", "mode"]
+    list_filter = ["enabled", "model_provider", "mode"]
+    search_fields = ["slug", "name"]
+    filter_horizontal = ["servers"]
+    inlines = [DeterministicRuleInline]
+
+
+@admin.register(DeterministicRule)
+class DeterministicRuleAdmin(admin.ModelAdmin):
+    list_display = ["order", "name", "agent", "server", "tool_name", "enabled"]
+    list_display_links = ["name"]
+    list_filter = ["enabled", "agent", "server"]
+    search_fields = ["name", "tool_name"]
+    ordering = ["order", "id"]
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=2)
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "agent", "status", "short_query", "error_code", "total_ms"]
+    list_filter = ["status", "agent"]
+    search_fields = ["id", "query", "answer"]
+    date_hierarchy = "created_at"
+    readonly_fields = [f.name for f in Run._meta.fields if f.name != "messages"] + ["trace"]
+    exclude = ["messages"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description=_("query"))
+    def short_query(self, obj: Run) -> str:
+        return obj.query[:80]
+
+    @admin.display(description=_("total (ms)"))
+    def total_ms(self, obj: Run) -> Any:
+        return (obj.timings or {}).get("total_ms")
+
+    @admin.display(description=_("trace"))
+    def trace(self, obj: Run) -> str:
+        rows = []
+        for step in obj.messages or []:
+            kind = step.get("type", "")
+            if kind == "rule":
+                detail = _("matched → %(params)s") % {"params": _pretty(step.get("params"))} if step.get("matched") else _("skipped: %(reason)s") % {"reason": step.get("reason")}
+                rows.append((_("rule"), step.get("rule", ""), detail))
+            elif kind == "deterministic_call":
+                rows.append((_("deterministic call"), f"{step['mcp_id']}.{step['tool']}({_pretty(step['args'])})",
+                             f"ok={step['ok']} {step.get('error') or ''}\n{_pretty(step.get('value') if step['ok'] else step.get('message'))}"))
+            elif kind == "system":
+                rows.append((_("system message"), "", step.get("content", "")))
+            elif kind == "human":
+                rows.append((_("user"), "", step.get("content", "")))
+            elif kind == "ai":
+                calls = "\n".join(f"→ {c['name']}({_pretty(c['args'])})" for c in step.get("tool_calls") or [])
+                rows.append((_("model"), calls, step.get("content", "")))
+            elif kind == "tool":
+                rows.append((_("tool result"), step.get("name", ""), step.get("content", "")))
+        return format_html(
+            '<table style="width:100%"><tbody>{}</tbody></table>',
+            format_html_join("", '<tr><th style="width:12em">{}</th><td><code>{}</code></td><td><pre style="white-space:pre-wrap;margin:0">{}</pre></td></tr>', rows),
+        )
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = ["name", "prefix", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = ["prefix", "created_at", "last_used_at"]
+    fields = ["name", "prefix", "agents", "created_at", "last_used_at", "revoked_at"]
+    filter_horizontal = ["agents"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        # Keys are issued with `manage.py create_api_key`, which shows the key once.
+        return False

@@ -1,0 +1,37 @@
+"""``Authorization: Bearer <api key>`` authentication."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils.translation import gettext as _
+from rest_framework import authentication, exceptions
+from rest_framework.request import Request
+
+from agents.models import ApiKey
+from agents.services import api_key_authenticate
+
+
+class ApiKeyAuthentication(authentication.BaseAuthentication):
+    """``request.user`` is the ``ApiKey`` (only its digest is stored)."""
+
+    keyword = "Bearer"
+
+    def authenticate(self, request: Request) -> tuple[ApiKey, None] | None:
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        if not header:
+            return None
+        scheme, _sep, raw = header.partition(" ")
+        if scheme.lower() != self.keyword.lower() or not raw.strip():
+            raise exceptions.AuthenticationFailed(_("Use 'Authorization: Bearer <api key>'."))
+        key = api_key_authenticate(raw_key=raw.strip())
+        if key is None:
+            raise exceptions.AuthenticationFailed(_("Invalid or revoked API key."))
+        return key, None
+
+    def authenticate_header(self, request: Request) -> str:
+        return f'{self.keyword} realm="api"'
+
+
+def caller_of(request: Any) -> ApiKey:
+    return request.user  # type: ignore[no-any-return]

@@ -1,0 +1,57 @@
+"""One error shape for the whole API: ``{"error": {"code", "message", "fields"?}}``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, ValidationError as DjangoValidationError
+from django.http import Http404
+from django.utils.translation import gettext as _
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from agent_platform.errors import ApplicationError
+
+logger = logging.getLogger(__name__)
+
+_CODES = {
+    exceptions.ParseError: "invalid_json",
+    exceptions.NotAuthenticated: "not_authenticated",
+    exceptions.AuthenticationFailed: "authentication_failed",
+    exceptions.PermissionDenied: "permission_denied",
+    exceptions.NotFound: "not_found",
+    exceptions.MethodNotAllowed: "method_not_allowed",
+    exceptions.UnsupportedMediaType: "unsupported_media_type",
+    exceptions.Throttled: "throttled",
+    exceptions.ValidationError: "invalid_input",
+}
+
+
+def error_response(code: str, message: str, http_status: int, fields: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> Response:
+    body: dict[str, Any] = {"code": code, "message": message}
+    if fields:
+        body["fields"] = fields
+    return Response({"error": body}, status=http_status, headers=headers)
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, ApplicationError):
+        return error_response(exc.code, exc.message, exc.status, exc.fields or None)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied()
+    elif isinstance(exc, DjangoValidationError):
+        exc = exceptions.ValidationError(exc.message_dict if hasattr(exc, "error_dict") else exc.messages)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        fields = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
+        return error_response("invalid_input", _("The request is not valid."), status.HTTP_400_BAD_REQUEST, fields)
+    code = next((c for cls, c in _CODES.items() if isinstance(exc, cls)), "error")
+    detail = getattr(exc, "detail", str(exc))
+    headers = {k: v for k, v in response.items() if k in {"WWW-Authenticate", "Retry-After", "Allow"}}
+    return error_response(code, str(detail), response.status_code, headers=headers)

@@ -1,0 +1,8 @@
+from django.urls import path
+
+from agents.api import views
+
+urlpatterns = [
+    path("runs", views.RunCreateApi.as_view(), name="run-create"),
+    path("runs/<str:run_id>", views.RunDetailApi.as_view(), name="run-detail"),
+]

@@ -1,0 +1,202 @@
+"""Deterministic rules: decide, without a model, which MCP tool calls a query must trigger.
+
+Pure functions over plain values (no ORM): an admin rule's ``when`` conditions are evaluated against the
+query, the A2A context and the A2A data, and its ``params`` template is rendered from them. The engine then
+calls each matched tool through the gate, in rule order.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+PLACEHOLDER = re.compile(r"\{(query|context\.[^{}\s]+|data\.[^{}\s]+|match\.[A-Za-z_][A-Za-z0-9_]*)\}")
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """A rule as the engine sees it."""
+
+    rule_id: int | None
+    name: str
+    mcp_id: str
+    tool_name: str
+    when: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+    answer_template: str = ""
+
+
+@dataclass
+class RuleDecision:
+    """Why a rule fired or not: recorded in the run's trace so an auditor can follow the routing."""
+
+    rule_id: int | None
+    name: str
+    matched: bool
+    reason: str
+    params: dict[str, Any] | None = None
+    match: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rule_id": self.rule_id,
+            "rule": self.name,
+            "matched": self.matched,
+            "reason": self.reason,
+            "params": self.params,
+        }
+
+
+def lookup_path(root: Any, path: str) -> Any:
+    """Follow a dotted path (``a.b.0.c``) through dicts and lists. Returns ``_MISSING`` when absent."""
+    node = root
+    for part in path.split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return _MISSING
+    return node
+
+
+def lookup_data(a2a_data: list[dict[str, Any]] | None, path: str) -> Any:
+    """Find ``path`` in the first A2A data part that has it."""
+    for part in a2a_data or []:
+        value = lookup_path(part, path)
+        if value is not _MISSING:
+            return value
+    return _MISSING
+
+
+def match_conditions(
+    when: dict[str, Any],
+    *,
+    query: str,
+    context: dict[str, Any],
+    a2a_data: list[dict[str, Any]] | None,
+    available_tools: set[str],
+) -> tuple[bool, str, dict[str, str]]:
+    """Evaluate every condition of ``when`` (all must hold). Returns (matched, reason, regex named groups)."""
+    lowered = query.casefold()
+    all_keywords = [str(k) for k in when.get("all_keywords") or []]
+    missing = [k for k in all_keywords if k.casefold() not in lowered]
+    if missing:
+        return False, f"keyword missing: {missing[0]}", {}
+    any_keywords = [str(k) for k in when.get("any_keywords") or []]
+    if any_keywords and not any(k.casefold() in lowered for k in any_keywords):
+        return False, "none of the keywords present", {}
+    groups: dict[str, str] = {}
+    pattern = when.get("regex")
+    if pattern:
+        found = re.search(str(pattern), query)
+        if found is None:
+            return False, "regex did not match", {}
+        groups = {k: v for k, v in found.groupdict().items() if v is not None}
+    for key, expected in (when.get("context") or {}).items():
+        if context.get(key) != expected:
+            return False, f"context.{key} is not {expected!r}", groups
+    for path, expected in (when.get("data") or {}).items():
+        value = lookup_data(a2a_data, path)
+        if value is _MISSING:
+            return False, f"data.{path} absent", groups
+        if expected != "*" and value != expected:
+            return False, f"data.{path} is not {expected!r}", groups
+    tool = when.get("tool_available")
+    if tool and tool not in available_tools:
+        return False, f"tool {tool} not available", groups
+    return True, "matched", groups
+
+
+class ParamsRenderError(ValueError):
+    """A placeholder of the params template has no value for this query."""
+
+
+def render_params(
+    template: Any,
+    *,
+    query: str,
+    context: dict[str, Any],
+    a2a_data: list[dict[str, Any]] | None,
+    match: dict[str, str],
+) -> Any:
+    """Render a params template. A string that is exactly one placeholder takes the value with its own type
+    (so ``"{data.count}"`` can yield an int); placeholders inside longer strings are substituted as text."""
+
+    def value_of(name: str) -> Any:
+        if name == "query":
+            return query
+        head, _, rest = name.partition(".")
+        if head == "context":
+            value = lookup_path(context, rest)
+        elif head == "data":
+            value = lookup_data(a2a_data, rest)
+        else:
+            value = match.get(rest, _MISSING)
+        if value is _MISSING:
+            raise ParamsRenderError(f"no value for {{{name}}}")
+        return value
+
+    if isinstance(template, dict):
+        return {k: render_params(v, query=query, context=context, a2a_data=a2a_data, match=match) for k, v in template.items()}
+    if isinstance(template, list):
+        return [render_params(v, query=query, context=context, a2a_data=a2a_data, match=match) for v in template]
+    if isinstance(template, str):
+        whole = PLACEHOLDER.fullmatch(template)
+        if whole:
+            return value_of(whole.group(1))
+        return PLACEHOLDER.sub(lambda m: str(value_of(m.group(1))), template)
+    return template
+
+
+def decide(
+    rule: RuleSpec,
+    *,
+    query: str,
+    context: dict[str, Any],
+    a2a_data: list[dict[str, Any]] | None,
+    available_tools: set[str],
+) -> RuleDecision:
+    """Evaluate one admin rule against a query: matched with rendered params, or skipped with a reason."""
+    matched, reason, groups = match_conditions(
+        rule.when, query=query, context=context, a2a_data=a2a_data, available_tools=available_tools
+    )
+    if not matched:
+        return RuleDecision(rule.rule_id, rule.name, False, reason)
+    try:
+        params = render_params(rule.params, query=query, context=context, a2a_data=a2a_data, match=groups)
+    except ParamsRenderError as exc:
+        return RuleDecision(rule.rule_id, rule.name, False, str(exc), match=groups)
+    return RuleDecision(rule.rule_id, rule.name, True, "matched", params=params, match=groups)
+
+
+def render_answer(template: str, *, query: str, match: dict[str, str], params: dict[str, Any], value: Any) -> str:
+    """Phrase one deterministic result with a rule's answer template ({result}, {result.KEY}, {match.X},
+    {params.X}, {query}). When a placeholder has no value (say the tool answered "not found" in plain text
+    where the template expects JSON keys), the tool's own text is the answer."""
+    plain = value if isinstance(value, str) else _compact(value)
+
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name == "query":
+            return query
+        if name == "result":
+            return plain
+        head, _, rest = name.partition(".")
+        source: Any = {"match": match, "params": params, "result": value}.get(head)
+        found = lookup_path(source, rest) if source is not None else _MISSING
+        if found is _MISSING:
+            raise ParamsRenderError(name)
+        return found if isinstance(found, str) else _compact(found)
+
+    try:
+        return re.sub(r"\{([A-Za-z_][\w.]*)\}", sub, template)
+    except ParamsRenderError:
+        return plain
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)

@@ -1,0 +1,294 @@
+"""The run engine: input guardrail → deterministic stage → LangGraph ReAct loop → output guardrail.
+
+``execute(plan)`` takes everything a run needs as plain values (the bound servers are passed through to the
+gate, which writes the audit) and returns a ``RunOutcome``; it never raises for a tool's or a model's
+failure. Every tool call, deterministic or the model's, goes through ``mcpregistry.gate``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.errors import GraphRecursionError
+from langgraph.prebuilt import create_react_agent
+from langgraph.prebuilt.chat_agent_executor import AgentState
+
+from agents.deterministic import RuleSpec, decide, render_answer
+from agents.llm import build_chat_model
+from audit.masking import mask_text, mask_value
+from mcpregistry import gate
+from mcpregistry.models import McpServer
+
+logger = logging.getLogger(__name__)
+
+# Seed 000's error texts, in its own words.
+DETERMINISTIC_STAGE_FAILED = "확정 호출된 MCP 단계에서 오류가 발생했습니다"
+MCP_NOT_LOADED = "MCP '{mcp_id}'의 tool이 로드되지 않음"
+NO_RULE_MATCHED = (
+    "확정 호출 규칙에 해당하는 질문이 아니어서 오프라인 모델로는 답할 수 없습니다. "
+    "직원, 팀 인원, 자산, 프로젝트에 대해 물어보세요."
+)
+
+
+class PlatformAgentState(AgentState):  # type: ignore[misc]
+    """The ReAct state, plus seed 000's ``metadata`` (``deterministic_results`` lives there)."""
+
+    metadata: dict[str, Any]
+
+
+@dataclass
+class RunPlan:
+    run_id: Any
+    query: str
+    context: dict[str, Any]
+    a2a_data: list[dict[str, Any]]
+    a2a_files: list[dict[str, Any]]
+    system_prompt: str
+    deterministic_instruction: str
+    answer_template: str
+    provider: str
+    model_id: str
+    model_params: dict[str, Any]
+    max_iterations: int
+    servers: list[McpServer]
+    rules: list[RuleSpec]
+    actor: str = ""
+
+
+@dataclass
+class RunOutcome:
+    status: Literal["succeeded", "failed"]
+    answer: str = ""
+    error_code: str = ""
+    error_message: str = ""
+    deterministic_results: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    token_usage: dict[str, int] = field(default_factory=dict)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.tools_ms = 0.0
+
+    def ms_since(self, t0: float) -> float:
+        return round((time.perf_counter() - t0) * 1000, 2)
+
+
+def _secrets(plan: RunPlan) -> list[str]:
+    return [s for server in plan.servers for s in server.secret_values()]
+
+
+def run_deterministic_stage(plan: RunPlan, trace: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], RunOutcome | None]:
+    """Evaluate the rules in order; call every matched tool through the gate, one after another.
+
+    Returns the accumulated results, or a failed outcome when the stage itself failed (seed 000: an unbound
+    ``mcp_id``, or a tool the server lacks); the model is then never called.
+    """
+    servers = {s.mcp_id: s for s in plan.servers}
+    results: list[dict[str, Any]] = []
+    for rule in plan.rules:
+        server = servers.get(rule.mcp_id)
+        if server is None or not server.enabled:
+            message = MCP_NOT_LOADED.format(mcp_id=rule.mcp_id)
+            trace.append({"type": "rule", "rule": rule.name, "matched": False, "reason": f"mcp:not_loaded:{rule.mcp_id}"})
+            return results, RunOutcome(status="failed", error_code=f"mcp:not_loaded:{rule.mcp_id}", error_message=message)
+        tools = [t for t in server.tools.all() if t.enabled and t.available]
+        decision = decide(
+            rule,
+            query=plan.query,
+            context=plan.context,
+            a2a_data=plan.a2a_data,
+            available_tools={t.name for t in tools},
+        )
+        trace.append({"type": "rule", **decision.as_dict(), "mcp_id": rule.mcp_id, "tool": rule.tool_name})
+        if not decision.matched:
+            continue
+        known = any(t.name == rule.tool_name for t in tools)
+        result = gate.call(
+            server=server,
+            tool_name=rule.tool_name,
+            args=decision.params or {},
+            who=gate.GateCall(source="deterministic", run_id=plan.run_id, actor=plan.actor, call_id=f"rule:{rule.rule_id}"),
+            known_tool=known,
+        )
+        entry = {
+            "rule": rule.name,
+            "rule_id": rule.rule_id,
+            **result.as_dict(),
+            "match": decision.match,
+            "answer_template": rule.answer_template,
+        }
+        results.append(entry)
+        trace.append({"type": "deterministic_call", **{k: v for k, v in entry.items() if k != "answer_template"}})
+        if not known:
+            return results, RunOutcome(
+                status="failed",
+                error_code="deterministic:tool_unknown",
+                error_message=f"{DETERMINISTIC_STAGE_FAILED}: '{rule.tool_name}' tool이 MCP '{rule.mcp_id}'에 없습니다.",
+            )
+    logger.info("Deterministic pre-step done: %d", len(results))
+    return results, None
+
+
+def system_message_text(plan: RunPlan, results: list[dict[str, Any]]) -> str:
+    """The system prompt, with the deterministic results injected as reference material (seed 000)."""
+    parts = [plan.system_prompt.strip()] if plan.system_prompt.strip() else []
+    if results:
+        shown = [
+            {k: r[k] for k in ("tool", "args", "ok", "value", "error", "message") if r.get(k) not in (None, "")}
+            for r in results
+        ]
+        parts.append(
+            f"{plan.deterministic_instruction.strip()}\n\n[확정 호출 결과]\n"
+            + json.dumps(shown, ensure_ascii=False, indent=2)
+        )
+    return "\n\n".join(parts)
+
+
+def compose_offline_answer(plan: RunPlan, results: list[dict[str, Any]]) -> str:
+    """The offline provider's answer: each result phrased by its rule's template (or listed plainly), then
+    wrapped by the agent's template."""
+    if not results:
+        return NO_RULE_MATCHED
+    lines = []
+    for r in results:
+        if r["ok"] and r.get("answer_template"):
+            lines.append(render_answer(r["answer_template"], query=plan.query, match=r.get("match") or {}, params=r["args"], value=r["value"]))
+        elif r["ok"]:
+            value = r["value"] if isinstance(r["value"], str) else json.dumps(r["value"], ensure_ascii=False)
+            lines.append(f"{r['tool']}: {value}")
+        else:
+            lines.append(f"{r['tool']}: {r['message']}")
+    body = "\n".join(lines)
+    if plan.answer_template.strip():
+        return plan.answer_template.replace("{results}", body).replace("{query}", plan.query)
+    return body
+
+
+def build_tools(plan: RunPlan, clock: _Clock) -> list[BaseTool]:
+    """One LangChain tool per enabled tool of the bound servers, named as the model sees it; each call goes
+    through the gate and returns the gate's text (the result, or a diagnostic), never an exception."""
+    tools: list[BaseTool] = []
+    for server in plan.servers:
+        if not server.enabled:
+            continue
+        for mcp_tool in server.tools.all():
+            if not (mcp_tool.enabled and mcp_tool.available):
+                continue
+
+            def call_through_gate(_server: McpServer = server, _name: str = mcp_tool.name, **kwargs: Any) -> str:
+                result = gate.call(
+                    server=_server,
+                    tool_name=_name,
+                    args=kwargs,
+                    who=gate.GateCall(source="agent", run_id=plan.run_id, actor=plan.actor),
+                )
+                clock.tools_ms += result.latency_ms
+                return result.for_model()
+
+            schema = mcp_tool.input_schema or {"type": "object", "properties": {}}
+            tools.append(
+                StructuredTool(
+                    name=mcp_tool.exposed_name,
+                    description=mcp_tool.description or mcp_tool.name,
+                    args_schema=schema,
+                    func=call_through_gate,
+                )
+            )
+    return tools
+
+
+def message_to_trace(message: BaseMessage, secrets: list[str]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"type": message.type, "content": mask_value(message.content, secrets=secrets)}
+    if isinstance(message, AIMessage) and message.tool_calls:
+        entry["tool_calls"] = [
+            {"id": c.get("id"), "name": c["name"], "args": mask_value(c["args"], secrets=secrets)} for c in message.tool_calls
+        ]
+    if isinstance(message, ToolMessage):
+        entry["tool_call_id"] = message.tool_call_id
+        entry["name"] = message.name
+    return entry
+
+
+def execute(plan: RunPlan) -> RunOutcome:
+    """Run one query end to end. Returns a RunOutcome; a tool or model failure never escapes."""
+    clock = _Clock()
+    secrets = _secrets(plan)
+    trace: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    results, failed = run_deterministic_stage(plan, trace)
+    deterministic_ms = clock.ms_since(t0)
+    public_results = [{k: v for k, v in r.items() if k != "answer_template"} for r in results]
+    if failed is not None:
+        failed.deterministic_results = public_results
+        failed.messages = trace
+        failed.timings = {"deterministic_ms": deterministic_ms, "total_ms": clock.ms_since(clock.started)}
+        return failed
+
+    system_text = system_message_text(plan, results)
+    model = build_chat_model(
+        provider=plan.provider,
+        model_id=plan.model_id,
+        params=plan.model_params,
+        offline_answer=compose_offline_answer(plan, results),
+    )
+    graph = create_react_agent(model, build_tools(plan, clock), prompt=SystemMessage(system_text), state_schema=PlatformAgentState)
+    t1 = time.perf_counter()
+    outcome = RunOutcome(status="succeeded", deterministic_results=public_results)
+    final_messages: list[BaseMessage] = []
+    try:
+        state = graph.invoke(
+            {"messages": [HumanMessage(plan.query)], "metadata": {"deterministic_results": public_results}},
+            config={"recursion_limit": 2 * max(plan.max_iterations, 1) + 1},
+        )
+        final_messages = list(state["messages"])
+        last = final_messages[-1] if final_messages else None
+        outcome.answer = mask_text(_text_of(last), secrets=secrets) if isinstance(last, AIMessage) else ""
+    except GraphRecursionError:
+        outcome.status = "failed"
+        outcome.error_code = "max_iterations"
+        outcome.error_message = f"the agent did not finish within {plan.max_iterations} iterations"
+    except Exception as exc:  # noqa: BLE001 - a model failure ends the run as a value, not a crash
+        logger.warning("model failure in run %s: %s", plan.run_id, type(exc).__name__)
+        outcome.status = "failed"
+        outcome.error_code = "model:error"
+        outcome.error_message = mask_text(f"{type(exc).__name__}: {exc}", secrets=secrets)[:2000]
+    loop_ms = clock.ms_since(t1)
+    trace.append({"type": "system", "content": mask_text(system_text, secrets=secrets)})
+    trace.extend(message_to_trace(m, secrets) for m in final_messages)
+    outcome.messages = trace
+    outcome.token_usage = _token_usage(final_messages)
+    outcome.timings = {
+        "deterministic_ms": deterministic_ms,
+        "model_ms": round(max(loop_ms - clock.tools_ms, 0.0), 2),
+        "tools_ms": round(clock.tools_ms, 2),
+        "total_ms": clock.ms_since(clock.started),
+    }
+    return outcome
+
+
+def _text_of(message: BaseMessage | None) -> str:
+    if message is None:
+        return ""
+    if isinstance(message.content, str):
+        return message.content
+    return "".join(b.get("text", "") if isinstance(b, dict) else str(b) for b in message.content)
+
+
+def _token_usage(messages: list[BaseMessage]) -> dict[str, int]:
+    totals = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "model_calls": 0}
+    for m in messages:
+        if isinstance(m, AIMessage):
+            totals["model_calls"] += 1
+            usage = m.usage_metadata or {}
+            for key in ("input_tokens", "output_tokens", "total_tokens"):
+                totals[key] += int(usage.get(key, 0) or 0)
+    return totals

@@ -1,0 +1,114 @@
+"""Chat models an agent can use: ``bedrock`` (ChatBedrockConverse), ``offline`` and ``scripted``.
+
+``offline`` needs no network: it answers from the run's deterministic results, phrased by the rules' and the
+agent's answer templates, and never asks for a tool. ``scripted`` replays model turns given in the agent's
+model parameters (``{"script": [...]}``) so tests and demos can drive the ReAct loop with exact tool calls:
+
+    {"script": [
+        {"tool_calls": [{"name": "get_asset_status", "args": {"asset_id": "A-1001"}}]},
+        {"if_last_tool_result_contains": "backup", "tool_calls": [{"name": "get_asset_status_backup", ...}]},
+        {"content": "Answer: {last_tool_result}"}
+    ]}
+
+A turn with ``if_last_tool_result_contains`` is skipped unless the latest tool result contains that text.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
+from pydantic import PrivateAttr
+
+
+class _NoToolBinding(BaseChatModel):
+    """Accepts ``bind_tools`` (the ReAct loop binds its tools) and keeps its own behaviour."""
+
+    def bind_tools(self, tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool], **kwargs: Any) -> Runnable[Any, BaseMessage]:
+        return self
+
+
+class OfflineChatModel(_NoToolBinding):
+    """Answers with a text composed beforehand from the deterministic results; never calls a tool."""
+
+    answer: str
+
+    @property
+    def _llm_type(self) -> str:
+        return "offline"
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=self.answer))])
+
+
+class ScriptedChatModel(_NoToolBinding):
+    """Replays the turns of a script, one per model call, in order. Built per run, so it keeps its place."""
+
+    script: list[dict[str, Any]]
+    _cursor: int = PrivateAttr(default=0)
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        last_tool = next((m for m in reversed(messages) if isinstance(m, ToolMessage)), None)
+        last_text = str(last_tool.content) if last_tool is not None else ""
+        chosen: dict[str, Any] = {"content": last_text}
+        while self._cursor < len(self.script):
+            turn = self.script[self._cursor]
+            self._cursor += 1
+            condition = turn.get("if_last_tool_result_contains")
+            if condition is not None and str(condition) not in last_text:
+                continue
+            chosen = turn
+            break
+        tool_calls = [
+            {
+                "name": c["name"],
+                "args": c.get("args", {}),
+                "id": c.get("id") or f"call_{uuid.uuid4().hex[:12]}",
+                "type": "tool_call",
+            }
+            for c in chosen.get("tool_calls", [])
+        ]
+        content = str(chosen.get("content", "")).replace("{last_tool_result}", last_text)
+        prompt_chars = sum(len(str(m.content)) for m in messages)
+        usage = {"input_tokens": prompt_chars // 4, "output_tokens": len(content) // 4}
+        usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
+        message = AIMessage(content=content, tool_calls=tool_calls, usage_metadata=usage)  # type: ignore[arg-type]
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def build_chat_model(*, provider: str, model_id: str, params: dict[str, Any], offline_answer: str) -> BaseChatModel:
+    """The chat model for an agent. AWS credentials for Bedrock come from the standard chain, never from the
+    database."""
+    if provider == "offline":
+        return OfflineChatModel(answer=offline_answer)
+    if provider == "scripted":
+        return ScriptedChatModel(script=list(params.get("script") or []))
+    if provider == "bedrock":
+        from langchain_aws import ChatBedrockConverse
+
+        options = {k: v for k, v in params.items() if k in {"region_name", "temperature", "max_tokens", "top_p"}}
+        return ChatBedrockConverse(model=model_id, **options)
+    raise ValueError(f"unknown model provider {provider!r}")

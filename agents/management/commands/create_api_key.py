@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from agents.models import Agent
+from agents.services import api_key_create
+
+
+class Command(BaseCommand):
+    help = "Issue an API key. Prints the key alone on one line; it is shown only this once."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("name")
+        parser.add_argument("--agents", default="", help="comma-separated agent slugs the key may use (default: all)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        slugs = [s.strip() for s in options["agents"].split(",") if s.strip()]
+        agents = list(Agent.objects.filter(slug__in=slugs))
+        missing = set(slugs) - {a.slug for a in agents}
+        if missing:
+            raise CommandError(f"unknown agent(s): {', '.join(sorted(missing))}")
+        _key, raw = api_key_create(name=options["name"], agents=agents)
+        self.stdout.write(raw)

@@ -1,0 +1,184 @@
+"""Agents, their deterministic rules, runs and the API keys that submit them."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from mcpregistry.models import McpServer
+
+DEFAULT_DETERMINISTIC_INSTRUCTION = (
+    '제공된 "확정 호출 결과"가 있으면 그 내용을 우선 사용하여 답변하고, 추가 도구 호출은 필요한 경우에만 하세요.'
+)
+
+
+class Agent(models.Model):
+    """An agent: a system prompt, a model, the MCP servers whose tools it may call, and its rules."""
+
+    class Provider(models.TextChoices):
+        OFFLINE = "offline", _("offline (answers from deterministic results, no network)")
+        BEDROCK = "bedrock", _("Amazon Bedrock (ChatBedrockConverse)")
+        SCRIPTED = "scripted", _("scripted (replays model turns from model parameters; for tests and demos)")
+
+    class Mode(models.TextChoices):
+        REACT = "react", _("ReAct loop")
+        FLOW = "flow", _("Flow graph")
+
+    slug = models.SlugField(_("slug"), max_length=64, unique=True)
+    name = models.CharField(_("name"), max_length=200)
+    enabled = models.BooleanField(_("enabled"), default=True)
+    system_prompt = models.TextField(_("system prompt"), blank=True)
+    deterministic_instruction = models.TextField(
+        _("instruction for deterministic results"),
+        default=DEFAULT_DETERMINISTIC_INSTRUCTION,
+        help_text=_("Added to the system message together with the deterministic results."),
+    )
+    answer_template = models.TextField(
+        _("offline answer template"),
+        blank=True,
+        help_text=_(
+            "Used by the offline provider. Placeholders: {query}, {results} (each deterministic result, one per "
+            "line). Empty: the rules' own answer templates, else a plain list of results."
+        ),
+    )
+    model_provider = models.CharField(
+        _("model provider"), max_length=20, choices=Provider.choices, default=Provider.OFFLINE
+    )
+    model_id = models.CharField(_("model id"), max_length=200, blank=True)
+    model_params = models.JSONField(_("model parameters"), default=dict, blank=True)
+    servers = models.ManyToManyField(McpServer, blank=True, related_name="agents", verbose_name=_("MCP servers"))
+    max_iterations = models.PositiveIntegerField(_("max iterations"), default=6)
+    mode = models.CharField(_("mode"), max_length=10, choices=Mode.choices, default=Mode.REACT)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = _("agent")
+        verbose_name_plural = _("agents")
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class DeterministicRule(models.Model):
+    """A routing rule evaluated before the model: when its conditions hold, its tool is called.
+
+    ``when`` holds the conditions (all must hold): ``all_keywords`` and ``any_keywords`` (lists of strings)
+    and ``regex`` (named groups usable in ``params`` as ``{match.NAME}``). ``params`` is a JSON object whose
+    string values may use ``{query}``, ``{context.KEY}``, ``{data.PATH}`` and ``{match.NAME}``.
+    """
+
+    agent = models.ForeignKey(
+        Agent,
+        on_delete=models.CASCADE,
+        related_name="rules",
+        null=True,
+        blank=True,
+        verbose_name=_("agent"),
+        help_text=_("Empty: the rule applies to every agent bound to its server."),
+    )
+    name = models.CharField(_("name"), max_length=200)
+    order = models.IntegerField(_("order"), default=100)
+    enabled = models.BooleanField(_("enabled"), default=True)
+    server = models.ForeignKey(McpServer, on_delete=models.PROTECT, related_name="rules", verbose_name=_("server"))
+    tool_name = models.CharField(_("tool"), max_length=200)
+    when = models.JSONField(_("conditions"), default=dict, blank=True)
+    params = models.JSONField(_("parameters template"), default=dict, blank=True)
+    answer_template = models.TextField(
+        _("offline answer template"),
+        blank=True,
+        help_text=_(
+            "How the offline provider phrases this rule's result: {query}, {match.NAME}, {params.NAME}, "
+            "{result} (the tool's text) and {result.KEY} (a key of a JSON result)."
+        ),
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = _("deterministic rule")
+        verbose_name_plural = _("deterministic rules")
+        ordering = ["order", "id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ApiKey(models.Model):
+    """A key an API caller presents as ``Authorization: Bearer <key>``. Only its SHA-256 digest is stored."""
+
+    name = models.CharField(_("name"), max_length=200)
+    prefix = models.CharField(_("prefix"), max_length=16, db_index=True, editable=False)
+    digest = models.CharField(_("digest"), max_length=64, unique=True, editable=False)
+    agents = models.ManyToManyField(
+        Agent, blank=True, related_name="api_keys", verbose_name=_("agents"), help_text=_("Empty: every agent.")
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(_("last used"), null=True, blank=True)
+    revoked_at = models.DateTimeField(_("revoked"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("API key")
+        verbose_name_plural = _("API keys")
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    # DRF asks these of request.user.
+    @property
+    def is_authenticated(self) -> bool:
+        return self.revoked_at is None
+
+
+class Run(models.Model):
+    """One query to one agent, executed by a worker: its input, trace, outcome and timings."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", _("queued")
+        RUNNING = "running", _("running")
+        SUCCEEDED = "succeeded", _("succeeded")
+        FAILED = "failed", _("failed")
+        AWAITING_APPROVAL = "awaiting_approval", _("awaiting approval")
+        CANCELLED = "cancelled", _("cancelled")
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="runs", verbose_name=_("agent"))
+    api_key = models.ForeignKey(
+        ApiKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs", verbose_name=_("API key")
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs"
+    )
+    query = models.TextField(_("query"))
+    context = models.JSONField(_("context"), default=dict, blank=True)
+    a2a_data = models.JSONField(_("A2A data"), default=list, blank=True)
+    a2a_files = models.JSONField(_("A2A files"), default=list, blank=True)
+    status = models.CharField(_("status"), max_length=20, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    answer = models.TextField(_("answer"), blank=True)
+    error_code = models.CharField(_("error code"), max_length=100, blank=True)
+    error_message = models.TextField(_("error message"), blank=True)
+    deterministic_results = models.JSONField(_("deterministic results"), default=list, blank=True)
+    messages = models.JSONField(_("trace"), default=list, blank=True)
+    timings = models.JSONField(_("timings (ms)"), default=dict, blank=True)
+    token_usage = models.JSONField(_("token usage"), default=dict, blank=True)
+    idempotency_key = models.CharField(_("idempotency key"), max_length=200, blank=True)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(_("started"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("run")
+        verbose_name_plural = _("runs")
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.agent.slug} {self.id}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in {self.Status.SUCCEEDED, self.Status.FAILED, self.Status.CANCELLED}

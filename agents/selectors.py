@@ -1,0 +1,40 @@
+"""Reads that carry rules (who may see which run)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.utils.translation import gettext as _
+
+from agent_platform.errors import ApplicationError
+from agents.models import ApiKey, Run
+
+
+def run_get(*, run_id: str, api_key: ApiKey) -> Run:
+    """The caller's own run; any other id (malformed, unknown, someone else's) is a 404."""
+    try:
+        key = uuid.UUID(str(run_id))
+    except ValueError:
+        key = None
+    run = Run.objects.select_related("agent").filter(id=key, api_key=api_key).first() if key else None
+    if run is None:
+        raise ApplicationError(_("Run not found."), code="run_not_found", status=404)
+    return run
+
+
+def run_tool_calls(*, run: Run) -> list[dict[str, Any]]:
+    """Every tool call of a run, deterministic and the model's, from the audit record (masked)."""
+    return [
+        {
+            "source": e.source,
+            "mcp_id": e.mcp_id,
+            "name": e.tool,
+            "args": e.args,
+            "ok": e.ok,
+            "reason": e.reason,
+            "attempt": e.attempt,
+            "latency_ms": e.latency_ms,
+        }
+        for e in run.audit_events.filter(action="tool.call").order_by("id")
+    ]

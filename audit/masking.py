@@ -1,0 +1,677 @@
+"""The one place secrets are masked: every audit row, log line, API response, admin page, exception message
+and final answer goes through this module before it leaves the process.
+
+Pure Python (no Django), safe to import anywhere, thread-safe.
+
+What is masked, and how:
+
+* **Known secret values** - the ``secrets`` passed to a call plus every value given to
+  :func:`register_secrets` - wherever they appear, together with their base64 (standard and URL-safe, with
+  and without padding), URL-encoded (``quote`` / ``quote_plus``) and JSON-escaped forms. Values shorter than
+  :data:`MIN_SECRET_LENGTH` characters are ignored: masking ``"a"`` everywhere would destroy the text.
+* **Value patterns** - AWS access key ids, labelled AWS secret access keys, ``Bearer``/``Basic``
+  credentials, JWTs, well-known API key formats (``sk-...``, ``sk_live_...``, ``xoxb-...``, ``ghp_...``, ...),
+  PEM private key blocks, passwords in URLs, secret-looking query parameters.
+* **Key names** - ``key=value``, ``key: value`` and ``"key": "value"`` pairs in text, and dict entries in
+  structures, whose key :func:`is_secret_key` recognises.
+
+Masking replaces the secret with :data:`MASK` and keeps everything around it, so text (any language) stays
+readable. It is best effort for patterns and exact for known values: a secret the platform knows about
+(binding env/header values) must be passed in ``secrets`` or registered, never left to the patterns.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import datetime as _dt
+import decimal
+import enum
+import functools
+import json
+import logging
+import re
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+from urllib.parse import quote, quote_plus
+
+__all__ = [
+    "MASK",
+    "MIN_SECRET_LENGTH",
+    "SecretMaskingFilter",
+    "clear_registered_secrets",
+    "install_logging_filter",
+    "is_secret_key",
+    "mask_text",
+    "mask_value",
+    "register_secrets",
+    "registered_secrets",
+    "truncate",
+]
+
+MASK: str = "***"
+"""What replaces a secret."""
+
+MIN_SECRET_LENGTH = 4
+"""Known secret values shorter than this are ignored (they would match everywhere)."""
+
+
+# --- key names ------------------------------------------------------------------------------------------
+
+_KEY_SEPARATORS = re.compile(r"[\s_.\-]+")
+_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+# Matched against the lower-cased key with separators removed ("X-Api-Key" -> "xapikey").
+_SECRET_KEY_FRAGMENTS = re.compile(
+    r"""
+      passw | passphrase | pwd
+    | secret(?!ar)                                  # not "secretary"
+    | apikey | accesskey | privatekey | servicekey | accountkey
+    | (?:signing|encryption|decryption|master|ssh|hmac|app|license)key
+    | credential | cookie
+    | (?<!pos)session(?:id|key|data)?$              # "session", "sessionid"; not "sessions", "session_timeout"
+    | token(?!s|count|limit|usage|iz|is|type|budget)  # not "max_tokens", "token_count", "tokenizer"
+    | auth(?!or(?!i[sz]))                           # "auth", "oauth", "authorization"; not "author(s)"
+    """,
+    re.VERBOSE,
+)
+# Whole words of the key (split on separators and camelCase) that are secret on their own.
+_SECRET_KEY_WORDS = frozenset({"pass", "pw"})
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a dict key / header / parameter / variable name names a secret.
+
+    Case-insensitive; separators ``-``, ``_``, ``.`` and spaces are ignored, then the name is searched for
+    secret words (password, secret, token, api key, access key, private key, auth, authorization, cookie,
+    session id, credential, service key, ...). Counting and naming keys are not secret: ``max_tokens``,
+    ``prompt_tokens``, ``token_count``, ``tokenizer``, ``author``, ``authors``. Non-strings are never secret.
+    """
+    if not isinstance(key, str) or not key:
+        return False
+    return _is_secret_key(key)
+
+
+@functools.lru_cache(maxsize=8192)
+def _is_secret_key(key: str) -> bool:
+    if _SECRET_KEY_FRAGMENTS.search(_KEY_SEPARATORS.sub("", key.lower())):
+        return True
+    words = _KEY_SEPARATORS.split(_CAMEL_BOUNDARY.sub("_", key).lower())
+    return not _SECRET_KEY_WORDS.isdisjoint(words)
+
+
+# --- known secret values ----------------------------------------------------------------------------------
+
+_registry_lock = threading.Lock()
+_registered: frozenset[str] = frozenset()
+
+
+def register_secrets(values: Iterable[str]) -> None:
+    """Add values to the process-wide set of known secrets, masked by every later call.
+
+    Thread-safe. Values shorter than :data:`MIN_SECRET_LENGTH` are ignored; a value with surrounding
+    whitespace is also registered stripped. A ``str`` is taken as one value, a mapping as its values.
+    """
+    global _registered
+    new = _normalise_secrets(values)
+    if not new:
+        return
+    with _registry_lock:
+        if not new <= _registered:
+            _registered = _registered | new
+
+
+def registered_secrets() -> frozenset[str]:
+    """The process-wide set of known secrets (as normalised by :func:`register_secrets`)."""
+    return _registered
+
+
+def clear_registered_secrets() -> None:
+    """Forget every registered secret. Meant for tests."""
+    global _registered
+    with _registry_lock:
+        _registered = frozenset()
+
+
+def _normalise_secrets(values: Iterable[str] | str | Mapping[Any, Any] | None) -> frozenset[str]:
+    """The usable secret values of ``values``.
+
+    Forgiving on purpose, because a mistake here fails open: one ``str`` is one secret (not its characters),
+    a mapping contributes its values (not its keys), ``None`` items are skipped, bytes are decoded and other
+    objects are taken as ``str(item)``.
+    """
+    if values is None:
+        return frozenset()
+    if isinstance(values, (str, bytes)):
+        values = (values,)
+    elif isinstance(values, Mapping):
+        values = values.values()
+    found: set[str] = set()
+    for item in values:
+        if item is None:
+            continue
+        if isinstance(item, (bytes, bytearray)):
+            item = bytes(item).decode("utf-8", "replace")
+        elif not isinstance(item, str):
+            item = str(item)
+        for candidate in (item, item.strip()):
+            if len(candidate) >= MIN_SECRET_LENGTH:
+                found.add(candidate)
+    return frozenset(found)
+
+
+def _secret_forms(secret: str) -> set[str]:
+    """``secret`` as it may appear in text: raw, base64, URL-encoded, JSON-escaped."""
+    forms = {secret}
+    raw = secret.encode("utf-8")
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        encoded = encode(raw).decode("ascii")
+        forms.add(encoded)
+        forms.add(encoded.rstrip("="))
+    for url_form in (quote(secret, safe=""), quote(secret), quote_plus(secret), quote_plus(secret, safe="/")):
+        forms.add(url_form)
+        forms.add(_PERCENT_ESCAPE.sub(lambda m: m[0].lower(), url_form))
+    forms.add(json.dumps(secret)[1:-1])
+    forms.add(json.dumps(secret, ensure_ascii=False)[1:-1])
+    return {form for form in forms if len(form) >= MIN_SECRET_LENGTH}
+
+
+_PERCENT_ESCAPE = re.compile(r"%[0-9A-F]{2}")
+
+
+class _SecretMatcher:
+    """One compiled regex matching every form of a set of secrets, longest first."""
+
+    __slots__ = ("pattern", "recheck")
+
+    def __init__(self, forms: Iterable[str]) -> None:
+        forms = sorted(set(forms), key=lambda form: (-len(form), form))
+        try:
+            self.pattern = re.compile(_trie_regex(forms))
+        except (RecursionError, re.error, OverflowError):  # pathological sets: plain alternation
+            self.pattern = re.compile("|".join(map(re.escape, forms)))
+        # A secret containing "*" can reappear next to an inserted MASK: such sets are re-checked.
+        self.recheck = any("*" in form for form in forms)
+
+    def sub(self, text: str) -> str:
+        text = self.pattern.sub(MASK, text)
+        if self.recheck:  # every round shortens the text (forms are longer than MASK), so this ends
+            while (again := self.pattern.sub(MASK, text)) != text:
+                text = again
+        return text
+
+
+def _trie_regex(words: list[str]) -> str:
+    """A regex matching any of ``words`` (longest at a position wins), factored as a prefix trie.
+
+    Python's ``re`` tries alternatives one by one; a trie makes it fail after one character per branch
+    point instead of once per word, several times faster for dozens of secrets.
+    """
+    end = ""  # marks "a word ends here"; real trie edges are single characters
+    trie: dict[str, Any] = {}
+    for word in words:
+        node = trie
+        for char in word:
+            node = node.setdefault(char, {})
+        node[end] = {}
+
+    def build(node: dict[str, Any]) -> str:
+        branches = []
+        for char in sorted(k for k in node if k != end):
+            piece, child = re.escape(char), node[char]
+            while len(child) == 1 and end not in child:  # collapse single-child chains
+                ((next_char, child),) = child.items()
+                piece += re.escape(next_char)
+            branches.append(piece + build(child))
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if end in node else body  # greedy optional: longer words first
+
+    return build(trie)
+
+
+@functools.lru_cache(maxsize=128)
+def _matcher_for(secrets: frozenset[str]) -> _SecretMatcher | None:
+    """The (cached) matcher of a secret set; a changed set is a new key, so the cache never goes stale."""
+    if not secrets:
+        return None
+    forms: set[str] = set()
+    for secret in secrets:
+        forms |= _secret_forms(secret)
+    return _SecretMatcher(forms)
+
+
+def _resolve_matcher(secrets: Iterable[str] | None) -> _SecretMatcher | None:
+    extra = _normalise_secrets(secrets) if secrets else frozenset()
+    registered = _registered
+    if extra and not extra <= registered:
+        return _matcher_for(registered | extra)
+    return _matcher_for(registered)
+
+
+# --- value patterns -----------------------------------------------------------------------------------------
+
+_PEM_PRIVATE_KEY = re.compile(
+    r"(?P<begin>-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----)"
+    r".*?"
+    r"(?P<end>-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",  # a cut-off block is masked to the end
+    re.DOTALL,
+)
+
+# Tokens masked whole: they are secrets by their shape alone.
+_TOKEN_SHAPES = re.compile(
+    r"eyJ[A-Za-z0-9_-]+\.eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*"  # JWT
+    r"|(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])"  # AWS access key id
+    r"|(?<![A-Za-z0-9_-])(?:"
+    r"sk-[A-Za-z0-9_-]{8,}"  # OpenAI / Anthropic style
+    r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{8,}"  # Stripe secret / restricted
+    r"|whsec_[A-Za-z0-9]{16,}"  # Stripe webhook secret
+    r"|xox[abposr]-[A-Za-z0-9-]{8,}"  # Slack
+    r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"  # GitHub
+    r"|glpat-[A-Za-z0-9_-]{20,}"  # GitLab
+    r"|AIza[0-9A-Za-z_-]{35}"  # Google API key
+    r")"
+)
+
+_URL_USERINFO = re.compile(r"(?P<head>://[^\s:/?#@\"'<>]*:)[^\s/?#\"'<>]+(?=@)")
+
+_QUERY_PARAMETER = re.compile(r"(?P<head>(?:[?&]|&amp;)(?P<name>[A-Za-z0-9_.\-\[\]]+)=)(?P<value>[^&#\s\"'<>]+)")
+_SECRET_QUERY_NAMES = frozenset({"key", "sig", "pass", "pw"})
+
+_AWS_SECRET_LABELLED = re.compile(
+    r"(?P<head>(?i:(?:aws[-_.]?)?secret[-_.]?(?:access[-_.]?)?key)\\?[\"']?[ \t]*[:=][ \t]*\\?[\"']?)"
+    r"[A-Za-z0-9/+=]{40}(?![A-Za-z0-9/+=])"
+)
+
+_AUTH_SCHEME_CREDENTIAL = re.compile(
+    r"(?<![A-Za-z0-9])(?P<head>(?P<scheme>[Bb][Ee][Aa][Rr][Ee][Rr]|[Bb][Aa][Ss][Ii][Cc])[ \t]+)"
+    r"(?P<credential>[A-Za-z0-9\-._~+/]+=*)"
+)
+
+# "key=value", "key: value", "\"key\": \"value\"", "'key': 'value'", "\\\"key\\\": \\\"value\\\"" (JSON in JSON).
+# Only keys containing a secret-ish fragment are candidates; is_secret_key() then decides. The key is matched
+# possessively after a lookahead so a long identifier-like run (base64 blobs) is scanned once, not per fragment.
+_SECRET_PAIR = re.compile(
+    r"""
+    (?<![A-Za-z0-9_.\-])
+    (?P<head>
+        (?P<quote>\\?["']|)
+        (?=[A-Za-z0-9_.\-]*?
+            (?i:pass|pw|secret|token|auth|credential|session|cookie|
+                (?:api|access|private|service|account|signing|encryption|decryption|master|ssh|hmac|app|license)
+                [-_.]*key))
+        (?P<key>[A-Za-z0-9_.\-]++)
+        (?P=quote)
+        [ \t]*[:=][ \t]*
+    )
+    (?P<value>
+        "(?:[^"\\\n]|\\.)*"
+      | '(?:[^'\\\n]|\\.)*'
+      | \\".*?\\"
+      | (?P<scheme>(?i:bearer|basic|token|digest|bot|negotiate|oauth|apikey)[ \t]+)?
+        (?:[^\s,;&"'<>{}\[\]()\\]|\\(?![nrt"'\\]))+
+    )
+    """,
+    re.VERBOSE,
+)
+_COOKIE_VALUE_END = re.compile(r"[\r\n\"'\\]|\Z")  # a cookie header value runs to the end of its line
+_NOT_A_SECRET_VALUE = frozenset({"null", "none", "true", "false", "nil", "undefined", MASK})
+
+# Cheap gate: text without any of these cannot match a value pattern.
+_MAYBE_SENSITIVE = re.compile(
+    r"[:=@]|-----BEGIN|eyJ|AKIA|ASIA|sk-|[sr]k_|whsec_|xox|gh[pousr]_|github_pat_|glpat-|AIza"
+    r"|[Bb][Ee][Aa][Rr][Ee][Rr]|[Bb][Aa][Ss][Ii][Cc]"
+)
+
+
+_NOT_ONLY_LETTERS = re.compile(r"[^A-Za-z]")
+
+
+def _mask_pem(match: re.Match[str]) -> str:
+    return match["begin"] + MASK + match["end"]
+
+
+def _mask_query_parameter(match: re.Match[str]) -> str:
+    name = _KEY_SEPARATORS.sub("", match["name"].lower())
+    if match["value"] == MASK:
+        return match[0]
+    if name in _SECRET_QUERY_NAMES or "signature" in name or is_secret_key(match["name"]):
+        return match["head"] + MASK
+    return match[0]
+
+
+def _mask_auth_credential(match: re.Match[str]) -> str:
+    credential = match["credential"]
+    if match["scheme"].lower() == "basic":
+        if not _is_basic_credential(credential):
+            return match[0]  # "basic information": prose, not a credential
+    elif len(credential) < 8 and not _NOT_ONLY_LETTERS.search(credential):
+        return match[0]  # "Bearer token": prose, not a credential
+    return match["head"] + MASK
+
+
+def _is_basic_credential(credential: str) -> bool:
+    """Whether ``credential`` is base64 of ``user:password`` (what HTTP Basic sends)."""
+    body = credential.rstrip("=").translate(_URLSAFE_TO_STANDARD)
+    try:
+        return b":" in base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+
+
+_URLSAFE_TO_STANDARD = str.maketrans("-_", "+/")
+
+
+def _mask_secret_pairs(text: str) -> str:
+    """Mask the values of secret ``key=value`` / ``key: value`` pairs.
+
+    A hand-rolled ``sub`` loop: when a candidate key turns out not to be secret (``max_tokens``, ``author``)
+    scanning resumes at its value instead of after it, so a pair nested in that value is still found.
+    """
+    pieces: list[str] = []
+    done = 0  # text[:done] is already in pieces
+    position = 0
+    while (match := _SECRET_PAIR.search(text, position)) is not None:
+        if not is_secret_key(match["key"]):
+            position = match.start("value")
+            continue
+        value, value_end = match["value"], match.end()
+        if value[:2] == '\\"':
+            inner, opening, closing = value[2:-2], '\\"', '\\"'
+        elif value[0] in "\"'":
+            inner, opening, closing = value[1:-1], value[0], value[0]
+        else:
+            opening, closing = match["scheme"] or "", ""
+            inner = value[len(opening) :]
+            if "cookie" in match["key"].lower():
+                cookie_end = _COOKIE_VALUE_END.search(text, match.start("value"))
+                value_end = max(value_end, cookie_end.start() if cookie_end else len(text))
+        if inner and inner.lower() not in _NOT_A_SECRET_VALUE:
+            pieces.append(text[done : match.start("value")])
+            pieces.append(opening + MASK + closing)
+            done = value_end
+        position = max(value_end, match.start("value") + 1)
+    if not pieces:
+        return text
+    pieces.append(text[done:])
+    return "".join(pieces)
+
+
+def _mask_patterns(text: str) -> str:
+    """Apply every value pattern; ``text`` already has its known secrets masked."""
+    if "PRIVATE KEY" in text:
+        text = _PEM_PRIVATE_KEY.sub(_mask_pem, text)
+    text = _TOKEN_SHAPES.sub(MASK, text)
+    if "://" in text and "@" in text:
+        text = _URL_USERINFO.sub(r"\g<head>" + MASK, text)
+    has_equals = "=" in text
+    if has_equals:
+        text = _QUERY_PARAMETER.sub(_mask_query_parameter, text)
+    if has_equals or ":" in text:
+        text = _AWS_SECRET_LABELLED.sub(r"\g<head>" + MASK, text)
+    text = _AUTH_SCHEME_CREDENTIAL.sub(_mask_auth_credential, text)
+    if has_equals or ":" in text:
+        text = _mask_secret_pairs(text)
+    return text
+
+
+def _mask_str(text: str, matcher: _SecretMatcher | None) -> str:
+    if matcher is not None:
+        text = matcher.sub(text)
+    if _MAYBE_SENSITIVE.search(text) is None:
+        return text
+    text = _mask_patterns(text)
+    if matcher is not None and matcher.recheck:
+        text = matcher.sub(text)
+    return text
+
+
+def mask_text(text: str, *, secrets: Iterable[str] = ()) -> str:
+    """``text`` with every secret replaced by :data:`MASK`; everything else (any language) kept as is.
+
+    Masks the exact ``secrets`` given plus every registered secret (and their base64, URL-encoded and
+    JSON-escaped forms; longest first; values under :data:`MIN_SECRET_LENGTH` characters ignored), then the
+    value patterns and secret ``key=value`` pairs described in the module docstring. ``Bearer``/``Basic``
+    keep the scheme word, URLs keep the user name, pairs keep the key and quotes: only the secret is replaced.
+
+    ``secrets`` may be any iterable of strings; one ``str`` counts as one secret and a mapping as its values.
+    A non-``str`` ``text`` is converted with ``str()`` first. Idempotent in practice: masked text stays masked.
+    """
+    if not isinstance(text, str):
+        text = str(text)
+    return _mask_str(text, _resolve_matcher(secrets))
+
+
+# --- structures ----------------------------------------------------------------------------------------------
+
+_UNCHANGED_SCALARS = (
+    int,
+    float,
+    complex,
+    decimal.Decimal,
+    _dt.date,
+    _dt.time,
+    _dt.timedelta,
+    uuid.UUID,
+    enum.Enum,
+    type(None),
+)
+_MEMO_MAX_CHARS = 256  # short strings (keys, enum-like values) repeat a lot in large results
+
+
+def _is_empty(value: Any) -> bool:
+    return value is None or (isinstance(value, (str, bytes, list, tuple, dict, set, frozenset)) and not value)
+
+
+class _Walker:
+    """Masks one structure: an iterative deep copy (no recursion limit), sharing one matcher and memo."""
+
+    def __init__(self, matcher: _SecretMatcher | None) -> None:
+        self.matcher = matcher
+        self.memo: dict[str, str] = {}
+
+    def text(self, text: str) -> str:
+        if len(text) > _MEMO_MAX_CHARS:
+            return _mask_str(text, self.matcher)
+        masked = self.memo.get(text)
+        if masked is None:
+            masked = self.memo[text] = _mask_str(text, self.matcher)
+        return masked
+
+    def leaf(self, value: Any) -> Any:
+        """A masked copy of a non-container value."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, _UNCHANGED_SCALARS):  # bool is an int
+            return value
+        if isinstance(value, (bytes, bytearray)):
+            masked = self.text(bytes(value).decode("utf-8", "surrogateescape"))
+            return type(value)(masked.encode("utf-8", "surrogateescape"))
+        dump = getattr(value, "model_dump", None)  # pydantic models (MCP result objects)
+        if callable(dump):
+            with contextlib.suppress(Exception):  # a failing dump falls back to the text form below
+                return self.walk(dump(mode="json"))
+        return self.text(str(value))  # unknown object: fail closed, keep only its masked text
+
+    def key(self, key: Any, taken: dict[Any, Any]) -> Any:
+        """A masked dict key that does not collide with one already in ``taken``."""
+        if not isinstance(key, str):
+            return key if isinstance(key, _UNCHANGED_SCALARS) else self.walk(key)
+        masked = self.text(key)
+        number = 2
+        candidate = masked
+        while candidate in taken:  # two keys masked to the same text: keep both entries
+            candidate = self.text(f"{masked}~{number}")
+            number += 1
+        return candidate
+
+    def walk(self, value: Any) -> Any:
+        if not isinstance(value, (dict, list, tuple, set, frozenset)):
+            return self.leaf(value)
+        root: list[Any] = [None]
+        # Stack items: ("visit", source, parent, slot) or ("done", source, copy, parent, slot).
+        stack: list[tuple[Any, ...]] = [("visit", value, root, 0)]
+        on_path: set[int] = set()  # ids of the containers being copied: a cycle is cut, not followed
+        containers = (dict, list, tuple, set, frozenset)
+        while stack:
+            item = stack.pop()
+            if item[0] == "done":
+                _, source, copy, parent, slot = item
+                on_path.discard(id(source))
+                if not isinstance(source, (dict, list)):
+                    parent[slot] = _rebuild(source, copy)
+                continue
+            _, source, parent, slot = item
+            if id(source) in on_path:
+                parent[slot] = "<cycle>"
+                continue
+            on_path.add(id(source))
+            if isinstance(source, dict):
+                copy: Any = {}
+                parent[slot] = copy
+                stack.append(("done", source, copy, parent, slot))
+                for key, child in source.items():
+                    new_key = self.key(key, copy)
+                    if isinstance(key, str) and is_secret_key(key) and not _is_empty(child):
+                        copy[new_key] = MASK
+                    elif isinstance(child, containers):
+                        copy[new_key] = None
+                        stack.append(("visit", child, copy, new_key))
+                    else:
+                        copy[new_key] = self.leaf(child)
+            else:
+                copy = [None] * len(source)
+                if isinstance(source, list):
+                    parent[slot] = copy
+                stack.append(("done", source, copy, parent, slot))
+                for index, child in enumerate(source):
+                    if isinstance(child, containers):
+                        stack.append(("visit", child, copy, index))
+                    else:
+                        copy[index] = self.leaf(child)
+        return root[0]
+
+
+def _rebuild(source: tuple[Any, ...] | set[Any] | frozenset[Any], items: list[Any]) -> Any:
+    """A tuple/set of the same kind as ``source`` holding ``items``."""
+    make: Callable[..., Any] | None = getattr(type(source), "_make", None)  # namedtuple
+    try:
+        if make is not None:
+            return make(items)
+        return type(source)(items)
+    except TypeError:  # unhashable masked items in a set, exotic subclasses: plain containers
+        return list(items) if isinstance(source, (set, frozenset)) else tuple(items)
+
+
+def mask_value(value: Any, *, secrets: Iterable[str] = ()) -> Any:
+    """A masked deep copy of ``value``; the input is never mutated.
+
+    * ``str`` -> :func:`mask_text` (same ``secrets``); dict keys are masked as text too (two keys that mask
+      to the same text are kept apart as ``"***"`` and ``"***~2"``).
+    * dict value under a key that :func:`is_secret_key` recognises -> :data:`MASK`, whatever its type,
+      unless it is ``None`` or empty (``""``, ``[]``, ``{}``), which stays as is.
+    * dict / list / tuple / set -> the same kind, masked inside (dict subclasses come back as ``dict``).
+    * ``int``, ``float``, ``bool``, ``None``, ``Decimal``, dates/times, ``UUID``, enums -> unchanged.
+    * bytes -> masked as UTF-8 text; pydantic models -> their masked ``model_dump(mode="json")``.
+    * anything else -> its masked ``str()`` (fail closed: an unknown object could print a secret later).
+
+    Iterative: any nesting depth works; a reference cycle is replaced by ``"<cycle>"``.
+    """
+    return _Walker(_resolve_matcher(secrets)).walk(value)
+
+
+def truncate(value: Any, *, max_chars: int = 20_000) -> Any:
+    """``value`` if its JSON text fits in ``max_chars`` characters, else a small stand-in for storage.
+
+    The JSON text is ``json.dumps(value, ensure_ascii=False, default=str)`` (``repr`` if that fails). When it
+    is longer than ``max_chars`` this returns ``{"truncated": True, "original_chars": <length>, "preview":
+    <its first max_chars characters>}``. It does not mask: mask first, then truncate, because a secret cut
+    in half by the preview would no longer be recognised.
+    """
+    if max_chars < 0:
+        raise ValueError("max_chars must be >= 0")
+    try:
+        dumped = json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError, RecursionError):  # non-str keys, cycles
+        dumped = repr(value)
+    if len(dumped) <= max_chars:
+        return value
+    return {"truncated": True, "original_chars": len(dumped), "preview": dumped[:max_chars]}
+
+
+# --- logging ---------------------------------------------------------------------------------------------------
+
+_STANDARD_RECORD_ATTRIBUTES = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
+    "message",
+    "asctime",
+    "taskName",
+}
+_TRACEBACK_FORMATTER = logging.Formatter()
+
+
+class SecretMaskingFilter(logging.Filter):
+    """A logging filter that masks a record in place before any handler formats it. Always returns True.
+
+    Attach it to handlers (``install_logging_filter`` does it for every existing handler; Django's LOGGING
+    names it in ``filters``). A handler filter sees records propagated from every logger, unlike a logger
+    filter. It sets ``record.msg`` to the masked, already formatted message and ``record.args`` to None;
+    formats ``exc_info`` into a masked ``record.exc_text`` and drops ``exc_info`` (so no handler can
+    re-render the raw exception or its frames); masks ``stack_info`` and ``extra=`` attributes. Masking uses
+    the registered secrets only. If masking fails the message is replaced, never let through.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            _mask_record(record)
+        except Exception:  # a log call must never raise, nor leak
+            record.msg = "<log message withheld: masking failed>"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+            record.stack_info = None
+        return True
+
+
+def _mask_record(record: logging.LogRecord) -> None:
+    matcher = _resolve_matcher(())
+    try:
+        message = record.getMessage()
+    except Exception:  # bad format args: log the template rather than nothing
+        message = str(record.msg)
+    record.msg = _mask_str(message, matcher)
+    record.args = None
+    if record.exc_info and not record.exc_text:
+        record.exc_text = _TRACEBACK_FORMATTER.formatException(record.exc_info)
+    record.exc_info = None
+    if record.exc_text:
+        record.exc_text = _mask_str(record.exc_text, matcher)
+    if record.stack_info:
+        record.stack_info = _mask_str(record.stack_info, matcher)
+    extras = [name for name in record.__dict__ if name not in _STANDARD_RECORD_ATTRIBUTES]
+    if extras:
+        walker = _Walker(matcher)
+        for name in extras:
+            value = record.__dict__[name]
+            if is_secret_key(name) and not _is_empty(value):
+                record.__dict__[name] = MASK
+            elif isinstance(value, (str, dict, list, tuple)):  # objects (e.g. Django's request) stay
+                record.__dict__[name] = walker.walk(value)
+
+
+_SHARED_FILTER = SecretMaskingFilter()
+
+
+def install_logging_filter() -> None:
+    """Attach a :class:`SecretMaskingFilter` to every handler of the root logger and of every logger that
+    exists now, so library logs are masked too. Idempotent: a handler that already has one is left alone.
+    Handlers added later are not covered: call this again after configuring logging."""
+    loggers: list[logging.Logger] = [logging.getLogger()]
+    loggers += [item for item in list(logging.Logger.manager.loggerDict.values()) if isinstance(item, logging.Logger)]
+    for logger in loggers:
+        for handler in list(logger.handlers):
+            if not any(isinstance(existing, SecretMaskingFilter) for existing in handler.filters):
+                handler.addFilter(_SHARED_FILTER)

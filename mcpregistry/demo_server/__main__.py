@@ -1,0 +1,3 @@
+from mcpregistry.demo_server.server import main
+
+main()

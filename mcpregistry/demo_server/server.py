@@ -1,0 +1,199 @@
+"""The ``sds-company-data`` FastMCP server from seed 001 (교육용 더미 사내 데이터).
+
+Tools (docstrings are what the model reads, so they say when to use and when not to use each tool):
+
+- ``search_employee(name)``, ``list_team_members(team)``, ``get_asset(owner)``, ``list_projects(team)``:
+  the seed's four lookups, with its guiding failure messages.
+- ``get_asset_status(asset_id)`` / ``get_asset_status_backup(asset_id)``: the seed's failure-injection pair.
+  The backend failure comes from ``FAILURE_MODE`` in this process's environment. Unlike the seed's in-process
+  tool, the MCP tool makes one backend attempt per call: retries, timeouts and fallback belong to the
+  platform's tool gate, which must see each failure.
+- ``ping``: a trivial tool for latency benchmarks.
+
+Nothing is printed to stdout: on stdio that is the protocol channel. Logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from fastmcp import FastMCP
+from fastmcp.exceptions import ToolError
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+FAILURE_MODES = ("none", "timeout", "rate_limit", "bad_schema")
+
+logging.basicConfig(
+    stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s sds-company-data %(message)s"
+)
+logger = logging.getLogger("sds-company-data")
+
+mcp = FastMCP("sds-company-data")
+
+
+def _load(filename: str) -> list[dict[str, Any]]:
+    with (DATA_DIR / filename).open(encoding="utf-8") as f:
+        rows: list[dict[str, Any]] = json.load(f)
+    return rows
+
+
+EMPLOYEES = _load("employees.json")
+ASSETS = _load("assets.json")
+PROJECTS = _load("projects.json")
+
+
+def _dumps(value: Any, *, indent: int | None = None) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=indent)
+
+
+@mcp.tool()
+def search_employee(name: str) -> str:
+    """삼성SDS 임직원 디렉터리에서 이름으로 직원 정보를 조회한다.
+
+    직원의 소속 팀, 직무, 이메일이 필요할 때 사용한다.
+    팀 전체 명단이나 인원수에는 사용하지 않는다 (list_team_members 사용).
+    자산이나 프로젝트 질문에도 사용하지 않는다 (get_asset, list_projects 사용).
+
+    Args:
+        name: 직원의 정확한 한국어 이름
+    """
+    for emp in EMPLOYEES:
+        if emp["name"] == name:
+            return _dumps(emp)
+    names = ", ".join(e["name"] for e in EMPLOYEES)
+    return f"'{name}' 직원을 찾을 수 없습니다. 등록된 직원: {names}"
+
+
+@mcp.tool()
+def list_team_members(team: str) -> str:
+    """팀 이름으로 소속 임직원 목록을 조회한다.
+
+    특정 팀의 인원수나 명단이 필요할 때 사용한다.
+    개별 직원의 상세 정보는 search_employee를 사용한다.
+
+    Args:
+        team: 팀 이름 (예: '클라우드운영팀', '물류플랫폼팀')
+    """
+    rows = [e for e in EMPLOYEES if e["team"] == team]
+    if not rows:
+        teams = sorted({e["team"] for e in EMPLOYEES})
+        return f"'{team}' 팀을 찾을 수 없습니다. 등록된 팀: {teams}"
+    return _dumps({"count": len(rows), "members": rows}, indent=2)
+
+
+@mcp.tool()
+def get_asset(owner: str = "") -> str:
+    """사내 자산(노트북, 모니터 등)을 조회한다.
+
+    Args:
+        owner: 사용자 이름으로 필터. 빈 문자열이면 전체 자산 반환
+    """
+    rows = [a for a in ASSETS if not owner or a["owner"] == owner]
+    if not rows:
+        return f"'{owner}' 사용자의 자산이 없습니다."
+    return _dumps({"count": len(rows), "assets": rows}, indent=2)
+
+
+@mcp.tool()
+def list_projects(team: str = "") -> str:
+    """진행 중인 프로젝트 목록을 조회한다.
+
+    Args:
+        team: 팀 이름으로 필터 (예: '물류플랫폼팀'). 빈 문자열이면 전체
+    """
+    rows = [p for p in PROJECTS if not team or p["team"] == team]
+    if not rows:
+        return f"'{team}' 팀의 프로젝트가 없습니다."
+    return _dumps(rows, indent=2)
+
+
+class RateLimitError(Exception):
+    """The fake backend's HTTP 429."""
+
+
+def _failure_mode() -> str:
+    mode = os.environ.get("FAILURE_MODE", "none").strip() or "none"
+    if mode not in FAILURE_MODES:
+        # The seed warns that a typo silently means "healthy": refuse it loudly instead.
+        raise ToolError(f"FAILURE_MODE '{mode}' is not one of {', '.join(FAILURE_MODES)}")
+    return mode
+
+
+def _call_backend(asset_id: str) -> dict[str, Any]:
+    """가짜 자산 관리 백엔드 호출. FAILURE_MODE에 따라 장애를 재현한다."""
+    api_key = os.environ.get("INTERNAL_API_KEY", "")
+    # 주의: Secret은 절대 로그에 남기지 않습니다.
+    logger.info("backend 호출 asset_id=%s api_key=%s", asset_id, "set" if api_key else "unset")
+    mode = _failure_mode()
+    if mode == "timeout":
+        time.sleep(float(os.environ.get("FAILURE_TIMEOUT_S", "5")))
+        raise TimeoutError("backend 응답이 5초를 초과했습니다")
+    if mode == "rate_limit":
+        raise RateLimitError("429 Too Many Requests: 분당 호출 한도 초과")
+    if mode == "bad_schema":
+        return {"assetStatus": "사용중인듯"}  # 계약(status, owner 키)과 다른 응답
+    for asset in ASSETS:
+        if asset["asset_id"] == asset_id:
+            return {"asset_id": asset_id, "status": asset["status"], "owner": asset["owner"]}
+    return {"asset_id": asset_id, "status": "없음", "owner": None}
+
+
+@mcp.tool()
+def get_asset_status(asset_id: str) -> str:
+    """자산 관리 백엔드에서 자산 ID로 현재 상태를 실시간 조회한다.
+
+    Args:
+        asset_id: 자산 ID (예: 'A-1001')
+    """
+    try:
+        data = _call_backend(asset_id)
+    except RateLimitError as exc:
+        logger.warning("rate limit: %s", exc)
+        raise ToolError(
+            "429 rate_limit: 에러: 호출 한도를 초과했습니다. get_asset_status_backup 도구를 사용하세요."
+        ) from exc
+    except TimeoutError as exc:
+        logger.warning("timeout: %s", exc)
+        raise ToolError(
+            "timeout: 에러: 백엔드 응답이 계속 지연됩니다. get_asset_status_backup 도구를 사용하세요."
+        ) from exc
+    # bad_schema 방어: 응답 계약 검증 (재시도해도 소용없으므로 즉시 fallback 안내)
+    if "status" not in data or "owner" not in data:
+        logger.error("응답 스키마 불일치: keys=%s", list(data.keys()))
+        raise ToolError(
+            "bad_schema: 에러: 백엔드 응답 형식이 올바르지 않습니다. get_asset_status_backup 도구를 대신 사용하세요."
+        )
+    if data["status"] == "없음":
+        known = ", ".join(a["asset_id"] for a in ASSETS)
+        return f"'{asset_id}' 자산을 찾을 수 없습니다. 등록된 자산: {known}"
+    return f"{data['asset_id']}: {data['status']} (사용자: {data['owner']})"
+
+
+@mcp.tool()
+def get_asset_status_backup(asset_id: str) -> str:
+    """백업 자산 상태 조회. get_asset_status 실패 시 사용한다. 1시간 전 스냅샷 기준이라 느리지만 안정적이다."""
+    logger.info("backup 경로 사용 asset_id=%s", asset_id)
+    for asset in ASSETS:
+        if asset["asset_id"] == asset_id:
+            return f"{asset_id}: {asset['status']} (백업 스냅샷 기준, 갱신 주기 1시간)"
+    return f"'{asset_id}' 자산을 백업 스냅샷에서 찾을 수 없습니다."
+
+
+@mcp.tool()
+def ping() -> str:
+    """서버 응답 확인용. 항상 'pong'을 돌려준다 (지연 측정용, 업무 질문에는 사용하지 않는다)."""
+    return "pong"
+
+
+def main() -> None:
+    mcp.run(transport="stdio", show_banner=False)
+
+
+if __name__ == "__main__":
+    main()

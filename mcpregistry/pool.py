@@ -1,0 +1,426 @@
+"""The MCP session pool: one live session per (worker process, server binding), reused across calls and runs.
+
+MCP sessions belong to the event loop and the task that opened them, so the pool owns one long-lived event
+loop on a background thread; every session is opened, used and closed there, and synchronous callers (the
+run engine in a Celery worker, management commands) submit coroutines to it and wait. Opening a stdio
+session costs a server process start (about a second); a call over a live session costs milliseconds. The
+pool is why the platform is fast.
+
+A session that died (the server exited, the transport broke) is dropped and opened again, once, on the next
+call. Sessions idle for longer than ``idle_close_s`` are closed. ``shutdown()`` closes every session, which
+ends every stdio server process this pool started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import anyio
+from mcp import ClientSession, McpError, StdioServerParameters
+from mcp.client.sse import sse_client
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamablehttp_client
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# The only variables of the worker's environment a stdio server inherits: never DATABASE_URL, keys or
+# AWS credentials. The binding's own env is added on top.
+SAFE_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ")
+
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
+    anyio.ClosedResourceError,
+    anyio.BrokenResourceError,
+    anyio.EndOfStream,
+    ConnectionError,
+    EOFError,
+    OSError,
+)
+
+
+class McpTransportError(Exception):
+    """The server could not be reached, or the session broke. A retry (with a new session) may fix it."""
+
+
+class McpTimeoutError(Exception):
+    """The server did not answer within the deadline."""
+
+
+@dataclass(frozen=True)
+class ServerConnection:
+    """How to reach one server. Holds secrets: never log it."""
+
+    mcp_id: str
+    transport: str
+    command: str = ""
+    args: tuple[str, ...] = ()
+    cwd: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    url: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> ServerConnection:
+        return cls(
+            mcp_id=config["mcp_id"],
+            transport=config["transport"],
+            command=config.get("command") or "",
+            args=tuple(str(a) for a in config.get("args") or ()),
+            cwd=config.get("cwd") or None,
+            env=tuple(sorted((str(k), str(v)) for k, v in (config.get("env") or {}).items())),
+            url=config.get("url") or "",
+            headers=tuple(sorted((str(k), str(v)) for k, v in (config.get("headers") or {}).items())),
+        )
+
+    @property
+    def key(self) -> str:
+        """Identifies the binding as configured: a changed binding gets a new session."""
+        raw = json.dumps([self.mcp_id, self.transport, self.command, self.args, self.cwd, self.env, self.url,
+                          self.headers])
+        return f"{self.mcp_id}:{hashlib.sha256(raw.encode()).hexdigest()[:16]}"
+
+
+@dataclass
+class ToolCallOutcome:
+    """What the server answered to ``tools/call``: ``is_error`` is the server's own verdict."""
+
+    is_error: bool
+    text: str
+    structured: Any
+    content: list[dict[str, Any]]
+
+
+@dataclass
+class ServerListing:
+    protocol_version: str
+    server_info: dict[str, Any]
+    tools: list[dict[str, Any]]
+
+
+@dataclass
+class _PooledSession:
+    connection: ServerConnection
+    session: ClientSession | None = None
+    protocol_version: str = ""
+    server_info: dict[str, Any] = field(default_factory=dict)
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    dead: bool = False
+    last_used: float = field(default_factory=time.monotonic)
+    stderr_tail: list[str] = field(default_factory=list)
+
+
+class _StderrPipe:
+    """A pipe the server's stderr is written to; a thread forwards each line to our (masked) logging."""
+
+    def __init__(self, mcp_id: str, tail: list[str]) -> None:
+        read_fd, write_fd = os.pipe()
+        self.writer = os.fdopen(write_fd, "w", encoding="utf-8", errors="replace")
+        self._reader = os.fdopen(read_fd, encoding="utf-8", errors="replace")
+        self._log = logging.getLogger(f"mcpregistry.server.{mcp_id}")
+        self._tail = tail
+        threading.Thread(target=self._forward, name=f"mcp-stderr-{mcp_id}", daemon=True).start()
+
+    def _forward(self) -> None:
+        with self._reader:
+            for line in self._reader:
+                line = line.rstrip()
+                if not line:
+                    continue
+                self._tail.append(line)
+                del self._tail[:-20]
+                self._log.debug("%s", line)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.writer.close()
+
+
+class McpSessionPool:
+    """Keeps live MCP sessions and runs calls over them. Thread-safe; every method is synchronous."""
+
+    def __init__(self, *, idle_close_s: float = 300.0) -> None:
+        self.idle_close_s = idle_close_s
+        self._pid = os.getpid()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run_loop, name="mcp-pool", daemon=True)
+        self._sessions: dict[str, _PooledSession] = {}
+        self._open_locks: dict[str, asyncio.Lock] = {}
+        self._closed = False
+        self._reaper: asyncio.Task[None] | None = None
+        self._thread.start()
+        self.submit(self._reaper_start())
+
+    # ---- loop plumbing -------------------------------------------------------------------------
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    def submit(self, coro: Awaitable[T], *, timeout: float | None = None) -> T:
+        """Run ``coro`` on the pool's loop and wait for its result (or its exception)."""
+        if self._closed:
+            raise RuntimeError("the MCP session pool is shut down")
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        try:
+            return future.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise McpTimeoutError("no answer within the deadline") from None
+
+    async def _reaper_start(self) -> None:
+        self._reaper = self._loop.create_task(self._reap_idle_forever())
+
+    async def _reap_idle_forever(self) -> None:
+        while True:
+            await asyncio.sleep(min(30.0, max(self.idle_close_s / 2, 0.05)))
+            now = time.monotonic()
+            for key, pooled in list(self._sessions.items()):
+                if now - pooled.last_used > self.idle_close_s:
+                    await self._drop(key)
+
+    # ---- sessions ------------------------------------------------------------------------------
+    async def _session_owner(self, pooled: _PooledSession, ready: asyncio.Future[None]) -> None:
+        """Owns the transport and the session for their whole life: MCP's context managers must be
+        entered and exited by the same task."""
+        conn = pooled.connection
+        stderr_pipe: _StderrPipe | None = None
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                if conn.transport == "stdio":
+                    stderr_pipe = _StderrPipe(conn.mcp_id, pooled.stderr_tail)
+                    env = {k: os.environ[k] for k in SAFE_ENV_KEYS if k in os.environ}
+                    env.update(dict(conn.env))
+                    params = StdioServerParameters(command=conn.command, args=list(conn.args), env=env, cwd=conn.cwd)
+                    read, write = await stack.enter_async_context(stdio_client(params, errlog=stderr_pipe.writer))
+                elif conn.transport == "streamable_http":
+                    read, write, _ = await stack.enter_async_context(
+                        streamablehttp_client(conn.url, headers=dict(conn.headers) or None)
+                    )
+                elif conn.transport == "sse":
+                    read, write = await stack.enter_async_context(
+                        sse_client(conn.url, headers=dict(conn.headers) or None)
+                    )
+                else:
+                    raise McpTransportError(f"unknown transport {conn.transport!r}")
+                session = await stack.enter_async_context(ClientSession(read, write))
+                init = await session.initialize()
+                pooled.session = session
+                pooled.protocol_version = str(init.protocolVersion)
+                pooled.server_info = init.serverInfo.model_dump(mode="json", exclude_none=True)
+                ready.set_result(None)
+                await pooled.closing.wait()
+        except BaseException as exc:  # noqa: BLE001 - reported to whoever waits for the session
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else McpTransportError(repr(exc)))
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        finally:
+            pooled.dead = True
+            if stderr_pipe is not None:
+                stderr_pipe.close()
+
+    async def _get(self, connection: ServerConnection, open_timeout: float) -> _PooledSession:
+        key = connection.key
+        pooled = self._sessions.get(key)
+        if pooled is not None and not pooled.dead:
+            return pooled
+        lock = self._open_locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            pooled = self._sessions.get(key)
+            if pooled is not None and not pooled.dead:
+                return pooled
+            # Close any older session of the same server (its binding changed) before opening a new one.
+            for other_key in [k for k in self._sessions if k.startswith(f"{connection.mcp_id}:") and k != key]:
+                await self._drop(other_key)
+            pooled = _PooledSession(connection=connection)
+            ready: asyncio.Future[None] = self._loop.create_future()
+            pooled.task = self._loop.create_task(self._session_owner(pooled, ready))
+            try:
+                await asyncio.wait_for(asyncio.shield(ready), timeout=open_timeout)
+            except TimeoutError:
+                pooled.closing.set()
+                await self._finish(pooled)
+                raise McpTimeoutError(f"server '{connection.mcp_id}' did not initialize within {open_timeout:g}s") from None
+            except McpError as exc:
+                await self._finish(pooled)
+                raise McpTransportError(f"server '{connection.mcp_id}' failed to initialize: {exc}") from exc
+            except Exception as exc:
+                await self._finish(pooled)
+                detail = "; ".join(pooled.stderr_tail[-3:])
+                message = f"server '{connection.mcp_id}' could not be started: {_describe(exc)}"
+                raise McpTransportError(f"{message} ({detail})" if detail else message) from exc
+            self._sessions[key] = pooled
+            return pooled
+
+    async def _finish(self, pooled: _PooledSession) -> None:
+        pooled.closing.set()
+        if pooled.task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(pooled.task), timeout=5)
+            except (TimeoutError, Exception):  # noqa: BLE001
+                pooled.task.cancel()
+                with contextlib.suppress(BaseException):
+                    await pooled.task
+
+    async def _drop(self, key: str) -> None:
+        pooled = self._sessions.pop(key, None)
+        if pooled is not None:
+            await self._finish(pooled)
+
+    async def _with_session(
+        self,
+        connection: ServerConnection,
+        operation: Callable[[_PooledSession], Awaitable[T]],
+        *,
+        timeout_s: float,
+        open_timeout_s: float,
+    ) -> T:
+        """Run ``operation`` over the live session, opening it if needed; a broken session is replaced
+        once and the operation tried again on the fresh one."""
+        for attempt in (1, 2):
+            pooled = await self._get(connection, open_timeout_s)
+            pooled.last_used = time.monotonic()
+            try:
+                return await asyncio.wait_for(operation(pooled), timeout=timeout_s)
+            except TimeoutError:
+                raise McpTimeoutError(f"no answer from '{connection.mcp_id}' within {timeout_s:g}s") from None
+            except McpError as exc:
+                if pooled.dead or "closed" in str(exc).lower():
+                    await self._drop(connection.key)
+                    if attempt == 1:
+                        continue
+                    raise McpTransportError(f"session to '{connection.mcp_id}' broke: {exc}") from exc
+                raise
+            except TRANSPORT_ERRORS as exc:
+                await self._drop(connection.key)
+                if attempt == 1:
+                    continue
+                raise McpTransportError(f"session to '{connection.mcp_id}' broke: {_describe(exc)}") from exc
+        raise AssertionError("unreachable")
+
+    # ---- public, synchronous -------------------------------------------------------------------
+    def call_tool(
+        self, config: dict[str, Any], tool: str, arguments: dict[str, Any], *, timeout_s: float
+    ) -> ToolCallOutcome:
+        """Call ``tool`` on the server described by ``config``.
+
+        Raises ``McpTimeoutError`` past ``timeout_s``, ``McpTransportError`` when the server cannot be reached
+        or its session broke twice, and ``McpError`` for a protocol-level refusal (e.g. an unknown tool).
+        A tool's own failure is not an exception: it comes back with ``is_error=True``.
+        """
+        connection = ServerConnection.from_config(config)
+
+        async def operation(pooled: _PooledSession) -> ToolCallOutcome:
+            assert pooled.session is not None
+            result = await pooled.session.call_tool(tool, arguments)
+            content = [block.model_dump(mode="json", exclude_none=True) for block in result.content]
+            text = "\n".join(str(block.get("text", "")) for block in content if block.get("type") == "text")
+            return ToolCallOutcome(
+                is_error=bool(result.isError), text=text, structured=result.structuredContent, content=content
+            )
+
+        return self.submit(
+            self._with_session(connection, operation, timeout_s=timeout_s, open_timeout_s=max(timeout_s, 30.0)),
+            timeout=timeout_s + max(timeout_s, 30.0) * 2 + 10,
+        )
+
+    def list_tools(self, config: dict[str, Any], *, timeout_s: float = 30.0) -> ServerListing:
+        """Initialize (or reuse) a session and list the server's tools."""
+        connection = ServerConnection.from_config(config)
+
+        async def operation(pooled: _PooledSession) -> ServerListing:
+            assert pooled.session is not None
+            tools: list[dict[str, Any]] = []
+            cursor: str | None = None
+            while True:
+                page = await pooled.session.list_tools(cursor=cursor) if cursor else await pooled.session.list_tools()
+                tools.extend(t.model_dump(mode="json", exclude_none=True) for t in page.tools)
+                cursor = page.nextCursor
+                if not cursor:
+                    break
+            return ServerListing(pooled.protocol_version, pooled.server_info, tools)
+
+        return self.submit(
+            self._with_session(connection, operation, timeout_s=timeout_s, open_timeout_s=timeout_s),
+            timeout=timeout_s * 3 + 10,
+        )
+
+    def live_sessions(self) -> dict[str, dict[str, Any]]:
+        """mcp_id → what is known of its live session (for the admin and tests)."""
+        return {
+            p.connection.mcp_id: {"protocol_version": p.protocol_version, "server_info": p.server_info}
+            for p in self._sessions.values()
+            if not p.dead
+        }
+
+    def close(self, mcp_id: str) -> None:
+        """Close the live session of one server, if any."""
+
+        async def close_matching() -> None:
+            for key in [k for k in self._sessions if k.startswith(f"{mcp_id}:")]:
+                await self._drop(key)
+
+        self.submit(close_matching(), timeout=30)
+
+    def shutdown(self) -> None:
+        """Close every session (ending every stdio server process) and stop the loop."""
+        if self._closed:
+            return
+
+        async def close_all() -> None:
+            if self._reaper is not None:
+                self._reaper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._reaper
+            await asyncio.gather(*(self._drop(k) for k in list(self._sessions)), return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            self.submit(close_all(), timeout=30)
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+_default_pool: McpSessionPool | None = None
+_default_lock = threading.Lock()
+
+
+def get_default_pool() -> McpSessionPool:
+    """This process's pool (a forked child gets its own: sessions and loops do not survive a fork)."""
+    global _default_pool
+    with _default_lock:
+        if _default_pool is None or _default_pool._pid != os.getpid() or _default_pool._closed:
+            from django.conf import settings
+
+            _default_pool = McpSessionPool(idle_close_s=settings.PLATFORM_MCP_IDLE_CLOSE_S)
+            atexit.register(shutdown_default_pool)
+        return _default_pool
+
+
+def shutdown_default_pool() -> None:
+    global _default_pool
+    with _default_lock:
+        if _default_pool is not None and _default_pool._pid == os.getpid():
+            _default_pool.shutdown()
+        _default_pool = None
+
+

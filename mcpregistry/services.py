@@ -1,0 +1,81 @@
+"""Services for MCP bindings: discovery and health."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from django.db import transaction
+from django.utils import timezone
+
+from audit.masking import mask_text
+from mcpregistry.models import McpServer, McpTool
+from mcpregistry.pool import get_default_pool
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class DiscoveryReport:
+    mcp_id: str
+    ok: bool
+    error: str = ""
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    vanished: list[str] = field(default_factory=list)
+    tool_count: int = 0
+
+
+def mcp_server_discover(*, server: McpServer) -> DiscoveryReport:
+    """Connect (or reuse the pooled session), list the server's tools and update the registry.
+
+    New tools are added enabled; changed ones updated; tools no longer listed are marked unavailable; an
+    admin's per-tool enable/disable is kept. The server's health is recorded either way. Never raises for
+    the server's failure: the report and the binding's health carry it.
+    """
+    report = DiscoveryReport(mcp_id=server.mcp_id, ok=False)
+    try:
+        listing = get_default_pool().list_tools(server.connection_config(), timeout_s=max(server.timeout_s, 30.0))
+    except Exception as exc:  # noqa: BLE001 - recorded as the binding's health
+        report.error = mask_text(str(exc) or type(exc).__name__, secrets=server.secret_values())[:2000]
+        McpServer.objects.filter(pk=server.pk).update(
+            health=McpServer.Health.ERROR, last_error=report.error, last_checked_at=timezone.now()
+        )
+        return report
+    now = timezone.now()
+    with transaction.atomic():
+        existing = {t.name: t for t in server.tools.all()}
+        seen: set[str] = set()
+        for listed in listing.tools:
+            name = listed["name"]
+            seen.add(name)
+            values = {
+                "description": listed.get("description") or "",
+                "input_schema": listed.get("inputSchema") or {},
+                "annotations": listed.get("annotations") or {},
+                "available": True,
+                "discovered_at": now,
+            }
+            tool = existing.get(name)
+            if tool is None:
+                McpTool.objects.create(server=server, name=name, **values)
+                report.added.append(name)
+            else:
+                changed = any(getattr(tool, k) != v for k, v in values.items() if k != "discovered_at")
+                McpTool.objects.filter(pk=tool.pk).update(**values)
+                if changed:
+                    report.updated.append(name)
+        for name, tool in existing.items():
+            if name not in seen and tool.available:
+                McpTool.objects.filter(pk=tool.pk).update(available=False)
+                report.vanished.append(name)
+        McpServer.objects.filter(pk=server.pk).update(
+            health=McpServer.Health.OK,
+            last_error="",
+            last_checked_at=now,
+            protocol_version=listing.protocol_version,
+            server_info=listing.server_info,
+        )
+    report.ok = True
+    report.tool_count = len(listing.tools)
+    return report

@@ -1,0 +1,92 @@
+"""Fixtures and personas shared by the suite.
+
+The MCP servers here are real: the demo server runs as a child process over stdio through the platform's
+session pool. Only the model is scripted.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from agents.management.commands.seed_demo import DEMO_RULES, SYSTEM_PROMPT
+from agents.models import Agent, ApiKey, DeterministicRule
+from agents.services import api_key_create
+from mcpregistry.models import McpServer
+from mcpregistry.pool import shutdown_default_pool
+from mcpregistry.services import mcp_server_discover
+
+# A secret bound to the demo server in tests: it must never be stored or shown anywhere.
+DEMO_SECRET = "sk-test-binding-secret-5f2b9c1d7e"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_mcp_sessions_at_the_end() -> Iterator[None]:
+    yield
+    shutdown_default_pool()
+
+
+def bind_demo_server(*, mcp_id: str = "sds-company-data", failure_mode: str = "none", **env: str) -> McpServer:
+    """A binding to the shipped demo server (a real stdio process), discovered."""
+    server = McpServer.objects.create(
+        mcp_id=mcp_id,
+        name="SDS company data",
+        transport=McpServer.Transport.STDIO,
+        command=sys.executable,
+        args=["-m", settings.PLATFORM_DEMO_SERVER_MODULE],
+        cwd=str(settings.BASE_DIR),
+        env={"FAILURE_MODE": failure_mode, "INTERNAL_API_KEY": DEMO_SECRET, "FAILURE_TIMEOUT_S": "0.2", **env},
+        timeout_s=10,
+    )
+    report = mcp_server_discover(server=server)
+    assert report.ok, report.error
+    return server
+
+
+@pytest.fixture
+def demo_server(db: Any) -> McpServer:
+    return bind_demo_server()
+
+
+def make_agent(*, slug: str, servers: list[McpServer], provider: str = "offline", script: list[dict[str, Any]] | None = None, with_demo_rules: bool = True) -> Agent:
+    agent = Agent.objects.create(
+        slug=slug,
+        name=slug,
+        system_prompt=SYSTEM_PROMPT,
+        model_provider=provider,
+        model_params={"script": script} if script is not None else {},
+    )
+    agent.servers.set(servers)
+    if with_demo_rules:
+        for rule in DEMO_RULES:
+            DeterministicRule.objects.create(agent=agent, server=servers[0], **rule)
+    return agent
+
+
+@pytest.fixture
+def demo_agent(demo_server: McpServer) -> Agent:
+    return make_agent(slug="company-assistant", servers=[demo_server])
+
+
+@pytest.fixture
+def api_caller(db: Any) -> tuple[ApiKey, str]:
+    """An API caller persona: a key for every agent."""
+    return api_key_create(name="caller")
+
+
+@pytest.fixture
+def outsider(db: Any) -> tuple[ApiKey, str]:
+    """Another API caller, who must not see the first caller's runs."""
+    return api_key_create(name="outsider")
+
+
+@pytest.fixture
+def api_client(api_caller: tuple[ApiKey, str]) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {api_caller[1]}")
+    return client
