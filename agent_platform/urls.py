@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
+from django.views import defaults
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -16,3 +17,18 @@ urlpatterns = [
     path("api/v1/", include("agents.api.urls")),
     path("healthz", healthz),
 ]
+
+
+def _api_aware(default_view, code: str, message: str, status: int):  # type: ignore[no-untyped-def]
+    """JSON errors under /api/ (callers parse them), Django's pages elsewhere."""
+
+    def view(request: HttpRequest, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        if request.path.startswith("/api/"):
+            return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+        return default_view(request, *args, **kwargs)
+
+    return view
+
+
+handler404 = _api_aware(defaults.page_not_found, "not_found", "Not found.", 404)
+handler500 = _api_aware(defaults.server_error, "server_error", "Internal error.", 500)

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from asgiref.sync import async_to_sync, sync_to_async
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.errors import GraphRecursionError
@@ -194,6 +195,10 @@ def build_tools(plan: RunPlan, clock: _Clock) -> list[BaseTool]:
                 clock.tools_ms += result.latency_ms
                 return result.for_model()
 
+            # The graph runs under async_to_sync, so a thread-sensitive sync_to_async brings the call back to
+            # the run's own thread: its database connection (and transaction) writes the audit event.
+            async_call = sync_to_async(call_through_gate, thread_sensitive=True)
+
             schema = mcp_tool.input_schema or {"type": "object", "properties": {}}
             tools.append(
                 StructuredTool(
@@ -201,6 +206,7 @@ def build_tools(plan: RunPlan, clock: _Clock) -> list[BaseTool]:
                     description=mcp_tool.description or mcp_tool.name,
                     args_schema=schema,
                     func=call_through_gate,
+                    coroutine=async_call,
                 )
             )
     return tools
@@ -245,7 +251,7 @@ def execute(plan: RunPlan) -> RunOutcome:
     outcome = RunOutcome(status="succeeded", deterministic_results=public_results)
     final_messages: list[BaseMessage] = []
     try:
-        state = graph.invoke(
+        state = async_to_sync(graph.ainvoke)(
             {"messages": [HumanMessage(plan.query)], "metadata": {"deterministic_results": public_results}},
             config={"recursion_limit": 2 * max(plan.max_iterations, 1) + 1},
         )

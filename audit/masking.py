@@ -254,6 +254,9 @@ def _resolve_matcher(secrets: Iterable[str] | None) -> _SecretMatcher | None:
 
 
 # --- value patterns -----------------------------------------------------------------------------------------
+#
+# Each pattern has a cheap gate (``in`` checks, C speed) so that text which cannot match skips its regex scan,
+# and regexes start with a literal where possible so ``re`` can jump between candidate positions.
 
 _PEM_PRIVATE_KEY = re.compile(
     r"(?P<begin>-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----)"
@@ -261,12 +264,12 @@ _PEM_PRIVATE_KEY = re.compile(
     r"(?P<end>-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",  # a cut-off block is masked to the end
     re.DOTALL,
 )
-
-# Tokens masked whole: they are secrets by their shape alone.
-_TOKEN_SHAPES = re.compile(
-    r"eyJ[A-Za-z0-9_-]+\.eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*"  # JWT
-    r"|(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])"  # AWS access key id
-    r"|(?<![A-Za-z0-9_-])(?:"
+_JWT = re.compile(r"eyJ[A-Za-z0-9_-]+\.eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
+_AWS_ACCESS_KEY_ID = re.compile(r"A(?:KIA|SIA)(?<![A-Z0-9]....)[A-Z0-9]{16}(?![A-Z0-9])")
+_API_KEY_PREFIXES = ("sk-", "sk_", "rk_", "whsec_", "xox", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")
+_API_KEY_PREFIXES += ("glpat-", "AIza")
+_API_KEY_SHAPES = re.compile(
+    r"(?<![A-Za-z0-9_-])(?:"
     r"sk-[A-Za-z0-9_-]{8,}"  # OpenAI / Anthropic style
     r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{8,}"  # Stripe secret / restricted
     r"|whsec_[A-Za-z0-9]{16,}"  # Stripe webhook secret
@@ -276,34 +279,28 @@ _TOKEN_SHAPES = re.compile(
     r"|AIza[0-9A-Za-z_-]{35}"  # Google API key
     r")"
 )
-
 _URL_USERINFO = re.compile(r"(?P<head>://[^\s:/?#@\"'<>]*:)[^\s/?#\"'<>]+(?=@)")
-
-_QUERY_PARAMETER = re.compile(r"(?P<head>(?:[?&]|&amp;)(?P<name>[A-Za-z0-9_.\-\[\]]+)=)(?P<value>[^&#\s\"'<>]+)")
+_QUERY_PARAMETER = re.compile(r"(?P<head>[?&](?:amp;)?(?P<name>[A-Za-z0-9_.\-\[\]]+)=)(?P<value>[^&#\s\"'<>]+)")
 _SECRET_QUERY_NAMES = frozenset({"key", "sig", "pass", "pw"})
-
 _AWS_SECRET_LABELLED = re.compile(
     r"(?P<head>(?i:(?:aws[-_.]?)?secret[-_.]?(?:access[-_.]?)?key)\\?[\"']?[ \t]*[:=][ \t]*\\?[\"']?)"
     r"[A-Za-z0-9/+=]{40}(?![A-Za-z0-9/+=])"
 )
-
 _AUTH_SCHEME_CREDENTIAL = re.compile(
     r"(?<![A-Za-z0-9])(?P<head>(?P<scheme>[Bb][Ee][Aa][Rr][Ee][Rr]|[Bb][Aa][Ss][Ii][Cc])[ \t]+)"
     r"(?P<credential>[A-Za-z0-9\-._~+/]+=*)"
 )
+_NOT_ONLY_LETTERS = re.compile(r"[^A-Za-z]")
+_URLSAFE_TO_STANDARD = str.maketrans("-_", "+/")
 
 # "key=value", "key: value", "\"key\": \"value\"", "'key': 'value'", "\\\"key\\\": \\\"value\\\"" (JSON in JSON).
-# Only keys containing a secret-ish fragment are candidates; is_secret_key() then decides. The key is matched
-# possessively after a lookahead so a long identifier-like run (base64 blobs) is scanned once, not per fragment.
+# Matched only where a secret-ish word occurs (found in the lower-cased text by _PAIR_KEY_WORD); the key must
+# then pass is_secret_key().
 _SECRET_PAIR = re.compile(
     r"""
     (?<![A-Za-z0-9_.\-])
     (?P<head>
         (?P<quote>\\?["']|)
-        (?=[A-Za-z0-9_.\-]*?
-            (?i:pass|pw|secret|token|auth|credential|session|cookie|
-                (?:api|access|private|service|account|signing|encryption|decryption|master|ssh|hmac|app|license)
-                [-_.]*key))
         (?P<key>[A-Za-z0-9_.\-]++)
         (?P=quote)
         [ \t]*[:=][ \t]*
@@ -318,17 +315,27 @@ _SECRET_PAIR = re.compile(
     """,
     re.VERBOSE,
 )
+_PAIR_KEY_WORDS = ("pass", "pwd", "pw(?![a-z])", "secret", "token", "auth", "credential", "session", "cookie")
+_PAIR_KEY_WORDS += tuple(
+    f"{word}[-_.]*key"
+    for word in ("api", "access", "private", "service", "account", "signing", "encryption", "decryption", "master")
+)
+_PAIR_KEY_WORDS += ("ssh[-_.]*key", "hmac[-_.]*key", "app[-_.]*key", "license[-_.]*key")
+# On lower-cased text: a superset of the words is_secret_key() accepts. Every branch starts with a literal.
+_PAIR_KEY_WORD = re.compile("|".join(_PAIR_KEY_WORDS))
+_KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+_KEY_RUN = re.compile(r"[A-Za-z0-9_.\-]*")
+_MAX_KEY_CHARS = 200
 _COOKIE_VALUE_END = re.compile(r"[\r\n\"'\\]|\Z")  # a cookie header value runs to the end of its line
 _NOT_A_SECRET_VALUE = frozenset({"null", "none", "true", "false", "nil", "undefined", MASK})
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
-# Cheap gate: text without any of these cannot match a value pattern.
+# Short texts are gated by one regex instead of a dozen ``in`` checks.
+_SHORT_TEXT = 256
 _MAYBE_SENSITIVE = re.compile(
     r"[:=@]|-----BEGIN|eyJ|AKIA|ASIA|sk-|[sr]k_|whsec_|xox|gh[pousr]_|github_pat_|glpat-|AIza"
     r"|[Bb][Ee][Aa][Rr][Ee][Rr]|[Bb][Aa][Ss][Ii][Cc]"
 )
-
-
-_NOT_ONLY_LETTERS = re.compile(r"[^A-Za-z]")
 
 
 def _mask_pem(match: re.Match[str]) -> str:
@@ -336,9 +343,9 @@ def _mask_pem(match: re.Match[str]) -> str:
 
 
 def _mask_query_parameter(match: re.Match[str]) -> str:
-    name = _KEY_SEPARATORS.sub("", match["name"].lower())
     if match["value"] == MASK:
         return match[0]
+    name = _KEY_SEPARATORS.sub("", match["name"].lower())
     if name in _SECRET_QUERY_NAMES or "signature" in name or is_secret_key(match["name"]):
         return match["head"] + MASK
     return match[0]
@@ -363,21 +370,33 @@ def _is_basic_credential(credential: str) -> bool:
         return False
 
 
-_URLSAFE_TO_STANDARD = str.maketrans("-_", "+/")
-
-
 def _mask_secret_pairs(text: str) -> str:
     """Mask the values of secret ``key=value`` / ``key: value`` pairs.
 
-    A hand-rolled ``sub`` loop: when a candidate key turns out not to be secret (``max_tokens``, ``author``)
-    scanning resumes at its value instead of after it, so a pair nested in that value is still found.
+    Only positions where a secret-ish word occurs are examined (found in a lower-cased copy, so the scan
+    is one fast regex pass). When a candidate key is not secret (``max_tokens``, ``author``) scanning goes
+    on inside its value, so a pair nested there is still found.
     """
+    lowered = text.lower()
+    if len(lowered) != len(text):  # a few characters lower-case to two: keep offsets aligned
+        lowered = text.translate(_ASCII_LOWER)
     pieces: list[str] = []
     done = 0  # text[:done] is already in pieces
     position = 0
-    while (match := _SECRET_PAIR.search(text, position)) is not None:
-        if not is_secret_key(match["key"]):
-            position = match.start("value")
+    while (word := _PAIR_KEY_WORD.search(lowered, position)) is not None:
+        key_start = word.start()
+        floor = max(0, key_start - _MAX_KEY_CHARS, done)
+        while key_start > floor and text[key_start - 1] in _KEY_CHARS:
+            key_start -= 1
+        match = None
+        for start in (key_start - 2, key_start - 1, key_start):  # \"key\", "key", key
+            if start >= done and (start == key_start or text[start] in "\\\"'"):
+                match = _SECRET_PAIR.match(text, start)
+                if match is not None:
+                    break
+        if match is None or not is_secret_key(match["key"]):
+            position = match.start("value") if match is not None else _KEY_RUN.match(text, word.end()).end()
+            position = max(position, word.end())
             continue
         value, value_end = match["value"], match.end()
         if value[:2] == '\\"':
@@ -394,7 +413,7 @@ def _mask_secret_pairs(text: str) -> str:
             pieces.append(text[done : match.start("value")])
             pieces.append(opening + MASK + closing)
             done = value_end
-        position = max(value_end, match.start("value") + 1)
+        position = max(value_end, word.end())
     if not pieces:
         return text
     pieces.append(text[done:])
@@ -405,16 +424,23 @@ def _mask_patterns(text: str) -> str:
     """Apply every value pattern; ``text`` already has its known secrets masked."""
     if "PRIVATE KEY" in text:
         text = _PEM_PRIVATE_KEY.sub(_mask_pem, text)
-    text = _TOKEN_SHAPES.sub(MASK, text)
+    if "eyJ" in text:
+        text = _JWT.sub(MASK, text)
+    if "AKIA" in text or "ASIA" in text:
+        text = _AWS_ACCESS_KEY_ID.sub(MASK, text)
+    if any(prefix in text for prefix in _API_KEY_PREFIXES):
+        text = _API_KEY_SHAPES.sub(MASK, text)
     if "://" in text and "@" in text:
         text = _URL_USERINFO.sub(r"\g<head>" + MASK, text)
     has_equals = "=" in text
-    if has_equals:
+    has_separator = has_equals or ":" in text
+    if has_equals and ("?" in text or "&" in text):
         text = _QUERY_PARAMETER.sub(_mask_query_parameter, text)
-    if has_equals or ":" in text:
+    if has_separator and ("ecret" in text or "ECRET" in text):
         text = _AWS_SECRET_LABELLED.sub(r"\g<head>" + MASK, text)
-    text = _AUTH_SCHEME_CREDENTIAL.sub(_mask_auth_credential, text)
-    if has_equals or ":" in text:
+    if "earer" in text or "EARER" in text or "asic" in text or "ASIC" in text:
+        text = _AUTH_SCHEME_CREDENTIAL.sub(_mask_auth_credential, text)
+    if has_separator:
         text = _mask_secret_pairs(text)
     return text
 
@@ -422,7 +448,7 @@ def _mask_patterns(text: str) -> str:
 def _mask_str(text: str, matcher: _SecretMatcher | None) -> str:
     if matcher is not None:
         text = matcher.sub(text)
-    if _MAYBE_SENSITIVE.search(text) is None:
+    if len(text) <= _SHORT_TEXT and _MAYBE_SENSITIVE.search(text) is None:
         return text
     text = _mask_patterns(text)
     if matcher is not None and matcher.recheck:

@@ -1,0 +1,145 @@
+"""The run engine against the real demo server (stdio, through the pool); only the model is scripted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agents.models import Run
+from agents.services import run_execute
+from audit.models import AuditEvent
+from tests.conftest import DEMO_SECRET, bind_demo_server, make_agent
+
+pytestmark = pytest.mark.django_db
+
+
+def submit(agent, query: str, **fields) -> Run:
+    run = Run.objects.create(agent=agent, query=query, **fields)
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    return run
+
+
+def test_a_deterministic_rule_answers_the_seed_question_offline(demo_agent) -> None:
+    run = submit(demo_agent, "김하늘 님은 어느 팀 소속인가요?")
+    assert run.status == Run.Status.SUCCEEDED
+    assert "클라우드운영팀" in run.answer
+    [result] = run.deterministic_results
+    assert result["tool"] == "search_employee"
+    assert result["args"] == {"name": "김하늘"}
+    assert result["value"]["team"] == "클라우드운영팀"
+    event = AuditEvent.objects.get(run=run)
+    assert (event.source, event.tool, event.ok) == ("deterministic", "search_employee", True)
+    assert event.args == {"name": "김하늘"}
+
+
+def test_the_team_size_question_is_answered_from_list_team_members(demo_agent) -> None:
+    run = submit(demo_agent, "클라우드운영팀 인원이 몇 명인지 알려주세요.")
+    assert run.answer == "클라우드운영팀 인원은 3명입니다."
+
+
+def test_every_rule_decision_is_in_the_trace(demo_agent) -> None:
+    run = submit(demo_agent, "클라우드운영팀 인원이 몇 명인지 알려주세요.")
+    decisions = [step for step in run.messages if step["type"] == "rule"]
+    assert [d["rule"] for d in decisions] == [r.name for r in demo_agent.rules.order_by("order")]
+    assert [d["matched"] for d in decisions] == [False, True, False, False, False]
+
+
+def test_deterministic_results_are_injected_into_the_system_message(demo_agent) -> None:
+    run = submit(demo_agent, "김하늘 님은 어느 팀 소속인가요?")
+    [system] = [step for step in run.messages if step["type"] == "system"]
+    assert "확정 호출 결과" in system["content"]
+    assert "클라우드운영팀" in system["content"]
+
+
+def test_a_scripted_model_calls_a_demo_tool_and_answers_from_its_result(demo_server) -> None:
+    agent = make_agent(
+        slug="react",
+        servers=[demo_server],
+        provider="scripted",
+        with_demo_rules=False,
+        script=[
+            {"tool_calls": [{"name": "list_projects", "args": {"team": "물류플랫폼팀"}}]},
+            {"content": "물류플랫폼팀 프로젝트: {last_tool_result}"},
+        ],
+    )
+    run = submit(agent, "물류플랫폼팀 프로젝트 알려줘")
+    assert run.status == Run.Status.SUCCEEDED
+    assert "차세대 물류 플랫폼 구축" in run.answer
+    event = AuditEvent.objects.get(run=run)
+    assert (event.source, event.tool, event.ok) == ("agent", "list_projects", True)
+    assert [s["type"] for s in run.messages if s["type"] in {"human", "ai", "tool"}] == ["human", "ai", "tool", "ai"]
+    assert run.token_usage["model_calls"] == 2
+
+
+def test_a_failing_tool_is_a_message_to_the_model_and_the_run_still_answers(db) -> None:
+    server = bind_demo_server(mcp_id="assets-down", failure_mode="rate_limit")
+    agent = make_agent(
+        slug="recovering",
+        servers=[server],
+        provider="scripted",
+        with_demo_rules=False,
+        script=[
+            {"tool_calls": [{"name": "get_asset_status", "args": {"asset_id": "A-1001"}}]},
+            {
+                "if_last_tool_result_contains": "get_asset_status_backup",
+                "tool_calls": [{"name": "get_asset_status_backup", "args": {"asset_id": "A-1001"}}],
+            },
+            {"content": "백업 기준 상태: {last_tool_result}"},
+        ],
+    )
+    run = submit(agent, "A-1001 자산의 현재 상태를 알려주세요.")
+    assert run.status == Run.Status.SUCCEEDED
+    assert "백업 스냅샷 기준" in run.answer
+    events = list(AuditEvent.objects.filter(run=run).order_by("id"))
+    assert [(e.tool, e.ok, e.reason) for e in events] == [
+        ("get_asset_status", False, "tool:error"),
+        ("get_asset_status_backup", True, ""),
+    ]
+    [failed_result] = [s for s in run.messages if s["type"] == "tool" and s["name"] == "get_asset_status"]
+    assert "호출 한도를 초과했습니다" in failed_result["content"]
+
+
+def test_a_tool_the_model_invents_does_not_crash_the_run(demo_server) -> None:
+    agent = make_agent(
+        slug="inventive",
+        servers=[demo_server],
+        provider="scripted",
+        with_demo_rules=False,
+        script=[{"tool_calls": [{"name": "delete_everything", "args": {}}]}, {"content": "못 했습니다."}],
+    )
+    run = submit(agent, "다 지워줘")
+    assert run.status == Run.Status.SUCCEEDED
+    assert run.answer == "못 했습니다."
+
+
+def test_a_secret_bound_to_the_server_never_reaches_the_audit_or_the_run(demo_server) -> None:
+    # The model passes the secret as an argument; the server echoes it back in its "not found" message.
+    agent = make_agent(
+        slug="leaky",
+        servers=[demo_server],
+        provider="scripted",
+        with_demo_rules=False,
+        script=[
+            {"tool_calls": [{"name": "search_employee", "args": {"name": DEMO_SECRET}}]},
+            {"content": "결과: {last_tool_result}"},
+        ],
+    )
+    run = submit(agent, f"이 키로 찾아줘 {DEMO_SECRET}")
+    assert run.status == Run.Status.SUCCEEDED
+    events = list(AuditEvent.objects.filter(run=run).values())
+    assert events, "the call must be audited"
+    stored = json.dumps(events, ensure_ascii=False, default=str) + json.dumps(
+        list(Run.objects.filter(pk=run.pk).values("answer", "messages", "deterministic_results", "error_message")),
+        ensure_ascii=False,
+        default=str,
+    )
+    assert DEMO_SECRET not in stored
+    assert "***" in stored
+
+
+def test_a_run_is_executed_once_even_if_delivered_twice(demo_agent) -> None:
+    run = submit(demo_agent, "김하늘 님은 어느 팀 소속인가요?")
+    run_execute(run_id=str(run.id))
+    assert AuditEvent.objects.filter(run=run).count() == 1
