@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from agent_platform.json import UnicodeJSONEncoder
 from mcpregistry.models import McpServer
 
 DEFAULT_DETERMINISTIC_INSTRUCTION = (
@@ -48,7 +49,7 @@ class Agent(models.Model):
         _("model provider"), max_length=20, choices=Provider.choices, default=Provider.OFFLINE
     )
     model_id = models.CharField(_("model id"), max_length=200, blank=True)
-    model_params = models.JSONField(_("model parameters"), default=dict, blank=True)
+    model_params = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("model parameters"), default=dict, blank=True)
     servers = models.ManyToManyField(McpServer, blank=True, related_name="agents", verbose_name=_("MCP servers"))
     max_iterations = models.PositiveIntegerField(_("max iterations"), default=6)
     mode = models.CharField(_("mode"), max_length=10, choices=Mode.choices, default=Mode.REACT)
@@ -86,8 +87,8 @@ class DeterministicRule(models.Model):
     enabled = models.BooleanField(_("enabled"), default=True)
     server = models.ForeignKey(McpServer, on_delete=models.PROTECT, related_name="rules", verbose_name=_("server"))
     tool_name = models.CharField(_("tool"), max_length=200)
-    when = models.JSONField(_("conditions"), default=dict, blank=True)
-    params = models.JSONField(_("parameters template"), default=dict, blank=True)
+    when = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("conditions"), default=dict, blank=True)
+    params = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("parameters template"), default=dict, blank=True)
     answer_template = models.TextField(
         _("offline answer template"),
         blank=True,
@@ -155,17 +156,17 @@ class Run(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs"
     )
     query = models.TextField(_("query"))
-    context = models.JSONField(_("context"), default=dict, blank=True)
-    a2a_data = models.JSONField(_("A2A data"), default=list, blank=True)
-    a2a_files = models.JSONField(_("A2A files"), default=list, blank=True)
+    context = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("context"), default=dict, blank=True)
+    a2a_data = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("A2A data"), default=list, blank=True)
+    a2a_files = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("A2A files"), default=list, blank=True)
     status = models.CharField(_("status"), max_length=20, choices=Status.choices, default=Status.QUEUED, db_index=True)
     answer = models.TextField(_("answer"), blank=True)
     error_code = models.CharField(_("error code"), max_length=100, blank=True)
     error_message = models.TextField(_("error message"), blank=True)
-    deterministic_results = models.JSONField(_("deterministic results"), default=list, blank=True)
-    messages = models.JSONField(_("trace"), default=list, blank=True)
-    timings = models.JSONField(_("timings (ms)"), default=dict, blank=True)
-    token_usage = models.JSONField(_("token usage"), default=dict, blank=True)
+    deterministic_results = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("deterministic results"), default=list, blank=True)
+    messages = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("trace"), default=list, blank=True)
+    timings = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("timings (ms)"), default=dict, blank=True)
+    token_usage = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("token usage"), default=dict, blank=True)
     idempotency_key = models.CharField(_("idempotency key"), max_length=200, blank=True)
     created_at = models.DateTimeField(_("created"), auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(_("started"), null=True, blank=True)

@@ -266,28 +266,35 @@ _PEM_PRIVATE_KEY = re.compile(
 )
 _JWT = re.compile(r"eyJ[A-Za-z0-9_-]+\.eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
 _AWS_ACCESS_KEY_ID = re.compile(r"A(?:KIA|SIA)(?<![A-Z0-9]....)[A-Z0-9]{16}(?![A-Z0-9])")
-_API_KEY_PREFIXES = ("sk-", "sk_", "rk_", "whsec_", "xox", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")
-_API_KEY_PREFIXES += ("glpat-", "AIza")
+# Well-known API key formats. Each branch starts with its literal prefix (so ``re`` can jump to candidates) and
+# then looks back to check the prefix is not the tail of a longer word ("task-manager" is not "sk-...").
+_API_KEY_PREFIX = re.compile(r"sk-|[sr]k_|whsec_|xox|gh[pousr]_|github_pat_|glpat-|AIza")
 _API_KEY_SHAPES = re.compile(
-    r"(?<![A-Za-z0-9_-])(?:"
-    r"sk-[A-Za-z0-9_-]{8,}"  # OpenAI / Anthropic style
-    r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{8,}"  # Stripe secret / restricted
-    r"|whsec_[A-Za-z0-9]{16,}"  # Stripe webhook secret
-    r"|xox[abposr]-[A-Za-z0-9-]{8,}"  # Slack
-    r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"  # GitHub
-    r"|glpat-[A-Za-z0-9_-]{20,}"  # GitLab
-    r"|AIza[0-9A-Za-z_-]{35}"  # Google API key
-    r")"
+    r"sk-(?<![A-Za-z0-9_-]sk-)[A-Za-z0-9_-]{8,}"  # OpenAI / Anthropic style
+    r"|[sr]k_(?:live|test)_(?<![A-Za-z0-9_-].{8})[A-Za-z0-9]{8,}"  # Stripe secret / restricted
+    r"|whsec_(?<![A-Za-z0-9_-]whsec_)[A-Za-z0-9]{16,}"  # Stripe webhook secret
+    r"|xox[abposr]-(?<![A-Za-z0-9_-].{5})[A-Za-z0-9-]{8,}"  # Slack
+    r"|gh[pousr]_(?<![A-Za-z0-9_-].{4})[A-Za-z0-9]{20,}"  # GitHub
+    r"|github_pat_(?<![A-Za-z0-9_-]github_pat_)[A-Za-z0-9_]{20,}"
+    r"|glpat-(?<![A-Za-z0-9_-]glpat-)[A-Za-z0-9_-]{20,}"  # GitLab
+    r"|AIza(?<![A-Za-z0-9_-]AIza)[0-9A-Za-z_-]{35}"  # Google API key
 )
 _URL_USERINFO = re.compile(r"(?P<head>://[^\s:/?#@\"'<>]*:)[^\s/?#\"'<>]+(?=@)")
-_QUERY_PARAMETER = re.compile(r"(?P<head>[?&](?:amp;)?(?P<name>[A-Za-z0-9_.\-\[\]]+)=)(?P<value>[^&#\s\"'<>]+)")
+_QUERY_PARAMETER = re.compile(  # only parameters whose name has a secret-ish word reach the callback
+    r"(?P<head>[?&](?:amp;)?"
+    r"(?=[A-Za-z0-9_.\-\[\]]*?(?i:key|sig|pass|pw|token|secret|auth|session|cookie|credential))"
+    r"(?P<name>[A-Za-z0-9_.\-\[\]]++)=)"
+    r"(?P<value>[^&#\s\"'<>]+)"
+)
 _SECRET_QUERY_NAMES = frozenset({"key", "sig", "pass", "pw"})
-_AWS_SECRET_LABELLED = re.compile(
-    r"(?P<head>(?i:(?:aws[-_.]?)?secret[-_.]?(?:access[-_.]?)?key)\\?[\"']?[ \t]*[:=][ \t]*\\?[\"']?)"
+_AWS_SECRET_LABELLED = re.compile(  # "aws_secret_access_key=", "SecretAccessKey: ", "\"secret_key\": \""
+    r"(?P<head>[Ss][Ee][Cc][Rr][Ee][Tt][-_.]?(?:[Aa][Cc][Cc][Ee][Ss][Ss][-_.]?)?[Kk][Ee][Yy]"
+    r"\\?[\"']?[ \t]*[:=][ \t]*\\?[\"']?)"
     r"[A-Za-z0-9/+=]{40}(?![A-Za-z0-9/+=])"
 )
 _AUTH_SCHEME_CREDENTIAL = re.compile(
-    r"(?<![A-Za-z0-9])(?P<head>(?P<scheme>[Bb][Ee][Aa][Rr][Ee][Rr]|[Bb][Aa][Ss][Ii][Cc])[ \t]+)"
+    r"(?P<head>(?P<scheme>[Bb][Ee][Aa][Rr][Ee][Rr](?<![A-Za-z0-9].{6})|[Bb][Aa][Ss][Ii][Cc](?<![A-Za-z0-9].{5}))"
+    r"[ \t]+)"
     r"(?P<credential>[A-Za-z0-9\-._~+/]+=*)"
 )
 _NOT_ONLY_LETTERS = re.compile(r"[^A-Za-z]")
@@ -428,7 +435,7 @@ def _mask_patterns(text: str) -> str:
         text = _JWT.sub(MASK, text)
     if "AKIA" in text or "ASIA" in text:
         text = _AWS_ACCESS_KEY_ID.sub(MASK, text)
-    if any(prefix in text for prefix in _API_KEY_PREFIXES):
+    if _API_KEY_PREFIX.search(text) is not None:
         text = _API_KEY_SHAPES.sub(MASK, text)
     if "://" in text and "@" in text:
         text = _URL_USERINFO.sub(r"\g<head>" + MASK, text)
@@ -498,7 +505,8 @@ class _Walker:
 
     def __init__(self, matcher: _SecretMatcher | None) -> None:
         self.matcher = matcher
-        self.memo: dict[str, str] = {}
+        self.memo: dict[str, str] = {}  # short text -> masked text
+        self.keys: dict[str, tuple[str, bool]] = {}  # dict key -> (masked key, names a secret)
 
     def text(self, text: str) -> str:
         if len(text) > _MEMO_MAX_CHARS:
@@ -523,35 +531,41 @@ class _Walker:
                 return self.walk(dump(mode="json"))
         return self.text(str(value))  # unknown object: fail closed, keep only its masked text
 
-    def key(self, key: Any, taken: dict[Any, Any]) -> Any:
-        """A masked dict key that does not collide with one already in ``taken``."""
-        if not isinstance(key, str):
-            return key if isinstance(key, _UNCHANGED_SCALARS) else self.walk(key)
-        masked = self.text(key)
-        number = 2
-        candidate = masked
-        while candidate in taken:  # two keys masked to the same text: keep both entries
-            candidate = self.text(f"{masked}~{number}")
+    def key(self, key: Any) -> tuple[Any, bool]:
+        """The masked form of a dict key, and whether it names a secret."""
+        if isinstance(key, str):
+            known = self.keys.get(key)
+            if known is None:
+                known = self.keys[key] = (self.text(key), _is_secret_key(key))
+            return known
+        return (key if isinstance(key, _UNCHANGED_SCALARS) else self.walk(key)), False
+
+    def unique_key(self, key: Any, taken: dict[Any, Any]) -> Any:
+        """``key``, or a numbered variant when two keys masked to the same text (both entries are kept)."""
+        number, candidate = 2, key
+        while candidate in taken:
+            candidate = self.text(f"{key}~{number}")
             number += 1
         return candidate
 
     def walk(self, value: Any) -> Any:
-        if not isinstance(value, (dict, list, tuple, set, frozenset)):
+        if not isinstance(value, _CONTAINERS):
             return self.leaf(value)
+        memo, keys = self.memo, self.keys
         root: list[Any] = [None]
-        # Stack items: ("visit", source, parent, slot) or ("done", source, copy, parent, slot).
-        stack: list[tuple[Any, ...]] = [("visit", value, root, 0)]
+        # Stack items: (source, parent, slot) to copy source into parent[slot], or (source, copy, parent, slot)
+        # once source's children are done (on_path bookkeeping, tuple/set rebuilding).
+        stack: list[tuple[Any, ...]] = [(value, root, 0)]
         on_path: set[int] = set()  # ids of the containers being copied: a cycle is cut, not followed
-        containers = (dict, list, tuple, set, frozenset)
         while stack:
             item = stack.pop()
-            if item[0] == "done":
-                _, source, copy, parent, slot = item
+            if len(item) == 4:
+                source, copy, parent, slot = item
                 on_path.discard(id(source))
                 if not isinstance(source, (dict, list)):
                     parent[slot] = _rebuild(source, copy)
                 continue
-            _, source, parent, slot = item
+            source, parent, slot = item
             if id(source) in on_path:
                 parent[slot] = "<cycle>"
                 continue
@@ -559,27 +573,44 @@ class _Walker:
             if isinstance(source, dict):
                 copy: Any = {}
                 parent[slot] = copy
-                stack.append(("done", source, copy, parent, slot))
+                stack.append((source, copy, parent, slot))
                 for key, child in source.items():
-                    new_key = self.key(key, copy)
-                    if isinstance(key, str) and is_secret_key(key) and not _is_empty(child):
+                    known = keys.get(key) if type(key) is str else None
+                    new_key, secret = known if known is not None else self.key(key)
+                    if new_key in copy:
+                        new_key = self.unique_key(new_key, copy)
+                    if secret and not _is_empty(child):
                         copy[new_key] = MASK
-                    elif isinstance(child, containers):
+                    elif type(child) is str:
+                        masked = memo.get(child)
+                        copy[new_key] = masked if masked is not None else self.text(child)
+                    elif child is None or type(child) in _PLAIN_SCALARS:
+                        copy[new_key] = child
+                    elif isinstance(child, _CONTAINERS):
                         copy[new_key] = None
-                        stack.append(("visit", child, copy, new_key))
+                        stack.append((child, copy, new_key))
                     else:
                         copy[new_key] = self.leaf(child)
             else:
                 copy = [None] * len(source)
                 if isinstance(source, list):
                     parent[slot] = copy
-                stack.append(("done", source, copy, parent, slot))
+                stack.append((source, copy, parent, slot))
                 for index, child in enumerate(source):
-                    if isinstance(child, containers):
-                        stack.append(("visit", child, copy, index))
+                    if type(child) is str:
+                        masked = memo.get(child)
+                        copy[index] = masked if masked is not None else self.text(child)
+                    elif child is None or type(child) in _PLAIN_SCALARS:
+                        copy[index] = child
+                    elif isinstance(child, _CONTAINERS):
+                        stack.append((child, copy, index))
                     else:
                         copy[index] = self.leaf(child)
         return root[0]
+
+
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+_PLAIN_SCALARS = frozenset({int, float, bool})
 
 
 def _rebuild(source: tuple[Any, ...] | set[Any] | frozenset[Any], items: list[Any]) -> Any:

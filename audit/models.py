@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from agent_platform.json import UnicodeJSONEncoder
+
 
 class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
     def update(self, **kwargs: object) -> int:
@@ -31,8 +33,8 @@ class AuditEvent(models.Model):
     mcp_id = models.CharField(_("server"), max_length=64, blank=True, db_index=True)
     tool = models.CharField(_("tool"), max_length=200, blank=True, db_index=True)
     call_id = models.CharField(_("call id"), max_length=100, blank=True)
-    args = models.JSONField(_("arguments (masked)"), default=dict, blank=True)
-    result = models.JSONField(_("result (masked)"), null=True, blank=True)
+    args = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("arguments (masked)"), default=dict, blank=True)
+    result = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("result (masked)"), null=True, blank=True)
     ok = models.BooleanField(_("ok"), default=True)
     reason = models.CharField(_("reason code"), max_length=200, blank=True, db_index=True)
     attempt = models.PositiveIntegerField(_("attempt"), default=1)

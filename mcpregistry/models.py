@@ -7,6 +7,8 @@ from typing import Any
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from agent_platform.json import UnicodeJSONEncoder
+
 
 class McpServer(models.Model):
     """A binding to one MCP server: how to start or reach it, and its secrets.
@@ -29,11 +31,11 @@ class McpServer(models.Model):
     name = models.CharField(_("name"), max_length=200)
     transport = models.CharField(_("transport"), max_length=20, choices=Transport.choices, default=Transport.STDIO)
     command = models.CharField(_("command"), max_length=500, blank=True)
-    args = models.JSONField(_("arguments"), default=list, blank=True)
+    args = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("arguments"), default=list, blank=True)
     cwd = models.CharField(_("working directory"), max_length=500, blank=True)
-    env = models.JSONField(_("environment (secret values)"), default=dict, blank=True)
+    env = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("environment (secret values)"), default=dict, blank=True)
     url = models.URLField(_("URL"), max_length=500, blank=True)
-    headers = models.JSONField(_("headers (secret values)"), default=dict, blank=True)
+    headers = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("headers (secret values)"), default=dict, blank=True)
     timeout_s = models.FloatField(_("call timeout (seconds)"), default=30.0)
     enabled = models.BooleanField(_("enabled"), default=True)
     tool_prefix = models.CharField(_("tool name prefix"), max_length=40, blank=True)
@@ -41,7 +43,7 @@ class McpServer(models.Model):
     last_checked_at = models.DateTimeField(_("last checked"), null=True, blank=True)
     last_error = models.TextField(_("last error"), blank=True)
     protocol_version = models.CharField(_("MCP protocol version"), max_length=40, blank=True)
-    server_info = models.JSONField(_("server info"), default=dict, blank=True)
+    server_info = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("server info"), default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -77,8 +79,8 @@ class McpTool(models.Model):
     server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="tools", verbose_name=_("server"))
     name = models.CharField(_("name"), max_length=200)
     description = models.TextField(_("description"), blank=True)
-    input_schema = models.JSONField(_("input schema"), default=dict, blank=True)
-    annotations = models.JSONField(_("annotations"), default=dict, blank=True)
+    input_schema = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("input schema"), default=dict, blank=True)
+    annotations = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("annotations"), default=dict, blank=True)
     enabled = models.BooleanField(_("enabled"), default=True)
     available = models.BooleanField(
         _("available"), default=True, help_text=_("False when the last discovery no longer listed this tool.")

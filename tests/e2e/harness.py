@@ -1,0 +1,126 @@
+"""Starts the platform as an operator would: migrate, seed_demo, create_api_key, a web server and a Celery
+worker as separate processes, on their own SQLite file and broker (kombu's filesystem transport or Redis)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(predicate, *, timeout: float, what: str, interval: float = 0.2) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if predicate():
+                return
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@dataclass
+class RunningPlatform:
+    base_url: str
+    api_key: str
+    db_path: Path
+    logs: Path
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, headers={"Authorization": f"Bearer {self.api_key}"}, timeout=30)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def running_platform(workdir: Path, *, broker_url: str = "") -> Iterator[RunningPlatform]:
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL"}}
+    env.update(
+        PLATFORM_VAR_DIR=str(workdir / "var"),
+        SQLITE_PATH=str(workdir / "db.sqlite3"),
+        DJANGO_SETTINGS_MODULE="agent_platform.settings",
+        DEMO_ADMIN_PASSWORD="e2e-admin-password",
+        PYTHONUNBUFFERED="1",
+    )
+    if broker_url:
+        env["CELERY_BROKER_URL"] = broker_url
+    logs = workdir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+
+    def manage(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
+        )
+        assert done.returncode == 0, f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    manage("migrate", "--noinput", "-v0")
+    manage("seed_demo")
+    api_key = manage("create_api_key", "e2e").strip().splitlines()[-1]
+    port = free_port()
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "agent_platform", "worker", "--concurrency=1", "--loglevel=INFO",
+             "--without-gossip", "--without-mingle"],
+            cwd=ROOT, env=env, stdout=(logs / "worker.log").open("wb"), stderr=subprocess.STDOUT,
+        ),
+        subprocess.Popen(
+            [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+            cwd=ROOT, env=env, stdout=(logs / "web.log").open("wb"), stderr=subprocess.STDOUT,
+        ),
+    ]
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200, timeout=60, what="the web server")
+        yield RunningPlatform(base_url=base_url, api_key=api_key, db_path=workdir / "db.sqlite3", logs=logs)
+    finally:
+        for process in reversed(processes):
+            _stop(process)
+
+
+@contextlib.contextmanager
+def redis_server(workdir: Path) -> Iterator[str]:
+    """A private redis-server on a free port. Skipped where Redis is not installed, except in CI."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("redis-server is not installed: .ci/run must install it")
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(workdir)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )
+    try:
+        import redis
+
+        wait_until(lambda: redis.Redis(port=port).ping(), timeout=20, what="redis-server")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        _stop(process)
