@@ -70,11 +70,20 @@ class RunAdmin(admin.ModelAdmin):
         for step in obj.messages or []:
             kind = step.get("type", "")
             if kind == "rule":
-                detail = _("matched → %(params)s") % {"params": _pretty(step.get("params"))} if step.get("matched") else _("skipped: %(reason)s") % {"reason": step.get("reason")}
+                detail = (
+                    _("matched → %(params)s") % {"params": _pretty(step.get("params"))}
+                    if step.get("matched")
+                    else _("skipped: %(reason)s") % {"reason": step.get("reason")}
+                )
                 rows.append((_("rule"), step.get("rule", ""), detail))
             elif kind == "deterministic_call":
-                rows.append((_("deterministic call"), f"{step['mcp_id']}.{step['tool']}({_pretty(step['args'])})",
-                             f"ok={step['ok']} {step.get('error') or ''}\n{_pretty(step.get('value') if step['ok'] else step.get('message'))}"))
+                rows.append(
+                    (
+                        _("deterministic call"),
+                        f"{step['mcp_id']}.{step['tool']}({_pretty(step['args'])})",
+                        f"ok={step['ok']} {step.get('error') or ''}\n{_pretty(step.get('value') if step['ok'] else step.get('message'))}",
+                    )
+                )
             elif kind == "system":
                 rows.append((_("system message"), "", step.get("content", "")))
             elif kind == "human":
@@ -86,7 +95,11 @@ class RunAdmin(admin.ModelAdmin):
                 rows.append((_("tool result"), step.get("name", ""), step.get("content", "")))
         return format_html(
             '<table style="width:100%"><tbody>{}</tbody></table>',
-            format_html_join("", '<tr><th style="width:12em">{}</th><td><code>{}</code></td><td><pre style="white-space:pre-wrap;margin:0">{}</pre></td></tr>', rows),
+            format_html_join(
+                "",
+                '<tr><th style="width:12em">{}</th><td><code>{}</code></td><td><pre style="white-space:pre-wrap;margin:0">{}</pre></td></tr>',
+                rows,
+            ),
         )
 
 

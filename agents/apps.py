@@ -2,5 +2,5 @@ from django.apps import AppConfig
 
 
 class AgentsConfig(AppConfig):
-    default_auto_field = 'django.db.models.BigAutoField'
-    name = 'agents'
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "agents"

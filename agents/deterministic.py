@@ -141,7 +141,10 @@ def render_params(
         return value
 
     if isinstance(template, dict):
-        return {k: render_params(v, query=query, context=context, a2a_data=a2a_data, match=match) for k, v in template.items()}
+        return {
+            k: render_params(v, query=query, context=context, a2a_data=a2a_data, match=match)
+            for k, v in template.items()
+        }
     if isinstance(template, list):
         return [render_params(v, query=query, context=context, a2a_data=a2a_data, match=match) for v in template]
     if isinstance(template, str):

@@ -87,7 +87,9 @@ def _secrets(plan: RunPlan) -> list[str]:
     return [s for server in plan.servers for s in server.secret_values()]
 
 
-def run_deterministic_stage(plan: RunPlan, trace: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], RunOutcome | None]:
+def run_deterministic_stage(
+    plan: RunPlan, trace: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], RunOutcome | None]:
     """Evaluate the rules in order; call every matched tool through the gate, one after another.
 
     Returns the accumulated results, or a failed outcome when the stage itself failed (seed 000: an unbound
@@ -99,8 +101,12 @@ def run_deterministic_stage(plan: RunPlan, trace: list[dict[str, Any]]) -> tuple
         server = servers.get(rule.mcp_id)
         if server is None or not server.enabled:
             message = MCP_NOT_LOADED.format(mcp_id=rule.mcp_id)
-            trace.append({"type": "rule", "rule": rule.name, "matched": False, "reason": f"mcp:not_loaded:{rule.mcp_id}"})
-            return results, RunOutcome(status="failed", error_code=f"mcp:not_loaded:{rule.mcp_id}", error_message=message)
+            trace.append(
+                {"type": "rule", "rule": rule.name, "matched": False, "reason": f"mcp:not_loaded:{rule.mcp_id}"}
+            )
+            return results, RunOutcome(
+                status="failed", error_code=f"mcp:not_loaded:{rule.mcp_id}", error_message=message
+            )
         tools = [t for t in server.tools.all() if t.enabled and t.available]
         decision = decide(
             rule,
@@ -117,7 +123,9 @@ def run_deterministic_stage(plan: RunPlan, trace: list[dict[str, Any]]) -> tuple
             server=server,
             tool_name=rule.tool_name,
             args=decision.params or {},
-            who=gate.GateCall(source="deterministic", run_id=plan.run_id, actor=plan.actor, call_id=f"rule:{rule.rule_id}"),
+            who=gate.GateCall(
+                source="deterministic", run_id=plan.run_id, actor=plan.actor, call_id=f"rule:{rule.rule_id}"
+            ),
             known_tool=known,
         )
         entry = {
@@ -162,7 +170,15 @@ def compose_offline_answer(plan: RunPlan, results: list[dict[str, Any]]) -> str:
     lines = []
     for r in results:
         if r["ok"] and r.get("answer_template"):
-            lines.append(render_answer(r["answer_template"], query=plan.query, match=r.get("match") or {}, params=r["args"], value=r["value"]))
+            lines.append(
+                render_answer(
+                    r["answer_template"],
+                    query=plan.query,
+                    match=r.get("match") or {},
+                    params=r["args"],
+                    value=r["value"],
+                )
+            )
         elif r["ok"]:
             value = r["value"] if isinstance(r["value"], str) else json.dumps(r["value"], ensure_ascii=False)
             lines.append(f"{r['tool']}: {value}")
@@ -216,7 +232,8 @@ def message_to_trace(message: BaseMessage, secrets: list[str]) -> dict[str, Any]
     entry: dict[str, Any] = {"type": message.type, "content": mask_value(message.content, secrets=secrets)}
     if isinstance(message, AIMessage) and message.tool_calls:
         entry["tool_calls"] = [
-            {"id": c.get("id"), "name": c["name"], "args": mask_value(c["args"], secrets=secrets)} for c in message.tool_calls
+            {"id": c.get("id"), "name": c["name"], "args": mask_value(c["args"], secrets=secrets)}
+            for c in message.tool_calls
         ]
     if isinstance(message, ToolMessage):
         entry["tool_call_id"] = message.tool_call_id
@@ -246,7 +263,9 @@ def execute(plan: RunPlan) -> RunOutcome:
         params=plan.model_params,
         offline_answer=compose_offline_answer(plan, results),
     )
-    graph = create_react_agent(model, build_tools(plan, clock), prompt=SystemMessage(system_text), state_schema=PlatformAgentState)
+    graph = create_react_agent(
+        model, build_tools(plan, clock), prompt=SystemMessage(system_text), state_schema=PlatformAgentState
+    )
     t1 = time.perf_counter()
     outcome = RunOutcome(status="succeeded", deterministic_results=public_results)
     final_messages: list[BaseMessage] = []
@@ -262,7 +281,7 @@ def execute(plan: RunPlan) -> RunOutcome:
         outcome.status = "failed"
         outcome.error_code = "max_iterations"
         outcome.error_message = f"the agent did not finish within {plan.max_iterations} iterations"
-    except Exception as exc:  # noqa: BLE001 - a model failure ends the run as a value, not a crash
+    except Exception as exc:
         logger.warning("model failure in run %s: %s", plan.run_id, type(exc).__name__)
         outcome.status = "failed"
         outcome.error_code = "model:error"

@@ -31,7 +31,9 @@ from pydantic import PrivateAttr
 class _NoToolBinding(BaseChatModel):
     """Accepts ``bind_tools`` (the ReAct loop binds its tools) and keeps its own behaviour."""
 
-    def bind_tools(self, tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool], **kwargs: Any) -> Runnable[Any, BaseMessage]:
+    def bind_tools(
+        self, tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool], **kwargs: Any
+    ) -> Runnable[Any, BaseMessage]:
         return self
 
 

@@ -49,7 +49,9 @@ class Agent(models.Model):
         _("model provider"), max_length=20, choices=Provider.choices, default=Provider.OFFLINE
     )
     model_id = models.CharField(_("model id"), max_length=200, blank=True)
-    model_params = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("model parameters"), default=dict, blank=True)
+    model_params = models.JSONField(
+        encoder=UnicodeJSONEncoder, verbose_name=_("model parameters"), default=dict, blank=True
+    )
     servers = models.ManyToManyField(McpServer, blank=True, related_name="agents", verbose_name=_("MCP servers"))
     max_iterations = models.PositiveIntegerField(_("max iterations"), default=6)
     mode = models.CharField(_("mode"), max_length=10, choices=Mode.choices, default=Mode.REACT)
@@ -88,7 +90,9 @@ class DeterministicRule(models.Model):
     server = models.ForeignKey(McpServer, on_delete=models.PROTECT, related_name="rules", verbose_name=_("server"))
     tool_name = models.CharField(_("tool"), max_length=200)
     when = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("conditions"), default=dict, blank=True)
-    params = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("parameters template"), default=dict, blank=True)
+    params = models.JSONField(
+        encoder=UnicodeJSONEncoder, verbose_name=_("parameters template"), default=dict, blank=True
+    )
     answer_template = models.TextField(
         _("offline answer template"),
         blank=True,
@@ -163,7 +167,9 @@ class Run(models.Model):
     answer = models.TextField(_("answer"), blank=True)
     error_code = models.CharField(_("error code"), max_length=100, blank=True)
     error_message = models.TextField(_("error message"), blank=True)
-    deterministic_results = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("deterministic results"), default=list, blank=True)
+    deterministic_results = models.JSONField(
+        encoder=UnicodeJSONEncoder, verbose_name=_("deterministic results"), default=list, blank=True
+    )
     messages = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("trace"), default=list, blank=True)
     timings = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("timings (ms)"), default=dict, blank=True)
     token_usage = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("token usage"), default=dict, blank=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -38,3 +39,13 @@ def run_tool_calls(*, run: Run) -> list[dict[str, Any]]:
         }
         for e in run.audit_events.filter(action="tool.call").order_by("id")
     ]
+
+
+def run_wait(*, run: Run, timeout_s: float, interval_s: float = 0.1) -> Run:
+    """Poll until the run has finished (or awaits approval) or ``timeout_s`` has passed; returns it fresh."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        run.refresh_from_db()
+        if run.is_finished or run.status == Run.Status.AWAITING_APPROVAL or time.monotonic() >= deadline:
+            return run
+        time.sleep(interval_s)

@@ -58,10 +58,16 @@ def run_create(
     from agents.tasks import run_agent
 
     agent = Agent.objects.filter(slug=agent_slug).first()
-    if agent is None or (api_key is not None and api_key.agents.exists() and not api_key.agents.filter(pk=agent.pk).exists()):
-        raise ApplicationError(_("Agent '%(slug)s' not found.") % {"slug": agent_slug}, code="agent_not_found", status=404)
+    if agent is None or (
+        api_key is not None and api_key.agents.exists() and not api_key.agents.filter(pk=agent.pk).exists()
+    ):
+        raise ApplicationError(
+            _("Agent '%(slug)s' not found.") % {"slug": agent_slug}, code="agent_not_found", status=404
+        )
     if not agent.enabled:
-        raise ApplicationError(_("Agent '%(slug)s' is disabled.") % {"slug": agent_slug}, code="agent_disabled", status=409)
+        raise ApplicationError(
+            _("Agent '%(slug)s' is disabled.") % {"slug": agent_slug}, code="agent_disabled", status=409
+        )
     with transaction.atomic():
         run = Run.objects.create(
             agent=agent,
@@ -127,7 +133,7 @@ def run_execute(*, run_id: str) -> None:
     )
     try:
         outcome = engine.execute(plan)
-    except Exception as exc:  # noqa: BLE001 - the run must end in a state, whatever happened
+    except Exception as exc:
         logger.exception("run %s crashed", run_id)
         outcome = engine.RunOutcome(status="failed", error_code="internal", error_message=type(exc).__name__)
     queued_ms = (run.started_at - run.created_at).total_seconds() * 1000 if run.started_at else None

@@ -19,8 +19,23 @@ class AuditEventAdmin(admin.ModelAdmin):
     list_filter = ["source", "ok", "mcp_id", "tool", "reason"]
     search_fields = ["tool", "mcp_id", "reason", "run__id"]
     date_hierarchy = "created_at"
-    readonly_fields = ["id", "created_at", "run", "source", "action", "mcp_id", "tool", "call_id", "args_pretty",
-                       "result_pretty", "ok", "reason", "attempt", "latency_ms", "actor"]
+    readonly_fields = [
+        "id",
+        "created_at",
+        "run",
+        "source",
+        "action",
+        "mcp_id",
+        "tool",
+        "call_id",
+        "args_pretty",
+        "result_pretty",
+        "ok",
+        "reason",
+        "attempt",
+        "latency_ms",
+        "actor",
+    ]
     exclude = ["args", "result"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -38,4 +53,6 @@ class AuditEventAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("result (masked)"))
     def result_pretty(self, obj: AuditEvent) -> str:
-        return format_html("<pre style='white-space:pre-wrap'>{}</pre>", json.dumps(obj.result, ensure_ascii=False, indent=2))
+        return format_html(
+            "<pre style='white-space:pre-wrap'>{}</pre>", json.dumps(obj.result, ensure_ascii=False, indent=2)
+        )

@@ -2,5 +2,5 @@ from django.apps import AppConfig
 
 
 class AuditConfig(AppConfig):
-    default_auto_field = 'django.db.models.BigAutoField'
-    name = 'audit'
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "audit"

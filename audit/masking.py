@@ -67,13 +67,14 @@ _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 # Matched against the lower-cased key with separators removed ("X-Api-Key" -> "xapikey").
 _SECRET_KEY_FRAGMENTS = re.compile(
     r"""
-      passw | passphrase | pwd
+      passw | passphrase | passcode | pwd
     | secret(?!ar)                                  # not "secretary"
     | apikey | accesskey | privatekey | servicekey | accountkey
     | (?:signing|encryption|decryption|master|ssh|hmac|app|license)key
     | credential | cookie
     | (?<!pos)session(?:id|key|data)?$              # "session", "sessionid"; not "sessions", "session_timeout"
     | token(?!s|count|limit|usage|iz|is|type|budget)  # not "max_tokens", "token_count", "tokenizer"
+    | (?:access|refresh|bearer|api|session|csrf)tokens  # ... but a list of access tokens is secret
     | auth(?!or(?!i[sz]))                           # "auth", "oauth", "authorization"; not "author(s)"
     """,
     re.VERBOSE,
@@ -271,7 +272,8 @@ _AWS_ACCESS_KEY_ID = re.compile(r"A(?:KIA|SIA)(?<![A-Z0-9]....)[A-Z0-9]{16}(?![A
 _API_KEY_PREFIX = re.compile(r"sk-|[sr]k_|whsec_|xox|gh[pousr]_|github_pat_|glpat-|AIza")
 _API_KEY_SHAPES = re.compile(
     r"sk-(?<![A-Za-z0-9_-]sk-)[A-Za-z0-9_-]{8,}"  # OpenAI / Anthropic style
-    r"|[sr]k_(?:live|test)_(?<![A-Za-z0-9_-].{8})[A-Za-z0-9]{8,}"  # Stripe secret / restricted
+    r"|sk_(?:live|test)_(?<![A-Za-z0-9_-].{8})[A-Za-z0-9]{8,}"  # Stripe secret
+    r"|rk_(?:live|test)_(?<![A-Za-z0-9_-].{8})[A-Za-z0-9]{8,}"  # Stripe restricted
     r"|whsec_(?<![A-Za-z0-9_-]whsec_)[A-Za-z0-9]{16,}"  # Stripe webhook secret
     r"|xox[abposr]-(?<![A-Za-z0-9_-].{5})[A-Za-z0-9-]{8,}"  # Slack
     r"|gh[pousr]_(?<![A-Za-z0-9_-].{4})[A-Za-z0-9]{20,}"  # GitHub
@@ -322,14 +324,9 @@ _SECRET_PAIR = re.compile(
     """,
     re.VERBOSE,
 )
-_PAIR_KEY_WORDS = ("pass", "pwd", "pw(?![a-z])", "secret", "token", "auth", "credential", "session", "cookie")
-_PAIR_KEY_WORDS += tuple(
-    f"{word}[-_.]*key"
-    for word in ("api", "access", "private", "service", "account", "signing", "encryption", "decryption", "master")
-)
-_PAIR_KEY_WORDS += ("ssh[-_.]*key", "hmac[-_.]*key", "app[-_.]*key", "license[-_.]*key")
-# On lower-cased text: a superset of the words is_secret_key() accepts. Every branch starts with a literal.
-_PAIR_KEY_WORD = re.compile("|".join(_PAIR_KEY_WORDS))
+# On lower-cased text: every word that can make is_secret_key() true ("apikey" and friends through "key").
+# Written as a trie (first letter, then the rest) because ``re`` tries alternatives one by one.
+_PAIR_KEY_WORD = re.compile("auth|c(?:ookie|redential)|key|p(?:ass|w)|se(?:cret|ssion)|token")
 _KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 _KEY_RUN = re.compile(r"[A-Za-z0-9_.\-]*")
 _MAX_KEY_CHARS = 200
@@ -339,9 +336,9 @@ _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 
 # Short texts are gated by one regex instead of a dozen ``in`` checks.
 _SHORT_TEXT = 256
-_MAYBE_SENSITIVE = re.compile(
-    r"[:=@]|-----BEGIN|eyJ|AKIA|ASIA|sk-|[sr]k_|whsec_|xox|gh[pousr]_|github_pat_|glpat-|AIza"
-    r"|[Bb][Ee][Aa][Rr][Ee][Rr]|[Bb][Aa][Ss][Ii][Cc]"
+_MAYBE_SENSITIVE = re.compile(  # literal-first branches only, so ``re`` skips other characters quickly
+    r":|=|@|-----BEGIN|eyJ|A(?:KIA|SIA|Iza)|sk[-_]|rk_|whsec_|xox|gh[pousr]_|github_pat_|glpat-"
+    r"|B(?:earer|EARER|asic|ASIC)|b(?:earer|asic)"
 )
 
 

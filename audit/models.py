@@ -25,9 +25,7 @@ class AuditEvent(models.Model):
         FLOW = "flow", _("flow node")
         ADMIN = "admin", _("admin")
 
-    run = models.ForeignKey(
-        "agents.Run", on_delete=models.PROTECT, null=True, blank=True, related_name="audit_events"
-    )
+    run = models.ForeignKey("agents.Run", on_delete=models.PROTECT, null=True, blank=True, related_name="audit_events")
     source = models.CharField(_("source"), max_length=20, choices=Source.choices, db_index=True)
     action = models.CharField(_("action"), max_length=100, default="tool.call")
     mcp_id = models.CharField(_("server"), max_length=64, blank=True, db_index=True)

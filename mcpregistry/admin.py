@@ -27,7 +27,7 @@ class SecretMapField(forms.CharField):
         try:
             parsed = json.loads(value)
         except ValueError as exc:
-            raise forms.ValidationError(_("Enter a JSON object, e.g. {\"API_TOKEN\": \"...\"}.")) from exc
+            raise forms.ValidationError(_('Enter a JSON object, e.g. {"API_TOKEN": "..."}.')) from exc
         if not isinstance(parsed, dict) or not all(isinstance(v, str) for v in parsed.values()):
             raise forms.ValidationError(_("Enter a JSON object whose values are strings."))
         return parsed
@@ -48,7 +48,7 @@ class McpServerForm(forms.ModelForm):
 
     class Meta:
         model = McpServer
-        exclude = ["env", "headers", "health", "last_checked_at", "last_error", "protocol_version", "server_info"]
+        fields = ["mcp_id", "name", "transport", "enabled", "timeout_s", "tool_prefix", "command", "args", "cwd", "url"]
 
     def save(self, commit: bool = True) -> McpServer:
         server: McpServer = super().save(commit=False)
@@ -102,8 +102,12 @@ class McpServerAdmin(admin.ModelAdmin):
     @admin.display(description=_("health"), ordering="health")
     def health_badge(self, obj: McpServer) -> str:
         colour = {"ok": "green", "error": "#ba2121"}.get(obj.health, "gray")
-        return format_html('<b style="color:{}">{}</b>{}', colour, obj.get_health_display(),
-                           format_html(": {}", obj.last_error[:120]) if obj.last_error else "")
+        return format_html(
+            '<b style="color:{}">{}</b>{}',
+            colour,
+            obj.get_health_display(),
+            format_html(": {}", obj.last_error[:120]) if obj.last_error else "",
+        )
 
     @admin.display(description=_("tools"))
     def tool_count(self, obj: McpServer) -> int:

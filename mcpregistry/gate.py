@@ -83,7 +83,9 @@ def _parse(text: str) -> Any:
     return text
 
 
-def resolve_tool(servers: list[McpServer], mcp_id: str, tool_name: str) -> tuple[McpServer | None, McpTool | None, str | None]:
+def resolve_tool(
+    servers: list[McpServer], mcp_id: str, tool_name: str
+) -> tuple[McpServer | None, McpTool | None, str | None]:
     """Find ``tool_name`` on the bound server ``mcp_id``. Returns (server, tool, reason-if-not-found)."""
     server = next((s for s in servers if s.mcp_id == mcp_id), None)
     if server is None or not server.enabled:
@@ -119,7 +121,9 @@ def call(
             }
         elif not known_tool:
             result.error = "tool:unknown"
-            result.message = _("Tool '%(tool)s' does not exist on '%(mcp_id)s'. Use one of the tools you were given.") % {
+            result.message = _(
+                "Tool '%(tool)s' does not exist on '%(mcp_id)s'. Use one of the tools you were given."
+            ) % {
                 "tool": tool_name,
                 "mcp_id": server.mcp_id,
             }
@@ -128,7 +132,9 @@ def call(
             outcome = get_default_pool().call_tool(
                 server.connection_config(), tool_name, args, timeout_s=server.timeout_s
             )
-            raw_value = outcome.structured if outcome.structured is not None and not outcome.text else _parse(outcome.text)
+            raw_value = (
+                outcome.structured if outcome.structured is not None and not outcome.text else _parse(outcome.text)
+            )
             if outcome.is_error:
                 result.error = "tool:error"
                 result.message = _(
@@ -153,7 +159,7 @@ def call(
     except McpError as exc:
         result.error = "protocol"
         result.message = _("The server refused the call to '%(tool)s': %(detail)s") % {"tool": tool_name, "detail": exc}
-    except Exception as exc:  # noqa: BLE001 - a tool call must never take the run down
+    except Exception as exc:
         logger.exception("unexpected failure calling %s.%s", server.mcp_id, tool_name)
         result.error = "unexpected"
         result.message = _("Tool '%(tool)s' failed unexpectedly (%(kind)s). Stop and explain the failure.") % {

@@ -33,9 +33,13 @@ class McpServer(models.Model):
     command = models.CharField(_("command"), max_length=500, blank=True)
     args = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("arguments"), default=list, blank=True)
     cwd = models.CharField(_("working directory"), max_length=500, blank=True)
-    env = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("environment (secret values)"), default=dict, blank=True)
+    env = models.JSONField(
+        encoder=UnicodeJSONEncoder, verbose_name=_("environment (secret values)"), default=dict, blank=True
+    )
     url = models.URLField(_("URL"), max_length=500, blank=True)
-    headers = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("headers (secret values)"), default=dict, blank=True)
+    headers = models.JSONField(
+        encoder=UnicodeJSONEncoder, verbose_name=_("headers (secret values)"), default=dict, blank=True
+    )
     timeout_s = models.FloatField(_("call timeout (seconds)"), default=30.0)
     enabled = models.BooleanField(_("enabled"), default=True)
     tool_prefix = models.CharField(_("tool name prefix"), max_length=40, blank=True)
@@ -79,7 +83,9 @@ class McpTool(models.Model):
     server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="tools", verbose_name=_("server"))
     name = models.CharField(_("name"), max_length=200)
     description = models.TextField(_("description"), blank=True)
-    input_schema = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("input schema"), default=dict, blank=True)
+    input_schema = models.JSONField(
+        encoder=UnicodeJSONEncoder, verbose_name=_("input schema"), default=dict, blank=True
+    )
     annotations = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("annotations"), default=dict, blank=True)
     enabled = models.BooleanField(_("enabled"), default=True)
     available = models.BooleanField(

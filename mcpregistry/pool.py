@@ -88,8 +88,9 @@ class ServerConnection:
     @property
     def key(self) -> str:
         """Identifies the binding as configured: a changed binding gets a new session."""
-        raw = json.dumps([self.mcp_id, self.transport, self.command, self.args, self.cwd, self.env, self.url,
-                          self.headers])
+        raw = json.dumps(
+            [self.mcp_id, self.transport, self.command, self.args, self.cwd, self.env, self.url, self.headers]
+        )
         return f"{self.mcp_id}:{hashlib.sha256(raw.encode()).hexdigest()[:16]}"
 
 
@@ -222,7 +223,7 @@ class McpSessionPool:
                 pooled.server_info = init.serverInfo.model_dump(mode="json", exclude_none=True)
                 ready.set_result(None)
                 await pooled.closing.wait()
-        except BaseException as exc:  # noqa: BLE001 - reported to whoever waits for the session
+        except BaseException as exc:
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else McpTransportError(repr(exc)))
             if isinstance(exc, asyncio.CancelledError):
@@ -253,7 +254,9 @@ class McpSessionPool:
             except TimeoutError:
                 pooled.closing.set()
                 await self._finish(pooled)
-                raise McpTimeoutError(f"server '{connection.mcp_id}' did not initialize within {open_timeout:g}s") from None
+                raise McpTimeoutError(
+                    f"server '{connection.mcp_id}' did not initialize within {open_timeout:g}s"
+                ) from None
             except McpError as exc:
                 await self._finish(pooled)
                 raise McpTransportError(f"server '{connection.mcp_id}' failed to initialize: {exc}") from exc
@@ -270,7 +273,7 @@ class McpSessionPool:
         if pooled.task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(pooled.task), timeout=5)
-            except (TimeoutError, Exception):  # noqa: BLE001
+            except (TimeoutError, Exception):
                 pooled.task.cancel()
                 with contextlib.suppress(BaseException):
                     await pooled.task
@@ -422,5 +425,3 @@ def shutdown_default_pool() -> None:
         if _default_pool is not None and _default_pool._pid == os.getpid():
             _default_pool.shutdown()
         _default_pool = None
-
-

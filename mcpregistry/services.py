@@ -36,7 +36,7 @@ def mcp_server_discover(*, server: McpServer) -> DiscoveryReport:
     report = DiscoveryReport(mcp_id=server.mcp_id, ok=False)
     try:
         listing = get_default_pool().list_tools(server.connection_config(), timeout_s=max(server.timeout_s, 30.0))
-    except Exception as exc:  # noqa: BLE001 - recorded as the binding's health
+    except Exception as exc:
         report.error = mask_text(str(exc) or type(exc).__name__, secrets=server.secret_values())[:2000]
         McpServer.objects.filter(pk=server.pk).update(
             health=McpServer.Health.ERROR, last_error=report.error, last_checked_at=timezone.now()

@@ -53,7 +53,14 @@ def demo_server(db: Any) -> McpServer:
     return bind_demo_server()
 
 
-def make_agent(*, slug: str, servers: list[McpServer], provider: str = "offline", script: list[dict[str, Any]] | None = None, with_demo_rules: bool = True) -> Agent:
+def make_agent(
+    *,
+    slug: str,
+    servers: list[McpServer],
+    provider: str = "offline",
+    script: list[dict[str, Any]] | None = None,
+    with_demo_rules: bool = True,
+) -> Agent:
     agent = Agent.objects.create(
         slug=slug,
         name=slug,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.core.exceptions import PermissionDenied, ValidationError as DjangoValidationError
+from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from django.utils.translation import gettext as _
 from rest_framework import exceptions, status
@@ -29,7 +30,13 @@ _CODES = {
 }
 
 
-def error_response(code: str, message: str, http_status: int, fields: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> Response:
+def error_response(
+    code: str,
+    message: str,
+    http_status: int,
+    fields: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response:
     body: dict[str, Any] = {"code": code, "message": message}
     if fields:
         body["fields"] = fields

@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 from agent_platform.errors import ApplicationError
 from agents.api.auth import caller_of
 from agents.models import Run
-from agents.selectors import run_get, run_tool_calls
+from agents.selectors import run_get, run_tool_calls, run_wait
 from agents.services import run_create
 
 
@@ -35,8 +35,20 @@ class RunOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = Run
         fields = [
-            "id", "agent", "status", "query", "context", "answer", "error", "deterministic_results",
-            "tool_calls", "timings", "token_usage", "created_at", "started_at", "finished_at",
+            "id",
+            "agent",
+            "status",
+            "query",
+            "context",
+            "answer",
+            "error",
+            "deterministic_results",
+            "tool_calls",
+            "timings",
+            "token_usage",
+            "created_at",
+            "started_at",
+            "finished_at",
         ]
 
     def get_error(self, run: Run) -> dict[str, str] | None:
@@ -78,7 +90,35 @@ class RunCreateApi(APIView):
             a2a_files=data["files"],
             idempotency_key=request.headers.get("Idempotency-Key", "")[:200],
         )
+        wait_s = _wait_seconds(request)
+        if wait_s:
+            run = run_wait(run=run, timeout_s=wait_s)
+            if run.is_finished:
+                return Response(RunOutputSerializer(run).data, status=status.HTTP_200_OK)
         return Response(RunOutputSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+
+MAX_WAIT_S = 60.0
+
+
+def _wait_seconds(request: Request) -> float:
+    raw = request.query_params.get("wait")
+    if raw in (None, ""):
+        return 0.0
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ApplicationError(
+            _("'wait' must be a number of seconds."), code="invalid_input", status=400, fields={"wait": [raw]}
+        ) from None
+    if not 0 <= value <= MAX_WAIT_S:
+        raise ApplicationError(
+            _("'wait' must be between 0 and %(max)d seconds.") % {"max": MAX_WAIT_S},
+            code="invalid_input",
+            status=400,
+            fields={"wait": [raw]},
+        )
+    return value
 
 
 class RunDetailApi(APIView):

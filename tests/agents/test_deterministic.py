@@ -18,7 +18,9 @@ def test_a_regex_named_group_fills_the_params_template() -> None:
 
 
 def test_all_keywords_must_all_be_present() -> None:
-    rule = RuleSpec(1, "주문", "orders", "get_order", when={"all_keywords": ["주문", "조회"]}, params={"query": "{query}"})
+    rule = RuleSpec(
+        1, "주문", "orders", "get_order", when={"all_keywords": ["주문", "조회"]}, params={"query": "{query}"}
+    )
     assert decide(rule, query="주문 조회 부탁해", context={}, a2a_data=None, available_tools=set()).params == {
         "query": "주문 조회 부탁해"
     }

@@ -20,7 +20,9 @@ def error_of(response) -> dict:
 
 
 def test_a_valid_submission_is_accepted_with_202_and_queued(api_client, demo_agent) -> None:
-    response = api_client.post(URL, {"agent": "company-assistant", "query": "김하늘 님은 어느 팀 소속인가요?"}, format="json")
+    response = api_client.post(
+        URL, {"agent": "company-assistant", "query": "김하늘 님은 어느 팀 소속인가요?"}, format="json"
+    )
     assert response.status_code == 202
     body = response.json()
     assert body["status"] == "queued"

@@ -86,18 +86,36 @@ def running_platform(workdir: Path, *, broker_url: str = "") -> Iterator[Running
     port = free_port()
     processes = [
         subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "agent_platform", "worker", "--concurrency=1", "--loglevel=INFO",
-             "--without-gossip", "--without-mingle"],
-            cwd=ROOT, env=env, stdout=(logs / "worker.log").open("wb"), stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "agent_platform",
+                "worker",
+                "--concurrency=1",
+                "--loglevel=INFO",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=(logs / "worker.log").open("wb"),
+            stderr=subprocess.STDOUT,
         ),
         subprocess.Popen(
             [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
-            cwd=ROOT, env=env, stdout=(logs / "web.log").open("wb"), stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=env,
+            stdout=(logs / "web.log").open("wb"),
+            stderr=subprocess.STDOUT,
         ),
     ]
     base_url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200, timeout=60, what="the web server")
+        wait_until(
+            lambda: httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200, timeout=60, what="the web server"
+        )
         yield RunningPlatform(base_url=base_url, api_key=api_key, db_path=workdir / "db.sqlite3", logs=logs)
     finally:
         for process in reversed(processes):
@@ -115,7 +133,8 @@ def redis_server(workdir: Path) -> Iterator[str]:
     port = free_port()
     process = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(workdir)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
     )
     try:
         import redis

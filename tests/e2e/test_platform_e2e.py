@@ -41,7 +41,9 @@ def check_the_seed_questions(platform: RunningPlatform) -> None:
     run = ask_and_wait(platform, "김하늘 님은 어느 팀 소속인가요?")
     assert run["status"] == "succeeded", run
     assert "클라우드운영팀" in run["answer"]
-    assert [(c["source"], c["name"], c["ok"]) for c in run["tool_calls"]] == [("deterministic", "search_employee", True)]
+    assert [(c["source"], c["name"], c["ok"]) for c in run["tool_calls"]] == [
+        ("deterministic", "search_employee", True)
+    ]
     rows = audit_rows(platform.db_path, run["id"])
     assert [(r[0], r[1], r[2], r[3]) for r in rows] == [("deterministic", "sds-company-data", "search_employee", 1)]
     assert "김하늘" in rows[0][4]

@@ -22,7 +22,9 @@ class Command(BaseCommand):
         parser.add_argument("--context", default="{}", help="A2A context as a JSON object")
         parser.add_argument("--json", action="store_true", help="print the run as JSON")
         parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for a worker")
-        parser.add_argument("--inline", action="store_true", help="execute in this process instead of waiting for a worker")
+        parser.add_argument(
+            "--inline", action="store_true", help="execute in this process instead of waiting for a worker"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -51,7 +53,9 @@ class Command(BaseCommand):
             if run.is_finished or run.status == Run.Status.AWAITING_APPROVAL:
                 break
             if time.monotonic() > deadline:
-                raise CommandError(f"run {run.id} is still {run.status} after {options['timeout']:g}s: is a worker running?")
+                raise CommandError(
+                    f"run {run.id} is still {run.status} after {options['timeout']:g}s: is a worker running?"
+                )
             time.sleep(0.2)
         self._print(run, as_json=options["json"])
         if run.status == Run.Status.FAILED:
@@ -61,10 +65,15 @@ class Command(BaseCommand):
         calls = run_tool_calls(run=run)
         if as_json:
             payload = {
-                "id": str(run.id), "status": run.status, "answer": run.answer,
+                "id": str(run.id),
+                "status": run.status,
+                "answer": run.answer,
                 "error": {"code": run.error_code, "message": run.error_message} if run.error_code else None,
-                "deterministic_results": run.deterministic_results, "tool_calls": calls,
-                "trace": run.messages, "timings": run.timings, "token_usage": run.token_usage,
+                "deterministic_results": run.deterministic_results,
+                "tool_calls": calls,
+                "trace": run.messages,
+                "timings": run.timings,
+                "token_usage": run.token_usage,
             }
             self.stdout.write(json.dumps(payload, ensure_ascii=False, indent=2))
             return
@@ -75,9 +84,13 @@ class Command(BaseCommand):
             kind = step.get("type")
             if kind == "rule":
                 verdict = "matched" if step.get("matched") else f"skipped ({step.get('reason')})"
-                self.stdout.write(f"  rule {step.get('rule')}: {verdict} {json.dumps(step.get('params'), ensure_ascii=False) if step.get('params') else ''}")
+                self.stdout.write(
+                    f"  rule {step.get('rule')}: {verdict} {json.dumps(step.get('params'), ensure_ascii=False) if step.get('params') else ''}"
+                )
             elif kind == "deterministic_call":
-                self.stdout.write(f"  deterministic {step['tool']}({json.dumps(step['args'], ensure_ascii=False)}) ok={step['ok']} {step.get('error') or ''}")
+                self.stdout.write(
+                    f"  deterministic {step['tool']}({json.dumps(step['args'], ensure_ascii=False)}) ok={step['ok']} {step.get('error') or ''}"
+                )
             elif kind == "ai":
                 for call in step.get("tool_calls") or []:
                     self.stdout.write(f"  model → {call['name']}({json.dumps(call['args'], ensure_ascii=False)})")

@@ -106,7 +106,9 @@ class Command(BaseCommand):
                 DeterministicRule.objects.update_or_create(
                     agent=agent, name=rule["name"], defaults={**rule, "server": server}
                 )
-            self.stdout.write(f"{'bound' if created else 'kept'} MCP server {DEMO_MCP_ID}; agent {DEMO_AGENT} with {len(DEMO_RULES)} rules")
+            self.stdout.write(
+                f"{'bound' if created else 'kept'} MCP server {DEMO_MCP_ID}; agent {DEMO_AGENT} with {len(DEMO_RULES)} rules"
+            )
             self._admin(options["admin_username"])
         if options["no_discover"]:
             return

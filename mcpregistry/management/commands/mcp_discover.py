@@ -30,10 +30,12 @@ class Command(BaseCommand):
                 self.stdout.write(f"{server.mcp_id}: connecting…")
                 report = mcp_server_discover(server=server)
                 if report.ok:
-                    self.stdout.write(self.style.SUCCESS(
-                        f"{server.mcp_id}: ok, {report.tool_count} tools "
-                        f"(added {len(report.added)}, updated {len(report.updated)}, vanished {len(report.vanished)})"
-                    ))
+                    self.stdout.write(
+                        self.style.SUCCESS(
+                            f"{server.mcp_id}: ok, {report.tool_count} tools "
+                            f"(added {len(report.added)}, updated {len(report.updated)}, vanished {len(report.vanished)})"
+                        )
+                    )
                 else:
                     failed += 1
                     self.stdout.write(self.style.ERROR(f"{server.mcp_id}: {report.error}"))
