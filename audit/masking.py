@@ -81,6 +81,7 @@ _SECRET_KEY_FRAGMENTS = re.compile(
 )
 # Whole words of the key (split on separators and camelCase) that are secret on their own.
 _SECRET_KEY_WORDS = frozenset({"pass", "pw"})
+_CACHED_KEY_CHARS = 256
 
 
 def is_secret_key(key: str) -> bool:
@@ -93,6 +94,8 @@ def is_secret_key(key: str) -> bool:
     """
     if not isinstance(key, str) or not key:
         return False
+    if len(key) > _CACHED_KEY_CHARS:  # not a real key name: do not keep it in the cache
+        return _is_secret_key.__wrapped__(key)
     return _is_secret_key(key)
 
 
@@ -265,7 +268,7 @@ _PEM_PRIVATE_KEY = re.compile(
     r"(?P<end>-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",  # a cut-off block is masked to the end
     re.DOTALL,
 )
-_JWT = re.compile(r"eyJ[A-Za-z0-9_-]+\.eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
+_JWT = re.compile(r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]++\.eyJ[A-Za-z0-9_-]++\.[A-Za-z0-9_-]*+")
 _AWS_ACCESS_KEY_ID = re.compile(r"A(?:KIA|SIA)(?<![A-Z0-9]....)[A-Z0-9]{16}(?![A-Z0-9])")
 # Well-known API key formats. Each branch starts with its literal prefix (so ``re`` can jump to candidates) and
 # then looks back to check the prefix is not the tail of a longer word ("task-manager" is not "sk-...").
@@ -303,24 +306,27 @@ _NOT_ONLY_LETTERS = re.compile(r"[^A-Za-z]")
 _URLSAFE_TO_STANDARD = str.maketrans("-_", "+/")
 
 # "key=value", "key: value", "\"key\": \"value\"", "'key': 'value'", "\\\"key\\\": \\\"value\\\"" (JSON in JSON).
-# Matched only where a secret-ish word occurs (found in the lower-cased text by _PAIR_KEY_WORD); the key must
-# then pass is_secret_key().
-_SECRET_PAIR = re.compile(
+# Tried only where a secret-ish word occurs (found in the lower-cased text by _PAIR_KEY_WORD); the value is
+# matched only once is_secret_key() accepted the key, so a rejected key never costs a scan of its value.
+_PAIR_HEAD = re.compile(
     r"""
     (?<![A-Za-z0-9_.\-])
-    (?P<head>
-        (?P<quote>\\?["']|)
-        (?P<key>[A-Za-z0-9_.\-]++)
-        (?P=quote)
-        [ \t]*[:=][ \t]*
-    )
-    (?P<value>
+    (?P<quote>\\?["']|)
+    (?P<key>[A-Za-z0-9_.\-]++)
+    (?P=quote)
+    [ \t]*[:=][ \t]*
+    """,
+    re.VERBOSE,
+)
+_PAIR_VALUE = re.compile(
+    r"""
         "(?:[^"\\\n]|\\.)*"
       | '(?:[^'\\\n]|\\.)*'
       | \\".*?\\"
+      | \\"[^\n]*                       # cut off (a truncated preview): to the end of the line
+      | ["'](?:[^"'\\\n]|\\.)+          # cut off
       | (?P<scheme>(?i:bearer|basic|token|digest|bot|negotiate|oauth|apikey)[ \t]+)?
         (?:[^\s,;&"'<>{}\[\]()\\]|\\(?![nrt"'\\]))+
-    )
     """,
     re.VERBOSE,
 )
@@ -379,7 +385,7 @@ def _mask_secret_pairs(text: str) -> str:
 
     Only positions where a secret-ish word occurs are examined (found in a lower-cased copy, so the scan
     is one fast regex pass). When a candidate key is not secret (``max_tokens``, ``author``) scanning goes
-    on inside its value, so a pair nested there is still found.
+    on inside its value, so a pair nested there is still found. Linear in the length of the text.
     """
     lowered = text.lower()
     if len(lowered) != len(text):  # a few characters lower-case to two: keep offsets aligned
@@ -392,36 +398,52 @@ def _mask_secret_pairs(text: str) -> str:
         floor = max(0, key_start - _MAX_KEY_CHARS, done)
         while key_start > floor and text[key_start - 1] in _KEY_CHARS:
             key_start -= 1
-        match = None
+        head = None
         for start in (key_start - 2, key_start - 1, key_start):  # \"key\", "key", key
             if start >= done and (start == key_start or text[start] in "\\\"'"):
-                match = _SECRET_PAIR.match(text, start)
-                if match is not None:
+                head = _PAIR_HEAD.match(text, start)
+                if head is not None:
                     break
-        if match is None or not is_secret_key(match["key"]):
-            position = match.start("value") if match is not None else _KEY_RUN.match(text, word.end()).end()
-            position = max(position, word.end())
+        if head is None:  # no separator after this word: skip the rest of it
+            position = max(_KEY_RUN.match(text, word.end()).end(), word.end())
             continue
-        value, value_end = match["value"], match.end()
-        if value[:2] == '\\"':
-            inner, opening, closing = value[2:-2], '\\"', '\\"'
-        elif value[0] in "\"'":
-            inner, opening, closing = value[1:-1], value[0], value[0]
-        else:
-            opening, closing = match["scheme"] or "", ""
-            inner = value[len(opening) :]
-            if "cookie" in match["key"].lower():
-                cookie_end = _COOKIE_VALUE_END.search(text, match.start("value"))
-                value_end = max(value_end, cookie_end.start() if cookie_end else len(text))
-        if inner and inner.lower() not in _NOT_A_SECRET_VALUE:
-            pieces.append(text[done : match.start("value")])
-            pieces.append(opening + MASK + closing)
-            done = value_end
-        position = max(value_end, word.end())
+        position = max(head.end(), word.end())
+        if not is_secret_key(head["key"]):
+            continue  # go on inside the value
+        value = _PAIR_VALUE.match(text, head.end())
+        if value is None:
+            continue
+        masked, value_end = _masked_pair_value(value, head["key"], text)
+        if masked is not None:
+            pieces.append(text[done : head.end()])
+            pieces.append(masked)
+            done = position = value_end
     if not pieces:
         return text
     pieces.append(text[done:])
     return "".join(pieces)
+
+
+def _masked_pair_value(value: re.Match[str], key: str, text: str) -> tuple[str | None, int]:
+    """The masked replacement of a secret pair's value (None: leave it) and where the replaced span ends."""
+    raw, end = value[0], value.end()
+    if raw[:2] == '\\"':
+        opening = '\\"'
+        closing = opening if len(raw) >= 4 and raw.endswith(opening) else ""
+        inner = raw[2 : len(raw) - len(closing)]
+    elif raw[0] in "\"'":
+        opening = raw[0]
+        closing = opening if len(raw) >= 2 and raw[-1] == opening else ""
+        inner = raw[1 : len(raw) - len(closing)]
+    else:
+        opening, closing = value["scheme"] or "", ""
+        inner = raw[len(opening) :]
+        if "cookie" in key.lower():  # "Cookie: a=1; b=2": every cookie, to the end of the line
+            cookie_end = _COOKIE_VALUE_END.search(text, value.start())
+            end = max(end, cookie_end.start() if cookie_end else len(text))
+    if not inner or inner.lower() in _NOT_A_SECRET_VALUE:
+        return None, end
+    return opening + MASK + closing, end
 
 
 def _mask_patterns(text: str) -> str:
@@ -533,7 +555,7 @@ class _Walker:
         if isinstance(key, str):
             known = self.keys.get(key)
             if known is None:
-                known = self.keys[key] = (self.text(key), _is_secret_key(key))
+                known = self.keys[key] = (self.text(key), is_secret_key(key))
             return known
         return (key if isinstance(key, _UNCHANGED_SCALARS) else self.walk(key)), False
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from django.utils.translation import gettext as _
 from mcp import McpError
 
-from audit.masking import mask_text, mask_value
+from audit.masking import mask_text, mask_value, register_secrets
 from audit.services import audit_event_record
 from mcpregistry.models import McpServer, McpTool
 from mcpregistry.pool import McpTimeoutError, McpTransportError, get_default_pool
@@ -110,6 +110,7 @@ def call(
     with ``tool:unknown`` without reaching the server.
     """
     secrets = server.secret_values()
+    register_secrets(secrets)  # so every log line of this process masks them too
     started = time.perf_counter()
     result = ToolResult(ok=False, mcp_id=server.mcp_id, tool=tool_name, args=dict(args))
     raw_value: Any = None

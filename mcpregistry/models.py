@@ -60,8 +60,13 @@ class McpServer(models.Model):
         return self.mcp_id
 
     def secret_values(self) -> list[str]:
-        """Every secret value of this binding (env and header values), for masking."""
-        return [str(v) for v in [*self.env.values(), *self.headers.values()] if v]
+        """The secret values of this binding, for masking: every env or header value under a secret-looking name
+        (token, password, api_key, authorization…) and any value of 16 characters or more. Short settings such
+        as ``FAILURE_MODE=none`` are not secrets (masking "none" everywhere would garble text)."""
+        from audit.masking import is_secret_key
+
+        pairs = [*self.env.items(), *self.headers.items()]
+        return [str(v) for k, v in pairs if v and (is_secret_key(str(k)) or len(str(v)) >= 16)]
 
     def connection_config(self) -> dict[str, Any]:
         """The pool's connection description of this binding (contains secrets: never log or show it)."""
