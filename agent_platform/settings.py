@@ -112,7 +112,6 @@ else:
             "TEST": {"NAME": os.environ.get("SQLITE_TEST_PATH", str(VAR_DIR / "test_db.sqlite3"))},
         }
     }
-FORMS_URLFIELD_ASSUME_HTTPS = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

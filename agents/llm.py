@@ -101,6 +101,13 @@ class ScriptedChatModel(_NoToolBinding):
         return ChatResult(generations=[ChatGeneration(message=message)])
 
 
+def bedrock_runtime_client(*, region_name: str | None) -> Any:
+    """The ``bedrock-runtime`` client, with credentials from boto3's standard chain (env, profile, role)."""
+    import boto3
+
+    return boto3.client("bedrock-runtime", region_name=region_name)
+
+
 def build_chat_model(*, provider: str, model_id: str, params: dict[str, Any], offline_answer: str) -> BaseChatModel:
     """The chat model for an agent. AWS credentials for Bedrock come from the standard chain, never from the
     database."""
@@ -111,6 +118,9 @@ def build_chat_model(*, provider: str, model_id: str, params: dict[str, Any], of
     if provider == "bedrock":
         from langchain_aws import ChatBedrockConverse
 
-        options = {k: v for k, v in params.items() if k in {"region_name", "temperature", "max_tokens", "top_p"}}
-        return ChatBedrockConverse(model=model_id, **options)
+        options = {k: v for k, v in params.items() if k in {"temperature", "max_tokens", "top_p"}}
+        region = params.get("region_name") or None
+        return ChatBedrockConverse(
+            model=model_id, region_name=region, client=bedrock_runtime_client(region_name=region), **options
+        )
     raise ValueError(f"unknown model provider {provider!r}")

@@ -44,6 +44,7 @@ class McpServerForm(forms.ModelForm):
         required=False,
         help_text=_("A JSON object. Leave empty to keep the stored values; they are never shown."),
     )
+    url = forms.URLField(label=_("URL"), required=False, assume_scheme="https", max_length=500)
     clear_secrets = forms.BooleanField(label=_("clear all stored secret values"), required=False)
 
     class Meta:
