@@ -209,3 +209,6 @@ LOGGING = {
         "kombu.connection": {"level": "ERROR"},
     },
 }
+
+# Binding a stdio server runs a program on every worker: optionally allow only these commands (names or paths).
+PLATFORM_STDIO_COMMAND_ALLOWLIST = _env_list("PLATFORM_STDIO_COMMAND_ALLOWLIST")

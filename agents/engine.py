@@ -107,7 +107,7 @@ def run_deterministic_stage(
             return results, RunOutcome(
                 status="failed", error_code=f"mcp:not_loaded:{rule.mcp_id}", error_message=message
             )
-        tools = [t for t in server.tools.all() if t.enabled and t.available]
+        tools = [t for t in server.tools.all() if t.callable]
         decision = decide(
             rule,
             query=plan.query,
@@ -198,7 +198,7 @@ def build_tools(plan: RunPlan, clock: _Clock) -> list[BaseTool]:
         if not server.enabled:
             continue
         for mcp_tool in server.tools.all():
-            if not (mcp_tool.enabled and mcp_tool.available):
+            if not mcp_tool.callable:
                 continue
 
             def call_through_gate(_server: McpServer = server, _name: str = mcp_tool.name, **kwargs: Any) -> str:

@@ -90,7 +90,7 @@ def resolve_tool(
     server = next((s for s in servers if s.mcp_id == mcp_id), None)
     if server is None or not server.enabled:
         return None, None, f"mcp:not_loaded:{mcp_id}"
-    tool = next((t for t in server.tools.all() if t.name == tool_name and t.enabled and t.available), None)
+    tool = next((t for t in server.tools.all() if t.name == tool_name and t.callable), None)
     if tool is None:
         return server, None, "tool:unknown"
     return server, tool, None
@@ -131,7 +131,11 @@ def call(
         else:
             result.attempts = 1
             outcome = get_default_pool().call_tool(
-                server.connection_config(), tool_name, args, timeout_s=server.timeout_s
+                server.connection_config(),
+                tool_name,
+                args,
+                timeout_s=server.timeout_s,
+                scope=server.pool_scope(who.run_id),
             )
             raw_value = (
                 outcome.structured if outcome.structured is not None and not outcome.text else _parse(outcome.text)

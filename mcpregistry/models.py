@@ -1,20 +1,39 @@
-"""MCP server bindings and the tools they expose."""
+"""MCP server bindings, the tools they expose, and the contracts those tools are called under."""
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 from typing import Any
+from urllib.parse import urlparse
 
+from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 from agent_platform.json import UnicodeJSONEncoder
+from mcpregistry.crypto import EncryptedJSONField
+
+# langchain-mcp-adapters expands ${VAR} in env values from the worker's environment: refuse them at save.
+PLACEHOLDER = re.compile(r"\$\{[^}]*\}")
+
+
+def secret_entry_value(entry: Any) -> str | None:
+    """A stored secret entry is a literal string or ``{"from_env": "NAME"}`` (read on the worker)."""
+    if isinstance(entry, dict) and "from_env" in entry:
+        return os.environ.get(str(entry["from_env"]))
+    if isinstance(entry, dict) and "value" in entry:
+        return str(entry["value"])
+    return None if entry is None else str(entry)
 
 
 class McpServer(models.Model):
     """A binding to one MCP server: how to start or reach it, and its secrets.
 
-    ``env`` (stdio) and ``headers`` (HTTP) hold secret values: they are never shown back by the admin or
-    the API, and the audit masks their exact values wherever they appear.
+    ``env`` (stdio) and ``headers`` (HTTP) hold secret values, encrypted at rest: never shown back by the admin
+    or the API, masked by the audit wherever their exact values appear.
     """
 
     class Transport(models.TextChoices):
@@ -27,20 +46,23 @@ class McpServer(models.Model):
         OK = "ok", _("ok")
         ERROR = "error", _("error")
 
+    class SessionScope(models.TextChoices):
+        PER_RUN = "per_run", _("per run (a session for each run, closed at its end)")
+        SHARED = "shared", _("shared (one session per worker, reused across runs)")
+
     mcp_id = models.SlugField(_("MCP id"), max_length=64, unique=True)
     name = models.CharField(_("name"), max_length=200)
     transport = models.CharField(_("transport"), max_length=20, choices=Transport.choices, default=Transport.STDIO)
     command = models.CharField(_("command"), max_length=500, blank=True)
     args = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("arguments"), default=list, blank=True)
     cwd = models.CharField(_("working directory"), max_length=500, blank=True)
-    env = models.JSONField(
-        encoder=UnicodeJSONEncoder, verbose_name=_("environment (secret values)"), default=dict, blank=True
-    )
+    env = EncryptedJSONField(_("environment (secret values)"), default=dict, blank=True)
     url = models.URLField(_("URL"), max_length=500, blank=True)
-    headers = models.JSONField(
-        encoder=UnicodeJSONEncoder, verbose_name=_("headers (secret values)"), default=dict, blank=True
-    )
+    headers = EncryptedJSONField(_("headers (secret values)"), default=dict, blank=True)
     timeout_s = models.FloatField(_("call timeout (seconds)"), default=30.0)
+    session_scope = models.CharField(
+        _("session scope"), max_length=10, choices=SessionScope.choices, default=SessionScope.PER_RUN
+    )
     enabled = models.BooleanField(_("enabled"), default=True)
     tool_prefix = models.CharField(_("tool name prefix"), max_length=40, blank=True)
     health = models.CharField(_("health"), max_length=10, choices=Health.choices, default=Health.UNKNOWN)
@@ -48,6 +70,8 @@ class McpServer(models.Model):
     last_error = models.TextField(_("last error"), blank=True)
     protocol_version = models.CharField(_("MCP protocol version"), max_length=40, blank=True)
     server_info = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("server info"), default=dict, blank=True)
+    resources = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("resources"), default=list, blank=True)
+    prompts = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("prompts"), default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -59,14 +83,54 @@ class McpServer(models.Model):
     def __str__(self) -> str:
         return self.mcp_id
 
+    def clean(self) -> None:
+        errors: dict[str, list[str]] = {}
+        if self.transport == self.Transport.STDIO:
+            if not self.command:
+                errors.setdefault("command", []).append(_("A stdio server needs a command."))
+            else:
+                resolved = shutil.which(self.command)
+                if resolved is None:
+                    errors.setdefault("command", []).append(
+                        _("Command not found: '%(cmd)s' is not an executable on this machine's PATH.")
+                        % {"cmd": self.command}
+                    )
+                allowlist = settings.PLATFORM_STDIO_COMMAND_ALLOWLIST
+                if allowlist and self.command not in allowlist and (resolved or "") not in allowlist:
+                    errors.setdefault("command", []).append(
+                        _("Command '%(cmd)s' is not in PLATFORM_STDIO_COMMAND_ALLOWLIST.") % {"cmd": self.command}
+                    )
+            if not isinstance(self.args, list) or not all(isinstance(a, str) for a in self.args):
+                errors.setdefault("args", []).append(_("Arguments must be a JSON list of strings."))
+        else:
+            parsed = urlparse(self.url or "")
+            if parsed.scheme not in {"http", "https"} or not parsed.netloc:
+                errors.setdefault("url", []).append(_("Enter an http:// or https:// URL."))
+        for field_name, values in (
+            ("args", self.args if isinstance(self.args, list) else []),
+            ("env", list((self.env or {}).values())),
+            ("headers", list((self.headers or {}).values())),
+            ("command", [self.command]),
+        ):
+            if any(isinstance(v, str) and PLACEHOLDER.search(v) for v in values):
+                errors.setdefault(field_name, []).append(
+                    _("${VAR} placeholders are not allowed: they would be expanded from the worker's environment.")
+                )
+        if errors:
+            raise ValidationError(errors)
+
     def secret_values(self) -> list[str]:
         """The secret values of this binding, for masking: every env or header value under a secret-looking name
         (token, password, api_key, authorization…) and any value of 16 characters or more. Short settings such
         as ``FAILURE_MODE=none`` are not secrets (masking "none" everywhere would garble text)."""
         from audit.masking import is_secret_key
 
-        pairs = [*self.env.items(), *self.headers.items()]
-        return [str(v) for k, v in pairs if v and (is_secret_key(str(k)) or len(str(v)) >= 16)]
+        values = []
+        for key, entry in [*(self.env or {}).items(), *(self.headers or {}).items()]:
+            value = secret_entry_value(entry)
+            if value and (is_secret_key(str(key)) or len(value) >= 16 or isinstance(entry, dict)):
+                values.append(value)
+        return values
 
     def connection_config(self) -> dict[str, Any]:
         """The pool's connection description of this binding (contains secrets: never log or show it)."""
@@ -76,14 +140,24 @@ class McpServer(models.Model):
             "command": self.command,
             "args": list(self.args or []),
             "cwd": self.cwd or None,
-            "env": dict(self.env or {}),
+            "env": {k: v for k, e in (self.env or {}).items() if (v := secret_entry_value(e)) is not None},
             "url": self.url,
-            "headers": dict(self.headers or {}),
+            "headers": {k: v for k, e in (self.headers or {}).items() if (v := secret_entry_value(e)) is not None},
         }
+
+    def pool_scope(self, run_id: Any) -> str | None:
+        """The pool scope of a call in ``run_id``: None (shared) or the run's own scope."""
+        if self.session_scope == self.SessionScope.SHARED or run_id is None:
+            return None
+        return f"run:{run_id}"
 
 
 class McpTool(models.Model):
-    """A tool a server exposes, as last discovered. Admins may disable a tool."""
+    """A tool a server exposes, as last discovered. Admins may disable a tool.
+
+    If the description or input schema of an enabled tool changes at a later discovery (a "rug pull"), the
+    tool is disabled and flagged for review; the previous version is kept so the admin can see the diff.
+    """
 
     server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="tools", verbose_name=_("server"))
     name = models.CharField(_("name"), max_length=200)
@@ -95,6 +169,15 @@ class McpTool(models.Model):
     enabled = models.BooleanField(_("enabled"), default=True)
     available = models.BooleanField(
         _("available"), default=True, help_text=_("False when the last discovery no longer listed this tool.")
+    )
+    review_required = models.BooleanField(
+        _("review required"),
+        default=False,
+        help_text=_("The tool's description or schema changed after it was enabled; it stays disabled until reviewed."),
+    )
+    previous_description = models.TextField(_("previous description"), blank=True)
+    previous_input_schema = models.JSONField(
+        encoder=UnicodeJSONEncoder, verbose_name=_("previous input schema"), null=True, blank=True
     )
     discovered_at = models.DateTimeField(_("discovered"), null=True, blank=True)
 
@@ -111,3 +194,65 @@ class McpTool(models.Model):
     def exposed_name(self) -> str:
         """The name the model sees: the server's prefix plus the tool's own name."""
         return f"{self.server.tool_prefix}{self.name}"
+
+    @property
+    def callable(self) -> bool:
+        return self.enabled and self.available and not self.review_required
+
+
+class ToolContract(models.Model):
+    """How a tool may be called and what it must return (seed 004), enforced by the gate on every call.
+
+    ``args``: per argument ``{"type": "str|int|float|bool|list|dict", "required", "allowed", "min", "max",
+    "max_length", "pattern"}``. ``returns``: ``{"type", "required" (keys), "non_empty", "max_items",
+    "max_chars", "ranges": {key: {"min", "max"}}}``. ``retry``: ``{"max_attempts", "on": [reasons],
+    "backoff_base_s", "backoff_cap_s", "honor_retry_after"}``.
+    """
+
+    class Risk(models.TextChoices):
+        READ = "read", _("read")
+        WRITE = "write", _("write (needs approval)")
+
+    class UnknownArgs(models.TextChoices):
+        REFUSE = "refuse", _("refuse the call")
+        DROP = "drop", _("drop them and call")
+
+    class FallbackPolicy(models.TextChoices):
+        SUGGEST = "suggest", _("suggest it to the model")
+        CALL = "call", _("call it in the gate")
+
+    tool = models.OneToOneField(McpTool, on_delete=models.CASCADE, related_name="contract", verbose_name=_("tool"))
+    args = models.JSONField(
+        encoder=UnicodeJSONEncoder, verbose_name=_("argument constraints"), default=dict, blank=True
+    )
+    unknown_args = models.CharField(
+        _("unknown arguments"), max_length=10, choices=UnknownArgs.choices, default=UnknownArgs.REFUSE
+    )
+    returns = models.JSONField(
+        encoder=UnicodeJSONEncoder, verbose_name=_("result constraints"), default=dict, blank=True
+    )
+    retry = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("retry policy"), default=dict, blank=True)
+    timeout_s = models.FloatField(_("timeout (seconds)"), null=True, blank=True, help_text=_("Empty: the server's."))
+    fallback_tool = models.CharField(_("fallback tool"), max_length=200, blank=True)
+    fallback_policy = models.CharField(
+        _("fallback policy"), max_length=10, choices=FallbackPolicy.choices, default=FallbackPolicy.SUGGEST
+    )
+    risk = models.CharField(_("risk"), max_length=10, choices=Risk.choices, default=Risk.READ)
+    memo = models.BooleanField(_("memoize successes within a run"), default=True)
+    memo_ttl_s = models.PositiveIntegerField(
+        _("memo TTL across runs (seconds)"), null=True, blank=True, help_text=_("Read tools only. Empty: off.")
+    )
+    idempotency_arg = models.CharField(
+        _("idempotency key argument"),
+        max_length=100,
+        blank=True,
+        help_text=_("If set, write calls pass their idempotency key (run + call id) in this argument."),
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = _("tool contract")
+        verbose_name_plural = _("tool contracts")
+
+    def __str__(self) -> str:
+        return f"contract of {self.tool}"

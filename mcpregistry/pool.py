@@ -109,6 +109,8 @@ class ServerListing:
     protocol_version: str
     server_info: dict[str, Any]
     tools: list[dict[str, Any]]
+    resources: list[dict[str, Any]] = field(default_factory=list)
+    prompts: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -117,6 +119,8 @@ class _PooledSession:
     session: ClientSession | None = None
     protocol_version: str = ""
     server_info: dict[str, Any] = field(default_factory=dict)
+    capabilities: dict[str, Any] = field(default_factory=dict)
+    key: str = ""
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     dead: bool = False
@@ -221,6 +225,7 @@ class McpSessionPool:
                 pooled.session = session
                 pooled.protocol_version = str(init.protocolVersion)
                 pooled.server_info = init.serverInfo.model_dump(mode="json", exclude_none=True)
+                pooled.capabilities = init.capabilities.model_dump(mode="json", exclude_none=True)
                 ready.set_result(None)
                 await pooled.closing.wait()
         except BaseException as exc:
@@ -233,8 +238,8 @@ class McpSessionPool:
             if stderr_pipe is not None:
                 stderr_pipe.close()
 
-    async def _get(self, connection: ServerConnection, open_timeout: float) -> _PooledSession:
-        key = connection.key
+    async def _get(self, connection: ServerConnection, scope: str | None, open_timeout: float) -> _PooledSession:
+        key = _session_key(connection, scope)
         pooled = self._sessions.get(key)
         if pooled is not None and not pooled.dead:
             return pooled
@@ -243,10 +248,11 @@ class McpSessionPool:
             pooled = self._sessions.get(key)
             if pooled is not None and not pooled.dead:
                 return pooled
-            # Close any older session of the same server (its binding changed) before opening a new one.
-            for other_key in [k for k in self._sessions if k.startswith(f"{connection.mcp_id}:") and k != key]:
-                await self._drop(other_key)
-            pooled = _PooledSession(connection=connection)
+            # Close an older session of the same server in the same scope (its binding changed) first.
+            for other_key, other in list(self._sessions.items()):
+                if other.connection.mcp_id == connection.mcp_id and other_key != key and _scope_of(other_key) == scope:
+                    await self._drop(other_key)
+            pooled = _PooledSession(connection=connection, key=key)
             ready: asyncio.Future[None] = self._loop.create_future()
             pooled.task = self._loop.create_task(self._session_owner(pooled, ready))
             try:
@@ -288,13 +294,14 @@ class McpSessionPool:
         connection: ServerConnection,
         operation: Callable[[_PooledSession], Awaitable[T]],
         *,
+        scope: str | None,
         timeout_s: float,
         open_timeout_s: float,
     ) -> T:
         """Run ``operation`` over the live session, opening it if needed; a broken session is replaced
         once and the operation tried again on the fresh one."""
         for attempt in (1, 2):
-            pooled = await self._get(connection, open_timeout_s)
+            pooled = await self._get(connection, scope, open_timeout_s)
             pooled.last_used = time.monotonic()
             try:
                 return await asyncio.wait_for(operation(pooled), timeout=timeout_s)
@@ -302,13 +309,13 @@ class McpSessionPool:
                 raise McpTimeoutError(f"no answer from '{connection.mcp_id}' within {timeout_s:g}s") from None
             except McpError as exc:
                 if pooled.dead or "closed" in str(exc).lower():
-                    await self._drop(connection.key)
+                    await self._drop(pooled.key)
                     if attempt == 1:
                         continue
                     raise McpTransportError(f"session to '{connection.mcp_id}' broke: {exc}") from exc
                 raise
             except TRANSPORT_ERRORS as exc:
-                await self._drop(connection.key)
+                await self._drop(pooled.key)
                 if attempt == 1:
                     continue
                 raise McpTransportError(f"session to '{connection.mcp_id}' broke: {_describe(exc)}") from exc
@@ -316,13 +323,20 @@ class McpSessionPool:
 
     # ---- public, synchronous -------------------------------------------------------------------
     def call_tool(
-        self, config: dict[str, Any], tool: str, arguments: dict[str, Any], *, timeout_s: float
+        self,
+        config: dict[str, Any],
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        timeout_s: float,
+        scope: str | None = None,
     ) -> ToolCallOutcome:
         """Call ``tool`` on the server described by ``config``.
 
         Raises ``McpTimeoutError`` past ``timeout_s``, ``McpTransportError`` when the server cannot be reached
         or its session broke twice, and ``McpError`` for a protocol-level refusal (e.g. an unknown tool).
-        A tool's own failure is not an exception: it comes back with ``is_error=True``.
+        A tool's own failure is not an exception: it comes back with ``is_error=True``. ``scope`` None uses the
+        worker's shared session of this server; any other value a session of that scope only (``close_scope``).
         """
         connection = ServerConnection.from_config(config)
 
@@ -336,12 +350,15 @@ class McpSessionPool:
             )
 
         return self.submit(
-            self._with_session(connection, operation, timeout_s=timeout_s, open_timeout_s=max(timeout_s, 30.0)),
+            self._with_session(
+                connection, operation, scope=scope, timeout_s=timeout_s, open_timeout_s=max(timeout_s, 30.0)
+            ),
             timeout=timeout_s + max(timeout_s, 30.0) * 2 + 10,
         )
 
-    def list_tools(self, config: dict[str, Any], *, timeout_s: float = 30.0) -> ServerListing:
-        """Initialize (or reuse) a session and list the server's tools."""
+    def list_tools(self, config: dict[str, Any], *, timeout_s: float = 30.0, scope: str | None = None) -> ServerListing:
+        """Initialize (or reuse) a session and list the server's tools, and its resources and prompts where the
+        server offers them."""
         connection = ServerConnection.from_config(config)
 
         async def operation(pooled: _PooledSession) -> ServerListing:
@@ -354,29 +371,61 @@ class McpSessionPool:
                 cursor = page.nextCursor
                 if not cursor:
                     break
-            return ServerListing(pooled.protocol_version, pooled.server_info, tools)
+            listing = ServerListing(pooled.protocol_version, pooled.server_info, tools)
+            if "resources" in pooled.capabilities:
+                page = await pooled.session.list_resources()
+                listing.resources = [r.model_dump(mode="json", exclude_none=True) for r in page.resources]
+            if "prompts" in pooled.capabilities:
+                prompts = await pooled.session.list_prompts()
+                listing.prompts = [p.model_dump(mode="json", exclude_none=True) for p in prompts.prompts]
+            return listing
 
         return self.submit(
-            self._with_session(connection, operation, timeout_s=timeout_s, open_timeout_s=timeout_s),
+            self._with_session(connection, operation, scope=scope, timeout_s=timeout_s, open_timeout_s=timeout_s),
             timeout=timeout_s * 3 + 10,
         )
 
     def live_sessions(self) -> dict[str, dict[str, Any]]:
-        """mcp_id → what is known of its live session (for the admin and tests)."""
+        """session key → what is known of its live session (for the admin and tests)."""
         return {
-            p.connection.mcp_id: {"protocol_version": p.protocol_version, "server_info": p.server_info}
-            for p in self._sessions.values()
+            key: {"mcp_id": p.connection.mcp_id, "protocol_version": p.protocol_version, "server_info": p.server_info}
+            for key, p in self._sessions.items()
             if not p.dead
         }
 
     def close(self, mcp_id: str) -> None:
-        """Close the live session of one server, if any."""
+        """Close every live session of one server, whatever its scope."""
 
         async def close_matching() -> None:
-            for key in [k for k in self._sessions if k.startswith(f"{mcp_id}:")]:
+            for key in [k for k, p in self._sessions.items() if p.connection.mcp_id == mcp_id]:
                 await self._drop(key)
 
         self.submit(close_matching(), timeout=30)
+
+    def close_scope(self, scope: str) -> None:
+        """Close every session opened for ``scope`` (a run's sessions, at its end)."""
+
+        async def close_matching() -> None:
+            await asyncio.gather(*(self._drop(k) for k in list(self._sessions) if _scope_of(k) == scope))
+
+        self.submit(close_matching(), timeout=30)
+
+    @staticmethod
+    def child_process_ids() -> list[int]:
+        """Process ids of this process's live children (the stdio servers it started), read from /proc."""
+        me = os.getpid()
+        children = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == me and fields[0] != "Z":
+                children.append(int(entry))
+        return sorted(children)
 
     def shutdown(self) -> None:
         """Close every session (ending every stdio server process) and stop the loop."""
@@ -395,6 +444,14 @@ class McpSessionPool:
         self._closed = True
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+
+
+def _session_key(connection: ServerConnection, scope: str | None) -> str:
+    return f"{connection.key}|{scope}" if scope else connection.key
+
+
+def _scope_of(key: str) -> str | None:
+    return key.split("|", 1)[1] if "|" in key else None
 
 
 def _describe(exc: BaseException) -> str:

@@ -23,6 +23,7 @@ class DiscoveryReport:
     added: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     vanished: list[str] = field(default_factory=list)
+    review_required: list[str] = field(default_factory=list)
     tool_count: int = 0
 
 
@@ -34,14 +35,21 @@ def mcp_server_discover(*, server: McpServer) -> DiscoveryReport:
     the server's failure: the report and the binding's health carry it.
     """
     report = DiscoveryReport(mcp_id=server.mcp_id, ok=False)
+    # A per-run server gets a session for this discovery alone; a shared one warms this process's session.
+    scope = server.pool_scope("discovery")
     try:
-        listing = get_default_pool().list_tools(server.connection_config(), timeout_s=max(server.timeout_s, 30.0))
+        listing = get_default_pool().list_tools(
+            server.connection_config(), timeout_s=max(server.timeout_s, 30.0), scope=scope
+        )
     except Exception as exc:
         report.error = mask_text(str(exc) or type(exc).__name__, secrets=server.secret_values())[:2000]
         McpServer.objects.filter(pk=server.pk).update(
             health=McpServer.Health.ERROR, last_error=report.error, last_checked_at=timezone.now()
         )
         return report
+    finally:
+        if scope is not None:
+            get_default_pool().close_scope(scope)
     now = timezone.now()
     with transaction.atomic():
         existing = {t.name: t for t in server.tools.all()}
@@ -49,22 +57,40 @@ def mcp_server_discover(*, server: McpServer) -> DiscoveryReport:
         for listed in listing.tools:
             name = listed["name"]
             seen.add(name)
-            values = {
-                "description": listed.get("description") or "",
-                "input_schema": listed.get("inputSchema") or {},
+            description = listed.get("description") or ""
+            input_schema = listed.get("inputSchema") or {}
+            tool = existing.get(name)
+            if tool is None:
+                McpTool.objects.create(
+                    server=server,
+                    name=name,
+                    description=description,
+                    input_schema=input_schema,
+                    annotations=listed.get("annotations") or {},
+                    discovered_at=now,
+                )
+                report.added.append(name)
+                continue
+            changed = tool.description != description or tool.input_schema != input_schema
+            updates: dict[str, object] = {
+                "description": description,
+                "input_schema": input_schema,
                 "annotations": listed.get("annotations") or {},
                 "available": True,
                 "discovered_at": now,
             }
-            tool = existing.get(name)
-            if tool is None:
-                McpTool.objects.create(server=server, name=name, **values)
-                report.added.append(name)
-            else:
-                changed = any(getattr(tool, k) != v for k, v in values.items() if k != "discovered_at")
-                McpTool.objects.filter(pk=tool.pk).update(**values)
-                if changed:
-                    report.updated.append(name)
+            if changed:
+                report.updated.append(name)
+                if tool.enabled and tool.discovered_at is not None:
+                    # A tool an admin enabled changed under them: keep the old text and park it for review.
+                    updates.update(
+                        enabled=False,
+                        review_required=True,
+                        previous_description=tool.description,
+                        previous_input_schema=tool.input_schema,
+                    )
+                    report.review_required.append(name)
+            McpTool.objects.filter(pk=tool.pk).update(**updates)
         for name, tool in existing.items():
             if name not in seen and tool.available:
                 McpTool.objects.filter(pk=tool.pk).update(available=False)
@@ -75,6 +101,8 @@ def mcp_server_discover(*, server: McpServer) -> DiscoveryReport:
             last_checked_at=now,
             protocol_version=listing.protocol_version,
             server_info=listing.server_info,
+            resources=listing.resources,
+            prompts=listing.prompts,
         )
     report.ok = True
     report.tool_count = len(listing.tools)

@@ -31,7 +31,9 @@ def _close_mcp_sessions_at_the_end() -> Iterator[None]:
     shutdown_default_pool()
 
 
-def bind_demo_server(*, mcp_id: str = "sds-company-data", failure_mode: str = "none", **env: str) -> McpServer:
+def bind_demo_server(
+    *, mcp_id: str = "sds-company-data", failure_mode: str = "none", session_scope: str = "shared", **env: str
+) -> McpServer:
     """A binding to the shipped demo server (a real stdio process), discovered."""
     server = McpServer.objects.create(
         mcp_id=mcp_id,
@@ -42,6 +44,7 @@ def bind_demo_server(*, mcp_id: str = "sds-company-data", failure_mode: str = "n
         cwd=str(settings.BASE_DIR),
         env={"FAILURE_MODE": failure_mode, "INTERNAL_API_KEY": DEMO_SECRET, "FAILURE_TIMEOUT_S": "0.2", **env},
         timeout_s=10,
+        session_scope=session_scope,
     )
     report = mcp_server_discover(server=server)
     assert report.ok, report.error

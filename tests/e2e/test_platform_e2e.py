@@ -4,7 +4,6 @@ demo MCP server over stdio → an audited answer."""
 from __future__ import annotations
 
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
@@ -48,12 +47,8 @@ def check_the_seed_questions(platform: RunningPlatform) -> None:
     assert [(r[0], r[1], r[2], r[3]) for r in rows] == [("deterministic", "sds-company-data", "search_employee", 1)]
     assert "김하늘" in rows[0][4]
 
-    started = time.monotonic()
     run = ask_and_wait(platform, "클라우드운영팀 인원이 몇 명인지 알려주세요.")
     assert run["answer"] == "클라우드운영팀 인원은 3명입니다."
-    # The worker's pooled session to the demo server is reused: no new server process for the second run.
-    assert run["timings"]["deterministic_ms"] < 500, run["timings"]
-    assert time.monotonic() - started < 30
 
 
 def test_a_query_travels_through_a_real_worker_on_the_embedded_broker(tmp_path: Path) -> None:

@@ -91,6 +91,9 @@ class Command(BaseCommand):
             server.command = sys.executable
             server.args = ["-m", settings.PLATFORM_DEMO_SERVER_MODULE]
             server.cwd = str(settings.BASE_DIR)
+            # The demo server keeps no state between calls: one session per worker, reused across runs.
+            server.session_scope = McpServer.SessionScope.SHARED
+            server.full_clean()
             server.save()
             agent, _ = Agent.objects.update_or_create(
                 slug=DEMO_AGENT,

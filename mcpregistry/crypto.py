@@ -1,0 +1,91 @@
+"""Secrets at rest: Fernet encryption of bindings' env and header values.
+
+Keys come from ``SECRETS_ENCRYPTION_KEYS`` (comma-separated Fernet keys; the first encrypts, all decrypt, so a
+key is rotated by putting the new one first and running ``manage.py rotate_secrets``). Without the variable, a
+key is generated once for local use into ``var/secrets_key`` (git-ignored).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import lru_cache
+from typing import Any
+
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import models
+
+PREFIX = "fernet:"
+
+
+class SecretDecryptionError(ImproperlyConfigured):
+    """Stored secrets cannot be decrypted with the configured keys."""
+
+
+def _local_key() -> str:
+    path = settings.VAR_DIR / "secrets_key"
+    if not path.exists():
+        path.write_text(Fernet.generate_key().decode(), encoding="utf-8")
+        path.chmod(0o600)
+    return path.read_text(encoding="utf-8").strip()
+
+
+def configured_keys() -> list[str]:
+    raw = os.environ.get("SECRETS_ENCRYPTION_KEYS", "")
+    keys = [k.strip() for k in raw.split(",") if k.strip()]
+    return keys or [_local_key()]
+
+
+@lru_cache(maxsize=4)
+def _fernet(keys: tuple[str, ...]) -> MultiFernet:
+    try:
+        return MultiFernet([Fernet(k.encode()) for k in keys])
+    except ValueError as exc:
+        raise ImproperlyConfigured("SECRETS_ENCRYPTION_KEYS holds a value that is not a Fernet key") from exc
+
+
+def fernet() -> MultiFernet:
+    return _fernet(tuple(configured_keys()))
+
+
+def encrypt_json(value: Any) -> str:
+    return PREFIX + fernet().encrypt(json.dumps(value, ensure_ascii=False).encode()).decode()
+
+
+def decrypt_json(token: str) -> Any:
+    if not token.startswith(PREFIX):
+        raise SecretDecryptionError("stored secrets are not encrypted (expected a 'fernet:' token)")
+    try:
+        return json.loads(fernet().decrypt(token[len(PREFIX) :].encode()))
+    except InvalidToken:
+        raise SecretDecryptionError(
+            "stored secrets cannot be decrypted: SECRETS_ENCRYPTION_KEYS lacks the key they were encrypted with"
+        ) from None
+
+
+def rotate_token(token: str) -> str:
+    """Re-encrypt a stored token with the first (newest) key."""
+    return PREFIX + fernet().rotate(token[len(PREFIX) :].encode()).decode()
+
+
+class EncryptedJSONField(models.TextField):
+    """A JSON object stored encrypted (Fernet). In Python it is a plain dict; in the database, ciphertext."""
+
+    def from_db_value(self, value: str | None, expression: Any, connection: Any) -> Any:
+        if value in (None, ""):
+            return {}
+        return decrypt_json(value)
+
+    def to_python(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return decrypt_json(value) if value.startswith(PREFIX) else json.loads(value or "{}")
+        return value if value is not None else {}
+
+    def get_prep_value(self, value: Any) -> str:
+        return encrypt_json(value if value is not None else {})
+
+    def value_to_string(self, obj: Any) -> str:
+        # Serialization (dumpdata) writes the ciphertext, never the values.
+        return self.get_prep_value(self.value_from_object(obj))
