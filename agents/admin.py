@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
 from agents.models import Agent, ApiKey, DeterministicRule, Run
+from agents.selectors import tool_name_conflicts
 
 
 class DeterministicRuleInline(admin.TabularInline):
@@ -19,8 +21,43 @@ class DeterministicRuleInline(admin.TabularInline):
     fields = ["order", "name", "enabled", "server", "tool_name", "when", "params"]
 
 
+class AgentForm(forms.ModelForm):
+    class Meta:
+        model = Agent
+        fields = [
+            "slug",
+            "name",
+            "enabled",
+            "mode",
+            "system_prompt",
+            "deterministic_instruction",
+            "answer_template",
+            "model_provider",
+            "model_id",
+            "model_params",
+            "servers",
+            "max_iterations",
+        ]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        servers = cleaned.get("servers")
+        if servers is not None:
+            conflicts = tool_name_conflicts(list(servers))
+            if conflicts:
+                raise forms.ValidationError(
+                    _(
+                        "These servers expose the same tool name: %(conflicts)s. Give one of them a tool name "
+                        "prefix, or disable the duplicate tool."
+                    )
+                    % {"conflicts": "; ".join(f"{name} ({', '.join(ids)})" for name, ids in conflicts.items())}
+                )
+        return cleaned
+
+
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
+    form = AgentForm
     list_display = ["slug", "name", "enabled", "model_provider", "model_id", "mode"]
     list_filter = ["enabled", "model_provider", "mode"]
     search_fields = ["slug", "name"]

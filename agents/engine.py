@@ -22,6 +22,7 @@ from langgraph.prebuilt.chat_agent_executor import AgentState
 
 from agents.deterministic import RuleSpec, decide, render_answer
 from agents.llm import build_chat_model
+from agents.selectors import tool_name_conflicts
 from audit.masking import mask_text, mask_value
 from mcpregistry import gate
 from mcpregistry.models import McpServer
@@ -256,6 +257,16 @@ def execute(plan: RunPlan) -> RunOutcome:
         failed.timings = {"deterministic_ms": deterministic_ms, "total_ms": clock.ms_since(clock.started)}
         return failed
 
+    conflicts = tool_name_conflicts(plan.servers)
+    if conflicts:
+        names = ", ".join(sorted(conflicts))
+        return RunOutcome(
+            status="failed",
+            error_code="config:tool_name_conflict",
+            error_message=f"the agent's servers expose the same tool name(s): {names}; set a tool name prefix",
+            deterministic_results=public_results,
+            messages=trace,
+        )
     system_text = system_message_text(plan, results)
     model = build_chat_model(
         provider=plan.provider,
@@ -281,7 +292,7 @@ def execute(plan: RunPlan) -> RunOutcome:
         outcome.status = "failed"
         outcome.error_code = "max_iterations"
         outcome.error_message = f"the agent did not finish within {plan.max_iterations} iterations"
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a model failure ends the run as a value, not a crash
         logger.warning("model failure in run %s: %s", plan.run_id, type(exc).__name__)
         outcome.status = "failed"
         outcome.error_code = "model:error"

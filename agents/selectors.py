@@ -10,6 +10,7 @@ from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
 from agents.models import ApiKey, Run
+from mcpregistry.models import McpServer
 
 
 def run_get(*, run_id: str, api_key: ApiKey) -> Run:
@@ -49,3 +50,13 @@ def run_wait(*, run: Run, timeout_s: float, interval_s: float = 0.1) -> Run:
         if run.is_finished or run.status == Run.Status.AWAITING_APPROVAL or time.monotonic() >= deadline:
             return run
         time.sleep(interval_s)
+
+
+def tool_name_conflicts(servers: list[McpServer]) -> dict[str, list[str]]:
+    """Tool names (as the model sees them, prefix included) that more than one of ``servers`` exposes."""
+    owners: dict[str, list[str]] = {}
+    for server in servers:
+        for tool in server.tools.all():
+            if tool.callable:
+                owners.setdefault(tool.exposed_name, []).append(server.mcp_id)
+    return {name: ids for name, ids in owners.items() if len(ids) > 1}

@@ -17,6 +17,7 @@ from agent_platform.errors import ApplicationError
 from agents import engine
 from agents.deterministic import RuleSpec
 from agents.models import Agent, ApiKey, DeterministicRule, Run
+from mcpregistry.pool import get_default_pool
 
 logger = logging.getLogger(__name__)
 
@@ -133,9 +134,12 @@ def run_execute(*, run_id: str) -> None:
     )
     try:
         outcome = engine.execute(plan)
-    except Exception as exc:
+    except Exception as exc:  # the run must end in a state, whatever happened
         logger.exception("run %s crashed", run_id)
         outcome = engine.RunOutcome(status="failed", error_code="internal", error_message=type(exc).__name__)
+    finally:
+        # Sessions opened for this run alone (per-run scope) end with it.
+        get_default_pool().close_scope(f"run:{run.id}")
     queued_ms = (run.started_at - run.created_at).total_seconds() * 1000 if run.started_at else None
     timings = dict(outcome.timings)
     if queued_ms is not None:

@@ -703,7 +703,7 @@ class SecretMaskingFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             _mask_record(record)
-        except Exception:  # a log call must never raise, nor leak
+        except Exception:  # noqa: BLE001 - a log call must never raise, nor leak
             record.msg = "<log message withheld: masking failed>"
             record.args = None
             record.exc_info = None
@@ -716,7 +716,7 @@ def _mask_record(record: logging.LogRecord) -> None:
     matcher = _resolve_matcher(())
     try:
         message = record.getMessage()
-    except Exception:  # bad format args: log the template rather than nothing
+    except Exception:  # noqa: BLE001 - bad format args: log the template rather than nothing
         message = str(record.msg)
     record.msg = _mask_str(message, matcher)
     record.args = None

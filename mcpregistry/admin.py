@@ -2,66 +2,111 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from mcpregistry.models import McpServer, McpTool
+from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.services import mcp_server_discover
 
 
 class SecretMapField(forms.CharField):
-    """A JSON object of secret values, entered but never shown back. Empty keeps what is stored."""
+    """Changes to a map of secret values, entered but never shown back.
 
-    widget = forms.Textarea(attrs={"rows": 3, "autocomplete": "off", "placeholder": '{"NAME": "value"}'})
+    A JSON object: a string sets or replaces that name's value, ``{"from_env": "NAME"}`` makes the worker read
+    it from its environment, ``null`` clears it. Names not given keep their stored value.
+    """
 
-    def to_python(self, value: Any) -> dict[str, str] | None:
+    widget = forms.Textarea(attrs={"rows": 3, "autocomplete": "off", "placeholder": '{"API_TOKEN": "…", "OLD": null}'})
+
+    def to_python(self, value: Any) -> dict[str, Any] | None:
         if value in (None, ""):
             return None
         try:
             parsed = json.loads(value)
         except ValueError as exc:
             raise forms.ValidationError(_('Enter a JSON object, e.g. {"API_TOKEN": "..."}.')) from exc
-        if not isinstance(parsed, dict) or not all(isinstance(v, str) for v in parsed.values()):
-            raise forms.ValidationError(_("Enter a JSON object whose values are strings."))
+        if not isinstance(parsed, dict):
+            raise forms.ValidationError(_("Enter a JSON object."))
+        for name, entry in parsed.items():
+            ok = (
+                entry is None
+                or isinstance(entry, str)
+                or (isinstance(entry, dict) and set(entry) == {"from_env"} and isinstance(entry["from_env"], str))
+            )
+            if not ok:
+                raise forms.ValidationError(
+                    _('"%(name)s": give a string, {"from_env": "NAME"} or null.') % {"name": name}
+                )
         return parsed
+
+
+def merge_secrets(stored: dict[str, Any], changes: dict[str, Any] | None, *, clear: bool) -> dict[str, Any]:
+    merged = {} if clear else dict(stored or {})
+    for name, entry in (changes or {}).items():
+        if entry is None:
+            merged.pop(name, None)
+        else:
+            merged[name] = entry
+    return merged
 
 
 class McpServerForm(forms.ModelForm):
     new_env = SecretMapField(
-        label=_("environment (secret values)"),
+        label=_("change environment values"),
         required=False,
-        help_text=_("A JSON object. Leave empty to keep the stored values; they are never shown."),
+        help_text=_(
+            'A JSON object: "NAME": "value" sets or replaces, "NAME": {"from_env": "VAR"} reads it on the worker, '
+            '"NAME": null clears. Stored values are never shown.'
+        ),
     )
     new_headers = SecretMapField(
-        label=_("headers (secret values)"),
+        label=_("change header values"),
         required=False,
-        help_text=_("A JSON object. Leave empty to keep the stored values; they are never shown."),
+        help_text=_('Same format as the environment, e.g. {"Authorization": "Bearer …"}.'),
     )
     url = forms.URLField(label=_("URL"), required=False, assume_scheme="https", max_length=500)
     clear_secrets = forms.BooleanField(label=_("clear all stored secret values"), required=False)
 
     class Meta:
         model = McpServer
-        fields = ["mcp_id", "name", "transport", "enabled", "timeout_s", "tool_prefix", "command", "args", "cwd", "url"]
+        fields = [
+            "mcp_id",
+            "name",
+            "transport",
+            "enabled",
+            "timeout_s",
+            "session_scope",
+            "tool_prefix",
+            "command",
+            "args",
+            "cwd",
+            "url",
+        ]
 
-    def save(self, commit: bool = True) -> McpServer:
-        server: McpServer = super().save(commit=False)
-        if self.cleaned_data.get("clear_secrets"):
-            server.env, server.headers = {}, {}
-        if self.cleaned_data.get("new_env") is not None:
-            server.env = self.cleaned_data["new_env"]
-        if self.cleaned_data.get("new_headers") is not None:
-            server.headers = self.cleaned_data["new_headers"]
-        if commit:
-            server.save()
-        return server
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        clear = bool(cleaned.get("clear_secrets"))
+        # Applied before the model's own validation, so a ${VAR} placeholder in a new value is refused too.
+        self.instance.env = merge_secrets(self.instance.env, cleaned.get("new_env"), clear=clear)
+        self.instance.headers = merge_secrets(self.instance.headers, cleaned.get("new_headers"), clear=clear)
+        return cleaned
+
+    def _update_errors(self, errors: ValidationError) -> None:
+        # The model validates env/headers; on this form they are entered as new_env/new_headers.
+        if hasattr(errors, "error_dict"):
+            renamed = {"env": "new_env", "headers": "new_headers"}
+            errors = ValidationError({renamed.get(k, k): v for k, v in errors.error_dict.items()})
+        super()._update_errors(errors)
 
 
 class McpToolInline(admin.TabularInline):
@@ -82,23 +127,63 @@ class McpServerAdmin(admin.ModelAdmin):
     list_display = ["mcp_id", "name", "transport", "enabled", "health_badge", "last_checked_at", "tool_count"]
     list_filter = ["transport", "enabled", "health"]
     search_fields = ["mcp_id", "name"]
-    readonly_fields = ["secrets_state", "health", "last_checked_at", "last_error", "protocol_version", "server_info"]
+    readonly_fields = [
+        "secrets_state",
+        "health",
+        "last_checked_at",
+        "last_error",
+        "protocol_version",
+        "server_info_pretty",
+        "resources_pretty",
+        "prompts_pretty",
+    ]
     inlines = [McpToolInline]
     actions = ["discover_tools"]
     fieldsets = [
-        (None, {"fields": ["mcp_id", "name", "transport", "enabled", "timeout_s", "tool_prefix"]}),
+        (None, {"fields": ["mcp_id", "name", "transport", "enabled", "timeout_s", "session_scope", "tool_prefix"]}),
         (_("stdio"), {"fields": ["command", "args", "cwd"]}),
         (_("HTTP"), {"fields": ["url"]}),
         (_("secrets"), {"fields": ["secrets_state", "new_env", "new_headers", "clear_secrets"]}),
-        (_("health"), {"fields": ["health", "last_checked_at", "last_error", "protocol_version", "server_info"]}),
+        (
+            _("health and discovery"),
+            {
+                "fields": [
+                    "health",
+                    "last_checked_at",
+                    "last_error",
+                    "protocol_version",
+                    "server_info_pretty",
+                    "resources_pretty",
+                    "prompts_pretty",
+                ]
+            },
+        ),
     ]
+
+    @admin.display(description=_("server info"))
+    def server_info_pretty(self, obj: McpServer) -> str:
+        return _pre(obj.server_info)
+
+    @admin.display(description=_("resources (read-only)"))
+    def resources_pretty(self, obj: McpServer) -> str:
+        return _pre(obj.resources) if obj.resources else "—"
+
+    @admin.display(description=_("prompts (read-only)"))
+    def prompts_pretty(self, obj: McpServer) -> str:
+        return _pre(obj.prompts) if obj.prompts else "—"
 
     @admin.display(description=_("secrets"))
     def secrets_state(self, obj: McpServer) -> str:
-        names = [(f"env {k}",) for k in obj.env] + [(f"header {k}",) for k in obj.headers]
-        if not names:
-            return _("none set")
-        return format_html_join(", ", "{}: set", names)
+        def state(entry: Any) -> str:
+            if isinstance(entry, dict) and "from_env" in entry:
+                return str(_("from the worker's environment (%(var)s)") % {"var": entry["from_env"]})
+            return str(_("set"))
+
+        rows = [("env", k, state(v)) for k, v in (obj.env or {}).items()]
+        rows += [("header", k, state(v)) for k, v in (obj.headers or {}).items()]
+        if not rows:
+            return str(_("none set"))
+        return format_html_join(mark_safe("<br>"), "{} <code>{}</code>: {}", rows)
 
     @admin.display(description=_("health"), ordering="health")
     def health_badge(self, obj: McpServer) -> str:
@@ -124,12 +209,93 @@ class McpServerAdmin(admin.ModelAdmin):
                 self.message_user(request, f"{server.mcp_id}: {report.error}", level=messages.ERROR)
 
 
+class ToolContractInline(admin.StackedInline):
+    model = ToolContract
+    can_delete = False
+    extra = 0
+    fields = [
+        "risk",
+        "args",
+        "unknown_args",
+        "returns",
+        "retry",
+        "timeout_s",
+        "fallback_tool",
+        "fallback_policy",
+        "memo",
+        "memo_ttl_s",
+        "idempotency_arg",
+    ]
+
+
 @admin.register(McpTool)
 class McpToolAdmin(admin.ModelAdmin):
-    list_display = ["name", "server", "enabled", "available", "discovered_at"]
-    list_filter = ["server", "enabled", "available"]
+    list_display = ["name", "server", "enabled", "available", "review_required", "risk", "discovered_at"]
+    list_filter = ["server", "enabled", "available", "review_required"]
     search_fields = ["name", "description"]
-    readonly_fields = ["server", "name", "description", "input_schema", "annotations", "available", "discovered_at"]
+    readonly_fields = [
+        "server",
+        "name",
+        "description",
+        "schema_pretty",
+        "annotations_pretty",
+        "available",
+        "review_diff",
+        "discovered_at",
+    ]
+    fields = [
+        "server",
+        "name",
+        "enabled",
+        "available",
+        "review_diff",
+        "description",
+        "schema_pretty",
+        "annotations_pretty",
+        "discovered_at",
+    ]
+    inlines = [ToolContractInline]
+    actions = ["approve_reviewed_changes"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    @admin.display(description=_("risk"))
+    def risk(self, obj: McpTool) -> str:
+        contract = getattr(obj, "contract", None)
+        return contract.get_risk_display() if contract else "—"
+
+    @admin.display(description=_("input schema"))
+    def schema_pretty(self, obj: McpTool) -> str:
+        return _pre(obj.input_schema)
+
+    @admin.display(description=_("annotations (hints from the server, not trusted)"))
+    def annotations_pretty(self, obj: McpTool) -> str:
+        return _pre(obj.annotations) if obj.annotations else "—"
+
+    @admin.display(description=_("change under review"))
+    def review_diff(self, obj: McpTool) -> str:
+        if not obj.review_required:
+            return "—"
+        before = [
+            obj.previous_description,
+            *json.dumps(obj.previous_input_schema, ensure_ascii=False, indent=2).splitlines(),
+        ]
+        after = [obj.description, *json.dumps(obj.input_schema, ensure_ascii=False, indent=2).splitlines()]
+        diff = "\n".join(difflib.unified_diff(before, after, "before", "now", lineterm=""))
+        return format_html(
+            "<p><b>{}</b></p><pre>{}</pre>",
+            _("The server changed this tool after it was enabled. It stays disabled until you approve the change."),
+            diff,
+        )
+
+    @admin.action(description=_("Approve reviewed changes and enable"))
+    def approve_reviewed_changes(self, request: HttpRequest, queryset: QuerySet[McpTool]) -> None:
+        count = queryset.filter(review_required=True).update(
+            review_required=False, enabled=True, previous_description="", previous_input_schema=None
+        )
+        self.message_user(request, _("%(n)d tool(s) approved.") % {"n": count})
+
+
+def _pre(value: Any) -> str:
+    return format_html("<pre style='white-space:pre-wrap'>{}</pre>", json.dumps(value, ensure_ascii=False, indent=2))

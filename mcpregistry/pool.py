@@ -31,7 +31,8 @@ import anyio
 from mcp import ClientSession, McpError, StdioServerParameters
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamablehttp_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 logger = logging.getLogger(__name__)
 
@@ -211,8 +212,11 @@ class McpSessionPool:
                     params = StdioServerParameters(command=conn.command, args=list(conn.args), env=env, cwd=conn.cwd)
                     read, write = await stack.enter_async_context(stdio_client(params, errlog=stderr_pipe.writer))
                 elif conn.transport == "streamable_http":
+                    http_client = await stack.enter_async_context(
+                        create_mcp_http_client(headers=dict(conn.headers) or None)
+                    )
                     read, write, _ = await stack.enter_async_context(
-                        streamablehttp_client(conn.url, headers=dict(conn.headers) or None)
+                        streamable_http_client(conn.url, http_client=http_client)
                     )
                 elif conn.transport == "sse":
                     read, write = await stack.enter_async_context(
@@ -279,7 +283,7 @@ class McpSessionPool:
         if pooled.task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(pooled.task), timeout=5)
-            except (TimeoutError, Exception):
+            except Exception:  # noqa: BLE001 - a session that will not close cleanly is cancelled
                 pooled.task.cancel()
                 with contextlib.suppress(BaseException):
                     await pooled.task

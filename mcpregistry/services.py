@@ -9,7 +9,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.masking import mask_text
-from mcpregistry.models import McpServer, McpTool
+from mcpregistry.contracts import contract_defaults
+from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.pool import get_default_pool
 
 logger = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ def mcp_server_discover(*, server: McpServer) -> DiscoveryReport:
         listing = get_default_pool().list_tools(
             server.connection_config(), timeout_s=max(server.timeout_s, 30.0), scope=scope
         )
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - recorded as the binding's health
         report.error = mask_text(str(exc) or type(exc).__name__, secrets=server.secret_values())[:2000]
         McpServer.objects.filter(pk=server.pk).update(
             health=McpServer.Health.ERROR, last_error=report.error, last_checked_at=timezone.now()
@@ -61,7 +62,7 @@ def mcp_server_discover(*, server: McpServer) -> DiscoveryReport:
             input_schema = listed.get("inputSchema") or {}
             tool = existing.get(name)
             if tool is None:
-                McpTool.objects.create(
+                tool = McpTool.objects.create(
                     server=server,
                     name=name,
                     description=description,
@@ -69,8 +70,13 @@ def mcp_server_discover(*, server: McpServer) -> DiscoveryReport:
                     annotations=listed.get("annotations") or {},
                     discovered_at=now,
                 )
+                ToolContract.objects.create(tool=tool, **contract_defaults(input_schema, tool.annotations))
                 report.added.append(name)
                 continue
+            if not ToolContract.objects.filter(tool=tool).exists():
+                ToolContract.objects.create(
+                    tool=tool, **contract_defaults(input_schema, listed.get("annotations") or {})
+                )
             changed = tool.description != description or tool.input_schema != input_schema
             updates: dict[str, object] = {
                 "description": description,

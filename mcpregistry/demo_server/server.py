@@ -35,6 +35,8 @@ logging.basicConfig(
 logger = logging.getLogger("sds-company-data")
 
 mcp = FastMCP("sds-company-data")
+# Every tool here only reads; the hint lets discovery propose the "read" risk (the admin decides).
+READ_ONLY = {"readOnlyHint": True, "destructiveHint": False, "openWorldHint": False}
 
 
 def _load(filename: str) -> list[dict[str, Any]]:
@@ -52,7 +54,7 @@ def _dumps(value: Any, *, indent: int | None = None) -> str:
     return json.dumps(value, ensure_ascii=False, indent=indent)
 
 
-@mcp.tool()
+@mcp.tool(annotations=READ_ONLY)
 def search_employee(name: str) -> str:
     """삼성SDS 임직원 디렉터리에서 이름으로 직원 정보를 조회한다.
 
@@ -70,7 +72,7 @@ def search_employee(name: str) -> str:
     return f"'{name}' 직원을 찾을 수 없습니다. 등록된 직원: {names}"
 
 
-@mcp.tool()
+@mcp.tool(annotations=READ_ONLY)
 def list_team_members(team: str) -> str:
     """팀 이름으로 소속 임직원 목록을 조회한다.
 
@@ -87,7 +89,7 @@ def list_team_members(team: str) -> str:
     return _dumps({"count": len(rows), "members": rows}, indent=2)
 
 
-@mcp.tool()
+@mcp.tool(annotations=READ_ONLY)
 def get_asset(owner: str = "") -> str:
     """사내 자산(노트북, 모니터 등)을 조회한다.
 
@@ -100,7 +102,7 @@ def get_asset(owner: str = "") -> str:
     return _dumps({"count": len(rows), "assets": rows}, indent=2)
 
 
-@mcp.tool()
+@mcp.tool(annotations=READ_ONLY)
 def list_projects(team: str = "") -> str:
     """진행 중인 프로젝트 목록을 조회한다.
 
@@ -144,7 +146,7 @@ def _call_backend(asset_id: str) -> dict[str, Any]:
     return {"asset_id": asset_id, "status": "없음", "owner": None}
 
 
-@mcp.tool()
+@mcp.tool(annotations=READ_ONLY)
 def get_asset_status(asset_id: str) -> str:
     """자산 관리 백엔드에서 자산 ID로 현재 상태를 실시간 조회한다.
 
@@ -175,7 +177,7 @@ def get_asset_status(asset_id: str) -> str:
     return f"{data['asset_id']}: {data['status']} (사용자: {data['owner']})"
 
 
-@mcp.tool()
+@mcp.tool(annotations=READ_ONLY)
 def get_asset_status_backup(asset_id: str) -> str:
     """백업 자산 상태 조회. get_asset_status 실패 시 사용한다. 1시간 전 스냅샷 기준이라 느리지만 안정적이다."""
     logger.info("backup 경로 사용 asset_id=%s", asset_id)
@@ -185,7 +187,7 @@ def get_asset_status_backup(asset_id: str) -> str:
     return f"'{asset_id}' 자산을 백업 스냅샷에서 찾을 수 없습니다."
 
 
-@mcp.tool()
+@mcp.tool(annotations=READ_ONLY)
 def ping() -> str:
     """서버 응답 확인용. 항상 'pong'을 돌려준다 (지연 측정용, 업무 질문에는 사용하지 않는다)."""
     return "pong"

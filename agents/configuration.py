@@ -1,0 +1,423 @@
+"""Configuration as code: servers, contracts, agents and rules as one reviewable JSON (or YAML) document.
+
+``config_import`` is idempotent (natural keys: a server's ``mcp_id``, a contract's ``mcp_id`` + ``tool``, an
+agent's ``slug``, a rule's agent + ``name``) and all-or-nothing (one transaction; every error names its entry).
+Secret values are given inline (``{"value": "..."}``, encrypted on import) or by reference
+(``{"from_env": "NAME"}``, read on the worker); ``{"set": true}`` keeps the value already stored.
+``config_export`` never writes a secret value: a stored value is exported as ``{"set": true}``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ValidationError as PydanticValidationError
+
+from agent_platform.errors import ApplicationError
+from agents.models import Agent, DeterministicRule
+from mcpregistry.models import McpServer, McpTool, ToolContract
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SecretSpec(_Strict):
+    value: str | None = None
+    from_env: str | None = None
+    set: bool | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> SecretSpec:
+        given = [k for k in ("value", "from_env", "set") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError('give exactly one of {"value": ...}, {"from_env": ...} or {"set": true}')
+        return self
+
+
+class ServerSpec(_Strict):
+    mcp_id: str
+    name: str | None = None
+    transport: Literal["stdio", "streamable_http", "sse"] = "stdio"
+    command: str = ""
+    args: list[str] = Field(default_factory=list)
+    cwd: str = ""
+    env: dict[str, SecretSpec] = Field(default_factory=dict)
+    url: str = ""
+    headers: dict[str, SecretSpec] = Field(default_factory=dict)
+    timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    session_scope: Literal["per_run", "shared"] = "per_run"
+    enabled: bool = True
+    tool_prefix: str = ""
+
+
+class ArgSpec(_Strict):
+    type: Literal["str", "int", "float", "bool", "list", "dict"] | None = None
+    required: bool = False
+    allowed: list[Any] | None = None
+    min: float | None = None
+    max: float | None = None
+    max_length: int | None = None
+    pattern: str | None = None
+
+
+class ContractSpec(_Strict):
+    mcp_id: str
+    tool: str
+    args: dict[str, ArgSpec] = Field(default_factory=dict)
+    unknown_args: Literal["refuse", "drop"] = "refuse"
+    returns: dict[str, Any] = Field(default_factory=dict)
+    retry: dict[str, Any] = Field(default_factory=dict)
+    timeout_s: float | None = Field(default=None, gt=0, le=3600)
+    fallback: str | None = None
+    fallback_policy: Literal["suggest", "call"] = "suggest"
+    risk: Literal["read", "write"] = "read"
+    memo: bool = True
+    memo_ttl_s: int | None = Field(default=None, ge=0)
+    idempotency_arg: str = ""
+
+
+class ModelSpec(_Strict):
+    provider: Literal["offline", "bedrock", "scripted"] = "offline"
+    model_id: str = ""
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class AgentSpec(_Strict):
+    slug: str
+    name: str | None = None
+    enabled: bool = True
+    system_prompt: str = ""
+    deterministic_instruction: str | None = None
+    answer_template: str = ""
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    servers: list[str] = Field(default_factory=list)
+    max_iterations: int = Field(default=6, ge=1, le=100)
+    mode: Literal["react", "flow"] = "react"
+
+
+class RuleSpec(_Strict):
+    agent: str | None = None
+    name: str
+    order: int = 100
+    enabled: bool = True
+    mcp_id: str
+    tool: str
+    when: dict[str, Any] = Field(default_factory=dict)
+    params: dict[str, Any] = Field(default_factory=dict)
+    answer_template: str = ""
+
+
+class ConfigDocument(_Strict):
+    servers: list[ServerSpec] = Field(default_factory=list)
+    contracts: list[ContractSpec] = Field(default_factory=list)
+    agents: list[AgentSpec] = Field(default_factory=list)
+    rules: list[RuleSpec] = Field(default_factory=list)
+
+
+@dataclass
+class ImportReport:
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+
+
+class _Problems:
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def add(self, where: str, message: str) -> None:
+        self.items.append(f"{where}: {message}")
+
+
+def load_document(path: str | Path) -> dict[str, Any]:
+    """Read a JSON or YAML configuration file."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text) if str(path).endswith((".yaml", ".yml")) else json.loads(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ApplicationError(
+            f"{path}: not valid {'YAML' if str(path).endswith(('.yaml', '.yml')) else 'JSON'}: {exc}",
+            code="invalid_config",
+        ) from exc
+    if not isinstance(data, dict):
+        raise ApplicationError(
+            f"{path}: the document must be an object with servers, contracts, agents, rules", code="invalid_config"
+        )
+    return data
+
+
+def _parse(document: dict[str, Any]) -> ConfigDocument:
+    try:
+        return ConfigDocument.model_validate(document)
+    except PydanticValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = list(err["loc"])
+            where = ".".join(str(p) for p in loc)
+            # Name the entry: servers[1] (docs)
+            if len(loc) >= 2 and isinstance(loc[1], int):
+                section, index = str(loc[0]), loc[1]
+                entry = (document.get(section) or [None] * (index + 1))[index]
+                label = _label(section, entry)
+                where = f"{section}[{index}]{f' ({label})' if label else ''}" + (
+                    "." + ".".join(str(p) for p in loc[2:]) if len(loc) > 2 else ""
+                )
+            lines.append(f"{where}: {err['msg']}")
+        raise ApplicationError("configuration is not valid:\n" + "\n".join(lines), code="invalid_config") from None
+
+
+def _label(section: str, entry: Any) -> str:
+    if not isinstance(entry, dict):
+        return ""
+    keys = {"servers": ("mcp_id",), "contracts": ("mcp_id", "tool"), "agents": ("slug",), "rules": ("agent", "name")}
+    return ".".join(str(entry.get(k)) for k in keys.get(section, ()) if entry.get(k) is not None)
+
+
+def _secret_map(
+    specs: dict[str, SecretSpec], stored: dict[str, Any], where: str, problems: _Problems
+) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for name, spec in specs.items():
+        if spec.value is not None:
+            result[name] = spec.value
+        elif spec.from_env is not None:
+            result[name] = {"from_env": spec.from_env}
+        elif name in stored:
+            result[name] = stored[name]
+        else:
+            problems.add(where, f"'{name}' is {{\"set\": true}} but no value is stored to keep")
+    return result
+
+
+def _save(
+    obj: Any,
+    key: str,
+    report: ImportReport,
+    created: bool,
+    before: dict[str, Any] | None,
+    where: str,
+    problems: _Problems,
+) -> None:
+    try:
+        obj.full_clean()
+    except ValidationError as exc:
+        for name, messages in exc.message_dict.items():
+            for message in messages:
+                problems.add(where, f"{name}: {message}" if name != "__all__" else message)
+        return
+    after = _fields(obj)
+    obj.save()
+    if created:
+        report.created.append(key)
+    elif before != after:
+        report.updated.append(key)
+    else:
+        report.unchanged.append(key)
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    return {
+        f.attname: getattr(obj, f.attname)
+        for f in obj._meta.concrete_fields
+        if f.attname not in {"created_at", "updated_at"}
+    }
+
+
+@transaction.atomic
+def config_import(*, document: dict[str, Any], dry_run: bool = False) -> ImportReport:
+    """Apply a configuration document. Raises ApplicationError naming every offending entry; then nothing
+    was changed. With ``dry_run`` the changes are computed and rolled back."""
+    config = _parse(document)
+    problems = _Problems()
+    report = ImportReport()
+    servers: dict[str, McpServer] = {s.mcp_id: s for s in McpServer.objects.all()}
+
+    for i, spec in enumerate(config.servers):
+        where = f"servers[{i}] ({spec.mcp_id})"
+        server = servers.get(spec.mcp_id)
+        created = server is None
+        server = server or McpServer(mcp_id=spec.mcp_id)
+        before = None if created else _fields(server)
+        server.name = spec.name or server.name or spec.mcp_id
+        server.transport = spec.transport
+        server.command, server.args, server.cwd = spec.command, spec.args, spec.cwd
+        server.url, server.timeout_s, server.enabled = spec.url, spec.timeout_s, spec.enabled
+        server.session_scope, server.tool_prefix = spec.session_scope, spec.tool_prefix
+        server.env = _secret_map(spec.env, server.env or {}, where, problems)
+        server.headers = _secret_map(spec.headers, server.headers or {}, where, problems)
+        _save(server, f"server {spec.mcp_id}", report, created, before, where, problems)
+        servers[spec.mcp_id] = server
+
+    for i, cspec in enumerate(config.contracts):
+        where = f"contracts[{i}] ({cspec.mcp_id}.{cspec.tool})"
+        server = servers.get(cspec.mcp_id)
+        if server is None or server.pk is None:
+            problems.add(where, f"unknown server '{cspec.mcp_id}'")
+            continue
+        # A contract may come before discovery: the tool row is created now and filled in by discovery.
+        tool, _ = McpTool.objects.get_or_create(server=server, name=cspec.tool)
+        contract = ToolContract.objects.filter(tool=tool).first()
+        created = contract is None
+        contract = contract or ToolContract(tool=tool)
+        before = None if created else _fields(contract)
+        contract.args = {k: v.model_dump(exclude_none=True) for k, v in cspec.args.items()}
+        contract.unknown_args, contract.returns, contract.retry = cspec.unknown_args, cspec.returns, cspec.retry
+        contract.timeout_s, contract.fallback_tool = cspec.timeout_s, cspec.fallback or ""
+        contract.fallback_policy, contract.risk = cspec.fallback_policy, cspec.risk
+        contract.memo, contract.memo_ttl_s, contract.idempotency_arg = (
+            cspec.memo,
+            cspec.memo_ttl_s,
+            cspec.idempotency_arg,
+        )
+        _save(contract, f"contract {cspec.mcp_id}.{cspec.tool}", report, created, before, where, problems)
+
+    agents: dict[str, Agent] = {a.slug: a for a in Agent.objects.all()}
+    for i, aspec in enumerate(config.agents):
+        where = f"agents[{i}] ({aspec.slug})"
+        agent = agents.get(aspec.slug)
+        created = agent is None
+        agent = agent or Agent(slug=aspec.slug)
+        before = (
+            None if created else {**_fields(agent), "servers": sorted(agent.servers.values_list("mcp_id", flat=True))}
+        )
+        agent.name = aspec.name or agent.name or aspec.slug
+        agent.enabled, agent.system_prompt, agent.answer_template = (
+            aspec.enabled,
+            aspec.system_prompt,
+            aspec.answer_template,
+        )
+        if aspec.deterministic_instruction is not None:
+            agent.deterministic_instruction = aspec.deterministic_instruction
+        agent.model_provider, agent.model_id, agent.model_params = (
+            aspec.model.provider,
+            aspec.model.model_id,
+            aspec.model.params,
+        )
+        agent.max_iterations, agent.mode = aspec.max_iterations, aspec.mode
+        missing = [m for m in aspec.servers if m not in servers or servers[m].pk is None]
+        if missing:
+            problems.add(where, f"unknown server(s): {', '.join(missing)}")
+            continue
+        try:
+            agent.full_clean()
+        except ValidationError as exc:
+            for name, messages in exc.message_dict.items():
+                problems.add(where, f"{name}: {'; '.join(messages)}")
+            continue
+        agent.save()
+        agent.servers.set([servers[m] for m in aspec.servers])
+        after = {**_fields(agent), "servers": sorted(aspec.servers)}
+        (report.created if created else report.updated if before != after else report.unchanged).append(
+            f"agent {aspec.slug}"
+        )
+        agents[aspec.slug] = agent
+
+    for i, rspec in enumerate(config.rules):
+        where = f"rules[{i}] ({rspec.agent or '*'}.{rspec.name})"
+        agent = agents.get(rspec.agent) if rspec.agent else None
+        if rspec.agent and agent is None:
+            problems.add(where, f"unknown agent '{rspec.agent}'")
+            continue
+        server = servers.get(rspec.mcp_id)
+        if server is None or server.pk is None:
+            problems.add(where, f"unknown server '{rspec.mcp_id}'")
+            continue
+        rule = DeterministicRule.objects.filter(agent=agent, name=rspec.name).first()
+        created = rule is None
+        rule = rule or DeterministicRule(agent=agent, name=rspec.name)
+        before = None if created else _fields(rule)
+        rule.order, rule.enabled, rule.server, rule.tool_name = rspec.order, rspec.enabled, server, rspec.tool
+        rule.when, rule.params, rule.answer_template = rspec.when, rspec.params, rspec.answer_template
+        _save(rule, f"rule {rspec.agent or '*'}.{rspec.name}", report, created, before, where, problems)
+
+    if problems.items:
+        transaction.set_rollback(True)
+        raise ApplicationError("configuration was not imported:\n" + "\n".join(problems.items), code="invalid_config")
+    if dry_run:
+        transaction.set_rollback(True)
+    return report
+
+
+def _exported_secrets(stored: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: ({"from_env": v["from_env"]} if isinstance(v, dict) and "from_env" in v else {"set": True})
+        for k, v in stored.items()
+    }
+
+
+def config_export() -> dict[str, Any]:
+    """The whole configuration as a document ``config_import`` accepts. No secret value is written."""
+    servers = [
+        {
+            "mcp_id": s.mcp_id,
+            "name": s.name,
+            "transport": s.transport,
+            "command": s.command,
+            "args": s.args,
+            "cwd": s.cwd,
+            "env": _exported_secrets(s.env or {}),
+            "url": s.url,
+            "headers": _exported_secrets(s.headers or {}),
+            "timeout_s": s.timeout_s,
+            "session_scope": s.session_scope,
+            "enabled": s.enabled,
+            "tool_prefix": s.tool_prefix,
+        }
+        for s in McpServer.objects.order_by("mcp_id")
+    ]
+    contracts = [
+        {
+            "mcp_id": c.tool.server.mcp_id,
+            "tool": c.tool.name,
+            "args": c.args,
+            "unknown_args": c.unknown_args,
+            "returns": c.returns,
+            "retry": c.retry,
+            "timeout_s": c.timeout_s,
+            "fallback": c.fallback_tool or None,
+            "fallback_policy": c.fallback_policy,
+            "risk": c.risk,
+            "memo": c.memo,
+            "memo_ttl_s": c.memo_ttl_s,
+            "idempotency_arg": c.idempotency_arg,
+        }
+        for c in ToolContract.objects.select_related("tool__server").order_by("tool__server__mcp_id", "tool__name")
+    ]
+    agents = [
+        {
+            "slug": a.slug,
+            "name": a.name,
+            "enabled": a.enabled,
+            "system_prompt": a.system_prompt,
+            "deterministic_instruction": a.deterministic_instruction,
+            "answer_template": a.answer_template,
+            "model": {"provider": a.model_provider, "model_id": a.model_id, "params": a.model_params},
+            "servers": sorted(a.servers.values_list("mcp_id", flat=True)),
+            "max_iterations": a.max_iterations,
+            "mode": a.mode,
+        }
+        for a in Agent.objects.order_by("slug")
+    ]
+    rules = [
+        {
+            "agent": r.agent.slug if r.agent else None,
+            "name": r.name,
+            "order": r.order,
+            "enabled": r.enabled,
+            "mcp_id": r.server.mcp_id,
+            "tool": r.tool_name,
+            "when": r.when,
+            "params": r.params,
+            "answer_template": r.answer_template,
+        }
+        for r in DeterministicRule.objects.select_related("agent", "server").order_by("order", "id")
+    ]
+    return {"servers": servers, "contracts": contracts, "agents": agents, "rules": rules}

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+from django.core.management.base import BaseCommand, CommandParser
+
+from agents.configuration import config_export
+
+
+class Command(BaseCommand):
+    help = "Export servers, contracts, agents and rules as JSON (or YAML). Secret values are never written."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--format", choices=["json", "yaml"], default="json")
+        parser.add_argument("--output", "-o", help="write to this file instead of standard output")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        document = config_export()
+        if options["format"] == "yaml":
+            text = yaml.safe_dump(document, allow_unicode=True, sort_keys=False)
+        else:
+            text = json.dumps(document, ensure_ascii=False, indent=2) + "\n"
+        if options["output"]:
+            with open(options["output"], "w", encoding="utf-8") as f:
+                f.write(text)
+            self.stderr.write(f"wrote {options['output']}")
+        else:
+            self.stdout.write(text, ending="")

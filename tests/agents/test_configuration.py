@@ -1,0 +1,188 @@
+"""Configuration as code: import is idempotent and all-or-nothing; export writes no secret value."""
+
+from __future__ import annotations
+
+import json
+import sys
+from io import StringIO
+
+import pytest
+import yaml
+from django.conf import settings
+from django.core.management import CommandError, call_command
+
+from agent_platform.errors import ApplicationError
+from agents.configuration import config_export, config_import
+from agents.models import Agent, DeterministicRule
+from mcpregistry.models import McpServer, McpTool, ToolContract
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "sk-live-config-secret-9a8b7c6d5e4f"
+
+
+def document() -> dict:
+    return {
+        "servers": [
+            {
+                "mcp_id": "company",
+                "name": "Company data",
+                "transport": "stdio",
+                "command": sys.executable,
+                "args": ["-m", settings.PLATFORM_DEMO_SERVER_MODULE],
+                "cwd": str(settings.BASE_DIR),
+                "env": {"INTERNAL_API_KEY": {"value": SECRET}, "FAILURE_MODE": {"value": "none"}},
+                "timeout_s": 10,
+                "session_scope": "shared",
+            },
+            {
+                "mcp_id": "docs",
+                "transport": "streamable_http",
+                "url": "http://127.0.0.1:9000/mcp",
+                "headers": {"Authorization": {"from_env": "DOCS_TOKEN"}},
+            },
+        ],
+        "contracts": [
+            {
+                "mcp_id": "company",
+                "tool": "get_asset_status",
+                "args": {"asset_id": {"type": "str", "required": True, "pattern": "^A-[0-9]{4}$"}},
+                "returns": {"required": ["status"]},
+                "retry": {"max_attempts": 3, "on": ["timeout", "rate_limit", "transport"]},
+                "timeout_s": 5,
+                "fallback": "get_asset_status_backup",
+                "risk": "read",
+            }
+        ],
+        "agents": [
+            {
+                "slug": "assistant",
+                "name": "비서",
+                "model": {"provider": "offline"},
+                "servers": ["company"],
+                "system_prompt": "회사 정보를 답합니다.",
+                "max_iterations": 4,
+            }
+        ],
+        "rules": [
+            {
+                "agent": "assistant",
+                "name": "소속 조회",
+                "order": 10,
+                "mcp_id": "company",
+                "tool": "search_employee",
+                "when": {"regex": "(?P<name>[가-힣]{2,4}) 님", "any_keywords": ["소속"]},
+                "params": {"name": "{match.name}"},
+            }
+        ],
+    }
+
+
+def test_an_import_creates_everything_and_a_second_changes_nothing() -> None:
+    first = config_import(document=document())
+    assert len(first.created) == 5 and not first.updated
+    server = McpServer.objects.get(mcp_id="company")
+    assert server.env["INTERNAL_API_KEY"] == SECRET
+    assert McpServer.objects.get(mcp_id="docs").headers == {"Authorization": {"from_env": "DOCS_TOKEN"}}
+    contract = ToolContract.objects.get(tool__name="get_asset_status")
+    assert contract.args["asset_id"]["pattern"] == "^A-[0-9]{4}$"
+    assert contract.fallback_tool == "get_asset_status_backup"
+    assert list(Agent.objects.get(slug="assistant").servers.values_list("mcp_id", flat=True)) == ["company"]
+    assert DeterministicRule.objects.get(name="소속 조회").params == {"name": "{match.name}"}
+
+    second = config_import(document=document())
+    assert not second.created and not second.updated
+    assert len(second.unchanged) == 5
+
+
+def test_a_changed_entry_is_reported_as_updated() -> None:
+    config_import(document=document())
+    changed = document()
+    changed["agents"][0]["max_iterations"] = 8
+    report = config_import(document=changed)
+    assert report.updated == ["agent assistant"]
+
+
+def test_a_bad_entry_imports_nothing_and_is_named() -> None:
+    bad = document()
+    bad["servers"][1]["url"] = "ftp://nowhere/mcp"
+    with pytest.raises(ApplicationError) as exc:
+        config_import(document=bad)
+    assert "servers[1] (docs)" in exc.value.message
+    assert not McpServer.objects.exists() and not Agent.objects.exists()
+
+
+def test_a_schema_error_names_the_entry_and_the_field() -> None:
+    bad = document()
+    bad["contracts"][0]["risk"] = "maybe"
+    with pytest.raises(ApplicationError) as exc:
+        config_import(document=bad)
+    assert "contracts[0] (company.get_asset_status).risk" in exc.value.message
+
+
+def test_a_rule_for_an_unknown_server_is_refused() -> None:
+    bad = document()
+    bad["rules"][0]["mcp_id"] = "ghost"
+    with pytest.raises(ApplicationError) as exc:
+        config_import(document=bad)
+    assert "rules[0] (assistant.소속 조회): unknown server 'ghost'" in exc.value.message
+    assert not DeterministicRule.objects.exists()
+
+
+def test_export_writes_no_secret_value_and_round_trips() -> None:
+    config_import(document=document())
+    exported = config_export()
+    text = json.dumps(exported, ensure_ascii=False)
+    assert SECRET not in text
+    company = next(s for s in exported["servers"] if s["mcp_id"] == "company")
+    assert company["env"]["INTERNAL_API_KEY"] == {"set": True}
+    docs = next(s for s in exported["servers"] if s["mcp_id"] == "docs")
+    assert docs["headers"]["Authorization"] == {"from_env": "DOCS_TOKEN"}
+    report = config_import(document=exported)
+    assert not report.created and not report.updated
+    assert McpServer.objects.get(mcp_id="company").env["INTERNAL_API_KEY"] == SECRET
+
+
+def test_keeping_a_secret_that_was_never_stored_is_an_error() -> None:
+    bad = document()
+    bad["servers"][0]["env"]["INTERNAL_API_KEY"] = {"set": True}
+    with pytest.raises(ApplicationError, match="no value is stored"):
+        config_import(document=bad)
+
+
+def test_the_commands_import_yaml_and_export_json(tmp_path) -> None:
+    path = tmp_path / "platform.yaml"
+    path.write_text(yaml.safe_dump(document(), allow_unicode=True), encoding="utf-8")
+    out = StringIO()
+    call_command("import_config", str(path), stdout=out)
+    assert "created 5" in out.getvalue()
+    out = StringIO()
+    call_command("export_config", stdout=out)
+    assert json.loads(out.getvalue())["agents"][0]["name"] == "비서"
+    assert SECRET not in out.getvalue()
+
+
+def test_the_import_command_fails_with_the_reasons(tmp_path) -> None:
+    path = tmp_path / "broken.json"
+    path.write_text("{not json", encoding="utf-8")
+    with pytest.raises(CommandError, match="not valid JSON"):
+        call_command("import_config", str(path))
+
+
+def test_a_dry_run_changes_nothing() -> None:
+    report = config_import(document=document(), dry_run=True)
+    assert len(report.created) == 5
+    assert not McpServer.objects.exists() and not McpTool.objects.exists()
+
+
+def test_an_imported_binding_is_discovered_and_answers() -> None:
+    from agents.models import Run
+    from agents.services import run_execute
+    from mcpregistry.services import mcp_server_discover
+
+    config_import(document=document())
+    assert mcp_server_discover(server=McpServer.objects.get(mcp_id="company")).ok
+    run = Run.objects.create(agent=Agent.objects.get(slug="assistant"), query="정하은 님 소속이 어디예요?")
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert "클라우드운영팀" in run.answer
