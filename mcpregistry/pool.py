@@ -308,7 +308,8 @@ class McpSessionPool:
             pooled = await self._get(connection, scope, open_timeout_s)
             pooled.last_used = time.monotonic()
             try:
-                return await asyncio.wait_for(operation(pooled), timeout=timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    return await operation(pooled)
             except TimeoutError:
                 raise McpTimeoutError(f"no answer from '{connection.mcp_id}' within {timeout_s:g}s") from None
             except McpError as exc:

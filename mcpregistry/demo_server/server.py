@@ -33,6 +33,8 @@ logging.basicConfig(
     stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s sds-company-data %(message)s"
 )
 logger = logging.getLogger("sds-company-data")
+# The SDK logs every request at INFO; on stdio that is a line on stderr per call, for nothing.
+logging.getLogger("mcp.server.lowlevel.server").setLevel(logging.WARNING)
 
 mcp = FastMCP("sds-company-data")
 # Every tool here only reads; the hint lets discovery propose the "read" risk (the admin decides).
