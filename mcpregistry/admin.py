@@ -241,6 +241,7 @@ class McpToolAdmin(admin.ModelAdmin):
         "annotations_pretty",
         "available",
         "review_diff",
+        "schema_error",
         "discovered_at",
     ]
     fields = [
@@ -249,6 +250,7 @@ class McpToolAdmin(admin.ModelAdmin):
         "enabled",
         "available",
         "review_diff",
+        "schema_error",
         "description",
         "schema_pretty",
         "annotations_pretty",

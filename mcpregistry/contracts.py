@@ -18,6 +18,24 @@ JSON_TYPES = {
 }
 
 
+def schema_problem(input_schema: Any) -> str | None:
+    """Why a discovered input schema cannot be offered to a model, or None. It must be a valid JSON schema
+    describing an object (MCP requires it; a model provider such as Bedrock refuses anything else)."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
+    if not isinstance(input_schema, dict):
+        return "the input schema is not a JSON object"
+    if input_schema.get("type", "object") != "object":
+        return f"the input schema's type is {input_schema.get('type')!r}, not 'object'"
+    try:
+        Draft202012Validator.check_schema(input_schema)
+    except SchemaError as exc:
+        where = "/".join(str(p) for p in exc.path) or "(root)"
+        return f"the input schema is not valid JSON schema at {where}: {exc.message}"
+    return None
+
+
 def argument_constraints(input_schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per-argument constraints read off a JSON schema (type, required, allowed, min/max, max length, pattern)."""
     properties = input_schema.get("properties") if isinstance(input_schema, dict) else None

@@ -179,6 +179,11 @@ class McpTool(models.Model):
     previous_input_schema = models.JSONField(
         encoder=UnicodeJSONEncoder, verbose_name=_("previous input schema"), null=True, blank=True
     )
+    schema_error = models.TextField(
+        _("input schema error"),
+        blank=True,
+        help_text=_("Why the discovered input schema is unusable; such a tool is never offered to a model."),
+    )
     discovered_at = models.DateTimeField(_("discovered"), null=True, blank=True)
 
     class Meta:
@@ -197,7 +202,7 @@ class McpTool(models.Model):
 
     @property
     def callable(self) -> bool:
-        return self.enabled and self.available and not self.review_required
+        return self.enabled and self.available and not self.review_required and not self.schema_error
 
 
 class ToolContract(models.Model):

@@ -127,6 +127,18 @@ class _PooledSession:
     dead: bool = False
     last_used: float = field(default_factory=time.monotonic)
     stderr_tail: list[str] = field(default_factory=list)
+    stderr_pipe: _StderrPipe | None = None
+    # What the server wrote that was not MCP (a banner, a usage text): kept to explain a failed start.
+    protocol_noise: list[str] = field(default_factory=list)
+
+    def failure_detail(self) -> str:
+        """The server's own last words, for an error message: stderr's tail and any non-protocol output."""
+        if self.stderr_pipe is not None:
+            self.stderr_pipe.join(timeout=1.0)
+        parts = self.stderr_tail[-3:]
+        if self.protocol_noise:
+            parts.append(f"not MCP on stdout: {self.protocol_noise[0]}")
+        return "; ".join(parts)
 
 
 class _StderrPipe:
@@ -138,7 +150,8 @@ class _StderrPipe:
         self._reader = os.fdopen(read_fd, encoding="utf-8", errors="replace")
         self._log = logging.getLogger(f"mcpregistry.server.{mcp_id}")
         self._tail = tail
-        threading.Thread(target=self._forward, name=f"mcp-stderr-{mcp_id}", daemon=True).start()
+        self._thread = threading.Thread(target=self._forward, name=f"mcp-stderr-{mcp_id}", daemon=True)
+        self._thread.start()
 
     def _forward(self) -> None:
         with self._reader:
@@ -153,6 +166,10 @@ class _StderrPipe:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.writer.close()
+
+    def join(self, timeout: float) -> None:
+        """Wait (briefly) until every line the server wrote has been read."""
+        self._thread.join(timeout=timeout)
 
 
 class McpSessionPool:
@@ -206,7 +223,7 @@ class McpSessionPool:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if conn.transport == "stdio":
-                    stderr_pipe = _StderrPipe(conn.mcp_id, pooled.stderr_tail)
+                    stderr_pipe = pooled.stderr_pipe = _StderrPipe(conn.mcp_id, pooled.stderr_tail)
                     env = {k: os.environ[k] for k in SAFE_ENV_KEYS if k in os.environ}
                     env.update(dict(conn.env))
                     params = StdioServerParameters(command=conn.command, args=list(conn.args), env=env, cwd=conn.cwd)
@@ -224,7 +241,12 @@ class McpSessionPool:
                     )
                 else:
                     raise McpTransportError(f"unknown transport {conn.transport!r}")
-                session = await stack.enter_async_context(ClientSession(read, write))
+
+                async def keep_noise(message: Any) -> None:
+                    if isinstance(message, Exception) and len(pooled.protocol_noise) < 3:
+                        pooled.protocol_noise.append(_noise_of(message))
+
+                session = await stack.enter_async_context(ClientSession(read, write, message_handler=keep_noise))
                 init = await session.initialize()
                 pooled.session = session
                 pooled.protocol_version = str(init.protocolVersion)
@@ -259,21 +281,27 @@ class McpSessionPool:
             pooled = _PooledSession(connection=connection, key=key)
             ready: asyncio.Future[None] = self._loop.create_future()
             pooled.task = self._loop.create_task(self._session_owner(pooled, ready))
+            verb = "could not be started" if connection.transport == "stdio" else "could not be reached"
             try:
                 await asyncio.wait_for(asyncio.shield(ready), timeout=open_timeout)
             except TimeoutError:
-                pooled.closing.set()
-                await self._finish(pooled)
-                raise McpTimeoutError(
-                    f"server '{connection.mcp_id}' did not initialize within {open_timeout:g}s"
-                ) from None
+                # The owner is stuck in initialize and would not see `closing`: cancel it outright.
+                ready.cancel()
+                pooled.task.cancel()
+                with contextlib.suppress(BaseException):
+                    await pooled.task
+                detail = pooled.failure_detail()
+                message = f"server '{connection.mcp_id}' did not initialize within {open_timeout:g}s"
+                raise McpTimeoutError(f"{message} ({detail})" if detail else message) from None
             except McpError as exc:
                 await self._finish(pooled)
-                raise McpTransportError(f"server '{connection.mcp_id}' failed to initialize: {exc}") from exc
+                detail = pooled.failure_detail()
+                message = f"server '{connection.mcp_id}' failed to initialize: {_describe(exc)}"
+                raise McpTransportError(f"{message} ({detail})" if detail else message) from exc
             except Exception as exc:
                 await self._finish(pooled)
-                detail = "; ".join(pooled.stderr_tail[-3:])
-                message = f"server '{connection.mcp_id}' could not be started: {_describe(exc)}"
+                detail = pooled.failure_detail()
+                message = f"server '{connection.mcp_id}' {verb}: {_describe(exc)}"
                 raise McpTransportError(f"{message} ({detail})" if detail else message) from exc
             self._sessions[key] = pooled
             return pooled
@@ -462,7 +490,20 @@ def _scope_of(key: str) -> str | None:
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_describe(e) for e in exc.exceptions)
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    # httpx appends "For more information check: https://developer.mozilla.org/…": noise in a health error.
+    text = str(exc).split("\nFor more information check:")[0].strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _noise_of(exc: Exception) -> str:
+    """The text a server wrote instead of a JSON-RPC message, as far as the parse error shows it."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        with contextlib.suppress(Exception):
+            for error in errors():
+                if isinstance(error.get("input"), str):
+                    return error["input"][:200]
+    return str(exc).splitlines()[0][:200]
 
 
 _default_pool: McpSessionPool | None = None

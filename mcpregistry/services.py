@@ -9,7 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.masking import mask_text
-from mcpregistry.contracts import contract_defaults
+from mcpregistry.contracts import contract_defaults, schema_problem
 from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.pool import get_default_pool
 
@@ -25,6 +25,7 @@ class DiscoveryReport:
     updated: list[str] = field(default_factory=list)
     vanished: list[str] = field(default_factory=list)
     review_required: list[str] = field(default_factory=list)
+    schema_errors: list[str] = field(default_factory=list)
     tool_count: int = 0
 
 
@@ -60,6 +61,9 @@ def mcp_server_discover(*, server: McpServer) -> DiscoveryReport:
             seen.add(name)
             description = listed.get("description") or ""
             input_schema = listed.get("inputSchema") or {}
+            problem = schema_problem(input_schema)
+            if problem:
+                report.schema_errors.append(f"{name}: {problem}")
             tool = existing.get(name)
             if tool is None:
                 tool = McpTool.objects.create(
@@ -68,6 +72,7 @@ def mcp_server_discover(*, server: McpServer) -> DiscoveryReport:
                     description=description,
                     input_schema=input_schema,
                     annotations=listed.get("annotations") or {},
+                    schema_error=problem or "",
                     discovered_at=now,
                 )
                 ToolContract.objects.create(tool=tool, **contract_defaults(input_schema, tool.annotations))
@@ -83,6 +88,7 @@ def mcp_server_discover(*, server: McpServer) -> DiscoveryReport:
                 "input_schema": input_schema,
                 "annotations": listed.get("annotations") or {},
                 "available": True,
+                "schema_error": problem or "",
                 "discovered_at": now,
             }
             if changed:
@@ -101,9 +107,14 @@ def mcp_server_discover(*, server: McpServer) -> DiscoveryReport:
             if name not in seen and tool.available:
                 McpTool.objects.filter(pk=tool.pk).update(available=False)
                 report.vanished.append(name)
+        schema_error = (
+            "tools with an unusable input schema (never offered to a model): " + "; ".join(report.schema_errors)
+            if report.schema_errors
+            else ""
+        )
         McpServer.objects.filter(pk=server.pk).update(
-            health=McpServer.Health.OK,
-            last_error="",
+            health=McpServer.Health.ERROR if schema_error else McpServer.Health.OK,
+            last_error=schema_error,
             last_checked_at=now,
             protocol_version=listing.protocol_version,
             server_info=listing.server_info,

@@ -6,6 +6,11 @@ copes with a misbehaving one. ``PROBE_MODE`` picks the misbehaviour:
 - ``hang_init``: never answers ``initialize``.
 - ``exit_on_call``: the process exits in the middle of a ``tools/call``.
 - ``slow``: ``sleep`` tools really sleep (for timeouts).
+- ``exit_on_list``: the process exits in the middle of ``tools/list`` (discovery sees the crash).
+- ``garbage_only``: speaks no MCP at all: every line it reads is answered with non-protocol text (a command
+  that is not an MCP server), until its stdin closes.
+- ``garbage_exit``: prints a usage text to stdout and exits with status 2 (a command that is not an MCP server
+  and says so the way command-line tools do).
 """
 
 from __future__ import annotations
@@ -15,9 +20,17 @@ import sys
 import time
 
 from fastmcp import FastMCP
+from fastmcp.server.middleware import Middleware
 
 mode = os.environ.get("PROBE_MODE", "ok")
-mcp = FastMCP("probe")
+
+
+class _ExitOnList(Middleware):
+    async def on_list_tools(self, context, call_next):  # type: ignore[no-untyped-def]
+        os._exit(18)
+
+
+mcp = FastMCP("probe", middleware=[_ExitOnList()] if mode == "exit_on_list" else [])
 
 
 @mcp.tool()
@@ -47,4 +60,13 @@ if __name__ == "__main__":
         sys.stdout.flush()
     if mode == "hang_init":
         time.sleep(3600)
+    if mode == "garbage_exit":
+        sys.stdout.write("usage: probe [--port PORT] [--verbose]\nprobe: error: unrecognized input\n")
+        sys.stdout.flush()
+        sys.exit(2)
+    if mode == "garbage_only":
+        for line in sys.stdin:
+            sys.stdout.write(f"unknown command: {line.strip()[:40]}\n")
+            sys.stdout.flush()
+        sys.exit(0)
     mcp.run(transport="stdio", show_banner=False)
