@@ -212,3 +212,13 @@ LOGGING = {
 
 # Binding a stdio server runs a program on every worker: optionally allow only these commands (names or paths).
 PLATFORM_STDIO_COMMAND_ALLOWLIST = _env_list("PLATFORM_STDIO_COMMAND_ALLOWLIST")
+# A pending approval of a write call expires after this long; the run then goes on without the call.
+PLATFORM_APPROVAL_TTL_S = int(os.environ.get("PLATFORM_APPROVAL_TTL_S", "3600"))
+
+CACHES = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        if REDIS_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}

@@ -10,22 +10,28 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from asgiref.sync import async_to_sync, sync_to_async
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    messages_from_dict,
+    messages_to_dict,
+)
 from langgraph.errors import GraphRecursionError
-from langgraph.prebuilt import create_react_agent
-from langgraph.prebuilt.chat_agent_executor import AgentState
 
 from agents.deterministic import RuleSpec, decide, render_answer
+from agents.graph import MaxIterationsReached, RunCancelled, build_react_graph
 from agents.llm import build_chat_model
 from agents.selectors import tool_name_conflicts
 from audit.masking import mask_text, mask_value
 from mcpregistry import gate
-from mcpregistry.models import McpServer
+from mcpregistry.models import McpServer, McpTool
 
 logger = logging.getLogger(__name__)
 
@@ -38,10 +44,7 @@ NO_RULE_MATCHED = (
 )
 
 
-class PlatformAgentState(AgentState):  # type: ignore[misc]
-    """The ReAct state, plus seed 000's ``metadata`` (``deterministic_results`` lives there)."""
-
-    metadata: dict[str, Any]
+PREFIX_TRACE_TYPES = frozenset({"rule", "deterministic_call", "approval"})
 
 
 @dataclass
@@ -61,12 +64,20 @@ class RunPlan:
     servers: list[McpServer]
     rules: list[RuleSpec]
     actor: str = ""
+    approvals: gate.ApprovalPort | None = None
+    check_cancelled: Callable[[], None] = lambda: None
+    # Resuming a parked run: what the earlier pass left.
+    conversation: list[dict[str, Any]] = field(default_factory=list)
+    previous_results: list[dict[str, Any]] = field(default_factory=list)
+    previous_trace: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
 class RunOutcome:
-    status: Literal["succeeded", "failed"]
+    status: Literal["succeeded", "failed", "awaiting_approval", "cancelled"]
     answer: str = ""
+    parked_on: str | None = None
+    conversation: list[dict[str, Any]] = field(default_factory=list)
     error_code: str = ""
     error_message: str = ""
     deterministic_results: list[dict[str, Any]] = field(default_factory=list)
@@ -89,7 +100,7 @@ def _secrets(plan: RunPlan) -> list[str]:
 
 
 def run_deterministic_stage(
-    plan: RunPlan, trace: list[dict[str, Any]]
+    plan: RunPlan, trace: list[dict[str, Any]], who: Callable[[str, str], gate.GateCall]
 ) -> tuple[list[dict[str, Any]], RunOutcome | None]:
     """Evaluate the rules in order; call every matched tool through the gate, one after another.
 
@@ -98,7 +109,12 @@ def run_deterministic_stage(
     """
     servers = {s.mcp_id: s for s in plan.servers}
     results: list[dict[str, Any]] = []
+    # A stage parked on an approval is run again on resume: finished calls are reused, not repeated.
+    earlier = {r["rule_id"]: r for r in plan.previous_results if r.get("error") != "approval:pending"}
     for rule in plan.rules:
+        if rule.rule_id in earlier:
+            results.append(earlier[rule.rule_id])
+            continue
         server = servers.get(rule.mcp_id)
         if server is None or not server.enabled:
             message = MCP_NOT_LOADED.format(mcp_id=rule.mcp_id)
@@ -124,11 +140,14 @@ def run_deterministic_stage(
             server=server,
             tool_name=rule.tool_name,
             args=decision.params or {},
-            who=gate.GateCall(
-                source="deterministic", run_id=plan.run_id, actor=plan.actor, call_id=f"rule:{rule.rule_id}"
-            ),
+            who=who("deterministic", f"rule:{rule.rule_id}"),
             known_tool=known,
         )
+        if result.error == "approval:pending":
+            trace.append(
+                {"type": "approval", "approval_id": result.approval_id, "tool": rule.tool_name, "args": result.args}
+            )
+            return results, RunOutcome(status="awaiting_approval", parked_on=result.approval_id)
         entry = {
             "rule": rule.name,
             "rule_id": rule.rule_id,
@@ -191,42 +210,30 @@ def compose_offline_answer(plan: RunPlan, results: list[dict[str, Any]]) -> str:
     return body
 
 
-def build_tools(plan: RunPlan, clock: _Clock) -> list[BaseTool]:
-    """One LangChain tool per enabled tool of the bound servers, named as the model sees it; each call goes
-    through the gate and returns the gate's text (the result, or a diagnostic), never an exception."""
-    tools: list[BaseTool] = []
+def _tool_index(plan: RunPlan) -> dict[str, tuple[McpServer, McpTool]]:
+    """Every callable tool of the bound servers, by the name the model sees."""
+    index: dict[str, tuple[McpServer, McpTool]] = {}
     for server in plan.servers:
-        if not server.enabled:
-            continue
-        for mcp_tool in server.tools.all():
-            if not mcp_tool.callable:
-                continue
+        if server.enabled:
+            for mcp_tool in server.tools.all():
+                if mcp_tool.callable:
+                    index[mcp_tool.exposed_name] = (server, mcp_tool)
+    return index
 
-            def call_through_gate(_server: McpServer = server, _name: str = mcp_tool.name, **kwargs: Any) -> str:
-                result = gate.call(
-                    server=_server,
-                    tool_name=_name,
-                    args=kwargs,
-                    who=gate.GateCall(source="agent", run_id=plan.run_id, actor=plan.actor),
-                )
-                clock.tools_ms += result.latency_ms
-                return result.for_model()
 
-            # The graph runs under async_to_sync, so a thread-sensitive sync_to_async brings the call back to
-            # the run's own thread: its database connection (and transaction) writes the audit event.
-            async_call = sync_to_async(call_through_gate, thread_sensitive=True)
-
-            schema = mcp_tool.input_schema or {"type": "object", "properties": {}}
-            tools.append(
-                StructuredTool(
-                    name=mcp_tool.exposed_name,
-                    description=mcp_tool.description or mcp_tool.name,
-                    args_schema=schema,
-                    func=call_through_gate,
-                    coroutine=async_call,
-                )
-            )
-    return tools
+def tool_specs(index: dict[str, tuple[McpServer, McpTool]]) -> list[dict[str, Any]]:
+    """The tools as the model is told of them: name, description, input schema (as discovered)."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": mcp_tool.description or mcp_tool.name,
+                "parameters": mcp_tool.input_schema or {"type": "object", "properties": {}},
+            },
+        }
+        for name, (_server, mcp_tool) in index.items()
+    ]
 
 
 def message_to_trace(message: BaseMessage, secrets: list[str]) -> dict[str, Any]:
@@ -239,20 +246,41 @@ def message_to_trace(message: BaseMessage, secrets: list[str]) -> dict[str, Any]
     if isinstance(message, ToolMessage):
         entry["tool_call_id"] = message.tool_call_id
         entry["name"] = message.name
+        entry["status"] = message.status
     return entry
 
 
 def execute(plan: RunPlan) -> RunOutcome:
-    """Run one query end to end. Returns a RunOutcome; a tool or model failure never escapes."""
+    """Run one query end to end, or resume a parked one. Returns a RunOutcome; a tool's or a model's failure
+    never escapes, and a write call waiting for approval parks the run (status ``awaiting_approval``)."""
     clock = _Clock()
     secrets = _secrets(plan)
-    trace: list[dict[str, Any]] = []
+    memo: dict[str, gate.ToolResult] = {}
+    # Rule decisions and deterministic calls of an earlier (parked) pass are kept; messages are rebuilt.
+    trace: list[dict[str, Any]] = [e for e in plan.previous_trace if e.get("type") in PREFIX_TRACE_TYPES]
+    outcome = RunOutcome(status="succeeded")
+
+    def who(source: str, call_id: str) -> gate.GateCall:
+        return gate.GateCall(
+            source=source,  # type: ignore[arg-type]
+            run_id=plan.run_id,
+            actor=plan.actor,
+            call_id=call_id,
+            memo=memo,
+            approvals=plan.approvals,
+        )
+
     t0 = time.perf_counter()
-    results, failed = run_deterministic_stage(plan, trace)
+    if plan.conversation:
+        results = [dict(r) for r in plan.previous_results]
+        failed = None
+    else:
+        results, failed = run_deterministic_stage(plan, trace, who)
     deterministic_ms = clock.ms_since(t0)
     public_results = [{k: v for k, v in r.items() if k != "answer_template"} for r in results]
+    outcome.deterministic_results = results
     if failed is not None:
-        failed.deterministic_results = public_results
+        failed.deterministic_results = results
         failed.messages = trace
         failed.timings = {"deterministic_ms": deterministic_ms, "total_ms": clock.ms_since(clock.started)}
         return failed
@@ -264,43 +292,84 @@ def execute(plan: RunPlan) -> RunOutcome:
             status="failed",
             error_code="config:tool_name_conflict",
             error_message=f"the agent's servers expose the same tool name(s): {names}; set a tool name prefix",
-            deterministic_results=public_results,
+            deterministic_results=results,
             messages=trace,
         )
-    system_text = system_message_text(plan, results)
+
+    index = _tool_index(plan)
+
+    def call_tool(tool_call: dict[str, Any]) -> tuple[ToolMessage, str | None]:
+        name, call_id = tool_call["name"], tool_call.get("id") or ""
+        found = index.get(name)
+        if found is None:
+            result = gate.refuse_unknown(
+                tool_name=name, args=tool_call.get("args"), who=who("agent", call_id), offered=sorted(index)
+            )
+        else:
+            server, mcp_tool = found
+            result = gate.call(
+                server=server, tool_name=mcp_tool.name, args=tool_call.get("args"), who=who("agent", call_id)
+            )
+        clock.tools_ms += result.latency_ms
+        if result.error == "approval:pending":
+            trace.append({"type": "approval", "approval_id": result.approval_id, "tool": name, "args": result.args})
+            return ToolMessage(content="", tool_call_id=call_id), result.approval_id
+        status = "success" if result.ok else "error"
+        return ToolMessage(content=result.for_model(), tool_call_id=call_id, name=name, status=status), None
+
+    if plan.conversation:
+        messages: list[BaseMessage] = list(messages_from_dict(plan.conversation))
+    else:
+        messages = [SystemMessage(system_message_text(plan, results)), HumanMessage(plan.query)]
     model = build_chat_model(
         provider=plan.provider,
         model_id=plan.model_id,
         params=plan.model_params,
         offline_answer=compose_offline_answer(plan, results),
     )
-    graph = create_react_agent(
-        model, build_tools(plan, clock), prompt=SystemMessage(system_text), state_schema=PlatformAgentState
+    graph = build_react_graph(
+        model=model,
+        tool_specs=tool_specs(index),
+        call_tool=call_tool,
+        max_iterations=max(plan.max_iterations, 1),
+        check_cancelled=plan.check_cancelled,
     )
     t1 = time.perf_counter()
-    outcome = RunOutcome(status="succeeded", deterministic_results=public_results)
-    final_messages: list[BaseMessage] = []
+    final_messages: list[BaseMessage] = messages
+    previous_turns = sum(1 for m in messages if isinstance(m, AIMessage))
     try:
-        state = async_to_sync(graph.ainvoke)(
-            {"messages": [HumanMessage(plan.query)], "metadata": {"deterministic_results": public_results}},
-            config={"recursion_limit": 2 * max(plan.max_iterations, 1) + 1},
+        state = graph.invoke(
+            {
+                "messages": messages,
+                "metadata": {"deterministic_results": public_results},
+                "model_turns": previous_turns,
+            },
+            config={"recursion_limit": 4 * max(plan.max_iterations, 1) + 10},
         )
         final_messages = list(state["messages"])
-        last = final_messages[-1] if final_messages else None
-        outcome.answer = mask_text(_text_of(last), secrets=secrets) if isinstance(last, AIMessage) else ""
-    except GraphRecursionError:
+        if state.get("parked_on"):
+            outcome.status = "awaiting_approval"
+            outcome.parked_on = state["parked_on"]
+        else:
+            last = final_messages[-1] if final_messages else None
+            outcome.answer = mask_text(_text_of(last), secrets=secrets) if isinstance(last, AIMessage) else ""
+    except (MaxIterationsReached, GraphRecursionError):
         outcome.status = "failed"
         outcome.error_code = "max_iterations"
         outcome.error_message = f"the agent did not finish within {plan.max_iterations} iterations"
+    except RunCancelled:
+        outcome.status = "cancelled"
+        outcome.error_code = "cancelled"
+        outcome.error_message = "the run was cancelled"
     except Exception as exc:  # noqa: BLE001 - a model failure ends the run as a value, not a crash
         logger.warning("model failure in run %s: %s", plan.run_id, type(exc).__name__)
         outcome.status = "failed"
         outcome.error_code = "model:error"
         outcome.error_message = mask_text(f"{type(exc).__name__}: {exc}", secrets=secrets)[:2000]
     loop_ms = clock.ms_since(t1)
-    trace.append({"type": "system", "content": mask_text(system_text, secrets=secrets)})
     trace.extend(message_to_trace(m, secrets) for m in final_messages)
     outcome.messages = trace
+    outcome.conversation = mask_value(messages_to_dict(final_messages), secrets=secrets)
     outcome.token_usage = _token_usage(final_messages)
     outcome.timings = {
         "deterministic_ms": deterministic_ms,

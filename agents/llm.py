@@ -25,7 +25,6 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
-from pydantic import PrivateAttr
 
 
 class _NoToolBinding(BaseChatModel):
@@ -57,14 +56,34 @@ class OfflineChatModel(_NoToolBinding):
 
 
 class ScriptedChatModel(_NoToolBinding):
-    """Replays the turns of a script, one per model call, in order. Built per run, so it keeps its place."""
+    """Replays the turns of a script, one per model call, in order.
+
+    Stateless: its place in the script is worked out from the conversation it is given (how many model turns
+    it holds, and what each turn's preceding tool result said), so a run resumed on another worker, or after
+    an approval, continues where it stopped.
+    """
 
     script: list[dict[str, Any]]
-    _cursor: int = PrivateAttr(default=0)
 
     @property
     def _llm_type(self) -> str:
         return "scripted"
+
+    def _turn_for(self, tool_results_before_each_turn: list[str]) -> dict[str, Any] | None:
+        """Walk the script: each model turn takes the next turn whose condition holds for the tool result
+        that preceded it. Returns the turn for the last entry, or None when the script is used up."""
+        cursor = 0
+        chosen: dict[str, Any] | None = None
+        for last_text in tool_results_before_each_turn:
+            chosen = None
+            while cursor < len(self.script):
+                turn = self.script[cursor]
+                cursor += 1
+                condition = turn.get("if_last_tool_result_contains")
+                if condition is None or str(condition) in last_text:
+                    chosen = turn
+                    break
+        return chosen
 
     def _generate(
         self,
@@ -73,17 +92,15 @@ class ScriptedChatModel(_NoToolBinding):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        last_tool = next((m for m in reversed(messages) if isinstance(m, ToolMessage)), None)
-        last_text = str(last_tool.content) if last_tool is not None else ""
-        chosen: dict[str, Any] = {"content": last_text}
-        while self._cursor < len(self.script):
-            turn = self.script[self._cursor]
-            self._cursor += 1
-            condition = turn.get("if_last_tool_result_contains")
-            if condition is not None and str(condition) not in last_text:
-                continue
-            chosen = turn
-            break
+        before_each_turn: list[str] = []
+        last_text = ""
+        for message in messages:
+            if isinstance(message, AIMessage):
+                before_each_turn.append(last_text)
+            elif isinstance(message, ToolMessage):
+                last_text = str(message.content)
+        before_each_turn.append(last_text)
+        chosen = self._turn_for(before_each_turn) or {"content": last_text}
         tool_calls = [
             {
                 "name": c["name"],

@@ -172,6 +172,13 @@ class Run(models.Model):
     )
     messages = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("trace"), default=list, blank=True)
     timings = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("timings (ms)"), default=dict, blank=True)
+    conversation = models.JSONField(
+        encoder=UnicodeJSONEncoder,
+        verbose_name=_("conversation (masked, for resuming)"),
+        default=list,
+        blank=True,
+        editable=False,
+    )
     token_usage = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("token usage"), default=dict, blank=True)
     idempotency_key = models.CharField(_("idempotency key"), max_length=200, blank=True)
     created_at = models.DateTimeField(_("created"), auto_now_add=True, db_index=True)
@@ -189,3 +196,40 @@ class Run(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in {self.Status.SUCCEEDED, self.Status.FAILED, self.Status.CANCELLED}
+
+
+class Approval(models.Model):
+    """A person's decision on one write call: bound to a hash of the exact tool and arguments, single-use,
+    expiring. Its life: pending → approved | rejected | expired; approved → executing → executed."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", _("pending")
+        APPROVED = "approved", _("approved")
+        REJECTED = "rejected", _("rejected")
+        EXPIRED = "expired", _("expired")
+        EXECUTING = "executing", _("executing")
+        EXECUTED = "executed", _("executed")
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approvals", verbose_name=_("run"))
+    mcp_id = models.CharField(_("server"), max_length=64)
+    tool = models.CharField(_("tool"), max_length=200)
+    args = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("arguments (masked)"), default=dict)
+    call_hash = models.CharField(_("call hash"), max_length=64, db_index=True)
+    call_id = models.CharField(_("call id"), max_length=100, blank=True)
+    status = models.CharField(_("status"), max_length=10, choices=Status.choices, default=Status.PENDING, db_index=True)
+    requested_by = models.CharField(_("requested by"), max_length=200, blank=True)
+    decided_by = models.CharField(_("decided by"), max_length=200, blank=True)
+    decided_at = models.DateTimeField(_("decided"), null=True, blank=True)
+    reason = models.TextField(_("reason"), blank=True)
+    expires_at = models.DateTimeField(_("expires"))
+    result = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("result (masked)"), null=True, blank=True)
+    created_at = models.DateTimeField(_("requested"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("approval")
+        verbose_name_plural = _("approvals")
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.mcp_id}.{self.tool} ({self.status})"

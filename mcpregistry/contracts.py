@@ -6,6 +6,10 @@ tool's MCP annotations suggest a risk. Annotations are hints from the server, no
 
 from __future__ import annotations
 
+import json
+import random
+import re
+from dataclasses import dataclass
 from typing import Any
 
 JSON_TYPES = {
@@ -76,3 +80,166 @@ def suggested_risk(annotations: dict[str, Any]) -> str:
 
 def contract_defaults(input_schema: dict[str, Any], annotations: dict[str, Any]) -> dict[str, Any]:
     return {"args": argument_constraints(input_schema), "risk": suggested_risk(annotations)}
+
+
+# ---- checking calls against a contract (seed 004) -------------------------------------------------------------
+
+DEFAULT_RETRY: dict[str, Any] = {
+    "max_attempts": 3,
+    "on": ["timeout", "rate_limit", "transport"],
+    "backoff_base_s": 1.0,
+    "backoff_cap_s": 8.0,
+    "honor_retry_after": True,
+}
+# Reasons a retry can fix. Anything else (a bad argument, a wrong shape, an empty result) fails at once: asking
+# again gets the same answer and only burns the budget.
+RETRYABLE = frozenset({"timeout", "rate_limit", "transport"})
+
+_PY_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "list": (list,),
+    "dict": (dict,),
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A failed check: ``reason`` is the code (``args:allowed:region``); ``detail`` says what and why."""
+
+    reason: str
+    detail: str
+    allowed: list[Any] | None = None
+
+
+def _type_ok(expected: str, value: Any) -> bool:
+    if expected in {"int", "float"} and isinstance(value, bool):
+        return False  # bool is a subclass of int: True is not a count
+    return isinstance(value, _PY_TYPES.get(expected, (object,)))
+
+
+def check_args(
+    constraints: dict[str, dict[str, Any]], args: Any, *, unknown: str = "refuse"
+) -> tuple[dict[str, Any], Verdict | None]:
+    """Check arguments before the call. Returns (the arguments to send, None) or (args, the first failure).
+
+    Order: JSON object, unknown names, missing, then per argument type, allowed, range, length, pattern. A bool
+    is not an int and a numeric string is not a number. With ``unknown="drop"`` unknown arguments are removed.
+    """
+    if not isinstance(args, dict):
+        return {}, Verdict("args:json", "the arguments are not a JSON object")
+    known = set(constraints)
+    extra = sorted(set(args) - known) if constraints else []
+    if extra and unknown == "refuse":
+        close = [k for k in known if k.replace("_", "") in extra[0].replace("_", "") or extra[0].startswith(k)]
+        hint = f"; did you mean '{close[0]}'?" if close else f"; the arguments are: {', '.join(sorted(known))}"
+        return args, Verdict(f"args:unknown:{extra[0]}", f"'{extra[0]}' is not an argument of this tool{hint}")
+    clean = {k: v for k, v in args.items() if k in known} if (extra and unknown == "drop") else dict(args)
+    for name, spec in constraints.items():
+        if name not in clean:
+            if spec.get("required"):
+                return clean, Verdict(f"args:missing:{name}", f"the required argument '{name}' is missing")
+            continue
+        value = clean[name]
+        expected = spec.get("type")
+        if expected and not _type_ok(expected, value):
+            return clean, Verdict(
+                f"args:type:{name}", f"'{name}' must be of type {expected}, got {type(value).__name__} {value!r}"
+            )
+        allowed = spec.get("allowed")
+        if allowed is not None and value not in allowed:
+            return clean, Verdict(
+                f"args:allowed:{name}",
+                f"'{name}' must be one of {', '.join(map(str, allowed))}; got {value!r}",
+                allowed,
+            )
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            low, high = spec.get("min"), spec.get("max")
+            if (low is not None and value < low) or (high is not None and value > high):
+                bounds = (
+                    f"between {low} and {high}"
+                    if low is not None and high is not None
+                    else (f"at least {low}" if low is not None else f"at most {high}")
+                )
+                return clean, Verdict(f"args:range:{name}", f"'{name}' must be {bounds}; got {value!r}")
+        if isinstance(value, str | list) and spec.get("max_length") is not None and len(value) > spec["max_length"]:
+            return clean, Verdict(f"args:range:{name}", f"'{name}' is longer than {spec['max_length']} ({len(value)})")
+        if isinstance(value, str) and spec.get("pattern") and re.search(spec["pattern"], value) is None:
+            return clean, Verdict(f"args:pattern:{name}", f"'{name}' must match {spec['pattern']}; got {value!r}")
+    return clean, None
+
+
+def check_result(returns: dict[str, Any], value: Any) -> Verdict | None:
+    """Check a result after the call: shape (type, required keys, field types), empty, too big, range."""
+    if not returns:
+        return None
+    expected = returns.get("type")
+    if expected and not _type_ok(expected, value):
+        return Verdict("result:shape", f"expected a {expected} result, got {type(value).__name__}")
+    required = returns.get("required") or []
+    if required:
+        if not isinstance(value, dict):
+            return Verdict("result:shape", f"expected an object with {', '.join(required)}, got {type(value).__name__}")
+        missing = [k for k in required if k not in value]
+        if missing:
+            return Verdict(
+                "result:shape", f"the result lacks {', '.join(missing)} (it has {', '.join(map(str, value))})"
+            )
+    if returns.get("non_empty") and value in (None, "", [], {}):
+        return Verdict("result:empty", "the tool returned nothing")
+    max_items = returns.get("max_items")
+    if max_items is not None and isinstance(value, list | dict) and len(value) > max_items:
+        return Verdict("result:too_big", f"{len(value)} items, more than {max_items}")
+    max_chars = returns.get("max_chars")
+    if max_chars is not None:
+        size = len(value) if isinstance(value, str) else len(json.dumps(value, ensure_ascii=False, default=str))
+        if size > max_chars:
+            return Verdict("result:too_big", f"{size} characters, more than {max_chars}")
+    for key, spec in (returns.get("fields") or {}).items():
+        if not isinstance(value, dict) or key not in value:
+            continue
+        field_value = value[key]
+        if spec.get("type") and not _type_ok(spec["type"], field_value):
+            return Verdict("result:shape", f"'{key}' should be a {spec['type']}, got {field_value!r}")
+        if spec.get("non_empty") and field_value in (None, "", [], {}):
+            return Verdict("result:empty", f"'{key}' is empty")
+        if spec.get("max_items") is not None and isinstance(field_value, list) and len(field_value) > spec["max_items"]:
+            return Verdict("result:too_big", f"'{key}' has {len(field_value)} items, more than {spec['max_items']}")
+        if isinstance(field_value, int | float) and not isinstance(field_value, bool):
+            low, high = spec.get("min"), spec.get("max")
+            if (low is not None and field_value < low) or (high is not None and field_value > high):
+                return Verdict("result:range", f"'{key}' is {field_value}, outside [{low}, {high}]")
+    return None
+
+
+def backoff_delay(
+    *, reason: str, attempt: int, retry: dict[str, Any], retry_after_s: float | None, rng: random.Random
+) -> float:
+    """Seconds to wait before attempt ``attempt + 1``. A timeout is retried at once (it may be transient and
+    the wait already happened); a rate limit waits exponentially with full jitter, capped, or the server's
+    ``Retry-After`` when it gives one; a transport error waits a short jittered backoff."""
+    if reason == "timeout":
+        return 0.0
+    base = float(retry.get("backoff_base_s", DEFAULT_RETRY["backoff_base_s"]))
+    cap = float(retry.get("backoff_cap_s", DEFAULT_RETRY["backoff_cap_s"]))
+    if reason == "rate_limit" and retry_after_s is not None and retry.get("honor_retry_after", True):
+        return min(max(retry_after_s, 0.0), cap)
+    ceiling = min(cap, base * (2 ** (attempt - 1)))
+    if reason == "transport":
+        ceiling = min(ceiling, base)
+    return rng.uniform(ceiling / 2, ceiling)
+
+
+_RETRY_AFTER = re.compile(r"retry[-_ ]after[\"':= ]+(\d+(?:\.\d+)?)", re.IGNORECASE)
+_RATE_LIMITED = re.compile(r"\b429\b|rate[ _-]?limit|too many requests", re.IGNORECASE)
+
+
+def classify_tool_error(text: str) -> tuple[str, float | None]:
+    """The reason of a tool's own error (``isError``): ``rate_limit`` (with a Retry-After, if stated) or
+    ``tool:error``."""
+    if _RATE_LIMITED.search(text or ""):
+        found = _RETRY_AFTER.search(text)
+        return "rate_limit", float(found.group(1)) if found else None
+    return "tool:error", None

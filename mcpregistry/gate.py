@@ -1,26 +1,53 @@
 """The tool gate: the one door every tool call passes, whoever asks for it (a deterministic rule, the model,
 a flow node).
 
-For each call it resolves the tool on its bound server, calls it over the session pool with a hard timeout,
-writes one masked audit event per attempt and returns a ``ToolResult``. It never raises: a failure is a value
-with a reason code (``tool:unknown``, ``mcp:not_loaded:<mcp_id>``, ``timeout``, ``transport``,
-``tool:error``, ``protocol``, ``unexpected``) and a message that tells the model what to do next.
+For each call, in order:
+
+1. resolve the tool on its bound server (``tool:unknown``, ``mcp:not_loaded:<mcp_id>``);
+2. check the arguments against the tool's contract (``args:missing|type|range|allowed|unknown|pattern:<arg>``,
+   ``args:json``) — before anything is sent;
+3. risk: a ``write`` tool needs an approval bound to this exact tool and these arguments (``approval:pending``
+   parks the run; ``approval:rejected``, ``approval:expired``);
+4. memo: a success for the same tool and canonical arguments within the run is reused (failures never are);
+   ``read`` tools may also reuse one across runs for ``memo_ttl_s``;
+5. call over the pooled session with a hard timeout, behind the server's circuit breaker (``circuit:open``),
+   retrying only what a retry can fix (``timeout`` at once, ``rate_limit`` with backoff and jitter or the
+   server's Retry-After, ``transport``) up to the contract's cap;
+6. check the result (``result:shape|empty|too_big|range``); a failure may go to the contract's fallback tool,
+   suggested to the model or called here;
+7. write one masked audit event per attempt (and for a memo hit, a refusal or a fallback);
+8. return a ``ToolResult``; never raise. To a model, a failure is a message that says what went wrong and what
+   to do next.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
+from django.core.cache import cache
 from django.utils.translation import gettext as _
 from mcp import McpError
 
 from audit.masking import mask_text, mask_value, register_secrets
 from audit.services import audit_event_record
-from mcpregistry.models import McpServer, McpTool
+from mcpregistry.breaker import breaker_admit, breaker_record
+from mcpregistry.contracts import (
+    DEFAULT_RETRY,
+    RETRYABLE,
+    Verdict,
+    argument_constraints,
+    backoff_delay,
+    check_args,
+    check_result,
+    classify_tool_error,
+)
+from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.pool import McpTimeoutError, McpTransportError, get_default_pool
 
 logger = logging.getLogger(__name__)
@@ -28,10 +55,25 @@ logger = logging.getLogger(__name__)
 Source = Literal["deterministic", "agent", "flow", "admin"]
 
 
+class Clock:
+    """Time as the gate sees it; tests swap in a fake to check the backoff schedule without waiting."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+clock = Clock()
+_rng = random.Random()  # noqa: S311 - jitter, not cryptography
+
+
 @dataclass
 class ToolResult:
     """The outcome of one gated call. ``value`` is the tool's result (parsed JSON where the text is JSON);
-    ``error`` is a reason code; ``message`` is what the model is told."""
+    ``error`` is a reason code; ``message`` is what the model is told (masked)."""
 
     ok: bool
     value: Any = None
@@ -42,11 +84,24 @@ class ToolResult:
     mcp_id: str = ""
     tool: str = ""
     args: dict[str, Any] = field(default_factory=dict)
+    memo_hit: bool = False
+    approval_id: str | None = None
+    fallback_for: str | None = None
 
     def for_model(self) -> str:
         """The text a model reads: the result itself, or a diagnostic that says what to do next."""
         if self.ok:
-            return self.value if isinstance(self.value, str) else json.dumps(self.value, ensure_ascii=False)
+            text = self.value if isinstance(self.value, str) else json.dumps(self.value, ensure_ascii=False)
+            if self.fallback_for:
+                text = (
+                    _("(from the fallback tool %(tool)s, because %(failed)s failed) ")
+                    % {
+                        "tool": self.tool,
+                        "failed": self.fallback_for,
+                    }
+                    + text
+                )
+            return text
         return self.message
 
     def as_dict(self) -> dict[str, Any]:
@@ -60,17 +115,54 @@ class ToolResult:
             "message": self.message,
             "attempts": self.attempts,
             "latency_ms": round(self.latency_ms, 2),
+            "memo_hit": self.memo_hit,
+            "fallback_for": self.fallback_for,
         }
 
 
-@dataclass(frozen=True)
+@dataclass
+class ApprovalState:
+    """What the approver knows of a write call: ``pending`` (just asked, or still waiting), ``approved``,
+    ``rejected``, ``expired``, or ``executed``/``executing`` (it already ran, or its outcome is unknown)."""
+
+    status: Literal["pending", "approved", "rejected", "expired", "executing", "executed"]
+    approval_id: str
+    reason: str = ""
+    decided_by: str = ""
+    result: dict[str, Any] | None = None
+
+
+class ApprovalPort(Protocol):
+    """How the gate asks for, and records, human approval of a write call (implemented by the run engine)."""
+
+    def request(
+        self, *, mcp_id: str, tool: str, args: dict[str, Any], call_id: str, call_hash: str
+    ) -> ApprovalState: ...
+
+    def claim_execution(self, approval_id: str) -> bool: ...
+
+    def record_execution(self, approval_id: str, result: dict[str, Any]) -> None: ...
+
+
+@dataclass
 class GateCall:
-    """Who is asking: the run (if any), the source and the actor, for the audit."""
+    """Who is asking: the run (if any), the source and the actor for the audit; the run's memo; its approver."""
 
     source: Source
     run_id: Any = None
     actor: str = ""
     call_id: str = ""
+    memo: dict[str, ToolResult] | None = None
+    approvals: ApprovalPort | None = None
+
+
+def canonical_args(args: dict[str, Any]) -> str:
+    return json.dumps(args, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def call_hash(mcp_id: str, tool: str, args: dict[str, Any]) -> str:
+    """Binds an approval to the exact tool and arguments."""
+    return hashlib.sha256(f"{mcp_id}\n{tool}\n{canonical_args(args)}".encode()).hexdigest()
 
 
 def _parse(text: str) -> Any:
@@ -83,111 +175,351 @@ def _parse(text: str) -> Any:
     return text
 
 
-def resolve_tool(
-    servers: list[McpServer], mcp_id: str, tool_name: str
-) -> tuple[McpServer | None, McpTool | None, str | None]:
-    """Find ``tool_name`` on the bound server ``mcp_id``. Returns (server, tool, reason-if-not-found)."""
-    server = next((s for s in servers if s.mcp_id == mcp_id), None)
-    if server is None or not server.enabled:
-        return None, None, f"mcp:not_loaded:{mcp_id}"
-    tool = next((t for t in server.tools.all() if t.name == tool_name and t.callable), None)
-    if tool is None:
-        return server, None, "tool:unknown"
-    return server, tool, None
+def _contract_of(tool: McpTool) -> ToolContract:
+    """The tool's contract, or one read off its input schema when an admin has not saved one."""
+    try:
+        return tool.contract
+    except ToolContract.DoesNotExist:
+        return ToolContract(tool=tool, args=argument_constraints(tool.input_schema or {}), risk="read")
+
+
+class _Call:
+    """One gated call in progress: the audit trail and the result it builds."""
+
+    def __init__(self, server: McpServer, tool_name: str, args: Any, who: GateCall) -> None:
+        self.server = server
+        self.tool_name = tool_name
+        self.who = who
+        self.raw_args = args
+        self.secrets = server.secret_values()
+        register_secrets(self.secrets)  # so every log line of this process masks them too
+        self.started = clock.monotonic()
+        self.result = ToolResult(
+            ok=False, mcp_id=server.mcp_id, tool=tool_name, args=args if isinstance(args, dict) else {}
+        )
+
+    def audit(
+        self, *, ok: bool, reason: str, result: Any, attempt: int, latency_ms: float | None, action: str = "tool.call"
+    ) -> None:
+        audit_event_record(
+            source=self.who.source,
+            action=action,
+            run_id=self.who.run_id,
+            mcp_id=self.server.mcp_id,
+            tool=self.tool_name,
+            call_id=self.who.call_id,
+            args=self.result.args,
+            result=result,
+            ok=ok,
+            reason=reason,
+            attempt=attempt,
+            latency_ms=latency_ms,
+            actor=self.who.actor,
+            secrets=self.secrets,
+        )
+
+    def refuse(self, reason: str, message: str, *, audit: bool = True) -> ToolResult:
+        self.result.error = reason
+        self.result.message = message
+        if audit:
+            self.audit(ok=False, reason=reason, result=message, attempt=0, latency_ms=None)
+        return self.finish()
+
+    def finish(self) -> ToolResult:
+        self.result.latency_ms = (clock.monotonic() - self.started) * 1000
+        self.result.message = mask_text(self.result.message, secrets=self.secrets)
+        self.result.value = mask_value(self.result.value, secrets=self.secrets)
+        self.result.args = mask_value(self.result.args, secrets=self.secrets)
+        return self.result
 
 
 def call(
     *,
     server: McpServer,
     tool_name: str,
-    args: dict[str, Any],
+    args: Any,
     who: GateCall,
     known_tool: bool = True,
+    _fallback_depth: int = 0,
 ) -> ToolResult:
-    """Call ``tool_name`` on ``server`` through the pool. Returns a failed ToolResult, never raises.
-
-    ``known_tool=False`` means the caller could not resolve the tool: the call is refused (and audited)
-    with ``tool:unknown`` without reaching the server.
-    """
-    secrets = server.secret_values()
-    register_secrets(secrets)  # so every log line of this process masks them too
-    started = time.perf_counter()
-    result = ToolResult(ok=False, mcp_id=server.mcp_id, tool=tool_name, args=dict(args))
-    raw_value: Any = None
+    """Call ``tool_name`` on ``server`` through every step of the gate. Returns a ToolResult, never raises."""
+    this = _Call(server, tool_name, args, who)
     try:
-        if not server.enabled:
-            result.error = f"mcp:not_loaded:{server.mcp_id}"
-            result.message = _("MCP '%(mcp_id)s' tools not loaded: the server is disabled. Do not call it again.") % {
-                "mcp_id": server.mcp_id
-            }
-        elif not known_tool:
-            result.error = "tool:unknown"
-            result.message = _(
-                "Tool '%(tool)s' does not exist on '%(mcp_id)s'. Use one of the tools you were given."
-            ) % {
-                "tool": tool_name,
-                "mcp_id": server.mcp_id,
-            }
-        else:
-            result.attempts = 1
-            outcome = get_default_pool().call_tool(
-                server.connection_config(),
-                tool_name,
-                args,
-                timeout_s=server.timeout_s,
-                scope=server.pool_scope(who.run_id),
-            )
-            raw_value = (
-                outcome.structured if outcome.structured is not None and not outcome.text else _parse(outcome.text)
-            )
-            if outcome.is_error:
-                result.error = "tool:error"
-                result.message = _(
-                    "Tool '%(tool)s' failed: %(detail)s Follow the tool's guidance above if it names another "
-                    "tool; otherwise fix the arguments or stop and explain the failure."
-                ) % {"tool": tool_name, "detail": outcome.text.strip()}
-            else:
-                result.ok = True
-                result.value = raw_value
-    except McpTimeoutError as exc:
-        result.error = "timeout"
-        result.message = _("Tool '%(tool)s' timed out (%(detail)s). Try again later or use another tool.") % {
-            "tool": tool_name,
-            "detail": exc,
-        }
-    except McpTransportError as exc:
-        result.error = "transport"
-        result.message = _("Tool '%(tool)s' could not be reached (%(detail)s). Do not retry it now.") % {
-            "tool": tool_name,
-            "detail": exc,
-        }
-    except McpError as exc:
-        result.error = "protocol"
-        result.message = _("The server refused the call to '%(tool)s': %(detail)s") % {"tool": tool_name, "detail": exc}
+        return _call(this, known_tool=known_tool, fallback_depth=_fallback_depth)
     except Exception as exc:
-        logger.exception("unexpected failure calling %s.%s", server.mcp_id, tool_name)
-        result.error = "unexpected"
-        result.message = _("Tool '%(tool)s' failed unexpectedly (%(kind)s). Stop and explain the failure.") % {
-            "tool": tool_name,
-            "kind": type(exc).__name__,
-        }
-    result.latency_ms = (time.perf_counter() - started) * 1000
-    result.message = mask_text(result.message, secrets=secrets)
-    result.value = mask_value(result.value, secrets=secrets)
-    result.args = mask_value(result.args, secrets=secrets)
+        logger.exception("unexpected failure in the gate calling %s.%s", server.mcp_id, tool_name)
+        return this.refuse(
+            "unexpected",
+            _("Tool '%(tool)s' failed unexpectedly (%(kind)s). Stop and explain the failure.")
+            % {"tool": tool_name, "kind": type(exc).__name__},
+        )
+
+
+def refuse_unknown(*, tool_name: str, args: Any, who: GateCall, offered: list[str]) -> ToolResult:
+    """A call to a tool no bound server offers (a model's invention or typo): refused and audited, never sent."""
+    message = _("Tool '%(tool)s' does not exist. Use one of: %(tools)s.") % {
+        "tool": tool_name,
+        "tools": ", ".join(offered) or "-",
+    }
+    safe_args = mask_value(args if isinstance(args, dict) else {"_raw": args})
     audit_event_record(
         source=who.source,
         run_id=who.run_id,
-        mcp_id=server.mcp_id,
         tool=tool_name,
         call_id=who.call_id,
-        args=args,
-        result=raw_value if raw_value is not None else result.message,
-        ok=result.ok,
-        reason=result.error or "",
-        attempt=max(result.attempts, 1),
-        latency_ms=result.latency_ms,
+        args=safe_args,
+        result=message,
+        ok=False,
+        reason="tool:unknown",
+        attempt=0,
         actor=who.actor,
-        secrets=secrets,
     )
-    return result
+    return ToolResult(ok=False, error="tool:unknown", message=message, tool=tool_name, args=safe_args)
+
+
+def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
+    server, tool_name, who = this.server, this.tool_name, this.who
+    # 1. resolve
+    if not server.enabled:
+        return this.refuse(
+            f"mcp:not_loaded:{server.mcp_id}",
+            _("MCP '%(mcp_id)s' tools not loaded: the server is disabled. Do not call it again.")
+            % {"mcp_id": server.mcp_id},
+        )
+    tool = next((t for t in server.tools.all() if t.name == tool_name), None) if known_tool else None
+    if tool is None or not tool.callable:
+        offered = sorted(t.name for t in server.tools.all() if t.callable)
+        return this.refuse(
+            "tool:unknown",
+            _("Tool '%(tool)s' does not exist on '%(mcp_id)s' (or is disabled). Use one of: %(tools)s.")
+            % {"tool": tool_name, "mcp_id": server.mcp_id, "tools": ", ".join(offered) or "-"},
+        )
+    contract = _contract_of(tool)
+
+    # 2. arguments, before anything is sent
+    args, verdict = check_args(contract.args or {}, this.raw_args, unknown=contract.unknown_args)
+    if verdict is not None:
+        return this.refuse(verdict.reason, _argument_message(tool_name, verdict))
+    this.result.args = args
+
+    # 3. risk: a write call needs an approval bound to this tool and these arguments
+    approval: ApprovalState | None = None
+    if contract.risk == ToolContract.Risk.WRITE:
+        approval, refusal = _approval(this, contract, args)
+        if refusal is not None:
+            return refusal
+        if contract.idempotency_arg and approval is not None:
+            args = {**args, contract.idempotency_arg: f"{who.run_id}:{who.call_id or approval.approval_id}"}
+
+    # 4. memo
+    memo_key = f"{server.mcp_id}\n{tool_name}\n{canonical_args(args)}"
+    remembered = _memo_get(who, contract, memo_key)
+    if remembered is not None:
+        this.result.ok, this.result.value, this.result.memo_hit = True, remembered, True
+        this.audit(ok=True, reason="memo:hit", result=remembered, attempt=0, latency_ms=0.0)
+        return this.finish()
+
+    # 5. the call, retried as its failure allows
+    outcome_value, reason, detail = _attempts(this, contract, args)
+    if approval is not None and who.approvals is not None:
+        who.approvals.record_execution(
+            approval.approval_id,
+            {"ok": reason is None, "reason": reason or "", "value": mask_value(outcome_value, secrets=this.secrets)},
+        )
+    if reason is None:
+        this.result.ok = True
+        this.result.value = outcome_value
+        if contract.memo:
+            _memo_put(who, contract, memo_key, outcome_value)
+        return this.finish()
+
+    # 6. fallback
+    this.result.error = reason
+    fallback = contract.fallback_tool
+    if fallback and fallback != tool_name and fallback_depth == 0 and reason not in {"circuit:open"}:
+        if contract.fallback_policy == ToolContract.FallbackPolicy.CALL:
+            backup = call(server=server, tool_name=fallback, args=args, who=who, _fallback_depth=1)
+            if backup.ok:
+                backup.fallback_for = tool_name
+                return backup
+        this.result.message = _failure_message(tool_name, reason, detail, fallback=fallback)
+    else:
+        this.result.message = _failure_message(tool_name, reason, detail, fallback=None)
+    return this.finish()
+
+
+def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tuple[Any, str | None, str]:
+    """Call the server up to the retry cap. Returns (value, None, "") or (raw value, reason, detail)."""
+    server, who = this.server, this.who
+    retry = {**DEFAULT_RETRY, **(contract.retry or {})}
+    max_attempts = max(1, int(retry.get("max_attempts", 1)))
+    retry_on = set(retry.get("on", RETRYABLE))
+    timeout_s = contract.timeout_s or server.timeout_s
+    reason: str | None = None
+    detail = ""
+    value: Any = None
+    for attempt in range(1, max_attempts + 1):
+        this.result.attempts = attempt
+        if not breaker_admit(server.pk):
+            reason, detail = "circuit:open", _("the server failed repeatedly and is paused; try again later")
+            this.audit(ok=False, reason=reason, result=detail, attempt=attempt, latency_ms=0.0)
+            return None, reason, detail
+        started = clock.monotonic()
+        retry_after: float | None = None
+        try:
+            outcome = get_default_pool().call_tool(
+                server.connection_config(),
+                this.tool_name,
+                args,
+                timeout_s=timeout_s,
+                scope=server.pool_scope(who.run_id),
+            )
+            value = outcome.structured if outcome.structured is not None and not outcome.text else _parse(outcome.text)
+            if outcome.is_error:
+                reason, retry_after = classify_tool_error(outcome.text)
+                detail = outcome.text.strip()
+            else:
+                verdict = check_result(contract.returns or {}, value)
+                reason, detail = (verdict.reason, verdict.detail) if verdict else (None, "")
+        except McpTimeoutError as exc:
+            reason, detail, value = "timeout", str(exc), None
+        except McpTransportError as exc:
+            reason, detail, value = "transport", str(exc), None
+        except McpError as exc:
+            reason, detail, value = "protocol", str(exc), None
+        except Exception as exc:
+            logger.exception("unexpected failure calling %s.%s", server.mcp_id, this.tool_name)
+            reason, detail, value = "unexpected", type(exc).__name__, None
+        latency_ms = (clock.monotonic() - started) * 1000
+        this.audit(
+            ok=reason is None,
+            reason=reason or "",
+            result=value if value is not None else detail,
+            attempt=attempt,
+            latency_ms=latency_ms,
+        )
+        breaker_record(server.pk, ok=reason is None, reason=reason or "")
+        if reason is None:
+            return value, None, ""
+        if reason not in retry_on or attempt == max_attempts:
+            break
+        clock.sleep(backoff_delay(reason=reason, attempt=attempt, retry=retry, retry_after_s=retry_after, rng=_rng))
+    return value, reason, detail
+
+
+def _approval(
+    this: _Call, contract: ToolContract, args: dict[str, Any]
+) -> tuple[ApprovalState | None, ToolResult | None]:
+    who = this.who
+    if who.approvals is None:
+        return None, this.refuse(
+            "approval:unavailable",
+            _("Tool '%(tool)s' changes things and needs a person's approval, which this caller cannot ask for.")
+            % {"tool": this.tool_name},
+        )
+    state = who.approvals.request(
+        mcp_id=this.server.mcp_id,
+        tool=this.tool_name,
+        args=args,
+        call_id=who.call_id,
+        call_hash=call_hash(this.server.mcp_id, this.tool_name, args),
+    )
+    this.result.approval_id = state.approval_id
+    if state.status == "pending":
+        this.result.error = "approval:pending"
+        this.result.message = _("Waiting for a person to approve '%(tool)s'.") % {"tool": this.tool_name}
+        this.audit(
+            ok=False, reason="approval:pending", result=None, attempt=0, latency_ms=None, action="approval.request"
+        )
+        return None, this.finish()
+    if state.status == "rejected":
+        return None, this.refuse(
+            "approval:rejected",
+            _(
+                "A person rejected the call to '%(tool)s'%(reason)s. Do not call it again; tell the user it was not done."
+            )
+            % {"tool": this.tool_name, "reason": f" ({state.reason})" if state.reason else ""},
+            audit=False,
+        )
+    if state.status == "expired":
+        return None, this.refuse(
+            "approval:expired",
+            _("Nobody approved the call to '%(tool)s' in time. Do not call it again; tell the user it was not done.")
+            % {"tool": this.tool_name},
+            audit=False,
+        )
+    if state.status == "executed" and state.result is not None:
+        # Already executed (a redelivered run): its recorded outcome, never a second execution.
+        this.result.ok = bool(state.result.get("ok"))
+        this.result.value = state.result.get("value")
+        this.result.error = state.result.get("reason") or None
+        this.result.message = (
+            "" if this.result.ok else _failure_message(this.tool_name, this.result.error or "", "", fallback=None)
+        )
+        return None, this.finish()
+    if state.status == "executing" or not who.approvals.claim_execution(state.approval_id):
+        return None, this.refuse(
+            "approval:outcome_unknown",
+            _(
+                "The approved call to '%(tool)s' was interrupted; it may or may not have taken effect. Do not repeat it; tell the user to check."
+            )
+            % {"tool": this.tool_name},
+        )
+    return state, None
+
+
+def _memo_get(who: GateCall, contract: ToolContract, key: str) -> Any:
+    if not contract.memo:
+        return None
+    if who.memo is not None and key in who.memo:
+        return who.memo[key].value
+    if contract.memo_ttl_s and contract.risk == ToolContract.Risk.READ:
+        hit = cache.get(_cache_key(key))
+        if hit is not None:
+            return json.loads(hit)
+    return None
+
+
+def _memo_put(who: GateCall, contract: ToolContract, key: str, value: Any) -> None:
+    if who.memo is not None:
+        who.memo[key] = ToolResult(ok=True, value=value)
+    if contract.memo_ttl_s and contract.risk == ToolContract.Risk.READ:
+        cache.set(_cache_key(key), json.dumps(value, ensure_ascii=False, default=str), timeout=contract.memo_ttl_s)
+
+
+def _cache_key(key: str) -> str:
+    return "gate-memo:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+def _argument_message(tool: str, verdict: Verdict) -> str:
+    return _("Tool '%(tool)s' was not called: %(detail)s [%(reason)s]. Fix the argument and call it again.") % {
+        "tool": tool,
+        "detail": verdict.detail,
+        "reason": verdict.reason,
+    }
+
+
+def _failure_message(tool: str, reason: str, detail: str, *, fallback: str | None) -> str:
+    what = {
+        "timeout": _("it did not answer in time"),
+        "rate_limit": _("the backend's rate limit was hit"),
+        "transport": _("the server could not be reached"),
+        "protocol": _("the server refused the request"),
+        "tool:error": _("the tool reported an error"),
+        "result:shape": _("its answer did not have the promised shape"),
+        "result:empty": _("its answer was empty"),
+        "result:too_big": _("its answer was too big"),
+        "result:range": _("a value in its answer was out of range"),
+        "circuit:open": _("the server failed repeatedly and is paused"),
+        "unexpected": _("something unexpected went wrong"),
+    }.get(reason, reason)
+    if fallback:
+        then = _("Use the fallback tool '%(fallback)s' with the same arguments.") % {"fallback": fallback}
+    elif reason in {"result:empty"}:
+        then = _("Do not call it again with the same arguments; say that nothing was found.")
+    else:
+        then = _("Do not retry it now; answer with what you have and say this tool failed.")
+    text = _("Tool '%(tool)s' failed: %(what)s [%(reason)s].") % {"tool": tool, "what": what, "reason": reason}
+    if detail:
+        text += f" ({detail[:500]})"
+    return f"{text} {then}"

@@ -46,6 +46,11 @@ class McpServer(models.Model):
         OK = "ok", _("ok")
         ERROR = "error", _("error")
 
+    class BreakerState(models.TextChoices):
+        CLOSED = "closed", _("closed (calls flow)")
+        OPEN = "open", _("open (calls refused)")
+        HALF_OPEN = "half_open", _("half-open (one trial call)")
+
     class SessionScope(models.TextChoices):
         PER_RUN = "per_run", _("per run (a session for each run, closed at its end)")
         SHARED = "shared", _("shared (one session per worker, reused across runs)")
@@ -68,6 +73,17 @@ class McpServer(models.Model):
     health = models.CharField(_("health"), max_length=10, choices=Health.choices, default=Health.UNKNOWN)
     last_checked_at = models.DateTimeField(_("last checked"), null=True, blank=True)
     last_error = models.TextField(_("last error"), blank=True)
+    breaker_threshold = models.PositiveIntegerField(
+        _("circuit breaker: failures to open"), default=5, help_text=_("Consecutive failures that open the circuit.")
+    )
+    breaker_cooldown_s = models.FloatField(
+        _("circuit breaker: cool-down (seconds)"), default=30.0, help_text=_("Then one trial call is let through.")
+    )
+    breaker_state = models.CharField(
+        _("circuit"), max_length=10, choices=BreakerState.choices, default=BreakerState.CLOSED, editable=False
+    )
+    breaker_failures = models.PositiveIntegerField(_("consecutive failures"), default=0, editable=False)
+    breaker_opened_at = models.DateTimeField(_("circuit opened"), null=True, blank=True, editable=False)
     protocol_version = models.CharField(_("MCP protocol version"), max_length=40, blank=True)
     server_info = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("server info"), default=dict, blank=True)
     resources = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("resources"), default=list, blank=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio
-from mcp import ClientSession, McpError, StdioServerParameters
+from mcp import ClientSession, McpError, StdioServerParameters, types
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -374,8 +374,16 @@ class McpSessionPool:
         connection = ServerConnection.from_config(config)
 
         async def operation(pooled: _PooledSession) -> ToolCallOutcome:
-            assert pooled.session is not None
-            result = await pooled.session.call_tool(tool, arguments)
+            session = pooled.session
+            assert session is not None
+            # The id call_tool is about to use: nothing awaits between this read and its use.
+            request_id = session._request_id
+            try:
+                result = await session.call_tool(tool, arguments)
+            except asyncio.CancelledError:
+                # The deadline passed: tell the server to stop working on the request; the session stays usable.
+                self._loop.create_task(_send_cancelled(session, request_id))
+                raise
             content = [block.model_dump(mode="json", exclude_none=True) for block in result.content]
             text = "\n".join(str(block.get("text", "")) for block in content if block.get("type") == "text")
             return ToolCallOutcome(
@@ -477,6 +485,15 @@ class McpSessionPool:
         self._closed = True
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+
+
+async def _send_cancelled(session: ClientSession, request_id: int) -> None:
+    """MCP's cancellation notification for an abandoned request (best effort: the session may be gone)."""
+    notification = types.ClientNotification(
+        types.CancelledNotification(params=types.CancelledNotificationParams(requestId=request_id, reason="timeout"))
+    )
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(session.send_notification(notification), timeout=5)
 
 
 def _session_key(connection: ServerConnection, scope: str | None) -> str:

@@ -7,6 +7,7 @@ session pool. Only the model is scripted.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,9 +15,10 @@ import pytest
 from django.conf import settings
 from rest_framework.test import APIClient
 
-from agents.management.commands.seed_demo import DEMO_RULES, SYSTEM_PROMPT
+from agents.management.commands.seed_demo import DEMO_RULES, SYSTEM_PROMPT, apply_demo_contracts
 from agents.models import Agent, ApiKey, DeterministicRule
 from agents.services import api_key_create
+from mcpregistry import gate
 from mcpregistry.models import McpServer
 from mcpregistry.pool import shutdown_default_pool
 from mcpregistry.services import mcp_server_discover
@@ -29,6 +31,29 @@ DEMO_SECRET = "sk-test-binding-secret-5f2b9c1d7e"
 def _close_mcp_sessions_at_the_end() -> Iterator[None]:
     yield
     shutdown_default_pool()
+
+
+class FakeClock(gate.Clock):
+    """The gate's clock for tests: sleeping advances time instantly, and every wait is recorded."""
+
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+        self.offset = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.offset
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(round(seconds, 3))
+        self.offset += seconds
+
+
+@pytest.fixture(autouse=True)
+def gate_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """Backoff waits cost no real time in tests; a test reads ``gate_clock.slept`` to check the schedule."""
+    fake = FakeClock()
+    monkeypatch.setattr(gate, "clock", fake)
+    return fake
 
 
 def bind_demo_server(
@@ -48,6 +73,7 @@ def bind_demo_server(
     )
     report = mcp_server_discover(server=server)
     assert report.ok, report.error
+    apply_demo_contracts(server)
     return server
 
 

@@ -51,6 +51,13 @@ class RunOutputSerializer(serializers.ModelSerializer):
             "finished_at",
         ]
 
+    def to_representation(self, instance: Run) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        data["deterministic_results"] = [
+            {k: v for k, v in r.items() if k != "answer_template"} for r in data.get("deterministic_results") or []
+        ]
+        return data
+
     def get_error(self, run: Run) -> dict[str, str] | None:
         if not run.error_code:
             return None

@@ -149,7 +149,7 @@ def _call_backend(asset_id: str) -> dict[str, Any]:
 
 
 @mcp.tool(annotations=READ_ONLY)
-def get_asset_status(asset_id: str) -> str:
+def get_asset_status(asset_id: str) -> dict[str, Any]:
     """자산 관리 백엔드에서 자산 ID로 현재 상태를 실시간 조회한다.
 
     Args:
@@ -167,16 +167,12 @@ def get_asset_status(asset_id: str) -> str:
         raise ToolError(
             "timeout: 에러: 백엔드 응답이 계속 지연됩니다. get_asset_status_backup 도구를 사용하세요."
         ) from exc
-    # bad_schema 방어: 응답 계약 검증 (재시도해도 소용없으므로 즉시 fallback 안내)
-    if "status" not in data or "owner" not in data:
-        logger.error("응답 스키마 불일치: keys=%s", list(data.keys()))
-        raise ToolError(
-            "bad_schema: 에러: 백엔드 응답 형식이 올바르지 않습니다. get_asset_status_backup 도구를 대신 사용하세요."
-        )
-    if data["status"] == "없음":
+    if data.get("status") == "없음":
         known = ", ".join(a["asset_id"] for a in ASSETS)
-        return f"'{asset_id}' 자산을 찾을 수 없습니다. 등록된 자산: {known}"
-    return f"{data['asset_id']}: {data['status']} (사용자: {data['owner']})"
+        raise ToolError(f"'{asset_id}' 자산을 찾을 수 없습니다. 등록된 자산: {known}")
+    # The backend's answer as it came: in bad_schema mode it lacks status/owner. The tool contract (checked by
+    # the platform's gate) catches that, as the seed's in-tool check did.
+    return data
 
 
 @mcp.tool(annotations=READ_ONLY)
@@ -185,7 +181,7 @@ def get_asset_status_backup(asset_id: str) -> str:
     logger.info("backup 경로 사용 asset_id=%s", asset_id)
     for asset in ASSETS:
         if asset["asset_id"] == asset_id:
-            return f"{asset_id}: {asset['status']} (백업 스냅샷 기준, 갱신 주기 1시간)"
+            return f"{asset_id}: {asset['status']} (사용자: {asset['owner']}, 백업 스냅샷 기준, 갱신 주기 1시간)"
     return f"'{asset_id}' 자산을 백업 스냅샷에서 찾을 수 없습니다."
 
 

@@ -93,9 +93,12 @@ def test_a_failing_tool_is_a_message_to_the_model_and_the_run_still_answers(db) 
     assert run.status == Run.Status.SUCCEEDED
     assert "백업 스냅샷 기준" in run.answer
     events = list(AuditEvent.objects.filter(run=run).order_by("id"))
-    assert [(e.tool, e.ok, e.reason) for e in events] == [
-        ("get_asset_status", False, "tool:error"),
-        ("get_asset_status_backup", True, ""),
+    # The gate retried the rate limit (backing off), then the model took the backup tool.
+    assert [(e.tool, e.ok, e.reason, e.attempt) for e in events] == [
+        ("get_asset_status", False, "rate_limit", 1),
+        ("get_asset_status", False, "rate_limit", 2),
+        ("get_asset_status", False, "rate_limit", 3),
+        ("get_asset_status_backup", True, "", 1),
     ]
     [failed_result] = [s for s in run.messages if s["type"] == "tool" and s["name"] == "get_asset_status"]
     assert "호출 한도를 초과했습니다" in failed_result["content"]

@@ -12,7 +12,7 @@ from fastmcp.server.dependencies import get_http_headers
 mcp = FastMCP("headers")
 
 
-@mcp.tool()
+@mcp.tool(annotations={"readOnlyHint": True})
 def request_headers() -> str:
     """The headers of this request, as JSON."""
     return json.dumps(get_http_headers(include_all=True))

@@ -40,11 +40,13 @@ async def list_tools() -> list[types.Tool]:
             name="echo",
             description="Returns its argument.",
             inputSchema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+            annotations=types.ToolAnnotations(readOnlyHint=True),
         ),
         types.Tool(
             name="broken",
             description="A tool whose input schema is malformed.",
             inputSchema=MALFORMED_SCHEMAS[schema_mode],
+            annotations=types.ToolAnnotations(readOnlyHint=True),
         ),
     ]
 

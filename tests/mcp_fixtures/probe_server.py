@@ -33,13 +33,13 @@ class _ExitOnList(Middleware):
 mcp = FastMCP("probe", middleware=[_ExitOnList()] if mode == "exit_on_list" else [])
 
 
-@mcp.tool()
+@mcp.tool(annotations={"readOnlyHint": True})
 def environment_names() -> str:
     """The names (not values) of this process's environment variables, comma-separated."""
     return ",".join(sorted(os.environ))
 
 
-@mcp.tool()
+@mcp.tool(annotations={"readOnlyHint": True})
 def echo(text: str) -> str:
     """Returns its argument."""
     if mode == "exit_on_call":
@@ -47,7 +47,7 @@ def echo(text: str) -> str:
     return text
 
 
-@mcp.tool()
+@mcp.tool(annotations={"readOnlyHint": True})
 def sleep(seconds: float) -> str:
     """Sleeps, then answers."""
     time.sleep(seconds)

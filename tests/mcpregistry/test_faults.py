@@ -109,8 +109,11 @@ def run_calling(server: McpServer, tool: str = "echo", args: dict[str, Any] | No
 
 
 def the_audited_call(run: Run, tool: str = "echo") -> AuditEvent:
-    [event] = AuditEvent.objects.filter(run=run, tool=tool)
-    return event
+    """The last audited attempt of the call (the gate audits every attempt; all of them failed alike)."""
+    events = list(AuditEvent.objects.filter(run=run, tool=tool).order_by("id"))
+    assert events, f"no audit event for {tool}"
+    assert len({(e.ok, e.reason) for e in events}) == 1, [(e.attempt, e.ok, e.reason) for e in events]
+    return events[-1]
 
 
 def tool_message(run: Run, tool: str = "echo") -> str:
@@ -340,7 +343,7 @@ def test_a_run_calling_a_server_that_hangs_in_initialize_gets_a_timeout_failure(
     run = run_calling(server)
     assert time.monotonic() - started < 20
     assert_a_failure_value(run, reason="timeout", says=f"did not initialize within {INITIALIZE_DEADLINE_S:g}s")
-    assert "timed out" in run.answer
+    assert "did not answer in time" in run.answer
     assert_no_process_left_behind(before)
 
 
@@ -365,14 +368,6 @@ def test_a_tool_with_a_malformed_input_schema_is_flagged_at_discovery(schema_mod
     assert_no_process_left_behind(before)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the malformed tool is callable after discovery (see above), so the call goes through with ok=True; and a "
-        "call to a tool that is not offered never reaches the gate (engine.build_tools skips it; LangGraph answers "
-        "'not a valid tool' without an audit event)"
-    ),
-)
 @pytest.mark.parametrize("schema_mode", MALFORMED)
 def test_a_run_calling_a_tool_with_a_malformed_schema_gets_an_audited_failure(schema_mode: str) -> None:
     server = discovered(

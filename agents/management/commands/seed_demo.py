@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from agents.models import Agent, DeterministicRule
-from mcpregistry.models import McpServer
+from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import shutdown_default_pool
 from mcpregistry.services import mcp_server_discover
 
@@ -65,9 +65,33 @@ DEMO_RULES: list[dict[str, Any]] = [
         "tool_name": "get_asset_status",
         "when": {"regex": r"(?P<asset_id>A-\d{4})", "any_keywords": ["상태", "사용", "현황"]},
         "params": {"asset_id": "{match.asset_id}"},
-        "answer_template": "{result}",
+        "answer_template": "{result.asset_id}: {result.status} (사용자: {result.owner})",
     },
 ]
+
+# Seed 001's failure handling as a contract: timeouts retried at once, rate limits with backoff (2 s, 4 s),
+# a wrong answer shape never retried; the model is pointed at the backup tool.
+DEMO_CONTRACTS: dict[str, dict[str, Any]] = {
+    "get_asset_status": {
+        "returns": {"type": "dict", "required": ["asset_id", "status", "owner"]},
+        "retry": {
+            "max_attempts": 3,
+            "on": ["timeout", "rate_limit", "transport"],
+            "backoff_base_s": 2.0,
+            "backoff_cap_s": 4.0,
+        },
+        "timeout_s": 2.0,
+        "fallback_tool": "get_asset_status_backup",
+        "fallback_policy": "suggest",
+    },
+    "get_asset_status_backup": {"returns": {"type": "str", "non_empty": True}},
+}
+
+
+def apply_demo_contracts(server: McpServer) -> None:
+    """The demo's contracts on top of what discovery pre-filled."""
+    for tool_name, values in DEMO_CONTRACTS.items():
+        ToolContract.objects.filter(tool__server=server, tool__name=tool_name).update(**values)
 
 
 class Command(BaseCommand):
@@ -122,6 +146,7 @@ class Command(BaseCommand):
             shutdown_default_pool()
         if not report.ok:
             raise CommandError(f"discovery of {DEMO_MCP_ID} failed: {report.error}")
+        apply_demo_contracts(server)
         self.stdout.write(self.style.SUCCESS(f"{DEMO_MCP_ID}: {report.tool_count} tools discovered"))
 
     def _admin(self, username: str) -> None:

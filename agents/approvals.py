@@ -1,0 +1,140 @@
+"""Human approval of write calls: the gate's ``ApprovalPort`` for a run, and the decision service."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from agent_platform.errors import ApplicationError
+from agents.models import Approval, Run
+from audit.masking import mask_value
+from audit.services import audit_event_record
+from mcpregistry.gate import ApprovalState
+
+
+class RunApprovals:
+    """Approvals of one run's write calls, kept in the database so a resumed run (on any worker) sees them."""
+
+    def __init__(self, *, run_id: Any, actor: str, secrets: list[str]) -> None:
+        self.run_id = run_id
+        self.actor = actor
+        self.secrets = secrets
+
+    def request(self, *, mcp_id: str, tool: str, args: dict[str, Any], call_id: str, call_hash: str) -> ApprovalState:
+        approval = Approval.objects.filter(run_id=self.run_id, call_hash=call_hash, call_id=call_id).first()
+        if approval is None:
+            approval = Approval.objects.create(
+                run_id=self.run_id,
+                mcp_id=mcp_id,
+                tool=tool,
+                args=mask_value(args, secrets=self.secrets),
+                call_hash=call_hash,
+                call_id=call_id,
+                requested_by=self.actor,
+                expires_at=timezone.now() + timedelta(seconds=settings.PLATFORM_APPROVAL_TTL_S),
+            )
+        elif approval.status == Approval.Status.PENDING and approval.expires_at <= timezone.now():
+            Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
+                status=Approval.Status.EXPIRED
+            )
+            approval.refresh_from_db()
+        return ApprovalState(
+            status=approval.status,  # type: ignore[arg-type]
+            approval_id=str(approval.pk),
+            reason=approval.reason,
+            decided_by=approval.decided_by,
+            result=approval.result,
+        )
+
+    def claim_execution(self, approval_id: str) -> bool:
+        """Approved → executing, once: a second worker (or a redelivery) cannot execute it again."""
+        return (
+            Approval.objects.filter(pk=approval_id, status=Approval.Status.APPROVED).update(
+                status=Approval.Status.EXECUTING
+            )
+            == 1
+        )
+
+    def record_execution(self, approval_id: str, result: dict[str, Any]) -> None:
+        Approval.objects.filter(pk=approval_id, status=Approval.Status.EXECUTING).update(
+            status=Approval.Status.EXECUTED, result=result
+        )
+
+
+def approval_decide(*, run: Run, approval_id: str, decision: str, actor: str, reason: str = "") -> Approval:
+    """Approve or reject a pending approval and resume the run. Compare-and-swap: a decision is taken once.
+
+    Raises ApplicationError 404 (no such approval on this run), 409 (already decided, or expired)."""
+    from agents.services import run_resume
+
+    if decision not in {"approve", "reject"}:
+        raise ApplicationError(_("'decision' must be 'approve' or 'reject'."), code="invalid_input", status=400)
+    approval = Approval.objects.filter(pk=_uuid_or_none(approval_id), run=run).first()
+    if approval is None:
+        raise ApplicationError(_("Approval not found."), code="approval_not_found", status=404)
+    now = timezone.now()
+    with transaction.atomic():
+        if approval.status == Approval.Status.PENDING and approval.expires_at <= now:
+            Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
+                status=Approval.Status.EXPIRED
+            )
+            transaction.on_commit(lambda: run_resume(run_id=str(run.pk)))
+            raise ApplicationError(_("This approval has expired."), code="approval_expired", status=409)
+        new_status = Approval.Status.APPROVED if decision == "approve" else Approval.Status.REJECTED
+        claimed = Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
+            status=new_status, decided_by=actor[:200], decided_at=now, reason=reason[:2000]
+        )
+        if claimed != 1:
+            approval.refresh_from_db()
+            raise ApplicationError(
+                _("This approval was already decided (%(status)s).") % {"status": approval.status},
+                code="approval_decided",
+                status=409,
+            )
+        audit_event_record(
+            source="admin",
+            action=f"approval.{decision}",
+            run_id=run.pk,
+            mcp_id=approval.mcp_id,
+            tool=approval.tool,
+            call_id=approval.call_id,
+            args=approval.args,
+            result={"approval_id": str(approval.pk), "reason": reason},
+            ok=decision == "approve",
+            reason=f"approval:{'approved' if decision == 'approve' else 'rejected'}",
+            actor=actor,
+        )
+        transaction.on_commit(lambda: run_resume(run_id=str(run.pk)))
+    approval.refresh_from_db()
+    return approval
+
+
+def approvals_expire_due() -> int:
+    """Expire pending approvals past their time and resume their runs (the model is told). Returns the count."""
+    from agents.services import run_resume
+
+    due = list(
+        Approval.objects.filter(status=Approval.Status.PENDING, expires_at__lte=timezone.now()).values_list(
+            "pk", "run_id"
+        )
+    )
+    expired = 0
+    for pk, run_id in due:
+        if Approval.objects.filter(pk=pk, status=Approval.Status.PENDING).update(status=Approval.Status.EXPIRED):
+            expired += 1
+            run_resume(run_id=str(run_id))
+    return expired
+
+
+def _uuid_or_none(value: str) -> Any:
+    import uuid
+
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None

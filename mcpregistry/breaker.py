@@ -1,0 +1,60 @@
+"""A circuit breaker per MCP server, kept in the database so every worker (and the admin) sees one state.
+
+``closed``: calls flow; ``breaker_threshold`` consecutive failures open it. ``open``: calls are refused at once
+(``circuit:open``) until ``breaker_cooldown_s`` has passed; then one trial call is let through (``half_open``):
+its success closes the circuit, its failure opens it again. Every transition is a compare-and-swap update.
+Only failures that say the server is unwell count (timeout, transport, rate limit, unexpected), not a bad
+argument or a tool's own answer.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db.models import F
+from django.utils import timezone
+
+from mcpregistry.models import McpServer
+
+State = McpServer.BreakerState
+COUNTED = frozenset({"timeout", "transport", "rate_limit", "unexpected"})
+
+
+def breaker_admit(server_id: int, *, now: datetime | None = None) -> bool:
+    """Whether a call to this server may go out now."""
+    now = now or timezone.now()
+    row = (
+        McpServer.objects.filter(pk=server_id)
+        .values("breaker_state", "breaker_opened_at", "breaker_cooldown_s")
+        .first()
+    )
+    if row is None or row["breaker_state"] == State.CLOSED:
+        return True
+    opened_at = row["breaker_opened_at"] or now
+    if now - opened_at < timedelta(seconds=row["breaker_cooldown_s"]):
+        return False
+    # Cool-down over: exactly one caller wins the trial (a stale half-open trial is retried the same way).
+    claimed = McpServer.objects.filter(
+        pk=server_id, breaker_state=row["breaker_state"], breaker_opened_at=row["breaker_opened_at"]
+    ).update(breaker_state=State.HALF_OPEN, breaker_opened_at=now)
+    return claimed == 1
+
+
+def breaker_record(server_id: int, *, ok: bool, reason: str = "", now: datetime | None = None) -> None:
+    """Record a call's outcome. Failures that are the caller's (arguments) or the tool's answer don't count."""
+    if ok:
+        McpServer.objects.filter(pk=server_id).exclude(breaker_state=State.CLOSED, breaker_failures=0).update(
+            breaker_state=State.CLOSED, breaker_failures=0, breaker_opened_at=None
+        )
+        return
+    if reason not in COUNTED:
+        return
+    now = now or timezone.now()
+    McpServer.objects.filter(pk=server_id).update(breaker_failures=F("breaker_failures") + 1)
+    # A failed trial reopens at once; otherwise open when the threshold is reached.
+    McpServer.objects.filter(pk=server_id, breaker_state=State.HALF_OPEN).update(
+        breaker_state=State.OPEN, breaker_opened_at=now
+    )
+    McpServer.objects.filter(
+        pk=server_id, breaker_state=State.CLOSED, breaker_failures__gte=F("breaker_threshold")
+    ).update(breaker_state=State.OPEN, breaker_opened_at=now)
