@@ -6,12 +6,14 @@ import json
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
-from agents.models import Agent, ApiKey, DeterministicRule, Run
+from agent_platform.errors import ApplicationError
+from agents.approvals import approval_decide
+from agents.models import Agent, ApiKey, Approval, DeterministicRule, Run
 from agents.selectors import tool_name_conflicts
 
 
@@ -150,3 +152,43 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         # Keys are issued with `manage.py create_api_key`, which shows the key once.
         return False
+
+
+@admin.register(Approval)
+class ApprovalAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "status", "mcp_id", "tool", "run", "requested_by", "decided_by", "expires_at"]
+    list_filter = ["status", "mcp_id", "tool"]
+    search_fields = ["tool", "run__id"]
+    readonly_fields = [f.name for f in Approval._meta.fields]
+    actions = ["approve", "reject"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def _decide(self, request: HttpRequest, queryset: Any, decision: str) -> None:
+        done = 0
+        for approval in queryset.select_related("run"):
+            try:
+                approval_decide(
+                    run=approval.run,
+                    approval_id=str(approval.pk),
+                    decision=decision,
+                    actor=f"admin:{request.user.get_username()}",
+                    reason=str(_("decided in the admin")),
+                )
+                done += 1
+            except ApplicationError as exc:
+                self.message_user(request, f"{approval}: {exc.message}", level=messages.WARNING)
+        if done:
+            self.message_user(request, _("%(n)d approval(s) decided; their runs resume.") % {"n": done})
+
+    @admin.action(description=_("Approve the selected calls (the runs resume and execute them once)"))
+    def approve(self, request: HttpRequest, queryset: Any) -> None:
+        self._decide(request, queryset, "approve")
+
+    @admin.action(description=_("Reject the selected calls (the model is told)"))
+    def reject(self, request: HttpRequest, queryset: Any) -> None:
+        self._decide(request, queryset, "reject")

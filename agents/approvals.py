@@ -79,37 +79,45 @@ def approval_decide(*, run: Run, approval_id: str, decision: str, actor: str, re
         raise ApplicationError(_("Approval not found."), code="approval_not_found", status=404)
     now = timezone.now()
     with transaction.atomic():
-        if approval.status == Approval.Status.PENDING and approval.expires_at <= now:
-            Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
+        expired = (
+            approval.status == Approval.Status.PENDING
+            and approval.expires_at <= now
+            and Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
                 status=Approval.Status.EXPIRED
             )
-            transaction.on_commit(lambda: run_resume(run_id=str(run.pk)))
-            raise ApplicationError(_("This approval has expired."), code="approval_expired", status=409)
-        new_status = Approval.Status.APPROVED if decision == "approve" else Approval.Status.REJECTED
-        claimed = Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
-            status=new_status, decided_by=actor[:200], decided_at=now, reason=reason[:2000]
+            == 1
         )
-        if claimed != 1:
-            approval.refresh_from_db()
-            raise ApplicationError(
-                _("This approval was already decided (%(status)s).") % {"status": approval.status},
-                code="approval_decided",
-                status=409,
+        if expired:
+            run_resume(run_id=str(run.pk))  # the model is told the call was not made
+        else:
+            new_status = Approval.Status.APPROVED if decision == "approve" else Approval.Status.REJECTED
+            claimed = Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
+                status=new_status, decided_by=actor[:200], decided_at=now, reason=reason[:2000]
             )
-        audit_event_record(
-            source="admin",
-            action=f"approval.{decision}",
-            run_id=run.pk,
-            mcp_id=approval.mcp_id,
-            tool=approval.tool,
-            call_id=approval.call_id,
-            args=approval.args,
-            result={"approval_id": str(approval.pk), "reason": reason},
-            ok=decision == "approve",
-            reason=f"approval:{'approved' if decision == 'approve' else 'rejected'}",
-            actor=actor,
-        )
-        transaction.on_commit(lambda: run_resume(run_id=str(run.pk)))
+            if claimed != 1:
+                approval.refresh_from_db()
+                raise ApplicationError(
+                    _("This approval was already decided (%(status)s).") % {"status": approval.status},
+                    code="approval_decided",
+                    status=409,
+                )
+            audit_event_record(
+                source="admin",
+                action=f"approval.{decision}",
+                run_id=run.pk,
+                mcp_id=approval.mcp_id,
+                tool=approval.tool,
+                call_id=approval.call_id,
+                args=approval.args,
+                result={"approval_id": str(approval.pk), "reason": reason},
+                ok=decision == "approve",
+                reason=f"approval:{'approved' if decision == 'approve' else 'rejected'}",
+                actor=actor,
+            )
+            # Re-queued in the same transaction as the decision; the task is sent once it commits.
+            run_resume(run_id=str(run.pk))
+    if expired:
+        raise ApplicationError(_("This approval has expired."), code="approval_expired", status=409)
     approval.refresh_from_db()
     return approval
 

@@ -68,13 +68,40 @@ class ArgSpec(_Strict):
     pattern: str | None = None
 
 
+class FieldSpec(_Strict):
+    type: Literal["str", "int", "float", "bool", "list", "dict"] | None = None
+    non_empty: bool = False
+    max_items: int | None = Field(default=None, ge=0)
+    min: float | None = None
+    max: float | None = None
+
+
+class ReturnsSpec(_Strict):
+    type: Literal["str", "int", "float", "bool", "list", "dict"] | None = None
+    required: list[str] = Field(default_factory=list)
+    non_empty: bool = False
+    max_items: int | None = Field(default=None, ge=0)
+    max_chars: int | None = Field(default=None, ge=0)
+    fields: dict[str, FieldSpec] = Field(default_factory=dict)
+
+
+class RetrySpec(_Strict):
+    max_attempts: int = Field(default=3, ge=1, le=10)
+    on: list[Literal["timeout", "rate_limit", "transport"]] = Field(
+        default_factory=lambda: ["timeout", "rate_limit", "transport"]
+    )
+    backoff_base_s: float = Field(default=1.0, ge=0, le=60)
+    backoff_cap_s: float = Field(default=8.0, ge=0, le=600)
+    honor_retry_after: bool = True
+
+
 class ContractSpec(_Strict):
     mcp_id: str
     tool: str
     args: dict[str, ArgSpec] = Field(default_factory=dict)
     unknown_args: Literal["refuse", "drop"] = "refuse"
-    returns: dict[str, Any] = Field(default_factory=dict)
-    retry: dict[str, Any] = Field(default_factory=dict)
+    returns: ReturnsSpec = Field(default_factory=ReturnsSpec)
+    retry: RetrySpec | None = None
     timeout_s: float | None = Field(default=None, gt=0, le=3600)
     fallback: str | None = None
     fallback_policy: Literal["suggest", "call"] = "suggest"
@@ -269,7 +296,9 @@ def config_import(*, document: dict[str, Any], dry_run: bool = False) -> ImportR
         contract = contract or ToolContract(tool=tool)
         before = None if created else _fields(contract)
         contract.args = {k: v.model_dump(exclude_none=True) for k, v in cspec.args.items()}
-        contract.unknown_args, contract.returns, contract.retry = cspec.unknown_args, cspec.returns, cspec.retry
+        contract.unknown_args = cspec.unknown_args
+        contract.returns = cspec.returns.model_dump(exclude_defaults=True)
+        contract.retry = cspec.retry.model_dump(exclude_unset=True) if cspec.retry else {}
         contract.timeout_s, contract.fallback_tool = cspec.timeout_s, cspec.fallback or ""
         contract.fallback_policy, contract.risk = cspec.fallback_policy, cspec.risk
         contract.memo, contract.memo_ttl_s, contract.idempotency_arg = (

@@ -91,6 +91,8 @@ class McpServerForm(forms.ModelForm):
             "args",
             "cwd",
             "url",
+            "breaker_threshold",
+            "breaker_cooldown_s",
         ]
 
     def clean(self) -> dict[str, Any]:
@@ -124,7 +126,16 @@ class McpToolInline(admin.TabularInline):
 @admin.register(McpServer)
 class McpServerAdmin(admin.ModelAdmin):
     form = McpServerForm
-    list_display = ["mcp_id", "name", "transport", "enabled", "health_badge", "last_checked_at", "tool_count"]
+    list_display = [
+        "mcp_id",
+        "name",
+        "transport",
+        "enabled",
+        "health_badge",
+        "breaker_badge",
+        "last_checked_at",
+        "tool_count",
+    ]
     list_filter = ["transport", "enabled", "health"]
     search_fields = ["mcp_id", "name"]
     readonly_fields = [
@@ -136,6 +147,8 @@ class McpServerAdmin(admin.ModelAdmin):
         "server_info_pretty",
         "resources_pretty",
         "prompts_pretty",
+        "breaker_badge",
+        "breaker_opened_at",
     ]
     inlines = [McpToolInline]
     actions = ["discover_tools"]
@@ -144,6 +157,10 @@ class McpServerAdmin(admin.ModelAdmin):
         (_("stdio"), {"fields": ["command", "args", "cwd"]}),
         (_("HTTP"), {"fields": ["url"]}),
         (_("secrets"), {"fields": ["secrets_state", "new_env", "new_headers", "clear_secrets"]}),
+        (
+            _("circuit breaker"),
+            {"fields": ["breaker_badge", "breaker_opened_at", "breaker_threshold", "breaker_cooldown_s"]},
+        ),
         (
             _("health and discovery"),
             {
@@ -194,6 +211,12 @@ class McpServerAdmin(admin.ModelAdmin):
             obj.get_health_display(),
             format_html(": {}", obj.last_error[:120]) if obj.last_error else "",
         )
+
+    @admin.display(description=_("circuit"), ordering="breaker_state")
+    def breaker_badge(self, obj: McpServer) -> str:
+        colour = {"closed": "green", "open": "#ba2121", "half_open": "#b8860b"}.get(obj.breaker_state, "gray")
+        failures = format_html(" ({})", obj.breaker_failures) if obj.breaker_failures else ""
+        return format_html('<b style="color:{}">{}</b>{}', colour, obj.get_breaker_state_display(), failures)
 
     @admin.display(description=_("tools"))
     def tool_count(self, obj: McpServer) -> int:

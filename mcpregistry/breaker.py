@@ -5,10 +5,14 @@
 its success closes the circuit, its failure opens it again. Every transition is a compare-and-swap update.
 Only failures that say the server is unwell count (timeout, transport, rate limit, unexpected), not a bad
 argument or a tool's own answer.
+
+On the hot path (a healthy server) each process keeps what it last read for one second, so a call to a closed
+circuit costs no query; a circuit another worker opened is seen within that second.
 """
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta
 
 from django.db.models import F
@@ -18,17 +22,23 @@ from mcpregistry.models import McpServer
 
 State = McpServer.BreakerState
 COUNTED = frozenset({"timeout", "transport", "rate_limit", "unexpected"})
+FRESH_S = 1.0
+_seen_closed: dict[int, float] = {}  # server id -> monotonic time this process last saw it closed and clean
 
 
 def breaker_admit(server_id: int, *, now: datetime | None = None) -> bool:
     """Whether a call to this server may go out now."""
+    if now is None and time.monotonic() - _seen_closed.get(server_id, -FRESH_S) < FRESH_S:
+        return True
     now = now or timezone.now()
     row = (
         McpServer.objects.filter(pk=server_id)
-        .values("breaker_state", "breaker_opened_at", "breaker_cooldown_s")
+        .values("breaker_state", "breaker_opened_at", "breaker_cooldown_s", "breaker_failures")
         .first()
     )
     if row is None or row["breaker_state"] == State.CLOSED:
+        if row is not None and row["breaker_failures"] == 0:
+            _seen_closed[server_id] = time.monotonic()
         return True
     opened_at = row["breaker_opened_at"] or now
     if now - opened_at < timedelta(seconds=row["breaker_cooldown_s"]):
@@ -43,12 +53,16 @@ def breaker_admit(server_id: int, *, now: datetime | None = None) -> bool:
 def breaker_record(server_id: int, *, ok: bool, reason: str = "", now: datetime | None = None) -> None:
     """Record a call's outcome. Failures that are the caller's (arguments) or the tool's answer don't count."""
     if ok:
+        if time.monotonic() - _seen_closed.get(server_id, -FRESH_S) < FRESH_S:
+            return  # already closed and clean, as far as this process saw a moment ago
         McpServer.objects.filter(pk=server_id).exclude(breaker_state=State.CLOSED, breaker_failures=0).update(
             breaker_state=State.CLOSED, breaker_failures=0, breaker_opened_at=None
         )
+        _seen_closed[server_id] = time.monotonic()
         return
     if reason not in COUNTED:
         return
+    _seen_closed.pop(server_id, None)
     now = now or timezone.now()
     McpServer.objects.filter(pk=server_id).update(breaker_failures=F("breaker_failures") + 1)
     # A failed trial reopens at once; otherwise open when the threshold is reached.

@@ -277,3 +277,34 @@ class ToolContract(models.Model):
 
     def __str__(self) -> str:
         return f"contract of {self.tool}"
+
+    def clean(self) -> None:
+        """The JSON fields must have the shapes the gate reads (see the class docstring)."""
+        from pydantic import ValidationError as PydanticValidationError
+
+        from agents.configuration import ArgSpec, RetrySpec, ReturnsSpec
+
+        errors: dict[str, list[str]] = {}
+        checks = [("args", lambda: {k: ArgSpec.model_validate(v) for k, v in (self.args or {}).items()})]
+        checks += [("returns", lambda: ReturnsSpec.model_validate(self.returns or {}))]
+        checks += [("retry", lambda: RetrySpec.model_validate(self.retry or {}))]
+        for field_name, check in checks:
+            try:
+                check()
+            except PydanticValidationError as exc:
+                errors[field_name] = [
+                    f"{'.'.join(str(p) for p in e['loc']) or field_name}: {e['msg']}" for e in exc.errors()
+                ]
+            except AttributeError:
+                errors[field_name] = [str(_("Enter a JSON object."))]
+        # Before the server's first discovery its tools are not known yet (a contract imported as code).
+        server_tools = self.tool.server.tools.filter(discovered_at__isnull=False) if self.tool_id else None
+        if (
+            self.fallback_tool
+            and server_tools is not None
+            and server_tools.exists()
+            and not server_tools.filter(name=self.fallback_tool).exists()
+        ):
+            errors["fallback_tool"] = [str(_("The server has no tool of that name."))]
+        if errors:
+            raise ValidationError(errors)

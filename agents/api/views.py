@@ -13,7 +13,8 @@ from rest_framework.views import APIView
 
 from agent_platform.errors import ApplicationError
 from agents.api.auth import caller_of
-from agents.models import Run
+from agents.approvals import approval_decide
+from agents.models import Approval, Run
 from agents.selectors import run_get, run_tool_calls, run_wait
 from agents.services import run_create
 
@@ -31,6 +32,7 @@ class RunOutputSerializer(serializers.ModelSerializer):
     agent = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     error = serializers.SerializerMethodField()
     tool_calls = serializers.SerializerMethodField()
+    approvals = serializers.SerializerMethodField()
 
     class Meta:
         model = Run
@@ -44,6 +46,7 @@ class RunOutputSerializer(serializers.ModelSerializer):
             "error",
             "deterministic_results",
             "tool_calls",
+            "approvals",
             "timings",
             "token_usage",
             "created_at",
@@ -65,6 +68,27 @@ class RunOutputSerializer(serializers.ModelSerializer):
 
     def get_tool_calls(self, run: Run) -> list[dict[str, Any]]:
         return run_tool_calls(run=run)
+
+    def get_approvals(self, run: Run) -> list[dict[str, Any]]:
+        return [ApprovalOutputSerializer(a).data for a in run.approvals.order_by("created_at")]
+
+
+class ApprovalOutputSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Approval
+        fields = [
+            "id",
+            "mcp_id",
+            "tool",
+            "args",
+            "status",
+            "requested_by",
+            "decided_by",
+            "decided_at",
+            "reason",
+            "expires_at",
+            "created_at",
+        ]
 
 
 class RunCreateApi(APIView):
@@ -132,3 +156,24 @@ class RunDetailApi(APIView):
     def get(self, request: Request, run_id: str) -> Response:
         run = run_get(run_id=run_id, api_key=caller_of(request))
         return Response(RunOutputSerializer(run).data)
+
+
+class RunApprovalDecideApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        decision = serializers.ChoiceField(choices=["approve", "reject"])
+        reason = StrictCharField(required=False, allow_blank=True, max_length=2000, default="")
+
+    def post(self, request: Request, run_id: str, approval_id: str) -> Response:
+        run = run_get(run_id=run_id, api_key=caller_of(request))
+        if not isinstance(request.data, dict):
+            raise ApplicationError(_("The body must be a JSON object."), code="invalid_input", status=400)
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        approval = approval_decide(
+            run=run,
+            approval_id=approval_id,
+            decision=serializer.validated_data["decision"],
+            actor=f"api_key:{caller_of(request).prefix}",
+            reason=serializer.validated_data["reason"],
+        )
+        return Response(ApprovalOutputSerializer(approval).data)

@@ -20,6 +20,7 @@ import sys
 import time
 
 from fastmcp import FastMCP
+from fastmcp.exceptions import ToolError
 from fastmcp.server.middleware import Middleware
 
 mode = os.environ.get("PROBE_MODE", "ok")
@@ -52,6 +53,35 @@ def sleep(seconds: float) -> str:
     """Sleeps, then answers."""
     time.sleep(seconds)
     return f"slept {seconds}"
+
+
+_calls: dict[str, int] = {}
+
+
+@mcp.tool(annotations={"readOnlyHint": True})
+def count_calls(key: str) -> str:
+    """How many times this tool body ran for ``key`` in this process (memo tests)."""
+    _calls[key] = _calls.get(key, 0) + 1
+    return f"{key}:{_calls[key]}"
+
+
+@mcp.tool(annotations={"readOnlyHint": True})
+def flaky(key: str) -> str:
+    """Fails the first time it is called for ``key``, answers after that."""
+    _calls[f"flaky:{key}"] = _calls.get(f"flaky:{key}", 0) + 1
+    if _calls[f"flaky:{key}"] == 1:
+        raise ToolError(f"first call for {key} fails")
+    return f"{key}:ok:{_calls[f'flaky:{key}']}"
+
+
+@mcp.tool(annotations={"readOnlyHint": False, "destructiveHint": True})
+def append_note(text: str, idempotency_key: str = "") -> str:
+    """Appends a line to NOTES_FILE (a write tool: every execution is visible in that file)."""
+    path = os.environ["NOTES_FILE"]
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"{text}\t{idempotency_key}\n")
+    with open(path, encoding="utf-8") as f:
+        return f"notes: {sum(1 for _ in f)}"
 
 
 if __name__ == "__main__":

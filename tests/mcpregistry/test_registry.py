@@ -159,6 +159,8 @@ def post_server_form(admin_client, server: McpServer | None, **changes):  # type
         "args": "[]",
         "cwd": "",
         "url": "",
+        "breaker_threshold": "5",
+        "breaker_cooldown_s": "30",
         "new_env": "",
         "new_headers": "",
         "tools-TOTAL_FORMS": "0",

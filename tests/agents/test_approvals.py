@@ -1,0 +1,197 @@
+"""Human approval of write calls: a run parks, a person decides (API or admin), the run resumes and the call is
+executed exactly once; rejection and expiry are told to the model."""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.test import Client
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from agent_platform.celery import app as celery_app
+from agents.approvals import approvals_expire_due
+from agents.models import Approval, Run
+from agents.services import api_key_create, run_execute
+from audit.models import AuditEvent
+from mcpregistry.models import McpServer, ToolContract
+from mcpregistry.pool import get_default_pool
+from mcpregistry.services import mcp_server_discover
+from tests.conftest import make_agent
+
+pytestmark = pytest.mark.django_db(transaction=False)
+
+WRITES_A_NOTE = [
+    {"tool_calls": [{"name": "append_note", "args": {"text": "회의록 저장"}}]},
+    {"content": "결과: {last_tool_result}"},
+]
+
+
+@pytest.fixture(autouse=True)
+def eager_tasks():  # type: ignore[no-untyped-def]
+    """Dispatch runs in-process (a resumed run is executed right here, as a worker would)."""
+    celery_app.conf.task_always_eager = True
+    yield
+    celery_app.conf.task_always_eager = False
+
+
+@pytest.fixture
+def notes(tmp_path) -> Path:  # type: ignore[no-untyped-def]
+    return tmp_path / "notes.txt"
+
+
+@pytest.fixture
+def writer(db, notes):  # type: ignore[no-untyped-def]
+    server = McpServer.objects.create(
+        mcp_id="notes",
+        name="notes",
+        command=sys.executable,
+        args=["-m", "tests.mcp_fixtures.probe_server"],
+        cwd=str(settings.BASE_DIR),
+        env={"NOTES_FILE": str(notes)},
+        session_scope="shared",
+    )
+    assert mcp_server_discover(server=server).ok
+    ToolContract.objects.filter(tool__server=server, tool__name="append_note").update(idempotency_arg="idempotency_key")
+    key, raw = api_key_create(name="caller")
+    agent = make_agent(slug="notes", servers=[server], provider="scripted", script=WRITES_A_NOTE, with_demo_rules=False)
+    run = Run.objects.create(agent=agent, api_key=key, query="회의록을 저장해줘")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    yield run, client
+    get_default_pool().close("notes")
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+
+
+def park(run: Run) -> Approval:
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert run.status == Run.Status.AWAITING_APPROVAL
+    return run.approvals.get()
+
+
+def decide(client: APIClient, run: Run, approval: Approval, decision: str, reason: str = ""):  # type: ignore[no-untyped-def]
+    return client.post(
+        f"/api/v1/runs/{run.id}/approvals/{approval.id}", {"decision": decision, "reason": reason}, format="json"
+    )
+
+
+def test_a_write_call_parks_the_run_until_someone_decides(writer, notes) -> None:
+    run, client = writer
+    approval = park(run)
+    assert (approval.tool, approval.status, approval.args) == ("append_note", "pending", {"text": "회의록 저장"})
+    assert approval.expires_at > timezone.now()
+    assert lines(notes) == []
+    body = client.get(f"/api/v1/runs/{run.id}").json()
+    assert body["status"] == "awaiting_approval"
+    assert body["approvals"][0]["id"] == str(approval.id)
+
+
+def test_an_approved_call_runs_exactly_once_with_its_idempotency_key(
+    writer, notes, django_capture_on_commit_callbacks
+) -> None:
+    run, client = writer
+    approval = park(run)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = decide(client, run, approval, "approve", "확인함")
+    assert response.status_code == 200, response.content
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    assert "notes: 1" in run.answer
+    [line] = lines(notes)
+    assert line == f"회의록 저장\t{run.id}:{approval.call_id}"
+    approval.refresh_from_db()
+    assert approval.status == "executed"
+    actions = list(AuditEvent.objects.filter(run=run).order_by("id").values_list("action", "ok"))
+    assert actions == [("approval.request", False), ("approval.approve", True), ("tool.call", True)]
+    # A second decision, or a redelivered run, changes nothing.
+    assert decide(client, run, approval, "approve").status_code == 409
+    run_execute(run_id=str(run.id))
+    assert len(lines(notes)) == 1
+
+
+def test_a_rejected_call_is_not_made_and_the_model_is_told(writer, notes, django_capture_on_commit_callbacks) -> None:
+    run, client = writer
+    approval = park(run)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert decide(client, run, approval, "reject", "필요 없음").status_code == 200
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED
+    assert "rejected" in run.answer and "필요 없음" in run.answer
+    assert lines(notes) == []
+    assert AuditEvent.objects.filter(run=run, action="approval.reject").exists()
+
+
+def test_an_expired_approval_fails_the_call(writer, notes, django_capture_on_commit_callbacks) -> None:
+    run, client = writer
+    approval = park(run)
+    Approval.objects.filter(pk=approval.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert approvals_expire_due() == 1
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED
+    assert "in time" in run.answer
+    assert lines(notes) == []
+    assert decide(client, run, approval, "approve").status_code == 409
+
+
+def test_an_approval_is_bound_to_its_run(writer, notes) -> None:
+    run, client = writer
+    approval = park(run)
+    other = Run.objects.create(agent=run.agent, api_key=run.api_key, query="other")
+    assert (
+        client.post(
+            f"/api/v1/runs/{other.id}/approvals/{approval.id}", {"decision": "approve"}, format="json"
+        ).status_code
+        == 404
+    )
+    assert decide(client, run, approval, "maybe").status_code == 400
+
+
+def test_a_worker_restart_between_approval_and_execution_still_executes_once(writer, notes) -> None:
+    run, client = writer
+    approval = park(run)
+    # The decision commits, but the worker that would run the resumed task dies before it executes anything.
+    response = decide(client, run, approval, "approve")
+    assert response.status_code == 200
+    run.refresh_from_db()
+    assert run.status == Run.Status.QUEUED and lines(notes) == []
+    # The message is delivered again (to another worker): the call runs once; a further delivery is a no-op.
+    run_execute(run_id=str(run.id))
+    run_execute(run_id=str(run.id))
+    assert len(lines(notes)) == 1
+    assert Run.objects.get(pk=run.pk).status == Run.Status.SUCCEEDED
+
+
+def test_an_execution_cut_short_is_never_repeated(writer, notes) -> None:
+    run, _client = writer
+    approval = park(run)
+    # The worker claimed the execution and died: the outcome is unknown, so the call is not made again.
+    Approval.objects.filter(pk=approval.pk).update(status="executing")
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.QUEUED)
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED
+    assert "may or may not have taken effect" in run.answer
+    assert lines(notes) == []
+
+
+def test_an_admin_approves_in_the_admin(writer, notes, django_capture_on_commit_callbacks) -> None:
+    run, _client = writer
+    approval = park(run)
+    admin = get_user_model().objects.create_superuser("boss", "", "pw-for-tests-only")
+    browser = Client()
+    browser.force_login(admin)
+    with django_capture_on_commit_callbacks(execute=True):
+        browser.post("/admin/agents/approval/", {"action": "approve", "_selected_action": [str(approval.pk)]})
+    approval.refresh_from_db()
+    assert approval.status == "executed" and approval.decided_by == "admin:boss"
+    assert len(lines(notes)) == 1

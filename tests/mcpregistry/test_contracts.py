@@ -1,0 +1,128 @@
+"""Seed 004's contract checks as pure functions: every reason code, before and after the call."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from mcpregistry.contracts import backoff_delay, check_args, check_result, classify_tool_error, suggested_risk
+
+STOCK = {
+    "sku": {"type": "str", "required": True},
+    "region": {"type": "str", "required": True, "allowed": ["busan", "jeju", "seoul"]},
+    "limit": {"type": "int", "required": True, "min": 1, "max": 2},
+}
+GOOD = {"sku": "A-1", "region": "busan", "limit": 2}
+
+
+def reason_of(args, constraints=STOCK, unknown="refuse"):  # type: ignore[no-untyped-def]
+    _clean, verdict = check_args(constraints, args, unknown=unknown)
+    return verdict.reason if verdict else None
+
+
+def test_good_arguments_pass() -> None:
+    assert reason_of(GOOD) is None
+
+
+def test_a_missing_argument_is_named() -> None:
+    assert reason_of({"sku": "A-1", "region": "busan"}) == "args:missing:limit"
+
+
+def test_a_bool_is_refused_where_an_int_is_expected() -> None:
+    assert reason_of({**GOOD, "limit": True}) == "args:type:limit"
+
+
+def test_a_numeric_string_is_not_a_number() -> None:
+    assert reason_of({**GOOD, "limit": "2"}) == "args:type:limit"
+
+
+def test_an_out_of_range_number_is_refused() -> None:
+    assert reason_of({**GOOD, "limit": 20}) == "args:range:limit"
+    assert reason_of({**GOOD, "limit": 0}) == "args:range:limit"
+
+
+def test_a_value_outside_the_allowed_list_is_refused_and_says_what_is_allowed() -> None:
+    _clean, verdict = check_args(STOCK, {**GOOD, "region": "daegu"})
+    assert verdict is not None and verdict.reason == "args:allowed:region"
+    assert "busan, jeju, seoul" in verdict.detail
+
+
+def test_an_invented_argument_name_is_refused_with_a_hint() -> None:
+    _clean, verdict = check_args(STOCK, {**GOOD, "sku_id": "A-1"})
+    assert verdict is not None and verdict.reason == "args:unknown:sku_id"
+    assert "sku" in verdict.detail
+
+
+def test_unknown_arguments_can_be_dropped_instead() -> None:
+    clean, verdict = check_args(STOCK, {**GOOD, "sku_id": "A-1"}, unknown="drop")
+    assert verdict is None and clean == GOOD
+
+
+def test_arguments_that_are_not_an_object_are_refused() -> None:
+    assert reason_of(["A-1"]) == "args:json"
+    assert reason_of(None) == "args:json"
+
+
+def test_length_and_pattern_are_checked() -> None:
+    constraints = {"code": {"type": "str", "max_length": 6, "pattern": "^A-[0-9]{4}$"}}
+    assert reason_of({"code": "A-12345"}, constraints) == "args:range:code"
+    assert reason_of({"code": "B-1001"}, constraints) == "args:pattern:code"
+    assert reason_of({"code": "A-1001"}, constraints) is None
+
+
+@pytest.mark.parametrize(
+    ("returns", "value", "reason"),
+    [
+        ({"required": ["status", "owner"]}, {"assetStatus": "사용중인듯"}, "result:shape"),
+        ({"type": "dict"}, "a string", "result:shape"),
+        ({"fields": {"count": {"type": "int"}}}, {"count": "4개"}, "result:shape"),
+        ({"non_empty": True}, [], "result:empty"),
+        ({"fields": {"rows": {"non_empty": True}}}, {"rows": []}, "result:empty"),
+        ({"max_items": 2}, [1, 2, 3], "result:too_big"),
+        ({"fields": {"rows": {"max_items": 2}}}, {"rows": list(range(20))}, "result:too_big"),
+        ({"max_chars": 10}, "x" * 11, "result:too_big"),
+        ({"fields": {"days": {"min": 0, "max": 30}}}, {"days": 720}, "result:range"),
+        ({"fields": {"stock": {"min": 0}}}, {"stock": -3}, "result:range"),
+    ],
+)
+def test_a_result_is_checked_after_the_call(returns, value, reason) -> None:  # type: ignore[no-untyped-def]
+    verdict = check_result(returns, value)
+    assert verdict is not None and verdict.reason == reason
+
+
+def test_a_result_within_its_contract_passes() -> None:
+    assert check_result({"required": ["status"], "fields": {"days": {"max": 30}}}, {"status": "ok", "days": 14}) is None
+
+
+def test_a_timeout_is_retried_at_once() -> None:
+    assert backoff_delay(reason="timeout", attempt=1, retry={}, retry_after_s=None, rng=random.Random(1)) == 0.0
+
+
+def test_a_rate_limit_backs_off_exponentially_with_jitter_up_to_the_cap() -> None:
+    retry = {"backoff_base_s": 2.0, "backoff_cap_s": 4.0}
+    rng = random.Random(7)
+    delays = [
+        backoff_delay(reason="rate_limit", attempt=n, retry=retry, retry_after_s=None, rng=rng) for n in (1, 2, 3)
+    ]
+    assert 1.0 <= delays[0] <= 2.0
+    assert 2.0 <= delays[1] <= 4.0
+    assert 2.0 <= delays[2] <= 4.0  # capped
+
+
+def test_a_servers_retry_after_is_honoured_within_the_cap() -> None:
+    retry = {"backoff_base_s": 1.0, "backoff_cap_s": 10.0}
+    assert backoff_delay(reason="rate_limit", attempt=1, retry=retry, retry_after_s=3.0, rng=random.Random()) == 3.0
+    assert backoff_delay(reason="rate_limit", attempt=1, retry=retry, retry_after_s=60.0, rng=random.Random()) == 10.0
+
+
+def test_tool_errors_are_classified() -> None:
+    assert classify_tool_error("429 Too Many Requests; Retry-After: 2") == ("rate_limit", 2.0)
+    assert classify_tool_error("rate limit exceeded") == ("rate_limit", None)
+    assert classify_tool_error("'x' 직원을 찾을 수 없습니다") == ("tool:error", None)
+
+
+def test_risk_is_read_only_when_the_server_says_so() -> None:
+    assert suggested_risk({"readOnlyHint": True}) == "read"
+    assert suggested_risk({"readOnlyHint": True, "destructiveHint": True}) == "write"
+    assert suggested_risk({}) == "write"

@@ -1,0 +1,192 @@
+"""The gate against real MCP servers (the demo server and the probe server over stdio)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.core.cache import cache
+from django.utils import timezone
+
+from audit.models import AuditEvent
+from mcpregistry import gate
+from mcpregistry.models import McpServer, ToolContract
+from mcpregistry.pool import get_default_pool
+from mcpregistry.services import mcp_server_discover
+from tests.conftest import DEMO_SECRET, bind_demo_server
+
+pytestmark = pytest.mark.django_db
+
+
+def probe(mcp_id: str = "probe", **env: str) -> McpServer:
+    server = McpServer.objects.create(
+        mcp_id=mcp_id,
+        name=mcp_id,
+        command=sys.executable,
+        args=["-m", "tests.mcp_fixtures.probe_server"],
+        cwd=str(settings.BASE_DIR),
+        env=env,
+        session_scope="shared",
+        timeout_s=10,
+    )
+    assert mcp_server_discover(server=server).ok
+    return server
+
+
+def contract(server: McpServer, tool: str, **values) -> None:  # type: ignore[no-untyped-def]
+    ToolContract.objects.filter(tool__server=server, tool__name=tool).update(**values)
+
+
+def call(server: McpServer, tool: str, args, memo=None, **who) -> gate.ToolResult:  # type: ignore[no-untyped-def]
+    server = McpServer.objects.prefetch_related("tools__contract").get(pk=server.pk)
+    return gate.call(server=server, tool_name=tool, args=args, who=gate.GateCall(source="admin", memo=memo, **who))
+
+
+def events(tool: str) -> list[tuple]:
+    return list(AuditEvent.objects.filter(tool=tool).order_by("id").values_list("ok", "reason", "attempt"))
+
+
+@pytest.fixture
+def probe_server(db) -> McpServer:
+    server = probe()
+    yield server
+    get_default_pool().close("probe")
+
+
+def test_arguments_are_checked_before_the_call_and_the_refusal_is_audited(probe_server) -> None:
+    result = call(probe_server, "count_calls", {"key": 5})
+    assert (result.ok, result.error, result.attempts) == (False, "args:type:key", 0)
+    assert "must be of type str" in result.message and "Fix the argument" in result.message
+    assert call(probe_server, "count_calls", {"key": "first"}).value == "first:1"
+    assert events("count_calls")[0] == (False, "args:type:key", 0)
+
+
+def test_an_invented_argument_name_is_refused(probe_server) -> None:
+    result = call(probe_server, "count_calls", {"key_id": "x"})
+    assert result.error == "args:unknown:key_id"
+
+
+def test_a_tool_the_server_does_not_have_is_refused(probe_server) -> None:
+    result = call(probe_server, "drop_tables", {})
+    assert result.error == "tool:unknown"
+    assert "count_calls" in result.message
+
+
+def test_a_success_is_memoized_within_a_run_and_the_body_runs_once(probe_server) -> None:
+    memo: dict = {}
+    first = call(probe_server, "count_calls", {"key": "m"}, memo=memo)
+    second = call(probe_server, "count_calls", {"key": "m"}, memo=memo)
+    assert first.value == second.value == "m:1"
+    assert second.memo_hit
+    assert events("count_calls") == [(True, "", 1), (True, "memo:hit", 0)]
+
+
+def test_a_failure_is_never_memoized(probe_server) -> None:
+    memo: dict = {}
+    first = call(probe_server, "flaky", {"key": "f"}, memo=memo)
+    second = call(probe_server, "flaky", {"key": "f"}, memo=memo)
+    assert (first.ok, first.error) == (False, "tool:error")
+    assert (second.ok, second.value) == (True, "f:ok:2")  # the body ran twice
+
+
+def test_a_read_tool_may_reuse_a_result_across_runs_for_its_ttl(probe_server) -> None:
+    cache.clear()
+    contract(probe_server, "count_calls", memo_ttl_s=60)
+    assert call(probe_server, "count_calls", {"key": "ttl"}, memo={}).value == "ttl:1"
+    again = call(probe_server, "count_calls", {"key": "ttl"}, memo={})
+    assert (again.value, again.memo_hit) == ("ttl:1", True)
+
+
+def test_a_rate_limit_is_retried_with_exponential_backoff(db, gate_clock) -> None:
+    server = bind_demo_server(mcp_id="limited", failure_mode="rate_limit")
+    result = call(server, "get_asset_status", {"asset_id": "A-1001"})
+    assert (result.ok, result.error, result.attempts) == (False, "rate_limit", 3)
+    first, second = gate_clock.slept
+    assert 1.0 <= first <= 2.0 and 2.0 <= second <= 4.0  # base 2 s, cap 4 s, full jitter
+    assert "get_asset_status_backup" in result.message
+    assert [e[2] for e in events("get_asset_status")] == [1, 2, 3]
+
+
+def test_a_timeout_is_retried_at_once_and_the_session_stays_usable(db, gate_clock) -> None:
+    server = bind_demo_server(mcp_id="slow", failure_mode="timeout", FAILURE_TIMEOUT_S="5")
+    contract(server, "get_asset_status", timeout_s=0.3)
+    before = set(get_default_pool().child_process_ids())
+    result = call(server, "get_asset_status", {"asset_id": "A-1001"})
+    assert (result.error, result.attempts) == ("timeout", 3)
+    assert gate_clock.slept == [0.0, 0.0]
+    # The abandoned calls were cancelled; the same session (the same server process) still answers.
+    assert call(server, "ping", {}).value == "pong"
+    assert set(get_default_pool().child_process_ids()) == before
+
+
+def test_a_bad_schema_is_not_retried_and_points_to_the_fallback(db, gate_clock) -> None:
+    server = bind_demo_server(mcp_id="malformed", failure_mode="bad_schema")
+    result = call(server, "get_asset_status", {"asset_id": "A-1001"})
+    assert (result.error, result.attempts) == ("result:shape", 1)
+    assert "get_asset_status_backup" in result.message
+    assert gate_clock.slept == []
+
+
+def test_the_gate_can_call_the_fallback_itself(db) -> None:
+    server = bind_demo_server(mcp_id="fallback", failure_mode="bad_schema")
+    contract(server, "get_asset_status", fallback_policy="call")
+    result = call(server, "get_asset_status", {"asset_id": "A-1001"})
+    assert result.ok and result.tool == "get_asset_status_backup"
+    assert result.fallback_for == "get_asset_status"
+    assert "백업 스냅샷 기준" in result.for_model()
+    assert events("get_asset_status_backup") == [(True, "", 1)]
+
+
+def test_the_circuit_opens_after_repeated_failures_then_half_opens_and_closes(db) -> None:
+    server = probe("breaker", PROBE_MODE="exit_on_call")
+    McpServer.objects.filter(pk=server.pk).update(breaker_threshold=2, breaker_cooldown_s=30)
+    contract(server, "echo", retry={"max_attempts": 1})
+    assert call(server, "echo", {"text": "a"}).error == "transport"
+    assert call(server, "echo", {"text": "b"}).error == "transport"
+    server.refresh_from_db()
+    assert server.breaker_state == "open"
+    refused = call(server, "echo", {"text": "c"})
+    assert refused.error == "circuit:open"
+    assert AuditEvent.objects.filter(tool="echo", reason="circuit:open").count() == 1
+    # After the cool-down one trial goes through; its success closes the circuit.
+    McpServer.objects.filter(pk=server.pk).update(breaker_opened_at=timezone.now() - timedelta(seconds=31))
+    assert call(server, "environment_names", {}).ok
+    server.refresh_from_db()
+    assert (server.breaker_state, server.breaker_failures) == ("closed", 0)
+    get_default_pool().close("breaker")
+
+
+def test_a_failed_trial_reopens_the_circuit(db) -> None:
+    server = probe("breaker2", PROBE_MODE="exit_on_call")
+    McpServer.objects.filter(pk=server.pk).update(
+        breaker_state="open", breaker_opened_at=timezone.now() - timedelta(seconds=60), breaker_threshold=5
+    )
+    contract(server, "echo", retry={"max_attempts": 1})
+    assert call(server, "echo", {"text": "trial"}).error == "transport"
+    server.refresh_from_db()
+    assert server.breaker_state == "open"
+    get_default_pool().close("breaker2")
+
+
+def test_an_unexpected_error_is_not_retried_and_is_logged_masked(probe_server, monkeypatch, caplog) -> None:
+    class Exploding:
+        def call_tool(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            raise RuntimeError(f"backend said token={DEMO_SECRET}")
+
+    monkeypatch.setattr(gate, "get_default_pool", lambda: Exploding())
+    with caplog.at_level(logging.ERROR, logger="mcpregistry.gate"):
+        result = call(probe_server, "count_calls", {"key": "boom"})
+    assert (result.error, result.attempts) == ("unexpected", 1)
+    record = next(r for r in caplog.records if r.name == "mcpregistry.gate")
+    # The traceback is kept (masked by the logging filter every handler carries).
+    assert "Traceback" in (record.exc_text or "")
+    assert DEMO_SECRET not in caplog.text
+    assert "Stop and explain" in result.message or "unexpected" in result.message
+
+
+def test_a_write_tool_without_an_approver_is_refused(probe_server, tmp_path) -> None:
+    result = call(probe_server, "append_note", {"text": "x"})
+    assert result.error == "approval:unavailable"
