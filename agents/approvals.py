@@ -70,7 +70,7 @@ def approval_decide(*, run: Run, approval_id: str, decision: str, actor: str, re
     """Approve or reject a pending approval and resume the run. Compare-and-swap: a decision is taken once.
 
     Raises ApplicationError 404 (no such approval on this run), 409 (already decided, or expired)."""
-    from agents.services import run_resume
+    from agents.execution import run_resume
 
     if decision not in {"approve", "reject"}:
         raise ApplicationError(_("'decision' must be 'approve' or 'reject'."), code="invalid_input", status=400)
@@ -124,7 +124,7 @@ def approval_decide(*, run: Run, approval_id: str, decision: str, actor: str, re
 
 def approvals_expire_due() -> int:
     """Expire pending approvals past their time and resume their runs (the model is told). Returns the count."""
-    from agents.services import run_resume
+    from agents.execution import run_resume
 
     due = list(
         Approval.objects.filter(status=Approval.Status.PENDING, expires_at__lte=timezone.now()).values_list(

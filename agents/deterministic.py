@@ -27,6 +27,7 @@ class RuleSpec:
     when: dict[str, Any] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
     answer_template: str = ""
+    code: str = ""
 
 
 @dataclass

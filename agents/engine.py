@@ -66,6 +66,8 @@ class RunPlan:
     actor: str = ""
     approvals: gate.ApprovalPort | None = None
     check_cancelled: Callable[[], None] = lambda: None
+    # Progress as it happens (rule decisions, deterministic results, model turns, tool calls): the run's events.
+    emit: Callable[[str, dict[str, Any]], None] = lambda kind, data: None
     # Resuming a parked run: what the earlier pass left.
     conversation: list[dict[str, Any]] = field(default_factory=list)
     previous_results: list[dict[str, Any]] = field(default_factory=list)
@@ -133,6 +135,7 @@ def run_deterministic_stage(
             available_tools={t.name for t in tools},
         )
         trace.append({"type": "rule", **decision.as_dict(), "mcp_id": rule.mcp_id, "tool": rule.tool_name})
+        plan.emit("rule", {**decision.as_dict(), "mcp_id": rule.mcp_id, "tool": rule.tool_name})
         if not decision.matched:
             continue
         known = any(t.name == rule.tool_name for t in tools)
@@ -156,7 +159,9 @@ def run_deterministic_stage(
             "answer_template": rule.answer_template,
         }
         results.append(entry)
-        trace.append({"type": "deterministic_call", **{k: v for k, v in entry.items() if k != "answer_template"}})
+        public = {k: v for k, v in entry.items() if k != "answer_template"}
+        trace.append({"type": "deterministic_call", **public})
+        plan.emit("deterministic_result", public)
         if not known:
             return results, RunOutcome(
                 status="failed",
@@ -311,6 +316,7 @@ def execute(plan: RunPlan) -> RunOutcome:
                 server=server, tool_name=mcp_tool.name, args=tool_call.get("args"), who=who("agent", call_id)
             )
         clock.tools_ms += result.latency_ms
+        plan.emit("tool_call", {"source": "agent", "call_id": call_id, **result.as_dict()})
         if result.error == "approval:pending":
             trace.append({"type": "approval", "approval_id": result.approval_id, "tool": name, "args": result.args})
             return ToolMessage(content="", tool_call_id=call_id), result.approval_id
@@ -333,6 +339,7 @@ def execute(plan: RunPlan) -> RunOutcome:
         call_tool=call_tool,
         max_iterations=max(plan.max_iterations, 1),
         check_cancelled=plan.check_cancelled,
+        on_model_turn=lambda message: plan.emit("model_turn", message_to_trace(message, secrets)),
     )
     t1 = time.perf_counter()
     final_messages: list[BaseMessage] = messages

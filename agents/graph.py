@@ -56,6 +56,7 @@ def build_react_graph(
     call_tool: ToolCaller,
     max_iterations: int,
     check_cancelled: Callable[[], None] = lambda: None,
+    on_model_turn: Callable[[AIMessage], None] = lambda message: None,
 ) -> CompiledStateGraph:
     """``call_tool(tool_call)`` returns the ToolMessage for the model and, if the call must wait for approval,
     the approval id (the graph then stops with ``parked_on`` set)."""
@@ -67,6 +68,8 @@ def build_react_graph(
         if turns >= max_iterations:
             raise MaxIterationsReached(max_iterations)
         response = bound.invoke(state["messages"])
+        if isinstance(response, AIMessage):
+            on_model_turn(response)
         return {"messages": [response], "model_turns": turns + 1}
 
     def tools(state: AgentState) -> dict[str, Any]:

@@ -54,7 +54,24 @@ class Agent(models.Model):
     )
     servers = models.ManyToManyField(McpServer, blank=True, related_name="agents", verbose_name=_("MCP servers"))
     max_iterations = models.PositiveIntegerField(_("max iterations"), default=6)
+    time_limit_s = models.PositiveIntegerField(
+        _("time limit (seconds)"), default=300, help_text=_("A run still going after this long is stopped and fails.")
+    )
+    answer_from_deterministic = models.BooleanField(
+        _("answer from deterministic results"),
+        default=False,
+        help_text=_(
+            "When every matched deterministic call succeeded, compose the answer from them (the answer templates) "
+            "without a model round trip."
+        ),
+    )
     mode = models.CharField(_("mode"), max_length=10, choices=Mode.choices, default=Mode.REACT)
+    flow_graph = models.CharField(
+        _("flow graph"),
+        max_length=300,
+        blank=True,
+        help_text=_("Flow mode: dotted path of the function that builds the LangGraph graph."),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -87,8 +104,22 @@ class DeterministicRule(models.Model):
     name = models.CharField(_("name"), max_length=200)
     order = models.IntegerField(_("order"), default=100)
     enabled = models.BooleanField(_("enabled"), default=True)
-    server = models.ForeignKey(McpServer, on_delete=models.PROTECT, related_name="rules", verbose_name=_("server"))
-    tool_name = models.CharField(_("tool"), max_length=200)
+    server = models.ForeignKey(
+        McpServer,
+        on_delete=models.PROTECT,
+        related_name="rules",
+        verbose_name=_("server"),
+        null=True,
+        blank=True,
+        help_text=_("Empty for a code rule: its decorator names the server."),
+    )
+    tool_name = models.CharField(_("tool"), max_length=200, blank=True)
+    code = models.CharField(
+        _("code rule"),
+        max_length=300,
+        blank=True,
+        help_text=_("Dotted path of a @deterministic_tool function; then conditions and parameters are its own."),
+    )
     when = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("conditions"), default=dict, blank=True)
     params = models.JSONField(
         encoder=UnicodeJSONEncoder, verbose_name=_("parameters template"), default=dict, blank=True
@@ -121,6 +152,12 @@ class ApiKey(models.Model):
     digest = models.CharField(_("digest"), max_length=64, unique=True, editable=False)
     agents = models.ManyToManyField(
         Agent, blank=True, related_name="api_keys", verbose_name=_("agents"), help_text=_("Empty: every agent.")
+    )
+    rate = models.CharField(
+        _("rate limit"),
+        max_length=20,
+        blank=True,
+        help_text=_("Requests per period for this key, e.g. 60/min or 1000/hour. Empty: the platform default."),
     )
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(_("last used"), null=True, blank=True)
@@ -181,6 +218,11 @@ class Run(models.Model):
     )
     token_usage = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("token usage"), default=dict, blank=True)
     idempotency_key = models.CharField(_("idempotency key"), max_length=200, blank=True)
+    request_digest = models.CharField(_("request digest"), max_length=64, blank=True, editable=False)
+    delivery_count = models.PositiveIntegerField(_("deliveries"), default=0, editable=False)
+    worker = models.CharField(_("worker"), max_length=200, blank=True, editable=False)
+    heartbeat_at = models.DateTimeField(_("last heartbeat"), null=True, blank=True, editable=False)
+    lease_expires_at = models.DateTimeField(_("lease expires"), null=True, blank=True, editable=False)
     created_at = models.DateTimeField(_("created"), auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(_("started"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
@@ -233,3 +275,22 @@ class Approval(models.Model):
 
     def __str__(self) -> str:
         return f"{self.mcp_id}.{self.tool} ({self.status})"
+
+
+class RunEvent(models.Model):
+    """What a run did, as it happened, in order: what ``GET /api/v1/runs/{id}/events`` streams."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", verbose_name=_("run"))
+    seq = models.PositiveIntegerField(_("sequence"))
+    kind = models.CharField(_("kind"), max_length=40)
+    data = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("data (masked)"), default=dict)
+    created_at = models.DateTimeField(_("time"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("run event")
+        verbose_name_plural = _("run events")
+        ordering = ["run", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="runevent_unique_run_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.kind}"

@@ -16,8 +16,9 @@ from rest_framework.test import APIClient
 
 from agent_platform.celery import app as celery_app
 from agents.approvals import approvals_expire_due
+from agents.execution import run_execute
 from agents.models import Approval, Run
-from agents.services import api_key_create, run_execute
+from agents.services import api_key_create
 from audit.models import AuditEvent
 from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import get_default_pool

@@ -7,8 +7,8 @@ import pytest
 from botocore.stub import Stubber
 
 from agents import llm
+from agents.execution import run_execute
 from agents.models import Run
-from agents.services import run_execute
 from audit.models import AuditEvent
 from tests.conftest import make_agent
 

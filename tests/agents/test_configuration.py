@@ -176,8 +176,8 @@ def test_a_dry_run_changes_nothing() -> None:
 
 
 def test_an_imported_binding_is_discovered_and_answers() -> None:
+    from agents.execution import run_execute
     from agents.models import Run
-    from agents.services import run_execute
     from mcpregistry.services import mcp_server_discover
 
     config_import(document=document())

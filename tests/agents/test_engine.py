@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from agents.execution import run_execute
 from agents.models import Run
-from agents.services import run_execute
 from audit.models import AuditEvent
 from tests.conftest import DEMO_SECRET, bind_demo_server, make_agent
 

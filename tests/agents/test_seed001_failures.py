@@ -8,8 +8,8 @@ import logging
 
 import pytest
 
+from agents.execution import run_execute
 from agents.models import Run
-from agents.services import run_execute
 from audit.masking import SecretMaskingFilter
 from tests.conftest import DEMO_SECRET, bind_demo_server, make_agent
 

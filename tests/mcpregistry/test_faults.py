@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from agents.execution import run_execute
 from agents.models import Run
-from agents.services import run_execute
 from audit.models import AuditEvent
 from mcpregistry.models import McpServer, McpTool
 from mcpregistry.pool import McpSessionPool, _StderrPipe

@@ -17,8 +17,9 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 
+from agents.execution import run_execute
 from agents.models import Run
-from agents.services import api_key_create, run_execute
+from agents.services import api_key_create
 from mcpregistry.crypto import SecretDecryptionError
 from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.pool import get_default_pool

@@ -13,8 +13,8 @@ import pytest
 from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS
 from mcp.shared.version import SUPPORTED_PROTOCOL_VERSIONS
 
+from agents.execution import run_execute
 from agents.models import Agent, Run
-from agents.services import run_execute
 from audit.models import AuditEvent
 from mcpregistry import gate
 from mcpregistry.models import McpServer

@@ -7,9 +7,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agent_platform.errors import ApplicationError
+from agents.execution import run_execute
 from agents.models import Run
 from agents.selectors import run_tool_calls
-from agents.services import run_create, run_execute
+from agents.services import run_create
 from mcpregistry.pool import shutdown_default_pool
 
 
