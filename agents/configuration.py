@@ -128,6 +128,9 @@ class AgentSpec(_Strict):
     servers: list[str] = Field(default_factory=list)
     max_iterations: int = Field(default=6, ge=1, le=100)
     mode: Literal["react", "flow"] = "react"
+    flow_graph: str = ""
+    answer_from_deterministic: bool = False
+    time_limit_s: int = Field(default=300, ge=1, le=86400)
 
 
 class RuleSpec(_Strict):
@@ -135,8 +138,9 @@ class RuleSpec(_Strict):
     name: str
     order: int = 100
     enabled: bool = True
-    mcp_id: str
-    tool: str
+    mcp_id: str | None = None
+    tool: str = ""
+    code: str = ""
     when: dict[str, Any] = Field(default_factory=dict)
     params: dict[str, Any] = Field(default_factory=dict)
     answer_template: str = ""
@@ -331,6 +335,8 @@ def config_import(*, document: dict[str, Any], dry_run: bool = False) -> ImportR
             aspec.model.params,
         )
         agent.max_iterations, agent.mode = aspec.max_iterations, aspec.mode
+        agent.flow_graph, agent.answer_from_deterministic = aspec.flow_graph, aspec.answer_from_deterministic
+        agent.time_limit_s = aspec.time_limit_s
         missing = [m for m in aspec.servers if m not in servers or servers[m].pk is None]
         if missing:
             problems.add(where, f"unknown server(s): {', '.join(missing)}")
@@ -355,8 +361,8 @@ def config_import(*, document: dict[str, Any], dry_run: bool = False) -> ImportR
         if rspec.agent and agent is None:
             problems.add(where, f"unknown agent '{rspec.agent}'")
             continue
-        server = servers.get(rspec.mcp_id)
-        if server is None or server.pk is None:
+        server = servers.get(rspec.mcp_id) if rspec.mcp_id else None
+        if rspec.mcp_id and (server is None or server.pk is None):
             problems.add(where, f"unknown server '{rspec.mcp_id}'")
             continue
         rule = DeterministicRule.objects.filter(agent=agent, name=rspec.name).first()
@@ -364,6 +370,7 @@ def config_import(*, document: dict[str, Any], dry_run: bool = False) -> ImportR
         rule = rule or DeterministicRule(agent=agent, name=rspec.name)
         before = None if created else _fields(rule)
         rule.order, rule.enabled, rule.server, rule.tool_name = rspec.order, rspec.enabled, server, rspec.tool
+        rule.code = rspec.code
         rule.when, rule.params, rule.answer_template = rspec.when, rspec.params, rspec.answer_template
         _save(rule, f"rule {rspec.agent or '*'}.{rspec.name}", report, created, before, where, problems)
 
@@ -432,6 +439,9 @@ def config_export() -> dict[str, Any]:
             "servers": sorted(a.servers.values_list("mcp_id", flat=True)),
             "max_iterations": a.max_iterations,
             "mode": a.mode,
+            "flow_graph": a.flow_graph,
+            "answer_from_deterministic": a.answer_from_deterministic,
+            "time_limit_s": a.time_limit_s,
         }
         for a in Agent.objects.order_by("slug")
     ]
@@ -441,8 +451,9 @@ def config_export() -> dict[str, Any]:
             "name": r.name,
             "order": r.order,
             "enabled": r.enabled,
-            "mcp_id": r.server.mcp_id,
+            "mcp_id": r.server.mcp_id if r.server else None,
             "tool": r.tool_name,
+            "code": r.code,
             "when": r.when,
             "params": r.params,
             "answer_template": r.answer_template,

@@ -7,10 +7,13 @@ calls each matched tool through the gate, in rule order.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 PLACEHOLDER = re.compile(r"\{(query|context\.[^{}\s]+|data\.[^{}\s]+|match\.[A-Za-z_][A-Za-z0-9_]*)\}")
 _MISSING = object()
@@ -40,6 +43,7 @@ class RuleDecision:
     reason: str
     params: dict[str, Any] | None = None
     match: dict[str, str] = field(default_factory=dict)
+    tool_name: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +77,11 @@ def lookup_data(a2a_data: list[dict[str, Any]] | None, path: str) -> Any:
     return _MISSING
 
 
+@functools.lru_cache(maxsize=8192)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
 def match_conditions(
     when: dict[str, Any],
     *,
@@ -93,7 +102,7 @@ def match_conditions(
     groups: dict[str, str] = {}
     pattern = when.get("regex")
     if pattern:
-        found = re.search(str(pattern), query)
+        found = _compiled(str(pattern)).search(query)
         if found is None:
             return False, "regex did not match", {}
         groups = {k: v for k, v in found.groupdict().items() if v is not None}
@@ -204,3 +213,53 @@ def render_answer(template: str, *, query: str, match: dict[str, str], params: d
 
 def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
+
+
+class WhenSpec(BaseModel):
+    """The conditions of an admin rule (all that are given must hold)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    all_keywords: list[str] = Field(default_factory=list)
+    any_keywords: list[str] = Field(default_factory=list)
+    regex: str | None = None
+    context: dict[str, Any] = Field(default_factory=dict)
+    data: dict[str, Any] = Field(default_factory=dict)
+    tool_available: str | None = None
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from exc
+        return value
+
+
+def template_problems(constraints: dict[str, dict[str, Any]], params: Any, *, refuse_unknown: bool = True) -> list[str]:
+    """Check a params template against a tool's argument constraints before it is ever rendered: unknown and
+    missing required arguments, and the type/allowed/range of every value that is not a placeholder."""
+    from mcpregistry.contracts import check_args
+
+    if not isinstance(params, dict):
+        return ["the parameters must be a JSON object"]
+    problems: list[str] = []
+    if constraints:
+        if refuse_unknown:
+            problems += [
+                f"args:unknown:{name}: the tool has no argument '{name}'" for name in params if name not in constraints
+            ]
+        problems += [
+            f"args:missing:{name}: the tool requires '{name}'"
+            for name, spec in constraints.items()
+            if spec.get("required") and name not in params
+        ]
+    for name, value in params.items():
+        if name not in constraints or (isinstance(value, str) and PLACEHOLDER.search(value)):
+            continue
+        _clean, verdict = check_args({name: {**constraints[name], "required": False}}, {name: value})
+        if verdict is not None:
+            problems.append(f"{verdict.reason}: {verdict.detail}")
+    return problems

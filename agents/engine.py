@@ -7,6 +7,8 @@ failure. Every tool call, deterministic or the model's, goes through ``mcpregist
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
 import logging
 import time
@@ -14,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from asgiref.sync import async_to_sync, sync_to_async
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -23,13 +26,16 @@ from langchain_core.messages import (
     messages_from_dict,
     messages_to_dict,
 )
+from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.errors import GraphRecursionError
 
-from agents.deterministic import RuleSpec, decide, render_answer
+from agents.deterministic import RuleDecision, RuleSpec, decide, render_answer
 from agents.graph import MaxIterationsReached, RunCancelled, build_react_graph
 from agents.llm import build_chat_model
 from agents.selectors import tool_name_conflicts
+from agents.tools import CodeRuleError, DeterministicContext, load_code_rule
 from audit.masking import mask_text, mask_value
+from audit.services import audit_event_record
 from mcpregistry import gate
 from mcpregistry.models import McpServer, McpTool
 
@@ -64,6 +70,9 @@ class RunPlan:
     servers: list[McpServer]
     rules: list[RuleSpec]
     actor: str = ""
+    answer_from_deterministic: bool = False
+    mode: str = "react"
+    flow_graph: str = ""
     approvals: gate.ApprovalPort | None = None
     check_cancelled: Callable[[], None] = lambda: None
     # Progress as it happens (rule decisions, deterministic results, model turns, tool calls): the run's events.
@@ -101,13 +110,92 @@ def _secrets(plan: RunPlan) -> list[str]:
     return [s for server in plan.servers for s in server.secret_values()]
 
 
+def _stage_failure(code: str, message: str) -> RunOutcome:
+    return RunOutcome(status="failed", error_code=code, error_message=message)
+
+
+def _rule_tools(plan: RunPlan, server: McpServer, who: Callable[[str, str], gate.GateCall]) -> list[BaseTool]:
+    """``DeterministicContext.mcp_tools``: the server's callable tools as LangChain tools (name, description,
+    input schema); calling one goes through the gate like everything else."""
+
+    def make(tool_name: str) -> Callable[..., str]:
+        def run(**kwargs: Any) -> str:
+            return gate.call(server=server, tool_name=tool_name, args=kwargs, who=who("deterministic", "")).for_model()
+
+        return run
+
+    return [
+        StructuredTool(
+            name=t.name,
+            description=t.description or t.name,
+            args_schema=t.input_schema or {"type": "object", "properties": {}},
+            func=make(t.name),
+        )
+        for t in server.tools.all()
+        if t.callable
+    ]
+
+
+def _decide_code_rule(
+    plan: RunPlan, rule: RuleSpec, servers: dict[str, McpServer], who: Callable[[str, str], gate.GateCall]
+) -> tuple[str, RuleDecision | None, RunOutcome | None]:
+    """Run a ``@deterministic_tool`` function. Returns (mcp_id, decision, failure)."""
+    try:
+        fn, mcp_id = load_code_rule(rule.code)
+    except CodeRuleError as exc:
+        logger.warning("deterministic rule %s cannot be loaded: %s", rule.name, exc)
+        return "", None, _stage_failure("deterministic:rule_error", f"{DETERMINISTIC_STAGE_FAILED}: {exc}")
+    server = servers.get(mcp_id)
+    if server is None or not server.enabled:
+        return mcp_id, None, _stage_failure(f"mcp:not_loaded:{mcp_id}", MCP_NOT_LOADED.format(mcp_id=mcp_id))
+    ctx = DeterministicContext(
+        query=plan.query,
+        context=dict(plan.context),
+        a2a_data=list(plan.a2a_data) or None,
+        a2a_files=list(plan.a2a_files) or None,
+        mcp_tools=_rule_tools(plan, server, who),
+    )
+    try:
+        returned = fn(ctx)
+    except Exception as exc:
+        logger.exception("deterministic rule %s raised", rule.name)
+        return (
+            mcp_id,
+            None,
+            _stage_failure(
+                "deterministic:rule_error", f"{DETERMINISTIC_STAGE_FAILED}: {rule.name} ({type(exc).__name__})"
+            ),
+        )
+    if returned is None:
+        return mcp_id, RuleDecision(rule.rule_id, rule.name, False, "returned None"), None
+    if not isinstance(returned, dict) or not isinstance(returned.get("tool_name"), str):
+        return (
+            mcp_id,
+            None,
+            _stage_failure(
+                "deterministic:rule_error",
+                f"{DETERMINISTIC_STAGE_FAILED}: {rule.name} returned {type(returned).__name__}, "
+                'not {"tool_name": ..., "params": {...}} or None',
+            ),
+        )
+    params = returned.get("params") or {}
+    return (
+        mcp_id,
+        RuleDecision(rule.rule_id, rule.name, True, "matched", params=params, tool_name=returned["tool_name"]),
+        None,
+    )
+
+
 def run_deterministic_stage(
     plan: RunPlan, trace: list[dict[str, Any]], who: Callable[[str, str], gate.GateCall]
 ) -> tuple[list[dict[str, Any]], RunOutcome | None]:
-    """Evaluate the rules in order; call every matched tool through the gate, one after another.
+    """Seed 000's deterministic stage: evaluate the rules in order; every match calls its tool through the
+    gate, one after another (also across servers), and the results accumulate.
 
-    Returns the accumulated results, or a failed outcome when the stage itself failed (seed 000: an unbound
-    ``mcp_id``, or a tool the server lacks); the model is then never called.
+    Returns the results, or an outcome that ends the run before any model call: a rule that raises or returns
+    a tool its server lacks (``확정 호출된 MCP 단계에서 오류가 발생했습니다``), a rule whose ``mcp_id`` is not
+    bound (``MCP '<id>'의 tool이 로드되지 않음``), or a call waiting for approval (the run parks). Each rule's
+    decision — matched with which parameters, or skipped and why — goes to the trace and the audit.
     """
     servers = {s.mcp_id: s for s in plan.servers}
     results: list[dict[str, Any]] = []
@@ -117,38 +205,59 @@ def run_deterministic_stage(
         if rule.rule_id in earlier:
             results.append(earlier[rule.rule_id])
             continue
-        server = servers.get(rule.mcp_id)
-        if server is None or not server.enabled:
-            message = MCP_NOT_LOADED.format(mcp_id=rule.mcp_id)
-            trace.append(
-                {"type": "rule", "rule": rule.name, "matched": False, "reason": f"mcp:not_loaded:{rule.mcp_id}"}
+        if rule.code:
+            mcp_id, decision, failure = _decide_code_rule(plan, rule, servers, who)
+            if failure is not None:
+                trace.append({"type": "rule", "rule": rule.name, "matched": False, "reason": failure.error_code})
+                return results, failure
+            assert decision is not None
+            tool_name = decision.tool_name
+        else:
+            mcp_id, tool_name = rule.mcp_id, rule.tool_name
+            server = servers.get(mcp_id)
+            if server is None or not server.enabled:
+                trace.append(
+                    {"type": "rule", "rule": rule.name, "matched": False, "reason": f"mcp:not_loaded:{mcp_id}"}
+                )
+                return results, _stage_failure(f"mcp:not_loaded:{mcp_id}", MCP_NOT_LOADED.format(mcp_id=mcp_id))
+            decision = decide(
+                rule,
+                query=plan.query,
+                context=plan.context,
+                a2a_data=plan.a2a_data,
+                available_tools={t.name for t in server.tools.all() if t.callable},
             )
-            return results, RunOutcome(
-                status="failed", error_code=f"mcp:not_loaded:{rule.mcp_id}", error_message=message
-            )
-        tools = [t for t in server.tools.all() if t.callable]
-        decision = decide(
-            rule,
-            query=plan.query,
-            context=plan.context,
-            a2a_data=plan.a2a_data,
-            available_tools={t.name for t in tools},
+        server = servers[mcp_id]
+        record = {**decision.as_dict(), "mcp_id": mcp_id, "tool": tool_name}
+        trace.append({"type": "rule", **record})
+        plan.emit("rule", record)
+        audit_event_record(
+            source="deterministic",
+            action="rule.decision",
+            run_id=plan.run_id,
+            mcp_id=mcp_id,
+            tool=tool_name,
+            call_id=f"rule:{rule.rule_id}",
+            args=decision.params or {},
+            result={"rule": rule.name, "matched": decision.matched, "reason": decision.reason},
+            reason="rule:matched" if decision.matched else "rule:skipped",
+            attempt=0,
+            actor=plan.actor,
+            secrets=server.secret_values(),
         )
-        trace.append({"type": "rule", **decision.as_dict(), "mcp_id": rule.mcp_id, "tool": rule.tool_name})
-        plan.emit("rule", {**decision.as_dict(), "mcp_id": rule.mcp_id, "tool": rule.tool_name})
         if not decision.matched:
             continue
-        known = any(t.name == rule.tool_name for t in tools)
+        known = any(t.name == tool_name and t.callable for t in server.tools.all())
         result = gate.call(
             server=server,
-            tool_name=rule.tool_name,
+            tool_name=tool_name,
             args=decision.params or {},
             who=who("deterministic", f"rule:{rule.rule_id}"),
             known_tool=known,
         )
         if result.error == "approval:pending":
             trace.append(
-                {"type": "approval", "approval_id": result.approval_id, "tool": rule.tool_name, "args": result.args}
+                {"type": "approval", "approval_id": result.approval_id, "tool": tool_name, "args": result.args}
             )
             return results, RunOutcome(status="awaiting_approval", parked_on=result.approval_id)
         entry = {
@@ -163,10 +272,9 @@ def run_deterministic_stage(
         trace.append({"type": "deterministic_call", **public})
         plan.emit("deterministic_result", public)
         if not known:
-            return results, RunOutcome(
-                status="failed",
-                error_code="deterministic:tool_unknown",
-                error_message=f"{DETERMINISTIC_STAGE_FAILED}: '{rule.tool_name}' tool이 MCP '{rule.mcp_id}'에 없습니다.",
+            return results, _stage_failure(
+                "deterministic:tool_unknown",
+                f"{DETERMINISTIC_STAGE_FAILED}: '{tool_name}' tool이 MCP '{mcp_id}'에 없습니다.",
             )
     logger.info("Deterministic pre-step done: %d", len(results))
     return results, None
@@ -301,6 +409,29 @@ def execute(plan: RunPlan) -> RunOutcome:
             messages=trace,
         )
 
+    if plan.mode == "flow":
+        return _execute_flow(plan, outcome, trace, who, secrets, clock, deterministic_ms)
+
+    if plan.answer_from_deterministic and results and all(r["ok"] for r in results) and not plan.conversation:
+        # Every matched call succeeded: the answer is composed from them, no model round trip.
+        outcome.answer = mask_text(compose_offline_answer(plan, results), secrets=secrets)
+        trace.append({"type": "answer", "content": outcome.answer, "composed_from": "deterministic_results"})
+        outcome.messages = trace
+        outcome.token_usage = {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "total_tokens": 0,
+            "model_calls": 0,
+            "model_calls_saved": 1,
+        }
+        outcome.timings = {
+            "deterministic_ms": deterministic_ms,
+            "model_ms": 0.0,
+            "tools_ms": 0.0,
+            "total_ms": clock.ms_since(clock.started),
+        }
+        return outcome
+
     index = _tool_index(plan)
 
     def call_tool(tool_call: dict[str, Any]) -> tuple[ToolMessage, str | None]:
@@ -382,6 +513,113 @@ def execute(plan: RunPlan) -> RunOutcome:
         "deterministic_ms": deterministic_ms,
         "model_ms": round(max(loop_ms - clock.tools_ms, 0.0), 2),
         "tools_ms": round(clock.tools_ms, 2),
+        "total_ms": clock.ms_since(clock.started),
+    }
+    return outcome
+
+
+@dataclass
+class FlowSettings:
+    """What a flow's ``build_graph(settings)`` receives: the run's input, the servers it may bind, and the
+    agent's options (``model_params["flow"]``). ``call_tool`` is the gate, used through ``MCPHandle``."""
+
+    run_id: Any
+    query: str
+    context: dict[str, Any]
+    a2a_data: list[dict[str, Any]]
+    a2a_files: list[dict[str, Any]]
+    bound_mcp_ids: list[str]
+    options: dict[str, Any]
+    call_tool: Callable[[str, str, dict[str, Any]], Any]
+
+    def option(self, name: str, default: Any = None) -> Any:
+        return self.options.get(name, default)
+
+
+def load_flow_builder(path: str) -> Callable[[FlowSettings], Any]:
+    module_name, _, attribute = path.rpartition(".")
+    try:
+        builder = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise CodeRuleError(f"flow graph '{path}' cannot be loaded: {exc}") from exc
+    if not callable(builder):
+        raise CodeRuleError(f"flow graph '{path}' is not a function")
+    return builder  # type: ignore[no-any-return]
+
+
+def _execute_flow(
+    plan: RunPlan,
+    outcome: RunOutcome,
+    trace: list[dict[str, Any]],
+    who: Callable[[str, str], gate.GateCall],
+    secrets: list[str],
+    clock: _Clock,
+    deterministic_ms: float,
+) -> RunOutcome:
+    """Flow mode (seed 000): the agent's graph, built by the function its ``flow_graph`` names; its nodes call
+    tools through ``MCPHandle``, i.e. through the gate (source ``flow``). The answer is the state's ``output``."""
+    servers = {s.mcp_id: s for s in plan.servers if s.enabled}
+    node_calls = iter(range(1, 1_000_000))
+
+    def call_tool(mcp_id: str, tool_name: str, params: dict[str, Any]) -> Any:
+        result = gate.call(
+            server=servers[mcp_id], tool_name=tool_name, args=params, who=who("flow", f"flow:{next(node_calls)}")
+        )
+        clock.tools_ms += result.latency_ms
+        plan.emit("tool_call", {"source": "flow", **result.as_dict()})
+        trace.append({"type": "flow_call", **result.as_dict()})
+        if result.ok:
+            return result.value
+        return {"ok": False, "error": result.error, "message": result.message}
+
+    settings = FlowSettings(
+        run_id=plan.run_id,
+        query=plan.query,
+        context=dict(plan.context),
+        a2a_data=list(plan.a2a_data),
+        a2a_files=list(plan.a2a_files),
+        bound_mcp_ids=list(servers),
+        options=dict(plan.model_params.get("flow") or {}),
+        call_tool=call_tool,
+    )
+    t1 = time.perf_counter()
+
+    async def run_flow() -> dict[str, Any]:
+        builder = load_flow_builder(plan.flow_graph)
+        graph = builder(settings)
+        if inspect.isawaitable(graph):
+            graph = await graph
+        final: dict[str, Any] = {}
+        inputs = {"query": plan.query, "context": dict(plan.context), "a2a_data": list(plan.a2a_data), "messages": []}
+        async for mode, chunk in graph.astream(inputs, stream_mode=["updates", "values"]):
+            if mode == "values":
+                final = chunk
+                continue
+            for node, update in (chunk or {}).items():
+                keys = sorted((update or {}).keys()) if isinstance(update, dict) else []
+                trace.append({"type": "flow_node", "node": node, "updated": keys})
+                await sync_to_async(plan.emit, thread_sensitive=True)("flow_node", {"node": node, "updated": keys})
+        return final
+
+    try:
+        state = async_to_sync(run_flow)()
+        output = state.get("output")
+        text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False, default=str)
+        outcome.answer = mask_text(text or "", secrets=secrets)
+        trace.append({"type": "answer", "content": outcome.answer})
+    except CodeRuleError as exc:
+        outcome.status, outcome.error_code, outcome.error_message = "failed", "flow:error", str(exc)
+    except Exception as exc:
+        logger.exception("flow %s failed in run %s", plan.flow_graph, plan.run_id)
+        outcome.status, outcome.error_code = "failed", "flow:error"
+        outcome.error_message = mask_text(f"{type(exc).__name__}: {exc}", secrets=secrets)[:2000]
+    outcome.messages = trace
+    outcome.token_usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "model_calls": 0}
+    outcome.timings = {
+        "deterministic_ms": deterministic_ms,
+        "model_ms": 0.0,
+        "tools_ms": round(clock.tools_ms, 2),
+        "flow_ms": clock.ms_since(t1),
         "total_ms": clock.ms_since(clock.started),
     }
     return outcome

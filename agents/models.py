@@ -143,6 +143,51 @@ class DeterministicRule(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        """A code rule must be importable, decorated, and name a server bound to its agent; an admin rule needs a
+        known tool on its server, valid conditions, and a params template that fits the tool's contract."""
+        from django.core.exceptions import ValidationError
+        from pydantic import ValidationError as PydanticValidationError
+
+        from agents.deterministic import WhenSpec, template_problems
+        from agents.tools import CodeRuleError, load_code_rule
+        from mcpregistry.contracts import argument_constraints
+
+        errors: dict[str, list[str]] = {}
+        if self.code:
+            try:
+                _fn, mcp_id = load_code_rule(self.code)
+            except CodeRuleError as exc:
+                raise ValidationError({"code": [str(exc)]}) from None
+            if self.agent_id and not self.agent.servers.filter(mcp_id=mcp_id).exists():
+                errors["code"] = [
+                    str(_("The rule is for MCP '%(id)s', which this agent does not bind.") % {"id": mcp_id})
+                ]
+        else:
+            if self.server_id is None:
+                errors["server"] = [str(_("Choose the server (or give a code rule)."))]
+            if not self.tool_name:
+                errors["tool_name"] = [str(_("Name the tool to call (or give a code rule)."))]
+            try:
+                WhenSpec.model_validate(self.when or {})
+            except PydanticValidationError as exc:
+                errors["when"] = [f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
+            if self.server_id and self.tool_name:
+                tool = self.server.tools.filter(name=self.tool_name).select_related("contract").first()
+                if tool is None and self.server.tools.filter(discovered_at__isnull=False).exists():
+                    errors["tool_name"] = [
+                        str(_("'%(tool)s' is not a tool of this server.") % {"tool": self.tool_name})
+                    ]
+                elif tool is not None:
+                    contract = getattr(tool, "contract", None)
+                    constraints = contract.args if contract is not None else argument_constraints(tool.input_schema)
+                    refuse = contract is None or contract.unknown_args == "refuse"
+                    problems = template_problems(constraints or {}, self.params or {}, refuse_unknown=refuse)
+                    if problems:
+                        errors["params"] = problems
+        if errors:
+            raise ValidationError(errors)
+
 
 class ApiKey(models.Model):
     """A key an API caller presents as ``Authorization: Bearer <key>``. Only its SHA-256 digest is stored."""

@@ -85,7 +85,7 @@ def test_an_injected_failure_is_answered_and_recovered_through_the_backup(
     # DoD 3: recovered through the backup tool.
     assert tool_names(run) == ["get_asset_status", "get_asset_status_backup"]
     assert "백업 스냅샷 기준" in run.answer
-    calls = run.audit_events.filter(tool="get_asset_status").order_by("id")
+    calls = run.audit_events.filter(tool="get_asset_status", action="tool.call").order_by("id")
     assert [(e.ok, e.reason) for e in calls] == [(False, reason)] * attempts
     # DoD 4: no secret in the log.
     text = agent_log.read_text(encoding="utf-8")

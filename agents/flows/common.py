@@ -1,0 +1,57 @@
+"""What the flow templates share: the state, and reading names and teams out of a Korean question."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, TypedDict
+
+DEFAULT_MCP_ID = "sds-company-data"
+NAME = re.compile(r"([가-힣]{2,4})\s*님")
+TEAM = re.compile(r"([가-힣A-Za-z]+팀)")
+
+
+class FlowState(TypedDict, total=False):
+    query: str
+    context: dict[str, Any]
+    a2a_data: list[dict[str, Any]]
+    messages: list[Any]
+    employee: Any
+    team: str
+    assets: Any
+    projects: Any
+    members: Any
+    request: dict[str, Any]
+    response: dict[str, Any]
+    output: Any
+
+
+def name_in(query: str) -> str | None:
+    found = NAME.search(query)
+    return found.group(1) if found else None
+
+
+def team_in(query: str) -> str | None:
+    found = TEAM.search(query)
+    return found.group(1) if found else None
+
+
+def failed(result: Any) -> bool:
+    return isinstance(result, dict) and result.get("ok") is False
+
+
+def as_data(result: Any) -> Any:
+    """Tool results are JSON text on the demo server; the gate parses them. Keep strings as they are."""
+    if isinstance(result, str):
+        try:
+            return json.loads(result)
+        except ValueError:
+            return result
+    return result
+
+
+def project_names(projects: Any) -> str:
+    rows = as_data(projects)
+    if isinstance(rows, list):
+        return ", ".join(str(p.get("name")) for p in rows if isinstance(p, dict))
+    return str(rows)

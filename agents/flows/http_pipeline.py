@@ -1,0 +1,75 @@
+"""graph-http-pipeline: an HTTP-style request in, an HTTP-style response out, with a tool call in between.
+
+The request comes as an A2A data part ``{"request": {"method": "GET", "path": "/employees/김하늘"}}`` or as the
+query itself (``GET /teams/클라우드운영팀/members``). Routes: ``/employees/{name}``, ``/teams/{team}/members``,
+``/teams/{team}/projects``, ``/assets?owner={name}``. The output is ``{"status": ..., "body": ...}``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+
+from agents.flows.common import DEFAULT_MCP_ID, FlowState, as_data, failed
+from agents.tools import MCPHandle
+
+mcp = MCPHandle()
+
+ROUTES: list[tuple[re.Pattern[str], str, str]] = [
+    (re.compile(r"^/employees/(?P<value>[^/]+)$"), "search_employee", "name"),
+    (re.compile(r"^/teams/(?P<value>[^/]+)/members$"), "list_team_members", "team"),
+    (re.compile(r"^/teams/(?P<value>[^/]+)/projects$"), "list_projects", "team"),
+]
+
+
+async def parse_request(state: FlowState) -> dict[str, Any]:
+    for part in state.get("a2a_data") or []:
+        if isinstance(part.get("request"), dict):
+            return {"request": part["request"]}
+    method, _, path = state["query"].strip().partition(" ")
+    return {"request": {"method": method.upper(), "path": path.strip()}}
+
+
+async def dispatch(state: FlowState) -> dict[str, Any]:
+    request = state["request"]
+    if str(request.get("method", "")).upper() != "GET":
+        return {"response": {"status": 405, "body": {"error": "only GET is supported"}}}
+    url = urlsplit(str(request.get("path", "")))
+    path = unquote(url.path)
+    if path == "/assets":
+        owner = (parse_qs(url.query).get("owner") or [""])[0]
+        tool, params = "get_asset", {"owner": owner}
+    else:
+        match = next(((tool, arg, m) for pattern, tool, arg in ROUTES if (m := pattern.match(path))), None)
+        if match is None:
+            return {"response": {"status": 404, "body": {"error": f"no route for {path}"}}}
+        tool, arg, found = match
+        params = {arg: found.group("value")}
+    result = as_data(await mcp.call(tool, params=params))
+    if failed(result):
+        return {"response": {"status": 502, "body": {"error": result.get("error"), "message": result.get("message")}}}
+    if isinstance(result, str) and "찾을 수 없습니다" in result:
+        return {"response": {"status": 404, "body": {"error": result}}}
+    return {"response": {"status": 200, "body": result}}
+
+
+async def render_response(state: FlowState) -> dict[str, Any]:
+    return {"output": state["response"]}
+
+
+async def build_graph(settings: Any) -> CompiledStateGraph:
+    mcp_id = settings.option("mcp_id", DEFAULT_MCP_ID)
+    await mcp.bind_registry(settings, mcp_ids=[mcp_id], mcp_id=mcp_id)
+    graph = StateGraph(FlowState)
+    graph.add_node("parse_request", parse_request)
+    graph.add_node("dispatch", dispatch)
+    graph.add_node("render_response", render_response)
+    graph.add_edge(START, "parse_request")
+    graph.add_edge("parse_request", "dispatch")
+    graph.add_edge("dispatch", "render_response")
+    graph.add_edge("render_response", END)
+    return graph.compile()

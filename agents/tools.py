@@ -1,0 +1,104 @@
+"""What rule and flow authors import (seed 000): ``@deterministic_tool``, ``DeterministicContext``, ``MCPHandle``.
+
+A code rule is a function decorated with ``@deterministic_tool(mcp_id=...)`` that receives a
+``DeterministicContext`` and returns ``{"tool_name": ..., "params": {...}}`` to call that tool on its server
+before the model runs, or ``None`` to skip. Admins register it by dotted path (a deterministic rule's *code*).
+
+A flow node calls tools through an ``MCPHandle`` bound once per graph build (``await mcp.bind_registry(settings,
+mcp_ids=[...], mcp_id=...)``, then ``await mcp.call(tool_name, params={...})``). Every call of both goes through
+the platform's tool gate, like the model's.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from langchain_core.tools import BaseTool
+
+RuleFunction = Callable[["DeterministicContext"], dict[str, Any] | None]
+F = TypeVar("F", bound=RuleFunction)
+
+
+@dataclass
+class DeterministicContext:
+    """The one argument of a routing function. A dataclass, so a test builds one directly."""
+
+    query: str
+    context: dict[str, Any]
+    a2a_data: list[dict[str, Any]] | None
+    a2a_files: list[dict[str, Any]] | None
+    mcp_tools: list[BaseTool] = field(default_factory=list)
+
+
+def deterministic_tool(*, mcp_id: str) -> Callable[[F], F]:
+    """Mark a routing function as a deterministic rule for the tools of ``mcp_id``."""
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(ctx: DeterministicContext) -> dict[str, Any] | None:
+            return fn(ctx)
+
+        wrapper.deterministic_mcp_id = mcp_id  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+class CodeRuleError(ValueError):
+    """A code rule's dotted path does not name a usable ``@deterministic_tool`` function."""
+
+
+def load_code_rule(path: str) -> tuple[RuleFunction, str]:
+    """Import ``package.module.function`` and return it with its ``mcp_id``. Raises CodeRuleError."""
+    module_name, _, attribute = path.rpartition(".")
+    if not module_name:
+        raise CodeRuleError(f"'{path}' is not a dotted path (package.module.function)")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CodeRuleError(f"cannot import '{module_name}': {exc}") from exc
+    fn = getattr(module, attribute, None)
+    if fn is None or not callable(fn):
+        raise CodeRuleError(f"'{module_name}' has no function '{attribute}'")
+    mcp_id = getattr(fn, "deterministic_mcp_id", None)
+    if not mcp_id:
+        raise CodeRuleError(f"'{path}' is not decorated with @deterministic_tool(mcp_id=...)")
+    return fn, mcp_id
+
+
+class MCPHandle:
+    """A flow's door to its MCP tools. Declare one at module level; bind it when the graph is built."""
+
+    def __init__(self) -> None:
+        self._caller: Callable[[str, str, dict[str, Any]], Any] | None = None
+        self.mcp_id: str | None = None
+        self.mcp_ids: list[str] = []
+
+    async def bind_registry(self, settings: Any, *, mcp_ids: list[str], mcp_id: str | None = None) -> None:
+        """Bind to the run's registry (``settings`` is the ``FlowSettings`` the engine passes to
+        ``build_graph``). ``mcp_id`` is the default server of ``call``."""
+        missing = [m for m in mcp_ids if m not in settings.bound_mcp_ids]
+        if missing:
+            from agents.engine import MCP_NOT_LOADED
+
+            raise CodeRuleError("; ".join(MCP_NOT_LOADED.format(mcp_id=m) for m in missing))
+        self._caller = settings.call_tool
+        self.mcp_ids = list(mcp_ids)
+        self.mcp_id = mcp_id or (mcp_ids[0] if mcp_ids else None)
+
+    async def call(self, tool_name: str, params: dict[str, Any] | None = None, *, mcp_id: str | None = None) -> Any:
+        """Call a tool through the gate. Returns its result (a dict or a string); a failure is returned as
+        ``{"ok": False, "error": <reason>, "message": ...}``, never raised."""
+        if self._caller is None:
+            raise RuntimeError("MCPHandle.call before bind_registry")
+        target = mcp_id or self.mcp_id
+        if target is None or target not in self.mcp_ids:
+            raise CodeRuleError(f"'{target}' is not bound to this handle")
+        from asgiref.sync import sync_to_async
+
+        # The gate writes the audit with the run's database connection: back to the run's own thread.
+        return await sync_to_async(self._caller, thread_sensitive=True)(target, tool_name, params or {})
