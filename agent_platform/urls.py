@@ -6,6 +6,8 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 from django.views import defaults
 
+from agents.rule_tester import rule_tester_view
+
 
 def healthz(request: HttpRequest) -> JsonResponse:
     connection.ensure_connection()
@@ -13,6 +15,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 urlpatterns = [
+    path("admin/agents/rule-tester/", admin.site.admin_view(rule_tester_view), name="rule-tester"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("agents.api.urls")),
     path("healthz", healthz),

@@ -15,6 +15,7 @@ A turn with ``if_last_tool_result_contains`` is skipped unless the latest tool r
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -64,6 +65,8 @@ class ScriptedChatModel(_NoToolBinding):
     """
 
     script: list[dict[str, Any]]
+    # A fixed delay per call, to stand in for a real model's latency in benchmarks.
+    latency_s: float = 0.0
 
     @property
     def _llm_type(self) -> str:
@@ -92,6 +95,8 @@ class ScriptedChatModel(_NoToolBinding):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        if self.latency_s:
+            time.sleep(self.latency_s)
         before_each_turn: list[str] = []
         last_text = ""
         for message in messages:
@@ -131,7 +136,7 @@ def build_chat_model(*, provider: str, model_id: str, params: dict[str, Any], of
     if provider == "offline":
         return OfflineChatModel(answer=offline_answer)
     if provider == "scripted":
-        return ScriptedChatModel(script=list(params.get("script") or []))
+        return ScriptedChatModel(script=list(params.get("script") or []), latency_s=float(params.get("latency_s") or 0))
     if provider == "bedrock":
         from langchain_aws import ChatBedrockConverse
 
