@@ -222,3 +222,8 @@ CACHES = {
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     )
 }
+
+# The REST API's own settings (OpenAPI, throttling, streaming): see agent_platform/settings_api.py.
+from agent_platform.settings_api import *  # noqa: E402, F403
+
+INSTALLED_APPS, REST_FRAMEWORK = [*INSTALLED_APPS, *API_APPS], {**REST_FRAMEWORK, **API_REST_FRAMEWORK}  # noqa: F405

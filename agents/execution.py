@@ -1,19 +1,50 @@
-"""Executing runs: claim a queued run, build its plan, run the engine, store the outcome; resume a parked one.
+"""Executing runs: claim a run with a lease, keep the lease alive while the engine runs, store the outcome only
+while the claim is still ours; dispatch a run to a worker; resume a parked one.
 
-``run_execute`` is what a worker's task calls. Claiming is compare-and-swap on the run's status, so a second
-delivery of the same message (or a second worker) never runs a run twice.
+Every change of a run's status is compare-and-swap. A run's life::
+
+    queued ──claim──► running ──store──► succeeded | failed | awaiting_approval (──resume──► queued)
+      ▲                 │ worker, delivery_count + 1, lease_expires_at = now + lease (a heartbeat extends it)
+      └── reconciler ───┘ lease expired: queued again (fewer than PLATFORM_RUN_MAX_DELIVERIES) or failed
+                          (``worker_lost``); past the agent's time limit: failed (``time_limit``)
+
+- A delivery of a run that is ``running`` under a live lease does nothing: another worker has it.
+- A delivery of a run whose lease expired (its worker died) re-claims it, ``running → running`` by
+  compare-and-swap on the old worker, delivery and lease, and runs it again. That is safe: read calls may
+  repeat, and a write call needs an approval that is claimed before the call and records its outcome, so it
+  is never made twice (``mcpregistry.gate._approval``).
+- The heartbeat and the final store match this worker's claim (worker, delivery): a worker that lost its run
+  (its lease lapsed and another worker took over, the reconciler failed it, someone cancelled it) changes
+  nothing, and stops at its next step.
+
+``lease_expires_at`` is the deadline of whoever holds the run: for a running run, its worker's; for a queued
+run, its message's — if no worker has claimed the run by then, the reconciler presumes the message lost and
+dispatches another (NULL: ``created_at`` + ``PLATFORM_RUN_QUEUED_STALE_S``). ``delivery_count`` counts the
+claims since the run was submitted or last resumed after an approval.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import Any
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal
 
-from django.db import transaction
-from django.db.models import F, Q, Value
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerError
 
+from agent_platform import settings_deploy
 from agents import engine
 from agents.approvals import RunApprovals
 from agents.deterministic import RuleSpec
@@ -23,6 +54,392 @@ from audit.masking import mask_value
 from mcpregistry.pool import get_default_pool
 
 logger = logging.getLogger(__name__)
+
+# What a worker may retry (the task retries itself with backoff): the database or the broker hiccuped.
+RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (OperationalError, InterfaceError, BrokerError)
+# Publishing a run's message: retried a few times before the reconciler's re-dispatch is left to do it.
+PUBLISH_RETRY_POLICY = {"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 2.0}
+# The time source for run deadlines (tests replace it).
+clock: Callable[[], float] = time.monotonic
+
+StopReason = Literal["", "time_limit", "lost"]
+
+
+def lifecycle_setting(name: str) -> Any:
+    """``settings.<name>`` for the run lifecycle, else the value ``agent_platform.settings_deploy`` read from
+    the environment (the same one), so the code works with or without those lines in the settings module."""
+    return getattr(settings, name, getattr(settings_deploy, name))
+
+
+def run_time_limits(time_limit_s: int) -> tuple[int, int]:
+    """(soft, hard) seconds for a run of an agent with this time limit: the soft one is the agent's (at least 1 s,
+    at most ``PLATFORM_RUN_MAX_TIME_LIMIT_S``), the hard one ``PLATFORM_RUN_TIME_LIMIT_GRACE_S`` later."""
+    soft = max(1, min(int(time_limit_s), int(lifecycle_setting("PLATFORM_RUN_MAX_TIME_LIMIT_S"))))
+    return soft, soft + max(1, int(lifecycle_setting("PLATFORM_RUN_TIME_LIMIT_GRACE_S")))
+
+
+def worker_identity() -> str:
+    """``hostname:pid`` of this process (a Celery pool process when a worker runs the run)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+# --- dispatching ------------------------------------------------------------------------------------------
+
+
+def run_dispatch(*, run_id: str, time_limit_s: int) -> bool:
+    """Publish the run's task with its soft and hard time limits, retrying the publish (``PUBLISH_RETRY_POLICY``).
+
+    Call it once the run's row is committed (``transaction.on_commit``). Returns False, and logs, when the broker
+    cannot be reached even after the retries: the run stays queued and the reconciler dispatches it again after
+    ``PLATFORM_RUN_QUEUED_STALE_S``. Never raises for a broker failure (the caller's transaction has committed)."""
+    from agents.tasks import run_agent
+
+    soft, hard = run_time_limits(time_limit_s)
+    try:
+        run_agent.apply_async(
+            args=[str(run_id)],
+            soft_time_limit=soft,
+            time_limit=hard,
+            retry=True,
+            retry_policy=PUBLISH_RETRY_POLICY,
+        )
+    except (BrokerError, OSError) as exc:
+        logger.warning("run %s: could not publish its task (%s); the reconciler dispatches it later", run_id, exc)
+        return False
+    return True
+
+
+def run_resume(*, run_id: str) -> None:
+    """A parked run whose approval was decided (or expired) goes back to the queue, once; its task is sent when
+    the transaction commits. Its deliveries are counted afresh."""
+    now = timezone.now()
+    stale = timedelta(seconds=float(lifecycle_setting("PLATFORM_RUN_QUEUED_STALE_S")))
+    resumed = Run.objects.filter(id=run_id, status=Run.Status.AWAITING_APPROVAL).update(
+        status=Run.Status.QUEUED, delivery_count=0, lease_expires_at=now + stale
+    )
+    if resumed == 1:
+        time_limit_s = Run.objects.filter(id=run_id).values_list("agent__time_limit_s", flat=True).get()
+        transaction.on_commit(lambda: run_dispatch(run_id=str(run_id), time_limit_s=time_limit_s))
+
+
+# --- state changes made without a live worker (a claim that finds its worker gone, the reconciler) ------------
+
+
+def run_fail_unheld(*, run_id: Any, match: dict[str, Any], error_code: str, error_message: str) -> bool:
+    """Fail a run nobody should be running any more (time limit passed, worker lost), if it still is as read:
+    compare-and-swap on ``match`` (status, worker, delivery, …), with its ``status`` event, in one transaction."""
+    with transaction.atomic():
+        failed = Run.objects.filter(id=run_id, **match).update(
+            status=Run.Status.FAILED,
+            error_code=error_code,
+            error_message=error_message,
+            finished_at=timezone.now(),
+            lease_expires_at=None,
+        )
+        if failed == 1:
+            RunEventWriter(run_id=run_id, secrets=[]).emit(
+                "status", {"status": "failed", "answer": "", "error": error_code}
+            )
+    if failed == 1:
+        logger.warning("run %s failed: %s (%s)", run_id, error_code, error_message)
+    return failed == 1
+
+
+def run_requeue_unheld(*, run_id: Any, match: dict[str, Any], time_limit_s: int, reason: str) -> bool:
+    """Put a running run whose worker is gone back in the queue, if it still is as read (compare-and-swap on
+    ``match``), with its ``status`` event; its task is dispatched again when the transaction commits."""
+    stale = timedelta(seconds=float(lifecycle_setting("PLATFORM_RUN_QUEUED_STALE_S")))
+    with transaction.atomic():
+        requeued = Run.objects.filter(id=run_id, **match).update(
+            status=Run.Status.QUEUED, lease_expires_at=timezone.now() + stale
+        )
+        if requeued == 1:
+            RunEventWriter(run_id=run_id, secrets=[]).emit("status", {"status": "queued", "reason": reason})
+            transaction.on_commit(lambda: run_dispatch(run_id=str(run_id), time_limit_s=time_limit_s))
+    if requeued == 1:
+        logger.warning("run %s queued again: %s", run_id, reason)
+    return requeued == 1
+
+
+# --- the claim --------------------------------------------------------------------------------------------
+
+
+class RunStopped(RunCancelled):
+    """The run must stop at this step: its time limit passed, or this worker no longer holds it. (A subclass
+    of ``RunCancelled`` so that the engine stops the same way; ``RunClaim.stop_reason`` says why.)"""
+
+
+@dataclass
+class RunClaim:
+    """This worker's hold on one running run: ``(worker, delivery)`` identifies the claim in every
+    compare-and-swap; the heartbeat thread extends its lease; ``check`` runs between the engine's steps."""
+
+    run_id: Any
+    worker: str
+    delivery: int
+    lease_s: float
+    deadline: float  # on ``clock``: when the run's soft time limit is up
+    stop_reason: StopReason = ""
+    lost: threading.Event = field(default_factory=threading.Event)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def mine(self) -> QuerySet[Run]:
+        return Run.objects.filter(
+            id=self.run_id, status=Run.Status.RUNNING, worker=self.worker, delivery_count=self.delivery
+        )
+
+    def heartbeat(self) -> bool:
+        """Extend the lease, if the claim is still ours. Returns False (and marks the claim lost) if not."""
+        now = timezone.now()
+        held = self.mine().update(heartbeat_at=now, lease_expires_at=now + timedelta(seconds=self.lease_s)) == 1
+        if not held:
+            self.lost.set()
+        return held
+
+    def start_heartbeat(self) -> None:
+        self._thread = threading.Thread(target=self._beat, name=f"run-heartbeat-{self.run_id}", daemon=True)
+        self._thread.start()
+
+    def stop_heartbeat(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _beat(self) -> None:
+        interval = max(self.lease_s / 3, 0.2)
+        try:
+            while not self._stop.wait(interval):
+                try:
+                    if not self.heartbeat():
+                        logger.warning(
+                            "run %s: %s lost its claim (delivery %d)", self.run_id, self.worker, self.delivery
+                        )
+                        return
+                except DatabaseError as exc:
+                    # The lease may lapse: another worker then takes the run over and this one stops at its next step.
+                    logger.warning("run %s: heartbeat failed: %s", self.run_id, exc)
+        finally:
+            connection.close()  # this thread's own connection
+
+    def time_is_up(self) -> bool:
+        return clock() >= self.deadline
+
+    def check(self) -> None:
+        """Between steps: raise ``RunCancelled`` if the run was cancelled, ``RunStopped`` if its time limit has
+        passed or the claim is no longer ours (``stop_reason`` says which)."""
+        row = Run.objects.filter(id=self.run_id).values_list("status", "worker", "delivery_count").first()
+        if row is not None and row[0] == Run.Status.CANCELLED:
+            raise RunCancelled()
+        if self.lost.is_set() or row != (Run.Status.RUNNING, self.worker, self.delivery):
+            self.stop_reason = "lost"
+            raise RunStopped("this worker no longer holds the run")
+        if self.time_is_up():
+            self.stop_reason = "time_limit"
+            raise RunStopped("time limit")
+
+    def release(self) -> None:
+        """Give the run back to the queue (a retryable error: the task's retry claims it again). Best effort: if
+        the database is down, the lease lapses instead."""
+        stale = timedelta(seconds=float(lifecycle_setting("PLATFORM_RUN_QUEUED_STALE_S")))
+        try:
+            self.mine().update(status=Run.Status.QUEUED, lease_expires_at=timezone.now() + stale)
+        except DatabaseError as exc:
+            logger.warning("run %s: could not release the claim (%s); its lease will lapse", self.run_id, exc)
+
+    def fail(self, error_code: str, error_message: str) -> bool:
+        return run_fail_unheld(
+            run_id=self.run_id,
+            match={"status": Run.Status.RUNNING, "worker": self.worker, "delivery_count": self.delivery},
+            error_code=error_code,
+            error_message=error_message,
+        )
+
+
+def run_claim(*, run_id: str, began: float | None = None) -> RunClaim | None:
+    """Claim a run for this worker, compare-and-swap: ``queued → running``, or ``running → running`` when the
+    lease of the worker that had it expired. Returns None when there is nothing to do: the run is finished,
+    parked, held by a live worker, or gone; or it was lost too often (then it is failed, ``worker_lost``).
+
+    ``began`` (on ``clock``) is when this delivery started, from which the run's time limit counts."""
+    began = clock() if began is None else began
+    row = (
+        Run.objects.filter(id=run_id)
+        .values("status", "worker", "delivery_count", "lease_expires_at", "agent__time_limit_s")
+        .first()
+    )
+    if row is None:
+        logger.warning("run %s does not exist", run_id)
+        return None
+    now = timezone.now()
+    lease_s = float(lifecycle_setting("PLATFORM_RUN_LEASE_S"))
+    me = worker_identity()
+    claim_fields: dict[str, Any] = {
+        "status": Run.Status.RUNNING,
+        "worker": me,
+        "delivery_count": F("delivery_count") + 1,
+        "heartbeat_at": now,
+        "lease_expires_at": now + timedelta(seconds=lease_s),
+        "started_at": Coalesce(F("started_at"), Value(now)),
+    }
+    if row["status"] == Run.Status.QUEUED:
+        claimed = Run.objects.filter(id=run_id, status=Run.Status.QUEUED, delivery_count=row["delivery_count"]).update(
+            **claim_fields
+        )
+    elif row["status"] == Run.Status.RUNNING and row["lease_expires_at"] is not None and row["lease_expires_at"] <= now:
+        previous = {
+            "status": Run.Status.RUNNING,
+            "worker": row["worker"],
+            "delivery_count": row["delivery_count"],
+            "lease_expires_at": row["lease_expires_at"],
+        }
+        if row["delivery_count"] >= int(lifecycle_setting("PLATFORM_RUN_MAX_DELIVERIES")):
+            run_fail_unheld(
+                run_id=run_id,
+                match=previous,
+                error_code="worker_lost",
+                error_message=f"the worker running it was lost {row['delivery_count']} times",
+            )
+            return None
+        claimed = Run.objects.filter(id=run_id, **previous).update(**claim_fields)
+        if claimed == 1:
+            logger.warning("run %s: the lease of %s expired; re-claimed by %s", run_id, row["worker"], me)
+    else:
+        logger.info("run %s is %s (held by %s); nothing to do", run_id, row["status"], row["worker"] or "-")
+        return None
+    if claimed != 1:
+        logger.info("run %s was claimed by another worker first", run_id)
+        return None
+    soft, _hard = run_time_limits(row["agent__time_limit_s"])
+    return RunClaim(
+        run_id=run_id, worker=me, delivery=row["delivery_count"] + 1, lease_s=lease_s, deadline=began + soft
+    )
+
+
+# --- executing --------------------------------------------------------------------------------------------
+
+
+def run_execute(*, run_id: str) -> None:
+    """Execute a queued run (or resume one whose approval was decided), or take over one whose worker died.
+
+    Does nothing for a run another live worker holds, or one that has finished. Tool and model failures end the
+    run as values (the gate and the engine own them); a soft time limit ends it ``failed`` (``time_limit``).
+    Raises only what a retry can fix (``RETRYABLE_ERRORS``: the database or the broker hiccuped), after giving
+    the run back to the queue, so that the task's retry claims it again."""
+    began = clock()
+    claim = run_claim(run_id=run_id, began=began)
+    if claim is None:
+        return
+    claim.start_heartbeat()
+    try:
+        _execute_claimed(claim)
+    except SoftTimeLimitExceeded:
+        claim.fail("time_limit", "the run did not finish within its time limit")
+    except RETRYABLE_ERRORS:
+        logger.warning("run %s: retryable failure; giving the run back to the queue", run_id, exc_info=True)
+        claim.release()
+        raise
+    finally:
+        claim.stop_heartbeat()
+
+
+def _execute_claimed(claim: RunClaim) -> None:
+    run = Run.objects.select_related("agent", "api_key").get(id=claim.run_id)
+    agent = run.agent
+    servers = list(agent.servers.prefetch_related("tools__contract"))
+    secrets = [value for server in servers for value in server.secret_values()]
+    actor = f"api_key:{run.api_key.prefix}" if run.api_key else "local"
+    writer = RunEventWriter(run_id=run.id, secrets=secrets)
+    # This event marks the start of the pass: the reconciler counts the time limit from it.
+    writer.emit("status", {"status": "running", "delivery": claim.delivery})
+    plan = engine.RunPlan(
+        run_id=run.id,
+        query=run.query,
+        context=run.context or {},
+        a2a_data=run.a2a_data or [],
+        a2a_files=run.a2a_files or [],
+        system_prompt=agent.system_prompt,
+        deterministic_instruction=agent.deterministic_instruction,
+        answer_template=agent.answer_template,
+        provider=agent.model_provider,
+        model_id=agent.model_id,
+        model_params=agent.model_params or {},
+        max_iterations=agent.max_iterations,
+        servers=servers,
+        rules=_rules_for(agent),
+        actor=actor,
+        answer_from_deterministic=agent.answer_from_deterministic,
+        mode=agent.mode,
+        flow_graph=agent.flow_graph,
+        emit=writer.emit,
+        approvals=RunApprovals(run_id=run.id, actor=actor, secrets=secrets),
+        check_cancelled=claim.check,
+        conversation=run.conversation or [],
+        previous_results=run.deterministic_results or [],
+        previous_trace=run.messages or [],
+    )
+    try:
+        outcome = engine.execute(plan)
+    except (SoftTimeLimitExceeded, *RETRYABLE_ERRORS):
+        raise
+    except Exception as exc:  # the run must end in a state, whatever happened
+        logger.exception("run %s crashed", claim.run_id)
+        outcome = engine.RunOutcome(status="failed", error_code="internal", error_message=type(exc).__name__)
+    finally:
+        # Sessions opened for this run alone (per-run scope) end with it (a resumed run opens new ones).
+        get_default_pool().close_scope(f"run:{run.id}")
+    _store_outcome(claim, run, _judged(claim, outcome), writer)
+
+
+def _judged(claim: RunClaim, outcome: engine.RunOutcome) -> engine.RunOutcome:
+    """A run stopped by its time limit — between steps, or by Celery's soft limit wherever it landed (the engine
+    reports a model step it interrupted as ``model:error``) — fails with ``time_limit``."""
+    timed_out = claim.stop_reason == "time_limit" or (outcome.status == "failed" and claim.time_is_up())
+    if timed_out:
+        outcome.status = "failed"
+        outcome.error_code = "time_limit"
+        outcome.error_message = "the run did not finish within its time limit"
+    return outcome
+
+
+def _store_outcome(claim: RunClaim, run: Run, outcome: engine.RunOutcome, writer: RunEventWriter) -> None:
+    """Store the outcome and its ``status`` event together, only if the claim is still ours. A run cancelled
+    while it ran keeps its cancellation; this worker appends its ``cancelled`` event (``run_cancel`` leaves
+    that to the worker)."""
+    if claim.stop_reason == "lost":
+        logger.warning("run %s: %s no longer holds it; its outcome is discarded", claim.run_id, claim.worker)
+        return
+    event = {"status": outcome.status, "answer": outcome.answer, "error": outcome.error_code or None}
+    stored = 0
+    if outcome.status != "cancelled":
+        finished = outcome.status in {"succeeded", "failed"}
+        with transaction.atomic():
+            # The event first: a reader that sees the run finished also sees its last event (same commit).
+            writer.emit("status", event)
+            stored = claim.mine().update(
+                status=outcome.status,
+                answer=outcome.answer,
+                error_code=outcome.error_code,
+                error_message=outcome.error_message,
+                deterministic_results=outcome.deterministic_results,
+                messages=outcome.messages,
+                conversation=outcome.conversation,
+                timings=_merged_timings(run, outcome.timings),
+                token_usage=outcome.token_usage,
+                finished_at=timezone.now() if finished else None,
+                lease_expires_at=None,
+            )
+            if stored != 1:
+                transaction.set_rollback(True)
+    if stored == 1:
+        return
+    cancelled_while_ours = Run.objects.filter(
+        id=claim.run_id, status=Run.Status.CANCELLED, worker=claim.worker, delivery_count=claim.delivery
+    ).exists()
+    if cancelled_while_ours:
+        writer.emit("status", {"status": "cancelled", "answer": "", "error": "cancelled"})
+    else:
+        logger.warning("run %s: %s no longer holds it; its outcome is discarded", claim.run_id, claim.worker)
 
 
 def _rules_for(agent: Agent) -> list[RuleSpec]:
@@ -48,86 +465,34 @@ def _rules_for(agent: Agent) -> list[RuleSpec]:
     ]
 
 
-def run_execute(*, run_id: str) -> None:
-    """Execute a queued run (or resume one whose approval was decided). Claiming it is compare-and-swap: a
-    second delivery of the same run does nothing."""
-    claimed = Run.objects.filter(id=run_id, status=Run.Status.QUEUED).update(
-        status=Run.Status.RUNNING, started_at=Coalesce(F("started_at"), Value(timezone.now()))
-    )
-    if claimed != 1:
-        logger.info("run %s already claimed or finished", run_id)
-        return
-    run = Run.objects.select_related("agent", "api_key").get(id=run_id)
-    agent = run.agent
-    servers = list(agent.servers.prefetch_related("tools__contract"))
-    secrets = [value for server in servers for value in server.secret_values()]
-    actor = f"api_key:{run.api_key.prefix}" if run.api_key else "local"
-    plan = engine.RunPlan(
-        run_id=run.id,
-        query=run.query,
-        context=run.context or {},
-        a2a_data=run.a2a_data or [],
-        a2a_files=run.a2a_files or [],
-        system_prompt=agent.system_prompt,
-        deterministic_instruction=agent.deterministic_instruction,
-        answer_template=agent.answer_template,
-        provider=agent.model_provider,
-        model_id=agent.model_id,
-        model_params=agent.model_params or {},
-        max_iterations=agent.max_iterations,
-        answer_from_deterministic=agent.answer_from_deterministic,
-        mode=agent.mode,
-        flow_graph=agent.flow_graph,
-        servers=servers,
-        rules=_rules_for(agent),
-        actor=actor,
-        emit=RunEventWriter(run_id=run.id, secrets=secrets).emit,
-        approvals=RunApprovals(run_id=run.id, actor=actor, secrets=secrets),
-        check_cancelled=lambda: _raise_if_cancelled(run.id),
-        conversation=run.conversation or [],
-        previous_results=run.deterministic_results or [],
-        previous_trace=run.messages or [],
-    )
-    plan.emit("status", {"status": "running"})
-    try:
-        outcome = engine.execute(plan)
-    except Exception as exc:  # the run must end in a state, whatever happened
-        logger.exception("run %s crashed", run_id)
-        outcome = engine.RunOutcome(status="failed", error_code="internal", error_message=type(exc).__name__)
-    finally:
-        # Sessions opened for this run alone (per-run scope) end with it (a resumed run opens new ones).
-        get_default_pool().close_scope(f"run:{run.id}")
-    timings = _merged_timings(run, outcome.timings)
-    plan.emit("status", {"status": outcome.status, "answer": outcome.answer, "error": outcome.error_code or None})
-    finished = outcome.status in {"succeeded", "failed", "cancelled"}
-    Run.objects.filter(id=run_id, status=Run.Status.RUNNING).update(
-        status=outcome.status,
-        answer=outcome.answer,
-        error_code=outcome.error_code,
-        error_message=outcome.error_message,
-        deterministic_results=outcome.deterministic_results,
-        messages=outcome.messages,
-        conversation=outcome.conversation,
-        timings=timings,
-        token_usage=outcome.token_usage,
-        finished_at=timezone.now() if finished else None,
-    )
-
-
 class RunEventWriter:
-    """Appends a run's progress to ``RunEvent`` (masked), numbered after what an earlier pass wrote."""
+    """Appends a run's progress to ``RunEvent`` (masked), numbered after what was written before.
+
+    Numbers are unique per run: if another writer took the next number (a worker that lost the run and has not
+    noticed yet, a cancellation), the event is numbered again after it."""
 
     def __init__(self, *, run_id: Any, secrets: list[str]) -> None:
         self.run_id = run_id
         self.secrets = secrets
-        last = RunEvent.objects.filter(run_id=run_id).order_by("-seq").values_list("seq", flat=True).first()
-        self.seq = last or 0
+        self.seq = self._last_seq()
+
+    def _last_seq(self) -> int:
+        last = RunEvent.objects.filter(run_id=self.run_id).order_by("-seq").values_list("seq", flat=True).first()
+        return last or 0
 
     def emit(self, kind: str, data: dict[str, Any]) -> None:
-        self.seq += 1
-        RunEvent.objects.create(
-            run_id=self.run_id, seq=self.seq, kind=kind, data=mask_value(data, secrets=self.secrets)
-        )
+        masked = mask_value(data, secrets=self.secrets)
+        for attempt in range(3):
+            self.seq += 1
+            try:
+                # Inside a transaction a savepoint keeps a collision from breaking it; outside, the insert is its own.
+                with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
+                    RunEvent.objects.create(run_id=self.run_id, seq=self.seq, kind=kind, data=masked)
+                return
+            except IntegrityError:
+                if attempt == 2:
+                    raise
+                self.seq = self._last_seq()
 
 
 def _merged_timings(run: Run, timings: dict[str, float]) -> dict[str, float]:
@@ -138,16 +503,3 @@ def _merged_timings(run: Run, timings: dict[str, float]) -> dict[str, float]:
     if "queue_wait_ms" not in merged and run.started_at:
         merged["queue_wait_ms"] = round((run.started_at - run.created_at).total_seconds() * 1000, 2)
     return merged
-
-
-def _raise_if_cancelled(run_id: Any) -> None:
-    if Run.objects.filter(id=run_id, status=Run.Status.CANCELLED).exists():
-        raise RunCancelled()
-
-
-def run_resume(*, run_id: str) -> None:
-    """A parked run whose approval was decided (or expired) goes back to the queue, once."""
-    from agents.tasks import run_agent
-
-    if Run.objects.filter(id=run_id, status=Run.Status.AWAITING_APPROVAL).update(status=Run.Status.QUEUED) == 1:
-        transaction.on_commit(lambda: run_agent.delay(str(run_id)))

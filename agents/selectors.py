@@ -6,10 +6,11 @@ import time
 import uuid
 from typing import Any
 
+from django.db.models import QuerySet
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
-from agents.models import ApiKey, Run
+from agents.models import ApiKey, Run, RunEvent
 from mcpregistry.models import McpServer
 
 
@@ -23,6 +24,26 @@ def run_get(*, run_id: str, api_key: ApiKey) -> Run:
     if run is None:
         raise ApplicationError(_("Run not found."), code="run_not_found", status=404)
     return run
+
+
+def run_list(*, api_key: ApiKey, agent_slug: str | None = None, status: str | None = None) -> QuerySet[Run]:
+    """The caller's runs, newest first, optionally of one agent and/or in one status."""
+    runs = Run.objects.select_related("agent").filter(api_key=api_key)
+    if agent_slug:
+        runs = runs.filter(agent__slug=agent_slug)
+    if status:
+        runs = runs.filter(status=status)
+    return runs.order_by("-created_at", "-id")
+
+
+def run_events_after(*, run_id: Any, after: int, limit: int = 500) -> list[RunEvent]:
+    """A run's events numbered after ``after``, in order, at most ``limit`` of them."""
+    return list(RunEvent.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")[:limit])
+
+
+def run_status(*, run_id: Any) -> str | None:
+    """The run's status now (None if it no longer exists)."""
+    return Run.objects.filter(id=run_id).values_list("status", flat=True).first()
 
 
 def run_tool_calls(*, run: Run) -> list[dict[str, Any]]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import secrets
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -13,7 +15,8 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
-from agents.models import Agent, ApiKey, Run
+from agents.models import Agent, ApiKey, Approval, Run
+from audit.services import audit_event_record
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +44,94 @@ def api_key_authenticate(*, raw_key: str) -> ApiKey | None:
     return key
 
 
+@transaction.atomic
+def api_key_revoke(*, api_key: ApiKey, actor: str) -> bool:
+    """Revoke a key from now on (its next request is a 401). Compare-and-swap: returns False, and changes
+    nothing, if it was already revoked. The revocation is audited in the same transaction."""
+    now = timezone.now()
+    revoked = ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=now) == 1
+    if revoked:
+        api_key.revoked_at = now
+        audit_event_record(
+            source="admin",
+            action="api_key.revoke",
+            args={"key_prefix": api_key.prefix, "name": api_key.name},
+            actor=actor,
+        )
+    return revoked
+
+
+def request_digest(body: Any) -> str:
+    """SHA-256 of a JSON body in canonical form (keys sorted, no insignificant whitespace): two bodies that
+    mean the same have the same digest, whatever their key order or spacing."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class RunSubmission:
+    run: Run
+    # True when an earlier request with the same Idempotency-Key created the run: nothing new was queued.
+    replayed: bool
+
+
+def run_submit(
+    *,
+    agent_slug: str,
+    query: str,
+    api_key: ApiKey | None,
+    context: dict[str, Any] | None = None,
+    a2a_data: list[dict[str, Any]] | None = None,
+    a2a_files: list[dict[str, Any]] | None = None,
+    idempotency_key: str = "",
+    digest: str = "",
+) -> RunSubmission:
+    """Create a queued run (``run_create``), once per ``(api_key, idempotency_key)``.
+
+    The same key with the same ``digest`` (of the request body) returns the run the first request created;
+    with another digest it is a 409. Two identical requests racing are serialized on the API key's row
+    (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` takes the write lock at the start of
+    the transaction), so only one of them creates the run."""
+    if not idempotency_key or api_key is None:
+        run = run_create(
+            agent_slug=agent_slug,
+            query=query,
+            api_key=api_key,
+            context=context,
+            a2a_data=a2a_data,
+            a2a_files=a2a_files,
+            digest=digest,
+        )
+        return RunSubmission(run=run, replayed=False)
+    with transaction.atomic():
+        ApiKey.objects.select_for_update().filter(pk=api_key.pk).values_list("pk", flat=True).first()
+        earlier = (
+            Run.objects.select_related("agent")
+            .filter(api_key=api_key, idempotency_key=idempotency_key)
+            .order_by("created_at")
+            .first()
+        )
+        if earlier is not None:
+            if earlier.request_digest != digest:
+                raise ApplicationError(
+                    _("This Idempotency-Key was used with another request body."),
+                    code="idempotency_key_reused",
+                    status=409,
+                )
+            return RunSubmission(run=earlier, replayed=True)
+        run = run_create(
+            agent_slug=agent_slug,
+            query=query,
+            api_key=api_key,
+            context=context,
+            a2a_data=a2a_data,
+            a2a_files=a2a_files,
+            idempotency_key=idempotency_key,
+            digest=digest,
+        )
+        return RunSubmission(run=run, replayed=False)
+
+
 def run_create(
     *,
     agent_slug: str,
@@ -50,9 +141,14 @@ def run_create(
     a2a_data: list[dict[str, Any]] | None = None,
     a2a_files: list[dict[str, Any]] | None = None,
     idempotency_key: str = "",
+    digest: str = "",
 ) -> Run:
-    """Create a queued run and dispatch it to a worker once the transaction commits."""
-    from agents.tasks import run_agent
+    """Create a queued run and dispatch it to a worker once the transaction commits (``run_dispatch``: with the
+    agent's time limits; a broker that cannot be reached leaves the run queued for the reconciler, never an
+    error to the caller, since the run exists).
+
+    Raises ApplicationError 404 (no such agent, or not one this key may use) and 409 (agent disabled)."""
+    from agents.execution import run_dispatch
 
     agent = Agent.objects.filter(slug=agent_slug).first()
     if agent is None or (
@@ -74,6 +170,67 @@ def run_create(
             a2a_data=a2a_data or [],
             a2a_files=a2a_files or [],
             idempotency_key=idempotency_key,
+            request_digest=digest,
         )
-        transaction.on_commit(lambda: run_agent.delay(str(run.id)))
+        time_limit_s = agent.time_limit_s
+        transaction.on_commit(lambda: run_dispatch(run_id=str(run.id), time_limit_s=time_limit_s))
+    return run
+
+
+CANCELLABLE = (Run.Status.QUEUED, Run.Status.AWAITING_APPROVAL, Run.Status.RUNNING)
+
+
+@transaction.atomic
+def run_cancel(*, run: Run, actor: str) -> Run:
+    """Cancel a run that has not finished. Compare-and-swap on the status it was read with (read again if it
+    changed in between), so that what follows depends on the status it really had:
+
+    - ``queued``: it never starts (a worker's claim only takes ``queued`` runs);
+    - ``awaiting_approval``: its pending approvals expire (a later decision is a 409) and it is not resumed;
+    - ``running``: its worker stops at the next step (the engine checks between model and tool steps); a
+      tool call already under way finishes first. The worker's final write only applies to a ``running`` run
+      it holds, so it never overwrites the cancellation (``agents.execution``).
+
+    A ``status`` event (``cancelled``) is appended for a queued or parked run; a running run's worker
+    appends its own. Returns the run, fresh. Raises ApplicationError 409 for a finished run."""
+    now = timezone.now()
+    cancelled_from: str | None = None
+    for _attempt in range(5):
+        current = Run.objects.filter(pk=run.pk).values_list("status", flat=True).first()
+        if current not in CANCELLABLE:
+            run.refresh_from_db()
+            raise ApplicationError(
+                _("The run has already finished (%(status)s).") % {"status": run.status},
+                code="run_finished",
+                status=409,
+            )
+        swapped = Run.objects.filter(pk=run.pk, status=current).update(
+            status=Run.Status.CANCELLED,
+            finished_at=now,
+            lease_expires_at=None,
+            error_code="cancelled",
+            error_message=f"cancelled by {actor}",  # stored: not translated
+        )
+        if swapped == 1:
+            cancelled_from = current
+            break
+    if cancelled_from is None:  # its status kept changing under us
+        raise ApplicationError(_("The run is changing state; try again."), code="run_busy", status=409)
+    expired = Approval.objects.filter(run_id=run.pk, status=Approval.Status.PENDING).update(
+        status=Approval.Status.EXPIRED, reason="the run was cancelled"
+    )
+    if cancelled_from != Run.Status.RUNNING:
+        from agents.execution import RunEventWriter
+
+        RunEventWriter(run_id=run.pk, secrets=[]).emit(
+            "status", {"status": "cancelled", "answer": "", "error": "cancelled"}
+        )
+    audit_event_record(
+        source="admin",
+        action="run.cancel",
+        run_id=run.pk,
+        args={"from_status": cancelled_from, "approvals_expired": expired},
+        actor=actor,
+    )
+    run.refresh_from_db()
     return run

@@ -1,12 +1,37 @@
-"""Celery tasks: ids in, the service does the work."""
+"""Celery tasks: ids in, the service does the work.
+
+``run_agent`` is acknowledged late and rejected (so delivered again) when its worker process is lost; the run's
+claim and lease (``agents.execution``) make a second delivery harmless. A database or broker hiccup is retried
+with exponential backoff and jitter; a tool's failure is not a task failure (the gate owns tool retries, and
+``run_execute`` never raises for one). The soft and hard time limits come with each message (``run_dispatch``).
+"""
 
 from __future__ import annotations
 
 from celery import shared_task
+from django.db import InterfaceError, OperationalError
+from kombu.exceptions import OperationalError as BrokerError
 
 
-@shared_task(name="agents.run_agent", acks_late=True, reject_on_worker_lost=True)
+@shared_task(
+    name="agents.run_agent",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=(OperationalError, InterfaceError, BrokerError),
+    retry_backoff=2,
+    retry_backoff_max=60,
+    retry_jitter=True,
+    max_retries=5,
+)
 def run_agent(run_id: str) -> None:
     from agents.execution import run_execute
 
     run_execute(run_id=run_id)
+
+
+@shared_task(name="agents.reconcile_runs", ignore_result=True)
+def reconcile_runs() -> None:
+    """One pass of the reconciler (``celery beat`` schedules it; every worker also runs it on a timer)."""
+    from agents.reconciler import runs_reconcile
+
+    runs_reconcile()

@@ -1,11 +1,18 @@
-"""The audit record: one append-only event per deterministic call, tool call attempt or admin change."""
+"""The audit record: one append-only event per deterministic call, tool call attempt or admin change.
+
+Events form a hash chain (``audit/chain.py``): each carries a gap-free ``seq``, the previous event's hash and
+its own. The chain's head (last seq and hash) is kept outside the events table in :class:`AuditChainHead`, and
+what was archived is recorded in :class:`AuditCheckpoint`. Only ``audit.services`` writes any of them.
+"""
 
 from __future__ import annotations
 
 from django.db import models
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from agent_platform.json import UnicodeJSONEncoder
+from audit.chain import GENESIS_HASH
 
 
 class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
@@ -17,7 +24,12 @@ class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
 
 
 class AuditEvent(models.Model):
-    """What was called, with what (masked), by whom, and how it ended. Never updated or deleted."""
+    """What was called, with what (masked), by whom, and how it ended. Never updated or deleted.
+
+    Written only by ``audit.services.audit_event_record``, which assigns ``seq``, ``prev_hash`` and ``hash``.
+    On PostgreSQL a trigger refuses UPDATE, DELETE and TRUNCATE of the table (only ``archive_audit`` may
+    delete, inside its own transaction). ``seq``, not ``id``, is the event's place in the chain.
+    """
 
     class Source(models.TextChoices):
         DETERMINISTIC = "deterministic", _("deterministic rule")
@@ -38,7 +50,12 @@ class AuditEvent(models.Model):
     attempt = models.PositiveIntegerField(_("attempt"), default=1)
     latency_ms = models.FloatField(_("latency (ms)"), null=True, blank=True)
     actor = models.CharField(_("actor"), max_length=200, blank=True)
-    created_at = models.DateTimeField(_("time"), auto_now_add=True, db_index=True)
+    # Set by the service while it holds the chain head, so that it is part of the hash (auto_now_add would
+    # overwrite it at insert time).
+    created_at = models.DateTimeField(_("time"), default=timezone.now, editable=False, db_index=True)
+    seq = models.BigIntegerField(_("sequence number"), unique=True, editable=False)
+    prev_hash = models.CharField(_("previous hash"), max_length=64, editable=False)
+    hash = models.CharField(_("hash"), max_length=64, editable=False)
 
     objects = AuditEventQuerySet.as_manager()
 
@@ -57,3 +74,44 @@ class AuditEvent(models.Model):
 
     def delete(self, *args: object, **kwargs: object) -> tuple[int, dict[str, int]]:
         raise PermissionError("audit events are append-only")
+
+
+class AuditChainHead(models.Model):
+    """The chain's last ``seq`` and ``hash``: one row (id 1), kept apart from the events it vouches for.
+
+    Every append locks it (``SELECT ... FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` serializes
+    writers already) and moves it forward in the same transaction as the event's insert, so seq numbers are
+    gap-free and a removed tail or a forged extra event shows when ``verify_audit`` compares the two.
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    seq = models.BigIntegerField(_("last sequence number"), default=0)
+    hash = models.CharField(_("last hash"), max_length=64, default=GENESIS_HASH)
+
+    class Meta:
+        verbose_name = _("audit chain head")
+        verbose_name_plural = _("audit chain head")
+
+    def __str__(self) -> str:
+        return f"seq {self.seq} {self.hash}"
+
+
+class AuditCheckpoint(models.Model):
+    """Where an archive ended: events up to ``seq`` went to ``file_name`` and were deleted from the table.
+
+    The first event left in the table links to the latest checkpoint's ``hash``; ``verify_audit`` starts there.
+    """
+
+    seq = models.BigIntegerField(_("last archived sequence number"), unique=True)
+    hash = models.CharField(_("hash of the last archived event"), max_length=64)
+    archived_at = models.DateTimeField(_("archived at"), default=timezone.now)
+    file_name = models.CharField(_("archive file"), max_length=1000)
+    count = models.PositiveIntegerField(_("events archived"))
+
+    class Meta:
+        verbose_name = _("audit checkpoint")
+        verbose_name_plural = _("audit checkpoints")
+        ordering = ["seq"]
+
+    def __str__(self) -> str:
+        return f"seq {self.seq} {self.hash} ({self.file_name})"

@@ -15,6 +15,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
+from audit.admin_changes import AuditedChangesAdminMixin
 from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.services import mcp_server_discover
 
@@ -124,7 +125,7 @@ class McpToolInline(admin.TabularInline):
 
 
 @admin.register(McpServer)
-class McpServerAdmin(admin.ModelAdmin):
+class McpServerAdmin(AuditedChangesAdminMixin, admin.ModelAdmin):
     form = McpServerForm
     list_display = [
         "mcp_id",
@@ -252,7 +253,7 @@ class ToolContractInline(admin.StackedInline):
 
 
 @admin.register(McpTool)
-class McpToolAdmin(admin.ModelAdmin):
+class McpToolAdmin(AuditedChangesAdminMixin, admin.ModelAdmin):
     list_display = ["name", "server", "enabled", "available", "review_required", "risk", "discovered_at"]
     list_filter = ["server", "enabled", "available", "review_required"]
     search_fields = ["name", "description"]

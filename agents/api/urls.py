@@ -1,10 +1,17 @@
-from django.urls import path
+"""The REST API under /api/v1/: runs, their events and approvals, and the OpenAPI schema with its docs."""
 
-from agents.api import views
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from agents.api import events, views
 
 urlpatterns = [
-    path("runs", views.RunCreateApi.as_view(), name="run-create"),
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("runs", views.RunCollectionApi.as_view(), name="run-collection"),
     path("runs/<str:run_id>", views.RunDetailApi.as_view(), name="run-detail"),
+    path("runs/<str:run_id>/cancel", views.RunCancelApi.as_view(), name="run-cancel"),
+    path("runs/<str:run_id>/events", events.run_events, name="run-events"),
     path(
         "runs/<str:run_id>/approvals/<str:approval_id>",
         views.RunApprovalDecideApi.as_view(),

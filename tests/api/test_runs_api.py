@@ -155,3 +155,244 @@ def test_a_wrong_method_is_a_405(api_client) -> None:
     response = api_client.delete(URL)
     assert response.status_code == 405
     assert error_of(response)["code"] == "method_not_allowed"
+
+
+# --- strict validation of POST /runs ------------------------------------------------------------------------
+
+
+def test_an_unknown_top_level_field_is_a_400_naming_it(api_client, demo_agent) -> None:
+    response = api_client.post(
+        URL, {"agent": "company-assistant", "query": "hi", "qurey": "typo", "priority": 1}, format="json"
+    )
+    assert response.status_code == 400
+    fields = error_of(response)["fields"]
+    assert set(fields) == {"qurey", "priority"}
+    assert Run.objects.count() == 0
+
+
+def test_an_unknown_field_is_named_together_with_other_errors(api_client, demo_agent) -> None:
+    response = api_client.post(URL, {"agent": "company-assistant", "query": 5, "extra": True}, format="json")
+    assert response.status_code == 400
+    assert {"query", "extra"} <= set(error_of(response)["fields"])
+
+
+def test_an_agent_of_the_wrong_type_is_a_400(api_client, demo_agent) -> None:
+    response = api_client.post(URL, {"agent": ["company-assistant"], "query": "hi"}, format="json")
+    assert response.status_code == 400
+    assert "agent" in error_of(response)["fields"]
+
+
+def test_data_that_is_not_a_list_of_objects_is_a_400(api_client, demo_agent) -> None:
+    for data in ({"a": 1}, ["x"], "x"):
+        response = api_client.post(URL, {"agent": "company-assistant", "query": "q", "data": data}, format="json")
+        assert response.status_code == 400, data
+        assert "data" in error_of(response)["fields"]
+
+
+def test_a_blank_query_is_a_400(api_client, demo_agent) -> None:
+    response = api_client.post(URL, {"agent": "company-assistant", "query": "   "}, format="json")
+    assert response.status_code == 400
+    assert "query" in error_of(response)["fields"]
+
+
+def test_query_and_message_together_are_a_400_naming_both(api_client, demo_agent) -> None:
+    message = {"role": "user", "parts": [{"kind": "text", "text": "hi"}]}
+    response = api_client.post(URL, {"agent": "company-assistant", "query": "hi", "message": message}, format="json")
+    assert response.status_code == 400
+    assert {"query", "message"} <= set(error_of(response)["fields"])
+
+
+def test_a_wait_that_is_not_a_number_in_range_is_a_400(api_client, demo_agent) -> None:
+    for wait in ("soon", "-1", "61", "nan"):
+        response = api_client.post(f"{URL}?wait={wait}", {"agent": "company-assistant", "query": "hi"}, format="json")
+        assert response.status_code == 400, wait
+        assert "wait" in error_of(response)["fields"]
+
+
+def test_a_body_larger_than_the_limit_is_a_413(api_client, demo_agent, settings) -> None:
+    settings.PLATFORM_API_MAX_BODY_BYTES = 1000
+    response = api_client.post(
+        URL, {"agent": "company-assistant", "query": "hi", "context": {"pad": "x" * 2000}}, format="json"
+    )
+    assert response.status_code == 413
+    assert error_of(response)["code"] == "body_too_large"
+
+
+def test_a_run_created_through_the_api_keeps_the_plain_data_and_file_metadata(api_client, demo_agent) -> None:
+    response = api_client.post(
+        URL,
+        {
+            "agent": "company-assistant",
+            "query": "q",
+            "context": {"userId": "u-1"},
+            "data": [{"order": {"id": "O-1"}}],
+            "files": [{"name": "a.txt", "mimeType": "text/plain", "bytes": "aGVsbG8="}],
+        },
+        format="json",
+    )
+    assert response.status_code == 202
+    run = Run.objects.get(id=response.json()["id"])
+    assert run.context == {"userId": "u-1"}
+    assert run.a2a_data == [{"order": {"id": "O-1"}}]
+    assert run.a2a_files == [{"name": "a.txt", "mimeType": "text/plain", "size": 5}]
+
+
+# --- GET /runs --------------------------------------------------------------------------------------------
+
+
+def submit(client: APIClient, query: str = "hi", agent: str = "company-assistant") -> str:
+    response = client.post(URL, {"agent": agent, "query": query}, format="json")
+    assert response.status_code == 202, response.content
+    return response.json()["id"]
+
+
+def test_the_list_holds_the_callers_runs_only_newest_first(api_client, demo_agent, outsider) -> None:
+    first, second = submit(api_client, "one"), submit(api_client, "two")
+    other = APIClient()
+    other.credentials(HTTP_AUTHORIZATION=f"Bearer {outsider[1]}")
+    submit(other, "someone else's")
+    body = api_client.get(URL).json()
+    assert [r["id"] for r in body["results"]] == [second, first]
+    assert body["next"] is None
+    assert body["previous"] is None
+    assert set(body["results"][0]) >= {"id", "agent", "status", "query", "answer", "error", "created_at"}
+
+
+def test_the_list_filters_by_agent_and_status(api_client, demo_agent) -> None:
+    from tests.conftest import make_agent
+
+    make_agent(slug="second", servers=list(demo_agent.servers.all()), with_demo_rules=False)
+    mine = submit(api_client, agent="company-assistant")
+    theirs = submit(api_client, agent="second")
+    Run.objects.filter(id=theirs).update(status=Run.Status.FAILED)
+    assert [r["id"] for r in api_client.get(f"{URL}?agent=second").json()["results"]] == [theirs]
+    assert [r["id"] for r in api_client.get(f"{URL}?status=queued").json()["results"]] == [mine]
+    assert api_client.get(f"{URL}?agent=second&status=queued").json()["results"] == []
+    assert api_client.get(f"{URL}?agent=nobody").json()["results"] == []
+
+
+def test_the_list_is_paginated_with_a_cursor(api_client, demo_agent) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    ids = [submit(api_client, f"q{i}") for i in range(5)]
+    base = timezone.now()
+    for i, run_id in enumerate(ids):  # distinct creation times, oldest first
+        Run.objects.filter(id=run_id).update(created_at=base - timedelta(minutes=10 - i))
+    seen: list[str] = []
+    url = f"{URL}?page_size=2"
+    pages = 0
+    while url:
+        body = api_client.get(url).json()
+        seen += [r["id"] for r in body["results"]]
+        url = body["next"]
+        pages += 1
+    assert seen == list(reversed(ids))
+    assert pages == 3
+
+
+def test_bad_list_parameters_are_a_400_naming_them(api_client, demo_agent) -> None:
+    for query, field in (
+        ("status=done", "status"),
+        ("page_size=0", "page_size"),
+        ("page_size=many", "page_size"),
+        ("cursor=not-a-cursor", "cursor"),
+        ("colour=blue", "colour"),
+    ):
+        response = api_client.get(f"{URL}?{query}")
+        assert response.status_code == 400, query
+        assert field in error_of(response)["fields"], query
+
+
+def test_listing_needs_a_key(db) -> None:
+    assert APIClient().get(URL).status_code == 401
+
+
+# --- API keys: revocation ----------------------------------------------------------------------------------
+
+
+def test_revoking_a_key_by_its_prefix_makes_its_next_request_a_401(api_client, api_caller, demo_agent) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from audit.models import AuditEvent
+
+    key, _raw = api_caller
+    assert api_client.get(URL).status_code == 200
+    out = StringIO()
+    call_command("revoke_api_key", key.prefix, stdout=out)
+    assert f"revoked {key.prefix}" in out.getvalue()
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+    assert api_client.get(URL).status_code == 401
+    event = AuditEvent.objects.get(action="api_key.revoke")
+    assert event.args == {"key_prefix": key.prefix, "name": "caller"}
+
+
+def test_revoking_a_revoked_key_changes_nothing(api_caller) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    key, _raw = api_caller
+    call_command("revoke_api_key", "caller", stdout=StringIO())
+    key.refresh_from_db()
+    first = key.revoked_at
+    out = StringIO()
+    call_command("revoke_api_key", "caller", stdout=out)
+    assert "already revoked" in out.getvalue()
+    key.refresh_from_db()
+    assert key.revoked_at == first
+
+
+def test_a_name_shared_by_live_keys_needs_a_prefix_or_all(db) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    from agents.models import ApiKey
+    from agents.services import api_key_create
+
+    api_key_create(name="ci")
+    api_key_create(name="ci")
+    with pytest.raises(CommandError, match="2 live keys"):
+        call_command("revoke_api_key", "ci", stdout=StringIO())
+    call_command("revoke_api_key", "ci", "--all", stdout=StringIO())
+    assert ApiKey.objects.filter(name="ci", revoked_at__isnull=True).count() == 0
+
+
+def test_an_unknown_key_is_a_command_error(db) -> None:
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="no API key"):
+        call_command("revoke_api_key", "apk_nothing")
+
+
+def test_a_key_can_be_revoked_by_its_whole_value(api_caller) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    key, raw = api_caller
+    call_command("revoke_api_key", raw, stdout=StringIO())
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+
+
+def test_a_request_records_the_keys_last_use(api_client, api_caller) -> None:
+    key, _raw = api_caller
+    assert key.last_used_at is None
+    api_client.get(URL)
+    key.refresh_from_db()
+    assert key.last_used_at is not None
+
+
+@pytest.mark.parametrize("body", ["", "null", "{}"])
+def test_an_empty_body_is_a_400(api_client, demo_agent, body) -> None:
+    response = api_client.post(URL, data=body, content_type="application/json")
+    assert response.status_code == 400
+    assert error_of(response)["code"] in {"invalid_input", "invalid_json"}

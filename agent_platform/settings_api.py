@@ -1,0 +1,73 @@
+"""Settings of the REST API's extras: the OpenAPI schema and its docs (drf-spectacular, offline UI), per-key
+throttling and the run event stream. Merged into ``agent_platform.settings`` by two lines at its end (after
+``INSTALLED_APPS`` and ``REST_FRAMEWORK``; the blank line keeps ruff's import sorting content):
+
+    from agent_platform.settings_api import *  # noqa: E402, F403
+
+    INSTALLED_APPS, REST_FRAMEWORK = [*INSTALLED_APPS, *API_APPS], {**REST_FRAMEWORK, **API_REST_FRAMEWORK}  # noqa: F405
+
+The code reads each ``PLATFORM_*`` value as ``getattr(settings, NAME, <this module's value>)``
+(``agents.api.config.api_setting``), so it keeps working where a settings module lacks them; the schema and
+its docs need the merge (the apps and ``DEFAULT_SCHEMA_CLASS``).
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = [
+    "API_APPS",
+    "API_REST_FRAMEWORK",
+    "PLATFORM_API_MAX_BODY_BYTES",
+    "PLATFORM_API_MAX_WAIT_S",
+    "PLATFORM_API_RATE",
+    "PLATFORM_SSE_KEEPALIVE_S",
+    "PLATFORM_SSE_MAX_S",
+    "PLATFORM_SSE_POLL_S",
+    "SPECTACULAR_SETTINGS",
+]
+
+# drf_spectacular: the schema view and the docs templates; the sidecar: Swagger UI and Redoc as static files
+# (no CDN: the docs must work on a machine without internet access).
+API_APPS = ["drf_spectacular", "drf_spectacular_sidecar"]
+
+API_REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Per API key (a key's own ``rate``, else PLATFORM_API_RATE); requests without an API key are not counted.
+    "DEFAULT_THROTTLE_CLASSES": ["agents.api.throttling.ApiKeyRateThrottle"],
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Agent platform API",
+    "DESCRIPTION": (
+        "Submit queries to agents, follow their runs, decide pending approvals. Every error is "
+        '`{"error": {"code", "message", "fields"?}}`. Authenticate with `Authorization: Bearer <api key>`.'
+    ),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"persistAuthorization": True},
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "agents.models.Run.Status",
+        "ApprovalStatusEnum": "agents.models.Approval.Status",
+    },
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "agents.api.schema.add_run_events_path",
+        "agents.api.schema.forbid_unknown_request_fields",
+    ],
+}
+
+# Requests per period for an API key whose own rate is empty: N/s, N/min, N/hour or N/day.
+PLATFORM_API_RATE = os.environ.get("PLATFORM_API_RATE", "120/min")
+# A request body larger than this is refused with a 413 before it is parsed.
+PLATFORM_API_MAX_BODY_BYTES = int(os.environ.get("PLATFORM_API_MAX_BODY_BYTES", str(2 * 1024 * 1024)))
+# POST /api/v1/runs?wait=N: the longest N allowed.
+PLATFORM_API_MAX_WAIT_S = float(os.environ.get("PLATFORM_API_MAX_WAIT_S", "60"))
+# GET /api/v1/runs/{id}/events: how often new events are looked for, a keep-alive comment after this much
+# silence, and the longest a stream stays open (the client reconnects with Last-Event-ID).
+PLATFORM_SSE_POLL_S = float(os.environ.get("PLATFORM_SSE_POLL_S", "0.5"))
+PLATFORM_SSE_KEEPALIVE_S = float(os.environ.get("PLATFORM_SSE_KEEPALIVE_S", "15"))
+PLATFORM_SSE_MAX_S = float(os.environ.get("PLATFORM_SSE_MAX_S", "600"))

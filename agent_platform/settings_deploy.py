@@ -1,0 +1,115 @@
+"""Deployment settings read from the environment: how HTTPS reaches the app, and the run lifecycle (leases,
+deliveries, time limits, the reconciler). Merged into ``agent_platform.settings`` by lines at its end:
+
+    from agent_platform.settings_deploy import *  # noqa: E402, F403
+    if not CELERY_BROKER_URL.startswith("filesystem://"):
+        CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT_S}  # noqa: F405
+
+The code reads the lifecycle values with ``agents.execution.lifecycle_setting(NAME)``, which falls back to this
+module, so it keeps working (with the same environment) where a settings module lacks them.
+
+HTTPS, ``PLATFORM_TLS`` — where TLS is terminated, as the operator declares it:
+
+- ``off`` (the default): plain HTTP, for a machine's own use (``bin/up``, the tests). Nothing is added and
+  nothing is silenced: ``manage.py check --deploy`` says what a deployment would lack.
+- ``proxy``: a TLS-terminating proxy (load balancer, ingress, Caddy, nginx) in front redirects ``http`` to
+  ``https`` and sets ``X-Forwarded-Proto: https`` (and strips a client's own). Django trusts that header, sends
+  HSTS on HTTPS responses and Secure cookies; ``security.W008`` (no ``SECURE_SSL_REDIRECT``) is silenced
+  because the redirect is the proxy's job — that warning's own text names this case.
+- ``django``: Django itself redirects to HTTPS (``SECURE_SSL_REDIRECT``), sends HSTS, Secure cookies.
+
+HSTS defaults (proxy or django) are the strict ones ``check --deploy`` asks for: a year, subdomains included,
+preload. Each can be lowered from the environment (``SECURE_HSTS_SECONDS``, ``SECURE_HSTS_INCLUDE_SUBDOMAINS``,
+``SECURE_HSTS_PRELOAD``; e.g. preload off on an apex domain you do not want on the browsers' preload list);
+``check --deploy`` then warns, which is accurate. Browsers ignore HSTS received over plain HTTP, so the header
+never pins a plain-HTTP host.
+"""
+
+from __future__ import annotations
+
+import os
+
+from django.core.exceptions import ImproperlyConfigured
+
+__all__ = [
+    "CELERY_VISIBILITY_TIMEOUT_S",
+    "CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS",
+    "PLATFORM_RECONCILE_BATCH",
+    "PLATFORM_RECONCILE_INTERVAL_S",
+    "PLATFORM_RECONCILE_IN_WORKER",
+    "PLATFORM_RUN_LEASE_S",
+    "PLATFORM_RUN_MAX_DELIVERIES",
+    "PLATFORM_RUN_MAX_TIME_LIMIT_S",
+    "PLATFORM_RUN_QUEUED_STALE_S",
+    "PLATFORM_RUN_TIME_LIMIT_GRACE_S",
+    "PLATFORM_TLS",
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS",
+    "SECURE_HSTS_PRELOAD",
+    "SECURE_HSTS_SECONDS",
+    "SECURE_PROXY_SSL_HEADER",
+    "SECURE_SSL_REDIRECT",
+    "SILENCED_SYSTEM_CHECKS",
+]
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    try:
+        return int(raw) if raw else default
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, not {raw!r}") from None
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number of seconds, not {raw!r}") from None
+
+
+# --- HTTPS ----------------------------------------------------------------------------------------
+PLATFORM_TLS = os.environ.get("PLATFORM_TLS", "off").strip().lower() or "off"
+if PLATFORM_TLS not in {"off", "proxy", "django"}:
+    raise ImproperlyConfigured(f"PLATFORM_TLS must be off, proxy or django, not {PLATFORM_TLS!r}")
+_TLS = PLATFORM_TLS != "off"
+
+SECURE_SSL_REDIRECT = _env_bool("SECURE_SSL_REDIRECT", default=PLATFORM_TLS == "django")
+# Trusted only where a proxy sets it: anywhere else a client could claim HTTPS with this header.
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if PLATFORM_TLS == "proxy" else None
+SECURE_HSTS_SECONDS = _env_int("SECURE_HSTS_SECONDS", 31_536_000 if _TLS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=_TLS)
+SECURE_HSTS_PRELOAD = _env_bool("SECURE_HSTS_PRELOAD", default=_TLS)
+# The proxy redirects to HTTPS (see above); with PLATFORM_TLS=off or django nothing is silenced.
+SILENCED_SYSTEM_CHECKS = ["security.W008"] if PLATFORM_TLS == "proxy" and not SECURE_SSL_REDIRECT else []
+
+# --- the run lifecycle (agents.execution, agents.reconciler) ---------------------------------------
+# A worker's claim on a running run lasts this long and is extended every third of it by a heartbeat; a run
+# whose lease lapsed (its worker died) is re-claimed by a redelivered message or re-queued by the reconciler.
+PLATFORM_RUN_LEASE_S = _env_float("PLATFORM_RUN_LEASE_S", 60.0)
+# Deliveries (claims) of one pass of a run before a lost worker fails it with ``worker_lost``.
+PLATFORM_RUN_MAX_DELIVERIES = _env_int("PLATFORM_RUN_MAX_DELIVERIES", 3)
+# A queued run that no worker has claimed after this long is dispatched again (its message was lost).
+PLATFORM_RUN_QUEUED_STALE_S = _env_float("PLATFORM_RUN_QUEUED_STALE_S", 300.0)
+# Soft time limit of a run = its agent's time_limit_s, capped here; the hard limit (the worker process is
+# killed) comes this much later. The broker's visibility timeout must exceed cap + grace (agents.checks).
+PLATFORM_RUN_MAX_TIME_LIMIT_S = _env_int("PLATFORM_RUN_MAX_TIME_LIMIT_S", 1800)
+PLATFORM_RUN_TIME_LIMIT_GRACE_S = _env_int("PLATFORM_RUN_TIME_LIMIT_GRACE_S", 30)
+# The reconciler: every worker runs it on a timer (no beat needed, also on the embedded broker), and
+# ``celery beat`` may run it too (agents.reconcile_runs); every change it makes is compare-and-swap.
+PLATFORM_RECONCILE_INTERVAL_S = _env_float("PLATFORM_RECONCILE_INTERVAL_S", 30.0)
+PLATFORM_RECONCILE_IN_WORKER = _env_bool("PLATFORM_RECONCILE_IN_WORKER", default=True)
+# At most this many runs re-dispatched (and as many re-queued) per pass, so a backlog does not flood the broker.
+PLATFORM_RECONCILE_BATCH = _env_int("PLATFORM_RECONCILE_BATCH", 100)
+# Redis (and SQS) redeliver an unacknowledged message after this long: longer than any run's hard time limit.
+CELERY_VISIBILITY_TIMEOUT_S = _env_int("CELERY_VISIBILITY_TIMEOUT_S", 3600)
+# A broker connection blip must not kill running runs: their leases guard them, and a message that cannot be
+# acknowledged any more is redelivered later and finds its run finished.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False

@@ -1,0 +1,195 @@
+"""``GET /api/v1/runs/{id}/events``: a run's progress as server-sent events.
+
+An async Django view (DRF's views are sync, and a sync view would hold a worker thread for as long as a stream
+is open): it authenticates with the API's bearer key and answers errors in the API's shape, then streams the
+run's ``RunEvent`` rows, replayed from ``Last-Event-ID`` (or ``?after=``) and then followed by polling the
+database, until the run has finished (a final ``event: end``), the client goes away, or the stream has been
+open ``PLATFORM_SSE_MAX_S`` seconds (it then closes without ``end``; the client reconnects with
+``Last-Event-ID``). Served by an ASGI server (uvicorn, gunicorn's uvicorn workers) it streams asynchronously;
+under WSGI (``runserver``, the test client) the same feed is served by a plain generator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, Literal
+
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, HttpResponseBase, JsonResponse, StreamingHttpResponse
+from django.utils.translation import gettext as _
+from rest_framework import exceptions
+
+from agent_platform.errors import ApplicationError
+from agents.api.auth import ApiKeyAuthentication
+from agents.api.config import api_setting
+from agents.api.throttling import api_key_rate_check
+from agents.models import ApiKey, Run, RunEvent
+from agents.selectors import run_events_after, run_get, run_status
+
+RECONNECT_MS = 3000
+BATCH = 200
+FINISHED = frozenset({Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED})
+PollState = Literal["more", "wait", "done"]
+
+
+def format_event(event: RunEvent) -> str:
+    """One event as SSE: ``id``, ``event`` and a one-line JSON ``data`` (Korean text kept as it is)."""
+    kind = "".join(c for c in event.kind if c not in "\r\n") or "message"
+    data = json.dumps(event.data, ensure_ascii=False, separators=(",", ":"))
+    return f"id: {event.seq}\nevent: {kind}\ndata: {data}\n\n"
+
+
+def format_end(status: str | None) -> str:
+    return f"event: end\ndata: {json.dumps({'status': status}, ensure_ascii=False)}\n\n"
+
+
+class RunEventFeed:
+    """What to send next on one stream. ``poll`` reads the database (sync); the generators below pace it."""
+
+    def __init__(
+        self,
+        *,
+        run_id: Any,
+        after: int,
+        poll_s: float,
+        keepalive_s: float,
+        max_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.run_id = run_id
+        self.last_seq = after
+        self.poll_s = poll_s
+        self.keepalive_s = keepalive_s
+        self.clock = clock
+        self.deadline = clock() + max_s
+        self.last_sent = clock()
+
+    def opening(self) -> str:
+        return f"retry: {RECONNECT_MS}\n\n"
+
+    def poll(self) -> tuple[list[str], PollState]:
+        """The chunks to send now, and whether to poll again at once (``more``), after a pause (``wait``), or
+        to close (``done``).
+
+        The run's status is read before its events: the worker writes a run's last event before it marks the
+        run finished, so a run seen finished here has all its events in the read that follows."""
+        now = self.clock()
+        status = run_status(run_id=self.run_id)
+        events = run_events_after(run_id=self.run_id, after=self.last_seq, limit=BATCH)
+        chunks = [format_event(e) for e in events]
+        if events:
+            self.last_seq = events[-1].seq
+            self.last_sent = now
+        if len(events) == BATCH:
+            return chunks, "more"
+        if status is None or status in FINISHED:
+            return [*chunks, format_end(status)], "done"
+        if now >= self.deadline:
+            return [*chunks, ": open too long; reconnect with Last-Event-ID\n\n"], "done"
+        if not chunks and now - self.last_sent >= self.keepalive_s:
+            self.last_sent = now
+            chunks.append(": keep-alive\n\n")
+        return chunks, "wait"
+
+
+async def stream_async(feed: RunEventFeed) -> AsyncIterator[str]:
+    yield feed.opening()
+    while True:
+        chunks, state = await sync_to_async(feed.poll)()
+        for chunk in chunks:
+            yield chunk
+        if state == "done":
+            return
+        if state == "wait":
+            await asyncio.sleep(feed.poll_s)
+
+
+def stream_sync(feed: RunEventFeed) -> Iterator[str]:
+    yield feed.opening()
+    while True:
+        chunks, state = feed.poll()
+        yield from chunks
+        if state == "done":
+            return
+        if state == "wait":
+            time.sleep(feed.poll_s)
+
+
+def _error(
+    code: str, message: str, status: int, *, headers: dict[str, str] | None = None, **extra: Any
+) -> JsonResponse:
+    body: dict[str, Any] = {"code": code, "message": message, **extra}
+    response = JsonResponse({"error": body}, status=status, json_dumps_params={"ensure_ascii": False})
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def _authenticate(request: HttpRequest) -> ApiKey:
+    """The request's API key. Raises DRF's NotAuthenticated / AuthenticationFailed."""
+    found = ApiKeyAuthentication().authenticate(request)  # type: ignore[arg-type]
+    if found is None:
+        raise exceptions.NotAuthenticated()
+    return found[0]
+
+
+def _after(request: HttpRequest) -> int:
+    """``Last-Event-ID`` (what an EventSource sends on reconnecting) or ``?after=``; 0 for the whole stream."""
+    for name, raw in (("Last-Event-ID", request.headers.get("Last-Event-ID")), ("after", request.GET.get("after"))):
+        if raw is None or raw.strip() == "":
+            continue
+        if not raw.strip().isdigit() or not raw.strip().isascii():
+            raise ApplicationError(
+                _("'%(name)s' must be an event number (an integer, 0 or more).") % {"name": name},
+                code="invalid_input",
+                status=400,
+                fields={name: [_("Invalid value.")]},
+            )
+        return int(raw.strip())
+    return 0
+
+
+async def run_events(request: HttpRequest, run_id: str) -> HttpResponseBase:
+    if request.method != "GET":
+        return _error(
+            "method_not_allowed",
+            _('Method "%(method)s" not allowed.') % {"method": request.method},
+            405,
+            headers={"Allow": "GET"},
+        )
+    auth = ApiKeyAuthentication()
+    try:
+        api_key = await sync_to_async(_authenticate)(request)
+    except exceptions.APIException as exc:
+        code = "not_authenticated" if isinstance(exc, exceptions.NotAuthenticated) else "authentication_failed"
+        return _error(code, str(exc.detail), 401, headers={"WWW-Authenticate": auth.authenticate_header(request)})  # type: ignore[arg-type]
+    wait = await sync_to_async(api_key_rate_check)(api_key)
+    if wait is not None:
+        return _error(
+            "throttled",
+            _("Request was throttled. Expected available in %(wait)d seconds.") % {"wait": wait},
+            429,
+            headers={"Retry-After": str(int(wait))},
+        )
+    try:
+        after = _after(request)
+        run = await sync_to_async(run_get)(run_id=run_id, api_key=api_key)
+    except ApplicationError as exc:
+        extra = {"fields": exc.fields} if exc.fields else {}
+        return _error(exc.code, exc.message, exc.status, **extra)
+    feed = RunEventFeed(
+        run_id=run.pk,
+        after=after,
+        poll_s=float(api_setting("PLATFORM_SSE_POLL_S")),
+        keepalive_s=float(api_setting("PLATFORM_SSE_KEEPALIVE_S")),
+        max_s=float(api_setting("PLATFORM_SSE_MAX_S")),
+    )
+    stream = stream_async(feed) if isinstance(request, ASGIRequest) else stream_sync(feed)
+    response = StreamingHttpResponse(stream, content_type="text/event-stream; charset=utf-8")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response

@@ -1,0 +1,166 @@
+"""The OpenAPI description of the API (drf-spectacular): the error shape, the bearer scheme, and the one
+endpoint that is not a DRF view (the run's event stream, an async Django view)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.plumbing import build_bearer_security_scheme_object
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_serializer
+from rest_framework import serializers
+
+SECURITY_SCHEME = "bearerAuth"
+
+
+class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
+    """``Authorization: Bearer <api key>`` (keys from ``manage.py create_api_key``)."""
+
+    target_class = "agents.api.auth.ApiKeyAuthentication"
+    name = SECURITY_SCHEME
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return build_bearer_security_scheme_object(  # type: ignore[no-any-return]
+            header_name="Authorization",
+            token_prefix="Bearer",  # noqa: S106 - the scheme name, not a secret
+            bearer_format="apk_…",
+        )
+
+
+@extend_schema_serializer(component_name="ErrorDetail")
+class ErrorDetailSerializer(serializers.Serializer):
+    """Documentation only (the exception handler writes errors)."""
+
+    code = serializers.CharField(help_text="Stable, for programs: e.g. invalid_input, agent_not_found, throttled.")
+    message = serializers.CharField(help_text="For people.")
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        # A field named "fields" cannot be declared as a class attribute: it would hide Serializer.fields.
+        declared = super().get_fields()
+        declared["fields"] = serializers.DictField(
+            required=False,
+            help_text="Invalid input only: each offending field (or header, or query parameter) and its problems.",
+        )
+        return declared
+
+
+@extend_schema_serializer(component_name="Error")
+class ErrorSerializer(serializers.Serializer):
+    error = ErrorDetailSerializer()
+
+
+ERROR_DESCRIPTIONS = {
+    400: "Invalid input: malformed JSON, a field of the wrong type, a missing or unknown field (named in `fields`).",
+    401: "No API key, a malformed `Authorization` header, or an unknown or revoked key.",
+    403: "The key may not do this.",
+    404: "No such agent, run or approval for this key (another caller's run is a 404 too).",
+    405: "Method not allowed.",
+    409: "Conflict with the current state (see `code`).",
+    413: "The query (or the whole body) is too long.",
+    415: "The body is not `application/json`.",
+    429: "The key's rate limit is used up: retry after `Retry-After` seconds.",
+}
+
+RETRY_AFTER = OpenApiParameter(
+    "Retry-After",
+    int,
+    OpenApiParameter.HEADER,
+    response=[429],
+    required=True,
+    description="Seconds until the key may send another request.",
+)
+
+
+def error_responses(*statuses: int, conflicts: str = "") -> dict[int, OpenApiResponse]:
+    """The documented error responses of an operation, all in the one error shape."""
+    described = dict(ERROR_DESCRIPTIONS)
+    if conflicts:
+        described[409] = conflicts
+    return {status: OpenApiResponse(ErrorSerializer, description=described[status]) for status in statuses}
+
+
+EVENTS_DESCRIPTION = """Server-sent events (`text/event-stream`): the run's events from the start (or after
+`Last-Event-ID` / `?after=`), then new ones as the worker writes them, until the run has finished; then a
+final `event: end` (`data: {"status": ...}`) and the stream closes. Each event is `id: <seq>`,
+`event: <kind>` (`status`, `rule`, `deterministic_result`, `model_turn`, `tool_call`, `approval`) and
+`data: <JSON>`. A comment line (`: keep-alive`) is sent after 15 s without events. A stream stays open at
+most `PLATFORM_SSE_MAX_S` seconds (600 by default) and then closes without `end`: reconnect with
+`Last-Event-ID` (an `EventSource` does so by itself) to go on where it stopped."""
+
+
+# Request bodies whose serializers refuse undeclared keys (``StrictSerializer``): said so in the schema, so that
+# clients and fuzzers know an extra key is a 400.
+STRICT_REQUEST_COMPONENTS = (
+    "RunCreateRequest",
+    "A2AMessage",
+    "A2ATextPart",
+    "A2ADataPart",
+    "A2AFilePart",
+    "A2AFile",
+    "ApprovalDecision",
+)
+
+
+def forbid_unknown_request_fields(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """Postprocessing hook: ``additionalProperties: false`` on the request bodies that refuse unknown keys."""
+    schemas = result.get("components", {}).get("schemas", {})
+    for name in STRICT_REQUEST_COMPONENTS:
+        if name in schemas:
+            schemas[name]["additionalProperties"] = False
+    return result
+
+
+def add_run_events_path(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """Postprocessing hook: describe ``GET /api/v1/runs/{run_id}/events`` (an async Django view, which
+    drf-spectacular does not see) with its parameters, its stream and its errors."""
+    error_ref = {"$ref": "#/components/schemas/Error"}
+
+    def error(status: int) -> dict[str, Any]:
+        response: dict[str, Any] = {
+            "description": ERROR_DESCRIPTIONS[status],
+            "content": {"application/json": {"schema": error_ref}},
+        }
+        if status == 429:
+            response["headers"] = {
+                "Retry-After": {
+                    "schema": {"type": "integer"},
+                    "required": True,
+                    "description": "Seconds until the key may send another request.",
+                }
+            }
+        return response
+
+    result.setdefault("paths", {})["/api/v1/runs/{run_id}/events"] = {
+        "get": {
+            "operationId": "runs_events_retrieve",
+            "summary": "Follow a run's events (server-sent events)",
+            "description": EVENTS_DESCRIPTION,
+            "tags": ["runs"],
+            "security": [{SECURITY_SCHEME: []}],
+            "parameters": [
+                {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}},
+                {
+                    "name": "after",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "integer", "minimum": 0},
+                    "description": "Send only the events numbered after this one.",
+                },
+                {
+                    "name": "Last-Event-ID",
+                    "in": "header",
+                    "required": False,
+                    "schema": {"type": "string", "pattern": "^[0-9]+$"},
+                    "description": "As `after`; sent by an `EventSource` when it reconnects. Wins over `after`.",
+                },
+            ],
+            "responses": {
+                "200": {
+                    "description": "The event stream.",
+                    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                },
+                **{str(status): error(status) for status in (400, 401, 404, 405, 429)},
+            },
+        }
+    }
+    return result

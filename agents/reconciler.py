@@ -1,0 +1,154 @@
+"""The reconciler: one pass puts right what dead processes left behind. Every worker runs it on a timer
+(``agent_platform.celery``), ``celery beat`` may run it (``agents.reconcile_runs``), and
+``manage.py reconcile_runs`` runs it once. Every change is compare-and-swap on the row as it was read, so any
+number of reconcilers (and workers) may run at once.
+
+In order:
+
+1. **time limit**: a ``running`` run whose pass (the last ``status: running`` event, else ``started_at``) began
+   longer ago than its hard time limit — Celery's limits had their chance, or did not apply (a pool without
+   them) — fails with ``time_limit``;
+2. **lost workers**: a ``running`` run whose lease expired (its worker stopped heart-beating) is queued again
+   and dispatched, or fails with ``worker_lost`` once it has been delivered ``PLATFORM_RUN_MAX_DELIVERIES``
+   times;
+3. **lost messages**: a ``queued`` run that no worker claimed before its ``lease_expires_at`` (else
+   ``created_at`` + ``PLATFORM_RUN_QUEUED_STALE_S``: the process died between commit and publish, or the broker
+   lost the message) is dispatched again; its deadline moves on, so each is re-sent once per period;
+4. **approvals**: pending approvals past their time expire (``approvals_expire_due``; their runs resume).
+
+Steps 2 and 3 handle at most ``PLATFORM_RECONCILE_BATCH`` runs per pass, oldest first, so a backlog does not
+flood the broker.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import OuterRef, Q, Subquery
+from django.utils import timezone
+
+from agents.approvals import approvals_expire_due
+from agents.execution import (
+    lifecycle_setting,
+    run_dispatch,
+    run_fail_unheld,
+    run_requeue_unheld,
+    run_time_limits,
+)
+from agents.models import Run, RunEvent
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ReconcileReport:
+    timed_out: int = 0
+    requeued: int = 0
+    worker_lost: int = 0
+    redispatched: int = 0
+    approvals_expired: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    @property
+    def changed(self) -> bool:
+        return any(self.as_dict().values())
+
+
+def runs_reconcile(*, now: datetime | None = None) -> ReconcileReport:
+    """One pass (see the module's docstring). Returns what it changed."""
+    now = now or timezone.now()
+    report = ReconcileReport()
+    report.timed_out = _fail_overdue_runs(now)
+    report.requeued, report.worker_lost = _recover_runs_of_lost_workers(now)
+    report.redispatched = _redispatch_stale_queued_runs(now)
+    report.approvals_expired = approvals_expire_due()
+    if report.changed:
+        logger.info("reconciled runs: %s", report.as_dict())
+    return report
+
+
+def _fail_overdue_runs(now: datetime) -> int:
+    pass_started = Subquery(
+        RunEvent.objects.filter(run=OuterRef("pk"), kind="status", data__status="running")
+        .order_by("-seq")
+        .values("created_at")[:1]
+    )
+    running = (
+        Run.objects.filter(status=Run.Status.RUNNING)
+        .annotate(pass_started=pass_started)
+        .values("id", "worker", "delivery_count", "started_at", "pass_started", "agent__time_limit_s")
+    )
+    failed = 0
+    for row in running:
+        began = row["pass_started"] or row["started_at"]
+        _soft, hard = run_time_limits(row["agent__time_limit_s"])
+        if began is None or began + timedelta(seconds=hard) > now:
+            continue
+        failed += run_fail_unheld(
+            run_id=row["id"],
+            match={"status": Run.Status.RUNNING, "worker": row["worker"], "delivery_count": row["delivery_count"]},
+            error_code="time_limit",
+            error_message=f"the run did not finish within its time limit ({row['agent__time_limit_s']} s)",
+        )
+    return failed
+
+
+def _recover_runs_of_lost_workers(now: datetime) -> tuple[int, int]:
+    batch = int(lifecycle_setting("PLATFORM_RECONCILE_BATCH"))
+    max_deliveries = int(lifecycle_setting("PLATFORM_RUN_MAX_DELIVERIES"))
+    expired = (
+        Run.objects.filter(status=Run.Status.RUNNING, lease_expires_at__lte=now)
+        .order_by("lease_expires_at")
+        .values("id", "worker", "delivery_count", "lease_expires_at", "agent__time_limit_s")[:batch]
+    )
+    requeued = lost = 0
+    for row in expired:
+        match = {
+            "status": Run.Status.RUNNING,
+            "worker": row["worker"],
+            "delivery_count": row["delivery_count"],
+            "lease_expires_at": row["lease_expires_at"],
+        }
+        if row["delivery_count"] >= max_deliveries:
+            lost += run_fail_unheld(
+                run_id=row["id"],
+                match=match,
+                error_code="worker_lost",
+                error_message=f"the worker running it was lost {row['delivery_count']} times",
+            )
+        else:
+            requeued += run_requeue_unheld(
+                run_id=row["id"],
+                match=match,
+                time_limit_s=row["agent__time_limit_s"],
+                reason=f"worker_lost: {row['worker']} stopped renewing its lease",
+            )
+    return requeued, lost
+
+
+def _redispatch_stale_queued_runs(now: datetime) -> int:
+    batch = int(lifecycle_setting("PLATFORM_RECONCILE_BATCH"))
+    stale = timedelta(seconds=float(lifecycle_setting("PLATFORM_RUN_QUEUED_STALE_S")))
+    due = (
+        Run.objects.filter(status=Run.Status.QUEUED)
+        .filter(Q(lease_expires_at__lte=now) | Q(lease_expires_at__isnull=True, created_at__lte=now - stale))
+        .order_by("created_at")
+        .values("id", "lease_expires_at", "agent__time_limit_s")[:batch]
+    )
+    redispatched = 0
+    for row in due:
+        # Moving the deadline on is the compare-and-swap: of several reconcilers, one re-sends the message.
+        moved = Run.objects.filter(
+            id=row["id"], status=Run.Status.QUEUED, lease_expires_at=row["lease_expires_at"]
+        ).update(lease_expires_at=now + stale)
+        if moved == 1:
+            logger.warning(
+                "run %s was still queued after %s s; dispatching it again", row["id"], int(stale.total_seconds())
+            )
+            run_dispatch(run_id=str(row["id"]), time_limit_s=row["agent__time_limit_s"])
+            redispatched += 1
+    return redispatched

@@ -1,0 +1,280 @@
+"""The auditors' API: the audit record (filtered, paged, exported) and tool metrics. One class per operation.
+
+Only people read it: Django users in the ``auditor`` group, or superusers, by session (the admin's login) or
+HTTP basic auth. An API caller's key is recognised, so that it gets a 403 rather than a login prompt.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+import uuid
+from collections.abc import AsyncIterator, Iterable, Iterator
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.handlers.asgi import ASGIRequest
+from django.http import StreamingHttpResponse
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from rest_framework import authentication, permissions, serializers
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agents.api.auth import ApiKeyAuthentication
+from audit.metrics import tool_metrics
+from audit.models import AuditEvent
+from audit.selectors import (
+    AUDITOR_GROUP,
+    EXPORT_COLUMNS,
+    AuditEventFilters,
+    audit_event_export_rows,
+    audit_event_page,
+    moment_parse,
+)
+
+EXPORT_BLOCK_ROWS = 500
+"""Rows per block written to the client (one hop to the database thread per block under ASGI)."""
+
+_CSV_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+class IsAuditor(permissions.BasePermission):
+    """A Django user in the ``auditor`` group, or a superuser. An API key is never an auditor."""
+
+    message = gettext_lazy("Only auditors may read the audit record.")
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        if not isinstance(user, AbstractBaseUser) or not user.is_active:
+            return False
+        return bool(getattr(user, "is_superuser", False)) or user.groups.filter(name=AUDITOR_GROUP).exists()  # type: ignore[attr-defined]
+
+
+class _FormatIsOurs(BaseContentNegotiation):
+    """``?format=`` chooses an export here, not a DRF renderer; whatever DRF renders (a page, an error) is JSON."""
+
+    def select_parser(self, request: Request, parsers: list[Any]) -> Any:
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request: Request, renderers: list[Any], format_suffix: str | None = None) -> Any:
+        return renderers[0], renderers[0].media_type
+
+
+class MomentField(serializers.CharField):
+    """An ISO 8601 date or date-time; a bare date as ``until`` includes that whole day."""
+
+    def __init__(self, *, end_of_day: bool = False, **kwargs: Any) -> None:
+        self.end_of_day = end_of_day
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> dt.datetime:  # type: ignore[override]
+        text = super().to_internal_value(data)
+        try:
+            return moment_parse(text, end_of_day=self.end_of_day)
+        except ValueError:
+            raise serializers.ValidationError(
+                _("Enter an ISO 8601 date or date-time, e.g. 2026-03-01 or 2026-03-01T09:00:00+09:00.")
+            ) from None
+
+
+class FiltersSerializer(serializers.Serializer):
+    """The filters both operations read from the query string (``AuditEventFilters``)."""
+
+    agent = serializers.CharField(required=False, max_length=64)
+    mcp_id = serializers.CharField(required=False, max_length=64)
+    tool = serializers.CharField(required=False, max_length=200)
+    source = serializers.ChoiceField(required=False, choices=AuditEvent.Source.choices)
+    ok = serializers.BooleanField(required=False, allow_null=True, default=None)
+    reason = serializers.CharField(required=False, max_length=200)
+    actor = serializers.CharField(required=False, max_length=200)
+    run = serializers.UUIDField(required=False)
+    since = MomentField(required=False)
+    until = MomentField(required=False, end_of_day=True)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        since, until = attrs.get("since"), attrs.get("until")
+        if since and until and since >= until:
+            raise serializers.ValidationError({"until": [_("'until' must be later than 'since'.")]})
+        return attrs
+
+    def filters(self) -> AuditEventFilters:
+        data = self.validated_data
+        return AuditEventFilters(**{name: data.get(name) for name in AuditEventFilters.__dataclass_fields__})
+
+
+def _validated(serializer_class: type[FiltersSerializer], request: Request) -> FiltersSerializer:
+    """The query string, validated: empty values are absent, an unknown parameter is an error (a misspelt
+    filter must not silently return everything)."""
+    params = {k: v for k, v in request.query_params.dict().items() if v != ""}
+    serializer = serializer_class(data=params)
+    unknown = sorted(set(params) - set(serializer.fields))
+    serializer.is_valid(raise_exception=False)
+    errors = dict(serializer.errors)
+    for name in unknown:
+        errors[name] = [_("Unknown parameter.")]
+    if errors:
+        raise serializers.ValidationError(errors)
+    return serializer
+
+
+class _AuditorApi(APIView):
+    # Not in the callers' OpenAPI schema (/api/v1/schema/): that describes the bearer-key API; this one is for
+    # people, with other credentials, and is described in the README.
+    schema = None
+    authentication_classes = [
+        authentication.BasicAuthentication,
+        ApiKeyAuthentication,
+        authentication.SessionAuthentication,
+    ]
+    permission_classes = [IsAuditor]
+    content_negotiation_class = _FormatIsOurs
+
+
+class AuditEventListApi(_AuditorApi):
+    """``GET /api/v1/audit/events``: the events matching the filters, oldest first, in keyset pages
+    (``?cursor=`` is the previous page's ``next_cursor``), or the whole selection streamed as
+    ``?format=csv`` (UTF-8 with a BOM, so Excel shows Korean) or ``?format=jsonl``."""
+
+    class InputSerializer(FiltersSerializer):
+        cursor = serializers.IntegerField(required=False, min_value=0)
+        limit = serializers.IntegerField(required=False, min_value=1, max_value=1000, default=100)
+        format = serializers.ChoiceField(required=False, choices=["json", "csv", "jsonl"], default="json")
+
+    def get(self, request: Request) -> Response | StreamingHttpResponse:
+        serializer = _validated(self.InputSerializer, request)
+        data = serializer.validated_data
+        filters = serializer.filters()
+        if data["format"] in {"csv", "jsonl"}:
+            if "cursor" in data:
+                raise serializers.ValidationError({"cursor": [_("An export has no pages: leave 'cursor' out.")]})
+            return _export_response(request, filters, data["format"])
+        events, next_cursor = audit_event_page(filters=filters, after_id=data.get("cursor"), limit=data["limit"])
+        next_url = None
+        if next_cursor is not None:
+            query = request.query_params.copy()
+            query["cursor"] = str(next_cursor)
+            next_url = request.build_absolute_uri(f"{request.path}?{query.urlencode()}")
+        return Response(
+            {
+                "results": events,
+                "next_cursor": str(next_cursor) if next_cursor is not None else None,
+                "next": next_url,
+            }
+        )
+
+
+class AuditMetricsApi(_AuditorApi):
+    """``GET /api/v1/audit/metrics``: tool metrics over ``since``..``until`` (default: the last 7 days),
+    optionally for one agent, server, tool, source or caller."""
+
+    class InputSerializer(FiltersSerializer):
+        def get_fields(self) -> dict[str, serializers.Field]:
+            fields = super().get_fields()
+            for name in ("ok", "reason", "run"):
+                fields.pop(name)
+            return fields
+
+    def get(self, request: Request) -> Response:
+        serializer = _validated(self.InputSerializer, request)
+        data = serializer.validated_data
+        filters = AuditEventFilters(**{name: data.get(name) for name in ("agent", "mcp_id", "tool", "source", "actor")})
+        report = tool_metrics(since=data.get("since"), until=data.get("until"), filters=filters)
+        return Response(report.as_dict())
+
+
+# --- exports ---------------------------------------------------------------------------------------------
+
+
+def _export_response(request: Request, filters: AuditEventFilters, kind: str) -> StreamingHttpResponse:
+    rows = audit_event_export_rows(filters=filters)
+    blocks = _csv_blocks(rows) if kind == "csv" else _jsonl_blocks(rows)
+    content_type = "text/csv; charset=utf-8" if kind == "csv" else "application/x-ndjson; charset=utf-8"
+    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+    response = StreamingHttpResponse(_streamed(request, blocks), content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="audit-events-{stamp}.{kind}"'
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def _streamed(request: Request, blocks: Iterator[bytes]) -> Iterator[bytes] | AsyncIterator[bytes]:
+    """Under WSGI, the blocks as they are. Under ASGI, an async iterator that pulls each block on the request's
+    database thread: Django would otherwise read a sync iterator to its end into memory before sending."""
+    if not isinstance(request._request, ASGIRequest):
+        return blocks
+    pull = sync_to_async(next, thread_sensitive=True)
+    close = sync_to_async(blocks.close, thread_sensitive=True)  # type: ignore[attr-defined]
+    done = object()
+
+    async def stream() -> AsyncIterator[bytes]:
+        try:
+            while (block := await pull(blocks, done)) is not done:
+                yield block  # type: ignore[misc]
+        finally:
+            await close()
+
+    return stream()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return value
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _csv_text(value: Any) -> str:
+    """A cell as text. Text that a spreadsheet would run as a formula (a tool name a model made up, say) gets a
+    leading apostrophe, so opening an export never executes anything."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    text = str(_plain(value))
+    return f"'{text}" if text.startswith(_CSV_FORMULA_STARTS) else text
+
+
+def _csv_blocks(rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
+    """The CSV export, a block of rows at a time: a BOM and the header first (before any row is read), then
+    every row; ``args`` and ``result`` are JSON in their cells."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    buffer.write("\ufeff")
+    writer.writerow(EXPORT_COLUMNS)
+    yield buffer.getvalue().encode("utf-8")
+    buffer.seek(0)
+    buffer.truncate()
+    json_columns = {EXPORT_COLUMNS.index("args"), EXPORT_COLUMNS.index("result")}
+    for count, row in enumerate(rows, start=1):
+        writer.writerow([_json(cell) if i in json_columns else _csv_text(cell) for i, cell in enumerate(row)])
+        if count % EXPORT_BLOCK_ROWS == 0:
+            yield buffer.getvalue().encode("utf-8")
+            buffer.seek(0)
+            buffer.truncate()
+    if buffer.tell():
+        yield buffer.getvalue().encode("utf-8")
+
+
+def _jsonl_blocks(rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
+    """The JSON Lines export: one event per line (``EXPORT_COLUMNS`` as keys), Korean text as itself."""
+    lines: list[str] = []
+    for row in rows:
+        lines.append(_json({name: _plain(cell) for name, cell in zip(EXPORT_COLUMNS, row, strict=True)}))
+        if len(lines) == EXPORT_BLOCK_ROWS:
+            yield ("\n".join(lines) + "\n").encode("utf-8")
+            lines = []
+    if lines:
+        yield ("\n".join(lines) + "\n").encode("utf-8")

@@ -1,0 +1,228 @@
+"""The audit hash chain: canonical bytes of an event, its hash, and a verifier for a sequence of events.
+
+Pure Python (no Django, no database): the service (:func:`audit.services.audit_event_record`), ``verify_audit``
+and ``archive_audit`` all use these functions, so a row in the database and a line in an archive file hash
+the same way.
+
+An event's hash is ``sha256(canonical_bytes(event))`` in hex, where the canonical bytes are the UTF-8 of
+the JSON object of :data:`HASHED_FIELDS` (which include ``seq`` and ``prev_hash``, so each event commits to
+its position and to everything before it) written with sorted keys, ``ensure_ascii=False`` and no
+whitespace. Values are normalised so that a value hashes the same before it is stored and after it is read
+back from SQLite's JSON text or PostgreSQL's ``jsonb``:
+
+* ``created_at`` -> ISO 8601 in UTC with microseconds (``2026-01-02T03:04:05.000006+00:00``);
+* ``run_id`` -> the hyphenated lower-case UUID, or ``null``;
+* every number (also inside ``args`` and ``result``) that is integral is written as an integer
+  (``1.0`` -> ``1``, ``1e+20`` -> ``100000000000000000000``), because ``jsonb`` keeps numbers as decimals
+  and gives ``1e+20`` back as an integer; other floats are written as Python's shortest ``repr``.
+
+The first event's ``prev_hash`` is :data:`GENESIS_HASH`; after an archive, the first remaining event's
+``prev_hash`` is the hash of the archive's checkpoint.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Literal
+
+__all__ = [
+    "GENESIS_HASH",
+    "HASHED_FIELDS",
+    "ChainBreak",
+    "ChainVerifier",
+    "canonical_bytes",
+    "event_hash",
+    "json_value",
+]
+
+GENESIS_HASH = "0" * 64
+"""The ``prev_hash`` of the first event ever written."""
+
+HASHED_FIELDS: tuple[str, ...] = (
+    "seq",
+    "prev_hash",
+    "created_at",
+    "run_id",
+    "source",
+    "action",
+    "mcp_id",
+    "tool",
+    "call_id",
+    "args",
+    "result",
+    "ok",
+    "reason",
+    "attempt",
+    "latency_ms",
+    "actor",
+)
+"""What an event's hash covers: every stored field but the storage key ``id`` and the hash itself."""
+
+BreakKind = Literal["altered", "removed", "inserted", "broken", "truncated", "replaced"]
+
+
+def _canonical_float(text: str) -> int | float:
+    value = float(text)
+    if value.is_integer():
+        return int(Decimal(text))  # exact: int(1e300) would be the binary float's value, not 10**300
+    return value
+
+
+_SORTED_JSON = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+_NORMALISING_JSON = json.JSONDecoder(parse_float=_canonical_float)
+# Where Python's float repr is integral: "4.0", "-0.0", "1e+20". Other floats are already canonical. A match
+# inside a string is harmless (the exact path runs for nothing).
+_INTEGRAL_FLOAT = re.compile(r"[0-9]\.0(?![0-9])|[0-9]e\+")
+
+
+def json_value(text: str) -> Any:
+    """Parse stored JSON text the way the hash sees it (integral floats as ints): cheaper to hash than
+    Python's own parse, because :func:`canonical_bytes` then needs no second pass."""
+    return _NORMALISING_JSON.decode(text)
+
+
+def _timestamp(value: Any) -> str:
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value)
+    if not isinstance(value, dt.datetime) or value.tzinfo is None:
+        raise ValueError(f"created_at must be an aware datetime, not {value!r}")
+    return value.astimezone(dt.UTC).isoformat(timespec="microseconds")
+
+
+def canonical_bytes(event: Mapping[str, Any]) -> bytes:
+    """The bytes an event's hash is taken over (see the module docstring).
+
+    ``event`` maps at least :data:`HASHED_FIELDS` (extra keys such as ``id`` and ``hash`` are ignored) to the
+    values as stored: ``args`` and ``result`` must be JSON values (what the database gives back), ``created_at``
+    an aware datetime or its ISO text. Raises ``KeyError`` for a missing field, ``TypeError``/``ValueError`` for
+    a value that is not storable JSON.
+    """
+    run_id = event["run_id"]
+    record = {name: event[name] for name in HASHED_FIELDS}
+    record["created_at"] = _timestamp(event["created_at"])
+    record["run_id"] = None if run_id is None else str(uuid.UUID(str(run_id)))
+    text = _SORTED_JSON.encode(record)
+    if _INTEGRAL_FLOAT.search(text):
+        # One round trip through the JSON text turns every integral float into an int, at any depth, at C speed.
+        text = _SORTED_JSON.encode(_NORMALISING_JSON.decode(text))
+    return text.encode("utf-8", "surrogatepass")
+
+
+def event_hash(event: Mapping[str, Any]) -> str:
+    """``sha256(canonical_bytes(event))`` as 64 lower-case hex digits."""
+    return hashlib.sha256(canonical_bytes(event)).hexdigest()
+
+
+@dataclass(frozen=True)
+class ChainBreak:
+    """The first place a chain stops verifying, with a message that names the event."""
+
+    kind: BreakKind
+    seq: int | None
+    event_id: Any
+    message: str
+
+
+def _name(seq: Any, event_id: Any) -> str:
+    return f"event seq {seq}" if event_id is None else f"event seq {seq} (id {event_id})"
+
+
+class ChainVerifier:
+    """Checks events fed in ``seq`` order: seq continuity, each hash recomputed, each ``prev_hash`` link.
+
+    Start it where the chain starts (seq 1 after :data:`GENESIS_HASH`, or after an archive checkpoint), then
+    :meth:`feed` every event; the first problem is returned (and kept in :attr:`problem`) and the verifier
+    stops checking. :meth:`check_tail` compares where the chain ends with an independently kept head.
+    ``count``, ``last_seq`` and ``last_hash`` describe what verified so far.
+    """
+
+    def __init__(self, *, start_seq: int = 1, start_prev_hash: str = GENESIS_HASH, start_label: str = "") -> None:
+        self.next_seq = start_seq
+        self.prev_hash = start_prev_hash
+        self.start_label = start_label or (
+            "the genesis hash" if start_seq == 1 else f"the checkpoint at seq {start_seq - 1}"
+        )
+        self.count = 0
+        self.last_seq = start_seq - 1
+        self.last_hash = start_prev_hash
+        self.last_id: Any = None
+        self.problem: ChainBreak | None = None
+        self.anchors: dict[int, tuple[str, str]] = {}
+
+    def anchor(self, *, seq: int, hash_hex: str, label: str) -> None:
+        """Also require the event at ``seq`` to have ``hash_hex`` (a head or checkpoint kept elsewhere)."""
+        self.anchors[seq] = (hash_hex, label)
+
+    def feed(self, event: Mapping[str, Any]) -> ChainBreak | None:
+        """Check the next event (a mapping of :data:`HASHED_FIELDS`, ``hash`` and optionally ``id``)."""
+        if self.problem is not None:
+            return self.problem
+        seq, event_id = event["seq"], event.get("id")
+        if not isinstance(seq, int) or seq < self.next_seq:
+            return self._stop(
+                "inserted",
+                seq,
+                event_id,
+                f"{_name(seq, event_id)}: out of place, the chain continues at seq {self.next_seq} — inserted",
+            )
+        if seq > self.next_seq:
+            missing = f"seq {self.next_seq}" if seq == self.next_seq + 1 else f"seq {self.next_seq} to {seq - 1}"
+            return self._stop("removed", self.next_seq, None, f"{missing} missing — removed")
+        try:
+            recomputed = event_hash(event)
+        except (KeyError, TypeError, ValueError) as exc:
+            return self._stop("altered", seq, event_id, f"{_name(seq, event_id)}: unreadable ({exc}) — altered")
+        if recomputed != event["hash"]:
+            return self._stop("altered", seq, event_id, f"{_name(seq, event_id)}: hash mismatch — altered")
+        if event["prev_hash"] != self.prev_hash:
+            before = self.start_label if self.count == 0 else f"the hash of seq {seq - 1}"
+            return self._stop(
+                "broken",
+                seq,
+                event_id,
+                f"{_name(seq, event_id)}: prev_hash is not {before} — chain broken "
+                f"(the event before it was replaced, or this one was altered and rehashed)",
+            )
+        anchored = self.anchors.get(seq)
+        if anchored is not None and anchored[0] != recomputed:
+            return self._stop(
+                "replaced", seq, event_id, f"{_name(seq, event_id)}: hash differs from the {anchored[1]}'s — replaced"
+            )
+        self.count += 1
+        self.next_seq = seq + 1
+        self.prev_hash = self.last_hash = recomputed
+        self.last_seq, self.last_id = seq, event_id
+        return None
+
+    def check_tail(self, *, head_seq: int, head_hash: str, head_label: str = "head") -> ChainBreak | None:
+        """Compare the last verified event with a head kept elsewhere (after feeding every event).
+
+        A chain that ends before the head was truncated; one that ends at the head must end with its hash. A
+        chain that goes on past the head is not judged here: the caller tells events appended since it read
+        the head from forged ones (see ``audit.services.audit_chain_verify``)."""
+        if self.problem is not None:
+            return self.problem
+        if self.last_seq < head_seq:
+            last = f"last event is {self.last_seq}" if self.count else f"no event after seq {self.last_seq}"
+            return self._stop(
+                "truncated", self.last_seq + 1, None, f"tail truncated: {head_label} says seq {head_seq}, {last}"
+            )
+        if self.last_seq == head_seq and self.last_hash != head_hash:
+            return self._stop(
+                "replaced",
+                self.last_seq,
+                self.last_id,
+                f"{_name(self.last_seq, self.last_id)}: hash differs from the {head_label}'s — replaced",
+            )
+        return None
+
+    def _stop(self, kind: BreakKind, seq: int | None, event_id: Any, message: str) -> ChainBreak:
+        self.problem = ChainBreak(kind=kind, seq=seq, event_id=event_id, message=message)
+        return self.problem

@@ -1,0 +1,41 @@
+"""``manage.py archive_audit --older-than-days N``: move old audit events into a verifiable gzip JSONL file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from agent_platform.errors import ApplicationError
+from audit.services import audit_events_archive
+
+
+class Command(BaseCommand):
+    help = (
+        "Write the audit events older than N days to a gzip-compressed JSONL file ending with a checkpoint line, "
+        "record the checkpoint, and delete those events. The rest of the chain still verifies from the checkpoint; "
+        "check the file with verify_audit --archive PATH."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--older-than-days", type=int, required=True, metavar="N")
+        parser.add_argument(
+            "--output",
+            type=Path,
+            metavar="PATH",
+            help="the archive file (default var/audit-archive/audit-<first seq>-<last seq>.jsonl.gz); never overwritten",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            report = audit_events_archive(older_than_days=options["older_than_days"], output=options["output"])
+        except ApplicationError as exc:
+            raise CommandError(exc.message) from exc
+        if report.count == 0:
+            self.stdout.write(f"nothing to archive: no event older than {options['older_than_days']} days")
+            return
+        self.stdout.write(
+            f"archived {report.count} events (seq {report.first_seq} to {report.last_seq}) to {report.path}, "
+            f"checkpoint {report.hash}"
+        )

@@ -1,0 +1,230 @@
+"""Tool metrics over a period, from the audit record (seed 002, section 9): per server and tool, how often it is
+called, how often it fails and why, how long it takes (p50, p95, mean), and how many calls a run and a caller
+make.
+
+What counts: every ``tool.call`` audit event in the period is a call: each attempt sent to a server, and the
+calls the gate answered itself (memo hits) or refused before sending (contract, unknown tool, open circuit). A
+retried call is therefore several calls, as its server saw it; ``retries`` counts the attempts after the first.
+Latency is measured over the attempts sent to a server (``attempt >= 1``), never over refusals or memo hits.
+
+Counts, means and groupings are database aggregations. Percentiles are exact, read from one streamed, sorted
+pass over ``latency_ms`` that keeps only the two values it needs per group (the group sizes come first), so a
+period of any size is measured in constant memory.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import math
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from django.db.models import Avg, Count, Max, Q, QuerySet
+from django.utils import timezone
+
+from agents.models import ApiKey
+from audit.models import AuditEvent
+from audit.selectors import EXPORT_CHUNK_SIZE, AuditEventFilters, audit_event_filter
+
+DEFAULT_PERIOD = dt.timedelta(days=7)
+PERCENTILES = (0.50, 0.95)
+
+_SENT = Q(attempt__gte=1, latency_ms__isnull=False)
+_IN_RUN = Q(run__isnull=False)
+
+
+@dataclass
+class ToolMetrics:
+    mcp_id: str
+    tool: str
+    calls: int
+    errors: int
+    error_rate: float
+    errors_by_reason: dict[str, int]
+    retries: int
+    latency_p50_ms: float | None
+    latency_p95_ms: float | None
+    latency_mean_ms: float | None
+    runs: int
+    calls_per_run: float | None
+    callers: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class CallerMetrics:
+    actor: str
+    name: str
+    calls: int
+    errors: int
+    runs: int
+    calls_per_run: float | None
+
+
+@dataclass
+class ToolMetricsReport:
+    since: dt.datetime
+    until: dt.datetime
+    calls: int
+    errors: int
+    error_rate: float
+    runs: int
+    calls_per_run: float | None
+    tools: list[ToolMetrics]
+    callers: list[CallerMetrics]
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["since"] = self.since.isoformat()
+        data["until"] = self.until.isoformat()
+        return data
+
+
+def tool_metrics(
+    *, since: dt.datetime | None = None, until: dt.datetime | None = None, filters: AuditEventFilters | None = None
+) -> ToolMetricsReport:
+    """The metrics of tool calls from ``since`` (inclusive, default ``until`` minus 7 days) to ``until``
+    (exclusive, default now), narrowed by ``filters`` (their own ``since``/``until`` are ignored). Tools are
+    ordered by calls, most first; callers likewise."""
+    until = until or timezone.now()
+    since = since or until - DEFAULT_PERIOD
+    base = audit_event_filter(AuditEvent.objects.filter(action="tool.call"), filters or AuditEventFilters())
+    base = base.filter(created_at__gte=since, created_at__lt=until)
+    # Events are append-only: bounding every query below by the newest id seen now gives them one set of rows.
+    newest = base.aggregate(newest=Max("id"))["newest"]
+    base = base.filter(id__lte=newest or 0)
+
+    groups = list(
+        base.values("mcp_id", "tool")
+        .annotate(
+            calls=Count("id"),
+            errors=Count("id", filter=Q(ok=False)),
+            retries=Count("id", filter=Q(attempt__gt=1)),
+            sent=Count("id", filter=_SENT),
+            latency_mean=Avg("latency_ms", filter=_SENT),
+            runs=Count("run", distinct=True),
+            calls_in_runs=Count("id", filter=_IN_RUN),
+        )
+        .order_by("mcp_id", "tool")
+    )
+    reasons: dict[tuple[str, str], dict[str, int]] = {}
+    for row in (
+        base.filter(ok=False).values("mcp_id", "tool", "reason").annotate(n=Count("id")).order_by("-n", "reason")
+    ):
+        reasons.setdefault((row["mcp_id"], row["tool"]), {})[row["reason"]] = row["n"]
+    callers_of: dict[tuple[str, str], dict[str, int]] = {}
+    for row in base.values("mcp_id", "tool", "actor").annotate(n=Count("id")).order_by("-n", "actor"):
+        callers_of.setdefault((row["mcp_id"], row["tool"]), {})[row["actor"]] = row["n"]
+    percentiles = _latency_percentiles(base, {(g["mcp_id"], g["tool"]): g["sent"] for g in groups})
+
+    tools = [
+        ToolMetrics(
+            mcp_id=g["mcp_id"],
+            tool=g["tool"],
+            calls=g["calls"],
+            errors=g["errors"],
+            error_rate=_ratio(g["errors"], g["calls"]) or 0.0,
+            errors_by_reason=reasons.get((g["mcp_id"], g["tool"]), {}),
+            retries=g["retries"],
+            latency_p50_ms=percentiles.get((g["mcp_id"], g["tool"]), {}).get(0.50),
+            latency_p95_ms=percentiles.get((g["mcp_id"], g["tool"]), {}).get(0.95),
+            latency_mean_ms=_round(g["latency_mean"]),
+            runs=g["runs"],
+            calls_per_run=_ratio(g["calls_in_runs"], g["runs"]),
+            callers=callers_of.get((g["mcp_id"], g["tool"]), {}),
+        )
+        for g in groups
+    ]
+    tools.sort(key=lambda t: (-t.calls, t.mcp_id, t.tool))
+
+    caller_rows = list(
+        base.values("actor")
+        .annotate(
+            calls=Count("id"),
+            errors=Count("id", filter=Q(ok=False)),
+            runs=Count("run", distinct=True),
+            calls_in_runs=Count("id", filter=_IN_RUN),
+        )
+        .order_by("-calls", "actor")
+    )
+    names = _api_key_names([r["actor"] for r in caller_rows])
+    callers = [
+        CallerMetrics(
+            actor=r["actor"],
+            name=names.get(r["actor"], ""),
+            calls=r["calls"],
+            errors=r["errors"],
+            runs=r["runs"],
+            calls_per_run=_ratio(r["calls_in_runs"], r["runs"]),
+        )
+        for r in caller_rows
+    ]
+    totals = base.aggregate(
+        calls=Count("id"), errors=Count("id", filter=Q(ok=False)), runs=Count("run", distinct=True),
+        calls_in_runs=Count("id", filter=_IN_RUN),
+    )  # fmt: skip
+    return ToolMetricsReport(
+        since=since,
+        until=until,
+        calls=totals["calls"],
+        errors=totals["errors"],
+        error_rate=_ratio(totals["errors"], totals["calls"]) or 0.0,
+        runs=totals["runs"],
+        calls_per_run=_ratio(totals["calls_in_runs"], totals["runs"]),
+        tools=tools,
+        callers=callers,
+    )
+
+
+def percentile_positions(count: int, fraction: float) -> tuple[int, int, float]:
+    """Where the ``fraction`` percentile of ``count`` sorted values lies, by linear interpolation between the
+    closest ranks (numpy's default, ``statistics.quantiles(method="inclusive")``): the two indexes and the
+    weight of the upper one."""
+    position = (count - 1) * fraction
+    lower = math.floor(position)
+    return lower, math.ceil(position), position - lower
+
+
+def _latency_percentiles(
+    base: QuerySet[AuditEvent], sizes: dict[tuple[str, str], int]
+) -> dict[tuple[str, str], dict[float, float]]:
+    rows: Iterator[tuple[str, str, float]] = (
+        base.filter(_SENT)
+        .order_by("mcp_id", "tool", "latency_ms")
+        .values_list("mcp_id", "tool", "latency_ms")
+        .iterator(chunk_size=EXPORT_CHUNK_SIZE)
+    )
+    found: dict[tuple[str, str], dict[float, float]] = {}
+    for key, group in itertools.groupby(rows, key=lambda row: (row[0], row[1])):
+        count = sizes.get(key, 0)
+        wanted = {p: percentile_positions(count, p) for p in PERCENTILES} if count else {}
+        needed = {i for lower, upper, _w in wanted.values() for i in (lower, upper)}
+        picked: dict[int, float] = {}
+        last = 0.0
+        for index, (_mcp_id, _tool, latency) in enumerate(group):
+            last = latency
+            if index in needed:
+                picked[index] = latency
+        found[key] = {}
+        for p, (lower, upper, weight) in wanted.items():
+            low, high = picked.get(lower, last), picked.get(upper, last)
+            found[key][p] = round(low + (high - low) * weight, 2)
+    return found
+
+
+def _api_key_names(actors: list[str]) -> dict[str, str]:
+    """``api_key:<prefix>`` actors → the key's name, so that a person can tell callers apart."""
+    prefixes = {a.removeprefix("api_key:"): a for a in actors if a.startswith("api_key:")}
+    return {
+        prefixes[prefix]: name
+        for prefix, name in ApiKey.objects.filter(prefix__in=list(prefixes)).values_list("prefix", "name")
+    }
+
+
+def _ratio(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def _round(value: float | None) -> float | None:
+    return round(value, 2) if value is not None else None

@@ -1,0 +1,169 @@
+"""Reads of the audit record that carry rules: the filters an auditor uses (the same in the admin and the API),
+keyset pages, and the streamed export. Nothing here materializes an unbounded queryset."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+from audit.models import AuditEvent
+
+AUDITOR_GROUP = "auditor"
+"""The group whose members may read the audit record (admin, read-only, and ``/api/v1/audit/``)."""
+
+EXPORT_CHUNK_SIZE = 2000
+"""Rows fetched from the database at a time by an export (a server-side cursor on PostgreSQL)."""
+
+EXPORT_COLUMNS: tuple[str, ...] = (
+    "id",
+    "created_at",
+    "run",
+    "agent",
+    "source",
+    "action",
+    "mcp_id",
+    "tool",
+    "call_id",
+    "ok",
+    "reason",
+    "attempt",
+    "latency_ms",
+    "actor",
+    "args",
+    "result",
+    "seq",
+    "prev_hash",
+    "hash",
+)
+"""The columns of an export and of the API's JSON events, in order. ``seq``, ``prev_hash`` and ``hash`` are the
+event's place in the hash chain, so that an export can be checked against ``verify_audit``'s head."""
+
+_EXPORT_VALUES: tuple[str, ...] = (
+    "id",
+    "created_at",
+    "run_id",
+    "run__agent__slug",
+    "source",
+    "action",
+    "mcp_id",
+    "tool",
+    "call_id",
+    "ok",
+    "reason",
+    "attempt",
+    "latency_ms",
+    "actor",
+    "args",
+    "result",
+    "seq",
+    "prev_hash",
+    "hash",
+)
+
+
+@dataclass(frozen=True)
+class AuditEventFilters:
+    """What an auditor narrows the record to. Every field is optional; given ones must all hold.
+
+    ``reason`` is exact, or a prefix when it ends with ``*`` (``args:*``). ``actor`` is the caller: the event's
+    actor (``api_key:<prefix>``, an admin's username, ``local``) or the name or prefix of the API key of the
+    event's run. ``since`` is inclusive, ``until`` exclusive.
+    """
+
+    agent: str | None = None
+    mcp_id: str | None = None
+    tool: str | None = None
+    source: str | None = None
+    ok: bool | None = None
+    reason: str | None = None
+    actor: str | None = None
+    run: uuid.UUID | None = None
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
+
+
+def moment_parse(value: str, *, end_of_day: bool = False) -> dt.datetime:
+    """An ISO 8601 date or date-time as an aware date-time (naive ones are in the current time zone).
+
+    A bare date is its midnight, or with ``end_of_day`` the next midnight (so ``until=2026-03-01`` includes
+    that day). Raises ``ValueError`` for anything else."""
+    text = value.strip()
+    moment: dt.datetime | None = None
+    if len(text) <= 10:
+        day = parse_date(text)
+        if day is not None:
+            moment = dt.datetime.combine(day + dt.timedelta(days=1 if end_of_day else 0), dt.time())
+    if moment is None:
+        moment = parse_datetime(text.replace(" ", "+", 1) if text.count(" ") == 1 and "T" in text else text)
+    if moment is None:
+        raise ValueError(f"not an ISO 8601 date or date-time: {value!r}")
+    if timezone.is_naive(moment):
+        moment = timezone.make_aware(moment)
+    return moment
+
+
+def audit_event_filter(queryset: QuerySet[AuditEvent], filters: AuditEventFilters) -> QuerySet[AuditEvent]:
+    """``queryset`` narrowed by ``filters`` (the admin's list and the API share this)."""
+    if filters.agent:
+        queryset = queryset.filter(run__agent__slug=filters.agent)
+    if filters.mcp_id:
+        queryset = queryset.filter(mcp_id=filters.mcp_id)
+    if filters.tool:
+        queryset = queryset.filter(tool=filters.tool)
+    if filters.source:
+        queryset = queryset.filter(source=filters.source)
+    if filters.ok is not None:
+        queryset = queryset.filter(ok=filters.ok)
+    if filters.reason:
+        if filters.reason.endswith("*"):
+            queryset = queryset.filter(reason__startswith=filters.reason[:-1])
+        else:
+            queryset = queryset.filter(reason=filters.reason)
+    if filters.actor:
+        queryset = queryset.filter(
+            Q(actor=filters.actor) | Q(run__api_key__name=filters.actor) | Q(run__api_key__prefix=filters.actor)
+        )
+    if filters.run:
+        queryset = queryset.filter(run_id=filters.run)
+    if filters.since:
+        queryset = queryset.filter(created_at__gte=filters.since)
+    if filters.until:
+        queryset = queryset.filter(created_at__lt=filters.until)
+    return queryset
+
+
+def audit_event_list(*, filters: AuditEventFilters, after_id: int | None = None) -> QuerySet[AuditEvent]:
+    """Events matching ``filters`` in id order (the order they were written), after ``after_id`` if given:
+    a keyset page is ``audit_event_list(...)[:limit]``, and the next one starts after its last id."""
+    queryset = audit_event_filter(AuditEvent.objects.all(), filters)
+    if after_id is not None:
+        queryset = queryset.filter(id__gt=after_id)
+    return queryset.select_related("run__agent").order_by("id")
+
+
+def audit_event_page(
+    *, filters: AuditEventFilters, after_id: int | None, limit: int
+) -> tuple[list[dict[str, Any]], int | None]:
+    """One keyset page as plain rows (``EXPORT_COLUMNS``) and the cursor of the next page (None at the end)."""
+    rows = list(_values(audit_event_list(filters=filters, after_id=after_id))[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    events = [dict(zip(EXPORT_COLUMNS, row, strict=True)) for row in rows]
+    return events, (events[-1]["id"] if more and events else None)
+
+
+def audit_event_export_rows(*, filters: AuditEventFilters) -> Iterator[tuple[Any, ...]]:
+    """Every matching event as a tuple of ``EXPORT_COLUMNS``, in id order, streamed: the rows are read in
+    chunks of ``EXPORT_CHUNK_SIZE`` from one cursor (server-side on PostgreSQL) and never held all at once."""
+    return _values(audit_event_list(filters=filters)).iterator(chunk_size=EXPORT_CHUNK_SIZE)
+
+
+def _values(queryset: QuerySet[AuditEvent]) -> QuerySet[Any]:
+    return queryset.select_related(None).values_list(*_EXPORT_VALUES)

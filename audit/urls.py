@@ -1,0 +1,10 @@
+"""The auditors' API, mounted under ``/api/v1/audit/``."""
+
+from django.urls import path
+
+from audit import api
+
+urlpatterns = [
+    path("events", api.AuditEventListApi.as_view(), name="audit-event-list"),
+    path("metrics", api.AuditMetricsApi.as_view(), name="audit-metrics"),
+]

@@ -1,0 +1,205 @@
+"""Load: many runs submitted at once through the API to two Celery workers, from submission to ``succeeded``.
+
+Run from the repo root: ``python -m bench.load [--runs 500] [--clients 100] [--web gunicorn|uvicorn|runserver]
+[--postgres]``.
+
+It starts the platform as ``tests/e2e`` does (``tests.e2e.workers``): its own SQLite file (or, with
+``--postgres``, a private PostgreSQL cluster), a private ``redis-server`` as the broker, migrate, ``seed_demo``,
+an API key, the web server (gunicorn with threads: under ASGI the API's synchronous views take turns on one
+thread), and two workers (``--concurrency=1`` each). The demo agent ``company-assistant`` answers the seed's questions offline from its
+deterministic rules: one call to the demo MCP server (stdio, a pooled session per worker process) per run, no
+model. ``--runs`` runs (the seed's questions in turn) are POSTed by ``--clients`` threads sharing one httpx
+client, all released together; the runs are then polled (``GET /api/v1/runs/{id}``) until every one has
+finished, or ``--timeout`` passed.
+
+Figures (``name: value`` lines; the last is ``runs_per_second``), from each run's own timestamps and audit:
+
+- ``lost``: runs not ``succeeded`` at the end (failed, or still queued/running): must be 0.
+- ``submit_p50_ms``/``_p95``: the POST's latency as the client saw it.
+- ``e2e_p50_ms``/``_p95``: submit → succeeded, ``finished_at - created_at`` (the server's clock, so polling
+  adds nothing). With every run submitted at once this is mostly waiting for a worker: ``queue_wait_*``.
+- ``exec_p50_ms``/``_p95``: ``finished_at - started_at``, a worker's time for one run from its claim to its
+  stored outcome.
+- ``tool_p50_ms``: the tool's own time in a run: the sum of its tool calls' ``latency_ms`` as the gate measured
+  them (the MCP round trip over the pooled session and the server's work; the timings' ``deterministic_ms`` and
+  ``tools_ms`` contain it too). It is the part of a run that is not the platform's.
+- ``platform_exec_p50_ms``: ``exec - tool`` per run: claim, lease and heartbeat, events, rule evaluation,
+  contract checks, audit, storing.
+- ``platform_share_exec``: Σ(exec - tool) / Σ exec — the platform's share of the workers' time;
+  ``platform_share_e2e``: Σ(e2e - tool) / Σ e2e — its share of what callers waited, queueing included.
+- ``runs_per_second``: succeeded runs / (last ``finished_at`` - first ``created_at``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+QUESTIONS = [
+    "김하늘 님은 어느 팀 소속인가요?",
+    "클라우드운영팀 인원이 몇 명인지 알려주세요.",
+    "물류플랫폼팀 프로젝트 알려줘",
+    "김하늘 님 보유 자산 알려줘",
+]
+FINISHED = {"succeeded", "failed", "cancelled"}
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def report(name: str, value: float | int) -> None:
+    print(f"{name}: {round(value, 2) if isinstance(value, float) else value}", flush=True)
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def when(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def submit_all(client: httpx.Client, runs: int, clients: int) -> tuple[list[str], list[float]]:
+    release = threading.Event()
+
+    def submit(i: int) -> tuple[str, float]:
+        release.wait()
+        for _attempt in range(20):
+            t0 = time.perf_counter()
+            response = client.post(
+                "/api/v1/runs", json={"agent": "company-assistant", "query": QUESTIONS[i % len(QUESTIONS)]}
+            )
+            elapsed = (time.perf_counter() - t0) * 1000
+            if response.status_code == 202:
+                return str(response.json()["id"]), elapsed
+            if response.status_code != 429:
+                raise RuntimeError(f"submit {i}: {response.status_code} {response.text[:200]}")
+            time.sleep(float(response.headers.get("Retry-After", "1")))
+        raise RuntimeError(f"submit {i}: throttled 20 times")
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=clients) as pool:
+        futures = [pool.submit(submit, i) for i in range(runs)]
+        release.set()
+        done = [f.result() for f in futures]
+    return [run_id for run_id, _ in done], [ms for _, ms in done]
+
+
+def poll_until_finished(client: httpx.Client, run_ids: list[str], timeout: float) -> dict[str, dict[str, Any]]:
+    """Each run's final body. Runs are taken in submission order (the queue is first in, first out), so by the
+    time one is asked about, most after it have finished too: about one GET per run. Timestamps come from the
+    server, so how often this asks changes no figure."""
+    finished: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + timeout
+    for run_id in run_ids:
+        while time.monotonic() < deadline:
+            body = client.get(f"/api/v1/runs/{run_id}").json()
+            if body.get("status") in FINISHED:
+                finished[run_id] = body
+                break
+            time.sleep(0.2)
+        if len(finished) % 100 == 0:
+            progress(f"  {len(finished)}/{len(run_ids)} finished")
+    return finished
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=500)
+    parser.add_argument("--clients", type=int, default=100, help="submitting threads")
+    parser.add_argument("--web", choices=["gunicorn", "uvicorn", "runserver"], default="gunicorn")
+    parser.add_argument("--timeout", type=float, default=150.0, help="seconds to wait for the runs to finish")
+    parser.add_argument(
+        "--postgres", action="store_true", help="a private PostgreSQL cluster (tests.postgres) instead of SQLite"
+    )
+    options = parser.parse_args()
+
+    from tests.e2e.harness import redis_server
+    from tests.e2e.workers import platform_without_workers
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-load-"))
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        database_url = ""
+        if options.postgres:
+            from tests.postgres import private_postgres
+
+            database_url = stack.enter_context(private_postgres())
+        broker_url = stack.enter_context(redis_server(workdir))
+        platform = stack.enter_context(
+            platform_without_workers(
+                workdir,
+                broker_url=broker_url,
+                database_url=database_url,
+                env={"PLATFORM_API_RATE": "1000000/min", "LOG_LEVEL": "WARNING"},
+                web=options.web,
+            )
+        )
+        progress(f"platform up in {time.monotonic() - started:.1f} s ({workdir}); starting two workers")
+        for name in ("w1", "w2"):
+            platform.start_worker(name, wait=False)
+        for worker in platform.workers:
+            worker.wait_ready()
+        limits = httpx.Limits(max_connections=options.clients, max_keepalive_connections=options.clients)
+        with platform.client(limits=limits, timeout=120) as client:
+            # One run per worker first: each opens its pooled MCP session, as a worker that has been up would have.
+            warm, _ = submit_all(client, 2, 2)
+            poll_until_finished(client, warm, 60)
+            progress(f"submitting {options.runs} runs from {options.clients} threads")
+            t0 = time.monotonic()
+            run_ids, submit_ms = submit_all(client, options.runs, options.clients)
+            progress(f"  submitted in {time.monotonic() - t0:.1f} s")
+            finished = poll_until_finished(client, run_ids, options.timeout)
+        wall_s = time.monotonic() - t0
+
+    succeeded = [finished[r] for r in run_ids if finished.get(r, {}).get("status") == "succeeded"]
+    lost = len(run_ids) - len(succeeded)
+    e2e, queue, execution, tool, platform_exec = [], [], [], [], []
+    for run in succeeded:
+        created, started_at, done = when(run["created_at"]), when(run["started_at"]), when(run["finished_at"])
+        tool_ms = sum(call["latency_ms"] or 0.0 for call in run["tool_calls"])
+        e2e.append((done - created).total_seconds() * 1000)
+        queue.append((started_at - created).total_seconds() * 1000)
+        execution.append((done - started_at).total_seconds() * 1000)
+        tool.append(tool_ms)
+        platform_exec.append(execution[-1] - tool_ms)
+    first = min(when(r["created_at"]) for r in succeeded)
+    last = max(when(r["finished_at"]) for r in succeeded)
+
+    report("runs", len(run_ids))
+    report("succeeded", len(succeeded))
+    report("lost", lost)
+    report("wall_s", wall_s)
+    report("submit_p50_ms", percentile(submit_ms, 0.5))
+    report("submit_p95_ms", percentile(submit_ms, 0.95))
+    report("e2e_p50_ms", percentile(e2e, 0.5))
+    report("e2e_p95_ms", percentile(e2e, 0.95))
+    report("queue_wait_p50_ms", percentile(queue, 0.5))
+    report("exec_p50_ms", percentile(execution, 0.5))
+    report("exec_p95_ms", percentile(execution, 0.95))
+    report("tool_p50_ms", percentile(tool, 0.5))
+    report("platform_exec_p50_ms", percentile(platform_exec, 0.5))
+    report("platform_share_exec", sum(platform_exec) / sum(execution))
+    report("platform_share_e2e", (sum(e2e) - sum(tool)) / sum(e2e))
+    report("mean_tool_calls_per_run", statistics.mean(len(r["tool_calls"]) for r in succeeded))
+    report("runs_per_second", len(succeeded) / (last - first).total_seconds())
+    if lost:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,548 @@
+"""The audit hash chain: every event linked to the one before, tampering named, gap-free with several writers.
+
+Tampering is done the way an intruder with database access would do it: raw SQL (on SQLite, where no trigger
+stands in the way). On PostgreSQL the append-only trigger is checked against a private server, and several
+writer processes append at once on both databases.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import io
+import itertools
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+
+import audit.services
+from audit.chain import GENESIS_HASH, canonical_bytes, event_hash
+from audit.models import AuditChainHead, AuditEvent
+from audit.services import audit_event_record
+from tests.postgres import manage, manage_popen, postgres_url  # noqa: F401 - postgres_url is a fixture
+
+pytestmark = pytest.mark.django_db
+
+
+def record(count: int, **fields: Any) -> list[AuditEvent]:
+    return [
+        audit_event_record(source="agent", mcp_id="demo", tool="search_employee", args={"i": i}, **fields)
+        for i in range(count)
+    ]
+
+
+def verify(*options: str) -> str:
+    """``verify_audit``'s last line on success, or its error (prefixed ``FAILED: ``)."""
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        call_command("verify_audit", *options, stdout=out, stderr=err)
+    except CommandError as exc:
+        return f"FAILED: {exc}"
+    return out.getvalue().strip().splitlines()[-1]
+
+
+def sql(statement: str, params: list[Any] | None = None) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params or [])
+
+
+def stored(seq: int) -> dict[str, Any]:
+    """An event as the database gives it back, with every hashed field."""
+    return AuditEvent.objects.values().get(seq=seq)
+
+
+def forge(seq: int, prev_hash: str, **fields: Any) -> dict[str, Any]:
+    """A well-formed event an intruder could compute: the hash algorithm is no secret."""
+    event = {
+        "seq": seq,
+        "prev_hash": prev_hash,
+        "created_at": dt.datetime.now(dt.UTC),
+        "run_id": None,
+        "source": "admin",
+        "action": "tool.call",
+        "mcp_id": "demo",
+        "tool": "search_employee",
+        "call_id": "",
+        "args": {"name": "김하늘"},
+        "result": None,
+        "ok": True,
+        "reason": "",
+        "attempt": 1,
+        "latency_ms": None,
+        "actor": "intruder",
+        **fields,
+    }
+    event["hash"] = event_hash(event)
+    return event
+
+
+def insert_raw(event: dict[str, Any]) -> int:
+    columns = [name for name in event if name != "run_id"] + ["run_id"]
+    values = [
+        json.dumps(event[name], ensure_ascii=False) if name in ("args", "result") else event[name] for name in columns
+    ]
+    values[columns.index("created_at")] = event["created_at"].isoformat()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO audit_auditevent ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))})", values
+        )
+        return cursor.lastrowid
+
+
+# --- the chain as written ------------------------------------------------------------------------------------
+
+
+def test_each_event_carries_a_gap_free_seq_the_previous_hash_and_its_own_hash() -> None:
+    events = record(4)
+
+    assert [event.seq for event in events] == [1, 2, 3, 4]
+    assert events[0].prev_hash == GENESIS_HASH
+    for before, after in itertools.pairwise(events):
+        assert after.prev_hash == before.hash
+    for event in events:
+        assert event.hash == event_hash(stored(event.seq))
+    head = AuditChainHead.objects.get()
+    assert (head.seq, head.hash) == (4, events[-1].hash)
+
+
+def test_the_hash_is_sha256_of_sorted_key_json_of_every_stored_field_with_utc_iso_times() -> None:
+    run_id = uuid.uuid4()
+    event = {
+        "seq": 7,
+        "prev_hash": "a" * 64,
+        "created_at": dt.datetime(2026, 1, 2, 12, 4, 5, 6, tzinfo=dt.timezone(dt.timedelta(hours=9))),
+        "run_id": run_id.hex,
+        "source": "agent",
+        "action": "tool.call",
+        "mcp_id": "demo",
+        "tool": "search_employee",
+        "call_id": "c1",
+        "args": {"name": "김하늘", "b": [1.0, 2.5]},
+        "result": None,
+        "ok": True,
+        "reason": "",
+        "attempt": 1,
+        "latency_ms": 3.0,
+        "actor": "",
+        "id": 99,  # the storage key is not hashed
+    }
+
+    text = canonical_bytes(event).decode("utf-8")
+
+    assert text == (
+        '{"action":"tool.call","actor":"","args":{"b":[1,2.5],"name":"김하늘"},"attempt":1,"call_id":"c1",'
+        '"created_at":"2026-01-02T03:04:05.000006+00:00","latency_ms":3,"mcp_id":"demo","ok":true,'
+        f'"prev_hash":"{"a" * 64}","reason":"","result":null,"run_id":"{run_id}","seq":7,'
+        '"source":"agent","tool":"search_employee"}'
+    )
+    assert len(event_hash(event)) == 64
+
+
+def test_a_number_hashes_the_same_however_the_database_gives_it_back() -> None:
+    # PostgreSQL's jsonb keeps numbers as decimals: 1e+20 comes back as the integer 100000000000000000000.
+    as_written = forge(1, GENESIS_HASH, args={"big": 1e20, "one": 1.0, "small": 1.5e-7}, latency_ms=4)
+    as_read = {**as_written, "args": {"big": 10**20, "one": 1.0, "small": 1.5e-07}, "latency_ms": 4.0}
+
+    assert event_hash(as_read) == as_written["hash"]
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    max_leaves=12,
+)
+
+
+def as_jsonb_gives_it_back(value: Any) -> Any:
+    """``value`` after a round trip through PostgreSQL's jsonb: numbers printed as plain decimals."""
+    if isinstance(value, float):
+        return json.loads(format(decimal.Decimal(repr(value)), "f"))
+    if isinstance(value, list):
+        return [as_jsonb_gives_it_back(item) for item in value]
+    if isinstance(value, dict):
+        return {key: as_jsonb_gives_it_back(item) for key, item in value.items()}
+    return value
+
+
+@hypothesis_settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=JSON_VALUES, latency_ms=st.none() | st.floats(min_value=0, max_value=1e6) | st.integers(0, 10**6))
+def test_any_json_value_hashes_the_same_as_written_and_as_read_back_from_either_database(
+    value: Any, latency_ms: float | None
+) -> None:
+    written = forge(1, GENESIS_HASH, args={"v": value}, result=value, latency_ms=latency_ms)
+    from_sqlite = {**json.loads(json.dumps({**written, "created_at": None})), "created_at": written["created_at"]}
+    from_postgres = {
+        **written,
+        "args": as_jsonb_gives_it_back(written["args"]),
+        "result": as_jsonb_gives_it_back(value),
+        "latency_ms": None if latency_ms is None else float(latency_ms),
+    }
+
+    assert event_hash(from_sqlite) == written["hash"]
+    assert event_hash(from_postgres) == written["hash"]
+
+
+def test_values_that_json_stores_as_text_hash_as_the_stored_text() -> None:
+    event = audit_event_record(
+        source="admin",
+        args={"when": dt.datetime(2026, 5, 1, 9, 30, tzinfo=dt.UTC), "amount": decimal.Decimal("12.50"), "n": 1e20},
+        result={"id": uuid.UUID(int=1), "이름": "김하늘"},
+        latency_ms=2,
+    )
+
+    row = stored(event.seq)
+    assert row["args"] == {"when": "2026-05-01T09:30:00Z", "amount": "12.50", "n": 1e20}
+    assert row["result"] == {"id": "00000000-0000-0000-0000-000000000001", "이름": "김하늘"}
+    assert event_hash(row) == event.hash == row["hash"]
+    assert verify().startswith("verified 1 events")
+
+
+def test_masking_and_truncation_happen_before_the_hash(settings: Any) -> None:
+    settings.PLATFORM_AUDIT_RESULT_MAX_CHARS = 50
+    event = audit_event_record(
+        source="agent", args={"api_key": "sk-live-abcdefgh12345678", "q": "x"}, result="y" * 500, secrets=["x" * 8]
+    )
+
+    row = stored(event.seq)
+    assert row["args"] == {"api_key": "***", "q": "x"}
+    assert row["result"]["truncated"] is True
+    assert "sk-live" not in json.dumps(row, default=str)
+    assert event_hash(row) == event.hash
+
+
+def test_the_orm_refuses_to_change_or_delete_an_event() -> None:
+    (event,) = record(1)
+
+    with pytest.raises(PermissionError):
+        event.save()
+    with pytest.raises(PermissionError):
+        event.delete()
+    with pytest.raises(PermissionError):
+        AuditEvent.objects.filter(pk=event.pk).update(tool="x")
+    with pytest.raises(PermissionError):
+        AuditEvent.objects.all().delete()
+
+
+def test_an_audit_write_rolled_back_with_its_transaction_gives_its_seq_back() -> None:
+    from django.db import transaction
+
+    record(2)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        record(1)
+        raise RuntimeError("the change this event recorded failed")
+    (event,) = record(1)
+
+    assert event.seq == 3
+    assert verify().startswith("verified 3 events")
+
+
+# --- verify_audit -------------------------------------------------------------------------------------------
+
+
+def test_an_intact_chain_verifies_and_names_its_head() -> None:
+    events = record(5)
+
+    assert verify() == f"verified 5 events, head {events[-1].hash}"
+
+
+def test_an_empty_record_verifies() -> None:
+    assert verify() == f"verified 0 events, head {GENESIS_HASH}"
+
+
+def test_a_field_edited_in_the_database_is_named_as_the_first_altered_event() -> None:
+    events = record(6)
+    sql("UPDATE audit_auditevent SET ok = 0 WHERE seq = 5")
+    sql("UPDATE audit_auditevent SET args = %s WHERE seq = 3", [json.dumps({"i": 99})])
+
+    assert verify() == f"FAILED: event seq 3 (id {events[2].pk}): hash mismatch — altered"
+
+
+def test_a_deleted_row_is_named_as_removed() -> None:
+    events = record(6)
+    sql("DELETE FROM audit_auditevent WHERE id = %s", [events[3].pk])
+
+    assert verify() == "FAILED: seq 4 missing — removed"
+
+
+def test_the_first_rows_deleted_are_named_as_removed() -> None:
+    events = record(4)
+    sql("DELETE FROM audit_auditevent WHERE id IN (%s, %s)", [events[0].pk, events[1].pk])
+
+    assert verify() == "FAILED: seq 1 to 2 missing — removed"
+
+
+def test_a_forged_row_after_the_head_is_named_as_inserted() -> None:
+    events = record(3)
+    forged_id = insert_raw(forge(4, events[-1].hash))
+
+    assert verify() == f"FAILED: event seq 4 (id {forged_id}): after the chain head (seq 3) — inserted"
+
+
+def test_a_forged_row_before_the_first_event_is_named_as_inserted() -> None:
+    record(3)
+    forged_id = insert_raw(forge(0, GENESIS_HASH))
+
+    assert verify() == (f"FAILED: event seq 0 (id {forged_id}): out of place, the chain continues at seq 1 — inserted")
+
+
+def test_an_event_replaced_with_a_recomputed_hash_breaks_the_link_of_the_next_one() -> None:
+    events = record(5)
+    replacement = forge(3, events[1].prev_hash)  # links to the wrong event: the intruder guessed
+    sql(
+        "UPDATE audit_auditevent SET actor = %s, prev_hash = %s, hash = %s WHERE seq = 3",
+        [
+            "intruder",
+            replacement["prev_hash"],
+            event_hash({**stored(3), "actor": "intruder", "prev_hash": replacement["prev_hash"]}),
+        ],
+    )
+
+    assert verify() == (
+        f"FAILED: event seq 3 (id {events[2].pk}): prev_hash is not the hash of seq 2 — chain broken "
+        "(the event before it was replaced, or this one was altered and rehashed)"
+    )
+
+
+def test_a_self_consistent_rewrite_in_the_middle_breaks_the_next_link() -> None:
+    events = record(5)
+    rewritten = {**stored(3), "actor": "intruder"}
+    sql("UPDATE audit_auditevent SET actor = 'intruder', hash = %s WHERE seq = 3", [event_hash(rewritten)])
+
+    assert verify() == (
+        f"FAILED: event seq 4 (id {events[3].pk}): prev_hash is not the hash of seq 3 — chain broken "
+        "(the event before it was replaced, or this one was altered and rehashed)"
+    )
+
+
+def test_deleting_the_last_rows_is_named_as_a_truncated_tail() -> None:
+    events = record(10)
+    sql("DELETE FROM audit_auditevent WHERE seq > 7")
+
+    assert verify() == "FAILED: tail truncated: head says seq 10, last event is 7"
+    sql("DELETE FROM audit_auditevent")
+    assert verify() == "FAILED: tail truncated: head says seq 10, no event after seq 0"
+    assert events
+
+
+def test_rewriting_the_last_event_is_caught_by_the_chain_head() -> None:
+    events = record(4)
+    sql(
+        "UPDATE audit_auditevent SET actor = 'intruder', hash = %s WHERE seq = 4",
+        [event_hash({**stored(4), "actor": "intruder"})],
+    )
+
+    assert verify() == f"FAILED: event seq 4 (id {events[-1].pk}): hash differs from the chain head's — replaced"
+
+
+def test_a_removed_chain_head_is_reported() -> None:
+    record(2)
+    sql("DELETE FROM audit_auditchainhead")
+
+    assert verify() == "FAILED: chain head missing: the audit chain head row was removed"
+
+
+def test_a_missing_head_row_is_rebuilt_from_the_last_event_so_writing_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    events = record(3)
+    sql("DELETE FROM audit_auditchainhead")
+
+    (event,) = record(1)
+
+    assert (event.seq, event.prev_hash) == (4, events[-1].hash)
+    assert "the audit chain head was missing" in caplog.text
+    assert verify().startswith("verified 4 events")
+
+
+def test_events_appended_while_verifying_are_not_taken_for_forgeries(monkeypatch: pytest.MonkeyPatch) -> None:
+    record(3)
+    walk = audit.services._events_in_chain_order
+
+    def walk_while_others_append(**options: Any) -> Any:
+        record(2)  # after verify_audit read the head (seq 3), before it reads the events
+        return walk(**options)
+
+    monkeypatch.setattr(audit.services, "_events_in_chain_order", walk_while_others_append)
+
+    assert verify().startswith("verified 5 events, head ")
+
+
+def test_progress_is_printed_on_long_chains() -> None:
+    record(5)
+    err = io.StringIO()
+
+    call_command("verify_audit", "--progress-every", "2", stdout=io.StringIO(), stderr=err)
+
+    assert err.getvalue().split() == ["2", "events", "verified…", "4", "events", "verified…"]
+
+
+def test_a_signed_checkpoint_file_catches_a_tail_cut_off_together_with_the_head(tmp_path: Path) -> None:
+    events = record(6)
+    checkpoint = tmp_path / "audit-head.json"
+    assert verify("--checkpoint-file", str(checkpoint)).startswith("verified 6 events")
+    assert json.loads(checkpoint.read_text())["seq"] == 6
+
+    # An intruder who can write the database removes the tail and moves the head back to match.
+    sql("DELETE FROM audit_auditevent WHERE seq > 4")
+    sql("UPDATE audit_auditchainhead SET seq = 4, hash = %s", [events[3].hash])
+
+    assert verify().startswith("verified 4 events")  # the database alone cannot tell
+    assert verify("--checkpoint-file", str(checkpoint)) == (
+        "FAILED: tail truncated: signed checkpoint file says seq 6, last event is 4"
+    )
+
+
+def test_a_forged_checkpoint_file_is_refused(tmp_path: Path) -> None:
+    record(3)
+    checkpoint = tmp_path / "audit-head.json"
+    verify("--checkpoint-file", str(checkpoint))
+    document = json.loads(checkpoint.read_text())
+    checkpoint.write_text(json.dumps({**document, "seq": 2}))
+
+    assert verify("--checkpoint-file", str(checkpoint)) == (
+        f"FAILED: checkpoint file {checkpoint}: unreadable or bad signature — forged or altered"
+    )
+
+
+def test_a_signed_checkpoint_file_catches_its_event_rewritten_with_the_rest_of_the_chain(tmp_path: Path) -> None:
+    record(3)
+    checkpoint = tmp_path / "audit-head.json"
+    verify("--checkpoint-file", str(checkpoint))
+    record(2)
+    # Rewrite seq 3 and everything after it consistently, head included.
+    prev = stored(2)["hash"]
+    for seq in (3, 4, 5):
+        rewritten = {**stored(seq), "actor": "intruder", "prev_hash": prev}
+        prev = event_hash(rewritten)
+        sql(
+            "UPDATE audit_auditevent SET actor = 'intruder', prev_hash = %s, hash = %s WHERE seq = %s",
+            [rewritten["prev_hash"], prev, seq],
+        )
+    sql("UPDATE audit_auditchainhead SET hash = %s", [prev])
+
+    assert verify().startswith("verified 5 events")
+    assert verify("--checkpoint-file", str(checkpoint)) == (
+        f"FAILED: event seq 3 (id {stored(3)['id']}): hash differs from the signed checkpoint file's — replaced"
+    )
+
+
+# --- several writers at once ---------------------------------------------------------------------------------
+
+WRITERS = 4
+EVENTS_PER_WRITER = 150
+
+WRITER_CODE = """
+import pathlib, time
+from audit.masking import mask_value
+from audit.models import AuditChainHead
+from audit.services import audit_event_record
+AuditChainHead.objects.exists(), mask_value({{"warm": "up"}})  # connected and warm before the start
+pathlib.Path({ready!r}).touch()
+go = pathlib.Path({go!r})
+while not go.exists():
+    time.sleep(0.002)
+for i in range({count}):
+    audit_event_record(source="agent", mcp_id="demo", tool="writer", call_id="{name}:%d" % i, args={{"i": i}})
+"""
+
+
+def run_writers(tmp_path: Path, **database: str) -> list[str]:
+    """Start the writer processes, release them at once, wait; returns their names."""
+    names = [f"w{n}" for n in range(WRITERS)]
+    processes = []
+    for name in names:
+        code = WRITER_CODE.format(
+            ready=str(tmp_path / f"{name}.ready"), go=str(tmp_path / "go"), count=EVENTS_PER_WRITER, name=name
+        )
+        processes.append(manage_popen("shell", "-c", code, **database))
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"{name}.ready").exists() for name in names):
+        assert all(p.poll() is None for p in processes), [p.communicate() for p in processes]
+        assert time.monotonic() < deadline, "the writers did not start"
+        time.sleep(0.05)
+    (tmp_path / "go").touch()
+    for process in processes:
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, out + err
+    return names
+
+
+def assert_interleaved_and_gap_free(call_ids_in_seq_order: list[str], seqs: list[int]) -> None:
+    assert len(call_ids_in_seq_order) == WRITERS * EVENTS_PER_WRITER
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+    writers = [call_id.split(":")[0] for call_id in call_ids_in_seq_order]
+    switches = sum(1 for a, b in itertools.pairwise(writers) if a != b)
+    assert switches >= WRITERS, f"the writers never overlapped ({switches} switches): the test proved nothing"
+    for name in set(writers):  # each writer's own events in its order
+        own = [int(call_id.split(":")[1]) for call_id in call_ids_in_seq_order if call_id.startswith(f"{name}:")]
+        assert own == list(range(EVENTS_PER_WRITER))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_writer_processes_appending_at_once_keep_the_sqlite_chain_gap_free(tmp_path: Path) -> None:
+    record(2)
+
+    run_writers(tmp_path, sqlite_path=connection.settings_dict["NAME"])
+
+    assert verify().startswith(f"verified {2 + WRITERS * EVENTS_PER_WRITER} events")
+    rows = list(AuditEvent.objects.filter(tool="writer").order_by("seq").values_list("seq", "call_id"))
+    assert_interleaved_and_gap_free([call_id for _, call_id in rows], [seq for seq, _ in rows])
+    assert AuditChainHead.objects.get().seq == 2 + WRITERS * EVENTS_PER_WRITER
+
+
+READ_WRITER_EVENTS = """
+import json
+from audit.models import AuditEvent
+print(json.dumps(list(AuditEvent.objects.filter(tool="writer").order_by("seq").values_list("seq", "call_id"))))
+"""
+
+
+def test_writer_processes_appending_at_once_keep_the_postgres_chain_gap_free(
+    postgres_url: str,  # noqa: F811 - the fixture
+    tmp_path: Path,
+) -> None:
+    run_writers(tmp_path, database_url=postgres_url)
+
+    verified = manage("verify_audit", database_url=postgres_url)
+    assert verified.returncode == 0, verified.stderr
+    assert verified.stdout.strip().splitlines()[-1].startswith("verified ")
+    rows = json.loads(manage("shell", "-c", READ_WRITER_EVENTS, database_url=postgres_url).stdout.splitlines()[-1])
+    assert_interleaved_and_gap_free([call_id for _, call_id in rows], [seq for seq, _ in rows])
+
+
+TRY_TO_TAMPER = """
+import json
+from django.db import connection, transaction
+from audit.services import audit_event_record
+audit_event_record(source="admin", tool="victim")
+outcome = {}
+for statement in ["UPDATE audit_auditevent SET tool = 'x'", "DELETE FROM audit_auditevent", "TRUNCATE audit_auditevent CASCADE"]:
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(statement)
+        outcome[statement.split()[0]] = "allowed"
+    except Exception as exc:
+        outcome[statement.split()[0]] = str(exc).splitlines()[0]
+print(json.dumps(outcome))
+"""
+
+
+def test_postgres_refuses_to_update_delete_or_truncate_audit_events(postgres_url: str) -> None:  # noqa: F811
+    tried = manage("shell", "-c", TRY_TO_TAMPER, database_url=postgres_url)
+
+    assert tried.returncode == 0, tried.stderr
+    assert json.loads(tried.stdout.strip().splitlines()[-1]) == {
+        "UPDATE": "audit events are append-only: UPDATE refused",
+        "DELETE": "audit events are append-only: DELETE refused",
+        "TRUNCATE": "audit events are append-only: TRUNCATE refused",
+    }
+    verified = manage("verify_audit", database_url=postgres_url)
+    assert verified.returncode == 0, verified.stderr

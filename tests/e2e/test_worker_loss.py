@@ -1,0 +1,157 @@
+"""Runs survive their workers: real Celery workers on a private Redis, killed with SIGKILL while a run's tool
+call is under way. Leases are 3 s and the workers' reconciler runs every second, so a lost run is noticed
+within seconds.
+
+The run: a scripted model calls the probe server's ``echo`` (a quick read call that also opens the MCP
+session), then its ``sleep`` for 8 s, then answers. A worker is killed one second after the model asked for
+``sleep``, i.e. while the tool sleeps.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness import ROOT, redis_server, wait_until
+from tests.e2e.workers import Platform, platform_without_workers
+
+pytestmark = pytest.mark.e2e
+
+SLEEP_S = 8.0
+FAST_LIFECYCLE = {
+    "PLATFORM_RUN_LEASE_S": "3",
+    "PLATFORM_RECONCILE_INTERVAL_S": "1",
+}
+SLEEPER = {
+    "servers": [
+        {
+            "mcp_id": "probe",
+            "transport": "stdio",
+            "command": sys.executable,
+            "args": ["-m", "tests.mcp_fixtures.probe_server"],
+            "cwd": str(ROOT),
+            "session_scope": "per_run",
+            "timeout_s": 60,
+        }
+    ],
+    "agents": [
+        {
+            "slug": "sleeper",
+            "servers": ["probe"],
+            "model": {
+                "provider": "scripted",
+                "params": {
+                    "script": [
+                        {"tool_calls": [{"name": "echo", "args": {"text": "warm"}, "id": "call_echo"}]},
+                        {"tool_calls": [{"name": "sleep", "args": {"seconds": SLEEP_S}, "id": "call_sleep"}]},
+                        {"content": "done: {last_tool_result}"},
+                    ]
+                },
+            },
+        }
+    ],
+}
+
+
+@pytest.fixture
+def platform(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Platform]:
+    env = {**FAST_LIFECYCLE, **getattr(request, "param", {})}
+    with redis_server(tmp_path) as broker_url, platform_without_workers(tmp_path, broker_url=broker_url, env=env) as p:
+        p.import_config(SLEEPER)
+        p.manage("mcp_discover", "probe")
+        yield p
+
+
+def submit(platform: Platform) -> str:
+    with platform.client() as client:
+        response = client.post("/api/v1/runs", json={"agent": "sleeper", "query": "잠깐 쉬었다가 답해줘"})
+        assert response.status_code == 202, response.text
+        return str(response.json()["id"])
+
+
+def wait_until_the_tool_sleeps(platform: Platform, run_id: str) -> None:
+    def asked_for_sleep() -> bool:
+        return any("call_sleep" in str(e) for e in platform.run_events(run_id, "model_turn"))
+
+    wait_until(asked_for_sleep, timeout=60, what="the model to call sleep")
+    # The call goes out within milliseconds of the model's turn, over the session echo opened; the tool
+    # sleeps for 8 s: one second in, it is sleeping.
+    time.sleep(1.0)
+
+
+def wait_until_finished(platform: Platform, run_id: str, timeout: float = 90) -> dict:
+    wait_until(
+        lambda: platform.run_row(run_id)["status"] in {"succeeded", "failed", "cancelled"},
+        timeout=timeout,
+        what=f"run {run_id} to finish",
+        interval=0.3,
+    )
+    return platform.run_row(run_id)
+
+
+def runs_left_running(platform: Platform) -> int:
+    return platform.query("SELECT COUNT(*) FROM agents_run WHERE status = 'running'")[0][0]
+
+
+def test_a_run_whose_worker_is_killed_mid_call_is_delivered_again_and_completes_once(platform: Platform) -> None:
+    first = platform.start_worker("first")
+    run_id = submit(platform)
+    wait_until_the_tool_sleeps(platform, run_id)
+    [first_pool] = first.pool_processes()
+    first.kill()
+    row = platform.run_row(run_id)
+    assert (row["status"], row["delivery_count"], row["worker"].split(":")[1]) == ("running", 1, str(first_pool))
+
+    second = platform.start_worker("second")
+    row = wait_until_finished(platform, run_id)
+    assert row["status"] == "succeeded", row["error_message"]
+    assert row["answer"] == f"done: slept {SLEEP_S}"
+    # Delivered twice: the first worker's claim, then the second's after the reconciler queued it again. Its
+    # lease (3 s) was renewed by the heartbeat through the 8-s sleep, or it would have been taken over again.
+    [second_pool] = second.pool_processes()
+    assert (row["delivery_count"], row["worker"].split(":")[1]) == (2, str(second_pool))
+    # The audit records completed attempts: echo completed in both deliveries (a read call may repeat); the
+    # sleep the first worker was killed in never completed, so the audit has its one successful execution.
+    calls = [(tool, ok) for action, tool, ok, _attempt in platform.audit(run_id) if action == "tool.call"]
+    assert calls == [("echo", 1), ("echo", 1), ("sleep", 1)]
+    statuses = [(e["status"], e.get("delivery")) for e in platform.run_events(run_id, "status")]
+    assert statuses == [("running", 1), ("queued", None), ("running", 2), ("succeeded", None)]
+    assert runs_left_running(platform) == 0
+
+
+def test_a_redelivery_while_the_lease_lives_waits_for_the_reconciler(platform: Platform) -> None:
+    worker = platform.start_worker("only")
+    run_id = submit(platform)
+    wait_until_the_tool_sleeps(platform, run_id)
+    # The OOM killer takes the pool process: the worker rejects the message (reject_on_worker_lost) and gets
+    # it again at once, while the dead process's lease still runs; that delivery does nothing. When the
+    # lease has lapsed, the reconciler queues the run again and the new pool process runs it.
+    killed = worker.kill_pool_process()
+    row = wait_until_finished(platform, run_id)
+    assert row["status"] == "succeeded", row["error_message"]
+    assert row["delivery_count"] == 2 and row["worker"].split(":")[1] != str(killed)
+    log = worker.log.read_text(errors="replace")
+    assert "WorkerLostError" in log or "Process 'ForkPoolWorker" in log
+    assert "nothing to do" in log or "already" in log
+    assert runs_left_running(platform) == 0
+
+
+@pytest.mark.parametrize("platform", [{"PLATFORM_RUN_MAX_DELIVERIES": "1"}], indirect=True)
+def test_a_run_never_stays_running_after_its_worker_is_gone(platform: Platform) -> None:
+    worker = platform.start_worker("doomed")
+    run_id = submit(platform)
+    wait_until_the_tool_sleeps(platform, run_id)
+    worker.kill()
+    assert platform.run_row(run_id)["status"] == "running"
+    # No worker left: the operator's one-off pass (cron, or beat) ends the run once its lease has lapsed.
+    wait_until(
+        lambda: "worker_lost: 1" in platform.manage("reconcile_runs"), timeout=60, what="the reconciler", interval=0.5
+    )
+    row = platform.run_row(run_id)
+    assert (row["status"], row["error_code"]) == ("failed", "worker_lost")
+    assert row["finished_at"] is not None
+    assert runs_left_running(platform) == 0
