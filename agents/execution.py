@@ -1,5 +1,5 @@
 """Executing runs: claim a run with a lease, keep the lease alive while the engine runs, store the outcome only
-while the claim is still ours; dispatch a run to a worker; resume a parked one.
+while the claim is still ours; resume a parked one. (Publishing a run's task: ``agents.tasks.run_dispatch``.)
 
 Every change of a run's status is compare-and-swap. A run's life::
 
@@ -37,45 +37,26 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from celery.exceptions import SoftTimeLimitExceeded
-from django.conf import settings
-from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
-from kombu.exceptions import OperationalError as BrokerError
 
-from agent_platform import settings_deploy
 from agents import engine
 from agents.approvals import RunApprovals
 from agents.deterministic import RuleSpec
 from agents.graph import RunCancelled
 from agents.models import Agent, DeterministicRule, Run, RunEvent
+from agents.tasks import RETRYABLE_ERRORS, lifecycle_setting, run_dispatch, run_time_limits
 from audit.masking import mask_value
 from mcpregistry.pool import get_default_pool
 
 logger = logging.getLogger(__name__)
 
-# What a worker may retry (the task retries itself with backoff): the database or the broker hiccuped.
-RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (OperationalError, InterfaceError, BrokerError)
-# Publishing a run's message: retried a few times before the reconciler's re-dispatch is left to do it.
-PUBLISH_RETRY_POLICY = {"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 2.0}
 # The time source for run deadlines (tests replace it).
 clock: Callable[[], float] = time.monotonic
 
 StopReason = Literal["", "time_limit", "lost"]
-
-
-def lifecycle_setting(name: str) -> Any:
-    """``settings.<name>`` for the run lifecycle, else the value ``agent_platform.settings_deploy`` read from
-    the environment (the same one), so the code works with or without those lines in the settings module."""
-    return getattr(settings, name, getattr(settings_deploy, name))
-
-
-def run_time_limits(time_limit_s: int) -> tuple[int, int]:
-    """(soft, hard) seconds for a run of an agent with this time limit: the soft one is the agent's (at least 1 s,
-    at most ``PLATFORM_RUN_MAX_TIME_LIMIT_S``), the hard one ``PLATFORM_RUN_TIME_LIMIT_GRACE_S`` later."""
-    soft = max(1, min(int(time_limit_s), int(lifecycle_setting("PLATFORM_RUN_MAX_TIME_LIMIT_S"))))
-    return soft, soft + max(1, int(lifecycle_setting("PLATFORM_RUN_TIME_LIMIT_GRACE_S")))
 
 
 def worker_identity() -> str:
@@ -83,30 +64,7 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-# --- dispatching ------------------------------------------------------------------------------------------
-
-
-def run_dispatch(*, run_id: str, time_limit_s: int) -> bool:
-    """Publish the run's task with its soft and hard time limits, retrying the publish (``PUBLISH_RETRY_POLICY``).
-
-    Call it once the run's row is committed (``transaction.on_commit``). Returns False, and logs, when the broker
-    cannot be reached even after the retries: the run stays queued and the reconciler dispatches it again after
-    ``PLATFORM_RUN_QUEUED_STALE_S``. Never raises for a broker failure (the caller's transaction has committed)."""
-    from agents.tasks import run_agent
-
-    soft, hard = run_time_limits(time_limit_s)
-    try:
-        run_agent.apply_async(
-            args=[str(run_id)],
-            soft_time_limit=soft,
-            time_limit=hard,
-            retry=True,
-            retry_policy=PUBLISH_RETRY_POLICY,
-        )
-    except (BrokerError, OSError) as exc:
-        logger.warning("run %s: could not publish its task (%s); the reconciler dispatches it later", run_id, exc)
-        return False
-    return True
+# --- queueing again ----------------------------------------------------------------------------------------
 
 
 def run_resume(*, run_id: str) -> None:

@@ -368,3 +368,20 @@ def _period(request: HttpRequest) -> tuple[dt.datetime | None, dt.datetime | Non
 
 def _pct(part: float, whole: float) -> int:
     return round(100 * part / whole) if whole else 0
+
+
+@admin.register(AuditCheckpoint)
+class AuditCheckpointAdmin(admin.ModelAdmin):
+    """Where archived events end: what ``verify_audit`` starts from. Read-only."""
+
+    list_display = ["seq", "hash", "archived_at", "count"]
+    readonly_fields = [f.name for f in AuditCheckpoint._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

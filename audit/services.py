@@ -62,13 +62,18 @@ def audit_event_record(
     """Append one audit event to the chain. Arguments and result are masked (key names, value patterns and
     the exact ``secrets`` given, plus every registered secret) and the result is truncated before it is stored.
 
-    Runs in its own transaction, or in a savepoint of the caller's, which then holds the chain head until it
-    commits (see the module docstring). Returns the saved event with its ``seq`` and ``hash``.
+    Runs in its own transaction, or inside the caller's, which then holds the chain head until it commits (see
+    the module docstring); if the append fails there, the caller's transaction can only roll back: a change is
+    never committed without its audit event. Returns the saved event with its ``seq`` and ``hash``.
     """
     secret_list = list(secrets)
     masked_result = truncate(
         mask_value(result, secrets=secret_list), max_chars=settings.PLATFORM_AUDIT_RESULT_MAX_CHARS
     )
+    # Stored as the database gives them back (dates and decimals as text), so that the hash taken now is the
+    # hash recomputed from the row later; and hashed in the chain's number form, parsed from the same text.
+    stored_args, hashed_args = _stored_json(mask_value(args or {}, secrets=secret_list))
+    stored_result, hashed_result = _stored_json(masked_result)
     event = AuditEvent(
         run_id=AuditEvent._meta.get_field("run").target_field.to_python(run_id),
         source=str(source),
@@ -76,38 +81,39 @@ def audit_event_record(
         mcp_id=str(mcp_id),
         tool=str(tool),
         call_id=str(call_id)[:100],
-        # Stored as the database gives it back (dates and decimals as text), so that the hash taken now is
-        # the hash recomputed from the row later.
-        args=_as_stored_json(mask_value(args or {}, secrets=secret_list)),
-        result=_as_stored_json(masked_result),
+        args=stored_args,
+        result=stored_result,
         ok=bool(ok),
         reason=str(reason)[:200],
         attempt=int(attempt),
         latency_ms=None if latency_ms is None else float(latency_ms),
         actor=str(actor)[:200],
     )
-    _chain_append(event)
+    _chain_append(event, hashed_json={"args": hashed_args, "result": hashed_result})
     return event
 
 
 _STORED_JSON = UnicodeJSONEncoder()  # what the JSONFields store with
 
 
-def _as_stored_json(value: Any) -> Any:
+def _stored_json(value: Any) -> tuple[Any, Any]:
+    """``value`` as the database will give it back, and the same in the form the chain hashes."""
     if value is None:
-        return None
-    return json.loads(_STORED_JSON.encode(value))
+        return None, None
+    text = _STORED_JSON.encode(value)
+    return json.loads(text), json_value(text)
 
 
-def _chain_append(event: AuditEvent, *, using: str = DEFAULT_DB_ALIAS) -> None:
+def _chain_append(event: AuditEvent, *, hashed_json: dict[str, Any], using: str = DEFAULT_DB_ALIAS) -> None:
     connection = connections[using]
     head_table = connection.ops.quote_name(AuditChainHead._meta.db_table)
-    with transaction.atomic(using=using), connection.cursor() as cursor:
+    # No savepoint inside a caller's transaction: cheaper, and a failed append fails the whole transaction.
+    with transaction.atomic(using=using, savepoint=False), connection.cursor() as cursor:
         seq, prev_hash = _chain_head_locked(cursor, connection, head_table)
         event.seq = seq + 1
         event.prev_hash = prev_hash
         event.created_at = timezone.now()  # taken under the lock: time never runs backwards along the chain
-        event.hash = event_hash(_hashed_values(event))
+        event.hash = event_hash({**_hashed_values(event), **hashed_json})
         event.save(force_insert=True, using=using)
         cursor.execute(f"UPDATE {head_table} SET seq = %s, hash = %s WHERE id = %s", [event.seq, event.hash, _HEAD_ID])  # noqa: S608 - table name from the model
 
@@ -400,7 +406,7 @@ def audit_events_archive(
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
     try:
-        _archive_write(partial, verifier, last_seq=last_seq, chunk_size=chunk_size)
+        _archive_write(partial, verifier, name=path.name, last_seq=last_seq, chunk_size=chunk_size)
         os.replace(partial, path)
         _fsync_directory(path.parent)
         report.count, report.hash, report.path = verifier.count, verifier.last_hash, path
@@ -413,8 +419,8 @@ def audit_events_archive(
     return report
 
 
-def _archive_write(partial: Path, verifier: ChainVerifier, *, last_seq: int, chunk_size: int) -> None:
-    with partial.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb") as compressed:
+def _archive_write(partial: Path, verifier: ChainVerifier, *, name: str, last_seq: int, chunk_size: int) -> None:
+    with partial.open("wb") as raw, gzip.GzipFile(filename=name, fileobj=raw, mode="wb") as compressed:
         for event in _events_in_chain_order(chunk_size=chunk_size, up_to_seq=last_seq):
             problem = verifier.feed(event)
             if problem is not None:

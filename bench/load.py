@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import shutil
 import statistics
 import sys
 import tempfile
@@ -59,8 +60,8 @@ def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def report(name: str, value: float | int) -> None:
-    print(f"{name}: {round(value, 2) if isinstance(value, float) else value}", flush=True)
+def report(name: str, value: float | int, digits: int = 2) -> None:
+    print(f"{name}: {round(value, digits) if isinstance(value, float) else value}", flush=True)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -126,6 +127,7 @@ def main() -> None:
     parser.add_argument(
         "--postgres", action="store_true", help="a private PostgreSQL cluster (tests.postgres) instead of SQLite"
     )
+    parser.add_argument("--keep", action="store_true", help="keep the working folder (database, logs)")
     options = parser.parse_args()
 
     from tests.e2e.harness import redis_server
@@ -156,7 +158,7 @@ def main() -> None:
             worker.wait_ready()
         limits = httpx.Limits(max_connections=options.clients, max_keepalive_connections=options.clients)
         with platform.client(limits=limits, timeout=120) as client:
-            # One run per worker first: each opens its pooled MCP session, as a worker that has been up would have.
+            # Two runs first (one per worker, as a rule): they open the pooled MCP sessions a running worker has.
             warm, _ = submit_all(client, 2, 2)
             poll_until_finished(client, warm, 60)
             progress(f"submitting {options.runs} runs from {options.clients} threads")
@@ -193,10 +195,14 @@ def main() -> None:
     report("exec_p95_ms", percentile(execution, 0.95))
     report("tool_p50_ms", percentile(tool, 0.5))
     report("platform_exec_p50_ms", percentile(platform_exec, 0.5))
-    report("platform_share_exec", sum(platform_exec) / sum(execution))
-    report("platform_share_e2e", (sum(e2e) - sum(tool)) / sum(e2e))
+    report("platform_share_exec", sum(platform_exec) / sum(execution), 3)
+    report("platform_share_e2e", (sum(e2e) - sum(tool)) / sum(e2e), 4)
     report("mean_tool_calls_per_run", statistics.mean(len(r["tool_calls"]) for r in succeeded))
     report("runs_per_second", len(succeeded) / (last - first).total_seconds())
+    if options.keep or lost:
+        progress(f"logs and database kept in {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
     if lost:
         sys.exit(1)
 

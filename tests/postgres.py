@@ -24,6 +24,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -172,17 +173,34 @@ def manage_popen(*args: str, database_url: str | None = None, sqlite_path: str |
     )
 
 
+_shared: dict[str, Any] = {}
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    """A migrated PostgreSQL database in a private cluster, for the platform's processes (not this one)."""
-    stack = contextlib.ExitStack()
-    try:
-        url = stack.enter_context(private_postgres())
-    except PostgresMissing as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"PostgreSQL is needed in CI (.ci/run installs it): {exc}")
-        pytest.skip(str(exc))
-    with stack:
+    """A migrated PostgreSQL database in a private cluster, for the platform's processes (not this one).
+
+    Each test module that imports this fixture gets its own session-scoped copy of it; they share one cluster
+    (started by the first, stopped when the last is torn down), so tests must not expect an empty database.
+    """
+    if "url" not in _shared:
+        stack = contextlib.ExitStack()
+        try:
+            url = stack.enter_context(private_postgres())
+        except PostgresMissing as exc:
+            if os.environ.get("CI"):
+                pytest.fail(f"PostgreSQL is needed in CI (.ci/run installs it): {exc}")
+            pytest.skip(str(exc))
         migrated = manage("migrate", "--noinput", database_url=url)
-        assert migrated.returncode == 0, migrated.stdout + migrated.stderr
-        yield url
+        if migrated.returncode != 0:
+            stack.close()
+            pytest.fail(f"migrate failed on PostgreSQL: {migrated.stdout}{migrated.stderr}")
+        _shared.update(url=url, stack=stack, users=0)
+    _shared["users"] += 1
+    try:
+        yield _shared["url"]
+    finally:
+        _shared["users"] -= 1
+        if _shared["users"] == 0:
+            _shared.pop("stack").close()
+            _shared.clear()

@@ -257,16 +257,17 @@ def test_deleting_an_agent_records_the_rules_that_went_with_it(admin_client, vau
 
 def test_renaming_and_revoking_an_api_key_is_recorded_without_its_digest(admin_client) -> None:
     key = ApiKey.objects.create(name="old", prefix="apk_abcdefgh", digest="d" * 64)
-    response = admin_client.post(
-        f"/admin/agents/apikey/{key.pk}/change/",
-        {"name": "new", "revoked_at_0": "2026-03-01", "revoked_at_1": "09:00:00"},
-    )
+    response = admin_client.post(f"/admin/agents/apikey/{key.pk}/change/", {"name": "new", "rate": "60/min"})
     assert response.status_code == 302, response.content.decode()[:3000]
     [event] = admin_events("api_key.update")
     assert event.args["name"] == ["old", "new"]
-    assert event.args["revoked_at"][0] is None and event.args["revoked_at"][1].startswith("2026-03-01")
     assert "d" * 64 not in json.dumps(event.args) + json.dumps(event.result)
     assert event.result["name"] == "new (apk_abcdefgh…)"
+    # Revoking is an action (revoked_at is read-only on the form), audited too.
+    admin_client.post("/admin/agents/apikey/", {"action": "revoke", "_selected_action": [key.pk]})
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+    assert AuditEvent.objects.filter(action="api_key.revoke").exists()
 
 
 # ---- one transaction ------------------------------------------------------------------------------------------
