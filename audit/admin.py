@@ -23,7 +23,7 @@ from django.utils.translation import gettext_lazy as _
 
 from agents.models import Agent
 from audit.metrics import tool_metrics
-from audit.models import AuditEvent
+from audit.models import AuditCheckpoint, AuditEvent
 from audit.selectors import AuditEventFilters, audit_event_filter, moment_parse
 
 FILTER_PARAMETERS = ("agent", "mcp_id", "tool", "source", "ok", "reason", "actor", "run", "since", "until")
