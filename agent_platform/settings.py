@@ -184,10 +184,9 @@ PLATFORM_RUN_QUERY_MAX_CHARS = int(os.environ.get("PLATFORM_RUN_QUERY_MAX_CHARS"
 PLATFORM_AUDIT_RESULT_MAX_CHARS = int(os.environ.get("PLATFORM_AUDIT_RESULT_MAX_CHARS", "20000"))
 
 # --- security -----------------------------------------------------------------------------------
+# Secure cookies unless DEBUG or SECURE_COOKIES=0 (HTTPS itself: PLATFORM_TLS, agent_platform/settings_deploy.py).
 SESSION_COOKIE_SECURE = not DEBUG and _env_bool("SECURE_COOKIES", default=not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
-SECURE_SSL_REDIRECT = _env_bool("SECURE_SSL_REDIRECT", default=False)
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 
@@ -227,3 +226,11 @@ CACHES = {
 from agent_platform.settings_api import *  # noqa: E402, F403
 
 INSTALLED_APPS, REST_FRAMEWORK = [*INSTALLED_APPS, *API_APPS], {**REST_FRAMEWORK, **API_REST_FRAMEWORK}  # noqa: F405
+
+# Deployment: HTTPS (PLATFORM_TLS) and the run lifecycle (leases, deliveries, time limits, the reconciler):
+# see agent_platform/settings_deploy.py.
+from agent_platform.settings_deploy import *  # noqa: E402, F403
+
+if not CELERY_BROKER_URL.startswith("filesystem://"):
+    # Longer than any run's hard time limit (checked: agents.E001).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT_S}  # noqa: F405

@@ -26,13 +26,20 @@ class RunApprovals:
         self.secrets = secrets
 
     def request(self, *, mcp_id: str, tool: str, args: dict[str, Any], call_id: str, call_hash: str) -> ApprovalState:
-        approval = Approval.objects.filter(run_id=self.run_id, call_hash=call_hash, call_id=call_id).first()
+        # One approval per call: a resumed run replays the call from its masked conversation, so a call id seen
+        # before is the same call even if its (masked) arguments hash differently now.
+        approval = (
+            Approval.objects.filter(run_id=self.run_id, call_id=call_id).first()
+            if call_id
+            else Approval.objects.filter(run_id=self.run_id, call_hash=call_hash, call_id="").first()
+        )
         if approval is None:
             approval = Approval.objects.create(
                 run_id=self.run_id,
                 mcp_id=mcp_id,
                 tool=tool,
                 args=mask_value(args, secrets=self.secrets),
+                exact_args=args,
                 call_hash=call_hash,
                 call_id=call_id,
                 requested_by=self.actor,
@@ -49,6 +56,8 @@ class RunApprovals:
             reason=approval.reason,
             decided_by=approval.decided_by,
             result=approval.result,
+            args=approval.exact_args or None,
+            call_hash=approval.call_hash,
         )
 
     def claim_execution(self, approval_id: str) -> bool:

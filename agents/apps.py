@@ -4,3 +4,6 @@ from django.apps import AppConfig
 class AgentsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "agents"
+
+    def ready(self) -> None:
+        from agents import checks  # noqa: F401 - registers the run lifecycle's system checks

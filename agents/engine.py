@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from asgiref.sync import async_to_sync, sync_to_async
+from celery.exceptions import SoftTimeLimitExceeded
+from django.db import DatabaseError
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -495,6 +497,8 @@ def execute(plan: RunPlan) -> RunOutcome:
         outcome.status = "failed"
         outcome.error_code = "max_iterations"
         outcome.error_message = f"the agent did not finish within {plan.max_iterations} iterations"
+    except (SoftTimeLimitExceeded, DatabaseError):
+        raise  # the task's time limit or a database hiccup: handled (and retried) by the task, not a model error
     except RunCancelled:
         outcome.status = "cancelled"
         outcome.error_code = "cancelled"

@@ -9,6 +9,7 @@ from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 from agent_platform.json import UnicodeJSONEncoder
+from mcpregistry.crypto import EncryptedJSONField
 from mcpregistry.models import McpServer
 
 DEFAULT_DETERMINISTIC_INSTRUCTION = (
@@ -302,6 +303,8 @@ class Approval(models.Model):
     mcp_id = models.CharField(_("server"), max_length=64)
     tool = models.CharField(_("tool"), max_length=200)
     args = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("arguments (masked)"), default=dict)
+    # The exact arguments, encrypted: what an approved call is executed with (the stored conversation is masked).
+    exact_args = EncryptedJSONField(_("exact arguments (encrypted)"), default=dict, blank=True, editable=False)
     call_hash = models.CharField(_("call hash"), max_length=64, db_index=True)
     call_id = models.CharField(_("call id"), max_length=100, blank=True)
     status = models.CharField(_("status"), max_length=10, choices=Status.choices, default=Status.PENDING, db_index=True)

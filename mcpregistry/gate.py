@@ -30,7 +30,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.core.cache import cache
+from django.db import DatabaseError
 from django.utils.translation import gettext as _
 from mcp import McpError
 
@@ -130,6 +132,9 @@ class ApprovalState:
     reason: str = ""
     decided_by: str = ""
     result: dict[str, Any] | None = None
+    # The exact arguments the person approved (the call is executed with these) and their hash.
+    args: dict[str, Any] | None = None
+    call_hash: str = ""
 
 
 class ApprovalPort(Protocol):
@@ -246,6 +251,8 @@ def call(
     this = _Call(server, tool_name, args, who)
     try:
         return _call(this, known_tool=known_tool, fallback_depth=_fallback_depth)
+    except (SoftTimeLimitExceeded, DatabaseError):
+        raise
     except Exception as exc:
         logger.exception("unexpected failure in the gate calling %s.%s", server.mcp_id, tool_name)
         return this.refuse(
@@ -308,6 +315,15 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         approval, refusal = _approval(this, contract, args)
         if refusal is not None:
             return refusal
+        if approval is not None and approval.args is not None:
+            # Execute exactly what was approved, bound by its hash (never the masked replay of it).
+            if call_hash(this.server.mcp_id, tool_name, approval.args) != approval.call_hash:
+                return this.refuse(
+                    "approval:mismatch",
+                    _("The approved arguments of '%(tool)s' do not match the approval. It was not called.")
+                    % {"tool": tool_name},
+                )
+            args = dict(approval.args)
         if contract.idempotency_arg and approval is not None:
             args = {**args, contract.idempotency_arg: f"{who.run_id}:{who.call_id or approval.approval_id}"}
 
@@ -387,7 +403,9 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
             reason, detail, value = "transport", str(exc), None
         except McpError as exc:
             reason, detail, value = "protocol", str(exc), None
-        except Exception as exc:
+        except (SoftTimeLimitExceeded, DatabaseError):
+            raise  # the run's time is up, or the database failed: the task handles those, not the tool's record
+        except Exception as exc:  # logged with its traceback (masked), never retried
             logger.exception("unexpected failure calling %s.%s", server.mcp_id, this.tool_name)
             reason, detail, value = "unexpected", type(exc).__name__, None
         latency_ms = (clock.monotonic() - started) * 1000

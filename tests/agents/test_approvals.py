@@ -196,3 +196,35 @@ def test_an_admin_approves_in_the_admin(writer, notes, django_capture_on_commit_
     approval.refresh_from_db()
     assert approval.status == "executed" and approval.decided_by == "admin:boss"
     assert len(lines(notes)) == 1
+
+
+def test_an_approved_call_runs_with_its_exact_arguments_though_the_stored_conversation_is_masked(
+    db, notes, django_capture_on_commit_callbacks
+) -> None:
+    secretish = "token=abcd1234efgh5678"
+    server = McpServer.objects.create(
+        mcp_id="notes-exact",
+        name="notes",
+        command=sys.executable,
+        args=["-m", "tests.mcp_fixtures.probe_server"],
+        cwd=str(settings.BASE_DIR),
+        env={"NOTES_FILE": str(notes)},
+        session_scope="shared",
+    )
+    assert mcp_server_discover(server=server).ok
+    key, raw = api_key_create(name="caller")
+    script = [{"tool_calls": [{"name": "append_note", "args": {"text": secretish}}]}, {"content": "{last_tool_result}"}]
+    agent = make_agent(slug="exact", servers=[server], provider="scripted", script=script, with_demo_rules=False)
+    run = Run.objects.create(agent=agent, api_key=key, query="저장")
+    approval = park(run)
+    assert "abcd1234efgh5678" not in str(approval.args)  # shown masked
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert decide(client, run, approval, "approve").status_code == 200
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    assert Approval.objects.filter(run=run).count() == 1
+    [line] = lines(notes)
+    assert line.startswith(secretish)
+    get_default_pool().close("notes-exact")

@@ -31,7 +31,7 @@ def ask_and_wait(platform: RunningPlatform, query: str) -> dict:
 def audit_rows(db_path: Path, run_id: str) -> list[tuple]:
     with sqlite3.connect(db_path) as db:
         return db.execute(
-            "SELECT source, mcp_id, tool, ok, args FROM audit_auditevent WHERE run_id = ? ORDER BY id",
+            "SELECT source, mcp_id, tool, ok, args FROM audit_auditevent WHERE run_id = ? AND action = 'tool.call' ORDER BY id",
             (run_id.replace("-", ""),),
         ).fetchall()
 
