@@ -234,3 +234,6 @@ from agent_platform.settings_deploy import *  # noqa: E402, F403
 if not CELERY_BROKER_URL.startswith("filesystem://"):
     # Longer than any run's hard time limit (checked: agents.E001).
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT_S}  # noqa: F405
+
+# Error reports and debug pages hide credentials (DATABASE_URL, REDIS_URL, keys) and mask secret values.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "audit.reporting.MaskingExceptionReporterFilter"
