@@ -16,6 +16,7 @@ from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
 from agents.models import Agent, ApiKey, Approval, Run
+from audit.masking import mask_text, mask_value
 from audit.services import audit_event_record
 
 logger = logging.getLogger(__name__)
@@ -162,13 +163,15 @@ def run_create(
             _("Agent '%(slug)s' is disabled.") % {"slug": agent_slug}, code="agent_disabled", status=409
         )
     with transaction.atomic():
+        # Input guardrail: a secret a caller pastes (or one bound to the platform) is never stored or shown.
+        secrets = [value for server in agent.servers.all() for value in server.secret_values()]
         run = Run.objects.create(
             agent=agent,
             api_key=api_key,
-            query=query,
-            context=context or {},
-            a2a_data=a2a_data or [],
-            a2a_files=a2a_files or [],
+            query=mask_text(query, secrets=secrets),
+            context=mask_value(context or {}, secrets=secrets),
+            a2a_data=mask_value(a2a_data or [], secrets=secrets),
+            a2a_files=mask_value(a2a_files or [], secrets=secrets),
             idempotency_key=idempotency_key,
             request_digest=digest,
         )
