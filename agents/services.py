@@ -16,7 +16,7 @@ from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
 from agents.models import Agent, ApiKey, Approval, Run
-from audit.masking import mask_text, mask_value
+from audit.masking import mask_text
 from audit.services import audit_event_record
 
 logger = logging.getLogger(__name__)
@@ -133,6 +133,18 @@ def run_submit(
         return RunSubmission(run=run, replayed=False)
 
 
+def _mask_strings(value: Any, secrets: list[str]) -> Any:
+    """Mask secret values inside a caller's input, keeping its keys' values otherwise (an A2A ``sessionId`` is a
+    conversation id, not a credential, so key-name rules do not apply here; value patterns and known secrets do)."""
+    if isinstance(value, str):
+        return mask_text(value, secrets=secrets)
+    if isinstance(value, dict):
+        return {k: _mask_strings(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask_strings(v, secrets) for v in value]
+    return value
+
+
 def run_create(
     *,
     agent_slug: str,
@@ -169,9 +181,9 @@ def run_create(
             agent=agent,
             api_key=api_key,
             query=mask_text(query, secrets=secrets),
-            context=mask_value(context or {}, secrets=secrets),
-            a2a_data=mask_value(a2a_data or [], secrets=secrets),
-            a2a_files=mask_value(a2a_files or [], secrets=secrets),
+            context=_mask_strings(context or {}, secrets),
+            a2a_data=_mask_strings(a2a_data or [], secrets),
+            a2a_files=_mask_strings(a2a_files or [], secrets),
             idempotency_key=idempotency_key,
             request_digest=digest,
         )
