@@ -38,15 +38,15 @@ class RuleTrial:
     notes: list[str] = field(default_factory=list)
 
 
-def _json_field(label: str, *, list_ok: bool) -> forms.CharField:
+def _json_field(label: str) -> forms.CharField:
     return forms.CharField(label=label, required=False, widget=forms.Textarea(attrs={"rows": 3, "cols": 60}))
 
 
 class RuleTesterForm(forms.Form):
     agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("slug"), label=_("agent"))
     query = forms.CharField(label=_("query"), widget=forms.TextInput(attrs={"size": 80}))
-    context = _json_field(_("A2A context (JSON object)"), list_ok=False)
-    a2a_data = _json_field(_("A2A data parts (JSON list of objects)"), list_ok=True)
+    context = _json_field(_("A2A context (JSON object)"))
+    a2a_data = _json_field(_("A2A data parts (JSON list of objects)"))
     execute = forms.BooleanField(label=_("also call the matched tools through the gate (audited)"), required=False)
 
     def _parse(self, name: str, expected: type) -> Any:

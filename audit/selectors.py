@@ -21,51 +21,19 @@ AUDITOR_GROUP = "auditor"
 EXPORT_CHUNK_SIZE = 2000
 """Rows fetched from the database at a time by an export (a server-side cursor on PostgreSQL)."""
 
-EXPORT_COLUMNS: tuple[str, ...] = (
-    "id",
-    "created_at",
-    "run",
-    "agent",
-    "source",
-    "action",
-    "mcp_id",
-    "tool",
-    "call_id",
-    "ok",
-    "reason",
-    "attempt",
-    "latency_ms",
-    "actor",
-    "args",
-    "result",
-    "seq",
-    "prev_hash",
-    "hash",
+# Each export column and the ORM path it is read from (most are the event's own field).
+_EXPORT_FIELDS: tuple[tuple[str, str], ...] = (
+    ("id", "id"),
+    ("created_at", "created_at"),
+    ("run", "run_id"),
+    ("agent", "run__agent__slug"),
+    *((name, name) for name in ("source", "action", "mcp_id", "tool", "call_id", "ok", "reason", "attempt")),
+    *((name, name) for name in ("latency_ms", "actor", "args", "result", "seq", "prev_hash", "hash")),
 )
+EXPORT_COLUMNS: tuple[str, ...] = tuple(column for column, _path in _EXPORT_FIELDS)
 """The columns of an export and of the API's JSON events, in order. ``seq``, ``prev_hash`` and ``hash`` are the
 event's place in the hash chain, so that an export can be checked against ``verify_audit``'s head."""
-
-_EXPORT_VALUES: tuple[str, ...] = (
-    "id",
-    "created_at",
-    "run_id",
-    "run__agent__slug",
-    "source",
-    "action",
-    "mcp_id",
-    "tool",
-    "call_id",
-    "ok",
-    "reason",
-    "attempt",
-    "latency_ms",
-    "actor",
-    "args",
-    "result",
-    "seq",
-    "prev_hash",
-    "hash",
-)
+_EXPORT_VALUES: tuple[str, ...] = tuple(path for _column, path in _EXPORT_FIELDS)
 
 
 @dataclass(frozen=True)
