@@ -18,8 +18,18 @@ from agents.api.throttling import parse_rate
 from agents.approvals import approval_decide
 from agents.models import Agent, ApiKey, Approval, DeterministicRule, Run
 from agents.selectors import tool_name_conflicts
-from agents.services import api_key_revoke
-from audit.admin_changes import AuditedChangesAdminMixin
+from agents.services import (
+    agent_create,
+    agent_delete,
+    agent_update,
+    api_key_delete,
+    api_key_revoke,
+    api_key_update,
+    deterministic_rule_create,
+    deterministic_rule_delete,
+    deterministic_rule_update,
+)
+from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 
 
 class DeterministicRuleInline(admin.TabularInline):
@@ -62,23 +72,57 @@ class AgentForm(forms.ModelForm):
         return cleaned
 
 
+def _rule_save(*, obj: DeterministicRule, actor: Any, via: str, creating: bool) -> None:
+    if creating:
+        deterministic_rule_create(actor=actor, via=via, data=form_data(obj))
+    else:
+        deterministic_rule_update(rule=obj, actor=actor, via=via)
+
+
+def _rule_delete(*, obj: DeterministicRule, actor: Any, via: str) -> None:
+    deterministic_rule_delete(rule=obj, actor=actor, via=via)
+
+
 @admin.register(Agent)
-class AgentAdmin(AuditedChangesAdminMixin, admin.ModelAdmin):
+class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
     form = AgentForm
     list_display = ["slug", "name", "enabled", "model_provider", "model_id", "mode"]
     list_filter = ["enabled", "model_provider", "mode"]
     search_fields = ["slug", "name"]
     filter_horizontal = ["servers"]
     inlines = [DeterministicRuleInline]
+    inline_services = {DeterministicRule: (_rule_save, _rule_delete)}
+
+    def service_save(self, *, obj: Agent, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
+        if change:
+            agent_update(agent=obj, actor=actor, via=ADMIN_VIA, servers=m2m.get("servers"))
+        else:
+            saved = agent_create(actor=actor, via=ADMIN_VIA, data=form_data(obj), servers=m2m.get("servers", []))
+            obj.pk = saved.pk
+            obj._state.adding = False
+
+    def service_delete(self, *, obj: Agent, actor: Any) -> None:
+        agent_delete(agent=obj, actor=actor, via=ADMIN_VIA)
 
 
 @admin.register(DeterministicRule)
-class DeterministicRuleAdmin(AuditedChangesAdminMixin, admin.ModelAdmin):
+class DeterministicRuleAdmin(ServiceAdminMixin, admin.ModelAdmin):
     list_display = ["order", "name", "agent", "server", "tool_name", "enabled"]
     list_display_links = ["name"]
     list_filter = ["enabled", "agent", "server"]
     search_fields = ["name", "tool_name"]
     ordering = ["order", "id"]
+
+    def service_save(self, *, obj: DeterministicRule, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
+        if change:
+            deterministic_rule_update(rule=obj, actor=actor, via=ADMIN_VIA)
+        else:
+            saved = deterministic_rule_create(actor=actor, via=ADMIN_VIA, data=form_data(obj))
+            obj.pk = saved.pk
+            obj._state.adding = False
+
+    def service_delete(self, *, obj: DeterministicRule, actor: Any) -> None:
+        deterministic_rule_delete(rule=obj, actor=actor, via=ADMIN_VIA)
 
 
 def _pretty(value: Any) -> str:
@@ -250,7 +294,7 @@ class ApiKeyForm(forms.ModelForm):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(AuditedChangesAdminMixin, admin.ModelAdmin):
+class ApiKeyAdmin(ServiceAdminMixin, admin.ModelAdmin):
     form = ApiKeyForm
     list_display = ["name", "prefix", "rate", "created_at", "last_used_at", "revoked_at"]
     list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
@@ -263,9 +307,15 @@ class ApiKeyAdmin(AuditedChangesAdminMixin, admin.ModelAdmin):
         # Keys are issued with `manage.py create_api_key`, which shows the key once.
         return False
 
+    def service_save(self, *, obj: ApiKey, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
+        api_key_update(api_key=obj, actor=actor, via=ADMIN_VIA, agents=m2m.get("agents"))
+
+    def service_delete(self, *, obj: ApiKey, actor: Any) -> None:
+        api_key_delete(api_key=obj, actor=actor, via=ADMIN_VIA)
+
     @admin.action(description=_("Revoke the selected API keys"), permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: Any) -> None:
-        revoked = sum(api_key_revoke(api_key=key, actor=f"admin:{request.user.get_username()}") for key in queryset)
+        revoked = sum(api_key_revoke(api_key=key, actor=request.user, via=ADMIN_VIA) for key in queryset)
         self.message_user(
             request, ngettext("%(n)d key revoked.", "%(n)d keys revoked.", revoked) % {"n": revoked}, messages.SUCCESS
         )

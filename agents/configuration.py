@@ -9,7 +9,9 @@ Secret values are given inline (``{"value": "..."}``, encrypted on import) or by
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -22,7 +24,10 @@ from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.errors import ApplicationError
 from agents.models import Agent, DeterministicRule
+from agents.services import agent_update, deterministic_rule_update
+from mcpregistry.contracts import ArgSpec, RetrySpec, ReturnsSpec
 from mcpregistry.models import McpServer, McpTool, ToolContract
+from mcpregistry.services import mcp_server_update, mcp_tool_create, tool_contract_update
 
 
 class _Strict(BaseModel):
@@ -56,43 +61,6 @@ class ServerSpec(_Strict):
     session_scope: Literal["per_run", "shared"] = "per_run"
     enabled: bool = True
     tool_prefix: str = ""
-
-
-class ArgSpec(_Strict):
-    type: Literal["str", "int", "float", "bool", "list", "dict"] | None = None
-    required: bool = False
-    allowed: list[Any] | None = None
-    min: float | None = None
-    max: float | None = None
-    max_length: int | None = None
-    pattern: str | None = None
-
-
-class FieldSpec(_Strict):
-    type: Literal["str", "int", "float", "bool", "list", "dict"] | None = None
-    non_empty: bool = False
-    max_items: int | None = Field(default=None, ge=0)
-    min: float | None = None
-    max: float | None = None
-
-
-class ReturnsSpec(_Strict):
-    type: Literal["str", "int", "float", "bool", "list", "dict"] | None = None
-    required: list[str] = Field(default_factory=list)
-    non_empty: bool = False
-    max_items: int | None = Field(default=None, ge=0)
-    max_chars: int | None = Field(default=None, ge=0)
-    fields: dict[str, FieldSpec] = Field(default_factory=dict)
-
-
-class RetrySpec(_Strict):
-    max_attempts: int = Field(default=3, ge=1, le=10)
-    on: list[Literal["timeout", "rate_limit", "transport"]] = Field(
-        default_factory=lambda: ["timeout", "rate_limit", "transport"]
-    )
-    backoff_base_s: float = Field(default=1.0, ge=0, le=60)
-    backoff_cap_s: float = Field(default=8.0, ge=0, le=600)
-    honor_retry_after: bool = True
 
 
 class ContractSpec(_Strict):
@@ -229,6 +197,7 @@ def _secret_map(
 
 
 def _save(
+    save: Callable[[], Any],
     obj: Any,
     key: str,
     report: ImportReport,
@@ -237,15 +206,16 @@ def _save(
     where: str,
     problems: _Problems,
 ) -> None:
+    """Save through ``save`` (a service, which validates and records the change); a validation error becomes a
+    problem of the entry."""
     try:
-        obj.full_clean()
+        save()
     except ValidationError as exc:
         for name, messages in exc.message_dict.items():
             for message in messages:
                 problems.add(where, f"{name}: {message}" if name != "__all__" else message)
         return
     after = _fields(obj)
-    obj.save()
     if created:
         report.created.append(key)
     elif before != after:
@@ -263,9 +233,14 @@ def _fields(obj: Any) -> dict[str, Any]:
 
 
 @transaction.atomic
-def config_import(*, document: dict[str, Any], dry_run: bool = False) -> ImportReport:
+def config_import(
+    *, document: dict[str, Any], actor: Any, via: str = "import_config", dry_run: bool = False
+) -> ImportReport:
     """Apply a configuration document. Raises ApplicationError naming every offending entry; then nothing
-    was changed. With ``dry_run`` the changes are computed and rolled back."""
+    was changed. With ``dry_run`` the changes are computed and rolled back, their audit events with them.
+
+    Every entry is written by its service (``mcp_server_*``, ``tool_contract_*``, ``agent_*``,
+    ``deterministic_rule_*``), so each change is one audit event naming ``actor`` and the path ``via``."""
     config = _parse(document)
     problems = _Problems()
     report = ImportReport()
@@ -284,7 +259,16 @@ def config_import(*, document: dict[str, Any], dry_run: bool = False) -> ImportR
         server.session_scope, server.tool_prefix = spec.session_scope, spec.tool_prefix
         server.env = _secret_map(spec.env, server.env or {}, where, problems)
         server.headers = _secret_map(spec.headers, server.headers or {}, where, problems)
-        _save(server, f"server {spec.mcp_id}", report, created, before, where, problems)
+        _save(
+            functools.partial(mcp_server_update, server=server, actor=actor, via=via),
+            server,
+            f"server {spec.mcp_id}",
+            report,
+            created,
+            before,
+            where,
+            problems,
+        )
         servers[spec.mcp_id] = server
 
     for i, cspec in enumerate(config.contracts):
@@ -294,7 +278,9 @@ def config_import(*, document: dict[str, Any], dry_run: bool = False) -> ImportR
             problems.add(where, f"unknown server '{cspec.mcp_id}'")
             continue
         # A contract may come before discovery: the tool row is created now and filled in by discovery.
-        tool, _ = McpTool.objects.get_or_create(server=server, name=cspec.tool)
+        tool = McpTool.objects.filter(server=server, name=cspec.tool).first() or mcp_tool_create(
+            server=server, name=cspec.tool, actor=actor, via=via
+        )
         contract = ToolContract.objects.filter(tool=tool).first()
         created = contract is None
         contract = contract or ToolContract(tool=tool)
@@ -310,7 +296,16 @@ def config_import(*, document: dict[str, Any], dry_run: bool = False) -> ImportR
             cspec.memo_ttl_s,
             cspec.idempotency_arg,
         )
-        _save(contract, f"contract {cspec.mcp_id}.{cspec.tool}", report, created, before, where, problems)
+        _save(
+            functools.partial(tool_contract_update, contract=contract, actor=actor, via=via),
+            contract,
+            f"contract {cspec.mcp_id}.{cspec.tool}",
+            report,
+            created,
+            before,
+            where,
+            problems,
+        )
 
     agents: dict[str, Agent] = {a.slug: a for a in Agent.objects.all()}
     for i, aspec in enumerate(config.agents):
@@ -342,13 +337,11 @@ def config_import(*, document: dict[str, Any], dry_run: bool = False) -> ImportR
             problems.add(where, f"unknown server(s): {', '.join(missing)}")
             continue
         try:
-            agent.full_clean()
+            agent_update(agent=agent, actor=actor, via=via, servers=[servers[m] for m in aspec.servers])
         except ValidationError as exc:
             for name, messages in exc.message_dict.items():
                 problems.add(where, f"{name}: {'; '.join(messages)}")
             continue
-        agent.save()
-        agent.servers.set([servers[m] for m in aspec.servers])
         after = {**_fields(agent), "servers": sorted(aspec.servers)}
         (report.created if created else report.updated if before != after else report.unchanged).append(
             f"agent {aspec.slug}"
@@ -372,7 +365,16 @@ def config_import(*, document: dict[str, Any], dry_run: bool = False) -> ImportR
         rule.order, rule.enabled, rule.server, rule.tool_name = rspec.order, rspec.enabled, server, rspec.tool
         rule.code = rspec.code
         rule.when, rule.params, rule.answer_template = rspec.when, rspec.params, rspec.answer_template
-        _save(rule, f"rule {rspec.agent or '*'}.{rspec.name}", report, created, before, where, problems)
+        _save(
+            functools.partial(deterministic_rule_update, rule=rule, actor=actor, via=via),
+            rule,
+            f"rule {rspec.agent or '*'}.{rspec.name}",
+            report,
+            created,
+            before,
+            where,
+            problems,
+        )
 
     if problems.items:
         transaction.set_rollback(True)

@@ -9,6 +9,7 @@ from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 from agent_platform.json import UnicodeJSONEncoder
+from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration
 from mcpregistry.crypto import EncryptedJSONField
 from mcpregistry.models import McpServer
 
@@ -17,7 +18,7 @@ DEFAULT_DETERMINISTIC_INSTRUCTION = (
 )
 
 
-class Agent(models.Model):
+class Agent(AuditedModel):
     """An agent: a system prompt, a model, the MCP servers whose tools it may call, and its rules."""
 
     class Provider(models.TextChoices):
@@ -76,6 +77,8 @@ class Agent(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    change_audit = ChangeAudit(entity="agent", operational_fields=frozenset({"updated_at"}))
+
     class Meta:
         verbose_name = _("agent")
         verbose_name_plural = _("agents")
@@ -85,7 +88,7 @@ class Agent(models.Model):
         return self.slug
 
 
-class DeterministicRule(models.Model):
+class DeterministicRule(AuditedModel):
     """A routing rule evaluated before the model: when its conditions hold, its tool is called.
 
     ``when`` holds the conditions (all must hold): ``all_keywords`` and ``any_keywords`` (lists of strings)
@@ -136,6 +139,8 @@ class DeterministicRule(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    change_audit = ChangeAudit(entity="deterministic_rule", operational_fields=frozenset({"updated_at"}))
+
     class Meta:
         verbose_name = _("deterministic rule")
         verbose_name_plural = _("deterministic rules")
@@ -143,6 +148,9 @@ class DeterministicRule(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def audit_target(self) -> tuple[str, str]:
+        return (self.server.mcp_id if self.server_id else ""), self.tool_name
 
     def clean(self) -> None:
         """A code rule must be importable, decorated, and name a server bound to its agent; an admin rule needs a
@@ -190,7 +198,7 @@ class DeterministicRule(models.Model):
             raise ValidationError(errors)
 
 
-class ApiKey(models.Model):
+class ApiKey(AuditedModel):
     """A key an API caller presents as ``Authorization: Bearer <key>``. Only its SHA-256 digest is stored."""
 
     name = models.CharField(_("name"), max_length=200)
@@ -209,6 +217,10 @@ class ApiKey(models.Model):
     last_used_at = models.DateTimeField(_("last used"), null=True, blank=True)
     revoked_at = models.DateTimeField(_("revoked"), null=True, blank=True)
 
+    change_audit = ChangeAudit(
+        entity="api_key", operational_fields=frozenset({"last_used_at"}), unrecorded_fields=frozenset({"digest"})
+    )
+
     class Meta:
         verbose_name = _("API key")
         verbose_name_plural = _("API keys")
@@ -216,6 +228,9 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+    def audit_actor_label(self) -> str:
+        return f"api_key:{self.prefix}"
 
     # DRF asks these of request.user.
     @property
@@ -273,6 +288,10 @@ class Run(models.Model):
     started_at = models.DateTimeField(_("started"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
 
+    change_audit = NotConfiguration(
+        "a run is a caller's request and its outcome; its tool calls are audited as they happen"
+    )
+
     class Meta:
         verbose_name = _("run")
         verbose_name_plural = _("runs")
@@ -316,6 +335,10 @@ class Approval(models.Model):
     result = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("result (masked)"), null=True, blank=True)
     created_at = models.DateTimeField(_("requested"), auto_now_add=True)
 
+    change_audit = NotConfiguration(
+        "decisions are audited by the approval services (requested, approved/rejected, executed)"
+    )
+
     class Meta:
         verbose_name = _("approval")
         verbose_name_plural = _("approvals")
@@ -333,6 +356,8 @@ class RunEvent(models.Model):
     kind = models.CharField(_("kind"), max_length=40)
     data = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("data (masked)"), default=dict)
     created_at = models.DateTimeField(_("time"), auto_now_add=True)
+
+    change_audit = NotConfiguration("a run's progress stream, derived from the run")
 
     class Meta:
         verbose_name = _("run event")

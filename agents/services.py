@@ -6,7 +6,7 @@ import hashlib
 import json
 import logging
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,9 +15,11 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
-from agents.models import Agent, ApiKey, Approval, Run
+from agents.models import Agent, ApiKey, Approval, DeterministicRule, Run
+from audit.changes import audited_delete, audited_save, change_scope, config_change_record
 from audit.masking import mask_text
 from audit.services import audit_event_record
+from mcpregistry.models import McpServer
 
 logger = logging.getLogger(__name__)
 
@@ -28,13 +30,33 @@ def api_key_digest(raw_key: str) -> str:
     return hashlib.sha256(raw_key.encode("utf-8")).hexdigest()
 
 
-@transaction.atomic
-def api_key_create(*, name: str, agents: Iterable[Agent] = ()) -> tuple[ApiKey, str]:
-    """Issue a key. Returns the row and the raw key, which is shown once and never stored."""
+def api_key_create(
+    *, name: str, actor: Any, via: str, agents: Iterable[Agent] = (), rate: str = ""
+) -> tuple[ApiKey, str]:
+    """Issue a key (recorded as ``config.api_key.create``: its name, prefix and agents, never the key or its
+    digest). Returns the row and the raw key, which is shown once and never stored."""
     raw = API_KEY_PREFIX + secrets.token_urlsafe(32)
-    key = ApiKey.objects.create(name=name, prefix=raw[:12], digest=api_key_digest(raw))
-    key.agents.set(list(agents))
+    key = ApiKey(name=name, prefix=raw[:12], digest=api_key_digest(raw), rate=rate)
+    audited_save(key, actor=actor, via=via, m2m={"agents": list(agents)})
     return key, raw
+
+
+def api_key_update(
+    *,
+    api_key: ApiKey,
+    actor: Any,
+    via: str,
+    data: Mapping[str, Any] | None = None,
+    agents: Iterable[Agent] | None = None,
+) -> ApiKey:
+    """Change a key's name, rate limit or agents."""
+    return audited_save(
+        api_key, actor=actor, via=via, data=data, m2m=None if agents is None else {"agents": list(agents)}
+    )
+
+
+def api_key_delete(*, api_key: ApiKey, actor: Any, via: str) -> None:
+    audited_delete(api_key, actor=actor, via=via)
 
 
 def api_key_authenticate(*, raw_key: str) -> ApiKey | None:
@@ -46,20 +68,56 @@ def api_key_authenticate(*, raw_key: str) -> ApiKey | None:
 
 
 @transaction.atomic
-def api_key_revoke(*, api_key: ApiKey, actor: str) -> bool:
+def api_key_revoke(*, api_key: ApiKey, actor: Any, via: str) -> bool:
     """Revoke a key from now on (its next request is a 401). Compare-and-swap: returns False, and changes
-    nothing, if it was already revoked. The revocation is audited in the same transaction."""
+    nothing, if it was already revoked. The revocation (``config.api_key.revoke``) is audited in the same
+    transaction."""
     now = timezone.now()
-    revoked = ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=now) == 1
-    if revoked:
-        api_key.revoked_at = now
-        audit_event_record(
-            source="admin",
-            action="api_key.revoke",
-            args={"key_prefix": api_key.prefix, "name": api_key.name},
-            actor=actor,
-        )
+    with change_scope(actor=actor, via=via):
+        revoked = ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=now) == 1
+        if revoked:
+            api_key.revoked_at = now
+            config_change_record(obj=api_key, verb="revoke", diff={"revoked_at": [None, now.isoformat()]})
     return revoked
+
+
+def agent_create(*, actor: Any, via: str, data: Mapping[str, Any], servers: Iterable[McpServer] = ()) -> Agent:
+    """Define an agent with its bound servers."""
+    return audited_save(Agent(), actor=actor, via=via, data=data, m2m={"servers": list(servers)})
+
+
+def agent_update(
+    *,
+    agent: Agent,
+    actor: Any,
+    via: str,
+    data: Mapping[str, Any] | None = None,
+    servers: Iterable[McpServer] | None = None,
+) -> Agent:
+    """Change an agent (prompt, model, mode, limits) and, given ``servers``, the servers it binds."""
+    return audited_save(
+        agent, actor=actor, via=via, data=data, m2m=None if servers is None else {"servers": list(servers)}
+    )
+
+
+def agent_delete(*, agent: Agent, actor: Any, via: str) -> None:
+    """Delete an agent with its rules (its runs are kept: the delete is refused while it has runs)."""
+    audited_delete(agent, actor=actor, via=via)
+
+
+def deterministic_rule_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> DeterministicRule:
+    """Add a rule (validated: a code rule importable, an admin rule's tool known and its params fitting)."""
+    return audited_save(DeterministicRule(), actor=actor, via=via, data=data)
+
+
+def deterministic_rule_update(
+    *, rule: DeterministicRule, actor: Any, via: str, data: Mapping[str, Any] | None = None
+) -> DeterministicRule:
+    return audited_save(rule, actor=actor, via=via, data=data)
+
+
+def deterministic_rule_delete(*, rule: DeterministicRule, actor: Any, via: str) -> None:
+    audited_delete(rule, actor=actor, via=via)
 
 
 def request_digest(body: Any) -> str:

@@ -385,3 +385,7 @@ class AuditCheckpointAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+# Users and groups are changed through the audited role services.
+from audit import admin_roles  # noqa: E402, F401

@@ -13,6 +13,7 @@ from django.utils.translation import gettext_lazy as _
 
 from agent_platform.json import UnicodeJSONEncoder
 from audit.chain import GENESIS_HASH
+from audit.change_guard import NotConfiguration
 
 
 class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
@@ -59,6 +60,8 @@ class AuditEvent(models.Model):
 
     objects = AuditEventQuerySet.as_manager()
 
+    change_audit = NotConfiguration("the audit record itself: append-only, written only by audit.services")
+
     class Meta:
         verbose_name = _("audit event")
         verbose_name_plural = _("audit events")
@@ -88,6 +91,8 @@ class AuditChainHead(models.Model):
     seq = models.BigIntegerField(_("last sequence number"), default=0)
     hash = models.CharField(_("last hash"), max_length=64, default=GENESIS_HASH)
 
+    change_audit = NotConfiguration("the chain's head, moved by every append")
+
     class Meta:
         verbose_name = _("audit chain head")
         verbose_name_plural = _("audit chain head")
@@ -107,6 +112,8 @@ class AuditCheckpoint(models.Model):
     archived_at = models.DateTimeField(_("archived at"), default=timezone.now)
     file_name = models.CharField(_("archive file"), max_length=1000)
     count = models.PositiveIntegerField(_("events archived"))
+
+    change_audit = NotConfiguration("written by archive_audit, which is itself recorded")
 
     class Meta:
         verbose_name = _("audit checkpoint")

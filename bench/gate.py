@@ -45,7 +45,7 @@ def main() -> None:
         env={"FAILURE_MODE": "none"},
         session_scope="shared",
     )
-    assert mcp_server_discover(server=server).ok
+    assert mcp_server_discover(server=server, actor="system:bench", via="bench").ok
     apply_demo_contracts(server)
     server = McpServer.objects.prefetch_related("tools__contract").get(pk=server.pk)
     pool = get_default_pool()

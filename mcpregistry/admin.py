@@ -15,9 +15,20 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from audit.admin_changes import AuditedChangesAdminMixin
+from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from mcpregistry.models import McpServer, McpTool, ToolContract
-from mcpregistry.services import mcp_server_discover
+from mcpregistry.services import (
+    mcp_server_create,
+    mcp_server_delete,
+    mcp_server_discover,
+    mcp_server_update,
+    mcp_tool_delete,
+    mcp_tool_review_approve,
+    mcp_tool_update,
+    tool_contract_create,
+    tool_contract_delete,
+    tool_contract_update,
+)
 
 
 class SecretMapField(forms.CharField):
@@ -125,7 +136,7 @@ class McpToolInline(admin.TabularInline):
 
 
 @admin.register(McpServer)
-class McpServerAdmin(AuditedChangesAdminMixin, admin.ModelAdmin):
+class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
     form = McpServerForm
     list_display = [
         "mcp_id",
@@ -178,6 +189,24 @@ class McpServerAdmin(AuditedChangesAdminMixin, admin.ModelAdmin):
         ),
     ]
 
+    inline_services = {
+        McpTool: (
+            lambda *, obj, actor, via, creating: mcp_tool_update(tool=obj, actor=actor, via=via),
+            lambda *, obj, actor, via: None,  # tools are never deleted here (can_delete is off)
+        )
+    }
+
+    def service_save(self, *, obj: McpServer, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
+        if change:
+            mcp_server_update(server=obj, actor=actor, via=ADMIN_VIA)
+        else:
+            saved = mcp_server_create(actor=actor, via=ADMIN_VIA, data=form_data(obj))
+            obj.pk = saved.pk
+            obj._state.adding = False
+
+    def service_delete(self, *, obj: McpServer, actor: Any) -> None:
+        mcp_server_delete(server=obj, actor=actor, via=ADMIN_VIA)
+
     @admin.display(description=_("server info"))
     def server_info_pretty(self, obj: McpServer) -> str:
         return _pre(obj.server_info)
@@ -226,7 +255,7 @@ class McpServerAdmin(AuditedChangesAdminMixin, admin.ModelAdmin):
     @admin.action(description=_("Discover tools (connect and list)"))
     def discover_tools(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
         for server in queryset:
-            report = mcp_server_discover(server=server)
+            report = mcp_server_discover(server=server, actor=request.user, via=ADMIN_VIA)
             if report.ok:
                 self.message_user(request, _("%(id)s: %(n)d tools") % {"id": server.mcp_id, "n": report.tool_count})
             else:
@@ -252,8 +281,19 @@ class ToolContractInline(admin.StackedInline):
     ]
 
 
+def _contract_save(*, obj: ToolContract, actor: Any, via: str, creating: bool) -> None:
+    if creating:
+        tool_contract_create(tool=obj.tool, actor=actor, via=via, data=form_data(obj))
+    else:
+        tool_contract_update(contract=obj, actor=actor, via=via)
+
+
+def _contract_delete(*, obj: ToolContract, actor: Any, via: str) -> None:
+    tool_contract_delete(contract=obj, actor=actor, via=via)
+
+
 @admin.register(McpTool)
-class McpToolAdmin(AuditedChangesAdminMixin, admin.ModelAdmin):
+class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
     list_display = ["name", "server", "enabled", "available", "review_required", "risk", "discovered_at"]
     list_filter = ["server", "enabled", "available", "review_required"]
     search_fields = ["name", "description"]
@@ -282,6 +322,13 @@ class McpToolAdmin(AuditedChangesAdminMixin, admin.ModelAdmin):
     ]
     inlines = [ToolContractInline]
     actions = ["approve_reviewed_changes"]
+    inline_services = {ToolContract: (_contract_save, _contract_delete)}
+
+    def service_save(self, *, obj: McpTool, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
+        mcp_tool_update(tool=obj, actor=actor, via=ADMIN_VIA)
+
+    def service_delete(self, *, obj: McpTool, actor: Any) -> None:
+        mcp_tool_delete(tool=obj, actor=actor, via=ADMIN_VIA)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -317,9 +364,7 @@ class McpToolAdmin(AuditedChangesAdminMixin, admin.ModelAdmin):
 
     @admin.action(description=_("Approve reviewed changes and enable"))
     def approve_reviewed_changes(self, request: HttpRequest, queryset: QuerySet[McpTool]) -> None:
-        count = queryset.filter(review_required=True).update(
-            review_required=False, enabled=True, previous_description="", previous_input_schema=None
-        )
+        count = sum(mcp_tool_review_approve(tool=tool, actor=request.user, via=ADMIN_VIA) for tool in queryset)
         self.message_user(request, _("%(n)d tool(s) approved.") % {"n": count})
 
 

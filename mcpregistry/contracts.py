@@ -10,7 +10,9 @@ import json
 import random
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 JSON_TYPES = {
     "string": "str",
@@ -94,6 +96,54 @@ DEFAULT_RETRY: dict[str, Any] = {
 # Reasons a retry can fix. Anything else (a bad argument, a wrong shape, an empty result) fails at once: asking
 # again gets the same answer and only burns the budget.
 RETRYABLE = frozenset({"timeout", "rate_limit", "transport"})
+
+
+# ---- the shapes of a contract's JSON fields (validated at the service boundary and by the model) ----------------
+
+JsonType = Literal["str", "int", "float", "bool", "list", "dict"]
+RetryReason = Literal["timeout", "rate_limit", "transport"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ArgSpec(_Strict):
+    type: JsonType | None = None
+    required: bool = False
+    allowed: list[Any] | None = None
+    min: float | None = None
+    max: float | None = None
+    max_length: int | None = None
+    pattern: str | None = None
+
+
+class FieldSpec(_Strict):
+    type: JsonType | None = None
+    non_empty: bool = False
+    max_items: int | None = Field(default=None, ge=0)
+    min: float | None = None
+    max: float | None = None
+
+
+class ReturnsSpec(_Strict):
+    type: JsonType | None = None
+    required: list[str] = Field(default_factory=list)
+    non_empty: bool = False
+    max_items: int | None = Field(default=None, ge=0)
+    max_chars: int | None = Field(default=None, ge=0)
+    fields: dict[str, FieldSpec] = Field(default_factory=dict)
+
+
+class RetrySpec(_Strict):
+    """A contract's retry policy. Its defaults are :data:`DEFAULT_RETRY`'s (defined once, read by the gate)."""
+
+    max_attempts: int = Field(default=DEFAULT_RETRY["max_attempts"], ge=1, le=10)
+    on: list[RetryReason] = Field(default_factory=lambda: list(DEFAULT_RETRY["on"]))
+    backoff_base_s: float = Field(default=DEFAULT_RETRY["backoff_base_s"], ge=0, le=60)
+    backoff_cap_s: float = Field(default=DEFAULT_RETRY["backoff_cap_s"], ge=0, le=600)
+    honor_retry_after: bool = DEFAULT_RETRY["honor_retry_after"]
+
 
 _PY_TYPES: dict[str, tuple[type, ...]] = {
     "str": (str,),

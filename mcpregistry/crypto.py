@@ -71,7 +71,12 @@ def rotate_token(token: str) -> str:
 
 
 class EncryptedJSONField(models.TextField):
-    """A JSON object stored encrypted (Fernet). In Python it is a plain dict; in the database, ciphertext."""
+    """A JSON object stored encrypted (Fernet). In Python it is a plain dict; in the database, ciphertext.
+
+    ``secret``: its values are secrets (the change audit records only which names were set, changed or cleared).
+    """
+
+    secret = True
 
     def from_db_value(self, value: str | None, expression: Any, connection: Any) -> Any:
         if value in (None, ""):

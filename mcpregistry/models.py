@@ -12,8 +12,11 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.json import UnicodeJSONEncoder
+from audit.change_guard import AuditedModel, ChangeAudit
+from mcpregistry.contracts import ArgSpec, RetrySpec, ReturnsSpec
 from mcpregistry.crypto import EncryptedJSONField
 
 # langchain-mcp-adapters expands ${VAR} in env values from the worker's environment: refuse them at save.
@@ -29,7 +32,7 @@ def secret_entry_value(entry: Any) -> str | None:
     return None if entry is None else str(entry)
 
 
-class McpServer(models.Model):
+class McpServer(AuditedModel):
     """A binding to one MCP server: how to start or reach it, and its secrets.
 
     ``env`` (stdio) and ``headers`` (HTTP) hold secret values, encrypted at rest: never shown back by the admin
@@ -91,6 +94,25 @@ class McpServer(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    change_audit = ChangeAudit(
+        entity="mcp_server",
+        operational_fields=frozenset(
+            {
+                "health",
+                "last_checked_at",
+                "last_error",
+                "breaker_state",
+                "breaker_failures",
+                "breaker_opened_at",
+                "protocol_version",
+                "server_info",
+                "resources",
+                "prompts",
+                "updated_at",
+            }
+        ),
+    )
+
     class Meta:
         verbose_name = _("MCP server")
         verbose_name_plural = _("MCP servers")
@@ -98,6 +120,9 @@ class McpServer(models.Model):
 
     def __str__(self) -> str:
         return self.mcp_id
+
+    def audit_target(self) -> tuple[str, str]:
+        return self.mcp_id, ""
 
     def clean(self) -> None:
         errors: dict[str, list[str]] = {}
@@ -168,7 +193,7 @@ class McpServer(models.Model):
         return f"run:{run_id}"
 
 
-class McpTool(models.Model):
+class McpTool(AuditedModel):
     """A tool a server exposes, as last discovered. Admins may disable a tool.
 
     If the description or input schema of an enabled tool changes at a later discovery (a "rug pull"), the
@@ -202,6 +227,8 @@ class McpTool(models.Model):
     )
     discovered_at = models.DateTimeField(_("discovered"), null=True, blank=True)
 
+    change_audit = ChangeAudit(entity="mcp_tool", operational_fields=frozenset({"discovered_at"}))
+
     class Meta:
         verbose_name = _("MCP tool")
         verbose_name_plural = _("MCP tools")
@@ -210,6 +237,9 @@ class McpTool(models.Model):
 
     def __str__(self) -> str:
         return f"{self.server.mcp_id}.{self.name}"
+
+    def audit_target(self) -> tuple[str, str]:
+        return self.server.mcp_id, self.name
 
     @property
     def exposed_name(self) -> str:
@@ -221,7 +251,7 @@ class McpTool(models.Model):
         return self.enabled and self.available and not self.review_required and not self.schema_error
 
 
-class ToolContract(models.Model):
+class ToolContract(AuditedModel):
     """How a tool may be called and what it must return (seed 004), enforced by the gate on every call.
 
     ``args``: per argument ``{"type": "str|int|float|bool|list|dict", "required", "allowed", "min", "max",
@@ -271,6 +301,8 @@ class ToolContract(models.Model):
     )
     updated_at = models.DateTimeField(auto_now=True)
 
+    change_audit = ChangeAudit(entity="tool_contract", operational_fields=frozenset({"updated_at"}))
+
     class Meta:
         verbose_name = _("tool contract")
         verbose_name_plural = _("tool contracts")
@@ -278,12 +310,11 @@ class ToolContract(models.Model):
     def __str__(self) -> str:
         return f"contract of {self.tool}"
 
+    def audit_target(self) -> tuple[str, str]:
+        return self.tool.server.mcp_id, self.tool.name
+
     def clean(self) -> None:
         """The JSON fields must have the shapes the gate reads (see the class docstring)."""
-        from pydantic import ValidationError as PydanticValidationError
-
-        from agents.configuration import ArgSpec, RetrySpec, ReturnsSpec
-
         errors: dict[str, list[str]] = {}
         checks = [("args", lambda: {k: ArgSpec.model_validate(v) for k, v in (self.args or {}).items()})]
         checks += [("returns", lambda: ReturnsSpec.model_validate(self.returns or {}))]

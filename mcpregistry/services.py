@@ -1,17 +1,122 @@
-"""Services for MCP bindings: discovery and health."""
+"""Services for MCP bindings: every change to a server, its secrets, its tools and their contracts, and
+discovery (which changes tools) — each writes the change and its audit event in one transaction.
+
+Every function takes ``actor`` (a user, an API key or ``"system:<command>"``) and ``via`` (the path:
+``admin``, ``import_config``, ``seed_demo``, ``mcp_discover``, ...). ``data`` maps field names to new values;
+validation errors are Django's ``ValidationError`` (nothing is written then).
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
+from audit.changes import audited_delete, audited_save, change_scope, config_change_record
 from audit.masking import mask_text
 from mcpregistry.contracts import contract_defaults, schema_problem
+from mcpregistry.crypto import PREFIX, rotate_token
 from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.pool import get_default_pool
+
+
+def mcp_server_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> McpServer:
+    """Bind a server. ``data`` holds its fields (``env``/``headers`` as maps of secret values)."""
+    return audited_save(McpServer(), actor=actor, via=via, data=data)
+
+
+def mcp_server_update(*, server: McpServer, actor: Any, via: str, data: Mapping[str, Any] | None = None) -> McpServer:
+    """Change a binding (``server`` may already carry the changes, as an admin form's instance does). A secret
+    shows in the audit as ``set``/``changed``/``cleared`` per name, never as a value."""
+    return audited_save(server, actor=actor, via=via, data=data)
+
+
+def mcp_server_delete(*, server: McpServer, actor: Any, via: str) -> None:
+    """Unbind a server, with its tools and their contracts (the event counts what went)."""
+    audited_delete(server, actor=actor, via=via)
+
+
+@transaction.atomic
+def mcp_server_secrets_rotate(*, actor: Any, via: str) -> int:
+    """Re-encrypt every binding's stored secrets with the newest key of ``SECRETS_ENCRYPTION_KEYS``. The values
+    do not change; each binding's re-encryption is recorded (``config.mcp_server.rotate_secrets``). Returns the
+    number of bindings re-encrypted. Works on the stored ciphertext, so a binding's values are never decrypted
+    into the process beyond Fernet's own rotation."""
+    rotated = 0
+    with change_scope(actor=actor, via=via):
+        for server in McpServer.objects.order_by("mcp_id"):
+            # The field decrypts on read; the ciphertext is rotated in the columns themselves.
+            table, quote = McpServer._meta.db_table, connection.ops.quote_name
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT env, headers FROM {quote(table)} WHERE id = %s", [server.pk])  # noqa: S608
+                env, headers = cursor.fetchone()
+                new_env = rotate_token(env) if env and env.startswith(PREFIX) else env
+                new_headers = rotate_token(headers) if headers and headers.startswith(PREFIX) else headers
+                cursor.execute(
+                    f"UPDATE {quote(table)} SET env = %s, headers = %s WHERE id = %s",  # noqa: S608
+                    [new_env, new_headers, server.pk],
+                )
+            names = {"env": sorted(server.env or {}), "headers": sorted(server.headers or {})}
+            config_change_record(
+                obj=server,
+                verb="rotate_secrets",
+                diff={k: dict.fromkeys(v, "re-encrypted") for k, v in names.items() if v},
+            )
+            rotated += 1
+    return rotated
+
+
+def mcp_tool_create(
+    *, server: McpServer, name: str, actor: Any, via: str, data: Mapping[str, Any] | None = None
+) -> McpTool:
+    """Register a tool before discovery has listed it (a contract imported as code); discovery fills it in."""
+    return audited_save(McpTool(server=server, name=name), actor=actor, via=via, data=data, validate=False)
+
+
+def mcp_tool_update(*, tool: McpTool, actor: Any, via: str, data: Mapping[str, Any] | None = None) -> McpTool:
+    """Change a tool as an admin may (``enabled``)."""
+    return audited_save(tool, actor=actor, via=via, data=data)
+
+
+def mcp_tool_review_approve(*, tool: McpTool, actor: Any, via: str) -> bool:
+    """Accept a tool's changed description/schema (a rug-pull review) and enable it. Returns False (and records
+    nothing) if the tool awaits no review."""
+    if not tool.review_required:
+        return False
+    audited_save(
+        tool,
+        actor=actor,
+        via=via,
+        data={"review_required": False, "enabled": True, "previous_description": "", "previous_input_schema": None},
+        validate=False,
+        verb="review_approve",
+    )
+    return True
+
+
+def mcp_tool_delete(*, tool: McpTool, actor: Any, via: str) -> None:
+    """Remove a tool row (and its contract); a later discovery lists it again if the server still has it."""
+    audited_delete(tool, actor=actor, via=via)
+
+
+def tool_contract_create(*, tool: McpTool, actor: Any, via: str, data: Mapping[str, Any]) -> ToolContract:
+    return audited_save(ToolContract(tool=tool), actor=actor, via=via, data=data)
+
+
+def tool_contract_update(
+    *, contract: ToolContract, actor: Any, via: str, data: Mapping[str, Any] | None = None
+) -> ToolContract:
+    """Change a contract: its argument and result constraints, retries, timeout, fallback, risk, memo."""
+    return audited_save(contract, actor=actor, via=via, data=data)
+
+
+def tool_contract_delete(*, contract: ToolContract, actor: Any, via: str) -> None:
+    audited_delete(contract, actor=actor, via=via)
+
 
 logger = logging.getLogger(__name__)
 
@@ -29,12 +134,16 @@ class DiscoveryReport:
     tool_count: int = 0
 
 
-def mcp_server_discover(*, server: McpServer) -> DiscoveryReport:
+def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> DiscoveryReport:
     """Connect (or reuse the pooled session), list the server's tools and update the registry.
 
     New tools are added enabled; changed ones updated; tools no longer listed are marked unavailable; an
     admin's per-tool enable/disable is kept. The server's health is recorded either way. Never raises for
     the server's failure: the report and the binding's health carry it.
+
+    The tool drift is audited in the same transaction as the registry's update: one event per tool added
+    (``config.mcp_tool.create``, with its contract), changed (``config.mcp_tool.update``, with the diff; a
+    rug pull also shows ``review_required``) or vanished (``config.mcp_tool.vanish``).
     """
     report = DiscoveryReport(mcp_id=server.mcp_id, ok=False)
     # A per-run server gets a session for this discovery alone; a shared one warms this process's session.
@@ -53,7 +162,7 @@ def mcp_server_discover(*, server: McpServer) -> DiscoveryReport:
         if scope is not None:
             get_default_pool().close_scope(scope)
     now = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(), change_scope(actor=actor, via=via):
         existing = {t.name: t for t in server.tools.all()}
         seen: set[str] = set()
         for listed in listing.tools:
@@ -66,21 +175,34 @@ def mcp_server_discover(*, server: McpServer) -> DiscoveryReport:
                 report.schema_errors.append(f"{name}: {problem}")
             tool = existing.get(name)
             if tool is None:
-                tool = McpTool.objects.create(
-                    server=server,
-                    name=name,
-                    description=description,
-                    input_schema=input_schema,
-                    annotations=listed.get("annotations") or {},
-                    schema_error=problem or "",
-                    discovered_at=now,
+                tool = audited_save(
+                    McpTool(
+                        server=server,
+                        name=name,
+                        description=description,
+                        input_schema=input_schema,
+                        annotations=listed.get("annotations") or {},
+                        schema_error=problem or "",
+                        discovered_at=now,
+                    ),
+                    actor=actor,
+                    via=via,
+                    validate=False,
                 )
-                ToolContract.objects.create(tool=tool, **contract_defaults(input_schema, tool.annotations))
+                audited_save(
+                    ToolContract(tool=tool, **contract_defaults(input_schema, tool.annotations)),
+                    actor=actor,
+                    via=via,
+                    validate=False,
+                )
                 report.added.append(name)
                 continue
             if not ToolContract.objects.filter(tool=tool).exists():
-                ToolContract.objects.create(
-                    tool=tool, **contract_defaults(input_schema, listed.get("annotations") or {})
+                audited_save(
+                    ToolContract(tool=tool, **contract_defaults(input_schema, listed.get("annotations") or {})),
+                    actor=actor,
+                    via=via,
+                    validate=False,
                 )
             changed = tool.description != description or tool.input_schema != input_schema
             updates: dict[str, object] = {
@@ -102,10 +224,10 @@ def mcp_server_discover(*, server: McpServer) -> DiscoveryReport:
                         previous_input_schema=tool.input_schema,
                     )
                     report.review_required.append(name)
-            McpTool.objects.filter(pk=tool.pk).update(**updates)
+            audited_save(tool, actor=actor, via=via, data=updates, validate=False)
         for name, tool in existing.items():
             if name not in seen and tool.available:
-                McpTool.objects.filter(pk=tool.pk).update(available=False)
+                audited_save(tool, actor=actor, via=via, data={"available": False}, validate=False, verb="vanish")
                 report.vanished.append(name)
         schema_error = (
             "tools with an unusable input schema (never offered to a model): " + "; ".join(report.schema_errors)

@@ -23,6 +23,10 @@ from mcpregistry.models import McpServer
 from mcpregistry.pool import shutdown_default_pool
 from mcpregistry.services import mcp_server_discover
 
+# Test code may create configuration rows directly (fixtures); the platform's own code never may, here as in
+# production (audit/change_guard.py).
+settings.PLATFORM_CHANGE_GUARD = "tests"
+
 # A secret bound to the demo server in tests: it must never be stored or shown anywhere.
 DEMO_SECRET = "sk-test-binding-secret-5f2b9c1d7e"
 
@@ -71,7 +75,7 @@ def bind_demo_server(
         timeout_s=10,
         session_scope=session_scope,
     )
-    report = mcp_server_discover(server=server)
+    report = mcp_server_discover(server=server, actor="test", via="tests")
     assert report.ok, report.error
     apply_demo_contracts(server)
     return server
@@ -112,13 +116,13 @@ def demo_agent(demo_server: McpServer) -> Agent:
 @pytest.fixture
 def api_caller(db: Any) -> tuple[ApiKey, str]:
     """An API caller persona: a key for every agent."""
-    return api_key_create(name="caller")
+    return api_key_create(actor="test", via="tests", name="caller")
 
 
 @pytest.fixture
 def outsider(db: Any) -> tuple[ApiKey, str]:
     """Another API caller, who must not see the first caller's runs."""
-    return api_key_create(name="outsider")
+    return api_key_create(actor="test", via="tests", name="outsider")
 
 
 @pytest.fixture

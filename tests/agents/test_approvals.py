@@ -57,9 +57,9 @@ def writer(db, notes):  # type: ignore[no-untyped-def]
         env={"NOTES_FILE": str(notes)},
         session_scope="shared",
     )
-    assert mcp_server_discover(server=server).ok
+    assert mcp_server_discover(server=server, actor="test", via="tests").ok
     ToolContract.objects.filter(tool__server=server, tool__name="append_note").update(idempotency_arg="idempotency_key")
-    key, raw = api_key_create(name="caller")
+    key, raw = api_key_create(actor="test", via="tests", name="caller")
     agent = make_agent(slug="notes", servers=[server], provider="scripted", script=WRITES_A_NOTE, with_demo_rules=False)
     run = Run.objects.create(agent=agent, api_key=key, query="회의록을 저장해줘")
     client = APIClient()
@@ -211,8 +211,8 @@ def test_an_approved_call_runs_with_its_exact_arguments_though_the_stored_conver
         env={"NOTES_FILE": str(notes)},
         session_scope="shared",
     )
-    assert mcp_server_discover(server=server).ok
-    key, raw = api_key_create(name="caller")
+    assert mcp_server_discover(server=server, actor="test", via="tests").ok
+    key, raw = api_key_create(actor="test", via="tests", name="caller")
     script = [{"tool_calls": [{"name": "append_note", "args": {"text": secretish}}]}, {"content": "{last_tool_result}"}]
     agent = make_agent(slug="exact", servers=[server], provider="scripted", script=script, with_demo_rules=False)
     run = Run.objects.create(agent=agent, api_key=key, query="저장")

@@ -79,7 +79,7 @@ def document() -> dict:
 
 
 def test_an_import_creates_everything_and_a_second_changes_nothing() -> None:
-    first = config_import(document=document())
+    first = config_import(actor="test", document=document())
     assert len(first.created) == 5 and not first.updated
     server = McpServer.objects.get(mcp_id="company")
     assert server.env["INTERNAL_API_KEY"] == SECRET
@@ -90,16 +90,16 @@ def test_an_import_creates_everything_and_a_second_changes_nothing() -> None:
     assert list(Agent.objects.get(slug="assistant").servers.values_list("mcp_id", flat=True)) == ["company"]
     assert DeterministicRule.objects.get(name="소속 조회").params == {"name": "{match.name}"}
 
-    second = config_import(document=document())
+    second = config_import(actor="test", document=document())
     assert not second.created and not second.updated
     assert len(second.unchanged) == 5
 
 
 def test_a_changed_entry_is_reported_as_updated() -> None:
-    config_import(document=document())
+    config_import(actor="test", document=document())
     changed = document()
     changed["agents"][0]["max_iterations"] = 8
-    report = config_import(document=changed)
+    report = config_import(actor="test", document=changed)
     assert report.updated == ["agent assistant"]
 
 
@@ -107,7 +107,7 @@ def test_a_bad_entry_imports_nothing_and_is_named() -> None:
     bad = document()
     bad["servers"][1]["url"] = "ftp://nowhere/mcp"
     with pytest.raises(ApplicationError) as exc:
-        config_import(document=bad)
+        config_import(actor="test", document=bad)
     assert "servers[1] (docs)" in exc.value.message
     assert not McpServer.objects.exists() and not Agent.objects.exists()
 
@@ -116,7 +116,7 @@ def test_a_schema_error_names_the_entry_and_the_field() -> None:
     bad = document()
     bad["contracts"][0]["risk"] = "maybe"
     with pytest.raises(ApplicationError) as exc:
-        config_import(document=bad)
+        config_import(actor="test", document=bad)
     assert "contracts[0] (company.get_asset_status).risk" in exc.value.message
 
 
@@ -124,13 +124,13 @@ def test_a_rule_for_an_unknown_server_is_refused() -> None:
     bad = document()
     bad["rules"][0]["mcp_id"] = "ghost"
     with pytest.raises(ApplicationError) as exc:
-        config_import(document=bad)
+        config_import(actor="test", document=bad)
     assert "rules[0] (assistant.소속 조회): unknown server 'ghost'" in exc.value.message
     assert not DeterministicRule.objects.exists()
 
 
 def test_export_writes_no_secret_value_and_round_trips() -> None:
-    config_import(document=document())
+    config_import(actor="test", document=document())
     exported = config_export()
     text = json.dumps(exported, ensure_ascii=False)
     assert SECRET not in text
@@ -138,7 +138,7 @@ def test_export_writes_no_secret_value_and_round_trips() -> None:
     assert company["env"]["INTERNAL_API_KEY"] == {"set": True}
     docs = next(s for s in exported["servers"] if s["mcp_id"] == "docs")
     assert docs["headers"]["Authorization"] == {"from_env": "DOCS_TOKEN"}
-    report = config_import(document=exported)
+    report = config_import(actor="test", document=exported)
     assert not report.created and not report.updated
     assert McpServer.objects.get(mcp_id="company").env["INTERNAL_API_KEY"] == SECRET
 
@@ -147,7 +147,7 @@ def test_keeping_a_secret_that_was_never_stored_is_an_error() -> None:
     bad = document()
     bad["servers"][0]["env"]["INTERNAL_API_KEY"] = {"set": True}
     with pytest.raises(ApplicationError, match="no value is stored"):
-        config_import(document=bad)
+        config_import(actor="test", document=bad)
 
 
 def test_the_commands_import_yaml_and_export_json(tmp_path) -> None:
@@ -170,7 +170,7 @@ def test_the_import_command_fails_with_the_reasons(tmp_path) -> None:
 
 
 def test_a_dry_run_changes_nothing() -> None:
-    report = config_import(document=document(), dry_run=True)
+    report = config_import(actor="test", document=document(), dry_run=True)
     assert len(report.created) == 5
     assert not McpServer.objects.exists() and not McpTool.objects.exists()
 
@@ -180,8 +180,8 @@ def test_an_imported_binding_is_discovered_and_answers() -> None:
     from agents.models import Run
     from mcpregistry.services import mcp_server_discover
 
-    config_import(document=document())
-    assert mcp_server_discover(server=McpServer.objects.get(mcp_id="company")).ok
+    config_import(actor="test", document=document())
+    assert mcp_server_discover(server=McpServer.objects.get(mcp_id="company"), actor="test", via="tests").ok
     run = Run.objects.create(agent=Agent.objects.get(slug="assistant"), query="정하은 님 소속이 어디예요?")
     run_execute(run_id=str(run.id))
     run.refresh_from_db()

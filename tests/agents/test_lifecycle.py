@@ -363,7 +363,7 @@ def note_writer(tmp_path: Path) -> Iterator[tuple[Run, Path]]:
         env={"NOTES_FILE": str(notes)},
         session_scope="shared",
     )
-    assert mcp_server_discover(server=server).ok
+    assert mcp_server_discover(server=server, actor="test", via="tests").ok
     ToolContract.objects.filter(tool__server=server, tool__name="append_note").update(idempotency_arg="idempotency_key")
     agent = make_agent(
         slug="notes",

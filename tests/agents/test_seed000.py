@@ -59,7 +59,7 @@ def seed_server(mcp_id: str, tools: str) -> McpServer:
         env={"TOOLS": tools},
         session_scope="shared",
     )
-    assert mcp_server_discover(server=server).ok
+    assert mcp_server_discover(server=server, actor="test", via="tests").ok
     return server
 
 

@@ -40,7 +40,7 @@ def probe_server(mcp_id: str, **env: str) -> McpServer:
         session_scope="shared",
         timeout_s=20,
     )
-    assert mcp_server_discover(server=server).ok
+    assert mcp_server_discover(server=server, actor="test", via="tests").ok
     return server
 
 

@@ -138,7 +138,7 @@ def test_a_key_scoped_to_other_agents_cannot_use_this_one(demo_agent) -> None:
     from agents.services import api_key_create
 
     other = Agent.objects.create(slug="other", name="other")
-    _key, raw = api_key_create(name="scoped", agents=[other])
+    _key, raw = api_key_create(actor="test", via="tests", name="scoped", agents=[other])
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     response = client.post(URL, {"agent": "company-assistant", "query": "hi"}, format="json")
@@ -356,8 +356,8 @@ def test_a_name_shared_by_live_keys_needs_a_prefix_or_all(db) -> None:
     from agents.models import ApiKey
     from agents.services import api_key_create
 
-    api_key_create(name="ci")
-    api_key_create(name="ci")
+    api_key_create(actor="test", via="tests", name="ci")
+    api_key_create(actor="test", via="tests", name="ci")
     with pytest.raises(CommandError, match="2 live keys"):
         call_command("revoke_api_key", "ci", stdout=StringIO())
     call_command("revoke_api_key", "ci", "--all", stdout=StringIO())

@@ -22,7 +22,7 @@ def client_for(raw: str) -> APIClient:
 
 
 def key_with_rate(rate: str, name: str = "limited") -> tuple[ApiKey, APIClient]:
-    key, raw = api_key_create(name=name)
+    key, raw = api_key_create(actor="test", via="tests", name=name)
     ApiKey.objects.filter(pk=key.pk).update(rate=rate)
     key.refresh_from_db()
     return key, client_for(raw)

@@ -53,13 +53,13 @@ def vault(admin_client) -> McpServer:  # type: ignore[no-untyped-def]
 
 
 def test_creating_a_binding_records_its_fields_and_only_that_its_env_changed(vault, admin_user) -> None:
-    [event] = admin_events("mcp_server.create")
+    [event] = admin_events("config.mcp_server.create")
     assert (event.actor, event.mcp_id, event.source) == (admin_user.username, "vault", "admin")
     assert event.args["mcp_id"] == [None, "vault"] and event.args["name"] == [None, "금고"]
     assert event.args["command"] == [None, sys.executable]
-    assert event.args["env"] == "changed"
+    assert event.args["env"] == {"set": ["INTERNAL_API_KEY"]}  # the name, never the value
     assert "headers" not in event.args  # none were set
-    assert event.result == {"model": "mcpregistry.mcpserver", "id": vault.pk, "name": "vault"}
+    assert event.result == {"model": "mcpregistry.mcpserver", "id": vault.pk, "name": "vault", "via": "admin"}
     no_secret_anywhere()
 
 
@@ -68,11 +68,11 @@ def test_changing_a_binding_records_the_diff_and_a_secret_change_without_its_val
         admin_client, vault, timeout_s="12", new_headers=json.dumps({"Authorization": OTHER_SECRET})
     )
     assert response.status_code == 302, response.content.decode()[:3000]
-    [event] = admin_events("mcp_server.update")
-    assert event.args == {"timeout_s": [30.0, 12.0], "headers": "changed"}
+    [event] = admin_events("config.mcp_server.update")
+    assert event.args == {"timeout_s": [30.0, 12.0], "headers": {"set": ["Authorization"]}}
     response = post_server_form(admin_client, vault, timeout_s="12", new_env=json.dumps({"INTERNAL_API_KEY": "x" * 40}))
     assert response.status_code == 302
-    assert admin_events("mcp_server.update")[-1].args == {"env": "changed"}
+    assert admin_events("config.mcp_server.update")[-1].args == {"env": {"changed": ["INTERNAL_API_KEY"]}}
     no_secret_anywhere()
     assert "x" * 40 not in json.dumps(list(AuditEvent.objects.values("args", "result")))
 
@@ -85,7 +85,7 @@ def test_saving_a_binding_unchanged_records_nothing(admin_client, vault) -> None
 
 def test_clearing_the_secrets_is_recorded_as_a_change(admin_client, vault) -> None:
     assert post_server_form(admin_client, vault, clear_secrets="on").status_code == 302
-    assert admin_events("mcp_server.update")[-1].args == {"env": "changed"}
+    assert admin_events("config.mcp_server.update")[-1].args == {"env": {"cleared": ["INTERNAL_API_KEY"]}}
     assert McpServer.objects.get(pk=vault.pk).env == {}
 
 
@@ -93,8 +93,12 @@ def test_deleting_a_binding_records_what_it_was_and_what_went_with_it(admin_clie
     response = admin_client.post(f"/admin/mcpregistry/mcpserver/{vault.pk}/delete/", {"post": "yes"})
     assert response.status_code == 302
     assert not McpServer.objects.filter(pk=vault.pk).exists()
-    [event] = admin_events("mcp_server.delete")
-    assert event.mcp_id == "vault" and event.args["name"] == ["금고", None] and event.args["env"] == "changed"
+    [event] = admin_events("config.mcp_server.delete")
+    assert (
+        event.mcp_id == "vault"
+        and event.args["name"] == ["금고", None]
+        and event.args["env"] == {"cleared": ["INTERNAL_API_KEY"]}
+    )
     assert event.result["also_deleted"] == {"mcpregistry.mcptool": 1, "mcpregistry.toolcontract": 1}
     no_secret_anywhere()
 
@@ -133,17 +137,17 @@ def test_editing_a_tool_contract_records_the_contract_diff_against_its_server_an
     url = f"/admin/mcpregistry/mcptool/{tool.pk}/change/"
     response = admin_client.post(url, contract_form(tool, **{"contract-0-risk": "write", "contract-0-timeout_s": "5"}))
     assert response.status_code == 302, response.content.decode()[:3000]
-    [event] = admin_events("tool_contract.update")
+    [event] = admin_events("config.tool_contract.update")
     assert (event.mcp_id, event.tool) == ("vault", "lookup")
     assert event.args == {"risk": ["read", "write"], "timeout_s": [None, 5.0]}
-    assert admin_events("mcp_tool.update") == []  # the tool itself did not change
+    assert admin_events("config.mcp_tool.update") == []  # the tool itself did not change
 
 
 def test_disabling_a_tool_is_recorded(admin_client, vault) -> None:
     tool = vault.tools.get()
     response = admin_client.post(f"/admin/mcpregistry/mcptool/{tool.pk}/change/", contract_form(tool, enabled=None))
     assert response.status_code == 302
-    [event] = admin_events("mcp_tool.update")
+    [event] = admin_events("config.mcp_tool.update")
     assert event.args == {"enabled": [True, False]} and event.tool == "lookup"
 
 
@@ -170,14 +174,14 @@ def rule_form(server: McpServer, **changes: str) -> dict[str, str]:
 def test_creating_and_changing_a_rule_is_recorded(admin_client, vault) -> None:
     response = admin_client.post("/admin/agents/deterministicrule/add/", rule_form(vault))
     assert response.status_code == 302, response.content.decode()[:3000]
-    [created] = admin_events("deterministic_rule.create")
+    [created] = admin_events("config.deterministic_rule.create")
     assert (created.mcp_id, created.tool) == ("vault", "lookup")
     assert created.args["name"] == [None, "이름 조회"] and created.args["params"] == [None, {"name": "{query}"}]
     assert created.args["server"] == [None, "vault"]
     rule = DeterministicRule.objects.get()
     response = admin_client.post(f"/admin/agents/deterministicrule/{rule.pk}/change/", rule_form(vault, order="20"))
     assert response.status_code == 302
-    [changed] = admin_events("deterministic_rule.update")
+    [changed] = admin_events("config.deterministic_rule.update")
     assert changed.args == {"order": [10, 20]}
 
 
@@ -189,7 +193,7 @@ def test_deleting_rules_in_bulk_records_each_one(admin_client, vault) -> None:
     )
     assert response.status_code == 302
     assert not DeterministicRule.objects.exists()
-    events = admin_events("deterministic_rule.delete")
+    events = admin_events("config.deterministic_rule.delete")
     assert sorted(e.args["name"][0] for e in events) == ["r0", "r1", "r2"]
     assert {e.result["id"] for e in events} == {r.pk for r in rules}
 
@@ -220,7 +224,7 @@ def agent_form(**changes: object) -> dict[str, object]:
 def test_an_agent_and_the_rules_added_on_its_page_are_recorded_in_order(admin_client, vault) -> None:
     assert admin_client.post("/admin/agents/agent/add/", agent_form()).status_code == 302
     agent = Agent.objects.get(slug="ledger")
-    [created] = admin_events("agent.create")
+    [created] = admin_events("config.agent.create")
     assert created.args["slug"] == [None, "ledger"] and "servers" not in created.args
     response = admin_client.post(
         f"/admin/agents/agent/{agent.pk}/change/",
@@ -241,16 +245,19 @@ def test_an_agent_and_the_rules_added_on_its_page_are_recorded_in_order(admin_cl
     )
     assert response.status_code == 302, response.content.decode()[:3000]
     updated, rule_created = admin_events()[-2:]
-    assert updated.action == "agent.update"
+    assert updated.action == "config.agent.update"
     assert updated.args == {"servers": [[], ["vault"]], "max_iterations": [6, 8]}
-    assert rule_created.action == "deterministic_rule.create" and rule_created.args["name"] == [None, "장부 규칙"]
+    assert rule_created.action == "config.deterministic_rule.create" and rule_created.args["name"] == [
+        None,
+        "장부 규칙",
+    ]
 
 
 def test_deleting_an_agent_records_the_rules_that_went_with_it(admin_client, vault) -> None:
     agent = Agent.objects.create(slug="gone", name="gone")
     DeterministicRule.objects.create(agent=agent, name="r", server=vault, tool_name="lookup")
     assert admin_client.post(f"/admin/agents/agent/{agent.pk}/delete/", {"post": "yes"}).status_code == 302
-    [event] = admin_events("agent.delete")
+    [event] = admin_events("config.agent.delete")
     assert event.result["also_deleted"] == {"agents.deterministicrule": 1}
     assert event.args["slug"] == ["gone", None]
 
@@ -259,7 +266,7 @@ def test_renaming_and_revoking_an_api_key_is_recorded_without_its_digest(admin_c
     key = ApiKey.objects.create(name="old", prefix="apk_abcdefgh", digest="d" * 64)
     response = admin_client.post(f"/admin/agents/apikey/{key.pk}/change/", {"name": "new", "rate": "60/min"})
     assert response.status_code == 302, response.content.decode()[:3000]
-    [event] = admin_events("api_key.update")
+    [event] = admin_events("config.api_key.update")
     assert event.args["name"] == ["old", "new"]
     assert "d" * 64 not in json.dumps(event.args) + json.dumps(event.result)
     assert event.result["name"] == "new (apk_abcdefgh…)"
@@ -267,7 +274,7 @@ def test_renaming_and_revoking_an_api_key_is_recorded_without_its_digest(admin_c
     admin_client.post("/admin/agents/apikey/", {"action": "revoke", "_selected_action": [key.pk]})
     key.refresh_from_db()
     assert key.revoked_at is not None
-    assert AuditEvent.objects.filter(action="api_key.revoke").exists()
+    assert AuditEvent.objects.filter(action="config.api_key.revoke").exists()
 
 
 # ---- one transaction ------------------------------------------------------------------------------------------
@@ -275,7 +282,7 @@ def test_renaming_and_revoking_an_api_key_is_recorded_without_its_digest(admin_c
 
 def test_a_change_whose_audit_record_fails_is_not_saved(admin_client, vault) -> None:
     with (
-        mock.patch("audit.admin_changes.audit_event_record", side_effect=RuntimeError("audit down")),
+        mock.patch("audit.changes.audit_event_record", side_effect=RuntimeError("audit down")),
         pytest.raises(RuntimeError, match="audit down"),
     ):
         post_server_form(admin_client, vault, timeout_s="12", name="바뀐 이름")
@@ -285,7 +292,7 @@ def test_a_change_whose_audit_record_fails_is_not_saved(admin_client, vault) -> 
 
 def test_a_delete_whose_audit_record_fails_is_not_made(admin_client, vault) -> None:
     with (
-        mock.patch("audit.admin_changes.audit_event_record", side_effect=RuntimeError("audit down")),
+        mock.patch("audit.changes.audit_event_record", side_effect=RuntimeError("audit down")),
         pytest.raises(RuntimeError),
     ):
         admin_client.post(f"/admin/mcpregistry/mcpserver/{vault.pk}/delete/", {"post": "yes"})

@@ -32,7 +32,7 @@ def test_no_bound_secret_survives_in_any_output(secret, demo_server, caplog) -> 
     register_secrets([secret])  # what binding it to a server does (the gate registers its binding's secrets)
     handler_filter = SecretMaskingFilter()
     caplog.handler.addFilter(handler_filter)
-    _key, raw = api_key_create(name="p")
+    _key, raw = api_key_create(actor="test", via="tests", name="p")
     agent = make_agent(
         slug=f"property-{next(EXAMPLES)}",
         servers=[demo_server],

@@ -85,7 +85,7 @@ def record_tool(server: McpServer, name: str = "echo", schema: dict[str, Any] | 
 
 
 def discovered(server: McpServer) -> McpServer:
-    mcp_server_discover(server=server)
+    mcp_server_discover(server=server, actor="test", via="tests")
     server.refresh_from_db()
     return server
 

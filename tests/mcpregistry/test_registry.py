@@ -54,7 +54,7 @@ def mutable_server(mcp_id: str = "mutable", **env: str) -> McpServer:
         env=env,
         session_scope="shared",
     )
-    assert mcp_server_discover(server=server).ok
+    assert mcp_server_discover(server=server, actor="test", via="tests").ok
     return server
 
 
@@ -62,7 +62,7 @@ def rediscover(server: McpServer, **env: str) -> None:
     server.env = env
     server.save()
     get_default_pool().close(server.mcp_id)
-    assert mcp_server_discover(server=server).ok
+    assert mcp_server_discover(server=server, actor="test", via="tests").ok
 
 
 # ---- secrets at rest ------------------------------------------------------------------------------------------
@@ -348,8 +348,8 @@ def test_the_api_callers_credentials_never_reach_an_mcp_server(db, tmp_path) -> 
             url=f"http://127.0.0.1:{port}/mcp",
             headers={"X-Binding-Token": "binding-token-value-123456"},
         )
-        assert mcp_server_discover(server=server).ok
-        key, raw = api_key_create(name="caller")
+        assert mcp_server_discover(server=server, actor="test", via="tests").ok
+        key, raw = api_key_create(actor="test", via="tests", name="caller")
         agent = make_agent(
             slug="headers",
             servers=[server],

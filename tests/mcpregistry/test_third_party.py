@@ -61,7 +61,7 @@ def bind_stdio(opened: list[str], *, mcp_id: str, command: StdioCommand, **field
 
 
 def discovered(server: McpServer) -> McpServer:
-    report = mcp_server_discover(server=server)
+    report = mcp_server_discover(server=server, actor="test", via="tests")
     assert report.ok, report.error
     server.refresh_from_db()
     assert server.health == McpServer.Health.OK

@@ -21,5 +21,7 @@ class Command(BaseCommand):
         missing = set(slugs) - {a.slug for a in agents}
         if missing:
             raise CommandError(f"unknown agent(s): {', '.join(sorted(missing))}")
-        _key, raw = api_key_create(name=options["name"], agents=agents)
+        _key, raw = api_key_create(
+            name=options["name"], agents=agents, actor="system:create_api_key", via="create_api_key"
+        )
         self.stdout.write(raw)

@@ -17,7 +17,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            report = config_import(document=load_document(options["path"]), dry_run=options["dry_run"])
+            report = config_import(
+                document=load_document(options["path"]), actor="system:import_config", dry_run=options["dry_run"]
+            )
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
         except OSError as exc:

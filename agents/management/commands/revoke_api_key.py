@@ -43,5 +43,5 @@ class Command(BaseCommand):
                 )
             return
         for key in live:
-            api_key_revoke(api_key=key, actor="manage.py revoke_api_key")
+            api_key_revoke(api_key=key, actor="system:revoke_api_key", via="revoke_api_key")
             self.stdout.write(f"revoked {key.prefix} ({key.name})")

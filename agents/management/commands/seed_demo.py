@@ -14,9 +14,11 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from agents.models import Agent, DeterministicRule
+from agents.services import agent_create, agent_update, deterministic_rule_create, deterministic_rule_update
+from audit.roles import user_create
 from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import shutdown_default_pool
-from mcpregistry.services import mcp_server_discover
+from mcpregistry.services import mcp_server_create, mcp_server_discover, mcp_server_update, tool_contract_update
 
 DEMO_MCP_ID = "sds-company-data"
 DEMO_AGENT = "company-assistant"
@@ -88,10 +90,15 @@ DEMO_CONTRACTS: dict[str, dict[str, Any]] = {
 }
 
 
+SEED_ACTOR = "system:seed_demo"
+SEED_VIA = "seed_demo"
+
+
 def apply_demo_contracts(server: McpServer) -> None:
-    """The demo's contracts on top of what discovery pre-filled."""
+    """The demo's contracts on top of what discovery pre-filled (each change audited)."""
     for tool_name, values in DEMO_CONTRACTS.items():
-        ToolContract.objects.filter(tool__server=server, tool__name=tool_name).update(**values)
+        for contract in ToolContract.objects.filter(tool__server=server, tool__name=tool_name):
+            tool_contract_update(contract=contract, actor=SEED_ACTOR, via=SEED_VIA, data=values)
 
 
 class Command(BaseCommand):
@@ -103,36 +110,56 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         with transaction.atomic():
-            server, created = McpServer.objects.get_or_create(
-                mcp_id=DEMO_MCP_ID,
-                defaults={
-                    "name": "SDS company data (seed 001 demo)",
-                    "transport": McpServer.Transport.STDIO,
-                    "env": {"FAILURE_MODE": "none", "INTERNAL_API_KEY": "sk-demo-" + secrets.token_hex(16)},
-                },
-            )
-            # The program is the platform's own interpreter running the shipped server module.
-            server.command = sys.executable
-            server.args = ["-m", settings.PLATFORM_DEMO_SERVER_MODULE]
-            server.cwd = str(settings.BASE_DIR)
-            # The demo server keeps no state between calls: one session per worker, reused across runs.
-            server.session_scope = McpServer.SessionScope.SHARED
-            server.full_clean()
-            server.save()
-            agent, _ = Agent.objects.update_or_create(
-                slug=DEMO_AGENT,
-                defaults={
-                    "name": "회사 정보 도우미 (company assistant)",
-                    "system_prompt": SYSTEM_PROMPT,
-                    "model_provider": Agent.Provider.OFFLINE,
-                    "max_iterations": 6,
-                },
-            )
-            agent.servers.add(server)
-            for rule in DEMO_RULES:
-                DeterministicRule.objects.update_or_create(
-                    agent=agent, name=rule["name"], defaults={**rule, "server": server}
+            server = McpServer.objects.filter(mcp_id=DEMO_MCP_ID).first()
+            created = server is None
+            binding = {
+                # The program is the platform's own interpreter running the shipped server module.
+                "command": sys.executable,
+                "args": ["-m", settings.PLATFORM_DEMO_SERVER_MODULE],
+                "cwd": str(settings.BASE_DIR),
+                # The demo server keeps no state between calls: one session per worker, reused across runs.
+                "session_scope": McpServer.SessionScope.SHARED,
+            }
+            if server is None:
+                server = mcp_server_create(
+                    actor=SEED_ACTOR,
+                    via=SEED_VIA,
+                    data={
+                        "mcp_id": DEMO_MCP_ID,
+                        "name": "SDS company data (seed 001 demo)",
+                        "transport": McpServer.Transport.STDIO,
+                        "env": {"FAILURE_MODE": "none", "INTERNAL_API_KEY": "sk-demo-" + secrets.token_hex(16)},
+                        **binding,
+                    },
                 )
+            else:
+                mcp_server_update(server=server, actor=SEED_ACTOR, via=SEED_VIA, data=binding)
+            agent_values = {
+                "name": "회사 정보 도우미 (company assistant)",
+                "system_prompt": SYSTEM_PROMPT,
+                "model_provider": Agent.Provider.OFFLINE,
+                "max_iterations": 6,
+            }
+            agent = Agent.objects.filter(slug=DEMO_AGENT).first()
+            if agent is None:
+                agent = agent_create(
+                    actor=SEED_ACTOR, via=SEED_VIA, data={"slug": DEMO_AGENT, **agent_values}, servers=[server]
+                )
+            else:
+                agent_update(
+                    agent=agent,
+                    actor=SEED_ACTOR,
+                    via=SEED_VIA,
+                    data=agent_values,
+                    servers={*agent.servers.all(), server},
+                )
+            for rule in DEMO_RULES:
+                values = {**rule, "server": server}
+                existing = DeterministicRule.objects.filter(agent=agent, name=rule["name"]).first()
+                if existing is None:
+                    deterministic_rule_create(actor=SEED_ACTOR, via=SEED_VIA, data={"agent": agent, **values})
+                else:
+                    deterministic_rule_update(rule=existing, actor=SEED_ACTOR, via=SEED_VIA, data=values)
             self.stdout.write(
                 f"{'bound' if created else 'kept'} MCP server {DEMO_MCP_ID}; agent {DEMO_AGENT} with {len(DEMO_RULES)} rules"
             )
@@ -141,7 +168,7 @@ class Command(BaseCommand):
             return
         self.stdout.write(f"discovering {DEMO_MCP_ID} (starts the server once)…")
         try:
-            report = mcp_server_discover(server=server)
+            report = mcp_server_discover(server=server, actor=SEED_ACTOR, via=SEED_VIA)
         finally:
             shutdown_default_pool()
         if not report.ok:
@@ -155,6 +182,13 @@ class Command(BaseCommand):
             self.stdout.write(f"admin user '{username}' exists (password unchanged)")
             return
         password = os.environ.get("DEMO_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
-        user_model.objects.create_superuser(username=username, email="", password=password)
+        user_create(
+            actor=SEED_ACTOR,
+            via=SEED_VIA,
+            username=username,
+            password=password,
+            is_staff=True,
+            is_superuser=True,
+        )
         self.stdout.write(f"admin user: {username}")
         self.stdout.write(f"admin password: {password}")

@@ -10,10 +10,9 @@ from django.contrib.auth.models import Group
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import transaction
 
+from audit.roles import user_create
 from audit.selectors import AUDITOR_GROUP
-from audit.services import audit_event_record
 
 
 class Command(BaseCommand):
@@ -45,18 +44,15 @@ class Command(BaseCommand):
             validate_password(password, user=candidate)
         except ValidationError as exc:
             raise CommandError("; ".join(exc.messages)) from None
-        with transaction.atomic():
-            user = user_model._default_manager.create_user(  # type: ignore[attr-defined]
-                username, options["email"], password, is_staff=True
-            )
-            user.groups.add(group)
-            audit_event_record(
-                source="admin",
-                action="auditor.create",
-                args={"username": username, "group": AUDITOR_GROUP},
-                result={"model": "auth.user", "id": user.pk, "name": username},
-                actor="manage.py create_auditor",
-            )
+        user_create(
+            actor="system:create_auditor",
+            via="create_auditor",
+            username=username,
+            password=password,
+            email=options["email"],
+            is_staff=True,
+            groups=[group],
+        )
         if generated:
             self.stdout.write(password)
             self.stderr.write(f"Auditor {username!r} created. The password above is shown only this once.")

@@ -28,7 +28,7 @@ class Command(BaseCommand):
         try:
             for server in servers:
                 self.stdout.write(f"{server.mcp_id}: connecting…")
-                report = mcp_server_discover(server=server)
+                report = mcp_server_discover(server=server, actor="system:mcp_discover", via="mcp_discover")
                 if report.ok:
                     self.stdout.write(
                         self.style.SUCCESS(

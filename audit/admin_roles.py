@@ -1,0 +1,40 @@
+"""The admin's user and group pages change roles through ``audit.roles``' services: making someone staff, a
+superuser or an auditor (a group) is recorded like any other change of the configuration."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group
+
+from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin
+from audit.roles import group_delete, group_save, user_delete, user_update
+
+User = get_user_model()
+
+
+class AuditedUserAdmin(ServiceAdminMixin, UserAdmin):
+    def service_save(self, *, obj: Any, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
+        user_update(
+            user=obj, actor=actor, via=ADMIN_VIA, groups=m2m.get("groups"), permissions=m2m.get("user_permissions")
+        )
+
+    def service_delete(self, *, obj: Any, actor: Any) -> None:
+        user_delete(user=obj, actor=actor, via=ADMIN_VIA)
+
+
+class AuditedGroupAdmin(ServiceAdminMixin, GroupAdmin):
+    def service_save(self, *, obj: Group, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
+        group_save(group=obj, actor=actor, via=ADMIN_VIA, permissions=m2m.get("permissions"))
+
+    def service_delete(self, *, obj: Group, actor: Any) -> None:
+        group_delete(group=obj, actor=actor, via=ADMIN_VIA)
+
+
+for model, model_admin in ((User, AuditedUserAdmin), (Group, AuditedGroupAdmin)):
+    if admin.site.is_registered(model):
+        admin.site.unregister(model)
+    admin.site.register(model, model_admin)

@@ -1,0 +1,207 @@
+"""The guard of configuration models: a write outside a service's change scope is refused.
+
+A model whose rows are configuration subclasses :class:`AuditedModel` and declares ``change_audit =
+ChangeAudit(entity=...)``; a model whose rows are not configuration declares ``change_audit =
+NotConfiguration(reason)``. The services open a :func:`change_scope` (who, by which path) and record what they
+write (``audit/changes.py``). Kept apart from the recording so that models may import it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from django.conf import settings
+from django.db import models
+
+M = TypeVar("M", bound=models.Model)
+
+
+@dataclass(frozen=True)
+class ChangeAudit:
+    """A model whose rows are configuration: every write goes through a service and is audited.
+
+    ``entity`` names it in the audit (``config.<entity>.<verb>``); ``operational_fields`` are the fields the
+    platform itself keeps up to date (health, breaker state, last use), written without an audit event;
+    ``unrecorded_fields`` are written by services but never shown in a diff (an API key's digest).
+    """
+
+    entity: str
+    operational_fields: frozenset[str] = field(default_factory=frozenset)
+    unrecorded_fields: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class NotConfiguration:
+    """A model whose rows are not configuration (runs, events, approvals, the audit itself), with the reason."""
+
+    reason: str
+
+
+class UnauditedChangeError(PermissionError):
+    """A configuration model was written outside a service's change scope: the change would go unrecorded."""
+
+
+@dataclass(frozen=True)
+class ChangeScope:
+    actor: str
+    via: str
+
+
+_scope: ContextVar[ChangeScope | None] = ContextVar("audit_change_scope", default=None)
+
+
+def actor_label(actor: Any) -> str:
+    """How an actor is named in the audit: a user by username, an API key as ``api_key:<prefix>``, a string as
+    given (commands pass ``system:<command>``)."""
+    if isinstance(actor, str):
+        return actor
+    label = getattr(actor, "audit_actor_label", None)
+    if callable(label):
+        return str(label())
+    get_username = getattr(actor, "get_username", None)
+    if callable(get_username):
+        return str(get_username())
+    return str(actor)
+
+
+@contextmanager
+def change_scope(*, actor: Any, via: str) -> Iterator[ChangeScope]:
+    """Within this block configuration models may be written; the services record what they write. An inner
+    scope keeps the outer one's actor and path (an import that creates a tool row is still the import)."""
+    outer = _scope.get()
+    if outer is not None:
+        yield outer
+        return
+    scope = ChangeScope(actor=actor_label(actor), via=via)
+    token = _scope.set(scope)
+    try:
+        yield scope
+    finally:
+        _scope.reset(token)
+
+
+def current_scope() -> ChangeScope | None:
+    return _scope.get()
+
+
+# --- the guard ------------------------------------------------------------------------------------------------
+
+
+_registered: dict[str, ChangeAudit | NotConfiguration] = {}
+
+
+def register_policy(model: type[models.Model], policy: ChangeAudit | NotConfiguration) -> None:
+    """Declare the policy of a model that is not ours (Django's users and groups)."""
+    _registered[model._meta.label_lower] = policy
+
+
+def policy_of(model: type[models.Model]) -> ChangeAudit | NotConfiguration | None:
+    declared = getattr(model, "change_audit", None)
+    if isinstance(declared, ChangeAudit | NotConfiguration):
+        return declared
+    return _registered.get(model._meta.label_lower)
+
+
+def guard_write(
+    model: type[models.Model],
+    *,
+    fields: Iterable[str] | None = None,
+    what: str = "write",
+    policy: ChangeAudit | NotConfiguration | None = None,
+) -> None:
+    """Refuse a write of a configuration model outside a change scope, unless it touches only operational fields.
+
+    ``fields``: the fields written (None: possibly all). Under ``PLATFORM_CHANGE_GUARD = "tests"`` (the test
+    settings) a write made directly by test code (fixtures) is allowed; one made by the platform's own code is
+    refused there as in production.
+    """
+    policy = policy or policy_of(model)
+    if not isinstance(policy, ChangeAudit) or _scope.get() is not None:
+        return
+    if fields is not None:
+        written = set(fields)
+        if written and written <= policy.operational_fields:
+            return
+    if getattr(settings, "PLATFORM_CHANGE_GUARD", "refuse") == "tests" and _written_by_test_code():
+        return
+    raise UnauditedChangeError(
+        f"{model._meta.label} {what} outside a service: configuration changes go through the services "
+        "(mcpregistry.services, agents.services, audit.roles), which record them in the audit"
+    )
+
+
+_HERE = str(Path(__file__).resolve())
+_DJANGO_DB = str(Path(models.__file__).resolve().parent)
+
+
+def _written_by_test_code() -> bool:
+    """Whether the nearest frame of this project's code (not the ORM, not this module, not an installed
+    package) that led to the write is under ``tests/``."""
+    root = str(Path(settings.BASE_DIR).resolve())
+    tests = str(Path(settings.BASE_DIR, "tests").resolve())
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if (
+            path.startswith(root)
+            and path != _HERE
+            and "site-packages" not in path
+            and not path.startswith(_DJANGO_DB)
+            and not path.endswith(("/models.py", "/crypto.py"))
+        ):
+            return path.startswith(tests)
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+class AuditedQuerySet(models.QuerySet[M]):
+    """A configuration model's queryset: bulk writes are refused outside a change scope (see :func:`guard_write`)."""
+
+    def update(self, **kwargs: Any) -> int:
+        guard_write(self.model, fields=kwargs, what="update")
+        return super().update(**kwargs)
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        guard_write(self.model, what="delete")
+        return super().delete()
+
+    def bulk_create(self, objs: Iterable[M], *args: Any, **kwargs: Any) -> list[M]:
+        guard_write(self.model, what="bulk_create")
+        return super().bulk_create(objs, *args, **kwargs)
+
+    def bulk_update(self, objs: Iterable[M], fields: Iterable[str], *args: Any, **kwargs: Any) -> int:
+        fields = list(fields)
+        guard_write(self.model, fields=fields, what="bulk_update")
+        return super().bulk_update(objs, fields, *args, **kwargs)
+
+
+class AuditedModel(models.Model):
+    """Base of a configuration model: ``save`` and ``delete`` outside a change scope are refused."""
+
+    objects = AuditedQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        update_fields = kwargs.get("update_fields")
+        guard_write(type(self), fields=None if update_fields is None else list(update_fields), what="save")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        guard_write(type(self), what="delete")
+        return super().delete(*args, **kwargs)
+
+
+def m2m_changed_guard(sender: Any, instance: Any, action: str, reverse: bool, model: Any, **kwargs: Any) -> None:
+    """``m2m_changed`` receiver: a many-to-many change of a configuration model outside a change scope is refused."""
+    if not action.startswith("pre_"):
+        return
+    owner = model if reverse else type(instance)
+    guard_write(owner, what=f"many-to-many {action[4:]}")

@@ -1,0 +1,281 @@
+"""Every change to the platform's configuration is a service call that writes the change and its audit event in
+one transaction (Zulip's pattern), whoever makes it: an admin page, an admin action, a command, the API, an
+import.
+
+The pieces, all generic (this module names no model of the other apps; they declare themselves):
+
+* A model whose rows are configuration declares ``change_audit = ChangeAudit(entity=...)`` (fields that are
+  operational state, such as a server's health, are listed in ``operational_fields``); a model whose rows are
+  not configuration declares ``change_audit = NotConfiguration(reason)``. A test holds every model of the apps
+  to one or the other.
+* The services (``mcpregistry.services``, ``agents.services``, ``audit.roles``) call :func:`audited_save` /
+  :func:`audited_delete` (or :func:`config_change_record` for a change they make themselves) inside
+  :func:`change_scope`, which names the actor and the path (``via``: ``admin``, ``api``, ``import_config``,
+  ``seed_demo``, ...).
+* Configuration models refuse a write made outside a change scope (:class:`UnauditedChangeError`): ``save``,
+  ``delete``, the queryset's ``update``/``delete``/``bulk_*`` and many-to-many changes. A write that touches
+  only ``operational_fields`` is allowed. So a new path that forgets its service fails at once, in production
+  and in the tests, instead of leaving a silent gap in the record.
+
+The event: ``source="admin"`` (a change to the configuration is an administrator's act, whatever the path),
+``action="config.<entity>.<verb>"`` (``create``, ``update``, ``delete`` or a named act such as
+``review_approve``), ``actor`` (a username, ``api_key:<prefix>`` or ``system:<command>``), ``args`` the masked
+diff ``{field: [old, new]}`` (a secret map as ``{field: {"set"|"changed"|"cleared": [NAME, ...]}}``, never a value), and
+``result`` ``{"model", "id", "name", "via"}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models, router, transaction
+from django.db.models.deletion import Collector, ProtectedError, RestrictedError
+
+from audit.change_guard import (
+    ChangeAudit,
+    NotConfiguration,
+    UnauditedChangeError,
+    change_scope,
+    current_scope,
+    policy_of,
+)
+from audit.services import audit_event_record
+
+__all__ = [
+    "ChangeAudit",
+    "NotConfiguration",
+    "UnauditedChangeError",
+    "audited_delete",
+    "audited_save",
+    "change_scope",
+    "config_change_record",
+]
+
+M = TypeVar("M", bound=models.Model)
+
+SECRET_SET = "set"  # noqa: S105 - the words recorded in place of a secret, not secrets
+SECRET_CHANGED = "changed"  # noqa: S105
+SECRET_CLEARED = "cleared"  # noqa: S105
+CONFIG_ACTION_PREFIX = "config."
+
+
+# --- snapshots and diffs --------------------------------------------------------------------------------------
+
+
+def is_secret_field(model_field: Any) -> bool:
+    """A field whose values are secrets (a binding's env and headers): declared by the field, ``secret = True``."""
+    return bool(getattr(model_field, "secret", False))
+
+
+def recorded_fields(model: type[models.Model]) -> list[str]:
+    """The fields a change record covers: the concrete and many-to-many fields, less the primary key, the
+    timestamps the database keeps, and the model's operational fields."""
+    policy = policy_of(model)
+    operational = (
+        policy.operational_fields | policy.unrecorded_fields if isinstance(policy, ChangeAudit) else frozenset()
+    )
+    return [
+        f.name
+        for f in [*model._meta.concrete_fields, *model._meta.many_to_many]
+        if not f.primary_key
+        and f.name not in operational
+        and not getattr(f, "auto_now", False)
+        and not getattr(f, "auto_now_add", False)
+    ]
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, cls=DjangoJSONEncoder).encode("utf-8")).hexdigest()
+
+
+def snapshot(obj: models.Model | None, names: list[str]) -> dict[str, Any]:
+    """The values of ``names`` on ``obj`` as plain JSON. A secret map is kept as ``{NAME: digest}``, only to
+    tell what changed (a digest is never recorded)."""
+    if obj is None:
+        return {}
+    values: dict[str, Any] = {}
+    for name in names:
+        model_field = obj._meta.get_field(name)
+        if is_secret_field(model_field):
+            stored = model_field.value_from_object(obj) or {}
+            values[name] = {k: _digest(v) for k, v in stored.items()} if isinstance(stored, dict) else {}
+        elif model_field.many_to_many:
+            values[name] = sorted(str(o) for o in getattr(obj, name).all()) if obj.pk is not None else []
+        elif model_field.is_relation:
+            related = getattr(obj, name)
+            values[name] = str(related) if related is not None else None
+        else:
+            values[name] = json.loads(json.dumps(model_field.value_from_object(obj), cls=DjangoJSONEncoder))
+    return values
+
+
+def secret_diff(before: Mapping[str, str], after: Mapping[str, str]) -> dict[str, list[str]]:
+    """The names of a secret map that were ``set`` (new), ``changed`` or ``cleared``, as lists of names (never a
+    value; names are list items, not keys, so that masking by key name does not hide which one changed)."""
+    diff: dict[str, list[str]] = {}
+    for name in sorted(set(before) | set(after)):
+        if name not in before:
+            kind = SECRET_SET
+        elif name not in after:
+            kind = SECRET_CLEARED
+        elif before[name] != after[name]:
+            kind = SECRET_CHANGED
+        else:
+            continue
+        diff.setdefault(kind, []).append(name)
+    return diff
+
+
+_EMPTY: tuple[Any, ...] = (None, "", [], {})
+
+
+def change_diff(
+    model: type[models.Model], before: Mapping[str, Any], after: Mapping[str, Any], *, creating: bool = False
+) -> dict[str, Any]:
+    """``{field: [old, new]}`` for each recorded field that differs (on create: each that is not empty); a
+    secret map as ``{field: {set|changed|cleared: [NAME, ...]}}``."""
+    diff: dict[str, Any] = {}
+    for name in after.keys() | before.keys():
+        old, new = before.get(name), after.get(name)
+        if creating and new in _EMPTY:
+            continue
+        if old == new:
+            continue
+        if is_secret_field(model._meta.get_field(name)):
+            names = secret_diff(old or {}, new or {})
+            if names:
+                diff[name] = names
+        else:
+            diff[name] = [old, new]
+    return dict(sorted(diff.items()))
+
+
+# --- recording ------------------------------------------------------------------------------------------------
+
+
+def _target(obj: models.Model) -> tuple[str, str]:
+    target = getattr(obj, "audit_target", None)
+    if callable(target):
+        mcp_id, tool = target()
+        return str(mcp_id or ""), str(tool or "")
+    return "", ""
+
+
+def _entity(model: type[models.Model]) -> str:
+    policy = policy_of(model)
+    return policy.entity if isinstance(policy, ChangeAudit) else (model._meta.model_name or "object")
+
+
+def config_change_record(
+    *,
+    obj: models.Model,
+    verb: str,
+    diff: Mapping[str, Any],
+    pk: Any = None,
+    target: tuple[str, str] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    entity: str | None = None,
+) -> None:
+    """Write the audit event of a change made in the current change scope (which must be open)."""
+    scope = current_scope()
+    if scope is None:
+        raise UnauditedChangeError("config_change_record needs an open change_scope (who, and by which path)")
+    mcp_id, tool = target if target is not None else _target(obj)
+    audit_event_record(
+        source="admin",
+        action=f"{CONFIG_ACTION_PREFIX}{entity or _entity(type(obj))}.{verb}",
+        mcp_id=mcp_id,
+        tool=tool,
+        args=dict(diff),
+        result={
+            "model": obj._meta.label_lower,
+            "id": pk if pk is not None else obj.pk,
+            "name": str(obj),
+            "via": scope.via,
+            **dict(extra or {}),
+        },
+        actor=scope.actor,
+    )
+
+
+def audited_save(
+    obj: M,
+    *,
+    actor: Any,
+    via: str,
+    data: Mapping[str, Any] | None = None,
+    m2m: Mapping[str, Iterable[Any]] | None = None,
+    validate: bool = True,
+    verb: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> M:
+    """Create or update ``obj``: apply ``data`` (field → value) and ``m2m`` (field → objects), validate
+    (``full_clean``; raises Django's ValidationError, nothing written), save, and record the diff against the
+    stored row, all in one transaction. ``obj`` may already carry changes (an admin form's instance). An update
+    that changes nothing records nothing. Returns ``obj``."""
+    model = type(obj)
+    names = recorded_fields(model)
+    creating = obj._state.adding or obj.pk is None
+    with transaction.atomic(using=router.db_for_write(model)), change_scope(actor=actor, via=via):
+        stored = None if creating else model._default_manager.filter(pk=obj.pk).first()
+        before = snapshot(stored, names)
+        for name, value in (data or {}).items():
+            setattr(obj, name, value)
+        if validate:
+            obj.full_clean()
+        obj.save()
+        for name, values in (m2m or {}).items():
+            getattr(obj, name).set(list(values))
+        diff = change_diff(model, before, snapshot(obj, names), creating=creating)
+        if creating or diff:
+            config_change_record(obj=obj, verb=verb or ("create" if creating else "update"), diff=diff, extra=extra)
+    return obj
+
+
+def audited_delete(obj: models.Model, *, actor: Any, via: str) -> None:
+    """Delete ``obj`` and record what went (its stored values and the rows that cascaded with it), in one
+    transaction. Raises Django's ProtectedError where the delete is refused; then nothing is recorded."""
+    model = type(obj)
+    with transaction.atomic(using=router.db_for_write(model)), change_scope(actor=actor, via=via):
+        names = recorded_fields(model)
+        stored = snapshot(obj, names)
+        diff = {
+            n: secret_diff(v, {}) if is_secret_field(model._meta.get_field(n)) else [v, None]
+            for n, v in stored.items()
+            if v not in _EMPTY
+        }
+        target, pk, cascaded = _target(obj), obj.pk, _cascade(obj)
+        obj.delete()
+        config_change_record(
+            obj=obj,
+            verb="delete",
+            diff=diff,
+            pk=pk,
+            target=target,
+            extra={"also_deleted": cascaded} if cascaded else {},
+        )
+
+
+def _cascade(obj: models.Model) -> dict[str, int]:
+    """The rows that would be deleted with ``obj``, counted per model."""
+    model = type(obj)
+    cascaded: dict[str, int] = {}
+    collector = Collector(using=router.db_for_write(model), origin=obj)
+    try:
+        collector.collect([obj])
+    except (ProtectedError, RestrictedError):
+        return {}
+    for related_model, instances in collector.data.items():
+        count = sum(1 for i in instances if not (related_model is model and i.pk == obj.pk))
+        if count and not related_model._meta.auto_created:
+            label = related_model._meta.label_lower
+            cascaded[label] = cascaded.get(label, 0) + count
+    for rows in collector.fast_deletes:
+        if not rows.model._meta.auto_created and (count := rows.count()):
+            label = rows.model._meta.label_lower
+            cascaded[label] = cascaded.get(label, 0) + count
+    return cascaded

@@ -1,0 +1,151 @@
+"""Users and groups as audited changes: who may administer, audit or approve is configuration like any other.
+
+The services here (``user_create``, ``user_update``, ``user_delete``, ``group_save``, ``group_delete``) write
+the change and its audit event (``config.user.*``, ``config.group.*``) in one transaction; the admin's user and
+group pages and ``create_auditor`` call them. Django's users are not our model, so a path we do not own
+(``createsuperuser``, a shell) cannot be refused; instead, a change to a user's staff/superuser/active flags or
+groups made outside a service is still recorded, by signals, with the actor ``system:unattributed`` and the
+path ``django``: never silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser, Group
+from django.db import transaction
+from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
+
+from audit.change_guard import ChangeAudit, change_scope, current_scope, register_policy
+from audit.changes import audited_delete, audited_save, change_diff, config_change_record, recorded_fields, snapshot
+
+ROLE_FIELDS = frozenset({"is_staff", "is_superuser", "is_active", "username"})
+UNATTRIBUTED_ACTOR = "system:unattributed"
+
+USER_POLICY = ChangeAudit(
+    entity="user",
+    operational_fields=frozenset({"last_login"}),
+    unrecorded_fields=frozenset({"password", "first_name", "last_name", "email", "date_joined"}),
+)
+GROUP_POLICY = ChangeAudit(entity="group")
+
+
+def user_create(
+    *,
+    actor: Any,
+    via: str,
+    username: str,
+    password: str | None,
+    email: str = "",
+    is_staff: bool = False,
+    is_superuser: bool = False,
+    groups: Iterable[Group] = (),
+) -> AbstractBaseUser:
+    """Create a user (a ``None`` password: unusable) with its flags and groups, recorded as one event."""
+    user_model = get_user_model()
+    user = user_model(
+        **{user_model.USERNAME_FIELD: username}, email=email, is_staff=is_staff, is_superuser=is_superuser
+    )
+    if password is None:
+        user.set_unusable_password()
+    else:
+        user.set_password(password)
+    return audited_save(user, actor=actor, via=via, m2m={"groups": list(groups)}, validate=False)
+
+
+def user_update(
+    *,
+    user: AbstractBaseUser,
+    actor: Any,
+    via: str,
+    data: Mapping[str, Any] | None = None,
+    groups: Iterable[Group] | None = None,
+) -> AbstractBaseUser:
+    """Change a user's flags (``is_staff``, ``is_superuser``, ``is_active``), other fields and groups."""
+    return audited_save(
+        user, actor=actor, via=via, data=data, m2m=None if groups is None else {"groups": list(groups)}, validate=False
+    )
+
+
+def user_delete(*, user: AbstractBaseUser, actor: Any, via: str) -> None:
+    audited_delete(user, actor=actor, via=via)
+
+
+def group_save(*, group: Group, actor: Any, via: str, permissions: Iterable[Any] | None = None) -> Group:
+    return audited_save(
+        group, actor=actor, via=via, m2m=None if permissions is None else {"permissions": list(permissions)}
+    )
+
+
+def group_delete(*, group: Group, actor: Any, via: str) -> None:
+    audited_delete(group, actor=actor, via=via)
+
+
+# --- changes made outside a service: recorded, unattributed -----------------------------------------------------
+
+
+def _remember_roles(sender: Any, instance: Any, raw: bool = False, update_fields: Any = None, **kwargs: Any) -> None:
+    if raw or current_scope() is not None:
+        return
+    if update_fields is not None and set(update_fields) <= USER_POLICY.operational_fields | {"password"}:
+        return
+    stored = type(instance)._default_manager.filter(pk=instance.pk).first() if instance.pk is not None else None
+    instance._roles_before = snapshot(stored, _role_fields(type(instance))) if stored is not None else None
+
+
+def _record_roles(sender: Any, instance: Any, created: bool, raw: bool = False, **kwargs: Any) -> None:
+    if raw or current_scope() is not None or not hasattr(instance, "_roles_before"):
+        return
+    before = instance.__dict__.pop("_roles_before")
+    names = _role_fields(type(instance))
+    diff = change_diff(type(instance), before or {}, snapshot(instance, names), creating=created)
+    if created or diff:
+        with change_scope(actor=UNATTRIBUTED_ACTOR, via="django"):
+            config_change_record(obj=instance, verb="create" if created else "update", diff=diff)
+
+
+def _record_groups(
+    sender: Any, instance: Any, action: str, reverse: bool, model: Any, pk_set: Any, **kwargs: Any
+) -> None:
+    if (
+        current_scope() is not None
+        or action not in ("post_add", "post_remove", "post_clear")
+        or (not pk_set and action != "post_clear")
+    ):
+        return
+    users = model._default_manager.filter(pk__in=pk_set) if reverse else [instance]
+    groups = [instance] if reverse else list(Group.objects.filter(pk__in=pk_set or ()))
+    with change_scope(actor=UNATTRIBUTED_ACTOR, via="django"):
+        for user in users:
+            config_change_record(obj=user, verb="update", diff={"groups": {action[5:]: sorted(g.name for g in groups)}})
+
+
+def _remember_delete(sender: Any, instance: Any, **kwargs: Any) -> None:
+    if current_scope() is None:
+        instance._roles_deleted = snapshot(instance, _role_fields(type(instance)))
+
+
+def _record_delete(sender: Any, instance: Any, **kwargs: Any) -> None:
+    before = instance.__dict__.pop("_roles_deleted", None)
+    if before is None or current_scope() is not None:
+        return
+    with transaction.atomic(), change_scope(actor=UNATTRIBUTED_ACTOR, via="django"):
+        config_change_record(obj=instance, verb="delete", diff={k: [v, None] for k, v in before.items() if v})
+
+
+def _role_fields(model: Any) -> list[str]:
+    return [n for n in recorded_fields(model) if n in ROLE_FIELDS or n == "groups"]
+
+
+def connect() -> None:
+    """Declare users and groups as configuration and record changes made to them outside a service."""
+    user_model = get_user_model()
+    register_policy(user_model, USER_POLICY)
+    register_policy(Group, GROUP_POLICY)
+    pre_save.connect(_remember_roles, sender=user_model, dispatch_uid="audit.roles.pre_save")
+    post_save.connect(_record_roles, sender=user_model, dispatch_uid="audit.roles.post_save")
+    m2m_changed.connect(_record_groups, sender=user_model.groups.through, dispatch_uid="audit.roles.groups")
+    pre_delete.connect(_remember_delete, sender=user_model, dispatch_uid="audit.roles.pre_delete")
+    post_delete.connect(_record_delete, sender=user_model, dispatch_uid="audit.roles.post_delete")
