@@ -62,11 +62,16 @@ def user_update(
     via: str,
     data: Mapping[str, Any] | None = None,
     groups: Iterable[Group] | None = None,
+    permissions: Iterable[Any] | None = None,
 ) -> AbstractBaseUser:
-    """Change a user's flags (``is_staff``, ``is_superuser``, ``is_active``), other fields and groups."""
-    return audited_save(
-        user, actor=actor, via=via, data=data, m2m=None if groups is None else {"groups": list(groups)}, validate=False
-    )
+    """Change a user's flags (``is_staff``, ``is_superuser``, ``is_active``), other fields, groups and
+    permissions (``None``: unchanged)."""
+    m2m = {
+        name: list(values)
+        for name, values in (("groups", groups), ("user_permissions", permissions))
+        if values is not None
+    }
+    return audited_save(user, actor=actor, via=via, data=data, m2m=m2m, validate=False)
 
 
 def user_delete(*, user: AbstractBaseUser, actor: Any, via: str) -> None:

@@ -64,7 +64,7 @@ def mcp_server_secrets_rotate(*, actor: Any, via: str) -> int:
             config_change_record(
                 obj=server,
                 verb="rotate_secrets",
-                diff={k: dict.fromkeys(v, "re-encrypted") for k, v in names.items() if v},
+                diff={k: {"re-encrypted": v} for k, v in names.items() if v},
             )
             rotated += 1
     return rotated

@@ -327,8 +327,13 @@ def test_revoking_a_key_by_its_prefix_makes_its_next_request_a_401(api_client, a
     key.refresh_from_db()
     assert key.revoked_at is not None
     assert api_client.get(URL).status_code == 401
-    event = AuditEvent.objects.get(action="api_key.revoke")
-    assert event.args == {"key_prefix": key.prefix, "name": "caller"}
+    event = AuditEvent.objects.get(action="config.api_key.revoke")
+    assert (event.actor, event.result["via"], event.result["name"]) == (
+        "system:revoke_api_key",
+        "revoke_api_key",
+        str(key),
+    )
+    assert list(event.args) == ["revoked_at"]
 
 
 def test_revoking_a_revoked_key_changes_nothing(api_caller) -> None:

@@ -123,7 +123,7 @@ def test_an_auditor_reads_events_with_basic_auth(auditor_client, two_runs) -> No
     response = auditor_client.get(EVENTS)
     assert response.status_code == 200
     body = response.json()
-    assert [e["action"] for e in body["results"]] == ["auditor.create", *["tool.call"] * 3, "agent.update"]
+    assert [e["action"] for e in body["results"]] == ["config.user.create", *["tool.call"] * 3, "agent.update"]
     assert body["next_cursor"] is None
     first = body["results"][1]
     assert set(first) == set(EXPORT_COLUMNS)
@@ -194,7 +194,7 @@ def test_the_callers_runs_api_still_works_beside_it(api_client, demo_agent) -> N
 def test_each_filter_narrows_the_events(auditor_client, two_runs, query, expected_tools) -> None:
     response = auditor_client.get(f"{EVENTS}?{query}")
     assert response.status_code == 200, response.content
-    assert [e["tool"] for e in response.json()["results"] if e["action"] != "auditor.create"] == expected_tools
+    assert [e["tool"] for e in response.json()["results"] if e["action"] != "config.user.create"] == expected_tools
 
 
 def test_the_run_filter_and_the_period(auditor_client, two_runs) -> None:

@@ -147,8 +147,9 @@ def test_create_auditor_prints_a_generated_password_alone_on_one_line_once(db) -
 
 
 def test_creating_an_auditor_is_itself_audited(auditor) -> None:
-    event = AuditEvent.objects.get(action="auditor.create")
-    assert event.args == {"username": "audrey", "group": "auditor"}
+    event = AuditEvent.objects.get(action="config.user.create")
+    assert event.args["username"] == [None, "audrey"] and event.args["groups"] == [None, ["auditor"]]
+    assert (event.actor, event.result["via"]) == ("system:create_auditor", "create_auditor")
     assert AUDITOR_PASSWORD not in str(event.args) + str(event.result)
 
 
@@ -298,7 +299,7 @@ def test_the_audit_list_filters_by_agent_server_tool_source_outcome_reason_calle
     assert [e.tool for e in listed("mcp_id=other")] == ["ping"]
     assert [e.tool for e in listed("tool=lookup&source=agent&ok=false&reason=approval:rejected")] == ["lookup"]
     assert [e.tool for e in listed("actor=caller")] == ["lookup"]  # the run's API key, by name
-    assert {e.action for e in listed("source=admin")} == {"mcp_server.create", "auditor.create"}
+    assert {e.action for e in listed("source=admin")} == {"config.mcp_server.create", "config.user.create"}
     today = timezone.localdate()
     assert len(listed(f"since={today}&until={today}")) == AuditEvent.objects.count()
     assert list(listed(f"until={today - timedelta(days=1)}")) == []
