@@ -34,16 +34,20 @@ def main() -> None:
     from mcpregistry import gate
     from mcpregistry.models import McpServer
     from mcpregistry.pool import get_default_pool, shutdown_default_pool
-    from mcpregistry.services import mcp_server_discover
+    from mcpregistry.services import mcp_server_create, mcp_server_discover
 
-    server = McpServer.objects.create(
-        mcp_id="bench",
-        name="bench",
-        command=sys.executable,
-        args=["-m", settings.PLATFORM_DEMO_SERVER_MODULE],
-        cwd=str(settings.BASE_DIR),
-        env={"FAILURE_MODE": "none"},
-        session_scope="shared",
+    server = mcp_server_create(
+        actor="system:bench",
+        via="bench",
+        data={
+            "mcp_id": "bench",
+            "name": "bench",
+            "command": sys.executable,
+            "args": ["-m", settings.PLATFORM_DEMO_SERVER_MODULE],
+            "cwd": str(settings.BASE_DIR),
+            "env": {"FAILURE_MODE": "none"},
+            "session_scope": "shared",
+        },
     )
     assert mcp_server_discover(server=server, actor="system:bench", via="bench").ok
     apply_demo_contracts(server)

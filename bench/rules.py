@@ -103,7 +103,10 @@ def main() -> None:
     from django.core.management import call_command
 
     from agents.execution import run_execute
-    from agents.models import Agent, DeterministicRule, Run
+    from agents.models import Agent, Run
+    from agents.services import agent_create, deterministic_rule_create
+
+    BENCH = "system:bench"
     from mcpregistry.pool import shutdown_default_pool
 
     call_command("seed_demo", "--admin-username", "bench", verbosity=0)
@@ -111,26 +114,34 @@ def main() -> None:
     latency = options.model_latency_ms / 1000
 
     def agent_for(variant: str, index: int, turns: list[Any]) -> Agent:
-        agent = Agent.objects.create(
-            slug=f"{variant}-{index}",
-            name=variant,
-            system_prompt=demo.system_prompt,
-            model_provider="scripted",
-            model_params={"script": script(turns), "latency_s": latency},
-            answer_from_deterministic=variant == "rules_direct",
+        agent = agent_create(
+            actor=BENCH,
+            via="bench",
+            data={
+                "slug": f"{variant}-{index}",
+                "name": variant,
+                "system_prompt": demo.system_prompt,
+                "model_provider": "scripted",
+                "model_params": {"script": script(turns), "latency_s": latency},
+                "answer_from_deterministic": variant == "rules_direct",
+            },
+            servers=demo.servers.all(),
         )
-        agent.servers.set(demo.servers.all())
         if variant != "no_rules":
             for rule in demo.rules.all():
-                DeterministicRule.objects.create(
-                    agent=agent,
-                    name=rule.name,
-                    order=rule.order,
-                    server=rule.server,
-                    tool_name=rule.tool_name,
-                    when=rule.when,
-                    params=rule.params,
-                    answer_template=rule.answer_template,
+                deterministic_rule_create(
+                    actor=BENCH,
+                    via="bench",
+                    data={
+                        "agent": agent,
+                        "name": rule.name,
+                        "order": rule.order,
+                        "server": rule.server,
+                        "tool_name": rule.tool_name,
+                        "when": rule.when,
+                        "params": rule.params,
+                        "answer_template": rule.answer_template,
+                    },
                 )
         return agent
 
