@@ -66,6 +66,20 @@ class Agent(models.Model):
             "without a model round trip."
         ),
     )
+    language = models.CharField(
+        _("language"),
+        max_length=10,
+        default="ko",
+        help_text=_("Language of the short texts an end user reads (a failed call, no rule matched), e.g. ko, en."),
+    )
+    no_match_answer = models.TextField(
+        _("answer when no rule matched"),
+        blank=True,
+        help_text=_(
+            "Offline provider: the answer when no deterministic rule matched (say what this agent can answer). "
+            "Empty: a generic text in the agent's language."
+        ),
+    )
     mode = models.CharField(_("mode"), max_length=10, choices=Mode.choices, default=Mode.REACT)
     flow_graph = models.CharField(
         _("flow graph"),
@@ -263,6 +277,9 @@ class Run(models.Model):
         editable=False,
     )
     token_usage = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("token usage"), default=dict, blank=True)
+    tool_failures = models.PositiveIntegerField(
+        _("tool failures"), default=0, help_text=_("Tool calls of the run that failed (deterministic and the model's).")
+    )
     idempotency_key = models.CharField(_("idempotency key"), max_length=200, blank=True)
     request_digest = models.CharField(_("request digest"), max_length=64, blank=True, editable=False)
     delivery_count = models.PositiveIntegerField(_("deliveries"), default=0, editable=False)

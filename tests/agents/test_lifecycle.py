@@ -22,11 +22,13 @@ from kombu.exceptions import OperationalError as BrokerError
 
 from agents import checks, engine, execution
 from agents.approvals import approval_decide
-from agents.execution import RunEventWriter, run_claim, run_execute, run_resume, worker_identity
+from agents.dispatch import run_dispatch
+from agents.execution import run_claim, run_execute, worker_identity
 from agents.models import Agent, Approval, Run, RunEvent
 from agents.reconciler import runs_reconcile
+from agents.run_state import RunEventWriter, run_resume
 from agents.services import run_cancel
-from agents.tasks import run_agent, run_dispatch
+from agents.tasks import run_agent
 from audit.models import AuditEvent
 from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import get_default_pool
