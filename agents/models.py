@@ -6,9 +6,11 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
 from agent_platform.json import UnicodeJSONEncoder
+from audit.models import AuditEvent
 from mcpregistry.crypto import EncryptedJSONField
 from mcpregistry.models import McpServer
 
@@ -297,6 +299,11 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent.slug} {self.id}"
+
+    @property
+    def audit_events(self) -> QuerySet[AuditEvent]:
+        """The run's audit events (they refer to it by id, and outlive it under retention)."""
+        return AuditEvent.objects.filter(run_id=self.pk)
 
     @property
     def is_finished(self) -> bool:
