@@ -81,9 +81,7 @@ def moment_parse(value: str, *, end_of_day: bool = False) -> dt.datetime:
 def with_agent_slug(queryset: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:
     """``queryset`` with ``agent_slug``: the agent of the event's run (a run is referred to by id; a run removed
     under retention leaves ``None``)."""
-    return queryset.annotate(
-        agent_slug=Subquery(Run.objects.filter(pk=OuterRef("run_id")).values("agent__slug")[:1])
-    )
+    return queryset.annotate(agent_slug=Subquery(Run.objects.filter(pk=OuterRef("run_id")).values("agent__slug")[:1]))
 
 
 def audit_event_filter(queryset: QuerySet[AuditEvent], filters: AuditEventFilters) -> QuerySet[AuditEvent]:
@@ -106,7 +104,11 @@ def audit_event_filter(queryset: QuerySet[AuditEvent], filters: AuditEventFilter
     if filters.actor:
         queryset = queryset.filter(
             Q(actor=filters.actor)
-            | Q(run_id__in=Run.objects.filter(Q(api_key__name=filters.actor) | Q(api_key__prefix=filters.actor)).values("id"))
+            | Q(
+                run_id__in=Run.objects.filter(Q(api_key__name=filters.actor) | Q(api_key__prefix=filters.actor)).values(
+                    "id"
+                )
+            )
         )
     if filters.run:
         queryset = queryset.filter(run_id=filters.run)

@@ -188,7 +188,9 @@ def test_a_running_run_stops_at_its_next_step(api_client, caller_key, probe) -> 
     assert run.status == Run.Status.CANCELLED
     assert run.answer == ""
     # The tool call under way finished; the next step (the echo) never ran.
-    assert list(AuditEvent.objects.filter(run_id=run.id, action="tool.call").values_list("tool", flat=True)) == ["sleep"]
+    assert list(AuditEvent.objects.filter(run_id=run.id, action="tool.call").values_list("tool", flat=True)) == [
+        "sleep"
+    ]
     kinds = list(RunEvent.objects.filter(run=run).values_list("kind", "data"))
     assert [k for k, _ in kinds].count("model_turn") == 1
     assert kinds[-1] == ("status", {"status": "cancelled", "answer": "", "error": "cancelled"})
