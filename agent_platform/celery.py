@@ -91,7 +91,7 @@ _reconciler: WorkerReconciler | None = None
 
 @worker_ready.connect
 def _start_reconciler(**_kwargs: object) -> None:
-    from agents.tasks import lifecycle_setting
+    from agents.dispatch import lifecycle_setting
 
     global _reconciler
     interval_s = float(lifecycle_setting("PLATFORM_RECONCILE_INTERVAL_S"))

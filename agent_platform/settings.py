@@ -178,6 +178,8 @@ CELERY_TASK_ALWAYS_EAGER = _env_bool("CELERY_TASK_ALWAYS_EAGER")
 # --- platform -----------------------------------------------------------------------------------
 # Runs a Celery task inline in the web process (tests of services only; never in production).
 PLATFORM_DEMO_SERVER_MODULE = "mcpregistry.demo_server"
+# The server the shipped flow templates (agents/flows) call when an agent's flow options name none.
+PLATFORM_FLOW_DEFAULT_MCP_ID = os.environ.get("PLATFORM_FLOW_DEFAULT_MCP_ID", "sds-company-data")
 PLATFORM_MCP_CALL_TIMEOUT_S = float(os.environ.get("PLATFORM_MCP_CALL_TIMEOUT_S", "30"))
 PLATFORM_MCP_IDLE_CLOSE_S = float(os.environ.get("PLATFORM_MCP_IDLE_CLOSE_S", "300"))
 PLATFORM_RUN_QUERY_MAX_CHARS = int(os.environ.get("PLATFORM_RUN_QUERY_MAX_CHARS", "8000"))

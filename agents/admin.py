@@ -131,7 +131,7 @@ def _pretty(value: Any) -> str:
 
 @admin.register(Run)
 class RunAdmin(admin.ModelAdmin):
-    list_display = ["created_at", "agent", "status", "short_query", "error_code", "total_ms"]
+    list_display = ["created_at", "agent", "status", "short_query", "error_code", "tool_failures", "total_ms"]
     list_filter = ["status", "agent"]
     search_fields = ["id", "query", "answer"]
     date_hierarchy = "created_at"

@@ -12,6 +12,7 @@ from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
 from agents.models import Approval, Run
+from agents.run_state import run_resume
 from audit.masking import mask_value
 from audit.services import audit_event_record
 from mcpregistry.gate import ApprovalState
@@ -79,8 +80,6 @@ def approval_decide(*, run: Run, approval_id: str, decision: str, actor: str, re
     """Approve or reject a pending approval and resume the run. Compare-and-swap: a decision is taken once.
 
     Raises ApplicationError 404 (no such approval on this run), 409 (already decided, or expired)."""
-    from agents.execution import run_resume
-
     if decision not in {"approve", "reject"}:
         raise ApplicationError(_("'decision' must be 'approve' or 'reject'."), code="invalid_input", status=400)
     approval = Approval.objects.filter(pk=_uuid_or_none(approval_id), run=run).first()
@@ -133,8 +132,6 @@ def approval_decide(*, run: Run, approval_id: str, decision: str, actor: str, re
 
 def approvals_expire_due() -> int:
     """Expire pending approvals past their time and resume their runs (the model is told). Returns the count."""
-    from agents.execution import run_resume
-
     due = list(
         Approval.objects.filter(status=Approval.Status.PENDING, expires_at__lte=timezone.now()).values_list(
             "pk", "run_id"

@@ -1,3 +1,5 @@
+from __future__ import annotations
+
 from django.apps import AppConfig
 
 
@@ -6,4 +8,7 @@ class AgentsConfig(AppConfig):
     name = "agents"
 
     def ready(self) -> None:
-        from agents import checks  # noqa: F401 - registers the run lifecycle's system checks
+        from agents import (
+            checks,  # noqa: F401 - registers the run lifecycle's system checks
+            tasks,  # noqa: F401 - registers the Celery tasks, so agents.dispatch publishes them by name in any process
+        )

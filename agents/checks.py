@@ -23,7 +23,7 @@ KOMBU_DEFAULT_VISIBILITY_TIMEOUT_S = 3600
 
 @register("celery")
 def check_run_lifecycle(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    from agents.tasks import lifecycle_setting
+    from agents.dispatch import lifecycle_setting
 
     messages: list[CheckMessage] = []
     hard_max = int(lifecycle_setting("PLATFORM_RUN_MAX_TIME_LIMIT_S")) + int(

@@ -1,5 +1,6 @@
 """Executing runs: claim a run with a lease, keep the lease alive while the engine runs, store the outcome only
-while the claim is still ours; resume a parked one. (Publishing a run's task: ``agents.tasks.run_dispatch``.)
+while the claim is still ours; resume a parked one. (Publishing a run's task: ``agents.dispatch``;
+changes made without a live worker: ``agents.run_state``.)
 
 Every change of a run's status is compare-and-swap. A run's life::
 
@@ -25,7 +26,6 @@ claims since the run was submitted or last resumed after an approval.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
@@ -37,18 +37,18 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from celery.exceptions import SoftTimeLimitExceeded
-from django.db import DatabaseError, IntegrityError, connection, transaction
-from django.db.models import F, Q, QuerySet, Value
+from django.db import DatabaseError, connection, transaction
+from django.db.models import F, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents import engine
 from agents.approvals import RunApprovals
-from agents.deterministic import RuleSpec
-from agents.graph import RunCancelled
-from agents.models import Agent, DeterministicRule, Run, RunEvent
-from agents.tasks import RETRYABLE_ERRORS, lifecycle_setting, run_dispatch, run_time_limits
-from audit.masking import mask_value
+from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_time_limits
+from agents.errors import RunCancelled
+from agents.models import Run
+from agents.run_state import RunEventWriter, run_fail_unheld
+from agents.selectors import deterministic_rule_specs
 from mcpregistry.pool import get_default_pool
 
 logger = logging.getLogger(__name__)
@@ -62,64 +62,6 @@ StopReason = Literal["", "time_limit", "lost"]
 def worker_identity() -> str:
     """``hostname:pid`` of this process (a Celery pool process when a worker runs the run)."""
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-# --- queueing again ----------------------------------------------------------------------------------------
-
-
-def run_resume(*, run_id: str) -> None:
-    """A parked run whose approval was decided (or expired) goes back to the queue, once; its task is sent when
-    the transaction commits. Its deliveries are counted afresh."""
-    now = timezone.now()
-    stale = timedelta(seconds=float(lifecycle_setting("PLATFORM_RUN_QUEUED_STALE_S")))
-    resumed = Run.objects.filter(id=run_id, status=Run.Status.AWAITING_APPROVAL).update(
-        status=Run.Status.QUEUED, delivery_count=0, lease_expires_at=now + stale
-    )
-    if resumed == 1:
-        time_limit_s = Run.objects.filter(id=run_id).values_list("agent__time_limit_s", flat=True).get()
-        transaction.on_commit(lambda: run_dispatch(run_id=str(run_id), time_limit_s=time_limit_s))
-
-
-# --- state changes made without a live worker (a claim that finds its worker gone, the reconciler) ------------
-
-
-def run_fail_unheld(*, run_id: Any, match: dict[str, Any], error_code: str, error_message: str) -> bool:
-    """Fail a run nobody should be running any more (time limit passed, worker lost), if it still is as read:
-    compare-and-swap on ``match`` (status, worker, delivery, …), with its ``status`` event, in one transaction."""
-    with transaction.atomic():
-        failed = Run.objects.filter(id=run_id, **match).update(
-            status=Run.Status.FAILED,
-            error_code=error_code,
-            error_message=error_message,
-            finished_at=timezone.now(),
-            lease_expires_at=None,
-        )
-        if failed == 1:
-            RunEventWriter(run_id=run_id, secrets=[]).emit(
-                "status", {"status": "failed", "answer": "", "error": error_code}
-            )
-    if failed == 1:
-        logger.warning("run %s failed: %s (%s)", run_id, error_code, error_message)
-    return failed == 1
-
-
-def run_requeue_unheld(*, run_id: Any, match: dict[str, Any], time_limit_s: int, reason: str) -> bool:
-    """Put a running run whose worker is gone back in the queue, if it still is as read (compare-and-swap on
-    ``match``), with its ``status`` event; its task is dispatched again when the transaction commits."""
-    stale = timedelta(seconds=float(lifecycle_setting("PLATFORM_RUN_QUEUED_STALE_S")))
-    with transaction.atomic():
-        requeued = Run.objects.filter(id=run_id, **match).update(
-            status=Run.Status.QUEUED, lease_expires_at=timezone.now() + stale
-        )
-        if requeued == 1:
-            RunEventWriter(run_id=run_id, secrets=[]).emit("status", {"status": "queued", "reason": reason})
-            transaction.on_commit(lambda: run_dispatch(run_id=str(run_id), time_limit_s=time_limit_s))
-    if requeued == 1:
-        logger.warning("run %s queued again: %s", run_id, reason)
-    return requeued == 1
-
-
-# --- the claim --------------------------------------------------------------------------------------------
 
 
 class RunStopped(RunCancelled):
@@ -324,9 +266,11 @@ def _execute_claimed(claim: RunClaim) -> None:
         model_params=agent.model_params or {},
         max_iterations=agent.max_iterations,
         servers=servers,
-        rules=_rules_for(agent),
+        rules=deterministic_rule_specs(agent=agent),
         actor=actor,
         answer_from_deterministic=agent.answer_from_deterministic,
+        language=agent.language,
+        no_match_answer=agent.no_match_answer,
         mode=agent.mode,
         flow_graph=agent.flow_graph,
         emit=writer.emit,
@@ -384,6 +328,7 @@ def _store_outcome(claim: RunClaim, run: Run, outcome: engine.RunOutcome, writer
                 conversation=outcome.conversation,
                 timings=_merged_timings(run, outcome.timings),
                 token_usage=outcome.token_usage,
+                tool_failures=outcome.tool_failures,
                 finished_at=timezone.now() if finished else None,
                 lease_expires_at=None,
             )
@@ -398,59 +343,6 @@ def _store_outcome(claim: RunClaim, run: Run, outcome: engine.RunOutcome, writer
         writer.emit("status", {"status": "cancelled", "answer": "", "error": "cancelled"})
     else:
         logger.warning("run %s: %s no longer holds it; its outcome is discarded", claim.run_id, claim.worker)
-
-
-def _rules_for(agent: Agent) -> list[RuleSpec]:
-    bound = list(agent.servers.values_list("pk", flat=True))
-    rules = (
-        DeterministicRule.objects.filter(enabled=True)
-        .filter(Q(agent=agent) | Q(agent__isnull=True, server__in=bound) | Q(agent__isnull=True, code__gt=""))
-        .select_related("server")
-        .order_by("order", "id")
-    )
-    return [
-        RuleSpec(
-            rule_id=r.pk,
-            name=r.name,
-            mcp_id=r.server.mcp_id if r.server else "",
-            tool_name=r.tool_name,
-            code=r.code,
-            when=r.when or {},
-            params=r.params or {},
-            answer_template=r.answer_template,
-        )
-        for r in rules
-    ]
-
-
-class RunEventWriter:
-    """Appends a run's progress to ``RunEvent`` (masked), numbered after what was written before.
-
-    Numbers are unique per run: if another writer took the next number (a worker that lost the run and has not
-    noticed yet, a cancellation), the event is numbered again after it."""
-
-    def __init__(self, *, run_id: Any, secrets: list[str]) -> None:
-        self.run_id = run_id
-        self.secrets = secrets
-        self.seq = self._last_seq()
-
-    def _last_seq(self) -> int:
-        last = RunEvent.objects.filter(run_id=self.run_id).order_by("-seq").values_list("seq", flat=True).first()
-        return last or 0
-
-    def emit(self, kind: str, data: dict[str, Any]) -> None:
-        masked = mask_value(data, secrets=self.secrets)
-        for attempt in range(3):
-            self.seq += 1
-            try:
-                # Inside a transaction a savepoint keeps a collision from breaking it; outside, the insert is its own.
-                with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
-                    RunEvent.objects.create(run_id=self.run_id, seq=self.seq, kind=kind, data=masked)
-                return
-            except IntegrityError:
-                if attempt == 2:
-                    raise
-                self.seq = self._last_seq()
 
 
 def _merged_timings(run: Run, timings: dict[str, float]) -> dict[str, float]:

@@ -17,6 +17,10 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 
+from agents.errors import RunCancelled
+
+__all__ = ["AgentState", "MaxIterationsReached", "RunCancelled", "build_react_graph", "unanswered_tool_calls"]
+
 
 class AgentState(TypedDict, total=False):
     messages: Annotated[list[AnyMessage], add_messages]
@@ -29,10 +33,6 @@ class AgentState(TypedDict, total=False):
 
 class MaxIterationsReached(Exception):
     """The model wanted another turn after ``max_iterations``."""
-
-
-class RunCancelled(Exception):
-    """The run was cancelled while it ran (checked between steps)."""
 
 
 ToolCaller = Callable[[dict[str, Any]], tuple[ToolMessage, str | None]]

@@ -6,10 +6,12 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
 from agent_platform.json import UnicodeJSONEncoder
 from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration
+from audit.models import AuditEvent
 from mcpregistry.crypto import EncryptedJSONField
 from mcpregistry.models import McpServer
 
@@ -65,6 +67,20 @@ class Agent(AuditedModel):
         help_text=_(
             "When every matched deterministic call succeeded, compose the answer from them (the answer templates) "
             "without a model round trip."
+        ),
+    )
+    language = models.CharField(
+        _("language"),
+        max_length=10,
+        default="ko",
+        help_text=_("Language of the short texts an end user reads (a failed call, no rule matched), e.g. ko, en."),
+    )
+    no_match_answer = models.TextField(
+        _("answer when no rule matched"),
+        blank=True,
+        help_text=_(
+            "Offline provider: the answer when no deterministic rule matched (say what this agent can answer). "
+            "Empty: a generic text in the agent's language."
         ),
     )
     mode = models.CharField(_("mode"), max_length=10, choices=Mode.choices, default=Mode.REACT)
@@ -278,6 +294,9 @@ class Run(models.Model):
         editable=False,
     )
     token_usage = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("token usage"), default=dict, blank=True)
+    tool_failures = models.PositiveIntegerField(
+        _("tool failures"), default=0, help_text=_("Tool calls of the run that failed (deterministic and the model's).")
+    )
     idempotency_key = models.CharField(_("idempotency key"), max_length=200, blank=True)
     request_digest = models.CharField(_("request digest"), max_length=64, blank=True, editable=False)
     delivery_count = models.PositiveIntegerField(_("deliveries"), default=0, editable=False)
@@ -299,6 +318,11 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent.slug} {self.id}"
+
+    @property
+    def audit_events(self) -> QuerySet[AuditEvent]:
+        """The run's audit events (they refer to it by id, and outlive it under retention)."""
+        return AuditEvent.objects.filter(run_id=self.pk)
 
     @property
     def is_finished(self) -> bool:

@@ -30,9 +30,9 @@ from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
 from agents.approvals import approvals_expire_due
-from agents.execution import run_fail_unheld, run_requeue_unheld
+from agents.dispatch import lifecycle_setting, run_dispatch, run_time_limits
 from agents.models import Run, RunEvent
-from agents.tasks import lifecycle_setting, run_dispatch, run_time_limits
+from agents.run_state import run_fail_unheld, run_requeue_unheld
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,6 @@
 """The rule tester: which of an agent's rules match a query, in which order, with which parameters, and what
-the tool's contract says of them — a dry run by default (no tool is called), optionally through the gate."""
+the tool's contract says of them — a dry run by default (no tool is called), optionally through the gate.
+It runs the same deterministic stage as a run (``agents.deterministic_stage``), so the two cannot disagree."""
 
 from __future__ import annotations
 
@@ -14,13 +15,10 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy as _
 
-from agents.deterministic import decide
-from agents.execution import _rules_for
+from agents.deterministic_stage import StageInput, deterministic_stage
 from agents.models import Agent
-from agents.tools import CodeRuleError, DeterministicContext, load_code_rule
+from agents.selectors import deterministic_rule_specs
 from mcpregistry import gate
-from mcpregistry.contracts import argument_constraints, check_args
-from mcpregistry.models import McpServer, ToolContract
 
 
 @dataclass
@@ -68,71 +66,44 @@ class RuleTesterForm(forms.Form):
         return cleaned
 
 
-def _contract_verdict(server: McpServer, tool_name: str, params: Any) -> str:
-    tool = server.tools.filter(name=tool_name).first()
-    if tool is None or not tool.callable:
-        return "tool:unknown"
-    contract = ToolContract.objects.filter(tool=tool).first()
-    constraints = contract.args if contract else argument_constraints(tool.input_schema)
-    _clean, verdict = check_args(constraints or {}, params, unknown=contract.unknown_args if contract else "refuse")
-    return f"{verdict.reason}: {verdict.detail}" if verdict else "ok"
-
-
 def rules_trial(
     *, agent: Agent, query: str, context: dict[str, Any], a2a_data: list[Any], execute: bool, actor: str
 ) -> list[RuleTrial]:
-    """Evaluate every rule of ``agent`` against the input, in order, as the engine would."""
-    servers = {s.mcp_id: s for s in agent.servers.prefetch_related("tools")}
+    """Evaluate the rules of ``agent`` against the input, in order, with the run's own deterministic stage
+    (``agents.deterministic_stage``): a dry run by default, through the gate when ``execute`` (audited, source
+    ``admin``). A failure that would end a run (``deterministic:rule_error``, ``mcp:not_loaded:<id>``,
+    ``deterministic:tool_unknown``) ends the trial list at that rule, with the run's reason code and text."""
+    servers = list(agent.servers.prefetch_related("tools"))
+
+    def who(call_id: str) -> gate.GateCall:
+        return gate.GateCall(source="admin", actor=actor, call_id=call_id.replace("rule:", "rule-tester:", 1))
+
+    stage = deterministic_stage(
+        StageInput(
+            query=query,
+            context=context,
+            a2a_data=a2a_data,
+            a2a_files=[],
+            servers=servers,
+            rules=deterministic_rule_specs(agent=agent),
+        ),
+        mode="execute" if execute else "dry_run",
+        who=who,
+        check_contracts=True,
+    )
     trials: list[RuleTrial] = []
-    for position, rule in enumerate(_rules_for(agent), start=1):
-        trial = RuleTrial(position, rule.name, "code" if rule.code else "admin", rule.mcp_id, rule.tool_name, False, "")
-        if rule.code:
-            try:
-                fn, trial.mcp_id = load_code_rule(rule.code)
-            except CodeRuleError as exc:
-                trial.reason = f"cannot load: {exc}"
-                trials.append(trial)
-                continue
-        server = servers.get(trial.mcp_id)
-        if server is None:
-            trial.reason = f"MCP '{trial.mcp_id}'의 tool이 로드되지 않음"
-            trials.append(trial)
-            continue
-        if rule.code:
-            ctx = DeterministicContext(
-                query=query, context=context, a2a_data=a2a_data or None, a2a_files=None, mcp_tools=[]
-            )
-            try:
-                returned = fn(ctx)
-            except Exception as exc:  # noqa: BLE001 - shown to the admin, as the engine would fail the run
-                trial.reason = f"raised {type(exc).__name__}: {exc}"
-                trials.append(trial)
-                continue
-            if returned is None:
-                trial.reason = "returned None"
-            else:
-                trial.matched, trial.reason = True, "matched"
-                trial.tool, trial.params = str(returned.get("tool_name", "")), returned.get("params") or {}
-                trial.notes.append("mcp_tools is empty in a dry run")
-        else:
-            decision = decide(
-                rule,
-                query=query,
-                context=context,
-                a2a_data=a2a_data,
-                available_tools={t.name for t in server.tools.all() if t.callable},
-            )
-            trial.matched, trial.reason, trial.params = decision.matched, decision.reason, decision.params
-        if trial.matched:
-            trial.verdict = _contract_verdict(server, trial.tool, trial.params)
-            if execute:
-                result = gate.call(
-                    server=server,
-                    tool_name=trial.tool,
-                    args=trial.params or {},
-                    who=gate.GateCall(source="admin", actor=actor, call_id=f"rule-tester:{rule.rule_id}"),
-                )
-                trial.result = result.as_dict()
+    for position, step in enumerate(stage.steps, start=1):
+        rule = step.rule
+        trial = RuleTrial(position, rule.name, "code" if rule.code else "admin", step.mcp_id, step.tool, False, "")
+        trial.verdict, trial.notes = step.verdict, list(step.notes)
+        if step.failure is not None:
+            trial.reason = f"{step.failure.code}: {step.failure.message}"
+        if step.decision is not None:
+            trial.matched = step.decision.matched
+            trial.reason = trial.reason or step.decision.reason
+            trial.params = step.decision.params
+        if step.result is not None:
+            trial.result = step.result.as_dict()
         trials.append(trial)
     return trials
 

@@ -6,11 +6,12 @@ import time
 import uuid
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
-from agents.models import ApiKey, Run, RunEvent
+from agents.deterministic import RuleSpec
+from agents.models import Agent, ApiKey, DeterministicRule, Run, RunEvent
 from mcpregistry.models import McpServer
 
 
@@ -81,3 +82,28 @@ def tool_name_conflicts(servers: list[McpServer]) -> dict[str, list[str]]:
             if tool.callable:
                 owners.setdefault(tool.exposed_name, []).append(server.mcp_id)
     return {name: ids for name, ids in owners.items() if len(ids) > 1}
+
+
+def deterministic_rule_specs(*, agent: Agent) -> list[RuleSpec]:
+    """The enabled rules a run of ``agent`` evaluates, in order: its own, and the global ones for its servers
+    (admin rules) or for any server (code rules, whose ``mcp_id`` the stage checks)."""
+    bound = list(agent.servers.values_list("pk", flat=True))
+    rules = (
+        DeterministicRule.objects.filter(enabled=True)
+        .filter(Q(agent=agent) | Q(agent__isnull=True, server__in=bound) | Q(agent__isnull=True, code__gt=""))
+        .select_related("server")
+        .order_by("order", "id")
+    )
+    return [
+        RuleSpec(
+            rule_id=r.pk,
+            name=r.name,
+            mcp_id=r.server.mcp_id if r.server else "",
+            tool_name=r.tool_name,
+            code=r.code,
+            when=r.when or {},
+            params=r.params or {},
+            answer_template=r.answer_template,
+        )
+        for r in rules
+    ]

@@ -15,7 +15,9 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
+from agents.dispatch import run_dispatch
 from agents.models import Agent, ApiKey, Approval, DeterministicRule, Run
+from agents.run_state import RunEventWriter
 from audit.changes import audited_delete, audited_save, change_scope, config_change_record
 from audit.masking import mask_text
 from audit.services import audit_event_record
@@ -219,8 +221,6 @@ def run_create(
     error to the caller, since the run exists).
 
     Raises ApplicationError 404 (no such agent, or not one this key may use) and 409 (agent disabled)."""
-    from agents.execution import run_dispatch
-
     agent = Agent.objects.filter(slug=agent_slug).first()
     if agent is None or (
         api_key is not None and api_key.agents.exists() and not api_key.agents.filter(pk=agent.pk).exists()
@@ -293,8 +293,6 @@ def run_cancel(*, run: Run, actor: str) -> Run:
         status=Approval.Status.EXPIRED, reason="the run was cancelled"
     )
     if cancelled_from != Run.Status.RUNNING:
-        from agents.execution import RunEventWriter
-
         RunEventWriter(run_id=run.pk, secrets=[]).emit(
             "status", {"status": "cancelled", "answer": "", "error": "cancelled"}
         )

@@ -19,6 +19,8 @@ from typing import Any, TypeVar
 
 from langchain_core.tools import BaseTool
 
+from agents.errors import MCP_NOT_LOADED
+
 RuleFunction = Callable[["DeterministicContext"], dict[str, Any] | None]
 F = TypeVar("F", bound=RuleFunction)
 
@@ -83,8 +85,6 @@ class MCPHandle:
         ``build_graph``). ``mcp_id`` is the default server of ``call``."""
         missing = [m for m in mcp_ids if m not in settings.bound_mcp_ids]
         if missing:
-            from agents.engine import MCP_NOT_LOADED
-
             raise CodeRuleError("; ".join(MCP_NOT_LOADED.format(mcp_id=m) for m in missing))
         self._caller = settings.call_tool
         self.mcp_ids = list(mcp_ids)

@@ -24,7 +24,7 @@ from django.utils.translation import gettext_lazy as _
 from agents.models import Agent
 from audit.metrics import tool_metrics
 from audit.models import AuditCheckpoint, AuditEvent
-from audit.selectors import AuditEventFilters, audit_event_filter, moment_parse
+from audit.selectors import AuditEventFilters, audit_event_filter, moment_parse, with_agent_slug
 
 FILTER_PARAMETERS = ("agent", "mcp_id", "tool", "source", "ok", "reason", "actor", "run", "since", "until")
 """The list's filter parameters: the same names, and meanings, as ``GET /api/v1/audit/events``."""
@@ -228,14 +228,13 @@ class AuditEventAdmin(admin.ModelAdmin):
         PeriodFilter,
         RunFilter,
     ]
-    list_select_related = ["run__agent"]
-    search_fields = ["tool", "mcp_id", "reason", "actor", "run__id"]
+    search_fields = ["tool", "mcp_id", "reason", "actor", "=run_id"]
     date_hierarchy = "created_at"
     show_full_result_count = False  # no COUNT(*) of the whole table on every page
     readonly_fields = [
         "id",
         "created_at",
-        "run",
+        "run_id",
         "agent",
         "source",
         "action",
@@ -269,15 +268,18 @@ class AuditEventAdmin(admin.ModelAdmin):
         names = {f.name for f in AuditEvent._meta.get_fields()}
         return [f for f in self.readonly_fields if f in names or hasattr(self, f)]
 
-    @admin.display(description=_("agent"), ordering="run__agent__slug")
+    def get_queryset(self, request: HttpRequest) -> QuerySet[AuditEvent]:
+        return with_agent_slug(super().get_queryset(request))
+
+    @admin.display(description=_("agent"), ordering="agent_slug")
     def agent(self, obj: AuditEvent) -> str:
-        return obj.run.agent.slug if obj.run_id and obj.run else "—"
+        return getattr(obj, "agent_slug", None) or "—"
 
     @admin.display(description=_("outcome"), ordering="ok", boolean=True)
     def outcome(self, obj: AuditEvent) -> bool:
         return obj.ok
 
-    @admin.display(description=_("run"), ordering="run")
+    @admin.display(description=_("run"), ordering="run_id")
     def run_link(self, obj: AuditEvent) -> str:
         if not obj.run_id:
             return "—"

@@ -32,7 +32,7 @@ DEFAULT_PERIOD = dt.timedelta(days=7)
 PERCENTILES = (0.50, 0.95)
 
 _SENT = Q(attempt__gte=1, latency_ms__isnull=False)
-_IN_RUN = Q(run__isnull=False)
+_IN_RUN = Q(run_id__isnull=False)
 
 
 @dataclass
@@ -103,7 +103,7 @@ def tool_metrics(
             retries=Count("id", filter=Q(attempt__gt=1)),
             sent=Count("id", filter=_SENT),
             latency_mean=Avg("latency_ms", filter=_SENT),
-            runs=Count("run", distinct=True),
+            runs=Count("run_id", distinct=True),
             calls_in_runs=Count("id", filter=_IN_RUN),
         )
         .order_by("mcp_id", "tool")
@@ -143,7 +143,7 @@ def tool_metrics(
         .annotate(
             calls=Count("id"),
             errors=Count("id", filter=Q(ok=False)),
-            runs=Count("run", distinct=True),
+            runs=Count("run_id", distinct=True),
             calls_in_runs=Count("id", filter=_IN_RUN),
         )
         .order_by("-calls", "actor")
@@ -161,7 +161,7 @@ def tool_metrics(
         for r in caller_rows
     ]
     totals = base.aggregate(
-        calls=Count("id"), errors=Count("id", filter=Q(ok=False)), runs=Count("run", distinct=True),
+        calls=Count("id"), errors=Count("id", filter=Q(ok=False)), runs=Count("run_id", distinct=True),
         calls_in_runs=Count("id", filter=_IN_RUN),
     )  # fmt: skip
     return ToolMetricsReport(

@@ -38,7 +38,9 @@ class AuditEvent(models.Model):
         FLOW = "flow", _("flow node")
         ADMIN = "admin", _("admin")
 
-    run = models.ForeignKey("agents.Run", on_delete=models.PROTECT, null=True, blank=True, related_name="audit_events")
+    # The run by its id, not a foreign key: audit events outlive runs (retention), and the audit core names no
+    # model of the apps that write to it.
+    run_id = models.UUIDField(_("run"), null=True, blank=True, db_index=True)
     source = models.CharField(_("source"), max_length=20, choices=Source.choices, db_index=True)
     action = models.CharField(_("action"), max_length=100, default="tool.call")
     mcp_id = models.CharField(_("server"), max_length=64, blank=True, db_index=True)

@@ -9,10 +9,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from agents.models import Run
 from audit.models import AuditEvent
 
 AUDITOR_GROUP = "auditor"
@@ -26,7 +27,7 @@ _EXPORT_FIELDS: tuple[tuple[str, str], ...] = (
     ("id", "id"),
     ("created_at", "created_at"),
     ("run", "run_id"),
-    ("agent", "run__agent__slug"),
+    ("agent", "agent_slug"),
     *((name, name) for name in ("source", "action", "mcp_id", "tool", "call_id", "ok", "reason", "attempt")),
     *((name, name) for name in ("latency_ms", "actor", "args", "result", "seq", "prev_hash", "hash")),
 )
@@ -77,10 +78,16 @@ def moment_parse(value: str, *, end_of_day: bool = False) -> dt.datetime:
     return moment
 
 
+def with_agent_slug(queryset: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:
+    """``queryset`` with ``agent_slug``: the agent of the event's run (a run is referred to by id; a run removed
+    under retention leaves ``None``)."""
+    return queryset.annotate(agent_slug=Subquery(Run.objects.filter(pk=OuterRef("run_id")).values("agent__slug")[:1]))
+
+
 def audit_event_filter(queryset: QuerySet[AuditEvent], filters: AuditEventFilters) -> QuerySet[AuditEvent]:
     """``queryset`` narrowed by ``filters`` (the admin's list and the API share this)."""
     if filters.agent:
-        queryset = queryset.filter(run__agent__slug=filters.agent)
+        queryset = queryset.filter(run_id__in=Run.objects.filter(agent__slug=filters.agent).values("id"))
     if filters.mcp_id:
         queryset = queryset.filter(mcp_id=filters.mcp_id)
     if filters.tool:
@@ -96,7 +103,12 @@ def audit_event_filter(queryset: QuerySet[AuditEvent], filters: AuditEventFilter
             queryset = queryset.filter(reason=filters.reason)
     if filters.actor:
         queryset = queryset.filter(
-            Q(actor=filters.actor) | Q(run__api_key__name=filters.actor) | Q(run__api_key__prefix=filters.actor)
+            Q(actor=filters.actor)
+            | Q(
+                run_id__in=Run.objects.filter(Q(api_key__name=filters.actor) | Q(api_key__prefix=filters.actor)).values(
+                    "id"
+                )
+            )
         )
     if filters.run:
         queryset = queryset.filter(run_id=filters.run)
@@ -113,7 +125,7 @@ def audit_event_list(*, filters: AuditEventFilters, after_id: int | None = None)
     queryset = audit_event_filter(AuditEvent.objects.all(), filters)
     if after_id is not None:
         queryset = queryset.filter(id__gt=after_id)
-    return queryset.select_related("run__agent").order_by("id")
+    return with_agent_slug(queryset).order_by("id")
 
 
 def audit_event_page(
@@ -134,4 +146,4 @@ def audit_event_export_rows(*, filters: AuditEventFilters) -> Iterator[tuple[Any
 
 
 def _values(queryset: QuerySet[AuditEvent]) -> QuerySet[Any]:
-    return queryset.select_related(None).values_list(*_EXPORT_VALUES)
+    return with_agent_slug(queryset).values_list(*_EXPORT_VALUES)

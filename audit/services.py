@@ -75,7 +75,7 @@ def audit_event_record(
     stored_args, hashed_args = _stored_json(mask_value(args or {}, secrets=secret_list))
     stored_result, hashed_result = _stored_json(masked_result)
     event = AuditEvent(
-        run_id=AuditEvent._meta.get_field("run").target_field.to_python(run_id),
+        run_id=AuditEvent._meta.get_field("run_id").to_python(run_id),
         source=str(source),
         action=str(action),
         mcp_id=str(mcp_id),

@@ -241,6 +241,7 @@ class RunOutputSerializer(serializers.ModelSerializer):
             "approvals",
             "timings",
             "token_usage",
+            "tool_failures",
             "created_at",
             "started_at",
             "finished_at",

@@ -6,9 +6,16 @@ import json
 import re
 from typing import Any, TypedDict
 
-DEFAULT_MCP_ID = "sds-company-data"
+from django.conf import settings as django_settings
+
 NAME = re.compile(r"([가-힣]{2,4})\s*님")
 TEAM = re.compile(r"([가-힣A-Za-z]+팀)")
+
+
+def default_mcp_id() -> str:
+    """The server a flow template calls unless the agent's flow options name one (``{"mcp_id": ...}``):
+    ``settings.PLATFORM_FLOW_DEFAULT_MCP_ID``."""
+    return str(django_settings.PLATFORM_FLOW_DEFAULT_MCP_ID)
 
 
 class FlowState(TypedDict, total=False):

@@ -7,7 +7,7 @@ from typing import Any
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from agents.flows.common import DEFAULT_MCP_ID, FlowState, as_data, failed, name_in, project_names, team_in
+from agents.flows.common import FlowState, as_data, default_mcp_id, failed, name_in, project_names, team_in
 from agents.tools import MCPHandle
 
 mcp = MCPHandle()
@@ -54,7 +54,7 @@ async def employee(state: FlowState) -> dict[str, Any]:
 
 
 async def build_graph(settings: Any) -> CompiledStateGraph:
-    mcp_id = settings.option("mcp_id", DEFAULT_MCP_ID)
+    mcp_id = settings.option("mcp_id") or default_mcp_id()
     await mcp.bind_registry(settings, mcp_ids=[mcp_id], mcp_id=mcp_id)
     graph = StateGraph(FlowState)
     for name, node in (("assets", assets), ("projects", projects), ("members", members), ("employee", employee)):

@@ -111,7 +111,7 @@ def test_an_approved_call_runs_exactly_once_with_its_idempotency_key(
     assert line == f"회의록 저장\t{run.id}:{approval.call_id}"
     approval.refresh_from_db()
     assert approval.status == "executed"
-    actions = list(AuditEvent.objects.filter(run=run).order_by("id").values_list("action", "ok"))
+    actions = list(AuditEvent.objects.filter(run_id=run.id).order_by("id").values_list("action", "ok"))
     assert actions == [("approval.request", False), ("approval.approve", True), ("tool.call", True)]
     # A second decision, or a redelivered run, changes nothing.
     assert decide(client, run, approval, "approve").status_code == 409
@@ -128,7 +128,7 @@ def test_a_rejected_call_is_not_made_and_the_model_is_told(writer, notes, django
     assert run.status == Run.Status.SUCCEEDED
     assert "rejected" in run.answer and "필요 없음" in run.answer
     assert lines(notes) == []
-    assert AuditEvent.objects.filter(run=run, action="approval.reject").exists()
+    assert AuditEvent.objects.filter(run_id=run.id, action="approval.reject").exists()
 
 
 def test_an_expired_approval_fails_the_call(writer, notes, django_capture_on_commit_callbacks) -> None:

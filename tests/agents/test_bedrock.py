@@ -55,7 +55,7 @@ def test_a_bedrock_agent_calls_a_tool_through_the_gate_and_answers(demo_server, 
     run.refresh_from_db()
     assert run.status == Run.Status.SUCCEEDED, run.error_message
     assert run.answer == "박도윤 님은 물류플랫폼팀 소속입니다."
-    event = AuditEvent.objects.get(run=run, action="tool.call")
+    event = AuditEvent.objects.get(run_id=run.id, action="tool.call")
     assert (event.source, event.tool, event.args, event.ok) == ("agent", "search_employee", {"name": "박도윤"}, True)
     assert run.token_usage["input_tokens"] == 240
     tool_message = next(s for s in run.messages if s["type"] == "tool")

@@ -29,7 +29,7 @@ def test_a_deterministic_rule_answers_the_seed_question_offline(demo_agent) -> N
     assert result["tool"] == "search_employee"
     assert result["args"] == {"name": "김하늘"}
     assert result["value"]["team"] == "클라우드운영팀"
-    event = AuditEvent.objects.get(run=run, action="tool.call")
+    event = AuditEvent.objects.get(run_id=run.id, action="tool.call")
     assert (event.source, event.tool, event.ok) == ("deterministic", "search_employee", True)
     assert event.args == {"name": "김하늘"}
 
@@ -67,7 +67,7 @@ def test_a_scripted_model_calls_a_demo_tool_and_answers_from_its_result(demo_ser
     run = submit(agent, "물류플랫폼팀 프로젝트 알려줘")
     assert run.status == Run.Status.SUCCEEDED
     assert "차세대 물류 플랫폼 구축" in run.answer
-    event = AuditEvent.objects.get(run=run, action="tool.call")
+    event = AuditEvent.objects.get(run_id=run.id, action="tool.call")
     assert (event.source, event.tool, event.ok) == ("agent", "list_projects", True)
     assert [s["type"] for s in run.messages if s["type"] in {"human", "ai", "tool"}] == ["human", "ai", "tool", "ai"]
     assert run.token_usage["model_calls"] == 2
@@ -92,7 +92,7 @@ def test_a_failing_tool_is_a_message_to_the_model_and_the_run_still_answers(db) 
     run = submit(agent, "A-1001 자산의 현재 상태를 알려주세요.")
     assert run.status == Run.Status.SUCCEEDED
     assert "백업 스냅샷 기준" in run.answer
-    events = list(AuditEvent.objects.filter(run=run, action="tool.call").order_by("id"))
+    events = list(AuditEvent.objects.filter(run_id=run.id, action="tool.call").order_by("id"))
     # The gate retried the rate limit (backing off), then the model took the backup tool.
     assert [(e.tool, e.ok, e.reason, e.attempt) for e in events] == [
         ("get_asset_status", False, "rate_limit", 1),
@@ -131,7 +131,7 @@ def test_a_secret_bound_to_the_server_never_reaches_the_audit_or_the_run(demo_se
     )
     run = submit(agent, f"이 키로 찾아줘 {DEMO_SECRET}")
     assert run.status == Run.Status.SUCCEEDED
-    events = list(AuditEvent.objects.filter(run=run).values())
+    events = list(AuditEvent.objects.filter(run_id=run.id).values())
     assert events, "the call must be audited"
     stored = json.dumps(events, ensure_ascii=False, default=str) + json.dumps(
         list(Run.objects.filter(pk=run.pk).values("answer", "messages", "deterministic_results", "error_message")),
@@ -145,4 +145,4 @@ def test_a_secret_bound_to_the_server_never_reaches_the_audit_or_the_run(demo_se
 def test_a_run_is_executed_once_even_if_delivered_twice(demo_agent) -> None:
     run = submit(demo_agent, "김하늘 님은 어느 팀 소속인가요?")
     run_execute(run_id=str(run.id))
-    assert AuditEvent.objects.filter(run=run, action="tool.call").count() == 1
+    assert AuditEvent.objects.filter(run_id=run.id, action="tool.call").count() == 1

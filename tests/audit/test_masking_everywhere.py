@@ -51,7 +51,9 @@ def test_no_bound_secret_survives_in_any_output(secret, demo_server, caplog) -> 
         run_execute(run_id=submitted.json()["id"])
     run = Run.objects.get(pk=submitted.json()["id"])
     api_view = submitted.content.decode() + client.get(f"/api/v1/runs/{run.id}").content.decode()
-    stored = json.dumps(list(AuditEvent.objects.filter(run=run).values("args", "result", "reason")), ensure_ascii=False)
+    stored = json.dumps(
+        list(AuditEvent.objects.filter(run_id=run.id).values("args", "result", "reason")), ensure_ascii=False
+    )
     outputs = {
         "audit": stored,
         "answer": run.answer,

@@ -76,16 +76,16 @@ def known_events(db):  # type: ignore[no-untyped-def]
     search = {"mcp_id": "company", "tool": "search_employee", "actor": caller}
     AuditEvent.objects.bulk_create(
         [
-            event(**search, run=first, latency_ms=10.0),
-            event(**search, run=first, latency_ms=20.0),
-            event(**search, run=first, latency_ms=30.0),
-            event(**search, run=second, latency_ms=40.0),
-            event(**search, run=second, latency_ms=50.0),
-            event(**search, run=second, latency_ms=100.0, ok=False, reason="timeout"),
-            event(**search, run=second, latency_ms=None, attempt=0, ok=False, reason="args:missing:name"),
-            event(**search, run=first, latency_ms=0.0, attempt=0, reason="memo:hit"),
-            event(mcp_id="company", tool="get_asset", actor="local", run=third, latency_ms=5.0),
-            event(mcp_id="company", tool="get_asset", actor="local", run=third, latency_ms=7.0, attempt=2),
+            event(**search, run_id=first.id, latency_ms=10.0),
+            event(**search, run_id=first.id, latency_ms=20.0),
+            event(**search, run_id=first.id, latency_ms=30.0),
+            event(**search, run_id=second.id, latency_ms=40.0),
+            event(**search, run_id=second.id, latency_ms=50.0),
+            event(**search, run_id=second.id, latency_ms=100.0, ok=False, reason="timeout"),
+            event(**search, run_id=second.id, latency_ms=None, attempt=0, ok=False, reason="args:missing:name"),
+            event(**search, run_id=first.id, latency_ms=0.0, attempt=0, reason="memo:hit"),
+            event(mcp_id="company", tool="get_asset", actor="local", run_id=third.id, latency_ms=5.0),
+            event(mcp_id="company", tool="get_asset", actor="local", run_id=third.id, latency_ms=7.0, attempt=2),
             # not tool calls: never counted
             event(mcp_id="company", tool="search_employee", action="rule.decision", attempt=0, reason="rule:matched"),
             event(source="admin", action="mcp_server.update", mcp_id="company", actor="boss"),

@@ -87,7 +87,7 @@ def submit(agent: Agent, query: str) -> Run:
 
 
 def the_audited_call(run: Run, tool: str) -> AuditEvent:
-    event = AuditEvent.objects.get(run=run, action="tool.call")
+    event = AuditEvent.objects.get(run_id=run.id, action="tool.call")
     assert (event.source, event.tool, event.ok, event.reason) == ("agent", tool, True, "")
     return event
 

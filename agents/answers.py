@@ -1,0 +1,88 @@
+"""Answer composition: the system message the model reads, the offline provider's answer, and the short texts an
+end user reads when a tool failed or no rule matched.
+
+The guidance the gate writes for a model ("fix the argument", "use the fallback tool …") is for the model only:
+an answer composed here never contains it; a failed call reads as ``tool_unavailable_text`` in the agent's
+language instead.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.utils import translation
+from django.utils.translation import gettext as _
+
+from agents.deterministic import render_answer
+
+
+def system_message_text(*, system_prompt: str, deterministic_instruction: str, results: list[dict[str, Any]]) -> str:
+    """The system prompt, with the deterministic results injected as reference material (seed 000)."""
+    parts = [system_prompt.strip()] if system_prompt.strip() else []
+    if results:
+        shown = [
+            {k: r[k] for k in ("tool", "args", "ok", "value", "error", "message") if r.get(k) not in (None, "")}
+            for r in results
+        ]
+        parts.append(
+            f"{deterministic_instruction.strip()}\n\n[확정 호출 결과]\n"
+            + json.dumps(shown, ensure_ascii=False, indent=2)
+        )
+    return "\n\n".join(parts)
+
+
+def no_rule_matched_text(*, agent_text: str, language: str) -> str:
+    """What the offline provider answers when no rule matched: the agent's own text, else a generic one in the
+    agent's language (it names no topic: only the agent knows what it is for)."""
+    if agent_text.strip():
+        return agent_text.strip()
+    with translation.override(language or None):
+        return _("This question is not one this assistant can answer without a model. Please rephrase it.")
+
+
+def tool_unavailable_text(*, tool: str, language: str) -> str:
+    """What an end user reads in place of a failed call's result (never the model's guidance)."""
+    with translation.override(language or None):
+        return _("%(tool)s: the information could not be retrieved right now.") % {"tool": tool}
+
+
+def all_calls_failed_text(*, language: str) -> str:
+    """The short message of a run that fails because every deterministic call it rests on failed."""
+    with translation.override(language or None):
+        return _("The information needed for this answer could not be retrieved. Please try again later.")
+
+
+def compose_offline_answer(
+    *, query: str, results: list[dict[str, Any]], answer_template: str, no_match_text: str, language: str
+) -> str:
+    """The offline provider's answer: each result phrased by its rule's template (or listed plainly; a failed one
+    as ``tool_unavailable_text``), then wrapped by the agent's template. No results: ``no_match_text``."""
+    if not results:
+        return no_match_text
+    lines = []
+    for r in results:
+        if r["ok"] and r.get("answer_template"):
+            lines.append(
+                render_answer(
+                    r["answer_template"], query=query, match=r.get("match") or {}, params=r["args"], value=r["value"]
+                )
+            )
+        elif r["ok"]:
+            value = r["value"] if isinstance(r["value"], str) else json.dumps(r["value"], ensure_ascii=False)
+            lines.append(f"{r['tool']}: {value}")
+        else:
+            lines.append(tool_unavailable_text(tool=r["tool"], language=language))
+    body = "\n".join(lines)
+    if answer_template.strip():
+        return answer_template.replace("{results}", body).replace("{query}", query)
+    return body
+
+
+def text_of(content: Any) -> str:
+    """A model message's content as text (a string, or the text blocks of a list)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(b.get("text", "") if isinstance(b, dict) else str(b) for b in content)

@@ -1,0 +1,282 @@
+"""The deterministic stage (seed 000), once: the rules in order, each decided without a model, each match called
+through the gate (``execute``) or only checked against the tool's contract (``dry_run``).
+
+A run (``agents.engine``) and the admin's rule tester (``agents.rule_tester``) both call ``deterministic_stage``;
+they differ only in the mode, so a rule that fails a run fails the tester the same way, with the same reason
+code: a code rule that cannot be loaded, raises, or returns anything but ``{"tool_name": ..., "params": {...}}``
+or ``None`` (``deterministic:rule_error``); a rule whose server is not bound or is disabled
+(``mcp:not_loaded:<mcp_id>``); a match on a tool its server lacks (``deterministic:tool_unknown``). The first such
+failure ends the stage (a run ends ``failed`` there, before any model call).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from langchain_core.tools import BaseTool, StructuredTool
+
+from agents.deterministic import RuleDecision, RuleSpec, decide
+from agents.errors import DETERMINISTIC_STAGE_FAILED, MCP_NOT_LOADED, MUST_PROPAGATE
+from agents.tools import CodeRuleError, DeterministicContext, load_code_rule
+from audit.services import audit_event_record
+from mcpregistry import gate
+from mcpregistry.contracts import argument_constraints, check_args
+from mcpregistry.models import McpServer, ToolContract
+
+logger = logging.getLogger(__name__)
+
+StageMode = Literal["dry_run", "execute"]
+
+
+@dataclass(frozen=True)
+class StageFailure:
+    """Why the stage stopped: ``code`` is the run's ``error_code``, ``message`` its ``error_message``."""
+
+    code: str
+    message: str
+
+
+@dataclass
+class RuleStep:
+    """One rule's turn: its decision (``None`` when it could not be decided), the contract's verdict on the
+    rendered parameters (dry run), the gate's result (execute), or the failure that ended the stage."""
+
+    rule: RuleSpec
+    mcp_id: str
+    tool: str
+    decision: RuleDecision | None = None
+    verdict: str = ""
+    result: gate.ToolResult | None = None
+    failure: StageFailure | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StageOutcome:
+    """``results`` are the calls made (execute mode; each with its rule and answer template); ``failure`` or
+    ``parked_on`` (an approval the run waits for) say why the stage stopped early."""
+
+    steps: list[RuleStep] = field(default_factory=list)
+    results: list[dict[str, Any]] = field(default_factory=list)
+    failure: StageFailure | None = None
+    parked_on: str | None = None
+
+
+@dataclass
+class StageInput:
+    """What the rules decide on, and what the stage reports to (a run's trace, events and audit)."""
+
+    query: str
+    context: dict[str, Any]
+    a2a_data: list[dict[str, Any]]
+    a2a_files: list[dict[str, Any]]
+    servers: list[McpServer]
+    rules: list[RuleSpec]
+    run_id: Any = None
+    actor: str = ""
+    trace: list[dict[str, Any]] = field(default_factory=list)
+    emit: Callable[[str, dict[str, Any]], None] = lambda kind, data: None
+    previous_results: list[dict[str, Any]] = field(default_factory=list)
+
+
+def deterministic_stage(
+    stage: StageInput, *, mode: StageMode, who: Callable[[str], gate.GateCall], check_contracts: bool = False
+) -> StageOutcome:
+    """Evaluate ``stage.rules`` in order. In ``execute`` mode every match calls its tool through the gate, one
+    after another (also across servers), and the results accumulate; a call waiting for approval parks the stage
+    (``parked_on``). In ``dry_run`` mode nothing is called: each match's parameters are checked against the tool's
+    contract (``RuleStep.verdict``), as ``check_contracts`` also asks in execute mode.
+
+    ``who(call_id)`` names the caller for the gate. Each decision goes to ``stage.trace`` and ``stage.emit``, and,
+    for a run (``run_id`` set, execute mode), to the audit. Never raises for a rule's failure (it is the
+    outcome's ``failure``); the errors of ``agents.errors.MUST_PROPAGATE`` propagate.
+    """
+    servers = {s.mcp_id: s for s in stage.servers}
+    outcome = StageOutcome()
+    # A stage parked on an approval is run again on resume: finished calls are reused, not repeated.
+    earlier = {r["rule_id"]: r for r in stage.previous_results if r.get("error") != "approval:pending"}
+    for rule in stage.rules:
+        if rule.rule_id in earlier:
+            outcome.results.append(earlier[rule.rule_id])
+            continue
+        step = _decide(stage, rule, servers, mode=mode, who=who)
+        outcome.steps.append(step)
+        if step.failure is not None:
+            stage.trace.append({"type": "rule", "rule": rule.name, "matched": False, "reason": step.failure.code})
+            outcome.failure = step.failure
+            return outcome
+        decision = step.decision
+        assert decision is not None
+        server = servers[step.mcp_id]
+        record = {**decision.as_dict(), "mcp_id": step.mcp_id, "tool": step.tool}
+        stage.trace.append({"type": "rule", **record})
+        stage.emit("rule", record)
+        if mode == "execute" and stage.run_id is not None:
+            audit_event_record(
+                source="deterministic",
+                action="rule.decision",
+                run_id=stage.run_id,
+                mcp_id=step.mcp_id,
+                tool=step.tool,
+                call_id=f"rule:{rule.rule_id}",
+                args=decision.params or {},
+                result={"rule": rule.name, "matched": decision.matched, "reason": decision.reason},
+                reason="rule:matched" if decision.matched else "rule:skipped",
+                attempt=0,
+                actor=stage.actor,
+                secrets=server.secret_values(),
+            )
+        if not decision.matched:
+            continue
+        known = any(t.name == step.tool and t.callable for t in server.tools.all())
+        unknown = StageFailure(
+            "deterministic:tool_unknown",
+            f"{DETERMINISTIC_STAGE_FAILED}: '{step.tool}' tool이 MCP '{step.mcp_id}'에 없습니다.",
+        )
+        if mode == "dry_run" or check_contracts:
+            step.verdict = contract_verdict(server, step.tool, decision.params)
+        if mode == "dry_run":
+            if not known:
+                step.failure = outcome.failure = unknown
+                return outcome
+            continue
+        result = gate.call(
+            server=server,
+            tool_name=step.tool,
+            args=decision.params or {},
+            who=who(f"rule:{rule.rule_id}"),
+            known_tool=known,
+        )
+        step.result = result
+        if result.error == "approval:pending":
+            stage.trace.append(
+                {"type": "approval", "approval_id": result.approval_id, "tool": step.tool, "args": result.args}
+            )
+            outcome.parked_on = result.approval_id
+            return outcome
+        entry = {
+            "rule": rule.name,
+            "rule_id": rule.rule_id,
+            **result.as_dict(),
+            "match": decision.match,
+            "answer_template": rule.answer_template,
+        }
+        outcome.results.append(entry)
+        public = {k: v for k, v in entry.items() if k != "answer_template"}
+        stage.trace.append({"type": "deterministic_call", **public})
+        stage.emit("deterministic_result", public)
+        if not known:
+            step.failure = outcome.failure = unknown
+            return outcome
+    return outcome
+
+
+def contract_verdict(server: McpServer, tool_name: str, params: Any) -> str:
+    """``ok``, ``tool:unknown``, or the contract's first objection to ``params`` (``args:<reason>:<arg>: …``)."""
+    tool = next((t for t in server.tools.all() if t.name == tool_name), None)
+    if tool is None or not tool.callable:
+        return "tool:unknown"
+    contract = ToolContract.objects.filter(tool=tool).first()
+    constraints = contract.args if contract else argument_constraints(tool.input_schema)
+    _clean, verdict = check_args(constraints or {}, params, unknown=contract.unknown_args if contract else "refuse")
+    return f"{verdict.reason}: {verdict.detail}" if verdict else "ok"
+
+
+def _not_loaded(mcp_id: str) -> StageFailure:
+    return StageFailure(f"mcp:not_loaded:{mcp_id}", MCP_NOT_LOADED.format(mcp_id=mcp_id))
+
+
+def _rule_error(detail: str) -> StageFailure:
+    return StageFailure("deterministic:rule_error", f"{DETERMINISTIC_STAGE_FAILED}: {detail}")
+
+
+def _decide(
+    stage: StageInput,
+    rule: RuleSpec,
+    servers: dict[str, McpServer],
+    *,
+    mode: StageMode,
+    who: Callable[[str], gate.GateCall],
+) -> RuleStep:
+    """Decide one rule: a step with a decision, or with the failure that ends the stage."""
+    if not rule.code:
+        step = RuleStep(rule=rule, mcp_id=rule.mcp_id, tool=rule.tool_name)
+        server = servers.get(rule.mcp_id)
+        if server is None or not server.enabled:
+            step.failure = _not_loaded(rule.mcp_id)
+            return step
+        step.decision = decide(
+            rule,
+            query=stage.query,
+            context=stage.context,
+            a2a_data=stage.a2a_data,
+            available_tools={t.name for t in server.tools.all() if t.callable},
+        )
+        return step
+    step = RuleStep(rule=rule, mcp_id="", tool="")
+    try:
+        fn, step.mcp_id = load_code_rule(rule.code)
+    except CodeRuleError as exc:
+        logger.warning("deterministic rule %s cannot be loaded: %s", rule.name, exc)
+        step.failure = _rule_error(str(exc))
+        return step
+    server = servers.get(step.mcp_id)
+    if server is None or not server.enabled:
+        step.failure = _not_loaded(step.mcp_id)
+        return step
+    ctx = DeterministicContext(
+        query=stage.query,
+        context=dict(stage.context),
+        a2a_data=list(stage.a2a_data) or None,
+        a2a_files=list(stage.a2a_files) or None,
+        mcp_tools=_rule_tools(server, mode=mode, who=who),
+    )
+    try:
+        returned = fn(ctx)
+    except MUST_PROPAGATE:
+        raise
+    except Exception as exc:  # a rule author's bug fails the stage as a value
+        logger.exception("deterministic rule %s raised", rule.name)
+        step.failure = _rule_error(f"{rule.name} raised {type(exc).__name__}")
+        return step
+    if returned is None:
+        step.decision = RuleDecision(rule.rule_id, rule.name, False, "returned None")
+        return step
+    if not isinstance(returned, dict) or not isinstance(returned.get("tool_name"), str):
+        step.failure = _rule_error(
+            f'{rule.name} returned {type(returned).__name__}, not {{"tool_name": ..., "params": {{...}}}} or None'
+        )
+        return step
+    params = returned.get("params") or {}
+    step.tool = returned["tool_name"]
+    step.decision = RuleDecision(rule.rule_id, rule.name, True, "matched", params=params, tool_name=step.tool)
+    if mode == "dry_run" and step.rule.code:
+        step.notes.append("mcp_tools are listed but not called in a dry run")
+    return step
+
+
+def _rule_tools(server: McpServer, *, mode: StageMode, who: Callable[[str], gate.GateCall]) -> list[BaseTool]:
+    """``DeterministicContext.mcp_tools``: the server's callable tools as LangChain tools (name, description,
+    input schema). Calling one goes through the gate like everything else; in a dry run it calls nothing."""
+
+    def make(tool_name: str) -> Callable[..., str]:
+        def run(**kwargs: Any) -> str:
+            if mode == "dry_run":
+                return f"(dry run: {tool_name} not called)"
+            return gate.call(server=server, tool_name=tool_name, args=kwargs, who=who("")).for_model()
+
+        return run
+
+    return [
+        StructuredTool(
+            name=t.name,
+            description=t.description or t.name,
+            args_schema=t.input_schema or {"type": "object", "properties": {}},
+            func=make(t.name),
+        )
+        for t in server.tools.all()
+        if t.callable
+    ]

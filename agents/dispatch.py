@@ -1,0 +1,63 @@
+"""Publishing a run's Celery task, and the run lifecycle's settings: the one place the rest of ``agents`` sends
+work to a worker from. It names the task (``agents.run_agent``) rather than importing ``agents.tasks``, so the
+tasks (the top of the import graph: they import the services inside their bodies) import this module, never the
+other way round.
+
+This module stays light (no engine, no LangGraph), so that the web process can dispatch runs cheaply.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import current_app
+from django.conf import settings
+from django.db import InterfaceError, OperationalError
+from kombu.exceptions import OperationalError as BrokerError
+
+logger = logging.getLogger(__name__)
+
+RUN_TASK = "agents.run_agent"
+# What a worker retries (the task retries itself with backoff): the database or the broker hiccuped.
+RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (OperationalError, InterfaceError, BrokerError)
+# Publishing a run's message: retried a few times, then left to the reconciler's re-dispatch.
+PUBLISH_RETRY_POLICY = {"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 2.0}
+
+
+def lifecycle_setting(name: str) -> Any:
+    """``settings.<name>`` for the run lifecycle (``agent_platform.settings_deploy`` defines them from the
+    environment; ``agent_platform.settings`` merges that module)."""
+    return getattr(settings, name)
+
+
+def run_time_limits(time_limit_s: int) -> tuple[int, int]:
+    """(soft, hard) seconds for a run of an agent with this time limit: the soft one is the agent's (at least 1 s,
+    at most ``PLATFORM_RUN_MAX_TIME_LIMIT_S``), the hard one ``PLATFORM_RUN_TIME_LIMIT_GRACE_S`` later."""
+    soft = max(1, min(int(time_limit_s), int(lifecycle_setting("PLATFORM_RUN_MAX_TIME_LIMIT_S"))))
+    return soft, soft + max(1, int(lifecycle_setting("PLATFORM_RUN_TIME_LIMIT_GRACE_S")))
+
+
+def run_dispatch(*, run_id: str, time_limit_s: int) -> bool:
+    """Publish the run's task with its soft and hard time limits, retrying the publish (``PUBLISH_RETRY_POLICY``).
+
+    Call it once the run's row is committed (``transaction.on_commit``). Returns False, and logs, when the broker
+    cannot be reached even after the retries: the run stays queued and the reconciler dispatches it again after
+    ``PLATFORM_RUN_QUEUED_STALE_S``. Never raises for a broker failure (the caller's transaction has committed)."""
+    soft, hard = run_time_limits(time_limit_s)
+    options: dict[str, Any] = {
+        "soft_time_limit": soft,
+        "time_limit": hard,
+        "retry": True,
+        "retry_policy": PUBLISH_RETRY_POLICY,
+    }
+    try:
+        task = current_app.tasks.get(RUN_TASK)
+        if task is not None:
+            task.apply_async(args=[str(run_id)], **options)
+        else:  # a process that has not imported agents.tasks (the app registry imports it: agents.apps)
+            current_app.send_task(RUN_TASK, args=[str(run_id)], **options)
+    except (BrokerError, OSError) as exc:
+        logger.warning("run %s: could not publish its task (%s); the reconciler dispatches it later", run_id, exc)
+        return False
+    return True

@@ -1,0 +1,109 @@
+"""Flow mode (seed 000): the agent's own LangGraph graph, built by the function its ``flow_graph`` names.
+
+Its nodes call tools through ``MCPHandle``, i.e. through the gate (source ``flow``); the answer is the final
+state's ``output``. A flow's failure is a value (``flow:error``), except the errors of
+``agents.errors.MUST_PROPAGATE`` (a database error, the time limit, a cancellation), which propagate as they do
+from the ReAct loop and the deterministic stage.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import async_to_sync, sync_to_async
+
+from agents.errors import MUST_PROPAGATE
+from agents.tools import CodeRuleError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class FlowSettings:
+    """What a flow's ``build_graph(settings)`` receives: the run's input, the servers it may bind, and the
+    agent's options (``model_params["flow"]``). ``call_tool`` is the gate, used through ``MCPHandle``."""
+
+    run_id: Any
+    query: str
+    context: dict[str, Any]
+    a2a_data: list[dict[str, Any]]
+    a2a_files: list[dict[str, Any]]
+    bound_mcp_ids: list[str]
+    options: dict[str, Any]
+    call_tool: Callable[[str, str, dict[str, Any]], Any]
+
+    def option(self, name: str, default: Any = None) -> Any:
+        return self.options.get(name, default)
+
+
+@dataclass
+class FlowResult:
+    """``answer`` (unmasked: the caller masks it) or ``error_code``/``error_message``."""
+
+    answer: str = ""
+    error_code: str = ""
+    error_message: str = ""
+
+
+def load_flow_builder(path: str) -> Callable[[FlowSettings], Any]:
+    """The function ``path`` names. Raises ``CodeRuleError`` when it cannot be imported or is not callable."""
+    module_name, _, attribute = path.rpartition(".")
+    try:
+        builder = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise CodeRuleError(f"flow graph '{path}' cannot be loaded: {exc}") from exc
+    if not callable(builder):
+        raise CodeRuleError(f"flow graph '{path}' is not a function")
+    return builder  # type: ignore[no-any-return]
+
+
+def flow_run(
+    *,
+    flow_graph: str,
+    settings: FlowSettings,
+    trace: list[dict[str, Any]],
+    emit: Callable[[str, dict[str, Any]], None],
+) -> FlowResult:
+    """Build the flow's graph and stream it to its end; each node's update goes to ``trace`` and ``emit``.
+    Returns the answer or a ``flow:error``; raises only ``MUST_PROPAGATE``."""
+
+    async def run_flow() -> dict[str, Any]:
+        builder = load_flow_builder(flow_graph)
+        graph = builder(settings)
+        if inspect.isawaitable(graph):
+            graph = await graph
+        final: dict[str, Any] = {}
+        inputs = {
+            "query": settings.query,
+            "context": dict(settings.context),
+            "a2a_data": list(settings.a2a_data),
+            "messages": [],
+        }
+        async for mode, chunk in graph.astream(inputs, stream_mode=["updates", "values"]):
+            if mode == "values":
+                final = chunk
+                continue
+            for node, update in (chunk or {}).items():
+                keys = sorted((update or {}).keys()) if isinstance(update, dict) else []
+                trace.append({"type": "flow_node", "node": node, "updated": keys})
+                await sync_to_async(emit, thread_sensitive=True)("flow_node", {"node": node, "updated": keys})
+        return final
+
+    try:
+        state = async_to_sync(run_flow)()
+    except MUST_PROPAGATE:
+        raise
+    except CodeRuleError as exc:
+        return FlowResult(error_code="flow:error", error_message=str(exc))
+    except Exception as exc:  # a flow's bug ends the run as a value, not a crash
+        logger.exception("flow %s failed in run %s", flow_graph, settings.run_id)
+        return FlowResult(error_code="flow:error", error_message=f"{type(exc).__name__}: {exc}")
+    output = state.get("output")
+    text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False, default=str)
+    return FlowResult(answer=text or "")

@@ -1,0 +1,111 @@
+"""Changes of a run's state made outside its worker: queueing a parked run again, failing or re-queueing one whose
+worker is gone (the reconciler), and the run's event log (``RunEventWriter``). Every status change is
+compare-and-swap; a re-queued run's task is published when the transaction commits (``agents.dispatch``).
+
+Light on purpose (no engine, no LangGraph): the approvals, the reconciler, the services and the worker's
+``agents.execution`` all import it, and it imports none of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from agents.dispatch import lifecycle_setting, run_dispatch
+from agents.models import Run, RunEvent
+from audit.masking import mask_value
+
+logger = logging.getLogger(__name__)
+
+
+# --- queueing again ----------------------------------------------------------------------------------------
+
+
+def run_resume(*, run_id: str) -> None:
+    """A parked run whose approval was decided (or expired) goes back to the queue, once; its task is sent when
+    the transaction commits. Its deliveries are counted afresh."""
+    now = timezone.now()
+    stale = timedelta(seconds=float(lifecycle_setting("PLATFORM_RUN_QUEUED_STALE_S")))
+    resumed = Run.objects.filter(id=run_id, status=Run.Status.AWAITING_APPROVAL).update(
+        status=Run.Status.QUEUED, delivery_count=0, lease_expires_at=now + stale
+    )
+    if resumed == 1:
+        time_limit_s = Run.objects.filter(id=run_id).values_list("agent__time_limit_s", flat=True).get()
+        transaction.on_commit(lambda: run_dispatch(run_id=str(run_id), time_limit_s=time_limit_s))
+
+
+# --- state changes made without a live worker (a claim that finds its worker gone, the reconciler) ------------
+
+
+def run_fail_unheld(*, run_id: Any, match: dict[str, Any], error_code: str, error_message: str) -> bool:
+    """Fail a run nobody should be running any more (time limit passed, worker lost), if it still is as read:
+    compare-and-swap on ``match`` (status, worker, delivery, …), with its ``status`` event, in one transaction."""
+    with transaction.atomic():
+        failed = Run.objects.filter(id=run_id, **match).update(
+            status=Run.Status.FAILED,
+            error_code=error_code,
+            error_message=error_message,
+            finished_at=timezone.now(),
+            lease_expires_at=None,
+        )
+        if failed == 1:
+            RunEventWriter(run_id=run_id, secrets=[]).emit(
+                "status", {"status": "failed", "answer": "", "error": error_code}
+            )
+    if failed == 1:
+        logger.warning("run %s failed: %s (%s)", run_id, error_code, error_message)
+    return failed == 1
+
+
+def run_requeue_unheld(*, run_id: Any, match: dict[str, Any], time_limit_s: int, reason: str) -> bool:
+    """Put a running run whose worker is gone back in the queue, if it still is as read (compare-and-swap on
+    ``match``), with its ``status`` event; its task is dispatched again when the transaction commits."""
+    stale = timedelta(seconds=float(lifecycle_setting("PLATFORM_RUN_QUEUED_STALE_S")))
+    with transaction.atomic():
+        requeued = Run.objects.filter(id=run_id, **match).update(
+            status=Run.Status.QUEUED, lease_expires_at=timezone.now() + stale
+        )
+        if requeued == 1:
+            RunEventWriter(run_id=run_id, secrets=[]).emit("status", {"status": "queued", "reason": reason})
+            transaction.on_commit(lambda: run_dispatch(run_id=str(run_id), time_limit_s=time_limit_s))
+    if requeued == 1:
+        logger.warning("run %s queued again: %s", run_id, reason)
+    return requeued == 1
+
+
+# --- the claim --------------------------------------------------------------------------------------------
+
+
+class RunEventWriter:
+    """Appends a run's progress to ``RunEvent`` (masked), numbered after what was written before.
+
+    Numbers are unique per run: if another writer took the next number (a worker that lost the run and has not
+    noticed yet, a cancellation), the event is numbered again after it."""
+
+    def __init__(self, *, run_id: Any, secrets: list[str]) -> None:
+        self.run_id = run_id
+        self.secrets = secrets
+        self.seq = self._last_seq()
+
+    def _last_seq(self) -> int:
+        last = RunEvent.objects.filter(run_id=self.run_id).order_by("-seq").values_list("seq", flat=True).first()
+        return last or 0
+
+    def emit(self, kind: str, data: dict[str, Any]) -> None:
+        masked = mask_value(data, secrets=self.secrets)
+        for attempt in range(3):
+            self.seq += 1
+            try:
+                # Inside a transaction a savepoint keeps a collision from breaking it; outside, the insert is its own.
+                with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
+                    RunEvent.objects.create(run_id=self.run_id, seq=self.seq, kind=kind, data=masked)
+                return
+            except IntegrityError:
+                if attempt == 2:
+                    raise
+                self.seq = self._last_seq()

@@ -1,0 +1,67 @@
+"""Run outcomes that tell the truth: an answer resting on failed calls is not a plain success, and the guidance
+written for a model never reaches an end user."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.answers import compose_offline_answer, no_rule_matched_text
+from agents.execution import run_execute
+from agents.models import Agent, Run
+from tests.conftest import bind_demo_server, make_agent
+
+pytestmark = pytest.mark.django_db
+
+ASSET_QUESTION = "A-1001 자산의 현재 상태를 알려주세요."
+
+
+def submit(agent: Agent, query: str) -> Run:
+    run = Run.objects.create(agent=agent, query=query)
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    return run
+
+
+def test_offline_a_run_whose_calls_all_failed_fails_with_the_calls_codes_in_the_trace(db) -> None:
+    server = bind_demo_server(mcp_id="assets-broken", failure_mode="bad_schema")
+    agent = make_agent(slug="offline-broken", servers=[server])
+    run = submit(agent, ASSET_QUESTION)
+    assert (run.status, run.error_code, run.tool_failures) == (Run.Status.FAILED, "deterministic:tool_failed", 1)
+    [call] = [e for e in run.messages if e["type"] == "deterministic_call"]
+    assert call["error"] == "result:shape"
+    [verdict] = [e for e in run.messages if e["type"] == "outcome"]
+    assert verdict["tool_errors"] == ["result:shape"]
+    assert "get_asset_status_backup" not in run.error_message and run.answer == ""
+
+
+def test_with_a_model_a_run_on_failed_calls_carries_its_tool_failures(db) -> None:
+    server = bind_demo_server(mcp_id="assets-broken", failure_mode="bad_schema")
+    agent = make_agent(slug="model-broken", servers=[server], provider="scripted", script=[{"content": "모델 답변"}])
+    run = submit(agent, ASSET_QUESTION)
+    assert (run.status, run.answer, run.tool_failures) == (Run.Status.SUCCEEDED, "모델 답변", 1)
+
+
+def test_the_model_guidance_of_a_failed_call_never_reaches_the_offline_answer() -> None:
+    guidance = "get_asset_status failed (result:shape). Use the fallback tool get_asset_status_backup."
+    results = [
+        {"tool": "list_projects", "ok": True, "value": "P-1", "args": {}},
+        {"tool": "get_asset_status", "ok": False, "error": "result:shape", "message": guidance, "args": {}},
+    ]
+    answer = compose_offline_answer(query="q", results=results, answer_template="", no_match_text="", language="en")
+    assert "fallback" not in answer and "get_asset_status_backup" not in answer
+    assert answer.splitlines() == [
+        "list_projects: P-1",
+        "get_asset_status: the information could not be retrieved right now.",
+    ]
+
+
+def test_the_text_when_no_rule_matched_is_the_agents_own(demo_server) -> None:
+    agent = make_agent(slug="own-text", servers=[demo_server])
+    Agent.objects.filter(pk=agent.pk).update(no_match_answer="Ask me about the weather.")
+    run = submit(agent, "아무 규칙에도 맞지 않는 질문")
+    assert (run.status, run.answer) == (Run.Status.SUCCEEDED, "Ask me about the weather.")
+
+
+def test_without_its_own_text_no_demo_topics_are_named() -> None:
+    text = no_rule_matched_text(agent_text="", language="ko")
+    assert text and "직원" not in text and "자산" not in text

@@ -1,0 +1,149 @@
+"""The structure the README draws, checked from the code's own imports (function-local ones included): arrows
+agents → mcpregistry → audit and agents → audit; nothing from the audit core to agents or mcpregistry; nothing
+from mcpregistry to agents; no circle of imports between modules of the apps. And the web process's URLconf
+loads without LangGraph."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+APPS = ("agent_platform", "agents", "mcpregistry", "audit")
+AUDIT_CORE = ("audit.models", "audit.chain", "audit.masking", "audit.services")
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for app in APPS:
+        for path in (ROOT / app).rglob("*.py"):
+            parts = path.relative_to(ROOT).parts
+            if "migrations" in parts or "demo_server" in parts:
+                continue
+            name = list(path.relative_to(ROOT).with_suffix("").parts)
+            if name[-1] == "__init__":
+                name = name[:-1]
+            found[".".join(name)] = path
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module → the modules of the apps it imports (anywhere in its body)."""
+    modules = _modules()
+
+    def resolve(name: str) -> str | None:
+        while name:
+            if name in modules:
+                return name
+            name = name.rpartition(".")[0]
+        return None
+
+    edges: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")
+                    up = up[: len(up) - (node.level - 1)] if node.level > 1 else up
+                    base = ".".join(up + ([base] if base else []))
+                targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+            for target in targets:
+                resolved = resolve(target)
+                if resolved and resolved != module:
+                    edges[module].add(resolved)
+                    break
+    return edges
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def forbidden_arrows(edges: dict[str, set[str]]) -> list[str]:
+    found = []
+    for a, targets in edges.items():
+        for b in targets:
+            if a.startswith("mcpregistry") and b.startswith("agents"):
+                found.append(f"{a} -> {b}")
+            if a.startswith(AUDIT_CORE) and b.startswith(("agents", "mcpregistry")):
+                found.append(f"{a} -> {b}")
+    for core in AUDIT_CORE:
+        path = ROOT / (core.replace(".", "/") + ".py")
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        if any(f'"{app}.' in text or f"'{app}." in text for app in ("agents", "mcpregistry")):
+            found.append(f"{core} names a model of agents or mcpregistry by string")
+    return sorted(found)
+
+
+def test_no_module_imports_against_the_arrows() -> None:
+    assert forbidden_arrows(import_graph()) == []
+
+
+def test_no_circle_of_imports_between_or_inside_the_apps() -> None:
+    assert circles(import_graph()) == []
+
+
+def test_the_walk_sees_function_local_imports() -> None:
+    edges = import_graph()
+    assert "agents.execution" in edges["agents.tasks"]  # imported inside run_agent's body
+
+
+def test_loading_the_web_urlconf_does_not_import_langgraph() -> None:
+    script = (
+        "import sys, django\n"
+        "django.setup()\n"
+        "from django.conf import settings\n"
+        "from django.urls import resolve\n"
+        "import importlib\n"
+        "importlib.import_module(settings.ROOT_URLCONF)\n"
+        "for url in ('/api/v1/runs', '/api/v1/audit/events', '/admin/'):\n"
+        "    resolve(url)\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'langgraph')\n"
+        "print(loaded)\n"
+        "sys.exit(1 if loaded else 0)\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "agent_platform.settings"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
