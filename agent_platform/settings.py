@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "mcpregistry",
     "agents",
     "audit",
+    "auditor",
 ]
 
 MIDDLEWARE = [

@@ -17,7 +17,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 urlpatterns = [
     path("admin/agents/rule-tester/", admin.site.admin_view(rule_tester_view), name="rule-tester"),
     path("admin/", admin.site.urls),
-    path("api/v1/audit/", include("audit.urls")),
+    path("api/v1/audit/", include("auditor.urls")),
     path("api/v1/", include("agents.api.urls")),
     path("healthz", healthz),
 ]

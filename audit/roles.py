@@ -21,6 +21,9 @@ from django.db.models.signals import m2m_changed, post_delete, post_save, pre_de
 from audit.change_guard import ChangeAudit, change_scope, current_scope, register_policy
 from audit.changes import audited_delete, audited_save, change_diff, config_change_record, recorded_fields, snapshot
 
+AUDITOR_GROUP = "auditor"
+"""The group whose members may read the audit record (admin, read-only, and ``/api/v1/audit/``)."""
+
 ROLE_FIELDS = frozenset({"is_staff", "is_superuser", "is_active", "username"})
 UNATTRIBUTED_ACTOR = "system:unattributed"
 

@@ -28,8 +28,8 @@ from rest_framework.test import APIClient
 
 from agents.models import Agent, ApiKey, Run
 from audit.models import AuditEvent
-from audit.selectors import EXPORT_CHUNK_SIZE, EXPORT_COLUMNS
 from audit.services import audit_event_record
+from auditor.selectors import EXPORT_CHUNK_SIZE, EXPORT_COLUMNS
 from tests.postgres import manage, postgres_url  # noqa: F401 - postgres_url is a fixture
 
 pytestmark = pytest.mark.django_db
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.django_db
 # The project's urls plus the audit API, mounted where agent_platform/urls.py is to include it.
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("api/v1/audit/", include("audit.urls")),
+    path("api/v1/audit/", include("auditor.urls")),
     path("api/v1/", include("agents.api.urls")),
 ]
 

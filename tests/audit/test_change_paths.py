@@ -25,7 +25,7 @@ from django.utils import timezone
 from agents.models import Agent, ApiKey, DeterministicRule
 from audit.change_guard import ChangeAudit, NotConfiguration, UnauditedChangeError, change_scope, policy_of
 from audit.models import AuditEvent
-from audit.selectors import AUDITOR_GROUP
+from audit.roles import AUDITOR_GROUP
 from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.pool import get_default_pool
 from tests.audit.test_admin_changes import contract_form

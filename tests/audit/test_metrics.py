@@ -18,14 +18,14 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from agents.models import Agent, ApiKey, Run
-from audit.metrics import tool_metrics
 from audit.models import AuditEvent
+from auditor.metrics import tool_metrics
 
 pytestmark = pytest.mark.django_db
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("api/v1/audit/", include("audit.urls")),
+    path("api/v1/audit/", include("auditor.urls")),
     path("api/v1/", include("agents.api.urls")),
 ]
 

@@ -11,8 +11,7 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from audit.roles import user_create
-from audit.selectors import AUDITOR_GROUP
+from audit.roles import AUDITOR_GROUP, user_create
 
 
 class Command(BaseCommand):

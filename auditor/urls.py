@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from audit import api
+from auditor import api
 
 urlpatterns = [
     path("events", api.AuditEventListApi.as_view(), name="audit-event-list"),

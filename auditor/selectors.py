@@ -16,9 +16,6 @@ from django.utils.dateparse import parse_date, parse_datetime
 from agents.models import Run
 from audit.models import AuditEvent
 
-AUDITOR_GROUP = "auditor"
-"""The group whose members may read the audit record (admin, read-only, and ``/api/v1/audit/``)."""
-
 EXPORT_CHUNK_SIZE = 2000
 """Rows fetched from the database at a time by an export (a server-side cursor on PostgreSQL)."""
 

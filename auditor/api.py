@@ -28,10 +28,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents.api.auth import ApiKeyAuthentication
-from audit.metrics import tool_metrics
 from audit.models import AuditEvent
-from audit.selectors import (
-    AUDITOR_GROUP,
+from audit.roles import AUDITOR_GROUP
+from auditor.metrics import tool_metrics
+from auditor.selectors import (
     EXPORT_COLUMNS,
     AuditEventFilters,
     audit_event_export_rows,

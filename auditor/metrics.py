@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from agents.models import ApiKey
 from audit.models import AuditEvent
-from audit.selectors import EXPORT_CHUNK_SIZE, AuditEventFilters, audit_event_filter
+from auditor.selectors import EXPORT_CHUNK_SIZE, AuditEventFilters, audit_event_filter
 
 DEFAULT_PERIOD = dt.timedelta(days=7)
 PERCENTILES = (0.50, 0.95)

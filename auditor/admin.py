@@ -1,0 +1,389 @@
+"""The audit record in the admin: read-only for everyone, filterable the way the audit API is (the filters use
+the API's parameter names, so the list's export links carry them over), and tool metrics at
+``/admin/audit/auditevent/metrics/``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import NoReverseMatch, URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from agents.models import Agent
+from audit.models import AuditCheckpoint, AuditEvent
+from auditor.metrics import tool_metrics
+from auditor.selectors import AuditEventFilters, audit_event_filter, moment_parse, with_agent_slug
+
+FILTER_PARAMETERS = ("agent", "mcp_id", "tool", "source", "ok", "reason", "actor", "run", "since", "until")
+"""The list's filter parameters: the same names, and meanings, as ``GET /api/v1/audit/events``."""
+
+
+def _filtered(request: HttpRequest, queryset: QuerySet[AuditEvent], **filters: Any) -> QuerySet[AuditEvent]:
+    return audit_event_filter(queryset, AuditEventFilters(**filters))
+
+
+def _refused(request: HttpRequest, queryset: QuerySet[AuditEvent], message: str) -> QuerySet[AuditEvent]:
+    """A filter value that cannot be used shows no events and says why (rather than every event)."""
+    messages.error(request, message)
+    return queryset.none()
+
+
+class _ChoiceFilter(admin.SimpleListFilter):
+    """A list of values, read from the data; narrows through the shared selector."""
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:
+        value = self.value()
+        if not value:
+            return queryset
+        return _filtered(request, queryset, **{self.parameter_name: value})
+
+
+class AgentFilter(_ChoiceFilter):
+    title = _("agent")
+    parameter_name = "agent"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(slug, slug) for slug in Agent.objects.order_by("slug").values_list("slug", flat=True)]
+
+
+class ServerFilter(_ChoiceFilter):
+    title = _("server")
+    parameter_name = "mcp_id"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        values = AuditEvent.objects.exclude(mcp_id="").order_by("mcp_id").values_list("mcp_id", flat=True).distinct()
+        return [(v, v) for v in values]
+
+
+class ToolFilter(_ChoiceFilter):
+    title = _("tool")
+    parameter_name = "tool"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        events = AuditEvent.objects.exclude(tool="")
+        if request.GET.get("mcp_id"):
+            events = events.filter(mcp_id=request.GET["mcp_id"])  # the chosen server's tools only
+        return [(v, v) for v in events.order_by("tool").values_list("tool", flat=True).distinct()]
+
+
+class SourceFilter(_ChoiceFilter):
+    title = _("source")
+    parameter_name = "source"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return list(AuditEvent.Source.choices)
+
+
+class OutcomeFilter(admin.SimpleListFilter):
+    title = _("outcome")
+    parameter_name = "ok"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("true", _("succeeded")), ("false", _("failed"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:
+        value = (self.value() or "").lower()
+        if not value:
+            return queryset
+        if value not in {"true", "false", "1", "0"}:
+            return _refused(request, queryset, gettext("Outcome: use true or false."))
+        return _filtered(request, queryset, ok=value in {"true", "1"})
+
+
+class ReasonFilter(_ChoiceFilter):
+    title = _("reason code")
+    parameter_name = "reason"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        values = AuditEvent.objects.exclude(reason="").order_by("reason").values_list("reason", flat=True).distinct()
+        return [(v, v) for v in values]
+
+
+class _InputFilter(admin.ListFilter):
+    """Free-text values typed into the sidebar (a caller, a run id, a period), with their own small form."""
+
+    template = "admin/audit/input_filter.html"
+    inputs: tuple[tuple[str, Any, str], ...] = ()  # (parameter, label, placeholder)
+
+    def __init__(self, request: HttpRequest, params: dict[str, list[str]], model: Any, model_admin: Any) -> None:
+        super().__init__(request, params, model, model_admin)
+        for name, _label, _placeholder in self.inputs:
+            if name in params:
+                value = params.pop(name)[-1].strip()
+                if value:
+                    self.used_parameters[name] = value
+
+    def has_output(self) -> bool:
+        return True
+
+    def expected_parameters(self) -> list[str]:
+        return [name for name, _label, _placeholder in self.inputs]
+
+    def choices(self, changelist: Any) -> Iterator[dict[str, Any]]:
+        mine = set(self.expected_parameters())
+        yield {
+            "fields": [
+                {"name": name, "label": label, "placeholder": placeholder, "value": self.used_parameters.get(name, "")}
+                for name, label, placeholder in self.inputs
+            ],
+            "keep": [(k, v) for k, v in changelist.params.items() if k not in mine],
+            "selected": bool(self.used_parameters),
+            "clear_url": changelist.get_query_string(remove=list(mine)),
+        }
+
+
+class CallerFilter(_InputFilter):
+    title = _("caller")
+    inputs = (("actor", _("actor, API key name or prefix"), "api_key:apk_…"),)
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:
+        actor = self.used_parameters.get("actor")
+        return _filtered(request, queryset, actor=actor) if actor else queryset
+
+
+class RunFilter(_InputFilter):
+    title = _("run")
+    inputs = (("run", _("run id"), "8c2f…"),)
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:
+        value = self.used_parameters.get("run")
+        if not value:
+            return queryset
+        try:
+            run_id = uuid.UUID(value)
+        except ValueError:
+            return _refused(request, queryset, gettext("Run: %(value)s is not a run id.") % {"value": value})
+        return _filtered(request, queryset, run=run_id)
+
+
+class PeriodFilter(_InputFilter):
+    title = _("period")
+    inputs = (
+        ("since", _("from (inclusive)"), "2026-03-01"),
+        ("until", _("to (a date: that whole day)"), "2026-03-31T18:00"),
+    )
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:
+        bounds: dict[str, dt.datetime] = {}
+        for name, end_of_day in (("since", False), ("until", True)):
+            value = self.used_parameters.get(name)
+            if not value:
+                continue
+            try:
+                bounds[name] = moment_parse(value, end_of_day=end_of_day)
+            except ValueError:
+                return _refused(
+                    request,
+                    queryset,
+                    gettext("Period: %(value)s is not a date (YYYY-MM-DD) or date-time.") % {"value": value},
+                )
+        return _filtered(request, queryset, **bounds) if bounds else queryset
+
+
+def api_url(name: str) -> str | None:
+    """The auditors' API URL, where the project mounts it."""
+    try:
+        return reverse(name)
+    except NoReverseMatch:
+        return None
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    list_display = [
+        "id",
+        "created_at",
+        "source",
+        "action",
+        "agent",
+        "mcp_id",
+        "tool",
+        "outcome",
+        "reason",
+        "attempt",
+        "latency_ms",
+        "actor",
+        "run_link",
+    ]
+    list_filter = [
+        AgentFilter,
+        ServerFilter,
+        ToolFilter,
+        SourceFilter,
+        OutcomeFilter,
+        ReasonFilter,
+        CallerFilter,
+        PeriodFilter,
+        RunFilter,
+    ]
+    search_fields = ["tool", "mcp_id", "reason", "actor", "=run_id"]
+    date_hierarchy = "created_at"
+    show_full_result_count = False  # no COUNT(*) of the whole table on every page
+    readonly_fields = [
+        "id",
+        "created_at",
+        "run_id",
+        "agent",
+        "source",
+        "action",
+        "mcp_id",
+        "tool",
+        "call_id",
+        "args_pretty",
+        "result_pretty",
+        "ok",
+        "reason",
+        "attempt",
+        "latency_ms",
+        "actor",
+        "seq",
+        "prev_hash",
+        "hash",
+    ]
+    exclude = ["args", "result"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        # The chain's fields where the model has them.
+        names = {f.name for f in AuditEvent._meta.get_fields()}
+        return [f for f in self.readonly_fields if f in names or hasattr(self, f)]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[AuditEvent]:
+        return with_agent_slug(super().get_queryset(request))
+
+    @admin.display(description=_("agent"), ordering="agent_slug")
+    def agent(self, obj: AuditEvent) -> str:
+        return getattr(obj, "agent_slug", None) or "—"
+
+    @admin.display(description=_("outcome"), ordering="ok", boolean=True)
+    def outcome(self, obj: AuditEvent) -> bool:
+        return obj.ok
+
+    @admin.display(description=_("run"), ordering="run_id")
+    def run_link(self, obj: AuditEvent) -> str:
+        if not obj.run_id:
+            return "—"
+        url = reverse("admin:agents_run_change", args=[obj.run_id], current_app=self.admin_site.name)
+        return format_html('<a href="{}">{}</a>', url, str(obj.run_id)[:8])
+
+    @admin.display(description=_("arguments (masked)"))
+    def args_pretty(self, obj: AuditEvent) -> str:
+        return format_html("<pre>{}</pre>", json.dumps(obj.args, ensure_ascii=False, indent=2))
+
+    @admin.display(description=_("result (masked)"))
+    def result_pretty(self, obj: AuditEvent) -> str:
+        return format_html(
+            "<pre style='white-space:pre-wrap'>{}</pre>", json.dumps(obj.result, ensure_ascii=False, indent=2)
+        )
+
+    # --- the list's links, and the metrics page -------------------------------------------------------------
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        chosen = {k: v for k, v in request.GET.items() if k in FILTER_PARAMETERS and v}
+        export = api_url("audit-event-list")
+        extra_context = {
+            **(extra_context or {}),
+            "audit_metrics_url": reverse("admin:audit_auditevent_metrics", current_app=self.admin_site.name),
+            "audit_export_url": f"{export}?{urlencode(chosen)}{'&' if chosen else ''}" if export else None,
+        }
+        return super().changelist_view(request, extra_context)
+
+    def get_urls(self) -> list[URLPattern]:
+        metrics = path("metrics/", self.admin_site.admin_view(self.metrics_view), name="audit_auditevent_metrics")
+        return [metrics, *super().get_urls()]
+
+    def metrics_view(self, request: HttpRequest) -> HttpResponse:
+        """Tool metrics over a period (default: the last 7 days) for whoever may view the audit record."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        since, until = _period(request)
+        report = tool_metrics(since=since, until=until)
+        most_calls = max((t.calls for t in report.tools), default=0)
+        slowest = max((t.latency_p95_ms or 0.0 for t in report.tools), default=0.0)
+        events_url = reverse("admin:audit_auditevent_changelist", current_app=self.admin_site.name)
+        rows = [
+            {
+                "tool": t,
+                "calls_pct": _pct(t.calls, most_calls),
+                "error_pct": round(t.error_rate * 100, 1),
+                "error_pct_bar": _pct(t.errors, t.calls),
+                "p95_pct": _pct(t.latency_p95_ms or 0.0, slowest),
+                "reasons": sorted(t.errors_by_reason.items(), key=lambda kv: (-kv[1], kv[0])),
+                "callers": sorted(t.callers.items(), key=lambda kv: (-kv[1], kv[0])),
+                "events_url": f"{events_url}?{urlencode({'mcp_id': t.mcp_id, 'tool': t.tool})}",
+            }
+            for t in report.tools
+        ]
+        metrics_api = api_url("audit-metrics")
+        period = {"since": request.GET.get("since", ""), "until": request.GET.get("until", "")}
+        context = {
+            **self.admin_site.each_context(request),
+            "title": gettext("Tool metrics"),
+            "opts": self.model._meta,
+            "report": report,
+            "rows": rows,
+            "error_rate_pct": round(report.error_rate * 100, 1),
+            "since_value": period["since"],
+            "until_value": period["until"],
+            "api_url": f"{metrics_api}?{urlencode({k: v for k, v in period.items() if v})}" if metrics_api else None,
+        }
+        return TemplateResponse(request, "admin/audit/metrics.html", context)
+
+
+def _period(request: HttpRequest) -> tuple[dt.datetime | None, dt.datetime | None]:
+    bounds: dict[str, dt.datetime | None] = {"since": None, "until": None}
+    for name, end_of_day in (("since", False), ("until", True)):
+        value = request.GET.get(name, "").strip()
+        if value:
+            try:
+                bounds[name] = moment_parse(value, end_of_day=end_of_day)
+            except ValueError:
+                messages.error(
+                    request, gettext("%(value)s is not a date (YYYY-MM-DD) or date-time.") % {"value": value}
+                )
+    since, until = bounds["since"], bounds["until"]
+    if since and until and since >= until:
+        messages.error(request, gettext("The period ends before it starts; showing the last 7 days."))
+        return None, None
+    return since, until
+
+
+def _pct(part: float, whole: float) -> int:
+    return round(100 * part / whole) if whole else 0
+
+
+@admin.register(AuditCheckpoint)
+class AuditCheckpointAdmin(admin.ModelAdmin):
+    """Where archived events end: what ``verify_audit`` starts from. Read-only."""
+
+    list_display = ["seq", "hash", "archived_at", "count"]
+    readonly_fields = [f.name for f in AuditCheckpoint._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
