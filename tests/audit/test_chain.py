@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-import audit.services
+import audit.verification
 from audit.chain import GENESIS_HASH, canonical_bytes, event_hash
 from audit.models import AuditChainHead, AuditEvent
 from audit.services import audit_event_record
@@ -364,13 +364,13 @@ def test_a_missing_head_row_is_rebuilt_from_the_last_event_so_writing_goes_on(ca
 
 def test_events_appended_while_verifying_are_not_taken_for_forgeries(monkeypatch: pytest.MonkeyPatch) -> None:
     record(3)
-    walk = audit.services._events_in_chain_order
+    walk = audit.verification._events_in_chain_order
 
     def walk_while_others_append(**options: Any) -> Any:
         record(2)  # after verify_audit read the head (seq 3), before it reads the events
         return walk(**options)
 
-    monkeypatch.setattr(audit.services, "_events_in_chain_order", walk_while_others_append)
+    monkeypatch.setattr(audit.verification, "_events_in_chain_order", walk_while_others_append)
 
     assert verify().startswith("verified 5 events, head ")
 

@@ -262,7 +262,8 @@ def test_new_events_after_an_archive_continue_the_chain(
 ARCHIVE_ON_POSTGRES = """
 import json
 from django.db import connection, transaction
-from audit.services import audit_event_record, audit_events_archive
+from audit.archive import audit_events_archive
+from audit.services import audit_event_record
 for i in range(20):
     audit_event_record(source="agent", tool="retention", args={{"i": i}})
 report = audit_events_archive(older_than_days=0, output=__import__("pathlib").Path({path!r}))

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agent_platform.errors import ApplicationError
-from audit.services import audit_events_archive
+from audit.archive import audit_events_archive
 
 
 class Command(BaseCommand):

@@ -7,7 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from audit.services import audit_archive_verify, audit_chain_verify
+from audit.archive import audit_archive_verify
+from audit.verification import audit_chain_verify
 
 
 class Command(BaseCommand):
