@@ -398,6 +398,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.postgres
 def test_on_postgresql_the_group_exists_and_the_export_streams_from_a_server_side_cursor(
     postgres_url: str,  # noqa: F811 - the fixture
 ) -> None:
