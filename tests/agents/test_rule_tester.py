@@ -56,12 +56,12 @@ def test_asked_to_execute_it_calls_through_the_gate(admin_browser, demo_agent) -
 
 
 def test_code_rules_are_tried_too(admin_browser, db) -> None:
-    from tests.agents.test_seed000 import SEED_SERVERS, seed_server
+    from tests.agents.test_deterministic_rules import SEED_SERVERS, seed_server
     from tests.conftest import make_agent
 
     agent = make_agent(slug="seed", servers=[seed_server(m, t) for m, t in SEED_SERVERS.items()], with_demo_rules=False)
-    DeterministicRule.objects.create(agent=agent, name="crm", code="tests.seed000_rules.route_by_chatbot_id")
-    DeterministicRule.objects.create(agent=agent, name="boom", order=200, code="tests.seed000_rules.route_that_raises")
+    DeterministicRule.objects.create(agent=agent, name="crm", code="tests.example_rules.route_by_chatbot_id")
+    DeterministicRule.objects.create(agent=agent, name="boom", order=200, code="tests.example_rules.route_that_raises")
     page = admin_browser.post(
         "/admin/agents/rule-tester/",
         {"agent": agent.pk, "query": "등급?", "context": json.dumps({"chatbotId": "premium-support", "userId": "u-9"})},
