@@ -486,6 +486,7 @@ def assert_interleaved_and_gap_free(call_ids_in_seq_order: list[str], seqs: list
         assert own == list(range(EVENTS_PER_WRITER))
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_writer_processes_appending_at_once_keep_the_sqlite_chain_gap_free(tmp_path: Path) -> None:
     record(2)
