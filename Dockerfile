@@ -24,7 +24,8 @@ WORKDIR /app
 RUN groupadd --system --gid 10001 app \
  && useradd --system --uid 10001 --gid app --create-home --home-dir /home/app --shell /usr/sbin/nologin app
 
-# Dependencies first, so code edits do not invalidate this layer.
+# Dependencies first, so code edits do not invalidate this layer. Only what the platform runs: the tests' and
+# tools' packages (requirements-dev.txt) stay out of the image.
 # gunicorn and uvicorn serve the ASGI app; they are installed at the pinned versions below only when
 # requirements.txt does not already bring them (so a pin there always wins).
 # uvicorn 0.54 still ships the (deprecated) `uvicorn.workers.UvicornWorker` gunicorn worker class;

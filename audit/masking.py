@@ -405,7 +405,8 @@ def _mask_secret_pairs(text: str) -> str:
                 if head is not None:
                     break
         if head is None:  # no separator after this word: skip the rest of it
-            position = max(_KEY_RUN.match(text, word.end()).end(), word.end())
+            run = _KEY_RUN.match(text, word.end())  # never None: the pattern matches the empty string
+            position = max(run.end() if run is not None else 0, word.end())
             continue
         position = max(head.end(), word.end())
         if not is_secret_key(head["key"]):
@@ -482,7 +483,7 @@ def _mask_str(text: str, matcher: _SecretMatcher | None) -> str:
     return text
 
 
-def mask_text(text: str, *, secrets: Iterable[str] = ()) -> str:
+def mask_text(text: object, *, secrets: Iterable[str] = ()) -> str:
     """``text`` with every secret replaced by :data:`MASK`; everything else (any language) kept as is.
 
     Masks the exact ``secrets`` given plus every registered secret (and their base64, URL-encoded and
@@ -493,9 +494,7 @@ def mask_text(text: str, *, secrets: Iterable[str] = ()) -> str:
     ``secrets`` may be any iterable of strings; one ``str`` counts as one secret and a mapping as its values.
     A non-``str`` ``text`` is converted with ``str()`` first. Idempotent in practice: masked text stays masked.
     """
-    if not isinstance(text, str):
-        text = str(text)
-    return _mask_str(text, _resolve_matcher(secrets))
+    return _mask_str(text if isinstance(text, str) else str(text), _resolve_matcher(secrets))
 
 
 # --- structures ----------------------------------------------------------------------------------------------
@@ -590,7 +589,7 @@ class _Walker:
                 continue
             on_path.add(id(source))
             if isinstance(source, dict):
-                copy: Any = {}
+                copy = {}
                 parent[slot] = copy
                 stack.append((source, copy, parent, slot))
                 for key, child in source.items():

@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -192,11 +192,11 @@ class McpSessionPool:
         asyncio.set_event_loop(self._loop)
         self._loop.run_forever()
 
-    def submit(self, coro: Awaitable[T], *, timeout: float | None = None) -> T:
+    def submit(self, coro: Coroutine[Any, Any, T], *, timeout: float | None = None) -> T:
         """Run ``coro`` on the pool's loop and wait for its result (or its exception)."""
         if self._closed:
             raise RuntimeError("the MCP session pool is shut down")
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return future.result(timeout=timeout)
         except concurrent.futures.TimeoutError:
@@ -414,8 +414,8 @@ class McpSessionPool:
                     break
             listing = ServerListing(pooled.protocol_version, pooled.server_info, tools)
             if "resources" in pooled.capabilities:
-                page = await pooled.session.list_resources()
-                listing.resources = [r.model_dump(mode="json", exclude_none=True) for r in page.resources]
+                resources = await pooled.session.list_resources()
+                listing.resources = [r.model_dump(mode="json", exclude_none=True) for r in resources.resources]
             if "prompts" in pooled.capabilities:
                 prompts = await pooled.session.list_prompts()
                 listing.prompts = [p.model_dump(mode="json", exclude_none=True) for p in prompts.prompts]
@@ -518,8 +518,9 @@ def _noise_of(exc: Exception) -> str:
     if callable(errors):
         with contextlib.suppress(Exception):
             for error in errors():
-                if isinstance(error.get("input"), str):
-                    return error["input"][:200]
+                noise = error.get("input")
+                if isinstance(noise, str):
+                    return noise[:200]
     return str(exc).splitlines()[0][:200]
 
 

@@ -2,17 +2,32 @@
 
 The MCP servers here are real: the demo server runs as a child process over stdio through the platform's
 session pool. Only the model is scripted.
+
+Personas, for permission tests:
+
+- an admin: ``admin_user`` (a superuser) and ``admin_client`` (a ``Client`` logged in as it), pytest-django's own;
+- an auditor: ``auditor_user``, made by ``manage.py create_auditor`` (staff, in the auditor group, password
+  ``AUDITOR_PASSWORD``), and ``auditor_client`` logged in as it;
+- an API caller: ``api_caller``, an ``ApiCaller(key, raw_key)``, and ``api_client``, an ``APIClient`` sending its
+  key; ``other_caller`` is a second caller, who must not see the first one's runs;
+- an outsider: ``outsider``, on the staff (so the admin lets them log in) but in no group and with no permission
+  (password ``OUTSIDER_PASSWORD``), and ``outsider_client`` logged in as them.
 """
 
 from __future__ import annotations
 
+import io
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.management import call_command
+from django.test import Client
 from rest_framework.test import APIClient
 
 from agents.management.commands.seed_demo import DEMO_RULES, SYSTEM_PROMPT, apply_demo_contracts
@@ -113,20 +128,63 @@ def demo_agent(demo_server: McpServer) -> Agent:
     return make_agent(slug="company-assistant", servers=[demo_server])
 
 
-@pytest.fixture
-def api_caller(db: Any) -> tuple[ApiKey, str]:
-    """An API caller persona: a key for every agent."""
-    return api_key_create(actor="test", via="tests", name="caller")
+# ---- personas ------------------------------------------------------------------------------------------------
+
+AUDITOR_PASSWORD = "read-only-Ledger-42"
+OUTSIDER_PASSWORD = "pw-for-tests-only-9"
+
+
+class ApiCaller(NamedTuple):
+    """An API key and the raw key shown once at its creation (unpacks as ``key, raw_key``)."""
+
+    key: ApiKey
+    raw_key: str
+
+
+def logged_in(user: AbstractBaseUser) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
 
 
 @pytest.fixture
-def outsider(db: Any) -> tuple[ApiKey, str]:
+def auditor_user(db: Any) -> AbstractBaseUser:
+    """The auditor persona, made as an operator makes one: ``manage.py create_auditor audrey``."""
+    call_command("create_auditor", "audrey", "--password", AUDITOR_PASSWORD, stdout=io.StringIO())
+    return get_user_model().objects.get(username="audrey")
+
+
+@pytest.fixture
+def auditor_client(auditor_user: AbstractBaseUser) -> Client:
+    return logged_in(auditor_user)
+
+
+@pytest.fixture
+def outsider(db: Any) -> AbstractBaseUser:
+    """A user with no rights: on the staff, so the admin lets them log in, but in no group and with no permission."""
+    return get_user_model().objects.create_user("otto", "", OUTSIDER_PASSWORD, is_staff=True)
+
+
+@pytest.fixture
+def outsider_client(outsider: AbstractBaseUser) -> Client:
+    return logged_in(outsider)
+
+
+@pytest.fixture
+def api_caller(db: Any) -> ApiCaller:
+    """The API caller persona: a key for every agent."""
+    return ApiCaller(*api_key_create(actor="test", via="tests", name="caller"))
+
+
+@pytest.fixture
+def other_caller(db: Any) -> ApiCaller:
     """Another API caller, who must not see the first caller's runs."""
-    return api_key_create(actor="test", via="tests", name="outsider")
+    return ApiCaller(*api_key_create(actor="test", via="tests", name="other caller"))
 
 
 @pytest.fixture
-def api_client(api_caller: tuple[ApiKey, str]) -> APIClient:
+def api_client(api_caller: ApiCaller) -> APIClient:
+    """An ``APIClient`` that sends the API caller's key."""
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {api_caller[1]}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {api_caller.raw_key}")
     return client

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 
 from agents.models import DeterministicRule
@@ -15,16 +14,8 @@ from audit.models import AuditEvent
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def admin_browser(db) -> Client:  # type: ignore[no-untyped-def]
-    user = get_user_model().objects.create_superuser("admin", "", "pw-for-tests-only")
-    browser = Client()
-    browser.force_login(user)
-    return browser
-
-
-def test_a_dry_run_lists_the_rules_in_order_and_calls_nothing(admin_browser, demo_agent) -> None:
-    page = admin_browser.post(
+def test_a_dry_run_lists_the_rules_in_order_and_calls_nothing(admin_client, demo_agent) -> None:
+    page = admin_client.post(
         "/admin/agents/rule-tester/",
         {"agent": demo_agent.pk, "query": "클라우드운영팀 인원이 몇 명인지 알려주세요.", "context": "", "a2a_data": ""},
     ).content.decode()
@@ -36,17 +27,17 @@ def test_a_dry_run_lists_the_rules_in_order_and_calls_nothing(admin_browser, dem
     assert not AuditEvent.objects.filter(action="tool.call").exists()
 
 
-def test_a_params_template_that_breaks_the_contract_is_flagged(admin_browser, demo_agent, demo_server) -> None:
+def test_a_params_template_that_breaks_the_contract_is_flagged(admin_client, demo_agent, demo_server) -> None:
     rule = DeterministicRule.objects.get(agent=demo_agent, tool_name="list_team_members")
     DeterministicRule.objects.filter(pk=rule.pk).update(params={"team": "{match.team}", "size": 3})
-    page = admin_browser.post(
+    page = admin_client.post(
         "/admin/agents/rule-tester/", {"agent": demo_agent.pk, "query": "클라우드운영팀 인원 몇 명?"}
     ).content.decode()
     assert "args:unknown:size" in page
 
 
-def test_asked_to_execute_it_calls_through_the_gate(admin_browser, demo_agent) -> None:
-    page = admin_browser.post(
+def test_asked_to_execute_it_calls_through_the_gate(admin_client, demo_agent) -> None:
+    page = admin_client.post(
         "/admin/agents/rule-tester/",
         {"agent": demo_agent.pk, "query": "김하늘 님은 어느 팀 소속인가요?", "execute": "on"},
     ).content.decode()
@@ -55,14 +46,14 @@ def test_asked_to_execute_it_calls_through_the_gate(admin_browser, demo_agent) -
     assert (event.source, event.tool, event.actor) == ("admin", "search_employee", "rule-tester:admin")
 
 
-def test_code_rules_are_tried_too(admin_browser, db) -> None:
-    from tests.agents.test_seed000 import SEED_SERVERS, seed_server
+def test_code_rules_are_tried_too(admin_client, db) -> None:
+    from tests.agents.test_deterministic_rules import SEED_SERVERS, seed_server
     from tests.conftest import make_agent
 
     agent = make_agent(slug="seed", servers=[seed_server(m, t) for m, t in SEED_SERVERS.items()], with_demo_rules=False)
-    DeterministicRule.objects.create(agent=agent, name="crm", code="tests.seed000_rules.route_by_chatbot_id")
-    DeterministicRule.objects.create(agent=agent, name="boom", order=200, code="tests.seed000_rules.route_that_raises")
-    page = admin_browser.post(
+    DeterministicRule.objects.create(agent=agent, name="crm", code="tests.example_rules.route_by_chatbot_id")
+    DeterministicRule.objects.create(agent=agent, name="boom", order=200, code="tests.example_rules.route_that_raises")
+    page = admin_client.post(
         "/admin/agents/rule-tester/",
         {"agent": agent.pk, "query": "등급?", "context": json.dumps({"chatbotId": "premium-support", "userId": "u-9"})},
     ).content.decode()
@@ -70,16 +61,13 @@ def test_code_rules_are_tried_too(admin_browser, db) -> None:
     assert "raised KeyError" in page
 
 
-def test_bad_json_is_explained(admin_browser, demo_agent) -> None:
-    page = admin_browser.post(
+def test_bad_json_is_explained(admin_client, demo_agent) -> None:
+    page = admin_client.post(
         "/admin/agents/rule-tester/", {"agent": demo_agent.pk, "query": "q", "context": "{oops"}
     ).content.decode()
     assert "Not valid JSON" in page
 
 
-def test_only_admins_who_may_change_rules_can_use_it(db, demo_agent) -> None:
-    staff = get_user_model().objects.create_user("viewer", "", "pw-for-tests-only", is_staff=True)
-    browser = Client()
-    browser.force_login(staff)
-    assert browser.get("/admin/agents/rule-tester/").status_code == 403
+def test_only_admins_who_may_change_rules_can_use_it(outsider_client, demo_agent) -> None:
+    assert outsider_client.get("/admin/agents/rule-tester/").status_code == 403
     assert Client().get("/admin/agents/rule-tester/").status_code == 302  # to the login page

@@ -105,8 +105,8 @@ def test_cancelling_twice_is_a_409_the_second_time(api_client, caller_key, demo_
 
 
 @pytest.mark.django_db
-def test_another_callers_run_cannot_be_cancelled(api_client, demo_agent, outsider) -> None:
-    run = Run.objects.create(agent=demo_agent, api_key=outsider[0], query="q")
+def test_another_callers_run_cannot_be_cancelled(api_client, demo_agent, other_caller) -> None:
+    run = Run.objects.create(agent=demo_agent, api_key=other_caller.key, query="q")
     assert cancel(api_client, run).status_code == 404
     run.refresh_from_db()
     assert run.status == Run.Status.QUEUED

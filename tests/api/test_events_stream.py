@@ -139,8 +139,8 @@ def test_a_wrong_key_is_a_401(finished_run) -> None:
     assert response.json()["error"]["code"] == "authentication_failed"
 
 
-def test_another_callers_run_is_a_404(finished_run, outsider) -> None:
-    response = Client(HTTP_AUTHORIZATION=f"Bearer {outsider[1]}").get(f"{URL}/{finished_run.id}/events")
+def test_another_callers_run_is_a_404(finished_run, other_caller) -> None:
+    response = Client(HTTP_AUTHORIZATION=f"Bearer {other_caller.raw_key}").get(f"{URL}/{finished_run.id}/events")
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "run_not_found"
 

@@ -68,9 +68,9 @@ def test_the_request_digest_is_the_sha256_of_the_canonical_body(api_client, demo
 
 
 @pytest.mark.django_db
-def test_keys_are_scoped_to_the_api_key(api_client, demo_agent, outsider) -> None:
+def test_keys_are_scoped_to_the_api_key(api_client, demo_agent, other_caller) -> None:
     other = APIClient()
-    other.credentials(HTTP_AUTHORIZATION=f"Bearer {outsider[1]}")
+    other.credentials(HTTP_AUTHORIZATION=f"Bearer {other_caller.raw_key}")
     mine = post(api_client, BODY).json()["id"]
     theirs = post(other, BODY)
     assert theirs.status_code == 202

@@ -125,10 +125,10 @@ def test_a_malformed_run_id_is_a_404(api_client) -> None:
     assert error_of(response)["code"] == "run_not_found"
 
 
-def test_another_callers_run_is_a_404(api_client, demo_agent, outsider) -> None:
+def test_another_callers_run_is_a_404(api_client, demo_agent, other_caller) -> None:
     run_id = api_client.post(URL, {"agent": "company-assistant", "query": "hi"}, format="json").json()["id"]
     other = APIClient()
-    other.credentials(HTTP_AUTHORIZATION=f"Bearer {outsider[1]}")
+    other.credentials(HTTP_AUTHORIZATION=f"Bearer {other_caller.raw_key}")
     assert other.get(f"{URL}/{run_id}").status_code == 404
     assert api_client.get(f"{URL}/{run_id}").status_code == 200
 
@@ -246,10 +246,10 @@ def submit(client: APIClient, query: str = "hi", agent: str = "company-assistant
     return response.json()["id"]
 
 
-def test_the_list_holds_the_callers_runs_only_newest_first(api_client, demo_agent, outsider) -> None:
+def test_the_list_holds_the_callers_runs_only_newest_first(api_client, demo_agent, other_caller) -> None:
     first, second = submit(api_client, "one"), submit(api_client, "two")
     other = APIClient()
-    other.credentials(HTTP_AUTHORIZATION=f"Bearer {outsider[1]}")
+    other.credentials(HTTP_AUTHORIZATION=f"Bearer {other_caller.raw_key}")
     submit(other, "someone else's")
     body = api_client.get(URL).json()
     assert [r["id"] for r in body["results"]] == [second, first]

@@ -1,5 +1,5 @@
 """``GET /api/v1/audit/events``: auditors only; filters; keyset pages; streamed CSV and JSONL exports.
-Personas: an admin (superuser), an auditor, an API caller (a key: 403), an outsider (staff, not an auditor)."""
+Personas (tests/conftest.py): an admin, an auditor, an API caller (a key: 403), an outsider (staff, not an auditor)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,11 @@ from unittest import mock
 import pytest
 from asgiref.sync import async_to_sync
 from django.contrib import admin
-from django.contrib.auth import get_user_model
-from django.core.management import call_command
 from django.db import connection
 from django.db.models import QuerySet
 from django.db.models.sql.compiler import SQLCompiler
 from django.http import StreamingHttpResponse
-from django.test import AsyncClient, Client
+from django.test import AsyncClient
 from django.test.utils import CaptureQueriesContext
 from django.urls import include, path
 from django.utils import timezone
@@ -30,6 +28,7 @@ from agents.models import Agent, ApiKey, Run
 from audit.models import AuditEvent
 from audit.services import audit_event_record
 from auditor.selectors import EXPORT_CHUNK_SIZE, EXPORT_COLUMNS
+from tests.conftest import AUDITOR_PASSWORD, OUTSIDER_PASSWORD, logged_in
 from tests.postgres import manage, postgres_url  # noqa: F401 - postgres_url is a fixture
 
 pytestmark = pytest.mark.django_db
@@ -42,7 +41,6 @@ urlpatterns = [
 ]
 
 EVENTS = "/api/v1/audit/events"
-AUDITOR_PASSWORD = "read-only-Ledger-42"
 
 
 @pytest.fixture(autouse=True)
@@ -51,13 +49,8 @@ def audit_api_urls(settings):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def auditor(db):  # type: ignore[no-untyped-def]
-    call_command("create_auditor", "audrey", "--password", AUDITOR_PASSWORD, stdout=io.StringIO())
-    return get_user_model().objects.get(username="audrey")
-
-
-@pytest.fixture
-def auditor_client(auditor) -> APIClient:  # type: ignore[no-untyped-def]
+def auditor_client(auditor_user) -> APIClient:  # type: ignore[no-untyped-def]
+    """Here the auditor calls the API with Basic authentication (conftest's ``auditor_client`` has a session)."""
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=basic("audrey", AUDITOR_PASSWORD))
     return client
@@ -131,34 +124,29 @@ def test_an_auditor_reads_events_with_basic_auth(auditor_client, two_runs) -> No
     assert "클라우드운영팀" in response.content.decode("utf-8")  # not \\u-escaped
 
 
-def test_an_auditor_reads_events_with_the_admin_login_session(auditor, two_runs) -> None:
-    client = Client()
-    client.force_login(auditor)
-    assert client.get(EVENTS).status_code == 200
+def test_an_auditor_reads_events_with_the_admin_login_session(auditor_user, two_runs) -> None:
+    assert logged_in(auditor_user).get(EVENTS).status_code == 200
 
 
 def test_a_superuser_reads_events(admin_client, two_runs) -> None:
     assert admin_client.get(EVENTS).status_code == 200
 
 
-def test_an_api_callers_key_gets_403(api_caller, two_runs) -> None:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {api_caller[1]}")
+def test_an_api_callers_key_gets_403(api_client, two_runs) -> None:
     for url in (EVENTS, f"{EVENTS}?format=csv", "/api/v1/audit/metrics"):
-        response = client.get(url)
+        response = api_client.get(url)
         assert response.status_code == 403, url
         assert response.json()["error"]["code"] == "permission_denied"
 
 
-def test_an_outsider_on_the_staff_gets_403(two_runs) -> None:
-    get_user_model().objects.create_user("otto", "", "pw-for-tests-only-9", is_staff=True)
+def test_an_outsider_on_the_staff_gets_403(outsider, two_runs) -> None:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=basic("otto", "pw-for-tests-only-9"))
+    client.credentials(HTTP_AUTHORIZATION=basic(outsider.username, OUTSIDER_PASSWORD))
     assert client.get(EVENTS).status_code == 403
     assert client.get("/api/v1/audit/metrics").status_code == 403
 
 
-def test_no_credentials_or_a_wrong_password_get_401(auditor, two_runs) -> None:
+def test_no_credentials_or_a_wrong_password_get_401(auditor_user, two_runs) -> None:
     assert APIClient().get(EVENTS).status_code == 401
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=basic("audrey", "wrong"))
@@ -330,7 +318,7 @@ def test_a_large_export_streams_in_chunks_without_evaluating_the_queryset(audito
     assert executed == [{"chunked_fetch": True, "chunk_size": EXPORT_CHUNK_SIZE}]
 
 
-def test_under_asgi_the_export_is_an_async_stream_read_block_by_block(auditor, two_runs) -> None:
+def test_under_asgi_the_export_is_an_async_stream_read_block_by_block(auditor_user, two_runs) -> None:
     bulk_events(1_200)
     client = AsyncClient()
     # An ASGI header name as it is sent (the client's headers= mapping gives this Django's HTTP_ names).
@@ -398,6 +386,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.postgres
 def test_on_postgresql_the_group_exists_and_the_export_streams_from_a_server_side_cursor(
     postgres_url: str,  # noqa: F811 - the fixture
 ) -> None:

@@ -1,5 +1,5 @@
 """The auditor: a person who reads the audit record, runs and approvals in the admin and never changes anything or
-sees a secret. Personas: an admin (superuser), an auditor (``create_auditor``), an outsider (staff, no rights)."""
+sees a secret. Personas (tests/conftest.py): an admin, an auditor (``create_auditor``), an outsider (staff, no rights)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management import CommandError, call_command
-from django.test import Client
 from django.utils import timezone
 
 from agents.execution import run_execute
@@ -18,34 +17,10 @@ from agents.models import Agent, ApiKey, Approval, DeterministicRule, Run
 from audit.models import AuditEvent
 from audit.services import audit_event_record
 from mcpregistry.models import McpServer, McpTool, ToolContract
-from tests.conftest import DEMO_SECRET, make_agent
+from tests.conftest import AUDITOR_PASSWORD, DEMO_SECRET, make_agent
 from tests.mcpregistry.test_registry import post_server_form
 
 pytestmark = pytest.mark.django_db
-
-AUDITOR_PASSWORD = "read-only-Ledger-42"
-
-
-@pytest.fixture
-def auditor():  # type: ignore[no-untyped-def]
-    call_command("create_auditor", "audrey", "--password", AUDITOR_PASSWORD, stdout=io.StringIO())
-    return get_user_model().objects.get(username="audrey")
-
-
-@pytest.fixture
-def auditor_client(auditor) -> Client:  # type: ignore[no-untyped-def]
-    client = Client()
-    client.force_login(auditor)
-    return client
-
-
-@pytest.fixture
-def outsider_client(db) -> Client:  # type: ignore[no-untyped-def]
-    """Staff, but in no group and with no permission."""
-    user = get_user_model().objects.create_user("otto", "", "pw-for-tests-only", is_staff=True)
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def a_secret_binding(admin_client) -> McpServer:  # type: ignore[no-untyped-def]
@@ -115,11 +90,11 @@ def a_run_with_a_decided_approval(server: McpServer) -> tuple[Run, Approval]:
 # ---- create_auditor -------------------------------------------------------------------------------------------
 
 
-def test_create_auditor_makes_a_staff_user_in_the_auditor_group_with_view_only_rights(auditor) -> None:
-    assert auditor.is_staff and not auditor.is_superuser
-    assert list(auditor.groups.values_list("name", flat=True)) == ["auditor"]
-    assert auditor.check_password(AUDITOR_PASSWORD)
-    assert auditor.get_all_permissions() == {
+def test_create_auditor_makes_a_staff_user_in_the_auditor_group_with_view_only_rights(auditor_user) -> None:
+    assert auditor_user.is_staff and not auditor_user.is_superuser
+    assert list(auditor_user.groups.values_list("name", flat=True)) == ["auditor"]
+    assert auditor_user.check_password(AUDITOR_PASSWORD)
+    assert auditor_user.get_all_permissions() == {
         "audit.view_auditevent",
         "agents.view_run",
         "agents.view_approval",
@@ -146,14 +121,14 @@ def test_create_auditor_prints_a_generated_password_alone_on_one_line_once(db) -
     assert password not in err.getvalue()
 
 
-def test_creating_an_auditor_is_itself_audited(auditor) -> None:
+def test_creating_an_auditor_is_itself_audited(auditor_user) -> None:
     event = AuditEvent.objects.get(action="config.user.create")
     assert event.args["username"] == [None, "audrey"] and event.args["groups"] == [None, ["auditor"]]
     assert (event.actor, event.result["via"]) == ("system:create_auditor", "create_auditor")
     assert AUDITOR_PASSWORD not in str(event.args) + str(event.result)
 
 
-def test_create_auditor_refuses_an_existing_user_and_a_weak_password(auditor) -> None:
+def test_create_auditor_refuses_an_existing_user_and_a_weak_password(auditor_user) -> None:
     with pytest.raises(CommandError, match="already exists"):
         call_command("create_auditor", "audrey", stdout=io.StringIO())
     with pytest.raises(CommandError):

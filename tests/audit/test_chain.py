@@ -486,6 +486,7 @@ def assert_interleaved_and_gap_free(call_ids_in_seq_order: list[str], seqs: list
         assert own == list(range(EVENTS_PER_WRITER))
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_writer_processes_appending_at_once_keep_the_sqlite_chain_gap_free(tmp_path: Path) -> None:
     record(2)
@@ -505,6 +506,7 @@ print(json.dumps(list(AuditEvent.objects.filter(tool="writer").order_by("seq").v
 """
 
 
+@pytest.mark.postgres
 def test_writer_processes_appending_at_once_keep_the_postgres_chain_gap_free(
     postgres_url: str,  # noqa: F811 - the fixture
     tmp_path: Path,
@@ -535,6 +537,7 @@ print(json.dumps(outcome))
 """
 
 
+@pytest.mark.postgres
 def test_postgres_refuses_to_update_delete_or_truncate_audit_events(postgres_url: str) -> None:  # noqa: F811
     tried = manage("shell", "-c", TRY_TO_TAMPER, database_url=postgres_url)
 

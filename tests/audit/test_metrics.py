@@ -4,15 +4,11 @@ per caller, over a period. Figures are checked against a known set of events."""
 from __future__ import annotations
 
 import datetime as dt
-import io
 import random
 import statistics
 
 import pytest
 from django.contrib import admin
-from django.contrib.auth import get_user_model
-from django.core.management import call_command
-from django.test import Client
 from django.urls import include, path
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -35,14 +31,6 @@ NOW = timezone.now()
 @pytest.fixture(autouse=True)
 def audit_api_urls(settings):  # type: ignore[no-untyped-def]
     settings.ROOT_URLCONF = __name__
-
-
-@pytest.fixture
-def auditor_client(db) -> Client:  # type: ignore[no-untyped-def]
-    call_command("create_auditor", "audrey", "--password", "read-only-Ledger-42", stdout=io.StringIO())
-    client = Client()
-    client.force_login(get_user_model().objects.get(username="audrey"))
-    return client
 
 
 _seq = iter(range(10**12, 10**13))
@@ -167,10 +155,8 @@ def test_the_metrics_api_gives_the_same_figures_and_takes_a_period(auditor_clien
     assert [t["tool"] for t in only_asset["tools"]] == ["get_asset"]
 
 
-def test_the_metrics_api_is_for_auditors_only(known_events, api_caller) -> None:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {api_caller[1]}")
-    assert client.get("/api/v1/audit/metrics").status_code == 403
+def test_the_metrics_api_is_for_auditors_only(known_events, api_client) -> None:
+    assert api_client.get("/api/v1/audit/metrics").status_code == 403
     assert APIClient().get("/api/v1/audit/metrics").status_code == 401
 
 

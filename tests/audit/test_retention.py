@@ -278,6 +278,7 @@ print(json.dumps({{"archived": report.count, "last_seq": report.last_seq, "delet
 """
 
 
+@pytest.mark.postgres
 def test_archiving_on_postgres_gets_past_the_trigger_only_for_itself(
     postgres_url: str,  # noqa: F811 - the fixture
     tmp_path: Path,

@@ -56,6 +56,7 @@ def test_a_query_travels_through_a_real_worker_on_the_embedded_broker(tmp_path: 
         check_the_seed_questions(platform)
 
 
+@pytest.mark.redis
 def test_a_query_travels_through_a_real_worker_on_redis(tmp_path: Path) -> None:
     with redis_server(tmp_path) as broker_url, running_platform(tmp_path, broker_url=broker_url) as platform:
         check_the_seed_questions(platform)

@@ -19,7 +19,7 @@ import pytest
 from tests.e2e.harness import ROOT, redis_server, wait_until
 from tests.e2e.workers import Platform, platform_without_workers
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
 SLEEP_S = 8.0
 FAST_LIFECYCLE = {

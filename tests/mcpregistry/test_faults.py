@@ -268,6 +268,7 @@ def test_a_server_that_exits_while_listing_its_tools_is_a_health_error(before: s
     assert_no_process_left_behind(before)
 
 
+@pytest.mark.slow
 def test_a_server_that_exits_mid_call_is_a_transport_failure_in_the_run(before: set[int]) -> None:
     # Listing works (the process only dies inside tools/call), so discovery itself is healthy.
     server = discovered(stdio_binding("exits-mid-call", PROBE_MODE="exit_on_call"))
@@ -334,6 +335,7 @@ def test_a_server_that_hangs_in_initialize_is_a_health_error(short_initialize_de
     assert_no_process_left_behind(before)
 
 
+@pytest.mark.slow
 def test_a_run_calling_a_server_that_hangs_in_initialize_gets_a_timeout_failure(
     short_initialize_deadline: None, before: set[int]
 ) -> None:

@@ -141,6 +141,7 @@ def test_the_gate_can_call_the_fallback_itself(db) -> None:
     assert events("get_asset_status_backup") == [(True, "", 1)]
 
 
+@pytest.mark.slow
 def test_the_circuit_opens_after_repeated_failures_then_half_opens_and_closes(db) -> None:
     server = probe("breaker", PROBE_MODE="exit_on_call")
     McpServer.objects.filter(pk=server.pk).update(breaker_threshold=2, breaker_cooldown_s=30)

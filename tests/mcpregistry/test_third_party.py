@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # imported by pytest_plugins below, so that pytest rewrites i
 
 # The installers' fixtures: time_server_command, everything_server, everything_http_url.
 pytest_plugins = ["tests.thirdparty"]
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.thirdparty]
 
 
 @pytest.fixture

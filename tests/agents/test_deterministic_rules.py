@@ -16,7 +16,7 @@ from audit.models import AuditEvent
 from mcpregistry.models import McpServer
 from mcpregistry.services import mcp_server_discover
 from tests.conftest import bind_demo_server, make_agent
-from tests.seed000_rules import route_order_lookup
+from tests.example_rules import route_order_lookup
 
 # ---- the seed's own unit tests, against our DeterministicContext --------------------------------------------
 
@@ -54,7 +54,7 @@ def seed_server(mcp_id: str, tools: str) -> McpServer:
         mcp_id=mcp_id,
         name=mcp_id,
         command=sys.executable,
-        args=["-m", "tests.mcp_fixtures.seed000_server"],
+        args=["-m", "tests.mcp_fixtures.example_services_server"],
         cwd=str(settings.BASE_DIR),
         env={"TOOLS": tools},
         session_scope="shared",
@@ -77,7 +77,7 @@ def seed_agent(db) -> Agent:  # type: ignore[no-untyped-def]
 
 def code_rules(agent: Agent, *names: str) -> None:
     for order, name in enumerate(names):
-        DeterministicRule.objects.create(agent=agent, name=name, order=order, code=f"tests.seed000_rules.{name}")
+        DeterministicRule.objects.create(agent=agent, name=name, order=order, code=f"tests.example_rules.{name}")
 
 
 def admin_rules(agent: Agent) -> None:
@@ -228,7 +228,7 @@ def test_a_tool_name_the_server_lacks_fails_the_run_the_same_way(seed_agent) -> 
 @pytest.mark.django_db
 def test_an_unbound_mcp_id_is_reported_as_not_loaded(seed_agent) -> None:
     DeterministicRule.objects.create(
-        agent=seed_agent, name="payments", code="tests.seed000_rules.route_to_an_unbound_server"
+        agent=seed_agent, name="payments", code="tests.example_rules.route_to_an_unbound_server"
     )
     result = run(seed_agent, "환불해줘")
     assert result.status == "failed"
@@ -251,14 +251,14 @@ def test_none_is_a_skip_not_an_error(seed_agent) -> None:
 @pytest.mark.django_db
 def test_a_code_rule_is_validated_on_save(seed_agent) -> None:
     for path, says in [
-        ("tests.seed000_rules.nope", "has no function"),
+        ("tests.example_rules.nope", "has no function"),
         ("tests.nowhere.rule", "cannot import"),
-        ("tests.seed000_rules.not_decorated", "@deterministic_tool"),
-        ("tests.seed000_rules.route_to_an_unbound_server", "does not bind"),
+        ("tests.example_rules.not_decorated", "@deterministic_tool"),
+        ("tests.example_rules.route_to_an_unbound_server", "does not bind"),
     ]:
         with pytest.raises(ValidationError, match=says):
             DeterministicRule(agent=seed_agent, name="x", code=path).full_clean()
-    DeterministicRule(agent=seed_agent, name="ok", code="tests.seed000_rules.route_order_lookup").full_clean()
+    DeterministicRule(agent=seed_agent, name="ok", code="tests.example_rules.route_order_lookup").full_clean()
 
 
 @pytest.mark.django_db
