@@ -190,6 +190,8 @@ PLATFORM_AUDIT_RESULT_MAX_CHARS = int(os.environ.get("PLATFORM_AUDIT_RESULT_MAX_
 # A write of a configuration model outside the services (which audit it) is refused ("refuse"); the test
 # suite sets "tests", which also lets test code itself create fixtures directly (audit/change_guard.py).
 PLATFORM_CHANGE_GUARD = os.environ.get("PLATFORM_CHANGE_GUARD", "refuse")
+# The scripted model provider replays canned model turns (tests, benchmarks, demos): never offered in production.
+PLATFORM_ALLOW_SCRIPTED_MODEL = _env_bool("PLATFORM_ALLOW_SCRIPTED_MODEL") or DEBUG
 
 # --- security -----------------------------------------------------------------------------------
 # Secure cookies unless DEBUG or SECURE_COOKIES=0 (HTTPS itself: PLATFORM_TLS, agent_platform/settings_deploy.py).

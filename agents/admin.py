@@ -16,7 +16,7 @@ from django.utils.translation import ngettext
 from agent_platform.errors import ApplicationError
 from agents.api.throttling import parse_rate
 from agents.approvals import approval_decide
-from agents.models import Agent, ApiKey, Approval, DeterministicRule, Run
+from agents.models import Agent, ApiKey, Approval, DeterministicRule, Run, scripted_model_allowed
 from agents.selectors import tool_name_conflicts
 from agents.services import (
     agent_create,
@@ -55,6 +55,12 @@ class AgentForm(forms.ModelForm):
             "servers",
             "max_iterations",
         ]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        provider = self.fields.get("model_provider")
+        if provider is not None and not scripted_model_allowed():
+            provider.choices = [c for c in provider.choices if c[0] != Agent.Provider.SCRIPTED]  # type: ignore[attr-defined]
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()

@@ -299,12 +299,21 @@ def execute(plan: RunPlan) -> RunOutcome:
             results=results,
         )
         messages = [SystemMessage(text), HumanMessage(plan.query)]
-    model = build_chat_model(
-        provider=plan.provider,
-        model_id=plan.model_id,
-        params=plan.model_params,
-        offline_answer=_offline_answer(plan, results),
-    )
+    try:
+        model = build_chat_model(
+            provider=plan.provider,
+            model_id=plan.model_id,
+            params=plan.model_params,
+            offline_answer=_offline_answer(plan, results),
+        )
+    except ValueError as exc:  # an unknown or disallowed provider: the run fails as a value, never a crash
+        return RunOutcome(
+            status="failed",
+            error_code="model:unavailable",
+            error_message=str(exc),
+            deterministic_results=results,
+            messages=trace,
+        )
     graph = build_react_graph(
         model=model,
         tool_specs=tool_specs(index),

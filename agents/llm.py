@@ -136,6 +136,10 @@ def build_chat_model(*, provider: str, model_id: str, params: dict[str, Any], of
     if provider == "offline":
         return OfflineChatModel(answer=offline_answer)
     if provider == "scripted":
+        from django.conf import settings
+
+        if not getattr(settings, "PLATFORM_ALLOW_SCRIPTED_MODEL", False):
+            raise ValueError("the scripted model provider is not allowed here (PLATFORM_ALLOW_SCRIPTED_MODEL)")
         return ScriptedChatModel(script=list(params.get("script") or []), latency_s=float(params.get("latency_s") or 0))
     if provider == "bedrock":
         from langchain_aws import ChatBedrockConverse

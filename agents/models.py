@@ -20,6 +20,11 @@ DEFAULT_DETERMINISTIC_INSTRUCTION = (
 )
 
 
+def scripted_model_allowed() -> bool:
+    """Whether the ``scripted`` model provider may be chosen and run here (tests, ``DEBUG``, or the setting)."""
+    return bool(getattr(settings, "PLATFORM_ALLOW_SCRIPTED_MODEL", False))
+
+
 class Agent(AuditedModel):
     """An agent: a system prompt, a model, the MCP servers whose tools it may call, and its rules."""
 
@@ -102,6 +107,21 @@ class Agent(AuditedModel):
 
     def __str__(self) -> str:
         return self.slug
+
+    def clean(self) -> None:
+        """The scripted provider replays canned model turns: offered only where ``PLATFORM_ALLOW_SCRIPTED_MODEL``
+        (tests, ``DEBUG``) allows it, never to admins in production."""
+        from django.core.exceptions import ValidationError
+
+        if self.model_provider == self.Provider.SCRIPTED and not scripted_model_allowed():
+            raise ValidationError(
+                {
+                    "model_provider": _(
+                        "The scripted provider is for tests and demos; set PLATFORM_ALLOW_SCRIPTED_MODEL=1 (or "
+                        "DEBUG) to use it."
+                    )
+                }
+            )
 
 
 class DeterministicRule(AuditedModel):

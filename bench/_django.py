@@ -11,6 +11,8 @@ def setup_django(*, keep_database_url: bool = False) -> str:
     workdir = tempfile.mkdtemp(prefix="bench-")
     os.environ["PLATFORM_VAR_DIR"] = workdir
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agent_platform.settings")
+    # Benchmarks stand in for a model with the scripted provider (a fixed latency per turn).
+    os.environ["PLATFORM_ALLOW_SCRIPTED_MODEL"] = "1"
     if not keep_database_url:
         os.environ.pop("DATABASE_URL", None)
     os.environ["SQLITE_PATH"] = os.path.join(workdir, "bench.sqlite3")

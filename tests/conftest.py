@@ -17,6 +17,7 @@ Personas, for permission tests:
 from __future__ import annotations
 
 import io
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -41,6 +42,9 @@ from mcpregistry.services import mcp_server_discover
 # Test code may create configuration rows directly (fixtures); the platform's own code never may, here as in
 # production (audit/change_guard.py).
 settings.PLATFORM_CHANGE_GUARD = "tests"
+# Tests drive the ReAct loop with the scripted model, also in the worker processes they start.
+settings.PLATFORM_ALLOW_SCRIPTED_MODEL = True
+os.environ["PLATFORM_ALLOW_SCRIPTED_MODEL"] = "1"
 
 # A secret bound to the demo server in tests: it must never be stored or shown anywhere.
 DEMO_SECRET = "sk-test-binding-secret-5f2b9c1d7e"
