@@ -189,6 +189,11 @@ PLATFORM_RUN_QUERY_MAX_CHARS = int(os.environ.get("PLATFORM_RUN_QUERY_MAX_CHARS"
 PLATFORM_AUDIT_RESULT_MAX_CHARS = int(os.environ.get("PLATFORM_AUDIT_RESULT_MAX_CHARS", "20000"))
 # A write of a configuration model outside the services (which audit it) is refused ("refuse"); the test
 # suite sets "tests", which also lets test code itself create fixtures directly (audit/change_guard.py).
+# Fernet keys for bindings' secrets at rest, comma-separated; the first encrypts (mcpregistry/crypto.py).
+SECRETS_ENCRYPTION_KEYS = os.environ.get("SECRETS_ENCRYPTION_KEYS", "")
+# The demo's admin (manage.py seed_demo).
+PLATFORM_DEMO_ADMIN_USERNAME = os.environ.get("DEMO_ADMIN_USERNAME", "admin")
+PLATFORM_DEMO_ADMIN_PASSWORD = os.environ.get("DEMO_ADMIN_PASSWORD", "")
 PLATFORM_CHANGE_GUARD = os.environ.get("PLATFORM_CHANGE_GUARD", "refuse")
 # The scripted model provider replays canned model turns (tests, benchmarks, demos): never offered in production.
 PLATFORM_ALLOW_SCRIPTED_MODEL = _env_bool("PLATFORM_ALLOW_SCRIPTED_MODEL") or DEBUG

@@ -8,7 +8,6 @@ key is generated once for local use into ``var/secrets_key`` (git-ignored).
 from __future__ import annotations
 
 import json
-import os
 from functools import lru_cache
 from typing import Any
 
@@ -33,7 +32,7 @@ def _local_key() -> str:
 
 
 def configured_keys() -> list[str]:
-    raw = os.environ.get("SECRETS_ENCRYPTION_KEYS", "")
+    raw = getattr(settings, "SECRETS_ENCRYPTION_KEYS", "") or ""
     keys = [k.strip() for k in raw.split(",") if k.strip()]
     return keys or [_local_key()]
 

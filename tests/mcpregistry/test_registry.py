@@ -75,9 +75,9 @@ def test_binding_secrets_are_encrypted_at_rest(demo_server) -> None:
     assert McpServer.objects.get(pk=demo_server.pk).env["INTERNAL_API_KEY"] == DEMO_SECRET
 
 
-def test_rotate_secrets_reencrypts_with_the_newest_key(db, monkeypatch) -> None:
+def test_rotate_secrets_reencrypts_with_the_newest_key(db, settings) -> None:
     old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
-    monkeypatch.setenv("SECRETS_ENCRYPTION_KEYS", old)
+    settings.SECRETS_ENCRYPTION_KEYS = old
     server = McpServer.objects.create(
         mcp_id="rot",
         name="rot",
@@ -85,18 +85,18 @@ def test_rotate_secrets_reencrypts_with_the_newest_key(db, monkeypatch) -> None:
         url="https://x.example/sse",
         headers={"Authorization": "Bearer abcdefgh12345678"},
     )
-    monkeypatch.setenv("SECRETS_ENCRYPTION_KEYS", f"{new},{old}")
+    settings.SECRETS_ENCRYPTION_KEYS = f"{new},{old}"
     call_command("rotate_secrets", stdout=StringIO())
-    monkeypatch.setenv("SECRETS_ENCRYPTION_KEYS", new)
+    settings.SECRETS_ENCRYPTION_KEYS = new
     assert McpServer.objects.get(pk=server.pk).headers == {"Authorization": "Bearer abcdefgh12345678"}
 
 
-def test_secrets_encrypted_with_an_unknown_key_fail_loudly(db, monkeypatch) -> None:
-    monkeypatch.setenv("SECRETS_ENCRYPTION_KEYS", Fernet.generate_key().decode())
+def test_secrets_encrypted_with_an_unknown_key_fail_loudly(db, settings) -> None:
+    settings.SECRETS_ENCRYPTION_KEYS = Fernet.generate_key().decode()
     server = McpServer.objects.create(
         mcp_id="lost", name="lost", transport="sse", url="https://x.example/sse", headers={"X-Api-Key": "k" * 20}
     )
-    monkeypatch.setenv("SECRETS_ENCRYPTION_KEYS", Fernet.generate_key().decode())
+    settings.SECRETS_ENCRYPTION_KEYS = Fernet.generate_key().decode()
     with pytest.raises(SecretDecryptionError):
         McpServer.objects.get(pk=server.pk)
 

@@ -3,7 +3,6 @@ rules that answer the seed's sample questions, and an admin user. Safe to run ag
 
 from __future__ import annotations
 
-import os
 import secrets
 import sys
 from typing import Any
@@ -105,7 +104,7 @@ class Command(BaseCommand):
     help = "Bind and discover the demo MCP server, create the company-assistant agent with its rules, and an admin."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--admin-username", default=os.environ.get("DEMO_ADMIN_USERNAME", "admin"))
+        parser.add_argument("--admin-username", default=settings.PLATFORM_DEMO_ADMIN_USERNAME)
         parser.add_argument("--no-discover", action="store_true", help="bind the server but do not start it")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -181,7 +180,7 @@ class Command(BaseCommand):
         if user_model.objects.filter(username=username).exists():
             self.stdout.write(f"admin user '{username}' exists (password unchanged)")
             return
-        password = os.environ.get("DEMO_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
+        password = settings.PLATFORM_DEMO_ADMIN_PASSWORD or secrets.token_urlsafe(12)
         user_create(
             actor=SEED_ACTOR,
             via=SEED_VIA,
