@@ -26,7 +26,7 @@ from audit.models import AuditCheckpoint, AuditEvent
 from auditor.metrics import tool_metrics
 from auditor.selectors import AuditEventFilters, audit_event_filter, moment_parse, with_agent_slug
 
-FILTER_PARAMETERS = ("agent", "mcp_id", "tool", "source", "ok", "reason", "actor", "run", "since", "until")
+FILTER_PARAMETERS = ("agent", "mcp_id", "tool", "source", "action", "ok", "reason", "actor", "run", "since", "until")
 """The list's filter parameters: the same names, and meanings, as ``GET /api/v1/audit/events``."""
 
 
@@ -84,6 +84,19 @@ class SourceFilter(_ChoiceFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
         return list(AuditEvent.Source.choices)
+
+
+class ActionFilter(_ChoiceFilter):
+    """What happened: ``tool.call``, ``rule.decision``, an approval's steps, or a change of the configuration
+    (``config.*`` selects them all)."""
+
+    title = _("action")
+    parameter_name = "action"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        actions = list(AuditEvent.objects.order_by("action").values_list("action", flat=True).distinct())
+        prefixes = sorted({a.split(".", 1)[0] + ".*" for a in actions if a.startswith("config.")})
+        return [(p, str(_("every configuration change"))) for p in prefixes] + [(a, a) for a in actions]
 
 
 class OutcomeFilter(admin.SimpleListFilter):
@@ -222,6 +235,7 @@ class AuditEventAdmin(admin.ModelAdmin):
         ServerFilter,
         ToolFilter,
         SourceFilter,
+        ActionFilter,
         OutcomeFilter,
         ReasonFilter,
         CallerFilter,

@@ -91,6 +91,7 @@ class FiltersSerializer(serializers.Serializer):
     mcp_id = serializers.CharField(required=False, max_length=64)
     tool = serializers.CharField(required=False, max_length=200)
     source = serializers.ChoiceField(required=False, choices=AuditEvent.Source.choices)
+    action = serializers.CharField(required=False, max_length=100)
     ok = serializers.BooleanField(required=False, allow_null=True, default=None)
     reason = serializers.CharField(required=False, max_length=200)
     actor = serializers.CharField(required=False, max_length=200)

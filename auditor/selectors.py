@@ -38,7 +38,8 @@ _EXPORT_VALUES: tuple[str, ...] = tuple(path for _column, path in _EXPORT_FIELDS
 class AuditEventFilters:
     """What an auditor narrows the record to. Every field is optional; given ones must all hold.
 
-    ``reason`` is exact, or a prefix when it ends with ``*`` (``args:*``). ``actor`` is the caller: the event's
+    ``reason`` and ``action`` are exact, or a prefix when they end with ``*`` (``args:*``, ``config.*`` for every
+    change of the configuration). ``actor`` is the caller: the event's
     actor (``api_key:<prefix>``, an admin's username, ``local``) or the name or prefix of the API key of the
     event's run. ``since`` is inclusive, ``until`` exclusive.
     """
@@ -47,6 +48,7 @@ class AuditEventFilters:
     mcp_id: str | None = None
     tool: str | None = None
     source: str | None = None
+    action: str | None = None
     ok: bool | None = None
     reason: str | None = None
     actor: str | None = None
@@ -91,6 +93,11 @@ def audit_event_filter(queryset: QuerySet[AuditEvent], filters: AuditEventFilter
         queryset = queryset.filter(tool=filters.tool)
     if filters.source:
         queryset = queryset.filter(source=filters.source)
+    if filters.action:
+        if filters.action.endswith("*"):
+            queryset = queryset.filter(action__startswith=filters.action[:-1])
+        else:
+            queryset = queryset.filter(action=filters.action)
     if filters.ok is not None:
         queryset = queryset.filter(ok=filters.ok)
     if filters.reason:

@@ -5,6 +5,7 @@ path) pair is one case, and the guard that makes a forgotten path fail is tested
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import re
@@ -456,3 +457,28 @@ def test_a_scope_alone_records_nothing_so_only_services_open_one(world: World, r
         "audit/roles.py",
         "mcpregistry/services.py",
     ]
+
+
+# ---- an auditor finds them ---------------------------------------------------------------------------------------
+
+
+def test_an_auditor_filters_the_configuration_changes_in_the_admin_and_the_api(
+    world: World, auditor_client: Any
+) -> None:
+    from rest_framework.test import APIClient
+
+    from tests.conftest import AUDITOR_PASSWORD
+
+    import_document(world, IMPORTED)
+    call_command("create_api_key", "ci", stdout=io.StringIO())
+    changes = AuditEvent.objects.filter(action__startswith="config.")
+    assert changes.count() >= 5
+    listed = auditor_client.get("/admin/audit/auditevent/?action=config.*").context["cl"].result_list
+    assert {e.pk for e in listed} == set(changes.values_list("pk", flat=True))
+    keys = auditor_client.get("/admin/audit/auditevent/?action=config.api_key.create").context["cl"].result_list
+    assert [e.action for e in keys] == ["config.api_key.create"]
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION="Basic " + base64.b64encode(f"audrey:{AUDITOR_PASSWORD}".encode()).decode())
+    body = api.get("/api/v1/audit/events?action=config.*&limit=1000").json()
+    assert {e["id"] for e in body["results"]} == set(changes.values_list("pk", flat=True))
+    assert {e["result"]["via"] for e in body["results"]} >= {"import_config", "create_api_key"}
