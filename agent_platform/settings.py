@@ -16,7 +16,11 @@ from django.utils.translation import gettext_lazy as _
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("PLATFORM_VAR_DIR", BASE_DIR / "var"))
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+# The platform's own files (database, keys, broker messages, logs) are this user's alone: folders 0700, files
+# 0600, whatever the shell's umask.
+os.umask(0o077)
+VAR_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
+VAR_DIR.chmod(0o700)
 
 
 def _env_bool(name: str, default: bool = False) -> bool:
@@ -226,6 +230,10 @@ LOGGING = {
 
 # Binding a stdio server runs a program on every worker: optionally allow only these commands (names or paths).
 PLATFORM_STDIO_COMMAND_ALLOWLIST = _env_list("PLATFORM_STDIO_COMMAND_ALLOWLIST")
+# Server URLs on loopback, link-local, private or metadata addresses are refused unless listed here (hosts,
+# host:port or networks, comma-separated); {"from_env": VAR} may read only the variables listed in the second.
+PLATFORM_MCP_ALLOW_PRIVATE_URLS = _env_list("PLATFORM_MCP_ALLOW_PRIVATE_URLS")
+PLATFORM_MCP_ENV_PASSTHROUGH = _env_list("PLATFORM_MCP_ENV_PASSTHROUGH")
 # A pending approval of a write call expires after this long; the run then goes on without the call.
 PLATFORM_APPROVAL_TTL_S = int(os.environ.get("PLATFORM_APPROVAL_TTL_S", "3600"))
 

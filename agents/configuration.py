@@ -55,6 +55,7 @@ class ServerSpec(_Strict):
     args: list[str] = Field(default_factory=list)
     cwd: str = ""
     env: dict[str, SecretSpec] = Field(default_factory=dict)
+    public_env: list[str] = Field(default_factory=list)
     url: str = ""
     headers: dict[str, SecretSpec] = Field(default_factory=dict)
     timeout_s: float = Field(default=30.0, gt=0, le=3600)
@@ -257,6 +258,7 @@ def config_import(
         server.command, server.args, server.cwd = spec.command, spec.args, spec.cwd
         server.url, server.timeout_s, server.enabled = spec.url, spec.timeout_s, spec.enabled
         server.session_scope, server.tool_prefix = spec.session_scope, spec.tool_prefix
+        server.public_env = spec.public_env
         server.env = _secret_map(spec.env, server.env or {}, where, problems)
         server.headers = _secret_map(spec.headers, server.headers or {}, where, problems)
         _save(
@@ -384,9 +386,18 @@ def config_import(
     return report
 
 
-def _exported_secrets(stored: dict[str, Any]) -> dict[str, Any]:
+def _exported_secrets(stored: dict[str, Any], *, public: list[str] | None = None) -> dict[str, Any]:
+    """Secret values as ``{"set": true}`` (or their ``from_env`` reference); a non-secret env value (named in
+    ``public``) as itself."""
+    shown = set(public or [])
     return {
-        k: ({"from_env": v["from_env"]} if isinstance(v, dict) and "from_env" in v else {"set": True})
+        k: (
+            {"from_env": v["from_env"]}
+            if isinstance(v, dict) and "from_env" in v
+            else {"value": v}
+            if k in shown and isinstance(v, str)
+            else {"set": True}
+        )
         for k, v in stored.items()
     }
 
@@ -401,7 +412,8 @@ def config_export() -> dict[str, Any]:
             "command": s.command,
             "args": s.args,
             "cwd": s.cwd,
-            "env": _exported_secrets(s.env or {}),
+            "env": _exported_secrets(s.env or {}, public=s.public_env or []),
+            "public_env": s.public_env or [],
             "url": s.url,
             "headers": _exported_secrets(s.headers or {}),
             "timeout_s": s.timeout_s,

@@ -7,8 +7,11 @@ What is masked, and how:
 
 * **Known secret values** - the ``secrets`` passed to a call plus every value given to
   :func:`register_secrets` - wherever they appear, together with their base64 (standard and URL-safe, with
-  and without padding), URL-encoded (``quote`` / ``quote_plus``) and JSON-escaped forms. Values shorter than
-  :data:`MIN_SECRET_LENGTH` characters are ignored: masking ``"a"`` everywhere would destroy the text.
+  and without padding), URL-encoded (``quote`` / ``quote_plus``) and JSON-escaped forms; and for values of
+  :data:`MIN_ENCODED_SECRET_LENGTH` characters or more also their hex (either case), base32 (either case, with
+  and without padding) and reversed forms, and the value with whitespace between any of its characters
+  (``s k - 1 2 3 …``, a value split over lines). Values shorter than :data:`MIN_SECRET_LENGTH` characters are
+  ignored: masking ``"a"`` everywhere would destroy the text.
 * **Value patterns** - AWS access key ids, labelled AWS secret access keys, ``Bearer``/``Basic``
   credentials, JWTs, well-known API key formats (``sk-...``, ``sk_live_...``, ``xoxb-...``, ``ghp_...``, ...),
   PEM private key blocks, passwords in URLs, secret-looking query parameters.
@@ -40,6 +43,7 @@ from urllib.parse import quote, quote_plus
 
 __all__ = [
     "MASK",
+    "MIN_ENCODED_SECRET_LENGTH",
     "MIN_SECRET_LENGTH",
     "SecretMaskingFilter",
     "clear_registered_secrets",
@@ -57,6 +61,10 @@ MASK: str = "***"
 
 MIN_SECRET_LENGTH = 4
 """Known secret values shorter than this are ignored (they would match everywhere)."""
+
+MIN_ENCODED_SECRET_LENGTH = 8
+"""Known secret values this long or longer are also masked in their hex, base32, reversed and whitespace-split
+forms (a shorter value's such forms would match ordinary text)."""
 
 
 # --- key names ------------------------------------------------------------------------------------------
@@ -180,7 +188,21 @@ def _secret_forms(secret: str) -> set[str]:
         forms.add(_PERCENT_ESCAPE.sub(lambda m: m[0].lower(), url_form))
     forms.add(json.dumps(secret)[1:-1])
     forms.add(json.dumps(secret, ensure_ascii=False)[1:-1])
+    if len(secret) >= MIN_ENCODED_SECRET_LENGTH:
+        hexed = raw.hex()
+        forms |= {hexed, hexed.upper(), secret[::-1]}
+        b32 = base64.b32encode(raw).decode("ascii")
+        forms |= {b32, b32.rstrip("="), b32.lower(), b32.rstrip("=").lower()}
     return {form for form in forms if len(form) >= MIN_SECRET_LENGTH}
+
+
+def _spaced_pattern(secret: str) -> str | None:
+    """A regex for ``secret`` with whitespace between any of its characters (only for long enough values; the
+    plain form is matched by the literal forms)."""
+    chars = [c for c in secret if not c.isspace()]
+    if len(chars) < MIN_ENCODED_SECRET_LENGTH:
+        return None
+    return r"\s*".join(re.escape(c) for c in chars)
 
 
 _PERCENT_ESCAPE = re.compile(r"%[0-9A-F]{2}")
@@ -189,9 +211,9 @@ _PERCENT_ESCAPE = re.compile(r"%[0-9A-F]{2}")
 class _SecretMatcher:
     """One compiled regex matching every form of a set of secrets, longest first."""
 
-    __slots__ = ("pattern", "recheck")
+    __slots__ = ("pattern", "recheck", "spaced")
 
-    def __init__(self, forms: Iterable[str]) -> None:
+    def __init__(self, forms: Iterable[str], spaced: Iterable[str] = ()) -> None:
         forms = sorted(set(forms), key=lambda form: (-len(form), form))
         try:
             self.pattern = re.compile(_trie_regex(forms))
@@ -199,9 +221,14 @@ class _SecretMatcher:
             self.pattern = re.compile("|".join(map(re.escape, forms)))
         # A secret containing "*" can reappear next to an inserted MASK: such sets are re-checked.
         self.recheck = any("*" in form for form in forms)
+        # Whitespace-split forms: only tried where the text has whitespace inside a run of non-space characters.
+        patterns = sorted(set(spaced), key=len, reverse=True)
+        self.spaced = re.compile("|".join(patterns)) if patterns else None
 
     def sub(self, text: str) -> str:
         text = self.pattern.sub(MASK, text)
+        if self.spaced is not None and any(c.isspace() for c in text):
+            text = self.spaced.sub(MASK, text)
         if self.recheck:  # every round shortens the text (forms are longer than MASK), so this ends
             while (again := self.pattern.sub(MASK, text)) != text:
                 text = again
@@ -244,9 +271,12 @@ def _matcher_for(secrets: frozenset[str]) -> _SecretMatcher | None:
     if not secrets:
         return None
     forms: set[str] = set()
+    spaced: set[str] = set()
     for secret in secrets:
         forms |= _secret_forms(secret)
-    return _SecretMatcher(forms)
+        if (pattern := _spaced_pattern(secret)) is not None:
+            spaced.add(pattern)
+    return _SecretMatcher(forms, spaced)
 
 
 def _resolve_matcher(secrets: Iterable[str] | None) -> _SecretMatcher | None:

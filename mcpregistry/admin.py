@@ -102,6 +102,7 @@ class McpServerForm(forms.ModelForm):
             "command",
             "args",
             "cwd",
+            "public_env",
             "url",
             "breaker_threshold",
             "breaker_cooldown_s",
@@ -168,7 +169,7 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
         (None, {"fields": ["mcp_id", "name", "transport", "enabled", "timeout_s", "session_scope", "tool_prefix"]}),
         (_("stdio"), {"fields": ["command", "args", "cwd"]}),
         (_("HTTP"), {"fields": ["url"]}),
-        (_("secrets"), {"fields": ["secrets_state", "new_env", "new_headers", "clear_secrets"]}),
+        (_("secrets"), {"fields": ["secrets_state", "public_env", "new_env", "new_headers", "clear_secrets"]}),
         (
             _("circuit breaker"),
             {"fields": ["breaker_badge", "breaker_opened_at", "breaker_threshold", "breaker_cooldown_s"]},
@@ -226,7 +227,10 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
                 return str(_("from the worker's environment (%(var)s)") % {"var": entry["from_env"]})
             return str(_("set"))
 
-        rows = [("env", k, state(v)) for k, v in (obj.env or {}).items()]
+        public = set(obj.public_env or [])
+        rows = [
+            ("env", k, v if k in public and isinstance(v, str) else state(v)) for k, v in (obj.env or {}).items()
+        ]
         rows += [("header", k, state(v)) for k, v in (obj.headers or {}).items()]
         if not rows:
             return str(_("none set"))

@@ -16,6 +16,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.json import UnicodeJSONEncoder
 from audit.change_guard import AuditedModel, ChangeAudit
+from mcpregistry.binding_policy import command_problem, from_env_problem, url_problem
 from mcpregistry.contracts import ArgSpec, RetrySpec, ReturnsSpec
 from mcpregistry.crypto import EncryptedJSONField
 
@@ -26,7 +27,9 @@ PLACEHOLDER = re.compile(r"\$\{[^}]*\}")
 def secret_entry_value(entry: Any) -> str | None:
     """A stored secret entry is a literal string or ``{"from_env": "NAME"}`` (read on the worker)."""
     if isinstance(entry, dict) and "from_env" in entry:
-        return os.environ.get(str(entry["from_env"]))
+        name = str(entry["from_env"])
+        # Checked at save too; a variable the passthrough no longer names is not read.
+        return os.environ.get(name) if name in settings.PLATFORM_MCP_ENV_PASSTHROUGH else None
     if isinstance(entry, dict) and "value" in entry:
         return str(entry["value"])
     return None if entry is None else str(entry)
@@ -65,6 +68,16 @@ class McpServer(AuditedModel):
     args = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("arguments"), default=list, blank=True)
     cwd = models.CharField(_("working directory"), max_length=500, blank=True)
     env = EncryptedJSONField(_("environment (secret values)"), default=dict, blank=True)
+    public_env = models.JSONField(
+        encoder=UnicodeJSONEncoder,
+        verbose_name=_("non-secret environment names"),
+        default=list,
+        blank=True,
+        help_text=_(
+            'Names of environment values that are settings, not secrets (e.g. ["FAILURE_MODE"]): shown to admins '
+            "and not masked. Every other env and header value is a secret."
+        ),
+    )
     url = models.URLField(_("URL"), max_length=500, blank=True)
     headers = EncryptedJSONField(_("headers (secret values)"), default=dict, blank=True)
     timeout_s = models.FloatField(_("call timeout (seconds)"), default=30.0)
@@ -137,16 +150,29 @@ class McpServer(AuditedModel):
                         % {"cmd": self.command}
                     )
                 allowlist = settings.PLATFORM_STDIO_COMMAND_ALLOWLIST
-                if allowlist and self.command not in allowlist and (resolved or "") not in allowlist:
+                programs = {entry.split()[0] for entry in allowlist if entry.split()}
+                if allowlist and self.command not in programs and (resolved or "") not in programs:
                     errors.setdefault("command", []).append(
                         _("Command '%(cmd)s' is not in PLATFORM_STDIO_COMMAND_ALLOWLIST.") % {"cmd": self.command}
                     )
+                args = self.args if isinstance(self.args, list) else []
+                problem = command_problem(self.command, [str(a) for a in args], allowlist)
+                if problem:
+                    errors.setdefault("command", []).append(problem)
             if not isinstance(self.args, list) or not all(isinstance(a, str) for a in self.args):
                 errors.setdefault("args", []).append(_("Arguments must be a JSON list of strings."))
         else:
             parsed = urlparse(self.url or "")
             if parsed.scheme not in {"http", "https"} or not parsed.netloc:
                 errors.setdefault("url", []).append(_("Enter an http:// or https:// URL."))
+            elif problem := url_problem(self.url, settings.PLATFORM_MCP_ALLOW_PRIVATE_URLS):
+                errors.setdefault("url", []).append(problem)
+        for field_name, stored in (("env", self.env), ("headers", self.headers)):
+            problem = from_env_problem((stored or {}).values(), settings.PLATFORM_MCP_ENV_PASSTHROUGH)
+            if problem:
+                errors.setdefault(field_name, []).append(problem)
+        if not isinstance(self.public_env, list) or not all(isinstance(n, str) for n in self.public_env):
+            errors.setdefault("public_env", []).append(_('Enter a JSON list of names, e.g. ["FAILURE_MODE"].'))
         for field_name, values in (
             ("args", self.args if isinstance(self.args, list) else []),
             ("env", list((self.env or {}).values())),
@@ -161,15 +187,18 @@ class McpServer(AuditedModel):
             raise ValidationError(errors)
 
     def secret_values(self) -> list[str]:
-        """The secret values of this binding, for masking: every env or header value under a secret-looking name
-        (token, password, api_key, authorization…) and any value of 16 characters or more. Short settings such
-        as ``FAILURE_MODE=none`` are not secrets (masking "none" everywhere would garble text)."""
-        from audit.masking import is_secret_key
-
+        """The secret values of this binding, for masking: every env and header value, except the env values an
+        admin marked non-secret (``public_env``). The masker ignores values under 4 characters and also masks
+        encoded forms of long ones (``audit.masking``)."""
+        public = set(self.public_env or [])
         values = []
-        for key, entry in [*(self.env or {}).items(), *(self.headers or {}).items()]:
+        for key, entry in (self.env or {}).items():
             value = secret_entry_value(entry)
-            if value and (is_secret_key(str(key)) or len(value) >= 16 or isinstance(entry, dict)):
+            if value and str(key) not in public:
+                values.append(value)
+        for entry in (self.headers or {}).values():
+            value = secret_entry_value(entry)
+            if value:
                 values.append(value)
         return values
 

@@ -31,7 +31,7 @@ from django.core.management import call_command
 from django.test import Client
 from rest_framework.test import APIClient
 
-from agents.management.commands.seed_demo import DEMO_RULES, SYSTEM_PROMPT, apply_demo_contracts
+from agents.management.commands.seed_demo import DEMO_PUBLIC_ENV, DEMO_RULES, SYSTEM_PROMPT, apply_demo_contracts
 from agents.models import Agent, ApiKey, DeterministicRule
 from agents.services import api_key_create
 from mcpregistry import gate
@@ -45,6 +45,9 @@ settings.PLATFORM_CHANGE_GUARD = "tests"
 # Tests drive the ReAct loop with the scripted model, also in the worker processes they start.
 settings.PLATFORM_ALLOW_SCRIPTED_MODEL = True
 os.environ["PLATFORM_ALLOW_SCRIPTED_MODEL"] = "1"
+# The tests' own HTTP MCP servers listen on loopback: allowed the way an operator allows an internal host.
+settings.PLATFORM_MCP_ALLOW_PRIVATE_URLS = ["127.0.0.1", "localhost"]
+os.environ["PLATFORM_MCP_ALLOW_PRIVATE_URLS"] = "127.0.0.1,localhost"
 
 # A secret bound to the demo server in tests: it must never be stored or shown anywhere.
 DEMO_SECRET = "sk-test-binding-secret-5f2b9c1d7e"
@@ -91,6 +94,7 @@ def bind_demo_server(
         args=["-m", settings.PLATFORM_DEMO_SERVER_MODULE],
         cwd=str(settings.BASE_DIR),
         env={"FAILURE_MODE": failure_mode, "INTERNAL_API_KEY": DEMO_SECRET, "FAILURE_TIMEOUT_S": "0.2", **env},
+        public_env=[*DEMO_PUBLIC_ENV, *env],
         timeout_s=10,
         session_scope=session_scope,
     )

@@ -18,6 +18,12 @@ from mcpregistry.models import McpServer, McpTool, ToolContract
 
 pytestmark = pytest.mark.django_db
 
+
+@pytest.fixture(autouse=True)
+def _docs_token_may_be_passed_through(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.PLATFORM_MCP_ENV_PASSTHROUGH = ["DOCS_TOKEN"]
+
+
 SECRET = "sk-live-config-secret-9a8b7c6d5e4f"
 
 

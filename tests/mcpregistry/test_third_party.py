@@ -155,6 +155,7 @@ def test_a_stdio_server_sees_its_bindings_env_and_none_of_the_workers(
             mcp_id="everything-env",
             command=everything_server.stdio(),
             env={"BINDING_GREETING": "hello-binding"},
+            public_env=["BINDING_GREETING"],  # a setting, not a secret: shown as itself
             session_scope=McpServer.SessionScope.SHARED,
         )
     )

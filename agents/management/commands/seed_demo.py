@@ -89,6 +89,8 @@ DEMO_CONTRACTS: dict[str, dict[str, Any]] = {
 }
 
 
+# The demo server's settings, not secrets (shown, not masked); its INTERNAL_API_KEY is a secret.
+DEMO_PUBLIC_ENV = ["FAILURE_MODE", "FAILURE_TIMEOUT_S"]
 SEED_ACTOR = "system:seed_demo"
 SEED_VIA = "seed_demo"
 
@@ -128,6 +130,7 @@ class Command(BaseCommand):
                         "name": "SDS company data (seed 001 demo)",
                         "transport": McpServer.Transport.STDIO,
                         "env": {"FAILURE_MODE": "none", "INTERNAL_API_KEY": "sk-demo-" + secrets.token_hex(16)},
+                        "public_env": DEMO_PUBLIC_ENV,
                         **binding,
                     },
                 )

@@ -1,0 +1,196 @@
+"""What a binding may point at: refused before it is saved (``McpServer.clean``), whoever saves it.
+
+Binding a server makes every worker connect to a URL or start a program with the worker's rights, so:
+
+* **URLs** may not reach link-local, cloud metadata, loopback, private, reserved or multicast addresses (an IP
+  literal in any of its spellings: ``127.1``, ``2130706433``, ``0x7f.1``, ``[::1]``, ``[::ffff:10.0.0.1]``), nor
+  the names that mean them (``localhost``, ``*.localhost``, ``metadata.google.internal``, ...), unless
+  ``PLATFORM_MCP_ALLOW_PRIVATE_URLS`` lists the host, ``host:port`` or a network (``10.1.0.0/16``). Names are not
+  resolved here (no DNS at save time): an operator who lets bindings name internal hosts by DNS should also
+  filter egress at the network.
+* **stdio commands** may not be a shell or an interpreter given inline code (``bash -c``, ``sh -c``,
+  ``python -c``, ``node -e``, ``perl -e``, ``env bash -c``, ...), unless ``PLATFORM_STDIO_COMMAND_ALLOWLIST``
+  holds that exact command line (an entry with arguments, e.g. ``"python -c print(1)"``); an entry without
+  arguments allows that program with any arguments that are not inline code.
+* **``{"from_env": "VAR"}``** secret references may read only variables named in
+  ``PLATFORM_MCP_ENV_PASSTHROUGH`` (otherwise a binding could hand the worker's ``DATABASE_URL`` to a server).
+
+Pure functions over plain values; each returns a problem (a sentence naming what to change) or None.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shlex
+import socket
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import urlparse
+
+METADATA_HOSTS = frozenset(
+    {
+        "metadata",
+        "metadata.google.internal",
+        "metadata.goog",
+        "instance-data",
+        "instance-data.ec2.internal",
+        "metadata.azure.com",
+        "metadata.platformequinix.com",
+    }
+)
+METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a) for a in ("169.254.169.254", "169.254.170.2", "100.100.100.200", "fd00:ec2::254")
+)
+
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "csh", "tcsh", "ash", "busybox"})
+# Interpreter → the options that take inline code.
+INLINE_CODE_OPTIONS: dict[str, frozenset[str]] = {
+    "python": frozenset({"-c"}),
+    "node": frozenset({"-e", "--eval", "-p", "--print"}),
+    "nodejs": frozenset({"-e", "--eval", "-p", "--print"}),
+    "deno": frozenset({"eval"}),
+    "bun": frozenset({"-e", "--eval", "-p", "--print"}),
+    "perl": frozenset({"-e", "-E"}),
+    "ruby": frozenset({"-e"}),
+    "php": frozenset({"-r"}),
+    "lua": frozenset({"-e"}),
+    "rscript": frozenset({"-e"}),
+    "pwsh": frozenset({"-c", "-command", "-encodedcommand", "-ec"}),
+    "powershell": frozenset({"-c", "-command", "-encodedcommand", "-ec"}),
+    "osascript": frozenset({"-e"}),
+}
+
+
+def _program(command: str) -> str:
+    """``/usr/bin/python3.11`` → ``python``; ``bash`` → ``bash``."""
+    name = os.path.basename(command).lower()
+    for suffix in (".exe",):
+        name = name.removesuffix(suffix)
+    if name.startswith("python"):
+        return "python"
+    return name
+
+
+def _inline_code(program: str, args: list[str]) -> str | None:
+    """The option that gives ``program`` inline code in ``args``, or None."""
+    if program in SHELLS:
+        for arg in args:
+            if arg == "--":
+                break
+            # -c, and combined short options such as -lc or -ec
+            if arg.startswith("-") and not arg.startswith("--") and "c" in arg[1:]:
+                return arg
+        return None
+    options = INLINE_CODE_OPTIONS.get(program)
+    if options is None:
+        return None
+    for arg in args:
+        lowered = arg.lower()
+        if lowered in options or any(lowered.startswith(o + "=") for o in options if o.startswith("--")):
+            return arg
+        if program == "python" and lowered.startswith("-c") and len(lowered) > 2:  # python -cprint(1)
+            return arg
+    return None
+
+
+def command_problem(command: str, args: list[str], allowlist: Iterable[str]) -> str | None:
+    """Why ``command args`` may not be bound, or None."""
+    entries = [e for e in allowlist if e.strip()]
+    line = [command, *args]
+    exact = {tuple(shlex.split(e)) for e in entries if len(shlex.split(e)) > 1}
+    if tuple(line) in exact:
+        return None
+    # Look through wrappers that run another program: env VAR=x bash -c ...
+    program, rest = _program(command), list(args)
+    while program == "env" and rest:
+        while rest and ("=" in rest[0] or rest[0].startswith("-")):
+            rest = rest[1:]
+        if not rest:
+            break
+        program, rest = _program(rest[0]), rest[1:]
+    inline = _inline_code(program, rest)
+    if inline is not None:
+        return (
+            f"'{command}' with '{inline}' runs inline code with the worker's rights; bind a program or script "
+            "instead, or list this exact command line in PLATFORM_STDIO_COMMAND_ALLOWLIST"
+        )
+    return None
+
+
+def _literal_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``host`` as an IP address if it is one in any spelling (no DNS), else None."""
+    text = host.strip("[]")
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        pass
+    try:  # 127.1, 2130706433, 0x7f.0.0.1, 017700000001: what inet_aton (and so most clients) accept
+        return ipaddress.IPv4Address(socket.inet_aton(text))
+    except OSError:
+        return None
+
+
+def _allowed(host: str, port: int | None, address: Any, allowed: Iterable[str]) -> bool:
+    for entry in (e.strip().lower() for e in allowed):
+        if not entry:
+            continue
+        if entry in {host, f"{host}:{port}"}:
+            return True
+        if address is not None and "/" in entry:
+            try:
+                if address in ipaddress.ip_network(entry, strict=False):
+                    return True
+            except ValueError:
+                continue
+        if address is not None and entry.strip("[]") == str(address):
+            return True
+    return False
+
+
+def url_problem(url: str, allowed: Iterable[str]) -> str | None:
+    """Why a server URL may not be bound, or None."""
+    parsed = urlparse(url or "")
+    if parsed.scheme not in {"http", "https"} or not parsed.hostname:
+        return "enter an http:// or https:// URL"
+    host = parsed.hostname.lower().rstrip(".")
+    try:
+        port = parsed.port
+    except ValueError:
+        return "the URL's port is not a number"
+    address = _literal_address(host)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if _allowed(host, port, address, allowed):
+        return None
+    if host in METADATA_HOSTS or (address is not None and address in METADATA_ADDRESSES):
+        return f"'{host}' is a cloud metadata service"
+    if host == "localhost" or host.endswith(".localhost"):
+        return f"'{host}' is this machine (loopback)"
+    if address is not None and (
+        address.is_loopback
+        or address.is_link_local
+        or address.is_private
+        or address.is_reserved
+        or address.is_multicast
+        or address.is_unspecified
+    ):
+        kind = "loopback" if address.is_loopback else "link-local" if address.is_link_local else "private or reserved"
+        return (
+            f"'{host}' is a {kind} address; list it in PLATFORM_MCP_ALLOW_PRIVATE_URLS to bind a server there on "
+            "purpose"
+        )
+    return None
+
+
+def from_env_problem(entries: Iterable[Any], passthrough: Iterable[str]) -> str | None:
+    """Why the ``{"from_env": VAR}`` references among ``entries`` may not be bound, or None."""
+    allowed = set(passthrough)
+    refused = sorted(
+        str(e["from_env"]) for e in entries if isinstance(e, dict) and "from_env" in e and e["from_env"] not in allowed
+    )
+    if refused:
+        return (
+            f"{', '.join(refused)}: a binding may read only the worker variables named in PLATFORM_MCP_ENV_PASSTHROUGH"
+        )
+    return None
