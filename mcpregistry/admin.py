@@ -228,9 +228,7 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
             return str(_("set"))
 
         public = set(obj.public_env or [])
-        rows = [
-            ("env", k, v if k in public and isinstance(v, str) else state(v)) for k, v in (obj.env or {}).items()
-        ]
+        rows = [("env", k, v if k in public and isinstance(v, str) else state(v)) for k, v in (obj.env or {}).items()]
         rows += [("header", k, state(v)) for k, v in (obj.headers or {}).items()]
         if not rows:
             return str(_("none set"))
@@ -354,6 +352,14 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
     def review_diff(self, obj: McpTool) -> str:
         if not obj.review_required:
             return "—"
+        if obj.previous_input_schema is None and not obj.previous_description:
+            return format_html(
+                "<p><b>{}</b></p>",
+                _(
+                    "The server added this tool after it was bound. It stays disabled until you review its "
+                    "description and schema below and approve it."
+                ),
+            )
         before = [
             obj.previous_description,
             *json.dumps(obj.previous_input_schema, ensure_ascii=False, indent=2).splitlines(),

@@ -72,16 +72,19 @@ def argument_constraints(input_schema: dict[str, Any]) -> dict[str, dict[str, An
     return constraints
 
 
-def suggested_risk(annotations: dict[str, Any]) -> str:
-    """``read`` only when the server says the tool only reads (``readOnlyHint``) and does not say it is
-    destructive; otherwise ``write``, as MCP's own defaults assume (a tool may modify its environment)."""
+def annotation_risk_hint(annotations: dict[str, Any]) -> str:
+    """What the server's MCP annotations claim: ``read`` when it says the tool only reads (``readOnlyHint``) and
+    is not destructive, else ``write``. A hint shown to the admin, never trusted: a hostile server can claim
+    anything."""
     if not isinstance(annotations, dict) or annotations.get("destructiveHint") is True:
         return "write"
     return "read" if annotations.get("readOnlyHint") is True else "write"
 
 
 def contract_defaults(input_schema: dict[str, Any], annotations: dict[str, Any]) -> dict[str, Any]:
-    return {"args": argument_constraints(input_schema), "risk": suggested_risk(annotations)}
+    """A discovered tool's first contract: its arguments from the schema, and risk ``write`` (a person approves
+    each call) until an admin marks it ``read`` — whatever the server's annotations say."""
+    return {"args": argument_constraints(input_schema), "risk": "write"}
 
 
 # ---- checking calls against a contract (seed 004) -------------------------------------------------------------

@@ -137,7 +137,8 @@ class DiscoveryReport:
 def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> DiscoveryReport:
     """Connect (or reuse the pooled session), list the server's tools and update the registry.
 
-    New tools are added enabled; changed ones updated; tools no longer listed are marked unavailable; an
+    New tools are added (enabled at the binding's first discovery; disabled and flagged for review when they
+    appear later), with a contract of risk ``write`` until an admin marks them ``read``; changed ones updated; tools no longer listed are marked unavailable; an
     admin's per-tool enable/disable is kept. The server's health is recorded either way. Never raises for
     the server's failure: the report and the binding's health carry it.
 
@@ -164,6 +165,9 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
     now = timezone.now()
     with transaction.atomic(), change_scope(actor=actor, via=via):
         existing = {t.name: t for t in server.tools.all()}
+        # The first discovery of a binding an admin has just made enables its tools; a tool that appears later
+        # (the server grew one) starts disabled until an admin reviews it.
+        first_discovery = not any(t.discovered_at is not None for t in existing.values())
         seen: set[str] = set()
         for listed in listing.tools:
             name = listed["name"]
@@ -184,6 +188,8 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
                         annotations=listed.get("annotations") or {},
                         schema_error=problem or "",
                         discovered_at=now,
+                        enabled=first_discovery,
+                        review_required=not first_discovery,
                     ),
                     actor=actor,
                     via=via,
@@ -196,6 +202,8 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
                     validate=False,
                 )
                 report.added.append(name)
+                if not first_discovery:
+                    report.review_required.append(name)
                 continue
             if not ToolContract.objects.filter(tool=tool).exists():
                 audited_save(

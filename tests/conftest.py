@@ -35,9 +35,10 @@ from agents.management.commands.seed_demo import DEMO_PUBLIC_ENV, DEMO_RULES, SY
 from agents.models import Agent, ApiKey, DeterministicRule
 from agents.services import api_key_create
 from mcpregistry import gate
-from mcpregistry.models import McpServer
+from mcpregistry.contracts import annotation_risk_hint
+from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import shutdown_default_pool
-from mcpregistry.services import mcp_server_discover
+from mcpregistry.services import DiscoveryReport, mcp_server_discover, tool_contract_update
 
 # Test code may create configuration rows directly (fixtures); the platform's own code never may, here as in
 # production (audit/change_guard.py).
@@ -80,6 +81,22 @@ def gate_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
     monkeypatch.setattr(gate, "clock", fake)
     return fake
+
+
+def confirm_read_tools(server: McpServer) -> None:
+    """What an admin does after discovering a server: mark the tools that only read as ``read`` (discovery
+    proposes ``write`` for every tool; the server's own read-only hints are never trusted by the platform)."""
+    for contract in ToolContract.objects.filter(tool__server=server).select_related("tool"):
+        if contract.risk != "read" and annotation_risk_hint(contract.tool.annotations) == "read":
+            tool_contract_update(contract=contract, actor="test-admin", via="tests", data={"risk": "read"})
+
+
+def discover_as_admin(*, server: McpServer) -> DiscoveryReport:
+    """Discover ``server`` and confirm its read-only tools, as an admin binding it would."""
+    report = mcp_server_discover(server=server, actor="test-admin", via="tests")
+    if report.ok:
+        confirm_read_tools(server)
+    return report
 
 
 def bind_demo_server(

@@ -22,8 +22,7 @@ from agents.services import api_key_create
 from audit.models import AuditEvent
 from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import get_default_pool
-from mcpregistry.services import mcp_server_discover
-from tests.conftest import make_agent
+from tests.conftest import discover_as_admin, make_agent
 
 pytestmark = pytest.mark.django_db(transaction=False)
 
@@ -57,7 +56,7 @@ def writer(db, notes):  # type: ignore[no-untyped-def]
         env={"NOTES_FILE": str(notes)},
         session_scope="shared",
     )
-    assert mcp_server_discover(server=server, actor="test", via="tests").ok
+    assert discover_as_admin(server=server).ok
     ToolContract.objects.filter(tool__server=server, tool__name="append_note").update(idempotency_arg="idempotency_key")
     key, raw = api_key_create(actor="test", via="tests", name="caller")
     agent = make_agent(slug="notes", servers=[server], provider="scripted", script=WRITES_A_NOTE, with_demo_rules=False)
@@ -211,7 +210,7 @@ def test_an_approved_call_runs_with_its_exact_arguments_though_the_stored_conver
         env={"NOTES_FILE": str(notes)},
         session_scope="shared",
     )
-    assert mcp_server_discover(server=server, actor="test", via="tests").ok
+    assert discover_as_admin(server=server).ok
     key, raw = api_key_create(actor="test", via="tests", name="caller")
     script = [{"tool_calls": [{"name": "append_note", "args": {"text": secretish}}]}, {"content": "{last_tool_result}"}]
     agent = make_agent(slug="exact", servers=[server], provider="scripted", script=script, with_demo_rules=False)

@@ -184,10 +184,10 @@ def test_a_dry_run_changes_nothing() -> None:
 def test_an_imported_binding_is_discovered_and_answers() -> None:
     from agents.execution import run_execute
     from agents.models import Run
-    from mcpregistry.services import mcp_server_discover
+    from tests.conftest import discover_as_admin
 
     config_import(actor="test", document=document())
-    assert mcp_server_discover(server=McpServer.objects.get(mcp_id="company"), actor="test", via="tests").ok
+    assert discover_as_admin(server=McpServer.objects.get(mcp_id="company")).ok
     run = Run.objects.create(agent=Agent.objects.get(slug="assistant"), query="정하은 님 소속이 어디예요?")
     run_execute(run_id=str(run.id))
     run.refresh_from_db()

@@ -14,8 +14,7 @@ from agents.models import Agent, DeterministicRule, Run
 from agents.tools import DeterministicContext
 from audit.models import AuditEvent
 from mcpregistry.models import McpServer
-from mcpregistry.services import mcp_server_discover
-from tests.conftest import bind_demo_server, make_agent
+from tests.conftest import bind_demo_server, discover_as_admin, make_agent
 from tests.example_rules import route_order_lookup
 
 # ---- the seed's own unit tests, against our DeterministicContext --------------------------------------------
@@ -59,7 +58,7 @@ def seed_server(mcp_id: str, tools: str) -> McpServer:
         env={"TOOLS": tools},
         session_scope="shared",
     )
-    assert mcp_server_discover(server=server, actor="test", via="tests").ok
+    assert discover_as_admin(server=server).ok
     return server
 
 

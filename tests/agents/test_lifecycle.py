@@ -32,8 +32,7 @@ from agents.tasks import run_agent
 from audit.models import AuditEvent
 from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import get_default_pool
-from mcpregistry.services import mcp_server_discover
-from tests.conftest import make_agent
+from tests.conftest import discover_as_admin, make_agent
 
 pytestmark = pytest.mark.django_db
 
@@ -365,7 +364,7 @@ def note_writer(tmp_path: Path) -> Iterator[tuple[Run, Path]]:
         env={"NOTES_FILE": str(notes)},
         session_scope="shared",
     )
-    assert mcp_server_discover(server=server, actor="test", via="tests").ok
+    assert discover_as_admin(server=server).ok
     ToolContract.objects.filter(tool__server=server, tool__name="append_note").update(idempotency_arg="idempotency_key")
     agent = make_agent(
         slug="notes",

@@ -19,8 +19,7 @@ from agents.models import Agent, ApiKey, Approval, Run, RunEvent
 from audit.models import AuditEvent
 from mcpregistry.models import McpServer
 from mcpregistry.pool import get_default_pool
-from mcpregistry.services import mcp_server_discover
-from tests.conftest import make_agent
+from tests.conftest import discover_as_admin, make_agent
 
 URL = "/api/v1/runs"
 
@@ -40,7 +39,7 @@ def probe_server(mcp_id: str, **env: str) -> McpServer:
         session_scope="shared",
         timeout_s=20,
     )
-    assert mcp_server_discover(server=server, actor="test", via="tests").ok
+    assert discover_as_admin(server=server).ok
     return server
 
 

@@ -6,7 +6,14 @@ import random
 
 import pytest
 
-from mcpregistry.contracts import backoff_delay, check_args, check_result, classify_tool_error, suggested_risk
+from mcpregistry.contracts import (
+    annotation_risk_hint,
+    backoff_delay,
+    check_args,
+    check_result,
+    classify_tool_error,
+    contract_defaults,
+)
 
 STOCK = {
     "sku": {"type": "str", "required": True},
@@ -122,7 +129,9 @@ def test_tool_errors_are_classified() -> None:
     assert classify_tool_error("'x' 직원을 찾을 수 없습니다") == ("tool:error", None)
 
 
-def test_risk_is_read_only_when_the_server_says_so() -> None:
-    assert suggested_risk({"readOnlyHint": True}) == "read"
-    assert suggested_risk({"readOnlyHint": True, "destructiveHint": True}) == "write"
-    assert suggested_risk({}) == "write"
+def test_a_servers_read_only_claim_is_a_hint_and_discovery_proposes_write_whatever_it_says() -> None:
+    assert annotation_risk_hint({"readOnlyHint": True}) == "read"
+    assert annotation_risk_hint({"readOnlyHint": True, "destructiveHint": True}) == "write"
+    assert annotation_risk_hint({}) == "write"
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+    assert contract_defaults(schema, {"readOnlyHint": True})["risk"] == "write"

@@ -29,8 +29,7 @@ from agents.models import Run
 from audit.models import AuditEvent
 from mcpregistry.models import McpServer, McpTool
 from mcpregistry.pool import McpSessionPool, _StderrPipe
-from mcpregistry.services import mcp_server_discover
-from tests.conftest import make_agent
+from tests.conftest import discover_as_admin, make_agent
 
 pytestmark = pytest.mark.django_db
 
@@ -85,7 +84,7 @@ def record_tool(server: McpServer, name: str = "echo", schema: dict[str, Any] | 
 
 
 def discovered(server: McpServer) -> McpServer:
-    mcp_server_discover(server=server, actor="test", via="tests")
+    discover_as_admin(server=server)
     server.refresh_from_db()
     return server
 

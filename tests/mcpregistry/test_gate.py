@@ -15,8 +15,7 @@ from audit.models import AuditEvent
 from mcpregistry import gate
 from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import get_default_pool
-from mcpregistry.services import mcp_server_discover
-from tests.conftest import DEMO_SECRET, bind_demo_server
+from tests.conftest import DEMO_SECRET, bind_demo_server, discover_as_admin
 
 pytestmark = pytest.mark.django_db
 
@@ -32,7 +31,7 @@ def probe(mcp_id: str = "probe", **env: str) -> McpServer:
         session_scope="shared",
         timeout_s=10,
     )
-    assert mcp_server_discover(server=server, actor="test", via="tests").ok
+    assert discover_as_admin(server=server).ok
     return server
 
 

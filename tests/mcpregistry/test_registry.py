@@ -24,7 +24,7 @@ from mcpregistry.crypto import SecretDecryptionError
 from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.pool import get_default_pool
 from mcpregistry.services import mcp_server_discover
-from tests.conftest import DEMO_SECRET, make_agent
+from tests.conftest import DEMO_SECRET, discover_as_admin, make_agent
 from tests.e2e.harness import free_port, wait_until
 
 pytestmark = pytest.mark.django_db
@@ -348,7 +348,7 @@ def test_the_api_callers_credentials_never_reach_an_mcp_server(db, tmp_path) -> 
             url=f"http://127.0.0.1:{port}/mcp",
             headers={"X-Binding-Token": "binding-token-value-123456"},
         )
-        assert mcp_server_discover(server=server, actor="test", via="tests").ok
+        assert discover_as_admin(server=server).ok
         key, raw = api_key_create(actor="test", via="tests", name="caller")
         agent = make_agent(
             slug="headers",

@@ -19,8 +19,7 @@ from audit.models import AuditEvent
 from mcpregistry import gate
 from mcpregistry.models import McpServer
 from mcpregistry.pool import SAFE_ENV_KEYS, get_default_pool
-from mcpregistry.services import mcp_server_discover
-from tests.conftest import make_agent
+from tests.conftest import discover_as_admin, make_agent
 
 if TYPE_CHECKING:  # imported by pytest_plugins below, so that pytest rewrites its asserts
     from tests.thirdparty import EverythingServer, StdioCommand
@@ -61,7 +60,7 @@ def bind_stdio(opened: list[str], *, mcp_id: str, command: StdioCommand, **field
 
 
 def discovered(server: McpServer) -> McpServer:
-    report = mcp_server_discover(server=server, actor="test", via="tests")
+    report = discover_as_admin(server=server)
     assert report.ok, report.error
     server.refresh_from_db()
     assert server.health == McpServer.Health.OK

@@ -96,10 +96,12 @@ SEED_VIA = "seed_demo"
 
 
 def apply_demo_contracts(server: McpServer) -> None:
-    """The demo's contracts on top of what discovery pre-filled (each change audited)."""
-    for tool_name, values in DEMO_CONTRACTS.items():
-        for contract in ToolContract.objects.filter(tool__server=server, tool__name=tool_name):
-            tool_contract_update(contract=contract, actor=SEED_ACTOR, via=SEED_VIA, data=values)
+    """The demo's contracts on top of what discovery pre-filled (each change audited): every tool of the demo
+    server only reads, which its admin (this command) confirms by marking it ``read`` — discovery proposes
+    ``write`` for every tool, whatever the server claims."""
+    for contract in ToolContract.objects.filter(tool__server=server).select_related("tool"):
+        values = {"risk": ToolContract.Risk.READ, **DEMO_CONTRACTS.get(contract.tool.name, {})}
+        tool_contract_update(contract=contract, actor=SEED_ACTOR, via=SEED_VIA, data=values)
 
 
 class Command(BaseCommand):
