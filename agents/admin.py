@@ -54,6 +54,7 @@ class AgentForm(forms.ModelForm):
             "model_params",
             "servers",
             "max_iterations",
+            "caller_approves_model_writes",
         ]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

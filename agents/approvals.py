@@ -76,15 +76,48 @@ class RunApprovals:
         )
 
 
-def approval_decide(*, run: Run, approval_id: str, decision: str, actor: str, reason: str = "") -> Approval:
+REVIEWER_GROUP = "reviewer"
+"""The group whose members may view runs and decide approvals in the admin (migration agents/0006)."""
+
+
+def asked_by_the_model(approval: Approval) -> bool:
+    """Whether the call waiting for approval is one the model asked for (not a deterministic rule's or a flow
+    node's, which an admin configured)."""
+    return not approval.call_id.startswith(("rule:", "flow:"))
+
+
+def approval_decide(
+    *, run: Run, approval_id: str, decision: str, actor: str, reason: str = "", by_caller: bool = False
+) -> Approval:
     """Approve or reject a pending approval and resume the run. Compare-and-swap: a decision is taken once.
 
-    Raises ApplicationError 404 (no such approval on this run), 409 (already decided, or expired)."""
+    ``by_caller``: the decision comes from the run's own API caller. The caller may reject anything, but may
+    approve a write the model asked for only where the agent allows it (``caller_approves_model_writes``):
+    the model may have been steered by text a tool returned, so a person who did not ask the question decides.
+
+    Raises ApplicationError 404 (no such approval on this run), 403 (the caller may not approve this call), 409
+    (already decided, or expired)."""
     if decision not in {"approve", "reject"}:
         raise ApplicationError(_("'decision' must be 'approve' or 'reject'."), code="invalid_input", status=400)
     approval = Approval.objects.filter(pk=_uuid_or_none(approval_id), run=run).first()
     if approval is None:
         raise ApplicationError(_("Approval not found."), code="approval_not_found", status=404)
+    if (
+        by_caller
+        and decision == "approve"
+        and approval.status == Approval.Status.PENDING
+        and approval.expires_at > timezone.now()  # an expired one is answered as expired (409), below
+        and asked_by_the_model(approval)
+        and not run.agent.caller_approves_model_writes
+    ):
+        raise ApplicationError(
+            _(
+                "A write call the model asked for is approved by an admin or a reviewer, not by the API caller "
+                "whose run it is. Reject it here, or ask a reviewer to approve it in the admin."
+            ),
+            code="approval_needs_reviewer",
+            status=403,
+        )
     now = timezone.now()
     with transaction.atomic():
         expired = (

@@ -74,6 +74,15 @@ class Agent(AuditedModel):
             "without a model round trip."
         ),
     )
+    caller_approves_model_writes = models.BooleanField(
+        _("the API caller may approve the model's write calls"),
+        default=False,
+        help_text=_(
+            "Off: a write call the model asked for waits for an admin or a member of the reviewer group, because "
+            "text a tool returned may have steered the model. A write made by a deterministic rule or a flow (an "
+            "admin configured it) may always be approved by the caller."
+        ),
+    )
     language = models.CharField(
         _("language"),
         max_length=10,

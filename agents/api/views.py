@@ -648,5 +648,6 @@ class RunApprovalDecideApi(ApiView):
             decision=serializer.validated_data["decision"],
             actor=f"api_key:{caller_of(request).prefix}",
             reason=serializer.validated_data["reason"],
+            by_caller=True,
         )
         return Response(ApprovalOutputSerializer(approval).data)

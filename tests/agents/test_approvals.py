@@ -17,7 +17,7 @@ from rest_framework.test import APIClient
 from agent_platform.celery import app as celery_app
 from agents.approvals import approvals_expire_due
 from agents.execution import run_execute
-from agents.models import Approval, Run
+from agents.models import Agent, Approval, Run
 from agents.services import api_key_create
 from audit.models import AuditEvent
 from mcpregistry.models import McpServer, ToolContract
@@ -60,6 +60,8 @@ def writer(db, notes):  # type: ignore[no-untyped-def]
     ToolContract.objects.filter(tool__server=server, tool__name="append_note").update(idempotency_arg="idempotency_key")
     key, raw = api_key_create(actor="test", via="tests", name="caller")
     agent = make_agent(slug="notes", servers=[server], provider="scripted", script=WRITES_A_NOTE, with_demo_rules=False)
+    # These tests decide as the API caller: this agent lets its callers approve the model's writes.
+    Agent.objects.filter(pk=agent.pk).update(caller_approves_model_writes=True)
     run = Run.objects.create(agent=agent, api_key=key, query="회의록을 저장해줘")
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
@@ -214,6 +216,7 @@ def test_an_approved_call_runs_with_its_exact_arguments_though_the_stored_conver
     key, raw = api_key_create(actor="test", via="tests", name="caller")
     script = [{"tool_calls": [{"name": "append_note", "args": {"text": secretish}}]}, {"content": "{last_tool_result}"}]
     agent = make_agent(slug="exact", servers=[server], provider="scripted", script=script, with_demo_rules=False)
+    Agent.objects.filter(pk=agent.pk).update(caller_approves_model_writes=True)
     run = Run.objects.create(agent=agent, api_key=key, query="저장")
     approval = park(run)
     assert "abcd1234efgh5678" not in str(approval.args)  # shown masked
@@ -227,3 +230,65 @@ def test_an_approved_call_runs_with_its_exact_arguments_though_the_stored_conver
     [line] = lines(notes)
     assert line.startswith(secretish)
     get_default_pool().close("notes-exact")
+
+
+# ---- who may approve --------------------------------------------------------------------------------------------
+
+
+def test_by_default_the_caller_may_not_approve_a_write_the_model_asked_for_but_a_reviewer_may(
+    writer, notes, django_capture_on_commit_callbacks
+) -> None:
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+    from django.test import Client
+
+    run, client = writer
+    Agent.objects.filter(pk=run.agent_id).update(caller_approves_model_writes=False)
+    approval = park(run)
+    refused = decide(client, run, approval, "approve")
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "approval_needs_reviewer"
+    approval.refresh_from_db()
+    assert approval.status == "pending" and lines(notes) == []
+    reviewer = get_user_model().objects.create_user("rita", "", "pw-Long-enough-7", is_staff=True)
+    reviewer.groups.add(Group.objects.get(name="reviewer"))
+    admin = Client()
+    admin.force_login(reviewer)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin.post("/admin/agents/approval/", {"action": "approve", "_selected_action": [approval.pk]})
+    assert response.status_code == 302
+    approval.refresh_from_db()
+    assert approval.status == "executed" and approval.decided_by == "admin:rita"
+    assert len(lines(notes)) == 1
+
+
+def test_the_caller_may_still_reject_a_write_the_model_asked_for(writer, django_capture_on_commit_callbacks) -> None:
+    run, client = writer
+    Agent.objects.filter(pk=run.agent_id).update(caller_approves_model_writes=False)
+    approval = park(run)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert decide(client, run, approval, "reject", "아니요").status_code == 200
+    approval.refresh_from_db()
+    assert approval.status == "rejected"
+
+
+def test_the_caller_may_approve_a_write_a_deterministic_rule_made(
+    writer, notes, django_capture_on_commit_callbacks
+) -> None:
+    from agents.models import DeterministicRule
+
+    run, client = writer
+    Agent.objects.filter(pk=run.agent_id).update(caller_approves_model_writes=False)
+    DeterministicRule.objects.create(
+        agent=run.agent,
+        name="회의록 저장 규칙",
+        server=run.agent.servers.get(),
+        tool_name="append_note",
+        when={"any_keywords": ["회의록"]},
+        params={"text": "규칙이 저장"},
+    )
+    approval = park(run)
+    assert approval.call_id.startswith("rule:")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = decide(client, run, approval, "approve")
+    assert response.status_code == 200, response.content
+    assert lines(notes)[0].startswith("규칙이 저장")
