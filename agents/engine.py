@@ -436,7 +436,7 @@ def _token_usage(messages: list[BaseMessage]) -> dict[str, int]:
     for m in messages:
         if isinstance(m, AIMessage):
             totals["model_calls"] += 1
-            usage = m.usage_metadata or {}
+            usage: dict[str, Any] = dict(m.usage_metadata or {})
             for key in ("input_tokens", "output_tokens", "total_tokens"):
                 totals[key] += int(usage.get(key, 0) or 0)
     return totals

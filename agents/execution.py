@@ -219,6 +219,9 @@ def run_claim(*, run_id: str, began: float | None = None) -> RunClaim | None:
 # --- executing --------------------------------------------------------------------------------------------
 
 
+_TIME_LIMIT_OR_RETRYABLE: tuple[type[BaseException], ...] = (SoftTimeLimitExceeded, *RETRYABLE_ERRORS)
+
+
 def run_execute(*, run_id: str) -> None:
     """Execute a queued run (or resume one whose approval was decided), or take over one whose worker died.
 
@@ -282,7 +285,7 @@ def _execute_claimed(claim: RunClaim) -> None:
     )
     try:
         outcome = engine.execute(plan)
-    except (SoftTimeLimitExceeded, *RETRYABLE_ERRORS):
+    except _TIME_LIMIT_OR_RETRYABLE:
         raise
     except Exception as exc:  # the run must end in a state, whatever happened
         logger.exception("run %s crashed", claim.run_id)

@@ -145,9 +145,9 @@ def _written_by_test_code() -> bool:
     package) that led to the write is under ``tests/``."""
     root = str(Path(settings.BASE_DIR).resolve())
     tests = str(Path(settings.BASE_DIR, "tests").resolve())
-    frame = sys._getframe(1)
+    frame: Any = sys._getframe(1)
     while frame is not None:
-        path = frame.f_code.co_filename
+        path: str = frame.f_code.co_filename
         if (
             path.startswith(root)
             and path != _HERE
@@ -156,7 +156,7 @@ def _written_by_test_code() -> bool:
             and not path.endswith(("/models.py", "/crypto.py"))
         ):
             return path.startswith(tests)
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     return False
 
 

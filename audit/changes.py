@@ -99,7 +99,7 @@ def snapshot(obj: models.Model | None, names: list[str]) -> dict[str, Any]:
         return {}
     values: dict[str, Any] = {}
     for name in names:
-        model_field = obj._meta.get_field(name)
+        model_field: Any = obj._meta.get_field(name)
         if is_secret_field(model_field):
             stored = model_field.value_from_object(obj) or {}
             values[name] = {k: _digest(v) for k, v in stored.items()} if isinstance(stored, dict) else {}
