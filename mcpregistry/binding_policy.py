@@ -28,6 +28,8 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlparse
 
+from django.utils.translation import gettext as _
+
 METADATA_HOSTS = frozenset(
     {
         "metadata",
@@ -111,10 +113,10 @@ def command_problem(command: str, args: list[str], allowlist: Iterable[str]) -> 
         program, rest = _program(rest[0]), rest[1:]
     inline = _inline_code(program, rest)
     if inline is not None:
-        return (
-            f"'{command}' with '{inline}' runs inline code with the worker's rights; bind a program or script "
+        return _(
+            "'%(command)s' with '%(option)s' runs inline code with the worker's rights; bind a program or script "
             "instead, or list this exact command line in PLATFORM_STDIO_COMMAND_ALLOWLIST"
-        )
+        ) % {"command": command, "option": inline}
     return None
 
 
@@ -152,21 +154,24 @@ def url_problem(url: str, allowed: Iterable[str]) -> str | None:
     """Why a server URL may not be bound, or None."""
     parsed = urlparse(url or "")
     if parsed.scheme not in {"http", "https"} or not parsed.hostname:
-        return "enter an http:// or https:// URL"
+        return _("Enter an http:// or https:// URL.")
     host = parsed.hostname.lower().rstrip(".")
     try:
         port = parsed.port
     except ValueError:
-        return "the URL's port is not a number"
+        return _("The URL's port is not a number.")
     address = _literal_address(host)
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
     if _allowed(host, port, address, allowed):
         return None
     if host in METADATA_HOSTS or (address is not None and address in METADATA_ADDRESSES):
-        return f"'{host}' is a cloud metadata service"
+        return _("'%(host)s' is a cloud metadata service.") % {"host": host}
     if host == "localhost" or host.endswith(".localhost"):
-        return f"'{host}' is this machine (loopback)"
+        return _(
+            "'%(host)s' is this machine (loopback); list it in PLATFORM_MCP_ALLOW_PRIVATE_URLS to bind a server "
+            "there on purpose."
+        ) % {"host": host}
     if address is not None and (
         address.is_loopback
         or address.is_link_local
@@ -175,11 +180,10 @@ def url_problem(url: str, allowed: Iterable[str]) -> str | None:
         or address.is_multicast
         or address.is_unspecified
     ):
-        kind = "loopback" if address.is_loopback else "link-local" if address.is_link_local else "private or reserved"
-        return (
-            f"'{host}' is a {kind} address; list it in PLATFORM_MCP_ALLOW_PRIVATE_URLS to bind a server there on "
-            "purpose"
-        )
+        return _(
+            "'%(host)s' is a loopback, link-local, private or reserved address; list it in "
+            "PLATFORM_MCP_ALLOW_PRIVATE_URLS to bind a server there on purpose."
+        ) % {"host": host}
     return None
 
 
