@@ -48,8 +48,10 @@ def _close_mcp_sessions(**_kwargs: object) -> None:
 
 class WorkerReconciler:
     """Runs ``runs_reconcile`` every ``interval_s`` (± 10 %, so that workers started together spread out) on a
-    daemon thread of the worker's main process, starting at once. A failing pass is logged and the next one
-    runs on time.
+    daemon thread of the worker's main process, starting at once, and sooner when the earliest lease of a running
+    run falls due before that (``runs_next_lease_due``): a run whose worker died is taken over about as soon as
+    its lease lapses, not up to a whole interval later. Healthy runs renew their leases a third of the way
+    through, so they never bring a pass forward. A failing pass is logged and the next one runs on time.
 
     The main process forks pool processes (at start, and to replace one that died), and a database connection
     must not cross a fork (a SQLite connection's lock state, a PostgreSQL socket): each pass opens its own
@@ -73,18 +75,27 @@ class WorkerReconciler:
     def _loop(self) -> None:
         from django.db import connection
 
-        from agents.reconciler import runs_reconcile
+        from agents.reconciler import runs_next_lease_due_in_s, runs_reconcile
 
         while not self.stop.is_set():
+            wait_s = self.interval_s * random.uniform(0.9, 1.1)  # noqa: S311 - spreading, not security
             with self.pass_lock:
                 try:
                     runs_reconcile()
+                    due_in_s = runs_next_lease_due_in_s()
+                    if due_in_s is not None:
+                        wait_s = min(wait_s, max(due_in_s + LEASE_DUE_MARGIN_S, MIN_PASS_GAP_S))
                 except Exception:  # the next pass must still run
                     logger.exception("a reconciler pass failed")
                 finally:
                     connection.close()
-            self.stop.wait(self.interval_s * random.uniform(0.9, 1.1))  # noqa: S311 - spreading, not security
+            self.stop.wait(wait_s)
 
+
+# A pass brought forward by a lease runs this long after the lease is due (the database's clock and ours), and
+# never sooner than MIN_PASS_GAP_S after the previous pass.
+LEASE_DUE_MARGIN_S = 0.25
+MIN_PASS_GAP_S = 0.5
 
 _reconciler: WorkerReconciler | None = None
 

@@ -191,6 +191,9 @@ PLATFORM_MCP_CALL_TIMEOUT_S = float(os.environ.get("PLATFORM_MCP_CALL_TIMEOUT_S"
 PLATFORM_MCP_IDLE_CLOSE_S = float(os.environ.get("PLATFORM_MCP_IDLE_CLOSE_S", "300"))
 PLATFORM_RUN_QUERY_MAX_CHARS = int(os.environ.get("PLATFORM_RUN_QUERY_MAX_CHARS", "8000"))
 PLATFORM_AUDIT_RESULT_MAX_CHARS = int(os.environ.get("PLATFORM_AUDIT_RESULT_MAX_CHARS", "20000"))
+# A tool result longer than this (its text, else its structured content as JSON) is refused by the gate as
+# ``result:too_big`` before it reaches the model, the run or the API; a contract's ``returns.max_chars`` overrides it.
+PLATFORM_TOOL_RESULT_MAX_CHARS = int(os.environ.get("PLATFORM_TOOL_RESULT_MAX_CHARS", "20000"))
 # A write of a configuration model outside the services (which audit it) is refused ("refuse"); the test
 # suite sets "tests", which also lets test code itself create fixtures directly (audit/change_guard.py).
 # Fernet keys for bindings' secrets at rest, comma-separated; the first encrypts (mcpregistry/crypto.py).

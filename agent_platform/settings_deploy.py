@@ -91,9 +91,12 @@ SECURE_HSTS_PRELOAD = _env_bool("SECURE_HSTS_PRELOAD", default=_TLS)
 SILENCED_SYSTEM_CHECKS = ["security.W008"] if PLATFORM_TLS == "proxy" and not SECURE_SSL_REDIRECT else []
 
 # --- the run lifecycle (agents.execution, agents.reconciler) ---------------------------------------
-# A worker's claim on a running run lasts this long and is extended every third of it by a heartbeat; a run
-# whose lease lapsed (its worker died) is re-claimed by a redelivered message or re-queued by the reconciler.
-PLATFORM_RUN_LEASE_S = _env_float("PLATFORM_RUN_LEASE_S", 60.0)
+# A worker's claim on a running run lasts this long and is extended every third of it by a heartbeat (so two
+# heartbeats in a row may fail before a live worker loses its run); a run whose lease lapsed (its worker died)
+# is re-claimed by a redelivered message or re-queued by the reconciler, which wakes when a lease is due. A run
+# of a dead worker is taken over within this plus one reconcile interval at worst, about this plus a second
+# usually (bench/recovery.py: worker_loss_recovery_s_p50). Was 60 (with a 30-s interval: 89-109 s).
+PLATFORM_RUN_LEASE_S = _env_float("PLATFORM_RUN_LEASE_S", 15.0)
 # Deliveries (claims) of one pass of a run before a lost worker fails it with ``worker_lost``.
 PLATFORM_RUN_MAX_DELIVERIES = _env_int("PLATFORM_RUN_MAX_DELIVERIES", 3)
 # A queued run that no worker has claimed after this long is dispatched again (its message was lost).
@@ -104,7 +107,8 @@ PLATFORM_RUN_MAX_TIME_LIMIT_S = _env_int("PLATFORM_RUN_MAX_TIME_LIMIT_S", 1800)
 PLATFORM_RUN_TIME_LIMIT_GRACE_S = _env_int("PLATFORM_RUN_TIME_LIMIT_GRACE_S", 30)
 # The reconciler: every worker runs it on a timer (no beat needed, also on the embedded broker), and
 # ``celery beat`` may run it too (agents.reconcile_runs); every change it makes is compare-and-swap.
-PLATFORM_RECONCILE_INTERVAL_S = _env_float("PLATFORM_RECONCILE_INTERVAL_S", 30.0)
+# Every worker's pass also runs early when the earliest lease of a running run is due (agent_platform.celery).
+PLATFORM_RECONCILE_INTERVAL_S = _env_float("PLATFORM_RECONCILE_INTERVAL_S", 10.0)
 PLATFORM_RECONCILE_IN_WORKER = _env_bool("PLATFORM_RECONCILE_IN_WORKER", default=True)
 # At most this many runs re-dispatched (and as many re-queued) per pass, so a backlog does not flood the broker.
 PLATFORM_RECONCILE_BATCH = _env_int("PLATFORM_RECONCILE_BATCH", 100)

@@ -213,7 +213,8 @@ def _approval_outcome(approval: Approval) -> tuple[str, bool | None]:
         text += "\n" + str(_("by %(who)s") % {"who": approval.decided_by})
     if approval.reason:
         text += f"\n{approval.reason}"
-    ok = {"approved": True, "executed": True, "executing": True, "rejected": False, "expired": False}
+    # outcome_unknown is neither: the call went out and nobody knows whether it took effect.
+    ok = {"approved": True, "executed": True, "executing": None, "rejected": False, "expired": False}
     return text, ok.get(approval.status)
 
 

@@ -75,6 +75,13 @@ class RunApprovals:
             status=Approval.Status.EXECUTED, result=result
         )
 
+    def record_outcome_unknown(self, approval_id: str, result: dict[str, Any]) -> None:
+        """Executing → outcome_unknown (compare-and-swap): the call went out and no answer came, or the worker that
+        claimed it died. It is never executed again; the model and the admin see ``outcome_unknown``."""
+        Approval.objects.filter(pk=approval_id, status=Approval.Status.EXECUTING).update(
+            status=Approval.Status.OUTCOME_UNKNOWN, result=result
+        )
+
 
 REVIEWER_GROUP = "reviewer"
 """The group whose members may view runs and decide approvals in the admin (migration agents/0006)."""

@@ -13,7 +13,8 @@ Every change of a run's status is compare-and-swap. A run's life::
 - A delivery of a run whose lease expired (its worker died) re-claims it, ``running → running`` by
   compare-and-swap on the old worker, delivery and lease, and runs it again. That is safe: read calls may
   repeat, and a write call needs an approval that is claimed before the call and records its outcome, so it
-  is never made twice (``mcpregistry.gate._approval``).
+  is never made twice (``mcpregistry.gate._approval``); an approval the dead worker had claimed and not
+  recorded ends ``outcome_unknown`` (``agents.run_state.approvals_interrupted``), never ``executing`` for ever.
 - The heartbeat and the final store match this worker's claim (worker, delivery): a worker that lost its run
   (its lease lapsed and another worker took over, the reconciler failed it, someone cancelled it) changes
   nothing, and stops at its next step.
@@ -47,7 +48,7 @@ from agents.approvals import RunApprovals
 from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_time_limits
 from agents.errors import RunCancelled
 from agents.models import Run
-from agents.run_state import RunEventWriter, run_fail_unheld
+from agents.run_state import RunEventWriter, approvals_interrupted, run_fail_unheld
 from agents.selectors import deterministic_rule_specs
 from mcpregistry.pool import get_default_pool
 
@@ -204,6 +205,7 @@ def run_claim(*, run_id: str, began: float | None = None) -> RunClaim | None:
         claimed = Run.objects.filter(id=run_id, **previous).update(**claim_fields)
         if claimed == 1:
             logger.warning("run %s: the lease of %s expired; re-claimed by %s", run_id, row["worker"], me)
+            approvals_interrupted(run_id=run_id, why="worker_lost")
     else:
         logger.info("run %s is %s (held by %s); nothing to do", run_id, row["status"], row["worker"] or "-")
         return None

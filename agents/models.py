@@ -360,7 +360,9 @@ class Run(models.Model):
 
 class Approval(models.Model):
     """A person's decision on one write call: bound to a hash of the exact tool and arguments, single-use,
-    expiring. Its life: pending → approved | rejected | expired; approved → executing → executed."""
+    expiring. Its life: pending → approved | rejected | expired; approved → executing → executed |
+    outcome_unknown. ``outcome_unknown``: the call was sent and no answer came (a timeout, a dropped session, a
+    worker that died mid-call); it may or may not have taken effect, and it is never sent again."""
 
     class Status(models.TextChoices):
         PENDING = "pending", _("pending")
@@ -369,6 +371,7 @@ class Approval(models.Model):
         EXPIRED = "expired", _("expired")
         EXECUTING = "executing", _("executing")
         EXECUTED = "executed", _("executed")
+        OUTCOME_UNKNOWN = "outcome_unknown", _("outcome unknown")
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approvals", verbose_name=_("run"))
@@ -379,7 +382,7 @@ class Approval(models.Model):
     exact_args = EncryptedJSONField(_("exact arguments (encrypted)"), default=dict, blank=True, editable=False)
     call_hash = models.CharField(_("call hash"), max_length=64, db_index=True)
     call_id = models.CharField(_("call id"), max_length=100, blank=True)
-    status = models.CharField(_("status"), max_length=10, choices=Status.choices, default=Status.PENDING, db_index=True)
+    status = models.CharField(_("status"), max_length=20, choices=Status.choices, default=Status.PENDING, db_index=True)
     requested_by = models.CharField(_("requested by"), max_length=200, blank=True)
     decided_by = models.CharField(_("decided by"), max_length=200, blank=True)
     decided_at = models.DateTimeField(_("decided"), null=True, blank=True)

@@ -17,8 +17,9 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from agents.dispatch import lifecycle_setting, run_dispatch
-from agents.models import Run, RunEvent
+from agents.models import Approval, Run, RunEvent
 from audit.masking import mask_value
+from audit.services import audit_event_record
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ def run_fail_unheld(*, run_id: Any, match: dict[str, Any], error_code: str, erro
             RunEventWriter(run_id=run_id, secrets=[]).emit(
                 "status", {"status": "failed", "answer": "", "error": error_code}
             )
+            approvals_interrupted(run_id=run_id, why=error_code)
     if failed == 1:
         logger.warning("run %s failed: %s (%s)", run_id, error_code, error_message)
     return failed == 1
@@ -72,10 +74,41 @@ def run_requeue_unheld(*, run_id: Any, match: dict[str, Any], time_limit_s: int,
         )
         if requeued == 1:
             RunEventWriter(run_id=run_id, secrets=[]).emit("status", {"status": "queued", "reason": reason})
+            approvals_interrupted(run_id=run_id, why="worker_lost")
             transaction.on_commit(lambda: run_dispatch(run_id=str(run_id), time_limit_s=time_limit_s))
     if requeued == 1:
         logger.warning("run %s queued again: %s", run_id, reason)
     return requeued == 1
+
+
+def approvals_interrupted(*, run_id: Any, why: str) -> int:
+    """The run's approved calls that a worker claimed (``executing``) and never recorded end ``outcome_unknown``:
+    the worker stopped (it died, or its time ran out) after it claimed the call, perhaps after the call went out.
+    They are never executed again; each change is audited. Call it only once the run's previous worker is known
+    to be gone (its lease lapsed, or the run was failed or taken over). Returns how many changed."""
+    changed = 0
+    for approval in Approval.objects.filter(run_id=run_id, status=Approval.Status.EXECUTING):
+        result = {"ok": False, "reason": "approval:outcome_unknown", "value": None, "outcome_unknown": True}
+        if Approval.objects.filter(pk=approval.pk, status=Approval.Status.EXECUTING).update(
+            status=Approval.Status.OUTCOME_UNKNOWN, result=result
+        ):
+            changed += 1
+            audit_event_record(
+                source="agent",
+                action="approval.outcome_unknown",
+                run_id=run_id,
+                mcp_id=approval.mcp_id,
+                tool=approval.tool,
+                call_id=approval.call_id,
+                args=approval.args,
+                result={"approval_id": str(approval.pk), "why": why},
+                ok=False,
+                reason="approval:outcome_unknown",
+                attempt=0,
+                actor="reconciler",
+            )
+            logger.warning("run %s: approval %s ended outcome_unknown (%s)", run_id, approval.pk, why)
+    return changed
 
 
 # --- the claim --------------------------------------------------------------------------------------------

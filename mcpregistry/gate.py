@@ -12,9 +12,14 @@ For each call, in order:
    ``read`` tools may also reuse one across runs for ``memo_ttl_s``;
 5. call over the pooled session with a hard timeout, behind the server's circuit breaker (``circuit:open``),
    retrying only what a retry can fix (``timeout`` at once, ``rate_limit`` with backoff and jitter or the
-   server's Retry-After, ``transport``) up to the contract's cap;
-6. check the result (``result:shape|empty|too_big|range``); a failure may go to the contract's fallback tool,
-   suggested to the model or called here;
+   server's Retry-After, ``transport``) up to the contract's cap. A ``write`` call is sent at most once: when
+   its request went out and no answer came (a timeout, a dropped session), it is not sent again unless its
+   contract names an ``idempotency_arg`` (then every send carries the same key); its approval ends
+   ``outcome_unknown`` and the model is told (``approval:outcome_unknown``);
+6. check the result: first its size against the platform-wide cap ``PLATFORM_TOOL_RESULT_MAX_CHARS`` (or the
+   contract's ``returns.max_chars``), so an oversized result never reaches the model, the run or the API, and
+   the audit keeps a short masked excerpt of it; then ``result:shape|empty|too_big|range``. A failure may go to
+   the contract's fallback tool, suggested to the model or called here;
 7. write one masked audit event per attempt (and for a memo hit, a refusal or a fallback);
 8. return a ``ToolResult``; never raise. To a model, a failure is a message that says what went wrong and what
    to do next.
@@ -31,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
 from django.core.cache import cache
 from django.db import DatabaseError
 from django.utils.translation import gettext as _
@@ -125,9 +131,11 @@ class ToolResult:
 @dataclass
 class ApprovalState:
     """What the approver knows of a write call: ``pending`` (just asked, or still waiting), ``approved``,
-    ``rejected``, ``expired``, or ``executed``/``executing`` (it already ran, or its outcome is unknown)."""
+    ``rejected``, ``expired``, ``executed`` (it ran; ``result`` says how), ``executing`` (a worker claimed it
+    and did not record how it ended: it died, so the outcome is unknown) or ``outcome_unknown`` (it was sent
+    and no answer came; it is never sent again)."""
 
-    status: Literal["pending", "approved", "rejected", "expired", "executing", "executed"]
+    status: Literal["pending", "approved", "rejected", "expired", "executing", "executed", "outcome_unknown"]
     approval_id: str
     reason: str = ""
     decided_by: str = ""
@@ -147,6 +155,10 @@ class ApprovalPort(Protocol):
     def claim_execution(self, approval_id: str) -> bool: ...
 
     def record_execution(self, approval_id: str, result: dict[str, Any]) -> None: ...
+
+    def record_outcome_unknown(self, approval_id: str, result: dict[str, Any]) -> None:
+        """``executing`` → ``outcome_unknown``: the call was (or may have been) sent and no answer came."""
+        ...
 
 
 @dataclass
@@ -335,13 +347,32 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         this.audit(ok=True, reason="memo:hit", result=remembered, attempt=0, latency_ms=0.0)
         return this.finish()
 
-    # 5. the call, retried as its failure allows
-    outcome_value, reason, detail = _attempts(this, contract, args)
+    # 5. the call, retried as its failure allows (a write whose request went out unanswered: never)
+    outcome_value, reason, detail, outcome_unknown = _attempts(this, contract, args)
     if approval is not None and who.approvals is not None:
-        who.approvals.record_execution(
-            approval.approval_id,
-            {"ok": reason is None, "reason": reason or "", "value": mask_value(outcome_value, secrets=this.secrets)},
+        recorded = {
+            "ok": reason is None,
+            "reason": reason or "",
+            "value": mask_value(outcome_value, secrets=this.secrets),
+        }
+        if outcome_unknown:
+            who.approvals.record_outcome_unknown(approval.approval_id, {**recorded, "outcome_unknown": True})
+        else:
+            who.approvals.record_execution(approval.approval_id, recorded)
+    if outcome_unknown:
+        # Neither repeated nor sent to a fallback tool (which might do the same thing again).
+        message = _outcome_unknown_message(tool_name)
+        this.audit(
+            ok=False,
+            reason="approval:outcome_unknown",
+            result=f"{reason}: {detail}"[:500],
+            attempt=0,
+            latency_ms=None,
+            action="approval.outcome_unknown",
         )
+        this.result.error = "approval:outcome_unknown"
+        this.result.message = message
+        return this.finish()
     if reason is None:
         this.result.ok = True
         this.result.value = outcome_value
@@ -364,13 +395,23 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
     return this.finish()
 
 
-def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tuple[Any, str | None, str]:
-    """Call the server up to the retry cap. Returns (value, None, "") or (raw value, reason, detail)."""
+def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tuple[Any, str | None, str, bool]:
+    """Call the server up to the retry cap. Returns (value, None, "", False) or (raw value, reason, detail,
+    outcome_unknown). Every send is one audited attempt.
+
+    A ``write`` call without an ``idempotency_arg`` is sent at most once: a timeout or a broken session after
+    its request went out (or an unexpected failure, which may have come after it) ends the attempts with
+    ``outcome_unknown`` True. A tool's own report that its backend timed out is an answer, but the work may be
+    done: it is not repeated either. The call is retried only where the server certainly did nothing: a rate
+    limit, or a session that could not be opened. With an ``idempotency_arg`` the same key is
+    sent each time, so the server can tell a repeat from a new call, and the contract's retries apply."""
     server, who = this.server, this.who
     retry = {**DEFAULT_RETRY, **(contract.retry or {})}
     max_attempts = max(1, int(retry.get("max_attempts", 1)))
     retry_on = set(retry.get("on", RETRYABLE))
     timeout_s = contract.timeout_s or server.timeout_s
+    at_most_once = contract.risk == ToolContract.Risk.WRITE and not contract.idempotency_arg
+    cap = _result_cap(contract)
     reason: str | None = None
     detail = ""
     value: Any = None
@@ -379,9 +420,12 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
         if not breaker_admit(server.pk):
             reason, detail = "circuit:open", _("the server failed repeatedly and is paused; try again later")
             this.audit(ok=False, reason=reason, result=detail, attempt=attempt, latency_ms=0.0)
-            return None, reason, detail
+            return None, reason, detail, False
         started = clock.monotonic()
         retry_after: float | None = None
+        unanswered = False  # sent (or perhaps sent), and no answer came
+        answered = False  # the server answered (a result, its own error, a protocol refusal)
+        audited: Any = None
         try:
             outcome = get_default_pool().call_tool(
                 server.connection_config(),
@@ -390,39 +434,74 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
                 timeout_s=timeout_s,
                 scope=server.pool_scope(who.run_id),
             )
-            value = outcome.structured if outcome.structured is not None and not outcome.text else _parse(outcome.text)
-            if outcome.is_error:
-                reason, retry_after = classify_tool_error(outcome.text)
-                detail = outcome.text.strip()
+            answered = True
+            size = _result_size(outcome.text, outcome.structured)
+            if size > cap:
+                # Refused before it is parsed, remembered or shown: the audit keeps a short masked excerpt.
+                reason = "result:too_big"
+                detail = _("%(size)d characters, more than %(cap)d") % {"size": size, "cap": cap}
+                value, audited = None, {"excerpt": _excerpt(outcome.text, outcome.structured), "chars": size}
             else:
-                verdict = check_result(contract.returns or {}, value)
-                reason, detail = (verdict.reason, verdict.detail) if verdict else (None, "")
+                value = (
+                    outcome.structured if outcome.structured is not None and not outcome.text else _parse(outcome.text)
+                )
+                if outcome.is_error:
+                    reason, retry_after = classify_tool_error(outcome.text)
+                    detail = outcome.text.strip()
+                else:
+                    verdict = check_result(contract.returns or {}, value)
+                    reason, detail = (verdict.reason, verdict.detail) if verdict else (None, "")
         except McpTimeoutError as exc:
-            reason, detail, value = "timeout", str(exc), None
+            reason, detail, value, unanswered = "timeout", str(exc), None, exc.sent
         except McpTransportError as exc:
-            reason, detail, value = "transport", str(exc), None
+            reason, detail, value, unanswered = "transport", str(exc), None, exc.sent
         except McpError as exc:
-            reason, detail, value = "protocol", str(exc), None
+            reason, detail, value, answered = "protocol", str(exc), None, True
         except (SoftTimeLimitExceeded, DatabaseError):
             raise  # the run's time is up, or the database failed: the task handles those, not the tool's record
-        except Exception as exc:  # logged with its traceback (masked), never retried
+        except Exception as exc:  # logged with its traceback (masked), never retried (for a write: unknown)
             logger.exception("unexpected failure calling %s.%s", server.mcp_id, this.tool_name)
             reason, detail, value = "unexpected", type(exc).__name__, None
         latency_ms = (clock.monotonic() - started) * 1000
         this.audit(
             ok=reason is None,
             reason=reason or "",
-            result=value if value is not None else detail,
+            result=audited if audited is not None else (value if value is not None else detail),
             attempt=attempt,
             latency_ms=latency_ms,
         )
         breaker_record(server.pk, ok=reason is None, reason=reason or "")
         if reason is None:
-            return value, None, ""
+            return value, None, "", False
+        if at_most_once and (unanswered or reason == "unexpected"):
+            return value, reason, detail, True
+        if at_most_once and answered and reason == "timeout":
+            break  # the tool's own report that its backend timed out: it answered, but may have done the work
         if reason not in retry_on or attempt == max_attempts:
             break
         clock.sleep(backoff_delay(reason=reason, attempt=attempt, retry=retry, retry_after_s=retry_after, rng=_rng))
-    return value, reason, detail
+    return value, reason, detail, False
+
+
+def _result_cap(contract: ToolContract) -> int:
+    """The most characters a result may have: the contract's ``returns.max_chars`` (lower or higher), else the
+    platform's ``PLATFORM_TOOL_RESULT_MAX_CHARS``."""
+    own = (contract.returns or {}).get("max_chars")
+    return int(own) if own is not None else int(settings.PLATFORM_TOOL_RESULT_MAX_CHARS)
+
+
+def _result_size(text: str, structured: Any) -> int:
+    """A result's size as the model would read it: its text, else its structured content as JSON."""
+    if text:
+        return len(text)
+    if structured is None:
+        return 0
+    return len(json.dumps(structured, ensure_ascii=False, default=str))
+
+
+def _excerpt(text: str, structured: Any, *, chars: int = 200) -> str:
+    head = text[:chars] if text else json.dumps(structured, ensure_ascii=False, default=str)[:chars]
+    return head + "…"
 
 
 def _approval(
@@ -475,15 +554,20 @@ def _approval(
             "" if this.result.ok else _failure_message(this.tool_name, this.result.error or "", "", fallback=None)
         )
         return None, this.finish()
-    if state.status == "executing" or not who.approvals.claim_execution(state.approval_id):
-        return None, this.refuse(
-            "approval:outcome_unknown",
-            _(
-                "The approved call to '%(tool)s' was interrupted; it may or may not have taken effect. Do not repeat it; tell the user to check."
-            )
-            % {"tool": this.tool_name},
+    if state.status == "executing":
+        # Claimed by a worker that never recorded how it ended (it died mid-call; this run was taken over).
+        who.approvals.record_outcome_unknown(
+            state.approval_id, {"ok": False, "reason": "approval:outcome_unknown", "value": None}
         )
+    if state.status in {"executing", "outcome_unknown"} or not who.approvals.claim_execution(state.approval_id):
+        return None, this.refuse("approval:outcome_unknown", _outcome_unknown_message(this.tool_name))
     return state, None
+
+
+def _outcome_unknown_message(tool: str) -> str:
+    return _(
+        "The approved call to '%(tool)s' was interrupted; it may or may not have taken effect. Do not repeat it; tell the user to check."
+    ) % {"tool": tool}
 
 
 def _memo_get(who: GateCall, contract: ToolContract, key: str) -> Any:

@@ -6,9 +6,13 @@ run engine in a Celery worker, management commands) submit coroutines to it and 
 session costs a server process start (about a second); a call over a live session costs milliseconds. The
 pool is why the platform is fast.
 
-A session that died (the server exited, the transport broke) is dropped and opened again, once, on the next
-call. Sessions idle for longer than ``idle_close_s`` are closed. ``shutdown()`` closes every session, which
-ends every stdio server process this pool started.
+A session that died (the server exited, the transport broke) is dropped and opened again on the next call.
+The pool never sends a tool call twice: a call whose request may have reached the server (it was written, and
+then the session broke or the deadline passed) raises with ``sent=True`` and is not re-sent here; only the
+caller (the gate, which audits every send and knows whether the tool may repeat) decides whether to send it
+again. A call that found its session already dead (the request could not be written) is sent, once, over a
+fresh session: nothing reached the server. Sessions idle for longer than ``idle_close_s`` are closed.
+``shutdown()`` closes every session, which ends every stdio server process this pool started.
 """
 
 from __future__ import annotations
@@ -52,12 +56,28 @@ TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-class McpTransportError(Exception):
+class _CallError(Exception):
+    """A call that got no answer. ``sent`` says whether the request may have reached the server: True (the
+    default, and the safe assumption) when it was written, or when nobody can tell; False only when it is known
+    that nothing was sent (the session could not be opened). A call with ``sent=True`` has an unknown outcome:
+    the server may have carried it out."""
+
+    def __init__(self, message: str = "", *, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
+class McpTransportError(_CallError):
     """The server could not be reached, or the session broke. A retry (with a new session) may fix it."""
 
 
-class McpTimeoutError(Exception):
+class McpTimeoutError(_CallError):
     """The server did not answer within the deadline."""
+
+
+# What writing a request into a session that is already closed raises (the session's receive loop ended when
+# the server went away, and closed the stream requests are written to): the request was not sent.
+NOT_SENT_ERRORS: tuple[type[BaseException], ...] = (anyio.ClosedResourceError, anyio.BrokenResourceError)
 
 
 @dataclass(frozen=True)
@@ -292,17 +312,17 @@ class McpSessionPool:
                     await pooled.task
                 detail = pooled.failure_detail()
                 message = f"server '{connection.mcp_id}' did not initialize within {open_timeout:g}s"
-                raise McpTimeoutError(f"{message} ({detail})" if detail else message) from None
+                raise McpTimeoutError(f"{message} ({detail})" if detail else message, sent=False) from None
             except McpError as exc:
                 await self._finish(pooled)
                 detail = pooled.failure_detail()
                 message = f"server '{connection.mcp_id}' failed to initialize: {_describe(exc)}"
-                raise McpTransportError(f"{message} ({detail})" if detail else message) from exc
+                raise McpTransportError(f"{message} ({detail})" if detail else message, sent=False) from exc
             except Exception as exc:
                 await self._finish(pooled)
                 detail = pooled.failure_detail()
                 message = f"server '{connection.mcp_id}' {verb}: {_describe(exc)}"
-                raise McpTransportError(f"{message} ({detail})" if detail else message) from exc
+                raise McpTransportError(f"{message} ({detail})" if detail else message, sent=False) from exc
             self._sessions[key] = pooled
             return pooled
 
@@ -329,9 +349,14 @@ class McpSessionPool:
         scope: str | None,
         timeout_s: float,
         open_timeout_s: float,
+        resend: bool,
     ) -> T:
-        """Run ``operation`` over the live session, opening it if needed; a broken session is replaced
-        once and the operation tried again on the fresh one."""
+        """Run ``operation`` over the live session, opening it if needed.
+
+        A session found dead before anything was written (``NOT_SENT_ERRORS``) is replaced and the operation
+        run on the fresh one. A session that broke after the request was written is dropped; the operation is
+        run again on a fresh session only if ``resend`` (listing tools, which changes nothing); otherwise it
+        raises ``McpTransportError(sent=True)``: the outcome is unknown and the caller decides."""
         for attempt in (1, 2):
             pooled = await self._get(connection, scope, open_timeout_s)
             pooled.last_used = time.monotonic()
@@ -340,16 +365,23 @@ class McpSessionPool:
                     return await operation(pooled)
             except TimeoutError:
                 raise McpTimeoutError(f"no answer from '{connection.mcp_id}' within {timeout_s:g}s") from None
+            except NOT_SENT_ERRORS as exc:
+                await self._drop(pooled.key)
+                if attempt == 1:
+                    continue
+                raise McpTransportError(
+                    f"session to '{connection.mcp_id}' broke: {_describe(exc)}", sent=False
+                ) from exc
             except McpError as exc:
                 if pooled.dead or "closed" in str(exc).lower():
                     await self._drop(pooled.key)
-                    if attempt == 1:
+                    if attempt == 1 and resend:
                         continue
                     raise McpTransportError(f"session to '{connection.mcp_id}' broke: {exc}") from exc
                 raise
             except TRANSPORT_ERRORS as exc:
                 await self._drop(pooled.key)
-                if attempt == 1:
+                if attempt == 1 and resend:
                     continue
                 raise McpTransportError(f"session to '{connection.mcp_id}' broke: {_describe(exc)}") from exc
         raise AssertionError("unreachable")
@@ -367,7 +399,9 @@ class McpSessionPool:
         """Call ``tool`` on the server described by ``config``.
 
         Raises ``McpTimeoutError`` past ``timeout_s``, ``McpTransportError`` when the server cannot be reached
-        or its session broke twice, and ``McpError`` for a protocol-level refusal (e.g. an unknown tool).
+        or its session broke, and ``McpError`` for a protocol-level refusal (e.g. an unknown tool). The request is
+        sent at most once: the two errors say with ``sent`` whether it may have reached the server (then its
+        outcome is unknown, and re-sending it is the caller's decision, never the pool's).
         A tool's own failure is not an exception: it comes back with ``is_error=True``. ``scope`` None uses the
         worker's shared session of this server; any other value a session of that scope only (``close_scope``).
         """
@@ -392,7 +426,12 @@ class McpSessionPool:
 
         return self.submit(
             self._with_session(
-                connection, operation, scope=scope, timeout_s=timeout_s, open_timeout_s=max(timeout_s, 30.0)
+                connection,
+                operation,
+                scope=scope,
+                timeout_s=timeout_s,
+                open_timeout_s=max(timeout_s, 30.0),
+                resend=False,
             ),
             timeout=timeout_s + max(timeout_s, 30.0) * 2 + 10,
         )
@@ -422,7 +461,9 @@ class McpSessionPool:
             return listing
 
         return self.submit(
-            self._with_session(connection, operation, scope=scope, timeout_s=timeout_s, open_timeout_s=timeout_s),
+            self._with_session(
+                connection, operation, scope=scope, timeout_s=timeout_s, open_timeout_s=timeout_s, resend=True
+            ),
             timeout=timeout_s * 3 + 10,
         )
 

@@ -20,12 +20,13 @@ from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
+from agent_platform.celery import WorkerReconciler
 from agents import checks, engine, execution
 from agents.approvals import approval_decide
 from agents.dispatch import run_dispatch
 from agents.execution import run_claim, run_execute, worker_identity
 from agents.models import Agent, Approval, Run, RunEvent
-from agents.reconciler import runs_reconcile
+from agents.reconciler import runs_next_lease_due_in_s, runs_reconcile
 from agents.run_state import RunEventWriter, run_resume
 from agents.services import run_cancel
 from agents.tasks import run_agent
@@ -534,3 +535,40 @@ def test_impossible_lifecycle_settings_are_refused(settings) -> None:
     settings.PLATFORM_RUN_MAX_DELIVERIES = 0
     settings.PLATFORM_RUN_LEASE_S = 0
     assert [m.id for m in checks.check_run_lifecycle()] == ["agents.E002", "agents.E003"]
+
+
+# --- recovery time ------------------------------------------------------------------------------------------
+
+
+def test_the_next_lease_due_is_the_earliest_lease_of_a_running_run(demo_agent) -> None:
+    assert runs_next_lease_due_in_s() is None
+    held_by(submit(demo_agent), "host:1", lease_s=40)
+    held_by(submit(demo_agent), "host:2", lease_s=12)
+    queued = submit(demo_agent)
+    Run.objects.filter(pk=queued.pk).update(lease_expires_at=timezone.now() + timedelta(seconds=1))
+    assert 11 < runs_next_lease_due_in_s() <= 12
+
+
+def test_the_default_lease_and_interval_take_a_dead_workers_run_over_within_thirty_seconds() -> None:
+    assert django_settings.PLATFORM_RUN_LEASE_S + django_settings.PLATFORM_RECONCILE_INTERVAL_S * 1.1 <= 30
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_workers_reconciler_wakes_when_a_lease_is_due_not_a_whole_interval_later(dispatched) -> None:
+    agent = Agent.objects.create(slug="lease-due", name="lease-due")
+    run = submit(agent)
+    reconciler = WorkerReconciler(interval_s=60)
+    # Its first pass runs at once and finds the lease live; the next would be a minute later.
+    held_by(run, "dead-host:42", lease_s=1.5)
+    started = time.monotonic()
+    reconciler.thread.start()  # not start(): the fork hooks are for a worker's main process
+    try:
+        deadline = started + 10
+        while fresh(run).status != Run.Status.QUEUED and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert fresh(run).status == Run.Status.QUEUED
+        assert time.monotonic() - started < 5
+        assert [d["run_id"] for d in dispatched] == [str(run.id)]
+    finally:
+        reconciler.stop.set()
+        reconciler.thread.join(timeout=10)

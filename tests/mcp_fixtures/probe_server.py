@@ -49,6 +49,12 @@ def echo(text: str) -> str:
 
 
 @mcp.tool(annotations={"readOnlyHint": True})
+def big_text(chars: int) -> str:
+    """Returns ``chars`` characters (for the result size cap)."""
+    return "가" * chars
+
+
+@mcp.tool(annotations={"readOnlyHint": True})
 def sleep(seconds: float) -> str:
     """Sleeps, then answers."""
     time.sleep(seconds)

@@ -274,7 +274,7 @@ def test_a_server_that_exits_mid_call_is_a_transport_failure_in_the_run(before: 
     assert server.health == McpServer.Health.OK, server.last_error
     assert server.tools.filter(name="echo").exists()
     run = run_calling(server)
-    # The pool replaces the dead session once and tries again; the second process dies too.
+    # The pool never re-sends a call that went out; the gate's retries do, each one audited, and each process dies.
     assert_a_failure_value(run, reason="transport", says="connection closed")
     assert "broke" in run.answer
     assert_no_process_left_behind(before)

@@ -1,0 +1,240 @@
+"""At most once for writes: a call whose outcome is unknown (its request went out and no answer came) is never
+sent again for a ``write`` tool, by the gate's retries, the pool's reconnect or a redelivered run, unless its
+contract names an idempotency argument; every send is one audited attempt; the approval ends
+``outcome_unknown``.
+
+The server is real and hostile (``tests/mcp_fixtures/side_effect_server.py``): it appends a line to a file (the
+side effect), then dies or hangs. The file counts what the server really did."""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from agents.approvals import approval_decide
+from agents.execution import run_execute
+from agents.models import Approval, Run
+from agents.reconciler import runs_reconcile
+from agents.services import api_key_create
+from audit.models import AuditEvent
+from mcpregistry import gate
+from mcpregistry.models import McpServer, ToolContract
+from mcpregistry.pool import McpSessionPool, McpTransportError, get_default_pool
+from mcpregistry.services import mcp_server_discover
+from tests.conftest import make_agent
+
+pytestmark = pytest.mark.django_db
+
+SIDE_EFFECT_SERVER = "tests.mcp_fixtures.side_effect_server"
+WRITES_A_LINE = [
+    {"tool_calls": [{"name": "append_line", "args": {"text": "송금 1건"}, "id": "call_write"}]},
+    {"content": "결과: {last_tool_result}"},
+]
+
+
+def side_effect_server(mcp_id: str, file: Path, *, mode: str, timeout_s: float = 10) -> McpServer:
+    server = McpServer.objects.create(
+        mcp_id=mcp_id,
+        name=mcp_id,
+        command=sys.executable,
+        args=["-m", SIDE_EFFECT_SERVER],
+        cwd=str(settings.BASE_DIR),
+        env={"SIDE_EFFECT_FILE": str(file), "SIDE_EFFECT_MODE": mode},
+        session_scope="shared",
+        timeout_s=timeout_s,
+    )
+    assert mcp_server_discover(server=server, actor="test", via="tests").ok
+    return server
+
+
+def lines(file: Path) -> list[str]:
+    return file.read_text(encoding="utf-8").splitlines() if file.exists() else []
+
+
+def attempts(run_id: Any, tool: str) -> list[tuple[int, bool, str]]:
+    rows = AuditEvent.objects.filter(run_id=run_id, tool=tool, action="tool.call").order_by("id")
+    return [(e.attempt, e.ok, e.reason) for e in rows]
+
+
+def approved_run(server: McpServer) -> tuple[Run, Approval]:
+    """A run whose model asks for the write, parked; then a person approves it (the task is not sent here: the
+    test delivers it with ``run_execute``, as a worker would)."""
+    key, _raw = api_key_create(actor="test", via="tests", name=f"caller-{server.mcp_id}")
+    agent = make_agent(
+        slug=f"writes-{server.mcp_id}",
+        servers=[server],
+        provider="scripted",
+        script=WRITES_A_LINE,
+        with_demo_rules=False,
+    )
+    run = Run.objects.create(agent=agent, api_key=key, query="송금해줘")
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert run.status == Run.Status.AWAITING_APPROVAL
+    approval = run.approvals.get()
+    approval_decide(run=run, approval_id=str(approval.pk), decision="approve", actor="test")
+    return run, approval
+
+
+@pytest.fixture
+def file(tmp_path: Path) -> Path:
+    return tmp_path / "side-effects.txt"
+
+
+@pytest.fixture(autouse=True)
+def _close_sessions() -> Any:
+    yield
+    for mcp_id in ("dies", "hangs", "dies-keyed", "dies-read", "dies-pool", "taken-over", "lost"):
+        get_default_pool().close(mcp_id)
+
+
+def test_a_write_whose_server_dies_after_the_side_effect_is_sent_once_and_ends_outcome_unknown(file: Path) -> None:
+    server = side_effect_server("dies", file, mode="exit")
+    assert ToolContract.objects.get(tool__server=server, tool__name="append_line").risk == "write"
+    run, approval = approved_run(server)
+
+    run_execute(run_id=str(run.id))
+
+    # The gate's retry policy (three attempts on transport errors) does not apply: the request went out.
+    assert lines(file) == ["송금 1건\t"]
+    assert attempts(run.id, "append_line") == [(1, False, "transport")]
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.OUTCOME_UNKNOWN
+    assert approval.result["outcome_unknown"] is True
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED
+    assert "may or may not have taken effect" in run.answer
+    [tool_message] = [m for m in run.messages if m["type"] == "tool"]
+    assert "Do not repeat it" in tool_message["content"]
+    assert AuditEvent.objects.filter(
+        run_id=run.id, action="approval.outcome_unknown", reason="approval:outcome_unknown"
+    ).exists()
+
+    # A redelivered task (the message came again after the run finished) changes nothing, nor does the run
+    # being put back in the queue and replayed.
+    run_execute(run_id=str(run.id))
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.QUEUED, delivery_count=0)
+    run_execute(run_id=str(run.id))
+    assert lines(file) == ["송금 1건\t"]
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.OUTCOME_UNKNOWN
+
+
+def test_the_api_shows_an_approval_whose_outcome_is_unknown(file: Path) -> None:
+    server = side_effect_server("dies", file, mode="exit")
+    run, _approval = approved_run(server)
+    run_execute(run_id=str(run.id))
+    client = APIClient()
+    _key, raw = api_key_create(actor="test", via="tests", name="reader")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    Run.objects.filter(pk=run.pk).update(api_key=_key)
+    body = client.get(f"/api/v1/runs/{run.id}").json()
+    assert [a["status"] for a in body["approvals"]] == ["outcome_unknown"]
+
+
+def test_a_write_that_hangs_after_the_side_effect_times_out_once_and_ends_outcome_unknown(file: Path) -> None:
+    server = side_effect_server("hangs", file, mode="hang", timeout_s=1)
+    run, approval = approved_run(server)
+
+    run_execute(run_id=str(run.id))
+
+    assert lines(file) == ["송금 1건\t"]
+    assert attempts(run.id, "append_line") == [(1, False, "timeout")]
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.OUTCOME_UNKNOWN
+    run.refresh_from_db()
+    assert "may or may not have taken effect" in run.answer
+
+
+def test_a_write_with_an_idempotency_argument_is_sent_again_with_the_same_key(file: Path) -> None:
+    server = side_effect_server("dies-keyed", file, mode="exit")
+    ToolContract.objects.filter(tool__server=server, tool__name="append_line").update(idempotency_arg="idempotency_key")
+    run, approval = approved_run(server)
+
+    run_execute(run_id=str(run.id))
+
+    key = f"{run.id}:call_write"
+    # Two sends, both audited, with one key: the server carried it out once and recognised the repeat.
+    assert lines(file) == [f"송금 1건\t{key}"]
+    assert attempts(run.id, "append_line") == [(1, False, "transport"), (2, True, "")]
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.EXECUTED
+    run.refresh_from_db()
+    assert run.answer == f"결과: already done: {key}"
+
+
+def test_every_send_of_a_read_call_is_one_audited_attempt(file: Path) -> None:
+    server = side_effect_server("dies-read", file, mode="exit")
+    ToolContract.objects.filter(tool__server=server, tool__name="record_read").update(
+        retry={"max_attempts": 3, "on": ["transport"], "backoff_base_s": 0.01}
+    )
+    server = McpServer.objects.prefetch_related("tools__contract").get(pk=server.pk)
+    result = gate.call(server=server, tool_name="record_read", args={"key": "k"}, who=gate.GateCall(source="admin"))
+    assert (result.ok, result.error, result.attempts) == (False, "transport", 3)
+    # Each send reached the server (three lines), and each is an audited attempt: none is hidden in the pool.
+    assert lines(file) == ["read:k", "read:k", "read:k"]
+    audited = AuditEvent.objects.filter(tool="record_read", action="tool.call").order_by("id")
+    assert [(e.attempt, e.reason) for e in audited] == [(1, "transport"), (2, "transport"), (3, "transport")]
+
+
+def test_the_pool_never_sends_a_call_again_after_its_session_dropped(file: Path) -> None:
+    server = side_effect_server("dies-pool", file, mode="exit")
+    pool = McpSessionPool()
+    try:
+        with pytest.raises(McpTransportError) as raised:
+            pool.call_tool(server.connection_config(), "append_line", {"text": "once"}, timeout_s=10)
+        assert raised.value.sent is True
+        assert lines(file) == ["once\t"]
+    finally:
+        pool.shutdown()
+
+
+def test_a_run_taken_over_from_a_dead_worker_ends_the_approval_it_had_claimed_outcome_unknown(file: Path) -> None:
+    server = side_effect_server("taken-over", file, mode="ok")
+    run, approval = approved_run(server)
+    # The worker that resumed the run claimed the execution (and perhaps sent it), then died: its lease lapsed.
+    Approval.objects.filter(pk=approval.pk).update(status=Approval.Status.EXECUTING)
+    Run.objects.filter(pk=run.pk).update(
+        status=Run.Status.RUNNING,
+        worker="dead-host:42",
+        delivery_count=1,
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
+    )
+
+    run_execute(run_id=str(run.id))  # the redelivered task takes the run over
+
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.OUTCOME_UNKNOWN
+    assert lines(file) == []  # never sent again
+    run.refresh_from_db()
+    assert (run.status, run.delivery_count) == (Run.Status.SUCCEEDED, 2)
+    assert "may or may not have taken effect" in run.answer
+    assert AuditEvent.objects.filter(run_id=run.id, action="approval.outcome_unknown", actor="reconciler").exists()
+
+
+def test_a_run_failed_as_worker_lost_never_leaves_its_approval_executing(file: Path, settings: Any) -> None:
+    settings.PLATFORM_RUN_MAX_DELIVERIES = 1
+    server = side_effect_server("lost", file, mode="ok")
+    run, approval = approved_run(server)
+    Approval.objects.filter(pk=approval.pk).update(status=Approval.Status.EXECUTING)
+    Run.objects.filter(pk=run.pk).update(
+        status=Run.Status.RUNNING,
+        worker="dead-host:42",
+        delivery_count=1,
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
+    )
+
+    assert runs_reconcile().worker_lost == 1
+
+    run.refresh_from_db()
+    assert (run.status, run.error_code) == (Run.Status.FAILED, "worker_lost")
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.OUTCOME_UNKNOWN
+    assert lines(file) == []

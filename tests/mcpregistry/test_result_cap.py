@@ -1,0 +1,105 @@
+"""The platform-wide result cap: a tool result larger than ``PLATFORM_TOOL_RESULT_MAX_CHARS`` (or its contract's
+``returns.max_chars``, lower or higher) is refused by the gate as ``result:too_big`` before it reaches the model,
+the run's answer and trace, the API or the database; the audit keeps a short masked excerpt."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import pytest
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from agents.execution import run_execute
+from agents.models import Run, RunEvent
+from agents.services import api_key_create
+from audit.models import AuditEvent
+from mcpregistry import gate
+from mcpregistry.models import McpServer, ToolContract
+from mcpregistry.pool import get_default_pool
+from mcpregistry.services import mcp_server_discover
+from tests.conftest import make_agent
+
+pytestmark = pytest.mark.django_db
+
+HUGE = 5_000_000
+
+
+@pytest.fixture
+def probe(db: Any) -> Any:
+    server = McpServer.objects.create(
+        mcp_id="big",
+        name="big",
+        command=sys.executable,
+        args=["-m", "tests.mcp_fixtures.probe_server"],
+        cwd=str(settings.BASE_DIR),
+        session_scope="shared",
+        timeout_s=60,
+    )
+    assert mcp_server_discover(server=server, actor="test", via="tests").ok
+    yield server
+    get_default_pool().close("big")
+
+
+def call(server: McpServer, chars: int) -> gate.ToolResult:
+    server = McpServer.objects.prefetch_related("tools__contract").get(pk=server.pk)
+    return gate.call(server=server, tool_name="big_text", args={"chars": chars}, who=gate.GateCall(source="admin"))
+
+
+def test_a_five_million_character_result_never_reaches_the_run_the_api_or_the_database(probe: McpServer) -> None:
+    key, raw = api_key_create(actor="test", via="tests", name="caller")
+    agent = make_agent(
+        slug="reads-big",
+        servers=[probe],
+        provider="scripted",
+        with_demo_rules=False,
+        script=[
+            {"tool_calls": [{"name": "big_text", "args": {"chars": HUGE}}]},
+            {"content": "결과: {last_tool_result}"},
+        ],
+    )
+    run = Run.objects.create(agent=agent, api_key=key, query="큰 결과를 가져와")
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+
+    assert run.status == Run.Status.SUCCEEDED
+    assert "[result:too_big]" in run.answer and f"{HUGE} characters, more than 20000" in run.answer
+    assert len(run.answer) < 2_000
+    assert len(json.dumps(run.messages, ensure_ascii=False)) < 20_000
+    assert len(json.dumps(run.conversation, ensure_ascii=False)) < 20_000
+    events = RunEvent.objects.filter(run=run)
+    assert sum(len(json.dumps(e.data, ensure_ascii=False)) for e in events) < 20_000
+    [audited] = AuditEvent.objects.filter(run_id=run.id, tool="big_text")
+    assert (audited.ok, audited.reason) == (False, "result:too_big")
+    assert len(json.dumps(audited.result, ensure_ascii=False)) < 1_000
+    assert audited.result["chars"] == HUGE
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    response = client.get(f"/api/v1/runs/{run.id}")
+    assert response.status_code == 200
+    assert len(response.content) < 50_000
+
+
+def test_a_result_is_refused_once_and_not_retried(probe: McpServer) -> None:
+    result = call(probe, 20_001)
+    assert (result.ok, result.error, result.attempts, result.value) == (False, "result:too_big", 1, None)
+    assert "20001 characters, more than 20000" in result.message
+    assert call(probe, 20_000).ok
+
+
+def test_a_contract_may_set_a_lower_or_a_higher_cap(probe: McpServer) -> None:
+    contract = ToolContract.objects.filter(tool__server=probe, tool__name="big_text")
+    contract.update(returns={"max_chars": 100})
+    assert call(probe, 101).error == "result:too_big"
+    contract.update(returns={"max_chars": 50_000})
+    result = call(probe, 40_000)
+    assert result.ok and len(result.value) == 40_000
+
+
+def test_the_platform_cap_is_a_setting(probe: McpServer, settings: Any) -> None:
+    settings.PLATFORM_TOOL_RESULT_MAX_CHARS = 10
+    assert call(probe, 11).error == "result:too_big"
+    assert call(probe, 10).ok
