@@ -40,7 +40,7 @@ def remove_reviewer_group(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents', '0005_agent_language_no_match_tool_failures'),
+        ('agents', '0006_approval_outcome_unknown'),
         ('auth', '0012_alter_user_first_name_max_length'),
     ]
 
