@@ -6,9 +6,9 @@ throttling and the run event stream. Merged into ``agent_platform.settings`` by 
 
     INSTALLED_APPS, REST_FRAMEWORK = [*INSTALLED_APPS, *API_APPS], {**REST_FRAMEWORK, **API_REST_FRAMEWORK}  # noqa: F405
 
-The code reads each ``PLATFORM_*`` value as ``getattr(settings, NAME, <this module's value>)``
-(``agents.api.config.api_setting``), so it keeps working where a settings module lacks them; the schema and
-its docs need the merge (the apps and ``DEFAULT_SCHEMA_CLASS``).
+The code reads each ``PLATFORM_*`` value through ``django.conf.settings`` only
+(``agents.api.config.api_setting``): a settings module must merge this one (the schema and its docs need the
+merge too: the apps and ``DEFAULT_SCHEMA_CLASS``).
 """
 
 from __future__ import annotations
