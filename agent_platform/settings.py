@@ -59,6 +59,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: any error under /api/ leaves as the API's JSON; then bodies over the limit are refused before
+    # sessions, CSRF or authentication read them (agent_platform/body_limit.py).
+    "agent_platform.body_limit.ApiErrorShapeMiddleware",
+    "agent_platform.body_limit.BodyLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -142,7 +146,7 @@ STORAGES = {
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["agents.api.auth.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["agents.api.parsers.BoundedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["agents.api.renderers.UnicodeJSONRenderer"],
     "EXCEPTION_HANDLER": "agents.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
@@ -197,6 +201,8 @@ SESSION_COOKIE_SECURE = not DEBUG and _env_bool("SECURE_COOKIES", default=not DE
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+# A request body outside /api/ (the admin's forms) larger than this is a 413 before anything reads it.
+PLATFORM_MAX_BODY_BYTES = int(os.environ.get("PLATFORM_MAX_BODY_BYTES", str(10 * 1024 * 1024)))
 
 # --- logging: every handler masks secrets (audit.masking) -----------------------------------------
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")

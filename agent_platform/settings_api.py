@@ -19,6 +19,7 @@ __all__ = [
     "API_APPS",
     "API_REST_FRAMEWORK",
     "PLATFORM_API_MAX_BODY_BYTES",
+    "PLATFORM_API_MAX_JSON_DEPTH",
     "PLATFORM_API_MAX_WAIT_S",
     "PLATFORM_API_RATE",
     "PLATFORM_SSE_KEEPALIVE_S",
@@ -62,8 +63,11 @@ SPECTACULAR_SETTINGS = {
 
 # Requests per period for an API key whose own rate is empty: N/s, N/min, N/hour or N/day.
 PLATFORM_API_RATE = os.environ.get("PLATFORM_API_RATE", "120/min")
-# A request body larger than this is refused with a 413 before it is parsed.
+# A request body under /api/ larger than this is refused with a 413 before anything reads it
+# (agent_platform/body_limit.py), and counted again while the parser reads it (agents/api/parsers.py).
 PLATFORM_API_MAX_BODY_BYTES = int(os.environ.get("PLATFORM_API_MAX_BODY_BYTES", str(2 * 1024 * 1024)))
+# JSON nested deeper than this (arrays and objects) is a 400 invalid_json.
+PLATFORM_API_MAX_JSON_DEPTH = int(os.environ.get("PLATFORM_API_MAX_JSON_DEPTH", "32"))
 # POST /api/v1/runs?wait=N: the longest N allowed.
 PLATFORM_API_MAX_WAIT_S = float(os.environ.get("PLATFORM_API_MAX_WAIT_S", "60"))
 # GET /api/v1/runs/{id}/events: how often new events are looked for, a keep-alive comment after this much

@@ -172,7 +172,6 @@ class RunCreateApi(ApiView):
         ],
     )
     def post(self, request: Request) -> Response:
-        _refuse_an_oversized_body(request)
         if not isinstance(request.data, dict):
             raise ApplicationError(_("The body must be a JSON object."), code="invalid_input", status=400)
         _refuse_an_overlong_query(request.data.get("query"))
@@ -201,18 +200,6 @@ class RunCreateApi(ApiView):
             RunOutputSerializer(run).data,
             status=status.HTTP_200_OK if done else status.HTTP_202_ACCEPTED,
             headers=headers,
-        )
-
-
-def _refuse_an_oversized_body(request: Request) -> None:
-    limit = int(api_setting("PLATFORM_API_MAX_BODY_BYTES"))
-    try:
-        length = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        length = 0
-    if length > limit:
-        raise ApplicationError(
-            _("The body is larger than %(max)d bytes.") % {"max": limit}, code="body_too_large", status=413
         )
 
 
