@@ -203,6 +203,18 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 # A request body outside /api/ (the admin's forms) larger than this is a 413 before anything reads it.
 PLATFORM_MAX_BODY_BYTES = int(os.environ.get("PLATFORM_MAX_BODY_BYTES", str(10 * 1024 * 1024)))
+# Passwords (the admin's login, HTTP Basic on the audit API): after this many failures for one username within
+# the window, or PLATFORM_LOGIN_IP_MAX_FAILURES from one client address, every login of that username (or from
+# that address) is refused, even with the right password, for PLATFORM_LOGIN_LOCKOUT_S; each lockout is
+# audited (security.lockout) and `manage.py unlock_login USER_OR_IP` lifts one (audit/logins.py).
+PLATFORM_LOGIN_MAX_FAILURES = int(os.environ.get("PLATFORM_LOGIN_MAX_FAILURES", "5"))
+PLATFORM_LOGIN_IP_MAX_FAILURES = int(os.environ.get("PLATFORM_LOGIN_IP_MAX_FAILURES", "20"))
+PLATFORM_LOGIN_WINDOW_S = int(os.environ.get("PLATFORM_LOGIN_WINDOW_S", "900"))
+PLATFORM_LOGIN_LOCKOUT_S = int(os.environ.get("PLATFORM_LOGIN_LOCKOUT_S", "900"))
+# The client's address is REMOTE_ADDR, unless this many trusted proxies in front each append to
+# X-Forwarded-For: then it is the address the outermost trusted proxy saw (the Nth entry from the right).
+PLATFORM_PROXY_HOPS = int(os.environ.get("PLATFORM_PROXY_HOPS", "0"))
+AUTHENTICATION_BACKENDS = ["audit.logins.LockoutModelBackend"]
 
 # --- logging: every handler masks secrets (audit.masking) -----------------------------------------
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")

@@ -63,13 +63,15 @@ def test_json_nested_within_the_limit_reaches_the_serializer(raw_client, key, de
     nested: Any = "leaf"
     for _level in range(30):
         nested = {"n": nested}
-    response = post_raw(raw_client, json.dumps({"agent": "company-assistant", "query": "q", "context": nested}), key=key)
+    response = post_raw(
+        raw_client, json.dumps({"agent": "company-assistant", "query": "q", "context": nested}), key=key
+    )
     assert response.status_code == 202, response.content
 
 
 @pytest.mark.parametrize("number", ["1e999", "-1e999", "NaN", "Infinity", "-Infinity", "9" * 30, "-" + "9" * 5000])
 def test_numbers_no_database_can_hold_are_refused(raw_client, key, number) -> None:
-    body = '{"agent": "company-assistant", "query": "q", "context": {"n": %s}}' % number
+    body = '{"agent": "company-assistant", "query": "q", "context": {"n": VALUE}}'.replace("VALUE", number)
     response = post_raw(raw_client, body, key=key)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_json"
@@ -77,7 +79,10 @@ def test_numbers_no_database_can_hold_are_refused(raw_client, key, number) -> No
 
 @pytest.mark.parametrize("text", ['"a\\u0000b"', '"\\ud800"', '"\\udfff tail"'])
 def test_text_with_nul_or_unpaired_surrogates_is_refused(raw_client, key, text) -> None:
-    for body in ('{"agent": "x", "query": %s}' % text, '{"agent": "x", "query": "q", "context": {%s: 1}}' % text):
+    for body in (
+        '{"agent": "x", "query": VALUE}'.replace("VALUE", text),
+        '{"agent": "x", "query": "q", "context": {VALUE: 1}}'.replace("VALUE", text),
+    ):
         response = post_raw(raw_client, body, key=key)
         assert response.status_code == 400
         assert response.json()["error"]["code"] == "invalid_json"
@@ -90,7 +95,9 @@ def test_a_paired_surrogate_escape_is_ordinary_text() -> None:
 def test_a_body_that_is_not_utf8_is_refused(raw_client, key) -> None:
     response = post_raw(raw_client, '{"query": "ü"}'.encode("latin-1"), key=key)
     assert response.status_code == 400
-    response = post_raw(raw_client, '{"a": 1}'.encode("utf-16"), key=key, content_type="application/json; charset=utf-16")
+    response = post_raw(
+        raw_client, '{"a": 1}'.encode("utf-16"), key=key, content_type="application/json; charset=utf-16"
+    )
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_json"
 
@@ -220,7 +227,9 @@ def hostile_requests(key: str, revoked_key: str, run_id: str) -> list[tuple[str,
     bearer = {"HTTP_AUTHORIZATION": f"Bearer {key}"}
     cases: list[tuple[str, Callable[[Client], Any]]] = []
 
-    def post(label: str, body: bytes | str, content_type: str = "application/json", path: str = RUNS, **extra: Any) -> None:
+    def post(
+        label: str, body: bytes | str, content_type: str = "application/json", path: str = RUNS, **extra: Any
+    ) -> None:
         cases.append((label, lambda c: c.generic("POST", path, body, content_type=content_type, **{**bearer, **extra})))
 
     def get(label: str, path: str, **extra: Any) -> None:
@@ -230,16 +239,38 @@ def hostile_requests(key: str, revoked_key: str, run_id: str) -> list[tuple[str,
     for depth in (33, 64, 500, 900, 999, 1000, 1500, 5000, 50_000):
         post(f"array depth {depth}", "[" * depth + "]" * depth)
         post(f"object depth {depth}", '{"a":' * depth + "1" + "}" * depth)
-        post(f"context depth {depth}", '{"agent":"company-assistant","query":"q","context":' + '{"a":' * depth + "1" + "}" * depth + "}")
+        post(
+            f"context depth {depth}",
+            '{"agent":"company-assistant","query":"q","context":' + '{"a":' * depth + "1" + "}" * depth + "}",
+        )
     post("unbalanced deep", "[" * 100_000)
     # Numbers.
-    for number in ("1e999", "-1e999", "1e309", "NaN", "-NaN", "Infinity", "-Infinity", "1" * 25, "-" + "9" * 5000, "1e-999", "0.1e400", "123456789012345678901234567890.5"):
-        post(f"number {number[:20]}", '{"agent":"company-assistant","query":"q","context":{"n":%s}}' % number)
-        post(f"number in data {number[:20]}", '{"agent":"company-assistant","query":"q","data":[{"n":%s}]}' % number)
+    for number in (
+        "1e999",
+        "-1e999",
+        "1e309",
+        "NaN",
+        "-NaN",
+        "Infinity",
+        "-Infinity",
+        "1" * 25,
+        "-" + "9" * 5000,
+        "1e-999",
+        "0.1e400",
+        "123456789012345678901234567890.5",
+    ):
+        post(
+            f"number {number[:20]}",
+            '{"agent":"company-assistant","query":"q","context":{"n":VALUE}}'.replace("VALUE", number),
+        )
+        post(
+            f"number in data {number[:20]}",
+            '{"agent":"company-assistant","query":"q","data":[{"n":VALUE}]}'.replace("VALUE", number),
+        )
     # Text.
     for text in ('"\\u0000"', '"\\ud800"', '"\\udbff\\u0041"', '"a\\u0000b"', '"\\uDFFF"', '"\\u00"', '"\\x41"'):
-        post(f"query {text}", '{"agent":"company-assistant","query":%s}' % text)
-        post(f"key {text}", '{"agent":"company-assistant","query":"q","context":{%s:1}}' % text)
+        post(f"query {text}", '{"agent":"company-assistant","query":VALUE}'.replace("VALUE", text))
+        post(f"key {text}", '{"agent":"company-assistant","query":"q","context":{VALUE:1}}'.replace("VALUE", text))
     post("query too long", json.dumps({"agent": "company-assistant", "query": "가" * 9000}))
     post("agent too long", json.dumps({"agent": "a" * 10_000, "query": "q"}))
     post("agent with NUL via serializer", json.dumps({"agent": "company\u0000", "query": "q"}))
@@ -261,10 +292,27 @@ def hostile_requests(key: str, revoked_key: str, run_id: str) -> list[tuple[str,
         ("unknown fields", json.dumps({"agent": "company-assistant", "query": "q", "admin": True})),
         ("wrong types", json.dumps({"agent": 1, "query": ["q"], "context": "x", "data": {}, "files": 3})),
         ("query and message", json.dumps({"agent": "company-assistant", "query": "q", "message": {}})),
-        ("message parts not list", json.dumps({"agent": "company-assistant", "message": {"role": "user", "parts": "x"}})),
-        ("message unknown kind", json.dumps({"agent": "company-assistant", "message": {"role": "user", "parts": [{"kind": "video"}]}})),
-        ("message many parts", json.dumps({"agent": "company-assistant", "message": {"role": "user", "parts": [{"kind": "text", "text": "a"}] * 500}})),
-        ("file both", json.dumps({"agent": "company-assistant", "query": "q", "files": [{"uri": "https://x", "bytes": "AA=="}]})),
+        (
+            "message parts not list",
+            json.dumps({"agent": "company-assistant", "message": {"role": "user", "parts": "x"}}),
+        ),
+        (
+            "message unknown kind",
+            json.dumps({"agent": "company-assistant", "message": {"role": "user", "parts": [{"kind": "video"}]}}),
+        ),
+        (
+            "message many parts",
+            json.dumps(
+                {
+                    "agent": "company-assistant",
+                    "message": {"role": "user", "parts": [{"kind": "text", "text": "a"}] * 500},
+                }
+            ),
+        ),
+        (
+            "file both",
+            json.dumps({"agent": "company-assistant", "query": "q", "files": [{"uri": "https://x", "bytes": "AA=="}]}),
+        ),
         ("file bad base64", json.dumps({"agent": "company-assistant", "query": "q", "files": [{"bytes": "!!!"}]})),
         ("file uri without scheme", json.dumps({"agent": "company-assistant", "query": "q", "files": [{"uri": "x"}]})),
         ("data not objects", json.dumps({"agent": "company-assistant", "query": "q", "data": [1, "a", None]})),
@@ -275,7 +323,15 @@ def hostile_requests(key: str, revoked_key: str, run_id: str) -> list[tuple[str,
     post("utf-16", '{"a": 1}'.encode("utf-16"), content_type="application/json; charset=utf-16")
     post("unknown charset", "{}", content_type="application/json; charset=klingon")
     # Media types.
-    for content_type in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/xml", "", "application/json-patch+json", "*/*"):
+    for content_type in (
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/xml",
+        "",
+        "application/json-patch+json",
+        "*/*",
+    ):
         post(f"content type {content_type or 'none'}", '{"agent": "a", "query": "q"}', content_type=content_type)
     # Sizes.
     post("declared 50 MB", b"{}", CONTENT_LENGTH=str(50 * 1024 * 1024))
@@ -284,7 +340,9 @@ def hostile_requests(key: str, revoked_key: str, run_id: str) -> list[tuple[str,
     post("3 MB body", json.dumps({"agent": "company-assistant", "query": "q", "context": {"x": "y" * 3_000_000}}))
     # Methods and paths.
     for method in ("PUT", "PATCH", "DELETE", "TRACE", "PROPFIND"):
-        cases.append((f"{method} /runs", lambda c, m=method: c.generic(m, RUNS, "{}", content_type="application/json", **bearer)))
+        cases.append(
+            (f"{method} /runs", lambda c, m=method: c.generic(m, RUNS, "{}", content_type="application/json", **bearer))
+        )
     cases.append(("POST events", lambda c: c.post(f"{RUNS}/{run_id}/events", **bearer)))
     cases.append(("DELETE run", lambda c: c.delete(f"{RUNS}/{run_id}", **bearer)))
     cases.append(("GET cancel", lambda c: c.get(f"{RUNS}/{run_id}/cancel", **bearer)))
@@ -307,16 +365,33 @@ def hostile_requests(key: str, revoked_key: str, run_id: str) -> list[tuple[str,
         get(f"GET {path[:40]}", path)
     # Query strings.
     for query in (
-        "wait=nan", "wait=inf", "wait=-1", "wait=1e999", "wait=abc", "page_size=0", "page_size=1e999",
-        "page_size=-5", "page_size=99999999999999999999999", "cursor=!!!", "cursor=" + "A" * 2000, "status=bogus",
-        "agent=%00", "agent=" + "a" * 500, "unknown=1", "status=%ff",
+        "wait=nan",
+        "wait=inf",
+        "wait=-1",
+        "wait=1e999",
+        "wait=abc",
+        "page_size=0",
+        "page_size=1e999",
+        "page_size=-5",
+        "page_size=99999999999999999999999",
+        "cursor=!!!",
+        "cursor=" + "A" * 2000,
+        "status=bogus",
+        "agent=%00",
+        "agent=" + "a" * 500,
+        "unknown=1",
+        "status=%ff",
     ):
         get(f"GET runs?{query[:30]}", f"{RUNS}?{query}")
     post("POST wait=nan", json.dumps({"agent": "company-assistant", "query": "q"}), path=f"{RUNS}?wait=nan")
     post("POST wait=1e999", json.dumps({"agent": "company-assistant", "query": "q"}), path=f"{RUNS}?wait=1e999")
     # Headers.
     for idem in ("\x01", " ", "k" * 500, "é", "a b"):
-        post(f"idempotency {idem[:5]!r}", json.dumps({"agent": "company-assistant", "query": "q"}), HTTP_IDEMPOTENCY_KEY=idem)
+        post(
+            f"idempotency {idem[:5]!r}",
+            json.dumps({"agent": "company-assistant", "query": "q"}),
+            HTTP_IDEMPOTENCY_KEY=idem,
+        )
     for last in ("abc", "-1", "1e999", "١٢", "9" * 100):
         get(f"last-event-id {last[:10]}", f"{RUNS}/{run_id}/events", HTTP_LAST_EVENT_ID=last)
     get("after=nan", f"{RUNS}/{run_id}/events?after=nan")
@@ -349,13 +424,28 @@ def hostile_requests(key: str, revoked_key: str, run_id: str) -> list[tuple[str,
         extra = {"HTTP_AUTHORIZATION": header} if header is not None else {}
         cases.append((f"audit {label}", lambda c, e=extra: c.get("/api/v1/audit/events", **e)))
     auditor = {"HTTP_AUTHORIZATION": "Basic " + base64.b64encode(f"audrey:{AUDITOR_PASSWORD}".encode()).decode()}
-    for query in ("format=xml", "since=yesterday", "until=2026-13-45", "limit=0", "limit=1e999", "cursor=-1", "run=not-a-uuid", "ok=maybe", "bogus=1", "source=%00", "since=2026-01-02&until=2026-01-01", "format=csv&cursor=1"):
+    for query in (
+        "format=xml",
+        "since=yesterday",
+        "until=2026-13-45",
+        "limit=0",
+        "limit=1e999",
+        "cursor=-1",
+        "run=not-a-uuid",
+        "ok=maybe",
+        "bogus=1",
+        "source=%00",
+        "since=2026-01-02&until=2026-01-01",
+        "format=csv&cursor=1",
+    ):
         cases.append((f"audit ?{query[:20]}", lambda c, q=query: c.get(f"/api/v1/audit/events?{q}", **auditor)))
         cases.append((f"metrics ?{query[:20]}", lambda c, q=query: c.get(f"/api/v1/audit/metrics?{q}", **auditor)))
     return cases
 
 
-def test_at_least_150_hostile_requests_bring_no_5xx_and_only_json_errors(raw_client, key, demo_agent, auditor_user, settings) -> None:
+def test_at_least_150_hostile_requests_bring_no_5xx_and_only_json_errors(
+    raw_client, key, demo_agent, auditor_user, settings
+) -> None:
     settings.PLATFORM_API_BAD_KEY_RATE = "100000/min"  # the per-address throttle has its own tests
     revoked, revoked_raw = api_key_create(actor="test", via="tests", name="revoked")
     api_key_revoke(api_key=revoked, actor="test", via="tests")
