@@ -13,4 +13,9 @@ from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agent_platform.settings")
 
-application = get_asgi_application()
+django_application = get_asgi_application()
+
+from agent_platform.body_limit import BodyLimitASGIMiddleware  # noqa: E402  (after Django is set up)
+
+# Bodies over the limit are refused before Django's handler reads them into a file (agent_platform/body_limit.py).
+application = BodyLimitASGIMiddleware(django_application)

@@ -63,6 +63,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: any error under /api/ leaves as the API's JSON; then bodies over the limit are refused before
+    # sessions, CSRF or authentication read them (agent_platform/body_limit.py).
+    "agent_platform.body_limit.ApiErrorShapeMiddleware",
+    "agent_platform.body_limit.BodyLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -146,7 +150,7 @@ STORAGES = {
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["agents.api.auth.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["agents.api.parsers.BoundedJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["agents.api.renderers.UnicodeJSONRenderer"],
     "EXCEPTION_HANDLER": "agents.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
@@ -211,6 +215,20 @@ SESSION_COOKIE_SECURE = not DEBUG and _env_bool("SECURE_COOKIES", default=not DE
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+# A request body outside /api/ (the admin's forms) larger than this is a 413 before anything reads it.
+PLATFORM_MAX_BODY_BYTES = int(os.environ.get("PLATFORM_MAX_BODY_BYTES", str(10 * 1024 * 1024)))
+# Passwords (the admin's login, HTTP Basic on the audit API): after this many failures for one username within
+# the window, or PLATFORM_LOGIN_IP_MAX_FAILURES from one client address, every login of that username (or from
+# that address) is refused, even with the right password, for PLATFORM_LOGIN_LOCKOUT_S; each lockout is
+# audited (security.lockout) and `manage.py unlock_login USER_OR_IP` lifts one (audit/logins.py).
+PLATFORM_LOGIN_MAX_FAILURES = int(os.environ.get("PLATFORM_LOGIN_MAX_FAILURES", "5"))
+PLATFORM_LOGIN_IP_MAX_FAILURES = int(os.environ.get("PLATFORM_LOGIN_IP_MAX_FAILURES", "20"))
+PLATFORM_LOGIN_WINDOW_S = int(os.environ.get("PLATFORM_LOGIN_WINDOW_S", "900"))
+PLATFORM_LOGIN_LOCKOUT_S = int(os.environ.get("PLATFORM_LOGIN_LOCKOUT_S", "900"))
+# The client's address is REMOTE_ADDR, unless this many trusted proxies in front each append to
+# X-Forwarded-For: then it is the address the outermost trusted proxy saw (the Nth entry from the right).
+PLATFORM_PROXY_HOPS = int(os.environ.get("PLATFORM_PROXY_HOPS", "0"))
+AUTHENTICATION_BACKENDS = ["audit.logins.LockoutModelBackend"]
 
 # --- logging: every handler masks secrets (audit.masking) -----------------------------------------
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")

@@ -6,9 +6,9 @@ throttling and the run event stream. Merged into ``agent_platform.settings`` by 
 
     INSTALLED_APPS, REST_FRAMEWORK = [*INSTALLED_APPS, *API_APPS], {**REST_FRAMEWORK, **API_REST_FRAMEWORK}  # noqa: F405
 
-The code reads each ``PLATFORM_*`` value as ``getattr(settings, NAME, <this module's value>)``
-(``agents.api.config.api_setting``), so it keeps working where a settings module lacks them; the schema and
-its docs need the merge (the apps and ``DEFAULT_SCHEMA_CLASS``).
+The code reads each ``PLATFORM_*`` value through ``django.conf.settings`` only
+(``agents.api.config.api_setting``): a settings module must merge this one (the schema and its docs need the
+merge too: the apps and ``DEFAULT_SCHEMA_CLASS``).
 """
 
 from __future__ import annotations
@@ -18,11 +18,15 @@ import os
 __all__ = [
     "API_APPS",
     "API_REST_FRAMEWORK",
+    "PLATFORM_API_BAD_KEY_RATE",
     "PLATFORM_API_MAX_BODY_BYTES",
+    "PLATFORM_API_MAX_JSON_DEPTH",
     "PLATFORM_API_MAX_WAIT_S",
     "PLATFORM_API_RATE",
+    "PLATFORM_SSE_AUTH_RECHECK_S",
     "PLATFORM_SSE_KEEPALIVE_S",
     "PLATFORM_SSE_MAX_S",
+    "PLATFORM_SSE_MAX_STREAMS_PER_KEY",
     "PLATFORM_SSE_POLL_S",
     "SPECTACULAR_SETTINGS",
 ]
@@ -62,8 +66,14 @@ SPECTACULAR_SETTINGS = {
 
 # Requests per period for an API key whose own rate is empty: N/s, N/min, N/hour or N/day.
 PLATFORM_API_RATE = os.environ.get("PLATFORM_API_RATE", "120/min")
-# A request body larger than this is refused with a 413 before it is parsed.
+# A request body under /api/ larger than this is refused with a 413 before anything reads it
+# (agent_platform/body_limit.py), and counted again while the parser reads it (agents/api/parsers.py).
 PLATFORM_API_MAX_BODY_BYTES = int(os.environ.get("PLATFORM_API_MAX_BODY_BYTES", str(2 * 1024 * 1024)))
+# JSON nested deeper than this (arrays and objects) is a 400 invalid_json.
+PLATFORM_API_MAX_JSON_DEPTH = int(os.environ.get("PLATFORM_API_MAX_JSON_DEPTH", "32"))
+# Requests with an unknown or revoked API key, per client IP: past this, every request from that IP is a 429
+# (with Retry-After) until the window ends, whatever key it carries.
+PLATFORM_API_BAD_KEY_RATE = os.environ.get("PLATFORM_API_BAD_KEY_RATE", "20/15min")
 # POST /api/v1/runs?wait=N: the longest N allowed.
 PLATFORM_API_MAX_WAIT_S = float(os.environ.get("PLATFORM_API_MAX_WAIT_S", "60"))
 # GET /api/v1/runs/{id}/events: how often new events are looked for, a keep-alive comment after this much
@@ -71,3 +81,7 @@ PLATFORM_API_MAX_WAIT_S = float(os.environ.get("PLATFORM_API_MAX_WAIT_S", "60"))
 PLATFORM_SSE_POLL_S = float(os.environ.get("PLATFORM_SSE_POLL_S", "0.5"))
 PLATFORM_SSE_KEEPALIVE_S = float(os.environ.get("PLATFORM_SSE_KEEPALIVE_S", "15"))
 PLATFORM_SSE_MAX_S = float(os.environ.get("PLATFORM_SSE_MAX_S", "600"))
+# An open stream checks its API key again this often (at most 15 s) and closes once the key is revoked.
+PLATFORM_SSE_AUTH_RECHECK_S = min(15.0, float(os.environ.get("PLATFORM_SSE_AUTH_RECHECK_S", "10")))
+# Streams one API key may hold open at once (across every web process: slots in the cache); one more is a 429.
+PLATFORM_SSE_MAX_STREAMS_PER_KEY = int(os.environ.get("PLATFORM_SSE_MAX_STREAMS_PER_KEY", "5"))

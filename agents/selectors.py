@@ -47,6 +47,11 @@ def run_status(*, run_id: Any) -> str | None:
     return Run.objects.filter(id=run_id).values_list("status", flat=True).first()
 
 
+def api_key_is_live(*, api_key_id: Any) -> bool:
+    """Whether the key still exists and is not revoked (an open event stream asks this again and again)."""
+    return ApiKey.objects.filter(pk=api_key_id, revoked_at__isnull=True).exists()
+
+
 def run_tool_calls(*, run: Run) -> list[dict[str, Any]]:
     """Every tool call of a run, deterministic and the model's, from the audit record (masked)."""
     return [

@@ -11,6 +11,7 @@ from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
 
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin
+from audit.login_form import LockoutAwareAdminAuthenticationForm
 from audit.roles import group_delete, group_save, user_delete, user_update
 
 User = get_user_model()
@@ -38,3 +39,6 @@ for model, model_admin in ((User, AuditedUserAdmin), (Group, AuditedGroupAdmin))
     if admin.site.is_registered(model):
         admin.site.unregister(model)
     admin.site.register(model, model_admin)
+
+# The admin's login refuses locked usernames and addresses with a plain message (audit/logins.py).
+admin.site.login_form = LockoutAwareAdminAuthenticationForm

@@ -22,12 +22,16 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from rest_framework import authentication, permissions, serializers
+from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from agent_platform.client_ip import client_ip
 from agents.api.auth import ApiKeyAuthentication
+from agents.api.errors import LoginLocked
+from audit.logins import login_lockout_get
 from audit.models import AuditEvent
 from audit.roles import AUDITOR_GROUP
 from auditor.metrics import tool_metrics
@@ -125,12 +129,32 @@ def _validated(serializer_class: type[FiltersSerializer], request: Request) -> F
     return serializer
 
 
+class LockoutBasicAuthentication(authentication.BasicAuthentication):
+    """HTTP Basic, throttled like the admin's login (``audit/logins.py``): a locked username or address gets a
+    ``429 login_locked`` with ``Retry-After``, before its password is checked."""
+
+    def authenticate_credentials(self, userid: str, password: str, request: Any = None) -> Any:
+        ip = client_ip(request.META) if request is not None else "unknown"
+        self._refuse_if_locked(userid, ip)
+        try:
+            return super().authenticate_credentials(userid, password, request)
+        except AuthenticationFailed:
+            self._refuse_if_locked(userid, ip)  # this failure may have started a lockout: say so
+            raise
+
+    @staticmethod
+    def _refuse_if_locked(userid: str, ip: str) -> None:
+        lockout = login_lockout_get(username=userid, ip=ip)
+        if lockout is not None:
+            raise LoginLocked(lockout.message(), wait=lockout.retry_after_s)
+
+
 class _AuditorApi(APIView):
     # Not in the callers' OpenAPI schema (/api/v1/schema/): that describes the bearer-key API; this one is for
     # people, with other credentials, and is described in the README.
     schema = None
     authentication_classes = [
-        authentication.BasicAuthentication,
+        LockoutBasicAuthentication,
         ApiKeyAuthentication,
         authentication.SessionAuthentication,
     ]

@@ -27,6 +27,7 @@ import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.cache import cache
 from django.core.management import call_command
 from django.test import Client
 from rest_framework.test import APIClient
@@ -73,6 +74,15 @@ class FakeClock(gate.Clock):
     def sleep(self, seconds: float) -> None:
         self.slept.append(round(seconds, 3))
         self.offset += seconds
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> Iterator[None]:
+    """Each test starts with an empty cache: rate-limit windows, login failure counts and lockouts, unknown-key
+    counts per address (every test client is 127.0.0.1) and stream slots must not carry over between tests."""
+    cache.clear()
+    yield
+    cache.clear()
 
 
 @pytest.fixture(autouse=True)

@@ -8,12 +8,17 @@ from django.utils.translation import gettext as _
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
+from agent_platform.client_ip import client_ip
+from agents.api.throttling import bad_key_record, bad_key_wait
 from agents.models import ApiKey
 from agents.services import api_key_authenticate
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):
-    """``request.user`` is the ``ApiKey`` (only its digest is stored)."""
+    """``request.user`` is the ``ApiKey`` (only its digest is stored).
+
+    Unknown and revoked keys are counted per client address (``PLATFORM_API_BAD_KEY_RATE``); an address past
+    that rate gets a ``429 throttled`` with ``Retry-After`` for every key it sends, until its window ends."""
 
     keyword = "Bearer"
 
@@ -24,8 +29,13 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         scheme, _sep, raw = header.partition(" ")
         if scheme.lower() != self.keyword.lower() or not raw.strip():
             raise exceptions.AuthenticationFailed(_("Use 'Authorization: Bearer <api key>'."))
+        ip = client_ip(request.META)
+        wait = bad_key_wait(ip)
+        if wait is not None:
+            raise exceptions.Throttled(wait=wait, detail=_("Too many requests with unknown API keys from here."))
         key = api_key_authenticate(raw_key=raw.strip())
         if key is None:
+            bad_key_record(ip)
             raise exceptions.AuthenticationFailed(_("Invalid or revoked API key."))
         return key, None
 

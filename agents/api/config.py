@@ -1,6 +1,9 @@
-"""The API's settings: ``settings.<NAME>`` where the settings module has it, else the value
-``agent_platform.settings_api`` read from the environment (the same one), so the API works with or without the
-lines that merge ``settings_api`` into the settings module."""
+"""The API's settings, read through ``django.conf.settings`` only.
+
+Their defaults (from the environment) are in ``agent_platform/settings_api.py``, which the settings module
+merges; a settings module without them fails loudly here (``AttributeError`` naming the setting) rather than
+running with values nobody configured.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +11,7 @@ from typing import Any
 
 from django.conf import settings
 
-from agent_platform import settings_api
-
 
 def api_setting(name: str) -> Any:
-    return getattr(settings, name, getattr(settings_api, name))
+    """``settings.<name>``. Read at call time, so a test's ``settings`` fixture (or an override) applies."""
+    return getattr(settings, name)

@@ -17,7 +17,17 @@ from agent_platform.errors import ApplicationError
 
 logger = logging.getLogger(__name__)
 
+
+class LoginLocked(exceptions.Throttled):
+    """429 ``login_locked``: too many failed passwords for this username or from this address."""
+
+    def __init__(self, message: str, *, wait: float) -> None:
+        super().__init__(wait=wait, detail=message)
+
+
+# The first class an exception is an instance of names its code (subclasses before their bases).
 _CODES = {
+    LoginLocked: "login_locked",
     exceptions.ParseError: "invalid_json",
     exceptions.NotAuthenticated: "not_authenticated",
     exceptions.AuthenticationFailed: "authentication_failed",

@@ -5,7 +5,9 @@ is open): it authenticates with the API's bearer key and answers errors in the A
 run's ``RunEvent`` rows, replayed from ``Last-Event-ID`` (or ``?after=``) and then followed by polling the
 database, until the run has finished (a final ``event: end``), the client goes away, or the stream has been
 open ``PLATFORM_SSE_MAX_S`` seconds (it then closes without ``end``; the client reconnects with
-``Last-Event-ID``). Served by an ASGI server (uvicorn, gunicorn's uvicorn workers) it streams asynchronously;
+``Last-Event-ID``), or its API key is revoked (checked again every ``PLATFORM_SSE_AUTH_RECHECK_S`` ≤ 15 s; a final
+``event: error`` then says so). One key holds at most ``PLATFORM_SSE_MAX_STREAMS_PER_KEY`` streams open at once
+(slots in the cache, ``agents.api.throttling.StreamSlot``); one more is a ``429 too_many_streams``. Served by an ASGI server (uvicorn, gunicorn's uvicorn workers) it streams asynchronously;
 under WSGI (``runserver``, the test client) the same feed is served by a plain generator.
 """
 
@@ -26,9 +28,15 @@ from rest_framework import exceptions
 from agent_platform.errors import ApplicationError
 from agents.api.auth import ApiKeyAuthentication
 from agents.api.config import api_setting
-from agents.api.throttling import api_key_rate_check
+from agents.api.throttling import (
+    StreamSlot,
+    api_key_rate_check,
+    stream_slot_acquire,
+    stream_slot_release,
+    stream_slot_renew,
+)
 from agents.models import ApiKey, Run, RunEvent
-from agents.selectors import run_events_after, run_get, run_status
+from agents.selectors import api_key_is_live, run_events_after, run_get, run_status
 
 RECONNECT_MS = 3000
 BATCH = 200
@@ -47,6 +55,11 @@ def format_end(status: str | None) -> str:
     return f"event: end\ndata: {json.dumps({'status': status}, ensure_ascii=False)}\n\n"
 
 
+def format_revoked() -> str:
+    body = {"code": "authentication_failed", "message": _("The API key was revoked; the stream is closed.")}
+    return f"event: error\ndata: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+
 class RunEventFeed:
     """What to send next on one stream. ``poll`` reads the database (sync); the generators below pace it."""
 
@@ -59,8 +72,17 @@ class RunEventFeed:
         keepalive_s: float,
         max_s: float,
         clock: Callable[[], float] = time.monotonic,
+        still_authorized: Callable[[], bool] | None = None,
+        auth_recheck_s: float = 10.0,
+        on_recheck: Callable[[], None] | None = None,
     ) -> None:
+        """``still_authorized`` is asked at most every ``auth_recheck_s`` seconds (and ``on_recheck`` then
+        called, to renew the stream's slot); once it answers False the stream ends with ``event: error``."""
         self.run_id = run_id
+        self.still_authorized = still_authorized
+        self.auth_recheck_s = auth_recheck_s
+        self.on_recheck = on_recheck
+        self.next_recheck = clock() + auth_recheck_s
         self.last_seq = after
         self.poll_s = poll_s
         self.keepalive_s = keepalive_s
@@ -78,6 +100,12 @@ class RunEventFeed:
         The run's status is read before its events: the worker writes a run's last event before it marks the
         run finished, so a run seen finished here has all its events in the read that follows."""
         now = self.clock()
+        if now >= self.next_recheck:
+            self.next_recheck = now + self.auth_recheck_s
+            if self.still_authorized is not None and not self.still_authorized():
+                return [format_revoked()], "done"
+            if self.on_recheck is not None:
+                self.on_recheck()
         status = run_status(run_id=self.run_id)
         events = run_events_after(run_id=self.run_id, after=self.last_seq, limit=BATCH)
         chunks = [format_event(e) for e in events]
@@ -96,27 +124,34 @@ class RunEventFeed:
         return chunks, "wait"
 
 
-async def stream_async(feed: RunEventFeed) -> AsyncIterator[str]:
-    yield feed.opening()
-    while True:
-        chunks, state = await sync_to_async(feed.poll)()
-        for chunk in chunks:
-            yield chunk
-        if state == "done":
-            return
-        if state == "wait":
-            await asyncio.sleep(feed.poll_s)
+async def stream_async(feed: RunEventFeed, slot: StreamSlot) -> AsyncIterator[str]:
+    """The feed, paced; the slot is released however the stream ends (finished, revoked, client gone)."""
+    try:
+        yield feed.opening()
+        while True:
+            chunks, state = await sync_to_async(feed.poll)()
+            for chunk in chunks:
+                yield chunk
+            if state == "done":
+                return
+            if state == "wait":
+                await asyncio.sleep(feed.poll_s)
+    finally:
+        await sync_to_async(stream_slot_release)(slot)
 
 
-def stream_sync(feed: RunEventFeed) -> Iterator[str]:
-    yield feed.opening()
-    while True:
-        chunks, state = feed.poll()
-        yield from chunks
-        if state == "done":
-            return
-        if state == "wait":
-            time.sleep(feed.poll_s)
+def stream_sync(feed: RunEventFeed, slot: StreamSlot) -> Iterator[str]:
+    try:
+        yield feed.opening()
+        while True:
+            chunks, state = feed.poll()
+            yield from chunks
+            if state == "done":
+                return
+            if state == "wait":
+                time.sleep(feed.poll_s)
+    finally:
+        stream_slot_release(slot)
 
 
 def _error(
@@ -164,6 +199,9 @@ async def run_events(request: HttpRequest, run_id: str) -> HttpResponseBase:
     auth = ApiKeyAuthentication()
     try:
         api_key = await sync_to_async(_authenticate)(request)
+    except exceptions.Throttled as exc:  # too many unknown keys from this address
+        wait_s = int(getattr(exc, "wait", None) or 1)
+        return _error("throttled", str(exc.detail), 429, headers={"Retry-After": str(wait_s)})
     except exceptions.APIException as exc:
         code = "not_authenticated" if isinstance(exc, exceptions.NotAuthenticated) else "authentication_failed"
         return _error(code, str(exc.detail), 401, headers={"WWW-Authenticate": auth.authenticate_header(request)})  # type: ignore[arg-type]
@@ -181,14 +219,30 @@ async def run_events(request: HttpRequest, run_id: str) -> HttpResponseBase:
     except ApplicationError as exc:
         extra = {"fields": exc.fields} if exc.fields else {}
         return _error(exc.code, exc.message, exc.status, **extra)
+    poll_s = float(api_setting("PLATFORM_SSE_POLL_S"))
+    recheck_s = min(15.0, float(api_setting("PLATFORM_SSE_AUTH_RECHECK_S")))
+    lease_s = 2 * recheck_s + poll_s + 5
+    slot = await sync_to_async(stream_slot_acquire)(api_key, lease_s=lease_s)
+    if slot is None:
+        limit = int(api_setting("PLATFORM_SSE_MAX_STREAMS_PER_KEY"))
+        return _error(
+            "too_many_streams",
+            _("This API key already has %(max)d event streams open; close one first.") % {"max": limit},
+            429,
+            headers={"Retry-After": str(int(recheck_s))},
+        )
+    held = slot
     feed = RunEventFeed(
         run_id=run.pk,
         after=after,
-        poll_s=float(api_setting("PLATFORM_SSE_POLL_S")),
+        poll_s=poll_s,
         keepalive_s=float(api_setting("PLATFORM_SSE_KEEPALIVE_S")),
         max_s=float(api_setting("PLATFORM_SSE_MAX_S")),
+        still_authorized=lambda: api_key_is_live(api_key_id=api_key.pk),
+        auth_recheck_s=recheck_s,
+        on_recheck=lambda: stream_slot_renew(held, lease_s=lease_s),
     )
-    stream = stream_async(feed) if isinstance(request, ASGIRequest) else stream_sync(feed)
+    stream = stream_async(feed, slot) if isinstance(request, ASGIRequest) else stream_sync(feed, slot)
     response = StreamingHttpResponse(stream, content_type="text/event-stream; charset=utf-8")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +65,56 @@ def rate_for(api_key: ApiKey) -> Rate:
     return default
 
 
+def _window_count(cache_key: str, timeout_s: int) -> int:
+    """Add one to a fixed window's counter (created at 0 if absent) and return the new count."""
+    cache.add(cache_key, 0, timeout=timeout_s)
+    try:
+        return int(cache.incr(cache_key))
+    except ValueError:  # expired between add and incr
+        cache.add(cache_key, 0, timeout=timeout_s)
+        return int(cache.incr(cache_key))
+
+
+def _bad_key_rate() -> Rate:
+    text = str(api_setting("PLATFORM_API_BAD_KEY_RATE"))
+    rate = parse_rate(text)
+    if rate is None:
+        logger.warning("PLATFORM_API_BAD_KEY_RATE %r is not a rate like 20/15min; using 20/15min", text)
+        rate = Rate(requests=20, period_s=900)
+    return rate
+
+
+def _bad_key_cache_key(ip: str, rate: Rate, window: int) -> str:
+    return f"throttle:bad_key:ip:{ip}:{rate.requests}/{rate.period_s}:{window}"
+
+
+def bad_key_wait(ip: str, *, now: float | None = None) -> float | None:
+    """None if requests from ``ip`` may still present an API key; else the seconds until they may. An address
+    past ``PLATFORM_API_BAD_KEY_RATE`` unknown or revoked keys is refused whatever key it sends, so guessing
+    learns nothing more until the window ends. Fails open when the cache cannot be reached."""
+    rate = _bad_key_rate()
+    now = time.time() if now is None else now
+    window = int(now // rate.period_s)
+    try:
+        count = cache.get(_bad_key_cache_key(ip, rate, window)) or 0
+    except Exception:
+        logger.warning("rate limit cache unavailable; unknown-key throttle skipped", exc_info=True)
+        return None
+    if int(count) < rate.requests:
+        return None
+    return max(1.0, math.ceil((window + 1) * rate.period_s - now))
+
+
+def bad_key_record(ip: str, *, now: float | None = None) -> None:
+    """Count one request from ``ip`` with an unknown or revoked API key."""
+    rate = _bad_key_rate()
+    now = time.time() if now is None else now
+    try:
+        _window_count(_bad_key_cache_key(ip, rate, int(now // rate.period_s)), rate.period_s + 1)
+    except Exception:
+        logger.warning("rate limit cache unavailable; unknown key from %s not counted", ip, exc_info=True)
+
+
 def api_key_rate_check(api_key: ApiKey, *, now: float | None = None) -> float | None:
     """Count one request of ``api_key``. Returns None if it is allowed, else the seconds until it would be.
 
@@ -75,12 +126,7 @@ def api_key_rate_check(api_key: ApiKey, *, now: float | None = None) -> float | 
     # The digest, not the primary key: unique per issued key and never reused, unlike a rolled-back id.
     cache_key = f"throttle:api_key:{api_key.digest[:32]}:{rate.requests}/{rate.period_s}:{window}"
     try:
-        cache.add(cache_key, 0, timeout=rate.period_s + 1)
-        try:
-            count = cache.incr(cache_key)
-        except ValueError:  # expired between add and incr
-            cache.add(cache_key, 0, timeout=rate.period_s + 1)
-            count = cache.incr(cache_key)
+        count = _window_count(cache_key, rate.period_s + 1)
     except Exception:  # any cache backend's failure (logged with its traceback)
         logger.warning("rate limit cache unavailable; request of %s allowed", api_key.prefix, exc_info=True)
         return None
@@ -105,3 +151,54 @@ class ApiKeyRateThrottle(BaseThrottle):
 
     def wait(self) -> float | None:
         return self._wait
+
+
+# --- concurrent event streams per key ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StreamSlot:
+    """One of a key's ``PLATFORM_SSE_MAX_STREAMS_PER_KEY`` stream slots, held by one open stream.
+
+    A slot is a cache entry with a lease: the stream renews it while it is open (``stream_slot_renew``) and
+    deletes it when it closes (``stream_slot_release``); a stream whose process died frees its slot when the
+    lease runs out. So the count holds across every web process that shares the cache, and never leaks."""
+
+    cache_key: str
+    token: str
+
+
+def stream_slot_acquire(api_key: ApiKey, *, lease_s: float) -> StreamSlot | None:
+    """A free slot of ``api_key``, now held, or None when all are taken. Fails open (a slot that is not
+    counted) when the cache cannot be reached."""
+    token = secrets.token_hex(8)
+    limit = int(api_setting("PLATFORM_SSE_MAX_STREAMS_PER_KEY"))
+    try:
+        for index in range(limit):
+            cache_key = f"sse:slot:{api_key.digest[:32]}:{index}"
+            if cache.add(cache_key, token, timeout=math.ceil(lease_s)):  # atomic: one stream wins a slot
+                return StreamSlot(cache_key=cache_key, token=token)
+    except Exception:
+        logger.warning("stream slot cache unavailable; stream of %s not counted", api_key.prefix, exc_info=True)
+        return StreamSlot(cache_key="", token=token)
+    return None
+
+
+def stream_slot_renew(slot: StreamSlot, *, lease_s: float) -> None:
+    if not slot.cache_key:
+        return
+    try:
+        cache.touch(slot.cache_key, timeout=math.ceil(lease_s))
+    except Exception:
+        logger.warning("stream slot cache unavailable", exc_info=True)
+
+
+def stream_slot_release(slot: StreamSlot) -> None:
+    """Free the slot if this stream still holds it (a lapsed lease may have passed it to another stream)."""
+    if not slot.cache_key:
+        return
+    try:
+        if cache.get(slot.cache_key) == slot.token:
+            cache.delete(slot.cache_key)
+    except Exception:
+        logger.warning("stream slot cache unavailable", exc_info=True)

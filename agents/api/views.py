@@ -1,10 +1,10 @@
-"""The runs API: one class per operation."""
+"""The runs API: one class per operation, each with its own input serializer nested; the shapes they share
+(strict fields, the A2A message, the outputs) are in ``agents/api/serializers.py``."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.utils.translation import gettext as _
@@ -13,9 +13,7 @@ from drf_spectacular.utils import (
     OpenApiExample,
     OpenApiParameter,
     OpenApiResponse,
-    PolymorphicProxySerializer,
     extend_schema,
-    extend_schema_field,
     extend_schema_serializer,
 )
 from rest_framework import serializers, status
@@ -26,14 +24,24 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agent_platform.errors import ApplicationError
-from agents.api.a2a import decoded_size, run_input_from_body
+from agents.api.a2a import run_input_from_body
 from agents.api.auth import caller_of
 from agents.api.config import api_setting
 from agents.api.schema import RETRY_AFTER, error_responses
+from agents.api.serializers import (
+    A2AFileSerializer,
+    A2AMessageSerializer,
+    ApprovalOutputSerializer,
+    RunOutputSerializer,
+    RunPageSerializer,
+    RunSummarySerializer,
+    StrictCharField,
+    StrictSerializer,
+)
 from agents.api.throttling import ApiKeyRateThrottle
 from agents.approvals import approval_decide
-from agents.models import Approval, Run
-from agents.selectors import run_get, run_list, run_tool_calls, run_wait
+from agents.models import Run
+from agents.selectors import run_get, run_list, run_wait
 from agents.services import request_digest, run_cancel, run_submit
 
 IDEMPOTENCY_KEY_MAX_CHARS = 200
@@ -43,255 +51,6 @@ class ApiView(APIView):
     """Every endpoint counts against the caller's rate limit (per API key)."""
 
     throttle_classes = [ApiKeyRateThrottle]
-
-
-# --- fields and input shapes -----------------------------------------------------------------------------
-
-
-class StrictCharField(serializers.CharField):
-    """A string, and only a string: DRF's CharField would turn 123 into "123"."""
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)  # type: ignore[no-any-return]
-
-
-class StrictSerializer(serializers.Serializer):
-    """Refuses keys it does not declare (DRF would drop them silently), naming each one."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        unknown: dict[str, list[str]] = {}
-        if isinstance(data, Mapping):
-            unknown = {str(name): [_("Unknown field.")] for name in data if name not in self.fields}
-        try:
-            value = super().to_internal_value(data)
-        except ValidationError as exc:
-            if unknown and isinstance(exc.detail, dict):
-                raise ValidationError({**exc.detail, **unknown}) from None
-            raise
-        if unknown:
-            raise ValidationError(unknown)
-        return value
-
-
-@extend_schema_serializer(component_name="A2AFile")
-class A2AFileSerializer(StrictSerializer):
-    """An A2A file: `uri` or base64 `bytes` (exactly one). Only metadata is kept: never the bytes."""
-
-    name = StrictCharField(required=False, allow_blank=True, max_length=255)
-    mimeType = StrictCharField(required=False, allow_blank=True, max_length=255)
-    uri = StrictCharField(required=False, max_length=2048, help_text="Where the file is (kept with the run).")
-    bytes = StrictCharField(
-        required=False, trim_whitespace=False, help_text="Base64 content: counted (size), never stored."
-    )
-
-    def validate_uri(self, value: str) -> str:
-        if not urlsplit(value).scheme:
-            raise ValidationError(_("Enter a URI with a scheme, e.g. https://…"))
-        return value
-
-    def validate_bytes(self, value: str) -> str:
-        if decoded_size(value) is None:
-            raise ValidationError(_("Not valid base64."))
-        return value
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if ("uri" in attrs) == ("bytes" in attrs):
-            raise ValidationError({"uri": [_("Give exactly one of 'uri' and 'bytes'.")]})
-        return attrs
-
-
-@extend_schema_serializer(component_name="A2ATextPart")
-class A2ATextPartSerializer(StrictSerializer):
-    kind = serializers.ChoiceField(choices=["text"])
-    text = StrictCharField(allow_blank=True, trim_whitespace=False)
-    metadata = serializers.DictField(required=False)
-
-
-@extend_schema_serializer(component_name="A2ADataPart")
-class A2ADataPartSerializer(StrictSerializer):
-    kind = serializers.ChoiceField(choices=["data"])
-    data = serializers.DictField(help_text="Structured input: one entry of the run's a2a_data.")
-    metadata = serializers.DictField(required=False)
-
-
-@extend_schema_serializer(component_name="A2AFilePart")
-class A2AFilePartSerializer(StrictSerializer):
-    kind = serializers.ChoiceField(choices=["file"])
-    file = A2AFileSerializer()
-    metadata = serializers.DictField(required=False)
-
-
-A2A_PARTS: dict[str, type[serializers.Serializer]] = {
-    "text": A2ATextPartSerializer,
-    "data": A2ADataPartSerializer,
-    "file": A2AFilePartSerializer,
-}
-
-
-@extend_schema_field(
-    PolymorphicProxySerializer(
-        component_name="A2APart", serializers=A2A_PARTS, resource_type_field_name="kind", many=False
-    )
-)
-class A2APartField(serializers.Field):
-    """One part of an A2A message, validated by its ``kind``."""
-
-    default_error_messages = {"invalid": _("Expected an object with a 'kind' of text, data or file.")}
-
-    def to_internal_value(self, data: Any) -> dict[str, Any]:
-        if not isinstance(data, Mapping):
-            self.fail("invalid")
-        part_serializer = A2A_PARTS.get(data.get("kind")) if isinstance(data.get("kind"), str) else None
-        if part_serializer is None:
-            raise ValidationError({"kind": [_("Expected one of: text, data, file.")]})
-        part = part_serializer(data=data)
-        if not part.is_valid():
-            raise ValidationError(part.errors)
-        return dict(part.validated_data)
-
-    def to_representation(self, value: Any) -> Any:
-        return value
-
-
-@extend_schema_serializer(component_name="A2AMessage")
-class A2AMessageSerializer(StrictSerializer):
-    """An A2A `Message` from the user. Its text parts (joined) are the query."""
-
-    role = serializers.ChoiceField(choices=["user"])
-    parts = serializers.ListField(child=A2APartField(), allow_empty=False, max_length=100)
-    kind = serializers.ChoiceField(choices=["message"], required=False)
-    messageId = StrictCharField(required=False, max_length=200)
-    contextId = StrictCharField(required=False, max_length=200)
-    taskId = StrictCharField(required=False, max_length=200)
-    referenceTaskIds = serializers.ListField(child=StrictCharField(max_length=200), required=False, max_length=100)
-    extensions = serializers.ListField(child=StrictCharField(max_length=2048), required=False, max_length=100)
-    metadata = serializers.DictField(required=False)
-
-    def validate_parts(self, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        has_text = any(p["kind"] == "text" and p["text"].strip() for p in parts)
-        has_data = any(p["kind"] == "data" for p in parts)
-        if not (has_text or has_data):
-            raise ValidationError(_("The message needs a text part (the query) or a data part."))
-        return parts
-
-
-# --- output shapes ---------------------------------------------------------------------------------------
-
-
-@extend_schema_serializer(component_name="RunError")
-class RunErrorSerializer(serializers.Serializer):
-    code = serializers.CharField()
-    message = serializers.CharField()
-
-
-@extend_schema_serializer(component_name="ToolCall")
-class ToolCallSerializer(serializers.Serializer):
-    source = serializers.CharField(help_text="deterministic, agent, flow or admin")
-    mcp_id = serializers.CharField()
-    name = serializers.CharField()
-    args = serializers.JSONField(help_text="Masked.")
-    ok = serializers.BooleanField()
-    reason = serializers.CharField(help_text="Empty, or the failure's reason code.")
-    attempt = serializers.IntegerField()
-    latency_ms = serializers.FloatField(allow_null=True)
-
-
-@extend_schema_serializer(component_name="Approval")
-class ApprovalOutputSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = Approval
-        fields = [
-            "id",
-            "mcp_id",
-            "tool",
-            "args",
-            "status",
-            "requested_by",
-            "decided_by",
-            "decided_at",
-            "reason",
-            "expires_at",
-            "created_at",
-        ]
-
-
-@extend_schema_serializer(component_name="Run")
-class RunOutputSerializer(serializers.ModelSerializer):
-    agent = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    error = serializers.SerializerMethodField()
-    tool_calls = serializers.SerializerMethodField()
-    approvals = serializers.SerializerMethodField()
-
-    class Meta:
-        model = Run
-        fields = [
-            "id",
-            "agent",
-            "status",
-            "query",
-            "context",
-            "a2a_data",
-            "a2a_files",
-            "answer",
-            "error",
-            "deterministic_results",
-            "tool_calls",
-            "approvals",
-            "timings",
-            "token_usage",
-            "tool_failures",
-            "created_at",
-            "started_at",
-            "finished_at",
-        ]
-
-    def to_representation(self, instance: Run) -> dict[str, Any]:
-        data = super().to_representation(instance)
-        data["deterministic_results"] = [
-            {k: v for k, v in r.items() if k != "answer_template"} for r in data.get("deterministic_results") or []
-        ]
-        return data
-
-    @extend_schema_field(RunErrorSerializer(allow_null=True))
-    def get_error(self, run: Run) -> dict[str, str] | None:
-        if not run.error_code:
-            return None
-        return {"code": run.error_code, "message": run.error_message}
-
-    @extend_schema_field(ToolCallSerializer(many=True))
-    def get_tool_calls(self, run: Run) -> list[dict[str, Any]]:
-        return run_tool_calls(run=run)
-
-    @extend_schema_field(ApprovalOutputSerializer(many=True))
-    def get_approvals(self, run: Run) -> list[dict[str, Any]]:
-        return [ApprovalOutputSerializer(a).data for a in run.approvals.order_by("created_at")]
-
-
-@extend_schema_serializer(component_name="RunSummary")
-class RunSummarySerializer(serializers.ModelSerializer):
-    """A run in a list: no trace, tool calls or approvals (`GET /runs/{id}` has them)."""
-
-    agent = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    error = serializers.SerializerMethodField()
-
-    class Meta:
-        model = Run
-        fields = ["id", "agent", "status", "query", "answer", "error", "created_at", "started_at", "finished_at"]
-
-    @extend_schema_field(RunErrorSerializer(allow_null=True))
-    def get_error(self, run: Run) -> dict[str, str] | None:
-        if not run.error_code:
-            return None
-        return {"code": run.error_code, "message": run.error_message}
-
-
-@extend_schema_serializer(component_name="RunPage")
-class RunPageSerializer(serializers.Serializer):
-    next = serializers.URLField(allow_null=True, help_text="The next (older) page, or null.")
-    previous = serializers.URLField(allow_null=True, help_text="The previous (newer) page, or null.")
-    results = RunSummarySerializer(many=True)
 
 
 # --- POST /runs ------------------------------------------------------------------------------------------
@@ -413,7 +172,6 @@ class RunCreateApi(ApiView):
         ],
     )
     def post(self, request: Request) -> Response:
-        _refuse_an_oversized_body(request)
         if not isinstance(request.data, dict):
             raise ApplicationError(_("The body must be a JSON object."), code="invalid_input", status=400)
         _refuse_an_overlong_query(request.data.get("query"))
@@ -442,18 +200,6 @@ class RunCreateApi(ApiView):
             RunOutputSerializer(run).data,
             status=status.HTTP_200_OK if done else status.HTTP_202_ACCEPTED,
             headers=headers,
-        )
-
-
-def _refuse_an_oversized_body(request: Request) -> None:
-    limit = int(api_setting("PLATFORM_API_MAX_BODY_BYTES"))
-    try:
-        length = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        length = 0
-    if length > limit:
-        raise ApplicationError(
-            _("The body is larger than %(max)d bytes.") % {"max": limit}, code="body_too_large", status=413
         )
 
 

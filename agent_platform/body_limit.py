@@ -1,0 +1,177 @@
+"""Request bodies are bounded before anything reads them, and every error under ``/api/`` is JSON.
+
+Two layers, because the servers differ in when they read a body:
+
+- ``BodyLimitASGIMiddleware`` wraps the ASGI application (``agent_platform/asgi.py``; uvicorn, gunicorn's
+  uvicorn workers). Django's ASGI handler reads a whole body into a file before any middleware or view runs, so
+  the limit must sit in front of it: a declared ``Content-Length`` over the limit is answered ``413`` at once,
+  without reading a byte; a body sent without one (chunked) is counted as it arrives and answered ``413`` the
+  moment it passes the limit. What it lets through it hands on unchanged (buffered: at most the limit).
+- ``BodyLimitMiddleware`` is the first Django middleware (WSGI: ``runserver``, gunicorn's sync workers, the
+  test client): a ``Content-Length`` over the limit is a ``413`` before sessions, CSRF or authentication read
+  the body. Under WSGI Django reads no more than ``Content-Length`` (its ``LimitedStream``), and the API's
+  parser (``agents/api/parsers.py``) counts what it reads, too.
+
+The limit is ``PLATFORM_API_MAX_BODY_BYTES`` under ``/api/`` and ``PLATFORM_MAX_BODY_BYTES`` elsewhere (the
+admin).
+
+``ApiErrorShapeMiddleware`` is the outermost Django middleware: any error response under ``/api/`` that is not
+JSON (Django's own 400/403/404/405/413 pages, a CSRF failure, anything a future view forgets) is replaced by the
+API's ``{"error": {"code", "message"}}`` with the same status and headers that matter (``Allow``,
+``Retry-After``, ``WWW-Authenticate``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponseBase, JsonResponse
+from django.utils.translation import gettext as _
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+API_PREFIX = "/api/"
+_KEPT_HEADERS = ("Allow", "Retry-After", "WWW-Authenticate")
+_CODES = {
+    400: "bad_request",
+    401: "not_authenticated",
+    403: "permission_denied",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    408: "request_timeout",
+    411: "length_required",
+    413: "body_too_large",
+    414: "uri_too_long",
+    415: "unsupported_media_type",
+    429: "throttled",
+}
+
+
+def body_limit_for(path: str) -> int:
+    """The most bytes a request body to ``path`` may have."""
+    if path.startswith(API_PREFIX):
+        return int(settings.PLATFORM_API_MAX_BODY_BYTES)
+    return int(settings.PLATFORM_MAX_BODY_BYTES)
+
+
+def error_json(status: int, code: str | None = None, message: str | None = None) -> dict[str, Any]:
+    """The API's error body for ``status`` (a generic message where none is given)."""
+    return {
+        "error": {
+            "code": code or _CODES.get(status, "server_error" if status >= 500 else "error"),
+            "message": message or _("The request failed (HTTP %(status)d).") % {"status": status},
+        }
+    }
+
+
+def _too_large_message(limit: int) -> str:
+    return _("The body is larger than %(max)d bytes.") % {"max": limit}
+
+
+def _declared_length(value: str | bytes | None) -> int | None:
+    """``Content-Length`` as a number; None when absent; -1 when malformed (refused as a 400)."""
+    if value is None:
+        return None
+    text = value.decode("latin-1") if isinstance(value, bytes) else value
+    text = text.strip()
+    return int(text) if text.isdigit() and text.isascii() else -1
+
+
+class BodyLimitASGIMiddleware:
+    """Wraps an ASGI application; see the module docstring."""
+
+    def __init__(self, app: AsgiApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = body_limit_for(scope.get("path", ""))
+        headers = dict(scope.get("headers") or [])
+        declared = _declared_length(headers.get(b"content-length"))
+        if declared == -1:
+            await _send_json(send, 400, error_json(400, "bad_request", _("Content-Length must be a whole number.")))
+            return
+        if declared is not None and declared > limit:
+            await _send_json(send, 413, error_json(413, "body_too_large", _too_large_message(limit)))
+            return
+        buffered: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            buffered.append(message)
+            if message["type"] != "http.request":
+                break  # http.disconnect: Django sees it and stops
+            size += len(message.get("body", b""))
+            if size > limit:
+                await _send_json(send, 413, error_json(413, "body_too_large", _too_large_message(limit)))
+                return
+            if not message.get("more_body", False):
+                break
+
+        async def replay() -> Message:
+            return buffered.pop(0) if buffered else await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
+    payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+
+
+class BodyLimitMiddleware:
+    """Django middleware: a declared body over the limit is a ``413`` before anything reads it."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        limit = body_limit_for(request.path)
+        declared = _declared_length(request.META.get("CONTENT_LENGTH") or None)
+        if declared == -1:
+            return JsonResponse(error_json(400, "bad_request", _("Content-Length must be a whole number.")), status=400)
+        if declared is not None and declared > limit:
+            response = JsonResponse(error_json(413, "body_too_large", _too_large_message(limit)), status=413)
+            response["Connection"] = "close"
+            return response
+        return self.get_response(request)
+
+
+class ApiErrorShapeMiddleware:
+    """Django middleware: error responses under ``/api/`` are always the API's JSON; see the module docstring."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        response = self.get_response(request)
+        if not request.path.startswith(API_PREFIX) or response.status_code < 400:
+            return response
+        if response.get("Content-Type", "").split(";")[0].strip() == "application/json":
+            return response
+        shaped = JsonResponse(error_json(response.status_code), status=response.status_code)
+        for name in _KEPT_HEADERS:
+            if name in response:
+                shaped[name] = response[name]
+        return shaped

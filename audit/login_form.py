@@ -1,0 +1,28 @@
+"""The admin's login form, aware of login lockouts (``audit/logins.py``): a locked username or address is told
+so, plainly, instead of "wrong password" (the password is not checked then)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.core.exceptions import ValidationError
+
+from agent_platform.client_ip import client_ip
+from audit.logins import login_lockout_get
+
+
+class LockoutAwareAdminAuthenticationForm(AdminAuthenticationForm):
+    def clean(self) -> dict[str, Any]:
+        self._refuse_if_locked()
+        try:
+            return super().clean()
+        except ValidationError:
+            self._refuse_if_locked()  # this failure may have started a lockout: say so
+            raise
+
+    def _refuse_if_locked(self) -> None:
+        ip = client_ip(self.request.META) if self.request is not None else "unknown"
+        lockout = login_lockout_get(username=self.cleaned_data.get("username"), ip=ip)
+        if lockout is not None:
+            raise ValidationError(lockout.message(), code="login_locked")

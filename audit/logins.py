@@ -1,0 +1,192 @@
+"""Password logins are throttled: per username and per client address, in Django's cache (Redis in a deployment
+with ``REDIS_URL``, so every web process shares the counts).
+
+Every password check goes through ``LockoutModelBackend`` (``AUTHENTICATION_BACKENDS``): the admin's login form
+and HTTP Basic on the audit API alike. A failure counts once for the username and once for the address, in a
+window of ``PLATFORM_LOGIN_WINDOW_S`` that starts with the first failure. Reaching
+``PLATFORM_LOGIN_MAX_FAILURES`` for a username (``PLATFORM_LOGIN_IP_MAX_FAILURES`` for an address) locks it for
+``PLATFORM_LOGIN_LOCKOUT_S``: every login of that username, or from that address, is then refused *before the
+password is checked* — the right password too, so a locked account tells a guesser nothing. The lockout is
+written to the audit record once (``security.lockout``); lifting it early (``login_lockout_lift``,
+``manage.py unlock_login``) is audited too (``security.lockout_lift``). A successful login clears the
+username's count (not the address's: one good account must not reset a guesser's count for others).
+
+Trade-off, stated: locking by username lets anyone lock an admin out for the lockout's length; an admin lifts it
+with ``unlock_login``. A cache outage fails open (logins work, unthrottled, and it is logged), like the API's
+rate limits: an outage of Redis must not lock everyone out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.backends import ModelBackend
+from django.core.cache import cache
+from django.core.exceptions import PermissionDenied
+from django.utils.translation import gettext as _
+
+from agent_platform.client_ip import client_ip
+from audit.services import audit_event_record
+
+logger = logging.getLogger(__name__)
+
+Subject = Literal["user", "ip"]
+LOCKOUT_ACTION = "security.lockout"
+LIFT_ACTION = "security.lockout_lift"
+GUARD_ACTOR = "system:login_guard"
+
+
+@dataclass(frozen=True)
+class Lockout:
+    """A username or address that may not log in for ``retry_after_s`` more seconds."""
+
+    subject: Subject
+    value: str
+    retry_after_s: int
+
+    def message(self) -> str:
+        minutes = max(1, math.ceil(self.retry_after_s / 60))
+        return _(
+            "Too many failed logins. Logins are refused for about %(minutes)d more minutes; "
+            "an administrator can lift this (manage.py unlock_login)."
+        ) % {"minutes": minutes}
+
+
+def _normalized_username(username: str) -> str:
+    return username.strip().casefold()[:150]
+
+
+def _key(kind: Literal["fail", "lock"], subject: Subject, value: str) -> str:
+    # A digest: usernames are arbitrary text, and cache keys (memcached's) may not be.
+    digest = hashlib.sha256(f"{subject}:{value}".encode()).hexdigest()[:40]
+    return f"login:{kind}:{subject}:{digest}"
+
+
+def _subjects(username: str | None, ip: str) -> list[tuple[Subject, str]]:
+    found: list[tuple[Subject, str]] = []
+    if username:
+        found.append(("user", _normalized_username(username)))
+    if ip and ip != "unknown":
+        found.append(("ip", ip))
+    return found
+
+
+def login_lockout_get(*, username: str | None, ip: str) -> Lockout | None:
+    """The lockout that refuses this login now (the username's first), or None."""
+    try:
+        for subject, value in _subjects(username, ip):
+            until = cache.get(_key("lock", subject, value))
+            if until is not None and float(until) > time.time():
+                return Lockout(
+                    subject=subject, value=value, retry_after_s=max(1, math.ceil(float(until) - time.time()))
+                )
+    except Exception:
+        logger.warning("login lockout cache unavailable; login not throttled", exc_info=True)
+    return None
+
+
+def login_failure_record(*, username: str | None, ip: str) -> Lockout | None:
+    """Count one failed login. Returns the lockout it started, if it started one (audited, once)."""
+    window_s = int(settings.PLATFORM_LOGIN_WINDOW_S)
+    lockout_s = int(settings.PLATFORM_LOGIN_LOCKOUT_S)
+    limits: dict[Subject, int] = {
+        "user": int(settings.PLATFORM_LOGIN_MAX_FAILURES),
+        "ip": int(settings.PLATFORM_LOGIN_IP_MAX_FAILURES),
+    }
+    started: Lockout | None = None
+    for subject, value in _subjects(username, ip):
+        try:
+            fail_key = _key("fail", subject, value)
+            cache.add(fail_key, 0, timeout=window_s)
+            try:
+                count = cache.incr(fail_key)
+            except ValueError:  # expired between add and incr
+                cache.add(fail_key, 0, timeout=window_s)
+                count = cache.incr(fail_key)
+            if count < limits[subject]:
+                continue
+            # ``add`` is atomic: of many processes reaching the limit at once, one starts (and audits) the lockout.
+            if not cache.add(_key("lock", subject, value), time.time() + lockout_s, timeout=lockout_s):
+                continue
+            cache.delete(fail_key)
+        except Exception:
+            logger.warning("login lockout cache unavailable; failure not counted", exc_info=True)
+            return None
+        lockout = Lockout(subject=subject, value=value, retry_after_s=lockout_s)
+        audit_event_record(
+            source="admin",
+            action=LOCKOUT_ACTION,
+            tool="login",
+            args={subject: value, "failures": count, "window_s": window_s, "lockout_s": lockout_s},
+            ok=False,
+            reason=f"login:locked:{subject}",
+            actor=GUARD_ACTOR,
+        )
+        started = started or lockout
+    return started
+
+
+def login_success_record(*, username: str) -> None:
+    """A successful login clears the username's failure count."""
+    try:
+        cache.delete(_key("fail", "user", _normalized_username(username)))
+    except Exception:
+        logger.warning("login lockout cache unavailable", exc_info=True)
+
+
+def login_subject_parse(user_or_ip: str) -> tuple[Subject, str]:
+    """``"10.0.0.7"`` → ("ip", "10.0.0.7"); anything that is not an IP address is a username."""
+    text = user_or_ip.strip()
+    try:
+        return "ip", str(ipaddress.ip_address(text))
+    except ValueError:
+        return "user", _normalized_username(text)
+
+
+def login_lockout_lift(*, user_or_ip: str, actor: str) -> bool:
+    """Lift the lockout of a username or an address, and clear its failure count. Audited
+    (``security.lockout_lift``) whether or not it was locked; returns whether it was."""
+    subject, value = login_subject_parse(user_or_ip)
+    lock_key = _key("lock", subject, value)
+    was_locked = cache.get(lock_key) is not None
+    cache.delete_many([lock_key, _key("fail", subject, value)])
+    audit_event_record(
+        source="admin",
+        action=LIFT_ACTION,
+        tool="login",
+        args={subject: value},
+        result={"was_locked": was_locked},
+        actor=actor,
+    )
+    return was_locked
+
+
+class LockoutModelBackend(ModelBackend):
+    """Django's username/password backend behind the lockout. A locked username or address is refused before
+    its password is checked (``PermissionDenied`` ends ``authenticate()`` with None); otherwise the check's
+    outcome is counted. Callers that want to say *why* (the admin's form, Basic auth) ask
+    ``login_lockout_get`` first."""
+
+    def authenticate(
+        self, request: Any, username: str | None = None, password: str | None = None, **kwargs: Any
+    ) -> Any:
+        if username is None:
+            username = kwargs.get(get_user_model().USERNAME_FIELD)
+        ip = client_ip(request.META) if request is not None else "unknown"
+        if login_lockout_get(username=username, ip=ip) is not None:
+            raise PermissionDenied
+        user = super().authenticate(request, username=username, password=password, **kwargs)
+        if user is None:
+            if username is not None and password is not None:
+                login_failure_record(username=username, ip=ip)
+        else:
+            login_success_record(username=username or "")
+        return user

@@ -1,0 +1,43 @@
+"""``manage.py unlock_login USER_OR_IP``: lift a login lockout (``audit/logins.py``) before it ends. Audited."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.cache import caches
+from django.core.cache.backends.locmem import LocMemCache
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from audit.logins import login_lockout_lift, login_subject_parse
+
+
+def cache_is_process_local() -> bool:
+    """Whether the default cache lives in each process's memory (then no other process can see its entries)."""
+    return isinstance(caches["default"], LocMemCache)
+
+
+class Command(BaseCommand):
+    help = (
+        "Lift the login lockout of a username or a client IP address (after too many failed passwords at the "
+        "admin's login or on the audit API's Basic auth) and clear its failure count. Written to the audit "
+        "record (security.lockout_lift)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("user_or_ip", help="a username, or an IPv4/IPv6 address")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        text: str = options["user_or_ip"]
+        if not text.strip():
+            raise CommandError("give a username or an IP address")
+        if cache_is_process_local():
+            raise CommandError(
+                "the cache is local to each process (REDIS_URL is not set): this command cannot reach the web "
+                "server's lockouts. Restart the web server, or wait for the lockout to end "
+                "(PLATFORM_LOGIN_LOCKOUT_S)."
+            )
+        subject, value = login_subject_parse(text)
+        was_locked = login_lockout_lift(user_or_ip=text, actor="system:unlock_login")
+        what = "address" if subject == "ip" else "username"
+        state = "lifted" if was_locked else "was not locked; its failure count is cleared"
+        self.stdout.write(f"{what} {value}: {state}")
