@@ -27,12 +27,14 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.management import call_command
+from django.db.backends.sqlite3.operations import DatabaseOperations as SqliteOperations
 from django.test import Client
 from rest_framework.test import APIClient
 
 from agents.management.commands.seed_demo import DEMO_RULES, SYSTEM_PROMPT, apply_demo_contracts
 from agents.models import Agent, ApiKey, DeterministicRule
 from agents.services import api_key_create
+from audit.append_only import sqlite_flush_past_triggers
 from mcpregistry import gate
 from mcpregistry.models import McpServer
 from mcpregistry.pool import shutdown_default_pool
@@ -41,6 +43,18 @@ from mcpregistry.services import mcp_server_discover
 # Test code may create configuration rows directly (fixtures); the platform's own code never may, here as in
 # production (audit/change_guard.py).
 settings.PLATFORM_CHANGE_GUARD = "tests"
+
+# TransactionTestCase empties every table after each test (Django's flush). SQLite's audit triggers refuse that, as
+# PostgreSQL's would; the suite passes them the way archive_audit does (audit/append_only.py), and the post_migrate
+# that follows a flush creates a fresh chain head.
+_sqlite_sql_flush = SqliteOperations.sql_flush
+
+
+def _sql_flush_past_the_audit_triggers(self: SqliteOperations, style: Any, tables: Any, **options: Any) -> list[str]:
+    return sqlite_flush_past_triggers(_sqlite_sql_flush(self, style, tables, **options), tables)
+
+
+SqliteOperations.sql_flush = _sql_flush_past_the_audit_triggers  # type: ignore[method-assign]
 
 # A secret bound to the demo server in tests: it must never be stored or shown anywhere.
 DEMO_SECRET = "sk-test-binding-secret-5f2b9c1d7e"
