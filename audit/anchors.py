@@ -45,6 +45,7 @@ __all__ = [
     "AnchorFile",
     "AnchorSet",
     "AnchorStore",
+    "AnchorTimer",
     "AnchorUnreadable",
     "anchor_store",
     "anchors_load",
@@ -243,6 +244,21 @@ def _head_is_vouched_for(keyring: ChainKeyring, seq: int, hash_hex: str) -> bool
         and checkpoint[0] == hash_hex
         and keyring.check("checkpoint", checkpoint_message(seq, hash_hex, checkpoint[1]), checkpoint[2]) is None
     )
+
+
+class AnchorTimer:
+    """A worker's anchoring pass (``agent_platform.celery``): anchors the head when it moved since this timer's
+    last anchor, so that an idle platform does not fill the store. Raises what :func:`audit_chain_anchor` raises."""
+
+    def __init__(self) -> None:
+        self.last: Anchor | None = None
+
+    def __call__(self) -> Anchor | None:
+        head = AuditChainHead.objects.filter(pk=1).values_list("seq", "hash").first()
+        if self.last is not None and head == (self.last.seq, self.last.hash):
+            return None
+        self.last = audit_chain_anchor()
+        return self.last
 
 
 # --- reading, for verification -----------------------------------------------------------------------------------
