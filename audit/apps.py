@@ -4,6 +4,7 @@ from typing import Any
 
 from django.apps import AppConfig, apps
 from django.db import connections
+from django.db.migrations.recorder import MigrationRecorder
 from django.db.models.signals import m2m_changed, post_migrate, pre_migrate
 
 
@@ -24,8 +25,9 @@ def _audit_chain_after_migrate(*, using: str, **_kwargs: Any) -> None:
     from audit.services import audit_chain_head_create_if_fresh
 
     connection = connections[using]
-    if "audit_auditchainhead" not in connection.introspection.table_names():
-        return  # migrated backwards, or not yet
+    applied = MigrationRecorder(connection).applied_migrations()
+    if ("audit", "0009_audit_append_only_sqlite") not in applied:
+        return  # migrated backwards, or not yet this far
     if connection.vendor == "sqlite":
         append_only_install(connection)
     audit_chain_head_create_if_fresh(using=using)

@@ -584,3 +584,74 @@ def test_postgres_refuses_to_update_delete_or_truncate_audit_events(postgres_url
     }
     verified = manage("verify_audit", database_url=postgres_url)
     assert verified.returncode == 0, verified.stderr
+
+
+TRY_TO_MOVE_THE_HEAD = """
+import json
+from django.db import connection, transaction
+from audit.services import audit_event_record
+audit_event_record(source="admin", tool="victim")
+outcome = {}
+for name, statement in [
+    ("back", "UPDATE audit_auditchainhead SET seq = seq - 1"),
+    ("nowhere", "UPDATE audit_auditchainhead SET seq = seq + 1"),
+    ("delete", "DELETE FROM audit_auditchainhead"),
+    ("truncate", "TRUNCATE audit_auditchainhead"),
+]:
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(statement)
+        outcome[name] = "allowed"
+    except Exception as exc:
+        outcome[name] = str(exc).splitlines()[0]
+print(json.dumps(outcome))
+"""
+
+
+@pytest.mark.postgres
+def test_postgres_refuses_to_move_the_head_anywhere_but_onto_an_appended_event(postgres_url: str) -> None:  # noqa: F811
+    tried = manage("shell", "-c", TRY_TO_MOVE_THE_HEAD, database_url=postgres_url)
+
+    assert tried.returncode == 0, tried.stderr
+    moved = "the audit chain head only moves forward, onto an appended event: UPDATE refused"
+    assert json.loads(tried.stdout.strip().splitlines()[-1]) == {
+        "back": moved,
+        "nowhere": moved,
+        "delete": "the audit chain head is never deleted: DELETE refused",
+        "truncate": "the audit chain head is never deleted: TRUNCATE refused",
+    }
+
+
+WRITE_EVENTS_AS_BEFORE_THE_MAC = """
+from django.db import connection
+from django.utils import timezone
+from audit.chain import GENESIS_HASH, event_hash
+prev, rows = GENESIS_HASH, []
+for seq in (1, 2, 3):
+    event = {"seq": seq, "prev_hash": prev, "created_at": timezone.now(), "run_id": None, "source": "agent",
+             "action": "tool.call", "mcp_id": "demo", "tool": "old", "call_id": "", "args": {}, "result": None,
+             "ok": True, "reason": "", "attempt": 1, "latency_ms": None, "actor": ""}
+    prev = event_hash(event)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO audit_auditevent (seq, prev_hash, hash, created_at, source, action, mcp_id, tool, call_id,"
+            " args, ok, reason, attempt, actor) VALUES (%s, %s, %s, %s, 'agent', 'tool.call', 'demo', 'old', '',"
+            " '{}', 1, '', 1, '')", [seq, event["prev_hash"], prev, event["created_at"].isoformat()])
+with connection.cursor() as cursor:
+    cursor.execute("UPDATE audit_auditchainhead SET seq = 3, hash = %s WHERE id = 1", [prev])
+"""
+
+
+@pytest.mark.slow
+def test_migrating_a_chain_written_before_macs_macs_it_and_it_verifies(tmp_path: Path) -> None:
+    database = str(tmp_path / "old.sqlite3")
+    assert manage("migrate", "audit", "0006", "--noinput", sqlite_path=database).returncode == 0
+    written = manage("shell", "-c", WRITE_EVENTS_AS_BEFORE_THE_MAC, sqlite_path=database)
+    assert written.returncode == 0, written.stderr
+
+    migrated = manage("migrate", "--noinput", sqlite_path=database)
+
+    assert migrated.returncode == 0, migrated.stderr
+    verified = manage("verify_audit", sqlite_path=database)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert verified.stdout.strip().splitlines()[-1].startswith("verified 3 events, head ")
