@@ -23,9 +23,11 @@ from audit.chain import ChainKeyring
 __all__ = ["chain_keyring"]
 
 
+@lru_cache(maxsize=4)
 def _local_key(path: Path) -> str:
     """The local key, created once: written beside its final name, then linked into place, so that two
-    processes starting together agree on one key and nobody reads a half-written file."""
+    processes starting together agree on one key and nobody reads a half-written file. Read once per process
+    (every append needs it)."""
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
