@@ -27,7 +27,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.management import call_command
-from django.db.backends.sqlite3.operations import DatabaseOperations as SqliteOperations
+from django.db.backends.sqlite3.base import DatabaseWrapper as SqliteWrapper
 from django.test import Client
 from rest_framework.test import APIClient
 
@@ -47,14 +47,16 @@ settings.PLATFORM_CHANGE_GUARD = "tests"
 # TransactionTestCase empties every table after each test (Django's flush). SQLite's audit triggers refuse that, as
 # PostgreSQL's would; the suite passes them the way archive_audit does (audit/append_only.py), and the post_migrate
 # that follows a flush creates a fresh chain head.
+# (The operations class through the backend's base module: importing sqlite3.operations first is a circular import.)
+SqliteOperations = SqliteWrapper.ops_class
 _sqlite_sql_flush = SqliteOperations.sql_flush
 
 
-def _sql_flush_past_the_audit_triggers(self: SqliteOperations, style: Any, tables: Any, **options: Any) -> list[str]:
+def _sql_flush_past_the_audit_triggers(self: Any, style: Any, tables: Any, **options: Any) -> list[str]:
     return sqlite_flush_past_triggers(_sqlite_sql_flush(self, style, tables, **options), tables)
 
 
-SqliteOperations.sql_flush = _sql_flush_past_the_audit_triggers  # type: ignore[method-assign]
+SqliteOperations.sql_flush = _sql_flush_past_the_audit_triggers
 
 # A secret bound to the demo server in tests: it must never be stored or shown anywhere.
 DEMO_SECRET = "sk-test-binding-secret-5f2b9c1d7e"
