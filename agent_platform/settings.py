@@ -198,6 +198,23 @@ PLATFORM_AUDIT_RESULT_MAX_CHARS = int(os.environ.get("PLATFORM_AUDIT_RESULT_MAX_
 # A tool result longer than this (its text, else its structured content as JSON) is refused by the gate as
 # ``result:too_big`` before it reaches the model, the run or the API; a contract's ``returns.max_chars`` overrides it.
 PLATFORM_TOOL_RESULT_MAX_CHARS = int(os.environ.get("PLATFORM_TOOL_RESULT_MAX_CHARS", "20000"))
+
+# --- the audit chain's authentication and anchors (audit/chain_keys.py, audit/anchors.py) -------
+# Comma-separated keys, 32+ characters each: the first signs, all verify. Never in the database. Without
+# it, a local key is generated once into AUDIT_CHAIN_KEY_FILE (mode 0600).
+AUDIT_CHAIN_KEY = _env_list("AUDIT_CHAIN_KEY")
+AUDIT_CHAIN_KEY_FILE = Path(os.environ.get("AUDIT_CHAIN_KEY_FILE", VAR_DIR / "audit_chain_key"))
+# Where `audit_anchor` writes the chain head: an append-only JSONL file, or, where a bucket is named, objects
+# under object lock in an S3-compatible bucket (credentials from the standard AWS chain).
+AUDIT_ANCHOR_PATH = Path(os.environ.get("AUDIT_ANCHOR_PATH", VAR_DIR / "audit_anchors.jsonl"))
+AUDIT_ANCHOR_S3_BUCKET = os.environ.get("AUDIT_ANCHOR_S3_BUCKET", "")
+AUDIT_ANCHOR_S3_PREFIX = os.environ.get("AUDIT_ANCHOR_S3_PREFIX", "audit-anchors/")
+AUDIT_ANCHOR_S3_ENDPOINT_URL = os.environ.get("AUDIT_ANCHOR_S3_ENDPOINT_URL") or None
+AUDIT_ANCHOR_S3_REGION = os.environ.get("AUDIT_ANCHOR_S3_REGION") or None
+AUDIT_ANCHOR_S3_LOCK_MODE = os.environ.get("AUDIT_ANCHOR_S3_LOCK_MODE", "COMPLIANCE")
+AUDIT_ANCHOR_S3_RETENTION_DAYS = int(os.environ.get("AUDIT_ANCHOR_S3_RETENTION_DAYS", "2557"))
+# Every worker anchors the head this often (seconds; 0 turns the worker's timer off).
+AUDIT_ANCHOR_INTERVAL_S = float(os.environ.get("AUDIT_ANCHOR_INTERVAL_S", "300"))
 # A write of a configuration model outside the services (which audit it) is refused ("refuse"); the test
 # suite sets "tests", which also lets test code itself create fixtures directly (audit/change_guard.py).
 # Fernet keys for bindings' secrets at rest, comma-separated; the first encrypts (mcpregistry/crypto.py).

@@ -1,5 +1,36 @@
+from __future__ import annotations
+
+from typing import Any
+
 from django.apps import AppConfig, apps
-from django.db.models.signals import m2m_changed
+from django.db import connections
+from django.db.migrations.recorder import MigrationRecorder
+from django.db.models.signals import m2m_changed, post_migrate, pre_migrate
+
+
+def _audit_chain_before_migrate(*, using: str, **_kwargs: Any) -> None:
+    """SQLite alters a table by copying and renaming it, which its triggers (one of which names the events
+    table) do not survive: they are lifted for the length of ``migrate`` and put back after it."""
+    from audit.append_only import sqlite_triggers_lift
+
+    connection = connections[using]
+    if connection.vendor == "sqlite":
+        sqlite_triggers_lift(connection)
+
+
+def _audit_chain_after_migrate(*, using: str, **_kwargs: Any) -> None:
+    """After every ``migrate`` (and a test suite's flush): SQLite's triggers back in place (altering a table
+    there drops its triggers), and the chain head created if the record is empty (never over events)."""
+    from audit.append_only import append_only_install
+    from audit.services import audit_chain_head_create_if_fresh
+
+    connection = connections[using]
+    applied = MigrationRecorder(connection).applied_migrations()
+    if ("audit", "0009_audit_append_only_sqlite") not in applied:
+        return  # migrated backwards, or not yet this far
+    if connection.vendor == "sqlite":
+        append_only_install(connection)
+    audit_chain_head_create_if_fresh(using=using)
 
 
 class AuditConfig(AppConfig):
@@ -11,6 +42,8 @@ class AuditConfig(AppConfig):
         from audit.change_guard import ChangeAudit, m2m_changed_guard, policy_of
 
         roles.connect()
+        pre_migrate.connect(_audit_chain_before_migrate, sender=self, dispatch_uid="audit.chain.before_migrate")
+        post_migrate.connect(_audit_chain_after_migrate, sender=self, dispatch_uid="audit.chain.after_migrate")
         # Many-to-many changes of a configuration model (an agent's servers, a key's agents) are writes too.
         for model in apps.get_models():
             if isinstance(getattr(model, "change_audit", None), ChangeAudit) and policy_of(model) is not None:

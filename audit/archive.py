@@ -1,5 +1,6 @@
 """Archiving the audit chain (``archive_audit``): events up to a point go to a gzip JSONL file, verified as written, then
-leave the table behind a checkpoint; archive files are verified on their own or with the table."""
+leave the table behind a MAC'd checkpoint; archive files are verified on their own or with the table (``verify_audit``
+checks every checkpoint against its file)."""
 
 from __future__ import annotations
 
@@ -18,15 +19,13 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
-from audit.chain import HASHED_FIELDS, ChainBreak, ChainVerifier
+from audit.append_only import archive_delete_allow, archive_delete_end
+from audit.chain import ChainKeyring, ChainVerifier, checkpoint_message
+from audit.chain_keys import chain_keyring
 from audit.models import AuditCheckpoint, AuditEvent
-from audit.verification import ChainReport, _chain_start, _events_in_chain_order
+from audit.verification import _events_in_chain_order
 
 logger = logging.getLogger(__name__)
-
-_HEAD_ID = 1
-_EVENT_FIELDS = ("id", *HASHED_FIELDS, "hash")
-_CHECKPOINT_FILE_SALT = "audit.verify_audit.checkpoint"
 
 
 # --- archive files -------------------------------------------------------------------------------------------
@@ -66,7 +65,7 @@ def audit_events_archive(
     if older_than_days < 0:
         raise ApplicationError(_("--older-than-days must be 0 or more."), code="archive_days")
     cutoff = (now or timezone.now()) - dt.timedelta(days=older_than_days)
-    verifier, _checkpoint = _chain_start()
+    verifier = _archive_start(chain_keyring())
     first_seq = verifier.next_seq
     first_young = AuditEvent.objects.filter(created_at__gte=cutoff).order_by("seq").values_list("seq", flat=True)
     young = first_young.first()
@@ -96,6 +95,28 @@ def audit_events_archive(
             report.path.unlink(missing_ok=True)
         raise
     return report
+
+
+def _archive_start(keyring: ChainKeyring) -> ChainVerifier:
+    """Where the next archive starts: after the latest checkpoint, whose MAC must verify, or at genesis."""
+    checkpoint = AuditCheckpoint.objects.order_by("-seq").first()
+    if checkpoint is None:
+        return ChainVerifier(keyring=keyring)
+    why = keyring.check(
+        "checkpoint", checkpoint_message(checkpoint.seq, checkpoint.hash, checkpoint.count), checkpoint.mac
+    )
+    if why is not None:
+        raise ApplicationError(
+            _("The audit chain is broken, nothing was archived: archive checkpoint seq %(seq)s has %(why)s — forged")
+            % {"seq": checkpoint.seq, "why": why},
+            code="audit_chain_broken",
+        )
+    return ChainVerifier(
+        start_seq=checkpoint.seq + 1,
+        start_prev_hash=checkpoint.hash,
+        start_label=f"the hash of the archive checkpoint at seq {checkpoint.seq}",
+        keyring=keyring,
+    )
 
 
 def _archive_write(partial: Path, verifier: ChainVerifier, *, name: str, last_seq: int, chunk_size: int) -> None:
@@ -132,117 +153,19 @@ def _fsync_directory(directory: Path) -> None:
 def _archive_commit(report: ArchiveReport) -> None:
     connection = connections[DEFAULT_DB_ALIAS]
     events_table = connection.ops.quote_name(AuditEvent._meta.db_table)
+    mac = chain_keyring().sign("checkpoint", checkpoint_message(report.last_seq, report.hash, report.count))
     with transaction.atomic(), connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SET LOCAL audit.allow_archive = 'on'")
+        archive_delete_allow(cursor, connection)
         AuditCheckpoint.objects.create(
-            seq=report.last_seq, hash=report.hash, file_name=str(report.path), count=report.count
+            seq=report.last_seq, hash=report.hash, file_name=str(report.path), count=report.count, mac=mac
         )
         cursor.execute(f"DELETE FROM {events_table} WHERE seq <= %s", [report.last_seq])  # noqa: S608
-        if cursor.rowcount != report.count:
+        deleted = cursor.rowcount
+        archive_delete_end(cursor, connection)
+        if deleted != report.count:
             raise ApplicationError(
                 _("The audit table changed while archiving (%(deleted)s events to delete, %(count)s archived).")
-                % {"deleted": cursor.rowcount, "count": report.count},
+                % {"deleted": deleted, "count": report.count},
                 code="archive_conflict",
                 status=409,
             )
-
-
-def audit_archive_verify(paths: list[Path]) -> tuple[ChainReport, list[str]]:
-    """Check archive files, in the order given, as one chain: each line's hash, links and seq continuity,
-    the final checkpoint line against the last event, and where the database still records a checkpoint at
-    a file's start or end, that it agrees. Returns the report and one summary line per file."""
-    report = ChainReport()
-    summaries: list[str] = []
-    verifier: ChainVerifier | None = None
-    recorded = dict(AuditCheckpoint.objects.values_list("seq", "hash"))
-    for path in paths:
-        try:
-            verifier, summary = _archive_file_verify(path, verifier, recorded, report)
-        except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as exc:
-            report.problem = f"archive {path}: unreadable ({exc})"
-        if report.problem:
-            return report, summaries
-        summaries.append(summary)
-        report.count += verifier.count
-        report.head_seq, report.head_hash = verifier.last_seq, verifier.last_hash
-    return report, summaries
-
-
-def _archive_file_verify(
-    path: Path, previous: ChainVerifier | None, recorded: dict[int, str], report: ChainReport
-) -> tuple[ChainVerifier, str]:
-    verifier: ChainVerifier | None = None
-    checkpoint: dict[str, Any] | None = None
-    with gzip.open(path, "rt", encoding="utf-8") as lines:
-        for number, text in enumerate(lines, start=1):
-            try:
-                line = json.loads(text)
-            except ValueError:
-                report.problem = f"archive {path} line {number}: not JSON — altered"
-                break
-            if checkpoint is not None:
-                report.problem = f"archive {path} line {number}: after the checkpoint line — inserted"
-                break
-            if isinstance(line, dict) and "checkpoint" in line:
-                checkpoint = line["checkpoint"]
-                continue
-            if not isinstance(line, dict) or "seq" not in line:
-                report.problem = f"archive {path} line {number}: not an event — altered"
-                break
-            if verifier is None:
-                verifier = _archive_verifier(path, line, previous, recorded, report)
-                if verifier is None:
-                    break
-            problem = verifier.feed(line)
-            if problem is not None:
-                report.problem = f"archive {path}: {problem.message}"
-                break
-    if report.problem:
-        return verifier or ChainVerifier(), ""
-    if verifier is None:
-        report.problem = f"archive {path}: no events"
-        return ChainVerifier(), ""
-    if not isinstance(checkpoint, dict):
-        report.problem = f"archive {path}: no checkpoint line — truncated"
-        return verifier, ""
-    tail = verifier.check_tail(
-        head_seq=checkpoint.get("seq", -1), head_hash=checkpoint.get("hash"), head_label="checkpoint"
-    )
-    if tail is None and verifier.last_seq != checkpoint.get("seq"):
-        tail = ChainBreak("inserted", verifier.last_seq, verifier.last_id, "events after the checkpoint — inserted")
-    if tail is not None:
-        report.problem = f"archive {path}: {tail.message}"
-    elif verifier.last_seq in recorded and recorded[verifier.last_seq] != verifier.last_hash:
-        report.problem = f"archive {path}: checkpoint seq {verifier.last_seq} differs from the database's — replaced"
-    first = verifier.last_seq - verifier.count + 1
-    return (
-        verifier,
-        f"archive {path}: verified {verifier.count} events (seq {first} to {verifier.last_seq}), checkpoint {verifier.last_hash}",
-    )
-
-
-def _archive_verifier(
-    path: Path, first: dict[str, Any], previous: ChainVerifier | None, recorded: dict[int, str], report: ChainReport
-) -> ChainVerifier | None:
-    """Where a file's chain starts: after the previous file, at genesis, or after a recorded checkpoint."""
-    if previous is not None:
-        return ChainVerifier(
-            start_seq=previous.next_seq,
-            start_prev_hash=previous.last_hash,
-            start_label="the previous file's checkpoint",
-        )
-    seq = first["seq"]
-    if isinstance(seq, int) and seq > 1:
-        before = recorded.get(seq - 1)
-        if before is not None:
-            return ChainVerifier(
-                start_seq=seq,
-                start_prev_hash=before,
-                start_label=f"the hash of the archive checkpoint at seq {seq - 1}",
-            )
-        report.notes.append(
-            f"archive {path} starts at seq {seq}: its link to seq {seq - 1} is not checked (pass the earlier archive first)"
-        )
-        return ChainVerifier(start_seq=seq, start_prev_hash=str(first.get("prev_hash")))
-    return ChainVerifier()

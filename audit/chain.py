@@ -18,16 +18,23 @@ back from SQLite's JSON text or PostgreSQL's ``jsonb``:
 
 The first event's ``prev_hash`` is :data:`GENESIS_HASH`; after an archive, the first remaining event's
 ``prev_hash`` is the hash of the archive's checkpoint.
+
+The hash has no secret: anyone who can write the database can recompute it. What authenticates the chain is a
+MAC (:class:`ChainKeyring`): HMAC-SHA256 with a key kept outside the database (``AUDIT_CHAIN_KEY``) over each
+event's hash, and over the chain head, each archive checkpoint and each anchor written outside the database.
+A MAC is written ``<key id>:<64 hex digits>``, the key id being the first 8 hex digits of a SHA-256 of the key,
+so that a verifier holding several keys (rotation) knows which one to use.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import hmac
 import json
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
@@ -36,6 +43,7 @@ __all__ = [
     "GENESIS_HASH",
     "HASHED_FIELDS",
     "ChainBreak",
+    "ChainKeyring",
     "ChainVerifier",
     "canonical_bytes",
     "event_hash",
@@ -65,7 +73,71 @@ HASHED_FIELDS: tuple[str, ...] = (
 )
 """What an event's hash covers: every stored field but the storage key ``id`` and the hash itself."""
 
-BreakKind = Literal["altered", "removed", "inserted", "broken", "truncated", "replaced"]
+BreakKind = Literal["altered", "removed", "inserted", "broken", "truncated", "replaced", "forged"]
+
+MacPurpose = Literal["event", "head", "checkpoint", "anchor"]
+"""What a MAC vouches for; each purpose is a separate domain, so a MAC of one kind never passes for another."""
+
+MIN_KEY_CHARS = 32
+
+
+class ChainKeyring:
+    """The chain's keys: the first signs, every one verifies (a key is rotated by putting the new one first and
+    keeping the old ones for as long as something they signed must still verify: events, archives, anchors).
+
+    Raises ``ValueError`` for no key or a key shorter than :data:`MIN_KEY_CHARS` characters.
+    """
+
+    def __init__(self, keys: Sequence[str]) -> None:
+        if not keys:
+            raise ValueError("the audit chain needs at least one key")
+        for key in keys:
+            if len(key) < MIN_KEY_CHARS:
+                raise ValueError(f"an audit chain key must be at least {MIN_KEY_CHARS} characters")
+        self._secrets = {self.key_id(key): key.encode("utf-8") for key in keys}
+        self.signing_key_id = self.key_id(keys[0])
+
+    @staticmethod
+    def key_id(key: str) -> str:
+        """A key's public name: 8 hex digits of a SHA-256 of it (tells nothing usable about the key)."""
+        return hashlib.sha256(b"audit-chain-key-id\x00" + key.encode("utf-8")).hexdigest()[:8]
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        return tuple(self._secrets)
+
+    def sign(self, purpose: MacPurpose, message: str) -> str:
+        """``<key id>:<hex HMAC-SHA256>`` of ``message`` for ``purpose``, with the signing (first) key."""
+        return f"{self.signing_key_id}:{self._digest(self.signing_key_id, purpose, message)}"
+
+    def check(self, purpose: MacPurpose, message: str, mac: Any) -> str | None:
+        """None if ``mac`` is a valid MAC of ``message`` for ``purpose`` by one of the keys, else why not."""
+        if not mac or not isinstance(mac, str):
+            return "no MAC"
+        key_id, _, digest = mac.partition(":")
+        if key_id not in self._secrets:
+            return f"MAC by key {key_id}, which AUDIT_CHAIN_KEY does not hold"
+        if not hmac.compare_digest(digest, self._digest(key_id, purpose, message)):
+            return "MAC mismatch"
+        return None
+
+    def _digest(self, key_id: str, purpose: str, message: str) -> str:
+        return hmac.digest(self._secrets[key_id], f"audit.{purpose}\x00{message}".encode(), "sha256").hex()
+
+
+def head_message(seq: int, hash_hex: str) -> str:
+    """What the chain head's MAC covers."""
+    return f"{seq}:{hash_hex}"
+
+
+def checkpoint_message(seq: int, hash_hex: str, count: int) -> str:
+    """What an archive checkpoint's MAC covers."""
+    return f"{seq}:{hash_hex}:{count}"
+
+
+def anchor_message(seq: int, hash_hex: str, at: str) -> str:
+    """What an anchor's MAC covers (``at``: the ISO time it was taken, as written)."""
+    return f"{seq}:{hash_hex}:{at}"
 
 
 def _canonical_float(text: str) -> int | float:
@@ -135,15 +207,27 @@ def _name(seq: Any, event_id: Any) -> str:
 
 
 class ChainVerifier:
-    """Checks events fed in ``seq`` order: seq continuity, each hash recomputed, each ``prev_hash`` link.
+    """Checks events fed in ``seq`` order: seq continuity, each hash recomputed, each ``prev_hash`` link, and
+    with a ``keyring`` each event's ``mac`` (HMAC of its hash).
 
     Start it where the chain starts (seq 1 after :data:`GENESIS_HASH`, or after an archive checkpoint), then
     :meth:`feed` every event; the first problem is returned (and kept in :attr:`problem`) and the verifier
     stops checking. :meth:`check_tail` compares where the chain ends with an independently kept head.
-    ``count``, ``last_seq`` and ``last_hash`` describe what verified so far.
+    ``count``, ``last_seq`` and ``last_hash`` describe what verified so far. Without a keyring (or with
+    ``require_mac=False``, for archives written before events carried a MAC) MACs are not checked: the chain
+    then proves only what its hashes prove.
     """
 
-    def __init__(self, *, start_seq: int = 1, start_prev_hash: str = GENESIS_HASH, start_label: str = "") -> None:
+    def __init__(
+        self,
+        *,
+        start_seq: int = 1,
+        start_prev_hash: str = GENESIS_HASH,
+        start_label: str = "",
+        keyring: ChainKeyring | None = None,
+        require_mac: bool = True,
+    ) -> None:
+        self.keyring = keyring if require_mac else None
         self.next_seq = start_seq
         self.prev_hash = start_prev_hash
         self.start_label = start_label or (
@@ -190,6 +274,15 @@ class ChainVerifier:
                 f"{_name(seq, event_id)}: prev_hash is not {before} — chain broken "
                 f"(the event before it was replaced, or this one was altered and rehashed)",
             )
+        if self.keyring is not None:
+            why = self.keyring.check("event", recomputed, event.get("mac"))
+            if why is not None:
+                return self._stop(
+                    "forged",
+                    seq,
+                    event_id,
+                    f"{_name(seq, event_id)}: {why} — forged (written or rewritten without the chain key)",
+                )
         anchored = self.anchors.get(seq)
         if anchored is not None and anchored[0] != recomputed:
             return self._stop(

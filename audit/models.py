@@ -1,8 +1,9 @@
 """The audit record: one append-only event per deterministic call, tool call attempt or admin change.
 
 Events form a hash chain (``audit/chain.py``): each carries a gap-free ``seq``, the previous event's hash and
-its own. The chain's head (last seq and hash) is kept outside the events table in :class:`AuditChainHead`, and
-what was archived is recorded in :class:`AuditCheckpoint`. Only ``audit.services`` writes any of them.
+its own, and a MAC of its hash under a key kept outside the database (``audit/chain_keys.py``). The chain's head
+(last seq, hash and its MAC) is kept outside the events table in :class:`AuditChainHead`, and what was archived
+is recorded in :class:`AuditCheckpoint` (MAC'd too). Only ``audit.services`` and ``audit.archive`` write them.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ class AuditEvent(models.Model):
     """What was called, with what (masked), by whom, and how it ended. Never updated or deleted.
 
     Written only by ``audit.services.audit_event_record``, which assigns ``seq``, ``prev_hash`` and ``hash``.
-    On PostgreSQL a trigger refuses UPDATE, DELETE and TRUNCATE of the table (only ``archive_audit`` may
-    delete, inside its own transaction). ``seq``, not ``id``, is the event's place in the chain.
+    On PostgreSQL a trigger refuses UPDATE, DELETE and TRUNCATE of the table, on SQLite triggers refuse UPDATE
+    and DELETE (only ``archive_audit`` may delete, inside its own transaction). ``seq``, not ``id``, is the
+    event's place in the chain; ``mac`` (``<key id>:<hex>``) authenticates ``hash``.
     """
 
     class Source(models.TextChoices):
@@ -59,6 +61,7 @@ class AuditEvent(models.Model):
     seq = models.BigIntegerField(_("sequence number"), unique=True, editable=False)
     prev_hash = models.CharField(_("previous hash"), max_length=64, editable=False)
     hash = models.CharField(_("hash"), max_length=64, editable=False)
+    mac = models.CharField(_("MAC"), max_length=80, editable=False, default="")
 
     objects = AuditEventQuerySet.as_manager()
 
@@ -84,14 +87,18 @@ class AuditEvent(models.Model):
 class AuditChainHead(models.Model):
     """The chain's last ``seq`` and ``hash``: one row (id 1), kept apart from the events it vouches for.
 
-    Every append locks it (``SELECT ... FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` serializes
-    writers already) and moves it forward in the same transaction as the event's insert, so seq numbers are
-    gap-free and a removed tail or a forged extra event shows when ``verify_audit`` compares the two.
+    Created by the migrations (seq 0, the genesis hash) and never again: an append finds it missing and refuses
+    (``audit.services.AuditChainHeadMissing``). Every append locks it (``SELECT ... FOR UPDATE`` on PostgreSQL;
+    SQLite's ``BEGIN IMMEDIATE`` serializes writers already) and moves it forward, with a fresh ``mac``, in the
+    same transaction as the event's insert, so seq numbers are gap-free and a removed tail or a forged extra
+    event shows when ``verify_audit`` compares the two. Triggers refuse to delete it or to move it anywhere but
+    forward onto an event that exists with that hash.
     """
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
     seq = models.BigIntegerField(_("last sequence number"), default=0)
     hash = models.CharField(_("last hash"), max_length=64, default=GENESIS_HASH)
+    mac = models.CharField(_("MAC"), max_length=80, default="")
 
     change_audit = NotConfiguration("the chain's head, moved by every append")
 
@@ -106,7 +113,8 @@ class AuditChainHead(models.Model):
 class AuditCheckpoint(models.Model):
     """Where an archive ended: events up to ``seq`` went to ``file_name`` and were deleted from the table.
 
-    The first event left in the table links to the latest checkpoint's ``hash``; ``verify_audit`` starts there.
+    The first event left in the table links to the latest checkpoint's ``hash``; ``verify_audit`` starts there,
+    after checking each checkpoint's ``mac`` and its archive file.
     """
 
     seq = models.BigIntegerField(_("last archived sequence number"), unique=True)
@@ -114,6 +122,7 @@ class AuditCheckpoint(models.Model):
     archived_at = models.DateTimeField(_("archived at"), default=timezone.now)
     file_name = models.CharField(_("archive file"), max_length=1000)
     count = models.PositiveIntegerField(_("events archived"))
+    mac = models.CharField(_("MAC"), max_length=80, default="")
 
     change_audit = NotConfiguration("written by archive_audit, which is itself recorded")
 

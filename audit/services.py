@@ -4,9 +4,14 @@ The record is a hash chain (``audit/chain.py``). How it stays gap-free with many
 in one transaction that (1) locks the single :class:`~audit.models.AuditChainHead` row (``SELECT ... FOR
 UPDATE`` on PostgreSQL; on SQLite the transaction begins with ``BEGIN IMMEDIATE``, which already takes the
 database's one write lock), (2) takes ``seq = head.seq + 1`` and ``prev_hash = head.hash``, (3) inserts the
-event with its hash and (4) moves the head to it. Writers therefore append one at a time, each seeing its
-predecessor committed, and a rolled-back append gives its seq back with the rest of its transaction. The
-lock is held until the caller's transaction ends: write the audit event late and commit soon after.
+event with its hash and the hash's MAC and (4) moves the head to it, with the head's own MAC. Writers therefore
+append one at a time, each seeing its predecessor committed, and a rolled-back append gives its seq back with
+the rest of its transaction. The lock is held until the caller's transaction ends: write the audit event late
+and commit soon after.
+
+The chain fails closed: a missing head, or one whose MAC does not verify, is never rebuilt from the events (that
+is what someone who cut the tail off would want); the append raises :class:`AuditChainHeadMissing` or
+:class:`AuditChainHeadForged`, both ``DatabaseError``s, so the caller's transaction and a run fail loudly.
 """
 
 from __future__ import annotations
@@ -17,19 +22,26 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.utils import timezone
 
 from agent_platform.json import UnicodeJSONEncoder
-from audit.chain import GENESIS_HASH, HASHED_FIELDS, event_hash, json_value
+from audit.chain import GENESIS_HASH, ChainKeyring, event_hash, head_message, json_value
+from audit.chain_keys import chain_keyring
 from audit.masking import mask_value, truncate
 from audit.models import AuditChainHead, AuditCheckpoint, AuditEvent
 
 logger = logging.getLogger(__name__)
 
 _HEAD_ID = 1
-_EVENT_FIELDS = ("id", *HASHED_FIELDS, "hash")
-_CHECKPOINT_FILE_SALT = "audit.verify_audit.checkpoint"
+
+
+class AuditChainHeadMissing(DatabaseError):
+    """The chain head row is gone: nothing is appended until someone finds out why (``verify_audit``)."""
+
+
+class AuditChainHeadForged(DatabaseError):
+    """The chain head's MAC does not verify: it was moved by someone without the chain key."""
 
 
 def audit_event_record(
@@ -97,15 +109,20 @@ def _stored_json(value: Any) -> tuple[Any, Any]:
 def _chain_append(event: AuditEvent, *, hashed_json: dict[str, Any], using: str = DEFAULT_DB_ALIAS) -> None:
     connection = connections[using]
     head_table = connection.ops.quote_name(AuditChainHead._meta.db_table)
+    keyring = chain_keyring()
     # No savepoint inside a caller's transaction: cheaper, and a failed append fails the whole transaction.
     with transaction.atomic(using=using, savepoint=False), connection.cursor() as cursor:
-        seq, prev_hash = _chain_head_locked(cursor, connection, head_table)
+        seq, prev_hash = _chain_head_locked(cursor, connection, head_table, keyring)
         event.seq = seq + 1
         event.prev_hash = prev_hash
         event.created_at = timezone.now()  # taken under the lock: time never runs backwards along the chain
         event.hash = event_hash({**_hashed_values(event), **hashed_json})
+        event.mac = keyring.sign("event", event.hash)
         event.save(force_insert=True, using=using)
-        cursor.execute(f"UPDATE {head_table} SET seq = %s, hash = %s WHERE id = %s", [event.seq, event.hash, _HEAD_ID])  # noqa: S608 - table name from the model
+        cursor.execute(
+            f"UPDATE {head_table} SET seq = %s, hash = %s, mac = %s WHERE id = %s",  # noqa: S608 - table name from the model
+            [event.seq, event.hash, keyring.sign("head", head_message(event.seq, event.hash)), _HEAD_ID],
+        )
 
 
 def _hashed_values(event: AuditEvent) -> dict[str, Any]:
@@ -129,28 +146,35 @@ def _hashed_values(event: AuditEvent) -> dict[str, Any]:
     }
 
 
-def _chain_head_locked(cursor: Any, connection: Any, head_table: str) -> tuple[int, str]:
-    """The head's (seq, hash), locked for the rest of the transaction; created if its row is missing."""
+def _chain_head_locked(cursor: Any, connection: Any, head_table: str, keyring: ChainKeyring) -> tuple[int, str]:
+    """The head's (seq, hash), locked for the rest of the transaction. Raises :class:`AuditChainHeadMissing`
+    or :class:`AuditChainHeadForged` rather than append after a head that cannot be trusted."""
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    select = f"SELECT seq, hash FROM {head_table} WHERE id = %s{lock}"  # noqa: S608 - table name from the model
-    cursor.execute(select, [_HEAD_ID])
+    cursor.execute(f"SELECT seq, hash, mac FROM {head_table} WHERE id = %s{lock}", [_HEAD_ID])  # noqa: S608
     row = cursor.fetchone()
     if row is None:
-        seq, digest = _chain_end_in_table()
-        if seq:
-            logger.error("the audit chain head was missing; re-created from the last event (seq %s)", seq)
-        cursor.execute(
-            f"INSERT INTO {head_table} (id, seq, hash) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",  # noqa: S608
-            [_HEAD_ID, seq, digest],
+        logger.error("audit append refused: the audit chain head is missing")
+        raise AuditChainHeadMissing(
+            "the audit chain head is missing: appending refused (run verify_audit; a head is never rebuilt)"
         )
-        cursor.execute(select, [_HEAD_ID])
-        row = cursor.fetchone()
-    return int(row[0]), str(row[1])
+    seq, digest, mac = int(row[0]), str(row[1]), row[2]
+    why = keyring.check("head", head_message(seq, digest), mac)
+    if why is not None:
+        logger.error("audit append refused: the audit chain head (seq %s) has %s", seq, why)
+        raise AuditChainHeadForged(f"the audit chain head (seq {seq}) has {why}: appending refused (run verify_audit)")
+    return seq, digest
 
 
-def _chain_end_in_table() -> tuple[int, str]:
-    """The last event's (seq, hash), else the latest checkpoint's, else the start of a chain."""
-    last = AuditEvent.objects.order_by("-seq").values_list("seq", "hash").first()
-    if last is None:
-        last = AuditCheckpoint.objects.order_by("-seq").values_list("seq", "hash").first()
-    return (int(last[0]), str(last[1])) if last else (0, GENESIS_HASH)
+def audit_chain_head_create_if_fresh(*, using: str = DEFAULT_DB_ALIAS) -> bool:
+    """Create the chain head (seq 0, the genesis hash, MAC'd) where the record is empty: no head, no event, no
+    checkpoint, as after the first ``migrate`` or a test suite's flush. Returns whether it created one. A head
+    missing beside events or checkpoints is left missing: the chain fails closed."""
+    with transaction.atomic(using=using):
+        if AuditChainHead.objects.using(using).filter(pk=_HEAD_ID).exists():
+            return False
+        if AuditEvent.objects.using(using).exists() or AuditCheckpoint.objects.using(using).exists():
+            logger.error("the audit chain head is missing beside events: not re-created (run verify_audit)")
+            return False
+        mac = chain_keyring().sign("head", head_message(0, GENESIS_HASH))
+        AuditChainHead.objects.using(using).create(id=_HEAD_ID, seq=0, hash=GENESIS_HASH, mac=mac)
+        return True

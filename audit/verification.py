@@ -1,9 +1,11 @@
-"""Verifying the audit chain (``verify_audit``): every event's hash and link from the start (or the latest archive
-checkpoint) to the head, and signed checkpoint files. Beside the chain it checks (``audit/chain.py``)."""
+"""Verifying the audit chain (``verify_audit``): every archive checkpoint (its MAC, and its archive file), then every
+event's hash, MAC and link from the latest checkpoint to the head (whose MAC is checked too), every anchor written
+outside the database, and signed checkpoint files. Beside the chain it checks (``audit/chain.py``)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import json
 import logging
 import os
@@ -17,13 +19,24 @@ from django.db.models import TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from audit.chain import GENESIS_HASH, HASHED_FIELDS, ChainBreak, ChainVerifier, json_value
+from audit.anchors import Anchor, AnchorSet, anchor_store, anchors_load
+from audit.chain import (
+    GENESIS_HASH,
+    HASHED_FIELDS,
+    ChainBreak,
+    ChainKeyring,
+    ChainVerifier,
+    checkpoint_message,
+    head_message,
+    json_value,
+)
+from audit.chain_keys import chain_keyring
 from audit.models import AuditChainHead, AuditCheckpoint, AuditEvent
 
 logger = logging.getLogger(__name__)
 
 _HEAD_ID = 1
-_EVENT_FIELDS = ("id", *HASHED_FIELDS, "hash")
+_EVENT_FIELDS = ("id", *HASHED_FIELDS, "hash", "mac")
 _CHECKPOINT_FILE_SALT = "audit.verify_audit.checkpoint"
 
 
@@ -45,16 +58,65 @@ class ChainReport:
         return self.problem is None
 
 
-def _chain_start() -> tuple[ChainVerifier, AuditCheckpoint | None]:
-    checkpoint = AuditCheckpoint.objects.order_by("-seq").first()
-    if checkpoint is None:
-        return ChainVerifier(), None
-    verifier = ChainVerifier(
-        start_seq=checkpoint.seq + 1,
-        start_prev_hash=checkpoint.hash,
-        start_label=f"the hash of the archive checkpoint at seq {checkpoint.seq}",
+def _chain_start(
+    keyring: ChainKeyring, report: ChainReport, *, archive_dir: Path | None, anchors: AnchorSet
+) -> ChainVerifier | None:
+    """Check every archive checkpoint in seq order (its MAC, that it follows the one before, and its archive
+    file: that chain, its MACs and the anchors inside it) and return a verifier that starts after the latest,
+    or at genesis. None, with ``report.problem`` set, on the first problem."""
+    start_seq, start_hash = 1, GENESIS_HASH
+    checkpoints = list(AuditCheckpoint.objects.order_by("seq"))
+    for checkpoint in checkpoints:
+        name = f"archive checkpoint seq {checkpoint.seq}"
+        why = keyring.check(
+            "checkpoint", checkpoint_message(checkpoint.seq, checkpoint.hash, checkpoint.count), checkpoint.mac
+        )
+        if why is not None:
+            report.problem = f"{name}: {why} — forged"
+            return None
+        if checkpoint.count != checkpoint.seq - start_seq + 1:
+            report.problem = (
+                f"{name}: says {checkpoint.count} events archived, but follows seq {start_seq - 1}"
+                " — a checkpoint before it was removed"
+            )
+            return None
+        path = _archive_file_of(checkpoint, archive_dir)
+        if not path.exists():
+            report.problem = (
+                f"{name}: its archive file {path} is missing (pass --archive-dir where the archives are kept)"
+            )
+            return None
+        verifier = archive_file_verify(
+            path,
+            start=(start_seq, start_hash),
+            recorded={checkpoint.seq: checkpoint.hash},
+            report=report,
+            keyring=keyring,
+            anchors=anchors.by_seq,
+        )
+        if report.problem:
+            return None
+        if (verifier.last_seq, verifier.last_hash) != (checkpoint.seq, checkpoint.hash):
+            report.problem = f"{name}: its archive file {path} ends elsewhere — replaced"
+            return None
+        start_seq, start_hash = checkpoint.seq + 1, checkpoint.hash
+    if not checkpoints:
+        return ChainVerifier(keyring=keyring)
+    latest = checkpoints[-1]
+    report.notes.append(f"starting after archive checkpoint seq {latest.seq} ({latest.file_name})")
+    return ChainVerifier(
+        start_seq=start_seq,
+        start_prev_hash=start_hash,
+        start_label=f"the hash of the archive checkpoint at seq {latest.seq}",
+        keyring=keyring,
     )
-    return verifier, checkpoint
+
+
+def _archive_file_of(checkpoint: AuditCheckpoint, archive_dir: Path | None) -> Path:
+    recorded = Path(checkpoint.file_name)
+    if archive_dir is not None:
+        return archive_dir / recorded.name
+    return recorded
 
 
 def _events_in_chain_order(
@@ -88,6 +150,20 @@ def _head_now() -> tuple[int, str] | None:
     return (int(row[0]), str(row[1])) if row else None
 
 
+def _head_checked(keyring: ChainKeyring, report: ChainReport) -> tuple[int, str] | None:
+    """The head, if it is there and its MAC verifies; else None with ``report.problem`` set."""
+    row = AuditChainHead.objects.filter(pk=_HEAD_ID).values_list("seq", "hash", "mac").first()
+    if row is None:
+        report.problem = "chain head missing: the audit chain head row was removed"
+        return None
+    seq, hash_hex, mac = int(row[0]), str(row[1]), row[2]
+    why = keyring.check("head", head_message(seq, hash_hex), mac)
+    if why is not None:
+        report.problem = f"chain head (seq {seq}): {why} — forged (moved without the chain key)"
+        return None
+    return seq, hash_hex
+
+
 def _inserted_after_head(head_seq: int) -> str:
     first = AuditEvent.objects.filter(seq__gt=head_seq).order_by("seq").values_list("seq", "id").first()
     if first is None:
@@ -98,36 +174,44 @@ def _inserted_after_head(head_seq: int) -> str:
 def audit_chain_verify(
     *,
     checkpoint_file: Path | None = None,
+    archive_dir: Path | None = None,
     progress: Callable[[int], None] | None = None,
     progress_every: int = 100_000,
     chunk_size: int = 2000,
 ) -> ChainReport:
-    """Walk the whole chain in ``seq`` order, streaming, and compare its end with the chain head.
+    """Verify the whole record, streaming, and fail closed: anything missing or unauthenticated is a problem.
 
-    Starts after the latest archive checkpoint (or at seq 1 from the genesis hash), recomputes every hash,
-    checks every ``prev_hash`` link and that no seq is missing, and that the chain ends exactly at the head
-    kept in :class:`~audit.models.AuditChainHead`. Events appended while it runs are checked too, never taken
-    for forgeries. With ``checkpoint_file``, the chain must also still contain the seq and hash signed into
-    that file by an earlier run (if the file exists), and the file is rewritten with the new end on success:
-    kept outside the database, it catches a rewrite by someone who can change both events and head.
-    Returns a report; never raises for a broken chain.
+    In order: the anchors outside the database (each MAC; two that disagree), the chain head (present, its
+    MAC), every archive checkpoint (its MAC, continuity, and its archive file, found where it was written or
+    by name in ``archive_dir``), then every event after the latest checkpoint in ``seq`` order: hash, MAC,
+    ``prev_hash`` link, no seq missing, the chain ending exactly at the head, and reaching the highest
+    anchored seq with every anchored hash in place. Events appended while it runs are checked too, never
+    taken for forgeries. With ``checkpoint_file``, the chain must also still contain the seq and hash signed
+    into that file by an earlier run (if the file exists), and the file is rewritten with the new end on
+    success. Returns a report; never raises for a broken chain.
     """
     report = ChainReport()
-    verifier, checkpoint = _chain_start()
-    if checkpoint is not None:
-        report.notes.append(f"starting after archive checkpoint seq {checkpoint.seq} ({checkpoint.file_name})")
-    head = _head_now()
+    keyring = chain_keyring()
+    anchors = anchors_load(anchor_store(), keyring)
+    if anchors.problem:
+        report.problem = anchors.problem
+        return report
+    report.notes.append(_anchors_note(anchors))
+    head = _head_checked(keyring, report)
     if head is None:
-        if checkpoint is not None or AuditEvent.objects.exists():
-            report.problem = "chain head missing: the audit chain head row was removed"
-            return report
-        head = (0, GENESIS_HASH)
+        return report
+    verifier = _chain_start(keyring, report, archive_dir=archive_dir, anchors=anchors)
+    if verifier is None:
+        return report
     verifier.anchor(seq=head[0], hash_hex=head[1], label="chain head")
+    for seq, anchor in anchors.by_seq.items():
+        if seq >= verifier.next_seq:
+            verifier.anchor(seq=seq, hash_hex=anchor.hash, label=anchors.label(anchor))
     signed = _checkpoint_file_read(checkpoint_file, report) if checkpoint_file else None
     if report.problem:
         return report
     if signed is not None:
-        _anchor_signed_checkpoint(verifier, checkpoint, signed, report)
+        _anchor_signed_checkpoint(verifier, signed, report)
     for event in _events_in_chain_order(chunk_size=chunk_size, as_hashed=True):
         problem = verifier.feed(event)
         if problem is not None:
@@ -137,6 +221,9 @@ def audit_chain_verify(
             progress(verifier.count)
     report.count = verifier.count
     report.problem = _tail_problem(verifier, head)
+    if report.problem is None and anchors.latest is not None and anchors.latest.seq > verifier.last_seq:
+        last = f"last event is {verifier.last_seq}" if verifier.count else f"no event after seq {verifier.last_seq}"
+        report.problem = f"tail truncated: the {anchors.label(anchors.latest)} says seq {anchors.latest.seq}, {last}"
     if report.problem is None and signed is not None and signed[0] > verifier.last_seq:
         report.problem = (
             f"tail truncated: signed checkpoint file says seq {signed[0]}, last event is {verifier.last_seq}"
@@ -146,6 +233,15 @@ def audit_chain_verify(
         if checkpoint_file is not None:
             _checkpoint_file_write(checkpoint_file, seq=verifier.last_seq, hash_hex=verifier.last_hash)
     return report
+
+
+def _anchors_note(anchors: AnchorSet) -> str:
+    if anchors.latest is None:
+        return f"no anchors yet in {anchors.description}: run audit_anchor (the workers do, on a timer)"
+    return (
+        f"{anchors.count} anchors in {anchors.description}, the latest at seq {anchors.latest.seq}"
+        f" ({anchors.latest.at})"
+    )
 
 
 def _classify(problem: ChainBreak, head: tuple[int, str]) -> str:
@@ -183,17 +279,14 @@ def _checkpoint_file_read(path: Path, report: ChainReport) -> tuple[int, str] | 
     return int(data["seq"]), str(data["hash"])
 
 
-def _anchor_signed_checkpoint(
-    verifier: ChainVerifier, checkpoint: AuditCheckpoint | None, signed: tuple[int, str], report: ChainReport
-) -> None:
+def _anchor_signed_checkpoint(verifier: ChainVerifier, signed: tuple[int, str], report: ChainReport) -> None:
     seq, hash_hex = signed
-    archived_up_to = checkpoint.seq if checkpoint else 0
+    archived_up_to = verifier.next_seq - 1
     if seq > archived_up_to:
         verifier.anchor(seq=seq, hash_hex=hash_hex, label="signed checkpoint file")
-    elif checkpoint is not None and seq == checkpoint.seq:
-        if hash_hex != checkpoint.hash:
-            report.problem = f"archive checkpoint seq {seq}: hash differs from the signed checkpoint file's — replaced"
-    else:
+    elif seq == archived_up_to and hash_hex != verifier.prev_hash:
+        report.problem = f"archive checkpoint seq {seq}: hash differs from the signed checkpoint file's — replaced"
+    elif seq < archived_up_to:
         report.notes.append(f"signed checkpoint file's seq {seq} is archived: check it with --archive")
 
 
@@ -209,3 +302,167 @@ def _checkpoint_file_write(path: Path, *, seq: int, hash_hex: str) -> None:
     partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps(document) + "\n", encoding="utf-8")
     os.replace(partial, path)
+
+
+# --- archive files ------------------------------------------------------------------------------------------
+
+
+def audit_archive_verify(paths: list[Path]) -> tuple[ChainReport, list[str]]:
+    """Check archive files, in the order given, as one chain: each line's hash, MAC, links and seq continuity,
+    the final checkpoint line against the last event, the anchors that fall inside them, and where the database
+    still records a checkpoint at a file's start or end, that it is authentic and agrees. Returns the report
+    and one summary line per file."""
+    report = ChainReport()
+    summaries: list[str] = []
+    keyring = chain_keyring()
+    recorded = _recorded_checkpoints(keyring, report)
+    anchors = anchors_load(anchor_store(), keyring)
+    if anchors.problem:
+        report.problem = anchors.problem
+    if report.problem:
+        return report, summaries
+    start: tuple[int, str] | None = None
+    for path in paths:
+        verifier = archive_file_verify(
+            path, start=start, recorded=recorded, report=report, keyring=keyring, anchors=anchors.by_seq
+        )
+        if report.problem:
+            return report, summaries
+        summaries.append(report.notes.pop())
+        report.count += verifier.count
+        report.head_seq, report.head_hash = verifier.last_seq, verifier.last_hash
+        start = (verifier.next_seq, verifier.last_hash)
+    return report, summaries
+
+
+def _recorded_checkpoints(keyring: ChainKeyring, report: ChainReport) -> dict[int, str]:
+    """The database's checkpoints (seq -> hash); a forged one (MAC) is the report's problem."""
+    recorded: dict[int, str] = {}
+    for seq, hash_hex, count, mac in AuditCheckpoint.objects.order_by("seq").values_list("seq", "hash", "count", "mac"):
+        why = keyring.check("checkpoint", checkpoint_message(seq, hash_hex, count), mac)
+        if why is not None:
+            report.problem = f"archive checkpoint seq {seq}: {why} — forged"
+            return recorded
+        recorded[seq] = hash_hex
+    return recorded
+
+
+def archive_file_verify(
+    path: Path,
+    *,
+    start: tuple[int, str] | None,
+    recorded: dict[int, str],
+    report: ChainReport,
+    keyring: ChainKeyring,
+    anchors: dict[int, Anchor],
+) -> ChainVerifier:
+    """Check one archive file, starting at ``start`` (seq, prev_hash) or where its first line says; sets
+    ``report.problem`` on the first problem, else appends a summary line to ``report.notes``. Never raises."""
+    try:
+        verifier = _archive_file_walk(path, start, recorded, report, keyring, anchors)
+    except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as exc:
+        report.problem = f"archive {path}: unreadable ({exc})"
+        return ChainVerifier()
+    return verifier
+
+
+def _archive_file_walk(
+    path: Path,
+    start: tuple[int, str] | None,
+    recorded: dict[int, str],
+    report: ChainReport,
+    keyring: ChainKeyring,
+    anchors: dict[int, Anchor],
+) -> ChainVerifier:
+    verifier: ChainVerifier | None = None
+    checkpoint: dict[str, Any] | None = None
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        for number, text in enumerate(lines, start=1):
+            try:
+                line = json.loads(text)
+            except ValueError:
+                report.problem = f"archive {path} line {number}: not JSON — altered"
+                break
+            if checkpoint is not None:
+                report.problem = f"archive {path} line {number}: after the checkpoint line — inserted"
+                break
+            if isinstance(line, dict) and "checkpoint" in line:
+                checkpoint = line["checkpoint"]
+                continue
+            if not isinstance(line, dict) or "seq" not in line:
+                report.problem = f"archive {path} line {number}: not an event — altered"
+                break
+            if verifier is None:
+                verifier = _archive_verifier(path, line, start, recorded, report, keyring)
+                if verifier is None:
+                    break
+                for seq, anchor in anchors.items():
+                    if seq >= verifier.next_seq:
+                        verifier.anchor(seq=seq, hash_hex=anchor.hash, label=f"anchor of {anchor.at}")
+            if ("mac" in line) != (verifier.keyring is not None):
+                report.problem = f"archive {path} line {number}: MACs on some lines and not on others — altered"
+                break
+            problem = verifier.feed(line)
+            if problem is not None:
+                report.problem = f"archive {path}: {problem.message}"
+                break
+    if report.problem:
+        return verifier or ChainVerifier()
+    if verifier is None:
+        report.problem = f"archive {path}: no events"
+        return ChainVerifier()
+    if not isinstance(checkpoint, dict):
+        report.problem = f"archive {path}: no checkpoint line — truncated"
+        return verifier
+    tail = verifier.check_tail(
+        head_seq=checkpoint.get("seq", -1), head_hash=checkpoint.get("hash"), head_label="checkpoint"
+    )
+    if tail is None and verifier.last_seq != checkpoint.get("seq"):
+        tail = ChainBreak("inserted", verifier.last_seq, verifier.last_id, "events after the checkpoint — inserted")
+    if tail is not None:
+        report.problem = f"archive {path}: {tail.message}"
+    elif verifier.last_seq in recorded and recorded[verifier.last_seq] != verifier.last_hash:
+        report.problem = f"archive {path}: checkpoint seq {verifier.last_seq} differs from the database's — replaced"
+    first = verifier.last_seq - verifier.count + 1
+    report.notes.append(
+        f"archive {path}: verified {verifier.count} events (seq {first} to {verifier.last_seq}), checkpoint {verifier.last_hash}"
+    )
+    return verifier
+
+
+def _archive_verifier(
+    path: Path,
+    first: dict[str, Any],
+    start: tuple[int, str] | None,
+    recorded: dict[int, str],
+    report: ChainReport,
+    keyring: ChainKeyring,
+) -> ChainVerifier | None:
+    """Where a file's chain starts: at ``start``, at genesis, or after a recorded checkpoint. A file whose
+    lines carry no MAC was written before events had one: its events are checked by hash only, and are
+    authenticated only where the database's (MAC'd) checkpoint at its end agrees with it."""
+    with_macs = "mac" in first
+    if not with_macs:
+        report.notes.append(
+            f"archive {path}: written before events carried a MAC; authenticated only by the database's checkpoint"
+        )
+    options: dict[str, Any] = {"keyring": keyring, "require_mac": with_macs}
+    if start is not None:
+        seq, prev_hash = start
+        label = "the previous file's checkpoint" if seq > 1 else ""
+        return ChainVerifier(start_seq=seq, start_prev_hash=prev_hash, start_label=label, **options)
+    seq = first["seq"]
+    if isinstance(seq, int) and seq > 1:
+        before = recorded.get(seq - 1)
+        if before is not None:
+            return ChainVerifier(
+                start_seq=seq,
+                start_prev_hash=before,
+                start_label=f"the hash of the archive checkpoint at seq {seq - 1}",
+                **options,
+            )
+        report.notes.append(
+            f"archive {path} starts at seq {seq}: its link to seq {seq - 1} is not checked (pass the earlier archive first)"
+        )
+        return ChainVerifier(start_seq=seq, start_prev_hash=str(first.get("prev_hash")), **options)
+    return ChainVerifier(start_prev_hash=GENESIS_HASH, **options)

@@ -29,12 +29,14 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 from django.core.management import call_command
+from django.db.backends.sqlite3.base import DatabaseWrapper as SqliteWrapper
 from django.test import Client
 from rest_framework.test import APIClient
 
 from agents.management.commands.seed_demo import DEMO_PUBLIC_ENV, DEMO_RULES, SYSTEM_PROMPT, apply_demo_contracts
 from agents.models import Agent, ApiKey, DeterministicRule
 from agents.services import api_key_create
+from audit.append_only import sqlite_flush_past_triggers
 from mcpregistry import gate
 from mcpregistry.contracts import annotation_risk_hint
 from mcpregistry.models import McpServer, ToolContract
@@ -50,6 +52,20 @@ os.environ["PLATFORM_ALLOW_SCRIPTED_MODEL"] = "1"
 # The tests' own HTTP MCP servers listen on loopback: allowed the way an operator allows an internal host.
 settings.PLATFORM_MCP_ALLOW_PRIVATE_URLS = ["127.0.0.1", "localhost"]
 os.environ["PLATFORM_MCP_ALLOW_PRIVATE_URLS"] = "127.0.0.1,localhost"
+
+# TransactionTestCase empties every table after each test (Django's flush). SQLite's audit triggers refuse that, as
+# PostgreSQL's would; the suite passes them the way archive_audit does (audit/append_only.py), and the post_migrate
+# that follows a flush creates a fresh chain head.
+# (The operations class through the backend's base module: importing sqlite3.operations first is a circular import.)
+SqliteOperations = SqliteWrapper.ops_class
+_sqlite_sql_flush = SqliteOperations.sql_flush
+
+
+def _sql_flush_past_the_audit_triggers(self: Any, style: Any, tables: Any, **options: Any) -> list[str]:
+    return sqlite_flush_past_triggers(_sqlite_sql_flush(self, style, tables, **options), tables)
+
+
+SqliteOperations.sql_flush = _sql_flush_past_the_audit_triggers
 
 # A secret bound to the demo server in tests: it must never be stored or shown anywhere.
 DEMO_SECRET = "sk-test-binding-secret-5f2b9c1d7e"

@@ -20,7 +20,7 @@ from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
-from agent_platform.celery import WorkerReconciler
+from agent_platform.celery import WorkerTimer, _reconcile
 from agents import checks, engine, execution
 from agents.approvals import approval_decide
 from agents.dispatch import run_dispatch
@@ -557,7 +557,7 @@ def test_the_default_lease_and_interval_take_a_dead_workers_run_over_within_thir
 def test_the_workers_reconciler_wakes_when_a_lease_is_due_not_a_whole_interval_later(dispatched) -> None:
     agent = Agent.objects.create(slug="lease-due", name="lease-due")
     run = submit(agent)
-    reconciler = WorkerReconciler(interval_s=60)
+    reconciler = WorkerTimer("run-reconciler", 60, _reconcile)
     # Its first pass runs at once and finds the lease live; the next would be a minute later.
     held_by(run, "dead-host:42", lease_s=1.5)
     started = time.monotonic()

@@ -1,8 +1,9 @@
 """The audit hash chain: every event linked to the one before, tampering named, gap-free with several writers.
 
-Tampering is done the way an intruder with database access would do it: raw SQL (on SQLite, where no trigger
-stands in the way). On PostgreSQL the append-only trigger is checked against a private server, and several
-writer processes append at once on both databases.
+Tampering is done the way an intruder with database access would do it: raw SQL, after dropping SQLite's triggers
+(anyone with the database file can; inside the test's transaction, so they come back after it). An insider who also
+holds the chain key re-MACs what they rewrite (``insider_mac``). On PostgreSQL the append-only triggers are checked
+against a private server, and several writer processes append at once on both databases.
 """
 
 from __future__ import annotations
@@ -20,15 +21,17 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 import audit.verification
-from audit.chain import GENESIS_HASH, canonical_bytes, event_hash
+from audit.append_only import sqlite_triggers_lift
+from audit.chain import GENESIS_HASH, canonical_bytes, event_hash, head_message
+from audit.chain_keys import chain_keyring
 from audit.models import AuditChainHead, AuditEvent
-from audit.services import audit_event_record
+from audit.services import AuditChainHeadForged, AuditChainHeadMissing, audit_event_record
 from tests.postgres import manage, manage_popen, postgres_url  # noqa: F401 - postgres_url is a fixture
 
 pytestmark = pytest.mark.django_db
@@ -52,8 +55,15 @@ def verify(*options: str) -> str:
 
 
 def sql(statement: str, params: list[Any] | None = None) -> None:
+    """Raw SQL as an intruder with the database file runs it: SQLite's triggers dropped first."""
+    sqlite_triggers_lift(connection)
     with connection.cursor() as cursor:
         cursor.execute(statement, params or [])
+
+
+def insider_mac(purpose: Any, message: str) -> str:
+    """A MAC made with the chain key: what only an insider who holds the key can compute."""
+    return chain_keyring().sign(purpose, message)
 
 
 def stored(seq: int) -> dict[str, Any]:
@@ -80,6 +90,7 @@ def forge(seq: int, prev_hash: str, **fields: Any) -> dict[str, Any]:
         "attempt": 1,
         "latency_ms": None,
         "actor": "intruder",
+        "mac": "",  # without the chain key there is no MAC to give it
         **fields,
     }
     event["hash"] = event_hash(event)
@@ -313,11 +324,15 @@ def test_an_event_replaced_with_a_recomputed_hash_breaks_the_link_of_the_next_on
     )
 
 
-def test_a_self_consistent_rewrite_in_the_middle_breaks_the_next_link() -> None:
+def test_a_self_consistent_rewrite_in_the_middle_is_forged_without_the_key_and_breaks_the_next_link_with_it() -> None:
     events = record(5)
-    rewritten = {**stored(3), "actor": "intruder"}
-    sql("UPDATE audit_auditevent SET actor = 'intruder', hash = %s WHERE seq = 3", [event_hash(rewritten)])
+    rewritten = event_hash({**stored(3), "actor": "intruder"})
+    sql("UPDATE audit_auditevent SET actor = 'intruder', hash = %s WHERE seq = 3", [rewritten])
 
+    assert verify() == (
+        f"FAILED: event seq 3 (id {events[2].pk}): MAC mismatch — forged (written or rewritten without the chain key)"
+    )
+    sql("UPDATE audit_auditevent SET mac = %s WHERE seq = 3", [insider_mac("event", rewritten)])
     assert verify() == (
         f"FAILED: event seq 4 (id {events[3].pk}): prev_hash is not the hash of seq 3 — chain broken "
         "(the event before it was replaced, or this one was altered and rehashed)"
@@ -334,13 +349,15 @@ def test_deleting_the_last_rows_is_named_as_a_truncated_tail() -> None:
     assert events
 
 
-def test_rewriting_the_last_event_is_caught_by_the_chain_head() -> None:
+def test_rewriting_the_last_event_is_forged_without_the_key_and_caught_by_the_chain_head_with_it() -> None:
     events = record(4)
-    sql(
-        "UPDATE audit_auditevent SET actor = 'intruder', hash = %s WHERE seq = 4",
-        [event_hash({**stored(4), "actor": "intruder"})],
-    )
+    rewritten = event_hash({**stored(4), "actor": "intruder"})
+    sql("UPDATE audit_auditevent SET actor = 'intruder', hash = %s WHERE seq = 4", [rewritten])
 
+    assert verify() == (
+        f"FAILED: event seq 4 (id {events[-1].pk}): MAC mismatch — forged (written or rewritten without the chain key)"
+    )
+    sql("UPDATE audit_auditevent SET mac = %s WHERE seq = 4", [insider_mac("event", rewritten)])
     assert verify() == f"FAILED: event seq 4 (id {events[-1].pk}): hash differs from the chain head's — replaced"
 
 
@@ -351,15 +368,31 @@ def test_a_removed_chain_head_is_reported() -> None:
     assert verify() == "FAILED: chain head missing: the audit chain head row was removed"
 
 
-def test_a_missing_head_row_is_rebuilt_from_the_last_event_so_writing_goes_on(caplog: pytest.LogCaptureFixture) -> None:
-    events = record(3)
+def test_a_missing_head_row_is_never_rebuilt_and_the_next_append_fails_as_a_database_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    record(3)
     sql("DELETE FROM audit_auditchainhead")
 
-    (event,) = record(1)
+    with pytest.raises(AuditChainHeadMissing) as refused, transaction.atomic():
+        record(1)
 
-    assert (event.seq, event.prev_hash) == (4, events[-1].hash)
-    assert "the audit chain head was missing" in caplog.text
-    assert verify().startswith("verified 4 events")
+    assert isinstance(refused.value, DatabaseError)  # the run engine lets database errors propagate
+    assert "audit append refused: the audit chain head is missing" in caplog.text
+    assert AuditEvent.objects.count() == 3
+    assert not AuditChainHead.objects.exists()
+    assert verify() == "FAILED: chain head missing: the audit chain head row was removed"
+
+
+def test_a_head_moved_without_the_key_refuses_the_next_append() -> None:
+    events = record(3)
+    sql("UPDATE audit_auditchainhead SET seq = 2, hash = %s", [events[1].hash])
+
+    with (
+        pytest.raises(AuditChainHeadForged, match=r"the audit chain head \(seq 2\) has MAC mismatch"),
+        transaction.atomic(),
+    ):
+        record(1)
 
 
 def test_events_appended_while_verifying_are_not_taken_for_forgeries(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -390,9 +423,11 @@ def test_a_signed_checkpoint_file_catches_a_tail_cut_off_together_with_the_head(
     assert verify("--checkpoint-file", str(checkpoint)).startswith("verified 6 events")
     assert json.loads(checkpoint.read_text())["seq"] == 6
 
-    # An intruder who can write the database removes the tail and moves the head back to match.
+    # An insider who can write the database and holds the key removes the tail and moves the head back to match.
     sql("DELETE FROM audit_auditevent WHERE seq > 4")
     sql("UPDATE audit_auditchainhead SET seq = 4, hash = %s", [events[3].hash])
+    assert verify() == "FAILED: chain head (seq 4): MAC mismatch — forged (moved without the chain key)"
+    sql("UPDATE audit_auditchainhead SET mac = %s", [insider_mac("head", head_message(4, events[3].hash))])
 
     assert verify().startswith("verified 4 events")  # the database alone cannot tell
     assert verify("--checkpoint-file", str(checkpoint)) == (
@@ -417,16 +452,16 @@ def test_a_signed_checkpoint_file_catches_its_event_rewritten_with_the_rest_of_t
     checkpoint = tmp_path / "audit-head.json"
     verify("--checkpoint-file", str(checkpoint))
     record(2)
-    # Rewrite seq 3 and everything after it consistently, head included.
+    # An insider with the key rewrites seq 3 and everything after it consistently, MACs and head included.
     prev = stored(2)["hash"]
     for seq in (3, 4, 5):
         rewritten = {**stored(seq), "actor": "intruder", "prev_hash": prev}
         prev = event_hash(rewritten)
         sql(
-            "UPDATE audit_auditevent SET actor = 'intruder', prev_hash = %s, hash = %s WHERE seq = %s",
-            [rewritten["prev_hash"], prev, seq],
+            "UPDATE audit_auditevent SET actor = 'intruder', prev_hash = %s, hash = %s, mac = %s WHERE seq = %s",
+            [rewritten["prev_hash"], prev, insider_mac("event", prev), seq],
         )
-    sql("UPDATE audit_auditchainhead SET hash = %s", [prev])
+    sql("UPDATE audit_auditchainhead SET hash = %s, mac = %s", [prev, insider_mac("head", head_message(5, prev))])
 
     assert verify().startswith("verified 5 events")
     assert verify("--checkpoint-file", str(checkpoint)) == (
@@ -443,7 +478,7 @@ WRITER_CODE = """
 import pathlib, time
 from audit.masking import mask_value
 from audit.models import AuditChainHead
-from audit.services import audit_event_record
+from audit.services import AuditChainHeadForged, AuditChainHeadMissing, audit_event_record
 AuditChainHead.objects.exists(), mask_value({{"warm": "up"}})  # connected and warm before the start
 pathlib.Path({ready!r}).touch()
 go = pathlib.Path({go!r})
@@ -523,7 +558,7 @@ def test_writer_processes_appending_at_once_keep_the_postgres_chain_gap_free(
 TRY_TO_TAMPER = """
 import json
 from django.db import connection, transaction
-from audit.services import audit_event_record
+from audit.services import AuditChainHeadForged, AuditChainHeadMissing, audit_event_record
 audit_event_record(source="admin", tool="victim")
 outcome = {}
 for statement in ["UPDATE audit_auditevent SET tool = 'x'", "DELETE FROM audit_auditevent", "TRUNCATE audit_auditevent CASCADE"]:
@@ -549,3 +584,74 @@ def test_postgres_refuses_to_update_delete_or_truncate_audit_events(postgres_url
     }
     verified = manage("verify_audit", database_url=postgres_url)
     assert verified.returncode == 0, verified.stderr
+
+
+TRY_TO_MOVE_THE_HEAD = """
+import json
+from django.db import connection, transaction
+from audit.services import audit_event_record
+audit_event_record(source="admin", tool="victim")
+outcome = {}
+for name, statement in [
+    ("back", "UPDATE audit_auditchainhead SET seq = seq - 1"),
+    ("nowhere", "UPDATE audit_auditchainhead SET seq = seq + 1"),
+    ("delete", "DELETE FROM audit_auditchainhead"),
+    ("truncate", "TRUNCATE audit_auditchainhead"),
+]:
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(statement)
+        outcome[name] = "allowed"
+    except Exception as exc:
+        outcome[name] = str(exc).splitlines()[0]
+print(json.dumps(outcome))
+"""
+
+
+@pytest.mark.postgres
+def test_postgres_refuses_to_move_the_head_anywhere_but_onto_an_appended_event(postgres_url: str) -> None:  # noqa: F811
+    tried = manage("shell", "-c", TRY_TO_MOVE_THE_HEAD, database_url=postgres_url)
+
+    assert tried.returncode == 0, tried.stderr
+    moved = "the audit chain head only moves forward, onto an appended event: UPDATE refused"
+    assert json.loads(tried.stdout.strip().splitlines()[-1]) == {
+        "back": moved,
+        "nowhere": moved,
+        "delete": "the audit chain head is never deleted: DELETE refused",
+        "truncate": "the audit chain head is never deleted: TRUNCATE refused",
+    }
+
+
+WRITE_EVENTS_AS_BEFORE_THE_MAC = """
+from django.db import connection
+from django.utils import timezone
+from audit.chain import GENESIS_HASH, event_hash
+prev, rows = GENESIS_HASH, []
+for seq in (1, 2, 3):
+    event = {"seq": seq, "prev_hash": prev, "created_at": timezone.now(), "run_id": None, "source": "agent",
+             "action": "tool.call", "mcp_id": "demo", "tool": "old", "call_id": "", "args": {}, "result": None,
+             "ok": True, "reason": "", "attempt": 1, "latency_ms": None, "actor": ""}
+    prev = event_hash(event)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO audit_auditevent (seq, prev_hash, hash, created_at, source, action, mcp_id, tool, call_id,"
+            " args, ok, reason, attempt, actor) VALUES (%s, %s, %s, %s, 'agent', 'tool.call', 'demo', 'old', '',"
+            " '{}', 1, '', 1, '')", [seq, event["prev_hash"], prev, event["created_at"].isoformat()])
+with connection.cursor() as cursor:
+    cursor.execute("UPDATE audit_auditchainhead SET seq = 3, hash = %s WHERE id = 1", [prev])
+"""
+
+
+@pytest.mark.slow
+def test_migrating_a_chain_written_before_macs_macs_it_and_it_verifies(tmp_path: Path) -> None:
+    database = str(tmp_path / "old.sqlite3")
+    assert manage("migrate", "audit", "0006", "--noinput", sqlite_path=database).returncode == 0
+    written = manage("shell", "-c", WRITE_EVENTS_AS_BEFORE_THE_MAC, sqlite_path=database)
+    assert written.returncode == 0, written.stderr
+
+    migrated = manage("migrate", "--noinput", sqlite_path=database)
+
+    assert migrated.returncode == 0, migrated.stderr
+    verified = manage("verify_audit", sqlite_path=database)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert verified.stdout.strip().splitlines()[-1].startswith("verified 3 events, head ")

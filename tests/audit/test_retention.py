@@ -3,10 +3,12 @@ still verifies from the archive's checkpoint."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import gzip
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.utils import timezone
 
+from audit.append_only import sqlite_triggers_lift
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.services import audit_event_record
 from tests.postgres import manage, postgres_url  # noqa: F401 - postgres_url is a fixture
@@ -40,6 +43,15 @@ def record(count: int, *, days_ago: float = 0, monkeypatch: pytest.MonkeyPatch, 
             )
             for i in range(count)
         ]
+
+
+@contextlib.contextmanager
+def intruder_cursor() -> Iterator[Any]:
+    """A cursor as an intruder with the database file has one: SQLite's triggers dropped (in the test's
+    transaction, so that they come back after it)."""
+    sqlite_triggers_lift(connection)
+    with connection.cursor() as cursor:
+        yield cursor
 
 
 def command(name: str, *options: str) -> str:
@@ -175,7 +187,7 @@ def test_a_broken_chain_is_never_archived(
     old_and_new: tuple[list[AuditEvent], list[AuditEvent]], tmp_path: Path
 ) -> None:
     old, _ = old_and_new
-    with connection.cursor() as cursor:
+    with intruder_cursor() as cursor:
         cursor.execute("UPDATE audit_auditevent SET actor = 'intruder' WHERE seq = 2")
     archive = tmp_path / "old.jsonl.gz"
 
@@ -228,7 +240,7 @@ def test_events_removed_after_the_checkpoint_are_still_detected(
     old_and_new: tuple[list[AuditEvent], list[AuditEvent]], tmp_path: Path
 ) -> None:
     command("archive_audit", "--older-than-days", "30", "--output", str(tmp_path / "old.jsonl.gz"))
-    with connection.cursor() as cursor:
+    with intruder_cursor() as cursor:
         cursor.execute("DELETE FROM audit_auditevent WHERE seq = 9")
 
     assert command("verify_audit") == "FAILED: seq 9 missing — removed"
@@ -239,7 +251,7 @@ def test_a_forged_first_event_after_the_checkpoint_is_detected(
 ) -> None:
     _, new = old_and_new
     command("archive_audit", "--older-than-days", "30", "--output", str(tmp_path / "old.jsonl.gz"))
-    with connection.cursor() as cursor:
+    with intruder_cursor() as cursor:
         cursor.execute("UPDATE audit_auditevent SET prev_hash = %s WHERE seq = 9", ["f" * 64])
 
     assert command("verify_audit") == f"FAILED: event seq 9 (id {new[0].pk}): hash mismatch — altered"

@@ -7,15 +7,15 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from audit.archive import audit_archive_verify
-from audit.verification import audit_chain_verify
+from audit.verification import audit_archive_verify, audit_chain_verify
 
 
 class Command(BaseCommand):
     help = (
-        "Walk the audit chain in seq order (streaming), recompute every hash, check every link and that no seq "
-        "is missing, and compare its end with the chain head. Exits non-zero naming the first altered, removed "
-        "or inserted event. With --archive, check archive files instead."
+        "Walk the audit chain in seq order (streaming), recompute every hash and check its MAC (AUDIT_CHAIN_KEY), "
+        "check every link and that no seq is missing, compare its end with the chain head, check every archive "
+        "checkpoint against its archive file and every anchor written by audit_anchor. Exits non-zero naming the "
+        "first altered, removed, inserted or forged event. With --archive, check archive files instead."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -33,6 +33,12 @@ class Command(BaseCommand):
             metavar="PATH",
             help="a signed head kept outside the database: the chain must still contain the seq and hash it "
             "holds; rewritten with the new head on success (created if missing)",
+        )
+        parser.add_argument(
+            "--archive-dir",
+            type=Path,
+            metavar="DIR",
+            help="where the archive files are kept now, if not where archive_audit wrote them (found by file name)",
         )
         parser.add_argument(
             "--progress-every",
@@ -54,6 +60,7 @@ class Command(BaseCommand):
             return
         report = audit_chain_verify(
             checkpoint_file=options["checkpoint_file"],
+            archive_dir=options["archive_dir"],
             progress=lambda count: self.stderr.write(f"  {count:,} events verified…"),
             progress_every=max(1, options["progress_every"]),
             chunk_size=max(1, options["chunk_size"]),
