@@ -27,8 +27,7 @@ from audit.models import AuditEvent
 from mcpregistry import gate
 from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import McpSessionPool, McpTransportError, get_default_pool
-from mcpregistry.services import mcp_server_discover
-from tests.conftest import make_agent
+from tests.conftest import discover_as_admin, make_agent
 
 pytestmark = pytest.mark.django_db
 
@@ -47,10 +46,11 @@ def side_effect_server(mcp_id: str, file: Path, *, mode: str, timeout_s: float =
         args=["-m", SIDE_EFFECT_SERVER],
         cwd=str(settings.BASE_DIR),
         env={"SIDE_EFFECT_FILE": str(file), "SIDE_EFFECT_MODE": mode},
+        public_env=["SIDE_EFFECT_FILE", "SIDE_EFFECT_MODE"],  # the fixture's settings, not secrets
         session_scope="shared",
         timeout_s=timeout_s,
     )
-    assert mcp_server_discover(server=server, actor="test", via="tests").ok
+    assert discover_as_admin(server=server).ok
     return server
 
 

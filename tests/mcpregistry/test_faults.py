@@ -59,6 +59,7 @@ def stdio_binding(mcp_id: str, *, module: str = PROBE_SERVER, **env: str) -> Mcp
         args=["-m", module],
         cwd=str(settings.BASE_DIR),
         env=env,
+        public_env=list(env),  # the misbehaviour it picks is a setting, not a secret
         timeout_s=CALL_TIMEOUT_S,
         session_scope=McpServer.SessionScope.PER_RUN,
     )

@@ -19,8 +19,7 @@ from audit.models import AuditEvent
 from mcpregistry import gate
 from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import get_default_pool
-from mcpregistry.services import mcp_server_discover
-from tests.conftest import make_agent
+from tests.conftest import discover_as_admin, make_agent
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +37,7 @@ def probe(db: Any) -> Any:
         session_scope="shared",
         timeout_s=60,
     )
-    assert mcp_server_discover(server=server, actor="test", via="tests").ok
+    assert discover_as_admin(server=server).ok
     yield server
     get_default_pool().close("big")
 
