@@ -128,7 +128,7 @@ def load_local_tools(paths: Iterable[str], *, allowed_modules: Iterable[str] | N
                 raise LocalToolError(f"cannot import '{module_name}': {inner}") from inner
             value = getattr(module, attribute, None)
             if value is None:
-                raise LocalToolError(f"'{module_name}' has no '{attribute}'") from exc
+                raise LocalToolError(f"cannot import '{path}': '{module_name}' has no '{attribute}'") from exc
             if not isinstance(value, BaseTool):
                 raise LocalToolError(
                     f"'{path}' is not a tool: decorate it with @local_tool (mcpregistry.local_tools) or LangChain's @tool"
