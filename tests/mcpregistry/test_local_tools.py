@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
+from agent_platform.celery import app as celery_app
 from agents.approvals import approval_decide
 from agents.execution import run_execute
 from agents.models import Run
-from agent_platform.celery import app as celery_app
 from audit.models import AuditEvent
 from auditor.metrics import tool_metrics
 from mcpregistry import gate
