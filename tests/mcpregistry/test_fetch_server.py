@@ -34,7 +34,7 @@ PAGE = "<html><head><title>공지</title></head><body><h1>사내 공지</h1><p>�
 class _Pages(BaseHTTPRequestHandler):
     requests: list[str] = []
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         _Pages.requests.append(self.path)
         body = PAGE.encode()
         self.send_response(200)
@@ -43,7 +43,7 @@ class _Pages(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet
+    def log_message(self, format: str, *args: object) -> None:
         return
 
 
