@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import decimal
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -56,13 +57,13 @@ def calculate(expression: str) -> str:
     return _decimal_text(result)
 
 
-_BINARY = {
-    ast.Add: lambda a, b: _CONTEXT.add(a, b),
-    ast.Sub: lambda a, b: _CONTEXT.subtract(a, b),
-    ast.Mult: lambda a, b: _CONTEXT.multiply(a, b),
-    ast.Div: lambda a, b: _CONTEXT.divide(a, b),
-    ast.FloorDiv: lambda a, b: _CONTEXT.divide_int(a, b),
-    ast.Mod: lambda a, b: _CONTEXT.remainder(a, b),
+_BINARY: dict[type[ast.operator], Callable[[Decimal, Decimal], Decimal]] = {
+    ast.Add: _CONTEXT.add,
+    ast.Sub: _CONTEXT.subtract,
+    ast.Mult: _CONTEXT.multiply,
+    ast.Div: _CONTEXT.divide,
+    ast.FloorDiv: _CONTEXT.divide_int,
+    ast.Mod: _CONTEXT.remainder,
 }
 
 

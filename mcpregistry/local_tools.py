@@ -161,7 +161,9 @@ def tool_input_schema(tool: BaseTool) -> dict[str, Any]:
     schema = tool.tool_call_schema
     if isinstance(schema, dict):
         return dict(schema)
-    return schema.model_json_schema()
+    if issubclass(schema, BaseModel):
+        return schema.model_json_schema()
+    return dict(schema.schema())  # a pydantic v1 model (older LangChain tools)
 
 
 def _invoke(tool: BaseTool, arguments: dict[str, Any]) -> Any:
