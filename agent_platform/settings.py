@@ -189,6 +189,9 @@ CELERY_TASK_ALWAYS_EAGER = _env_bool("CELERY_TASK_ALWAYS_EAGER")
 # --- platform -----------------------------------------------------------------------------------
 # Runs a Celery task inline in the web process (tests of services only; never in production).
 PLATFORM_DEMO_SERVER_MODULE = "mcpregistry.demo_server"
+# Modules whose local tools a ``local`` binding may name (mcpregistry/local_tools.py): a binding's dotted paths
+# must lie under one of these, checked before anything is imported (importing runs code).
+PLATFORM_LOCAL_TOOL_MODULES = _env_list("PLATFORM_LOCAL_TOOL_MODULES", "mcpregistry.builtin_tools")
 # The server the shipped flow templates (agents/flows) call when an agent's flow options name none.
 PLATFORM_FLOW_DEFAULT_MCP_ID = os.environ.get("PLATFORM_FLOW_DEFAULT_MCP_ID", "sds-company-data")
 PLATFORM_MCP_CALL_TIMEOUT_S = float(os.environ.get("PLATFORM_MCP_CALL_TIMEOUT_S", "30"))

@@ -16,7 +16,7 @@ from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
-from mcpregistry.models import McpServer, McpTool, ToolContract
+from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract
 from mcpregistry.services import (
     mcp_server_create,
     mcp_server_delete,
@@ -25,6 +25,9 @@ from mcpregistry.services import (
     mcp_tool_delete,
     mcp_tool_review_approve,
     mcp_tool_update,
+    request_category_create,
+    request_category_delete,
+    request_category_update,
     tool_contract_create,
     tool_contract_delete,
     tool_contract_update,
@@ -380,3 +383,24 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
 def _pre(value: Any) -> str:
     return format_html("<pre style='white-space:pre-wrap'>{}</pre>", json.dumps(value, ensure_ascii=False, indent=2))
+
+
+@admin.register(RequestCategory)
+class RequestCategoryAdmin(ServiceAdminMixin, admin.ModelAdmin):
+    """The ``classify_request`` local tool's table: keywords → department (each change audited)."""
+
+    list_display = ["department", "keywords", "order", "enabled"]
+    list_editable = ["order", "enabled"]
+    list_filter = ["enabled"]
+    search_fields = ["department"]
+
+    def service_save(self, *, obj: RequestCategory, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
+        if change:
+            request_category_update(category=obj, actor=actor, via=ADMIN_VIA)
+        else:
+            saved = request_category_create(actor=actor, via=ADMIN_VIA, data=form_data(obj))
+            obj.pk = saved.pk
+            obj._state.adding = False
+
+    def service_delete(self, *, obj: RequestCategory, actor: Any) -> None:
+        request_category_delete(category=obj, actor=actor, via=ADMIN_VIA)

@@ -11,8 +11,11 @@ import random
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from mcpregistry.binding_policy import url_problem
 
 JSON_TYPES = {
     "string": "str",
@@ -119,6 +122,8 @@ class ArgSpec(_Strict):
     max: float | None = None
     max_length: int | None = None
     pattern: str | None = None
+    # A URL argument's hosts: exact names or addresses, ``host:port``, ``*.example.com`` (any subdomain).
+    allowed_hosts: list[str] | None = None
 
 
 class FieldSpec(_Strict):
@@ -178,7 +183,8 @@ def check_args(
 ) -> tuple[dict[str, Any], Verdict | None]:
     """Check arguments before the call. Returns (the arguments to send, None) or (args, the first failure).
 
-    Order: JSON object, unknown names, missing, then per argument type, allowed, range, length, pattern. A bool
+    Order: JSON object, unknown names, missing, then per argument type, allowed, range, length, pattern, and a
+    URL's host (``allowed_hosts``: ``args:host:<arg>``, see ``url_host_problem``). A bool
     is not an int and a numeric string is not a number. With ``unknown="drop"`` unknown arguments are removed.
     """
     if not isinstance(args, dict):
@@ -221,7 +227,43 @@ def check_args(
             return clean, Verdict(f"args:range:{name}", f"'{name}' is longer than {spec['max_length']} ({len(value)})")
         if isinstance(value, str) and spec.get("pattern") and re.search(spec["pattern"], value) is None:
             return clean, Verdict(f"args:pattern:{name}", f"'{name}' must match {spec['pattern']}; got {value!r}")
+        if spec.get("allowed_hosts") is not None:
+            problem = url_host_problem(value, spec["allowed_hosts"])
+            if problem:
+                return clean, Verdict(f"args:host:{name}", f"'{name}' {problem}", list(spec["allowed_hosts"]))
     return clean, None
+
+
+def _host_matches(host: str, port: int | None, entry: str) -> bool:
+    entry = entry.strip().lower().rstrip(".")
+    if entry.startswith("*."):
+        return host.endswith(entry[1:]) and host != entry[2:]
+    return entry in {host, f"{host}:{port}"}
+
+
+def url_host_problem(value: Any, allowed_hosts: list[str]) -> str | None:
+    """Why ``value`` is not an http(s) URL on one of ``allowed_hosts``, or None.
+
+    A host matches an entry exactly (``example.com``, ``127.0.0.1``, ``host:port``) or by ``*.`` suffix. A
+    loopback, private, link-local or metadata address (in any spelling, ``binding_policy.url_problem``) passes
+    only when an entry names it exactly: a wildcard never lets one through. No DNS is resolved here, and what
+    the server does after (a redirect it follows) is beyond the gate's sight."""
+    if not isinstance(value, str):
+        return "must be a URL"
+    try:
+        parsed = urlparse(value.strip())
+        port = parsed.port
+    except ValueError:
+        return f"is not a usable URL: {value!r}"
+    if parsed.scheme not in {"http", "https"} or not parsed.hostname or parsed.username or parsed.password:
+        return f"must be an http:// or https:// URL without credentials; got {value!r}"
+    host = parsed.hostname.lower().rstrip(".")
+    if not any(_host_matches(host, port, entry) for entry in allowed_hosts):
+        return f"may only name the hosts {', '.join(allowed_hosts) or '-'}; got '{host}'"
+    exact = [e for e in allowed_hosts if not e.strip().startswith("*.")]
+    if url_problem(value.strip(), exact):
+        return f"names '{host}', a private, loopback or metadata address"
+    return None
 
 
 def check_result(returns: dict[str, Any], value: Any) -> Verdict | None:

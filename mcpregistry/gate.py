@@ -10,7 +10,7 @@ For each call, in order:
    parks the run; ``approval:rejected``, ``approval:expired``);
 4. memo: a success for the same tool and canonical arguments within the run is reused (failures never are);
    ``read`` tools may also reuse one across runs for ``memo_ttl_s``;
-5. call over the pooled session with a hard timeout, behind the server's circuit breaker (``circuit:open``),
+5. call over the pooled session (a local tool: in a worker thread, ``mcpregistry.local_tools``) with a hard timeout, behind the server's circuit breaker (``circuit:open``),
    retrying only what a retry can fix (``timeout`` at once, ``rate_limit`` with backoff and jitter or the
    server's Retry-After, ``transport``) up to the contract's cap. A ``write`` call is sent at most once: when
    its request went out and no answer came (a timeout, a dropped session), it is not sent again unless its
@@ -55,6 +55,7 @@ from mcpregistry.contracts import (
     check_result,
     classify_tool_error,
 )
+from mcpregistry.local_tools import LOCAL_TRANSPORT, local_runner
 from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.pool import McpTimeoutError, McpTransportError, get_default_pool
 
@@ -427,7 +428,9 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
         answered = False  # the server answered (a result, its own error, a protocol refusal)
         audited: Any = None
         try:
-            outcome = get_default_pool().call_tool(
+            # A local binding's tools run in the local runner's threads; every other binding over the pool.
+            runner = local_runner() if server.transport == LOCAL_TRANSPORT else get_default_pool()
+            outcome = runner.call_tool(
                 server.connection_config(),
                 this.tool_name,
                 args,

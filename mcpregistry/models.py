@@ -19,6 +19,7 @@ from audit.change_guard import AuditedModel, ChangeAudit
 from mcpregistry.binding_policy import command_problem, from_env_problem, url_problem
 from mcpregistry.contracts import ArgSpec, RetrySpec, ReturnsSpec
 from mcpregistry.crypto import EncryptedJSONField
+from mcpregistry.local_tools import local_paths_problem
 
 # langchain-mcp-adapters expands ${VAR} in env values from the worker's environment: refuse them at save.
 PLACEHOLDER = re.compile(r"\$\{[^}]*\}")
@@ -38,6 +39,9 @@ def secret_entry_value(entry: Any) -> str | None:
 class McpServer(AuditedModel):
     """A binding to one MCP server: how to start or reach it, and its secrets.
 
+    Transport ``local`` binds Python functions (``mcpregistry.local_tools``) instead: ``args`` lists their
+    dotted paths, and there is no process, URL or session; its tools pass the same gate.
+
     ``env`` (stdio) and ``headers`` (HTTP) hold secret values, encrypted at rest: never shown back by the admin
     or the API, masked by the audit wherever their exact values appear.
     """
@@ -46,6 +50,7 @@ class McpServer(AuditedModel):
         STDIO = "stdio", _("stdio")
         STREAMABLE_HTTP = "streamable_http", _("Streamable HTTP")
         SSE = "sse", _("SSE")
+        LOCAL = "local", _("local (Python functions in the worker)")
 
     class Health(models.TextChoices):
         UNKNOWN = "unknown", _("unknown")
@@ -139,7 +144,12 @@ class McpServer(AuditedModel):
 
     def clean(self) -> None:
         errors: dict[str, list[str]] = {}
-        if self.transport == self.Transport.STDIO:
+        if self.transport == self.Transport.LOCAL:
+            # No process and no URL: the arguments are the dotted paths of the tools (imported to check them).
+            problem = local_paths_problem(self.args)
+            if problem:
+                errors.setdefault("args", []).append(problem)
+        elif self.transport == self.Transport.STDIO:
             if not self.command:
                 errors.setdefault("command", []).append(_("A stdio server needs a command."))
             else:
@@ -368,3 +378,42 @@ class ToolContract(AuditedModel):
             errors["fallback_tool"] = [str(_("The server has no tool of that name."))]
         if errors:
             raise ValidationError(errors)
+
+
+class RequestCategory(AuditedModel):
+    """One row of the ``classify_request`` local tool's table (seed 001): a support request that mentions any of
+    ``keywords`` belongs to ``department``. The request goes to the department whose keywords it mentions most;
+    a tie goes to the lower ``order``. Admins edit the table; changes are audited."""
+
+    department = models.CharField(_("department"), max_length=100, unique=True)
+    keywords = models.JSONField(
+        encoder=UnicodeJSONEncoder,
+        verbose_name=_("keywords"),
+        default=list,
+        help_text=_('A JSON list of words, e.g. ["프린터", "노트북"].'),
+    )
+    order = models.PositiveIntegerField(_("order"), default=100)
+    enabled = models.BooleanField(_("enabled"), default=True)
+
+    change_audit = ChangeAudit(entity="request_category")
+
+    class Meta:
+        verbose_name = _("request category")
+        verbose_name_plural = _("request categories")
+        ordering = ["order", "department"]
+
+    def __str__(self) -> str:
+        return self.department
+
+    def audit_target(self) -> tuple[str, str]:
+        return "local", self.department
+
+    def clean(self) -> None:
+        keywords = self.keywords
+        if (
+            not isinstance(keywords, list)
+            or not keywords
+            or not all(isinstance(k, str) and k.strip() for k in keywords)
+        ):
+            raise ValidationError({"keywords": [_('Enter a JSON list of words, e.g. ["프린터", "노트북"].')]})
+        self.keywords = [k.strip() for k in keywords]

@@ -20,8 +20,8 @@ from audit.changes import audited_delete, audited_save, change_scope, config_cha
 from audit.masking import mask_text
 from mcpregistry.contracts import contract_defaults, schema_problem
 from mcpregistry.crypto import PREFIX, rotate_token
-from mcpregistry.models import McpServer, McpTool, ToolContract
-from mcpregistry.pool import get_default_pool
+from mcpregistry.local_tools import runner_for
+from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract
 
 
 def mcp_server_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> McpServer:
@@ -149,10 +149,9 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
     report = DiscoveryReport(mcp_id=server.mcp_id, ok=False)
     # A per-run server gets a session for this discovery alone; a shared one warms this process's session.
     scope = server.pool_scope("discovery")
+    runner = runner_for(server.transport)
     try:
-        listing = get_default_pool().list_tools(
-            server.connection_config(), timeout_s=max(server.timeout_s, 30.0), scope=scope
-        )
+        listing = runner.list_tools(server.connection_config(), timeout_s=max(server.timeout_s, 30.0), scope=scope)
     except Exception as exc:  # noqa: BLE001 - recorded as the binding's health
         report.error = mask_text(str(exc) or type(exc).__name__, secrets=server.secret_values())[:2000]
         McpServer.objects.filter(pk=server.pk).update(
@@ -161,7 +160,7 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
         return report
     finally:
         if scope is not None:
-            get_default_pool().close_scope(scope)
+            runner.close_scope(scope)
     now = timezone.now()
     with transaction.atomic(), change_scope(actor=actor, via=via):
         existing = {t.name: t for t in server.tools.all()}
@@ -254,3 +253,22 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
     report.ok = True
     report.tool_count = len(listing.tools)
     return report
+
+
+# ---- the classify_request local tool's table ------------------------------------------------------------------
+
+
+def request_category_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> RequestCategory:
+    """Add a department and its keywords to ``classify_request``'s table."""
+    return audited_save(RequestCategory(), actor=actor, via=via, data=data)
+
+
+def request_category_update(
+    *, category: RequestCategory, actor: Any, via: str, data: Mapping[str, Any] | None = None
+) -> RequestCategory:
+    """Change a department's keywords, order or enabled flag (``category`` may already carry the changes)."""
+    return audited_save(category, actor=actor, via=via, data=data)
+
+
+def request_category_delete(*, category: RequestCategory, actor: Any, via: str) -> None:
+    audited_delete(category, actor=actor, via=via)

@@ -1,7 +1,7 @@
 """Third-party MCP servers for tests, installed on first use and reused afterwards.
 
-* ``mcp-server-time`` (PyPI) runs from its own virtualenv, as ``uvx`` would: its releases need ``mcp`` 2.x,
-  which the platform's environment (pinned to ``mcp`` 1.x) cannot hold.
+* ``mcp-server-time`` and ``mcp-server-fetch`` (PyPI) run each from its own virtualenv, as ``uvx`` would: their
+  releases need ``mcp`` 2.x, which the platform's environment (pinned to ``mcp`` 1.x) cannot hold.
 * ``@modelcontextprotocol/server-everything`` (npm) runs with node, over stdio or streamable HTTP.
 
 Both live under ``<PLATFORM_VAR_DIR or <repo>/var/test>/thirdparty``; an installation that already works is
@@ -29,6 +29,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 TIME_PACKAGE = "mcp-server-time"
+FETCH_PACKAGE = "mcp-server-fetch"
 EVERYTHING_PACKAGE = "@modelcontextprotocol/server-everything"
 INSTALL_TIMEOUT_S = 600
 
@@ -129,27 +130,26 @@ def time_venv() -> Path:
     return thirdparty_dir() / "time-venv"
 
 
-def _time_server_imports(python: Path) -> bool:
+def _imports(python: Path, module: str) -> bool:
     if not python.exists():
         return False
-    check = subprocess.run([str(python), "-c", "import mcp_server_time"], capture_output=True, timeout=60, check=False)
+    check = subprocess.run([str(python), "-c", f"import {module}"], capture_output=True, timeout=60, check=False)
     return check.returncode == 0
 
 
-def install_time_server(progress: Progress | None = None) -> StdioCommand:
-    """``mcp-server-time`` in its own virtualenv (created, or reused when it already imports)."""
-    progress = progress or Progress()
-    venv = time_venv()
+def _install_python_server(package: str, module: str, venv: Path, progress: Progress) -> Path:
+    """``package`` in the virtualenv ``venv`` (created, or reused when ``module`` already imports there).
+    Returns the virtualenv's python."""
     python = venv / "bin" / "python"
-    with _install_lock("time-venv"):
-        if not _time_server_imports(python):
+    with _install_lock(venv.name):
+        if not _imports(python, module):
             started = time.monotonic()
-            progress(f"installing {TIME_PACKAGE} into {venv} (first run only; may take a minute)")
+            progress(f"installing {package} into {venv} (first run only; may take a minute)")
             if not python.exists():
                 progress(f"creating a virtualenv with {sys.executable} -m venv")
                 code, tail = _run_streamed([sys.executable, "-m", "venv", "--clear", str(venv)], progress)
                 if code != 0:
-                    unavailable(f"could not create a virtualenv for {TIME_PACKAGE}: {' | '.join(tail[-5:])}")
+                    unavailable(f"could not create a virtualenv for {package}: {' | '.join(tail[-5:])}")
             env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH"}}
             code, tail = _run_streamed(
                 [
@@ -160,15 +160,29 @@ def install_time_server(progress: Progress | None = None) -> StdioCommand:
                     "--disable-pip-version-check",
                     "--progress-bar",
                     "off",
-                    TIME_PACKAGE,
+                    package,
                 ],
                 progress,
                 env=env,
             )
-            if code != 0 or not _time_server_imports(python):
-                unavailable(f"pip could not install {TIME_PACKAGE} (exit {code}): {' | '.join(tail[-5:])}")
-            progress(f"{TIME_PACKAGE} installed in {time.monotonic() - started:.1f}s")
+            if code != 0 or not _imports(python, module):
+                unavailable(f"pip could not install {package} (exit {code}): {' | '.join(tail[-5:])}")
+            progress(f"{package} installed in {time.monotonic() - started:.1f}s")
+    return python
+
+
+def install_time_server(progress: Progress | None = None) -> StdioCommand:
+    """``mcp-server-time`` in its own virtualenv (created, or reused when it already imports)."""
+    python = _install_python_server(TIME_PACKAGE, "mcp_server_time", time_venv(), progress or Progress())
     return StdioCommand(command=str(python), args=["-m", "mcp_server_time", "--local-timezone", "Asia/Seoul"])
+
+
+def install_fetch_server(progress: Progress | None = None) -> StdioCommand:
+    """``mcp-server-fetch`` in its own virtualenv, bound as seed 001 binds it (``-m mcp_server_fetch``). Tests
+    fetch pages from their own loopback server, which has no robots.txt to honour: ``--ignore-robots-txt``."""
+    venv = thirdparty_dir() / "fetch-venv"
+    python = _install_python_server(FETCH_PACKAGE, "mcp_server_fetch", venv, progress or Progress())
+    return StdioCommand(command=str(python), args=["-m", "mcp_server_fetch", "--ignore-robots-txt"])
 
 
 # ---- @modelcontextprotocol/server-everything ---------------------------------------------------------------
@@ -278,6 +292,12 @@ def everything_http_server(server: EverythingServer, *, start_timeout_s: float =
 def time_server_command(pytestconfig: pytest.Config) -> StdioCommand:
     """``<time-venv>/bin/python -m mcp_server_time --local-timezone Asia/Seoul``, installed on first use."""
     return install_time_server(Progress(pytestconfig))
+
+
+@pytest.fixture(scope="session")
+def fetch_server_command(pytestconfig: pytest.Config) -> StdioCommand:
+    """``<fetch-venv>/bin/python -m mcp_server_fetch --ignore-robots-txt``, installed on first use."""
+    return install_fetch_server(Progress(pytestconfig))
 
 
 @pytest.fixture(scope="session")

@@ -243,9 +243,21 @@ CASES = [
         lambda w: call_command("seed_demo", "--no-discover", "--admin-username", "demo-admin", stdout=io.StringIO()),
         [
             ("config.mcp_server.create", "system:seed_demo", "seed_demo", {"mcp_id": [None, "sds-company-data"]}),
+            # The shipped local tools and classify_request's table (listed even with --no-discover: no process).
+            ("config.mcp_server.create", "system:seed_demo", "seed_demo", {"mcp_id": [None, "local"]}),
+            *[("config.request_category.create", "system:seed_demo", "seed_demo", {})] * 4,
             ("config.agent.create", "system:seed_demo", "seed_demo", {"slug": [None, "company-assistant"]}),
-            *[("config.deterministic_rule.create", "system:seed_demo", "seed_demo", {})] * 5,
+            *[("config.deterministic_rule.create", "system:seed_demo", "seed_demo", {})] * 7,
             ("config.user.create", "system:seed_demo", "seed_demo", {"is_superuser": [None, True]}),
+            *[
+                event
+                for tool in ("calculate", "classify_request")
+                for event in (
+                    ("config.mcp_tool.create", "system:seed_demo", "seed_demo", {"name": [None, tool]}),
+                    ("config.tool_contract.create", "system:seed_demo", "seed_demo", {"risk": [None, "write"]}),
+                )
+            ],
+            *[("config.tool_contract.update", "system:seed_demo", "seed_demo", {"risk": ["write", "read"]})] * 2,
         ],
     ),
     Case(

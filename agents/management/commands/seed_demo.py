@@ -1,5 +1,7 @@
-"""The demo: the seed's ``sds-company-data`` server bound and discovered, the ``company-assistant`` agent with
-rules that answer the seed's sample questions, and an admin user. Safe to run again."""
+"""The demo: the seed's ``sds-company-data`` server bound and discovered, the shipped local tools (``calculate``,
+``classify_request`` and its department table) bound as the ``local`` server, the ``company-assistant`` agent
+with rules that answer the seed's sample questions (its ``multi_tool`` question included), and an admin user.
+Safe to run again."""
 
 from __future__ import annotations
 
@@ -15,9 +17,16 @@ from django.db import transaction
 from agents.models import Agent, DeterministicRule
 from agents.services import agent_create, agent_update, deterministic_rule_create, deterministic_rule_update
 from audit.roles import user_create
-from mcpregistry.models import McpServer, ToolContract
+from mcpregistry.models import McpServer, RequestCategory, ToolContract
 from mcpregistry.pool import shutdown_default_pool
-from mcpregistry.services import mcp_server_create, mcp_server_discover, mcp_server_update, tool_contract_update
+from mcpregistry.services import (
+    mcp_server_create,
+    mcp_server_discover,
+    mcp_server_update,
+    request_category_create,
+    request_category_update,
+    tool_contract_update,
+)
 
 DEMO_MCP_ID = "sds-company-data"
 DEMO_AGENT = "company-assistant"
@@ -89,6 +98,48 @@ DEMO_CONTRACTS: dict[str, dict[str, Any]] = {
 }
 
 
+LOCAL_MCP_ID = "local"
+LOCAL_TOOL_MODULE = "mcpregistry.builtin_tools"
+
+# classify_request's table (seed 001's support-request classifier), as data an admin edits.
+DEMO_REQUEST_CATEGORIES: list[dict[str, Any]] = [
+    {
+        "department": "IT지원팀",
+        "order": 10,
+        "keywords": ["프린터", "노트북", "모니터", "PC", "네트워크", "와이파이", "비밀번호", "로그인", "고장"],
+    },
+    {"department": "인사팀", "order": 20, "keywords": ["휴가", "연차", "급여", "채용", "인사", "복리후생"]},
+    {"department": "총무팀", "order": 30, "keywords": ["출입", "주차", "택배", "비품", "사무실", "회의실"]},
+    {"department": "재무팀", "order": 40, "keywords": ["경비", "정산", "영수증", "법인카드", "예산"]},
+]
+
+# The shipped local tools only compute and read: marked ``read`` by their admin (this command).
+LOCAL_CONTRACTS: dict[str, dict[str, Any]] = {
+    "calculate": {"risk": "read", "timeout_s": 2.0, "returns": {"type": "str", "non_empty": True}},
+    "classify_request": {"risk": "read", "timeout_s": 5.0, "returns": {"type": "dict", "required": ["department"]}},
+}
+
+# Seed 001's multi_tool question ("'프린터가 고장 났어요' 문의 부서를 분류하고 48건이 12% 늘면 몇 건인지
+# 계산해줘.") answered by rules, no model: one rule per local tool.
+LOCAL_RULES: list[dict[str, Any]] = [
+    {
+        "name": "문의 부서 분류",
+        "order": 60,
+        "tool_name": "classify_request",
+        "when": {"regex": "['‘\"“](?P<request>[^'’\"”]+)['’\"”]", "any_keywords": ["분류", "부서", "담당"]},
+        "params": {"request": "{match.request}"},
+        "answer_template": "'{params.request}' 문의는 {result.department} 담당입니다.",
+    },
+    {
+        "name": "증감 계산",
+        "order": 70,
+        "tool_name": "calculate",
+        "when": {"regex": r"(?P<base>\d+(?:\.\d+)?)\s*건이\s*(?P<pct>\d+(?:\.\d+)?)\s*%\s*늘"},
+        "params": {"expression": "{match.base} * (1 + {match.pct} / 100)"},
+        "answer_template": "{params.expression} = {result}",
+    },
+]
+
 # The demo server's settings, not secrets (shown, not masked); its INTERNAL_API_KEY is a secret.
 DEMO_PUBLIC_ENV = ["FAILURE_MODE", "FAILURE_TIMEOUT_S"]
 SEED_ACTOR = "system:seed_demo"
@@ -102,6 +153,38 @@ def apply_demo_contracts(server: McpServer) -> None:
     for contract in ToolContract.objects.filter(tool__server=server).select_related("tool"):
         values = {"risk": ToolContract.Risk.READ, **DEMO_CONTRACTS.get(contract.tool.name, {})}
         tool_contract_update(contract=contract, actor=SEED_ACTOR, via=SEED_VIA, data=values)
+
+
+def seed_local_tools() -> McpServer:
+    """Bind the shipped local tools as the ``local`` server (no process) and fill in classify_request's table.
+    Returns the binding; its tools are listed by ``mcp_server_discover`` like any server's."""
+    binding = {
+        "name": "Local tools (calculate, classify_request)",
+        "transport": McpServer.Transport.LOCAL,
+        "args": [LOCAL_TOOL_MODULE],
+        "session_scope": McpServer.SessionScope.SHARED,
+        "timeout_s": 10.0,
+    }
+    server = McpServer.objects.filter(mcp_id=LOCAL_MCP_ID).first()
+    if server is None:
+        server = mcp_server_create(actor=SEED_ACTOR, via=SEED_VIA, data={"mcp_id": LOCAL_MCP_ID, **binding})
+    else:
+        mcp_server_update(server=server, actor=SEED_ACTOR, via=SEED_VIA, data=binding)
+    for row in DEMO_REQUEST_CATEGORIES:
+        category = RequestCategory.objects.filter(department=row["department"]).first()
+        if category is None:
+            request_category_create(actor=SEED_ACTOR, via=SEED_VIA, data=row)
+        else:
+            request_category_update(category=category, actor=SEED_ACTOR, via=SEED_VIA, data=row)
+    return server
+
+
+def apply_local_contracts(server: McpServer) -> None:
+    """The shipped local tools' contracts on top of what discovery pre-filled (each change audited)."""
+    for contract in ToolContract.objects.filter(tool__server=server).select_related("tool"):
+        values = LOCAL_CONTRACTS.get(contract.tool.name)
+        if values:
+            tool_contract_update(contract=contract, actor=SEED_ACTOR, via=SEED_VIA, data=values)
 
 
 class Command(BaseCommand):
@@ -138,6 +221,7 @@ class Command(BaseCommand):
                 )
             else:
                 mcp_server_update(server=server, actor=SEED_ACTOR, via=SEED_VIA, data=binding)
+            local = seed_local_tools()
             agent_values = {
                 "name": "회사 정보 도우미 (company assistant)",
                 "system_prompt": SYSTEM_PROMPT,
@@ -147,7 +231,7 @@ class Command(BaseCommand):
             agent = Agent.objects.filter(slug=DEMO_AGENT).first()
             if agent is None:
                 agent = agent_create(
-                    actor=SEED_ACTOR, via=SEED_VIA, data={"slug": DEMO_AGENT, **agent_values}, servers=[server]
+                    actor=SEED_ACTOR, via=SEED_VIA, data={"slug": DEMO_AGENT, **agent_values}, servers=[server, local]
                 )
             else:
                 agent_update(
@@ -155,19 +239,26 @@ class Command(BaseCommand):
                     actor=SEED_ACTOR,
                     via=SEED_VIA,
                     data=agent_values,
-                    servers={*agent.servers.all(), server},
+                    servers={*agent.servers.all(), server, local},
                 )
-            for rule in DEMO_RULES:
-                values = {**rule, "server": server}
+            rules = [(rule, server) for rule in DEMO_RULES] + [(rule, local) for rule in LOCAL_RULES]
+            for rule, target in rules:
+                values = {**rule, "server": target}
                 existing = DeterministicRule.objects.filter(agent=agent, name=rule["name"]).first()
                 if existing is None:
                     deterministic_rule_create(actor=SEED_ACTOR, via=SEED_VIA, data={"agent": agent, **values})
                 else:
                     deterministic_rule_update(rule=existing, actor=SEED_ACTOR, via=SEED_VIA, data=values)
             self.stdout.write(
-                f"{'bound' if created else 'kept'} MCP server {DEMO_MCP_ID}; agent {DEMO_AGENT} with {len(DEMO_RULES)} rules"
+                f"{'bound' if created else 'kept'} MCP server {DEMO_MCP_ID}; agent {DEMO_AGENT} with {len(rules)} rules"
             )
             self._admin(options["admin_username"])
+        # The local tools start no process: listed even with --no-discover.
+        local_report = mcp_server_discover(server=local, actor=SEED_ACTOR, via=SEED_VIA)
+        if not local_report.ok:
+            raise CommandError(f"discovery of {LOCAL_MCP_ID} failed: {local_report.error}")
+        apply_local_contracts(local)
+        self.stdout.write(f"{LOCAL_MCP_ID}: {local_report.tool_count} local tools listed")
         if options["no_discover"]:
             return
         self.stdout.write(f"discovering {DEMO_MCP_ID} (starts the server once)…")

@@ -1,0 +1,248 @@
+"""Local tools: Python functions the gate calls like any MCP server's tools (seed 001's ``@tool calculator``
+beside its MCP servers).
+
+A local tool is a LangChain tool object: one made with :func:`local_tool` (the platform's authoring decorator)
+or with LangChain's own ``@tool``. An admin binds local tools as an ``McpServer`` with transport ``local``
+whose ``args`` are dotted paths: a module (every tool defined in it) or one tool (``package.module.name``).
+Every path must lie under a module named in ``PLATFORM_LOCAL_TOOL_MODULES`` (checked before anything is
+imported, at save and again at every call: importing runs code). Discovery lists them as tools with a
+contract pre-filled from their signature or Pydantic schema; from there they are tools like any other:
+contract, risk and approval, memo, timeout, retries, breaker, fallback, audit and metrics are the gate's.
+
+:class:`LocalToolRunner` has the pool's ``call_tool``/``list_tools`` shape, so the gate's code path is the same.
+A call runs in a worker thread; the caller stops waiting at the timeout (``McpTimeoutError``), but Python
+cannot stop a thread: a stuck function keeps its thread until it returns, and a call still queued behind busy
+threads is cancelled (then it never ran: ``sent=False``). A tool that raises is an ``is_error`` answer, the gate's
+``tool:error`` (never an exception out of the gate). A function that reads the database does so on its own
+connection in the worker thread (closed after each call), so it sees committed data only.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import importlib
+import json
+from collections.abc import Callable, Iterable
+from typing import Any, overload
+
+from django.conf import settings
+from django.db import connections
+from langchain_core.tools import BaseTool, StructuredTool
+from mcp import McpError, types
+from pydantic import BaseModel
+
+from mcpregistry.pool import (
+    McpSessionPool,
+    McpTimeoutError,
+    McpTransportError,
+    ServerListing,
+    ToolCallOutcome,
+    get_default_pool,
+)
+
+LOCAL_TRANSPORT = "local"
+LOCAL_PROTOCOL = "local"
+# Marks a tool made by the platform's decorator (LangChain's own @tool is accepted too).
+MARKER = "platform_local_tool"
+
+
+class LocalToolError(ValueError):
+    """A dotted path that does not name usable local tools (not allowed, not importable, not a tool)."""
+
+
+@overload
+def local_tool(fn: Callable[..., Any], /) -> StructuredTool: ...
+
+
+@overload
+def local_tool(
+    *, name: str | None = None, description: str | None = None, args_schema: type[BaseModel] | None = None
+) -> Callable[[Callable[..., Any]], StructuredTool]: ...
+
+
+def local_tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    args_schema: type[BaseModel] | None = None,
+) -> StructuredTool | Callable[[Callable[..., Any]], StructuredTool]:
+    """Make ``fn`` a local tool. Its name is ``name`` or the function's; its description ``description`` or
+    the docstring (required: it is the model's manual); its input schema ``args_schema`` or one inferred from
+    the type hints. Returns a LangChain ``StructuredTool`` (``.invoke({...})`` works in tests). The function
+    should return a string or JSON-able value and raise on failure (the gate turns that into ``tool:error``)."""
+
+    def decorate(function: Callable[..., Any]) -> StructuredTool:
+        made = StructuredTool.from_function(
+            func=function,
+            name=name or function.__name__,
+            description=description,
+            args_schema=args_schema,
+            infer_schema=True,
+        )
+        made.metadata = {**(made.metadata or {}), MARKER: True}
+        return made
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def _under_allowed_module(path: str, allowed: Iterable[str]) -> bool:
+    return any(path == module or path.startswith(module + ".") for module in allowed if module)
+
+
+def _module_tools(module: Any) -> list[BaseTool]:
+    """The tools defined in ``module`` (not those it imports from elsewhere)."""
+    found = []
+    for value in vars(module).values():
+        function = getattr(value, "func", None) or getattr(value, "coroutine", None)
+        if isinstance(value, BaseTool) and getattr(function, "__module__", None) == module.__name__:
+            found.append(value)
+    return found
+
+
+def load_local_tools(paths: Iterable[str], *, allowed_modules: Iterable[str] | None = None) -> dict[str, BaseTool]:
+    """The tools named by ``paths`` (modules or single tools), by tool name. Raises LocalToolError when a path
+    is outside ``allowed_modules`` (default ``PLATFORM_LOCAL_TOOL_MODULES``; checked before importing), cannot
+    be imported, names no tool, or two paths give the same tool name."""
+    allowed = list(settings.PLATFORM_LOCAL_TOOL_MODULES if allowed_modules is None else allowed_modules)
+    tools: dict[str, BaseTool] = {}
+    for raw in paths:
+        path = str(raw).strip()
+        if not path or not all(part.isidentifier() for part in path.split(".")):
+            raise LocalToolError(f"'{path}' is not a dotted path (package.module or package.module.tool)")
+        if not _under_allowed_module(path, allowed):
+            raise LocalToolError(
+                f"'{path}' is not under a module named in PLATFORM_LOCAL_TOOL_MODULES ({', '.join(allowed) or '-'})"
+            )
+        found: list[BaseTool]
+        try:
+            found = _module_tools(importlib.import_module(path))
+        except ModuleNotFoundError as exc:
+            module_name, _, attribute = path.rpartition(".")
+            if not module_name or exc.name not in {path, None}:
+                raise LocalToolError(f"cannot import '{path}': {exc}") from exc
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as inner:
+                raise LocalToolError(f"cannot import '{module_name}': {inner}") from inner
+            value = getattr(module, attribute, None)
+            if value is None:
+                raise LocalToolError(f"cannot import '{path}': '{module_name}' has no '{attribute}'") from exc
+            if not isinstance(value, BaseTool):
+                raise LocalToolError(
+                    f"'{path}' is not a tool: decorate it with @local_tool (mcpregistry.local_tools) or LangChain's @tool"
+                ) from exc
+            found = [value]
+        except ImportError as exc:
+            raise LocalToolError(f"cannot import '{path}': {exc}") from exc
+        if not found:
+            raise LocalToolError(f"'{path}' defines no tool (@local_tool or LangChain's @tool)")
+        for tool in found:
+            if tool.name in tools and tools[tool.name] is not tool:
+                raise LocalToolError(f"two local tools are named '{tool.name}'")
+            tools[tool.name] = tool
+    return tools
+
+
+def local_paths_problem(paths: Any) -> str | None:
+    """Why ``paths`` (a ``local`` binding's ``args``) cannot be bound, or None (for ``McpServer.clean``)."""
+    if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
+        return 'a local binding\'s arguments are a JSON list of dotted paths, e.g. ["mcpregistry.builtin_tools"]'
+    try:
+        load_local_tools(paths)
+    except LocalToolError as exc:
+        return str(exc)
+    return None
+
+
+def tool_input_schema(tool: BaseTool) -> dict[str, Any]:
+    """The JSON schema of the arguments a model fills in (LangChain's ``tool_call_schema``)."""
+    schema = tool.tool_call_schema
+    if isinstance(schema, dict):
+        return dict(schema)
+    if issubclass(schema, BaseModel):
+        return schema.model_json_schema()
+    return dict(schema.schema())  # a pydantic v1 model (older LangChain tools)
+
+
+def _invoke(tool: BaseTool, arguments: dict[str, Any]) -> Any:
+    try:
+        return tool.invoke(arguments)
+    finally:
+        # This worker thread's own database connections (a tool may read configuration): never left open.
+        connections.close_all()
+
+
+class LocalToolRunner:
+    """Runs local tools in worker threads, with the pool's ``call_tool``/``list_tools`` signatures."""
+
+    def __init__(self, *, max_workers: int = 8) -> None:
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="local-tool")
+
+    def list_tools(self, config: dict[str, Any], *, timeout_s: float = 30.0, scope: str | None = None) -> ServerListing:
+        """The binding's tools as a listing (no process, no session). Raises ``McpTransportError`` when its
+        paths no longer load (recorded as the binding's health by discovery)."""
+        try:
+            tools = load_local_tools(config.get("args") or [])
+        except LocalToolError as exc:
+            raise McpTransportError(str(exc), sent=False) from exc
+        listed = [
+            {"name": name, "description": tool.description or "", "inputSchema": tool_input_schema(tool)}
+            for name, tool in sorted(tools.items())
+        ]
+        return ServerListing(protocol_version=LOCAL_PROTOCOL, server_info={"name": "local tools"}, tools=listed)
+
+    def call_tool(
+        self,
+        config: dict[str, Any],
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        timeout_s: float,
+        scope: str | None = None,
+    ) -> ToolCallOutcome:
+        """Run ``tool`` in a worker thread and wait at most ``timeout_s``.
+
+        Raises ``McpTransportError(sent=False)`` when the binding no longer loads, ``McpError`` for a tool the
+        binding does not have, ``McpTimeoutError`` past the deadline (``sent`` False only if the call never
+        started). A tool that raises comes back as ``is_error=True`` with ``"<ExceptionType>: <message>"``."""
+        try:
+            tools = load_local_tools(config.get("args") or [])
+        except LocalToolError as exc:
+            raise McpTransportError(str(exc), sent=False) from exc
+        target = tools.get(tool)
+        if target is None:
+            raise McpError(types.ErrorData(code=types.METHOD_NOT_FOUND, message=f"Unknown local tool: {tool}"))
+        future = self._executor.submit(_invoke, target, arguments)
+        try:
+            value = future.result(timeout=timeout_s)
+        except concurrent.futures.TimeoutError:
+            started = not future.cancel()
+            raise McpTimeoutError(f"local tool '{tool}' did not return within {timeout_s:g}s", sent=started) from None
+        except Exception as exc:  # noqa: BLE001 - the tool's own failure: an answer, not an exception
+            text = f"{type(exc).__name__}: {exc}"
+            return ToolCallOutcome(is_error=True, text=text, structured=None, content=[{"type": "text", "text": text}])
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+        structured = value if isinstance(value, dict) else None
+        return ToolCallOutcome(
+            is_error=False, text=text, structured=structured, content=[{"type": "text", "text": text}]
+        )
+
+    def close_scope(self, scope: str) -> None:
+        """Nothing to close: local tools hold no sessions."""
+
+
+_runner: LocalToolRunner | None = None
+
+
+def local_runner() -> LocalToolRunner:
+    global _runner
+    if _runner is None:
+        _runner = LocalToolRunner()
+    return _runner
+
+
+def runner_for(transport: str) -> McpSessionPool | LocalToolRunner:
+    """Who carries a call for a binding of ``transport``: the local runner, or the MCP session pool."""
+    return local_runner() if transport == LOCAL_TRANSPORT else get_default_pool()

@@ -1,0 +1,204 @@
+"""Local tools (Python functions bound as a ``local`` server) pass every step of the gate, as MCP tools do:
+contract, approval, memo, timeout, retries, audit and metrics. Only the model is scripted."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from agent_platform.celery import app as celery_app
+from agents.approvals import approval_decide
+from agents.execution import run_execute
+from agents.models import Run
+from audit.models import AuditEvent
+from auditor.metrics import tool_metrics
+from mcpregistry import gate
+from mcpregistry.models import McpServer, ToolContract
+from tests import local_tool_fixtures as fixtures
+from tests.conftest import discover_as_admin, make_agent
+
+pytestmark = pytest.mark.django_db
+
+MODULE = "tests.local_tool_fixtures"
+
+
+@pytest.fixture(autouse=True)
+def allowed_modules(settings):  # type: ignore[no-untyped-def]
+    settings.PLATFORM_LOCAL_TOOL_MODULES = ["mcpregistry.builtin_tools", MODULE]
+    fixtures.EXECUTED.clear()
+
+
+def bind_local(paths: list[str], mcp_id: str = "local-test") -> McpServer:
+    server = McpServer(mcp_id=mcp_id, name=mcp_id, transport=McpServer.Transport.LOCAL, args=paths, timeout_s=5)
+    server.full_clean()
+    server.save()
+    report = discover_as_admin(server=server)
+    assert report.ok, report.error
+    # Discovery proposes ``write`` for every tool: this admin marks them ``read``, except the notice sender.
+    ToolContract.objects.filter(tool__server=server).exclude(tool__name="send_notice").update(risk="read")
+    return server
+
+
+@pytest.fixture
+def local() -> McpServer:
+    return bind_local([MODULE])
+
+
+def call(server: McpServer, tool: str, args, memo=None, **who) -> gate.ToolResult:  # type: ignore[no-untyped-def]
+    server = McpServer.objects.prefetch_related("tools__contract").get(pk=server.pk)
+    return gate.call(server=server, tool_name=tool, args=args, who=gate.GateCall(source="admin", memo=memo, **who))
+
+
+def events(tool: str) -> list[tuple]:
+    calls = AuditEvent.objects.filter(tool=tool).exclude(action__startswith="config.")
+    return list(calls.order_by("id").values_list("ok", "reason", "attempt"))
+
+
+def contract(server: McpServer, tool: str, **values) -> None:  # type: ignore[no-untyped-def]
+    ToolContract.objects.filter(tool__server=server, tool__name=tool).update(**values)
+
+
+def test_discovery_lists_local_tools_beside_mcp_tools_with_contracts_from_their_signatures(local) -> None:
+    tools = {t.name: t for t in local.tools.all()}
+    assert set(tools) == {"lookup_stock", "sleepy", "slow_once", "explode", "send_notice", "shout"}
+    assert tools["lookup_stock"].description.startswith("재고 수량을 조회한다")
+    assert tools["lookup_stock"].contract.args == {
+        "sku": {"required": True, "type": "str"},
+        "warehouse": {"required": False, "type": "int"},
+    }
+    assert tools["send_notice"].contract.risk == "write"
+    local.refresh_from_db()
+    assert (local.health, local.protocol_version) == ("ok", "local")
+
+
+def test_a_single_tool_can_be_bound_by_its_dotted_path_also_a_langchain_tool(settings) -> None:
+    server = bind_local([f"{MODULE}.shout"], mcp_id="shouter")
+    assert list(server.tools.values_list("name", flat=True)) == ["shout"]
+    result = call(server, "shout", {"text": "hi"})
+    assert (result.ok, result.value) == (True, "HI")
+
+
+@pytest.mark.parametrize(
+    ("paths", "problem"),
+    [
+        (["os.path"], "PLATFORM_LOCAL_TOOL_MODULES"),
+        ([f"{MODULE}.not_a_tool"], "is not a tool"),
+        ([f"{MODULE}.missing"], "has no 'missing'"),
+        (["tests.local_tool_fixtures_nowhere"], "PLATFORM_LOCAL_TOOL_MODULES"),
+        ([], "JSON list of dotted paths"),
+    ],
+)
+def test_a_local_binding_is_validated_on_save(paths, problem) -> None:  # type: ignore[no-untyped-def]
+    server = McpServer(mcp_id="bad", name="bad", transport=McpServer.Transport.LOCAL, args=paths)
+    with pytest.raises(ValidationError) as caught:
+        server.full_clean()
+    assert problem in str(caught.value.message_dict["args"])
+
+
+def test_a_module_that_does_not_import_is_refused_on_save(settings) -> None:
+    settings.PLATFORM_LOCAL_TOOL_MODULES = ["tests.no_such_package"]
+    server = McpServer(mcp_id="bad", name="bad", transport=McpServer.Transport.LOCAL, args=["tests.no_such_package"])
+    with pytest.raises(ValidationError, match="cannot import"):
+        server.full_clean()
+
+
+def test_a_bad_argument_is_refused_before_the_function_runs_and_audited(local) -> None:
+    result = call(local, "lookup_stock", {"sku": "A-1", "warehouse": True})
+    assert (result.ok, result.error) == (False, "args:type:warehouse")
+    contract(local, "lookup_stock", args={"sku": {"type": "str", "required": True}, "warehouse": {"max": 9}})
+    assert call(local, "lookup_stock", {"sku": "A-1", "warehouse": 12}).error == "args:range:warehouse"
+    assert fixtures.EXECUTED["lookup_stock"] == []
+    assert events("lookup_stock") == [(False, "args:type:warehouse", 0), (False, "args:range:warehouse", 0)]
+
+
+def test_a_local_call_runs_once_and_is_audited_once_per_attempt(local) -> None:
+    result = call(local, "lookup_stock", {"sku": "A-1"})
+    assert (result.ok, result.value, result.attempts) == (True, {"sku": "A-1", "warehouse": 1, "count": 7}, 1)
+    assert fixtures.EXECUTED["lookup_stock"] == [{"sku": "A-1", "warehouse": 1}]
+    event = AuditEvent.objects.get(tool="lookup_stock", action="tool.call")
+    assert (event.mcp_id, event.ok, event.attempt, event.args) == ("local-test", True, 1, {"sku": "A-1"})
+    assert event.latency_ms is not None
+
+
+def test_a_success_is_memoized_within_the_run_and_the_function_is_not_run_again(local) -> None:
+    memo: dict = {}
+    first = call(local, "lookup_stock", {"sku": "A-1"}, memo=memo)
+    second = call(local, "lookup_stock", {"sku": "A-1"}, memo=memo)
+    assert (first.memo_hit, second.memo_hit, second.value) == (False, True, first.value)
+    assert len(fixtures.EXECUTED["lookup_stock"]) == 1
+    assert events("lookup_stock") == [(True, "", 1), (True, "memo:hit", 0)]
+
+
+def test_a_function_past_its_timeout_is_a_timeout_and_is_not_waited_for(local) -> None:
+    contract(local, "sleepy", timeout_s=0.2, retry={"max_attempts": 1})
+    result = call(local, "sleepy", {"seconds": 1.0})
+    assert (result.ok, result.error) == (False, "timeout")
+    assert result.latency_ms < 900
+    assert events("sleepy") == [(False, "timeout", 1)]
+
+
+def test_a_timeout_is_retried_and_the_retry_succeeds(local) -> None:
+    contract(local, "slow_once", timeout_s=0.3, retry={"max_attempts": 3, "on": ["timeout"]})
+    result = call(local, "slow_once", {"key": "k"})
+    assert (result.ok, result.value, result.attempts) == (True, "answer 2", 2)
+    assert events("slow_once") == [(False, "timeout", 1), (True, "", 2)]
+
+
+def test_a_function_that_raises_is_a_failure_value_with_a_reason_and_is_not_retried(local) -> None:
+    result = call(local, "explode", {"reason": "disk full"})
+    assert (result.ok, result.error, result.attempts) == (False, "tool:error", 1)
+    assert "RuntimeError: backend exploded: disk full" in result.message
+    assert len(fixtures.EXECUTED["explode"]) == 1
+    assert events("explode") == [(False, "tool:error", 1)]
+
+
+def test_a_failed_local_tool_can_fall_back_to_another_local_tool(local) -> None:
+    contract(local, "explode", fallback_tool="shout", fallback_policy="call", args={})
+    contract(local, "shout", args={})
+    result = call(local, "explode", {"text": "plan b"})
+    assert (result.ok, result.tool, result.fallback_for) == (True, "shout", "explode")
+
+
+@pytest.fixture
+def eager_tasks():  # type: ignore[no-untyped-def]
+    celery_app.conf.task_always_eager = True
+    yield
+    celery_app.conf.task_always_eager = False
+
+
+def test_a_write_local_tool_waits_for_approval_and_then_runs_exactly_once(
+    local, eager_tasks, django_capture_on_commit_callbacks
+) -> None:
+    agent = make_agent(
+        slug="notifier",
+        servers=[local],
+        provider="scripted",
+        with_demo_rules=False,
+        script=[
+            {"tool_calls": [{"name": "send_notice", "args": {"team": "IT지원팀", "text": "점검 공지"}}]},
+            {"content": "결과: {last_tool_result}"},
+        ],
+    )
+    run = Run.objects.create(agent=agent, query="IT지원팀에 점검 공지를 보내줘")
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert run.status == Run.Status.AWAITING_APPROVAL
+    assert fixtures.EXECUTED["send_notice"] == []
+
+    with django_capture_on_commit_callbacks(execute=True):
+        approval_decide(run=run, approval_id=str(run.approvals.get().id), decision="approve", actor="admin:reviewer")
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    assert "sent to IT지원팀" in run.answer
+    assert fixtures.EXECUTED["send_notice"] == [{"team": "IT지원팀", "text": "점검 공지"}]
+    calls = AuditEvent.objects.filter(tool="send_notice", action="tool.call", attempt__gte=1)
+    assert list(calls.values_list("ok", flat=True)) == [True]
+
+
+def test_local_tool_calls_count_in_the_tool_metrics(local) -> None:
+    call(local, "lookup_stock", {"sku": "A-1"})
+    call(local, "explode", {"reason": "x"})
+    report = tool_metrics()
+    by_tool = {(m.mcp_id, m.tool): m for m in report.tools}
+    assert by_tool[("local-test", "lookup_stock")].calls == 1
+    assert by_tool[("local-test", "explode")].errors_by_reason == {"tool:error": 1}
