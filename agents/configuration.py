@@ -50,7 +50,7 @@ class SecretSpec(_Strict):
 class ServerSpec(_Strict):
     mcp_id: str
     name: str | None = None
-    transport: Literal["stdio", "streamable_http", "sse"] = "stdio"
+    transport: Literal["stdio", "streamable_http", "sse", "local"] = "stdio"
     command: str = ""
     args: list[str] = Field(default_factory=list)
     cwd: str = ""

@@ -192,3 +192,18 @@ def test_an_imported_binding_is_discovered_and_answers() -> None:
     run_execute(run_id=str(run.id))
     run.refresh_from_db()
     assert "클라우드운영팀" in run.answer
+
+
+def test_a_local_tools_binding_round_trips_through_export_and_import() -> None:
+    doc = {
+        "servers": [
+            {"mcp_id": "local", "name": "로컬 도구", "transport": "local", "args": ["mcpregistry.builtin_tools"]}
+        ],
+        "agents": [{"slug": "calc", "servers": ["local"]}],
+    }
+    config_import(actor="test", document=doc)
+    exported = config_export()
+    [local] = [s for s in exported["servers"] if s["mcp_id"] == "local"]
+    assert (local["transport"], local["args"]) == ("local", ["mcpregistry.builtin_tools"])
+    report = config_import(actor="test", document=exported)
+    assert not report.created and not report.updated
