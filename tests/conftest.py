@@ -77,6 +77,17 @@ def _close_mcp_sessions_at_the_end() -> Iterator[None]:
     shutdown_default_pool()
 
 
+@pytest.fixture(autouse=True)
+def _forget_registered_secrets() -> Iterator[None]:
+    """A worker keeps every bound secret it has seen registered for masking (by design); a test starts without
+    the secrets of the tests before it, so that a fixture's short setting does not mask another test's text."""
+    from audit.masking import clear_registered_secrets
+
+    clear_registered_secrets()
+    yield
+    clear_registered_secrets()
+
+
 class FakeClock(gate.Clock):
     """The gate's clock for tests: sleeping advances time instantly, and every wait is recorded."""
 
