@@ -205,7 +205,7 @@ class DeterministicRule(AuditedModel):
 
         from agents.deterministic import WhenSpec, template_problems
         from agents.tools import CodeRuleError, load_code_rule
-        from mcpregistry.contracts import argument_constraints
+        from mcpregistry.contracts import argument_constraints, spec_problems
 
         errors: dict[str, list[str]] = {}
         if self.code:
@@ -225,12 +225,16 @@ class DeterministicRule(AuditedModel):
             try:
                 WhenSpec.model_validate(self.when or {})
             except PydanticValidationError as exc:
-                errors["when"] = [f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
+                errors["when"] = spec_problems(exc, WhenSpec)
             if self.server_id and self.tool_name:
                 tool = self.server.tools.filter(name=self.tool_name).select_related("contract").first()
                 if tool is None and self.server.tools.filter(discovered_at__isnull=False).exists():
+                    names = sorted(self.server.tools.filter(available=True).values_list("name", flat=True))
                     errors["tool_name"] = [
-                        str(_("'%(tool)s' is not a tool of this server.") % {"tool": self.tool_name})
+                        str(
+                            _("'%(tool)s' is not a tool of this server; its tools are: %(names)s")
+                            % {"tool": self.tool_name, "names": ", ".join(names) or "—"}
+                        )
                     ]
                 elif tool is not None:
                     contract = getattr(tool, "contract", None)

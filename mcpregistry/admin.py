@@ -16,6 +16,7 @@ from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
+from mcpregistry.contract_form import ToolContractForm
 from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.services import (
     mcp_server_create,
@@ -265,22 +266,23 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
 
 class ToolContractInline(admin.StackedInline):
+    """The structured contract editor (``mcpregistry.contract_form``); the JSON stays editable below it."""
+
     model = ToolContract
+    form = ToolContractForm
     can_delete = False
     extra = 0
-    fields = [
-        "risk",
-        "args",
-        "unknown_args",
-        "returns",
-        "retry",
-        "timeout_s",
-        "fallback_tool",
-        "fallback_policy",
-        "memo",
-        "memo_ttl_s",
-        "idempotency_arg",
+    fieldsets = [
+        (None, {"fields": ["risk", "unknown_args"]}),
+        (_("arguments"), {"fields": ["args"], "classes": ["contract-editor"]}),
+        (_("result"), {"fields": ["returns"], "classes": ["contract-editor"]}),
+        (_("retries, timeout and fallback"), {"fields": ["retry", "timeout_s", "fallback_tool", "fallback_policy"]}),
+        (_("memo and idempotency"), {"fields": ["memo", "memo_ttl_s", "idempotency_arg"]}),
+        (_("advanced: the contract as JSON"), {"fields": ["contract_json"], "classes": ["collapse"]}),
     ]
+
+    class Media:
+        css = {"all": ["mcpregistry/editors.css"]}
 
 
 def _contract_save(*, obj: ToolContract, actor: Any, via: str, creating: bool) -> None:
