@@ -16,7 +16,15 @@ from django.utils.translation import ngettext
 from agent_platform.errors import ApplicationError
 from agents.api.throttling import parse_rate
 from agents.approvals import approval_decide
-from agents.models import Agent, ApiKey, Approval, DeterministicRule, Run, scripted_model_allowed
+from agents.models import (
+    Agent,
+    ApiKey,
+    Approval,
+    DeterministicRule,
+    Run,
+    registered_flow_graphs,
+    scripted_model_allowed,
+)
 from agents.selectors import tool_name_conflicts
 from agents.services import (
     agent_create,
@@ -39,6 +47,14 @@ class DeterministicRuleInline(admin.TabularInline):
 
 
 class AgentForm(forms.ModelForm):
+    """Every setting of an agent; the page shows those of its mode (``agents/static/agents/agent_form.js``)."""
+
+    flow_graph = forms.ChoiceField(
+        label=_("flow graph"),
+        required=False,
+        help_text=_("Flow mode: the registered graph the agent runs (PLATFORM_FLOW_GRAPHS adds your own)."),
+    )
+
     class Meta:
         model = Agent
         fields = [
@@ -46,14 +62,19 @@ class AgentForm(forms.ModelForm):
             "name",
             "enabled",
             "mode",
+            "flow_graph",
             "system_prompt",
             "deterministic_instruction",
+            "answer_from_deterministic",
             "answer_template",
+            "no_match_answer",
+            "language",
             "model_provider",
             "model_id",
             "model_params",
             "servers",
             "max_iterations",
+            "time_limit_s",
             "caller_approves_model_writes",
         ]
 
@@ -62,9 +83,19 @@ class AgentForm(forms.ModelForm):
         provider = self.fields.get("model_provider")
         if provider is not None and not scripted_model_allowed():
             provider.choices = [c for c in provider.choices if c[0] != Agent.Provider.SCRIPTED]  # type: ignore[attr-defined]
+        graphs = [("", "—"), *((path, path) for path in registered_flow_graphs())]
+        if self.instance.flow_graph and self.instance.flow_graph not in dict(graphs):
+            graphs.append((self.instance.flow_graph, self.instance.flow_graph))
+        self.fields["flow_graph"].choices = graphs
+        # A post that leaves these out (a script written before they were on the form) keeps their values.
+        for name in ("time_limit_s", "language"):
+            self.fields[name].required = False
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
+        for name in ("time_limit_s", "language"):
+            if cleaned.get(name) in (None, ""):
+                cleaned[name] = getattr(self.instance, name)
         servers = cleaned.get("servers")
         if servers is not None:
             conflicts = tool_name_conflicts(list(servers))
@@ -98,6 +129,34 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
     search_fields = ["slug", "name"]
     filter_horizontal = ["servers"]
     inlines = [DeterministicRuleInline]
+    fieldsets = [
+        (None, {"fields": ["slug", "name", "enabled", "mode", "servers", "time_limit_s", "language", "model_params"]}),
+        (_("flow graph"), {"fields": ["flow_graph"], "classes": ["agent-mode-flow"]}),
+        (
+            _("model"),
+            {
+                "fields": ["model_provider", "model_id", "max_iterations", "system_prompt"],
+                "classes": ["agent-mode-react"],
+            },
+        ),
+        (
+            _("deterministic results and answers"),
+            {
+                "fields": [
+                    "deterministic_instruction",
+                    "answer_from_deterministic",
+                    "answer_template",
+                    "no_match_answer",
+                    "caller_approves_model_writes",
+                ],
+                "classes": ["agent-mode-react"],
+            },
+        ),
+    ]
+
+    class Media:
+        js = ["agents/agent_form.js"]
+
     inline_services = {DeterministicRule: (_rule_save, _rule_delete)}
 
     def service_save(self, *, obj: Agent, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:

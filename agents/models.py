@@ -25,6 +25,20 @@ def scripted_model_allowed() -> bool:
     return bool(getattr(settings, "PLATFORM_ALLOW_SCRIPTED_MODEL", False))
 
 
+FLOW_TEMPLATES = (
+    "agents.flows.sequential.build_graph",
+    "agents.flows.parallel.build_graph",
+    "agents.flows.conditional.build_graph",
+    "agents.flows.http_pipeline.build_graph",
+)
+
+
+def registered_flow_graphs() -> list[str]:
+    """The flow graphs an admin may choose: the shipped templates and ``PLATFORM_FLOW_GRAPHS`` (dotted paths)."""
+    extra = getattr(settings, "PLATFORM_FLOW_GRAPHS", [])
+    return list(dict.fromkeys([*FLOW_TEMPLATES, *extra]))
+
+
 class Agent(AuditedModel):
     """An agent: a system prompt, a model, the MCP servers whose tools it may call, and its rules."""
 
@@ -122,6 +136,21 @@ class Agent(AuditedModel):
         (tests, ``DEBUG``) allows it, never to admins in production."""
         from django.core.exceptions import ValidationError
 
+        from agents.flow_runner import load_flow_builder
+        from agents.tools import CodeRuleError
+
+        if self.mode == self.Mode.FLOW:
+            if not self.flow_graph:
+                raise ValidationError(
+                    {
+                        "flow_graph": _("Flow mode needs a flow graph; the registered ones are: %(graphs)s")
+                        % {"graphs": ", ".join(registered_flow_graphs())}
+                    }
+                )
+            try:
+                load_flow_builder(self.flow_graph)
+            except CodeRuleError as exc:
+                raise ValidationError({"flow_graph": str(exc)}) from None
         if self.model_provider == self.Provider.SCRIPTED and not scripted_model_allowed():
             raise ValidationError(
                 {
