@@ -25,6 +25,7 @@ from agents.models import (
     registered_flow_graphs,
     scripted_model_allowed,
 )
+from agents.rule_form import DeterministicRuleForm
 from agents.selectors import tool_name_conflicts
 from agents.services import (
     agent_create,
@@ -38,11 +39,15 @@ from agents.services import (
     deterministic_rule_update,
 )
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
+from mcpregistry.models import McpServer
 
 
 class DeterministicRuleInline(admin.TabularInline):
+    """The rules of an agent as JSON (for power users); each row's link opens the structured rule editor."""
+
     model = DeterministicRule
     extra = 0
+    show_change_link = True
     fields = ["order", "name", "enabled", "server", "tool_name", "when", "params"]
 
 
@@ -178,6 +183,26 @@ class DeterministicRuleAdmin(ServiceAdminMixin, admin.ModelAdmin):
     list_filter = ["enabled", "agent", "server"]
     search_fields = ["name", "tool_name"]
     ordering = ["order", "id"]
+    form = DeterministicRuleForm
+    fieldsets = [
+        (None, {"fields": ["agent", "name", "order", "enabled", "server", "tool_name"]}),
+        (_("conditions (all that are given must hold)"), {"fields": ["when"]}),
+        (_("parameters"), {"fields": ["params", "answer_template"]}),
+        (_("code rule (instead of the above)"), {"fields": ["code"], "classes": ["collapse"]}),
+        (_("advanced: the rule as JSON"), {"fields": ["rule_json"], "classes": ["collapse"]}),
+    ]
+
+    class Media:
+        css = {"all": ["mcpregistry/editors.css"]}
+        js = ["agents/rule_editor.js"]
+
+    def render_change_form(self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        form = context["adminform"].form
+        context["tool_catalogue"] = {
+            "servers": {str(s.pk): s.mcp_id for s in McpServer.objects.all()},
+            "tools": getattr(form, "catalogue", {}),
+        }
+        return super().render_change_form(request, context, *args, **kwargs)
 
     def service_save(self, *, obj: DeterministicRule, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
         if change:

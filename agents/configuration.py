@@ -423,19 +423,21 @@ def config_export() -> dict[str, Any]:
         }
         for a in Agent.objects.order_by("slug")
     ]
-    rules = [
-        {
-            "agent": r.agent.slug if r.agent else None,
-            "name": r.name,
-            "order": r.order,
-            "enabled": r.enabled,
-            "mcp_id": r.server.mcp_id if r.server else None,
-            "tool": r.tool_name,
-            "code": r.code,
-            "when": r.when,
-            "params": r.params,
-            "answer_template": r.answer_template,
-        }
-        for r in DeterministicRule.objects.select_related("agent", "server").order_by("order", "id")
-    ]
+    rules = [rule_entry(r) for r in DeterministicRule.objects.select_related("agent", "server").order_by("order", "id")]
     return {"servers": servers, "contracts": contracts, "agents": agents, "rules": rules}
+
+
+def rule_entry(rule: DeterministicRule) -> dict[str, Any]:
+    """A rule as a document entry (``export_config``'s ``rules[]``; the rule editor's JSON view)."""
+    return {
+        "agent": rule.agent.slug if rule.agent else None,
+        "name": rule.name,
+        "order": rule.order,
+        "enabled": rule.enabled,
+        "mcp_id": rule.server.mcp_id if rule.server else None,
+        "tool": rule.tool_name,
+        "code": rule.code,
+        "when": rule.when,
+        "params": rule.params,
+        "answer_template": rule.answer_template,
+    }
