@@ -3,9 +3,8 @@
 // Ours, served from static files (no CDN). The server validates everything again on save.
 "use strict";
 (function () {
-  const catalogueNode = document.getElementById("rule-tool-catalogue");
-  if (!catalogueNode) return;
-  const catalogue = JSON.parse(catalogueNode.textContent);
+  // The catalogue (per server id, its enabled tools and their arguments) is at the end of the page.
+  let catalogue = { servers: {}, tools: {} };
   let lastParam = null;
 
   function serverId() {
@@ -122,6 +121,9 @@
   });
 
   document.addEventListener("DOMContentLoaded", () => {
+    const catalogueNode = document.getElementById("rule-tool-catalogue");
+    if (!catalogueNode) return;
+    catalogue = JSON.parse(catalogueNode.textContent);
     filterTools();
     checkRegex();
     offerPlaceholders();
