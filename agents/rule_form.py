@@ -88,6 +88,9 @@ class WhenWidget(forms.Widget):
         )
         return context
 
+    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
+        return name not in data and f"{name}__editor" not in data
+
     def value_from_datadict(self, data: MultiValueDict[str, Any], files: Any, name: str) -> Any:
         if name in data:
             return data[name]
@@ -147,6 +150,9 @@ class ParamsWidget(forms.Widget):
             )
         context["widget"]["rows"] = rows
         return context
+
+    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
+        return name not in data and f"{name}__editor" not in data
 
     def value_from_datadict(self, data: MultiValueDict[str, Any], files: Any, name: str) -> Any:
         if name in data:

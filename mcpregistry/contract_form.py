@@ -116,6 +116,9 @@ class ArgsTableWidget(forms.Widget):
         context["widget"].update({"rows": rows, "types": TYPE_CHOICES, "invalid_json": parsed is None})
         return context
 
+    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
+        return name not in data and f"{name}__editor" not in data
+
     def value_from_datadict(self, data: MultiValueDict[str, Any], files: Any, name: str) -> Any:
         if name in data:  # the JSON itself (a script, or the advanced view)
             return data[name]
@@ -164,6 +167,9 @@ class RetryWidget(forms.Widget):
         context["widget"].update({"retry": retry, "reasons": reasons})
         return context
 
+    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
+        return name not in data and f"{name}__editor" not in data
+
     def value_from_datadict(self, data: MultiValueDict[str, Any], files: Any, name: str) -> Any:
         if name in data:
             return data[name]
@@ -177,9 +183,8 @@ class RetryWidget(forms.Widget):
         if sorted(retry.get("on", DEFAULT_RETRY["on"])) != reasons:
             retry["on"] = reasons
         honor = f"{name}__honor_retry_after" in data
-        _merge(retry, "honor_retry_after", honor, default=DEFAULT_RETRY["honor_retry_after"])
-        if "honor_retry_after" not in retry and not honor:
-            retry["honor_retry_after"] = False
+        if honor != retry.get("honor_retry_after", DEFAULT_RETRY["honor_retry_after"]):
+            retry["honor_retry_after"] = honor
         return json.dumps(retry, ensure_ascii=False)
 
 
@@ -211,6 +216,9 @@ class ReturnsWidget(forms.Widget):
         )
         return context
 
+    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
+        return name not in data and f"{name}__editor" not in data
+
     def value_from_datadict(self, data: MultiValueDict[str, Any], files: Any, name: str) -> Any:
         if name in data:
             return data[name]
@@ -224,9 +232,9 @@ class ReturnsWidget(forms.Widget):
         _merge(returns, "type", field("type") or None)
         required = [k.strip() for k in field("required").split(",") if k.strip()]
         _merge(returns, "required", required or None, default=[])
-        non_empty = f"{name}__non_empty" in data
-        _merge(returns, "non_empty", non_empty or None, default=None if not returns.get("non_empty") else True)
-        if not non_empty:
+        if f"{name}__non_empty" in data:
+            returns["non_empty"] = True
+        else:
             returns.pop("non_empty", None)
         for key in ("max_items", "max_chars"):
             _merge(returns, key, _number(field(key)) if field(key) else None)

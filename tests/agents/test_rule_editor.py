@@ -123,3 +123,15 @@ def test_an_unknown_key_in_the_json_view_names_the_valid_keys(admin_client: Clie
     page = admin_client.post("/admin/agents/deterministicrule/add/", data).content.decode()
     assert "&#x27;conditions&#x27; is not a valid key" in errors(page)
     assert "agent, name, order, enabled, mcp_id, tool, code, when, params, answer_template" in errors(page)
+
+
+def test_emptying_every_condition_is_saved(admin_client: Client, ledger: Agent) -> None:
+    rule = DeterministicRule.objects.create(
+        agent=ledger, name="r", server=ledger.servers.get(), tool_name="lookup", when={"any_keywords": ["팀"]}
+    )
+    data = rule_post(ledger, name="r", when__any_keywords="", when__regex="", when__context="", when__data="")
+    data["params__value__name"] = "{query}"
+    response = admin_client.post(f"/admin/agents/deterministicrule/{rule.pk}/change/", data)
+    assert response.status_code == 302, errors(response.content.decode())
+    rule.refresh_from_db()
+    assert rule.when == {}

@@ -16,6 +16,7 @@ from django.conf import settings
 
 from mcpregistry.models import McpServer, ToolContract
 from tests.browser.conftest import WINDOW, screenshot
+from tests.browser.navigation import submit
 from tests.conftest import bind_demo_server
 
 pytestmark = pytest.mark.browser
@@ -50,7 +51,7 @@ def test_an_admin_edits_a_contract_with_the_structured_editor(admin_in_browser: 
     timeout = browser.find_element(By.NAME, "contract-0-timeout_s")
     timeout.clear()
     timeout.send_keys("-1")
-    browser.find_element(By.NAME, "_continue").click()
+    submit(browser, browser.find_element(By.NAME, "_continue"))
     assert "more than 0 and at most 3600 seconds" in field_errors(browser, "timeout_s")
 
     # A self-fallback typed into the JSON view is refused, at the fallback field.
@@ -63,7 +64,7 @@ def test_an_admin_edits_a_contract_with_the_structured_editor(admin_in_browser: 
     browser.execute_script(
         "document.getElementsByName('contract-0-contract_json')[0].value = arguments[0];", json.dumps(document)
     )
-    browser.find_element(By.NAME, "_continue").click()
+    submit(browser, browser.find_element(By.NAME, "_continue"))
     assert "cannot be its own fallback" in field_errors(browser, "fallback_tool")
 
     # A valid change through the fields is saved.
@@ -75,7 +76,7 @@ def test_an_admin_edits_a_contract_with_the_structured_editor(admin_in_browser: 
     timeout = browser.find_element(By.NAME, "contract-0-timeout_s")
     timeout.clear()
     timeout.send_keys("3")
-    browser.find_element(By.NAME, "_continue").click()
+    submit(browser, browser.find_element(By.NAME, "_continue"))
     assert browser.find_elements(By.CSS_SELECTOR, "ul.messagelist li.success")
     contract = ToolContract.objects.get(tool=tool)
     assert contract.args["asset_id"]["pattern"] == r"^A-\d{4}$" and contract.args["asset_id"]["max_length"] == 6

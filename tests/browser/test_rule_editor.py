@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from agents.models import Agent, DeterministicRule
+from tests.browser.navigation import submit
 from tests.conftest import bind_demo_server
 
 pytestmark = pytest.mark.browser
@@ -23,7 +24,7 @@ def demo_agent_without_rules(transactional_db: Any) -> Agent:
 
 def test_an_admin_creates_a_rule_in_the_editor_and_dry_runs_it(admin_in_browser: Any, demo_agent_without_rules) -> None:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select, WebDriverWait
+    from selenium.webdriver.support.ui import Select
 
     browser = admin_in_browser
     agent = demo_agent_without_rules
@@ -51,7 +52,7 @@ def test_an_admin_creates_a_rule_in_the_editor_and_dry_runs_it(admin_in_browser:
     param.click()
     browser.find_element(By.CSS_SELECTOR, "button[data-placeholder='{match.name}']").click()
     assert param.get_attribute("value") == "{match.name}"
-    browser.find_element(By.NAME, "_save").click()
+    submit(browser, browser.find_element(By.NAME, "_save"))
     assert browser.find_elements(By.CSS_SELECTOR, "ul.messagelist li.success"), browser.find_element(
         By.ID, "content"
     ).text[:2000]
@@ -63,9 +64,6 @@ def test_an_admin_creates_a_rule_in_the_editor_and_dry_runs_it(admin_in_browser:
     browser.get(f"{browser.base_url}/admin/agents/rule-tester/")
     Select(browser.find_element(By.NAME, "agent")).select_by_value(str(agent.pk))
     browser.find_element(By.NAME, "query").send_keys("김하늘 님은 어느 팀 소속인가요?")
-    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
-    WebDriverWait(browser, 20).until(
-        lambda b: b.find_elements(By.XPATH, "//h2[contains(., 'Rules, in evaluation order')]")
-    )
+    submit(browser, browser.find_element(By.CSS_SELECTOR, "input[type=submit]"))
     row = browser.find_element(By.XPATH, "//tr[td[contains(., 'employee team')]]").text
     assert "matched" in row and "김하늘" in row and "sds-company-data.search_employee" in row

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from tests.browser.navigation import submit
+
 pytestmark = pytest.mark.browser
 
 
@@ -27,13 +29,13 @@ def test_an_admin_adds_a_stdio_server_and_discovers_it_from_its_page(admin_in_br
     args.send_keys(json.dumps(["-m", settings.PLATFORM_DEMO_SERVER_MODULE]))
     browser.find_element(By.NAME, "cwd").send_keys(str(settings.BASE_DIR))
     browser.find_element(By.NAME, "env_settings").send_keys("FAILURE_MODE=none")
-    browser.find_element(By.NAME, "_save").click()
+    submit(browser, browser.find_element(By.NAME, "_save"))
 
     # The new binding's page follows, with its next step offered.
     messages = browser.find_element(By.CSS_SELECTOR, "ul.messagelist").text
     assert "Added Demo-Company." in messages
     assert "FAILURE_MODE=none" in browser.find_element(By.NAME, "env_settings").get_attribute("value")
-    browser.find_element(By.ID, "discover-tools").click()
+    submit(browser, browser.find_element(By.ID, "discover-tools"))
 
     message = browser.find_element(By.CSS_SELECTOR, "ul.messagelist li.success").text
     assert message.startswith("Discovery of Demo-Company: 7 tools listed; added: ")
@@ -41,6 +43,6 @@ def test_an_admin_adds_a_stdio_server_and_discovers_it_from_its_page(admin_in_br
     tools = browser.find_element(By.ID, "tools-group").text
     assert "search_employee" in tools and "get_asset_status_backup" in tools
 
-    browser.find_element(By.ID, "check-health").click()
+    submit(browser, browser.find_element(By.ID, "check-health"))
     message = browser.find_element(By.CSS_SELECTOR, "ul.messagelist li.success").text
     assert message.startswith("Health of Demo-Company: ok, 7 tools listed")

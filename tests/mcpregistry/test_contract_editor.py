@@ -162,3 +162,18 @@ def test_the_json_view_round_trips_with_export_config(admin_client, lookup) -> N
     assert status == 302, errors(page)
     [exported] = [c for c in config_export()["contracts"] if c["tool"] == "lookup"]
     assert exported == entry
+
+
+def test_unticking_a_box_is_saved_and_ticking_it_again_restores_the_default(admin_client, lookup) -> None:
+    status, page = post(
+        admin_client,
+        lookup,
+        **{"contract-0-retry__honor_retry_after": None, "contract-0-returns__non_empty": "on"},
+    )
+    assert status == 302, errors(page)
+    contract = ToolContract.objects.get(tool=lookup)
+    assert contract.retry == {"honor_retry_after": False} and contract.returns == {"non_empty": True}
+    status, page = post(admin_client, contract.tool)
+    assert status == 302, errors(page)
+    contract.refresh_from_db()
+    assert contract.retry == {"honor_retry_after": True} and contract.returns == {}
