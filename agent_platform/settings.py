@@ -194,7 +194,11 @@ PLATFORM_DEMO_SERVER_MODULE = "mcpregistry.demo_server"
 PLATFORM_LOCAL_TOOL_MODULES = _env_list("PLATFORM_LOCAL_TOOL_MODULES", "mcpregistry.builtin_tools")
 # The server the shipped flow templates (agents/flows) call when an agent's flow options name none.
 PLATFORM_FLOW_DEFAULT_MCP_ID = os.environ.get("PLATFORM_FLOW_DEFAULT_MCP_ID", "sds-company-data")
+# Flow graphs (dotted paths of build_graph functions) offered in the agent form besides the shipped templates.
+PLATFORM_FLOW_GRAPHS = [p.strip() for p in os.environ.get("PLATFORM_FLOW_GRAPHS", "").split(",") if p.strip()]
 PLATFORM_MCP_CALL_TIMEOUT_S = float(os.environ.get("PLATFORM_MCP_CALL_TIMEOUT_S", "30"))
+# The longest timeout a tool contract may set (seconds); a contract's timeout must be > 0 and at most this.
+PLATFORM_TOOL_TIMEOUT_MAX_S = float(os.environ.get("PLATFORM_TOOL_TIMEOUT_MAX_S", "3600"))
 PLATFORM_MCP_IDLE_CLOSE_S = float(os.environ.get("PLATFORM_MCP_IDLE_CLOSE_S", "300"))
 PLATFORM_RUN_QUERY_MAX_CHARS = int(os.environ.get("PLATFORM_RUN_QUERY_MAX_CHARS", "8000"))
 PLATFORM_AUDIT_RESULT_MAX_CHARS = int(os.environ.get("PLATFORM_AUDIT_RESULT_MAX_CHARS", "20000"))

@@ -16,7 +16,16 @@ from django.utils.translation import ngettext
 from agent_platform.errors import ApplicationError
 from agents.api.throttling import parse_rate
 from agents.approvals import approval_decide
-from agents.models import Agent, ApiKey, Approval, DeterministicRule, Run, scripted_model_allowed
+from agents.models import (
+    Agent,
+    ApiKey,
+    Approval,
+    DeterministicRule,
+    Run,
+    registered_flow_graphs,
+    scripted_model_allowed,
+)
+from agents.rule_form import DeterministicRuleForm
 from agents.selectors import tool_name_conflicts
 from agents.services import (
     agent_create,
@@ -30,15 +39,27 @@ from agents.services import (
     deterministic_rule_update,
 )
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
+from mcpregistry.models import McpServer
 
 
 class DeterministicRuleInline(admin.TabularInline):
+    """The rules of an agent as JSON (for power users); each row's link opens the structured rule editor."""
+
     model = DeterministicRule
     extra = 0
+    show_change_link = True
     fields = ["order", "name", "enabled", "server", "tool_name", "when", "params"]
 
 
 class AgentForm(forms.ModelForm):
+    """Every setting of an agent; the page shows those of its mode (``agents/static/agents/agent_form.js``)."""
+
+    flow_graph = forms.ChoiceField(
+        label=_("flow graph"),
+        required=False,
+        help_text=_("Flow mode: the registered graph the agent runs (PLATFORM_FLOW_GRAPHS adds your own)."),
+    )
+
     class Meta:
         model = Agent
         fields = [
@@ -46,14 +67,19 @@ class AgentForm(forms.ModelForm):
             "name",
             "enabled",
             "mode",
+            "flow_graph",
             "system_prompt",
             "deterministic_instruction",
+            "answer_from_deterministic",
             "answer_template",
+            "no_match_answer",
+            "language",
             "model_provider",
             "model_id",
             "model_params",
             "servers",
             "max_iterations",
+            "time_limit_s",
             "caller_approves_model_writes",
         ]
 
@@ -62,9 +88,19 @@ class AgentForm(forms.ModelForm):
         provider = self.fields.get("model_provider")
         if provider is not None and not scripted_model_allowed():
             provider.choices = [c for c in provider.choices if c[0] != Agent.Provider.SCRIPTED]  # type: ignore[attr-defined]
+        graphs = [("", "—"), *((path, path) for path in registered_flow_graphs())]
+        if self.instance.flow_graph and self.instance.flow_graph not in dict(graphs):
+            graphs.append((self.instance.flow_graph, self.instance.flow_graph))
+        self.fields["flow_graph"].choices = graphs
+        # A post that leaves these out (a script written before they were on the form) keeps their values.
+        for name in ("time_limit_s", "language"):
+            self.fields[name].required = False
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
+        for name in ("time_limit_s", "language"):
+            if cleaned.get(name) in (None, ""):
+                cleaned[name] = getattr(self.instance, name)
         servers = cleaned.get("servers")
         if servers is not None:
             conflicts = tool_name_conflicts(list(servers))
@@ -98,6 +134,34 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
     search_fields = ["slug", "name"]
     filter_horizontal = ["servers"]
     inlines = [DeterministicRuleInline]
+    fieldsets = [
+        (None, {"fields": ["slug", "name", "enabled", "mode", "servers", "time_limit_s", "language", "model_params"]}),
+        (_("flow graph"), {"fields": ["flow_graph"], "classes": ["agent-mode-flow"]}),
+        (
+            _("model"),
+            {
+                "fields": ["model_provider", "model_id", "max_iterations", "system_prompt"],
+                "classes": ["agent-mode-react"],
+            },
+        ),
+        (
+            _("deterministic results and answers"),
+            {
+                "fields": [
+                    "deterministic_instruction",
+                    "answer_from_deterministic",
+                    "answer_template",
+                    "no_match_answer",
+                    "caller_approves_model_writes",
+                ],
+                "classes": ["agent-mode-react"],
+            },
+        ),
+    ]
+
+    class Media:
+        js = ["agents/agent_form.js"]
+
     inline_services = {DeterministicRule: (_rule_save, _rule_delete)}
 
     def service_save(self, *, obj: Agent, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
@@ -119,6 +183,26 @@ class DeterministicRuleAdmin(ServiceAdminMixin, admin.ModelAdmin):
     list_filter = ["enabled", "agent", "server"]
     search_fields = ["name", "tool_name"]
     ordering = ["order", "id"]
+    form = DeterministicRuleForm
+    fieldsets = [
+        (None, {"fields": ["agent", "name", "order", "enabled", "server", "tool_name"]}),
+        (_("conditions (all that are given must hold)"), {"fields": ["when"]}),
+        (_("parameters"), {"fields": ["params", "answer_template"]}),
+        (_("code rule (instead of the above)"), {"fields": ["code"], "classes": ["collapse"]}),
+        (_("advanced: the rule as JSON"), {"fields": ["rule_json"], "classes": ["collapse"]}),
+    ]
+
+    class Media:
+        css = {"all": ["mcpregistry/editors.css"]}
+        js = ["agents/rule_editor.js"]
+
+    def render_change_form(self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        form = context["adminform"].form
+        context["tool_catalogue"] = {
+            "servers": {str(s.pk): s.mcp_id for s in McpServer.objects.all()},
+            "tools": getattr(form, "catalogue", {}),
+        }
+        return super().render_change_form(request, context, *args, **kwargs)
 
     def service_save(self, *, obj: DeterministicRule, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
         if change:

@@ -25,7 +25,7 @@ from pydantic import ValidationError as PydanticValidationError
 from agent_platform.errors import ApplicationError
 from agents.models import Agent, DeterministicRule
 from agents.services import agent_update, deterministic_rule_update
-from mcpregistry.contracts import ArgSpec, RetrySpec, ReturnsSpec
+from mcpregistry.contract_document import ContractSpec, contract_entry, contract_fields
 from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.services import mcp_server_update, mcp_tool_create, tool_contract_update
 
@@ -62,22 +62,6 @@ class ServerSpec(_Strict):
     session_scope: Literal["per_run", "shared"] = "per_run"
     enabled: bool = True
     tool_prefix: str = ""
-
-
-class ContractSpec(_Strict):
-    mcp_id: str
-    tool: str
-    args: dict[str, ArgSpec] = Field(default_factory=dict)
-    unknown_args: Literal["refuse", "drop"] = "refuse"
-    returns: ReturnsSpec = Field(default_factory=ReturnsSpec)
-    retry: RetrySpec | None = None
-    timeout_s: float | None = Field(default=None, gt=0, le=3600)
-    fallback: str | None = None
-    fallback_policy: Literal["suggest", "call"] = "suggest"
-    risk: Literal["read", "write"] = "read"
-    memo: bool = True
-    memo_ttl_s: int | None = Field(default=None, ge=0)
-    idempotency_arg: str = ""
 
 
 class ModelSpec(_Strict):
@@ -288,17 +272,8 @@ def config_import(
         created = contract is None
         contract = contract or ToolContract(tool=tool)
         before = None if created else _fields(contract)
-        contract.args = {k: v.model_dump(exclude_none=True) for k, v in cspec.args.items()}
-        contract.unknown_args = cspec.unknown_args
-        contract.returns = cspec.returns.model_dump(exclude_defaults=True)
-        contract.retry = cspec.retry.model_dump(exclude_unset=True) if cspec.retry else {}
-        contract.timeout_s, contract.fallback_tool = cspec.timeout_s, cspec.fallback or ""
-        contract.fallback_policy, contract.risk = cspec.fallback_policy, cspec.risk
-        contract.memo, contract.memo_ttl_s, contract.idempotency_arg = (
-            cspec.memo,
-            cspec.memo_ttl_s,
-            cspec.idempotency_arg,
-        )
+        for name, value in contract_fields(cspec).items():
+            setattr(contract, name, value)
         _save(
             functools.partial(tool_contract_update, contract=contract, actor=actor, via=via),
             contract,
@@ -426,21 +401,7 @@ def config_export() -> dict[str, Any]:
         for s in McpServer.objects.order_by("mcp_id")
     ]
     contracts = [
-        {
-            "mcp_id": c.tool.server.mcp_id,
-            "tool": c.tool.name,
-            "args": c.args,
-            "unknown_args": c.unknown_args,
-            "returns": c.returns,
-            "retry": c.retry,
-            "timeout_s": c.timeout_s,
-            "fallback": c.fallback_tool or None,
-            "fallback_policy": c.fallback_policy,
-            "risk": c.risk,
-            "memo": c.memo,
-            "memo_ttl_s": c.memo_ttl_s,
-            "idempotency_arg": c.idempotency_arg,
-        }
+        contract_entry(c)
         for c in ToolContract.objects.select_related("tool__server").order_by("tool__server__mcp_id", "tool__name")
     ]
     agents = [
@@ -462,19 +423,21 @@ def config_export() -> dict[str, Any]:
         }
         for a in Agent.objects.order_by("slug")
     ]
-    rules = [
-        {
-            "agent": r.agent.slug if r.agent else None,
-            "name": r.name,
-            "order": r.order,
-            "enabled": r.enabled,
-            "mcp_id": r.server.mcp_id if r.server else None,
-            "tool": r.tool_name,
-            "code": r.code,
-            "when": r.when,
-            "params": r.params,
-            "answer_template": r.answer_template,
-        }
-        for r in DeterministicRule.objects.select_related("agent", "server").order_by("order", "id")
-    ]
+    rules = [rule_entry(r) for r in DeterministicRule.objects.select_related("agent", "server").order_by("order", "id")]
     return {"servers": servers, "contracts": contracts, "agents": agents, "rules": rules}
+
+
+def rule_entry(rule: DeterministicRule) -> dict[str, Any]:
+    """A rule as a document entry (``export_config``'s ``rules[]``; the rule editor's JSON view)."""
+    return {
+        "agent": rule.agent.slug if rule.agent else None,
+        "name": rule.name,
+        "order": rule.order,
+        "enabled": rule.enabled,
+        "mcp_id": rule.server.mcp_id if rule.server else None,
+        "tool": rule.tool_name,
+        "code": rule.code,
+        "when": rule.when,
+        "params": rule.params,
+        "answer_template": rule.answer_template,
+    }

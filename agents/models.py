@@ -25,6 +25,20 @@ def scripted_model_allowed() -> bool:
     return bool(getattr(settings, "PLATFORM_ALLOW_SCRIPTED_MODEL", False))
 
 
+FLOW_TEMPLATES = (
+    "agents.flows.sequential.build_graph",
+    "agents.flows.parallel.build_graph",
+    "agents.flows.conditional.build_graph",
+    "agents.flows.http_pipeline.build_graph",
+)
+
+
+def registered_flow_graphs() -> list[str]:
+    """The flow graphs an admin may choose: the shipped templates and ``PLATFORM_FLOW_GRAPHS`` (dotted paths)."""
+    extra = getattr(settings, "PLATFORM_FLOW_GRAPHS", [])
+    return list(dict.fromkeys([*FLOW_TEMPLATES, *extra]))
+
+
 class Agent(AuditedModel):
     """An agent: a system prompt, a model, the MCP servers whose tools it may call, and its rules."""
 
@@ -122,6 +136,21 @@ class Agent(AuditedModel):
         (tests, ``DEBUG``) allows it, never to admins in production."""
         from django.core.exceptions import ValidationError
 
+        from agents.flow_runner import load_flow_builder
+        from agents.tools import CodeRuleError
+
+        if self.mode == self.Mode.FLOW:
+            if not self.flow_graph:
+                raise ValidationError(
+                    {
+                        "flow_graph": _("Flow mode needs a flow graph; the registered ones are: %(graphs)s")
+                        % {"graphs": ", ".join(registered_flow_graphs())}
+                    }
+                )
+            try:
+                load_flow_builder(self.flow_graph)
+            except CodeRuleError as exc:
+                raise ValidationError({"flow_graph": str(exc)}) from None
         if self.model_provider == self.Provider.SCRIPTED and not scripted_model_allowed():
             raise ValidationError(
                 {
@@ -205,7 +234,7 @@ class DeterministicRule(AuditedModel):
 
         from agents.deterministic import WhenSpec, template_problems
         from agents.tools import CodeRuleError, load_code_rule
-        from mcpregistry.contracts import argument_constraints
+        from mcpregistry.contracts import argument_constraints, spec_problems
 
         errors: dict[str, list[str]] = {}
         if self.code:
@@ -225,12 +254,16 @@ class DeterministicRule(AuditedModel):
             try:
                 WhenSpec.model_validate(self.when or {})
             except PydanticValidationError as exc:
-                errors["when"] = [f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
+                errors["when"] = spec_problems(exc, WhenSpec)
             if self.server_id and self.tool_name:
                 tool = self.server.tools.filter(name=self.tool_name).select_related("contract").first()
                 if tool is None and self.server.tools.filter(discovered_at__isnull=False).exists():
+                    names = sorted(self.server.tools.filter(available=True).values_list("name", flat=True))
                     errors["tool_name"] = [
-                        str(_("'%(tool)s' is not a tool of this server.") % {"tool": self.tool_name})
+                        str(
+                            _("'%(tool)s' is not a tool of this server; its tools are: %(names)s")
+                            % {"tool": self.tool_name, "names": ", ".join(names) or "—"}
+                        )
                     ]
                 elif tool is not None:
                     contract = getattr(tool, "contract", None)

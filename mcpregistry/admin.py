@@ -8,19 +8,25 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import ValidationError
+from django.contrib.admin.options import IS_POPUP_VAR
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
+from mcpregistry.contract_form import ToolContractForm
 from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract
 from mcpregistry.services import (
+    DiscoveryReport,
+    HealthReport,
     mcp_server_create,
     mcp_server_delete,
     mcp_server_discover,
+    mcp_server_health_check,
     mcp_server_update,
     mcp_tool_delete,
     mcp_tool_review_approve,
@@ -89,6 +95,15 @@ class McpServerForm(forms.ModelForm):
         required=False,
         help_text=_('Same format as the environment, e.g. {"Authorization": "Bearer …"}.'),
     )
+    env_settings = forms.CharField(
+        label=_("environment settings (not secret)"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60, "placeholder": "FAILURE_MODE=none"}),
+        help_text=_(
+            "One NAME=value per line: environment values that are settings, shown and edited as themselves and "
+            "never masked. Every other environment value is a secret (below). Removing a line removes the value."
+        ),
+    )
     url = forms.URLField(label=_("URL"), required=False, assume_scheme="https", max_length=500)
     clear_secrets = forms.BooleanField(label=_("clear all stored secret values"), required=False)
 
@@ -105,17 +120,51 @@ class McpServerForm(forms.ModelForm):
             "command",
             "args",
             "cwd",
-            "public_env",
             "url",
             "breaker_threshold",
             "breaker_cooldown_s",
         ]
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        public = [str(n) for n in (self.instance.public_env or [])]
+        stored = self.instance.env or {}
+        self.initial["env_settings"] = "\n".join(
+            f"{name}={stored[name]}" for name in public if isinstance(stored.get(name), str)
+        )
+
+    def clean_env_settings(self) -> dict[str, str] | None:
+        """``NAME=value`` lines as a map, or None when the form did not carry the field (a script's post)."""
+        if self.add_prefix("env_settings") not in self.data:
+            return None
+        values: dict[str, str] = {}
+        for number, line in enumerate(str(self.cleaned_data.get("env_settings") or "").splitlines(), start=1):
+            if not line.strip():
+                continue
+            name, sep, value = line.partition("=")
+            if not sep or not name.strip():
+                raise forms.ValidationError(_("Line %(n)d: write NAME=value (e.g. FAILURE_MODE=none).") % {"n": number})
+            values[name.strip()] = value.strip()
+        return values
+
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
+        settings_env = cleaned.get("env_settings")
+        if settings_env is not None:
+            env = dict(self.instance.env or {})
+            for name in self.instance.public_env or []:
+                if name not in settings_env:
+                    env.pop(name, None)
+            env.update(settings_env)
+            self.instance.env = env
+            self.instance.public_env = list(settings_env)
         clear = bool(cleaned.get("clear_secrets"))
         # Applied before the model's own validation, so a ${VAR} placeholder in a new value is refused too.
+        public = set(self.instance.public_env or [])
+        kept_settings = {k: v for k, v in (self.instance.env or {}).items() if k in public}
         self.instance.env = merge_secrets(self.instance.env, cleaned.get("new_env"), clear=clear)
+        if clear:
+            self.instance.env = {**kept_settings, **self.instance.env}
         self.instance.headers = merge_secrets(self.instance.headers, cleaned.get("new_headers"), clear=clear)
         return cleaned
 
@@ -167,12 +216,18 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
         "breaker_opened_at",
     ]
     inlines = [McpToolInline]
-    actions = ["discover_tools"]
+    actions = ["discover_tools", "check_health"]
+    change_form_template = "admin/mcpregistry/mcpserver/change_form.html"
+
+    class Media:
+        css = {"all": ["mcpregistry/editors.css"]}
+
     fieldsets = [
         (None, {"fields": ["mcp_id", "name", "transport", "enabled", "timeout_s", "session_scope", "tool_prefix"]}),
         (_("stdio"), {"fields": ["command", "args", "cwd"]}),
         (_("HTTP"), {"fields": ["url"]}),
-        (_("secrets"), {"fields": ["secrets_state", "public_env", "new_env", "new_headers", "clear_secrets"]}),
+        (_("environment settings"), {"fields": ["env_settings"]}),
+        (_("secrets"), {"fields": ["secrets_state", "new_env", "new_headers", "clear_secrets"]}),
         (
             _("circuit breaker"),
             {"fields": ["breaker_badge", "breaker_opened_at", "breaker_threshold", "breaker_cooldown_s"]},
@@ -230,9 +285,13 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
                 return str(_("from the worker's environment (%(var)s)") % {"var": entry["from_env"]})
             return str(_("set"))
 
-        public = set(obj.public_env or [])
-        rows = [("env", k, v if k in public and isinstance(v, str) else state(v)) for k, v in (obj.env or {}).items()]
-        rows += [("header", k, state(v)) for k, v in (obj.headers or {}).items()]
+        # What is stored, not what this page's rejected form put on the instance.
+        stored = McpServer.objects.filter(pk=obj.pk).first() if obj.pk else None
+        if stored is None:
+            return str(_("none set"))
+        public = set(stored.public_env or [])
+        rows = [("env", k, state(v)) for k, v in (stored.env or {}).items() if k not in public]
+        rows += [("header", k, state(v)) for k, v in (stored.headers or {}).items()]
         if not rows:
             return str(_("none set"))
         return format_html_join(mark_safe("<br>"), "{} <code>{}</code>: {}", rows)
@@ -260,30 +319,114 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
     @admin.action(description=_("Discover tools (connect and list)"))
     def discover_tools(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
         for server in queryset:
-            report = mcp_server_discover(server=server, actor=request.user, via=ADMIN_VIA)
-            if report.ok:
-                self.message_user(request, _("%(id)s: %(n)d tools") % {"id": server.mcp_id, "n": report.tool_count})
-            else:
-                self.message_user(request, f"{server.mcp_id}: {report.error}", level=messages.ERROR)
+            self._discover(request, server)
+
+    @admin.action(description=_("Check health (connect and list, change nothing)"))
+    def check_health(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
+        for server in queryset:
+            self._check_health(request, server)
+
+    def _discover(self, request: HttpRequest, server: McpServer) -> None:
+        report = mcp_server_discover(server=server, actor=request.user, via=ADMIN_VIA)
+        level = messages.SUCCESS if report.ok and not report.schema_errors else messages.WARNING
+        self.message_user(request, discovery_message(report), level=level if report.ok else messages.ERROR)
+
+    def _check_health(self, request: HttpRequest, server: McpServer) -> None:
+        report = mcp_server_health_check(server=server)
+        self.message_user(request, health_message(report), level=messages.SUCCESS if report.ok else messages.ERROR)
+
+    def get_urls(self) -> list[Any]:
+        def server_view(operation: Any) -> Any:
+            def view(request: HttpRequest, object_id: str) -> HttpResponse:
+                server = self.get_object(request, object_id)
+                if server is None or not self.has_change_permission(request, server):
+                    raise PermissionDenied
+                if request.method != "POST":
+                    return HttpResponseNotAllowed(["POST"])
+                operation(request, server)
+                return HttpResponseRedirect(
+                    reverse("admin:mcpregistry_mcpserver_change", args=[server.pk], current_app=self.admin_site.name)
+                )
+
+            return self.admin_site.admin_view(view)
+
+        return [
+            path("<path:object_id>/discover/", server_view(self._discover), name="mcpregistry_mcpserver_discover"),
+            path("<path:object_id>/health/", server_view(self._check_health), name="mcpregistry_mcpserver_health"),
+            *super().get_urls(),
+        ]
+
+    def response_add(self, request: HttpRequest, obj: McpServer, post_url_continue: str | None = None) -> HttpResponse:
+        """A new binding's next step is discovery: its page (with the *Discover tools* button) follows."""
+        if "_addanother" in request.POST or IS_POPUP_VAR in request.POST:
+            return super().response_add(request, obj, post_url_continue)
+        self.message_user(
+            request,
+            _("Added %(id)s. Discover its tools with the Discover tools button.") % {"id": obj.mcp_id},
+            messages.SUCCESS,
+        )
+        return HttpResponseRedirect(
+            reverse("admin:mcpregistry_mcpserver_change", args=[obj.pk], current_app=self.admin_site.name)
+        )
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:20]) + (f" (+{len(names) - 20})" if len(names) > 20 else "")
+
+
+def discovery_message(report: DiscoveryReport) -> str:
+    """What a discovery did, with the server id as it is spelled (the admin capitalizes a message's first
+    letter, so the id never comes first)."""
+    if not report.ok:
+        return str(_("Discovery of %(id)s failed: %(error)s") % {"id": report.mcp_id, "error": report.error})
+    parts = [str(_("%(n)d tools listed") % {"n": report.tool_count})]
+    for label, names in (
+        (_("added"), report.added),
+        (_("updated"), report.updated),
+        (_("vanished"), report.vanished),
+        (_("review required"), report.review_required),
+        (_("unusable input schema"), report.schema_errors),
+    ):
+        if names:
+            parts.append(f"{label}: {_names(names)}")
+    if not (report.added or report.updated or report.vanished):
+        parts.append(str(_("no change")))
+    return str(_("Discovery of %(id)s: %(parts)s") % {"id": report.mcp_id, "parts": "; ".join(parts)})
+
+
+def health_message(report: HealthReport) -> str:
+    if not report.ok:
+        return str(_("Health of %(id)s: error: %(error)s") % {"id": report.mcp_id, "error": report.error})
+    text = str(
+        _("Health of %(id)s: ok, %(n)d tools listed in %(ms).0f ms")
+        % {"id": report.mcp_id, "n": report.tool_count, "ms": report.latency_ms}
+    )
+    if report.new or report.missing:
+        text += "; " + str(
+            _("differs from the registry (new: %(new)s; missing: %(missing)s): discover to update it")
+            % {"new": _names(report.new) or "—", "missing": _names(report.missing) or "—"}
+        )
+    return text
 
 
 class ToolContractInline(admin.StackedInline):
+    """The structured contract editor (``mcpregistry.contract_form``); the JSON stays editable below it."""
+
     model = ToolContract
+    form = ToolContractForm
     can_delete = False
     extra = 0
-    fields = [
-        "risk",
-        "args",
-        "unknown_args",
-        "returns",
-        "retry",
-        "timeout_s",
-        "fallback_tool",
-        "fallback_policy",
-        "memo",
-        "memo_ttl_s",
-        "idempotency_arg",
+    fieldsets = [
+        (None, {"fields": ["risk", "unknown_args"]}),
+        (_("arguments"), {"fields": ["args"], "classes": ["contract-editor"]}),
+        (_("result"), {"fields": ["returns"], "classes": ["contract-editor"]}),
+        (_("retries, timeout and fallback"), {"fields": ["retry", "timeout_s", "fallback_tool", "fallback_policy"]}),
+        (_("memo and idempotency"), {"fields": ["memo", "memo_ttl_s", "idempotency_arg"]}),
+        (_("advanced: the contract as JSON"), {"fields": ["contract_json"], "classes": ["collapse"]}),
     ]
+
+    class Media:
+        css = {"all": ["mcpregistry/editors.css"]}
 
 
 def _contract_save(*, obj: ToolContract, actor: Any, via: str, creating: bool) -> None:

@@ -6,14 +6,19 @@ tool's MCP annotations suggest a risk. Annotations are hints from the server, no
 
 from __future__ import annotations
 
+import difflib
 import json
 import random
 import re
+import types
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Union, get_args, get_origin
 from urllib.parse import urlparse
 
+from django.utils.translation import gettext as _
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ValidationError as PydanticValidationError
 
 from mcpregistry.binding_policy import url_problem
 
@@ -151,6 +156,56 @@ class RetrySpec(_Strict):
     backoff_base_s: float = Field(default=DEFAULT_RETRY["backoff_base_s"], ge=0, le=60)
     backoff_cap_s: float = Field(default=DEFAULT_RETRY["backoff_cap_s"], ge=0, le=600)
     honor_retry_after: bool = DEFAULT_RETRY["honor_retry_after"]
+
+
+def _unwrap_optional(annotation: Any) -> Any:
+    if get_origin(annotation) in (Union, types.UnionType):
+        rest = [a for a in get_args(annotation) if a is not type(None)]
+        if len(rest) == 1:
+            return rest[0]
+    return annotation
+
+
+def spec_keys(model: type[BaseModel], path: Sequence[str | int] = ()) -> list[str] | None:
+    """The keys a JSON object at ``path`` inside ``model``'s shape may hold (through nested models, dicts and
+    lists), or None where no object with fixed keys is expected there."""
+    current: Any = model
+    for part in path:
+        current = _unwrap_optional(current)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            found = current.model_fields.get(str(part))
+            if found is None:
+                return None
+            current = found.annotation
+        elif get_origin(current) in (dict, list):
+            current = get_args(current)[-1]
+        else:
+            return None
+    current = _unwrap_optional(current)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return None
+
+
+def spec_problems(exc: PydanticValidationError, model: type[BaseModel], *, prefix: str = "") -> list[str]:
+    """Pydantic's errors as an admin reads them: each names where (``region.max_len``) and, for a key the shape
+    does not have, the keys it does have (with the closest one suggested); for a value outside a closed set,
+    the values allowed (pydantic's own message lists them)."""
+    problems: list[str] = []
+    for error in exc.errors():
+        loc = list(error["loc"])
+        where = ".".join([prefix, *map(str, loc)] if prefix else map(str, loc)) or "(root)"
+        if error["type"] == "extra_forbidden" and loc:
+            keys = spec_keys(model, loc[:-1]) or []
+            close = difflib.get_close_matches(str(loc[-1]), keys, n=1)
+            hint = _(" (did you mean '%(key)s'?)") % {"key": close[0]} if close else ""
+            problems.append(
+                _("%(where)s: '%(key)s' is not a valid key%(hint)s; the valid keys are: %(keys)s")
+                % {"where": where, "key": loc[-1], "hint": hint, "keys": ", ".join(keys)}
+            )
+        else:
+            problems.append(f"{where}: {error['msg']}")
+    return problems
 
 
 _PY_TYPES: dict[str, tuple[type, ...]] = {

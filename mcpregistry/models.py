@@ -17,7 +17,7 @@ from pydantic import ValidationError as PydanticValidationError
 from agent_platform.json import UnicodeJSONEncoder
 from audit.change_guard import AuditedModel, ChangeAudit
 from mcpregistry.binding_policy import command_problem, from_env_problem, url_problem
-from mcpregistry.contracts import ArgSpec, RetrySpec, ReturnsSpec
+from mcpregistry.contracts import ArgSpec, RetrySpec, ReturnsSpec, spec_problems
 from mcpregistry.crypto import EncryptedJSONField
 from mcpregistry.local_tools import local_paths_problem
 
@@ -353,29 +353,45 @@ class ToolContract(AuditedModel):
         return self.tool.server.mcp_id, self.tool.name
 
     def clean(self) -> None:
-        """The JSON fields must have the shapes the gate reads (see the class docstring)."""
+        """The JSON fields must have the shapes the gate reads (see the class docstring); every error names the
+        key and the valid keys. The timeout is > 0 and at most ``PLATFORM_TOOL_TIMEOUT_MAX_S``. The fallback tool
+        is another tool of the same server whose required arguments this tool's arguments cover (the gate sends
+        it the same arguments)."""
         errors: dict[str, list[str]] = {}
-        checks = [("args", lambda: {k: ArgSpec.model_validate(v) for k, v in (self.args or {}).items()})]
-        checks += [("returns", lambda: ReturnsSpec.model_validate(self.returns or {}))]
-        checks += [("retry", lambda: RetrySpec.model_validate(self.retry or {}))]
-        for field_name, check in checks:
-            try:
-                check()
-            except PydanticValidationError as exc:
-                errors[field_name] = [
-                    f"{'.'.join(str(p) for p in e['loc']) or field_name}: {e['msg']}" for e in exc.errors()
-                ]
-            except AttributeError:
+        if not isinstance(self.args, dict):
+            errors["args"] = [str(_("Enter a JSON object: argument name → its constraints."))]
+        else:
+            for name, spec in self.args.items():
+                try:
+                    ArgSpec.model_validate(spec)
+                except PydanticValidationError as exc:
+                    errors.setdefault("args", []).extend(spec_problems(exc, ArgSpec, prefix=str(name)))
+        for field_name, model in (("returns", ReturnsSpec), ("retry", RetrySpec)):
+            value = getattr(self, field_name)
+            if not isinstance(value or {}, dict):
                 errors[field_name] = [str(_("Enter a JSON object."))]
-        # Before the server's first discovery its tools are not known yet (a contract imported as code).
-        server_tools = self.tool.server.tools.filter(discovered_at__isnull=False) if self.tool_id else None
-        if (
-            self.fallback_tool
-            and server_tools is not None
-            and server_tools.exists()
-            and not server_tools.filter(name=self.fallback_tool).exists()
-        ):
-            errors["fallback_tool"] = [str(_("The server has no tool of that name."))]
+                continue
+            try:
+                model.model_validate(value or {})
+            except PydanticValidationError as exc:
+                errors[field_name] = spec_problems(exc, model, prefix=field_name)
+        cap = settings.PLATFORM_TOOL_TIMEOUT_MAX_S
+        if self.timeout_s is not None and not 0 < self.timeout_s <= cap:
+            errors["timeout_s"] = [
+                str(
+                    _("The timeout must be more than 0 and at most %(cap)s seconds (empty: the server's).")
+                    % {"cap": f"{cap:g}"}
+                )
+            ]
+        if self.fallback_tool and self.tool_id:
+            if self.fallback_tool == self.tool.name:
+                errors["fallback_tool"] = [str(_("A tool cannot be its own fallback: choose another tool."))]
+            else:
+                problem = fallback_problem(
+                    self.tool, self.fallback_tool, self.args if isinstance(self.args, dict) else {}
+                )
+                if problem:
+                    errors["fallback_tool"] = [problem]
         if errors:
             raise ValidationError(errors)
 
@@ -417,3 +433,44 @@ class RequestCategory(AuditedModel):
         ):
             raise ValidationError({"keywords": [_('Enter a JSON list of words, e.g. ["프린터", "노트북"].')]})
         self.keywords = [k.strip() for k in keywords]
+
+
+def tool_argument_names(tool: McpTool, contract_args: dict[str, Any] | None = None) -> set[str]:
+    """The arguments a call of ``tool`` may carry: its contract's, else its input schema's."""
+    if contract_args:
+        return set(contract_args)
+    properties = (tool.input_schema or {}).get("properties") if isinstance(tool.input_schema, dict) else None
+    return set(properties) if isinstance(properties, dict) else set()
+
+
+def tool_required_arguments(tool: McpTool) -> set[str]:
+    """The arguments ``tool`` requires: its contract's required ones, else its input schema's ``required``."""
+    contract = ToolContract.objects.filter(tool=tool).first()
+    if contract is not None and contract.args:
+        return {name for name, spec in contract.args.items() if isinstance(spec, dict) and spec.get("required")}
+    required = (tool.input_schema or {}).get("required") if isinstance(tool.input_schema, dict) else None
+    return {str(name) for name in required} if isinstance(required, list) else set()
+
+
+def fallback_problem(tool: McpTool, fallback: str, contract_args: dict[str, Any] | None = None) -> str | None:
+    """Why ``fallback`` cannot stand in for ``tool`` (it gets the same arguments), or None. Before the server's
+    first discovery its tools are not known yet (a contract imported as code): nothing is checked then."""
+    server_tools = tool.server.tools.filter(discovered_at__isnull=False)
+    if not server_tools.exists():
+        return None
+    backup = server_tools.filter(name=fallback).first()
+    if backup is None:
+        names = sorted(server_tools.exclude(pk=tool.pk).values_list("name", flat=True))
+        return str(
+            _("The server has no tool '%(tool)s'; its other tools are: %(names)s")
+            % {"tool": fallback, "names": ", ".join(names) or "—"}
+        )
+    missing = sorted(tool_required_arguments(backup) - tool_argument_names(tool, contract_args))
+    if missing:
+        return str(
+            _(
+                "'%(tool)s' requires %(missing)s, which this tool's arguments do not include: it gets the same arguments."
+            )
+            % {"tool": fallback, "missing": ", ".join(missing)}
+        )
+    return None

@@ -9,6 +9,7 @@ validation errors are Django's ``ValidationError`` (nothing is written then).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -272,3 +273,45 @@ def request_category_update(
 
 def request_category_delete(*, category: RequestCategory, actor: Any, via: str) -> None:
     audited_delete(category, actor=actor, via=via)
+
+
+@dataclass
+class HealthReport:
+    mcp_id: str
+    ok: bool
+    error: str = ""
+    tool_count: int = 0
+    latency_ms: float = 0.0
+    new: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+
+def mcp_server_health_check(*, server: McpServer) -> HealthReport:
+    """Connect (or reuse the pooled session) and list the server's tools without changing the registry: records
+    the binding's health (an operational field, not a configuration change) and says how the listing differs
+    from the registry (tools new on the server, tools the registry has that it no longer lists). Never raises
+    for the server's failure."""
+    report = HealthReport(mcp_id=server.mcp_id, ok=False)
+    scope = server.pool_scope("health")
+    runner = runner_for(server.transport)
+    started = time.monotonic()
+    try:
+        listing = runner.list_tools(server.connection_config(), timeout_s=max(server.timeout_s, 30.0), scope=scope)
+    except Exception as exc:  # noqa: BLE001 - recorded as the binding's health
+        report.error = mask_text(str(exc) or type(exc).__name__, secrets=server.secret_values())[:2000]
+        McpServer.objects.filter(pk=server.pk).update(
+            health=McpServer.Health.ERROR, last_error=report.error, last_checked_at=timezone.now()
+        )
+        return report
+    finally:
+        if scope is not None:
+            runner.close_scope(scope)
+    report.latency_ms = (time.monotonic() - started) * 1000
+    listed = {t["name"] for t in listing.tools}
+    known = set(server.tools.filter(available=True).values_list("name", flat=True))
+    report.ok, report.tool_count = True, len(listed)
+    report.new, report.missing = sorted(listed - known), sorted(known - listed)
+    McpServer.objects.filter(pk=server.pk).update(
+        health=McpServer.Health.OK, last_error="", last_checked_at=timezone.now()
+    )
+    return report

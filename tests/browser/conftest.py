@@ -93,7 +93,9 @@ def log_in(browser: Any) -> Callable[[str, str], Any]:
         browser.get(f"{browser.base_url}/admin/login/")
         browser.find_element(By.NAME, "username").send_keys(username)
         browser.find_element(By.NAME, "password").send_keys(password)
-        browser.find_element(By.CSS_SELECTOR, "input[type=submit], button[type=submit]").click()
+        from tests.browser.navigation import submit
+
+        submit(browser, browser.find_element(By.CSS_SELECTOR, "input[type=submit], button[type=submit]"))
         return browser
 
     return do

@@ -1,0 +1,300 @@
+"""The structured rule editor: a deterministic rule's conditions and params template as form fields, the rule's
+JSON (the ``rules[]`` entry of ``import_config``/``export_config``) kept as the advanced view.
+
+As in the contract editor (``mcpregistry.contract_form``), ``when`` and ``params`` keep their names and their
+model validation; their widgets render inputs and read them back into the same JSON, and a post that carries
+the JSON itself is taken as it is. The page's script (``agents/static/agents/rule_editor.js``) narrows the tool
+choice to the chosen server, rebuilds the params rows for the chosen tool, checks the regex as it is typed and
+offers the placeholders the conditions make available.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+from django.utils.datastructures import MultiValueDict
+from django.utils.translation import gettext_lazy as _
+from pydantic import ValidationError as PydanticValidationError
+
+from agents.configuration import RuleSpec, rule_entry
+from agents.models import Agent, DeterministicRule
+from mcpregistry.contract_form import OpenChoiceField
+from mcpregistry.contracts import argument_constraints, spec_problems
+from mcpregistry.models import McpServer, McpTool
+
+
+def _lines(mapping: dict[str, Any]) -> str:
+    return "\n".join(f"{key}={value_text(value)}" for key, value in mapping.items())
+
+
+def value_text(value: Any) -> str:
+    """A condition's or parameter's value as typed: text as itself, unless it would read back as another JSON
+    value (``123``, ``true``), which is then quoted; any other value as JSON."""
+    if isinstance(value, str):
+        try:
+            json.loads(value)
+        except ValueError:
+            return value
+        return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def typed_value(text: str) -> Any:
+    """The inverse of :func:`value_text`: a JSON value when the text is one, else the text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _pairs(text: str, where: str) -> dict[str, Any]:
+    pairs: dict[str, Any] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise ValidationError(
+                _("%(where)s, line %(n)d: write KEY=value.") % {"where": where, "n": number}, code="invalid"
+            )
+        pairs[key.strip()] = typed_value(value.strip())
+    return pairs
+
+
+class WhenWidget(forms.Widget):
+    """``when`` as fields: keywords (all / any), a regex with a live check, context and data matchers."""
+
+    template_name = "admin/agents/widgets/rule_when.html"
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        context = super().get_context(name, value, attrs)
+        try:
+            when = json.loads(value) if isinstance(value, str) and value.strip() else (value or {})
+        except ValueError:
+            when = {}
+        when = when if isinstance(when, dict) else {}
+        context["widget"].update(
+            {
+                "all_keywords": ", ".join(map(str, when.get("all_keywords") or [])),
+                "any_keywords": ", ".join(map(str, when.get("any_keywords") or [])),
+                "regex": when.get("regex") or "",
+                "context_lines": _lines(when.get("context") or {}),
+                "data_lines": _lines(when.get("data") or {}),
+                "tool_available": when.get("tool_available") or "",
+            }
+        )
+        return context
+
+    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
+        return name not in data and f"{name}__editor" not in data
+
+    def value_from_datadict(self, data: MultiValueDict[str, Any], files: Any, name: str) -> Any:
+        if name in data:
+            return data[name]
+        if f"{name}__editor" not in data:
+            return None
+
+        def field(key: str) -> str:
+            return str(data.get(f"{name}__{key}", "")).strip()
+
+        when: dict[str, Any] = {}
+        for key in ("all_keywords", "any_keywords"):
+            words = [w.strip() for w in field(key).split(",") if w.strip()]
+            if words:
+                when[key] = words
+        if field("regex"):
+            when["regex"] = field("regex")
+        for key in ("context", "data"):
+            try:
+                pairs = _pairs(str(data.get(f"{name}__{key}", "")), key)
+            except ValidationError:
+                return json.dumps({**when, key: str(data.get(f"{name}__{key}", ""))}, ensure_ascii=False)
+            if pairs:
+                when[key] = pairs
+        if field("tool_available"):
+            when["tool_available"] = field("tool_available")
+        return json.dumps(when, ensure_ascii=False)
+
+
+class ParamsWidget(forms.Widget):
+    """``params`` as one field per argument of the rule's tool, with the placeholders offered."""
+
+    template_name = "admin/agents/widgets/rule_params.html"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.arguments: dict[str, dict[str, Any]] = {}
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        context = super().get_context(name, value, attrs)
+        try:
+            params = json.loads(value) if isinstance(value, str) and value.strip() else (value or {})
+        except ValueError:
+            params = {}
+        params = params if isinstance(params, dict) else {}
+        rows = []
+        for arg in dict.fromkeys([*self.arguments, *params]):
+            spec = self.arguments.get(arg, {})
+            rows.append(
+                {
+                    "name": arg,
+                    "value": value_text(params[arg]) if arg in params else "",
+                    "type": spec.get("type", ""),
+                    "required": bool(spec.get("required")),
+                    "allowed": ", ".join(map(str, spec.get("allowed") or [])),
+                    "known": arg in self.arguments,
+                }
+            )
+        context["widget"]["rows"] = rows
+        return context
+
+    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
+        return name not in data and f"{name}__editor" not in data
+
+    def value_from_datadict(self, data: MultiValueDict[str, Any], files: Any, name: str) -> Any:
+        if name in data:
+            return data[name]
+        if f"{name}__editor" not in data:
+            return None
+        params: dict[str, Any] = {}
+        for arg in data.getlist(f"{name}__names"):
+            text = str(data.get(f"{name}__value__{arg}", ""))
+            if text.strip() == "":
+                continue
+            params[arg] = typed_value(text.strip())
+        return json.dumps(params, ensure_ascii=False)
+
+
+def tool_catalogue(servers: list[McpServer]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per server id, its enabled tools and their arguments (name → type, required, allowed), for the page."""
+    catalogue: dict[str, dict[str, dict[str, Any]]] = {}
+    tools = McpTool.objects.filter(server__in=servers, enabled=True, available=True).select_related("contract")
+    for tool in tools.order_by("server__mcp_id", "name"):
+        contract = getattr(tool, "contract", None)
+        constraints = (contract.args if contract is not None else None) or argument_constraints(tool.input_schema)
+        catalogue.setdefault(tool.server.mcp_id, {})[tool.name] = {
+            arg: {k: spec.get(k) for k in ("type", "required", "allowed") if spec.get(k) is not None}
+            for arg, spec in constraints.items()
+            if isinstance(spec, dict)
+        }
+    return catalogue
+
+
+class DeterministicRuleForm(forms.ModelForm):
+    tool_name = OpenChoiceField(label=_("tool"), required=False)
+    rule_json = forms.CharField(
+        label=_("rule as JSON"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 10, "cols": 100, "class": "rule-json", "spellcheck": "false"}),
+        help_text=_(
+            "The same rule as import_config reads it and export_config writes it. When this text changes, it is "
+            "what is saved."
+        ),
+    )
+
+    class Meta:
+        model = DeterministicRule
+        fields = [
+            "agent",
+            "name",
+            "order",
+            "enabled",
+            "server",
+            "tool_name",
+            "code",
+            "when",
+            "params",
+            "answer_template",
+        ]
+        widgets = {"when": WhenWidget, "params": ParamsWidget}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        rule: DeterministicRule = self.instance
+        agent = self._chosen(Agent, "agent") or (rule.agent if rule.agent_id else None)
+        servers = list(agent.servers.filter(enabled=True)) if agent else list(McpServer.objects.filter(enabled=True))
+        self.catalogue = tool_catalogue(servers)
+        server = self._chosen(McpServer, "server") or (rule.server if rule.server_id else None)
+        tool = self.data.get(self.add_prefix("tool_name")) if self.is_bound else rule.tool_name
+        self.fields["tool_name"].choices = [
+            ("", "—"),
+            *((mcp_id, [(name, name) for name in tools]) for mcp_id, tools in self.catalogue.items()),
+        ]
+        if rule.tool_name and not any(rule.tool_name in tools for tools in self.catalogue.values()):
+            self.fields["tool_name"].choices = [*self.fields["tool_name"].choices, (rule.tool_name, rule.tool_name)]
+        self.fields["params"].widget.arguments = (self.catalogue.get(server.mcp_id, {}) if server else {}).get(
+            tool or "", {}
+        )
+        if rule.pk:
+            self.initial["rule_json"] = json.dumps(rule_entry(rule), ensure_ascii=False, indent=2)
+
+    def _chosen(self, model: type[Any], field: str) -> Any:
+        if not self.is_bound:
+            return None
+        value = self.data.get(self.add_prefix(field))
+        return model.objects.filter(pk=value).first() if value and str(value).isdigit() else None
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        raw = (self.data.get(self.add_prefix("rule_json")) or "").strip()
+        if raw and _json(raw) != _json(self.initial.get("rule_json") or ""):
+            self._apply_document(raw, cleaned)
+        self._check_target(cleaned)
+        return cleaned
+
+    def _check_target(self, cleaned: dict[str, Any]) -> None:
+        agent, server, tool = cleaned.get("agent"), cleaned.get("server"), cleaned.get("tool_name")
+        if cleaned.get("code") or server is None:
+            return
+        if agent is not None and not agent.servers.filter(pk=server.pk).exists():
+            names = ", ".join(agent.servers.values_list("mcp_id", flat=True)) or "—"
+            self.add_error(
+                "server",
+                _("%(agent)s does not bind %(id)s; its servers are: %(names)s")
+                % {"agent": agent.slug, "id": server.mcp_id, "names": names},
+            )
+            return
+        tools = self.catalogue.get(server.mcp_id, {})
+        if tool and tools and tool not in tools:
+            self.add_error(
+                "tool_name",
+                _("'%(tool)s' is not an enabled tool of %(id)s; its enabled tools are: %(names)s")
+                % {"tool": tool, "id": server.mcp_id, "names": ", ".join(tools)},
+            )
+
+    def _apply_document(self, raw: str, cleaned: dict[str, Any]) -> None:
+        document = _json(raw)
+        if not isinstance(document, dict):
+            raise ValidationError({"rule_json": _("Enter a JSON object (the rule entry of export_config).")})
+        try:
+            spec = RuleSpec.model_validate(document)
+        except PydanticValidationError as exc:
+            raise ValidationError({"rule_json": spec_problems(exc, RuleSpec)}) from None
+        agent = Agent.objects.filter(slug=spec.agent).first() if spec.agent else None
+        server = McpServer.objects.filter(mcp_id=spec.mcp_id).first() if spec.mcp_id else None
+        if spec.agent and agent is None:
+            raise ValidationError({"rule_json": _("agent: no agent '%(slug)s'.") % {"slug": spec.agent}})
+        if spec.mcp_id and server is None:
+            raise ValidationError({"rule_json": _("mcp_id: no server '%(id)s'.") % {"id": spec.mcp_id}})
+        cleaned.update(
+            agent=agent,
+            name=spec.name,
+            order=spec.order,
+            enabled=spec.enabled,
+            server=server,
+            tool_name=spec.tool,
+            code=spec.code,
+            when=spec.when,
+            params=spec.params,
+            answer_template=spec.answer_template,
+        )
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text) if text.strip() else None
+    except ValueError:
+        return text

@@ -1,0 +1,137 @@
+// The rule editor (agents/rule_form.py): the tool choice follows the server, the params rows follow the tool,
+// the regex is checked as it is typed, and the placeholders the conditions make available are offered.
+// Ours, served from static files (no CDN). The server validates everything again on save.
+"use strict";
+(function () {
+  // The catalogue (per server id, its enabled tools and their arguments) is at the end of the page.
+  let catalogue = { servers: {}, tools: {} };
+  let lastParam = null;
+
+  function serverId() {
+    const select = document.getElementById("id_server");
+    return select ? catalogue.servers[select.value] || "" : "";
+  }
+
+  function filterTools() {
+    const select = document.getElementById("id_tool_name");
+    if (!select) return;
+    const chosen = serverId();
+    select.querySelectorAll("optgroup").forEach((group) => {
+      const match = !chosen || group.label === chosen;
+      group.hidden = !match;
+      group.disabled = !match;
+    });
+    const option = select.selectedOptions[0];
+    if (option && option.parentElement.tagName === "OPTGROUP" && option.parentElement.disabled) {
+      select.value = "";
+    }
+  }
+
+  function rebuildParams() {
+    const body = document.querySelector(".rule-params-table tbody");
+    const field = document.querySelector(".rule-params");
+    const select = document.getElementById("id_tool_name");
+    if (!body || !field || !select) return;
+    const name = field.dataset.field;
+    const args = ((catalogue.tools[serverId()] || {})[select.value]) || null;
+    if (!args) return;
+    const values = {};
+    body.querySelectorAll("input.rule-param").forEach((input) => {
+      values[input.name.slice((name + "__value__").length)] = input.value;
+    });
+    body.replaceChildren();
+    Object.entries(args).forEach(([arg, spec]) => {
+      const row = document.createElement("tr");
+      const cellName = document.createElement("td");
+      const hidden = Object.assign(document.createElement("input"), { type: "hidden", name: name + "__names", value: arg });
+      const code = document.createElement("code");
+      code.textContent = arg;
+      cellName.append(hidden, code, spec.required ? " *" : "");
+      const cellValue = document.createElement("td");
+      const input = Object.assign(document.createElement("input"), {
+        type: "text", size: 40, className: "rule-param", name: name + "__value__" + arg, value: values[arg] || "",
+      });
+      cellValue.append(input);
+      const cellSpec = document.createElement("td");
+      cellSpec.className = "help";
+      cellSpec.textContent = (spec.type || "") + (spec.allowed ? " ∈ " + spec.allowed.join(", ") : "");
+      row.append(cellName, cellValue, cellSpec);
+      body.append(row);
+    });
+  }
+
+  function pythonRegex(source) {
+    return source.replace(/\(\?P</g, "(?<").replace(/\(\?P=(\w+)\)/g, "\\k<$1>");
+  }
+
+  function regexGroups() {
+    const input = document.querySelector("input.rule-regex");
+    if (!input || !input.value) return [];
+    return Array.from(input.value.matchAll(/\(\?P?<([A-Za-z_]\w*)>/g), (m) => m[1]);
+  }
+
+  function checkRegex() {
+    const input = document.querySelector("input.rule-regex");
+    const out = document.querySelector(".regex-check");
+    if (!input || !out) return;
+    if (!input.value) { out.textContent = ""; out.className = "regex-check"; return; }
+    try {
+      new RegExp(pythonRegex(input.value), "u");
+      const groups = regexGroups();
+      out.textContent = "✓ " + (groups.length ? "groups: " + groups.join(", ") : "valid");
+      out.className = "regex-check ok";
+    } catch (error) {
+      out.textContent = "✗ " + error.message;
+      out.className = "regex-check bad";
+    }
+  }
+
+  function keysOf(selector) {
+    const area = document.querySelector(selector);
+    if (!area) return [];
+    return area.value.split("\n").map((line) => line.split("=")[0].trim()).filter(Boolean);
+  }
+
+  function offerPlaceholders() {
+    const chips = document.querySelector(".placeholder-chips");
+    if (!chips) return;
+    const names = ["{query}"]
+      .concat(keysOf("textarea.rule-context").map((k) => "{context." + k + "}"))
+      .concat(keysOf("textarea.rule-data").map((k) => "{data." + k + "}"))
+      .concat(regexGroups().map((g) => "{match." + g + "}"));
+    chips.querySelectorAll("button").forEach((b) => b.remove());
+    names.forEach((text) => {
+      const button = Object.assign(document.createElement("button"), { type: "button", textContent: text });
+      button.dataset.placeholder = text;
+      chips.append(button);
+    });
+  }
+
+  document.addEventListener("focusin", (event) => {
+    if (event.target.classList && event.target.classList.contains("rule-param")) lastParam = event.target;
+  });
+  document.addEventListener("click", (event) => {
+    const text = event.target.dataset && event.target.dataset.placeholder;
+    if (!text) return;
+    const input = lastParam || document.querySelector("input.rule-param");
+    if (!input) return;
+    const at = input.selectionStart ?? input.value.length;
+    input.value = input.value.slice(0, at) + text + input.value.slice(input.selectionEnd ?? at);
+    input.focus();
+  });
+
+  document.addEventListener("DOMContentLoaded", () => {
+    const catalogueNode = document.getElementById("rule-tool-catalogue");
+    if (!catalogueNode) return;
+    catalogue = JSON.parse(catalogueNode.textContent);
+    filterTools();
+    checkRegex();
+    offerPlaceholders();
+    const server = document.getElementById("id_server");
+    const tool = document.getElementById("id_tool_name");
+    if (server) server.addEventListener("change", () => { filterTools(); rebuildParams(); });
+    if (tool) tool.addEventListener("change", rebuildParams);
+    document.querySelectorAll("input.rule-regex").forEach((el) => el.addEventListener("input", () => { checkRegex(); offerPlaceholders(); }));
+    document.querySelectorAll("textarea.rule-context, textarea.rule-data").forEach((el) => el.addEventListener("input", offerPlaceholders));
+  });
+})();

@@ -1,0 +1,65 @@
+"""A tool contract as an entry of the configuration document: what ``export_config`` writes, ``import_config``
+reads and the contract editor's JSON view shows. One shape, defined once, so the three cannot drift apart."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mcpregistry.contracts import ArgSpec, RetrySpec, ReturnsSpec
+from mcpregistry.models import ToolContract
+
+
+class ContractSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mcp_id: str
+    tool: str
+    args: dict[str, ArgSpec] = Field(default_factory=dict)
+    unknown_args: Literal["refuse", "drop"] = "refuse"
+    returns: ReturnsSpec = Field(default_factory=ReturnsSpec)
+    retry: RetrySpec | None = None
+    timeout_s: float | None = Field(default=None, gt=0, le=3600)
+    fallback: str | None = None
+    fallback_policy: Literal["suggest", "call"] = "suggest"
+    risk: Literal["read", "write"] = "read"
+    memo: bool = True
+    memo_ttl_s: int | None = Field(default=None, ge=0)
+    idempotency_arg: str = ""
+
+
+def contract_entry(contract: ToolContract) -> dict[str, Any]:
+    """The contract as a document entry (``export_config``'s ``contracts[]``)."""
+    return {
+        "mcp_id": contract.tool.server.mcp_id,
+        "tool": contract.tool.name,
+        "args": contract.args,
+        "unknown_args": contract.unknown_args,
+        "returns": contract.returns,
+        "retry": contract.retry,
+        "timeout_s": contract.timeout_s,
+        "fallback": contract.fallback_tool or None,
+        "fallback_policy": contract.fallback_policy,
+        "risk": contract.risk,
+        "memo": contract.memo,
+        "memo_ttl_s": contract.memo_ttl_s,
+        "idempotency_arg": contract.idempotency_arg,
+    }
+
+
+def contract_fields(spec: ContractSpec) -> dict[str, Any]:
+    """The contract's field values a document entry sets (``import_config`` and the editor's JSON view)."""
+    return {
+        "args": {k: v.model_dump(exclude_none=True) for k, v in spec.args.items()},
+        "unknown_args": spec.unknown_args,
+        "returns": spec.returns.model_dump(exclude_defaults=True),
+        "retry": spec.retry.model_dump(exclude_unset=True) if spec.retry else {},
+        "timeout_s": spec.timeout_s,
+        "fallback_tool": spec.fallback or "",
+        "fallback_policy": spec.fallback_policy,
+        "risk": spec.risk,
+        "memo": spec.memo,
+        "memo_ttl_s": spec.memo_ttl_s,
+        "idempotency_arg": spec.idempotency_arg,
+    }

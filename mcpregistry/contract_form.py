@@ -1,0 +1,341 @@
+"""The structured contract editor: a tool contract's JSON fields as form fields, the JSON kept as the advanced view.
+
+Each JSON field (``args``, ``returns``, ``retry``) keeps its name and its model validation; only its widget
+changes. A widget renders the field as inputs (one row per argument, checkboxes for the retry reasons, ...)
+and reads them back into the same JSON. A post that carries the field's JSON itself (a script, the JSON view)
+is taken as it is. Values an admin left as they were keep their stored form (a key absent stays absent), so
+saving an unchanged page records no change. The whole contract is also offered as the JSON entry that
+``export_config`` writes and ``import_config`` reads; when an admin edits that text, it wins.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+from django.utils.datastructures import MultiValueDict
+from django.utils.translation import gettext_lazy as _
+from pydantic import ValidationError as PydanticValidationError
+
+from mcpregistry.contract_document import ContractSpec, contract_entry, contract_fields
+from mcpregistry.contracts import DEFAULT_RETRY, JSON_TYPES, RETRYABLE, spec_problems
+from mcpregistry.models import McpTool, ToolContract, tool_argument_names, tool_required_arguments
+
+TYPE_CHOICES = [("", _("any"))] + [(t, t) for t in JSON_TYPES.values()]
+ARG_NUMBER_KEYS = ("min", "max")
+
+
+def _loads(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value) if value.strip() else {}
+        except ValueError:
+            return None
+    return value
+
+
+def _number(text: str) -> Any:
+    """A number typed into a field: int when it is one, float otherwise; text that is no number stays text (the
+    contract's validation then names the key)."""
+    text = text.strip()
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
+def _merge(stored: dict[str, Any], key: str, value: Any, *, default: Any = None) -> None:
+    """Set ``key`` to what the form says, leaving a key the admin did not change as it was stored."""
+    current = stored.get(key, default)
+    if value == current:
+        return
+    if value is None or value == "":
+        stored.pop(key, None)
+    else:
+        stored[key] = value
+
+
+def allowed_text(allowed: Any) -> str:
+    """Allowed values as typed: comma-separated plain words, or a JSON list where that would be ambiguous."""
+    if not isinstance(allowed, list):
+        return ""
+    if all(isinstance(v, str) and v and "," not in v and v == v.strip() for v in allowed):
+        return ", ".join(allowed)
+    return json.dumps(allowed, ensure_ascii=False)
+
+
+def allowed_value(text: str, arg_type: str) -> list[Any] | None:
+    text = text.strip()
+    if not text:
+        return None
+    if text.startswith("["):
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            return [text]  # refused by the contract's validation, naming the argument
+        return parsed if isinstance(parsed, list) else [parsed]
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    return [_number(item) for item in items] if arg_type in {"int", "float"} else items
+
+
+class ArgsTableWidget(forms.Widget):
+    """``args`` as a table: one row per argument of the tool's input schema (and of the stored contract)."""
+
+    template_name = "admin/mcpregistry/widgets/contract_args.html"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.schema: dict[str, Any] = {}
+        self.stored: dict[str, Any] = {}
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        context = super().get_context(name, value, attrs)
+        parsed = _loads(value)
+        specs = parsed if isinstance(parsed, dict) else {}
+        properties = self.schema.get("properties") if isinstance(self.schema.get("properties"), dict) else {}
+        names = list(dict.fromkeys([*specs, *properties]))
+        rows = []
+        for index, arg in enumerate(names):
+            spec = specs.get(arg) if isinstance(specs.get(arg), dict) else {}
+            prop = properties.get(arg) if isinstance(properties.get(arg), dict) else {}
+            rows.append(
+                {
+                    "index": index,
+                    "name": arg,
+                    "spec": spec,
+                    "allowed": allowed_text(spec.get("allowed")),
+                    "schema_type": prop.get("type", ""),
+                    "description": prop.get("description", ""),
+                    "in_schema": arg in properties,
+                }
+            )
+        context["widget"].update({"rows": rows, "types": TYPE_CHOICES, "invalid_json": parsed is None})
+        return context
+
+    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
+        return name not in data and f"{name}__editor" not in data
+
+    def value_from_datadict(self, data: MultiValueDict[str, Any], files: Any, name: str) -> Any:
+        if name in data:  # the JSON itself (a script, or the advanced view)
+            return data[name]
+        if f"{name}__editor" not in data:
+            return None
+        result: dict[str, Any] = {}
+        for index in data.getlist(f"{name}__rows"):
+            arg = data.get(f"{name}__{index}__name", "")
+            if not arg:
+                continue
+            spec = dict(self.stored.get(arg) or {})
+
+            def field(key: str, index: str = index) -> str:
+                return str(data.get(f"{name}__{index}__{key}", "")).strip()
+
+            arg_type = field("type")
+            _merge(spec, "type", arg_type or None)
+            required = f"{name}__{index}__required" in data
+            if "required" in spec or required:
+                spec["required"] = required
+            allowed = allowed_value(field("allowed"), arg_type)
+            if allowed != spec.get("allowed"):
+                _merge(spec, "allowed", allowed)
+            for key in ARG_NUMBER_KEYS:
+                _merge(spec, key, _number(field(key)) if field(key) else None)
+            _merge(spec, "max_length", _number(field("max_length")) if field("max_length") else None)
+            _merge(spec, "pattern", field("pattern") or None)
+            result[arg] = spec
+        return json.dumps(result, ensure_ascii=False)
+
+
+class RetryWidget(forms.Widget):
+    """``retry`` as fields: attempts, the failure kinds retried (checkboxes), backoff base and cap."""
+
+    template_name = "admin/mcpregistry/widgets/contract_retry.html"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stored: dict[str, Any] = {}
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        context = super().get_context(name, value, attrs)
+        parsed = _loads(value)
+        retry = {**DEFAULT_RETRY, **(parsed if isinstance(parsed, dict) else {})}
+        reasons = [(r, r in (retry.get("on") or []), _REASON_LABELS[r]) for r in sorted(RETRYABLE)]
+        context["widget"].update({"retry": retry, "reasons": reasons})
+        return context
+
+    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
+        return name not in data and f"{name}__editor" not in data
+
+    def value_from_datadict(self, data: MultiValueDict[str, Any], files: Any, name: str) -> Any:
+        if name in data:
+            return data[name]
+        if f"{name}__editor" not in data:
+            return None
+        retry = dict(self.stored)
+        for key in ("max_attempts", "backoff_base_s", "backoff_cap_s"):
+            text = str(data.get(f"{name}__{key}", "")).strip()
+            _merge(retry, key, _number(text) if text else None, default=DEFAULT_RETRY[key])
+        reasons = [r for r in sorted(RETRYABLE) if r in data.getlist(f"{name}__on")]
+        if sorted(retry.get("on", DEFAULT_RETRY["on"])) != reasons:
+            retry["on"] = reasons
+        honor = f"{name}__honor_retry_after" in data
+        if honor != retry.get("honor_retry_after", DEFAULT_RETRY["honor_retry_after"]):
+            retry["honor_retry_after"] = honor
+        return json.dumps(retry, ensure_ascii=False)
+
+
+_REASON_LABELS = {"rate_limit": _("rate limit"), "timeout": _("timeout"), "transport": _("transport error")}
+
+
+class ReturnsWidget(forms.Widget):
+    """``returns`` as fields: type, required keys, non-empty, max items, max characters; per-field constraints
+    as a small JSON box."""
+
+    template_name = "admin/mcpregistry/widgets/contract_returns.html"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stored: dict[str, Any] = {}
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        context = super().get_context(name, value, attrs)
+        parsed = _loads(value)
+        returns = parsed if isinstance(parsed, dict) else {}
+        fields = returns.get("fields")
+        context["widget"].update(
+            {
+                "returns": returns,
+                "types": TYPE_CHOICES,
+                "required_text": ", ".join(map(str, returns.get("required") or [])),
+                "fields_json": json.dumps(fields, ensure_ascii=False, indent=1) if fields else "",
+            }
+        )
+        return context
+
+    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
+        return name not in data and f"{name}__editor" not in data
+
+    def value_from_datadict(self, data: MultiValueDict[str, Any], files: Any, name: str) -> Any:
+        if name in data:
+            return data[name]
+        if f"{name}__editor" not in data:
+            return None
+        returns = dict(self.stored)
+
+        def field(key: str) -> str:
+            return str(data.get(f"{name}__{key}", "")).strip()
+
+        _merge(returns, "type", field("type") or None)
+        required = [k.strip() for k in field("required").split(",") if k.strip()]
+        _merge(returns, "required", required or None, default=[])
+        if f"{name}__non_empty" in data:
+            returns["non_empty"] = True
+        else:
+            returns.pop("non_empty", None)
+        for key in ("max_items", "max_chars"):
+            _merge(returns, key, _number(field(key)) if field(key) else None)
+        fields_text = field("fields")
+        if fields_text:
+            try:
+                returns["fields"] = json.loads(fields_text)
+            except ValueError:
+                returns["fields"] = fields_text  # refused by validation, naming returns.fields
+        else:
+            returns.pop("fields", None)
+        return json.dumps(returns, ensure_ascii=False)
+
+
+class OpenChoiceField(forms.ChoiceField):
+    """A choice whose value the model validates (so a refused value gets the model's message, which names the
+    valid ones, not the generic "not one of the available choices")."""
+
+    def valid_value(self, value: Any) -> bool:
+        return True
+
+
+def fallback_choices(tool: McpTool, contract_args: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The same server's other tools whose required arguments this tool's arguments cover."""
+    names = tool_argument_names(tool, contract_args)
+    choices = [("", str(_("— none —")))]
+    for other in tool.server.tools.filter(available=True).exclude(pk=tool.pk).order_by("name"):
+        if tool_required_arguments(other) <= names:
+            choices.append((other.name, other.name))
+    return choices
+
+
+class ToolContractForm(forms.ModelForm):
+    contract_json = forms.CharField(
+        label=_("contract as JSON"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 12, "cols": 100, "class": "contract-json", "spellcheck": "false"}),
+        help_text=_(
+            "The same contract as import_config reads it and export_config writes it. Edit it here instead of the "
+            "fields above: when this text changes, it is what is saved."
+        ),
+    )
+    fallback_tool = OpenChoiceField(label=_("fallback tool"), required=False)
+
+    class Meta:
+        model = ToolContract
+        fields = [
+            "risk",
+            "args",
+            "unknown_args",
+            "returns",
+            "retry",
+            "timeout_s",
+            "fallback_tool",
+            "fallback_policy",
+            "memo",
+            "memo_ttl_s",
+            "idempotency_arg",
+        ]
+        widgets = {"args": ArgsTableWidget, "returns": ReturnsWidget, "retry": RetryWidget}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        contract: ToolContract = self.instance
+        tool = contract.tool if contract.tool_id else None
+        for name in ("args", "returns", "retry"):
+            self.fields[name].widget.stored = dict(getattr(contract, name) or {})
+        if tool is not None:
+            self.fields["args"].widget.schema = tool.input_schema if isinstance(tool.input_schema, dict) else {}
+            choices = fallback_choices(tool, contract.args)
+            if contract.fallback_tool and contract.fallback_tool not in dict(choices):
+                choices.append((contract.fallback_tool, contract.fallback_tool))
+            self.fields["fallback_tool"].choices = choices
+            if contract.pk:
+                self.initial["contract_json"] = json.dumps(contract_entry(contract), ensure_ascii=False, indent=2)
+        self.fields["timeout_s"].help_text = _("More than 0 and at most the platform's cap. Empty: the server's.")
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        raw = (self.data.get(self.add_prefix("contract_json")) or "").strip()
+        initial = _loads(self.initial.get("contract_json") or "")
+        if not raw or _loads(raw) == initial:
+            return cleaned
+        self._apply_document(raw, cleaned)
+        return cleaned
+
+    def _apply_document(self, raw: str, cleaned: dict[str, Any]) -> None:
+        document = _loads(raw)
+        if not isinstance(document, dict):
+            raise ValidationError({"contract_json": _("Enter a JSON object (the contract entry of export_config).")})
+        tool = self.instance.tool
+        document = {"mcp_id": tool.server.mcp_id, "tool": tool.name, **document}
+        try:
+            spec = ContractSpec.model_validate(document)
+        except PydanticValidationError as exc:
+            raise ValidationError({"contract_json": spec_problems(exc, ContractSpec)}) from None
+        if (spec.mcp_id, spec.tool) != (tool.server.mcp_id, tool.name):
+            raise ValidationError(
+                {
+                    "contract_json": _("This page edits the contract of %(id)s.%(tool)s.")
+                    % {"id": tool.server.mcp_id, "tool": tool.name}
+                }
+            )
+        cleaned.update(contract_fields(spec))

@@ -1,0 +1,76 @@
+"""The agent form: every documented setting, the flow graph as a choice of registered graphs, validated."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client
+
+from agents.models import Agent
+
+pytestmark = pytest.mark.django_db
+
+
+def agent_post(**changes: object) -> dict[str, object]:
+    data: dict[str, object] = {
+        "slug": "flowing",
+        "name": "흐름",
+        "enabled": "on",
+        "mode": "react",
+        "flow_graph": "",
+        "system_prompt": "",
+        "deterministic_instruction": "x",
+        "answer_template": "",
+        "no_match_answer": "",
+        "language": "ko",
+        "model_provider": "offline",
+        "model_id": "",
+        "model_params": "{}",
+        "servers": [],
+        "max_iterations": "6",
+        "time_limit_s": "120",
+        "answer_from_deterministic": "on",
+        "rules-TOTAL_FORMS": "0",
+        "rules-INITIAL_FORMS": "0",
+        "rules-MIN_NUM_FORMS": "0",
+        "rules-MAX_NUM_FORMS": "1000",
+    }
+    data.update(changes)
+    return data
+
+
+def test_the_form_shows_every_setting_and_the_registered_flow_graphs(admin_client: Client) -> None:
+    page = admin_client.get("/admin/agents/agent/add/").content.decode()
+    for name in ("flow_graph", "time_limit_s", "answer_from_deterministic", "language", "no_match_answer"):
+        assert f'name="{name}"' in page, name
+    assert '<option value="agents.flows.sequential.build_graph">' in page
+    assert "agents/agent_form.js" in page
+
+
+def test_flow_mode_without_a_graph_is_refused_naming_the_registered_ones(admin_client: Client) -> None:
+    page = admin_client.post("/admin/agents/agent/add/", agent_post(mode="flow")).content.decode()
+    errors = " ".join(re.findall(r'<ul class="errorlist[^>]*>(.*?)</ul>', page, re.S))
+    assert "Flow mode needs a flow graph" in errors and "agents.flows.parallel.build_graph" in errors
+
+
+def test_a_flow_graph_that_cannot_be_imported_is_refused(admin_client: Client, settings) -> None:
+    settings.PLATFORM_FLOW_GRAPHS = ["agents.flows.nowhere.build_graph"]
+    page = admin_client.post(
+        "/admin/agents/agent/add/", agent_post(mode="flow", flow_graph="agents.flows.nowhere.build_graph")
+    ).content.decode()
+    assert "cannot be loaded" in page
+    assert not Agent.objects.exists()
+
+
+def test_a_flow_agent_and_its_settings_are_saved(admin_client: Client) -> None:
+    response = admin_client.post(
+        "/admin/agents/agent/add/", agent_post(mode="flow", flow_graph="agents.flows.sequential.build_graph")
+    )
+    assert response.status_code == 302
+    agent = Agent.objects.get(slug="flowing")
+    assert (agent.flow_graph, agent.time_limit_s, agent.answer_from_deterministic) == (
+        "agents.flows.sequential.build_graph",
+        120,
+        True,
+    )

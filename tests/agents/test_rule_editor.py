@@ -1,0 +1,137 @@
+"""The structured rule editor: conditions and params as fields read back into the rule's JSON; the tool is a
+choice among the enabled tools of the agent's servers; errors name the field and the valid keys or values."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from agents.configuration import config_export
+from agents.models import Agent, DeterministicRule
+from mcpregistry.models import McpServer, McpTool, ToolContract
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def ledger() -> Agent:
+    server = McpServer.objects.create(mcp_id="Ledger-Data", name="ledger", command=sys.executable, args=[])
+    other = McpServer.objects.create(mcp_id="other", name="other", command=sys.executable, args=[])
+    now = timezone.now()
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "limit": {"type": "integer"}}}
+    tool = McpTool.objects.create(server=server, name="lookup", input_schema=schema, discovered_at=now)
+    ToolContract.objects.create(tool=tool, args={"name": {"type": "str", "required": True}, "limit": {"type": "int"}})
+    McpTool.objects.create(server=server, name="erase", input_schema=schema, discovered_at=now, enabled=False)
+    McpTool.objects.create(server=other, name="elsewhere", input_schema=schema, discovered_at=now)
+    agent = Agent.objects.create(slug="ledger", name="ledger")
+    agent.servers.set([server])
+    return agent
+
+
+def rule_post(agent: Agent, **changes: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "agent": str(agent.pk),
+        "name": "이름 조회",
+        "order": "10",
+        "enabled": "on",
+        "server": str(agent.servers.get().pk),
+        "tool_name": "lookup",
+        "code": "",
+        "when__editor": "1",
+        "when__all_keywords": "",
+        "when__any_keywords": "소속, 팀",
+        "when__regex": r"(?P<name>[가-힣]{2,4}) 님",
+        "when__context": "chatbotId=premium-support\ntier=3",
+        "when__data": "order.id=*",
+        "when__tool_available": "",
+        "params__editor": "1",
+        "params__names": ["name", "limit"],
+        "params__value__name": "{match.name}",
+        "params__value__limit": "5",
+        "answer_template": "",
+    }
+    data.update(changes)
+    return data
+
+
+def errors(page: str) -> str:
+    return " ".join(re.findall(r'<ul class="errorlist[^>]*>(.*?)</ul>', page, re.S))
+
+
+def test_the_fields_become_the_rules_json(admin_client: Client, ledger: Agent) -> None:
+    response = admin_client.post("/admin/agents/deterministicrule/add/", rule_post(ledger))
+    assert response.status_code == 302, errors(response.content.decode())
+    rule = DeterministicRule.objects.get()
+    assert rule.when == {
+        "any_keywords": ["소속", "팀"],
+        "regex": r"(?P<name>[가-힣]{2,4}) 님",
+        "context": {"chatbotId": "premium-support", "tier": 3},
+        "data": {"order.id": "*"},
+    }
+    assert rule.params == {"name": "{match.name}", "limit": 5}
+    page = admin_client.get(f"/admin/agents/deterministicrule/{rule.pk}/change/").content.decode()
+    assert "tier=3" in page and 'value="{match.name}"' in page
+    assert 'id="rule-tool-catalogue"' in page and "agents/rule_editor.js" in page
+
+
+def test_the_tool_choice_holds_only_enabled_tools_of_the_agents_servers(admin_client: Client, ledger) -> None:
+    rule = DeterministicRule.objects.create(agent=ledger, name="r", server=ledger.servers.get(), tool_name="lookup")
+    page = admin_client.get(f"/admin/agents/deterministicrule/{rule.pk}/change/").content.decode()
+    tools = re.search(r'<select name="tool_name".*?</select>', page, re.S).group(0)
+    assert '<optgroup label="Ledger-Data">' in tools and "lookup" in tools
+    assert "erase" not in tools and "elsewhere" not in tools
+
+
+def test_a_disabled_tool_or_an_unbound_server_is_refused_naming_the_valid_ones(admin_client, ledger) -> None:
+    page = admin_client.post("/admin/agents/deterministicrule/add/", rule_post(ledger, tool_name="erase")).content
+    assert "is not an enabled tool of Ledger-Data; its enabled tools are: lookup" in errors(page.decode())
+    other = McpServer.objects.get(mcp_id="other")
+    page = admin_client.post(
+        "/admin/agents/deterministicrule/add/", rule_post(ledger, server=str(other.pk), tool_name="elsewhere")
+    ).content.decode()
+    assert "ledger does not bind other; its servers are: Ledger-Data" in errors(page)
+
+
+def test_a_bad_regex_and_a_bad_params_value_name_their_fields(admin_client: Client, ledger: Agent) -> None:
+    page = admin_client.post(
+        "/admin/agents/deterministicrule/add/",
+        rule_post(ledger, when__regex="(?P<name>[가-힣", params__value__limit="many"),
+    ).content.decode()
+    found = errors(page)
+    assert "regex: Value error, not a valid regular expression" in found
+    assert "args:type:limit" in found
+
+
+def test_the_json_view_round_trips_with_export_config(admin_client: Client, ledger: Agent) -> None:
+    rule = DeterministicRule.objects.create(agent=ledger, name="r", server=ledger.servers.get(), tool_name="lookup")
+    [entry] = config_export()["rules"]
+    entry = {**entry, "when": {"all_keywords": ["팀"]}, "params": {"name": "{query}"}, "order": 7}
+    data = rule_post(ledger, name="r", rule_json=json.dumps(entry, ensure_ascii=False))
+    response = admin_client.post(f"/admin/agents/deterministicrule/{rule.pk}/change/", data)
+    assert response.status_code == 302, errors(response.content.decode())
+    assert config_export()["rules"] == [entry]
+
+
+def test_an_unknown_key_in_the_json_view_names_the_valid_keys(admin_client: Client, ledger: Agent) -> None:
+    data = rule_post(ledger, rule_json=json.dumps({"name": "r", "conditions": {}}))
+    page = admin_client.post("/admin/agents/deterministicrule/add/", data).content.decode()
+    assert "&#x27;conditions&#x27; is not a valid key" in errors(page)
+    assert "agent, name, order, enabled, mcp_id, tool, code, when, params, answer_template" in errors(page)
+
+
+def test_emptying_every_condition_is_saved(admin_client: Client, ledger: Agent) -> None:
+    rule = DeterministicRule.objects.create(
+        agent=ledger, name="r", server=ledger.servers.get(), tool_name="lookup", when={"any_keywords": ["팀"]}
+    )
+    data = rule_post(ledger, name="r", when__any_keywords="", when__regex="", when__context="", when__data="")
+    data["params__value__name"] = "{query}"
+    response = admin_client.post(f"/admin/agents/deterministicrule/{rule.pk}/change/", data)
+    assert response.status_code == 302, errors(response.content.decode())
+    rule.refresh_from_db()
+    assert rule.when == {}

@@ -1,0 +1,69 @@
+"""An admin creates a rule with the rule editor (server and tool chosen, conditions as fields, a params field
+per argument filled from the offered placeholders) and dry-runs it in the rule tester."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agents.models import Agent, DeterministicRule
+from tests.browser.navigation import submit
+from tests.conftest import bind_demo_server
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def demo_agent_without_rules(transactional_db: Any) -> Agent:
+    server = bind_demo_server(mcp_id="sds-company-data")
+    agent = Agent.objects.create(slug="helper", name="Helper")
+    agent.servers.set([server])
+    return agent
+
+
+def test_an_admin_creates_a_rule_in_the_editor_and_dry_runs_it(admin_in_browser: Any, demo_agent_without_rules) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    browser = admin_in_browser
+    agent = demo_agent_without_rules
+    browser.get(f"{browser.base_url}/admin/agents/deterministicrule/add/")
+    Select(browser.find_element(By.NAME, "agent")).select_by_value(str(agent.pk))
+    browser.find_element(By.NAME, "name").send_keys("employee team")
+    order = browser.find_element(By.NAME, "order")
+    order.clear()
+    order.send_keys("10")
+    Select(browser.find_element(By.NAME, "server")).select_by_visible_text("sds-company-data")
+    Select(browser.find_element(By.NAME, "tool_name")).select_by_value("search_employee")
+
+    # The params rows follow the tool: one field per argument.
+    param = browser.find_element(By.NAME, "params__value__name")
+
+    browser.find_element(By.NAME, "when__any_keywords").send_keys("team, 소속")
+    regex = browser.find_element(By.NAME, "when__regex")
+    regex.send_keys("(?P<name>[가-힣]{2,4}")
+    check = browser.find_element(By.CSS_SELECTOR, ".regex-check")
+    assert check.text.startswith("✗")  # checked as it is typed
+    regex.send_keys(r")\s*님")
+    assert check.text == "✓ groups: name"
+
+    # The placeholders offered follow the conditions; a click inserts one into the focused field.
+    param.click()
+    browser.find_element(By.CSS_SELECTOR, "button[data-placeholder='{match.name}']").click()
+    assert param.get_attribute("value") == "{match.name}"
+    submit(browser, browser.find_element(By.NAME, "_save"))
+    assert browser.find_elements(By.CSS_SELECTOR, "ul.messagelist li.success"), browser.find_element(
+        By.ID, "content"
+    ).text[:2000]
+    rule = DeterministicRule.objects.get(name="employee team")
+    assert rule.when == {"any_keywords": ["team", "소속"], "regex": r"(?P<name>[가-힣]{2,4})\s*님"}
+    assert rule.params == {"name": "{match.name}"} and rule.tool_name == "search_employee"
+
+    # The rule tester dry-runs it: matched, with the rendered params and the contract's verdict; nothing called.
+    browser.get(f"{browser.base_url}/admin/agents/rule-tester/")
+    Select(browser.find_element(By.NAME, "agent")).select_by_value(str(agent.pk))
+    browser.find_element(By.NAME, "query").send_keys("김하늘 님은 어느 팀 소속인가요?")
+    submit(browser, browser.find_element(By.CSS_SELECTOR, "input[type=submit]"))
+    row = browser.find_element(By.XPATH, "//tr[td[contains(., 'employee team')]]").text
+    assert "matched" in row and "김하늘" in row and "sds-company-data.search_employee" in row

@@ -1,0 +1,48 @@
+"""An admin adds the demo MCP server over stdio and discovers its tools from the server's own page."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from tests.browser.navigation import submit
+
+pytestmark = pytest.mark.browser
+
+
+def test_an_admin_adds_a_stdio_server_and_discovers_it_from_its_page(admin_in_browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    browser = admin_in_browser
+    browser.get(f"{browser.base_url}/admin/mcpregistry/mcpserver/add/")
+    browser.find_element(By.NAME, "mcp_id").send_keys("Demo-Company")
+    browser.find_element(By.NAME, "name").send_keys("Demo company data")
+    Select(browser.find_element(By.NAME, "transport")).select_by_value("stdio")
+    browser.find_element(By.NAME, "command").send_keys(sys.executable)
+    args = browser.find_element(By.NAME, "args")
+    args.clear()
+    args.send_keys(json.dumps(["-m", settings.PLATFORM_DEMO_SERVER_MODULE]))
+    browser.find_element(By.NAME, "cwd").send_keys(str(settings.BASE_DIR))
+    browser.find_element(By.NAME, "env_settings").send_keys("FAILURE_MODE=none")
+    submit(browser, browser.find_element(By.NAME, "_save"))
+
+    # The new binding's page follows, with its next step offered.
+    messages = browser.find_element(By.CSS_SELECTOR, "ul.messagelist").text
+    assert "Added Demo-Company." in messages
+    assert "FAILURE_MODE=none" in browser.find_element(By.NAME, "env_settings").get_attribute("value")
+    submit(browser, browser.find_element(By.ID, "discover-tools"))
+
+    message = browser.find_element(By.CSS_SELECTOR, "ul.messagelist li.success").text
+    assert message.startswith("Discovery of Demo-Company: 7 tools listed; added: ")
+    assert "search_employee" in message
+    tools = browser.find_element(By.ID, "tools-group").text
+    assert "search_employee" in tools and "get_asset_status_backup" in tools
+
+    submit(browser, browser.find_element(By.ID, "check-health"))
+    message = browser.find_element(By.CSS_SELECTOR, "ul.messagelist li.success").text
+    assert message.startswith("Health of Demo-Company: ok, 7 tools listed")

@@ -1,0 +1,85 @@
+"""The server's admin page: Discover tools and Check health buttons with their result as a message (the server
+id as it is spelled), non-secret environment values edited as values, and, after a rejected change of secrets,
+the page says what is really stored."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import pytest
+from django.conf import settings
+from django.contrib.messages import get_messages
+from django.test import Client
+
+from mcpregistry.models import McpServer
+from tests.conftest import DEMO_SECRET
+from tests.mcpregistry.test_registry import post_server_form
+
+pytestmark = pytest.mark.django_db
+
+
+def page_messages(response) -> list[str]:  # type: ignore[no-untyped-def]
+    return [str(m) for m in get_messages(response.wsgi_request)]
+
+
+def test_the_page_has_discover_and_health_buttons_that_report_in_a_message(admin_client: Client) -> None:
+    server = McpServer.objects.create(
+        mcp_id="sds-lower-case-id",
+        name="demo",
+        command=sys.executable,
+        args=["-m", settings.PLATFORM_DEMO_SERVER_MODULE],
+        cwd=str(settings.BASE_DIR),
+        env={"FAILURE_MODE": "none"},
+        public_env=["FAILURE_MODE"],
+    )
+    page = admin_client.get(f"/admin/mcpregistry/mcpserver/{server.pk}/change/").content.decode()
+    assert 'id="discover-tools"' in page and 'id="check-health"' in page
+    assert admin_client.get(f"/admin/mcpregistry/mcpserver/{server.pk}/discover/").status_code == 405
+    response = admin_client.post(f"/admin/mcpregistry/mcpserver/{server.pk}/discover/")
+    assert response.status_code == 302
+    [message] = page_messages(response)
+    assert message.startswith("Discovery of sds-lower-case-id: 7 tools listed; added: ")
+    assert "search_employee" in message
+    response = admin_client.post(f"/admin/mcpregistry/mcpserver/{server.pk}/health/")
+    message = page_messages(response)[-1]
+    assert re.match(r"Health of sds-lower-case-id: ok, 7 tools listed in \d+ ms$", message), message
+    server.refresh_from_db()
+    assert server.health == "ok"
+
+
+def test_a_failed_health_check_is_an_error_message_and_the_servers_health(admin_client: Client) -> None:
+    server = McpServer.objects.create(mcp_id="broken", name="b", command=sys.executable, args=["-m", "no.such.module"])
+    response = admin_client.post(f"/admin/mcpregistry/mcpserver/{server.pk}/health/")
+    [message] = page_messages(response)
+    assert message.startswith("Health of broken: error:")
+    server.refresh_from_db()
+    assert server.health == "error"
+
+
+def test_non_secret_environment_values_are_shown_and_edited_as_values(admin_client, demo_server) -> None:
+    page = admin_client.get(f"/admin/mcpregistry/mcpserver/{demo_server.pk}/change/").content.decode()
+    assert "FAILURE_MODE=none" in page and DEMO_SECRET not in page
+    response = post_server_form(
+        admin_client, demo_server, env_settings="FAILURE_MODE=timeout\nFAILURE_TIMEOUT_S=0.5\nREGION=kr"
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    demo_server.refresh_from_db()
+    assert demo_server.public_env == ["FAILURE_MODE", "FAILURE_TIMEOUT_S", "REGION"]
+    assert demo_server.env["FAILURE_MODE"] == "timeout" and demo_server.env["REGION"] == "kr"
+    assert demo_server.env["INTERNAL_API_KEY"] == DEMO_SECRET  # the secret is untouched
+    page = post_server_form(admin_client, demo_server, env_settings="FAILURE_MODE").content.decode()
+    assert "Line 1: write NAME=value" in page
+
+
+def test_after_a_rejected_secret_the_page_says_what_is_stored(admin_client, demo_server) -> None:
+    response = post_server_form(
+        admin_client, demo_server, new_env=json.dumps({"OTHER": "sk-other-123456", "T": "${AWS_SECRET_ACCESS_KEY}"})
+    )
+    page = response.content.decode()
+    assert response.status_code == 200 and "placeholders are not allowed" in page
+    secrets = re.search(r"field-secrets_state.*?</div>\s*</div>", page, re.S).group(0)
+    assert "INTERNAL_API_KEY" in secrets and "OTHER" not in secrets and "T</code>" not in secrets
+    demo_server.refresh_from_db()
+    assert "OTHER" not in demo_server.env
