@@ -161,6 +161,20 @@ class _PooledSession:
         return "; ".join(parts)
 
 
+def _server_gone(pooled: _PooledSession) -> bool:
+    """Whether the server's end of ``pooled`` is known to be closed: the stream its messages arrive on has no
+    writer left (the transport's reader ended when the server's stdout or connection closed)."""
+    session = pooled.session
+    stream = getattr(session, "_read_stream", None) if session is not None else None
+    statistics = getattr(stream, "statistics", None)
+    if statistics is None:
+        return False
+    try:
+        return bool(statistics().open_send_streams == 0)
+    except Exception:  # noqa: BLE001 - a stream type without these statistics: assume alive
+        return False
+
+
 class _StderrPipe:
     """A pipe the server's stderr is written to; a thread forwards each line to our (masked) logging."""
 
@@ -359,6 +373,11 @@ class McpSessionPool:
         raises ``McpTransportError(sent=True)``: the outcome is unknown and the caller decides."""
         for attempt in (1, 2):
             pooled = await self._get(connection, scope, open_timeout_s)
+            if _server_gone(pooled):
+                # The server's side of the session has ended (its process exited, its stream closed) since the
+                # last call: nothing can be answered on it, so nothing is sent on it; a fresh session is opened.
+                await self._drop(pooled.key)
+                pooled = await self._get(connection, scope, open_timeout_s)
             pooled.last_used = time.monotonic()
             try:
                 async with asyncio.timeout(timeout_s):
@@ -466,6 +485,11 @@ class McpSessionPool:
             ),
             timeout=timeout_s * 3 + 10,
         )
+
+    def server_ended(self, mcp_id: str) -> bool:
+        """Whether a session of ``mcp_id`` is held whose server's end has closed (its next call opens a fresh
+        session instead of sending on it)."""
+        return any(p.connection.mcp_id == mcp_id and _server_gone(p) for p in list(self._sessions.values()))
 
     def live_sessions(self) -> dict[str, dict[str, Any]]:
         """session key → what is known of its live session (for the admin and tests)."""

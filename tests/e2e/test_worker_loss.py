@@ -38,6 +38,11 @@ SLEEPER = {
             "timeout_s": 60,
         }
     ],
+    # The admin who binds the probe confirms that its two tools only read (discovery proposes write).
+    "contracts": [
+        {"mcp_id": "probe", "tool": "echo", "args": {"text": {"type": "str", "required": True}}, "risk": "read"},
+        {"mcp_id": "probe", "tool": "sleep", "args": {"seconds": {"type": "float", "required": True}}, "risk": "read"},
+    ],
     "agents": [
         {
             "slug": "sleeper",

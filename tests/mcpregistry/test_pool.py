@@ -86,6 +86,10 @@ def test_a_server_that_died_is_replaced_once_transparently(pool: McpSessionPool)
     [first] = set(pool.child_process_ids()) - before
     os.kill(first, signal.SIGKILL)
     assert wait_for(lambda: first not in pool.child_process_ids())
+    # Once the pool has read the end of the server's stream, it sends nothing on that session and opens a fresh
+    # one. (A call racing the death itself may have been written before it: that one is not re-sent, see
+    # test_at_most_once.)
+    assert wait_for(lambda: pool.server_ended("demo"))
     assert pool.call_tool(demo_config(), "ping", {}, timeout_s=10).text == "pong"
     [second] = set(pool.child_process_ids()) - before
     assert second != first
