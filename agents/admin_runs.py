@@ -293,6 +293,14 @@ def _events_url(admin_site: admin.AdminSite, run_id: Any) -> str:
     return f"{reverse('admin:audit_auditevent_changelist', current_app=admin_site.name)}?run={run_id}"
 
 
+def _resume_point(request: HttpRequest) -> int:
+    """Where a stream resumes: ``Last-Event-ID`` (an EventSource reconnecting), ``?after=``, or the start."""
+    for raw in (request.headers.get("Last-Event-ID"), request.GET.get("after")):
+        if raw and raw.strip().isdigit() and raw.strip().isascii():
+            return int(raw.strip())
+    return 0
+
+
 def _staff_may_still_view(user_id: Any) -> bool:
     user = get_user_model().objects.filter(pk=user_id, is_active=True, is_staff=True).first()
     return user is not None and user.has_perm("agents.view_run")
@@ -406,7 +414,7 @@ class RunAdmin(WritesRefusedMixin, admin.ModelAdmin):
         user_id = request.user.pk
         feed = RunEventFeed(
             run_id=run.pk,
-            after=int(request.GET.get("after", "0")) if request.GET.get("after", "0").isdigit() else 0,
+            after=_resume_point(request),
             poll_s=float(api_setting("PLATFORM_SSE_POLL_S")),
             keepalive_s=float(api_setting("PLATFORM_SSE_KEEPALIVE_S")),
             max_s=float(api_setting("PLATFORM_SSE_MAX_S")),

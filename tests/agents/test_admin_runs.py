@@ -109,6 +109,8 @@ def test_the_live_stream_replays_a_runs_events_to_the_admin_session_and_ends(adm
         assert '"answer":"끝"' in body
     tail = b"".join(admin_client.get(f"/admin/agents/run/{run.pk}/events/?after=1").streaming_content).decode()
     assert "id: 1\n" not in tail and "id: 2\n" in tail
+    resumed = admin_client.get(f"/admin/agents/run/{run.pk}/events/", HTTP_LAST_EVENT_ID="1").streaming_content
+    assert "id: 1\n" not in b"".join(resumed).decode()
 
 
 def test_the_live_stream_and_timeline_need_a_staff_session_that_may_view_runs(client, outsider_client) -> None:

@@ -283,7 +283,7 @@ def test_by_default_the_caller_may_not_approve_a_write_the_model_asked_for_but_a
     admin = Client()
     admin.force_login(reviewer)
     with django_capture_on_commit_callbacks(execute=True):
-        response = admin.post("/admin/agents/approval/", {"action": "approve", "_selected_action": [approval.pk]})
+        response = admin.post(f"/admin/agents/approval/{approval.pk}/decide/approve/", {"reason": ""})
     assert response.status_code == 302
     approval.refresh_from_db()
     assert approval.status == "executed" and approval.decided_by == "admin:rita"
