@@ -83,7 +83,8 @@ ROOT_URLCONF = "agent_platform.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        # The project's own admin templates (the dashboard at /admin/), before the apps' and Django's.
+        "DIRS": [BASE_DIR / "agent_platform" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [

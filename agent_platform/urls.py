@@ -3,10 +3,14 @@
 from django.contrib import admin
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
-from django.urls import include, path
+from django.urls import include, path, reverse_lazy
 from django.views import defaults
 
+from agent_platform.dashboard import dashboard_index
 from agents.rule_tester import rule_tester_view
+
+# The admin's "View site" leads to the API's documentation (the platform has no public site of its own).
+admin.site.site_url = reverse_lazy("api-docs")  # type: ignore[assignment]
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -16,6 +20,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 urlpatterns = [
     path("admin/agents/rule-tester/", admin.site.admin_view(rule_tester_view), name="rule-tester"),
+    path("admin/", admin.site.admin_view(dashboard_index), name="dashboard"),
     path("admin/", admin.site.urls),
     path("api/v1/audit/", include("auditor.urls")),
     path("api/v1/", include("agents.api.urls")),

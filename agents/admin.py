@@ -1,30 +1,18 @@
-"""Admin for agents, rules, runs and API keys. A run's page shows its whole trace in order."""
+"""Admin for agents, rules and API keys. Runs and approvals have their pages in ``agents.admin_runs``."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.http import HttpRequest
-from django.urls import reverse
-from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from agent_platform.errors import ApplicationError
+from agents import admin_runs  # noqa: F401  (registers RunAdmin and ApprovalAdmin)
 from agents.api.throttling import parse_rate
-from agents.approvals import approval_decide
-from agents.models import (
-    Agent,
-    ApiKey,
-    Approval,
-    DeterministicRule,
-    Run,
-    registered_flow_graphs,
-    scripted_model_allowed,
-)
+from agents.models import Agent, ApiKey, DeterministicRule, registered_flow_graphs, scripted_model_allowed
 from agents.rule_form import DeterministicRuleForm
 from agents.selectors import tool_name_conflicts
 from agents.services import (
@@ -216,163 +204,6 @@ class DeterministicRuleAdmin(ServiceAdminMixin, admin.ModelAdmin):
         deterministic_rule_delete(rule=obj, actor=actor, via=ADMIN_VIA)
 
 
-def _pretty(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=2)
-
-
-@admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
-    list_display = ["created_at", "agent", "status", "short_query", "error_code", "tool_failures", "total_ms"]
-    list_filter = ["status", "agent"]
-    search_fields = ["id", "query", "answer"]
-    date_hierarchy = "created_at"
-    readonly_fields = [f.name for f in Run._meta.fields if f.name != "messages"] + ["trace"]
-    exclude = ["messages"]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    @admin.display(description=_("query"))
-    def short_query(self, obj: Run) -> str:
-        return obj.query[:80]
-
-    @admin.display(description=_("total (ms)"))
-    def total_ms(self, obj: Run) -> Any:
-        return (obj.timings or {}).get("total_ms")
-
-    @admin.display(description=_("trace"))
-    def trace(self, obj: Run) -> str:
-        rows = run_trace_rows(obj)
-        events_url = f"{reverse('admin:audit_auditevent_changelist', current_app=self.admin_site.name)}?run={obj.pk}"
-        return format_html(
-            '<p><a href="{}">{}</a></p><table style="width:100%"><thead><tr><th>#</th><th>{}</th><th>{}</th>'
-            "<th>{}</th><th>{}</th></tr></thead><tbody>{}</tbody></table>",
-            events_url,
-            _("All audit events of this run"),
-            _("step"),
-            _("what"),
-            _("details"),
-            _("outcome"),
-            format_html_join(
-                "",
-                '<tr><td>{}</td><th style="width:10em">{}</th><td><code style="white-space:pre-wrap">{}</code></td>'
-                '<td><pre style="white-space:pre-wrap;margin:0">{}</pre></td><td style="color:{};width:14em;white-space:pre-line">{}</td></tr>',
-                ((n, *row[:3], _OUTCOME_COLOURS[row[4]], row[3]) for n, row in enumerate(rows, start=1)),
-            ),
-        )
-
-
-TraceRow = tuple[str, str, str, str, bool | None]
-"""A step of a run's trace as shown: its label, what it concerns, its details, its outcome, and whether that
-outcome was a success (None: neither)."""
-
-_OUTCOME_COLOURS = {True: "green", False: "#ba2121", None: "inherit"}
-
-
-def _call_outcome(events: list[Any], step: dict[str, Any] | None = None) -> tuple[str, bool | None]:
-    """A tool call's outcome as the audit recorded it (its last attempt, the attempts and their latency), or,
-    where no event is found, as the trace kept it."""
-    if not events:
-        if step is None:
-            return str(_("not audited")), None
-        ok = bool(step.get("ok"))
-        return (str(_("ok")) if ok else str(_("failed: %(reason)s") % {"reason": step.get("error") or "?"})), ok
-    last = events[-1]
-    sent = [e for e in events if e.attempt >= 1]
-    text = str(_("ok")) if last.ok else str(_("failed: %(reason)s") % {"reason": last.reason})
-    if last.reason == "memo:hit":
-        text = str(_("ok (reused within the run)"))
-    if sent:
-        latency = sum(e.latency_ms or 0.0 for e in sent)
-        text += "\n" + str(_("%(n)d attempt(s), %(ms).1f ms") % {"n": len(sent), "ms": latency})
-    return text, last.ok
-
-
-def _approval_outcome(approval: Approval) -> tuple[str, bool | None]:
-    text = approval.get_status_display()
-    if approval.decided_by:
-        text += "\n" + str(_("by %(who)s") % {"who": approval.decided_by})
-    if approval.reason:
-        text += f"\n{approval.reason}"
-    # outcome_unknown is neither: the call went out and nobody knows whether it took effect.
-    ok = {"approved": True, "executed": True, "executing": None, "rejected": False, "expired": False}
-    return text, ok.get(approval.status)
-
-
-def run_trace_rows(run: Run) -> list[TraceRow]:
-    """A run's whole trace in order: rule decisions, deterministic calls, the messages of the model loop with
-    each tool call's audited outcome, approvals and their decisions, and the answer (or error) last."""
-    calls: dict[str, list[Any]] = {}
-    for event in run.audit_events.filter(action="tool.call").order_by("id"):
-        calls.setdefault(event.call_id, []).append(event)
-    approvals = list(run.approvals.order_by("created_at"))
-    by_id = {str(a.pk): a for a in approvals}
-    by_call = {a.call_id: a for a in approvals if a.call_id}
-    shown: set[str] = set()
-    rows: list[TraceRow] = []
-    for step in run.messages or []:
-        kind = step.get("type", "")
-        if kind == "rule":
-            target = f"{step.get('mcp_id', '')}.{step.get('tool', '')}".strip(".")
-            matched = bool(step.get("matched"))
-            detail = _pretty(step.get("params")) if matched else str(step.get("reason") or "")
-            verdict = str(_("matched")) if matched else str(_("skipped"))
-            rows.append((str(_("rule decision")), f"{step.get('rule', '')} → {target}", detail, verdict, None))
-        elif kind == "deterministic_call":
-            outcome, ok = _call_outcome(calls.get(f"rule:{step.get('rule_id')}", []), step)
-            detail = (
-                _pretty(step.get("value")) if step.get("ok") else str(step.get("message") or step.get("error") or "")
-            )
-            what = f"{step.get('mcp_id', '')}.{step.get('tool', '')}({_pretty(step.get('args'))})"
-            rows.append((str(_("deterministic call")), what, detail, outcome, ok))
-        elif kind == "approval":
-            approval = by_id.get(str(step.get("approval_id")))
-            outcome, ok = _approval_outcome(approval) if approval else (str(_("pending")), None)
-            if approval:
-                shown.add(str(approval.pk))
-            rows.append(
-                (str(_("approval requested")), f"{step.get('tool', '')}({_pretty(step.get('args'))})", "", outcome, ok)
-            )
-        elif kind == "system":
-            rows.append((str(_("system message")), "", str(step.get("content", "")), "", None))
-        elif kind == "human":
-            rows.append((str(_("user query")), "", str(step.get("content", "")), "", None))
-        elif kind == "ai":
-            wanted = "\n".join(f"→ {c['name']}({_pretty(c['args'])})" for c in step.get("tool_calls") or [])
-            rows.append((str(_("model turn")), wanted, _text(step.get("content", "")), "", None))
-        elif kind == "tool":
-            call_id = str(step.get("tool_call_id") or "")
-            outcome, ok = _call_outcome(calls.get(call_id, []))
-            approval = by_call.get(call_id)
-            if approval is not None:
-                decision, _ok = _approval_outcome(approval)
-                outcome = f"{outcome}\n{_('approval')}: {decision}"
-                shown.add(str(approval.pk))
-            rows.append((str(_("tool call")), str(step.get("name", "")), _text(step.get("content", "")), outcome, ok))
-        else:
-            rows.append((kind or "?", "", _pretty(step), "", None))
-    for approval in approvals:
-        if str(approval.pk) not in shown:
-            outcome, ok = _approval_outcome(approval)
-            rows.append(
-                (str(_("approval")), f"{approval.mcp_id}.{approval.tool}({_pretty(approval.args)})", "", outcome, ok)
-            )
-    if run.error_code:
-        rows.append((str(_("error")), run.error_code, run.error_message, run.get_status_display(), False))
-    elif run.answer:
-        rows.append((str(_("answer")), "", run.answer, run.get_status_display(), True))
-    else:
-        rows.append((str(_("status")), "", "", run.get_status_display(), None))
-    return rows
-
-
-def _text(content: Any) -> str:
-    return content if isinstance(content, str) else _pretty(content)
-
-
 class ApiKeyForm(forms.ModelForm):
     class Meta:
         model = ApiKey
@@ -411,45 +242,3 @@ class ApiKeyAdmin(ServiceAdminMixin, admin.ModelAdmin):
         self.message_user(
             request, ngettext("%(n)d key revoked.", "%(n)d keys revoked.", revoked) % {"n": revoked}, messages.SUCCESS
         )
-
-
-@admin.register(Approval)
-class ApprovalAdmin(admin.ModelAdmin):
-    list_display = ["created_at", "status", "mcp_id", "tool", "run", "requested_by", "decided_by", "expires_at"]
-    list_filter = ["status", "mcp_id", "tool"]
-    search_fields = ["tool", "run__id"]
-    readonly_fields = [f.name for f in Approval._meta.fields]
-    actions = ["approve", "reject"]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def _decide(self, request: HttpRequest, queryset: Any, decision: str) -> None:
-        done = 0
-        for approval in queryset.select_related("run"):
-            try:
-                approval_decide(
-                    run=approval.run,
-                    approval_id=str(approval.pk),
-                    decision=decision,
-                    actor=f"admin:{request.user.get_username()}",
-                    reason=str(_("decided in the admin")),
-                )
-                done += 1
-            except ApplicationError as exc:
-                self.message_user(request, f"{approval}: {exc.message}", level=messages.WARNING)
-        if done:
-            self.message_user(request, _("%(n)d approval(s) decided; their runs resume.") % {"n": done})
-
-    @admin.action(
-        description=_("Approve the selected calls (the runs resume and execute them once)"), permissions=["change"]
-    )
-    def approve(self, request: HttpRequest, queryset: Any) -> None:
-        self._decide(request, queryset, "approve")
-
-    @admin.action(description=_("Reject the selected calls (the model is told)"), permissions=["change"])
-    def reject(self, request: HttpRequest, queryset: Any) -> None:
-        self._decide(request, queryset, "reject")

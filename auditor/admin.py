@@ -5,26 +5,38 @@ the API's parameter names, so the list's export links carry them over), and tool
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
-import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.core.management import CommandError, call_command
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from agents.models import Agent
+from audit.admin_readonly import WritesRefusedMixin
 from audit.models import AuditCheckpoint, AuditEvent
-from auditor.metrics import tool_metrics
-from auditor.selectors import AuditEventFilters, audit_event_filter, moment_parse, with_agent_slug
+from auditor.charts import bar_chart
+from auditor.metrics import ToolSeries, tool_metrics, tool_metrics_series
+from auditor.selectors import (
+    AuditEventFilters,
+    audit_event_filter,
+    moment_parse,
+    run_reference_parse,
+    with_agent_slug,
+)
 
 FILTER_PARAMETERS = ("agent", "mcp_id", "tool", "source", "action", "ok", "reason", "actor", "run", "since", "until")
 """The list's filter parameters: the same names, and meanings, as ``GET /api/v1/audit/events``."""
@@ -168,17 +180,17 @@ class CallerFilter(_InputFilter):
 
 class RunFilter(_InputFilter):
     title = _("run")
-    inputs = (("run", _("run id"), "8c2f…"),)
+    inputs = (("run", _("run id, or its first 8 characters"), "8c2f1a9b"),)
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:
         value = self.used_parameters.get("run")
         if not value:
             return queryset
         try:
-            run_id = uuid.UUID(value)
+            run_id, prefix = run_reference_parse(value)
         except ValueError:
             return _refused(request, queryset, gettext("Run: %(value)s is not a run id.") % {"value": value})
-        return _filtered(request, queryset, run=run_id)
+        return _filtered(request, queryset, run=run_id, run_prefix=prefix)
 
 
 class PeriodFilter(_InputFilter):
@@ -214,10 +226,10 @@ def api_url(name: str) -> str | None:
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(WritesRefusedMixin, admin.ModelAdmin):
     list_display = [
         "id",
-        "created_at",
+        "when",
         "source",
         "action",
         "agent",
@@ -244,6 +256,7 @@ class AuditEventAdmin(admin.ModelAdmin):
     ]
     search_fields = ["tool", "mcp_id", "reason", "actor", "=run_id"]
     date_hierarchy = "created_at"
+    ordering = ["-id"]  # newest first (ids are the order events were written)
     show_full_result_count = False  # no COUNT(*) of the whole table on every page
     readonly_fields = [
         "id",
@@ -285,6 +298,11 @@ class AuditEventAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[AuditEvent]:
         return with_agent_slug(super().get_queryset(request))
 
+    @admin.display(description=_("time"), ordering="id")
+    def when(self, obj: AuditEvent) -> str:
+        """To the second, with the time zone (the admin's list would otherwise show minutes)."""
+        return date_format(timezone.localtime(obj.created_at), "Y-m-d H:i:s T")
+
     @admin.display(description=_("agent"), ordering="agent_slug")
     def agent(self, obj: AuditEvent) -> str:
         return getattr(obj, "agent_slug", None) or "—"
@@ -318,13 +336,29 @@ class AuditEventAdmin(admin.ModelAdmin):
         extra_context = {
             **(extra_context or {}),
             "audit_metrics_url": reverse("admin:audit_auditevent_metrics", current_app=self.admin_site.name),
+            "audit_verify_url": reverse("admin:audit_auditevent_verify", current_app=self.admin_site.name),
             "audit_export_url": f"{export}?{urlencode(chosen)}{'&' if chosen else ''}" if export else None,
         }
         return super().changelist_view(request, extra_context)
 
     def get_urls(self) -> list[URLPattern]:
         metrics = path("metrics/", self.admin_site.admin_view(self.metrics_view), name="audit_auditevent_metrics")
-        return [metrics, *super().get_urls()]
+        verify = path("verify/", self.admin_site.admin_view(self.verify_view), name="audit_auditevent_verify")
+        return [metrics, verify, *super().get_urls()]
+
+    def verify_view(self, request: HttpRequest) -> HttpResponse:
+        """*Verify chain*: runs ``manage.py verify_audit`` itself (so the button and the command always agree)
+        and shows its verdict. A POST (it walks the whole chain); whoever may view the audit record may ask."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        verdict = audit_chain_verdict() if request.method == "POST" else None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": gettext("Verify the audit chain"),
+            "opts": self.model._meta,
+            "verdict": verdict,
+        }
+        return TemplateResponse(request, "admin/audit/verify.html", context)
 
     def metrics_view(self, request: HttpRequest) -> HttpResponse:
         """Tool metrics over a period (default: the last 7 days) for whoever may view the audit record."""
@@ -350,6 +384,9 @@ class AuditEventAdmin(admin.ModelAdmin):
         ]
         metrics_api = api_url("audit-metrics")
         period = {"since": request.GET.get("since", ""), "until": request.GET.get("until", "")}
+        bucket = request.GET.get("bucket", "")
+        if bucket not in ("hour", "day"):
+            bucket = "hour" if report.until - report.since <= dt.timedelta(days=2) else "day"
         context = {
             **self.admin_site.each_context(request),
             "title": gettext("Tool metrics"),
@@ -360,8 +397,30 @@ class AuditEventAdmin(admin.ModelAdmin):
             "since_value": period["since"],
             "until_value": period["until"],
             "api_url": f"{metrics_api}?{urlencode({k: v for k, v in period.items() if v})}" if metrics_api else None,
+            "bucket": bucket,
+            "series": _series_charts(
+                tool_metrics_series(since=report.since, until=report.until, bucket=bucket), bucket=bucket
+            ),
         }
         return TemplateResponse(request, "admin/audit/metrics.html", context)
+
+
+@dataclass
+class ChainVerdict:
+    ok: bool
+    lines: list[str]
+    problem: str
+    checked_at: dt.datetime
+
+
+def audit_chain_verdict() -> ChainVerdict:
+    """What ``verify_audit`` says of the chain now: its output lines, and the first problem if it failed."""
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        call_command("verify_audit", stdout=out, stderr=err)
+    except CommandError as exc:
+        return ChainVerdict(ok=False, lines=out.getvalue().splitlines(), problem=str(exc), checked_at=timezone.now())
+    return ChainVerdict(ok=True, lines=out.getvalue().splitlines(), problem="", checked_at=timezone.now())
 
 
 def _period(request: HttpRequest) -> tuple[dt.datetime | None, dt.datetime | None]:
@@ -380,6 +439,33 @@ def _period(request: HttpRequest) -> tuple[dt.datetime | None, dt.datetime | Non
         messages.error(request, gettext("The period ends before it starts; showing the last 7 days."))
         return None, None
     return since, until
+
+
+def _series_charts(series: list[ToolSeries], *, bucket: str) -> list[dict[str, Any]]:
+    """Each series as three charts over time: calls, error rate and p95 latency."""
+    charts = []
+    for line in series:
+        labels = [date_format(p.start, "Y-m-d H:00" if bucket == "hour" else "Y-m-d") for p in line.points]
+        charts.append(
+            {
+                "name": f"{line.mcp_id}.{line.tool}" if line.tool else gettext("all tools"),
+                "calls": line.calls,
+                "calls_chart": bar_chart(
+                    [p.calls for p in line.points], labels, colour="#417690", title=gettext("calls")
+                ),
+                "errors_chart": bar_chart(
+                    [round(p.error_rate * 100, 1) if p.error_rate is not None else None for p in line.points],
+                    labels,
+                    colour="#ba2121",
+                    unit="%",
+                    title=gettext("error rate"),
+                ),
+                "p95_chart": bar_chart(
+                    [p.latency_p95_ms for p in line.points], labels, colour="#b8860b", unit=" ms", title="p95"
+                ),
+            }
+        )
+    return charts
 
 
 def _pct(part: float, whole: float) -> int:

@@ -41,6 +41,7 @@ from auditor.selectors import (
     audit_event_export_rows,
     audit_event_page,
     moment_parse,
+    run_reference_parse,
 )
 
 EXPORT_BLOCK_ROWS = 500
@@ -59,6 +60,16 @@ class IsAuditor(permissions.BasePermission):
         if not isinstance(user, AbstractBaseUser) or not user.is_active:
             return False
         return bool(getattr(user, "is_superuser", False)) or user.groups.filter(name=AUDITOR_GROUP).exists()  # type: ignore[attr-defined]
+
+
+class ReadsOnly(permissions.BasePermission):
+    """The audit record is read, never written, through this API: a write (POST, PUT, PATCH, DELETE) is a 403
+    for everyone, auditors included, rather than a 405 that reads as "try another method"."""
+
+    message = gettext_lazy("The audit record is read-only.")
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return request.method in permissions.SAFE_METHODS
 
 
 class _FormatIsOurs(BaseContentNegotiation):
@@ -99,9 +110,17 @@ class FiltersSerializer(serializers.Serializer):
     ok = serializers.BooleanField(required=False, allow_null=True, default=None)
     reason = serializers.CharField(required=False, max_length=200)
     actor = serializers.CharField(required=False, max_length=200)
-    run = serializers.UUIDField(required=False)
+    run = serializers.CharField(
+        required=False, max_length=64, help_text=gettext_lazy("A run id, or its start (the short id the admin shows).")
+    )
     since = MomentField(required=False)
     until = MomentField(required=False, end_of_day=True)
+
+    def validate_run(self, value: str) -> tuple[uuid.UUID | None, str | None]:
+        try:
+            return run_reference_parse(value)
+        except ValueError:
+            raise serializers.ValidationError(_("Enter a run id, or at least its first 4 characters.")) from None
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         since, until = attrs.get("since"), attrs.get("until")
@@ -110,7 +129,8 @@ class FiltersSerializer(serializers.Serializer):
         return attrs
 
     def filters(self) -> AuditEventFilters:
-        data = self.validated_data
+        data = dict(self.validated_data)
+        data["run"], data["run_prefix"] = data.get("run") or (None, None)
         return AuditEventFilters(**{name: data.get(name) for name in AuditEventFilters.__dataclass_fields__})
 
 
@@ -158,7 +178,7 @@ class _AuditorApi(APIView):
         ApiKeyAuthentication,
         authentication.SessionAuthentication,
     ]
-    permission_classes = [IsAuditor]
+    permission_classes = [IsAuditor, ReadsOnly]
     content_negotiation_class = _FormatIsOurs
 
 

@@ -19,7 +19,7 @@ import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from django.db.models import Avg, Count, Max, Q, QuerySet
 from django.utils import timezone
@@ -228,3 +228,111 @@ def _ratio(part: int, whole: int) -> float | None:
 
 def _round(value: float | None) -> float | None:
     return round(value, 2) if value is not None else None
+
+
+# --- over time --------------------------------------------------------------------------------------------------
+
+Bucket = Literal["hour", "day"]
+SERIES_TOOLS = 8
+"""Tools charted one by one (the most called); the rest count in the total."""
+
+
+@dataclass
+class SeriesPoint:
+    start: dt.datetime
+    calls: int = 0
+    errors: int = 0
+    latency_p95_ms: float | None = None
+
+    @property
+    def error_rate(self) -> float | None:
+        return _ratio(self.errors, self.calls)
+
+
+@dataclass
+class ToolSeries:
+    """One tool's calls, errors and p95 latency per hour or day (``mcp_id`` and ``tool`` empty: every tool)."""
+
+    mcp_id: str
+    tool: str
+    calls: int
+    points: list[SeriesPoint]
+
+
+def bucket_starts(*, since: dt.datetime, until: dt.datetime, bucket: Bucket) -> list[dt.datetime]:
+    """The starts of the hours or days (in the current time zone) that cover ``since``..``until``."""
+    local = timezone.localtime(since)
+    start = local.replace(minute=0, second=0, microsecond=0)
+    if bucket == "day":
+        start = start.replace(hour=0)
+    step = dt.timedelta(hours=1) if bucket == "hour" else dt.timedelta(days=1)
+    starts = []
+    while start < until:
+        starts.append(start)
+        # Local wall-clock steps: a day is the next local midnight, whatever the offset does.
+        start = timezone.make_aware(timezone.make_naive(start) + step) if bucket == "day" else start + step
+    return starts
+
+
+def tool_metrics_series(
+    *,
+    since: dt.datetime | None = None,
+    until: dt.datetime | None = None,
+    bucket: Bucket = "hour",
+    filters: AuditEventFilters | None = None,
+) -> list[ToolSeries]:
+    """Calls, errors and p95 latency per ``bucket`` for every tool together (first) and for the
+    ``SERIES_TOOLS`` most called tools, over the same events as :func:`tool_metrics` counts. One streamed pass;
+    it keeps the latencies of one period in memory to take their p95 (use days over long periods)."""
+    until = until or timezone.now()
+    since = since or until - DEFAULT_PERIOD
+    base = audit_event_filter(AuditEvent.objects.filter(action="tool.call"), filters or AuditEventFilters())
+    base = base.filter(created_at__gte=since, created_at__lt=until)
+    starts = bucket_starts(since=since, until=until, bucket=bucket)
+    if not starts:
+        return []
+    totals = {
+        (row["mcp_id"], row["tool"]): row["n"]
+        for row in base.values("mcp_id", "tool").annotate(n=Count("id")).order_by("-n", "mcp_id", "tool")
+    }
+    charted = sorted(totals, key=lambda key: (-totals[key], key))[:SERIES_TOOLS]
+    keys: list[tuple[str, str]] = [("", ""), *charted]
+    counts = {key: [[0, 0] for _ in starts] for key in keys}
+    latencies: dict[tuple[str, str], list[list[float]]] = {key: [[] for _ in starts] for key in keys}
+    rows = base.order_by().values_list("mcp_id", "tool", "created_at", "ok", "attempt", "latency_ms")
+    for mcp_id, tool, created_at, ok, attempt, latency_ms in rows.iterator(chunk_size=EXPORT_CHUNK_SIZE):
+        index = _bucket_index(starts, timezone.localtime(created_at))
+        for key in (("", ""), (mcp_id, tool)):
+            if key not in counts:
+                continue
+            counts[key][index][0] += 1
+            counts[key][index][1] += 0 if ok else 1
+            if attempt >= 1 and latency_ms is not None:
+                latencies[key][index].append(latency_ms)
+    series = []
+    for key in keys:
+        points = [
+            SeriesPoint(start=start, calls=calls, errors=errors, latency_p95_ms=_p95(latencies[key][i]))
+            for i, (start, (calls, errors)) in enumerate(zip(starts, counts[key], strict=True))
+        ]
+        series.append(ToolSeries(mcp_id=key[0], tool=key[1], calls=sum(p.calls for p in points), points=points))
+    return series
+
+
+def _bucket_index(starts: list[dt.datetime], moment: dt.datetime) -> int:
+    low, high = 0, len(starts) - 1
+    while low < high:  # the last start at or before the moment
+        middle = (low + high + 1) // 2
+        if starts[middle] <= moment:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    values.sort()
+    lower, upper, weight = percentile_positions(len(values), 0.95)
+    return round(values[lower] + (values[upper] - values[lower]) * weight, 2)

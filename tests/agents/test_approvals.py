@@ -192,11 +192,40 @@ def test_an_admin_approves_in_the_admin(writer, notes, django_capture_on_commit_
     admin = get_user_model().objects.create_superuser("boss", "", "pw-for-tests-only")
     browser = Client()
     browser.force_login(admin)
+    page = browser.get(f"/admin/agents/approval/{approval.pk}/change/").content.decode()
+    assert "회의록 저장" in page  # the arguments, masked
+    assert f"/admin/agents/approval/{approval.pk}/decide/approve/" in page
+    assert 'name="_save"' not in page and "/delete/" not in page
+    confirm = browser.get(f"/admin/agents/approval/{approval.pk}/decide/approve/").content.decode()
+    assert "회의록 저장" in confirm and 'id="confirm-decision"' in confirm
     with django_capture_on_commit_callbacks(execute=True):
-        browser.post("/admin/agents/approval/", {"action": "approve", "_selected_action": [str(approval.pk)]})
+        response = browser.post(f"/admin/agents/approval/{approval.pk}/decide/approve/", {"reason": ""})
+    assert response.status_code == 302 and response["Location"] == f"/admin/agents/run/{run.pk}/change/"
     approval.refresh_from_db()
     assert approval.status == "executed" and approval.decided_by == "admin:boss"
     assert len(lines(notes)) == 1
+
+
+def test_rejecting_in_the_admin_needs_a_reason(writer, notes, django_capture_on_commit_callbacks) -> None:
+    run, _client = writer
+    approval = park(run)
+    admin = get_user_model().objects.create_superuser("boss", "", "pw-for-tests-only")
+    browser = Client()
+    browser.force_login(admin)
+    url = f"/admin/agents/approval/{approval.pk}/decide/reject/"
+    response = browser.post(url, {"reason": "  "})
+    assert response.status_code == 200 and "Give a reason for rejecting" in response.content.decode()
+    approval.refresh_from_db()
+    assert approval.status == "pending"
+    with django_capture_on_commit_callbacks(execute=True):
+        assert browser.post(url, {"reason": "필요 없음"}).status_code == 302
+    approval.refresh_from_db()
+    assert (approval.status, approval.reason, approval.decided_by) == ("rejected", "필요 없음", "admin:boss")
+    assert lines(notes) == []
+    # Decided once: a second decision is refused with a message, not applied.
+    browser.post(f"/admin/agents/approval/{approval.pk}/decide/approve/", {"reason": ""})
+    approval.refresh_from_db()
+    assert approval.status == "rejected"
 
 
 def test_an_approved_call_runs_with_its_exact_arguments_though_the_stored_conversation_is_masked(
@@ -254,7 +283,7 @@ def test_by_default_the_caller_may_not_approve_a_write_the_model_asked_for_but_a
     admin = Client()
     admin.force_login(reviewer)
     with django_capture_on_commit_callbacks(execute=True):
-        response = admin.post("/admin/agents/approval/", {"action": "approve", "_selected_action": [approval.pk]})
+        response = admin.post(f"/admin/agents/approval/{approval.pk}/decide/approve/", {"reason": ""})
     assert response.status_code == 302
     approval.refresh_from_db()
     assert approval.status == "executed" and approval.decided_by == "admin:rita"

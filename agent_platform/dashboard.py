@@ -1,0 +1,146 @@
+"""The admin's landing page (``/admin/``): what needs a person now, above Django's list of models.
+
+Servers with their health and circuit, pending approvals oldest first (one click to decide), the last 24 hours'
+runs by status, and the tools failing most. Each panel is shown to whoever may view what it lists: an auditor
+sees runs, approvals (read-only) and tool metrics, never the bindings.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import admin
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+
+from agents.models import Approval, Run
+from auditor.metrics import tool_metrics
+from mcpregistry.models import McpServer
+
+RECENT = dt.timedelta(hours=24)
+PENDING_SHOWN = 10
+FAILED_RUNS_SHOWN = 5
+TOOLS_SHOWN = 5
+
+
+def _url(name: str, *args: Any) -> str | None:
+    try:
+        return reverse(name, args=args)
+    except NoReverseMatch:
+        return None
+
+
+def _compact(value: Any, limit: int = 160) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def dashboard_servers(request: HttpRequest) -> list[dict[str, Any]] | None:
+    if not request.user.has_perm("mcpregistry.view_mcpserver"):
+        return None
+    rows = []
+    for server in McpServer.objects.order_by("mcp_id"):
+        failing = server.health == McpServer.Health.ERROR or server.breaker_state != McpServer.BreakerState.CLOSED
+        rows.append(
+            {
+                "server": server,
+                "failing": failing,
+                "url": _url("admin:mcpregistry_mcpserver_change", server.pk),
+                "error_events_url": (
+                    f"{_url('admin:audit_auditevent_changelist')}?{urlencode({'mcp_id': server.mcp_id, 'ok': 'false'})}"
+                    if request.user.has_perm("audit.view_auditevent")
+                    else None
+                ),
+            }
+        )
+    return rows
+
+
+def dashboard_approvals(request: HttpRequest) -> dict[str, Any] | None:
+    if not request.user.has_perm("agents.view_approval"):
+        return None
+    pending = Approval.objects.filter(status=Approval.Status.PENDING).select_related("run__agent")
+    may_decide = request.user.has_perm("agents.change_approval")
+    rows = [
+        {
+            "approval": approval,
+            "args": _compact(approval.args),
+            "url": _url("admin:agents_approval_change", approval.pk),
+            "run_url": _url("admin:agents_run_change", approval.run_id),
+            "approve_url": _url("admin:agents_approval_decide", approval.pk, "approve") if may_decide else None,
+            "reject_url": _url("admin:agents_approval_decide", approval.pk, "reject") if may_decide else None,
+        }
+        for approval in pending.order_by("created_at")[:PENDING_SHOWN]
+    ]
+    return {
+        "count": pending.count(),
+        "rows": rows,
+        "list_url": f"{_url('admin:agents_approval_changelist')}?status__exact=pending",
+    }
+
+
+def dashboard_runs(request: HttpRequest, *, since: dt.datetime) -> dict[str, Any] | None:
+    if not request.user.has_perm("agents.view_run"):
+        return None
+    recent = Run.objects.filter(created_at__gte=since)
+    counts = dict(recent.values_list("status").annotate(n=Count("id")).values_list("status", "n"))
+    changelist = _url("admin:agents_run_changelist")
+    by_status = [
+        {
+            "status": status,
+            "label": label,
+            "count": counts.get(status, 0),
+            "url": f"{changelist}?{urlencode({'status__exact': status, 'created_at__gte': since.isoformat()})}",
+        }
+        for status, label in Run.Status.choices
+    ]
+    failed = [
+        {"run": run, "url": _url("admin:agents_run_change", run.pk)}
+        for run in recent.filter(status=Run.Status.FAILED)
+        .select_related("agent")
+        .order_by("-created_at")[:FAILED_RUNS_SHOWN]
+    ]
+    return {"total": sum(counts.values()), "by_status": by_status, "failed": failed}
+
+
+def dashboard_tools(request: HttpRequest, *, since: dt.datetime) -> list[dict[str, Any]] | None:
+    if not request.user.has_perm("audit.view_auditevent"):
+        return None
+    report = tool_metrics(since=since)
+    worst = sorted((t for t in report.tools if t.calls), key=lambda t: (-t.error_rate, -t.calls, t.mcp_id, t.tool))
+    events = _url("admin:audit_auditevent_changelist")
+    return [
+        {
+            "tool": t,
+            "error_pct": round(t.error_rate * 100, 1),
+            "events_url": f"{events}?{urlencode({'mcp_id': t.mcp_id, 'tool': t.tool, 'ok': 'false'})}",
+        }
+        for t in worst[:TOOLS_SHOWN]
+    ]
+
+
+def dashboard_context(request: HttpRequest) -> dict[str, Any]:
+    since = timezone.now() - RECENT
+    return {
+        "dashboard": {
+            "servers": dashboard_servers(request),
+            "approvals": dashboard_approvals(request),
+            "runs": dashboard_runs(request, since=since),
+            "tools": dashboard_tools(request, since=since),
+            "rule_tester_url": _url("rule-tester") if request.user.has_perm("agents.view_deterministicrule") else None,
+            "metrics_url": (
+                _url("admin:audit_auditevent_metrics") if request.user.has_perm("audit.view_auditevent") else None
+            ),
+            "api_docs_url": _url("api-docs"),
+        }
+    }
+
+
+def dashboard_index(request: HttpRequest) -> HttpResponse:
+    """Django's admin index with the dashboard above the list of models (``admin/index.html``)."""
+    return admin.site.index(request, extra_context=dashboard_context(request))

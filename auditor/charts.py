@@ -1,0 +1,59 @@
+"""Small bar charts as inline SVG, drawn on the server: no JavaScript and nothing from a CDN."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext
+
+WIDTH = 360
+HEIGHT = 64
+TOP = 12  # room for the scale's label
+
+
+def bar_chart(
+    values: Sequence[float | None], labels: Sequence[str], *, colour: str, unit: str = "", title: str = ""
+) -> SafeString:
+    """One bar per value (``None``: no bar, e.g. no latency in an hour without calls), scaled to the largest;
+    each bar's tooltip says its label and value. The largest value is written at the top left."""
+    largest = max((v for v in values if v is not None), default=0.0)
+    count = max(len(values), 1)
+    slot = WIDTH / count
+    gap = 1.0 if slot > 3 else 0.0
+    bars = []
+    for index, (value, label) in enumerate(zip(values, labels, strict=True)):
+        if value is None:
+            continue
+        height = (HEIGHT - TOP) * (value / largest) if largest else 0.0
+        shown = f"{value:g}{unit}"
+        bars.append(
+            (
+                f"{index * slot:.2f}",
+                f"{HEIGHT - max(height, 0.5 if value else 0.0):.2f}",
+                f"{max(slot - gap, 0.5):.2f}",
+                f"{max(height, 0.5 if value else 0.0):.2f}",
+                colour,
+                f"{label}: {shown}",
+            )
+        )
+    return format_html(
+        '<svg class="chart" viewBox="0 0 {} {}" width="{}" height="{}" role="img" aria-label="{}">'
+        '<line x1="0" y1="{}" x2="{}" y2="{}" stroke="currentColor" stroke-opacity="0.3"/>'
+        '<text x="2" y="9" font-size="9" fill="currentColor" fill-opacity="0.7">{}</text>{}</svg>',
+        WIDTH,
+        HEIGHT,
+        WIDTH,
+        HEIGHT,
+        title,
+        HEIGHT - 0.5,
+        WIDTH,
+        HEIGHT - 0.5,
+        gettext("max %(value)s") % {"value": f"{largest:g}{unit}"},
+        format_html_join(
+            "",
+            '<rect x="{}" y="{}" width="{}" height="{}" fill="{}"><title>{}</title></rect>',
+            bars,
+        ),
+    )

@@ -1,0 +1,109 @@
+"""The admin's landing page (agent_platform/dashboard.py): servers with their health and circuit, pending
+approvals oldest first with one click to decide, the last day's runs by status, the tools failing most; each
+panel for whoever may view what it lists. And "View site" leads somewhere real."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from agents.models import Agent, Approval, Run
+from audit.services import audit_event_record
+from mcpregistry.models import McpServer
+
+pytestmark = pytest.mark.django_db
+
+
+def some_platform_state() -> dict[str, object]:
+    McpServer.objects.create(mcp_id="healthy", name="ok", health="ok", command="true")
+    McpServer.objects.create(
+        mcp_id="broken",
+        name="broken",
+        health="error",
+        breaker_state="open",
+        last_error="connection refused",
+        command="x",
+    )
+    agent = Agent.objects.create(slug="ledger", name="장부")
+    failed = Run.objects.create(agent=agent, query="q", status=Run.Status.FAILED, error_code="model:error")
+    Run.objects.create(agent=agent, query="q", status=Run.Status.SUCCEEDED)
+    parked = Run.objects.create(agent=agent, query="q", status=Run.Status.AWAITING_APPROVAL)
+    old = Run.objects.create(agent=agent, query="q", status=Run.Status.FAILED)
+    Run.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=2))
+    approvals = []
+    for minutes, tool in ((5, "newer"), (30, "older")):
+        approval = Approval.objects.create(
+            run=parked, mcp_id="notes", tool=tool, args={"text": "회의록"}, call_hash=tool.ljust(64, "0"),
+            call_id=tool, expires_at=timezone.now() + timedelta(hours=1),
+        )  # fmt: skip
+        Approval.objects.filter(pk=approval.pk).update(created_at=timezone.now() - timedelta(minutes=minutes))
+        approvals.append(approval)
+    for ok, tool in ((False, "flaky"), (False, "flaky"), (True, "flaky"), (True, "solid")):
+        audit_event_record(
+            source="agent", mcp_id="broken", tool=tool, ok=ok, reason="" if ok else "timeout", attempt=1,
+            latency_ms=100.0 if tool == "flaky" else 5.0, actor="local",
+        )  # fmt: skip
+    return {"failed": failed, "newer": approvals[0], "older": approvals[1]}
+
+
+def test_the_dashboard_shows_what_needs_an_admin_now(admin_client) -> None:
+    state = some_platform_state()
+    page = admin_client.get("/admin/").content.decode()
+    # Pending approvals: the count, oldest first, one click to decide.
+    assert 'id="dashboard-approvals"' in page and '<span class="badge badge-pending">2</span>' in page
+    assert page.index("notes.older") < page.index("notes.newer")
+    assert f"/admin/agents/approval/{state['older'].pk}/decide/approve/" in page  # type: ignore[attr-defined]
+    assert f"/admin/agents/approval/{state['older'].pk}/decide/reject/" in page  # type: ignore[attr-defined]
+    # Servers: health and circuit, and the failing one's last error with links.
+    assert "broken" in page and "connection refused" in page and "open (calls refused)" in page
+    assert "/admin/audit/auditevent/?mcp_id=broken&amp;ok=false" in page
+    # Runs of the last 24 hours by status (the one from two days ago is not counted), the failed one linked.
+    runs = page[page.index('id="dashboard-runs"') :]
+    assert '<span class="big">3</span>' in runs
+    assert f"/admin/agents/run/{state['failed'].pk}/change/" in runs  # type: ignore[attr-defined]
+    assert "status__exact=failed" in runs
+    # Tools with the highest error rate, with their p95.
+    tools = page[page.index('id="dashboard-tools"') :]
+    assert tools.index("broken.flaky") < tools.index("broken.solid")
+    assert "66.7%" in tools and "100.0" in tools
+    assert "/admin/audit/auditevent/metrics/" in tools and "/admin/agents/rule-tester/" in tools
+    # Django's list of models is still there, below.
+    assert page.index('id="platform-dashboard"') < page.index('class="app-agents')
+
+
+def test_the_run_list_link_of_the_dashboard_works(admin_client) -> None:
+    some_platform_state()
+    page = admin_client.get("/admin/").content.decode()
+    start = page.index("/admin/agents/run/?status__exact=failed")
+    url = page[start : page.index('"', start)].replace("&amp;", "&")
+    response = admin_client.get(url)
+    assert response.status_code == 200
+    assert [r.status for r in response.context["cl"].result_list] == ["failed"]
+
+
+def test_an_auditor_sees_runs_approvals_and_tools_but_no_servers_and_no_decide_links(auditor_client) -> None:
+    state = some_platform_state()
+    page = auditor_client.get("/admin/").content.decode()
+    assert 'id="dashboard-approvals"' in page and 'id="dashboard-runs"' in page and 'id="dashboard-tools"' in page
+    assert 'id="dashboard-servers"' not in page and "connection refused" not in page
+    assert "/decide/" not in page
+    assert f"/admin/agents/approval/{state['older'].pk}/change/" in page  # type: ignore[attr-defined]
+
+
+def test_an_outsider_sees_no_panel(outsider_client) -> None:
+    some_platform_state()
+    page = outsider_client.get("/admin/").content.decode()
+    assert "dashboard-" not in page
+
+
+def test_the_dashboard_needs_a_login(client) -> None:
+    response = client.get("/admin/")
+    assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
+
+
+def test_view_site_leads_to_the_api_documentation(admin_client) -> None:
+    page = admin_client.get("/admin/").content.decode()
+    assert 'href="/api/v1/docs/"' in page
+    assert admin_client.get("/api/v1/docs/").status_code == 200
