@@ -84,6 +84,8 @@ class AgentSpec(_Strict):
     flow_graph: str = ""
     answer_from_deterministic: bool = False
     caller_approves_model_writes: bool = False
+    language: str = "ko"
+    no_match_answer: str = ""
     time_limit_s: int = Field(default=300, ge=1, le=86400)
 
 
@@ -310,6 +312,7 @@ def config_import(
         agent.max_iterations, agent.mode = aspec.max_iterations, aspec.mode
         agent.flow_graph, agent.answer_from_deterministic = aspec.flow_graph, aspec.answer_from_deterministic
         agent.caller_approves_model_writes = aspec.caller_approves_model_writes
+        agent.language, agent.no_match_answer = aspec.language, aspec.no_match_answer
         agent.time_limit_s = aspec.time_limit_s
         missing = [m for m in aspec.servers if m not in servers or servers[m].pk is None]
         if missing:
@@ -419,6 +422,8 @@ def config_export() -> dict[str, Any]:
             "flow_graph": a.flow_graph,
             "answer_from_deterministic": a.answer_from_deterministic,
             "caller_approves_model_writes": a.caller_approves_model_writes,
+            "language": a.language,
+            "no_match_answer": a.no_match_answer,
             "time_limit_s": a.time_limit_s,
         }
         for a in Agent.objects.order_by("slug")
