@@ -16,6 +16,7 @@ from django.test import Client
 from django.utils import timezone
 
 from agents.models import Agent, Run
+from audit.append_only import sqlite_triggers_lift
 from audit.models import AuditEvent
 from audit.services import audit_event_record
 from auditor.metrics import bucket_starts, tool_metrics_series
@@ -70,7 +71,8 @@ def test_verify_chain_shows_what_verify_audit_says(auditor_client) -> None:
     call_command("verify_audit", stdout=said)
     page = auditor_client.post("/admin/audit/auditevent/verify/").content.decode()
     assert "The audit chain is intact." in page and said.getvalue().strip() in page
-    with connection.cursor() as cursor:  # as an intruder with database access would (tests/audit/test_chain.py)
+    sqlite_triggers_lift(connection)  # as an intruder with the database file would (tests/audit/test_chain.py)
+    with connection.cursor() as cursor:
         cursor.execute("UPDATE audit_auditevent SET tool = 'forged' WHERE seq = 2")
     with pytest.raises(CommandError) as broken:
         call_command("verify_audit")
