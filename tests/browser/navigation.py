@@ -6,12 +6,29 @@ from typing import Any
 
 
 def submit(browser: Any, element: Any, timeout: float = 30) -> None:
-    """Click ``element`` (a submit button or link) and wait until the next page has replaced this one."""
+    """Click ``element`` (a submit button or link, or a ``(By, value)`` locator to find it) and wait until the
+    next page has replaced this one. With a locator, a page still settling (a script re-rendering the form) is
+    given a few tries."""
+    import time
+
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
+    WebDriverWait(browser, timeout).until(lambda b: b.execute_script("return document.readyState") == "complete")
     page = browser.find_element(By.TAG_NAME, "html")
-    element.click()
+    if isinstance(element, tuple):
+        for attempt in range(5):
+            try:
+                browser.find_element(*element).click()
+                break
+            except (StaleElementReferenceException, WebDriverException):
+                if attempt == 4:
+                    raise
+                time.sleep(0.3)
+                page = browser.find_element(By.TAG_NAME, "html")
+    else:
+        element.click()
     WebDriverWait(browser, timeout).until(expected_conditions.staleness_of(page))
     WebDriverWait(browser, timeout).until(lambda b: b.execute_script("return document.readyState") == "complete")

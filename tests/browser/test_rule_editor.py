@@ -64,6 +64,6 @@ def test_an_admin_creates_a_rule_in_the_editor_and_dry_runs_it(admin_in_browser:
     browser.get(f"{browser.base_url}/admin/agents/rule-tester/")
     Select(browser.find_element(By.NAME, "agent")).select_by_value(str(agent.pk))
     browser.find_element(By.NAME, "query").send_keys("김하늘 님은 어느 팀 소속인가요?")
-    submit(browser, browser.find_element(By.CSS_SELECTOR, "input[type=submit]"))
+    submit(browser, (By.CSS_SELECTOR, "input[type=submit]"))
     row = browser.find_element(By.XPATH, "//tr[td[contains(., 'employee team')]]").text
     assert "matched" in row and "김하늘" in row and "sds-company-data.search_employee" in row
