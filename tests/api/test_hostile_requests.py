@@ -443,6 +443,7 @@ def hostile_requests(key: str, revoked_key: str, run_id: str) -> list[tuple[str,
     return cases
 
 
+@pytest.mark.slow
 def test_at_least_150_hostile_requests_bring_no_5xx_and_only_json_errors(
     raw_client, key, demo_agent, auditor_user, settings
 ) -> None:

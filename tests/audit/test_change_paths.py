@@ -357,6 +357,7 @@ def test_an_import_of_n_changes_writes_n_events_and_a_second_import_none(world: 
     assert config_events(mark) == []
 
 
+@pytest.mark.slow
 def test_discovery_records_tools_added_changed_and_vanished(db: Any) -> None:
     server = McpServer.objects.create(
         mcp_id="probe",

@@ -58,6 +58,7 @@ def test_header_values_are_always_secrets() -> None:
     assert server.secret_values() == ["acme-01"]
 
 
+@pytest.mark.slow
 def test_the_platforms_files_under_var_are_the_users_alone_and_hold_no_password(tmp_path: Path) -> None:
     var = tmp_path / "var"
     env = {
