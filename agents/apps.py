@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class AgentsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "agents"
+    verbose_name = _("Agents")
 
     def ready(self) -> None:
         from agents import (

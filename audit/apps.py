@@ -6,6 +6,7 @@ from django.apps import AppConfig, apps
 from django.db import connections
 from django.db.migrations.recorder import MigrationRecorder
 from django.db.models.signals import m2m_changed, post_migrate, pre_migrate
+from django.utils.translation import gettext_lazy as _
 
 
 def _audit_chain_before_migrate(*, using: str, **_kwargs: Any) -> None:
@@ -36,6 +37,7 @@ def _audit_chain_after_migrate(*, using: str, **_kwargs: Any) -> None:
 class AuditConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "audit"
+    verbose_name = _("Audit")
 
     def ready(self) -> None:
         from audit import roles
