@@ -21,7 +21,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from agents.configuration import RuleSpec, rule_entry
 from agents.models import Agent, DeterministicRule
-from mcpregistry.contract_form import OpenChoiceField
+from mcpregistry.contract_form import EditorWidget, OpenChoiceField
 from mcpregistry.contracts import argument_constraints, spec_problems
 from mcpregistry.models import McpServer, McpTool
 
@@ -64,7 +64,7 @@ def _pairs(text: str, where: str) -> dict[str, Any]:
     return pairs
 
 
-class WhenWidget(forms.Widget):
+class WhenWidget(EditorWidget):
     """``when`` as fields: keywords (all / any), a regex with a live check, context and data matchers."""
 
     template_name = "admin/agents/widgets/rule_when.html"
@@ -88,14 +88,7 @@ class WhenWidget(forms.Widget):
         )
         return context
 
-    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
-        return name not in data and f"{name}__editor" not in data
-
-    def value_from_datadict(self, data: MultiValueDict[str, Any], files: Any, name: str) -> Any:
-        if name in data:
-            return data[name]
-        if f"{name}__editor" not in data:
-            return None
+    def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
 
         def field(key: str) -> str:
             return str(data.get(f"{name}__{key}", "")).strip()
@@ -119,7 +112,7 @@ class WhenWidget(forms.Widget):
         return json.dumps(when, ensure_ascii=False)
 
 
-class ParamsWidget(forms.Widget):
+class ParamsWidget(EditorWidget):
     """``params`` as one field per argument of the rule's tool, with the placeholders offered."""
 
     template_name = "admin/agents/widgets/rule_params.html"
@@ -151,14 +144,7 @@ class ParamsWidget(forms.Widget):
         context["widget"]["rows"] = rows
         return context
 
-    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
-        return name not in data and f"{name}__editor" not in data
-
-    def value_from_datadict(self, data: MultiValueDict[str, Any], files: Any, name: str) -> Any:
-        if name in data:
-            return data[name]
-        if f"{name}__editor" not in data:
-            return None
+    def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
         params: dict[str, Any] = {}
         for arg in data.getlist(f"{name}__names"):
             text = str(data.get(f"{name}__value__{arg}", ""))

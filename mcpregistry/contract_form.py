@@ -82,7 +82,26 @@ def allowed_value(text: str, arg_type: str) -> list[Any] | None:
     return [_number(item) for item in items] if arg_type in {"int", "float"} else items
 
 
-class ArgsTableWidget(forms.Widget):
+class EditorWidget(forms.Widget):
+    """A structured editor of a JSON field: its inputs are named ``<name>__…`` beside a ``<name>__editor`` marker.
+    A post that carries the JSON itself under ``<name>`` (the advanced view, a script) wins; a post with neither
+    leaves the field out. Subclasses read their inputs in :meth:`value_from_editor`."""
+
+    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
+        return name not in data and f"{name}__editor" not in data
+
+    def value_from_datadict(self, data: MultiValueDict[str, Any], files: Any, name: str) -> Any:
+        if name in data:
+            return data[name]
+        if f"{name}__editor" not in data:
+            return None
+        return self.value_from_editor(data, name)
+
+    def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
+        raise NotImplementedError
+
+
+class ArgsTableWidget(EditorWidget):
     """``args`` as a table: one row per argument of the tool's input schema (and of the stored contract)."""
 
     template_name = "admin/mcpregistry/widgets/contract_args.html"
@@ -116,14 +135,7 @@ class ArgsTableWidget(forms.Widget):
         context["widget"].update({"rows": rows, "types": TYPE_CHOICES, "invalid_json": parsed is None})
         return context
 
-    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
-        return name not in data and f"{name}__editor" not in data
-
-    def value_from_datadict(self, data: MultiValueDict[str, Any], files: Any, name: str) -> Any:
-        if name in data:  # the JSON itself (a script, or the advanced view)
-            return data[name]
-        if f"{name}__editor" not in data:
-            return None
+    def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
         result: dict[str, Any] = {}
         for index in data.getlist(f"{name}__rows"):
             arg = data.get(f"{name}__{index}__name", "")
@@ -150,7 +162,7 @@ class ArgsTableWidget(forms.Widget):
         return json.dumps(result, ensure_ascii=False)
 
 
-class RetryWidget(forms.Widget):
+class RetryWidget(EditorWidget):
     """``retry`` as fields: attempts, the failure kinds retried (checkboxes), backoff base and cap."""
 
     template_name = "admin/mcpregistry/widgets/contract_retry.html"
@@ -167,14 +179,7 @@ class RetryWidget(forms.Widget):
         context["widget"].update({"retry": retry, "reasons": reasons})
         return context
 
-    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
-        return name not in data and f"{name}__editor" not in data
-
-    def value_from_datadict(self, data: MultiValueDict[str, Any], files: Any, name: str) -> Any:
-        if name in data:
-            return data[name]
-        if f"{name}__editor" not in data:
-            return None
+    def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
         retry = dict(self.stored)
         for key in ("max_attempts", "backoff_base_s", "backoff_cap_s"):
             text = str(data.get(f"{name}__{key}", "")).strip()
@@ -191,7 +196,7 @@ class RetryWidget(forms.Widget):
 _REASON_LABELS = {"rate_limit": _("rate limit"), "timeout": _("timeout"), "transport": _("transport error")}
 
 
-class ReturnsWidget(forms.Widget):
+class ReturnsWidget(EditorWidget):
     """``returns`` as fields: type, required keys, non-empty, max items, max characters; per-field constraints
     as a small JSON box."""
 
@@ -216,14 +221,7 @@ class ReturnsWidget(forms.Widget):
         )
         return context
 
-    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
-        return name not in data and f"{name}__editor" not in data
-
-    def value_from_datadict(self, data: MultiValueDict[str, Any], files: Any, name: str) -> Any:
-        if name in data:
-            return data[name]
-        if f"{name}__editor" not in data:
-            return None
+    def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
         returns = dict(self.stored)
 
         def field(key: str) -> str:
