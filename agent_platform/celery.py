@@ -7,8 +7,14 @@ approvals. ``celery beat`` may run it too (the ``reconcile-runs`` entry below); 
 compare-and-swap throughout, so running it in several places at once is safe.
 ``PLATFORM_RECONCILE_IN_WORKER=0`` turns the worker's timer off (e.g. where beat runs it).
 
+Every worker also writes its heartbeat (``agents.WorkerHeartbeat``, for ``/readyz``) every
+``PLATFORM_WORKER_HEARTBEAT_S`` seconds (0 turns it off), on a timer thread.
+
 Every worker also anchors the audit chain's head outside the database (``audit.anchors``) every
 ``AUDIT_ANCHOR_INTERVAL_S`` seconds (0 turns it off), on a second timer thread.
+
+Every worker also scores unfinished eval runs (``evals.services.eval_runs_refresh_open``) every
+``PLATFORM_EVAL_REFRESH_S`` seconds (0 turns it off), timing out cases whose runs never finish.
 """
 
 from __future__ import annotations
@@ -16,15 +22,28 @@ from __future__ import annotations
 import logging
 import os
 import random
+import socket
 import threading
 from collections.abc import Callable
 
 from celery import Celery
-from celery.signals import worker_process_shutdown, worker_ready, worker_shutdown
+from celery.signals import (
+    task_prerun,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
+)
 
-from agent_platform.settings_deploy import PLATFORM_RECONCILE_INTERVAL_S
+import agent_platform.telemetry as telemetry
+from agent_platform.settings_deploy import PLATFORM_RECONCILE_INTERVAL_S, PLATFORM_WORKER_DB_CONN_MAX_AGE
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agent_platform.settings")
+# Traces when the OTEL_* variables ask for them (web and worker both import this module), and the trace context
+# carried from the publisher to the worker in each task message's headers.
+telemetry.configure_tracing()
+telemetry.connect_celery_signals()
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +58,39 @@ app.conf.beat_schedule = {
         "options": {"expires": PLATFORM_RECONCILE_INTERVAL_S},
     }
 }
+
+
+# One database connection per worker process, kept across runs: Celery's Django fixup otherwise closes it before
+# and after every task, so that each run opened a new one (on PostgreSQL, a connection costs more than the run's
+# own queries). The fixup then closes it only every CELERY_DB_REUSE_MAX tasks; ``_keep_database_connection`` below
+# closes it earlier when it broke or is older than PLATFORM_WORKER_DB_CONN_MAX_AGE (0: a connection per run).
+if PLATFORM_WORKER_DB_CONN_MAX_AGE > 0:
+    app.conf.update(CELERY_DB_REUSE_MAX=1_000_000)
+
+
+_keeps_connection = False  # set in a worker's processes only (not where tasks run eagerly, e.g. tests)
+
+
+@worker_init.connect
+@worker_process_init.connect
+def _worker_database_connection_lives(**_kwargs: object) -> None:
+    global _keeps_connection
+    if PLATFORM_WORKER_DB_CONN_MAX_AGE > 0:
+        from django.db import connections
+
+        for alias in connections:
+            connections[alias].settings_dict["CONN_MAX_AGE"] = PLATFORM_WORKER_DB_CONN_MAX_AGE
+        _keeps_connection = True
+
+
+@task_prerun.connect
+def _keep_database_connection(task: object = None, **_kwargs: object) -> None:
+    """Before each task in a worker: close this process's connection if it broke or outlived its age (Django's
+    own check, as at the start of a web request); otherwise the task reuses it."""
+    if _keeps_connection and not getattr(getattr(task, "request", None), "is_eager", False):
+        from django.db import close_old_connections
+
+        close_old_connections()
 
 
 @worker_shutdown.connect
@@ -116,6 +168,7 @@ def _reconcile() -> float | None:
 
 _reconciler: WorkerTimer | None = None
 _anchor_timer: WorkerTimer | None = None
+_chain_timer: WorkerTimer | None = None
 
 
 @worker_ready.connect
@@ -149,9 +202,74 @@ def _start_audit_anchor(**_kwargs: object) -> None:
     logger.info("audit anchor started in this worker (every %g s)", interval_s)
 
 
+@worker_ready.connect
+def _start_audit_chainer(**_kwargs: object) -> None:
+    """Chain audit events that writers left pending (a writer killed between its commit and the chaining) every
+    ``AUDIT_CHAIN_INTERVAL_S`` (0: off). Each process's chainer thread chains its writers' events just after commit;
+    this only bounds the lag."""
+    from django.conf import settings
+
+    from audit.services import audit_chain_pending, chain_mode
+
+    global _chain_timer
+    interval_s = float(settings.AUDIT_CHAIN_INTERVAL_S)
+    if interval_s <= 0 or _chain_timer is not None or chain_mode() != "deferred":
+        return
+
+    def chain_pass() -> None:  # returns nothing: a number would be read as seconds until the next pass
+        audit_chain_pending()
+
+    _chain_timer = WorkerTimer("audit-chain", interval_s, chain_pass)
+    _chain_timer.start()
+    logger.info("audit chainer started in this worker (every %g s)", interval_s)
+
+
+_heartbeat_timer: WorkerTimer | None = None
+_eval_timer: WorkerTimer | None = None
+
+
+def _worker_heartbeat() -> None:
+    from agents.heartbeats import worker_heartbeat_record
+
+    worker_heartbeat_record(worker=f"{socket.gethostname()}:{os.getpid()}")
+
+
+@worker_ready.connect
+def _start_worker_heartbeat(**_kwargs: object) -> None:
+    """Say this worker is alive every ``PLATFORM_WORKER_HEARTBEAT_S`` (``/readyz`` asks for a recent one)."""
+    from django.conf import settings
+
+    global _heartbeat_timer
+    interval_s = float(settings.PLATFORM_WORKER_HEARTBEAT_S)
+    if interval_s <= 0 or _heartbeat_timer is not None:
+        return
+    _heartbeat_timer = WorkerTimer("worker-heartbeat", interval_s, _worker_heartbeat)
+    _heartbeat_timer.start()
+
+
+def _refresh_evals() -> None:  # returns nothing: a number would be read as seconds until the next pass
+    from evals.services import eval_runs_refresh_open
+
+    eval_runs_refresh_open()
+
+
+@worker_ready.connect
+def _start_eval_refresher(**_kwargs: object) -> None:
+    """Score unfinished eval runs every ``PLATFORM_EVAL_REFRESH_S`` (0: off): an eval started from the admin or the
+    API finishes without anyone loading its page, and its overdue cases time out (``PLATFORM_EVAL_CASE_TIMEOUT_S``)."""
+    from django.conf import settings
+
+    global _eval_timer
+    interval_s = float(settings.PLATFORM_EVAL_REFRESH_S)
+    if interval_s <= 0 or _eval_timer is not None:
+        return
+    _eval_timer = WorkerTimer("eval-refresh", interval_s, _refresh_evals)
+    _eval_timer.start()
+
+
 @worker_shutdown.connect
 def _stop_timers(**_kwargs: object) -> None:
-    for timer in (_reconciler, _anchor_timer):
+    for timer in (_reconciler, _anchor_timer, _chain_timer, _heartbeat_timer, _eval_timer):
         if timer is not None:
             timer.stop.set()
             timer.thread.join(timeout=10)

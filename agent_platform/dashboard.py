@@ -13,12 +13,15 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin
-from django.db.models import Count
+from django.db.models import Count, Sum
 from django.http import HttpRequest, HttpResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
+from django.utils.translation import gettext
 
-from agents.models import Approval, Run
+from agents.budgets import period_bounds, usage_by_day, usd
+from agents.models import Approval, Budget, Run
+from auditor.charts import bar_chart
 from auditor.metrics import tool_metrics
 from mcpregistry.models import McpServer
 
@@ -26,6 +29,8 @@ RECENT = dt.timedelta(hours=24)
 PENDING_SHOWN = 10
 FAILED_RUNS_SHOWN = 5
 TOOLS_SHOWN = 5
+USAGE_DAYS = 30
+USAGE_ROWS = 5
 
 
 def _url(name: str, *args: Any) -> str | None:
@@ -87,7 +92,7 @@ def dashboard_approvals(request: HttpRequest) -> dict[str, Any] | None:
 def dashboard_runs(request: HttpRequest, *, since: dt.datetime) -> dict[str, Any] | None:
     if not request.user.has_perm("agents.view_run"):
         return None
-    recent = Run.objects.filter(created_at__gte=since)
+    recent = Run.objects.filter(created_at__gte=since, purpose=Run.Purpose.LIVE)
     counts = dict(recent.values_list("status").annotate(n=Count("id")).values_list("status", "n"))
     changelist = _url("admin:agents_run_changelist")
     by_status = [
@@ -124,6 +129,44 @@ def dashboard_tools(request: HttpRequest, *, since: dt.datetime) -> list[dict[st
     ]
 
 
+def dashboard_usage(request: HttpRequest) -> dict[str, Any] | None:
+    """Tokens and cost per day over the last 30 days (charts), and this month's agents and keys by cost."""
+    if not request.user.has_perm("agents.view_run"):
+        return None
+    now = timezone.now()
+    runs = Run.objects.all()
+    days = usage_by_day(runs, days=USAGE_DAYS, now=now)
+    labels = [d["day"] for d in days]
+    month_start, _end = period_bounds(Budget.Period.MONTH, now)
+    month = runs.filter(created_at__gte=month_start)
+
+    def top(field: str) -> list[dict[str, Any]]:
+        rows = (
+            month.exclude(**{f"{field}__isnull": True})
+            .values(field)
+            .annotate(tokens=Sum("tokens"), cost=Sum("cost_micros"), n=Count("id"))
+            .order_by("-cost", "-tokens")[:USAGE_ROWS]
+        )
+        return [
+            {"name": r[field], "runs": r["n"], "tokens": r["tokens"] or 0, "cost_usd": usd(r["cost"])} for r in rows
+        ]
+
+    return {
+        "tokens_chart": bar_chart(
+            [d["tokens"] for d in days], labels, colour="#417690", title=gettext("tokens per day")
+        ),
+        "cost_chart": bar_chart(
+            [d["cost_usd"] for d in days], labels, colour="#ba6c0b", unit=" $", title=gettext("cost per day (USD)")
+        ),
+        "tokens_month": month.aggregate(t=Sum("tokens"))["t"] or 0,
+        "cost_month": usd(month.aggregate(c=Sum("cost_micros"))["c"]),
+        "agents": top("agent__slug"),
+        "keys": top("api_key__name"),
+        "budgets_url": _url("admin:agents_budget_changelist"),
+        "prices_url": _url("admin:agents_modelprice_changelist"),
+    }
+
+
 def dashboard_context(request: HttpRequest) -> dict[str, Any]:
     since = timezone.now() - RECENT
     return {
@@ -132,6 +175,7 @@ def dashboard_context(request: HttpRequest) -> dict[str, Any]:
             "approvals": dashboard_approvals(request),
             "runs": dashboard_runs(request, since=since),
             "tools": dashboard_tools(request, since=since),
+            "usage": dashboard_usage(request),
             "rule_tester_url": _url("rule-tester") if request.user.has_perm("agents.view_deterministicrule") else None,
             "metrics_url": (
                 _url("admin:audit_auditevent_metrics") if request.user.has_perm("audit.view_auditevent") else None

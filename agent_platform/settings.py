@@ -60,12 +60,18 @@ INSTALLED_APPS = [
     "agents",
     "audit",
     "auditor",
+    "evals",
 ]
+
+# Configuration-as-code sections that apps above agents add (agents/configuration.py config_sections).
+PLATFORM_CONFIG_SECTIONS = {"eval_sets": "evals.configuration"}
 
 MIDDLEWARE = [
     # Outermost: any error under /api/ leaves as the API's JSON; then bodies over the limit are refused before
     # sessions, CSRF or authentication read them (agent_platform/body_limit.py).
     "agent_platform.body_limit.ApiErrorShapeMiddleware",
+    # A trace span per request (a no-op unless the OTEL_* variables turn traces on: agent_platform/telemetry.py).
+    "agent_platform.telemetry.TracingMiddleware",
     "agent_platform.body_limit.BodyLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -162,6 +168,8 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "broker"
+    # kombu's filesystem transport with atomic writes and takes (agent_platform/embedded_broker.py).
+    CELERY_BROKER_TRANSPORT = "agent_platform.embedded_broker:Transport"
     for _sub in ("queue", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
@@ -171,6 +179,8 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         # Exchange tables and broadcast (pidbox) queues; kombu's default is ``control/`` in the working directory.
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
+        # How often an idle worker looks for a message (kombu's default, 1 s, is a second's wait per run).
+        "polling_interval": float(os.environ.get("PLATFORM_BROKER_POLL_S", "0.01")),
     }
 else:
     # Longer than any run's hard time limit, so an unacknowledged run is not redelivered while it still runs.
@@ -186,6 +196,12 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_ALWAYS_EAGER = _env_bool("CELERY_TASK_ALWAYS_EAGER")
+# How a run's waiters (?wait, the event stream, the admin's live view) learn that it changed (agents/run_wakeup.py):
+# auto (Redis pub/sub where Redis is set, PostgreSQL LISTEN/NOTIFY on PostgreSQL, else a short adaptive poll),
+# redis, postgres or poll.
+PLATFORM_RUN_WAKEUP = os.environ.get("PLATFORM_RUN_WAKEUP", "auto")
+# A polling waiter's first pause; later ones grow to a tenth of the time waited (at most the caller's interval).
+PLATFORM_RUN_WAIT_MIN_POLL_S = float(os.environ.get("PLATFORM_RUN_WAIT_MIN_POLL_S", "0.005"))
 
 # --- platform -----------------------------------------------------------------------------------
 # Runs a Celery task inline in the web process (tests of services only; never in production).
@@ -206,6 +222,21 @@ PLATFORM_AUDIT_RESULT_MAX_CHARS = int(os.environ.get("PLATFORM_AUDIT_RESULT_MAX_
 # A tool result longer than this (its text, else its structured content as JSON) is refused by the gate as
 # ``result:too_big`` before it reaches the model, the run or the API; a contract's ``returns.max_chars`` overrides it.
 PLATFORM_TOOL_RESULT_MAX_CHARS = int(os.environ.get("PLATFORM_TOOL_RESULT_MAX_CHARS", "20000"))
+# Shadow runs (agents/shadow.py) go to this Celery queue (empty: the default one). Give it a worker of its own
+# (``celery worker -Q shadow``) so that live runs never wait behind shadow runs.
+PLATFORM_SHADOW_QUEUE = os.environ.get("PLATFORM_SHADOW_QUEUE", "")
+
+# Independent read calls of one model turn run concurrently through the gate: at most this many at once per run
+# (1: one by one) and at most the second number at once on one server (agents/parallel_calls.py).
+PLATFORM_PARALLEL_TOOL_CALLS = int(os.environ.get("PLATFORM_PARALLEL_TOOL_CALLS", "4"))
+PLATFORM_PARALLEL_TOOL_CALLS_PER_SERVER = int(os.environ.get("PLATFORM_PARALLEL_TOOL_CALLS_PER_SERVER", "2"))
+
+# --- the embedding tool ranker (mcpregistry/embeddings.py): an OpenAI-compatible /embeddings endpoint, or Bedrock
+# (``bedrock:<model id>``, credentials from the standard AWS chain). Empty: the embedding ranker is unavailable
+# and agents that ask for it are ranked lexically (the trace says so).
+PLATFORM_EMBEDDINGS_URL = os.environ.get("PLATFORM_EMBEDDINGS_URL", "")
+PLATFORM_EMBEDDINGS_MODEL = os.environ.get("PLATFORM_EMBEDDINGS_MODEL", "")
+PLATFORM_EMBEDDINGS_TIMEOUT_S = float(os.environ.get("PLATFORM_EMBEDDINGS_TIMEOUT_S", "10"))
 
 # --- the audit chain's authentication and anchors (audit/chain_keys.py, audit/anchors.py) -------
 # Comma-separated keys, 32+ characters each: the first signs, all verify. Never in the database. Without
@@ -223,6 +254,16 @@ AUDIT_ANCHOR_S3_LOCK_MODE = os.environ.get("AUDIT_ANCHOR_S3_LOCK_MODE", "COMPLIA
 AUDIT_ANCHOR_S3_RETENTION_DAYS = int(os.environ.get("AUDIT_ANCHOR_S3_RETENTION_DAYS", "2557"))
 # Every worker anchors the head this often (seconds; 0 turns the worker's timer off).
 AUDIT_ANCHOR_INTERVAL_S = float(os.environ.get("AUDIT_ANCHOR_INTERVAL_S", "300"))
+# How events join the chain (audit/services.py): "deferred" (an append inserts a MAC'd pending row, and a single
+# chainer links pending rows into the chain in order just after commit: no writer holds the chain head for its
+# transaction), "inline" (every append locks the head for the rest of its transaction), or "auto" (the default:
+# deferred on PostgreSQL, inline on SQLite, whose one write lock serialises writers anyway).
+AUDIT_CHAIN_MODE = os.environ.get("AUDIT_CHAIN_MODE", "auto")
+# Every worker chains what crashed writers left pending this often (seconds; 0 turns the worker's timer off).
+AUDIT_CHAIN_INTERVAL_S = float(os.environ.get("AUDIT_CHAIN_INTERVAL_S", "5"))
+# Deferred: a committed append wakes its process's chainer thread ("on"; "auto", the default, means on PostgreSQL)
+# rather than chaining before on_commit returns ("off"): a lone writer then pays one insert and one commit.
+AUDIT_CHAIN_BACKGROUND = os.environ.get("AUDIT_CHAIN_BACKGROUND", "auto")
 # A write of a configuration model outside the services (which audit it) is refused ("refuse"); the test
 # suite sets "tests", which also lets test code itself create fixtures directly (audit/change_guard.py).
 # Fernet keys for bindings' secrets at rest, comma-separated; the first encrypts (mcpregistry/crypto.py).
@@ -257,13 +298,22 @@ AUTHENTICATION_BACKENDS = ["audit.logins.LockoutModelBackend"]
 
 # --- logging: every handler masks secrets (audit.masking) -----------------------------------------
 LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")
+# "json": one JSON object per line, with the run id and the trace id where known (agent_platform/telemetry.py).
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain").strip().lower()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {"mask_secrets": {"()": "audit.masking.SecretMaskingFilter"}},
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "agent_platform.telemetry.JsonLogFormatter"},
+    },
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["mask_secrets"]},
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if LOG_FORMAT == "json" else "plain",
+            "filters": ["mask_secrets"],
+        },
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
@@ -274,12 +324,32 @@ LOGGING = {
     },
 }
 
+# --- operations: traces, metrics, probes (agent_platform/telemetry.py, agent_platform/probes.py) ---------------
+# Traces are on when the standard OTEL_* variables ask for them. A tool's arguments and result become span
+# attributes (masked) only when this is on.
+PLATFORM_TRACE_TOOL_PAYLOADS = _env_bool("PLATFORM_TRACE_TOOL_PAYLOADS")
+# /metrics answers a request with `Authorization: Bearer <this token>`, or from these networks (comma-separated
+# addresses or CIDR networks; by default loopback only). Either one lets a scraper in.
+PLATFORM_METRICS_TOKEN = os.environ.get("PLATFORM_METRICS_TOKEN", "")
+PLATFORM_METRICS_ALLOWED_NETWORKS = _env_list("PLATFORM_METRICS_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128")
+# Every worker writes a heartbeat this often (seconds; 0: never); /readyz wants one no older than the second.
+PLATFORM_WORKER_HEARTBEAT_S = float(os.environ.get("PLATFORM_WORKER_HEARTBEAT_S", "10"))
+# Eval runs are scored in the background by every worker (a timer thread, every PLATFORM_EVAL_REFRESH_S; 0: off), and
+# a case whose run has not finished PLATFORM_EVAL_CASE_TIMEOUT_S after it was submitted is cancelled and scored as
+# failed (timed out), so that an eval run always ends.
+PLATFORM_EVAL_REFRESH_S = float(os.environ.get("PLATFORM_EVAL_REFRESH_S", "2"))
+PLATFORM_EVAL_CASE_TIMEOUT_S = float(os.environ.get("PLATFORM_EVAL_CASE_TIMEOUT_S", "900"))
+PLATFORM_READY_WORKER_MAX_AGE_S = float(os.environ.get("PLATFORM_READY_WORKER_MAX_AGE_S", "60"))
+
 # Binding a stdio server runs a program on every worker: optionally allow only these commands (names or paths).
 PLATFORM_STDIO_COMMAND_ALLOWLIST = _env_list("PLATFORM_STDIO_COMMAND_ALLOWLIST")
 # Server URLs on loopback, link-local, private or metadata addresses are refused unless listed here (hosts,
 # host:port or networks, comma-separated); {"from_env": VAR} may read only the variables listed in the second.
 PLATFORM_MCP_ALLOW_PRIVATE_URLS = _env_list("PLATFORM_MCP_ALLOW_PRIVATE_URLS")
 PLATFORM_MCP_ENV_PASSTHROUGH = _env_list("PLATFORM_MCP_ENV_PASSTHROUGH")
+# An openai_compatible agent's base URL obeys the same address policy (a local vLLM/Ollama: list its host here);
+# empty: the MCP servers' list.
+PLATFORM_MODEL_ALLOW_PRIVATE_URLS = _env_list("PLATFORM_MODEL_ALLOW_PRIVATE_URLS") or PLATFORM_MCP_ALLOW_PRIVATE_URLS
 # A pending approval of a write call expires after this long; the run then goes on without the call.
 PLATFORM_APPROVAL_TTL_S = int(os.environ.get("PLATFORM_APPROVAL_TTL_S", "3600"))
 

@@ -43,6 +43,7 @@ __all__ = [
     "PLATFORM_RUN_QUEUED_STALE_S",
     "PLATFORM_RUN_TIME_LIMIT_GRACE_S",
     "PLATFORM_TLS",
+    "PLATFORM_WORKER_DB_CONN_MAX_AGE",
     "SECURE_HSTS_INCLUDE_SUBDOMAINS",
     "SECURE_HSTS_PRELOAD",
     "SECURE_HSTS_SECONDS",
@@ -112,6 +113,9 @@ PLATFORM_RECONCILE_INTERVAL_S = _env_float("PLATFORM_RECONCILE_INTERVAL_S", 10.0
 PLATFORM_RECONCILE_IN_WORKER = _env_bool("PLATFORM_RECONCILE_IN_WORKER", default=True)
 # At most this many runs re-dispatched (and as many re-queued) per pass, so a backlog does not flood the broker.
 PLATFORM_RECONCILE_BATCH = _env_int("PLATFORM_RECONCILE_BATCH", 100)
+# A worker process keeps its database connection across runs for this many seconds (or until it breaks); 0 opens
+# one per run (agent_platform/celery.py).
+PLATFORM_WORKER_DB_CONN_MAX_AGE = _env_int("PLATFORM_WORKER_DB_CONN_MAX_AGE", 600)
 # Redis (and SQS) redeliver an unacknowledged message after this long: longer than any run's hard time limit.
 CELERY_VISIBILITY_TIMEOUT_S = _env_int("CELERY_VISIBILITY_TIMEOUT_S", 3600)
 # A broker connection blip must not kill running runs: their leases guard them, and a message that cannot be

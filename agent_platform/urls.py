@@ -1,21 +1,18 @@
-"""URLs: the admin, the REST API under /api/v1/, and a health check for load balancers."""
+"""URLs: the admin, the REST API under /api/v1/, the A2A and MCP endpoints, and the operators' probes and
+metrics."""
 
 from django.contrib import admin
-from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.urls import include, path, reverse_lazy
 from django.views import defaults
 
+from agent_platform import probes
 from agent_platform.dashboard import dashboard_index
+from agents.api import a2a_server, mcp_server
 from agents.rule_tester import rule_tester_view
 
 # The admin's "View site" leads to the API's documentation (the platform has no public site of its own).
 admin.site.site_url = reverse_lazy("api-docs")  # type: ignore[assignment]
-
-
-def healthz(request: HttpRequest) -> JsonResponse:
-    connection.ensure_connection()
-    return JsonResponse({"status": "ok"})
 
 
 urlpatterns = [
@@ -23,8 +20,17 @@ urlpatterns = [
     path("admin/", admin.site.admin_view(dashboard_index), name="dashboard"),
     path("admin/", admin.site.urls),
     path("api/v1/audit/", include("auditor.urls")),
+    path("api/v1/evals/", include("evals.urls")),
     path("api/v1/", include("agents.api.urls")),
-    path("healthz", healthz),
+    path("healthz", probes.healthz, name="healthz"),
+    path("readyz", probes.readyz, name="readyz"),
+    path("metrics", probes.metrics, name="metrics"),
+    # A2A (each agent at /a2a/<slug>/) and MCP (the agents as tools): see agents/api/a2a_server.py, mcp_server.py.
+    path(".well-known/agent-card.json", a2a_server.platform_card_view, name="a2a-directory"),
+    path("a2a/<slug:slug>/.well-known/agent-card.json", a2a_server.agent_card_view, name="a2a-card"),
+    path("a2a/<slug:slug>/", a2a_server.rpc_view, name="a2a-rpc"),
+    path("mcp/", mcp_server.mcp_view, name="mcp"),
+    path("mcp", mcp_server.mcp_view),
 ]
 
 

@@ -7,18 +7,48 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.http import HttpRequest
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from agents import admin_runs  # noqa: F401  (registers RunAdmin and ApprovalAdmin)
+from agents import (
+    admin_runs,  # noqa: F401  (registers RunAdmin and ApprovalAdmin)
+    admin_versions,  # noqa: F401  (registers AgentVersionAdmin, AgentArmAdmin, ShadowComparisonAdmin)
+)
+from agents.agent_settings_form import (
+    McpContextWidget,
+    ToolSelectionWidget,
+    agent_tool_names,
+    agent_tool_tags,
+    context_problems,
+    selection_problems,
+)
 from agents.api.throttling import parse_rate
-from agents.models import Agent, ApiKey, DeterministicRule, registered_flow_graphs, scripted_model_allowed
+from agents.budgets import (
+    budget_create,
+    budget_delete,
+    budget_state,
+    budget_update,
+    model_price_create,
+    model_price_delete,
+    model_price_update,
+)
+from agents.models import (
+    Agent,
+    ApiKey,
+    Budget,
+    DeterministicRule,
+    ModelPrice,
+    registered_flow_graphs,
+    scripted_model_allowed,
+)
 from agents.rule_form import DeterministicRuleForm
 from agents.selectors import tool_name_conflicts
 from agents.services import (
     agent_create,
     agent_delete,
     agent_update,
+    agent_version_publish,
     api_key_delete,
     api_key_revoke,
     api_key_update,
@@ -47,6 +77,21 @@ class AgentForm(forms.ModelForm):
         required=False,
         help_text=_("Flow mode: the registered graph the agent runs (PLATFORM_FLOW_GRAPHS adds your own)."),
     )
+    # The model's API key is write-only: entered here, stored encrypted, never rendered back.
+    new_model_api_key = forms.CharField(
+        label=_("new model API key"),
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text=_("Leave empty to keep the stored key. Stored encrypted; never shown again."),
+    )
+    model_api_key_from_env = forms.CharField(
+        label=_("or read the model API key from this worker variable"),
+        required=False,
+        max_length=200,
+        help_text=_("A variable named in PLATFORM_MCP_ENV_PASSTHROUGH, read on the worker."),
+    )
+    clear_model_api_key = forms.BooleanField(label=_("clear the stored model API key"), required=False)
 
     class Meta:
         model = Agent
@@ -69,10 +114,15 @@ class AgentForm(forms.ModelForm):
             "max_iterations",
             "time_limit_s",
             "caller_approves_model_writes",
+            "publish_on_save",
+            "shadow_version",
+            "shadow_sample_rate",
         ]
+        widgets = {"tool_selection": ToolSelectionWidget, "mcp_context": McpContextWidget}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._settings_editors()
         provider = self.fields.get("model_provider")
         if provider is not None and not scripted_model_allowed():
             provider.choices = [c for c in provider.choices if c[0] != Agent.Provider.SCRIPTED]  # type: ignore[attr-defined]
@@ -80,16 +130,30 @@ class AgentForm(forms.ModelForm):
         if self.instance.flow_graph and self.instance.flow_graph not in dict(graphs):
             graphs.append((self.instance.flow_graph, self.instance.flow_graph))
         self.fields["flow_graph"].choices = graphs
+        shadow = self.fields.get("shadow_version")
+        if shadow is not None:
+            shadow.queryset = shadow.queryset.filter(agent_id=self.instance.pk)  # type: ignore[attr-defined]
         # A post that leaves these out (a script written before they were on the form) keeps their values.
-        for name in ("time_limit_s", "language"):
+        for name in ("time_limit_s", "language", "shadow_sample_rate"):
             self.fields[name].required = False
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
-        for name in ("time_limit_s", "language"):
+        # Applied before the model's own validation (``Agent.clean`` checks a from_env name).
+        new_key, from_env = cleaned.get("new_model_api_key"), (cleaned.get("model_api_key_from_env") or "").strip()
+        if new_key and from_env:
+            raise forms.ValidationError(_("Give the model API key or a variable to read it from, not both."))
+        if cleaned.get("clear_model_api_key"):
+            self.instance.model_secrets = {}
+        if new_key:
+            self.instance.model_secrets = {"api_key": new_key}
+        elif from_env:
+            self.instance.model_secrets = {"api_key": {"from_env": from_env}}
+        for name in ("time_limit_s", "language", "shadow_sample_rate"):
             if cleaned.get(name) in (None, ""):
                 cleaned[name] = getattr(self.instance, name)
         servers = cleaned.get("servers")
+        self._check_settings(servers)
         if servers is not None:
             conflicts = tool_name_conflicts(list(servers))
             if conflicts:
@@ -101,6 +165,45 @@ class AgentForm(forms.ModelForm):
                     % {"conflicts": "; ".join(f"{name} ({', '.join(ids)})" for name, ids in conflicts.items())}
                 )
         return cleaned
+
+    def _bound_servers(self) -> list[McpServer]:
+        """The servers the page binds: those posted (a bound form), else the agent's."""
+        if self.is_bound:
+            ids = [i for i in self.data.getlist(self.add_prefix("servers")) if str(i).isdigit()]
+            return list(McpServer.objects.filter(pk__in=ids).order_by("mcp_id"))
+        return list(self.instance.servers.order_by("mcp_id")) if self.instance.pk else []
+
+    def _settings_editors(self) -> None:
+        """The tool selection and MCP context editors offer this agent's tools, servers, resources, prompts."""
+        selection, context = self.fields.get("tool_selection"), self.fields.get("mcp_context")
+        if selection is None and context is None:
+            return
+        servers = self._bound_servers()
+        if selection is not None:
+            widget = selection.widget
+            widget.stored = dict(self.instance.tool_selection or {})
+            widget.tool_names = agent_tool_names(servers)
+            widget.server_ids = [s.mcp_id for s in servers]
+            widget.known_tags = agent_tool_tags(servers)
+        if context is not None:
+            context.widget.stored = dict(self.instance.mcp_context or {})
+            context.widget.servers = servers
+
+    def _check_settings(self, servers: Any) -> None:
+        """Names in the tool selection and MCP context must be this agent's (the errors list the valid ones)."""
+        bound = list(servers) if servers is not None else self._bound_servers()
+        if "tool_selection" in self.cleaned_data and "tool_selection" in self.fields:
+            problems = selection_problems(
+                self.cleaned_data["tool_selection"],
+                tool_names=agent_tool_names(bound),
+                server_ids=[s.mcp_id for s in bound],
+            )
+            if problems:
+                self.add_error("tool_selection", problems)
+        if "mcp_context" in self.cleaned_data and "mcp_context" in self.fields:
+            problems = context_problems(self.cleaned_data["mcp_context"], servers=bound)
+            if problems:
+                self.add_error("mcp_context", problems)
 
 
 def _rule_save(*, obj: DeterministicRule, actor: Any, via: str, creating: bool) -> None:
@@ -122,13 +225,24 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
     search_fields = ["slug", "name"]
     filter_horizontal = ["servers"]
     inlines = [DeterministicRuleInline]
+    readonly_fields = ["live_version"]
+    actions = ["publish"]
     fieldsets = [
         (None, {"fields": ["slug", "name", "enabled", "mode", "servers", "time_limit_s", "language", "model_params"]}),
         (_("flow graph"), {"fields": ["flow_graph"], "classes": ["agent-mode-flow"]}),
         (
             _("model"),
             {
-                "fields": ["model_provider", "model_id", "max_iterations", "system_prompt"],
+                "fields": [
+                    "model_provider",
+                    "model_id",
+                    "model_key_state",
+                    "new_model_api_key",
+                    "model_api_key_from_env",
+                    "clear_model_api_key",
+                    "max_iterations",
+                    "system_prompt",
+                ],
                 "classes": ["agent-mode-react"],
             },
         ),
@@ -145,12 +259,40 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
                 "classes": ["agent-mode-react"],
             },
         ),
+        (
+            _("tools offered to the model, MCP resources and prompt"),
+            {"fields": ["tool_selection", "mcp_context"], "classes": ["agent-mode-react"]},
+        ),
+        (
+            _("versions and shadow"),
+            {"fields": ["live_version", "publish_on_save", "shadow_version", "shadow_sample_rate"]},
+        ),
     ]
 
+    readonly_fields = ["model_key_state"]
+
     class Media:
+        css = {"all": ["mcpregistry/editors.css"]}
         js = ["agents/agent_form.js"]
 
+    @admin.display(description=_("model API key"))
+    def model_key_state(self, obj: Agent) -> str:
+        entry = (obj.model_secrets or {}).get("api_key") if obj.pk else None
+        if isinstance(entry, dict) and "from_env" in entry:
+            return str(_("read from the worker variable %(name)s") % {"name": entry["from_env"]})
+        return str(_("set (hidden)")) if entry else str(_("not set"))
+
     inline_services = {DeterministicRule: (_rule_save, _rule_delete)}
+
+    @admin.action(description=_("Publish the selected agents (their edits become the live version)"))
+    def publish(self, request: HttpRequest, queryset: Any) -> None:
+        for agent in queryset:
+            version = agent_version_publish(agent=agent, actor=request.user, via=ADMIN_VIA)
+            self.message_user(
+                request,
+                _("%(agent)s: v%(number)s is live.") % {"agent": agent.slug, "number": version.number},
+                messages.SUCCESS,
+            )
 
     def service_save(self, *, obj: Agent, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
         if change:
@@ -176,6 +318,7 @@ class DeterministicRuleAdmin(ServiceAdminMixin, admin.ModelAdmin):
         (None, {"fields": ["agent", "name", "order", "enabled", "server", "tool_name"]}),
         (_("conditions (all that are given must hold)"), {"fields": ["when"]}),
         (_("parameters"), {"fields": ["params", "answer_template"]}),
+        (_("the model's first tool"), {"fields": ["force_first_tool"], "classes": ["collapse"]}),
         (_("code rule (instead of the above)"), {"fields": ["code"], "classes": ["collapse"]}),
         (_("advanced: the rule as JSON"), {"fields": ["rule_json"], "classes": ["collapse"]}),
     ]
@@ -207,7 +350,7 @@ class DeterministicRuleAdmin(ServiceAdminMixin, admin.ModelAdmin):
 class ApiKeyForm(forms.ModelForm):
     class Meta:
         model = ApiKey
-        fields = ["name", "agents", "rate"]
+        fields = ["name", "agents", "rate", "admin"]
 
     def clean_rate(self) -> str:
         rate = self.cleaned_data["rate"].strip()
@@ -222,7 +365,7 @@ class ApiKeyAdmin(ServiceAdminMixin, admin.ModelAdmin):
     list_display = ["name", "prefix", "rate", "created_at", "last_used_at", "revoked_at"]
     list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
     readonly_fields = ["prefix", "created_at", "last_used_at", "revoked_at"]
-    fields = ["name", "prefix", "agents", "rate", "created_at", "last_used_at", "revoked_at"]
+    fields = ["name", "prefix", "agents", "rate", "admin", "created_at", "last_used_at", "revoked_at"]
     filter_horizontal = ["agents"]
     actions = ["revoke"]
 
@@ -242,3 +385,56 @@ class ApiKeyAdmin(ServiceAdminMixin, admin.ModelAdmin):
         self.message_user(
             request, ngettext("%(n)d key revoked.", "%(n)d keys revoked.", revoked) % {"n": revoked}, messages.SUCCESS
         )
+
+
+@admin.register(ModelPrice)
+class ModelPriceAdmin(ServiceAdminMixin, admin.ModelAdmin):
+    list_display = ["provider", "model_id", "input_per_mtok", "output_per_mtok", "cache_read_per_mtok", "updated_at"]
+    list_filter = ["provider"]
+    search_fields = ["model_id"]
+    fields = [
+        "provider",
+        "model_id",
+        "input_per_mtok",
+        "output_per_mtok",
+        "cache_read_per_mtok",
+        "cache_write_per_mtok",
+    ]
+
+    def service_save(self, *, obj: ModelPrice, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
+        if change:
+            model_price_update(price=obj, actor=actor, via=ADMIN_VIA)
+        else:
+            saved = model_price_create(actor=actor, via=ADMIN_VIA, data=form_data(obj))
+            obj.pk = saved.pk
+            obj._state.adding = False
+
+    def service_delete(self, *, obj: ModelPrice, actor: Any) -> None:
+        model_price_delete(price=obj, actor=actor, via=ADMIN_VIA)
+
+
+@admin.register(Budget)
+class BudgetAdmin(ServiceAdminMixin, admin.ModelAdmin):
+    list_display = ["__str__", "period", "max_tokens", "max_cost", "run_reservation_tokens", "enabled", "used_now"]
+    list_filter = ["period", "enabled"]
+    fields = ["api_key", "agent", "period", "max_tokens", "max_cost", "run_reservation_tokens", "enabled"]
+
+    @admin.display(description=_("used this period"))
+    def used_now(self, obj: Budget) -> str:
+        state = budget_state(obj, now=timezone.now())
+        return _("%(tokens)s tokens, $%(cost)s (reserved: %(reserved)s tokens)") % {
+            "tokens": state["used_tokens"],
+            "cost": state["used_cost_usd"],
+            "reserved": state["reserved_tokens"],
+        }
+
+    def service_save(self, *, obj: Budget, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
+        if change:
+            budget_update(budget=obj, actor=actor, via=ADMIN_VIA)
+        else:
+            saved = budget_create(actor=actor, via=ADMIN_VIA, data=form_data(obj))
+            obj.pk = saved.pk
+            obj._state.adding = False
+
+    def service_delete(self, *, obj: Budget, actor: Any) -> None:
+        budget_delete(budget=obj, actor=actor, via=ADMIN_VIA)

@@ -314,7 +314,7 @@ class RunAdmin(WritesRefusedMixin, admin.ModelAdmin):
     change_form_template = "admin/agents/run/change_form.html"
     list_display = ["created_at", "agent", "status_badge", "short_query", "error_code", "tool_failures", "total_ms"]
     list_display_links = ["created_at"]
-    list_filter = ["status", "agent"]
+    list_filter = ["status", "purpose", "agent"]
     search_fields = ["id", "query", "answer"]
     date_hierarchy = "created_at"
     readonly_fields = [f.name for f in Run._meta.fields if f.name not in ("messages", "conversation")] + ["trace_json"]

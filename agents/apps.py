@@ -14,3 +14,10 @@ class AgentsConfig(AppConfig):
             checks,  # noqa: F401 - registers the run lifecycle's system checks
             tasks,  # noqa: F401 - registers the Celery tasks, so agents.dispatch publishes them by name in any process
         )
+        from agents.services import agents_publish_on_registry_change
+        from mcpregistry.signals import registry_contracts_changed
+
+        # A contract edit publishes the agents that publish on save (mcpregistry cannot import agents).
+        registry_contracts_changed.connect(
+            agents_publish_on_registry_change, dispatch_uid="agents.publish_on_registry_change"
+        )

@@ -13,21 +13,34 @@ import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import yaml
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.errors import ApplicationError
-from agents.models import Agent, DeterministicRule
-from agents.services import agent_update, deterministic_rule_update
+from agents.deterministic import RuleSpec as EngineRuleSpec
+from agents.models import Agent, AgentArm, AgentVersion, DeterministicRule
+from agents.services import (
+    agent_arm_create,
+    agent_arm_delete,
+    agent_arm_update,
+    agent_update,
+    agent_version_import,
+    agent_version_publish,
+    deterministic_rule_update,
+    publish_on_save_deferred,
+)
+from agents.versions import AGENT_FIELDS, VersionContent, version_content_portable
 from mcpregistry.contract_document import ContractSpec, contract_entry, contract_fields
+from mcpregistry.gate import CONTRACT_FIELDS
 from mcpregistry.models import McpServer, McpTool, ToolContract
-from mcpregistry.services import mcp_server_update, mcp_tool_create, tool_contract_update
+from mcpregistry.services import mcp_server_update, mcp_tool_create, mcp_tool_update, tool_contract_update
 
 
 class _Strict(BaseModel):
@@ -65,9 +78,64 @@ class ServerSpec(_Strict):
 
 
 class ModelSpec(_Strict):
-    provider: Literal["offline", "bedrock", "scripted"] = "offline"
+    provider: Literal["offline", "bedrock", "scripted", "openai_compatible"] = "offline"
     model_id: str = ""
     params: dict[str, Any] = Field(default_factory=dict)
+    # The model API key: {"api_key": {"value": ...} | {"from_env": NAME} | {"set": true}} (encrypted on import).
+    secrets: dict[Literal["api_key"], SecretSpec] = Field(default_factory=dict)
+
+
+class VersionContentSpec(_Strict):
+    """A version's frozen content (``agents.versions.VersionContent``) as a document carries it: its rules
+    without their ``rule_id`` (an installation's own; resolved by name on import)."""
+
+    agent: dict[str, Any]
+    servers: list[str]
+    rules: list[dict[str, Any]]
+    contracts: dict[str, dict[str, Any]]
+
+    @model_validator(mode="after")
+    def _frozen_shape(self) -> VersionContentSpec:
+        missing, unknown = set(AGENT_FIELDS) - set(self.agent), set(self.agent) - set(AGENT_FIELDS)
+        if missing or unknown:
+            raise ValueError(
+                "agent: "
+                + "; ".join(
+                    part
+                    for part in (
+                        f"missing {', '.join(sorted(missing))}" if missing else "",
+                        f"unknown {', '.join(sorted(unknown))}" if unknown else "",
+                    )
+                    if part
+                )
+            )
+        rule_fields = {f.name for f in dataclass_fields(EngineRuleSpec)}
+        for i, rule in enumerate(self.rules):
+            if not {"name", "mcp_id", "tool_name"} <= set(rule) or set(rule) - rule_fields:
+                raise ValueError(f"rules[{i}]: a rule has {', '.join(sorted(rule_fields))}")
+        for key, contract in self.contracts.items():
+            if "/" not in key:
+                raise ValueError(f"contracts: '{key}' is not 'mcp_id/tool'")
+            if set(contract) - set(CONTRACT_FIELDS):
+                raise ValueError(f"contracts.{key}: unknown {', '.join(sorted(set(contract) - set(CONTRACT_FIELDS)))}")
+        return self
+
+
+class VersionSpec(_Strict):
+    number: int = Field(ge=1)
+    note: str = ""
+    content: VersionContentSpec
+
+
+class ShadowSpec(_Strict):
+    version: int | None = Field(default=None, ge=1)
+    sample_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+
+
+class ArmSpec(_Strict):
+    name: Annotated[str, StringConstraints(pattern=r"^[-a-zA-Z0-9_]{1,32}$")]
+    version: int = Field(ge=1)
+    weight: int = Field(default=1, ge=0)
 
 
 class AgentSpec(_Strict):
@@ -86,7 +154,25 @@ class AgentSpec(_Strict):
     caller_approves_model_writes: bool = False
     language: str = "ko"
     no_match_answer: str = ""
+    tool_selection: dict[str, Any] = Field(default_factory=dict)
+    mcp_context: dict[str, Any] = Field(default_factory=dict)
     time_limit_s: int = Field(default=300, ge=1, le=86400)
+    # Versions (applied after the rules, ``_apply_versions``). A key left out leaves that setting as it is.
+    publish_on_save: bool | None = None
+    live_version: int | None = Field(default=None, ge=1)
+    shadow: ShadowSpec | None = None
+    arms: list[ArmSpec] | None = None
+    versions: list[VersionSpec] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _versions_named_once(self) -> AgentSpec:
+        numbers = [v.number for v in self.versions]
+        if len(numbers) != len(set(numbers)):
+            raise ValueError("versions: a number is given twice")
+        names = [a.name for a in self.arms or []]
+        if len(names) != len(set(names)):
+            raise ValueError("arms: a name is given twice")
+        return self
 
 
 class RuleSpec(_Strict):
@@ -100,10 +186,24 @@ class RuleSpec(_Strict):
     when: dict[str, Any] = Field(default_factory=dict)
     params: dict[str, Any] = Field(default_factory=dict)
     answer_template: str = ""
+    force_first_tool: str = ""
+
+
+_Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+
+
+class ToolSpec(_Strict):
+    """What an admin writes about a discovered tool for top-K selection (``agents.tool_selection``)."""
+
+    mcp_id: str
+    tool: str
+    tags: list[_Text] = Field(default_factory=list)
+    example_queries: list[_Text] = Field(default_factory=list)
 
 
 class ConfigDocument(_Strict):
     servers: list[ServerSpec] = Field(default_factory=list)
+    tools: list[ToolSpec] = Field(default_factory=list)
     contracts: list[ContractSpec] = Field(default_factory=list)
     agents: list[AgentSpec] = Field(default_factory=list)
     rules: list[RuleSpec] = Field(default_factory=list)
@@ -114,6 +214,7 @@ class ImportReport:
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
 
 
 class _Problems:
@@ -141,6 +242,16 @@ def load_document(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def config_sections() -> dict[str, Any]:
+    """Sections that apps above agents add to the document (``PLATFORM_CONFIG_SECTIONS``: section name → dotted
+    path of a module with ``section_import(entries, *, actor, via, report, problem)`` and ``section_export()``).
+    Named by setting, not imported here, so that agents does not depend on the apps that build on it."""
+    from django.conf import settings
+    from django.utils.module_loading import import_module
+
+    return {name: import_module(path) for name, path in getattr(settings, "PLATFORM_CONFIG_SECTIONS", {}).items()}
+
+
 def _parse(document: dict[str, Any]) -> ConfigDocument:
     try:
         return ConfigDocument.model_validate(document)
@@ -164,7 +275,13 @@ def _parse(document: dict[str, Any]) -> ConfigDocument:
 def _label(section: str, entry: Any) -> str:
     if not isinstance(entry, dict):
         return ""
-    keys = {"servers": ("mcp_id",), "contracts": ("mcp_id", "tool"), "agents": ("slug",), "rules": ("agent", "name")}
+    keys = {
+        "servers": ("mcp_id",),
+        "tools": ("mcp_id", "tool"),
+        "contracts": ("mcp_id", "tool"),
+        "agents": ("slug",),
+        "rules": ("agent", "name"),
+    }
     return ".".join(str(entry.get(k)) for k in keys.get(section, ()) if entry.get(k) is not None)
 
 
@@ -228,8 +345,25 @@ def config_import(
     was changed. With ``dry_run`` the changes are computed and rolled back, their audit events with them.
 
     Every entry is written by its service (``mcp_server_*``, ``tool_contract_*``, ``agent_*``,
-    ``deterministic_rule_*``), so each change is one audit event naming ``actor`` and the path ``via``."""
-    config = _parse(document)
+    ``deterministic_rule_*``, ``agent_version_import``, ``agent_arm_*``), so each change is one audit event naming
+    ``actor`` and the path ``via``. The sections of ``PLATFORM_CONFIG_SECTIONS`` (e.g. ``eval_sets``) are imported
+    last, in the same transaction.
+
+    Versions: an agent's ``versions`` are stored under their numbers (a number the agent has already must have
+    the same content: versions never change), then its ``live_version``, ``shadow`` and ``arms`` are set to
+    the versions they name, then ``publish_on_save``. Publishing on save is held back while the entries apply;
+    at the end an agent that publishes on save and changed publishes once, unless the document names its live
+    version."""
+    with publish_on_save_deferred() as deferred:
+        return _config_import(document=document, actor=actor, via=via, dry_run=dry_run, deferred=deferred)
+
+
+def _config_import(
+    *, document: dict[str, Any], actor: Any, via: str, dry_run: bool, deferred: set[int]
+) -> ImportReport:
+    sections = config_sections()
+    extra = {name: document[name] for name in sections if name in document}
+    config = _parse({k: v for k, v in document.items() if k not in sections})
     problems = _Problems()
     report = ImportReport()
     servers: dict[str, McpServer] = {s.mcp_id: s for s in McpServer.objects.all()}
@@ -259,6 +393,32 @@ def config_import(
             problems,
         )
         servers[spec.mcp_id] = server
+
+    for i, tspec in enumerate(config.tools):
+        where = f"tools[{i}] ({tspec.mcp_id}.{tspec.tool})"
+        server = servers.get(tspec.mcp_id)
+        if server is None or server.pk is None:
+            problems.add(where, f"unknown server '{tspec.mcp_id}'")
+            continue
+        # As for a contract: a tool named before discovery is registered now and filled in by discovery.
+        tool = McpTool.objects.filter(server=server, name=tspec.tool).first()
+        created = tool is None
+        tool = tool or McpTool(server=server, name=tspec.tool)
+        before = None if created else _fields(tool)
+        tool.tags, tool.example_queries = tspec.tags, tspec.example_queries
+        save = (
+            functools.partial(
+                mcp_tool_create,
+                server=server,
+                name=tspec.tool,
+                actor=actor,
+                via=via,
+                data={"tags": tspec.tags, "example_queries": tspec.example_queries},
+            )
+            if created
+            else functools.partial(mcp_tool_update, tool=tool, actor=actor, via=via)
+        )
+        _save(save, tool, f"tool {tspec.mcp_id}.{tspec.tool}", report, created, before, where, problems)
 
     for i, cspec in enumerate(config.contracts):
         where = f"contracts[{i}] ({cspec.mcp_id}.{cspec.tool})"
@@ -309,10 +469,12 @@ def config_import(
             aspec.model.model_id,
             aspec.model.params,
         )
+        agent.model_secrets = _secret_map(dict(aspec.model.secrets), agent.model_secrets or {}, where, problems)
         agent.max_iterations, agent.mode = aspec.max_iterations, aspec.mode
         agent.flow_graph, agent.answer_from_deterministic = aspec.flow_graph, aspec.answer_from_deterministic
         agent.caller_approves_model_writes = aspec.caller_approves_model_writes
         agent.language, agent.no_match_answer = aspec.language, aspec.no_match_answer
+        agent.tool_selection, agent.mcp_context = aspec.tool_selection, aspec.mcp_context
         agent.time_limit_s = aspec.time_limit_s
         missing = [m for m in aspec.servers if m not in servers or servers[m].pk is None]
         if missing:
@@ -347,6 +509,7 @@ def config_import(
         rule.order, rule.enabled, rule.server, rule.tool_name = rspec.order, rspec.enabled, server, rspec.tool
         rule.code = rspec.code
         rule.when, rule.params, rule.answer_template = rspec.when, rspec.params, rspec.answer_template
+        rule.force_first_tool = rspec.force_first_tool
         _save(
             functools.partial(deterministic_rule_update, rule=rule, actor=actor, via=via),
             rule,
@@ -358,12 +521,148 @@ def config_import(
             problems,
         )
 
+    named_live = _apply_versions(config.agents, agents, actor=actor, via=via, report=report, problems=problems)
+
+    for name, entries in extra.items():
+        sections[name].section_import(entries, actor=actor, via=via, report=report, problem=problems.add)
+
+    if not problems.items:
+        for agent in Agent.objects.filter(pk__in=deferred - named_live, publish_on_save=True).order_by("slug"):
+            version = agent_version_publish(agent=agent, actor=actor, via=via, note="published on save")
+            report.created.append(f"version {agent.slug} v{version.number}")
+
     if problems.items:
         transaction.set_rollback(True)
         raise ApplicationError("configuration was not imported:\n" + "\n".join(problems.items), code="invalid_config")
     if dry_run:
         transaction.set_rollback(True)
     return report
+
+
+def _apply_versions(
+    specs: list[AgentSpec],
+    agents: dict[str, Agent],
+    *,
+    actor: Any,
+    via: str,
+    report: ImportReport,
+    problems: _Problems,
+) -> set[int]:
+    """The agents' versions, live version, shadow, arms and publish on save, through the services. Returns the
+    ids of the agents whose live version the document names."""
+    named_live: set[int] = set()
+    for i, aspec in enumerate(specs):
+        agent = agents.get(aspec.slug)
+        if agent is None or agent.pk is None:
+            continue  # its problem is reported already
+        where = f"agents[{i}] ({aspec.slug})"
+        versions = {v.number: v for v in AgentVersion.objects.filter(agent=agent)}
+        for vspec in aspec.versions:
+            label = f"version {aspec.slug} v{vspec.number}"
+            content = vspec.content.model_dump()
+            stored = versions.get(vspec.number)
+            if stored is None:
+                versions[vspec.number] = agent_version_import(
+                    agent=agent,
+                    number=vspec.number,
+                    content=cast(VersionContent, content),
+                    note=vspec.note,
+                    actor=actor,
+                    via=via,
+                )
+                report.created.append(label)
+            elif version_content_portable(stored.content) == version_content_portable(content):
+                report.unchanged.append(label)
+            else:
+                problems.add(
+                    where,
+                    f"versions: v{vspec.number} is not the content of this installation's v{vspec.number} (a "
+                    "version never changes; leave it out or give it another number)",
+                )
+
+        def version(
+            number: int | None, what: str, versions: dict[int, AgentVersion] = versions, where: str = where
+        ) -> AgentVersion | None:
+            found = versions.get(number) if number is not None else None
+            if number is not None and found is None:
+                problems.add(where, f"{what}: no version {number} (give it in versions)")
+            return found
+
+        given = aspec.model_fields_set
+        data: dict[str, Any] = {}
+        if "publish_on_save" in given and aspec.publish_on_save is not None:
+            data["publish_on_save"] = aspec.publish_on_save
+        if "live_version" in given:
+            data["live_version"] = version(aspec.live_version, "live_version")
+            if aspec.live_version is not None:
+                named_live.add(agent.pk)
+        if "shadow" in given:
+            data["shadow_version"] = version(aspec.shadow.version, "shadow") if aspec.shadow else None
+            data["shadow_sample_rate"] = aspec.shadow.sample_rate if aspec.shadow else 0.0
+        agent.refresh_from_db()
+        changed = sorted(name for name, value in data.items() if getattr(agent, name) != value)
+        if changed:
+            try:
+                agent_update(agent=agent, actor=actor, via=via, data={name: data[name] for name in changed})
+            except ValidationError as exc:
+                for name, messages in exc.message_dict.items():
+                    problems.add(where, f"{name}: {'; '.join(messages)}")
+            else:
+                report.updated.append(f"agent {aspec.slug} ({', '.join(changed)})")
+
+        if aspec.arms is None:
+            continue
+        arms = {arm.name: arm for arm in AgentArm.objects.filter(agent=agent)}
+        for arm_spec in aspec.arms:
+            label = f"arm {aspec.slug}.{arm_spec.name}"
+            arm_version = version(arm_spec.version, f"arms.{arm_spec.name}")
+            if arm_version is None:
+                continue
+            arm = arms.pop(arm_spec.name, None)
+            if arm is None:
+                agent_arm_create(
+                    actor=actor,
+                    via=via,
+                    data={"agent": agent, "name": arm_spec.name, "version": arm_version, "weight": arm_spec.weight},
+                )
+                report.created.append(label)
+            elif (arm.version_id, arm.weight) != (arm_version.pk, arm_spec.weight):
+                agent_arm_update(
+                    arm=arm, actor=actor, via=via, data={"version": arm_version, "weight": arm_spec.weight}
+                )
+                report.updated.append(label)
+            else:
+                report.unchanged.append(label)
+        for arm in arms.values():
+            agent_arm_delete(arm=arm, actor=actor, via=via)
+            report.deleted.append(f"arm {aspec.slug}.{arm.name}")
+    return named_live
+
+
+def agent_versions_entry(agent: Agent) -> dict[str, Any]:
+    """An agent's version settings as ``export_config`` writes them: publish on save, the live version, the
+    shadow candidate and rate, the arms, and the versions these name (their frozen content, portable). The rest
+    of the history stays in the installation (and its audit record)."""
+    arms = list(AgentArm.objects.filter(agent=agent).select_related("version").order_by("name"))
+    named = [v for v in (agent.live_version, agent.shadow_version, *(arm.version for arm in arms)) if v is not None]
+    shadowed = agent.shadow_version is not None or agent.shadow_sample_rate
+    return {
+        "publish_on_save": agent.publish_on_save,
+        "live_version": agent.live_version.number if agent.live_version else None,
+        "shadow": (
+            {
+                "version": agent.shadow_version.number if agent.shadow_version else None,
+                "sample_rate": agent.shadow_sample_rate,
+            }
+            if shadowed
+            else None
+        ),
+        "arms": [{"name": arm.name, "version": arm.version.number, "weight": arm.weight} for arm in arms],
+        "versions": [
+            {"number": v.number, "note": v.note, "content": version_content_portable(v.content)}
+            for v in sorted({v.pk: v for v in named}.values(), key=lambda v: v.number)
+        ],
+    }
 
 
 def _exported_secrets(stored: dict[str, Any], *, public: list[str] | None = None) -> dict[str, Any]:
@@ -403,6 +702,11 @@ def config_export() -> dict[str, Any]:
         }
         for s in McpServer.objects.order_by("mcp_id")
     ]
+    tools = [
+        {"mcp_id": t.server.mcp_id, "tool": t.name, "tags": t.tags or [], "example_queries": t.example_queries or []}
+        for t in McpTool.objects.select_related("server").order_by("server__mcp_id", "name")
+        if t.tags or t.example_queries
+    ]
     contracts = [
         contract_entry(c)
         for c in ToolContract.objects.select_related("tool__server").order_by("tool__server__mcp_id", "tool__name")
@@ -415,7 +719,12 @@ def config_export() -> dict[str, Any]:
             "system_prompt": a.system_prompt,
             "deterministic_instruction": a.deterministic_instruction,
             "answer_template": a.answer_template,
-            "model": {"provider": a.model_provider, "model_id": a.model_id, "params": a.model_params},
+            "model": {
+                "provider": a.model_provider,
+                "model_id": a.model_id,
+                "params": a.model_params,
+                **({"secrets": _exported_secrets(a.model_secrets)} if a.model_secrets else {}),
+            },
             "servers": sorted(a.servers.values_list("mcp_id", flat=True)),
             "max_iterations": a.max_iterations,
             "mode": a.mode,
@@ -424,12 +733,26 @@ def config_export() -> dict[str, Any]:
             "caller_approves_model_writes": a.caller_approves_model_writes,
             "language": a.language,
             "no_match_answer": a.no_match_answer,
+            "tool_selection": a.tool_selection,
+            "mcp_context": a.mcp_context,
             "time_limit_s": a.time_limit_s,
+            **agent_versions_entry(a),
         }
-        for a in Agent.objects.order_by("slug")
+        for a in Agent.objects.select_related("live_version", "shadow_version").order_by("slug")
     ]
     rules = [rule_entry(r) for r in DeterministicRule.objects.select_related("agent", "server").order_by("order", "id")]
-    return {"servers": servers, "contracts": contracts, "agents": agents, "rules": rules}
+    document: dict[str, Any] = {
+        "servers": servers,
+        "tools": tools,
+        "contracts": contracts,
+        "agents": agents,
+        "rules": rules,
+    }
+    for name, section in config_sections().items():
+        entries = section.section_export()
+        if entries:
+            document[name] = entries
+    return document
 
 
 def rule_entry(rule: DeterministicRule) -> dict[str, Any]:
@@ -445,4 +768,5 @@ def rule_entry(rule: DeterministicRule) -> dict[str, Any]:
         "when": rule.when,
         "params": rule.params,
         "answer_template": rule.answer_template,
+        "force_first_tool": rule.force_first_tool,
     }

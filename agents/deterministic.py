@@ -31,6 +31,8 @@ class RuleSpec:
     params: dict[str, Any] = field(default_factory=dict)
     answer_template: str = ""
     code: str = ""
+    # When the rule matches, the model's first call is forced to this tool ("any": some tool).
+    force_first_tool: str = ""
 
 
 @dataclass

@@ -16,12 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from django.db import transaction
 from langchain_core.tools import BaseTool, StructuredTool
 
+import agent_platform.telemetry as telemetry
 from agents.deterministic import RuleDecision, RuleSpec, decide
 from agents.errors import DETERMINISTIC_STAGE_FAILED, MCP_NOT_LOADED, MUST_PROPAGATE
 from agents.tools import CodeRuleError, DeterministicContext, load_code_rule
-from audit.services import audit_event_record
+from audit.services import audit_events_record
 from mcpregistry import gate
 from mcpregistry.contracts import argument_constraints, check_args
 from mcpregistry.models import McpServer, ToolContract
@@ -79,6 +81,8 @@ class StageInput:
     actor: str = ""
     trace: list[dict[str, Any]] = field(default_factory=list)
     emit: Callable[[str, dict[str, Any]], None] = lambda kind, data: None
+    # Several events in one write (a run's ``RunEventWriter.emit_many``); else ``emit`` one by one.
+    emit_many: Callable[[list[tuple[str, dict[str, Any]]]], None] | None = None
     previous_results: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -94,11 +98,59 @@ def deterministic_stage(
     for a run (``run_id`` set, execute mode), to the audit. Never raises for a rule's failure (it is the
     outcome's ``failure``); the errors of ``agents.errors.MUST_PROPAGATE`` propagate.
     """
+    decisions = _DecisionLog(stage)
+    try:
+        return _stage_rules(stage, decisions, mode=mode, who=who, check_contracts=check_contracts)
+    finally:
+        decisions.flush()
+
+
+class _DecisionLog:
+    """The rule decisions not yet written (and the result of the tool call before them): their events and audit
+    events go out together, in one transaction (one commit), before the next tool call and when the stage ends,
+    so the order of the record is the order of what happened."""
+
+    def __init__(self, stage: StageInput) -> None:
+        self.stage = stage
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.audits: list[dict[str, Any]] = []
+
+    def add(self, record: dict[str, Any], audit: dict[str, Any] | None) -> None:
+        self.events.append(("rule", record))
+        if audit is not None:
+            self.audits.append(audit)
+
+    def add_event(self, kind: str, record: dict[str, Any]) -> None:
+        """An event of the stage that goes out with the decisions after it (a tool call's result)."""
+        self.events.append((kind, record))
+
+    def flush(self) -> None:
+        if not self.events and not self.audits:
+            return
+        events, audits = self.events, self.audits
+        self.events, self.audits = [], []
+        with transaction.atomic():
+            if self.stage.emit_many is not None:
+                self.stage.emit_many(events)
+            else:
+                for kind, record in events:
+                    self.stage.emit(kind, record)
+            audit_events_record(audits)  # one turn on the chain's head for all of them
+
+
+def _stage_rules(
+    stage: StageInput,
+    decisions: _DecisionLog,
+    *,
+    mode: StageMode,
+    who: Callable[[str], gate.GateCall],
+    check_contracts: bool,
+) -> StageOutcome:
     servers = {s.mcp_id: s for s in stage.servers}
     outcome = StageOutcome()
     # A stage parked on an approval is run again on resume: finished calls are reused, not repeated.
     earlier = {r["rule_id"]: r for r in stage.previous_results if r.get("error") != "approval:pending"}
-    for rule in stage.rules:
+    for rule in telemetry.spans_per_item(stage.rules, "deterministic_rule", _rule_span_attributes):
         if rule.rule_id in earlier:
             outcome.results.append(earlier[rule.rule_id])
             continue
@@ -112,23 +164,25 @@ def deterministic_stage(
         assert decision is not None
         server = servers[step.mcp_id]
         record = {**decision.as_dict(), "mcp_id": step.mcp_id, "tool": step.tool}
+        telemetry.set_attributes({"platform.rule.matched": decision.matched, "platform.reason_code": decision.reason})
         stage.trace.append({"type": "rule", **record})
-        stage.emit("rule", record)
+        audit = None
         if mode == "execute" and stage.run_id is not None:
-            audit_event_record(
-                source="deterministic",
-                action="rule.decision",
-                run_id=stage.run_id,
-                mcp_id=step.mcp_id,
-                tool=step.tool,
-                call_id=f"rule:{rule.rule_id}",
-                args=decision.params or {},
-                result={"rule": rule.name, "matched": decision.matched, "reason": decision.reason},
-                reason="rule:matched" if decision.matched else "rule:skipped",
-                attempt=0,
-                actor=stage.actor,
-                secrets=server.secret_values(),
-            )
+            audit = {
+                "source": who(f"rule:{rule.rule_id}").source,  # "deterministic", or an eval/shadow purpose
+                "action": "rule.decision",
+                "run_id": stage.run_id,
+                "mcp_id": step.mcp_id,
+                "tool": step.tool,
+                "call_id": f"rule:{rule.rule_id}",
+                "args": decision.params or {},
+                "result": {"rule": rule.name, "matched": decision.matched, "reason": decision.reason},
+                "reason": "rule:matched" if decision.matched else "rule:skipped",
+                "attempt": 0,
+                "actor": stage.actor,
+                "secrets": server.secret_values(),
+            }
+        decisions.add(record, audit)
         if not decision.matched:
             continue
         known = any(t.name == step.tool and t.callable for t in server.tools.all())
@@ -143,6 +197,7 @@ def deterministic_stage(
                 step.failure = outcome.failure = unknown
                 return outcome
             continue
+        decisions.flush()
         result = gate.call(
             server=server,
             tool_name=step.tool,
@@ -167,11 +222,15 @@ def deterministic_stage(
         outcome.results.append(entry)
         public = {k: v for k, v in entry.items() if k != "answer_template"}
         stage.trace.append({"type": "deterministic_call", **public})
-        stage.emit("deterministic_result", public)
+        decisions.add_event("deterministic_result", public)  # written with the next decisions, in order
         if not known:
             step.failure = outcome.failure = unknown
             return outcome
     return outcome
+
+
+def _rule_span_attributes(rule: RuleSpec) -> dict[str, Any]:
+    return {"platform.rule": rule.name, "platform.rule_id": rule.rule_id}
 
 
 def contract_verdict(server: McpServer, tool_name: str, params: Any) -> str:

@@ -38,12 +38,23 @@ def run_time_limits(time_limit_s: int) -> tuple[int, int]:
     return soft, soft + max(1, int(lifecycle_setting("PLATFORM_RUN_TIME_LIMIT_GRACE_S")))
 
 
-def run_dispatch(*, run_id: str, time_limit_s: int) -> bool:
+def run_queue(purpose: str | None) -> str | None:
+    """The Celery queue a run of this ``purpose`` is sent to, whoever sends it (its creation, a resume after an
+    approval, the reconciler's re-dispatch): shadow runs to ``PLATFORM_SHADOW_QUEUE`` when it is set, so that they
+    never wait in front of live runs; live and eval runs to the default queue (None)."""
+    if purpose == "shadow":
+        return getattr(settings, "PLATFORM_SHADOW_QUEUE", "") or None
+    return None
+
+
+def run_dispatch(*, run_id: str, time_limit_s: int, purpose: str | None = None) -> bool:
     """Publish the run's task with its soft and hard time limits, retrying the publish (``PUBLISH_RETRY_POLICY``).
 
     Call it once the run's row is committed (``transaction.on_commit``). Returns False, and logs, when the broker
     cannot be reached even after the retries: the run stays queued and the reconciler dispatches it again after
-    ``PLATFORM_RUN_QUEUED_STALE_S``. Never raises for a broker failure (the caller's transaction has committed)."""
+    ``PLATFORM_RUN_QUEUED_STALE_S``. Never raises for a broker failure (the caller's transaction has committed).
+    ``purpose``: the run's (``Run.purpose``), which picks its queue (``run_queue``); every dispatch of one run
+    passes it, so that a run sent again goes where it was first sent."""
     soft, hard = run_time_limits(time_limit_s)
     options: dict[str, Any] = {
         "soft_time_limit": soft,
@@ -51,6 +62,9 @@ def run_dispatch(*, run_id: str, time_limit_s: int) -> bool:
         "retry": True,
         "retry_policy": PUBLISH_RETRY_POLICY,
     }
+    queue = run_queue(purpose)
+    if queue:
+        options["queue"] = queue
     try:
         task = current_app.tasks.get(RUN_TASK)
         if task is not None:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from django.utils.translation import gettext as _
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -31,13 +32,26 @@ from agents.answers import (
     system_message_text,
     text_of,
 )
-from agents.deterministic import RuleSpec
+from agents.deterministic import ParamsRenderError, RuleSpec, render_params
 from agents.deterministic_stage import StageInput, deterministic_stage
 from agents.errors import MUST_PROPAGATE, RunCancelled
 from agents.flow_runner import FlowResult, FlowSettings, flow_run
 from agents.graph import MaxIterationsReached, build_react_graph
-from agents.llm import build_chat_model
+from agents.llm import build_chat_model, supports_tool_choice
+from agents.mcp_context import READ_RESOURCE_TOOL, McpContextSettings, mcp_context_settings, read_resource_spec
+from agents.model_tracing import ModelCallTracer
+from agents.parallel_calls import ParallelCalls, call_batch
+from agents.providers import ModelCallFailed, guardrail_intervention, model_error_kind
 from agents.selectors import tool_name_conflicts
+from agents.tool_offer import ToolOffer, tool_doc
+from agents.tool_selection import (
+    EmbeddingRanker,
+    LexicalRanker,
+    Ranker,
+    Selection,
+    ToolSelectionSettings,
+    tool_selection_settings,
+)
 from audit.masking import mask_text, mask_value
 from mcpregistry import gate
 from mcpregistry.models import McpServer, McpTool
@@ -45,7 +59,9 @@ from mcpregistry.models import McpServer, McpTool
 logger = logging.getLogger(__name__)
 
 
-PREFIX_TRACE_TYPES = frozenset({"rule", "deterministic_call", "approval"})
+PREFIX_TRACE_TYPES = frozenset(
+    {"rule", "deterministic_call", "approval", "tool_selection", "resource", "prompt", "tool_withdrawn"}
+)
 
 
 @dataclass
@@ -75,10 +91,33 @@ class RunPlan:
     check_cancelled: Callable[[], None] = lambda: None
     # Progress as it happens (rule decisions, deterministic results, model turns, tool calls): the run's events.
     emit: Callable[[str, dict[str, Any]], None] = lambda kind, data: None
+    # Several events at once (one insert), e.g. the deterministic stage's rule decisions in a row.
+    emit_many: Callable[[list[tuple[str, dict[str, Any]]]], None] | None = None
     # Resuming a parked run: what the earlier pass left.
     conversation: list[dict[str, Any]] = field(default_factory=list)
     previous_results: list[dict[str, Any]] = field(default_factory=list)
     previous_trace: list[dict[str, Any]] = field(default_factory=list)
+    # Why the run exists (agents.Run.Purpose): an eval or shadow run's calls are audited under its purpose and its
+    # writes are blocked except on the sandbox servers.
+    purpose: str = "live"
+    write_sandbox: frozenset[str] = frozenset()
+    # The agent's top-K tool selection and forced first call (``agents.tool_selection.ToolSelectionSettings``).
+    tool_selection: dict[str, Any] = field(default_factory=dict)
+    # Independent read calls of one model turn run concurrently, at most this many at once (1: one by one),
+    # and at most ``parallel_per_server`` on one server.
+    parallel_per_run: int = 4
+    parallel_per_server: int = 2
+    # MCP resources read as context, an MCP prompt as the system prompt (``agents.mcp_context``).
+    mcp_context: dict[str, Any] = field(default_factory=dict)
+    # The agent's model API key (decrypted on the worker; masked wherever it could show).
+    model_api_key: str | None = None
+    # The tokens the run may use (its smallest budget reservation): the run stops once its model calls reach it.
+    token_ceiling: int | None = None
+    # A run of a published agent version: the tool contracts frozen with it (``mcpregistry.gate.GateCall``).
+    frozen_contracts: dict[str, Any] | None = None
+    # The conversation so far (A2A ``contextId``): the earlier turns' questions and answers, oldest first, given to
+    # the model before this run's question (``agents.execution.conversation_history``).
+    history: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -107,7 +146,8 @@ class _Clock:
 
 
 def _secrets(plan: RunPlan) -> list[str]:
-    return [s for server in plan.servers for s in server.secret_values()]
+    found = [s for server in plan.servers for s in server.secret_values()]
+    return [*found, plan.model_api_key] if plan.model_api_key else found
 
 
 def _offline_answer(plan: RunPlan, results: list[dict[str, Any]]) -> str:
@@ -153,10 +193,14 @@ def message_to_trace(message: BaseMessage, secrets: list[str]) -> dict[str, Any]
             {"id": c.get("id"), "name": c["name"], "args": mask_value(c["args"], secrets=secrets)}
             for c in message.tool_calls
         ]
+    if isinstance(message, AIMessage) and (intervention := guardrail_intervention(message.response_metadata or {})):
+        entry["guardrail"] = mask_value(intervention, secrets=secrets)
     if isinstance(message, ToolMessage):
         entry["tool_call_id"] = message.tool_call_id
         entry["name"] = message.name
         entry["status"] = message.status
+        if isinstance(message.artifact, dict) and message.artifact.get("error"):
+            entry["error"] = message.artifact["error"]
     return entry
 
 
@@ -171,13 +215,17 @@ def execute(plan: RunPlan) -> RunOutcome:
     outcome = RunOutcome(status="succeeded")
 
     def who(source: str, call_id: str) -> gate.GateCall:
+        live = plan.purpose == "live"
         return gate.GateCall(
-            source=source,  # type: ignore[arg-type]
+            source=(source if live else plan.purpose),  # type: ignore[arg-type]
             run_id=plan.run_id,
             actor=plan.actor,
             call_id=call_id,
             memo=memo,
             approvals=plan.approvals,
+            writes_blocked=not live,
+            write_sandbox=plan.write_sandbox,
+            contracts=plan.frozen_contracts,
         )
 
     t0 = time.perf_counter()
@@ -197,6 +245,7 @@ def execute(plan: RunPlan) -> RunOutcome:
                 actor=plan.actor,
                 trace=trace,
                 emit=plan.emit,
+                emit_many=plan.emit_many,
                 previous_results=plan.previous_results,
             ),
             mode="execute",
@@ -269,42 +318,120 @@ def execute(plan: RunPlan) -> RunOutcome:
         return outcome
 
     index = _tool_index(plan)
+    try:
+        offer = _tool_offer(plan, index, results, trace)
+        context_settings = mcp_context_settings(plan.mcp_context)
+    except ValueError as exc:  # a stored setting that no longer validates: the run fails as a value
+        return RunOutcome(
+            status="failed",
+            error_code="config:agent",
+            error_message=str(exc),
+            deterministic_results=results,
+            messages=trace,
+        )
+    enabled_servers = {s.mcp_id: s for s in plan.servers if s.enabled}
+    resource_servers = {
+        str(r.get("uri")): s for s in enabled_servers.values() for r in (s.resources or []) if isinstance(r, dict)
+    }
+    if context_settings.read_resource_tool and resource_servers:
+        offer.extra_specs[READ_RESOURCE_TOOL] = read_resource_spec(list(resource_servers))
 
-    def call_tool(tool_call: dict[str, Any]) -> tuple[ToolMessage, str | None]:
+    def call_tool(tool_call: dict[str, Any], sent: gate.ToolResult | None = None) -> tuple[ToolMessage, str | None]:
+        """One call: refused here (unknown, not offered, withdrawn) or sent through the gate; ``sent`` is the
+        gate's answer when the call already ran in a parallel batch."""
         name, call_id = tool_call["name"], tool_call.get("id") or ""
         found = index.get(name)
-        if found is None:
+        args = tool_call.get("args")
+        withdrawn_now = False
+        if sent is not None:
+            result = sent
+            withdrawn_now = offer.record(name, result.error)
+        elif found is None and name == READ_RESOURCE_TOOL and READ_RESOURCE_TOOL in offer.extra_specs:
+            uri = str((args or {}).get("uri", "")) if isinstance(args, dict) else ""
+            owner = resource_servers.get(uri)
+            if owner is None:
+                result = gate.refuse_call(
+                    tool_name=name,
+                    args=args,
+                    who=who("agent", call_id),
+                    reason="resource:unknown",
+                    message=_("Resource '%(uri)s' is not available. Use one of: %(uris)s.")
+                    % {"uri": uri, "uris": ", ".join(sorted(resource_servers))},
+                )
+            else:
+                result = gate.read_resource(server=owner, uri=uri, who=who("agent", call_id))
+        elif found is None:
             result = gate.refuse_unknown(
-                tool_name=name, args=tool_call.get("args"), who=who("agent", call_id), offered=sorted(index)
+                tool_name=name, args=args, who=who("agent", call_id), offered=list(offer.offered)
             )
         else:
             server, mcp_tool = found
-            result = gate.call(
-                server=server, tool_name=mcp_tool.name, args=tool_call.get("args"), who=who("agent", call_id)
-            )
+            verdict = offer.check(name)
+            if verdict == "withdrawn":
+                result = gate.refuse_withdrawn(
+                    tool_name=name,
+                    args=args,
+                    who=who("agent", call_id),
+                    mcp_id=server.mcp_id,
+                    corrections=offer.corrections.get(name, 0),
+                )
+            elif verdict == "not_offered":
+                result = gate.refuse_not_offered(
+                    tool_name=name, args=args, who=who("agent", call_id), offered=offer.offered, mcp_id=server.mcp_id
+                )
+            else:
+                result = gate.call(server=server, tool_name=mcp_tool.name, args=args, who=who("agent", call_id))
+                withdrawn_now = offer.record(name, result.error)
+        if withdrawn_now:
+            result.message = f"{result.message} " + _(
+                "Tool '%(tool)s' is now withdrawn for the rest of this run after %(count)d calls with invalid "
+                "arguments; do not call it again."
+            ) % {"tool": name, "count": offer.corrections[name]}
+            trace.append({"type": "tool_withdrawn", "tool": name, "corrections": offer.corrections[name]})
         clock.tools_ms += result.latency_ms
         plan.emit("tool_call", {"source": "agent", "call_id": call_id, **result.as_dict()})
         if result.error == "approval:pending":
             trace.append({"type": "approval", "approval_id": result.approval_id, "tool": name, "args": result.args})
             return ToolMessage(content="", tool_call_id=call_id), result.approval_id
         status = "success" if result.ok else "error"
-        return ToolMessage(content=result.for_model(), tool_call_id=call_id, name=name, status=status), None
+        message = ToolMessage(content=result.for_model(), tool_call_id=call_id, name=name, status=status)
+        if result.error:
+            # Kept with the conversation (never sent to the model): a resumed run recounts its argument errors.
+            message.artifact = {"error": result.error}
+        return message, None
+
+    parallel = ParallelCalls(
+        index=index,
+        offer=offer,
+        who=who,
+        per_run=plan.parallel_per_run,
+        per_server=plan.parallel_per_server,
+        trace=trace,
+        emit=plan.emit,
+    )
 
     if plan.conversation:
         messages: list[BaseMessage] = list(messages_from_dict(plan.conversation))
+        # A parked run resumes with the argument errors it had counted: a withdrawn tool stays withdrawn.
+        offer.restore_corrections(messages)
     else:
+        system_prompt, attachments = _mcp_context(plan, context_settings, enabled_servers, who, trace)
         text = system_message_text(
-            system_prompt=plan.system_prompt,
+            system_prompt=system_prompt,
             deterministic_instruction=plan.deterministic_instruction,
             results=results,
         )
-        messages = [SystemMessage(text), HumanMessage(plan.query)]
+        earlier: list[BaseMessage] = []
+        for turn in plan.history:
+            earlier += [HumanMessage(turn["query"]), AIMessage(turn["answer"])]
+        messages = [SystemMessage("\n\n".join([text, *attachments])), *earlier, HumanMessage(plan.query)]
     try:
         model = build_chat_model(
             provider=plan.provider,
             model_id=plan.model_id,
             params=plan.model_params,
             offline_answer=_offline_answer(plan, results),
+            api_key=plan.model_api_key,
         )
     except ValueError as exc:  # an unknown or disallowed provider: the run fails as a value, never a crash
         return RunOutcome(
@@ -314,13 +441,27 @@ def execute(plan: RunPlan) -> RunOutcome:
             deterministic_results=results,
             messages=trace,
         )
+    spent_tokens = [_tokens_of(messages)]
+    new_turns: list[AIMessage] = []
+
+    def on_model_turn(message: AIMessage) -> None:
+        # The turn's tokens travel with its event: a run that ends without storing an outcome (cancelled, timed
+        # out, its worker lost) is charged from these (``agents.budgets.run_spent_usage``).
+        plan.emit("model_turn", {**message_to_trace(message, secrets), "usage": _token_usage([message])})
+        spent_tokens[0] += _tokens_of([message])
+        new_turns.append(message)
+        if plan.token_ceiling is not None and spent_tokens[0] >= plan.token_ceiling:
+            raise TokenCeilingReached(spent_tokens[0])
+
     graph = build_react_graph(
         model=model,
         tool_specs=tool_specs(index),
         call_tool=call_tool,
         max_iterations=max(plan.max_iterations, 1),
         check_cancelled=plan.check_cancelled,
-        on_model_turn=lambda message: plan.emit("model_turn", message_to_trace(message, secrets)),
+        on_model_turn=on_model_turn,
+        turn_tools=offer.turn_tools,
+        call_batch=lambda calls: call_batch(calls, call_tool=call_tool, parallel=parallel),
     )
     t1 = time.perf_counter()
     final_messages: list[BaseMessage] = messages
@@ -332,7 +473,10 @@ def execute(plan: RunPlan) -> RunOutcome:
                 "metadata": {"deterministic_results": public_results},
                 "model_turns": previous_turns,
             },
-            config={"recursion_limit": 4 * max(plan.max_iterations, 1) + 10},
+            config={
+                "recursion_limit": 4 * max(plan.max_iterations, 1) + 10,
+                "callbacks": [ModelCallTracer(provider=plan.provider, model=plan.model_id)],
+            },
         )
         final_messages = list(state["messages"])
         if state.get("parked_on"):
@@ -341,6 +485,12 @@ def execute(plan: RunPlan) -> RunOutcome:
         else:
             last = final_messages[-1] if final_messages else None
             outcome.answer = mask_text(text_of(last.content), secrets=secrets) if isinstance(last, AIMessage) else ""
+    except TokenCeilingReached as exc:
+        # The graph's state ends before the turn that crossed the ceiling: its turns are counted from here.
+        final_messages = [*messages, *(m for m in new_turns if m not in messages)]
+        outcome.status = "failed"
+        outcome.error_code = "budget:run_ceiling"
+        outcome.error_message = f"the run used {exc.args[0]} tokens, its budget reservation is {plan.token_ceiling}"
     except (MaxIterationsReached, GraphRecursionError):
         outcome.status = "failed"
         outcome.error_code = "max_iterations"
@@ -351,10 +501,16 @@ def execute(plan: RunPlan) -> RunOutcome:
         outcome.error_message = "the run was cancelled"
     except MUST_PROPAGATE:
         raise  # the task's time limit or a database hiccup: handled (and retried) by the task, not a model error
+    except ModelCallFailed as exc:  # the provider's failure, after the retries its kind allows
+        logger.warning("model failure in run %s: %s", plan.run_id, exc.code)
+        outcome.status = "failed"
+        outcome.error_code = exc.code
+        outcome.error_message = mask_text(str(exc), secrets=secrets)[:2000]
+        trace.append({"type": "model_error", "reason": exc.code, "attempts": exc.attempts})
     except Exception as exc:  # noqa: BLE001 - a model failure ends the run as a value, not a crash
         logger.warning("model failure in run %s: %s", plan.run_id, type(exc).__name__)
         outcome.status = "failed"
-        outcome.error_code = "model:error"
+        outcome.error_code = f"model:{model_error_kind(exc)}"
         outcome.error_message = mask_text(f"{type(exc).__name__}: {exc}", secrets=secrets)[:2000]
     loop_ms = clock.ms_since(t1)
     trace.extend(message_to_trace(m, secrets) for m in final_messages)
@@ -369,6 +525,127 @@ def execute(plan: RunPlan) -> RunOutcome:
         "total_ms": clock.ms_since(clock.started),
     }
     return outcome
+
+
+def _mcp_context(
+    plan: RunPlan,
+    settings: McpContextSettings,
+    servers: dict[str, McpServer],
+    who: Callable[[str, str], gate.GateCall],
+    trace: list[dict[str, Any]],
+) -> tuple[str, list[str]]:
+    """The system prompt (the agent's MCP prompt rendered through the gate, else its own text) and the resources
+    to attach, read through the gate. A prompt or resource that cannot be had is a trace entry, not a failed
+    run: the agent's own prompt stands in, the resource is left out."""
+    system_prompt = plan.system_prompt
+    if settings.prompt is not None:
+        prompt = settings.prompt
+        entry: dict[str, Any] = {"type": "prompt", "mcp_id": prompt.mcp_id, "name": prompt.name}
+        server = servers.get(prompt.mcp_id)
+        try:
+            arguments = {
+                k: str(v)
+                for k, v in render_params(
+                    prompt.arguments, query=plan.query, context=plan.context, a2a_data=plan.a2a_data, match={}
+                ).items()
+            }
+        except ParamsRenderError as exc:
+            entry.update(ok=False, error="prompt:arguments", message=str(exc))
+        else:
+            if server is None:
+                entry.update(ok=False, error=f"mcp:not_loaded:{prompt.mcp_id}")
+            else:
+                result = gate.get_prompt(
+                    server=server, name=prompt.name, arguments=arguments, who=who("agent", "prompt")
+                )
+                entry.update(ok=result.ok, error=result.error or "", arguments=result.args)
+                if result.ok:
+                    texts = [m["text"] for m in (result.value or {}).get("messages", []) if m.get("text")]
+                    system_prompt = "\n\n".join(texts) or system_prompt
+        trace.append(entry)
+    attachments: list[str] = []
+    for index, ref in enumerate(settings.resources):
+        server = servers.get(ref.mcp_id)
+        if server is None:
+            trace.append(
+                {
+                    "type": "resource",
+                    "mcp_id": ref.mcp_id,
+                    "uri": ref.uri,
+                    "ok": False,
+                    "error": f"mcp:not_loaded:{ref.mcp_id}",
+                }
+            )
+            continue
+        result = gate.read_resource(server=server, uri=ref.uri, who=who("agent", f"resource:{index + 1}"))
+        text = result.value if isinstance(result.value, str) else ""
+        trace.append(
+            {
+                "type": "resource",
+                "mcp_id": ref.mcp_id,
+                "uri": ref.uri,
+                "ok": result.ok,
+                "error": result.error or "",
+                "chars": len(text),
+            }
+        )
+        if result.ok:
+            attachments.append(_("Resource %(uri)s:") % {"uri": ref.uri} + "\n" + text)
+    return system_prompt, attachments
+
+
+def _tool_offer(
+    plan: RunPlan, index: dict[str, tuple[McpServer, McpTool]], results: list[dict[str, Any]], trace: list[Any]
+) -> ToolOffer:
+    """The run's tool offer: selection settings, the tools a matched rule named (always offered), each tool's
+    correction cap from its contract, and the trace entry of each turn's selection. Raises ValueError for
+    settings that do not validate."""
+    settings = tool_selection_settings(plan.tool_selection)
+    by_tool = {(server.mcp_id, mcp_tool.name): name for name, (server, mcp_tool) in index.items()}
+    rule_named = [by_tool[key] for r in results if (key := (r.get("mcp_id"), r.get("tool"))) in by_tool]
+    previous_turns = sum(1 for m in plan.conversation if m.get("type") == "ai")
+
+    def on_selection(selection: Selection, turn: int) -> None:
+        entry = selection.as_trace(turn + 1)
+        trace.append(entry)
+        plan.emit("tool_selection", entry)
+
+    # A matched rule that forces the model's first tool overrides the agent's setting (the first such rule).
+    forcing = {r.rule_id: r.force_first_tool for r in plan.rules if r.force_first_tool}
+    matched = [e.get("rule_id") for e in trace if e.get("type") == "rule" and e.get("matched")]
+    by_rule = next((forcing[rule_id] for rule_id in matched if rule_id in forcing), "")
+    if by_rule and supports_tool_choice(plan.provider, plan.model_id):
+        settings = settings.model_copy(update={"force_first_tool": by_rule})
+    ranker, fallback = selection_rankers(settings=settings, index=index)
+    return ToolOffer(
+        index=index,
+        specs={spec["function"]["name"]: spec for spec in tool_specs(index)},
+        settings=settings,
+        query=plan.query,
+        rule_named=list(dict.fromkeys(rule_named)),
+        ranker=ranker,
+        fallback_ranker=fallback,
+        correction_caps={name: gate.contract_for(mcp_tool).correction_cap for name, (_s, mcp_tool) in index.items()},
+        on_selection=on_selection,
+        first_turn_of_run=previous_turns == 0,
+    )
+
+
+def selection_rankers(
+    *, settings: ToolSelectionSettings, index: dict[str, tuple[McpServer, McpTool]]
+) -> tuple[Ranker | None, Ranker | None]:
+    """The ranker the settings name and the one that takes over if it fails (None, None: the offer builds the
+    lexical one itself when selection is active)."""
+    if not settings.enabled or len(index) <= settings.top_k or settings.ranker == "lexical":
+        return None, None
+    from mcpregistry.embeddings import embedding_ranker_inputs
+
+    lexical = LexicalRanker([tool_doc(name, server, tool) for name, (server, tool) in index.items()])
+    inputs = embedding_ranker_inputs({name: tool for name, (_server, tool) in index.items()})
+    if inputs is None:
+        return lexical, None
+    vectors, embed_query = inputs
+    return EmbeddingRanker(vectors, embed_query), lexical
 
 
 def _execute_flow(
@@ -431,7 +708,18 @@ def _execute_flow(
     return outcome
 
 
+class TokenCeilingReached(Exception):
+    """The run's model calls used the tokens its budget reservation allows."""
+
+
+def _tokens_of(messages: list[BaseMessage]) -> int:
+    usage = _token_usage(messages)
+    return usage["input_tokens"] + usage["output_tokens"]
+
+
 def _token_usage(messages: list[BaseMessage]) -> dict[str, int]:
+    """The run's tokens over every model turn of its conversation (a resumed run's earlier turns included):
+    input, output, total, and the prompt-cache reads and writes where the provider reports them."""
     totals = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "model_calls": 0}
     for m in messages:
         if isinstance(m, AIMessage):
@@ -439,4 +727,8 @@ def _token_usage(messages: list[BaseMessage]) -> dict[str, int]:
             usage: dict[str, Any] = dict(m.usage_metadata or {})
             for key in ("input_tokens", "output_tokens", "total_tokens"):
                 totals[key] += int(usage.get(key, 0) or 0)
+            details = usage.get("input_token_details") or {}
+            for detail, key in (("cache_read", "cache_read_tokens"), ("cache_creation", "cache_creation_tokens")):
+                if details.get(detail):
+                    totals[key] = totals.get(key, 0) + int(details[detail])
     return totals

@@ -38,18 +38,23 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import F, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+import agent_platform.telemetry as telemetry
 from agents import engine
 from agents.approvals import RunApprovals
+from agents.budgets import budget_settle, run_token_ceiling, run_usage_fields
+from agents.config_cache import run_configuration
 from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_time_limits
 from agents.errors import RunCancelled
 from agents.models import Run
 from agents.run_state import RunEventWriter, approvals_interrupted, run_fail_unheld
-from agents.selectors import deterministic_rule_specs
+from agents.shadow import shadow_after_store
+from agents.versions import AGENT_FIELDS
 from mcpregistry.pool import get_default_pool
 
 logger = logging.getLogger(__name__)
@@ -248,13 +253,53 @@ def run_execute(*, run_id: str) -> None:
         claim.stop_heartbeat()
 
 
+# How many earlier turns of a conversation (A2A contextId) a run gives the model.
+CONVERSATION_TURNS = 10
+
+
+def conversation_history(run: Run) -> list[dict[str, str]]:
+    """The earlier turns of the run's conversation: the succeeded runs of the same agent and caller (API key) with
+    the same ``context.contextId`` (A2A's conversation id), created before this one, at most
+    ``CONVERSATION_TURNS``, oldest first, as their stored (masked) question and answer. None without a contextId."""
+    context_id = (run.context or {}).get("contextId") if isinstance(run.context, dict) else None
+    if not context_id:
+        return []
+    earlier = (
+        Run.objects.filter(
+            agent_id=run.agent_id,
+            api_key_id=run.api_key_id,
+            context__contextId=str(context_id),
+            status=Run.Status.SUCCEEDED,
+            purpose=run.purpose,
+            created_at__lt=run.created_at,
+        )
+        .exclude(pk=run.pk)
+        .order_by("-created_at")
+        .values_list("query", "answer")[:CONVERSATION_TURNS]
+    )
+    return [{"query": query, "answer": answer} for query, answer in reversed(list(earlier))]
+
+
 def _execute_claimed(claim: RunClaim) -> None:
-    run = Run.objects.select_related("agent", "api_key").get(id=claim.run_id)
+    run = Run.objects.select_related("agent", "api_key", "version").get(id=claim.run_id)
     agent = run.agent
-    servers = list(agent.servers.prefetch_related("tools__contract"))
-    secrets = [value for server in servers for value in server.secret_values()]
+    # A run of a published version runs its frozen content (prompt, model, rules, contracts); a run of an agent
+    # never published runs the agent as it is stored.
+    frozen = run.version.content if run.version is not None else None
+    settings_of = dict(frozen["agent"]) if frozen else {name: getattr(agent, name) for name in AGENT_FIELDS}
+    # Servers, tools, contracts and rules: this process's copy while the configuration has not changed.
+    configuration = run_configuration(agent=agent, version=run.version if frozen else None)
+    servers, rules = list(configuration.servers), list(configuration.rules)
+    contracts = configuration.contracts
+    secrets = [*configuration.server_secrets, *agent.secret_values()]
+    token_ceiling = run_token_ceiling(run_id=run.id)
+    # A run's first delivery, never parked before: no event of it exists yet, and no token was spent before it.
+    fresh = claim.delivery == 1 and not (run.messages or run.deterministic_results or run.conversation)
+    # Settling is needed where the run holds a reservation (taken at admission, so none appears later) or where
+    # tokens may have been spent outside this pass's outcome (an earlier delivery or pass).
+    settle = token_ceiling is not None or not fresh
     actor = f"api_key:{run.api_key.prefix}" if run.api_key else "local"
-    writer = RunEventWriter(run_id=run.id, secrets=secrets)
+    writer = RunEventWriter(run_id=run.id, secrets=secrets, last_seq=0 if fresh else None)
     # This event marks the start of the pass: the reconciler counts the time limit from it.
     writer.emit("status", {"status": "running", "delivery": claim.delivery})
     plan = engine.RunPlan(
@@ -263,30 +308,43 @@ def _execute_claimed(claim: RunClaim) -> None:
         context=run.context or {},
         a2a_data=run.a2a_data or [],
         a2a_files=run.a2a_files or [],
-        system_prompt=agent.system_prompt,
-        deterministic_instruction=agent.deterministic_instruction,
-        answer_template=agent.answer_template,
-        provider=agent.model_provider,
-        model_id=agent.model_id,
-        model_params=agent.model_params or {},
-        max_iterations=agent.max_iterations,
+        system_prompt=settings_of["system_prompt"],
+        deterministic_instruction=settings_of["deterministic_instruction"],
+        answer_template=settings_of["answer_template"],
+        provider=settings_of["model_provider"],
+        model_id=settings_of["model_id"],
+        model_params=settings_of["model_params"] or {},
+        max_iterations=settings_of["max_iterations"],
         servers=servers,
-        rules=deterministic_rule_specs(agent=agent),
+        rules=rules,
         actor=actor,
-        answer_from_deterministic=agent.answer_from_deterministic,
-        language=agent.language,
-        no_match_answer=agent.no_match_answer,
-        mode=agent.mode,
-        flow_graph=agent.flow_graph,
+        answer_from_deterministic=settings_of["answer_from_deterministic"],
+        language=settings_of["language"],
+        no_match_answer=settings_of["no_match_answer"],
+        mode=settings_of["mode"],
+        flow_graph=settings_of["flow_graph"],
         emit=writer.emit,
+        emit_many=writer.emit_many,
         approvals=RunApprovals(run_id=run.id, actor=actor, secrets=secrets),
         check_cancelled=claim.check,
         conversation=run.conversation or [],
         previous_results=run.deterministic_results or [],
         previous_trace=run.messages or [],
+        purpose=run.purpose,
+        write_sandbox=frozenset(run.write_sandbox or []),
+        tool_selection=settings_of.get("tool_selection") or {},
+        parallel_per_run=settings.PLATFORM_PARALLEL_TOOL_CALLS,
+        parallel_per_server=settings.PLATFORM_PARALLEL_TOOL_CALLS_PER_SERVER,
+        mcp_context=settings_of.get("mcp_context") or {},
+        model_api_key=agent.model_api_key(),
+        token_ceiling=token_ceiling,
+        frozen_contracts=contracts,
+        history=conversation_history(run) if not run.conversation else [],
     )
     try:
-        outcome = engine.execute(plan)
+        with telemetry.run_span(run_id=run.id, agent=agent.slug, provider=agent.model_provider, model=agent.model_id):
+            outcome = engine.execute(plan)
+            telemetry.run_outcome(status=outcome.status, error_code=outcome.error_code, token_usage=outcome.token_usage)
     except _TIME_LIMIT_OR_RETRYABLE:
         raise
     except Exception as exc:  # the run must end in a state, whatever happened
@@ -295,7 +353,7 @@ def _execute_claimed(claim: RunClaim) -> None:
     finally:
         # Sessions opened for this run alone (per-run scope) end with it (a resumed run opens new ones).
         get_default_pool().close_scope(f"run:{run.id}")
-    _store_outcome(claim, run, _judged(claim, outcome), writer)
+    _store_outcome(claim, run, _judged(claim, outcome), writer, settle=settle)
 
 
 def _judged(claim: RunClaim, outcome: engine.RunOutcome) -> engine.RunOutcome:
@@ -309,12 +367,16 @@ def _judged(claim: RunClaim, outcome: engine.RunOutcome) -> engine.RunOutcome:
     return outcome
 
 
-def _store_outcome(claim: RunClaim, run: Run, outcome: engine.RunOutcome, writer: RunEventWriter) -> None:
+def _store_outcome(
+    claim: RunClaim, run: Run, outcome: engine.RunOutcome, writer: RunEventWriter, *, settle: bool = True
+) -> None:
     """Store the outcome and its ``status`` event together, only if the claim is still ours. A run cancelled
     while it ran keeps its cancellation; this worker appends its ``cancelled`` event (``run_cancel`` leaves
-    that to the worker)."""
+    that to the worker). ``settle``: whether the run's budgets need settling (``budget_settle``); a first pass
+    of a run without a reservation has nothing to settle, and its stored outcome counts every token it used."""
     if claim.stop_reason == "lost":
         logger.warning("run %s: %s no longer holds it; its outcome is discarded", claim.run_id, claim.worker)
+        _count_late_tokens(claim.run_id)
         return
     event = {"status": outcome.status, "answer": outcome.answer, "error": outcome.error_code or None}
     stored = 0
@@ -324,6 +386,7 @@ def _store_outcome(claim: RunClaim, run: Run, outcome: engine.RunOutcome, writer
             # The event first: a reader that sees the run finished also sees its last event (same commit).
             writer.emit("status", event)
             stored = claim.mine().update(
+                **run_usage_fields(agent=run.agent, token_usage=outcome.token_usage),
                 status=outcome.status,
                 answer=outcome.answer,
                 error_code=outcome.error_code,
@@ -339,7 +402,14 @@ def _store_outcome(claim: RunClaim, run: Run, outcome: engine.RunOutcome, writer
             )
             if stored != 1:
                 transaction.set_rollback(True)
+            elif finished and settle:
+                budget_settle(run_id=claim.run_id)
     if stored == 1:
+        # After the caller's answer is stored: a live run of an agent with a shadow version may start its shadow
+        # (the agent as it was loaded for this run), a shadow is compared.
+        shadowed = run.purpose != Run.Purpose.LIVE or run.agent.shadow_version_id is not None
+        if outcome.status in {"succeeded", "failed"} and shadowed:
+            shadow_after_store(run_id=run.id, purpose=run.purpose)
         return
     cancelled_while_ours = Run.objects.filter(
         id=claim.run_id, status=Run.Status.CANCELLED, worker=claim.worker, delivery_count=claim.delivery
@@ -348,6 +418,16 @@ def _store_outcome(claim: RunClaim, run: Run, outcome: engine.RunOutcome, writer
         writer.emit("status", {"status": "cancelled", "answer": "", "error": "cancelled"})
     else:
         logger.warning("run %s: %s no longer holds it; its outcome is discarded", claim.run_id, claim.worker)
+    _count_late_tokens(claim.run_id)
+
+
+def _count_late_tokens(run_id: Any) -> None:
+    """This worker's outcome was not stored: the run was cancelled, or failed without it (time limit, worker
+    presumed lost), and its budgets were settled then. A model call that was under way at that moment has
+    written its ``model_turn`` event since: settling again counts what it used (``budget_settle`` adds only the
+    difference). A run another worker took over is still running and settles when it ends."""
+    if Run.objects.filter(id=run_id, status__in=[Run.Status.CANCELLED, Run.Status.FAILED]).exists():
+        budget_settle(run_id=run_id)
 
 
 def _merged_timings(run: Run, timings: dict[str, float]) -> dict[str, float]:

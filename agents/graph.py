@@ -9,17 +9,27 @@ updates; they never touch the ORM (the gate writes the audit).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 
 from agents.errors import RunCancelled
 
-__all__ = ["AgentState", "MaxIterationsReached", "RunCancelled", "build_react_graph", "unanswered_tool_calls"]
+__all__ = [
+    "AgentState",
+    "MaxIterationsReached",
+    "ReactGraph",
+    "RunCancelled",
+    "build_react_graph",
+    "unanswered_tool_calls",
+]
 
 
 class AgentState(TypedDict, total=False):
@@ -36,6 +46,12 @@ class MaxIterationsReached(Exception):
 
 
 ToolCaller = Callable[[dict[str, Any]], tuple[ToolMessage, str | None]]
+# Given the conversation and the run's model-turn count, the tool specs to bind for this turn and the
+# ``tool_choice`` to force (None: the model chooses).
+# All the unanswered calls of a model turn at once: their ToolMessages in the order asked, and the approval id
+# if one of them must wait (the messages then stop before it).
+BatchCaller = Callable[[list[dict[str, Any]]], tuple[list[ToolMessage], str | None]]
+TurnTools = Callable[[list[AnyMessage], int], tuple[list[dict[str, Any]], str | None]]
 
 
 def unanswered_tool_calls(messages: list[AnyMessage]) -> list[dict[str, Any]]:
@@ -49,6 +65,33 @@ def unanswered_tool_calls(messages: list[AnyMessage]) -> list[dict[str, Any]]:
     return [c for c in ai.tool_calls if c.get("id") not in answered]
 
 
+@dataclass(frozen=True)
+class ReactParts:
+    """What one run brings to the ReAct graph: its model, tools and callbacks. The graph itself is compiled once
+    per process (``_compiled``); its nodes find the run's parts in the invocation's config."""
+
+    model: BaseChatModel
+    bound: Any
+    call_tool: ToolCaller
+    max_iterations: int
+    check_cancelled: Callable[[], None]
+    on_model_turn: Callable[[AIMessage], None]
+    turn_tools: TurnTools | None
+    call_batch: BatchCaller | None
+
+
+class ReactGraph:
+    """A run's handle on the shared compiled graph: ``invoke`` hands the run's parts to the nodes."""
+
+    def __init__(self, parts: ReactParts) -> None:
+        self.parts = parts
+
+    def invoke(self, state: dict[str, Any], config: RunnableConfig | None = None) -> dict[str, Any]:
+        config = dict(config or {})
+        config["configurable"] = {**(config.get("configurable") or {}), _PARTS: self.parts}
+        return dict(_compiled().invoke(state, config=config))
+
+
 def build_react_graph(
     *,
     model: BaseChatModel,
@@ -57,45 +100,91 @@ def build_react_graph(
     max_iterations: int,
     check_cancelled: Callable[[], None] = lambda: None,
     on_model_turn: Callable[[AIMessage], None] = lambda message: None,
-) -> CompiledStateGraph:
+    turn_tools: TurnTools | None = None,
+    call_batch: BatchCaller | None = None,
+) -> ReactGraph:
     """``call_tool(tool_call)`` returns the ToolMessage for the model and, if the call must wait for approval,
-    the approval id (the graph then stops with ``parked_on`` set)."""
-    bound = model.bind_tools(tool_specs) if tool_specs else model
+    the approval id (the graph then stops with ``parked_on`` set). With ``turn_tools``, each model turn binds
+    the tools it returns (top-K selection, a forced first call) instead of ``tool_specs``."""
+    return ReactGraph(
+        ReactParts(
+            model=model,
+            bound=model.bind_tools(tool_specs) if tool_specs else model,
+            call_tool=call_tool,
+            max_iterations=max_iterations,
+            check_cancelled=check_cancelled,
+            on_model_turn=on_model_turn,
+            turn_tools=turn_tools,
+            call_batch=call_batch,
+        )
+    )
 
-    def agent(state: AgentState) -> dict[str, Any]:
-        check_cancelled()
-        turns = state.get("model_turns", 0)
-        if turns >= max_iterations:
-            raise MaxIterationsReached(max_iterations)
-        response = bound.invoke(state["messages"])
-        if isinstance(response, AIMessage):
-            on_model_turn(response)
-        return {"messages": [response], "model_turns": turns + 1}
 
-    def tools(state: AgentState) -> dict[str, Any]:
-        check_cancelled()
-        results: list[ToolMessage] = []
-        for tool_call in unanswered_tool_calls(state["messages"]):
-            message, parked_on = call_tool(tool_call)
-            if parked_on is not None:
-                return {"messages": results, "parked_on": parked_on}
-            results.append(message)
-        return {"messages": results, "parked_on": None}
+_PARTS = "react_parts"
 
-    def after_agent(state: AgentState) -> str:
-        return "tools" if unanswered_tool_calls(state["messages"]) else END
 
-    def after_tools(state: AgentState) -> str:
-        return END if state.get("parked_on") else "agent"
+def _parts(config: RunnableConfig) -> ReactParts:
+    parts = (config.get("configurable") or {}).get(_PARTS)
+    assert isinstance(parts, ReactParts), "the ReAct graph is invoked through build_react_graph(...).invoke"
+    return parts
 
-    def entry(state: AgentState) -> str:
-        # A resumed run first runs the calls its last model turn left unanswered.
-        return "tools" if unanswered_tool_calls(state["messages"]) else "agent"
 
+def _agent(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
+    parts = _parts(config)
+    parts.check_cancelled()
+    turns = state.get("model_turns", 0)
+    if turns >= parts.max_iterations:
+        raise MaxIterationsReached(parts.max_iterations)
+    runnable = parts.bound
+    if parts.turn_tools is not None:
+        specs, tool_choice = parts.turn_tools(state["messages"], turns)
+        if specs and tool_choice:
+            runnable = parts.model.bind_tools(specs, tool_choice=tool_choice)
+        elif specs:
+            runnable = parts.model.bind_tools(specs)
+        else:
+            runnable = parts.model
+    response = runnable.invoke(state["messages"])
+    if isinstance(response, AIMessage):
+        parts.on_model_turn(response)
+    return {"messages": [response], "model_turns": turns + 1}
+
+
+def _tools(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
+    parts = _parts(config)
+    parts.check_cancelled()
+    if parts.call_batch is not None:
+        answered, parked = parts.call_batch(unanswered_tool_calls(state["messages"]))
+        return {"messages": answered, "parked_on": parked}
+    results: list[ToolMessage] = []
+    for tool_call in unanswered_tool_calls(state["messages"]):
+        message, parked_on = parts.call_tool(tool_call)
+        if parked_on is not None:
+            return {"messages": results, "parked_on": parked_on}
+        results.append(message)
+    return {"messages": results, "parked_on": None}
+
+
+def _after_agent(state: AgentState) -> str:
+    return "tools" if unanswered_tool_calls(state["messages"]) else END
+
+
+def _after_tools(state: AgentState) -> str:
+    return END if state.get("parked_on") else "agent"
+
+
+def _entry(state: AgentState) -> str:
+    # A resumed run first runs the calls its last model turn left unanswered.
+    return "tools" if unanswered_tool_calls(state["messages"]) else "agent"
+
+
+@lru_cache(maxsize=1)
+def _compiled() -> CompiledStateGraph:
+    """The graph, compiled once per process (compiling costs more than a tool call; it holds no run's state)."""
     graph = StateGraph(AgentState)
-    graph.add_node("agent", agent)
-    graph.add_node("tools", tools)
-    graph.add_conditional_edges(START, entry, {"tools": "tools", "agent": "agent"})
-    graph.add_conditional_edges("agent", after_agent, {"tools": "tools", END: END})
-    graph.add_conditional_edges("tools", after_tools, {"agent": "agent", END: END})
+    graph.add_node("agent", _agent)
+    graph.add_node("tools", _tools)
+    graph.add_conditional_edges(START, _entry, {"tools": "tools", "agent": "agent"})
+    graph.add_conditional_edges("agent", _after_agent, {"tools": "tools", END: END})
+    graph.add_conditional_edges("tools", _after_tools, {"agent": "agent", END: END})
     return graph.compile()

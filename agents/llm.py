@@ -1,4 +1,5 @@
-"""Chat models an agent can use: ``bedrock`` (ChatBedrockConverse), ``offline`` and ``scripted``.
+"""Chat models an agent can use: ``offline`` and ``scripted`` here; ``bedrock`` and ``openai_compatible`` in
+``agents.providers``.
 
 ``offline`` needs no network: it answers from the run's deterministic results, phrased by the rules' and the
 agent's answer templates, and never asks for a tool. ``scripted`` replays model turns given in the agent's
@@ -56,7 +57,7 @@ class OfflineChatModel(_NoToolBinding):
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=self.answer))])
 
 
-class ScriptedChatModel(_NoToolBinding):
+class ScriptedChatModel(BaseChatModel):
     """Replays the turns of a script, one per model call, in order.
 
     Stateless: its place in the script is worked out from the conversation it is given (how many model turns
@@ -67,6 +68,17 @@ class ScriptedChatModel(_NoToolBinding):
     script: list[dict[str, Any]]
     # A fixed delay per call, to stand in for a real model's latency in benchmarks.
     latency_s: float = 0.0
+    # What ``bind_tools`` was given (the names offered and the tool_choice), reported in each reply's
+    # ``response_metadata`` so a test sees what the model was offered and whether it was forced.
+    bound_tools: list[str] = []
+    tool_choice: str | None = None
+
+    def bind_tools(
+        self, tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool], **kwargs: Any
+    ) -> Runnable[Any, BaseMessage]:
+        names = [t["function"]["name"] for t in tools if isinstance(t, dict) and "function" in t]
+        choice = kwargs.get("tool_choice")
+        return self.model_copy(update={"bound_tools": names, "tool_choice": choice})
 
     @property
     def _llm_type(self) -> str:
@@ -119,20 +131,31 @@ class ScriptedChatModel(_NoToolBinding):
         prompt_chars = sum(len(str(m.content)) for m in messages)
         usage = {"input_tokens": prompt_chars // 4, "output_tokens": len(content) // 4}
         usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
-        message = AIMessage(content=content, tool_calls=tool_calls, usage_metadata=usage)  # type: ignore[arg-type]
+        metadata = {"bound_tools": list(self.bound_tools), "tool_choice": self.tool_choice}
+        message = AIMessage(
+            content=content,
+            tool_calls=tool_calls,  # type: ignore[arg-type]
+            usage_metadata=usage,  # type: ignore[arg-type]
+            response_metadata=metadata,
+        )
         return ChatResult(generations=[ChatGeneration(message=message)])
 
 
-def bedrock_runtime_client(*, region_name: str | None) -> Any:
-    """The ``bedrock-runtime`` client, with credentials from boto3's standard chain (env, profile, role)."""
-    import boto3
+def supports_tool_choice(provider: str, model_id: str = "") -> bool:
+    """Whether an agent on ``provider`` (and, for Bedrock, ``model_id``) may force its first tool call (seed 002
+    §7.1): ``bind_tools(tools, tool_choice=...)`` with "any" or a tool's name. ``offline`` never calls a tool, so
+    it cannot be forced to; ``scripted`` records the choice it was given."""
+    from agents.providers import supports_tool_choice as provider_supports_tool_choice
 
-    return boto3.client("bedrock-runtime", region_name=region_name)
+    return provider_supports_tool_choice(provider=provider, model_id=model_id)
 
 
-def build_chat_model(*, provider: str, model_id: str, params: dict[str, Any], offline_answer: str) -> BaseChatModel:
-    """The chat model for an agent. AWS credentials for Bedrock come from the standard chain, never from the
-    database."""
+def build_chat_model(
+    *, provider: str, model_id: str, params: dict[str, Any], offline_answer: str, api_key: str | None = None
+) -> BaseChatModel:
+    """The chat model for an agent. The network providers (``bedrock``, ``openai_compatible``) are built in
+    ``agents.providers``; ``api_key`` is the agent's decrypted model secret (never from ``params``), and AWS
+    credentials for Bedrock come from the standard chain, never from the database."""
     if provider == "offline":
         return OfflineChatModel(answer=offline_answer)
     if provider == "scripted":
@@ -141,12 +164,11 @@ def build_chat_model(*, provider: str, model_id: str, params: dict[str, Any], of
         if not getattr(settings, "PLATFORM_ALLOW_SCRIPTED_MODEL", False):
             raise ValueError("the scripted model provider is not allowed here (PLATFORM_ALLOW_SCRIPTED_MODEL)")
         return ScriptedChatModel(script=list(params.get("script") or []), latency_s=float(params.get("latency_s") or 0))
-    if provider == "bedrock":
-        from langchain_aws import ChatBedrockConverse
+    if provider in {"bedrock", "openai_compatible"}:
+        from agents.providers import build_provider_model
 
-        options = {k: v for k, v in params.items() if k in {"temperature", "max_tokens", "top_p"}}
-        region = params.get("region_name") or None
-        return ChatBedrockConverse(
-            model=model_id, region_name=region, client=bedrock_runtime_client(region_name=region), **options
+        model: BaseChatModel = build_provider_model(
+            provider=provider, model_id=model_id, params=params, api_key=api_key
         )
+        return model
     raise ValueError(f"unknown model provider {provider!r}")

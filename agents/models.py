@@ -12,6 +12,7 @@ from django.utils.translation import gettext_lazy as _
 from agent_platform.json import UnicodeJSONEncoder
 from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration
 from audit.models import AuditEvent
+from audit.services import audit_chain_catch_up
 from mcpregistry.crypto import EncryptedJSONField
 from mcpregistry.models import McpServer
 
@@ -46,6 +47,7 @@ class Agent(AuditedModel):
         OFFLINE = "offline", _("offline (answers from deterministic results, no network)")
         BEDROCK = "bedrock", _("Amazon Bedrock (ChatBedrockConverse)")
         SCRIPTED = "scripted", _("scripted (replays model turns from model parameters; for tests and demos)")
+        OPENAI_COMPATIBLE = "openai_compatible", _("OpenAI-compatible API (vLLM, Ollama, LiteLLM, OpenAI)")
 
     class Mode(models.TextChoices):
         REACT = "react", _("ReAct loop")
@@ -74,6 +76,15 @@ class Agent(AuditedModel):
     model_id = models.CharField(_("model id"), max_length=200, blank=True)
     model_params = models.JSONField(
         encoder=UnicodeJSONEncoder, verbose_name=_("model parameters"), default=dict, blank=True
+    )
+    model_secrets = EncryptedJSONField(
+        _("model secrets"),
+        default=dict,
+        blank=True,
+        help_text=_(
+            'The model API key, encrypted at rest and never shown back: {"api_key": "..."} or {"api_key": '
+            '{"from_env": "NAME"}} (read on the worker; NAME must be in PLATFORM_MCP_ENV_PASSTHROUGH).'
+        ),
     )
     servers = models.ManyToManyField(McpServer, blank=True, related_name="agents", verbose_name=_("MCP servers"))
     max_iterations = models.PositiveIntegerField(_("max iterations"), default=6)
@@ -111,12 +122,63 @@ class Agent(AuditedModel):
             "Empty: a generic text in the agent's language."
         ),
     )
+    tool_selection = models.JSONField(
+        encoder=UnicodeJSONEncoder,
+        verbose_name=_("tool selection"),
+        default=dict,
+        blank=True,
+        help_text=_(
+            'Top-K tool selection: {"enabled": true, "top_k": 5, "ranker": "lexical" or "embedding", '
+            '"pinned": [...], "servers": [...], "tags": [...], "force_first_tool": "" or "any" or a tool}.'
+        ),
+    )
+    mcp_context = models.JSONField(
+        encoder=UnicodeJSONEncoder,
+        verbose_name=_("MCP resources and prompt"),
+        default=dict,
+        blank=True,
+        help_text=_(
+            '{"resources": [{"mcp_id": ..., "uri": ...}] read at run start as context, "prompt": '
+            '{"mcp_id": ..., "name": ..., "arguments": {"city": "{context.city}"}} as the system prompt, '
+            '"read_resource_tool": true to let the model read the bound servers\' resources}.'
+        ),
+    )
     mode = models.CharField(_("mode"), max_length=10, choices=Mode.choices, default=Mode.REACT)
     flow_graph = models.CharField(
         _("flow graph"),
         max_length=300,
         blank=True,
         help_text=_("Flow mode: dotted path of the function that builds the LangGraph graph."),
+    )
+    # Versions (agents.versions): live traffic runs ``live_version``'s frozen content; edits are a draft until
+    # published (or published at once when ``publish_on_save``). An agent never published runs its draft.
+    live_version = models.ForeignKey(
+        "AgentVersion",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("live version"),
+        help_text=_(
+            "The published version live traffic runs. Empty: the agent was never published (it runs as edited)."
+        ),
+    )
+    publish_on_save = models.BooleanField(
+        _("publish on save"),
+        default=False,
+        help_text=_("Publish a new version whenever the agent or one of its rules is saved (no draft stage)."),
+    )
+    shadow_version = models.ForeignKey(
+        "AgentVersion",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("shadow candidate version"),
+        help_text=_("Sampled live runs also run this version in the background (its writes blocked) for comparison."),
+    )
+    shadow_sample_rate = models.FloatField(
+        _("shadow sample rate"), default=0.0, help_text=_("Share of live runs shadowed, from 0 to 1.")
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -130,6 +192,17 @@ class Agent(AuditedModel):
 
     def __str__(self) -> str:
         return self.slug
+
+    def model_api_key(self) -> str | None:
+        """The decrypted model API key (a stored value, or the worker's variable it names), or None."""
+        from mcpregistry.models import secret_entry_value
+
+        return secret_entry_value((self.model_secrets or {}).get("api_key"))
+
+    def secret_values(self) -> list[str]:
+        """The agent's own secrets, for masking (the model API key)."""
+        key = self.model_api_key()
+        return [key] if key else []
 
     def clean(self) -> None:
         """The scripted provider replays canned model turns: offered only where ``PLATFORM_ALLOW_SCRIPTED_MODEL``
@@ -151,6 +224,20 @@ class Agent(AuditedModel):
                 load_flow_builder(self.flow_graph)
             except CodeRuleError as exc:
                 raise ValidationError({"flow_graph": str(exc)}) from None
+        self._clean_tool_selection()
+        from agents.mcp_context import mcp_context_settings
+
+        try:
+            mcp_context_settings(self.mcp_context)
+        except ValueError as exc:
+            raise ValidationError({"mcp_context": str(exc)}) from None
+        self._clean_model()
+        if not 0.0 <= float(self.shadow_sample_rate) <= 1.0:
+            raise ValidationError({"shadow_sample_rate": _("Enter a share from 0 to 1.")})
+        for name in ("live_version", "shadow_version"):
+            version = getattr(self, name)
+            if version is not None and self.pk is not None and version.agent_id != self.pk:
+                raise ValidationError({name: _("Choose a version of this agent.")})
         if self.model_provider == self.Provider.SCRIPTED and not scripted_model_allowed():
             raise ValidationError(
                 {
@@ -160,6 +247,70 @@ class Agent(AuditedModel):
                     )
                 }
             )
+
+    def _clean_tool_selection(self) -> None:
+        """The ``tool_selection`` JSON has the shape ``agents.tool_selection`` reads, and a forced first tool
+        is refused for a provider that cannot force one (``agents.llm.supports_tool_choice``)."""
+        from django.core.exceptions import ValidationError
+
+        from agents.llm import supports_tool_choice
+        from agents.tool_selection import tool_selection_settings
+
+        try:
+            selection = tool_selection_settings(self.tool_selection)
+        except ValueError as exc:
+            raise ValidationError({"tool_selection": str(exc)}) from None
+        if selection.force_first_tool and not supports_tool_choice(self.model_provider, self.model_id):
+            raise ValidationError(
+                {
+                    "tool_selection": _(
+                        "The %(provider)s provider cannot force the first tool call (tool_choice); leave "
+                        "force_first_tool empty or choose a provider that supports it."
+                    )
+                    % {"provider": self.model_provider}
+                }
+            )
+
+    def _clean_model(self) -> None:
+        """The network providers' parameters must parse (``agents.providers.ModelParams``); an OpenAI-compatible
+        base URL obeys the same address policy as an MCP server's URL (``PLATFORM_MODEL_ALLOW_PRIVATE_URLS``); a
+        key is never a plain model parameter, and a ``from_env`` key names an allowed variable."""
+        from django.core.exceptions import ValidationError
+        from pydantic import ValidationError as PydanticValidationError
+
+        from agents.providers import ModelParams
+        from mcpregistry.binding_policy import from_env_problem, url_problem
+
+        errors: dict[str, list[str]] = {}
+        params = self.model_params if isinstance(self.model_params, dict) else {}
+        if self.model_provider in {self.Provider.BEDROCK, self.Provider.OPENAI_COMPATIBLE}:
+            try:
+                parsed = ModelParams.model_validate(params)
+            except PydanticValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(p) for p in first.get("loc", ()))
+                errors["model_params"] = [f"{where}: {first.get('msg', '')}"]
+            else:
+                if self.model_provider == self.Provider.OPENAI_COMPATIBLE:
+                    if not parsed.base_url:
+                        errors["model_params"] = [
+                            str(_('Give the server\'s "base_url", e.g. http://127.0.0.1:11434/v1.'))
+                        ]
+                    elif problem := url_problem(parsed.base_url, settings.PLATFORM_MODEL_ALLOW_PRIVATE_URLS):
+                        errors["model_params"] = [str(problem)]
+                    if not self.model_id:
+                        errors["model_id"] = [str(_("Name the model the server serves."))]
+        if any(k in params for k in ("api_key", "openai_api_key", "key")):
+            errors.setdefault("model_params", []).append(
+                str(_("A key is a secret: put it in the model secrets (api_key), not in the model parameters."))
+            )
+        secrets = self.model_secrets if isinstance(self.model_secrets, dict) else {}
+        if set(secrets) - {"api_key"}:
+            errors["model_secrets"] = [str(_('The model secrets hold one entry: "api_key".'))]
+        elif problem := from_env_problem(secrets.values(), settings.PLATFORM_MCP_ENV_PASSTHROUGH):
+            errors["model_secrets"] = [problem]
+        if errors:
+            raise ValidationError(errors)
 
 
 class DeterministicRule(AuditedModel):
@@ -199,6 +350,15 @@ class DeterministicRule(AuditedModel):
         help_text=_("Dotted path of a @deterministic_tool function; then conditions and parameters are its own."),
     )
     when = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("conditions"), default=dict, blank=True)
+    force_first_tool = models.CharField(
+        _("force the model's first tool"),
+        max_length=200,
+        blank=True,
+        help_text=_(
+            'When this rule matches, the model\'s first call must be this tool ("any": some tool); for providers '
+            "that support tool_choice."
+        ),
+    )
     params = models.JSONField(
         encoder=UnicodeJSONEncoder, verbose_name=_("parameters template"), default=dict, blank=True
     )
@@ -233,10 +393,25 @@ class DeterministicRule(AuditedModel):
         from pydantic import ValidationError as PydanticValidationError
 
         from agents.deterministic import WhenSpec, template_problems
+        from agents.llm import supports_tool_choice
         from agents.tools import CodeRuleError, load_code_rule
         from mcpregistry.contracts import argument_constraints, spec_problems
 
         errors: dict[str, list[str]] = {}
+        if (
+            self.force_first_tool
+            and self.agent_id
+            and not supports_tool_choice(self.agent.model_provider, self.agent.model_id)
+        ):
+            errors["force_first_tool"] = [
+                str(
+                    _(
+                        "The %(provider)s provider cannot force the first tool call (tool_choice); leave "
+                        "force_first_tool empty or choose a provider that supports it."
+                    )
+                    % {"provider": self.agent.model_provider}
+                )
+            ]
         if self.code:
             try:
                 _fn, mcp_id = load_code_rule(self.code)
@@ -276,6 +451,60 @@ class DeterministicRule(AuditedModel):
             raise ValidationError(errors)
 
 
+class AgentVersion(AuditedModel):
+    """A published, immutable snapshot of an agent: prompt, model and parameters, mode, its rules (conditions and
+    params) and the contracts of its tools as they were when it was published (``agents.versions.VersionContent``).
+    Versions are only ever created (publishing, rolling back); a run records the one it ran."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="versions", verbose_name=_("agent"))
+    number = models.PositiveIntegerField(_("number"))
+    content = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("frozen content"), default=dict)
+    digest = models.CharField(_("content digest"), max_length=64)
+    note = models.CharField(_("note"), max_length=500, blank=True)
+    published_by = models.CharField(_("published by"), max_length=200, blank=True)
+    created_at = models.DateTimeField(_("published"), auto_now_add=True)
+
+    change_audit = ChangeAudit(entity="agent_version")
+
+    class Meta:
+        verbose_name = _("agent version")
+        verbose_name_plural = _("agent versions")
+        ordering = ["agent", "-number"]
+        constraints = [models.UniqueConstraint(fields=["agent", "number"], name="agentversion_unique_number")]
+
+    def __str__(self) -> str:
+        return f"{self.agent.slug} v{self.number}"
+
+
+class AgentArm(AuditedModel):
+    """One arm of an agent's A/B split: live traffic is divided between the arms by weight, sticky per caller."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="arms", verbose_name=_("agent"))
+    name = models.SlugField(_("arm"), max_length=32)
+    version = models.ForeignKey(AgentVersion, on_delete=models.CASCADE, related_name="arms", verbose_name=_("version"))
+    weight = models.PositiveIntegerField(
+        _("weight"), default=1, help_text=_("Share of traffic, relative to the other arms; 0 pauses the arm.")
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    change_audit = ChangeAudit(entity="agent_arm")
+
+    class Meta:
+        verbose_name = _("A/B arm")
+        verbose_name_plural = _("A/B arms")
+        ordering = ["agent", "name"]
+        constraints = [models.UniqueConstraint(fields=["agent", "name"], name="agentarm_unique_name")]
+
+    def __str__(self) -> str:
+        return f"{self.agent.slug}:{self.name}"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        if self.version_id is not None and self.agent_id is not None and self.version.agent_id != self.agent_id:
+            raise ValidationError({"version": _("Choose a version of this agent.")})
+
+
 class ApiKey(AuditedModel):
     """A key an API caller presents as ``Authorization: Bearer <key>``. Only its SHA-256 digest is stored."""
 
@@ -290,6 +519,11 @@ class ApiKey(AuditedModel):
         max_length=20,
         blank=True,
         help_text=_("Requests per period for this key, e.g. 60/min or 1000/hour. Empty: the platform default."),
+    )
+    admin = models.BooleanField(
+        _("admin key"),
+        default=False,
+        help_text=_("May use the admin API (eval sets and eval runs under /api/v1/evals/). Off for callers' keys."),
     )
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(_("last used"), null=True, blank=True)
@@ -318,6 +552,11 @@ class ApiKey(AuditedModel):
 
 class Run(models.Model):
     """One query to one agent, executed by a worker: its input, trace, outcome and timings."""
+
+    class Purpose(models.TextChoices):
+        LIVE = "live", _("live")
+        EVAL = "eval", _("eval")
+        SHADOW = "shadow", _("shadow")
 
     class Status(models.TextChoices):
         QUEUED = "queued", _("queued")
@@ -356,6 +595,10 @@ class Run(models.Model):
         editable=False,
     )
     token_usage = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("token usage"), default=dict, blank=True)
+    tokens = models.PositiveBigIntegerField(_("tokens"), default=0, help_text=_("Input and output tokens, all calls."))
+    cost_micros = models.PositiveBigIntegerField(
+        _("cost (millionths of a US dollar)"), default=0, help_text=_("From the price table when the run finished.")
+    )
     tool_failures = models.PositiveIntegerField(
         _("tool failures"), default=0, help_text=_("Tool calls of the run that failed (deterministic and the model's).")
     )
@@ -368,6 +611,44 @@ class Run(models.Model):
     created_at = models.DateTimeField(_("created"), auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(_("started"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
+    # Why the run exists: a caller's (live), an eval case's, or a shadow of a live run. Eval and shadow runs never
+    # execute a write tool (the gate answers ``eval:write_blocked``) except on the servers named in
+    # ``write_sandbox``, and their tool calls are audited under their purpose, apart from production metrics.
+    purpose = models.CharField(
+        _("purpose"), max_length=10, choices=Purpose.choices, default=Purpose.LIVE, db_index=True, editable=False
+    )
+    write_sandbox = models.JSONField(
+        encoder=UnicodeJSONEncoder,
+        verbose_name=_("write sandbox servers"),
+        default=list,
+        blank=True,
+        editable=False,
+        help_text=_("MCP server ids whose write tools an eval or shadow run may execute (sandbox servers)."),
+    )
+
+    version = models.ForeignKey(
+        AgentVersion,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="runs",
+        verbose_name=_("version"),
+        help_text=_("The published version the run ran. Empty: the agent's draft (never published)."),
+    )
+    arm = models.CharField(_("A/B arm"), max_length=32, blank=True, db_index=True)
+    shadow_of = models.ForeignKey(
+        "self",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="shadows",
+        verbose_name=_("shadow of"),
+        help_text=_("A shadow run: the live run whose query it repeated on the candidate version."),
+    )
+    feedback_score = models.FloatField(_("feedback score"), null=True, blank=True)
+    feedback_scale = models.CharField(_("feedback scale"), max_length=10, blank=True)
+    feedback_comment = models.TextField(_("feedback comment"), blank=True)
+    feedback_at = models.DateTimeField(_("feedback given"), null=True, blank=True)
 
     change_audit = NotConfiguration(
         "a run is a caller's request and its outcome; its tool calls are audited as they happen"
@@ -383,7 +664,10 @@ class Run(models.Model):
 
     @property
     def audit_events(self) -> QuerySet[AuditEvent]:
-        """The run's audit events (they refer to it by id, and outlive it under retention)."""
+        """The run's audit events (they refer to it by id, and outlive it under retention); those committed but
+        not chained yet (deferred chaining, ``audit.services``) are chained first, so a run's trace read just
+        after the run has every one."""
+        audit_chain_catch_up()
         return AuditEvent.objects.filter(run_id=self.pk)
 
     @property
@@ -456,3 +740,179 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq} {self.kind}"
+
+
+class WorkerHeartbeat(models.Model):
+    """A Celery worker's last sign of life (its timer writes it; ``/readyz`` asks for a recent one)."""
+
+    worker = models.CharField(_("worker"), max_length=200, primary_key=True)
+    seen_at = models.DateTimeField(_("last seen"), db_index=True)
+
+    change_audit = NotConfiguration("a worker's liveness signal, written by the worker itself")
+
+    class Meta:
+        verbose_name = _("worker heartbeat")
+        verbose_name_plural = _("worker heartbeats")
+
+    def __str__(self) -> str:
+        return f"{self.worker} @ {self.seen_at:%Y-%m-%d %H:%M:%S}"
+
+
+class ModelPrice(AuditedModel):
+    """What a model costs, in US dollars per million tokens (input, output, and prompt-cache reads and writes;
+    empty cache prices: the input price). A run's cost is its tokens at the price of its agent's model."""
+
+    provider = models.CharField(_("model provider"), max_length=20, choices=Agent.Provider.choices)
+    model_id = models.CharField(_("model id"), max_length=200, blank=True)
+    input_per_mtok = models.DecimalField(_("input, USD per 1M tokens"), max_digits=12, decimal_places=4)
+    output_per_mtok = models.DecimalField(_("output, USD per 1M tokens"), max_digits=12, decimal_places=4)
+    cache_read_per_mtok = models.DecimalField(
+        _("cache read, USD per 1M tokens"), max_digits=12, decimal_places=4, null=True, blank=True
+    )
+    cache_write_per_mtok = models.DecimalField(
+        _("cache write, USD per 1M tokens"), max_digits=12, decimal_places=4, null=True, blank=True
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    change_audit = ChangeAudit(entity="model_price", operational_fields=frozenset({"updated_at"}))
+
+    class Meta:
+        verbose_name = _("model price")
+        verbose_name_plural = _("model prices")
+        ordering = ["provider", "model_id"]
+        constraints = [models.UniqueConstraint(fields=["provider", "model_id"], name="model_price_unique_model")]
+
+    def __str__(self) -> str:
+        return f"{self.provider}:{self.model_id or '*'}"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        for name in ("input_per_mtok", "output_per_mtok", "cache_read_per_mtok", "cache_write_per_mtok"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValidationError({name: _("A price cannot be negative.")})
+
+
+class Budget(AuditedModel):
+    """A ceiling on the tokens or the cost (or both) of one API key's or one agent's runs per day or month (UTC).
+
+    A run is admitted only if its reservation (``run_reservation_tokens``, and their cost at the agent's price)
+    still fits beside what the period used and what the runs in flight reserved; it is settled with its real
+    usage when it ends, and a run that reaches its reservation stops (``budget:run_ceiling``). See
+    ``agents.budgets``."""
+
+    class Period(models.TextChoices):
+        DAY = "day", _("day")
+        MONTH = "month", _("month")
+
+    api_key = models.ForeignKey(
+        ApiKey, on_delete=models.CASCADE, null=True, blank=True, related_name="budgets", verbose_name=_("API key")
+    )
+    agent = models.ForeignKey(
+        Agent, on_delete=models.CASCADE, null=True, blank=True, related_name="budgets", verbose_name=_("agent")
+    )
+    period = models.CharField(_("period"), max_length=10, choices=Period.choices, default=Period.DAY)
+    max_tokens = models.PositiveBigIntegerField(_("token limit"), null=True, blank=True)
+    max_cost = models.DecimalField(_("cost limit (USD)"), max_digits=14, decimal_places=4, null=True, blank=True)
+    run_reservation_tokens = models.PositiveIntegerField(
+        _("tokens reserved per run"),
+        default=20000,
+        help_text=_(
+            "Set aside when a run is admitted and settled with its real usage when it ends; a run that uses them "
+            "all stops. The budget can be overspent by at most one model call per run in flight."
+        ),
+    )
+    enabled = models.BooleanField(_("enabled"), default=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    change_audit = ChangeAudit(entity="budget", operational_fields=frozenset({"updated_at"}))
+
+    class Meta:
+        verbose_name = _("budget")
+        verbose_name_plural = _("budgets")
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        owner = f"key {self.api_key}" if self.api_key_id else f"agent {self.agent}"
+        return f"{owner} / {self.period}"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        if bool(self.api_key_id) == bool(self.agent_id):
+            raise ValidationError(_("A budget belongs to one API key or one agent."))
+        if self.max_tokens is None and self.max_cost is None:
+            raise ValidationError(_("Give a token limit, a cost limit, or both."))
+        if self.max_cost is not None and self.max_cost < 0:
+            raise ValidationError({"max_cost": _("A limit cannot be negative.")})
+        if self.run_reservation_tokens < 1:
+            raise ValidationError({"run_reservation_tokens": _("Reserve at least one token per run.")})
+
+
+class BudgetUsage(models.Model):
+    """One budget's counters for one period: settled usage and what the runs in flight reserved. Changed only by
+    conditional atomic updates (``agents.budgets``)."""
+
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="usage")
+    period_start = models.DateTimeField()
+    used_tokens = models.BigIntegerField(default=0)
+    used_cost_micros = models.BigIntegerField(default=0)
+    reserved_tokens = models.BigIntegerField(default=0)
+    reserved_cost_micros = models.BigIntegerField(default=0)
+
+    change_audit = NotConfiguration("a budget's running counters, written as runs are admitted and settled")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["budget", "period_start"], name="budget_usage_one_per_period")]
+
+    def __str__(self) -> str:
+        return f"{self.budget_id}@{self.period_start:%Y-%m-%d}"
+
+
+class BudgetReservation(models.Model):
+    """What one run set aside in one budget's period, until it is settled (once) when the run ends."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="budget_reservations")
+    usage = models.ForeignKey(BudgetUsage, on_delete=models.CASCADE, related_name="reservations")
+    tokens = models.BigIntegerField()
+    cost_micros = models.BigIntegerField()
+    settled_at = models.DateTimeField(null=True, blank=True)
+
+    change_audit = NotConfiguration("a run's reservation against a budget")
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: {self.tokens}"
+
+
+class ShadowComparison(models.Model):
+    """A live run and its shadow on the candidate version, compared once both have finished."""
+
+    live_run = models.OneToOneField(
+        Run, on_delete=models.CASCADE, related_name="shadow_comparison", verbose_name=_("live run")
+    )
+    shadow_run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="+", verbose_name=_("shadow run"))
+    agent = models.ForeignKey(
+        Agent, on_delete=models.CASCADE, related_name="shadow_comparisons", verbose_name=_("agent")
+    )
+    candidate = models.ForeignKey(AgentVersion, on_delete=models.PROTECT, related_name="+", verbose_name=_("candidate"))
+    agrees = models.BooleanField(_("agrees"), db_index=True)
+    same_status = models.BooleanField(_("same outcome"))
+    same_tools = models.BooleanField(_("same tools"))
+    same_args = models.BooleanField(_("same arguments"))
+    answer_similarity = models.FloatField(_("answer similarity"))
+    live_tools = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("live tools"), default=list)
+    shadow_tools = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("shadow tools"), default=list)
+    latency_delta_ms = models.FloatField(_("latency difference (ms)"), null=True)
+    tokens_delta = models.IntegerField(_("token difference"), null=True)
+    created_at = models.DateTimeField(_("compared"), auto_now_add=True)
+
+    change_audit = NotConfiguration("derived from two runs")
+
+    class Meta:
+        verbose_name = _("shadow comparison")
+        verbose_name_plural = _("shadow comparisons")
+        ordering = ["agrees", "answer_similarity", "-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.live_run_id} vs {self.shadow_run_id}"

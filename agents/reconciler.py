@@ -111,7 +111,7 @@ def _recover_runs_of_lost_workers(now: datetime) -> tuple[int, int]:
     expired = (
         Run.objects.filter(status=Run.Status.RUNNING, lease_expires_at__lte=now)
         .order_by("lease_expires_at")
-        .values("id", "worker", "delivery_count", "lease_expires_at", "agent__time_limit_s")[:batch]
+        .values("id", "worker", "delivery_count", "lease_expires_at", "agent__time_limit_s", "purpose")[:batch]
     )
     requeued = lost = 0
     for row in expired:
@@ -133,6 +133,7 @@ def _recover_runs_of_lost_workers(now: datetime) -> tuple[int, int]:
                 run_id=row["id"],
                 match=match,
                 time_limit_s=row["agent__time_limit_s"],
+                purpose=row["purpose"],
                 reason=f"worker_lost: {row['worker']} stopped renewing its lease",
             )
     return requeued, lost
@@ -145,7 +146,7 @@ def _redispatch_stale_queued_runs(now: datetime) -> int:
         Run.objects.filter(status=Run.Status.QUEUED)
         .filter(Q(lease_expires_at__lte=now) | Q(lease_expires_at__isnull=True, created_at__lte=now - stale))
         .order_by("created_at")
-        .values("id", "lease_expires_at", "agent__time_limit_s")[:batch]
+        .values("id", "lease_expires_at", "agent__time_limit_s", "purpose")[:batch]
     )
     redispatched = 0
     for row in due:
@@ -157,6 +158,6 @@ def _redispatch_stale_queued_runs(now: datetime) -> int:
             logger.warning(
                 "run %s was still queued after %s s; dispatching it again", row["id"], int(stale.total_seconds())
             )
-            run_dispatch(run_id=str(row["id"]), time_limit_s=row["agent__time_limit_s"])
+            run_dispatch(run_id=str(row["id"]), time_limit_s=row["agent__time_limit_s"], purpose=row["purpose"])
             redispatched += 1
     return redispatched

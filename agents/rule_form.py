@@ -194,6 +194,7 @@ class DeterministicRuleForm(forms.ModelForm):
             "when",
             "params",
             "answer_template",
+            "force_first_tool",
         ]
         widgets = {"when": WhenWidget, "params": ParamsWidget}
 
@@ -276,6 +277,7 @@ class DeterministicRuleForm(forms.ModelForm):
             when=spec.when,
             params=spec.params,
             answer_template=spec.answer_template,
+            force_first_tool=spec.force_first_tool,
         )
 
 

@@ -16,8 +16,10 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from agents.budgets import budget_settle
 from agents.dispatch import lifecycle_setting, run_dispatch
 from agents.models import Approval, Run, RunEvent
+from agents.run_wakeup import run_changed
 from audit.masking import mask_value
 from audit.services import audit_event_record
 
@@ -36,8 +38,8 @@ def run_resume(*, run_id: str) -> None:
         status=Run.Status.QUEUED, delivery_count=0, lease_expires_at=now + stale
     )
     if resumed == 1:
-        time_limit_s = Run.objects.filter(id=run_id).values_list("agent__time_limit_s", flat=True).get()
-        transaction.on_commit(lambda: run_dispatch(run_id=str(run_id), time_limit_s=time_limit_s))
+        time_limit_s, purpose = Run.objects.filter(id=run_id).values_list("agent__time_limit_s", "purpose").get()
+        transaction.on_commit(lambda: run_dispatch(run_id=str(run_id), time_limit_s=time_limit_s, purpose=purpose))
 
 
 # --- state changes made without a live worker (a claim that finds its worker gone, the reconciler) ------------
@@ -59,14 +61,18 @@ def run_fail_unheld(*, run_id: Any, match: dict[str, Any], error_code: str, erro
                 "status", {"status": "failed", "answer": "", "error": error_code}
             )
             approvals_interrupted(run_id=run_id, why=error_code)
+            budget_settle(run_id=run_id)
     if failed == 1:
         logger.warning("run %s failed: %s (%s)", run_id, error_code, error_message)
     return failed == 1
 
 
-def run_requeue_unheld(*, run_id: Any, match: dict[str, Any], time_limit_s: int, reason: str) -> bool:
+def run_requeue_unheld(
+    *, run_id: Any, match: dict[str, Any], time_limit_s: int, reason: str, purpose: str | None = None
+) -> bool:
     """Put a running run whose worker is gone back in the queue, if it still is as read (compare-and-swap on
-    ``match``), with its ``status`` event; its task is dispatched again when the transaction commits."""
+    ``match``), with its ``status`` event; its task is dispatched again when the transaction commits, to the
+    queue of its ``purpose`` (``agents.dispatch.run_queue``)."""
     stale = timedelta(seconds=float(lifecycle_setting("PLATFORM_RUN_QUEUED_STALE_S")))
     with transaction.atomic():
         requeued = Run.objects.filter(id=run_id, **match).update(
@@ -75,7 +81,7 @@ def run_requeue_unheld(*, run_id: Any, match: dict[str, Any], time_limit_s: int,
         if requeued == 1:
             RunEventWriter(run_id=run_id, secrets=[]).emit("status", {"status": "queued", "reason": reason})
             approvals_interrupted(run_id=run_id, why="worker_lost")
-            transaction.on_commit(lambda: run_dispatch(run_id=str(run_id), time_limit_s=time_limit_s))
+            transaction.on_commit(lambda: run_dispatch(run_id=str(run_id), time_limit_s=time_limit_s, purpose=purpose))
     if requeued == 1:
         logger.warning("run %s queued again: %s", run_id, reason)
     return requeued == 1
@@ -118,12 +124,15 @@ class RunEventWriter:
     """Appends a run's progress to ``RunEvent`` (masked), numbered after what was written before.
 
     Numbers are unique per run: if another writer took the next number (a worker that lost the run and has not
-    noticed yet, a cancellation), the event is numbered again after it."""
+    noticed yet, a cancellation), the event is numbered again after it. Each event wakes the run's waiters when
+    it is committed (``agents.run_wakeup``)."""
 
-    def __init__(self, *, run_id: Any, secrets: list[str]) -> None:
+    def __init__(self, *, run_id: Any, secrets: list[str], last_seq: int | None = None) -> None:
+        """``last_seq``: the run's last event number where the caller knows it (0 for a run no worker has
+        started: one query fewer; a wrong guess costs a collision, numbered again as any other)."""
         self.run_id = run_id
         self.secrets = secrets
-        self.seq = self._last_seq()
+        self.seq = self._last_seq() if last_seq is None else last_seq
 
     def _last_seq(self) -> int:
         last = RunEvent.objects.filter(run_id=self.run_id).order_by("-seq").values_list("seq", flat=True).first()
@@ -137,6 +146,28 @@ class RunEventWriter:
                 # Inside a transaction a savepoint keeps a collision from breaking it; outside, the insert is its own.
                 with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
                     RunEvent.objects.create(run_id=self.run_id, seq=self.seq, kind=kind, data=masked)
+                run_changed(run_id=self.run_id)
+                return
+            except IntegrityError:
+                if attempt == 2:
+                    raise
+                self.seq = self._last_seq()
+
+    def emit_many(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+        """``emit`` for several events in a row, as one insert (numbered again after a collision, as ``emit``)."""
+        if not events:
+            return
+        masked = [(kind, mask_value(data, secrets=self.secrets)) for kind, data in events]
+        for attempt in range(3):
+            rows = [
+                RunEvent(run_id=self.run_id, seq=self.seq + i, kind=kind, data=data)
+                for i, (kind, data) in enumerate(masked, start=1)
+            ]
+            try:
+                with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
+                    RunEvent.objects.bulk_create(rows)
+                self.seq += len(rows)
+                run_changed(run_id=self.run_id)
                 return
             except IntegrityError:
                 if attempt == 2:

@@ -12,6 +12,7 @@ from django.utils.translation import gettext as _
 from agent_platform.errors import ApplicationError
 from agents.deterministic import RuleSpec
 from agents.models import Agent, ApiKey, DeterministicRule, Run, RunEvent
+from agents.run_wakeup import RunWatch
 from mcpregistry.models import McpServer
 
 
@@ -21,7 +22,7 @@ def run_get(*, run_id: str, api_key: ApiKey) -> Run:
         key = uuid.UUID(str(run_id))
     except ValueError:
         key = None
-    run = Run.objects.select_related("agent").filter(id=key, api_key=api_key).first() if key else None
+    run = Run.objects.select_related("agent", "version").filter(id=key, api_key=api_key).first() if key else None
     if run is None:
         raise ApplicationError(_("Run not found."), code="run_not_found", status=404)
     return run
@@ -29,7 +30,7 @@ def run_get(*, run_id: str, api_key: ApiKey) -> Run:
 
 def run_list(*, api_key: ApiKey, agent_slug: str | None = None, status: str | None = None) -> QuerySet[Run]:
     """The caller's runs, newest first, optionally of one agent and/or in one status."""
-    runs = Run.objects.select_related("agent").filter(api_key=api_key)
+    runs = Run.objects.select_related("agent", "version").filter(api_key=api_key)
     if agent_slug:
         runs = runs.filter(agent__slug=agent_slug)
     if status:
@@ -70,13 +71,18 @@ def run_tool_calls(*, run: Run) -> list[dict[str, Any]]:
 
 
 def run_wait(*, run: Run, timeout_s: float, interval_s: float = 0.1) -> Run:
-    """Poll until the run has finished (or awaits approval) or ``timeout_s`` has passed; returns it fresh."""
+    """Wait until the run has finished (or awaits approval) or ``timeout_s`` has passed; returns it fresh.
+
+    Woken by the run's change notification where there is one (``agents.run_wakeup``: Redis, PostgreSQL), and
+    reading the run again at least every ``interval_s`` (a short adaptive pause where nothing notifies)."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        run.refresh_from_db()
-        if run.is_finished or run.status == Run.Status.AWAITING_APPROVAL or time.monotonic() >= deadline:
-            return run
-        time.sleep(interval_s)
+    with RunWatch(run.pk) as watch:
+        while True:
+            run.refresh_from_db()
+            left = deadline - time.monotonic()
+            if run.is_finished or run.status == Run.Status.AWAITING_APPROVAL or left <= 0:
+                return run
+            watch.wait(min(interval_s, left))
 
 
 def tool_name_conflicts(servers: list[McpServer]) -> dict[str, list[str]]:
@@ -89,10 +95,11 @@ def tool_name_conflicts(servers: list[McpServer]) -> dict[str, list[str]]:
     return {name: ids for name, ids in owners.items() if len(ids) > 1}
 
 
-def deterministic_rule_specs(*, agent: Agent) -> list[RuleSpec]:
+def deterministic_rule_specs(*, agent: Agent, server_ids: list[Any] | None = None) -> list[RuleSpec]:
     """The enabled rules a run of ``agent`` evaluates, in order: its own, and the global ones for its servers
-    (admin rules) or for any server (code rules, whose ``mcp_id`` the stage checks)."""
-    bound = list(agent.servers.values_list("pk", flat=True))
+    (admin rules) or for any server (code rules, whose ``mcp_id`` the stage checks). ``server_ids``: the agent's
+    servers' ids where the caller has them already (one query fewer)."""
+    bound = list(agent.servers.values_list("pk", flat=True)) if server_ids is None else server_ids
     rules = (
         DeterministicRule.objects.filter(enabled=True)
         .filter(Q(agent=agent) | Q(agent__isnull=True, server__in=bound) | Q(agent__isnull=True, code__gt=""))
@@ -109,6 +116,47 @@ def deterministic_rule_specs(*, agent: Agent) -> list[RuleSpec]:
             when=r.when or {},
             params=r.params or {},
             answer_template=r.answer_template,
+            force_first_tool=r.force_first_tool,
         )
         for r in rules
     ]
+
+
+def agent_list_for_key(*, api_key: ApiKey) -> list[Agent]:
+    """The enabled agents ``api_key`` may use (all of them for a key not scoped to agents), by slug."""
+    agents = Agent.objects.filter(enabled=True)
+    if api_key.agents.exists():
+        agents = agents.filter(pk__in=api_key.agents.values("pk"))
+    return list(agents.order_by("slug"))
+
+
+def agent_get_for_key(*, slug: str, api_key: ApiKey) -> Agent:
+    """An enabled agent ``api_key`` may use; any other slug (unknown, disabled, out of the key's scope) is a 404
+    (``agent_not_found``), so a scoped key learns nothing of the agents it may not use."""
+    agent = next((a for a in agent_list_for_key(api_key=api_key) if a.slug == slug), None)
+    if agent is None:
+        raise ApplicationError(_("Agent '%(slug)s' not found.") % {"slug": slug}, code="agent_not_found", status=404)
+    return agent
+
+
+def agent_skills(*, agent: Agent) -> list[dict[str, Any]]:
+    """What an agent is good at, for its A2A card: its enabled rules (keywords as tags) and its tools."""
+    skills: list[dict[str, Any]] = []
+    for rule in deterministic_rule_specs(agent=agent):
+        when = rule.when or {}
+        tags = [str(t) for t in [*when.get("all_keywords", []), *when.get("any_keywords", [])]][:20]
+        skills.append(
+            {"id": f"rule-{rule.rule_id}", "name": rule.name, "description": rule.name, "tags": tags or ["rule"]}
+        )
+    for server in agent.servers.filter(enabled=True):
+        for tool in server.tools.all():
+            if tool.callable:
+                skills.append(
+                    {
+                        "id": f"tool-{server.mcp_id}-{tool.name}",
+                        "name": tool.exposed_name,
+                        "description": tool.description or tool.exposed_name,
+                        "tags": ["tool", server.mcp_id],
+                    }
+                )
+    return skills

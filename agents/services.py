@@ -6,18 +6,24 @@ import hashlib
 import json
 import logging
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from datetime import timedelta
+from typing import Any, Literal
 
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
+from agents.budgets import budget_reserve, budget_settle
 from agents.dispatch import run_dispatch
-from agents.models import Agent, ApiKey, Approval, DeterministicRule, Run
+from agents.models import Agent, AgentArm, AgentVersion, ApiKey, Approval, DeterministicRule, Run
 from agents.run_state import RunEventWriter
+from agents.versions import VersionContent, caller_key, content_digest, pick_arm, version_content
+from audit.change_guard import actor_label
 from audit.changes import audited_delete, audited_save, change_scope, config_change_record
 from audit.masking import mask_text
 from audit.services import audit_event_record
@@ -33,12 +39,12 @@ def api_key_digest(raw_key: str) -> str:
 
 
 def api_key_create(
-    *, name: str, actor: Any, via: str, agents: Iterable[Agent] = (), rate: str = ""
+    *, name: str, actor: Any, via: str, agents: Iterable[Agent] = (), rate: str = "", admin: bool = False
 ) -> tuple[ApiKey, str]:
     """Issue a key (recorded as ``config.api_key.create``: its name, prefix and agents, never the key or its
     digest). Returns the row and the raw key, which is shown once and never stored."""
     raw = API_KEY_PREFIX + secrets.token_urlsafe(32)
-    key = ApiKey(name=name, prefix=raw[:12], digest=api_key_digest(raw), rate=rate)
+    key = ApiKey(name=name, prefix=raw[:12], digest=api_key_digest(raw), rate=rate, admin=admin)
     audited_save(key, actor=actor, via=via, m2m={"agents": list(agents)})
     return key, raw
 
@@ -61,11 +67,18 @@ def api_key_delete(*, api_key: ApiKey, actor: Any, via: str) -> None:
     audited_delete(api_key, actor=actor, via=via)
 
 
+# ``last_used_at`` is written at most this often per key (a write per request would be a commit per request).
+API_KEY_LAST_USED_RESOLUTION = timedelta(seconds=60)
+
+
 def api_key_authenticate(*, raw_key: str) -> ApiKey | None:
-    """The live key with this value, or None. Records its last use."""
+    """The live key with this value, or None. Records its last use, to the minute."""
     key = ApiKey.objects.filter(digest=api_key_digest(raw_key), revoked_at__isnull=True).first()
     if key is not None:
-        ApiKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now())
+        now = timezone.now()
+        if key.last_used_at is None or now - key.last_used_at >= API_KEY_LAST_USED_RESOLUTION:
+            ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+            key.last_used_at = now
     return key
 
 
@@ -84,8 +97,11 @@ def api_key_revoke(*, api_key: ApiKey, actor: Any, via: str) -> bool:
 
 
 def agent_create(*, actor: Any, via: str, data: Mapping[str, Any], servers: Iterable[McpServer] = ()) -> Agent:
-    """Define an agent with its bound servers."""
-    return audited_save(Agent(), actor=actor, via=via, data=data, m2m={"servers": list(servers)})
+    """Define an agent with its bound servers (published at once when it is set to publish on save)."""
+    with transaction.atomic():
+        agent = audited_save(Agent(), actor=actor, via=via, data=data, m2m={"servers": list(servers)})
+        _publish_if_on_save(agent, actor=actor, via=via)
+    return agent
 
 
 def agent_update(
@@ -96,10 +112,15 @@ def agent_update(
     data: Mapping[str, Any] | None = None,
     servers: Iterable[McpServer] | None = None,
 ) -> Agent:
-    """Change an agent (prompt, model, mode, limits) and, given ``servers``, the servers it binds."""
-    return audited_save(
-        agent, actor=actor, via=via, data=data, m2m=None if servers is None else {"servers": list(servers)}
-    )
+    """Change an agent (prompt, model, mode, limits) and, given ``servers``, the servers it binds. A published
+    agent's change is a draft that live traffic does not run until it is published, unless the agent is set to
+    publish on save (then it is published in the same transaction)."""
+    with transaction.atomic():
+        audited_save(
+            agent, actor=actor, via=via, data=data, m2m=None if servers is None else {"servers": list(servers)}
+        )
+        _publish_if_on_save(agent, actor=actor, via=via)
+    return agent
 
 
 def agent_delete(*, agent: Agent, actor: Any, via: str) -> None:
@@ -108,18 +129,210 @@ def agent_delete(*, agent: Agent, actor: Any, via: str) -> None:
 
 
 def deterministic_rule_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> DeterministicRule:
-    """Add a rule (validated: a code rule importable, an admin rule's tool known and its params fitting)."""
-    return audited_save(DeterministicRule(), actor=actor, via=via, data=data)
+    """Add a rule (validated: a code rule importable, an admin rule's tool known and its params fitting). Like
+    every rule change, a draft for a published agent unless it publishes on save."""
+    with transaction.atomic():
+        rule = audited_save(DeterministicRule(), actor=actor, via=via, data=data)
+        _publish_rule_agents_on_save([rule.agent_id], actor=actor, via=via)
+    return rule
 
 
 def deterministic_rule_update(
     *, rule: DeterministicRule, actor: Any, via: str, data: Mapping[str, Any] | None = None
 ) -> DeterministicRule:
-    return audited_save(rule, actor=actor, via=via, data=data)
+    with transaction.atomic():
+        stored = DeterministicRule.objects.filter(pk=rule.pk).values_list("agent_id", flat=True)
+        before = [stored.get()] if rule.pk is not None and stored.exists() else []
+        audited_save(rule, actor=actor, via=via, data=data)
+        _publish_rule_agents_on_save([*before, rule.agent_id], actor=actor, via=via)
+    return rule
 
 
 def deterministic_rule_delete(*, rule: DeterministicRule, actor: Any, via: str) -> None:
-    audited_delete(rule, actor=actor, via=via)
+    with transaction.atomic():
+        agent_id = rule.agent_id
+        audited_delete(rule, actor=actor, via=via)
+        _publish_rule_agents_on_save([agent_id], actor=actor, via=via)
+
+
+# --- versions ---------------------------------------------------------------------------------------------
+
+
+# Agents whose publish on save is held back (``publish_on_save_deferred``): None outside such a block.
+_deferred_publishes: ContextVar[set[int] | None] = ContextVar("deferred_publishes", default=None)
+
+
+@contextmanager
+def publish_on_save_deferred() -> Iterator[set[int]]:
+    """Within the block, an edit that would publish an agent on save only notes the agent's id in the set it
+    yields; the caller publishes them once at the end (``config_import``: a document applies many entries, and
+    names the versions it wants itself)."""
+    deferred: set[int] = set()
+    token = _deferred_publishes.set(deferred)
+    try:
+        yield deferred
+    finally:
+        _deferred_publishes.reset(token)
+
+
+def _publish_on_save(agent: Agent, *, actor: Any, via: str) -> None:
+    deferred = _deferred_publishes.get()
+    if deferred is not None:
+        deferred.add(agent.pk)
+    else:
+        agent_version_publish(agent=agent, actor=actor, via=via, note="published on save")
+
+
+def _publish_if_on_save(agent: Agent | None, *, actor: Any, via: str) -> None:
+    if agent is not None and Agent.objects.filter(pk=agent.pk, publish_on_save=True).exists():
+        _publish_on_save(agent, actor=actor, via=via)
+
+
+def _publish_rule_agents_on_save(agent_ids: Iterable[int | None], *, actor: Any, via: str) -> None:
+    """After a rule changed (``agent_ids``: the agent it belonged to before and after, None for a global rule):
+    the agents that publish on save and whose runs may evaluate it publish. A global rule reaches the agents
+    bound to its server (or, a code rule, any agent), so then every agent that publishes on save is considered;
+    one whose frozen content did not change gets no new version (``agent_version_publish``)."""
+    ids = list(agent_ids)
+    agents = Agent.objects.filter(publish_on_save=True)
+    if None not in ids:
+        agents = agents.filter(pk__in=ids)
+    for agent in agents.order_by("slug"):
+        _publish_on_save(agent, actor=actor, via=via)
+
+
+def agents_publish_on_registry_change(*, server_ids: Iterable[Any], actor: Any, via: str, **_signal: Any) -> None:
+    """Receiver of ``mcpregistry.signals.registry_contracts_changed`` (connected in ``AgentsConfig.ready``), in
+    the transaction of the contract change: the agents bound to one of ``server_ids`` that publish on save
+    publish a version that freezes the changed contracts (none when their frozen content is unchanged)."""
+    agents = Agent.objects.filter(publish_on_save=True, servers__in=list(server_ids)).distinct().order_by("slug")
+    for agent in agents:
+        _publish_on_save(agent, actor=actor, via=via)
+
+
+@transaction.atomic
+def agent_version_publish(
+    *,
+    agent: Agent,
+    actor: Any,
+    via: str,
+    note: str = "",
+    content: VersionContent | None = None,
+    make_live: bool = True,
+) -> AgentVersion:
+    """Freeze the agent as it is stored now (or ``content``, for a roll back) as its next version and make that
+    the version live traffic runs (``make_live=False``: a candidate for a shadow or an A/B arm, live traffic
+    unchanged). Publishing content identical to the live version's changes nothing and returns the live version. Audited as ``config.agent_version.publish`` (with the content) and
+    ``config.agent.update`` (``live_version``), in one transaction; concurrent publishes of one agent are
+    serialized on its row."""
+    locked = Agent.objects.select_for_update().get(pk=agent.pk)
+    frozen = content if content is not None else version_content(locked)
+    digest = content_digest(frozen)
+    live = locked.live_version
+    if live is not None and live.digest == digest:
+        return live
+    last = AgentVersion.objects.filter(agent=locked).order_by("-number").values_list("number", flat=True).first()
+    version = AgentVersion(
+        agent=locked,
+        number=(last or 0) + 1,
+        content=frozen,
+        digest=digest,
+        note=note[:500],
+        published_by=actor_label(actor),
+    )
+    audited_save(version, actor=actor, via=via, verb="publish")
+    if make_live:
+        audited_save(locked, actor=actor, via=via, data={"live_version": version}, validate=False)
+        agent.live_version = version
+    return version
+
+
+def agent_version_import(
+    *, agent: Agent, number: int, content: VersionContent, note: str, actor: Any, via: str
+) -> AgentVersion:
+    """Store a version another installation published (``import_config``) under its own number, so that a
+    document's live version, shadow candidate and arms can name it. ``content`` is taken as frozen there; its
+    rules' ``rule_id`` are this installation's rules of the same name (None where there is none). Audited as
+    ``config.agent_version.import``. Raises ApplicationError 409 when the agent has that number already."""
+    if AgentVersion.objects.filter(agent=agent, number=number).exists():
+        raise ApplicationError(
+            _("Agent '%(slug)s' has a version %(number)s already.") % {"slug": agent.slug, "number": number},
+            code="version_exists",
+            status=409,
+        )
+    local = dict(DeterministicRule.objects.filter(agent__isnull=True).values_list("name", "pk").order_by("-pk"))
+    local.update(DeterministicRule.objects.filter(agent=agent).values_list("name", "pk"))
+    frozen: VersionContent = {
+        **content,
+        "rules": [{**rule, "rule_id": local.get(rule.get("name"))} for rule in content["rules"]],
+    }
+    version = AgentVersion(
+        agent=agent,
+        number=number,
+        content=frozen,
+        digest=content_digest(frozen),
+        note=note[:500],
+        published_by=actor_label(actor),
+    )
+    return audited_save(version, actor=actor, via=via, verb="import")
+
+
+def agent_shadow_set(*, agent: Agent, actor: Any, via: str, version: AgentVersion | None, rate: float) -> Agent:
+    """Name the candidate version sampled live runs are shadowed on (None: no shadow) and the sample rate."""
+    return audited_save(agent, actor=actor, via=via, data={"shadow_version": version, "shadow_sample_rate": rate})
+
+
+def agent_version_rollback(*, version: AgentVersion, actor: Any, via: str) -> AgentVersion:
+    """Roll back to ``version``: its content is published again as a new version (the history only grows; the
+    agent's draft is left as it is)."""
+    return agent_version_publish(
+        agent=version.agent,
+        actor=actor,
+        via=via,
+        note=f"roll back to v{version.number}",
+        content=version.content,  # type: ignore[arg-type]
+    )
+
+
+def agent_arm_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> AgentArm:
+    """Add an A/B arm (a version of the agent and its weight). An agent with arms of positive weight splits
+    its live traffic between them, sticky per caller; without, it runs its live version."""
+    return audited_save(AgentArm(), actor=actor, via=via, data=data)
+
+
+def agent_arm_update(*, arm: AgentArm, actor: Any, via: str, data: Mapping[str, Any] | None = None) -> AgentArm:
+    return audited_save(arm, actor=actor, via=via, data=data)
+
+
+def agent_arm_delete(*, arm: AgentArm, actor: Any, via: str) -> None:
+    audited_delete(arm, actor=actor, via=via)
+
+
+def run_version_choice(
+    *, agent: Agent, api_key: ApiKey | None, context: dict[str, Any] | None, version: int | None, purpose: str
+) -> tuple[AgentVersion | None, str]:
+    """Which version a new run runs, and under which A/B arm: the version asked for (``version``: its number;
+    an eval's choice), else for live traffic the caller's sticky arm when the agent has arms of positive
+    weight, else the agent's live version (None: never published, the run runs the agent as stored).
+
+    Raises ApplicationError 404 for a version number the agent does not have."""
+    if version is not None:
+        chosen = AgentVersion.objects.filter(agent=agent, number=version).first()
+        if chosen is None:
+            raise ApplicationError(
+                _("Agent '%(slug)s' has no version %(number)s.") % {"slug": agent.slug, "number": version},
+                code="version_not_found",
+                status=404,
+            )
+        return chosen, ""
+    if purpose == Run.Purpose.LIVE:
+        arms = {arm.name: arm for arm in agent.arms.filter(weight__gt=0).select_related("version")}
+        if arms:
+            key = caller_key(agent_slug=agent.slug, api_key_id=api_key.pk if api_key else None, context=context)
+            name = pick_arm([(arm.name, arm.weight) for arm in arms.values()], key)
+            if name is not None:
+                return arms[name].version, name
+    return agent.live_version, ""
 
 
 def request_digest(body: Any) -> str:
@@ -215,12 +428,20 @@ def run_create(
     a2a_files: list[dict[str, Any]] | None = None,
     idempotency_key: str = "",
     digest: str = "",
+    version: int | None = None,
+    purpose: str = Run.Purpose.LIVE,
+    write_sandbox: Iterable[str] = (),
 ) -> Run:
     """Create a queued run and dispatch it to a worker once the transaction commits (``run_dispatch``: with the
     agent's time limits; a broker that cannot be reached leaves the run queued for the reconciler, never an
     error to the caller, since the run exists).
 
-    Raises ApplicationError 404 (no such agent, or not one this key may use) and 409 (agent disabled)."""
+    The run records the version it runs (``run_version_choice``): ``version`` (a number) runs that published
+    version, e.g. for an eval (``purpose="eval"``, whose writes the gate blocks outside ``write_sandbox``, a list
+    of MCP server ids); otherwise live traffic runs the caller's A/B arm or the agent's live version.
+
+    Raises ApplicationError 404 (no such agent, not one this key may use, or no such version) and 409 (agent
+    disabled)."""
     agent = Agent.objects.filter(slug=agent_slug).first()
     if agent is None or (
         api_key is not None and api_key.agents.exists() and not api_key.agents.filter(pk=agent.pk).exists()
@@ -232,10 +453,15 @@ def run_create(
         raise ApplicationError(
             _("Agent '%(slug)s' is disabled.") % {"slug": agent_slug}, code="agent_disabled", status=409
         )
+    chosen, arm = run_version_choice(agent=agent, api_key=api_key, context=context, version=version, purpose=purpose)
     with transaction.atomic():
         # Input guardrail: a secret a caller pastes (or one bound to the platform) is never stored or shown.
         secrets = [value for server in agent.servers.all() for value in server.secret_values()]
         run = Run.objects.create(
+            version=chosen,
+            arm=arm,
+            purpose=purpose,
+            write_sandbox=sorted(write_sandbox),
             agent=agent,
             api_key=api_key,
             query=mask_text(query, secrets=secrets),
@@ -245,8 +471,10 @@ def run_create(
             idempotency_key=idempotency_key,
             request_digest=digest,
         )
-        time_limit_s = agent.time_limit_s
-        transaction.on_commit(lambda: run_dispatch(run_id=str(run.id), time_limit_s=time_limit_s))
+        # Refused (429 budget_exceeded, rolling the run back) when a budget of the key or the agent is spent.
+        budget_reserve(run=run, agent=agent, api_key=api_key)
+        time_limit_s, run_purpose = agent.time_limit_s, run.purpose
+        transaction.on_commit(lambda: run_dispatch(run_id=str(run.id), time_limit_s=time_limit_s, purpose=run_purpose))
     return run
 
 
@@ -254,7 +482,7 @@ CANCELLABLE = (Run.Status.QUEUED, Run.Status.AWAITING_APPROVAL, Run.Status.RUNNI
 
 
 @transaction.atomic
-def run_cancel(*, run: Run, actor: str) -> Run:
+def run_cancel(*, run: Run, actor: str, source: Literal["admin", "api"] = "admin") -> Run:
     """Cancel a run that has not finished. Compare-and-swap on the status it was read with (read again if it
     changed in between), so that what follows depends on the status it really had:
 
@@ -265,7 +493,8 @@ def run_cancel(*, run: Run, actor: str) -> Run:
       it holds, so it never overwrites the cancellation (``agents.execution``).
 
     A ``status`` event (``cancelled``) is appended for a queued or parked run; a running run's worker
-    appends its own. Returns the run, fresh. Raises ApplicationError 409 for a finished run."""
+    appends its own. Audited as ``run.cancel`` under ``source`` (``api`` when an API caller cancels, the key as
+    ``actor``). Returns the run, fresh. Raises ApplicationError 409 for a finished run."""
     now = timezone.now()
     cancelled_from: str | None = None
     for _attempt in range(5):
@@ -292,16 +521,67 @@ def run_cancel(*, run: Run, actor: str) -> Run:
     expired = Approval.objects.filter(run_id=run.pk, status=Approval.Status.PENDING).update(
         status=Approval.Status.EXPIRED, reason="the run was cancelled"
     )
+    # A running run is charged for the model calls it made so far (their events); its worker adds a call that was
+    # under way when it sees the cancellation (``agents.budgets.budget_settle``).
+    budget_settle(run_id=run.pk)
     if cancelled_from != Run.Status.RUNNING:
         RunEventWriter(run_id=run.pk, secrets=[]).emit(
             "status", {"status": "cancelled", "answer": "", "error": "cancelled"}
         )
     audit_event_record(
-        source="admin",
+        source=source,
         action="run.cancel",
         run_id=run.pk,
         args={"from_status": cancelled_from, "approvals_expired": expired},
         actor=actor,
     )
+    run.refresh_from_db()
+    return run
+
+
+FeedbackScale = Literal["signed", "five"]
+
+
+def feedback_normalized(*, score: float, scale: FeedbackScale | None) -> tuple[float, FeedbackScale]:
+    """A caller's satisfaction score on -1..1 (``signed``) or 1..5 (``five``, whole numbers), as -1..1. Without
+    a scale, a score within -1..1 is read as ``signed`` and a whole 2..5 as ``five`` (a five-point 1 must say
+    ``"scale": "five"``). Raises ApplicationError 400 for anything else."""
+    if scale is None:
+        scale = "signed" if -1.0 <= score <= 1.0 else "five"
+    if scale == "signed" and -1.0 <= score <= 1.0:
+        return float(score), scale
+    if scale == "five" and float(score).is_integer() and 1 <= score <= 5:
+        return (float(score) - 3.0) / 2.0, scale
+    raise ApplicationError(
+        _("A score is a number from -1 to 1, or a whole number from 1 to 5."),
+        code="invalid",
+        status=400,
+        fields={"score": [_("Out of range for its scale.")]},
+    )
+
+
+def run_feedback_record(*, run: Run, score: float, scale: FeedbackScale | None, comment: str, actor: str) -> Run:
+    """Record a caller's satisfaction with a finished run (a later score replaces an earlier one), normalized to
+    -1..1, with the comment masked. Audited as ``run.feedback`` under source ``api`` with the caller's key as
+    ``actor``. Raises ApplicationError 400 (bad score) and
+    409 (the run has not finished)."""
+    value, used = feedback_normalized(score=score, scale=scale)
+    if not run.is_finished:
+        raise ApplicationError(_("Feedback is given on a finished run."), code="run_not_finished", status=409)
+    secrets = [v for server in run.agent.servers.all() for v in server.secret_values()]
+    with transaction.atomic():
+        Run.objects.filter(pk=run.pk).update(
+            feedback_score=value,
+            feedback_scale=used,
+            feedback_comment=mask_text(comment, secrets=secrets),
+            feedback_at=timezone.now(),
+        )
+        audit_event_record(
+            source="api",
+            action="run.feedback",
+            run_id=run.pk,
+            args={"score": value, "scale": used, "arm": run.arm},
+            actor=actor,
+        )
     run.refresh_from_db()
     return run

@@ -46,8 +46,11 @@ __all__ = [
     "ChainKeyring",
     "ChainVerifier",
     "canonical_bytes",
+    "event_check",
     "event_hash",
     "json_value",
+    "pending_hash",
+    "record_check",
 ]
 
 GENESIS_HASH = "0" * 64
@@ -75,7 +78,7 @@ HASHED_FIELDS: tuple[str, ...] = (
 
 BreakKind = Literal["altered", "removed", "inserted", "broken", "truncated", "replaced", "forged"]
 
-MacPurpose = Literal["event", "head", "checkpoint", "anchor"]
+MacPurpose = Literal["event", "head", "checkpoint", "anchor", "pending"]
 """What a MAC vouches for; each purpose is a separate domain, so a MAC of one kind never passes for another."""
 
 MIN_KEY_CHARS = 32
@@ -96,6 +99,9 @@ class ChainKeyring:
                 raise ValueError(f"an audit chain key must be at least {MIN_KEY_CHARS} characters")
         self._secrets = {self.key_id(key): key.encode("utf-8") for key in keys}
         self.signing_key_id = self.key_id(keys[0])
+        # Per key and purpose, the HMAC with the key and the purpose's prefix already in: a copy of it costs half
+        # of a MAC made from the key each time (verification makes one per event).
+        self._started: dict[tuple[str, str], Any] = {}
 
     @staticmethod
     def key_id(key: str) -> str:
@@ -122,7 +128,13 @@ class ChainKeyring:
         return None
 
     def _digest(self, key_id: str, purpose: str, message: str) -> str:
-        return hmac.digest(self._secrets[key_id], f"audit.{purpose}\x00{message}".encode(), "sha256").hex()
+        started = self._started.get((key_id, purpose))
+        if started is None:
+            started = hmac.new(self._secrets[key_id], f"audit.{purpose}\x00".encode(), hashlib.sha256)
+            self._started[(key_id, purpose)] = started
+        mac = started.copy()
+        mac.update(message.encode())
+        return str(mac.hexdigest())
 
 
 def head_message(seq: int, hash_hex: str) -> str:
@@ -154,13 +166,47 @@ _NORMALISING_JSON = json.JSONDecoder(parse_float=_canonical_float)
 _INTEGRAL_FLOAT = re.compile(r"[0-9]\.0(?![0-9])|[0-9]e\+")
 
 
+_SCAN_JSON = _NORMALISING_JSON.scan_once  # type: ignore[attr-defined] # the C scanner where there is one
+# The same encoding as ``_SORTED_JSON`` made once, without a check for circular values: for values parsed from
+# JSON text (verification's fast path), which cannot be circular. ``encode`` builds a new one on every call.
+_ENCODE_PARSED = (
+    json.encoder.c_make_encoder(  # type: ignore[attr-defined]
+        None, _SORTED_JSON.default, json.encoder.encode_basestring, None, ":", ",", True, False, True
+    )
+    if json.encoder.c_make_encoder is not None  # type: ignore[attr-defined]
+    else None
+)
+
+
 def json_value(text: str) -> Any:
     """Parse stored JSON text the way the hash sees it (integral floats as ints): cheaper to hash than
-    Python's own parse, because :func:`canonical_bytes` then needs no second pass."""
-    return _NORMALISING_JSON.decode(text)
+    Python's own parse, because :func:`canonical_bytes` then needs no second pass. Text as the databases give
+    it back (nothing around the value) goes straight to the scanner; anything else through ``json``'s own
+    checks, with its errors."""
+    try:
+        value, end = _SCAN_JSON(text, 0)
+    except StopIteration:
+        return _NORMALISING_JSON.decode(text)
+    if end != len(text):
+        return _NORMALISING_JSON.decode(text)
+    return value
+
+
+def _encode_parsed(record: dict[str, Any]) -> str:
+    if _ENCODE_PARSED is None:
+        return _SORTED_JSON.encode(record)
+    return "".join(_ENCODE_PARSED(record, 0))
+
+
+# ``created_at`` and ``run_id`` already in their canonical text (as PostgreSQL gives them to verification's raw
+# reading, see ``audit/verification.py``): taken as they are, without a parse and a re-format.
+_CANONICAL_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}\+00:00")
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def _timestamp(value: Any) -> str:
+    if isinstance(value, str) and _CANONICAL_TIME.fullmatch(value):
+        return value
     if isinstance(value, str):
         value = dt.datetime.fromisoformat(value)
     if not isinstance(value, dt.datetime) or value.tzinfo is None:
@@ -168,18 +214,27 @@ def _timestamp(value: Any) -> str:
     return value.astimezone(dt.UTC).isoformat(timespec="microseconds")
 
 
-def canonical_bytes(event: Mapping[str, Any]) -> bytes:
+def canonical_bytes(event: Mapping[str, Any], *, normalized: bool = False) -> bytes:
     """The bytes an event's hash is taken over (see the module docstring).
 
-    ``event`` maps at least :data:`HASHED_FIELDS` (extra keys such as ``id`` and ``hash`` are ignored) to the
-    values as stored: ``args`` and ``result`` must be JSON values (what the database gives back), ``created_at``
+    ``normalized``: ``args`` and ``result`` come from :func:`json_value` (integral floats already ints), which
+    saves a pass. ``event`` maps at least :data:`HASHED_FIELDS` (extra keys such as ``id`` and ``hash`` are
+    ignored) to the values as stored: ``args`` and ``result`` must be JSON values (what the database gives back), ``created_at``
     an aware datetime or its ISO text. Raises ``KeyError`` for a missing field, ``TypeError``/``ValueError`` for
     a value that is not storable JSON.
     """
     run_id = event["run_id"]
     record = {name: event[name] for name in HASHED_FIELDS}
     record["created_at"] = _timestamp(event["created_at"])
-    record["run_id"] = None if run_id is None else str(uuid.UUID(str(run_id)))
+    if run_id is not None and not (isinstance(run_id, str) and _CANONICAL_UUID.fullmatch(run_id)):
+        record["run_id"] = str(uuid.UUID(str(run_id)))
+    if normalized:
+        # ``args`` and ``result`` were parsed with :func:`json_value`: the only float that can be integral is
+        # ``latency_ms``, so no second pass over the text is needed (verification's fast path).
+        latency = record["latency_ms"]
+        if isinstance(latency, float) and latency.is_integer():
+            record["latency_ms"] = _canonical_float(repr(latency))
+        return _encode_parsed(record).encode("utf-8", "surrogatepass")
     text = _SORTED_JSON.encode(record)
     if _INTEGRAL_FLOAT.search(text):
         # One round trip through the JSON text turns every integral float into an int, at any depth, at C speed.
@@ -187,9 +242,52 @@ def canonical_bytes(event: Mapping[str, Any]) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-def event_hash(event: Mapping[str, Any]) -> str:
-    """``sha256(canonical_bytes(event))`` as 64 lower-case hex digits."""
-    return hashlib.sha256(canonical_bytes(event)).hexdigest()
+def event_hash(event: Mapping[str, Any], *, normalized: bool = False) -> str:
+    """``sha256(canonical_bytes(event))`` as 64 lower-case hex digits (``normalized``: see :func:`canonical_bytes`)."""
+    return hashlib.sha256(canonical_bytes(event, normalized=normalized)).hexdigest()
+
+
+def pending_hash(event: Mapping[str, Any]) -> str:
+    """The hash of an event's content before it has a place in the chain (``seq`` and ``prev_hash`` taken as
+    null): what a pending event's MAC covers (``audit.services``, deferred chaining), so that the chainer links
+    only what a writer holding the key wrote, exactly as it was written."""
+    return event_hash({**event, "seq": None, "prev_hash": None})
+
+
+EventCheck = tuple[str | None, str | None, str | None]
+"""What :func:`event_check` finds: (the recomputed hash, or None; why it could not be computed; why the event's
+MAC does not verify, or None)."""
+
+
+def event_check(event: Mapping[str, Any], keyring: ChainKeyring | None, *, normalized: bool = False) -> EventCheck:
+    """An event's hash recomputed and its ``mac`` checked against it (with a ``keyring``): the work of
+    :meth:`ChainVerifier.feed` that needs no other event, so that it can be done in parallel."""
+    try:
+        recomputed = event_hash(event, normalized=normalized)
+    except (KeyError, TypeError, ValueError) as exc:
+        return None, str(exc), None
+    why = keyring.check("event", recomputed, event.get("mac")) if keyring is not None else None
+    return recomputed, None, why
+
+
+def record_check(record: dict[str, Any], mac: Any, keyring: ChainKeyring | None) -> EventCheck:
+    """:func:`event_check` of an event given as a dict of exactly :data:`HASHED_FIELDS`, ``args`` and ``result``
+    from :func:`json_value`, that the caller gives up (its time, run id and latency are put in their hashed form
+    in place: no copy is made; verification's fast path). The same hash as :func:`event_hash` with
+    ``normalized``."""
+    try:
+        record["created_at"] = _timestamp(record["created_at"])
+        run_id = record["run_id"]
+        if run_id is not None and not (isinstance(run_id, str) and _CANONICAL_UUID.fullmatch(run_id)):
+            record["run_id"] = str(uuid.UUID(str(run_id)))
+        latency = record["latency_ms"]
+        if isinstance(latency, float) and latency.is_integer():
+            record["latency_ms"] = _canonical_float(repr(latency))
+        recomputed = hashlib.sha256(_encode_parsed(record).encode("utf-8", "surrogatepass")).hexdigest()
+    except (KeyError, TypeError, ValueError) as exc:
+        return None, str(exc), None
+    why = keyring.check("event", recomputed, mac) if keyring is not None else None
+    return recomputed, None, why
 
 
 @dataclass(frozen=True)
@@ -215,7 +313,8 @@ class ChainVerifier:
     stops checking. :meth:`check_tail` compares where the chain ends with an independently kept head.
     ``count``, ``last_seq`` and ``last_hash`` describe what verified so far. Without a keyring (or with
     ``require_mac=False``, for archives written before events carried a MAC) MACs are not checked: the chain
-    then proves only what its hashes prove.
+    then proves only what its hashes prove. ``normalized``: events are fed with ``args`` and ``result`` parsed by
+    :func:`json_value` (see :func:`canonical_bytes`).
     """
 
     def __init__(
@@ -226,8 +325,10 @@ class ChainVerifier:
         start_label: str = "",
         keyring: ChainKeyring | None = None,
         require_mac: bool = True,
+        normalized: bool = False,
     ) -> None:
         self.keyring = keyring if require_mac else None
+        self.normalized = normalized
         self.next_seq = start_seq
         self.prev_hash = start_prev_hash
         self.start_label = start_label or (
@@ -244,8 +345,11 @@ class ChainVerifier:
         """Also require the event at ``seq`` to have ``hash_hex`` (a head or checkpoint kept elsewhere)."""
         self.anchors[seq] = (hash_hex, label)
 
-    def feed(self, event: Mapping[str, Any]) -> ChainBreak | None:
-        """Check the next event (a mapping of :data:`HASHED_FIELDS`, ``hash`` and optionally ``id``)."""
+    def feed(self, event: Mapping[str, Any], *, checked: EventCheck | None = None) -> ChainBreak | None:
+        """Check the next event (a mapping of :data:`HASHED_FIELDS`, ``hash`` and optionally ``id``).
+
+        ``checked``: what :func:`event_check` gave for the event, computed elsewhere (verification hashes in
+        worker processes); ``event`` then needs only ``seq``, ``id``, ``prev_hash``, ``hash`` and ``mac``."""
         if self.problem is not None:
             return self.problem
         seq, event_id = event["seq"], event.get("id")
@@ -259,10 +363,11 @@ class ChainVerifier:
         if seq > self.next_seq:
             missing = f"seq {self.next_seq}" if seq == self.next_seq + 1 else f"seq {self.next_seq} to {seq - 1}"
             return self._stop("removed", self.next_seq, None, f"{missing} missing — removed")
-        try:
-            recomputed = event_hash(event)
-        except (KeyError, TypeError, ValueError) as exc:
-            return self._stop("altered", seq, event_id, f"{_name(seq, event_id)}: unreadable ({exc}) — altered")
+        if checked is None:
+            checked = event_check(event, self.keyring, normalized=self.normalized)
+        recomputed, unreadable, mac_why = checked
+        if recomputed is None:
+            return self._stop("altered", seq, event_id, f"{_name(seq, event_id)}: unreadable ({unreadable}) — altered")
         if recomputed != event["hash"]:
             return self._stop("altered", seq, event_id, f"{_name(seq, event_id)}: hash mismatch — altered")
         if event["prev_hash"] != self.prev_hash:
@@ -274,15 +379,13 @@ class ChainVerifier:
                 f"{_name(seq, event_id)}: prev_hash is not {before} — chain broken "
                 f"(the event before it was replaced, or this one was altered and rehashed)",
             )
-        if self.keyring is not None:
-            why = self.keyring.check("event", recomputed, event.get("mac"))
-            if why is not None:
-                return self._stop(
-                    "forged",
-                    seq,
-                    event_id,
-                    f"{_name(seq, event_id)}: {why} — forged (written or rewritten without the chain key)",
-                )
+        if self.keyring is not None and mac_why is not None:
+            return self._stop(
+                "forged",
+                seq,
+                event_id,
+                f"{_name(seq, event_id)}: {mac_why} — forged (written or rewritten without the chain key)",
+            )
         anchored = self.anchors.get(seq)
         if anchored is not None and anchored[0] != recomputed:
             return self._stop(
@@ -319,3 +422,13 @@ class ChainVerifier:
     def _stop(self, kind: BreakKind, seq: int | None, event_id: Any, message: str) -> ChainBreak:
         self.problem = ChainBreak(kind=kind, seq=seq, event_id=event_id, message=message)
         return self.problem
+
+
+def sqlite_row_as_orm(row: dict[str, Any]) -> None:
+    """SQLite's raw values as the ORM gives them (a time in UTC without an offset, ``ok`` as 0/1)."""
+    created = row["created_at"]
+    if isinstance(created, dt.datetime) and created.tzinfo is None:
+        row["created_at"] = created.replace(tzinfo=dt.UTC)
+    elif isinstance(created, str) and "+" not in created[10:]:
+        row["created_at"] = created + "+00:00"
+    row["ok"] = bool(row["ok"])

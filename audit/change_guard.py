@@ -9,6 +9,7 @@ write (``audit/changes.py``). Kept apart from the recording so that models may i
 from __future__ import annotations
 
 import sys
+import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -16,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from django.apps import apps
 from django.conf import settings
-from django.db import models
+from django.db import models, router
 
 M = TypeVar("M", bound=models.Model)
 
@@ -160,25 +162,79 @@ def _written_by_test_code() -> bool:
     return False
 
 
+# --- the configuration's generation ----------------------------------------------------------------------------
+
+# Fields the platform rewrites while it runs (health checks, the circuit breaker, last use): a write of only these
+# leaves the configuration's generation as it is, so that what workers cache stays cached.
+VOLATILE_FIELDS = frozenset(
+    {
+        "health",
+        "last_checked_at",
+        "last_error",
+        "breaker_state",
+        "breaker_failures",
+        "breaker_opened_at",
+        "last_used_at",
+        "updated_at",
+    }
+)
+
+
+def config_generation_bump(
+    model: type[models.Model], *, fields: Iterable[str] | None = None, using: str | None = None
+) -> None:
+    """A configuration row was written: give the configuration a new generation, in the writer's transaction.
+
+    The generation (``audit.ConfigGeneration``, one row) is a random token, not a counter, so that a rolled-back
+    change never leaves a generation that a later, different configuration could take again. Every write of a
+    configuration model goes through :class:`AuditedModel` or :class:`AuditedQuerySet` (the guard), so this is
+    where every change is seen, whoever makes it; readers that cache what a run reads of the configuration
+    (``agents.config_cache``) compare their token with the row's and reload when it moved."""
+    if fields is not None:
+        written = set(fields)
+        if written and written <= VOLATILE_FIELDS:
+            return
+    generation = apps.get_model("audit", "ConfigGeneration")
+    alias = using or router.db_for_write(model)
+    token = uuid.uuid4().hex
+    if generation.objects.using(alias).filter(pk=1).update(token=token) == 0:
+        generation.objects.using(alias).bulk_create([generation(pk=1, token=token)], ignore_conflicts=True)
+
+
+def config_generation(*, using: str | None = None) -> str | None:
+    """The configuration's generation now (None where its row is missing: nothing may be cached then)."""
+    generation = apps.get_model("audit", "ConfigGeneration")
+    alias = using or router.db_for_read(generation)
+    return generation.objects.using(alias).filter(pk=1).values_list("token", flat=True).first()
+
+
 class AuditedQuerySet(models.QuerySet[M]):
     """A configuration model's queryset: bulk writes are refused outside a change scope (see :func:`guard_write`)."""
 
     def update(self, **kwargs: Any) -> int:
         guard_write(self.model, fields=kwargs, what="update")
-        return super().update(**kwargs)
+        count = super().update(**kwargs)
+        config_generation_bump(self.model, fields=kwargs, using=self.db)
+        return count
 
     def delete(self) -> tuple[int, dict[str, int]]:
         guard_write(self.model, what="delete")
-        return super().delete()
+        deleted = super().delete()
+        config_generation_bump(self.model, using=self.db)
+        return deleted
 
     def bulk_create(self, objs: Iterable[M], *args: Any, **kwargs: Any) -> list[M]:
         guard_write(self.model, what="bulk_create")
-        return super().bulk_create(objs, *args, **kwargs)
+        created = super().bulk_create(objs, *args, **kwargs)
+        config_generation_bump(self.model, using=self.db)
+        return created
 
     def bulk_update(self, objs: Iterable[M], fields: Iterable[str], *args: Any, **kwargs: Any) -> int:
         fields = list(fields)
         guard_write(self.model, fields=fields, what="bulk_update")
-        return super().bulk_update(objs, fields, *args, **kwargs)
+        count = super().bulk_update(objs, fields, *args, **kwargs)
+        config_generation_bump(self.model, fields=fields, using=self.db)
+        return count
 
 
 class AuditedModel(models.Model):
@@ -191,17 +247,26 @@ class AuditedModel(models.Model):
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         update_fields = kwargs.get("update_fields")
-        guard_write(type(self), fields=None if update_fields is None else list(update_fields), what="save")
+        fields = None if update_fields is None else list(update_fields)
+        guard_write(type(self), fields=fields, what="save")
         super().save(*args, **kwargs)
+        config_generation_bump(type(self), fields=fields, using=kwargs.get("using") or self._state.db)
 
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         guard_write(type(self), what="delete")
-        return super().delete(*args, **kwargs)
+        using = kwargs.get("using") or self._state.db
+        deleted = super().delete(*args, **kwargs)
+        config_generation_bump(type(self), using=using)
+        return deleted
 
 
 def m2m_changed_guard(sender: Any, instance: Any, action: str, reverse: bool, model: Any, **kwargs: Any) -> None:
-    """``m2m_changed`` receiver: a many-to-many change of a configuration model outside a change scope is refused."""
+    """``m2m_changed`` receiver: a many-to-many change of a configuration model outside a change scope is refused;
+    one made moves the configuration's generation."""
+    owner = model if reverse else type(instance)
+    if action.startswith("post_"):
+        config_generation_bump(owner, using=kwargs.get("using"))
+        return
     if not action.startswith("pre_"):
         return
-    owner = model if reverse else type(instance)
     guard_write(owner, what=f"many-to-many {action[4:]}")

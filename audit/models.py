@@ -39,6 +39,11 @@ class AuditEvent(models.Model):
         AGENT = "agent", _("agent (model)")
         FLOW = "flow", _("flow node")
         ADMIN = "admin", _("admin")
+        # Acts of an API caller that are not tool calls (feedback on a run, cancelling it): the API key is the actor.
+        API = "api", _("API caller")
+        # Tool calls of runs that are not live traffic (agents.Run.purpose): kept apart from production metrics.
+        EVAL = "eval", _("eval run")
+        SHADOW = "shadow", _("shadow run")
 
     # The run by its id, not a foreign key: audit events outlive runs (retention), and the audit core names no
     # model of the apps that write to it.
@@ -84,6 +89,20 @@ class AuditEvent(models.Model):
         raise PermissionError("audit events are append-only")
 
 
+class ConfigGeneration(models.Model):
+    """The configuration's generation: one row (id 1) whose token every write of a configuration model replaces,
+    in the same transaction (``audit.change_guard.config_generation_bump``). What a worker caches of the
+    configuration is good while the token is the one it was read under."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    token = models.CharField(max_length=32)
+
+    change_audit = NotConfiguration("a token that moves with every configuration change; no configuration itself")
+
+    def __str__(self) -> str:
+        return self.token
+
+
 class AuditChainHead(models.Model):
     """The chain's last ``seq`` and ``hash``: one row (id 1), kept apart from the events it vouches for.
 
@@ -108,6 +127,44 @@ class AuditChainHead(models.Model):
 
     def __str__(self) -> str:
         return f"seq {self.seq} {self.hash}"
+
+
+class AuditPendingEvent(models.Model):
+    """An event appended but not chained yet (the deferred chain, ``audit.services``): what the writer stored,
+    with ``mac``, a MAC of its content hash (:func:`audit.chain.pending_hash`) under the chain key.
+
+    Writers only insert here (no lock on anything shared); the single chainer (:func:`audit.services.
+    audit_chain_pending`) moves rows in ``id`` order into :class:`AuditEvent`, with their ``seq``, ``prev_hash``,
+    ``hash`` and event MAC, and deletes them in the same short transaction. A row whose MAC does not verify is
+    never chained (it was written without the key) and ``verify_audit`` names it. Rows waiting here are the
+    chain's lag (:func:`audit.services.chain_lag`).
+    """
+
+    run_id = models.UUIDField(null=True, blank=True)
+    source = models.CharField(max_length=20)
+    action = models.CharField(max_length=100)
+    mcp_id = models.CharField(max_length=64, blank=True)
+    tool = models.CharField(max_length=200, blank=True)
+    call_id = models.CharField(max_length=100, blank=True)
+    args = models.JSONField(encoder=UnicodeJSONEncoder, default=dict, blank=True)
+    result = models.JSONField(encoder=UnicodeJSONEncoder, null=True, blank=True)
+    ok = models.BooleanField(default=True)
+    reason = models.CharField(max_length=200, blank=True)
+    attempt = models.PositiveIntegerField(default=1)
+    latency_ms = models.FloatField(null=True, blank=True)
+    actor = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    mac = models.CharField(max_length=80, default="")
+
+    change_audit = NotConfiguration("events on their way into the audit chain, written only by audit.services")
+
+    class Meta:
+        verbose_name = _("pending audit event")
+        verbose_name_plural = _("pending audit events")
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"pending #{self.pk} {self.source} {self.mcp_id}.{self.tool}"
 
 
 class AuditCheckpoint(models.Model):

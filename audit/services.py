@@ -1,13 +1,39 @@
 """Writes to the audit record (verification is in ``audit/verification.py``, archiving in ``audit/archive.py``). Everything stored here is masked first.
 
-The record is a hash chain (``audit/chain.py``). How it stays gap-free with many writers: every append runs
-in one transaction that (1) locks the single :class:`~audit.models.AuditChainHead` row (``SELECT ... FOR
-UPDATE`` on PostgreSQL; on SQLite the transaction begins with ``BEGIN IMMEDIATE``, which already takes the
-database's one write lock), (2) takes ``seq = head.seq + 1`` and ``prev_hash = head.hash``, (3) inserts the
-event with its hash and the hash's MAC and (4) moves the head to it, with the head's own MAC. Writers therefore
-append one at a time, each seeing its predecessor committed, and a rolled-back append gives its seq back with
-the rest of its transaction. The lock is held until the caller's transaction ends: write the audit event late
-and commit soon after.
+The record is a hash chain (``audit/chain.py``) with a gap-free ``seq``. Events join it in one of two ways
+(``AUDIT_CHAIN_MODE``; "auto", the default, is deferred on PostgreSQL and inline on SQLite):
+
+**Inline** (SQLite's default). Every append runs in one transaction that (1) locks the single
+:class:`~audit.models.AuditChainHead` row (``SELECT ... FOR UPDATE`` on PostgreSQL; on SQLite the transaction
+begins with ``BEGIN IMMEDIATE``, which already takes the database's one write lock), (2) takes ``seq = head.seq +
+1`` and ``prev_hash = head.hash``, (3) inserts the event with its hash and the hash's MAC and (4) moves the head
+to it, with the head's own MAC. The lock is held until the caller's transaction ends, so on PostgreSQL every
+writer takes turns on one row for the whole of its transaction.
+
+**Deferred** (PostgreSQL's default): no writer holds anything shared. An append inserts the masked event into
+:class:`~audit.models.AuditPendingEvent`, its ``id`` from the table's sequence, with a MAC of its content hash
+(:func:`audit.chain.pending_hash`), and on PostgreSQL reads the head in the same statement: outside a
+transaction that one statement is the append's only round trip and its only commit. The head's MAC is checked
+after it (the chain still fails closed); a rolled-back append takes its pending row with it. After the commit
+(``on_commit``) the writer wakes its process's chainer thread (:class:`_BackgroundChainer`, on PostgreSQL;
+``AUDIT_CHAIN_BACKGROUND``) or, without one, chains itself. *The chainer* (:func:`audit_chain_pending`) is whoever
+holds the chainer's lock (on PostgreSQL a session advisory lock, tried with ``pg_try_advisory_lock``, which never
+waits); it chains in batches, each one short transaction: it locks the head, reads up to a batch of pending rows
+in ``id`` order, checks each row's MAC, gives each the next ``seq``, ``prev_hash``, ``hash`` and event MAC exactly
+as the inline path would, inserts them into :class:`~audit.models.AuditEvent`, deletes their pending rows and
+moves the head. It goes on while there is something to chain, lets go of the lock, and re-reads the pending
+table: a writer whose chainer found the lock taken had committed before it tried, so that re-read sees its row.
+So the chain is computed by one chainer at a time, in order, a few milliseconds after commit, with one lock taken
+per burst of batches instead of one per event for a whole transaction. A process killed between its commit and
+the chaining leaves rows pending until the next append's chaining or the workers' timer
+(``AUDIT_CHAIN_INTERVAL_S``); readers of the record chain what is pending before they read
+(:func:`audit_chain_catch_up`).
+
+What a chained event proves is the same in both modes (``verify_audit`` runs unchanged over the events). The
+difference is the window: an event waiting in the pending table is protected by its own MAC (a forged or edited
+pending row is never chained, and ``verify_audit`` names it) but not yet by the chain, so its removal before it is
+chained is not detected. That window is the *chain lag*, read by :func:`chain_lag` (count and age of the oldest
+pending event; for ``/metrics``) and reported by ``verify_audit``.
 
 The chain fails closed: a missing head, or one whose MAC does not verify, is never rebuilt from the events (that
 is what someone who cut the tail off would want); the append raises :class:`AuditChainHeadMissing` or
@@ -16,24 +42,50 @@ is what someone who cut the tail off would want); the append raises :class:`Audi
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
+import os
+import threading
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
+from django.db.models import Count, Min
 from django.utils import timezone
 
 from agent_platform.json import UnicodeJSONEncoder
-from audit.chain import GENESIS_HASH, ChainKeyring, event_hash, head_message, json_value
+from audit.chain import (
+    GENESIS_HASH,
+    ChainKeyring,
+    event_hash,
+    head_message,
+    json_value,
+    pending_hash,
+    sqlite_row_as_orm,
+)
 from audit.chain_keys import chain_keyring
 from audit.masking import mask_value, truncate
-from audit.models import AuditChainHead, AuditCheckpoint, AuditEvent
+from audit.models import AuditChainHead, AuditCheckpoint, AuditEvent, AuditPendingEvent
 
 logger = logging.getLogger(__name__)
 
 _HEAD_ID = 1
+# The chainer's advisory lock on PostgreSQL (a constant of our own: "audit chain" in ASCII).
+_CHAINER_LOCK_KEY = 0x61756469745F6368
+_CHAIN_BATCH = 2000
+_CHAIN_ROUNDS = 8  # batches one call chains at most
+_BUSY_BACKOFF_S = 0.005  # a chainer thread that found the lock taken waits this long before it tries again
+_LOCK_WAIT_S = 5.0  # how long a reader catching up waits for the chainer of the moment
+_GATHER_S = 0.005  # how long a chainer thread, woken by a commit, lets further commits gather before its pass
+_BUSY_BATCH = 32  # a batch at least this long: writers are busy, the chainer keeps the lock for another one
+_CONTENT_FIELDS = (
+    "created_at", "run_id", "source", "action", "mcp_id", "tool", "call_id", "args", "result", "ok", "reason",
+    "attempt", "latency_ms", "actor",
+)  # fmt: skip
 
 
 class AuditChainHeadMissing(DatabaseError):
@@ -64,35 +116,93 @@ def audit_event_record(
     """Append one audit event to the chain. Arguments and result are masked (key names, value patterns and
     the exact ``secrets`` given, plus every registered secret) and the result is truncated before it is stored.
 
-    Runs in its own transaction, or inside the caller's, which then holds the chain head until it commits (see
-    the module docstring); if the append fails there, the caller's transaction can only roll back: a change is
-    never committed without its audit event. Returns the saved event with its ``seq`` and ``hash``.
+    Runs in its own transaction, or inside the caller's (see the module docstring: inline, the caller then holds
+    the chain head until it commits; deferred, the event is chained just after the caller commits); if the append
+    fails there, the caller's transaction can only roll back: a change is never committed without its audit
+    event. Inline, returns the saved event with its ``seq`` and ``hash``; deferred, the event as it will be
+    chained, unsaved, without them (they are the chainer's).
     """
-    secret_list = list(secrets)
+    event, hashed_json = _masked_event(dict(locals()))  # the arguments above, as audit_events_record takes them
+    if chain_mode() == "deferred":
+        _pending_append(event, hashed_json=hashed_json)
+    else:
+        _chain_append(event, hashed_json=hashed_json)
+    return event
+
+
+def audit_events_record(events: Iterable[dict[str, Any]]) -> list[AuditEvent]:
+    """Append several audit events in a row (each a dict of :func:`audit_event_record`'s arguments), in order,
+    masked and truncated as one by one. Inline, the chain head is read and moved once for all of them (one
+    turn on the head instead of one per event); deferred, each becomes its pending row. In one transaction (the
+    caller's, or its own): all of them are recorded, or none."""
+    built = [_masked_event(dict(arguments)) for arguments in events]
+    if not built:
+        return []
+    with transaction.atomic(savepoint=False):
+        if chain_mode() == "deferred":
+            for event, hashed_json in built:
+                _pending_append(event, hashed_json=hashed_json)
+        else:
+            _chain_append_many(built)
+    return [event for event, _ in built]
+
+
+# audit_event_record's arguments after ``source``, with their defaults.
+_EVENT_DEFAULTS: dict[str, Any] = {
+    "action": "tool.call",
+    "run_id": None,
+    "mcp_id": "",
+    "tool": "",
+    "call_id": "",
+    "args": None,
+    "result": None,
+    "ok": True,
+    "reason": "",
+    "attempt": 1,
+    "latency_ms": None,
+    "actor": "",
+    "secrets": (),
+}
+
+
+def _masked_event(fields: dict[str, Any]) -> tuple[AuditEvent, dict[str, Any]]:
+    """The unsaved event (masked, truncated) and its JSON fields in the form the chain hashes."""
+    unknown = set(fields) - {"source", *_EVENT_DEFAULTS}
+    if unknown or "source" not in fields:
+        raise TypeError(f"audit event: unknown arguments {sorted(unknown)} or no source")
+    f = {**_EVENT_DEFAULTS, **fields}
+    secret_list = list(f["secrets"])
     masked_result = truncate(
-        mask_value(result, secrets=secret_list), max_chars=settings.PLATFORM_AUDIT_RESULT_MAX_CHARS
+        mask_value(f["result"], secrets=secret_list), max_chars=settings.PLATFORM_AUDIT_RESULT_MAX_CHARS
     )
     # Stored as the database gives them back (dates and decimals as text), so that the hash taken now is the
     # hash recomputed from the row later; and hashed in the chain's number form, parsed from the same text.
-    stored_args, hashed_args = _stored_json(mask_value(args or {}, secrets=secret_list))
+    stored_args, hashed_args = _stored_json(mask_value(f["args"] or {}, secrets=secret_list))
     stored_result, hashed_result = _stored_json(masked_result)
     event = AuditEvent(
-        run_id=AuditEvent._meta.get_field("run_id").to_python(run_id),
-        source=str(source),
-        action=str(action),
-        mcp_id=str(mcp_id),
-        tool=str(tool),
-        call_id=str(call_id)[:100],
+        run_id=AuditEvent._meta.get_field("run_id").to_python(f["run_id"]),
+        source=str(f["source"]),
+        action=str(f["action"]),
+        mcp_id=str(f["mcp_id"]),
+        tool=str(f["tool"]),
+        call_id=str(f["call_id"])[:100],
         args=stored_args,
         result=stored_result,
-        ok=bool(ok),
-        reason=str(reason)[:200],
-        attempt=int(attempt),
-        latency_ms=None if latency_ms is None else float(latency_ms),
-        actor=str(actor)[:200],
+        ok=bool(f["ok"]),
+        reason=str(f["reason"])[:200],
+        attempt=int(f["attempt"]),
+        latency_ms=None if f["latency_ms"] is None else float(f["latency_ms"]),
+        actor=str(f["actor"])[:200],
     )
-    _chain_append(event, hashed_json={"args": hashed_args, "result": hashed_result})
-    return event
+    return event, {"args": hashed_args, "result": hashed_result}
+
+
+def chain_mode(using: str = DEFAULT_DB_ALIAS) -> str:
+    """``"deferred"`` or ``"inline"``: ``AUDIT_CHAIN_MODE``, where "auto" means deferred on PostgreSQL."""
+    mode = str(getattr(settings, "AUDIT_CHAIN_MODE", "auto")).strip().lower()
+    if mode in ("deferred", "inline"):
+        return mode
+    return "deferred" if connections[using].vendor == "postgresql" else "inline"
 
 
 _STORED_JSON = UnicodeJSONEncoder()  # what the JSONFields store with
@@ -112,7 +222,8 @@ def _chain_append(event: AuditEvent, *, hashed_json: dict[str, Any], using: str 
     keyring = chain_keyring()
     # No savepoint inside a caller's transaction: cheaper, and a failed append fails the whole transaction.
     with transaction.atomic(using=using, savepoint=False), connection.cursor() as cursor:
-        seq, prev_hash = _chain_head_locked(cursor, connection, head_table, keyring)
+        lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+        seq, prev_hash = _chain_head_read(cursor, head_table, keyring, lock=lock)
         event.seq = seq + 1
         event.prev_hash = prev_hash
         event.created_at = timezone.now()  # taken under the lock: time never runs backwards along the chain
@@ -122,6 +233,465 @@ def _chain_append(event: AuditEvent, *, hashed_json: dict[str, Any], using: str 
         cursor.execute(
             f"UPDATE {head_table} SET seq = %s, hash = %s, mac = %s WHERE id = %s",  # noqa: S608 - table name from the model
             [event.seq, event.hash, keyring.sign("head", head_message(event.seq, event.hash)), _HEAD_ID],
+        )
+
+
+def _chain_append_many(built: list[tuple[AuditEvent, dict[str, Any]]], *, using: str = DEFAULT_DB_ALIAS) -> None:
+    """Inline, several events: the head read (and locked) once, the events linked in order and inserted in one
+    statement, the head moved once onto the last. Each event is exactly what :func:`_chain_append` makes of it."""
+    connection = connections[using]
+    head_table = connection.ops.quote_name(AuditChainHead._meta.db_table)
+    keyring = chain_keyring()
+    with transaction.atomic(using=using, savepoint=False), connection.cursor() as cursor:
+        lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+        seq, prev_hash = _chain_head_read(cursor, head_table, keyring, lock=lock)
+        now = timezone.now()  # taken under the lock: time never runs backwards along the chain
+        for event, hashed_json in built:
+            seq += 1
+            event.seq = seq
+            event.prev_hash = prev_hash
+            event.created_at = now
+            event.hash = event_hash({**_hashed_values(event), **hashed_json})
+            event.mac = keyring.sign("event", event.hash)
+            prev_hash = event.hash
+        AuditEvent.objects.using(using).bulk_create([event for event, _ in built])
+        cursor.execute(
+            f"UPDATE {head_table} SET seq = %s, hash = %s, mac = %s WHERE id = %s",  # noqa: S608 - table name from the model
+            [seq, prev_hash, keyring.sign("head", head_message(seq, prev_hash)), _HEAD_ID],
+        )
+
+
+def _pending_append(event: AuditEvent, *, hashed_json: dict[str, Any], using: str = DEFAULT_DB_ALIAS) -> None:
+    """Deferred: insert the event as a MAC'd pending row, and have it chained once the transaction has committed.
+
+    On PostgreSQL one statement, which also reads the head: outside a transaction it is the append's only round
+    trip and its only commit. The head's MAC is checked after the insert; a missing or forged head raises, so a
+    caller's transaction rolls back with the row (outside one, the row stays pending, protected by its own MAC,
+    and is never chained after a head that cannot be trusted)."""
+    connection = connections[using]
+    keyring = chain_keyring()
+    event.created_at = timezone.now()
+    content = pending_hash({**_hashed_values(event), **hashed_json})
+    fields = _pending_fields()
+    values = [field.get_db_prep_save(getattr(event, field.name), connection) for field in fields[:-1]]
+    values.append(keyring.sign("pending", content))
+    pending_table = connection.ops.quote_name(AuditPendingEvent._meta.db_table)
+    head_table = connection.ops.quote_name(AuditChainHead._meta.db_table)
+    columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
+    placeholders = ", ".join(["%s"] * len(fields))
+    insert = f"INSERT INTO {pending_table} ({columns}) VALUES ({placeholders})"  # noqa: S608 - names from the model
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"WITH added AS ({insert} RETURNING 1) SELECT seq, hash, mac FROM {head_table} WHERE id = %s",  # noqa: S608
+                [*values, _HEAD_ID],
+            )
+            _head_check(cursor.fetchone(), keyring)
+    else:
+        with transaction.atomic(using=using, savepoint=False), connection.cursor() as cursor:
+            _chain_head_read(cursor, head_table, keyring, lock="")  # no lock; a missing or forged head still refuses
+            cursor.execute(insert, values)
+    transaction.on_commit(lambda: _chain_after_commit(using), using=using)
+
+
+_PENDING_FIELDS: list[Any] = []
+
+
+def _pending_fields() -> list[Any]:
+    """The pending table's fields as an append writes them: the content, then ``mac``."""
+    if not _PENDING_FIELDS:
+        _PENDING_FIELDS.extend(AuditPendingEvent._meta.get_field(name) for name in (*_CONTENT_FIELDS, "mac"))
+    return _PENDING_FIELDS
+
+
+def _chain_after_commit(using: str) -> None:
+    if chain_background(using):
+        _background_chainer(using).wake()
+        return
+    try:
+        audit_chain_pending(using=using)
+    except DatabaseError:  # the writer's own transaction is committed: its event waits, the lag shows it
+        logger.exception("audit chaining failed: events stay pending (see verify_audit)")
+
+
+def chain_background(using: str = DEFAULT_DB_ALIAS) -> bool:
+    """Whether a committed append leaves its chaining to this process's chainer thread (``AUDIT_CHAIN_BACKGROUND``:
+    "auto", the default, means on PostgreSQL) rather than chaining itself before ``on_commit`` returns."""
+    choice = str(getattr(settings, "AUDIT_CHAIN_BACKGROUND", "auto")).strip().lower()
+    if choice in ("on", "off"):
+        return choice == "on"
+    return connections[using].vendor == "postgresql"
+
+
+class _BackgroundChainer:
+    """One per process and database: a daemon thread, on a connection of its own, that chains what this
+    process's writers committed. A writer's ``on_commit`` only wakes it, so an append outside a transaction is
+    one insert and one commit; the thread chains everything pending in batches (one transaction per batch,
+    whichever writers it came from), as the single chainer of the moment (the advisory lock). If another
+    process's chainer holds the lock, that one re-reads the pending table after its commit, which comes after
+    this process's writer committed, so nothing is left behind; what a process killed in between leaves, the
+    workers' timer chains (``AUDIT_CHAIN_INTERVAL_S``)."""
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+        self.pid = os.getpid()
+        self._changed = threading.Condition()
+        self._asked = 0  # wake-ups asked for
+        self._served = 0  # wake-ups a pass has started after (and finished)
+        self._thread = threading.Thread(target=self._loop, name=f"audit-chainer-{using}", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        with self._changed:
+            self._asked += 1
+            self._changed.notify_all()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until a pass started after every wake-up so far has finished; False on timeout."""
+        with self._changed:
+            target = self._asked
+            return self._changed.wait_for(lambda: self._served >= target, timeout)
+
+    def _loop(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._asked > self._served)
+            # A moment for the commits of the next few appends to join this pass: a writer appending
+            # continuously then pays for a fraction of a pass per event, not a whole one.
+            time.sleep(_GATHER_S)
+            with self._changed:
+                target = self._asked
+            try:
+                _, busy = _chain_pending(using=self.using, batch=_CHAIN_BATCH, rounds=None, wait=False)
+                if busy:
+                    # Another process's chainer is at work and re-reads after it lets go, so nothing is lost; wait
+                    # a moment before the next try rather than ask for the lock after every commit.
+                    time.sleep(_BUSY_BACKOFF_S)
+            except Exception:  # the writers' transactions are committed: their events wait, the lag shows it
+                logger.exception("audit chaining failed: events stay pending (see verify_audit)")
+                connections[self.using].close()
+                time.sleep(0.5)  # a database that is down is not hammered; the next wake-up tries again
+            finally:
+                # The thread keeps its connection between passes (a new one per pass would cost more than the
+                # pass, whatever CONN_MAX_AGE says for requests); after a failure it is closed (above).
+                with self._changed:
+                    self._served = target
+                    self._changed.notify_all()
+
+
+_chainers: dict[str, _BackgroundChainer] = {}
+_chainers_lock = threading.Lock()
+
+
+def _background_chainer(using: str) -> _BackgroundChainer:
+    with _chainers_lock:
+        chainer = _chainers.get(using)
+        if chainer is None or chainer.pid != os.getpid():
+            chainer = _chainers[using] = _BackgroundChainer(using)
+        return chainer
+
+
+def _chainers_forget_after_fork() -> None:
+    """A forked child has none of its parent's threads: it starts its own chainer when it first appends."""
+    global _chainers_lock
+    _chainers.clear()
+    _chainers_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_chainers_forget_after_fork)
+
+
+def audit_chain_wait(*, using: str = DEFAULT_DB_ALIAS, timeout: float = 10.0) -> bool:
+    """Wait until what this process appended so far has been chained by its chainer thread (deferred,
+    background); True at once where there is none. False if it did not happen within ``timeout`` seconds (the
+    events then wait pending: the lag shows them). Called at exit, so that a short-lived process (a management
+    command, a shell) does not leave its events to the workers' timer."""
+    chainer = _chainers.get(using)
+    if chainer is None or chainer.pid != os.getpid():
+        return True
+    return chainer.wait(timeout)
+
+
+@atexit.register
+def _chain_wait_at_exit() -> None:
+    for using in list(_chainers):
+        if not audit_chain_wait(using=using, timeout=10.0):
+            logger.warning("audit events of this process still pending at exit: the workers' timer chains them")
+
+
+def audit_chain_catch_up(*, using: str = DEFAULT_DB_ALIAS) -> int:
+    """Before reading the chained events (a run's trace, the audit API), chain what is pending (deferred), so a
+    reader finds every event committed before it started: one cheap query when nothing is pending; else it waits
+    for the chainer of the moment (at most 5 s) and chains the rest itself. Does nothing inside a transaction (the chainer's
+    lock would be held to its end) or inline. Returns how many events it chained."""
+    connection = connections[using]
+    if connection.in_atomic_block or chain_mode(using) != "deferred":
+        return 0
+    if not _pending_exists(using):
+        return 0
+    try:
+        return audit_chain_pending(using=using, wait=True, rounds=None)
+    except DatabaseError:  # a reader is not failed by the chain: the lag and verify_audit show it
+        logger.exception("audit chaining failed: events stay pending (see verify_audit)")
+        return 0
+
+
+@dataclass(frozen=True)
+class ChainLag:
+    """Events appended but not chained yet: how many, and the age of the oldest in seconds (0 when none)."""
+
+    count: int
+    oldest_age_s: float
+
+
+def chain_lag(*, using: str = DEFAULT_DB_ALIAS) -> ChainLag:
+    """The chain's lag (deferred chaining; always 0 inline): one query, cheap enough for every ``/metrics``
+    scrape. A lag that keeps growing means no chainer runs (writers died after commit and no worker's timer
+    runs) or a pending row does not verify (``verify_audit`` names it)."""
+    row = AuditPendingEvent.objects.using(using).aggregate(count=Count("id"), oldest=Min("created_at"))
+    oldest = row["oldest"]
+    age = 0.0 if oldest is None else max(0.0, (timezone.now() - oldest).total_seconds())
+    return ChainLag(count=int(row["count"] or 0), oldest_age_s=age)
+
+
+def audit_chain_pending(
+    *, using: str = DEFAULT_DB_ALIAS, batch: int = _CHAIN_BATCH, rounds: int | None = _CHAIN_ROUNDS, wait: bool = False
+) -> int:
+    """Chain the pending events (deferred mode), in ``id`` order, as the single chainer; returns how many this
+    call chained. Returns at once (0) if another connection is chaining (``wait``: waits for it, then chains),
+    which is safe: the chainer of the moment re-reads the pending table after it lets go of the chainer's lock,
+    and so sees every row committed before this call tried it. Chains up to ``rounds`` batches (None: until none
+    is left; beyond that, what is left goes to the next append's chaining or the workers' timer). Safe to call
+    anywhere, any time (the workers' timer does); raises :class:`AuditChainHeadMissing` or
+    :class:`AuditChainHeadForged` for a head that cannot be trusted. A pending row whose MAC does not verify
+    stops the chaining before it (logged as an error; the chain's lag grows and ``verify_audit`` names the row).
+
+    On PostgreSQL, outside a transaction, the chainer's lock is a session advisory lock, tried in one round trip
+    (all a chainer that does not get it pays), held over batches of two round trips each (the head and the
+    pending rows read; the rows inserted, the head moved and the commit pipelined) for as long as there is
+    something to chain, and let go before the re-read. Inside a caller's transaction the lock is the
+    transaction's (it cannot outlive it) and the batch is one ordinary transaction (savepoint)."""
+    return _chain_pending(using=using, batch=batch, rounds=rounds, wait=wait)[0]
+
+
+def _chain_pending(*, using: str, batch: int, rounds: int | None, wait: bool) -> tuple[int, bool]:
+    """:func:`audit_chain_pending`: (events chained, whether another chainer held the lock at the first try)."""
+    connection = connections[using]
+    session_lock = connection.vendor == "postgresql" and not connection.in_atomic_block
+    total, done, first = 0, 0, True
+    while True:
+        if session_lock and not _chainer_lock(connection, wait=wait):
+            return total, first
+        first = False
+        try:
+            while rounds is None or done < rounds:
+                if session_lock:
+                    chained, blocked = _chain_batch_postgres(connection, batch)
+                else:
+                    chained, blocked = _chain_batch(using, batch, lock=connection.vendor == "postgresql", wait=wait)
+                done += 1
+                if chained is None:
+                    return total, first
+                if blocked:
+                    return total + chained, False
+                total += chained
+                # Another batch at once only when this one found writers busy (a short batch: nothing much is
+                # waiting, and the re-read after letting go of the lock catches what came meanwhile).
+                if chained < (_BUSY_BATCH if session_lock else batch):
+                    break
+        finally:
+            if session_lock:
+                _chainer_unlock(connection)
+        # Re-read after letting go of the lock: a row whose chainer found the lock taken was committed before.
+        if (rounds is not None and done >= rounds) or not _pending_exists(using):
+            # Writers keep appending faster than one chainer's rounds: the rest goes to the next append's
+            # chaining (or the workers' timer), so that no writer is kept chaining for others indefinitely.
+            return total, False
+        wait = False
+
+
+def _pending_exists(using: str) -> bool:
+    """Whether any event waits to be chained: by the ``id`` index, whose entries for the rows the chainer deleted
+    are skipped once seen dead (a scan of the table would read every deleted row until it is vacuumed)."""
+    return AuditPendingEvent.objects.using(using).order_by("id").values_list("id", flat=True).first() is not None
+
+
+def _chainer_lock(connection: Any, *, wait: bool) -> bool:
+    """Take the chainer's session lock; ``wait``: for up to ``_LOCK_WAIT_S`` (a reader is never held longer by a
+    chainer that hangs), else only if it is free."""
+    deadline = time.monotonic() + (_LOCK_WAIT_S if wait else 0.0)
+    with connection.cursor() as cursor:
+        while True:
+            cursor.execute("SELECT pg_try_advisory_lock(%s)", [_CHAINER_LOCK_KEY])
+            if cursor.fetchone()[0]:
+                return True
+            if time.monotonic() >= deadline:
+                if wait:
+                    logger.warning("audit chaining: the chainer's lock stayed taken; events stay pending for now")
+                return False
+            time.sleep(_BUSY_BACKOFF_S)
+
+
+def _chainer_unlock(connection: Any) -> None:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [_CHAINER_LOCK_KEY])
+    except DatabaseError:  # a broken connection: closing it lets go of the lock
+        logger.warning("audit chainer: letting go of the chainer's lock failed; closing the connection")
+        connection.close()
+
+
+_PLAIN_FIELDS = tuple(name for name in _CONTENT_FIELDS if name not in ("args", "result"))
+_EVENT_COLUMNS = (*_PLAIN_FIELDS, "args", "result", "seq", "prev_hash", "hash", "mac")
+
+
+def _chain_reads(connection: Any, batch: int) -> tuple[str, str]:
+    """The head's read (locked) and the pending rows' read (JSON as text on PostgreSQL), as SQL."""
+    head_table = connection.ops.quote_name(AuditChainHead._meta.db_table)
+    pending_table = connection.ops.quote_name(AuditPendingEvent._meta.db_table)
+    as_text = "::text" if connection.vendor == "postgresql" else ""
+    lock_head = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    return (
+        f"SELECT seq, hash, mac FROM {head_table} WHERE id = {_HEAD_ID}{lock_head}",  # noqa: S608 - model names
+        f"SELECT id, mac, {', '.join(_PLAIN_FIELDS)}, args{as_text}, result{as_text} FROM {pending_table} "  # noqa: S608
+        f"ORDER BY id LIMIT {int(batch)}",
+    )
+
+
+@dataclass
+class _Linked:
+    """Pending rows given their place in the chain: the events' columns (``_EVENT_COLUMNS``), their pending ids,
+    the new head, and whether a row that does not verify stopped the batch."""
+
+    rows: list[list[Any]]
+    ids: list[int]
+    seq: int
+    hash: str
+    blocked: bool
+
+
+def _chain_link(rows: list[Any], *, seq: int, prev_hash: str, keyring: ChainKeyring, sqlite: bool) -> _Linked:
+    """Check each pending row's MAC and give it the next seq, prev_hash, hash and event MAC, exactly as the
+    inline path would (the columns kept as read: the database's own text for JSON and times, so the event
+    stores what was hashed). Stops before a row that does not verify."""
+    linked = _Linked(rows=[], ids=[], seq=seq, hash=prev_hash, blocked=False)
+    for row in rows:
+        pending_id, pending_mac = row[0], row[1]
+        args_text, result_text = row[-2], row[-1]
+        hashed = dict(zip(_PLAIN_FIELDS, row[2:-2], strict=True))
+        if sqlite:
+            sqlite_row_as_orm(hashed)
+        hashed["args"] = None if args_text is None else json_value(args_text)
+        hashed["result"] = None if result_text is None else json_value(result_text)
+        why = keyring.check("pending", pending_hash(hashed), pending_mac)
+        if why is not None:
+            logger.error("audit chaining stopped: pending event id %s has %s (run verify_audit)", pending_id, why)
+            linked.blocked = True
+            break
+        hashed["seq"], hashed["prev_hash"] = linked.seq + 1, linked.hash
+        digest = event_hash(hashed, normalized=True)
+        linked.rows.append([*row[2:], linked.seq + 1, linked.hash, digest, keyring.sign("event", digest)])
+        linked.ids.append(pending_id)
+        linked.seq, linked.hash = linked.seq + 1, digest
+    return linked
+
+
+def _chain_batch(using: str, batch: int, *, lock: bool = False, wait: bool = False) -> tuple[int | None, bool]:
+    """One chainer transaction in Django's transaction handling (SQLite, or inside a caller's transaction):
+    (events chained, or None if ``lock`` and another chainer holds the lock; whether a pending row that does not
+    verify stopped it)."""
+    connection = connections[using]
+    keyring = chain_keyring()
+    head_read, pending_read = _chain_reads(connection, batch)
+    with transaction.atomic(using=using), connection.cursor() as cursor:
+        if lock:
+            function = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
+            cursor.execute(f"SELECT {function}(%s)", [_CHAINER_LOCK_KEY])
+            if not wait and not cursor.fetchone()[0]:
+                return None, False
+        cursor.execute(head_read)
+        seq, prev_hash = _head_check(cursor.fetchone(), keyring)
+        cursor.execute(pending_read)
+        linked = _chain_link(
+            cursor.fetchall(), seq=seq, prev_hash=prev_hash, keyring=keyring, sqlite=connection.vendor == "sqlite"
+        )
+        if linked.rows:
+            move_head, head_values = _head_move(connection, linked, keyring)
+            if connection.vendor == "postgresql":
+                with connection.connection.pipeline():
+                    _events_insert_postgres(connection, linked)
+                    cursor.execute(move_head, head_values)
+            else:
+                event_table = connection.ops.quote_name(AuditEvent._meta.db_table)
+                pending_table = connection.ops.quote_name(AuditPendingEvent._meta.db_table)
+                one = "(" + ", ".join(["%s"] * len(_EVENT_COLUMNS)) + ")"
+                cursor.executemany(
+                    f"INSERT INTO {event_table} ({', '.join(_EVENT_COLUMNS)}) VALUES {one}",  # noqa: S608
+                    linked.rows,
+                )
+                cursor.execute(
+                    f"DELETE FROM {pending_table} WHERE id IN ({', '.join(['%s'] * len(linked.ids))})",  # noqa: S608
+                    linked.ids,
+                )
+                cursor.execute(move_head, head_values)
+        return len(linked.rows), linked.blocked
+
+
+def _chain_batch_postgres(connection: Any, batch: int) -> tuple[int, bool]:
+    """One chainer transaction on PostgreSQL, the session's chainer lock held, outside Django's transaction
+    handling so that it takes two round trips: ``BEGIN`` with the head's and the pending rows' reads as one
+    query; then the events' insert (with their pending rows' delete), the head's move and ``COMMIT``, pipelined.
+    Rolled back on any error."""
+    keyring = chain_keyring()
+    head_read, pending_read = _chain_reads(connection, batch)
+    connection.ensure_connection()
+    raw = connection.connection
+    committed = False
+    try:
+        with connection.cursor() as cursor:  # the client-side binding cursor: several statements in one query
+            cursor.execute(f"BEGIN; {head_read}; {pending_read}")
+            cursor.nextset()
+            seq, prev_hash = _head_check(cursor.fetchone(), keyring)
+            cursor.nextset()
+            linked = _chain_link(cursor.fetchall(), seq=seq, prev_hash=prev_hash, keyring=keyring, sqlite=False)
+            with raw.pipeline():
+                if linked.rows:
+                    _events_insert_postgres(connection, linked)
+                    cursor.execute(*_head_move(connection, linked, keyring))
+                cursor.execute("COMMIT")
+            committed = True
+        return len(linked.rows), linked.blocked
+    finally:
+        if not committed:
+            try:
+                raw.execute("ROLLBACK")
+            except Exception:  # noqa: BLE001 - a broken connection: closing it ends the transaction
+                connection.close()
+
+
+def _head_move(connection: Any, linked: _Linked, keyring: ChainKeyring) -> tuple[str, list[Any]]:
+    head_table = connection.ops.quote_name(AuditChainHead._meta.db_table)
+    return (
+        f"UPDATE {head_table} SET seq = %s, hash = %s, mac = %s WHERE id = %s",  # noqa: S608 - the model's table
+        [linked.seq, linked.hash, keyring.sign("head", head_message(linked.seq, linked.hash)), _HEAD_ID],
+    )
+
+
+def _events_insert_postgres(connection: Any, linked: _Linked) -> None:
+    """Insert the chained rows and delete their pending rows in one statement, its values as one array per
+    column bound on the server (sent in binary by psycopg's C dumpers: rendering 18 columns of 2,000 values into
+    the SQL text costs more than the chaining itself)."""
+    import psycopg  # the PostgreSQL driver, there only where PostgreSQL is
+
+    pending_table = connection.ops.quote_name(AuditPendingEvent._meta.db_table)
+    event_table = connection.ops.quote_name(AuditEvent._meta.db_table)
+    fields = [AuditEvent._meta.get_field(name) for name in _EVENT_COLUMNS]
+    arrays = ", ".join(f"%b::{field.db_type(connection)}[]" for field in fields)
+    with psycopg.Cursor(connection.connection) as bound:
+        bound.execute(
+            f"WITH gone AS (DELETE FROM {pending_table} WHERE id = ANY(%b)) "  # noqa: S608 - names from the model
+            f"INSERT INTO {event_table} ({', '.join(_EVENT_COLUMNS)}) SELECT * FROM unnest({arrays})",
+            [linked.ids, *(list(column) for column in zip(*linked.rows, strict=True))],
         )
 
 
@@ -146,12 +716,16 @@ def _hashed_values(event: AuditEvent) -> dict[str, Any]:
     }
 
 
-def _chain_head_locked(cursor: Any, connection: Any, head_table: str, keyring: ChainKeyring) -> tuple[int, str]:
-    """The head's (seq, hash), locked for the rest of the transaction. Raises :class:`AuditChainHeadMissing`
-    or :class:`AuditChainHeadForged` rather than append after a head that cannot be trusted."""
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+def _chain_head_read(cursor: Any, head_table: str, keyring: ChainKeyring, *, lock: str) -> tuple[int, str]:
+    """The head's (seq, hash), locked for the rest of the transaction if ``lock`` is ``" FOR UPDATE"``. Raises
+    :class:`AuditChainHeadMissing` or :class:`AuditChainHeadForged` rather than append after a head that cannot
+    be trusted."""
     cursor.execute(f"SELECT seq, hash, mac FROM {head_table} WHERE id = %s{lock}", [_HEAD_ID])  # noqa: S608
-    row = cursor.fetchone()
+    return _head_check(cursor.fetchone(), keyring)
+
+
+def _head_check(row: Any, keyring: ChainKeyring) -> tuple[int, str]:
+    """The head's (seq, hash) from its row (seq, hash, mac), or the refusal of a missing or forged head."""
     if row is None:
         logger.error("audit append refused: the audit chain head is missing")
         raise AuditChainHeadMissing(
@@ -172,7 +746,11 @@ def audit_chain_head_create_if_fresh(*, using: str = DEFAULT_DB_ALIAS) -> bool:
     with transaction.atomic(using=using):
         if AuditChainHead.objects.using(using).filter(pk=_HEAD_ID).exists():
             return False
-        if AuditEvent.objects.using(using).exists() or AuditCheckpoint.objects.using(using).exists():
+        if (
+            AuditEvent.objects.using(using).exists()
+            or AuditCheckpoint.objects.using(using).exists()
+            or AuditPendingEvent.objects.using(using).exists()
+        ):
             logger.error("the audit chain head is missing beside events: not re-created (run verify_audit)")
             return False
         mac = chain_keyring().sign("head", head_message(0, GENESIS_HASH))

@@ -28,6 +28,7 @@ from django.utils.translation import gettext_lazy as _
 from agents.models import Agent
 from audit.admin_readonly import WritesRefusedMixin
 from audit.models import AuditCheckpoint, AuditEvent
+from audit.services import audit_chain_catch_up
 from auditor.charts import bar_chart
 from auditor.metrics import ToolSeries, tool_metrics, tool_metrics_series
 from auditor.selectors import (
@@ -296,6 +297,7 @@ class AuditEventAdmin(WritesRefusedMixin, admin.ModelAdmin):
         return [f for f in self.readonly_fields if f in names or hasattr(self, f)]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AuditEvent]:
+        audit_chain_catch_up()  # events committed but not chained yet (deferred chaining) are listed too
         return with_agent_slug(super().get_queryset(request))
 
     @admin.display(description=_("time"), ordering="id")

@@ -26,7 +26,11 @@ from django.utils import timezone
 
 from agents.models import ApiKey
 from audit.models import AuditEvent
+from audit.services import audit_chain_catch_up
 from auditor.selectors import EXPORT_CHUNK_SIZE, AuditEventFilters, audit_event_filter
+
+# Tool calls of eval and shadow runs: visible and filterable, never in production metrics.
+NOT_PRODUCTION_SOURCES = (AuditEvent.Source.EVAL, AuditEvent.Source.SHADOW)
 
 DEFAULT_PERIOD = dt.timedelta(days=7)
 PERCENTILES = (0.50, 0.95)
@@ -89,7 +93,12 @@ def tool_metrics(
     ordered by calls, most first; callers likewise."""
     until = until or timezone.now()
     since = since or until - DEFAULT_PERIOD
-    base = audit_event_filter(AuditEvent.objects.filter(action="tool.call"), filters or AuditEventFilters())
+    filters = filters or AuditEventFilters()
+    audit_chain_catch_up()  # events committed but not chained yet (deferred chaining) are counted too
+    calls = AuditEvent.objects.filter(action="tool.call")
+    if not filters.source:  # production metrics: eval and shadow runs' calls only when asked for by source
+        calls = calls.exclude(source__in=NOT_PRODUCTION_SOURCES)
+    base = audit_event_filter(calls, filters)
     base = base.filter(created_at__gte=since, created_at__lt=until)
     # Events are append-only: bounding every query below by the newest id seen now gives them one set of rows.
     newest = base.aggregate(newest=Max("id"))["newest"]
@@ -286,7 +295,12 @@ def tool_metrics_series(
     it keeps the latencies of one period in memory to take their p95 (use days over long periods)."""
     until = until or timezone.now()
     since = since or until - DEFAULT_PERIOD
-    base = audit_event_filter(AuditEvent.objects.filter(action="tool.call"), filters or AuditEventFilters())
+    filters = filters or AuditEventFilters()
+    audit_chain_catch_up()  # events committed but not chained yet (deferred chaining) are counted too
+    calls = AuditEvent.objects.filter(action="tool.call")
+    if not filters.source:  # production metrics: eval and shadow runs' calls only when asked for by source
+        calls = calls.exclude(source__in=NOT_PRODUCTION_SOURCES)
+    base = audit_event_filter(calls, filters)
     base = base.filter(created_at__gte=since, created_at__lt=until)
     starts = bucket_starts(since=since, until=until, bucket=bucket)
     if not starts:

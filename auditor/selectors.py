@@ -15,6 +15,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from agents.models import Run
 from audit.models import AuditEvent
+from audit.services import audit_chain_catch_up
 
 EXPORT_CHUNK_SIZE = 2000
 """Rows fetched from the database at a time by an export (a server-side cursor on PostgreSQL)."""
@@ -149,7 +150,9 @@ def audit_event_filter(queryset: QuerySet[AuditEvent], filters: AuditEventFilter
 
 def audit_event_list(*, filters: AuditEventFilters, after_id: int | None = None) -> QuerySet[AuditEvent]:
     """Events matching ``filters`` in id order (the order they were written), after ``after_id`` if given:
-    a keyset page is ``audit_event_list(...)[:limit]``, and the next one starts after its last id."""
+    a keyset page is ``audit_event_list(...)[:limit]``, and the next one starts after its last id. Events
+    committed but not chained yet (deferred chaining) are chained first, so a reader finds them."""
+    audit_chain_catch_up()
     queryset = audit_event_filter(AuditEvent.objects.all(), filters)
     if after_id is not None:
         queryset = queryset.filter(id__gt=after_id)

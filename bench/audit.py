@@ -1,20 +1,32 @@
-"""What the audit hash chain costs: writes per second with it against the same inserts without it, and how fast
-``verify_audit`` walks a long chain.
+"""What the audit hash chain costs: writes per second with it against the same inserts without it, from one writer
+and from several at once, in both ways events join the chain, and how fast ``verify_audit`` walks a long chain.
 
-Run from the repo root: ``python -m bench.audit [--events N] [--verify-events N] [--no-postgres]``.
+Run from the repo root: ``python -m bench.audit [--events N] [--verify-events N] [--writers N] [--no-postgres]``.
 
-* ``chain``: ``audit_event_record`` as the gate calls it (masking, truncation, the chain head locked, its MAC
-  checked and moved, the hash and its MAC), one event per transaction.
-* ``plain``: the same masked event inserted with ``AuditEvent.objects.create`` and no chain work (a placeholder
-  negative ``seq``, no head, no hash): what writing an event cost before the chain. The two alternate in
-  rounds in the same run, so both see the same machine; the plain rows are deleted before verifying.
-* ``verify``: the chain is topped up to ``--verify-events`` events (hashed, MAC'd and bulk-inserted, as the chain
-  would have written them) and ``verify_audit`` (hashes, MACs, links) is timed over all of them. Target: 100,000
-  events in under 10 s.
+* one writer (``--events``): ``audit_event_record`` as the gate calls it (masking, truncation, the hash and its
+  MAC), one event per transaction, alternating in rounds: ``inline_1_writer`` (the chain head locked, its MAC
+  checked and moved in the writer's transaction), ``deferred_1_writer`` (one statement: the MAC'd pending row;
+  the process's chainer thread chains it; a round ends when its events are chained), and ``plain``: the same
+  masked event inserted with ``AuditEvent.objects.create`` and no chain work (a placeholder negative ``seq``, no
+  head, no hash): what writing an event cost before the chain. ``chain_vs_plain_ratio`` is the database's default
+  mode (deferred on PostgreSQL, inline on SQLite) against plain. The plain rows are deleted before verifying.
+* ``concurrent`` (``--writers``, default 8, ``--concurrent-events`` in all): that many writer processes append at
+  once through ``audit_event_record``, one event per transaction, first with the chain ``inline`` (every append
+  locks the chain head for its transaction), then ``deferred`` (see ``audit/services.py``), in the same run.
+  Events per second is every event written *and chained* over the wall time from the start signal until the
+  chain's lag is 0.
+* ``verify``: the chain is topped up to ``--verify-events`` events (at least 20,000; hashed, MAC'd and
+  bulk-inserted, as the chain would have written them) and ``verify_audit`` (hashes, MACs, links) is timed over
+  all of them: the events read through the ORM (``verify_orm_events_per_second``, the reading path before the
+  raw one), read raw with the hashes and MACs recomputed in two worker processes (``--workers 2``:
+  ``verify_2_workers_events_per_second``), then as it runs by default (``verify_events_per_second``: read raw
+  and hashed in the command's own process). Target: 50,000 events/s.
 
-Both on a throwaway SQLite database and on PostgreSQL: ``DATABASE_URL`` if set (it must be a throwaway
-database: the benchmark writes to it), else a private cluster started as the tests do (``tests/postgres.py``,
-durable settings: fsync and synchronous commit on). The last line is ``verify_events_per_second`` on SQLite.
+Both on PostgreSQL (``DATABASE_URL`` if set: it must be a throwaway database, the benchmark writes to it; else a
+private cluster started as the tests do, ``tests/postgres.py``, with durable settings: fsync and synchronous
+commit on), lines prefixed ``postgres_``, then on a throwaway SQLite database, prefixed ``sqlite_``. The last
+line is the headline: ``postgres_deferred_vs_inline_8_writers_ratio``, eight PostgreSQL writers with the
+deferred chain against the inline one, measured in the same run.
 """
 
 from __future__ import annotations
@@ -38,14 +50,15 @@ PAYLOAD_RESULT = {
 
 
 def measure_writes(events: int, rounds: int = 10) -> dict[str, float]:
-    """Events per second with and without the chain, alternating in rounds."""
+    """Events per second from one writer: the chain inline, the chain deferred, and no chain, alternating in
+    rounds. A deferred round ends when its events are chained (the process's chainer thread has caught up)."""
     from django.conf import settings
     from django.db import connection, transaction
 
     from audit.append_only import archive_delete_allow, archive_delete_end
     from audit.masking import mask_value, truncate
     from audit.models import AuditEvent
-    from audit.services import audit_event_record
+    from audit.services import audit_chain_pending, audit_chain_wait, audit_event_record, chain_mode
 
     def chain_write(i: int) -> None:
         audit_event_record(
@@ -63,28 +76,106 @@ def measure_writes(events: int, rounds: int = 10) -> dict[str, float]:
             latency_ms=2.5, actor="bench", seq=plain_seq[0], prev_hash="", hash="",
         )  # fmt: skip
 
-    chain_write(-1)  # warm: connection, masking caches
-    plain_write(-1)
-    spent = {"chain": 0.0, "plain": 0.0}
-    per_round = max(1, events // rounds)
-    for _ in range(rounds):
-        for name, write in (("chain", chain_write), ("plain", plain_write)):
-            started = time.perf_counter()
-            for i in range(per_round):
-                write(i)
-            spent[name] += time.perf_counter() - started
+    def chained() -> None:  # the round's events all in the chain
+        audit_chain_wait(timeout=600)
+        audit_chain_pending(rounds=None)
+
+    default_mode = chain_mode()
+    kept = settings.AUDIT_CHAIN_MODE
+    spent = {"inline": 0.0, "deferred": 0.0, "plain": 0.0}
+    try:
+        for mode in ("inline", "deferred"):  # warm: connection, masking caches, the chainer thread
+            settings.AUDIT_CHAIN_MODE = mode
+            chain_write(-1)
+        chained()
+        plain_write(-1)
+        per_round = max(1, events // rounds)
+        for _ in range(rounds):
+            for name in ("inline", "deferred", "plain"):
+                settings.AUDIT_CHAIN_MODE = name
+                started = time.perf_counter()
+                for i in range(per_round):
+                    (plain_write if name == "plain" else chain_write)(i)
+                if name == "deferred":
+                    chained()
+                spent[name] += time.perf_counter() - started
+    finally:
+        settings.AUDIT_CHAIN_MODE = kept
     with transaction.atomic(), connection.cursor() as cursor:  # the plain rows are not part of the chain
         archive_delete_allow(cursor, connection)  # past the append-only triggers, as archive_audit gets
         cursor.execute("DELETE FROM audit_auditevent WHERE seq < 0")
         archive_delete_end(cursor, connection)
     total = per_round * rounds
-    chain_eps, plain_eps = total / spent["chain"], total / spent["plain"]
+    chain_eps, plain_eps = total / spent[default_mode], total / spent["plain"]
     return {
-        "chain_events_per_second": chain_eps,
+        "inline_1_writer_events_per_second": total / spent["inline"],
+        "deferred_1_writer_events_per_second": total / spent["deferred"],
+        "deferred_vs_inline_1_writer_ratio": spent["inline"] / spent["deferred"],
         "plain_events_per_second": plain_eps,
-        "chain_vs_plain_ratio": chain_eps / plain_eps,
-        "chain_added_ms_per_event": (spent["chain"] - spent["plain"]) / total * 1000,
+        "chain_vs_plain_ratio": chain_eps / plain_eps,  # the database's default mode against no chain
+        "chain_added_ms_per_event": (spent[default_mode] - spent["plain"]) / total * 1000,
     }
+
+
+def _concurrent_writer(mode: str, count: int, start: object, done: object, tag: str = "") -> None:
+    """One writer process (forked after Django is set up; its connection is its own)."""
+    from django.conf import settings
+    from django.db import connections
+
+    from audit.services import audit_event_record
+
+    connections.close_all()
+    settings.AUDIT_CHAIN_MODE = mode
+    audit_event_record(source="agent", mcp_id="bench", tool="warm", args={}, actor="bench")  # connected, warm
+    start.wait()  # type: ignore[attr-defined]
+    for i in range(count):
+        audit_event_record(
+            source="agent", mcp_id="bench", tool="search_employee", call_id=f"{tag or mode}:{i}", args=PAYLOAD_ARGS,
+            result=PAYLOAD_RESULT, latency_ms=2.5, actor="bench",
+        )  # fmt: skip
+    connections.close_all()
+    done.put(count)  # type: ignore[attr-defined]
+
+
+def measure_concurrent(writers: int, events: int) -> dict[str, float]:
+    """Events per second with ``writers`` processes appending at once, inline against deferred, in one run."""
+    import multiprocessing
+
+    from django.db import connections
+
+    from audit.models import AuditEvent
+    from audit.services import audit_chain_pending, chain_lag
+
+    context = multiprocessing.get_context("fork")
+    per_writer = max(1, events // writers)
+    figures: dict[str, float] = {}
+    for mode in ("inline", "deferred"):
+        connections.close_all()
+        start, done = context.Barrier(writers + 1), context.Queue()
+        tag = f"{mode}-{time.time_ns()}"  # this run's events, whatever the database held before
+        processes = [
+            context.Process(target=_concurrent_writer, args=(mode, per_writer, start, done, tag))
+            for _ in range(writers)
+        ]
+        for process in processes:
+            process.start()
+        connections.close_all()
+        start.wait()
+        started = time.perf_counter()
+        written = sum(done.get(timeout=600) for _ in processes)
+        for process in processes:
+            process.join()
+        audit_chain_pending()  # what a writer killed after its commit would leave (none here): the lag to 0
+        seconds = time.perf_counter() - started
+        assert chain_lag().count == 0
+        chained = AuditEvent.objects.filter(call_id__startswith=f"{tag}:").count()
+        assert chained == written, (chained, written)
+        figures[f"{mode}_{writers}_writers_events_per_second"] = written / seconds
+    figures[f"deferred_vs_inline_{writers}_writers_ratio"] = (
+        figures[f"deferred_{writers}_writers_events_per_second"]
+        / figures[f"inline_{writers}_writers_events_per_second"]
+    )
+    return figures
 
 
 def seed_chain(until: int, batch: int = 5000) -> None:
@@ -123,13 +214,32 @@ def seed_chain(until: int, batch: int = 5000) -> None:
 def measure_verify(events: int) -> dict[str, float]:
     from django.core.management import call_command
 
+    import audit.verification
+
     seed_chain(until=events)  # no-op past it: the chain already holds the events written above
-    out = io.StringIO()
-    started = time.perf_counter()
-    call_command("verify_audit", stdout=out, stderr=io.StringIO())
-    seconds = time.perf_counter() - started
-    verified = int(out.getvalue().strip().splitlines()[-1].split()[1])
-    return {"verify_events": verified, "verify_seconds": seconds, "verify_events_per_second": verified / seconds}
+
+    def timed(*options: str) -> tuple[int, float]:
+        out = io.StringIO()
+        started = time.perf_counter()
+        call_command("verify_audit", *options, stdout=out, stderr=io.StringIO())
+        seconds = time.perf_counter() - started
+        return int(out.getvalue().strip().splitlines()[-1].split()[1]), seconds
+
+    fast_vendors = audit.verification._RAW_VENDORS
+    audit.verification._RAW_VENDORS = ()  # the events read through the ORM, as before the raw path
+    try:
+        verified, orm_seconds = timed("--workers", "0")
+    finally:
+        audit.verification._RAW_VENDORS = fast_vendors
+    verified, workers_seconds = timed("--workers", "2")  # hashes and MACs in two worker processes
+    verified, seconds = timed()  # as it runs by default: in the command's own process
+    return {
+        "verify_events": verified,
+        "verify_orm_events_per_second": verified / orm_seconds,
+        "verify_2_workers_events_per_second": verified / workers_seconds,
+        "verify_seconds": seconds,
+        "verify_events_per_second": verified / seconds,
+    }
 
 
 def print_figures(figures: dict[str, float], prefix: str = "") -> None:
@@ -146,16 +256,23 @@ def run_on_this_database(options: argparse.Namespace, *, keep_database_url: bool
 
     print(f"{connection.vendor}: {options.events} events each way…", file=sys.stderr)
     writes = measure_writes(options.events)
+    concurrent: dict[str, float] = {}
+    if options.writers > 0:
+        print(f"{connection.vendor}: {options.writers} writers at once, inline then deferred…", file=sys.stderr)
+        concurrent = measure_concurrent(options.writers, options.concurrent_events)
     print(f"{connection.vendor}: verifying {options.verify_events} events…", file=sys.stderr)
-    return {"writes": writes, "verify": measure_verify(options.verify_events)}
+    return {"writes": writes, "concurrent": concurrent, "verify": measure_verify(options.verify_events)}
 
 
-def run_postgres(options: argparse.Namespace) -> None:
-    """The same measurements on PostgreSQL, in a child process (settings pick the database at start)."""
+def run_postgres(options: argparse.Namespace) -> list[str]:
+    """The same measurements on PostgreSQL, in a child process (settings pick the database at start); printed as
+    they come, and returned (``name: value`` lines, prefixed ``postgres_``)."""
     from tests.postgres import PostgresMissing, private_postgres
 
     command = [sys.executable, "-m", "bench.audit", "--child", "--events", str(options.events)]
-    command += ["--verify-events", str(options.verify_events)]
+    command += ["--verify-events", str(options.verify_events), "--writers", str(options.writers)]
+    command += ["--concurrent-events", str(options.concurrent_events)]
+    lines: list[str] = []
 
     def child(url: str) -> None:
         env = {**os.environ, "DATABASE_URL": url}
@@ -164,36 +281,54 @@ def run_postgres(options: argparse.Namespace) -> None:
         if done.returncode != 0:
             raise SystemExit(f"the PostgreSQL run failed ({done.returncode})")
         for line in done.stdout.splitlines():
-            print(f"postgres_{line}", flush=True)
+            lines.append(f"postgres_{line}")
+            print(lines[-1], flush=True)
 
     if os.environ.get("DATABASE_URL"):
         child(os.environ["DATABASE_URL"])
-        return
+        return lines
     try:
         with private_postgres(durable=True) as url:
             child(url)
     except PostgresMissing as exc:
         print(f"postgres: skipped ({exc})", file=sys.stderr)
+    return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=2000, help="events written each way (default 2000)")
-    parser.add_argument("--verify-events", type=int, default=100_000, help="chain length verified (default 100000)")
+    parser.add_argument(
+        "--verify-events", type=int, default=100_000, help="chain length verified (default 100000, at least 20000)"
+    )
+    parser.add_argument("--writers", type=int, default=8, help="concurrent writer processes (default 8; 0: skip)")
+    parser.add_argument(
+        "--concurrent-events", type=int, default=8000, help="events written by the writers in all (default 8000)"
+    )
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
+    options.verify_events = max(20_000, options.verify_events)  # verify_audit's rate means little on fewer
 
     if options.child:  # run by run_postgres with DATABASE_URL set
         figures = run_on_this_database(options, keep_database_url=True)
         print_figures(figures["writes"])
+        print_figures(figures["concurrent"])
         print_figures(figures["verify"])
         return
-    if not options.no_postgres:
-        run_postgres(options)
+    postgres = [] if options.no_postgres else run_postgres(options)
     figures = run_on_this_database(options, keep_database_url=False)
     print_figures(figures["writes"], prefix="sqlite_")
-    print_figures(figures["verify"])  # the last line: verify_events_per_second on SQLite
+    print_figures(figures["concurrent"], prefix="sqlite_")
+    print_figures(figures["verify"], prefix="sqlite_")
+    # The headline, last: eight PostgreSQL writers with the deferred chain against the inline one, in this run
+    # (SQLite's when PostgreSQL is not there).
+    headline = f"deferred_vs_inline_{options.writers}_writers_ratio"
+    found = [line for line in postgres if line.startswith(f"postgres_{headline}:")]
+    if found:
+        print(found[-1], flush=True)
+    elif headline in figures["concurrent"]:
+        print_figures({headline: figures["concurrent"][headline]}, prefix="sqlite_")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,14 @@
 """Load: many runs submitted at once through the API to two Celery workers, from submission to ``succeeded``.
 
 Run from the repo root: ``python -m bench.load [--runs 500] [--clients 100] [--web gunicorn|uvicorn|runserver]
-[--postgres]``.
+[--postgres] [--workers 2] [--kill-midway]``.
+
+Scale-out: ``python -m bench.load --postgres --workers 4 --runs 2000 --clients 200 [--kill-midway]`` (four worker
+processes, Redis, PostgreSQL). With ``--kill-midway`` one worker is SIGKILLed with everything it started once
+half of the runs have finished, and a replacement is started at once; the workers then run with short leases
+(``PLATFORM_RUN_LEASE_S=3``, ``PLATFORM_RECONCILE_INTERVAL_S=1``, as ``tests/e2e/test_worker_loss.py``) so that
+the killed worker's run is taken over within seconds. After the runs, the database is read (``manage.py
+shell``) for runs that finished twice and tool calls completed twice.
 
 It starts the platform as ``tests/e2e`` does (``tests.e2e.workers``): its own SQLite file (or, with
 ``--postgres``, a private PostgreSQL cluster), a private ``redis-server`` as the broker, migrate, ``seed_demo``,
@@ -27,6 +34,12 @@ Figures (``name: value`` lines; the last is ``runs_per_second``), from each run'
   contract checks, audit, storing.
 - ``platform_share_exec``: Σ(exec - tool) / Σ exec — the platform's share of the workers' time;
   ``platform_share_e2e``: Σ(e2e - tool) / Σ e2e — its share of what callers waited, queueing included.
+- ``runs_finished_twice``: runs with more than one terminal status event (must be 0); ``write_calls_twice``:
+  (run, call) pairs of a write tool whose call succeeded more than once in the audit record (must be 0: a write
+  runs at most once, even when its worker dies); ``read_calls_repeated``: the same for read tools, which a run
+  taken over from a dead worker may call again (its first worker's results died with it);
+  ``reads_repeated_outside_taken_over_runs``: repeated reads in runs claimed once (must be 0);
+  ``runs_claimed_again``: runs claimed by a second delivery (the killed worker's run, with ``--kill-midway``).
 - ``runs_per_second``: succeeded runs / (last ``finished_at`` - first ``created_at``).
 """
 
@@ -41,6 +54,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -80,13 +94,22 @@ def submit_all(client: httpx.Client, runs: int, clients: int) -> tuple[list[str]
 
     def submit(i: int) -> tuple[str, float]:
         release.wait()
+        # An Idempotency-Key per submission: a POST retried after a dropped connection (a keep-alive connection
+        # the server closed as it was reused, under load) answers with the run it created, never a second run.
+        key = {"Idempotency-Key": f"bench-load-{uuid.uuid4()}"}
         for _attempt in range(20):
             t0 = time.perf_counter()
-            response = client.post(
-                "/api/v1/runs", json={"agent": "company-assistant", "query": QUESTIONS[i % len(QUESTIONS)]}
-            )
+            try:
+                response = client.post(
+                    "/api/v1/runs",
+                    json={"agent": "company-assistant", "query": QUESTIONS[i % len(QUESTIONS)]},
+                    headers=key,
+                )
+            except httpx.TransportError:
+                time.sleep(0.5)
+                continue
             elapsed = (time.perf_counter() - t0) * 1000
-            if response.status_code == 202:
+            if response.status_code in (200, 202):
                 return str(response.json()["id"]), elapsed
             if response.status_code != 429:
                 raise RuntimeError(f"submit {i}: {response.status_code} {response.text[:200]}")
@@ -100,7 +123,12 @@ def submit_all(client: httpx.Client, runs: int, clients: int) -> tuple[list[str]
     return [run_id for run_id, _ in done], [ms for _, ms in done]
 
 
-def poll_until_finished(client: httpx.Client, run_ids: list[str], timeout: float) -> dict[str, dict[str, Any]]:
+def poll_until_finished(
+    client: httpx.Client,
+    run_ids: list[str],
+    timeout: float,
+    on_progress: Any = None,
+) -> dict[str, dict[str, Any]]:
     """Each run's final body. Runs are taken in submission order (the queue is first in, first out), so by the
     time one is asked about, most after it have finished too: about one GET per run. Timestamps come from the
     server, so how often this asks changes no figure."""
@@ -108,14 +136,66 @@ def poll_until_finished(client: httpx.Client, run_ids: list[str], timeout: float
     deadline = time.monotonic() + timeout
     for run_id in run_ids:
         while time.monotonic() < deadline:
-            body = client.get(f"/api/v1/runs/{run_id}").json()
+            try:
+                body = client.get(f"/api/v1/runs/{run_id}").json()
+            except httpx.TransportError:
+                time.sleep(0.5)
+                continue
             if body.get("status") in FINISHED:
                 finished[run_id] = body
                 break
             time.sleep(0.2)
         if len(finished) % 100 == 0:
             progress(f"  {len(finished)}/{len(run_ids)} finished")
+        if on_progress is not None:
+            on_progress(len(finished))
     return finished
+
+
+TWICE_CHECK = """
+import json, sys
+from collections import Counter
+from agents.models import RunEvent
+from audit.models import AuditEvent
+from audit.services import audit_chain_pending
+audit_chain_pending()  # whatever a killed writer left pending joins the record first
+ids = json.load(open({path!r}))
+terminal, claims = Counter(), Counter()
+for run_id, status in RunEvent.objects.filter(run_id__in=ids, kind="status").values_list("run_id", "data__status"):
+    if status in ("succeeded", "failed", "cancelled"):
+        terminal[run_id] += 1
+    elif status == "running":
+        claims[run_id] += 1
+from mcpregistry.models import ToolContract
+writes = set(
+    ToolContract.objects.exclude(risk=ToolContract.Risk.READ).values_list("tool__server__mcp_id", "tool__name")
+)
+calls = Counter(
+    AuditEvent.objects.filter(run_id__in=ids, action="tool.call", ok=True).values_list(
+        "run_id", "source", "mcp_id", "tool", "call_id"
+    )
+)
+twice = [key for key, n in calls.items() if n > 1]
+print(json.dumps({{
+    "runs_finished_twice": sum(1 for n in terminal.values() if n > 1),
+    "write_calls_twice": sum(1 for key in twice if (key[2], key[3]) in writes),
+    "read_calls_repeated": sum(1 for key in twice if (key[2], key[3]) not in writes),
+    "reads_repeated_outside_taken_over_runs": sum(
+        1 for key in twice if (key[2], key[3]) not in writes and claims[key[0]] < 2
+    ),
+    "runs_claimed_again": sum(1 for n in claims.values() if n > 1),
+}}, default=str))
+"""
+
+
+def twice_check(platform: Any, run_ids: list[str], workdir: Path) -> dict[str, int]:
+    """Runs that finished twice and tool calls that succeeded twice, read from the database."""
+    import json
+
+    path = workdir / "run_ids.json"
+    path.write_text(json.dumps(run_ids), encoding="utf-8")
+    out = platform.manage("shell", "-c", TWICE_CHECK.format(path=str(path)))
+    return dict(json.loads(out.strip().splitlines()[-1]))
 
 
 def main() -> None:
@@ -128,6 +208,12 @@ def main() -> None:
         "--postgres", action="store_true", help="a private PostgreSQL cluster (tests.postgres) instead of SQLite"
     )
     parser.add_argument("--keep", action="store_true", help="keep the working folder (database, logs)")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes (--concurrency=1 each)")
+    parser.add_argument(
+        "--kill-midway",
+        action="store_true",
+        help="SIGKILL one worker once half of the runs finished, and start a replacement",
+    )
     options = parser.parse_args()
 
     from tests.e2e.harness import redis_server
@@ -147,13 +233,21 @@ def main() -> None:
                 workdir,
                 broker_url=broker_url,
                 database_url=database_url,
-                env={"PLATFORM_API_RATE": "1000000/min", "LOG_LEVEL": "WARNING"},
+                env={
+                    "PLATFORM_API_RATE": "1000000/min",
+                    "LOG_LEVEL": "WARNING",
+                    **(
+                        {"PLATFORM_RUN_LEASE_S": "3", "PLATFORM_RECONCILE_INTERVAL_S": "1"}
+                        if options.kill_midway
+                        else {}
+                    ),
+                },
                 web=options.web,
             )
         )
-        progress(f"platform up in {time.monotonic() - started:.1f} s ({workdir}); starting two workers")
-        for name in ("w1", "w2"):
-            platform.start_worker(name, wait=False)
+        progress(f"platform up in {time.monotonic() - started:.1f} s ({workdir}); starting {options.workers} workers")
+        for n in range(options.workers):
+            platform.start_worker(f"w{n + 1}", wait=False)
         for worker in platform.workers:
             worker.wait_ready()
         limits = httpx.Limits(max_connections=options.clients, max_keepalive_connections=options.clients)
@@ -165,8 +259,19 @@ def main() -> None:
             t0 = time.monotonic()
             run_ids, submit_ms = submit_all(client, options.runs, options.clients)
             progress(f"  submitted in {time.monotonic() - t0:.1f} s")
-            finished = poll_until_finished(client, run_ids, options.timeout)
+            killed: list[str] = []
+
+            def kill_midway(done: int) -> None:
+                if options.kill_midway and not killed and done >= options.runs // 2:
+                    victim = platform.workers[0]
+                    progress(f"  {done} finished: SIGKILL to worker {victim.name}, starting a replacement")
+                    victim.kill()
+                    killed.append(victim.name)
+                    platform.start_worker(f"{victim.name}-again", wait=False)
+
+            finished = poll_until_finished(client, run_ids, options.timeout, on_progress=kill_midway)
         wall_s = time.monotonic() - t0
+        twice = twice_check(platform, run_ids, workdir)
 
     succeeded = [finished[r] for r in run_ids if finished.get(r, {}).get("status") == "succeeded"]
     lost = len(run_ids) - len(succeeded)
@@ -182,6 +287,8 @@ def main() -> None:
     first = min(when(r["created_at"]) for r in succeeded)
     last = max(when(r["finished_at"]) for r in succeeded)
 
+    report("workers", options.workers)
+    report("workers_killed", len(killed))
     report("runs", len(run_ids))
     report("succeeded", len(succeeded))
     report("lost", lost)
@@ -198,12 +305,20 @@ def main() -> None:
     report("platform_share_exec", sum(platform_exec) / sum(execution), 3)
     report("platform_share_e2e", (sum(e2e) - sum(tool)) / sum(e2e), 4)
     report("mean_tool_calls_per_run", statistics.mean(len(r["tool_calls"]) for r in succeeded))
+    for name, value in twice.items():
+        report(name, value)
     report("runs_per_second", len(succeeded) / (last - first).total_seconds())
-    if options.keep or lost:
+    broken = (
+        lost
+        or twice["runs_finished_twice"]
+        or twice["write_calls_twice"]
+        or twice["reads_repeated_outside_taken_over_runs"]
+    )
+    if options.keep or broken:
         progress(f"logs and database kept in {workdir}")
     else:
         shutil.rmtree(workdir, ignore_errors=True)
-    if lost:
+    if broken:
         sys.exit(1)
 
 

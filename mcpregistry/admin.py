@@ -420,7 +420,10 @@ class ToolContractInline(admin.StackedInline):
         (None, {"fields": ["risk", "unknown_args"]}),
         (_("arguments"), {"fields": ["args"], "classes": ["contract-editor"]}),
         (_("result"), {"fields": ["returns"], "classes": ["contract-editor"]}),
-        (_("retries, timeout and fallback"), {"fields": ["retry", "timeout_s", "fallback_tool", "fallback_policy"]}),
+        (
+            _("retries, timeout and fallback"),
+            {"fields": ["retry", "timeout_s", "fallback_tool", "fallback_policy", "correction_cap"]},
+        ),
         (_("memo and idempotency"), {"fields": ["memo", "memo_ttl_s", "idempotency_arg"]}),
         (_("advanced: the contract as JSON"), {"fields": ["contract_json"], "classes": ["collapse"]}),
     ]
@@ -460,6 +463,8 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
         "server",
         "name",
         "enabled",
+        "tags",
+        "example_queries",
         "available",
         "review_diff",
         "schema_error",

@@ -27,6 +27,7 @@ class ContractSpec(BaseModel):
     memo: bool = True
     memo_ttl_s: int | None = Field(default=None, ge=0)
     idempotency_arg: str = ""
+    correction_cap: int = Field(default=3, ge=0, le=100)
 
 
 def contract_entry(contract: ToolContract) -> dict[str, Any]:
@@ -45,6 +46,7 @@ def contract_entry(contract: ToolContract) -> dict[str, Any]:
         "memo": contract.memo,
         "memo_ttl_s": contract.memo_ttl_s,
         "idempotency_arg": contract.idempotency_arg,
+        "correction_cap": contract.correction_cap,
     }
 
 
@@ -62,4 +64,5 @@ def contract_fields(spec: ContractSpec) -> dict[str, Any]:
         "memo": spec.memo,
         "memo_ttl_s": spec.memo_ttl_s,
         "idempotency_arg": spec.idempotency_arg,
+        "correction_cap": spec.correction_cap,
     }

@@ -291,6 +291,7 @@ class ToolContractForm(forms.ModelForm):
             "memo",
             "memo_ttl_s",
             "idempotency_arg",
+            "correction_cap",
         ]
         widgets = {"args": ArgsTableWidget, "returns": ReturnsWidget, "retry": RetryWidget}
 
@@ -309,6 +310,12 @@ class ToolContractForm(forms.ModelForm):
             if contract.pk:
                 self.initial["contract_json"] = json.dumps(contract_entry(contract), ensure_ascii=False, indent=2)
         self.fields["timeout_s"].help_text = _("More than 0 and at most the platform's cap. Empty: the server's.")
+        # A page that does not show the cap (an older form, a script posting the fields it knows) keeps it.
+        self.fields["correction_cap"].required = False
+
+    def clean_correction_cap(self) -> int:
+        value = self.cleaned_data.get("correction_cap")
+        return int(value) if value is not None else int(self.instance.correction_cap)
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()

@@ -32,6 +32,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -42,6 +43,7 @@ from django.db import DatabaseError
 from django.utils.translation import gettext as _
 from mcp import McpError
 
+import agent_platform.telemetry as telemetry
 from audit.masking import mask_text, mask_value, register_secrets
 from audit.services import audit_event_record
 from mcpregistry.breaker import breaker_admit, breaker_record
@@ -172,6 +174,13 @@ class GateCall:
     call_id: str = ""
     memo: dict[str, ToolResult] | None = None
     approvals: ApprovalPort | None = None
+    # An eval or shadow run: its write calls are refused (``eval:write_blocked``) and never sent, except to the
+    # servers named in ``write_sandbox``.
+    writes_blocked: bool = False
+    write_sandbox: frozenset[str] = frozenset()
+    # A run of a published agent version: the contracts frozen with it, by ``"<mcp_id>/<tool>"``, used in place of
+    # the stored ones (a tool the version did not know keeps its stored contract).
+    contracts: Mapping[str, ToolContract] | None = None
 
 
 def canonical_args(args: dict[str, Any]) -> str:
@@ -199,6 +208,37 @@ def _contract_of(tool: McpTool) -> ToolContract:
         return tool.contract
     except ToolContract.DoesNotExist:
         return ToolContract(tool=tool, args=argument_constraints(tool.input_schema or {}), risk="read")
+
+
+CONTRACT_FIELDS = (
+    "args",
+    "unknown_args",
+    "returns",
+    "retry",
+    "timeout_s",
+    "fallback_tool",
+    "fallback_policy",
+    "risk",
+    "memo",
+    "memo_ttl_s",
+    "idempotency_arg",
+)
+
+
+def contract_snapshot(tool: McpTool) -> dict[str, Any]:
+    """The contract the gate applies to ``tool`` now, as plain values (what an agent version freezes)."""
+    contract = _contract_of(tool)
+    return {name: getattr(contract, name) for name in CONTRACT_FIELDS}
+
+
+def contract_from_snapshot(snapshot: Mapping[str, Any]) -> ToolContract:
+    """An unsaved contract from ``contract_snapshot``'s values (for ``GateCall.contracts``)."""
+    return ToolContract(**{name: snapshot[name] for name in CONTRACT_FIELDS if name in snapshot})
+
+
+def _contract_for(who: GateCall, server: McpServer, tool: McpTool) -> ToolContract:
+    frozen = who.contracts.get(f"{server.mcp_id}/{tool.name}") if who.contracts is not None else None
+    return frozen if frozen is not None else _contract_of(tool)
 
 
 class _Call:
@@ -235,6 +275,7 @@ class _Call:
             actor=self.who.actor,
             secrets=self.secrets,
         )
+        telemetry.gate_attempt(attempt=attempt, ok=ok, reason=reason, latency_ms=latency_ms, action=action)
 
     def refuse(self, reason: str, message: str, *, audit: bool = True) -> ToolResult:
         self.result.error = reason
@@ -251,6 +292,7 @@ class _Call:
         return self.result
 
 
+@telemetry.traced_gate_call
 def call(
     *,
     server: McpServer,
@@ -275,12 +317,46 @@ def call(
         )
 
 
+def contract_for(tool: McpTool) -> ToolContract:
+    """The contract the gate applies to ``tool`` (its saved one, or one read off its input schema)."""
+    return _contract_of(tool)
+
+
 def refuse_unknown(*, tool_name: str, args: Any, who: GateCall, offered: list[str]) -> ToolResult:
     """A call to a tool no bound server offers (a model's invention or typo): refused and audited, never sent."""
     message = _("Tool '%(tool)s' does not exist. Use one of: %(tools)s.") % {
         "tool": tool_name,
         "tools": ", ".join(offered) or "-",
     }
+    return refuse_call(tool_name=tool_name, args=args, who=who, reason="tool:unknown", message=message)
+
+
+def refuse_not_offered(*, tool_name: str, args: Any, who: GateCall, offered: list[str], mcp_id: str) -> ToolResult:
+    """A call to an existing tool that top-K selection did not offer this turn (``tool:not_offered``): refused
+    and audited, never sent; the message lists what was offered."""
+    message = _(
+        "Tool '%(tool)s' was not offered for this step. Use one of: %(tools)s. If none fits, say so; the next "
+        "step may offer more tools."
+    ) % {"tool": tool_name, "tools": ", ".join(offered) or "-"}
+    return refuse_call(
+        tool_name=tool_name, args=args, who=who, reason="tool:not_offered", message=message, mcp_id=mcp_id
+    )
+
+
+def refuse_withdrawn(*, tool_name: str, args: Any, who: GateCall, mcp_id: str, corrections: int) -> ToolResult:
+    """A call to a tool withdrawn for the rest of the run after ``corrections`` calls with bad arguments
+    (``tool:withdrawn``, seed 003 §6): refused and audited, never sent."""
+    message = _(
+        "Tool '%(tool)s' is withdrawn for the rest of this run after %(count)d calls with invalid arguments. Do "
+        "not call it again; answer with what you have or explain what is missing."
+    ) % {"tool": tool_name, "count": corrections}
+    return refuse_call(tool_name=tool_name, args=args, who=who, reason="tool:withdrawn", message=message, mcp_id=mcp_id)
+
+
+def refuse_call(
+    *, tool_name: str, args: Any, who: GateCall, reason: str, message: str, mcp_id: str | None = None
+) -> ToolResult:
+    """Refuse a model's call before it reaches a server: one masked audit event, a failed ToolResult."""
     safe_args = mask_value(args if isinstance(args, dict) else {"_raw": args})
     audit_event_record(
         source=who.source,
@@ -290,11 +366,12 @@ def refuse_unknown(*, tool_name: str, args: Any, who: GateCall, offered: list[st
         args=safe_args,
         result=message,
         ok=False,
-        reason="tool:unknown",
+        reason=reason,
         attempt=0,
         actor=who.actor,
+        mcp_id=mcp_id or "",
     )
-    return ToolResult(ok=False, error="tool:unknown", message=message, tool=tool_name, args=safe_args)
+    return ToolResult(ok=False, error=reason, message=message, tool=tool_name, args=safe_args, mcp_id=mcp_id or "")
 
 
 def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
@@ -314,7 +391,7 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
             _("Tool '%(tool)s' does not exist on '%(mcp_id)s' (or is disabled). Use one of: %(tools)s.")
             % {"tool": tool_name, "mcp_id": server.mcp_id, "tools": ", ".join(offered) or "-"},
         )
-    contract = _contract_of(tool)
+    contract = _contract_for(who, server, tool)
 
     # 2. arguments, before anything is sent
     args, verdict = check_args(contract.args or {}, this.raw_args, unknown=contract.unknown_args)
@@ -322,9 +399,21 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         return this.refuse(verdict.reason, _argument_message(tool_name, verdict))
     this.result.args = args
 
-    # 3. risk: a write call needs an approval bound to this tool and these arguments
+    # 3. risk: an eval/shadow run never writes outside its sandbox servers (a sandbox's writes need no approval:
+    # the eval set that names the sandbox is the approval); any other write call needs an approval bound to this
+    # tool and these arguments
     approval: ApprovalState | None = None
-    if contract.risk == ToolContract.Risk.WRITE:
+    if contract.risk == ToolContract.Risk.WRITE and who.writes_blocked:
+        if server.mcp_id not in who.write_sandbox:
+            return this.refuse(
+                "eval:write_blocked",
+                _(
+                    "Tool '%(tool)s' changes things and this run is an evaluation or a shadow run: it was not "
+                    "called. Answer from what you have."
+                )
+                % {"tool": tool_name},
+            )
+    elif contract.risk == ToolContract.Risk.WRITE:
         approval, refusal = _approval(this, contract, args)
         if refusal is not None:
             return refusal
@@ -628,3 +717,115 @@ def _failure_message(tool: str, reason: str, detail: str, *, fallback: str | Non
     if detail:
         text += f" ({detail[:500]})"
     return f"{text} {then}"
+
+
+# ---- resources and prompts (seed 003 §3.1) ------------------------------------------------------------------------
+
+
+def read_resource(*, server: McpServer, uri: str, who: GateCall) -> ToolResult:
+    """Read an MCP resource the server listed at discovery, through the gate: the server must be enabled and
+    the URI one of its discovered resources (``resource:unknown``), behind its circuit breaker, with its
+    timeout, the result capped at ``PLATFORM_TOOL_RESULT_MAX_CHARS`` (``result:too_big``), masked, and one
+    audit event (``action="resource.read"``, the URI as the tool). Returns a ToolResult whose value is the
+    text; never raises."""
+    listed = {str(r.get("uri")) for r in server.resources or [] if isinstance(r, dict)}
+    return _mcp_read(
+        server=server,
+        target=uri,
+        args={"uri": uri},
+        who=who,
+        action="resource.read",
+        known=uri in listed,
+        unknown_reason="resource:unknown",
+        unknown_message=_("Resource '%(uri)s' is not one of '%(mcp_id)s' resources. Use one of: %(uris)s.")
+        % {"uri": uri, "mcp_id": server.mcp_id, "uris": ", ".join(sorted(listed)) or "-"},
+        fetch=lambda runner_config, timeout_s, scope: get_default_pool().read_resource(
+            runner_config, uri, timeout_s=timeout_s, scope=scope
+        ),
+    )
+
+
+def get_prompt(*, server: McpServer, name: str, arguments: dict[str, str], who: GateCall) -> ToolResult:
+    """Render an MCP prompt the server listed at discovery, through the gate (``prompt:unknown``; audited as
+    ``action="prompt.get"``). The value is ``{"messages": [{"role", "text"}]}``; never raises."""
+    listed = {str(p.get("name")) for p in server.prompts or [] if isinstance(p, dict)}
+    return _mcp_read(
+        server=server,
+        target=name,
+        args=dict(arguments),
+        who=who,
+        action="prompt.get",
+        known=name in listed,
+        unknown_reason="prompt:unknown",
+        unknown_message=_("Prompt '%(name)s' is not one of '%(mcp_id)s' prompts.")
+        % {"name": name, "mcp_id": server.mcp_id},
+        fetch=lambda runner_config, timeout_s, scope: get_default_pool().get_prompt(
+            runner_config, name, dict(arguments), timeout_s=timeout_s, scope=scope
+        ),
+    )
+
+
+def _mcp_read(
+    *,
+    server: McpServer,
+    target: str,
+    args: dict[str, Any],
+    who: GateCall,
+    action: str,
+    known: bool,
+    unknown_reason: str,
+    unknown_message: str,
+    fetch: Any,
+) -> ToolResult:
+    this = _Call(server, target, args, who)
+    try:
+        if not server.enabled:
+            return this.refuse(
+                f"mcp:not_loaded:{server.mcp_id}",
+                _("MCP '%(mcp_id)s' is disabled.") % {"mcp_id": server.mcp_id},
+            )
+        if server.transport == LOCAL_TRANSPORT or not known:
+            return this.refuse(unknown_reason, unknown_message)
+        this.result.attempts = 1
+        if not breaker_admit(server.pk):
+            detail = _("the server failed repeatedly and is paused; try again later")
+            this.audit(ok=False, reason="circuit:open", result=detail, attempt=1, latency_ms=0.0, action=action)
+            this.result.error, this.result.message = "circuit:open", detail
+            return this.finish()
+        started = clock.monotonic()
+        reason: str | None = None
+        value: Any = None
+        audited: Any = None
+        try:
+            outcome = fetch(server.connection_config(), server.timeout_s, server.pool_scope(who.run_id))
+            size = _result_size(outcome.text, None)
+            cap = int(settings.PLATFORM_TOOL_RESULT_MAX_CHARS)
+            if size > cap:
+                reason = "result:too_big"
+                audited = {"excerpt": _excerpt(outcome.text, None), "chars": size}
+                this.result.message = _("%(size)d characters, more than %(cap)d") % {"size": size, "cap": cap}
+            else:
+                value = outcome.structured if outcome.structured is not None else outcome.text
+        except McpTimeoutError as exc:
+            reason, this.result.message = "timeout", str(exc)
+        except McpTransportError as exc:
+            reason, this.result.message = "transport", str(exc)
+        except McpError as exc:
+            reason, this.result.message = "protocol", str(exc)
+        latency = (clock.monotonic() - started) * 1000
+        breaker_record(server.pk, ok=reason is None, reason=reason or "")
+        this.audit(
+            ok=reason is None,
+            reason=reason or "",
+            result=value if reason is None else (audited or this.result.message),
+            attempt=1,
+            latency_ms=latency,
+            action=action,
+        )
+        this.result.ok, this.result.error, this.result.value = reason is None, reason, value
+        return this.finish()
+    except (SoftTimeLimitExceeded, DatabaseError):
+        raise
+    except Exception:
+        logger.exception("unexpected failure in the gate reading %s from %s", target, server.mcp_id)
+        return this.refuse("unexpected", _("Reading '%(target)s' failed unexpectedly.") % {"target": target})

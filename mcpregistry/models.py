@@ -15,7 +15,7 @@ from django.utils.translation import gettext_lazy as _
 from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.json import UnicodeJSONEncoder
-from audit.change_guard import AuditedModel, ChangeAudit
+from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration
 from mcpregistry.binding_policy import command_problem, from_env_problem, url_problem
 from mcpregistry.contracts import ArgSpec, RetrySpec, ReturnsSpec, spec_problems
 from mcpregistry.crypto import EncryptedJSONField
@@ -265,6 +265,21 @@ class McpTool(AuditedModel):
         help_text=_("Why the discovered input schema is unusable; such a tool is never offered to a model."),
     )
     discovered_at = models.DateTimeField(_("discovered"), null=True, blank=True)
+    # Written by admins for top-K tool selection (agents.tool_selection): ranked with the description.
+    tags = models.JSONField(
+        encoder=UnicodeJSONEncoder,
+        verbose_name=_("tags"),
+        default=list,
+        blank=True,
+        help_text=_('Words for tool selection and the agents\' tag filters, e.g. ["asset", "자산"].'),
+    )
+    example_queries = models.JSONField(
+        encoder=UnicodeJSONEncoder,
+        verbose_name=_("example queries"),
+        default=list,
+        blank=True,
+        help_text=_("Questions this tool answers; tool selection ranks a query against them."),
+    )
 
     change_audit = ChangeAudit(entity="mcp_tool", operational_fields=frozenset({"discovered_at"}))
 
@@ -279,6 +294,18 @@ class McpTool(AuditedModel):
 
     def audit_target(self) -> tuple[str, str]:
         return self.server.mcp_id, self.name
+
+    def clean(self) -> None:
+        """Tags and example queries are lists of non-empty strings."""
+        errors: dict[str, list[str]] = {}
+        for field_name in ("tags", "example_queries"):
+            if getattr(self, field_name) is None:  # an emptied admin field
+                setattr(self, field_name, [])
+            value = getattr(self, field_name)
+            if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+                errors[field_name] = [str(_("Enter a JSON list of non-empty texts."))]
+        if errors:
+            raise ValidationError(errors)
 
     @property
     def exposed_name(self) -> str:
@@ -338,6 +365,14 @@ class ToolContract(AuditedModel):
         blank=True,
         help_text=_("If set, write calls pass their idempotency key (run + call id) in this argument."),
     )
+    correction_cap = models.PositiveIntegerField(
+        _("argument corrections per run"),
+        default=3,
+        help_text=_(
+            "After this many refused calls with bad arguments in one run, the tool is withdrawn from the model "
+            "for the rest of the run."
+        ),
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     change_audit = ChangeAudit(entity="tool_contract", operational_fields=frozenset({"updated_at"}))
@@ -394,6 +429,28 @@ class ToolContract(AuditedModel):
                     errors["fallback_tool"] = [problem]
         if errors:
             raise ValidationError(errors)
+
+
+class ToolEmbedding(models.Model):
+    """A tool's vector for the embedding tool ranker (``mcpregistry.embeddings``), cached per embedding model.
+    ``text_digest`` is the SHA-256 of the text that was embedded: a changed description, tag or example query
+    makes it stale and it is recomputed."""
+
+    tool = models.ForeignKey(McpTool, on_delete=models.CASCADE, related_name="embeddings", verbose_name=_("tool"))
+    model = models.CharField(_("embedding model"), max_length=200)
+    text_digest = models.CharField(_("text digest"), max_length=64)
+    vector = models.JSONField(verbose_name=_("vector"), default=list)
+    computed_at = models.DateTimeField(_("computed"), auto_now=True)
+
+    change_audit = NotConfiguration("a cache derived from a tool's description, recomputed when it changes")
+
+    class Meta:
+        verbose_name = _("tool embedding")
+        verbose_name_plural = _("tool embeddings")
+        constraints = [models.UniqueConstraint(fields=["tool", "model"], name="toolembedding_unique_tool_model")]
+
+    def __str__(self) -> str:
+        return f"{self.tool} @ {self.model}"
 
 
 class RequestCategory(AuditedModel):

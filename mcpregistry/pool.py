@@ -38,6 +38,8 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+import agent_platform.telemetry as telemetry
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -425,6 +427,8 @@ class McpSessionPool:
         worker's shared session of this server; any other value a session of that scope only (``close_scope``).
         """
         connection = ServerConnection.from_config(config)
+        # The caller's trace context (``traceparent``), read on the caller's thread, for the request's ``_meta``.
+        meta = telemetry.mcp_request_meta()
 
         async def operation(pooled: _PooledSession) -> ToolCallOutcome:
             session = pooled.session
@@ -432,7 +436,7 @@ class McpSessionPool:
             # The id call_tool is about to use: nothing awaits between this read and its use.
             request_id = session._request_id
             try:
-                result = await session.call_tool(tool, arguments)
+                result = await session.call_tool(tool, arguments, meta=meta)
             except asyncio.CancelledError:
                 # The deadline passed: tell the server to stop working on the request; the session stays usable.
                 self._loop.create_task(_send_cancelled(session, request_id))
@@ -443,17 +447,82 @@ class McpSessionPool:
                 is_error=bool(result.isError), text=text, structured=result.structuredContent, content=content
             )
 
-        return self.submit(
+        return self._run_operation(connection, operation, scope=scope, timeout_s=timeout_s, resend=False)
+
+    def _run_operation(
+        self,
+        connection: ServerConnection,
+        operation: Any,
+        *,
+        scope: str | None,
+        timeout_s: float,
+        resend: bool,
+    ) -> ToolCallOutcome:
+        """Run one request on a pooled session of ``connection`` (opened within ``max(timeout_s, 30)``), from the
+        caller's thread; ``resend``: a broken session's request may be sent again on a fresh one (reads only)."""
+        result: ToolCallOutcome = self.submit(
             self._with_session(
                 connection,
                 operation,
                 scope=scope,
                 timeout_s=timeout_s,
                 open_timeout_s=max(timeout_s, 30.0),
-                resend=False,
+                resend=resend,
             ),
             timeout=timeout_s + max(timeout_s, 30.0) * 2 + 10,
         )
+        return result
+
+    def read_resource(
+        self, config: dict[str, Any], uri: str, *, timeout_s: float, scope: str | None = None
+    ) -> ToolCallOutcome:
+        """Read an MCP resource: its text contents joined (a binary content is named, not included). Raises as
+        ``call_tool`` does; reading changes nothing, so a broken session is retried once on a fresh one."""
+        from pydantic import AnyUrl
+
+        connection = ServerConnection.from_config(config)
+
+        async def operation(pooled: _PooledSession) -> ToolCallOutcome:
+            assert pooled.session is not None
+            result = await pooled.session.read_resource(AnyUrl(uri))
+            contents = [c.model_dump(mode="json", exclude_none=True) for c in result.contents]
+            text = "\n".join(
+                str(c["text"]) if "text" in c else f"[binary {c.get('mimeType', '')} content of {c.get('uri', uri)}]"
+                for c in contents
+            )
+            return ToolCallOutcome(is_error=False, text=text, structured=None, content=contents)
+
+        return self._run_operation(connection, operation, scope=scope, timeout_s=timeout_s, resend=True)
+
+    def get_prompt(
+        self,
+        config: dict[str, Any],
+        name: str,
+        arguments: dict[str, str],
+        *,
+        timeout_s: float,
+        scope: str | None = None,
+    ) -> ToolCallOutcome:
+        """Render an MCP prompt: ``structured`` is its messages as ``[{"role", "text"}]`` (text contents only),
+        ``text`` those texts joined."""
+        connection = ServerConnection.from_config(config)
+
+        async def operation(pooled: _PooledSession) -> ToolCallOutcome:
+            assert pooled.session is not None
+            result = await pooled.session.get_prompt(name, arguments)
+            messages = [
+                {"role": m.role, "text": str(getattr(m.content, "text", ""))}
+                for m in result.messages
+                if getattr(m.content, "type", "") == "text"
+            ]
+            return ToolCallOutcome(
+                is_error=False,
+                text="\n\n".join(m["text"] for m in messages),
+                structured={"messages": messages},
+                content=[],
+            )
+
+        return self._run_operation(connection, operation, scope=scope, timeout_s=timeout_s, resend=True)
 
     def list_tools(self, config: dict[str, Any], *, timeout_s: float = 30.0, scope: str | None = None) -> ServerListing:
         """Initialize (or reuse) a session and list the server's tools, and its resources and prompts where the

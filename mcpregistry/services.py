@@ -21,8 +21,10 @@ from audit.changes import audited_delete, audited_save, change_scope, config_cha
 from audit.masking import mask_text
 from mcpregistry.contracts import contract_defaults, schema_problem
 from mcpregistry.crypto import PREFIX, rotate_token
+from mcpregistry.embeddings import refresh_after_discovery
 from mcpregistry.local_tools import runner_for
 from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract
+from mcpregistry.signals import registry_contracts_changed_send
 
 
 def mcp_server_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> McpServer:
@@ -78,11 +80,19 @@ def mcp_tool_create(
     return audited_save(McpTool(server=server, name=name), actor=actor, via=via, data=data, validate=False)
 
 
+# A change of a contract or of whether a tool can be called is announced (``mcpregistry.signals``) in its
+# transaction: agents that publish on save freeze a new version with it.
+
+
+@transaction.atomic
 def mcp_tool_update(*, tool: McpTool, actor: Any, via: str, data: Mapping[str, Any] | None = None) -> McpTool:
     """Change a tool as an admin may (``enabled``)."""
-    return audited_save(tool, actor=actor, via=via, data=data)
+    audited_save(tool, actor=actor, via=via, data=data)
+    registry_contracts_changed_send(server_ids=[tool.server_id], actor=actor, via=via)
+    return tool
 
 
+@transaction.atomic
 def mcp_tool_review_approve(*, tool: McpTool, actor: Any, via: str) -> bool:
     """Accept a tool's changed description/schema (a rug-pull review) and enable it. Returns False (and records
     nothing) if the tool awaits no review."""
@@ -96,27 +106,41 @@ def mcp_tool_review_approve(*, tool: McpTool, actor: Any, via: str) -> bool:
         validate=False,
         verb="review_approve",
     )
+    registry_contracts_changed_send(server_ids=[tool.server_id], actor=actor, via=via)
     return True
 
 
+@transaction.atomic
 def mcp_tool_delete(*, tool: McpTool, actor: Any, via: str) -> None:
     """Remove a tool row (and its contract); a later discovery lists it again if the server still has it."""
+    server_id = tool.server_id
     audited_delete(tool, actor=actor, via=via)
+    registry_contracts_changed_send(server_ids=[server_id], actor=actor, via=via)
 
 
+@transaction.atomic
 def tool_contract_create(*, tool: McpTool, actor: Any, via: str, data: Mapping[str, Any]) -> ToolContract:
-    return audited_save(ToolContract(tool=tool), actor=actor, via=via, data=data)
+    contract = audited_save(ToolContract(tool=tool), actor=actor, via=via, data=data)
+    registry_contracts_changed_send(server_ids=[tool.server_id], actor=actor, via=via)
+    return contract
 
 
+@transaction.atomic
 def tool_contract_update(
     *, contract: ToolContract, actor: Any, via: str, data: Mapping[str, Any] | None = None
 ) -> ToolContract:
-    """Change a contract: its argument and result constraints, retries, timeout, fallback, risk, memo."""
-    return audited_save(contract, actor=actor, via=via, data=data)
+    """Change a contract: its argument and result constraints, retries, timeout, fallback, risk, memo. Agents
+    bound to its server that publish on save get a new version in the same transaction."""
+    audited_save(contract, actor=actor, via=via, data=data)
+    registry_contracts_changed_send(server_ids=[contract.tool.server_id], actor=actor, via=via)
+    return contract
 
 
+@transaction.atomic
 def tool_contract_delete(*, contract: ToolContract, actor: Any, via: str) -> None:
+    server_id = contract.tool.server_id
     audited_delete(contract, actor=actor, via=via)
+    registry_contracts_changed_send(server_ids=[server_id], actor=actor, via=via)
 
 
 logger = logging.getLogger(__name__)
@@ -251,8 +275,11 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
             resources=listing.resources,
             prompts=listing.prompts,
         )
+        if report.added or report.updated or report.vanished:
+            registry_contracts_changed_send(server_ids=[server.pk], actor=actor, via=via)
     report.ok = True
     report.tool_count = len(listing.tools)
+    refresh_after_discovery([t for t in server.tools.all() if t.available])
     return report
 
 

@@ -31,6 +31,9 @@ from django.core.cache import cache
 from django.core.management import call_command
 from django.db.backends.sqlite3.base import DatabaseWrapper as SqliteWrapper
 from django.test import Client
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from rest_framework.test import APIClient
 
 from agents.management.commands.seed_demo import DEMO_PUBLIC_ENV, DEMO_RULES, SYSTEM_PROMPT, apply_demo_contracts
@@ -51,6 +54,7 @@ settings.PLATFORM_ALLOW_SCRIPTED_MODEL = True
 os.environ["PLATFORM_ALLOW_SCRIPTED_MODEL"] = "1"
 # The tests' own HTTP MCP servers listen on loopback: allowed the way an operator allows an internal host.
 settings.PLATFORM_MCP_ALLOW_PRIVATE_URLS = ["127.0.0.1", "localhost"]
+settings.PLATFORM_MODEL_ALLOW_PRIVATE_URLS = ["127.0.0.1", "localhost"]
 os.environ["PLATFORM_MCP_ALLOW_PRIVATE_URLS"] = "127.0.0.1,localhost"
 
 # TransactionTestCase empties every table after each test (Django's flush). SQLite's audit triggers refuse that, as
@@ -250,3 +254,40 @@ def api_client(api_caller: ApiCaller) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {api_caller.raw_key}")
     return client
+
+
+# ---- traces ----------------------------------------------------------------------------------------------------
+
+
+class _SwitchedExport(SpanProcessor):
+    """A span processor that hands finished spans to the in-memory exporter only while a test asks for spans."""
+
+    def __init__(self, exporter: InMemorySpanExporter) -> None:
+        self.exporter = exporter
+        self.on = False
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.on:
+            self.exporter.export([span])
+
+
+_span_switch: _SwitchedExport | None = None
+
+
+@pytest.fixture
+def spans() -> Iterator[Any]:
+    """The SDK's ``InMemorySpanExporter``, receiving every span finished during the test (the process's tracer
+    provider is installed once, on first use; OpenTelemetry allows one per process)."""
+    global _span_switch
+    if _span_switch is None:
+        _span_switch = _SwitchedExport(InMemorySpanExporter())
+        provider = trace.get_tracer_provider()
+        if not isinstance(provider, TracerProvider):  # none yet (the OTEL_* variables may have installed one)
+            provider = TracerProvider()
+            trace.set_tracer_provider(provider)
+        provider.add_span_processor(_span_switch)
+    _span_switch.exporter.clear()
+    _span_switch.on = True
+    yield _span_switch.exporter
+    _span_switch.on = False
+    _span_switch.exporter.clear()

@@ -4,6 +4,7 @@ panel for whoever may view what it lists. And "View site" leads somewhere real."
 
 from __future__ import annotations
 
+import datetime as dt
 from datetime import timedelta
 
 import pytest
@@ -107,3 +108,16 @@ def test_view_site_leads_to_the_api_documentation(admin_client) -> None:
     page = admin_client.get("/admin/").content.decode()
     assert 'href="/api/v1/docs/"' in page
     assert admin_client.get("/api/v1/docs/").status_code == 200
+
+
+def test_the_dashboard_charts_tokens_and_cost_per_day_and_lists_this_months_agents(admin_client) -> None:
+    agent = Agent.objects.create(slug="spender", name="spender")
+    Run.objects.create(agent=agent, query="q", status=Run.Status.SUCCEEDED, tokens=1234, cost_micros=2_500_000)
+    Run.objects.create(agent=agent, query="q", status=Run.Status.SUCCEEDED, tokens=766, cost_micros=500_000)
+    page = admin_client.get("/admin/").content.decode()
+    assert 'id="dashboard-usage"' in page
+    assert page.count('<svg class="chart"') >= 2
+    today = timezone.now().astimezone(dt.UTC).date().isoformat()
+    assert f"{today}: 2000" in page  # the bar of today's tokens
+    assert f"{today}: 3 $" in page  # and of today's cost
+    assert '<td>spender</td><td class="num">2</td><td class="num">2000</td><td class="num">$3.0</td>' in page

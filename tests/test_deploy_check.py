@@ -15,6 +15,10 @@ import pytest
 import yaml
 from cryptography.fernet import Fernet
 
+# Marked slow: out of the fast loop (several seconds of real servers, processes or timeouts per test); the full
+# suite runs it.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
 PLACEHOLDER = re.compile(r"\$\{(?P<name>\w+)(?::(?P<kind>[?-])(?P<rest>[^}]*))?\}")

@@ -18,7 +18,7 @@ from django.utils import translation
 
 ROOT = Path(__file__).resolve().parent.parent
 CATALOGUE = ROOT / "locale" / "ko" / "LC_MESSAGES" / "django.po"
-SOURCES = ("agent_platform", "agents", "audit", "auditor", "mcpregistry", "locale", "manage.py")
+SOURCES = ("agent_platform", "agents", "audit", "auditor", "evals", "mcpregistry", "locale", "manage.py")
 
 
 @dataclass

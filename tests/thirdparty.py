@@ -311,3 +311,62 @@ def everything_http_url(everything_server: EverythingServer) -> Iterator[str]:
     """A ``server-everything`` process serving streamable HTTP on 127.0.0.1 for one test: its MCP URL."""
     with everything_http_server(everything_server) as url:
         yield url
+
+
+# ---- @modelcontextprotocol/inspector (its CLI, as an MCP client we did not write) --------------------------
+
+# 0.17.5: the newest release that runs on Node 20 (later ones need Node 22, so npm would pick 0.15, whose
+# CLI cannot send an Authorization header; 0.17.0 ships a broken --cli). Pinned: every run drives the same client.
+INSPECTOR_PACKAGE = "@modelcontextprotocol/inspector"
+INSPECTOR_VERSION = "0.17.5"
+
+
+@dataclass(frozen=True)
+class InspectorCli:
+    node: str
+    entry: Path
+    version: str
+
+    def argv(self, *args: str) -> list[str]:
+        return [self.node, str(self.entry), "--cli", *args]
+
+
+def _inspector_installed(node: str, prefix: Path) -> InspectorCli | None:
+    package_dir = prefix / "node_modules" / Path(INSPECTOR_PACKAGE)
+    try:
+        package = json.loads((package_dir / "package.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    bin_field: Any = package.get("bin")
+    relative = bin_field if isinstance(bin_field, str) else (bin_field or {}).get("mcp-inspector")
+    entry = package_dir / (relative or "cli/build/cli.js")
+    if package.get("version") != INSPECTOR_VERSION or not entry.is_file():
+        return None
+    return InspectorCli(node=node, entry=entry, version=str(package["version"]))
+
+
+def install_inspector(progress: Progress | None = None) -> InspectorCli:
+    """The MCP Inspector (pinned) under ``<thirdparty>/inspector``, installed from npm on first use."""
+    progress = progress or Progress()
+    node = shutil.which("node")
+    if node is None:
+        unavailable(f"node is not on PATH: {INSPECTOR_PACKAGE} cannot run")
+    prefix = thirdparty_dir() / "inspector"
+    with _install_lock("inspector"):
+        installed = _inspector_installed(node, prefix)
+        if installed is None:
+            npm = shutil.which("npm")
+            if npm is None:
+                unavailable(f"npm is not on PATH: {INSPECTOR_PACKAGE} cannot be installed")
+            started = time.monotonic()
+            progress(f"installing {INSPECTOR_PACKAGE}@{INSPECTOR_VERSION} into {prefix} (first run only)")
+            prefix.mkdir(parents=True, exist_ok=True)
+            spec = f"{INSPECTOR_PACKAGE}@{INSPECTOR_VERSION}"
+            code, tail = _run_streamed(
+                [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", spec], progress
+            )
+            installed = _inspector_installed(node, prefix)
+            if code != 0 or installed is None:
+                unavailable(f"npm could not install {spec} (exit {code}): {' | '.join(tail[-5:])}")
+            progress(f"{spec} installed in {time.monotonic() - started:.1f}s")
+    return installed

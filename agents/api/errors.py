@@ -55,7 +55,7 @@ def error_response(
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ApplicationError):
-        return error_response(exc.code, exc.message, exc.status, exc.fields or None)
+        return error_response(exc.code, exc.message, exc.status, exc.fields or None, headers=exc.headers or None)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):

@@ -3,7 +3,7 @@
 An async Django view (DRF's views are sync, and a sync view would hold a worker thread for as long as a stream
 is open): it authenticates with the API's bearer key and answers errors in the API's shape, then streams the
 run's ``RunEvent`` rows, replayed from ``Last-Event-ID`` (or ``?after=``) and then followed by polling the
-database, until the run has finished (a final ``event: end``), the client goes away, or the stream has been
+database (woken by the run's change notification, ``agents.run_wakeup``), until the run has finished (a final ``event: end``), the client goes away, or the stream has been
 open ``PLATFORM_SSE_MAX_S`` seconds (it then closes without ``end``; the client reconnects with
 ``Last-Event-ID``), or its API key is revoked (checked again every ``PLATFORM_SSE_AUTH_RECHECK_S`` ≤ 15 s; a final
 ``event: error`` then says so). One key holds at most ``PLATFORM_SSE_MAX_STREAMS_PER_KEY`` streams open at once
@@ -13,7 +13,6 @@ under WSGI (``runserver``, the test client) the same feed is served by a plain g
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -36,6 +35,7 @@ from agents.api.throttling import (
     stream_slot_renew,
 )
 from agents.models import ApiKey, Run, RunEvent
+from agents.run_wakeup import RunWatch
 from agents.selectors import api_key_is_live, run_events_after, run_get, run_status
 
 RECONNECT_MS = 3000
@@ -126,7 +126,9 @@ class RunEventFeed:
 
 async def stream_async(feed: RunEventFeed, slot: StreamSlot) -> AsyncIterator[str]:
     """The feed, paced; the slot is released however the stream ends (finished, revoked, client gone)."""
+    watch = await sync_to_async(RunWatch)(feed.run_id)
     try:
+        await sync_to_async(watch.__enter__, thread_sensitive=False)()
         yield feed.opening()
         while True:
             chunks, state = await sync_to_async(feed.poll)()
@@ -135,21 +137,23 @@ async def stream_async(feed: RunEventFeed, slot: StreamSlot) -> AsyncIterator[st
             if state == "done":
                 return
             if state == "wait":
-                await asyncio.sleep(feed.poll_s)
+                await watch.wait_async(feed.poll_s)
     finally:
+        await sync_to_async(watch.__exit__)()
         await sync_to_async(stream_slot_release)(slot)
 
 
 def stream_sync(feed: RunEventFeed, slot: StreamSlot) -> Iterator[str]:
     try:
-        yield feed.opening()
-        while True:
-            chunks, state = feed.poll()
-            yield from chunks
-            if state == "done":
-                return
-            if state == "wait":
-                time.sleep(feed.poll_s)
+        with RunWatch(feed.run_id) as watch:
+            yield feed.opening()
+            while True:
+                chunks, state = feed.poll()
+                yield from chunks
+                if state == "done":
+                    return
+                if state == "wait":
+                    watch.wait(feed.poll_s)
     finally:
         stream_slot_release(slot)
 

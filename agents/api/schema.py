@@ -58,7 +58,10 @@ ERROR_DESCRIPTIONS = {
     409: "Conflict with the current state (see `code`).",
     413: "The query (or the whole body) is too long.",
     415: "The body is not `application/json`.",
-    429: "The key's rate limit is used up: retry after `Retry-After` seconds.",
+    429: (
+        "The key's rate limit is used up (`throttled`), or, submitting a run, a budget of the key or the agent "
+        "(`budget_exceeded`): retry after `Retry-After` seconds."
+    ),
 }
 
 RETRY_AFTER = OpenApiParameter(

@@ -192,18 +192,36 @@ class ApprovalOutputSerializer(serializers.ModelSerializer):
         ]
 
 
+@extend_schema_serializer(component_name="RunFeedbackRecorded")
+class RunFeedbackOutputSerializer(serializers.Serializer):
+    score = serializers.FloatField(help_text="Normalized to -1..1.")
+    scale = serializers.CharField()
+    comment = serializers.CharField()
+
+
 @extend_schema_serializer(component_name="Run")
 class RunOutputSerializer(serializers.ModelSerializer):
     agent = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    version = serializers.SlugRelatedField(
+        slug_field="number",
+        read_only=True,
+        allow_null=True,
+        help_text="The published agent version the run ran (null: the agent was never published).",
+    )
+    arm = serializers.CharField(read_only=True, help_text="The A/B arm the run was assigned to (empty: none).")
+    feedback = serializers.SerializerMethodField()
     error = serializers.SerializerMethodField()
     tool_calls = serializers.SerializerMethodField()
     approvals = serializers.SerializerMethodField()
+    cost_usd = serializers.SerializerMethodField(help_text="The run's cost at the admin's price table (0: unpriced).")
 
     class Meta:
         model = Run
         fields = [
             "id",
             "agent",
+            "version",
+            "arm",
             "status",
             "query",
             "context",
@@ -216,11 +234,19 @@ class RunOutputSerializer(serializers.ModelSerializer):
             "approvals",
             "timings",
             "token_usage",
+            "cost_usd",
             "tool_failures",
+            "feedback",
             "created_at",
             "started_at",
             "finished_at",
         ]
+
+    @extend_schema_field(RunFeedbackOutputSerializer(allow_null=True))
+    def get_feedback(self, run: Run) -> dict[str, Any] | None:
+        if run.feedback_at is None:
+            return None
+        return {"score": run.feedback_score, "scale": run.feedback_scale, "comment": run.feedback_comment}
 
     def to_representation(self, instance: Run) -> dict[str, Any]:
         data = super().to_representation(instance)
@@ -235,13 +261,26 @@ class RunOutputSerializer(serializers.ModelSerializer):
             return None
         return {"code": run.error_code, "message": run.error_message}
 
+    def get_cost_usd(self, run: Run) -> float:
+        return round(run.cost_micros / 1_000_000, 6)
+
     @extend_schema_field(ToolCallSerializer(many=True))
     def get_tool_calls(self, run: Run) -> list[dict[str, Any]]:
+        if _never_started(run):
+            return []
         return run_tool_calls(run=run)
 
     @extend_schema_field(ApprovalOutputSerializer(many=True))
     def get_approvals(self, run: Run) -> list[dict[str, Any]]:
+        if _never_started(run):
+            return []
         return [ApprovalOutputSerializer(a).data for a in run.approvals.order_by("created_at")]
+
+
+def _never_started(run: Run) -> bool:
+    """A run no worker has claimed yet has called no tool and asked for no approval (two queries saved on the
+    answer to ``POST /runs``)."""
+    return run.status == Run.Status.QUEUED and run.started_at is None and not run.delivery_count
 
 
 @extend_schema_serializer(component_name="RunSummary")
@@ -249,11 +288,25 @@ class RunSummarySerializer(serializers.ModelSerializer):
     """A run in a list: no trace, tool calls or approvals (`GET /runs/{id}` has them)."""
 
     agent = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    version = serializers.SlugRelatedField(slug_field="number", read_only=True, allow_null=True)
+    arm = serializers.CharField(read_only=True)
     error = serializers.SerializerMethodField()
 
     class Meta:
         model = Run
-        fields = ["id", "agent", "status", "query", "answer", "error", "created_at", "started_at", "finished_at"]
+        fields = [
+            "id",
+            "agent",
+            "version",
+            "arm",
+            "status",
+            "query",
+            "answer",
+            "error",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
 
     @extend_schema_field(RunErrorSerializer(allow_null=True))
     def get_error(self, run: Run) -> dict[str, str] | None:

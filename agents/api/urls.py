@@ -8,10 +8,12 @@ from agents.api import events, views
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("usage", views.UsageApi.as_view(), name="usage"),
     path("runs", views.RunCollectionApi.as_view(), name="run-collection"),
     path("runs/<str:run_id>", views.RunDetailApi.as_view(), name="run-detail"),
     path("runs/<str:run_id>/cancel", views.RunCancelApi.as_view(), name="run-cancel"),
     path("runs/<str:run_id>/events", events.run_events, name="run-events"),
+    path("runs/<str:run_id>/feedback", views.RunFeedbackApi.as_view(), name="run-feedback"),
     path(
         "runs/<str:run_id>/approvals/<str:approval_id>",
         views.RunApprovalDecideApi.as_view(),

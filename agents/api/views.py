@@ -40,9 +40,10 @@ from agents.api.serializers import (
 )
 from agents.api.throttling import ApiKeyRateThrottle
 from agents.approvals import approval_decide
+from agents.budgets import api_key_usage
 from agents.models import Run
 from agents.selectors import run_get, run_list, run_wait
-from agents.services import request_digest, run_cancel, run_submit
+from agents.services import request_digest, run_cancel, run_feedback_record, run_submit
 
 IDEMPOTENCY_KEY_MAX_CHARS = 200
 
@@ -352,7 +353,7 @@ class RunCancelApi(ApiView):
     )
     def post(self, request: Request, run_id: str) -> Response:
         run = run_get(run_id=run_id, api_key=caller_of(request))
-        run = run_cancel(run=run, actor=f"api_key:{caller_of(request).prefix}")
+        run = run_cancel(run=run, actor=f"api_key:{caller_of(request).prefix}", source="api")
         return Response(RunOutputSerializer(run).data)
 
 
@@ -397,3 +398,75 @@ class RunApprovalDecideApi(ApiView):
             by_caller=True,
         )
         return Response(ApprovalOutputSerializer(approval).data)
+
+
+# --- GET /usage -------------------------------------------------------------------------------------------
+
+
+class UsageApi(ApiView):
+    @extend_schema(
+        operation_id="usage_get",
+        summary="The calling key's tokens, cost and budgets",
+        description=(
+            "Tokens and cost (USD, from the admin's price table) of the key's runs today and this month (UTC), per "
+            "agent this month and per day over the last 30 days, and the budgets that apply to the key (its own, "
+            "and those of the agents it may use): limit, used, reserved by runs in flight, and when it resets. A "
+            "run that would exceed a budget is refused with `429 budget_exceeded` and `Retry-After`."
+        ),
+        tags=["usage"],
+        parameters=[RETRY_AFTER],
+        responses={200: OpenApiTypes.OBJECT, **error_responses(401, 429)},
+    )
+    def get(self, request: Request) -> Response:
+        return Response(api_key_usage(api_key=caller_of(request)))
+
+
+# --- POST /runs/{id}/feedback ----------------------------------------------------------------------------
+
+
+class StrictNumberField(serializers.FloatField):
+    """A JSON number: a bool or a numeric string is refused (``true`` is not a score)."""
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class RunFeedbackApi(ApiView):
+    @extend_schema_serializer(component_name="RunFeedback")
+    class InputSerializer(StrictSerializer):
+        score = StrictNumberField(help_text="-1..1 (thumbs down..up), or a whole number 1..5.")
+        scale = serializers.ChoiceField(
+            choices=["signed", "five"],
+            required=False,
+            help_text="Which scale `score` is on; without it, -1..1 is `signed` and 2..5 is `five`.",
+        )
+        comment = StrictCharField(required=False, allow_blank=True, max_length=4000, default="")
+
+    @extend_schema(
+        operation_id="runs_feedback",
+        summary="Say how satisfied the caller was with a run's answer",
+        description=(
+            "Recorded on the run (normalized to -1..1) and counted in its A/B arm's metrics. A later score "
+            "replaces an earlier one. A run that has not finished is a `409`."
+        ),
+        tags=["runs"],
+        request=InputSerializer,
+        parameters=[RETRY_AFTER],
+        responses={200: RunOutputSerializer, **error_responses(400, 401, 404, 409, 415, 429)},
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        run = run_get(run_id=run_id, api_key=caller_of(request))
+        if not isinstance(request.data, dict):
+            raise ApplicationError(_("The body must be a JSON object."), code="invalid_input", status=400)
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        run = run_feedback_record(
+            run=run,
+            score=serializer.validated_data["score"],
+            scale=serializer.validated_data.get("scale"),
+            comment=serializer.validated_data["comment"],
+            actor=f"api_key:{caller_of(request).prefix}",
+        )
+        return Response(RunOutputSerializer(run).data)

@@ -74,3 +74,33 @@ def test_a_flow_agent_and_its_settings_are_saved(admin_client: Client) -> None:
         120,
         True,
     )
+
+
+def test_the_model_api_key_is_write_only_encrypted_and_audited_by_name_only(admin_client: Client) -> None:
+    from audit.models import AuditEvent
+
+    key = "sk-admin-entered-93kd1"
+    post = agent_post(
+        slug="local-llm",
+        model_provider="openai_compatible",
+        model_id="llama3.1",
+        model_params='{"base_url": "http://127.0.0.1:11434/v1"}',
+        new_model_api_key=key,
+    )
+    response = admin_client.post("/admin/agents/agent/add/", post)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    agent = Agent.objects.get(slug="local-llm")
+    assert agent.model_api_key() == key
+    page = admin_client.get(f"/admin/agents/agent/{agent.pk}/change/").content.decode()
+    assert key not in page and "set (hidden)" in page
+    change = AuditEvent.objects.filter(action="config.agent.create").latest("id")
+    assert key not in str(change.args) and key not in str(change.result)
+    # An edit that leaves the field empty keeps the key; the clear box removes it.
+    admin_client.post(f"/admin/agents/agent/{agent.pk}/change/", {**post, "new_model_api_key": ""})
+    agent.refresh_from_db()
+    assert agent.model_api_key() == key
+    admin_client.post(
+        f"/admin/agents/agent/{agent.pk}/change/", {**post, "new_model_api_key": "", "clear_model_api_key": "on"}
+    )
+    agent.refresh_from_db()
+    assert agent.model_secrets == {}

@@ -321,3 +321,67 @@ def test_the_caller_may_approve_a_write_a_deterministic_rule_made(
         response = decide(client, run, approval, "approve")
     assert response.status_code == 200, response.content
     assert lines(notes)[0].startswith("규칙이 저장")
+
+
+def test_a_tool_withdrawn_counts_its_argument_errors_across_a_parked_run(
+    writer, notes, django_capture_on_commit_callbacks
+) -> None:
+    """The correction cap counts the argument errors of the pass before the approval too: the second bad call
+    after resuming (the cap is 2) withdraws the tool, the third is refused without reaching the server."""
+    run, client = writer
+    echo = ToolContract.objects.get(tool__server__mcp_id="notes", tool__name="echo")
+    ToolContract.objects.filter(pk=echo.pk).update(correction_cap=2, risk="read")
+    bad = {"tool_calls": [{"name": "echo", "args": {}}]}
+    script = [
+        bad,
+        {"tool_calls": [{"name": "append_note", "args": {"text": "회의록 저장"}}]},
+        bad,
+        bad,
+        {"content": "그만둡니다"},
+    ]
+    agent = run.agent
+    agent.model_params = {**(agent.model_params or {}), "script": script}
+    Agent.objects.filter(pk=agent.pk).update(model_params=agent.model_params, max_iterations=10)
+    approval = park(run)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert decide(client, run, approval, "approve").status_code == 200
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    reasons = list(
+        AuditEvent.objects.filter(run_id=run.id, tool="echo").order_by("id").values_list("reason", flat=True)
+    )
+    assert reasons == ["args:missing:text", "args:missing:text", "tool:withdrawn"]
+    tool_errors = [m.get("error") for m in run.messages if m.get("type") == "tool" and m.get("name") == "echo"]
+    assert tool_errors == ["args:missing:text", "args:missing:text", "tool:withdrawn"]
+    assert {"type": "tool_withdrawn", "tool": "echo", "corrections": 2} in run.messages
+
+
+def test_a_tool_withdrawn_before_the_run_parked_is_still_withdrawn_after_it_resumes(
+    writer, notes, django_capture_on_commit_callbacks
+) -> None:
+    run, client = writer
+    echo = ToolContract.objects.get(tool__server__mcp_id="notes", tool__name="echo")
+    ToolContract.objects.filter(pk=echo.pk).update(correction_cap=1, risk="read")
+    bad = {"tool_calls": [{"name": "echo", "args": {}}]}
+    script = [
+        bad,
+        {"tool_calls": [{"name": "append_note", "args": {"text": "회의록 저장"}}]},
+        bad,
+        {"content": "끝"},
+    ]
+    Agent.objects.filter(pk=run.agent.pk).update(model_params={"script": script}, max_iterations=10)
+    approval = park(run)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert decide(client, run, approval, "approve").status_code == 200
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    reasons = list(
+        AuditEvent.objects.filter(run_id=run.id, tool="echo").order_by("id").values_list("reason", flat=True)
+    )
+    assert reasons == ["args:missing:text", "tool:withdrawn"]
+    # The resumed turns are not offered the tool, and the first pass's withdrawal stays in the trace.
+    bound = [m["data"]["response_metadata"]["bound_tools"] for m in run.conversation if m["type"] == "ai"]
+    assert "echo" in bound[0] and "echo" not in bound[2]
+    assert [m for m in run.messages if m.get("type") == "tool_withdrawn"] == [
+        {"type": "tool_withdrawn", "tool": "echo", "corrections": 1}
+    ]

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import boto3
 import pytest
-from botocore.stub import Stubber
+from botocore.stub import ANY, Stubber
 
-from agents import llm
+from agents import providers
 from agents.execution import run_execute
-from agents.models import Run
+from agents.models import Agent, Run
+from agents.providers import supports_tool_choice
 from audit.models import AuditEvent
 from tests.conftest import make_agent
 
 pytestmark = pytest.mark.django_db
+
+HAIKU = "anthropic.claude-3-haiku-20240307-v1:0"
 
 
 def converse_reply(content: list[dict], stop_reason: str) -> dict:
@@ -30,7 +33,7 @@ def stubbed_bedrock(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     client = boto3.client("bedrock-runtime", region_name="us-east-1")
     stubber = Stubber(client)
-    monkeypatch.setattr(llm, "bedrock_runtime_client", lambda *, region_name: client)
+    monkeypatch.setattr(providers, "bedrock_runtime_client", lambda *, region_name, timeout_s: client)
     with stubber:
         yield stubber
     stubber.assert_no_pending_responses()
@@ -62,15 +65,86 @@ def test_a_bedrock_agent_calls_a_tool_through_the_gate_and_answers(demo_server, 
     assert "물류플랫폼팀" in tool_message["content"]
 
 
-def test_a_bedrock_error_fails_the_run_with_a_value_not_a_crash(demo_server, stubbed_bedrock) -> None:
-    stubbed_bedrock.add_client_error("converse", service_error_code="ThrottlingException", http_status_code=429)
-    agent = make_agent(slug="bedrock-down", servers=[demo_server], provider="bedrock", with_demo_rules=False)
-    agent.model_id = "anthropic.claude-3-haiku-20240307-v1:0"
-    agent.model_params = {"region_name": "us-east-1"}
+def bedrock_agent(demo_server, *, slug: str, model_id: str = HAIKU, **params) -> Agent:
+    agent = make_agent(slug=slug, servers=[demo_server], provider="bedrock", with_demo_rules=False)
+    agent.model_id = model_id
+    agent.model_params = {"region_name": "us-east-1", "retry": {"max_attempts": 2, "backoff_s": 0}, **params}
+    agent.full_clean()
     agent.save()
-    run = Run.objects.create(agent=agent, query="안녕")
+    return agent
+
+
+def submit(agent: Agent, query: str) -> Run:
+    run = Run.objects.create(agent=agent, query=query)
     run_execute(run_id=str(run.id))
     run.refresh_from_db()
+    return run
+
+
+def test_throttling_past_the_retries_fails_the_run_with_model_throttled(demo_server, stubbed_bedrock) -> None:
+    for _ in range(2):
+        stubbed_bedrock.add_client_error("converse", service_error_code="ThrottlingException", http_status_code=429)
+    run = submit(bedrock_agent(demo_server, slug="bedrock-down"), "안녕")
     assert run.status == Run.Status.FAILED
-    assert run.error_code == "model:error"
-    assert "ThrottlingException" in run.error_message
+    assert run.error_code == "model:throttled"
+    assert "ThrottlingException" in run.error_message and "after 2 attempts" in run.error_message
+
+
+def test_a_throttled_call_is_retried_and_the_run_succeeds(demo_server, stubbed_bedrock) -> None:
+    stubbed_bedrock.add_client_error("converse", service_error_code="ThrottlingException", http_status_code=429)
+    stubbed_bedrock.add_response("converse", converse_reply([{"text": "안녕하세요"}], "end_turn"))
+    run = submit(bedrock_agent(demo_server, slug="bedrock-retry"), "안녕")
+    assert (run.status, run.answer) == (Run.Status.SUCCEEDED, "안녕하세요")
+
+
+def test_a_validation_error_is_not_retried(demo_server, stubbed_bedrock) -> None:
+    stubbed_bedrock.add_client_error("converse", service_error_code="ValidationException", http_status_code=400)
+    run = submit(bedrock_agent(demo_server, slug="bedrock-invalid"), "안녕")
+    assert (run.status, run.error_code) == (Run.Status.FAILED, "model:validation")
+
+
+GUARDRAIL_TRACE = {
+    "guardrail": {
+        "inputAssessment": {
+            "gr-7": {"contentPolicy": {"filters": [{"type": "VIOLENCE", "confidence": "HIGH", "action": "BLOCKED"}]}}
+        }
+    }
+}
+
+
+def test_a_guardrail_a_cross_region_profile_and_a_tool_choice_are_passed_to_converse_and_the_intervention_is_traced(
+    demo_server, stubbed_bedrock
+) -> None:
+    blocked = converse_reply([{"text": "이 요청에는 답할 수 없습니다."}], "guardrail_intervened")
+    blocked["trace"] = GUARDRAIL_TRACE
+    stubbed_bedrock.add_response(
+        "converse",
+        blocked,
+        expected_params={
+            "modelId": "us." + HAIKU,
+            "messages": ANY,
+            "system": ANY,
+            "inferenceConfig": ANY,
+            "toolConfig": {"tools": ANY, "toolChoice": {"any": {}}},
+            "guardrailConfig": {"guardrailIdentifier": "gr-7", "guardrailVersion": "3", "trace": "enabled"},
+        },
+    )
+    agent = bedrock_agent(
+        demo_server,
+        slug="guarded",
+        model_id="us." + HAIKU,
+        guardrail={"id": "gr-7", "version": "3"},
+        tool_choice="any",
+    )
+    run = submit(agent, "위험한 질문")
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    [turn] = [s for s in run.messages if s["type"] == "ai"]
+    assert turn["guardrail"]["stop_reason"] == "guardrail_intervened"
+    assert turn["guardrail"]["trace"]["inputAssessment"]["gr-7"]["contentPolicy"]["filters"][0]["action"] == "BLOCKED"
+
+
+def test_both_network_providers_declare_a_forced_tool_choice() -> None:
+    assert supports_tool_choice(provider="openai_compatible")
+    assert supports_tool_choice(provider="bedrock", model_id="apac." + HAIKU)
+    assert not supports_tool_choice(provider="bedrock", model_id="meta.llama3-2-1b-instruct-v1:0")
+    assert not supports_tool_choice(provider="offline")

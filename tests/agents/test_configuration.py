@@ -207,3 +207,74 @@ def test_a_local_tools_binding_round_trips_through_export_and_import() -> None:
     assert (local["transport"], local["args"]) == ("local", ["mcpregistry.builtin_tools"])
     report = config_import(actor="test", document=exported)
     assert not report.created and not report.updated
+
+
+def test_an_openai_compatible_agent_and_its_model_key_round_trip_without_the_key() -> None:
+    doc = document()
+    doc["agents"].append(
+        {
+            "slug": "local-llm",
+            "servers": [],
+            "model": {
+                "provider": "openai_compatible",
+                "model_id": "qwen2.5:7b",
+                "params": {"base_url": "http://127.0.0.1:11434/v1"},
+                "secrets": {"api_key": {"value": SECRET}},
+            },
+        }
+    )
+    config_import(actor="test", document=doc)
+    agent = Agent.objects.get(slug="local-llm")
+    assert agent.model_api_key() == SECRET
+    exported = config_export()
+    assert SECRET not in json.dumps(exported, ensure_ascii=False)
+    local = next(a for a in exported["agents"] if a["slug"] == "local-llm")
+    assert local["model"]["secrets"] == {"api_key": {"set": True}}
+    report = config_import(actor="test", document=exported)
+    assert not report.created and not report.updated
+    agent.refresh_from_db()
+    assert agent.model_api_key() == SECRET
+
+
+def test_tool_tags_and_example_queries_round_trip_through_the_audited_service() -> None:
+    from audit.models import AuditEvent
+
+    doc = document()
+    doc["tools"] = [
+        {
+            "mcp_id": "company",
+            "tool": "get_asset_status",
+            "tags": ["asset", "자산"],
+            "example_queries": ["A-1001 자산 상태 알려줘"],
+        }
+    ]
+    first = config_import(actor="tester", document=doc)
+    assert "tool company.get_asset_status" in first.created
+    tool = McpTool.objects.get(server__mcp_id="company", name="get_asset_status")
+    assert (tool.tags, tool.example_queries) == (["asset", "자산"], ["A-1001 자산 상태 알려줘"])
+    event = AuditEvent.objects.get(action="config.mcp_tool.create", tool="get_asset_status")
+    assert event.actor == "tester"
+
+    exported = config_export()
+    assert exported["tools"] == doc["tools"]
+    again = config_import(actor="tester", document=exported)
+    assert "tool company.get_asset_status" in again.unchanged and not again.updated
+
+    exported["tools"][0]["tags"] = ["asset"]
+    changed = config_import(actor="tester", document=exported)
+    assert changed.updated == ["tool company.get_asset_status"]
+    assert McpTool.objects.get(pk=tool.pk).tags == ["asset"]
+    assert AuditEvent.objects.filter(action="config.mcp_tool.update", tool="get_asset_status").count() == 1
+
+
+def test_a_blank_tag_or_an_unknown_server_is_named() -> None:
+    doc = document()
+    doc["tools"] = [{"mcp_id": "company", "tool": "search_employee", "tags": ["  "]}]
+    with pytest.raises(ApplicationError) as exc:
+        config_import(actor="test", document=doc)
+    assert "tools[0] (company.search_employee).tags.0" in exc.value.message
+    doc["tools"] = [{"mcp_id": "ghost", "tool": "search_employee", "tags": ["사원"]}]
+    with pytest.raises(ApplicationError) as exc:
+        config_import(actor="test", document=doc)
+    assert "tools[0] (ghost.search_employee): unknown server 'ghost'" in exc.value.message
+    assert not McpTool.objects.exists()

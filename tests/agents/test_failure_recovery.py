@@ -13,7 +13,9 @@ from agents.models import Run
 from audit.masking import SecretMaskingFilter
 from tests.conftest import DEMO_SECRET, bind_demo_server, make_agent
 
-pytestmark = pytest.mark.django_db
+# Marked slow: out of the fast loop (several seconds of real servers, processes or timeouts per test); the full
+# suite runs it.
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 QUESTION = "A-1001 자산의 현재 상태를 알려주세요."
 FOLLOWS_THE_FALLBACK = [

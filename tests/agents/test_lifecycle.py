@@ -69,7 +69,7 @@ def status_events(run: Run) -> list[dict[str, Any]]:
 
 def on_event(monkeypatch: pytest.MonkeyPatch, kind: str, action: Callable[[dict[str, Any]], None]) -> None:
     """Run ``action`` right after the worker writes its first event of ``kind``: the interleaving point."""
-    original = RunEventWriter.emit
+    original, original_many = RunEventWriter.emit, RunEventWriter.emit_many
     fired: list[bool] = []
 
     def emit(self: RunEventWriter, event_kind: str, data: dict[str, Any]) -> None:
@@ -78,7 +78,15 @@ def on_event(monkeypatch: pytest.MonkeyPatch, kind: str, action: Callable[[dict[
             fired.append(True)
             action(data)
 
+    def emit_many(self: RunEventWriter, events: list[tuple[str, dict[str, Any]]]) -> None:
+        original_many(self, events)
+        for event_kind, data in events:
+            if event_kind == kind and not fired:
+                fired.append(True)
+                action(data)
+
     monkeypatch.setattr(RunEventWriter, "emit", emit)
+    monkeypatch.setattr(RunEventWriter, "emit_many", emit_many)
 
 
 @pytest.fixture
@@ -461,6 +469,56 @@ def test_the_reconciler_fails_a_run_after_its_last_delivery(demo_agent, dispatch
     run = fresh(run)
     assert (run.status, run.error_code) == (Run.Status.FAILED, "worker_lost")
     assert dispatched == []
+
+
+def of_purpose(run: Run, purpose: str) -> Run:
+    Run.objects.filter(pk=run.pk).update(purpose=purpose)
+    return fresh(run)
+
+
+def test_a_shadow_run_dispatched_again_goes_to_the_shadow_queue_and_live_and_eval_runs_to_the_default_one(
+    demo_agent, dispatched, settings
+) -> None:
+    settings.PLATFORM_SHADOW_QUEUE = "shadow"
+    settings.PLATFORM_RUN_QUEUED_STALE_S = 60
+    runs = {purpose: of_purpose(submit(demo_agent), purpose) for purpose in ("live", "eval", "shadow")}
+    for run in runs.values():
+        queued_for(run, 300)
+    assert runs_reconcile().redispatched == 3
+    queues = {d["run_id"]: d.get("queue") for d in dispatched}
+    assert queues == {str(runs["live"].id): None, str(runs["eval"].id): None, str(runs["shadow"].id): "shadow"}
+
+
+def test_a_shadow_run_whose_worker_died_is_queued_again_on_the_shadow_queue(
+    demo_agent, dispatched, settings, django_capture_on_commit_callbacks
+) -> None:
+    settings.PLATFORM_SHADOW_QUEUE = "shadow"
+    shadow, live = of_purpose(submit(demo_agent), "shadow"), submit(demo_agent)
+    held_by(shadow, "dead-host:42", lease_s=-1)
+    held_by(live, "dead-host:42", lease_s=-1)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert runs_reconcile().requeued == 2
+    assert {d["run_id"]: d.get("queue") for d in dispatched} == {str(shadow.id): "shadow", str(live.id): None}
+
+
+def test_a_resumed_shadow_run_goes_back_to_the_shadow_queue(
+    demo_agent, dispatched, settings, django_capture_on_commit_callbacks
+) -> None:
+    settings.PLATFORM_SHADOW_QUEUE = "shadow"
+    run = of_purpose(submit(demo_agent), "shadow")
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.AWAITING_APPROVAL)
+    with django_capture_on_commit_callbacks(execute=True):
+        run_resume(run_id=str(run.id))
+    assert [(d["run_id"], d.get("queue")) for d in dispatched] == [(str(run.id), "shadow")]
+
+
+def test_without_a_shadow_queue_shadow_runs_share_the_default_queue(demo_agent, dispatched, settings) -> None:
+    settings.PLATFORM_SHADOW_QUEUE = ""
+    settings.PLATFORM_RUN_QUEUED_STALE_S = 60
+    run = of_purpose(submit(demo_agent), "shadow")
+    queued_for(run, 300)
+    assert runs_reconcile().redispatched == 1
+    assert "queue" not in dispatched[0]
 
 
 def test_the_reconciler_leaves_a_run_with_a_live_lease_alone(demo_agent, dispatched) -> None:

@@ -81,7 +81,7 @@ def test_the_cancellation_is_audited(api_client, api_caller, demo_agent) -> None
     run = Run.objects.create(agent=demo_agent, api_key=key, query="q")
     cancel(api_client, run)
     event = AuditEvent.objects.get(run_id=run.id, action="run.cancel")
-    assert event.actor == f"api_key:{key.prefix}"
+    assert (event.actor, event.source) == (f"api_key:{key.prefix}", "api")
     assert event.args["from_status"] == "queued"
 
 

@@ -113,7 +113,7 @@ def test_a_failed_request_does_not_use_up_the_key(api_client, demo_agent) -> Non
 def test_two_identical_requests_at_once_create_one_run(api_client, demo_agent, monkeypatch) -> None:
     dispatched: list[str] = []
     monkeypatch.setattr(
-        "agents.services.run_dispatch", lambda *, run_id, time_limit_s: dispatched.append(run_id) or True
+        "agents.services.run_dispatch", lambda *, run_id, time_limit_s, purpose=None: dispatched.append(run_id) or True
     )
     # Widen the window between "no earlier run with this key" and "create it": without the lock on the API key's
     # row, both requests would pass the check before either created its run.

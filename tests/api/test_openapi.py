@@ -27,6 +27,8 @@ ERRORS = {
     ("/api/v1/runs/{run_id}/cancel", "post"): {"401", "404", "409", "429"},
     ("/api/v1/runs/{run_id}/approvals/{approval_id}", "post"): {"400", "401", "404", "409", "415", "429"},
     ("/api/v1/runs/{run_id}/events", "get"): {"400", "401", "404", "405", "429"},
+    ("/api/v1/usage", "get"): {"401", "429"},
+    ("/api/v1/runs/{run_id}/feedback", "post"): {"400", "401", "404", "409", "415", "429"},
 }
 
 

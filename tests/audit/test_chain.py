@@ -31,17 +31,32 @@ from audit.append_only import sqlite_triggers_lift
 from audit.chain import GENESIS_HASH, canonical_bytes, event_hash, head_message
 from audit.chain_keys import chain_keyring
 from audit.models import AuditChainHead, AuditEvent
-from audit.services import AuditChainHeadForged, AuditChainHeadMissing, audit_event_record
+from audit.services import (
+    AuditChainHeadForged,
+    AuditChainHeadMissing,
+    audit_chain_pending,
+    audit_event_record,
+    audit_events_record,
+    chain_mode,
+)
 from tests.postgres import manage, manage_popen, postgres_url  # noqa: F401 - postgres_url is a fixture
 
 pytestmark = pytest.mark.django_db
 
 
 def record(count: int, **fields: Any) -> list[AuditEvent]:
-    return [
+    """Append ``count`` events and return them as chained. Deferred (``AUDIT_CHAIN_MODE``), the writer's own
+    chaining runs on commit, which a test's transaction never reaches: the chainer is called here instead, and
+    the events are read back as it chained them."""
+    events = [
         audit_event_record(source="agent", mcp_id="demo", tool="search_employee", args={"i": i}, **fields)
         for i in range(count)
     ]
+    if chain_mode() == "deferred":
+        assert all(event.seq is None for event in events)
+        audit_chain_pending()
+        events = list(AuditEvent.objects.order_by("-seq")[:count])[::-1]
+    return events
 
 
 def verify(*options: str) -> str:
@@ -397,13 +412,13 @@ def test_a_head_moved_without_the_key_refuses_the_next_append() -> None:
 
 def test_events_appended_while_verifying_are_not_taken_for_forgeries(monkeypatch: pytest.MonkeyPatch) -> None:
     record(3)
-    walk = audit.verification._events_in_chain_order
+    walk = audit.verification._events_checked
 
     def walk_while_others_append(**options: Any) -> Any:
         record(2)  # after verify_audit read the head (seq 3), before it reads the events
         return walk(**options)
 
-    monkeypatch.setattr(audit.verification, "_events_in_chain_order", walk_while_others_append)
+    monkeypatch.setattr(audit.verification, "_events_checked", walk_while_others_append)
 
     assert verify().startswith("verified 5 events, head ")
 
@@ -478,7 +493,13 @@ WRITER_CODE = """
 import pathlib, time
 from audit.masking import mask_value
 from audit.models import AuditChainHead
-from audit.services import AuditChainHeadForged, AuditChainHeadMissing, audit_event_record
+from audit.services import (
+    AuditChainHeadForged,
+    AuditChainHeadMissing,
+    audit_chain_pending,
+    audit_event_record,
+    chain_mode,
+)
 AuditChainHead.objects.exists(), mask_value({{"warm": "up"}})  # connected and warm before the start
 pathlib.Path({ready!r}).touch()
 go = pathlib.Path({go!r})
@@ -546,19 +567,29 @@ def test_writer_processes_appending_at_once_keep_the_postgres_chain_gap_free(
     postgres_url: str,  # noqa: F811 - the fixture
     tmp_path: Path,
 ) -> None:
+    before = json.loads(manage("shell", "-c", READ_WRITER_EVENTS, database_url=postgres_url).stdout.splitlines()[-1])
+    last_before = max((seq for seq, _ in before), default=0)  # the session's database: other tests' writers too
+
     run_writers(tmp_path, database_url=postgres_url)
 
     verified = manage("verify_audit", database_url=postgres_url)
     assert verified.returncode == 0, verified.stderr
     assert verified.stdout.strip().splitlines()[-1].startswith("verified ")
     rows = json.loads(manage("shell", "-c", READ_WRITER_EVENTS, database_url=postgres_url).stdout.splitlines()[-1])
+    rows = [(seq, call_id) for seq, call_id in rows if seq > last_before]
     assert_interleaved_and_gap_free([call_id for _, call_id in rows], [seq for seq, _ in rows])
 
 
 TRY_TO_TAMPER = """
 import json
 from django.db import connection, transaction
-from audit.services import AuditChainHeadForged, AuditChainHeadMissing, audit_event_record
+from audit.services import (
+    AuditChainHeadForged,
+    AuditChainHeadMissing,
+    audit_chain_pending,
+    audit_event_record,
+    chain_mode,
+)
 audit_event_record(source="admin", tool="victim")
 outcome = {}
 for statement in ["UPDATE audit_auditevent SET tool = 'x'", "DELETE FROM audit_auditevent", "TRUNCATE audit_auditevent CASCADE"]:
@@ -655,3 +686,58 @@ def test_migrating_a_chain_written_before_macs_macs_it_and_it_verifies(tmp_path:
     verified = manage("verify_audit", sqlite_path=database)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert verified.stdout.strip().splitlines()[-1].startswith("verified 3 events, head ")
+
+
+# --- several events at once (audit_events_record) ---------------------------------------------------------------
+
+
+def test_events_appended_together_are_linked_in_order_exactly_as_one_by_one() -> None:
+    before = record(2)
+    batch = audit_events_record(
+        [
+            {
+                "source": "agent",
+                "action": "rule.decision",
+                "args": {"i": i, "password": "hunter2-secret"},
+                "run_id": None,
+            }
+            for i in range(5)
+        ]
+    )
+    after = record(1)
+    events = list(AuditEvent.objects.order_by("seq"))
+    assert [e.seq for e in events] == list(range(1, 9))
+    assert [e.pk for e in events[2:7]] == [e.pk for e in batch]
+    assert [e.args["i"] for e in events[2:7]] == [0, 1, 2, 3, 4]
+    assert all(e.args["password"] == "***" for e in events[2:7])  # masked as one by one
+    for previous, event in itertools.pairwise(events):
+        assert event.prev_hash == previous.hash
+    assert events[-1].pk == after[0].pk and events[0].pk == before[0].pk
+    head = AuditChainHead.objects.get()
+    assert (head.seq, head.hash) == (8, events[-1].hash)
+    assert verify() == f"verified 8 events, head {events[-1].hash}"
+
+
+def test_events_appended_together_are_all_recorded_or_none() -> None:
+    record(2)
+    head_before = AuditChainHead.objects.get()
+    with pytest.raises(DatabaseError), transaction.atomic():
+        audit_events_record([{"source": "agent", "args": {"i": i}} for i in range(3)])
+        raise DatabaseError("the caller's transaction fails after the append")
+    assert AuditEvent.objects.count() == 2
+    assert AuditChainHead.objects.get().seq == head_before.seq
+    assert verify() == f"verified 2 events, head {head_before.hash}"
+
+
+def test_a_head_moved_without_the_key_refuses_events_appended_together() -> None:
+    events = record(3)
+    sql("UPDATE audit_auditchainhead SET seq = 2, hash = %s", [events[1].hash])
+    with pytest.raises(AuditChainHeadForged), transaction.atomic():
+        audit_events_record([{"source": "agent", "args": {"i": i}} for i in range(3)])
+    assert AuditEvent.objects.count() == 3
+
+
+def test_events_appended_together_refuse_an_unknown_argument_before_writing_any() -> None:
+    with pytest.raises(TypeError, match="unknown arguments"):
+        audit_events_record([{"source": "agent"}, {"source": "agent", "secretz": ["x"]}])
+    assert AuditEvent.objects.count() == 0

@@ -33,7 +33,9 @@ from tests.audit.test_admin_changes import contract_form
 from tests.conftest import DEMO_SECRET
 from tests.mcpregistry.test_registry import post_server_form
 
-pytestmark = pytest.mark.django_db
+# Marked slow: out of the fast loop (several seconds of real servers, processes or timeouts per test); the full
+# suite runs it.
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 LOOKUP_SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 TOKEN = "tok-7f3a9c2e51b84d06"
@@ -414,7 +416,7 @@ def test_the_admin_discover_button_records_the_admin_as_the_actor(admin_client: 
 def test_every_model_of_the_apps_declares_whether_it_is_configuration() -> None:
     undeclared = [
         model._meta.label
-        for app in ("agents", "mcpregistry", "audit")
+        for app in ("agents", "mcpregistry", "audit", "evals")
         for model in apps.get_app_config(app).get_models()
         if not isinstance(policy_of(model), ChangeAudit | NotConfiguration)
     ]

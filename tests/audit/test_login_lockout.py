@@ -16,7 +16,9 @@ from audit.management.commands import unlock_login
 from audit.models import AuditEvent
 from tests.conftest import AUDITOR_PASSWORD
 
-pytestmark = pytest.mark.django_db
+# Marked slow: out of the fast loop (several seconds of real servers, processes or timeouts per test); the full
+# suite runs it.
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 AUDIT_URL = "/api/v1/audit/events"
 

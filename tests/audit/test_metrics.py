@@ -185,3 +185,19 @@ def test_the_audit_list_links_to_the_metrics_page_and_to_exports_of_what_it_show
     assert 'href="/admin/audit/auditevent/metrics/"' in page
     assert 'href="/api/v1/audit/events?mcp_id=company&amp;ok=false&amp;format=csv"' in page
     assert 'href="/api/v1/audit/events?mcp_id=company&amp;ok=false&amp;format=jsonl"' in page
+
+
+def test_eval_and_shadow_calls_stay_out_of_production_metrics_unless_asked_for(db) -> None:
+    from auditor.selectors import AuditEventFilters
+
+    AuditEvent.objects.bulk_create(
+        [
+            event(mcp_id="hr", tool="search_employee", latency_ms=10),
+            event(mcp_id="hr", tool="search_employee", source="eval", latency_ms=20),
+            event(mcp_id="hr", tool="search_employee", source="shadow", ok=False, reason="eval:write_blocked"),
+        ]
+    )
+    production = {(t.mcp_id, t.tool): t.calls for t in tool_metrics().tools}
+    assert production == {("hr", "search_employee"): 1}
+    evals = tool_metrics(filters=AuditEventFilters(source="eval")).tools
+    assert [(t.tool, t.calls) for t in evals] == [("search_employee", 1)]

@@ -275,11 +275,12 @@ ARCHIVE_ON_POSTGRES = """
 import json
 from django.db import connection, transaction
 from audit.archive import audit_events_archive
-from audit.services import audit_event_record
+from audit.services import audit_chain_wait, audit_event_record
 for i in range(20):
     audit_event_record(source="agent", tool="retention", args={{"i": i}})
 report = audit_events_archive(older_than_days=0, output=__import__("pathlib").Path({path!r}))
 audit_event_record(source="agent", tool="after-archive")
+audit_chain_wait()  # chained by this process's chainer thread (deferred), so the table is not empty
 try:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("DELETE FROM audit_auditevent")

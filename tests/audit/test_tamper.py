@@ -26,6 +26,13 @@ pytestmark = pytest.mark.django_db
 FORGED = "forged (written or rewritten without the chain key)"
 
 
+@pytest.fixture(autouse=True, params=["inline", "deferred"])
+def chain_mode(request: pytest.FixtureRequest, settings: Any) -> str:
+    """Every row of the table holds whichever way events join the chain (``audit.services``)."""
+    settings.AUDIT_CHAIN_MODE = request.param
+    return str(request.param)
+
+
 def rehash_from(seq: int, *, key: bool) -> str:
     """Rewrite every event from ``seq`` on (actor changed), with consistent hashes and head; re-MAC'd with the
     key if ``key``. Returns the new last hash."""

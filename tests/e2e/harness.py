@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +43,8 @@ class RunningPlatform:
     api_key: str
     db_path: Path
     logs: Path
+    # ``manage.py`` against this platform's database (e.g. ``create_api_key``); returns its stdout.
+    manage: Callable[..., str]
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.base_url, headers={"Authorization": f"Bearer {self.api_key}"}, timeout=30)
@@ -59,7 +61,16 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def running_platform(workdir: Path, *, broker_url: str = "") -> Iterator[RunningPlatform]:
+def running_platform(
+    workdir: Path,
+    *,
+    broker_url: str = "",
+    config: Path | None = None,
+    discover: tuple[str, ...] = (),
+    asgi: bool = False,
+) -> Iterator[RunningPlatform]:
+    """``config``: a file for ``import_config`` (then ``mcp_discover`` of the ``discover`` servers) before the
+    processes start. ``asgi``: serve with uvicorn, as ``bin/up`` and the image do, instead of ``runserver``."""
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL"}}
     env.update(
         PLATFORM_VAR_DIR=str(workdir / "var"),
@@ -82,6 +93,10 @@ def running_platform(workdir: Path, *, broker_url: str = "") -> Iterator[Running
 
     manage("migrate", "--noinput", "-v0")
     manage("seed_demo")
+    if config is not None:
+        manage("import_config", str(config))
+    if discover:
+        manage("mcp_discover", *discover)
     api_key = manage("create_api_key", "e2e").strip().splitlines()[-1]
     port = free_port()
     processes = [
@@ -104,7 +119,18 @@ def running_platform(workdir: Path, *, broker_url: str = "") -> Iterator[Running
             stderr=subprocess.STDOUT,
         ),
         subprocess.Popen(
-            [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "agent_platform.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ]
+            if asgi
+            else [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
             cwd=ROOT,
             env=env,
             stdout=(logs / "web.log").open("wb"),
@@ -116,7 +142,9 @@ def running_platform(workdir: Path, *, broker_url: str = "") -> Iterator[Running
         wait_until(
             lambda: httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200, timeout=60, what="the web server"
         )
-        yield RunningPlatform(base_url=base_url, api_key=api_key, db_path=workdir / "db.sqlite3", logs=logs)
+        yield RunningPlatform(
+            base_url=base_url, api_key=api_key, db_path=workdir / "db.sqlite3", logs=logs, manage=manage
+        )
     finally:
         for process in reversed(processes):
             _stop(process)

@@ -124,8 +124,15 @@ class Platform:
         self.manage("import_config", str(path))
 
     def start_worker(
-        self, name: str, *, concurrency: int = 1, env: dict[str, str] | None = None, wait: bool = True
+        self,
+        name: str,
+        *,
+        concurrency: int = 1,
+        env: dict[str, str] | None = None,
+        wait: bool = True,
+        queues: str = "",
     ) -> Worker:
+        """``queues``: the Celery queues it consumes (``-Q``), e.g. ``shadow``; empty: the default queue."""
         log = self.logs / f"worker-{name}.log"
         process = subprocess.Popen(
             [
@@ -140,6 +147,7 @@ class Platform:
                 "--without-gossip",
                 "--without-mingle",
                 f"--hostname={name}@%h",
+                *([f"--queues={queues}"] if queues else []),
             ],
             cwd=ROOT,
             env={**self.env, **(env or {})},

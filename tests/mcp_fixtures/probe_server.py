@@ -15,11 +15,12 @@ copes with a misbehaving one. ``PROBE_MODE`` picks the misbehaviour:
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
 
-from fastmcp import FastMCP
+from fastmcp import Context, FastMCP
 from fastmcp.exceptions import ToolError
 from fastmcp.server.middleware import Middleware
 
@@ -59,6 +60,14 @@ def sleep(seconds: float) -> str:
     """Sleeps, then answers."""
     time.sleep(seconds)
     return f"slept {seconds}"
+
+
+@mcp.tool(annotations={"readOnlyHint": True})
+def request_meta(ctx: Context) -> str:
+    """The ``_meta`` of the request that called this tool, as JSON (what a client sent along: e.g. its
+    ``traceparent``)."""
+    meta = ctx.request_context.meta if ctx.request_context is not None else None
+    return json.dumps(meta.model_dump(mode="json", exclude_none=True) if meta is not None else {})
 
 
 _calls: dict[str, int] = {}

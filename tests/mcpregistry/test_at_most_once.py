@@ -29,7 +29,9 @@ from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import McpSessionPool, McpTransportError, get_default_pool
 from tests.conftest import discover_as_admin, make_agent
 
-pytestmark = pytest.mark.django_db
+# Marked slow: out of the fast loop (several seconds of real servers, processes or timeouts per test); the full
+# suite runs it.
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 SIDE_EFFECT_SERVER = "tests.mcp_fixtures.side_effect_server"
 WRITES_A_LINE = [

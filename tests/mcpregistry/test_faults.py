@@ -31,7 +31,9 @@ from mcpregistry.models import McpServer, McpTool
 from mcpregistry.pool import McpSessionPool, _StderrPipe
 from tests.conftest import discover_as_admin, make_agent
 
-pytestmark = pytest.mark.django_db
+# Marked slow: out of the fast loop (several seconds of real servers, processes or timeouts per test); the full
+# suite runs it.
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 PROBE_SERVER = "tests.mcp_fixtures.probe_server"
 MALFORMED_SCHEMA_SERVER = "tests.mcp_fixtures.malformed_schema_server"

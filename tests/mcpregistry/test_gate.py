@@ -191,3 +191,25 @@ def test_an_unexpected_error_is_not_retried_and_is_logged_masked(probe_server, m
 def test_a_write_tool_without_an_approver_is_refused(probe_server, tmp_path) -> None:
     result = call(probe_server, "append_note", {"text": "x"})
     assert result.error == "approval:unavailable"
+
+
+def test_an_eval_run_never_sends_a_write_and_audits_the_attempt_under_its_purpose(db, tmp_path) -> None:
+    notes = tmp_path / "notes.txt"
+    server = probe("probe_eval", NOTES_FILE=str(notes))
+    try:
+        blocked = call(server, "append_note", {"text": "평가"}, writes_blocked=True, run_id=None)
+        assert blocked.error == "eval:write_blocked"
+        assert "append_note" in blocked.message
+        assert not notes.exists()  # never sent
+        event = AuditEvent.objects.get(tool="append_note", reason="eval:write_blocked")
+        assert (event.ok, event.attempt, event.args) == (False, 0, {"text": "평가"})
+        # A read tool still runs in an eval.
+        assert call(server, "echo", {"text": "읽기"}, writes_blocked=True).ok
+        # A sandbox server named by the eval set executes the write, without a person's approval.
+        sandboxed = call(
+            server, "append_note", {"text": "모래상자"}, writes_blocked=True, write_sandbox=frozenset({"probe_eval"})
+        )
+        assert sandboxed.ok, sandboxed.message
+        assert notes.read_text(encoding="utf-8").startswith("모래상자")
+    finally:
+        get_default_pool().close("probe_eval")

@@ -14,6 +14,10 @@ from django.conf import settings
 
 from mcpregistry.pool import McpSessionPool, McpTransportError
 
+# Marked slow: out of the fast loop (several seconds of real servers, processes or timeouts per test); the full
+# suite runs it.
+pytestmark = pytest.mark.slow
+
 
 def demo_config(mcp_id: str = "demo", **env: str) -> dict:
     return {

@@ -17,7 +17,9 @@ from mcpregistry.models import McpServer
 from tests.conftest import DEMO_SECRET
 from tests.mcpregistry.test_registry import post_server_form
 
-pytestmark = pytest.mark.django_db
+# Marked slow: out of the fast loop (several seconds of real servers, processes or timeouts per test); the full
+# suite runs it.
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 
 def page_messages(response) -> list[str]:  # type: ignore[no-untyped-def]

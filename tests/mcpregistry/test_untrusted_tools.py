@@ -6,9 +6,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from agents.answers import TOOL_DATA_CLOSE, TOOL_DATA_OPEN, system_message_text
 from mcpregistry.models import McpTool, ToolContract
 from tests.mcpregistry.test_registry import mutable_server, rediscover
+
+# Marked slow: out of the fast loop (several seconds of real servers, processes or timeouts per test); the full
+# suite runs it.
+pytestmark = pytest.mark.slow
 
 
 def test_a_server_claiming_its_tools_only_read_still_gets_write_until_an_admin_says_read(db) -> None:  # type: ignore[no-untyped-def]

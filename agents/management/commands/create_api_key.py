@@ -14,6 +14,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name")
         parser.add_argument("--agents", default="", help="comma-separated agent slugs the key may use (default: all)")
+        parser.add_argument("--admin", action="store_true", help="an admin key: may use /api/v1/evals/")
 
     def handle(self, *args: Any, **options: Any) -> None:
         slugs = [s.strip() for s in options["agents"].split(",") if s.strip()]
@@ -22,6 +23,10 @@ class Command(BaseCommand):
         if missing:
             raise CommandError(f"unknown agent(s): {', '.join(sorted(missing))}")
         _key, raw = api_key_create(
-            name=options["name"], agents=agents, actor="system:create_api_key", via="create_api_key"
+            name=options["name"],
+            agents=agents,
+            admin=options["admin"],
+            actor="system:create_api_key",
+            via="create_api_key",
         )
         self.stdout.write(raw)

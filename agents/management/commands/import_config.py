@@ -25,11 +25,17 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"cannot read {options['path']}: {exc.strerror}") from exc
         prefix = "would be " if options["dry_run"] else ""
-        for label, items in (("created", report.created), ("updated", report.updated), ("unchanged", report.unchanged)):
+        for label, items in (
+            ("created", report.created),
+            ("updated", report.updated),
+            ("unchanged", report.unchanged),
+            ("deleted", report.deleted),
+        ):
             for item in items:
                 self.stdout.write(f"{prefix}{label}: {item}")
         self.stdout.write(
             self.style.SUCCESS(
                 f"{prefix}created {len(report.created)}, updated {len(report.updated)}, unchanged {len(report.unchanged)}"
+                + (f", deleted {len(report.deleted)}" if report.deleted else "")
             )
         )

@@ -48,6 +48,14 @@ class Command(BaseCommand):
             help="print progress every N events (default 100000)",
         )
         parser.add_argument("--chunk-size", type=int, default=2000, metavar="N", help="rows fetched at a time")
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=None,
+            metavar="N",
+            help="processes that recompute hashes and MACs in parallel, the rows shipped to them (default 0: "
+            "none; it pays only with cores to spare, see the README)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["archive"]:
@@ -64,6 +72,7 @@ class Command(BaseCommand):
             progress=lambda count: self.stderr.write(f"  {count:,} events verified…"),
             progress_every=max(1, options["progress_every"]),
             chunk_size=max(1, options["chunk_size"]),
+            workers=options["workers"],
         )
         for note in report.notes:
             self.stdout.write(note)

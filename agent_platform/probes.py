@@ -1,0 +1,265 @@
+"""Probes and metrics for operators: ``/healthz`` (liveness), ``/readyz`` (readiness) and ``/metrics``
+(Prometheus).
+
+The web and the workers are separate processes, often on separate machines, so ``/metrics`` holds no counters of
+its own: every figure is computed from the database at scrape time (runs, approvals, audit events, breaker
+states, worker heartbeats), which every process writes. So any web process answers for the whole platform, and a
+restart loses nothing. The cost is a handful of aggregate queries per scrape (the histograms and tool-call counts
+aggregate over the ``runs`` and ``audit`` tables; scrape every 15-60 s, and archive old audit events).
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from agent_platform.client_ip import client_ip
+
+RUN_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+TOOL_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Liveness: the process answers. (A database outage is ``/readyz``'s business: restarting a web process
+    would not cure it.)"""
+    return JsonResponse({"status": "ok"})
+
+
+def _check_database() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+
+
+def _check_broker() -> None:
+    from agent_platform.celery import app
+
+    with app.connection_for_write(connect_timeout=3) as broker:
+        broker.ensure_connection(max_retries=1, interval_start=0, timeout=3)
+
+
+def _check_worker() -> None:
+    from agents.heartbeats import worker_last_seen
+
+    seen = worker_last_seen()
+    max_age_s = float(settings.PLATFORM_READY_WORKER_MAX_AGE_S)
+    if seen is None:
+        raise LookupError("no worker has ever answered")
+    age_s = (timezone.now() - seen).total_seconds()
+    if age_s > max_age_s:
+        raise LookupError(f"the last worker answered {age_s:.0f} s ago (more than {max_age_s:.0f} s)")
+
+
+@require_GET
+def readyz(request: HttpRequest) -> JsonResponse:
+    """Readiness: the database answers, the broker accepts a connection, and a worker wrote its heartbeat within
+    ``PLATFORM_READY_WORKER_MAX_AGE_S``. 200 when all hold, else 503; the body names each check. A failure is
+    named by its kind only (a broker's error may quote its URL and password)."""
+    checks: dict[str, dict[str, Any]] = {}
+    for name, check in (("database", _check_database), ("broker", _check_broker), ("worker", _check_worker)):
+        started = time.perf_counter()
+        try:
+            check()
+            checks[name] = {"ok": True}
+        except LookupError as exc:
+            checks[name] = {"ok": False, "error": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - a failed check is the answer, never a 500
+            checks[name] = {"ok": False, "error": type(exc).__name__}
+        checks[name]["ms"] = round((time.perf_counter() - started) * 1000, 1)
+    ready = all(c["ok"] for c in checks.values())
+    return JsonResponse({"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503)
+
+
+def _scraper_allowed(request: HttpRequest) -> bool:
+    """A bearer token equal to ``PLATFORM_METRICS_TOKEN``, or a client address in
+    ``PLATFORM_METRICS_ALLOWED_NETWORKS``."""
+    token = str(settings.PLATFORM_METRICS_TOKEN or "")
+    sent = request.META.get("HTTP_AUTHORIZATION", "")
+    if token and sent.startswith("Bearer ") and hmac.compare_digest(sent[7:].strip().encode(), token.encode()):
+        return True
+    try:
+        address = ipaddress.ip_address(client_ip(request.META))
+    except ValueError:
+        return False
+    for network in settings.PLATFORM_METRICS_ALLOWED_NETWORKS:
+        try:
+            if address in ipaddress.ip_network(network, strict=False):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    """The platform's figures in Prometheus' text format (see the module's docstring for where they come from)."""
+    if not _scraper_allowed(request):
+        return JsonResponse({"error": {"code": "forbidden", "message": "Not allowed to read the metrics."}}, status=403)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PlatformCollector())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+
+
+def _histogram(
+    name: str, documentation: str, label_names: list[str], rows: list[dict[str, Any]], buckets: tuple[float, ...]
+) -> HistogramMetricFamily:
+    """Rows carry the labels, ``le_<i>`` (count at or under bucket i), ``count`` and ``sum_s``."""
+    family = HistogramMetricFamily(name, documentation, labels=label_names)
+    for row in rows:
+        cumulative = [(_le(bound), int(row[f"le_{i}"] or 0)) for i, bound in enumerate(buckets)]
+        cumulative.append(("+Inf", int(row["count"] or 0)))
+        family.add_metric([str(row[label] or "") for label in label_names], cumulative, float(row["sum_s"] or 0.0))
+    return family
+
+
+def _le(bound: float) -> str:
+    return repr(float(bound))
+
+
+class PlatformCollector(Collector):
+    """Computes every metric from the database when collected."""
+
+    def collect(self) -> Iterator[Metric]:
+        from agents.models import Approval, Run, WorkerHeartbeat
+        from audit.models import AuditEvent
+        from audit.services import audit_chain_catch_up
+        from auditor.chain_lag import audit_chain_lag
+        from mcpregistry.models import McpServer
+
+        runs = GaugeMetricFamily("platform_runs", "Runs by agent and status.", labels=["agent", "status"])
+        for run_count in (
+            Run.objects.filter(purpose=Run.Purpose.LIVE)
+            .values("agent__slug", "status")
+            .annotate(n=Count("id"))
+            .order_by()
+        ):
+            runs.add_metric([run_count["agent__slug"] or "", run_count["status"]], run_count["n"])
+        yield runs
+
+        duration = ExpressionWrapper(F("finished_at") - F("created_at"), output_field=DurationField())
+        run_rows: list[dict[str, Any]] = [
+            dict(row)
+            for row in (
+                Run.objects.filter(finished_at__isnull=False, purpose=Run.Purpose.LIVE)
+                .annotate(duration=duration)
+                .values("agent__slug", "status")
+                .annotate(
+                    count=Count("id"),
+                    total=Sum("duration"),
+                    **{
+                        f"le_{i}": Count("id", filter=Q(duration__lte=timedelta(seconds=bound)))
+                        for i, bound in enumerate(RUN_BUCKETS_S)
+                    },
+                )
+                .order_by()
+            )
+        ]
+        for run_row in run_rows:
+            run_row["sum_s"] = run_row["total"].total_seconds() if run_row["total"] else 0.0
+            run_row["agent"] = run_row["agent__slug"]
+        yield _histogram(
+            "platform_run_duration_seconds",
+            "Finished runs, from submission to finish, by agent and final status.",
+            ["agent", "status"],
+            run_rows,
+            RUN_BUCKETS_S,
+        )
+
+        # Production figures: eval and shadow runs (and their tool calls) stay out of them. Events committed but
+        # not chained yet (deferred chaining) are chained first, so that they are counted.
+        audit_chain_catch_up()
+        tool_calls = AuditEvent.objects.filter(action="tool.call").exclude(
+            source__in=(AuditEvent.Source.EVAL, AuditEvent.Source.SHADOW)
+        )
+        calls = CounterMetricFamily(
+            "platform_tool_calls",
+            "Gated tool calls (every attempt, refusal and memo hit) by server, outcome and reason code.",
+            labels=["mcp_id", "outcome", "reason"],
+        )
+        for call_count in tool_calls.values("mcp_id", "ok", "reason").annotate(n=Count("id")).order_by():
+            outcome = "ok" if call_count["ok"] else "failed"
+            calls.add_metric([call_count["mcp_id"], outcome, call_count["reason"]], call_count["n"])
+        yield calls
+
+        tool_rows: list[dict[str, Any]] = [
+            dict(row)
+            for row in (
+                tool_calls.filter(attempt__gte=1, latency_ms__isnull=False)
+                .values("mcp_id")
+                .annotate(
+                    count=Count("id"),
+                    sum_ms=Sum("latency_ms"),
+                    **{
+                        f"le_{i}": Count("id", filter=Q(latency_ms__lte=bound * 1000))
+                        for i, bound in enumerate(TOOL_BUCKETS_S)
+                    },
+                )
+                .order_by()
+            )
+        ]
+        for tool_row in tool_rows:
+            tool_row["sum_s"] = float(tool_row["sum_ms"] or 0.0) / 1000
+        yield _histogram(
+            "platform_tool_call_duration_seconds",
+            "Tool calls sent to a server (each attempt), by server.",
+            ["mcp_id"],
+            tool_rows,
+            TOOL_BUCKETS_S,
+        )
+
+        breaker = GaugeMetricFamily(
+            "platform_breaker_state",
+            "Each server's circuit breaker: 1 for its current state.",
+            labels=["mcp_id", "state"],
+        )
+        failures = GaugeMetricFamily(
+            "platform_breaker_failures", "Consecutive counted failures per server.", labels=["mcp_id"]
+        )
+        for server in McpServer.objects.values("mcp_id", "breaker_state", "breaker_failures").order_by("mcp_id"):
+            for state in McpServer.BreakerState.values:
+                breaker.add_metric([server["mcp_id"], state], 1.0 if server["breaker_state"] == state else 0.0)
+            failures.add_metric([server["mcp_id"]], server["breaker_failures"])
+        yield breaker
+        yield failures
+
+        yield GaugeMetricFamily(
+            "platform_queue_depth",
+            "Runs waiting for a worker (queued).",
+            value=Run.objects.filter(status=Run.Status.QUEUED).count(),
+        )
+        yield GaugeMetricFamily(
+            "platform_pending_approvals",
+            "Write calls waiting for a person's decision.",
+            value=Approval.objects.filter(status=Approval.Status.PENDING).count(),
+        )
+        lag = audit_chain_lag()
+        yield GaugeMetricFamily(
+            "platform_audit_chain_lag_seconds",
+            "How long the oldest audit event not yet chained has waited (0: the chain is current).",
+            value=lag.oldest_age_s,
+        )
+        yield GaugeMetricFamily(
+            "platform_audit_chain_pending_events",
+            "Audit events written but not chained yet (deferred chaining; 0 inline).",
+            value=lag.count,
+        )
+        alive_since = timezone.now() - timedelta(seconds=float(settings.PLATFORM_READY_WORKER_MAX_AGE_S))
+        yield GaugeMetricFamily(
+            "platform_workers_alive",
+            "Workers whose heartbeat is recent (within PLATFORM_READY_WORKER_MAX_AGE_S).",
+            value=WorkerHeartbeat.objects.filter(seen_at__gte=alive_since).count(),
+        )

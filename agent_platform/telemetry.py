@@ -1,0 +1,453 @@
+"""Traces (OpenTelemetry) and JSON log lines: small helpers the rest of the code calls in a few places.
+
+Tracing is opt-in by the standard ``OTEL_*`` variables: it is on when ``OTEL_TRACES_EXPORTER`` names an exporter
+(``otlp``, ``console``) or ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set, and
+``OTEL_SDK_DISABLED`` is not true. ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES`` and the exporter's own
+variables (headers, timeout, protocol) are read by the SDK. Off, every helper here is OpenTelemetry's no-op.
+
+Spans: one per API request (``TracingMiddleware``), Celery task (the publish injects the trace context into the
+message headers, the worker continues it), run (``run_span``), deterministic rule (``spans_per_item``), model
+call (``agents.model_tracing``) and gate call (``gate_span``; each attempt is a span event). Attributes follow the
+GenAI semantic conventions (``gen_ai.*``) plus ours (``platform.*``: run id, agent, reason code). A tool's
+arguments and results never become attributes unless ``PLATFORM_TRACE_TOOL_PAYLOADS`` is on, and then only
+masked. ``mcp_request_meta()`` is what the pool sends to an MCP server in the request's ``_meta``.
+
+This module imports no app of the platform (the apps import it).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+logger = logging.getLogger(__name__)
+
+TRACER_NAME = "agent_platform"
+T = TypeVar("T")
+R = TypeVar("R")
+AttributeValue = str | bool | int | float
+
+# The run this thread works for (JSON log lines carry it); set by the worker for a run's task.
+current_run_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("platform_run_id", default=None)
+
+_configured_lock = threading.Lock()
+_configured = False
+
+
+def tracing_requested(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the ``OTEL_*`` variables ask for traces (see the module's docstring)."""
+    env = os.environ if environ is None else environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() in {"1", "true", "yes", "on"}:
+        return False
+    exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if exporter == "none":
+        return False
+    return bool(exporter or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+
+
+def configure_tracing() -> bool:
+    """Install the SDK's tracer provider with a batch exporter, once per process, when the ``OTEL_*`` variables ask
+    for traces. Returns whether this call installed it. The batch processor re-creates its thread in a forked
+    child (Celery's pool processes), so configuring before the fork is safe."""
+    global _configured
+    with _configured_lock:
+        if _configured or not tracing_requested():
+            return False
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+
+        exporter_name = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() or "otlp"
+        exporter: SpanExporter
+        if exporter_name == "console":
+            exporter = ConsoleSpanExporter()
+        else:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            exporter = OTLPSpanExporter()
+        resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "agent-platform")})
+        provider = TracerProvider(resource=resource)
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+        _configured = True
+        return True
+
+
+# Before a provider is installed this is OpenTelemetry's proxy, which follows the provider once there is one.
+_tracer = trace.get_tracer(TRACER_NAME)
+
+
+def tracer() -> trace.Tracer:
+    return _tracer
+
+
+def _clean(attributes: Mapping[str, Any]) -> dict[str, AttributeValue]:
+    """Attributes OpenTelemetry accepts: None dropped, anything else not a primitive as its ``str``."""
+    return {
+        key: value if isinstance(value, str | bool | int | float) else str(value)
+        for key, value in attributes.items()
+        if value is not None
+    }
+
+
+@contextmanager
+def span(
+    name: str, attributes: Mapping[str, Any] | None = None, *, kind: SpanKind = SpanKind.INTERNAL
+) -> Iterator[Span]:
+    """A span around a block, current inside it; an exception escaping the block is recorded (type only: its
+    text may hold a secret) and marks the span as an error."""
+    with tracer().start_as_current_span(
+        name, kind=kind, attributes=_clean(attributes or {}), record_exception=False, set_status_on_exception=False
+    ) as current:
+        try:
+            yield current
+        except GeneratorExit:
+            raise  # a loop left early (``spans_per_item``): not a failure
+        except BaseException as exc:
+            current.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            current.set_attribute("error.type", type(exc).__name__)
+            raise
+
+
+def set_attributes(attributes: Mapping[str, Any]) -> None:
+    """Set attributes on the current span (nothing when there is none)."""
+    trace.get_current_span().set_attributes(_clean(attributes))
+
+
+def add_event(name: str, attributes: Mapping[str, Any]) -> None:
+    """An event on the current span (nothing when there is none)."""
+    trace.get_current_span().add_event(name, _clean(attributes))
+
+
+def spans_per_item(items: Iterable[T], name: str, attributes: Callable[[T], Mapping[str, Any]]) -> Iterator[T]:
+    """Iterate ``items`` with one span around the loop body of each (current while the body runs): the span ends
+    when the loop moves to the next item, breaks or returns (CPython closes the iterator at once)."""
+    for item in items:
+        with span(name, attributes(item)):
+            yield item
+
+
+def trace_id_hex() -> str | None:
+    """The current trace's id as 32 hex digits, or None outside a recorded trace."""
+    context = trace.get_current_span().get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else None
+
+
+def mcp_request_meta() -> dict[str, Any] | None:
+    """The trace context for an MCP request's ``_meta`` (``traceparent``, ``tracestate`` where set), or None
+    outside a recorded span. Called on the caller's thread: the pool's event loop runs in another."""
+    if not trace.get_current_span().get_span_context().is_valid:
+        return None
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return dict(carrier) or None
+
+
+# ---- the gate -------------------------------------------------------------------------------------------------
+
+
+def payloads_enabled() -> bool:
+    from django.conf import settings
+
+    return bool(getattr(settings, "PLATFORM_TRACE_TOOL_PAYLOADS", False))
+
+
+def traced_gate_call(call: Callable[..., R]) -> Callable[..., R]:
+    """Wrap the gate's ``call(*, server, tool_name, args, who, ...)`` in its span (``gate_span``) and record the
+    outcome of the ``ToolResult`` it returns (``gate_outcome``; its args and value are masked by then)."""
+
+    @functools.wraps(call)
+    def traced(**kwargs: Any) -> R:
+        who = kwargs["who"]
+        with gate_span(
+            mcp_id=kwargs["server"].mcp_id,
+            tool=kwargs["tool_name"],
+            source=who.source,
+            run_id=who.run_id,
+            call_id=who.call_id,
+        ):
+            result = call(**kwargs)
+            outcome: Any = result
+            gate_outcome(
+                ok=outcome.ok,
+                reason=outcome.error,
+                attempts=outcome.attempts,
+                memo_hit=outcome.memo_hit,
+                args=outcome.args,
+                value=outcome.value,
+            )
+            return result
+
+    return traced
+
+
+@contextmanager
+def gate_span(*, mcp_id: str, tool: str, source: str, run_id: Any, call_id: str) -> Iterator[Span]:
+    """The span of one gated tool call (``execute_tool <tool>``); the gate adds an event per attempt
+    (``gate_attempt``) and the outcome (``gate_outcome``)."""
+    with span(
+        f"execute_tool {tool}",
+        {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool,
+            "gen_ai.tool.call.id": call_id or None,
+            "gen_ai.tool.type": "function",
+            "platform.mcp_id": mcp_id,
+            "platform.source": source,
+            "platform.run_id": str(run_id) if run_id else None,
+        },
+    ) as current:
+        yield current
+
+
+def gate_attempt(*, attempt: int, ok: bool, reason: str, latency_ms: float | None, action: str) -> None:
+    """One audited attempt (or refusal, memo hit, approval request) of the current gate call, as a span event."""
+    add_event(
+        "gate.attempt",
+        {
+            "platform.attempt": attempt,
+            "platform.ok": ok,
+            "platform.reason_code": reason,
+            "platform.latency_ms": latency_ms,
+            "platform.action": action,
+        },
+    )
+
+
+def gate_outcome(*, ok: bool, reason: str | None, attempts: int, memo_hit: bool, args: Any, value: Any) -> None:
+    """The outcome of the current gate call. ``args`` and ``value`` must be masked already; they are recorded only
+    where ``PLATFORM_TRACE_TOOL_PAYLOADS`` is on."""
+    current = trace.get_current_span()
+    current.set_attributes(
+        _clean(
+            {
+                "platform.ok": ok,
+                "platform.reason_code": reason or "",
+                "platform.attempts": attempts,
+                "platform.memo_hit": memo_hit,
+            }
+        )
+    )
+    if not ok:
+        current.set_status(Status(StatusCode.ERROR, reason or "failed"))
+        current.set_attribute("error.type", reason or "failed")
+    if payloads_enabled():
+        current.set_attribute("gen_ai.tool.call.arguments", json.dumps(args, ensure_ascii=False, default=str))
+        current.set_attribute("gen_ai.tool.call.result", json.dumps(value, ensure_ascii=False, default=str))
+
+
+# ---- a run ----------------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def run_span(*, run_id: Any, agent: str, provider: str, model: str) -> Iterator[Span]:
+    """The span of one pass of a run in the worker (``invoke_agent <agent>``)."""
+    with span(
+        f"invoke_agent {agent}",
+        {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": agent,
+            "gen_ai.provider.name": provider,
+            "gen_ai.request.model": model or None,
+            "platform.agent": agent,
+            "platform.run_id": str(run_id),
+        },
+    ) as current:
+        token = current_run_id.set(str(run_id))
+        try:
+            yield current
+        finally:
+            current_run_id.reset(token)
+
+
+def run_outcome(*, status: str, error_code: str | None, token_usage: Mapping[str, Any]) -> None:
+    """The outcome of the current run span."""
+    set_attributes(
+        {
+            "platform.run.status": status,
+            "platform.reason_code": error_code or "",
+            "gen_ai.usage.input_tokens": int(token_usage.get("input_tokens", 0) or 0),
+            "gen_ai.usage.output_tokens": int(token_usage.get("output_tokens", 0) or 0),
+        }
+    )
+    if status == "failed":
+        trace.get_current_span().set_status(Status(StatusCode.ERROR, error_code or "failed"))
+
+
+# ---- Celery: web → broker → worker ----------------------------------------------------------------------------
+
+_task_spans: dict[str, tuple[Span, object]] = {}
+_task_spans_lock = threading.Lock()
+
+
+def _before_task_publish(headers: dict[str, Any] | None = None, **_kwargs: Any) -> None:
+    """Put the publisher's trace context into the task message's headers (W3C ``traceparent``)."""
+    if headers is not None:
+        propagate.inject(headers)
+
+
+class _RequestGetter:
+    """Reads the trace context from a Celery task request, where message headers become attributes."""
+
+    def get(self, carrier: Any, key: str) -> list[str] | None:
+        value = getattr(carrier, key, None)
+        if value is None and isinstance(getattr(carrier, "headers", None), dict):
+            value = carrier.headers.get(key)
+        return [value] if isinstance(value, str) else None
+
+    def keys(self, carrier: Any) -> list[str]:
+        return []
+
+
+def _task_prerun(task_id: str = "", task: Any = None, args: Any = None, **_kwargs: Any) -> None:
+    """Start the task's span as a child of the publisher's, and note the run id for log lines."""
+    if task is None:
+        return
+    parent = propagate.extract(task.request, getter=_RequestGetter())  # type: ignore[arg-type]
+    if not trace.get_current_span(parent).get_span_context().is_valid:
+        # No trace context in the message (a task run in-process, eagerly): the caller's context, if any.
+        parent = otel_context.get_current()
+    run_id = str(args[0]) if task.name == "agents.run_agent" and args else None
+    current_run_id.set(run_id)
+    started = tracer().start_span(
+        f"celery.task {task.name}",
+        context=parent,
+        kind=SpanKind.CONSUMER,
+        attributes=_clean(
+            {
+                "messaging.system": "celery",
+                "messaging.operation.type": "process",
+                "messaging.message.id": task_id,
+                "celery.task.name": task.name,
+                "platform.run_id": run_id,
+            }
+        ),
+    )
+    token = otel_context.attach(trace.set_span_in_context(started, parent))
+    with _task_spans_lock:
+        _task_spans[task_id] = (started, token)
+
+
+def _task_failure(task_id: str = "", exception: BaseException | None = None, **_kwargs: Any) -> None:
+    with _task_spans_lock:
+        entry = _task_spans.get(task_id)
+    if entry is not None and exception is not None:
+        entry[0].set_status(Status(StatusCode.ERROR, type(exception).__name__))
+        entry[0].set_attribute("error.type", type(exception).__name__)
+
+
+def _task_postrun(task_id: str = "", state: str | None = None, **_kwargs: Any) -> None:
+    with _task_spans_lock:
+        entry = _task_spans.pop(task_id, None)
+    current_run_id.set(None)
+    if entry is None:
+        return
+    started, token = entry
+    if state:
+        started.set_attribute("celery.task.state", state)
+    started.end()
+    try:
+        otel_context.detach(token)  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - a context from another thread: the span is ended, that is what matters
+        logger.debug("trace context of task %s not detached", task_id)
+
+
+def _flush_spans(**_kwargs: Any) -> None:
+    """Export the spans still batched before a pool process ends (it leaves without running ``atexit``)."""
+    provider = trace.get_tracer_provider()
+    flush = getattr(provider, "force_flush", None)
+    if callable(flush):
+        flush(5000)
+
+
+def connect_celery_signals() -> None:
+    """Connect the publish and task signals (once; ``agent_platform.celery`` calls it)."""
+    from celery.signals import before_task_publish, task_failure, task_postrun, task_prerun, worker_process_shutdown
+
+    before_task_publish.connect(_before_task_publish, weak=False, dispatch_uid="platform-trace-publish")
+    worker_process_shutdown.connect(_flush_spans, weak=False, dispatch_uid="platform-trace-flush")
+    task_prerun.connect(_task_prerun, weak=False, dispatch_uid="platform-trace-prerun")
+    task_failure.connect(_task_failure, weak=False, dispatch_uid="platform-trace-failure")
+    task_postrun.connect(_task_postrun, weak=False, dispatch_uid="platform-trace-postrun")
+
+
+# ---- Django: one span per request -----------------------------------------------------------------------------
+
+
+class _MetaGetter:
+    """Reads ``traceparent`` / ``tracestate`` from a Django request's ``META``."""
+
+    def get(self, carrier: Mapping[str, Any], key: str) -> list[str] | None:
+        value = carrier.get("HTTP_" + key.upper().replace("-", "_"))
+        return [value] if isinstance(value, str) else None
+
+    def keys(self, carrier: Mapping[str, Any]) -> list[str]:
+        return []
+
+
+class TracingMiddleware:
+    """A server span per request, continuing a caller's ``traceparent``; named by the matched route."""
+
+    def __init__(self, get_response: Callable[[Any], Any]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        parent = propagate.extract(request.META, getter=_MetaGetter())  # type: ignore[arg-type]
+        with tracer().start_as_current_span(
+            f"{request.method} {request.path}",
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes={"http.request.method": request.method, "url.path": request.path},
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as current:
+            response = self.get_response(request)
+            match = getattr(request, "resolver_match", None)
+            if match is not None and match.route:
+                route = "/" + match.route.lstrip("^").rstrip("$")
+                current.update_name(f"{request.method} {route}")
+                current.set_attribute("http.route", route)
+            current.set_attribute("http.response.status_code", response.status_code)
+            if response.status_code >= 500:
+                current.set_status(Status(StatusCode.ERROR))
+            return response
+
+
+# ---- logs -----------------------------------------------------------------------------------------------------
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and the run id and trace id where known
+    (``LOG_FORMAT=json``). The handler's masking filter has already masked the record."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        run_id = getattr(record, "run_id", None) or current_run_id.get()
+        if run_id:
+            entry["run_id"] = str(run_id)
+        context = trace.get_current_span().get_span_context()
+        if context.is_valid:
+            entry["trace_id"] = format(context.trace_id, "032x")
+            entry["span_id"] = format(context.span_id, "016x")
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            entry["exception"] = record.exc_text
+        return json.dumps(entry, ensure_ascii=False, default=str)

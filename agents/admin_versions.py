@@ -1,0 +1,304 @@
+"""Admin for agent versions (read-only, a diff between two, roll back), A/B arms with their metrics page, and
+shadow comparisons (disagreements first). Every change goes through the services (``agents.services``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from agents.experiments import arm_comparisons, arm_metrics
+from agents.models import Agent, AgentArm, AgentVersion, ShadowComparison
+from agents.services import agent_arm_create, agent_arm_delete, agent_arm_update, agent_version_rollback
+from agents.shadow import ANSWER_AGREEMENT
+from agents.versions import version_diff
+from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
+
+
+def bars(values: list[float | None], labels: list[str], *, colour: str, unit: str = "") -> SafeString:
+    """One horizontal bar per arm, scaled to the largest value, drawn as inline SVG (no JavaScript, no CDN).
+    (``auditor.charts`` draws the time series; agents may not import the auditor, which sits above it.)"""
+    largest = max((v for v in values if v is not None), default=0.0)
+    row, width, label_w = 18, 360, 110
+    rects = []
+    for index, (value, label) in enumerate(zip(values, labels, strict=True)):
+        length = max(0.0, (width - label_w - 70) * (value / largest)) if largest > 0 and value is not None else 0.0
+        shown = "—" if value is None else f"{round(value, 2):g}{unit}"
+        rects.append(
+            (
+                index * row + 12,
+                label,
+                label_w,
+                index * row + 2,
+                f"{max(length, 0.5 if value else 0.0):.1f}",
+                colour,
+                f"{label}: {shown}",
+                label_w + length + 4,
+                index * row + 12,
+                shown,
+            )
+        )
+    return format_html(
+        '<svg class="chart" viewBox="0 0 {} {}" width="{}" height="{}" role="img">{}</svg>',
+        width,
+        row * max(len(values), 1),
+        width,
+        row * max(len(values), 1),
+        format_html_join(
+            "",
+            '<text x="0" y="{}" font-size="11" fill="currentColor">{}</text>'
+            '<rect x="{}" y="{}" width="{}" height="13" fill="{}"><title>{}</title></rect>'
+            '<text x="{}" y="{}" font-size="11" fill="currentColor">{}</text>',
+            rects,
+        ),
+    )
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, default=str)
+
+
+@admin.register(AgentVersion)
+class AgentVersionAdmin(admin.ModelAdmin):
+    """Versions are immutable: viewed, compared, rolled back to (which publishes a new version)."""
+
+    list_display = ["__str__", "agent", "number", "created_at", "published_by", "note", "is_live", "diff_link"]
+    list_filter = ["agent"]
+    search_fields = ["agent__slug", "note"]
+    readonly_fields = ["agent", "number", "digest", "note", "published_by", "created_at", "content_json"]
+    fields = readonly_fields
+    actions = ["rollback"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_rollback_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm("agents.change_agent"))
+
+    @admin.display(description=_("live"), boolean=True)
+    def is_live(self, obj: AgentVersion) -> bool:
+        return obj.agent.live_version_id == obj.pk
+
+    @admin.display(description=_("frozen content"))
+    def content_json(self, obj: AgentVersion) -> str:
+        return format_html('<pre style="white-space:pre-wrap">{}</pre>', _pretty(obj.content))
+
+    @admin.display(description=_("diff"))
+    def diff_link(self, obj: AgentVersion) -> str:
+        if obj.number == 1:
+            return "—"
+        url = reverse("admin:agents_agentversion_diff", args=[obj.pk], current_app=self.admin_site.name)
+        return format_html('<a href="{}">{}</a>', url, gettext("against the previous version"))
+
+    @admin.action(
+        description=_("Roll back to the selected version (publishes it again as a new version)"),
+        permissions=["rollback"],
+    )
+    def rollback(self, request: HttpRequest, queryset: QuerySet[AgentVersion]) -> None:
+        if queryset.count() != 1:
+            self.message_user(request, gettext("Choose exactly one version to roll back to."), messages.ERROR)
+            return
+        version = queryset.select_related("agent").get()
+        new = agent_version_rollback(version=version, actor=request.user, via=ADMIN_VIA)
+        self.message_user(
+            request,
+            gettext("%(agent)s: v%(old)s published again as v%(new)s, now live.")
+            % {"agent": version.agent.slug, "old": version.number, "new": new.number},
+            messages.SUCCESS,
+        )
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        return [
+            path("<path:object_id>/diff/", wrap(self.diff_view), name="agents_agentversion_diff"),
+            *super().get_urls(),
+        ]
+
+    def diff_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """``?against=<number>`` (default: the previous version) → this version."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        version = self.get_object(request, object_id)
+        if version is None:
+            raise Http404(gettext("Version not found."))
+        others = AgentVersion.objects.filter(agent=version.agent)
+        against_number = request.GET.get("against")
+        if against_number and against_number.isdigit():
+            against = others.filter(number=int(against_number)).first()
+        else:
+            against = others.filter(number__lt=version.number).order_by("-number").first()
+        rows = version_diff(against.content, version.content) if against is not None else []
+        context = {
+            **self.admin_site.each_context(request),
+            "title": gettext("%(version)s compared with v%(against)s")
+            % {"version": version, "against": against.number if against else "—"},
+            "version": version,
+            "against": against,
+            "choices": others.exclude(pk=version.pk).order_by("-number"),
+            "rows": [{**row, "old": _pretty(row["old"]), "new": _pretty(row["new"])} for row in rows],
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/agents/agentversion/diff.html", context)
+
+
+@admin.register(AgentArm)
+class AgentArmAdmin(ServiceAdminMixin, admin.ModelAdmin):
+    """An agent's A/B arms, and the metrics page that compares them (``metrics/?agent=<slug>``)."""
+
+    list_display = ["agent", "name", "version", "weight", "metrics_link"]
+    list_filter = ["agent"]
+    fields = ["agent", "name", "version", "weight"]
+
+    def service_save(self, *, obj: AgentArm, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
+        if change:
+            agent_arm_update(arm=obj, actor=actor, via=ADMIN_VIA)
+        else:
+            saved = agent_arm_create(actor=actor, via=ADMIN_VIA, data=form_data(obj))
+            obj.pk = saved.pk
+            obj._state.adding = False
+
+    def service_delete(self, *, obj: AgentArm, actor: Any) -> None:
+        agent_arm_delete(arm=obj, actor=actor, via=ADMIN_VIA)
+
+    @admin.display(description=_("metrics"))
+    def metrics_link(self, obj: AgentArm) -> str:
+        url = reverse("admin:agents_agentarm_metrics", current_app=self.admin_site.name)
+        return format_html('<a href="{}?agent={}">{}</a>', url, obj.agent.slug, gettext("compare the arms"))
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        return [path("metrics/", wrap(self.metrics_view), name="agents_agentarm_metrics"), *super().get_urls()]
+
+    def metrics_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        agent = Agent.objects.filter(slug=request.GET.get("agent", "")).first()
+        agents = Agent.objects.filter(arms__isnull=False).distinct().order_by("slug")
+        if agent is None:
+            agent = agents.first()
+        arms = arm_metrics(agent=agent) if agent is not None else []
+        names = [f"{m.arm} (v{m.version})" for m in arms]
+
+        def chart(values: list[float | None], colour: str, unit: str, title: str) -> str:
+            return bars(values, names, colour=colour, unit=unit) if arms else ""
+
+        def pct(value: float | None) -> float | None:
+            return round(value * 100, 1) if value is not None else None
+
+        context = {
+            **self.admin_site.each_context(request),
+            "title": gettext("A/B arms of %(agent)s") % {"agent": agent.slug if agent else "—"},
+            "agent": agent,
+            "agents": agents,
+            "arms": arms,
+            "comparisons": arm_comparisons(arms),
+            "charts": [
+                (gettext("runs"), chart([float(m.runs) for m in arms], "#447e9b", "", gettext("runs"))),
+                (
+                    gettext("success rate"),
+                    chart([pct(m.success_rate) for m in arms], "#3a8f3a", "%", gettext("success rate")),
+                ),
+                (
+                    gettext("tool-citation rate"),
+                    chart([pct(m.citation_rate) for m in arms], "#6a5acd", "%", gettext("tool-citation rate")),
+                ),
+                (
+                    gettext("latency p50"),
+                    chart([m.latency(0.5) for m in arms], "#c47c1c", " ms", gettext("latency p50")),
+                ),
+                (
+                    gettext("feedback mean"),
+                    chart([m.feedback_mean for m in arms], "#b03a6f", "", gettext("feedback mean")),
+                ),
+            ],
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/agents/agentarm/metrics.html", context)
+
+
+@admin.register(ShadowComparison)
+class ShadowComparisonAdmin(admin.ModelAdmin):
+    """Live runs and their shadows on the candidate, disagreements first (read-only)."""
+
+    # Narrow enough for the admin's content column beside its filters: what differs is one column.
+    list_display = [
+        "live_run_link",
+        "candidate_version",
+        "agrees",
+        "differences",
+        "similarity",
+        "latency_delta",
+        "tokens_difference",
+    ]
+    list_filter = ["agrees", "agent", "same_tools"]
+    list_select_related = ["candidate__agent"]
+    readonly_fields = [f.name for f in ShadowComparison._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description=_("what differs"))
+    def differences(self, obj: ShadowComparison) -> str:
+        differing = [
+            label
+            for same, label in (
+                (obj.same_status, gettext("outcome")),
+                (obj.same_tools, gettext("tools")),
+                (obj.same_args, gettext("arguments")),
+                (obj.answer_similarity >= ANSWER_AGREEMENT, gettext("answer")),
+            )
+            if not same
+        ]
+        return ", ".join(differing) or "—"
+
+    @admin.display(description=_("candidate"), ordering="candidate__number")
+    def candidate_version(self, obj: ShadowComparison) -> str:
+        return format_html(
+            '<span style="white-space:nowrap">{}</span><br>v{}', obj.candidate.agent.slug, obj.candidate.number
+        )
+
+    @admin.display(description=_("answer similarity"), ordering="answer_similarity")
+    def similarity(self, obj: ShadowComparison) -> str:
+        return f"{obj.answer_similarity:.2f}"
+
+    @admin.display(description=_("Δ latency"), ordering="latency_delta_ms")
+    def latency_delta(self, obj: ShadowComparison) -> str:
+        return "—" if obj.latency_delta_ms is None else f"{obj.latency_delta_ms:+.1f} ms"
+
+    @admin.display(description=_("Δ tokens"), ordering="tokens_delta")
+    def tokens_difference(self, obj: ShadowComparison) -> str:
+        return "—" if obj.tokens_delta is None else f"{obj.tokens_delta:+d}"
+
+    @admin.display(description=_("live run"))
+    def live_run_link(self, obj: ShadowComparison) -> str:
+        live = reverse("admin:agents_run_change", args=[obj.live_run_id], current_app=self.admin_site.name)
+        shadow = reverse("admin:agents_run_change", args=[obj.shadow_run_id], current_app=self.admin_site.name)
+        return format_html(
+            '<a href="{}">{}</a> / <a href="{}">{}</a>',
+            live,
+            str(obj.live_run_id)[:8],
+            shadow,
+            gettext("shadow"),
+        )

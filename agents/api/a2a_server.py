@@ -1,0 +1,684 @@
+"""The A2A server: each agent is an A2A agent at ``/a2a/<slug>/`` (protocol 1.0, JSON-RPC binding, as the
+official ``a2a-sdk`` 1.x client speaks it).
+
+- ``GET /a2a/<slug>/.well-known/agent-card.json``: the agent's card (skills from its rules and tools, streaming,
+  our API key as a bearer security scheme); ``GET /.well-known/agent-card.json``: a card of the platform whose
+  skills are the agents the key may use, each with its A2A base URL (``agents`` lists them too).
+- ``POST /a2a/<slug>/``: JSON-RPC 2.0. ``SendMessage`` (waits, up to ``PLATFORM_API_MAX_WAIT_S``, until the
+  run finishes or asks for input, unless ``configuration.returnImmediately``), ``SendStreamingMessage`` and
+  ``SubscribeToTask`` (server-sent events, one JSON-RPC response per event), ``GetTask``, ``CancelTask``,
+  ``ListTasks``.
+
+A task is a run: its id is the run's id; its ``contextId`` is the conversation, kept in the run's ``context``
+(``contextId``) with the caller's ``metadata.context`` (``userId``, ``sessionId``, ``chatbotId``…). A message's
+parts map onto the run as the REST API maps an A2A message (``agents.api.a2a``): text → query, data → ``a2a_data``,
+url/raw → ``a2a_files`` metadata. The message's ``messageId`` is the run's idempotency key (a retried send gets
+the same task). ``awaiting_approval`` is ``TASK_STATE_INPUT_REQUIRED``: its status message names the pending calls;
+a message on that task with a data part ``{"decision": "approve"|"reject", "approvalId"?, "reason"?}`` (or the text
+``approve``/``reject``) decides them, as ``POST /runs/{id}/approvals/{id}`` would, and the task goes on.
+Our error codes become A2A errors (``run_not_found`` → -32001 TaskNotFound, ``run_finished`` on cancel → -32002,
+invalid input → -32602, …) with our code in the error's ``ErrorInfo`` metadata.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
+from django.utils.translation import gettext as _
+from django.views.decorators.csrf import csrf_exempt
+
+from agent_platform.errors import ApplicationError
+from agents.api.a2a import run_input_from_message
+from agents.api.config import api_setting
+from agents.api.protocol_http import (
+    PollState,
+    caller_authenticate,
+    dumps,
+    error_response,
+    json_response,
+    paced_async,
+    paced_sync,
+    stream_slot_take,
+    too_many_streams,
+)
+from agents.api.serializers import A2AMessageSerializer
+from agents.approvals import approval_decide
+from agents.models import Agent, ApiKey, Approval, Run
+from agents.selectors import (
+    agent_get_for_key,
+    agent_list_for_key,
+    agent_skills,
+    run_events_after,
+    run_get,
+    run_tool_calls,
+)
+from agents.services import request_digest, run_cancel, run_submit
+
+logger = logging.getLogger(__name__)
+
+PROTOCOL_VERSION = "1.0"
+PLATFORM_NAME = "Agent platform"
+ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+
+TASK_STATE = {
+    Run.Status.QUEUED: "TASK_STATE_SUBMITTED",
+    Run.Status.RUNNING: "TASK_STATE_WORKING",
+    Run.Status.SUCCEEDED: "TASK_STATE_COMPLETED",
+    Run.Status.FAILED: "TASK_STATE_FAILED",
+    Run.Status.CANCELLED: "TASK_STATE_CANCELED",
+    Run.Status.AWAITING_APPROVAL: "TASK_STATE_INPUT_REQUIRED",
+}
+SECURITY_SCHEMES = {
+    "apiKey": {
+        "httpAuthSecurityScheme": {
+            "scheme": "bearer",
+            "bearerFormat": "API key",
+            "description": "Authorization: Bearer <API key> (manage.py create_api_key)",
+        }
+    }
+}
+SECURITY_REQUIREMENTS: list[dict[str, Any]] = [{"schemes": {"apiKey": {"list": []}}}]
+# A run's events that are tool calls: the model's or a flow's (``tool_call``) and the deterministic rules'.
+TOOL_EVENTS = frozenset({"tool_call", "deterministic_result"})
+STOPPED = frozenset({Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED, Run.Status.AWAITING_APPROVAL})
+
+
+class A2AError(Exception):
+    """A JSON-RPC error: its A2A code, message, reason (``ErrorInfo.reason``) and our code (metadata)."""
+
+    def __init__(self, code: int, reason: str, message: str, *, our_code: str = "") -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message, self.our_code = code, reason, message, our_code
+
+    def as_error(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"@type": ERROR_INFO, "reason": self.reason, "domain": "a2a-protocol.org"}
+        if self.our_code:
+            info["metadata"] = {"code": self.our_code}
+        return {"code": self.code, "message": self.message, "data": [info]}
+
+
+def invalid_params(message: str, our_code: str = "invalid_input") -> A2AError:
+    return A2AError(-32602, "INVALID_PARAMS", message, our_code=our_code)
+
+
+# Our error codes → (JSON-RPC code, ErrorInfo reason). Anything else a service raises is invalid params.
+_ERRORS: dict[str, tuple[int, str]] = {
+    "run_not_found": (-32001, "TASK_NOT_FOUND"),
+    "run_finished": (-32002, "TASK_NOT_CANCELABLE"),
+    "run_busy": (-32002, "TASK_NOT_CANCELABLE"),
+    "agent_disabled": (-32004, "UNSUPPORTED_OPERATION"),
+}
+
+
+def a2a_error_of(exc: ApplicationError) -> A2AError:
+    code, reason = _ERRORS.get(exc.code, (-32602, "INVALID_PARAMS"))
+    return A2AError(code, reason, exc.message, our_code=exc.code)
+
+
+# --- cards -----------------------------------------------------------------------------------------------
+
+
+def base_url(request: HttpRequest) -> str:
+    return request.build_absolute_uri("/").rstrip("/")
+
+
+def agent_card(*, agent: Agent, root: str) -> dict[str, Any]:
+    """The agent's A2A card (protocol 1.0 JSON names)."""
+    description = (agent.system_prompt or "").strip().splitlines()[0][:500] if agent.system_prompt.strip() else ""
+    return {
+        "name": agent.name,
+        "description": description or agent.name,
+        "version": "1",
+        "supportedInterfaces": [
+            {"url": f"{root}/a2a/{agent.slug}/", "protocolBinding": "JSONRPC", "protocolVersion": PROTOCOL_VERSION}
+        ],
+        "provider": {"organization": PLATFORM_NAME, "url": root},
+        "capabilities": {"streaming": True, "pushNotifications": False},
+        "securitySchemes": SECURITY_SCHEMES,
+        "securityRequirements": SECURITY_REQUIREMENTS,
+        "defaultInputModes": ["text/plain", "application/json"],
+        "defaultOutputModes": ["text/plain", "application/json"],
+        "skills": agent_skills(agent=agent)
+        or [{"id": "ask", "name": agent.name, "description": agent.name, "tags": ["ask"]}],
+    }
+
+
+def platform_card(*, agents: list[Agent], root: str) -> dict[str, Any]:
+    """A directory card: one skill per agent the key may use; ``agents`` gives each one's base and card URL."""
+    return {
+        "name": PLATFORM_NAME,
+        "description": "The agents this API key may use; each is an A2A agent at its own base URL.",
+        "version": "1",
+        "supportedInterfaces": [],
+        "provider": {"organization": PLATFORM_NAME, "url": root},
+        "capabilities": {"streaming": True, "pushNotifications": False},
+        "securitySchemes": SECURITY_SCHEMES,
+        "securityRequirements": SECURITY_REQUIREMENTS,
+        "defaultInputModes": ["text/plain", "application/json"],
+        "defaultOutputModes": ["text/plain", "application/json"],
+        "skills": [
+            {"id": a.slug, "name": a.name, "description": f"{root}/a2a/{a.slug}/", "tags": ["agent"]} for a in agents
+        ],
+        "agents": [
+            {
+                "slug": a.slug,
+                "name": a.name,
+                "url": f"{root}/a2a/{a.slug}/",
+                "card": f"{root}/a2a/{a.slug}/.well-known/agent-card.json",
+            }
+            for a in agents
+        ],
+    }
+
+
+async def platform_card_view(request: HttpRequest) -> HttpResponseBase:
+    if request.method != "GET":
+        return error_response("method_not_allowed", _("Use GET."), 405, headers={"Allow": "GET"})
+    caller = await sync_to_async(caller_authenticate)(request)
+    if caller.api_key is None:
+        return caller.refusal  # type: ignore[return-value]
+    agents = await sync_to_async(agent_list_for_key)(api_key=caller.api_key)
+    return json_response(platform_card(agents=agents, root=base_url(request)))  # no queries: names and slugs
+
+
+async def agent_card_view(request: HttpRequest, slug: str) -> HttpResponseBase:
+    if request.method != "GET":
+        return error_response("method_not_allowed", _("Use GET."), 405, headers={"Allow": "GET"})
+    caller = await sync_to_async(caller_authenticate)(request)
+    if caller.api_key is None:
+        return caller.refusal  # type: ignore[return-value]
+
+    def card() -> dict[str, Any]:
+        return agent_card(agent=agent_get_for_key(slug=slug, api_key=caller.api_key), root=base_url(request))  # type: ignore[arg-type]
+
+    try:
+        return json_response(await sync_to_async(card)())
+    except ApplicationError as exc:
+        return error_response(exc.code, exc.message, exc.status)
+
+
+# --- runs as tasks ---------------------------------------------------------------------------------------
+
+
+def _timestamp(run: Run) -> str:
+    moment = run.finished_at or run.started_at or run.created_at or datetime.now(UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def context_id_of(run: Run) -> str:
+    return str((run.context or {}).get("contextId") or run.id)
+
+
+def _agent_message(run: Run, suffix: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "messageId": f"{run.id}-{suffix}",
+        "role": "ROLE_AGENT",
+        "taskId": str(run.id),
+        "contextId": context_id_of(run),
+        "parts": parts,
+    }
+
+
+def pending_approvals(run: Run) -> list[dict[str, Any]]:
+    return [
+        {
+            "approvalId": str(a.pk),
+            "mcpId": a.mcp_id,
+            "tool": a.tool,
+            "args": a.args,
+            "expiresAt": a.expires_at.isoformat(),
+        }
+        for a in run.approvals.filter(status=Approval.Status.PENDING).order_by("created_at")
+    ]
+
+
+def task_status(run: Run) -> dict[str, Any]:
+    status: dict[str, Any] = {"state": TASK_STATE[Run.Status(run.status)], "timestamp": _timestamp(run)}
+    if run.status == Run.Status.AWAITING_APPROVAL:
+        approvals = pending_approvals(run)
+        calls = ", ".join(f"{a['tool']} {json.dumps(a['args'], ensure_ascii=False)}" for a in approvals)
+        text = (
+            f"Approval needed before these calls: {calls}. Reply on this task with a data part "
+            '{"decision": "approve" or "reject", "approvalId": "...", "reason": "..."}.'
+        )
+        status["message"] = _agent_message(
+            run,
+            f"input-{len(approvals)}",
+            [{"text": text}, {"data": {"approvals": approvals}, "mediaType": "application/json"}],
+        )
+    elif run.status in {Run.Status.FAILED, Run.Status.CANCELLED} and run.error_code:
+        error = {"code": run.error_code, "message": run.error_message}
+        status["message"] = _agent_message(
+            run,
+            "error",
+            [
+                {"text": f"{run.error_code}: {run.error_message}"},
+                {"data": {"error": error}, "mediaType": "application/json"},
+            ],
+        )
+    return status
+
+
+def answer_artifact(run: Run) -> dict[str, Any]:
+    return {"artifactId": f"{run.id}-answer", "name": "answer", "parts": [{"text": run.answer}]}
+
+
+def task_of(run: Run, *, history_length: int | None = None) -> dict[str, Any]:
+    """The run as an A2A ``Task``: status, the answer as an artifact, the question as history, and in
+    ``metadata`` the run's id, agent, tool calls (masked) and error."""
+    task: dict[str, Any] = {
+        "id": str(run.id),
+        "contextId": context_id_of(run),
+        "status": task_status(run),
+        "metadata": {
+            "runId": str(run.id),
+            "agent": run.agent.slug,
+            "status": run.status,
+            "toolCalls": run_tool_calls(run=run),
+            **({"error": {"code": run.error_code, "message": run.error_message}} if run.error_code else {}),
+        },
+    }
+    if run.status == Run.Status.SUCCEEDED:
+        task["artifacts"] = [answer_artifact(run)]
+    if history_length != 0:
+        task["history"] = [
+            {
+                "messageId": f"{run.id}-query",
+                "role": "ROLE_USER",
+                "taskId": str(run.id),
+                "contextId": context_id_of(run),
+                "parts": [{"text": run.query}],
+            }
+        ]
+    return task
+
+
+# --- messages --------------------------------------------------------------------------------------------
+
+
+def _rest_part(part: Any) -> dict[str, Any]:
+    """An A2A 1.0 part as the REST API's (0.3-shaped) part, so that one serializer validates both."""
+    if not isinstance(part, dict):
+        raise invalid_params(_("Each part must be an object."))
+    if "text" in part:
+        return {"kind": "text", "text": part["text"]}
+    if "data" in part:
+        if not isinstance(part["data"], dict):
+            raise invalid_params(_("A data part's 'data' must be a JSON object."))
+        return {"kind": "data", "data": part["data"]}
+    if "url" in part or "raw" in part:
+        file: dict[str, Any] = {"uri": part["url"]} if "url" in part else {"bytes": part["raw"]}
+        if part.get("filename"):
+            file["name"] = part["filename"]
+        if part.get("mediaType"):
+            file["mimeType"] = part["mediaType"]
+        return {"kind": "file", "file": file}
+    raise invalid_params(_("A part needs one of 'text', 'data', 'url' or 'raw'."))
+
+
+def an_object(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (optional members of a request)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _fields_text(errors: Any) -> str:
+    return json.dumps(errors, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class Decision:
+    decision: str
+    approval_id: str
+    reason: str
+
+
+def decision_of(parts: list[Any]) -> Decision | None:
+    """A reply to ``input-required``: a data part with ``decision``, or the text ``approve``/``reject``."""
+    for part in parts:
+        if isinstance(part, dict) and isinstance(part.get("data"), dict) and "decision" in part["data"]:
+            data = part["data"]
+            return Decision(str(data["decision"]), str(data.get("approvalId") or ""), str(data.get("reason") or ""))
+    for part in parts:
+        if isinstance(part, dict) and isinstance(part.get("text"), str):
+            word = part["text"].strip().lower()
+            if word in {"approve", "reject"}:
+                return Decision(word, "", "")
+    return None
+
+
+def message_send(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> Run:
+    """Start a run from a ``SendMessageRequest`` (or answer a task that waits for input). Returns the run."""
+    message = params.get("message")
+    if not isinstance(message, dict):
+        raise invalid_params(_("'message' is required."))
+    if message.get("role") not in (None, "ROLE_USER", "user", "ROLE_UNSPECIFIED"):
+        raise invalid_params(_("The message's role must be ROLE_USER."))
+    parts = message.get("parts")
+    if not isinstance(parts, list) or not parts:
+        raise invalid_params(_("The message needs at least one part."))
+    if message.get("taskId"):
+        return _answer_input(agent=agent, api_key=api_key, task_id=str(message["taskId"]), parts=parts)
+    rest_message = {"role": "user", "parts": [_rest_part(p) for p in parts]}
+    serializer = A2AMessageSerializer(data=rest_message)
+    if not serializer.is_valid():
+        raise invalid_params(_("The message is not valid: %(errors)s") % {"errors": _fields_text(serializer.errors)})
+    metadata = an_object(params.get("metadata"))
+    context = an_object(metadata.get("context"))
+    context = {**context, "contextId": str(message.get("contextId") or uuid.uuid4())}
+    run_input = run_input_from_message(serializer.validated_data, context=context)
+    if len(run_input.query) > settings.PLATFORM_RUN_QUERY_MAX_CHARS:
+        raise invalid_params(
+            _("The query is longer than %(max)d characters.") % {"max": settings.PLATFORM_RUN_QUERY_MAX_CHARS},
+            "query_too_long",
+        )
+    message_id = str(message.get("messageId") or "")
+    submission = run_submit(
+        agent_slug=agent.slug,
+        query=run_input.query,
+        api_key=api_key,
+        context=run_input.context,
+        a2a_data=run_input.a2a_data,
+        a2a_files=run_input.a2a_files,
+        idempotency_key=f"a2a:{message_id}"[:200] if message_id else "",
+        digest=request_digest({"agent": agent.slug, "message": message, "metadata": metadata}),
+    )
+    return submission.run
+
+
+def _answer_input(*, agent: Agent, api_key: ApiKey, task_id: str, parts: list[Any]) -> Run:
+    run = run_get(run_id=task_id, api_key=api_key)
+    if run.agent_id != agent.pk:
+        raise ApplicationError(_("Run not found."), code="run_not_found", status=404)
+    if run.status != Run.Status.AWAITING_APPROVAL:
+        if run.is_finished:
+            raise A2AError(
+                -32004,
+                "UNSUPPORTED_OPERATION",
+                _("The task has finished; send a new message (with the same contextId to stay in the conversation)."),
+                our_code="run_finished",
+            )
+        raise invalid_params(_("The task is not waiting for input."), "run_not_waiting")
+    decision = decision_of(parts)
+    if decision is None:
+        raise invalid_params(
+            _('Answer with a data part {"decision": "approve" or "reject", "approvalId": "..."}.'), "decision_missing"
+        )
+    pending = [a["approvalId"] for a in pending_approvals(run)]
+    targets = [decision.approval_id] if decision.approval_id else pending
+    for approval_id in targets:
+        approval_decide(
+            run=run,
+            approval_id=approval_id,
+            decision=decision.decision,
+            actor=f"api_key:{api_key.prefix}",
+            reason=decision.reason,
+            by_caller=True,
+        )
+    run.refresh_from_db()
+    return run
+
+
+# --- streams ---------------------------------------------------------------------------------------------
+
+
+class TaskFeed:
+    """A run's progress as A2A stream responses, one JSON-RPC response per SSE event: the task first, then
+    ``statusUpdate`` for each status change and tool call, ``artifactUpdate`` with the answer, and the final
+    status; the stream ends when the task finishes or asks for input, or after ``PLATFORM_SSE_MAX_S``."""
+
+    def __init__(self, *, run: Run, rpc_id: Any, after: int, send_task: bool = True) -> None:
+        self.run_id = run.pk
+        self.rpc_id = rpc_id
+        self.last_seq = after
+        self.send_task = send_task
+        self.deadline = time.monotonic() + float(api_setting("PLATFORM_SSE_MAX_S"))
+        self.last_sent = time.monotonic()
+        self.keepalive_s = float(api_setting("PLATFORM_SSE_KEEPALIVE_S"))
+
+    def _event(self, result: dict[str, Any]) -> str:
+        self.last_sent = time.monotonic()
+        return f"data: {dumps({'jsonrpc': '2.0', 'id': self.rpc_id, 'result': result})}\n\n"
+
+    def _status_update(self, run: Run, status: dict[str, Any]) -> str:
+        return self._event({"statusUpdate": {"taskId": str(run.id), "contextId": context_id_of(run), "status": status}})
+
+    def poll(self) -> tuple[list[str], PollState]:
+        run = Run.objects.select_related("agent").get(pk=self.run_id)
+        chunks: list[str] = []
+        if self.send_task:
+            self.send_task = False
+            chunks.append(self._event({"task": task_of(run)}))
+        events = run_events_after(run_id=run.pk, after=self.last_seq, limit=200)
+        for event in events:
+            self.last_seq = event.seq
+            if event.kind in TOOL_EVENTS:
+                call = event.data
+                outcome = "ok" if call.get("ok") else f"failed {call.get('reason') or call.get('error') or ''}".strip()
+                progress = {
+                    "state": "TASK_STATE_WORKING",
+                    "timestamp": _timestamp(run),
+                    "message": _agent_message(
+                        run,
+                        f"event-{event.seq}",
+                        [
+                            {"text": f"tool {call.get('name') or call.get('tool')}: {outcome}"},
+                            {"data": {"toolCall": call}},
+                        ],
+                    ),
+                }
+                chunks.append(self._status_update(run, progress))
+            elif event.kind == "status" and event.data.get("status") in {"running", "queued"}:
+                state = "TASK_STATE_WORKING" if event.data["status"] == "running" else "TASK_STATE_SUBMITTED"
+                chunks.append(self._status_update(run, {"state": state, "timestamp": _timestamp(run)}))
+        if len(events) == 200:
+            return chunks, "wait"
+        if run.status in STOPPED:
+            if run.status == Run.Status.SUCCEEDED:
+                chunks.append(
+                    self._event(
+                        {
+                            "artifactUpdate": {
+                                "taskId": str(run.id),
+                                "contextId": context_id_of(run),
+                                "artifact": answer_artifact(run),
+                                "lastChunk": True,
+                            }
+                        }
+                    )
+                )
+            chunks.append(self._status_update(run, task_status(run)))
+            return chunks, "done"
+        if time.monotonic() >= self.deadline:
+            return chunks, "done"
+        if not chunks and time.monotonic() - self.last_sent >= self.keepalive_s:
+            self.last_sent = time.monotonic()
+            chunks.append(": keep-alive\n\n")
+        return chunks, "wait"
+
+
+def last_seq_of(run: Run) -> int:
+    return int(run.events.order_by("-seq").values_list("seq", flat=True).first() or 0)
+
+
+# --- JSON-RPC --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Stream:
+    """A method's answer that is a stream: the feed to pace."""
+
+    feed: TaskFeed
+
+
+def _task_id(params: dict[str, Any]) -> str:
+    task_id = params.get("id")
+    if not isinstance(task_id, str) or not task_id:
+        raise invalid_params(_("'id' (the task's id) is required."))
+    return task_id
+
+
+def _own_run(*, agent: Agent, api_key: ApiKey, task_id: str) -> Run:
+    run = run_get(run_id=task_id, api_key=api_key)
+    if run.agent_id != agent.pk:
+        raise ApplicationError(_("Run not found."), code="run_not_found", status=404)
+    return run
+
+
+def _history_length(params: dict[str, Any]) -> int | None:
+    value = params.get("historyLength")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def rpc_call(*, agent: Agent, api_key: ApiKey, method: str, params: dict[str, Any], rpc_id: Any) -> Any:
+    """One JSON-RPC call (sync: it reads and writes the database). Returns the result, a ``Stream``, or a
+    ``("wait", run, params)`` tuple for a blocking ``SendMessage`` (the view waits without holding a thread).
+    Raises A2AError or ApplicationError."""
+    if method == "SendMessage":
+        run = message_send(agent=agent, api_key=api_key, params=params)
+        configuration = an_object(params.get("configuration"))
+        if configuration.get("returnImmediately") or run.status in STOPPED:
+            return {"task": task_of(run, history_length=_history_length(configuration))}
+        return ("wait", run, configuration)
+    if method == "SendStreamingMessage":
+        before = 0
+        message = an_object(params.get("message"))
+        if message.get("taskId"):  # answering input: follow the task from where it is now
+            before = last_seq_of(_own_run(agent=agent, api_key=api_key, task_id=str(message["taskId"])))
+        run = message_send(agent=agent, api_key=api_key, params=params)
+        return Stream(TaskFeed(run=run, rpc_id=rpc_id, after=before))
+    if method == "SubscribeToTask":
+        run = _own_run(agent=agent, api_key=api_key, task_id=_task_id(params))
+        if run.is_finished:
+            raise A2AError(-32004, "UNSUPPORTED_OPERATION", _("The task has finished."), our_code="run_finished")
+        return Stream(TaskFeed(run=run, rpc_id=rpc_id, after=last_seq_of(run)))
+    if method == "GetTask":
+        run = _own_run(agent=agent, api_key=api_key, task_id=_task_id(params))
+        return task_of(run, history_length=_history_length(params))
+    if method == "CancelTask":
+        run = _own_run(agent=agent, api_key=api_key, task_id=_task_id(params))
+        run = run_cancel(run=run, actor=f"api_key:{api_key.prefix}", source="api")
+        return task_of(run)
+    if method == "ListTasks":
+        runs = Run.objects.select_related("agent").filter(api_key=api_key, agent=agent).order_by("-created_at")
+        if params.get("contextId"):
+            runs = runs.filter(context__contextId=str(params["contextId"]))
+        size = params["pageSize"] if isinstance(params.get("pageSize"), int) else 50
+        tasks = [task_of(r, history_length=0) for r in runs[: max(1, min(size, 100))]]
+        return {"tasks": tasks, "nextPageToken": "", "pageSize": len(tasks), "totalSize": len(tasks)}
+    if "PushNotification" in method:
+        raise A2AError(-32003, "PUSH_NOTIFICATION_NOT_SUPPORTED", _("Push notifications are not supported."))
+    if method == "GetExtendedAgentCard":
+        raise A2AError(-32007, "EXTENDED_AGENT_CARD_NOT_CONFIGURED", _("There is no extended agent card."))
+    raise A2AError(-32601, "METHOD_NOT_FOUND", _("Method not found: %(method)s") % {"method": method})
+
+
+def _rpc_error(rpc_id: Any, error: A2AError) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rpc_id, "error": error.as_error()}
+
+
+def _guarded(call: Callable[[], Any], rpc_id: Any) -> tuple[Any, dict[str, Any] | None]:
+    """The call's result, or its JSON-RPC error: ours mapped, anything unexpected an opaque -32603 (logged)."""
+    try:
+        return call(), None
+    except A2AError as exc:
+        return None, _rpc_error(rpc_id, exc)
+    except ApplicationError as exc:
+        return None, _rpc_error(rpc_id, a2a_error_of(exc))
+    except Exception:
+        logger.exception("A2A call failed")
+        return None, _rpc_error(rpc_id, A2AError(-32603, "INTERNAL", _("Internal error.")))
+
+
+def _parse_request(request: HttpRequest) -> tuple[Any, str, dict[str, Any]] | dict[str, Any]:
+    """``(id, method, params)``, or the JSON-RPC error answer for a body that is not a request."""
+    try:
+        body = json.loads(request.body or b"")
+    except (ValueError, UnicodeDecodeError) as exc:
+        return _rpc_error(None, A2AError(-32700, "PARSE_ERROR", f"Invalid JSON: {exc}"))
+    if not isinstance(body, dict):
+        return _rpc_error(None, A2AError(-32600, "INVALID_REQUEST", _("Send one JSON-RPC request object.")))
+    rpc_id = body.get("id")
+    if isinstance(rpc_id, bool) or not isinstance(rpc_id, str | int | type(None)):
+        rpc_id = None
+    if body.get("jsonrpc") != "2.0" or not isinstance(body.get("method"), str):
+        return _rpc_error(rpc_id, A2AError(-32600, "INVALID_REQUEST", _("Expected a JSON-RPC 2.0 request.")))
+    params = body.get("params", {})
+    if not isinstance(params, dict):
+        return _rpc_error(rpc_id, invalid_params(_("'params' must be an object.")))
+    return rpc_id, body["method"], params
+
+
+@csrf_exempt
+async def rpc_view(request: HttpRequest, slug: str) -> HttpResponseBase:
+    if request.method == "GET":
+        return error_response(
+            "method_not_allowed",
+            _("POST JSON-RPC here; the agent's card is at .well-known/agent-card.json."),
+            405,
+            headers={"Allow": "POST"},
+        )
+    if request.method != "POST":
+        return error_response("method_not_allowed", _("Use POST."), 405, headers={"Allow": "POST"})
+    caller = await sync_to_async(caller_authenticate)(request)
+    if caller.api_key is None:
+        return caller.refusal  # type: ignore[return-value]
+    api_key = caller.api_key
+    try:
+        agent = await sync_to_async(agent_get_for_key)(slug=slug, api_key=api_key)
+    except ApplicationError as exc:
+        return error_response(exc.code, exc.message, exc.status)
+    version = request.headers.get("A2A-Version", "").strip()
+    parsed = _parse_request(request)
+    if isinstance(parsed, dict):
+        return json_response(parsed)
+    rpc_id, method, params = parsed
+    if version and not version.startswith("1."):
+        error = A2AError(-32009, "VERSION_NOT_SUPPORTED", _("This server speaks A2A 1.0."), our_code="version")
+        return json_response(_rpc_error(rpc_id, error))
+    result, error_body = await sync_to_async(_guarded)(
+        lambda: rpc_call(agent=agent, api_key=api_key, method=method, params=params, rpc_id=rpc_id), rpc_id
+    )
+    if error_body is not None:
+        return json_response(error_body)
+    if isinstance(result, Stream):
+        slot = await sync_to_async(stream_slot_take)(api_key)
+        if slot is None:
+            return too_many_streams()
+        poll = result.feed.poll
+        stream = paced_async(poll, slot) if isinstance(request, ASGIRequest) else paced_sync(poll, slot)
+        response = StreamingHttpResponse(stream, content_type="text/event-stream; charset=utf-8")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return response
+    if isinstance(result, tuple):
+        _wait, run, configuration = result
+        run = await _wait_for(run)
+        task = await sync_to_async(task_of)(run, history_length=_history_length(configuration))
+        result = {"task": task}
+    return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": result})
+
+
+async def _wait_for(run: Run) -> Run:
+    """Poll (without holding a thread) until the run stops or ``PLATFORM_API_MAX_WAIT_S`` has passed."""
+    deadline = time.monotonic() + float(api_setting("PLATFORM_API_MAX_WAIT_S"))
+
+    def fresh() -> Run:
+        return Run.objects.select_related("agent").get(pk=run.pk)
+
+    while True:
+        run = await sync_to_async(fresh)()
+        if run.status in STOPPED or time.monotonic() >= deadline:
+            return run
+        await asyncio.sleep(0.2)

@@ -1,0 +1,337 @@
+"""Agents as an MCP server: ``/mcp/``, streamable HTTP (MCP 2025-03-26 and later), one tool per agent the key
+may use.
+
+``ask_<slug>`` takes ``query`` and optional ``context`` (``userId``, ``sessionId``, ``chatbotId``…) and ``data``
+(an object: one entry of the run's ``a2a_data``), submits a run through the normal path (``run_submit``: the
+worker, the gate, the audit) and answers when the run has finished or waits for an approval: the answer as
+text, and as ``structuredContent`` the run's id, status, error, tool calls and the approvals pending. While it
+runs, a call that sent a ``progressToken`` gets ``notifications/progress`` (one per status change and tool
+call) on the response's event stream. ``notifications/cancelled`` for the call, or the client going away
+before the answer, cancels the run.
+
+Written as plain Django views rather than the ``mcp`` SDK's session manager, because the platform serves from
+several processes (gunicorn's uvicorn workers, or ``runserver``) and an SDK session lives in one process's
+memory: here nothing outlives a request but a short cache entry (call id → run id, for cancellation). A session
+id is issued on ``initialize`` only to scope the client's request ids; there is no server-initiated stream
+(``GET`` is a 405).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import time
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.cache import cache
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.utils.translation import gettext as _
+from django.views.decorators.csrf import csrf_exempt
+
+from agent_platform.errors import ApplicationError
+from agents.api.config import api_setting
+from agents.api.protocol_http import (
+    PollState,
+    caller_authenticate,
+    dumps,
+    error_response,
+    json_response,
+    paced_async,
+    paced_sync,
+    stream_slot_take,
+    too_many_streams,
+)
+from agents.models import Agent, ApiKey, Approval, Run
+from agents.selectors import agent_list_for_key, run_events_after, run_tool_calls
+from agents.services import run_cancel, run_submit
+
+logger = logging.getLogger(__name__)
+
+SERVER_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
+TOOL_PREFIX = "ask_"
+# A run's events that are tool calls: the model's or a flow's (``tool_call``) and the deterministic rules'.
+TOOL_EVENTS = frozenset({"tool_call", "deterministic_result"})
+STOPPED = frozenset({Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED, Run.Status.AWAITING_APPROVAL})
+
+INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "description": "The question for the agent."},
+        "context": {"type": "object", "description": "A2A context: userId, sessionId, chatbotId, …"},
+        "data": {"type": "object", "description": "Structured input (one entry of the run's a2a_data)."},
+    },
+    "required": ["query"],
+    "additionalProperties": False,
+}
+
+OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "run_id": {"type": "string"},
+        "status": {"type": "string", "enum": [s.value for s in Run.Status]},
+        "answer": {"type": "string"},
+        "error": {"type": ["object", "null"]},
+        "tool_calls": {"type": "array", "items": {"type": "object"}},
+        "approvals_pending": {"type": "array", "items": {"type": "object"}},
+    },
+    "required": ["run_id", "status", "answer", "error", "tool_calls", "approvals_pending"],
+}
+
+
+class McpError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def tool_name(agent: Agent) -> str:
+    return f"{TOOL_PREFIX}{agent.slug}"
+
+
+def tool_of(agent: Agent) -> dict[str, Any]:
+    prompt = (agent.system_prompt or "").strip()
+    summary = prompt.splitlines()[0][:300] if prompt else ""
+    return {
+        "name": tool_name(agent),
+        "title": agent.name,
+        "description": f"Ask the agent '{agent.name}'. {summary}".strip(),
+        "inputSchema": INPUT_SCHEMA,
+        "outputSchema": OUTPUT_SCHEMA,
+    }
+
+
+def call_result(run: Run) -> dict[str, Any]:
+    """A finished (or parked) run as a ``CallToolResult``."""
+    pending = [
+        {
+            "approval_id": str(a.pk),
+            "mcp_id": a.mcp_id,
+            "tool": a.tool,
+            "args": a.args,
+            "expires_at": a.expires_at.isoformat(),
+        }
+        for a in run.approvals.filter(status=Approval.Status.PENDING).order_by("created_at")
+    ]
+    error = {"code": run.error_code, "message": run.error_message} if run.error_code else None
+    if run.status == Run.Status.SUCCEEDED:
+        text = run.answer
+    elif run.status == Run.Status.AWAITING_APPROVAL:
+        calls = ", ".join(f"{p['tool']} {json.dumps(p['args'], ensure_ascii=False)}" for p in pending)
+        text = f"awaiting approval: {calls} (POST /api/v1/runs/{run.id}/approvals/<approval_id>)"
+    elif error:
+        text = f"{run.status}: {error['code']}: {error['message']}"
+    else:
+        text = f"{run.status}"
+    structured = {
+        "run_id": str(run.id),
+        "status": run.status,
+        "answer": run.answer,
+        "error": error,
+        "tool_calls": run_tool_calls(run=run),
+        "approvals_pending": pending,
+    }
+    return {
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": structured,
+        "isError": run.status in {Run.Status.FAILED, Run.Status.CANCELLED},
+    }
+
+
+def _call_key(api_key: ApiKey, session_id: str, rpc_id: Any) -> str:
+    return f"mcp:call:{api_key.pk}:{session_id}:{json.dumps(rpc_id)}"
+
+
+def tool_call_start(*, api_key: ApiKey, params: dict[str, Any], session_id: str, rpc_id: Any) -> Run:
+    """Submit the run a ``tools/call`` asks for, and remember it under the call's id (for cancellation).
+    Raises McpError (unknown tool) or ApplicationError (bad arguments, agent disabled)."""
+    name = params.get("name")
+    agents = {tool_name(a): a for a in agent_list_for_key(api_key=api_key)}
+    if not isinstance(name, str) or name not in agents:
+        raise McpError(-32602, _("Unknown tool: %(name)s") % {"name": name})
+    arguments = params.get("arguments") or {}
+    if not isinstance(arguments, dict):
+        raise ApplicationError(_("'arguments' must be an object."), code="invalid_input", status=400)
+    unknown = sorted(set(arguments) - {"query", "context", "data"})
+    if unknown:
+        raise ApplicationError(_("Unknown arguments: %(names)s") % {"names": ", ".join(unknown)}, code="invalid_input")
+    query = arguments.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise ApplicationError(_("'query' must be a non-empty string."), code="invalid_input", status=400)
+    if len(query) > settings.PLATFORM_RUN_QUERY_MAX_CHARS:
+        raise ApplicationError(
+            _("The query is longer than %(max)d characters.") % {"max": settings.PLATFORM_RUN_QUERY_MAX_CHARS},
+            code="query_too_long",
+            status=413,
+        )
+    for field in ("context", "data"):
+        if field in arguments and not isinstance(arguments[field], dict):
+            raise ApplicationError(_("'%(field)s' must be an object.") % {"field": field}, code="invalid_input")
+    submission = run_submit(
+        agent_slug=agents[name].slug,
+        query=query.strip(),
+        api_key=api_key,
+        context=arguments.get("context") or {},
+        a2a_data=[arguments["data"]] if arguments.get("data") else [],
+    )
+    timeout = int(float(api_setting("PLATFORM_SSE_MAX_S")) + 60)
+    cache.set(_call_key(api_key, session_id, rpc_id), str(submission.run.pk), timeout=timeout)
+    return submission.run
+
+
+def tool_call_cancel(*, api_key: ApiKey, session_id: str, rpc_id: Any, why: str) -> None:
+    """Cancel the run of a call (``notifications/cancelled``, or its client gone); a finished run is left."""
+    run_id = cache.get(_call_key(api_key, session_id, rpc_id))
+    run = Run.objects.filter(pk=run_id, api_key=api_key).first() if run_id else None
+    if run is None or run.is_finished:
+        return
+    with contextlib.suppress(ApplicationError):  # it finished in between
+        run_cancel(run=run, actor=f"api_key:{api_key.prefix} ({why})", source="api")
+
+
+class CallFeed:
+    """A ``tools/call`` on an event stream: progress notifications while the run goes, then the result."""
+
+    def __init__(self, *, run: Run, rpc_id: Any, progress_token: Any) -> None:
+        self.run_id = run.pk
+        self.rpc_id = rpc_id
+        self.progress_token = progress_token
+        self.last_seq = 0
+        self.progress = 0
+        self.deadline = time.monotonic() + float(api_setting("PLATFORM_SSE_MAX_S"))
+        self.last_sent = time.monotonic()
+        self.keepalive_s = float(api_setting("PLATFORM_SSE_KEEPALIVE_S"))
+
+    def _message(self, body: dict[str, Any]) -> str:
+        self.last_sent = time.monotonic()
+        return f"event: message\ndata: {dumps(body)}\n\n"
+
+    def _progress(self, message: str) -> str:
+        self.progress += 1
+        params = {"progressToken": self.progress_token, "progress": self.progress, "message": message}
+        return self._message({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
+
+    def poll(self) -> tuple[list[str], PollState]:
+        run = Run.objects.select_related("agent").get(pk=self.run_id)
+        chunks: list[str] = []
+        for event in run_events_after(run_id=run.pk, after=self.last_seq, limit=200):
+            self.last_seq = event.seq
+            if self.progress_token is None:
+                continue
+            if event.kind == "status":
+                chunks.append(self._progress(f"status: {event.data.get('status')}"))
+            elif event.kind in TOOL_EVENTS:
+                ok = "ok" if event.data.get("ok") else f"failed {event.data.get('error') or ''}".strip()
+                chunks.append(self._progress(f"tool {event.data.get('tool')}: {ok}"))
+        if run.status in STOPPED or time.monotonic() >= self.deadline:
+            chunks.append(self._message({"jsonrpc": "2.0", "id": self.rpc_id, "result": call_result(run)}))
+            return chunks, "done"
+        if not chunks and time.monotonic() - self.last_sent >= self.keepalive_s:
+            self.last_sent = time.monotonic()
+            chunks.append(": keep-alive\n\n")
+        return chunks, "wait"
+
+
+def _rpc_error(rpc_id: Any, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rpc_id, "error": {"code": code, "message": message}}
+
+
+def _initialize(params: dict[str, Any]) -> dict[str, Any]:
+    asked = params.get("protocolVersion")
+    version = asked if asked in SERVER_VERSIONS else SERVER_VERSIONS[0]
+    return {
+        "protocolVersion": version,
+        "capabilities": {"tools": {"listChanged": False}},
+        "serverInfo": {"name": "agent-platform", "version": "1"},
+        "instructions": "Each tool asks one agent of the platform; the answer comes with the run's id and tool calls.",
+    }
+
+
+@csrf_exempt
+async def mcp_view(request: HttpRequest) -> HttpResponseBase:
+    if request.method == "DELETE":
+        return HttpResponse(status=204)  # nothing is kept per session
+    if request.method != "POST":
+        return error_response(
+            "method_not_allowed",
+            _("POST JSON-RPC messages here (streamable HTTP)."),
+            405,
+            headers={"Allow": "POST, DELETE"},
+        )
+    caller = await sync_to_async(caller_authenticate)(request)
+    if caller.api_key is None:
+        return caller.refusal  # type: ignore[return-value]
+    api_key = caller.api_key
+    try:
+        body = json.loads(request.body or b"")
+    except (ValueError, UnicodeDecodeError) as exc:
+        return json_response(_rpc_error(None, -32700, f"Parse error: {exc}"), status=400)
+    if not isinstance(body, dict) or body.get("jsonrpc") != "2.0":
+        return json_response(_rpc_error(None, -32600, _("Send one JSON-RPC 2.0 message.")), status=400)
+    session_id = request.headers.get("Mcp-Session-Id", "")[:100]
+    method = body.get("method")
+    if "id" not in body or method is None:  # a notification, or a response to a request we never send
+        if method == "notifications/cancelled" and isinstance(body.get("params"), dict):
+            await sync_to_async(tool_call_cancel)(
+                api_key=api_key, session_id=session_id, rpc_id=body["params"].get("requestId"), why="cancelled"
+            )
+        return HttpResponse(status=202)
+    rpc_id = body["id"]
+    params: dict[str, Any] = body["params"] if isinstance(body.get("params"), dict) else {}
+    if method == "initialize":
+        headers = {"Mcp-Session-Id": session_id or secrets.token_urlsafe(24)}
+        return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": _initialize(params)}, headers=headers)
+    if method == "ping":
+        return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": {}})
+    if method == "tools/list":
+        agents = await sync_to_async(agent_list_for_key)(api_key=api_key)
+        return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": {"tools": [tool_of(a) for a in agents]}})
+    if method != "tools/call":
+        return json_response(_rpc_error(rpc_id, -32601, _("Method not found: %(method)s") % {"method": method}))
+    try:
+        run = await sync_to_async(tool_call_start)(api_key=api_key, params=params, session_id=session_id, rpc_id=rpc_id)
+    except McpError as exc:
+        return json_response(_rpc_error(rpc_id, exc.code, exc.message))
+    except ApplicationError as exc:
+        result = {"content": [{"type": "text", "text": f"{exc.code}: {exc.message}"}], "isError": True}
+        return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": result})
+    except Exception:
+        logger.exception("MCP tools/call failed")
+        return json_response(_rpc_error(rpc_id, -32603, _("Internal error.")))
+    meta: dict[str, Any] = params["_meta"] if isinstance(params.get("_meta"), dict) else {}
+    feed = CallFeed(run=run, rpc_id=rpc_id, progress_token=meta.get("progressToken"))
+
+    def abandon() -> None:
+        tool_call_cancel(api_key=api_key, session_id=session_id, rpc_id=rpc_id, why="client gone")
+
+    if "text/event-stream" not in request.headers.get("Accept", ""):
+        return json_response(await _wait_result(feed))
+    slot = await sync_to_async(stream_slot_take)(api_key)
+    if slot is None:
+        await sync_to_async(abandon)()
+        return too_many_streams()
+    poll = feed.poll
+    stream = (
+        paced_async(poll, slot, on_abandon=abandon)
+        if isinstance(request, ASGIRequest)
+        else paced_sync(poll, slot, on_abandon=abandon)
+    )
+    response = StreamingHttpResponse(stream, content_type="text/event-stream; charset=utf-8")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+async def _wait_result(feed: CallFeed) -> dict[str, Any]:
+    """The JSON answer for a client that does not take event streams (no progress then)."""
+    feed.progress_token = None
+    while True:
+        chunks, state = await sync_to_async(feed.poll)()
+        if state == "done":
+            return json.loads(chunks[-1].split("data: ", 1)[1])  # type: ignore[no-any-return]
+        await asyncio.sleep(float(api_setting("PLATFORM_SSE_POLL_S")))

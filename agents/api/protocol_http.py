@@ -1,0 +1,125 @@
+"""What the A2A and MCP endpoints share: bearer-key authentication outside DRF, JSON answers with Korean kept
+as it is, and the pacing of a stream that follows a run (asynchronously under ASGI, by a plain generator under
+WSGI, as ``agents.api.events`` does)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest, JsonResponse
+from django.utils.translation import gettext as _
+from rest_framework import exceptions
+
+from agents.api.auth import ApiKeyAuthentication
+from agents.api.config import api_setting
+from agents.api.throttling import StreamSlot, api_key_rate_check, stream_slot_acquire, stream_slot_release
+from agents.models import ApiKey
+
+PollState = Literal["wait", "done"]
+
+
+def json_response(body: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> JsonResponse:
+    response = JsonResponse(body, status=status, safe=False, json_dumps_params={"ensure_ascii": False})
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def dumps(value: Any) -> str:
+    """One line of JSON, Korean text kept as it is (SSE ``data`` lines)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def error_response(code: str, message: str, status: int, *, headers: dict[str, str] | None = None) -> JsonResponse:
+    """The API's error shape (``{"error": {"code", "message"}}``) for what happens before any protocol talk."""
+    return json_response({"error": {"code": code, "message": message}}, status=status, headers=headers)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """An authenticated request's key, or the response that refuses it (401, or 429 with ``Retry-After``)."""
+
+    api_key: ApiKey | None
+    refusal: JsonResponse | None
+
+
+def caller_authenticate(request: HttpRequest) -> Caller:
+    """``Authorization: Bearer <api key>`` as the REST API reads it, counted against the key's rate limit."""
+    auth = ApiKeyAuthentication()
+    challenge = {"WWW-Authenticate": auth.authenticate_header(request)}  # type: ignore[arg-type]
+    try:
+        found = auth.authenticate(request)  # type: ignore[arg-type]
+    except exceptions.Throttled as exc:
+        wait_s = int(getattr(exc, "wait", None) or 1)
+        return Caller(None, error_response("throttled", str(exc.detail), 429, headers={"Retry-After": str(wait_s)}))
+    except exceptions.APIException as exc:
+        return Caller(None, error_response("authentication_failed", str(exc.detail), 401, headers=challenge))
+    if found is None:
+        message = str(exceptions.NotAuthenticated.default_detail)
+        return Caller(None, error_response("not_authenticated", message, 401, headers=challenge))
+    api_key = found[0]
+    wait = api_key_rate_check(api_key)
+    if wait is not None:
+        message = _("Request was throttled. Expected available in %(wait)d seconds.") % {"wait": wait}
+        return Caller(None, error_response("throttled", message, 429, headers={"Retry-After": str(int(wait))}))
+    return Caller(api_key, None)
+
+
+def stream_slot_take(api_key: ApiKey) -> StreamSlot | None:
+    """One of the key's stream slots (``PLATFORM_SSE_MAX_STREAMS_PER_KEY``, shared with the run events API)."""
+    lease_s = float(api_setting("PLATFORM_SSE_MAX_S")) + 60
+    return stream_slot_acquire(api_key, lease_s=lease_s)
+
+
+def too_many_streams() -> JsonResponse:
+    limit = int(api_setting("PLATFORM_SSE_MAX_STREAMS_PER_KEY"))
+    message = _("This API key already has %(max)d event streams open; close one first.") % {"max": limit}
+    return error_response("too_many_streams", message, 429, headers={"Retry-After": "5"})
+
+
+Poll = Callable[[], tuple[list[str], PollState]]
+
+
+async def paced_async(
+    poll: Poll, slot: StreamSlot, *, on_abandon: Callable[[], None] | None = None
+) -> AsyncIterator[str]:
+    """Chunks from ``poll`` every ``PLATFORM_SSE_POLL_S`` seconds until it says ``done``; the slot is released
+    however the stream ends. ``on_abandon`` is called (in a thread) when the client goes away first."""
+    poll_s = float(api_setting("PLATFORM_SSE_POLL_S"))
+    finished = False
+    try:
+        while True:
+            chunks, state = await sync_to_async(poll)()
+            for chunk in chunks:
+                yield chunk
+            if state == "done":
+                finished = True
+                return
+            await asyncio.sleep(poll_s)
+    finally:
+        if not finished and on_abandon is not None:
+            await asyncio.shield(sync_to_async(on_abandon)())
+        await sync_to_async(stream_slot_release)(slot)
+
+
+def paced_sync(poll: Poll, slot: StreamSlot, *, on_abandon: Callable[[], None] | None = None) -> Iterator[str]:
+    poll_s = float(api_setting("PLATFORM_SSE_POLL_S"))
+    finished = False
+    try:
+        while True:
+            chunks, state = poll()
+            yield from chunks
+            if state == "done":
+                finished = True
+                return
+            time.sleep(poll_s)
+    finally:
+        if not finished and on_abandon is not None:
+            on_abandon()
+        stream_slot_release(slot)

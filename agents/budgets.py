@@ -1,0 +1,353 @@
+"""Prices, costs and budgets: what a run cost, and the ceilings on an API key's or an agent's tokens and cost.
+
+**Reservation.** A budget holds per period (UTC day or month) a counter row (``BudgetUsage``): ``used`` (settled
+runs) and ``reserved`` (runs in flight). Admitting a run (``budget_reserve``, inside ``run_create``'s transaction)
+adds the budget's ``run_reservation_tokens`` (and their cost at the agent's highest token price) to ``reserved``
+with one conditional ``UPDATE … WHERE used + reserved + reservation <= limit``; when no row is updated the run is
+refused (``429 budget_exceeded``, ``Retry-After`` until the period ends) and the transaction rolls back any other
+budget's reservation. The condition is evaluated by the database on the row it updates (PostgreSQL re-checks it
+after taking the row lock; SQLite writes one transaction at a time), so concurrent admissions can never reserve
+more than the limit together. When the run ends (``budget_settle``, once, by compare-and-swap on the reservation)
+its reservation is released and its real tokens and cost are added to ``used``.
+
+**The bound.** A run that reaches its reservation stops (``budget:run_ceiling``; the engine checks after each
+model call), so the period's spend exceeds the limit by at most the overshoot of one model call per run in flight
+(the call that crossed its run's reservation). Runs whose tokens stay within the reservation never overspend.
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Count, F, Q, Sum
+from django.db.models.functions import TruncDate
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from agent_platform.errors import ApplicationError
+from agents.models import Agent, ApiKey, Budget, BudgetReservation, BudgetUsage, ModelPrice, Run, RunEvent
+from audit.changes import audited_delete, audited_save
+
+MICROS_PER_USD = 1_000_000
+
+# --- configuration services (audited) ---------------------------------------------------------------------
+
+
+def model_price_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> ModelPrice:
+    return audited_save(ModelPrice(), actor=actor, via=via, data=data)
+
+
+def model_price_update(*, price: ModelPrice, actor: Any, via: str, data: Mapping[str, Any] | None = None) -> ModelPrice:
+    return audited_save(price, actor=actor, via=via, data=data)
+
+
+def model_price_delete(*, price: ModelPrice, actor: Any, via: str) -> None:
+    audited_delete(price, actor=actor, via=via)
+
+
+def budget_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> Budget:
+    return audited_save(Budget(), actor=actor, via=via, data=data)
+
+
+def budget_update(*, budget: Budget, actor: Any, via: str, data: Mapping[str, Any] | None = None) -> Budget:
+    return audited_save(budget, actor=actor, via=via, data=data)
+
+
+def budget_delete(*, budget: Budget, actor: Any, via: str) -> None:
+    audited_delete(budget, actor=actor, via=via)
+
+
+# --- prices and costs ---------------------------------------------------------------------------------------
+
+
+def model_price_for(*, provider: str, model_id: str) -> ModelPrice | None:
+    """The price of this exact model, else the provider's catch-all row (empty model id), else None (free)."""
+    prices = {p.model_id: p for p in ModelPrice.objects.filter(provider=provider, model_id__in=[model_id, ""])}
+    return prices.get(model_id) or prices.get("")
+
+
+def cost_micros(*, price: ModelPrice | None, token_usage: Mapping[str, Any]) -> int:
+    """A run's cost in millionths of a dollar: input tokens (less the cached ones, priced apart), output tokens,
+    cache reads and writes, each at its price per million tokens — so a token at $X per 1M costs X µUSD."""
+    if price is None:
+        return 0
+    read = int(token_usage.get("cache_read_tokens") or 0)
+    written = int(token_usage.get("cache_creation_tokens") or 0)
+    fresh = max(int(token_usage.get("input_tokens") or 0) - read - written, 0)
+    output = int(token_usage.get("output_tokens") or 0)
+    total = (
+        Decimal(fresh) * price.input_per_mtok
+        + Decimal(output) * price.output_per_mtok
+        + Decimal(read) * (price.cache_read_per_mtok if price.cache_read_per_mtok is not None else price.input_per_mtok)
+        + Decimal(written)
+        * (price.cache_write_per_mtok if price.cache_write_per_mtok is not None else price.input_per_mtok)
+    )
+    return math.ceil(total)
+
+
+def _reservation_cost_micros(*, price: ModelPrice | None, tokens: int) -> int:
+    """The most ``tokens`` can cost at this price (every one at the dearest rate)."""
+    if price is None:
+        return 0
+    rates = [price.input_per_mtok, price.output_per_mtok, price.cache_write_per_mtok or Decimal(0)]
+    return math.ceil(Decimal(tokens) * max(rates))
+
+
+# --- periods ------------------------------------------------------------------------------------------------
+
+
+def period_bounds(period: str, now: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
+    """[start, end) of the UTC day or month that holds ``now``."""
+    now = now.astimezone(dt.UTC)
+    if period == Budget.Period.MONTH:
+        start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        days = calendar.monthrange(start.year, start.month)[1]
+        return start, start + dt.timedelta(days=days)
+    start = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    return start, start + dt.timedelta(days=1)
+
+
+def _usage_row(budget: Budget, period_start: dt.datetime) -> BudgetUsage:
+    row = BudgetUsage.objects.filter(budget=budget, period_start=period_start).first()
+    if row is not None:
+        return row
+    try:
+        with transaction.atomic():
+            return BudgetUsage.objects.create(budget=budget, period_start=period_start)
+    except IntegrityError:  # created by a concurrent admission
+        return BudgetUsage.objects.get(budget=budget, period_start=period_start)
+
+
+# --- admission and settlement -------------------------------------------------------------------------------
+
+
+def budgets_for(*, agent: Agent, api_key: ApiKey | None) -> list[Budget]:
+    scope = Q(agent=agent) | (Q(api_key=api_key) if api_key is not None else Q(pk__in=[]))
+    return list(Budget.objects.filter(scope, enabled=True).order_by("id"))
+
+
+def budget_reserve(*, run: Run, agent: Agent, api_key: ApiKey | None) -> None:
+    """Reserve the run's share of every budget of its key and agent, or refuse it. Call inside the transaction
+    that creates the run. Raises ApplicationError 429 ``budget_exceeded`` (with ``Retry-After``, seconds to the
+    end of the period whose budget is spent)."""
+    budgets = budgets_for(agent=agent, api_key=api_key)
+    if not budgets:
+        return
+    now = timezone.now()
+    price = model_price_for(provider=agent.model_provider, model_id=agent.model_id)
+    for budget in budgets:
+        start, end = period_bounds(budget.period, now)
+        usage = _usage_row(budget, start)
+        tokens = budget.run_reservation_tokens
+        cost = _reservation_cost_micros(price=price, tokens=tokens)
+        fits = BudgetUsage.objects.filter(pk=usage.pk)
+        if budget.max_tokens is not None:
+            fits = fits.filter(used_tokens__lte=budget.max_tokens - tokens - F("reserved_tokens"))
+        if budget.max_cost is not None:
+            limit = int(budget.max_cost * MICROS_PER_USD)
+            fits = fits.filter(used_cost_micros__lte=limit - cost - F("reserved_cost_micros"))
+        if (
+            fits.update(
+                reserved_tokens=F("reserved_tokens") + tokens, reserved_cost_micros=F("reserved_cost_micros") + cost
+            )
+            != 1
+        ):
+            retry_after = max(1, math.ceil((end - now).total_seconds()))
+            owner = _("this API key") if budget.api_key_id else _("agent '%(slug)s'") % {"slug": agent.slug}
+            raise ApplicationError(
+                _("The %(period)s budget of %(owner)s is used up; it resets at %(end)s.")
+                % {"period": budget.get_period_display(), "owner": owner, "end": end.isoformat()},
+                code="budget_exceeded",
+                status=429,
+                headers={"Retry-After": str(retry_after)},
+                fields={"budget": budget.pk, "resets_at": end.isoformat()},
+            )
+        BudgetReservation.objects.create(run=run, usage=usage, tokens=tokens, cost_micros=cost)
+
+
+def run_token_ceiling(*, run_id: Any) -> int | None:
+    """The fewest tokens one of the run's open reservations allows (the engine stops the run there), or None."""
+    tokens = BudgetReservation.objects.filter(run_id=run_id, settled_at__isnull=True).values_list("tokens", flat=True)
+    return min(tokens, default=None)
+
+
+def run_spent_usage(*, run_id: Any) -> dict[str, int]:
+    """The tokens every model call of the run used, from its ``model_turn`` events (each carries its turn's
+    ``usage``): every pass and every delivery, including those of a worker that was lost or stopped before it
+    stored an outcome. Turns whose events carry no usage count nothing."""
+    totals: dict[str, int] = {}
+    for data in RunEvent.objects.filter(run_id=run_id, kind="model_turn").values_list("data", flat=True):
+        usage = data.get("usage") if isinstance(data, dict) else None
+        if not isinstance(usage, dict):
+            continue
+        for key, value in usage.items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                totals[key] = totals.get(key, 0) + value
+    return totals
+
+
+@transaction.atomic
+def budget_settle(*, run_id: Any) -> int:
+    """Release the run's reservations and count its tokens and cost, once: each reservation is settled by
+    compare-and-swap, so a second call (a retried task, a cancel racing the worker) settles nothing again.
+
+    What counts is the larger of what the run stored (its worker's outcome) and what its model calls used by
+    their events (``run_spent_usage``): a run that ends without its worker storing a result (cancelled while
+    running, failed by its time limit or by the reconciler when its worker was lost) is charged for the calls it
+    made. The run's ``tokens``/``cost_micros`` are raised to what was counted, so that the usage views agree with
+    the budgets; a later call that finds more spent (the model call that was under way when the run was
+    cancelled, whose event its worker wrote afterwards) adds the difference to the budgets it already settled.
+    Returns how many reservations this call settled."""
+    run = Run.objects.filter(pk=run_id).select_related("agent").first()
+    if run is None:
+        return 0
+    spent = run_spent_usage(run_id=run_id)
+    tokens, cost = run.tokens, run.cost_micros
+    extra_tokens, extra_cost = 0, 0
+    if int(spent.get("input_tokens", 0)) + int(spent.get("output_tokens", 0)) > run.tokens:  # else: as stored
+        spent_fields = run_usage_fields(agent=run.agent, token_usage=spent)
+        tokens = max(run.tokens, spent_fields["tokens"])
+        cost = max(run.cost_micros, spent_fields["cost_micros"])
+        raised = Run.objects.filter(pk=run_id, tokens=run.tokens, cost_micros=run.cost_micros).update(
+            tokens=tokens,
+            cost_micros=cost,
+            **({"token_usage": spent} if not run.token_usage else {}),
+        )
+        if raised != 1:  # another settlement raised it first and counted the difference: count what it stored
+            tokens, cost = Run.objects.filter(pk=run_id).values_list("tokens", "cost_micros").get()
+        else:
+            extra_tokens, extra_cost = tokens - run.tokens, cost - run.cost_micros
+    now = timezone.now()
+    settled = 0
+    for reservation in BudgetReservation.objects.filter(run_id=run_id):
+        if reservation.settled_at is not None:
+            if extra_tokens or extra_cost:  # settled before: only what was spent since
+                BudgetUsage.objects.filter(pk=reservation.usage_id).update(
+                    used_tokens=F("used_tokens") + extra_tokens, used_cost_micros=F("used_cost_micros") + extra_cost
+                )
+            continue
+        if BudgetReservation.objects.filter(pk=reservation.pk, settled_at__isnull=True).update(settled_at=now) != 1:
+            continue
+        BudgetUsage.objects.filter(pk=reservation.usage_id).update(
+            reserved_tokens=F("reserved_tokens") - reservation.tokens,
+            reserved_cost_micros=F("reserved_cost_micros") - reservation.cost_micros,
+            used_tokens=F("used_tokens") + tokens,
+            used_cost_micros=F("used_cost_micros") + cost,
+        )
+        settled += 1
+    return settled
+
+
+def run_usage_fields(*, agent: Agent, token_usage: Mapping[str, Any]) -> dict[str, int]:
+    """The run's ``tokens`` and ``cost_micros`` columns for this token usage at the agent's model's price."""
+    price = model_price_for(provider=agent.model_provider, model_id=agent.model_id)
+    tokens = int(token_usage.get("input_tokens") or 0) + int(token_usage.get("output_tokens") or 0)
+    return {"tokens": tokens, "cost_micros": cost_micros(price=price, token_usage=token_usage)}
+
+
+# --- reading usage ------------------------------------------------------------------------------------------
+
+
+def usd(micros: int | None) -> float:
+    return round((micros or 0) / MICROS_PER_USD, 6)
+
+
+@dataclass(frozen=True)
+class UsageTotals:
+    runs: int
+    tokens: int
+    cost_micros: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"runs": self.runs, "tokens": self.tokens, "cost_usd": usd(self.cost_micros)}
+
+
+def _totals(runs: Any) -> UsageTotals:
+    agg = runs.aggregate(n=Count("id"), tokens=Sum("tokens"), cost=Sum("cost_micros"))
+    return UsageTotals(runs=runs.count(), tokens=int(agg["tokens"] or 0), cost_micros=int(agg["cost"] or 0))
+
+
+def usage_by_day(runs: Any, *, days: int, now: dt.datetime) -> list[dict[str, Any]]:
+    """Tokens, cost and runs per UTC day over the last ``days`` days (days without runs included, as zeros)."""
+    since = (now - dt.timedelta(days=days - 1)).astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    rows = (
+        runs.filter(created_at__gte=since)
+        .annotate(day=TruncDate("created_at", tzinfo=dt.UTC))
+        .values("day")
+        .annotate(tokens=Sum("tokens"), cost=Sum("cost_micros"), n=Count("id"))
+        .order_by("day")
+    )
+    found = {r["day"]: r for r in rows}
+    out = []
+    for i in range(days):
+        day = (since + dt.timedelta(days=i)).date()
+        r = found.get(day, {})
+        out.append(
+            {
+                "day": day.isoformat(),
+                "runs": int(r.get("n") or 0),
+                "tokens": int(r.get("tokens") or 0),
+                "cost_usd": usd(r.get("cost")),
+            }
+        )
+    return out
+
+
+def budget_state(budget: Budget, *, now: dt.datetime) -> dict[str, Any]:
+    start, end = period_bounds(budget.period, now)
+    usage = BudgetUsage.objects.filter(budget=budget, period_start=start).first()
+    return {
+        "id": budget.pk,
+        "scope": "api_key" if budget.api_key_id else "agent",
+        "agent": budget.agent.slug if budget.agent is not None else None,
+        "period": budget.period,
+        "period_start": start.isoformat(),
+        "resets_at": end.isoformat(),
+        "max_tokens": budget.max_tokens,
+        "max_cost_usd": float(budget.max_cost) if budget.max_cost is not None else None,
+        "used_tokens": usage.used_tokens if usage else 0,
+        "used_cost_usd": usd(usage.used_cost_micros if usage else 0),
+        "reserved_tokens": usage.reserved_tokens if usage else 0,
+        "reserved_cost_usd": usd(usage.reserved_cost_micros if usage else 0),
+        "run_reservation_tokens": budget.run_reservation_tokens,
+    }
+
+
+def api_key_usage(*, api_key: ApiKey, days: int = 30) -> dict[str, Any]:
+    """What ``GET /api/v1/usage`` shows a key: today's and this month's totals, per agent and per day, and the
+    budgets that apply to it (its own, and those of the agents it may use)."""
+    now = timezone.now()
+    runs = Run.objects.filter(api_key=api_key)
+    day_start, _day_end = period_bounds(Budget.Period.DAY, now)
+    month_start, _month_end = period_bounds(Budget.Period.MONTH, now)
+    month_runs = runs.filter(created_at__gte=month_start)
+    by_agent = (
+        month_runs.values("agent__slug")
+        .annotate(tokens=Sum("tokens"), cost=Sum("cost_micros"), n=Count("id"))
+        .order_by("agent__slug")
+    )
+    agents = api_key.agents.all() if api_key.agents.exists() else Agent.objects.all()
+    budgets = Budget.objects.filter(Q(api_key=api_key) | Q(agent__in=agents), enabled=True).select_related("agent")
+    return {
+        "api_key": api_key.prefix,
+        "today": _totals(runs.filter(created_at__gte=day_start)).as_dict(),
+        "this_month": _totals(month_runs).as_dict(),
+        "by_agent": [
+            {
+                "agent": r["agent__slug"],
+                "runs": int(r["n"] or 0),
+                "tokens": int(r["tokens"] or 0),
+                "cost_usd": usd(r["cost"]),
+            }
+            for r in by_agent
+        ],
+        "by_day": usage_by_day(runs, days=days, now=now),
+        "budgets": [budget_state(b, now=now) for b in budgets],
+    }

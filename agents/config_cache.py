@@ -1,0 +1,79 @@
+"""What a run reads of the configuration, cached per process while the configuration's generation holds.
+
+A run needs its agent's servers (with their tools and contracts) and the rules it evaluates: five queries and the
+decryption of the servers' secrets, the same for every run until an admin changes something. Every write of a
+configuration model replaces the configuration's generation token in its own transaction
+(``audit.change_guard.config_generation_bump``), so one primary-key read per run tells whether what this process
+holds is still what the database holds: a change made by any process (an admin page, an import, a command on
+another machine) is seen by the next run of every worker. A published version's frozen content never changes,
+but it names servers by id, which are read as they are now: it is cached the same way.
+
+Only the configuration is cached: a server's health and circuit breaker are read where they are used, and the
+run's own row (its agent's settings) is read per run.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from agents.deterministic import RuleSpec
+from agents.models import Agent, AgentVersion
+from agents.selectors import deterministic_rule_specs
+from agents.versions import version_contracts, version_rules, version_servers
+from audit.change_guard import config_generation
+from mcpregistry.models import McpServer, ToolContract
+
+# Entries kept per process: one per (agent, version) that ran since the last change.
+MAX_ENTRIES = 256
+
+
+@dataclass(frozen=True)
+class RunConfiguration:
+    servers: list[McpServer]
+    rules: list[RuleSpec]
+    contracts: dict[str, ToolContract] | None  # a published version's frozen contracts; None: the live ones
+    server_secrets: list[str]
+
+
+_lock = threading.Lock()
+_entries: dict[tuple[int, int | None], tuple[str, RunConfiguration]] = {}
+
+
+def run_configuration(*, agent: Agent, version: AgentVersion | None) -> RunConfiguration:
+    """The servers, rules and contracts a run of ``agent`` (of its published ``version``, if any) works with."""
+    generation = config_generation()
+    key = (agent.pk, version.pk if version is not None else None)
+    if generation is not None:
+        with _lock:
+            held = _entries.get(key)
+        if held is not None and held[0] == generation:
+            return held[1]
+    loaded = _load(agent=agent, version=version)
+    if generation is not None:
+        with _lock:
+            if len(_entries) >= MAX_ENTRIES:
+                _entries.clear()
+            _entries[key] = (generation, loaded)
+    return loaded
+
+
+def run_configuration_forget() -> None:
+    """Drop everything this process holds (tests that rebuild the database under a process)."""
+    with _lock:
+        _entries.clear()
+
+
+def _load(*, agent: Agent, version: AgentVersion | None) -> RunConfiguration:
+    frozen: dict[str, Any] | None = version.content if version is not None else None
+    if frozen:
+        servers = version_servers(frozen)
+        rules = version_rules(frozen)
+        contracts: dict[str, ToolContract] | None = version_contracts(frozen)
+    else:
+        servers = list(agent.servers.prefetch_related("tools__contract"))
+        rules = deterministic_rule_specs(agent=agent, server_ids=[server.pk for server in servers])
+        contracts = None
+    secrets = [value for server in servers for value in server.secret_values()]
+    return RunConfiguration(servers=servers, rules=rules, contracts=contracts, server_secrets=secrets)

@@ -1,0 +1,229 @@
+"""A/B arms compared: per-arm metrics of live runs, confidence intervals, and whether a difference is significant.
+
+Proportions (success rate, tool-citation rate) get a 95 % Wilson interval and are compared with the first arm
+by a **two-proportion z-test** (pooled standard error, two-sided); the feedback mean gets a normal-approximation
+95 % interval. "Significant" means p < 0.05; with fewer than ``MIN_RUNS`` runs in either arm nothing is called
+significant.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.utils.translation import gettext as _
+
+from agents.models import Agent, Run
+
+Z95 = 1.959963984540054
+MIN_RUNS = 30
+ALPHA = 0.05
+
+
+@dataclass
+class ArmMetrics:
+    arm: str
+    version: int | None
+    runs: int = 0
+    succeeded: int = 0
+    cited: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    model_calls: list[int] = field(default_factory=list)
+    feedback: list[float] = field(default_factory=list)
+
+    @property
+    def success_rate(self) -> float | None:
+        return self.succeeded / self.runs if self.runs else None
+
+    @property
+    def citation_rate(self) -> float | None:
+        return self.cited / self.runs if self.runs else None
+
+    def success_interval(self) -> tuple[float, float] | None:
+        return wilson(self.succeeded, self.runs)
+
+    def citation_interval(self) -> tuple[float, float] | None:
+        return wilson(self.cited, self.runs)
+
+    def latency(self, q: float) -> float | None:
+        return percentile(self.latencies_ms, q)
+
+    @property
+    def latency_p50(self) -> float | None:
+        return self.latency(0.5)
+
+    @property
+    def latency_p95(self) -> float | None:
+        return self.latency(0.95)
+
+    @property
+    def tokens_per_run(self) -> float | None:
+        return statistics.fmean(self.tokens) if self.tokens else None
+
+    @property
+    def model_calls_per_run(self) -> float | None:
+        return statistics.fmean(self.model_calls) if self.model_calls else None
+
+    @property
+    def feedback_mean(self) -> float | None:
+        return statistics.fmean(self.feedback) if self.feedback else None
+
+    def feedback_interval(self) -> tuple[float, float] | None:
+        if len(self.feedback) < 2:
+            return None
+        half = Z95 * statistics.stdev(self.feedback) / math.sqrt(len(self.feedback))
+        mean = statistics.fmean(self.feedback)
+        # Scores are on -1..1: the normal approximation's interval is cut to the scale.
+        return max(-1.0, mean - half), min(1.0, mean + half)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def wilson(successes: int, n: int) -> tuple[float, float] | None:
+    """The 95 % Wilson score interval of a proportion (None without observations)."""
+    if n == 0:
+        return None
+    p = successes / n
+    denominator = 1 + Z95**2 / n
+    centre = (p + Z95**2 / (2 * n)) / denominator
+    half = Z95 * math.sqrt(p * (1 - p) / n + Z95**2 / (4 * n * n)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def two_proportion_z(x1: int, n1: int, x2: int, n2: int) -> tuple[float, float] | None:
+    """(z, two-sided p) of the two-proportion z-test with the pooled standard error; None when undefined."""
+    if n1 == 0 or n2 == 0:
+        return None
+    pooled = (x1 + x2) / (n1 + n2)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
+    if se == 0:
+        return None
+    z = (x1 / n1 - x2 / n2) / se
+    return z, math.erfc(abs(z) / math.sqrt(2))
+
+
+def _cited(run: Run) -> bool:
+    """The answer is backed by a successful tool result: a deterministic call or a model's tool call that
+    succeeded, in a run that succeeded."""
+    if run.status != Run.Status.SUCCEEDED:
+        return False
+    if any(r.get("ok") for r in run.deterministic_results or []):
+        return True
+    return any(
+        m.get("type") in {"tool", "flow_call"} and (m.get("status") == "success" or m.get("ok") is True)
+        for m in run.messages or []
+    )
+
+
+def arm_metrics(*, agent: Agent) -> list[ArmMetrics]:
+    """Per-arm metrics of the agent's finished live runs that ran under an arm, the arms in name order."""
+    arms: dict[str, ArmMetrics] = {}
+    runs = (
+        Run.objects.filter(agent=agent, purpose=Run.Purpose.LIVE, status__in=[Run.Status.SUCCEEDED, Run.Status.FAILED])
+        .exclude(arm="")
+        .select_related("version")
+        .only(
+            "arm",
+            "version__number",
+            "status",
+            "deterministic_results",
+            "messages",
+            "timings",
+            "token_usage",
+            "feedback_score",
+        )
+    )
+    for run in runs.iterator():
+        metrics = arms.setdefault(run.arm, ArmMetrics(arm=run.arm, version=run.version.number if run.version else None))
+        metrics.runs += 1
+        metrics.succeeded += run.status == Run.Status.SUCCEEDED
+        metrics.cited += _cited(run)
+        total_ms = (run.timings or {}).get("total_ms")
+        if total_ms is not None:
+            metrics.latencies_ms.append(float(total_ms))
+        usage: dict[str, Any] = run.token_usage or {}
+        metrics.tokens.append(int(usage.get("total_tokens") or 0))
+        metrics.model_calls.append(int(usage.get("model_calls") or 0))
+        if run.feedback_score is not None:
+            metrics.feedback.append(float(run.feedback_score))
+    return [arms[name] for name in sorted(arms)]
+
+
+@dataclass
+class Comparison:
+    metric: str
+    arm: str
+    baseline: str
+    z: float | None
+    p: float | None
+    significant: bool
+    statement: str
+
+
+def arm_comparisons(arms: list[ArmMetrics]) -> list[Comparison]:
+    """Each arm's success and citation rates against the first arm's, with a plain statement of the result."""
+    if len(arms) < 2:
+        return []
+    base = arms[0]
+    found = []
+    for other in arms[1:]:
+        for metric, label, x1, x2 in (
+            ("success_rate", _("success rate"), other.succeeded, base.succeeded),
+            ("citation_rate", _("tool-citation rate"), other.cited, base.cited),
+        ):
+            test = two_proportion_z(x1, other.runs, x2, base.runs)
+            enough = min(other.runs, base.runs) >= MIN_RUNS
+            significant = bool(test and enough and test[1] < ALPHA)
+            values = {
+                "metric": label,
+                "arm": other.arm,
+                "base": base.arm,
+                "a": f"{x1 / other.runs:.1%}" if other.runs else "-",
+                "b": f"{x2 / base.runs:.1%}" if base.runs else "-",
+                "p": f"{test[1]:.3f}" if test else "-",
+                "min": MIN_RUNS,
+            }
+            if not enough:
+                statement = (
+                    _(
+                        "Not enough runs to tell: %(metric)s of arm %(arm)s %(a)s vs arm %(base)s %(b)s (fewer than "
+                        "%(min)s runs in an arm; two-proportion z-test)."
+                    )
+                    % values
+                )
+            elif significant:
+                statement = (
+                    _(
+                        "Significant: %(metric)s of arm %(arm)s %(a)s vs arm %(base)s %(b)s, p = %(p)s (two-proportion "
+                        "z-test, p < 0.05)."
+                    )
+                    % values
+                )
+            else:
+                statement = (
+                    _(
+                        "No significant difference: %(metric)s of arm %(arm)s %(a)s vs arm %(base)s %(b)s, p = %(p)s "
+                        "(two-proportion z-test, p ≥ 0.05)."
+                    )
+                    % values
+                )
+            found.append(
+                Comparison(
+                    metric=metric,
+                    arm=other.arm,
+                    baseline=base.arm,
+                    z=test[0] if test else None,
+                    p=test[1] if test else None,
+                    significant=significant,
+                    statement=statement,
+                )
+            )
+    return found

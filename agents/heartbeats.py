@@ -1,0 +1,25 @@
+"""Workers' heartbeats: each worker writes one row every ``PLATFORM_WORKER_HEARTBEAT_S`` (its timer thread,
+``agent_platform.celery``); ``/readyz`` asks whether any was written within ``PLATFORM_READY_WORKER_MAX_AGE_S``.
+Rows of workers gone for a day are removed by the next heartbeat of any worker."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+
+from agents.models import WorkerHeartbeat
+
+FORGET_AFTER = timedelta(days=1)
+
+
+def worker_heartbeat_record(*, worker: str, now: datetime | None = None) -> None:
+    """Note that ``worker`` (``host:pid``) is alive now."""
+    now = now or timezone.now()
+    WorkerHeartbeat.objects.update_or_create(worker=worker[:200], defaults={"seen_at": now})
+    WorkerHeartbeat.objects.filter(seen_at__lt=now - FORGET_AFTER).delete()
+
+
+def worker_last_seen() -> datetime | None:
+    """When any worker last said it was alive, or None if none ever did."""
+    return WorkerHeartbeat.objects.order_by("-seen_at").values_list("seen_at", flat=True).first()

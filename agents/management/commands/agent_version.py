@@ -1,0 +1,95 @@
+"""``manage.py agent_version``: list, publish, roll back and compare an agent's versions; name its shadow.
+
+agent_version list AGENT
+agent_version publish AGENT [--note TEXT] [--candidate]
+agent_version rollback AGENT NUMBER
+agent_version diff AGENT OLD NEW
+agent_version shadow AGENT (NUMBER | off) [--rate 0.1]
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from agents.models import Agent, AgentVersion
+from agents.services import agent_shadow_set, agent_version_publish, agent_version_rollback
+from agents.versions import version_diff
+
+ACTOR = "system:agent_version"
+VIA = "command"
+
+
+class Command(BaseCommand):
+    help = "List, publish, roll back and compare an agent's versions; name the version its live runs shadow."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        listing = sub.add_parser("list")
+        listing.add_argument("agent")
+        publish = sub.add_parser("publish")
+        publish.add_argument("agent")
+        publish.add_argument("--note", default="")
+        publish.add_argument(
+            "--candidate", action="store_true", help="Publish without making it live (for a shadow or an A/B arm)."
+        )
+        rollback = sub.add_parser("rollback")
+        rollback.add_argument("agent")
+        rollback.add_argument("number", type=int)
+        diff = sub.add_parser("diff")
+        diff.add_argument("agent")
+        diff.add_argument("old", type=int)
+        diff.add_argument("new", type=int)
+        shadow = sub.add_parser("shadow")
+        shadow.add_argument("agent")
+        shadow.add_argument("version", help="A version number, or 'off'.")
+        shadow.add_argument("--rate", type=float, default=1.0)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        agent = Agent.objects.filter(slug=options["agent"]).first()
+        if agent is None:
+            raise CommandError(f"no agent {options['agent']!r}")
+        action = options["action"]
+        if action == "list":
+            for version in AgentVersion.objects.filter(agent=agent).order_by("number"):
+                marks = [
+                    m
+                    for m, on in (
+                        ("live", agent.live_version_id == version.pk),
+                        ("shadow", agent.shadow_version_id == version.pk),
+                    )
+                    if on
+                ]
+                self.stdout.write(
+                    f"v{version.number}\t{version.created_at:%Y-%m-%d %H:%M}\t{version.published_by}\t"
+                    f"{version.note}\t{','.join(marks)}"
+                )
+        elif action == "publish":
+            version = agent_version_publish(
+                agent=agent, actor=ACTOR, via=VIA, note=options["note"], make_live=not options["candidate"]
+            )
+            self.stdout.write(f"v{version.number}")
+        elif action == "rollback":
+            version = agent_version_rollback(version=self._version(agent, options["number"]), actor=ACTOR, via=VIA)
+            self.stdout.write(f"v{version.number}")
+        elif action == "diff":
+            old, new = self._version(agent, options["old"]), self._version(agent, options["new"])
+            for row in version_diff(old.content, new.content):
+                self.stdout.write(json.dumps(row, ensure_ascii=False, default=str))
+        else:
+            chosen = None if options["version"] == "off" else self._version(agent, int(options["version"]))
+            try:
+                agent_shadow_set(agent=agent, actor=ACTOR, via=VIA, version=chosen, rate=options["rate"])
+            except ValidationError as exc:
+                raise CommandError("; ".join(exc.messages)) from None
+            self.stdout.write(f"shadow {'off' if chosen is None else f'v{chosen.number}'} at {options['rate']:g}")
+
+    @staticmethod
+    def _version(agent: Agent, number: int) -> AgentVersion:
+        version = AgentVersion.objects.filter(agent=agent, number=number).first()
+        if version is None:
+            raise CommandError(f"{agent.slug} has no version {number}")
+        return version

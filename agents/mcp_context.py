@@ -1,0 +1,65 @@
+"""An agent's MCP resources and prompt (seed 003 §3.1): resources read at run start and attached as context,
+an MCP prompt as the system-prompt template, and a ``read_resource`` tool limited to the bound servers'
+resources. Everything is read through the gate (``gate.read_resource`` / ``gate.get_prompt``): audited,
+masked, size-capped, behind the breaker. No ORM here; the engine hands in the bound servers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+READ_RESOURCE_TOOL = "read_resource"
+
+
+class ResourceRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mcp_id: str = Field(min_length=1)
+    uri: str = Field(min_length=1)
+
+
+class PromptRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mcp_id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    # Argument → template (``{query}``, ``{context.KEY}``, ``{data.PATH}``), rendered for each run.
+    arguments: dict[str, str] = Field(default_factory=dict)
+
+
+class McpContextSettings(BaseModel):
+    """An agent's ``mcp_context`` JSON."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    resources: list[ResourceRef] = Field(default_factory=list)
+    prompt: PromptRef | None = None
+    read_resource_tool: bool = False
+
+
+def mcp_context_settings(raw: Any) -> McpContextSettings:
+    """The settings from an agent's stored JSON. Raises ``ValueError`` naming the bad field."""
+    try:
+        return McpContextSettings.model_validate(raw or {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "mcp_context"
+        raise ValueError(f"{where}: {first.get('msg', 'invalid')}") from exc
+
+
+def read_resource_spec(uris: list[str]) -> dict[str, Any]:
+    """The ``read_resource`` tool as the model is told of it: the URIs it may read, as an enum."""
+    return {
+        "type": "function",
+        "function": {
+            "name": READ_RESOURCE_TOOL,
+            "description": "Read one of the MCP resources available to this agent (documents, data) by its URI.",
+            "parameters": {
+                "type": "object",
+                "properties": {"uri": {"type": "string", "enum": sorted(uris)}},
+                "required": ["uri"],
+            },
+        },
+    }

@@ -1,0 +1,144 @@
+"""Several tool calls in one model turn (seed 002 §1): the independent read calls run concurrently through the
+gate; everything else runs one by one, in the order the model asked.
+
+A run of consecutive calls forms a concurrent batch when each would go to the gate (known, offered, not
+withdrawn), its contract's risk is ``read`` (a write needs an approval and is sent at most once: it stays
+sequential) and no earlier call in the batch has the same tool and arguments (the second then runs after
+the batch and is answered by the gate's memo, as it would be sequentially). A batch runs on a thread pool of
+at most ``per_run`` threads, at most ``per_server`` at once on one server. Each thread makes one
+``gate.call`` — contract check, memo, breaker, timeout, retries, audit, all of it — on its own database
+connection (closed afterwards); the run's bookkeeping (trace, events, correction counts) stays on the run's
+thread, and the results go back to the model in the order asked. Inside a transaction on the run's connection (a test
+wrapped in one) calls stay sequential: another connection could not see its uncommitted rows. The trace gets one ``parallel_calls`` entry
+per batch with each call's start and end (ms from the batch start) and the most calls that overlapped.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection
+from django.utils import translation
+from langchain_core.messages import ToolMessage
+
+from agents.tool_offer import ToolOffer
+from mcpregistry import gate
+from mcpregistry.models import McpServer, McpTool, ToolContract
+
+CallTool = Callable[..., tuple[ToolMessage, str | None]]
+
+
+@dataclass
+class ParallelCalls:
+    index: dict[str, tuple[McpServer, McpTool]]
+    offer: ToolOffer
+    who: Callable[[str, str], gate.GateCall]
+    per_run: int
+    per_server: int
+    trace: list[dict[str, Any]]
+    emit: Callable[[str, dict[str, Any]], None]
+    _server_slots: dict[str, threading.BoundedSemaphore] = field(default_factory=dict)
+
+    def eligible(self, tool_call: dict[str, Any]) -> bool:
+        found = self.index.get(tool_call["name"])
+        if found is None or self.per_run < 2 or not isinstance(tool_call.get("args"), dict):
+            return False
+        if connection.in_atomic_block:
+            return False  # another thread's connection cannot see this transaction's rows: one by one
+        name = tool_call["name"]
+        if name in self.offer.withdrawn or (self.offer.active and name not in self.offer.offered):
+            return False
+        return gate.contract_for(found[1]).risk == ToolContract.Risk.READ
+
+    def run(self, batch: list[dict[str, Any]]) -> list[gate.ToolResult]:
+        """Send ``batch`` concurrently; the results in the batch's order."""
+        for tool_call in batch:
+            self.offer.check(tool_call["name"])  # marks them called, on the run's thread
+        language = translation.get_language()
+        started = time.perf_counter()
+        spans: list[tuple[float, float]] = [(0.0, 0.0)] * len(batch)
+
+        def one(position: int) -> gate.ToolResult:
+            tool_call = batch[position]
+            server, mcp_tool = self.index[tool_call["name"]]
+            slot = self._server_slots.setdefault(server.mcp_id, threading.BoundedSemaphore(self.per_server))
+            try:
+                with slot, translation.override(language):
+                    begin = time.perf_counter()
+                    result = gate.call(
+                        server=server,
+                        tool_name=mcp_tool.name,
+                        args=tool_call.get("args"),
+                        who=self.who("agent", tool_call.get("id") or ""),
+                    )
+                    spans[position] = (begin - started, time.perf_counter() - started)
+                    return result
+            finally:
+                connection.close()  # this thread's own connection
+
+        for server, _tool in (self.index[c["name"]] for c in batch):
+            self._server_slots.setdefault(server.mcp_id, threading.BoundedSemaphore(self.per_server))
+        with ThreadPoolExecutor(max_workers=min(self.per_run, len(batch)), thread_name_prefix="tool-call") as pool:
+            results = list(pool.map(one, range(len(batch))))
+        entry = {
+            "type": "parallel_calls",
+            "calls": [
+                {
+                    "call_id": c.get("id") or "",
+                    "tool": c["name"],
+                    "start_ms": round(a * 1000, 2),
+                    "end_ms": round(b * 1000, 2),
+                }
+                for c, (a, b) in zip(batch, spans, strict=True)
+            ],
+            "max_overlap": max_overlap(spans),
+        }
+        self.trace.append(entry)
+        self.emit("parallel_calls", entry)
+        return results
+
+
+def max_overlap(spans: list[tuple[float, float]]) -> int:
+    """The most intervals open at one instant."""
+    events = sorted([(a, 1) for a, _b in spans] + [(b, -1) for _a, b in spans], key=lambda e: (e[0], e[1]))
+    open_now = best = 0
+    for _t, step in events:
+        open_now += step
+        best = max(best, open_now)
+    return best
+
+
+def call_batch(
+    calls: list[dict[str, Any]], *, call_tool: CallTool, parallel: ParallelCalls
+) -> tuple[list[ToolMessage], str | None]:
+    """Answer a model turn's calls in order: runs of eligible read calls concurrently, the rest one by one.
+    Stops at a call that must wait for approval (its id is returned; the calls after it stay unanswered)."""
+    answered: list[ToolMessage] = []
+    i = 0
+    while i < len(calls):
+        batch: list[dict[str, Any]] = []
+        keys: set[str] = set()
+        while i + len(batch) < len(calls):
+            candidate = calls[i + len(batch)]
+            key = f"{candidate['name']}\n{gate.canonical_args(candidate.get('args') or {})}"
+            if key in keys or not parallel.eligible(candidate):
+                break
+            keys.add(key)
+            batch.append(candidate)
+        if len(batch) >= 2:
+            for tool_call, result in zip(batch, parallel.run(batch), strict=True):
+                message, _parked = call_tool(tool_call, result)
+                answered.append(message)
+            i += len(batch)
+            continue
+        message, parked = call_tool(calls[i])
+        if parked is not None:
+            return answered, parked
+        answered.append(message)
+        i += 1
+    return answered, None

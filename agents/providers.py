@@ -1,0 +1,284 @@
+"""The network model providers: ``bedrock`` (ChatBedrockConverse) and ``openai_compatible`` (ChatOpenAI against any
+OpenAI-compatible ``/v1/chat/completions``: vLLM, Ollama, LiteLLM, OpenAI itself).
+
+What they share:
+
+- **Failures are values with reason codes.** A provider exception is classified by kind (``model_error_kind``):
+  ``throttled``, ``timeout``, ``connection``, ``unavailable`` (5xx), ``validation``, ``auth``, ``error``. Kinds in
+  the agent's retry policy (``model_params["retry"]``, default: throttled, timeout, connection, unavailable, three
+  attempts) are retried with exponential backoff and jitter, as the gate retries tool calls by reason; what is
+  left becomes ``ModelCallFailed`` with the code ``model:<kind>``, which the engine turns into a failed run. The
+  SDKs' own retries are switched off so that this policy is the only one.
+- **Forced tool choice.** Both accept ``bind_tools(tools, tool_choice=...)`` (``"auto"``, ``"any"``, or a tool's
+  name) and declare it: ``supports_tool_choice(provider=..., model_id=...)``. ``model_params["tool_choice"]`` is
+  passed through as the default for every model turn (Bedrock's ``toolChoice``).
+- **Secrets.** The OpenAI-compatible key is the agent's encrypted ``model_secrets["api_key"]`` (a value, or
+  ``{"from_env": NAME}`` read on the worker); it is never in ``model_params``. Bedrock's credentials come from
+  boto3's standard chain, never from the database.
+
+Bedrock extras: a Guardrail (``model_params["guardrail"] = {"id", "version"}``; the intervention is in the model
+turn's ``response_metadata`` and the engine records it in the run's trace) and cross-region inference profile ids
+(``us.anthropic...``, ``apac.anthropic...``), passed through as the model id.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from langchain_aws import ChatBedrockConverse
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_openai import ChatOpenAI
+from pydantic import BaseModel, ConfigDict, Field
+
+from agents.errors import MUST_PROPAGATE
+
+logger = logging.getLogger(__name__)
+
+ModelErrorKind = Literal["throttled", "timeout", "connection", "unavailable", "validation", "auth", "error"]
+RETRYABLE_BY_DEFAULT: tuple[ModelErrorKind, ...] = ("throttled", "timeout", "connection", "unavailable")
+
+# What each provider can do; ``tool_choice``: ``bind_tools(tools, tool_choice=...)`` forces a tool call.
+PROVIDER_CAPABILITIES: dict[str, frozenset[str]] = {
+    "openai_compatible": frozenset({"tool_choice", "streaming", "token_usage"}),
+    "bedrock": frozenset({"tool_choice", "guardrails", "token_usage"}),
+    "scripted": frozenset({"tool_choice", "token_usage"}),
+    "offline": frozenset(),
+}
+
+
+def supports_tool_choice(*, provider: str, model_id: str = "") -> bool:
+    """Whether the provider (and, for Bedrock, the model) honours a forced ``tool_choice`` ("any" or a name)."""
+    if "tool_choice" not in PROVIDER_CAPABILITIES.get(provider, frozenset()):
+        return False
+    if provider == "bedrock":
+        probe = ChatBedrockConverse(model=model_id or "x", region_name="us-east-1", client=object())
+        return "any" in (probe.supports_tool_choice_values or ())
+    return True
+
+
+class ModelRetryPolicy(BaseModel):
+    """``model_params["retry"]``: which failure kinds to retry and how often (attempts include the first)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_attempts: int = Field(default=3, ge=1, le=10)
+    on: list[ModelErrorKind] = Field(default_factory=lambda: list(RETRYABLE_BY_DEFAULT))
+    backoff_s: float = Field(default=0.5, ge=0, le=30)
+    max_backoff_s: float = Field(default=8.0, ge=0, le=120)
+
+
+class GuardrailSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1, max_length=200)
+    version: str = Field(default="DRAFT", min_length=1, max_length=20)
+    trace: Literal["enabled", "disabled", "enabled_full"] = "enabled"
+
+
+class ModelParams(BaseModel):
+    """What ``Agent.model_params`` may hold for the network providers (others keys belong to the scripted and
+    flow modes and are ignored here)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    timeout_s: float = Field(default=60.0, gt=0, le=900)
+    region_name: str | None = None
+    base_url: str | None = None
+    stream: bool = False
+    tool_choice: str | dict[str, Any] | None = None
+    guardrail: GuardrailSpec | None = None
+    retry: ModelRetryPolicy = Field(default_factory=ModelRetryPolicy)
+
+
+class ModelCallFailed(Exception):
+    """A model call that failed for good (after the retries its kind allows). ``code`` is ``model:<kind>``."""
+
+    def __init__(self, *, kind: ModelErrorKind, detail: str, attempts: int) -> None:
+        super().__init__(f"{detail} (after {attempts} attempt{'s' if attempts != 1 else ''})")
+        self.kind = kind
+        self.code = f"model:{kind}"
+        self.attempts = attempts
+
+
+_BOTO_CODES: dict[str, ModelErrorKind] = {
+    "ThrottlingException": "throttled",
+    "TooManyRequestsException": "throttled",
+    "ServiceQuotaExceededException": "throttled",
+    "ModelTimeoutException": "timeout",
+    "ServiceUnavailableException": "unavailable",
+    "InternalServerException": "unavailable",
+    "ModelNotReadyException": "unavailable",
+    "ValidationException": "validation",
+    "ResourceNotFoundException": "validation",
+    "AccessDeniedException": "auth",
+    "UnrecognizedClientException": "auth",
+    "ExpiredTokenException": "auth",
+}
+
+
+def model_error_kind(exc: BaseException) -> ModelErrorKind:
+    """The kind of a provider failure, from the exception the SDK raised (botocore, openai, httpx) or a plain
+    ``TimeoutError``/``ConnectionError``. Anything else is ``error`` (not retried by default)."""
+    import botocore.exceptions as boto
+    import httpx
+    import openai
+
+    if isinstance(exc, boto.ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        if code in _BOTO_CODES:
+            return _BOTO_CODES[code]
+        return "throttled" if status == 429 else "unavailable" if status >= 500 else "error"
+    if isinstance(exc, (boto.ReadTimeoutError, boto.ConnectTimeoutError)):
+        return "timeout"
+    if isinstance(exc, (boto.EndpointConnectionError, boto.ConnectionClosedError)):
+        return "connection"
+    if isinstance(exc, (boto.NoCredentialsError, boto.PartialCredentialsError)):
+        return "auth"
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout"
+    if isinstance(exc, openai.APIConnectionError):
+        return "connection"
+    if isinstance(exc, openai.RateLimitError):
+        return "throttled"
+    if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
+        return "auth"
+    if isinstance(exc, (openai.BadRequestError, openai.NotFoundError, openai.UnprocessableEntityError)):
+        return "validation"
+    if isinstance(exc, openai.APIStatusError):
+        return "unavailable" if exc.status_code >= 500 else "error"
+    if isinstance(exc, httpx.TimeoutException | TimeoutError):
+        return "timeout"
+    if isinstance(exc, httpx.TransportError | ConnectionError):
+        return "connection"
+    return "error"
+
+
+def _detail(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:1000]
+
+
+class _RetriedByKind:
+    """Mixed into a chat model: ``invoke`` (also through ``bind_tools``'s binding) retries the failure kinds of
+    ``retry_policy`` and raises ``ModelCallFailed`` for the rest. Control-flow exceptions (a cancelled run, the
+    task's time limit) are not provider failures and pass through untouched."""
+
+    retry_policy: ModelRetryPolicy
+    default_tool_choice: str | dict[str, Any] | None
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> BaseMessage:
+        policy = self.retry_policy
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return super().invoke(input, config, **kwargs)  # type: ignore[misc,no-any-return]
+            except MUST_PROPAGATE:
+                raise
+            except Exception as exc:
+                kind = model_error_kind(exc)
+                if kind not in policy.on or attempt >= policy.max_attempts:
+                    raise ModelCallFailed(kind=kind, detail=_detail(exc), attempts=attempt) from exc
+                delay = min(policy.max_backoff_s, policy.backoff_s * 2 ** (attempt - 1))
+                delay *= 0.5 + random.random() / 2  # noqa: S311 - jitter, not a secret
+                logger.info("model call failed (%s), attempt %d; retrying in %.2fs", kind, attempt, delay)
+                time.sleep(delay)
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
+        return super().bind_tools(  # type: ignore[misc]
+            tools, tool_choice=tool_choice if tool_choice is not None else self.default_tool_choice, **kwargs
+        )
+
+
+class PlatformChatOpenAI(_RetriedByKind, ChatOpenAI):  # type: ignore[misc]
+    retry_policy: ModelRetryPolicy = Field(default_factory=ModelRetryPolicy)
+    default_tool_choice: str | dict[str, Any] | None = None
+
+
+class PlatformChatBedrockConverse(_RetriedByKind, ChatBedrockConverse):  # type: ignore[misc]
+    retry_policy: ModelRetryPolicy = Field(default_factory=ModelRetryPolicy)
+    default_tool_choice: str | dict[str, Any] | None = None
+
+
+def bedrock_runtime_client(*, region_name: str | None, timeout_s: float = 60.0) -> Any:
+    """The ``bedrock-runtime`` client, with credentials from boto3's standard chain (env, profile, role). Its own
+    retries are off: the agent's retry policy retries by kind."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(retries={"total_max_attempts": 1, "mode": "standard"}, read_timeout=timeout_s, connect_timeout=10)
+    return boto3.client("bedrock-runtime", region_name=region_name, config=config)
+
+
+def build_provider_model(*, provider: str, model_id: str, params: dict[str, Any], api_key: str | None) -> Any:
+    """The chat model of a network provider. Raises ``ValueError`` for parameters it cannot use (the engine fails
+    the run with ``model:unavailable``)."""
+    from pydantic import ValidationError
+
+    try:
+        parsed = ModelParams.model_validate(params or {})
+    except ValidationError as exc:
+        raise ValueError(f"model parameters are not valid: {exc.errors()[0].get('msg', '')}") from None
+    options: dict[str, Any] = {
+        k: v for k, v in {"temperature": parsed.temperature, "max_tokens": parsed.max_tokens}.items() if v is not None
+    }
+    if provider == "openai_compatible":
+        if not parsed.base_url:
+            raise ValueError("the openai_compatible provider needs model_params.base_url")
+        if not model_id:
+            raise ValueError("the openai_compatible provider needs a model id")
+        return PlatformChatOpenAI(
+            model=model_id,
+            base_url=parsed.base_url,
+            # A local server (vLLM, Ollama) may need no key; the client still wants a value.
+            api_key=api_key or "not-needed",  # type: ignore[arg-type]
+            timeout=parsed.timeout_s,
+            max_retries=0,
+            streaming=parsed.stream,
+            stream_usage=True,
+            top_p=parsed.top_p,
+            retry_policy=parsed.retry,
+            default_tool_choice=parsed.tool_choice,
+            **options,
+        )
+    if provider == "bedrock":
+        if parsed.top_p is not None:
+            options["top_p"] = parsed.top_p
+        guardrail = None
+        if parsed.guardrail is not None:
+            guardrail = {
+                "guardrailIdentifier": parsed.guardrail.id,
+                "guardrailVersion": parsed.guardrail.version,
+                "trace": parsed.guardrail.trace,
+            }
+        region = parsed.region_name or None
+        return PlatformChatBedrockConverse(
+            model=model_id,
+            region_name=region,
+            client=bedrock_runtime_client(region_name=region, timeout_s=parsed.timeout_s),
+            guardrails=guardrail,
+            retry_policy=parsed.retry,
+            default_tool_choice=parsed.tool_choice,
+            **options,
+        )
+    raise ValueError(f"unknown model provider {provider!r}")
+
+
+def guardrail_intervention(response_metadata: dict[str, Any]) -> dict[str, Any] | None:
+    """A Bedrock Guardrail's intervention in one model turn (``stopReason`` ``guardrail_intervened``, with the
+    guardrail's trace when it was enabled), or None."""
+    if response_metadata.get("stopReason") != "guardrail_intervened":
+        return None
+    found: dict[str, Any] = {"stop_reason": "guardrail_intervened"}
+    trace = response_metadata.get("trace")
+    if isinstance(trace, dict) and trace.get("guardrail"):
+        found["trace"] = trace["guardrail"]
+    return found

@@ -1,0 +1,134 @@
+"""Shadow runs: a sampled live run is repeated on the agent's candidate version, in the background, and the two
+are compared (same tools? same arguments? answer similarity, latency, tokens).
+
+The shadow is created only after the live run's outcome is stored (``agents.execution`` calls
+``shadow_after_live`` once the caller can already read the answer), so it can neither delay nor change that
+answer. It is an ordinary run with ``purpose="shadow"``: the gate refuses its write calls
+(``eval:write_blocked``) and audits its calls under ``shadow``, apart from production metrics. It has no API
+key, so it never appears among the caller's runs. ``PLATFORM_SHADOW_QUEUE`` sends shadow runs to their own
+Celery queue, so that a worker of their own takes them and live runs never wait behind them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import random
+from typing import Any
+
+from django.db import transaction
+
+from agents.dispatch import run_dispatch
+from agents.models import Agent, Run, ShadowComparison
+
+logger = logging.getLogger(__name__)
+
+# Answers at least this similar (difflib's ratio) count as the same answer.
+ANSWER_AGREEMENT = 0.8
+
+_rng = random.Random()  # noqa: S311 - sampling, not cryptography
+
+
+def shadow_after_live(*, run_id: Any) -> Run | None:
+    """Called once a live run has finished: start its shadow on the candidate version if the agent names one
+    and the run is sampled. Never raises (the live run's outcome is stored already); returns the shadow run."""
+    try:
+        return _shadow_start(run_id)
+    except Exception:
+        logger.exception("run %s: could not start its shadow", run_id)
+        return None
+
+
+def _shadow_start(run_id: Any) -> Run | None:
+    live = Run.objects.select_related("agent").filter(id=run_id, purpose=Run.Purpose.LIVE).first()
+    if live is None or live.shadow_of_id is not None:
+        return None
+    agent: Agent = live.agent
+    rate = float(agent.shadow_sample_rate or 0.0)
+    if agent.shadow_version_id is None or rate <= 0.0 or (rate < 1.0 and _rng.random() >= rate):
+        return None
+    with transaction.atomic():
+        shadow = Run.objects.create(
+            agent=agent,
+            api_key=None,
+            query=live.query,
+            context=live.context,
+            a2a_data=live.a2a_data,
+            a2a_files=live.a2a_files,
+            version_id=agent.shadow_version_id,
+            purpose=Run.Purpose.SHADOW,
+            shadow_of=live,
+        )
+        time_limit_s = agent.time_limit_s
+        transaction.on_commit(
+            lambda: run_dispatch(run_id=str(shadow.id), time_limit_s=time_limit_s, purpose=Run.Purpose.SHADOW)
+        )
+    return shadow
+
+
+def _calls(run: Run) -> list[tuple[str, str, str]]:
+    """The tool calls a run made or attempted, in order: (server, tool, canonical arguments). Retries of one call
+    count once; a call refused before it was sent (a blocked write, a bad argument) counts as attempted."""
+    calls = []
+    for event in run.audit_events.filter(action="tool.call", attempt__lte=1).order_by("id"):
+        args = json.dumps(event.args or {}, sort_keys=True, ensure_ascii=False, default=str)
+        calls.append((event.mcp_id, event.tool, args))
+    return calls
+
+
+def answer_similarity(a: str, b: str) -> float:
+    if not a and not b:
+        return 1.0
+    return round(difflib.SequenceMatcher(a=a, b=b, autojunk=False).ratio(), 4)
+
+
+def shadow_compare(*, shadow_run_id: Any) -> ShadowComparison | None:
+    """Compare a finished shadow run with its live run and store the comparison (once). Returns it, or None when
+    the shadow is not a finished shadow."""
+    shadow = Run.objects.select_related("shadow_of").filter(id=shadow_run_id, purpose=Run.Purpose.SHADOW).first()
+    if shadow is None or shadow.shadow_of is None or not shadow.is_finished or shadow.version_id is None:
+        return None
+    live = shadow.shadow_of
+    live_calls, shadow_calls = _calls(live), _calls(shadow)
+    same_tools = sorted((m, t) for m, t, _a in live_calls) == sorted((m, t) for m, t, _a in shadow_calls)
+    same_args = sorted(live_calls) == sorted(shadow_calls)
+    similarity = answer_similarity(live.answer, shadow.answer)
+    same_status = live.status == shadow.status
+    live_ms, shadow_ms = (live.timings or {}).get("total_ms"), (shadow.timings or {}).get("total_ms")
+    live_tokens = (live.token_usage or {}).get("total_tokens")
+    shadow_tokens = (shadow.token_usage or {}).get("total_tokens")
+    comparison, _created = ShadowComparison.objects.get_or_create(
+        live_run=live,
+        defaults={
+            "shadow_run": shadow,
+            "agent_id": shadow.agent_id,
+            "candidate_id": shadow.version_id,
+            "agrees": same_status and same_tools and same_args and similarity >= ANSWER_AGREEMENT,
+            "same_status": same_status,
+            "same_tools": same_tools,
+            "same_args": same_args,
+            "answer_similarity": similarity,
+            "live_tools": [f"{m}.{t}" for m, t, _a in live_calls],
+            "shadow_tools": [f"{m}.{t}" for m, t, _a in shadow_calls],
+            "latency_delta_ms": round(shadow_ms - live_ms, 2)
+            if live_ms is not None and shadow_ms is not None
+            else None,
+            "tokens_delta": (
+                int(shadow_tokens) - int(live_tokens) if live_tokens is not None and shadow_tokens is not None else None
+            ),
+        },
+    )
+    return comparison
+
+
+def shadow_after_store(*, run_id: Any, purpose: str) -> None:
+    """After a run's outcome is stored (``agents.execution``): a finished live run may start its shadow; a
+    finished shadow is compared with its live run. Never raises."""
+    if purpose == Run.Purpose.LIVE:
+        shadow_after_live(run_id=run_id)
+    elif purpose == Run.Purpose.SHADOW:
+        try:
+            shadow_compare(shadow_run_id=run_id)
+        except Exception:
+            logger.exception("run %s: could not compare the shadow with its live run", run_id)

@@ -1,0 +1,148 @@
+"""What the model is offered on each turn of one run: top-K selection, widening, forced first call, and the
+tools withdrawn after too many argument errors (seed 003 §5, §6; seed 002 §7.1).
+
+The engine builds one :class:`ToolOffer` per run from its tool index; the ReAct graph asks it for each turn's
+tool specs (``turn_tools``) and the engine's ``call_tool`` asks it whether a call may go to the gate
+(``check``) and tells it each result (``record``). Refusals themselves are written by the gate
+(``tool:not_offered``, ``tool:withdrawn``), so they are audited like every other call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
+
+from agents.tool_selection import (
+    LexicalRanker,
+    Ranker,
+    Selection,
+    ToolDoc,
+    ToolSelectionSettings,
+    WideningState,
+    select_tools,
+)
+from mcpregistry.models import McpServer, McpTool
+
+Index = dict[str, tuple[McpServer, McpTool]]
+Verdict = Literal["ok", "not_offered", "withdrawn"]
+
+# How much of the conversation (besides the query) the ranker reads: the model's own words of the last turns.
+CONVERSATION_CHARS = 600
+
+
+def tool_doc(name: str, server: McpServer, tool: McpTool) -> ToolDoc:
+    properties = (tool.input_schema or {}).get("properties") or {}
+    return ToolDoc(
+        name=name,
+        mcp_id=server.mcp_id,
+        description=tool.description or "",
+        argument_names=tuple(str(a) for a in properties),
+        tags=tuple(str(t) for t in (tool.tags or [])),
+        example_queries=tuple(str(q) for q in (tool.example_queries or [])),
+    )
+
+
+@dataclass
+class ToolOffer:
+    """One run's offers. ``active`` is False when selection is off or the agent has no more than ``top_k``
+    tools: every tool is then offered (less the withdrawn ones)."""
+
+    index: Index
+    specs: dict[str, dict[str, Any]]
+    settings: ToolSelectionSettings
+    query: str
+    rule_named: list[str] = field(default_factory=list)
+    ranker: Ranker | None = None
+    fallback_ranker: Ranker | None = None
+    correction_caps: dict[str, int] = field(default_factory=dict)
+    on_selection: Callable[[Selection, int], None] = lambda selection, turn: None
+    first_turn_of_run: bool = True
+    offered: list[str] = field(default_factory=list)
+    widening: WideningState = field(default_factory=WideningState)
+    corrections: dict[str, int] = field(default_factory=dict)
+    withdrawn: set[str] = field(default_factory=set)
+    # Platform tools beside the index (``read_resource``): always offered, never ranked.
+    extra_specs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Tools whose calls went to the gate in this run: kept in the offer, so the model can repeat or correct one.
+    called: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.docs = [tool_doc(name, server, tool) for name, (server, tool) in self.index.items()]
+        self.active = self.settings.enabled and len(self.index) > self.settings.top_k
+        if self.active and self.ranker is None:
+            self.ranker = LexicalRanker(self.docs)
+        self.offered = list(self.index)
+
+    def turn_tools(self, messages: list[AnyMessage], turns: int) -> tuple[list[dict[str, Any]], str | None]:
+        """The specs to bind for model turn ``turns`` and the ``tool_choice`` (only on the run's first turn)."""
+        forced = self.settings.force_first_tool if self.first_turn_of_run and turns == 0 else ""
+        self._remember_answered_calls(messages)
+        if self.active:
+            assert self.ranker is not None
+            always = [(n, "rule") for n in self.rule_named] + [(n, "called") for n in self.called]
+            if forced and forced != "any":
+                always.insert(0, (forced, "forced"))
+            selection = select_tools(
+                ranker=self.ranker,
+                text=self._ranking_text(messages),
+                candidates=[d for d in self.docs if d.name not in self.withdrawn],
+                settings=self.settings,
+                always=always,
+                widening=self.widening,
+                fallback_ranker=self.fallback_ranker,
+            )
+            self.offered = selection.offered
+            self.on_selection(selection, turns)
+        else:
+            self.offered = [n for n in self.index if n not in self.withdrawn]
+        if forced and forced != "any" and forced not in self.offered:
+            forced = ""  # withdrawn, or outside the hard filters: nothing to force
+        return [self.specs[n] for n in self.offered] + list(self.extra_specs.values()), (forced or None)
+
+    def _remember_answered_calls(self, messages: Sequence[AnyMessage]) -> None:
+        """Tools whose calls succeeded earlier in the conversation (a resumed run's too) stay in the offer."""
+        succeeded = {m.tool_call_id for m in messages if isinstance(m, ToolMessage) and m.status == "success"}
+        for message in messages:
+            if isinstance(message, AIMessage):
+                for call in message.tool_calls:
+                    name = call["name"]
+                    if call.get("id") in succeeded and name in self.index and name not in self.called:
+                        self.called.append(name)
+
+    def _ranking_text(self, messages: Sequence[AnyMessage]) -> str:
+        said = " ".join(str(m.content) for m in messages if isinstance(m, AIMessage | HumanMessage) and m.content)
+        return f"{self.query} {said[-CONVERSATION_CHARS:]}" if said else self.query
+
+    def check(self, name: str) -> Verdict:
+        """May a model's call to ``name`` (a tool of the index) go to the gate this turn?"""
+        if name in self.withdrawn:
+            return "withdrawn"
+        if self.active and name not in self.offered:
+            if self.widening.widenings < self.settings.max_widenings and name not in self.widening.extra:
+                self.widening.widenings += 1
+                self.widening.extra.append(name)
+            return "not_offered"
+        if name not in self.called:
+            self.called.append(name)
+        return "ok"
+
+    def restore_corrections(self, messages: Sequence[BaseMessage]) -> None:
+        """Recount the argument errors of an earlier pass of this run (a run parked for an approval resumes with
+        its conversation): each tool message keeps its gate reason code as its artifact."""
+        for message in messages:
+            if isinstance(message, ToolMessage) and message.name in self.index:
+                artifact = message.artifact if isinstance(message.artifact, dict) else {}
+                self.record(message.name, artifact.get("error"))
+
+    def record(self, name: str, error: str | None) -> bool:
+        """Count an argument error the model could fix; returns True when that withdraws the tool."""
+        if not error or not error.startswith("args:"):
+            return False
+        self.corrections[name] = self.corrections.get(name, 0) + 1
+        if self.corrections[name] >= self.correction_caps.get(name, 3) and name not in self.withdrawn:
+            self.withdrawn.add(name)
+            return True
+        return False

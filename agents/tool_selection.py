@@ -1,0 +1,288 @@
+"""Top-K tool selection (seed 003 §5): offer the model the few tools that fit the query, not every schema.
+
+Order of work: hard filters (the agent's ``servers`` and ``tags`` lists), then a ranker scores the remaining
+tools against the query and the conversation so far, then the offer is built: pinned tools and the tools a
+matched deterministic rule named are always in it, then the best ``top_k`` by score, then what a widening added
+(a call to an existing tool that was not offered widens the next turn's offer, a bounded number of times).
+
+Two rankers, one protocol (``score(text) -> {name: score}``):
+
+* :class:`LexicalRanker`: BM25 over the tool's name (snake_case and camelCase split), description, argument
+  names, admin-written tags and example queries. Korean has no spaces between a noun and its particle
+  ("자산의", "자산을"), so Hangul runs are indexed as character bigrams (plus the whole run when short); latin
+  words as lower-cased words. No network, no model; building the index for 300 tools takes a few milliseconds.
+* :class:`EmbeddingRanker`: cosine similarity between the query's vector and the tools' vectors (computed at
+  discovery, cached in the database: ``mcpregistry.embeddings``).
+
+No ORM here: the engine hands in :class:`ToolDoc` values.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = [
+    "EmbeddingRanker",
+    "LexicalRanker",
+    "Ranker",
+    "Selection",
+    "ToolDoc",
+    "ToolSelectionSettings",
+    "select_tools",
+    "tokens",
+    "tool_selection_settings",
+]
+
+
+class ToolSelectionSettings(BaseModel):
+    """An agent's ``tool_selection`` JSON (validated at the service boundary and when a run starts).
+
+    ``enabled`` is off by default; when on, selection applies only when the agent has more than ``top_k``
+    tools. ``force_first_tool`` is ``""`` (the model chooses), ``"any"`` (it must call some tool first) or a
+    tool's name (it must call that one first); only providers that support ``tool_choice`` accept it.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    top_k: int = Field(default=5, ge=1, le=64)
+    ranker: Literal["lexical", "embedding"] = "lexical"
+    pinned: list[str] = Field(default_factory=list)
+    servers: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)
+    widen_step: int = Field(default=3, ge=1, le=64)
+    max_widenings: int = Field(default=2, ge=0, le=10)
+    force_first_tool: str = ""
+
+
+def tool_selection_settings(raw: Any) -> ToolSelectionSettings:
+    """The settings from an agent's stored JSON. Raises ``ValueError`` naming the bad field."""
+    try:
+        return ToolSelectionSettings.model_validate(raw or {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "tool_selection"
+        raise ValueError(f"{where}: {first.get('msg', 'invalid')}") from exc
+
+
+@dataclass(frozen=True)
+class ToolDoc:
+    """What a ranker knows of one tool: the name the model sees and the texts that describe it."""
+
+    name: str
+    mcp_id: str = ""
+    description: str = ""
+    argument_names: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    example_queries: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        """Everything the lexical ranker indexes, the name and tags repeated for weight."""
+        name_words = split_identifier(self.name)
+        tags = " ".join(self.tags)
+        return " ".join(
+            [
+                name_words,
+                name_words,
+                self.description,
+                " ".join(split_identifier(a) for a in self.argument_names),
+                tags,
+                tags,
+                *list(self.example_queries),
+            ]
+        )
+
+
+_HANGUL = re.compile(r"[\uac00-\ud7a3]+")
+_WORD = re.compile(r"[\uac00-\ud7a3]+|[^\W_]+", re.UNICODE)
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_STOP = frozenset({"a", "an", "the", "of", "to", "in", "on", "for", "and", "or", "is", "are", "be", "by", "me", "my"})
+
+
+def split_identifier(name: str) -> str:
+    """``get_assetStatus`` → ``get asset status``."""
+    return _CAMEL.sub(" ", name).replace("_", " ").replace("-", " ").replace(".", " ")
+
+
+def tokens(text: str) -> list[str]:
+    """Index terms: lower-cased latin words (a trailing plural ``s`` dropped, stop words out) and, for each
+    Hangul run, its character bigrams (a one-syllable run stays whole)."""
+    terms: list[str] = []
+    for word in _WORD.findall(split_identifier(text)):
+        if _HANGUL.fullmatch(word):
+            if len(word) == 1:
+                terms.append(word)
+            else:
+                terms.extend(word[i : i + 2] for i in range(len(word) - 1))
+        else:
+            lower = word.lower()
+            if lower in _STOP:
+                continue
+            if len(lower) > 3 and lower.endswith("s") and not lower.endswith(("ss", "us", "is")):
+                lower = lower[:-1]
+            terms.append(lower)
+    return terms
+
+
+class Ranker(Protocol):
+    name: str
+
+    def score(self, text: str) -> dict[str, float]:
+        """Scores by tool name (higher is better); a tool with no score did not match at all."""
+        ...
+
+
+class LexicalRanker:
+    """Okapi BM25 (k1=1.2, b=0.75) over :meth:`ToolDoc.text`, with an inverted index so a query costs only
+    its terms' postings."""
+
+    name = "lexical"
+
+    def __init__(self, docs: Iterable[ToolDoc], *, k1: float = 1.2, b: float = 0.75) -> None:
+        self.k1, self.b = k1, b
+        self.postings: dict[str, list[tuple[str, int]]] = {}
+        self.lengths: dict[str, int] = {}
+        for doc in docs:
+            counts = Counter(tokens(doc.text()))
+            self.lengths[doc.name] = sum(counts.values())
+            for term, tf in counts.items():
+                self.postings.setdefault(term, []).append((doc.name, tf))
+        n = max(len(self.lengths), 1)
+        self.average_length = (sum(self.lengths.values()) / n) or 1.0
+        self.idf = {t: math.log(1 + (n - len(p) + 0.5) / (len(p) + 0.5)) for t, p in self.postings.items()}
+
+    def score(self, text: str) -> dict[str, float]:
+        scores: dict[str, float] = {}
+        for term, qtf in Counter(tokens(text)).items():
+            postings = self.postings.get(term)
+            if not postings:
+                continue
+            idf = self.idf[term]
+            for name, tf in postings:
+                norm = self.k1 * (1 - self.b + self.b * self.lengths[name] / self.average_length)
+                scores[name] = scores.get(name, 0.0) + qtf * idf * tf * (self.k1 + 1) / (tf + norm)
+        return scores
+
+
+class EmbeddingRanker:
+    """Cosine similarity of the query's vector to each tool's cached vector. ``embed_query`` may fail (a
+    provider outage): :func:`select_tools` then falls back to the lexical ranker and says so."""
+
+    name = "embedding"
+
+    def __init__(self, vectors: Mapping[str, Sequence[float]], embed_query: Callable[[str], Sequence[float]]) -> None:
+        self.vectors = {name: _unit(v) for name, v in vectors.items() if v}
+        self.embed_query = embed_query
+
+    def score(self, text: str) -> dict[str, float]:
+        query = _unit(self.embed_query(text))
+        return {name: sum(a * b for a, b in zip(query, v, strict=False)) for name, v in self.vectors.items()}
+
+
+def _unit(vector: Sequence[float]) -> list[float]:
+    norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+    return [x / norm for x in vector]
+
+
+@dataclass
+class Selection:
+    """What one model turn is offered, each tool with its score and why it is in the offer."""
+
+    offered: list[str]
+    scores: dict[str, float]
+    reasons: dict[str, str]
+    ranker: str
+    candidates: int
+    fallback: str = ""
+    elapsed_ms: float = 0.0
+
+    def as_trace(self, turn: int) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "type": "tool_selection",
+            "turn": turn,
+            "ranker": self.ranker,
+            "candidates": self.candidates,
+            "offered": [
+                {"name": n, "score": round(self.scores.get(n, 0.0), 4), "why": self.reasons[n]} for n in self.offered
+            ],
+            "selection_ms": round(self.elapsed_ms, 3),
+        }
+        if self.fallback:
+            entry["fallback"] = self.fallback
+        return entry
+
+
+@dataclass
+class WideningState:
+    """Tools the model asked for that were not offered: added to the next offers, at most ``max_widenings``
+    times in a run."""
+
+    widenings: int = 0
+    extra: list[str] = field(default_factory=list)
+
+
+def select_tools(
+    *,
+    ranker: Ranker,
+    text: str,
+    candidates: Sequence[ToolDoc],
+    settings: ToolSelectionSettings,
+    always: Sequence[tuple[str, str]] = (),
+    widening: WideningState | None = None,
+    fallback_ranker: Ranker | None = None,
+) -> Selection:
+    """The offer for one model turn. ``always`` holds ``(name, why)`` pairs offered whatever their score
+    (rule-named tools, tools already called in this run); pinned tools come from ``settings``. Tools outside
+    the hard filters are never offered, pinned or not."""
+    import time
+
+    started = time.perf_counter()
+    allowed = [
+        d
+        for d in candidates
+        if (not settings.servers or d.mcp_id in settings.servers)
+        and (not settings.tags or set(settings.tags) & set(d.tags))
+    ]
+    allowed_names = {d.name for d in allowed}
+    used_ranker, fallback = ranker, ""
+    try:
+        scores = ranker.score(text)
+    except Exception as exc:  # an embedding outage must not end the run: lexical takes over
+        if fallback_ranker is None:
+            raise
+        used_ranker, fallback = fallback_ranker, f"{ranker.name}:{type(exc).__name__}"
+        scores = fallback_ranker.score(text)
+    offered: list[str] = []
+    reasons: dict[str, str] = {}
+
+    def add(name: str, why: str) -> None:
+        if name in allowed_names and name not in reasons:
+            offered.append(name)
+            reasons[name] = why
+
+    for name in settings.pinned:
+        add(name, "pinned")
+    for name, why in always:
+        add(name, why)
+    k = settings.top_k + (settings.widen_step * widening.widenings if widening else 0)
+    ranked = sorted((d.name for d in allowed), key=lambda n: (-scores.get(n, 0.0), n))
+    for name in ranked[:k]:
+        add(name, "ranked")
+    for name in widening.extra if widening else []:
+        add(name, "widened")
+    return Selection(
+        offered=offered,
+        scores={n: scores.get(n, 0.0) for n in offered},
+        reasons=reasons,
+        ranker=used_ranker.name,
+        candidates=len(allowed),
+        fallback=fallback,
+        elapsed_ms=(time.perf_counter() - started) * 1000,
+    )

@@ -1,0 +1,158 @@
+"""Agent versions: what publishing freezes, how a run is planned from a frozen version, how two versions differ,
+and how live traffic is split between A/B arms.
+
+A version's ``content`` (``VersionContent``) holds everything that decides what a run does and that an admin
+edits: the agent's prompt, model, parameters and mode (``AGENT_FIELDS``), the MCP servers it binds (by id), its
+enabled rules in order (as the engine sees them, ``RuleSpec``) and the contracts of the bound servers' tools
+(``mcpregistry.gate.contract_snapshot``). A run of a version reads all of these from the version; the servers'
+connections (command, URL, secrets) and the tools' discovered schemas stay the registry's, since they describe
+the outside world, not the agent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict
+from typing import Any, TypedDict
+
+from agents.deterministic import RuleSpec
+from agents.models import Agent, AgentVersion
+from agents.selectors import deterministic_rule_specs
+from mcpregistry.gate import contract_from_snapshot, contract_snapshot
+from mcpregistry.models import McpServer, ToolContract
+
+AGENT_FIELDS = (
+    "system_prompt",
+    "deterministic_instruction",
+    "answer_template",
+    "model_provider",
+    "model_id",
+    "model_params",
+    "max_iterations",
+    "answer_from_deterministic",
+    "language",
+    "no_match_answer",
+    "mode",
+    "tool_selection",
+    "mcp_context",
+    "flow_graph",
+)
+
+
+class VersionContent(TypedDict):
+    agent: dict[str, Any]
+    servers: list[str]
+    rules: list[dict[str, Any]]
+    contracts: dict[str, dict[str, Any]]
+
+
+def version_content(agent: Agent) -> VersionContent:
+    """What publishing ``agent`` now would freeze (read from the stored rows, not from unsaved changes)."""
+    fresh = Agent.objects.get(pk=agent.pk)
+    servers = list(fresh.servers.order_by("mcp_id").prefetch_related("tools__contract"))
+    return {
+        "agent": {name: getattr(fresh, name) for name in AGENT_FIELDS},
+        "servers": [s.mcp_id for s in servers],
+        "rules": [asdict(rule) for rule in deterministic_rule_specs(agent=fresh)],
+        "contracts": {
+            f"{server.mcp_id}/{tool.name}": contract_snapshot(tool)
+            for server in servers
+            for tool in server.tools.all()
+            if tool.callable
+        },
+    }
+
+
+def content_digest(content: VersionContent | dict[str, Any]) -> str:
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def version_content_portable(content: VersionContent | dict[str, Any]) -> dict[str, Any]:
+    """``content`` as another installation can take it (``export_config``): the rules without their ``rule_id``,
+    which is this installation's row id (``agents.services.agent_version_import`` resolves it by name)."""
+    return {
+        **content,
+        "rules": [{k: v for k, v in rule.items() if k != "rule_id"} for rule in content.get("rules", [])],
+    }
+
+
+def version_rules(content: VersionContent | dict[str, Any]) -> list[RuleSpec]:
+    return [RuleSpec(**rule) for rule in content.get("rules", [])]
+
+
+def version_contracts(content: VersionContent | dict[str, Any]) -> dict[str, ToolContract]:
+    return {key: contract_from_snapshot(value) for key, value in (content.get("contracts") or {}).items()}
+
+
+def version_servers(content: VersionContent | dict[str, Any]) -> list[McpServer]:
+    """The bound servers the version names that still exist (a deleted binding cannot be called), tools
+    prefetched, in the version's order."""
+    ids = list(content.get("servers") or [])
+    found = {s.mcp_id: s for s in McpServer.objects.filter(mcp_id__in=ids).prefetch_related("tools__contract")}
+    return [found[mcp_id] for mcp_id in ids if mcp_id in found]
+
+
+def _flatten(value: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        flat: dict[str, Any] = {}
+        for key in sorted(value):
+            flat.update(_flatten(value[key], f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    return {prefix: value}
+
+
+def version_diff(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+    """What changed from ``old`` to ``new`` (two versions' content), one row per changed leaf: ``{"path", "old",
+    "new"}`` with ``None`` where the leaf is absent on one side. Rules are keyed by name, so a reordered rule
+    shows as a change of its ``order``-position only when its content moved."""
+
+    def keyed(content: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "agent": content.get("agent", {}),
+            "servers": sorted(content.get("servers", [])),
+            "rules": {
+                rule.get("name") or str(i): {**{k: v for k, v in rule.items() if k != "rule_id"}, "position": i + 1}
+                for i, rule in enumerate(content.get("rules", []))
+            },
+            "contracts": content.get("contracts", {}),
+        }
+
+    before, after = _flatten(keyed(old), ""), _flatten(keyed(new), "")
+    rows = []
+    for path in sorted(set(before) | set(after)):
+        if before.get(path) != after.get(path):
+            rows.append({"path": path, "old": before.get(path), "new": after.get(path)})
+    return rows
+
+
+# --- A/B arms --------------------------------------------------------------------------------------------
+
+
+def caller_key(*, agent_slug: str, api_key_id: Any, context: dict[str, Any] | None) -> str:
+    """Who the caller is, for sticky arms: the API key, and the A2A ``userId`` (else ``sessionId``) when given."""
+    context = context or {}
+    person = context.get("userId") or context.get("sessionId") or ""
+    return f"{agent_slug}\n{api_key_id or ''}\n{person}"
+
+
+def pick_arm(arms: Sequence[tuple[str, int]], key: str) -> str | None:
+    """The arm (by name) for the caller ``key``: the key's hash places it on ``[0, total weight)``, the arms
+    share that line by weight in name order. The same key lands in the same arm while the arms and weights stay
+    the same; arms with weight 0 get no one. None when no arm has weight."""
+    live = sorted((name, weight) for name, weight in arms if weight > 0)
+    total = sum(weight for _name, weight in live)
+    if not total:
+        return None
+    point = int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big") / 2**64 * total
+    for name, weight in live:
+        if point < weight:
+            return name
+        point -= weight
+    return live[-1][0]
+
+
+def versions_of(agent: Agent) -> Iterable[AgentVersion]:
+    return AgentVersion.objects.filter(agent=agent).order_by("-number")

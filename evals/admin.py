@@ -1,0 +1,238 @@
+"""The admin's pages for evals: sets with their cases (changed through the services, audited), an action that
+runs a set against its agent, an eval run's page with its progress and per-case scores, and two eval runs side by
+side with the cases that changed outcome first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from agent_platform.errors import ApplicationError
+from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
+from audit.admin_readonly import WritesRefusedMixin
+from evals.models import EvalCase, EvalRun, EvalSet
+from evals.services import (
+    eval_case_create,
+    eval_case_delete,
+    eval_case_update,
+    eval_run_compare,
+    eval_run_refresh,
+    eval_run_start,
+    eval_set_create,
+    eval_set_delete,
+    eval_set_update,
+)
+
+SUMMARY_ROWS = [
+    ("pass_rate", _("pass rate")),
+    ("precision", _("tool precision")),
+    ("recall", _("tool recall")),
+    ("sequence_match", _("exact sequence")),
+    ("forbidden_violations", _("forbidden-tool violations")),
+    ("argument_match", _("argument match")),
+    ("answer_checks", _("answer checks")),
+    ("latency_p50_ms", _("latency p50 (ms)")),
+    ("latency_p95_ms", _("latency p95 (ms)")),
+    ("tokens", _("tokens")),
+    ("model_calls", _("model calls")),
+    ("model_calls_saved", _("model calls saved by rules")),
+]
+
+
+def _case_save(*, obj: EvalCase, actor: Any, via: str, creating: bool) -> None:
+    if creating:
+        saved = eval_case_create(actor=actor, via=via, data=form_data(obj))
+        obj.pk = saved.pk
+    else:
+        eval_case_update(case=obj, actor=actor, via=via)
+
+
+def _case_delete(*, obj: EvalCase, actor: Any, via: str) -> None:
+    eval_case_delete(case=obj, actor=actor, via=via)
+
+
+class EvalCaseInline(admin.StackedInline):
+    model = EvalCase
+    extra = 0
+    fields = [
+        ("key", "order", "case_type"),
+        "query",
+        ("expected_tools", "ordered"),
+        "forbidden_tools",
+        "answer_checks",
+        "alternatives",
+        ("context", "data"),
+        "note",
+    ]
+
+
+@admin.register(EvalSet)
+class EvalSetAdmin(ServiceAdminMixin, admin.ModelAdmin):
+    list_display = ["name", "agent", "case_count", "updated_at"]
+    search_fields = ["name", "description"]
+    inlines = [EvalCaseInline]
+    inline_services = {EvalCase: (_case_save, _case_delete)}
+    actions = ["run_against_agent"]
+
+    @admin.display(description=_("cases"))
+    def case_count(self, obj: EvalSet) -> int:
+        return obj.cases.count()
+
+    def service_save(self, *, obj: EvalSet, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
+        if change:
+            eval_set_update(eval_set=obj, actor=actor, via=ADMIN_VIA)
+        else:
+            saved = eval_set_create(actor=actor, via=ADMIN_VIA, data=form_data(obj))
+            obj.pk = saved.pk
+            obj._state.adding = False
+
+    def service_delete(self, *, obj: EvalSet, actor: Any) -> None:
+        eval_set_delete(eval_set=obj, actor=actor, via=ADMIN_VIA)
+
+    @admin.action(description=_("Run the selected eval sets against their agent"), permissions=["run"])
+    def run_against_agent(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+        started: list[EvalRun] = []
+        for eval_set in queryset.select_related("agent"):
+            if eval_set.agent is None:
+                self.message_user(
+                    request,
+                    gettext("Eval set '%(name)s' names no agent; choose its default agent first.")
+                    % {"name": eval_set.name},
+                    messages.ERROR,
+                )
+                continue
+            try:
+                started.append(
+                    eval_run_start(eval_set=eval_set, agent=eval_set.agent, actor=request.user.get_username())
+                )
+            except ApplicationError as exc:
+                self.message_user(request, f"{eval_set.name}: {exc.message}", messages.ERROR)
+        if len(started) == 1:
+            return HttpResponseRedirect(reverse("admin:evals_evalrun_change", args=[started[0].pk]))
+        if started:
+            self.message_user(request, gettext("%(n)d eval runs started.") % {"n": len(started)}, messages.SUCCESS)
+        return None
+
+    def has_run_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm("evals.add_evalrun"))
+
+
+@admin.register(EvalRun)
+class EvalRunAdmin(WritesRefusedMixin, admin.ModelAdmin):
+    """Eval runs are read here (nothing edits one); two selected runs can be compared."""
+
+    change_form_template = "admin/evals/evalrun/change_form.html"
+    list_display = ["created_at", "eval_set", "agent", "version", "label", "progress", "pass_rate", "verdict"]
+    list_filter = ["eval_set", "agent", "status"]
+    readonly_fields = [f.name for f in EvalRun._meta.fields]
+    fields = ["eval_set", "agent", "version", "label", "status", "total", "done", "started_by", "created_at"]
+    actions = ["compare"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_compare_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        # The compare action only reads: let those who may view eval runs use it.
+        if request.method == "POST" and request.POST.get("action") == "compare":
+            if not self.has_view_permission(request):
+                raise PermissionDenied
+            return admin.ModelAdmin.changelist_view(self, request, extra_context)
+        return super().changelist_view(request, extra_context)
+
+    @admin.display(description=_("progress"))
+    def progress(self, obj: EvalRun) -> str:
+        return f"{obj.done}/{obj.total}"
+
+    @admin.display(description=_("pass rate"))
+    def pass_rate(self, obj: EvalRun) -> str:
+        rate = obj.summary.get("pass_rate")
+        return "—" if rate is None else f"{rate:.0%}"
+
+    @admin.display(description=_("thresholds"))
+    def verdict(self, obj: EvalRun) -> str:
+        if obj.passed is None:
+            return gettext("running")
+        if obj.passed:
+            return format_html('<span class="eval-pass">{}</span>', gettext("met"))
+        return format_html('<span class="eval-fail">{}</span>', gettext("not met"))
+
+    @admin.action(description=_("Compare the two selected eval runs"), permissions=["compare"])
+    def compare(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+        chosen = list(queryset.order_by("created_at").values_list("pk", flat=True)[:3])
+        if len(chosen) != 2:
+            self.message_user(request, gettext("Select exactly two eval runs to compare."), messages.WARNING)
+            return None
+        return HttpResponseRedirect(f"{reverse('admin:evals_evalrun_compare')}?a={chosen[0]}&b={chosen[1]}")
+
+    def get_urls(self) -> list[URLPattern]:
+        return [
+            path("compare/", self.admin_site.admin_view(self.compare_view), name="evals_evalrun_compare"),
+            *super().get_urls(),
+        ]
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        eval_run = EvalRun.objects.filter(pk=object_id).first() if _is_uuid(object_id) else None
+        if eval_run is not None and self.has_view_permission(request, eval_run):
+            if eval_run.status == EvalRun.Status.RUNNING:
+                eval_run = eval_run_refresh(eval_run=eval_run)
+            results = list(eval_run.results.select_related("case", "run").order_by("case__order", "case__id"))
+            extra_context = {
+                **(extra_context or {}),
+                "eval_run": eval_run,
+                "results": results,
+                "summary_rows": [(label, eval_run.summary.get(key)) for key, label in SUMMARY_ROWS],
+                "percent": (100 * eval_run.done // eval_run.total) if eval_run.total else 100,
+            }
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def compare_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        a_id, b_id = request.GET.get("a", ""), request.GET.get("b", "")
+        if not (_is_uuid(a_id) and _is_uuid(b_id)):
+            raise Http404
+        a = EvalRun.objects.select_related("eval_set", "agent").filter(pk=a_id).first()
+        b = EvalRun.objects.select_related("eval_set", "agent").filter(pk=b_id).first()
+        if a is None or b is None:
+            raise Http404
+        rows = eval_run_compare(a=a, b=b)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": gettext("Two eval runs side by side"),
+            "opts": self.model._meta,
+            "a": a,
+            "b": b,
+            "rows": rows,
+            "changed": sum(1 for r in rows if r.changed),
+            "summary_rows": [(label, a.summary.get(key), b.summary.get(key)) for key, label in SUMMARY_ROWS],
+        }
+        return TemplateResponse(request, "admin/evals/evalrun/compare.html", context)
+
+
+def _is_uuid(value: str) -> bool:
+    import uuid
+
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,214 @@
+"""``/api/v1/evals/``: eval sets and eval runs, for admin keys only (``ApiKey.admin``). One class per operation.
+
+A caller's key (not an admin key) gets a 403; no key, a 401. Bad input is a 400 naming what is wrong.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from rest_framework import permissions, serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agent_platform.errors import ApplicationError
+from agents.api.serializers import StrictCharField, StrictSerializer
+from agents.api.throttling import ApiKeyRateThrottle
+from agents.models import Agent, ApiKey
+from evals.models import EvalCaseResult, EvalRun, EvalSet
+from evals.services import (
+    eval_run_compare,
+    eval_run_refresh,
+    eval_run_start,
+    eval_runs_for,
+    eval_set_apply,
+    eval_set_document,
+)
+
+
+class IsAdminKey(permissions.BasePermission):
+    """An API key marked ``admin``; a caller's key is refused."""
+
+    message = gettext_lazy("Only admin API keys may use the evals API.")
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.user, ApiKey) and request.user.is_authenticated and request.user.admin
+
+
+class EvalsApi(APIView):
+    permission_classes = [permissions.IsAuthenticated, IsAdminKey]
+    throttle_classes = [ApiKeyRateThrottle]
+    # Like the auditors' API: for admins' tools, not part of the callers' OpenAPI schema.
+    schema = None
+
+
+def _not_found(what: str) -> ApplicationError:
+    return ApplicationError(_("%(what)s not found.") % {"what": what}, code="not_found", status=404)
+
+
+def _set_summary(eval_set: EvalSet) -> dict[str, Any]:
+    return {
+        "name": eval_set.name,
+        "description": eval_set.description,
+        "agent": eval_set.agent.slug if eval_set.agent else None,
+        "cases": eval_set.cases.count(),
+        "thresholds": eval_set.thresholds,
+        "sandbox_servers": eval_set.sandbox_servers,
+    }
+
+
+def _result(r: EvalCaseResult) -> dict[str, Any]:
+    return {
+        "case": r.case.key,
+        "type": r.case.case_type,
+        "query": r.case.query,
+        "run": str(r.run_id) if r.run_id else None,
+        "scored": r.scored,
+        "passed": r.passed if r.scored else None,
+        "called_tools": r.called_tools,
+        "scores": r.scores,
+        "answer": r.answer,
+    }
+
+
+def _run(eval_run: EvalRun, *, with_cases: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": str(eval_run.id),
+        "set": eval_run.eval_set.name,
+        "agent": eval_run.agent.slug,
+        "version": eval_run.version,
+        "label": eval_run.label,
+        "status": eval_run.status,
+        "progress": {"done": eval_run.done, "total": eval_run.total},
+        "summary": eval_run.summary,
+        "thresholds": eval_run.thresholds,
+        "failed_thresholds": eval_run.failed_thresholds,
+        "passed": eval_run.passed,
+        "created_at": eval_run.created_at.isoformat(),
+        "finished_at": eval_run.finished_at.isoformat() if eval_run.finished_at else None,
+    }
+    if with_cases:
+        body["cases"] = [_result(r) for r in eval_run.results.select_related("case").order_by("case__order")]
+    return body
+
+
+def _eval_run_get(run_id: str) -> EvalRun:
+    import uuid
+
+    try:
+        key = uuid.UUID(str(run_id))
+    except ValueError:
+        raise _not_found(_("Eval run")) from None
+    eval_run = EvalRun.objects.select_related("eval_set", "agent").filter(pk=key).first()
+    if eval_run is None:
+        raise _not_found(_("Eval run"))
+    return eval_run
+
+
+class EvalSetCollectionApi(EvalsApi):
+    """``GET``: the sets. ``POST``: create or replace a set from its document (cases by key; ``expected_source``
+    in any of seed 001's notations)."""
+
+    def get(self, request: Request) -> Response:
+        sets = EvalSet.objects.select_related("agent").order_by("name")
+        return Response({"results": [_set_summary(s) for s in sets]})
+
+    def post(self, request: Request) -> Response:
+        if not isinstance(request.data, dict):
+            raise ApplicationError(_("Send the eval set as a JSON object."), code="invalid_eval_set")
+        applied = eval_set_apply(document=request.data, actor=request.user, via="api")
+        body = eval_set_document(applied.eval_set)
+        return Response(body, status=status.HTTP_201_CREATED if applied.created else status.HTTP_200_OK)
+
+
+class EvalSetDetailApi(EvalsApi):
+    def get(self, request: Request, name: str) -> Response:
+        eval_set = EvalSet.objects.select_related("agent").filter(name=name).first()
+        if eval_set is None:
+            raise _not_found(_("Eval set"))
+        return Response(eval_set_document(eval_set))
+
+
+class EvalRunCollectionApi(EvalsApi):
+    """``GET``: eval runs, newest first (``?set=``, ``?agent=``). ``POST``: start one; ``202`` with its id."""
+
+    class InputSerializer(StrictSerializer):
+        set = StrictCharField(max_length=100)
+        agent = StrictCharField(max_length=64, required=False)
+        version = serializers.IntegerField(min_value=1, required=False)
+        label = StrictCharField(max_length=200, required=False, allow_blank=True)
+
+    def get(self, request: Request) -> Response:
+        eval_set = agent = None
+        if name := request.query_params.get("set"):
+            eval_set = EvalSet.objects.filter(name=name).first()
+            if eval_set is None:
+                raise _not_found(_("Eval set"))
+        if slug := request.query_params.get("agent"):
+            agent = Agent.objects.filter(slug=slug).first()
+            if agent is None:
+                raise _not_found(_("Agent"))
+        runs = list(eval_runs_for(eval_set=eval_set, agent=agent)[:100])  # type: ignore[index]
+        return Response({"results": [_run(r, with_cases=False) for r in runs]})
+
+    def post(self, request: Request) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        eval_set = EvalSet.objects.select_related("agent").filter(name=values["set"]).first()
+        if eval_set is None:
+            raise _not_found(_("Eval set"))
+        agent = Agent.objects.filter(slug=values["agent"]).first() if "agent" in values else eval_set.agent
+        if agent is None:
+            raise ApplicationError(
+                _("Name the agent: the eval set has no default agent.")
+                if "agent" not in values
+                else _("Agent '%(slug)s' not found.") % {"slug": values["agent"]},
+                code="agent_not_found",
+                status=404 if "agent" in values else 400,
+            )
+        eval_run = eval_run_start(
+            eval_set=eval_set,
+            agent=agent,
+            actor=request.user.audit_actor_label(),
+            version=values.get("version"),
+            label=values.get("label", ""),
+        )
+        return Response(_run(eval_run, with_cases=False), status=status.HTTP_202_ACCEPTED)
+
+
+class EvalRunDetailApi(EvalsApi):
+    """An eval run with its progress, its scores and every case's (cases scored as their runs finish)."""
+
+    def get(self, request: Request, run_id: str) -> Response:
+        eval_run = _eval_run_get(run_id)
+        if eval_run.status == EvalRun.Status.RUNNING:
+            eval_run = eval_run_refresh(eval_run=eval_run)
+        return Response(_run(eval_run, with_cases=True))
+
+
+class EvalRunCompareApi(EvalsApi):
+    """Two eval runs side by side, the cases that changed outcome first."""
+
+    def get(self, request: Request, run_id: str, other_id: str) -> Response:
+        a, b = _eval_run_get(run_id), _eval_run_get(other_id)
+        rows = eval_run_compare(a=a, b=b)
+        return Response(
+            {
+                "a": _run(a, with_cases=False),
+                "b": _run(b, with_cases=False),
+                "changed": sum(1 for r in rows if r.changed),
+                "cases": [
+                    {
+                        "case": row.case.key,
+                        "changed": row.changed,
+                        "a": _result(row.a) if row.a else None,
+                        "b": _result(row.b) if row.b else None,
+                    }
+                    for row in rows
+                ],
+            }
+        )

@@ -1,0 +1,45 @@
+"""The ``eval_sets`` section of ``import_config`` / ``export_config`` (named in ``PLATFORM_CONFIG_SECTIONS``).
+
+Each entry is a set as ``evals.services.eval_set_apply`` reads it: ``name``, ``agent``, ``sandbox_servers``,
+``thresholds`` and ``cases``, where a case may give ``expected_source`` in any of seed 001's four notations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agent_platform.errors import ApplicationError
+from evals.models import EvalSet
+from evals.services import eval_set_apply, eval_set_document
+
+
+def section_import(entries: Any, *, actor: Any, via: str, report: Any, problem: Callable[[str, str], None]) -> None:
+    """Apply each set (idempotent); a set that is not valid becomes a problem of the import, which then changes
+    nothing (the caller rolls the whole import back)."""
+    if not isinstance(entries, list):
+        problem("eval_sets", "a list of eval sets")
+        return
+    for i, entry in enumerate(entries):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        where = f"eval_sets[{i}]" + (f" ({name})" if name else "")
+        if not isinstance(entry, dict):
+            problem(where, "an object")
+            continue
+        existed = EvalSet.objects.filter(name=name).exists() if name else False
+        try:
+            applied = eval_set_apply(document=entry, actor=actor, via=via)
+        except ApplicationError as exc:
+            problem(where, exc.message)
+            continue
+        label = f"eval set {applied.eval_set.name}"
+        if not existed:
+            report.created.append(label)
+        elif applied.changed:
+            report.updated.append(label)
+        else:
+            report.unchanged.append(label)
+
+
+def section_export() -> list[dict[str, Any]]:
+    return [eval_set_document(s) for s in EvalSet.objects.select_related("agent").prefetch_related("cases")]

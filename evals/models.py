@@ -1,0 +1,207 @@
+"""Eval sets, their cases, and eval runs with one result per case.
+
+An ``EvalSet`` and its ``EvalCase`` rows are configuration (audited through ``evals.services``). An ``EvalRun``
+is one execution of a set against an agent: each case becomes an ordinary run (``agents.Run``, ``purpose="eval"``)
+and, once finished, an ``EvalCaseResult`` scored from the run's audited tool calls.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from agent_platform.json import UnicodeJSONEncoder
+from agents.models import Agent, Run
+from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration
+
+CASE_TYPES = ("single_tool", "multi_tool", "no_tool", "no_answer", "guardrail")
+
+
+class EvalSet(AuditedModel):
+    """A fixed question set. ``thresholds`` gate a deploy: ``run_eval`` exits non-zero when a score of the run is
+    below its minimum (``pass_rate``, ``precision``, ``recall``, ``sequence_match``, ``argument_match``,
+    ``answer_checks``) or above its maximum (``forbidden_violations``, ``latency_p95_ms``)."""
+
+    name = models.SlugField(_("name"), max_length=100, unique=True)
+    description = models.TextField(_("description"), blank=True)
+    agent = models.ForeignKey(
+        Agent,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="eval_sets",
+        verbose_name=_("default agent"),
+        help_text=_("The agent the admin action runs the set against."),
+    )
+    sandbox_servers = models.JSONField(
+        encoder=UnicodeJSONEncoder,
+        verbose_name=_("sandbox servers"),
+        default=list,
+        blank=True,
+        help_text=_(
+            "MCP server ids whose write tools the eval may really call. Every other write call is refused "
+            "(eval:write_blocked) and scored as attempted."
+        ),
+    )
+    thresholds = models.JSONField(
+        encoder=UnicodeJSONEncoder,
+        verbose_name=_("thresholds"),
+        default=dict,
+        blank=True,
+        help_text=_(
+            'e.g. {"pass_rate": 0.9, "recall": 1.0, "forbidden_violations": 0}: run_eval exits non-zero when a '
+            "score falls below a minimum (or rises above a maximum)."
+        ),
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    change_audit = ChangeAudit(entity="eval_set", operational_fields=frozenset({"updated_at"}))
+
+    class Meta:
+        verbose_name = _("eval set")
+        verbose_name_plural = _("eval sets")
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from evals.scoring import threshold_problems
+
+        problems = threshold_problems(self.thresholds)
+        if problems:
+            raise ValidationError({"thresholds": problems})
+        if not isinstance(self.sandbox_servers, list) or not all(isinstance(s, str) for s in self.sandbox_servers):
+            raise ValidationError({"sandbox_servers": _("A list of MCP server ids.")})
+
+
+class EvalCase(AuditedModel):
+    """One question and what a right run does with it.
+
+    ``expected_tools``: ``[{"name": ..., "args": {...}?}]`` (args: a subset the call's arguments must contain);
+    ``ordered``: the calls must come in that order; ``forbidden_tools``: names that must not be called (``"*"``:
+    no tool at all, what a ``no_tool`` case means); ``answer_checks``: ``[{"contains": ...}``, ``{"regex": ...}``,
+    ``{"dont_know": true}]``; ``alternatives``: other tool lists that are also right, with a note (``[{"tools":
+    [...], "note": "FAILURE_MODE=timeout: the backup tool"}]``)."""
+
+    eval_set = models.ForeignKey(EvalSet, on_delete=models.CASCADE, related_name="cases", verbose_name=_("eval set"))
+    key = models.CharField(_("key"), max_length=100, help_text=_("Stable name of the case within its set."))
+    order = models.IntegerField(_("order"), default=0)
+    case_type = models.CharField(_("type"), max_length=40, default="single_tool")
+    query = models.TextField(_("query"))
+    context = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("A2A context"), default=dict, blank=True)
+    data = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("A2A data"), default=list, blank=True)
+    expected_tools = models.JSONField(
+        encoder=UnicodeJSONEncoder, verbose_name=_("expected tools"), default=list, blank=True
+    )
+    ordered = models.BooleanField(_("in this order"), default=False)
+    forbidden_tools = models.JSONField(
+        encoder=UnicodeJSONEncoder, verbose_name=_("forbidden tools"), default=list, blank=True
+    )
+    answer_checks = models.JSONField(
+        encoder=UnicodeJSONEncoder, verbose_name=_("answer checks"), default=list, blank=True
+    )
+    alternatives = models.JSONField(
+        encoder=UnicodeJSONEncoder, verbose_name=_("alternatives"), default=list, blank=True
+    )
+    note = models.TextField(_("note"), blank=True)
+
+    change_audit = ChangeAudit(entity="eval_case")
+
+    class Meta:
+        verbose_name = _("eval case")
+        verbose_name_plural = _("eval cases")
+        ordering = ["eval_set", "order", "id"]
+        constraints = [models.UniqueConstraint(fields=["eval_set", "key"], name="evalcase_unique_set_key")]
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.query[:60]}"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from evals.scoring import case_problems
+
+        problems = case_problems(
+            expected_tools=self.expected_tools,
+            forbidden_tools=self.forbidden_tools,
+            answer_checks=self.answer_checks,
+            alternatives=self.alternatives,
+        )
+        if problems:
+            raise ValidationError(problems)
+
+
+class EvalRun(models.Model):
+    """One execution of a set against an agent (optionally a published version of it)."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running", _("running")
+        FINISHED = "finished", _("finished")
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    eval_set = models.ForeignKey(EvalSet, on_delete=models.PROTECT, related_name="runs", verbose_name=_("eval set"))
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="eval_runs", verbose_name=_("agent"))
+    version = models.PositiveIntegerField(_("agent version"), null=True, blank=True)
+    label = models.CharField(_("label"), max_length=200, blank=True)
+    status = models.CharField(_("status"), max_length=20, choices=Status.choices, default=Status.RUNNING)
+    total = models.PositiveIntegerField(_("cases"), default=0)
+    done = models.PositiveIntegerField(_("cases scored"), default=0)
+    summary = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("scores"), default=dict, blank=True)
+    thresholds = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("thresholds"), default=dict, blank=True)
+    failed_thresholds = models.JSONField(
+        encoder=UnicodeJSONEncoder, verbose_name=_("thresholds not met"), default=list, blank=True
+    )
+    started_by = models.CharField(_("started by"), max_length=200, blank=True)
+    created_at = models.DateTimeField(_("started"), auto_now_add=True, db_index=True)
+    finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
+
+    change_audit = NotConfiguration("an eval run is a measurement; its cases' tool calls are audited as eval")
+
+    class Meta:
+        verbose_name = _("eval run")
+        verbose_name_plural = _("eval runs")
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        version = f" v{self.version}" if self.version is not None else ""
+        return f"{self.eval_set.name} × {self.agent.slug}{version} ({self.created_at:%Y-%m-%d %H:%M})"
+
+    @property
+    def passed(self) -> bool | None:
+        if self.status != self.Status.FINISHED:
+            return None
+        return not self.failed_thresholds
+
+
+class EvalCaseResult(models.Model):
+    """A case of an eval run: its run, then (once the run finished) its scores."""
+
+    eval_run = models.ForeignKey(EvalRun, on_delete=models.CASCADE, related_name="results", verbose_name=_("eval run"))
+    case = models.ForeignKey(EvalCase, on_delete=models.PROTECT, related_name="results", verbose_name=_("case"))
+    run = models.ForeignKey(
+        Run, on_delete=models.SET_NULL, null=True, blank=True, related_name="eval_results", verbose_name=_("run")
+    )
+    scored = models.BooleanField(_("scored"), default=False)
+    passed = models.BooleanField(_("passed"), default=False)
+    scores = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("scores"), default=dict, blank=True)
+    called_tools = models.JSONField(
+        encoder=UnicodeJSONEncoder, verbose_name=_("called tools"), default=list, blank=True
+    )
+    answer = models.TextField(_("answer"), blank=True)
+
+    change_audit = NotConfiguration("a case's outcome in an eval run, derived from its run")
+
+    class Meta:
+        verbose_name = _("eval case result")
+        verbose_name_plural = _("eval case results")
+        ordering = ["eval_run", "case__order", "case__id"]
+        constraints = [models.UniqueConstraint(fields=["eval_run", "case"], name="evalresult_unique_run_case")]
+
+    def __str__(self) -> str:
+        return f"{self.case.key} ({'pass' if self.passed else 'fail'})"

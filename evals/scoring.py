@@ -1,0 +1,283 @@
+"""Scoring an eval case from what its run did, and an eval run from its cases. No Django models here.
+
+What a run called is read from its audit record (the gate writes one event per attempt): the first attempt of
+every call, refusals included (a write blocked in an eval, ``eval:write_blocked``, still counts as the call the
+run attempted). Retries of one call are one call.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from evals.notation import NO_TOOL
+
+RATE_METRICS = ("pass_rate", "precision", "recall", "sequence_match", "argument_match", "answer_checks")
+MAX_METRICS = ("forbidden_violations", "latency_p95_ms")
+DONT_KNOW_PHRASES = (
+    "모르",
+    "알 수 없",
+    "찾을 수 없",
+    "확인하지 못",
+    "확인할 수 없",
+    "답변할 수 없",
+    "정보가 없",
+    "없습니다",
+    "i don't know",
+    "i do not know",
+    "cannot find",
+    "could not find",
+    "no information",
+)
+
+
+@dataclass
+class ToolCall:
+    name: str
+    args: dict[str, Any]
+    ok: bool
+    reason: str = ""
+
+
+@dataclass
+class CaseSpec:
+    expected_tools: list[dict[str, Any]]
+    ordered: bool = False
+    forbidden_tools: list[str] = field(default_factory=list)
+    answer_checks: list[dict[str, Any]] = field(default_factory=list)
+    alternatives: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class CaseScore:
+    passed: bool
+    precision: float
+    recall: float
+    sequence_match: bool
+    forbidden_violations: int
+    argument_match: float | None
+    answer_checks: bool | None
+    run_succeeded: bool
+    matched: str  # "expected", or the note of the alternative that scored best
+    latency_ms: float | None = None
+    tokens: int = 0
+    model_calls: int = 0
+    model_calls_saved: int = 0
+    failed_checks: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _tool_list_problems(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list):
+        return [f'{where}: a list of {{"name": ..., "args": {{...}}}} objects']
+    problems = []
+    for i, item in enumerate(value):
+        if isinstance(item, str):
+            continue
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not item["name"]:
+            problems.append(f"{where}[{i}]: needs a tool name")
+        elif not isinstance(item.get("args", {}), dict):
+            problems.append(f"{where}[{i}].args: an object (the arguments the call must contain)")
+        elif set(item) - {"name", "args"}:
+            problems.append(f"{where}[{i}]: unknown keys {sorted(set(item) - {'name', 'args'})}")
+    return problems
+
+
+def case_problems(
+    *, expected_tools: Any, forbidden_tools: Any, answer_checks: Any, alternatives: Any
+) -> dict[str, list[str]]:
+    """What is wrong with a case's JSON fields, by field (empty when nothing is)."""
+    problems: dict[str, list[str]] = {}
+    if p := _tool_list_problems(expected_tools, "expected_tools"):
+        problems["expected_tools"] = p
+    if not isinstance(forbidden_tools, list) or not all(isinstance(n, str) and n for n in forbidden_tools):
+        problems["forbidden_tools"] = ['a list of tool names ("*": no tool at all)']
+    check_problems = []
+    if not isinstance(answer_checks, list):
+        check_problems.append('a list like [{"contains": "..."}, {"regex": "..."}, {"dont_know": true}]')
+    else:
+        for i, check in enumerate(answer_checks):
+            if (
+                not isinstance(check, dict)
+                or len(check) != 1
+                or next(iter(check)) not in {"contains", "regex", "dont_know"}
+            ):
+                check_problems.append(f"[{i}]: one of contains, regex, dont_know")
+            elif "regex" in check:
+                try:
+                    re.compile(str(check["regex"]))
+                except re.error as exc:
+                    check_problems.append(f"[{i}]: not a regular expression: {exc}")
+    if check_problems:
+        problems["answer_checks"] = check_problems
+    alt_problems = []
+    if not isinstance(alternatives, list):
+        alt_problems.append('a list like [{"tools": [...], "note": "..."}]')
+    else:
+        for i, alternative in enumerate(alternatives):
+            if not isinstance(alternative, dict) or "tools" not in alternative:
+                alt_problems.append(f"[{i}]: needs tools")
+            else:
+                alt_problems += _tool_list_problems(alternative["tools"], f"[{i}].tools")
+    if alt_problems:
+        problems["alternatives"] = alt_problems
+    return problems
+
+
+def threshold_problems(thresholds: Any) -> list[str]:
+    if not isinstance(thresholds, dict):
+        return ["an object of score → limit"]
+    problems = []
+    for name, limit in thresholds.items():
+        if name not in RATE_METRICS + MAX_METRICS:
+            problems.append(f"{name}: not a score; the scores are {', '.join(RATE_METRICS + MAX_METRICS)}")
+        elif isinstance(limit, bool) or not isinstance(limit, int | float):
+            problems.append(f"{name}: a number")
+        elif name in RATE_METRICS and not 0 <= limit <= 1:
+            problems.append(f"{name}: between 0 and 1")
+    return problems
+
+
+def _tools(items: list[Any]) -> list[dict[str, Any]]:
+    return [{"name": i} if isinstance(i, str) else i for i in items]
+
+
+def _subset(expected: dict[str, Any], actual: dict[str, Any]) -> bool:
+    return all(k in actual and actual[k] == v for k, v in expected.items())
+
+
+def _score_against(expected: list[dict[str, Any]], ordered: bool, calls: list[ToolCall]) -> dict[str, Any]:
+    called = [c.name for c in calls]
+    want = [e["name"] for e in expected]
+    called_set, want_set = set(called), set(want)
+    hit = called_set & want_set
+    precision = len(hit) / len(called_set) if called_set else 1.0
+    recall = len(hit) / len(want_set) if want_set else 1.0
+    sequence = called == want if ordered else sorted(called) == sorted(want)
+    with_args = [e for e in expected if e.get("args")]
+    argument_match = (
+        sum(1 for e in with_args if any(c.name == e["name"] and _subset(e["args"], c.args) for c in calls))
+        / len(with_args)
+        if with_args
+        else None
+    )
+    return {"precision": precision, "recall": recall, "sequence_match": sequence, "argument_match": argument_match}
+
+
+def answer_check_failures(checks: list[dict[str, Any]], answer: str) -> list[str]:
+    """The checks the answer fails, each named as it was given."""
+    failed = []
+    lowered = answer.lower()
+    for check in checks:
+        if "contains" in check and str(check["contains"]).lower() not in lowered:
+            failed.append(f"contains:{check['contains']}")
+        elif "regex" in check and not re.search(str(check["regex"]), answer):
+            failed.append(f"regex:{check['regex']}")
+        elif check.get("dont_know") and not any(p in lowered for p in DONT_KNOW_PHRASES):
+            failed.append("dont_know")
+    return failed
+
+
+def score_case(spec: CaseSpec, *, calls: list[ToolCall], answer: str, run_succeeded: bool) -> CaseScore:
+    """Score one case. The expected tools and each alternative are tried; the best of them counts (an
+    alternative that fits fully makes the case pass as well as the expected list would)."""
+    forbidden = set(spec.forbidden_tools)
+    violations = len(calls) if NO_TOOL in forbidden else sum(1 for c in calls if c.name in forbidden)
+    candidates = [("expected", _tools(spec.expected_tools), spec.ordered)] + [
+        (str(alt.get("note") or f"alternative {i + 1}"), _tools(alt["tools"]), bool(alt.get("ordered", spec.ordered)))
+        for i, alt in enumerate(spec.alternatives)
+    ]
+    best: tuple[tuple[float, ...], str, dict[str, Any]] | None = None
+    for note, expected, ordered in candidates:
+        s = _score_against(expected, ordered, calls)
+        rank = (
+            float(s["sequence_match"]),
+            s["precision"] + s["recall"],
+            s["argument_match"] if s["argument_match"] is not None else 1.0,
+        )
+        if best is None or rank > best[0]:
+            best = (rank, note, s)
+    assert best is not None
+    _rank, matched, s = best
+    failed = answer_check_failures(spec.answer_checks, answer)
+    answer_ok = None if not spec.answer_checks else not failed
+    failed_checks = list(failed)
+    if not run_succeeded:
+        failed_checks.append("run:failed")
+    if violations:
+        failed_checks.append("tools:forbidden")
+    if s["precision"] < 1 or s["recall"] < 1:
+        failed_checks.append("tools:mismatch")
+    elif not s["sequence_match"]:
+        failed_checks.append("tools:order")
+    if s["argument_match"] is not None and s["argument_match"] < 1:
+        failed_checks.append("tools:args")
+    return CaseScore(
+        passed=not failed_checks,
+        precision=round(s["precision"], 4),
+        recall=round(s["recall"], 4),
+        sequence_match=bool(s["sequence_match"]),
+        forbidden_violations=violations,
+        argument_match=None if s["argument_match"] is None else round(s["argument_match"], 4),
+        answer_checks=answer_ok,
+        run_succeeded=run_succeeded,
+        matched=matched,
+        failed_checks=failed_checks,
+    )
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..1); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def summarize(scores: list[dict[str, Any]]) -> dict[str, Any]:
+    """The set's scores from its cases' (``CaseScore.as_dict()``): rates are means over the cases they apply to."""
+    n = len(scores)
+    if not n:
+        return {"cases": 0}
+
+    def mean(values: list[float]) -> float | None:
+        return round(statistics.fmean(values), 4) if values else None
+
+    latencies = [s["latency_ms"] for s in scores if s.get("latency_ms") is not None]
+    args = [s["argument_match"] for s in scores if s.get("argument_match") is not None]
+    answers = [1.0 if s["answer_checks"] else 0.0 for s in scores if s.get("answer_checks") is not None]
+    return {
+        "cases": n,
+        "passed": sum(1 for s in scores if s["passed"]),
+        "pass_rate": mean([1.0 if s["passed"] else 0.0 for s in scores]),
+        "precision": mean([s["precision"] for s in scores]),
+        "recall": mean([s["recall"] for s in scores]),
+        "sequence_match": mean([1.0 if s["sequence_match"] else 0.0 for s in scores]),
+        "forbidden_violations": sum(s["forbidden_violations"] for s in scores),
+        "argument_match": mean(args),
+        "answer_checks": mean(answers),
+        "latency_p50_ms": percentile(latencies, 0.50),
+        "latency_p95_ms": percentile(latencies, 0.95),
+        "tokens": sum(s.get("tokens", 0) for s in scores),
+        "model_calls": sum(s.get("model_calls", 0) for s in scores),
+        "model_calls_saved": sum(s.get("model_calls_saved", 0) for s in scores),
+    }
+
+
+def threshold_failures(summary: dict[str, Any], thresholds: dict[str, Any]) -> list[str]:
+    """The thresholds the summary does not meet, as ``"recall 0.5 < 0.9"``."""
+    failed = []
+    for name, limit in thresholds.items():
+        value = summary.get(name)
+        if value is None:
+            continue
+        if name in MAX_METRICS and value > limit:
+            failed.append(f"{name} {value} > {limit}")
+        elif name in RATE_METRICS and value < limit:
+            failed.append(f"{name} {value} < {limit}")
+    return failed

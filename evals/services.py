@@ -1,0 +1,500 @@
+"""Services: every write to the evals models goes through here.
+
+Eval sets and cases are configuration: created, changed and deleted through ``audited_save``/``audited_delete``
+(one audit event per change, in the same transaction). An eval run submits each case as an ordinary run
+(``agents.services.run_create`` with ``purpose="eval"``: Celery, the gate, the audit under source ``eval``) and
+scores each case once its run has finished (``eval_run_refresh``; every worker calls it in the background,
+``eval_runs_refresh_open``, so an eval started from the admin or the API is scored and finished even if nobody
+looks at it, and a case whose run never finishes is timed out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ValidationError as PydanticValidationError
+
+from agent_platform.errors import ApplicationError
+from agents.models import Agent, AgentVersion, Run
+from agents.services import run_cancel, run_create
+from audit.changes import audited_delete, audited_save
+from audit.models import AuditEvent
+from evals.models import EvalCase, EvalCaseResult, EvalRun, EvalSet
+from evals.notation import parse_expected_source
+from evals.scoring import CaseSpec, ToolCall, score_case, summarize, threshold_failures
+
+# ---- eval sets and cases (configuration) -------------------------------------------------------------------
+
+
+def eval_set_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> EvalSet:
+    return audited_save(EvalSet(), actor=actor, via=via, data=data)
+
+
+def eval_set_update(*, eval_set: EvalSet, actor: Any, via: str, data: Mapping[str, Any] | None = None) -> EvalSet:
+    return audited_save(eval_set, actor=actor, via=via, data=data)
+
+
+def eval_set_delete(*, eval_set: EvalSet, actor: Any, via: str) -> None:
+    """Delete a set with its cases (refused while eval runs of it exist: they are the record of what was measured)."""
+    audited_delete(eval_set, actor=actor, via=via)
+
+
+def eval_case_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> EvalCase:
+    return audited_save(EvalCase(), actor=actor, via=via, data=data)
+
+
+def eval_case_update(*, case: EvalCase, actor: Any, via: str, data: Mapping[str, Any] | None = None) -> EvalCase:
+    return audited_save(case, actor=actor, via=via, data=data)
+
+
+def eval_case_delete(*, case: EvalCase, actor: Any, via: str) -> None:
+    audited_delete(case, actor=actor, via=via)
+
+
+# ---- the document form of a set (import_config's "eval_sets", the API's POST) --------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AlternativeSpec(_Strict):
+    tools: list[str | dict[str, Any]]
+    note: str = ""
+    ordered: bool | None = None
+
+
+class CaseDocument(_Strict):
+    """A case as a document gives it: either ``expected_source`` in any of the seed's four notations, or the
+    explicit ``expected_tools`` / ``forbidden_tools`` / ``answer_checks``."""
+
+    key: str | None = None
+    query: str = Field(min_length=1)
+    type: str = "single_tool"
+    context: dict[str, Any] = Field(default_factory=dict)
+    data: list[dict[str, Any]] = Field(default_factory=list)
+    expected_source: Any = None
+    expected_tools: list[str | dict[str, Any]] | None = None
+    ordered: bool = False
+    forbidden_tools: list[str] | None = None
+    answer_checks: list[dict[str, Any]] | None = None
+    alternatives: list[AlternativeSpec] = Field(default_factory=list)
+    note: str = ""
+
+
+class EvalSetDocument(_Strict):
+    name: str = Field(min_length=1, max_length=100)
+    description: str = ""
+    agent: str | None = None
+    sandbox_servers: list[str] = Field(default_factory=list)
+    thresholds: dict[str, float] = Field(default_factory=dict)
+    cases: list[dict[str, Any]] = Field(default_factory=list)
+
+
+def case_fields(entry: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """A case's model fields from its document entry. The seed writes ``question``; ``query`` is accepted too.
+    Raises ValueError naming what is wrong."""
+    raw = dict(entry)
+    if "question" in raw and "query" not in raw:
+        raw["query"] = raw.pop("question")
+    has_source = "expected_source" in raw
+    try:
+        doc = CaseDocument.model_validate(raw)
+    except PydanticValidationError as exc:
+        raise ValueError("; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())) from None
+    expected: list[dict[str, Any]] = []
+    forbidden: list[str] = []
+    checks: list[dict[str, Any]] = []
+    note = doc.note
+    if has_source:
+        source = parse_expected_source(doc.expected_source, case_type=doc.type)
+        expected, forbidden, checks = source.expected_tools, source.forbidden_tools, source.answer_checks
+        if source.document:
+            note = (note + "\n" if note else "") + f"expected_source: {source.document}"
+    if doc.expected_tools is not None:
+        expected = [{"name": t} if isinstance(t, str) else t for t in doc.expected_tools]
+    if doc.forbidden_tools is not None:
+        forbidden = doc.forbidden_tools
+    if doc.answer_checks is not None:
+        checks = doc.answer_checks
+    return {
+        "key": doc.key or f"case-{index + 1:03d}",
+        "order": (index + 1) * 10,
+        "case_type": doc.type,
+        "query": doc.query,
+        "context": doc.context,
+        "data": doc.data,
+        "expected_tools": expected,
+        "ordered": doc.ordered,
+        "forbidden_tools": forbidden,
+        "answer_checks": checks,
+        "alternatives": [
+            {k: v for k, v in a.model_dump().items() if v is not None and v != ""} for a in doc.alternatives
+        ],
+        "note": note,
+    }
+
+
+@dataclass
+class SetImport:
+    eval_set: EvalSet
+    created: bool
+    changed: list[str] = field(default_factory=list)
+
+
+def eval_set_apply(*, document: Mapping[str, Any], actor: Any, via: str) -> SetImport:
+    """Create or update a set and its cases from a document (idempotent: cases by ``key``; cases no longer in the
+    document are deleted). Raises ApplicationError (400) naming every offending entry; then nothing changed."""
+    from django.core.exceptions import ValidationError
+
+    try:
+        doc = EvalSetDocument.model_validate(dict(document))
+    except PydanticValidationError as exc:
+        raise ApplicationError(
+            _("The eval set is not valid: %(problems)s")
+            % {"problems": "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())},
+            code="invalid_eval_set",
+        ) from None
+    problems: list[str] = []
+    cases: list[dict[str, Any]] = []
+    for i, entry in enumerate(doc.cases):
+        try:
+            cases.append(case_fields(entry, i))
+        except ValueError as exc:
+            problems.append(f"cases[{i}]: {exc}")
+    keys = [c["key"] for c in cases]
+    if len(set(keys)) != len(keys):
+        problems.append("cases: two cases with the same key")
+    agent = None
+    if doc.agent:
+        agent = Agent.objects.filter(slug=doc.agent).first()
+        if agent is None:
+            problems.append(f"agent: unknown agent '{doc.agent}'")
+    if problems:
+        raise ApplicationError(
+            _("The eval set is not valid: %(problems)s") % {"problems": "; ".join(problems)}, code="invalid_eval_set"
+        )
+    result: SetImport
+    try:
+        with transaction.atomic():
+            eval_set = EvalSet.objects.filter(name=doc.name).first()
+            created = eval_set is None
+            values = {
+                "name": doc.name,
+                "description": doc.description,
+                "agent": agent,
+                "sandbox_servers": doc.sandbox_servers,
+                "thresholds": doc.thresholds,
+            }
+            set_changed = False
+            if eval_set is None:
+                eval_set = eval_set_create(actor=actor, via=via, data=values)
+            else:
+                before = {k: getattr(eval_set, k) for k in values}
+                eval_set_update(eval_set=eval_set, actor=actor, via=via, data=values)
+                set_changed = before != values
+            result = SetImport(eval_set=eval_set, created=created, changed=["(set)"] if set_changed else [])
+            existing = {c.key: c for c in eval_set.cases.all()}
+            for fields in cases:
+                case = existing.pop(fields["key"], None)
+                if case is None:
+                    eval_case_create(actor=actor, via=via, data={"eval_set": eval_set, **fields})
+                    result.changed.append(fields["key"])
+                else:
+                    before = {k: getattr(case, k) for k in fields}
+                    eval_case_update(case=case, actor=actor, via=via, data=fields)
+                    if before != fields:
+                        result.changed.append(fields["key"])
+            for case in existing.values():
+                if case.results.exists():
+                    raise ApplicationError(
+                        _("Case '%(key)s' has results in eval runs and cannot be removed from the set.")
+                        % {"key": case.key},
+                        code="invalid_eval_set",
+                        status=409,
+                    )
+                eval_case_delete(case=case, actor=actor, via=via)
+                result.changed.append(case.key)
+    except ValidationError as exc:
+        raise ApplicationError(
+            _("The eval set is not valid: %(problems)s")
+            % {"problems": "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())},
+            code="invalid_eval_set",
+        ) from None
+    return result
+
+
+def eval_set_document(eval_set: EvalSet) -> dict[str, Any]:
+    """A set as a document (what ``export_config`` writes and ``eval_set_apply`` reads back)."""
+    return {
+        "name": eval_set.name,
+        "description": eval_set.description,
+        "agent": eval_set.agent.slug if eval_set.agent else None,
+        "sandbox_servers": list(eval_set.sandbox_servers),
+        "thresholds": dict(eval_set.thresholds),
+        "cases": [
+            {
+                "key": c.key,
+                "type": c.case_type,
+                "query": c.query,
+                **({"context": c.context} if c.context else {}),
+                **({"data": c.data} if c.data else {}),
+                "expected_tools": c.expected_tools,
+                **({"ordered": True} if c.ordered else {}),
+                "forbidden_tools": c.forbidden_tools,
+                "answer_checks": c.answer_checks,
+                **({"alternatives": c.alternatives} if c.alternatives else {}),
+                **({"note": c.note} if c.note else {}),
+            }
+            for c in eval_set.cases.all()
+        ],
+    }
+
+
+# ---- running an eval ---------------------------------------------------------------------------------------
+
+
+def agent_version_check(*, agent: Agent, version: int | None) -> None:
+    """``version`` (a published version's number) must be one of the agent's: ApplicationError 404 otherwise."""
+    if version is None:
+        return
+    if not AgentVersion.objects.filter(agent=agent, number=version).exists():
+        raise ApplicationError(
+            _("Agent '%(slug)s' has no version %(number)s.") % {"slug": agent.slug, "number": version},
+            code="version_not_found",
+            status=404,
+        )
+
+
+@transaction.atomic
+def eval_run_start(
+    *,
+    eval_set: EvalSet,
+    agent: Agent,
+    actor: str,
+    version: int | None = None,
+    label: str = "",
+    window: int | None = None,
+) -> EvalRun:
+    """Create the eval run with one pending result per case, and submit the first ``window`` cases (all of them
+    when None). Raises ApplicationError: 400 for a set without cases, 409 for a disabled agent."""
+    agent_version_check(agent=agent, version=version)
+    cases = list(eval_set.cases.all())
+    if not cases:
+        raise ApplicationError(_("The eval set has no cases."), code="eval_set_empty")
+    if not agent.enabled:
+        raise ApplicationError(
+            _("Agent '%(slug)s' is disabled.") % {"slug": agent.slug}, code="agent_disabled", status=409
+        )
+    eval_run = EvalRun.objects.create(
+        eval_set=eval_set,
+        agent=agent,
+        version=version,
+        label=label,
+        total=len(cases),
+        thresholds=dict(eval_set.thresholds),
+        started_by=str(actor),
+    )
+    EvalCaseResult.objects.bulk_create([EvalCaseResult(eval_run=eval_run, case=case) for case in cases])
+    eval_run_submit(eval_run=eval_run, window=window)
+    return eval_run
+
+
+def _submit_case(eval_run: EvalRun, result: EvalCaseResult) -> None:
+    case = result.case
+    run = run_create(
+        agent_slug=eval_run.agent.slug,
+        query=case.query,
+        api_key=None,
+        context=case.context or {},
+        a2a_data=case.data or [],
+        version=eval_run.version,
+        purpose=Run.Purpose.EVAL,
+        write_sandbox=eval_run.eval_set.sandbox_servers or [],
+    )
+    # Compare-and-swap: a case is submitted once, whoever else refreshes the eval run at the same time.
+    claimed = EvalCaseResult.objects.filter(pk=result.pk, run__isnull=True).update(run=run)
+    if claimed != 1:
+        transaction.set_rollback(True)
+
+
+def eval_run_submit(*, eval_run: EvalRun, window: int | None = None) -> int:
+    """Submit pending cases so that at most ``window`` of them are in flight (all pending ones when None).
+    Returns how many were submitted."""
+    in_flight = EvalCaseResult.objects.filter(eval_run=eval_run, run__isnull=False, scored=False).count()
+    pending = EvalCaseResult.objects.filter(eval_run=eval_run, run__isnull=True).select_related("case")
+    room = None if window is None else max(0, window - in_flight)
+    submitted = 0
+    for result in pending.order_by("case__order", "case__id")[:room] if room is not None else pending:
+        with transaction.atomic():
+            _submit_case(eval_run, result)
+        submitted += 1
+    return submitted
+
+
+def run_tool_calls_for_scoring(run_id: Any) -> list[ToolCall]:
+    """The calls a run made, in order, from its audit record: one per call (its first attempt, or the refusal or
+    memo hit that stood for it), retries left out."""
+    events = AuditEvent.objects.filter(run_id=run_id, action="tool.call", attempt__lte=1).order_by("id")
+    return [ToolCall(name=e.tool, args=e.args or {}, ok=e.ok, reason=e.reason) for e in events]
+
+
+def _case_spec(case: EvalCase) -> CaseSpec:
+    return CaseSpec(
+        expected_tools=case.expected_tools,
+        ordered=case.ordered,
+        forbidden_tools=case.forbidden_tools,
+        answer_checks=case.answer_checks,
+        alternatives=case.alternatives,
+    )
+
+
+def _score(result: EvalCaseResult, run: Run, *, timed_out: bool = False) -> None:
+    calls = run_tool_calls_for_scoring(run.pk)
+    score = score_case(
+        _case_spec(result.case), calls=calls, answer=run.answer, run_succeeded=run.status == Run.Status.SUCCEEDED
+    )
+    if timed_out:  # cancelled by the eval's timeout: never a pass, whatever its calls so far
+        score.passed = False
+        score.failed_checks.append("eval:timeout")
+    if run.started_at and run.finished_at:
+        score.latency_ms = round((run.finished_at - run.started_at).total_seconds() * 1000, 2)
+    usage = run.token_usage or {}
+    score.tokens = int(usage.get("total_tokens") or 0)
+    score.model_calls = int(usage.get("model_calls") or 0)
+    score.model_calls_saved = int(usage.get("model_calls_saved") or 0)
+    EvalCaseResult.objects.filter(pk=result.pk, scored=False).update(
+        scored=True,
+        passed=score.passed,
+        scores={**score.as_dict(), **({"timed_out": True} if timed_out else {})},
+        called_tools=[{"name": c.name, "args": c.args, "ok": c.ok, "reason": c.reason} for c in calls],
+        answer=run.answer or run.error_message,
+    )
+
+
+SCORED_STATUSES = (Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED, Run.Status.AWAITING_APPROVAL)
+
+
+TIMED_OUT_ACTOR = "eval:timeout"
+
+
+def _timed_out(run: Run, deadline: Any) -> bool:
+    """Cancel the case's run if it was submitted before ``deadline`` and has not finished (True when it ended
+    that way: cancelled by the timeout, now or by an earlier pass)."""
+    if run.status == Run.Status.CANCELLED:
+        return run.error_message == f"cancelled by {TIMED_OUT_ACTOR}"
+    if deadline is None or run.status in SCORED_STATUSES or run.created_at > deadline:
+        return False
+    try:
+        run_cancel(run=run, actor=TIMED_OUT_ACTOR)
+    except ApplicationError:  # it finished meanwhile (409): scored as it ended
+        run.refresh_from_db()
+        return False
+    run.refresh_from_db()
+    return run.status == Run.Status.CANCELLED
+
+
+def eval_run_refresh(*, eval_run: EvalRun, window: int | None = None, now: Any = None) -> EvalRun:
+    """Score the cases whose runs have finished (a run parked on an approval counts as finished: an eval never
+    waits for a person), submit more cases up to ``window`` (when given), and finish the eval run once every
+    case is scored: its summary and the thresholds it did not meet. Safe to call from several places at once.
+
+    A case whose run is still unfinished ``PLATFORM_EVAL_CASE_TIMEOUT_S`` after it was submitted (0: never) is
+    cancelled and scored as failed (``timed_out``), so that an eval run always ends."""
+    timeout_s = float(settings.PLATFORM_EVAL_CASE_TIMEOUT_S)
+    now = now or timezone.now()
+    deadline = now - timedelta(seconds=timeout_s) if timeout_s > 0 else None
+    open_results = EvalCaseResult.objects.filter(eval_run=eval_run, scored=False, run__isnull=False).select_related(
+        "case", "run"
+    )
+    for result in open_results:
+        run = result.run
+        assert run is not None
+        timed_out = _timed_out(run, deadline)
+        if run.status in SCORED_STATUSES:
+            _score(result, run, timed_out=timed_out)
+    if window is not None:
+        eval_run_submit(eval_run=eval_run, window=window)
+    done = EvalCaseResult.objects.filter(eval_run=eval_run, scored=True).count()
+    EvalRun.objects.filter(pk=eval_run.pk, status=EvalRun.Status.RUNNING).update(done=done)
+    if done >= eval_run.total:
+        scores = list(EvalCaseResult.objects.filter(eval_run=eval_run).values_list("scores", flat=True))
+        summary = summarize(scores)
+        EvalRun.objects.filter(pk=eval_run.pk, status=EvalRun.Status.RUNNING).update(
+            status=EvalRun.Status.FINISHED,
+            summary=summary,
+            failed_thresholds=threshold_failures(summary, eval_run.thresholds),
+            finished_at=timezone.now(),
+        )
+    eval_run.refresh_from_db()
+    return eval_run
+
+
+def eval_runs_refresh_open(*, now: Any = None) -> int:
+    """Refresh every unfinished eval run (what each worker does in the background, every
+    ``PLATFORM_EVAL_REFRESH_S``): its finished cases are scored, its overdue ones timed out, and it finishes when
+    the last case is scored, whether or not anyone looks at it. A case not yet submitted (``run_eval
+    --workers K`` submits a window at a time) is submitted once nothing else of its eval run is in flight, so an
+    eval run whose ``run_eval`` stopped still ends; with the command alive this never exceeds its window.
+    Returns how many eval runs it finished."""
+    finished = 0
+    for eval_run in EvalRun.objects.filter(status=EvalRun.Status.RUNNING).select_related("eval_set", "agent"):
+        if eval_run_refresh(eval_run=eval_run, window=1, now=now).status == EvalRun.Status.FINISHED:
+            finished += 1
+    return finished
+
+
+# ---- comparing two eval runs -------------------------------------------------------------------------------
+
+
+@dataclass
+class CaseComparison:
+    case: EvalCase
+    a: EvalCaseResult | None
+    b: EvalCaseResult | None
+
+    @property
+    def pair(self) -> tuple[EvalCaseResult | None, EvalCaseResult | None]:
+        return self.a, self.b
+
+    @property
+    def changed(self) -> bool:
+        """The outcome changed: passed in one and not the other, or other tools called."""
+        if self.a is None or self.b is None:
+            return True
+        tools_a = [c["name"] for c in self.a.called_tools]
+        tools_b = [c["name"] for c in self.b.called_tools]
+        return self.a.passed != self.b.passed or tools_a != tools_b
+
+
+def eval_run_compare(*, a: EvalRun, b: EvalRun) -> list[CaseComparison]:
+    """The cases of two eval runs side by side (by case key), the ones whose outcome changed first."""
+    results_a = {r.case.key: r for r in a.results.select_related("case")}
+    results_b = {r.case.key: r for r in b.results.select_related("case")}
+    keys = list(dict.fromkeys([*results_a, *results_b]))
+    rows = [
+        CaseComparison(
+            case=(results_a.get(k) or results_b[k]).case,
+            a=results_a.get(k),
+            b=results_b.get(k),
+        )
+        for k in keys
+    ]
+    return sorted(rows, key=lambda row: (not row.changed, row.case.order, row.case.pk))
+
+
+def eval_runs_for(*, eval_set: EvalSet | None = None, agent: Agent | None = None) -> Iterable[EvalRun]:
+    runs = EvalRun.objects.select_related("eval_set", "agent")
+    if eval_set is not None:
+        runs = runs.filter(eval_set=eval_set)
+    if agent is not None:
+        runs = runs.filter(agent=agent)
+    return runs.order_by("-created_at")

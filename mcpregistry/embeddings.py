@@ -1,0 +1,118 @@
+"""Tool vectors for the embedding tool ranker (``agents.tool_selection.EmbeddingRanker``).
+
+The embedding service is named by ``PLATFORM_EMBEDDINGS_URL`` + ``PLATFORM_EMBEDDINGS_MODEL``: an
+OpenAI-compatible ``/embeddings`` endpoint (the ``openai`` client, key from ``PLATFORM_EMBEDDINGS_API_KEY`` in
+the environment, never the database), or ``bedrock`` as the URL for Bedrock embeddings through langchain-aws.
+A tool's vector is computed at discovery and cached in ``ToolEmbedding`` keyed by the digest of the embedded
+text, so it is recomputed only when the description, arguments, tags or example queries change. Failures are
+logged and never fail a discovery or a run: the ranker is then unavailable and selection falls back to BM25.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.conf import settings
+
+from mcpregistry.models import McpTool, ToolEmbedding
+
+logger = logging.getLogger(__name__)
+
+Embedder = Callable[[list[str]], list[list[float]]]
+
+
+def tool_embedding_text(tool: McpTool) -> str:
+    """What is embedded for a tool: its name, description, argument names, tags and example queries."""
+    arguments = " ".join(str(a) for a in ((tool.input_schema or {}).get("properties") or {}))
+    parts = [tool.name.replace("_", " "), tool.description or "", arguments, " ".join(tool.tags or [])]
+    return "\n".join(p for p in [*parts, *(tool.example_queries or [])] if p)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def bedrock_embeddings_client() -> Any:
+    """The ``bedrock-runtime`` client for embeddings, credentials and region from boto3's standard chain."""
+    import boto3
+
+    return boto3.client("bedrock-runtime")
+
+
+def configured_embedder() -> tuple[str, Embedder] | None:
+    """(model name, embed function) from the settings, or None when no embedding service is configured."""
+    url, model = settings.PLATFORM_EMBEDDINGS_URL, settings.PLATFORM_EMBEDDINGS_MODEL
+    if not url or not model:
+        return None
+    if url == "bedrock":
+        from langchain_aws import BedrockEmbeddings
+
+        client = BedrockEmbeddings(model_id=model, client=bedrock_embeddings_client())
+        return f"bedrock:{model}", lambda texts: [list(v) for v in client.embed_documents(texts)]
+    from openai import OpenAI
+
+    client_openai = OpenAI(
+        base_url=url,
+        api_key=os.environ.get("PLATFORM_EMBEDDINGS_API_KEY") or "unused",
+        timeout=settings.PLATFORM_EMBEDDINGS_TIMEOUT_S,
+        max_retries=1,
+    )
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        response = client_openai.embeddings.create(model=model, input=texts)
+        return [list(item.embedding) for item in sorted(response.data, key=lambda d: d.index)]
+
+    return model, embed
+
+
+def tool_embeddings_refresh(tools: Sequence[McpTool], *, embedder: tuple[str, Embedder] | None = None) -> int:
+    """Compute the vectors of ``tools`` whose cached one is missing or stale. Returns how many were computed;
+    0 when no service is configured. Raises the embedding client's error (callers decide whether it matters)."""
+    embedder = embedder or configured_embedder()
+    if embedder is None or not tools:
+        return 0
+    model, embed = embedder
+    cached = {e.tool_id: e for e in ToolEmbedding.objects.filter(tool__in=list(tools), model=model)}
+    stale = []
+    for tool in tools:
+        text = tool_embedding_text(tool)
+        entry = cached.get(tool.pk)
+        if entry is None or entry.text_digest != _digest(text):
+            stale.append((tool, text))
+    if not stale:
+        return 0
+    vectors = embed([text for _tool, text in stale])
+    for (tool, text), vector in zip(stale, vectors, strict=True):
+        ToolEmbedding.objects.update_or_create(
+            tool=tool, model=model, defaults={"text_digest": _digest(text), "vector": vector}
+        )
+    return len(stale)
+
+
+def refresh_after_discovery(tools: Sequence[McpTool]) -> None:
+    """Discovery's hook: refresh the vectors, logging (never raising) a failure of the embedding service."""
+    try:
+        tool_embeddings_refresh(tools)
+    except Exception as exc:  # noqa: BLE001 - an embedding outage must not fail a discovery
+        logger.warning("tool embeddings not refreshed: %s", type(exc).__name__)
+
+
+def embedding_ranker_inputs(index: dict[str, McpTool]) -> tuple[dict[str, list[float]], Callable[[str], Any]] | None:
+    """The tools' cached vectors (refreshing stale ones) by the name the model sees, and the query embedder; None
+    when no service is configured or it fails."""
+    embedder = configured_embedder()
+    if embedder is None:
+        return None
+    model, embed = embedder
+    try:
+        tool_embeddings_refresh(list(index.values()), embedder=embedder)
+    except Exception as exc:  # noqa: BLE001 - the run falls back to the lexical ranker
+        logger.warning("tool embeddings unavailable: %s", type(exc).__name__)
+        return None
+    by_pk = {e.tool_id: e.vector for e in ToolEmbedding.objects.filter(tool__in=list(index.values()), model=model)}
+    vectors = {name: by_pk[tool.pk] for name, tool in index.items() if tool.pk in by_pk}
+    return vectors, lambda text: embed([text])[0]

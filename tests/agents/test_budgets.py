@@ -1,0 +1,283 @@
+"""Tokens, prices and budgets: a run's cost from the price table, budgets per key and per agent refused with
+``429 budget_exceeded``, the reservation that holds under 50 concurrent submissions, and ``GET /api/v1/usage``."""
+
+from __future__ import annotations
+
+import threading
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from agents.budgets import budget_create, model_price_create, period_bounds
+from agents.execution import run_execute
+from agents.models import Agent, Budget, BudgetReservation, BudgetUsage, Run
+from agents.services import api_key_create
+from audit.models import AuditEvent
+from tests.conftest import make_agent
+
+# The scripted model counts a quarter token per character: this conversation costs a fixed amount per run.
+ANSWER = "예산 안에서 답합니다."
+
+
+def scripted_agent(slug: str = "budgeted", *, turns: int = 1) -> Agent:
+    script = [{"tool_calls": [{"name": "no_such_tool", "args": {}}]} for _ in range(turns - 1)]
+    script.append({"content": ANSWER})
+    agent = make_agent(slug=slug, servers=[], provider="scripted", script=script, with_demo_rules=False)
+    agent.model_id = "house-model"
+    agent.save()
+    return agent
+
+
+def price_house_model() -> None:
+    model_price_create(
+        actor="test-admin",
+        via="tests",
+        data={
+            "provider": "scripted",
+            "model_id": "house-model",
+            "input_per_mtok": Decimal("3.00"),
+            "output_per_mtok": Decimal("15.00"),
+        },
+    )
+
+
+def submit(client: APIClient, agent: str = "budgeted") -> object:
+    return client.post("/api/v1/runs", {"agent": agent, "query": "질문"}, format="json")
+
+
+def finish(run_id: str) -> Run:
+    run_execute(run_id=run_id)
+    return Run.objects.get(pk=run_id)
+
+
+@pytest.mark.django_db
+def test_a_run_costs_its_tokens_at_its_models_price(api_client) -> None:
+    price_house_model()
+    agent = scripted_agent()
+    run = finish(submit(api_client).json()["id"])
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    usage = run.token_usage
+    assert run.tokens == usage["input_tokens"] + usage["output_tokens"] > 0
+    assert run.cost_micros == usage["input_tokens"] * 3 + usage["output_tokens"] * 15
+    assert agent.model_provider == "scripted"
+
+
+@pytest.mark.django_db
+def test_price_and_budget_changes_are_audited() -> None:
+    price_house_model()
+    agent = scripted_agent()
+    budget_create(actor="test-admin", via="tests", data={"agent": agent, "period": "day", "max_tokens": 1000})
+    actions = set(AuditEvent.objects.values_list("action", flat=True))
+    assert {"config.model_price.create", "config.budget.create"} <= actions
+
+
+@pytest.mark.django_db
+def test_a_spent_key_budget_refuses_the_run_with_429_and_retry_after_the_day(api_client, api_caller) -> None:
+    scripted_agent()
+    budget_create(
+        actor="test-admin",
+        via="tests",
+        data={"api_key": api_caller.key, "period": "day", "max_tokens": 250, "run_reservation_tokens": 100},
+    )
+    first, second = submit(api_client), submit(api_client)
+    assert (first.status_code, second.status_code) == (202, 202)
+    refused = submit(api_client)
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "budget_exceeded"
+    assert 0 < int(refused["Retry-After"]) <= 86400
+    assert Run.objects.count() == 2  # the refused run was rolled back with its reservation
+    # The two runs settle with what they really used (less than reserved): room for another run again.
+    for body in (first.json(), second.json()):
+        finish(body["id"])
+    usage = BudgetUsage.objects.get()
+    assert usage.reserved_tokens == 0
+    assert usage.used_tokens == sum(Run.objects.values_list("tokens", flat=True)) < 200
+    assert submit(api_client).status_code == 202
+
+
+@pytest.mark.django_db
+def test_an_agent_budget_on_cost_refuses_every_key(api_client, other_caller) -> None:
+    price_house_model()
+    agent = scripted_agent()
+    # 100 tokens at the dearest price ($15/1M) reserve 1500 µUSD; the limit holds one such run.
+    budget_create(
+        actor="test-admin",
+        via="tests",
+        data={"agent": agent, "period": "month", "max_cost": Decimal("0.002"), "run_reservation_tokens": 100},
+    )
+    assert submit(api_client).status_code == 202
+    other = APIClient()
+    other.credentials(HTTP_AUTHORIZATION=f"Bearer {other_caller.raw_key}")
+    refused = submit(other)
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "budget_exceeded"
+    _start, end = period_bounds("month", timezone.now())
+    assert refused.json()["error"]["fields"]["resets_at"] == end.isoformat()
+
+
+@pytest.mark.django_db
+def test_a_run_that_reaches_its_reservation_stops_with_budget_run_ceiling(api_client, api_caller) -> None:
+    agent = scripted_agent(turns=5)
+    budget_create(
+        actor="test-admin",
+        via="tests",
+        data={"api_key": api_caller.key, "period": "day", "max_tokens": 10_000, "run_reservation_tokens": 60},
+    )
+    run = finish(submit(api_client).json()["id"])
+    assert (run.status, run.error_code) == (Run.Status.FAILED, "budget:run_ceiling")
+    assert 60 <= run.tokens < 60 + 40  # stopped at the model call that crossed the reservation
+    assert run.token_usage["model_calls"] < 5
+    assert BudgetUsage.objects.get().used_tokens == run.tokens
+    assert agent.slug == "budgeted"
+
+
+@pytest.mark.django_db
+def test_cancelling_a_queued_run_releases_its_reservation(api_client, api_caller) -> None:
+    scripted_agent()
+    budget_create(
+        actor="test-admin",
+        via="tests",
+        data={"api_key": api_caller.key, "period": "day", "max_tokens": 150, "run_reservation_tokens": 100},
+    )
+    run_id = submit(api_client).json()["id"]
+    assert submit(api_client).status_code == 429
+    assert api_client.post(f"/api/v1/runs/{run_id}/cancel").status_code == 200
+    assert BudgetReservation.objects.get(run_id=run_id).settled_at is not None
+    assert submit(api_client).status_code == 202
+
+
+@pytest.mark.django_db
+def test_usage_shows_the_keys_tokens_cost_and_budgets(api_client, api_caller) -> None:
+    price_house_model()
+    scripted_agent()
+    budget_create(
+        actor="test-admin",
+        via="tests",
+        data={"api_key": api_caller.key, "period": "day", "max_tokens": 10_000, "run_reservation_tokens": 500},
+    )
+    runs = [finish(submit(api_client).json()["id"]) for _ in range(2)]
+    queued = submit(api_client)
+    assert queued.status_code == 202
+    body = api_client.get("/api/v1/usage").json()
+    tokens = sum(r.tokens for r in runs)
+    cost = sum(r.cost_micros for r in runs) / 1_000_000
+    assert body["today"] == {"runs": 3, "tokens": tokens, "cost_usd": pytest.approx(cost)}
+    assert body["by_agent"] == [{"agent": "budgeted", "runs": 3, "tokens": tokens, "cost_usd": pytest.approx(cost)}]
+    assert len(body["by_day"]) == 30 and body["by_day"][-1]["tokens"] == tokens
+    [budget] = body["budgets"]
+    assert (budget["scope"], budget["used_tokens"], budget["reserved_tokens"]) == ("api_key", tokens, 500)
+
+
+@pytest.mark.django_db
+def test_usage_needs_a_key() -> None:
+    response = APIClient().get("/api/v1/usage")
+    assert response.status_code == 401
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_budget_holds_under_50_concurrent_submissions_on_one_key(settings) -> None:
+    """50 requests at once on one key whose budget holds 7 reservations: exactly 7 are admitted, the rest get a
+    429, and after the admitted runs settle the budget is not overspent."""
+    settings.PLATFORM_API_RATE = "1000/min"
+    key, raw = api_key_create(name="busy", actor="test", via="tests")
+    scripted_agent()
+    budget = budget_create(
+        actor="test-admin",
+        via="tests",
+        data={"api_key": key, "period": "day", "max_tokens": 7_000, "run_reservation_tokens": 1000},
+    )
+    start = threading.Barrier(50)
+    statuses: list[int] = []
+    ids: list[str] = []
+    lock = threading.Lock()
+
+    def one() -> None:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+        try:
+            start.wait(timeout=60)
+            response = submit(client)
+            with lock:
+                statuses.append(response.status_code)
+                if response.status_code == 202:
+                    ids.append(response.json()["id"])
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=one) for _ in range(50)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert sorted(set(statuses)) == [202, 429], statuses
+    assert statuses.count(202) == 7 and statuses.count(429) == 43
+    usage = BudgetUsage.objects.get(budget=budget)
+    assert usage.reserved_tokens == 7000
+    for run_id in ids:
+        finish(run_id)
+    usage.refresh_from_db()
+    assert usage.reserved_tokens == 0
+    assert usage.used_tokens == sum(Run.objects.filter(api_key=key).values_list("tokens", flat=True))
+    assert usage.used_tokens <= budget.max_tokens
+    assert Budget.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_a_finished_run_shows_its_cost_to_the_caller(api_client) -> None:
+    price_house_model()
+    scripted_agent()
+    run = finish(submit(api_client).json()["id"])
+    body = api_client.get(f"/api/v1/runs/{run.pk}").json()
+    assert body["cost_usd"] == pytest.approx(run.cost_micros / 1_000_000) and body["cost_usd"] > 0
+    assert body["token_usage"]["input_tokens"] == run.token_usage["input_tokens"]
+
+
+@pytest.mark.django_db
+def test_admins_edit_prices_and_budgets_through_the_audited_services(admin_client, api_caller) -> None:
+    response = admin_client.post(
+        "/admin/agents/modelprice/add/",
+        {
+            "provider": "openai_compatible",
+            "model_id": "gpt-4o-mini",
+            "input_per_mtok": "0.15",
+            "output_per_mtok": "0.6",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    response = admin_client.post(
+        "/admin/agents/budget/add/",
+        {
+            "api_key": api_caller.key.pk,
+            "period": "month",
+            "max_cost": "25",
+            "run_reservation_tokens": "20000",
+            "enabled": "on",
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    events = AuditEvent.objects.filter(action__in=["config.model_price.create", "config.budget.create"])
+    assert {e.actor for e in events} == {"admin"} and events.count() == 2
+    assert "0 tokens" in admin_client.get("/admin/agents/budget/").content.decode()
+
+
+@pytest.mark.django_db
+def test_a_budget_for_both_a_key_and_an_agent_or_without_a_limit_is_refused(admin_client, api_caller) -> None:
+    agent = scripted_agent()
+    both = admin_client.post(
+        "/admin/agents/budget/add/",
+        {
+            "api_key": api_caller.key.pk,
+            "agent": agent.pk,
+            "period": "day",
+            "max_tokens": "10",
+            "run_reservation_tokens": "5",
+        },
+    )
+    assert "A budget belongs to one API key or one agent." in both.content.decode()
+    no_limit = admin_client.post(
+        "/admin/agents/budget/add/", {"agent": agent.pk, "period": "day", "run_reservation_tokens": "5"}
+    )
+    assert "Give a token limit, a cost limit, or both." in no_limit.content.decode()
+    assert not Budget.objects.exists()

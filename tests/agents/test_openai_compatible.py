@@ -1,0 +1,245 @@
+"""The ``openai_compatible`` provider end to end: langchain-openai's ChatOpenAI over real HTTP against a local
+OpenAI-compatible server that returns scripted tool calls (plain JSON and streaming SSE), every tool call through
+the gate against the demo MCP server."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from agents.execution import run_execute
+from agents.models import Agent, Run
+from audit.models import AuditEvent
+from tests.conftest import make_agent
+from tests.openai_server import ScriptedOpenAIServer
+
+pytestmark = pytest.mark.django_db
+
+MODEL_KEY = "sk-local-model-key-7f3a9c"
+TWO_TOOL_CALLS = [
+    {"tool_calls": [{"name": "search_employee", "args": {"name": "박도윤"}}]},
+    {"tool_calls": [{"name": "list_projects", "args": {"team": "물류플랫폼팀"}}]},
+    {"content": "박도윤 님은 물류플랫폼팀이며 프로젝트는 {last_tool_result}"},
+]
+
+
+def openai_agent(server, demo_server, *, slug: str = "local-llm", **params) -> Agent:
+    agent = make_agent(slug=slug, servers=[demo_server], provider="openai_compatible", with_demo_rules=False)
+    agent.model_id = "qwen2.5-7b-instruct"
+    agent.model_params = {"base_url": server.base_url, "temperature": 0.1, "max_tokens": 512, **params}
+    agent.model_secrets = {"api_key": MODEL_KEY}
+    agent.full_clean()
+    agent.save()
+    return agent
+
+
+def submit(agent: Agent, query: str) -> Run:
+    run = Run.objects.create(agent=agent, query=query)
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    return run
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_an_openai_compatible_agent_completes_a_react_run_with_two_tool_calls_through_the_gate(
+    demo_server, stream: bool
+) -> None:
+    with ScriptedOpenAIServer(TWO_TOOL_CALLS).running() as server:
+        agent = openai_agent(server, demo_server, stream=stream)
+        run = submit(agent, "박도윤 님 팀과 프로젝트?")
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    assert run.answer.startswith("박도윤 님은 물류플랫폼팀이며 프로젝트는")
+    assert "차세대 물류 플랫폼 구축" in run.answer
+    events = list(AuditEvent.objects.filter(run_id=run.id, action="tool.call").order_by("id"))
+    assert [(e.source, e.tool, e.ok) for e in events] == [
+        ("agent", "search_employee", True),
+        ("agent", "list_projects", True),
+    ]
+    assert events[0].args == {"name": "박도윤"}
+    assert [s["type"] for s in run.messages if s["type"] in {"human", "ai", "tool"}] == [
+        "human",
+        "ai",
+        "tool",
+        "ai",
+        "tool",
+        "ai",
+    ]
+    # What went over the wire: the model, its parameters, the tools, the key as a bearer, and the tool results.
+    assert len(server.requests) == 3
+    first = server.requests[0]
+    assert first["headers"]["authorization"] == f"Bearer {MODEL_KEY}"
+    assert first["body"]["model"] == "qwen2.5-7b-instruct"
+    assert first["body"]["temperature"] == 0.1
+    assert bool(first["body"].get("stream")) is stream
+    assert {t["function"]["name"] for t in first["body"]["tools"]} >= {"search_employee", "list_projects"}
+    tool_turn = [m for m in server.requests[1]["body"]["messages"] if m["role"] == "tool"]
+    assert "물류플랫폼팀" in tool_turn[0]["content"]
+    # Tokens of all three calls, with the prompt-cache reads the server reported.
+    assert run.token_usage["model_calls"] == 3
+    assert run.token_usage["input_tokens"] == 300
+    assert run.token_usage["output_tokens"] == 30
+    assert run.token_usage["cache_read_tokens"] == 120
+
+
+def test_the_model_key_is_encrypted_at_rest_and_never_in_the_trace_or_the_audit(demo_server) -> None:
+    from django.db import connection
+
+    turns = [{"content": f"echo {MODEL_KEY}"}]
+    with ScriptedOpenAIServer(turns).running() as server:
+        agent = openai_agent(server, demo_server)
+        run = submit(agent, "hello")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT model_secrets FROM agents_agent WHERE id = %s", [agent.pk])
+        (stored,) = cursor.fetchone()
+    assert stored.startswith("fernet:") and MODEL_KEY not in stored
+    assert MODEL_KEY not in run.answer and MODEL_KEY not in str(run.messages)
+    change = AuditEvent.objects.filter(action__startswith="config.agent").order_by("-id").first()
+    assert change is None or MODEL_KEY not in str(change.args)
+
+
+def test_the_key_may_come_from_the_workers_environment(demo_server, monkeypatch, settings) -> None:
+    monkeypatch.setenv("LOCAL_LLM_KEY", "sk-from-env-51b2")
+    settings.PLATFORM_MCP_ENV_PASSTHROUGH = ["LOCAL_LLM_KEY"]
+    with ScriptedOpenAIServer([{"content": "ok"}]).running() as server:
+        agent = openai_agent(server, demo_server)
+        agent.model_secrets = {"api_key": {"from_env": "LOCAL_LLM_KEY"}}
+        agent.full_clean()
+        agent.save()
+        run = submit(agent, "hi")
+    assert run.status == Run.Status.SUCCEEDED
+    assert server.requests[0]["headers"]["authorization"] == "Bearer sk-from-env-51b2"
+
+
+def test_a_key_in_the_model_parameters_or_an_unlisted_variable_is_refused(demo_server) -> None:
+    agent = Agent(slug="x", name="x", model_provider="openai_compatible", model_id="m")
+    agent.model_params = {"base_url": "http://127.0.0.1:9/v1", "api_key": "sk-plain"}
+    with pytest.raises(ValidationError) as refused:
+        agent.full_clean()
+    assert "model_params" in refused.value.message_dict
+    agent.model_params = {"base_url": "http://127.0.0.1:9/v1"}
+    agent.model_secrets = {"api_key": {"from_env": "DATABASE_URL"}}
+    with pytest.raises(ValidationError) as refused:
+        agent.full_clean()
+    assert "model_secrets" in refused.value.message_dict
+
+
+def test_a_base_url_on_a_metadata_address_is_refused() -> None:
+    agent = Agent(slug="meta", name="meta", model_provider="openai_compatible", model_id="m")
+    agent.model_params = {"base_url": "http://169.254.169.254/v1"}
+    with pytest.raises(ValidationError) as refused:
+        agent.full_clean()
+    assert "model_params" in refused.value.message_dict
+
+
+def test_a_throttled_call_is_retried_and_the_run_still_succeeds(demo_server) -> None:
+    turns = [{"status": 429, "error": "slow down"}, {"content": "done after a retry"}]
+    with ScriptedOpenAIServer(turns).running() as server:
+        agent = openai_agent(server, demo_server, retry={"max_attempts": 3, "backoff_s": 0})
+        run = submit(agent, "hi")
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    assert run.answer == "done after a retry"
+    assert len(server.requests) == 2
+
+
+def test_throttling_past_the_retries_fails_the_run_with_model_throttled(demo_server) -> None:
+    turns = [{"status": 429, "error": "slow down"}] * 3
+    with ScriptedOpenAIServer(turns).running() as server:
+        agent = openai_agent(server, demo_server, retry={"max_attempts": 2, "backoff_s": 0})
+        run = submit(agent, "hi")
+    assert run.status == Run.Status.FAILED
+    assert run.error_code == "model:throttled"
+    assert "after 2 attempts" in run.error_message
+    assert len(server.requests) == 2
+    assert {"type": "model_error", "reason": "model:throttled", "attempts": 2} in run.messages
+
+
+def test_a_request_the_server_refuses_as_invalid_is_not_retried(demo_server) -> None:
+    turns = [{"status": 400, "error": "context length exceeded"}, {"content": "never"}]
+    with ScriptedOpenAIServer(turns).running() as server:
+        agent = openai_agent(server, demo_server, retry={"backoff_s": 0})
+        run = submit(agent, "hi")
+    assert (run.status, run.error_code) == (Run.Status.FAILED, "model:validation")
+    assert len(server.requests) == 1
+
+
+def test_a_server_that_is_not_there_fails_the_run_with_model_connection(demo_server) -> None:
+    from tests.postgres import free_port
+
+    agent = make_agent(slug="nowhere", servers=[demo_server], provider="openai_compatible", with_demo_rules=False)
+    agent.model_id = "m"
+    agent.model_params = {"base_url": f"http://127.0.0.1:{free_port()}/v1", "retry": {"backoff_s": 0}}
+    agent.save()
+    run = submit(agent, "hi")
+    assert (run.status, run.error_code) == (Run.Status.FAILED, "model:connection")
+
+
+def test_a_server_too_slow_for_the_timeout_fails_the_run_with_model_timeout(demo_server) -> None:
+    turns = [{"delay_s": 3, "content": "late"}]
+    with ScriptedOpenAIServer(turns).running() as server:
+        agent = openai_agent(server, demo_server, timeout_s=0.5, retry={"max_attempts": 1})
+        run = submit(agent, "hi")
+    assert (run.status, run.error_code) == (Run.Status.FAILED, "model:timeout")
+
+
+def test_a_forced_tool_choice_is_sent_to_the_server(demo_server) -> None:
+    turns = [{"tool_calls": [{"name": "search_employee", "args": {"name": "박도윤"}}]}, {"content": "ok"}]
+    with ScriptedOpenAIServer(turns).running() as server:
+        agent = openai_agent(server, demo_server, tool_choice="search_employee")
+        submit(agent, "hi")
+    assert server.requests[0]["body"]["tool_choice"] == {"type": "function", "function": {"name": "search_employee"}}
+
+
+def test_the_agents_forced_first_tool_is_sent_on_the_first_turn_only_and_the_call_goes_through_the_gate(
+    demo_server,
+) -> None:
+    from agents.services import agent_update
+
+    turns = [
+        {"tool_calls": [{"name": "search_employee", "args": {"name": "박도윤"}}]},
+        {"content": "박도윤 님은 {last_tool_result}"},
+    ]
+    with ScriptedOpenAIServer(turns).running() as server:
+        agent = openai_agent(server, demo_server, slug="forced-llm")
+        agent_update(
+            agent=agent, actor="admin", via="tests", data={"tool_selection": {"force_first_tool": "search_employee"}}
+        )
+        run = submit(Agent.objects.get(pk=agent.pk), "박도윤 님 팀?")
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    first, second = server.requests
+    assert first["body"]["tool_choice"] == {"type": "function", "function": {"name": "search_employee"}}
+    assert second["body"].get("tool_choice") in (None, "auto")
+    event = AuditEvent.objects.get(run_id=run.id, action="tool.call")
+    assert (event.source, event.tool, event.ok, event.args) == ("agent", "search_employee", True, {"name": "박도윤"})
+    # "any": some tool must be called first.
+    with ScriptedOpenAIServer(turns).running() as server:
+        agent_update(
+            agent=agent,
+            actor="admin",
+            via="tests",
+            data={
+                "tool_selection": {"force_first_tool": "any"},
+                "model_params": {**agent.model_params, "base_url": server.base_url},
+            },
+        )
+        submit(Agent.objects.get(pk=agent.pk), "박도윤 님 팀?")
+    assert server.requests[0]["body"]["tool_choice"] == "required"
+
+
+def test_a_conversation_gives_the_model_its_earlier_turns_and_only_its_own(demo_server) -> None:
+    turns = [{"content": "첫 답입니다."}, {"content": "둘째 답입니다."}, {"content": "다른 대화의 답."}]
+    with ScriptedOpenAIServer(turns).running() as server:
+        agent = openai_agent(server, demo_server, slug="chatty-llm")
+
+        def ask(query: str, context_id: str) -> Run:
+            run = Run.objects.create(agent=agent, query=query, context={"contextId": context_id})
+            run_execute(run_id=str(run.id))
+            run.refresh_from_db()
+            return run
+
+        assert ask("김하늘 님은 누구인가요?", "conv-1").status == Run.Status.SUCCEEDED
+        assert ask("그분의 팀은요?", "conv-1").status == Run.Status.SUCCEEDED
+        assert ask("새 질문", "conv-2").status == Run.Status.SUCCEEDED
+    first, second, other = ([(m["role"], m["content"]) for m in r["body"]["messages"][1:]] for r in server.requests)
+    assert first == [("user", "김하늘 님은 누구인가요?")]
+    assert second == [("user", "김하늘 님은 누구인가요?"), ("assistant", "첫 답입니다."), ("user", "그분의 팀은요?")]
+    assert other == [("user", "새 질문")]

@@ -1,0 +1,177 @@
+"""Several tool calls in one model turn (seed 002 §1): independent read calls run concurrently through the
+gate, bounded per run and per server, answered in the order asked; memo, breaker and audit behave as they do
+for calls made one by one. Local tools are real Python functions bound as a server; only the model is scripted.
+
+The calls run on their own database connections, as in production: these tests commit their data
+(``transaction=True``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.execution import run_execute
+from agents.models import Run
+from audit.models import AuditEvent
+from mcpregistry.models import McpServer, ToolContract
+from tests import local_tool_fixtures as fixtures
+from tests import parallel_tool_fixtures as parallel_fixtures
+from tests.conftest import discover_as_admin, make_agent
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MODULE = "tests.local_tool_fixtures"
+PARALLEL_MODULE = "tests.parallel_tool_fixtures"
+
+
+@pytest.fixture(autouse=True)
+def allowed_modules(settings):
+    settings.PLATFORM_LOCAL_TOOL_MODULES = ["mcpregistry.builtin_tools", MODULE, PARALLEL_MODULE]
+    settings.PLATFORM_PARALLEL_TOOL_CALLS = 4
+    settings.PLATFORM_PARALLEL_TOOL_CALLS_PER_SERVER = 2
+    fixtures.EXECUTED.clear()
+    parallel_fixtures.RENDEZVOUS.reset()
+
+
+def bind_local(mcp_id: str = "local-test", **fields) -> McpServer:
+    server = McpServer(
+        mcp_id=mcp_id,
+        name=mcp_id,
+        transport=McpServer.Transport.LOCAL,
+        args=[MODULE, PARALLEL_MODULE],
+        timeout_s=10,
+        **fields,
+    )
+    server.full_clean()
+    server.save()
+    report = discover_as_admin(server=server)
+    assert report.ok, report.error
+    ToolContract.objects.filter(tool__server=server).exclude(tool__name="send_notice").update(risk="read")
+    return server
+
+
+def run_turn(server: McpServer, calls: list[dict], then: list[dict] | None = None) -> Run:
+    agent = make_agent(
+        slug="parallel",
+        servers=[server],
+        provider="scripted",
+        with_demo_rules=False,
+        script=[{"tool_calls": calls}, *(then or []), {"content": "done"}],
+    )
+    run = Run.objects.create(agent=agent, query="q")
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    return run
+
+
+def tool_messages(run: Run) -> list[dict]:
+    return [m for m in run.conversation if m["type"] == "tool"]
+
+
+def batches(run: Run) -> list[dict]:
+    return [m for m in run.messages if m.get("type") == "parallel_calls"]
+
+
+def test_two_read_calls_of_one_turn_overlap_and_come_back_in_the_order_asked() -> None:
+    server = bind_local()
+    run = run_turn(
+        server,
+        [
+            {"id": "c-1", "name": "rendezvous", "args": {"label": "first"}},
+            {"id": "c-2", "name": "rendezvous", "args": {"label": "second"}},
+        ],
+    )
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    # Each call waited at the barrier for the other: they were in flight together.
+    answers = [(m["data"]["tool_call_id"], m["data"]["content"]) for m in tool_messages(run)]
+    assert answers == [("c-1", "met first"), ("c-2", "met second")]
+    (batch,) = batches(run)
+    assert batch["max_overlap"] == 2
+    assert [c["call_id"] for c in batch["calls"]] == ["c-1", "c-2"]
+    events = AuditEvent.objects.filter(run_id=run.id, action="tool.call").order_by("id")
+    assert sorted(events.values_list("call_id", "ok", "attempt")) == [("c-1", True, 1), ("c-2", True, 1)]
+
+
+def test_with_parallel_calls_off_the_same_turn_runs_one_by_one(settings) -> None:
+    settings.PLATFORM_PARALLEL_TOOL_CALLS = 1
+    server = bind_local()
+    run = run_turn(
+        server,
+        [
+            {"id": "c-1", "name": "rendezvous", "args": {"label": "first"}},
+            {"id": "c-2", "name": "rendezvous", "args": {"label": "second"}},
+        ],
+    )
+    assert batches(run) == []
+    # Alone at the barrier, each call times out there: proof the barrier test above can fail.
+    assert [m["data"]["status"] for m in tool_messages(run)] == ["error", "error"]
+
+
+def test_the_per_server_bound_holds_calls_to_one_server_to_that_many_at_once(settings) -> None:
+    settings.PLATFORM_PARALLEL_TOOL_CALLS_PER_SERVER = 1
+    server = bind_local()
+    run = run_turn(
+        server,
+        [
+            {"id": "s-1", "name": "sleepy", "args": {"seconds": 0.2}},
+            {"id": "s-2", "name": "sleepy", "args": {"seconds": 0.3}},
+        ],
+    )
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    (batch,) = batches(run)
+    assert batch["max_overlap"] == 1
+
+
+def test_a_repeated_call_in_the_same_turn_is_answered_by_the_memo_not_run_twice() -> None:
+    server = bind_local()
+    run = run_turn(
+        server,
+        [
+            {"id": "m-1", "name": "lookup_stock", "args": {"sku": "X-1"}},
+            {"id": "m-2", "name": "lookup_stock", "args": {"sku": "X-2"}},
+            {"id": "m-3", "name": "lookup_stock", "args": {"sku": "X-1"}},
+        ],
+    )
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    assert sorted(a["sku"] for a in fixtures.EXECUTED["lookup_stock"]) == ["X-1", "X-2"]
+    memo = AuditEvent.objects.get(run_id=run.id, call_id="m-3")
+    assert (memo.reason, memo.ok) == ("memo:hit", True)
+    assert [m["data"]["tool_call_id"] for m in tool_messages(run)] == ["m-1", "m-2", "m-3"]
+    assert [c["call_id"] for c in batches(run)[0]["calls"]] == ["m-1", "m-2"]
+
+
+def test_concurrent_failures_open_the_breaker_as_sequential_ones_do() -> None:
+    server = bind_local(breaker_threshold=2, breaker_cooldown_s=600)
+    ToolContract.objects.filter(tool__server=server, tool__name="sleepy").update(
+        timeout_s=0.3, retry={"max_attempts": 1}
+    )
+    run = run_turn(
+        server,
+        [
+            {"id": "t-1", "name": "sleepy", "args": {"seconds": 1.0}},
+            {"id": "t-2", "name": "sleepy", "args": {"seconds": 1.1}},
+        ],
+        then=[{"tool_calls": [{"id": "t-3", "name": "sleepy", "args": {"seconds": 0.01}}]}],
+    )
+    assert batches(run)[0]["max_overlap"] == 2
+    server.refresh_from_db()
+    assert (server.breaker_state, server.breaker_failures) == (McpServer.BreakerState.OPEN, 2)
+    reasons = dict(AuditEvent.objects.filter(run_id=run.id, action="tool.call").values_list("call_id", "reason"))
+    assert reasons == {"t-1": "timeout", "t-2": "timeout", "t-3": "circuit:open"}
+
+
+def test_a_write_call_stays_sequential_and_parks_the_run_after_the_reads_before_it() -> None:
+    server = bind_local()
+    run = run_turn(
+        server,
+        [
+            {"id": "r-1", "name": "lookup_stock", "args": {"sku": "A"}},
+            {"id": "r-2", "name": "lookup_stock", "args": {"sku": "B"}},
+            {"id": "w-1", "name": "send_notice", "args": {"team": "ops", "text": "hi"}},
+            {"id": "r-3", "name": "lookup_stock", "args": {"sku": "C"}},
+        ],
+    )
+    assert run.status == Run.Status.AWAITING_APPROVAL
+    assert [c["call_id"] for c in batches(run)[0]["calls"]] == ["r-1", "r-2"]
+    assert fixtures.EXECUTED["send_notice"] == []
+    assert sorted(a["sku"] for a in fixtures.EXECUTED["lookup_stock"]) == ["A", "B"]

@@ -1,0 +1,44 @@
+"""What a run costs the database: the demo question, end to end in the worker (claim, rules, one tool call
+through the gate, audit, events, outcome), within a fixed number of queries. A change that adds a query per
+rule, per event or per tool (an N+1) fails here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agents.execution import run_execute
+from agents.models import Agent, Run
+
+QUESTION = "김하늘 님은 어느 팀 소속인가요?"
+# The demo agent's seven rules are evaluated in turn (one matches: one tool call); its answer comes from the
+# offline model. 38 measured, of which 22 statements and 16 savepoints (this test runs in a transaction; a worker
+# commits instead): the claim (2), the run (1), the configuration's generation (1: its servers, tools, contracts
+# and rules are this process's cached copy after the first run), the run's events (6 in 5 inserts, numbered from 0
+# without a read on a first delivery), the outcome (1), the cancellation check (1), its token ceiling and its
+# model's price (2; no reservation: nothing to settle), and the audit: six events in three turns on the chain
+# head (the rule decisions before the call, the call, the decisions after it; three statements each, SQLite
+# chaining inline). A query per rule, per event or per tool more (an N+1) fails here.
+MAX_QUERIES_PER_RUN = 38
+
+
+def _run(agent: Agent) -> Run:
+    run = Run.objects.create(agent=agent, query=QUESTION)
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    return run
+
+
+@pytest.mark.django_db
+def test_a_run_of_the_demo_question_stays_within_its_query_budget(
+    demo_agent: Agent, django_assert_max_num_queries: Any
+) -> None:
+    assert _run(demo_agent).status == Run.Status.SUCCEEDED  # the MCP session is open from here on
+    run = Run.objects.create(agent=demo_agent, query=QUESTION)
+    with django_assert_max_num_queries(MAX_QUERIES_PER_RUN):
+        run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    assert "김하늘" in run.answer
+    assert [r["tool"] for r in run.deterministic_results] == ["search_employee"]

@@ -1,0 +1,204 @@
+"""A run's waiters (``?wait``, the event stream, the admin's live view) are woken by the run's change: a Redis
+message or a PostgreSQL notification sent when the change commits, else a short adaptive poll
+(``agents.run_wakeup``). The waiters here wait with a long interval, so that only a notification can wake them
+in time: a waiter that fell back on its poll would report ``False`` (or run past the test's limit)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import transaction
+from django.test import override_settings
+from django.utils import timezone
+
+from agents.models import Agent, Run
+from agents.run_state import RunEventWriter
+from agents.run_wakeup import RunWatch, WakeHub, wake_hub, wakeup_kind
+from agents.selectors import run_wait
+from tests.e2e.harness import redis_server
+from tests.postgres import REPO, platform_env, postgres_url  # noqa: F401
+
+# Marked slow: out of the fast loop (several seconds of real servers, processes or timeouts per test); the full
+# suite runs it.
+pytestmark = pytest.mark.slow
+
+LONG_S = 60.0  # a waiter's interval: far longer than any test below may take
+
+
+class Waiter(threading.Thread):
+    """Waits once, on a thread of its own, and records whether a notification woke it."""
+
+    def __init__(self, watch: RunWatch, interval_s: float = LONG_S) -> None:
+        super().__init__(daemon=True)
+        self.watch = watch
+        self.interval_s = interval_s
+        self.woke: bool | None = None
+
+    def run(self) -> None:
+        self.woke = self.watch.wait(self.interval_s)
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    with redis_server(tmp_path) as url, override_settings(REDIS_URL=url, PLATFORM_RUN_WAKEUP="auto"):
+        yield url
+        hub = wake_hub()
+        if hub is not None:
+            hub.close()
+
+
+@pytest.fixture
+def run(demo_agent: Agent) -> Run:
+    return Run.objects.create(agent=demo_agent, query="김하늘 님은 어느 팀 소속인가요?")
+
+
+def _finish(run: Run) -> None:
+    """What a worker does at the end of a run: its status event and its status, in one transaction."""
+    with transaction.atomic():
+        RunEventWriter(run_id=run.pk, secrets=[]).emit("status", {"status": "succeeded", "answer": "데이터팀"})
+        Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED, answer="데이터팀", finished_at=timezone.now())
+
+
+def test_without_redis_or_postgresql_waiters_poll_briefly_at_first_then_less_often(settings: Any) -> None:
+    settings.REDIS_URL = ""
+    settings.CELERY_BROKER_URL = "filesystem://"
+    assert wakeup_kind() == "poll"
+    assert wake_hub() is None
+    with RunWatch("any") as watch:
+        assert watch.pause_s(1.0) == pytest.approx(0.005)
+        watch.started -= 3.0  # three seconds into the wait
+        assert watch.pause_s(1.0) == pytest.approx(0.3, abs=0.01)
+        assert watch.pause_s(0.1) == 0.1  # never longer than the caller's interval
+
+
+def test_redis_or_postgresql_is_chosen_where_the_platform_has_it(settings: Any) -> None:
+    settings.REDIS_URL = ""
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
+    assert wakeup_kind() == "redis"
+    settings.PLATFORM_RUN_WAKEUP = "poll"
+    assert wakeup_kind() == "poll"
+
+
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_a_waiter_is_woken_by_the_redis_message_of_its_runs_committed_event(redis_url: str, run: Run) -> None:
+    assert wakeup_kind() == "redis"
+    with RunWatch(run.pk) as watch:
+        assert watch.listening
+        waiter = Waiter(watch)
+        waiter.start()
+        _finish(run)
+        waiter.join(timeout=30)
+    assert waiter.woke is True
+
+
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_no_message_for_a_rolled_back_change_or_another_run(redis_url: str, run: Run, demo_agent: Agent) -> None:
+    other = Run.objects.create(agent=demo_agent, query="other")
+    with RunWatch(run.pk) as watch:
+        assert watch.listening
+        with transaction.atomic():
+            RunEventWriter(run_id=run.pk, secrets=[]).emit("status", {"status": "running"})
+            transaction.set_rollback(True)
+        RunEventWriter(run_id=other.pk, secrets=[]).emit("status", {"status": "running"})
+        assert watch.wait(0.5) is False
+        RunEventWriter(run_id=run.pk, secrets=[]).emit("status", {"status": "running"})  # the probe: this one wakes it
+        assert watch.wait(LONG_S) is True
+
+
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_wait_returns_the_finished_run_when_it_is_told_not_at_its_interval(redis_url: str, run: Run) -> None:
+    threading.Timer(0.3, _finish, args=[run]).start()
+    started = time.monotonic()
+    waited = run_wait(run=run, timeout_s=LONG_S, interval_s=LONG_S)
+    assert waited.status == Run.Status.SUCCEEDED
+    assert time.monotonic() - started < LONG_S / 2
+
+
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_an_async_waiter_the_event_stream_is_woken_too(redis_url: str, run: Run) -> None:
+    async def wait() -> bool:
+        watch = RunWatch(run.pk)
+        await asyncio.to_thread(watch.__enter__)
+        try:
+            waiting = asyncio.ensure_future(watch.wait_async(LONG_S))
+            await asyncio.sleep(0.05)
+            await asyncio.to_thread(_finish, run)
+            return await asyncio.wait_for(waiting, timeout=30)
+        finally:
+            watch.__exit__()
+
+    assert asyncio.run(wait()) is True
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_on_postgresql_a_waiter_is_woken_by_the_notify_sent_at_commit(postgres_url: str) -> None:  # noqa: F811
+    """The platform's own process (on PostgreSQL, without Redis) changes the run in a transaction that stays open
+    for a while after ``run_changed``: the waiter is woken once it commits, not before."""
+    run_id = "4b1c2d3e-0000-4000-8000-000000000001"
+    script = (
+        "import sys, time\n"
+        "from django.db import transaction\n"
+        "from agents.run_wakeup import run_changed, wakeup_kind\n"
+        "assert wakeup_kind() == 'postgres', wakeup_kind()\n"
+        "with transaction.atomic():\n"
+        f"    run_changed(run_id='{run_id}')\n"
+        "    print('sent', flush=True)\n"
+        "    sys.stdin.readline()\n"
+        "print('committed', flush=True)\n"
+    )
+    hub = WakeHub("postgres", postgres_url)
+    try:
+        with RunWatch(run_id, hub=hub) as watch:
+            assert watch.listening
+            waiter = Waiter(watch)
+            waiter.start()
+            env = {**platform_env(database_url=postgres_url), "REDIS_URL": "", "CELERY_BROKER_URL": ""}
+            writer = subprocess.Popen(
+                [sys.executable, "manage.py", "shell", "--no-imports", "-c", script],
+                cwd=REPO,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert writer.stdout is not None and writer.stdin is not None
+            assert writer.stdout.readline().strip() == "sent"
+            waiter.join(timeout=1.0)
+            assert waiter.is_alive()  # the transaction is still open: nothing was delivered yet
+            writer.stdin.write("\n")
+            writer.stdin.flush()
+            assert writer.stdout.readline().strip() == "committed"
+            waiter.join(timeout=30)
+            assert waiter.woke is True
+            writer.wait(timeout=30)
+    finally:
+        hub.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_the_listener_down_a_waiter_still_gets_the_run_by_reading_it_again(settings: Any, run: Run) -> None:
+    from tests.postgres import free_port
+
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    try:
+        with RunWatch(run.pk) as watch:
+            assert not watch.listening
+        threading.Timer(0.3, _finish, args=[run]).start()  # its notification is lost: Redis is not there
+        assert run_wait(run=run, timeout_s=LONG_S, interval_s=0.1).status == Run.Status.SUCCEEDED
+    finally:
+        hub = wake_hub()
+        if hub is not None:
+            hub.close()

@@ -1,0 +1,168 @@
+"""The A2A and MCP endpoints' contract in the fast loop (Django's test client; runs are queued, not executed):
+cards and what a scoped key sees, JSON-RPC errors mapped from ours, a message's parts mapped onto the run, and
+the MCP handshake. ``tests/e2e/test_protocols.py`` drives both with the official clients against a live platform."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from agents.models import Agent, Run
+from agents.services import api_key_create
+from tests.conftest import ApiCaller, make_agent
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def scoped(demo_agent: Agent, demo_server: Any) -> ApiCaller:
+    other = make_agent(slug="other", servers=[demo_server], with_demo_rules=False)
+    return ApiCaller(*api_key_create(actor="test", via="tests", name="scoped", agents=[other]))
+
+
+def client_for(raw_key: str) -> Client:
+    return Client(HTTP_AUTHORIZATION=f"Bearer {raw_key}")
+
+
+def rpc(client: Client, slug: str, method: str, params: dict[str, Any] | None = None, **headers: str) -> Any:
+    body = {"jsonrpc": "2.0", "id": "r1", "method": method, "params": params or {}}
+    response = client.post(f"/a2a/{slug}/", json.dumps(body), content_type="application/json", headers=headers)
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def error_code(answer: dict[str, Any]) -> tuple[int, str]:
+    error = answer["error"]
+    return error["code"], error["data"][0].get("metadata", {}).get("code", "")
+
+
+def test_an_agent_card_names_its_endpoint_streaming_and_bearer_auth(api_caller: ApiCaller, demo_agent: Agent) -> None:
+    card = client_for(api_caller.raw_key).get("/a2a/company-assistant/.well-known/agent-card.json").json()
+    assert card["supportedInterfaces"] == [
+        {"url": "http://testserver/a2a/company-assistant/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+    ]
+    assert card["capabilities"]["streaming"] is True
+    assert card["securitySchemes"]["apiKey"]["httpAuthSecurityScheme"]["scheme"] == "bearer"
+    names = {skill["name"] for skill in card["skills"]}
+    assert "search_employee" in names  # a tool
+    assert any(skill["id"].startswith("rule-") for skill in card["skills"])  # a rule
+
+
+def test_a_scoped_key_sees_only_its_agents(scoped: ApiCaller, api_caller: ApiCaller) -> None:
+    client = client_for(scoped.raw_key)
+    directory = client.get("/.well-known/agent-card.json").json()
+    assert [a["slug"] for a in directory["agents"]] == ["other"]
+    assert client.get("/a2a/company-assistant/.well-known/agent-card.json").status_code == 404
+    response = client.post("/a2a/company-assistant/", "{}", content_type="application/json")
+    assert (response.status_code, response.json()["error"]["code"]) == (404, "agent_not_found")
+    everyone = client_for(api_caller.raw_key).get("/.well-known/agent-card.json").json()
+    assert [a["slug"] for a in everyone["agents"]] == ["company-assistant", "other"]
+
+
+def test_without_a_key_the_cards_and_endpoints_are_refused(demo_agent: Agent) -> None:
+    client = Client()
+    for path in ("/.well-known/agent-card.json", "/a2a/company-assistant/.well-known/agent-card.json"):
+        assert client.get(path).status_code == 401
+    for path in ("/a2a/company-assistant/", "/mcp/"):
+        response = client.post(path, "{}", content_type="application/json")
+        assert response.status_code == 401
+        assert response["WWW-Authenticate"].startswith("Bearer")
+
+
+def test_a_message_maps_its_parts_onto_the_run(api_caller: ApiCaller, demo_agent: Agent) -> None:
+    message = {
+        "messageId": "m-1",
+        "contextId": "conv-9",
+        "role": "ROLE_USER",
+        "parts": [
+            {"text": "주문 상태를 알려주세요"},
+            {"data": {"order": {"id": "O-1001"}}},
+            {"url": "https://example.com/r.pdf", "filename": "r.pdf", "mediaType": "application/pdf"},
+            {"raw": base64.b64encode(b"12345").decode(), "filename": "a.txt"},
+        ],
+    }
+    params = {
+        "message": message,
+        "configuration": {"returnImmediately": True},
+        "metadata": {"context": {"userId": "E-1"}},
+    }
+    answer = rpc(client_for(api_caller.raw_key), "company-assistant", "SendMessage", params)
+    task = answer["result"]["task"]
+    assert (task["contextId"], task["status"]["state"]) == ("conv-9", "TASK_STATE_SUBMITTED")
+    run = Run.objects.get(pk=task["id"])
+    assert run.query == "주문 상태를 알려주세요"
+    assert run.a2a_data == [{"order": {"id": "O-1001"}}]
+    assert run.a2a_files == [
+        {"name": "r.pdf", "mimeType": "application/pdf", "uri": "https://example.com/r.pdf"},
+        {"name": "a.txt", "size": 5},
+    ]
+    assert run.context == {"userId": "E-1", "contextId": "conv-9"}
+    # The same messageId again is the same task.
+    again = rpc(client_for(api_caller.raw_key), "company-assistant", "SendMessage", params)
+    assert again["result"]["task"]["id"] == task["id"]
+    assert Run.objects.count() == 1
+
+
+def test_our_errors_become_a2a_errors(api_caller: ApiCaller, demo_agent: Agent) -> None:
+    client = client_for(api_caller.raw_key)
+    assert error_code(rpc(client, "company-assistant", "GetTask", {"id": "nope"})) == (-32001, "run_not_found")
+    assert rpc(client, "company-assistant", "Frobnicate")["error"]["code"] == -32601
+    bad_part = {"message": {"messageId": "x", "role": "ROLE_USER", "parts": [{"url": "not a uri"}]}}
+    assert error_code(rpc(client, "company-assistant", "SendMessage", bad_part)) == (-32602, "invalid_input")
+    assert error_code(rpc(client, "company-assistant", "SendMessage", {})) == (-32602, "invalid_input")
+    assert rpc(client, "company-assistant", "CreateTaskPushNotificationConfig")["error"]["code"] == -32003
+    old = rpc(client, "company-assistant", "GetTask", {"id": "x"}, **{"A2A-Version": "0.3"})
+    assert old["error"]["code"] == -32009
+    parse = client.post("/a2a/company-assistant/", "{not json", content_type="application/json")
+    assert parse.json()["error"]["code"] == -32700
+
+
+def test_a_finished_task_cannot_be_cancelled_but_a_queued_one_can(api_caller: ApiCaller, demo_agent: Agent) -> None:
+    client = client_for(api_caller.raw_key)
+    message = {"messageId": "m-2", "role": "ROLE_USER", "parts": [{"text": "안녕"}]}
+    task = rpc(
+        client, "company-assistant", "SendMessage", {"message": message, "configuration": {"returnImmediately": True}}
+    )
+    task_id = task["result"]["task"]["id"]
+    cancelled = rpc(client, "company-assistant", "CancelTask", {"id": task_id})["result"]
+    assert cancelled["status"]["state"] == "TASK_STATE_CANCELED"
+    assert error_code(rpc(client, "company-assistant", "CancelTask", {"id": task_id})) == (-32002, "run_finished")
+    assert error_code(rpc(client, "company-assistant", "SubscribeToTask", {"id": task_id}))[0] == -32004
+
+
+def mcp(client: Client, method: str, params: dict[str, Any] | None = None, *, rpc_id: Any = 1) -> Any:
+    body: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params or {}}
+    if rpc_id is not None:
+        body["id"] = rpc_id
+    return client.post(
+        "/mcp/", json.dumps(body), content_type="application/json", headers={"Accept": "application/json"}
+    )
+
+
+def test_mcp_initialize_and_tools_per_key(scoped: ApiCaller, api_caller: ApiCaller) -> None:
+    client = client_for(scoped.raw_key)
+    init = mcp(client, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {}})
+    assert init.json()["result"]["protocolVersion"] == "2025-06-18"
+    assert init.json()["result"]["capabilities"] == {"tools": {"listChanged": False}}
+    assert init["Mcp-Session-Id"]
+    assert mcp(client, "notifications/initialized", rpc_id=None).status_code == 202
+    tools = mcp(client, "tools/list").json()["result"]["tools"]
+    assert [t["name"] for t in tools] == ["ask_other"]
+    assert tools[0]["inputSchema"]["required"] == ["query"]
+    everyone = mcp(client_for(api_caller.raw_key), "tools/list").json()["result"]["tools"]
+    assert [t["name"] for t in everyone] == ["ask_company-assistant", "ask_other"]
+    assert client.get("/mcp/").status_code == 405
+
+
+def test_an_mcp_call_to_a_tool_the_key_may_not_use_or_with_bad_arguments_is_refused(scoped: ApiCaller) -> None:
+    client = client_for(scoped.raw_key)
+    unknown = mcp(client, "tools/call", {"name": "ask_company-assistant", "arguments": {"query": "x"}}).json()
+    assert unknown["error"]["code"] == -32602
+    bad = mcp(client, "tools/call", {"name": "ask_other", "arguments": {"query": "x", "extra": 1}}).json()
+    assert bad["result"]["isError"] is True
+    assert "invalid_input" in bad["result"]["content"][0]["text"]
+    assert Run.objects.count() == 0

@@ -1,0 +1,159 @@
+"""Deferred chaining on PostgreSQL with the chainer thread (``AUDIT_CHAIN_BACKGROUND``, on by default there): an
+append outside a transaction is one statement (its insert and its commit), the process's chainer thread chains it
+just after, a process that exits first waits for its events to be chained, and a reader (the audit API's selector)
+finds events that no chainer has chained yet, because it chains them first. Real processes on a real cluster."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from tests.postgres import manage, postgres_url  # noqa: F401 - postgres_url is a fixture
+
+pytestmark = pytest.mark.postgres
+
+LONE_WRITER = """
+import json
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from audit.models import AuditEvent, AuditPendingEvent
+from audit.services import audit_chain_wait, audit_event_record, chain_background, chain_mode
+with CaptureQueriesContext(connection) as captured:
+    for i in range(5):
+        audit_event_record(source="agent", tool={tag!r}, call_id=f"c{{i}}", args={{"i": i, "이름": "김하늘"}})
+statements = [query["sql"].split()[0] for query in captured.captured_queries]
+waited = audit_chain_wait(timeout=60)
+rows = list(AuditEvent.objects.filter(tool={tag!r}).order_by("seq").values_list("seq", "call_id"))
+pending = AuditPendingEvent.objects.filter(tool={tag!r}).count()
+print(json.dumps({{"mode": chain_mode(), "background": chain_background(), "statements": statements,
+                  "waited": waited, "rows": rows, "pending": pending}}))
+"""
+
+APPEND_AND_EXIT = """
+from audit.services import audit_event_record
+for i in range(3):
+    audit_event_record(source="agent", tool={tag!r}, call_id=f"c{{i}}")
+"""
+
+READ_BACK = """
+import json
+from audit.models import AuditEvent, AuditPendingEvent
+print(json.dumps({{
+    "rows": list(AuditEvent.objects.filter(tool={tag!r}).order_by("seq").values_list("call_id", flat=True)),
+    "pending": AuditPendingEvent.objects.filter(tool={tag!r}).count(),
+}}))
+"""
+
+READER_CATCHES_UP = """
+import json, os
+import psycopg
+from audit.models import AuditEvent, AuditPendingEvent
+from audit.services import _CHAINER_LOCK_KEY, audit_chain_wait, audit_event_record
+from auditor.selectors import AuditEventFilters, audit_event_list
+# Another connection holds the chainer's lock and chains nothing (a chainer stalled or killed mid-way).
+holder = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
+holder.execute("SELECT pg_advisory_lock(%s)", [_CHAINER_LOCK_KEY])
+for i in range(3):
+    audit_event_record(source="agent", tool={tag!r}, call_id=f"c{{i}}")
+audit_chain_wait(timeout=60)  # this process's chainer found the lock taken
+pending_while_held = AuditPendingEvent.objects.filter(tool={tag!r}).count()
+chained_while_held = AuditEvent.objects.filter(tool={tag!r}).count()
+holder.execute("SELECT pg_advisory_unlock(%s)", [_CHAINER_LOCK_KEY])
+holder.close()
+listed = list(audit_event_list(filters=AuditEventFilters(tool={tag!r})).values_list("call_id", flat=True))
+print(json.dumps({{"pending_while_held": pending_while_held, "chained_while_held": chained_while_held,
+                  "listed": listed, "pending_after": AuditPendingEvent.objects.filter(tool={tag!r}).count()}}))
+"""
+
+
+def last_json(done: object) -> dict:
+    assert done.returncode == 0, done.stderr  # type: ignore[attr-defined]
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[attr-defined]
+
+
+def test_a_lone_writer_appends_with_one_statement_and_its_chainer_thread_chains_it_in_order(
+    postgres_url: str,  # noqa: F811 - the fixture
+) -> None:
+    tag = f"lone-{uuid.uuid4().hex[:8]}"
+
+    out = last_json(manage("shell", "-c", LONE_WRITER.format(tag=tag), database_url=postgres_url))
+
+    assert (out["mode"], out["background"]) == ("deferred", True)
+    assert out["statements"] == ["WITH"] * 5  # no BEGIN, no head read, no chaining: the insert is the commit
+    assert out["waited"] is True
+    assert [call_id for _, call_id in out["rows"]] == ["c0", "c1", "c2", "c3", "c4"]
+    seqs = [seq for seq, _ in out["rows"]]
+    assert seqs == sorted(seqs)
+    assert out["pending"] == 0
+    verified = manage("verify_audit", database_url=postgres_url)
+    assert verified.returncode == 0, verified.stderr
+
+
+def test_a_process_that_exits_just_after_appending_leaves_nothing_pending(
+    postgres_url: str,  # noqa: F811 - the fixture
+) -> None:
+    tag = f"exit-{uuid.uuid4().hex[:8]}"
+
+    ran = manage("shell", "-c", APPEND_AND_EXIT.format(tag=tag), database_url=postgres_url)
+    assert ran.returncode == 0, ran.stderr
+
+    assert last_json(manage("shell", "-c", READ_BACK.format(tag=tag), database_url=postgres_url)) == {
+        "rows": ["c0", "c1", "c2"],
+        "pending": 0,
+    }
+
+
+def test_a_reader_chains_what_no_chainer_has_chained_yet_before_it_reads(
+    postgres_url: str,  # noqa: F811 - the fixture
+) -> None:
+    tag = f"reader-{uuid.uuid4().hex[:8]}"
+
+    out = last_json(manage("shell", "-c", READER_CATCHES_UP.format(tag=tag), database_url=postgres_url))
+
+    assert (out["pending_while_held"], out["chained_while_held"]) == (3, 0)
+    assert out["listed"] == ["c0", "c1", "c2"]
+    assert out["pending_after"] == 0
+
+
+FORGED_HEAD = """
+import json
+from django.db import connection
+from audit.models import AuditEvent, AuditPendingEvent
+from audit.services import AuditChainHeadForged, audit_chain_wait, audit_event_record
+audit_event_record(source="agent", tool="before-forgery")
+audit_chain_wait(timeout=60)
+with connection.cursor() as cursor:  # an intruder who can write the database, past the head's trigger
+    cursor.execute("ALTER TABLE audit_auditchainhead DISABLE TRIGGER USER")
+    cursor.execute("UPDATE audit_auditchainhead SET mac = 'deadbeef:00'")
+    cursor.execute("ALTER TABLE audit_auditchainhead ENABLE TRIGGER USER")
+try:
+    audit_event_record(source="agent", tool="after-forgery")
+    refused = None
+except AuditChainHeadForged as exc:
+    refused = str(exc)
+audit_chain_wait(timeout=60)
+print(json.dumps({"refused": refused, "pending": AuditPendingEvent.objects.filter(tool="after-forgery").count(),
+                  "chained": AuditEvent.objects.filter(tool="after-forgery").count()}))
+"""
+
+
+@pytest.mark.slow
+def test_an_append_outside_a_transaction_after_a_forged_head_raises_and_its_row_is_never_chained() -> None:
+    from tests.postgres import PostgresMissing, private_postgres
+
+    try:
+        with private_postgres() as database_url:  # a cluster of its own: the head is forged for good
+            migrated = manage("migrate", "--noinput", database_url=database_url)
+            assert migrated.returncode == 0, migrated.stderr
+
+            out = last_json(manage("shell", "-c", FORGED_HEAD, database_url=database_url))
+            verified = manage("verify_audit", database_url=database_url)
+    except PostgresMissing as exc:
+        pytest.skip(str(exc))
+
+    assert out["refused"].startswith("the audit chain head (seq 1) has MAC by key deadbeef"), out
+    assert (out["pending"], out["chained"]) == (1, 0)  # recorded, MAC'd, and never chained after that head
+    assert verified.returncode != 0
+    assert "chain head (seq 1): MAC by key deadbeef" in verified.stderr
