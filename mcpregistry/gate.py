@@ -236,6 +236,11 @@ def contract_from_snapshot(snapshot: Mapping[str, Any]) -> ToolContract:
     return ToolContract(**{name: snapshot[name] for name in CONTRACT_FIELDS if name in snapshot})
 
 
+def _offered(who: GateCall, server: McpServer, tool: McpTool) -> bool:
+    """Whether ``who`` may call ``tool``: callable now and, for a published version's run, frozen in it."""
+    return tool.callable and (who.contracts is None or f"{server.mcp_id}/{tool.name}" in who.contracts)
+
+
 def _contract_for(who: GateCall, server: McpServer, tool: McpTool) -> ToolContract:
     frozen = who.contracts.get(f"{server.mcp_id}/{tool.name}") if who.contracts is not None else None
     return frozen if frozen is not None else _contract_of(tool)
@@ -384,8 +389,10 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
             % {"mcp_id": server.mcp_id},
         )
     tool = next((t for t in server.tools.all() if t.name == tool_name), None) if known_tool else None
-    if tool is None or not tool.callable:
-        offered = sorted(t.name for t in server.tools.all() if t.callable)
+    if tool is None or not _offered(who, server, tool):
+        # A run of a published version calls only the tools the version froze (a tool approved or added since
+        # waits for the next publish); a tool disabled since is withdrawn from every version at once.
+        offered = sorted(t.name for t in server.tools.all() if _offered(who, server, t))
         return this.refuse(
             "tool:unknown",
             _("Tool '%(tool)s' does not exist on '%(mcp_id)s' (or is disabled). Use one of: %(tools)s.")

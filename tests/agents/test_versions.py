@@ -22,9 +22,9 @@ from agents.services import (
 )
 from agents.versions import pick_arm, version_diff
 from audit.models import AuditEvent
-from mcpregistry.models import ToolContract
-from mcpregistry.services import tool_contract_update
-from tests.conftest import ApiCaller
+from mcpregistry.models import McpServer, McpTool, ToolContract
+from mcpregistry.services import mcp_tool_update, tool_contract_update
+from tests.conftest import ApiCaller, make_agent
 
 pytestmark = pytest.mark.django_db
 
@@ -108,6 +108,45 @@ def test_a_version_is_frozen_its_content_survives_edits_and_the_prompt_and_model
     # The draft is what an explicit draft-less agent would run; published, it answers from the script.
     agent_version_publish(agent=demo_agent, actor="test-admin", via="tests")
     assert run_now(demo_agent, "아무 규칙에도 맞지 않는 질문").answer == "초안 모델"
+
+
+def test_a_tool_enabled_after_the_publish_waits_for_the_next_one_and_a_disabled_tool_leaves_at_once(
+    demo_server: McpServer,
+) -> None:
+    agent = make_agent(
+        slug="frozen-tools",
+        servers=[demo_server],
+        provider="scripted",
+        with_demo_rules=False,
+        script=[
+            {"tool_calls": [{"name": "list_projects", "args": {"team": "물류플랫폼팀"}}]},
+            {"content": "결과: {last_tool_result}"},
+        ],
+    )
+    tool = McpTool.objects.get(server=demo_server, name="list_projects")
+    mcp_tool_update(tool=tool, actor="test-admin", via="tests", data={"enabled": False})
+    v1 = agent_version_publish(agent=agent, actor="test-admin", via="tests")
+    assert "sds-company-data/list_projects" not in v1.content["contracts"]
+    mcp_tool_update(tool=tool, actor="test-admin", via="tests", data={"enabled": True})
+
+    refused = run_now(agent, "물류플랫폼팀 프로젝트 알려줘")
+    assert refused.version == v1
+    event = AuditEvent.objects.get(run_id=refused.id, action="tool.call")
+    assert (event.tool, event.ok, event.reason) == ("list_projects", False, "tool:unknown")
+    assert "차세대 물류 플랫폼 구축" not in refused.answer
+
+    v2 = agent_version_publish(agent=agent, actor="test-admin", via="tests")
+    assert "sds-company-data/list_projects" in v2.content["contracts"]
+    called = run_now(agent, "물류플랫폼팀 프로젝트 알려줘")
+    assert called.version == v2
+    assert "차세대 물류 플랫폼 구축" in called.answer
+
+    # Disabling is a kill switch: the published version loses the tool without a publish.
+    mcp_tool_update(tool=tool, actor="test-admin", via="tests", data={"enabled": False})
+    withdrawn = run_now(agent, "물류플랫폼팀 프로젝트 알려줘")
+    assert withdrawn.version == v2
+    last = AuditEvent.objects.filter(run_id=withdrawn.id, action="tool.call").get()
+    assert (last.ok, last.reason) == (False, "tool:unknown")
 
 
 def test_publishing_the_live_content_again_makes_no_new_version(demo_agent: Agent) -> None:
