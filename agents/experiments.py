@@ -1,9 +1,10 @@
 """A/B arms compared: per-arm metrics of live runs, confidence intervals, and whether a difference is significant.
 
 Proportions (success rate, tool-citation rate) get a 95 % Wilson interval and are compared with the first arm
-by a **two-proportion z-test** (pooled standard error, two-sided); the feedback mean gets a normal-approximation
-95 % interval. "Significant" means p < 0.05; with fewer than ``MIN_RUNS`` runs in either arm nothing is called
-significant.
+by a **two-proportion z-test** (pooled standard error, two-sided); means (feedback, latency) get a
+normal-approximation 95 % interval and are compared by **Welch's test** (unequal variances, two-sided, the normal
+approximation: it is only applied from ``MIN_RUNS`` observations per arm, where it holds). "Significant" means
+p < 0.05; with fewer than ``MIN_RUNS`` observations in either arm nothing is called significant.
 """
 
 from __future__ import annotations
@@ -110,6 +111,17 @@ def two_proportion_z(x1: int, n1: int, x2: int, n2: int) -> tuple[float, float] 
     return z, math.erfc(abs(z) / math.sqrt(2))
 
 
+def welch_z(a: list[float], b: list[float]) -> tuple[float, float] | None:
+    """(z, two-sided p) of Welch's test of ``mean(a) == mean(b)`` (normal approximation); None when undefined."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    se = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
+    if se == 0:
+        return None
+    z = (statistics.fmean(a) - statistics.fmean(b)) / se
+    return z, math.erfc(abs(z) / math.sqrt(2))
+
+
 def _cited(run: Run) -> bool:
     """The answer is backed by a successful tool result: a deterministic call or a model's tool call that
     succeeded, in a run that succeeded."""
@@ -168,53 +180,81 @@ class Comparison:
     statement: str
 
 
+def _statement(*, enough: bool, significant: bool, values: dict[str, Any]) -> str:
+    if not enough:
+        return (
+            _(
+                "Not enough data to tell: %(metric)s of arm %(arm)s %(a)s vs arm %(base)s %(b)s (fewer than %(min)s "
+                "observations in an arm; %(test)s)."
+            )
+            % values
+        )
+    if significant:
+        return (
+            _("Significant: %(metric)s of arm %(arm)s %(a)s vs arm %(base)s %(b)s, p = %(p)s (%(test)s, p < 0.05).")
+            % values
+        )
+    return (
+        _(
+            "No significant difference: %(metric)s of arm %(arm)s %(a)s vs arm %(base)s %(b)s, p = %(p)s (%(test)s, "
+            "p ≥ 0.05)."
+        )
+        % values
+    )
+
+
 def arm_comparisons(arms: list[ArmMetrics]) -> list[Comparison]:
-    """Each arm's success and citation rates against the first arm's, with a plain statement of the result."""
+    """Each arm against the first: success and citation rates (two-proportion z-test), feedback mean and mean
+    latency (Welch's test), each with a plain statement of the result."""
     if len(arms) < 2:
         return []
     base = arms[0]
     found = []
     for other in arms[1:]:
+        tests: list[tuple[str, str, tuple[float, float] | None, int, str, str, str]] = []
         for metric, label, x1, x2 in (
             ("success_rate", _("success rate"), other.succeeded, base.succeeded),
             ("citation_rate", _("tool-citation rate"), other.cited, base.cited),
         ):
-            test = two_proportion_z(x1, other.runs, x2, base.runs)
-            enough = min(other.runs, base.runs) >= MIN_RUNS
+            tests.append(
+                (
+                    metric,
+                    label,
+                    two_proportion_z(x1, other.runs, x2, base.runs),
+                    min(other.runs, base.runs),
+                    f"{x1 / other.runs:.1%}" if other.runs else "-",
+                    f"{x2 / base.runs:.1%}" if base.runs else "-",
+                    _("two-proportion z-test"),
+                )
+            )
+        for metric, label, a, b, unit in (
+            ("feedback_mean", _("feedback mean"), other.feedback, base.feedback, ""),
+            ("latency_mean", _("mean latency"), other.latencies_ms, base.latencies_ms, " ms"),
+        ):
+            tests.append(
+                (
+                    metric,
+                    label,
+                    welch_z(a, b),
+                    min(len(a), len(b)),
+                    f"{statistics.fmean(a):.2f}{unit}" if a else "-",
+                    f"{statistics.fmean(b):.2f}{unit}" if b else "-",
+                    _("Welch's test"),
+                )
+            )
+        for metric, label, test, observed, shown_a, shown_b, test_name in tests:
+            enough = observed >= MIN_RUNS
             significant = bool(test and enough and test[1] < ALPHA)
             values = {
                 "metric": label,
                 "arm": other.arm,
                 "base": base.arm,
-                "a": f"{x1 / other.runs:.1%}" if other.runs else "-",
-                "b": f"{x2 / base.runs:.1%}" if base.runs else "-",
+                "a": shown_a,
+                "b": shown_b,
                 "p": f"{test[1]:.3f}" if test else "-",
                 "min": MIN_RUNS,
+                "test": test_name,
             }
-            if not enough:
-                statement = (
-                    _(
-                        "Not enough runs to tell: %(metric)s of arm %(arm)s %(a)s vs arm %(base)s %(b)s (fewer than "
-                        "%(min)s runs in an arm; two-proportion z-test)."
-                    )
-                    % values
-                )
-            elif significant:
-                statement = (
-                    _(
-                        "Significant: %(metric)s of arm %(arm)s %(a)s vs arm %(base)s %(b)s, p = %(p)s (two-proportion "
-                        "z-test, p < 0.05)."
-                    )
-                    % values
-                )
-            else:
-                statement = (
-                    _(
-                        "No significant difference: %(metric)s of arm %(arm)s %(a)s vs arm %(base)s %(b)s, p = %(p)s "
-                        "(two-proportion z-test, p ≥ 0.05)."
-                    )
-                    % values
-                )
             found.append(
                 Comparison(
                     metric=metric,
@@ -223,7 +263,7 @@ def arm_comparisons(arms: list[ArmMetrics]) -> list[Comparison]:
                     z=test[0] if test else None,
                     p=test[1] if test else None,
                     significant=significant,
-                    statement=statement,
+                    statement=_statement(enough=enough, significant=significant, values=values),
                 )
             )
     return found
