@@ -111,6 +111,11 @@ def test_two_eval_runs_side_by_side_put_the_changed_cases_first(admin_client: Cl
     finished = admin_client.get(reverse("admin:evals_evalrun_change", args=[after.pk])).content.decode()
     assert "5 of 5 cases scored" in finished and 'http-equiv="refresh"' not in finished
     assert "Thresholds not met" in finished and "recall 0.6 &lt; 0.75" in finished
+    # Each case's own scores: the employee case called no expected tool (recall 0) and took some milliseconds.
+    assert "tool precision" in finished and "tool recall" in finished
+    row = finished[finished.index("<td>employee-team</td>") :]
+    row = row[: row.index("</tr>")]
+    assert "<td>0.00</td>" in row and " ms</td>" in row
 
 
 def test_an_outsider_cannot_see_eval_runs(outsider_client: Client, admin_client: Client) -> None:
