@@ -11,9 +11,12 @@ from __future__ import annotations
 import pytest
 
 from agents.execution import run_execute
-from agents.models import Run
+from agents.models import Approval, Run
+from agents.services import agent_version_publish, run_create
 from audit.models import AuditEvent
+from mcpregistry import gate
 from mcpregistry.models import McpServer, ToolContract
+from mcpregistry.services import tool_contract_update
 from tests import local_tool_fixtures as fixtures
 from tests import parallel_tool_fixtures as parallel_fixtures
 from tests.conftest import discover_as_admin, make_agent
@@ -175,3 +178,54 @@ def test_a_write_call_stays_sequential_and_parks_the_run_after_the_reads_before_
     assert [c["call_id"] for c in batches(run)[0]["calls"]] == ["r-1", "r-2"]
     assert fixtures.EXECUTED["send_notice"] == []
     assert sorted(a["sku"] for a in fixtures.EXECUTED["lookup_stock"]) == ["A", "B"]
+
+
+def run_published_version_with_a_draft_read_write() -> tuple[Run, McpServer]:
+    """A published version froze send_notice as a write; the draft then made it a read. The run (of the version)
+    asks for a read and send_notice in one turn."""
+    server = bind_local()
+    agent = make_agent(
+        slug="parallel-version",
+        servers=[server],
+        provider="scripted",
+        with_demo_rules=False,
+        script=[
+            {
+                "tool_calls": [
+                    {"id": "r-1", "name": "lookup_stock", "args": {"sku": "A"}},
+                    {"id": "w-1", "name": "send_notice", "args": {"team": "ops", "text": "hi"}},
+                ]
+            },
+            {"content": "done"},
+        ],
+    )
+    agent_version_publish(agent=agent, actor="test-admin", via="tests")
+    notice = ToolContract.objects.get(tool__server=server, tool__name="send_notice")
+    tool_contract_update(contract=notice, actor="test-admin", via="tests", data={"risk": "read"})
+    run = run_create(agent_slug=agent.slug, query="q", api_key=None)
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    return run, server
+
+
+def assert_parked_on_the_write(run: Run) -> None:
+    assert run.status == Run.Status.AWAITING_APPROVAL, run.error_message
+    approval = Approval.objects.get(run=run)
+    assert (approval.tool, approval.status) == ("send_notice", Approval.Status.PENDING)
+    assert fixtures.EXECUTED["send_notice"] == []
+    assert [m["data"]["tool_call_id"] for m in tool_messages(run)] == ["r-1"]
+
+
+def test_a_write_frozen_in_the_published_version_stays_sequential_though_the_draft_calls_it_read() -> None:
+    run, _server = run_published_version_with_a_draft_read_write()
+    assert_parked_on_the_write(run)
+    assert batches(run) == []  # the write was not batched with the read
+
+
+def test_a_batched_call_the_gate_parks_parks_the_run_and_its_approval_is_not_lost(monkeypatch) -> None:
+    # The batch check and the gate disagree (the check reads the draft's contract, as it once did): the write
+    # slips into the batch, and the gate, applying the frozen contract, parks it.
+    monkeypatch.setattr(gate, "contract_applied", lambda *, who, server, tool: gate.contract_for(tool))
+    run, _server = run_published_version_with_a_draft_read_write()
+    assert [c["call_id"] for c in batches(run)[0]["calls"]] == ["r-1", "w-1"]
+    assert_parked_on_the_write(run)
