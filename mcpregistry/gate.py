@@ -222,6 +222,7 @@ CONTRACT_FIELDS = (
     "memo",
     "memo_ttl_s",
     "idempotency_arg",
+    "correction_cap",
 )
 
 
