@@ -321,7 +321,7 @@ def execute(plan: RunPlan) -> RunOutcome:
 
     index = _tool_index(plan)
     try:
-        offer = _tool_offer(plan, index, results, trace)
+        offer = _tool_offer(plan, index, results, trace, who("agent", ""))
         context_settings = mcp_context_settings(plan.mcp_context)
     except ValueError as exc:  # a stored setting that no longer validates: the run fails as a value
         return RunOutcome(
@@ -597,11 +597,15 @@ def _mcp_context(
 
 
 def _tool_offer(
-    plan: RunPlan, index: dict[str, tuple[McpServer, McpTool]], results: list[dict[str, Any]], trace: list[Any]
+    plan: RunPlan,
+    index: dict[str, tuple[McpServer, McpTool]],
+    results: list[dict[str, Any]],
+    trace: list[Any],
+    who: gate.GateCall,
 ) -> ToolOffer:
     """The run's tool offer: selection settings, the tools a matched rule named (always offered), each tool's
-    correction cap from its contract, and the trace entry of each turn's selection. Raises ValueError for
-    settings that do not validate."""
+    correction cap from the contract the gate applies for ``who`` (a published version's frozen one), and the
+    trace entry of each turn's selection. Raises ValueError for settings that do not validate."""
     settings = tool_selection_settings(plan.tool_selection)
     by_tool = {(server.mcp_id, mcp_tool.name): name for name, (server, mcp_tool) in index.items()}
     rule_named = [by_tool[key] for r in results if (key := (r.get("mcp_id"), r.get("tool"))) in by_tool]
@@ -627,7 +631,10 @@ def _tool_offer(
         rule_named=list(dict.fromkeys(rule_named)),
         ranker=ranker,
         fallback_ranker=fallback,
-        correction_caps={name: gate.contract_for(mcp_tool).correction_cap for name, (_s, mcp_tool) in index.items()},
+        correction_caps={
+            name: gate.contract_applied(who=who, server=server, tool=mcp_tool).correction_cap
+            for name, (server, mcp_tool) in index.items()
+        },
         on_selection=on_selection,
         first_turn_of_run=previous_turns == 0,
     )

@@ -2,15 +2,18 @@
 gate; everything else runs one by one, in the order the model asked.
 
 A run of consecutive calls forms a concurrent batch when each would go to the gate (known, offered, not
-withdrawn), its contract's risk is ``read`` (a write needs an approval and is sent at most once: it stays
-sequential) and no earlier call in the batch has the same tool and arguments (the second then runs after
-the batch and is answered by the gate's memo, as it would be sequentially). A batch runs on a thread pool of
-at most ``per_run`` threads, at most ``per_server`` at once on one server. Each thread makes one
-``gate.call`` — contract check, memo, breaker, timeout, retries, audit, all of it — on its own database
-connection (closed afterwards); the run's bookkeeping (trace, events, correction counts) stays on the run's
-thread, and the results go back to the model in the order asked. Inside a transaction on the run's connection (a test
-wrapped in one) calls stay sequential: another connection could not see its uncommitted rows. The trace gets one ``parallel_calls`` entry
-per batch with each call's start and end (ms from the batch start) and the most calls that overlapped.
+withdrawn), the risk of the contract the gate will apply (for a published version's run, the one it froze) is
+``read`` (a write needs an approval and is sent at most once: it stays sequential) and no earlier call in the
+batch has the same tool and arguments (the second then runs after the batch and is answered by the gate's memo,
+as it would be sequentially). A batch runs on a thread pool of at most ``per_run`` threads, at most
+``per_server`` at once on one server. Each thread makes one ``gate.call`` — contract check, memo, breaker,
+timeout, retries, audit, all of it — on its own database connection (closed afterwards); the run's bookkeeping
+(trace, events, correction counts) stays on the run's thread, and the results go back to the model in the order
+asked. Should the gate still park a batched call (a safety net: the check above and the gate read the same
+contract), the run parks there as it would sequentially; the batch's later calls, already sent, run again on
+resume. Inside a transaction on the run's connection (a test wrapped in one) calls
+stay sequential: another connection could not see its uncommitted rows. The trace gets one ``parallel_calls``
+entry per batch with each call's start and end (ms from the batch start) and the most calls that overlapped.
 """
 
 from __future__ import annotations
@@ -53,7 +56,10 @@ class ParallelCalls:
         name = tool_call["name"]
         if name in self.offer.withdrawn or (self.offer.active and name not in self.offer.offered):
             return False
-        return gate.contract_for(found[1]).risk == ToolContract.Risk.READ
+        # Judged by the contract the gate will apply: a published version's frozen one, not the draft's.
+        server, mcp_tool = found
+        applied = gate.contract_applied(who=self.who("agent", tool_call.get("id") or ""), server=server, tool=mcp_tool)
+        return applied.risk == ToolContract.Risk.READ
 
     def run(self, batch: list[dict[str, Any]]) -> list[gate.ToolResult]:
         """Send ``batch`` concurrently; the results in the batch's order."""
@@ -132,7 +138,11 @@ def call_batch(
             batch.append(candidate)
         if len(batch) >= 2:
             for tool_call, result in zip(batch, parallel.run(batch), strict=True):
-                message, _parked = call_tool(tool_call, result)
+                message, parked = call_tool(tool_call, result)
+                if parked is not None:
+                    # A safety net: the gate parked a call judged a read. The run stops there as it would
+                    # sequentially (the approval stays the run's); the batch's later calls run again on resume.
+                    return answered, parked
                 answered.append(message)
             i += len(batch)
             continue

@@ -222,6 +222,7 @@ CONTRACT_FIELDS = (
     "memo",
     "memo_ttl_s",
     "idempotency_arg",
+    "correction_cap",
 )
 
 
@@ -323,8 +324,15 @@ def call(
 
 
 def contract_for(tool: McpTool) -> ToolContract:
-    """The contract the gate applies to ``tool`` (its saved one, or one read off its input schema)."""
+    """The tool's live contract (its saved one, or one read off its input schema). For a call made on behalf of
+    a run, use ``contract_applied``: a published version's run applies the contract it froze."""
     return _contract_of(tool)
+
+
+def contract_applied(*, who: GateCall, server: McpServer, tool: McpTool) -> ToolContract:
+    """The contract the gate will apply to ``who``'s call of ``tool``: the one ``who.contracts`` froze (a
+    published version's run), else the live one."""
+    return _contract_for(who, server, tool)
 
 
 def refuse_unknown(*, tool_name: str, args: Any, who: GateCall, offered: list[str]) -> ToolResult:

@@ -1,6 +1,7 @@
 """Several tool calls in one model turn (seed 002 §1): independent read calls run concurrently through the
 gate, bounded per run and per server, answered in the order asked; memo, breaker and audit behave as they do
-for calls made one by one. Local tools are real Python functions bound as a server; only the model is scripted.
+for calls made one by one. Local tools are real Python functions bound as a server, and a real stdio MCP server
+(``tests/mcp_fixtures/gather_server.py``) counts the calls it holds at once; only the model is scripted.
 
 The calls run on their own database connections, as in production: these tests commit their data
 (``transaction=True``).
@@ -8,12 +9,19 @@ The calls run on their own database connections, as in production: these tests c
 
 from __future__ import annotations
 
+import json
+import sys
+
 import pytest
+from django.conf import settings as django_settings
 
 from agents.execution import run_execute
-from agents.models import Run
+from agents.models import Approval, Run
+from agents.services import agent_version_publish, run_create
 from audit.models import AuditEvent
+from mcpregistry import gate
 from mcpregistry.models import McpServer, ToolContract
+from mcpregistry.services import tool_contract_update
 from tests import local_tool_fixtures as fixtures
 from tests import parallel_tool_fixtures as parallel_fixtures
 from tests.conftest import discover_as_admin, make_agent
@@ -175,3 +183,123 @@ def test_a_write_call_stays_sequential_and_parks_the_run_after_the_reads_before_
     assert [c["call_id"] for c in batches(run)[0]["calls"]] == ["r-1", "r-2"]
     assert fixtures.EXECUTED["send_notice"] == []
     assert sorted(a["sku"] for a in fixtures.EXECUTED["lookup_stock"]) == ["A", "B"]
+
+
+def run_published_version_with_a_draft_read_write() -> tuple[Run, McpServer]:
+    """A published version froze send_notice as a write; the draft then made it a read. The run (of the version)
+    asks for a read and send_notice in one turn."""
+    server = bind_local()
+    agent = make_agent(
+        slug="parallel-version",
+        servers=[server],
+        provider="scripted",
+        with_demo_rules=False,
+        script=[
+            {
+                "tool_calls": [
+                    {"id": "r-1", "name": "lookup_stock", "args": {"sku": "A"}},
+                    {"id": "w-1", "name": "send_notice", "args": {"team": "ops", "text": "hi"}},
+                ]
+            },
+            {"content": "done"},
+        ],
+    )
+    agent_version_publish(agent=agent, actor="test-admin", via="tests")
+    notice = ToolContract.objects.get(tool__server=server, tool__name="send_notice")
+    tool_contract_update(contract=notice, actor="test-admin", via="tests", data={"risk": "read"})
+    run = run_create(agent_slug=agent.slug, query="q", api_key=None)
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    return run, server
+
+
+def assert_parked_on_the_write(run: Run) -> None:
+    assert run.status == Run.Status.AWAITING_APPROVAL, run.error_message
+    approval = Approval.objects.get(run=run)
+    assert (approval.tool, approval.status) == ("send_notice", Approval.Status.PENDING)
+    assert fixtures.EXECUTED["send_notice"] == []
+    assert [m["data"]["tool_call_id"] for m in tool_messages(run)] == ["r-1"]
+
+
+def test_a_write_frozen_in_the_published_version_stays_sequential_though_the_draft_calls_it_read() -> None:
+    run, _server = run_published_version_with_a_draft_read_write()
+    assert_parked_on_the_write(run)
+    assert batches(run) == []  # the write was not batched with the read
+
+
+def test_a_batched_call_the_gate_parks_parks_the_run_and_its_approval_is_not_lost(monkeypatch) -> None:
+    # The batch check and the gate disagree (the check reads the draft's contract, as it once did): the write
+    # slips into the batch, and the gate, applying the frozen contract, parks it.
+    monkeypatch.setattr(gate, "contract_applied", lambda *, who, server, tool: gate.contract_for(tool))
+    run, _server = run_published_version_with_a_draft_read_write()
+    assert [c["call_id"] for c in batches(run)[0]["calls"]] == ["r-1", "w-1"]
+    assert_parked_on_the_write(run)
+
+
+# ---- through a real MCP transport --------------------------------------------------------------------------------
+
+GATHER_SERVER = "tests.mcp_fixtures.gather_server"
+
+
+def bind_gather_server() -> McpServer:
+    """The stdio fixture server that records how many calls it held at once (one process per run)."""
+    server = McpServer.objects.create(
+        mcp_id="gather",
+        name="gather",
+        command=sys.executable,
+        args=["-m", GATHER_SERVER],
+        cwd=str(django_settings.BASE_DIR),
+        timeout_s=10,
+    )
+    report = discover_as_admin(server=server)
+    assert report.ok, report.error
+    return server
+
+
+def gather_calls(count: int, *, parties: int, wait_s: float) -> list[dict]:
+    return [
+        {"id": f"g-{n}", "name": "gather", "args": {"label": f"call {n}", "parties": parties, "wait_s": wait_s}}
+        for n in range(1, count + 1)
+    ]
+
+
+def gathered(run: Run) -> list[dict]:
+    return [json.loads(m["data"]["content"]) for m in tool_messages(run)]
+
+
+@pytest.mark.slow
+def test_read_calls_to_a_stdio_server_are_in_flight_there_together_and_come_back_in_the_order_asked() -> None:
+    run = run_turn(bind_gather_server(), gather_calls(2, parties=2, wait_s=5))
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    # The server saw both calls at once: each waited for the other and met it.
+    assert gathered(run) == [
+        {"label": "call 1", "met": True, "peak": 2},
+        {"label": "call 2", "met": True, "peak": 2},
+    ]
+    assert [m["data"]["tool_call_id"] for m in tool_messages(run)] == ["g-1", "g-2"]
+    assert batches(run)[0]["max_overlap"] == 2
+    events = AuditEvent.objects.filter(run_id=run.id, action="tool.call", tool="gather")
+    assert sorted(events.values_list("call_id", "ok")) == [("g-1", True), ("g-2", True)]
+
+
+@pytest.mark.slow
+def test_one_by_one_the_stdio_server_never_holds_two_calls_at_once(settings) -> None:
+    settings.PLATFORM_PARALLEL_TOOL_CALLS = 1
+    run = run_turn(bind_gather_server(), gather_calls(2, parties=2, wait_s=0.5))
+    # Proof the test above can fail: sent one after another, neither call meets the other.
+    assert [(a["met"], a["peak"]) for a in gathered(run)] == [(False, 1), (False, 1)]
+
+
+@pytest.mark.slow
+def test_a_batch_larger_than_the_per_run_bound_has_at_most_that_many_calls_in_flight(settings) -> None:
+    settings.PLATFORM_PARALLEL_TOOL_CALLS = 2
+    settings.PLATFORM_PARALLEL_TOOL_CALLS_PER_SERVER = 4
+    run = run_turn(bind_gather_server(), gather_calls(3, parties=3, wait_s=1))
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    answers = gathered(run)
+    # Three calls in one batch, never three at the server at once; the first two waited there together.
+    assert [c["call_id"] for c in batches(run)[0]["calls"]] == ["g-1", "g-2", "g-3"]
+    assert [a["label"] for a in answers] == ["call 1", "call 2", "call 3"]
+    assert not any(a["met"] for a in answers)
+    assert [a["peak"] for a in answers] == [2, 2, 2]
+    assert batches(run)[0]["max_overlap"] == 2

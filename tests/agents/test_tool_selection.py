@@ -14,7 +14,7 @@ from django.core.exceptions import ValidationError
 from agents import providers
 from agents.execution import run_execute
 from agents.models import Agent, Run
-from agents.services import agent_update, deterministic_rule_update
+from agents.services import agent_update, agent_version_publish, deterministic_rule_update, run_create
 from agents.tool_selection import EmbeddingRanker, LexicalRanker, ToolDoc, ToolSelectionSettings, select_tools, tokens
 from audit.models import AuditEvent
 from mcpregistry.models import McpServer, ToolEmbedding
@@ -210,6 +210,31 @@ def test_a_model_repeating_a_bad_call_has_the_tool_withdrawn_after_the_contracts
     # The model is no longer offered the tool after the cap.
     bound = [t["data"]["response_metadata"]["bound_tools"] for t in ai_turns(run)]
     assert "search_employee" in bound[1] and "search_employee" not in bound[2]
+
+
+def test_a_published_version_keeps_the_correction_cap_it_froze_though_the_draft_raises_it(demo_server) -> None:
+    tool = demo_server.tools.get(name="search_employee")
+    tool_contract_update(contract=tool.contract, actor="admin", via="tests", data={"correction_cap": 2})
+    bad = {"tool_calls": [{"name": "search_employee", "args": {}}]}
+    agent = scripted_agent(demo_server, [bad, bad, bad, {"content": "gave up"}], {})
+    agent.max_iterations = 10
+    agent.save()
+    version = agent_version_publish(agent=agent, actor="admin", via="tests")
+    assert version.content["contracts"][f"{demo_server.mcp_id}/search_employee"]["correction_cap"] == 2
+    tool.contract.refresh_from_db()
+    tool_contract_update(contract=tool.contract, actor="admin", via="tests", data={"correction_cap": 5})
+
+    run = run_create(agent_slug=agent.slug, query="박도윤 님 팀?", api_key=None)
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert (run.status, run.version) == (Run.Status.SUCCEEDED, version), run.error_message
+    reasons = list(
+        AuditEvent.objects.filter(run_id=run.id, tool="search_employee").order_by("id").values_list("reason", flat=True)
+    )
+    assert reasons == ["args:missing:name", "args:missing:name", "tool:withdrawn"]
+    assert [m for m in run.messages if m.get("type") == "tool_withdrawn"] == [
+        {"type": "tool_withdrawn", "tool": "search_employee", "corrections": 2}
+    ]
 
 
 # ---- forced first tools ------------------------------------------------------------------------------------------
