@@ -677,8 +677,8 @@ async def rpc_view(request: HttpRequest, slug: str) -> HttpResponseBase:
         return json_response(parsed)
     rpc_id, method, params = parsed
     if version and not version.startswith("1."):
-        error = A2AError(-32009, "VERSION_NOT_SUPPORTED", _("This server speaks A2A 1.0."), our_code="version")
-        return json_response(_rpc_error(rpc_id, error))
+        unsupported = A2AError(-32009, "VERSION_NOT_SUPPORTED", _("This server speaks A2A 1.0."), our_code="version")
+        return json_response(_rpc_error(rpc_id, unsupported))
     result, error = await sync_to_async(_guarded)(
         lambda: rpc_call(agent=agent, api_key=api_key, method=method, params=params, rpc_id=rpc_id)
     )
