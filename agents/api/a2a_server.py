@@ -281,10 +281,10 @@ def task_status(run: Run) -> dict[str, Any]:
     if run.status == Run.Status.AWAITING_APPROVAL:
         approvals = pending_approvals(run)
         calls = ", ".join(f"{a['tool']} {json.dumps(a['args'], ensure_ascii=False)}" for a in approvals)
-        text = (
-            f"Approval needed before these calls: {calls}. Reply on this task with a data part "
+        text = _(
+            "Approval needed before these calls: %(calls)s. Reply on this task with a data part "
             '{"decision": "approve" or "reject", "approvalId": "...", "reason": "..."}.'
-        )
+        ) % {"calls": calls}
         status["message"] = _agent_message(
             run,
             f"input-{len(approvals)}",
