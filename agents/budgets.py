@@ -10,9 +10,10 @@ after taking the row lock; SQLite writes one transaction at a time), so concurre
 more than the limit together. When the run ends (``budget_settle``, once, by compare-and-swap on the reservation)
 its reservation is released and its real tokens and cost are added to ``used``.
 
-**The bound.** A run that reaches its reservation stops (``budget:run_ceiling``; the engine checks after each
-model call), so the period's spend exceeds the limit by at most the overshoot of one model call per run in flight
-(the call that crossed its run's reservation). Runs whose tokens stay within the reservation never overspend.
+**The bound.** Before each model call the engine caps the call to what is left of the run's reservation
+(``agents.engine.input_token_bound`` bounds its input; ``max_tokens`` caps its output; a call whose input bound
+does not fit is not made: ``budget:run_ceiling``), so a run never spends more than its reservation and the
+period's spend never exceeds the limit (given the input bound, one token per UTF-8 byte, holds).
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ failure. Every tool call, deterministic or the model's, goes through ``mcpregist
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -453,7 +454,31 @@ def execute(plan: RunPlan) -> RunOutcome:
         spent_tokens[0] += _tokens_of([message])
         new_turns.append(message)
         if plan.token_ceiling is not None and spent_tokens[0] >= plan.token_ceiling:
-            raise TokenCeilingReached(spent_tokens[0])
+            raise TokenCeilingReached(
+                f"the run used {spent_tokens[0]} tokens, its budget reservation is {plan.token_ceiling}"
+            )
+
+    configured_max_tokens = plan.model_params.get("max_tokens")
+    previous_specs: list[str | None] = [None]
+
+    def before_model_call(messages: Sequence[BaseMessage], specs: list[dict[str, Any]]) -> dict[str, Any]:
+        # The call may spend at most what is left of the reservation: its input bound must fit, and its output is
+        # capped to the rest (see ``input_token_bound`` and the README's Budgets).
+        if plan.token_ceiling is None:
+            return {}
+        specs_json = json.dumps(specs, ensure_ascii=False, sort_keys=True, default=str)
+        input_bound = input_token_bound(messages, specs_json=specs_json, previous_specs_json=previous_specs[0])
+        previous_specs[0] = specs_json
+        left = plan.token_ceiling - spent_tokens[0]
+        if input_bound >= left:
+            raise TokenCeilingReached(
+                f"the run used {spent_tokens[0]} tokens and its next model call may read {input_bound}; its budget "
+                f"reservation is {plan.token_ceiling}"
+            )
+        max_tokens = left - input_bound
+        if isinstance(configured_max_tokens, int) and not isinstance(configured_max_tokens, bool):
+            max_tokens = min(max_tokens, configured_max_tokens)
+        return {"max_tokens": max_tokens}
 
     graph = build_react_graph(
         model=model,
@@ -464,6 +489,7 @@ def execute(plan: RunPlan) -> RunOutcome:
         on_model_turn=on_model_turn,
         turn_tools=offer.turn_tools,
         call_batch=lambda calls: call_batch(calls, call_tool=call_tool, parallel=parallel),
+        before_model_call=before_model_call,
     )
     t1 = time.perf_counter()
     final_messages: list[BaseMessage] = messages
@@ -492,7 +518,7 @@ def execute(plan: RunPlan) -> RunOutcome:
         final_messages = [*messages, *(m for m in new_turns if m not in messages)]
         outcome.status = "failed"
         outcome.error_code = "budget:run_ceiling"
-        outcome.error_message = f"the run used {exc.args[0]} tokens, its budget reservation is {plan.token_ceiling}"
+        outcome.error_message = str(exc)
     except (MaxIterationsReached, GraphRecursionError):
         outcome.status = "failed"
         outcome.error_code = "max_iterations"
@@ -718,7 +744,43 @@ def _execute_flow(
 
 
 class TokenCeilingReached(Exception):
-    """The run's model calls used the tokens its budget reservation allows."""
+    """The run's model calls used the tokens its budget reservation allows, or the next call might exceed them."""
+
+
+# What a provider may add per message around its text (role markers, a tool call's framing).
+MESSAGE_OVERHEAD_TOKENS = 8
+
+
+def _utf8_size(message: BaseMessage) -> int:
+    content = message.content if isinstance(message.content, str) else json.dumps(message.content, default=str)
+    size = len(content.encode())
+    if isinstance(message, AIMessage) and message.tool_calls:
+        size += len(json.dumps(message.tool_calls, ensure_ascii=False, default=str).encode())
+    return size + MESSAGE_OVERHEAD_TOKENS
+
+
+def input_token_bound(messages: Sequence[BaseMessage], *, specs_json: str, previous_specs_json: str | None) -> int:
+    """An upper bound on the input tokens of a model call over ``messages`` with these tool specs.
+
+    From the last model turn that reported its usage: that call's input and output tokens (what it read and what
+    it wrote are the prefix of this call) plus, for every message after it, one token per UTF-8 byte and
+    ``MESSAGE_OVERHEAD_TOKENS``; a conversation with no reported turn counts every message so. The tool specs
+    count one token per byte unless they are the previous call's (then they are in its input already). No
+    byte-level tokenizer (GPT, Claude, Llama, byte-fallback SentencePiece) makes more tokens of a text than it
+    has bytes, so the bound holds but for a provider's own per-request preamble beyond the overheads counted."""
+    start, bound = 0, 0
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        if isinstance(message, AIMessage) and message.usage_metadata:
+            usage = message.usage_metadata
+            bound = int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
+            bound += MESSAGE_OVERHEAD_TOKENS
+            start = i + 1
+            break
+    bound += sum(_utf8_size(m) for m in messages[start:])
+    if specs_json != previous_specs_json:
+        bound += len(specs_json.encode())
+    return bound
 
 
 def _tokens_of(messages: list[BaseMessage]) -> int:

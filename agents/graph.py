@@ -52,6 +52,9 @@ ToolCaller = Callable[[dict[str, Any]], tuple[ToolMessage, str | None]]
 # if one of them must wait (the messages then stop before it).
 BatchCaller = Callable[[list[dict[str, Any]]], tuple[list[ToolMessage], str | None]]
 TurnTools = Callable[[list[AnyMessage], int], tuple[list[dict[str, Any]], str | None]]
+# Given the conversation and the tool specs about to be bound, the keyword arguments of this model call (the
+# engine caps ``max_tokens`` to what is left of the run's budget reservation); it raises to refuse the call.
+BeforeModelCall = Callable[[list[AnyMessage], list[dict[str, Any]]], dict[str, Any]]
 
 
 def unanswered_tool_calls(messages: list[AnyMessage]) -> list[dict[str, Any]]:
@@ -78,6 +81,8 @@ class ReactParts:
     on_model_turn: Callable[[AIMessage], None]
     turn_tools: TurnTools | None
     call_batch: BatchCaller | None
+    tool_specs: list[dict[str, Any]]
+    before_model_call: BeforeModelCall
 
 
 class ReactGraph:
@@ -102,10 +107,12 @@ def build_react_graph(
     on_model_turn: Callable[[AIMessage], None] = lambda message: None,
     turn_tools: TurnTools | None = None,
     call_batch: BatchCaller | None = None,
+    before_model_call: BeforeModelCall = lambda messages, specs: {},
 ) -> ReactGraph:
     """``call_tool(tool_call)`` returns the ToolMessage for the model and, if the call must wait for approval,
     the approval id (the graph then stops with ``parked_on`` set). With ``turn_tools``, each model turn binds
-    the tools it returns (top-K selection, a forced first call) instead of ``tool_specs``."""
+    the tools it returns (top-K selection, a forced first call) instead of ``tool_specs``. ``before_model_call``
+    runs before every model call and gives the call's keyword arguments, or raises to refuse it."""
     return ReactGraph(
         ReactParts(
             model=model,
@@ -116,6 +123,8 @@ def build_react_graph(
             on_model_turn=on_model_turn,
             turn_tools=turn_tools,
             call_batch=call_batch,
+            tool_specs=tool_specs,
+            before_model_call=before_model_call,
         )
     )
 
@@ -136,6 +145,7 @@ def _agent(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
     if turns >= parts.max_iterations:
         raise MaxIterationsReached(parts.max_iterations)
     runnable = parts.bound
+    specs = parts.tool_specs
     if parts.turn_tools is not None:
         specs, tool_choice = parts.turn_tools(state["messages"], turns)
         if specs and tool_choice:
@@ -144,7 +154,7 @@ def _agent(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
             runnable = parts.model.bind_tools(specs)
         else:
             runnable = parts.model
-    response = runnable.invoke(state["messages"])
+    response = runnable.invoke(state["messages"], **parts.before_model_call(state["messages"], specs))
     if isinstance(response, AIMessage):
         parts.on_model_turn(response)
     return {"messages": [response], "model_turns": turns + 1}

@@ -11,7 +11,9 @@ model parameters (``{"script": [...]}``) so tests and demos can drive the ReAct 
         {"content": "Answer: {last_tool_result}"}
     ]}
 
-A turn with ``if_last_tool_result_contains`` is skipped unless the latest tool result contains that text.
+A turn with ``if_last_tool_result_contains`` is skipped unless the latest tool result contains that text. The
+model counts a quarter token per character of what it reads and writes; a turn's ``"usage": {"output_tokens": N}``
+reports N output tokens instead (a long answer), and a call's ``max_tokens`` caps them, as a real model stops there.
 """
 
 from __future__ import annotations
@@ -129,7 +131,10 @@ class ScriptedChatModel(BaseChatModel):
         ]
         content = str(chosen.get("content", "")).replace("{last_tool_result}", last_text)
         prompt_chars = sum(len(str(m.content)) for m in messages)
-        usage = {"input_tokens": prompt_chars // 4, "output_tokens": len(content) // 4}
+        output_tokens = int(chosen.get("usage", {}).get("output_tokens", len(content) // 4))
+        if kwargs.get("max_tokens") is not None:
+            output_tokens = min(output_tokens, int(kwargs["max_tokens"]))
+        usage = {"input_tokens": prompt_chars // 4, "output_tokens": output_tokens}
         usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
         metadata = {"bound_tools": list(self.bound_tools), "tool_choice": self.tool_choice}
         message = AIMessage(

@@ -819,8 +819,8 @@ class Budget(AuditedModel):
         _("tokens reserved per run"),
         default=20000,
         help_text=_(
-            "Set aside when a run is admitted and settled with its real usage when it ends; a run that uses them "
-            "all stops. The budget can be overspent by at most one model call per run in flight."
+            "Set aside when a run is admitted and settled with its real usage when it ends; every model call is "
+            "capped to what is left of them, and a run whose next call might not fit stops."
         ),
     )
     enabled = models.BooleanField(_("enabled"), default=True)

@@ -71,6 +71,7 @@ logger = logging.getLogger(__name__)
 PROTOCOL_VERSION = "1.0"
 PLATFORM_NAME = "Agent platform"
 ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
 
 TASK_STATE = {
     Run.Status.QUEUED: "TASK_STATE_SUBMITTED",
@@ -98,15 +99,33 @@ STOPPED = frozenset({Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELL
 class A2AError(Exception):
     """A JSON-RPC error: its A2A code, message, reason (``ErrorInfo.reason``) and our code (metadata)."""
 
-    def __init__(self, code: int, reason: str, message: str, *, our_code: str = "") -> None:
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        *,
+        our_code: str = "",
+        http_status: int = 200,
+        headers: dict[str, str] | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.code, self.reason, self.message, self.our_code = code, reason, message, our_code
+        # JSON-RPC errors travel in a 200, but a refusal to retry later is an HTTP 429 with ``Retry-After``.
+        self.http_status = http_status
+        self.headers = headers or {}
+        self.metadata = metadata or {}
 
     def as_error(self) -> dict[str, Any]:
         info: dict[str, Any] = {"@type": ERROR_INFO, "reason": self.reason, "domain": "a2a-protocol.org"}
-        if self.our_code:
-            info["metadata"] = {"code": self.our_code}
-        return {"code": self.code, "message": self.message, "data": [info]}
+        metadata = {**({"code": self.our_code} if self.our_code else {}), **self.metadata}
+        if metadata:
+            info["metadata"] = metadata
+        data = [info]
+        if "Retry-After" in self.headers:
+            data.append({"@type": RETRY_INFO, "retryDelay": f"{self.headers['Retry-After']}s"})
+        return {"code": self.code, "message": self.message, "data": data}
 
 
 def invalid_params(message: str, our_code: str = "invalid_input") -> A2AError:
@@ -122,7 +141,20 @@ _ERRORS: dict[str, tuple[int, str]] = {
 }
 
 
+# A refusal to come back later (a spent budget, a rate limit): a server-defined JSON-RPC code (A2A has none) in an
+# HTTP 429 with ``Retry-After`` and a ``google.rpc.RetryInfo``, as A2A's gRPC and REST bindings say
+# RESOURCE_EXHAUSTED / 429. The a2a-sdk client raises ``A2AClientError("HTTP Error 429 …")`` with the httpx error
+# (and its ``Retry-After``) as its cause; a plain HTTP client sees the 429 and the header.
+RESOURCE_EXHAUSTED = (-32029, "RESOURCE_EXHAUSTED")
+
+
 def a2a_error_of(exc: ApplicationError) -> A2AError:
+    if exc.status == 429:
+        code, reason = RESOURCE_EXHAUSTED
+        metadata = {k: str(v) for k, v in exc.fields.items() if k == "resets_at"}
+        return A2AError(
+            code, reason, exc.message, our_code=exc.code, http_status=429, headers=exc.headers, metadata=metadata
+        )
     code, reason = _ERRORS.get(exc.code, (-32602, "INVALID_PARAMS"))
     return A2AError(code, reason, exc.message, our_code=exc.code)
 
@@ -249,10 +281,10 @@ def task_status(run: Run) -> dict[str, Any]:
     if run.status == Run.Status.AWAITING_APPROVAL:
         approvals = pending_approvals(run)
         calls = ", ".join(f"{a['tool']} {json.dumps(a['args'], ensure_ascii=False)}" for a in approvals)
-        text = (
-            f"Approval needed before these calls: {calls}. Reply on this task with a data part "
+        text = _(
+            "Approval needed before these calls: %(calls)s. Reply on this task with a data part "
             '{"decision": "approve" or "reject", "approvalId": "...", "reason": "..."}.'
-        )
+        ) % {"calls": calls}
         status["message"] = _agent_message(
             run,
             f"input-{len(approvals)}",
@@ -588,17 +620,17 @@ def _rpc_error(rpc_id: Any, error: A2AError) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": rpc_id, "error": error.as_error()}
 
 
-def _guarded(call: Callable[[], Any], rpc_id: Any) -> tuple[Any, dict[str, Any] | None]:
-    """The call's result, or its JSON-RPC error: ours mapped, anything unexpected an opaque -32603 (logged)."""
+def _guarded(call: Callable[[], Any]) -> tuple[Any, A2AError | None]:
+    """The call's result, or its A2A error: ours mapped, anything unexpected an opaque -32603 (logged)."""
     try:
         return call(), None
     except A2AError as exc:
-        return None, _rpc_error(rpc_id, exc)
+        return None, exc
     except ApplicationError as exc:
-        return None, _rpc_error(rpc_id, a2a_error_of(exc))
+        return None, a2a_error_of(exc)
     except Exception:
         logger.exception("A2A call failed")
-        return None, _rpc_error(rpc_id, A2AError(-32603, "INTERNAL", _("Internal error.")))
+        return None, A2AError(-32603, "INTERNAL", _("Internal error."))
 
 
 def _parse_request(request: HttpRequest) -> tuple[Any, str, dict[str, Any]] | dict[str, Any]:
@@ -645,13 +677,13 @@ async def rpc_view(request: HttpRequest, slug: str) -> HttpResponseBase:
         return json_response(parsed)
     rpc_id, method, params = parsed
     if version and not version.startswith("1."):
-        error = A2AError(-32009, "VERSION_NOT_SUPPORTED", _("This server speaks A2A 1.0."), our_code="version")
-        return json_response(_rpc_error(rpc_id, error))
-    result, error_body = await sync_to_async(_guarded)(
-        lambda: rpc_call(agent=agent, api_key=api_key, method=method, params=params, rpc_id=rpc_id), rpc_id
+        unsupported = A2AError(-32009, "VERSION_NOT_SUPPORTED", _("This server speaks A2A 1.0."), our_code="version")
+        return json_response(_rpc_error(rpc_id, unsupported))
+    result, error = await sync_to_async(_guarded)(
+        lambda: rpc_call(agent=agent, api_key=api_key, method=method, params=params, rpc_id=rpc_id)
     )
-    if error_body is not None:
-        return json_response(error_body)
+    if error is not None:
+        return json_response(_rpc_error(rpc_id, error), status=error.http_status, headers=error.headers)
     if isinstance(result, Stream):
         slot = await sync_to_async(stream_slot_take)(api_key)
         if slot is None:

@@ -7,6 +7,7 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from agents import providers
+from agents.budgets import budget_create, budget_reserve
 from agents.execution import run_execute
 from agents.models import Agent, Run
 from agents.providers import supports_tool_choice
@@ -39,19 +40,32 @@ def stubbed_bedrock(monkeypatch):
     stubber.assert_no_pending_responses()
 
 
-def test_a_bedrock_agent_calls_a_tool_through_the_gate_and_answers(demo_server, stubbed_bedrock) -> None:
+GUARDRAIL_CONFIG = {"guardrailIdentifier": "gr-7", "guardrailVersion": "3", "trace": "enabled"}
+
+
+def test_a_bedrock_agent_with_a_guardrail_calls_a_tool_through_the_gate_and_answers(
+    demo_server, stubbed_bedrock
+) -> None:
+    """The Bedrock path still passes with Guardrails on: both model calls carry the guardrail, the tool call goes
+    through the gate (audited), and the answer comes back."""
+    converse_params = {
+        "modelId": HAIKU,
+        "messages": ANY,
+        "system": ANY,
+        "inferenceConfig": ANY,
+        "toolConfig": {"tools": ANY},
+        "guardrailConfig": GUARDRAIL_CONFIG,
+    }
     tool_use = {"toolUse": {"toolUseId": "tu-1", "name": "search_employee", "input": {"name": "박도윤"}}}
-    stubbed_bedrock.add_response(
-        "converse",
-        converse_reply([tool_use], "tool_use"),
-    )
+    stubbed_bedrock.add_response("converse", converse_reply([tool_use], "tool_use"), expected_params=converse_params)
     stubbed_bedrock.add_response(
         "converse",
         converse_reply([{"text": "박도윤 님은 물류플랫폼팀 소속입니다."}], "end_turn"),
+        expected_params=converse_params,
     )
     agent = make_agent(slug="bedrock", servers=[demo_server], provider="bedrock", with_demo_rules=False)
     agent.model_id = "anthropic.claude-3-haiku-20240307-v1:0"
-    agent.model_params = {"region_name": "us-east-1"}
+    agent.model_params = {"region_name": "us-east-1", "guardrail": {"id": "gr-7", "version": "3"}}
     agent.save()
     run = Run.objects.create(agent=agent, query="박도윤 님 팀?")
     run_execute(run_id=str(run.id))
@@ -63,6 +77,43 @@ def test_a_bedrock_agent_calls_a_tool_through_the_gate_and_answers(demo_server, 
     assert run.token_usage["input_tokens"] == 240
     tool_message = next(s for s in run.messages if s["type"] == "tool")
     assert "물류플랫폼팀" in tool_message["content"]
+    assert not any(s.get("guardrail") for s in run.messages)  # the guardrail let both turns through
+
+
+def test_under_a_budget_each_converse_call_is_capped_to_what_is_left_of_the_runs_reservation(
+    demo_server, stubbed_bedrock
+) -> None:
+    sent: list[dict] = []
+    stubbed_bedrock.client.meta.events.register(
+        "provide-client-params.bedrock-runtime.Converse", lambda params, **kwargs: sent.append(params)
+    )
+    tool_use = {"toolUse": {"toolUseId": "tu-1", "name": "search_employee", "input": {"name": "박도윤"}}}
+    stubbed_bedrock.add_response("converse", converse_reply([tool_use], "tool_use"))
+    stubbed_bedrock.add_response("converse", converse_reply([{"text": "물류플랫폼팀입니다."}], "end_turn"))
+    agent = bedrock_agent(demo_server, slug="bedrock-budget", max_tokens=4000)
+    budget_create(
+        actor="test-admin",
+        via="tests",
+        data={"agent": agent, "period": "day", "max_tokens": 1_000_000, "run_reservation_tokens": 20_000},
+    )
+    run = Run.objects.create(agent=agent, query="박도윤 님 팀?")
+    budget_reserve(run=run, agent=agent, api_key=None)
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    first, second = (params["inferenceConfig"]["maxTokens"] for params in sent)
+    assert first == 4000  # the agent's own max_tokens is lower than what the reservation leaves
+    assert second == 4000
+    agent.model_params = {**agent.model_params, "max_tokens": None}
+    agent.save()
+    sent.clear()
+    stubbed_bedrock.add_response("converse", converse_reply([{"text": "안녕하세요"}], "end_turn"))
+    again = Run.objects.create(agent=agent, query="안녕")
+    budget_reserve(run=again, agent=agent, api_key=None)
+    run_execute(run_id=str(again.id))
+    [params] = sent
+    # The input bound (bytes of the prompt and tool schemas) is taken off the reservation: the rest is the cap.
+    assert 0 < params["inferenceConfig"]["maxTokens"] < 20_000
 
 
 def bedrock_agent(demo_server, *, slug: str, model_id: str = HAIKU, **params) -> Agent:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 
 import pytest
@@ -22,8 +23,11 @@ from tests.conftest import make_agent
 ANSWER = "예산 안에서 답합니다."
 
 
-def scripted_agent(slug: str = "budgeted", *, turns: int = 1) -> Agent:
-    script = [{"tool_calls": [{"name": "no_such_tool", "args": {}}]} for _ in range(turns - 1)]
+def scripted_agent(slug: str = "budgeted", *, turns: int = 1, output_tokens: int | None = None) -> Agent:
+    """An agent whose model calls a tool ``turns - 1`` times, then answers; with ``output_tokens``, every tool
+    call turn reports that many output tokens (a long turn, cut at the call's ``max_tokens``)."""
+    usage = {"usage": {"output_tokens": output_tokens}} if output_tokens is not None else {}
+    script = [{"tool_calls": [{"name": "no_such_tool", "args": {}}], **usage} for _ in range(turns - 1)]
     script.append({"content": ANSWER})
     agent = make_agent(slug=slug, servers=[], provider="scripted", script=script, with_demo_rules=False)
     agent.model_id = "house-model"
@@ -118,19 +122,37 @@ def test_an_agent_budget_on_cost_refuses_every_key(api_client, other_caller) -> 
 
 
 @pytest.mark.django_db
-def test_a_run_that_reaches_its_reservation_stops_with_budget_run_ceiling(api_client, api_caller) -> None:
-    agent = scripted_agent(turns=5)
+def test_a_run_stops_with_budget_run_ceiling_before_the_call_that_could_cross_its_reservation(
+    api_client, api_caller
+) -> None:
+    agent = scripted_agent(turns=5, output_tokens=150)
     budget_create(
         actor="test-admin",
         via="tests",
-        data={"api_key": api_caller.key, "period": "day", "max_tokens": 10_000, "run_reservation_tokens": 60},
+        data={"api_key": api_caller.key, "period": "day", "max_tokens": 10_000, "run_reservation_tokens": 700},
+    )
+    run = finish(submit(api_client).json()["id"])
+    assert (run.status, run.error_code) == (Run.Status.FAILED, "budget:run_ceiling"), (run.token_usage, run.messages)
+    assert "next model call" in run.error_message
+    assert 0 < run.tokens <= 700  # never past the reservation: the call that might cross it is not made
+    assert 1 <= run.token_usage["model_calls"] < 5
+    assert BudgetUsage.objects.get().used_tokens == run.tokens
+    assert agent.slug == "budgeted"
+
+
+@pytest.mark.django_db
+def test_a_model_call_is_capped_to_what_is_left_of_the_reservation(api_client, api_caller) -> None:
+    scripted_agent(turns=3, output_tokens=5_000)
+    budget_create(
+        actor="test-admin",
+        via="tests",
+        data={"api_key": api_caller.key, "period": "day", "max_tokens": 10_000, "run_reservation_tokens": 2000},
     )
     run = finish(submit(api_client).json()["id"])
     assert (run.status, run.error_code) == (Run.Status.FAILED, "budget:run_ceiling")
-    assert 60 <= run.tokens < 60 + 40  # stopped at the model call that crossed the reservation
-    assert run.token_usage["model_calls"] < 5
-    assert BudgetUsage.objects.get().used_tokens == run.tokens
-    assert agent.slug == "budgeted"
+    # The first turn wanted 5000 output tokens; its max_tokens left room only up to the reservation.
+    assert run.token_usage["model_calls"] == 1
+    assert run.token_usage["output_tokens"] < 2000 and run.tokens <= 2000
 
 
 @pytest.mark.django_db
@@ -222,6 +244,61 @@ def test_a_budget_holds_under_50_concurrent_submissions_on_one_key(settings) -> 
     assert usage.used_tokens == sum(Run.objects.filter(api_key=key).values_list("tokens", flat=True))
     assert usage.used_tokens <= budget.max_tokens
     assert Budget.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_50_concurrent_runs_on_one_key_that_cross_their_reservations_do_not_overspend_the_budget(settings) -> None:
+    """50 runs admitted at once on one key (the budget holds all 50 reservations), each of whose model wants more
+    tokens than its reservation: the cap on every call keeps each run within its reservation, so the key's spend
+    stays within its limit (the promise: never past the limit plus one run's worth)."""
+    settings.PLATFORM_API_RATE = "1000/min"
+    key, raw = api_key_create(name="busy", actor="test", via="tests")
+    scripted_agent(turns=5, output_tokens=1500)
+    reservation = 2000
+    budget = budget_create(
+        actor="test-admin",
+        via="tests",
+        data={"api_key": key, "period": "day", "max_tokens": 50 * reservation, "run_reservation_tokens": reservation},
+    )
+    start = threading.Barrier(50)
+    ids: list[str] = []
+    lock = threading.Lock()
+
+    def admit() -> None:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+        try:
+            start.wait(timeout=60)
+            response = submit(client)
+            assert response.status_code == 202, response.content
+            with lock:
+                ids.append(response.json()["id"])
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=admit) for _ in range(50)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert len(ids) == 50
+    assert BudgetUsage.objects.get(budget=budget).reserved_tokens == 50 * reservation  # all 50 in flight
+
+    def execute(run_id: str) -> None:
+        try:
+            run_execute(run_id=run_id)
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=5) as pool:
+        list(pool.map(execute, ids))
+    runs = Run.objects.filter(api_key=key)
+    assert {r.error_code for r in runs} == {"budget:run_ceiling"}  # every run ran into its reservation
+    usage = BudgetUsage.objects.get(budget=budget)
+    assert usage.reserved_tokens == 0
+    assert usage.used_tokens == sum(r.tokens for r in runs)
+    assert usage.used_tokens <= budget.max_tokens + reservation
+    assert max(r.tokens for r in runs) <= reservation
 
 
 @pytest.mark.django_db

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
+from agents.budgets import budget_create, budget_reserve
 from agents.execution import run_execute
 from agents.models import Agent, Run
 from audit.models import AuditEvent
@@ -243,3 +244,24 @@ def test_a_conversation_gives_the_model_its_earlier_turns_and_only_its_own(demo_
     assert first == [("user", "김하늘 님은 누구인가요?")]
     assert second == [("user", "김하늘 님은 누구인가요?"), ("assistant", "첫 답입니다."), ("user", "그분의 팀은요?")]
     assert other == [("user", "새 질문")]
+
+
+def test_under_a_budget_each_request_caps_its_output_to_what_is_left_of_the_runs_reservation(demo_server) -> None:
+    with ScriptedOpenAIServer(TWO_TOOL_CALLS).running() as server:
+        agent = openai_agent(server, demo_server, max_tokens=None)
+        budget_create(
+            actor="test-admin",
+            via="tests",
+            data={"agent": agent, "period": "day", "max_tokens": 1_000_000, "run_reservation_tokens": 20_000},
+        )
+        run = Run.objects.create(agent=agent, query="박도윤 님 팀과 프로젝트?")
+        budget_reserve(run=run, agent=agent, api_key=None)
+        run_execute(run_id=str(run.id))
+        run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    # langchain-openai sends the cap as ``max_completion_tokens`` (OpenAI's current name for ``max_tokens``).
+    caps = [r["body"].get("max_completion_tokens", r["body"].get("max_tokens")) for r in server.requests]
+    assert len(caps) == 3 and all(isinstance(cap, int) and 0 < cap < 20_000 for cap in caps), caps
+    # The first call's input bound counts the tool schemas byte by byte; later calls find them in the input the
+    # server reported, so their caps are what the reservation leaves after the tokens spent so far.
+    assert caps[1] > caps[2] and caps[0] < caps[1]

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
-from agents.models import Agent, Run
+from agents.budgets import budget_create
+from agents.models import Agent, Approval, Run
 from agents.services import api_key_create
 from tests.conftest import ApiCaller, make_agent
 
@@ -119,6 +122,53 @@ def test_our_errors_become_a2a_errors(api_caller: ApiCaller, demo_agent: Agent) 
     assert old["error"]["code"] == -32009
     parse = client.post("/a2a/company-assistant/", "{not json", content_type="application/json")
     assert parse.json()["error"]["code"] == -32700
+
+
+def test_a_spent_budget_is_an_http_429_with_retry_after_on_both_send_methods(
+    api_caller: ApiCaller, demo_agent: Agent
+) -> None:
+    budget_create(
+        actor="test-admin",
+        via="tests",
+        data={"api_key": api_caller.key, "period": "day", "max_tokens": 10, "run_reservation_tokens": 100},
+    )
+    client = client_for(api_caller.raw_key)
+    for method in ("SendMessage", "SendStreamingMessage"):
+        message = {"messageId": f"m-{method}", "role": "ROLE_USER", "parts": [{"text": "안녕"}]}
+        body = {"jsonrpc": "2.0", "id": "r1", "method": method, "params": {"message": message}}
+        response = client.post("/a2a/company-assistant/", json.dumps(body), content_type="application/json")
+        assert response.status_code == 429, response.content
+        retry_after = int(response["Retry-After"])
+        assert 0 < retry_after <= 86400
+        error = response.json()["error"]
+        assert error_code(response.json()) == (-32029, "budget_exceeded")
+        info, retry = error["data"]
+        assert info["reason"] == "RESOURCE_EXHAUSTED" and info["metadata"]["resets_at"]
+        assert retry == {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{retry_after}s"}
+    assert not Run.objects.exists()
+
+
+def test_an_input_required_task_asks_for_the_approval_in_the_callers_language(
+    api_caller: ApiCaller, demo_agent: Agent
+) -> None:
+    run = Run.objects.create(
+        agent=demo_agent, api_key=api_caller.key, query="메모 저장", status=Run.Status.AWAITING_APPROVAL
+    )
+    Approval.objects.create(
+        run=run,
+        mcp_id="demo",
+        tool="append_note",
+        args={"text": "회의록"},
+        call_hash="a" * 64,
+        expires_at=timezone.now() + timedelta(hours=1),
+    )
+    client = client_for(api_caller.raw_key)
+    for language, asks in (("en", "Approval needed before these calls: append_note"), ("ko", "승인이 필요합니다")):
+        task = rpc(client, "company-assistant", "GetTask", {"id": str(run.pk)}, **{"Accept-Language": language})
+        status = task["result"]["status"]
+        assert status["state"] == "TASK_STATE_INPUT_REQUIRED"
+        text = status["message"]["parts"][0]["text"]
+        assert asks in text and '"decision"' in text and "회의록" in text
 
 
 def test_a_finished_task_cannot_be_cancelled_but_a_queued_one_can(api_caller: ApiCaller, demo_agent: Agent) -> None:
