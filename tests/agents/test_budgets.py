@@ -246,6 +246,7 @@ def test_a_budget_holds_under_50_concurrent_submissions_on_one_key(settings) -> 
     assert Budget.objects.count() == 1
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_50_concurrent_runs_on_one_key_that_cross_their_reservations_do_not_overspend_the_budget(settings) -> None:
     """50 runs admitted at once on one key (the budget holds all 50 reservations), each of whose model wants more

@@ -100,6 +100,7 @@ def test_two_read_calls_of_one_turn_overlap_and_come_back_in_the_order_asked() -
     assert sorted(events.values_list("call_id", "ok", "attempt")) == [("c-1", True, 1), ("c-2", True, 1)]
 
 
+@pytest.mark.slow
 def test_with_parallel_calls_off_the_same_turn_runs_one_by_one(settings) -> None:
     settings.PLATFORM_PARALLEL_TOOL_CALLS = 1
     server = bind_local()

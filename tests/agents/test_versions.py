@@ -204,6 +204,7 @@ def two_arms(agent: Agent, weights: tuple[int, int]) -> tuple[AgentVersion, Agen
     return a, b
 
 
+@pytest.mark.slow
 def test_arms_split_1000_callers_by_weight_and_each_caller_stays_in_its_arm(
     demo_agent: Agent, api_caller: ApiCaller
 ) -> None:

@@ -222,6 +222,7 @@ def test_a_bad_filter_is_a_400_in_the_projects_error_shape(auditor_client, two_r
     assert field in error["fields"]
 
 
+@pytest.mark.slow
 def test_keyset_pages_walk_every_event_once_in_id_order(auditor_client, two_runs) -> None:
     bulk_events(7)
     seen: list[int] = []
@@ -288,6 +289,7 @@ def test_an_export_takes_the_same_filters(auditor_client, two_runs) -> None:
     assert [json.loads(line)["tool"] for line in body.splitlines()] == ["get_asset"]
 
 
+@pytest.mark.slow
 def test_a_large_export_streams_in_chunks_without_evaluating_the_queryset(auditor_client, two_runs) -> None:
     total = 20_000
     bulk_events(total)

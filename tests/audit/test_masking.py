@@ -754,6 +754,7 @@ def json_with_a_secret(draw: st.DrawFn, secret: str) -> Any:
     return draw(st.lists(with_secret, min_size=1, max_size=3).map(lambda items: [form, *items]))
 
 
+@pytest.mark.slow
 @property_settings
 @given(data=st.data(), secret=secrets)
 def test_a_given_secret_never_survives_mask_value_in_any_form(data: st.DataObject, secret: str) -> None:

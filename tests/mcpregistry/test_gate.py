@@ -100,6 +100,7 @@ def test_a_read_tool_may_reuse_a_result_across_runs_for_its_ttl(probe_server) ->
     assert (again.value, again.memo_hit) == ("ttl:1", True)
 
 
+@pytest.mark.slow
 def test_a_rate_limit_is_retried_with_exponential_backoff(db, gate_clock) -> None:
     server = bind_demo_server(mcp_id="limited", failure_mode="rate_limit")
     result = call(server, "get_asset_status", {"asset_id": "A-1001"})
@@ -110,6 +111,7 @@ def test_a_rate_limit_is_retried_with_exponential_backoff(db, gate_clock) -> Non
     assert [e[2] for e in events("get_asset_status")] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_a_timeout_is_retried_at_once_and_the_session_stays_usable(db, gate_clock) -> None:
     server = bind_demo_server(mcp_id="slow", failure_mode="timeout", FAILURE_TIMEOUT_S="5")
     contract(server, "get_asset_status", timeout_s=0.3)
@@ -122,6 +124,7 @@ def test_a_timeout_is_retried_at_once_and_the_session_stays_usable(db, gate_cloc
     assert set(get_default_pool().child_process_ids()) == before
 
 
+@pytest.mark.slow
 def test_a_bad_schema_is_not_retried_and_points_to_the_fallback(db, gate_clock) -> None:
     server = bind_demo_server(mcp_id="malformed", failure_mode="bad_schema")
     result = call(server, "get_asset_status", {"asset_id": "A-1001"})

@@ -235,6 +235,7 @@ def test_a_tool_without_a_read_only_hint_is_proposed_as_write(db) -> None:
     }
 
 
+@pytest.mark.slow
 def test_a_vanished_tool_is_marked_and_an_admins_choice_is_kept(db) -> None:
     server = mutable_server(EXTRA_TOOL="1")
     McpTool.objects.filter(server=server, name="lookup").update(enabled=False)
