@@ -25,33 +25,15 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1000)
     options = parser.parse_args()
 
-    from bench._django import setup_django
+    from bench._django import bind_bench_demo_server, setup_django
 
     setup_django()
     from django.conf import settings
 
-    from agents.management.commands.seed_demo import apply_demo_contracts
     from mcpregistry import gate
-    from mcpregistry.models import McpServer
     from mcpregistry.pool import get_default_pool, shutdown_default_pool
-    from mcpregistry.services import mcp_server_create, mcp_server_discover
 
-    server = mcp_server_create(
-        actor="system:bench",
-        via="bench",
-        data={
-            "mcp_id": "bench",
-            "name": "bench",
-            "command": sys.executable,
-            "args": ["-m", settings.PLATFORM_DEMO_SERVER_MODULE],
-            "cwd": str(settings.BASE_DIR),
-            "env": {"FAILURE_MODE": "none"},
-            "session_scope": "shared",
-        },
-    )
-    assert mcp_server_discover(server=server, actor="system:bench", via="bench").ok
-    apply_demo_contracts(server)
-    server = McpServer.objects.prefetch_related("tools__contract").get(pk=server.pk)
+    server = bind_bench_demo_server()
     pool = get_default_pool()
     config = server.connection_config()
     args = {"name": "김하늘"}

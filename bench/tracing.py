@@ -26,20 +26,16 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1000)
     options = parser.parse_args()
 
-    from bench._django import setup_django
+    from bench._django import bind_bench_demo_server, setup_django
 
     setup_django()
-    from django.conf import settings
     from opentelemetry import trace
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
     import agent_platform.telemetry as telemetry
-    from agents.management.commands.seed_demo import apply_demo_contracts
     from mcpregistry import gate
-    from mcpregistry.models import McpServer
     from mcpregistry.pool import shutdown_default_pool
-    from mcpregistry.services import mcp_server_create, mcp_server_discover
 
     class Dropped(SpanExporter):
         def __init__(self) -> None:
@@ -55,22 +51,7 @@ def main() -> None:
     traced_tracer = provider.get_tracer(telemetry.TRACER_NAME)
     untraced_tracer = trace.NoOpTracer()
 
-    server = mcp_server_create(
-        actor="system:bench",
-        via="bench",
-        data={
-            "mcp_id": "bench",
-            "name": "bench",
-            "command": sys.executable,
-            "args": ["-m", settings.PLATFORM_DEMO_SERVER_MODULE],
-            "cwd": str(settings.BASE_DIR),
-            "env": {"FAILURE_MODE": "none"},
-            "session_scope": "shared",
-        },
-    )
-    assert mcp_server_discover(server=server, actor="system:bench", via="bench").ok
-    apply_demo_contracts(server)
-    server = McpServer.objects.prefetch_related("tools__contract").get(pk=server.pk)
+    server = bind_bench_demo_server()
     args = {"name": "김하늘"}
     who = gate.GateCall(source="admin", actor="bench")
     samples: dict[str, list[float]] = {"untraced": [], "traced": []}
