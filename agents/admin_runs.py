@@ -39,7 +39,7 @@ from agents.api.throttling import StreamSlot
 from agents.approvals import approval_decide, asked_by_the_model
 from agents.models import Approval, Run
 from agents.services import CANCELLABLE, run_cancel
-from audit.admin_readonly import WritesRefusedMixin
+from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 
 StepStatus = str
 """``ok``, ``degraded`` (it worked, after a retry, a fallback, a reused result or an uncertain outcome),
@@ -307,7 +307,7 @@ def _staff_may_still_view(user_id: Any) -> bool:
 
 
 @admin.register(Run)
-class RunAdmin(WritesRefusedMixin, admin.ModelAdmin):
+class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     """Runs are read-only here (no add, change or delete for anyone); an admin may cancel one that has not
     finished."""
 
@@ -328,15 +328,6 @@ class RunAdmin(WritesRefusedMixin, admin.ModelAdmin):
             },
         )
     ]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def may_cancel(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm("agents.change_run"))

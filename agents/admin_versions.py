@@ -23,6 +23,7 @@ from agents.services import agent_arm_create, agent_arm_delete, agent_arm_update
 from agents.shadow import ANSWER_AGREEMENT
 from agents.versions import version_diff
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
+from audit.admin_readonly import ReadOnlyAdminMixin
 
 
 def bars(values: list[float | None], labels: list[str], *, colour: str, unit: str = "") -> SafeString:
@@ -69,7 +70,7 @@ def _pretty(value: Any) -> str:
 
 
 @admin.register(AgentVersion)
-class AgentVersionAdmin(admin.ModelAdmin):
+class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Versions are immutable: viewed, compared, rolled back to (which publishes a new version)."""
 
     list_display = ["__str__", "agent", "number", "created_at", "published_by", "note", "is_live", "diff_link"]
@@ -78,15 +79,6 @@ class AgentVersionAdmin(admin.ModelAdmin):
     readonly_fields = ["agent", "number", "digest", "note", "published_by", "created_at", "content_json"]
     fields = readonly_fields
     actions = ["rollback"]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_rollback_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm("agents.change_agent"))
@@ -233,7 +225,7 @@ class AgentArmAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(ShadowComparison)
-class ShadowComparisonAdmin(admin.ModelAdmin):
+class ShadowComparisonAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Live runs and their shadows on the candidate, disagreements first (read-only)."""
 
     # Narrow enough for the admin's content column beside its filters: what differs is one column.
@@ -249,15 +241,6 @@ class ShadowComparisonAdmin(admin.ModelAdmin):
     list_filter = ["agrees", "agent", "same_tools"]
     list_select_related = ["candidate__agent"]
     readonly_fields = [f.name for f in ShadowComparison._meta.fields]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description=_("what differs"))
     def differences(self, obj: ShadowComparison) -> str:

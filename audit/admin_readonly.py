@@ -16,3 +16,17 @@ class WritesRefusedMixin:
         if request.method == "POST" and not self.has_change_permission(request):  # type: ignore[attr-defined]
             raise PermissionDenied
         return super().changelist_view(request, extra_context)  # type: ignore[misc]
+
+
+class ReadOnlyAdminMixin:
+    """A page that shows a record: nothing is added, changed or deleted through it (its own actions, if any,
+    go through the services)."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -26,7 +26,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from agents.models import Agent
-from audit.admin_readonly import WritesRefusedMixin
+from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.services import audit_chain_catch_up
 from auditor.charts import bar_chart
@@ -227,7 +227,7 @@ def api_url(name: str) -> str | None:
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(WritesRefusedMixin, admin.ModelAdmin):
+class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     list_display = [
         "id",
         "when",
@@ -281,15 +281,6 @@ class AuditEventAdmin(WritesRefusedMixin, admin.ModelAdmin):
         "hash",
     ]
     exclude = ["args", "result"]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         # The chain's fields where the model has them.
@@ -475,17 +466,8 @@ def _pct(part: float, whole: float) -> int:
 
 
 @admin.register(AuditCheckpoint)
-class AuditCheckpointAdmin(admin.ModelAdmin):
+class AuditCheckpointAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Where archived events end: what ``verify_audit`` starts from. Read-only."""
 
     list_display = ["seq", "hash", "archived_at", "count"]
     readonly_fields = [f.name for f in AuditCheckpoint._meta.fields]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

@@ -17,7 +17,7 @@ from django.utils.translation import gettext_lazy as _
 
 from agent_platform.errors import ApplicationError
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
-from audit.admin_readonly import WritesRefusedMixin
+from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from evals.models import EvalCase, EvalRun, EvalSet
 from evals.services import (
     eval_case_create,
@@ -126,7 +126,7 @@ class EvalSetAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(EvalRun)
-class EvalRunAdmin(WritesRefusedMixin, admin.ModelAdmin):
+class EvalRunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     """Eval runs are read here (nothing edits one); two selected runs can be compared."""
 
     change_form_template = "admin/evals/evalrun/change_form.html"
@@ -135,15 +135,6 @@ class EvalRunAdmin(WritesRefusedMixin, admin.ModelAdmin):
     readonly_fields = [f.name for f in EvalRun._meta.fields]
     fields = ["eval_set", "agent", "version", "label", "status", "total", "done", "started_by", "created_at"]
     actions = ["compare"]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_compare_permission(self, request: HttpRequest) -> bool:
         return self.has_view_permission(request)
