@@ -21,7 +21,7 @@ from django.test import Client
 
 from agents.api.events import RunEventFeed
 from agents.models import Run, RunEvent
-from tests.e2e.harness import ROOT, _stop, free_port, wait_until
+from tests.e2e.harness import ROOT, _stop, free_port, seeded, wait_until
 
 URL = "/api/v1/runs"
 
@@ -241,11 +241,9 @@ def asgi_platform(workdir: Path, *, collect_static: bool = False, **extra_env: s
         assert done.returncode == 0, f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
         return done.stdout
 
-    manage("migrate", "--noinput", "-v0")
+    api_key = seeded(workdir, env, extra=extra_env)  # migrated, seeded, a key issued: the session's copy
     if collect_static:
         manage("collectstatic", "--noinput", "-v0")
-    manage("seed_demo")
-    api_key = manage("create_api_key", "e2e").strip().splitlines()[-1]
     port = free_port()
     log = (workdir / "web.log").open("wb")
     server = subprocess.Popen(

@@ -13,7 +13,6 @@ def submit(browser: Any, element: Any, timeout: float = 30) -> None:
 
     from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     WebDriverWait(browser, timeout).until(lambda b: b.execute_script("return document.readyState") == "complete")
@@ -30,5 +29,21 @@ def submit(browser: Any, element: Any, timeout: float = 30) -> None:
                 page = browser.find_element(By.TAG_NAME, "html")
     else:
         element.click()
-    WebDriverWait(browser, timeout).until(expected_conditions.staleness_of(page))
+    WebDriverWait(browser, timeout).until(lambda _b: _gone(page))
     WebDriverWait(browser, timeout).until(lambda b: b.execute_script("return document.readyState") == "complete")
+
+
+def _gone(page: Any) -> bool:
+    """``expected_conditions.staleness_of``, also when Chromium answers a node of the page being replaced with
+    an inspector error ("Node with given id does not belong to the document") instead of a stale reference."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        page.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in str(exc) or "No node with given id" in str(exc):
+            return True
+        raise
+    return False

@@ -3,13 +3,16 @@ worker as separate processes, on their own SQLite file and broker (kombu's files
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,6 +38,67 @@ def wait_until(predicate, *, timeout: float, what: str, interval: float = 0.2) -
                 return
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+# --- a seeded database, made once per test session -----------------------------------------------------------
+
+# Environment variables that change what ``migrate``, ``seed_demo`` or ``create_api_key`` write: a platform whose
+# own variables name one of these is seeded from scratch instead of from the template.
+_SEEDING_VARIABLES = ("DEMO_", "SQLITE_", "DATABASE_", "PLATFORM_VAR_DIR", "SDS_", "AUDIT_CHAIN_KEY", "SECRET")
+_template: dict[str, object] = {}
+
+
+def _remove_template() -> None:
+    folder = _template.get("folder")
+    if isinstance(folder, Path):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def seeded(workdir: Path, env: dict[str, str], *, extra: dict[str, str] | None = None) -> str:
+    """``migrate``, ``seed_demo`` and ``create_api_key e2e`` for a platform whose SQLite file and var folder are
+    ``env``'s ``SQLITE_PATH`` and ``PLATFORM_VAR_DIR``; returns the API key.
+
+    The three commands start Django three times and cost about 15 s of CPU on two cores; they run once per test
+    session (in the environment without the caller's ``extra`` variables, which are the run-time knobs of its
+    test), and each platform gets a copy of the result: the database (with SQLite's backup API) and the keys
+    under var/ that its secrets and audit chain were written with. A platform whose ``extra`` names a variable
+    that seeding reads is seeded from scratch. ``tests/e2e/test_platform_e2e.py`` seeds from scratch, as an
+    operator does."""
+    if any(name.startswith(_SEEDING_VARIABLES) for name in extra or {}):
+        return _seed(env)
+    if "folder" not in _template:
+        folder = Path(tempfile.mkdtemp(prefix="seeded-platform-"))
+        atexit.register(_remove_template)
+        base = {k: v for k, v in env.items() if k not in (extra or {})}
+        base.update(PLATFORM_VAR_DIR=str(folder / "var"), SQLITE_PATH=str(folder / "db.sqlite3"))
+        _template.update(api_key=_seed(base), folder=folder)
+    folder = _template["folder"]
+    assert isinstance(folder, Path)
+    var = Path(env["PLATFORM_VAR_DIR"])
+    var.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for key in (folder / "var").iterdir():
+        if key.is_file():
+            shutil.copy2(key, var / key.name)
+    with (
+        contextlib.closing(sqlite3.connect(folder / "db.sqlite3")) as source,
+        contextlib.closing(sqlite3.connect(env["SQLITE_PATH"])) as copy,
+    ):
+        source.backup(copy)
+    os.chmod(env["SQLITE_PATH"], 0o600)
+    return str(_template["api_key"])
+
+
+def _seed(env: dict[str, str]) -> str:
+    def manage(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
+        )
+        assert done.returncode == 0, f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    manage("migrate", "--noinput", "-v0")
+    manage("seed_demo")
+    return manage("create_api_key", "e2e").strip().splitlines()[-1]
 
 
 @dataclass
@@ -68,9 +132,12 @@ def running_platform(
     config: Path | None = None,
     discover: tuple[str, ...] = (),
     asgi: bool = False,
+    as_an_operator: bool = False,
 ) -> Iterator[RunningPlatform]:
     """``config``: a file for ``import_config`` (then ``mcp_discover`` of the ``discover`` servers) before the
-    processes start. ``asgi``: serve with uvicorn, as ``bin/up`` and the image do, instead of ``runserver``."""
+    processes start. ``asgi``: serve with uvicorn, as ``bin/up`` and the image do, instead of ``runserver``.
+    ``as_an_operator``: migrate, seed and issue the key with the commands, in this platform's own folders,
+    instead of copying the session's seeded database (:func:`seeded`)."""
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL"}}
     env.update(
         PLATFORM_VAR_DIR=str(workdir / "var"),
@@ -91,13 +158,11 @@ def running_platform(
         assert done.returncode == 0, f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
         return done.stdout
 
-    manage("migrate", "--noinput", "-v0")
-    manage("seed_demo")
+    api_key = _seed(env) if as_an_operator else seeded(workdir, env)
     if config is not None:
         manage("import_config", str(config))
     if discover:
         manage("mcp_discover", *discover)
-    api_key = manage("create_api_key", "e2e").strip().splitlines()[-1]
     port = free_port()
     processes = [
         subprocess.Popen(

@@ -52,7 +52,7 @@ def check_the_seed_questions(platform: RunningPlatform) -> None:
 
 
 def test_a_query_travels_through_a_real_worker_on_the_embedded_broker(tmp_path: Path) -> None:
-    with running_platform(tmp_path) as platform:
+    with running_platform(tmp_path, as_an_operator=True) as platform:
         check_the_seed_questions(platform)
 
 

@@ -2,8 +2,8 @@
 one (the whole machine: the worker, its pool processes and the MCP servers they started, with SIGKILL), kill
 only a pool process, stop one. Used by the worker-loss tests and the load benchmark (``bench/load.py``).
 
-Like ``tests.e2e.harness.running_platform``: migrate, ``seed_demo``, ``create_api_key``, a web server, all on
-their own SQLite file and broker; the web server here is ``runserver`` (as in the harness), uvicorn (ASGI, as
+Like ``tests.e2e.harness.running_platform``: migrated, seeded (``seed_demo``), a key issued (``create_api_key``),
+a web server, all on their own SQLite file (a copy of the session's seeded one, ``harness.seeded``) and broker; the web server here is ``runserver`` (as in the harness), uvicorn (ASGI, as
 ``bin/up`` runs it) or gunicorn with threads (WSGI)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import httpx
 
-from tests.e2e.harness import ROOT, _stop, free_port, wait_until
+from tests.e2e.harness import ROOT, _stop, free_port, seeded, wait_until
 
 
 def descendants(pid: int) -> list[int]:
@@ -218,9 +218,12 @@ def platform_without_workers(
     platform = Platform(
         workdir=workdir, env=base_env, base_url="", api_key="", db_path=workdir / "db.sqlite3", logs=logs
     )
-    platform.manage("migrate", "--noinput", "-v0")
-    platform.manage("seed_demo")
-    platform.api_key = platform.manage("create_api_key", "e2e").strip().splitlines()[-1]
+    if database_url:
+        platform.manage("migrate", "--noinput", "-v0")
+        platform.manage("seed_demo")
+        platform.api_key = platform.manage("create_api_key", "e2e").strip().splitlines()[-1]
+    else:  # a copy of the session's seeded SQLite database and its keys
+        platform.api_key = seeded(workdir, base_env, extra=env)
     port = free_port()
     if web == "uvicorn":
         command = [
