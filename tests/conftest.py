@@ -76,6 +76,20 @@ DEMO_SECRET = "sk-test-binding-secret-5f2b9c1d7e"
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _fast_password_hashing() -> Iterator[None]:
+    """Passwords made in this process are hashed with MD5 (Django's advice for tests): its default PBKDF2 takes
+    0.4 s a password on two cores, and the suite makes hundreds of users. Hashing is still real (logins, lockouts
+    and the browser's login form check the passwords); the processes the tests start keep the production
+    hashers."""
+    from django.test.utils import override_settings
+
+    fast = override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"])
+    fast.enable()
+    yield
+    fast.disable()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _close_mcp_sessions_at_the_end() -> Iterator[None]:
     yield
     shutdown_default_pool()
