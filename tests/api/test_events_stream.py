@@ -21,7 +21,7 @@ from django.test import Client
 
 from agents.api.events import RunEventFeed
 from agents.models import Run, RunEvent
-from tests.e2e.harness import ROOT, _stop, free_port, seeded, wait_until
+from tests.e2e.harness import ROOT, _stop, free_port, manage_in, seeded, wait_until
 
 URL = "/api/v1/runs"
 
@@ -234,16 +234,9 @@ def asgi_platform(workdir: Path, *, collect_static: bool = False, **extra_env: s
         **extra_env,
     )
 
-    def manage(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
-        )
-        assert done.returncode == 0, f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-        return done.stdout
-
-    api_key = seeded(workdir, env, extra=extra_env)  # migrated, seeded, a key issued: the session's copy
+    api_key = seeded(env, extra=extra_env)  # migrated, seeded, a key issued: the session's copy
     if collect_static:
-        manage("collectstatic", "--noinput", "-v0")
+        manage_in(env, "collectstatic", "--noinput", "-v0")
     port = free_port()
     log = (workdir / "web.log").open("wb")
     server = subprocess.Popen(

@@ -45,18 +45,28 @@ def wait_until(predicate, *, timeout: float, what: str, interval: float = 0.2) -
 # Environment variables that change what ``migrate``, ``seed_demo`` or ``create_api_key`` write: a platform whose
 # own variables name one of these is seeded from scratch instead of from the template.
 _SEEDING_VARIABLES = ("DEMO_", "SQLITE_", "DATABASE_", "PLATFORM_VAR_DIR", "SDS_", "AUDIT_CHAIN_KEY", "SECRET")
-_template: dict[str, object] = {}
+_template: tuple[Path, str] | None = None  # the seeded folder (db.sqlite3, var/) and its API key
 
 
-def _remove_template() -> None:
-    folder = _template.get("folder")
-    if isinstance(folder, Path):
-        shutil.rmtree(folder, ignore_errors=True)
+def manage_in(env: dict[str, str], *args: str) -> str:
+    """``python manage.py ARGS`` in ``env``; returns its stdout (a failure fails the test with both outputs)."""
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
 
 
-def seeded(workdir: Path, env: dict[str, str], *, extra: dict[str, str] | None = None) -> str:
-    """``migrate``, ``seed_demo`` and ``create_api_key e2e`` for a platform whose SQLite file and var folder are
-    ``env``'s ``SQLITE_PATH`` and ``PLATFORM_VAR_DIR``; returns the API key.
+def seed_from_scratch(env: dict[str, str]) -> str:
+    """What an operator runs: ``migrate``, ``seed_demo``, ``create_api_key e2e``; returns the API key."""
+    manage_in(env, "migrate", "--noinput", "-v0")
+    manage_in(env, "seed_demo")
+    return manage_in(env, "create_api_key", "e2e").strip().splitlines()[-1]
+
+
+def seeded(env: dict[str, str], *, extra: dict[str, str] | None = None) -> str:
+    """:func:`seed_from_scratch` for a platform whose SQLite file and var folder are ``env``'s ``SQLITE_PATH`` and
+    ``PLATFORM_VAR_DIR``, from a copy; returns the API key.
 
     The three commands start Django three times and cost about 15 s of CPU on two cores; they run once per test
     session (in the environment without the caller's ``extra`` variables, which are the run-time knobs of its
@@ -64,16 +74,16 @@ def seeded(workdir: Path, env: dict[str, str], *, extra: dict[str, str] | None =
     under var/ that its secrets and audit chain were written with. A platform whose ``extra`` names a variable
     that seeding reads is seeded from scratch. ``tests/e2e/test_platform_e2e.py`` seeds from scratch, as an
     operator does."""
+    global _template
     if any(name.startswith(_SEEDING_VARIABLES) for name in extra or {}):
-        return _seed(env)
-    if "folder" not in _template:
+        return seed_from_scratch(env)
+    if _template is None:
         folder = Path(tempfile.mkdtemp(prefix="seeded-platform-"))
-        atexit.register(_remove_template)
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
         base = {k: v for k, v in env.items() if k not in (extra or {})}
         base.update(PLATFORM_VAR_DIR=str(folder / "var"), SQLITE_PATH=str(folder / "db.sqlite3"))
-        _template.update(api_key=_seed(base), folder=folder)
-    folder = _template["folder"]
-    assert isinstance(folder, Path)
+        _template = (folder, seed_from_scratch(base))
+    folder, api_key = _template
     var = Path(env["PLATFORM_VAR_DIR"])
     var.mkdir(mode=0o700, parents=True, exist_ok=True)
     for key in (folder / "var").iterdir():
@@ -85,20 +95,7 @@ def seeded(workdir: Path, env: dict[str, str], *, extra: dict[str, str] | None =
     ):
         source.backup(copy)
     os.chmod(env["SQLITE_PATH"], 0o600)
-    return str(_template["api_key"])
-
-
-def _seed(env: dict[str, str]) -> str:
-    def manage(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
-        )
-        assert done.returncode == 0, f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-        return done.stdout
-
-    manage("migrate", "--noinput", "-v0")
-    manage("seed_demo")
-    return manage("create_api_key", "e2e").strip().splitlines()[-1]
+    return api_key
 
 
 @dataclass
@@ -152,13 +149,9 @@ def running_platform(
     logs.mkdir(parents=True, exist_ok=True)
 
     def manage(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
-        )
-        assert done.returncode == 0, f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-        return done.stdout
+        return manage_in(env, *args)
 
-    api_key = _seed(env) if as_an_operator else seeded(workdir, env)
+    api_key = seed_from_scratch(env) if as_an_operator else seeded(env)
     if config is not None:
         manage("import_config", str(config))
     if discover:

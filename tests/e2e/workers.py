@@ -2,9 +2,9 @@
 one (the whole machine: the worker, its pool processes and the MCP servers they started, with SIGKILL), kill
 only a pool process, stop one. Used by the worker-loss tests and the load benchmark (``bench/load.py``).
 
-Like ``tests.e2e.harness.running_platform``: migrated, seeded (``seed_demo``), a key issued (``create_api_key``),
-a web server, all on their own SQLite file (a copy of the session's seeded one, ``harness.seeded``) and broker; the web server here is ``runserver`` (as in the harness), uvicorn (ASGI, as
-``bin/up`` runs it) or gunicorn with threads (WSGI)."""
+Like ``tests.e2e.harness.running_platform``: migrated, seeded, a key issued, a web server, all on their own
+SQLite file (a copy of the session's seeded one, ``harness.seeded``) and broker; the web server here is
+``runserver`` (as in the harness), uvicorn (ASGI, as ``bin/up`` runs it) or gunicorn with threads (WSGI)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import httpx
 
-from tests.e2e.harness import ROOT, _stop, free_port, seeded, wait_until
+from tests.e2e.harness import ROOT, _stop, free_port, manage_in, seed_from_scratch, seeded, wait_until
 
 
 def descendants(pid: int) -> list[int]:
@@ -107,16 +107,7 @@ class Platform:
         return httpx.Client(base_url=self.base_url, headers={"Authorization": f"Bearer {self.api_key}"}, **options)
 
     def manage(self, *args: str, env: dict[str, str] | None = None) -> str:
-        done = subprocess.run(
-            [sys.executable, "manage.py", *args],
-            cwd=ROOT,
-            env={**self.env, **(env or {})},
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert done.returncode == 0, f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-        return done.stdout
+        return manage_in({**self.env, **(env or {})}, *args)
 
     def import_config(self, document: dict[str, Any]) -> None:
         path = self.workdir / f"config-{len(list(self.workdir.glob('config-*.json')))}.json"
@@ -218,12 +209,8 @@ def platform_without_workers(
     platform = Platform(
         workdir=workdir, env=base_env, base_url="", api_key="", db_path=workdir / "db.sqlite3", logs=logs
     )
-    if database_url:
-        platform.manage("migrate", "--noinput", "-v0")
-        platform.manage("seed_demo")
-        platform.api_key = platform.manage("create_api_key", "e2e").strip().splitlines()[-1]
-    else:  # a copy of the session's seeded SQLite database and its keys
-        platform.api_key = seeded(workdir, base_env, extra=env)
+    # PostgreSQL: its own database, seeded; SQLite: a copy of the session's seeded database and its keys.
+    platform.api_key = seed_from_scratch(base_env) if database_url else seeded(base_env, extra=env)
     port = free_port()
     if web == "uvicorn":
         command = [
