@@ -21,6 +21,7 @@ from agents.dispatch import lifecycle_setting, run_dispatch
 from agents.models import Approval, Run, RunEvent
 from agents.run_wakeup import run_changed
 from audit.masking import mask_value
+from audit.row_insert import RowInsert
 from audit.services import audit_event_record
 
 logger = logging.getLogger(__name__)
@@ -120,6 +121,10 @@ def approvals_interrupted(*, run_id: Any, why: str) -> int:
 # --- the claim --------------------------------------------------------------------------------------------
 
 
+# A run's events: one compiled statement (audit/row_insert.py) instead of the ORM's insert per event.
+_EVENT_INSERT = RowInsert(RunEvent, ("run", "seq", "kind", "data", "created_at"))
+
+
 class RunEventWriter:
     """Appends a run's progress to ``RunEvent`` (masked), numbered after what was written before.
 
@@ -145,8 +150,8 @@ class RunEventWriter:
             try:
                 # Inside a transaction a savepoint keeps a collision from breaking it; outside, the insert is its own.
                 with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
-                    RunEvent.objects.create(run_id=self.run_id, seq=self.seq, kind=kind, data=masked)
-                run_changed(run_id=self.run_id)
+                    _EVENT_INSERT.insert([RunEvent(run_id=self.run_id, seq=self.seq, kind=kind, data=masked)])
+                run_changed(run_id=self.run_id, status_changed=kind == "status")
                 return
             except IntegrityError:
                 if attempt == 2:
@@ -165,9 +170,9 @@ class RunEventWriter:
             ]
             try:
                 with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
-                    RunEvent.objects.bulk_create(rows)
+                    _EVENT_INSERT.insert(rows)
                 self.seq += len(rows)
-                run_changed(run_id=self.run_id)
+                run_changed(run_id=self.run_id, status_changed=any(kind == "status" for kind, _ in masked))
                 return
             except IntegrityError:
                 if attempt == 2:

@@ -12,6 +12,10 @@ tells the waiters once the change is committed, by what the setup has (``PLATFOR
   first, at most the caller's interval), so that a quick run is seen within milliseconds and a long wait costs
   few queries — the embedded default (SQLite, filesystem broker).
 
+A notification is the run's id; one for an event that does not change the run's status (a rule decision, a tool
+result, a model turn) is the id followed by ``:event``: the event stream wakes on both, ``?wait`` only on a status
+change, so a run's intermediate events cost its ``?wait`` caller no read.
+
 Each web process keeps one listening connection (``WakeHub``, a daemon thread, started by the first waiter) and
 hands each notification to the waiters of that run. A notification can be lost (pub/sub delivers at most once, a
 listener reconnects): a waiter therefore still reads the run again at its caller's interval, so a lost message
@@ -80,23 +84,30 @@ def _redis_client(url: str) -> Any:
     return _publisher[2]
 
 
-def _redis_publish(url: str, run_id: str) -> None:
+def _redis_publish(url: str, message: str) -> None:
     try:
-        _redis_client(url).publish(REDIS_CHANNEL, run_id)
+        _redis_client(url).publish(REDIS_CHANNEL, message)
     except Exception:  # a waiter still reads the run at its interval
-        logger.warning("run %s: could not publish its change to Redis", run_id, exc_info=True)
+        logger.warning("run %s: could not publish its change to Redis", message, exc_info=True)
 
 
-def run_changed(*, run_id: Any) -> None:
+EVENT_ONLY_SUFFIX = ":event"
+
+
+def run_changed(*, run_id: Any, status_changed: bool = True) -> None:
     """Tell the run's waiters that it changed, once the current transaction commits (at once outside one);
-    nothing is sent for a transaction that rolls back. Never raises for a lost notification."""
+    nothing is sent for a transaction that rolls back. Never raises for a lost notification.
+
+    ``status_changed``: False for an event that leaves the run's status as it was (only the run's event streams
+    are woken)."""
     kind = wakeup_kind()
+    message = str(run_id) if status_changed else f"{run_id}{EVENT_ONLY_SUFFIX}"
     if kind == "redis":
         url = redis_url()
-        transaction.on_commit(lambda: _redis_publish(url, str(run_id)))
+        transaction.on_commit(lambda: _redis_publish(url, message))
     elif kind == "postgres":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [PG_CHANNEL, str(run_id)])
+            cursor.execute("SELECT pg_notify(%s, %s)", [PG_CHANNEL, message])
 
 
 # --- listening ---------------------------------------------------------------------------------------------------
@@ -112,18 +123,20 @@ class WakeHub:
     def __init__(self, kind: Literal["redis", "postgres"], target: str | dict[str, Any]) -> None:
         self.kind = kind
         self.target = target
-        self.callbacks: dict[str, set[Callable[[], None]]] = {}
+        # run id -> {callback: whether it wants status changes only}
+        self.callbacks: dict[str, dict[Callable[[], None], bool]] = {}
         self.lock = threading.Lock()
         self.ready = threading.Event()
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
         self.pid = os.getpid()
 
-    def add(self, run_id: str, callback: Callable[[], None]) -> bool:
-        """Register ``callback`` for ``run_id``'s notifications. The waiter that starts the listener waits for its
-        subscription (at most ``READY_TIMEOUT_S``); others are not held up while it reconnects (they poll)."""
+    def add(self, run_id: str, callback: Callable[[], None], *, statuses_only: bool = False) -> bool:
+        """Register ``callback`` for ``run_id``'s notifications (``statuses_only``: only those of a status change).
+        The waiter that starts the listener waits for its subscription (at most ``READY_TIMEOUT_S``); others are
+        not held up while it reconnects (they poll)."""
         with self.lock:
-            self.callbacks.setdefault(run_id, set()).add(callback)
+            self.callbacks.setdefault(run_id, {})[callback] = statuses_only
             starting = self.thread is None or not self.thread.is_alive()
             if starting:
                 self.thread = threading.Thread(target=self._loop, name=f"run-wakeup-{self.kind}", daemon=True)
@@ -134,7 +147,7 @@ class WakeHub:
         with self.lock:
             found = self.callbacks.get(run_id)
             if found is not None:
-                found.discard(callback)
+                found.pop(callback, None)
                 if not found:
                     del self.callbacks[run_id]
 
@@ -143,9 +156,17 @@ class WakeHub:
         if self.thread is not None:
             self.thread.join(timeout=5)
 
-    def dispatch(self, run_id: str) -> None:
+    def dispatch(self, message: str) -> None:
+        """Hand a notification (``<run id>``, or ``<run id>:event`` for an event that left the status as it was)
+        to the run's waiters that want it."""
+        event_only = message.endswith(EVENT_ONLY_SUFFIX)
+        run_id = message[: -len(EVENT_ONLY_SUFFIX)] if event_only else message
         with self.lock:
-            callbacks = list(self.callbacks.get(run_id, ()))
+            callbacks = [
+                callback
+                for callback, statuses_only in self.callbacks.get(run_id, {}).items()
+                if not (event_only and statuses_only)
+            ]
         for callback in callbacks:
             callback()
 
@@ -239,8 +260,11 @@ class RunWatch:
     ``interval_s`` where a hub listens (the safety net for a lost notification), and otherwise a short adaptive
     one (``poll_min_s()``, growing to a tenth of the time waited, at most ``interval_s``)."""
 
-    def __init__(self, run_id: Any, *, hub: WakeHub | Literal["auto"] | None = "auto") -> None:
+    def __init__(
+        self, run_id: Any, *, hub: WakeHub | Literal["auto"] | None = "auto", statuses_only: bool = False
+    ) -> None:
         self.run_id = str(run_id)
+        self.statuses_only = statuses_only
         self.hub = wake_hub() if hub == "auto" else hub
         self.started = time.monotonic()
         self.event = threading.Event()
@@ -251,7 +275,7 @@ class RunWatch:
 
     def __enter__(self) -> RunWatch:
         if self.hub is not None:
-            self.listening = self.hub.add(self.run_id, self._notified)
+            self.listening = self.hub.add(self.run_id, self._notified, statuses_only=self.statuses_only)
         return self
 
     def __exit__(self, *_exc: object) -> None:

@@ -76,7 +76,7 @@ def run_wait(*, run: Run, timeout_s: float, interval_s: float = 0.1) -> Run:
     Woken by the run's change notification where there is one (``agents.run_wakeup``: Redis, PostgreSQL), and
     reading the run again at least every ``interval_s`` (a short adaptive pause where nothing notifies)."""
     deadline = time.monotonic() + timeout_s
-    with RunWatch(run.pk) as watch:
+    with RunWatch(run.pk, statuses_only=True) as watch:  # the run's other events do not end the wait
         while True:
             run.refresh_from_db()
             left = deadline - time.monotonic()

@@ -70,6 +70,7 @@ from audit.chain import (
 from audit.chain_keys import chain_keyring
 from audit.masking import mask_value, truncate
 from audit.models import AuditChainHead, AuditCheckpoint, AuditEvent, AuditPendingEvent
+from audit.row_insert import RowInsert
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,8 @@ _CONTENT_FIELDS = (
     "created_at", "run_id", "source", "action", "mcp_id", "tool", "call_id", "args", "result", "ok", "reason",
     "attempt", "latency_ms", "actor",
 )  # fmt: skip
+# An event as the chain writes it: its content, its place and its MAC (one compiled statement, audit/row_insert.py).
+_EVENT_INSERT = RowInsert(AuditEvent, (*_CONTENT_FIELDS, "seq", "prev_hash", "hash", "mac"))
 
 
 class AuditChainHeadMissing(DatabaseError):
@@ -229,7 +232,7 @@ def _chain_append(event: AuditEvent, *, hashed_json: dict[str, Any], using: str 
         event.created_at = timezone.now()  # taken under the lock: time never runs backwards along the chain
         event.hash = event_hash({**_hashed_values(event), **hashed_json})
         event.mac = keyring.sign("event", event.hash)
-        event.save(force_insert=True, using=using)
+        _EVENT_INSERT.insert([event], using=using)
         cursor.execute(
             f"UPDATE {head_table} SET seq = %s, hash = %s, mac = %s WHERE id = %s",  # noqa: S608 - table name from the model
             [event.seq, event.hash, keyring.sign("head", head_message(event.seq, event.hash)), _HEAD_ID],
@@ -254,7 +257,7 @@ def _chain_append_many(built: list[tuple[AuditEvent, dict[str, Any]]], *, using:
             event.hash = event_hash({**_hashed_values(event), **hashed_json})
             event.mac = keyring.sign("event", event.hash)
             prev_hash = event.hash
-        AuditEvent.objects.using(using).bulk_create([event for event, _ in built])
+        _EVENT_INSERT.insert([event for event, _ in built], using=using)
         cursor.execute(
             f"UPDATE {head_table} SET seq = %s, hash = %s, mac = %s WHERE id = %s",  # noqa: S608 - table name from the model
             [seq, prev_hash, keyring.sign("head", head_message(seq, prev_hash)), _HEAD_ID],

@@ -159,6 +159,13 @@ def _events_checked(
 _RAW_VENDORS = ("postgresql", "sqlite")
 _RAW_NAMES = ("id", *(name for name in HASHED_FIELDS if name not in ("args", "result")), "hash", "mac")
 _PG_CANONICAL_TIME = """to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')"""
+# SQLite keeps a time as Django writes it, UTC without an offset (``2026-01-02 03:04:05.000006``): that form is
+# turned into the hashed text in the query; any other (no microseconds, an offset) comes back as it is stored and
+# is parsed as the ORM would (``audit.chain.sqlite_row_as_orm``).
+_SQLITE_CANONICAL_TIME = (
+    "CASE WHEN created_at GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9]."
+    "[0-9][0-9][0-9][0-9][0-9][0-9]' THEN replace(created_at, ' ', 'T') || '+00:00' ELSE created_at END"
+)
 
 
 def _events_raw(*, chunk_size: int, workers: int = 0) -> Iterator[tuple[dict[str, Any], EventCheck]]:
@@ -177,6 +184,8 @@ def _events_raw(*, chunk_size: int, workers: int = 0) -> Iterator[tuple[dict[str
     if connection.vendor == "postgresql":  # the time and the run id in the text the hash takes (audit/chain.py)
         selected["created_at"] = _PG_CANONICAL_TIME
         selected["run_id"] = "run_id::text"
+    else:  # SQLite: the time (the run id is 32 hex digits there, made canonical in Python)
+        selected["created_at"] = _SQLITE_CANONICAL_TIME
     columns = ", ".join((*selected.values(), f"args{as_text}", f"result{as_text}"))
     sqlite = connection.vendor == "sqlite"
     with connection.chunked_cursor() as cursor:

@@ -117,6 +117,25 @@ def test_no_message_for_a_rolled_back_change_or_another_run(redis_url: str, run:
 
 @pytest.mark.redis
 @pytest.mark.django_db(transaction=True)
+def test_events_that_leave_the_status_wake_the_stream_but_not_a_status_waiter(redis_url: str, run: Run) -> None:
+    """A rule decision, a tool result, a model turn: the event stream is woken, ``?wait`` (statuses only) is not,
+    so a run's intermediate events cost its ``?wait`` caller no read; a status event wakes both."""
+    with RunWatch(run.pk) as stream, RunWatch(run.pk, statuses_only=True) as status_waiter:
+        assert stream.listening and status_waiter.listening
+        writer = RunEventWriter(run_id=run.pk, secrets=[])
+        writer.emit("rule", {"rule": "직원 소속 조회", "matched": True})
+        assert stream.wait(LONG_S) is True
+        assert status_waiter.wait(0.5) is False
+        writer.emit_many([("deterministic_result", {"tool": "search_employee"}), ("model_turn", {"content": "…"})])
+        assert stream.wait(LONG_S) is True
+        assert status_waiter.wait(0.5) is False
+        writer.emit_many([("model_turn", {"content": "김하늘"}), ("status", {"status": "succeeded"})])
+        assert status_waiter.wait(LONG_S) is True
+        assert stream.wait(LONG_S) is True
+
+
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
 def test_wait_returns_the_finished_run_when_it_is_told_not_at_its_interval(redis_url: str, run: Run) -> None:
     threading.Timer(0.3, _finish, args=[run]).start()
     started = time.monotonic()

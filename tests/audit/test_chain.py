@@ -174,6 +174,29 @@ def test_the_hash_is_sha256_of_sorted_key_json_of_every_stored_field_with_utc_is
     assert len(event_hash(event)) == 64
 
 
+@pytest.mark.skipif("connection.vendor != 'sqlite'")
+def test_a_time_sqlite_holds_in_another_form_is_read_as_the_orm_reads_it() -> None:
+    """verify_audit reads SQLite's usual ``YYYY-MM-DD HH:MM:SS.ffffff`` as the hashed text in its query; a time
+    stored in another form (no microseconds, which Django writes for a whole second) is parsed as the ORM would:
+    the same instant hashes the same either way. (An insider with the key rewrites the last event's time.)"""
+    _first, last = record(2)
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    rewritten = {**stored(last.seq), "created_at": when}
+    digest = event_hash(rewritten)
+    sql(
+        "UPDATE audit_auditevent SET created_at = %s, hash = %s, mac = %s WHERE seq = %s",
+        ["2026-01-02 03:04:05", digest, insider_mac("event", digest), last.seq],
+    )
+    sql(
+        "UPDATE audit_auditchainhead SET hash = %s, mac = %s WHERE id = 1",
+        [digest, insider_mac("head", head_message(last.seq, digest))],
+    )
+
+    assert verify() == f"verified 2 events, head {digest}"
+    sql("UPDATE audit_auditevent SET created_at = %s WHERE seq = %s", ["2026-01-02 03:04:06", last.seq])
+    assert "altered" in verify()
+
+
 def test_a_number_hashes_the_same_however_the_database_gives_it_back() -> None:
     # PostgreSQL's jsonb keeps numbers as decimals: 1e+20 comes back as the integer 100000000000000000000.
     as_written = forge(1, GENESIS_HASH, args={"big": 1e20, "one": 1.0, "small": 1.5e-7}, latency_ms=4)
