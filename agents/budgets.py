@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, Q, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
@@ -175,8 +175,14 @@ def budget_reserve(*, run: Run, agent: Agent, api_key: ApiKey | None) -> None:
 
 def run_token_ceiling(*, run_id: Any) -> int | None:
     """The fewest tokens one of the run's open reservations allows (the engine stops the run there), or None."""
-    tokens = BudgetReservation.objects.filter(run_id=run_id, settled_at__isnull=True).values_list("tokens", flat=True)
-    return min(tokens, default=None)
+    table = connection.ops.quote_name(BudgetReservation._meta.db_table)
+    with connection.cursor() as cursor:  # read once per run pass: plain SQL rather than a query compiled each time
+        cursor.execute(
+            f"SELECT MIN(tokens) FROM {table} WHERE run_id = %s AND settled_at IS NULL",  # noqa: S608 - the model's table
+            [Run._meta.get_field("id").get_db_prep_value(run_id, connection)],
+        )
+        row = cursor.fetchone()
+    return None if row is None or row[0] is None else int(row[0])
 
 
 def run_spent_usage(*, run_id: Any) -> dict[str, int]:
@@ -247,10 +253,17 @@ def budget_settle(*, run_id: Any) -> int:
 
 
 def run_usage_fields(*, agent: Agent, token_usage: Mapping[str, Any]) -> dict[str, int]:
-    """The run's ``tokens`` and ``cost_micros`` columns for this token usage at the agent's model's price."""
-    price = model_price_for(provider=agent.model_provider, model_id=agent.model_id)
+    """The run's ``tokens`` and ``cost_micros`` columns for this token usage at the agent's model's price (no
+    price is read for a run that used no token: it costs nothing at any price)."""
     tokens = int(token_usage.get("input_tokens") or 0) + int(token_usage.get("output_tokens") or 0)
+    if not any(int(token_usage.get(name) or 0) for name in _PRICED_COUNTS):
+        return {"tokens": tokens, "cost_micros": 0}
+    price = model_price_for(provider=agent.model_provider, model_id=agent.model_id)
     return {"tokens": tokens, "cost_micros": cost_micros(price=price, token_usage=token_usage)}
+
+
+# What ``cost_micros`` charges for.
+_PRICED_COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens")
 
 
 # --- reading usage ------------------------------------------------------------------------------------------

@@ -8,8 +8,10 @@ holds is still what the database holds: a change made by any process (an admin p
 another machine) is seen by the next run of every worker. A published version's frozen content never changes,
 but it names servers by id, which are read as they are now: it is cached the same way.
 
-Only the configuration is cached: a server's health and circuit breaker are read where they are used, and the
-run's own row (its agent's settings) is read per run.
+The run's agent, its published version and its API key are configuration rows too (each an ``AuditedModel``:
+writing one moves the generation): :func:`run_parts` gives this process's copies of them with the configuration,
+so a run reads its own row and the generation, not its agent's. Only the configuration is cached: a server's
+health and circuit breaker are read where they are used, and the run's own row is read per run.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents.deterministic import RuleSpec
-from agents.models import Agent, AgentVersion
+from agents.models import Agent, AgentVersion, ApiKey, Run
 from agents.selectors import deterministic_rule_specs
 from agents.versions import version_contracts, version_rules, version_servers
 from audit.change_guard import config_generation
@@ -37,13 +39,64 @@ class RunConfiguration:
     server_secrets: list[str]
 
 
+@dataclass(frozen=True)
+class RunParts:
+    """What a run works with besides its own row: its agent, its published version (None: the agent as stored),
+    its API key's prefix (None: a local run) and its configuration. Shared by the runs of this process: read
+    only."""
+
+    agent: Agent
+    version: AgentVersion | None
+    api_key_prefix: str | None
+    configuration: RunConfiguration
+
+
 _lock = threading.Lock()
 _entries: dict[tuple[int, int | None], tuple[str, RunConfiguration]] = {}
+_rows: dict[tuple[str, Any], tuple[str, Any]] = {}
 
 
-def run_configuration(*, agent: Agent, version: AgentVersion | None) -> RunConfiguration:
-    """The servers, rules and contracts a run of ``agent`` (of its published ``version``, if any) works with."""
+def run_parts(*, run: Run) -> RunParts:
+    """The run's agent, version, API key prefix and configuration, as this process holds them while the
+    configuration's generation holds (one primary-key read for all of them); read again after any change."""
     generation = config_generation()
+    agent = _row(Agent, run.agent_id, generation)
+    version = _row(AgentVersion, run.version_id, generation) if run.version_id is not None else None
+    api_key = _row(ApiKey, run.api_key_id, generation) if run.api_key_id is not None else None
+    frozen = version is not None and bool(version.content)
+    configuration = run_configuration(agent=agent, version=version if frozen else None, generation=generation)
+    return RunParts(
+        agent=agent,
+        version=version,
+        api_key_prefix=api_key.prefix if api_key is not None else None,
+        configuration=configuration,
+    )
+
+
+def _row(model: type[Agent] | type[AgentVersion] | type[ApiKey], pk: Any, generation: str | None) -> Any:
+    key = (model._meta.label, pk)
+    if generation is not None:
+        with _lock:
+            held = _rows.get(key)
+        if held is not None and held[0] == generation:
+            return held[1]
+    loaded = model.objects.get(pk=pk)
+    if generation is not None:
+        with _lock:
+            if len(_rows) >= MAX_ENTRIES:
+                _rows.clear()
+            _rows[key] = (generation, loaded)
+    return loaded
+
+
+_UNREAD = object()
+
+
+def run_configuration(*, agent: Agent, version: AgentVersion | None, generation: Any = _UNREAD) -> RunConfiguration:
+    """The servers, rules and contracts a run of ``agent`` (of its published ``version``, if any) works with.
+    ``generation``: the configuration's generation where the caller has just read it."""
+    if generation is _UNREAD:
+        generation = config_generation()
     key = (agent.pk, version.pk if version is not None else None)
     if generation is not None:
         with _lock:
@@ -63,6 +116,7 @@ def run_configuration_forget() -> None:
     """Drop everything this process holds (tests that rebuild the database under a process)."""
     with _lock:
         _entries.clear()
+        _rows.clear()
 
 
 def _load(*, agent: Agent, version: AgentVersion | None) -> RunConfiguration:

@@ -48,7 +48,7 @@ import agent_platform.telemetry as telemetry
 from agents import engine
 from agents.approvals import RunApprovals
 from agents.budgets import budget_settle, run_token_ceiling, run_usage_fields
-from agents.config_cache import run_configuration
+from agents.config_cache import run_parts
 from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_time_limits
 from agents.errors import RunCancelled
 from agents.models import Run
@@ -134,7 +134,7 @@ class RunClaim:
     def check(self) -> None:
         """Between steps: raise ``RunCancelled`` if the run was cancelled, ``RunStopped`` if its time limit has
         passed or the claim is no longer ours (``stop_reason`` says which)."""
-        row = Run.objects.filter(id=self.run_id).values_list("status", "worker", "delivery_count").first()
+        row = _run_holder(self.run_id)
         if row is not None and row[0] == Run.Status.CANCELLED:
             raise RunCancelled()
         if self.lost.is_set() or row != (Run.Status.RUNNING, self.worker, self.delivery):
@@ -160,6 +160,19 @@ class RunClaim:
             error_code=error_code,
             error_message=error_message,
         )
+
+
+def _run_holder(run_id: Any) -> tuple[str, str, int] | None:
+    """The run's (status, worker, delivery_count), or None: read between every two steps of a run, so in SQL
+    made once rather than a query compiled each time."""
+    table = connection.ops.quote_name(Run._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT status, worker, delivery_count FROM {table} WHERE id = %s",  # noqa: S608 - the model's table
+            [Run._meta.get_field("id").get_db_prep_value(run_id, connection)],
+        )
+        row = cursor.fetchone()
+    return None if row is None else (str(row[0]), str(row[1]), int(row[2]))
 
 
 def run_claim(*, run_id: str, began: float | None = None) -> RunClaim | None:
@@ -281,14 +294,17 @@ def conversation_history(run: Run) -> list[dict[str, str]]:
 
 
 def _execute_claimed(claim: RunClaim) -> None:
-    run = Run.objects.select_related("agent", "api_key", "version").get(id=claim.run_id)
-    agent = run.agent
+    run = Run.objects.get(id=claim.run_id)
+    # The agent, its version, the API key, servers, tools, contracts and rules: this process's copies while the
+    # configuration has not changed (agents.config_cache).
+    parts = run_parts(run=run)
+    agent = run.agent = parts.agent
+    run.version = parts.version
+    configuration = parts.configuration
     # A run of a published version runs its frozen content (prompt, model, rules, contracts); a run of an agent
     # never published runs the agent as it is stored.
     frozen = run.version.content if run.version is not None else None
     settings_of = dict(frozen["agent"]) if frozen else {name: getattr(agent, name) for name in AGENT_FIELDS}
-    # Servers, tools, contracts and rules: this process's copy while the configuration has not changed.
-    configuration = run_configuration(agent=agent, version=run.version if frozen else None)
     servers, rules = list(configuration.servers), list(configuration.rules)
     contracts = configuration.contracts
     secrets = [*configuration.server_secrets, *agent.secret_values()]
@@ -298,7 +314,7 @@ def _execute_claimed(claim: RunClaim) -> None:
     # Settling is needed where the run holds a reservation (taken at admission, so none appears later) or where
     # tokens may have been spent outside this pass's outcome (an earlier delivery or pass).
     settle = token_ceiling is not None or not fresh
-    actor = f"api_key:{run.api_key.prefix}" if run.api_key else "local"
+    actor = f"api_key:{parts.api_key_prefix}" if parts.api_key_prefix is not None else "local"
     writer = RunEventWriter(run_id=run.id, secrets=secrets, last_seq=0 if fresh else None)
     # This event marks the start of the pass: the reconciler counts the time limit from it.
     writer.emit("status", {"status": "running", "delivery": claim.delivery})

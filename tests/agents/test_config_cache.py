@@ -83,6 +83,25 @@ def test_the_next_run_sees_a_server_unbound(demo_agent: Agent, demo_server: McpS
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_next_run_sees_its_agent_changed_and_reads_the_agent_only_then(demo_agent: Agent) -> None:
+    """The run's agent is held with the configuration (one row read per run: the run's own, no join)."""
+
+    def agent_reads() -> tuple[list[str], list[str]]:
+        with CaptureQueriesContext(connection) as queries:
+            run = _run(demo_agent)
+        assert run.status == Run.Status.SUCCEEDED, run.error_message
+        reads = [q["sql"] for q in queries.captured_queries if 'FROM "agents_agent"' in q["sql"]]
+        return reads, list(run.events.order_by("seq").values_list("kind", flat=True))
+
+    assert agent_reads()[0]  # the first run of this process reads it
+    reads, kinds = agent_reads()
+    assert reads == [] and "model_turn" in kinds
+    agent_update(agent=demo_agent, actor="tester", via="tests", data={"answer_from_deterministic": True})
+    reads, kinds = agent_reads()
+    assert reads and "model_turn" not in kinds  # the answer composed from the tool's result, no model turn
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_change_committed_by_another_connection_is_seen(demo_agent: Agent) -> None:
     """Another process, as far as the database can tell: a thread with its own connection commits the change."""
     assert _tools(_run(demo_agent)) == ["search_employee"]
