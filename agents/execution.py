@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from celery.exceptions import SoftTimeLimitExceeded
@@ -43,6 +43,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import F, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 import agent_platform.telemetry as telemetry
 from agents import engine
@@ -51,7 +52,7 @@ from agents.budgets import budget_settle, run_token_ceiling, run_usage_fields
 from agents.config_cache import run_parts
 from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_time_limits
 from agents.errors import RunCancelled
-from agents.models import Run
+from agents.models import Agent, Run
 from agents.run_state import RunEventWriter, approvals_interrupted, run_fail_unheld
 from agents.shadow import shadow_after_store
 from agents.versions import AGENT_FIELDS
@@ -175,6 +176,37 @@ def _run_holder(run_id: Any) -> tuple[str, str, int] | None:
     return None if row is None else (str(row[0]), str(row[1]), int(row[2]))
 
 
+def _claim_view(run_id: Any) -> dict[str, Any] | None:
+    """What a claim decides on: the run's status, worker, delivery count and lease, and its agent's time limit
+    (one statement made once, read by every delivery)."""
+    run_table, agent_table = (connection.ops.quote_name(m._meta.db_table) for m in (Run, Agent))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT r.status, r.worker, r.delivery_count, r.lease_expires_at, a.time_limit_s FROM {run_table} r "  # noqa: S608 - the models' tables
+            f"JOIN {agent_table} a ON a.id = r.agent_id WHERE r.id = %s",
+            [Run._meta.get_field("id").get_db_prep_value(run_id, connection)],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    names = ("status", "worker", "delivery_count", "lease_expires_at", "agent__time_limit_s")
+    view = dict(zip(names, row, strict=True))
+    view["lease_expires_at"] = _aware(view["lease_expires_at"])
+    return view
+
+
+def _aware(value: Any) -> datetime | None:
+    """A time as the ORM gives it (aware, UTC) from what the database driver gave: SQLite's text, without an
+    offset, is UTC (Django writes it so)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = parse_datetime(value)
+    if not isinstance(value, datetime):
+        raise ValueError(f"not a time: {value!r}")
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
 def run_claim(*, run_id: str, began: float | None = None) -> RunClaim | None:
     """Claim a run for this worker, compare-and-swap: ``queued → running``, or ``running → running`` when the
     lease of the worker that had it expired. Returns None when there is nothing to do: the run is finished,
@@ -182,11 +214,7 @@ def run_claim(*, run_id: str, began: float | None = None) -> RunClaim | None:
 
     ``began`` (on ``clock``) is when this delivery started, from which the run's time limit counts."""
     began = clock() if began is None else began
-    row = (
-        Run.objects.filter(id=run_id)
-        .values("status", "worker", "delivery_count", "lease_expires_at", "agent__time_limit_s")
-        .first()
-    )
+    row = _claim_view(run_id)
     if row is None:
         logger.warning("run %s does not exist", run_id)
         return None
