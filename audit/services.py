@@ -127,7 +127,7 @@ def audit_event_record(
     """
     event, hashed_json = _masked_event(dict(locals()))  # the arguments above, as audit_events_record takes them
     if chain_mode() == "deferred":
-        _pending_append(event, hashed_json=hashed_json)
+        _pending_append([(event, hashed_json)])
     else:
         _chain_append(event, hashed_json=hashed_json)
     return event
@@ -136,15 +136,14 @@ def audit_event_record(
 def audit_events_record(events: Iterable[dict[str, Any]]) -> list[AuditEvent]:
     """Append several audit events in a row (each a dict of :func:`audit_event_record`'s arguments), in order,
     masked and truncated as one by one. Inline, the chain head is read and moved once for all of them (one
-    turn on the head instead of one per event); deferred, each becomes its pending row. In one transaction (the
-    caller's, or its own): all of them are recorded, or none."""
+    turn on the head instead of one per event); deferred, each becomes its pending row, all in one statement. In
+    one transaction (the caller's, or its own): all of them are recorded, or none."""
     built = [_masked_event(dict(arguments)) for arguments in events]
     if not built:
         return []
     with transaction.atomic(savepoint=False):
         if chain_mode() == "deferred":
-            for event, hashed_json in built:
-                _pending_append(event, hashed_json=hashed_json)
+            _pending_append(built)
         else:
             _chain_append_many(built)
     return [event for event, _ in built]
@@ -264,37 +263,46 @@ def _chain_append_many(built: list[tuple[AuditEvent, dict[str, Any]]], *, using:
         )
 
 
-def _pending_append(event: AuditEvent, *, hashed_json: dict[str, Any], using: str = DEFAULT_DB_ALIAS) -> None:
-    """Deferred: insert the event as a MAC'd pending row, and have it chained once the transaction has committed.
+def _pending_append(built: list[tuple[AuditEvent, dict[str, Any]]], *, using: str = DEFAULT_DB_ALIAS) -> None:
+    """Deferred: insert the events as MAC'd pending rows, in order (one statement for up to
+    ``_PENDING_ROWS_PER_STATEMENT``), and have them chained once the transaction has committed.
 
     On PostgreSQL one statement, which also reads the head: outside a transaction it is the append's only round
     trip and its only commit. The head's MAC is checked after the insert; a missing or forged head raises, so a
-    caller's transaction rolls back with the row (outside one, the row stays pending, protected by its own MAC,
-    and is never chained after a head that cannot be trusted)."""
+    caller's transaction rolls back with the rows (outside one, the rows stay pending, protected by their own
+    MACs, and are never chained after a head that cannot be trusted)."""
     connection = connections[using]
     keyring = chain_keyring()
-    event.created_at = timezone.now()
-    content = pending_hash({**_hashed_values(event), **hashed_json})
     fields = _pending_fields()
-    values = [field.get_db_prep_save(getattr(event, field.name), connection) for field in fields[:-1]]
-    values.append(keyring.sign("pending", content))
     pending_table = connection.ops.quote_name(AuditPendingEvent._meta.db_table)
     head_table = connection.ops.quote_name(AuditChainHead._meta.db_table)
     columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
-    placeholders = ", ".join(["%s"] * len(fields))
-    insert = f"INSERT INTO {pending_table} ({columns}) VALUES ({placeholders})"  # noqa: S608 - names from the model
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"WITH added AS ({insert} RETURNING 1) SELECT seq, hash, mac FROM {head_table} WHERE id = %s",  # noqa: S608
-                [*values, _HEAD_ID],
-            )
-            _head_check(cursor.fetchone(), keyring)
-    else:
-        with transaction.atomic(using=using, savepoint=False), connection.cursor() as cursor:
-            _chain_head_read(cursor, head_table, keyring, lock="")  # no lock; a missing or forged head still refuses
-            cursor.execute(insert, values)
+    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    now = timezone.now()
+    for start in range(0, len(built), _PENDING_ROWS_PER_STATEMENT):
+        chunk = built[start : start + _PENDING_ROWS_PER_STATEMENT]
+        values: list[Any] = []
+        for event, hashed_json in chunk:
+            event.created_at = now
+            content = pending_hash({**_hashed_values(event), **hashed_json})
+            values += [field.get_db_prep_save(getattr(event, field.name), connection) for field in fields[:-1]]
+            values.append(keyring.sign("pending", content))
+        insert = f"INSERT INTO {pending_table} ({columns}) VALUES {', '.join([row] * len(chunk))}"  # noqa: S608 - names from the model
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"WITH added AS ({insert} RETURNING 1) SELECT seq, hash, mac FROM {head_table} WHERE id = %s",  # noqa: S608
+                    [*values, _HEAD_ID],
+                )
+                _head_check(cursor.fetchone(), keyring)
+        else:
+            with transaction.atomic(using=using, savepoint=False), connection.cursor() as cursor:
+                _chain_head_read(cursor, head_table, keyring, lock="")  # no lock; a missing or forged head refuses
+                cursor.execute(insert, values)
     transaction.on_commit(lambda: _chain_after_commit(using), using=using)
+
+
+_PENDING_ROWS_PER_STATEMENT = 50  # 15 parameters a row: far under every database's limit
 
 
 _PENDING_FIELDS: list[Any] = []

@@ -5,12 +5,14 @@ write every event through it."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
 from django.db import IntegrityError, connection, transaction
 
 from agents.models import Agent, Run, RunEvent
+from agents.run_state import RunEventWriter
 from audit.row_insert import RowInsert
 
 pytestmark = pytest.mark.django_db
@@ -61,3 +63,41 @@ def test_a_constraint_violation_is_django_s_integrity_error(run: Run) -> None:
     with pytest.raises(IntegrityError), transaction.atomic():
         EVENT_INSERT.insert([RunEvent(run_id=run.pk, seq=1, kind="status", data={})])
     assert RunEvent.objects.filter(run=run).count() == 1
+
+
+# --- a run's events numbered again after another writer's (agents.run_state.RunEventWriter) --------------------
+
+
+@pytest.mark.parametrize("in_transaction", [False, True], ids=["autocommit", "in a transaction"])
+def test_a_batch_that_meets_a_taken_number_is_written_whole_after_it(run: Run, in_transaction: bool) -> None:
+    """Writer B believes the run's last event is 1; another writer has written 3 meanwhile. B's batch of three
+    (2, 3, 4) meets the taken 3: the rows that went in (2 and 4) are taken out again in the same transaction,
+    and the batch is written whole after 3, in its order — never in part, never around the other's event."""
+    RunEventWriter(run_id=run.pk, secrets=[], last_seq=0).emit("status", {"status": "running"})
+    RunEventWriter(run_id=run.pk, secrets=[], last_seq=2).emit("status", {"status": "cancelled"})
+    b = RunEventWriter(run_id=run.pk, secrets=[], last_seq=1)
+    with transaction.atomic() if in_transaction else contextlib.nullcontext():
+        b.emit_many([("model_turn", {"b": 1}), ("model_turn", {"b": 2}), ("model_turn", {"b": 3})])
+        b.emit("status", {"status": "succeeded"})
+
+    rows = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("seq", "kind", "data"))
+    assert [(seq, data) for seq, kind, data in rows if kind == "model_turn"] == [
+        (4, {"b": 1}),
+        (5, {"b": 2}),
+        (6, {"b": 3}),
+    ]
+    assert [seq for seq, _, _ in rows] == [1, 3, 4, 5, 6, 7]
+    assert rows[-1][1:] == ("status", {"status": "succeeded"})
+    assert b.seq == 7
+
+
+def test_a_single_event_meets_a_taken_number_and_is_numbered_after_it(run: Run) -> None:
+    a = RunEventWriter(run_id=run.pk, secrets=[], last_seq=0)
+    b = RunEventWriter(run_id=run.pk, secrets=[], last_seq=0)
+    a.emit("status", {"status": "running"})
+    with transaction.atomic():
+        b.emit("status", {"status": "cancelled"})
+    assert list(RunEvent.objects.filter(run=run).order_by("seq").values_list("seq", "data")) == [
+        (1, {"status": "running"}),
+        (2, {"status": "cancelled"}),
+    ]

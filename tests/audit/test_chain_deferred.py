@@ -240,3 +240,12 @@ def test_events_appended_together_wait_as_pending_rows_in_order_then_join_the_ch
     assert audit_chain_pending() == 4
     assert [e.call_id for e in AuditEvent.objects.order_by("seq")] == ["c0", "c1", "c2", "c3"]
     assert verify().startswith("verified 4 events")
+
+
+def test_more_events_than_one_statement_carries_are_appended_in_order() -> None:
+    """Pending rows go out in statements of up to 50 rows (one round trip each, with the head's check)."""
+    audit_events_record([{"source": "agent", "call_id": f"c{i}", "args": {"i": i}} for i in range(123)])
+    assert chain_lag().count == 123
+    assert audit_chain_pending() == 123
+    assert [e.call_id for e in AuditEvent.objects.order_by("seq")] == [f"c{i}" for i in range(123)]
+    assert verify().startswith("verified 123 events")
