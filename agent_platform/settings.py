@@ -264,6 +264,10 @@ AUDIT_CHAIN_INTERVAL_S = float(os.environ.get("AUDIT_CHAIN_INTERVAL_S", "5"))
 # Deferred: a committed append wakes its process's chainer thread ("on"; "auto", the default, means on PostgreSQL)
 # rather than chaining before on_commit returns ("off"): a lone writer then pays one insert and one commit.
 AUDIT_CHAIN_BACKGROUND = os.environ.get("AUDIT_CHAIN_BACKGROUND", "auto")
+# How long the chainer thread, woken by a commit, lets further commits gather before its pass (seconds): a run's
+# few appends are chained in one pass after it rather than in one pass each while it runs (the pass shares the
+# worker's interpreter with the run).
+AUDIT_CHAIN_GATHER_S = float(os.environ.get("AUDIT_CHAIN_GATHER_S", "0.05"))
 # A write of a configuration model outside the services (which audit it) is refused ("refuse"); the test
 # suite sets "tests", which also lets test code itself create fixtures directly (audit/change_guard.py).
 # Fernet keys for bindings' secrets at rest, comma-separated; the first encrypts (mcpregistry/crypto.py).

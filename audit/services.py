@@ -81,7 +81,6 @@ _CHAIN_BATCH = 2000
 _CHAIN_ROUNDS = 8  # batches one call chains at most
 _BUSY_BACKOFF_S = 0.005  # a chainer thread that found the lock taken waits this long before it tries again
 _LOCK_WAIT_S = 5.0  # how long a reader catching up waits for the chainer of the moment
-_GATHER_S = 0.005  # how long a chainer thread, woken by a commit, lets further commits gather before its pass
 _BUSY_BATCH = 32  # a batch at least this long: writers are busy, the chainer keeps the lock for another one
 _CONTENT_FIELDS = (
     "created_at", "run_id", "source", "action", "mcp_id", "tool", "call_id", "args", "result", "ok", "reason",
@@ -369,7 +368,7 @@ class _BackgroundChainer:
                 self._changed.wait_for(lambda: self._asked > self._served)
             # A moment for the commits of the next few appends to join this pass: a writer appending
             # continuously then pays for a fraction of a pass per event, not a whole one.
-            time.sleep(_GATHER_S)
+            time.sleep(float(getattr(settings, "AUDIT_CHAIN_GATHER_S", 0.05)))
             with self._changed:
                 target = self._asked
             try:
