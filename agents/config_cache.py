@@ -17,6 +17,7 @@ health and circuit breaker are read where they are used, and the run's own row i
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,8 +53,8 @@ class RunParts:
 
 
 _lock = threading.Lock()
-_entries: dict[tuple[int, int | None], tuple[str, RunConfiguration]] = {}
-_rows: dict[tuple[str, Any], tuple[str, Any]] = {}
+_entries: dict[Any, tuple[str, Any]] = {}  # (agent, version) -> (generation, RunConfiguration)
+_rows: dict[Any, tuple[str, Any]] = {}  # (model, pk) -> (generation, row)
 
 
 def run_parts(*, run: Run) -> RunParts:
@@ -74,19 +75,7 @@ def run_parts(*, run: Run) -> RunParts:
 
 
 def _row(model: type[Agent] | type[AgentVersion] | type[ApiKey], pk: Any, generation: str | None) -> Any:
-    key = (model._meta.label, pk)
-    if generation is not None:
-        with _lock:
-            held = _rows.get(key)
-        if held is not None and held[0] == generation:
-            return held[1]
-    loaded = model.objects.get(pk=pk)
-    if generation is not None:
-        with _lock:
-            if len(_rows) >= MAX_ENTRIES:
-                _rows.clear()
-            _rows[key] = (generation, loaded)
-    return loaded
+    return _held(_rows, (model._meta.label, pk), generation, lambda: model.objects.get(pk=pk))
 
 
 _UNREAD = object()
@@ -98,17 +87,24 @@ def run_configuration(*, agent: Agent, version: AgentVersion | None, generation:
     if generation is _UNREAD:
         generation = config_generation()
     key = (agent.pk, version.pk if version is not None else None)
+    loaded: RunConfiguration = _held(_entries, key, generation, lambda: _load(agent=agent, version=version))
+    return loaded
+
+
+def _held(store: dict[Any, tuple[str, Any]], key: Any, generation: str | None, load: Callable[[], Any]) -> Any:
+    """What ``store`` holds under ``key`` for this ``generation``, else ``load()``, kept for it (nothing is kept
+    where there is no generation)."""
     if generation is not None:
         with _lock:
-            held = _entries.get(key)
+            held = store.get(key)
         if held is not None and held[0] == generation:
             return held[1]
-    loaded = _load(agent=agent, version=version)
+    loaded = load()
     if generation is not None:
         with _lock:
-            if len(_entries) >= MAX_ENTRIES:
-                _entries.clear()
-            _entries[key] = (generation, loaded)
+            if len(store) >= MAX_ENTRIES:
+                store.clear()
+            store[key] = (generation, loaded)
     return loaded
 
 
