@@ -134,11 +134,12 @@ def budgets_for(*, agent: Agent, api_key: ApiKey | None) -> list[Budget]:
     return list(Budget.objects.filter(scope, enabled=True).order_by("id"))
 
 
-def budget_reserve(*, run: Run, agent: Agent, api_key: ApiKey | None) -> None:
+def budget_reserve(*, run: Run, agent: Agent, api_key: ApiKey | None, budgets: list[Budget] | None = None) -> None:
     """Reserve the run's share of every budget of its key and agent, or refuse it. Call inside the transaction
     that creates the run. Raises ApplicationError 429 ``budget_exceeded`` (with ``Retry-After``, seconds to the
-    end of the period whose budget is spent)."""
-    budgets = budgets_for(agent=agent, api_key=api_key)
+    end of the period whose budget is spent). ``budgets``: the key's and the agent's budgets where the caller
+    has them (``agents.config_cache``)."""
+    budgets = budgets_for(agent=agent, api_key=api_key) if budgets is None else budgets
     if not budgets:
         return
     now = timezone.now()

@@ -21,8 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from agents.budgets import budgets_for
 from agents.deterministic import RuleSpec
-from agents.models import Agent, AgentVersion, ApiKey, Run
+from agents.models import Agent, AgentArm, AgentVersion, ApiKey, Budget, Run
 from agents.selectors import deterministic_rule_specs
 from agents.versions import version_contracts, version_rules, version_servers
 from audit.change_guard import config_generation
@@ -113,6 +114,56 @@ def run_configuration_forget() -> None:
     with _lock:
         _entries.clear()
         _rows.clear()
+        _submissions.clear()
+
+
+# --- what a submission reads (the web side) ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SubmissionParts:
+    """What admitting a new run of an agent reads of the configuration, for one caller: the agent (None: no agent
+    has this slug), whether the caller's API key may use it, its A/B arms of positive weight (their versions
+    loaded) and live version, its servers' secrets (the input guardrail masks them) and the budgets of the key
+    and the agent. Shared by the requests of this process: read only."""
+
+    agent: Agent | None
+    key_may_use: bool
+    arms: dict[str, AgentArm]
+    live_version: AgentVersion | None
+    server_secrets: list[str]
+    budgets: list[Budget]
+
+
+_submissions: dict[Any, tuple[str, Any]] = {}  # (agent slug, API key) -> (generation, SubmissionParts)
+
+
+def submission_parts(*, agent_slug: str, api_key: ApiKey | None) -> SubmissionParts:
+    """:class:`SubmissionParts` as this process holds them while the configuration's generation holds (one
+    primary-key read), read again after any change: the agent, its arms, versions, servers and budgets, the key's
+    agents (a many-to-many change moves the generation too) are all configuration rows."""
+    key = (agent_slug, api_key.pk if api_key is not None else None)
+    loaded: SubmissionParts = _held(
+        _submissions, key, config_generation(), lambda: _submission_load(agent_slug=agent_slug, api_key=api_key)
+    )
+    return loaded
+
+
+def _submission_load(*, agent_slug: str, api_key: ApiKey | None) -> SubmissionParts:
+    agent = Agent.objects.select_related("live_version").filter(slug=agent_slug).first()
+    if agent is None:
+        return SubmissionParts(None, False, {}, None, [], [])
+    may_use = api_key is None or not api_key.agents.exists() or api_key.agents.filter(pk=agent.pk).exists()
+    arms = {arm.name: arm for arm in agent.arms.filter(weight__gt=0).select_related("version")}
+    secrets = [value for server in agent.servers.all() for value in server.secret_values()]
+    return SubmissionParts(
+        agent=agent,
+        key_may_use=may_use,
+        arms=arms,
+        live_version=agent.live_version,
+        server_secrets=secrets,
+        budgets=budgets_for(agent=agent, api_key=api_key),
+    )
 
 
 def _load(*, agent: Agent, version: AgentVersion | None) -> RunConfiguration:

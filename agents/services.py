@@ -19,6 +19,7 @@ from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
 from agents.budgets import budget_reserve, budget_settle
+from agents.config_cache import SubmissionParts, submission_parts
 from agents.dispatch import run_dispatch
 from agents.models import Agent, AgentArm, AgentVersion, ApiKey, Approval, DeterministicRule, Run
 from agents.run_state import RunEventWriter
@@ -309,11 +310,18 @@ def agent_arm_delete(*, arm: AgentArm, actor: Any, via: str) -> None:
 
 
 def run_version_choice(
-    *, agent: Agent, api_key: ApiKey | None, context: dict[str, Any] | None, version: int | None, purpose: str
+    *,
+    agent: Agent,
+    api_key: ApiKey | None,
+    context: dict[str, Any] | None,
+    version: int | None,
+    purpose: str,
+    parts: SubmissionParts | None = None,
 ) -> tuple[AgentVersion | None, str]:
     """Which version a new run runs, and under which A/B arm: the version asked for (``version``: its number;
     an eval's choice), else for live traffic the caller's sticky arm when the agent has arms of positive
     weight, else the agent's live version (None: never published, the run runs the agent as stored).
+    ``parts``: the agent's arms and live version as the caller has them (``agents.config_cache``).
 
     Raises ApplicationError 404 for a version number the agent does not have."""
     if version is not None:
@@ -326,13 +334,16 @@ def run_version_choice(
             )
         return chosen, ""
     if purpose == Run.Purpose.LIVE:
-        arms = {arm.name: arm for arm in agent.arms.filter(weight__gt=0).select_related("version")}
+        if parts is not None:
+            arms = parts.arms
+        else:
+            arms = {arm.name: arm for arm in agent.arms.filter(weight__gt=0).select_related("version")}
         if arms:
             key = caller_key(agent_slug=agent.slug, api_key_id=api_key.pk if api_key else None, context=context)
             name = pick_arm([(arm.name, arm.weight) for arm in arms.values()], key)
             if name is not None:
                 return arms[name].version, name
-    return agent.live_version, ""
+    return (parts.live_version if parts is not None else agent.live_version), ""
 
 
 def request_digest(body: Any) -> str:
@@ -441,11 +452,11 @@ def run_create(
     of MCP server ids); otherwise live traffic runs the caller's A/B arm or the agent's live version.
 
     Raises ApplicationError 404 (no such agent, not one this key may use, or no such version) and 409 (agent
-    disabled)."""
-    agent = Agent.objects.filter(slug=agent_slug).first()
-    if agent is None or (
-        api_key is not None and api_key.agents.exists() and not api_key.agents.filter(pk=agent.pk).exists()
-    ):
+    disabled). What it reads of the configuration (the agent, the key's agents, arms, versions, servers' secrets,
+    budgets) is this process's copy while the configuration has not changed (``agents.config_cache``)."""
+    parts = submission_parts(agent_slug=agent_slug, api_key=api_key)
+    agent = parts.agent
+    if agent is None or not parts.key_may_use:
         raise ApplicationError(
             _("Agent '%(slug)s' not found.") % {"slug": agent_slug}, code="agent_not_found", status=404
         )
@@ -453,10 +464,12 @@ def run_create(
         raise ApplicationError(
             _("Agent '%(slug)s' is disabled.") % {"slug": agent_slug}, code="agent_disabled", status=409
         )
-    chosen, arm = run_version_choice(agent=agent, api_key=api_key, context=context, version=version, purpose=purpose)
+    chosen, arm = run_version_choice(
+        agent=agent, api_key=api_key, context=context, version=version, purpose=purpose, parts=parts
+    )
     with transaction.atomic():
         # Input guardrail: a secret a caller pastes (or one bound to the platform) is never stored or shown.
-        secrets = [value for server in agent.servers.all() for value in server.secret_values()]
+        secrets = parts.server_secrets
         run = Run.objects.create(
             version=chosen,
             arm=arm,
@@ -472,7 +485,7 @@ def run_create(
             request_digest=digest,
         )
         # Refused (429 budget_exceeded, rolling the run back) when a budget of the key or the agent is spent.
-        budget_reserve(run=run, agent=agent, api_key=api_key)
+        budget_reserve(run=run, agent=agent, api_key=api_key, budgets=parts.budgets)
         time_limit_s, run_purpose = agent.time_limit_s, run.purpose
         transaction.on_commit(lambda: run_dispatch(run_id=str(run.id), time_limit_s=time_limit_s, purpose=run_purpose))
     return run

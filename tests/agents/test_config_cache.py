@@ -11,9 +11,11 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from agent_platform.errors import ApplicationError
+from agents.budgets import budget_create
 from agents.execution import run_execute
 from agents.models import Agent, DeterministicRule, Run
-from agents.services import agent_update, deterministic_rule_update
+from agents.services import agent_update, api_key_create, api_key_update, deterministic_rule_update, run_create
 from audit.change_guard import config_generation
 from mcpregistry.breaker import breaker_record
 from mcpregistry.models import McpServer, ToolContract
@@ -156,3 +158,43 @@ def test_every_write_path_of_a_configuration_model_moves_the_generation(db: Any,
         seen.append(config_generation())
     assert seen[0] != seen[1] != seen[2]
     assert seen[3] == seen[2]
+
+
+# --- submissions (the web side): agent, key's agents, arms, versions, servers' secrets and budgets --------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_submission_reads_the_configuration_once_and_again_after_each_change(demo_agent: Agent) -> None:
+    """``run_create`` admits runs from this process's copy of what it reads of the configuration: a second
+    submission reads none of it; disabling the agent, narrowing the key's agents or adding a budget is seen by
+    the very next submission (each moves the generation in its own transaction)."""
+    key, _raw = api_key_create(name="caller", actor="tester", via="tests", agents=[demo_agent])
+    other = Agent.objects.create(slug="other-agent", name="other")
+
+    def submit() -> tuple[Run, list[str]]:
+        with CaptureQueriesContext(connection) as queries:
+            run = run_create(agent_slug=demo_agent.slug, query=QUESTION, api_key=key)
+        tables = ("agents_agent", "agents_apikey_agents", "agents_agentarm", "mcpregistry_mcpserver", "agents_budget")
+        return run, [q["sql"] for q in queries.captured_queries if any(f'FROM "{t}"' in q["sql"] for t in tables)]
+
+    assert submit()[1]  # the first submission of this process reads the configuration
+    run, reads = submit()
+    assert reads == [] and run.status == Run.Status.QUEUED
+
+    budget_create(
+        actor="tester", via="tests", data={"agent": demo_agent, "max_tokens": 1, "run_reservation_tokens": 10}
+    )
+    with pytest.raises(ApplicationError) as refused:
+        submit()
+    assert refused.value.code == "budget_exceeded"
+
+    api_key_update(api_key=key, actor="tester", via="tests", agents=[other])
+    with pytest.raises(ApplicationError) as not_found:
+        submit()
+    assert not_found.value.code == "agent_not_found"
+
+    api_key_update(api_key=key, actor="tester", via="tests", agents=[demo_agent])
+    agent_update(agent=demo_agent, actor="tester", via="tests", data={"enabled": False})
+    with pytest.raises(ApplicationError) as disabled:
+        submit()
+    assert disabled.value.code == "agent_disabled"
