@@ -79,14 +79,9 @@ def _row(model: type[Agent] | type[AgentVersion] | type[ApiKey], pk: Any, genera
     return _held(_rows, (model._meta.label, pk), generation, lambda: model.objects.get(pk=pk))
 
 
-_UNREAD = object()
-
-
-def run_configuration(*, agent: Agent, version: AgentVersion | None, generation: Any = _UNREAD) -> RunConfiguration:
-    """The servers, rules and contracts a run of ``agent`` (of its published ``version``, if any) works with.
-    ``generation``: the configuration's generation where the caller has just read it."""
-    if generation is _UNREAD:
-        generation = config_generation()
+def run_configuration(*, agent: Agent, version: AgentVersion | None, generation: str | None) -> RunConfiguration:
+    """The servers, rules and contracts a run of ``agent`` (of its published ``version``, if any) works with, for
+    the configuration's ``generation`` as the caller has just read it."""
     key = (agent.pk, version.pk if version is not None else None)
     loaded: RunConfiguration = _held(_entries, key, generation, lambda: _load(agent=agent, version=version))
     return loaded
