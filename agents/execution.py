@@ -34,16 +34,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any, Literal
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.db.models import F, QuerySet, Value
-from django.db.models.functions import Coalesce
+from django.db.models import QuerySet
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 import agent_platform.telemetry as telemetry
 from agents import engine
@@ -56,6 +54,7 @@ from agents.models import Agent, Run
 from agents.run_state import RunEventWriter, approvals_interrupted, run_fail_unheld
 from agents.shadow import shadow_after_store
 from agents.versions import AGENT_FIELDS
+from audit.row_statements import RowRead, RowUpdate
 from mcpregistry.pool import get_default_pool
 
 logger = logging.getLogger(__name__)
@@ -87,6 +86,8 @@ class RunClaim:
     lease_s: float
     deadline: float  # on ``clock``: when the run's soft time limit is up
     stop_reason: StopReason = ""
+    # The run as claimed (its row read by the claim, with the claim's changes).
+    run: Run | None = None
     lost: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -176,35 +177,47 @@ def _run_holder(run_id: Any) -> tuple[str, str, int] | None:
     return None if row is None else (str(row[0]), str(row[1]), int(row[2]))
 
 
-def _claim_view(run_id: Any) -> dict[str, Any] | None:
-    """What a claim decides on: the run's status, worker, delivery count and lease, and its agent's time limit
-    (one statement made once, read by every delivery)."""
+def _claim_view(run_id: Any) -> tuple[Run, int | None] | None:
+    """The run as a claim decides on it (its status, worker, delivery count and lease), with its agent's time
+    limit: one statement made once, read by every delivery. The claimed run goes on with this instance."""
     run_table, agent_table = (connection.ops.quote_name(m._meta.db_table) for m in (Run, Agent))
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT r.status, r.worker, r.delivery_count, r.lease_expires_at, a.time_limit_s FROM {run_table} r "  # noqa: S608 - the models' tables
+            f"SELECT {_RUN_READ.columns('r')}, a.time_limit_s FROM {run_table} r "  # noqa: S608 - the models' tables
             f"JOIN {agent_table} a ON a.id = r.agent_id WHERE r.id = %s",
             [Run._meta.get_field("id").get_db_prep_value(run_id, connection)],
         )
         row = cursor.fetchone()
     if row is None:
         return None
-    names = ("status", "worker", "delivery_count", "lease_expires_at", "agent__time_limit_s")
-    view = dict(zip(names, row, strict=True))
-    view["lease_expires_at"] = _aware(view["lease_expires_at"])
-    return view
+    run = _RUN_READ.instance(row)
+    assert isinstance(run, Run)
+    return run, row[-1]
 
 
-def _aware(value: Any) -> datetime | None:
-    """A time as the ORM gives it (aware, UTC) from what the database driver gave: SQLite's text, without an
-    offset, is UTC (Django writes it so)."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = parse_datetime(value)
-    if not isinstance(value, datetime):
-        raise ValueError(f"not a time: {value!r}")
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+# The run's row, read and changed by statements made once (audit/row_statements.py): a claim's compare-and-swap
+# (with the delivery count and first start read by the claim, which the swap's condition pins), the outcome's.
+_RUN_READ = RowRead(Run)
+_CLAIM_FIELDS = ("status", "worker", "delivery_count", "heartbeat_at", "lease_expires_at", "started_at")
+_CLAIM_QUEUED = RowUpdate(Run, _CLAIM_FIELDS, ("id", "status", "delivery_count"))
+_CLAIM_LAPSED = RowUpdate(Run, _CLAIM_FIELDS, ("id", "status", "worker", "delivery_count", "lease_expires_at"))
+_OUTCOME_FIELDS = (
+    "tokens",
+    "cost_micros",
+    "status",
+    "answer",
+    "error_code",
+    "error_message",
+    "deterministic_results",
+    "messages",
+    "conversation",
+    "timings",
+    "token_usage",
+    "tool_failures",
+    "finished_at",
+    "lease_expires_at",
+)
+_OUTCOME = RowUpdate(Run, _OUTCOME_FIELDS, ("id", "status", "worker", "delivery_count"))
 
 
 def run_claim(*, run_id: str, began: float | None = None) -> RunClaim | None:
@@ -214,53 +227,61 @@ def run_claim(*, run_id: str, began: float | None = None) -> RunClaim | None:
 
     ``began`` (on ``clock``) is when this delivery started, from which the run's time limit counts."""
     began = clock() if began is None else began
-    row = _claim_view(run_id)
-    if row is None:
+    view = _claim_view(run_id)
+    if view is None:
         logger.warning("run %s does not exist", run_id)
         return None
+    run, time_limit_s = view
     now = timezone.now()
     lease_s = float(lifecycle_setting("PLATFORM_RUN_LEASE_S"))
     me = worker_identity()
     claim_fields: dict[str, Any] = {
         "status": Run.Status.RUNNING,
         "worker": me,
-        "delivery_count": F("delivery_count") + 1,
+        "delivery_count": run.delivery_count + 1,
         "heartbeat_at": now,
         "lease_expires_at": now + timedelta(seconds=lease_s),
-        "started_at": Coalesce(F("started_at"), Value(now)),
+        "started_at": run.started_at or now,
     }
-    if row["status"] == Run.Status.QUEUED:
-        claimed = Run.objects.filter(id=run_id, status=Run.Status.QUEUED, delivery_count=row["delivery_count"]).update(
-            **claim_fields
+    if run.status == Run.Status.QUEUED:
+        claimed = _CLAIM_QUEUED.execute(
+            claim_fields, {"id": run.id, "status": Run.Status.QUEUED, "delivery_count": run.delivery_count}
         )
-    elif row["status"] == Run.Status.RUNNING and row["lease_expires_at"] is not None and row["lease_expires_at"] <= now:
+    elif run.status == Run.Status.RUNNING and run.lease_expires_at is not None and run.lease_expires_at <= now:
         previous = {
             "status": Run.Status.RUNNING,
-            "worker": row["worker"],
-            "delivery_count": row["delivery_count"],
-            "lease_expires_at": row["lease_expires_at"],
+            "worker": run.worker,
+            "delivery_count": run.delivery_count,
+            "lease_expires_at": run.lease_expires_at,
         }
-        if row["delivery_count"] >= int(lifecycle_setting("PLATFORM_RUN_MAX_DELIVERIES")):
+        if run.delivery_count >= int(lifecycle_setting("PLATFORM_RUN_MAX_DELIVERIES")):
             run_fail_unheld(
                 run_id=run_id,
                 match=previous,
                 error_code="worker_lost",
-                error_message=f"the worker running it was lost {row['delivery_count']} times",
+                error_message=f"the worker running it was lost {run.delivery_count} times",
             )
             return None
-        claimed = Run.objects.filter(id=run_id, **previous).update(**claim_fields)
+        claimed = _CLAIM_LAPSED.execute(claim_fields, {"id": run.id, **previous})
         if claimed == 1:
-            logger.warning("run %s: the lease of %s expired; re-claimed by %s", run_id, row["worker"], me)
+            logger.warning("run %s: the lease of %s expired; re-claimed by %s", run_id, run.worker, me)
             approvals_interrupted(run_id=run_id, why="worker_lost")
     else:
-        logger.info("run %s is %s (held by %s); nothing to do", run_id, row["status"], row["worker"] or "-")
+        logger.info("run %s is %s (held by %s); nothing to do", run_id, run.status, run.worker or "-")
         return None
     if claimed != 1:
         logger.info("run %s was claimed by another worker first", run_id)
         return None
-    soft, _hard = run_time_limits(row["agent__time_limit_s"])
+    for name, value in claim_fields.items():
+        setattr(run, name, value)
+    soft, _hard = run_time_limits(time_limit_s)
     return RunClaim(
-        run_id=run_id, worker=me, delivery=row["delivery_count"] + 1, lease_s=lease_s, deadline=began + soft
+        run_id=run_id,
+        worker=me,
+        delivery=run.delivery_count,
+        lease_s=lease_s,
+        deadline=began + soft,
+        run=run,
     )
 
 
@@ -322,7 +343,7 @@ def conversation_history(run: Run) -> list[dict[str, str]]:
 
 
 def _execute_claimed(claim: RunClaim) -> None:
-    run = Run.objects.get(id=claim.run_id)
+    run = claim.run if claim.run is not None else Run.objects.get(id=claim.run_id)
     # The agent, its version, the API key, servers, tools, contracts and rules: this process's copies while the
     # configuration has not changed (agents.config_cache).
     parts = run_parts(run=run)
@@ -429,20 +450,28 @@ def _store_outcome(
         with transaction.atomic():
             # The event first: a reader that sees the run finished also sees its last event (same commit).
             writer.emit("status", event)
-            stored = claim.mine().update(
-                **run_usage_fields(agent=run.agent, token_usage=outcome.token_usage),
-                status=outcome.status,
-                answer=outcome.answer,
-                error_code=outcome.error_code,
-                error_message=outcome.error_message,
-                deterministic_results=outcome.deterministic_results,
-                messages=outcome.messages,
-                conversation=outcome.conversation,
-                timings=_merged_timings(run, outcome.timings),
-                token_usage=outcome.token_usage,
-                tool_failures=outcome.tool_failures,
-                finished_at=timezone.now() if finished else None,
-                lease_expires_at=None,
+            stored = _OUTCOME.execute(
+                {
+                    **run_usage_fields(agent=run.agent, token_usage=outcome.token_usage),
+                    "status": outcome.status,
+                    "answer": outcome.answer,
+                    "error_code": outcome.error_code,
+                    "error_message": outcome.error_message,
+                    "deterministic_results": outcome.deterministic_results,
+                    "messages": outcome.messages,
+                    "conversation": outcome.conversation,
+                    "timings": _merged_timings(run, outcome.timings),
+                    "token_usage": outcome.token_usage,
+                    "tool_failures": outcome.tool_failures,
+                    "finished_at": timezone.now() if finished else None,
+                    "lease_expires_at": None,
+                },
+                {
+                    "id": claim.run_id,
+                    "status": Run.Status.RUNNING,
+                    "worker": claim.worker,
+                    "delivery_count": claim.delivery,
+                },
             )
             if stored != 1:
                 transaction.set_rollback(True)

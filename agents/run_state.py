@@ -20,7 +20,7 @@ from agents.dispatch import lifecycle_setting, run_dispatch
 from agents.models import Approval, Run, RunEvent
 from agents.run_wakeup import run_changed
 from audit.masking import mask_value
-from audit.row_insert import RowInsert
+from audit.row_statements import RowInsert
 from audit.services import audit_event_record
 
 logger = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ def approvals_interrupted(*, run_id: Any, why: str) -> int:
 # --- the claim --------------------------------------------------------------------------------------------
 
 
-# A run's events: one compiled statement (audit/row_insert.py) instead of the ORM's insert per event.
+# A run's events: one compiled statement (audit/row_statements.py) instead of the ORM's insert per event.
 _EVENT_INSERT = RowInsert(RunEvent, ("run", "seq", "kind", "data", "created_at"))
 
 

@@ -70,7 +70,7 @@ from audit.chain import (
 from audit.chain_keys import chain_keyring
 from audit.masking import mask_value, truncate
 from audit.models import AuditChainHead, AuditCheckpoint, AuditEvent, AuditPendingEvent
-from audit.row_insert import RowInsert
+from audit.row_statements import RowInsert
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ _CONTENT_FIELDS = (
     "created_at", "run_id", "source", "action", "mcp_id", "tool", "call_id", "args", "result", "ok", "reason",
     "attempt", "latency_ms", "actor",
 )  # fmt: skip
-# An event as the chain writes it: its content, its place and its MAC (one compiled statement, audit/row_insert.py).
+# An event as the chain writes it: its content, its place and its MAC (one compiled statement, audit/row_statements.py).
 _EVENT_INSERT = RowInsert(AuditEvent, (*_CONTENT_FIELDS, "seq", "prev_hash", "hash", "mac"))
 
 

@@ -1,11 +1,15 @@
-"""``audit.row_insert.RowInsert``: the compiled insert a run's events and audit events are written with stores
-exactly what the ORM stores, reads the primary keys back in order, and splits what one statement cannot carry.
+"""``audit.row_statements``: the compiled insert a run's events and audit events are written with stores exactly
+what the ORM stores, reads the primary keys back in order, and splits what one statement cannot carry; the run's
+row read (``RowRead``) is the instance a queryset gives, its updates (``RowUpdate``) store what
+``QuerySet.update`` stores and count the rows a compare-and-swap changed.
 Checked on SQLite here and on a private PostgreSQL (the audit chain's other database) by the chain's tests, which
 write every event through it."""
 
 from __future__ import annotations
 
 import contextlib
+import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -13,7 +17,7 @@ from django.db import IntegrityError, connection, transaction
 
 from agents.models import Agent, Run, RunEvent
 from agents.run_state import RunEventWriter
-from audit.row_insert import RowInsert
+from audit.row_statements import RowInsert, RowRead, RowUpdate
 
 pytestmark = pytest.mark.django_db
 
@@ -63,6 +67,74 @@ def test_a_constraint_violation_is_django_s_integrity_error(run: Run) -> None:
     with pytest.raises(IntegrityError), transaction.atomic():
         EVENT_INSERT.insert([RunEvent(run_id=run.pk, seq=1, kind="status", data={})])
     assert RunEvent.objects.filter(run=run).count() == 1
+
+
+# --- a run's row read and changed (agents.execution's claim and outcome) ---------------------------------------
+
+RUN_READ = RowRead(Run)
+OUTCOME = RowUpdate(
+    Run, ("status", "answer", "messages", "timings", "finished_at", "tokens"), ("id", "status", "worker")
+)
+RESULT = {
+    "status": "succeeded",
+    "answer": "김하늘 님은 클라우드운영팀 소속입니다.",
+    "messages": [{"type": "ai", "content": "소속: 클라우드운영팀", "n": 1.5, "none": None}],
+    "timings": {"total_ms": 9.25},
+    "finished_at": datetime(2026, 12, 1, 9, 30, 15, 123456, tzinfo=UTC),
+    "tokens": 12,
+}
+
+
+def raw_run(pk: Any) -> tuple[Any, ...]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT status, answer, messages, timings, finished_at, tokens FROM agents_run WHERE id = %s",
+            [Run._meta.get_field("id").get_db_prep_value(pk, connection)],
+        )
+        return tuple(cursor.fetchone())
+
+
+def test_a_run_read_is_the_instance_a_queryset_gives(run: Run) -> None:
+    Run.objects.filter(pk=run.pk).update(
+        context={"contextId": "대화-1"}, a2a_data=[{"팀": "클라우드운영팀"}], started_at=RESULT["finished_at"]
+    )
+    ours, theirs = RUN_READ.get(run.pk), Run.objects.get(pk=run.pk)
+
+    assert isinstance(ours, Run) and not ours._state.adding and ours._state.db == "default"
+    for field in Run._meta.concrete_fields:
+        assert getattr(ours, field.attname) == getattr(theirs, field.attname), field.name
+    assert ours.context == {"contextId": "대화-1"} and ours.a2a_data == [{"팀": "클라우드운영팀"}]
+    assert ours.started_at == RESULT["finished_at"] and ours.started_at.tzinfo is not None
+    assert isinstance(ours.id, uuid.UUID) and ours.agent == run.agent
+    assert RUN_READ.get(uuid.uuid4()) is None
+
+
+def test_a_run_update_stores_what_the_orm_stores_and_counts_the_rows_it_changed(demo_agent: Agent) -> None:
+    ours, theirs = (Run.objects.create(agent=demo_agent, query="q", status="running", worker="w1") for _ in "ab")
+    assert OUTCOME.execute(RESULT, {"id": ours.pk, "status": "running", "worker": "w1"}) == 1
+    Run.objects.filter(pk=theirs.pk).update(**RESULT)
+
+    assert raw_run(ours.pk) == raw_run(theirs.pk)  # the same text, Korean kept as it is, the same time
+    assert "김하늘" in raw_run(ours.pk)[1]
+    stored = Run.objects.get(pk=ours.pk)
+    assert (stored.status, stored.messages, stored.finished_at) == (
+        "succeeded",
+        RESULT["messages"],
+        RESULT["finished_at"],
+    )
+    # A compare-and-swap whose condition no longer holds changes nothing.
+    assert OUTCOME.execute({**RESULT, "answer": "late"}, {"id": ours.pk, "status": "running", "worker": "w1"}) == 0
+    assert Run.objects.get(pk=ours.pk).answer == RESULT["answer"]
+
+
+def test_a_run_update_matches_null_and_refuses_a_partial_set_of_fields(demo_agent: Agent) -> None:
+    run = Run.objects.create(agent=demo_agent, query="q", status="queued")
+    lapsed = RowUpdate(Run, ("status",), ("id", "lease_expires_at"))
+    assert lapsed.execute({"status": "running"}, {"id": run.pk, "lease_expires_at": RESULT["finished_at"]}) == 0
+    assert lapsed.execute({"status": "running"}, {"id": run.pk, "lease_expires_at": None}) == 1
+    assert Run.objects.get(pk=run.pk).status == "running"
+    with pytest.raises(ValueError, match="set"):
+        OUTCOME.execute({"status": "failed"}, {"id": run.pk, "status": "running", "worker": ""})
 
 
 # --- a run's events numbered again after another writer's (agents.run_state.RunEventWriter) --------------------

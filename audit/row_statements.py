@@ -1,0 +1,188 @@
+"""Statements on a model's rows made once instead of compiled by the ORM on every use: for the rows a run reads and
+writes on its hot path (the run itself, its events, its audit events), where Django's compiler costs more than the
+statement itself.
+
+- ``RowInsert``: ``INSERT … RETURNING <pk>`` of some fields. Each value is prepared by its field (``pre_save`` then
+  ``get_db_prep_save``), exactly as ``Model.save`` and ``bulk_create`` prepare it, so what is stored is the same.
+  No signals are sent (as ``bulk_create``); the rows' primary keys are read back (``RETURNING``: PostgreSQL, or
+  SQLite 3.35 and later) and set on the objects, which are then saved objects as after ``bulk_create``.
+- ``RowRead``: every concrete column of a row, made into the model's instance as a queryset makes it (the database
+  backend's and the fields' converters, then ``Model.from_db``).
+- ``RowUpdate``: ``UPDATE … SET <fields> WHERE <fields>`` (equality, or ``IS NULL`` for None), each value prepared
+  by its field as ``QuerySet.update`` prepares it (``get_db_prep_save``; no ``pre_save``, no signals, as there);
+  the number of rows changed, for a compare-and-swap.
+
+The SQL text is made once per database vendor (and, for an insert, number of rows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models import Field, Model
+from django.db.models.expressions import Col
+
+
+class RowInsert:
+    """``INSERT INTO <table> (<fields>) VALUES (…), … RETURNING <pk>`` for ``model``'s ``field_names``: one
+    statement for the rows given (its text kept per database vendor and number of rows)."""
+
+    def __init__(self, model: type[Model], field_names: Sequence[str]) -> None:
+        self.model = model
+        self.field_names = tuple(field_names)
+        self._fields: tuple[Field[Any, Any], ...] = ()
+        self._sql: dict[tuple[str, int, bool], str] = {}
+
+    def fields(self) -> tuple[Field[Any, Any], ...]:
+        if not self._fields:  # after the app registry is ready
+            self._fields = tuple(self.model._meta.get_field(name) for name in self.field_names)  # type: ignore[misc]
+        return self._fields
+
+    def sql(self, rows: int, using: str = DEFAULT_DB_ALIAS, *, skip_conflicts: bool = False) -> str:
+        connection = connections[using]
+        text = self._sql.get((connection.vendor, rows, skip_conflicts))
+        if text is None:
+            if not connection.features.can_return_rows_from_bulk_insert:
+                raise NotImplementedError(f"{connection.vendor} cannot return inserted rows (SQLite 3.35+ can)")
+            quote = connection.ops.quote_name
+            columns = ", ".join(quote(str(field.column)) for field in self.fields())
+            row = "(" + ", ".join(["%s"] * len(self.fields())) + ")"
+            pk_field = self.model._meta.pk
+            assert pk_field is not None
+            table, pk = quote(self.model._meta.db_table), quote(str(pk_field.column))
+            conflicts = " ON CONFLICT DO NOTHING" if skip_conflicts else ""
+            text = f"INSERT INTO {table} ({columns}) VALUES {', '.join([row] * rows)}{conflicts} RETURNING {pk}"  # noqa: S608 - names from the model
+            if rows <= _KEPT_ROWS:
+                self._sql[(connection.vendor, rows, skip_conflicts)] = text
+        return text
+
+    def insert(self, objs: Sequence[Model], using: str = DEFAULT_DB_ALIAS) -> None:
+        """Insert ``objs`` and set their primary keys (in order, as ``bulk_create`` does): one statement, or one
+        per batch of as many rows as the database takes parameters for."""
+        self._insert(objs, using, skip_conflicts=False)
+
+    def insert_new(self, objs: Sequence[Model], using: str = DEFAULT_DB_ALIAS) -> list[Any]:
+        """Insert those of ``objs`` that violate no unique constraint (``ON CONFLICT DO NOTHING``), without an
+        error for the others: the primary keys of the rows inserted. When all were, they are set on the objects
+        as by :meth:`insert`; when some were not, none is (the caller decides what to do with the rows written)."""
+        return self._insert(objs, using, skip_conflicts=True)
+
+    def _insert(self, objs: Sequence[Model], using: str, *, skip_conflicts: bool) -> list[Any]:
+        connection = connections[using]
+        inserted: list[Any] = []
+        fields = self.fields()
+        batch = max(1, connection.ops.bulk_batch_size(list(fields), list(objs)))
+        for start in range(0, len(objs), batch):
+            chunk = objs[start : start + batch]
+            params = [
+                field.get_db_prep_save(field.pre_save(obj, True), connection) for obj in chunk for field in fields
+            ]
+            with connection.cursor() as cursor:
+                cursor.execute(self.sql(len(chunk), using, skip_conflicts=skip_conflicts), params)
+                inserted += [key for (key,) in cursor.fetchall()]
+        if len(inserted) == len(objs):
+            for obj, key in zip(objs, inserted, strict=True):
+                obj.pk = key
+                obj._state.adding = False
+                obj._state.db = using
+        return inserted
+
+
+_KEPT_ROWS = 16  # statements for up to this many rows are kept (a run writes a few rows at a time)
+
+
+class RowRead:
+    """``SELECT <every concrete column> FROM <table> WHERE <pk> = %s``, the row made into ``model``'s instance.
+    ``columns(alias)`` and ``instance(values)`` serve a statement that reads the row with more (a join)."""
+
+    def __init__(self, model: type[Model]) -> None:
+        self.model = model
+        self._converters: dict[str, list[tuple[int, list[Any], Col]]] = {}
+
+    def columns(self, alias: str) -> str:
+        """The row's columns, in the model's order, as ``alias.column`` (quoted for the default database)."""
+        quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
+        return ", ".join(f"{alias}.{quote(str(field.column))}" for field in self.model._meta.concrete_fields)
+
+    def get(self, pk: Any, using: str = DEFAULT_DB_ALIAS) -> Model | None:
+        connection = connections[using]
+        quote = connection.ops.quote_name
+        table = quote(self.model._meta.db_table)
+        pk_field = self.model._meta.pk
+        assert pk_field is not None
+        sql = f"SELECT {self.columns('r')} FROM {table} r WHERE r.{quote(str(pk_field.column))} = %s"  # noqa: S608 - names from the model
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [pk_field.get_db_prep_value(pk, connection)])
+            row = cursor.fetchone()
+        return None if row is None else self.instance(row, using)
+
+    def instance(self, values: Sequence[Any], using: str = DEFAULT_DB_ALIAS) -> Model:
+        """The instance for the first ``len(concrete_fields)`` of ``values`` (as the database driver gave them)."""
+        connection = connections[using]
+        fields = self.model._meta.concrete_fields
+        row = list(values[: len(fields)])
+        for index, converters, expression in self._converters_for(using):
+            value = row[index]
+            for converter in converters:
+                value = converter(value, expression, connection)
+            row[index] = value
+        return self.model.from_db(using, [field.attname for field in fields], row)
+
+    def _converters_for(self, using: str) -> list[tuple[int, list[Any], Col]]:
+        connection = connections[using]
+        kept = self._converters.get(connection.vendor)
+        if kept is None:
+            kept = []
+            for index, field in enumerate(self.model._meta.concrete_fields):
+                expression = field.get_col(self.model._meta.db_table)
+                converters = connection.ops.get_db_converters(expression) + expression.get_db_converters(connection)
+                if converters:
+                    kept.append((index, converters, expression))
+            self._converters[connection.vendor] = kept
+        return kept
+
+
+class RowUpdate:
+    """``UPDATE <table> SET <set_fields> = … WHERE <where_fields> = …`` for ``model``: ``execute`` returns the number
+    of rows changed. Every field of ``set_fields`` is set (the values given by name); a None in ``where`` matches
+    NULL."""
+
+    def __init__(self, model: type[Model], set_fields: Sequence[str], where_fields: Sequence[str]) -> None:
+        self.model = model
+        self.set_names = tuple(set_fields)
+        self.where_names = tuple(where_fields)
+        self._sql: dict[tuple[str, tuple[bool, ...]], str] = {}
+
+    def _field(self, name: str) -> Field[Any, Any]:
+        return self.model._meta.get_field(name)  # type: ignore[return-value]
+
+    def execute(self, values: dict[str, Any], where: dict[str, Any], using: str = DEFAULT_DB_ALIAS) -> int:
+        if set(values) != set(self.set_names) or set(where) != set(self.where_names):
+            raise ValueError(
+                f"RowUpdate of {self.model.__name__}: set {sorted(self.set_names)} where {sorted(self.where_names)}"
+            )
+        connection = connections[using]
+        nulls = tuple(where[name] is None for name in self.where_names)
+        sql = self._sql.get((connection.vendor, nulls))
+        if sql is None:
+            quote = connection.ops.quote_name
+            assignments = ", ".join(f"{quote(str(self._field(name).column))} = %s" for name in self.set_names)
+            conditions = " AND ".join(
+                f"{quote(str(self._field(name).column))} IS NULL"
+                if null
+                else f"{quote(str(self._field(name).column))} = %s"
+                for name, null in zip(self.where_names, nulls, strict=True)
+            )
+            sql = f"UPDATE {quote(self.model._meta.db_table)} SET {assignments} WHERE {conditions}"  # noqa: S608 - names from the model
+            self._sql[(connection.vendor, nulls)] = sql
+        params = [self._field(name).get_db_prep_save(values[name], connection) for name in self.set_names]
+        params += [
+            self._field(name).get_db_prep_value(where[name], connection)
+            for name in self.where_names
+            if where[name] is not None
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return int(cursor.rowcount)
