@@ -177,7 +177,7 @@ def _run_holder(run_id: Any) -> tuple[str, str, int] | None:
     return None if row is None else (str(row[0]), str(row[1]), int(row[2]))
 
 
-def _claim_view(run_id: Any) -> tuple[Run, int | None] | None:
+def _claim_view(run_id: Any) -> tuple[Run, int] | None:
     """The run as a claim decides on it (its status, worker, delivery count and lease), with its agent's time
     limit: one statement made once, read by every delivery. The claimed run goes on with this instance."""
     run_table, agent_table = (connection.ops.quote_name(m._meta.db_table) for m in (Run, Agent))
@@ -192,7 +192,7 @@ def _claim_view(run_id: Any) -> tuple[Run, int | None] | None:
         return None
     run = _RUN_READ.instance(row)
     assert isinstance(run, Run)
-    return run, row[-1]
+    return run, int(row[-1])
 
 
 # The run's row, read and changed by statements made once (audit/row_statements.py): a claim's compare-and-swap
