@@ -214,9 +214,10 @@ _WHITESPACE = re.compile(r"\s")  # what ``str.isspace`` finds, at C speed
 class _SecretMatcher:
     """One compiled regex matching every form of a set of secrets, longest first."""
 
-    __slots__ = ("pattern", "recheck", "spaced")
+    __slots__ = ("memos", "pattern", "recheck", "spaced")
 
     def __init__(self, forms: Iterable[str], spaced: Iterable[str] = ()) -> None:
+        self.memos = _Memos()
         forms = sorted(set(forms), key=lambda form: (-len(form), form))
         try:
             self.pattern = re.compile(_trie_regex(forms))
@@ -551,13 +552,33 @@ def _is_empty(value: Any) -> bool:
     return value is None or (isinstance(value, (str, bytes, list, tuple, dict, set, frozenset)) and not value)
 
 
+class _Memos:
+    """What short texts and dict keys mask to under one matcher (one set of secrets): the same whatever structure
+    they appear in, so kept across calls (a run masks its rule names, tool names and keys many times over). A
+    changed set of secrets is another matcher with its own memos. Bounded: emptied when full."""
+
+    __slots__ = ("keys", "texts")
+
+    def __init__(self) -> None:
+        self.texts: dict[str, str] = {}  # short text -> masked text
+        self.keys: dict[str, tuple[str, bool]] = {}  # dict key -> (masked key, names a secret)
+
+
+_MEMO_MAX_ENTRIES = 4096
+_NO_SECRET_MEMOS = _Memos()  # the memos where no secret is known (only the value patterns apply)
+
+
 class _Walker:
-    """Masks one structure: an iterative deep copy (no recursion limit), sharing one matcher and memo."""
+    """Masks one structure: an iterative deep copy (no recursion limit), sharing one matcher and its memos."""
 
     def __init__(self, matcher: _SecretMatcher | None) -> None:
         self.matcher = matcher
-        self.memo: dict[str, str] = {}  # short text -> masked text
-        self.keys: dict[str, tuple[str, bool]] = {}  # dict key -> (masked key, names a secret)
+        memos = matcher.memos if matcher is not None else _NO_SECRET_MEMOS
+        if len(memos.texts) > _MEMO_MAX_ENTRIES or len(memos.keys) > _MEMO_MAX_ENTRIES:
+            memos.texts.clear()  # a dict's own operations are atomic: another thread sees it whole or empty
+            memos.keys.clear()
+        self.memo = memos.texts
+        self.keys = memos.keys
 
     def text(self, text: str) -> str:
         if len(text) > _MEMO_MAX_CHARS:

@@ -578,7 +578,12 @@ class McpSessionPool:
         self.submit(close_matching(), timeout=30)
 
     def close_scope(self, scope: str) -> None:
-        """Close every session opened for ``scope`` (a run's sessions, at its end)."""
+        """Close every session opened for ``scope`` (a run's sessions, at its end). A scope without a session
+        (most runs: their servers' sessions are shared) costs no hop to the pool's loop: the keys are read here
+        (a copy of the dict's keys is taken whole), and a session of this scope is opened only by the run's own
+        calls, which are over when it ends (one still opening is closed by the idle reaper)."""
+        if not any(_scope_of(key) == scope for key in list(self._sessions)):
+            return
 
         async def close_matching() -> None:
             await asyncio.gather(*(self._drop(k) for k in list(self._sessions) if _scope_of(k) == scope))

@@ -788,3 +788,26 @@ def test_korean_text_is_never_changed(text: str) -> None:
 @given(text=st.text())
 def test_mask_text_accepts_any_text(text: str) -> None:
     assert isinstance(mask_text(text, secrets=["hunter22"]), str)
+
+
+def test_what_a_text_masks_to_is_remembered_per_set_of_secrets_never_across_sets() -> None:
+    """Short texts and keys are remembered across calls (a run masks the same names many times), per matcher:
+    a secret registered since, or given to one call, is masked at once; a text seen before without it is not
+    answered from memory."""
+    value = {"note": "토큰 tok-5f3a9c1e2d", "api_key": "x", "team": "클라우드운영팀"}
+    assert mask_value(value) == {"note": "토큰 tok-5f3a9c1e2d", "api_key": MASK, "team": "클라우드운영팀"}
+    assert mask_value(value, secrets=["tok-5f3a9c1e2d"])["note"] == f"토큰 {MASK}"
+    assert mask_value(value)["note"] == "토큰 tok-5f3a9c1e2d"  # that call's secret is not everyone's
+    register_secrets(["tok-5f3a9c1e2d"])
+    assert mask_value(value)["note"] == f"토큰 {MASK}"
+    assert mask_text("토큰 tok-5f3a9c1e2d") == f"토큰 {MASK}"
+    clear_registered_secrets()
+    assert mask_value(value)["note"] == "토큰 tok-5f3a9c1e2d"
+
+
+def test_the_remembered_texts_are_bounded() -> None:
+    from audit import masking
+
+    for batch in range(3):
+        mask_value([f"텍스트 {batch}-{i}" for i in range(masking._MEMO_MAX_ENTRIES)])
+    assert len(masking._NO_SECRET_MEMOS.texts) <= 2 * masking._MEMO_MAX_ENTRIES

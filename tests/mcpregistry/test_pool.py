@@ -68,6 +68,9 @@ def test_a_scoped_session_is_separate_and_closed_with_its_scope(pool: McpSession
     pool.call_tool(demo_config(), "ping", {}, timeout_s=10, scope="run:1")
     pool.call_tool(demo_config(), "ping", {}, timeout_s=10, scope="run:1")
     assert len(set(pool.child_process_ids()) - before) == 2
+    pool.close_scope("run:2")  # a scope without a session: nothing closes
+    pool.close_scope("run:")
+    assert len(pool.live_sessions()) == 2
     pool.close_scope("run:1")
     assert wait_for(lambda: len(set(pool.child_process_ids()) - before) == 1)
     assert len(pool.live_sessions()) == 1
