@@ -3,7 +3,10 @@ writes on its hot path (the run itself, its events, its audit events), where Dja
 statement itself.
 
 - ``RowInsert``: ``INSERT … RETURNING <pk>`` of some fields. Each value is prepared by its field (``pre_save`` then
-  ``get_db_prep_save``), exactly as ``Model.save`` and ``bulk_create`` prepare it, so what is stored is the same.
+  ``get_db_prep_save``), exactly as ``Model.save`` and ``bulk_create`` prepare it, so what is stored is the same;
+  a plain value of a plain field (a ``str`` of a ``CharField`` or ``TextField``, an ``int`` of an integer field, a
+  ``bool`` of a ``BooleanField``, a ``float`` of a ``FloatField``), which that preparation returns unchanged, is
+  passed as it is.
   No signals are sent (as ``bulk_create``); the rows' primary keys are read back (``RETURNING``: PostgreSQL, or
   SQLite 3.35 and later) and set on the objects, which are then saved objects as after ``bulk_create``.
 - ``RowRead``: every concrete column of a row, made into the model's instance as a queryset makes it (the database
@@ -20,7 +23,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, connections, models
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.base.operations import BaseDatabaseOperations
 from django.db.models import Field, Model
 from django.db.models.expressions import Col
 
@@ -39,6 +44,15 @@ class RowInsert:
         if not self._fields:  # after the app registry is ready
             self._fields = tuple(self.model._meta.get_field(name) for name in self.field_names)  # type: ignore[misc]
         return self._fields
+
+    def _plain_types(self, connection: BaseDatabaseWrapper) -> tuple[type | None, ...]:
+        """Per field, the type of the values its preparation leaves as they are (None: prepare every value).
+        Integers are not plain where the backend adapts them (PostgreSQL's psycopg 3: ``Int4``, ``Int8``)."""
+        ints_plain = type(connection.ops).adapt_integerfield_value is BaseDatabaseOperations.adapt_integerfield_value
+        return tuple(
+            None if kind is int and not ints_plain else kind
+            for kind in (_PLAIN_VALUE.get(type(field)) for field in self.fields())
+        )
 
     def sql(self, rows: int, using: str = DEFAULT_DB_ALIAS, *, skip_conflicts: bool = False) -> str:
         connection = connections[using]
@@ -74,11 +88,17 @@ class RowInsert:
         inserted: list[Any] = []
         fields = self.fields()
         batch = max(1, connection.ops.bulk_batch_size(list(fields), list(objs)))
+        plain = self._plain_types(connection)
         for start in range(0, len(objs), batch):
             chunk = objs[start : start + batch]
-            params = [
-                field.get_db_prep_save(field.pre_save(obj, True), connection) for obj in chunk for field in fields
-            ]
+            params: list[Any] = []
+            for obj in chunk:
+                for field, kind in zip(fields, plain, strict=True):
+                    if kind is not None:
+                        value = getattr(obj, field.attname)  # these fields' pre_save reads the attribute
+                        params.append(value if type(value) is kind else field.get_db_prep_save(value, connection))
+                    else:
+                        params.append(field.get_db_prep_save(field.pre_save(obj, True), connection))
             with connection.cursor() as cursor:
                 cursor.execute(self.sql(len(chunk), using, skip_conflicts=skip_conflicts), params)
                 inserted += [key for (key,) in cursor.fetchall()]
@@ -89,6 +109,21 @@ class RowInsert:
                 obj._state.db = using
         return inserted
 
+
+# Fields (these exact classes) whose pre_save reads the attribute and whose preparation returns a value of this
+# exact type unchanged (integers: where the backend does not adapt them, see ``RowInsert._plain_types``).
+_PLAIN_VALUE: dict[type, type] = {
+    models.CharField: str,
+    models.TextField: str,
+    models.IntegerField: int,
+    models.BigIntegerField: int,
+    models.SmallIntegerField: int,
+    models.PositiveIntegerField: int,
+    models.PositiveBigIntegerField: int,
+    models.PositiveSmallIntegerField: int,
+    models.BooleanField: bool,
+    models.FloatField: float,
+}
 
 _KEPT_ROWS = 16  # statements for up to this many rows are kept (a run writes a few rows at a time)
 

@@ -13,11 +13,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, models, transaction
 
 from agents.models import Agent, Run, RunEvent
 from agents.run_state import RunEventWriter
-from audit.row_statements import RowInsert, RowRead, RowUpdate
+from audit.models import AuditEvent
+from audit.row_statements import _PLAIN_VALUE, RowInsert, RowRead, RowUpdate
 
 pytestmark = pytest.mark.django_db
 
@@ -173,3 +174,30 @@ def test_a_single_event_meets_a_taken_number_and_is_numbered_after_it(run: Run) 
         (1, {"status": "running"}),
         (2, {"status": "cancelled"}),
     ]
+
+
+# --- plain values passed as they are --------------------------------------------------------------------------
+
+SAMPLES = {str: ["", "김하늘", "x" * 300], int: [0, -3, 2**40], bool: [True, False], float: [0.0, 4.25, -1e300]}
+
+
+def test_a_plain_value_is_what_its_field_s_preparation_makes_of_it() -> None:
+    """The insert passes a plain value of a plain field as it is: on this database that is exactly what the
+    field's own preparation returns (same value, same type)."""
+    for field_class, kind in _PLAIN_VALUE.items():
+        field = field_class(max_length=300) if field_class is models.CharField else field_class()
+        for value in SAMPLES[kind]:
+            prepared = field.get_db_prep_save(value, connection)
+            assert prepared == value and type(prepared) is kind, (field_class.__name__, value)
+
+
+def test_integers_are_prepared_where_the_backend_adapts_them() -> None:
+    """PostgreSQL (psycopg 3) wraps integers for their column type: there every integer is prepared."""
+    from types import SimpleNamespace
+
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    insert = RowInsert(AuditEvent, ("seq", "attempt", "ok", "action", "latency_ms", "args"))
+    assert insert._plain_types(connection) == (int, int, bool, str, float, None)
+    on_postgres = SimpleNamespace(ops=DatabaseOperations(connection=None))
+    assert insert._plain_types(on_postgres) == (None, None, bool, str, float, None)  # type: ignore[arg-type]
