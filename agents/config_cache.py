@@ -58,10 +58,10 @@ _entries: dict[Any, tuple[str, Any]] = {}  # (agent, version) -> (generation, Ru
 _rows: dict[Any, tuple[str, Any]] = {}  # (model, pk) -> (generation, row)
 
 
-def run_parts(*, run: Run) -> RunParts:
-    """The run's agent, version, API key prefix and configuration, as this process holds them while the
-    configuration's generation holds (one primary-key read for all of them); read again after any change."""
-    generation = config_generation()
+def run_parts(*, run: Run, generation: str | None) -> RunParts:
+    """The run's agent, version, API key prefix and configuration, as this process holds them for the
+    configuration's ``generation`` as the caller has just read it (``audit.change_guard.config_generation``; a
+    run's claim reads it with the run's row); read again after any change."""
     agent = _row(Agent, run.agent_id, generation)
     version = _row(AgentVersion, run.version_id, generation) if run.version_id is not None else None
     api_key = _row(ApiKey, run.api_key_id, generation) if run.api_key_id is not None else None

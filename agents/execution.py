@@ -46,7 +46,7 @@ from django.utils import timezone
 import agent_platform.telemetry as telemetry
 from agents import engine
 from agents.approvals import RunApprovals
-from agents.budgets import budget_settle, run_token_ceiling, run_usage_fields
+from agents.budgets import budget_settle, run_token_ceiling, run_usage_fields, token_ceiling_sql
 from agents.config_cache import run_parts
 from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_time_limits
 from agents.errors import RunCancelled
@@ -54,6 +54,7 @@ from agents.models import Agent, Run
 from agents.run_state import RunEventWriter, approvals_interrupted, run_fail_unheld
 from agents.shadow import shadow_after_store
 from agents.versions import AGENT_FIELDS
+from audit.change_guard import config_generation, config_generation_sql
 from audit.row_statements import RowRead, RowUpdate
 from mcpregistry.pool import get_default_pool
 
@@ -86,8 +87,8 @@ class RunClaim:
     lease_s: float
     deadline: float  # on ``clock``: when the run's soft time limit is up
     stop_reason: StopReason = ""
-    # The run as claimed (its row read by the claim, with the claim's changes).
-    run: Run | None = None
+    # The run as claimed (its row read by the claim, with the claim's changes) and what was read with it.
+    view: _ClaimView | None = None
     lost: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -177,14 +178,25 @@ def _run_holder(run_id: Any) -> tuple[str, str, int] | None:
     return None if row is None else (str(row[0]), str(row[1]), int(row[2]))
 
 
-def _claim_view(run_id: Any) -> tuple[Run, int] | None:
-    """The run as a claim decides on it (its status, worker, delivery count and lease), with its agent's time
-    limit: one statement made once, read by every delivery. The claimed run goes on with this instance."""
+@dataclass(frozen=True)
+class _ClaimView:
+    """What one statement reads for a claim: the run's row (the claimed run goes on with this instance), its
+    agent's time limit, and what its pass reads before anything else — the configuration's generation (for
+    this process's cached configuration, ``agents.config_cache``) and the run's token ceiling (its smallest
+    open budget reservation, taken at admission: ``agents.budgets.run_token_ceiling``)."""
+
+    run: Run
+    time_limit_s: int
+    generation: str | None
+    token_ceiling: int | None
+
+
+def _claim_view(run_id: Any) -> _ClaimView | None:
     run_table, agent_table = (connection.ops.quote_name(m._meta.db_table) for m in (Run, Agent))
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {_RUN_READ.columns('r')}, a.time_limit_s FROM {run_table} r "  # noqa: S608 - the models' tables
-            f"JOIN {agent_table} a ON a.id = r.agent_id WHERE r.id = %s",
+            f"SELECT {_RUN_READ.columns('r')}, a.time_limit_s, ({config_generation_sql(connection)}), "  # noqa: S608 - the models' tables
+            f"({token_ceiling_sql('r.id')}) FROM {run_table} r JOIN {agent_table} a ON a.id = r.agent_id WHERE r.id = %s",
             [Run._meta.get_field("id").get_db_prep_value(run_id, connection)],
         )
         row = cursor.fetchone()
@@ -192,7 +204,13 @@ def _claim_view(run_id: Any) -> tuple[Run, int] | None:
         return None
     run = _RUN_READ.instance(row)
     assert isinstance(run, Run)
-    return run, int(row[-1])
+    time_limit_s, generation, ceiling = row[-3:]
+    return _ClaimView(
+        run=run,
+        time_limit_s=int(time_limit_s),
+        generation=None if generation is None else str(generation),
+        token_ceiling=None if ceiling is None else int(ceiling),
+    )
 
 
 # The run's row, read and changed by statements made once (audit/row_statements.py): a claim's compare-and-swap
@@ -231,7 +249,7 @@ def run_claim(*, run_id: str, began: float | None = None) -> RunClaim | None:
     if view is None:
         logger.warning("run %s does not exist", run_id)
         return None
-    run, time_limit_s = view
+    run = view.run
     now = timezone.now()
     lease_s = float(lifecycle_setting("PLATFORM_RUN_LEASE_S"))
     me = worker_identity()
@@ -274,14 +292,14 @@ def run_claim(*, run_id: str, began: float | None = None) -> RunClaim | None:
         return None
     for name, value in claim_fields.items():
         setattr(run, name, value)
-    soft, _hard = run_time_limits(time_limit_s)
+    soft, _hard = run_time_limits(view.time_limit_s)
     return RunClaim(
         run_id=run_id,
         worker=me,
         delivery=run.delivery_count,
         lease_s=lease_s,
         deadline=began + soft,
-        run=run,
+        view=view,
     )
 
 
@@ -343,10 +361,16 @@ def conversation_history(run: Run) -> list[dict[str, str]]:
 
 
 def _execute_claimed(claim: RunClaim) -> None:
-    run = claim.run if claim.run is not None else Run.objects.get(id=claim.run_id)
+    view = claim.view or _ClaimView(
+        run=Run.objects.get(id=claim.run_id),
+        time_limit_s=0,
+        generation=config_generation(),
+        token_ceiling=run_token_ceiling(run_id=claim.run_id),
+    )
+    run = view.run
     # The agent, its version, the API key, servers, tools, contracts and rules: this process's copies while the
     # configuration has not changed (agents.config_cache).
-    parts = run_parts(run=run)
+    parts = run_parts(run=run, generation=view.generation)
     agent = run.agent = parts.agent
     run.version = parts.version
     configuration = parts.configuration
@@ -357,7 +381,7 @@ def _execute_claimed(claim: RunClaim) -> None:
     servers, rules = list(configuration.servers), list(configuration.rules)
     contracts = configuration.contracts
     secrets = [*configuration.server_secrets, *agent.secret_values()]
-    token_ceiling = run_token_ceiling(run_id=run.id)
+    token_ceiling = view.token_ceiling
     # A run's first delivery, never parked before: no event of it exists yet, and no token was spent before it.
     fresh = claim.delivery == 1 and not (run.messages or run.deterministic_results or run.conversation)
     # Settling is needed where the run holds a reservation (taken at admission, so none appears later) or where

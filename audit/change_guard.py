@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from django.apps import apps
 from django.conf import settings
 from django.db import connections, models, router
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 M = TypeVar("M", bound=models.Model)
 
@@ -206,11 +207,17 @@ def config_generation(*, using: str | None = None) -> str | None:
     every run: plain SQL rather than a query compiled each time."""
     generation = apps.get_model("audit", "ConfigGeneration")
     connection = connections[using or router.db_for_read(generation)]
-    table = connection.ops.quote_name(generation._meta.db_table)
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT token FROM {table} WHERE id = 1")  # noqa: S608 - the model's table
+        cursor.execute(config_generation_sql(connection))
         row = cursor.fetchone()
     return None if row is None else str(row[0])
+
+
+def config_generation_sql(connection: BaseDatabaseWrapper) -> str:
+    """The statement that reads the generation (a scalar subquery for a caller that reads it with its own row:
+    a run's claim, ``agents.execution``)."""
+    table = connection.ops.quote_name(apps.get_model("audit", "ConfigGeneration")._meta.db_table)
+    return f"SELECT token FROM {table} WHERE id = 1"  # noqa: S608 - the model's table
 
 
 class AuditedQuerySet(models.QuerySet[M]):
