@@ -13,6 +13,7 @@ from agent_platform.errors import ApplicationError
 from agents.deterministic import RuleSpec
 from agents.models import Agent, ApiKey, DeterministicRule, Run, RunEvent
 from agents.run_wakeup import RunWatch
+from audit.row_statements import RowRead
 from mcpregistry.models import McpServer
 
 
@@ -78,11 +79,25 @@ def run_wait(*, run: Run, timeout_s: float, interval_s: float = 0.1) -> Run:
     deadline = time.monotonic() + timeout_s
     with RunWatch(run.pk, statuses_only=True) as watch:  # the run's other events do not end the wait
         while True:
-            run.refresh_from_db()
+            _reread(run)
             left = deadline - time.monotonic()
             if run.is_finished or run.status == Run.Status.AWAITING_APPROVAL or left <= 0:
                 return run
             watch.wait(min(interval_s, left))
+
+
+_RUN_READ = RowRead(Run)
+
+
+def _reread(run: Run) -> None:
+    """``run.refresh_from_db()`` for a waiter, which reads the run again and again: one statement made once
+    (``audit.row_statements``) instead of a query compiled each time. Its relations stay cached, as there (their
+    keys do not change)."""
+    fresh = _RUN_READ.get(run.pk)
+    if fresh is None:
+        raise Run.DoesNotExist(f"run {run.pk} no longer exists")
+    for field in Run._meta.concrete_fields:
+        setattr(run, field.attname, getattr(fresh, field.attname))
 
 
 def tool_name_conflicts(servers: list[McpServer]) -> dict[str, list[str]]:
