@@ -124,6 +124,12 @@ def approvals_interrupted(*, run_id: Any, why: str) -> int:
 _EVENT_INSERT = RowInsert(RunEvent, ("run", "seq", "kind", "data", "created_at"))
 
 
+def _ends_a_wait(kind: str, data: Any) -> bool:
+    """Whether an event may end a ``?wait`` (a status other than ``running``: a run that starts, or starts a pass,
+    is still to be waited for). The others wake only the run's event streams and live views."""
+    return kind == "status" and not (isinstance(data, dict) and data.get("status") == "running")
+
+
 class RunEventWriter:
     """Appends a run's progress to ``RunEvent`` (masked), numbered after what was written before.
 
@@ -159,7 +165,7 @@ class RunEventWriter:
             ]
             if self._insert(rows):
                 self.seq += len(rows)
-                run_changed(run_id=self.run_id, status_changed=any(kind == "status" for kind, _ in masked))
+                run_changed(run_id=self.run_id, status_changed=any(_ends_a_wait(kind, data) for kind, data in masked))
                 return
             if attempt == 2:
                 raise IntegrityError(f"run {self.run_id}: its event numbers kept being taken by another writer")

@@ -12,9 +12,10 @@ tells the waiters once the change is committed, by what the setup has (``PLATFOR
   first, at most the caller's interval), so that a quick run is seen within milliseconds and a long wait costs
   few queries — the embedded default (SQLite, filesystem broker).
 
-A notification is the run's id; one for an event that does not change the run's status (a rule decision, a tool
-result, a model turn) is the id followed by ``:event``: the event stream wakes on both, ``?wait`` only on a status
-change, so a run's intermediate events cost its ``?wait`` caller no read.
+A notification is the run's id; one for an event after which ``?wait`` goes on waiting (a rule decision, a tool
+result, a model turn, the ``running`` of a run that starts) is the id followed by ``:event``: the event stream
+wakes on both, ``?wait`` only on the first, so a run's intermediate events cost its ``?wait`` caller no read. On
+Redis the ``:event`` ones are published off the writer's path (a daemon thread, what piled up in one pipeline).
 
 Each web process keeps one listening connection (``WakeHub``, a daemon thread, started by the first waiter) and
 hands each notification to the waiters of that run. A notification can be lost (pub/sub delivers at most once, a
@@ -28,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -91,6 +93,56 @@ def _redis_publish(url: str, message: str) -> None:
         logger.warning("run %s: could not publish its change to Redis", message, exc_info=True)
 
 
+class _EventPublisher:
+    """Publishes the notifications of events that leave a run's status as it was (``<run id>:event``) from a
+    daemon thread, so that a worker's run does not wait a Redis round trip for each of its rule decisions, tool
+    results and model turns; what piled up meanwhile goes out together (one pipeline, each message once). Only
+    the event streams and live views wake on these; ``?wait``'s status changes are published by the writer at
+    commit. A message lost here (the process ends) costs a stream its next poll, never an event."""
+
+    def __init__(self) -> None:
+        self.queue: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.pid = 0
+
+    def put(self, url: str, message: str) -> None:
+        if self.thread is None or self.pid != os.getpid() or not self.thread.is_alive():
+            with self.lock:
+                if self.thread is None or self.pid != os.getpid() or not self.thread.is_alive():
+                    self.queue = queue.SimpleQueue()  # a forked child starts empty, with its own thread
+                    self.pid = os.getpid()
+                    self.thread = threading.Thread(target=self._loop, name="run-event-wakeups", daemon=True)
+                    self.thread.start()
+        self.queue.put((url, message))
+
+    def _loop(self) -> None:
+        pending = self.queue
+        while True:
+            batch = [pending.get()]
+            with contextlib.suppress(queue.Empty):
+                while len(batch) < 1000:
+                    batch.append(pending.get_nowait())
+            self.publish(batch)
+
+    @staticmethod
+    def publish(batch: list[tuple[str, str]]) -> None:
+        """Publish ``(url, message)`` pairs: one pipeline per Redis, each message once, in order."""
+        by_url: dict[str, dict[str, None]] = {}
+        for url, message in batch:
+            by_url.setdefault(url, {})[message] = None
+        for url, messages in by_url.items():
+            try:
+                pipeline = _redis_client(url).pipeline(transaction=False)
+                for message in messages:
+                    pipeline.publish(REDIS_CHANNEL, message)
+                pipeline.execute()
+            except Exception:  # a stream still reads the run's events at its interval
+                logger.warning("could not publish %d run events' wake-ups to Redis", len(messages), exc_info=True)
+
+
+_event_publisher = _EventPublisher()
+
 EVENT_ONLY_SUFFIX = ":event"
 
 
@@ -98,13 +150,17 @@ def run_changed(*, run_id: Any, status_changed: bool = True) -> None:
     """Tell the run's waiters that it changed, once the current transaction commits (at once outside one);
     nothing is sent for a transaction that rolls back. Never raises for a lost notification.
 
-    ``status_changed``: False for an event that leaves the run's status as it was (only the run's event streams
-    are woken)."""
+    ``status_changed``: False for an event after which a ``?wait`` goes on waiting — one that leaves the run's
+    status as it was, or the ``running`` of a run that starts (only the run's event streams and live views are
+    woken; on Redis these go out from a background thread, several at once)."""
     kind = wakeup_kind()
     message = str(run_id) if status_changed else f"{run_id}{EVENT_ONLY_SUFFIX}"
     if kind == "redis":
         url = redis_url()
-        transaction.on_commit(lambda: _redis_publish(url, message))
+        if status_changed:
+            transaction.on_commit(lambda: _redis_publish(url, message))
+        else:  # the event streams' wake-up: off the writer's path, several in one round trip
+            transaction.on_commit(lambda: _event_publisher.put(url, message))
     elif kind == "postgres":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", [PG_CHANNEL, message])

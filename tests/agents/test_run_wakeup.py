@@ -118,11 +118,15 @@ def test_no_message_for_a_rolled_back_change_or_another_run(redis_url: str, run:
 @pytest.mark.redis
 @pytest.mark.django_db(transaction=True)
 def test_events_that_leave_the_status_wake_the_stream_but_not_a_status_waiter(redis_url: str, run: Run) -> None:
-    """A rule decision, a tool result, a model turn: the event stream is woken, ``?wait`` (statuses only) is not,
-    so a run's intermediate events cost its ``?wait`` caller no read; a status event wakes both."""
+    """The run's start (``running``), a rule decision, a tool result, a model turn: the event stream is woken,
+    ``?wait`` (statuses only) is not, so a run's intermediate events cost its ``?wait`` caller no read; a status
+    that ends a wait wakes both."""
     with RunWatch(run.pk) as stream, RunWatch(run.pk, statuses_only=True) as status_waiter:
         assert stream.listening and status_waiter.listening
         writer = RunEventWriter(run_id=run.pk, secrets=[])
+        writer.emit("status", {"status": "running", "delivery": 1})
+        assert stream.wait(LONG_S) is True
+        assert status_waiter.wait(0.5) is False
         writer.emit("rule", {"rule": "직원 소속 조회", "matched": True})
         assert stream.wait(LONG_S) is True
         assert status_waiter.wait(0.5) is False
@@ -221,3 +225,22 @@ def test_with_the_listener_down_a_waiter_still_gets_the_run_by_reading_it_again(
         hub = wake_hub()
         if hub is not None:
             hub.close()
+
+
+@pytest.mark.redis
+def test_event_wake_ups_piled_up_go_out_once_each_in_order(redis_url: str) -> None:
+    """The events' wake-ups leave the writer's path: what piled up goes out in one pipeline, each message once."""
+    import redis
+
+    from agents.run_wakeup import REDIS_CHANNEL, _EventPublisher
+
+    listener = redis.Redis.from_url(redis_url).pubsub()
+    listener.subscribe(REDIS_CHANNEL)
+    assert listener.get_message(timeout=LONG_S)["type"] == "subscribe"
+    batch = [(redis_url, f"{run}:event") for run in ("a", "b", "a", "a", "c", "b")]
+    _EventPublisher.publish(batch)
+    received = []
+    while (message := listener.get_message(timeout=0.5)) is not None:
+        received.append(message["data"].decode())
+    assert received == ["a:event", "b:event", "c:event"]
+    listener.close()
