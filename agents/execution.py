@@ -214,10 +214,11 @@ def _claim_view(run_id: Any) -> _ClaimView | None:
 
 
 # The run's row, read and changed by statements made once (audit/row_statements.py): a claim's compare-and-swap
-# (with the delivery count and first start read by the claim, which the swap's condition pins), the outcome's.
+# (its new delivery count and first start computed from what the claim read, which the swap's condition pins),
+# the outcome's.
 _RUN_READ = RowRead(Run)
 _CLAIM_FIELDS = ("status", "worker", "delivery_count", "heartbeat_at", "lease_expires_at", "started_at")
-_CLAIM_QUEUED = RowUpdate(Run, _CLAIM_FIELDS, ("id", "status", "delivery_count"))
+_CLAIM_QUEUED = RowUpdate(Run, _CLAIM_FIELDS, ("id", "status", "delivery_count", "started_at"))
 _CLAIM_LAPSED = RowUpdate(Run, _CLAIM_FIELDS, ("id", "status", "worker", "delivery_count", "lease_expires_at"))
 _OUTCOME_FIELDS = (
     "tokens",
@@ -263,7 +264,13 @@ def run_claim(*, run_id: str, began: float | None = None) -> RunClaim | None:
     }
     if run.status == Run.Status.QUEUED:
         claimed = _CLAIM_QUEUED.execute(
-            claim_fields, {"id": run.id, "status": Run.Status.QUEUED, "delivery_count": run.delivery_count}
+            claim_fields,
+            {
+                "id": run.id,
+                "status": Run.Status.QUEUED,
+                "delivery_count": run.delivery_count,
+                "started_at": run.started_at,  # the first start is kept: the swap fails if it moved since the read
+            },
         )
     elif run.status == Run.Status.RUNNING and run.lease_expires_at is not None and run.lease_expires_at <= now:
         previous = {

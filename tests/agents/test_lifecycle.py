@@ -126,6 +126,24 @@ def test_a_claim_takes_a_queued_run_in_this_workers_name_with_a_lease(demo_agent
     assert timedelta(seconds=59) < run.lease_expires_at - before < timedelta(seconds=61)
 
 
+def test_a_claim_whose_read_went_stale_takes_nothing_and_keeps_the_first_start(demo_agent, monkeypatch) -> None:
+    """The claim computes the run's new delivery count and first start from the row it read; its compare-and-swap
+    pins what it read, so a run that was claimed, parked and queued again meanwhile (its first start set) is not
+    taken by the stale claim, and its first start is not moved."""
+    run = submit(demo_agent)
+    stale = execution._claim_view(run.id)
+    first_start = timezone.now() - timedelta(seconds=30)
+    Run.objects.filter(pk=run.pk).update(started_at=first_start)  # still queued, delivery count still 0
+    monkeypatch.setattr(execution, "_claim_view", lambda run_id: stale)
+
+    assert run_claim(run_id=str(run.id)) is None
+    run = fresh(run)
+    assert (run.status, run.delivery_count, run.started_at) == (Run.Status.QUEUED, 0, first_start)
+    monkeypatch.undo()
+    assert run_claim(run_id=str(run.id)) is not None
+    assert fresh(run).started_at == first_start  # a run that started before keeps its first start
+
+
 def test_a_delivery_of_a_run_held_under_a_live_lease_does_nothing(demo_agent) -> None:
     run = submit(demo_agent)
     held_by(run, "other-host:7", lease_s=60)
