@@ -27,6 +27,7 @@ from agents.versions import VersionContent, caller_key, content_digest, pick_arm
 from audit.change_guard import actor_label
 from audit.changes import audited_delete, audited_save, change_scope, config_change_record
 from audit.masking import mask_text
+from audit.row_statements import RowRead
 from audit.services import audit_event_record
 from mcpregistry.models import McpServer
 
@@ -72,9 +73,14 @@ def api_key_delete(*, api_key: ApiKey, actor: Any, via: str) -> None:
 API_KEY_LAST_USED_RESOLUTION = timedelta(seconds=60)
 
 
+# Read on every API request: one statement made once rather than a query compiled each time.
+_API_KEY_READ = RowRead(ApiKey)
+
+
 def api_key_authenticate(*, raw_key: str) -> ApiKey | None:
     """The live key with this value, or None. Records its last use, to the minute."""
-    key = ApiKey.objects.filter(digest=api_key_digest(raw_key), revoked_at__isnull=True).first()
+    key = _API_KEY_READ.get_where({"digest": api_key_digest(raw_key), "revoked_at": None})
+    assert key is None or isinstance(key, ApiKey)
     if key is not None:
         now = timezone.now()
         if key.last_used_at is None or now - key.last_used_at >= API_KEY_LAST_USED_RESOLUTION:

@@ -129,27 +129,60 @@ _KEPT_ROWS = 16  # statements for up to this many rows are kept (a run writes a 
 
 
 class RowRead:
-    """``SELECT <every concrete column> FROM <table> WHERE <pk> = %s``, the row made into ``model``'s instance.
-    ``columns(alias)`` and ``instance(values)`` serve a statement that reads the row with more (a join)."""
+    """``SELECT <every concrete column> FROM <table> WHERE <fields> = …``, the row made into ``model``'s instance
+    (``get``: by primary key; ``get_where``: by fields, equality or ``IS NULL`` for None, the first row where
+    several match). ``columns(alias)`` and ``instance(values)`` serve a statement that reads the row with more
+    (a join)."""
 
     def __init__(self, model: type[Model]) -> None:
         self.model = model
         self._converters: dict[str, list[tuple[int, list[Any], Col]]] = {}
+        self._columns: dict[str, str] = {}
+        self._sql: dict[tuple[str, tuple[str, ...], tuple[bool, ...]], str] = {}
 
     def columns(self, alias: str) -> str:
         """The row's columns, in the model's order, as ``alias.column`` (quoted for the default database)."""
-        quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
-        return ", ".join(f"{alias}.{quote(str(field.column))}" for field in self.model._meta.concrete_fields)
+        text = self._columns.get(alias)
+        if text is None:
+            quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
+            fields = self.model._meta.concrete_fields
+            text = self._columns[alias] = ", ".join(f"{alias}.{quote(str(field.column))}" for field in fields)
+        return text
 
     def get(self, pk: Any, using: str = DEFAULT_DB_ALIAS) -> Model | None:
-        connection = connections[using]
-        quote = connection.ops.quote_name
-        table = quote(self.model._meta.db_table)
         pk_field = self.model._meta.pk
         assert pk_field is not None
-        sql = f"SELECT {self.columns('r')} FROM {table} r WHERE r.{quote(str(pk_field.column))} = %s"  # noqa: S608 - names from the model
+        return self.get_where({pk_field.name: pk}, using)
+
+    def get_where(self, where: dict[str, Any], using: str = DEFAULT_DB_ALIAS) -> Model | None:
+        connection = connections[using]
+        names = tuple(where)
+        nulls = tuple(where[name] is None for name in names)
+        fields: list[Field[Any, Any]] = [self.model._meta.get_field(name) for name in names]  # type: ignore[misc]
+        sql = self._sql.get((connection.vendor, names, nulls))
+        if sql is None:
+            quote = connection.ops.quote_name
+            conditions = " AND ".join(
+                f"r.{quote(str(field.column))} IS NULL" if null else f"r.{quote(str(field.column))} = %s"
+                for field, null in zip(fields, nulls, strict=True)
+            )
+            table = quote(self.model._meta.db_table)
+            pk_field = self.model._meta.pk
+            assert pk_field is not None
+            order = (
+                f" ORDER BY r.{quote(str(pk_field.column))} LIMIT 1"
+                if len(names) > 1 or names[0] != pk_field.name
+                else ""
+            )
+            sql = f"SELECT {self.columns('r')} FROM {table} r WHERE {conditions}{order}"  # noqa: S608 - names from the model
+            self._sql[(connection.vendor, names, nulls)] = sql
+        params = [
+            field.get_db_prep_value(where[name], connection)
+            for name, field in zip(names, fields, strict=True)
+            if where[name] is not None
+        ]
         with connection.cursor() as cursor:
-            cursor.execute(sql, [pk_field.get_db_prep_value(pk, connection)])
+            cursor.execute(sql, params)
             row = cursor.fetchone()
         return None if row is None else self.instance(row, using)
 
