@@ -27,7 +27,7 @@ from agents.versions import VersionContent, caller_key, content_digest, pick_arm
 from audit.change_guard import actor_label
 from audit.changes import audited_delete, audited_save, change_scope, config_change_record
 from audit.masking import mask_text
-from audit.row_statements import RowRead
+from audit.row_statements import RowInsert, RowRead
 from audit.services import audit_event_record
 from mcpregistry.models import McpServer
 
@@ -73,8 +73,10 @@ def api_key_delete(*, api_key: ApiKey, actor: Any, via: str) -> None:
 API_KEY_LAST_USED_RESOLUTION = timedelta(seconds=60)
 
 
-# Read on every API request: one statement made once rather than a query compiled each time.
+# Read on every API request, and the run inserted by every submission: statements made once rather than queries
+# compiled each time (audit/row_statements.py; a run has no save signals).
 _API_KEY_READ = RowRead(ApiKey)
+_RUN_INSERT = RowInsert(Run, [field.name for field in Run._meta.concrete_fields])
 
 
 def api_key_authenticate(*, raw_key: str) -> ApiKey | None:
@@ -476,7 +478,7 @@ def run_create(
     with transaction.atomic():
         # Input guardrail: a secret a caller pastes (or one bound to the platform) is never stored or shown.
         secrets = parts.server_secrets
-        run = Run.objects.create(
+        run = Run(
             version=chosen,
             arm=arm,
             purpose=purpose,
@@ -490,6 +492,7 @@ def run_create(
             idempotency_key=idempotency_key,
             request_digest=digest,
         )
+        _RUN_INSERT.insert([run])
         # Refused (429 budget_exceeded, rolling the run back) when a budget of the key or the agent is spent.
         budget_reserve(run=run, agent=agent, api_key=api_key, budgets=parts.budgets)
         time_limit_s, run_purpose = agent.time_limit_s, run.purpose

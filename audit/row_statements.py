@@ -103,8 +103,10 @@ class RowInsert:
                 cursor.execute(self.sql(len(chunk), using, skip_conflicts=skip_conflicts), params)
                 inserted += [key for (key,) in cursor.fetchall()]
         if len(inserted) == len(objs):
+            pk_field = self.model._meta.pk
+            assert pk_field is not None
             for obj, key in zip(objs, inserted, strict=True):
-                obj.pk = key
+                obj.pk = pk_field.to_python(key)  # as the database driver gave it: SQLite's UUIDs are hex text
                 obj._state.adding = False
                 obj._state.db = using
         return inserted

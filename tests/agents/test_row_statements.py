@@ -201,3 +201,14 @@ def test_integers_are_prepared_where_the_backend_adapts_them() -> None:
     assert insert._plain_types(connection) == (int, int, bool, str, float, None)
     on_postgres = SimpleNamespace(ops=DatabaseOperations(connection=None))
     assert insert._plain_types(on_postgres) == (None, None, bool, str, float, None)  # type: ignore[arg-type]
+
+
+def test_a_run_inserted_keeps_its_uuid_as_the_orm_gives_it(demo_agent: Agent) -> None:
+    """A primary key read back is the field's value (SQLite gives a UUID back as hex text)."""
+    run = Run(agent=demo_agent, query="김하늘 님은 어느 팀 소속인가요?", context={"contextId": "대화-1"})
+    chosen = run.pk
+    RowInsert(Run, [field.name for field in Run._meta.concrete_fields]).insert([run])
+    assert isinstance(run.pk, uuid.UUID) and run.pk == chosen and not run._state.adding
+    stored = Run.objects.get(pk=chosen)
+    assert (stored.query, stored.context, stored.status) == (run.query, {"contextId": "대화-1"}, Run.Status.QUEUED)
+    assert stored.created_at is not None and stored.created_at == run.created_at
