@@ -401,3 +401,26 @@ def test_an_empty_body_is_a_400(api_client, demo_agent, body) -> None:
     response = api_client.post(URL, data=body, content_type="application/json")
     assert response.status_code == 400
     assert error_of(response)["code"] in {"invalid_input", "invalid_json"}
+
+
+@pytest.mark.django_db
+def test_the_run_answer_s_fields_built_once_are_never_bound_and_each_answer_is_its_own(demo_agent) -> None:
+    """``RunOutputSerializer`` copies its fields, built once per process, for each answer: answers of different
+    runs, also from threads at once, are each their own run's, and the kept fields stay unbound."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agents.api.serializers import BuiltOnceFields, RunOutputSerializer, RunSummarySerializer
+
+    runs = [Run.objects.create(agent=demo_agent, query=f"질문 {i}") for i in range(12)]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        answers = list(pool.map(lambda run: dict(RunOutputSerializer(run).data), runs))
+    assert [(a["id"], a["query"], a["agent"]) for a in answers] == [(str(r.id), r.query, demo_agent.slug) for r in runs]
+    assert [s["query"] for s in RunSummarySerializer(runs, many=True).data] == [r.query for r in runs]
+    for kept in (
+        BuiltOnceFields._built_fields[RunOutputSerializer],
+        BuiltOnceFields._built_fields[RunSummarySerializer],
+    ):
+        assert all(
+            getattr(field, "field_name", None) is None and getattr(field, "parent", None) is None
+            for field in kept.values()
+        )
