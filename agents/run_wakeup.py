@@ -94,9 +94,10 @@ def _redis_publish(url: str, message: str) -> None:
 
 
 class _EventPublisher:
-    """Publishes the notifications of events that leave a run's status as it was (``<run id>:event``) from a
-    daemon thread, so that a worker's run does not wait a Redis round trip for each of its rule decisions, tool
-    results and model turns; what piled up meanwhile goes out together (one pipeline, each message once). Only
+    """Publishes the notifications of events after which ``?wait`` goes on waiting (``<run id>:event``) from a
+    daemon thread, so that a worker's run does not wait a Redis round trip for its start and each of its rule
+    decisions, tool results and model turns; what piled up meanwhile goes out together (one pipeline, each
+    message once). Only
     the event streams and live views wake on these; ``?wait``'s status changes are published by the writer at
     commit. A message lost here (the process ends) costs a stream its next poll, never an event."""
 
