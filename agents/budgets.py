@@ -174,17 +174,10 @@ def budget_reserve(*, run: Run, agent: Agent, api_key: ApiKey | None, budgets: l
         BudgetReservation.objects.create(run=run, usage=usage, tokens=tokens, cost_micros=cost)
 
 
-def run_token_ceiling(*, run_id: Any) -> int | None:
-    """The fewest tokens one of the run's open reservations allows (the engine stops the run there), or None."""
-    with connection.cursor() as cursor:  # read once per run pass: plain SQL rather than a query compiled each time
-        cursor.execute(token_ceiling_sql("%s"), [Run._meta.get_field("id").get_db_prep_value(run_id, connection)])
-        row = cursor.fetchone()
-    return None if row is None or row[0] is None else int(row[0])
-
-
 def token_ceiling_sql(run_id: str) -> str:
-    """The statement ``run_token_ceiling`` runs, for the run whose id is the SQL ``run_id`` (a parameter, or a
-    column where a run's claim reads it as a scalar subquery with the run's row, ``agents.execution``)."""
+    """The run's token ceiling — the fewest tokens one of its open reservations allows (the engine stops the run
+    there), NULL without one — as SQL for the run whose id is the SQL ``run_id``: a run's claim reads it as a
+    scalar subquery with the run's row (``agents.execution``, ``run_id`` its id column)."""
     table = connection.ops.quote_name(BudgetReservation._meta.db_table)
     return f"SELECT MIN(tokens) FROM {table} WHERE run_id = {run_id} AND settled_at IS NULL"  # noqa: S608 - the model's table; run_id is SQL of ours
 

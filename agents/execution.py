@@ -46,7 +46,7 @@ from django.utils import timezone
 import agent_platform.telemetry as telemetry
 from agents import engine
 from agents.approvals import RunApprovals
-from agents.budgets import budget_settle, run_token_ceiling, run_usage_fields, token_ceiling_sql
+from agents.budgets import budget_settle, run_usage_fields, token_ceiling_sql
 from agents.config_cache import run_parts
 from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_time_limits
 from agents.errors import RunCancelled
@@ -54,7 +54,7 @@ from agents.models import Agent, Run
 from agents.run_state import RunEventWriter, approvals_interrupted, run_fail_unheld
 from agents.shadow import shadow_after_store
 from agents.versions import AGENT_FIELDS
-from audit.change_guard import config_generation, config_generation_sql
+from audit.change_guard import config_generation_sql
 from audit.row_statements import RowRead, RowUpdate
 from mcpregistry.pool import get_default_pool
 
@@ -86,9 +86,9 @@ class RunClaim:
     delivery: int
     lease_s: float
     deadline: float  # on ``clock``: when the run's soft time limit is up
-    stop_reason: StopReason = ""
     # The run as claimed (its row read by the claim, with the claim's changes) and what was read with it.
-    view: _ClaimView | None = None
+    view: _ClaimView
+    stop_reason: StopReason = ""
     lost: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -183,7 +183,7 @@ class _ClaimView:
     """What one statement reads for a claim: the run's row (the claimed run goes on with this instance), its
     agent's time limit, and what its pass reads before anything else — the configuration's generation (for
     this process's cached configuration, ``agents.config_cache``) and the run's token ceiling (its smallest
-    open budget reservation, taken at admission: ``agents.budgets.run_token_ceiling``)."""
+    open budget reservation, taken at admission: ``agents.budgets.token_ceiling_sql``)."""
 
     run: Run
     time_limit_s: int
@@ -368,12 +368,7 @@ def conversation_history(run: Run) -> list[dict[str, str]]:
 
 
 def _execute_claimed(claim: RunClaim) -> None:
-    view = claim.view or _ClaimView(
-        run=Run.objects.get(id=claim.run_id),
-        time_limit_s=0,
-        generation=config_generation(),
-        token_ceiling=run_token_ceiling(run_id=claim.run_id),
-    )
+    view = claim.view
     run = view.run
     # The agent, its version, the API key, servers, tools, contracts and rules: this process's copies while the
     # configuration has not changed (agents.config_cache).

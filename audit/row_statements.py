@@ -39,6 +39,7 @@ class RowInsert:
         self.field_names = tuple(field_names)
         self._fields: tuple[Field[Any, Any], ...] = ()
         self._sql: dict[tuple[str, int, bool], str] = {}
+        self._plain: dict[str, tuple[type | None, ...]] = {}
 
     def fields(self) -> tuple[Field[Any, Any], ...]:
         if not self._fields:  # after the app registry is ready
@@ -48,11 +49,15 @@ class RowInsert:
     def _plain_types(self, connection: BaseDatabaseWrapper) -> tuple[type | None, ...]:
         """Per field, the type of the values its preparation leaves as they are (None: prepare every value).
         Integers are not plain where the backend adapts them (PostgreSQL's psycopg 3: ``Int4``, ``Int8``)."""
-        ints_plain = type(connection.ops).adapt_integerfield_value is BaseDatabaseOperations.adapt_integerfield_value
-        return tuple(
-            None if kind is int and not ints_plain else kind
-            for kind in (_PLAIN_VALUE.get(type(field)) for field in self.fields())
-        )
+        kept = self._plain.get(connection.vendor)
+        if kept is None:
+            ops = type(connection.ops)
+            ints_plain = ops.adapt_integerfield_value is BaseDatabaseOperations.adapt_integerfield_value
+            kept = self._plain[connection.vendor] = tuple(
+                None if kind is int and not ints_plain else kind
+                for kind in (_PLAIN_VALUE.get(type(field)) for field in self.fields())
+            )
+        return kept
 
     def sql(self, rows: int, using: str = DEFAULT_DB_ALIAS, *, skip_conflicts: bool = False) -> str:
         connection = connections[using]
@@ -140,7 +145,7 @@ class RowRead:
         self.model = model
         self._converters: dict[str, list[tuple[int, list[Any], Col]]] = {}
         self._columns: dict[str, str] = {}
-        self._sql: dict[tuple[str, tuple[str, ...], tuple[bool, ...]], str] = {}
+        self._sql: dict[tuple[str, tuple[str, ...], tuple[bool, ...]], tuple[str, tuple[Field[Any, Any], ...]]] = {}
 
     def columns(self, alias: str) -> str:
         """The row's columns, in the model's order, as ``alias.column`` (quoted for the default database)."""
@@ -160,31 +165,19 @@ class RowRead:
         connection = connections[using]
         names = tuple(where)
         nulls = tuple(where[name] is None for name in names)
-        fields: list[Field[Any, Any]] = [self.model._meta.get_field(name) for name in names]  # type: ignore[misc]
-        sql = self._sql.get((connection.vendor, names, nulls))
-        if sql is None:
+        kept = self._sql.get((connection.vendor, names, nulls))
+        if kept is None:
             quote = connection.ops.quote_name
-            conditions = " AND ".join(
-                f"r.{quote(str(field.column))} IS NULL" if null else f"r.{quote(str(field.column))} = %s"
-                for field, null in zip(fields, nulls, strict=True)
-            )
-            table = quote(self.model._meta.db_table)
+            fields = _fields_of(self.model, names)
             pk_field = self.model._meta.pk
             assert pk_field is not None
-            order = (
-                f" ORDER BY r.{quote(str(pk_field.column))} LIMIT 1"
-                if len(names) > 1 or names[0] != pk_field.name
-                else ""
-            )
-            sql = f"SELECT {self.columns('r')} FROM {table} r WHERE {conditions}{order}"  # noqa: S608 - names from the model
-            self._sql[(connection.vendor, names, nulls)] = sql
-        params = [
-            field.get_db_prep_value(where[name], connection)
-            for name, field in zip(names, fields, strict=True)
-            if where[name] is not None
-        ]
+            order = f" ORDER BY r.{quote(str(pk_field.column))} LIMIT 1" if names != (pk_field.name,) else ""
+            table = quote(self.model._meta.db_table)
+            sql = f"SELECT {self.columns('r')} FROM {table} r WHERE {_conditions(fields, nulls, quote, 'r.')}{order}"  # noqa: S608 - names from the model
+            kept = self._sql[(connection.vendor, names, nulls)] = (sql, fields)
+        sql, fields = kept
         with connection.cursor() as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(sql, _condition_params(fields, [where[name] for name in names], connection))
             row = cursor.fetchone()
         return None if row is None else self.instance(row, using)
 
@@ -224,35 +217,53 @@ class RowUpdate:
         self.set_names = tuple(set_fields)
         self.where_names = tuple(where_fields)
         self._sql: dict[tuple[str, tuple[bool, ...]], str] = {}
-
-    def _field(self, name: str) -> Field[Any, Any]:
-        return self.model._meta.get_field(name)  # type: ignore[return-value]
+        self._fields: tuple[tuple[Field[Any, Any], ...], tuple[Field[Any, Any], ...]] | None = None
 
     def execute(self, values: dict[str, Any], where: dict[str, Any], using: str = DEFAULT_DB_ALIAS) -> int:
         if set(values) != set(self.set_names) or set(where) != set(self.where_names):
             raise ValueError(
                 f"RowUpdate of {self.model.__name__}: set {sorted(self.set_names)} where {sorted(self.where_names)}"
             )
+        if self._fields is None:  # after the app registry is ready
+            self._fields = (_fields_of(self.model, self.set_names), _fields_of(self.model, self.where_names))
+        set_fields, where_fields = self._fields
         connection = connections[using]
         nulls = tuple(where[name] is None for name in self.where_names)
         sql = self._sql.get((connection.vendor, nulls))
         if sql is None:
             quote = connection.ops.quote_name
-            assignments = ", ".join(f"{quote(str(self._field(name).column))} = %s" for name in self.set_names)
-            conditions = " AND ".join(
-                f"{quote(str(self._field(name).column))} IS NULL"
-                if null
-                else f"{quote(str(self._field(name).column))} = %s"
-                for name, null in zip(self.where_names, nulls, strict=True)
-            )
-            sql = f"UPDATE {quote(self.model._meta.db_table)} SET {assignments} WHERE {conditions}"  # noqa: S608 - names from the model
+            assignments = ", ".join(f"{quote(str(field.column))} = %s" for field in set_fields)
+            table = quote(self.model._meta.db_table)
+            sql = f"UPDATE {table} SET {assignments} WHERE {_conditions(where_fields, nulls, quote)}"  # noqa: S608 - names from the model
             self._sql[(connection.vendor, nulls)] = sql
-        params = [self._field(name).get_db_prep_save(values[name], connection) for name in self.set_names]
-        params += [
-            self._field(name).get_db_prep_value(where[name], connection)
-            for name in self.where_names
-            if where[name] is not None
+        params = [
+            field.get_db_prep_save(values[name], connection)
+            for name, field in zip(self.set_names, set_fields, strict=True)
         ]
+        params += _condition_params(where_fields, [where[name] for name in self.where_names], connection)
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return int(cursor.rowcount)
+
+
+def _fields_of(model: type[Model], names: Sequence[str]) -> tuple[Field[Any, Any], ...]:
+    return tuple(model._meta.get_field(name) for name in names)  # type: ignore[misc]
+
+
+def _conditions(fields: Sequence[Field[Any, Any]], nulls: Sequence[bool], quote: Any, prefix: str = "") -> str:
+    """``<column> = %s`` for each field, ``<column> IS NULL`` where its value is None, joined by AND."""
+    return " AND ".join(
+        f"{prefix}{quote(str(field.column))} IS NULL" if null else f"{prefix}{quote(str(field.column))} = %s"
+        for field, null in zip(fields, nulls, strict=True)
+    )
+
+
+def _condition_params(
+    fields: Sequence[Field[Any, Any]], values: Sequence[Any], connection: BaseDatabaseWrapper
+) -> list[Any]:
+    """The parameters of ``_conditions``: each value prepared by its field, None left out (``IS NULL``)."""
+    return [
+        field.get_db_prep_value(value, connection)
+        for field, value in zip(fields, values, strict=True)
+        if value is not None
+    ]

@@ -199,7 +199,7 @@ def test_integers_are_prepared_where_the_backend_adapts_them() -> None:
 
     insert = RowInsert(AuditEvent, ("seq", "attempt", "ok", "action", "latency_ms", "args"))
     assert insert._plain_types(connection) == (int, int, bool, str, float, None)
-    on_postgres = SimpleNamespace(ops=DatabaseOperations(connection=None))
+    on_postgres = SimpleNamespace(vendor="postgresql", ops=DatabaseOperations(connection=None))
     assert insert._plain_types(on_postgres) == (None, None, bool, str, float, None)  # type: ignore[arg-type]
 
 
