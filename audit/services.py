@@ -23,6 +23,8 @@ in ``id`` order, checks each row's MAC, gives each the next ``seq``, ``prev_hash
 as the inline path would, inserts them into :class:`~audit.models.AuditEvent`, deletes their pending rows and
 moves the head. It goes on while there is something to chain, lets go of the lock, and re-reads the pending
 table: a writer whose chainer found the lock taken had committed before it tried, so that re-read sees its row.
+A chainer thread pauses ``AUDIT_CHAIN_GATHER_S`` before each pass and before that re-read, so that while writers
+keep appending, a pass chains what gathered meanwhile instead of chasing each commit with a pass of its own.
 So the chain is computed by one chainer at a time, in order, a few milliseconds after commit, with one lock taken
 per burst of batches instead of one per event for a whole transaction. A process killed between its commit and
 the chaining leaves rows pending until the next append's chaining or the workers' timer
@@ -368,11 +370,14 @@ class _BackgroundChainer:
                 self._changed.wait_for(lambda: self._asked > self._served)
             # A moment for the commits of the next few appends to join this pass: a writer appending
             # continuously then pays for a fraction of a pass per event, not a whole one.
-            time.sleep(float(getattr(settings, "AUDIT_CHAIN_GATHER_S", 0.05)))
+            gather_s = float(getattr(settings, "AUDIT_CHAIN_GATHER_S", 0.05))
+            time.sleep(gather_s)
             with self._changed:
                 target = self._asked
             try:
-                _, busy = _chain_pending(using=self.using, batch=_CHAIN_BATCH, rounds=None, wait=False)
+                _, busy = _chain_pending(
+                    using=self.using, batch=_CHAIN_BATCH, rounds=None, wait=False, gather_s=gather_s
+                )
                 if busy:
                     # Another process's chainer is at work and re-reads after it lets go, so nothing is lost; wait
                     # a moment before the next try rather than ask for the lock after every commit.
@@ -484,8 +489,14 @@ def audit_chain_pending(
     return _chain_pending(using=using, batch=batch, rounds=rounds, wait=wait)[0]
 
 
-def _chain_pending(*, using: str, batch: int, rounds: int | None, wait: bool) -> tuple[int, bool]:
-    """:func:`audit_chain_pending`: (events chained, whether another chainer held the lock at the first try)."""
+def _chain_pending(
+    *, using: str, batch: int, rounds: int | None, wait: bool, gather_s: float = 0.0
+) -> tuple[int, bool]:
+    """:func:`audit_chain_pending`: (events chained, whether another chainer held the lock at the first try).
+
+    ``gather_s`` (the chainer thread's): the pause between letting go of the lock and the re-read, so that while
+    writers keep appending, each pass chains what gathered meanwhile in one batch instead of chasing every
+    commit with a pass of its own (a pass costs about as much as chaining 20 events)."""
     connection = connections[using]
     session_lock = connection.vendor == "postgresql" and not connection.in_atomic_block
     total, done, first = 0, 0, True
@@ -512,10 +523,14 @@ def _chain_pending(*, using: str, batch: int, rounds: int | None, wait: bool) ->
         finally:
             if session_lock:
                 _chainer_unlock(connection)
-        # Re-read after letting go of the lock: a row whose chainer found the lock taken was committed before.
-        if (rounds is not None and done >= rounds) or not _pending_exists(using):
+        if rounds is not None and done >= rounds:
             # Writers keep appending faster than one chainer's rounds: the rest goes to the next append's
             # chaining (or the workers' timer), so that no writer is kept chaining for others indefinitely.
+            return total, False
+        # Re-read after letting go of the lock: a row whose chainer found the lock taken was committed before.
+        if gather_s > 0:
+            time.sleep(gather_s)
+        if not _pending_exists(using):
             return total, False
         wait = False
 

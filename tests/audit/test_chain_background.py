@@ -157,3 +157,41 @@ def test_an_append_outside_a_transaction_after_a_forged_head_raises_and_its_row_
     assert (out["pending"], out["chained"]) == (1, 0)  # recorded, MAC'd, and never chained after that head
     assert verified.returncode != 0
     assert "chain head (seq 1): MAC by key deadbeef" in verified.stderr
+
+
+STEADY_WRITER = """
+import json, time
+import audit.services as services
+from audit.models import AuditEvent
+batches = []
+chain_batch = services._chain_batch_postgres
+def counted(connection, batch):  # the real batch, counted
+    chained, blocked = chain_batch(connection, batch)
+    batches.append(chained)
+    return chained, blocked
+services._chain_batch_postgres = counted
+started = time.monotonic()
+for i in range(150):
+    services.audit_event_record(source="agent", tool={tag!r}, call_id=f"c{{i}}")
+    time.sleep(0.002)  # a writer that keeps appending, a little slower than the chainer could chase it
+seconds = time.monotonic() - started
+waited = services.audit_chain_wait(timeout=60)
+print(json.dumps({{"waited": waited, "batches": batches, "seconds": seconds,
+                  "chained": AuditEvent.objects.filter(tool={tag!r}).count()}}))
+"""
+
+
+def test_while_a_writer_keeps_appending_the_chainer_thread_chains_what_gathered_not_a_pass_per_commit(
+    postgres_url: str,  # noqa: F811 - the fixture
+) -> None:
+    tag = f"steady-{uuid.uuid4().hex[:8]}"
+
+    out = last_json(manage("shell", "-c", STEADY_WRITER.format(tag=tag), database_url=postgres_url))
+
+    assert out["waited"] is True
+    assert out["chained"] == 150
+    assert sum(out["batches"]) == 150
+    # A pass waits AUDIT_CHAIN_GATHER_S (50 ms) before it re-reads, so there is at most one pass each 50 ms
+    # while the writer writes (and one after it); ~20 events a batch at this pace, however slow the machine.
+    passes = len([chained for chained in out["batches"] if chained])
+    assert passes <= out["seconds"] / 0.05 + 2, out
