@@ -40,6 +40,12 @@ Figures (``name: value`` lines; the last is ``runs_per_second``), from each run'
   taken over from a dead worker may call again (its first worker's results died with it);
   ``reads_repeated_outside_taken_over_runs``: repeated reads in runs claimed once (must be 0);
   ``runs_claimed_again``: runs claimed by a second delivery (the killed worker's run, with ``--kill-midway``).
+- ``cpu_ms_per_run_<part>`` (Linux): the CPU time each part of the machine spent from the first submission to the
+  last run's end, per succeeded run (``bench/_cpu.py``): ``client`` (this process: the submitting and polling
+  threads), ``web``, ``workers``, ``mcp_servers``, ``redis``, ``postgres``, ``other``, ``machine`` (every core's
+  busy time) and ``unaccounted`` (machine minus the parts). ``runs_per_second_at_full_cpu``: ``cpu_cores`` /
+  the machine's CPU per run, the rate these costs allow on this machine with every core busy: when it is close to
+  ``runs_per_second``, the machine's CPU is the bound, and only a cheaper part (or more cores) raises the rate.
 - ``runs_per_second``: succeeded runs / (last ``finished_at`` - first ``created_at``).
 """
 
@@ -48,6 +54,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import os
 import shutil
 import statistics
 import sys
@@ -60,6 +67,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from bench._cpu import CpuWindow
 
 QUESTIONS = [
     "김하늘 님은 어느 팀 소속인가요?",
@@ -256,6 +265,9 @@ def main() -> None:
             warm, _ = submit_all(client, 2, 2)
             poll_until_finished(client, warm, 60)
             progress(f"submitting {options.runs} runs from {options.clients} threads")
+            cpu = CpuWindow() if CpuWindow.available() else None
+            if cpu is not None:
+                cpu.start()
             t0 = time.monotonic()
             run_ids, submit_ms = submit_all(client, options.runs, options.clients)
             progress(f"  submitted in {time.monotonic() - t0:.1f} s")
@@ -271,6 +283,7 @@ def main() -> None:
 
             finished = poll_until_finished(client, run_ids, options.timeout, on_progress=kill_midway)
         wall_s = time.monotonic() - t0
+        cpu_spent = cpu.stop() if cpu is not None else {}
         twice = twice_check(platform, run_ids, workdir)
 
     succeeded = [finished[r] for r in run_ids if finished.get(r, {}).get("status") == "succeeded"]
@@ -307,6 +320,14 @@ def main() -> None:
     report("mean_tool_calls_per_run", statistics.mean(len(r["tool_calls"]) for r in succeeded))
     for name, value in twice.items():
         report(name, value)
+    if cpu_spent and succeeded:
+        # The machine's CPU per run, by part: the rate this machine can give is at most cores / machine's CPU per
+        # run, whatever the platform does (bench/_cpu.py).
+        for part, seconds in cpu_spent.items():
+            report(f"cpu_ms_per_run_{part}", seconds / len(succeeded) * 1000)
+        cores = os.cpu_count() or 1
+        report("cpu_cores", cores)
+        report("runs_per_second_at_full_cpu", cores / (cpu_spent["machine"] / len(succeeded)))
     report("runs_per_second", len(succeeded) / (last - first).total_seconds())
     broken = (
         lost

@@ -53,3 +53,7 @@ def test_four_workers_on_postgres_lose_no_run_and_run_none_twice_with_one_killed
     # A read may run again, but only in a run a second delivery took over from the killed worker.
     assert found["reads_repeated_outside_taken_over_runs"] == 0
     assert found["runs_per_second"] > 0
+    # Where the machine's CPU went, per part (bench/_cpu.py): the four workers and the web server did the work.
+    assert found["cpu_ms_per_run_workers"] > 0 and found["cpu_ms_per_run_web"] > 0
+    assert found["cpu_ms_per_run_machine"] >= found["cpu_ms_per_run_workers"]
+    assert found["runs_per_second_at_full_cpu"] > 0

@@ -1,0 +1,100 @@
+"""Where the machine's CPU went while a benchmark ran: per part of the platform, read from ``/proc`` (Linux).
+
+A benchmark that runs the whole platform on one machine (``bench.load``) shares that machine's cores between its
+own clients, the web server, the workers, the MCP servers they start, Redis and PostgreSQL. Its rate is bounded by
+``cores / CPU seconds per run`` whatever the platform does with its share, so the benchmark reports each part's
+CPU per run beside the rate: which part to make cheaper, and what rate this machine can give at all.
+
+Each process is put in one part by its command line (:func:`part_of`); its CPU time (user and system, the
+kernel's ``utime`` and ``stime``) is counted from the window's start or, for a process started inside it, from
+its own start. A process that ended inside the window is not counted (a killed worker's last moments): the
+difference between the machine's busy time (``/proc/stat``) and the sum of the parts is ``unaccounted``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PARTS = ("client", "web", "workers", "mcp_servers", "redis", "postgres", "other")
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PROC = Path("/proc")
+
+
+def part_of(argv: list[str], *, pid: int, client_pid: int) -> str:
+    """The part a process belongs to, from its arguments (``/proc/<pid>/cmdline``)."""
+    if pid == client_pid:
+        return "client"
+    if not argv:
+        return "other"
+    program = Path(argv[0]).name
+    words = " ".join(argv)
+    if program.startswith("redis-server"):
+        return "redis"
+    if program in ("postgres", "postmaster") or words.startswith("postgres:"):
+        return "postgres"
+    if "demo_server" in words or "mcp_server" in words or "mcp-server" in words:
+        return "mcp_servers"  # before the workers: a worker's MCP servers are its children, not the worker
+    if "celery" in words:
+        return "workers"
+    if "gunicorn" in words or "uvicorn" in words or "runserver" in words:
+        return "web"
+    return "other"
+
+
+def _processes(client_pid: int) -> dict[int, tuple[str, float]]:
+    """Every process now: pid → (part, CPU seconds so far). Processes that end while being read are skipped."""
+    found: dict[int, tuple[str, float]] = {}
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            stat = (entry / "stat").read_text()
+            argv = [arg for arg in (entry / "cmdline").read_bytes().decode(errors="replace").split("\0") if arg]
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": the comm may hold spaces
+        seconds = (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
+        found[pid] = (part_of(argv, pid=pid, client_pid=client_pid), seconds)
+    return found
+
+
+def _machine_busy() -> float:
+    """CPU seconds the machine's cores spent busy so far (every state but idle and iowait)."""
+    values = [int(value) for value in (_PROC / "stat").read_text().splitlines()[0].split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    guests = sum(values[8:10]) if len(values) > 9 else 0  # guest time is counted in user time already
+    return (sum(values) - idle - guests) / _TICKS
+
+
+@dataclass
+class CpuWindow:
+    """CPU time spent between :meth:`start` and :meth:`stop`, per part (seconds)."""
+
+    client_pid: int = field(default_factory=os.getpid)
+    _start: dict[int, tuple[str, float]] = field(default_factory=dict)
+    _busy: float = 0.0
+
+    @staticmethod
+    def available() -> bool:
+        return (_PROC / "stat").exists() and (_PROC / "self" / "stat").exists()
+
+    def start(self) -> None:
+        self._busy = _machine_busy()
+        self._start = _processes(self.client_pid)
+
+    def stop(self) -> dict[str, float]:
+        """Seconds per part, plus ``machine`` (the busy time of every core) and ``unaccounted`` (machine minus
+        the parts: processes that ended inside the window, interrupts, rounding)."""
+        busy = _machine_busy() - self._busy
+        spent = dict.fromkeys(PARTS, 0.0)
+        for pid, (part, seconds) in _processes(self.client_pid).items():
+            before = self._start.get(pid)
+            if before is not None and (before[0] != part or before[1] > seconds):
+                before = None  # the pid was taken again by a process started inside the window
+            spent[part] += seconds - (before[1] if before is not None else 0.0)
+        spent["machine"] = busy
+        spent["unaccounted"] = busy - sum(spent[part] for part in PARTS)
+        return spent
