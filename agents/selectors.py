@@ -4,28 +4,67 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
+from django.db import connection
 from django.db.models import Q, QuerySet
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
 from agents.deterministic import RuleSpec
-from agents.models import Agent, ApiKey, DeterministicRule, Run, RunEvent
+from agents.models import Agent, AgentVersion, ApiKey, Approval, DeterministicRule, Run, RunEvent
 from agents.run_wakeup import RunWatch
+from audit.models import AuditEvent
 from audit.row_statements import RowRead
+from audit.services import audit_chain_catch_up
 from mcpregistry.models import McpServer
 
 
 def run_get(*, run_id: str, api_key: ApiKey) -> Run:
-    """The caller's own run; any other id (malformed, unknown, someone else's) is a 404."""
+    """The caller's own run, with its agent and version (as ``select_related`` would give them); any other id
+    (malformed, unknown, someone else's) is a 404."""
     try:
         key = uuid.UUID(str(run_id))
     except ValueError:
         key = None
-    run = Run.objects.select_related("agent", "version").filter(id=key, api_key=api_key).first() if key else None
+    run = _run_of_key(key, api_key) if key else None
     if run is None:
         raise ApplicationError(_("Run not found."), code="run_not_found", status=404)
+    return run
+
+
+_RUN_READ = RowRead(Run)
+_AGENT_READ = RowRead(Agent)
+_VERSION_READ = RowRead(AgentVersion)
+_RUN_OF_KEY: dict[str, str] = {}
+
+
+def _run_of_key(run_id: uuid.UUID, api_key: ApiKey) -> Run | None:
+    """The run with its agent and version in one statement made once (an API caller reads its run again and
+    again; the ORM would compile the join each time)."""
+    sql = _RUN_OF_KEY.get(connection.vendor)
+    if sql is None:
+        quote = connection.ops.quote_name
+        table = {model: quote(model._meta.db_table) for model in (Run, Agent, AgentVersion)}
+        column = {name: quote(str(Run._meta.get_field(name).column)) for name in ("id", "agent", "version", "api_key")}
+        agent_pk, version_pk = (quote(str(model._meta.pk.column)) for model in (Agent, AgentVersion))  # type: ignore[union-attr]
+        sql = _RUN_OF_KEY[connection.vendor] = (
+            f"SELECT {_RUN_READ.columns('r')}, {_AGENT_READ.columns('a')}, {_VERSION_READ.columns('v')} "  # noqa: S608 - the models' names
+            f"FROM {table[Run]} r JOIN {table[Agent]} a ON a.{agent_pk} = r.{column['agent']} "
+            f"LEFT JOIN {table[AgentVersion]} v ON v.{version_pk} = r.{column['version']} "
+            f"WHERE r.{column['id']} = %s AND r.{column['api_key']} = %s"
+        )
+    id_field = Run._meta.get_field("id")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [id_field.get_db_prep_value(run_id, connection), api_key.pk])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    run_columns, agent_columns = len(Run._meta.concrete_fields), len(Agent._meta.concrete_fields)
+    run = cast(Run, _RUN_READ.instance(row))
+    Run.agent.field.set_cached_value(run, _AGENT_READ.instance(row[run_columns:]))
+    version = None if run.version_id is None else _VERSION_READ.instance(row[run_columns + agent_columns :])
+    Run.version.field.set_cached_value(run, version)
     return run
 
 
@@ -54,8 +93,17 @@ def api_key_is_live(*, api_key_id: Any) -> bool:
     return ApiKey.objects.filter(pk=api_key_id, revoked_at__isnull=True).exists()
 
 
+_AUDIT_EVENT_READ = RowRead(AuditEvent)
+_APPROVAL_READ = RowRead(Approval)
+
+
 def run_tool_calls(*, run: Run) -> list[dict[str, Any]]:
-    """Every tool call of a run, deterministic and the model's, from the audit record (masked)."""
+    """Every tool call of a run, deterministic and the model's, from the audit record (masked); what is not
+    chained yet (deferred chaining) is chained first, as ``Run.audit_events`` does."""
+    audit_chain_catch_up()
+    events = cast(
+        list[AuditEvent], _AUDIT_EVENT_READ.all_where({"run_id": run.pk, "action": "tool.call"}, order_by="id")
+    )
     return [
         {
             "source": e.source,
@@ -67,8 +115,13 @@ def run_tool_calls(*, run: Run) -> list[dict[str, Any]]:
             "attempt": e.attempt,
             "latency_ms": e.latency_ms,
         }
-        for e in run.audit_events.filter(action="tool.call").order_by("id")
+        for e in events
     ]
+
+
+def run_approvals(*, run: Run) -> list[Approval]:
+    """The run's approvals, oldest first."""
+    return cast(list[Approval], _APPROVAL_READ.all_where({"run": run.pk}, order_by="created_at"))
 
 
 def run_wait(*, run: Run, timeout_s: float, interval_s: float = 0.1) -> Run:
@@ -84,9 +137,6 @@ def run_wait(*, run: Run, timeout_s: float, interval_s: float = 0.1) -> Run:
             if run.is_finished or run.status == Run.Status.AWAITING_APPROVAL or left <= 0:
                 return run
             watch.wait(min(interval_s, left))
-
-
-_RUN_READ = RowRead(Run)
 
 
 def _reread(run: Run) -> None:

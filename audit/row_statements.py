@@ -9,8 +9,9 @@ statement itself.
   passed as it is.
   No signals are sent (as ``bulk_create``); the rows' primary keys are read back (``RETURNING``: PostgreSQL, or
   SQLite 3.35 and later) and set on the objects, which are then saved objects as after ``bulk_create``.
-- ``RowRead``: every concrete column of a row, made into the model's instance as a queryset makes it (the database
-  backend's and the fields' converters, then ``Model.from_db``).
+- ``RowRead``: every concrete column of a row (or of every row that matches, in a given order), made into the
+  model's instance as a queryset makes it (the database backend's and the fields' converters, then
+  ``Model.from_db``).
 - ``RowUpdate``: ``UPDATE … SET <fields> WHERE <fields>`` (equality, or ``IS NULL`` for None), each value prepared
   by its field as ``QuerySet.update`` prepares it (``get_db_prep_save``; no ``pre_save``, no signals, as there);
   the number of rows changed, for a compare-and-swap.
@@ -145,7 +146,7 @@ class RowRead:
         self.model = model
         self._converters: dict[str, list[tuple[int, list[Any], Col]]] = {}
         self._columns: dict[str, str] = {}
-        self._sql: dict[tuple[str, tuple[str, ...], tuple[bool, ...]], tuple[str, tuple[Field[Any, Any], ...]]] = {}
+        self._sql: dict[tuple[Any, ...], tuple[str, tuple[Field[Any, Any], ...]]] = {}
 
     def columns(self, alias: str) -> str:
         """The row's columns, in the model's order, as ``alias.column`` (quoted for the default database)."""
@@ -162,24 +163,45 @@ class RowRead:
         return self.get_where({pk_field.name: pk}, using)
 
     def get_where(self, where: dict[str, Any], using: str = DEFAULT_DB_ALIAS) -> Model | None:
+        pk_field = self.model._meta.pk
+        assert pk_field is not None
+        by_pk = tuple(where) == (pk_field.name,)
+        with connections[using].cursor() as cursor:
+            cursor.execute(*self._select(where, using, order_by=None if by_pk else pk_field.name, first=not by_pk))
+            row = cursor.fetchone()
+        return None if row is None else self.instance(row, using)
+
+    def all_where(self, where: dict[str, Any], *, order_by: str, using: str = DEFAULT_DB_ALIAS) -> list[Model]:
+        """Every row where the fields are as given (equality, or ``IS NULL`` for None), ordered by the field
+        ``order_by`` and then the primary key (so rows that tie come in one order every time)."""
+        with connections[using].cursor() as cursor:
+            cursor.execute(*self._select(where, using, order_by=order_by, first=False))
+            rows = cursor.fetchall()
+        return [self.instance(row, using) for row in rows]
+
+    def _select(self, where: dict[str, Any], using: str, *, order_by: str | None, first: bool) -> tuple[str, list[Any]]:
         connection = connections[using]
         names = tuple(where)
         nulls = tuple(where[name] is None for name in names)
-        kept = self._sql.get((connection.vendor, names, nulls))
+        key = (connection.vendor, names, nulls, order_by, first)
+        kept = self._sql.get(key)
         if kept is None:
             quote = connection.ops.quote_name
             fields = _fields_of(self.model, names)
-            pk_field = self.model._meta.pk
-            assert pk_field is not None
-            order = f" ORDER BY r.{quote(str(pk_field.column))} LIMIT 1" if names != (pk_field.name,) else ""
+            order = ""
+            if order_by is not None:
+                pk_field = self.model._meta.pk
+                assert pk_field is not None
+                ordering = [self.model._meta.get_field(order_by), pk_field]
+                if ordering[0] is pk_field:
+                    ordering.pop()
+                order = " ORDER BY " + ", ".join(f"r.{quote(str(field.column))}" for field in ordering)  # type: ignore[union-attr]
+            limit = " LIMIT 1" if first else ""
             table = quote(self.model._meta.db_table)
-            sql = f"SELECT {self.columns('r')} FROM {table} r WHERE {_conditions(fields, nulls, quote, 'r.')}{order}"  # noqa: S608 - names from the model
-            kept = self._sql[(connection.vendor, names, nulls)] = (sql, fields)
+            sql = f"SELECT {self.columns('r')} FROM {table} r WHERE {_conditions(fields, nulls, quote, 'r.')}{order}{limit}"  # noqa: S608 - names from the model
+            kept = self._sql[key] = (sql, fields)
         sql, fields = kept
-        with connection.cursor() as cursor:
-            cursor.execute(sql, _condition_params(fields, [where[name] for name in names], connection))
-            row = cursor.fetchone()
-        return None if row is None else self.instance(row, using)
+        return sql, _condition_params(fields, [where[name] for name in names], connection)
 
     def instance(self, values: Sequence[Any], using: str = DEFAULT_DB_ALIAS) -> Model:
         """The instance for the first ``len(concrete_fields)`` of ``values`` (as the database driver gave them)."""

@@ -19,7 +19,7 @@ from rest_framework.exceptions import ValidationError
 
 from agents.api.a2a import decoded_size
 from agents.models import Approval, Run
-from agents.selectors import run_tool_calls
+from agents.selectors import run_approvals, run_tool_calls
 
 # --- fields and input shapes -----------------------------------------------------------------------------
 
@@ -292,7 +292,7 @@ class RunOutputSerializer(BuiltOnceFields, serializers.ModelSerializer):
     def get_approvals(self, run: Run) -> list[dict[str, Any]]:
         if _never_started(run):
             return []
-        return [ApprovalOutputSerializer(a).data for a in run.approvals.order_by("created_at")]
+        return [ApprovalOutputSerializer(a).data for a in run_approvals(run=run)]
 
 
 def _never_started(run: Run) -> bool:

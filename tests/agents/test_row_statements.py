@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -108,6 +108,39 @@ def test_a_run_read_is_the_instance_a_queryset_gives(run: Run) -> None:
     assert ours.started_at == RESULT["finished_at"] and ours.started_at.tzinfo is not None
     assert isinstance(ours.id, uuid.UUID) and ours.agent == run.agent
     assert RUN_READ.get(uuid.uuid4()) is None
+
+
+def test_every_matching_row_comes_in_the_order_asked_then_by_primary_key_as_a_queryset_gives_it(run: Run) -> None:
+    other = Run.objects.create(agent=run.agent, query="another run")
+    made = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
+    for minute, (run_id, tool, action) in enumerate(
+        [
+            (run.pk, "search_employee", "tool.call"),
+            (other.pk, "search_employee", "tool.call"),
+            (run.pk, "", "rule.matched"),
+            (run.pk, "get_team", "tool.call"),
+            (run.pk, "list_assets", "tool.call"),
+        ]
+    ):
+        AuditEvent.objects.create(
+            run_id=run_id, source="agent", action=action, tool=tool, args={"이름": "김하늘"}, seq=-minute - 1,
+            created_at=made - timedelta(minutes=min(minute, 3)),  # the later, the earlier; the last two at one time
+        )  # fmt: skip
+    read = RowRead(AuditEvent)
+
+    ours = read.all_where({"run_id": run.pk, "action": "tool.call"}, order_by="created_at")
+    theirs = list(AuditEvent.objects.filter(run_id=run.pk, action="tool.call").order_by("created_at", "id"))
+
+    assert [event.tool for event in ours] == ["get_team", "list_assets", "search_employee"]
+    assert [event.pk for event in ours] == [event.pk for event in theirs]
+    for mine, its in zip(ours, theirs, strict=True):
+        for field in AuditEvent._meta.concrete_fields:
+            assert getattr(mine, field.attname) == getattr(its, field.attname), field.name
+    assert ours[-1].args == {"이름": "김하늘"} and ours[-1].created_at == made
+    assert read.all_where({"run_id": uuid.uuid4(), "action": "tool.call"}, order_by="id") == []
+    assert [e.pk for e in read.all_where({"run_id": run.pk}, order_by="id")] == sorted(
+        AuditEvent.objects.filter(run_id=run.pk).values_list("pk", flat=True)
+    )
 
 
 def test_a_run_update_stores_what_the_orm_stores_and_counts_the_rows_it_changed(demo_agent: Agent) -> None:
