@@ -359,7 +359,7 @@ PLATFORM_APPROVAL_TTL_S = int(os.environ.get("PLATFORM_APPROVAL_TTL_S", "3600"))
 
 CACHES = {
     "default": (
-        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        {"BACKEND": "agent_platform.redis_cache.RedisCache", "LOCATION": REDIS_URL}
         if REDIS_URL
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     )

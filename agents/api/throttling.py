@@ -66,7 +66,11 @@ def rate_for(api_key: ApiKey) -> Rate:
 
 
 def _window_count(cache_key: str, timeout_s: int) -> int:
-    """Add one to a fixed window's counter (created at 0 if absent) and return the new count."""
+    """Add one to a fixed window's counter (created at 0 if absent) and return the new count: in one round trip
+    on Redis (``agent_platform.redis_cache``), else by ``add`` and ``incr``."""
+    window_count = getattr(cache, "window_count", None)
+    if window_count is not None:
+        return int(window_count(cache_key, timeout_s))
     cache.add(cache_key, 0, timeout=timeout_s)
     try:
         return int(cache.incr(cache_key))
