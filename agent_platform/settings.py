@@ -118,6 +118,10 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": os.environ.get("SQLITE_PATH", str(VAR_DIR / "db.sqlite3")),
+            # Opening a connection costs more than most requests' queries (the file, its PRAGMAs, Django's SQL
+            # functions): under WSGI keep one per thread (DB_CONN_MAX_AGE seconds); under ASGI keep 0.
+            "CONN_MAX_AGE": int(os.environ.get("DB_CONN_MAX_AGE", "0")),
+            "CONN_HEALTH_CHECKS": True,
             # The web process and the worker write the same file: wait for locks instead of failing,
             # and take the write lock at BEGIN so two writers never deadlock on an upgrade.
             "OPTIONS": {

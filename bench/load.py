@@ -244,6 +244,7 @@ def main() -> None:
                 database_url=database_url,
                 env={
                     "PLATFORM_API_RATE": "1000000/min",
+                    "DB_CONN_MAX_AGE": os.environ.get("DB_CONN_MAX_AGE", "0"),
                     "LOG_LEVEL": "WARNING",
                     **(
                         {"PLATFORM_RUN_LEASE_S": "3", "PLATFORM_RECONCILE_INTERVAL_S": "1"}
