@@ -32,13 +32,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio
-from mcp import ClientSession, McpError, StdioServerParameters, types
+from mcp import McpError, StdioServerParameters, types
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 import agent_platform.telemetry as telemetry
+from mcpregistry.client_session import ClientSession
 
 logger = logging.getLogger(__name__)
 
