@@ -23,8 +23,9 @@ in ``id`` order, checks each row's MAC, gives each the next ``seq``, ``prev_hash
 as the inline path would, inserts them into :class:`~audit.models.AuditEvent`, deletes their pending rows and
 moves the head. It goes on while there is something to chain, lets go of the lock, and re-reads the pending
 table: a writer whose chainer found the lock taken had committed before it tried, so that re-read sees its row.
-A chainer thread pauses ``AUDIT_CHAIN_GATHER_S`` before each pass and before that re-read, so that while writers
-keep appending, a pass chains what gathered meanwhile instead of chasing each commit with a pass of its own.
+A chainer thread pauses ``AUDIT_CHAIN_GATHER_S`` before each pass, also when that re-read finds more, so that
+while writers keep appending, a pass chains what gathered meanwhile instead of chasing each commit with a pass of
+its own.
 So the chain is computed by one chainer at a time, in order, a few milliseconds after commit, with one lock taken
 per burst of batches instead of one per event for a whole transaction. A process killed between its commit and
 the chaining leaves rows pending until the next append's chaining or the workers' timer
@@ -494,9 +495,10 @@ def _chain_pending(
 ) -> tuple[int, bool]:
     """:func:`audit_chain_pending`: (events chained, whether another chainer held the lock at the first try).
 
-    ``gather_s`` (the chainer thread's): the pause between letting go of the lock and the re-read, so that while
-    writers keep appending, each pass chains what gathered meanwhile in one batch instead of chasing every
-    commit with a pass of its own (a pass costs about as much as chaining 20 events)."""
+    ``gather_s`` (the chainer thread's): when the re-read after letting go of the lock finds more, the pause before
+    the next pass, so that while writers keep appending, each pass chains what gathered meanwhile in one batch
+    instead of chasing every commit with a pass of its own (a pass costs about as much as chaining 20 events).
+    When nothing more is pending it returns at once."""
     connection = connections[using]
     session_lock = connection.vendor == "postgresql" and not connection.in_atomic_block
     total, done, first = 0, 0, True
@@ -528,10 +530,10 @@ def _chain_pending(
             # chaining (or the workers' timer), so that no writer is kept chaining for others indefinitely.
             return total, False
         # Re-read after letting go of the lock: a row whose chainer found the lock taken was committed before.
-        if gather_s > 0:
-            time.sleep(gather_s)
         if not _pending_exists(using):
             return total, False
+        if gather_s > 0:
+            time.sleep(gather_s)  # writers keep appending: what they add meanwhile joins the next pass
         wait = False
 
 
