@@ -497,7 +497,7 @@ def _chain_pending(
 
     ``gather_s`` (the chainer thread's): when the re-read after letting go of the lock finds more, the pause before
     the next pass, so that while writers keep appending, each pass chains what gathered meanwhile in one batch
-    instead of chasing every commit with a pass of its own (a pass costs about as much as chaining 20 events).
+    instead of chasing every commit with a pass of its own (a pass costs about as much as chaining 10 to 20 events).
     When nothing more is pending it returns at once."""
     connection = connections[using]
     session_lock = connection.vendor == "postgresql" and not connection.in_atomic_block
