@@ -52,10 +52,11 @@ from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_time_limits
 from agents.errors import RunCancelled
 from agents.models import Agent, Run
 from agents.run_state import RunEventWriter, approvals_interrupted, run_fail_unheld
+from agents.selectors import RUN_READ
 from agents.shadow import shadow_after_store
 from agents.versions import AGENT_FIELDS
 from audit.change_guard import config_generation_sql
-from audit.row_statements import RowRead, RowUpdate
+from audit.row_statements import RowUpdate
 from mcpregistry.pool import get_default_pool
 
 logger = logging.getLogger(__name__)
@@ -195,14 +196,14 @@ def _claim_view(run_id: Any) -> _ClaimView | None:
     run_table, agent_table = (connection.ops.quote_name(m._meta.db_table) for m in (Run, Agent))
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {_RUN_READ.columns('r')}, a.time_limit_s, ({config_generation_sql(connection)}), "  # noqa: S608 - the models' tables
+            f"SELECT {RUN_READ.columns('r')}, a.time_limit_s, ({config_generation_sql(connection)}), "  # noqa: S608 - the models' tables
             f"({token_ceiling_sql('r.id')}) FROM {run_table} r JOIN {agent_table} a ON a.id = r.agent_id WHERE r.id = %s",
             [Run._meta.get_field("id").get_db_prep_value(run_id, connection)],
         )
         row = cursor.fetchone()
     if row is None:
         return None
-    run = _RUN_READ.instance(row)
+    run = RUN_READ.instance(row)
     assert isinstance(run, Run)
     time_limit_s, generation, ceiling = row[-3:]
     return _ClaimView(
@@ -213,10 +214,9 @@ def _claim_view(run_id: Any) -> _ClaimView | None:
     )
 
 
-# The run's row, read and changed by statements made once (audit/row_statements.py): a claim's compare-and-swap
-# (its new delivery count and first start computed from what the claim read, which the swap's condition pins),
-# the outcome's.
-_RUN_READ = RowRead(Run)
+# The run's row, changed by statements made once (audit/row_statements.py): a claim's compare-and-swap (its new
+# delivery count and first start computed from what the claim read, which the swap's condition pins), the
+# outcome's. It is read with ``agents.selectors.RUN_READ``.
 _CLAIM_FIELDS = ("status", "worker", "delivery_count", "heartbeat_at", "lease_expires_at", "started_at")
 _CLAIM_QUEUED = RowUpdate(Run, _CLAIM_FIELDS, ("id", "status", "delivery_count", "started_at"))
 _CLAIM_LAPSED = RowUpdate(Run, _CLAIM_FIELDS, ("id", "status", "worker", "delivery_count", "lease_expires_at"))

@@ -97,9 +97,9 @@ class _EventPublisher:
     """Publishes the notifications of events after which ``?wait`` goes on waiting (``<run id>:event``) from a
     daemon thread, so that a worker's run does not wait a Redis round trip for its start and each of its rule
     decisions, tool results and model turns; what piled up meanwhile goes out together (one pipeline, each
-    message once). Only
-    the event streams and live views wake on these; ``?wait``'s status changes are published by the writer at
-    commit. A message lost here (the process ends) costs a stream its next poll, never an event."""
+    message once). Only the event streams and live views wake on these; ``?wait``'s status changes are published
+    by the writer at commit. A message lost here (the process ends) costs a stream its next poll, never an
+    event."""
 
     def __init__(self) -> None:
         self.queue: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()

@@ -33,7 +33,8 @@ def run_get(*, run_id: str, api_key: ApiKey) -> Run:
     return run
 
 
-_RUN_READ = RowRead(Run)
+# The run's row as a statement made once (audit/row_statements.py): read here and by a worker's claim.
+RUN_READ = RowRead(Run)
 _AGENT_READ = RowRead(Agent)
 _VERSION_READ = RowRead(AgentVersion)
 _RUN_OF_KEY: dict[str, str] = {}
@@ -49,7 +50,7 @@ def _run_of_key(run_id: uuid.UUID, api_key: ApiKey) -> Run | None:
         column = {name: quote(str(Run._meta.get_field(name).column)) for name in ("id", "agent", "version", "api_key")}
         agent_pk, version_pk = (quote(str(model._meta.pk.column)) for model in (Agent, AgentVersion))  # type: ignore[union-attr]
         sql = _RUN_OF_KEY[connection.vendor] = (
-            f"SELECT {_RUN_READ.columns('r')}, {_AGENT_READ.columns('a')}, {_VERSION_READ.columns('v')} "  # noqa: S608 - the models' names
+            f"SELECT {RUN_READ.columns('r')}, {_AGENT_READ.columns('a')}, {_VERSION_READ.columns('v')} "  # noqa: S608 - the models' names
             f"FROM {table[Run]} r JOIN {table[Agent]} a ON a.{agent_pk} = r.{column['agent']} "
             f"LEFT JOIN {table[AgentVersion]} v ON v.{version_pk} = r.{column['version']} "
             f"WHERE r.{column['id']} = %s AND r.{column['api_key']} = %s"
@@ -61,7 +62,7 @@ def _run_of_key(run_id: uuid.UUID, api_key: ApiKey) -> Run | None:
     if row is None:
         return None
     run_columns, agent_columns = len(Run._meta.concrete_fields), len(Agent._meta.concrete_fields)
-    run = cast(Run, _RUN_READ.instance(row))
+    run = cast(Run, RUN_READ.instance(row))
     Run.agent.field.set_cached_value(run, _AGENT_READ.instance(row[run_columns:]))
     version = None if run.version_id is None else _VERSION_READ.instance(row[run_columns + agent_columns :])
     Run.version.field.set_cached_value(run, version)
@@ -143,7 +144,7 @@ def _reread(run: Run) -> None:
     """``run.refresh_from_db()`` for a waiter, which reads the run again and again: one statement made once
     (``audit.row_statements``) instead of a query compiled each time. Its relations stay cached, as there (their
     keys do not change)."""
-    fresh = _RUN_READ.get(run.pk)
+    fresh = RUN_READ.get(run.pk)
     if fresh is None:
         raise Run.DoesNotExist(f"run {run.pk} no longer exists")
     for field in Run._meta.concrete_fields:

@@ -139,8 +139,8 @@ _KEPT_ROWS = 16  # statements for up to this many rows are kept (a run writes a 
 class RowRead:
     """``SELECT <every concrete column> FROM <table> WHERE <fields> = …``, the row made into ``model``'s instance
     (``get``: by primary key; ``get_where``: by fields, equality or ``IS NULL`` for None, the first row where
-    several match). ``columns(alias)`` and ``instance(values)`` serve a statement that reads the row with more
-    (a join)."""
+    several match; ``all_where``: every row that matches, in a given order). ``columns(alias)`` and
+    ``instance(values)`` serve a statement that reads the row with more (a join)."""
 
     def __init__(self, model: type[Model]) -> None:
         self.model = model
