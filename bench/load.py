@@ -13,11 +13,12 @@ shell``) for runs that finished twice and tool calls completed twice.
 It starts the platform as ``tests/e2e`` does (``tests.e2e.workers``): its own SQLite file (or, with
 ``--postgres``, a private PostgreSQL cluster), a private ``redis-server`` as the broker, migrate, ``seed_demo``,
 an API key, the web server (gunicorn with threads: under ASGI the API's synchronous views take turns on one
-thread), and two workers (``--concurrency=1`` each). The demo agent ``company-assistant`` answers the seed's questions offline from its
-deterministic rules: one call to the demo MCP server (stdio, a pooled session per worker process) per run, no
-model. ``--runs`` runs (the seed's questions in turn) are POSTed by ``--clients`` threads sharing one httpx
-client, all released together; the runs are then polled (``GET /api/v1/runs/{id}``) until every one has
-finished, or ``--timeout`` passed.
+thread; each thread keeps its database connection, ``DB_CONN_MAX_AGE=60`` unless the environment sets it), and
+two workers (``--concurrency=1`` each). The demo agent ``company-assistant`` answers the seed's questions offline:
+one call to the demo MCP server from its deterministic rules (stdio, a pooled session per worker process) and one
+turn of the offline model, which composes the answer from the call's result. ``--runs`` runs (the seed's
+questions in turn) are POSTed by ``--clients`` threads sharing one httpx client, all released together; the
+runs are then polled (``GET /api/v1/runs/{id}``) until every one has finished, or ``--timeout`` passed.
 
 Figures (``name: value`` lines; the last is ``runs_per_second``), from each run's own timestamps and audit:
 
@@ -244,7 +245,6 @@ def main() -> None:
                 database_url=database_url,
                 env={
                     "PLATFORM_API_RATE": "1000000/min",
-                    "DB_CONN_MAX_AGE": os.environ.get("DB_CONN_MAX_AGE", "0"),
                     "LOG_LEVEL": "WARNING",
                     **(
                         {"PLATFORM_RUN_LEASE_S": "3", "PLATFORM_RECONCILE_INTERVAL_S": "1"}

@@ -204,6 +204,10 @@ def platform_without_workers(
     )
     if database_url:
         base_env["DATABASE_URL"] = database_url
+    if web == "gunicorn":
+        # Threads that serve request after request keep their database connection, as the README advises for a
+        # threaded WSGI server (opening one per request costs more than the request's own queries).
+        base_env.setdefault("DB_CONN_MAX_AGE", "60")
     logs = workdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     platform = Platform(
