@@ -122,8 +122,10 @@ class Platform:
         env: dict[str, str] | None = None,
         wait: bool = True,
         queues: str = "",
+        args: tuple[str, ...] = (),
     ) -> Worker:
-        """``queues``: the Celery queues it consumes (``-Q``), e.g. ``shadow``; empty: the default queue."""
+        """``queues``: the Celery queues it consumes (``-Q``), e.g. ``shadow``; empty: the default queue.
+        ``args``: more options of ``celery worker`` (e.g. ``--include=<module>``)."""
         log = self.logs / f"worker-{name}.log"
         process = subprocess.Popen(
             [
@@ -139,6 +141,7 @@ class Platform:
                 "--without-mingle",
                 f"--hostname={name}@%h",
                 *([f"--queues={queues}"] if queues else []),
+                *args,
             ],
             cwd=ROOT,
             env={**self.env, **(env or {})},
