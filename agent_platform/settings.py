@@ -189,6 +189,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
 else:
     # Longer than any run's hard time limit, so an unacknowledged run is not redelivered while it still runs.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+    if CELERY_BROKER_URL.startswith("redis://"):
+        # kombu's Redis transport keeping one client per channel (agent_platform/redis_broker.py).
+        CELERY_BROKER_TRANSPORT = "agent_platform.redis_broker:Transport"
 # Runs are polled from the database; Celery keeps no copy of results or arguments beyond ids.
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
