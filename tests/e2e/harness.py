@@ -48,6 +48,23 @@ _SEEDING_VARIABLES = ("DEMO_", "SQLITE_", "DATABASE_", "PLATFORM_VAR_DIR", "SDS_
 _template: tuple[Path, str] | None = None  # the seeded folder (db.sqlite3, var/) and its API key
 
 
+def run_bench(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python -m <args>`` from the repository root (a benchmark), its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def bench_figures(stdout: str) -> dict[str, float]:
+    """A benchmark's ``name: value`` lines."""
+    found: dict[str, float] = {}
+    for line in stdout.splitlines():
+        name, _, value = line.partition(": ")
+        if value:
+            found[name] = float(value)
+    return found
+
+
 def manage_in(env: dict[str, str], *args: str) -> str:
     """``python manage.py ARGS`` in ``env``; returns its stdout (a failure fails the test with both outputs)."""
     done = subprocess.run(

@@ -5,13 +5,10 @@ each was measured (the bench exits non-zero when a task was not seen starting)."
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 
 import pytest
 
-from tests.e2e.harness import ROOT
-from tests.e2e.test_scale_out import figures
+from tests.e2e.harness import bench_figures, run_bench
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.slow]
 
@@ -19,17 +16,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.slow]
 def test_the_queue_hop_is_measured_from_publish_to_task_start_against_a_plain_redis_hop() -> None:
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed")
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.celery_hop", "--tasks", "25", "--gap-ms", "10"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = run_bench("bench.celery_hop", "--tasks", "25", "--gap-ms", "10", timeout=300)
 
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
-    found = figures(done.stdout)
+    found = bench_figures(done.stdout)
     names = [line.partition(": ")[0] for line in done.stdout.splitlines() if ": " in line]
     assert names[-1] == "celery_hop_vs_redis_hop_ratio"
     for name in ("send_task_ms_p50", "publish_to_received_ms_p50", "received_to_task_start_ms_p50", "redis_hop_ms_p50"):

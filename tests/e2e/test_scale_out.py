@@ -7,24 +7,13 @@ The README's figures come from the same command with ``--runs 2000 --clients 200
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 
 import pytest
 
-from tests.e2e.harness import ROOT
+from tests.e2e.harness import bench_figures, run_bench
 from tests.postgres import postgres_bindir
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
-
-
-def figures(stdout: str) -> dict[str, float]:
-    found: dict[str, float] = {}
-    for line in stdout.splitlines():
-        name, _, value = line.partition(": ")
-        if value:
-            found[name] = float(value)
-    return found
 
 
 def test_four_workers_on_postgres_lose_no_run_and_run_none_twice_with_one_killed_midway() -> None:
@@ -33,17 +22,10 @@ def test_four_workers_on_postgres_lose_no_run_and_run_none_twice_with_one_killed
     if postgres_bindir() is None:
         pytest.skip("PostgreSQL is not installed")
     command = ["bench.load", "--postgres", "--workers", "4", "--kill-midway", "--runs", "80", "--clients", "20"]
-    done = subprocess.run(
-        [sys.executable, "-m", *command, "--timeout", "400"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    done = run_bench(*command, "--timeout", "400", timeout=900)
 
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
-    found = figures(done.stdout)
+    found = bench_figures(done.stdout)
     assert found["workers"] == 4
     assert found["workers_killed"] == 1
     assert found["runs"] == found["succeeded"] == 80
