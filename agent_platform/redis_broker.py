@@ -3,11 +3,11 @@
 kombu's Redis channel makes a new ``redis.Redis`` client for every command it sends outside its consumer's
 connection (``Channel.conn_or_acquire``): each task published (the web server's ``apply_async`` for a run), and
 in a worker each message taken (its entry in the unacknowledged set) and each acknowledgement. A client is cheap
-to use but not to make (redis-py fills a table of about 170 response callbacks for each), and making it was a
-sixth of what publishing a run's task cost (``bench.celery_hop``). This channel makes that client once and keeps
-it: a ``redis.Redis`` is safe to share between threads (its connections come from the channel's pool, one per
-command), and it is made again when the channel's pool is (kombu drops the pool when the connection is lost).
-Commands, keys and pools are kombu's own, unchanged.
+to use but not to make (redis-py fills a table of about 170 response callbacks for each): about a sixth of the
+CPU of publishing a run's task, profiled. This channel makes that client once and keeps it: a ``redis.Redis`` is
+safe to share between threads (its connections come from the channel's pool, one per command), and it is made
+again when the channel's pool is (kombu drops the pool when the connection is lost). Commands, keys and pools are
+kombu's own, unchanged.
 
 Selected by ``CELERY_BROKER_TRANSPORT`` where the broker URL is ``redis://`` (``agent_platform.settings``);
 ``rediss://`` and ``sentinel://`` keep kombu's transport.

@@ -6,9 +6,10 @@ Run from the repo root: ``python -m bench.latency [--runs 30] [--c8-runs 64] [--
 For every broker/database pair available here (``embedded``: the filesystem broker and SQLite, the default of
 one machine; ``redis_sqlite``; ``redis_postgres``: a private PostgreSQL cluster, ``tests.postgres``), it starts
 the platform as ``bench.load`` does (``tests.e2e.workers``: its own database, migrate, ``seed_demo``, an API key,
-gunicorn with threads keeping their database connections, two workers with ``--concurrency=1``), warms the workers' pooled MCP sessions, then sends
-the seed's questions to the demo agent as ``POST /api/v1/runs?wait=30``: ``--runs`` one after another (``seq``)
-and ``--c8-runs`` from 8 clients at once (``c8``). A setting whose server is not installed is skipped.
+gunicorn with threads keeping their database connections, two workers with ``--concurrency=1``), warms the
+workers' pooled MCP sessions, then sends the seed's questions to the demo agent as ``POST /api/v1/runs?wait=30``:
+``--runs`` one after another (``seq``) and ``--c8-runs`` from 8 clients at once (``c8``). A setting whose server
+is not installed is skipped.
 
 A baseline is measured in the same run: the embedded setting with the waits of the starting point (the worker
 polls the filesystem broker every second, ``?wait`` reads the run every 100 ms:
