@@ -209,6 +209,9 @@ CELERY_TASK_ALWAYS_EAGER = _env_bool("CELERY_TASK_ALWAYS_EAGER")
 PLATFORM_RUN_WAKEUP = os.environ.get("PLATFORM_RUN_WAKEUP", "auto")
 # A polling waiter's first pause; later ones grow to a tenth of the time waited (at most the caller's interval).
 PLATFORM_RUN_WAIT_MIN_POLL_S = float(os.environ.get("PLATFORM_RUN_WAIT_MIN_POLL_S", "0.005"))
+# On Redis, how long the wake-ups of a run's intermediate events (for its event streams and live views) gather
+# after the first before they go out together, each run once (0: at once).
+PLATFORM_RUN_EVENT_WAKEUP_GATHER_S = float(os.environ.get("PLATFORM_RUN_EVENT_WAKEUP_GATHER_S", "0.01"))
 
 # --- platform -----------------------------------------------------------------------------------
 # Runs a Celery task inline in the web process (tests of services only; never in production).

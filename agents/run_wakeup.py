@@ -15,7 +15,9 @@ tells the waiters once the change is committed, by what the setup has (``PLATFOR
 A notification is the run's id; one for an event after which ``?wait`` goes on waiting (a rule decision, a tool
 result, a model turn, the ``running`` of a run that starts) is the id followed by ``:event``: the event stream
 wakes on both, ``?wait`` only on the first, so a run's intermediate events cost its ``?wait`` caller no read. On
-Redis the ``:event`` ones are published off the writer's path (a daemon thread, what piled up in one pipeline).
+Redis the ``:event`` ones are published off the writer's path (a daemon thread): what gathered in the
+``PLATFORM_RUN_EVENT_WAKEUP_GATHER_S`` (10 ms) after the first goes out in one pipeline, each message once, so a
+run's rule decisions, tool result and model turn wake its streams once or twice instead of once each.
 
 Each web process keeps one listening connection (``WakeHub``, a daemon thread, started by the first waiter) and
 hands each notification to the waiters of that run. A notification can be lost (pub/sub delivers at most once, a
@@ -96,10 +98,11 @@ def _redis_publish(url: str, message: str) -> None:
 class _EventPublisher:
     """Publishes the notifications of events after which ``?wait`` goes on waiting (``<run id>:event``) from a
     daemon thread, so that a worker's run does not wait a Redis round trip for its start and each of its rule
-    decisions, tool results and model turns; what piled up meanwhile goes out together (one pipeline, each
-    message once). Only the event streams and live views wake on these; ``?wait``'s status changes are published
-    by the writer at commit. A message lost here (the process ends) costs a stream its next poll, never an
-    event."""
+    decisions, tool results and model turns. After the first message the thread waits
+    ``PLATFORM_RUN_EVENT_WAKEUP_GATHER_S`` for more, then sends what gathered together (one pipeline, each
+    message once): a stream wakes at most that much later, and reads every event written meanwhile. Only the
+    event streams and live views wake on these; ``?wait``'s status changes are published by the writer at
+    commit. A message lost here (the process ends) costs a stream its next poll, never an event."""
 
     def __init__(self) -> None:
         self.queue: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
@@ -121,6 +124,9 @@ class _EventPublisher:
         pending = self.queue
         while True:
             batch = [pending.get()]
+            gather_s = float(getattr(settings, "PLATFORM_RUN_EVENT_WAKEUP_GATHER_S", 0.01))
+            if gather_s > 0:
+                time.sleep(gather_s)  # the run's next events (and other runs') join this pipeline
             with contextlib.suppress(queue.Empty):
                 while len(batch) < 1000:
                     batch.append(pending.get_nowait())

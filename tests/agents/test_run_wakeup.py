@@ -244,3 +244,48 @@ def test_event_wake_ups_piled_up_go_out_once_each_in_order(redis_url: str) -> No
         received.append(message["data"].decode())
     assert received == ["a:event", "b:event", "c:event"]
     listener.close()
+
+
+@pytest.mark.redis
+def test_event_wake_ups_gather_for_a_while_after_the_first_then_go_out_together(redis_url: str, settings: Any) -> None:
+    """A run's intermediate events (its start, rule decisions, tool result, model turn) come a few milliseconds
+    apart: their wake-ups wait ``PLATFORM_RUN_EVENT_WAKEUP_GATHER_S`` after the first and go out in one pipeline,
+    each run's once; with 0, the first goes out alone at once."""
+    import redis
+
+    from agents.run_wakeup import REDIS_CHANNEL, _EventPublisher
+
+    listener = redis.Redis.from_url(redis_url).pubsub()
+    listener.subscribe(REDIS_CHANNEL)
+    assert listener.get_message(timeout=LONG_S)["type"] == "subscribe"
+
+    def pipelines_for(messages: list[str]) -> list[list[str]]:
+        sent: list[list[str]] = []
+        publisher = _EventPublisher()
+        publish = _EventPublisher.publish
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(
+                _EventPublisher,
+                "publish",
+                staticmethod(lambda batch: (sent.append([m for _, m in batch]), publish(batch))),
+            )
+            for message in messages:
+                publisher.put(redis_url, message)
+                time.sleep(0.02)  # the next event of the run, 20 ms later
+            deadline = time.monotonic() + LONG_S
+            while sum(len(batch) for batch in sent) < len(messages) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return sent
+
+    settings.PLATFORM_RUN_EVENT_WAKEUP_GATHER_S = 0.5
+    sent = pipelines_for(["a:event", "a:event", "b:event", "a:event"])
+    assert sent == [["a:event", "a:event", "b:event", "a:event"]]  # one pipeline
+    received = []
+    while (message := listener.get_message(timeout=0.5)) is not None:
+        received.append(message["data"].decode())
+    assert received == ["a:event", "b:event"]  # each run's once
+
+    settings.PLATFORM_RUN_EVENT_WAKEUP_GATHER_S = 0
+    sent = pipelines_for(["c:event", "c:event"])
+    assert sent[0] == ["c:event"] and len(sent) == 2
+    listener.close()
