@@ -65,15 +65,6 @@ def _note_in_worker() -> None:
 _note_in_worker()
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def report(name: str, value: float) -> None:
-    print(f"{name}: {round(value, 3)}", flush=True)
-
-
 def _redis_hop(url: str, messages: int, gap_s: float) -> list[float]:
     """Milliseconds from an ``LPUSH`` in this process to the ``BRPOP`` of another process returning it."""
     import multiprocessing
@@ -116,6 +107,7 @@ def main() -> None:
     warm = 20
     gap_s = options.gap_ms / 1000
 
+    from bench.load import percentile, report  # here: the worker imports this module, and needs none of it
     from tests.e2e.harness import redis_server
     from tests.e2e.workers import platform_without_workers
 
@@ -164,14 +156,14 @@ def main() -> None:
     to_received = [(received[t] - published[t][0]) * 1000 for t in measured]
     to_start = [(started[t] - received[t]) * 1000 for t in measured]
     hop = [(started[t] - published[t][0]) * 1000 for t in measured]
-    report("send_task_ms_p50", statistics.median(send))
-    report("send_task_cpu_ms_p50", statistics.median(send_cpu[t] for t in measured))
-    report("publish_to_received_ms_p50", statistics.median(to_received))
-    report("received_to_task_start_ms_p50", statistics.median(to_start))
-    report("celery_hop_ms_p50", statistics.median(hop))
-    report("celery_hop_ms_p95", percentile(hop, 0.95))
-    report("redis_hop_ms_p50", statistics.median(redis_hops[warm:]))
-    report("celery_hop_vs_redis_hop_ratio", statistics.median(hop) / statistics.median(redis_hops[warm:]))
+    report("send_task_ms_p50", statistics.median(send), 3)
+    report("send_task_cpu_ms_p50", statistics.median(send_cpu[t] for t in measured), 3)
+    report("publish_to_received_ms_p50", statistics.median(to_received), 3)
+    report("received_to_task_start_ms_p50", statistics.median(to_start), 3)
+    report("celery_hop_ms_p50", statistics.median(hop), 3)
+    report("celery_hop_ms_p95", percentile(hop, 0.95), 3)
+    report("redis_hop_ms_p50", statistics.median(redis_hops[warm:]), 3)
+    report("celery_hop_vs_redis_hop_ratio", statistics.median(hop) / statistics.median(redis_hops[warm:]), 3)
 
 
 if __name__ == "__main__":
