@@ -113,6 +113,16 @@ if DATABASE_URL:
             DATABASE_URL, conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "0")), conn_health_checks=True
         )
     }
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # Parameters bound on the server (psycopg's C dumpers, instead of quoting every value into the SQL text in
+        # Python), and a statement run DB_PREPARE_THRESHOLD times on a connection prepared there (parsed and
+        # planned once): a run's dozen statements are the same every run. Behind a pooler in transaction mode
+        # (PgBouncer before 1.21) set DB_PREPARE_THRESHOLD=0; DB_SERVER_SIDE_BINDING=0 binds in Python again.
+        _prepare_threshold = int(os.environ.get("DB_PREPARE_THRESHOLD", "5"))
+        DATABASES["default"].setdefault("OPTIONS", {}).update(
+            server_side_binding=_env_bool("DB_SERVER_SIDE_BINDING", default=True),
+            prepare_threshold=_prepare_threshold if _prepare_threshold > 0 else None,
+        )
 else:
     DATABASES = {
         "default": {
