@@ -97,6 +97,20 @@ def test_a_write_call_parks_the_run_until_someone_decides(writer, notes) -> None
     assert body["approvals"][0]["id"] == str(approval.id)
 
 
+def test_the_answer_of_a_run_with_approvals_is_drf_s_own(writer, notes) -> None:
+    from tests.api.test_runs_api import drf_answers
+
+    run, client = writer
+    approval = park(run)
+    run.refresh_from_db()
+    parked = drf_answers(run)
+    assert parked[0][0]["approvals"][0]["id"] == str(approval.id)
+    decide(client, run, approval, "approve")
+    run.refresh_from_db()
+    for ours, drf in [*parked, *drf_answers(run)]:
+        assert ours == drf and list(ours) == list(drf)
+
+
 def test_an_approved_call_runs_exactly_once_with_its_idempotency_key(
     writer, notes, django_capture_on_commit_callbacks
 ) -> None:

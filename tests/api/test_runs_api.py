@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from rest_framework.test import APIClient
 
@@ -424,3 +426,48 @@ def test_the_run_answer_s_fields_built_once_are_never_bound_and_each_answer_is_i
             getattr(field, "field_name", None) is None and getattr(field, "parent", None) is None
             for field in kept.values()
         )
+
+
+def drf_answers(run: Run) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(the answer as the serializers write it, field by field as DRF's own ``Serializer.to_representation``
+    writes it with the fields DRF builds and binds for each answer), for the run's detail and summary."""
+    from rest_framework import serializers
+
+    from agents.api.serializers import BuiltOnceFields, RunOutputSerializer, RunSummarySerializer
+
+    pairs = []
+    for serializer_class in (RunOutputSerializer, RunSummarySerializer):
+        ours = BuiltOnceFields.to_representation(serializer_class(run), run)
+        drf = serializers.Serializer.to_representation(serializer_class(run), run)
+        pairs.append((ours, drf))
+    return pairs
+
+
+@pytest.mark.django_db
+def test_the_run_answer_written_by_fields_bound_once_is_drf_s_own_for_runs_in_every_state(
+    api_client, demo_agent
+) -> None:
+    from agents.execution import run_execute
+
+    queued = Run.objects.create(agent=demo_agent, query="김하늘 님은 어느 팀 소속인가요?", context={"팀": "운영"})
+    submitted = api_client.post(
+        URL, {"agent": demo_agent.slug, "query": "김하늘 님은 어느 팀 소속인가요?"}, format="json"
+    )
+    assert submitted.status_code == 202, submitted.content
+    finished = Run.objects.get(id=submitted.json()["id"])
+    run_execute(run_id=str(finished.id))
+    failed = Run.objects.create(
+        agent=demo_agent, query="실패", status=Run.Status.FAILED, error_code="time_limit", error_message="시간 초과"
+    )
+    answered = api_client.post(f"{URL}/{finished.id}/feedback", {"score": 1, "comment": "좋아요"}, format="json")
+    assert answered.status_code in (200, 201), answered.content
+    finished.refresh_from_db()
+    assert finished.status == Run.Status.SUCCEEDED and finished.feedback_at is not None
+    for run in (queued, finished, failed):
+        for ours, drf in drf_answers(run):
+            assert ours == drf
+            assert list(ours) == list(drf)  # the same keys in the same order
+    detail = drf_answers(finished)[0][0]
+    assert detail["tool_calls"] and detail["tool_calls"][0]["name"] == "search_employee"
+    assert detail["feedback"]["comment"] == "좋아요" and detail["error"] is None
+    assert drf_answers(failed)[0][0]["error"] == {"code": "time_limit", "message": "시간 초과"}
