@@ -288,6 +288,10 @@ AUDIT_CHAIN_BACKGROUND = os.environ.get("AUDIT_CHAIN_BACKGROUND", "auto")
 # few appends are chained in one pass after it rather than in one pass each while it runs (the pass shares the
 # worker's interpreter with the run).
 AUDIT_CHAIN_GATHER_S = float(os.environ.get("AUDIT_CHAIN_GATHER_S", "0.05"))
+# How long at most the chainer thread lets the runs its worker process is executing go first before its pass
+# (seconds; audit.services.audit_chain_held_off): a pass in the middle of a run cost a PostgreSQL run a quarter of
+# its time. The chain's lag grows by at most as much.
+AUDIT_CHAIN_HOLD_OFF_S = float(os.environ.get("AUDIT_CHAIN_HOLD_OFF_S", "1.0"))
 # A write of a configuration model outside the services (which audit it) is refused ("refuse"); the test
 # suite sets "tests", which also lets test code itself create fixtures directly (audit/change_guard.py).
 # Fernet keys for bindings' secrets at rest, comma-separated; the first encrypts (mcpregistry/crypto.py).

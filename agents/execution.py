@@ -57,6 +57,7 @@ from agents.shadow import shadow_after_store
 from agents.versions import AGENT_FIELDS
 from audit.change_guard import config_generation_sql
 from audit.row_statements import RowUpdate
+from audit.services import audit_chain_held_off
 from mcpregistry.pool import get_default_pool
 
 logger = logging.getLogger(__name__)
@@ -323,21 +324,24 @@ def run_execute(*, run_id: str) -> None:
     run as values (the gate and the engine own them); a soft time limit ends it ``failed`` (``time_limit``).
     Raises only what a retry can fix (``RETRYABLE_ERRORS``: the database or the broker hiccuped), after giving
     the run back to the queue, so that the task's retry claims it again."""
-    began = clock()
-    claim = run_claim(run_id=run_id, began=began)
-    if claim is None:
-        return
-    claim.start_heartbeat()
-    try:
-        _execute_claimed(claim)
-    except SoftTimeLimitExceeded:
-        claim.fail("time_limit", "the run did not finish within its time limit")
-    except RETRYABLE_ERRORS:
-        logger.warning("run %s: retryable failure; giving the run back to the queue", run_id, exc_info=True)
-        claim.release()
-        raise
-    finally:
-        claim.stop_heartbeat()
+    # The process's audit chainer thread chains the run's events after it (or, for a long run, within
+    # AUDIT_CHAIN_HOLD_OFF_S), not in the middle of it.
+    with audit_chain_held_off():
+        began = clock()
+        claim = run_claim(run_id=run_id, began=began)
+        if claim is None:
+            return
+        claim.start_heartbeat()
+        try:
+            _execute_claimed(claim)
+        except SoftTimeLimitExceeded:
+            claim.fail("time_limit", "the run did not finish within its time limit")
+        except RETRYABLE_ERRORS:
+            logger.warning("run %s: retryable failure; giving the run back to the queue", run_id, exc_info=True)
+            claim.release()
+            raise
+        finally:
+            claim.stop_heartbeat()
 
 
 # How many earlier turns of a conversation (A2A contextId) a run gives the model.

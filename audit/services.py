@@ -25,7 +25,8 @@ moves the head. It goes on while there is something to chain, lets go of the loc
 table: a writer whose chainer found the lock taken had committed before it tried, so that re-read sees its row.
 A chainer thread pauses ``AUDIT_CHAIN_GATHER_S`` before each pass, also when that re-read finds more, so that
 while writers keep appending, a pass chains what gathered meanwhile instead of chasing each commit with a pass of
-its own.
+its own; and in a worker it lets the run it is executing go first (:func:`audit_chain_held_off`), for at most
+``AUDIT_CHAIN_HOLD_OFF_S``, so that its pass falls between runs rather than in the middle of one.
 So the chain is computed by one chainer at a time, in order, a few milliseconds after commit, with one lock taken
 per burst of batches instead of one per event for a whole transaction. A process killed between its commit and
 the chaining leaves rows pending until the next append's chaining or the workers' timer
@@ -46,12 +47,13 @@ is what someone who cut the tail off would want); the append raises :class:`Audi
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -336,6 +338,36 @@ def chain_background(using: str = DEFAULT_DB_ALIAS) -> bool:
     return connections[using].vendor == "postgresql"
 
 
+# Runs that this process is executing (``audit_chain_held_off``): its chainer thread waits for them, for a while.
+_runs_held_off = 0
+_no_run = threading.Condition()
+
+
+@contextlib.contextmanager
+def audit_chain_held_off() -> Iterator[None]:
+    """While the block runs (a worker executing a run), this process's chainer thread does not start a pass, for
+    at most ``AUDIT_CHAIN_HOLD_OFF_S`` from when a commit woke it: a pass (the chainer's lock, the pending rows
+    read, the events inserted, the head moved: half a dozen round trips and their Python, in the run's
+    interpreter) then falls between the worker's runs instead of in the middle of one, where it cost a
+    PostgreSQL run about a quarter of its time, and under load a pass chains what several runs appended.
+    Nested and concurrent blocks count; the chain's lag grows by at most as much."""
+    global _runs_held_off
+    with _no_run:
+        _runs_held_off += 1
+    try:
+        yield
+    finally:
+        with _no_run:
+            _runs_held_off -= 1
+            if _runs_held_off == 0:
+                _no_run.notify_all()
+
+
+def _until_no_run_holds_off(deadline: float) -> None:
+    with _no_run:
+        _no_run.wait_for(lambda: _runs_held_off == 0, timeout=max(0.0, deadline - time.monotonic()))
+
+
 class _BackgroundChainer:
     """One per process and database: a daemon thread, on a connection of its own, that chains what this
     process's writers committed. A writer's ``on_commit`` only wakes it, so an append outside a transaction is
@@ -370,14 +402,23 @@ class _BackgroundChainer:
             with self._changed:
                 self._changed.wait_for(lambda: self._asked > self._served)
             # A moment for the commits of the next few appends to join this pass: a writer appending
-            # continuously then pays for a fraction of a pass per event, not a whole one.
+            # continuously then pays for a fraction of a pass per event, not a whole one. Then the run this
+            # process is executing goes first, for a while.
+            woken = time.monotonic()
             gather_s = float(getattr(settings, "AUDIT_CHAIN_GATHER_S", 0.05))
+            hold_off_s = float(getattr(settings, "AUDIT_CHAIN_HOLD_OFF_S", 1.0))
             time.sleep(gather_s)
+            _until_no_run_holds_off(woken + hold_off_s)
             with self._changed:
                 target = self._asked
             try:
                 _, busy = _chain_pending(
-                    using=self.using, batch=_CHAIN_BATCH, rounds=None, wait=False, gather_s=gather_s
+                    using=self.using,
+                    batch=_CHAIN_BATCH,
+                    rounds=None,
+                    wait=False,
+                    gather_s=gather_s,
+                    hold_off_s=hold_off_s,
                 )
                 if busy:
                     # Another process's chainer is at work and re-reads after it lets go, so nothing is lost; wait
@@ -409,9 +450,10 @@ def _background_chainer(using: str) -> _BackgroundChainer:
 
 def _chainers_forget_after_fork() -> None:
     """A forked child has none of its parent's threads: it starts its own chainer when it first appends."""
-    global _chainers_lock
+    global _chainers_lock, _no_run, _runs_held_off
     _chainers.clear()
     _chainers_lock = threading.Lock()
+    _no_run, _runs_held_off = threading.Condition(), 0  # the parent's runs are not the child's
 
 
 os.register_at_fork(after_in_child=_chainers_forget_after_fork)
@@ -491,13 +533,14 @@ def audit_chain_pending(
 
 
 def _chain_pending(
-    *, using: str, batch: int, rounds: int | None, wait: bool, gather_s: float = 0.0
+    *, using: str, batch: int, rounds: int | None, wait: bool, gather_s: float = 0.0, hold_off_s: float = 0.0
 ) -> tuple[int, bool]:
     """:func:`audit_chain_pending`: (events chained, whether another chainer held the lock at the first try).
 
     ``gather_s`` (the chainer thread's): when the re-read after letting go of the lock finds more, the pause before
     the next pass, so that while writers keep appending, each pass chains what gathered meanwhile in one batch
-    instead of chasing every commit with a pass of its own (a pass costs about as much as chaining 10 to 20 events).
+    instead of chasing every commit with a pass of its own (a pass costs about as much as chaining 10 to 20 events);
+    then, for at most ``hold_off_s``, it waits for the runs this process executes (:func:`audit_chain_held_off`).
     When nothing more is pending it returns at once."""
     connection = connections[using]
     session_lock = connection.vendor == "postgresql" and not connection.in_atomic_block
@@ -534,6 +577,8 @@ def _chain_pending(
             return total, False
         if gather_s > 0:
             time.sleep(gather_s)  # writers keep appending: what they add meanwhile joins the next pass
+        if hold_off_s > 0:
+            _until_no_run_holds_off(time.monotonic() + hold_off_s)
         wait = False
 
 
