@@ -147,13 +147,18 @@ def platform_env(*, database_url: str | None = None, sqlite_path: str | None = N
 
 
 def manage(
-    *args: str, database_url: str | None = None, sqlite_path: str | None = None, timeout: float = 300
+    *args: str,
+    database_url: str | None = None,
+    sqlite_path: str | None = None,
+    timeout: float = 300,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``python manage.py ARGS`` in a fresh process on the given database; returns it (never raises)."""
+    """Run ``python manage.py ARGS`` in a fresh process on the given database (``env``: variables to set in it as
+    well); returns it (never raises)."""
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=REPO,
-        env=platform_env(database_url=database_url, sqlite_path=sqlite_path),
+        env={**platform_env(database_url=database_url, sqlite_path=sqlite_path), **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from tests.e2e.harness import ROOT
-from tests.postgres import platform_env, postgres_url  # noqa: F401 - postgres_url is a fixture
+from tests.postgres import manage, postgres_url  # noqa: F401 - postgres_url is a fixture
 
 SHOW = (
     "import json, django; django.setup(); from django.conf import settings; d = settings.DATABASES['default'];"
@@ -102,17 +102,7 @@ def test_a_statement_repeated_on_a_postgresql_connection_is_prepared_with_its_va
     environment: dict[str, str],
     prepared: bool,
 ) -> None:
-    env = {**platform_env(database_url=postgres_url), **environment}
-
-    done = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", BETWEEN_STEPS],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = manage("shell", "-c", BETWEEN_STEPS, database_url=postgres_url, env=environment, timeout=120)
 
     assert done.returncode == 0, done.stderr
     statements = json.loads(done.stdout.strip().splitlines()[-1])

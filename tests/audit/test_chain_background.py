@@ -6,13 +6,11 @@ finds events that no chainer has chained yet, because it chains them first. Real
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 
 import pytest
 
-from tests.postgres import REPO, manage, platform_env, postgres_url  # noqa: F401 - postgres_url is a fixture
+from tests.postgres import manage, postgres_url  # noqa: F401 - postgres_url is a fixture
 
 pytestmark = pytest.mark.postgres
 
@@ -199,17 +197,24 @@ def test_while_a_writer_keeps_appending_the_chainer_thread_chains_what_gathered_
     assert passes <= out["seconds"] / 0.05 + 2, out
 
 
-HELD_OFF = """
-import json, time
-import audit.services as services
-from audit.models import AuditEvent
+# Notes when each of the chainer's passes starts (the real batch, timed).
+PASS_TIMES = """
 passes = []
 chain_batch = services._chain_batch_postgres
-def counted(connection, batch):  # the real batch, its time noted
+def counted(connection, batch):
     passes.append(time.monotonic())
     return chain_batch(connection, batch)
 services._chain_batch_postgres = counted
-def chained():
+"""
+
+HELD_OFF = (
+    """
+import json, time
+import audit.services as services
+from audit.models import AuditEvent
+"""
+    + PASS_TIMES
+    + """def chained():
     return AuditEvent.objects.filter(tool={tag!r}).count()
 with services.audit_chain_held_off():
     for i in range(3):
@@ -221,21 +226,13 @@ waited = services.audit_chain_wait(timeout=30)
 print(json.dumps({{"during": during, "after": chained(), "waited": waited, "after_s": time.monotonic() - left,
                   "passes_before_leaving": len([at for at in passes if at < left])}}))
 """
+)
 
 
 def held_off(database_url: str, *, hold_off_s: float, block_s: float) -> dict:
     tag = f"held-{uuid.uuid4().hex[:8]}"
     script = HELD_OFF.format(tag=tag, block_s=block_s)
-    env = {**platform_env(database_url=database_url), "AUDIT_CHAIN_HOLD_OFF_S": str(hold_off_s)}
-    done = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", script],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = manage("shell", "-c", script, database_url=database_url, env={"AUDIT_CHAIN_HOLD_OFF_S": str(hold_off_s)})
     return last_json(done)
 
 
@@ -257,7 +254,8 @@ def test_a_run_longer_than_the_hold_off_has_its_events_chained_while_it_runs(
     assert out["during"] == 3 and out["passes_before_leaving"] >= 1, out
 
 
-RUN_HELD_OFF = """
+RUN_HELD_OFF = (
+    """
 import json, time
 from django.core.management import call_command
 import audit.services as services
@@ -269,13 +267,9 @@ agent = Agent.objects.get(slug="company-assistant")
 warm = Run.objects.create(agent=agent, query="김하늘 님은 어느 팀 소속인가요?")
 run_execute(run_id=str(warm.id))  # the MCP server started, the configuration read
 assert services.audit_chain_wait(timeout=60)
-passes = []
-chain_batch = services._chain_batch_postgres
-def counted(connection, batch):  # the real batch, its time noted
-    passes.append(time.monotonic())
-    return chain_batch(connection, batch)
-services._chain_batch_postgres = counted
-run = Run.objects.create(agent=agent, query="김하늘 님은 어느 팀 소속인가요?")
+"""
+    + PASS_TIMES
+    + """run = Run.objects.create(agent=agent, query="김하늘 님은 어느 팀 소속인가요?")
 began = time.monotonic()
 run_execute(run_id=str(run.id))
 ended = time.monotonic()
@@ -286,23 +280,15 @@ print(json.dumps({"status": Run.objects.get(id=run.id).status, "waited": waited,
                   "chained": AuditEvent.objects.filter(run_id=run.id).count(),
                   "pending": AuditPendingEvent.objects.filter(run_id=run.id).count()}))
 """
+)
 
 
 def test_a_worker_s_run_is_chained_after_it_not_while_it_runs(
     postgres_url: str,  # noqa: F811 - the fixture
 ) -> None:
     # A chainer woken by the run's first commit would start its pass 1 ms later, in the middle of the run.
-    env = {**platform_env(database_url=postgres_url), "AUDIT_CHAIN_GATHER_S": "0.001", "AUDIT_CHAIN_HOLD_OFF_S": "10"}
-    done = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", RUN_HELD_OFF],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    out = last_json(done)
+    env = {"AUDIT_CHAIN_GATHER_S": "0.001", "AUDIT_CHAIN_HOLD_OFF_S": "10"}
+    out = last_json(manage("shell", "-c", RUN_HELD_OFF, database_url=postgres_url, env=env))
 
     assert out["status"] == "succeeded" and out["waited"] is True
     assert out["passes_during"] == 0 and out["passes_after"] >= 1, out
