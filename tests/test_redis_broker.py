@@ -4,10 +4,6 @@ one when kombu replaced the channel's pool, and the settings pick it for ``redis
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +13,7 @@ import pytest
 from kombu import Connection
 
 from agent_platform.redis_broker import Channel, Transport
-from tests.e2e.harness import ROOT, redis_server
+from tests.e2e.harness import redis_server, settings_seen
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
@@ -107,12 +103,6 @@ def test_a_new_pool_gets_a_new_client_and_a_client_given_is_used_as_it_is(
     assert len(made) == 2 and made[0] is first and made[1] is second
 
 
-SHOW = (
-    "import json, django; django.setup(); from django.conf import settings;"
-    "print(json.dumps(getattr(settings, 'CELERY_BROKER_TRANSPORT', None)))"
-)
-
-
 @pytest.mark.parametrize(
     ("broker", "expected"),
     [
@@ -122,10 +112,6 @@ SHOW = (
     ],
 )
 def test_the_settings_pick_it_for_plain_redis_brokers(broker: str, expected: str | None, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL"}}
-    env.update(DJANGO_SETTINGS_MODULE="agent_platform.settings", PLATFORM_VAR_DIR=str(tmp_path))
-    env["CELERY_BROKER_URL"] = broker
+    transport = settings_seen("getattr(settings, 'CELERY_BROKER_TRANSPORT', None)", tmp_path, CELERY_BROKER_URL=broker)
 
-    done = subprocess.run([sys.executable, "-c", SHOW], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
-
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == expected
+    assert transport == expected

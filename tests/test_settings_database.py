@@ -6,39 +6,23 @@ when the settings load."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.e2e.harness import ROOT
+from tests.e2e.harness import settings_seen
 from tests.postgres import manage, postgres_url  # noqa: F401 - postgres_url is a fixture
 
-SHOW = (
-    "import json, django; django.setup(); from django.conf import settings; d = settings.DATABASES['default'];"
-    "print(json.dumps([d['ENGINE'], d['CONN_MAX_AGE'], d['CONN_HEALTH_CHECKS']]))"
-)
+DATABASE = "[settings.DATABASES['default'][k] for k in ('ENGINE', 'CONN_MAX_AGE', 'CONN_HEALTH_CHECKS')]"
+OPTIONS = "settings.DATABASES['default'].get('OPTIONS', {})"
 
 
 @pytest.mark.parametrize(("value", "expected"), [(None, 0), ("60", 60)])
 def test_sqlite_keeps_its_connections_as_long_as_db_conn_max_age_says(
     value: str | None, expected: int, tmp_path
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "DB_CONN_MAX_AGE"}}
-    env.update(DJANGO_SETTINGS_MODULE="agent_platform.settings", PLATFORM_VAR_DIR=str(tmp_path))
-    if value is not None:
-        env["DB_CONN_MAX_AGE"] = value
+    env = {} if value is None else {"DB_CONN_MAX_AGE": value}
 
-    done = subprocess.run([sys.executable, "-c", SHOW], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
-
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["django.db.backends.sqlite3", expected, True]
-
-
-SHOW_OPTIONS = (
-    "import json, django; django.setup(); from django.conf import settings;"
-    "print(json.dumps(settings.DATABASES['default'].get('OPTIONS', {})))"
-)
+    assert settings_seen(DATABASE, tmp_path, **env) == ["django.db.backends.sqlite3", expected, True]
 
 
 @pytest.mark.parametrize(
@@ -53,30 +37,14 @@ SHOW_OPTIONS = (
 def test_postgresql_binds_on_the_server_and_prepares_repeated_statements_unless_told_not_to(
     environment: dict[str, str], expected: dict[str, object], tmp_path
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DB_") and k != "DATABASE_URL"}
-    env.update(
-        DJANGO_SETTINGS_MODULE="agent_platform.settings",
-        PLATFORM_VAR_DIR=str(tmp_path),
-        DATABASE_URL="postgres://platform@db.invalid:5432/platform",  # read, never connected to
-        **environment,
-    )
+    database_url = "postgres://platform@db.invalid:5432/platform"  # read, never connected to
 
-    done = subprocess.run(
-        [sys.executable, "-c", SHOW_OPTIONS], cwd=ROOT, env=env, capture_output=True, text=True, check=True
-    )
-
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == expected
+    assert settings_seen(OPTIONS, tmp_path, DATABASE_URL=database_url, **environment) == expected
 
 
 def test_sqlite_has_no_postgresql_options(tmp_path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-    env.update(DJANGO_SETTINGS_MODULE="agent_platform.settings", PLATFORM_VAR_DIR=str(tmp_path))
+    options = settings_seen(OPTIONS, tmp_path)
 
-    done = subprocess.run(
-        [sys.executable, "-c", SHOW_OPTIONS], cwd=ROOT, env=env, capture_output=True, text=True, check=True
-    )
-
-    options = json.loads(done.stdout.strip().splitlines()[-1])
     assert "server_side_binding" not in options
     assert "prepare_threshold" not in options
 

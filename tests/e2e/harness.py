@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -63,6 +65,26 @@ def bench_figures(stdout: str) -> dict[str, float]:
         if value:
             found[name] = float(value)
     return found
+
+
+# Variables that choose the database and the broker: a settings check starts without this process's.
+_SETUP_VARIABLES = ("DATABASE_URL", "DB_", "CELERY_BROKER_URL", "REDIS_URL")
+
+
+def settings_seen(expression: str, var_dir: Path, **env: str) -> Any:
+    """The JSON value of ``expression`` (over ``settings``) in a fresh process whose settings load with ``env`` set
+    (and this process's database and broker variables unset), its local state under ``var_dir``."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(_SETUP_VARIABLES)}
+    script = f"import json, django; django.setup(); from django.conf import settings; print(json.dumps({expression}))"
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**base, "DJANGO_SETTINGS_MODULE": "agent_platform.settings", "PLATFORM_VAR_DIR": str(var_dir), **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def manage_in(env: dict[str, str], *args: str) -> str:
