@@ -32,12 +32,16 @@ import datetime as dt
 import hashlib
 import hmac
 import json
+import math
 import re
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
+
+import orjson
 
 __all__ = [
     "GENESIS_HASH",
@@ -45,10 +49,12 @@ __all__ = [
     "ChainBreak",
     "ChainKeyring",
     "ChainVerifier",
+    "SegmentEnd",
     "canonical_bytes",
     "event_check",
     "event_hash",
     "json_value",
+    "json_value_plain",
     "pending_hash",
     "record_check",
 ]
@@ -152,15 +158,28 @@ def anchor_message(seq: int, hash_hex: str, at: str) -> str:
     return f"{seq}:{hash_hex}:{at}"
 
 
+# Whether what :func:`json_value_plain` is reading is still plain (see there): per thread, as a writer and the
+# process's chainer thread may read at once.
+_reading = threading.local()
+
+
 def _canonical_float(text: str) -> int | float:
     value = float(text)
     if value.is_integer():
         return int(Decimal(text))  # exact: int(1e300) would be the binary float's value, not 10**300
+    if not 1e-4 <= abs(value) < math.inf:  # orjson writes a NaN or infinity as null, 1e-05 as 0.00001
+        _reading.plain = False
     return value
 
 
+def _non_finite(name: str) -> float:
+    """NaN, Infinity and -Infinity as ``json`` reads them (Python writes them so; orjson would write null)."""
+    _reading.plain = False
+    return float(name)
+
+
 _SORTED_JSON = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-_NORMALISING_JSON = json.JSONDecoder(parse_float=_canonical_float)
+_NORMALISING_JSON = json.JSONDecoder(parse_float=_canonical_float, parse_constant=_non_finite)
 # Where Python's float repr is integral: "4.0", "-0.0", "1e+20". Other floats are already canonical. A match
 # inside a string is harmless (the exact path runs for nothing).
 _INTEGRAL_FLOAT = re.compile(r"[0-9]\.0(?![0-9])|[0-9]e\+")
@@ -198,6 +217,46 @@ def _encode_parsed(record: dict[str, Any]) -> str:
     return "".join(_ENCODE_PARSED(record, 0))
 
 
+# Plain JSON: a value read by :func:`json_value` that orjson (a compiled writer, several times faster than
+# ``json``'s) writes exactly as ``_SORTED_JSON`` does. It is plain unless it holds NaN or an infinity (orjson
+# writes null) or a float under 1e-4 (orjson writes 0.00001 where Python writes 1e-05), which the reading itself
+# notes (``_canonical_float``, ``_non_finite``): integral floats are ints once read, other floats write alike
+# both ways, and what orjson will not write (an integer past 64 bits, a lone surrogate) raises and takes the
+# exact way. Both ways give the same bytes (tests/audit/test_chain_plain_json.py checks them against each other).
+# Sorted keys and no whitespace, like ``_SORTED_JSON``; anything but JSON's own types (a datetime, a dataclass, a
+# subclass of str or int) raises, so that it takes the exact way and hashes (or fails) as it always did.
+_ORJSON_SORTED = (
+    orjson.OPT_SORT_KEYS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+
+
+def json_value_plain(text: str) -> tuple[Any, bool]:
+    """:func:`json_value` of ``text``, and whether the value is plain (above): an event whose JSON fields are all
+    plain is then hashed through orjson (``plain=True`` in :func:`canonical_bytes`, :func:`event_hash`,
+    :func:`pending_hash` and :func:`record_check`)."""
+    _reading.plain = True
+    value = json_value(text)
+    return value, _reading.plain
+
+
+def _plain_bytes(record: dict[str, Any]) -> bytes | None:
+    """The canonical bytes of a record whose ``args`` and ``result`` are plain, through orjson; None where its
+    ``latency_ms`` or another field is not a value both ways write alike (the caller then takes the exact way)."""
+    latency = record.get("latency_ms")
+    if latency is not None and not (
+        (type(latency) is int and -(2**63) <= latency < 2**63)
+        or (type(latency) is float and math.isfinite(latency) and not latency.is_integer() and abs(latency) >= 1e-4)
+    ):
+        return None
+    try:
+        return orjson.dumps(record, option=_ORJSON_SORTED)
+    except TypeError:  # orjson.JSONEncodeError: a lone surrogate, an integer past 64 bits, a type of no JSON
+        return None
+
+
 # ``created_at`` and ``run_id`` already in their canonical text (as PostgreSQL gives them to verification's raw
 # reading, see ``audit/verification.py``): taken as they are, without a parse and a re-format.
 _CANONICAL_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}\+00:00")
@@ -214,11 +273,12 @@ def _timestamp(value: Any) -> str:
     return value.astimezone(dt.UTC).isoformat(timespec="microseconds")
 
 
-def canonical_bytes(event: Mapping[str, Any], *, normalized: bool = False) -> bytes:
+def canonical_bytes(event: Mapping[str, Any], *, normalized: bool = False, plain: bool = False) -> bytes:
     """The bytes an event's hash is taken over (see the module docstring).
 
     ``normalized``: ``args`` and ``result`` come from :func:`json_value` (integral floats already ints), which
-    saves a pass. ``event`` maps at least :data:`HASHED_FIELDS` (extra keys such as ``id`` and ``hash`` are
+    saves a pass. ``plain``: they come from :func:`json_value_plain`, which said both texts were plain (the same
+    bytes, written by orjson). ``event`` maps at least :data:`HASHED_FIELDS` (extra keys such as ``id`` and ``hash`` are
     ignored) to the values as stored: ``args`` and ``result`` must be JSON values (what the database gives back), ``created_at``
     an aware datetime or its ISO text. Raises ``KeyError`` for a missing field, ``TypeError``/``ValueError`` for
     a value that is not storable JSON.
@@ -234,7 +294,10 @@ def canonical_bytes(event: Mapping[str, Any], *, normalized: bool = False) -> by
         latency = record["latency_ms"]
         if isinstance(latency, float) and latency.is_integer():
             record["latency_ms"] = _canonical_float(repr(latency))
-        return _encode_parsed(record).encode("utf-8", "surrogatepass")
+        fast = _plain_bytes(record) if plain else None
+        return fast if fast is not None else _encode_parsed(record).encode("utf-8", "surrogatepass")
+    if plain and (fast := _plain_bytes(record)) is not None:
+        return fast  # no integral float anywhere: plain JSON has none, and _plain_bytes takes no integral latency
     text = _SORTED_JSON.encode(record)
     if _INTEGRAL_FLOAT.search(text):
         # One round trip through the JSON text turns every integral float into an int, at any depth, at C speed.
@@ -242,16 +305,17 @@ def canonical_bytes(event: Mapping[str, Any], *, normalized: bool = False) -> by
     return text.encode("utf-8", "surrogatepass")
 
 
-def event_hash(event: Mapping[str, Any], *, normalized: bool = False) -> str:
-    """``sha256(canonical_bytes(event))`` as 64 lower-case hex digits (``normalized``: see :func:`canonical_bytes`)."""
-    return hashlib.sha256(canonical_bytes(event, normalized=normalized)).hexdigest()
+def event_hash(event: Mapping[str, Any], *, normalized: bool = False, plain: bool = False) -> str:
+    """``sha256(canonical_bytes(event))`` as 64 lower-case hex digits (``normalized``, ``plain``: see
+    :func:`canonical_bytes`)."""
+    return hashlib.sha256(canonical_bytes(event, normalized=normalized, plain=plain)).hexdigest()
 
 
-def pending_hash(event: Mapping[str, Any]) -> str:
+def pending_hash(event: Mapping[str, Any], *, plain: bool = False) -> str:
     """The hash of an event's content before it has a place in the chain (``seq`` and ``prev_hash`` taken as
     null): what a pending event's MAC covers (``audit.services``, deferred chaining), so that the chainer links
     only what a writer holding the key wrote, exactly as it was written."""
-    return event_hash({**event, "seq": None, "prev_hash": None})
+    return event_hash({**event, "seq": None, "prev_hash": None}, plain=plain)
 
 
 EventCheck = tuple[str | None, str | None, str | None]
@@ -270,7 +334,7 @@ def event_check(event: Mapping[str, Any], keyring: ChainKeyring | None, *, norma
     return recomputed, None, why
 
 
-def record_check(record: dict[str, Any], mac: Any, keyring: ChainKeyring | None) -> EventCheck:
+def record_check(record: dict[str, Any], mac: Any, keyring: ChainKeyring | None, *, plain: bool = False) -> EventCheck:
     """:func:`event_check` of an event given as a dict of exactly :data:`HASHED_FIELDS`, ``args`` and ``result``
     from :func:`json_value`, that the caller gives up (its time, run id and latency are put in their hashed form
     in place: no copy is made; verification's fast path). The same hash as :func:`event_hash` with
@@ -283,7 +347,9 @@ def record_check(record: dict[str, Any], mac: Any, keyring: ChainKeyring | None)
         latency = record["latency_ms"]
         if isinstance(latency, float) and latency.is_integer():
             record["latency_ms"] = _canonical_float(repr(latency))
-        recomputed = hashlib.sha256(_encode_parsed(record).encode("utf-8", "surrogatepass")).hexdigest()
+        fast = _plain_bytes(record) if plain else None
+        data = fast if fast is not None else _encode_parsed(record).encode("utf-8", "surrogatepass")
+        recomputed = hashlib.sha256(data).hexdigest()
     except (KeyError, TypeError, ValueError) as exc:
         return None, str(exc), None
     why = keyring.check("event", recomputed, mac) if keyring is not None else None
@@ -300,6 +366,20 @@ class ChainBreak:
     message: str
 
 
+@dataclass(frozen=True)
+class SegmentEnd:
+    """What a verifier started inside the chain found over its stretch of it (:meth:`ChainVerifier.segment_end`):
+    enough for the verifier of the stretch before to go on past it (:meth:`ChainVerifier.join`)."""
+
+    failed: bool
+    count: int
+    first_seq: int | None
+    first_prev_hash: str | None
+    last_seq: int
+    last_hash: str | None
+    last_id: Any
+
+
 def _name(seq: Any, event_id: Any) -> str:
     return f"event seq {seq}" if event_id is None else f"event seq {seq} (id {event_id})"
 
@@ -310,7 +390,9 @@ class ChainVerifier:
 
     Start it where the chain starts (seq 1 after :data:`GENESIS_HASH`, or after an archive checkpoint), then
     :meth:`feed` every event; the first problem is returned (and kept in :attr:`problem`) and the verifier
-    stops checking. :meth:`check_tail` compares where the chain ends with an independently kept head.
+    stops checking. :meth:`check_tail` compares where the chain ends with an independently kept head. Started
+    with ``start_prev_hash=None``, it verifies a stretch of the chain from ``start_seq`` on whose first link is
+    not its to check: another verifier takes the stretch on with :meth:`join` (verification in segments).
     ``count``, ``last_seq`` and ``last_hash`` describe what verified so far. Without a keyring (or with
     ``require_mac=False``, for archives written before events carried a MAC) MACs are not checked: the chain
     then proves only what its hashes prove. ``normalized``: events are fed with ``args`` and ``result`` parsed by
@@ -321,7 +403,7 @@ class ChainVerifier:
         self,
         *,
         start_seq: int = 1,
-        start_prev_hash: str = GENESIS_HASH,
+        start_prev_hash: str | None = GENESIS_HASH,
         start_label: str = "",
         keyring: ChainKeyring | None = None,
         require_mac: bool = True,
@@ -338,6 +420,7 @@ class ChainVerifier:
         self.last_seq = start_seq - 1
         self.last_hash = start_prev_hash
         self.last_id: Any = None
+        self.first_prev_hash: str | None = None  # the first verified event's prev_hash
         self.problem: ChainBreak | None = None
         self.anchors: dict[int, tuple[str, str]] = {}
 
@@ -370,7 +453,7 @@ class ChainVerifier:
             return self._stop("altered", seq, event_id, f"{_name(seq, event_id)}: unreadable ({unreadable}) — altered")
         if recomputed != event["hash"]:
             return self._stop("altered", seq, event_id, f"{_name(seq, event_id)}: hash mismatch — altered")
-        if event["prev_hash"] != self.prev_hash:
+        if self.prev_hash is not None and event["prev_hash"] != self.prev_hash:
             before = self.start_label if self.count == 0 else f"the hash of seq {seq - 1}"
             return self._stop(
                 "broken",
@@ -391,11 +474,40 @@ class ChainVerifier:
             return self._stop(
                 "replaced", seq, event_id, f"{_name(seq, event_id)}: hash differs from the {anchored[1]}'s — replaced"
             )
+        if self.count == 0:
+            self.first_prev_hash = event["prev_hash"]
         self.count += 1
         self.next_seq = seq + 1
         self.prev_hash = self.last_hash = recomputed
         self.last_seq, self.last_id = seq, event_id
         return None
+
+    def segment_end(self) -> SegmentEnd:
+        """Where this verifier got to, for :meth:`join`."""
+        first_seq = self.last_seq - self.count + 1 if self.count else None
+        return SegmentEnd(
+            self.problem is not None, self.count, first_seq, self.first_prev_hash, self.last_seq, self.last_hash,
+            self.last_id,
+        )  # fmt: skip
+
+    def join(self, end: SegmentEnd) -> bool:
+        """Go on past the stretch of the chain that another verifier checked (its :meth:`segment_end`): True if
+        that stretch verified and continues this chain exactly (its first event at the next seq, linked to the
+        last hash); this verifier is then where feeding it those events would have left it. False (nothing
+        taken): feed the events instead, to have the first problem found and named."""
+        if self.problem is not None or end.failed:
+            return False
+        if end.count == 0:
+            return True  # nothing here: a gap shows at the next stretch's first event, or at the tail
+        if end.first_seq != self.next_seq or self.prev_hash is None or end.first_prev_hash != self.prev_hash:
+            return False
+        if self.count == 0:
+            self.first_prev_hash = end.first_prev_hash
+        self.count += end.count
+        self.next_seq = end.last_seq + 1
+        self.prev_hash = self.last_hash = end.last_hash
+        self.last_seq, self.last_id = end.last_seq, end.last_id
+        return True
 
     def check_tail(self, *, head_seq: int, head_hash: str, head_label: str = "head") -> ChainBreak | None:
         """Compare the last verified event with a head kept elsewhere (after feeding every event).

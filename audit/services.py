@@ -69,6 +69,7 @@ from audit.chain import (
     event_hash,
     head_message,
     json_value,
+    json_value_plain,
     pending_hash,
     sqlite_row_as_orm,
 )
@@ -653,15 +654,16 @@ def _chain_link(rows: list[Any], *, seq: int, prev_hash: str, keyring: ChainKeyr
         hashed = dict(zip(_PLAIN_FIELDS, row[2:-2], strict=True))
         if sqlite:
             sqlite_row_as_orm(hashed)
-        hashed["args"] = None if args_text is None else json_value(args_text)
-        hashed["result"] = None if result_text is None else json_value(result_text)
-        why = keyring.check("pending", pending_hash(hashed), pending_mac)
+        hashed["args"], args_plain = (None, True) if args_text is None else json_value_plain(args_text)
+        hashed["result"], result_plain = (None, True) if result_text is None else json_value_plain(result_text)
+        plain = args_plain and result_plain
+        why = keyring.check("pending", pending_hash(hashed, plain=plain), pending_mac)
         if why is not None:
             logger.error("audit chaining stopped: pending event id %s has %s (run verify_audit)", pending_id, why)
             linked.blocked = True
             break
         hashed["seq"], hashed["prev_hash"] = linked.seq + 1, linked.hash
-        digest = event_hash(hashed, normalized=True)
+        digest = event_hash(hashed, normalized=True, plain=plain)
         linked.rows.append([*row[2:], linked.seq + 1, linked.hash, digest, keyring.sign("event", digest)])
         linked.ids.append(pending_id)
         linked.seq, linked.hash = linked.seq + 1, digest

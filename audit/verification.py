@@ -4,20 +4,21 @@ outside the database, and signed checkpoint files. Beside the chain it checks (`
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import datetime as dt
+import functools
 import gzip
 import json
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from django.core import signing
-from django.db import connection
+from django.db import connection, connections
 from django.db.models import TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -30,9 +31,11 @@ from audit.chain import (
     ChainKeyring,
     ChainVerifier,
     EventCheck,
+    SegmentEnd,
     checkpoint_message,
     head_message,
     json_value,
+    json_value_plain,
     pending_hash,
     record_check,
     sqlite_row_as_orm,
@@ -128,26 +131,28 @@ def _archive_file_of(checkpoint: AuditCheckpoint, archive_dir: Path | None) -> P
 
 
 def _events_in_chain_order(
-    *, chunk_size: int, up_to_seq: int | None = None, as_hashed: bool = False, workers: int = 0
+    *, chunk_size: int, up_to_seq: int | None = None, as_hashed: bool = False
 ) -> Iterator[dict[str, Any]]:
     """Events as dicts of ``id``, the hashed fields and ``hash``, in seq order, ``chunk_size`` rows at a time.
 
     ``as_hashed`` reads ``args`` and ``result`` from their JSON text straight into the form the hash takes
     (integral floats as ints): a third faster to verify. Without it they are as the ORM gives them.
     """
-    return (event for event, _ in _events_checked(chunk_size=chunk_size, up_to_seq=up_to_seq, as_hashed=as_hashed))
+    return (event for event, _ in _events_checked(chunk_size=chunk_size, high=up_to_seq, as_hashed=as_hashed))
 
 
 def _events_checked(
-    *, chunk_size: int, up_to_seq: int | None = None, as_hashed: bool = False, workers: int = 0
+    *, chunk_size: int, low: int | None = None, high: int | None = None, as_hashed: bool = False
 ) -> Iterator[tuple[dict[str, Any], EventCheck | None]]:
-    """:func:`_events_in_chain_order`, each event with its :func:`audit.chain.event_check` where it was computed
-    on the way (the raw path), else None."""
-    if as_hashed and up_to_seq is None and connection.vendor in _RAW_VENDORS:
-        return _events_raw(chunk_size=chunk_size, workers=workers)
+    """:func:`_events_in_chain_order` from seq ``low`` to ``high`` (each None: from the first, to the last), each
+    event with its :func:`audit.chain.event_check` where it was computed on the way (the raw path), else None."""
+    if as_hashed and connection.vendor in _RAW_VENDORS:
+        return _events_raw(chunk_size=chunk_size, low=low, high=high)
     events = AuditEvent.objects.order_by("seq")
-    if up_to_seq is not None:
-        events = events.filter(seq__lte=up_to_seq)
+    if low is not None:
+        events = events.filter(seq__gte=low)
+    if high is not None:
+        events = events.filter(seq__lte=high)
     if not as_hashed:
         return ((event, None) for event in events.values(*_EVENT_FIELDS).iterator(chunk_size=chunk_size))
     plain = [name for name in _EVENT_FIELDS if name not in ("args", "result")]
@@ -168,16 +173,13 @@ _SQLITE_CANONICAL_TIME = (
 )
 
 
-def _events_raw(*, chunk_size: int, workers: int = 0) -> Iterator[tuple[dict[str, Any], EventCheck]]:
+def _events_raw(
+    *, chunk_size: int, low: int | None = None, high: int | None = None
+) -> Iterator[tuple[dict[str, Any], EventCheck]]:
     """The fast path of :func:`_events_checked` (``as_hashed``): one SQL query, streamed (a server-side cursor on
     PostgreSQL), rows turned into the hashed form without the ORM's per-value converters and each hashed and its
     MAC checked (:func:`audit.chain.record_check`). On SQLite a time comes back as UTC without an offset and
-    ``ok`` as 0/1: both are given back as the ORM would.
-
-    With ``workers`` > 1 each chunk of rows is hashed and MAC-checked in a pool of worker processes, in order, a
-    few chunks ahead of the verifier (an event's hash needs no other event; the links, seq continuity and anchors
-    are still checked here, in order), and the events come with only what the verifier then reads (``id``,
-    ``seq``, ``prev_hash``, ``hash``, ``mac``)."""
+    ``ok`` as 0/1: both are given back as the ORM would."""
     table = connection.ops.quote_name(AuditEvent._meta.db_table)
     as_text = "::text" if connection.vendor == "postgresql" else ""
     selected = {name: name for name in _RAW_NAMES}
@@ -187,20 +189,21 @@ def _events_raw(*, chunk_size: int, workers: int = 0) -> Iterator[tuple[dict[str
     else:  # SQLite: the time (the run id is 32 hex digits there, made canonical in Python)
         selected["created_at"] = _SQLITE_CANONICAL_TIME
     columns = ", ".join((*selected.values(), f"args{as_text}", f"result{as_text}"))
+    bounds = [(">=", low), ("<=", high)]
+    where = " AND ".join(f"seq {op} %s" for op, value in bounds if value is not None)
+    params = [value for _, value in bounds if value is not None]
     sqlite = connection.vendor == "sqlite"
+    keyring = chain_keyring()
     with connection.chunked_cursor() as cursor:
-        cursor.execute(f"SELECT {columns} FROM {table} ORDER BY seq")  # noqa: S608 - names from the model
-        if workers > 1:
-            yield from _events_checked_in_pool(cursor, chunk_size=chunk_size, workers=workers, sqlite=sqlite)
-            return
-        keyring = chain_keyring()
+        cursor.execute(
+            f"SELECT {columns} FROM {table} {'WHERE ' + where if where else ''} ORDER BY seq",  # noqa: S608 - names from the model
+            params,
+        )
         while rows := cursor.fetchmany(chunk_size):
             for row in rows:
                 yield _raw_checked(row, sqlite, keyring)
 
 
-_LINK_NAMES = ("id", "seq", "prev_hash", "hash", "mac")
-_LINK_SLOTS = tuple(_RAW_NAMES.index(name) for name in _LINK_NAMES)
 _PLAIN_SLOTS = tuple((name, _RAW_NAMES.index(name)) for name in HASHED_FIELDS if name not in ("args", "result"))
 _ID_SLOT, _HASH_SLOT, _MAC_SLOT = (_RAW_NAMES.index(name) for name in ("id", "hash", "mac"))
 
@@ -209,41 +212,100 @@ def _raw_checked(row: tuple[Any, ...], sqlite: bool, keyring: ChainKeyring) -> t
     """A raw row as the event the verifier reads, and its :func:`audit.chain.record_check`."""
     record = {name: row[slot] for name, slot in _PLAIN_SLOTS}
     args, result = row[-2], row[-1]
-    record["args"] = None if args is None else json_value(args)
-    record["result"] = None if result is None else json_value(result)
+    record["args"], args_plain = (None, True) if args is None else json_value_plain(args)
+    record["result"], result_plain = (None, True) if result is None else json_value_plain(result)
     if sqlite:
         sqlite_row_as_orm(record)
-    checked = record_check(record, row[_MAC_SLOT], keyring)
+    checked = record_check(record, row[_MAC_SLOT], keyring, plain=args_plain and result_plain)
     record["id"], record["hash"], record["mac"] = row[_ID_SLOT], row[_HASH_SLOT], row[_MAC_SLOT]
     return record, checked
 
 
-def _rows_checked(rows: list[tuple[Any, ...]], sqlite: bool) -> list[EventCheck]:
-    """In a worker process: each row's hash recomputed and MAC checked (the keyring is the parent's, forked)."""
-    keyring = chain_keyring()
-    return [_raw_checked(row, sqlite, keyring)[1] for row in rows]
+# --- verification in segments ---------------------------------------------------------------------------------
 
 
-def _events_checked_in_pool(
-    cursor: Any, *, chunk_size: int, workers: int, sqlite: bool
-) -> Iterator[tuple[dict[str, Any], EventCheck | None]]:
+@dataclass(frozen=True)
+class _Segment:
+    """A stretch of the chain for one worker process: the events from seq ``low`` to ``high`` (None: from the
+    first, to the last), verified from ``start_seq`` after ``start_prev_hash`` (None: its first link is checked
+    when it is joined, :meth:`audit.chain.ChainVerifier.join`)."""
+
+    low: int | None
+    high: int | None
+    start_seq: int
+    start_prev_hash: str | None
+    start_label: str
+
+
+def _segments(verifier: ChainVerifier, *, head_seq: int, size: int) -> list[_Segment]:
+    """The events from the verifier's next seq to the head in stretches of ``size`` seqs; the first open
+    below (an event out of place before the start is read, and found), the last open above (events appended
+    since the head was read are read too, as the verifier alone reads them). Fewer than two: none."""
+    start = verifier.next_seq
+    if head_seq - start + 1 < 2 * size:
+        return []
+    lows = list(range(start, head_seq + 1, size))
+    segments = [_Segment(None, start + size - 1, start, verifier.prev_hash, verifier.start_label)]
+    for index, low in enumerate(lows[1:], start=1):
+        high = None if index == len(lows) - 1 else low + size - 1
+        segments.append(_Segment(low, high, low, None, ""))
+    return segments
+
+
+def _segment_checked(segment: _Segment, *, chunk_size: int, anchors: dict[int, tuple[str, str]]) -> SegmentEnd:
+    """In a worker process (forked, on a connection of its own): one stretch of the chain verified."""
+    verifier = ChainVerifier(
+        start_seq=segment.start_seq,
+        start_prev_hash=segment.start_prev_hash,
+        start_label=segment.start_label,
+        keyring=chain_keyring(),
+        normalized=True,
+    )
+    verifier.anchors = anchors
+    with contextlib.closing(
+        _events_checked(chunk_size=chunk_size, low=segment.low, high=segment.high, as_hashed=True)
+    ) as events:
+        for event, checked in events:
+            if verifier.feed(event, checked=checked) is not None:
+                break
+    return verifier.segment_end()
+
+
+def _worker_started() -> None:
+    """A pool worker: its database connections (opened on first use, none inherited: the parent closed its own
+    before forking) are closed when it exits."""
+    import multiprocessing.util
+
+    multiprocessing.util.Finalize(None, connections.close_all, exitpriority=10)
+
+
+def _joined_in_segments(
+    verifier: ChainVerifier,
+    segments: list[_Segment],
+    *,
+    workers: int,
+    chunk_size: int,
+    progress: Callable[[int], None] | None,
+    progress_every: int,
+) -> bool:
+    """Verify ``segments`` in ``workers`` forked processes, in order, and join each onto ``verifier``: True if
+    every one verified and joined (the verifier is then where feeding it every event would have left it);
+    False at the first that did not (the caller verifies again in one process, which names the problem)."""
     import multiprocessing
 
-    ahead: collections.deque[tuple[list[tuple[Any, ...]], Any]] = collections.deque()
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        more = True
-        while more or ahead:
-            while more and len(ahead) < 2 * workers:
-                rows = cursor.fetchmany(chunk_size)
-                if not rows:
-                    more = False
-                    break
-                ahead.append((rows, pool.apply_async(_rows_checked, (rows, sqlite))))
-            if not ahead:
-                break
-            rows, checks = ahead.popleft()
-            for row, checked in zip(rows, checks.get(), strict=True):
-                yield dict(zip(_LINK_NAMES, (row[slot] for slot in _LINK_SLOTS), strict=True)), checked
+    connections.close_all()  # no connection is shared with the forked workers: each opens its own
+    check = functools.partial(_segment_checked, chunk_size=chunk_size, anchors=dict(verifier.anchors))
+    with multiprocessing.get_context("fork").Pool(workers, initializer=_worker_started) as pool:
+        for end in pool.imap(check, segments):
+            before = verifier.count
+            if not verifier.join(end):
+                return False  # leaving the block stops the workers
+            if progress is not None:
+                for passed in range(before // progress_every + 1, verifier.count // progress_every + 1):
+                    progress(passed * progress_every)
+        pool.close()
+        pool.join()
+    return True
 
 
 def _with_json_values(rows: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -300,8 +362,10 @@ def audit_chain_verify(
     into that file by an earlier run (if the file exists), and the file is rewritten with the new end on
     success. Returns a report; never raises for a broken chain.
 
-    ``workers``: processes that recompute the events' hashes and MACs in parallel (the verdict is the same);
-    None or 0: none.
+    ``workers``: processes that verify the events in parallel, each a segment of the chain on a connection of its
+    own, the segments then joined in order (see :func:`_verify_workers` for the default; 0 or 1: none). Where a
+    segment does not verify or join, the whole record is verified again in this process, so that the verdict
+    and its words are the verifier's alone.
     """
     report = ChainReport()
     keyring = chain_keyring()
@@ -326,14 +390,33 @@ def audit_chain_verify(
     if signed is not None:
         _anchor_signed_checkpoint(verifier, signed, report)
     workers = _verify_workers(workers, events=head[0] - verifier.next_seq + 1)
-    with contextlib.closing(_events_checked(chunk_size=chunk_size, as_hashed=True, workers=workers)) as events:
-        for event, checked in events:
-            problem = verifier.feed(event, checked=checked)
-            if problem is not None:
-                report.problem = _classify(problem, head)
-                return report
-            if progress is not None and verifier.count % progress_every == 0:
-                progress(verifier.count)
+    segments = _segments(verifier, head_seq=head[0], size=_SEGMENT_CHUNKS * chunk_size) if workers > 1 else []
+    if segments and connection.vendor in _RAW_VENDORS and not connection.in_atomic_block:
+        # Inside a transaction the workers, on connections of their own, would not see what it wrote: one process.
+        joined = _joined_in_segments(
+            verifier, segments, workers=workers, chunk_size=chunk_size, progress=progress, progress_every=progress_every
+        )
+        if not joined:  # something does not verify: the verifier alone finds it and names it, word for word
+            again = audit_chain_verify(
+                checkpoint_file=checkpoint_file,
+                archive_dir=archive_dir,
+                progress=progress,
+                progress_every=progress_every,
+                chunk_size=chunk_size,
+                workers=0,
+            )
+            again.notes.append("a segment did not verify in the worker processes: verified again in this one")
+            return again
+        report.notes.append(f"events verified in {workers} worker processes, in {len(segments)} segments")
+    else:
+        with contextlib.closing(_events_checked(chunk_size=chunk_size, as_hashed=True)) as events:
+            for event, checked in events:
+                problem = verifier.feed(event, checked=checked)
+                if problem is not None:
+                    report.problem = _classify(problem, head)
+                    return report
+                if progress is not None and verifier.count % progress_every == 0:
+                    progress(verifier.count)
     report.count = verifier.count
     report.problem = _tail_problem(verifier, head)
     if report.problem is None and anchors.latest is not None and anchors.latest.seq > verifier.last_seq:
@@ -353,9 +436,22 @@ def audit_chain_verify(
 
 
 def _verify_workers(workers: int | None, *, events: int) -> int:
-    """The workers asked for; none by default: on a 2-core machine shipping the rows to them costs more than they
-    save (see the README's figures). None either for a chain too short to be worth starting them."""
-    return max(0, workers or 0) if events > 0 else 0
+    """The worker processes to verify in: as asked (0 or 1: none); by default (None) one per core, up to
+    ``_AUTO_WORKERS``, for a chain of at least ``_AUTO_MIN_EVENTS`` events after its start, and only in a process
+    running no other thread (a forked worker inherits none of their locks: ``manage.py verify_audit``, not the
+    admin's button inside a threaded web server, which verifies in its own process)."""
+    if events <= 0:
+        return 0
+    if workers is not None:
+        return max(0, workers)
+    if events < _AUTO_MIN_EVENTS or threading.active_count() > 1:
+        return 0
+    return min(os.cpu_count() or 1, _AUTO_WORKERS)
+
+
+_AUTO_MIN_EVENTS = 20_000  # under it, starting the workers costs more than they save
+_AUTO_WORKERS = 8
+_SEGMENT_CHUNKS = 4  # a segment is this many chunks (--chunk-size) of events
 
 
 def _pending_problem(keyring: ChainKeyring, report: ChainReport, *, chunk_size: int) -> str | None:

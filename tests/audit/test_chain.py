@@ -595,9 +595,14 @@ def test_writer_processes_appending_at_once_keep_the_postgres_chain_gap_free(
 
     run_writers(tmp_path, database_url=postgres_url)
 
-    verified = manage("verify_audit", database_url=postgres_url)
+    verified = manage("verify_audit", "--workers", "0", database_url=postgres_url)
     assert verified.returncode == 0, verified.stderr
     assert verified.stdout.strip().splitlines()[-1].startswith("verified ")
+    # In segments, by worker processes on connections of their own: the same head (tests/audit/test_verify_parallel.py).
+    in_segments = manage("verify_audit", "--workers", "2", "--chunk-size", "2", database_url=postgres_url)
+    assert in_segments.returncode == 0, in_segments.stderr
+    assert in_segments.stdout.strip().splitlines()[-1] == verified.stdout.strip().splitlines()[-1]
+    assert "events verified in 2 worker processes" in in_segments.stdout
     rows = json.loads(manage("shell", "-c", READ_WRITER_EVENTS, database_url=postgres_url).stdout.splitlines()[-1])
     rows = [(seq, call_id) for seq, call_id in rows if seq > last_before]
     assert_interleaved_and_gap_free([call_id for _, call_id in rows], [seq for seq, _ in rows])
