@@ -68,7 +68,6 @@ from audit.chain import (
     ChainKeyring,
     event_hash,
     head_message,
-    json_value,
     json_value_plain,
     pending_hash,
     sqlite_row_as_orm,
@@ -130,11 +129,11 @@ def audit_event_record(
     event. Inline, returns the saved event with its ``seq`` and ``hash``; deferred, the event as it will be
     chained, unsaved, without them (they are the chainer's).
     """
-    event, hashed_json = _masked_event(dict(locals()))  # the arguments above, as audit_events_record takes them
+    event, content = _masked_event(dict(locals()))  # the arguments above, as audit_events_record takes them
     if chain_mode() == "deferred":
-        _pending_append([(event, hashed_json)])
+        _pending_append([(event, content)])
     else:
-        _chain_append(event, hashed_json=hashed_json)
+        _chain_append(event, content=content)
     return event
 
 
@@ -172,7 +171,17 @@ _EVENT_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _masked_event(fields: dict[str, Any]) -> tuple[AuditEvent, dict[str, Any]]:
+@dataclass(frozen=True)
+class _JsonContent:
+    """An event's JSON fields as the chain hashes them (``hashed``: ``args`` and ``result``), their JSON text as
+    stored (``texts``, None for a null) and whether both are plain (``audit.chain.json_value_plain``)."""
+
+    hashed: dict[str, Any]
+    texts: dict[str, str | None]
+    plain: bool
+
+
+def _masked_event(fields: dict[str, Any]) -> tuple[AuditEvent, _JsonContent]:
     """The unsaved event (masked, truncated) and its JSON fields in the form the chain hashes."""
     unknown = set(fields) - {"source", *_EVENT_DEFAULTS}
     if unknown or "source" not in fields:
@@ -184,8 +193,8 @@ def _masked_event(fields: dict[str, Any]) -> tuple[AuditEvent, dict[str, Any]]:
     )
     # Stored as the database gives them back (dates and decimals as text), so that the hash taken now is the
     # hash recomputed from the row later; and hashed in the chain's number form, parsed from the same text.
-    stored_args, hashed_args = _stored_json(mask_value(f["args"] or {}, secrets=secret_list))
-    stored_result, hashed_result = _stored_json(masked_result)
+    args_text, stored_args, hashed_args, args_plain = _stored_json(mask_value(f["args"] or {}, secrets=secret_list))
+    result_text, stored_result, hashed_result, result_plain = _stored_json(masked_result)
     event = AuditEvent(
         run_id=AuditEvent._meta.get_field("run_id").to_python(f["run_id"]),
         source=str(f["source"]),
@@ -201,7 +210,10 @@ def _masked_event(fields: dict[str, Any]) -> tuple[AuditEvent, dict[str, Any]]:
         latency_ms=None if f["latency_ms"] is None else float(f["latency_ms"]),
         actor=str(f["actor"])[:200],
     )
-    return event, {"args": hashed_args, "result": hashed_result}
+    return event, _JsonContent(
+        {"args": hashed_args, "result": hashed_result}, {"args": args_text, "result": result_text},
+        args_plain and result_plain,
+    )  # fmt: skip
 
 
 def chain_mode(using: str = DEFAULT_DB_ALIAS) -> str:
@@ -215,15 +227,17 @@ def chain_mode(using: str = DEFAULT_DB_ALIAS) -> str:
 _STORED_JSON = UnicodeJSONEncoder()  # what the JSONFields store with
 
 
-def _stored_json(value: Any) -> tuple[Any, Any]:
-    """``value`` as the database will give it back, and the same in the form the chain hashes."""
+def _stored_json(value: Any) -> tuple[str | None, Any, Any, bool]:
+    """``value``'s JSON text as stored, the value as the database will give it back, the same in the form the
+    chain hashes, and whether that is plain (``audit.chain.json_value_plain``)."""
     if value is None:
-        return None, None
+        return None, None, None, True
     text = _STORED_JSON.encode(value)
-    return json.loads(text), json_value(text)
+    hashed, plain = json_value_plain(text)
+    return text, json.loads(text), hashed, plain
 
 
-def _chain_append(event: AuditEvent, *, hashed_json: dict[str, Any], using: str = DEFAULT_DB_ALIAS) -> None:
+def _chain_append(event: AuditEvent, *, content: _JsonContent, using: str = DEFAULT_DB_ALIAS) -> None:
     connection = connections[using]
     head_table = connection.ops.quote_name(AuditChainHead._meta.db_table)
     keyring = chain_keyring()
@@ -234,7 +248,7 @@ def _chain_append(event: AuditEvent, *, hashed_json: dict[str, Any], using: str 
         event.seq = seq + 1
         event.prev_hash = prev_hash
         event.created_at = timezone.now()  # taken under the lock: time never runs backwards along the chain
-        event.hash = event_hash({**_hashed_values(event), **hashed_json})
+        event.hash = event_hash({**_hashed_values(event), **content.hashed}, plain=content.plain)
         event.mac = keyring.sign("event", event.hash)
         _EVENT_INSERT.insert([event], using=using)
         cursor.execute(
@@ -243,7 +257,7 @@ def _chain_append(event: AuditEvent, *, hashed_json: dict[str, Any], using: str 
         )
 
 
-def _chain_append_many(built: list[tuple[AuditEvent, dict[str, Any]]], *, using: str = DEFAULT_DB_ALIAS) -> None:
+def _chain_append_many(built: list[tuple[AuditEvent, _JsonContent]], *, using: str = DEFAULT_DB_ALIAS) -> None:
     """Inline, several events: the head read (and locked) once, the events linked in order and inserted in one
     statement, the head moved once onto the last. Each event is exactly what :func:`_chain_append` makes of it."""
     connection = connections[using]
@@ -253,12 +267,12 @@ def _chain_append_many(built: list[tuple[AuditEvent, dict[str, Any]]], *, using:
         lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
         seq, prev_hash = _chain_head_read(cursor, head_table, keyring, lock=lock)
         now = timezone.now()  # taken under the lock: time never runs backwards along the chain
-        for event, hashed_json in built:
+        for event, content in built:
             seq += 1
             event.seq = seq
             event.prev_hash = prev_hash
             event.created_at = now
-            event.hash = event_hash({**_hashed_values(event), **hashed_json})
+            event.hash = event_hash({**_hashed_values(event), **content.hashed}, plain=content.plain)
             event.mac = keyring.sign("event", event.hash)
             prev_hash = event.hash
         _EVENT_INSERT.insert([event for event, _ in built], using=using)
@@ -268,7 +282,7 @@ def _chain_append_many(built: list[tuple[AuditEvent, dict[str, Any]]], *, using:
         )
 
 
-def _pending_append(built: list[tuple[AuditEvent, dict[str, Any]]], *, using: str = DEFAULT_DB_ALIAS) -> None:
+def _pending_append(built: list[tuple[AuditEvent, _JsonContent]], *, using: str = DEFAULT_DB_ALIAS) -> None:
     """Deferred: insert the events as MAC'd pending rows, in order (one statement for up to
     ``_PENDING_ROWS_PER_STATEMENT``), and have them chained once the transaction has committed.
 
@@ -282,16 +296,24 @@ def _pending_append(built: list[tuple[AuditEvent, dict[str, Any]]], *, using: st
     pending_table = connection.ops.quote_name(AuditPendingEvent._meta.db_table)
     head_table = connection.ops.quote_name(AuditChainHead._meta.db_table)
     columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
-    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    # The JSON fields go as the text they were hashed from (jsonb takes it on PostgreSQL, SQLite stores it as it
+    # is), rather than be written again by the driver from their values.
+    json_cast = "::jsonb" if connection.vendor == "postgresql" else ""
+    row = "(" + ", ".join(f"%s{json_cast}" if field.name in _JSON_FIELDS else "%s" for field in fields) + ")"
     now = timezone.now()
     for start in range(0, len(built), _PENDING_ROWS_PER_STATEMENT):
         chunk = built[start : start + _PENDING_ROWS_PER_STATEMENT]
         values: list[Any] = []
-        for event, hashed_json in chunk:
+        for event, content in chunk:
             event.created_at = now
-            content = pending_hash({**_hashed_values(event), **hashed_json})
-            values += [field.get_db_prep_save(getattr(event, field.name), connection) for field in fields[:-1]]
-            values.append(keyring.sign("pending", content))
+            digest = pending_hash({**_hashed_values(event), **content.hashed}, plain=content.plain)
+            values += [
+                content.texts[field.name]
+                if field.name in _JSON_FIELDS
+                else field.get_db_prep_save(getattr(event, field.name), connection)
+                for field in fields[:-1]
+            ]
+            values.append(keyring.sign("pending", digest))
         insert = f"INSERT INTO {pending_table} ({columns}) VALUES {', '.join([row] * len(chunk))}"  # noqa: S608 - names from the model
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
@@ -308,6 +330,7 @@ def _pending_append(built: list[tuple[AuditEvent, dict[str, Any]]], *, using: st
 
 
 _PENDING_ROWS_PER_STATEMENT = 50  # 15 parameters a row: far under every database's limit
+_JSON_FIELDS = ("args", "result")
 
 
 _PENDING_FIELDS: list[Any] = []
