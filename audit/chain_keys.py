@@ -24,10 +24,11 @@ __all__ = ["chain_keyring"]
 
 
 @lru_cache(maxsize=4)
-def _local_key(path: Path) -> str:
-    """The local key, created once: written beside its final name, then linked into place, so that two
-    processes starting together agree on one key and nobody reads a half-written file. Read once per process
-    (every append needs it)."""
+def _local_key(where: str) -> str:
+    """The local key (in the file named ``where``), created once: written beside its final name, then linked
+    into place, so that two processes starting together agree on one key and nobody reads a half-written file.
+    Read once per process (every append needs it)."""
+    path = Path(where)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
@@ -54,4 +55,4 @@ def _keyring(keys: tuple[str, ...]) -> ChainKeyring:
 def chain_keyring() -> ChainKeyring:
     """The configured keyring (cached per key list). Raises ``ImproperlyConfigured`` for a key too short."""
     configured = tuple(key.strip() for key in settings.AUDIT_CHAIN_KEY if key.strip())
-    return _keyring(configured or (_local_key(Path(settings.AUDIT_CHAIN_KEY_FILE)),))
+    return _keyring(configured or (_local_key(str(settings.AUDIT_CHAIN_KEY_FILE)),))
