@@ -1,6 +1,6 @@
 """The audit hash chain: canonical bytes of an event, its hash, and a verifier for a sequence of events.
 
-Pure Python (no Django, no database): the service (:func:`audit.services.audit_event_record`), ``verify_audit``
+No Django, no database: the service (:func:`audit.services.audit_event_record`), ``verify_audit``
 and ``archive_audit`` all use these functions, so a row in the database and a line in an archive file hash
 the same way.
 
