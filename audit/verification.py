@@ -252,7 +252,11 @@ def _segments(verifier: ChainVerifier, *, head_seq: int, size: int) -> list[_Seg
     return segments
 
 
-def _segment_checked(segment: _Segment, *, chunk_size: int, anchors: dict[int, tuple[str, str]]) -> SegmentEnd:
+# In a worker process: the anchors every segment is checked against, given once when it starts.
+_worker_anchors: dict[int, tuple[str, str]] = {}
+
+
+def _segment_checked(segment: _Segment, *, chunk_size: int) -> SegmentEnd:
     """In a worker process (forked, on a connection of its own): one stretch of the chain verified."""
     verifier = ChainVerifier(
         start_seq=segment.start_seq,
@@ -261,7 +265,7 @@ def _segment_checked(segment: _Segment, *, chunk_size: int, anchors: dict[int, t
         keyring=chain_keyring(),
         normalized=True,
     )
-    verifier.anchors = anchors
+    verifier.anchors = _worker_anchors
     with contextlib.closing(
         _events_checked(chunk_size=chunk_size, low=segment.low, high=segment.high, as_hashed=True)
     ) as events:
@@ -271,11 +275,13 @@ def _segment_checked(segment: _Segment, *, chunk_size: int, anchors: dict[int, t
     return verifier.segment_end()
 
 
-def _worker_started() -> None:
-    """A pool worker: its database connections (opened on first use, none inherited: the parent closed its own
-    before forking) are closed when it exits."""
+def _worker_started(anchors: dict[int, tuple[str, str]]) -> None:
+    """A pool worker: takes the anchors; its database connections (opened on first use, none inherited: the
+    parent closed its own before forking) are closed when it exits."""
     import multiprocessing.util
 
+    _worker_anchors.clear()
+    _worker_anchors.update(anchors)
     multiprocessing.util.Finalize(None, connections.close_all, exitpriority=10)
 
 
@@ -294,15 +300,20 @@ def _joined_in_segments(
     import multiprocessing
 
     connections.close_all()  # no connection is shared with the forked workers: each opens its own
-    check = functools.partial(_segment_checked, chunk_size=chunk_size, anchors=dict(verifier.anchors))
-    with multiprocessing.get_context("fork").Pool(workers, initializer=_worker_started) as pool:
-        for end in pool.imap(check, segments):
-            before = verifier.count
-            if not verifier.join(end):
-                return False  # leaving the block stops the workers
-            if progress is not None:
-                for passed in range(before // progress_every + 1, verifier.count // progress_every + 1):
-                    progress(passed * progress_every)
+    check = functools.partial(_segment_checked, chunk_size=chunk_size)
+    context = multiprocessing.get_context("fork")
+    with context.Pool(workers, initializer=_worker_started, initargs=(dict(verifier.anchors),)) as pool:
+        try:
+            for end in pool.imap(check, segments):
+                before = verifier.count
+                if not verifier.join(end):
+                    return False  # leaving the block stops the workers
+                if progress is not None:
+                    for passed in range(before // progress_every + 1, verifier.count // progress_every + 1):
+                        progress(passed * progress_every)
+        except Exception:  # a worker could not read (no connection left on the server, …): one process reads
+            logger.warning("audit verification: a worker process failed; verifying in one process", exc_info=True)
+            return False
         pool.close()
         pool.join()
     return True
@@ -405,7 +416,7 @@ def audit_chain_verify(
                 chunk_size=chunk_size,
                 workers=0,
             )
-            again.notes.append("a segment did not verify in the worker processes: verified again in this one")
+            again.notes.append("the worker processes did not verify every segment: verified again in this one")
             return again
         report.notes.append(f"events verified in {workers} worker processes, in {len(segments)} segments")
     else:

@@ -24,6 +24,7 @@ from tests.audit.test_chain import forge, insert_raw, insider_mac, record, sql, 
 EVENTS = 12
 # --chunk-size 1: segments of 4 events, seq ≤ 4 (open below), 5 to 8, and 9 on (open above).
 IN_SEGMENTS = ("--workers", "2", "--chunk-size", "1")
+AGAIN = "the worker processes did not verify every segment: verified again in this one"
 
 
 @pytest.fixture
@@ -109,9 +110,25 @@ def test_a_broken_chain_gets_the_verdict_of_the_verifier_alone(chain: list[Audit
     assert alone_failure is not None
     assert failure == alone_failure
     # Found in a segment or at a join, then verified again; or (a removed tail) after the segments joined.
-    again = "a segment did not verify in the worker processes: verified again in this one" in lines
+    again = AGAIN in lines
     assert again is (kind != "removed, the tail"), lines
     assert again or "events verified in 2 worker processes, in 3 segments" in lines
+
+
+def _no_connection_left(segment: Any, **options: Any) -> Any:
+    raise RuntimeError("FATAL: sorry, too many clients already")
+
+
+def test_a_worker_that_fails_leaves_the_verification_to_this_process(
+    chain: list[AuditEvent], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("audit.verification._segment_checked", _no_connection_left)  # forked: the workers' too
+
+    lines, failure, _ = run(*IN_SEGMENTS)
+
+    assert failure is None
+    assert lines[-1] == f"verified {EVENTS} events, head {chain[-1].hash}"
+    assert AGAIN in lines
 
 
 @pytest.mark.django_db
