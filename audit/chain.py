@@ -233,10 +233,12 @@ _ORJSON_SORTED = (
 )
 
 
-def json_value_plain(text: str) -> tuple[Any, bool]:
-    """:func:`json_value` of ``text``, and whether the value is plain (above): an event whose JSON fields are all
-    plain is then hashed through orjson (``plain=True`` in :func:`canonical_bytes`, :func:`event_hash`,
-    :func:`pending_hash` and :func:`record_check`)."""
+def json_value_plain(text: str | None) -> tuple[Any, bool]:
+    """:func:`json_value` of ``text`` (None for SQL's NULL: None, plain), and whether the value is plain (above):
+    an event whose JSON fields are all plain is then hashed through orjson (``plain=True`` in
+    :func:`canonical_bytes`, :func:`event_hash`, :func:`pending_hash` and :func:`record_check`)."""
+    if text is None:
+        return None, True
     _reading.plain = True
     value = json_value(text)
     return value, _reading.plain
@@ -255,6 +257,13 @@ def _plain_bytes(record: dict[str, Any]) -> bytes | None:
         return orjson.dumps(record, option=_ORJSON_SORTED)
     except TypeError:  # orjson.JSONEncodeError: a lone surrogate, an integer past 64 bits, a type of no JSON
         return None
+
+
+def _normalized_bytes(record: dict[str, Any], *, plain: bool) -> bytes:
+    """The canonical bytes of a record already in the hashed form (``args`` and ``result`` from
+    :func:`json_value`), through orjson where ``plain`` allows."""
+    fast = _plain_bytes(record) if plain else None
+    return fast if fast is not None else _encode_parsed(record).encode("utf-8", "surrogatepass")
 
 
 # ``created_at`` and ``run_id`` already in their canonical text (as PostgreSQL gives them to verification's raw
@@ -294,8 +303,7 @@ def canonical_bytes(event: Mapping[str, Any], *, normalized: bool = False, plain
         latency = record["latency_ms"]
         if isinstance(latency, float) and latency.is_integer():
             record["latency_ms"] = _canonical_float(repr(latency))
-        fast = _plain_bytes(record) if plain else None
-        return fast if fast is not None else _encode_parsed(record).encode("utf-8", "surrogatepass")
+        return _normalized_bytes(record, plain=plain)
     if plain and (fast := _plain_bytes(record)) is not None:
         return fast  # no integral float anywhere: plain JSON has none, and _plain_bytes takes no integral latency
     text = _SORTED_JSON.encode(record)
@@ -347,9 +355,7 @@ def record_check(record: dict[str, Any], mac: Any, keyring: ChainKeyring | None,
         latency = record["latency_ms"]
         if isinstance(latency, float) and latency.is_integer():
             record["latency_ms"] = _canonical_float(repr(latency))
-        fast = _plain_bytes(record) if plain else None
-        data = fast if fast is not None else _encode_parsed(record).encode("utf-8", "surrogatepass")
-        recomputed = hashlib.sha256(data).hexdigest()
+        recomputed = hashlib.sha256(_normalized_bytes(record, plain=plain)).hexdigest()
     except (KeyError, TypeError, ValueError) as exc:
         return None, str(exc), None
     why = keyring.check("event", recomputed, mac) if keyring is not None else None

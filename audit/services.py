@@ -230,11 +230,9 @@ _STORED_JSON = UnicodeJSONEncoder()  # what the JSONFields store with
 def _stored_json(value: Any) -> tuple[str | None, Any, Any, bool]:
     """``value``'s JSON text as stored, the value as the database will give it back, the same in the form the
     chain hashes, and whether that is plain (``audit.chain.json_value_plain``)."""
-    if value is None:
-        return None, None, None, True
-    text = _STORED_JSON.encode(value)
+    text = None if value is None else _STORED_JSON.encode(value)
     hashed, plain = json_value_plain(text)
-    return text, json.loads(text), hashed, plain
+    return text, None if text is None else json.loads(text), hashed, plain
 
 
 def _chain_append(event: AuditEvent, *, content: _JsonContent, using: str = DEFAULT_DB_ALIAS) -> None:
@@ -677,8 +675,8 @@ def _chain_link(rows: list[Any], *, seq: int, prev_hash: str, keyring: ChainKeyr
         hashed = dict(zip(_PLAIN_FIELDS, row[2:-2], strict=True))
         if sqlite:
             sqlite_row_as_orm(hashed)
-        hashed["args"], args_plain = (None, True) if args_text is None else json_value_plain(args_text)
-        hashed["result"], result_plain = (None, True) if result_text is None else json_value_plain(result_text)
+        hashed["args"], args_plain = json_value_plain(args_text)
+        hashed["result"], result_plain = json_value_plain(result_text)
         plain = args_plain and result_plain
         why = keyring.check("pending", pending_hash(hashed, plain=plain), pending_mac)
         if why is not None:

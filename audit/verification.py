@@ -211,9 +211,8 @@ _ID_SLOT, _HASH_SLOT, _MAC_SLOT = (_RAW_NAMES.index(name) for name in ("id", "ha
 def _raw_checked(row: tuple[Any, ...], sqlite: bool, keyring: ChainKeyring) -> tuple[dict[str, Any], EventCheck]:
     """A raw row as the event the verifier reads, and its :func:`audit.chain.record_check`."""
     record = {name: row[slot] for name, slot in _PLAIN_SLOTS}
-    args, result = row[-2], row[-1]
-    record["args"], args_plain = (None, True) if args is None else json_value_plain(args)
-    record["result"], result_plain = (None, True) if result is None else json_value_plain(result)
+    record["args"], args_plain = json_value_plain(row[-2])
+    record["result"], result_plain = json_value_plain(row[-1])
     if sqlite:
         sqlite_row_as_orm(record)
     checked = record_check(record, row[_MAC_SLOT], keyring, plain=args_plain and result_plain)

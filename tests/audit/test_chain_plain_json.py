@@ -133,6 +133,10 @@ def test_what_is_plain(text: str, plain: bool) -> None:
     assert json_value_plain(text)[1] is plain
 
 
+def test_a_null_column_is_none_and_plain() -> None:
+    assert json_value_plain(None) == (None, True)
+
+
 @pytest.mark.parametrize(
     "value",
     [
