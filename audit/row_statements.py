@@ -47,7 +47,7 @@ class RowInsert:
             self._fields = tuple(self.model._meta.get_field(name) for name in self.field_names)  # type: ignore[misc]
         return self._fields
 
-    def _plain_types(self, connection: BaseDatabaseWrapper) -> tuple[type | None, ...]:
+    def plain_types(self, connection: BaseDatabaseWrapper) -> tuple[type | None, ...]:
         """Per field, the type of the values its preparation leaves as they are (None: prepare every value).
         Integers are not plain where the backend adapts them (PostgreSQL's psycopg 3: ``Int4``, ``Int8``)."""
         kept = self._plain.get(connection.vendor)
@@ -94,7 +94,7 @@ class RowInsert:
         inserted: list[Any] = []
         fields = self.fields()
         batch = max(1, connection.ops.bulk_batch_size(list(fields), list(objs)))
-        plain = self._plain_types(connection)
+        plain = self.plain_types(connection)
         for start in range(0, len(objs), batch):
             chunk = objs[start : start + batch]
             params: list[Any] = []
@@ -119,7 +119,7 @@ class RowInsert:
 
 
 # Fields (these exact classes) whose pre_save reads the attribute and whose preparation returns a value of this
-# exact type unchanged (integers: where the backend does not adapt them, see ``RowInsert._plain_types``).
+# exact type unchanged (integers: where the backend does not adapt them, see ``RowInsert.plain_types``).
 _PLAIN_VALUE: dict[type, type] = {
     models.CharField: str,
     models.TextField: str,

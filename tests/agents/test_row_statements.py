@@ -231,9 +231,9 @@ def test_integers_are_prepared_where_the_backend_adapts_them() -> None:
     from django.db.backends.postgresql.operations import DatabaseOperations
 
     insert = RowInsert(AuditEvent, ("seq", "attempt", "ok", "action", "latency_ms", "args"))
-    assert insert._plain_types(connection) == (int, int, bool, str, float, None)
+    assert insert.plain_types(connection) == (int, int, bool, str, float, None)
     on_postgres = SimpleNamespace(vendor="postgresql", ops=DatabaseOperations(connection=None))
-    assert insert._plain_types(on_postgres) == (None, None, bool, str, float, None)  # type: ignore[arg-type]
+    assert insert.plain_types(on_postgres) == (None, None, bool, str, float, None)  # type: ignore[arg-type]
 
 
 def test_a_run_inserted_keeps_its_uuid_as_the_orm_gives_it(demo_agent: Agent) -> None:

@@ -433,6 +433,33 @@ def test_a_head_moved_without_the_key_refuses_the_next_append() -> None:
         record(1)
 
 
+@pytest.mark.parametrize("mode", ["inline", "deferred"])
+def test_a_head_just_verified_is_refused_under_a_keyring_without_its_key(settings: Any, mode: str) -> None:
+    """An append skips the head's HMAC when the head row is the very one the same keyring verified or signed last
+    (deferred, appends read the head without moving it; inline, each reads the head the last one moved): under
+    another keyring (its key rotated out) the same row is checked again, and refused."""
+    settings.AUDIT_CHAIN_MODE = mode
+    signing = [*settings.AUDIT_CHAIN_KEY] or [Path(settings.AUDIT_CHAIN_KEY_FILE).read_text(encoding="utf-8").strip()]
+    record(2)
+    audit_event_record(source="agent", tool="head-known")  # the head as it is now: the row this keyring knows
+    seq = AuditChainHead.objects.get().seq
+
+    settings.AUDIT_CHAIN_KEY = ["b" * 40]  # the key dropped: nothing it signed is trusted any more
+    with (
+        pytest.raises(
+            AuditChainHeadForged, match=rf"the audit chain head \(seq {seq}\) has MAC by key [0-9a-f]{{8}}, which"
+        ),
+        transaction.atomic(),
+    ):
+        audit_event_record(source="agent", tool="refused")
+
+    settings.AUDIT_CHAIN_KEY = ["b" * 40, *signing]  # rotated: signs with the new key, still checks the old
+    audit_event_record(source="agent", tool="accepted")
+    if mode == "deferred":
+        assert audit_chain_pending() == 2
+    assert list(AuditEvent.objects.order_by("-seq").values_list("tool", flat=True)[:2]) == ["accepted", "head-known"]
+
+
 def test_events_appended_while_verifying_are_not_taken_for_forgeries(monkeypatch: pytest.MonkeyPatch) -> None:
     record(3)
     walk = audit.verification._events_checked

@@ -293,3 +293,53 @@ def test_a_worker_s_run_is_chained_after_it_not_while_it_runs(
     assert out["status"] == "succeeded" and out["waited"] is True
     assert out["passes_during"] == 0 and out["passes_after"] >= 1, out
     assert out["chained"] >= 8 and out["pending"] == 0, out  # the rule decisions and the tool call
+
+
+ODD_TEXT = """
+import json
+from django.db import DataError, transaction
+from audit.models import AuditEvent
+from audit.services import audit_chain_wait, audit_event_record
+# A tab, a newline, a backslash and COPY's own null marker in text: what the chainer's COPY has to escape.
+odd = "탭" + chr(9) + "줄" + chr(10) + "역슬래시" + chr(92) + " " + chr(92) + "N 끝 🙂"
+for i in range(3):
+    audit_event_record(source="agent", tool={tag!r}, call_id=f"c{{i}}", reason=odd, args={{"v": odd, "n": [1.5, None]}},
+                       result=odd, latency_ms=0.5)
+errors = []
+for inside in (False, True):  # too long for the column: the driver's error, as Django's, in or out of a transaction
+    try:
+        if inside:
+            with transaction.atomic():
+                audit_event_record(source="x" * 30, tool={tag!r})
+        else:
+            audit_event_record(source="x" * 30, tool={tag!r})
+    except DataError as exc:
+        errors.append(type(exc).__module__)
+audit_event_record(source="agent", tool={tag!r}, call_id="after")  # the connection is still usable
+waited = audit_chain_wait(timeout=60)
+rows = [list(row) for row in AuditEvent.objects.filter(tool={tag!r}).order_by("seq").values_list(
+    "call_id", "reason", "args", "result", "latency_ms")]
+print(json.dumps({{"waited": waited, "errors": errors, "rows": rows, "odd": odd}}, ensure_ascii=False))
+"""
+
+
+def test_appends_and_the_chainer_s_copy_keep_every_character_and_a_failed_append_raises_django_s_error(
+    postgres_url: str,  # noqa: F811 - the fixture
+) -> None:
+    """An append outside Django's query logging goes through a kept psycopg cursor and the chainer copies the
+    events in (``COPY``): text that COPY escapes survives both, and a statement that fails raises Django's error
+    (callers catch ``DatabaseError``), inside a transaction or not, leaving the connection usable."""
+    tag = f"odd-{uuid.uuid4().hex[:8]}"
+
+    out = last_json(manage("shell", "-c", ODD_TEXT.format(tag=tag), database_url=postgres_url))
+    verified = manage("verify_audit", database_url=postgres_url)
+
+    odd = out["odd"]
+    assert "\t" in odd and "\n" in odd and "\\N" in odd
+    assert out["waited"] is True
+    assert out["errors"] == ["django.db.utils", "django.db.utils"]
+    assert out["rows"] == [
+        *([f"c{i}", odd, {"n": [1.5, None], "v": odd}, odd, 0.5] for i in range(3)),
+        ["after", "", {}, None, None],
+    ]
+    assert verified.returncode == 0, verified.stderr
