@@ -267,7 +267,9 @@ def _normalized_bytes(record: dict[str, Any], *, plain: bool) -> bytes:
 
 
 # ``created_at`` and ``run_id`` already in their canonical text (as PostgreSQL gives them to verification's raw
-# reading, see ``audit/verification.py``): taken as they are, without a parse and a re-format.
+# reading and to the chainer, see ``POSTGRES_CANONICAL_TIME`` and ``run_id::text``): taken as they are, without a
+# parse and a re-format.
+POSTGRES_CANONICAL_TIME = """to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')"""
 _CANONICAL_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}\+00:00")
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 

@@ -65,6 +65,7 @@ from django.utils import timezone
 from agent_platform.json import UnicodeJSONEncoder
 from audit.chain import (
     GENESIS_HASH,
+    POSTGRES_CANONICAL_TIME,
     ChainKeyring,
     event_hash,
     head_message,
@@ -667,15 +668,21 @@ _EVENT_COLUMNS = (*_PLAIN_FIELDS, "args", "result", "seq", "prev_hash", "hash", 
 
 
 def _chain_reads(connection: Any, batch: int) -> tuple[str, str]:
-    """The head's read (locked) and the pending rows' read (JSON as text on PostgreSQL), as SQL."""
+    """The head's read (locked) and the pending rows' read, as SQL. On PostgreSQL the JSON, the time and the run
+    id come as the text the hash takes (no datetime or UUID made and formatted again per row; the events' COPY
+    takes the same text)."""
     head_table = connection.ops.quote_name(AuditChainHead._meta.db_table)
     pending_table = connection.ops.quote_name(AuditPendingEvent._meta.db_table)
-    as_text = "::text" if connection.vendor == "postgresql" else ""
+    columns = list(_PLAIN_FIELDS)
+    if connection.vendor == "postgresql":
+        texts = {"created_at": POSTGRES_CANONICAL_TIME, "run_id": "run_id::text"}
+        columns = [texts.get(name, name) for name in columns] + ["args::text", "result::text"]
+    else:
+        columns += ["args", "result"]
     lock_head = " FOR UPDATE" if connection.features.has_select_for_update else ""
     return (
         f"SELECT seq, hash, mac FROM {head_table} WHERE id = {_HEAD_ID}{lock_head}",  # noqa: S608 - model names
-        f"SELECT id, mac, {', '.join(_PLAIN_FIELDS)}, args{as_text}, result{as_text} FROM {pending_table} "  # noqa: S608
-        f"ORDER BY id LIMIT {int(batch)}",
+        f"SELECT id, mac, {', '.join(columns)} FROM {pending_table} ORDER BY id LIMIT {int(batch)}",  # noqa: S608
     )
 
 

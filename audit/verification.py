@@ -27,6 +27,7 @@ from audit.anchors import Anchor, AnchorSet, anchor_store, anchors_load
 from audit.chain import (
     GENESIS_HASH,
     HASHED_FIELDS,
+    POSTGRES_CANONICAL_TIME,
     ChainBreak,
     ChainKeyring,
     ChainVerifier,
@@ -163,7 +164,6 @@ def _events_checked(
 
 _RAW_VENDORS = ("postgresql", "sqlite")
 _RAW_NAMES = ("id", *(name for name in HASHED_FIELDS if name not in ("args", "result")), "hash", "mac")
-_PG_CANONICAL_TIME = """to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')"""
 # SQLite keeps a time as Django writes it, UTC without an offset (``2026-01-02 03:04:05.000006``): that form is
 # turned into the hashed text in the query; any other (no microseconds, an offset) comes back as it is stored and
 # is parsed as the ORM would (``audit.chain.sqlite_row_as_orm``).
@@ -184,7 +184,7 @@ def _events_raw(
     as_text = "::text" if connection.vendor == "postgresql" else ""
     selected = {name: name for name in _RAW_NAMES}
     if connection.vendor == "postgresql":  # the time and the run id in the text the hash takes (audit/chain.py)
-        selected["created_at"] = _PG_CANONICAL_TIME
+        selected["created_at"] = POSTGRES_CANONICAL_TIME
         selected["run_id"] = "run_id::text"
     else:  # SQLite: the time (the run id is 32 hex digits there, made canonical in Python)
         selected["created_at"] = _SQLITE_CANONICAL_TIME
