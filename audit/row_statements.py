@@ -21,7 +21,7 @@ The SQL text is made once per database vendor (and, for an insert, number of row
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, models
@@ -89,22 +89,32 @@ class RowInsert:
         as by :meth:`insert`; when some were not, none is (the caller decides what to do with the rows written)."""
         return self._insert(objs, using, skip_conflicts=True)
 
+    def row_params(
+        self, obj: Model, connection: BaseDatabaseWrapper, *, given: Mapping[str, Any] | None = None
+    ) -> list[Any]:
+        """``obj``'s parameters for one row of the statement, in its field order, each prepared by its field (a
+        plain value as it is); ``given``: values already in their database form, by field name, taken as they are.
+        ``obj`` may be of another model with the same field names (the attributes are read by name)."""
+        params: list[Any] = []
+        for field, kind in zip(self.fields(), self.plain_types(connection), strict=True):
+            if given is not None and field.name in given:
+                params.append(given[field.name])
+            elif kind is not None:
+                value = getattr(obj, field.attname)  # these fields' pre_save reads the attribute
+                params.append(value if type(value) is kind else field.get_db_prep_save(value, connection))
+            else:
+                params.append(field.get_db_prep_save(field.pre_save(obj, True), connection))
+        return params
+
     def _insert(self, objs: Sequence[Model], using: str, *, skip_conflicts: bool) -> list[Any]:
         connection = connections[using]
         inserted: list[Any] = []
-        fields = self.fields()
-        batch = max(1, connection.ops.bulk_batch_size(list(fields), list(objs)))
-        plain = self.plain_types(connection)
+        batch = max(1, connection.ops.bulk_batch_size(list(self.fields()), list(objs)))
         for start in range(0, len(objs), batch):
             chunk = objs[start : start + batch]
             params: list[Any] = []
             for obj in chunk:
-                for field, kind in zip(fields, plain, strict=True):
-                    if kind is not None:
-                        value = getattr(obj, field.attname)  # these fields' pre_save reads the attribute
-                        params.append(value if type(value) is kind else field.get_db_prep_save(value, connection))
-                    else:
-                        params.append(field.get_db_prep_save(field.pre_save(obj, True), connection))
+                params += self.row_params(obj, connection)
             with connection.cursor() as cursor:
                 cursor.execute(self.sql(len(chunk), using, skip_conflicts=skip_conflicts), params)
                 inserted += [key for (key,) in cursor.fetchall()]

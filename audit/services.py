@@ -291,8 +291,6 @@ def _pending_append(built: list[tuple[AuditEvent, _JsonContent]], *, using: str 
     MACs, and are never chained after a head that cannot be trusted)."""
     connection = connections[using]
     keyring = chain_keyring()
-    fields = _PENDING_INSERT.fields()
-    kinds = _PENDING_INSERT.plain_types(connection)
     now = timezone.now()
     for start in range(0, len(built), _PENDING_ROWS_PER_STATEMENT):
         chunk = built[start : start + _PENDING_ROWS_PER_STATEMENT]
@@ -300,16 +298,10 @@ def _pending_append(built: list[tuple[AuditEvent, _JsonContent]], *, using: str 
         for event, content in chunk:
             event.created_at = now
             digest = pending_hash({**_hashed_values(event), **content.hashed}, plain=content.plain)
-            for field, kind in zip(fields[:-1], kinds[:-1], strict=True):  # the content; the MAC after it
-                if field.name in _JSON_FIELDS:
-                    # The JSON as the text it was hashed from (jsonb takes it on PostgreSQL, SQLite stores it as
-                    # it is), rather than written again by the driver from its value.
-                    values.append(content.texts[field.name])
-                    continue
-                value = getattr(event, field.attname)
-                # A plain value (a str of a CharField…) is what its field's preparation would return: as it is.
-                values.append(value if type(value) is kind else field.get_db_prep_save(value, connection))
-            values.append(keyring.sign("pending", digest))
+            # The JSON as the text it was hashed from (jsonb takes it on PostgreSQL, SQLite stores it as it is),
+            # rather than written again by the driver from its value.
+            given = {**content.texts, "mac": keyring.sign("pending", digest)}
+            values += _PENDING_INSERT.row_params(event, connection, given=given)
         if connection.vendor == "postgresql":
             with _statement_cursor(connection) as cursor:
                 cursor.execute(_pending_insert_sql(connection, len(chunk)), [*values, _HEAD_ID])
