@@ -244,6 +244,14 @@ def json_value_plain(text: str | None) -> tuple[Any, bool]:
     return value, _reading.plain
 
 
+def json_values(text: str) -> tuple[Any, Any, bool]:
+    """JSON text's value as ``json.loads`` gives it (as the database gives it back), its :func:`json_value_plain`
+    and whether that is plain: one parse where the text has no integral float (the two values are then the same),
+    two where it has."""
+    hashed, plain = json_value_plain(text)
+    return (json.loads(text) if _INTEGRAL_FLOAT.search(text) else hashed), hashed, plain
+
+
 def _plain_bytes(record: dict[str, Any]) -> bytes | None:
     """The canonical bytes of a record whose ``args`` and ``result`` are plain, through orjson; None where its
     ``latency_ms`` or another field is not a value both ways write alike (the caller then takes the exact way)."""

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -70,6 +69,7 @@ from audit.chain import (
     event_hash,
     head_message,
     json_value_plain,
+    json_values,
     pending_hash,
     sqlite_row_as_orm,
 )
@@ -189,13 +189,12 @@ def _masked_event(fields: dict[str, Any]) -> tuple[AuditEvent, _JsonContent]:
         raise TypeError(f"audit event: unknown arguments {sorted(unknown)} or no source")
     f = {**_EVENT_DEFAULTS, **fields}
     secret_list = list(f["secrets"])
-    masked_result = truncate(
-        mask_value(f["result"], secrets=secret_list), max_chars=settings.PLATFORM_AUDIT_RESULT_MAX_CHARS
-    )
     # Stored as the database gives them back (dates and decimals as text), so that the hash taken now is the
     # hash recomputed from the row later; and hashed in the chain's number form, parsed from the same text.
     args_text, stored_args, hashed_args, args_plain = _stored_json(mask_value(f["args"] or {}, secrets=secret_list))
-    result_text, stored_result, hashed_result, result_plain = _stored_json(masked_result)
+    result_text, stored_result, hashed_result, result_plain = _stored_json(
+        mask_value(f["result"], secrets=secret_list), max_chars=settings.PLATFORM_AUDIT_RESULT_MAX_CHARS
+    )
     event = AuditEvent(
         run_id=AuditEvent._meta.get_field("run_id").to_python(f["run_id"]),
         source=str(f["source"]),
@@ -225,15 +224,39 @@ def chain_mode(using: str = DEFAULT_DB_ALIAS) -> str:
     return "deferred" if connections[using].vendor == "postgresql" else "inline"
 
 
-_STORED_JSON = UnicodeJSONEncoder()  # what the JSONFields store with
+class _StoredJSONEncoder(UnicodeJSONEncoder):
+    """What the JSONFields store with (``UnicodeJSONEncoder``), noting when a value needed its ``default`` (a type
+    JSON has none of: a date, a decimal, a UUID...)."""
+
+    def default(self, o: Any) -> Any:
+        _encoding.defaulted = True
+        return super().default(o)
 
 
-def _stored_json(value: Any) -> tuple[str | None, Any, Any, bool]:
+_STORED_JSON = _StoredJSONEncoder()
+_encoding = threading.local()
+
+
+def _stored_json(value: Any, *, max_chars: int | None = None) -> tuple[str | None, Any, Any, bool]:
     """``value``'s JSON text as stored, the value as the database will give it back, the same in the form the
-    chain hashes, and whether that is plain (``audit.chain.json_value_plain``)."""
-    text = None if value is None else _STORED_JSON.encode(value)
-    hashed, plain = json_value_plain(text)
-    return text, None if text is None else json.loads(text), hashed, plain
+    chain hashes, and whether that is plain (``audit.chain.json_value_plain``). ``max_chars``: ``value`` is
+    :func:`~audit.masking.truncate`'d to it first.
+
+    One encoding and one parse where they suffice: a text written without the encoder's ``default`` is exactly
+    the text ``truncate`` measures (``json.dumps`` with the same options), so it is measured as it is; and JSON
+    text with no integral float (``4.0``) parses to the same value both ways, so one parse gives both."""
+    if value is None:
+        return None, None, None, True
+    text: str | None = None
+    _encoding.defaulted = False
+    with contextlib.suppress(TypeError, ValueError, RecursionError):  # truncate's own way below meets it again
+        text = _STORED_JSON.encode(value)
+    if text is None or _encoding.defaulted or (max_chars is not None and len(text) > max_chars):
+        if max_chars is not None:
+            value = truncate(value, max_chars=max_chars)
+        text = _STORED_JSON.encode(value)
+    stored, hashed, plain = json_values(text)
+    return text, stored, hashed, plain
 
 
 def _chain_append(event: AuditEvent, *, content: _JsonContent, using: str = DEFAULT_DB_ALIAS) -> None:
@@ -311,7 +334,10 @@ def _pending_append(built: list[tuple[AuditEvent, _JsonContent]], *, using: str 
                 head_table = connection.ops.quote_name(AuditChainHead._meta.db_table)
                 _chain_head_read(cursor, head_table, keyring, lock="")  # no lock; a missing or forged head refuses
                 cursor.execute(_pending_insert_sql(connection, len(chunk)), values)
-    transaction.on_commit(lambda: _chain_after_commit(using), using=using)
+    if connection.in_atomic_block:
+        transaction.on_commit(lambda: _chain_after_commit(using), using=using)
+    else:  # committed already (autocommit): what on_commit would do, without making a callback for it
+        _chain_after_commit(using)
 
 
 @contextlib.contextmanager

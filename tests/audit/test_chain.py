@@ -27,9 +27,11 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 import audit.verification
+from agent_platform.json import UnicodeJSONEncoder
 from audit.append_only import sqlite_triggers_lift
 from audit.chain import GENESIS_HASH, canonical_bytes, event_hash, head_message
 from audit.chain_keys import chain_keyring
+from audit.masking import mask_value, truncate
 from audit.models import AuditChainHead, AuditEvent
 from audit.services import (
     AuditChainHeadForged,
@@ -266,6 +268,30 @@ def test_masking_and_truncation_happen_before_the_hash(settings: Any) -> None:
     assert row["args"] == {"api_key": "***", "q": "x"}
     assert row["result"]["truncated"] is True
     assert "sk-live" not in json.dumps(row, default=str)
+    assert event_hash(row) == event.hash
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        "y" * 48,  # its JSON text exactly at the limit (50 with the quotes): kept
+        "y" * 49,  # one character over: truncated
+        {"n": 4.0, "m": [1e20, -0.0, 2.5]},  # integral floats: stored as floats, hashed as integers
+        {"when": dt.datetime(2026, 5, 1, 9, 30, tzinfo=dt.UTC), "p": "z" * 8},  # a date: JSON has no type for it
+        {"when": dt.date(2026, 5, 1), "p": "z" * 40},  # over the limit only with the date's text
+        [decimal.Decimal("1.50")] * 3,
+    ],
+)
+def test_a_result_is_stored_as_truncate_makes_it_and_returned_as_read_back(settings: Any, result: Any) -> None:
+    settings.PLATFORM_AUDIT_RESULT_MAX_CHARS = 50
+    expected = json.loads(UnicodeJSONEncoder().encode(truncate(mask_value(result), max_chars=50)))
+
+    event = audit_event_record(source="agent", args={"n": 4.0}, result=result)
+
+    row = stored(event.seq)
+    assert row["result"] == event.result == expected
+    assert row["args"] == event.args == {"n": 4.0} and type(event.args["n"]) is float
+    assert json.dumps(event.result) == json.dumps(expected)  # floats stay floats (4.0, not 4)
     assert event_hash(row) == event.hash
 
 
