@@ -1,0 +1,105 @@
+"""The audit events' indexes (migration 0014): ``source``, ``mcp_id`` and ``tool`` by one plain index each, no
+PostgreSQL pattern index beside them (no query matches them by prefix), ``reason`` still with its pattern index
+(the auditors filter it by prefix); and the migration goes back to ``db_index``'s indexes and forward again, on
+SQLite and on a real PostgreSQL cluster, without remaking the table."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from tests.postgres import manage, postgres_url  # noqa: F401 - postgres_url is a fixture
+
+PLAIN = {"source": "audit_event_source_idx", "mcp_id": "audit_event_mcp_id_idx", "tool": "audit_event_tool_idx"}
+
+INDEXES = """
+import json
+from django.db import connection
+def indexes():
+    with connection.cursor() as cursor:
+        found = connection.introspection.get_constraints(cursor, "audit_auditevent")
+        cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'audit_auditevent'")
+        definitions = dict(cursor.fetchall())
+    return {
+        column: sorted([name, definitions[name].split(" USING ")[1]] for name, about in found.items()
+                       if about["columns"] == [column] and about["index"] and not about["unique"])
+        for column in ("source", "mcp_id", "tool", "reason")
+    }
+"""
+
+PG_MIGRATE = (
+    INDEXES
+    + """
+from django.core.management import call_command
+from audit.services import audit_event_record
+from audit.models import AuditEvent
+audit_event_record(source="agent", mcp_id="pg-index", tool="조회", args={"i": 1})
+seen = {"forward": indexes()}
+call_command("migrate", "audit", "0013", verbosity=0)
+seen["back"] = indexes()
+call_command("migrate", "audit", verbosity=0)
+seen["again"] = indexes()
+seen["events"] = AuditEvent.objects.filter(mcp_id="pg-index", source="agent", tool="조회").count()
+print(json.dumps(seen, ensure_ascii=False))
+"""
+)
+
+
+def _sqlite_indexes() -> dict[str, list[str]]:
+    with connection.cursor() as cursor:
+        found = connection.introspection.get_constraints(cursor, "audit_auditevent")
+    return {
+        column: sorted(
+            name
+            for name, about in found.items()
+            if about["columns"] == [column] and about["index"] and not about["unique"]
+        )
+        for column in (*PLAIN, "reason")
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_sqlite_each_field_has_one_plain_index_and_the_migration_goes_back_and_forth() -> None:
+    found = _sqlite_indexes()
+    assert {column: found[column] for column in PLAIN} == {column: [name] for column, name in PLAIN.items()}
+    assert len(found["reason"]) == 1 and found["reason"][0].startswith("audit_auditevent_reason_")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'audit_auditevent'")
+        triggers = sorted(row[0] for row in cursor.fetchall())
+    try:
+        call_command("migrate", "audit", "0013", verbosity=0)
+        back = _sqlite_indexes()
+        assert all(len(back[column]) == 1 and back[column][0] != name for column, name in PLAIN.items()), back
+    finally:
+        call_command("migrate", "audit", verbosity=0)
+    assert _sqlite_indexes()["source"] == [PLAIN["source"]]
+    with connection.cursor() as cursor:  # the append-only table was not remade: its triggers are the same
+        cursor.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'audit_auditevent'")
+        assert sorted(row[0] for row in cursor.fetchall()) == triggers and triggers
+
+
+@pytest.mark.postgres
+def test_on_postgresql_the_pattern_indexes_are_gone_but_reasons_and_come_back_with_the_migration(
+    postgres_url: str,  # noqa: F811 - the fixture
+) -> None:
+    result = manage("shell", "-c", PG_MIGRATE, database_url=postgres_url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    for state in ("forward", "again"):
+        assert {column: seen[state][column] for column in PLAIN} == {
+            column: [[name, f"btree ({column})"]] for column, name in PLAIN.items()
+        }, seen[state]
+        assert sorted(how for _, how in seen[state]["reason"]) == [
+            "btree (reason varchar_pattern_ops)",
+            "btree (reason)",
+        ]
+    for column in PLAIN:  # back at 0013: db_index's two indexes, as Django names them
+        assert sorted(how for _, how in seen["back"][column]) == [
+            f"btree ({column} varchar_pattern_ops)",
+            f"btree ({column})",
+        ]
+        assert all(name.startswith(f"audit_auditevent_{column}_") for name, _ in seen["back"][column])
+    assert seen["events"] == 1
