@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from functools import cached_property
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
@@ -31,7 +32,21 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 
 
-class _NoToolBinding(BaseChatModel):
+class _PlatformChatModel(BaseChatModel):
+    """A chat model of ours: what langchain hands the callbacks as the model is made without its ``repr``."""
+
+    @cached_property
+    def _serialized(self) -> dict[str, Any]:
+        """``dumpd``'s form of a model that is not serializable (``to_json_not_implemented``), without the
+        ``repr`` it adds: to write it pydantic inspects the signature of every field's default factory, about
+        0.8 ms per model, and ours are made per run (the offline one holds the run's answer, which the ``repr``
+        would copy into every callback). No callback of ours reads it; langchain reads it only to key its
+        cache, which it does for serializable models alone."""
+        cls = type(self)
+        return {"lc": 1, "type": "not_implemented", "id": [*cls.__module__.split("."), cls.__name__], "repr": None}
+
+
+class _NoToolBinding(_PlatformChatModel):
     """Accepts ``bind_tools`` (the ReAct loop binds its tools) and keeps its own behaviour."""
 
     def bind_tools(
@@ -59,7 +74,7 @@ class OfflineChatModel(_NoToolBinding):
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=self.answer))])
 
 
-class ScriptedChatModel(BaseChatModel):
+class ScriptedChatModel(_PlatformChatModel):
     """Replays the turns of a script, one per model call, in order.
 
     Stateless: its place in the script is worked out from the conversation it is given (how many model turns
