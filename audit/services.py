@@ -251,9 +251,9 @@ def _stored_json(value: Any, *, max_chars: int | None = None) -> tuple[str | Non
     _encoding.defaulted = False
     with contextlib.suppress(TypeError, ValueError, RecursionError):  # truncate's own way below meets it again
         text = _STORED_JSON.encode(value)
-    if text is None or _encoding.defaulted or (max_chars is not None and len(text) > max_chars):
-        if max_chars is not None:
-            value = truncate(value, max_chars=max_chars)
+    if max_chars is not None and (text is None or _encoding.defaulted or len(text) > max_chars):
+        value, text = truncate(value, max_chars=max_chars), None
+    if text is None:  # a value JSON cannot hold raises here, as before
         text = _STORED_JSON.encode(value)
     stored, hashed, plain = json_values(text)
     return text, stored, hashed, plain
