@@ -334,7 +334,7 @@ def _pending_append(built: list[tuple[AuditEvent, _JsonContent]], *, using: str 
                 head_table = connection.ops.quote_name(AuditChainHead._meta.db_table)
                 _chain_head_read(cursor, head_table, keyring, lock="")  # no lock; a missing or forged head refuses
                 cursor.execute(_pending_insert_sql(connection, len(chunk)), values)
-    if connection.in_atomic_block:
+    if connection.in_atomic_block or not connection.get_autocommit():  # Django's on_commit keeps or refuses it
         transaction.on_commit(lambda: _chain_after_commit(using), using=using)
     else:  # committed already (autocommit): what on_commit would do, without making a callback for it
         _chain_after_commit(using)
