@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, TypedDict, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import set_config_context
+from langgraph.errors import GraphRecursionError
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
@@ -92,9 +94,26 @@ class ReactGraph:
         self.parts = parts
 
     def invoke(self, state: dict[str, Any], config: RunnableConfig | None = None) -> dict[str, Any]:
-        config = dict(config or {})
-        config["configurable"] = {**(config.get("configurable") or {}), _PARTS: self.parts}
-        return dict(_compiled().invoke(state, config=config))
+        """The graph's run of ``state``. Where it would start with a model turn, that turn is taken here by the
+        graph's own ``agent`` node, as the graph would take it: the invocation's config (its callbacks) is the
+        model's, and the reply is merged by the graph's reducer (``add_messages``: ids for every message). The
+        graph then runs only if the model asked for tools, starting with them, with one step fewer to go. A run
+        answered in one turn (the deterministic stage found what was asked) thus never enters LangGraph's step
+        loop, which cost more than the offline model's turn itself (1.1 ms of 1.75 ms, timed in a run)."""
+        run_config: dict[str, Any] = dict(config or {})
+        run_config["configurable"] = {**(run_config.get("configurable") or {}), _PARTS: self.parts}
+        if _entry(cast(AgentState, state)) == "agent":
+            with set_config_context(cast(RunnableConfig, run_config)) as context:
+                update = context.run(_agent, cast(AgentState, state), cast(RunnableConfig, run_config))
+            messages = add_messages(add_messages([], state.get("messages") or []), update["messages"])
+            state = {**state, "messages": messages, "model_turns": update["model_turns"]}
+            if _after_agent(cast(AgentState, state)) == END:
+                return state
+            if "recursion_limit" in run_config:  # the turn taken here was the graph's first step
+                run_config["recursion_limit"] = int(run_config["recursion_limit"]) - 1
+                if run_config["recursion_limit"] < 1:
+                    raise GraphRecursionError(f"Recursion limit of {run_config['recursion_limit'] + 1} reached")
+        return dict(_compiled().invoke(state, config=cast(RunnableConfig, run_config)))
 
 
 def build_react_graph(
