@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from django.db import transaction
@@ -99,6 +99,13 @@ def deterministic_stage(
     outcome's ``failure``); the errors of ``agents.errors.MUST_PROPAGATE`` propagate.
     """
     decisions = _DecisionLog(stage)
+    if mode == "execute":
+        given_who = who
+
+        def who(call_id: str) -> gate.GateCall:
+            # The audit events of the stage's read calls go out with its next records (see _DecisionLog).
+            return replace(given_who(call_id), audit_sink=decisions)
+
     try:
         return _stage_rules(stage, decisions, mode=mode, who=who, check_contracts=check_contracts)
     finally:
@@ -106,19 +113,31 @@ def deterministic_stage(
 
 
 class _DecisionLog:
-    """The rule decisions not yet written (and the result of the tool call before them): their events and audit
-    events go out together, in one transaction (one commit), before the next tool call and when the stage ends,
-    so the order of the record is the order of what happened."""
+    """The rule decisions not yet written (and the result of the tool call before them, with the call's audit
+    events): their events and audit events go out together, in one transaction (one commit), before the next
+    tool call and when the stage ends, so the order of the record is the order of what happened.
+
+    It is the gate's ``AuditSink`` for the stage's calls: a read call's audit events (its attempts, a memo hit)
+    are written with the call's result event and the decisions after it, a transaction and a turn on the chain
+    head fewer per call; the decisions before a call are written before it is sent, and whatever the gate writes
+    itself (a write call's approval and audit events) is written after what was collected, as the gate flushes
+    first. A read call's audit event thus lands when the stage next writes (the rules after it are decided
+    without a model, and a rule's own tool calls are collected in order with them); a worker that dies in
+    between loses it with the call's result event, and the run, redelivered, makes the call again."""
 
     def __init__(self, stage: StageInput) -> None:
         self.stage = stage
         self.events: list[tuple[str, dict[str, Any]]] = []
         self.audits: list[dict[str, Any]] = []
 
-    def add(self, record: dict[str, Any], audit: dict[str, Any] | None) -> None:
+    def add_decision(self, record: dict[str, Any], audit: dict[str, Any] | None) -> None:
         self.events.append(("rule", record))
         if audit is not None:
             self.audits.append(audit)
+
+    def add(self, event: dict[str, Any]) -> None:
+        """``gate.AuditSink``: a gated read call's audit event (``audit_event_record``'s arguments)."""
+        self.audits.append(event)
 
     def add_event(self, kind: str, record: dict[str, Any]) -> None:
         """An event of the stage that goes out with the decisions after it (a tool call's result)."""
@@ -182,7 +201,7 @@ def _stage_rules(
                 "actor": stage.actor,
                 "secrets": server.secret_values(),
             }
-        decisions.add(record, audit)
+        decisions.add_decision(record, audit)
         if not decision.matched:
             continue
         known = any(t.name == step.tool and t.callable for t in server.tools.all())

@@ -20,7 +20,9 @@ For each call, in order:
    contract's ``returns.max_chars``), so an oversized result never reaches the model, the run or the API, and
    the audit keeps a short masked excerpt of it; then ``result:shape|empty|too_big|range``. A failure may go to
    the contract's fallback tool, suggested to the model or called here;
-7. write one masked audit event per attempt (and for a memo hit, a refusal or a fallback);
+7. write one masked audit event per attempt (and for a memo hit, a refusal or a fallback); a read tool's go to
+   the caller's audit sink where it has one (``GateCall.audit_sink``: the deterministic stage writes them with
+   its next records), the others are written at once, after whatever the sink held;
 8. return a ``ToolResult``; never raise. To a model, a failure is a message that says what went wrong and what
    to do next.
 """
@@ -164,9 +166,22 @@ class ApprovalPort(Protocol):
         ...
 
 
+class AuditSink(Protocol):
+    """Where a caller collects the audit events of its read calls, to write them with its own next records, in
+    order, in one transaction (the deterministic stage: with the call's result event and the rule decisions
+    after it): ``add`` takes :func:`audit.services.audit_event_record`'s keyword arguments; ``flush`` writes what
+    was added (the gate calls it before it writes anything itself, so the record keeps the order of events)."""
+
+    def add(self, event: dict[str, Any]) -> None: ...
+
+    def flush(self) -> None: ...
+
+
 @dataclass
 class GateCall:
-    """Who is asking: the run (if any), the source and the actor for the audit; the run's memo; its approver."""
+    """Who is asking: the run (if any), the source and the actor for the audit; the run's memo; its approver;
+    where the audit events of its read calls go (``audit_sink``; None: written at once, each in its own
+    transaction or the caller's)."""
 
     source: Source
     run_id: Any = None
@@ -181,6 +196,7 @@ class GateCall:
     # A run of a published agent version: the contracts frozen with it, by ``"<mcp_id>/<tool>"``, used in place of
     # the stored ones (a tool the version did not know keeps its stored contract).
     contracts: Mapping[str, ToolContract] | None = None
+    audit_sink: AuditSink | None = None
 
 
 def canonical_args(args: dict[str, Any]) -> str:
@@ -261,26 +277,36 @@ class _Call:
         self.result = ToolResult(
             ok=False, mcp_id=server.mcp_id, tool=tool_name, args=args if isinstance(args, dict) else {}
         )
+        # Set once the tool is known to be a ``read`` tool: its audit events may go to the caller's sink. A write
+        # tool's, and a refusal's before the tool is known, are written at once.
+        self.to_sink = False
 
     def audit(
         self, *, ok: bool, reason: str, result: Any, attempt: int, latency_ms: float | None, action: str = "tool.call"
     ) -> None:
-        audit_event_record(
-            source=self.who.source,
-            action=action,
-            run_id=self.who.run_id,
-            mcp_id=self.server.mcp_id,
-            tool=self.tool_name,
-            call_id=self.who.call_id,
-            args=self.result.args,
-            result=result,
-            ok=ok,
-            reason=reason,
-            attempt=attempt,
-            latency_ms=latency_ms,
-            actor=self.who.actor,
-            secrets=self.secrets,
-        )
+        event: dict[str, Any] = {
+            "source": self.who.source,
+            "action": action,
+            "run_id": self.who.run_id,
+            "mcp_id": self.server.mcp_id,
+            "tool": self.tool_name,
+            "call_id": self.who.call_id,
+            "args": self.result.args,
+            "result": result,
+            "ok": ok,
+            "reason": reason,
+            "attempt": attempt,
+            "latency_ms": latency_ms,
+            "actor": self.who.actor,
+            "secrets": self.secrets,
+        }
+        sink = self.who.audit_sink
+        if sink is not None and self.to_sink:
+            sink.add(event)
+        else:
+            if sink is not None:
+                sink.flush()
+            audit_event_record(**event)
         telemetry.gate_attempt(attempt=attempt, ok=ok, reason=reason, latency_ms=latency_ms, action=action)
 
     def refuse(self, reason: str, message: str, *, audit: bool = True) -> ToolResult:
@@ -371,6 +397,8 @@ def refuse_call(
 ) -> ToolResult:
     """Refuse a model's call before it reaches a server: one masked audit event, a failed ToolResult."""
     safe_args = mask_value(args if isinstance(args, dict) else {"_raw": args})
+    if who.audit_sink is not None:
+        who.audit_sink.flush()
     audit_event_record(
         source=who.source,
         run_id=who.run_id,
@@ -407,6 +435,7 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
             % {"tool": tool_name, "mcp_id": server.mcp_id, "tools": ", ".join(offered) or "-"},
         )
     contract = _contract_for(who, server, tool)
+    this.to_sink = contract.risk == ToolContract.Risk.READ
 
     # 2. arguments, before anything is sent
     args, verdict = check_args(contract.args or {}, this.raw_args, unknown=contract.unknown_args)

@@ -12,17 +12,17 @@ from agents.execution import run_execute
 from agents.models import Agent, Run
 
 QUESTION = "김하늘 님은 어느 팀 소속인가요?"
-# The demo agent's seven rules are evaluated in turn (one matches: one tool call); its answer comes from the
-# offline model. 24 measured, of which 18 statements and 6 savepoints (this test runs in a transaction; a worker
-# commits instead): the claim (2: the run's row with its agent's time limit, the configuration's generation and
-# the run's token ceiling, then the compare-and-swap; the run goes on with what the claim read: the agent, its
+# The demo agent's rules are evaluated in turn (one matches: one tool call); its answer comes from the offline
+# model. 21 measured, of which 15 statements and 6 savepoints (this test runs in a transaction; a worker commits
+# instead): the claim (2: the run's row with its agent's time limit, the configuration's generation and the
+# run's token ceiling, then the compare-and-swap; the run goes on with what the claim read: the agent, its
 # version, its servers, tools, contracts and rules are this process's cached copy after the first run; no
 # reservation: nothing to settle; no token used: no price read), the run's events (5 inserts, numbered from 0
-# without a read on a first delivery), the audit (9: six events in three turns on the chain head — the rule
-# decisions before the call, the call, the decisions after it — of three statements each, SQLite chaining
-# inline), the cancellation check (1) and the outcome (1). A query per rule, per event or per tool more (an N+1)
-# fails here.
-MAX_QUERIES_PER_RUN = 24
+# without a read on a first delivery), the audit (6: two turns on the chain head of three statements each,
+# SQLite chaining inline — the rule decision before the call, then the call's own event with the decisions
+# after it, written with the call's result event: the gate hands a read call's audit event to the stage), the
+# cancellation check (1) and the outcome (1). A query per rule, per event or per tool more (an N+1) fails here.
+MAX_QUERIES_PER_RUN = 21
 
 
 def _run(agent: Agent) -> Run:
