@@ -92,8 +92,6 @@ class RunClaim:
     view: _ClaimView
     stop_reason: StopReason = ""
     lost: threading.Event = field(default_factory=threading.Event)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
 
     def mine(self) -> QuerySet[Run]:
         return Run.objects.filter(
@@ -109,29 +107,15 @@ class RunClaim:
         return held
 
     def start_heartbeat(self) -> None:
-        self._thread = threading.Thread(target=self._beat, name=f"run-heartbeat-{self.run_id}", daemon=True)
-        self._thread.start()
+        """Have the process's heartbeat thread extend this claim's lease every third of it (``_Heartbeats``)."""
+        _heartbeats.add(self)
 
     def stop_heartbeat(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        """No more beats for this claim (one in progress may still end; it changes nothing of a finished run)."""
+        _heartbeats.remove(self)
 
-    def _beat(self) -> None:
-        interval = max(self.lease_s / 3, 0.2)
-        try:
-            while not self._stop.wait(interval):
-                try:
-                    if not self.heartbeat():
-                        logger.warning(
-                            "run %s: %s lost its claim (delivery %d)", self.run_id, self.worker, self.delivery
-                        )
-                        return
-                except DatabaseError as exc:
-                    # The lease may lapse: another worker then takes the run over and this one stops at its next step.
-                    logger.warning("run %s: heartbeat failed: %s", self.run_id, exc)
-        finally:
-            connection.close()  # this thread's own connection
+    def heartbeat_interval(self) -> float:
+        return max(self.lease_s / 3, 0.2)
 
     def time_is_up(self) -> bool:
         return clock() >= self.deadline
@@ -165,6 +149,74 @@ class RunClaim:
             error_code=error_code,
             error_message=error_message,
         )
+
+
+class _Heartbeats:
+    """The process's one heartbeat thread, which extends the lease of every run the process holds, each every
+    third of its lease, on a database connection of its own (opened for each round of beats and closed after it).
+    A run adds its claim when it starts and removes it when it ends: no thread is started and joined per
+    run (a third of a millisecond of a run's time, on this machine), and a run shorter than its first beat costs
+    the thread nothing (it wakes when the earliest beat is due, or every last interval when idle; an added claim
+    wakes it only if it is due before that). A claim found lost is dropped and logged; a database error is
+    logged and the claim is beaten again at its next turn (its lease may lapse meanwhile: another worker then
+    takes the run over and this one stops at its next step). A forked child starts afresh (``_forked``)."""
+
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.due: dict[int, tuple[float, RunClaim]] = {}  # id(claim) → (when it beats next, the claim)
+        self.thread: threading.Thread | None = None
+        self.wakes_at = 0.0  # when the waiting thread wakes (0: it is not waiting, it looks at ``due`` first)
+        self.idle_s = 1.0
+
+    def _forked(self) -> None:
+        self.__init__()  # type: ignore[misc]  # the parent's lock, claims and thread are not the child's
+
+    def add(self, claim: RunClaim) -> None:
+        with self.changed:
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._loop, name="run-heartbeats", daemon=True)
+                self.thread.start()
+            at = time.monotonic() + claim.heartbeat_interval()
+            self.due[id(claim)] = (at, claim)
+            self.idle_s = claim.heartbeat_interval()
+            if at < self.wakes_at:
+                self.changed.notify()
+
+    def remove(self, claim: RunClaim) -> None:
+        with self.changed:
+            self.due.pop(id(claim), None)
+
+    def holds(self, claim: RunClaim) -> bool:
+        with self.changed:
+            return id(claim) in self.due
+
+    def _loop(self) -> None:
+        while True:
+            with self.changed:
+                now = time.monotonic()
+                beating = [claim for at, claim in self.due.values() if at <= now]
+                for claim in beating:
+                    self.due[id(claim)] = (now + claim.heartbeat_interval(), claim)
+                if not beating:
+                    self.wakes_at = min((at for at, _ in self.due.values()), default=now + self.idle_s)
+                    self.changed.wait(self.wakes_at - now)
+                    self.wakes_at = 0.0
+                    continue
+            for claim in beating:
+                self._beat(claim)
+            connection.close()  # opened for these beats (a beat is seconds from the next: none is kept idle)
+
+    def _beat(self, claim: RunClaim) -> None:
+        try:
+            if not claim.heartbeat() and self.holds(claim):  # (a claim removed meanwhile: its run has ended)
+                self.remove(claim)
+                logger.warning("run %s: %s lost its claim (delivery %d)", claim.run_id, claim.worker, claim.delivery)
+        except DatabaseError as exc:
+            logger.warning("run %s: heartbeat failed: %s", claim.run_id, exc)
+
+
+_heartbeats = _Heartbeats()
+os.register_at_fork(after_in_child=_heartbeats._forked)
 
 
 def _run_holder(run_id: Any) -> tuple[str, str, int] | None:

@@ -5,7 +5,9 @@ waited for."""
 from __future__ import annotations
 
 import io
+import itertools
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -212,21 +214,68 @@ def test_the_heartbeat_extends_its_own_lease_and_notices_when_it_lost_the_run(de
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_heartbeat_thread_renews_the_lease_until_it_is_stopped(demo_agent, settings) -> None:
+def test_the_heartbeat_thread_renews_the_lease_until_it_is_stopped(demo_agent, settings, monkeypatch) -> None:
     settings.PLATFORM_RUN_LEASE_S = 0.6
     run = submit(demo_agent)
     claim = run_claim(run_id=str(run.id))
     assert claim is not None
     first = fresh(run).lease_expires_at
+    beats: list[float] = []
+    beat = type(claim).heartbeat
+    monkeypatch.setattr(type(claim), "heartbeat", lambda self: beats.append(time.monotonic()) or beat(self))
     claim.start_heartbeat()
     try:
-        deadline = time.monotonic() + 10
-        while fresh(run).lease_expires_at == first and time.monotonic() < deadline:
-            time.sleep(0.05)
+        assert wait_for(lambda: fresh(run).lease_expires_at != first)
         assert fresh(run).lease_expires_at > first
+        time.sleep(1)
+        # Every third of the lease (0.2 s): about five beats in that second, never a burst.
+        assert 3 <= len(beats) <= 10, beats
+        assert min(b - a for a, b in itertools.pairwise(beats)) > 0.1
     finally:
         claim.stop_heartbeat()
-    assert claim._thread is not None and not claim._thread.is_alive()
+    # Stopped: beaten no more (a beat every 0.2 s; one in progress when it stopped may still land).
+    time.sleep(0.3)
+    last = fresh(run).lease_expires_at
+    time.sleep(0.6)
+    assert fresh(run).lease_expires_at == last
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_thread_beats_every_claim_of_the_process_and_drops_a_lost_one(demo_agent, settings, caplog) -> None:
+    settings.PLATFORM_RUN_LEASE_S = 0.6
+    first, second = submit(demo_agent), submit(demo_agent)
+    claims = [run_claim(run_id=str(first.id)), run_claim(run_id=str(second.id))]
+    assert None not in claims
+    before = {run.pk: fresh(run).lease_expires_at for run in (first, second)}
+    threads = {t.ident for t in threading.enumerate()}
+    for claim in claims:
+        claim.start_heartbeat()  # type: ignore[union-attr]
+    try:
+        assert wait_for(lambda: all(fresh(r).lease_expires_at != before[r.pk] for r in (first, second)))
+        # Another worker takes the first run over: its claim is found lost, dropped and logged; the second's
+        # lease is still renewed, by the same thread.
+        held_by(first, "other-host:7", delivery=2, lease_s=60)
+        assert wait_for(lambda: claims[0].lost.is_set())  # type: ignore[union-attr]
+        now = fresh(second).lease_expires_at
+        assert wait_for(lambda: fresh(second).lease_expires_at != now)
+        assert fresh(first).worker == "other-host:7"
+        time.sleep(0.5)  # two more rounds of beats: the lost claim is not beaten (nor logged) again
+        assert caplog.text.count("lost its claim") == 1
+        started = [t for t in threading.enumerate() if t.ident not in threads]
+        assert len([t for t in started if t.name == "run-heartbeats"]) <= 1  # at most the process's one thread
+    finally:
+        for claim in claims:
+            claim.stop_heartbeat()  # type: ignore[union-attr]
+
+
+def wait_for(condition, timeout_s: float = 10):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    return None
 
 
 def test_a_worker_that_lost_its_run_stops_at_the_next_step_and_stores_nothing(demo_agent, monkeypatch) -> None:
