@@ -169,6 +169,8 @@ def _stage_rules(
     outcome = StageOutcome()
     # A stage parked on an approval is run again on resume: finished calls are reused, not repeated.
     earlier = {r["rule_id"]: r for r in stage.previous_results if r.get("error") != "approval:pending"}
+    # The decisions' audit source, as the gate's caller names it: "deterministic", or an eval/shadow purpose.
+    audit_source = who("").source if mode == "execute" and stage.run_id is not None else ""
     for rule in telemetry.spans_per_item(stage.rules, "deterministic_rule", _rule_span_attributes):
         if rule.rule_id in earlier:
             outcome.results.append(earlier[rule.rule_id])
@@ -188,7 +190,7 @@ def _stage_rules(
         audit = None
         if mode == "execute" and stage.run_id is not None:
             audit = {
-                "source": who(f"rule:{rule.rule_id}").source,  # "deterministic", or an eval/shadow purpose
+                "source": audit_source,
                 "action": "rule.decision",
                 "run_id": stage.run_id,
                 "mcp_id": step.mcp_id,

@@ -78,10 +78,13 @@ class RowInsert:
                 self._sql[(connection.vendor, rows, skip_conflicts)] = text
         return text
 
-    def insert(self, objs: Sequence[Model], using: str = DEFAULT_DB_ALIAS) -> None:
+    def insert(
+        self, objs: Sequence[Model], using: str = DEFAULT_DB_ALIAS, *, given: Sequence[Mapping[str, Any]] | None = None
+    ) -> None:
         """Insert ``objs`` and set their primary keys (in order, as ``bulk_create`` does): one statement, or one
-        per batch of as many rows as the database takes parameters for."""
-        self._insert(objs, using, skip_conflicts=False)
+        per batch of as many rows as the database takes parameters for. ``given``: per object, values already in
+        their database form (as :meth:`row_params` takes them)."""
+        self._insert(objs, using, skip_conflicts=False, given=given)
 
     def insert_new(self, objs: Sequence[Model], using: str = DEFAULT_DB_ALIAS) -> list[Any]:
         """Insert those of ``objs`` that violate no unique constraint (``ON CONFLICT DO NOTHING``), without an
@@ -106,15 +109,22 @@ class RowInsert:
                 params.append(field.get_db_prep_save(field.pre_save(obj, True), connection))
         return params
 
-    def _insert(self, objs: Sequence[Model], using: str, *, skip_conflicts: bool) -> list[Any]:
+    def _insert(
+        self,
+        objs: Sequence[Model],
+        using: str,
+        *,
+        skip_conflicts: bool,
+        given: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[Any]:
         connection = connections[using]
         inserted: list[Any] = []
         batch = max(1, connection.ops.bulk_batch_size(list(self.fields()), list(objs)))
         for start in range(0, len(objs), batch):
             chunk = objs[start : start + batch]
             params: list[Any] = []
-            for obj in chunk:
-                params += self.row_params(obj, connection)
+            for i, obj in enumerate(chunk, start=start):
+                params += self.row_params(obj, connection, given=None if given is None else given[i])
             with connection.cursor() as cursor:
                 cursor.execute(self.sql(len(chunk), using, skip_conflicts=skip_conflicts), params)
                 inserted += [key for (key,) in cursor.fetchall()]

@@ -272,11 +272,17 @@ def _chain_append(event: AuditEvent, *, content: _JsonContent, using: str = DEFA
         event.created_at = timezone.now()  # taken under the lock: time never runs backwards along the chain
         event.hash = event_hash({**_hashed_values(event), **content.hashed}, plain=content.plain)
         event.mac = keyring.sign("event", event.hash)
-        _EVENT_INSERT.insert([event], using=using)
+        _EVENT_INSERT.insert([event], using=using, given=_stored_texts(connection, [content]))
         cursor.execute(
             f"UPDATE {head_table} SET seq = %s, hash = %s, mac = %s WHERE id = %s",  # noqa: S608 - table name from the model
             [event.seq, event.hash, _head_signed(keyring, event.seq, event.hash), _HEAD_ID],
         )
+
+
+def _stored_texts(connection: Any, contents: list[_JsonContent]) -> list[dict[str, str | None]] | None:
+    """On SQLite, the JSON fields' text as ``_masked_event`` wrote it, stored as it is (the field would write the
+    same text again from the value parsed back from it). Elsewhere None: the fields write their values."""
+    return [content.texts for content in contents] if connection.vendor == "sqlite" else None
 
 
 def _chain_append_many(built: list[tuple[AuditEvent, _JsonContent]], *, using: str = DEFAULT_DB_ALIAS) -> None:
@@ -297,7 +303,9 @@ def _chain_append_many(built: list[tuple[AuditEvent, _JsonContent]], *, using: s
             event.hash = event_hash({**_hashed_values(event), **content.hashed}, plain=content.plain)
             event.mac = keyring.sign("event", event.hash)
             prev_hash = event.hash
-        _EVENT_INSERT.insert([event for event, _ in built], using=using)
+        _EVENT_INSERT.insert(
+            [event for event, _ in built], using=using, given=_stored_texts(connection, [c for _, c in built])
+        )
         cursor.execute(
             f"UPDATE {head_table} SET seq = %s, hash = %s, mac = %s WHERE id = %s",  # noqa: S608 - table name from the model
             [seq, prev_hash, _head_signed(keyring, seq, prev_hash), _HEAD_ID],

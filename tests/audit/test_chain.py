@@ -295,6 +295,34 @@ def test_a_result_is_stored_as_truncate_makes_it_and_returned_as_read_back(setti
     assert event_hash(row) == event.hash
 
 
+@pytest.mark.parametrize(
+    "result",
+    [
+        None,
+        "y" * 49,  # truncated
+        {"n": 4.0, "m": [1e20, -0.0, 2.5, 10**30], "팀": "클라우드운영팀 \u2028 \x00 \U0001f600"},
+        {"when": dt.datetime(2026, 5, 1, 9, 30, tzinfo=dt.UTC), "d": [decimal.Decimal("1.50")], "u": uuid.UUID(int=7)},
+    ],
+)
+def test_the_stored_json_text_is_what_the_field_writes_of_the_value_read_back(settings: Any, result: Any) -> None:
+    """Inline on SQLite the JSON fields store the text the event was masked and measured as: byte for byte what
+    the field itself writes of the value it gives back (so a row written either way is the same row)."""
+    settings.PLATFORM_AUDIT_RESULT_MAX_CHARS = 200
+    one = audit_event_record(source="agent", args={"q": "김하늘", "n": 1.0}, result=result)
+    (many, _other) = audit_events_record(
+        [{"source": "agent", "args": {"q": "김하늘", "n": 1.0}, "result": result}, {"source": "admin"}]
+    )
+    for event in (one, many):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT args, result FROM audit_auditevent WHERE seq = %s", [event.seq])
+            texts = cursor.fetchone()
+        row = stored(event.seq)
+        field = {name: AuditEvent._meta.get_field(name) for name in ("args", "result")}
+        for name, text in zip(("args", "result"), texts, strict=True):
+            assert text == field[name].get_db_prep_save(row[name], connection), name
+        assert event_hash(row) == event.hash
+
+
 def test_the_orm_refuses_to_change_or_delete_an_event() -> None:
     (event,) = record(1)
 
