@@ -173,7 +173,7 @@ class _Heartbeats:
 
     def add(self, claim: RunClaim) -> None:
         with self.changed:
-            if self.thread is None:
+            if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._loop, name="run-heartbeats", daemon=True)
                 self.thread.start()
             at = time.monotonic() + claim.heartbeat_interval()
@@ -204,7 +204,10 @@ class _Heartbeats:
                     continue
             for claim in beating:
                 self._beat(claim)
-            connection.close()  # opened for these beats (a beat is seconds from the next: none is kept idle)
+            try:
+                connection.close()  # opened for these beats (a beat is seconds from the next: none is kept idle)
+            except Exception:  # the thread beats on for every run of the process
+                logger.warning("heartbeats: closing the database connection failed", exc_info=True)
 
     def _beat(self, claim: RunClaim) -> None:
         try:
@@ -213,6 +216,8 @@ class _Heartbeats:
                 logger.warning("run %s: %s lost its claim (delivery %d)", claim.run_id, claim.worker, claim.delivery)
         except DatabaseError as exc:
             logger.warning("run %s: heartbeat failed: %s", claim.run_id, exc)
+        except Exception:  # one claim's failure must not stop the beats of the others
+            logger.exception("run %s: heartbeat failed", claim.run_id)
 
 
 _heartbeats = _Heartbeats()

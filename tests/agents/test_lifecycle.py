@@ -268,6 +268,29 @@ def test_one_thread_beats_every_claim_of_the_process_and_drops_a_lost_one(demo_a
             claim.stop_heartbeat()  # type: ignore[union-attr]
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_whose_heartbeat_fails_unexpectedly_does_not_stop_the_others(demo_agent, settings, caplog) -> None:
+    settings.PLATFORM_RUN_LEASE_S = 0.6
+    first, second = submit(demo_agent), submit(demo_agent)
+    broken, healthy = run_claim(run_id=str(first.id)), run_claim(run_id=str(second.id))
+    assert broken is not None and healthy is not None
+
+    def fails() -> bool:
+        raise RuntimeError("a bug in one beat")
+
+    broken.heartbeat = fails  # type: ignore[method-assign]
+    broken.start_heartbeat()
+    healthy.start_heartbeat()
+    try:
+        for _ in range(3):  # beaten again and again, after the other's failures
+            lease = fresh(second).lease_expires_at
+            assert wait_for(lambda lease=lease: fresh(second).lease_expires_at != lease)
+        assert "heartbeat failed" in caplog.text and "a bug in one beat" in caplog.text
+    finally:
+        broken.stop_heartbeat()
+        healthy.stop_heartbeat()
+
+
 def wait_for(condition, timeout_s: float = 10):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
