@@ -134,7 +134,7 @@ def audit_event_record(
     if chain_mode() == "deferred":
         _pending_append([(event, content)])
     else:
-        _chain_append(event, content=content)
+        _chain_append_many([(event, content)])
     return event
 
 
@@ -259,26 +259,6 @@ def _stored_json(value: Any, *, max_chars: int | None = None) -> tuple[str | Non
     return text, stored, hashed, plain
 
 
-def _chain_append(event: AuditEvent, *, content: _JsonContent, using: str = DEFAULT_DB_ALIAS) -> None:
-    connection = connections[using]
-    head_table = connection.ops.quote_name(AuditChainHead._meta.db_table)
-    keyring = chain_keyring()
-    # No savepoint inside a caller's transaction: cheaper, and a failed append fails the whole transaction.
-    with transaction.atomic(using=using, savepoint=False), connection.cursor() as cursor:
-        lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-        seq, prev_hash = _chain_head_read(cursor, head_table, keyring, lock=lock)
-        event.seq = seq + 1
-        event.prev_hash = prev_hash
-        event.created_at = timezone.now()  # taken under the lock: time never runs backwards along the chain
-        event.hash = event_hash({**_hashed_values(event), **content.hashed}, plain=content.plain)
-        event.mac = keyring.sign("event", event.hash)
-        _EVENT_INSERT.insert([event], using=using, given=_stored_texts(connection, [content]))
-        cursor.execute(
-            f"UPDATE {head_table} SET seq = %s, hash = %s, mac = %s WHERE id = %s",  # noqa: S608 - table name from the model
-            [event.seq, event.hash, _head_signed(keyring, event.seq, event.hash), _HEAD_ID],
-        )
-
-
 def _stored_texts(connection: Any, contents: list[_JsonContent]) -> list[dict[str, str | None]] | None:
     """On SQLite, the JSON fields' text as ``_masked_event`` wrote it, stored as it is (the field would write the
     same text again from the value parsed back from it). Elsewhere None: the fields write their values."""
@@ -286,8 +266,9 @@ def _stored_texts(connection: Any, contents: list[_JsonContent]) -> list[dict[st
 
 
 def _chain_append_many(built: list[tuple[AuditEvent, _JsonContent]], *, using: str = DEFAULT_DB_ALIAS) -> None:
-    """Inline, several events: the head read (and locked) once, the events linked in order and inserted in one
-    statement, the head moved once onto the last. Each event is exactly what :func:`_chain_append` makes of it."""
+    """Inline: the head read (and locked) once, the events linked in order and inserted in one statement, the
+    head moved once onto the last; one event or several, each exactly what it would be appended alone. No
+    savepoint inside a caller's transaction: cheaper, and a failed append fails the whole transaction."""
     connection = connections[using]
     head_table = connection.ops.quote_name(AuditChainHead._meta.db_table)
     keyring = chain_keyring()
