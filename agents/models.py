@@ -569,7 +569,13 @@ class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="runs", verbose_name=_("agent"))
     api_key = models.ForeignKey(
-        ApiKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs", verbose_name=_("API key")
+        ApiKey,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="runs",
+        verbose_name=_("API key"),
+        db_index=False,  # the indexes in Meta lead with it
     )
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs"
@@ -658,6 +664,14 @@ class Run(models.Model):
         verbose_name = _("run")
         verbose_name_plural = _("runs")
         ordering = ["-created_at"]
+        indexes = [
+            # A key's runs are read in two ways, each from its own index rather than by walking and sorting every
+            # run of the key (a cost per request that grew with the key's history): ``run_submit``'s lookup of an
+            # Idempotency-Key, on every POST that sends one, and ``GET /runs`` (newest first, a page at a time)
+            # with ``GET /usage`` (the key's runs since a date).
+            models.Index(fields=["api_key", "idempotency_key", "created_at"], name="run_key_idempotency_idx"),
+            models.Index(fields=["api_key", "created_at", "id"], name="run_key_created_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.agent.slug} {self.id}"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -397,7 +397,8 @@ def run_submit(
         )
         return RunSubmission(run=run, replayed=False)
     with transaction.atomic():
-        ApiKey.objects.select_for_update().filter(pk=api_key.pk).values_list("pk", flat=True).first()
+        if connection.features.has_select_for_update:  # SQLite's transaction holds the write lock already
+            ApiKey.objects.select_for_update().filter(pk=api_key.pk).values_list("pk", flat=True).first()
         earlier = (
             Run.objects.select_related("agent")
             .filter(api_key=api_key, idempotency_key=idempotency_key)
