@@ -399,20 +399,16 @@ def run_submit(
     with transaction.atomic():
         if connection.features.has_select_for_update:  # SQLite's transaction holds the write lock already
             ApiKey.objects.select_for_update().filter(pk=api_key.pk).values_list("pk", flat=True).first()
-        earlier = (
-            Run.objects.select_related("agent")
-            .filter(api_key=api_key, idempotency_key=idempotency_key)
-            .order_by("created_at")
-            .first()
-        )
+        earlier = _earlier_submission(api_key_id=api_key.pk, idempotency_key=idempotency_key)
         if earlier is not None:
-            if earlier.request_digest != digest:
+            earlier_pk, earlier_digest = earlier
+            if earlier_digest != digest:
                 raise ApplicationError(
                     _("This Idempotency-Key was used with another request body."),
                     code="idempotency_key_reused",
                     status=409,
                 )
-            return RunSubmission(run=earlier, replayed=True)
+            return RunSubmission(run=Run.objects.select_related("agent").get(pk=earlier_pk), replayed=True)
         run = run_create(
             agent_slug=agent_slug,
             query=query,
@@ -424,6 +420,32 @@ def run_submit(
             digest=digest,
         )
         return RunSubmission(run=run, replayed=False)
+
+
+_EARLIER_SUBMISSION: dict[str, str] = {}
+
+
+def _earlier_submission(*, api_key_id: Any, idempotency_key: str) -> tuple[Any, str] | None:
+    """The id and request digest of the run this API key created with this Idempotency-Key, if any (the whole run,
+    with its agent for the answer, is read for a replay alone): a statement made once per database, read from the
+    index ``run_key_idempotency_idx`` (the ORM would compile it on every POST that sends a key)."""
+    sql = _EARLIER_SUBMISSION.get(connection.vendor)
+    if sql is None:
+        quote = connection.ops.quote_name
+        column = {name: quote(str(Run._meta.get_field(name).column)) for name in _EARLIER_COLUMNS}
+        sql = _EARLIER_SUBMISSION[connection.vendor] = (
+            f"SELECT {column['id']}, {column['request_digest']} FROM {quote(Run._meta.db_table)} "  # noqa: S608 - the model's names
+            f"WHERE {column['api_key']} = %s AND {column['idempotency_key']} = %s ORDER BY {column['created_at']} LIMIT 1"
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [api_key_id, idempotency_key])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return Run._meta.get_field("id").to_python(row[0]), row[1]
+
+
+_EARLIER_COLUMNS = ("id", "request_digest", "api_key", "idempotency_key", "created_at")
 
 
 def _mask_strings(value: Any, secrets: list[str]) -> Any:
