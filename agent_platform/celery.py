@@ -83,6 +83,15 @@ def _worker_database_connection_lives(**_kwargs: object) -> None:
         _keeps_connection = True
 
 
+@worker_init.connect
+def _import_the_run_path(**_kwargs: object) -> None:
+    """Import what a run executes (the engine, LangGraph, the model providers, the gate, the MCP SDK: about three
+    seconds of imports on a small machine) in the worker's main process, before it says it is ready: the pool
+    processes it forks have it, and no run waits for it. Django's own start loads none of it, so ``manage.py``
+    commands and web processes start without it (``mcpregistry.gate_records``, ``agents.rule_tester``)."""
+    from agents import execution  # noqa: F401
+
+
 @task_prerun.connect
 def _keep_database_connection(task: object = None, **_kwargs: object) -> None:
     """Before each task in a worker: close this process's connection if it broke or outlived its age (Django's

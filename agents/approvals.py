@@ -15,7 +15,7 @@ from agents.models import Approval, Run
 from agents.run_state import run_resume
 from audit.masking import mask_value
 from audit.services import audit_event_record
-from mcpregistry.gate import ApprovalState
+from mcpregistry.gate_records import ApprovalState
 
 
 class RunApprovals:

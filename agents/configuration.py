@@ -38,7 +38,7 @@ from agents.services import (
 )
 from agents.versions import AGENT_FIELDS, VersionContent, version_content_portable
 from mcpregistry.contract_document import ContractSpec, contract_entry, contract_fields
-from mcpregistry.gate import CONTRACT_FIELDS
+from mcpregistry.gate_records import CONTRACT_FIELDS
 from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.services import mcp_server_update, mcp_tool_create, mcp_tool_update, tool_contract_update
 

@@ -15,10 +15,8 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy as _
 
-from agents.deterministic_stage import StageInput, deterministic_stage
 from agents.models import Agent
 from agents.selectors import deterministic_rule_specs
-from mcpregistry import gate
 
 
 @dataclass
@@ -73,6 +71,11 @@ def rules_trial(
     (``agents.deterministic_stage``): a dry run by default, through the gate when ``execute`` (audited, source
     ``admin``). A failure that would end a run (``deterministic:rule_error``, ``mcp:not_loaded:<id>``,
     ``deterministic:tool_unknown``) ends the trial list at that rule, with the run's reason code and text."""
+    # The stage and the gate load the MCP SDK and LangChain: a process that serves the admin pays for them when
+    # a rule is first tried, not when it starts (this module is the URLconf's).
+    from agents.deterministic_stage import StageInput, deterministic_stage
+    from mcpregistry import gate
+
     servers = list(agent.servers.prefetch_related("tools"))
 
     def who(call_id: str) -> gate.GateCall:

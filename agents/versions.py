@@ -4,7 +4,7 @@ and how live traffic is split between A/B arms.
 A version's ``content`` (``VersionContent``) holds everything that decides what a run does and that an admin
 edits: the agent's prompt, model, parameters and mode (``AGENT_FIELDS``), the MCP servers it binds (by id), its
 enabled rules in order (as the engine sees them, ``RuleSpec``) and the contracts of the bound servers' tools
-(``mcpregistry.gate.contract_snapshot``). A run of a version reads all of these from the version; the servers'
+(``mcpregistry.gate_records.contract_snapshot``). A run of a version reads all of these from the version; the servers'
 connections (command, URL, secrets) and the tools' discovered schemas stay the registry's, since they describe
 the outside world, not the agent.
 """
@@ -20,7 +20,7 @@ from typing import Any, TypedDict
 from agents.deterministic import RuleSpec
 from agents.models import Agent, AgentVersion
 from agents.selectors import deterministic_rule_specs
-from mcpregistry.gate import contract_from_snapshot, contract_snapshot
+from mcpregistry.gate_records import contract_from_snapshot, contract_snapshot
 from mcpregistry.models import McpServer, ToolContract
 
 AGENT_FIELDS = (

@@ -53,12 +53,12 @@ from mcpregistry.contracts import (
     DEFAULT_RETRY,
     RETRYABLE,
     Verdict,
-    argument_constraints,
     backoff_delay,
     check_args,
     check_result,
     classify_tool_error,
 )
+from mcpregistry.gate_records import ApprovalState, contract_of
 from mcpregistry.local_tools import LOCAL_TRANSPORT, local_runner
 from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.pool import McpTimeoutError, McpTransportError, get_default_pool
@@ -133,23 +133,6 @@ class ToolResult:
         }
 
 
-@dataclass
-class ApprovalState:
-    """What the approver knows of a write call: ``pending`` (just asked, or still waiting), ``approved``,
-    ``rejected``, ``expired``, ``executed`` (it ran; ``result`` says how), ``executing`` (a worker claimed it
-    and did not record how it ended: it died, so the outcome is unknown) or ``outcome_unknown`` (it was sent
-    and no answer came; it is never sent again)."""
-
-    status: Literal["pending", "approved", "rejected", "expired", "executing", "executed", "outcome_unknown"]
-    approval_id: str
-    reason: str = ""
-    decided_by: str = ""
-    result: dict[str, Any] | None = None
-    # The exact arguments the person approved (the call is executed with these) and their hash.
-    args: dict[str, Any] | None = None
-    call_hash: str = ""
-
-
 class ApprovalPort(Protocol):
     """How the gate asks for, and records, human approval of a write call (implemented by the run engine)."""
 
@@ -218,41 +201,6 @@ def _parse(text: str) -> Any:
     return text
 
 
-def _contract_of(tool: McpTool) -> ToolContract:
-    """The tool's contract, or one read off its input schema when an admin has not saved one."""
-    try:
-        return tool.contract
-    except ToolContract.DoesNotExist:
-        return ToolContract(tool=tool, args=argument_constraints(tool.input_schema or {}), risk="read")
-
-
-CONTRACT_FIELDS = (
-    "args",
-    "unknown_args",
-    "returns",
-    "retry",
-    "timeout_s",
-    "fallback_tool",
-    "fallback_policy",
-    "risk",
-    "memo",
-    "memo_ttl_s",
-    "idempotency_arg",
-    "correction_cap",
-)
-
-
-def contract_snapshot(tool: McpTool) -> dict[str, Any]:
-    """The contract the gate applies to ``tool`` now, as plain values (what an agent version freezes)."""
-    contract = _contract_of(tool)
-    return {name: getattr(contract, name) for name in CONTRACT_FIELDS}
-
-
-def contract_from_snapshot(snapshot: Mapping[str, Any]) -> ToolContract:
-    """An unsaved contract from ``contract_snapshot``'s values (for ``GateCall.contracts``)."""
-    return ToolContract(**{name: snapshot[name] for name in CONTRACT_FIELDS if name in snapshot})
-
-
 def _offered(who: GateCall, server: McpServer, tool: McpTool) -> bool:
     """Whether ``who`` may call ``tool``: callable now and, for a published version's run, frozen in it."""
     return tool.callable and (who.contracts is None or f"{server.mcp_id}/{tool.name}" in who.contracts)
@@ -260,7 +208,7 @@ def _offered(who: GateCall, server: McpServer, tool: McpTool) -> bool:
 
 def _contract_for(who: GateCall, server: McpServer, tool: McpTool) -> ToolContract:
     frozen = who.contracts.get(f"{server.mcp_id}/{tool.name}") if who.contracts is not None else None
-    return frozen if frozen is not None else _contract_of(tool)
+    return frozen if frozen is not None else contract_of(tool)
 
 
 class _Call:
@@ -352,7 +300,7 @@ def call(
 def contract_for(tool: McpTool) -> ToolContract:
     """The tool's live contract (its saved one, or one read off its input schema). For a call made on behalf of
     a run, use ``contract_applied``: a published version's run applies the contract it froze."""
-    return _contract_of(tool)
+    return contract_of(tool)
 
 
 def contract_applied(*, who: GateCall, server: McpServer, tool: McpTool) -> ToolContract:

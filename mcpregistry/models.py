@@ -19,7 +19,6 @@ from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration
 from mcpregistry.binding_policy import command_problem, from_env_problem, url_problem
 from mcpregistry.contracts import ArgSpec, RetrySpec, ReturnsSpec, spec_problems
 from mcpregistry.crypto import EncryptedJSONField
-from mcpregistry.local_tools import local_paths_problem
 
 # langchain-mcp-adapters expands ${VAR} in env values from the worker's environment: refuse them at save.
 PLACEHOLDER = re.compile(r"\$\{[^}]*\}")
@@ -145,7 +144,10 @@ class McpServer(AuditedModel):
     def clean(self) -> None:
         errors: dict[str, list[str]] = {}
         if self.transport == self.Transport.LOCAL:
-            # No process and no URL: the arguments are the dotted paths of the tools (imported to check them).
+            # No process and no URL: the arguments are the dotted paths of the tools (imported to check them; the
+            # tools' module loads LangChain and the MCP SDK, which a process that only reads models never needs).
+            from mcpregistry.local_tools import local_paths_problem
+
             problem = local_paths_problem(self.args)
             if problem:
                 errors.setdefault("args", []).append(problem)

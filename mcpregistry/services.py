@@ -22,7 +22,6 @@ from audit.masking import mask_text
 from mcpregistry.contracts import contract_defaults, schema_problem
 from mcpregistry.crypto import PREFIX, rotate_token
 from mcpregistry.embeddings import refresh_after_discovery
-from mcpregistry.local_tools import runner_for
 from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract
 from mcpregistry.signals import registry_contracts_changed_send
 
@@ -174,6 +173,8 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
     report = DiscoveryReport(mcp_id=server.mcp_id, ok=False)
     # A per-run server gets a session for this discovery alone; a shared one warms this process's session.
     scope = server.pool_scope("discovery")
+    from mcpregistry.local_tools import runner_for  # the session pool and the MCP SDK: loaded when one is called
+
     runner = runner_for(server.transport)
     try:
         listing = runner.list_tools(server.connection_config(), timeout_s=max(server.timeout_s, 30.0), scope=scope)
@@ -320,6 +321,8 @@ def mcp_server_health_check(*, server: McpServer) -> HealthReport:
     for the server's failure."""
     report = HealthReport(mcp_id=server.mcp_id, ok=False)
     scope = server.pool_scope("health")
+    from mcpregistry.local_tools import runner_for  # the session pool and the MCP SDK: loaded when one is called
+
     runner = runner_for(server.transport)
     started = time.monotonic()
     try:

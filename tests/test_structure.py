@@ -1,7 +1,8 @@
 """The structure the README draws, checked from the code's own imports (function-local ones included): arrows
 evals → agents → mcpregistry → audit and agents → audit; nothing from the audit core to agents or mcpregistry; nothing
-from mcpregistry to agents; no circle of imports between modules of the apps. And the web process's URLconf
-loads without LangGraph."""
+from mcpregistry to agents; no circle of imports between modules of the apps. And Django's start, its checks and the web
+process's URLconf load none of what a run executes (LangGraph, LangChain, the MCP SDK, the model providers), which
+a worker loads before it is ready."""
 
 from __future__ import annotations
 
@@ -138,22 +139,48 @@ def test_the_walk_sees_function_local_imports() -> None:
     assert "agents.execution" in edges["agents.tasks"]  # imported inside run_agent's body
 
 
-def test_loading_the_web_urlconf_does_not_import_langgraph() -> None:
-    script = (
-        "import sys, django\n"
-        "django.setup()\n"
-        "from django.conf import settings\n"
-        "from django.urls import resolve\n"
-        "import importlib\n"
-        "importlib.import_module(settings.ROOT_URLCONF)\n"
-        "for url in ('/api/v1/runs', '/api/v1/audit/events', '/api/v1/evals/runs', '/admin/'):\n"
-        "    resolve(url)\n"
-        "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'langgraph')\n"
-        "print(loaded)\n"
-        "sys.exit(1 if loaded else 0)\n"
-    )
+# What a run executes and nothing else needs: about three seconds of imports on this machine, two of them the MCP
+# SDK and LangChain's core, which every ``manage.py`` command and web process paid at start before.
+RUN_PATH_PACKAGES = ("langgraph", "mcp", "langchain_core", "langsmith", "langchain_aws", "boto3", "openai")
+
+
+def _loaded_after(script: str) -> list[str]:
+    """The run path's packages loaded in a fresh process after ``script`` (Django's settings set)."""
+    script += f"\nimport sys\nprint(sorted({{m.split('.')[0] for m in sys.modules}} & set({RUN_PATH_PACKAGES!r})))\n"
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "agent_platform.settings"}
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    return ast.literal_eval(done.stdout.strip().splitlines()[-1])
+
+
+def test_django_s_start_its_checks_and_the_web_urlconf_load_none_of_the_run_path() -> None:
+    # What every manage.py command does before its work (the system checks load the URLconf), and what a web
+    # process does to route a request: the admin's pages, the API, the auditor's and the evals' endpoints.
+    loaded = _loaded_after(
+        "import django\n"
+        "django.setup()\n"
+        "from django.core import checks\n"
+        "checks.run_checks()\n"
+        "from django.urls import resolve\n"
+        "for url in ('/api/v1/runs', '/api/v1/audit/events', '/api/v1/evals/runs', '/admin/', "
+        "'/admin/agents/rule-tester/', '/mcp/', '/a2a/company-assistant/'):\n"
+        "    resolve(url)\n"
+    )
+    assert loaded == []
+
+
+def test_a_worker_imports_the_run_path_before_it_is_ready() -> None:
+    # ``worker_init`` fires in the worker's main process before its pool starts: the pool processes forked from
+    # it have the run path, and no run waits for its imports.
+    loaded = _loaded_after(
+        "import django\n"
+        "django.setup()\n"
+        "from agent_platform.celery import app\n"
+        "from celery.signals import worker_init\n"
+        "worker_init.send(sender=None)\n"
+        "import sys\n"
+        "assert 'agents.execution' in sys.modules\n"
+    )
+    assert set(loaded) == set(RUN_PATH_PACKAGES)
