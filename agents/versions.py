@@ -4,9 +4,9 @@ and how live traffic is split between A/B arms.
 A version's ``content`` (``VersionContent``) holds everything that decides what a run does and that an admin
 edits: the agent's prompt, model, parameters and mode (``AGENT_FIELDS``), the MCP servers it binds (by id), its
 enabled rules in order (as the engine sees them, ``RuleSpec``) and the contracts of the bound servers' tools
-(``mcpregistry.gate_records.contract_snapshot``). A run of a version reads all of these from the version; the servers'
-connections (command, URL, secrets) and the tools' discovered schemas stay the registry's, since they describe
-the outside world, not the agent.
+(``mcpregistry.gate_records.contract_snapshot``). A run of a version reads all of these from the version; the
+servers' connections (command, URL, secrets) and the tools' discovered schemas stay the registry's, since they
+describe the outside world, not the agent.
 """
 
 from __future__ import annotations

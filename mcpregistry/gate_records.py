@@ -1,8 +1,7 @@
 """The gate's plain records, which configuration, agent versions and approvals share with it without loading
 the MCP client (``mcpregistry.gate`` imports the session pool and the MCP SDK, which cost a process a second or
 two to import; a ``manage.py`` command or a web process that never calls a tool does not pay for them): the state
-of a write call's approval, and a tool's contract as the gate applies it (what an agent version freezes).
-``mcpregistry.gate`` re-exports each of them."""
+of a write call's approval, and a tool's contract as the gate applies it (what an agent version freezes)."""
 
 from __future__ import annotations
 
