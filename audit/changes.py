@@ -202,6 +202,22 @@ def config_change_record(
     )
 
 
+def _share_loaded_relations(stored: models.Model, obj: models.Model, names: list[str]) -> None:
+    """Give the stored row the related objects ``obj`` has already loaded for the same foreign keys, so that the
+    "before" snapshot names them (``str``) without reading each again, and through it whatever its ``__str__``
+    reads (a tool's server). Both snapshots then name a related row the same way: a foreign key that did not
+    change never shows in the diff."""
+    for name in names:
+        field: Any = obj._meta.get_field(name)
+        if (
+            (field.many_to_one or field.one_to_one)
+            and field.concrete
+            and field.is_cached(obj)
+            and getattr(stored, field.attname) == getattr(obj, field.attname)
+        ):
+            field.set_cached_value(stored, field.get_cached_value(obj))
+
+
 def audited_save(
     obj: M,
     *,
@@ -222,6 +238,8 @@ def audited_save(
     creating = obj._state.adding or obj.pk is None
     with transaction.atomic(using=router.db_for_write(model)), change_scope(actor=actor, via=via):
         stored = None if creating else model._default_manager.filter(pk=obj.pk).first()
+        if stored is not None:
+            _share_loaded_relations(stored, obj, names)
         before = snapshot(stored, names)
         for name, value in (data or {}).items():
             setattr(obj, name, value)

@@ -141,7 +141,7 @@ def gate_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
 def confirm_read_tools(server: McpServer) -> None:
     """What an admin does after discovering a server: mark the tools that only read as ``read`` (discovery
     proposes ``write`` for every tool; the server's own read-only hints are never trusted by the platform)."""
-    for contract in ToolContract.objects.filter(tool__server=server).select_related("tool"):
+    for contract in ToolContract.objects.filter(tool__server=server).select_related("tool__server"):
         if contract.risk != "read" and annotation_risk_hint(contract.tool.annotations) == "read":
             tool_contract_update(contract=contract, actor="test-admin", via="tests", data={"risk": "read"})
 

@@ -150,7 +150,7 @@ def apply_demo_contracts(server: McpServer) -> None:
     """The demo's contracts on top of what discovery pre-filled (each change audited): every tool of the demo
     server only reads, which its admin (this command) confirms by marking it ``read`` — discovery proposes
     ``write`` for every tool, whatever the server claims."""
-    for contract in ToolContract.objects.filter(tool__server=server).select_related("tool"):
+    for contract in ToolContract.objects.filter(tool__server=server).select_related("tool__server"):
         values = {"risk": ToolContract.Risk.READ, **DEMO_CONTRACTS.get(contract.tool.name, {})}
         tool_contract_update(contract=contract, actor=SEED_ACTOR, via=SEED_VIA, data=values)
 
@@ -181,7 +181,7 @@ def seed_local_tools() -> McpServer:
 
 def apply_local_contracts(server: McpServer) -> None:
     """The shipped local tools' contracts on top of what discovery pre-filled (each change audited)."""
-    for contract in ToolContract.objects.filter(tool__server=server).select_related("tool"):
+    for contract in ToolContract.objects.filter(tool__server=server).select_related("tool__server"):
         values = LOCAL_CONTRACTS.get(contract.tool.name)
         if values:
             tool_contract_update(contract=contract, actor=SEED_ACTOR, via=SEED_VIA, data=values)
