@@ -67,9 +67,7 @@ def test_a_renamed_related_row_loaded_before_the_rename_is_not_a_change_of_the_k
 def test_a_changed_foreign_key_is_recorded_with_both_rows_named() -> None:
     first, second = _server("crm"), _server("erp")
     agent = Agent.objects.create(slug="helper", name="helper", system_prompt="p", model_provider="offline")
-    rule = DeterministicRule.objects.create(
-        agent=agent, server=first, name="lookup", tool_name="lookup"
-    )
+    rule = DeterministicRule.objects.create(agent=agent, server=first, name="lookup", tool_name="lookup")
     loaded: Any = DeterministicRule.objects.select_related("server", "agent").get(pk=rule.pk)
     audited_save(loaded, actor="test-admin", via="tests", data={"server": second}, validate=False)
     event = _last_change("config.deterministic_rule.update")
