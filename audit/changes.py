@@ -211,7 +211,6 @@ def _share_loaded_relations(stored: models.Model, obj: models.Model, names: list
         field: Any = obj._meta.get_field(name)
         if (
             (field.many_to_one or field.one_to_one)
-            and field.concrete
             and field.is_cached(obj)
             and getattr(stored, field.attname) == getattr(obj, field.attname)
         ):

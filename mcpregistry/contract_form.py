@@ -21,6 +21,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from mcpregistry.contract_document import ContractSpec, contract_entry, contract_fields
 from mcpregistry.contracts import DEFAULT_RETRY, JSON_TYPES, RETRYABLE, spec_problems
+from mcpregistry.gate_records import CONTRACT_FIELDS
 from mcpregistry.models import McpTool, ToolContract, tool_argument_names, tool_required_arguments
 
 TYPE_CHOICES = [("", _("any"))] + [(t, t) for t in JSON_TYPES.values()]
@@ -279,20 +280,8 @@ class ToolContractForm(forms.ModelForm):
 
     class Meta:
         model = ToolContract
-        fields = [
-            "risk",
-            "args",
-            "unknown_args",
-            "returns",
-            "retry",
-            "timeout_s",
-            "fallback_tool",
-            "fallback_policy",
-            "memo",
-            "memo_ttl_s",
-            "idempotency_arg",
-            "correction_cap",
-        ]
+        # Every field the gate applies (so a new one is never missing from the page), the risk first.
+        fields = ["risk", *(name for name in CONTRACT_FIELDS if name != "risk")]
         widgets = {"args": ArgsTableWidget, "returns": ReturnsWidget, "retry": RetryWidget}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
