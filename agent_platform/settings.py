@@ -14,6 +14,8 @@ from pathlib import Path
 import dj_database_url
 from django.utils.translation import gettext_lazy as _
 
+from agent_platform.key_files import key_file
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("PLATFORM_VAR_DIR", BASE_DIR / "var"))
 # The platform's own files (database, keys, broker messages, logs) are this user's alone: folders 0700, files
@@ -36,11 +38,7 @@ def _env_list(name: str, default: str = "") -> list[str]:
 
 def _local_secret_key() -> str:
     """Generate a secret key once for local use, kept in a git-ignored file under var/."""
-    path = VAR_DIR / "secret_key"
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(50), encoding="utf-8")
-        path.chmod(0o600)
-    return path.read_text(encoding="utf-8").strip()
+    return key_file(VAR_DIR / "secret_key", lambda: secrets.token_urlsafe(50))
 
 
 DEBUG = _env_bool("DEBUG")

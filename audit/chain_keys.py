@@ -10,7 +10,6 @@ someone who can write the database lacks.
 
 from __future__ import annotations
 
-import os
 import secrets
 from functools import lru_cache
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from agent_platform.key_files import key_file
 from audit.chain import ChainKeyring
 
 __all__ = ["chain_keyring"]
@@ -25,23 +25,9 @@ __all__ = ["chain_keyring"]
 
 @lru_cache(maxsize=4)
 def _local_key(where: str) -> str:
-    """The local key (in the file named ``where``), created once: written beside its final name, then linked
-    into place, so that two processes starting together agree on one key and nobody reads a half-written file.
-    Read once per process (every append needs it)."""
-    path = Path(where)
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as out:
-            out.write(secrets.token_urlsafe(32))
-        try:
-            os.link(partial, path)
-        except FileExistsError:
-            pass  # another process made it first: use theirs
-        finally:
-            partial.unlink(missing_ok=True)
-    return path.read_text(encoding="utf-8").strip()
+    """The local key (in the file named ``where``), created once (``agent_platform/key_files.py``). Read once per
+    process (every append needs it)."""
+    return key_file(Path(where), lambda: secrets.token_urlsafe(32))
 
 
 @lru_cache(maxsize=8)

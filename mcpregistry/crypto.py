@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import models
+
+from agent_platform.key_files import key_file
 
 PREFIX = "fernet:"
 
@@ -23,18 +26,17 @@ class SecretDecryptionError(ImproperlyConfigured):
     """Stored secrets cannot be decrypted with the configured keys."""
 
 
-def _local_key() -> str:
-    path = settings.VAR_DIR / "secrets_key"
-    if not path.exists():
-        path.write_text(Fernet.generate_key().decode(), encoding="utf-8")
-        path.chmod(0o600)
-    return path.read_text(encoding="utf-8").strip()
+@lru_cache(maxsize=4)
+def _local_key(where: str) -> str:
+    """The local key (in the file named ``where``), created once (``agent_platform/key_files.py``). Read once per
+    process: every secret read from the database or written to it needs it."""
+    return key_file(Path(where), lambda: Fernet.generate_key().decode())
 
 
 def configured_keys() -> list[str]:
     raw = getattr(settings, "SECRETS_ENCRYPTION_KEYS", "") or ""
     keys = [k.strip() for k in raw.split(",") if k.strip()]
-    return keys or [_local_key()]
+    return keys or [_local_key(str(settings.VAR_DIR / "secrets_key"))]
 
 
 @lru_cache(maxsize=4)
