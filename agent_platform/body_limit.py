@@ -9,13 +9,15 @@ Two layers, because the servers differ in when they read a body:
   moment it passes the limit. What it lets through it hands on unchanged (buffered: at most the limit).
 - ``BodyLimitMiddleware`` is the first Django middleware (WSGI: ``runserver``, gunicorn's sync workers, the
   test client): a ``Content-Length`` over the limit is a ``413`` before sessions, CSRF or authentication read
-  the body. Under WSGI Django reads no more than ``Content-Length`` (its ``LimitedStream``), and the API's
+  the body. It also refuses (``400 bad_request``) a path or query string on an API path that holds a NUL
+  character (``%00``): no database stores one (PostgreSQL raises), so no view should have to look for it. Under WSGI Django reads no more than ``Content-Length`` (its ``LimitedStream``), and the API's
   parser (``agents/api/parsers.py``) counts what it reads, too.
 
-The limit is ``PLATFORM_API_MAX_BODY_BYTES`` under ``/api/`` and ``PLATFORM_MAX_BODY_BYTES`` elsewhere (the
-admin).
+The API's paths (:func:`is_api_path`) are the REST API under ``/api/`` and the machine protocols beside it: A2A
+(``/a2a/``, the agent cards under ``/.well-known/``) and MCP (``/mcp``). Their limit is
+``PLATFORM_API_MAX_BODY_BYTES``; elsewhere (the admin) it is ``PLATFORM_MAX_BODY_BYTES``.
 
-``ApiErrorShapeMiddleware`` is the outermost Django middleware: any error response under ``/api/`` that is not
+``ApiErrorShapeMiddleware`` is the outermost Django middleware: any error response on an API path that is not
 JSON (Django's own 400/403/404/405/413 pages, a CSRF failure, anything a future view forgets) is replaced by the
 API's ``{"error": {"code", "message"}}`` with the same status and headers that matter (``Allow``,
 ``Retry-After``, ``WWW-Authenticate``).
@@ -26,10 +28,13 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+from urllib.parse import unquote
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
+from django.utils import translation
 from django.utils.translation import gettext as _
+from django.utils.translation import trans_real
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -37,7 +42,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-API_PREFIX = "/api/"
+API_PREFIXES = ("/api/", "/a2a/", "/mcp/", "/.well-known/")
 _KEPT_HEADERS = ("Allow", "Retry-After", "WWW-Authenticate")
 _CODES = {
     400: "bad_request",
@@ -55,9 +60,19 @@ _CODES = {
 }
 
 
+def is_api_path(path: str) -> bool:
+    """Whether ``path`` is one of the API's (its callers are programs: every answer there is JSON)."""
+    return path.startswith(API_PREFIXES) or path == "/mcp"
+
+
+def json_error(status: int, code: str | None = None, message: str | None = None) -> JsonResponse:
+    """The API's error response (:func:`error_json`), Korean text kept as it is."""
+    return JsonResponse(error_json(status, code, message), status=status, json_dumps_params={"ensure_ascii": False})
+
+
 def body_limit_for(path: str) -> int:
     """The most bytes a request body to ``path`` may have."""
-    if path.startswith(API_PREFIX):
+    if is_api_path(path):
         return int(settings.PLATFORM_API_MAX_BODY_BYTES)
     return int(settings.PLATFORM_MAX_BODY_BYTES)
 
@@ -74,6 +89,19 @@ def error_json(status: int, code: str | None = None, message: str | None = None)
 
 def _too_large_message(limit: int) -> str:
     return _("The body is larger than %(max)d bytes.") % {"max": limit}
+
+
+def _language_of(accept_language: str) -> str:
+    """The language ``Accept-Language`` asks for among ours (Django's choice without the session, cookie and
+    path, which nothing before ``LocaleMiddleware`` has), else the default."""
+    for code, _quality in trans_real.parse_accept_lang_header(accept_language[:255]):
+        if code == "*":
+            break
+        try:
+            return translation.get_supported_language_variant(code)
+        except LookupError:
+            continue
+    return str(settings.LANGUAGE_CODE)
 
 
 def _declared_length(value: str | bytes | None) -> int | None:
@@ -98,11 +126,14 @@ class BodyLimitASGIMiddleware:
         limit = body_limit_for(scope.get("path", ""))
         headers = dict(scope.get("headers") or [])
         declared = _declared_length(headers.get(b"content-length"))
+        language = _language_of(headers.get(b"accept-language", b"").decode("latin-1"))
         if declared == -1:
-            await _send_json(send, 400, error_json(400, "bad_request", _("Content-Length must be a whole number.")))
+            with translation.override(language):
+                await _send_json(send, 400, error_json(400, "bad_request", _("Content-Length must be a whole number.")))
             return
         if declared is not None and declared > limit:
-            await _send_json(send, 413, error_json(413, "body_too_large", _too_large_message(limit)))
+            with translation.override(language):
+                await _send_json(send, 413, error_json(413, "body_too_large", _too_large_message(limit)))
             return
         buffered: list[Message] = []
         size = 0
@@ -113,7 +144,8 @@ class BodyLimitASGIMiddleware:
                 break  # http.disconnect: Django sees it and stops
             size += len(message.get("body", b""))
             if size > limit:
-                await _send_json(send, 413, error_json(413, "body_too_large", _too_large_message(limit)))
+                with translation.override(language):
+                    await _send_json(send, 413, error_json(413, "body_too_large", _too_large_message(limit)))
                 return
             if not message.get("more_body", False):
                 break
@@ -147,15 +179,28 @@ class BodyLimitMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        return self._refusal(request) or self.get_response(request)
+
+    @staticmethod
+    def _refusal(request: HttpRequest) -> JsonResponse | None:
+        """The error response for a request refused here, in the caller's language (this runs before
+        ``LocaleMiddleware`` chooses it); None for one that may go on."""
         limit = body_limit_for(request.path)
         declared = _declared_length(request.META.get("CONTENT_LENGTH") or None)
-        if declared == -1:
-            return JsonResponse(error_json(400, "bad_request", _("Content-Length must be a whole number.")), status=400)
-        if declared is not None and declared > limit:
-            response = JsonResponse(error_json(413, "body_too_large", _too_large_message(limit)), status=413)
+        too_large = declared is not None and declared > limit
+        nul = is_api_path(request.path) and (
+            "\x00" in request.path or "\x00" in unquote(request.META.get("QUERY_STRING", ""))
+        )
+        if declared != -1 and not too_large and not nul:
+            return None
+        with translation.override(_language_of(request.META.get("HTTP_ACCEPT_LANGUAGE", ""))):
+            if declared == -1:
+                return json_error(400, "bad_request", _("Content-Length must be a whole number."))
+            if nul:
+                return json_error(400, "bad_request", _("The path and the query may not contain NUL characters."))
+            response = json_error(413, "body_too_large", _too_large_message(limit))
             response["Connection"] = "close"
             return response
-        return self.get_response(request)
 
 
 class ApiErrorShapeMiddleware:
@@ -166,11 +211,11 @@ class ApiErrorShapeMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         response = self.get_response(request)
-        if not request.path.startswith(API_PREFIX) or response.status_code < 400:
+        if not is_api_path(request.path) or response.status_code < 400:
             return response
         if response.get("Content-Type", "").split(";")[0].strip() == "application/json":
             return response
-        shaped = JsonResponse(error_json(response.status_code), status=response.status_code)
+        shaped = json_error(response.status_code)
         for name in _KEPT_HEADERS:
             if name in response:
                 shaped[name] = response[name]

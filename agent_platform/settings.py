@@ -307,7 +307,7 @@ SESSION_COOKIE_SECURE = not DEBUG and _env_bool("SECURE_COOKIES", default=not DE
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
-# A request body outside /api/ (the admin's forms) larger than this is a 413 before anything reads it.
+# A request body outside the API (the admin's forms) larger than this is a 413 before anything reads it.
 PLATFORM_MAX_BODY_BYTES = int(os.environ.get("PLATFORM_MAX_BODY_BYTES", str(10 * 1024 * 1024)))
 # Passwords (the admin's login, HTTP Basic on the audit API): after this many failures for one username within
 # the window, or PLATFORM_LOGIN_IP_MAX_FAILURES from one client address, every login of that username (or from
@@ -391,6 +391,9 @@ CACHES = {
 from agent_platform.settings_api import *  # noqa: E402, F403
 
 INSTALLED_APPS, REST_FRAMEWORK = [*INSTALLED_APPS, *API_APPS], {**REST_FRAMEWORK, **API_REST_FRAMEWORK}  # noqa: F405
+# The body limits above are the ones that hold: Django's own (2.5 MB for a body read whole) would answer a body
+# between its limit and ours with its HTML "400 Bad Request".
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(PLATFORM_MAX_BODY_BYTES, PLATFORM_API_MAX_BODY_BYTES)  # noqa: F405
 
 # Deployment: HTTPS (PLATFORM_TLS) and the run lifecycle (leases, deliveries, time limits, the reconciler):
 # see agent_platform/settings_deploy.py.

@@ -2,11 +2,14 @@
 metrics."""
 
 from django.contrib import admin
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest
 from django.urls import include, path, reverse_lazy
+from django.utils.functional import Promise
+from django.utils.translation import gettext_lazy as _
 from django.views import defaults
 
 from agent_platform import probes
+from agent_platform.body_limit import is_api_path, json_error
 from agent_platform.dashboard import dashboard_index
 from agents.api import a2a_server, mcp_server
 from agents.rule_tester import rule_tester_view
@@ -34,16 +37,16 @@ urlpatterns = [
 ]
 
 
-def _api_aware(default_view, code: str, message: str, status: int):  # type: ignore[no-untyped-def]
-    """JSON errors under /api/ (callers parse them), Django's pages elsewhere."""
+def _api_aware(default_view, status: int, message: Promise):  # type: ignore[no-untyped-def]
+    """JSON errors on the API's paths (callers parse them: the REST API, A2A, MCP), Django's pages elsewhere."""
 
     def view(request: HttpRequest, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
-        if request.path.startswith("/api/"):
-            return JsonResponse({"error": {"code": code, "message": message}}, status=status)
+        if is_api_path(request.path):
+            return json_error(status, message=str(message))
         return default_view(request, *args, **kwargs)
 
     return view
 
 
-handler404 = _api_aware(defaults.page_not_found, "not_found", "Not found.", 404)
-handler500 = _api_aware(defaults.server_error, "server_error", "Internal error.", 500)
+handler404 = _api_aware(defaults.page_not_found, 404, _("Not found."))
+handler500 = _api_aware(defaults.server_error, 500, _("Internal error."))

@@ -599,7 +599,7 @@ def feedback_normalized(*, score: float, scale: FeedbackScale | None) -> tuple[f
         return (float(score) - 3.0) / 2.0, scale
     raise ApplicationError(
         _("A score is a number from -1 to 1, or a whole number from 1 to 5."),
-        code="invalid",
+        code="invalid_input",
         status=400,
         fields={"score": [_("Out of range for its scale.")]},
     )

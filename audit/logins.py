@@ -180,6 +180,8 @@ class LockoutModelBackend(ModelBackend):
     ) -> Any:
         if username is None:
             username = kwargs.get(get_user_model().USERNAME_FIELD)
+        if username is not None and "\x00" in username:
+            return None  # no user has one (Django's forms refuse it), and PostgreSQL cannot even look for it
         ip = client_ip(request.META) if request is not None else "unknown"
         if login_lockout_get(username=username, ip=ip) is not None:
             raise PermissionDenied

@@ -78,8 +78,15 @@ def run_reference_parse(value: str) -> tuple[uuid.UUID | None, str | None]:
     raise ValueError(f"not a run id or the start of one: {value!r}")
 
 
+EARLIEST = dt.datetime(1900, 1, 1, tzinfo=dt.UTC)
+LATEST = dt.datetime(9000, 1, 1, tzinfo=dt.UTC)
+"""The range a typed moment is kept in: ``since=0001-01-01`` means "from the start" and ``until=9999-12-31``
+"to the end" (both as typed would overflow on the way to UTC or in date arithmetic: a 500, not an answer)."""
+
+
 def moment_parse(value: str, *, end_of_day: bool = False) -> dt.datetime:
-    """An ISO 8601 date or date-time as an aware date-time (naive ones are in the current time zone).
+    """An ISO 8601 date or date-time as an aware date-time (naive ones are in the current time zone), within
+    ``EARLIEST``–``LATEST`` (a moment outside is the nearer end).
 
     A bare date is its midnight, or with ``end_of_day`` the next midnight (so ``until=2026-03-01`` includes
     that day). Raises ``ValueError`` for anything else."""
@@ -88,11 +95,17 @@ def moment_parse(value: str, *, end_of_day: bool = False) -> dt.datetime:
     if len(text) <= 10:
         day = parse_date(text)
         if day is not None:
+            if end_of_day and day == dt.date.max:
+                return LATEST
             moment = dt.datetime.combine(day + dt.timedelta(days=1 if end_of_day else 0), dt.time())
     if moment is None:
         moment = parse_datetime(text.replace(" ", "+", 1) if text.count(" ") == 1 and "T" in text else text)
     if moment is None:
         raise ValueError(f"not an ISO 8601 date or date-time: {value!r}")
+    if moment.year <= EARLIEST.year:
+        return EARLIEST
+    if moment.year >= LATEST.year:
+        return LATEST
     if timezone.is_naive(moment):
         moment = timezone.make_aware(moment)
     return moment

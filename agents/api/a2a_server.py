@@ -38,6 +38,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
+from rest_framework import exceptions
 
 from agent_platform.errors import ApplicationError
 from agents.api.a2a import run_input_from_message
@@ -50,6 +51,7 @@ from agents.api.protocol_http import (
     json_response,
     paced_async,
     paced_sync,
+    rpc_body,
     stream_slot_take,
     too_many_streams,
 )
@@ -636,9 +638,9 @@ def _guarded(call: Callable[[], Any]) -> tuple[Any, A2AError | None]:
 def _parse_request(request: HttpRequest) -> tuple[Any, str, dict[str, Any]] | dict[str, Any]:
     """``(id, method, params)``, or the JSON-RPC error answer for a body that is not a request."""
     try:
-        body = json.loads(request.body or b"")
-    except (ValueError, UnicodeDecodeError) as exc:
-        return _rpc_error(None, A2AError(-32700, "PARSE_ERROR", f"Invalid JSON: {exc}"))
+        body = rpc_body(request)
+    except exceptions.ParseError as exc:
+        return _rpc_error(None, A2AError(-32700, "PARSE_ERROR", str(exc.detail)))
     if not isinstance(body, dict):
         return _rpc_error(None, A2AError(-32600, "INVALID_REQUEST", _("Send one JSON-RPC request object.")))
     rpc_id = body.get("id")

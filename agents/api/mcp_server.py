@@ -33,6 +33,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
+from rest_framework import exceptions
 
 from agent_platform.errors import ApplicationError
 from agents.api.config import api_setting
@@ -44,6 +45,7 @@ from agents.api.protocol_http import (
     json_response,
     paced_async,
     paced_sync,
+    rpc_body,
     stream_slot_take,
     too_many_streams,
 )
@@ -268,9 +270,9 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
         return caller.refusal  # type: ignore[return-value]
     api_key = caller.api_key
     try:
-        body = json.loads(request.body or b"")
-    except (ValueError, UnicodeDecodeError) as exc:
-        return json_response(_rpc_error(None, -32700, f"Parse error: {exc}"), status=400)
+        body = rpc_body(request)
+    except exceptions.ParseError as exc:
+        return json_response(_rpc_error(None, -32700, str(exc.detail)), status=400)
     if not isinstance(body, dict) or body.get("jsonrpc") != "2.0":
         return json_response(_rpc_error(None, -32600, _("Send one JSON-RPC 2.0 message.")), status=400)
     session_id = request.headers.get("Mcp-Session-Id", "")[:100]

@@ -18,6 +18,7 @@ from rest_framework import exceptions
 
 from agents.api.auth import ApiKeyAuthentication
 from agents.api.config import api_setting
+from agents.api.parsers import json_parse_bounded
 from agents.api.throttling import StreamSlot, api_key_rate_check, stream_slot_acquire, stream_slot_release
 from agents.models import ApiKey
 
@@ -29,6 +30,12 @@ def json_response(body: Any, *, status: int = 200, headers: dict[str, str] | Non
     for name, value in (headers or {}).items():
         response[name] = value
     return response
+
+
+def rpc_body(request: HttpRequest) -> Any:
+    """A JSON-RPC request's body, parsed as the REST API parses its bodies (``agents/api/parsers.py``: bounded
+    nesting, finite numbers, text a database stores). Raises DRF's ``ParseError`` (a JSON-RPC parse error)."""
+    return json_parse_bounded(request.body, max_depth=int(api_setting("PLATFORM_API_MAX_JSON_DEPTH")))
 
 
 def dumps(value: Any) -> str:

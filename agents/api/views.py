@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -262,10 +265,19 @@ class RunCursorPagination(CursorPagination):
     max_page_size = 100
 
     def decode_cursor(self, request: Request) -> Any:
+        """DRF's cursor, with its position checked: a moment the database can compare with (a crafted cursor's
+        ``0001-01-01 00:00+05:00`` lies before year 1 in UTC, and text that is no moment at all fails in the
+        query). Anything else is a 400 on ``cursor``."""
         try:
-            return super().decode_cursor(request)
-        except NotFound:
+            cursor = super().decode_cursor(request)
+            if cursor is not None and cursor.position is not None:
+                moment = Run._meta.get_field("created_at").to_python(cursor.position)
+                if moment is None or timezone.is_naive(moment):
+                    raise ValueError(cursor.position)
+                moment.astimezone(dt.UTC)
+        except (NotFound, DjangoValidationError, ValueError, OverflowError):
             raise ValidationError({"cursor": [_("Invalid cursor.")]}) from None
+        return cursor
 
 
 class RunListApi(ApiView):

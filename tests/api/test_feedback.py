@@ -54,6 +54,7 @@ def test_a_bad_feedback_is_a_400_and_records_nothing(api_client, demo_agent, bod
     response = feedback(api_client, run_id, body)
     assert response.status_code == 400, response.content
     assert set(response.json()) == {"error"}
+    assert response.json()["error"]["code"] == "invalid_input"  # the code of every other input error
     assert Run.objects.get(id=run_id).feedback_at is None
 
 
