@@ -21,6 +21,10 @@ What is masked, and how:
 Masking replaces the secret with :data:`MASK` and keeps everything around it, so text (any language) stays
 readable. It is best effort for patterns and exact for known values: a secret the platform knows about
 (binding env/header values) must be passed in ``secrets`` or registered, never left to the patterns.
+
+Masked text is also text every database stores: a NUL character (PostgreSQL refuses it in text and JSON) and
+an unpaired surrogate (``"\\ud800"`` in a tool's JSON: no UTF-8 encoder takes it) become U+FFFD. What a tool or
+a model returns is masked before it is stored or shown, so neither can make an audit row or a run unstorable.
 """
 
 from __future__ import annotations
@@ -506,7 +510,20 @@ def _mask_patterns(text: str) -> str:
     return text
 
 
+def _storable(text: str) -> str:
+    """``text`` with NUL characters and unpaired surrogates replaced by U+FFFD (see the module docstring)."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate; a split pair is joined again
+            text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
 def _mask_str(text: str, matcher: _SecretMatcher | None) -> str:
+    text = _storable(text)
     if matcher is not None:
         text = matcher.sub(text)
     if len(text) <= _SHORT_TEXT and _MAYBE_SENSITIVE.search(text) is None:

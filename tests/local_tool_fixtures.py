@@ -56,6 +56,13 @@ def explode(reason: str) -> str:
     raise RuntimeError(f"backend exploded: {reason}")
 
 
+@local_tool
+def garbled(what: str) -> dict[str, Any]:
+    """Answers with text no database stores: a NUL character and an unpaired surrogate, in a key and a value."""
+    _ran("garbled", what=what)
+    return {"name\x00": f"김\x00하늘 {what}", "team": "클라우드\ud800운영팀", "note": "backend said: \udc00\x00"}
+
+
 @local_tool(name="send_notice", description="Sends a notice to a team (changes things: needs approval).")
 def _send_notice(team: str, text: str) -> str:
     _ran("send_notice", team=team, text=text)

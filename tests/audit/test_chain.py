@@ -850,3 +850,29 @@ def test_events_appended_together_refuse_an_unknown_argument_before_writing_any(
     with pytest.raises(TypeError, match="unknown arguments"):
         audit_events_record([{"source": "agent"}, {"source": "agent", "secretz": ["x"]}])
     assert AuditEvent.objects.count() == 0
+
+
+RECORD_UNSTORABLE_TEXT = """
+import json
+from audit.services import audit_chain_pending, audit_event_record
+audit_event_record(
+    source="agent", tool="garbled", args={"q\\x00": "a\\x00b"}, result={"text": "x\\ud800y", "note": ["\\x00"]}, ok=True
+)
+audit_chain_pending()
+from audit.models import AuditEvent
+row = AuditEvent.objects.filter(tool="garbled").order_by("-seq").first()
+print(json.dumps([row.args, row.result]))
+"""
+
+
+@pytest.mark.postgres
+def test_postgres_stores_an_event_whose_text_held_nul_or_an_unpaired_surrogate(postgres_url: str) -> None:  # noqa: F811
+    recorded = manage("shell", "-c", RECORD_UNSTORABLE_TEXT, database_url=postgres_url)
+
+    assert recorded.returncode == 0, recorded.stderr[-2000:]
+    assert json.loads(recorded.stdout.strip().splitlines()[-1]) == [
+        {"q\ufffd": "a\ufffdb"},
+        {"text": "x\ufffdy", "note": ["\ufffd"]},
+    ]
+    verified = manage("verify_audit", database_url=postgres_url)
+    assert verified.returncode == 0, verified.stderr

@@ -3,6 +3,8 @@ contract, approval, memo, timeout, retries, audit and metrics. Only the model is
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.core.exceptions import ValidationError
 
@@ -60,7 +62,7 @@ def contract(server: McpServer, tool: str, **values) -> None:  # type: ignore[no
 
 def test_discovery_lists_local_tools_beside_mcp_tools_with_contracts_from_their_signatures(local) -> None:
     tools = {t.name: t for t in local.tools.all()}
-    assert set(tools) == {"lookup_stock", "sleepy", "slow_once", "explode", "send_notice", "shout"}
+    assert set(tools) == {"lookup_stock", "sleepy", "slow_once", "explode", "garbled", "send_notice", "shout"}
     assert tools["lookup_stock"].description.startswith("재고 수량을 조회한다")
     assert tools["lookup_stock"].contract.args == {
         "sku": {"required": True, "type": "str"},
@@ -202,3 +204,37 @@ def test_local_tool_calls_count_in_the_tool_metrics(local) -> None:
     by_tool = {(m.mcp_id, m.tool): m for m in report.tools}
     assert by_tool[("local-test", "lookup_stock")].calls == 1
     assert by_tool[("local-test", "explode")].errors_by_reason == {"tool:error": 1}
+
+
+def test_a_result_with_text_no_database_stores_is_stored_and_shown_with_replacement_characters(local) -> None:
+    agent = make_agent(
+        slug="garbled-reader",
+        servers=[local],
+        provider="scripted",
+        with_demo_rules=False,
+        script=[
+            {"tool_calls": [{"name": "garbled", "args": {"what": "팀\x00"}}]},
+            {"content": "결과: {last_tool_result}"},
+        ],
+    )
+    run = Run.objects.create(agent=agent, query="김하늘 님 소속은?")
+    run_execute(run_id=str(run.id))  # SQLite refuses an unpaired surrogate, PostgreSQL a NUL as well
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    assert fixtures.EXECUTED["garbled"] == [{"what": "팀\x00"}]  # the tool got its arguments as the model sent them
+    assert "클라우드\ufffd운영팀" in run.answer
+    stored = [
+        *AuditEvent.objects.filter(tool="garbled").values_list("args", "result"),
+        *run.events.values_list("data", flat=True),
+        run.answer,
+    ]
+    text = json.dumps(stored, ensure_ascii=False)
+    assert "\\u0000" not in text and "\x00" not in text
+    assert text.encode("utf-8")  # no unpaired surrogate left anywhere
+    call = AuditEvent.objects.get(tool="garbled", action="tool.call")
+    assert call.args == {"what": "팀\ufffd"}
+    assert call.result == {
+        "name\ufffd": "김\ufffd하늘 팀\ufffd",
+        "team": "클라우드\ufffd운영팀",
+        "note": "backend said: \ufffd\ufffd",
+    }
