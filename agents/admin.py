@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils import timezone
@@ -123,6 +124,19 @@ class AgentForm(forms.ModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._settings_editors()
+        params = self.fields.get("model_params")
+        if params is not None:
+            params.help_text = _(
+                "A JSON object. For Bedrock and OpenAI-compatible models: temperature (0–2), max_tokens, top_p "
+                '(0–1), timeout_s (seconds, at most 900), stream (true/false), tool_choice, retry (e.g. {"max_attempts": '
+                '3}); Bedrock also region_name and guardrail ({"id", "version"}); OpenAI-compatible also base_url. '
+                "The offline model reads none of them."
+            )
+        if "language" in self.fields:
+            languages = list(settings.LANGUAGES)
+            if self.instance.language and self.instance.language not in dict(languages):
+                languages.append((self.instance.language, self.instance.language))  # shown as stored, refused on save
+            self.fields["language"].widget = forms.Select(choices=languages)
         provider = self.fields.get("model_provider")
         if provider is not None and not scripted_model_allowed():
             provider.choices = [c for c in provider.choices if c[0] != Agent.Provider.SCRIPTED]  # type: ignore[attr-defined]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import uuid
 
 from django.conf import settings
@@ -19,6 +20,9 @@ from mcpregistry.models import McpServer
 DEFAULT_DETERMINISTIC_INSTRUCTION = (
     '제공된 "확정 호출 결과"가 있으면 그 내용을 우선 사용하여 답변하고, 추가 도구 호출은 필요한 경우에만 하세요.'
 )
+
+# Keys a model parameter may not be: a key is a secret (the model secrets' api_key).
+SECRET_PARAM_KEYS = ("api_key", "openai_api_key", "key")
 
 
 def scripted_model_allowed() -> bool:
@@ -232,6 +236,17 @@ class Agent(AuditedModel):
         except ValueError as exc:
             raise ValidationError({"mcp_context": str(exc)}) from None
         self._clean_model()
+        if self.language not in dict(settings.LANGUAGES):
+            raise ValidationError(
+                {
+                    "language": _("Choose one of the platform's languages: %(codes)s.")
+                    % {"codes": ", ".join(code for code, _name in settings.LANGUAGES)}
+                }
+            )
+        if self.max_iterations is not None and self.max_iterations < 1:
+            raise ValidationError({"max_iterations": _("At least 1: the model needs one turn to answer.")})
+        if self.time_limit_s is not None and self.time_limit_s < 1:
+            raise ValidationError({"time_limit_s": _("At least 1 second.")})
         if not 0.0 <= float(self.shadow_sample_rate) <= 1.0:
             raise ValidationError({"shadow_sample_rate": _("Enter a share from 0 to 1.")})
         for name in ("live_version", "shadow_version"):
@@ -272,35 +287,48 @@ class Agent(AuditedModel):
             )
 
     def _clean_model(self) -> None:
-        """The network providers' parameters must parse (``agents.providers.ModelParams``); an OpenAI-compatible
+        """The parameters must parse (``agents.providers.ModelParams``, whatever the provider), with no key but
+        theirs and the other modes' (``OTHER_MODE_PARAMS``; an unknown one is named with the valid ones); an OpenAI-compatible
         base URL obeys the same address policy as an MCP server's URL (``PLATFORM_MODEL_ALLOW_PRIVATE_URLS``); a
         key is never a plain model parameter, and a ``from_env`` key names an allowed variable."""
         from django.core.exceptions import ValidationError
         from pydantic import ValidationError as PydanticValidationError
 
-        from agents.providers import ModelParams
+        from agents.providers import OTHER_MODE_PARAMS, ModelParams
         from mcpregistry.binding_policy import from_env_problem, url_problem
 
         errors: dict[str, list[str]] = {}
         params = self.model_params if isinstance(self.model_params, dict) else {}
-        if self.model_provider in {self.Provider.BEDROCK, self.Provider.OPENAI_COMPATIBLE}:
-            try:
-                parsed = ModelParams.model_validate(params)
-            except PydanticValidationError as exc:
-                first = exc.errors()[0]
-                where = ".".join(str(p) for p in first.get("loc", ()))
-                errors["model_params"] = [f"{where}: {first.get('msg', '')}"]
-            else:
-                if self.model_provider == self.Provider.OPENAI_COMPATIBLE:
-                    if not parsed.base_url:
-                        errors["model_params"] = [
-                            str(_('Give the server\'s "base_url", e.g. http://127.0.0.1:11434/v1.'))
-                        ]
-                    elif problem := url_problem(parsed.base_url, settings.PLATFORM_MODEL_ALLOW_PRIVATE_URLS):
-                        errors["model_params"] = [str(problem)]
-                    if not self.model_id:
-                        errors["model_id"] = [str(_("Name the model the server serves."))]
-        if any(k in params for k in ("api_key", "openai_api_key", "key")):
+        valid = [*ModelParams.model_fields, *OTHER_MODE_PARAMS]
+        for key in params:
+            if key not in valid and key not in SECRET_PARAM_KEYS:  # a key gets its own message below
+                close = difflib.get_close_matches(str(key), valid, n=1)
+                hint = str(_(" (did you mean '%(key)s'?)") % {"key": close[0]}) if close else ""
+                errors.setdefault("model_params", []).append(
+                    str(
+                        _("'%(key)s' is not a valid key%(hint)s; the valid keys are: %(keys)s")
+                        % {"key": key, "hint": hint, "keys": ", ".join(valid)}
+                    )
+                )
+        # Checked whatever the provider: a value kept for another provider is refused now, not when the agent
+        # switches to it.
+        try:
+            parsed = ModelParams.model_validate(params)
+        except PydanticValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ()))
+            errors.setdefault("model_params", []).append(f"{where}: {first.get('msg', '')}")
+        else:
+            if self.model_provider == self.Provider.OPENAI_COMPATIBLE:
+                if not parsed.base_url:
+                    errors.setdefault("model_params", []).append(
+                        str(_('Give the server\'s "base_url", e.g. http://127.0.0.1:11434/v1.'))
+                    )
+                elif problem := url_problem(parsed.base_url, settings.PLATFORM_MODEL_ALLOW_PRIVATE_URLS):
+                    errors.setdefault("model_params", []).append(str(problem))
+                if not self.model_id:
+                    errors["model_id"] = [str(_("Name the model the server serves."))]
+        if any(k in params for k in SECRET_PARAM_KEYS):
             errors.setdefault("model_params", []).append(
                 str(_("A key is a secret: put it in the model secrets (api_key), not in the model parameters."))
             )

@@ -80,6 +80,11 @@ class GuardrailSpec(BaseModel):
     trace: Literal["enabled", "disabled", "enabled_full"] = "enabled"
 
 
+# What ``Agent.model_params`` holds for the other modes: the scripted model's turns and pace (tests, DEBUG) and a
+# flow's settings (``agents/flows``).
+OTHER_MODE_PARAMS = ("script", "latency_s", "flow")
+
+
 class ModelParams(BaseModel):
     """What ``Agent.model_params`` may hold for the network providers (others keys belong to the scripted and
     flow modes and are ignored here)."""

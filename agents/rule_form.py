@@ -30,6 +30,12 @@ def _lines(mapping: dict[str, Any]) -> str:
     return "\n".join(f"{key}={value_text(value)}" for key, value in mapping.items())
 
 
+def _lines_or_text(value: Any) -> str:
+    if isinstance(value, dict):
+        return _lines(value)
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False) if value else ""
+
+
 def value_text(value: Any) -> str:
     """A condition's or parameter's value as typed: text as itself, unless it would read back as another JSON
     value (``123``, ``true``), which is then quoted; any other value as JSON."""
@@ -81,8 +87,10 @@ class WhenWidget(EditorWidget):
                 "all_keywords": ", ".join(map(str, when.get("all_keywords") or [])),
                 "any_keywords": ", ".join(map(str, when.get("any_keywords") or [])),
                 "regex": when.get("regex") or "",
-                "context_lines": _lines(when.get("context") or {}),
-                "data_lines": _lines(when.get("data") or {}),
+                # A matcher that did not read as KEY=value lines comes back as the text typed, shown again as it
+                # was with its error beside it.
+                "context_lines": _lines_or_text(when.get("context")),
+                "data_lines": _lines_or_text(when.get("data")),
                 "tool_available": when.get("tool_available") or "",
             }
         )
@@ -223,6 +231,16 @@ class DeterministicRuleForm(forms.ModelForm):
             return None
         value = self.data.get(self.add_prefix(field))
         return model.objects.filter(pk=value).first() if value and str(value).isdigit() else None
+
+    def clean_when(self) -> Any:
+        """A context or data matcher the editor could not read as KEY=value lines comes back as its text: the
+        error names the line."""
+        when = self.cleaned_data.get("when")
+        if isinstance(when, dict):
+            for key in ("context", "data"):
+                if isinstance(when.get(key), str):
+                    _pairs(when[key], key)  # raises, naming the line
+        return when
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()

@@ -26,7 +26,7 @@ from agents.run_state import RunEventWriter
 from agents.versions import VersionContent, caller_key, content_digest, pick_arm, version_content
 from audit.change_guard import actor_label
 from audit.changes import audited_delete, audited_save, change_scope, config_change_record
-from audit.masking import mask_text
+from audit.masking import MASK, is_secret_key, mask_text
 from audit.row_statements import RowInsert, RowRead
 from audit.services import audit_event_record
 from mcpregistry.models import McpServer
@@ -449,15 +449,25 @@ _EARLIER_COLUMNS = ("id", "request_digest", "api_key", "idempotency_key", "creat
 
 
 def _mask_strings(value: Any, secrets: list[str]) -> Any:
-    """Mask secret values inside a caller's input, keeping its keys' values otherwise (an A2A ``sessionId`` is a
-    conversation id, not a credential, so key-name rules do not apply here; value patterns and known secrets do)."""
+    """Mask secrets inside a caller's input: known secrets and value patterns everywhere, and the value of a key
+    that names a secret (``password``, ``api_key``, ``token``: ``audit.masking.is_secret_key``), except a
+    session's: an A2A ``sessionId`` is a conversation id, not a credential. Recursive: the input's nesting is
+    bounded by the API's parser."""
     if isinstance(value, str):
         return mask_text(value, secrets=secrets)
     if isinstance(value, dict):
-        return {k: _mask_strings(v, secrets) for k, v in value.items()}
+        return {k: MASK if _caller_secret_key(k) and _given(v) else _mask_strings(v, secrets) for k, v in value.items()}
     if isinstance(value, list):
         return [_mask_strings(v, secrets) for v in value]
     return value
+
+
+def _caller_secret_key(key: Any) -> bool:
+    return is_secret_key(key) and "session" not in str(key).lower()
+
+
+def _given(value: Any) -> bool:
+    return value not in (None, "", [], {})
 
 
 def run_create(

@@ -17,7 +17,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 from urllib.parse import urlparse
 
 from django.utils.translation import gettext as _
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from mcpregistry.binding_policy import url_problem
@@ -76,8 +76,29 @@ def argument_constraints(input_schema: dict[str, Any]) -> dict[str, dict[str, An
         ):
             if prop.get(source) is not None:
                 spec[target] = prop[source]
-        constraints[str(name)] = spec
+        constraints[str(name)] = _checkable(spec)
     return constraints
+
+
+def _checkable(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` without the bounds a server's schema gave that the gate cannot check (a pattern Python's ``re``
+    does not read, a length below 0, a range no value fits, a bound that is no number): proposed, they would
+    refuse every call or fail it; the admin sees the schema beside the contract and can write them again."""
+    kept = dict(spec)
+    for bound in ("min", "max"):
+        if bound in kept and (isinstance(kept[bound], bool) or not isinstance(kept[bound], int | float)):
+            del kept[bound]
+    if "min" in kept and "max" in kept and kept["min"] > kept["max"]:
+        del kept["min"], kept["max"]
+    length = kept.get("max_length")
+    if "max_length" in kept and (isinstance(length, bool) or not isinstance(length, int) or length < 0):
+        del kept["max_length"]
+    if "pattern" in kept:
+        try:
+            re.compile(kept["pattern"])
+        except (re.error, TypeError):
+            del kept["pattern"]
+    return kept
 
 
 def annotation_risk_hint(annotations: dict[str, Any]) -> str:
@@ -119,16 +140,37 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _range_fits(spec: ArgSpec | FieldSpec) -> None:
+    """``min`` and ``max``: a range no value fits in would refuse every call."""
+    if spec.min is not None and spec.max is not None and spec.min > spec.max:
+        raise ValueError(f"min ({spec.min:g}) is greater than max ({spec.max:g}): no value fits")
+
+
 class ArgSpec(_Strict):
     type: JsonType | None = None
     required: bool = False
     allowed: list[Any] | None = None
     min: float | None = None
     max: float | None = None
-    max_length: int | None = None
+    max_length: int | None = Field(default=None, ge=0)
     pattern: str | None = None
     # A URL argument's hosts: exact names or addresses, ``host:port``, ``*.example.com`` (any subdomain).
     allowed_hosts: list[str] | None = None
+
+    @field_validator("pattern")
+    @classmethod
+    def _a_regular_expression(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from exc
+        return value
+
+    @model_validator(mode="after")
+    def _a_value_fits(self) -> ArgSpec:
+        _range_fits(self)
+        return self
 
 
 class FieldSpec(_Strict):
@@ -137,6 +179,11 @@ class FieldSpec(_Strict):
     max_items: int | None = Field(default=None, ge=0)
     min: float | None = None
     max: float | None = None
+
+    @model_validator(mode="after")
+    def _a_value_fits(self) -> FieldSpec:
+        _range_fits(self)
+        return self
 
 
 class ReturnsSpec(_Strict):

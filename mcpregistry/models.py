@@ -195,6 +195,17 @@ class McpServer(AuditedModel):
                 errors.setdefault(field_name, []).append(
                     _("${VAR} placeholders are not allowed: they would be expanded from the worker's environment.")
                 )
+        cap = settings.PLATFORM_TOOL_TIMEOUT_MAX_S
+        if self.timeout_s is not None and not 0 < self.timeout_s <= cap:
+            errors.setdefault("timeout_s", []).append(
+                _("The timeout must be more than 0 and at most %(cap)s seconds.") % {"cap": f"{cap:g}"}
+            )
+        if self.breaker_threshold is not None and self.breaker_threshold < 1:
+            errors.setdefault("breaker_threshold", []).append(
+                _("At least 1: with 0 the circuit opens before any call is made.")
+            )
+        if self.breaker_cooldown_s is not None and not 0 <= self.breaker_cooldown_s <= 86_400:
+            errors.setdefault("breaker_cooldown_s", []).append(_("Enter 0 to 86400 seconds."))
         if errors:
             raise ValidationError(errors)
 

@@ -104,3 +104,35 @@ def test_the_model_api_key_is_write_only_encrypted_and_audited_by_name_only(admi
     )
     agent.refresh_from_db()
     assert agent.model_secrets == {}
+
+
+def _errors(page: str) -> str:
+    return " ".join(re.findall(r'<ul class="errorlist[^>]*>(.*?)</ul>', page, re.S))
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {"model_params": '{"temprature": 0.2}'},
+            "&#x27;temprature&#x27; is not a valid key (did you mean &#x27;temperature&#x27;?); the valid keys are: "
+            "temperature, max_tokens, top_p, timeout_s",
+        ),
+        ({"model_params": '{"max_tokens": -5}'}, "max_tokens: Input should be greater than or equal to 1"),
+        ({"language": "klingon"}, "Choose one of the platform&#x27;s languages: en, ko."),
+        ({"max_iterations": "0"}, "At least 1: the model needs one turn to answer."),
+        ({"time_limit_s": "0"}, "At least 1 second."),
+    ],
+)
+def test_a_setting_no_run_could_use_is_refused_naming_what_is_valid(
+    admin_client: Client, changes: dict[str, str], expected: str
+) -> None:
+    page = admin_client.post("/admin/agents/agent/add/", agent_post(**changes)).content.decode()
+    assert expected in _errors(page), _errors(page)
+    assert not Agent.objects.exists()
+
+
+def test_the_model_parameters_name_their_keys_and_the_language_is_a_choice(admin_client: Client) -> None:
+    page = admin_client.get("/admin/agents/agent/add/").content.decode()
+    assert "temperature (0–2), max_tokens, top_p" in page
+    assert re.search(r'<select name="language"[^>]*>\s*<option value="en">English</option>', page)

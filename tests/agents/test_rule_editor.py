@@ -135,3 +135,18 @@ def test_emptying_every_condition_is_saved(admin_client: Client, ledger: Agent) 
     assert response.status_code == 302, errors(response.content.decode())
     rule.refresh_from_db()
     assert rule.when == {}
+
+
+@pytest.mark.parametrize("field", ["when__context", "when__data"])
+def test_a_matcher_line_without_an_equals_sign_is_refused_with_its_line_and_shown_again(
+    admin_client: Client, ledger: Agent, field: str
+) -> None:
+    response = admin_client.post(
+        "/admin/agents/deterministicrule/add/", rule_post(ledger, **{field: "tier=3\nchatbotId premium"})
+    )
+    assert response.status_code == 200
+    page = response.content.decode()
+    where = field.removeprefix("when__")
+    assert f"{where}, line 2: write KEY=value." in errors(page)
+    assert "tier=3\nchatbotId premium</textarea>" in page  # what was typed, to correct
+    assert not DeterministicRule.objects.exists()

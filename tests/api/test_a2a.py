@@ -10,6 +10,7 @@ import pytest
 
 from agents.execution import run_execute
 from agents.models import DeterministicRule, Run
+from audit.models import AuditEvent
 from tests.conftest import make_agent
 
 pytestmark = pytest.mark.django_db
@@ -64,6 +65,25 @@ def test_a_message_maps_onto_the_runs_query_context_data_and_files(api_client, d
     ]
     body = response.json()
     assert body["a2a_files"] == run.a2a_files
+
+
+def test_a_callers_password_or_token_in_context_or_data_is_masked_before_it_is_stored(api_client, demo_agent) -> None:
+    response = api_client.post(
+        URL,
+        a2a(
+            text("김하늘 님은 어느 팀 소속인가요?"),
+            data({"order": {"id": "O-1", "access_token": "tok-data-9f8e7d6c"}, "pw": "hunter2-data"}),
+            context={"sessionId": "s-1", "password": "hunter2-secret", "userPassword": "", "tokens_used": 12},
+        ),
+        format="json",
+    )
+    assert response.status_code == 202, response.content
+    run = Run.objects.get(id=response.json()["id"])
+    # A session's id is a conversation's, a count of tokens is no token, an empty value hides nothing.
+    assert run.context == {"sessionId": "s-1", "password": "***", "userPassword": "", "tokens_used": 12}
+    assert run.a2a_data == [{"order": {"id": "O-1", "access_token": "***"}, "pw": "***"}]
+    stored = json.dumps([list(Run.objects.values()), list(AuditEvent.objects.values())], default=str)
+    assert "hunter2" not in stored and "tok-data" not in stored
 
 
 def test_a_files_bytes_are_never_stored(api_client, demo_agent) -> None:

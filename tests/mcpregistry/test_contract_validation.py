@@ -1,5 +1,5 @@
-"""A contract's and a rule's shapes are checked wherever they are saved, and every error names the key it is
-about and the keys (or values) that would be valid."""
+"""A contract's, a rule's and a server's settings are checked wherever they are saved, and every error names the
+key it is about and the keys (or values) that would be valid."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from agents.models import DeterministicRule
+from mcpregistry.contracts import ArgSpec, argument_constraints
 from mcpregistry.models import McpServer, McpTool, ToolContract
 
 pytestmark = pytest.mark.django_db
@@ -44,6 +45,47 @@ def test_an_unknown_argument_constraint_names_the_valid_keys_and_the_closest_one
     [message] = refused(contract)["args"]
     assert message.startswith("name.max_len: 'max_len' is not a valid key (did you mean 'max_length'?)")
     assert "type, required, allowed, min, max, max_length, pattern" in message
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"min": 10, "max": 1}, "limit: Value error, min (10) is greater than max (1): no value fits"),
+        ({"max_length": -3}, "limit.max_length: Input should be greater than or equal to 0"),
+        ({"pattern": "(["}, "limit.pattern: Value error, not a valid regular expression: "),
+    ],
+)
+def test_an_argument_constraint_no_call_could_pass_is_refused_naming_it(tools, spec, expected) -> None:
+    [message] = refused(ToolContract(tool=tools["lookup"], args={"limit": {"type": "int", **spec}}))["args"]
+    assert message.startswith(expected), message
+
+
+def test_a_result_field_s_range_no_value_fits_is_refused(tools) -> None:
+    [message] = refused(ToolContract(tool=tools["lookup"], returns={"fields": {"total": {"min": 5, "max": 0}}}))[
+        "returns"
+    ]
+    assert message.startswith("returns.fields.total: Value error, min (5) is greater than max (0)"), message
+
+
+def test_discovery_proposes_only_the_bounds_of_a_schema_the_gate_can_check() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "pattern": "^\\p{L}+$", "maxLength": -1},  # ECMA's \p{L}: not Python's re
+            "count": {"type": "integer", "minimum": 10, "maximum": 1},
+            "ratio": {"type": "number", "minimum": "0", "maximum": 1},
+            "name": {"type": "string", "pattern": "^[가-힣]+$", "maxLength": 20},
+        },
+        "required": ["code"],
+    }
+    assert argument_constraints(schema) == {
+        "code": {"required": True, "type": "str"},
+        "count": {"required": False, "type": "int"},
+        "ratio": {"required": False, "type": "float", "max": 1},
+        "name": {"required": False, "type": "str", "pattern": "^[가-힣]+$", "max_length": 20},
+    }
+    for spec in argument_constraints(schema).values():
+        ArgSpec.model_validate(spec)
 
 
 def test_an_unknown_type_names_the_valid_types(tools) -> None:
@@ -113,3 +155,20 @@ def test_a_rule_for_an_unknown_tool_names_the_servers_tools(tools) -> None:
     with pytest.raises(ValidationError) as caught:
         rule.full_clean()
     assert "its tools are: lookup, lookup_backup, report" in caught.value.message_dict["tool_name"][0]
+
+
+@pytest.mark.parametrize(
+    ("values", "field", "expected"),
+    [
+        ({"timeout_s": -5}, "timeout_s", "The timeout must be more than 0 and at most 3600 seconds."),
+        ({"timeout_s": 0}, "timeout_s", "The timeout must be more than 0"),
+        ({"breaker_threshold": 0}, "breaker_threshold", "At least 1: with 0 the circuit opens"),
+        ({"breaker_cooldown_s": -1}, "breaker_cooldown_s", "Enter 0 to 86400 seconds."),
+    ],
+)
+def test_a_server_setting_no_call_could_pass_is_refused(values, field: str, expected: str) -> None:
+    server = McpServer(mcp_id="Ledger-Data", name="ledger", command=sys.executable, args=[], **values)
+    with pytest.raises(ValidationError) as caught:
+        server.full_clean()
+    assert list(caught.value.message_dict) == [field]
+    assert caught.value.message_dict[field][0].startswith(expected)
