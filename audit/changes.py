@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models, router, transaction
@@ -255,7 +255,12 @@ def audited_save(
 
 def audited_delete(obj: models.Model, *, actor: Any, via: str) -> None:
     """Delete ``obj`` and record what went (its stored values and the rows that cascaded with it), in one
-    transaction. Raises Django's ProtectedError where the delete is refused; then nothing is recorded."""
+    transaction. Raises Django's ProtectedError where the delete is refused; then nothing is recorded.
+
+    What the delete changes in the rows that stay is recorded too, as their own ``update`` events after the
+    delete's (with ``deleted_with``, naming the deleted row): a many-to-many link that goes with it (a deleted
+    group leaves its members without it, a deleted server leaves the agents that bound it, a deleted agent the
+    API keys scoped to it) and a foreign key set to null (an eval set's agent)."""
     model = type(obj)
     with transaction.atomic(using=router.db_for_write(model)), change_scope(actor=actor, via=via):
         names = recorded_fields(model)
@@ -265,7 +270,11 @@ def audited_delete(obj: models.Model, *, actor: Any, via: str) -> None:
             for n, v in stored.items()
             if v not in _EMPTY
         }
-        target, pk, cascaded = _target(obj), obj.pk, _cascade(obj)
+        target, pk, label = _target(obj), obj.pk, str(obj)
+        collector = _collected(obj)
+        cascaded = _cascade(obj, collector)
+        staying = _staying_changed(obj, collector)
+        before = {key: snapshot(row, recorded_fields(type(row))) for key, row in staying.items()}
         obj.delete()
         config_change_record(
             obj=obj,
@@ -275,17 +284,32 @@ def audited_delete(obj: models.Model, *, actor: Any, via: str) -> None:
             target=target,
             extra={"also_deleted": cascaded} if cascaded else {},
         )
+        deleted_with = {"model": model._meta.label_lower, "id": pk, "name": label}
+        for row_model, row_pk in staying:
+            fresh = row_model._default_manager.filter(pk=row_pk).first()
+            if fresh is None:
+                continue
+            row_diff = change_diff(row_model, before[(row_model, row_pk)], snapshot(fresh, recorded_fields(row_model)))
+            if row_diff:
+                config_change_record(obj=fresh, verb="update", diff=row_diff, extra={"deleted_with": deleted_with})
 
 
-def _cascade(obj: models.Model) -> dict[str, int]:
-    """The rows that would be deleted with ``obj``, counted per model."""
-    model = type(obj)
-    cascaded: dict[str, int] = {}
-    collector = Collector(using=router.db_for_write(model), origin=obj)
+def _collected(obj: models.Model) -> Collector | None:
+    """Django's own collection of what deleting ``obj`` deletes and updates (None where the delete is refused)."""
+    collector = Collector(using=router.db_for_write(type(obj)), origin=obj)
     try:
         collector.collect([obj])
     except (ProtectedError, RestrictedError):
-        return {}
+        return None
+    return collector
+
+
+def _cascade(obj: models.Model, collector: Collector | None) -> dict[str, int]:
+    """The rows that would be deleted with ``obj``, counted per model."""
+    model = type(obj)
+    cascaded: dict[str, int] = {}
+    if collector is None:
+        return cascaded
     for related_model, instances in collector.data.items():
         count = sum(1 for i in instances if not (related_model is model and i.pk == obj.pk))
         if count and not related_model._meta.auto_created:
@@ -296,3 +320,38 @@ def _cascade(obj: models.Model) -> dict[str, int]:
             label = rows.model._meta.label_lower
             cascaded[label] = cascaded.get(label, 0) + count
     return cascaded
+
+
+def _staying_changed(obj: models.Model, collector: Collector | None) -> dict[tuple[type[models.Model], Any], Any]:
+    """The recorded rows that stay but change with the delete, by (model, pk): the owners of many-to-many links
+    deleted with it, and the rows whose foreign key is set to null (or its default)."""
+    if collector is None:
+        return {}
+    deleted = {(m, i.pk) for m, instances in collector.data.items() for i in instances}
+    found: dict[type[models.Model], set[Any]] = {}
+    link_rows: list[tuple[type[models.Model], Iterable[Any]]] = [
+        (m, instances) for m, instances in collector.data.items() if m._meta.auto_created
+    ]
+    link_rows += [(rows.model, rows) for rows in collector.fast_deletes if rows.model._meta.auto_created]
+    for through, rows in link_rows:
+        owner: Any = through._meta.auto_created  # the model that declares the many-to-many field
+        field = next((f for f in owner._meta.many_to_many if f.remote_field.through is through), None)
+        if field is None or field.name not in recorded_fields(owner):
+            continue
+        column = f"{field.m2m_field_name()}_id"
+        for row in rows:
+            owner_pk = getattr(row, column)
+            if (owner, owner_pk) not in deleted:
+                found.setdefault(owner, set()).add(owner_pk)
+    for (field, _value), batches in collector.field_updates.items():
+        if field.name not in recorded_fields(field.model):
+            continue
+        for batch in batches:
+            found.setdefault(field.model, set()).update(row.pk for row in cast(Iterable[Any], batch))
+    staying: dict[tuple[type[models.Model], Any], Any] = {}
+    for row_model, pks in found.items():
+        if not isinstance(policy_of(row_model), ChangeAudit):
+            continue
+        for row in row_model._default_manager.filter(pk__in=pks).order_by("pk"):
+            staying[(row_model, row.pk)] = row
+    return staying
