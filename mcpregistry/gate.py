@@ -34,6 +34,7 @@ import json
 import logging
 import random
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -418,8 +419,11 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
                     % {"tool": tool_name},
                 )
             args = dict(approval.args)
-        if contract.idempotency_arg and approval is not None:
-            args = {**args, contract.idempotency_arg: f"{who.run_id}:{who.call_id or approval.approval_id}"}
+    if contract.risk == ToolContract.Risk.WRITE and contract.idempotency_arg:
+        # Every send of this call carries one key (an approved call's, a sandboxed eval's alike): the server tells
+        # a repeat from a new call, which is what lets the contract's retries apply to a write.
+        call_key = who.call_id or (approval.approval_id if approval is not None else uuid.uuid4().hex)
+        args = {**args, contract.idempotency_arg: f"{who.run_id}:{call_key}"}
 
     # 4. memo
     memo_key = f"{server.mcp_id}\n{tool_name}\n{canonical_args(args)}"
@@ -483,8 +487,8 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
 
     A ``write`` call without an ``idempotency_arg`` is sent at most once: a timeout or a broken session after
     its request went out (or an unexpected failure, which may have come after it) ends the attempts with
-    ``outcome_unknown`` True. A tool's own report that its backend timed out is an answer, but the work may be
-    done: it is not repeated either. The call is retried only where the server certainly did nothing: a rate
+    ``outcome_unknown`` True, as does a tool's own report that its backend timed out (it answered, but the work
+    may be done). The call is retried only where the server certainly did nothing: a rate
     limit, or a session that could not be opened. With an ``idempotency_arg`` the same key is
     sent each time, so the server can tell a repeat from a new call, and the contract's retries apply."""
     server, who = this.server, this.who
@@ -560,7 +564,9 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
         if at_most_once and (unanswered or reason == "unexpected"):
             return value, reason, detail, True
         if at_most_once and answered and reason == "timeout":
-            break  # the tool's own report that its backend timed out: it answered, but may have done the work
+            # The tool's own report that its backend timed out: it answered, but the work may be done. Its
+            # outcome is unknown: not repeated, and not handed to a fallback tool that might do it again.
+            return value, reason, detail, True
         if reason not in retry_on or attempt == max_attempts:
             break
         clock.sleep(backoff_delay(reason=reason, attempt=attempt, retry=retry, retry_after_s=retry_after, rng=_rng))

@@ -6,10 +6,12 @@ file counts what the server really did, whatever the client saw.
 
 - ``exit`` (default): the process dies (``os._exit``) before it answers: the client's session drops.
 - ``hang``: it never answers (the client's deadline passes).
+- ``report-timeout``: it answers with its own error, that its backend timed out (the work may be done).
 - ``ok``: it answers.
 
 ``append_line`` is a write tool with an optional idempotency key: a key seen before (in the file) is not
-carried out again, and is answered at once, as an idempotent backend would. ``record_read`` is a read tool
+carried out again, and is answered at once, as an idempotent backend would. ``append_line_backup`` does the
+same, its lines marked ``backup:`` (a fallback for ``append_line``). ``record_read`` is a read tool
 that misbehaves the same way (it only logs that it ran).
 """
 
@@ -19,6 +21,7 @@ import os
 import time
 
 from fastmcp import FastMCP
+from fastmcp.exceptions import ToolError
 
 mcp = FastMCP("side-effect")
 mode = os.environ.get("SIDE_EFFECT_MODE", "exit")
@@ -44,6 +47,8 @@ def _then_misbehave() -> None:
         os._exit(19)
     if mode == "hang":
         time.sleep(3600)
+    if mode == "report-timeout":
+        raise ToolError("the ledger backend timed out after 30s")
 
 
 @mcp.tool(annotations={"readOnlyHint": False, "destructiveHint": True})
@@ -52,6 +57,14 @@ def append_line(text: str, idempotency_key: str = "") -> str:
     if idempotency_key and any(line.endswith(f"\t{idempotency_key}") for line in _lines()):
         return f"already done: {idempotency_key}"
     _record(f"{text}\t{idempotency_key}")
+    _then_misbehave()
+    return f"lines: {len(_lines())}"
+
+
+@mcp.tool(annotations={"readOnlyHint": False, "destructiveHint": True})
+def append_line_backup(text: str, idempotency_key: str = "") -> str:
+    """Appends ``text`` to the side-effect file as ``append_line`` does, marked as the backup's."""
+    _record(f"backup:{text}\t{idempotency_key}")
     _then_misbehave()
     return f"lines: {len(_lines())}"
 

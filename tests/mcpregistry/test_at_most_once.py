@@ -9,6 +9,7 @@ side effect), then dies or hangs. The file counts what the server really did."""
 from __future__ import annotations
 
 import sys
+import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,17 @@ def file(tmp_path: Path) -> Path:
 @pytest.fixture(autouse=True)
 def _close_sessions() -> Any:
     yield
-    for mcp_id in ("dies", "hangs", "dies-keyed", "dies-read", "dies-pool", "taken-over", "lost"):
+    for mcp_id in (
+        "dies",
+        "hangs",
+        "dies-keyed",
+        "dies-read",
+        "dies-pool",
+        "taken-over",
+        "lost",
+        "reports-timeout",
+        "sandbox-keyed",
+    ):
         get_default_pool().close(mcp_id)
 
 
@@ -170,6 +181,44 @@ def test_a_write_with_an_idempotency_argument_is_sent_again_with_the_same_key(fi
     assert approval.status == Approval.Status.EXECUTED
     run.refresh_from_db()
     assert run.answer == f"결과: already done: {key}"
+
+
+def test_a_write_whose_tool_reports_its_backend_timed_out_is_neither_repeated_nor_handed_to_its_fallback(
+    file: Path,
+) -> None:
+    server = side_effect_server("reports-timeout", file, mode="report-timeout")
+    ToolContract.objects.filter(tool__server=server, tool__name="append_line").update(
+        fallback_tool="append_line_backup", fallback_policy=ToolContract.FallbackPolicy.CALL
+    )
+    run, approval = approved_run(server)
+
+    run_execute(run_id=str(run.id))
+
+    assert lines(file) == ["송금 1건\t"]  # the backup never ran: it might have done the same again
+    assert attempts(run.id, "append_line") == [(1, False, "timeout")]
+    assert attempts(run.id, "append_line_backup") == []
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.OUTCOME_UNKNOWN
+    run.refresh_from_db()
+    assert "may or may not have taken effect" in run.answer
+
+
+def test_a_sandboxed_eval_write_with_an_idempotency_argument_sends_one_key_each_time(file: Path) -> None:
+    server = side_effect_server("sandbox-keyed", file, mode="exit")
+    ToolContract.objects.filter(tool__server=server, tool__name="append_line").update(idempotency_arg="idempotency_key")
+    server = McpServer.objects.prefetch_related("tools__contract").get(pk=server.pk)
+    run_id = uuid.uuid4()
+    who = gate.GateCall(
+        source="eval", run_id=run_id, call_id="c1", writes_blocked=True, write_sandbox=frozenset({server.mcp_id})
+    )
+
+    result = gate.call(server=server, tool_name="append_line", args={"text": "샌드박스"}, who=who)
+
+    key = f"{run_id}:c1"
+    assert (result.ok, result.value) == (True, f"already done: {key}")
+    assert lines(file) == [f"샌드박스\t{key}"]  # sent twice, with one key: carried out once
+    calls = AuditEvent.objects.filter(tool="append_line", action="tool.call").order_by("id")
+    assert [(e.attempt, e.ok, e.reason) for e in calls] == [(1, False, "transport"), (2, True, "")]
 
 
 def test_every_send_of_a_read_call_is_one_audited_attempt(file: Path) -> None:
