@@ -152,12 +152,14 @@ class McpServerForm(forms.ModelForm):
         settings_env = cleaned.get("env_settings")
         if settings_env is not None:
             env = dict(self.instance.env or {})
+            # A name marked as a setting that has no value was not on the page (only values are): it stays marked.
+            unshown = [n for n in self.instance.public_env or [] if not isinstance(env.get(n), str)]
             for name in self.instance.public_env or []:
                 if name not in settings_env:
                     env.pop(name, None)
             env.update(settings_env)
             self.instance.env = env
-            self.instance.public_env = list(settings_env)
+            self.instance.public_env = [*settings_env, *(n for n in unshown if n not in settings_env)]
         clear = bool(cleaned.get("clear_secrets"))
         # Applied before the model's own validation, so a ${VAR} placeholder in a new value is refused too.
         public = set(self.instance.public_env or [])

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.contrib.messages import get_messages
 from django.test import Client
 
+from audit.models import AuditEvent
 from mcpregistry.models import McpServer
 from tests.conftest import DEMO_SECRET
 from tests.mcpregistry.test_registry import post_server_form
@@ -73,6 +74,27 @@ def test_non_secret_environment_values_are_shown_and_edited_as_values(admin_clie
     assert demo_server.env["INTERNAL_API_KEY"] == DEMO_SECRET  # the secret is untouched
     page = post_server_form(admin_client, demo_server, env_settings="FAILURE_MODE").content.decode()
     assert "Line 1: write NAME=value" in page
+
+
+def test_saving_the_page_as_shown_keeps_a_setting_name_that_has_no_value(admin_client) -> None:
+    server = McpServer.objects.create(
+        mcp_id="settings",
+        name="s",
+        command=sys.executable,
+        args=[],
+        env={"FAILURE_MODE": "none", "API_TOKEN": "tok-5e6f7a8b9c0d"},
+        public_env=["FAILURE_MODE", "FAILURE_TIMEOUT_S"],  # FAILURE_TIMEOUT_S: a setting, not set (not shown)
+    )
+    page = admin_client.get(f"/admin/mcpregistry/mcpserver/{server.pk}/change/").content.decode()
+    assert "FAILURE_MODE=none" in page and "FAILURE_TIMEOUT_S" not in page
+
+    response = post_server_form(admin_client, server, env_settings="FAILURE_MODE=none", name="renamed")
+
+    assert response.status_code == 302, response.content.decode()[:2000]
+    server.refresh_from_db()
+    assert server.public_env == ["FAILURE_MODE", "FAILURE_TIMEOUT_S"]
+    [update] = AuditEvent.objects.filter(action="config.mcp_server.update", result__id=server.pk)
+    assert update.args == {"name": ["s", "renamed"]}  # the one change made
 
 
 def test_after_a_rejected_secret_the_page_says_what_is_stored(admin_client, demo_server) -> None:
