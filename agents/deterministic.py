@@ -217,6 +217,51 @@ def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+_ANSWER_PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*)\}")
+
+
+def placeholder_problems(when: Any, params: Any, answer_template: str) -> dict[str, list[str]]:
+    """What a rule's placeholders name that no run could give (a rule that could never fill them would be
+    skipped every time, or answer with its braces): ``{match.X}`` without a named group ``X`` in the regex, in
+    the params or the answer template; in the answer template, a placeholder of no known source
+    (``query``, ``result``, ``result.KEY``, ``match.X``, ``params.X``) or a brace left open. Per field."""
+    regex = when.get("regex") if isinstance(when, dict) else None
+    try:
+        groups = set(re.compile(regex).groupindex) if isinstance(regex, str) and regex else set()
+    except re.error:
+        groups = set()  # the regex's own error is reported on the conditions
+    problems: dict[str, list[str]] = {}
+
+    def unmatched(name: str) -> str | None:
+        head, _, rest = name.partition(".")
+        if head == "match" and rest not in groups:
+            have = ", ".join(sorted(groups)) or "none"
+            return f"{{{name}}}: the regex has no named group '{rest}' (its groups: {have})"
+        return None
+
+    texts = [v for v in (params.values() if isinstance(params, dict) else []) if isinstance(v, str)]
+    for text in texts:
+        for found in PLACEHOLDER.finditer(text):
+            if (problem := unmatched(found.group(1))) is not None:
+                problems.setdefault("params", []).append(problem)
+    template = answer_template or ""
+    for found in _ANSWER_PLACEHOLDER.finditer(template):
+        name = found.group(1)
+        head, _, rest = name.partition(".")
+        if head not in {"query", "result", "match", "params"} or (head in {"match", "params"} and not rest):
+            problems.setdefault("answer_template", []).append(
+                f"{{{name}}}: use {{query}}, {{result}}, {{result.KEY}}, {{match.NAME}} or {{params.NAME}}"
+            )
+        elif (problem := unmatched(name)) is not None:
+            problems.setdefault("answer_template", []).append(problem)
+    leftover = _ANSWER_PLACEHOLDER.sub("", template)
+    if "{" in leftover or "}" in leftover:
+        problems.setdefault("answer_template", []).append(
+            "a brace that opens or closes no placeholder: write {result.KEY} whole"
+        )
+    return problems
+
+
 class WhenSpec(BaseModel):
     """The conditions of an admin rule (all that are given must hold)."""
 

@@ -420,7 +420,7 @@ class DeterministicRule(AuditedModel):
         from django.core.exceptions import ValidationError
         from pydantic import ValidationError as PydanticValidationError
 
-        from agents.deterministic import WhenSpec, template_problems
+        from agents.deterministic import WhenSpec, placeholder_problems, template_problems
         from agents.llm import supports_tool_choice
         from agents.tools import CodeRuleError, load_code_rule
         from mcpregistry.contracts import argument_constraints, spec_problems
@@ -458,6 +458,18 @@ class DeterministicRule(AuditedModel):
                 WhenSpec.model_validate(self.when or {})
             except PydanticValidationError as exc:
                 errors["when"] = spec_problems(exc, WhenSpec)
+            for field_name, found in placeholder_problems(self.when, self.params, self.answer_template).items():
+                errors.setdefault(field_name, []).extend(found)
+            available = (self.when or {}).get("tool_available") if isinstance(self.when, dict) else None
+            if isinstance(available, str) and available and self.server_id:
+                names = sorted(self.server.tools.values_list("name", flat=True))
+                if names and available not in names:  # a server not discovered yet has no list to check against
+                    errors.setdefault("when", []).append(
+                        str(
+                            _("tool_available: '%(tool)s' is not a tool of this server; its tools are: %(names)s")
+                            % {"tool": available, "names": ", ".join(names)}
+                        )
+                    )
             if self.server_id and self.tool_name:
                 tool = self.server.tools.filter(name=self.tool_name).select_related("contract").first()
                 if tool is None and self.server.tools.filter(discovered_at__isnull=False).exists():

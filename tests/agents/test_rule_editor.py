@@ -150,3 +150,37 @@ def test_a_matcher_line_without_an_equals_sign_is_refused_with_its_line_and_show
     assert f"{where}, line 2: write KEY=value." in errors(page)
     assert "tier=3\nchatbotId premium</textarea>" in page  # what was typed, to correct
     assert not DeterministicRule.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {"params__value__name": "{match.nope}"},
+            "{match.nope}: the regex has no named group &#x27;nope&#x27; (its groups: name)",
+        ),
+        (
+            {"answer_template": "{match.who} 님은 {result.team}"},
+            "{match.who}: the regex has no named group &#x27;who&#x27; (its groups: name)",
+        ),
+        ({"answer_template": "{result.name 님은"}, "a brace that opens or closes no placeholder"),
+        ({"answer_template": "{answer}"}, "{answer}: use {query}, {result}, {result.KEY}"),
+        (
+            {"when__tool_available": "no_such_tool"},
+            "tool_available: &#x27;no_such_tool&#x27; is not a tool of this server; its tools are: erase, lookup",
+        ),
+    ],
+)
+def test_a_rule_that_could_never_fill_its_placeholders_or_fire_is_refused(
+    admin_client: Client, ledger: Agent, changes: dict[str, str], expected: str
+) -> None:
+    page = admin_client.post("/admin/agents/deterministicrule/add/", rule_post(ledger, **changes)).content.decode()
+    assert expected in errors(page), errors(page)
+    assert not DeterministicRule.objects.exists()
+
+
+def test_a_rule_whose_placeholders_all_have_a_source_is_saved(admin_client: Client, ledger: Agent) -> None:
+    data = rule_post(ledger, answer_template="{match.name} 님: {result.team} ({params.limit}건, {query})")
+    data["when__tool_available"] = "lookup"
+    response = admin_client.post("/admin/agents/deterministicrule/add/", data)
+    assert response.status_code == 302, errors(response.content.decode())
