@@ -16,6 +16,8 @@ from agents.rule_tester import rule_tester_view
 
 # The admin's "View site" leads to the API's documentation (the platform has no public site of its own).
 admin.site.site_url = reverse_lazy("api-docs")  # type: ignore[assignment]
+admin.site.site_header = _("Agent platform administration")
+admin.site.site_title = _("Agent platform")
 
 
 urlpatterns = [

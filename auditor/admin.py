@@ -239,7 +239,7 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         "outcome",
         "reason",
         "attempt",
-        "latency_ms",
+        "latency",
         "actor",
         "run_link",
     ]
@@ -274,13 +274,18 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         "ok",
         "reason",
         "attempt",
-        "latency_ms",
+        "latency",
         "actor",
         "seq",
         "prev_hash",
         "hash",
     ]
     exclude = ["args", "result"]
+
+    @admin.display(description=_("latency (ms)"), ordering="latency_ms")
+    def latency(self, obj: AuditEvent) -> str:
+        """Milliseconds as people read them (``4072.5``, not ``4072.4961050000275``)."""
+        return "—" if obj.latency_ms is None else f"{obj.latency_ms:,.1f}"
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         # The chain's fields where the model has them.

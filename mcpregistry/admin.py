@@ -16,6 +16,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from mcpregistry.contract_form import ToolContractForm
@@ -311,7 +312,15 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
     @admin.display(description=_("circuit"), ordering="breaker_state")
     def breaker_badge(self, obj: McpServer) -> str:
         colour = {"closed": "green", "open": "#ba2121", "half_open": "#b8860b"}.get(obj.breaker_state, "gray")
-        failures = format_html(" ({})", obj.breaker_failures) if obj.breaker_failures else ""
+        failures = (
+            format_html(
+                " ({})",
+                ngettext("%(n)d failure in a row", "%(n)d failures in a row", obj.breaker_failures)
+                % {"n": obj.breaker_failures},
+            )
+            if obj.breaker_failures
+            else ""
+        )
         return format_html('<b style="color:{}">{}</b>{}', colour, obj.get_breaker_state_display(), failures)
 
     @admin.display(description=_("tools"))
@@ -447,7 +456,7 @@ def _contract_delete(*, obj: ToolContract, actor: Any, via: str) -> None:
 
 @admin.register(McpTool)
 class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
-    list_display = ["name", "server", "enabled", "available", "review_required", "risk", "discovered_at"]
+    list_display = ["name", "server", "enabled", "available", "review_state", "risk", "discovered_at"]
     list_filter = ["server", "enabled", "available", "review_required"]
     search_fields = ["name", "description"]
     readonly_fields = [
@@ -500,6 +509,14 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
     @admin.display(description=_("annotations (hints from the server, not trusted)"))
     def annotations_pretty(self, obj: McpTool) -> str:
         return _pre(obj.annotations) if obj.annotations else "—"
+
+    @admin.display(description=_("review"), ordering="review_required")
+    def review_state(self, obj: McpTool) -> str:
+        """A warning where the tool waits for a review; nothing where it does not (a red cross for "no review
+        needed", Django's boolean icon, read as a fault)."""
+        if not obj.review_required:
+            return ""
+        return format_html('<b style="color:#ba2121">⚠ {}</b>', _("review required"))
 
     @admin.display(description=_("change under review"))
     def review_diff(self, obj: McpTool) -> str:

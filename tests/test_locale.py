@@ -157,3 +157,13 @@ def test_django_s_garbled_korean_heading_reads_well(auditor_client) -> None:  # 
 def test_the_dashboard_in_korean(admin_client) -> None:  # type: ignore[no-untyped-def]
     page = admin_client.get("/admin/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
     assert "대기 중인 승인" in page and "최근 24시간의 실행" in page
+
+
+def test_a_read_only_page_and_the_header_read_well_in_korean(auditor_client) -> None:  # type: ignore[no-untyped-def]
+    from audit.services import audit_event_record
+
+    event = audit_event_record(source="admin", tool="lookup", args={"이름": "김하늘"})
+    page = auditor_client.get(f"/admin/audit/auditevent/{event.pk}/change/", HTTP_ACCEPT_LANGUAGE="ko").content
+    text = page.decode()
+    assert "감사 이벤트 보기" in text and "뷰 " not in text
+    assert "에이전트 플랫폼 관리" in text and "Django" not in text
