@@ -33,6 +33,16 @@ class RuleTrial:
     result: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def params_json(self) -> str:
+        """The rendered parameters as JSON (what the tool is sent), Korean as itself."""
+        return "" if self.params is None else json.dumps(self.params, ensure_ascii=False)
+
+    @property
+    def result_json(self) -> str:
+        """The call's result as JSON, indented: its value, and the gate's outcome (ok, error, attempts, latency)."""
+        return "" if self.result is None else json.dumps(self.result, ensure_ascii=False, indent=2, default=str)
+
 
 def _json_field(label: str) -> forms.CharField:
     return forms.CharField(label=label, required=False, widget=forms.Textarea(attrs={"rows": 3, "cols": 60}))

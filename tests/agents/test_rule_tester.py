@@ -22,7 +22,7 @@ def test_a_dry_run_lists_the_rules_in_order_and_calls_nothing(admin_client, demo
     names = [r.name for r in demo_agent.rules.order_by("order")]
     positions = [page.index(name) for name in names]
     assert positions == sorted(positions)
-    assert "matched" in page and "{&#x27;team&#x27;: &#x27;클라우드운영팀&#x27;}" in page
+    assert "matched" in page and "{&quot;team&quot;: &quot;클라우드운영팀&quot;}" in page  # JSON, as the tool is sent
     assert ">ok<" in page
     assert not AuditEvent.objects.filter(action="tool.call").exists()
 
@@ -42,6 +42,7 @@ def test_asked_to_execute_it_calls_through_the_gate(admin_client, demo_agent) ->
         {"agent": demo_agent.pk, "query": "김하늘 님은 어느 팀 소속인가요?", "execute": "on"},
     ).content.decode()
     assert "클라우드운영팀" in page
+    assert "&quot;ok&quot;: true" in page and "True" not in page  # the result as JSON, not a Python dict
     event = AuditEvent.objects.get(action="tool.call")
     assert (event.source, event.tool, event.actor) == ("admin", "search_employee", "rule-tester:admin")
 

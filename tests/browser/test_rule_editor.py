@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from agents.models import Agent, DeterministicRule
+from tests.browser.conftest import screenshot
 from tests.browser.navigation import submit
 from tests.conftest import bind_demo_server
 
@@ -67,3 +68,12 @@ def test_an_admin_creates_a_rule_in_the_editor_and_dry_runs_it(admin_in_browser:
     submit(browser, (By.CSS_SELECTOR, "input[type=submit]"))
     row = browser.find_element(By.XPATH, "//tr[td[contains(., 'employee team')]]").text
     assert "matched" in row and "김하늘" in row and "sds-company-data.search_employee" in row
+
+    # Asked to call it, through the gate: the result is JSON, the rule's name on one line.
+    browser.find_element(By.NAME, "execute").click()
+    submit(browser, (By.CSS_SELECTOR, "input[type=submit]"))
+    cell = browser.find_element(By.XPATH, "//tr[td[contains(., 'employee team')]]/td[2]")
+    assert cell.size["width"] >= 100, cell.size  # not one character per line
+    row = browser.find_element(By.XPATH, "//tr[td[contains(., 'employee team')]]").text
+    assert '"ok": true' in row and "클라우드운영팀" in row and "True" not in row
+    screenshot(browser, "rule_tester_executed")
