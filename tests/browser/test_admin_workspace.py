@@ -22,6 +22,7 @@ from agents.services import api_key_create
 from audit.services import audit_event_record
 from mcpregistry.models import McpServer
 from mcpregistry.pool import get_default_pool
+from tests.browser.conftest import screenshot
 from tests.conftest import AUDITOR_PASSWORD, bind_demo_server, discover_as_admin, make_agent
 
 pytestmark = pytest.mark.browser
@@ -106,6 +107,15 @@ def test_a_run_submitted_through_the_api_is_followed_live_to_its_answer(
     text = wait_for(browser, settled)  # the answer, arrived without a reload
     assert "succeeded" in text and "rule decision" in text and "deterministic call" in text
     assert css(browser, "#run-audit-events").get_attribute("href").endswith(f"/admin/audit/auditevent/?run={run_id}")
+
+    # The list beside the sidebar and the filters: the Korean query wraps between words at a readable width.
+    browser.set_window_size(1400, 1000)
+    browser.get(f"{browser.base_url}/admin/agents/run/")
+    query = css(browser, "#result_list td.field-short_query")
+    assert query.size["width"] >= 150, query.size
+    words = ["김하늘", "님은", "어느", "팀", "소속인가요?"]
+    assert all(word in words for line in query.text.splitlines() for word in line.split()), query.text  # whole words
+    screenshot(browser, "runs_list_1400")
     get_default_pool().close(server.mcp_id)
 
 
