@@ -37,6 +37,7 @@ from agents.api.config import api_setting
 from agents.api.events import RunEventFeed, stream_async, stream_sync
 from agents.api.throttling import StreamSlot
 from agents.approvals import approval_decide, asked_by_the_model
+from agents.decision_reasons import reason_text
 from agents.models import Approval, Run
 from agents.services import CANCELLABLE, run_cancel
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
@@ -164,7 +165,7 @@ def run_timeline(run: Run) -> list[TimelineStep]:
                     status="ok" if matched else "skipped",
                     status_text=gettext("matched") if matched else gettext("skipped"),
                     args=_pretty(entry.get("params")) if matched else "",
-                    note="" if matched else str(entry.get("reason") or ""),
+                    note="" if matched else reason_text(str(entry.get("reason") or "")),
                 )
             )
         elif kind in ("deterministic_call", "flow_call"):

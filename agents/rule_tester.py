@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy as _
 
+from agents.decision_reasons import reason_text
 from agents.models import Agent
 from agents.selectors import deterministic_rule_specs
 
@@ -32,6 +33,11 @@ class RuleTrial:
     verdict: str = ""
     result: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def reason_text(self) -> str:
+        """The decision's reason in the reader's language (``agents/decision_reasons.py``)."""
+        return reason_text(self.reason)
 
     @property
     def params_json(self) -> str:
