@@ -85,7 +85,9 @@ class ToolFilter(_ChoiceFilter):
     parameter_name = "tool"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        events = AuditEvent.objects.exclude(tool="")
+        # The tools that were called or decided on; a configuration change names what it changed there (a request
+        # category its department), which is no tool.
+        events = AuditEvent.objects.exclude(tool="").exclude(action__startswith="config.")
         if request.GET.get("mcp_id"):
             events = events.filter(mcp_id=request.GET["mcp_id"])  # the chosen server's tools only
         return [(v, v) for v in events.order_by("tool").values_list("tool", flat=True).distinct()]

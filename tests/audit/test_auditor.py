@@ -278,6 +278,13 @@ def test_the_audit_list_filters_by_agent_server_tool_source_outcome_reason_calle
     today = timezone.localdate()
     assert len(listed(f"since={today}&until={today}")) == AuditEvent.objects.count()
     assert list(listed(f"until={today - timedelta(days=1)}")) == []
+    audit_event_record(source="admin", action="config.request_category.create", mcp_id="local", tool="IT지원팀")
+    page = auditor_client.get("/admin/audit/auditevent/")
+    tools = next(spec for spec in page.context["cl"].filter_specs if spec.parameter_name == "tool")
+    called = set(
+        AuditEvent.objects.exclude(action__startswith="config.").exclude(tool="").values_list("tool", flat=True)
+    )
+    assert {value for value, _label in tools.lookup_choices} == called == {"lookup", "ping"}  # no department
 
 
 def test_a_bad_filter_value_in_the_list_shows_nothing_and_says_why(auditor_client) -> None:
