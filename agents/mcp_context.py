@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mcpregistry.contracts import pydantic_message
+
 READ_RESOURCE_TOOL = "read_resource"
 
 
@@ -46,7 +48,7 @@ def mcp_context_settings(raw: Any) -> McpContextSettings:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "mcp_context"
-        raise ValueError(f"{where}: {first.get('msg', 'invalid')}") from exc
+        raise ValueError(f"{where}: {pydantic_message(first)}") from exc
 
 
 def read_resource_spec(uris: list[str]) -> dict[str, Any]:

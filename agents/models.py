@@ -296,6 +296,7 @@ class Agent(AuditedModel):
 
         from agents.providers import OTHER_MODE_PARAMS, ModelParams
         from mcpregistry.binding_policy import from_env_problem, url_problem
+        from mcpregistry.contracts import pydantic_message
 
         errors: dict[str, list[str]] = {}
         params = self.model_params if isinstance(self.model_params, dict) else {}
@@ -317,7 +318,7 @@ class Agent(AuditedModel):
         except PydanticValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ()))
-            errors.setdefault("model_params", []).append(f"{where}: {first.get('msg', '')}")
+            errors.setdefault("model_params", []).append(f"{where}: {pydantic_message(first)}")
         else:
             if self.model_provider == self.Provider.OPENAI_COMPATIBLE:
                 if not parsed.base_url:

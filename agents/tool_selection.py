@@ -28,6 +28,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mcpregistry.contracts import pydantic_message
+
 __all__ = [
     "EmbeddingRanker",
     "LexicalRanker",
@@ -69,7 +71,7 @@ def tool_selection_settings(raw: Any) -> ToolSelectionSettings:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "tool_selection"
-        raise ValueError(f"{where}: {first.get('msg', 'invalid')}") from exc
+        raise ValueError(f"{where}: {pydantic_message(first)}") from exc
 
 
 @dataclass(frozen=True)

@@ -251,8 +251,35 @@ def spec_problems(exc: PydanticValidationError, model: type[BaseModel], *, prefi
                 % {"where": where, "key": loc[-1], "hint": hint, "keys": ", ".join(keys)}
             )
         else:
-            problems.append(f"{where}: {error['msg']}")
+            problems.append(f"{where}: {pydantic_message(error)}")
     return problems
+
+
+def pydantic_message(error: Any) -> str:
+    """One pydantic error's message in the reader's language for the kinds an admin meets in a form (a number
+    out of range, a wrong type, a value outside a closed set); pydantic's own English otherwise."""
+    kind, context = error.get("type", ""), error.get("ctx") or {}
+    messages: dict[str, Any] = {
+        "greater_than_equal": lambda: _("must be at least %(limit)s") % {"limit": context.get("ge")},
+        "greater_than": lambda: _("must be more than %(limit)s") % {"limit": context.get("gt")},
+        "less_than_equal": lambda: _("must be at most %(limit)s") % {"limit": context.get("le")},
+        "less_than": lambda: _("must be less than %(limit)s") % {"limit": context.get("lt")},
+        "int_type": lambda: _("must be a whole number"),
+        "int_parsing": lambda: _("must be a whole number"),
+        "int_from_float": lambda: _("must be a whole number"),
+        "float_type": lambda: _("must be a number"),
+        "float_parsing": lambda: _("must be a number"),
+        "bool_type": lambda: _("must be true or false"),
+        "bool_parsing": lambda: _("must be true or false"),
+        "string_type": lambda: _("must be text"),
+        "list_type": lambda: _("must be a JSON list"),
+        "dict_type": lambda: _("must be a JSON object"),
+        "model_type": lambda: _("must be a JSON object"),
+        "missing": lambda: _("is required"),
+        "literal_error": lambda: _("must be one of: %(values)s") % {"values": context.get("expected", "")},
+    }
+    found = messages.get(kind)
+    return str(found()) if found is not None else str(error.get("msg", ""))
 
 
 _PY_TYPES: dict[str, tuple[type, ...]] = {

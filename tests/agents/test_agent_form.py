@@ -118,7 +118,7 @@ def _errors(page: str) -> str:
             "&#x27;temprature&#x27; is not a valid key (did you mean &#x27;temperature&#x27;?); the valid keys are: "
             "temperature, max_tokens, top_p, timeout_s",
         ),
-        ({"model_params": '{"max_tokens": -5}'}, "max_tokens: Input should be greater than or equal to 1"),
+        ({"model_params": '{"max_tokens": -5}'}, "max_tokens: must be at least 1"),
         ({"language": "klingon"}, "Choose one of the platform&#x27;s languages: en, ko."),
         ({"max_iterations": "0"}, "At least 1: the model needs one turn to answer."),
         ({"time_limit_s": "0"}, "At least 1 second."),

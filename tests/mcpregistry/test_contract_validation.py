@@ -51,7 +51,7 @@ def test_an_unknown_argument_constraint_names_the_valid_keys_and_the_closest_one
     ("spec", "expected"),
     [
         ({"min": 10, "max": 1}, "limit: Value error, min (10) is greater than max (1): no value fits"),
-        ({"max_length": -3}, "limit.max_length: Input should be greater than or equal to 0"),
+        ({"max_length": -3}, "limit.max_length: must be at least 0"),
         ({"pattern": "(["}, "limit.pattern: Value error, not a valid regular expression: "),
     ],
 )
@@ -172,3 +172,13 @@ def test_a_server_setting_no_call_could_pass_is_refused(values, field: str, expe
         server.full_clean()
     assert list(caught.value.message_dict) == [field]
     assert caught.value.message_dict[field][0].startswith(expected)
+
+
+def test_a_shape_error_reads_in_the_admin_s_language(tools) -> None:
+    from django.utils import translation
+
+    with translation.override("ko"):
+        [message] = refused(ToolContract(tool=tools["lookup"], args={"limit": {"type": "int", "max_length": -3}}))[
+            "args"
+        ]
+    assert message == "limit.max_length: 0 이상이어야 합니다"
