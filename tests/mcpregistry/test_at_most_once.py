@@ -86,6 +86,14 @@ def approved_run(server: McpServer) -> tuple[Run, Approval]:
     return run, approval
 
 
+def assert_ended_outcome_unknown(run: Run, approval: Approval) -> None:
+    """The approval ended ``outcome_unknown`` and the run's answer says the write may or may not have happened."""
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.OUTCOME_UNKNOWN
+    run.refresh_from_db()
+    assert "may or may not have taken effect" in run.answer
+
+
 @pytest.fixture
 def file(tmp_path: Path) -> Path:
     return tmp_path / "side-effects.txt"
@@ -160,10 +168,7 @@ def test_a_write_that_hangs_after_the_side_effect_times_out_once_and_ends_outcom
 
     assert lines(file) == ["송금 1건\t"]
     assert attempts(run.id, "append_line") == [(1, False, "timeout")]
-    approval.refresh_from_db()
-    assert approval.status == Approval.Status.OUTCOME_UNKNOWN
-    run.refresh_from_db()
-    assert "may or may not have taken effect" in run.answer
+    assert_ended_outcome_unknown(run, approval)
 
 
 def test_a_write_with_an_idempotency_argument_is_sent_again_with_the_same_key(file: Path) -> None:
@@ -197,10 +202,7 @@ def test_a_write_whose_tool_reports_its_backend_timed_out_is_neither_repeated_no
     assert lines(file) == ["송금 1건\t"]  # the backup never ran: it might have done the same again
     assert attempts(run.id, "append_line") == [(1, False, "timeout")]
     assert attempts(run.id, "append_line_backup") == []
-    approval.refresh_from_db()
-    assert approval.status == Approval.Status.OUTCOME_UNKNOWN
-    run.refresh_from_db()
-    assert "may or may not have taken effect" in run.answer
+    assert_ended_outcome_unknown(run, approval)
 
 
 def test_a_sandboxed_eval_write_with_an_idempotency_argument_sends_one_key_each_time(file: Path) -> None:
