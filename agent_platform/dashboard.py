@@ -117,7 +117,11 @@ def dashboard_tools(request: HttpRequest, *, since: dt.datetime) -> list[dict[st
     if not request.user.has_perm("audit.view_auditevent"):
         return None
     report = tool_metrics(since=since)
-    worst = sorted((t for t in report.tools if t.calls), key=lambda t: (-t.error_rate, -t.calls, t.mcp_id, t.tool))
+    # Only tools that failed: a tool at 0 % is not "failing most", however often it was called.
+    worst = sorted(
+        (t for t in report.tools if t.calls and t.error_rate > 0),
+        key=lambda t: (-t.error_rate, -t.calls, t.mcp_id, t.tool),
+    )
     events = _url("admin:audit_auditevent_changelist")
     return [
         {

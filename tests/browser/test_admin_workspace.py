@@ -140,9 +140,15 @@ def test_an_admin_approves_a_write_call_from_the_dashboards_pending_list(
     run.refresh_from_db()
     assert run.status == Run.Status.AWAITING_APPROVAL
 
+    browser.set_window_size(1400, 1000)
     browser.get(f"{browser.base_url}/admin/")
     pending = css(browser, "#dashboard-approvals")
     assert "notes.append_note" in pending.text and "회의록 저장" in pending.text
+    # The run's link stays inside its panel (a wide table scrolls there instead of running into the next one).
+    link = css(browser, "#dashboard-approvals td a[href*='/admin/agents/run/']")
+    panel = pending.rect
+    assert link.rect["x"] + link.rect["width"] <= panel["x"] + panel["width"] + 1, (link.rect, panel)
+    screenshot(browser, "dashboard_1400")
     css(browser, "#dashboard-approvals .approve-link").click()
     assert "회의록 저장" in css(browser, ".approval-args").text  # the arguments, shown before deciding
     css(browser, "#confirm-decision").click()
