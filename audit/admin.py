@@ -9,10 +9,11 @@ from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
+from django.http import HttpRequest, HttpResponse
 
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin
 from audit.login_form import LockoutAwareAdminAuthenticationForm
-from audit.roles import group_delete, group_save, user_delete, user_update
+from audit.roles import group_delete, group_save, user_delete, user_password_page, user_update
 
 User = get_user_model()
 
@@ -25,6 +26,11 @@ class AuditedUserAdmin(ServiceAdminMixin, UserAdmin):
 
     def service_delete(self, *, obj: Any, actor: Any) -> None:
         user_delete(user=obj, actor=actor, via=ADMIN_VIA)
+
+    def user_change_password(self, request: HttpRequest, id: str, form_url: str = "") -> HttpResponse:
+        """Django's password page, in a change scope: the change is recorded with this admin as its actor."""
+        with user_password_page(actor=request.user, via=ADMIN_VIA):
+            return super().user_change_password(request, id, form_url)
 
 
 class AuditedGroupAdmin(ServiceAdminMixin, GroupAdmin):

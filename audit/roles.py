@@ -5,15 +5,18 @@ the change and its audit event (``config.user.*``, ``config.group.*``) in one tr
 group pages and ``create_auditor`` call them. Django's users are not our model, so a path we do not own
 (``createsuperuser``, a shell) cannot be refused; instead, a change to a user's staff/superuser/active flags or
 groups made outside a service is still recorded, by signals, with the actor ``system:unattributed`` and the
-path ``django``: never silently.
+path ``django``: never silently. A password change is recorded the same way (``config.user.password_change``,
+naming the user, never the password or a hash), with the admin as its actor on the admin's password page.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import check_password
 from django.contrib.auth.models import AbstractBaseUser, Group
 from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
@@ -81,6 +84,14 @@ def user_delete(*, user: AbstractBaseUser, actor: Any, via: str) -> None:
     audited_delete(user, actor=actor, via=via)
 
 
+@contextmanager
+def user_password_page(*, actor: Any, via: str) -> Iterator[None]:
+    """The scope of a page that changes a password (Django's own form saves it): the change is recorded, by the
+    signal below, with ``actor`` and ``via``."""
+    with change_scope(actor=actor, via=via):
+        yield
+
+
 def group_save(*, group: Group, actor: Any, via: str, permissions: Iterable[Any] | None = None) -> Group:
     return audited_save(
         group, actor=actor, via=via, m2m=None if permissions is None else {"permissions": list(permissions)}
@@ -143,6 +154,33 @@ def _record_delete(sender: Any, instance: Any, **kwargs: Any) -> None:
         config_change_record(obj=instance, verb="delete", diff={k: [v, None] for k, v in before.items() if v})
 
 
+def _remember_password(sender: Any, instance: Any, raw: bool = False, update_fields: Any = None, **kwargs: Any) -> None:
+    """Before a user is saved: whether the save changes the password (not only its hash: a login that re-hashes
+    the same password with a newer hasher is no change). Never the password or a hash in the record."""
+    if raw or instance.pk is None or (update_fields is not None and "password" not in update_fields):
+        return
+    stored = type(instance)._default_manager.filter(pk=instance.pk).values_list("password", flat=True).first()
+    if stored is None or stored == instance.password:
+        return
+    plain = getattr(instance, "_password", None)  # what set_password was given, until the save
+    if plain is not None and check_password(plain, stored):
+        return
+    instance._password_changed = True
+
+
+def _record_password(sender: Any, instance: Any, created: bool, raw: bool = False, **kwargs: Any) -> None:
+    """A changed password is recorded (``config.user.password_change``, no diff) by whoever changes it: the
+    actor of the change scope (the admin's password page opens one), else ``system:unattributed`` (a command, a
+    shell)."""
+    if raw or created or not instance.__dict__.pop("_password_changed", False):
+        return
+    if current_scope() is not None:
+        config_change_record(obj=instance, verb="password_change", diff={})
+        return
+    with transaction.atomic(), change_scope(actor=UNATTRIBUTED_ACTOR, via="django"):
+        config_change_record(obj=instance, verb="password_change", diff={})
+
+
 def _role_fields(model: Any) -> list[str]:
     return [n for n in recorded_fields(model) if n in ROLE_FIELDS or n == "groups"]
 
@@ -157,3 +195,5 @@ def connect() -> None:
     m2m_changed.connect(_record_groups, sender=user_model.groups.through, dispatch_uid="audit.roles.groups")
     pre_delete.connect(_remember_delete, sender=user_model, dispatch_uid="audit.roles.pre_delete")
     post_delete.connect(_record_delete, sender=user_model, dispatch_uid="audit.roles.post_delete")
+    pre_save.connect(_remember_password, sender=user_model, dispatch_uid="audit.roles.password_pre_save")
+    post_save.connect(_record_password, sender=user_model, dispatch_uid="audit.roles.password_post_save")
