@@ -13,6 +13,7 @@ from agent_platform.body_limit import is_api_path, json_error
 from agent_platform.dashboard import dashboard_index
 from agents.api import a2a_server, mcp_server
 from agents.rule_tester import rule_tester_view
+from audit.roles import user_password_page
 
 # The admin's "View site" leads to the API's documentation (the platform has no public site of its own).
 admin.site.site_url = reverse_lazy("api-docs")  # type: ignore[assignment]
@@ -20,7 +21,14 @@ admin.site.site_header = _("Agent platform administration")
 admin.site.site_title = _("Agent platform")
 
 
+def own_password_change(request: HttpRequest, extra_context: object = None):  # type: ignore[no-untyped-def]
+    """The admin's own password page, in a change scope: the change is recorded with this admin as its actor."""
+    with user_password_page(actor=request.user, via="admin"):
+        return admin.site.password_change(request)
+
+
 urlpatterns = [
+    path("admin/password_change/", admin.site.admin_view(own_password_change, cacheable=True)),
     path("admin/agents/rule-tester/", admin.site.admin_view(rule_tester_view), name="rule-tester"),
     path("admin/", admin.site.admin_view(dashboard_index), name="dashboard"),
     path("admin/", admin.site.urls),

@@ -47,3 +47,16 @@ def test_the_same_password_hashed_again_or_a_login_is_no_change(client: Client) 
     user.save(update_fields=["password"])
     assert client.login(username="seo", password=OLD)
     assert changes(user) == []
+
+
+def test_an_admin_changing_their_own_password_is_recorded_with_them_as_actor(client: Client) -> None:
+    user = user_create(actor="t", via="tests", username="hana", password=OLD, is_staff=True)
+    client.force_login(user)
+    response = client.post("/admin/password_change/", {"old_password": OLD, "new_password1": NEW, "new_password2": NEW})
+    assert response.status_code == 302, response.content.decode()[:1000]
+    assert changes(user) == [("hana", "admin", {})]
+
+
+def test_the_own_password_page_still_needs_an_admin_login(client: Client) -> None:
+    response = client.get("/admin/password_change/")
+    assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
