@@ -168,6 +168,7 @@ def test_the_admin_metrics_page_shows_the_figures_with_bars(auditor_client, know
     assert "87.5" in page and "35.0" in page and "25.0%" in page
     assert "args:missing:name" in page and "api_key:apk_caller01" in page
     assert 'class="bar bar-calls" style="width: 100%"' in page
+    assert "<b>3.33</b>" in page and "3.3333" not in page  # 10 calls in 3 runs, as people read it
     content = page.split('id="content-main"')[1].split("<!-- END Content -->")[0]
     assert "<script" not in content and "http" not in content  # CSS bars: no scripts, nothing fetched
 
