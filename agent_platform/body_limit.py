@@ -10,8 +10,9 @@ Two layers, because the servers differ in when they read a body:
 - ``BodyLimitMiddleware`` is the first Django middleware (WSGI: ``runserver``, gunicorn's sync workers, the
   test client): a ``Content-Length`` over the limit is a ``413`` before sessions, CSRF or authentication read
   the body. It also refuses (``400 bad_request``) a path or query string on an API path that holds a NUL
-  character (``%00``): no database stores one (PostgreSQL raises), so no view should have to look for it. Under WSGI Django reads no more than ``Content-Length`` (its ``LimitedStream``), and the API's
-  parser (``agents/api/parsers.py``) counts what it reads, too.
+  character (``%00``): no database stores one (PostgreSQL raises), so no view should have to look for it.
+  Under WSGI Django reads no more than ``Content-Length`` (its ``LimitedStream``), and the API's parser
+  (``agents/api/parsers.py``) counts what it reads, too.
 
 The API's paths (:func:`is_api_path`) are the REST API under ``/api/`` and the machine protocols beside it: A2A
 (``/a2a/``, the agent cards under ``/.well-known/``) and MCP (``/mcp``). Their limit is
@@ -126,14 +127,17 @@ class BodyLimitASGIMiddleware:
         limit = body_limit_for(scope.get("path", ""))
         headers = dict(scope.get("headers") or [])
         declared = _declared_length(headers.get(b"content-length"))
-        language = _language_of(headers.get(b"accept-language", b"").decode("latin-1"))
+
+        async def refuse(status: int, code: str, message: Callable[[], str]) -> None:
+            # In the caller's language, chosen only for a refusal (nothing is chosen for a request that goes on).
+            with translation.override(_language_of(headers.get(b"accept-language", b"").decode("latin-1"))):
+                await _send_json(send, status, error_json(status, code, message()))
+
         if declared == -1:
-            with translation.override(language):
-                await _send_json(send, 400, error_json(400, "bad_request", _("Content-Length must be a whole number.")))
+            await refuse(400, "bad_request", lambda: _("Content-Length must be a whole number."))
             return
         if declared is not None and declared > limit:
-            with translation.override(language):
-                await _send_json(send, 413, error_json(413, "body_too_large", _too_large_message(limit)))
+            await refuse(413, "body_too_large", lambda: _too_large_message(limit))
             return
         buffered: list[Message] = []
         size = 0
@@ -144,8 +148,7 @@ class BodyLimitASGIMiddleware:
                 break  # http.disconnect: Django sees it and stops
             size += len(message.get("body", b""))
             if size > limit:
-                with translation.override(language):
-                    await _send_json(send, 413, error_json(413, "body_too_large", _too_large_message(limit)))
+                await refuse(413, "body_too_large", lambda: _too_large_message(limit))
                 return
             if not message.get("more_body", False):
                 break

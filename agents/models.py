@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import uuid
 
 from django.conf import settings
@@ -296,21 +295,14 @@ class Agent(AuditedModel):
 
         from agents.providers import OTHER_MODE_PARAMS, ModelParams
         from mcpregistry.binding_policy import from_env_problem, url_problem
-        from mcpregistry.contracts import pydantic_message
+        from mcpregistry.contracts import pydantic_message, unknown_key_problem
 
         errors: dict[str, list[str]] = {}
         params = self.model_params if isinstance(self.model_params, dict) else {}
         valid = [*ModelParams.model_fields, *OTHER_MODE_PARAMS]
         for key in params:
             if key not in valid and key not in SECRET_PARAM_KEYS:  # a key gets its own message below
-                close = difflib.get_close_matches(str(key), valid, n=1)
-                hint = str(_(" (did you mean '%(key)s'?)") % {"key": close[0]}) if close else ""
-                errors.setdefault("model_params", []).append(
-                    str(
-                        _("'%(key)s' is not a valid key%(hint)s; the valid keys are: %(keys)s")
-                        % {"key": key, "hint": hint, "keys": ", ".join(valid)}
-                    )
-                )
+                errors.setdefault("model_params", []).append(unknown_key_problem(str(key), valid))
         # Checked whatever the provider: a value kept for another provider is refused now, not when the agent
         # switches to it.
         try:

@@ -243,16 +243,21 @@ def spec_problems(exc: PydanticValidationError, model: type[BaseModel], *, prefi
         loc = list(error["loc"])
         where = ".".join([prefix, *map(str, loc)] if prefix else map(str, loc)) or "(root)"
         if error["type"] == "extra_forbidden" and loc:
-            keys = spec_keys(model, loc[:-1]) or []
-            close = difflib.get_close_matches(str(loc[-1]), keys, n=1)
-            hint = _(" (did you mean '%(key)s'?)") % {"key": close[0]} if close else ""
-            problems.append(
-                _("%(where)s: '%(key)s' is not a valid key%(hint)s; the valid keys are: %(keys)s")
-                % {"where": where, "key": loc[-1], "hint": hint, "keys": ", ".join(keys)}
-            )
+            problems.append(f"{where}: {unknown_key_problem(str(loc[-1]), spec_keys(model, loc[:-1]) or [])}")
         else:
             problems.append(f"{where}: {pydantic_message(error)}")
     return problems
+
+
+def unknown_key_problem(key: str, keys: Sequence[str]) -> str:
+    """A key that is not one of ``keys``, with the closest one suggested and all of them named."""
+    close = difflib.get_close_matches(key, keys, n=1)
+    hint = _(" (did you mean '%(key)s'?)") % {"key": close[0]} if close else ""
+    return _("'%(key)s' is not a valid key%(hint)s; the valid keys are: %(keys)s") % {
+        "key": key,
+        "hint": hint,
+        "keys": ", ".join(keys),
+    }
 
 
 def pydantic_message(error: Any) -> str:
