@@ -23,8 +23,8 @@ Run from the repo root: ``python -m bench.audit [--events N] [--verify-events N]
   (``verify_events_per_second``: in segments, by one worker process per core up to 8, ``verify_workers``).
   Target: 50,000 events/s.
 
-Both on PostgreSQL (``DATABASE_URL`` if set: it must be a throwaway database, the benchmark writes to it; else a
-private cluster started as the tests do, ``tests/postgres.py``, with durable settings: fsync and synchronous
+Both on PostgreSQL (``DATABASE_URL`` if set: it must be a throwaway database, the benchmark writes to it, and it
+refuses, before writing anything, one that holds an audit event or a run; else a private cluster started as the tests do, ``tests/postgres.py``, with durable settings: fsync and synchronous
 commit on), lines prefixed ``postgres_``, then on a throwaway SQLite database, prefixed ``sqlite_``. The last
 line is the headline: ``postgres_deferred_vs_inline_8_writers_ratio``, eight PostgreSQL writers with the
 deferred chain against the inline one, measured in the same run.
