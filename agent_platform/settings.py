@@ -298,6 +298,10 @@ SECRETS_ENCRYPTION_KEYS = os.environ.get("SECRETS_ENCRYPTION_KEYS", "")
 PLATFORM_DEMO_ADMIN_USERNAME = os.environ.get("DEMO_ADMIN_USERNAME", "admin")
 PLATFORM_DEMO_ADMIN_PASSWORD = os.environ.get("DEMO_ADMIN_PASSWORD", "")
 PLATFORM_CHANGE_GUARD = os.environ.get("PLATFORM_CHANGE_GUARD", "refuse")
+# The groups data migrations make (the auditor and reviewer roles) are recorded in the audit at the end of the
+# migrate that made them (audit.roles.groups_record_unrecorded). The test suite's databases turn this off so that
+# their record starts empty, as after a flush; tests/audit/test_migrated_groups.py checks it on fresh databases.
+PLATFORM_AUDIT_MIGRATED_GROUPS = _env_bool("PLATFORM_AUDIT_MIGRATED_GROUPS", default=True)
 # The scripted model provider replays canned model turns (tests, benchmarks, demos): never offered in production.
 PLATFORM_ALLOW_SCRIPTED_MODEL = _env_bool("PLATFORM_ALLOW_SCRIPTED_MODEL") or DEBUG
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.apps import AppConfig, apps
-from django.db import connections
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.recorder import MigrationRecorder
 from django.db.models.signals import m2m_changed, post_migrate, pre_migrate
 from django.utils.translation import gettext_lazy as _
@@ -21,8 +22,10 @@ def _audit_chain_before_migrate(*, using: str, **_kwargs: Any) -> None:
 
 def _audit_chain_after_migrate(*, using: str, **_kwargs: Any) -> None:
     """After every ``migrate`` (and a test suite's flush): SQLite's triggers back in place (altering a table
-    there drops its triggers), and the chain head created if the record is empty (never over events)."""
+    there drops its triggers), the chain head created if the record is empty (never over events), and the groups
+    data migrations made (the auditor and reviewer roles) recorded (``audit.roles.groups_record_unrecorded``)."""
     from audit.append_only import append_only_install
+    from audit.roles import groups_record_unrecorded
     from audit.services import audit_chain_head_create_if_fresh
 
     connection = connections[using]
@@ -32,6 +35,8 @@ def _audit_chain_after_migrate(*, using: str, **_kwargs: Any) -> None:
     if connection.vendor == "sqlite":
         append_only_install(connection)
     audit_chain_head_create_if_fresh(using=using)
+    if using == DEFAULT_DB_ALIAS and getattr(settings, "PLATFORM_AUDIT_MIGRATED_GROUPS", True):
+        groups_record_unrecorded()
 
 
 class AuditConfig(AppConfig):

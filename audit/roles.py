@@ -22,13 +22,24 @@ from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
 
 from audit.change_guard import ChangeAudit, change_scope, current_scope, register_policy
-from audit.changes import audited_delete, audited_save, change_diff, config_change_record, recorded_fields, snapshot
+from audit.changes import (
+    CONFIG_ACTION_PREFIX,
+    audited_delete,
+    audited_save,
+    change_diff,
+    config_change_record,
+    recorded_fields,
+    snapshot,
+)
 
 AUDITOR_GROUP = "auditor"
 """The group whose members may read the audit record (admin, read-only, and ``/api/v1/audit/``)."""
 
 ROLE_FIELDS = frozenset({"is_staff", "is_superuser", "is_active", "username"})
 UNATTRIBUTED_ACTOR = "system:unattributed"
+MIGRATE_ACTOR = "system:migrate"
+"""Who made a group the record had no event for: the platform's data migrations (the ``auditor`` and
+``reviewer`` roles), recorded at the end of the ``migrate`` that made them."""
 
 USER_POLICY = ChangeAudit(
     entity="user",
@@ -100,6 +111,30 @@ def group_save(*, group: Group, actor: Any, via: str, permissions: Iterable[Any]
 
 def group_delete(*, group: Group, actor: Any, via: str) -> None:
     audited_delete(group, actor=actor, via=via)
+
+
+def groups_record_unrecorded() -> int:
+    """Record, as created by ``system:migrate`` (path ``migrate``), each group the audit record has no event for,
+    with its permissions: the roles the platform's data migrations make (a migration cannot call the services
+    here) join the record at the end of the ``migrate`` that made them, so that who may audit or approve is in
+    the record from the first day. Runs after every ``migrate``; a group already recorded is left alone. Returns
+    how many were recorded."""
+    from audit.models import AuditEvent
+
+    recorded = {
+        str(pk)
+        for pk in AuditEvent.objects.filter(action__startswith=f"{CONFIG_ACTION_PREFIX}group.").values_list(
+            "result__id", flat=True
+        )
+    }
+    unrecorded = [g for g in Group.objects.order_by("pk").prefetch_related("permissions") if str(g.pk) not in recorded]
+    names = recorded_fields(Group)
+    for group in unrecorded:
+        with transaction.atomic(), change_scope(actor=MIGRATE_ACTOR, via="migrate"):
+            config_change_record(
+                obj=group, verb="create", diff=change_diff(Group, {}, snapshot(group, names), creating=True)
+            )
+    return len(unrecorded)
 
 
 # --- changes made outside a service: recorded, unattributed -----------------------------------------------------

@@ -1,0 +1,89 @@
+"""The roles the platform's data migrations make (``auditor``, ``reviewer``: who may read the record, who may
+approve) are in the audit record from the first ``migrate``: recorded as created by ``system:migrate``, with
+their permissions, once; a group made later through the services is recorded by them, not again at the next
+migrate. (The suite's own databases start with an empty record, ``tests/conftest.py``: these tests call the
+recording themselves, or migrate fresh databases of their own with it on.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Group
+
+from audit.models import AuditEvent
+from audit.roles import MIGRATE_ACTOR, groups_record_unrecorded
+from tests.audit.test_chain import verify
+from tests.e2e.harness import ROOT
+
+EVENTS = """
+import json
+from audit.models import AuditEvent
+print(json.dumps([
+    [e.action, e.actor, e.result.get("name"), e.result.get("via"), e.args]
+    for e in AuditEvent.objects.filter(action__startswith="config.").order_by("seq")
+], ensure_ascii=False))
+"""
+SERVICE_GROUP = (
+    "from django.contrib.auth.models import Group; from audit.roles import group_save; "
+    "group_save(group=Group(name='운영팀'), actor='admin', via='admin')"
+)
+
+
+@pytest.mark.django_db
+def test_the_groups_migrations_made_are_recorded_once_with_their_permissions() -> None:
+    assert set(Group.objects.values_list("name", flat=True)) >= {"auditor", "reviewer"}
+    assert not AuditEvent.objects.exists()
+
+    assert groups_record_unrecorded() == 2
+    assert groups_record_unrecorded() == 0  # recorded: never again
+
+    events = {e.result["name"]: e for e in AuditEvent.objects.filter(action="config.group.create")}
+    assert set(events) == {"auditor", "reviewer"}
+    for event in events.values():
+        assert event.actor == MIGRATE_ACTOR and event.result["via"] == "migrate"
+        assert event.args["name"] == [None, event.result["name"]]
+    assert "Audit | audit event | Can view audit event" in events["auditor"].args["permissions"][1]
+    assert "Agents | approval | Can change approval" in events["reviewer"].args["permissions"][1]
+    assert "Audit | audit event | Can view audit event" not in events["reviewer"].args["permissions"][1]
+    assert verify().startswith("verified 2 events")
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_a_fresh_migrate_records_its_roles_and_a_later_migrate_records_nothing_again(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "PLATFORM_AUDIT_MIGRATED_GROUPS")}
+    env.update(PLATFORM_VAR_DIR=str(tmp_path), SQLITE_PATH=str(tmp_path / "db.sqlite3"), PYTHONIOENCODING="utf-8")
+
+    manage(env, "migrate", "--noinput", "--verbosity", "0")
+    first = json.loads(manage(env, "shell", "-c", EVENTS).strip().splitlines()[-1])
+    assert sorted((action, actor, name, via) for action, actor, name, via, _ in first) == [
+        ("config.group.create", MIGRATE_ACTOR, "auditor", "migrate"),
+        ("config.group.create", MIGRATE_ACTOR, "reviewer", "migrate"),
+    ]
+
+    manage(env, "shell", "-c", SERVICE_GROUP)  # recorded by the service
+    manage(env, "migrate", "--noinput", "--verbosity", "0")
+    after = json.loads(manage(env, "shell", "-c", EVENTS).strip().splitlines()[-1])
+    assert after[:2] == first
+    assert [(action, actor, name, via) for action, actor, name, via, _ in after[2:]] == [
+        ("config.group.create", "admin", "운영팀", "admin")
+    ]
+    assert "verified 3 events" in manage(env, "verify_audit")
