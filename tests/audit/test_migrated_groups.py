@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group
@@ -42,14 +43,18 @@ def test_the_groups_migrations_made_are_recorded_once_with_their_permissions() -
     assert groups_record_unrecorded() == 2
     assert groups_record_unrecorded() == 0  # recorded: never again
 
-    events = {e.result["name"]: e for e in AuditEvent.objects.filter(action="config.group.create")}
+    events: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+        e.result["name"]: (e.actor, e.args, e.result)
+        for e in AuditEvent.objects.filter(action="config.group.create")
+        if isinstance(e.args, dict) and isinstance(e.result, dict)
+    }
     assert set(events) == {"auditor", "reviewer"}
-    for event in events.values():
-        assert event.actor == MIGRATE_ACTOR and event.result["via"] == "migrate"
-        assert event.args["name"] == [None, event.result["name"]]
-    assert "Audit | audit event | Can view audit event" in events["auditor"].args["permissions"][1]
-    assert "Agents | approval | Can change approval" in events["reviewer"].args["permissions"][1]
-    assert "Audit | audit event | Can view audit event" not in events["reviewer"].args["permissions"][1]
+    for name, (actor, args, result) in events.items():
+        assert actor == MIGRATE_ACTOR and result["via"] == "migrate"
+        assert args["name"] == [None, name]
+    assert "Audit | audit event | Can view audit event" in events["auditor"][1]["permissions"][1]
+    assert "Agents | approval | Can change approval" in events["reviewer"][1]["permissions"][1]
+    assert "Audit | audit event | Can view audit event" not in events["reviewer"][1]["permissions"][1]
     assert verify().startswith("verified 2 events")
 
 
