@@ -23,7 +23,8 @@ readable. It is best effort for patterns and exact for known values: a secret th
 (binding env/header values) must be passed in ``secrets`` or registered, never left to the patterns.
 
 Masked text is also text every database stores: a NUL character (PostgreSQL refuses it in text and JSON) and
-an unpaired surrogate (``"\\ud800"`` in a tool's JSON: no UTF-8 encoder takes it) become U+FFFD. What a tool or
+an unpaired surrogate (``"\\ud800"`` in a tool's JSON: no UTF-8 encoder takes it) become U+FFFD, and a float NaN
+or infinity (no JSON column takes it) becomes its text (``"nan"``, ``"inf"``). What a tool or
 a model returns is masked before it is stored or shown, so neither can make an audit row or a run unstorable.
 """
 
@@ -38,6 +39,7 @@ import enum
 import functools
 import json
 import logging
+import math
 import re
 import threading
 import uuid
@@ -609,6 +611,8 @@ class _Walker:
         """A masked copy of a non-container value."""
         if isinstance(value, str):
             return self.text(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            return str(value)  # NaN and infinities: no JSON column stores them (as text: "nan", "inf")
         if isinstance(value, _UNCHANGED_SCALARS):  # bool is an int
             return value
         if isinstance(value, (bytes, bytearray)):
@@ -699,7 +703,7 @@ class _Walker:
 
 
 _CONTAINERS = (dict, list, tuple, set, frozenset)
-_PLAIN_SCALARS = frozenset({int, float, bool})
+_PLAIN_SCALARS = frozenset({int, bool})  # floats go through leaf: NaN and infinities become text
 
 
 def _rebuild(source: tuple[Any, ...] | set[Any] | frozenset[Any], items: list[Any]) -> Any:

@@ -462,16 +462,22 @@ def backoff_delay(
 
 
 _RETRY_AFTER = re.compile(r"retry[-_ ]after[\"':= ]+(\d+(?:\.\d+)?)", re.IGNORECASE)
-_RATE_LIMITED = re.compile(r"\b429\b|rate[ _-]?limit|too many requests", re.IGNORECASE)
+# A 429 as a status (leading the text, or after HTTP/status/code/error), not any number 429 a message quotes.
+_RATE_LIMITED = re.compile(
+    r"^\W*(?:error\W*)?429\b|\b(?:HTTP(?:/[\d.]+)?|status(?:\s+code)?|code|error)\W{0,3}429\b|rate[ _-]?limit"
+    r"|too many requests",
+    re.IGNORECASE,
+)
 _TIMED_OUT = re.compile(r"^\s*timeout\b|\btimed out\b|\bdeadline exceeded\b|\b504\b", re.IGNORECASE)
 
 
 def classify_tool_error(text: str) -> tuple[str, float | None]:
     """The reason of a tool's own error (``isError``): ``rate_limit`` (with a Retry-After, if stated),
-    ``timeout`` (the tool's backend timed out: worth another try) or ``tool:error``."""
+    ``timeout`` (the tool's backend timed out: worth another try) or ``tool:error``. A text that says both is a
+    timeout: for a write, the one that leaves its outcome unknown (``gate._attempts``)."""
+    if _TIMED_OUT.search(text or ""):
+        return "timeout", None
     if _RATE_LIMITED.search(text or ""):
         found = _RETRY_AFTER.search(text)
         return "rate_limit", float(found.group(1)) if found else None
-    if _TIMED_OUT.search(text or ""):
-        return "timeout", None
     return "tool:error", None

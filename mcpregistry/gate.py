@@ -192,11 +192,17 @@ def call_hash(mcp_id: str, tool: str, args: dict[str, Any]) -> str:
     return hashlib.sha256(f"{mcp_id}\n{tool}\n{canonical_args(args)}".encode()).hexdigest()
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _parse(text: str) -> Any:
+    """A result's text as JSON when it is a JSON object or array, else the text. ``NaN`` and ``Infinity`` (which
+    Python's parser accepts and no JSON column stores) make it text."""
     stripped = text.strip()
     if stripped[:1] in "{[":
         try:
-            return json.loads(stripped)
+            return json.loads(stripped, parse_constant=_no_constant)
         except ValueError:
             return text
     return text
@@ -451,7 +457,7 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         this.audit(
             ok=False,
             reason="approval:outcome_unknown",
-            result=f"{reason}: {detail}"[:500],
+            result=_masked_cut(f"{reason}: {detail}", 500, this.secrets),
             attempt=0,
             latency_ms=None,
             action="approval.outcome_unknown",
@@ -468,6 +474,11 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
 
     # 6. fallback
     this.result.error = reason
+    if contract.risk == ToolContract.Risk.WRITE and reason.startswith("result:"):
+        # The write was carried out (the tool answered without an error); only its answer failed the check.
+        # Neither handed to a fallback tool nor suggested again: either would do the write a second time.
+        this.result.message = _write_answer_unreadable_message(tool_name, reason, detail, this.secrets)
+        return this.finish()
     fallback = contract.fallback_tool
     if fallback and fallback != tool_name and fallback_depth == 0 and reason not in {"circuit:open"}:
         if contract.fallback_policy == ToolContract.FallbackPolicy.CALL:
@@ -475,9 +486,9 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
             if backup.ok:
                 backup.fallback_for = tool_name
                 return backup
-        this.result.message = _failure_message(tool_name, reason, detail, fallback=fallback)
+        this.result.message = _failure_message(tool_name, reason, detail, fallback=fallback, secrets=this.secrets)
     else:
-        this.result.message = _failure_message(tool_name, reason, detail, fallback=None)
+        this.result.message = _failure_message(tool_name, reason, detail, fallback=None, secrets=this.secrets)
     return this.finish()
 
 
@@ -488,8 +499,9 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
     A ``write`` call without an ``idempotency_arg`` is sent at most once: a timeout or a broken session after
     its request went out (or an unexpected failure, which may have come after it) ends the attempts with
     ``outcome_unknown`` True, as does a tool's own report that its backend timed out (it answered, but the work
-    may be done). The call is retried only where the server certainly did nothing: a rate
-    limit, or a session that could not be opened. With an ``idempotency_arg`` the same key is
+    may be done). A tool's own error is not retried either (its text may be a rate limit's, or mention one,
+    after the work was done): the call is retried only where the server certainly did nothing, a session that
+    could not be opened. With an ``idempotency_arg`` the same key is
     sent each time, so the server can tell a repeat from a new call, and the contract's retries apply."""
     server, who = this.server, this.who
     retry = {**DEFAULT_RETRY, **(contract.retry or {})}
@@ -528,7 +540,10 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
                 # Refused before it is parsed, remembered or shown: the audit keeps a short masked excerpt.
                 reason = "result:too_big"
                 detail = _("%(size)d characters, more than %(cap)d") % {"size": size, "cap": cap}
-                value, audited = None, {"excerpt": _excerpt(outcome.text, outcome.structured), "chars": size}
+                value, audited = (
+                    None,
+                    {"excerpt": _excerpt(outcome.text, outcome.structured, this.secrets), "chars": size},
+                )
             else:
                 value = (
                     outcome.structured if outcome.structured is not None and not outcome.text else _parse(outcome.text)
@@ -567,6 +582,8 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
             # The tool's own report that its backend timed out: it answered, but the work may be done. Its
             # outcome is unknown: not repeated, and not handed to a fallback tool that might do it again.
             return value, reason, detail, True
+        if at_most_once and answered:
+            break  # the tool answered with its own error (a rate limit, say): told as it is, never sent again
         if reason not in retry_on or attempt == max_attempts:
             break
         clock.sleep(backoff_delay(reason=reason, attempt=attempt, retry=retry, retry_after_s=retry_after, rng=_rng))
@@ -589,9 +606,17 @@ def _result_size(text: str, structured: Any) -> int:
     return len(json.dumps(structured, ensure_ascii=False, default=str))
 
 
-def _excerpt(text: str, structured: Any, *, chars: int = 200) -> str:
-    head = text[:chars] if text else json.dumps(structured, ensure_ascii=False, default=str)[:chars]
-    return head + "…"
+def _excerpt(text: str, structured: Any, secrets: list[str], *, chars: int = 200) -> str:
+    """The start of a refused result, masked before it is cut (a cut secret would no longer be recognised)."""
+    whole = text if text else json.dumps(structured, ensure_ascii=False, default=str)
+    return _masked_cut(whole, chars, secrets) + "…"
+
+
+def _masked_cut(text: str, chars: int, secrets: list[str]) -> str:
+    """``text`` masked, then cut to ``chars``: masked first, so a secret the cut would split is still found. Only
+    a bounded window is masked (a result can be megabytes): the longest secret (or a masked shape) fits in it."""
+    window = chars + 4096 + max((len(s) for s in secrets), default=0)
+    return mask_text(text[:window], secrets=secrets)[:chars]
 
 
 def _approval(
@@ -640,9 +665,13 @@ def _approval(
         this.result.ok = bool(state.result.get("ok"))
         this.result.value = state.result.get("value")
         this.result.error = state.result.get("reason") or None
-        this.result.message = (
-            "" if this.result.ok else _failure_message(this.tool_name, this.result.error or "", "", fallback=None)
-        )
+        reason = this.result.error or ""
+        if this.result.ok:
+            this.result.message = ""
+        elif reason.startswith("result:"):  # carried out; its answer failed the check
+            this.result.message = _write_answer_unreadable_message(this.tool_name, reason, "", this.secrets)
+        else:
+            this.result.message = _failure_message(this.tool_name, reason, "", fallback=None, secrets=this.secrets)
         return None, this.finish()
     if state.status == "executing":
         # Claimed by a worker that never recorded how it ended (it died mid-call; this run was taken over).
@@ -691,7 +720,15 @@ def _argument_message(tool: str, verdict: Verdict) -> str:
     }
 
 
-def _failure_message(tool: str, reason: str, detail: str, *, fallback: str | None) -> str:
+def _write_answer_unreadable_message(tool: str, reason: str, detail: str, secrets: list[str]) -> str:
+    text = _(
+        "Tool '%(tool)s' carried out the write, but its answer could not be read [%(reason)s]. Do not call it or "
+        "another tool to do it again; tell the user it was done and that its answer should be checked."
+    ) % {"tool": tool, "reason": reason}
+    return f"{text} ({_masked_cut(detail, 500, secrets)})" if detail else text
+
+
+def _failure_message(tool: str, reason: str, detail: str, *, fallback: str | None, secrets: list[str]) -> str:
     what = {
         "timeout": _("it did not answer in time"),
         "rate_limit": _("the backend's rate limit was hit"),
@@ -713,7 +750,7 @@ def _failure_message(tool: str, reason: str, detail: str, *, fallback: str | Non
         then = _("Do not retry it now; answer with what you have and say this tool failed.")
     text = _("Tool '%(tool)s' failed: %(what)s [%(reason)s].") % {"tool": tool, "what": what, "reason": reason}
     if detail:
-        text += f" ({detail[:500]})"
+        text += f" ({_masked_cut(detail, 500, secrets)})"
     return f"{text} {then}"
 
 
@@ -800,7 +837,7 @@ def _mcp_read(
             cap = int(settings.PLATFORM_TOOL_RESULT_MAX_CHARS)
             if size > cap:
                 reason = "result:too_big"
-                audited = {"excerpt": _excerpt(outcome.text, None), "chars": size}
+                audited = {"excerpt": _excerpt(outcome.text, None, this.secrets), "chars": size}
                 this.result.message = _("%(size)d characters, more than %(cap)d") % {"size": size, "cap": cap}
             else:
                 value = outcome.structured if outcome.structured is not None else outcome.text

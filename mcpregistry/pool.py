@@ -39,6 +39,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 import agent_platform.telemetry as telemetry
+from audit.masking import mask_text
 from mcpregistry.client_session import ClientSession
 
 logger = logging.getLogger(__name__)
@@ -660,8 +661,8 @@ def _noise_of(exc: Exception) -> str:
             for error in errors():
                 noise = error.get("input")
                 if isinstance(noise, str):
-                    return noise[:200]
-    return str(exc).splitlines()[0][:200]
+                    return mask_text(noise[:4096])[:200]  # masked before it is cut: a cut secret is not found
+    return mask_text(str(exc).splitlines()[0][:4096])[:200]
 
 
 _default_pool: McpSessionPool | None = None

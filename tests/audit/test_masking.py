@@ -811,3 +811,9 @@ def test_the_remembered_texts_are_bounded() -> None:
     for batch in range(3):
         mask_value([f"텍스트 {batch}-{i}" for i in range(masking._MEMO_MAX_ENTRIES)])
     assert len(masking._NO_SECRET_MEMOS.texts) <= 2 * masking._MEMO_MAX_ENTRIES
+
+
+def test_a_float_no_json_column_stores_becomes_its_text() -> None:
+    masked = mask_value({"ratio": float("nan"), "limit": [float("inf"), -float("inf")], "ok": 1.5})
+    assert masked == {"ratio": "nan", "limit": ["inf", "-inf"], "ok": 1.5}
+    json.dumps(masked, allow_nan=False)  # storable as JSON

@@ -7,6 +7,9 @@ file counts what the server really did, whatever the client saw.
 - ``exit`` (default): the process dies (``os._exit``) before it answers: the client's session drops.
 - ``hang``: it never answers (the client's deadline passes).
 - ``report-timeout``: it answers with its own error, that its backend timed out (the work may be done).
+- ``report-rate-limit``: it answers with its own error, an HTTP 429 of a backend it called after the work.
+- ``report-echo``: it answers with its own error that quotes the call's text (which may hold a number such as
+  429) and says another backend timed out after the work.
 - ``ok``: it answers.
 
 ``append_line`` is a write tool with an optional idempotency key: a key seen before (in the file) is not
@@ -49,6 +52,14 @@ def _then_misbehave() -> None:
         time.sleep(3600)
     if mode == "report-timeout":
         raise ToolError("the ledger backend timed out after 30s")
+    if mode == "report-rate-limit":
+        raise ToolError("429 Too Many Requests: the notification backend's limit was hit")
+
+
+def _misbehave_about(text: str) -> None:
+    if mode == "report-echo":
+        raise ToolError(f"ledger entry '{text}' saved but the notification backend timed out")
+    _then_misbehave()
 
 
 @mcp.tool(annotations={"readOnlyHint": False, "destructiveHint": True})
@@ -57,7 +68,7 @@ def append_line(text: str, idempotency_key: str = "") -> str:
     if idempotency_key and any(line.endswith(f"\t{idempotency_key}") for line in _lines()):
         return f"already done: {idempotency_key}"
     _record(f"{text}\t{idempotency_key}")
-    _then_misbehave()
+    _misbehave_about(text)
     return f"lines: {len(_lines())}"
 
 
@@ -67,6 +78,13 @@ def append_line_backup(text: str, idempotency_key: str = "") -> str:
     _record(f"backup:{text}\t{idempotency_key}")
     _then_misbehave()
     return f"lines: {len(_lines())}"
+
+
+@mcp.tool(annotations={"readOnlyHint": True})
+def not_json_read(key: str) -> str:
+    """A read tool whose answer looks like JSON but holds NaN and Infinity (Python's parser takes them; no JSON
+    column stores them)."""
+    return '{"key": "' + key + '", "ratio": NaN, "limit": Infinity}'
 
 
 @mcp.tool(annotations={"readOnlyHint": True})

@@ -112,6 +112,10 @@ def _close_sessions() -> Any:
         "lost",
         "reports-timeout",
         "sandbox-keyed",
+        "reports-429",
+        "echoes-429",
+        "bad-answer",
+        "not-json",
     ):
         get_default_pool().close(mcp_id)
 
@@ -291,3 +295,95 @@ def test_a_run_failed_as_worker_lost_never_leaves_its_approval_executing(file: P
     approval.refresh_from_db()
     assert approval.status == Approval.Status.OUTCOME_UNKNOWN
     assert lines(file) == []
+
+
+def test_a_write_whose_tool_reports_a_rate_limit_after_the_work_is_not_sent_again(file: Path) -> None:
+    server = side_effect_server("reports-429", file, mode="report-rate-limit")
+    ToolContract.objects.filter(tool__server=server, tool__name="append_line").update(
+        retry={"max_attempts": 3, "on": ["rate_limit", "timeout", "transport"], "backoff_base_s": 0.01}
+    )
+    run, approval = approved_run(server)
+
+    run_execute(run_id=str(run.id))
+
+    # Its own error was answered after the work: the contract's retries on rate_limit do not apply to a write.
+    assert lines(file) == ["송금 1건\t"]
+    assert attempts(run.id, "append_line") == [(1, False, "rate_limit")]
+    approval.refresh_from_db()
+    assert (approval.status, approval.result["reason"]) == (Approval.Status.EXECUTED, "rate_limit")
+
+
+def test_a_write_error_that_quotes_a_429_and_says_a_backend_timed_out_ends_outcome_unknown(file: Path) -> None:
+    server = side_effect_server("echoes-429", file, mode="report-echo")
+    ToolContract.objects.filter(tool__server=server, tool__name="append_line").update(
+        retry={"max_attempts": 3, "on": ["rate_limit", "timeout"], "backoff_base_s": 0.01}
+    )
+    script = [
+        {"tool_calls": [{"name": "append_line", "args": {"text": "invoice 429"}, "id": "call_write"}]},
+        {"content": "결과: {last_tool_result}"},
+    ]
+    key, _raw = api_key_create(actor="test", via="tests", name="caller-echo")
+    agent = make_agent(slug="writes-echo", servers=[server], provider="scripted", script=script, with_demo_rules=False)
+    run = Run.objects.create(agent=agent, api_key=key, query="송금해줘")
+    run_execute(run_id=str(run.id))
+    approval = Run.objects.get(pk=run.pk).approvals.get()
+    approval_decide(run=run, approval_id=str(approval.pk), decision="approve", actor="test")
+
+    run_execute(run_id=str(run.id))
+
+    assert lines(file) == ["invoice 429\t"]
+    assert attempts(run.id, "append_line") == [(1, False, "timeout")]
+    assert_ended_outcome_unknown(run, approval)
+
+
+def test_a_write_carried_out_whose_answer_fails_the_check_is_not_handed_to_its_fallback(file: Path) -> None:
+    server = side_effect_server("bad-answer", file, mode="ok")
+    ToolContract.objects.filter(tool__server=server, tool__name="append_line").update(
+        returns={"type": "dict"},
+        fallback_tool="append_line_backup",
+        fallback_policy=ToolContract.FallbackPolicy.CALL,
+    )
+    run, approval = approved_run(server)
+
+    run_execute(run_id=str(run.id))
+
+    assert lines(file) == ["송금 1건\t"]  # the backup never ran: it would have written again
+    assert attempts(run.id, "append_line") == [(1, False, "result:shape")]
+    assert attempts(run.id, "append_line_backup") == []
+    approval.refresh_from_db()
+    assert (approval.status, approval.result["reason"]) == (Approval.Status.EXECUTED, "result:shape")
+    run.refresh_from_db()
+    [tool_message] = [m for m in run.messages if m["type"] == "tool"]
+    assert "carried out the write" in tool_message["content"]
+    assert "fallback" not in tool_message["content"]
+
+
+def test_a_sandboxed_write_whose_answer_fails_the_check_is_not_written_again_by_its_fallback(file: Path) -> None:
+    server = side_effect_server("bad-answer", file, mode="ok")
+    ToolContract.objects.filter(tool__server=server, tool__name="append_line").update(
+        returns={"type": "dict"},
+        fallback_tool="append_line_backup",
+        fallback_policy=ToolContract.FallbackPolicy.CALL,
+    )
+    server = McpServer.objects.prefetch_related("tools__contract").get(pk=server.pk)
+    who = gate.GateCall(
+        source="eval", run_id=uuid.uuid4(), call_id="c1", writes_blocked=True, write_sandbox=frozenset({"bad-answer"})
+    )
+
+    result = gate.call(server=server, tool_name="append_line", args={"text": "샌드박스"}, who=who)
+
+    assert (result.ok, result.error) == (False, "result:shape")
+    assert lines(file) == ["샌드박스\t"]
+    assert "carried out the write" in result.message
+
+
+def test_a_result_with_nan_is_kept_as_text_and_audited(file: Path) -> None:
+    server = side_effect_server("not-json", file, mode="ok")
+    server = McpServer.objects.prefetch_related("tools__contract").get(pk=server.pk)
+
+    result = gate.call(server=server, tool_name="not_json_read", args={"key": "k"}, who=gate.GateCall(source="admin"))
+
+    assert result.ok
+    assert result.value == '{"key": "k", "ratio": NaN, "limit": Infinity}'  # text: not JSON
+    [event] = AuditEvent.objects.filter(tool="not_json_read", action="tool.call")
+    assert event.ok and "NaN" in str(event.result)

@@ -127,6 +127,15 @@ def test_tool_errors_are_classified() -> None:
     assert classify_tool_error("429 Too Many Requests; Retry-After: 2") == ("rate_limit", 2.0)
     assert classify_tool_error("rate limit exceeded") == ("rate_limit", None)
     assert classify_tool_error("'x' 직원을 찾을 수 없습니다") == ("tool:error", None)
+    assert classify_tool_error("HTTP 429 from the backend") == ("rate_limit", None)
+    assert classify_tool_error("backend status code: 429") == ("rate_limit", None)
+    assert classify_tool_error("429 rate_limit: 에러: 호출 한도를 초과했습니다.") == ("rate_limit", None)
+
+
+def test_a_429_a_message_quotes_is_no_rate_limit_and_a_timeout_it_reports_wins() -> None:
+    assert classify_tool_error("order 429 was not found") == ("tool:error", None)
+    assert classify_tool_error("invoice 429 saved; the notification backend timed out") == ("timeout", None)
+    assert classify_tool_error("rate limit of the mailer hit, then it timed out") == ("timeout", None)
 
 
 def test_a_servers_read_only_claim_is_a_hint_and_discovery_proposes_write_whatever_it_says() -> None:

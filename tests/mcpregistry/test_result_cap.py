@@ -104,3 +104,19 @@ def test_the_platform_cap_is_a_setting(probe: McpServer, settings: Any) -> None:
     settings.PLATFORM_TOOL_RESULT_MAX_CHARS = 10
     assert call(probe, 11).error == "result:too_big"
     assert call(probe, 10).ok
+
+
+def test_the_excerpt_of_a_refused_result_is_masked_before_it_is_cut(probe: McpServer) -> None:
+    secret = "Qm7vT2pLx9RkW4zN8cYb"
+    probe.env = {"PROBE_TOKEN": secret}
+    probe.save()
+    ToolContract.objects.filter(tool__server=probe, tool__name="echo").update(returns={"max_chars": 300})
+    server = McpServer.objects.prefetch_related("tools__contract").get(pk=probe.pk)
+    text = "x" * 183 + secret + "y" * 400  # the excerpt's 200 characters would end inside the secret
+
+    result = gate.call(server=server, tool_name="echo", args={"text": text}, who=gate.GateCall(source="admin"))
+
+    assert result.error == "result:too_big"
+    [audited] = AuditEvent.objects.filter(tool="echo", action="tool.call")
+    assert audited.result["excerpt"].startswith("x" * 183 + "***")
+    assert secret[:6] not in json.dumps(audited.result)
