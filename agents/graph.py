@@ -70,6 +70,64 @@ def unanswered_tool_calls(messages: list[AnyMessage]) -> list[dict[str, Any]]:
     return [c for c in ai.tool_calls if c.get("id") not in answered]
 
 
+_CALL_BLOCK_TYPES = frozenset({"tool_use", "tool_call", "function_call"})
+
+
+def with_unique_call_ids(response: AIMessage, earlier: list[AnyMessage]) -> AIMessage:
+    """``response`` with every tool call under an id no other call of the run has (``<id>~2``, ``~3``, ...; a call
+    without one: ``call~N``), in its tool calls and in the provider's own forms of them (content blocks,
+    ``additional_kwargs``), in order. Some models number their calls per turn (``call_0`` every turn) or repeat
+    an id within one: the platform keys a call's approval, its result and its place in the trace by its id, so a
+    second call under an id already used would be taken for the first (its approval's recorded outcome returned,
+    the call itself never sent). Ids are made unique as the turn is received, before anything is recorded; the
+    conversation keeps them, so a resumed run sees the same ones."""
+    if not response.tool_calls:
+        return response
+    taken: set[str] = set()
+    for message in earlier:
+        if isinstance(message, AIMessage):
+            taken.update(str(c.get("id") or "") for c in message.tool_calls)
+        elif isinstance(message, ToolMessage):
+            taken.add(str(message.tool_call_id))
+    taken.discard("")
+    renamed: dict[str, list[str]] = {}  # an id as the model gave it -> the ids its calls get, in order
+    calls = []
+    for call in response.tool_calls:
+        given = str(call.get("id") or "")
+        unique = given
+        if not given or given in taken:
+            base, number = given or "call", 2
+            while f"{base}~{number}" in taken:
+                number += 1
+            unique = f"{base}~{number}"
+        taken.add(unique)
+        renamed.setdefault(given, []).append(unique)
+        calls.append({**call, "id": unique})
+    if all(ids == [given] for given, ids in renamed.items()):
+        return response
+    queues = {given: list(ids) for given, ids in renamed.items()}
+
+    def next_id(given: Any) -> Any:
+        queue = queues.get(str(given or ""))
+        return queue.pop(0) if queue else given
+
+    content: Any = response.content
+    if isinstance(content, list):
+        content = [
+            {**block, "id": next_id(block.get("id"))}
+            if isinstance(block, dict) and block.get("type") in _CALL_BLOCK_TYPES
+            else block
+            for block in content
+        ]
+    queues = {given: list(ids) for given, ids in renamed.items()}
+    additional = dict(response.additional_kwargs)
+    if isinstance(additional.get("tool_calls"), list):
+        additional["tool_calls"] = [
+            {**raw, "id": next_id(raw.get("id"))} if isinstance(raw, dict) else raw for raw in additional["tool_calls"]
+        ]
+    return response.model_copy(update={"tool_calls": calls, "content": content, "additional_kwargs": additional})
+
+
 @dataclass(frozen=True)
 class ReactParts:
     """What one run brings to the ReAct graph: its model, tools and callbacks. The graph itself is compiled once
@@ -175,6 +233,7 @@ def _agent(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
             runnable = parts.model
     response = runnable.invoke(state["messages"], **parts.before_model_call(state["messages"], specs))
     if isinstance(response, AIMessage):
+        response = with_unique_call_ids(response, state["messages"])
         parts.on_model_turn(response)
     return {"messages": [response], "model_turns": turns + 1}
 

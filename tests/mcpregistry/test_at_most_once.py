@@ -116,6 +116,7 @@ def _close_sessions() -> Any:
         "echoes-429",
         "bad-answer",
         "not-json",
+        "same-id",
     ):
         get_default_pool().close(mcp_id)
 
@@ -387,3 +388,35 @@ def test_a_result_with_nan_is_kept_as_text_and_audited(file: Path) -> None:
     assert result.value == '{"key": "k", "ratio": NaN, "limit": Infinity}'  # text: not JSON
     [event] = AuditEvent.objects.filter(tool="not_json_read", action="tool.call")
     assert event.ok and "NaN" in str(event.result)
+
+
+def test_a_second_write_the_model_gives_an_id_it_used_before_is_asked_for_and_sent_not_taken_for_the_first(
+    file: Path,
+) -> None:
+    server = side_effect_server("same-id", file, mode="ok")
+    script = [  # a model that numbers its calls per turn: call_0 each time
+        {"tool_calls": [{"name": "append_line", "args": {"text": "A"}, "id": "call_0"}]},
+        {"tool_calls": [{"name": "append_line", "args": {"text": "B"}, "id": "call_0"}]},
+        {"content": "결과: {last_tool_result}"},
+    ]
+    key, _raw = api_key_create(actor="test", via="tests", name="caller-same-id")
+    agent = make_agent(
+        slug="writes-same-id", servers=[server], provider="scripted", script=script, with_demo_rules=False
+    )
+    run = Run.objects.create(agent=agent, api_key=key, query="두 건 기록해줘")
+
+    for text in ("A", "B"):
+        run_execute(run_id=str(run.id))
+        run.refresh_from_db()
+        assert run.status == Run.Status.AWAITING_APPROVAL, text
+        pending = run.approvals.get(status=Approval.Status.PENDING)
+        assert pending.args == {"text": text}
+        approval_decide(run=run, approval_id=str(pending.pk), decision="approve", actor="test")
+    run_execute(run_id=str(run.id))
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED
+    assert lines(file) == ["A\t", "B\t"]  # each sent once, the second not answered with the first's outcome
+    assert sorted(run.approvals.values_list("call_id", flat=True)) == ["call_0", "call_0~2"]
+    tool_messages = [m for m in run.messages if m["type"] == "tool"]
+    assert [m["tool_call_id"] for m in tool_messages] == ["call_0", "call_0~2"]
