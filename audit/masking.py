@@ -13,8 +13,8 @@ What is masked, and how:
   (``s k - 1 2 3 …``, a value split over lines). Values shorter than :data:`MIN_SECRET_LENGTH` characters are
   ignored: masking ``"a"`` everywhere would destroy the text.
 * **Value patterns** - AWS access key ids, labelled AWS secret access keys, ``Bearer``/``Basic``
-  credentials, JWTs, well-known API key formats (``sk-...``, ``sk_live_...``, ``xoxb-...``, ``ghp_...``, ...),
-  PEM private key blocks, passwords in URLs, secret-looking query parameters.
+  credentials, JWTs, well-known API key formats (``sk-...``, ``sk_live_...``, ``xoxb-...``, ``ghp_...``, ...,
+  and this platform's own ``apk_...``), PEM private key blocks, passwords in URLs, secret-looking query parameters.
 * **Key names** - ``key=value``, ``key: value`` and ``"key": "value"`` pairs in text, and dict entries in
   structures, whose key :func:`is_secret_key` recognises.
 
@@ -189,6 +189,7 @@ def _secret_forms(secret: str) -> set[str]:
         encoded = encode(raw).decode("ascii")
         forms.add(encoded)
         forms.add(encoded.rstrip("="))
+        forms |= _base64_cores(raw, encode)
     for url_form in (quote(secret, safe=""), quote(secret), quote_plus(secret), quote_plus(secret, safe="/")):
         forms.add(url_form)
         forms.add(_PERCENT_ESCAPE.sub(lambda m: m[0].lower(), url_form))
@@ -196,10 +197,25 @@ def _secret_forms(secret: str) -> set[str]:
     forms.add(json.dumps(secret, ensure_ascii=False)[1:-1])
     if len(secret) >= MIN_ENCODED_SECRET_LENGTH:
         hexed = raw.hex()
-        forms |= {hexed, hexed.upper(), secret[::-1]}
+        forms |= {hexed, hexed.upper(), secret[::-1], secret.upper(), secret.lower()}
         b32 = base64.b32encode(raw).decode("ascii")
         forms |= {b32, b32.rstrip("="), b32.lower(), b32.rstrip("=").lower()}
     return {form for form in forms if len(form) >= MIN_SECRET_LENGTH}
+
+
+def _base64_cores(raw: bytes, encode: Any) -> set[str]:
+    """The characters of ``raw``'s base64 that depend on its bytes alone, at each of the three offsets it can
+    start at inside a longer encoded text (``base64("Bearer " + secret)``, ``base64("user:" + secret)``): the
+    characters that mix in the bytes around it are left out."""
+    cores = set()
+    bits = 8 * len(raw)
+    for offset in range(3):
+        encoded = encode(b"\0" * offset + raw + b"\0\0").decode("ascii")
+        start = -(-8 * offset // 6)  # the first character wholly inside the secret's bits
+        end = (8 * offset + bits) // 6  # one past the last such character
+        if end - start >= MIN_ENCODED_SECRET_LENGTH:
+            cores.add(encoded[start:end])
+    return cores
 
 
 def _spaced_pattern(secret: str) -> str | None:
@@ -312,7 +328,7 @@ _JWT = re.compile(r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]++\.eyJ[A-Za-z0-9_-]++\
 _AWS_ACCESS_KEY_ID = re.compile(r"A(?:KIA|SIA)(?<![A-Z0-9]....)[A-Z0-9]{16}(?![A-Z0-9])")
 # Well-known API key formats. Each branch starts with its literal prefix (so ``re`` can jump to candidates) and
 # then looks back to check the prefix is not the tail of a longer word ("task-manager" is not "sk-...").
-_API_KEY_PREFIX = re.compile(r"sk-|[sr]k_|whsec_|xox|gh[pousr]_|github_pat_|glpat-|AIza")
+_API_KEY_PREFIX = re.compile(r"sk-|[sr]k_|whsec_|xox|gh[pousr]_|github_pat_|glpat-|AIza|apk_")
 _API_KEY_SHAPES = re.compile(
     r"sk-(?<![A-Za-z0-9_-]sk-)[A-Za-z0-9_-]{8,}"  # OpenAI / Anthropic style
     r"|sk_(?:live|test)_(?<![A-Za-z0-9_-].{8})[A-Za-z0-9]{8,}"  # Stripe secret
@@ -323,6 +339,9 @@ _API_KEY_SHAPES = re.compile(
     r"|github_pat_(?<![A-Za-z0-9_-]github_pat_)[A-Za-z0-9_]{20,}"
     r"|glpat-(?<![A-Za-z0-9_-]glpat-)[A-Za-z0-9_-]{20,}"  # GitLab
     r"|AIza(?<![A-Za-z0-9_-]AIza)[0-9A-Za-z_-]{35}"  # Google API key
+    # This platform's own API keys (agents.services.API_KEY_PREFIX and 43 characters); the 12-character prefix
+    # the admin and the audit name a key by is shorter than the shape, and stays.
+    r"|apk_(?<![A-Za-z0-9_-]apk_)[A-Za-z0-9_-]{20,}"
 )
 _URL_USERINFO = re.compile(r"(?P<head>://[^\s:/?#@\"'<>]*:)[^\s/?#\"'<>]+(?=@)")
 _QUERY_PARAMETER = re.compile(  # only parameters whose name has a secret-ish word reach the callback
@@ -383,7 +402,7 @@ _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 # Short texts are gated by one regex instead of a dozen ``in`` checks.
 _SHORT_TEXT = 256
 _MAYBE_SENSITIVE = re.compile(  # literal-first branches only, so ``re`` skips other characters quickly
-    r":|=|@|-----BEGIN|eyJ|A(?:KIA|SIA|Iza)|sk[-_]|rk_|whsec_|xox|gh[pousr]_|github_pat_|glpat-"
+    r":|=|@|-----BEGIN|eyJ|A(?:KIA|SIA|Iza)|sk[-_]|rk_|whsec_|xox|gh[pousr]_|github_pat_|glpat-|apk_"
     r"|B(?:earer|EARER|asic|ASIC)|b(?:earer|asic)"
 )
 
@@ -550,6 +569,27 @@ def mask_text(text: object, *, secrets: Iterable[str] = ()) -> str:
     return _mask_str(text if isinstance(text, str) else str(text), _resolve_matcher(secrets))
 
 
+def mask_known(value: Any, *, secrets: Iterable[str] = ()) -> Any:
+    """A copy of ``value`` (dicts, lists, strings; anything else as it is) in which every string has the known
+    secrets (``secrets`` and the registered ones, in the forms :func:`mask_text` finds) replaced by :data:`MASK`,
+    and nothing else: no key-name or value-pattern masking, so a structure with a meaning of its own (a tool's
+    input schema, whose property may be called ``api_key``) keeps its shape. Dict keys are kept."""
+    matcher = _resolve_matcher(secrets)
+    if matcher is None:
+        return value
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            return matcher.sub(item)
+        if isinstance(item, dict):
+            return {key: walk(child) for key, child in item.items()}
+        if isinstance(item, list):
+            return [walk(child) for child in item]
+        return item
+
+    return walk(value)
+
+
 # --- structures ----------------------------------------------------------------------------------------------
 
 _UNCHANGED_SCALARS = (
@@ -689,11 +729,18 @@ class _Walker:
                 if isinstance(source, list):
                     parent[slot] = copy
                 stack.append((source, copy, parent, slot))
+                flag_before = False  # the item before names a secret (a command line's "--api-key", then its value)
                 for index, child in enumerate(source):
                     if type(child) is str:
+                        if flag_before and child and not child.startswith("-"):
+                            copy[index], flag_before = MASK, False
+                            continue
                         masked = memo.get(child)
                         copy[index] = masked if masked is not None else self.text(child)
-                    elif child is None or type(child) in _PLAIN_SCALARS:
+                        flag_before = child[:1] == "-" and "=" not in child and _is_secret_flag(child)
+                        continue
+                    flag_before = False
+                    if child is None or type(child) in _PLAIN_SCALARS:
                         copy[index] = child
                     elif isinstance(child, _CONTAINERS):
                         stack.append((child, copy, index))
@@ -703,6 +750,15 @@ class _Walker:
 
 
 _CONTAINERS = (dict, list, tuple, set, frozenset)
+
+
+def _is_secret_flag(item: str) -> bool:
+    """Whether a command-line item is an option naming a secret (``--api-key``, ``-password``, ``--auth-token``):
+    the item after it, its value, is masked."""
+    name = item.lstrip("-")
+    return 2 <= len(name) <= 64 and is_secret_key(name)
+
+
 _PLAIN_SCALARS = frozenset({int, bool})  # floats go through leaf: NaN and infinities become text
 
 
@@ -724,7 +780,8 @@ def mask_value(value: Any, *, secrets: Iterable[str] = ()) -> Any:
       to the same text are kept apart as ``"***"`` and ``"***~2"``).
     * dict value under a key that :func:`is_secret_key` recognises -> :data:`MASK`, whatever its type,
       unless it is ``None`` or empty (``""``, ``[]``, ``{}``), which stays as is.
-    * dict / list / tuple / set -> the same kind, masked inside (dict subclasses come back as ``dict``).
+    * dict / list / tuple / set -> the same kind, masked inside (dict subclasses come back as ``dict``); in a
+      list, the item after an option that names a secret (a command line's ``"--api-key", "VALUE"``) is masked.
     * ``int``, ``float``, ``bool``, ``None``, ``Decimal``, dates/times, ``UUID``, enums -> unchanged.
     * bytes -> masked as UTF-8 text; pydantic models -> their masked ``model_dump(mode="json")``.
     * anything else -> its masked ``str()`` (fail closed: an unknown object could print a secret later).

@@ -11,14 +11,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
 
 from audit.changes import audited_delete, audited_save, change_scope, config_change_record
-from audit.masking import mask_text
+from audit.masking import mask_known, mask_text, register_secrets
 from mcpregistry.contracts import contract_defaults, schema_problem
 from mcpregistry.crypto import PREFIX, rotate_token
 from mcpregistry.embeddings import refresh_after_discovery
@@ -176,10 +176,12 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
     from mcpregistry.local_tools import runner_for  # the session pool and the MCP SDK: loaded when one is called
 
     runner = runner_for(server.transport)
+    secrets = server.secret_values()
+    register_secrets(secrets)  # what the server writes to its stderr (logged at DEBUG) is masked in this process
     try:
         listing = runner.list_tools(server.connection_config(), timeout_s=max(server.timeout_s, 30.0), scope=scope)
     except Exception as exc:  # noqa: BLE001 - recorded as the binding's health
-        report.error = mask_text(str(exc) or type(exc).__name__, secrets=server.secret_values())[:2000]
+        report.error = mask_text(str(exc) or type(exc).__name__, secrets=secrets)[:2000]
         McpServer.objects.filter(pk=server.pk).update(
             health=McpServer.Health.ERROR, last_error=report.error, last_checked_at=timezone.now()
         )
@@ -187,6 +189,7 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
     finally:
         if scope is not None:
             runner.close_scope(scope)
+    listing = _listing_without_secrets(listing, secrets)
     now = timezone.now()
     with transaction.atomic(), change_scope(actor=actor, via=via):
         existing = {t.name: t for t in server.tools.all()}
@@ -284,6 +287,26 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
     return report
 
 
+def _listing_without_secrets(listing: Any, secrets: list[str]) -> Any:
+    """The server's listing with the binding's secrets masked wherever the server put them (a tool's description
+    or schema, a resource, a prompt, its own name): what discovery stores, audits and shows an admin. A
+    description is masked as text (secret shapes too); schemas and the rest only of the known secrets, so their
+    structure is kept."""
+    tools = [
+        {**tool, "description": mask_text(tool["description"], secrets=secrets)}
+        if isinstance(tool.get("description"), str)
+        else tool
+        for tool in mask_known(listing.tools, secrets=secrets)
+    ]
+    return replace(
+        listing,
+        tools=tools,
+        resources=mask_known(listing.resources, secrets=secrets),
+        prompts=mask_known(listing.prompts, secrets=secrets),
+        server_info=mask_known(listing.server_info, secrets=secrets),
+    )
+
+
 # ---- the classify_request local tool's table ------------------------------------------------------------------
 
 
@@ -324,6 +347,7 @@ def mcp_server_health_check(*, server: McpServer) -> HealthReport:
     from mcpregistry.local_tools import runner_for  # the session pool and the MCP SDK: loaded when one is called
 
     runner = runner_for(server.transport)
+    register_secrets(server.secret_values())  # the server's stderr, logged at DEBUG, is masked in this process
     started = time.monotonic()
     try:
         listing = runner.list_tools(server.connection_config(), timeout_s=max(server.timeout_s, 30.0), scope=scope)

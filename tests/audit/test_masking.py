@@ -817,3 +817,34 @@ def test_a_float_no_json_column_stores_becomes_its_text() -> None:
     masked = mask_value({"ratio": float("nan"), "limit": [float("inf"), -float("inf")], "ok": 1.5})
     assert masked == {"ratio": "nan", "limit": ["inf", "-inf"], "ok": 1.5}
     json.dumps(masked, allow_nan=False)  # storable as JSON
+
+
+@pytest.mark.parametrize("before", [b"", b"Bearer ", b"user:", b"x:", b"ab"])
+def test_a_secret_base64_encoded_inside_a_longer_value_is_masked_at_any_offset(before: bytes) -> None:
+    secret = "Qm7vT2pLx9RkW4zN8cYb"
+    encoded = base64.b64encode(before + secret.encode()).decode()
+    masked = mask_text(f"header={encoded}", secrets=[secret])
+    assert "***" in masked
+    assert base64.b64decode(encoded) != base64.b64decode(masked.split("=", 1)[1].replace("***", "") + "==")
+    # what is left of the encoded text holds at most a character or two of the secret's bits on either side
+    assert len(masked.split("=", 1)[1].replace("***", "").rstrip("=")) <= len(base64.b64encode(before)) + 2
+
+
+def test_a_long_secret_in_other_letter_case_is_masked() -> None:
+    secret = "Qm7vT2pLx9RkW4zN8cYb"
+    assert mask_text(f"TOKEN USED: {secret.upper()}; {secret.lower()}", secrets=[secret]) == "TOKEN USED: ***; ***"
+
+
+def test_this_platforms_api_keys_are_masked_and_the_prefix_that_names_one_is_kept() -> None:
+    key = "apk_ZqJ3w9HkT2uVb7XcLm4NpR8sYd1eFg6A-x_1234567"
+    assert mask_text(f"내 키 {key} 입니다") == "내 키 *** 입니다"
+    assert mask_value({"note": key}) == {"note": "***"}
+    assert mask_text("키 apk_ZqJ3w9Hk 폐기") == "키 apk_ZqJ3w9Hk 폐기"
+
+
+def test_the_value_after_a_command_line_option_naming_a_secret_is_masked() -> None:
+    args = ["-m", "server", "--api-key", "Xq81LmZp0aT7", "--port", "8080", "--max-tokens", "500", "--verbose"]
+    assert mask_value({"args": args}) == {
+        "args": ["-m", "server", "--api-key", "***", "--port", "8080", "--max-tokens", "500", "--verbose"]
+    }
+    assert mask_value(["--password", "--verbose"]) == ["--password", "--verbose"]  # an option, not a value

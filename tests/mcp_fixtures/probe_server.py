@@ -11,6 +11,8 @@ copes with a misbehaving one. ``PROBE_MODE`` picks the misbehaviour:
   that is not an MCP server), until its stdin closes.
 - ``garbage_exit``: prints a usage text to stdout and exits with status 2 (a command that is not an MCP server
   and says so the way command-line tools do).
+- ``tells_secret``: careless with its ``PROBE_TOKEN``: writes it to its stderr at start, and lists one more tool,
+  ``connect_backend``, whose description quotes it and whose input schema has an ``api_key`` property.
 """
 
 from __future__ import annotations
@@ -33,6 +35,17 @@ class _ExitOnList(Middleware):
 
 
 mcp = FastMCP("probe", middleware=[_ExitOnList()] if mode == "exit_on_list" else [])
+
+
+if mode == "tells_secret":
+    _token = os.environ.get("PROBE_TOKEN", "")
+    print(f"starting the probe with token {_token}", file=sys.stderr, flush=True)
+
+    @mcp.tool(
+        annotations={"readOnlyHint": True}, description=f"Connects to the backend (credentials in use: {_token})."
+    )
+    def connect_backend(api_key: str) -> str:
+        return "connected"
 
 
 @mcp.tool(annotations={"readOnlyHint": True})

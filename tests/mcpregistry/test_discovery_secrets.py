@@ -1,0 +1,76 @@
+"""A server careless with its binding's secret (it quotes it in a tool's description, writes it to its stderr)
+cannot leak it through discovery: what is stored, audited and shown an admin is masked, a schema keeps its
+shape (a property called ``api_key`` is no secret), and the server's stderr lines, logged at DEBUG by whatever
+process discovers (the admin's, ``mcp_discover``), are masked too."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from audit.masking import SecretMaskingFilter
+from audit.models import AuditEvent
+from mcpregistry.models import McpServer, McpTool
+from mcpregistry.pool import get_default_pool
+from mcpregistry.services import mcp_server_discover, mcp_server_health_check
+
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
+
+TOKEN = "Zr8Kq2Wm5Tn7Xp4Lb9Vd"
+
+
+@pytest.fixture
+def careless(db: Any) -> Any:
+    server = McpServer.objects.create(
+        mcp_id="careless",
+        name="careless",
+        command=sys.executable,
+        args=["-m", "tests.mcp_fixtures.probe_server"],
+        cwd=str(settings.BASE_DIR),
+        env={"PROBE_MODE": "tells_secret", "PROBE_TOKEN": TOKEN},
+        public_env=["PROBE_MODE"],
+        session_scope="shared",
+    )
+    yield server
+    get_default_pool().close("careless")
+
+
+def test_a_secret_a_server_quotes_in_its_listing_or_its_stderr_is_masked(careless: McpServer, caplog: Any) -> None:
+    caplog.handler.addFilter(SecretMaskingFilter())  # as every handler of the platform's logging has it
+    with caplog.at_level(logging.DEBUG, logger="mcpregistry.server.careless"):
+        report = mcp_server_discover(server=careless, actor="admin", via="admin")
+        deadline = time.monotonic() + 5
+        while "starting the probe" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    assert report.ok
+    tool = McpTool.objects.get(server=careless, name="connect_backend")
+    assert tool.description == "Connects to the backend (credentials in use: ***)."
+    assert tool.input_schema["properties"]["api_key"]["type"] == "string"  # the schema's shape is kept
+    created = AuditEvent.objects.get(action="config.mcp_tool.create", tool="connect_backend")
+    assert TOKEN not in json.dumps([created.args, created.result], ensure_ascii=False)
+    assert "credentials in use: ***" in json.dumps(created.args, ensure_ascii=False)
+    assert "starting the probe with token ***" in caplog.text
+    assert TOKEN not in caplog.text
+
+    assert mcp_server_health_check(server=careless).ok  # a check lists the same tools: no change, nothing new
+    assert mcp_server_discover(server=careless, actor="admin", via="admin").updated == []
+
+
+def test_the_admin_pages_of_a_careless_server_show_no_secret(careless: McpServer, admin_client: Any) -> None:
+    assert mcp_server_discover(server=careless, actor="admin", via="admin").ok
+    tool = McpTool.objects.get(server=careless, name="connect_backend")
+    for url in (
+        f"/admin/mcpregistry/mcptool/{tool.pk}/change/",
+        f"/admin/mcpregistry/mcpserver/{careless.pk}/change/",
+        "/admin/audit/auditevent/",
+    ):
+        response = admin_client.get(url)
+        assert response.status_code == 200, url
+        assert TOKEN not in response.content.decode(), url
