@@ -469,7 +469,7 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         this.result.ok = True
         this.result.value = outcome_value
         if contract.memo:
-            _memo_put(who, contract, memo_key, outcome_value)
+            _memo_put(who, contract, memo_key, outcome_value, this.secrets)
         return this.finish()
 
     # 6. fallback
@@ -701,11 +701,14 @@ def _memo_get(who: GateCall, contract: ToolContract, key: str) -> Any:
     return None
 
 
-def _memo_put(who: GateCall, contract: ToolContract, key: str, value: Any) -> None:
+def _memo_put(who: GateCall, contract: ToolContract, key: str, value: Any, secrets: list[str]) -> None:
     if who.memo is not None:
         who.memo[key] = ToolResult(ok=True, value=value)
     if contract.memo_ttl_s and contract.risk == ToolContract.Risk.READ:
-        cache.set(_cache_key(key), json.dumps(value, ensure_ascii=False, default=str), timeout=contract.memo_ttl_s)
+        # Kept in the cache (Redis, across runs) masked, as every reader gets it: no secret at rest outside the
+        # encrypted store.
+        masked = mask_value(value, secrets=secrets)
+        cache.set(_cache_key(key), json.dumps(masked, ensure_ascii=False, default=str), timeout=contract.memo_ttl_s)
 
 
 def _cache_key(key: str) -> str:

@@ -74,3 +74,23 @@ def test_the_admin_pages_of_a_careless_server_show_no_secret(careless: McpServer
         response = admin_client.get(url)
         assert response.status_code == 200, url
         assert TOKEN not in response.content.decode(), url
+
+
+def test_a_result_remembered_across_runs_is_kept_masked_in_the_cache(careless: McpServer) -> None:
+    from django.core.cache import cache
+
+    from mcpregistry import gate
+    from mcpregistry.models import ToolContract
+
+    assert mcp_server_discover(server=careless, actor="admin", via="admin").ok
+    ToolContract.objects.filter(tool__server=careless, tool__name="echo").update(risk="read", memo=True, memo_ttl_s=60)
+    server = McpServer.objects.prefetch_related("tools__contract").get(pk=careless.pk)
+    args = {"text": f"the backend said {TOKEN}"}
+
+    first = gate.call(server=server, tool_name="echo", args=args, who=gate.GateCall(source="admin"))
+    again = gate.call(server=server, tool_name="echo", args=args, who=gate.GateCall(source="admin"))
+
+    assert first.value == again.value == "the backend said ***"
+    assert again.memo_hit
+    stored = cache.get(gate._cache_key(f"careless\necho\n{gate.canonical_args(args)}"))
+    assert stored is not None and TOKEN not in stored
