@@ -150,7 +150,7 @@ def approval_decide(
                     status=409,
                 )
             audit_event_record(
-                source="admin",
+                source="api" if by_caller else "admin",  # the run's API caller (REST, A2A), or a person in the admin
                 action=f"approval.{decision}",
                 run_id=run.pk,
                 mcp_id=approval.mcp_id,

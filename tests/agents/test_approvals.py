@@ -312,6 +312,8 @@ def test_the_caller_may_still_reject_a_write_the_model_asked_for(writer, django_
         assert decide(client, run, approval, "reject", "아니요").status_code == 200
     approval.refresh_from_db()
     assert approval.status == "rejected"
+    decision = AuditEvent.objects.get(run_id=run.id, action="approval.reject")
+    assert (decision.source, decision.actor[:8]) == ("api", "api_key:")  # the caller's, not an admin's
 
 
 def test_the_caller_may_approve_a_write_a_deterministic_rule_made(
