@@ -64,9 +64,14 @@ def tool_unavailable_text(*, tool: str, language: str) -> str:
         return _("%(tool)s: the information could not be retrieved right now.") % {"tool": tool}
 
 
-def all_calls_failed_text(*, language: str) -> str:
-    """The short message of a run that fails because every deterministic call it rests on failed."""
+def all_calls_failed_text(*, language: str, codes: list[str] | None = None) -> str:
+    """The short message of a run that fails because every deterministic call it rests on failed. Calls a person
+    declined (their approval rejected, or left to expire) are said to be so: trying again later would not help."""
     with translation.override(language or None):
+        if codes and all(code == "approval:rejected" for code in codes):
+            return _("This request was not carried out: its approval was rejected.")
+        if codes and all(code in ("approval:rejected", "approval:expired") for code in codes):
+            return _("This request was not carried out: it was not approved in time.")
         return _("The information needed for this answer could not be retrieved. Please try again later.")
 
 

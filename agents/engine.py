@@ -279,7 +279,7 @@ def execute(plan: RunPlan) -> RunOutcome:
         return RunOutcome(
             status="failed",
             error_code="deterministic:tool_failed",
-            error_message=all_calls_failed_text(language=plan.language),
+            error_message=all_calls_failed_text(language=plan.language, codes=codes),
             deterministic_results=results,
             tool_failures=outcome.tool_failures,
             messages=trace,

@@ -339,6 +339,31 @@ def test_the_caller_may_approve_a_write_a_deterministic_rule_made(
     assert lines(notes)[0].startswith("규칙이 저장")
 
 
+def test_an_offline_run_whose_rule_write_the_caller_rejected_says_so_not_to_try_again_later(
+    writer, notes, django_capture_on_commit_callbacks
+) -> None:
+    from agents.models import DeterministicRule
+
+    run, client = writer
+    Agent.objects.filter(pk=run.agent_id).update(model_provider="offline", language="ko")
+    DeterministicRule.objects.create(
+        agent=run.agent,
+        name="회의록 저장 규칙",
+        server=run.agent.servers.get(),
+        tool_name="append_note",
+        when={"any_keywords": ["회의록"]},
+        params={"text": "규칙이 저장"},
+    )
+    approval = park(run)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert decide(client, run, approval, "reject", "필요 없음").status_code == 200
+
+    run.refresh_from_db()
+    assert (run.status, run.error_code) == ("failed", "deterministic:tool_failed")
+    assert run.error_message == "요청을 수행하지 않았습니다: 승인이 거부되었습니다."
+    assert lines(notes) == []
+
+
 def test_a_tool_withdrawn_counts_its_argument_errors_across_a_parked_run(
     writer, notes, django_capture_on_commit_callbacks
 ) -> None:

@@ -107,7 +107,7 @@ TEXT = {
     "ko": {
         "versions": ["에이전트 버전", "이전 버전과 비교", "규칙 그대로"],
         "diff": ["company-assistant v2와 v1 비교", "rules."],
-        "arms": ["company-assistant의 A/B 암", "성공률"],
+        "arms": ["company-assistant의 A/B 실험군", "성공률"],
         "shadow": ["섀도 비교", "일치", "다른 점", "답변 유사도", "Δ 지연", "답변"],
     },
 }
