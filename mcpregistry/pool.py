@@ -396,6 +396,15 @@ class McpSessionPool:
                     f"session to '{connection.mcp_id}' broke: {_describe(exc)}", sent=False
                 ) from exc
             except McpError as exc:
+                if _session_ended_by_server(exc):
+                    # The server answered 404 for this session's id (it restarted, or ended the session): the
+                    # request was not taken, so it is sent again, once, on a fresh session (a write too).
+                    await self._drop(pooled.key)
+                    if attempt == 1:
+                        continue
+                    raise McpTransportError(
+                        f"session to '{connection.mcp_id}' was ended by the server: {exc}", sent=False
+                    ) from exc
                 if pooled.dead or "closed" in str(exc).lower():
                     await self._drop(pooled.key)
                     if attempt == 1 and resend:
@@ -643,6 +652,13 @@ def _session_key(connection: ServerConnection, scope: str | None) -> str:
 
 def _scope_of(key: str) -> str | None:
     return key.split("|", 1)[1] if "|" in key else None
+
+
+def _session_ended_by_server(exc: McpError) -> bool:
+    """The streamable HTTP client's answer to a request the server refused with 404 because it no longer knows the
+    session (MCP: the client must start a new session); the request itself was not processed."""
+    error = getattr(exc, "error", None)
+    return getattr(error, "code", None) == 32600 and "session terminated" in str(getattr(error, "message", "")).lower()
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,5 +1,6 @@
 """A streamable-HTTP MCP server that tells what HTTP headers reached it: ``python -m
-tests.mcp_fixtures.headers_server PORT``."""
+tests.mcp_fixtures.headers_server PORT [FILE]``. With a FILE, its write tool ``record`` appends a line to it
+(the file counts what the server really did)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,14 @@ mcp = FastMCP("headers")
 def request_headers() -> str:
     """The headers of this request, as JSON."""
     return json.dumps(get_http_headers(include_all=True))
+
+
+@mcp.tool(annotations={"readOnlyHint": False, "destructiveHint": True})
+def record(text: str) -> str:
+    """Appends ``text`` to the server's file."""
+    with open(sys.argv[2], "a", encoding="utf-8") as f:
+        f.write(text + "\n")
+    return "recorded"
 
 
 if __name__ == "__main__":

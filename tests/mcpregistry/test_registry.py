@@ -52,6 +52,7 @@ def mutable_server(mcp_id: str = "mutable", **env: str) -> McpServer:
         args=["-m", "tests.mcp_fixtures.mutable_server"],
         cwd=str(settings.BASE_DIR),
         env=env,
+        public_env=["TOOL_DESCRIPTION", "EXTRA_TOOL"],  # the fixture's settings, not secrets (a secret is masked)
         session_scope="shared",
     )
     assert mcp_server_discover(server=server, actor="test", via="tests").ok
