@@ -36,7 +36,7 @@ from agents.answers import (
 from agents.deterministic import ParamsRenderError, RuleSpec, render_params
 from agents.deterministic_stage import StageInput, deterministic_stage
 from agents.errors import MUST_PROPAGATE, RunCancelled
-from agents.flow_runner import FlowResult, FlowSettings, flow_run
+from agents.flow_runner import FlowParked, FlowResult, FlowSettings, flow_run
 from agents.graph import MaxIterationsReached, build_react_graph
 from agents.llm import build_chat_model, supports_tool_choice
 from agents.mcp_context import READ_RESOURCE_TOOL, McpContextSettings, mcp_context_settings, read_resource_spec
@@ -695,6 +695,7 @@ def _execute_flow(
     """Flow mode (``agents.flow_runner``): the flow's tool calls go through the gate (source ``flow``)."""
     servers = {s.mcp_id: s for s in plan.servers if s.enabled}
     node_calls = iter(range(1, 1_000_000))
+    parked: list[str] = []
 
     def call_tool(mcp_id: str, tool_name: str, params: dict[str, Any]) -> Any:
         result = gate.call(
@@ -703,6 +704,16 @@ def _execute_flow(
         clock.tools_ms += result.latency_ms
         plan.emit("tool_call", {"source": "flow", **result.as_dict()})
         trace.append({"type": "flow_call", **result.as_dict()})
+        if result.error == "approval:pending" and result.approval_id:
+            # A write waiting for a person: the flow stops, the run waits, and once the approval is decided the
+            # flow runs again from its start (its calls numbered the same way: the approved one is found by its
+            # id, its arguments checked against the approved ones). Recorded before raising, so a flow that
+            # catches the exception cannot finish the run past a pending approval.
+            trace.append(
+                {"type": "approval", "approval_id": result.approval_id, "tool": tool_name, "args": result.args}
+            )
+            parked.append(result.approval_id)
+            raise FlowParked(result.approval_id)
         if result.ok:
             return result.value
         return {"ok": False, "error": result.error, "message": result.message}
@@ -723,7 +734,9 @@ def _execute_flow(
     except RunCancelled:
         flow = FlowResult(error_code="cancelled", error_message="the run was cancelled")
         outcome.status = "cancelled"
-    if flow.error_code == "cancelled":
+    if parked and outcome.status != "cancelled":
+        outcome.status, outcome.parked_on = "awaiting_approval", parked[0]
+    elif flow.error_code == "cancelled":
         outcome.error_code, outcome.error_message = flow.error_code, flow.error_message
     elif flow.error_code:
         outcome.status, outcome.error_code = "failed", flow.error_code

@@ -44,11 +44,21 @@ class FlowSettings:
 
 @dataclass
 class FlowResult:
-    """``answer`` (unmasked: the caller masks it) or ``error_code``/``error_message``."""
+    """``answer`` (unmasked: the caller masks it) or ``error_code``/``error_message``, or ``parked_on``: the
+    approval a write call of the flow waits for (the run waits too, and runs the flow again once it is decided)."""
 
     answer: str = ""
     error_code: str = ""
     error_message: str = ""
+    parked_on: str | None = None
+
+
+class FlowParked(Exception):
+    """Raised by ``call_tool`` for a write call that waits for a person's approval: the flow stops there."""
+
+    def __init__(self, approval_id: str) -> None:
+        super().__init__(approval_id)
+        self.approval_id = approval_id
 
 
 def load_flow_builder(path: str) -> Callable[[FlowSettings], Any]:
@@ -99,6 +109,8 @@ def flow_run(
         state = async_to_sync(run_flow)()
     except MUST_PROPAGATE:
         raise
+    except FlowParked as exc:
+        return FlowResult(parked_on=exc.approval_id)
     except CodeRuleError as exc:
         return FlowResult(error_code="flow:error", error_message=str(exc))
     except Exception as exc:  # a flow's bug ends the run as a value, not a crash

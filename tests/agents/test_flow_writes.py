@@ -1,0 +1,105 @@
+"""A flow's write call waits for a person's approval as the ReAct loop's does: the run is ``awaiting_approval``
+(never ``succeeded`` past a pending approval); once approved, the flow runs again from its start and the write
+is carried out once; rejected, the flow is told so and finishes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings as django_settings
+from langgraph.graph import END, START, StateGraph
+
+from agents.approvals import approval_decide
+from agents.execution import run_execute
+from agents.flows.common import FlowState
+from agents.models import Agent, Approval, Run
+from agents.services import api_key_create
+from agents.tools import MCPHandle
+from mcpregistry.models import McpServer
+from mcpregistry.pool import get_default_pool
+from tests.conftest import discover_as_admin, make_agent
+
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
+
+mcp = MCPHandle()
+
+
+async def read_then_write(state: FlowState) -> dict[str, Any]:
+    seen = await mcp.call("record_read", params={"key": "k"})
+    written = await mcp.call("append_line", params={"text": "흐름 기록"})
+    return {"output": f"{seen} / {written}"}
+
+
+async def build_graph(settings: Any) -> Any:
+    await mcp.bind_registry(settings, mcp_ids=["flow-writes"], mcp_id="flow-writes")
+    graph = StateGraph(FlowState)
+    graph.add_node("read_then_write", read_then_write)
+    graph.add_edge(START, "read_then_write")
+    graph.add_edge("read_then_write", END)
+    return graph.compile()
+
+
+@pytest.fixture
+def flow_run(tmp_path: Path, settings: Any) -> Any:
+    settings.PLATFORM_FLOW_GRAPHS = [f"{__name__}.build_graph"]
+    file = tmp_path / "side-effects.txt"
+    server = McpServer.objects.create(
+        mcp_id="flow-writes",
+        name="flow-writes",
+        command=sys.executable,
+        args=["-m", "tests.mcp_fixtures.side_effect_server"],
+        cwd=str(django_settings.BASE_DIR),
+        env={"SIDE_EFFECT_FILE": str(file), "SIDE_EFFECT_MODE": "ok"},
+        public_env=["SIDE_EFFECT_FILE", "SIDE_EFFECT_MODE"],
+        session_scope="shared",
+    )
+    assert discover_as_admin(server=server).ok
+    key, _raw = api_key_create(actor="test", via="tests", name="flow-caller")
+    agent = make_agent(slug="flow-writes", servers=[server], provider="offline", with_demo_rules=False)
+    Agent.objects.filter(pk=agent.pk).update(mode="flow", flow_graph=f"{__name__}.build_graph")
+    run = Run.objects.create(agent=agent, api_key=key, query="기록해줘")
+    yield run, file
+    get_default_pool().close("flow-writes")
+
+
+def lines(file: Path) -> list[str]:
+    return file.read_text(encoding="utf-8").splitlines() if file.exists() else []
+
+
+def test_a_flow_write_waits_for_its_approval_then_is_carried_out_once(flow_run: Any) -> None:
+    run, file = flow_run
+
+    run_execute(run_id=str(run.id))
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.AWAITING_APPROVAL
+    approval = run.approvals.get()
+    assert (approval.status, approval.call_id, approval.tool) == (Approval.Status.PENDING, "flow:2", "append_line")
+    assert lines(file) == ["read:k"]  # the write was not sent
+
+    approval_decide(run=run, approval_id=str(approval.pk), decision="approve", actor="reviewer")
+    run_execute(run_id=str(run.id))
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED, (run.error_code, run.error_message)
+    assert lines(file) == ["read:k", "read:k", "흐름 기록\t"]  # the flow ran again; its write went out once
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.EXECUTED
+    assert "lines: 3" in run.answer
+
+
+def test_a_flow_write_rejected_is_told_to_the_flow_which_finishes(flow_run: Any) -> None:
+    run, file = flow_run
+    run_execute(run_id=str(run.id))
+    approval = Run.objects.get(pk=run.pk).approvals.get()
+
+    approval_decide(run=run, approval_id=str(approval.pk), decision="reject", actor="reviewer", reason="아니요")
+    run_execute(run_id=str(run.id))
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED
+    assert "approval:rejected" in run.answer
+    assert lines(file) == ["read:k", "read:k"]
