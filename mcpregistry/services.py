@@ -287,23 +287,36 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
     return report
 
 
+_LISTING_TEXT_KEYS = frozenset({"description", "title", "instructions", "default", "examples"})
+"""The entries of a server's listing that are text a server writes for people (or a value it suggests), where a
+careless server may quote its secret; names, URIs, types and the rest of a schema's structure are not masked."""
+
+
 def _listing_without_secrets(listing: Any, secrets: list[str]) -> Any:
-    """The server's listing with the binding's secrets masked wherever the server put them (a tool's description
-    or schema, a resource, a prompt, its own name): what discovery stores, audits and shows an admin. A
-    description is masked as text (secret shapes too); schemas and the rest only of the known secrets, so their
-    structure is kept."""
-    tools = [
-        {**tool, "description": mask_text(tool["description"], secrets=secrets)}
-        if isinstance(tool.get("description"), str)
-        else tool
-        for tool in mask_known(listing.tools, secrets=secrets)
-    ]
+    """The server's listing with the binding's secrets masked wherever a server writes text (a tool's description,
+    a schema property's description, title, default or examples; a resource's or prompt's description; the
+    server's instructions): what discovery stores, audits and shows an admin. Names and the schema's structure
+    are kept as listed (an env value that happens to be a tool's name must not rename the tool)."""
+
+    def texts(value: Any, key: str = "") -> Any:
+        if isinstance(value, dict):
+            return {k: texts(v, k if isinstance(k, str) else "") for k, v in value.items()}
+        if isinstance(value, list):
+            return [texts(item, key) for item in value]
+        if isinstance(value, str) and key in _LISTING_TEXT_KEYS:
+            return (
+                mask_text(value, secrets=secrets)
+                if key in ("description", "instructions")
+                else mask_known(value, secrets=secrets)
+            )
+        return value
+
     return replace(
         listing,
-        tools=tools,
-        resources=mask_known(listing.resources, secrets=secrets),
-        prompts=mask_known(listing.prompts, secrets=secrets),
-        server_info=mask_known(listing.server_info, secrets=secrets),
+        tools=texts(listing.tools),
+        resources=texts(listing.resources),
+        prompts=texts(listing.prompts),
+        server_info=texts(listing.server_info),
     )
 
 
