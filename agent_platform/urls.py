@@ -7,6 +7,7 @@ from django.urls import include, path, reverse_lazy
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 from django.views import defaults
+from django.views.generic import RedirectView
 
 from agent_platform import probes
 from agent_platform.body_limit import is_api_path, json_error
@@ -28,6 +29,8 @@ def own_password_change(request: HttpRequest, extra_context: object = None):  # 
 
 
 urlpatterns = [
+    # The address ./bin/up prints: the admin (its login first), not a 404.
+    path("", RedirectView.as_view(url="/admin/", permanent=False), name="home"),
     path("admin/password_change/", admin.site.admin_view(own_password_change, cacheable=True)),
     path("admin/agents/rule-tester/", admin.site.admin_view(rule_tester_view), name="rule-tester"),
     path("admin/", admin.site.admin_view(dashboard_index), name="dashboard"),

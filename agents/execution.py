@@ -50,7 +50,7 @@ from agents.budgets import budget_settle, run_usage_fields, token_ceiling_sql
 from agents.config_cache import run_parts
 from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_time_limits
 from agents.errors import RunCancelled
-from agents.models import Agent, Run
+from agents.models import Agent, Approval, Run
 from agents.run_state import RunEventWriter, approvals_interrupted, run_fail_unheld
 from agents.selectors import RUN_READ
 from agents.shadow import shadow_after_store
@@ -519,6 +519,27 @@ def _judged(claim: RunClaim, outcome: engine.RunOutcome) -> engine.RunOutcome:
     return outcome
 
 
+def _approval_events(run_id: Any) -> list[tuple[str, dict[str, Any]]]:
+    """An ``approval`` event for each approval the run waits for: its id, the call (masked arguments) and when it
+    expires."""
+    pending = Approval.objects.filter(run_id=run_id, status=Approval.Status.PENDING).order_by("created_at")
+    return [
+        (
+            "approval",
+            {
+                "approval_id": str(approval.pk),
+                "status": approval.status,
+                "mcp_id": approval.mcp_id,
+                "tool": approval.tool,
+                "call_id": approval.call_id,
+                "args": approval.args,
+                "expires_at": approval.expires_at.isoformat(),
+            },
+        )
+        for approval in pending
+    ]
+
+
 def _store_outcome(
     claim: RunClaim, run: Run, outcome: engine.RunOutcome, writer: RunEventWriter, *, settle: bool = True
 ) -> None:
@@ -535,6 +556,10 @@ def _store_outcome(
     if outcome.status != "cancelled":
         finished = outcome.status in {"succeeded", "failed"}
         with transaction.atomic():
+            if outcome.status == "awaiting_approval":
+                # What it waits for, before the status: a stream's client learns each approval's id (to decide
+                # it with POST /runs/{id}/approvals/{approval_id}) without asking for the run.
+                writer.emit_many(_approval_events(claim.run_id))
             # The event first: a reader that sees the run finished also sees its last event (same commit).
             writer.emit("status", event)
             stored = _OUTCOME.execute(

@@ -158,3 +158,9 @@ def test_metrics_are_computed_the_same_way_on_postgresql(postgres_url: str) -> N
     assert samples[("platform_tool_call_duration_seconds_bucket", (("le", "0.01"), server))] == 0
     assert samples[("platform_tool_call_duration_seconds_bucket", (("le", "0.025"), server))] == 1
     assert samples[("platform_tool_calls_total", (server, ("outcome", "ok"), ("reason", "")))] == 1
+
+
+def test_the_address_bin_up_prints_leads_to_the_admin_not_a_404() -> None:
+    response = Client().get("/")
+    assert (response.status_code, response["Location"]) == (302, "/admin/")
+    assert Client().get("/admin/").status_code == 302  # then its login page

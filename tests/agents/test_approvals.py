@@ -339,6 +339,21 @@ def test_the_caller_may_approve_a_write_a_deterministic_rule_made(
     assert lines(notes)[0].startswith("규칙이 저장")
 
 
+def test_a_parked_run_tells_its_event_stream_which_approval_it_waits_for(writer) -> None:
+    from agents.models import RunEvent
+
+    run, _client = writer
+    approval = park(run)
+
+    events = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("kind", "data"))
+    kinds = [kind for kind, _data in events]
+    assert kinds[-2:] == ["approval", "status"]  # what it waits for, then that it waits
+    data = events[-2][1]
+    assert data["approval_id"] == str(approval.pk)
+    assert (data["tool"], data["status"], data["args"]) == ("append_note", "pending", approval.args)
+    assert events[-1][1]["status"] == "awaiting_approval"
+
+
 def test_an_offline_run_whose_rule_write_the_caller_rejected_says_so_not_to_try_again_later(
     writer, notes, django_capture_on_commit_callbacks
 ) -> None:
