@@ -190,8 +190,10 @@ def decide(
 
 def render_answer(template: str, *, query: str, match: dict[str, str], params: dict[str, Any], value: Any) -> str:
     """Phrase one deterministic result with a rule's answer template ({result}, {result.KEY}, {match.X},
-    {params.X}, {query}). When a placeholder has no value (say the tool answered "not found" in plain text
-    where the template expects JSON keys), the tool's own text is the answer."""
+    {params.X}, {query}). A ``*`` step takes a key from every item of a list (``{result.assets.*.model}``, or
+    ``{result.*.name}`` for a result that is a list); a list of plain values reads as ``a, b, c``. When a
+    placeholder has no value (say the tool answered "not found" in plain text where the template expects JSON
+    keys), the tool's own text is the answer."""
     plain = value if isinstance(value, str) else _compact(value)
 
     def sub(m: re.Match[str]) -> str:
@@ -202,22 +204,46 @@ def render_answer(template: str, *, query: str, match: dict[str, str], params: d
             return plain
         head, _, rest = name.partition(".")
         source: Any = {"match": match, "params": params, "result": value}.get(head)
-        found = lookup_path(source, rest) if source is not None else _MISSING
+        found = _lookup_each(source, rest) if source is not None else _MISSING
         if found is _MISSING:
             raise ParamsRenderError(name)
-        return found if isinstance(found, str) else _compact(found)
+        return _readable(found)
 
     try:
-        return re.sub(r"\{([A-Za-z_][\w.]*)\}", sub, template)
+        return _ANSWER_PLACEHOLDER.sub(sub, template)
     except ParamsRenderError:
         return plain
+
+
+def _lookup_each(root: Any, path: str) -> Any:
+    """``lookup_path``, where a ``*`` step maps the rest of the path over a list's items (the items without it
+    are left out; none with it: missing)."""
+    head, star, tail = path.partition("*")
+    if not star:
+        return lookup_path(root, path)
+    node = lookup_path(root, head.rstrip(".")) if head.rstrip(".") else root
+    if not isinstance(node, list):
+        return _MISSING
+    rest = tail.lstrip(".")
+    found = [item for item in (_lookup_each(i, rest) if rest else i for i in node) if item is not _MISSING]
+    return found if found or not node else _MISSING
+
+
+def _readable(value: Any) -> str:
+    """A placeholder's value as answer text: a string as it is, a list of plain values as ``a, b, c``, anything
+    else as compact JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str | int | float) and not isinstance(v, bool) for v in value):
+        return ", ".join(str(v) for v in value)
+    return _compact(value)
 
 
 def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-_ANSWER_PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*)\}")
+_ANSWER_PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*(?:\*[\w.]*)*)\}")
 
 
 def placeholder_problems(when: Any, params: Any, answer_template: str) -> dict[str, list[str]]:
@@ -250,7 +276,8 @@ def placeholder_problems(when: Any, params: Any, answer_template: str) -> dict[s
         head, _, rest = name.partition(".")
         if head not in {"query", "result", "match", "params"} or (head in {"match", "params"} and not rest):
             problems.setdefault("answer_template", []).append(
-                f"{{{name}}}: use {{query}}, {{result}}, {{result.KEY}}, {{match.NAME}} or {{params.NAME}}"
+                f"{{{name}}}: use {{query}}, {{result}}, {{result.KEY}}, {{result.LIST.*.KEY}}, {{match.NAME}} or "
+                "{params.NAME}"
             )
         elif (problem := unmatched(name)) is not None:
             problems.setdefault("answer_template", []).append(problem)

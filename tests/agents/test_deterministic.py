@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from agents.deterministic import RuleSpec, decide, render_answer, render_params
+from agents.deterministic import RuleSpec, decide, placeholder_problems, render_answer, render_params
 
 
 def test_a_regex_named_group_fills_the_params_template() -> None:
@@ -68,3 +68,19 @@ def test_an_answer_template_reads_keys_of_a_json_result() -> None:
 def test_an_answer_template_falls_back_to_the_tools_own_text() -> None:
     text = render_answer("{result.team}", query="", match={}, params={}, value="'홍길동' 직원을 찾을 수 없습니다.")
     assert text == "'홍길동' 직원을 찾을 수 없습니다."
+
+
+def test_an_answer_template_takes_a_key_from_every_item_of_a_list_and_reads_as_a_list() -> None:
+    assets = {"count": 2, "assets": [{"model": "갤럭시북4 프로", "type": "노트북"}, {"model": "U2723QE"}]}
+    projects = [{"name": "차세대 물류 플랫폼 구축"}, {"name": "클라우드 비용 최적화"}]
+
+    def render(template: str, value: object) -> str:
+        return render_answer(template, query="q", match={}, params={"owner": "김하늘"}, value=value)
+
+    assert render("{params.owner} 님 자산 {result.count}건: {result.assets.*.model}", assets) == (
+        "김하늘 님 자산 2건: 갤럭시북4 프로, U2723QE"
+    )
+    assert render("프로젝트: {result.*.name}", projects) == "프로젝트: 차세대 물류 플랫폼 구축, 클라우드 비용 최적화"
+    assert render("종류: {result.assets.*.type}", assets) == "종류: 노트북"  # items without the key are left out
+    assert render("{result.*.name}", "'물류팀' 팀의 프로젝트가 없습니다.") == "'물류팀' 팀의 프로젝트가 없습니다."
+    assert placeholder_problems({}, {}, "{result.assets.*.model} {result.*.name}") == {}

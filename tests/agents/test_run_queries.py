@@ -44,3 +44,20 @@ def test_a_run_of_the_demo_question_stays_within_its_query_budget(
     assert run.status == Run.Status.SUCCEEDED, run.error_message
     assert "김하늘" in run.answer
     assert [r["tool"] for r in run.deterministic_results] == ["search_employee"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("question", "answer"),
+    [
+        ("클라우드운영팀의 프로젝트는 무엇인가요?", "클라우드운영팀의 진행 중인 프로젝트: 클라우드 비용 최적화"),
+        ("김하늘 님의 자산 알려줘", "김하늘 님의 자산은 "),
+    ],
+)
+def test_the_demo_answers_read_as_sentences_not_json(demo_agent: Agent, question: str, answer: str) -> None:
+    run = Run.objects.create(agent=demo_agent, query=question)
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED
+    assert answer in run.answer
+    assert "{" not in run.answer and "[" not in run.answer, run.answer

@@ -59,7 +59,7 @@ DEMO_RULES: list[dict[str, Any]] = [
         "tool_name": "list_projects",
         "when": {"regex": r"(?P<team>[가-힣A-Za-z]+팀)", "any_keywords": ["프로젝트"]},
         "params": {"team": "{match.team}"},
-        "answer_template": "{params.team}의 진행 중인 프로젝트: {result}",
+        "answer_template": "{params.team}의 진행 중인 프로젝트: {result.*.name}",
     },
     {
         "name": "직원 보유 자산 조회",
@@ -67,7 +67,7 @@ DEMO_RULES: list[dict[str, Any]] = [
         "tool_name": "get_asset",
         "when": {"regex": r"(?P<owner>[가-힣]{2,4})\s*님", "any_keywords": ["자산", "노트북", "모니터", "장비"]},
         "params": {"owner": "{match.owner}"},
-        "answer_template": "{params.owner} 님의 자산은 {result.count}건입니다: {result.assets}",
+        "answer_template": "{params.owner} 님의 자산은 {result.count}건입니다: {result.assets.*.model}",
     },
     {
         "name": "자산 상태 조회",
