@@ -183,8 +183,8 @@ class Agent(AuditedModel):
     shadow_sample_rate = models.FloatField(
         _("shadow sample rate"), default=0.0, help_text=_("Share of live runs shadowed, from 0 to 1.")
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
 
     change_audit = ChangeAudit(entity="agent", operational_fields=frozenset({"updated_at"}))
 
@@ -388,11 +388,12 @@ class DeterministicRule(AuditedModel):
         blank=True,
         help_text=_(
             "How the offline provider phrases this rule's result: {query}, {match.NAME}, {params.NAME}, "
-            "{result} (the tool's text) and {result.KEY} (a key of a JSON result)."
+            "{result} (the tool's text), {result.KEY} (a key of a JSON result) and {result.LIST.*.KEY} (that key "
+            "of every item of a list, read as a, b, c; {result.*.KEY} when the result is the list)."
         ),
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
 
     change_audit = ChangeAudit(entity="deterministic_rule", operational_fields=frozenset({"updated_at"}))
 
@@ -518,7 +519,7 @@ class AgentArm(AuditedModel):
     weight = models.PositiveIntegerField(
         _("weight"), default=1, help_text=_("Share of traffic, relative to the other arms; 0 pauses the arm.")
     )
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
 
     change_audit = ChangeAudit(entity="agent_arm")
 
@@ -558,7 +559,7 @@ class ApiKey(AuditedModel):
         default=False,
         help_text=_("May use the admin API (eval sets and eval runs under /api/v1/evals/). Off for callers' keys."),
     )
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
     last_used_at = models.DateTimeField(_("last used"), null=True, blank=True)
     revoked_at = models.DateTimeField(_("revoked"), null=True, blank=True)
 
@@ -819,7 +820,7 @@ class ModelPrice(AuditedModel):
     cache_write_per_mtok = models.DecimalField(
         _("cache write, USD per 1M tokens"), max_digits=12, decimal_places=4, null=True, blank=True
     )
-    updated_at = models.DateTimeField(auto_now=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
 
     change_audit = ChangeAudit(entity="model_price", operational_fields=frozenset({"updated_at"}))
 
@@ -871,7 +872,7 @@ class Budget(AuditedModel):
         ),
     )
     enabled = models.BooleanField(_("enabled"), default=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
 
     change_audit = ChangeAudit(entity="budget", operational_fields=frozenset({"updated_at"}))
 

@@ -55,8 +55,8 @@ class EvalSet(AuditedModel):
             "score falls below a minimum (or rises above a maximum)."
         ),
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
 
     change_audit = ChangeAudit(entity="eval_set", operational_fields=frozenset({"updated_at"}))
 

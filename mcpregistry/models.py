@@ -108,8 +108,8 @@ class McpServer(AuditedModel):
     server_info = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("server info"), default=dict, blank=True)
     resources = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("resources"), default=list, blank=True)
     prompts = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("prompts"), default=list, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
 
     change_audit = ChangeAudit(
         entity="mcp_server",
@@ -386,7 +386,7 @@ class ToolContract(AuditedModel):
             "for the rest of the run."
         ),
     )
-    updated_at = models.DateTimeField(auto_now=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
 
     change_audit = ChangeAudit(entity="tool_contract", operational_fields=frozenset({"updated_at"}))
 
