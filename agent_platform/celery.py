@@ -28,6 +28,8 @@ from collections.abc import Callable
 
 from celery import Celery
 from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
     task_prerun,
     worker_init,
     worker_process_init,
@@ -66,6 +68,18 @@ app.conf.beat_schedule = {
 # closes it earlier when it broke or is older than PLATFORM_WORKER_DB_CONN_MAX_AGE (0: a connection per run).
 if PLATFORM_WORKER_DB_CONN_MAX_AGE > 0:
     app.conf.update(CELERY_DB_REUSE_MAX=1_000_000)
+
+
+@after_setup_logger.connect
+@after_setup_task_logger.connect
+@worker_process_init.connect
+def _mask_every_log_handler(**_kwargs: object) -> None:
+    """Celery gives its task logger (``celery.task``, which does not propagate) and its own loggers handlers of
+    their own, after Django configured logging: each gets the secret-masking filter too, so no log line of a
+    worker, Celery's included, carries a registered secret."""
+    from audit.masking import install_logging_filter
+
+    install_logging_filter()
 
 
 _keeps_connection = False  # set in a worker's processes only (not where tasks run eagerly, e.g. tests)

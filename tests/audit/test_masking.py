@@ -848,3 +848,24 @@ def test_the_value_after_a_command_line_option_naming_a_secret_is_masked() -> No
         "args": ["-m", "server", "--api-key", "***", "--port", "8080", "--max-tokens", "500", "--verbose"]
     }
     assert mask_value(["--password", "--verbose"]) == ["--password", "--verbose"]  # an option, not a value
+
+
+def test_celerys_own_task_logger_masks_secrets_too(tmp_path: Any) -> None:
+    from celery.utils.log import get_task_logger
+
+    from agent_platform.celery import app
+
+    secret = "celery-task-secret-7Hq2Lm9"
+    register_secrets([secret])
+    logfile = tmp_path / "worker.log"
+    task_logger = app.log.setup_task_loggers(loglevel=logging.INFO, logfile=str(logfile))  # as a worker starts
+    try:
+        get_task_logger("agents.tasks").info("calling the backend with %s", secret)
+        for handler in task_logger.handlers:
+            handler.flush()
+        written = logfile.read_text(encoding="utf-8")
+        assert "calling the backend with ***" in written and secret not in written
+    finally:
+        for handler in list(task_logger.handlers):
+            task_logger.removeHandler(handler)
+            handler.close()
