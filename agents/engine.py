@@ -53,7 +53,7 @@ from agents.tool_selection import (
     ToolSelectionSettings,
     tool_selection_settings,
 )
-from audit.masking import mask_text, mask_value
+from audit.masking import mask_text, mask_value, register_secrets
 from mcpregistry import gate
 from mcpregistry.models import McpServer, McpTool
 
@@ -212,6 +212,9 @@ def execute(plan: RunPlan) -> RunOutcome:
     never escapes, and a write call waiting for approval parks the run (status ``awaiting_approval``)."""
     clock = _Clock()
     secrets = _secrets(plan)
+    if plan.model_api_key:
+        # The model's key reaches the provider's HTTP client: whatever it logs (at DEBUG) is masked too.
+        register_secrets([plan.model_api_key])
     memo: dict[str, gate.ToolResult] = {}
     # Rule decisions and deterministic calls of an earlier (parked) pass are kept; messages are rebuilt.
     trace: list[dict[str, Any]] = [e for e in plan.previous_trace if e.get("type") in PREFIX_TRACE_TYPES]

@@ -4,6 +4,8 @@ the gate against the demo MCP server."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from django.core.exceptions import ValidationError
 
@@ -265,3 +267,20 @@ def test_under_a_budget_each_request_caps_its_output_to_what_is_left_of_the_runs
     # The first call's input bound counts the tool schemas byte by byte; later calls find them in the input the
     # server reported, so their caps are what the reservation leaves after the tokens spent so far.
     assert caps[1] > caps[2] and caps[0] < caps[1]
+
+
+def test_the_models_key_is_masked_in_what_the_process_logs(demo_server, caplog) -> None:  # type: ignore[no-untyped-def]
+    from audit.masking import SecretMaskingFilter
+
+    key = "local-llm-Q8w2Zr5xTn"  # no well-known key shape: only its registration can mask it
+    caplog.handler.addFilter(SecretMaskingFilter())  # as the platform's log handlers have it
+    with ScriptedOpenAIServer(TWO_TOOL_CALLS).running() as server:
+        agent = openai_agent(server, demo_server, slug="logs-key")
+        agent.model_secrets = {"api_key": key}
+        agent.save()
+        run = submit(agent, "박도윤 님 팀과 프로젝트?")
+    assert run.status == Run.Status.SUCCEEDED
+    assert server.requests[0]["headers"]["authorization"] == f"Bearer {key}"
+    # What a provider's client logs of its request (httpx and openai do, at DEBUG) is masked.
+    logging.getLogger("openai._base_client").warning("request options: api key %s", key)
+    assert "api key ***" in caplog.text and key not in caplog.text
