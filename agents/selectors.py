@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 import uuid
 from typing import Any, cast
@@ -221,7 +222,7 @@ def agent_skills(*, agent: Agent) -> list[dict[str, Any]]:
                     {
                         "id": f"tool-{server.mcp_id}-{tool.name}",
                         "name": tool.exposed_name,
-                        "description": tool.description or tool.exposed_name,
+                        "description": inspect.cleandoc(tool.description) if tool.description else tool.exposed_name,
                         "tags": ["tool", server.mcp_id],
                     }
                 )

@@ -54,6 +54,7 @@ from agents.api.protocol_http import (
     rpc_body,
     stream_slot_take,
     too_many_streams,
+    tool_progress_text,
 )
 from agents.api.serializers import A2AMessageSerializer
 from agents.approvals import approval_decide
@@ -170,7 +171,7 @@ def base_url(request: HttpRequest) -> str:
 
 def agent_card(*, agent: Agent, root: str) -> dict[str, Any]:
     """The agent's A2A card (protocol 1.0 JSON names)."""
-    description = (agent.system_prompt or "").strip().splitlines()[0][:500] if agent.system_prompt.strip() else ""
+    description = agent_description(agent)
     return {
         "name": agent.name,
         "description": description or agent.name,
@@ -189,6 +190,12 @@ def agent_card(*, agent: Agent, root: str) -> dict[str, Any]:
     }
 
 
+def agent_description(agent: Agent) -> str:
+    """What an agent does, for a card: the first line of its system prompt, else its name."""
+    prompt = (agent.system_prompt or "").strip()
+    return prompt.splitlines()[0][:500] if prompt else agent.name
+
+
 def platform_card(*, agents: list[Agent], root: str) -> dict[str, Any]:
     """A directory card: one skill per agent the key may use; ``agents`` gives each one's base and card URL."""
     return {
@@ -203,7 +210,7 @@ def platform_card(*, agents: list[Agent], root: str) -> dict[str, Any]:
         "defaultInputModes": ["text/plain", "application/json"],
         "defaultOutputModes": ["text/plain", "application/json"],
         "skills": [
-            {"id": a.slug, "name": a.name, "description": f"{root}/a2a/{a.slug}/", "tags": ["agent"]} for a in agents
+            {"id": a.slug, "name": a.name, "description": agent_description(a), "tags": ["agent"]} for a in agents
         ],
         "agents": [
             {
@@ -247,7 +254,11 @@ async def agent_card_view(request: HttpRequest, slug: str) -> HttpResponseBase:
 
 
 def _timestamp(run: Run) -> str:
-    moment = run.finished_at or run.started_at or run.created_at or datetime.now(UTC)
+    """When the run reached its state: finished, else started, else submitted."""
+    return _iso(run.finished_at or run.started_at or run.created_at or datetime.now(UTC))
+
+
+def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -499,23 +510,19 @@ class TaskFeed:
             self.last_seq = event.seq
             if event.kind in TOOL_EVENTS:
                 call = event.data
-                outcome = "ok" if call.get("ok") else f"failed {call.get('reason') or call.get('error') or ''}".strip()
                 progress = {
                     "state": "TASK_STATE_WORKING",
-                    "timestamp": _timestamp(run),
+                    "timestamp": _iso(event.created_at),  # when this call ended, not when the run did
                     "message": _agent_message(
                         run,
                         f"event-{event.seq}",
-                        [
-                            {"text": f"tool {call.get('name') or call.get('tool')}: {outcome}"},
-                            {"data": {"toolCall": call}},
-                        ],
+                        [{"text": tool_progress_text(run, call)}, {"data": {"toolCall": call}}],
                     ),
                 }
                 chunks.append(self._status_update(run, progress))
             elif event.kind == "status" and event.data.get("status") in {"running", "queued"}:
                 state = "TASK_STATE_WORKING" if event.data["status"] == "running" else "TASK_STATE_SUBMITTED"
-                chunks.append(self._status_update(run, {"state": state, "timestamp": _timestamp(run)}))
+                chunks.append(self._status_update(run, {"state": state, "timestamp": _iso(event.created_at)}))
         if len(events) == 200:
             return chunks, "wait"
         if run.status in STOPPED:

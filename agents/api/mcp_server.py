@@ -46,8 +46,10 @@ from agents.api.protocol_http import (
     paced_async,
     paced_sync,
     rpc_body,
+    status_progress_text,
     stream_slot_take,
     too_many_streams,
+    tool_progress_text,
 )
 from agents.models import Agent, ApiKey, Approval, Run
 from agents.selectors import agent_list_for_key, run_events_after, run_tool_calls
@@ -226,10 +228,9 @@ class CallFeed:
             if self.progress_token is None:
                 continue
             if event.kind == "status":
-                chunks.append(self._progress(f"status: {event.data.get('status')}"))
+                chunks.append(self._progress(status_progress_text(run, str(event.data.get("status") or ""))))
             elif event.kind in TOOL_EVENTS:
-                ok = "ok" if event.data.get("ok") else f"failed {event.data.get('error') or ''}".strip()
-                chunks.append(self._progress(f"tool {event.data.get('tool')}: {ok}"))
+                chunks.append(self._progress(tool_progress_text(run, event.data)))
         if run.status in STOPPED or time.monotonic() >= self.deadline:
             chunks.append(self._message({"jsonrpc": "2.0", "id": self.rpc_id, "result": call_result(run)}))
             return chunks, "done"

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, JsonResponse
+from django.utils import translation
 from django.utils.translation import gettext as _
 from rest_framework import exceptions
 
@@ -20,7 +21,7 @@ from agents.api.auth import ApiKeyAuthentication
 from agents.api.config import api_setting
 from agents.api.parsers import json_parse_bounded
 from agents.api.throttling import StreamSlot, api_key_rate_check, stream_slot_acquire, stream_slot_release
-from agents.models import ApiKey
+from agents.models import ApiKey, Run
 
 PollState = Literal["wait", "done"]
 
@@ -130,3 +131,22 @@ def paced_sync(poll: Poll, slot: StreamSlot, *, on_abandon: Callable[[], None] |
         if not finished and on_abandon is not None:
             on_abandon()
         stream_slot_release(slot)
+
+
+def tool_progress_text(run: Run, call: dict[str, Any]) -> str:
+    """A tool call's progress line for A2A and MCP clients, in the agent's language: ``tool search_employee: ok``."""
+    tool = call.get("name") or call.get("tool") or ""
+    reason = call.get("reason") or call.get("error") or ""
+    with translation.override(run.agent.language or None):
+        if call.get("ok"):
+            return _("tool %(tool)s: ok") % {"tool": tool}
+        if not reason:
+            return _("tool %(tool)s: failed") % {"tool": tool}
+        return _("tool %(tool)s: failed (%(reason)s)") % {"tool": tool, "reason": reason}
+
+
+def status_progress_text(run: Run, status: str) -> str:
+    """A run's status change as a progress line, in the agent's language (the status by its label)."""
+    with translation.override(run.agent.language or None):
+        label = Run.Status(status).label if status in Run.Status.values else status
+        return _("status: %(status)s") % {"status": label}

@@ -52,6 +52,8 @@ def test_an_agent_card_names_its_endpoint_streaming_and_bearer_auth(api_caller: 
     assert card["securitySchemes"]["apiKey"]["httpAuthSecurityScheme"]["scheme"] == "bearer"
     names = {skill["name"] for skill in card["skills"]}
     assert "search_employee" in names  # a tool
+    for skill in card["skills"]:  # a tool's docstring without its source indentation
+        assert "\n    " not in skill["description"], skill
     assert any(skill["id"].startswith("rule-") for skill in card["skills"])  # a rule
 
 
@@ -64,6 +66,9 @@ def test_a_scoped_key_sees_only_its_agents(scoped: ApiCaller, api_caller: ApiCal
     assert (response.status_code, response.json()["error"]["code"]) == (404, "agent_not_found")
     everyone = client_for(api_caller.raw_key).get("/.well-known/agent-card.json").json()
     assert [a["slug"] for a in everyone["agents"]] == ["company-assistant", "other"]
+    # A skill says what the agent does (its system prompt's first line, else its name), not where it is.
+    for skill in everyone["skills"]:
+        assert not skill["description"].startswith("http"), skill
 
 
 def test_without_a_key_the_cards_and_endpoints_are_refused(demo_agent: Agent) -> None:

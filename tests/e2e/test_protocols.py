@@ -196,6 +196,10 @@ def test_a_streamed_message_reports_status_and_tool_calls_until_the_answer(platf
                 u for u in updates if u.status.message.parts and "search_employee" in u.status.message.parts[0].text
             ]
             assert len(tool_updates) == 3
+            # Each call's update carries when that call ended (the slow tool takes its time), not the run's end.
+            stamps = [u.status.timestamp.ToDatetime() for u in tool_updates]
+            assert stamps == sorted(stamps) and len(set(stamps)) == 3
+            assert stamps[-1] <= updates[-1].status.timestamp.ToDatetime()
             assert any(u.status.state == TaskState.TASK_STATE_WORKING for u in updates)
             [artifact] = [e.artifact_update for e in events if e.HasField("artifact_update")]
             assert artifact.artifact.parts[0].text.startswith("끝:")
