@@ -56,7 +56,7 @@ from agents.api.protocol_http import (
     too_many_streams,
     tool_progress_text,
 )
-from agents.api.serializers import A2AMessageSerializer
+from agents.api.serializers import A2AMessageSerializer, kind_shaped_part
 from agents.approvals import approval_decide
 from agents.models import Agent, ApiKey, Approval, Run
 from agents.selectors import (
@@ -357,20 +357,12 @@ def _rest_part(part: Any) -> dict[str, Any]:
     """An A2A 1.0 part as the REST API's (0.3-shaped) part, so that one serializer validates both."""
     if not isinstance(part, dict):
         raise invalid_params(_("Each part must be an object."))
-    if "text" in part:
-        return {"kind": "text", "text": part["text"]}
-    if "data" in part:
-        if not isinstance(part["data"], dict):
-            raise invalid_params(_("A data part's 'data' must be a JSON object."))
-        return {"kind": "data", "data": part["data"]}
-    if "url" in part or "raw" in part:
-        file: dict[str, Any] = {"uri": part["url"]} if "url" in part else {"bytes": part["raw"]}
-        if part.get("filename"):
-            file["name"] = part["filename"]
-        if part.get("mediaType"):
-            file["mimeType"] = part["mediaType"]
-        return {"kind": "file", "file": file}
-    raise invalid_params(_("A part needs one of 'text', 'data', 'url' or 'raw'."))
+    if "data" in part and "text" not in part and not isinstance(part["data"], dict):
+        raise invalid_params(_("A data part's 'data' must be a JSON object."))
+    shaped = kind_shaped_part(part)
+    if shaped is None:
+        raise invalid_params(_("A part needs one of 'text', 'data', 'url' or 'raw'."))
+    return shaped
 
 
 def an_object(value: Any) -> dict[str, Any]:

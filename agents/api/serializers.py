@@ -108,6 +108,24 @@ A2A_PARTS: dict[str, type[serializers.Serializer]] = {
 }
 
 
+def kind_shaped_part(part: Mapping[str, Any]) -> dict[str, Any] | None:
+    """An A2A 1.0 part (``{"text"}``, ``{"data"}``, ``{"url"|"raw", "mediaType"?, "filename"?}``, no ``kind``) in the
+    ``kind``-shaped form this API validates (A2A 0.3's); None when it has none of those members. The REST API and
+    the A2A endpoint take both forms through this one mapping."""
+    if "text" in part:
+        return {"kind": "text", "text": part["text"]}
+    if "data" in part:
+        return {"kind": "data", "data": part["data"]}
+    if "url" in part or "raw" in part:
+        file: dict[str, Any] = {"uri": part["url"]} if "url" in part else {"bytes": part["raw"]}
+        if part.get("filename"):
+            file["name"] = part["filename"]
+        if part.get("mediaType"):
+            file["mimeType"] = part["mediaType"]
+        return {"kind": "file", "file": file}
+    return None
+
+
 @extend_schema_field(
     PolymorphicProxySerializer(
         component_name="A2APart", serializers=A2A_PARTS, resource_type_field_name="kind", many=False
@@ -116,11 +134,17 @@ A2A_PARTS: dict[str, type[serializers.Serializer]] = {
 class A2APartField(serializers.Field):
     """One part of an A2A message, validated by its ``kind``."""
 
-    default_error_messages = {"invalid": _("Expected an object with a 'kind' of text, data or file.")}
+    default_error_messages = {
+        "invalid": _(
+            "Expected an object: a part with 'text', 'data', 'url' or 'raw' (or a 'kind' of text, data or file)."
+        )
+    }
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         if not isinstance(data, Mapping):
             self.fail("invalid")
+        if "kind" not in data:
+            data = kind_shaped_part(data) or data  # an A2A 1.0 part: {"text"}, {"data"}, {"url"|"raw"}
         part_serializer = A2A_PARTS.get(data.get("kind")) if isinstance(data.get("kind"), str) else None
         if part_serializer is None:
             raise ValidationError({"kind": [_("Expected one of: text, data, file.")]})
@@ -137,7 +161,7 @@ class A2APartField(serializers.Field):
 class A2AMessageSerializer(StrictSerializer):
     """An A2A `Message` from the user. Its text parts (joined) are the query."""
 
-    role = serializers.ChoiceField(choices=["user"])
+    role = serializers.ChoiceField(choices=["user", "ROLE_USER"], help_text="user (A2A 0.3) or ROLE_USER (A2A 1.0)")
     parts = serializers.ListField(child=A2APartField(), allow_empty=False, max_length=100)
     kind = serializers.ChoiceField(choices=["message"], required=False)
     messageId = StrictCharField(required=False, max_length=200)
@@ -146,6 +170,9 @@ class A2AMessageSerializer(StrictSerializer):
     referenceTaskIds = serializers.ListField(child=StrictCharField(max_length=200), required=False, max_length=100)
     extensions = serializers.ListField(child=StrictCharField(max_length=2048), required=False, max_length=100)
     metadata = serializers.DictField(required=False)
+
+    def validate_role(self, role: str) -> str:
+        return "user"
 
     def validate_parts(self, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
         has_text = any(p["kind"] == "text" and p["text"].strip() for p in parts)

@@ -103,6 +103,24 @@ def test_a_message_with_only_a_data_part_is_accepted_with_an_empty_query(api_cli
     assert (run.query, run.a2a_data) == ("", [{"asset": {"id": "A-1001"}}])
 
 
+def test_a_message_in_a2a_1_0_form_is_taken_as_the_a2a_endpoint_takes_it(api_client, demo_agent) -> None:
+    message = {
+        "role": "ROLE_USER",
+        "parts": [
+            {"text": "김하늘 님은 어느 팀 소속인가요?"},
+            {"data": {"asset": {"id": "A-1001"}}},
+            {"url": "https://files.example/a.pdf", "mediaType": "application/pdf", "filename": "a.pdf"},
+        ],
+    }
+    response = api_client.post(URL, {"agent": "company-assistant", "message": message}, format="json")
+    assert response.status_code == 202, response.content
+    run = Run.objects.get(id=response.json()["id"])
+    assert (run.query, run.a2a_data) == ("김하늘 님은 어느 팀 소속인가요?", [{"asset": {"id": "A-1001"}}])
+    assert run.a2a_files == [{"name": "a.pdf", "mimeType": "application/pdf", "uri": "https://files.example/a.pdf"}]
+    both = api_client.post(URL, {"agent": "company-assistant", "query": "q", "message": message}, format="json")
+    assert both.status_code == 400 and {"query", "message"} <= set(both.json()["error"]["fields"])
+
+
 def test_the_a2a_message_envelope_fields_are_accepted(api_client, demo_agent) -> None:
     body = a2a(text("안녕하세요"))
     body["message"].update(kind="message", messageId="m-1", contextId="c-1", metadata={"client": "web"})
@@ -118,7 +136,7 @@ def test_the_a2a_message_envelope_fields_are_accepted(api_client, demo_agent) ->
         ({"agent": "company-assistant", "message": {"parts": [text("hi")]}}, "message"),
         ({"agent": "company-assistant", "message": {"role": "user", "parts": [text("hi")], "colour": 1}}, "message"),
         (a2a({"kind": "image", "url": "x"}), "message"),
-        (a2a({"text": "no kind"}), "message"),
+        (a2a({"texts": "neither a kind nor a known member"}), "message"),
         (a2a("just a string"), "message"),
         (a2a({"kind": "text", "text": 5}), "message"),
         (a2a({"kind": "text", "text": "hi", "extra": 1}), "message"),
