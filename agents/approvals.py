@@ -145,7 +145,8 @@ def approval_decide(
             if claimed != 1:
                 approval.refresh_from_db()
                 raise ApplicationError(
-                    _("This approval was already decided (%(status)s).") % {"status": approval.status},
+                    _("This approval was already decided (%(status)s).")
+                    % {"status": Approval.Status(approval.status).label},
                     code="approval_decided",
                     status=409,
                 )

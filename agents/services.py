@@ -557,7 +557,7 @@ def run_cancel(*, run: Run, actor: str, source: Literal["admin", "api"] = "admin
         if current not in CANCELLABLE:
             run.refresh_from_db()
             raise ApplicationError(
-                _("The run has already finished (%(status)s).") % {"status": run.status},
+                _("The run has already finished (%(status)s).") % {"status": Run.Status(run.status).label},
                 code="run_finished",
                 status=409,
             )
@@ -574,7 +574,7 @@ def run_cancel(*, run: Run, actor: str, source: Literal["admin", "api"] = "admin
     if cancelled_from is None:  # its status kept changing under us
         raise ApplicationError(_("The run is changing state; try again."), code="run_busy", status=409)
     expired = Approval.objects.filter(run_id=run.pk, status=Approval.Status.PENDING).update(
-        status=Approval.Status.EXPIRED, reason="the run was cancelled"
+        status=Approval.Status.EXPIRED, reason=str(_("the run was cancelled"))
     )
     # A running run is charged for the model calls it made so far (their events); its worker adds a call that was
     # under way when it sees the cancellation (``agents.budgets.budget_settle``).

@@ -22,6 +22,7 @@ from django.db import connection, connections
 from django.db.models import TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from audit.anchors import Anchor, AnchorSet, anchor_store, anchors_load
 from audit.chain import (
@@ -489,12 +490,17 @@ def _pending_problem(keyring: ChainKeyring, report: ChainReport, *, chunk_size: 
 
 
 def _anchors_note(anchors: AnchorSet) -> str:
+    """What the anchors say, in the active language (the admin's *Verify chain* shows it)."""
     if anchors.latest is None:
-        return f"no anchors yet in {anchors.description}: run audit_anchor (the workers do, on a timer)"
-    return (
-        f"{anchors.count} anchors in {anchors.description}, the latest at seq {anchors.latest.seq}"
-        f" ({anchors.latest.at})"
-    )
+        return _("no anchors yet in %(where)s: run audit_anchor (the workers do, on a timer)") % {
+            "where": anchors.description
+        }
+    return _("%(count)s anchors in %(where)s, the latest at seq %(seq)s (%(at)s)") % {
+        "count": anchors.count,
+        "where": anchors.description,
+        "seq": anchors.latest.seq,
+        "at": anchors.latest.at,
+    }
 
 
 def _classify(problem: ChainBreak, head: tuple[int, str]) -> str:

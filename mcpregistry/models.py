@@ -395,7 +395,7 @@ class ToolContract(AuditedModel):
         verbose_name_plural = _("tool contracts")
 
     def __str__(self) -> str:
-        return f"contract of {self.tool}"
+        return _("contract of %(tool)s") % {"tool": self.tool}
 
     def audit_target(self) -> tuple[str, str]:
         return self.tool.server.mcp_id, self.tool.name

@@ -81,6 +81,12 @@ def test_verify_chain_shows_what_verify_audit_says(auditor_client) -> None:
     assert str(broken.value).split(":")[0] in page
 
 
+def test_verify_chain_speaks_the_auditors_language(auditor_client) -> None:
+    two_runs_with_events()
+    page = auditor_client.post("/admin/audit/auditevent/verify/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+    assert "건 검증, 헤드 " in page and "verified " not in page
+
+
 def test_verify_chain_is_for_those_who_may_read_the_audit(outsider_client) -> None:
     assert outsider_client.post("/admin/audit/auditevent/verify/").status_code == 403
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import gettext as _
 
 from audit.verification import audit_archive_verify, audit_chain_verify
 
@@ -64,7 +65,10 @@ class Command(BaseCommand):
                 self.stdout.write(line)
             if report.problem:
                 raise CommandError(report.problem)
-            self.stdout.write(f"verified {report.count} archived events, head {report.head_hash}")
+            self.stdout.write(
+                _("verified %(count)s archived events, head %(head)s")
+                % {"count": report.count, "head": report.head_hash}
+            )
             return
         report = audit_chain_verify(
             checkpoint_file=options["checkpoint_file"],
@@ -78,4 +82,6 @@ class Command(BaseCommand):
             self.stdout.write(note)
         if report.problem:
             raise CommandError(report.problem)
-        self.stdout.write(f"verified {report.count} events, head {report.head_hash}")
+        self.stdout.write(
+            _("verified %(count)s events, head %(head)s") % {"count": report.count, "head": report.head_hash}
+        )
