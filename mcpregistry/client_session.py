@@ -4,7 +4,8 @@
 ``jsonschema.validate``, which first checks the schema itself against the JSON Schema metaschema: about 3 ms of
 CPU on every call, more than the call itself over a live session. :class:`ClientSession` here does the same check
 with a validator made once per schema (the schema checked then), so each call costs only the check of its result.
-What is refused, and the errors raised, are the SDK's.
+What is refused is what the SDK refuses; the error raised is a ``RuntimeError`` as the SDK's, of the kind
+:class:`ToolResultInvalid`, with a short message (the SDK's repeats the whole result and schema).
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ def output_validator(schema: dict[str, Any]) -> Any:
     return validator
 
 
+class ToolResultInvalid(RuntimeError):
+    """A tool answered with structured content its own ``outputSchema`` refuses (or without the structured content
+    it promised, or under a schema that is no JSON Schema): the tool answered, its answer is not what it said. A
+    ``RuntimeError`` as the SDK raises it; the gate reads it as ``result:shape``."""
+
+
 class ClientSession(SdkClientSession):
     async def _validate_tool_result(self, name: str, result: types.CallToolResult) -> None:
         """The SDK's check (``mcp.ClientSession._validate_tool_result``) with a validator kept per schema."""
@@ -63,14 +70,18 @@ class ClientSession(SdkClientSession):
         if output_schema is None:
             return
         if result.structuredContent is None:
-            raise RuntimeError(f"Tool {name} has an output schema but did not return structured content")
+            raise ToolResultInvalid(f"Tool {name} has an output schema but did not return structured content")
         try:
             error = best_match(output_validator(output_schema).iter_errors(result.structuredContent))
             if error is not None:
                 raise error
         except ValidationError as e:
-            raise RuntimeError(f"Invalid structured content returned by tool {name}: {e}")  # noqa: B904 - as the SDK raises it
+            # The error's own message and where it is (not its whole text, which repeats the result and the schema).
+            where = "/".join(str(step) for step in e.absolute_path) or "(the result)"
+            raise ToolResultInvalid(
+                f"Invalid structured content returned by tool {name}: {e.message} (at {where})"
+            ) from e
         except SchemaError as e:
-            raise RuntimeError(f"Invalid schema for tool {name}: {e}")  # noqa: B904 - as the SDK raises it
+            raise ToolResultInvalid(f"Invalid schema for tool {name}: {e.message}") from e
         except Unresolvable as e:
-            raise RuntimeError(f"Invalid schema for tool {name}: {e}") from e
+            raise ToolResultInvalid(f"Invalid schema for tool {name}: {e}") from e

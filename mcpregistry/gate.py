@@ -50,6 +50,7 @@ import agent_platform.telemetry as telemetry
 from audit.masking import mask_text, mask_value, register_secrets
 from audit.services import audit_event_record
 from mcpregistry.breaker import breaker_admit, breaker_record
+from mcpregistry.client_session import ToolResultInvalid
 from mcpregistry.contracts import (
     DEFAULT_RETRY,
     RETRYABLE,
@@ -560,6 +561,8 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
             reason, detail, value, unanswered = "transport", str(exc), None, exc.sent
         except McpError as exc:
             reason, detail, value, answered = "protocol", str(exc), None, True
+        except ToolResultInvalid as exc:  # the tool answered; its structured result breaks its own outputSchema
+            reason, detail, value, answered = "result:shape", str(exc), None, True
         except (SoftTimeLimitExceeded, DatabaseError):
             raise  # the run's time is up, or the database failed: the task handles those, not the tool's record
         except Exception as exc:  # logged with its traceback (masked), never retried (for a write: unknown)

@@ -15,7 +15,7 @@ from django.conf import settings
 from mcp import ClientSession as SdkClientSession
 from mcp import types
 
-from mcpregistry.client_session import ClientSession, output_validator
+from mcpregistry.client_session import ClientSession, ToolResultInvalid, output_validator
 from mcpregistry.pool import McpSessionPool
 from tests.mcp_fixtures.output_schema_server import OUTPUT_SCHEMA
 
@@ -61,7 +61,10 @@ def test_a_result_is_refused_or_taken_as_the_sdk_would(schema: str, structured: 
     ours = outcome(ClientSession, SCHEMAS[schema], structured)
     theirs = outcome(SdkClientSession, SCHEMAS[schema], structured)
 
-    assert ours == theirs
+    assert (ours == "ok") == (theirs == "ok")
+    if theirs != "ok":  # the SDK's first line (a RuntimeError of our kind), without its dump of result and schema
+        assert ours.startswith("ToolResultInvalid: " + theirs.splitlines()[0].removeprefix("RuntimeError: ")), ours
+        assert "\n" not in ours and issubclass(ToolResultInvalid, RuntimeError)
     assert (ours == "ok") == (
         schema in ("plain", "draft-07") and structured in ({"count": 3, "팀": "클라우드운영팀"}, {"count": 1})
     )
@@ -97,3 +100,31 @@ def test_the_pool_s_sessions_check_results_against_the_tool_s_output_schema(pool
 
     assert good.structured == {"count": 3, "팀": "클라우드운영팀"} and not good.is_error
     assert len(sessions) == 1 and isinstance(sessions[0], ClientSession)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_a_result_its_own_output_schema_refuses_is_result_shape_through_the_gate_with_what_is_wrong() -> None:
+    from mcpregistry import gate
+    from mcpregistry.models import McpServer, ToolContract
+    from mcpregistry.pool import get_default_pool
+    from tests.conftest import discover_as_admin
+
+    server = McpServer.objects.create(
+        mcp_id="output-schema",
+        name="output-schema",
+        command=sys.executable,
+        args=["-m", "tests.mcp_fixtures.output_schema_server"],
+        cwd=str(settings.BASE_DIR),
+        session_scope="shared",
+    )
+    try:
+        assert discover_as_admin(server=server).ok
+        ToolContract.objects.filter(tool__server=server, tool__name="report").update(risk="read")
+        server = McpServer.objects.prefetch_related("tools__contract").get(pk=server.pk)
+        result = gate.call(server=server, tool_name="report", args={"count": "many"}, who=gate.GateCall(source="admin"))
+    finally:
+        get_default_pool().close("output-schema")
+
+    assert (result.ok, result.error, result.attempts) == (False, "result:shape", 1)  # was "unexpected"
+    assert "'many' is not of type 'integer'" in result.message and "(at count)" in result.message
