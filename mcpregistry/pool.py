@@ -453,7 +453,7 @@ class McpSessionPool:
                 self._loop.create_task(_send_cancelled(session, request_id))
                 raise
             content = [block.model_dump(mode="json", exclude_none=True) for block in result.content]
-            text = "\n".join(str(block.get("text", "")) for block in content if block.get("type") == "text")
+            text = "\n".join(filter(None, (_block_text(block) for block in content)))
             return ToolCallOutcome(
                 is_error=bool(result.isError), text=text, structured=result.structuredContent, content=content
             )
@@ -652,6 +652,33 @@ def _session_key(connection: ServerConnection, scope: str | None) -> str:
 
 def _scope_of(key: str) -> str | None:
     return key.split("|", 1)[1] if "|" in key else None
+
+
+def _block_text(block: dict[str, Any]) -> str:
+    """What a result's content block says as text: a text block's text, an embedded text resource's text, and for
+    what is not text (an image, audio, a binary resource, a link) a short note of what it is, never its bytes: a
+    result made only of those reads as what it is, not as an empty answer."""
+    kind = block.get("type")
+    if kind == "text":
+        return str(block.get("text", ""))
+    if kind in ("image", "audio"):
+        size = _base64_size(str(block.get("data") or ""))
+        return f"[{kind}: {block.get('mimeType') or 'unknown type'}, {size} bytes, not shown]"
+    if kind == "resource":
+        resource = block.get("resource") or {}
+        if isinstance(resource.get("text"), str):
+            return str(resource["text"])
+        size = _base64_size(str(resource.get("blob") or ""))
+        return f"[resource {resource.get('uri', '')}: {resource.get('mimeType') or 'binary'}, {size} bytes, not shown]"
+    if kind == "resource_link":
+        return f"[resource link: {block.get('uri', '')} {block.get('name', '')}]".replace(" ]", "]")
+    return f"[{kind} content, not shown]"
+
+
+def _base64_size(data: str) -> int:
+    """The size in bytes of padded base64 ``data`` (not decoded)."""
+    data = data.strip()
+    return len(data) * 3 // 4 - data[-2:].count("=")
 
 
 def _session_ended_by_server(exc: McpError) -> bool:

@@ -25,6 +25,7 @@ import time
 from fastmcp import Context, FastMCP
 from fastmcp.exceptions import ToolError
 from fastmcp.server.middleware import Middleware
+from fastmcp.utilities.types import Image
 
 mode = os.environ.get("PROBE_MODE", "ok")
 
@@ -46,6 +47,18 @@ if mode == "tells_secret":
     )
     def connect_backend(api_key: str) -> str:
         return "connected"
+
+
+@mcp.tool(annotations={"readOnlyHint": True}, output_schema=None)
+def picture():  # type: ignore[no-untyped-def]
+    """A result made of an image and an embedded text resource, no text block."""
+    from mcp.types import EmbeddedResource, TextResourceContents
+
+    note = TextResourceContents(uri="memo://probe/1", mimeType="text/plain", text="사진 설명: 회의실 A")
+    return [
+        Image(data=b"\x89PNG\r\n\x1a\n" + b"0" * 300, format="png"),
+        EmbeddedResource(type="resource", resource=note),
+    ]
 
 
 @mcp.tool(annotations={"readOnlyHint": True})

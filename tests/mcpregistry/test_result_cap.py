@@ -120,3 +120,12 @@ def test_the_excerpt_of_a_refused_result_is_masked_before_it_is_cut(probe: McpSe
     [audited] = AuditEvent.objects.filter(tool="echo", action="tool.call")
     assert audited.result["excerpt"].startswith("x" * 183 + "***")
     assert secret[:6] not in json.dumps(audited.result)
+
+
+def test_a_result_of_an_image_and_a_resource_reads_as_what_it_is_not_as_nothing(probe: McpServer) -> None:
+    server = McpServer.objects.prefetch_related("tools__contract").get(pk=probe.pk)
+    result = gate.call(server=server, tool_name="picture", args={}, who=gate.GateCall(source="admin"))
+    assert result.ok, result.message
+    assert "[image: image/png, 308 bytes, not shown]" in str(result.value)
+    assert "사진 설명: 회의실 A" in str(result.value)
+    assert "iVBOR" not in str(result.value)  # never the bytes
