@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy as _
 
+from agent_platform.json import json_error_text
 from agents.decision_reasons import reason_text
 from agents.models import Agent
 from agents.selectors import deterministic_rule_specs
@@ -68,7 +69,9 @@ class RuleTesterForm(forms.Form):
         try:
             value = json.loads(raw)
         except ValueError as exc:
-            raise forms.ValidationError({name: _("Not valid JSON: %(error)s") % {"error": exc}}) from exc
+            raise forms.ValidationError(
+                {name: _("Not valid JSON: %(error)s") % {"error": json_error_text(exc)}}
+            ) from exc
         if not isinstance(value, expected):
             raise forms.ValidationError({name: _("Expected a JSON %(kind)s.") % {"kind": expected.__name__}})
         return value

@@ -27,6 +27,7 @@ from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser
 
 from agent_platform.errors import ApplicationError
+from agent_platform.json import json_error_text
 from agents.api.config import api_setting
 
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
@@ -106,7 +107,7 @@ def json_parse_bounded(raw: bytes, *, max_depth: int) -> Any:
     except _Refused as exc:
         raise ParseError(str(exc)) from None
     except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
-        raise ParseError(_("The body is not valid JSON: %(error)s") % {"error": exc}) from None
+        raise ParseError(_("The body is not valid JSON: %(error)s") % {"error": json_error_text(exc)}) from None
     return value
 
 

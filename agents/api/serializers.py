@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
@@ -28,6 +29,12 @@ from agents.selectors import run_approvals, run_tool_calls
 
 class StrictCharField(serializers.CharField):
     """A string, and only a string: DRF's CharField would turn 123 into "123"."""
+
+    # DRF's Korean for these reads "blank일 수 없습니다": the platform's own wording, translated with the rest.
+    default_error_messages = {
+        **serializers.CharField.default_error_messages,
+        "blank": gettext_lazy("This field may not be blank."),
+    }
 
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
@@ -135,7 +142,7 @@ class A2APartField(serializers.Field):
     """One part of an A2A message, validated by its ``kind``."""
 
     default_error_messages = {
-        "invalid": _(
+        "invalid": gettext_lazy(
             "Expected an object: a part with 'text', 'data', 'url' or 'raw' (or a 'kind' of text, data or file)."
         )
     }

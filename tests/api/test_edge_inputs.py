@@ -182,3 +182,22 @@ def test_a_username_with_a_nul_is_no_user_and_is_not_looked_for(django_assert_nu
     credentials = base64.b64encode(b"ro\x00ot:x").decode()
     response = Client(HTTP_AUTHORIZATION=f"Basic {credentials}").get("/api/v1/audit/events")
     assert response.status_code == 401
+
+
+def test_a_body_that_is_not_json_and_a_blank_query_are_told_in_korean_saying_where(bearer: Client) -> None:
+    broken = bearer.post(
+        "/api/v1/runs",
+        '{"agent": "company-assistant", "query": }',
+        content_type="application/json",
+        HTTP_ACCEPT_LANGUAGE="ko",
+    )
+    assert broken.status_code == 400
+    assert broken.json()["error"]["message"] == "본문이 올바른 JSON이 아닙니다: 1행 41열: 값이 와야 합니다"
+    blank = bearer.post(
+        "/api/v1/runs",
+        {"agent": "company-assistant", "query": "  "},
+        content_type="application/json",
+        HTTP_ACCEPT_LANGUAGE="ko",
+    )
+    assert blank.status_code == 400
+    assert blank.json()["error"]["fields"]["query"] == ["이 필드는 비워 둘 수 없습니다."]
