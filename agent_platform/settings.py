@@ -152,6 +152,9 @@ AUTH_PASSWORD_VALIDATORS = [
 # --- i18n: English source text, Korean shipped ---------------------------------------------------
 LANGUAGE_CODE = os.environ.get("LANGUAGE_CODE", "en")
 LANGUAGES = [("en", _("English")), ("ko", _("Korean"))]
+# Dates in every list and page as the run trace and the audit write them (2026-12-04 00:30:24 KST), in both
+# languages (agent_platform/formats/).
+FORMAT_MODULE_PATH = ["agent_platform.formats"]
 LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = os.environ.get("TIME_ZONE", "Asia/Seoul")
 USE_I18N = True

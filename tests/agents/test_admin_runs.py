@@ -185,3 +185,13 @@ def test_a_real_runs_timeline_marks_the_model_steps_and_the_answer(demo_server, 
     positions = [page.index(f">{label}<") for label in labels]
     assert positions == sorted(positions)
     assert "step-answer status-ok" in page
+
+
+@pytest.mark.parametrize("language", ["ko", "en"])
+def test_the_runs_list_writes_dates_as_the_run_page_and_the_audit_do(admin_client, language: str) -> None:  # type: ignore[no-untyped-def]
+    from django.utils.timezone import localtime
+
+    run = a_run()
+    page = admin_client.get("/admin/agents/run/", HTTP_ACCEPT_LANGUAGE=language).content.decode()
+    assert localtime(run.created_at).strftime("%Y-%m-%d %H:%M:%S ") + "KST" in page
+    assert "오전" not in page and "a.m." not in page

@@ -1,0 +1,1 @@
+"""Per-language date formats (``FORMAT_MODULE_PATH``)."""
