@@ -145,10 +145,21 @@ def test_an_admin_approves_a_write_call_from_the_dashboards_pending_list(
     pending = css(browser, "#dashboard-approvals")
     assert "notes.append_note" in pending.text and "회의록 저장" in pending.text
     # The run's link stays inside its panel (a wide table scrolls there instead of running into the next one).
-    link = css(browser, "#dashboard-approvals td a[href*='/admin/agents/run/']")
     panel = pending.rect
-    assert link.rect["x"] + link.rect["width"] <= panel["x"] + panel["width"] + 1, (link.rect, panel)
+    for selector in ("td a[href*='/admin/agents/run/']", ".approve-link", ".reject-link"):
+        shown = css(browser, f"#dashboard-approvals {selector}").rect  # whole inside the panel, no scrolling
+        assert shown["x"] + shown["width"] <= panel["x"] + panel["width"] + 1, (selector, shown, panel)
     screenshot(browser, "dashboard_1400")
+    browser.add_cookie({"name": settings.LANGUAGE_COOKIE_NAME, "value": "ko"})  # the same page in Korean
+    browser.get(f"{browser.base_url}/admin/")
+    pending = css(browser, "#dashboard-approvals")
+    assert "대기 중인 승인" in pending.text
+    for selector in (".approve-link", ".reject-link"):
+        shown, panel = css(browser, f"#dashboard-approvals {selector}").rect, pending.rect
+        assert shown["x"] + shown["width"] <= panel["x"] + panel["width"] + 1, (selector, shown, panel)
+    screenshot(browser, "dashboard_1400_ko")
+    browser.delete_cookie(settings.LANGUAGE_COOKIE_NAME)
+    browser.get(f"{browser.base_url}/admin/")
     css(browser, "#dashboard-approvals .approve-link").click()
     assert "회의록 저장" in css(browser, ".approval-args").text  # the arguments, shown before deciding
     css(browser, "#confirm-decision").click()
