@@ -21,6 +21,7 @@ from typing import Any, Literal
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponseBase, JsonResponse, StreamingHttpResponse
+from django.utils import translation
 from django.utils.translation import gettext as _
 from rest_framework import exceptions
 
@@ -34,6 +35,7 @@ from agents.api.throttling import (
     stream_slot_release,
     stream_slot_renew,
 )
+from agents.decision_reasons import reason_text
 from agents.models import ApiKey, Run, RunEvent
 from agents.run_wakeup import RunWatch
 from agents.selectors import api_key_is_live, run_events_after, run_get, run_status
@@ -44,10 +46,15 @@ FINISHED = frozenset({Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCEL
 PollState = Literal["more", "wait", "done"]
 
 
-def format_event(event: RunEvent) -> str:
-    """One event as SSE: ``id``, ``event`` and a one-line JSON ``data`` (Korean text kept as it is)."""
+def format_event(event: RunEvent, *, language: str | None = None) -> str:
+    """One event as SSE: ``id``, ``event`` and a one-line JSON ``data`` (Korean text kept as it is). A rule
+    decision's stored ``reason`` (stable English) comes with ``reason_text``, the same in the caller's language."""
     kind = "".join(c for c in event.kind if c not in "\r\n") or "message"
-    data = json.dumps(event.data, ensure_ascii=False, separators=(",", ":"))
+    payload = event.data
+    if event.kind == "rule" and isinstance(payload, dict) and isinstance(payload.get("reason"), str):
+        with translation.override(language):
+            payload = {**payload, "reason_text": reason_text(payload["reason"])}
+    data = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
     return f"id: {event.seq}\nevent: {kind}\ndata: {data}\n\n"
 
 
@@ -75,10 +82,12 @@ class RunEventFeed:
         still_authorized: Callable[[], bool] | None = None,
         auth_recheck_s: float = 10.0,
         on_recheck: Callable[[], None] | None = None,
+        language: str | None = None,
     ) -> None:
         """``still_authorized`` is asked at most every ``auth_recheck_s`` seconds (and ``on_recheck`` then
         called, to renew the stream's slot); once it answers False the stream ends with ``event: error``."""
         self.run_id = run_id
+        self.language = language  # the caller's, read from the request (the stream outlives its translation)
         self.still_authorized = still_authorized
         self.auth_recheck_s = auth_recheck_s
         self.on_recheck = on_recheck
@@ -108,7 +117,7 @@ class RunEventFeed:
                 self.on_recheck()
         status = run_status(run_id=self.run_id)
         events = run_events_after(run_id=self.run_id, after=self.last_seq, limit=BATCH)
-        chunks = [format_event(e) for e in events]
+        chunks = [format_event(e, language=self.language) for e in events]
         if events:
             self.last_seq = events[-1].seq
             self.last_sent = now
@@ -245,6 +254,7 @@ async def run_events(request: HttpRequest, run_id: str) -> HttpResponseBase:
         still_authorized=lambda: api_key_is_live(api_key_id=api_key.pk),
         auth_recheck_s=recheck_s,
         on_recheck=lambda: stream_slot_renew(held, lease_s=lease_s),
+        language=translation.get_language(),
     )
     stream = stream_async(feed, slot) if isinstance(request, ASGIRequest) else stream_sync(feed, slot)
     response = StreamingHttpResponse(stream, content_type="text/event-stream; charset=utf-8")

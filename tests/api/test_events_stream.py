@@ -336,3 +336,13 @@ def test_a_real_client_follows_a_run_executed_by_a_celery_worker(tmp_path: Path)
         assert anonymous.json()["error"]["code"] == "not_authenticated"
         missing = client.get(f"{URL}/00000000-0000-0000-0000-000000000000/events")
         assert (missing.status_code, missing.json()["error"]["code"]) == (404, "run_not_found")
+
+
+def test_a_rule_decisions_reason_comes_with_its_text_in_the_callers_language(sse_client, finished_run) -> None:  # type: ignore[no-untyped-def]
+    RunEvent.objects.filter(run=finished_run, kind="rule").update(
+        data={"rule": "직원 소속 조회", "matched": False, "reason": "none of the keywords present"}
+    )
+    _response, text = stream_of(sse_client, f"{URL}/{finished_run.id}/events", HTTP_ACCEPT_LANGUAGE="ko")
+    [rule] = [e for e in parse_stream(text)[0] if e.event == "rule"]
+    assert rule.json["reason"] == "none of the keywords present"  # as stored: stable for programs
+    assert rule.json["reason_text"] == "키워드가 하나도 없음"
