@@ -26,7 +26,9 @@ class RunApprovals:
         self.actor = actor
         self.secrets = secrets
 
-    def request(self, *, mcp_id: str, tool: str, args: dict[str, Any], call_id: str, call_hash: str) -> ApprovalState:
+    def request(
+        self, *, mcp_id: str, tool: str, args: dict[str, Any], call_id: str, call_hash: str, approved_by: str = ""
+    ) -> ApprovalState:
         # One approval per call: a resumed run replays the call from its masked conversation, so a call id seen
         # before is the same call even if its (masked) arguments hash differently now.
         approval = (
@@ -45,6 +47,11 @@ class RunApprovals:
                 call_id=call_id,
                 requested_by=self.actor,
                 expires_at=timezone.now() + timedelta(seconds=settings.PLATFORM_APPROVAL_TTL_S),
+                **(
+                    {"status": Approval.Status.APPROVED, "decided_by": approved_by[:200], "decided_at": timezone.now()}
+                    if approved_by
+                    else {}
+                ),
             )
         elif approval.status == Approval.Status.PENDING and approval.expires_at <= timezone.now():
             Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(

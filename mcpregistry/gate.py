@@ -139,8 +139,18 @@ class ApprovalPort(Protocol):
     """How the gate asks for, and records, human approval of a write call (implemented by the run engine)."""
 
     def request(
-        self, *, mcp_id: str, tool: str, args: dict[str, Any], call_id: str, call_hash: str
-    ) -> ApprovalState: ...
+        self,
+        *,
+        mcp_id: str,
+        tool: str,
+        args: dict[str, Any],
+        call_id: str,
+        call_hash: str,
+        approved_by: str = "",
+    ) -> ApprovalState:
+        """The call's approval, asked for now if it has none (``approved_by``: made already approved by that
+        actor: a sandboxed evaluation's write, which its eval set approves, recorded all the same)."""
+        ...
 
     def claim_execution(self, approval_id: str) -> bool: ...
 
@@ -413,6 +423,13 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
                 )
                 % {"tool": tool_name},
             )
+        if who.approvals is not None and who.call_id:
+            # A sandbox write is recorded as an approval made by the sandbox, and goes through the same states
+            # as any approved write: sent once, and a redelivered run finds it executed (its outcome) or
+            # executing (outcome unknown), never sends it again.
+            approval, refusal = _approval(this, contract, args, approved_by=f"sandbox:{who.source}")
+            if refusal is not None:
+                return refusal
     elif contract.risk == ToolContract.Risk.WRITE:
         approval, refusal = _approval(this, contract, args)
         if refusal is not None:
@@ -623,7 +640,7 @@ def _masked_cut(text: str, chars: int, secrets: list[str]) -> str:
 
 
 def _approval(
-    this: _Call, contract: ToolContract, args: dict[str, Any]
+    this: _Call, contract: ToolContract, args: dict[str, Any], *, approved_by: str = ""
 ) -> tuple[ApprovalState | None, ToolResult | None]:
     who = this.who
     if who.approvals is None:
@@ -638,6 +655,7 @@ def _approval(
         args=args,
         call_id=who.call_id,
         call_hash=call_hash(this.server.mcp_id, this.tool_name, args),
+        approved_by=approved_by,
     )
     this.result.approval_id = state.approval_id
     if state.status == "pending":

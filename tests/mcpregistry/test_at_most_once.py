@@ -117,6 +117,7 @@ def _close_sessions() -> Any:
         "bad-answer",
         "not-json",
         "same-id",
+        "sandbox-once",
     ):
         get_default_pool().close(mcp_id)
 
@@ -420,3 +421,35 @@ def test_a_second_write_the_model_gives_an_id_it_used_before_is_asked_for_and_se
     assert sorted(run.approvals.values_list("call_id", flat=True)) == ["call_0", "call_0~2"]
     tool_messages = [m for m in run.messages if m["type"] == "tool"]
     assert [m["tool_call_id"] for m in tool_messages] == ["call_0", "call_0~2"]
+
+
+def test_a_sandboxed_eval_write_is_recorded_and_a_redelivered_run_never_sends_it_again(file: Path) -> None:
+    from agents.approvals import RunApprovals
+
+    server = side_effect_server("sandbox-once", file, mode="ok")
+    agent = make_agent(slug="evals-sandbox", servers=[server], provider="scripted", script=[], with_demo_rules=False)
+    run = Run.objects.create(agent=agent, query="평가", purpose="eval", write_sandbox=["sandbox-once"])
+    server = McpServer.objects.prefetch_related("tools__contract").get(pk=server.pk)
+
+    def deliver() -> gate.ToolResult:
+        who = gate.GateCall(
+            source="eval",
+            run_id=run.id,
+            call_id="call_1",
+            writes_blocked=True,
+            write_sandbox=frozenset({"sandbox-once"}),
+            approvals=RunApprovals(run_id=run.id, actor="eval", secrets=[]),
+        )
+        return gate.call(server=server, tool_name="append_line", args={"text": "평가 기록"}, who=who)
+
+    first = deliver()
+    again = deliver()  # the same call of the same run, delivered again
+
+    assert first.ok and again.ok and again.value == first.value
+    assert lines(file) == ["평가 기록\t"]  # sent once
+    approval = run.approvals.get()
+    assert (approval.status, approval.decided_by) == (Approval.Status.EXECUTED, "sandbox:eval")
+
+    Approval.objects.filter(pk=approval.pk).update(status=Approval.Status.EXECUTING)  # a worker died mid-call
+    unknown = deliver()
+    assert unknown.error == "approval:outcome_unknown" and lines(file) == ["평가 기록\t"]
