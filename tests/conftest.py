@@ -310,3 +310,17 @@ def spans() -> Iterator[Any]:
     yield _span_switch.exporter
     _span_switch.on = False
     _span_switch.exporter.clear()
+
+
+@pytest.fixture
+def masked_caplog(caplog: Any) -> Iterator[Any]:
+    """``caplog`` whose handler masks secrets as the platform's log handlers do (Django's LOGGING gives each one the
+    filter). pytest keeps one capture handler for the whole session: the filter is taken off again afterwards."""
+    from audit.masking import SecretMaskingFilter
+
+    masking = SecretMaskingFilter()
+    caplog.handler.addFilter(masking)
+    try:
+        yield caplog
+    finally:
+        caplog.handler.removeFilter(masking)

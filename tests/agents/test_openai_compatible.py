@@ -269,11 +269,10 @@ def test_under_a_budget_each_request_caps_its_output_to_what_is_left_of_the_runs
     assert caps[1] > caps[2] and caps[0] < caps[1]
 
 
-def test_the_models_key_is_masked_in_what_the_process_logs(demo_server, caplog) -> None:  # type: ignore[no-untyped-def]
-    from audit.masking import SecretMaskingFilter
+def test_the_models_key_is_masked_in_what_the_process_logs(demo_server, masked_caplog) -> None:  # type: ignore[no-untyped-def]
 
     key = "local-llm-Q8w2Zr5xTn"  # no well-known key shape: only its registration can mask it
-    caplog.handler.addFilter(SecretMaskingFilter())  # as the platform's log handlers have it
+    caplog = masked_caplog  # its handler masks as the platform's do
     with ScriptedOpenAIServer(TWO_TOOL_CALLS).running() as server:
         agent = openai_agent(server, demo_server, slug="logs-key")
         agent.model_secrets = {"api_key": key}

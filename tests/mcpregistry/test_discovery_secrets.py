@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from audit.masking import SecretMaskingFilter
 from audit.models import AuditEvent
 from mcpregistry.models import McpServer, McpTool
 from mcpregistry.pool import get_default_pool
@@ -41,8 +40,10 @@ def careless(db: Any) -> Any:
     get_default_pool().close("careless")
 
 
-def test_a_secret_a_server_quotes_in_its_listing_or_its_stderr_is_masked(careless: McpServer, caplog: Any) -> None:
-    caplog.handler.addFilter(SecretMaskingFilter())  # as every handler of the platform's logging has it
+def test_a_secret_a_server_quotes_in_its_listing_or_its_stderr_is_masked(
+    careless: McpServer, masked_caplog: Any
+) -> None:
+    caplog = masked_caplog  # its handler masks as the platform's do
     with caplog.at_level(logging.DEBUG, logger="mcpregistry.server.careless"):
         report = mcp_server_discover(server=careless, actor="admin", via="admin")
         deadline = time.monotonic() + 5
