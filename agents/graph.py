@@ -74,8 +74,8 @@ _CALL_BLOCK_TYPES = frozenset({"tool_use", "tool_call", "function_call"})
 
 
 def with_unique_call_ids(response: AIMessage, earlier: list[AnyMessage]) -> AIMessage:
-    """``response`` with every tool call under an id no other call of the run has (``<id>~2``, ``~3``, ...; a call
-    without one: ``call~N``), in its tool calls and in the provider's own forms of them (content blocks,
+    """``response`` with every tool call under an id no other call of the run has (``<id>_r2``, ``_r3``, ...; a call
+    without one: ``call_rN``), in its tool calls and in the provider's own forms of them (content blocks,
     ``additional_kwargs``), in order. Some models number their calls per turn (``call_0`` every turn) or repeat
     an id within one: the platform keys a call's approval, its result and its place in the trace by its id, so a
     second call under an id already used would be taken for the first (its approval's recorded outcome returned,
@@ -96,10 +96,12 @@ def with_unique_call_ids(response: AIMessage, earlier: list[AnyMessage]) -> AIMe
         given = str(call.get("id") or "")
         unique = given
         if not given or given in taken:
-            base, number = given or "call", 2
-            while f"{base}~{number}" in taken:
+            # ``_r2``, ``_r3``...: letters, digits and ``_`` only, at most 64 characters (Bedrock's ToolUseId is
+            # [a-zA-Z0-9_.:-]+ of 64 at most; some OpenAI-compatible servers are stricter still).
+            base, number = (given or "call")[:56], 2
+            while f"{base}_r{number}" in taken:
                 number += 1
-            unique = f"{base}~{number}"
+            unique = f"{base}_r{number}"
         taken.add(unique)
         renamed.setdefault(given, []).append(unique)
         calls.append({**call, "id": unique})

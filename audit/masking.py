@@ -339,9 +339,10 @@ _API_KEY_SHAPES = re.compile(
     r"|github_pat_(?<![A-Za-z0-9_-]github_pat_)[A-Za-z0-9_]{20,}"
     r"|glpat-(?<![A-Za-z0-9_-]glpat-)[A-Za-z0-9_-]{20,}"  # GitLab
     r"|AIza(?<![A-Za-z0-9_-]AIza)[0-9A-Za-z_-]{35}"  # Google API key
-    # This platform's own API keys (agents.services.API_KEY_PREFIX and 43 characters); the 12-character prefix
-    # the admin and the audit name a key by is shorter than the shape, and stays.
-    r"|apk_(?<![A-Za-z0-9_-]apk_)[A-Za-z0-9_-]{20,}"
+    # This platform's own API keys (agents.services.API_KEY_PREFIX and token_urlsafe(32): exactly 43 characters,
+    # so an identifier such as apk_analyzer_get_permissions is not one); the 12-character prefix the admin and
+    # the audit name a key by is shorter, and stays.
+    r"|apk_(?<![A-Za-z0-9_-]apk_)[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])"
 )
 _URL_USERINFO = re.compile(r"(?P<head>://[^\s:/?#@\"'<>]*:)[^\s/?#\"'<>]+(?=@)")
 _QUERY_PARAMETER = re.compile(  # only parameters whose name has a secret-ish word reach the callback
@@ -695,6 +696,10 @@ class _Walker:
             if len(item) == 4:
                 source, copy, parent, slot = item
                 on_path.discard(id(source))
+                if type(slot) is str and isinstance(source, list) and slot.lower() in _COMMAND_LINE_KEYS:
+                    # A command line, or a change's [old, new] pair of them: its items are masked by now.
+                    for line in (copy, *(inner for inner in copy if isinstance(inner, list))):
+                        _mask_option_values(line)
                 if not isinstance(source, (dict, list)):
                     parent[slot] = _rebuild(source, copy)
                 continue
@@ -718,7 +723,8 @@ class _Walker:
                         masked = memo.get(child)
                         copy[new_key] = masked if masked is not None else self.text(child)
                     elif child is None or type(child) in _PLAIN_SCALARS:
-                        copy[new_key] = child
+                        # A finite float as it is; NaN and infinities through leaf (x - x is 0 for finite x only).
+                        copy[new_key] = child if type(child) is not float or child - child == 0 else self.leaf(child)
                     elif isinstance(child, _CONTAINERS):
                         copy[new_key] = None
                         stack.append((child, copy, new_key))
@@ -729,19 +735,12 @@ class _Walker:
                 if isinstance(source, list):
                     parent[slot] = copy
                 stack.append((source, copy, parent, slot))
-                flag_before = False  # the item before names a secret (a command line's "--api-key", then its value)
                 for index, child in enumerate(source):
                     if type(child) is str:
-                        if flag_before and child and not child.startswith("-"):
-                            copy[index], flag_before = MASK, False
-                            continue
                         masked = memo.get(child)
                         copy[index] = masked if masked is not None else self.text(child)
-                        flag_before = child[:1] == "-" and "=" not in child and _is_secret_flag(child)
-                        continue
-                    flag_before = False
-                    if child is None or type(child) in _PLAIN_SCALARS:
-                        copy[index] = child
+                    elif child is None or type(child) in _PLAIN_SCALARS:
+                        copy[index] = child if type(child) is not float or child - child == 0 else self.leaf(child)
                     elif isinstance(child, _CONTAINERS):
                         stack.append((child, copy, index))
                     else:
@@ -752,14 +751,32 @@ class _Walker:
 _CONTAINERS = (dict, list, tuple, set, frozenset)
 
 
-def _is_secret_flag(item: str) -> bool:
-    """Whether a command-line item is an option naming a secret (``--api-key``, ``-password``, ``--auth-token``):
-    the item after it, its value, is masked."""
-    name = item.lstrip("-")
-    return 2 <= len(name) <= 64 and is_secret_key(name)
+_COMMAND_LINE_KEYS = frozenset({"args", "argv", "arguments", "command", "cmd", "command_line"})
+"""The keys under which a list is a command line (a stdio binding's ``args``): only there is an option's value
+masked by its name."""
+_OPTION = re.compile(r"--?[A-Za-z][A-Za-z0-9_-]*")
+_NOT_A_VALUE_OPTION = re.compile(r"--?no-|.*-(?:stdin|file|path)$")
 
 
-_PLAIN_SCALARS = frozenset({int, bool})  # floats go through leaf: NaN and infinities become text
+def _mask_option_values(line: list[Any]) -> None:
+    """In a command line (``["--api-key", "VALUE", ...]``), the item after an option that names a secret is masked:
+    an option is one word of letters, digits, ``-`` and ``_`` after one or two dashes; ``--no-password``,
+    ``--password-stdin`` and ``--token-file`` take no secret after them."""
+    for index in range(1, len(line)):
+        option, value = line[index - 1], line[index]
+        if (
+            type(option) is str
+            and type(value) is str
+            and value
+            and _OPTION.fullmatch(option)
+            and not _OPTION.fullmatch(value)
+            and not _NOT_A_VALUE_OPTION.match(option)
+            and is_secret_key(option.lstrip("-"))
+        ):
+            line[index] = MASK
+
+
+_PLAIN_SCALARS = frozenset({int, float, bool})  # a float is copied when finite (NaN and infinities: leaf)
 
 
 def _rebuild(source: tuple[Any, ...] | set[Any] | frozenset[Any], items: list[Any]) -> Any:
@@ -781,7 +798,8 @@ def mask_value(value: Any, *, secrets: Iterable[str] = ()) -> Any:
     * dict value under a key that :func:`is_secret_key` recognises -> :data:`MASK`, whatever its type,
       unless it is ``None`` or empty (``""``, ``[]``, ``{}``), which stays as is.
     * dict / list / tuple / set -> the same kind, masked inside (dict subclasses come back as ``dict``); in a
-      list, the item after an option that names a secret (a command line's ``"--api-key", "VALUE"``) is masked.
+      command line (a list under ``args``, ``argv``, ``command``, ...), the item after an option that names a
+      secret (``"--api-key", "VALUE"``) is masked.
     * ``int``, ``float``, ``bool``, ``None``, ``Decimal``, dates/times, ``UUID``, enums -> unchanged.
     * bytes -> masked as UTF-8 text; pydantic models -> their masked ``model_dump(mode="json")``.
     * anything else -> its masked ``str()`` (fail closed: an unknown object could print a secret later).

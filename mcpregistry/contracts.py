@@ -468,14 +468,21 @@ _RATE_LIMITED = re.compile(
     r"|too many requests",
     re.IGNORECASE,
 )
-_TIMED_OUT = re.compile(r"^\s*timeout\b|\btimed out\b|\bdeadline exceeded\b|\b504\b", re.IGNORECASE)
+_TIMED_OUT = re.compile(
+    r"^\s*timeout\b|\btimed out\b|\bdeadline exceeded\b"
+    r"|^\W*(?:error\W*)?504\b|\b(?:HTTP(?:/[\d.]+)?|status(?:\s+code)?|code|error)\W{0,3}504\b",
+    re.IGNORECASE,
+)
+# A text that opens with a rate limit (its status, or its words) is one, whatever it says after.
+_OPENS_RATE_LIMITED = re.compile(r"^\W*(?:error\W*)?(?:429\b|rate[ _-]?limit|too many requests)", re.IGNORECASE)
 
 
 def classify_tool_error(text: str) -> tuple[str, float | None]:
     """The reason of a tool's own error (``isError``): ``rate_limit`` (with a Retry-After, if stated),
-    ``timeout`` (the tool's backend timed out: worth another try) or ``tool:error``. A text that says both is a
-    timeout: for a write, the one that leaves its outcome unknown (``gate._attempts``)."""
-    if _TIMED_OUT.search(text or ""):
+    ``timeout`` (the tool's backend timed out: worth another try) or ``tool:error``. A text that opens with a rate
+    limit is one; another that mentions a timeout is a timeout, whatever else it quotes (a 429 in an argument it
+    echoes): for a write, the reason that leaves its outcome unknown (``gate._attempts``)."""
+    if not _OPENS_RATE_LIMITED.search(text or "") and _TIMED_OUT.search(text or ""):
         return "timeout", None
     if _RATE_LIMITED.search(text or ""):
         found = _RETRY_AFTER.search(text)

@@ -435,7 +435,15 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         if refusal is not None:
             return refusal
         if approval is not None and approval.args is not None:
-            # Execute exactly what was approved, bound by its hash (never the masked replay of it).
+            # Execute exactly what was approved, bound by its hash (never the masked replay of it). A flow computes
+            # its arguments again, unmasked, when it runs again: they must be the approved ones, or the call
+            # found under this id is another one (its order changed), and is refused, never given the approval.
+            if who.call_id.startswith("flow:") and call_hash(this.server.mcp_id, tool_name, args) != approval.call_hash:
+                return this.refuse(
+                    "approval:mismatch",
+                    _("The arguments of '%(tool)s' are not the approved ones. It was not called.")
+                    % {"tool": tool_name},
+                )
             if call_hash(this.server.mcp_id, tool_name, approval.args) != approval.call_hash:
                 return this.refuse(
                     "approval:mismatch",
@@ -553,19 +561,24 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
                 scope=server.pool_scope(who.run_id),
             )
             answered = True
-            size = _result_size(outcome.text, outcome.structured)
+            size = _result_size(outcome.text or outcome.notes, outcome.structured)
             if size > cap:
                 # Refused before it is parsed, remembered or shown: the audit keeps a short masked excerpt.
                 reason = "result:too_big"
                 detail = _("%(size)d characters, more than %(cap)d") % {"size": size, "cap": cap}
                 value, audited = (
                     None,
-                    {"excerpt": _excerpt(outcome.text, outcome.structured, this.secrets), "chars": size},
+                    {
+                        "excerpt": _excerpt(outcome.text or outcome.notes, outcome.structured, this.secrets),
+                        "chars": size,
+                    },
                 )
             else:
                 value = (
                     outcome.structured if outcome.structured is not None and not outcome.text else _parse(outcome.text)
                 )
+                if value == "" and outcome.notes:
+                    value = outcome.notes  # no text, no structured content: what its other blocks are
                 if outcome.is_error:
                     reason, retry_after = classify_tool_error(outcome.text)
                     detail = outcome.text.strip()

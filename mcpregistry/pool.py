@@ -121,12 +121,15 @@ class ServerConnection:
 
 @dataclass
 class ToolCallOutcome:
-    """What the server answered to ``tools/call``: ``is_error`` is the server's own verdict."""
+    """What the server answered to ``tools/call``: ``is_error`` is the server's own verdict; ``text`` its text
+    blocks (what is parsed as JSON); ``notes`` what its other blocks say (an embedded text resource's text, a note
+    of each image, audio or binary resource: never its bytes), for a result that has no text of its own."""
 
     is_error: bool
     text: str
     structured: Any
     content: list[dict[str, Any]]
+    notes: str = ""
 
 
 @dataclass
@@ -453,9 +456,14 @@ class McpSessionPool:
                 self._loop.create_task(_send_cancelled(session, request_id))
                 raise
             content = [block.model_dump(mode="json", exclude_none=True) for block in result.content]
-            text = "\n".join(filter(None, (_block_text(block) for block in content)))
+            text = "\n".join(str(block.get("text", "")) for block in content if block.get("type") == "text")
+            notes = "\n".join(filter(None, (_block_text(b) for b in content if b.get("type") != "text")))
             return ToolCallOutcome(
-                is_error=bool(result.isError), text=text, structured=result.structuredContent, content=content
+                is_error=bool(result.isError),
+                text=text,
+                structured=result.structuredContent,
+                content=content,
+                notes=notes,
             )
 
         return self._run_operation(connection, operation, scope=scope, timeout_s=timeout_s, resend=False)
@@ -657,7 +665,7 @@ def _scope_of(key: str) -> str | None:
 def _block_text(block: dict[str, Any]) -> str:
     """What a result's content block says as text: a text block's text, an embedded text resource's text, and for
     what is not text (an image, audio, a binary resource, a link) a short note of what it is, never its bytes: a
-    result made only of those reads as what it is, not as an empty answer."""
+    result made only of those reads as what it is, not as an empty answer (``ToolCallOutcome.notes``)."""
     kind = block.get("type")
     if kind == "text":
         return str(block.get("text", ""))
@@ -685,7 +693,11 @@ def _session_ended_by_server(exc: McpError) -> bool:
     """The streamable HTTP client's answer to a request the server refused with 404 because it no longer knows the
     session (MCP: the client must start a new session); the request itself was not processed."""
     error = getattr(exc, "error", None)
-    return getattr(error, "code", None) == 32600 and "session terminated" in str(getattr(error, "message", "")).lower()
+    # 32600 as the SDK sends it (JSON-RPC's invalid request is -32600: either is taken).
+    return (
+        getattr(error, "code", None) in (32600, -32600)
+        and "session terminated" in str(getattr(error, "message", "")).lower()
+    )
 
 
 def _describe(exc: BaseException) -> str:

@@ -33,6 +33,23 @@ async def read_then_write(state: FlowState) -> dict[str, Any]:
     return {"output": f"{seen} / {written}"}
 
 
+passes = iter(range(1, 1000))
+
+
+async def write_what_changed(state: FlowState) -> dict[str, Any]:
+    written = await mcp.call("append_line", params={"text": f"흐름 기록 {next(passes)}"})  # other each pass
+    return {"output": str(written)}
+
+
+async def build_changing_graph(settings: Any) -> Any:
+    await mcp.bind_registry(settings, mcp_ids=["flow-writes"], mcp_id="flow-writes")
+    graph = StateGraph(FlowState)
+    graph.add_node("write_what_changed", write_what_changed)
+    graph.add_edge(START, "write_what_changed")
+    graph.add_edge("write_what_changed", END)
+    return graph.compile()
+
+
 async def build_graph(settings: Any) -> Any:
     await mcp.bind_registry(settings, mcp_ids=["flow-writes"], mcp_id="flow-writes")
     graph = StateGraph(FlowState)
@@ -44,7 +61,7 @@ async def build_graph(settings: Any) -> Any:
 
 @pytest.fixture
 def flow_run(tmp_path: Path, settings: Any) -> Any:
-    settings.PLATFORM_FLOW_GRAPHS = [f"{__name__}.build_graph"]
+    settings.PLATFORM_FLOW_GRAPHS = [f"{__name__}.build_graph", f"{__name__}.build_changing_graph"]
     file = tmp_path / "side-effects.txt"
     server = McpServer.objects.create(
         mcp_id="flow-writes",
@@ -103,3 +120,18 @@ def test_a_flow_write_rejected_is_told_to_the_flow_which_finishes(flow_run: Any)
     assert run.status == Run.Status.SUCCEEDED
     assert "approval:rejected" in run.answer
     assert lines(file) == ["read:k", "read:k"]
+
+
+def test_a_flow_whose_write_changed_when_it_ran_again_is_refused_not_given_the_approval(flow_run: Any) -> None:
+    run, file = flow_run
+    Agent.objects.filter(pk=run.agent_id).update(flow_graph=f"{__name__}.build_changing_graph")
+    run_execute(run_id=str(run.id))
+    approval = Run.objects.get(pk=run.pk).approvals.get()
+    assert approval.args["text"].startswith("흐름 기록 ")
+
+    approval_decide(run=run, approval_id=str(approval.pk), decision="approve", actor="reviewer")
+    run_execute(run_id=str(run.id))
+
+    run.refresh_from_db()
+    assert "approval:mismatch" in run.answer
+    assert lines(file) == []  # neither the approved text nor the new one was written

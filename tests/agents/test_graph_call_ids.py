@@ -28,16 +28,27 @@ def test_an_id_used_in_an_earlier_turn_gets_a_new_one_everywhere() -> None:
 
     renamed = with_unique_call_ids(turn("call_0", blocks=True), earlier)
 
-    assert [c["id"] for c in renamed.tool_calls] == ["call_0~2"]
+    assert [c["id"] for c in renamed.tool_calls] == ["call_0_r2"]
     assert isinstance(renamed.content, list)
-    assert [b["id"] for b in renamed.content if isinstance(b, dict)] == ["call_0~2"]
-    assert [c["id"] for c in renamed.additional_kwargs["tool_calls"]] == ["call_0~2"]
+    assert [b["id"] for b in renamed.content if isinstance(b, dict)] == ["call_0_r2"]
+    assert [c["id"] for c in renamed.additional_kwargs["tool_calls"]] == ["call_0_r2"]
 
 
 def test_ids_repeated_within_one_turn_or_missing_are_told_apart_in_order() -> None:
     renamed = with_unique_call_ids(turn("x", "x", None, blocks=True), [HumanMessage("질문")])
 
-    assert [c["id"] for c in renamed.tool_calls] == ["x", "x~2", "call~2"]
+    assert [c["id"] for c in renamed.tool_calls] == ["x", "x_r2", "call_r2"]
     assert [c["args"] for c in renamed.tool_calls] == [{"text": "0"}, {"text": "1"}, {"text": "2"}]
     assert isinstance(renamed.content, list)
-    assert [b["id"] for b in renamed.content if isinstance(b, dict)] == ["x", "x~2", "call~2"]
+    assert [b["id"] for b in renamed.content if isinstance(b, dict)] == ["x", "x_r2", "call_r2"]
+
+
+def test_a_new_id_is_one_every_provider_takes() -> None:
+    """Bedrock's ToolUseId is [a-zA-Z0-9_.:-]+ of at most 64 characters (botocore's model of the Converse API)."""
+    import re
+
+    long_id = "tooluse_" + "A1b2" * 14  # 64 characters, reused
+    renamed = with_unique_call_ids(turn(long_id, long_id), [HumanMessage("질문")])
+    for call in renamed.tool_calls:
+        assert re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", str(call["id"])), call["id"]
+    assert len({c["id"] for c in renamed.tool_calls}) == 2

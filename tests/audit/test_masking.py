@@ -839,7 +839,10 @@ def test_a_long_secret_in_other_letter_case_is_masked() -> None:
 
 
 def test_this_platforms_api_keys_are_masked_and_the_prefix_that_names_one_is_kept() -> None:
-    key = "apk_ZqJ3w9HkT2uVb7XcLm4NpR8sYd1eFg6A-x_1234567"
+    key = "apk_ZqJ3w9HkT2uVb7XcLm4NpR8sYd1eFg6A-x_12345678"  # apk_ and token_urlsafe(32): 43 characters
+    assert mask_text("Use apk_analyzer_get_permissions on apk_release_build_2024_signed.zip") == (
+        "Use apk_analyzer_get_permissions on apk_release_build_2024_signed.zip"  # identifiers, not keys
+    )
     assert mask_text(f"내 키 {key} 입니다") == "내 키 *** 입니다"
     assert mask_value({"note": key}) == {"note": "***"}
     assert mask_text("키 apk_ZqJ3w9Hk 폐기") == "키 apk_ZqJ3w9Hk 폐기"
@@ -850,7 +853,15 @@ def test_the_value_after_a_command_line_option_naming_a_secret_is_masked() -> No
     assert mask_value({"args": args}) == {
         "args": ["-m", "server", "--api-key", "***", "--port", "8080", "--max-tokens", "500", "--verbose"]
     }
-    assert mask_value(["--password", "--verbose"]) == ["--password", "--verbose"]  # an option, not a value
+    assert mask_value({"args": ["--password", "--verbose"]}) == {"args": ["--password", "--verbose"]}  # an option
+    unmasked = ["--no-password", "deploy", "--password-stdin", "docker", "--token-file", "/run/token"]
+    assert mask_value({"args": unmasked}) == {"args": unmasked}  # options that take no secret after them
+
+
+def test_a_list_that_is_no_command_line_keeps_its_items_after_a_dash() -> None:
+    bullets = ["- password reset steps", "Open settings", "- Token", "is a noun", "--api-key", "what it is"]
+    assert mask_value({"steps": bullets}) == {"steps": bullets}
+    assert mask_value(bullets) == bullets
 
 
 def test_celerys_own_task_logger_masks_secrets_too(tmp_path: Any) -> None:
@@ -872,3 +883,8 @@ def test_celerys_own_task_logger_masks_secrets_too(tmp_path: Any) -> None:
         for handler in list(task_logger.handlers):
             task_logger.removeHandler(handler)
             handler.close()
+
+
+def test_a_changes_old_and_new_command_lines_are_masked_too() -> None:
+    diff = {"args": [["-m", "server"], ["-m", "server", "--api-key", "Xq81LmZp0aT7"]]}  # a binding's args changed
+    assert mask_value(diff) == {"args": [["-m", "server"], ["-m", "server", "--api-key", "***"]]}

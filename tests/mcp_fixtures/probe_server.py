@@ -61,6 +61,15 @@ def picture():  # type: ignore[no-untyped-def]
     ]
 
 
+@mcp.tool(annotations={"readOnlyHint": True}, output_schema=None)
+def picture_with_data():  # type: ignore[no-untyped-def]
+    """A JSON text block beside an image."""
+    return [
+        json.dumps({"id": 7, "room": "회의실 A"}, ensure_ascii=False),
+        Image(data=b"\x89PNG" + b"0" * 8, format="png"),
+    ]
+
+
 @mcp.tool(annotations={"readOnlyHint": True})
 def environment_names() -> str:
     """The names (not values) of this process's environment variables, comma-separated."""

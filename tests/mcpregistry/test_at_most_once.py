@@ -418,9 +418,9 @@ def test_a_second_write_the_model_gives_an_id_it_used_before_is_asked_for_and_se
     run.refresh_from_db()
     assert run.status == Run.Status.SUCCEEDED
     assert lines(file) == ["A\t", "B\t"]  # each sent once, the second not answered with the first's outcome
-    assert sorted(run.approvals.values_list("call_id", flat=True)) == ["call_0", "call_0~2"]
+    assert sorted(run.approvals.values_list("call_id", flat=True)) == ["call_0", "call_0_r2"]
     tool_messages = [m for m in run.messages if m["type"] == "tool"]
-    assert [m["tool_call_id"] for m in tool_messages] == ["call_0", "call_0~2"]
+    assert [m["tool_call_id"] for m in tool_messages] == ["call_0", "call_0_r2"]
 
 
 def test_a_sandboxed_eval_write_is_recorded_and_a_redelivered_run_never_sends_it_again(file: Path) -> None:

@@ -135,7 +135,14 @@ def test_tool_errors_are_classified() -> None:
 def test_a_429_a_message_quotes_is_no_rate_limit_and_a_timeout_it_reports_wins() -> None:
     assert classify_tool_error("order 429 was not found") == ("tool:error", None)
     assert classify_tool_error("invoice 429 saved; the notification backend timed out") == ("timeout", None)
-    assert classify_tool_error("rate limit of the mailer hit, then it timed out") == ("timeout", None)
+    assert classify_tool_error("the mailer's rate limit was hit, then it timed out") == ("timeout", None)
+    assert classify_tool_error("order 504 was not found") == ("tool:error", None)
+
+
+def test_a_text_that_opens_with_a_rate_limit_is_one_whatever_it_says_after() -> None:
+    assert classify_tool_error("Rate limit exceeded, retry after 504 seconds") == ("rate_limit", 504.0)
+    assert classify_tool_error("Too many requests: a previous request timed out") == ("rate_limit", None)
+    assert classify_tool_error("HTTP 504 Gateway Timeout") == ("timeout", None)
 
 
 def test_a_servers_read_only_claim_is_a_hint_and_discovery_proposes_write_whatever_it_says() -> None:

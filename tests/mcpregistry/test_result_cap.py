@@ -129,3 +129,9 @@ def test_a_result_of_an_image_and_a_resource_reads_as_what_it_is_not_as_nothing(
     assert "[image: image/png, 308 bytes, not shown]" in str(result.value)
     assert "사진 설명: 회의실 A" in str(result.value)
     assert "iVBOR" not in str(result.value)  # never the bytes
+
+
+def test_json_text_beside_an_image_is_still_read_as_json(probe: McpServer) -> None:
+    server = McpServer.objects.prefetch_related("tools__contract").get(pk=probe.pk)
+    result = gate.call(server=server, tool_name="picture_with_data", args={}, who=gate.GateCall(source="admin"))
+    assert result.ok and result.value == {"id": 7, "room": "회의실 A"}
