@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.utils.translation import gettext
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 PLACEHOLDER = re.compile(r"\{(query|context\.[^{}\s]+|data\.[^{}\s]+|match\.[A-Za-z_][A-Za-z0-9_]*)\}")
@@ -253,14 +254,14 @@ def placeholder_problems(when: Any, params: Any, answer_template: str) -> dict[s
     (``query``, ``result``, ``result.KEY``, ``match.X``, ``params.X``) or a brace left open. Per field."""
     regex = when.get("regex") if isinstance(when, dict) else None
     try:
-        groups = set(re.compile(regex).groupindex) if isinstance(regex, str) and regex else set()
+        groups: set[str] | None = set(re.compile(regex).groupindex) if isinstance(regex, str) and regex else set()
     except re.error:
-        groups = set()  # the regex's own error is reported on the conditions
+        groups = None  # the regex's own error is reported on the conditions: its groups are not known
     problems: dict[str, list[str]] = {}
 
     def unmatched(name: str) -> str | None:
-        head, _, rest = name.partition(".")
-        if head == "match" and rest not in groups:
+        head, _sep, rest = name.partition(".")
+        if head == "match" and groups is not None and rest not in groups:
             have = ", ".join(sorted(groups)) or "none"
             return f"{{{name}}}: the regex has no named group '{rest}' (its groups: {have})"
         return None
@@ -308,7 +309,10 @@ class WhenSpec(BaseModel):
             try:
                 re.compile(value)
             except re.error as exc:
-                raise ValueError(f"not a valid regular expression: {exc}") from exc
+                raise ValueError(
+                    gettext("not a valid regular expression: %(why)s (at character %(position)s)")
+                    % {"why": exc.msg, "position": (exc.pos or 0) + 1}
+                ) from exc
         return value
 
 

@@ -11,6 +11,7 @@ import uuid
 
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from agent_platform.json import UnicodeJSONEncoder
 from agents.models import Agent, Run
@@ -142,7 +143,7 @@ class EvalRun(models.Model):
 
     class Status(models.TextChoices):
         RUNNING = "running", _("running")
-        FINISHED = "finished", _("finished")
+        FINISHED = "finished", pgettext_lazy("an eval run's status", "finished")
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     eval_set = models.ForeignKey(EvalSet, on_delete=models.PROTECT, related_name="runs", verbose_name=_("eval set"))

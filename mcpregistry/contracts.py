@@ -281,7 +281,11 @@ def pydantic_message(error: Any) -> str:
         "dict_type": lambda: _("must be a JSON object"),
         "model_type": lambda: _("must be a JSON object"),
         "missing": lambda: _("is required"),
-        "literal_error": lambda: _("must be one of: %(values)s") % {"values": context.get("expected", "")},
+        # pydantic writes the choices as "'read' or 'write'": listed with commas, in any language.
+        "literal_error": lambda: (
+            _("must be one of: %(values)s") % {"values": str(context.get("expected", "")).replace(" or ", ", ")}
+        ),
+        "value_error": lambda: str(context.get("error") or error.get("msg", "")),
     }
     found = messages.get(kind)
     return str(found()) if found is not None else str(error.get("msg", ""))

@@ -84,3 +84,20 @@ def test_an_answer_template_takes_a_key_from_every_item_of_a_list_and_reads_as_a
     assert render("종류: {result.assets.*.type}", assets) == "종류: 노트북"  # items without the key are left out
     assert render("{result.*.name}", "'물류팀' 팀의 프로젝트가 없습니다.") == "'물류팀' 팀의 프로젝트가 없습니다."
     assert placeholder_problems({}, {}, "{result.assets.*.model} {result.*.name}") == {}
+
+
+def test_a_broken_regex_is_told_once_in_plain_words_not_as_missing_groups_too() -> None:
+    from pydantic import ValidationError
+
+    from agents.deterministic import WhenSpec
+    from mcpregistry.contracts import spec_problems
+
+    try:
+        WhenSpec.model_validate({"regex": "(?P<name>[가-힣"})
+    except ValidationError as exc:
+        assert spec_problems(exc, WhenSpec) == [
+            "regex: not a valid regular expression: unterminated character set (at character 10)"
+        ]
+    else:
+        raise AssertionError("a broken regex was taken")
+    assert placeholder_problems({"regex": "(?P<name>[가-힣"}, {"who": "{match.name}"}, "") == {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Literal
 
 import pytest
 
@@ -151,3 +152,19 @@ def test_a_servers_read_only_claim_is_a_hint_and_discovery_proposes_write_whatev
     assert annotation_risk_hint({}) == "write"
     schema = {"type": "object", "properties": {"q": {"type": "string"}}}
     assert contract_defaults(schema, {"readOnlyHint": True})["risk"] == "write"
+
+
+def test_a_value_outside_a_closed_set_lists_the_allowed_ones_with_commas() -> None:
+    from pydantic import BaseModel, ValidationError
+
+    from mcpregistry.contracts import pydantic_message
+
+    class Risky(BaseModel):
+        risk: Literal["read", "write"]
+
+    try:
+        Risky.model_validate({"risk": "maybe"})
+    except ValidationError as exc:
+        assert pydantic_message(exc.errors()[0]) == "must be one of: 'read', 'write'"
+    else:
+        raise AssertionError("taken")
