@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 
 from django.db import models
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import pgettext_lazy
 
@@ -171,7 +172,8 @@ class EvalRun(models.Model):
 
     def __str__(self) -> str:
         version = f" v{self.version}" if self.version is not None else ""
-        return f"{self.eval_set.name} × {self.agent.slug}{version} ({self.created_at:%Y-%m-%d %H:%M})"
+        started = timezone.localtime(self.created_at) if self.created_at else None  # as the page's times: local
+        return f"{self.eval_set.name} × {self.agent.slug}{version} ({started:%Y-%m-%d %H:%M %Z})"
 
     @property
     def passed(self) -> bool | None:

@@ -164,3 +164,16 @@ def test_the_address_bin_up_prints_leads_to_the_admin_not_a_404() -> None:
     response = Client().get("/")
     assert (response.status_code, response["Location"]) == (302, "/admin/")
     assert Client().get("/admin/").status_code == 302  # then its login page
+
+
+def test_a_page_that_is_not_there_says_so_in_the_readers_language() -> None:
+    response = Client().get("/nowhere/", HTTP_ACCEPT_LANGUAGE="ko")
+    assert response.status_code == 404
+    page = response.content.decode()
+    assert "페이지를 찾을 수 없습니다" in page and 'href="/admin/"' in page
+
+
+def test_a_page_an_account_may_not_use_says_so_in_its_language(admin_client: Client) -> None:
+    response = admin_client.get("/admin/agents/apikey/add/", HTTP_ACCEPT_LANGUAGE="ko")  # keys are made by command
+    assert response.status_code == 403
+    assert "허용되지 않음" in response.content.decode()
