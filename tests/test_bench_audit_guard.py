@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import ROOT
+from tests.e2e.harness import ROOT, manage_in
 
 pytestmark = [pytest.mark.slow]
 
@@ -22,20 +22,6 @@ RECORD = (
 )
 
 
-def manage(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    return done.stdout
-
-
 def test_the_audit_bench_refuses_a_database_that_holds_a_record(tmp_path: Path) -> None:
     env = {
         **os.environ,
@@ -43,9 +29,9 @@ def test_the_audit_bench_refuses_a_database_that_holds_a_record(tmp_path: Path) 
         "DATABASE_URL": f"sqlite:///{tmp_path / 'platform.sqlite3'}",
         "PYTHONIOENCODING": "utf-8",
     }
-    manage(env, "migrate", "--noinput", "--verbosity", "0")
-    manage(env, "shell", "-c", RECORD)
-    assert "events 1" in manage(env, "shell", "-c", COUNT)
+    manage_in(env, "migrate", "--noinput", "--verbosity", "0")
+    manage_in(env, "shell", "-c", RECORD)
+    assert "events 1" in manage_in(env, "shell", "-c", COUNT)
 
     done = subprocess.run(
         [
@@ -70,4 +56,4 @@ def test_the_audit_bench_refuses_a_database_that_holds_a_record(tmp_path: Path) 
 
     assert done.returncode != 0
     assert "refusing to run" in done.stderr and "1 audit events" in done.stderr
-    assert "events 1" in manage(env, "shell", "-c", COUNT)  # nothing written, nothing deleted
+    assert "events 1" in manage_in(env, "shell", "-c", COUNT)  # nothing written, nothing deleted

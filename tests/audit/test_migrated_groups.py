@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,7 @@ from django.contrib.auth.models import Group
 from audit.models import AuditEvent
 from audit.roles import MIGRATE_ACTOR, groups_record_unrecorded
 from tests.audit.test_chain import verify
-from tests.e2e.harness import ROOT
+from tests.e2e.harness import manage_in
 
 EVENTS = """
 import json
@@ -58,37 +56,23 @@ def test_the_groups_migrations_made_are_recorded_once_with_their_permissions() -
     assert verify().startswith("verified 2 events")
 
 
-def manage(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    return done.stdout
-
-
 @pytest.mark.slow
 def test_a_fresh_migrate_records_its_roles_and_a_later_migrate_records_nothing_again(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "PLATFORM_AUDIT_MIGRATED_GROUPS")}
     env.update(PLATFORM_VAR_DIR=str(tmp_path), SQLITE_PATH=str(tmp_path / "db.sqlite3"), PYTHONIOENCODING="utf-8")
 
-    manage(env, "migrate", "--noinput", "--verbosity", "0")
-    first = json.loads(manage(env, "shell", "-c", EVENTS).strip().splitlines()[-1])
+    manage_in(env, "migrate", "--noinput", "--verbosity", "0")
+    first = json.loads(manage_in(env, "shell", "-c", EVENTS).strip().splitlines()[-1])
     assert sorted((action, actor, name, via) for action, actor, name, via, _ in first) == [
         ("config.group.create", MIGRATE_ACTOR, "auditor", "migrate"),
         ("config.group.create", MIGRATE_ACTOR, "reviewer", "migrate"),
     ]
 
-    manage(env, "shell", "-c", SERVICE_GROUP)  # recorded by the service
-    manage(env, "migrate", "--noinput", "--verbosity", "0")
-    after = json.loads(manage(env, "shell", "-c", EVENTS).strip().splitlines()[-1])
+    manage_in(env, "shell", "-c", SERVICE_GROUP)  # recorded by the service
+    manage_in(env, "migrate", "--noinput", "--verbosity", "0")
+    after = json.loads(manage_in(env, "shell", "-c", EVENTS).strip().splitlines()[-1])
     assert after[:2] == first
     assert [(action, actor, name, via) for action, actor, name, via, _ in after[2:]] == [
         ("config.group.create", "admin", "운영팀", "admin")
     ]
-    assert "verified 3 events" in manage(env, "verify_audit")
+    assert "verified 3 events" in manage_in(env, "verify_audit")
