@@ -80,6 +80,20 @@ def park(run: Run) -> Approval:
     return run.approvals.get()
 
 
+def a_rule_that_saves_the_notes(run: Run) -> None:
+    """A deterministic rule of the run's agent that writes (append_note) when the query names 회의록."""
+    from agents.models import DeterministicRule
+
+    DeterministicRule.objects.create(
+        agent=run.agent,
+        name="회의록 저장 규칙",
+        server=run.agent.servers.get(),
+        tool_name="append_note",
+        when={"any_keywords": ["회의록"]},
+        params={"text": "규칙이 저장"},
+    )
+
+
 def decide(client: APIClient, run: Run, approval: Approval, decision: str, reason: str = ""):  # type: ignore[no-untyped-def]
     return client.post(
         f"/api/v1/runs/{run.id}/approvals/{approval.id}", {"decision": decision, "reason": reason}, format="json"
@@ -319,18 +333,9 @@ def test_the_caller_may_still_reject_a_write_the_model_asked_for(writer, django_
 def test_the_caller_may_approve_a_write_a_deterministic_rule_made(
     writer, notes, django_capture_on_commit_callbacks
 ) -> None:
-    from agents.models import DeterministicRule
-
     run, client = writer
     Agent.objects.filter(pk=run.agent_id).update(caller_approves_model_writes=False)
-    DeterministicRule.objects.create(
-        agent=run.agent,
-        name="회의록 저장 규칙",
-        server=run.agent.servers.get(),
-        tool_name="append_note",
-        when={"any_keywords": ["회의록"]},
-        params={"text": "규칙이 저장"},
-    )
+    a_rule_that_saves_the_notes(run)
     approval = park(run)
     assert approval.call_id.startswith("rule:")
     with django_capture_on_commit_callbacks(execute=True):
@@ -357,18 +362,9 @@ def test_a_parked_run_tells_its_event_stream_which_approval_it_waits_for(writer)
 def test_an_offline_run_whose_rule_write_the_caller_rejected_says_so_not_to_try_again_later(
     writer, notes, django_capture_on_commit_callbacks
 ) -> None:
-    from agents.models import DeterministicRule
-
     run, client = writer
     Agent.objects.filter(pk=run.agent_id).update(model_provider="offline", language="ko")
-    DeterministicRule.objects.create(
-        agent=run.agent,
-        name="회의록 저장 규칙",
-        server=run.agent.servers.get(),
-        tool_name="append_note",
-        when={"any_keywords": ["회의록"]},
-        params={"text": "규칙이 저장"},
-    )
+    a_rule_that_saves_the_notes(run)
     approval = park(run)
     with django_capture_on_commit_callbacks(execute=True):
         assert decide(client, run, approval, "reject", "필요 없음").status_code == 200

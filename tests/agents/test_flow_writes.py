@@ -41,22 +41,22 @@ async def write_what_changed(state: FlowState) -> dict[str, Any]:
     return {"output": str(written)}
 
 
-async def build_changing_graph(settings: Any) -> Any:
+async def one_node_graph(settings: Any, node: Any) -> Any:
+    """A flow of the one ``node`` over the test's server."""
     await mcp.bind_registry(settings, mcp_ids=["flow-writes"], mcp_id="flow-writes")
     graph = StateGraph(FlowState)
-    graph.add_node("write_what_changed", write_what_changed)
-    graph.add_edge(START, "write_what_changed")
-    graph.add_edge("write_what_changed", END)
+    graph.add_node(node.__name__, node)
+    graph.add_edge(START, node.__name__)
+    graph.add_edge(node.__name__, END)
     return graph.compile()
+
+
+async def build_changing_graph(settings: Any) -> Any:
+    return await one_node_graph(settings, write_what_changed)
 
 
 async def build_graph(settings: Any) -> Any:
-    await mcp.bind_registry(settings, mcp_ids=["flow-writes"], mcp_id="flow-writes")
-    graph = StateGraph(FlowState)
-    graph.add_node("read_then_write", read_then_write)
-    graph.add_edge(START, "read_then_write")
-    graph.add_edge("read_then_write", END)
-    return graph.compile()
+    return await one_node_graph(settings, read_then_write)
 
 
 @pytest.fixture
