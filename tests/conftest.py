@@ -31,6 +31,7 @@ from django.core.cache import cache
 from django.core.management import call_command
 from django.db.backends.sqlite3.base import DatabaseWrapper as SqliteWrapper
 from django.test import Client
+from hypothesis import settings as hypothesis_settings
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -45,6 +46,11 @@ from mcpregistry.contracts import annotation_risk_hint
 from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import shutdown_default_pool
 from mcpregistry.services import DiscoveryReport, mcp_server_discover, tool_contract_update
+
+# Property tests draw new examples on each run where a developer runs them; CI (HYPOTHESIS_PROFILE=ci, set by
+# .ci/run) draws the same ones every time, so a run there passes or fails on the code, not on the draw.
+hypothesis_settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 # Test code may create configuration rows directly (fixtures); the platform's own code never may, here as in
 # production (audit/change_guard.py).
