@@ -42,8 +42,9 @@ def test_the_audit_list_is_newest_first_with_seconds_and_the_time_zone(auditor_c
     ids = [e.pk for e in response.context["cl"].result_list]
     assert ids == sorted(ids, reverse=True)
     newest = AuditEvent.objects.get(pk=ids[0])
-    shown = timezone.localtime(newest.created_at).strftime("%Y-%m-%d %H:%M:%S")
-    assert f"{shown} KST" in response.content.decode()
+    local = timezone.localtime(newest.created_at)
+    page = response.content.decode()  # the date above the time, each kept whole
+    assert f'{local:%Y-%m-%d}</span><br><span class="audit-nowrap">{local:%H:%M:%S} KST' in page
 
 
 def test_the_short_run_id_the_list_shows_is_a_filter_and_the_export_keeps_it(auditor_client) -> None:

@@ -1,0 +1,140 @@
+"""What an audit event's codes mean, in the reader's language.
+
+The record keeps its codes as written (``tool.call``, ``config.tool_contract.update``, ``args:allowed:region``):
+stable, the same in every export and whatever language its reader has. The pages people read show them through
+:func:`action_label` and :func:`reason_label`, which name the known codes in words and leave any other code as it
+is (a code is never hidden: the pages show it beside its words).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from django.apps import apps
+from django.db import models
+from django.utils.translation import pgettext
+
+from audit.change_guard import policy_of
+from audit.changes import CONFIG_ACTION_PREFIX
+
+_ACTIONS: dict[str, Callable[[], str]] = {
+    "tool.call": lambda: pgettext("audit action", "tool call"),
+    "rule.decision": lambda: pgettext("audit action", "rule decision"),
+    "resource.read": lambda: pgettext("audit action", "resource read"),
+    "prompt.get": lambda: pgettext("audit action", "prompt fetched"),
+    "approval.request": lambda: pgettext("audit action", "approval requested"),
+    "approval.approve": lambda: pgettext("audit action", "approved"),
+    "approval.reject": lambda: pgettext("audit action", "rejected"),
+    "approval.outcome_unknown": lambda: pgettext("audit action", "write outcome unknown"),
+    "run.cancel": lambda: pgettext("audit action", "run cancelled"),
+    "run.feedback": lambda: pgettext("audit action", "feedback on a run"),
+    "security.lockout": lambda: pgettext("audit action", "sign-in locked"),
+    "security.lockout_lift": lambda: pgettext("audit action", "sign-in lock lifted"),
+}
+
+_VERBS: dict[str, Callable[[], str]] = {
+    "create": lambda: pgettext("audit change", "created"),
+    "update": lambda: pgettext("audit change", "changed"),
+    "delete": lambda: pgettext("audit change", "deleted"),
+    "import": lambda: pgettext("audit change", "imported"),
+    "publish": lambda: pgettext("audit change", "published"),
+    "review_approve": lambda: pgettext("audit change", "review approved"),
+    "revoke": lambda: pgettext("audit change", "revoked"),
+    "rotate_secrets": lambda: pgettext("audit change", "secrets rotated"),
+    "password_change": lambda: pgettext("audit change", "password changed"),
+    "vanish": lambda: pgettext("audit change", "removed by its server"),
+}
+
+# Reasons the gate, the deterministic stage and the approvals write; ``args:<kind>:<argument>`` and
+# ``mcp:not_loaded:<server>`` name what they are about.
+_REASONS: dict[str, Callable[[], str]] = {
+    "args:json": lambda: pgettext("audit reason", "arguments not a JSON object"),
+    "result:shape": lambda: pgettext("audit reason", "answer of the wrong shape"),
+    "result:empty": lambda: pgettext("audit reason", "empty answer"),
+    "result:too_big": lambda: pgettext("audit reason", "answer too big"),
+    "result:range": lambda: pgettext("audit reason", "a value in the answer out of range"),
+    "timeout": lambda: pgettext("audit reason", "no answer in time"),
+    "rate_limit": lambda: pgettext("audit reason", "rate limit exceeded"),
+    "transport": lambda: pgettext("audit reason", "server unreachable"),
+    "protocol": lambda: pgettext("audit reason", "request refused by the server"),
+    "tool:error": lambda: pgettext("audit reason", "the tool reported an error"),
+    "tool:unknown": lambda: pgettext("audit reason", "unknown tool"),
+    "tool:withdrawn": lambda: pgettext("audit reason", "tool withdrawn by its server"),
+    "tool:not_offered": lambda: pgettext("audit reason", "tool not offered to this agent"),
+    "circuit:open": lambda: pgettext("audit reason", "server paused after repeated failures"),
+    "unexpected": lambda: pgettext("audit reason", "unexpected error"),
+    "rule:matched": lambda: pgettext("audit reason", "rule matched"),
+    "rule:skipped": lambda: pgettext("audit reason", "rule skipped"),
+    "approval:pending": lambda: pgettext("audit reason", "awaiting approval"),
+    "approval:approved": lambda: pgettext("audit reason", "approved"),
+    "approval:rejected": lambda: pgettext("audit reason", "rejected by a person"),
+    "approval:expired": lambda: pgettext("audit reason", "approval expired"),
+    "approval:mismatch": lambda: pgettext("audit reason", "arguments differ from the approved ones"),
+    "approval:outcome_unknown": lambda: pgettext("audit reason", "write outcome unknown"),
+    "approval:unavailable": lambda: pgettext("audit reason", "no approval possible here"),
+    "resource:unknown": lambda: pgettext("audit reason", "unknown resource"),
+    "prompt:unknown": lambda: pgettext("audit reason", "unknown prompt"),
+    "prompt:arguments": lambda: pgettext("audit reason", "wrong prompt arguments"),
+    "flow:error": lambda: pgettext("audit reason", "flow node failed"),
+    "eval:timeout": lambda: pgettext("audit reason", "evaluation timed out"),
+    "eval:write_blocked": lambda: pgettext("audit reason", "write held back in an evaluation"),
+    "budget:run_ceiling": lambda: pgettext("audit reason", "run budget reached"),
+}
+
+_ARGUMENT_REASONS: dict[str, Callable[[str], str]] = {
+    "missing": lambda arg: pgettext("audit reason", "argument %(arg)s missing") % {"arg": arg},
+    "type": lambda arg: pgettext("audit reason", "argument %(arg)s of the wrong type") % {"arg": arg},
+    "range": lambda arg: pgettext("audit reason", "argument %(arg)s out of range") % {"arg": arg},
+    "allowed": lambda arg: pgettext("audit reason", "argument %(arg)s not an allowed value") % {"arg": arg},
+    "unknown": lambda arg: pgettext("audit reason", "unknown argument %(arg)s") % {"arg": arg},
+    "pattern": lambda arg: pgettext("audit reason", "argument %(arg)s does not match its pattern") % {"arg": arg},
+    "host": lambda arg: pgettext("audit reason", "argument %(arg)s names a host not allowed") % {"arg": arg},
+}
+
+
+@functools.cache
+def _entity_models() -> dict[str, type[models.Model]]:
+    """Each configuration entity's model (``tool_contract`` → ToolContract), whose name the pages show."""
+    found: dict[str, type[models.Model]] = {}
+    for model in apps.get_models():
+        entity = getattr(policy_of(model), "entity", None)
+        if entity:
+            found.setdefault(entity, model)
+    return found
+
+
+def action_label(action: str) -> str:
+    """``action`` in words: ``tool.call`` → "tool call", ``config.tool_contract.update`` → "tool contract
+    changed"; an unknown code as it is."""
+    fixed = _ACTIONS.get(action)
+    if fixed is not None:
+        return fixed()
+    if action.startswith(CONFIG_ACTION_PREFIX):
+        entity, _dot, verb = action[len(CONFIG_ACTION_PREFIX) :].rpartition(".")
+        model = _entity_models().get(entity)
+        verb_name = _VERBS.get(verb)
+        if model is not None and verb_name is not None:
+            entity_name = str(model._meta.verbose_name)
+            return pgettext("audit change", "%(entity)s %(verb)s") % {"entity": entity_name, "verb": verb_name()}
+    return action
+
+
+def reason_label(reason: str) -> str:
+    """``reason`` in words (``args:allowed:region`` → "argument region not an allowed value"); "" for none; an
+    unknown code as it is."""
+    if not reason:
+        return ""
+    fixed = _REASONS.get(reason)
+    if fixed is not None:
+        return fixed()
+    kind, _sep, rest = reason.partition(":")
+    if kind == "args" and rest:
+        check, _sep, argument = rest.partition(":")
+        if argument and check in _ARGUMENT_REASONS:
+            return _ARGUMENT_REASONS[check](argument)
+    if reason.startswith("mcp:not_loaded:"):
+        return pgettext("audit reason", "server %(server)s not connected") % {
+            "server": reason.removeprefix("mcp:not_loaded:")
+        }
+    return reason

@@ -1,0 +1,105 @@
+"""An audit event's codes in words: the list and an event's page name what happened and why in the reader's
+language, with the code beside the words; an unknown code is shown as it is."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.utils import translation
+
+from agents.models import Agent, Run
+from audit.labels import action_label, reason_label
+from audit.services import audit_event_record
+
+
+@pytest.mark.parametrize(
+    ("language", "action", "words"),
+    [
+        ("en", "tool.call", "tool call"),
+        ("ko", "tool.call", "도구 호출"),
+        ("ko", "rule.decision", "규칙 판정"),
+        ("en", "config.tool_contract.update", "tool contract changed"),
+        ("ko", "config.tool_contract.update", "도구 계약 변경"),
+        ("ko", "config.api_key.revoke", "API 키 폐기"),
+        ("ko", "config.group.create", "그룹 생성"),
+        ("ko", "approval.reject", "거절"),
+        ("ko", "config.nothing_like_it.update", "config.nothing_like_it.update"),  # no such entity
+        ("ko", "config.agent.teleport", "config.agent.teleport"),  # no such change
+        ("ko", "something.new", "something.new"),
+    ],
+)
+def test_an_action_is_named_in_the_readers_language(language: str, action: str, words: str) -> None:
+    with translation.override(language):
+        assert action_label(action) == words
+
+
+@pytest.mark.parametrize(
+    ("language", "reason", "words"),
+    [
+        ("en", "args:allowed:region", "argument region not an allowed value"),
+        ("ko", "args:allowed:region", "인자 region 허용되지 않은 값"),
+        ("ko", "args:missing:name", "인자 name 누락"),
+        ("ko", "args:unknown:nmae", "알 수 없는 인자 nmae"),
+        ("ko", "args:json", "인자가 JSON 객체가 아님"),
+        ("ko", "rate_limit", "호출 한도 초과"),
+        ("ko", "result:shape", "응답 형식 오류"),
+        ("ko", "rule:skipped", "규칙 건너뜀"),
+        ("ko", "approval:mismatch", "승인된 인자와 다름"),
+        ("en", "mcp:not_loaded:crm", "server crm not connected"),
+        ("ko", "args:teleport:x", "args:teleport:x"),
+        ("ko", "made:up", "made:up"),
+        ("ko", "", ""),
+    ],
+)
+def test_a_reason_is_named_in_the_readers_language(language: str, reason: str, words: str) -> None:
+    with translation.override(language):
+        assert reason_label(reason) == words
+
+
+def visible(html: str) -> str:
+    """The page's text as a reader sees it: tags (and the break hints between a code's parts) removed."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html.replace("<wbr>", "")))
+
+
+@pytest.mark.django_db
+def test_the_list_names_each_event_in_words_with_its_code(auditor_client) -> None:
+    agent = Agent.objects.create(slug="ledger", name="장부")
+    run = Run.objects.create(agent=agent, query="A-1001 상태")
+    audit_event_record(
+        source="agent", run_id=run.pk, mcp_id="sds-company-data", tool="list_team_members", ok=False,
+        reason="args:allowed:region", attempt=2, latency_ms=3.5, actor="api_key:apk_abc",
+    )  # fmt: skip
+    audit_event_record(source="admin", action="config.tool_contract.update", mcp_id="crm", tool="lookup", actor="ann")
+    page = auditor_client.get("/admin/audit/auditevent/", HTTP_ACCEPT_LANGUAGE="ko")
+    text = visible(page.content.decode())
+    assert [column for column in page.context["cl"].list_display if column != "action_checkbox"] == [
+        "id", "when", "event", "tool_column", "outcome_column", "run_link", "actor_column",
+    ]  # fmt: skip
+    for shown in (
+        "도구 호출 에이전트 (모델) tool.call",  # what, who asked (the source), the code
+        "인자 region 허용되지 않은 값 args:allowed:region",
+        "2번째 시도 · 3.5 ms",
+        "sds-company-data list_team_members",
+        f"ledger {str(run.pk)[:8]}",
+        "도구 계약 변경 관리자 config.tool_contract.update",
+        "api_key:apk_abc",
+    ):
+        assert shown in text, shown
+    assert f'href="/admin/agents/run/{run.pk}/change/"' in page.content.decode()
+    actions = next(spec for spec in page.context["cl"].filter_specs if spec.parameter_name == "action")
+    assert ("tool.call", "도구 호출") in actions.lookup_choices
+    reasons = next(spec for spec in page.context["cl"].filter_specs if spec.parameter_name == "reason")
+    assert list(reasons.lookup_choices) == [("args:allowed:region", "인자 region 허용되지 않은 값")]
+
+
+@pytest.mark.django_db
+def test_an_events_page_shows_its_codes_in_words_and_its_numbers_rounded(auditor_client) -> None:
+    event = audit_event_record(
+        source="deterministic", mcp_id="crm", tool="lookup", ok=False, reason="timeout", latency_ms=4072.4961050000275
+    )
+    page = auditor_client.get(f"/admin/audit/auditevent/{event.pk}/change/", HTTP_ACCEPT_LANGUAGE="ko")
+    text = visible(page.content.decode())
+    assert "도구 호출 tool.call" in text and "제한 시간 내 응답 없음 timeout" in text
+    assert "4,072.5" in text and "4072.496" not in text  # the raw float is not listed before the fields
+    assert text.index("ID:") < text.index("도구 호출 tool.call") < text.index("제한 시간 내 응답 없음 timeout")

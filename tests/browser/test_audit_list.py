@@ -1,0 +1,70 @@
+"""The audit list in a real Chromium at 1,400 px, beside the admin's menu and the filters, in English and in
+Korean: every column is in sight (no sideways scrolling), no word or code is broken after any letter, and each
+event reads in words with its code. The pages are saved under ``$PLATFORM_VAR_DIR/screenshots/``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agents.models import Agent, Run
+from audit.services import audit_event_record
+from tests.browser.conftest import screenshot
+from tests.browser.test_versions_pages import in_language, no_horizontal_overflow
+
+pytestmark = pytest.mark.browser
+
+
+def demo_like_events() -> None:
+    """What the demo's runs and its setup write: rule decisions, deterministic and model calls (one refused, one
+    retried), configuration changes, with the demo's long server, tool and caller names."""
+    agent = Agent.objects.create(slug="company-assistant", name="사내 비서")
+    run = Run.objects.create(agent=agent, query="A-1001 자산의 현재 상태를 알려주세요.")
+    caller = "api_key:apk__gdi8Fbs"
+    common = {"run_id": run.pk, "mcp_id": "sds-company-data", "actor": caller}
+    audit_event_record(source="admin", action="config.deterministic_rule.create", mcp_id="sds-company-data",
+                       tool="get_asset_status", actor="system:seed_demo")  # fmt: skip
+    audit_event_record(source="admin", action="config.tool_contract.update", mcp_id="sds-company-data",
+                       tool="get_asset_status_backup", actor="admin:admin")  # fmt: skip
+    audit_event_record(source="deterministic", action="rule.decision", tool="list_team_members", ok=True,
+                       reason="rule:skipped", attempt=0, **common)  # fmt: skip
+    audit_event_record(source="deterministic", tool="get_asset_status", ok=True, latency_ms=14.3, **common)
+    audit_event_record(source="agent", tool="list_team_members", ok=False, reason="args:allowed:region", attempt=1,
+                       latency_ms=0.4, **common)  # fmt: skip
+    audit_event_record(source="agent", tool="get_asset_status_backup", ok=False, reason="rate_limit", attempt=2,
+                       latency_ms=1507.7, **common)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("language", "words"),
+    [
+        ("en", ["tool call", "rule skipped", "argument region not an allowed value", "tool contract changed"]),
+        ("ko", ["도구 호출", "규칙 건너뜀", "인자 region 허용되지 않은 값", "도구 계약 변경", "호출 한도 초과"]),
+    ],
+)
+def test_the_audit_list_fits_at_1400_px_and_reads_in_words(
+    admin_in_browser: Any, language: str, words: list[str]
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    demo_like_events()
+    browser = admin_in_browser
+    in_language(browser, language)
+    browser.set_window_size(1400, 1000)
+    browser.get(f"{browser.base_url}/admin/audit/auditevent/")
+    screenshot(browser, f"audit-list-{language}")
+    no_horizontal_overflow(browser)
+    table = browser.find_element(By.ID, "result_list").text
+    for shown in [*words, "sds-company-data", "get_asset_status_backup", "args:allowed:region", "api_key:apk__gdi8Fbs"]:
+        assert shown in table.replace("\n", " "), shown
+    # No cell is narrower than its longest word: a code or a name wraps at its dots, colons and underscores only.
+    squeezed = browser.execute_script(
+        "return [...document.querySelectorAll('#result_list td, #result_list th')]"
+        ".filter(cell => cell.scrollWidth > cell.clientWidth + 1).map(cell => cell.textContent.trim())"
+    )
+    assert squeezed == []
+    times = browser.execute_script(
+        "return [...document.querySelectorAll('#result_list .audit-nowrap')].map(e => e.getClientRects().length)"
+    )
+    assert times and set(times) == {1}  # the date and the time each on one line
