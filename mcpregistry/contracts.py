@@ -326,49 +326,75 @@ def check_args(
     is not an int and a numeric string is not a number. With ``unknown="drop"`` unknown arguments are removed.
     """
     if not isinstance(args, dict):
-        return {}, Verdict("args:json", "the arguments are not a JSON object")
+        return {}, Verdict("args:json", _("the arguments are not a JSON object"))
     known = set(constraints)
     extra = sorted(set(args) - known) if constraints else []
     if extra and unknown == "refuse":
         close = [k for k in known if k.replace("_", "") in extra[0].replace("_", "") or extra[0].startswith(k)]
-        hint = f"; did you mean '{close[0]}'?" if close else f"; the arguments are: {', '.join(sorted(known))}"
-        return args, Verdict(f"args:unknown:{extra[0]}", f"'{extra[0]}' is not an argument of this tool{hint}")
+        hint = (
+            _("; did you mean '%(name)s'?") % {"name": close[0]}
+            if close
+            else _("; the arguments are: %(names)s") % {"names": ", ".join(sorted(known))}
+        )
+        return args, Verdict(
+            f"args:unknown:{extra[0]}",
+            _("'%(name)s' is not an argument of this tool%(hint)s") % {"name": extra[0], "hint": hint},
+        )
     clean = {k: v for k, v in args.items() if k in known} if (extra and unknown == "drop") else dict(args)
     for name, spec in constraints.items():
         if name not in clean:
             if spec.get("required"):
-                return clean, Verdict(f"args:missing:{name}", f"the required argument '{name}' is missing")
+                return clean, Verdict(
+                    f"args:missing:{name}", _("the required argument '%(name)s' is missing") % {"name": name}
+                )
             continue
         value = clean[name]
         expected = spec.get("type")
         if expected and not _type_ok(expected, value):
             return clean, Verdict(
-                f"args:type:{name}", f"'{name}' must be of type {expected}, got {type(value).__name__} {value!r}"
+                f"args:type:{name}",
+                _("'%(name)s' must be of type %(expected)s, got %(kind)s %(value)s")
+                % {"name": name, "expected": expected, "kind": type(value).__name__, "value": repr(value)},
             )
         allowed = spec.get("allowed")
         if allowed is not None and value not in allowed:
             return clean, Verdict(
                 f"args:allowed:{name}",
-                f"'{name}' must be one of {', '.join(map(str, allowed))}; got {value!r}",
+                _("'%(name)s' must be one of %(allowed)s; got %(value)s")
+                % {"name": name, "allowed": ", ".join(map(str, allowed)), "value": repr(value)},
                 allowed,
             )
         if isinstance(value, int | float) and not isinstance(value, bool):
             low, high = spec.get("min"), spec.get("max")
             if (low is not None and value < low) or (high is not None and value > high):
-                bounds = (
-                    f"between {low} and {high}"
-                    if low is not None and high is not None
-                    else (f"at least {low}" if low is not None else f"at most {high}")
-                )
-                return clean, Verdict(f"args:range:{name}", f"'{name}' must be {bounds}; got {value!r}")
+                limits = {"name": name, "low": low, "high": high, "value": repr(value)}
+                if low is not None and high is not None:
+                    detail = _("'%(name)s' must be between %(low)s and %(high)s; got %(value)s") % limits
+                elif low is not None:
+                    detail = _("'%(name)s' must be at least %(low)s; got %(value)s") % limits
+                else:
+                    detail = _("'%(name)s' must be at most %(high)s; got %(value)s") % limits
+                return clean, Verdict(f"args:range:{name}", detail)
         if isinstance(value, str | list) and spec.get("max_length") is not None and len(value) > spec["max_length"]:
-            return clean, Verdict(f"args:range:{name}", f"'{name}' is longer than {spec['max_length']} ({len(value)})")
+            return clean, Verdict(
+                f"args:range:{name}",
+                _("'%(name)s' is longer than %(limit)s (%(length)s)")
+                % {"name": name, "limit": spec["max_length"], "length": len(value)},
+            )
         if isinstance(value, str) and spec.get("pattern") and re.search(spec["pattern"], value) is None:
-            return clean, Verdict(f"args:pattern:{name}", f"'{name}' must match {spec['pattern']}; got {value!r}")
+            return clean, Verdict(
+                f"args:pattern:{name}",
+                _("'%(name)s' must match %(pattern)s; got %(value)s")
+                % {"name": name, "pattern": spec["pattern"], "value": repr(value)},
+            )
         if spec.get("allowed_hosts") is not None:
             problem = url_host_problem(value, spec["allowed_hosts"])
             if problem:
-                return clean, Verdict(f"args:host:{name}", f"'{name}' {problem}", list(spec["allowed_hosts"]))
+                return clean, Verdict(
+                    f"args:host:{name}",
+                    _("'%(name)s' %(problem)s") % {"name": name, "problem": problem},
+                    list(spec["allowed_hosts"]),
+                )
     return clean, None
 
 
@@ -387,20 +413,23 @@ def url_host_problem(value: Any, allowed_hosts: list[str]) -> str | None:
     only when an entry names it exactly: a wildcard never lets one through. No DNS is resolved here, and what
     the server does after (a redirect it follows) is beyond the gate's sight."""
     if not isinstance(value, str):
-        return "must be a URL"
+        return _("must be a URL")
     try:
         parsed = urlparse(value.strip())
         port = parsed.port
     except ValueError:
-        return f"is not a usable URL: {value!r}"
+        return _("is not a usable URL: %(value)s") % {"value": repr(value)}
     if parsed.scheme not in {"http", "https"} or not parsed.hostname or parsed.username or parsed.password:
-        return f"must be an http:// or https:// URL without credentials; got {value!r}"
+        return _("must be an http:// or https:// URL without credentials; got %(value)s") % {"value": repr(value)}
     host = parsed.hostname.lower().rstrip(".")
     if not any(_host_matches(host, port, entry) for entry in allowed_hosts):
-        return f"may only name the hosts {', '.join(allowed_hosts) or '-'}; got '{host}'"
+        return _("may only name the hosts %(hosts)s; got '%(host)s'") % {
+            "hosts": ", ".join(allowed_hosts) or "-",
+            "host": host,
+        }
     exact = [e for e in allowed_hosts if not e.strip().startswith("*.")]
     if url_problem(value.strip(), exact):
-        return f"names '{host}', a private, loopback or metadata address"
+        return _("names '%(host)s', a private, loopback or metadata address") % {"host": host}
     return None
 
 
@@ -410,40 +439,65 @@ def check_result(returns: dict[str, Any], value: Any) -> Verdict | None:
         return None
     expected = returns.get("type")
     if expected and not _type_ok(expected, value):
-        return Verdict("result:shape", f"expected a {expected} result, got {type(value).__name__}")
+        return Verdict(
+            "result:shape",
+            _("expected a %(expected)s result, got %(kind)s") % {"expected": expected, "kind": type(value).__name__},
+        )
     required = returns.get("required") or []
     if required:
         if not isinstance(value, dict):
-            return Verdict("result:shape", f"expected an object with {', '.join(required)}, got {type(value).__name__}")
+            return Verdict(
+                "result:shape",
+                _("expected an object with %(keys)s, got %(kind)s")
+                % {"keys": ", ".join(required), "kind": type(value).__name__},
+            )
         missing = [k for k in required if k not in value]
         if missing:
             return Verdict(
-                "result:shape", f"the result lacks {', '.join(missing)} (it has {', '.join(map(str, value))})"
+                "result:shape",
+                _("the result lacks %(missing)s (it has %(present)s)")
+                % {"missing": ", ".join(missing), "present": ", ".join(map(str, value))},
             )
     if returns.get("non_empty") and value in (None, "", [], {}):
-        return Verdict("result:empty", "the tool returned nothing")
+        return Verdict("result:empty", _("the tool returned nothing"))
     max_items = returns.get("max_items")
     if max_items is not None and isinstance(value, list | dict) and len(value) > max_items:
-        return Verdict("result:too_big", f"{len(value)} items, more than {max_items}")
+        return Verdict(
+            "result:too_big", _("%(count)s items, more than %(limit)s") % {"count": len(value), "limit": max_items}
+        )
     max_chars = returns.get("max_chars")
     if max_chars is not None:
         size = len(value) if isinstance(value, str) else len(json.dumps(value, ensure_ascii=False, default=str))
         if size > max_chars:
-            return Verdict("result:too_big", f"{size} characters, more than {max_chars}")
+            return Verdict(
+                "result:too_big", _("%(count)s characters, more than %(limit)s") % {"count": size, "limit": max_chars}
+            )
     for key, spec in (returns.get("fields") or {}).items():
         if not isinstance(value, dict) or key not in value:
             continue
         field_value = value[key]
         if spec.get("type") and not _type_ok(spec["type"], field_value):
-            return Verdict("result:shape", f"'{key}' should be a {spec['type']}, got {field_value!r}")
+            return Verdict(
+                "result:shape",
+                _("'%(key)s' should be a %(expected)s, got %(value)s")
+                % {"key": key, "expected": spec["type"], "value": repr(field_value)},
+            )
         if spec.get("non_empty") and field_value in (None, "", [], {}):
-            return Verdict("result:empty", f"'{key}' is empty")
+            return Verdict("result:empty", _("'%(key)s' is empty") % {"key": key})
         if spec.get("max_items") is not None and isinstance(field_value, list) and len(field_value) > spec["max_items"]:
-            return Verdict("result:too_big", f"'{key}' has {len(field_value)} items, more than {spec['max_items']}")
+            return Verdict(
+                "result:too_big",
+                _("'%(key)s' has %(count)s items, more than %(limit)s")
+                % {"key": key, "count": len(field_value), "limit": spec["max_items"]},
+            )
         if isinstance(field_value, int | float) and not isinstance(field_value, bool):
             low, high = spec.get("min"), spec.get("max")
             if (low is not None and field_value < low) or (high is not None and field_value > high):
-                return Verdict("result:range", f"'{key}' is {field_value}, outside [{low}, {high}]")
+                return Verdict(
+                    "result:range",
+                    _("'%(key)s' is %(value)s, outside [%(low)s, %(high)s]")
+                    % {"key": key, "value": field_value, "low": low, "high": high},
+                )
     return None
 
 

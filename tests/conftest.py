@@ -133,6 +133,17 @@ class FakeClock(gate.Clock):
 
 
 @pytest.fixture(autouse=True)
+def _language_of_the_settings() -> Iterator[None]:
+    """Each test starts in the settings' language: a request in Korean leaves Korean active in the test's thread
+    (the locale middleware activates it and nothing deactivates it), which would change the next test's texts."""
+    from django.utils import translation
+
+    translation.activate(settings.LANGUAGE_CODE)
+    yield
+    translation.activate(settings.LANGUAGE_CODE)
+
+
+@pytest.fixture(autouse=True)
 def _fresh_cache() -> Iterator[None]:
     """Each test starts with an empty cache: rate-limit windows, login failure counts and lockouts, unknown-key
     counts per address (every test client is 127.0.0.1) and stream slots must not carry over between tests."""

@@ -6,6 +6,7 @@ import random
 from typing import Literal
 
 import pytest
+from django.utils import translation
 
 from mcpregistry.contracts import (
     annotation_risk_hint,
@@ -168,3 +169,68 @@ def test_a_value_outside_a_closed_set_lists_the_allowed_ones_with_commas() -> No
         assert pydantic_message(exc.errors()[0]) == "must be one of: 'read', 'write'"
     else:
         raise AssertionError("taken")
+
+
+HOSTS = {"url": {"allowed_hosts": ["api.example.com"]}}
+ARGUMENT_FAILURES = [
+    (STOCK, ["A-1"], "인자가 JSON 객체가 아닙니다"),
+    (STOCK, {**GOOD, "sku_id": "A-1"}, "'sku_id'은(는) 이 도구의 인자가 아닙니다; 'sku'을(를) 뜻했나요?"),
+    (STOCK, {**GOOD, "zone": "A-1"}, "'zone'은(는) 이 도구의 인자가 아닙니다; 이 도구의 인자: limit, region, sku"),
+    (STOCK, {"sku": "A-1", "region": "busan"}, "필수 인자 'limit'이(가) 없습니다"),
+    (STOCK, {**GOOD, "limit": True}, "'limit'은(는) int 타입이어야 합니다. 받은 값: bool True"),
+    (STOCK, {**GOOD, "region": "대구"}, "'region'은(는) busan, jeju, seoul 중 하나여야 합니다. 받은 값: '대구'"),
+    (STOCK, {**GOOD, "limit": 20}, "'limit'은(는) 1 이상 2 이하여야 합니다. 받은 값: 20"),
+    ({"n": {"type": "int", "min": 1}}, {"n": 0}, "'n'은(는) 1 이상이어야 합니다. 받은 값: 0"),
+    ({"n": {"type": "int", "max": 9}}, {"n": 10}, "'n'은(는) 9 이하여야 합니다. 받은 값: 10"),
+    ({"code": {"type": "str", "max_length": 3}}, {"code": "A-1001"}, "'code'이(가) 3보다 깁니다 (6)"),
+    (
+        {"code": {"type": "str", "pattern": "^A-"}},
+        {"code": "B-1"},
+        "'code'은(는) ^A- 패턴에 맞아야 합니다. 받은 값: 'B-1'",
+    ),
+    (HOSTS, {"url": 7}, "'url': URL이어야 합니다"),
+    (HOSTS, {"url": "ftp://api.example.com/x"}, "'url': 자격 증명이 없는 http:// 또는 https:// URL이어야 합니다"),
+    (
+        HOSTS,
+        {"url": "https://evil.test/x"},
+        "'url': 호스트는 api.example.com만 쓸 수 있습니다. 받은 호스트: 'evil.test'",
+    ),
+]
+RESULT_FAILURES = [
+    ({"type": "dict"}, "a string", "dict 결과를 기대했지만 str을(를) 받았습니다"),
+    ({"required": ["status"]}, ["x"], "status이(가) 있는 객체를 기대했지만 list을(를) 받았습니다"),
+    (
+        {"required": ["status", "owner"]},
+        {"assetStatus": "사용중인듯"},
+        "결과에 status, owner이(가) 없습니다 (있는 키: assetStatus)",
+    ),
+    ({"non_empty": True}, [], "도구가 아무것도 돌려주지 않았습니다"),
+    ({"max_items": 2}, [1, 2, 3], "항목 3개, 한도 2개 초과"),
+    ({"max_chars": 10}, "x" * 11, "11자, 한도 10자 초과"),
+    ({"fields": {"count": {"type": "int"}}}, {"count": "4개"}, "'count'은(는) int이어야 하지만 '4개'입니다"),
+    ({"fields": {"rows": {"non_empty": True}}}, {"rows": []}, "'rows'이(가) 비어 있습니다"),
+    ({"fields": {"rows": {"max_items": 2}}}, {"rows": [1, 2, 3]}, "'rows'의 항목 3개, 한도 2개 초과"),
+    ({"fields": {"days": {"min": 0, "max": 30}}}, {"days": 720}, "'days'의 값 720이(가) 범위 [0, 30] 밖입니다"),
+]
+
+
+@pytest.mark.parametrize(("constraints", "args", "korean"), ARGUMENT_FAILURES)
+def test_an_argument_checks_detail_is_in_the_readers_language(constraints, args, korean) -> None:  # type: ignore[no-untyped-def]
+    """The detail goes into the message the model and the admin read (seed 004: what is wrong and what is allowed),
+    whose frame is already translated: a Korean message does not carry an English detail."""
+    with translation.override("ko"):
+        _clean, verdict = check_args(constraints, args)
+    assert verdict is not None and verdict.detail.startswith(korean), verdict.detail
+    with translation.override("en"):
+        _clean, english = check_args(constraints, args)
+    assert english is not None and english.reason == verdict.reason and english.detail != verdict.detail
+
+
+@pytest.mark.parametrize(("returns", "value", "korean"), RESULT_FAILURES)
+def test_a_result_checks_detail_is_in_the_readers_language(returns, value, korean) -> None:  # type: ignore[no-untyped-def]
+    with translation.override("ko"):
+        verdict = check_result(returns, value)
+    assert verdict is not None and verdict.detail == korean
+    with translation.override("en"):
+        english = check_result(returns, value)
+    assert english is not None and english.reason == verdict.reason and english.detail != verdict.detail
