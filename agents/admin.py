@@ -239,7 +239,6 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
     search_fields = ["slug", "name"]
     filter_horizontal = ["servers"]
     inlines = [DeterministicRuleInline]
-    readonly_fields = ["live_version"]
     actions = ["publish"]
     fieldsets = [
         (None, {"fields": ["slug", "name", "enabled", "mode", "servers", "time_limit_s", "language", "model_params"]}),

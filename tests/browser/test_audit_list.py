@@ -1,4 +1,4 @@
-"""The audit list in a real Chromium at 1,400 px, beside the admin's menu and the filters, in English and in
+"""The audit list (and an agent's rules) in a real Chromium at 1,400 px, beside the admin's menu and the filters, in English and in
 Korean: every column is in sight (no sideways scrolling), no word or code is broken after any letter, and each
 event reads in words with its code. The pages are saved under ``$PLATFORM_VAR_DIR/screenshots/``."""
 
@@ -68,3 +68,20 @@ def test_the_audit_list_fits_at_1400_px_and_reads_in_words(
         "return [...document.querySelectorAll('#result_list .audit-nowrap')].map(e => e.getClientRects().length)"
     )
     assert times and set(times) == {1}  # the date and the time each on one line
+
+
+@pytest.mark.parametrize("language", ["en", "ko"])
+def test_an_agents_page_with_the_demos_rules_fits_at_1400_px(admin_in_browser: Any, language: str) -> None:
+    """The agent's rules table (order, name, server, tool, its JSON conditions and parameters) sits beside the
+    menu without pushing the page sideways."""
+    from tests.conftest import bind_demo_server, make_agent
+
+    agent = make_agent(slug="company-assistant", servers=[bind_demo_server()])
+    assert agent.rules.count() >= 5
+    browser = admin_in_browser
+    in_language(browser, language)
+    browser.set_window_size(1400, 1000)
+    browser.get(f"{browser.base_url}/admin/agents/agent/{agent.pk}/change/")
+    browser.execute_script("document.getElementById('rules-group').scrollIntoView()")
+    screenshot(browser, f"agent-rules-{language}")
+    no_horizontal_overflow(browser)
