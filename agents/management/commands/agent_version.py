@@ -14,6 +14,8 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from agents.models import Agent, AgentVersion
 from agents.services import agent_shadow_set, agent_version_publish, agent_version_rollback
@@ -24,9 +26,12 @@ VIA = "command"
 
 
 class Command(BaseCommand):
-    help = "List, publish, roll back and compare an agent's versions; name the version its live runs shadow."
+    help = gettext_noop(
+        "List, publish, roll back and compare an agent's versions; name the version its live runs shadow."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        parser.description = _(self.help)  # marked above, translated now: argparse takes no lazy string
         sub = parser.add_subparsers(dest="action", required=True)
         listing = sub.add_parser("list")
         listing.add_argument("agent")
@@ -34,7 +39,7 @@ class Command(BaseCommand):
         publish.add_argument("agent")
         publish.add_argument("--note", default="")
         publish.add_argument(
-            "--candidate", action="store_true", help="Publish without making it live (for a shadow or an A/B arm)."
+            "--candidate", action="store_true", help=_("Publish without making it live (for a shadow or an A/B arm).")
         )
         rollback = sub.add_parser("rollback")
         rollback.add_argument("agent")
@@ -45,13 +50,13 @@ class Command(BaseCommand):
         diff.add_argument("new", type=int)
         shadow = sub.add_parser("shadow")
         shadow.add_argument("agent")
-        shadow.add_argument("version", help="A version number, or 'off'.")
+        shadow.add_argument("version", help=_("A version number, or 'off'."))
         shadow.add_argument("--rate", type=float, default=1.0)
 
     def handle(self, *args: Any, **options: Any) -> None:
         agent = Agent.objects.filter(slug=options["agent"]).first()
         if agent is None:
-            raise CommandError(f"no agent {options['agent']!r}")
+            raise CommandError(_("no agent %(agent)s") % {"agent": repr(options["agent"])})
         action = options["action"]
         if action == "list":
             for version in AgentVersion.objects.filter(agent=agent).order_by("number"):
@@ -85,11 +90,14 @@ class Command(BaseCommand):
                 agent_shadow_set(agent=agent, actor=ACTOR, via=VIA, version=chosen, rate=options["rate"])
             except ValidationError as exc:
                 raise CommandError("; ".join(exc.messages)) from None
-            self.stdout.write(f"shadow {'off' if chosen is None else f'v{chosen.number}'} at {options['rate']:g}")
+            self.stdout.write(
+                _("shadow %(version)s at %(rate)s")
+                % {"version": "off" if chosen is None else f"v{chosen.number}", "rate": f"{options['rate']:g}"}
+            )
 
     @staticmethod
     def _version(agent: Agent, number: int) -> AgentVersion:
         version = AgentVersion.objects.filter(agent=agent, number=number).first()
         if version is None:
-            raise CommandError(f"{agent.slug} has no version {number}")
+            raise CommandError(_("%(agent)s has no version %(number)s") % {"agent": agent.slug, "number": number})
         return version

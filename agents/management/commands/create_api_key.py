@@ -3,25 +3,30 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from agents.models import Agent
 from agents.services import api_key_create
 
 
 class Command(BaseCommand):
-    help = "Issue an API key. Prints the key alone on one line; it is shown only this once."
+    help = gettext_noop("Issue an API key. Prints the key alone on one line; it is shown only this once.")
 
     def add_arguments(self, parser: CommandParser) -> None:
+        parser.description = _(self.help)  # marked above, translated now: argparse takes no lazy string
         parser.add_argument("name")
-        parser.add_argument("--agents", default="", help="comma-separated agent slugs the key may use (default: all)")
-        parser.add_argument("--admin", action="store_true", help="an admin key: may use /api/v1/evals/")
+        parser.add_argument(
+            "--agents", default="", help=_("comma-separated agent slugs the key may use (default: all)")
+        )
+        parser.add_argument("--admin", action="store_true", help=_("an admin key: may use /api/v1/evals/"))
 
     def handle(self, *args: Any, **options: Any) -> None:
         slugs = [s.strip() for s in options["agents"].split(",") if s.strip()]
         agents = list(Agent.objects.filter(slug__in=slugs))
         missing = set(slugs) - {a.slug for a in agents}
         if missing:
-            raise CommandError(f"unknown agent(s): {', '.join(sorted(missing))}")
+            raise CommandError(_("unknown agent(s): %(slugs)s") % {"slugs": ", ".join(sorted(missing))})
         _key, raw = api_key_create(
             name=options["name"],
             agents=agents,

@@ -5,16 +5,21 @@ from typing import Any
 
 import yaml
 from django.core.management.base import BaseCommand, CommandParser
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from agents.configuration import config_export
 
 
 class Command(BaseCommand):
-    help = "Export servers, contracts, agents and rules as JSON (or YAML). Secret values are never written."
+    help = gettext_noop(
+        "Export servers, contracts, agents and rules as JSON (or YAML). Secret values are never written."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        parser.description = _(self.help)  # marked above, translated now: argparse takes no lazy string
         parser.add_argument("--format", choices=["json", "yaml"], default="json")
-        parser.add_argument("--output", "-o", help="write to this file instead of standard output")
+        parser.add_argument("--output", "-o", help=_("write to this file instead of standard output"))
 
     def handle(self, *args: Any, **options: Any) -> None:
         document = config_export()
@@ -25,6 +30,6 @@ class Command(BaseCommand):
         if options["output"]:
             with open(options["output"], "w", encoding="utf-8") as f:
                 f.write(text)
-            self.stderr.write(f"wrote {options['output']}")
+            self.stderr.write(_("wrote %(path)s") % {"path": options["output"]})
         else:
             self.stdout.write(text, ending="")

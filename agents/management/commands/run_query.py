@@ -5,6 +5,8 @@ import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from agent_platform.errors import ApplicationError
 from agents.execution import run_execute
@@ -15,30 +17,33 @@ from mcpregistry.pool import shutdown_default_pool
 
 
 class Command(BaseCommand):
-    help = "Submit a query to an agent through the same path as the API, wait, and print the answer, trace and audit."
+    help = gettext_noop(
+        "Submit a query to an agent through the same path as the API, wait, and print the answer, trace and audit."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        parser.description = _(self.help)  # marked above, translated now: argparse takes no lazy string
         parser.add_argument("agent")
         parser.add_argument("query")
-        parser.add_argument("--context", default="{}", help="A2A context as a JSON object")
-        parser.add_argument("--json", action="store_true", help="print the run as JSON")
-        parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for a worker")
+        parser.add_argument("--context", default="{}", help=_("A2A context as a JSON object"))
+        parser.add_argument("--json", action="store_true", help=_("print the run as JSON"))
+        parser.add_argument("--timeout", type=float, default=120.0, help=_("seconds to wait for a worker"))
         parser.add_argument(
-            "--inline", action="store_true", help="execute in this process instead of waiting for a worker"
+            "--inline", action="store_true", help=_("execute in this process instead of waiting for a worker")
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             context = json.loads(options["context"])
         except ValueError as exc:
-            raise CommandError(f"--context is not JSON: {exc}") from exc
+            raise CommandError(_("--context is not JSON: %(error)s") % {"error": exc}) from exc
         if not isinstance(context, dict):
-            raise CommandError("--context must be a JSON object")
+            raise CommandError(_("--context must be a JSON object"))
         try:
             run = run_create(agent_slug=options["agent"], query=options["query"], api_key=None, context=context)
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
-        self.stderr.write(f"run {run.id} queued")
+        self.stderr.write(_("run %(id)s queued") % {"id": run.id})
         if options["inline"]:
             try:
                 run_execute(run_id=str(run.id))
@@ -55,7 +60,8 @@ class Command(BaseCommand):
                 break
             if time.monotonic() > deadline:
                 raise CommandError(
-                    f"run {run.id} is still {run.status} after {options['timeout']:g}s: is a worker running?"
+                    _("run %(id)s is still %(status)s after %(timeout)s: is a worker running?")
+                    % {"id": run.id, "status": run.status, "timeout": f"{options['timeout']:g}s"}
                 )
             time.sleep(0.2)
         self._print(run, as_json=options["json"])
@@ -78,30 +84,49 @@ class Command(BaseCommand):
             }
             self.stdout.write(json.dumps(payload, ensure_ascii=False, indent=2))
             return
-        self.stdout.write(self.style.MIGRATE_HEADING("answer"))
+        self.stdout.write(self.style.MIGRATE_HEADING(_("answer")))
         self.stdout.write(run.answer or f"({run.status}: {run.error_code} {run.error_message})")
-        self.stdout.write(self.style.MIGRATE_HEADING("trace"))
+        self.stdout.write(self.style.MIGRATE_HEADING(_("trace")))
         for step in run.messages:
             kind = step.get("type")
             if kind == "rule":
-                verdict = "matched" if step.get("matched") else f"skipped ({step.get('reason')})"
-                self.stdout.write(
-                    f"  rule {step.get('rule')}: {verdict} {json.dumps(step.get('params'), ensure_ascii=False) if step.get('params') else ''}"
-                )
+                rule = {
+                    "rule": step.get("rule"),
+                    "reason": step.get("reason"),
+                    "params": json.dumps(step.get("params"), ensure_ascii=False) if step.get("params") else "",
+                }
+                if step.get("matched"):
+                    self.stdout.write("  " + _("rule %(rule)s: matched %(params)s") % rule)
+                else:
+                    self.stdout.write("  " + _("rule %(rule)s: skipped (%(reason)s) %(params)s") % rule)
             elif kind == "deterministic_call":
                 self.stdout.write(
-                    f"  deterministic {step['tool']}({json.dumps(step['args'], ensure_ascii=False)}) ok={step['ok']} {step.get('error') or ''}"
+                    "  "
+                    + _("deterministic %(call)s ok=%(ok)s %(error)s")
+                    % {
+                        "call": f"{step['tool']}({json.dumps(step['args'], ensure_ascii=False)})",
+                        "ok": step["ok"],
+                        "error": step.get("error") or "",
+                    }
                 )
             elif kind == "ai":
                 for call in step.get("tool_calls") or []:
-                    self.stdout.write(f"  model → {call['name']}({json.dumps(call['args'], ensure_ascii=False)})")
+                    self.stdout.write(
+                        "  "
+                        + _("model → %(call)s")
+                        % {"call": f"{call['name']}({json.dumps(call['args'], ensure_ascii=False)})"}
+                    )
                 if step.get("content"):
-                    self.stdout.write(f"  model: {str(step['content'])[:200]}")
+                    self.stdout.write("  " + _("model: %(content)s") % {"content": str(step["content"])[:200]})
             elif kind == "tool":
-                self.stdout.write(f"  tool {step.get('name')}: {str(step.get('content'))[:200]}")
-        self.stdout.write(self.style.MIGRATE_HEADING("audit"))
+                self.stdout.write(
+                    "  "
+                    + _("tool %(name)s: %(content)s")
+                    % {"name": step.get("name"), "content": str(step.get("content"))[:200]}
+                )
+        self.stdout.write(self.style.MIGRATE_HEADING(_("audit")))
         for call in calls:
             self.stdout.write(
                 f"  [{call['source']}] {call['mcp_id']}.{call['name']} ok={call['ok']} {call['reason']} {call['latency_ms']:.1f} ms"
             )
-        self.stdout.write(f"timings: {json.dumps(run.timings)}")
+        self.stdout.write(_("timings: %(timings)s") % {"timings": json.dumps(run.timings)})

@@ -13,6 +13,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from agents.models import Agent, DeterministicRule
 from agents.services import agent_create, agent_update, deterministic_rule_create, deterministic_rule_update
@@ -188,11 +190,14 @@ def apply_local_contracts(server: McpServer) -> None:
 
 
 class Command(BaseCommand):
-    help = "Bind and discover the demo MCP server, create the company-assistant agent with its rules, and an admin."
+    help = gettext_noop(
+        "Bind and discover the demo MCP server, create the company-assistant agent with its rules, and an admin."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        parser.description = _(self.help)  # marked above, translated now: argparse takes no lazy string
         parser.add_argument("--admin-username", default=settings.PLATFORM_DEMO_ADMIN_USERNAME)
-        parser.add_argument("--no-discover", action="store_true", help="bind the server but do not start it")
+        parser.add_argument("--no-discover", action="store_true", help=_("bind the server but do not start it"))
 
     def handle(self, *args: Any, **options: Any) -> None:
         with transaction.atomic():
@@ -249,32 +254,44 @@ class Command(BaseCommand):
                     deterministic_rule_create(actor=SEED_ACTOR, via=SEED_VIA, data={"agent": agent, **values})
                 else:
                     deterministic_rule_update(rule=existing, actor=SEED_ACTOR, via=SEED_VIA, data=values)
-            self.stdout.write(
-                f"{'bound' if created else 'kept'} MCP server {DEMO_MCP_ID}; agent {DEMO_AGENT} with {len(rules)} rules"
-            )
+            seeded = {"server": DEMO_MCP_ID, "agent": DEMO_AGENT, "count": len(rules)}
+            if created:
+                self.stdout.write(_("bound MCP server %(server)s; agent %(agent)s with %(count)s rules") % seeded)
+            else:
+                self.stdout.write(_("kept MCP server %(server)s; agent %(agent)s with %(count)s rules") % seeded)
             self._admin(options["admin_username"])
         # The local tools start no process: listed even with --no-discover.
         local_report = mcp_server_discover(server=local, actor=SEED_ACTOR, via=SEED_VIA)
         if not local_report.ok:
-            raise CommandError(f"discovery of {LOCAL_MCP_ID} failed: {local_report.error}")
+            raise CommandError(
+                _("discovery of %(server)s failed: %(error)s") % {"server": LOCAL_MCP_ID, "error": local_report.error}
+            )
         apply_local_contracts(local)
-        self.stdout.write(f"{LOCAL_MCP_ID}: {local_report.tool_count} local tools listed")
+        self.stdout.write(
+            _("%(server)s: %(count)s local tools listed") % {"server": LOCAL_MCP_ID, "count": local_report.tool_count}
+        )
         if options["no_discover"]:
             return
-        self.stdout.write(f"discovering {DEMO_MCP_ID} (starts the server once)…")
+        self.stdout.write(_("discovering %(server)s (starts the server once)…") % {"server": DEMO_MCP_ID})
         try:
             report = mcp_server_discover(server=server, actor=SEED_ACTOR, via=SEED_VIA)
         finally:
             shutdown_default_pool()
         if not report.ok:
-            raise CommandError(f"discovery of {DEMO_MCP_ID} failed: {report.error}")
+            raise CommandError(
+                _("discovery of %(server)s failed: %(error)s") % {"server": DEMO_MCP_ID, "error": report.error}
+            )
         apply_demo_contracts(server)
-        self.stdout.write(self.style.SUCCESS(f"{DEMO_MCP_ID}: {report.tool_count} tools discovered"))
+        self.stdout.write(
+            self.style.SUCCESS(
+                _("%(server)s: %(count)s tools discovered") % {"server": DEMO_MCP_ID, "count": report.tool_count}
+            )
+        )
 
     def _admin(self, username: str) -> None:
         user_model = get_user_model()
         if user_model.objects.filter(username=username).exists():
-            self.stdout.write(f"admin user '{username}' exists (password unchanged)")
+            self.stdout.write(_("admin user '%(username)s' exists (password unchanged)") % {"username": username})
             return
         password = settings.PLATFORM_DEMO_ADMIN_PASSWORD or secrets.token_urlsafe(12)
         user_create(
@@ -285,5 +302,5 @@ class Command(BaseCommand):
             is_staff=True,
             is_superuser=True,
         )
-        self.stdout.write(f"admin user: {username}")
-        self.stdout.write(f"admin password: {password}")
+        self.stdout.write(_("admin user: %(username)s") % {"username": username})
+        self.stdout.write(_("admin password: %(password)s") % {"password": password})

@@ -6,25 +6,30 @@ from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from agent_platform.errors import ApplicationError
 from audit.archive import audit_events_archive
 
 
 class Command(BaseCommand):
-    help = (
+    help = gettext_noop(
         "Write the audit events older than N days to a gzip-compressed JSONL file ending with a checkpoint line, "
         "record the checkpoint, and delete those events. The rest of the chain still verifies from the checkpoint; "
         "check the file with verify_audit --archive PATH."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        parser.description = _(self.help)  # marked above, translated now: argparse takes no lazy string
         parser.add_argument("--older-than-days", type=int, required=True, metavar="N")
         parser.add_argument(
             "--output",
             type=Path,
             metavar="PATH",
-            help="the archive file (default var/audit-archive/audit-<first seq>-<last seq>.jsonl.gz); never overwritten",
+            help=_(
+                "the archive file (default var/audit-archive/audit-<first seq>-<last seq>.jsonl.gz); never overwritten"
+            ),
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -33,9 +38,17 @@ class Command(BaseCommand):
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
         if report.count == 0:
-            self.stdout.write(f"nothing to archive: no event older than {options['older_than_days']} days")
+            self.stdout.write(
+                _("nothing to archive: no event older than %(days)s days") % {"days": options["older_than_days"]}
+            )
             return
         self.stdout.write(
-            f"archived {report.count} events (seq {report.first_seq} to {report.last_seq}) to {report.path}, "
-            f"checkpoint {report.hash}"
+            _("archived %(count)s events (seq %(first)s to %(last)s) to %(path)s, checkpoint %(hash)s")
+            % {
+                "count": report.count,
+                "first": report.first_seq,
+                "last": report.last_seq,
+                "path": report.path,
+                "hash": report.hash,
+            }
         )

@@ -10,32 +10,39 @@ from django.contrib.auth.models import Group
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from audit.roles import AUDITOR_GROUP, user_create
 
 
 class Command(BaseCommand):
-    help = (
+    help = gettext_noop(
         "Create a staff user in the 'auditor' group: read-only access to audit events, runs and approvals in the "
         "admin, and to /api/v1/audit/. Prints a generated password alone on one line, once, unless --password "
         "is given."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        parser.description = _(self.help)  # marked above, translated now: argparse takes no lazy string
         parser.add_argument("username")
-        parser.add_argument("--password", default=None, help="use this password (checked by the password validators)")
+        parser.add_argument(
+            "--password", default=None, help=_("use this password (checked by the password validators)")
+        )
         parser.add_argument("--email", default="")
 
     def handle(self, *args: Any, **options: Any) -> None:
         username: str = options["username"].strip()
         user_model = get_user_model()
         if not username:
-            raise CommandError("give a username")
+            raise CommandError(_("give a username"))
         if user_model._default_manager.filter(**{user_model.USERNAME_FIELD: username}).exists():
-            raise CommandError(f"a user named {username!r} already exists")
+            raise CommandError(_("a user named %(username)s already exists") % {"username": repr(username)})
         group = Group.objects.filter(name=AUDITOR_GROUP).first()
         if group is None:
-            raise CommandError(f"the {AUDITOR_GROUP!r} group is missing: run `manage.py migrate` first")
+            raise CommandError(
+                _("the %(group)s group is missing: run `manage.py migrate` first") % {"group": repr(AUDITOR_GROUP)}
+            )
         generated = options["password"] is None
         password = secrets.token_urlsafe(18) if generated else options["password"]
         candidate = user_model(**{user_model.USERNAME_FIELD: username})
@@ -54,6 +61,9 @@ class Command(BaseCommand):
         )
         if generated:
             self.stdout.write(password)
-            self.stderr.write(f"Auditor {username!r} created. The password above is shown only this once.")
+            self.stderr.write(
+                _("Auditor %(username)s created. The password above is shown only this once.")
+                % {"username": repr(username)}
+            )
         else:
-            self.stdout.write(f"Auditor {username!r} created.")
+            self.stdout.write(_("Auditor %(username)s created.") % {"username": repr(username)})

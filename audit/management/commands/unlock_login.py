@@ -7,6 +7,8 @@ from typing import Any
 from django.core.cache import caches
 from django.core.cache.backends.locmem import LocMemCache
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from audit.logins import login_lockout_lift, login_subject_parse
 
@@ -17,27 +19,40 @@ def cache_is_process_local() -> bool:
 
 
 class Command(BaseCommand):
-    help = (
+    help = gettext_noop(
         "Lift the login lockout of a username or a client IP address (after too many failed passwords at the "
         "admin's login or on the audit API's Basic auth) and clear its failure count. Written to the audit "
         "record (security.lockout_lift)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("user_or_ip", help="a username, or an IPv4/IPv6 address")
+        parser.description = _(self.help)  # marked above, translated now: argparse takes no lazy string
+        parser.add_argument("user_or_ip", help=_("a username, or an IPv4/IPv6 address"))
 
     def handle(self, *args: Any, **options: Any) -> None:
         text: str = options["user_or_ip"]
         if not text.strip():
-            raise CommandError("give a username or an IP address")
+            raise CommandError(_("give a username or an IP address"))
         if cache_is_process_local():
             raise CommandError(
-                "the cache is local to each process (REDIS_URL is not set): this command cannot reach the web "
-                "server's lockouts. Restart the web server, or wait for the lockout to end "
-                "(PLATFORM_LOGIN_LOCKOUT_S)."
+                _(
+                    "the cache is local to each process (REDIS_URL is not set): this command cannot reach the web "
+                    "server's lockouts. Restart the web server, or wait for the lockout to end "
+                    "(PLATFORM_LOGIN_LOCKOUT_S)."
+                )
             )
         subject, value = login_subject_parse(text)
         was_locked = login_lockout_lift(user_or_ip=text, actor="system:unlock_login")
-        what = "address" if subject == "ip" else "username"
-        state = "lifted" if was_locked else "was not locked; its failure count is cleared"
-        self.stdout.write(f"{what} {value}: {state}")
+        if subject == "ip":
+            outcome = (
+                _("address %(value)s: lifted")
+                if was_locked
+                else _("address %(value)s: was not locked; its failure count is cleared")
+            )
+        else:
+            outcome = (
+                _("username %(value)s: lifted")
+                if was_locked
+                else _("username %(value)s: was not locked; its failure count is cleared")
+            )
+        self.stdout.write(outcome % {"value": value})

@@ -7,12 +7,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from audit.verification import audit_archive_verify, audit_chain_verify
 
 
 class Command(BaseCommand):
-    help = (
+    help = gettext_noop(
         "Walk the audit chain in seq order (streaming), recompute every hash and check its MAC (AUDIT_CHAIN_KEY), "
         "check every link and that no seq is missing, compare its end with the chain head, check every archive "
         "checkpoint against its archive file and every anchor written by audit_anchor. Exits non-zero naming the "
@@ -20,42 +21,49 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        parser.description = _(self.help)  # marked above, translated now: argparse takes no lazy string
         parser.add_argument(
             "--archive",
             action="append",
             type=Path,
             metavar="PATH",
-            help="check an archive file written by archive_audit instead of the database (repeat, oldest first, "
-            "to check that archives chain into each other)",
+            help=_(
+                "check an archive file written by archive_audit instead of the database (repeat, oldest first, "
+                "to check that archives chain into each other)"
+            ),
         )
         parser.add_argument(
             "--checkpoint-file",
             type=Path,
             metavar="PATH",
-            help="a signed head kept outside the database: the chain must still contain the seq and hash it "
-            "holds; rewritten with the new head on success (created if missing)",
+            help=_(
+                "a signed head kept outside the database: the chain must still contain the seq and hash it "
+                "holds; rewritten with the new head on success (created if missing)"
+            ),
         )
         parser.add_argument(
             "--archive-dir",
             type=Path,
             metavar="DIR",
-            help="where the archive files are kept now, if not where archive_audit wrote them (found by file name)",
+            help=_("where the archive files are kept now, if not where archive_audit wrote them (found by file name)"),
         )
         parser.add_argument(
             "--progress-every",
             type=int,
             default=100_000,
             metavar="N",
-            help="print progress every N events (default 100000)",
+            help=_("print progress every N events (default 100000)"),
         )
-        parser.add_argument("--chunk-size", type=int, default=2000, metavar="N", help="rows fetched at a time")
+        parser.add_argument("--chunk-size", type=int, default=2000, metavar="N", help=_("rows fetched at a time"))
         parser.add_argument(
             "--workers",
             type=int,
             default=None,
             metavar="N",
-            help="processes that verify the chain in parallel, a segment each (default: one per core, up to 8, for "
-            "a chain of 20,000 events or more; 0: none)",
+            help=_(
+                "processes that verify the chain in parallel, a segment each (default: one per core, up to 8, for "
+                "a chain of 20,000 events or more; 0: none)"
+            ),
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -73,7 +81,7 @@ class Command(BaseCommand):
         report = audit_chain_verify(
             checkpoint_file=options["checkpoint_file"],
             archive_dir=options["archive_dir"],
-            progress=lambda count: self.stderr.write(f"  {count:,} events verified…"),
+            progress=lambda count: self.stderr.write("  " + _("%(count)s events verified…") % {"count": f"{count:,}"}),
             progress_every=max(1, options["progress_every"]),
             chunk_size=max(1, options["chunk_size"]),
             workers=options["workers"],

@@ -13,6 +13,8 @@ import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from agent_platform.errors import ApplicationError
 from agents.models import Agent, Run
@@ -24,35 +26,41 @@ BAR_WIDTH = 30
 
 def progress_bar(done: int, total: int) -> str:
     filled = BAR_WIDTH * done // total if total else BAR_WIDTH
-    return f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {done}/{total} cases"
+    bar = f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}]"
+    return _("%(bar)s %(done)s/%(total)s cases") % {"bar": bar, "done": done, "total": total}
 
 
 class Command(BaseCommand):
-    help = "Run an eval set against an agent through the normal run path; non-zero exit below the set's thresholds."
+    help = gettext_noop(
+        "Run an eval set against an agent through the normal run path; non-zero exit below the set's thresholds."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        parser.description = _(self.help)  # marked above, translated now: argparse takes no lazy string
         # ``--version`` is the agent's version here (DESIGN.md names it so), not Django's "print the version".
         parser.conflict_handler = parser._optionals.conflict_handler = "resolve"
         parser.add_argument("agent")
-        parser.add_argument("set", help="the eval set's name")
-        parser.add_argument("--version", type=int, default=None, help="a published version of the agent")
-        parser.add_argument("--workers", type=int, default=4, help="cases in flight at once (default 4)")
-        parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the whole set")
-        parser.add_argument("--label", default="", help="a label for the eval run (e.g. the change it measures)")
-        parser.add_argument("--json", action="store_true", help="print the eval run as JSON")
+        parser.add_argument("set", help=_("the eval set's name"))
+        parser.add_argument("--version", type=int, default=None, help=_("a published version of the agent"))
+        parser.add_argument("--workers", type=int, default=4, help=_("cases in flight at once (default 4)"))
+        parser.add_argument("--timeout", type=float, default=600.0, help=_("seconds to wait for the whole set"))
+        parser.add_argument("--label", default="", help=_("a label for the eval run (e.g. the change it measures)"))
+        parser.add_argument("--json", action="store_true", help=_("print the eval run as JSON"))
         parser.add_argument(
-            "--inline", action="store_true", help="execute the cases in this process instead of waiting for workers"
+            "--inline",
+            action="store_true",
+            help=_("execute the cases in this process instead of waiting for workers"),
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["workers"] < 1:
-            raise CommandError("--workers must be at least 1")
+            raise CommandError(_("--workers must be at least 1"))
         agent = Agent.objects.filter(slug=options["agent"]).first()
         if agent is None:
-            raise CommandError(f"unknown agent '{options['agent']}'")
+            raise CommandError(_("unknown agent '%(agent)s'") % {"agent": options["agent"]})
         eval_set = EvalSet.objects.filter(name=options["set"]).first()
         if eval_set is None:
-            raise CommandError(f"unknown eval set '{options['set']}'")
+            raise CommandError(_("unknown eval set '%(set)s'") % {"set": options["set"]})
         window = options["workers"]
         try:
             eval_run = eval_run_start(
@@ -65,7 +73,10 @@ class Command(BaseCommand):
             )
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
-        self.stderr.write(f"eval run {eval_run.id}: {eval_run.total} cases of {eval_set.name} against {agent.slug}")
+        self.stderr.write(
+            _("eval run %(id)s: %(total)s cases of %(set)s against %(agent)s")
+            % {"id": eval_run.id, "total": eval_run.total, "set": eval_set.name, "agent": agent.slug}
+        )
         deadline = time.monotonic() + options["timeout"]
         shown = -1
         try:
@@ -80,8 +91,13 @@ class Command(BaseCommand):
                     break
                 if time.monotonic() > deadline:
                     raise CommandError(
-                        f"eval run {eval_run.id}: {eval_run.done}/{eval_run.total} cases scored after "
-                        f"{options['timeout']:g}s: are workers running?"
+                        _("eval run %(id)s: %(done)s/%(total)s cases scored after %(timeout)s: are workers running?")
+                        % {
+                            "id": eval_run.id,
+                            "done": eval_run.done,
+                            "total": eval_run.total,
+                            "timeout": f"{options['timeout']:g}s",
+                        }
                     )
                 time.sleep(0.2)
         finally:
@@ -93,7 +109,9 @@ class Command(BaseCommand):
             self.stderr.write("")
         self._print(eval_run, as_json=options["json"])
         if eval_run.failed_thresholds:
-            raise CommandError("below the set's thresholds: " + "; ".join(eval_run.failed_thresholds))
+            raise CommandError(
+                _("below the set's thresholds: %(thresholds)s") % {"thresholds": "; ".join(eval_run.failed_thresholds)}
+            )
 
     def _execute_queued(self, eval_run: EvalRun) -> None:
         from agents.execution import run_execute
@@ -138,14 +156,41 @@ class Command(BaseCommand):
             mark = self.style.SUCCESS("PASS") if r.passed else self.style.ERROR("FAIL")
             called = ", ".join(c["name"] for c in r.called_tools) or "-"
             why = " ".join(r.scores.get("failed_checks") or [])
-            self.stdout.write(f"{mark} {r.case.key} [{r.case.case_type}] called: {called} {why}".rstrip())
+            line = _("%(mark)s %(key)s [%(type)s] called: %(called)s %(why)s") % {
+                "mark": mark,
+                "key": r.case.key,
+                "type": r.case.case_type,
+                "called": called,
+                "why": why,
+            }
+            self.stdout.write(line.rstrip())
         s = {k: ("—" if v is None else v) for k, v in eval_run.summary.items()}
         self.stdout.write(
-            f"passed {s.get('passed')}/{s.get('cases')}  precision {s.get('precision')}  recall {s.get('recall')}  "
-            f"sequence {s.get('sequence_match')}  forbidden {s.get('forbidden_violations')}  "
-            f"args {s.get('argument_match')}  answers {s.get('answer_checks')}"
+            _(
+                "passed %(passed)s/%(cases)s  precision %(precision)s  recall %(recall)s  sequence %(sequence)s  "
+                "forbidden %(forbidden)s  args %(args)s  answers %(answers)s"
+            )
+            % {
+                "passed": s.get("passed"),
+                "cases": s.get("cases"),
+                "precision": s.get("precision"),
+                "recall": s.get("recall"),
+                "sequence": s.get("sequence_match"),
+                "forbidden": s.get("forbidden_violations"),
+                "args": s.get("argument_match"),
+                "answers": s.get("answer_checks"),
+            }
         )
         self.stdout.write(
-            f"latency p50 {s.get('latency_p50_ms')} ms  p95 {s.get('latency_p95_ms')} ms  tokens {s.get('tokens')}  "
-            f"model calls {s.get('model_calls')}  saved by rules {s.get('model_calls_saved')}"
+            _(
+                "latency p50 %(p50)s ms  p95 %(p95)s ms  tokens %(tokens)s  model calls %(model_calls)s  "
+                "saved by rules %(saved)s"
+            )
+            % {
+                "p50": s.get("latency_p50_ms"),
+                "p95": s.get("latency_p95_ms"),
+                "tokens": s.get("tokens"),
+                "model_calls": s.get("model_calls"),
+                "saved": s.get("model_calls_saved"),
+            }
         )

@@ -3,6 +3,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from mcpregistry.models import McpServer
 from mcpregistry.pool import shutdown_default_pool
@@ -10,10 +12,11 @@ from mcpregistry.services import mcp_server_discover
 
 
 class Command(BaseCommand):
-    help = "Connect to MCP servers, list their tools, update the registry and report health."
+    help = gettext_noop("Connect to MCP servers, list their tools, update the registry and report health.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("mcp_ids", nargs="*", help="servers to discover (default: every enabled server)")
+        parser.description = _(self.help)  # marked above, translated now: argparse takes no lazy string
+        parser.add_argument("mcp_ids", nargs="*", help=_("servers to discover (default: every enabled server)"))
 
     def handle(self, *args: Any, **options: Any) -> None:
         servers = McpServer.objects.all()
@@ -21,19 +24,28 @@ class Command(BaseCommand):
             servers = servers.filter(mcp_id__in=options["mcp_ids"])
             missing = set(options["mcp_ids"]) - {s.mcp_id for s in servers}
             if missing:
-                raise CommandError(f"unknown MCP server(s): {', '.join(sorted(missing))}")
+                raise CommandError(_("unknown MCP server(s): %(servers)s") % {"servers": ", ".join(sorted(missing))})
         else:
             servers = servers.filter(enabled=True)
         failed = 0
         try:
             for server in servers:
-                self.stdout.write(f"{server.mcp_id}: connecting…")
+                self.stdout.write(_("%(server)s: connecting…") % {"server": server.mcp_id})
                 report = mcp_server_discover(server=server, actor="system:mcp_discover", via="mcp_discover")
                 if report.ok:
                     self.stdout.write(
                         self.style.SUCCESS(
-                            f"{server.mcp_id}: ok, {report.tool_count} tools "
-                            f"(added {len(report.added)}, updated {len(report.updated)}, vanished {len(report.vanished)})"
+                            _(
+                                "%(server)s: ok, %(count)s tools (added %(added)s, updated %(updated)s, "
+                                "vanished %(vanished)s)"
+                            )
+                            % {
+                                "server": server.mcp_id,
+                                "count": report.tool_count,
+                                "added": len(report.added),
+                                "updated": len(report.updated),
+                                "vanished": len(report.vanished),
+                            }
                         )
                     )
                 else:
@@ -42,4 +54,4 @@ class Command(BaseCommand):
         finally:
             shutdown_default_pool()
         if failed:
-            raise CommandError(f"{failed} server(s) failed discovery")
+            raise CommandError(_("%(count)s server(s) failed discovery") % {"count": failed})
