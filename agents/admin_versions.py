@@ -195,7 +195,8 @@ class AgentArmAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
         context = {
             **self.admin_site.each_context(request),
-            "title": gettext("A/B arms of %(agent)s") % {"agent": agent.slug if agent else "—"},
+            "title": gettext("A/B arms of %(agent)s") % {"agent": agent.slug} if agent else gettext("A/B arms"),
+            "has_add_permission": self.has_add_permission(request),
             "agent": agent,
             "agents": agents,
             "arms": arms,

@@ -128,6 +128,11 @@ class McpServerForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if "args" in self.fields:
+            self.fields["args"].help_text = _(
+                "A JSON list of strings. stdio: the command's arguments. Local: the dotted paths of the Python "
+                'tools, a module for every tool in it (["mcpregistry.builtin_tools"]).'
+            )
         public = [str(n) for n in (self.instance.public_env or [])]
         stored = self.instance.env or {}
         self.initial["env_settings"] = "\n".join(
@@ -224,13 +229,26 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
     class Media:
         css = {"all": ["mcpregistry/editors.css"]}
+        js = ["mcpregistry/server_form.js"]
 
+    # The page shows what the chosen transport uses (mcpregistry/static/mcpregistry/server_form.js): a stdio
+    # server its command, arguments, folder, environment and secret environment; an HTTP one its URL and secret
+    # headers; local tools their dotted paths only. Hidden fields keep their values.
     fieldsets = [
         (None, {"fields": ["mcp_id", "name", "transport", "enabled", "timeout_s", "session_scope", "tool_prefix"]}),
-        (_("stdio"), {"fields": ["command", "args", "cwd"]}),
-        (_("HTTP"), {"fields": ["url"]}),
-        (_("environment settings"), {"fields": ["env_settings"]}),
-        (_("secrets"), {"fields": ["secrets_state", "new_env", "new_headers", "clear_secrets"]}),
+        (
+            _("command and arguments"),
+            {"fields": ["command", "args", "cwd"], "classes": ["server-transport-stdio", "server-transport-local"]},
+        ),
+        (_("HTTP"), {"fields": ["url"], "classes": ["server-transport-http"]}),
+        (_("environment settings"), {"fields": ["env_settings"], "classes": ["server-transport-stdio"]}),
+        (
+            _("secrets"),
+            {
+                "fields": ["secrets_state", "new_env", "new_headers", "clear_secrets"],
+                "classes": ["server-transport-stdio", "server-transport-http"],
+            },
+        ),
         (
             _("circuit breaker"),
             {"fields": ["breaker_badge", "breaker_opened_at", "breaker_threshold", "breaker_cooldown_s"]},

@@ -92,6 +92,15 @@ def test_the_arms_metrics_page_compares_the_arms_with_a_z_test(
         assert f"<td>{arm}</td>" in page
 
 
+def test_the_arms_page_without_arms_says_how_to_get_some(admin_client: Client) -> None:
+    page = admin_client.get("/admin/agents/agentarm/metrics/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+    assert 'id="no-arms"' in page and 'href="/admin/agents/agentarm/add/"' in page
+    assert (
+        '<select name="agent">' not in page and "끝난 라이브 실행이 아직 없습니다" not in page
+    )  # no empty menu or table
+    assert "<title>A/B 실험군 |" in page
+
+
 def test_an_arm_is_added_in_the_admin_through_the_service(admin_client: Client, demo_agent: Agent) -> None:
     v1 = agent_version_publish(agent=demo_agent, actor="test-admin", via="tests")
     response = admin_client.post(

@@ -46,3 +46,30 @@ def test_an_admin_adds_a_stdio_server_and_discovers_it_from_its_page(admin_in_br
     submit(browser, browser.find_element(By.ID, "check-health"))
     message = browser.find_element(By.CSS_SELECTOR, "ul.messagelist li.success").text
     assert message.startswith("Health of Demo-Company: ok, 7 tools listed")
+
+
+def test_a_servers_page_shows_only_what_its_transport_uses(admin_in_browser: Any) -> None:
+    """Local tools have no process, URL or secrets: their page shows their dotted paths; choosing another
+    transport shows its own fields (a hidden field keeps its value)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from agents.management.commands.seed_demo import seed_local_tools
+
+    server = seed_local_tools()
+    browser = admin_in_browser
+    browser.get(f"{browser.base_url}/admin/mcpregistry/mcpserver/{server.pk}/change/")
+
+    def shown() -> set[str]:
+        names = ("command", "args", "cwd", "url", "env_settings", "new_env", "new_headers", "clear_secrets")
+        return {name for name in names if browser.find_element(By.NAME, name).is_displayed()}
+
+    assert shown() == {"args"}
+    assert "mcpregistry.builtin_tools" in browser.find_element(By.NAME, "args").get_attribute("value")
+    transport = Select(browser.find_element(By.NAME, "transport"))
+    transport.select_by_value("streamable_http")
+    assert shown() == {"url", "new_headers", "clear_secrets"}
+    transport.select_by_value("stdio")
+    assert shown() == {"command", "args", "cwd", "env_settings", "new_env", "clear_secrets"}
+    transport.select_by_value("local")
+    assert shown() == {"args"}

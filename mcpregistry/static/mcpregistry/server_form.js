@@ -1,0 +1,26 @@
+// The MCP server form shows what the chosen transport uses: stdio its command, arguments, folder, environment
+// and secret environment; Streamable HTTP and SSE their URL and secret headers; local tools their dotted paths.
+// Hidden fields keep their values. Ours, served from static files (no CDN).
+"use strict";
+(function () {
+  const KIND = { stdio: "stdio", streamable_http: "http", sse: "http", local: "local" };
+  const ROWS = { command: ["stdio"], cwd: ["stdio"], new_env: ["stdio"], new_headers: ["http"] };
+
+  function apply() {
+    const transport = document.getElementById("id_transport");
+    if (!transport) return;
+    const kind = KIND[transport.value] || "stdio";
+    document.querySelectorAll("fieldset[class*='server-transport-']").forEach((fieldset) => {
+      fieldset.hidden = !fieldset.classList.contains("server-transport-" + kind);
+    });
+    Object.entries(ROWS).forEach(([field, kinds]) => {
+      document.querySelectorAll(".form-row.field-" + field).forEach((row) => { row.hidden = !kinds.includes(kind); });
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    apply();
+    const transport = document.getElementById("id_transport");
+    if (transport) transport.addEventListener("change", apply);
+  });
+})();
