@@ -114,27 +114,58 @@ def group_delete(*, group: Group, actor: Any, via: str) -> None:
 
 
 def groups_record_unrecorded() -> int:
-    """Record, as created by ``system:migrate`` (path ``migrate``), each group the audit record has no event for,
-    with its permissions: the roles the platform's data migrations make (a migration cannot call the services
-    here) join the record at the end of the ``migrate`` that made them, so that who may audit or approve is in
-    the record from the first day. Runs after every ``migrate``; a group already recorded is left alone. Returns
-    how many were recorded."""
+    """Bring the record up to date with the groups a ``migrate`` made or changed, as ``system:migrate`` (path
+    ``migrate``): a group the record has no event for is recorded as created, with its permissions; a group whose
+    name or permissions differ from what its recorded events add up to (a data migration that grants a role a new
+    permission) is recorded as updated, with the difference; a recorded group that is gone, as deleted. The
+    platform's data migrations cannot call the services here, so who may audit or approve joins the record at the
+    end of the ``migrate`` that changed it. Runs after every ``migrate``; a group whose record is up to date is
+    left alone. Returns how many events it wrote."""
     from audit.models import AuditEvent
 
-    recorded = {
-        str(pk)
-        for pk in AuditEvent.objects.filter(action__startswith=f"{CONFIG_ACTION_PREFIX}group.").values_list(
-            "result__id", flat=True
-        )
-    }
-    unrecorded = [g for g in Group.objects.order_by("pk").prefetch_related("permissions") if str(g.pk) not in recorded]
     names = recorded_fields(Group)
-    for group in unrecorded:
+    recorded: dict[str, dict[str, Any] | None] = {}
+    events = AuditEvent.objects.filter(action__startswith=f"{CONFIG_ACTION_PREFIX}group.").order_by("id")
+    for action, args, result in events.values_list("action", "args", "result"):
+        key = str((result or {}).get("id")) if isinstance(result, dict) else ""
+        if not key:
+            continue
+        if action.endswith(".delete"):
+            recorded[key] = None
+            continue
+        state = dict(recorded.get(key) or {})
+        for field, change in (args or {}).items() if isinstance(args, dict) else ():
+            if field in names and isinstance(change, list) and len(change) == 2:
+                state[field] = change[1]
+        recorded[key] = state
+    written = 0
+    groups = list(Group.objects.order_by("pk").prefetch_related("permissions"))
+    present = {str(group.pk) for group in groups}
+    for key, state in recorded.items():
+        if state is not None and key not in present and key.isdigit():  # removed by a migration
+            gone = Group(pk=int(key), name=str(state.get("name") or ""))
+            with transaction.atomic(), change_scope(actor=MIGRATE_ACTOR, via="migrate"):
+                config_change_record(obj=gone, verb="delete", diff={k: [v, None] for k, v in state.items() if v})
+            written += 1
+    for group in groups:
+        now = snapshot(group, names)
+        known = recorded.get(str(group.pk))
+        if known is None:
+            verb, diff = "create", change_diff(Group, {}, now, creating=True)
+        else:
+            # A create records only the fields it set: one it left out was empty (no permissions).
+            was = {name: known[name] if name in known else _empty_like(value) for name, value in now.items()}
+            verb, diff = "update", change_diff(Group, was, now)
+            if not diff:
+                continue
         with transaction.atomic(), change_scope(actor=MIGRATE_ACTOR, via="migrate"):
-            config_change_record(
-                obj=group, verb="create", diff=change_diff(Group, {}, snapshot(group, names), creating=True)
-            )
-    return len(unrecorded)
+            config_change_record(obj=group, verb=verb, diff=diff)
+        written += 1
+    return written
+
+
+def _empty_like(value: Any) -> Any:
+    return type(value)() if isinstance(value, list | dict | str) else None
 
 
 # --- changes made outside a service: recorded, unattributed -----------------------------------------------------
@@ -174,6 +205,30 @@ def _record_groups(
     with change_scope(actor=UNATTRIBUTED_ACTOR, via="django"):
         for user in users:
             config_change_record(obj=user, verb="update", diff={"groups": {action[5:]: sorted(g.name for g in groups)}})
+
+
+def _remember_group_permissions(
+    sender: Any, instance: Any, action: str, reverse: bool, pk_set: Any, **kwargs: Any
+) -> None:
+    """Before a group's permissions change outside a service (a shell, a script): each group's permissions."""
+    if current_scope() is not None or action not in ("pre_add", "pre_remove", "pre_clear"):
+        return
+    groups = list(Group.objects.filter(pk__in=pk_set or ())) if reverse else [instance]
+    if reverse and action == "pre_clear":
+        groups = list(instance.group_set.all())
+    instance._group_permissions_before = {group.pk: snapshot(group, ["permissions"]) for group in groups}
+
+
+def _record_group_permissions(sender: Any, instance: Any, action: str, **kwargs: Any) -> None:
+    """After: each group whose permissions changed is recorded, unattributed (``config.group.update``)."""
+    if current_scope() is not None or action not in ("post_add", "post_remove", "post_clear"):
+        return
+    before = instance.__dict__.pop("_group_permissions_before", None) or {}
+    with transaction.atomic(), change_scope(actor=UNATTRIBUTED_ACTOR, via="django"):
+        for group in Group.objects.filter(pk__in=list(before)).order_by("pk"):
+            diff = change_diff(Group, before[group.pk], snapshot(group, ["permissions"]))
+            if diff:
+                config_change_record(obj=group, verb="update", diff=diff)
 
 
 def _remember_delete(sender: Any, instance: Any, **kwargs: Any) -> None:
@@ -228,6 +283,9 @@ def connect() -> None:
     pre_save.connect(_remember_roles, sender=user_model, dispatch_uid="audit.roles.pre_save")
     post_save.connect(_record_roles, sender=user_model, dispatch_uid="audit.roles.post_save")
     m2m_changed.connect(_record_groups, sender=user_model.groups.through, dispatch_uid="audit.roles.groups")
+    permissions = Group.permissions.through
+    m2m_changed.connect(_remember_group_permissions, sender=permissions, dispatch_uid="audit.roles.perms_before")
+    m2m_changed.connect(_record_group_permissions, sender=permissions, dispatch_uid="audit.roles.perms_after")
     pre_delete.connect(_remember_delete, sender=user_model, dispatch_uid="audit.roles.pre_delete")
     post_delete.connect(_record_delete, sender=user_model, dispatch_uid="audit.roles.post_delete")
     pre_save.connect(_remember_password, sender=user_model, dispatch_uid="audit.roles.password_pre_save")

@@ -76,3 +76,58 @@ def test_a_fresh_migrate_records_its_roles_and_a_later_migrate_records_nothing_a
         ("config.group.create", "admin", "운영팀", "admin")
     ]
     assert "verified 3 events" in manage_in(env, "verify_audit")
+
+
+def _events(action: str) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (e.actor, str(e.result.get("name")), e.args)
+        for e in AuditEvent.objects.filter(action=action).order_by("id")
+        if isinstance(e.result, dict) and isinstance(e.args, dict)
+    ]
+
+
+@pytest.mark.django_db
+def test_a_migration_that_changes_a_roles_permissions_or_removes_it_is_recorded_at_the_end_of_migrate() -> None:
+    """What a data migration does to a recorded role (it cannot call the services, and the signals do not see
+    its historical models) is found by comparing the groups with what their recorded events add up to."""
+    from django.contrib.auth.models import Permission
+
+    assert groups_record_unrecorded() == 2
+    auditor = Group.objects.get(name="auditor")
+    reviewer = Group.objects.get(name="reviewer")
+    granted = Permission.objects.get(content_type__app_label="agents", codename="view_agent")
+    with_migration_models = Group.permissions.through  # as a data migration writes: no signal of ours fires
+    with_migration_models.objects.bulk_create([with_migration_models(group=auditor, permission=granted)])
+    Group.objects.filter(pk=reviewer.pk).delete()
+
+    assert groups_record_unrecorded() == 2
+    assert groups_record_unrecorded() == 0  # up to date: nothing again
+    [(actor, name, args)] = _events("config.group.update")
+    assert (actor, name) == (MIGRATE_ACTOR, "auditor")
+    before, after = args["permissions"]
+    assert set(after) - set(before) == {"Agents | agent | Can view agent"} and set(before) <= set(after)
+    [(actor, name, args)] = _events("config.group.delete")
+    assert (actor, name) == (MIGRATE_ACTOR, "reviewer") and args["name"] == ["reviewer", None]
+    assert verify().startswith("verified 4 events")
+
+
+@pytest.mark.django_db
+def test_a_groups_permissions_changed_outside_a_service_are_recorded_unattributed() -> None:
+    """A shell or a script that grants a group a permission is recorded at once (``system:unattributed``), from
+    either side of the relation; a migrate after it finds the record up to date."""
+    from django.contrib.auth.models import Permission
+
+    assert groups_record_unrecorded() == 2
+    auditor = Group.objects.get(name="auditor")
+    view_agent = Permission.objects.get(content_type__app_label="agents", codename="view_agent")
+    view_server = Permission.objects.get(content_type__app_label="mcpregistry", codename="view_mcpserver")
+    auditor.permissions.add(view_agent)
+    view_server.group_set.add(auditor)
+    auditor.permissions.remove(view_agent)
+    changes = [(actor, name, args["permissions"]) for actor, name, args in _events("config.group.update")]
+    assert [(actor, name) for actor, name, _ in changes] == [("system:unattributed", "auditor")] * 3
+    added = [set(after) - set(before) for _actor, _name, (before, after) in changes[:2]]
+    assert added == [{"Agents | agent | Can view agent"}, {"MCP registry | MCP server | Can view MCP server"}]
+    before, after = changes[2][2]
+    assert set(before) - set(after) == {"Agents | agent | Can view agent"}
+    assert groups_record_unrecorded() == 0
