@@ -239,9 +239,10 @@ def breakable(code: str) -> str:
 
 @admin.register(AuditEvent)
 class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
-    # Seven columns, each a question an auditor asks (when, what, in which run, which tool, how it ended, who),
-    # so the list fits beside the menu and the filters at 1,400 px; the codes stay beside their words.
-    list_display = ["id", "when", "event", "tool_column", "outcome_column", "run_link", "actor_column"]
+    # A column per question an auditor asks (when, what, which tool, how it ended, how long, in which run, who),
+    # so the list fits beside the menu and the filters at 1,400 px; the codes stay beside their words. Sortable
+    # by time, action, tool, outcome, latency (the slowest calls), agent and actor.
+    list_display = ["id", "when", "event", "tool_column", "outcome_column", "latency", "run_link", "actor_column"]
     list_filter = [
         AgentFilter,
         ServerFilter,
@@ -329,7 +330,7 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
     @admin.display(description=_("outcome"), ordering="ok")
     def outcome_column(self, obj: AuditEvent) -> str:
-        """Succeeded or failed, why in words with its code, and the attempt's number and time."""
+        """Succeeded or failed, why in words with its code, and the attempt's number when it was a retry."""
         icon = format_html(
             '<img src="{}" alt="{}">',
             static(f"admin/img/icon-{'yes' if obj.ok else 'no'}.svg"),
@@ -340,13 +341,9 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             if obj.reason
             else ""
         )
-        timing = []
-        if obj.attempt and obj.attempt > 1:
-            timing.append(gettext("attempt %(n)s") % {"n": obj.attempt})
-        if obj.latency_ms is not None:
-            timing.append(f"{obj.latency_ms:,.1f} ms")
-        sub = format_html('<div class="audit-sub">{}</div>', " · ".join(timing)) if timing else ""
-        return format_html("{}{}{}", icon, reason, sub)
+        retried = obj.attempt is not None and obj.attempt > 1
+        attempt = format_html('<div class="audit-sub">{}</div>', gettext("attempt %(n)s") % {"n": obj.attempt})
+        return format_html("{}{}{}", icon, reason, attempt if retried else "")
 
     @admin.display(description=_("agent"), ordering="agent_slug")
     def agent(self, obj: AuditEvent) -> str:
@@ -366,7 +363,7 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             return "—"
         return format_html('{} <code class="audit-code">{}</code>', reason_label(obj.reason), obj.reason)
 
-    @admin.display(description=_("agent and run"), ordering="run_id")
+    @admin.display(description=_("agent and run"), ordering="agent_slug")
     def run_link(self, obj: AuditEvent) -> str:
         if not obj.run_id:
             return getattr(obj, "agent_slug", None) or "—"

@@ -32,3 +32,21 @@ def test_a_commands_help_is_in_the_platforms_language() -> None:
     with translation.override("ko"):
         text = command.create_parser("manage.py", "create_api_key").format_help()
     assert "API 키를 발급합니다." in text and "쉼표로 구분" in text
+
+
+@pytest.mark.django_db
+def test_the_demos_password_line_keeps_the_prefix_bin_up_reads_in_any_language() -> None:
+    """bin/up shows the admin password from the line that starts ``admin password:`` and keeps that line out of
+    var/seed_demo.log: in Korean too (a translated prefix put the password in the log)."""
+    from agents.management.commands.seed_demo import Command
+
+    out = io.StringIO()
+    command = Command(stdout=out)
+    with (
+        override_settings(LANGUAGE_CODE="ko", PLATFORM_DEMO_ADMIN_PASSWORD="demo-Pass-2026"),
+        translation.override("ko"),
+    ):
+        command._admin("admin")
+    lines = out.getvalue().splitlines()
+    assert "admin password: demo-Pass-2026" in lines
+    assert "관리자 사용자: admin" in lines  # the rest speaks the platform's language

@@ -74,12 +74,12 @@ def test_the_list_names_each_event_in_words_with_its_code(auditor_client) -> Non
     page = auditor_client.get("/admin/audit/auditevent/", HTTP_ACCEPT_LANGUAGE="ko")
     text = visible(page.content.decode())
     assert [column for column in page.context["cl"].list_display if column != "action_checkbox"] == [
-        "id", "when", "event", "tool_column", "outcome_column", "run_link", "actor_column",
+        "id", "when", "event", "tool_column", "outcome_column", "latency", "run_link", "actor_column",
     ]  # fmt: skip
     for shown in (
         "도구 호출 에이전트 (모델) tool.call",  # what, who asked (the source), the code
         "인자 region 허용되지 않은 값 args:allowed:region",
-        "2번째 시도 · 3.5 ms",
+        "args:allowed:region 2번째 시도 3.5",
         "sds-company-data list_team_members",
         f"ledger {str(run.pk)[:8]}",
         "도구 계약 변경 관리자 config.tool_contract.update",
@@ -87,6 +87,11 @@ def test_the_list_names_each_event_in_words_with_its_code(auditor_client) -> Non
     ):
         assert shown in text, shown
     assert f'href="/admin/agents/run/{run.pk}/change/"' in page.content.decode()
+    audit_event_record(source="agent", run_id=run.pk, mcp_id="crm", tool="slow", latency_ms=900.0, actor="x")
+    for column, key in (("latency", lambda e: e.latency_ms or 0), ("run_link", lambda e: e.agent_slug or "")):
+        position = page.context["cl"].list_display.index(column)
+        listed = auditor_client.get(f"/admin/audit/auditevent/?o=-{position}").context["cl"].result_list
+        assert [key(e) for e in listed] == sorted((key(e) for e in listed), reverse=True), column
     actions = next(spec for spec in page.context["cl"].filter_specs if spec.parameter_name == "action")
     assert ("tool.call", "도구 호출") in actions.lookup_choices
     reasons = next(spec for spec in page.context["cl"].filter_specs if spec.parameter_name == "reason")

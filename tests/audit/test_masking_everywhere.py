@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -21,12 +20,14 @@ from audit.models import AuditEvent
 from tests.conftest import make_agent
 
 EXAMPLES = itertools.count()
-# A secret made only of letters and underscores can be a piece of the API's own field names ("queue_wait_m" is in
-# "queue_wait_ms"): masking is for values, never for the names of the platform's fields, so those are not drawn.
-IDENTIFIER = re.compile(r"[A-Za-z_]+")
+# A secret here has at least one character no name of the platform's has ("queue_wait_m" is a piece of the API's
+# "queue_wait_ms", "agents.engine" a logger's name; Hypothesis also draws strings from the project's code):
+# masking is for values, never for the names of the platform's fields, loggers or codes, so those are not drawn.
+# The unit properties in test_masking.py draw secrets of every shape.
+NOT_IN_NAMES = set("!#$&*+;<=>?@^`|~")
 SECRETS = st.text(
     alphabet=st.characters(min_codepoint=33, max_codepoint=126, exclude_characters="'\"\\{}%"), min_size=12, max_size=40
-).filter(lambda s: not s.isdigit() and len(set(s)) > 4 and not IDENTIFIER.fullmatch(s))
+).filter(lambda s: not s.isdigit() and len(set(s)) > 4 and bool(NOT_IN_NAMES & set(s)))
 
 
 @pytest.mark.django_db

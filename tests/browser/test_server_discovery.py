@@ -73,3 +73,26 @@ def test_a_servers_page_shows_only_what_its_transport_uses(admin_in_browser: Any
     assert shown() == {"command", "args", "cwd", "env_settings", "new_env", "clear_secrets"}
     transport.select_by_value("local")
     assert shown() == {"args"}
+
+
+def test_a_field_the_transport_does_not_use_is_shown_when_it_has_an_error_to_fix(admin_in_browser: Any) -> None:
+    """A stdio command left with a refused placeholder, then the transport switched to HTTP: the save is refused
+    for the command, and the command is on the page with its error (not hidden with nothing to fix)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    browser = admin_in_browser
+    browser.get(f"{browser.base_url}/admin/mcpregistry/mcpserver/add/")
+    browser.find_element(By.NAME, "mcp_id").send_keys("remote")
+    browser.find_element(By.NAME, "name").send_keys("Remote")
+    browser.find_element(By.NAME, "command").send_keys("${HOME}/bin/server")
+    Select(browser.find_element(By.NAME, "transport")).select_by_value("streamable_http")
+    assert not browser.find_element(By.NAME, "command").is_displayed()
+    browser.find_element(By.NAME, "url").send_keys("https://mcp.example.com/mcp")
+    submit(browser, browser.find_element(By.NAME, "_save"))
+
+    command = browser.find_element(By.NAME, "command")
+    assert command.is_displayed() and command.get_attribute("value") == "${HOME}/bin/server"
+    row = browser.find_element(By.CSS_SELECTOR, ".form-row.field-command")
+    assert "${VAR}" in row.find_element(By.CSS_SELECTOR, ".errorlist").text
+    assert browser.find_element(By.NAME, "url").is_displayed()

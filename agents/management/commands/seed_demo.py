@@ -189,6 +189,9 @@ def apply_local_contracts(server: McpServer) -> None:
             tool_contract_update(contract=contract, actor=SEED_ACTOR, via=SEED_VIA, data=values)
 
 
+ADMIN_PASSWORD_PREFIX = "admin password:"  # noqa: S105 (a line prefix bin/up reads, not a password)
+
+
 class Command(BaseCommand):
     help = gettext_noop(
         "Bind and discover the demo MCP server, create the company-assistant agent with its rules, and an admin."
@@ -303,4 +306,6 @@ class Command(BaseCommand):
             is_superuser=True,
         )
         self.stdout.write(_("admin user: %(username)s") % {"username": username})
-        self.stdout.write(_("admin password: %(password)s") % {"password": password})
+        # Not translated: bin/up reads this line by its prefix (to show the password once and keep it out of
+        # var/seed_demo.log), whatever LANGUAGE_CODE is.
+        self.stdout.write(f"{ADMIN_PASSWORD_PREFIX} {password}")
