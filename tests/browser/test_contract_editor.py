@@ -97,3 +97,32 @@ def readme_picture(browser: Any) -> None:
         screenshot(browser, "contract-editor", Path(settings.BASE_DIR) / "docs" / "screenshots")
     finally:
         browser.set_window_size(*WINDOW)
+
+
+@pytest.mark.parametrize("language", ["ko", "en"])
+def test_the_argument_table_reads_at_1400_px(admin_in_browser: Any, demo_binding: McpServer, language: str) -> None:
+    """Each argument's name and description keep a readable width beside the menu (in Korean the name went down
+    one letter a line), the headers stay whole, and no row of the editor is pushed past its box."""
+    from selenium.webdriver.common.by import By
+
+    from tests.browser.test_versions_pages import in_language
+
+    tool = demo_binding.tools.get(name="list_team_members")
+    browser = admin_in_browser
+    in_language(browser, language)
+    browser.set_window_size(1400, 1000)
+    browser.get(f"{browser.base_url}/admin/mcpregistry/mcptool/{tool.pk}/change/")
+    table = browser.find_element(By.CSS_SELECTOR, "table.contract-args")
+    browser.execute_script("arguments[0].scrollIntoView()", table)
+    screenshot(browser, f"contract-arguments-{language}")
+    name_cell = table.find_element(By.CSS_SELECTOR, "tbody td")
+    assert name_cell.size["width"] >= 120
+    assert name_cell.find_element(By.TAG_NAME, "code").size["height"] < 30  # the name on one line
+    headers = browser.execute_script(
+        "return [...arguments[0].querySelectorAll('th')].map(th => th.getClientRects()[0].height)", table
+    )
+    assert max(headers) < 30
+    pushed = browser.execute_script(
+        "return [...document.querySelectorAll('.form-row')].filter(r => r.scrollWidth > r.clientWidth + 1).length"
+    )
+    assert pushed == 0
