@@ -9,10 +9,12 @@ is (a code is never hidden: the pages show it beside its words).
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 
 from django.apps import apps
 from django.db import models
+from django.utils.html import format_html_join
 from django.utils.translation import pgettext
 
 from audit.change_guard import policy_of
@@ -138,3 +140,10 @@ def reason_label(reason: str) -> str:
             "server": reason.removeprefix("mcp:not_loaded:")
         }
     return reason
+
+
+def breakable(code: str) -> str:
+    """``code`` (``config.tool_contract.update``, ``api_key:apk_x``, ``deterministic:tool_failed``) as HTML with
+    places to break after its dots, colons and underscores, so a narrow column wraps it there rather than after
+    any letter."""
+    return format_html_join("", "{}<wbr>", ((piece,) for piece in re.split(r"(?<=[.:_])", code) if piece))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,13 +22,13 @@ from django.templatetags.static import static
 from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.formats import date_format
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from agents.models import Agent
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
-from audit.labels import action_label, reason_label
+from audit.labels import action_label, breakable, reason_label
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.services import audit_chain_catch_up
 from auditor.charts import bar_chart
@@ -229,12 +228,6 @@ def api_url(name: str) -> str | None:
         return reverse(name)
     except NoReverseMatch:
         return None
-
-
-def breakable(code: str) -> str:
-    """``code`` (``config.tool_contract.update``, ``api_key:apk_x``, ``get_asset_status``) with places to break
-    after its dots, colons and underscores, so a narrow column wraps it there rather than after any letter."""
-    return format_html_join("", "{}<wbr>", ((piece,) for piece in re.split(r"(?<=[.:_])", code) if piece))
 
 
 @admin.register(AuditEvent)

@@ -193,5 +193,6 @@ def test_the_runs_list_writes_dates_as_the_run_page_and_the_audit_do(admin_clien
 
     run = a_run()
     page = admin_client.get("/admin/agents/run/", HTTP_ACCEPT_LANGUAGE=language).content.decode()
-    assert localtime(run.created_at).strftime("%Y-%m-%d %H:%M:%S ") + "KST" in page
+    local = localtime(run.created_at)  # the date above the time, each kept whole
+    assert f'{local:%Y-%m-%d}</span><br><span class="cell-nowrap">{local:%H:%M:%S} KST' in page
     assert "오전" not in page and "a.m." not in page

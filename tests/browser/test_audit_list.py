@@ -1,4 +1,4 @@
-"""The audit list (and an agent's rules) in a real Chromium at 1,400 px, beside the admin's menu and the filters, in English and in
+"""The audit list (and an agent's rules, and the runs list) in a real Chromium at 1,400 px, beside the admin's menu and the filters, in English and in
 Korean: every column is in sight (no sideways scrolling), no word or code is broken after any letter, and each
 event reads in words with its code. The pages are saved under ``$PLATFORM_VAR_DIR/screenshots/``."""
 
@@ -85,3 +85,33 @@ def test_an_agents_page_with_the_demos_rules_fits_at_1400_px(admin_in_browser: A
     browser.execute_script("document.getElementById('rules-group').scrollIntoView()")
     screenshot(browser, f"agent-rules-{language}")
     no_horizontal_overflow(browser)
+
+
+@pytest.mark.parametrize("language", ["en", "ko"])
+def test_the_runs_list_fits_at_1400_px(admin_in_browser: Any, language: str) -> None:
+    """The runs list beside the menu and the filters: the start's date above its time, a failed run's error code
+    under its status (wrapping at its colon), the total in milliseconds whole."""
+    from selenium.webdriver.common.by import By
+
+    agent = Agent.objects.create(slug="company-assistant", name="사내 비서")
+    for query, status, error in (
+        ("김하늘 님은 어느 팀 소속인가요? " * 2, Run.Status.SUCCEEDED, ""),
+        ("A-9999 자산 상태 알려줘", Run.Status.FAILED, "deterministic:tool_failed"),
+    ):
+        Run.objects.create(
+            agent=agent, query=query, status=status, error_code=error, timings={"total_ms": 1484.95}, tool_failures=1
+        )
+    browser = admin_in_browser
+    in_language(browser, language)
+    browser.set_window_size(1400, 1000)
+    browser.get(f"{browser.base_url}/admin/agents/run/")
+    screenshot(browser, f"runs-list-{language}")
+    no_horizontal_overflow(browser)
+    table = browser.find_element(By.ID, "result_list")
+    assert "deterministic:tool_failed" in table.text.replace("\n", "")
+    assert "1,485.0" in table.text
+    squeezed = browser.execute_script(
+        "return [...document.querySelectorAll('#result_list td')]"
+        ".filter(cell => cell.scrollWidth > cell.clientWidth + 1).map(cell => cell.textContent.trim())"
+    )
+    assert squeezed == []
