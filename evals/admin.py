@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -18,7 +19,7 @@ from django.utils.translation import gettext_lazy as _
 from agent_platform.errors import ApplicationError
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
-from evals.models import EvalCase, EvalRun, EvalSet
+from evals.models import CASE_TYPES, EvalCase, EvalRun, EvalSet
 from evals.services import (
     eval_case_create,
     eval_case_delete,
@@ -59,8 +60,68 @@ def _case_delete(*, obj: EvalCase, actor: Any, via: str) -> None:
     eval_case_delete(case=obj, actor=actor, via=via)
 
 
+CASE_TYPE_LABELS = {
+    "single_tool": _("one tool (single_tool)"),
+    "multi_tool": _("several tools (multi_tool)"),
+    "no_tool": _("no tool needed (no_tool)"),
+    "no_answer": _("no answer exists: it must say it does not know (no_answer)"),
+    "guardrail": _("a request it must refuse (guardrail)"),
+}
+
+
+class EvalCaseForm(forms.ModelForm):
+    """A case as an admin writes it: its type chosen from the five the scoring knows, and each JSON field with its
+    shape and an example from the seed's questions."""
+
+    case_type = forms.ChoiceField(label=_("type"), choices=[])
+
+    class Meta:
+        model = EvalCase
+        fields = [
+            "key",
+            "order",
+            "case_type",
+            "query",
+            "expected_tools",
+            "ordered",
+            "forbidden_tools",
+            "answer_checks",
+            "alternatives",
+            "context",
+            "data",
+            "note",
+        ]
+        help_texts = {
+            "expected_tools": _(
+                'The tools the run must call: ["search_employee"], or with the arguments the call must contain: '
+                '[{"name": "search_employee", "args": {"name": "김하늘"}}].'
+            ),
+            "ordered": _("The expected tools must be called in the order listed."),
+            "forbidden_tools": _('Tools the run must not call: ["get_asset"]; ["*"]: no tool at all.'),
+            "answer_checks": _(
+                'Each must hold for the answer: [{"contains": "클라우드운영팀"}, {"regex": "A-[0-9]{4}"}, '
+                '{"dont_know": true}] (it says it does not know).'
+            ),
+            "alternatives": _(
+                'Other tool sequences that also pass: [{"tools": ["get_asset_status_backup"], "note": "the backup"}].'
+            ),
+            "context": _('The A2A context the question comes with, a JSON object: {"userId": "E-001"}.'),
+            "data": _('A2A data parts, a JSON list: [{"asset_id": "A-1001"}].'),
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        stored = self.instance.case_type if self.instance.pk else ""
+        choices = [(kind, CASE_TYPE_LABELS.get(kind, kind)) for kind in CASE_TYPES]
+        if stored and stored not in CASE_TYPES:  # a type written before the list: kept, never silently changed
+            choices.append((stored, stored))
+        self.fields["case_type"].choices = choices
+        self.fields["case_type"].initial = stored or "single_tool"
+
+
 class EvalCaseInline(admin.StackedInline):
     model = EvalCase
+    form = EvalCaseForm
     extra = 0
     fields = [
         ("key", "order", "case_type"),

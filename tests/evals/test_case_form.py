@@ -1,0 +1,44 @@
+"""An eval case as an admin writes it on its set's page: the type is chosen from the five the scoring knows,
+named in words, and each JSON field says its shape with an example; a type stored before the list is kept."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from agents.models import Agent
+from evals.admin import EvalCaseForm
+from evals.models import CASE_TYPES, EvalCase
+from evals.services import eval_case_create, eval_set_create
+
+
+@pytest.mark.django_db
+def test_a_cases_type_is_chosen_in_words_and_its_json_fields_show_their_shape(admin_client: Client) -> None:
+    agent = Agent.objects.create(slug="company-assistant", name="사내 비서")
+    eval_set = eval_set_create(actor="test", via="tests", data={"name": "seed", "agent": agent})
+    eval_case_create(
+        actor="test",
+        via="tests",
+        data={"eval_set": eval_set, "key": "q1", "query": "육아휴직은 얼마나 쓸 수 있나요?", "case_type": "no_answer"},
+    )
+    page = admin_client.get(f"/admin/evals/evalset/{eval_set.pk}/change/", HTTP_ACCEPT_LANGUAGE="ko")
+    form = page.context["inline_admin_formsets"][0].formset.forms[0]
+    assert [value for value, _label in form.fields["case_type"].choices] == list(CASE_TYPES)
+    assert form["case_type"].value() == "no_answer"
+    html = page.content.decode()
+    assert 'value="no_answer" selected' in html
+    assert "답이 없음: 모른다고 말해야 함 (no_answer)" in html
+    assert '["*"]: 도구를 전혀 부르지 않음' in html  # forbidden tools' help, in Korean (the admin shows help as is)
+    assert '{"contains": "클라우드운영팀"}' in html
+
+
+@pytest.mark.django_db
+def test_a_type_stored_before_the_list_is_kept_not_silently_changed() -> None:
+    agent = Agent.objects.create(slug="a", name="a")
+    eval_set = eval_set_create(actor="test", via="tests", data={"name": "old", "agent": agent})
+    case = EvalCase.objects.create(eval_set=eval_set, key="q", query="?", case_type="multi_agent")
+    form = EvalCaseForm(instance=case)
+    assert ("multi_agent", "multi_agent") in form.fields["case_type"].choices
+    assert form["case_type"].value() == "multi_agent"
+    fresh = EvalCaseForm()
+    assert fresh["case_type"].value() == "single_tool"
