@@ -7,10 +7,12 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 
 from agents import (
     admin_runs,  # noqa: F401  (registers RunAdmin and ApprovalAdmin)
@@ -50,6 +52,7 @@ from agents.services import (
     agent_delete,
     agent_update,
     agent_version_publish,
+    api_key_create,
     api_key_delete,
     api_key_revoke,
     api_key_update,
@@ -382,12 +385,35 @@ class ApiKeyAdmin(ServiceAdminMixin, admin.ModelAdmin):
     filter_horizontal = ["agents"]
     actions = ["revoke"]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        # Keys are issued with `manage.py create_api_key`, which shows the key once.
-        return False
+    # Issued here (or with `manage.py create_api_key`): the key is shown once, on the page that follows the
+    # save, and never stored (only its digest and its first characters).
 
     def service_save(self, *, obj: ApiKey, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
-        api_key_update(api_key=obj, actor=actor, via=ADMIN_VIA, agents=m2m.get("agents"))
+        if change:
+            api_key_update(api_key=obj, actor=actor, via=ADMIN_VIA, agents=m2m.get("agents"))
+            return
+        issued, raw = api_key_create(
+            name=obj.name, rate=obj.rate, admin=obj.admin, agents=m2m.get("agents", []), actor=actor, via=ADMIN_VIA
+        )
+        obj.pk, obj.prefix, obj.digest, obj.created_at = issued.pk, issued.prefix, issued.digest, issued.created_at
+        obj._state.adding = False
+        obj._issued_key = raw  # for the next page only; never saved, logged or put in a message
+
+    def response_add(self, request: HttpRequest, obj: ApiKey, post_url_continue: str | None = None) -> HttpResponse:
+        raw = obj.__dict__.pop("_issued_key", None)
+        if raw is None:
+            return super().response_add(request, obj, post_url_continue)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": gettext("API key issued"),
+            "opts": self.model._meta,
+            "key": obj,
+            "raw_key": raw,
+            "list_url": reverse("admin:agents_apikey_changelist", current_app=self.admin_site.name),
+            "key_url": reverse("admin:agents_apikey_change", args=[obj.pk], current_app=self.admin_site.name),
+        }
+        # The admin's pages are never cached (no-store): the key stays on this page only.
+        return TemplateResponse(request, "admin/agents/apikey/issued.html", context)
 
     def service_delete(self, *, obj: ApiKey, actor: Any) -> None:
         api_key_delete(api_key=obj, actor=actor, via=ADMIN_VIA)

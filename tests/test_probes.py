@@ -174,6 +174,6 @@ def test_a_page_that_is_not_there_says_so_in_the_readers_language() -> None:
 
 
 def test_a_page_an_account_may_not_use_says_so_in_its_language(admin_client: Client) -> None:
-    response = admin_client.get("/admin/agents/apikey/add/", HTTP_ACCEPT_LANGUAGE="ko")  # keys are made by command
+    response = admin_client.get("/admin/audit/auditevent/add/", HTTP_ACCEPT_LANGUAGE="ko")  # the record is read-only
     assert response.status_code == 403
     assert "허용되지 않음" in response.content.decode()
