@@ -43,7 +43,7 @@ from agents.decision_reasons import reason_text
 from agents.models import Approval, Run
 from agents.services import CANCELLABLE, run_cancel
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
-from audit.labels import breakable
+from audit.labels import breakable, reason_label
 
 StepStatus = str
 """``ok``, ``degraded`` (it worked, after a retry, a fallback, a reused result or an uncertain outcome),
@@ -56,6 +56,11 @@ class Attempt:
     ok: bool
     reason: str
     latency_ms: float | None
+
+    @property
+    def reason_words(self) -> str:
+        """The reason in the reader's words (its code when there are none)."""
+        return reason_label(self.reason)
 
 
 @dataclass
@@ -85,6 +90,13 @@ def _text(content: Any) -> str:
     return content if isinstance(content, str) else _pretty(content)
 
 
+def _failed_text(reason: str) -> str:
+    """ "failed: <the reason in words> (<its code>)", or the code alone where there are no words for it."""
+    words = reason_label(reason) if reason else ""
+    shown = f"{words} ({reason})" if words and words != reason else (reason or "?")
+    return gettext("failed: %(reason)s") % {"reason": shown}
+
+
 def _call_step(step: TimelineStep, events: list[Any], *, ok_in_trace: bool | None, error: str = "") -> TimelineStep:
     """Fill a tool call's outcome, attempts and duration from its audit events (or, with none, from the trace)."""
     sent = [e for e in events if e.attempt >= 1]
@@ -97,7 +109,7 @@ def _call_step(step: TimelineStep, events: list[Any], *, ok_in_trace: bool | Non
         elif ok_in_trace:
             step.status, step.status_text = "ok", gettext("ok")
         else:
-            step.status, step.status_text = "failed", gettext("failed: %(reason)s") % {"reason": error or "?"}
+            step.status, step.status_text = "failed", _failed_text(error)
         return step
     last = events[-1]
     if last.ok:
@@ -107,7 +119,7 @@ def _call_step(step: TimelineStep, events: list[Any], *, ok_in_trace: bool | Non
         elif len(sent) > 1:
             step.status = "degraded"
     else:
-        step.status, step.status_text = "failed", gettext("failed: %(reason)s") % {"reason": last.reason}
+        step.status, step.status_text = "failed", _failed_text(last.reason)
     if sent:
         step.status_text += " · " + gettext("%(n)d attempt(s), %(ms).1f ms") % {
             "n": len(sent),
