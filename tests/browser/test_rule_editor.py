@@ -45,9 +45,9 @@ def test_an_admin_creates_a_rule_in_the_editor_and_dry_runs_it(admin_in_browser:
     regex = browser.find_element(By.NAME, "when__regex")
     regex.send_keys("(?P<name>[가-힣]{2,4}")
     check = browser.find_element(By.CSS_SELECTOR, ".regex-check")
-    assert check.text.startswith("✗")  # checked as it is typed
+    assert check.text.startswith("✗ not a regular expression:")  # checked as it is typed
     regex.send_keys(r")\s*님")
-    assert check.text == "✓ groups: name"
+    assert check.text == "✓ a valid regular expression; its groups: name"
 
     # The placeholders offered follow the conditions; a click inserts one into the focused field.
     param.click()

@@ -78,10 +78,11 @@
     try {
       new RegExp(pythonRegex(input.value), "u");
       const groups = regexGroups();
-      out.textContent = "✓ " + (groups.length ? "groups: " + groups.join(", ") : "valid");
+      const said = out.dataset;  // the page's words, in the reader's language
+      out.textContent = "✓ " + (groups.length ? (said.groups || "groups:") + " " + groups.join(", ") : (said.valid || "valid"));
       out.className = "regex-check ok";
     } catch (error) {
-      out.textContent = "✗ " + error.message;
+      out.textContent = "✗ " + (out.dataset.invalid || "") + " " + error.message;
       out.className = "regex-check bad";
     }
   }
