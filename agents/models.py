@@ -600,7 +600,7 @@ class Run(models.Model):
         AWAITING_APPROVAL = "awaiting_approval", _("awaiting approval")
         CANCELLED = "cancelled", _("cancelled")
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(_("ID"), primary_key=True, default=uuid.uuid4, editable=False)
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="runs", verbose_name=_("agent"))
     api_key = models.ForeignKey(
         ApiKey,
@@ -612,7 +612,12 @@ class Run(models.Model):
         db_index=False,  # the indexes in Meta lead with it
     )
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="runs",
+        verbose_name=_("started by (admin user)"),
     )
     query = models.TextField(_("query"))
     context = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("context"), default=dict, blank=True)
@@ -738,7 +743,7 @@ class Approval(models.Model):
         EXECUTED = "executed", _("executed")
         OUTCOME_UNKNOWN = "outcome_unknown", _("outcome unknown")
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(_("ID"), primary_key=True, default=uuid.uuid4, editable=False)
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approvals", verbose_name=_("run"))
     mcp_id = models.CharField(_("server"), max_length=64)
     tool = models.CharField(_("tool"), max_length=200)

@@ -146,7 +146,7 @@ class EvalRun(models.Model):
         RUNNING = "running", _("running")
         FINISHED = "finished", pgettext_lazy("an eval run's status", "finished")
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(_("ID"), primary_key=True, default=uuid.uuid4, editable=False)
     eval_set = models.ForeignKey(EvalSet, on_delete=models.PROTECT, related_name="runs", verbose_name=_("eval set"))
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="eval_runs", verbose_name=_("agent"))
     version = models.PositiveIntegerField(_("agent version"), null=True, blank=True)
