@@ -132,7 +132,12 @@ def rules_trial(
 
 @permission_required("agents.change_deterministicrule", raise_exception=True)
 def rule_tester_view(request: HttpRequest) -> HttpResponse:
-    form = RuleTesterForm(request.POST or None)
+    # The agent chosen: the one named (?agent=, the link on a rule's page), else the only one there is.
+    agents = Agent.objects.order_by("slug")
+    chosen = agents.filter(slug=request.GET.get("agent", "")).first() or (
+        agents.first() if agents.count() == 1 else None
+    )
+    form = RuleTesterForm(request.POST or None, initial={"agent": chosen} if chosen else None)
     trials: list[RuleTrial] | None = None
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data

@@ -24,7 +24,15 @@ from mcpregistry.contracts import DEFAULT_RETRY, JSON_TYPES, RETRYABLE, spec_pro
 from mcpregistry.gate_records import CONTRACT_FIELDS
 from mcpregistry.models import McpTool, ToolContract, tool_argument_names, tool_required_arguments
 
-TYPE_CHOICES = [("", _("any"))] + [(t, t) for t in JSON_TYPES.values()]
+TYPE_LABELS = {
+    "str": _("text (str)"),
+    "int": _("whole number (int)"),
+    "float": _("number (float)"),
+    "bool": _("true or false (bool)"),
+    "list": _("list (list)"),
+    "dict": _("object (dict)"),
+}
+TYPE_CHOICES = [("", _("any"))] + [(t, TYPE_LABELS.get(t, t)) for t in JSON_TYPES.values()]
 ARG_NUMBER_KEYS = ("min", "max")
 
 

@@ -72,3 +72,17 @@ def test_bad_json_is_explained(admin_client, demo_agent) -> None:
 def test_only_admins_who_may_change_rules_can_use_it(outsider_client, demo_agent) -> None:
     assert outsider_client.get("/admin/agents/rule-tester/").status_code == 403
     assert Client().get("/admin/agents/rule-tester/").status_code == 302  # to the login page
+
+
+def test_the_tester_opens_on_the_rules_agent_or_the_only_one(admin_client, demo_agent) -> None:
+    from agents.models import Agent
+
+    rule = demo_agent.rules.order_by("order").first()
+    page = admin_client.get(f"/admin/agents/deterministicrule/{rule.pk}/change/").content.decode()
+    assert f'href="/admin/agents/rule-tester/?agent={demo_agent.slug}"' in page
+    form = admin_client.get("/admin/agents/rule-tester/").context["form"]
+    assert form["agent"].value() == demo_agent.pk  # the only agent
+    other = Agent.objects.create(slug="other", name="다른 에이전트")
+    assert admin_client.get("/admin/agents/rule-tester/").context["form"]["agent"].value() is None  # two: none
+    chosen = admin_client.get("/admin/agents/rule-tester/?agent=other").context["form"]["agent"].value()
+    assert chosen == other.pk
