@@ -570,11 +570,48 @@ def _pre(value: Any) -> str:
     return format_html("<pre style='white-space:pre-wrap'>{}</pre>", json.dumps(value, ensure_ascii=False, indent=2))
 
 
+class RequestCategoryForm(forms.ModelForm):
+    """Keywords written as the rule editor takes them: comma-separated (a JSON list is read too)."""
+
+    keywords = forms.CharField(
+        label=_("keywords"),
+        widget=forms.TextInput(attrs={"size": 80, "placeholder": "프린터, 노트북, 모니터"}),
+        help_text=_("Comma-separated words; a request that mentions any of them belongs to this department."),
+    )
+
+    class Meta:
+        model = RequestCategory
+        fields = ["department", "keywords", "order", "enabled"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        stored = self.instance.keywords if isinstance(self.instance.keywords, list) else []
+        self.initial["keywords"] = ", ".join(str(word) for word in stored)
+
+    def clean_keywords(self) -> list[str]:
+        text = self.cleaned_data["keywords"].strip()
+        if text.startswith("["):
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                parsed = None
+            if not isinstance(parsed, list) or not all(isinstance(word, str) for word in parsed):
+                raise forms.ValidationError(_("Write the keywords separated by commas (or as a JSON list of words)."))
+            words = [word.strip() for word in parsed]
+        else:
+            words = [word.strip() for word in text.split(",")]
+        words = list(dict.fromkeys(word for word in words if word))
+        if not words:
+            raise forms.ValidationError(_("Give at least one keyword."))
+        return words
+
+
 @admin.register(RequestCategory)
 class RequestCategoryAdmin(ServiceAdminMixin, admin.ModelAdmin):
     """The ``classify_request`` local tool's table: keywords → department (each change audited)."""
 
-    list_display = ["department", "keywords", "order", "enabled"]
+    form = RequestCategoryForm
+    list_display = ["department", "keywords_text", "order", "enabled"]
     list_editable = ["order", "enabled"]
     list_filter = ["enabled"]
     search_fields = ["department"]
@@ -589,3 +626,7 @@ class RequestCategoryAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
     def service_delete(self, *, obj: RequestCategory, actor: Any) -> None:
         request_category_delete(category=obj, actor=actor, via=ADMIN_VIA)
+
+    @admin.display(description=_("keywords"))
+    def keywords_text(self, obj: RequestCategory) -> str:
+        return ", ".join(str(word) for word in obj.keywords) if isinstance(obj.keywords, list) else "—"
