@@ -20,6 +20,7 @@ from agent_platform.errors import ApplicationError
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from evals.models import CASE_TYPES, EvalCase, EvalRun, EvalSet
+from evals.scoring import MAX_METRICS, RATE_METRICS
 from evals.services import (
     eval_case_create,
     eval_case_delete,
@@ -31,6 +32,7 @@ from evals.services import (
     eval_set_delete,
     eval_set_update,
 )
+from mcpregistry.models import McpServer
 
 SUMMARY_ROWS = [
     ("pass_rate", _("pass rate")),
@@ -135,8 +137,42 @@ class EvalCaseInline(admin.StackedInline):
     ]
 
 
+class EvalSetForm(forms.ModelForm):
+    """The sandbox servers picked from the bound servers (not typed as JSON ids); the thresholds' help names every
+    score a threshold may name, and which are minimums and which maximums."""
+
+    sandbox_servers = forms.MultipleChoiceField(
+        label=_("sandbox servers"),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text=_(
+            "Servers whose write tools the eval may really call. Every other write call is refused "
+            "(eval:write_blocked) and scored as attempted."
+        ),
+    )
+
+    class Meta:
+        model = EvalSet
+        fields = ["name", "description", "agent", "sandbox_servers", "thresholds"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        stored = (
+            [str(i) for i in self.instance.sandbox_servers] if isinstance(self.instance.sandbox_servers, list) else []
+        )
+        known = list(McpServer.objects.order_by("mcp_id").values_list("mcp_id", flat=True))
+        self.fields["sandbox_servers"].choices = [(i, i) for i in known] + [(i, i) for i in stored if i not in known]
+        self.initial["sandbox_servers"] = stored
+        self.fields["thresholds"].help_text = _(
+            'A JSON object of score → limit, e.g. {"pass_rate": 0.9, "forbidden_violations": 0}. Minimums (0 to 1): '
+            "%(minimums)s. Maximums: %(maximums)s. run_eval exits non-zero when a score is below its minimum or "
+            "above its maximum."
+        ) % {"minimums": ", ".join(RATE_METRICS), "maximums": ", ".join(MAX_METRICS)}
+
+
 @admin.register(EvalSet)
 class EvalSetAdmin(ServiceAdminMixin, admin.ModelAdmin):
+    form = EvalSetForm
     list_display = ["name", "agent", "case_count", "updated_at"]
     search_fields = ["name", "description"]
     inlines = [EvalCaseInline]

@@ -33,7 +33,6 @@ def test_an_admin_edit_of_a_set_goes_through_the_services(admin_client: Client) 
         "name": eval_set.name,
         "description": "changed by an admin",
         "agent": form.initial["agent"],
-        "sandbox_servers": "[]",
         "thresholds": '{"recall": 0.9}',
     }
     formset = page.context["inline_admin_formsets"][0].formset

@@ -42,3 +42,25 @@ def test_a_type_stored_before_the_list_is_kept_not_silently_changed() -> None:
     assert form["case_type"].value() == "multi_agent"
     fresh = EvalCaseForm()
     assert fresh["case_type"].value() == "single_tool"
+
+
+@pytest.mark.django_db
+def test_a_sets_sandbox_servers_are_picked_and_its_thresholds_help_names_every_score(admin_client: Client) -> None:
+    from evals.models import EvalSet
+    from evals.scoring import MAX_METRICS, RATE_METRICS
+    from mcpregistry.models import McpServer
+
+    McpServer.objects.create(mcp_id="crm", name="CRM", transport="stdio", command="python3")
+    agent = Agent.objects.create(slug="company-assistant", name="사내 비서")
+    page = admin_client.get("/admin/evals/evalset/add/")
+    form = page.context["adminform"].form
+    assert [value for value, _label in form.fields["sandbox_servers"].choices] == ["crm"]
+    help_text = str(form.fields["thresholds"].help_text)
+    assert all(score in help_text for score in RATE_METRICS + MAX_METRICS)
+    data = {"name": "seed", "agent": agent.pk, "sandbox_servers": ["crm"], "thresholds": '{"recall": 0.9}'}
+    data.update({"cases-TOTAL_FORMS": "0", "cases-INITIAL_FORMS": "0"})
+    response = admin_client.post("/admin/evals/evalset/add/", data)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert EvalSet.objects.get(name="seed").sandbox_servers == ["crm"]
+    refused = admin_client.post("/admin/evals/evalset/add/", {**data, "name": "two", "sandbox_servers": ["nope"]})
+    assert "sandbox_servers" in refused.context["adminform"].form.errors
