@@ -120,11 +120,8 @@ def _call_step(step: TimelineStep, events: list[Any], *, ok_in_trace: bool | Non
             step.status = "degraded"
     else:
         step.status, step.status_text = "failed", _failed_text(last.reason)
-    if sent:
-        step.status_text += " · " + gettext("%(n)d attempt(s), %(ms).1f ms") % {
-            "n": len(sent),
-            "ms": step.duration_ms or 0.0,
-        }
+    if sent:  # the time is the step's duration, shown once beside it
+        step.status_text += " · " + gettext("%(n)d attempt(s)") % {"n": len(sent)}
     if not step.result and last.result not in (None, "", {}):
         step.result = _pretty(last.result)
     return step
