@@ -58,26 +58,45 @@ def _json_field(label: str) -> forms.CharField:
 class RuleTesterForm(forms.Form):
     agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("slug"), label=_("agent"))
     query = forms.CharField(label=_("query"), widget=forms.TextInput(attrs={"size": 80}))
-    context = _json_field(_("A2A context (JSON object)"))
+    context = _json_field(_("A2A context (KEY=value lines, as in the rule editor, or a JSON object)"))
     a2a_data = _json_field(_("A2A data parts (JSON list of objects)"))
     execute = forms.BooleanField(label=_("also call the matched tools through the gate (audited)"), required=False)
 
     def _parse(self, name: str, expected: type) -> Any:
-        raw = self.cleaned_data.get(name) or ""
-        if not raw.strip():
+        raw = (self.cleaned_data.get(name) or "").strip()
+        if not raw:
             return expected()
+        if expected is dict and not raw.startswith("{"):
+            return self._key_value_lines(name, raw)
         try:
             value = json.loads(raw)
         except ValueError as exc:
-            raise forms.ValidationError(
-                {name: _("Not valid JSON: %(error)s") % {"error": json_error_text(exc)}}
-            ) from exc
+            self.add_error(name, _("Not valid JSON: %(error)s") % {"error": json_error_text(exc)})
+            return expected()
         if not isinstance(value, expected):
-            raise forms.ValidationError({name: _("Expected a JSON %(kind)s.") % {"kind": expected.__name__}})
+            self.add_error(name, _("Expected a JSON %(kind)s.") % {"kind": expected.__name__})
+            return expected()
         return value
+
+    def _key_value_lines(self, name: str, raw: str) -> dict[str, Any]:
+        """``KEY=value`` lines, as the rule editor writes a context condition."""
+        found: dict[str, Any] = {}
+        for number, line in enumerate(raw.splitlines(), start=1):
+            if not line.strip():
+                continue
+            key, equals, value = line.partition("=")
+            if not equals or not key.strip():
+                self.add_error(
+                    name,
+                    _("Line %(n)s: write KEY=value (one per line) or a JSON object.") % {"n": number},
+                )
+                return {}
+            found[key.strip()] = value.strip()
+        return found
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
+        # Each field's problem is told at its field, both at once.
         cleaned["context"] = self._parse("context", dict)
         cleaned["a2a_data"] = self._parse("a2a_data", list)
         return cleaned

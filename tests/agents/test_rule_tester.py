@@ -69,6 +69,20 @@ def test_bad_json_is_explained(admin_client, demo_agent) -> None:
     assert "Not valid JSON" in page
 
 
+def test_the_context_is_written_as_in_the_rule_editor_and_each_bad_field_is_told(admin_client, demo_agent) -> None:
+    from agents.rule_tester import RuleTesterForm
+
+    form = RuleTesterForm(
+        {"agent": demo_agent.pk, "query": "q", "context": "chatbotId = premium-support\n\nuserId=u-9", "a2a_data": ""}
+    )
+    assert form.is_valid(), form.errors
+    assert form.cleaned_data["context"] == {"chatbotId": "premium-support", "userId": "u-9"}
+    both = RuleTesterForm({"agent": demo_agent.pk, "query": "q", "context": "no equals sign", "a2a_data": "[1,2"})
+    assert not both.is_valid()
+    assert set(both.errors) == {"context", "a2a_data"}  # both told at once
+    assert "Line 1" in both.errors["context"][0]
+
+
 def test_only_admins_who_may_change_rules_can_use_it(outsider_client, demo_agent) -> None:
     assert outsider_client.get("/admin/agents/rule-tester/").status_code == 403
     assert Client().get("/admin/agents/rule-tester/").status_code == 302  # to the login page
