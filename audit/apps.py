@@ -9,23 +9,30 @@ from django.db.migrations.recorder import MigrationRecorder
 from django.db.models.signals import m2m_changed, post_migrate, pre_migrate
 from django.utils.translation import gettext_lazy as _
 
+_GROUPS_BEFORE: dict[str, Any] = {}
+"""The groups as a ``migrate`` found them, by database, until its end compares them (``audit.roles``)."""
+
 
 def _audit_chain_before_migrate(*, using: str, **_kwargs: Any) -> None:
     """SQLite alters a table by copying and renaming it, which its triggers (one of which names the events
-    table) do not survive: they are lifted for the length of ``migrate`` and put back after it."""
+    table) do not survive: they are lifted for the length of ``migrate`` and put back after it. The groups are
+    noted as the ``migrate`` finds them, for its end to record what its data migrations did to them."""
     from audit.append_only import sqlite_triggers_lift
+    from audit.roles import groups_snapshot
 
     connection = connections[using]
     if connection.vendor == "sqlite":
         sqlite_triggers_lift(connection)
+    if using == DEFAULT_DB_ALIAS and getattr(settings, "PLATFORM_AUDIT_MIGRATED_GROUPS", True):
+        _GROUPS_BEFORE[using] = groups_snapshot(using=using)
 
 
 def _audit_chain_after_migrate(*, using: str, **_kwargs: Any) -> None:
     """After every ``migrate`` (and a test suite's flush): SQLite's triggers back in place (altering a table
     there drops its triggers), the chain head created if the record is empty (never over events), and the groups
-    data migrations made (the auditor and reviewer roles) recorded (``audit.roles.groups_record_unrecorded``)."""
+    data migrations made or changed (the auditor and reviewer roles) recorded (``audit.roles.groups_record_migrated``)."""
     from audit.append_only import append_only_install
-    from audit.roles import groups_record_unrecorded
+    from audit.roles import groups_record_migrated
     from audit.services import audit_chain_head_create_if_fresh
 
     connection = connections[using]
@@ -36,7 +43,7 @@ def _audit_chain_after_migrate(*, using: str, **_kwargs: Any) -> None:
         append_only_install(connection)
     audit_chain_head_create_if_fresh(using=using)
     if using == DEFAULT_DB_ALIAS and getattr(settings, "PLATFORM_AUDIT_MIGRATED_GROUPS", True):
-        groups_record_unrecorded()
+        groups_record_migrated(_GROUPS_BEFORE.pop(using, None))
 
 
 class AuditConfig(AppConfig):

@@ -18,7 +18,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import check_password
 from django.contrib.auth.models import AbstractBaseUser, Group
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
 
 from audit.change_guard import ChangeAudit, change_scope, current_scope, register_policy
@@ -113,59 +113,73 @@ def group_delete(*, group: Group, actor: Any, via: str) -> None:
     audited_delete(group, actor=actor, via=via)
 
 
-def groups_record_unrecorded() -> int:
-    """Bring the record up to date with the groups a ``migrate`` made or changed, as ``system:migrate`` (path
-    ``migrate``): a group the record has no event for is recorded as created, with its permissions; a group whose
-    name or permissions differ from what its recorded events add up to (a data migration that grants a role a new
-    permission) is recorded as updated, with the difference; a recorded group that is gone, as deleted. The
-    platform's data migrations cannot call the services here, so who may audit or approve joins the record at the
-    end of the ``migrate`` that changed it. Runs after every ``migrate``; a group whose record is up to date is
-    left alone. Returns how many events it wrote."""
-    from audit.models import AuditEvent
-
+def groups_snapshot(*, using: str = DEFAULT_DB_ALIAS) -> dict[int, dict[str, Any]] | None:
+    """Every group's recorded fields (its name and permissions), by id; None before the groups' table exists (a
+    fresh database's first ``migrate``)."""
+    connection = connections[using]
+    if Group._meta.db_table not in connection.introspection.table_names():
+        return None
     names = recorded_fields(Group)
-    recorded: dict[str, dict[str, Any] | None] = {}
-    events = AuditEvent.objects.filter(action__startswith=f"{CONFIG_ACTION_PREFIX}group.").order_by("id")
-    for action, args, result in events.values_list("action", "args", "result"):
-        key = str((result or {}).get("id")) if isinstance(result, dict) else ""
-        if not key:
-            continue
-        if action.endswith(".delete"):
-            recorded[key] = None
-            continue
-        state = dict(recorded.get(key) or {})
-        for field, change in (args or {}).items() if isinstance(args, dict) else ():
-            if field in names and isinstance(change, list) and len(change) == 2:
-                state[field] = change[1]
-        recorded[key] = state
+    groups = Group.objects.using(using).order_by("pk").prefetch_related("permissions")
+    return {group.pk: snapshot(group, names) for group in groups}
+
+
+def groups_record_migrated(before: dict[int, dict[str, Any]] | None) -> int:
+    """Record, as ``system:migrate`` (path ``migrate``), what a ``migrate`` did to the groups: ``before`` is
+    :func:`groups_snapshot` taken as it began. A group it made is recorded as created (with its permissions), one
+    whose name or permissions it changed (a data migration that grants a role a new permission) as updated with
+    the difference, one it removed as deleted. The platform's data migrations cannot call the services here, so who
+    may audit or approve joins the record at the end of the ``migrate`` that changed it. Both snapshots are taken
+    by the same process in the same language, so a permission's translated name never reads as a change. Then
+    :func:`groups_record_unrecorded`. Returns how many events it wrote."""
+    after = groups_snapshot() or {}
+    earlier = before or {}
+    names = recorded_fields(Group)
     written = 0
-    groups = list(Group.objects.order_by("pk").prefetch_related("permissions"))
-    present = {str(group.pk) for group in groups}
-    for key, state in recorded.items():
-        if state is not None and key not in present and key.isdigit():  # removed by a migration
-            gone = Group(pk=int(key), name=str(state.get("name") or ""))
-            with transaction.atomic(), change_scope(actor=MIGRATE_ACTOR, via="migrate"):
-                config_change_record(obj=gone, verb="delete", diff={k: [v, None] for k, v in state.items() if v})
+    for pk, state in earlier.items():
+        if pk not in after:
+            gone = Group(pk=pk, name=str(state.get("name") or ""))
+            _record_by_migrate(gone, "delete", {k: [v, None] for k, v in state.items() if v})
             written += 1
-    for group in groups:
-        now = snapshot(group, names)
-        known = recorded.get(str(group.pk))
-        if known is None:
-            verb, diff = "create", change_diff(Group, {}, now, creating=True)
-        else:
-            # A create records only the fields it set: one it left out was empty (no permissions).
-            was = {name: known[name] if name in known else _empty_like(value) for name, value in now.items()}
-            verb, diff = "update", change_diff(Group, was, now)
-            if not diff:
-                continue
-        with transaction.atomic(), change_scope(actor=MIGRATE_ACTOR, via="migrate"):
-            config_change_record(obj=group, verb=verb, diff=diff)
-        written += 1
-    return written
+    for group in Group.objects.filter(pk__in=list(after)).order_by("pk"):
+        if group.pk not in earlier:
+            diff = change_diff(Group, {}, after[group.pk], creating=True)
+            _record_by_migrate(group, "create", diff)
+            written += 1
+        elif earlier[group.pk] != after[group.pk]:
+            diff = change_diff(Group, {n: earlier[group.pk].get(n) for n in names}, after[group.pk])
+            if diff:
+                _record_by_migrate(group, "update", diff)
+                written += 1
+    return written + groups_record_unrecorded()
 
 
-def _empty_like(value: Any) -> Any:
-    return type(value)() if isinstance(value, list | dict | str) else None
+def groups_record_unrecorded() -> int:
+    """Record, as created by ``system:migrate``, each group the audit record has no event for (a database
+    migrated before the roles were recorded), with its permissions; a group already recorded is left alone. Not
+    once events have been archived (``archive_audit``): a group's creation may lie in the archive. Returns how many
+    were recorded."""
+    from audit.models import AuditCheckpoint, AuditEvent
+
+    first = AuditEvent.objects.exclude(seq=None).order_by("seq").values_list("seq", flat=True).first()
+    if AuditCheckpoint.objects.exists() or (first is not None and first > 1):
+        return 0  # the record's start is archived
+    recorded = {
+        str(pk)
+        for pk in AuditEvent.objects.filter(action__startswith=f"{CONFIG_ACTION_PREFIX}group.").values_list(
+            "result__id", flat=True
+        )
+    }
+    unrecorded = [g for g in Group.objects.order_by("pk").prefetch_related("permissions") if str(g.pk) not in recorded]
+    names = recorded_fields(Group)
+    for group in unrecorded:
+        _record_by_migrate(group, "create", change_diff(Group, {}, snapshot(group, names), creating=True))
+    return len(unrecorded)
+
+
+def _record_by_migrate(group: Group, verb: str, diff: dict[str, Any]) -> None:
+    with transaction.atomic(), change_scope(actor=MIGRATE_ACTOR, via="migrate"):
+        config_change_record(obj=group, verb=verb, diff=diff)
 
 
 # --- changes made outside a service: recorded, unattributed -----------------------------------------------------

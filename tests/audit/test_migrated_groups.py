@@ -15,7 +15,7 @@ import pytest
 from django.contrib.auth.models import Group
 
 from audit.models import AuditEvent
-from audit.roles import MIGRATE_ACTOR, groups_record_unrecorded
+from audit.roles import MIGRATE_ACTOR, groups_record_migrated, groups_record_unrecorded, groups_snapshot
 from tests.audit.test_chain import verify
 from tests.e2e.harness import manage_in
 
@@ -88,27 +88,64 @@ def _events(action: str) -> list[tuple[str, str, dict[str, Any]]]:
 
 @pytest.mark.django_db
 def test_a_migration_that_changes_a_roles_permissions_or_removes_it_is_recorded_at_the_end_of_migrate() -> None:
-    """What a data migration does to a recorded role (it cannot call the services, and the signals do not see
-    its historical models) is found by comparing the groups with what their recorded events add up to."""
+    """What a data migration does to a role (it cannot call the services, and the signals do not see its
+    historical models) is found by comparing the groups as the migrate found and left them."""
     from django.contrib.auth.models import Permission
 
     assert groups_record_unrecorded() == 2
+    before = groups_snapshot()
     auditor = Group.objects.get(name="auditor")
     reviewer = Group.objects.get(name="reviewer")
     granted = Permission.objects.get(content_type__app_label="agents", codename="view_agent")
     with_migration_models = Group.permissions.through  # as a data migration writes: no signal of ours fires
     with_migration_models.objects.bulk_create([with_migration_models(group=auditor, permission=granted)])
     Group.objects.filter(pk=reviewer.pk).delete()
+    Group.objects.bulk_create([Group(name="support")])  # a new role
 
-    assert groups_record_unrecorded() == 2
-    assert groups_record_unrecorded() == 0  # up to date: nothing again
+    assert groups_record_migrated(before) == 3
+    assert groups_record_migrated(groups_snapshot()) == 0  # a migrate that changes nothing records nothing
     [(actor, name, args)] = _events("config.group.update")
     assert (actor, name) == (MIGRATE_ACTOR, "auditor")
-    before, after = args["permissions"]
-    assert set(after) - set(before) == {"Agents | agent | Can view agent"} and set(before) <= set(after)
+    was, now = args["permissions"]
+    assert set(now) - set(was) == {"Agents | agent | Can view agent"} and set(was) <= set(now)
     [(actor, name, args)] = _events("config.group.delete")
     assert (actor, name) == (MIGRATE_ACTOR, "reviewer") and args["name"] == ["reviewer", None]
-    assert verify().startswith("verified 4 events")
+    assert [(actor, name) for actor, name, _ in _events("config.group.create")][-1] == (MIGRATE_ACTOR, "support")
+    assert verify().startswith("verified 5 events")
+
+
+@pytest.mark.django_db
+def test_a_permission_recorded_in_another_language_is_no_change() -> None:
+    """A group changed by an admin reading Korean is recorded with Korean permission names; a later migrate (in
+    English) compares the groups as it found and left them, never with the record's wording."""
+    from django.contrib.auth.models import Permission
+    from django.utils import translation
+
+    from audit.roles import group_save
+
+    assert groups_record_unrecorded() == 2
+    reviewer = Group.objects.get(name="reviewer")
+    extra = Permission.objects.get(content_type__app_label="agents", codename="view_agent")
+    with translation.override("ko"):
+        group_save(group=reviewer, actor="admin", via="admin", permissions=[*reviewer.permissions.all(), extra])
+    assert groups_record_migrated(groups_snapshot()) == 0
+    assert not AuditEvent.objects.filter(actor=MIGRATE_ACTOR, action="config.group.update").exists()
+
+
+@pytest.mark.django_db
+def test_groups_are_not_recreated_once_the_records_start_is_archived(tmp_path: Path) -> None:
+    """After ``archive_audit`` a group's creation may lie in the archive: no group is recorded as created again."""
+    import io
+
+    from django.core.management import call_command
+
+    assert groups_record_unrecorded() == 2
+    call_command(
+        "archive_audit", "--older-than-days", "0", "--output", str(tmp_path / "a.jsonl.gz"), stdout=io.StringIO()
+    )
+    assert not AuditEvent.objects.filter(action="config.group.create").exists()  # in the archive now
+    assert groups_record_unrecorded() == 0
+    assert groups_record_migrated(groups_snapshot()) == 0
 
 
 @pytest.mark.django_db
