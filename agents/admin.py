@@ -400,6 +400,8 @@ class ApiKeyAdmin(ServiceAdminMixin, admin.ModelAdmin):
         obj._issued_key = raw  # for the next page only; never saved, logged or put in a message
 
     def response_add(self, request: HttpRequest, obj: ApiKey, post_url_continue: str | None = None) -> HttpResponse:
+        # Whatever the button (save, save and continue, save and add another), the page that follows shows the
+        # key once; from there the admin goes on.
         raw = obj.__dict__.pop("_issued_key", None)
         if raw is None:
             return super().response_add(request, obj, post_url_continue)
@@ -457,6 +459,13 @@ class BudgetAdmin(ServiceAdminMixin, admin.ModelAdmin):
     list_display = ["__str__", "period", "max_tokens", "max_cost", "run_reservation_tokens", "enabled", "used_now"]
     list_filter = ["period", "enabled"]
     fields = ["api_key", "agent", "period", "max_tokens", "max_cost", "run_reservation_tokens", "enabled"]
+
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        formfield = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if db_field.name == "api_key" and formfield is not None and hasattr(formfield.widget, "can_add_related"):
+            # A key is issued on its own page, which shows it once: not in a pop-up that would close over it.
+            formfield.widget.can_add_related = False
+        return formfield
 
     @admin.display(description=_("used this period"))
     def used_now(self, obj: Budget) -> str:

@@ -161,7 +161,8 @@ class EvalSetForm(forms.ModelForm):
             [str(i) for i in self.instance.sandbox_servers] if isinstance(self.instance.sandbox_servers, list) else []
         )
         known = list(McpServer.objects.order_by("mcp_id").values_list("mcp_id", flat=True))
-        self.fields["sandbox_servers"].choices = [(i, i) for i in known] + [(i, i) for i in stored if i not in known]
+        # The stored ones first, in their order (a save that changes nothing keeps it), then the other servers.
+        self.fields["sandbox_servers"].choices = [(i, i) for i in stored] + [(i, i) for i in known if i not in stored]
         self.initial["sandbox_servers"] = stored
         self.fields["thresholds"].help_text = _(
             'A JSON object of score → limit, e.g. {"pass_rate": 0.9, "forbidden_violations": 0}. Minimums (0 to 1): '

@@ -585,8 +585,10 @@ class RequestCategoryForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        stored = self.instance.keywords if isinstance(self.instance.keywords, list) else []
-        self.initial["keywords"] = ", ".join(str(word) for word in stored)
+        stored = [str(word) for word in self.instance.keywords] if isinstance(self.instance.keywords, list) else []
+        # Words with a comma (or a first one that opens with "[") read back only as a JSON list: shown as one.
+        as_json = any("," in word for word in stored) or (stored and stored[0].lstrip().startswith("["))
+        self.initial["keywords"] = json.dumps(stored, ensure_ascii=False) if as_json else ", ".join(stored)
 
     def clean_keywords(self) -> list[str]:
         text = self.cleaned_data["keywords"].strip()

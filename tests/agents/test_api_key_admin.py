@@ -44,3 +44,10 @@ def test_a_bad_rate_is_refused_at_its_field_and_issues_nothing(admin_client: Cli
     assert response.status_code == 200
     assert "rate" in response.context["adminform"].form.errors
     assert not ApiKey.objects.exists() and not AuditEvent.objects.filter(action="config.api_key.create").exists()
+
+
+@pytest.mark.django_db
+def test_a_budgets_page_offers_no_pop_up_to_issue_a_key(admin_client: Client) -> None:
+    """A pop-up would close over the key it shows once: keys are issued on their own page."""
+    page = admin_client.get("/admin/agents/budget/add/").content.decode()
+    assert 'name="api_key"' in page and 'id="add_id_api_key"' not in page

@@ -64,3 +64,26 @@ def test_a_sets_sandbox_servers_are_picked_and_its_thresholds_help_names_every_s
     assert EvalSet.objects.get(name="seed").sandbox_servers == ["crm"]
     refused = admin_client.post("/admin/evals/evalset/add/", {**data, "name": "two", "sandbox_servers": ["nope"]})
     assert "sandbox_servers" in refused.context["adminform"].form.errors
+
+
+@pytest.mark.django_db
+def test_saving_a_set_unchanged_keeps_its_sandbox_servers_order_and_records_nothing(admin_client: Client) -> None:
+    from audit.models import AuditEvent
+    from evals.models import EvalSet
+    from mcpregistry.models import McpServer
+
+    for mcp_id in ("aaa", "zzz"):
+        McpServer.objects.create(mcp_id=mcp_id, name=mcp_id, transport="stdio", command="python3")
+    agent = Agent.objects.create(slug="a", name="a")
+    eval_set = eval_set_create(
+        actor="test", via="tests", data={"name": "s", "agent": agent, "sandbox_servers": ["zzz", "aaa"]}
+    )
+    form = admin_client.get(f"/admin/evals/evalset/{eval_set.pk}/change/").context["adminform"].form
+    checked = [
+        value for value, _label in form.fields["sandbox_servers"].choices if value in form["sandbox_servers"].value()
+    ]
+    data = {"name": "s", "agent": agent.pk, "sandbox_servers": checked, "thresholds": "{}"}
+    data.update({"cases-TOTAL_FORMS": "0", "cases-INITIAL_FORMS": "0"})
+    assert admin_client.post(f"/admin/evals/evalset/{eval_set.pk}/change/", data).status_code == 302
+    assert EvalSet.objects.get(pk=eval_set.pk).sandbox_servers == ["zzz", "aaa"]
+    assert not AuditEvent.objects.filter(action="config.eval_set.update").exists()

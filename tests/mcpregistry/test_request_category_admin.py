@@ -41,3 +41,18 @@ def test_keywords_that_say_nothing_are_refused_at_their_field(admin_client: Clie
     assert response.status_code == 200
     assert "keywords" in response.context["adminform"].form.errors
     assert not RequestCategory.objects.filter(department="총무팀").exists()
+
+
+@pytest.mark.parametrize("keywords", [["서울,부산", "x"], ["[긴급]", "y"]])
+def test_keywords_that_commas_cannot_carry_are_shown_as_json_and_survive_a_save(
+    admin_client: Client, keywords: list[str]
+) -> None:
+    category = RequestCategory.objects.create(department="총무팀", keywords=keywords, order=5)
+    form = admin_client.get(f"/admin/mcpregistry/requestcategory/{category.pk}/change/").context["adminform"].form
+    shown = form["keywords"].value()
+    data = {"department": "총무팀", "keywords": shown, "order": "5", "enabled": "on"}
+    response = admin_client.post(f"/admin/mcpregistry/requestcategory/{category.pk}/change/", data)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    category.refresh_from_db()
+    assert category.keywords == keywords
+    assert not AuditEvent.objects.filter(action="config.request_category.update").exists()  # nothing changed
