@@ -64,6 +64,11 @@ def test_the_audit_list_fits_at_1400_px_and_reads_in_words(
         ".filter(cell => cell.scrollWidth > cell.clientWidth + 1).map(cell => cell.textContent.trim())"
     )
     assert squeezed == []
+    id_lines = browser.execute_script(
+        "const r = document.createRange(); r.selectNodeContents(document.querySelector("
+        "'#result_list thead th.column-id .text a')); return r.getClientRects().length"
+    )
+    assert id_lines == 1  # "ID" on one line (it read I / D)
     times = browser.execute_script(
         "return [...document.querySelectorAll('#result_list .audit-nowrap')].map(e => e.getClientRects().length)"
     )
