@@ -28,8 +28,6 @@ from django.http import (
 )
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils import timezone
-from django.utils.formats import date_format
 from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -43,7 +41,7 @@ from agents.decision_reasons import reason_text
 from agents.models import Approval, Run
 from agents.services import CANCELLABLE, run_cancel
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
-from audit.labels import breakable, reason_label
+from audit.labels import breakable, reason_label, when_cell
 
 StepStatus = str
 """``ok``, ``degraded`` (it worked, after a retry, a fallback, a reused result or an uncertain outcome),
@@ -348,12 +346,7 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
     @admin.display(description=_("created"), ordering="created_at")
     def created(self, obj: Run) -> str:
-        local = timezone.localtime(obj.created_at)
-        return format_html(
-            '<span class="cell-nowrap">{}</span><br><span class="cell-nowrap">{}</span>',
-            date_format(local, "Y-m-d"),
-            date_format(local, "H:i:s T"),
-        )
+        return when_cell(obj.created_at)
 
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, obj: Run) -> str:

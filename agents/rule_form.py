@@ -56,7 +56,9 @@ def typed_value(text: str) -> Any:
         return text
 
 
-def _pairs(text: str, where: str) -> dict[str, Any]:
+def key_value_pairs(text: str, where: str) -> dict[str, Any]:
+    """``KEY=value`` lines (blank lines skipped), each value typed as the rule editor types it (``3`` a number,
+    ``true`` a boolean); a line without ``=`` is refused, naming it."""
     pairs: dict[str, Any] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -110,7 +112,7 @@ class WhenWidget(EditorWidget):
             when["regex"] = field("regex")
         for key in ("context", "data"):
             try:
-                pairs = _pairs(str(data.get(f"{name}__{key}", "")), key)
+                pairs = key_value_pairs(str(data.get(f"{name}__{key}", "")), key)
             except ValidationError:
                 return json.dumps({**when, key: str(data.get(f"{name}__{key}", ""))}, ensure_ascii=False)
             if pairs:
@@ -239,7 +241,7 @@ class DeterministicRuleForm(forms.ModelForm):
         if isinstance(when, dict):
             for key in ("context", "data"):
                 if isinstance(when.get(key), str):
-                    _pairs(when[key], key)  # raises, naming the line
+                    key_value_pairs(when[key], key)  # raises, naming the line
         return when
 
     def clean(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from django.utils.translation import gettext_lazy as _
 from agent_platform.json import json_error_text
 from agents.decision_reasons import reason_text
 from agents.models import Agent
+from agents.rule_form import key_value_pairs
 from agents.selectors import deterministic_rule_specs
 
 
@@ -79,20 +80,13 @@ class RuleTesterForm(forms.Form):
         return value
 
     def _key_value_lines(self, name: str, raw: str) -> dict[str, Any]:
-        """``KEY=value`` lines, as the rule editor writes a context condition."""
-        found: dict[str, Any] = {}
-        for number, line in enumerate(raw.splitlines(), start=1):
-            if not line.strip():
-                continue
-            key, equals, value = line.partition("=")
-            if not equals or not key.strip():
-                self.add_error(
-                    name,
-                    _("Line %(n)s: write KEY=value (one per line) or a JSON object.") % {"n": number},
-                )
-                return {}
-            found[key.strip()] = value.strip()
-        return found
+        """``KEY=value`` lines, read as the rule editor reads a context condition (values typed the same way, so
+        ``tier=3`` meets a rule's ``tier=3``)."""
+        try:
+            return key_value_pairs(raw, str(self.fields[name].label))
+        except forms.ValidationError as exc:
+            self.add_error(name, exc)
+            return {}
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()

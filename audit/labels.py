@@ -11,10 +11,13 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
+from typing import Any
 
 from django.apps import apps
 from django.db import models
-from django.utils.html import format_html_join
+from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.html import format_html, format_html_join
 from django.utils.translation import pgettext
 
 from audit.change_guard import policy_of
@@ -147,3 +150,14 @@ def breakable(code: str) -> str:
     places to break after its dots, colons and underscores, so a narrow column wraps it there rather than after
     any letter."""
     return format_html_join("", "{}<wbr>", ((piece,) for piece in re.split(r"(?<=[.:_])", code) if piece))
+
+
+def when_cell(moment: Any) -> str:
+    """A list cell's time: the local date above the local time with its zone, each kept whole
+    (``2026-12-04`` / ``03:32:41 KST``), the same in every list."""
+    local = timezone.localtime(moment)
+    return format_html(
+        '<span class="cell-nowrap">{}</span><br><span class="cell-nowrap">{}</span>',
+        date_format(local, "Y-m-d"),
+        date_format(local, "H:i:s T"),
+    )

@@ -28,7 +28,7 @@ from django.utils.translation import gettext_lazy as _
 
 from agents.models import Agent
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
-from audit.labels import action_label, breakable, reason_label
+from audit.labels import action_label, breakable, reason_label, when_cell
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.services import audit_chain_catch_up
 from auditor.charts import bar_chart
@@ -297,12 +297,7 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     def when(self, obj: AuditEvent) -> str:
         """To the second, with the time zone (the admin's list would otherwise show minutes): the date above the
         time, neither of them broken."""
-        local = timezone.localtime(obj.created_at)
-        return format_html(
-            '<span class="audit-nowrap">{}</span><br><span class="audit-nowrap">{}</span>',
-            date_format(local, "Y-m-d"),
-            date_format(local, "H:i:s T"),
-        )
+        return when_cell(obj.created_at)
 
     @admin.display(description=_("event"), ordering="action")
     def event(self, obj: AuditEvent) -> str:

@@ -73,14 +73,15 @@ def test_the_context_is_written_as_in_the_rule_editor_and_each_bad_field_is_told
     from agents.rule_tester import RuleTesterForm
 
     form = RuleTesterForm(
-        {"agent": demo_agent.pk, "query": "q", "context": "chatbotId = premium-support\n\nuserId=u-9", "a2a_data": ""}
+        {"agent": demo_agent.pk, "query": "q", "context": "chatbotId = premium-support\n\ntier=3", "a2a_data": ""}
     )
     assert form.is_valid(), form.errors
-    assert form.cleaned_data["context"] == {"chatbotId": "premium-support", "userId": "u-9"}
+    # Typed as the rule editor types a condition: tier=3 meets a rule's tier=3.
+    assert form.cleaned_data["context"] == {"chatbotId": "premium-support", "tier": 3}
     both = RuleTesterForm({"agent": demo_agent.pk, "query": "q", "context": "no equals sign", "a2a_data": "[1,2"})
     assert not both.is_valid()
     assert set(both.errors) == {"context", "a2a_data"}  # both told at once
-    assert "Line 1" in both.errors["context"][0]
+    assert "line 1" in both.errors["context"][0]
 
 
 def test_only_admins_who_may_change_rules_can_use_it(outsider_client, demo_agent) -> None:

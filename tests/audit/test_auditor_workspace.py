@@ -44,7 +44,7 @@ def test_the_audit_list_is_newest_first_with_seconds_and_the_time_zone(auditor_c
     newest = AuditEvent.objects.get(pk=ids[0])
     local = timezone.localtime(newest.created_at)
     page = response.content.decode()  # the date above the time, each kept whole
-    assert f'{local:%Y-%m-%d}</span><br><span class="audit-nowrap">{local:%H:%M:%S} KST' in page
+    assert f'{local:%Y-%m-%d}</span><br><span class="cell-nowrap">{local:%H:%M:%S} KST' in page
 
 
 def test_the_short_run_id_the_list_shows_is_a_filter_and_the_export_keeps_it(auditor_client) -> None:

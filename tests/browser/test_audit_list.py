@@ -70,7 +70,7 @@ def test_the_audit_list_fits_at_1400_px_and_reads_in_words(
     )
     assert id_lines == 1  # "ID" on one line (it read I / D)
     times = browser.execute_script(
-        "return [...document.querySelectorAll('#result_list .audit-nowrap')].map(e => e.getClientRects().length)"
+        "return [...document.querySelectorAll('#result_list .cell-nowrap')].map(e => e.getClientRects().length)"
     )
     assert times and set(times) == {1}  # the date and the time each on one line
 
