@@ -13,6 +13,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from django.utils.translation import gettext as _
+
 from evals.notation import NO_TOOL
 
 RATE_METRICS = ("pass_rate", "precision", "recall", "sequence_match", "argument_match", "answer_checks")
@@ -74,17 +76,23 @@ class CaseScore:
 
 def _tool_list_problems(value: Any, where: str) -> list[str]:
     if not isinstance(value, list):
-        return [f'{where}: a list of {{"name": ..., "args": {{...}}}} objects']
+        return [_('%(where)s: a list of {"name": ..., "args": {...}} objects') % {"where": where}]
     problems = []
     for i, item in enumerate(value):
         if isinstance(item, str):
             continue
         if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not item["name"]:
-            problems.append(f"{where}[{i}]: needs a tool name")
+            problems.append(_("%(where)s[%(i)s]: needs a tool name") % {"where": where, "i": i})
         elif not isinstance(item.get("args", {}), dict):
-            problems.append(f"{where}[{i}].args: an object (the arguments the call must contain)")
+            problems.append(
+                _("%(where)s[%(i)s].args: an object (the arguments the call must contain)") % {"where": where, "i": i}
+            )
         elif set(item) - {"name", "args"}:
-            problems.append(f"{where}[{i}]: unknown keys {sorted(set(item) - {'name', 'args'})}")
+            unknown = ", ".join(sorted(set(item) - {"name", "args"}))
+            problems.append(
+                _("%(where)s[%(i)s]: unknown keys %(keys)s (the keys are name, args)")
+                % {"where": where, "i": i, "keys": unknown}
+            )
     return problems
 
 
@@ -96,10 +104,10 @@ def case_problems(
     if p := _tool_list_problems(expected_tools, "expected_tools"):
         problems["expected_tools"] = p
     if not isinstance(forbidden_tools, list) or not all(isinstance(n, str) and n for n in forbidden_tools):
-        problems["forbidden_tools"] = ['a list of tool names ("*": no tool at all)']
+        problems["forbidden_tools"] = [_('a list of tool names ("*": no tool at all)')]
     check_problems = []
     if not isinstance(answer_checks, list):
-        check_problems.append('a list like [{"contains": "..."}, {"regex": "..."}, {"dont_know": true}]')
+        check_problems.append(_('a list like [{"contains": "..."}, {"regex": "..."}, {"dont_know": true}]'))
     else:
         for i, check in enumerate(answer_checks):
             if (
@@ -107,21 +115,21 @@ def case_problems(
                 or len(check) != 1
                 or next(iter(check)) not in {"contains", "regex", "dont_know"}
             ):
-                check_problems.append(f"[{i}]: one of contains, regex, dont_know")
+                check_problems.append(_("[%(i)s]: one of contains, regex, dont_know") % {"i": i})
             elif "regex" in check:
                 try:
                     re.compile(str(check["regex"]))
                 except re.error as exc:
-                    check_problems.append(f"[{i}]: not a regular expression: {exc}")
+                    check_problems.append(_("[%(i)s]: not a regular expression: %(error)s") % {"i": i, "error": exc})
     if check_problems:
         problems["answer_checks"] = check_problems
     alt_problems = []
     if not isinstance(alternatives, list):
-        alt_problems.append('a list like [{"tools": [...], "note": "..."}]')
+        alt_problems.append(_('a list like [{"tools": [...], "note": "..."}]'))
     else:
         for i, alternative in enumerate(alternatives):
             if not isinstance(alternative, dict) or "tools" not in alternative:
-                alt_problems.append(f"[{i}]: needs tools")
+                alt_problems.append(_("[%(i)s]: needs tools") % {"i": i})
             else:
                 alt_problems += _tool_list_problems(alternative["tools"], f"[{i}].tools")
     if alt_problems:
@@ -131,15 +139,18 @@ def case_problems(
 
 def threshold_problems(thresholds: Any) -> list[str]:
     if not isinstance(thresholds, dict):
-        return ["an object of score → limit"]
+        return [_("an object of score → limit")]
     problems = []
     for name, limit in thresholds.items():
         if name not in RATE_METRICS + MAX_METRICS:
-            problems.append(f"{name}: not a score; the scores are {', '.join(RATE_METRICS + MAX_METRICS)}")
+            problems.append(
+                _("%(name)s: not a score; the scores are %(scores)s")
+                % {"name": name, "scores": ", ".join(RATE_METRICS + MAX_METRICS)}
+            )
         elif isinstance(limit, bool) or not isinstance(limit, int | float):
-            problems.append(f"{name}: a number")
+            problems.append(_("%(name)s: a number") % {"name": name})
         elif name in RATE_METRICS and not 0 <= limit <= 1:
-            problems.append(f"{name}: between 0 and 1")
+            problems.append(_("%(name)s: between 0 and 1") % {"name": name})
     return problems
 
 

@@ -87,3 +87,21 @@ def test_saving_a_set_unchanged_keeps_its_sandbox_servers_order_and_records_noth
     assert admin_client.post(f"/admin/evals/evalset/{eval_set.pk}/change/", data).status_code == 302
     assert EvalSet.objects.get(pk=eval_set.pk).sandbox_servers == ["zzz", "aaa"]
     assert not AuditEvent.objects.filter(action="config.eval_set.update").exists()
+
+
+@pytest.mark.django_db
+def test_a_cases_and_a_sets_json_problems_are_told_in_the_readers_language(admin_client: Client) -> None:
+    agent = Agent.objects.create(slug="a", name="a")
+    eval_set = eval_set_create(actor="test", via="tests", data={"name": "s", "agent": agent})
+    data = {"name": "s", "agent": agent.pk, "thresholds": '{"recal": 0.9}'}
+    data.update({"cases-TOTAL_FORMS": "1", "cases-INITIAL_FORMS": "0"})
+    data.update({"cases-0-key": "q1", "cases-0-order": "1", "cases-0-case_type": "single_tool", "cases-0-query": "?"})
+    data.update({"cases-0-expected_tools": '[{"nmae": "x"}]', "cases-0-forbidden_tools": "[]"})
+    data.update({"cases-0-answer_checks": '[{"contain": "x"}]', "cases-0-alternatives": "[]"})
+    data.update({"cases-0-context": "{}", "cases-0-data": "[]"})
+    page = admin_client.post(f"/admin/evals/evalset/{eval_set.pk}/change/", data, HTTP_ACCEPT_LANGUAGE="ko")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "recal: 점수가 아닙니다. 점수: pass_rate" in html
+    assert "expected_tools[0]: 도구 이름이 필요합니다" in html
+    assert "[0]: contains, regex, dont_know 중 하나여야 합니다" in html
