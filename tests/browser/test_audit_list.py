@@ -16,6 +16,16 @@ from tests.browser.test_versions_pages import in_language, no_horizontal_overflo
 pytestmark = pytest.mark.browser
 
 
+def squeezed_cells(browser: Any, selector: str) -> list[str]:
+    """The text of each cell narrower than its longest word (a word or a code broken after any letter)."""
+    return list(
+        browser.execute_script(
+            f"return [...document.querySelectorAll('{selector}')]"
+            ".filter(cell => cell.scrollWidth > cell.clientWidth + 1).map(cell => cell.textContent.trim())"
+        )
+    )
+
+
 def demo_like_events() -> None:
     """What the demo's runs and its setup write: rule decisions, deterministic and model calls (one refused, one
     retried), configuration changes, with the demo's long server, tool and caller names."""
@@ -59,11 +69,7 @@ def test_the_audit_list_fits_at_1400_px_and_reads_in_words(
     for shown in [*words, "sds-company-data", "get_asset_status_backup", "args:allowed:region", "api_key:apk__gdi8Fbs"]:
         assert shown in table.replace("\n", " "), shown
     # No cell is narrower than its longest word: a code or a name wraps at its dots, colons and underscores only.
-    squeezed = browser.execute_script(
-        "return [...document.querySelectorAll('#result_list td, #result_list th')]"
-        ".filter(cell => cell.scrollWidth > cell.clientWidth + 1).map(cell => cell.textContent.trim())"
-    )
-    assert squeezed == []
+    assert squeezed_cells(browser, "#result_list td, #result_list th") == []
     id_lines = browser.execute_script(
         "const r = document.createRange(); r.selectNodeContents(document.querySelector("
         "'#result_list thead th.column-id .text a')); return r.getClientRects().length"
@@ -115,8 +121,4 @@ def test_the_runs_list_fits_at_1400_px(admin_in_browser: Any, language: str) -> 
     table = browser.find_element(By.ID, "result_list")
     assert "deterministic:tool_failed" in table.text.replace("\n", "")
     assert "1,485.0" in table.text
-    squeezed = browser.execute_script(
-        "return [...document.querySelectorAll('#result_list td')]"
-        ".filter(cell => cell.scrollWidth > cell.clientWidth + 1).map(cell => cell.textContent.trim())"
-    )
-    assert squeezed == []
+    assert squeezed_cells(browser, "#result_list td") == []
