@@ -19,7 +19,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.translation import gettext
 
-from agents.budgets import period_bounds, usage_by_day, usd
+from agents.budgets import MICROS_PER_USD, period_bounds, usage_by_day, usd_text
 from agents.models import Approval, Budget, Run
 from auditor.charts import bar_chart
 from auditor.metrics import tool_metrics
@@ -152,7 +152,8 @@ def dashboard_usage(request: HttpRequest) -> dict[str, Any] | None:
             .order_by("-cost", "-tokens")[:USAGE_ROWS]
         )
         return [
-            {"name": r[field], "runs": r["n"], "tokens": r["tokens"] or 0, "cost_usd": usd(r["cost"])} for r in rows
+            {"name": r[field], "runs": r["n"], "tokens": r["tokens"] or 0, "cost_usd": usd_text(r["cost"])}
+            for r in rows
         ]
 
     return {
@@ -160,10 +161,14 @@ def dashboard_usage(request: HttpRequest) -> dict[str, Any] | None:
             [d["tokens"] for d in days], labels, colour="#417690", title=gettext("tokens per day")
         ),
         "cost_chart": bar_chart(
-            [d["cost_usd"] for d in days], labels, colour="#ba6c0b", unit=" $", title=gettext("cost per day (USD)")
+            [round(d["cost_usd"] * MICROS_PER_USD) for d in days],
+            labels,
+            colour="#ba6c0b",
+            title=gettext("cost per day (USD)"),
+            show=lambda micros: f"${usd_text(micros)}",
         ),
         "tokens_month": month.aggregate(t=Sum("tokens"))["t"] or 0,
-        "cost_month": usd(month.aggregate(c=Sum("cost_micros"))["c"]),
+        "cost_month": usd_text(month.aggregate(c=Sum("cost_micros"))["c"]),
         "agents": top("agent__slug"),
         "keys": top("api_key__name"),
         "budgets_url": _url("admin:agents_budget_changelist"),

@@ -28,6 +28,7 @@ from agents.agent_settings_form import (
 )
 from agents.api.throttling import parse_rate
 from agents.budgets import (
+    MICROS_PER_USD,
     budget_create,
     budget_delete,
     budget_state,
@@ -35,6 +36,7 @@ from agents.budgets import (
     model_price_create,
     model_price_delete,
     model_price_update,
+    usd_text,
 )
 from agents.models import (
     Agent,
@@ -472,7 +474,7 @@ class BudgetAdmin(ServiceAdminMixin, admin.ModelAdmin):
         state = budget_state(obj, now=timezone.now())
         return _("%(tokens)s tokens, $%(cost)s (reserved: %(reserved)s tokens)") % {
             "tokens": state["used_tokens"],
-            "cost": state["used_cost_usd"],
+            "cost": usd_text(round(state["used_cost_usd"] * MICROS_PER_USD)),
             "reserved": state["reserved_tokens"],
         }
 

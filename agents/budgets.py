@@ -270,6 +270,15 @@ def usd(micros: int | None) -> float:
     return round((micros or 0) / MICROS_PER_USD, 6)
 
 
+def usd_text(micros: int | float | None) -> str:
+    """Dollars as people read them: two decimals at least, down to the micro-dollar a run's cost is counted in
+    and no further (``0.00``, ``0.0123``, ``0.000015``, ``1,234.50``); never a float's ``1.5e-05`` or ``0.0``."""
+    value = int(micros or 0)
+    whole, micro = divmod(abs(value), MICROS_PER_USD)
+    fraction = f"{micro:06d}".rstrip("0").ljust(2, "0")
+    return f"{'-' if value < 0 else ''}{whole:,}.{fraction}"
+
+
 @dataclass(frozen=True)
 class UsageTotals:
     runs: int

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -14,10 +14,22 @@ TOP = 12  # room for the scale's label
 
 
 def bar_chart(
-    values: Sequence[float | None], labels: Sequence[str], *, colour: str, unit: str = "", title: str = ""
+    values: Sequence[float | None],
+    labels: Sequence[str],
+    *,
+    colour: str,
+    unit: str = "",
+    title: str = "",
+    show: Callable[[float], str] | None = None,
 ) -> SafeString:
     """One bar per value (``None``: no bar, e.g. no latency in an hour without calls), scaled to the largest;
-    each bar's tooltip says its label and value. The largest value is written at the top left."""
+    each bar's tooltip says its label and value (``show(value)``, or the value and ``unit``). The largest value is
+    written at the top left."""
+    if show is None:
+
+        def show(value: float) -> str:
+            return f"{value:g}{unit}"
+
     largest = max((v for v in values if v is not None), default=0.0)
     count = max(len(values), 1)
     slot = WIDTH / count
@@ -27,7 +39,7 @@ def bar_chart(
         if value is None:
             continue
         height = (HEIGHT - TOP) * (value / largest) if largest else 0.0
-        shown = f"{value:g}{unit}"
+        shown = show(value)
         bars.append(
             (
                 f"{index * slot:.2f}",
@@ -50,7 +62,7 @@ def bar_chart(
         HEIGHT - 0.5,
         WIDTH,
         HEIGHT - 0.5,
-        gettext("max %(value)s") % {"value": f"{largest:g}{unit}"},
+        gettext("max %(value)s") % {"value": show(largest)},
         format_html_join(
             "",
             '<rect x="{}" y="{}" width="{}" height="{}" fill="{}"><title>{}</title></rect>',

@@ -122,5 +122,41 @@ def test_the_dashboard_charts_tokens_and_cost_per_day_and_lists_this_months_agen
     assert page.count('<svg class="chart"') >= 2
     today = timezone.now().astimezone(dt.UTC).date().isoformat()
     assert f"{today}: 2000" in page  # the bar of today's tokens
-    assert f"{today}: 3 $" in page  # and of today's cost
-    assert '<td>spender</td><td class="num">2</td><td class="num">2000</td><td class="num">$3.0</td>' in page
+    assert f"{today}: $3.00" in page  # and of today's cost
+    assert '<td>spender</td><td class="num">2</td><td class="num">2000</td><td class="num">$3.00</td>' in page
+    assert '<span class="big">$3.00</span>' in page  # this month
+
+
+def test_the_dashboard_writes_costs_as_dollars_not_as_floats(admin_client) -> None:
+    """A month without cost reads $0.00 (not $0.0); a run's cost of 15 micro-dollars reads $0.000015 (a float
+    printed it 1.5e-05), in the month's total, the agents' table and the chart's bars and scale."""
+    page = admin_client.get("/admin/").content.decode()
+    assert '<span class="big">$0.00</span>' in page
+    agent = Agent.objects.create(slug="frugal", name="frugal")
+    Run.objects.create(agent=agent, query="q", status=Run.Status.SUCCEEDED, tokens=3, cost_micros=15)
+    page = admin_client.get("/admin/").content.decode()
+    today = timezone.now().astimezone(dt.UTC).date().isoformat()
+    assert "e-05" not in page
+    assert '<span class="big">$0.000015</span>' in page
+    assert '<td class="num">$0.000015</td>' in page
+    assert f"{today}: $0.000015" in page
+    assert "max $0.000015" in page
+
+
+@pytest.mark.parametrize(
+    ("micros", "text"),
+    [
+        (None, "0.00"),
+        (0, "0.00"),
+        (15, "0.000015"),
+        (12_300, "0.0123"),
+        (500_000, "0.50"),
+        (3_000_000, "3.00"),
+        (1_234_500_000, "1,234.50"),
+        (-2_500_000, "-2.50"),
+    ],
+)
+def test_usd_text(micros, text) -> None:
+    from agents.budgets import usd_text
+
+    assert usd_text(micros) == text

@@ -337,7 +337,13 @@ def test_admins_edit_prices_and_budgets_through_the_audited_services(admin_clien
     assert response.status_code == 302, response.content.decode()[:2000]
     events = AuditEvent.objects.filter(action__in=["config.model_price.create", "config.budget.create"])
     assert {e.actor for e in events} == {"admin"} and events.count() == 2
-    assert "0 tokens" in admin_client.get("/admin/agents/budget/").content.decode()
+    page = admin_client.get("/admin/agents/budget/").content.decode()
+    assert "0 tokens, $0.00 (reserved: 0 tokens)" in page  # dollars as people write them, not $0.0
+    budget = Budget.objects.get()
+    BudgetUsage.objects.create(
+        budget=budget, period_start=period_bounds(budget.period, timezone.now())[0], used_tokens=7, used_cost_micros=42
+    )
+    assert "7 tokens, $0.000042 (reserved: 0 tokens)" in admin_client.get("/admin/agents/budget/").content.decode()
 
 
 @pytest.mark.django_db
