@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from django import forms
@@ -366,9 +367,18 @@ class DeterministicRuleAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
 
 class ApiKeyForm(forms.ModelForm):
+    # The add page's own token: the same form sent again (a reload of the page that showed the key, the back
+    # button) is recognised by it and issues nothing more.
+    issue_token = forms.CharField(widget=forms.HiddenInput, required=False)
+
     class Meta:
         model = ApiKey
         fields = ["name", "agents", "rate", "admin"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not self.is_bound:
+            self.initial.setdefault("issue_token", secrets.token_urlsafe(18))
 
     def clean_rate(self) -> str:
         rate = self.cleaned_data["rate"].strip()
@@ -390,6 +400,48 @@ class ApiKeyAdmin(ServiceAdminMixin, admin.ModelAdmin):
     # Issued here (or with `manage.py create_api_key`): the key is shown once, on the page that follows the
     # save, and never stored (only its digest and its first characters).
 
+    # The session remembers which key each add form's token issued (never the key itself), for the last few.
+    ISSUED_TOKENS = "agents.apikey.issued_tokens"
+    ISSUED_TOKENS_KEPT = 20
+
+    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
+        fields = list(super().get_fields(request, obj))
+        return [*fields, "issue_token"] if obj is None else fields
+
+    def add_view(
+        self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        token = request.POST.get("issue_token", "") if request.method == "POST" else ""
+        issued_pk = request.session.get(self.ISSUED_TOKENS, {}).get(token) if token else None
+        if issued_pk is not None:
+            return self._already_issued(request, issued_pk)
+        return super().add_view(request, form_url, extra_context)
+
+    def _already_issued(self, request: HttpRequest, issued_pk: str) -> HttpResponse:
+        key = ApiKey.objects.filter(pk=issued_pk).first()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": gettext("API key already issued"),
+            "opts": self.model._meta,
+            "key": key,
+            "list_url": reverse("admin:agents_apikey_changelist", current_app=self.admin_site.name),
+            "add_url": reverse("admin:agents_apikey_add", current_app=self.admin_site.name),
+            "key_url": (
+                reverse("admin:agents_apikey_change", args=[key.pk], current_app=self.admin_site.name)
+                if key is not None
+                else None
+            ),
+        }
+        return TemplateResponse(request, "admin/agents/apikey/already_issued.html", context)
+
+    def _remember_issue(self, request: HttpRequest, obj: ApiKey) -> None:
+        token = request.POST.get("issue_token", "")
+        if not token:
+            return
+        issued = dict(request.session.get(self.ISSUED_TOKENS, {}))
+        issued[token] = str(obj.pk)
+        request.session[self.ISSUED_TOKENS] = dict(list(issued.items())[-self.ISSUED_TOKENS_KEPT :])
+
     def service_save(self, *, obj: ApiKey, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
         if change:
             api_key_update(api_key=obj, actor=actor, via=ADMIN_VIA, agents=m2m.get("agents"))
@@ -407,6 +459,7 @@ class ApiKeyAdmin(ServiceAdminMixin, admin.ModelAdmin):
         raw = obj.__dict__.pop("_issued_key", None)
         if raw is None:
             return super().response_add(request, obj, post_url_continue)
+        self._remember_issue(request, obj)
         context = {
             **self.admin_site.each_context(request),
             "title": gettext("API key issued"),

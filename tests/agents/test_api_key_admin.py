@@ -51,3 +51,41 @@ def test_a_budgets_page_offers_no_pop_up_to_issue_a_key(admin_client: Client) ->
     """A pop-up would close over the key it shows once: keys are issued on their own page."""
     page = admin_client.get("/admin/agents/budget/add/").content.decode()
     assert 'name="api_key"' in page and 'id="add_id_api_key"' not in page
+
+
+@pytest.mark.django_db
+def test_the_same_add_form_sent_again_issues_nothing_more(admin_client: Client) -> None:
+    """Reloading the page that showed the key (the browser sends the form again) or going back and saving once
+    more: the form's token issued a key already, so the admin is told so, with that key's page, and no second
+    key is issued or recorded. A fresh add form issues a new key."""
+    form = admin_client.get("/admin/agents/apikey/add/")
+    [token] = re.findall(r'name="issue_token" value="([A-Za-z0-9_-]+)"', form.content.decode())
+    data = {"name": "야간 배치", "rate": "", "issue_token": token}
+    first = admin_client.post("/admin/agents/apikey/add/", data)
+    [raw] = re.findall(r'id="raw-key" readonly value="(apk_[A-Za-z0-9_-]{43})"', first.content.decode())
+    key = ApiKey.objects.get()
+
+    again = admin_client.post("/admin/agents/apikey/add/", data, HTTP_ACCEPT_LANGUAGE="ko")
+    page = again.content.decode()
+    assert again.status_code == 200 and 'id="already-issued-key"' in page
+    assert "야간 배치" in page and key.prefix in page and f"/admin/agents/apikey/{key.pk}/change/" in page
+    assert "이번에는 다른 키가 발급되지 않았으며" in page  # in the reader's language
+    assert raw not in page and "apk_" not in page.replace(key.prefix, "")
+    assert ApiKey.objects.count() == 1
+    assert AuditEvent.objects.filter(action="config.api_key.create").count() == 1
+
+    fresh = admin_client.get("/admin/agents/apikey/add/").content.decode()
+    [other_token] = re.findall(r'name="issue_token" value="([A-Za-z0-9_-]+)"', fresh)
+    assert other_token != token
+    admin_client.post("/admin/agents/apikey/add/", {**data, "name": "두 번째", "issue_token": other_token})
+    assert sorted(ApiKey.objects.values_list("name", flat=True)) == ["두 번째", "야간 배치"]
+
+
+@pytest.mark.django_db
+def test_a_key_issued_then_deleted_is_still_not_issued_again_by_its_form(admin_client: Client) -> None:
+    data = {"name": "임시", "rate": "", "issue_token": "t0ken-of-one-form"}
+    admin_client.post("/admin/agents/apikey/add/", data)
+    ApiKey.objects.all().delete()
+    page = admin_client.post("/admin/agents/apikey/add/", data).content.decode()
+    assert 'id="already-issued-key"' in page and "since been deleted" in page
+    assert not ApiKey.objects.exists()
