@@ -13,6 +13,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
+from django.utils.text import capfirst
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
@@ -142,7 +143,7 @@ class EvalSetForm(forms.ModelForm):
     score a threshold may name, and which are minimums and which maximums."""
 
     sandbox_servers = forms.MultipleChoiceField(
-        label=_("sandbox servers"),
+        label=capfirst(_("sandbox servers")),  # as Django writes a model field's label
         required=False,
         widget=forms.CheckboxSelectMultiple,
         help_text=_(
@@ -179,6 +180,21 @@ class EvalSetAdmin(ServiceAdminMixin, admin.ModelAdmin):
     inlines = [EvalCaseInline]
     inline_services = {EvalCase: (_case_save, _case_delete)}
     actions = ["run_against_agent"]
+    change_form_template = "admin/evals/evalset/change_form.html"
+
+    class Media:
+        css = {"all": ["evals/evals.css"]}
+        js = ["evals/eval_set_form.js"]
+
+    def render_change_form(self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        # The words of the cases' buttons (eval_set_form.js), in the reader's language.
+        context["case_labels"] = {
+            "open": gettext("Edit"),
+            "close": gettext("Close"),
+            "openAll": gettext("Open every case"),
+            "closeAll": gettext("Close every case"),
+        }
+        return super().render_change_form(request, context, *args, **kwargs)
 
     @admin.display(description=_("cases"))
     def case_count(self, obj: EvalSet) -> int:

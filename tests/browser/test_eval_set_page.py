@@ -1,0 +1,92 @@
+"""An eval set's page lists its cases one line each (key, question, type), each opened by its button; a case with
+an error to fix stays open, and a case added on the page is open to be written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from evals.services import eval_case_create, eval_set_create
+from tests.browser.conftest import screenshot
+from tests.browser.navigation import submit
+
+pytestmark = pytest.mark.browser
+
+
+def a_set_of_cases(count: int) -> Any:
+    eval_set = eval_set_create(actor="test", via="tests", data={"name": "long-set", "thresholds": {}})
+    for index in range(count):
+        eval_case_create(
+            actor="test",
+            via="tests",
+            data={
+                "eval_set": eval_set,
+                "key": f"case-{index:02d}",
+                "order": index,
+                "case_type": "no_tool" if index % 2 else "single_tool",
+                "query": f"김하늘 님은 어느 팀 소속인가요? ({index})",
+                "expected_tools": [] if index % 2 else ["search_employee"],
+            },
+        )
+    return eval_set
+
+
+def test_an_eval_sets_cases_are_one_line_each_until_opened(admin_in_browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    eval_set = a_set_of_cases(12)
+    browser = admin_in_browser
+    browser.get(f"{browser.base_url}/admin/evals/evalset/{eval_set.pk}/change/")
+    group = browser.find_element(By.ID, "cases-group")
+    cases = group.find_elements(By.CSS_SELECTOR, ".inline-related.has_original:not(.empty-form)")
+    assert len(cases) == 12
+    assert not any(c.find_element(By.NAME, f"cases-{i}-query").is_displayed() for i, c in enumerate(cases))
+    heading = cases[0].find_element(By.TAG_NAME, "h3").text
+    assert "case-00" in heading and "김하늘 님은" in heading and "single_tool" in heading
+    assert "no_tool" in cases[1].find_element(By.TAG_NAME, "h3").text
+    # The whole list is about a line per case, not twelve forms.
+    assert group.size["height"] < 12 * 80, group.size
+    browser.execute_script("arguments[0].scrollIntoView()", group)
+    screenshot(browser, "eval-set-cases-closed")
+
+    cases[3].find_element(By.CSS_SELECTOR, ".eval-case-toggle").click()
+    assert cases[3].find_element(By.NAME, "cases-3-query").is_displayed()
+    assert not cases[4].find_element(By.NAME, "cases-4-query").is_displayed()
+    assert cases[3].find_element(By.CSS_SELECTOR, ".eval-case-toggle").text == "Close"
+    group.find_element(By.CSS_SELECTOR, ".eval-case-open-all").click()
+    assert all(c.find_element(By.NAME, f"cases-{i}-query").is_displayed() for i, c in enumerate(cases))
+    group.find_element(By.CSS_SELECTOR, ".eval-case-close-all").click()
+    assert not any(c.find_element(By.NAME, f"cases-{i}-query").is_displayed() for i, c in enumerate(cases))
+
+    # A case added on the page is open; a case with an error to fix stays open after the save is refused.
+    group.find_element(By.CSS_SELECTOR, ".add-row a").click()
+    assert browser.find_element(By.NAME, "cases-12-query").is_displayed()
+    cases[5].find_element(By.CSS_SELECTOR, ".eval-case-toggle").click()
+    answer_checks = cases[5].find_element(By.NAME, "cases-5-answer_checks")
+    answer_checks.clear()
+    answer_checks.send_keys('[{"contians": "팀"}]')
+    browser.find_element(By.NAME, "cases-12-key").send_keys("new-case")
+    browser.find_element(By.NAME, "cases-12-query").send_keys("새 질문")
+    submit(browser, browser.find_element(By.NAME, "_continue"))
+    group = browser.find_element(By.ID, "cases-group")
+    assert browser.find_element(By.NAME, "cases-5-answer_checks").is_displayed()
+    assert "one of contains" in group.find_element(By.CSS_SELECTOR, "#cases-5 .errorlist").text
+    assert not browser.find_element(By.NAME, "cases-4-query").is_displayed()
+    assert browser.find_element(By.NAME, "cases-12-query").is_displayed()
+
+
+def test_the_cases_buttons_speak_the_readers_language(admin_in_browser: Any) -> None:
+    from django.conf import settings
+    from selenium.webdriver.common.by import By
+
+    eval_set = a_set_of_cases(3)
+    browser = admin_in_browser
+    browser.add_cookie({"name": settings.LANGUAGE_COOKIE_NAME, "value": "ko", "path": "/"})
+    browser.get(f"{browser.base_url}/admin/evals/evalset/{eval_set.pk}/change/")
+    toggle = browser.find_element(By.CSS_SELECTOR, "#cases-0 .eval-case-toggle")
+    assert toggle.text == "편집"
+    assert "모든 문항 펼치기" in browser.find_element(By.ID, "cases-group").text
+    toggle.click()
+    browser.execute_script("arguments[0].scrollIntoView()", toggle)
+    screenshot(browser, "eval-set-cases-ko")
