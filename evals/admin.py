@@ -20,6 +20,8 @@ from django.utils.translation import gettext_lazy as _
 from agent_platform.errors import ApplicationError
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
+from audit.labels import breakable, when_cell
+from evals.labels import SCORE_LABELS
 from evals.models import CASE_TYPES, EvalCase, EvalRun, EvalSet
 from evals.scoring import MAX_METRICS, RATE_METRICS
 from evals.services import (
@@ -35,20 +37,7 @@ from evals.services import (
 )
 from mcpregistry.models import McpServer
 
-SUMMARY_ROWS = [
-    ("pass_rate", _("pass rate")),
-    ("precision", _("tool precision")),
-    ("recall", _("tool recall")),
-    ("sequence_match", _("exact sequence")),
-    ("forbidden_violations", _("forbidden-tool violations")),
-    ("argument_match", _("argument match")),
-    ("answer_checks", _("answer checks")),
-    ("latency_p50_ms", _("latency p50 (ms)")),
-    ("latency_p95_ms", _("latency p95 (ms)")),
-    ("tokens", _("tokens")),
-    ("model_calls", _("model calls")),
-    ("model_calls_saved", _("model calls saved by rules")),
-]
+SUMMARY_ROWS = list(SCORE_LABELS.items())
 
 
 def _case_save(*, obj: EvalCase, actor: Any, via: str, creating: bool) -> None:
@@ -244,7 +233,7 @@ class EvalRunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     """Eval runs are read here (nothing edits one); two selected runs can be compared."""
 
     change_form_template = "admin/evals/evalrun/change_form.html"
-    list_display = ["created_at", "eval_set", "agent", "version", "label", "progress", "pass_rate", "verdict"]
+    list_display = ["started", "what_ran", "label", "progress", "pass_rate", "verdict"]
     list_filter = ["eval_set", "agent", "status"]
     readonly_fields = [f.name for f in EvalRun._meta.fields]
     fields = ["eval_set", "agent", "version", "label", "status", "total", "done", "started_by", "created_at"]
@@ -260,6 +249,23 @@ class EvalRunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
                 raise PermissionDenied
             return admin.ModelAdmin.changelist_view(self, request, extra_context)
         return super().changelist_view(request, extra_context)
+
+    class Media:
+        css = {"all": ["evals/evals.css"]}
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return super().get_queryset(request).select_related("eval_set", "agent")
+
+    @admin.display(description=_("started"), ordering="created_at")
+    def started(self, obj: EvalRun) -> str:
+        return when_cell(obj.created_at)
+
+    @admin.display(description=_("eval set and agent"), ordering="eval_set__name")
+    def what_ran(self, obj: EvalRun) -> str:
+        # The set above the agent it ran against (with the version when one was pinned), each wrapping at its
+        # hyphens, dots and underscores rather than after any letter.
+        agent = obj.agent.slug if obj.version is None else f"{obj.agent.slug} v{obj.version}"
+        return format_html('{}<span class="cell-code">{}</span>', breakable(obj.eval_set.name), breakable(agent))
 
     @admin.display(description=_("progress"))
     def progress(self, obj: EvalRun) -> str:

@@ -17,11 +17,25 @@ pytestmark = pytest.mark.browser
 
 
 def squeezed_cells(browser: Any, selector: str) -> list[str]:
-    """The text of each cell narrower than its longest word (a word or a code broken after any letter)."""
+    """The text of each cell narrower than its longest word: a word or a code broken after any letter, also
+    where the page lets words break anywhere (Korean pages do, so such a cell never overflows). A word is what
+    the cell's content measures at its narrowest when only spaces, hyphens and ``<wbr>`` may break it (Korean
+    kept whole between spaces, as the page's keep-all keeps it)."""
     return list(
         browser.execute_script(
             f"return [...document.querySelectorAll('{selector}')]"
-            ".filter(cell => cell.scrollWidth > cell.clientWidth + 1).map(cell => cell.textContent.trim())"
+            """.filter(cell => {
+                const probe = document.createElement('div');
+                probe.style.cssText = 'position:absolute;visibility:hidden;width:min-content;white-space:normal;'
+                    + 'overflow-wrap:normal;word-break:keep-all;';
+                probe.innerHTML = cell.innerHTML;
+                cell.appendChild(probe);
+                const longest = probe.getBoundingClientRect().width;
+                probe.remove();
+                const style = getComputedStyle(cell);
+                const room = cell.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+                return longest > room + 1 || cell.scrollWidth > cell.clientWidth + 1;
+            }).map(cell => cell.textContent.trim())"""
         )
     )
 

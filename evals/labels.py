@@ -1,0 +1,68 @@
+"""What an eval run's pages say in words: a case's failed checks (``tools:mismatch``, ``contains:팀``) and the
+thresholds a run missed (``recall 0.6 < 0.75``), each with its code beside it for whoever searches for it."""
+
+from __future__ import annotations
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext, gettext_lazy
+
+from audit.labels import breakable
+
+# The scores a summary holds, as the run's page and the comparison name them.
+SCORE_LABELS = {
+    "pass_rate": gettext_lazy("pass rate"),
+    "precision": gettext_lazy("tool precision"),
+    "recall": gettext_lazy("tool recall"),
+    "sequence_match": gettext_lazy("exact sequence"),
+    "forbidden_violations": gettext_lazy("forbidden-tool violations"),
+    "argument_match": gettext_lazy("argument match"),
+    "answer_checks": gettext_lazy("answer checks"),
+    "latency_p50_ms": gettext_lazy("latency p50 (ms)"),
+    "latency_p95_ms": gettext_lazy("latency p95 (ms)"),
+    "tokens": gettext_lazy("tokens"),
+    "model_calls": gettext_lazy("model calls"),
+    "model_calls_saved": gettext_lazy("model calls saved by rules"),
+}
+
+_CHECKS = {
+    "run:failed": gettext_lazy("the run failed"),
+    "tools:forbidden": gettext_lazy("called a tool it must not"),
+    "tools:mismatch": gettext_lazy("not the expected tools"),
+    "tools:order": gettext_lazy("the expected tools in another order"),
+    "tools:args": gettext_lazy("not the expected arguments"),
+    "eval:timeout": gettext_lazy("stopped at the eval's time limit"),
+    "dont_know": gettext_lazy("the answer does not say it does not know"),
+}
+
+
+def check_label(code: str) -> str:
+    """A failed check in words; an answer check names what the answer lacked; an unknown code as it is."""
+    kind, _colon, detail = code.partition(":")
+    if code in _CHECKS:
+        return str(_CHECKS[code])
+    if kind == "contains" and detail:
+        return gettext("the answer lacks “%(text)s”") % {"text": detail}
+    if kind == "regex" and detail:
+        return gettext("the answer does not match %(pattern)s") % {"pattern": detail}
+    return code
+
+
+def checks_html(codes: list[str]) -> SafeString:
+    """Each failed check in words with its code small beside it, one per line."""
+    return format_html_join(
+        "",
+        '<span class="eval-check">{} <code class="eval-code">{}</code></span>',
+        ((check_label(code), breakable(code)) for code in codes),
+    )
+
+
+def threshold_html(failure: str) -> SafeString:
+    """``recall 0.6 < 0.75`` as the score's name in words, its value and limit, and the score's key."""
+    parts = failure.split(" ")
+    if len(parts) != 4 or parts[0] not in SCORE_LABELS or parts[2] not in ("<", ">"):
+        return format_html("{}", failure)
+    name, value, relation, limit = parts
+    return format_html(
+        '{} {} {} {} <code class="eval-code">{}</code>', SCORE_LABELS[name], value, relation, limit, name
+    )
