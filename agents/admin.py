@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 from typing import Any
 
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -366,10 +369,13 @@ class DeterministicRuleAdmin(ServiceAdminMixin, admin.ModelAdmin):
         deterministic_rule_delete(rule=obj, actor=actor, via=ADMIN_VIA)
 
 
+ISSUE_TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,64}")
+
+
 class ApiKeyForm(forms.ModelForm):
-    # The add page's own token: the same form sent again (a reload of the page that showed the key, the back
-    # button) is recognised by it and issues nothing more.
-    issue_token = forms.CharField(widget=forms.HiddenInput, required=False)
+    # The add form's own token (a fresh one each time the page is made; agents/api_key_form.js keeps it across the
+    # back button): the same form sent again, or twice at once, issues one key (``ApiKey.issue_token`` is unique).
+    form_token = forms.CharField(widget=forms.HiddenInput, required=False)
 
     class Meta:
         model = ApiKey
@@ -378,13 +384,22 @@ class ApiKeyForm(forms.ModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if not self.is_bound:
-            self.initial.setdefault("issue_token", secrets.token_urlsafe(18))
+            self.initial["form_token"] = secrets.token_urlsafe(18)  # never one from the address
 
     def clean_rate(self) -> str:
         rate = self.cleaned_data["rate"].strip()
         if rate and parse_rate(rate) is None:
             raise forms.ValidationError(_("Enter a rate like 60/min, 1000/hour or 5/10s."))
         return rate
+
+    def clean_form_token(self) -> str | None:
+        token = self.cleaned_data.get("form_token") or ""
+        return token if ISSUE_TOKEN_PATTERN.fullmatch(token) else None
+
+
+def posted_issue_token(request: HttpRequest) -> str | None:
+    token = request.POST.get("form_token", "") if request.method == "POST" else ""
+    return token if ISSUE_TOKEN_PATTERN.fullmatch(token) else None
 
 
 @admin.register(ApiKey)
@@ -400,25 +415,26 @@ class ApiKeyAdmin(ServiceAdminMixin, admin.ModelAdmin):
     # Issued here (or with `manage.py create_api_key`): the key is shown once, on the page that follows the
     # save, and never stored (only its digest and its first characters).
 
-    # The session remembers which key each add form's token issued (never the key itself), for the last few.
-    ISSUED_TOKENS = "agents.apikey.issued_tokens"
-    ISSUED_TOKENS_KEPT = 20
+    class Media:
+        js = ["agents/api_key_form.js"]
 
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         fields = list(super().get_fields(request, obj))
-        return [*fields, "issue_token"] if obj is None else fields
+        return [*fields, "form_token"] if obj is None else fields
 
     def add_view(
         self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        token = request.POST.get("issue_token", "") if request.method == "POST" else ""
-        issued_pk = request.session.get(self.ISSUED_TOKENS, {}).get(token) if token else None
-        if issued_pk is not None:
-            return self._already_issued(request, issued_pk)
+        token = posted_issue_token(request)
+        if token is not None:
+            if not self.has_add_permission(request):
+                raise PermissionDenied
+            issued = ApiKey.objects.filter(issue_token=token).first()
+            if issued is not None:
+                return self._already_issued(request, issued)
         return super().add_view(request, form_url, extra_context)
 
-    def _already_issued(self, request: HttpRequest, issued_pk: str) -> HttpResponse:
-        key = ApiKey.objects.filter(pk=issued_pk).first()
+    def _already_issued(self, request: HttpRequest, key: ApiKey) -> HttpResponse:
         context = {
             **self.admin_site.each_context(request),
             "title": gettext("API key already issued"),
@@ -426,40 +442,58 @@ class ApiKeyAdmin(ServiceAdminMixin, admin.ModelAdmin):
             "key": key,
             "list_url": reverse("admin:agents_apikey_changelist", current_app=self.admin_site.name),
             "add_url": reverse("admin:agents_apikey_add", current_app=self.admin_site.name),
-            "key_url": (
-                reverse("admin:agents_apikey_change", args=[key.pk], current_app=self.admin_site.name)
-                if key is not None
-                else None
-            ),
+            "key_url": reverse("admin:agents_apikey_change", args=[key.pk], current_app=self.admin_site.name),
         }
         return TemplateResponse(request, "admin/agents/apikey/already_issued.html", context)
 
-    def _remember_issue(self, request: HttpRequest, obj: ApiKey) -> None:
-        token = request.POST.get("issue_token", "")
-        if not token:
-            return
-        issued = dict(request.session.get(self.ISSUED_TOKENS, {}))
-        issued[token] = str(obj.pk)
-        request.session[self.ISSUED_TOKENS] = dict(list(issued.items())[-self.ISSUED_TOKENS_KEPT :])
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
+        obj._issue_token = None if change else form.cleaned_data.get("form_token")
+        super().save_model(request, obj, form, change)
 
     def service_save(self, *, obj: ApiKey, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
         if change:
             api_key_update(api_key=obj, actor=actor, via=ADMIN_VIA, agents=m2m.get("agents"))
             return
-        issued, raw = api_key_create(
-            name=obj.name, rate=obj.rate, admin=obj.admin, agents=m2m.get("agents", []), actor=actor, via=ADMIN_VIA
-        )
+        token = obj.__dict__.pop("_issue_token", None)
+        try:
+            with transaction.atomic():
+                issued, raw = api_key_create(
+                    name=obj.name,
+                    rate=obj.rate,
+                    admin=obj.admin,
+                    agents=m2m.get("agents", []),
+                    actor=actor,
+                    via=ADMIN_VIA,
+                    issue_token=token,
+                )
+        except (IntegrityError, ValidationError):
+            # The same form sent twice at once (a double click): the other request issued its key (found by the
+            # model's unique check, or by the database's when both checked before either inserted); this one
+            # issued nothing (its insert and audit event rolled back) and says so.
+            earlier = ApiKey.objects.filter(issue_token=token).first() if token else None
+            if earlier is None:
+                raise
+            obj.pk, obj._already_issued = earlier.pk, earlier
+            obj._state.adding = False
+            return
         obj.pk, obj.prefix, obj.digest, obj.created_at = issued.pk, issued.prefix, issued.digest, issued.created_at
         obj._state.adding = False
         obj._issued_key = raw  # for the next page only; never saved, logged or put in a message
 
+    def log_addition(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        if "_already_issued" in obj.__dict__:
+            return None  # nothing was added
+        return super().log_addition(request, obj, message)
+
     def response_add(self, request: HttpRequest, obj: ApiKey, post_url_continue: str | None = None) -> HttpResponse:
+        earlier = obj.__dict__.pop("_already_issued", None)
+        if earlier is not None:
+            return self._already_issued(request, earlier)
         # Whatever the button (save, save and continue, save and add another), the page that follows shows the
         # key once; from there the admin goes on.
         raw = obj.__dict__.pop("_issued_key", None)
         if raw is None:
             return super().response_add(request, obj, post_url_continue)
-        self._remember_issue(request, obj)
         context = {
             **self.admin_site.each_context(request),
             "title": gettext("API key issued"),

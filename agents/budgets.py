@@ -273,7 +273,7 @@ def usd(micros: int | None) -> float:
 def usd_text(micros: int | float | None) -> str:
     """Dollars as people read them: two decimals at least, down to the micro-dollar a run's cost is counted in
     and no further (``0.00``, ``0.0123``, ``0.000015``, ``1,234.50``); never a float's ``1.5e-05`` or ``0.0``."""
-    value = int(micros or 0)
+    value = round(micros or 0)  # micro-dollars; a float of them rounded, never cut
     whole, micro = divmod(abs(value), MICROS_PER_USD)
     fraction = f"{micro:06d}".rstrip("0").ljust(2, "0")
     return f"{'-' if value < 0 else ''}{whole:,}.{fraction}"

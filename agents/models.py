@@ -562,9 +562,16 @@ class ApiKey(AuditedModel):
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
     last_used_at = models.DateTimeField(_("last used"), null=True, blank=True)
     revoked_at = models.DateTimeField(_("revoked"), null=True, blank=True)
+    # The admin's add form that issued it (a random token of the form, not a secret): the same form sent again, or
+    # twice at once, issues nothing more (agents.admin.ApiKeyAdmin).
+    issue_token = models.CharField(
+        _("add form token"), max_length=64, null=True, blank=True, unique=True, editable=False
+    )
 
     change_audit = ChangeAudit(
-        entity="api_key", operational_fields=frozenset({"last_used_at"}), unrecorded_fields=frozenset({"digest"})
+        entity="api_key",
+        operational_fields=frozenset({"last_used_at"}),
+        unrecorded_fields=frozenset({"digest", "issue_token"}),
     )
 
     class Meta:

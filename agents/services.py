@@ -41,12 +41,22 @@ def api_key_digest(raw_key: str) -> str:
 
 
 def api_key_create(
-    *, name: str, actor: Any, via: str, agents: Iterable[Agent] = (), rate: str = "", admin: bool = False
+    *,
+    name: str,
+    actor: Any,
+    via: str,
+    agents: Iterable[Agent] = (),
+    rate: str = "",
+    admin: bool = False,
+    issue_token: str | None = None,
 ) -> tuple[ApiKey, str]:
     """Issue a key (recorded as ``config.api_key.create``: its name, prefix and agents, never the key or its
-    digest). Returns the row and the raw key, which is shown once and never stored."""
+    digest). Returns the row and the raw key, which is shown once and never stored. ``issue_token``: the admin
+    form's token, unique (a second key for the same form is an ``IntegrityError``)."""
     raw = API_KEY_PREFIX + secrets.token_urlsafe(32)
-    key = ApiKey(name=name, prefix=raw[:12], digest=api_key_digest(raw), rate=rate, admin=admin)
+    key = ApiKey(
+        name=name, prefix=raw[:12], digest=api_key_digest(raw), rate=rate, admin=admin, issue_token=issue_token
+    )
     audited_save(key, actor=actor, via=via, m2m={"agents": list(agents)})
     return key, raw
 

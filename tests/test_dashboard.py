@@ -154,6 +154,7 @@ def test_the_dashboard_writes_costs_as_dollars_not_as_floats(admin_client) -> No
         (3_000_000, "3.00"),
         (1_234_500_000, "1,234.50"),
         (-2_500_000, "-2.50"),
+        (14.9, "0.000015"),
     ],
 )
 def test_usd_text(micros, text) -> None:

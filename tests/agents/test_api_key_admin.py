@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 
 from agents.models import Agent, ApiKey
-from agents.services import api_key_digest
+from agents.services import api_key_create, api_key_digest
 from audit.models import AuditEvent
 
 
@@ -59,8 +59,8 @@ def test_the_same_add_form_sent_again_issues_nothing_more(admin_client: Client) 
     more: the form's token issued a key already, so the admin is told so, with that key's page, and no second
     key is issued or recorded. A fresh add form issues a new key."""
     form = admin_client.get("/admin/agents/apikey/add/")
-    [token] = re.findall(r'name="issue_token" value="([A-Za-z0-9_-]+)"', form.content.decode())
-    data = {"name": "야간 배치", "rate": "", "issue_token": token}
+    [token] = re.findall(r'name="form_token" value="([A-Za-z0-9_-]+)"', form.content.decode())
+    data = {"name": "야간 배치", "rate": "", "form_token": token}
     first = admin_client.post("/admin/agents/apikey/add/", data)
     [raw] = re.findall(r'id="raw-key" readonly value="(apk_[A-Za-z0-9_-]{43})"', first.content.decode())
     key = ApiKey.objects.get()
@@ -75,17 +75,64 @@ def test_the_same_add_form_sent_again_issues_nothing_more(admin_client: Client) 
     assert AuditEvent.objects.filter(action="config.api_key.create").count() == 1
 
     fresh = admin_client.get("/admin/agents/apikey/add/").content.decode()
-    [other_token] = re.findall(r'name="issue_token" value="([A-Za-z0-9_-]+)"', fresh)
+    [other_token] = re.findall(r'name="form_token" value="([A-Za-z0-9_-]+)"', fresh)
     assert other_token != token
-    admin_client.post("/admin/agents/apikey/add/", {**data, "name": "두 번째", "issue_token": other_token})
+    admin_client.post("/admin/agents/apikey/add/", {**data, "name": "두 번째", "form_token": other_token})
     assert sorted(ApiKey.objects.values_list("name", flat=True)) == ["두 번째", "야간 배치"]
 
 
 @pytest.mark.django_db
-def test_a_key_issued_then_deleted_is_still_not_issued_again_by_its_form(admin_client: Client) -> None:
-    data = {"name": "임시", "rate": "", "issue_token": "t0ken-of-one-form"}
+@pytest.mark.parametrize("caught_by", ["model check", "database"])
+def test_the_same_form_sent_twice_at_once_issues_one_key(admin_client: Client, monkeypatch, caught_by) -> None:
+    """A double click: both requests find no key for the form's token, both insert; the second insert meets the
+    first's token (unique: the model's check, or the database's when both checked before either inserted) and
+    issues nothing: no second key, no second audit event, no admin log entry, and the page says which key the
+    form issued."""
+    from django.contrib.admin.models import LogEntry
+
+    import agents.admin
+
+    data = {"name": "동시 발급", "rate": "", "form_token": "double-click-token-0001"}
     admin_client.post("/admin/agents/apikey/add/", data)
-    ApiKey.objects.all().delete()
+    [key] = ApiKey.objects.all()
+    monkeypatch.setattr(agents.admin, "posted_issue_token", lambda request: None)  # the check before: too early
+    if caught_by == "database":
+        monkeypatch.setattr(ApiKey, "validate_unique", lambda self, exclude=None: None)
     page = admin_client.post("/admin/agents/apikey/add/", data).content.decode()
-    assert 'id="already-issued-key"' in page and "since been deleted" in page
-    assert not ApiKey.objects.exists()
+    assert 'id="already-issued-key"' in page and key.prefix in page and "raw-key" not in page
+    assert ApiKey.objects.count() == 1
+    assert AuditEvent.objects.filter(action="config.api_key.create").count() == 1
+    assert LogEntry.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_a_resent_form_is_refused_without_the_add_permission(client: Client) -> None:
+    from django.contrib.auth.models import Permission, User
+
+    issued, _raw = api_key_create(name="기존 키", actor="test", via="tests", issue_token="known-token-of-a-form")
+    viewer = User.objects.create_user("viewer", password="pw-Viewer-2026", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_apikey"))
+    client.force_login(viewer)
+    response = client.post("/admin/agents/apikey/add/", {"name": "x", "form_token": "known-token-of-a-form"})
+    assert response.status_code == 403 and issued.prefix not in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_forms_token_is_its_own_never_one_from_the_address(admin_client: Client) -> None:
+    page = admin_client.get("/admin/agents/apikey/add/?form_token=chosen-by-a-link-0001").content.decode()
+    [token] = re.findall(r'name="form_token" value="([A-Za-z0-9_-]+)"', page)
+    assert token != "chosen-by-a-link-0001"
+    # A token that is not one of ours (too short, odd characters) protects nothing and stops nothing.
+    for odd in ("x", "<script>", "a" * 65):
+        admin_client.post("/admin/agents/apikey/add/", {"name": f"k{len(odd)}", "rate": "", "form_token": odd})
+    assert ApiKey.objects.count() == 3 and not ApiKey.objects.exclude(issue_token=None).exists()
+
+
+@pytest.mark.django_db
+def test_a_refused_form_sent_again_valid_issues_its_key_once(admin_client: Client) -> None:
+    data = {"name": "재시도", "rate": "lots", "form_token": "retried-form-token-01"}
+    assert "rate" in admin_client.post("/admin/agents/apikey/add/", data).context["adminform"].form.errors
+    page = admin_client.post("/admin/agents/apikey/add/", {**data, "rate": "10/min"}).content.decode()
+    [raw] = re.findall(r'id="raw-key" readonly value="(apk_[A-Za-z0-9_-]{43})"', page)
+    assert ApiKey.objects.get().issue_token == "retried-form-token-01"
+    assert raw not in str(dict(admin_client.session.items()))  # nothing of the key kept for later

@@ -34,6 +34,7 @@ def a_set_of_cases(count: int) -> Any:
 
 def test_an_eval_sets_cases_are_one_line_each_until_opened(admin_in_browser: Any) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
 
     eval_set = a_set_of_cases(12)
     browser = admin_in_browser
@@ -52,6 +53,8 @@ def test_an_eval_sets_cases_are_one_line_each_until_opened(admin_in_browser: Any
 
     cases[3].find_element(By.CSS_SELECTOR, ".eval-case-toggle").click()
     assert cases[3].find_element(By.NAME, "cases-3-query").is_displayed()
+    Select(cases[3].find_element(By.NAME, "cases-3-case_type")).select_by_value("guardrail")
+    assert "guardrail" in cases[3].find_element(By.CSS_SELECTOR, ".eval-case-type").text  # the line follows
     assert not cases[4].find_element(By.NAME, "cases-4-query").is_displayed()
     assert cases[3].find_element(By.CSS_SELECTOR, ".eval-case-toggle").text == "Close"
     group.find_element(By.CSS_SELECTOR, ".eval-case-open-all").click()

@@ -27,7 +27,11 @@
     if (type && type.selectedIndex >= 0) {
       const chip = document.createElement("span");
       chip.className = "eval-case-type";
-      chip.textContent = type.options[type.selectedIndex].text;
+      const show = () => {
+        chip.textContent = type.selectedIndex >= 0 ? type.options[type.selectedIndex].text : "";
+      };
+      show();
+      type.addEventListener("change", show);
       heading.querySelector(".inline_label").after(chip);
     }
     const button = document.createElement("button");
