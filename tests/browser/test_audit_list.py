@@ -25,6 +25,7 @@ def squeezed_cells(browser: Any, selector: str) -> list[str]:
         browser.execute_script(
             f"return [...document.querySelectorAll('{selector}')]"
             """.filter(cell => {
+                if (cell.getClientRects().length === 0) return false;  // not shown
                 const probe = document.createElement('div');
                 probe.style.cssText = 'position:absolute;visibility:hidden;width:min-content;white-space:normal;'
                     + 'overflow-wrap:normal;word-break:keep-all;';
