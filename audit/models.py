@@ -86,7 +86,10 @@ class AuditEvent(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"#{self.pk} {self.source} {self.mcp_id}.{self.tool}"
+        # The event's number, what happened and to which tool when there is one (a change of configuration
+        # names no tool: "#1 config.agent.create", not "#1 admin .").
+        tool = f"{self.mcp_id}.{self.tool}" if self.mcp_id and self.tool else (self.tool or self.mcp_id)
+        return f"#{self.pk} {self.action}" + (f" · {tool}" if tool else "")
 
     def save(self, *args: object, **kwargs: object) -> None:
         if self.pk is not None:

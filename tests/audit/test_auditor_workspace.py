@@ -147,3 +147,16 @@ def test_every_write_attempt_by_an_auditor_is_a_403_in_the_api(auditor_user, aud
         assert getattr(Client(), method)(url, {}, HTTP_AUTHORIZATION=basic).status_code == 403, url
         assert getattr(auditor_client, method)(url, {}).status_code == 403, url
     assert AuditEvent.objects.count() == before
+
+
+@pytest.mark.django_db
+def test_an_events_name_says_what_happened_and_to_which_tool() -> None:
+    """Its page's title and breadcrumb: a tool call names its server and tool; a change of configuration names
+    no tool, and no stray dot ("#1 admin ." before)."""
+    from audit.models import AuditEvent
+    from audit.services import audit_event_record
+
+    call = audit_event_record(source="agent", mcp_id="local", tool="calculate", ok=True)
+    change = audit_event_record(source="admin", action="config.agent.create", actor="admin:admin")
+    assert str(AuditEvent.objects.get(pk=call.pk)) == f"#{call.pk} tool.call · local.calculate"
+    assert str(AuditEvent.objects.get(pk=change.pk)) == f"#{change.pk} config.agent.create"
