@@ -334,6 +334,7 @@ class EvalRunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             "b": b,
             "rows": rows,
             "changed": sum(1 for r in rows if r.changed),
+            "unchanged": sum(1 for r in rows if not r.changed),
             "summary_rows": [(label, a.summary.get(key), b.summary.get(key)) for key, label in SUMMARY_ROWS],
         }
         return TemplateResponse(request, "admin/evals/evalrun/compare.html", context)

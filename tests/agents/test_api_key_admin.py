@@ -136,3 +136,18 @@ def test_a_refused_form_sent_again_valid_issues_its_key_once(admin_client: Clien
     [raw] = re.findall(r'id="raw-key" readonly value="(apk_[A-Za-z0-9_-]{43})"', page)
     assert ApiKey.objects.get().issue_token == "retried-form-token-01"
     assert raw not in str(dict(admin_client.session.items()))  # nothing of the key kept for later
+
+
+@pytest.mark.django_db
+def test_the_key_list_filters_live_and_revoked_keys_in_words(admin_client: Client) -> None:
+    from django.utils import timezone
+
+    api_key_create(name="살아 있는 키", actor="test", via="tests")
+    revoked, _raw = api_key_create(name="폐기된 키", actor="test", via="tests")
+    ApiKey.objects.filter(pk=revoked.pk).update(revoked_at=timezone.now())
+    page = admin_client.get("/admin/agents/apikey/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+    assert "?state=live" in page and "?state=revoked" in page and "활성" in page and "폐기됨" in page
+    live = admin_client.get("/admin/agents/apikey/?state=live").content.decode()
+    assert "살아 있는 키" in live and "폐기된 키" not in live
+    gone = admin_client.get("/admin/agents/apikey/?state=revoked").content.decode()
+    assert "폐기된 키" in gone and "살아 있는 키" not in gone
