@@ -20,6 +20,7 @@ from agents.decision_reasons import reason_text
 from agents.models import Agent
 from agents.rule_form import key_value_pairs
 from agents.selectors import deterministic_rule_specs
+from audit.labels import reason_label
 
 
 @dataclass
@@ -45,6 +46,18 @@ class RuleTrial:
     def params_json(self) -> str:
         """The rendered parameters as JSON (what the tool is sent), Korean as itself."""
         return "" if self.params is None else json.dumps(self.params, ensure_ascii=False)
+
+    @property
+    def error_text(self) -> str:
+        """A failed call's reason in words with its code (``args:allowed:region``), as the audit pages name it."""
+        error = (self.result or {}).get("error") or ""
+        return f"{reason_label(error)} · {error}" if error and reason_label(error) != error else error
+
+    @property
+    def value_json(self) -> str:
+        """What the tool answered, indented, Korean as itself."""
+        value = (self.result or {}).get("value")
+        return "" if value is None else json.dumps(value, ensure_ascii=False, indent=2, default=str)
 
     @property
     def result_json(self) -> str:

@@ -43,6 +43,10 @@ def test_asked_to_execute_it_calls_through_the_gate(admin_client, demo_agent) ->
     ).content.decode()
     assert "클라우드운영팀" in page
     assert "&quot;ok&quot;: true" in page and "True" not in page  # the result as JSON, not a Python dict
+    # At a glance: the outcome, attempts and latency in words; the value and the whole result folded away.
+    assert '<div class="tester-outcome"><b style="color:green">succeeded</b>' in page and "1 attempt · " in page
+    assert '<details class="tester-value"><summary>what the tool answered</summary>' in page
+    assert '<details class="tester-result"><summary>the whole result (JSON)</summary>' in page
     event = AuditEvent.objects.get(action="tool.call")
     assert (event.source, event.tool, event.actor) == ("admin", "search_employee", "rule-tester:admin")
 
@@ -101,3 +105,21 @@ def test_the_tester_opens_on_the_rules_agent_or_the_only_one(admin_client, demo_
     assert admin_client.get("/admin/agents/rule-tester/").context["form"]["agent"].value() is None  # two: none
     chosen = admin_client.get("/admin/agents/rule-tester/?agent=other").context["form"]["agent"].value()
     assert chosen == other.pk
+
+
+def test_a_failed_call_is_named_in_words_with_its_code(admin_client, demo_agent) -> None:
+    """The demo's rule for an asset's status, with the demo server's contract refusing the ID's shape: the call
+    fails before the tool; the tester says so in the reader's language, with the reason's code."""
+    from mcpregistry.models import McpTool
+    from mcpregistry.services import tool_contract_update
+
+    tool = McpTool.objects.get(name="get_asset_status", server__in=demo_agent.servers.all())
+    contract = tool.contract
+    args = {**contract.args, "asset_id": {**contract.args.get("asset_id", {}), "pattern": "^B-[0-9]{4}$"}}
+    tool_contract_update(contract=contract, actor="test", via="tests", data={"args": args})
+    page = admin_client.post(
+        "/admin/agents/rule-tester/",
+        {"agent": demo_agent.pk, "query": "A-1001 자산의 현재 상태를 알려주세요.", "execute": "on"},
+        HTTP_ACCEPT_LANGUAGE="ko",
+    ).content.decode()
+    assert '<b style="color:#ba2121">실패</b>' in page and "args:pattern:asset_id" in page
