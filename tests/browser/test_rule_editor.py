@@ -69,11 +69,16 @@ def test_an_admin_creates_a_rule_in_the_editor_and_dry_runs_it(admin_in_browser:
     row = browser.find_element(By.XPATH, "//tr[td[contains(., 'employee team')]]").text
     assert "matched" in row and "김하늘" in row and "sds-company-data.search_employee" in row
 
-    # Asked to call it, through the gate: the result is JSON, the rule's name on one line.
+    # Asked to call it, through the gate: the outcome in words, the value and the whole result (JSON) a click
+    # away; the rule's name on one line.
     browser.find_element(By.NAME, "execute").click()
     submit(browser, (By.CSS_SELECTOR, "input[type=submit]"))
     cell = browser.find_element(By.XPATH, "//tr[td[contains(., 'employee team')]]/td[2]")
     assert cell.size["width"] >= 100, cell.size  # not one character per line
-    row = browser.find_element(By.XPATH, "//tr[td[contains(., 'employee team')]]").text
+    row_element = browser.find_element(By.XPATH, "//tr[td[contains(., 'employee team')]]")
+    assert "succeeded · 1 attempt" in row_element.text and "클라우드운영팀" not in row_element.text  # folded
+    row_element.find_element(By.CSS_SELECTOR, ".tester-value summary").click()
+    row_element.find_element(By.CSS_SELECTOR, ".tester-result summary").click()
+    row = row_element.text
     assert '"ok": true' in row and "클라우드운영팀" in row and "True" not in row
     screenshot(browser, "rule_tester_executed")
