@@ -100,7 +100,11 @@ def dashboard_runs(request: HttpRequest, *, since: dt.datetime) -> dict[str, Any
             "status": status,
             "label": label,
             "count": counts.get(status, 0),
-            "url": f"{changelist}?{urlencode({'status__exact': status, 'created_at__gte': since.isoformat()})}",
+            # The list shows what the count counts: live runs (evaluations and shadows are counted apart).
+            "url": f"{changelist}?"
+            + urlencode(
+                {"status__exact": status, "purpose__exact": Run.Purpose.LIVE, "created_at__gte": since.isoformat()}
+            ),
         }
         for status, label in Run.Status.choices
     ]

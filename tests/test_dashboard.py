@@ -78,8 +78,12 @@ def test_the_dashboard_shows_what_needs_an_admin_now(admin_client) -> None:
 
 
 def test_the_run_list_link_of_the_dashboard_works(admin_client) -> None:
+    """It lists what the count counts: an evaluation's failed run is neither counted nor listed."""
     some_platform_state()
+    agent = Agent.objects.get(slug="ledger")
+    Run.objects.create(agent=agent, query="q", status=Run.Status.FAILED, purpose=Run.Purpose.EVAL)
     page = admin_client.get("/admin/").content.decode()
+    assert '<span class="big">3</span>' in page[page.index('id="dashboard-runs"') :]
     start = page.index("/admin/agents/run/?status__exact=failed")
     url = page[start : page.index('"', start)].replace("&amp;", "&")
     response = admin_client.get(url)
