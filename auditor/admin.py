@@ -32,6 +32,7 @@ from audit.labels import action_label, breakable, reason_label, when_cell
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.services import audit_chain_catch_up
 from auditor.charts import bar_chart
+from auditor.event_details import change_html, rule_decision_html
 from auditor.metrics import ToolSeries, tool_metrics, tool_metrics_series
 from auditor.selectors import (
     AuditEventFilters,
@@ -281,13 +282,57 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         return "—" if obj.latency_ms is None else f"{obj.latency_ms:,.1f}"
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        # The chain's fields where the model has them.
+        # The chain's fields where the model has them, and this page's readings of the record.
         names = {f.name for f in AuditEvent._meta.get_fields()}
-        return [f for f in self.readonly_fields if f in names or hasattr(self, f)]
+        return [f for f in self.readonly_fields if f in names or hasattr(self, f)] + [
+            "run_page",
+            "change_summary",
+            "decision_summary",
+        ]
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        """An event's page shows these, in this order (the codes and raw numbers through their readable forms)."""
-        return self.get_readonly_fields(request, obj)
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[tuple[Any, dict[str, Any]]]:
+        """An event's page in sections, in this order: what happened, when and at whose request; then what it
+        says (a configuration change's settings before and after, a rule's decision in a sentence, a call's
+        arguments and result); the record as stored; the chain's fields. Codes and raw numbers are shown
+        through their readable forms, beside them."""
+        chain = [f for f in ("seq", "prev_hash", "hash") if f in {f.name for f in AuditEvent._meta.get_fields()}]
+        head = ["id", "created_at", "action_text", "source", "actor"]
+        recorded = (_("As recorded (masked)"), {"fields": ["args_pretty", "result_pretty"], "classes": ["collapse"]})
+        if obj is not None and change_html(obj, site_name=self.admin_site.name) is not None:
+            sections = [
+                (None, {"fields": head}),
+                (_("Change"), {"fields": ["change_summary"]}),
+                recorded,
+            ]
+        elif obj is not None and obj.action == "rule.decision":
+            sections = [
+                (None, {"fields": [*head, "run_page", "agent"]}),
+                (_("Decision"), {"fields": ["decision_summary", "mcp_id", "tool", "args_pretty", "reason_text"]}),
+                (_("As recorded (masked)"), {"fields": ["result_pretty"], "classes": ["collapse"]}),
+            ]
+        else:
+            call = ["mcp_id", "tool", "call_id", "args_pretty", "result_pretty", "ok", "reason_text", "attempt"]
+            sections = [
+                (None, {"fields": [*head, "run_page", "agent"]}),
+                (_("Call"), {"fields": [*call, "latency"]}),
+            ]
+        return [*sections, (_("Chain"), {"fields": chain})] if chain else sections
+
+    @admin.display(description=_("what was changed"))
+    def change_summary(self, obj: AuditEvent) -> str:
+        return change_html(obj, site_name=self.admin_site.name) or "—"
+
+    @admin.display(description=_("rule"))
+    def decision_summary(self, obj: AuditEvent) -> str:
+        return rule_decision_html(obj, site_name=self.admin_site.name) or "—"
+
+    @admin.display(description=_("run"))
+    def run_page(self, obj: AuditEvent) -> str:
+        """The run, linked to its page (its whole id, which the filters and the API take)."""
+        if not obj.run_id:
+            return "—"
+        url = reverse("admin:agents_run_change", args=[obj.run_id], current_app=self.admin_site.name)
+        return format_html('<a href="{}">{}</a>', url, obj.run_id)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AuditEvent]:
         audit_chain_catch_up()  # events committed but not chained yet (deferred chaining) are listed too

@@ -1,0 +1,206 @@
+"""What an audit event says, as a reader takes it in: a configuration change as a table of its settings (the
+setting's name in the reader's language beside its code, the value before and after), what was changed (linked
+to its page while it exists), and a rule decision as a sentence (the rule, matched or skipped, and why, in
+words). The event's stored JSON is unchanged and shown too: these are readings of it, never replacements.
+
+Anything these readings do not know (a change recorded in another shape, a model since removed) is shown as it
+was recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.apps import apps
+from django.core.exceptions import FieldDoesNotExist
+from django.db import models
+from django.template.loader import render_to_string
+from django.urls import NoReverseMatch, reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext, pgettext
+
+from agents.decision_reasons import reason_text
+from audit.changes import CONFIG_ACTION_PREFIX
+from audit.models import AuditEvent
+
+# What a change of a set of names did (a secret map's names, a user's groups): the kinds the recorders write.
+_NAME_CHANGES: dict[str, Callable[[], str]] = {
+    "set": lambda: pgettext("audit names", "set"),
+    "changed": lambda: pgettext("audit names", "changed"),
+    "cleared": lambda: pgettext("audit names", "cleared"),
+    "re-encrypted": lambda: pgettext("audit names", "re-encrypted"),
+    "add": lambda: pgettext("audit names", "added"),
+    "remove": lambda: pgettext("audit names", "removed"),
+    "clear": lambda: pgettext("audit names", "all removed"),
+}
+
+_EMPTY: tuple[Any, ...] = (None, "", [], {})
+
+
+@dataclass(frozen=True)
+class ChangeRow:
+    label: str  # the setting's name in the reader's language ("" when the model no longer has it)
+    code: str  # the setting's name as recorded
+    before: SafeString
+    after: SafeString
+
+
+def is_config_change(event: AuditEvent) -> bool:
+    return event.action.startswith(CONFIG_ACTION_PREFIX)
+
+
+def _verb(event: AuditEvent) -> str:
+    return event.action.rpartition(".")[2]
+
+
+def _model(label: Any) -> type[models.Model] | None:
+    try:
+        return apps.get_model(str(label))
+    except (LookupError, ValueError):
+        return None
+
+
+def _field(model: type[models.Model] | None, name: str) -> Any:
+    if model is None:
+        return None
+    try:
+        return model._meta.get_field(name)
+    except FieldDoesNotExist:
+        return None
+
+
+def value_html(value: Any, field: Any = None) -> SafeString:
+    """One recorded value as people read it: "—" for none, yes/no, a choice's words beside its code, a list one
+    item a line, text with its line breaks, anything nested as indented JSON (Korean as it is)."""
+    if value in _EMPTY:
+        return format_html('<span class="audit-empty">{}</span>', "—")
+    if isinstance(value, bool):
+        return format_html("{}", gettext("Yes") if value else gettext("No"))
+    choices = dict(getattr(field, "flatchoices", None) or ())
+    if isinstance(value, (str, int)) and value in choices and str(choices[value]) != str(value):
+        return format_html('{} <code class="audit-code">{}</code>', choices[value], value)
+    if isinstance(value, str):
+        return format_html('<div class="audit-text">{}</div>', value)
+    if isinstance(value, (int, float)):
+        return format_html("{}", value)
+    if isinstance(value, list) and all(isinstance(item, (str, int, float)) for item in value):
+        return format_html(
+            '<ul class="audit-list">{}</ul>', SafeString("".join(format_html("<li>{}</li>", i) for i in value))
+        )
+    return format_html("<pre>{}</pre>", json.dumps(value, ensure_ascii=False, indent=2))
+
+
+def _names_html(change: Mapping[str, Any]) -> SafeString:
+    """``{"set": ["TOKEN"], "cleared": ["OLD"]}`` → "set: TOKEN" and "cleared: OLD", a line each (names only:
+    a secret's value is never recorded)."""
+    lines = [
+        format_html(
+            "<li>{}: {}</li>",
+            _NAME_CHANGES[kind]() if kind in _NAME_CHANGES else kind,
+            ", ".join(str(n) for n in names) if isinstance(names, list) else json.dumps(names, ensure_ascii=False),
+        )
+        for kind, names in change.items()
+    ]
+    return format_html('<ul class="audit-list">{}</ul>', SafeString("".join(lines)))
+
+
+def change_rows(event: AuditEvent) -> list[ChangeRow] | None:
+    """The settings a configuration change recorded, in the order recorded; ``None`` when its arguments are not
+    a change's shape (then the page shows them as recorded)."""
+    if not is_config_change(event) or not isinstance(event.args, dict) or not isinstance(event.result, dict):
+        return None
+    model = _model(event.result.get("model"))
+    rows: list[ChangeRow] = []
+    for name, change in event.args.items():
+        field = _field(model, name)
+        label = str(getattr(field, "verbose_name", "") or "")
+        if isinstance(change, list) and len(change) == 2:
+            before, after = value_html(change[0], field), value_html(change[1], field)
+        elif isinstance(change, dict):
+            before, after = value_html(None), _names_html(change)
+        else:
+            return None
+        rows.append(ChangeRow(label=label if label and label != name else "", code=name, before=before, after=after))
+    return rows
+
+
+def _object_html(reference: Mapping[str, Any], *, site_name: str) -> SafeString:
+    """``{"model": "agents.agent", "id": 1, "name": "company-assistant"}`` → "에이전트 #1 company-assistant",
+    linked to its page while it exists."""
+    model = _model(reference.get("model"))
+    kind = str(model._meta.verbose_name) if model is not None else str(reference.get("model") or "")
+    text = format_html("{} #{} {}", kind, reference.get("id", "?"), reference.get("name", ""))
+    if model is None or reference.get("id") is None:
+        return text
+    try:
+        url = reverse(
+            f"admin:{model._meta.app_label}_{model._meta.model_name}_change",
+            args=[reference["id"]],
+            current_app=site_name,
+        )
+    except NoReverseMatch:
+        return text
+    if not model._default_manager.filter(pk=reference["id"]).exists():
+        return format_html('{} <span class="audit-empty">({})</span>', text, gettext("no longer exists"))
+    return format_html('<a href="{}">{}</a>', url, text)
+
+
+def change_html(event: AuditEvent, *, site_name: str) -> SafeString | None:
+    """A configuration change at a glance: what was changed, by which path, with what else (rows deleted with
+    it, the deleted row this change follows from), and the table of its settings."""
+    rows = change_rows(event)
+    if rows is None:
+        return None
+    result = event.result
+    verb = _verb(event)
+    also = result.get("also_deleted")
+    context = {
+        "target": _object_html(result, site_name=site_name),
+        "via": result.get("via", ""),
+        "deleted_with": _object_html(result["deleted_with"], site_name=site_name)
+        if isinstance(result.get("deleted_with"), dict)
+        else None,
+        "also_deleted": [
+            format_html("{} × {}", str(m._meta.verbose_name_plural) if (m := _model(label)) else label, count)
+            for label, count in also.items()
+        ]
+        if isinstance(also, dict)
+        else [],
+        "rows": rows,
+        # A creation has only values, a deletion only the values it had; a change both.
+        "single": verb in ("create", "delete"),
+        "value_heading": gettext("value when deleted") if verb == "delete" else gettext("value"),
+    }
+    if context["single"]:
+        context["rows"] = [
+            ChangeRow(label=r.label, code=r.code, before=r.before, after=r.before if verb == "delete" else r.after)
+            for r in rows
+        ]
+    return SafeString(render_to_string("admin/audit/auditevent/change_table.html", context))
+
+
+def rule_decision_html(event: AuditEvent, *, site_name: str) -> SafeString | None:
+    """ "Rule «증감 계산» (#7): skipped — the regex did not match", the rule linked to its page."""
+    if event.action != "rule.decision" or not isinstance(event.result, dict):
+        return None
+    result = event.result
+    matched = bool(result.get("matched"))
+    rule_name = str(result.get("rule", ""))
+    rule_id = event.call_id.removeprefix("rule:") if event.call_id.startswith("rule:") else ""
+    rule: SafeString = format_html("«{}»", rule_name)
+    if rule_id.isdigit():
+        rule = _object_html(
+            {"model": "agents.deterministicrule", "id": int(rule_id), "name": f"«{rule_name}»"}, site_name=site_name
+        )
+    verdict = gettext("matched") if matched else pgettext("rule decision", "skipped")
+    reason = str(result.get("reason", ""))
+    return format_html(
+        "{}: <strong>{}</strong>{}",
+        rule,
+        verdict,
+        format_html(" — {}", reason_text(reason)) if reason and reason != "matched" else "",
+    )
