@@ -8,17 +8,31 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
+from django.db.models import ManyToManyField
+from django.forms import ModelMultipleChoiceField
 from django.http import HttpRequest, HttpResponse
 
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin
+from audit.labels import permission_label
 from audit.login_form import LockoutAwareAdminAuthenticationForm
 from audit.roles import group_delete, group_save, user_delete, user_password_page, user_update
 
 User = get_user_model()
 
 
-class AuditedUserAdmin(ServiceAdminMixin, UserAdmin):
+class PermissionsInWordsMixin:
+    """The permission pickers list each permission in the reader's language (``에이전트 | 승인 | 승인 보기``), not
+    as Django stored its name (``Can view approval``)."""
+
+    def formfield_for_manytomany(self, db_field: ManyToManyField, request: HttpRequest, **kwargs: Any) -> Any:
+        field = super().formfield_for_manytomany(db_field, request, **kwargs)  # type: ignore[misc]
+        if isinstance(field, ModelMultipleChoiceField) and db_field.related_model is Permission:
+            field.label_from_instance = permission_label  # type: ignore[method-assign]
+        return field
+
+
+class AuditedUserAdmin(ServiceAdminMixin, PermissionsInWordsMixin, UserAdmin):
     def service_save(self, *, obj: Any, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
         user_update(
             user=obj, actor=actor, via=ADMIN_VIA, groups=m2m.get("groups"), permissions=m2m.get("user_permissions")
@@ -33,7 +47,7 @@ class AuditedUserAdmin(ServiceAdminMixin, UserAdmin):
             return super().user_change_password(request, id, form_url)
 
 
-class AuditedGroupAdmin(ServiceAdminMixin, GroupAdmin):
+class AuditedGroupAdmin(ServiceAdminMixin, PermissionsInWordsMixin, GroupAdmin):
     def service_save(self, *, obj: Group, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
         group_save(group=obj, actor=actor, via=ADMIN_VIA, permissions=m2m.get("permissions"))
 

@@ -161,3 +161,31 @@ def when_cell(moment: Any) -> str:
         date_format(local, "Y-m-d"),
         date_format(local, "H:i:s T"),
     )
+
+
+_PERMISSIONS: dict[str, Callable[[], str]] = {
+    "add": lambda: pgettext("permission", "Can add %(model)s"),
+    "change": lambda: pgettext("permission", "Can change %(model)s"),
+    "delete": lambda: pgettext("permission", "Can delete %(model)s"),
+    "view": lambda: pgettext("permission", "Can view %(model)s"),
+}
+
+
+def permission_label(permission: Any) -> str:
+    """A permission as the group and user pages list it, in the reader's language: ``에이전트 | 승인 | 승인 보기``
+    (the stored name, ``Can view approval``, is written once in English when the permission is created). A
+    permission that is no model's default one is named as stored."""
+    content_type = permission.content_type
+    model = content_type.model_class()
+    if model is None:
+        return str(permission)
+    action, _sep, model_name = permission.codename.partition("_")
+    if (
+        model_name != model._meta.model_name
+        or action not in model._meta.default_permissions
+        or action not in _PERMISSIONS
+    ):
+        return str(permission)
+    app = apps.get_app_config(content_type.app_label).verbose_name
+    name = _PERMISSIONS[action]() % {"model": model._meta.verbose_name}
+    return f"{app} | {model._meta.verbose_name} | {name}"
