@@ -9,12 +9,13 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html
 from django.utils.translation import gettext, ngettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
@@ -52,6 +53,7 @@ from agents.models import (
     scripted_model_allowed,
 )
 from agents.rule_form import DeterministicRuleForm
+from agents.rule_summary import conditions_html, parameters_html, target_html
 from agents.selectors import tool_name_conflicts
 from agents.services import (
     agent_create,
@@ -70,13 +72,62 @@ from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from mcpregistry.models import McpServer
 
 
+class RuleRowForm(forms.ModelForm):
+    """A row of the agent's rules table. A problem with what the row does not show (its parameters no longer fit
+    its tool's contract, say) is told on the row, naming the setting and where to fix it, instead of failing
+    the page."""
+
+    def add_error(self, field: str | None, error: Any) -> None:
+        if field is None and isinstance(error, ValidationError) and hasattr(error, "error_dict"):
+            elsewhere = {k: v for k, v in error.error_dict.items() if k != NON_FIELD_ERRORS and k not in self.fields}
+            for name, problems in elsewhere.items():
+                label = DeterministicRule._meta.get_field(name).verbose_name
+                for problem in ValidationError(problems).messages:
+                    super().add_error(
+                        None,
+                        gettext("%(setting)s: %(problem)s (change it in the rule editor)")
+                        % {"setting": label, "problem": problem},
+                    )
+            error = ValidationError({k: v for k, v in error.error_dict.items() if k not in elsewhere})
+            if not error.error_dict:
+                return
+        super().add_error(field, error)
+
+
 class DeterministicRuleInline(admin.TabularInline):
-    """The rules of an agent as JSON (for power users); each row's link opens the structured rule editor."""
+    """The rules of an agent at a glance: what each calls, when and with what, in words (``agents/rule_summary``).
+    Their order, name and switch are changed here; what they call, when and with what in the rule editor, which
+    each row links to, as does the link that adds a rule for this agent (it checks the tool and its parameters,
+    which a row of this table could not)."""
 
     model = DeterministicRule
+    form = RuleRowForm
     extra = 0
     show_change_link = True
-    fields = ["order", "name", "enabled", "server", "tool_name", "when", "params"]
+    fields = ["order", "name", "enabled", "calls", "conditions", "parameters"]
+    readonly_fields = ["calls", "conditions", "parameters"]
+    template = "admin/agents/agent/rules_inline.html"
+
+    class Media:
+        css = {"all": ["agents/rule_summary.css"]}
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return super().get_queryset(request).select_related("server")
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # added in the rule editor (the link under the table)
+
+    @admin.display(description=pgettext_lazy("rule", "calls"))
+    def calls(self, rule: DeterministicRule) -> str:
+        return target_html(rule)
+
+    @admin.display(description=pgettext_lazy("rule", "when"))
+    def conditions(self, rule: DeterministicRule) -> str:
+        return conditions_html(rule)
+
+    @admin.display(description=pgettext_lazy("rule", "with"))
+    def parameters(self, rule: DeterministicRule) -> str:
+        return parameters_html(rule)
 
 
 class AgentForm(forms.ModelForm):
@@ -330,8 +381,9 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
 @admin.register(DeterministicRule)
 class DeterministicRuleAdmin(ServiceAdminMixin, admin.ModelAdmin):
-    list_display = ["order", "name", "agent", "server", "tool_name", "enabled"]
-    list_display_links = ["name"]
+    # What each rule calls and when, in words, beside its order and switch; its agent under its name.
+    list_display = ["order", "rule_name", "calls", "conditions", "enabled"]
+    list_display_links = ["rule_name"]
     list_filter = ["enabled", "agent", "server"]
     search_fields = ["name", "tool_name"]
     ordering = ["order", "id"]
@@ -346,8 +398,24 @@ class DeterministicRuleAdmin(ServiceAdminMixin, admin.ModelAdmin):
     ]
 
     class Media:
-        css = {"all": ["mcpregistry/editors.css"]}
+        css = {"all": ["mcpregistry/editors.css", "agents/rule_summary.css"]}
         js = ["agents/rule_editor.js"]
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return super().get_queryset(request).select_related("agent", "server")
+
+    @admin.display(description=_("name"), ordering="name")
+    def rule_name(self, rule: DeterministicRule) -> str:
+        agent = rule.agent.slug if rule.agent is not None else gettext("no agent")
+        return format_html('{}<div class="rule-summary-key">{}</div>', rule.name, agent)
+
+    @admin.display(description=pgettext_lazy("rule", "calls"), ordering="tool_name")
+    def calls(self, rule: DeterministicRule) -> str:
+        return target_html(rule)
+
+    @admin.display(description=pgettext_lazy("rule", "when"))
+    def conditions(self, rule: DeterministicRule) -> str:
+        return conditions_html(rule)
 
     def render_change_form(self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         form = context["adminform"].form

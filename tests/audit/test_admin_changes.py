@@ -221,36 +221,48 @@ def agent_form(**changes: object) -> dict[str, object]:
     return data
 
 
-def test_an_agent_and_the_rules_added_on_its_page_are_recorded_in_order(admin_client, vault) -> None:
+def test_an_agent_and_the_rules_changed_on_its_page_are_recorded_in_order(admin_client, vault) -> None:
     assert admin_client.post("/admin/agents/agent/add/", agent_form()).status_code == 302
     agent = Agent.objects.get(slug="ledger")
     [created] = admin_events("config.agent.create")
     assert created.args["slug"] == [None, "ledger"] and "servers" not in created.args
+    rule = DeterministicRule.objects.create(
+        agent=agent, name="장부 규칙", order=5, server=vault, tool_name="lookup", params={"name": "{query}"}
+    )
     response = admin_client.post(
         f"/admin/agents/agent/{agent.pk}/change/",
         agent_form(
             servers=[vault.pk],
             max_iterations="8",
             **{
-                "rules-TOTAL_FORMS": "1",
-                "rules-0-order": "5",
-                "rules-0-name": "장부 규칙",
-                "rules-0-enabled": "on",
-                "rules-0-server": str(vault.pk),
-                "rules-0-tool_name": "lookup",
-                "rules-0-when": "{}",
-                "rules-0-params": json.dumps({"name": "{query}"}),
+                "rules-TOTAL_FORMS": "2",
+                "rules-INITIAL_FORMS": "1",
+                "rules-0-id": str(rule.pk),
+                "rules-0-agent": str(agent.pk),
+                "rules-0-order": "7",
+                "rules-0-name": "장부 규칙 (사용 중지)",
+                # A row added to the table is not a rule: rules are added in the rule editor, which checks them.
+                "rules-1-order": "9",
+                "rules-1-name": "몰래 추가",
+                "rules-1-enabled": "on",
+                "rules-1-server": str(vault.pk),
+                "rules-1-tool_name": "lookup",
+                "rules-1-when": "{}",
+                "rules-1-params": json.dumps({"name": "{query}"}),
             },
         ),
     )
     assert response.status_code == 302, response.content.decode()[:3000]
-    updated, rule_created = admin_events()[-2:]
+    updated, rule_updated = admin_events()[-2:]
     assert updated.action == "config.agent.update"
     assert updated.args == {"servers": [[], ["vault"]], "max_iterations": [6, 8]}
-    assert rule_created.action == "config.deterministic_rule.create" and rule_created.args["name"] == [
-        None,
-        "장부 규칙",
-    ]
+    assert rule_updated.action == "config.deterministic_rule.update"
+    assert rule_updated.args == {
+        "enabled": [True, False],
+        "name": ["장부 규칙", "장부 규칙 (사용 중지)"],
+        "order": [5, 7],
+    }
+    assert list(agent.rules.values_list("name", flat=True)) == ["장부 규칙 (사용 중지)"]
 
 
 def test_deleting_an_agent_records_the_rules_that_went_with_it(admin_client, vault) -> None:
@@ -297,3 +309,29 @@ def test_a_delete_whose_audit_record_fails_is_not_made(admin_client, vault) -> N
     ):
         admin_client.post(f"/admin/mcpregistry/mcpserver/{vault.pk}/delete/", {"post": "yes"})
     assert McpServer.objects.filter(pk=vault.pk).exists()
+
+
+def test_a_rule_row_whose_parameters_no_longer_fit_tells_so_on_the_agents_page(admin_client, vault) -> None:
+    agent = Agent.objects.create(slug="ledger", name="장부 도우미")
+    # Stored before its tool required 'name' (or by a path that did not check): the row does not show params.
+    rule = DeterministicRule.objects.create(agent=agent, name="장부 규칙", order=5, server=vault, tool_name="lookup")
+    before = AuditEvent.objects.count()
+    response = admin_client.post(
+        f"/admin/agents/agent/{agent.pk}/change/",
+        agent_form(
+            **{
+                "rules-TOTAL_FORMS": "1",
+                "rules-INITIAL_FORMS": "1",
+                "rules-0-id": str(rule.pk),
+                "rules-0-agent": str(agent.pk),
+                "rules-0-order": "7",
+                "rules-0-name": "장부 규칙",
+                "rules-0-enabled": "on",
+            }
+        ),
+        HTTP_ACCEPT_LANGUAGE="ko",
+    )
+    assert response.status_code == 200  # the page again, with the row's problem; not a 500
+    page = response.content.decode()
+    assert "파라미터 템플릿: args:missing:name" in page and "규칙 편집기에서 바꾸세요" in page
+    assert DeterministicRule.objects.get(pk=rule.pk).order == 5 and AuditEvent.objects.count() == before

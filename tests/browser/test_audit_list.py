@@ -98,7 +98,7 @@ def test_the_audit_list_fits_at_1400_px_and_reads_in_words(
 
 @pytest.mark.parametrize("language", ["en", "ko"])
 def test_an_agents_page_with_the_demos_rules_fits_at_1400_px(admin_in_browser: Any, language: str) -> None:
-    """The agent's rules table (order, name, server, tool, its JSON conditions and parameters) sits beside the
+    """The agent's rules table (order, name, switch, what each calls, when and with what, in words) sits beside the
     menu without pushing the page sideways."""
     from tests.conftest import bind_demo_server, make_agent
 
