@@ -21,6 +21,20 @@ from agent_platform.errors import ApplicationError
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from audit.labels import breakable, when_cell
+from evals.case_editor import (
+    HELP_TEXTS,
+    AlternativesWidget,
+    AnswerChecksWidget,
+    ContextLinesWidget,
+    DataLinesWidget,
+    EditedJSONField,
+    NameListWidget,
+    ThresholdsWidget,
+    ToolLinesWidget,
+    normalized_alternatives,
+    normalized_checks,
+    normalized_tools,
+)
 from evals.labels import SCORE_LABELS
 from evals.models import CASE_TYPES, EvalCase, EvalRun, EvalSet
 from evals.scoring import MAX_METRICS, RATE_METRICS
@@ -38,6 +52,7 @@ from evals.services import (
 from mcpregistry.models import McpServer
 
 SUMMARY_ROWS = list(SCORE_LABELS.items())
+EDITED_CASE_FIELDS = ("expected_tools", "forbidden_tools", "answer_checks", "alternatives", "context", "data")
 
 
 def _case_save(*, obj: EvalCase, actor: Any, via: str, creating: bool) -> None:
@@ -62,8 +77,9 @@ CASE_TYPE_LABELS = {
 
 
 class EvalCaseForm(forms.ModelForm):
-    """A case as an admin writes it: its type chosen from the five the scoring knows, and each JSON field with its
-    shape and an example from the seed's questions."""
+    """A case as an admin writes it: its type chosen from the five the scoring knows, the tools and the checks
+    in inputs named for what they hold (``evals/case_editor.py``; nothing to write as JSON, no key to guess).
+    Saving a case unchanged changes nothing: lines that mean what is stored keep what is stored."""
 
     case_type = forms.ChoiceField(label=_("type"), choices=[])
 
@@ -83,22 +99,18 @@ class EvalCaseForm(forms.ModelForm):
             "data",
             "note",
         ]
+        field_classes = dict.fromkeys(EDITED_CASE_FIELDS, EditedJSONField)
+        widgets = {
+            "expected_tools": ToolLinesWidget,
+            "forbidden_tools": NameListWidget,
+            "answer_checks": AnswerChecksWidget,
+            "alternatives": AlternativesWidget,
+            "context": ContextLinesWidget,
+            "data": DataLinesWidget,
+        }
         help_texts = {
-            "expected_tools": _(
-                'The tools the run must call: ["search_employee"], or with the arguments the call must contain: '
-                '[{"name": "search_employee", "args": {"name": "김하늘"}}].'
-            ),
+            **HELP_TEXTS,
             "ordered": _("The expected tools must be called in the order listed."),
-            "forbidden_tools": _('Tools the run must not call: ["get_asset"]; ["*"]: no tool at all.'),
-            "answer_checks": _(
-                'Each must hold for the answer: [{"contains": "클라우드운영팀"}, {"regex": "A-[0-9]{4}"}, '
-                '{"dont_know": true}] (it says it does not know).'
-            ),
-            "alternatives": _(
-                'Other tool sequences that also pass: [{"tools": ["get_asset_status_backup"], "note": "the backup"}].'
-            ),
-            "context": _('The A2A context the question comes with, a JSON object: {"userId": "E-001"}.'),
-            "data": _('A2A data parts, a JSON list: [{"asset_id": "A-1001"}].'),
         }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -109,6 +121,21 @@ class EvalCaseForm(forms.ModelForm):
             choices.append((stored, stored))
         self.fields["case_type"].choices = choices
         self.fields["case_type"].initial = stored or "single_tool"
+
+    def _as_stored(self, name: str, same: Any) -> Any:
+        """The cleaned value, or the stored one when both mean the same (no change to record)."""
+        value = self.cleaned_data.get(name)
+        stored = getattr(self.instance, name) if self.instance.pk else None
+        return stored if stored is not None and same(value) == same(stored) else value
+
+    def clean_expected_tools(self) -> Any:
+        return self._as_stored("expected_tools", normalized_tools)
+
+    def clean_answer_checks(self) -> Any:
+        return self._as_stored("answer_checks", normalized_checks)
+
+    def clean_alternatives(self) -> Any:
+        return self._as_stored("alternatives", normalized_alternatives)
 
 
 class EvalCaseInline(admin.StackedInline):
@@ -144,6 +171,12 @@ class EvalSetForm(forms.ModelForm):
     class Meta:
         model = EvalSet
         fields = ["name", "description", "agent", "sandbox_servers", "thresholds"]
+        field_classes = {"thresholds": EditedJSONField}
+        widgets = {
+            "thresholds": ThresholdsWidget(
+                minimums=RATE_METRICS, maximums=MAX_METRICS, labels=lambda name: str(SCORE_LABELS.get(name, name))
+            )
+        }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -155,10 +188,9 @@ class EvalSetForm(forms.ModelForm):
         self.fields["sandbox_servers"].choices = [(i, i) for i in stored] + [(i, i) for i in known if i not in stored]
         self.initial["sandbox_servers"] = stored
         self.fields["thresholds"].help_text = _(
-            'A JSON object of score → limit, e.g. {"pass_rate": 0.9, "forbidden_violations": 0}. Minimums (0 to 1): '
-            "%(minimums)s. Maximums: %(maximums)s. run_eval exits non-zero when a score is below its minimum or "
+            "Empty: no threshold for that score. run_eval exits non-zero when a score is below its minimum or "
             "above its maximum."
-        ) % {"minimums": ", ".join(RATE_METRICS), "maximums": ", ".join(MAX_METRICS)}
+        )
 
 
 @admin.register(EvalSet)

@@ -66,15 +66,16 @@ def test_an_eval_sets_cases_are_one_line_each_until_opened(admin_in_browser: Any
     group.find_element(By.CSS_SELECTOR, ".add-row a").click()
     assert browser.find_element(By.NAME, "cases-12-query").is_displayed()
     cases[5].find_element(By.CSS_SELECTOR, ".eval-case-toggle").click()
-    answer_checks = cases[5].find_element(By.NAME, "cases-5-answer_checks")
-    answer_checks.clear()
-    answer_checks.send_keys('[{"contians": "팀"}]')
+    context = cases[5].find_element(By.NAME, "cases-5-context__lines")
+    context.clear()
+    context.send_keys("tier 3")  # no '=': refused, naming the line
     browser.find_element(By.NAME, "cases-12-key").send_keys("new-case")
     browser.find_element(By.NAME, "cases-12-query").send_keys("새 질문")
     submit(browser, browser.find_element(By.NAME, "_continue"))
     group = browser.find_element(By.ID, "cases-group")
-    assert browser.find_element(By.NAME, "cases-5-answer_checks").is_displayed()
-    assert "one of contains" in group.find_element(By.CSS_SELECTOR, "#cases-5 .errorlist").text
+    typed = browser.find_element(By.NAME, "cases-5-context__lines")
+    assert typed.is_displayed() and typed.get_attribute("value") == "tier 3"  # shown again as typed
+    assert "line 1: write KEY=value" in group.find_element(By.CSS_SELECTOR, "#cases-5 .errorlist").text
     assert not browser.find_element(By.NAME, "cases-4-query").is_displayed()
     assert browser.find_element(By.NAME, "cases-12-query").is_displayed()
 

@@ -1,0 +1,447 @@
+"""An eval case's and an eval set's JSON fields as an admin writes them, with nothing to guess: the tools a run
+must call a line each (the arguments its call must contain on the indented lines below, ``KEY=value``), the
+checks on the answer in three inputs named for what they check, the A2A context and data as ``KEY=value`` lines,
+the thresholds as one number input per score.
+
+Each widget writes the same JSON the field always held (the model's validation, the import/export and the API
+see no difference); a post that carries the JSON itself under the field's name (a script, an older page) is
+taken as it is. A stored value the lines cannot show (a tool list of another shape, nested data) is shown and
+edited as JSON, so nothing is ever lost by opening a case. Text that does not read is shown again as typed, with
+what is wrong on which line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+from django.utils.datastructures import MultiValueDict
+from django.utils.translation import gettext, gettext_lazy
+
+from agents.rule_form import typed_value, value_text
+from mcpregistry.contract_form import EditorWidget
+
+NO_TOOL = "*"
+CHECK_KINDS = ("contains", "regex", "dont_know")
+_SCALARS = (str, int, float, bool, type(None))
+
+
+class Unreadable(str):
+    """Lines that did not read: the text as typed (shown again) and what is wrong with it."""
+
+    problem: str
+
+    def __new__(cls, text: str, problem: str) -> Unreadable:
+        made = super().__new__(cls, text)
+        made.problem = problem
+        return made
+
+
+class EditedJSONField(forms.JSONField):
+    """A JSON field whose widget may hand it lines that did not read: refused with the reason, shown again."""
+
+    def to_python(self, value: Any) -> Any:
+        if isinstance(value, Unreadable):
+            raise ValidationError(value.problem, code="invalid")
+        return super().to_python(value)
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if isinstance(data, Unreadable):
+            return data
+        return super().bound_data(data, initial)
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, Unreadable):
+            return value
+        return super().prepare_value(value)
+
+
+def _loads(value: Any) -> Any:
+    if isinstance(value, Unreadable):
+        return value
+    if isinstance(value, str):
+        try:
+            return json.loads(value) if value.strip() else None
+        except ValueError:
+            return value  # JSON that did not parse: shown as typed, in the JSON box
+    return value
+
+
+class _LinesWidget(EditorWidget):
+    """Shared by the line editors: shows the lines when the value fits them, the JSON box when it does not."""
+
+    template_name = "admin/evals/widgets/lines.html"
+    rows = 3
+    placeholder = ""
+
+    def as_lines(self, value: Any) -> str | None:
+        """The stored value as lines, or None when the lines cannot show it."""
+        raise NotImplementedError
+
+    def from_lines(self, text: str) -> Any:
+        """The lines as the field's JSON value; raises ValueError naming the line that did not read."""
+        raise NotImplementedError
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        context = super().get_context(name, value, attrs)
+        parsed = _loads(value)
+        lines = str(parsed) if isinstance(parsed, Unreadable) else self.as_lines(parsed)
+        raw = None
+        if lines is None:
+            raw = parsed if isinstance(parsed, str) else json.dumps(parsed, ensure_ascii=False, indent=2)
+        context["widget"].update({"lines": lines, "raw": raw, "rows": self.rows, "placeholder": self.placeholder})
+        return context
+
+    def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
+        text = str(data.get(f"{name}__lines", ""))
+        try:
+            return json.dumps(self.from_lines(text), ensure_ascii=False)
+        except ValueError as exc:
+            return Unreadable(text, str(exc))
+
+
+def _line_problem(number: int, message: str) -> ValueError:
+    return ValueError(gettext("line %(n)d: %(problem)s") % {"n": number, "problem": message})
+
+
+def _pair(line: str, number: int) -> tuple[str, Any]:
+    key, sep, value = line.strip().partition("=")
+    if not sep or not key.strip():
+        raise _line_problem(number, gettext("write KEY=value"))
+    return key.strip(), typed_value(value.strip())
+
+
+class ToolLinesWidget(_LinesWidget):
+    """``expected_tools``: a tool per line; the arguments its call must contain below it, indented, KEY=value."""
+
+    rows = 4
+    placeholder = "search_employee\n  name=김하늘"
+
+    def as_lines(self, value: Any) -> str | None:
+        if value in (None, ""):
+            return ""
+        if not isinstance(value, list):
+            return None
+        lines: list[str] = []
+        for item in value:
+            if isinstance(item, str) and item and " " not in item:
+                lines.append(item)
+            elif isinstance(item, dict) and set(item) <= {"name", "args"} and isinstance(item.get("name"), str):
+                args = item.get("args", {})
+                if (
+                    not isinstance(args, dict)
+                    or not item["name"]
+                    or not all(isinstance(v, _SCALARS) for v in args.values())
+                ):
+                    return None
+                lines.append(item["name"])
+                lines += [f"  {key}={value_text(arg)}" for key, arg in args.items()]
+            else:
+                return None
+        return "\n".join(lines)
+
+    def from_lines(self, text: str) -> Any:
+        tools: list[Any] = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            if line[0].isspace():
+                if not tools:
+                    raise _line_problem(number, gettext("an argument before any tool"))
+                key, value = _pair(line, number)
+                last = tools[-1] if isinstance(tools[-1], dict) else {"name": tools[-1]}
+                last.setdefault("args", {})[key] = value
+                tools[-1] = last
+                continue
+            name = line.strip()
+            if " " in name or "=" in name:
+                raise _line_problem(
+                    number, gettext("one tool name (indent the arguments its call must contain below it)")
+                )
+            tools.append(name)
+        return tools
+
+
+class NameListWidget(_LinesWidget):
+    """``forbidden_tools``: tool names, a line each (``*``: no tool at all, as the checkbox says)."""
+
+    template_name = "admin/evals/widgets/forbidden.html"
+    rows = 2
+    placeholder = "get_asset"
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        context = super().get_context(name, value, attrs)
+        parsed = _loads(value)
+        context["widget"]["none"] = isinstance(parsed, list) and NO_TOOL in parsed
+        if context["widget"]["lines"] is not None and context["widget"]["none"]:
+            context["widget"]["lines"] = "\n".join(n for n in parsed if n != NO_TOOL)
+        return context
+
+    def as_lines(self, value: Any) -> str | None:
+        if value in (None, ""):
+            return ""
+        if not isinstance(value, list) or not all(isinstance(n, str) and n and "\n" not in n for n in value):
+            return None
+        return "\n".join(value)
+
+    def from_lines(self, text: str) -> Any:
+        return [line.strip() for line in text.splitlines() if line.strip()]
+
+    def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
+        value = super().value_from_editor(data, name)
+        if data.get(f"{name}__none") and not isinstance(value, Unreadable):
+            names = json.loads(value)
+            return json.dumps([NO_TOOL, *[n for n in names if n != NO_TOOL]], ensure_ascii=False)
+        return value
+
+
+class AnswerChecksWidget(EditorWidget):
+    """``answer_checks``: the texts the answer must contain and the regexes it must match, a line each, and
+    whether it must say it does not know."""
+
+    template_name = "admin/evals/widgets/answer_checks.html"
+
+    @staticmethod
+    def as_inputs(value: Any) -> dict[str, Any] | None:
+        if value in (None, ""):
+            return {"contains": "", "regex": "", "dont_know": False}
+        if not isinstance(value, list):
+            return None
+        found: dict[str, list[str]] = {"contains": [], "regex": []}
+        dont_know = False
+        for check in value:
+            if not isinstance(check, dict) or len(check) != 1 or next(iter(check)) not in CHECK_KINDS:
+                return None
+            kind, wanted = next(iter(check.items()))
+            if kind == "dont_know":
+                if wanted is not True or dont_know:
+                    return None
+                dont_know = True
+            elif not isinstance(wanted, str) or not wanted or "\n" in wanted or wanted != wanted.strip():
+                return None
+            else:
+                found[kind].append(wanted)
+        return {"contains": "\n".join(found["contains"]), "regex": "\n".join(found["regex"]), "dont_know": dont_know}
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        context = super().get_context(name, value, attrs)
+        parsed = _loads(value)
+        inputs = self.as_inputs(parsed)
+        raw = None
+        if inputs is None:
+            raw = parsed if isinstance(parsed, str) else json.dumps(parsed, ensure_ascii=False, indent=2)
+        context["widget"].update({"inputs": inputs, "raw": raw})
+        return context
+
+    def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
+        checks: list[dict[str, Any]] = []
+        for kind in ("contains", "regex"):
+            for line in str(data.get(f"{name}__{kind}", "")).splitlines():
+                if line.strip():
+                    checks.append({kind: line.strip()})
+        if data.get(f"{name}__dont_know"):
+            checks.append({"dont_know": True})
+        return json.dumps(checks, ensure_ascii=False)
+
+
+class AlternativesWidget(_LinesWidget):
+    """``alternatives``: another sequence of tools that also passes, a line each: the tools comma-separated, a
+    note after ``#``."""
+
+    rows = 2
+    placeholder = "get_asset_status_backup  # 백업 서버"
+
+    def as_lines(self, value: Any) -> str | None:
+        if value in (None, ""):
+            return ""
+        if not isinstance(value, list):
+            return None
+        lines = []
+        for alternative in value:
+            if not isinstance(alternative, dict) or not set(alternative) <= {"tools", "note"}:
+                return None
+            tools, note = alternative.get("tools"), alternative.get("note", "")
+            if not isinstance(tools, list) or not isinstance(note, str) or "\n" in note or "#" in note:
+                return None
+            names = [
+                t if isinstance(t, str) else t.get("name") if isinstance(t, dict) and set(t) == {"name"} else None
+                for t in tools
+            ]
+            if not all(isinstance(n, str) and n and "," not in n and "#" not in n for n in names):
+                return None
+            lines.append(", ".join(str(n) for n in names) + (f"  # {note}" if note else ""))
+        return "\n".join(lines)
+
+    def from_lines(self, text: str) -> Any:
+        alternatives: list[dict[str, Any]] = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            tools_text, sep, note = line.partition("#")
+            names = [n.strip() for n in tools_text.split(",")]
+            if not any(names) or not all(names) or any(" " in n for n in names):
+                raise _line_problem(number, gettext("tool names, comma-separated (a note after #)"))
+            alternative: dict[str, Any] = {"tools": names}
+            if sep and note.strip():
+                alternative["note"] = note.strip()
+            alternatives.append(alternative)
+        return alternatives
+
+
+class ContextLinesWidget(_LinesWidget):
+    """``context``: KEY=value, a line each (``tier=3`` a number, ``vip=true`` a boolean, as in the rule editor)."""
+
+    rows = 2
+    placeholder = "userId=E-001"
+
+    def as_lines(self, value: Any) -> str | None:
+        if value in (None, ""):
+            return ""
+        if not isinstance(value, dict) or not all(isinstance(v, _SCALARS) for v in value.values()):
+            return None
+        if any("=" in str(k) or "\n" in str(k) or "\n" in value_text(v) for k, v in value.items()):
+            return None
+        return "\n".join(f"{key}={value_text(v)}" for key, v in value.items())
+
+    def from_lines(self, text: str) -> Any:
+        return dict(_pair(line, n) for n, line in enumerate(text.splitlines(), start=1) if line.strip())
+
+
+class DataLinesWidget(_LinesWidget):
+    """``data``: the A2A data parts, each a block of KEY=value lines, a blank line between parts."""
+
+    rows = 3
+    placeholder = "asset_id=A-1001"
+
+    def as_lines(self, value: Any) -> str | None:
+        if value in (None, ""):
+            return ""
+        if not isinstance(value, list):
+            return None
+        context = ContextLinesWidget()
+        blocks = [context.as_lines(part) if isinstance(part, dict) and part else None for part in value]
+        if not all(isinstance(b, str) for b in blocks):
+            return None
+        return "\n\n".join(str(b) for b in blocks)
+
+    def from_lines(self, text: str) -> Any:
+        parts: list[dict[str, Any]] = []
+        current: dict[str, Any] = {}
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                if current:
+                    parts.append(current)
+                current = {}
+                continue
+            key, value = _pair(line, number)
+            current[key] = value
+        if current:
+            parts.append(current)
+        return parts
+
+
+class ThresholdsWidget(EditorWidget):
+    """An eval set's ``thresholds``: one number input per score, minimums and maximums apart, each named in
+    words with its code; empty means no threshold."""
+
+    template_name = "admin/evals/widgets/thresholds.html"
+
+    def __init__(
+        self,
+        *args: Any,
+        minimums: tuple[str, ...] = (),
+        maximums: tuple[str, ...] = (),
+        labels: Callable[[str], str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.minimums, self.maximums = minimums, maximums
+        self.labels = labels or (lambda name: name)
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        context = super().get_context(name, value, attrs)
+        parsed = _loads(value)
+        known = set(self.minimums) | set(self.maximums)
+        fits = parsed in (None, "") or (
+            isinstance(parsed, dict)
+            and set(parsed) <= known
+            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in parsed.values())
+        )
+        stored = parsed if isinstance(parsed, dict) else {}
+
+        def rows(names: tuple[str, ...]) -> list[dict[str, Any]]:
+            return [{"code": n, "label": self.labels(n), "value": stored.get(n, "")} for n in names]
+
+        context["widget"].update(
+            {
+                "fits": fits,
+                "minimums": rows(self.minimums),
+                "maximums": rows(self.maximums),
+                "raw": None
+                if fits
+                else (parsed if isinstance(parsed, str) else json.dumps(parsed, ensure_ascii=False, indent=2)),
+            }
+        )
+        return context
+
+    def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
+        thresholds: dict[str, Any] = {}
+        problems = []
+        for score in (*self.minimums, *self.maximums):
+            text = str(data.get(f"{name}__{score}", "")).strip()
+            if not text:
+                continue
+            try:
+                number = float(text)
+            except ValueError:
+                problems.append(gettext("%(name)s: a number") % {"name": self.labels(score)})
+                continue
+            thresholds[score] = int(number) if number.is_integer() else number
+        if problems:
+            return Unreadable(json.dumps(thresholds), "; ".join(problems))
+        return json.dumps(thresholds, ensure_ascii=False)
+
+
+def _tool(item: Any) -> Any:
+    if isinstance(item, str):
+        return {"name": item}
+    if isinstance(item, dict) and set(item) <= {"name", "args"} and not item.get("args"):
+        return {"name": item.get("name")}
+    return item
+
+
+def normalized_tools(value: Any) -> Any:
+    """A tool list compared by meaning: a name, ``{"name": name}`` and ``{"name": name, "args": {}}`` are one."""
+    return [_tool(t) for t in value] if isinstance(value, list) else value
+
+
+def normalized_checks(value: Any) -> Any:
+    """Answer checks compared as a set (the editor groups them by kind)."""
+    if not isinstance(value, list):
+        return value
+    try:
+        return sorted(json.dumps(c, sort_keys=True, ensure_ascii=False) for c in value)
+    except TypeError:
+        return value
+
+
+def normalized_alternatives(value: Any) -> Any:
+    if not isinstance(value, list):
+        return value
+    return [{**a, "tools": normalized_tools(a.get("tools"))} if isinstance(a, dict) else a for a in value]
+
+
+HELP_TEXTS = {
+    "expected_tools": gettext_lazy(
+        "A tool per line. The arguments its call must contain go on the lines below it, indented, KEY=value."
+    ),
+    "forbidden_tools": gettext_lazy("A tool per line that the run must not call."),
+    "alternatives": gettext_lazy(
+        "Another sequence of tools that also passes, a line each: the tools comma-separated, a note after #."
+    ),
+    "context": gettext_lazy("KEY=value, a line each (3 is a number, true a boolean)."),
+    "data": gettext_lazy("Each A2A data part as KEY=value lines; a blank line between parts."),
+}

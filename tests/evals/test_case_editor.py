@@ -1,0 +1,204 @@
+"""An eval case's and set's JSON fields as inputs named for what they hold (``evals/case_editor.py``): what an
+admin types is stored as the JSON the scoring reads; a page sent back unchanged changes nothing; a value the
+inputs cannot show is shown as JSON (nothing is lost by opening a case); lines that do not read are refused,
+naming the line, and shown again as typed."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from agents.models import Agent
+from audit.models import AuditEvent
+from evals.models import EvalCase, EvalSet
+from evals.scoring import MAX_METRICS, RATE_METRICS
+from evals.services import eval_case_create, eval_set_create
+
+pytestmark = pytest.mark.django_db
+
+
+class _Form(HTMLParser):
+    """What a browser would send for the page's change form: each input, checked box, textarea and selection."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.data: list[tuple[str, str]] = []
+        self._textarea: str | None = None
+        self._select: str | None = None
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        name = a.get("name", "")
+        if tag == "input" and name and a.get("type") not in ("submit", "button", "file"):
+            if a.get("type") in ("checkbox", "radio"):
+                if "checked" in a:
+                    self.data.append((name, a.get("value") or "on"))
+            else:
+                self.data.append((name, a.get("value", "")))
+        elif tag == "textarea" and name:
+            self._textarea, self._text = name, []
+        elif tag == "select" and name:
+            self._select = name
+        elif tag == "option" and self._select and "selected" in a:
+            self.data.append((self._select, a.get("value", "")))
+
+    def handle_data(self, data: str) -> None:
+        if self._textarea is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "textarea" and self._textarea is not None:
+            text = "".join(self._text)
+            self.data.append((self._textarea, text[1:] if text.startswith("\n") else text))
+            self._textarea = None
+        elif tag == "select":
+            self._select = None
+
+
+def sent_back(page: str, **changes: str) -> dict[str, Any]:
+    """The page's form as a browser sends it, with ``changes`` typed into it."""
+    parser = _Form()
+    start = page.index('id="evalset_form"')
+    parser.feed(page[start : page.index("</form>", start)])
+    data: dict[str, Any] = {}
+    for name, value in parser.data:
+        if "__prefix__" in name:
+            continue
+        data.setdefault(name, []).append(value)
+    data.update({k: [v] for k, v in changes.items()})
+    return data
+
+
+@pytest.fixture
+def eval_set() -> EvalSet:
+    agent = Agent.objects.create(slug="company-assistant", name="사내 비서")
+    return eval_set_create(actor="test", via="tests", data={"name": "seed", "agent": agent})
+
+
+def case(eval_set: EvalSet, **fields: Any) -> EvalCase:
+    data = {"eval_set": eval_set, "key": "q1", "query": "김하늘 님은 어느 팀?", "case_type": "single_tool", **fields}
+    return eval_case_create(actor="test", via="tests", data=data)
+
+
+def page_of(client: Client, eval_set: EvalSet) -> str:
+    return client.get(f"/admin/evals/evalset/{eval_set.pk}/change/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+
+
+def test_what_an_admin_types_is_stored_as_the_json_the_scoring_reads(admin_client: Client, eval_set: EvalSet) -> None:
+    stored = case(eval_set)
+    typed = {
+        "cases-0-expected_tools__lines": "search_employee\n  name=김하늘\n\nlist_projects\n  team=클라우드운영팀\n  limit=5",
+        "cases-0-forbidden_tools__lines": "get_asset\n",
+        "cases-0-answer_checks__contains": "클라우드운영팀\n 팀장 \n",
+        "cases-0-answer_checks__regex": "A-[0-9]{4}",
+        "cases-0-alternatives__lines": "search_employee_backup, list_projects  # 백업 경로",
+        "cases-0-context__lines": "userId=E-001\ntier=3\nvip=true",
+        "cases-0-data__lines": "asset_id=A-1001\n\norder.id=7",
+        "thresholds__pass_rate": "0.9",
+        "thresholds__forbidden_violations": "0",
+    }
+    response = admin_client.post(
+        f"/admin/evals/evalset/{eval_set.pk}/change/", sent_back(page_of(admin_client, eval_set), **typed)
+    )
+    assert response.status_code == 302, response.content.decode()[-3000:]
+
+    stored.refresh_from_db()
+    assert stored.expected_tools == [
+        {"name": "search_employee", "args": {"name": "김하늘"}},
+        {"name": "list_projects", "args": {"team": "클라우드운영팀", "limit": 5}},
+    ]
+    assert stored.forbidden_tools == ["get_asset"]
+    assert stored.answer_checks == [{"contains": "클라우드운영팀"}, {"contains": "팀장"}, {"regex": "A-[0-9]{4}"}]
+    assert stored.alternatives == [{"tools": ["search_employee_backup", "list_projects"], "note": "백업 경로"}]
+    assert stored.context == {"userId": "E-001", "tier": 3, "vip": True}
+    assert stored.data == [{"asset_id": "A-1001"}, {"order.id": 7}]
+    assert EvalSet.objects.get(pk=eval_set.pk).thresholds == {"pass_rate": 0.9, "forbidden_violations": 0}
+
+
+def test_no_tool_at_all_and_it_does_not_know_are_boxes(admin_client: Client, eval_set: EvalSet) -> None:
+    stored = case(eval_set, case_type="no_answer")
+    data = sent_back(page_of(admin_client, eval_set))
+    data["cases-0-forbidden_tools__none"] = ["1"]
+    data["cases-0-answer_checks__dont_know"] = ["1"]
+    assert admin_client.post(f"/admin/evals/evalset/{eval_set.pk}/change/", data).status_code == 302
+    stored.refresh_from_db()
+    assert stored.forbidden_tools == ["*"] and stored.answer_checks == [{"dont_know": True}]
+    page = page_of(admin_client, eval_set)
+    assert 'name="cases-0-forbidden_tools__none" value="1" checked' in page
+    assert 'name="cases-0-answer_checks__dont_know" value="1" checked' in page
+    assert "도구를 전혀 부르지 않음" in page and "모른다고 답함" in page
+
+
+def test_a_page_sent_back_unchanged_changes_nothing(admin_client: Client, eval_set: EvalSet) -> None:
+    EvalSet.objects.filter(pk=eval_set.pk).update(thresholds={"pass_rate": 0.9, "latency_p95_ms": 2500})
+    case(
+        eval_set,
+        # As the seed import and older pages wrote them: names as objects, checks in another order.
+        expected_tools=[{"name": "search_employee"}, {"name": "list_projects", "args": {"team": "A팀", "n": 2}}],
+        forbidden_tools=["*"],
+        answer_checks=[{"regex": "A-[0-9]{4}"}, {"dont_know": True}, {"contains": "팀"}],
+        alternatives=[{"tools": [{"name": "search_employee_backup"}], "note": "백업"}],
+        context={"userId": "E-001", "tier": 3, "code": "3"},
+        data=[{"asset_id": "A-1001", "count": 2}],
+    )
+    before = AuditEvent.objects.count()
+    page = page_of(admin_client, eval_set)
+    assert "search_employee\nlist_projects\n  team=A팀\n  n=2</textarea>" in page
+    assert "code=&quot;3&quot;" in page  # text that would read as a number is quoted, so it stays text
+
+    response = admin_client.post(f"/admin/evals/evalset/{eval_set.pk}/change/", sent_back(page))
+
+    assert response.status_code == 302, response.content.decode()[-3000:]
+    assert AuditEvent.objects.count() == before  # nothing changed, nothing recorded
+    stored = EvalCase.objects.get(eval_set=eval_set)
+    assert stored.answer_checks == [{"regex": "A-[0-9]{4}"}, {"dont_know": True}, {"contains": "팀"}]
+    assert stored.context == {"userId": "E-001", "tier": 3, "code": "3"}
+
+
+def test_a_value_the_inputs_cannot_show_is_edited_as_json(admin_client: Client, eval_set: EvalSet) -> None:
+    nested = [{"order": {"id": 7, "lines": [1, 2]}}]
+    stored = case(eval_set, data=nested, answer_checks=[{"contains": "a\nb"}])
+    page = page_of(admin_client, eval_set)
+    assert 'name="cases-0-data__lines"' not in page and 'name="cases-0-data"' in page
+    assert 'name="cases-0-answer_checks__contains"' not in page and 'name="cases-0-answer_checks"' in page
+    assert "JSON으로 표시" in page
+    before = AuditEvent.objects.count()
+    assert admin_client.post(f"/admin/evals/evalset/{eval_set.pk}/change/", sent_back(page)).status_code == 302
+    stored.refresh_from_db()
+    assert stored.data == nested and AuditEvent.objects.count() == before
+
+
+def test_lines_that_do_not_read_are_refused_naming_the_line_and_shown_again(
+    admin_client: Client, eval_set: EvalSet
+) -> None:
+    stored = case(eval_set, expected_tools=["search_employee"])
+    typed = {
+        "cases-0-expected_tools__lines": "  name=김하늘\nsearch_employee",
+        "cases-0-context__lines": "userId=E-001\ntier 3",
+        "thresholds__recall": "높음",
+    }
+    response = admin_client.post(
+        f"/admin/evals/evalset/{eval_set.pk}/change/",
+        sent_back(page_of(admin_client, eval_set), **typed),
+        HTTP_ACCEPT_LANGUAGE="ko",
+    )
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "1번째 줄: 도구보다 먼저 나온 인자" in page
+    assert "2번째 줄: KEY=value 형식으로 쓰세요" in page
+    assert "도구 재현율: 숫자여야 합니다" in page
+    assert "  name=김하늘\nsearch_employee</textarea>" in page  # as typed, to fix
+    stored.refresh_from_db()
+    assert stored.expected_tools == ["search_employee"]
+
+
+def test_the_thresholds_are_one_input_per_score_in_words(admin_client: Client, eval_set: EvalSet) -> None:
+    page = page_of(admin_client, eval_set)
+    for score in RATE_METRICS + MAX_METRICS:
+        assert f'name="thresholds__{score}"' in page, score
+    assert "도구 재현율" in page and "최소 (0~1)" in page and "최대" in page
+    assert 'name="thresholds"' not in page  # no JSON to write
