@@ -77,6 +77,11 @@ class RuleRowForm(forms.ModelForm):
     its tool's contract, say) is told on the row, naming the setting and where to fix it, instead of failing
     the page."""
 
+    def _post_clean(self) -> None:
+        if self.instance.pk is not None and not self.has_changed():
+            return  # an untouched row is not saved, so a stale rule does not stop the agent's own changes
+        super()._post_clean()
+
     def add_error(self, field: str | None, error: Any) -> None:
         if field is None and isinstance(error, ValidationError) and hasattr(error, "error_dict"):
             elsewhere = {k: v for k, v in error.error_dict.items() if k != NON_FIELD_ERRORS and k not in self.fields}

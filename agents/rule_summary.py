@@ -21,6 +21,11 @@ def _pairs(mapping: Any) -> str:
     return ", ".join(f"{key} = {value_text(value)}" for key, value in mapping.items())
 
 
+def _words(value: Any) -> str:
+    """A keyword list as the rule editor shows it; anything else stored there as it is."""
+    return ", ".join(map(str, value)) if isinstance(value, list) else value_text(value)
+
+
 def _lines(lines: list[tuple[str, Any]]) -> SafeString:
     return format_html(
         '<ul class="rule-summary">{}</ul>',
@@ -41,9 +46,9 @@ def conditions_html(rule: DeterministicRule) -> SafeString:
     when = rule.when if isinstance(rule.when, dict) else {}
     lines: list[tuple[str, Any]] = []
     if when.get("all_keywords"):
-        lines.append((gettext("all of these keywords:"), ", ".join(map(str, when["all_keywords"]))))
+        lines.append((gettext("all of these keywords:"), _words(when["all_keywords"])))
     if when.get("any_keywords"):
-        lines.append((gettext("any of these keywords:"), ", ".join(map(str, when["any_keywords"]))))
+        lines.append((gettext("any of these keywords:"), _words(when["any_keywords"])))
     if when.get("regex"):
         lines.append((gettext("regex:"), format_html("<code>{}</code>", when["regex"])))
     if when.get("context"):

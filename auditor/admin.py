@@ -23,7 +23,7 @@ from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html
-from django.utils.translation import gettext
+from django.utils.translation import gettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from agents.models import Agent
@@ -298,10 +298,17 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         chain = [f for f in ("seq", "prev_hash", "hash") if f in {f.name for f in AuditEvent._meta.get_fields()}]
         head = ["id", "created_at", "action_text", "source", "actor"]
         recorded = (_("As recorded (masked)"), {"fields": ["args_pretty", "result_pretty"], "classes": ["collapse"]})
-        if obj is not None and change_html(obj, site_name=self.admin_site.name) is not None:
+        if obj is not None:
+            # This page's readings of the record, made once for this reader (who may follow which links).
+            def can_view(model: Any) -> bool:
+                return bool(request.user.has_perm(f"{model._meta.app_label}.view_{model._meta.model_name}"))
+
+            obj.change_reading = change_html(obj, site_name=self.admin_site.name, can_view=can_view)
+            obj.decision_reading = rule_decision_html(obj, site_name=self.admin_site.name, can_view=can_view)
+        if obj is not None and obj.change_reading is not None:
             sections = [
                 (None, {"fields": head}),
-                (_("Change"), {"fields": ["change_summary"]}),
+                (pgettext_lazy("audit event section", "Change"), {"fields": ["change_summary"]}),
                 recorded,
             ]
         elif obj is not None and obj.action == "rule.decision":
@@ -320,11 +327,11 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
     @admin.display(description=_("what was changed"))
     def change_summary(self, obj: AuditEvent) -> str:
-        return change_html(obj, site_name=self.admin_site.name) or "—"
+        return getattr(obj, "change_reading", None) or "—"
 
     @admin.display(description=_("rule"))
     def decision_summary(self, obj: AuditEvent) -> str:
-        return rule_decision_html(obj, site_name=self.admin_site.name) or "—"
+        return getattr(obj, "decision_reading", None) or "—"
 
     @admin.display(description=_("run"))
     def run_page(self, obj: AuditEvent) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.apps import apps
-from django.core.exceptions import FieldDoesNotExist
+from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db import models
 from django.template.loader import render_to_string
 from django.urls import NoReverseMatch, reverse
@@ -47,6 +47,7 @@ class ChangeRow:
     code: str  # the setting's name as recorded
     before: SafeString
     after: SafeString
+    names: bool = False  # a set of names that changed (a secret map's, a user's groups): the names are in after
 
 
 def is_config_change(event: AuditEvent) -> bool:
@@ -124,32 +125,38 @@ def change_rows(event: AuditEvent) -> list[ChangeRow] | None:
             before, after = value_html(None), _names_html(change)
         else:
             return None
-        rows.append(ChangeRow(label=label if label and label != name else "", code=name, before=before, after=after))
+        label = label if label and label != name else ""
+        rows.append(ChangeRow(label, name, before, after, names=isinstance(change, dict)))
     return rows
 
 
-def _object_html(reference: Mapping[str, Any], *, site_name: str) -> SafeString:
+CanView = Callable[[type[models.Model]], bool]
+"""Whether the reader may view a model's pages (an auditor may not view an agent's, say)."""
+
+
+def _object_html(reference: Mapping[str, Any], *, site_name: str, can_view: CanView) -> SafeString:
     """``{"model": "agents.agent", "id": 1, "name": "company-assistant"}`` → "에이전트 #1 company-assistant",
-    linked to its page while it exists."""
+    linked to its page while it exists, for a reader who may view it (to anyone else: the record's words only,
+    which tell nothing of what exists now)."""
     model = _model(reference.get("model"))
     kind = str(model._meta.verbose_name) if model is not None else str(reference.get("model") or "")
     text = format_html("{} #{} {}", kind, reference.get("id", "?"), reference.get("name", ""))
-    if model is None or reference.get("id") is None:
+    if model is None or reference.get("id") is None or not can_view(model):
         return text
     try:
+        pk = model._meta.pk.to_python(reference["id"])
+        exists = model._default_manager.filter(pk=pk).exists()
         url = reverse(
-            f"admin:{model._meta.app_label}_{model._meta.model_name}_change",
-            args=[reference["id"]],
-            current_app=site_name,
+            f"admin:{model._meta.app_label}_{model._meta.model_name}_change", args=[pk], current_app=site_name
         )
-    except NoReverseMatch:
-        return text
-    if not model._default_manager.filter(pk=reference["id"]).exists():
+    except (ValueError, TypeError, ValidationError, NoReverseMatch):
+        return text  # an id of another shape than the model's key, or a model without an admin page
+    if not exists:
         return format_html('{} <span class="audit-empty">({})</span>', text, gettext("no longer exists"))
     return format_html('<a href="{}">{}</a>', url, text)
 
 
-def change_html(event: AuditEvent, *, site_name: str) -> SafeString | None:
+def change_html(event: AuditEvent, *, site_name: str, can_view: CanView) -> SafeString | None:
     """A configuration change at a glance: what was changed, by which path, with what else (rows deleted with
     it, the deleted row this change follows from), and the table of its settings."""
     rows = change_rows(event)
@@ -159,9 +166,9 @@ def change_html(event: AuditEvent, *, site_name: str) -> SafeString | None:
     verb = _verb(event)
     also = result.get("also_deleted")
     context = {
-        "target": _object_html(result, site_name=site_name),
+        "target": _object_html(result, site_name=site_name, can_view=can_view),
         "via": result.get("via", ""),
-        "deleted_with": _object_html(result["deleted_with"], site_name=site_name)
+        "deleted_with": _object_html(result["deleted_with"], site_name=site_name, can_view=can_view)
         if isinstance(result.get("deleted_with"), dict)
         else None,
         "also_deleted": [
@@ -176,14 +183,15 @@ def change_html(event: AuditEvent, *, site_name: str) -> SafeString | None:
         "value_heading": gettext("value when deleted") if verb == "delete" else gettext("value"),
     }
     if context["single"]:
+        # A deletion's values are its "before"s; a set of names (its secrets' names, cleared) is always an "after".
         context["rows"] = [
-            ChangeRow(label=r.label, code=r.code, before=r.before, after=r.before if verb == "delete" else r.after)
+            ChangeRow(r.label, r.code, r.before, r.before if verb == "delete" and not r.names else r.after)
             for r in rows
         ]
     return SafeString(render_to_string("admin/audit/auditevent/change_table.html", context))
 
 
-def rule_decision_html(event: AuditEvent, *, site_name: str) -> SafeString | None:
+def rule_decision_html(event: AuditEvent, *, site_name: str, can_view: CanView) -> SafeString | None:
     """ "Rule «증감 계산» (#7): skipped — the regex did not match", the rule linked to its page."""
     if event.action != "rule.decision" or not isinstance(event.result, dict):
         return None
@@ -192,10 +200,9 @@ def rule_decision_html(event: AuditEvent, *, site_name: str) -> SafeString | Non
     rule_name = str(result.get("rule", ""))
     rule_id = event.call_id.removeprefix("rule:") if event.call_id.startswith("rule:") else ""
     rule: SafeString = format_html("«{}»", rule_name)
-    if rule_id.isdigit():
-        rule = _object_html(
-            {"model": "agents.deterministicrule", "id": int(rule_id), "name": f"«{rule_name}»"}, site_name=site_name
-        )
+    if rule_id.isascii() and rule_id.isdigit():
+        reference = {"model": "agents.deterministicrule", "id": int(rule_id), "name": f"«{rule_name}»"}
+        rule = _object_html(reference, site_name=site_name, can_view=can_view)
     verdict = gettext("matched") if matched else pgettext("rule decision", "skipped")
     reason = str(result.get("reason", ""))
     return format_html(

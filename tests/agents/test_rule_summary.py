@@ -109,3 +109,10 @@ def test_the_rules_list_says_what_each_rule_calls_and_when(admin_client: Client,
     page = admin_client.get("/admin/agents/deterministicrule/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
     rows = text(page[page.index('id="result_list"') :])
     assert "직원 조회 ledger crm · lookup 정규식: A-\\d{4}" in rows
+
+
+def test_keywords_stored_as_no_list_are_shown_not_a_500(admin_client: Client, agent: Agent, crm: McpServer) -> None:
+    rule(agent, crm, when={"all_keywords": 5, "any_keywords": True}, params={})
+    for url in ("/admin/agents/deterministicrule/", f"/admin/agents/agent/{agent.pk}/change/"):
+        page = admin_client.get(url, HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+        assert "모든 키워드: 5" in text(page) and "키워드 중 하나: true" in text(page), url

@@ -335,3 +335,26 @@ def test_a_rule_row_whose_parameters_no_longer_fit_tells_so_on_the_agents_page(a
     page = response.content.decode()
     assert "파라미터 템플릿: args:missing:name" in page and "규칙 편집기에서 바꾸세요" in page
     assert DeterministicRule.objects.get(pk=rule.pk).order == 5 and AuditEvent.objects.count() == before
+
+
+def test_a_stale_rule_left_untouched_does_not_stop_the_agents_own_changes(admin_client, vault) -> None:
+    agent = Agent.objects.create(slug="ledger", name="장부 도우미")
+    stale = DeterministicRule.objects.create(agent=agent, name="장부 규칙", order=5, server=vault, tool_name="lookup")
+    response = admin_client.post(
+        f"/admin/agents/agent/{agent.pk}/change/",
+        agent_form(
+            max_iterations="9",
+            **{
+                "rules-TOTAL_FORMS": "1",
+                "rules-INITIAL_FORMS": "1",
+                "rules-0-id": str(stale.pk),
+                "rules-0-agent": str(agent.pk),
+                "rules-0-order": "5",
+                "rules-0-name": "장부 규칙",
+                "rules-0-enabled": "on",
+            },
+        ),
+    )
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    assert Agent.objects.get(pk=agent.pk).max_iterations == 9
+    assert [e.action for e in admin_events()][-1] == "config.agent.update"
