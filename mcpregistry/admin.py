@@ -15,11 +15,13 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpR
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
+from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from mcpregistry.contract_form import ToolContractForm
+from mcpregistry.list_fields import TextListField
 from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract
 from mcpregistry.services import (
     DiscoveryReport,
@@ -83,6 +85,12 @@ def merge_secrets(stored: dict[str, Any], changes: dict[str, Any] | None, *, cle
 
 
 class McpServerForm(forms.ModelForm):
+    args = TextListField(
+        label=capfirst(_("arguments")),
+        separator="\n",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60, "placeholder": "-m\nmy_package.server"}),
+    )
     new_env = SecretMapField(
         label=_("change environment values"),
         required=False,
@@ -130,8 +138,8 @@ class McpServerForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         if "args" in self.fields:
             self.fields["args"].help_text = _(
-                "A JSON list of strings. stdio: the command's arguments. Local: the dotted paths of the Python "
-                'tools, a module for every tool in it (["mcpregistry.builtin_tools"]).'
+                "One per line. stdio: the command's arguments. Local: the dotted paths of the Python tools, a "
+                "module for every tool in it (mcpregistry.builtin_tools)."
             )
         public = [str(n) for n in (self.instance.public_env or [])]
         stored = self.instance.env or {}
@@ -141,6 +149,7 @@ class McpServerForm(forms.ModelForm):
 
     def clean_env_settings(self) -> dict[str, str] | None:
         """``NAME=value`` lines as a map, or None when the form did not carry the field (a script's post)."""
+
         if self.add_prefix("env_settings") not in self.data:
             return None
         values: dict[str, str] = {}
@@ -472,8 +481,33 @@ def _contract_delete(*, obj: ToolContract, actor: Any, via: str) -> None:
     tool_contract_delete(contract=obj, actor=actor, via=via)
 
 
+class McpToolForm(forms.ModelForm):
+    """Tags as comma-separated words and example questions a line each (``mcpregistry/list_fields.py``)."""
+
+    tags = TextListField(
+        label=capfirst(_("tags")),
+        required=False,
+        widget=forms.TextInput(attrs={"size": 60, "placeholder": "자산, asset, 장비"}),
+        help_text=_("Comma-separated words for tool selection and the agents' tag filters."),
+    )
+    example_queries = TextListField(
+        label=capfirst(_("example queries")),
+        separator="\n",
+        required=False,
+        widget=forms.Textarea(
+            attrs={"rows": 4, "cols": 80, "placeholder": "A-1001 자산 상태 알려줘\n노트북 사용 현황은?"}
+        ),
+        help_text=_("Questions this tool answers, one per line; tool selection ranks a query against them."),
+    )
+
+    class Meta:
+        model = McpTool
+        fields = ["enabled", "tags", "example_queries"]
+
+
 @admin.register(McpTool)
 class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
+    form = McpToolForm
     list_display = ["name", "server", "enabled", "available", "review_state", "risk", "discovered_at"]
     list_filter = ["server", "enabled", "available", "review_required"]
     search_fields = ["name", "description"]
@@ -573,8 +607,9 @@ def _pre(value: Any) -> str:
 class RequestCategoryForm(forms.ModelForm):
     """Keywords written as the rule editor takes them: comma-separated (a JSON list is read too)."""
 
-    keywords = forms.CharField(
+    keywords = TextListField(
         label=_("keywords"),
+        unique=True,
         widget=forms.TextInput(attrs={"size": 80, "placeholder": "프린터, 노트북, 모니터"}),
         help_text=_("Comma-separated words; a request that mentions any of them belongs to this department."),
     )
@@ -583,25 +618,8 @@ class RequestCategoryForm(forms.ModelForm):
         model = RequestCategory
         fields = ["department", "keywords", "order", "enabled"]
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        stored = [str(word) for word in self.instance.keywords] if isinstance(self.instance.keywords, list) else []
-        # Words with a comma (or a first one that opens with "[") read back only as a JSON list: shown as one.
-        as_json = any("," in word for word in stored) or (stored and stored[0].lstrip().startswith("["))
-        self.initial["keywords"] = json.dumps(stored, ensure_ascii=False) if as_json else ", ".join(stored)
-
     def clean_keywords(self) -> list[str]:
-        text = self.cleaned_data["keywords"].strip()
-        if text.startswith("["):
-            try:
-                parsed = json.loads(text)
-            except ValueError:
-                parsed = None
-            if not isinstance(parsed, list) or not all(isinstance(word, str) for word in parsed):
-                raise forms.ValidationError(_("Write the keywords separated by commas (or as a JSON list of words)."))
-            words = [word.strip() for word in parsed]
-        else:
-            words = [word.strip() for word in text.split(",")]
+        words = [word.strip() for word in self.cleaned_data["keywords"]]
         words = list(dict.fromkeys(word for word in words if word))
         if not words:
             raise forms.ValidationError(_("Give at least one keyword."))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
+
 import pytest
 from rest_framework.test import APIClient
 
@@ -13,6 +16,16 @@ from agents.services import api_key_create
 pytestmark = pytest.mark.django_db
 
 URL = "/api/v1/runs"
+
+
+@pytest.fixture(autouse=True)
+def one_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The windows are fixed, aligned to the clock: a test whose requests straddled a minute's end saw two
+    windows (a 404 where a 429 was due). The limiter's clock is held in the middle of a minute (and of an hour)
+    for each test; the tests that move through time pass ``now`` themselves."""
+    now = time.time()
+    held = now - now % 3600 + 1830.5
+    monkeypatch.setattr(throttling, "time", SimpleNamespace(time=lambda: held))
 
 
 def client_for(raw: str) -> APIClient:
