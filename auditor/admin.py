@@ -139,7 +139,10 @@ class ReasonFilter(_ChoiceFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         values = AuditEvent.objects.exclude(reason="").order_by("reason").values_list("reason", flat=True).distinct()
-        return [(v, reason_label(v)) for v in values]
+        # Each run writes a decision for every rule it tried: the ones that did not match are left out in a click
+        # (the same "!" the API takes, so the export links carry it).
+        fewer = [("!rule:skipped", gettext("all but skipped rule decisions"))] if "rule:skipped" in values else []
+        return fewer + [(v, reason_label(v)) for v in values]
 
 
 class _InputFilter(admin.ListFilter):

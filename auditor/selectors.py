@@ -40,7 +40,8 @@ class AuditEventFilters:
     """What an auditor narrows the record to. Every field is optional; given ones must all hold.
 
     ``reason`` and ``action`` are exact, or a prefix when they end with ``*`` (``args:*``, ``config.*`` for every
-    change of the configuration). ``actor`` is the caller: the event's
+    change of the configuration); a leading ``!`` keeps every event but those (``!rule:skipped``: the record
+    without the rules that did not match). ``actor`` is the caller: the event's
     actor (``api_key:<prefix>``, an admin's username, ``local``) or the name or prefix of the API key of the
     event's run. ``run_prefix`` is the start of a run id (the short id the admin's list shows), in hex.
     ``since`` is inclusive, ``until`` exclusive.
@@ -58,6 +59,14 @@ class AuditEventFilters:
     run_prefix: str | None = None
     since: dt.datetime | None = None
     until: dt.datetime | None = None
+
+
+def _code_filter(queryset: QuerySet[AuditEvent], field: str, value: str) -> QuerySet[AuditEvent]:
+    """``value`` exact, a prefix when it ends with ``*``, and either of them left out when it starts with ``!``."""
+    negated = value.startswith("!")
+    code = value[1:] if negated else value
+    condition = Q(**{f"{field}__startswith": code[:-1]}) if code.endswith("*") else Q(**{field: code})
+    return queryset.exclude(condition) if negated else queryset.filter(condition)
 
 
 RUN_PREFIX_MIN = 4
@@ -128,17 +137,11 @@ def audit_event_filter(queryset: QuerySet[AuditEvent], filters: AuditEventFilter
     if filters.source:
         queryset = queryset.filter(source=filters.source)
     if filters.action:
-        if filters.action.endswith("*"):
-            queryset = queryset.filter(action__startswith=filters.action[:-1])
-        else:
-            queryset = queryset.filter(action=filters.action)
+        queryset = _code_filter(queryset, "action", filters.action)
     if filters.ok is not None:
         queryset = queryset.filter(ok=filters.ok)
     if filters.reason:
-        if filters.reason.endswith("*"):
-            queryset = queryset.filter(reason__startswith=filters.reason[:-1])
-        else:
-            queryset = queryset.filter(reason=filters.reason)
+        queryset = _code_filter(queryset, "reason", filters.reason)
     if filters.actor:
         queryset = queryset.filter(
             Q(actor=filters.actor)

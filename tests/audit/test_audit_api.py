@@ -173,6 +173,9 @@ def test_the_callers_runs_api_still_works_beside_it(api_client, demo_agent) -> N
         ("ok=true&source=admin", [""]),
         ("reason=timeout", ["get_asset_status"]),
         ("reason=args:*", ["get_asset"]),
+        ("reason=!timeout", ["search_employee", "get_asset", ""]),  # "!": all but those (no reason kept)
+        ("reason=!args:*", ["search_employee", "get_asset_status", ""]),
+        ("action=!agent.update&ok=true", ["search_employee"]),
         ("actor=local", ["get_asset"]),
         ("actor=caller", ["search_employee", "get_asset_status"]),
         ("actor=boss", [""]),

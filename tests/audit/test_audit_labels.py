@@ -108,3 +108,19 @@ def test_an_events_page_shows_its_codes_in_words_and_its_numbers_rounded(auditor
     assert "도구 호출 tool.call" in text and "제한 시간 내 응답 없음 timeout" in text
     assert "4,072.5" in text and "4072.496" not in text  # the raw float is not listed before the fields
     assert text.index("ID:") < text.index("도구 호출 tool.call") < text.index("제한 시간 내 응답 없음 timeout")
+
+
+@pytest.mark.django_db
+def test_the_list_leaves_out_skipped_rule_decisions_in_a_click(auditor_client) -> None:
+    for reason in ("rule:skipped", "rule:skipped", "rule:matched"):
+        audit_event_record(source="deterministic", action="rule.decision", tool="lookup", reason=reason, attempt=0)
+    audit_event_record(source="deterministic", tool="lookup", ok=True)
+    page = auditor_client.get("/admin/audit/auditevent/", HTTP_ACCEPT_LANGUAGE="ko")
+    reasons = next(spec for spec in page.context["cl"].filter_specs if spec.parameter_name == "reason")
+    assert reasons.lookup_choices[0] == ("!rule:skipped", "건너뛴 규칙 판정 빼고 모두")
+
+    fewer = auditor_client.get("/admin/audit/auditevent/?reason=!rule:skipped", HTTP_ACCEPT_LANGUAGE="ko")
+    listed = fewer.context["cl"].result_list
+    assert sorted(e.reason for e in listed if e.source == "deterministic") == ["", "rule:matched"]
+    assert "rule:skipped" not in {e.reason for e in listed}
+    assert "reason=%21rule%3Askipped" in fewer.context["audit_export_url"]  # the export takes the same events
