@@ -69,7 +69,15 @@ from agents.services import (
     deterministic_rule_update,
 )
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
+from mcpregistry.list_fields import EditedJSONField, KeyValueLinesWidget
 from mcpregistry.models import McpServer
+
+
+class ModelParamsWidget(KeyValueLinesWidget):
+    """An agent's model parameters as ``KEY=value`` lines (``temperature=0.2``, ``retry={"max_attempts": 3}``)."""
+
+    rows = 3
+    placeholder = "temperature=0.2\nmax_tokens=1024"
 
 
 class RuleRowForm(forms.ModelForm):
@@ -184,7 +192,12 @@ class AgentForm(forms.ModelForm):
             "shadow_version",
             "shadow_sample_rate",
         ]
-        widgets = {"tool_selection": ToolSelectionWidget, "mcp_context": McpContextWidget}
+        widgets = {
+            "tool_selection": ToolSelectionWidget,
+            "mcp_context": McpContextWidget,
+            "model_params": ModelParamsWidget,
+        }
+        field_classes = {"model_params": EditedJSONField}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -192,10 +205,10 @@ class AgentForm(forms.ModelForm):
         params = self.fields.get("model_params")
         if params is not None:
             params.help_text = _(
-                "A JSON object. For Bedrock and OpenAI-compatible models: temperature (0–2), max_tokens, top_p "
-                '(0–1), timeout_s (seconds, at most 900), stream (true/false), tool_choice, retry (e.g. {"max_attempts": '
-                '3}); Bedrock also region_name and guardrail ({"id", "version"}); OpenAI-compatible also base_url. '
-                "The offline model reads none of them."
+                "KEY=value, a line each. For Bedrock and OpenAI-compatible models: temperature (0–2), max_tokens, "
+                'top_p (0–1), timeout_s (seconds, at most 900), stream (true/false), tool_choice, retry (e.g. retry={"'
+                'max_attempts": 3}); Bedrock also region_name and guardrail (guardrail={"id": "…", "version": "1"}); '
+                "OpenAI-compatible also base_url. The offline model reads none of them."
             )
         if "language" in self.fields:
             languages = list(settings.LANGUAGES)

@@ -23,6 +23,7 @@ from agents.configuration import RuleSpec, rule_entry
 from agents.models import Agent, DeterministicRule
 from mcpregistry.contract_form import EditorWidget, OpenChoiceField
 from mcpregistry.contracts import argument_constraints, spec_problems
+from mcpregistry.list_fields import typed_value, value_text
 from mcpregistry.models import McpServer, McpTool
 
 
@@ -34,26 +35,6 @@ def _lines_or_text(value: Any) -> str:
     if isinstance(value, dict):
         return _lines(value)
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False) if value else ""
-
-
-def value_text(value: Any) -> str:
-    """A condition's or parameter's value as typed: text as itself, unless it would read back as another JSON
-    value (``123``, ``true``), which is then quoted; any other value as JSON."""
-    if isinstance(value, str):
-        try:
-            json.loads(value)
-        except ValueError:
-            return value
-        return json.dumps(value, ensure_ascii=False)
-    return json.dumps(value, ensure_ascii=False)
-
-
-def typed_value(text: str) -> Any:
-    """The inverse of :func:`value_text`: a JSON value when the text is one, else the text."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def key_value_pairs(text: str, where: str) -> dict[str, Any]:

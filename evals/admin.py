@@ -27,7 +27,6 @@ from evals.case_editor import (
     AnswerChecksWidget,
     ContextLinesWidget,
     DataLinesWidget,
-    EditedJSONField,
     NameListWidget,
     ThresholdsWidget,
     ToolLinesWidget,
@@ -49,6 +48,7 @@ from evals.services import (
     eval_set_delete,
     eval_set_update,
 )
+from mcpregistry.list_fields import EditedJSONField
 from mcpregistry.models import McpServer
 
 SUMMARY_ROWS = list(SCORE_LABELS.items())

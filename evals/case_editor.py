@@ -16,105 +16,26 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from django import forms
-from django.core.exceptions import ValidationError
 from django.utils.datastructures import MultiValueDict
 from django.utils.translation import gettext, gettext_lazy
 
-from agents.rule_form import typed_value, value_text
 from mcpregistry.contract_form import EditorWidget
+from mcpregistry.list_fields import (
+    KeyValueLinesWidget,
+    LinesWidget,
+    Unreadable,
+    key_value_line,
+    line_problem,
+    loads_value,
+    value_text,
+)
 
 NO_TOOL = "*"
 CHECK_KINDS = ("contains", "regex", "dont_know")
 _SCALARS = (str, int, float, bool, type(None))
 
 
-class Unreadable(str):
-    """Lines that did not read: the text as typed (shown again) and what is wrong with it."""
-
-    problem: str
-
-    def __new__(cls, text: str, problem: str) -> Unreadable:
-        made = super().__new__(cls, text)
-        made.problem = problem
-        return made
-
-
-class EditedJSONField(forms.JSONField):
-    """A JSON field whose widget may hand it lines that did not read: refused with the reason, shown again."""
-
-    def to_python(self, value: Any) -> Any:
-        if isinstance(value, Unreadable):
-            raise ValidationError(value.problem, code="invalid")
-        return super().to_python(value)
-
-    def bound_data(self, data: Any, initial: Any) -> Any:
-        if isinstance(data, Unreadable):
-            return data
-        return super().bound_data(data, initial)
-
-    def prepare_value(self, value: Any) -> Any:
-        if isinstance(value, Unreadable):
-            return value
-        return super().prepare_value(value)
-
-
-def _loads(value: Any) -> Any:
-    if isinstance(value, Unreadable):
-        return value
-    if isinstance(value, str):
-        try:
-            return json.loads(value) if value.strip() else None
-        except ValueError:
-            return value  # JSON that did not parse: shown as typed, in the JSON box
-    return value
-
-
-class _LinesWidget(EditorWidget):
-    """Shared by the line editors: shows the lines when the value fits them, the JSON box when it does not."""
-
-    template_name = "admin/evals/widgets/lines.html"
-    rows = 3
-    placeholder = ""
-
-    def as_lines(self, value: Any) -> str | None:
-        """The stored value as lines, or None when the lines cannot show it."""
-        raise NotImplementedError
-
-    def from_lines(self, text: str) -> Any:
-        """The lines as the field's JSON value; raises ValueError naming the line that did not read."""
-        raise NotImplementedError
-
-    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
-        context = super().get_context(name, value, attrs)
-        parsed = _loads(value)
-        lines = str(parsed) if isinstance(parsed, Unreadable) else self.as_lines(parsed)
-        raw = None
-        if lines is None:
-            raw = parsed if isinstance(parsed, str) else json.dumps(parsed, ensure_ascii=False, indent=2)
-        context["widget"].update({"lines": lines, "raw": raw, "rows": self.rows, "placeholder": self.placeholder})
-        return context
-
-    def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
-        text = str(data.get(f"{name}__lines", ""))
-        try:
-            return json.dumps(self.from_lines(text), ensure_ascii=False)
-        except ValueError as exc:
-            return Unreadable(text, str(exc))
-
-
-def _line_problem(number: int, message: str) -> ValueError:
-    return ValueError(gettext("line %(n)d: %(problem)s") % {"n": number, "problem": message})
-
-
-def _pair(line: str, number: int) -> tuple[str, Any]:
-    key, sep, value = line.strip().partition("=")
-    if not sep or not key.strip():
-        raise _line_problem(number, gettext("write KEY=value"))
-    return key.strip(), typed_value(value.strip())
-
-
-class ToolLinesWidget(_LinesWidget):
+class ToolLinesWidget(LinesWidget):
     """``expected_tools``: a tool per line; the arguments its call must contain below it, indented, KEY=value."""
 
     rows = 4
@@ -150,22 +71,22 @@ class ToolLinesWidget(_LinesWidget):
                 continue
             if line[0].isspace():
                 if not tools:
-                    raise _line_problem(number, gettext("an argument before any tool"))
-                key, value = _pair(line, number)
+                    raise line_problem(number, gettext("an argument before any tool"))
+                key, value = key_value_line(line, number)
                 last = tools[-1] if isinstance(tools[-1], dict) else {"name": tools[-1]}
                 last.setdefault("args", {})[key] = value
                 tools[-1] = last
                 continue
             name = line.strip()
             if " " in name or "=" in name:
-                raise _line_problem(
+                raise line_problem(
                     number, gettext("one tool name (indent the arguments its call must contain below it)")
                 )
             tools.append(name)
         return tools
 
 
-class NameListWidget(_LinesWidget):
+class NameListWidget(LinesWidget):
     """``forbidden_tools``: tool names, a line each (``*``: no tool at all, as the checkbox says)."""
 
     template_name = "admin/evals/widgets/forbidden.html"
@@ -174,7 +95,7 @@ class NameListWidget(_LinesWidget):
 
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
-        parsed = _loads(value)
+        parsed = loads_value(value)
         context["widget"]["none"] = isinstance(parsed, list) and NO_TOOL in parsed
         if context["widget"]["lines"] is not None and context["widget"]["none"]:
             context["widget"]["lines"] = "\n".join(n for n in parsed if n != NO_TOOL)
@@ -228,7 +149,7 @@ class AnswerChecksWidget(EditorWidget):
 
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
-        parsed = _loads(value)
+        parsed = loads_value(value)
         inputs = self.as_inputs(parsed)
         raw = None
         if inputs is None:
@@ -247,7 +168,7 @@ class AnswerChecksWidget(EditorWidget):
         return json.dumps(checks, ensure_ascii=False)
 
 
-class AlternativesWidget(_LinesWidget):
+class AlternativesWidget(LinesWidget):
     """``alternatives``: another sequence of tools that also passes, a line each: the tools comma-separated, a
     note after ``#``."""
 
@@ -283,7 +204,7 @@ class AlternativesWidget(_LinesWidget):
             tools_text, sep, note = line.partition("#")
             names = [n.strip() for n in tools_text.split(",")]
             if not any(names) or not all(names) or any(" " in n for n in names):
-                raise _line_problem(number, gettext("tool names, comma-separated (a note after #)"))
+                raise line_problem(number, gettext("tool names, comma-separated (a note after #)"))
             alternative: dict[str, Any] = {"tools": names}
             if sep and note.strip():
                 alternative["note"] = note.strip()
@@ -291,26 +212,7 @@ class AlternativesWidget(_LinesWidget):
         return alternatives
 
 
-class ContextLinesWidget(_LinesWidget):
-    """``context``: KEY=value, a line each (``tier=3`` a number, ``vip=true`` a boolean, as in the rule editor)."""
-
-    rows = 2
-    placeholder = "userId=E-001"
-
-    def as_lines(self, value: Any) -> str | None:
-        if value in (None, ""):
-            return ""
-        if not isinstance(value, dict) or not all(isinstance(v, _SCALARS) for v in value.values()):
-            return None
-        if any("=" in str(k) or "\n" in str(k) or "\n" in value_text(v) for k, v in value.items()):
-            return None
-        return "\n".join(f"{key}={value_text(v)}" for key, v in value.items())
-
-    def from_lines(self, text: str) -> Any:
-        return dict(_pair(line, n) for n, line in enumerate(text.splitlines(), start=1) if line.strip())
-
-
-class DataLinesWidget(_LinesWidget):
+class DataLinesWidget(LinesWidget):
     """``data``: the A2A data parts, each a block of KEY=value lines, a blank line between parts."""
 
     rows = 3
@@ -321,7 +223,7 @@ class DataLinesWidget(_LinesWidget):
             return ""
         if not isinstance(value, list):
             return None
-        context = ContextLinesWidget()
+        context = KeyValueLinesWidget()
         blocks = [context.as_lines(part) if isinstance(part, dict) and part else None for part in value]
         if not all(isinstance(b, str) for b in blocks):
             return None
@@ -336,7 +238,7 @@ class DataLinesWidget(_LinesWidget):
                     parts.append(current)
                 current = {}
                 continue
-            key, value = _pair(line, number)
+            key, value = key_value_line(line, number)
             current[key] = value
         if current:
             parts.append(current)
@@ -363,7 +265,7 @@ class ThresholdsWidget(EditorWidget):
 
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
-        parsed = _loads(value)
+        parsed = loads_value(value)
         known = set(self.minimums) | set(self.maximums)
         fits = parsed in (None, "") or (
             isinstance(parsed, dict)
@@ -445,3 +347,7 @@ HELP_TEXTS = {
     "context": gettext_lazy("KEY=value, a line each (3 is a number, true a boolean)."),
     "data": gettext_lazy("Each A2A data part as KEY=value lines; a blank line between parts."),
 }
+
+
+class ContextLinesWidget(KeyValueLinesWidget):
+    """``context``: KEY=value, a line each."""

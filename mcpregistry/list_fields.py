@@ -1,7 +1,13 @@
-"""A list of texts as an admin writes it: comma-separated words (keywords, tags) or a line each (questions, a
-command's arguments), never a JSON list to type. A JSON list is still read (a text starting with ``[``), and a
-stored list the separator cannot carry (a word with a comma, an argument with a line break, a first item that
-starts with ``[``) is shown as JSON, so opening and saving a page never changes what is stored.
+"""Lists and maps of texts as an admin writes them, never as JSON to type.
+
+- :class:`TextListField`: comma-separated words (keywords, tags) or a line each (questions, a command's
+  arguments). A JSON list is still read (a text starting with ``[``), and a stored list the separator cannot
+  carry (a word with a comma, an argument with a line break, a first item that starts with ``[``) is shown as
+  JSON, so opening and saving a page never changes what is stored.
+- :class:`LinesWidget` and its ``KEY=value`` form :class:`KeyValueLinesWidget` (a JSON field edited as lines;
+  values typed as the rule editor types them: ``3`` a number, ``true`` a boolean, ``{...}`` an object), with
+  :class:`EditedJSONField`, which refuses lines that do not read, naming the line, and shows them again as typed.
+  A value the lines cannot show is shown and edited as JSON; a post carrying the JSON itself is taken as it is.
 """
 
 from __future__ import annotations
@@ -10,7 +16,11 @@ import json
 from typing import Any
 
 from django import forms
+from django.core.exceptions import ValidationError
+from django.utils.datastructures import MultiValueDict
 from django.utils.translation import gettext
+
+from mcpregistry.contract_form import EditorWidget
 
 
 class TextListField(forms.CharField):
@@ -81,3 +91,136 @@ class TextListField(forms.CharField):
             return self.to_python(data) != (initial or [])
         except forms.ValidationError:
             return True
+
+
+def value_text(value: Any) -> str:
+    """A condition's or parameter's value as typed: text as itself, unless it would read back as another JSON
+    value (``123``, ``true``), which is then quoted; any other value as JSON."""
+    if isinstance(value, str):
+        try:
+            json.loads(value)
+        except ValueError:
+            return value
+        return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def typed_value(text: str) -> Any:
+    """The inverse of :func:`value_text`: a JSON value when the text is one, else the text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+class Unreadable(str):
+    """Lines that did not read: the text as typed (shown again) and what is wrong with it."""
+
+    problem: str
+
+    def __new__(cls, text: str, problem: str) -> Unreadable:
+        made = super().__new__(cls, text)
+        made.problem = problem
+        return made
+
+
+class EditedJSONField(forms.JSONField):
+    """A JSON field whose widget may hand it lines that did not read: refused with the reason, shown again."""
+
+    def to_python(self, value: Any) -> Any:
+        if isinstance(value, Unreadable):
+            raise ValidationError(value.problem, code="invalid")
+        return super().to_python(value)
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if isinstance(data, Unreadable):
+            return data
+        return super().bound_data(data, initial)
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, Unreadable):
+            return value
+        return super().prepare_value(value)
+
+
+def loads_value(value: Any) -> Any:
+    """A JSON field's value as the widget gets it (text when bound, the stored value otherwise), parsed."""
+    if isinstance(value, Unreadable):
+        return value
+    if isinstance(value, str):
+        try:
+            return json.loads(value) if value.strip() else None
+        except ValueError:
+            return value  # JSON that did not parse: shown as typed, in the JSON box
+    return value
+
+
+class LinesWidget(EditorWidget):
+    """Shared by the line editors: shows the lines when the value fits them, the JSON box when it does not."""
+
+    template_name = "admin/mcpregistry/widgets/lines.html"
+    rows = 3
+    placeholder = ""
+
+    def as_lines(self, value: Any) -> str | None:
+        """The stored value as lines, or None when the lines cannot show it."""
+        raise NotImplementedError
+
+    def from_lines(self, text: str) -> Any:
+        """The lines as the field's JSON value; raises ValueError naming the line that did not read."""
+        raise NotImplementedError
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        context = super().get_context(name, value, attrs)
+        parsed = loads_value(value)
+        lines = str(parsed) if isinstance(parsed, Unreadable) else self.as_lines(parsed)
+        raw = None
+        if lines is None:
+            raw = parsed if isinstance(parsed, str) else json.dumps(parsed, ensure_ascii=False, indent=2)
+        context["widget"].update({"lines": lines, "raw": raw, "rows": self.rows, "placeholder": self.placeholder})
+        return context
+
+    def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
+        text = str(data.get(f"{name}__lines", ""))
+        try:
+            return json.dumps(self.from_lines(text), ensure_ascii=False)
+        except ValueError as exc:
+            return Unreadable(text, str(exc))
+
+
+def line_problem(number: int, message: str) -> ValueError:
+    """What is wrong with line ``number`` of a lines editor, naming the line."""
+    return ValueError(gettext("line %(n)d: %(problem)s") % {"n": number, "problem": message})
+
+
+def key_value_line(line: str, number: int) -> tuple[str, Any]:
+    """``KEY=value`` → (key, typed value); refused naming the line without an ``=``."""
+    key, sep, value = line.strip().partition("=")
+    if not sep or not key.strip():
+        raise line_problem(number, gettext("write KEY=value"))
+    return key.strip(), typed_value(value.strip())
+
+
+class KeyValueLinesWidget(LinesWidget):
+    """A JSON object as ``KEY=value`` lines (``tier=3`` a number, ``vip=true`` a boolean, ``retry={"max_attempts":
+    3}`` an object), as the rule editor types them. An object a line cannot show (a key with ``=``, a text with a
+    line break or spaces around it) is edited as JSON."""
+
+    rows = 2
+    placeholder = "userId=E-001"
+
+    def as_lines(self, value: Any) -> str | None:
+        if value in (None, ""):
+            return ""
+        if not isinstance(value, dict):
+            return None
+        for key, item in value.items():
+            text = value_text(item)
+            if not key or key != key.strip() or "=" in key or "\n" in key or "\n" in text:
+                return None
+            if typed_value(text.strip()) != item or type(typed_value(text.strip())) is not type(item):
+                return None  # it would read back as something else
+        return "\n".join(f"{key}={value_text(item)}" for key, item in value.items())
+
+    def from_lines(self, text: str) -> Any:
+        return dict(key_value_line(line, n) for n, line in enumerate(text.splitlines(), start=1) if line.strip())

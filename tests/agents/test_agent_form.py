@@ -136,3 +136,31 @@ def test_the_model_parameters_name_their_keys_and_the_language_is_a_choice(admin
     page = admin_client.get("/admin/agents/agent/add/").content.decode()
     assert "temperature (0–2), max_tokens, top_p" in page
     assert re.search(r'<select name="language"[^>]*>\s*<option value="en">English</option>', page)
+
+
+def test_model_parameters_are_key_value_lines(admin_client: Client) -> None:
+    """No JSON object to type: KEY=value a line each, values typed as the rule editor types them."""
+    from audit.models import AuditEvent
+
+    data = agent_post(model_params__editor="1", model_params__lines='temperature=0.2\n\nretry={"max_attempts": 3}')
+    del data["model_params"]
+    assert admin_client.post("/admin/agents/agent/add/", data).status_code == 302
+    agent = Agent.objects.get(slug="flowing")
+    assert agent.model_params == {"temperature": 0.2, "retry": {"max_attempts": 3}}
+
+    page = admin_client.get(f"/admin/agents/agent/{agent.pk}/change/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+    assert 'name="model_params__lines"' in page and "한 줄에 KEY=value 하나" in page
+    assert "temperature=0.2\nretry={&quot;max_attempts&quot;: 3}</textarea>" in page
+
+    before = AuditEvent.objects.count()
+    same = {**data, "model_params__lines": 'temperature=0.2\nretry={"max_attempts": 3}'}
+    assert admin_client.post(f"/admin/agents/agent/{agent.pk}/change/", same).status_code == 302
+    assert AuditEvent.objects.count() == before  # the same parameters: nothing changed, nothing recorded
+
+    refused = admin_client.post(
+        f"/admin/agents/agent/{agent.pk}/change/",
+        {**data, "model_params__lines": "temperature=0.3\nmax_tokens 512"},
+        HTTP_ACCEPT_LANGUAGE="ko",
+    ).content.decode()
+    assert "2번째 줄: KEY=value 형식으로 쓰세요" in refused and "max_tokens 512</textarea>" in refused
+    assert Agent.objects.get(pk=agent.pk).model_params["temperature"] == 0.2

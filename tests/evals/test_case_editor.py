@@ -160,7 +160,7 @@ def test_a_page_sent_back_unchanged_changes_nothing(admin_client: Client, eval_s
 
 
 def test_a_value_the_inputs_cannot_show_is_edited_as_json(admin_client: Client, eval_set: EvalSet) -> None:
-    nested = [{"order": {"id": 7, "lines": [1, 2]}}]
+    nested = [{"note": "두 줄\n메모", "order": {"id": 7}}]  # a line break no line can carry
     stored = case(eval_set, data=nested, answer_checks=[{"contains": "a\nb"}])
     page = page_of(admin_client, eval_set)
     assert 'name="cases-0-data__lines"' not in page and 'name="cases-0-data"' in page
