@@ -5,10 +5,13 @@ own clients, the web server, the workers, the MCP servers they start, Redis and 
 ``cores / CPU seconds per run`` whatever the platform does with its share, so the benchmark reports each part's
 CPU per run beside the rate: which part to make cheaper, and what rate this machine can give at all.
 
-Each process is put in one part by its command line (:func:`part_of`); its CPU time (user and system, the
-kernel's ``utime`` and ``stime``) is counted from the window's start or, for a process started inside it, from
-its own start. A process that ended inside the window is not counted (a killed worker's last moments): the
-difference between the machine's busy time (``/proc/stat``) and the sum of the parts is ``unaccounted``.
+Each of the benchmark's processes (the benchmark itself, what it started, and what those started: its
+descendants, plus the ``roots`` it names, such as a PostgreSQL server that detached) is put in one part by its
+command line (:func:`part_of`). Every other process on the machine (another session's web server or worker, a
+test suite) is ``outside``: it is not the platform's cost, whatever its command line says. CPU time (user and
+system, the kernel's ``utime`` and ``stime``) is counted from the window's start or, for a process started inside
+it, from its own start. A process that ended inside the window is not counted (a killed worker's last moments):
+the difference between the machine's busy time (``/proc/stat``) and the sum of the parts is ``unaccounted``.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PARTS = ("client", "web", "workers", "mcp_servers", "redis", "postgres", "other")
+PARTS = ("client", "web", "workers", "mcp_servers", "redis", "postgres", "other", "outside")
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PROC = Path("/proc")
 
@@ -43,22 +46,60 @@ def part_of(argv: list[str], *, pid: int, client_pid: int) -> str:
     return "other"
 
 
-def _processes(client_pid: int) -> dict[int, tuple[str, float]]:
-    """Every process now: pid → (part, CPU seconds so far). Processes that end while being read are skipped."""
-    found: dict[int, tuple[str, float]] = {}
+def _read(entry: Path) -> tuple[int, list[str], float] | None:
+    """(parent pid, arguments, CPU seconds so far) of one ``/proc/<pid>``; None when it ended while read."""
+    try:
+        stat = (entry / "stat").read_text()
+        argv = [arg for arg in (entry / "cmdline").read_bytes().decode(errors="replace").split("\0") if arg]
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": the comm may hold spaces
+    return int(fields[1]), argv, (int(fields[11]) + int(fields[12])) / _TICKS  # ppid; utime + stime
+
+
+def _processes(client_pid: int, roots: frozenset[int] = frozenset()) -> dict[int, tuple[str, float]]:
+    """Every process now: pid → (part, CPU seconds so far); ``outside`` for a process that descends neither
+    from the benchmark nor from one of its ``roots``. Processes that end while being read are skipped."""
+    read: dict[int, tuple[int, list[str], float]] = {}
     for entry in _PROC.iterdir():
-        if not entry.name.isdigit():
+        if entry.name.isdigit() and (found := _read(entry)) is not None:
+            read[int(entry.name)] = found
+    own_roots = roots | {client_pid}
+    own: dict[int, bool] = {}
+
+    def is_own(pid: int) -> bool:
+        chain = []
+        while pid not in own:
+            if pid in own_roots:
+                own[pid] = True
+                break
+            if pid not in read or pid <= 1:
+                own[pid] = False
+                break
+            chain.append(pid)
+            pid = read[pid][0]
+        for link in chain:
+            own[link] = own[pid]
+        return own[pid]
+
+    return {
+        pid: (part_of(argv, pid=pid, client_pid=client_pid) if is_own(pid) else "outside", seconds)
+        for pid, (_ppid, argv, seconds) in read.items()
+    }
+
+
+def pids_with(program: str, *words: str) -> frozenset[int]:
+    """The processes running ``program`` with ``words`` in a row among their arguments (a detached server the
+    benchmark started, found by its port: ``pids_with("postgres", "-p", "54321")``)."""
+    found = set()
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit() or (read := _read(entry)) is None:
             continue
-        pid = int(entry.name)
-        try:
-            stat = (entry / "stat").read_text()
-            argv = [arg for arg in (entry / "cmdline").read_bytes().decode(errors="replace").split("\0") if arg]
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": the comm may hold spaces
-        seconds = (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
-        found[pid] = (part_of(argv, pid=pid, client_pid=client_pid), seconds)
-    return found
+        argv = read[1]
+        named = bool(argv) and Path(argv[0]).name == program
+        if named and any(argv[i : i + len(words)] == list(words) for i in range(len(argv))):
+            found.add(int(entry.name))
+    return frozenset(found)
 
 
 def _machine_busy() -> float:
@@ -74,6 +115,7 @@ class CpuWindow:
     """CPU time spent between :meth:`start` and :meth:`stop`, per part (seconds)."""
 
     client_pid: int = field(default_factory=os.getpid)
+    roots: frozenset[int] = frozenset()
     _start: dict[int, tuple[str, float]] = field(default_factory=dict)
     _busy: float = 0.0
 
@@ -83,14 +125,14 @@ class CpuWindow:
 
     def start(self) -> None:
         self._busy = _machine_busy()
-        self._start = _processes(self.client_pid)
+        self._start = _processes(self.client_pid, self.roots)
 
     def stop(self) -> dict[str, float]:
         """Seconds per part, plus ``machine`` (the busy time of every core) and ``unaccounted`` (machine minus
         the parts: processes that ended inside the window, interrupts, rounding)."""
         busy = _machine_busy() - self._busy
         spent = dict.fromkeys(PARTS, 0.0)
-        for pid, (part, seconds) in _processes(self.client_pid).items():
+        for pid, (part, seconds) in _processes(self.client_pid, self.roots).items():
             before = self._start.get(pid)
             if before is not None and (before[0] != part or before[1] > seconds):
                 before = None  # the pid was taken again by a process started inside the window
