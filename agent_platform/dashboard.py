@@ -21,6 +21,10 @@ from django.utils.translation import gettext
 
 from agents.budgets import MICROS_PER_USD, period_bounds, usage_by_day, usd_text
 from agents.models import Approval, Budget, Run
+from audit.change_guard import actor_label
+from audit.changes import CONFIG_ACTION_PREFIX
+from audit.labels import action_label
+from audit.models import AuditEvent
 from auditor.charts import bar_chart
 from auditor.metrics import tool_metrics
 from mcpregistry.models import McpServer
@@ -31,6 +35,7 @@ FAILED_RUNS_SHOWN = 5
 TOOLS_SHOWN = 5
 USAGE_DAYS = 30
 USAGE_ROWS = 5
+MY_CHANGES_SHOWN = 10
 
 
 def _url(name: str, *args: Any) -> str | None:
@@ -180,6 +185,29 @@ def dashboard_usage(request: HttpRequest) -> dict[str, Any] | None:
     }
 
 
+def dashboard_my_changes(request: HttpRequest) -> dict[str, Any]:
+    """The reader's own latest changes of the configuration, from the audit record (Django's "recent actions"
+    log is never written here: every change is an audit event), each linked to its event for whoever may read
+    the record."""
+    actor = actor_label(request.user)
+    events = AuditEvent.objects.filter(source="admin", actor=actor, action__startswith=CONFIG_ACTION_PREFIX)
+    can_read = request.user.has_perm("audit.view_auditevent")
+    rows = [
+        {
+            "action": action_label(event.action),
+            "name": str(event.result.get("name", "")) if isinstance(event.result, dict) else "",
+            "created_at": event.created_at,
+            "url": _url("admin:audit_auditevent_change", event.pk) if can_read else None,
+        }
+        for event in events.order_by("-id")[:MY_CHANGES_SHOWN]
+    ]
+    list_url = _url("admin:audit_auditevent_changelist") if can_read else None
+    return {
+        "rows": rows,
+        "list_url": f"{list_url}?{urlencode({'actor': actor, 'action': 'config.*'})}" if list_url and rows else None,
+    }
+
+
 def dashboard_context(request: HttpRequest) -> dict[str, Any]:
     since = timezone.now() - RECENT
     return {
@@ -189,6 +217,7 @@ def dashboard_context(request: HttpRequest) -> dict[str, Any]:
             "runs": dashboard_runs(request, since=since),
             "tools": dashboard_tools(request, since=since),
             "usage": dashboard_usage(request),
+            "my_changes": dashboard_my_changes(request),
             "rule_tester_url": _url("rule-tester") if request.user.has_perm("agents.view_deterministicrule") else None,
             "metrics_url": (
                 _url("admin:audit_auditevent_metrics") if request.user.has_perm("audit.view_auditevent") else None

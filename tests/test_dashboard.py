@@ -165,3 +165,24 @@ def test_usd_text(micros, text) -> None:
     from agents.budgets import usd_text
 
     assert usd_text(micros) == text
+
+
+@pytest.mark.django_db
+def test_recent_actions_are_the_readers_own_changes_from_the_audit_record(admin_client, admin_user) -> None:
+    """Django's "recent actions" read a log the platform never writes (it said 이용할 수 없습니다 after every change):
+    the panel lists the reader's own configuration changes from the audit record, linked to their events."""
+    from agents.services import agent_create
+
+    agent_create(actor=admin_user, via="admin", data={"slug": "ledger", "name": "장부 도우미"})
+    agent_create(actor="someone-else", via="admin", data={"slug": "other", "name": "남의 것"})
+    page = admin_client.get("/admin/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+    panel = page[page.index('id="recent-actions-module"') :]
+    assert "내 변경 (감사 기록에서)" in panel and "에이전트 생성" in panel and "ledger" in panel
+    assert "other" not in panel and "이용할 수 없습니다" not in panel
+    assert "/admin/audit/auditevent/" in panel and "actor=" in panel  # each event, and all of them in the list
+
+
+@pytest.mark.django_db
+def test_recent_actions_say_none_yet_for_a_new_admin(auditor_client) -> None:
+    page = auditor_client.get("/admin/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+    assert "아직 없습니다." in page[page.index('id="recent-actions-module"') :]
