@@ -46,21 +46,29 @@ def part_of(argv: list[str], *, pid: int, client_pid: int) -> str:
     return "other"
 
 
-def _read(entry: Path) -> tuple[int, list[str], float] | None:
-    """(parent pid, arguments, CPU seconds so far) of one ``/proc/<pid>``; None when it ended while read."""
+def _read(entry: Path) -> tuple[int, int, list[str], float] | None:
+    """(parent pid, start time, arguments, CPU seconds so far) of one ``/proc/<pid>``; None when it ended while
+    read."""
     try:
         stat = (entry / "stat").read_text()
         argv = [arg for arg in (entry / "cmdline").read_bytes().decode(errors="replace").split("\0") if arg]
     except OSError:
         return None
     fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": the comm may hold spaces
-    return int(fields[1]), argv, (int(fields[11]) + int(fields[12])) / _TICKS  # ppid; utime + stime
+    seconds = (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
+    return int(fields[1]), int(fields[19]), argv, seconds  # ppid, starttime (clock ticks after boot)
 
 
-def _processes(client_pid: int, roots: frozenset[int] = frozenset()) -> dict[int, tuple[str, float]]:
-    """Every process now: pid → (part, CPU seconds so far); ``outside`` for a process that descends neither
-    from the benchmark nor from one of its ``roots``. Processes that end while being read are skipped."""
-    read: dict[int, tuple[int, list[str], float]] = {}
+Snapshot = dict[int, tuple[str, int, float]]
+"""pid → (part, start time, CPU seconds so far)."""
+
+
+def _processes(client_pid: int, roots: frozenset[int] = frozenset(), known: Snapshot | None = None) -> Snapshot:
+    """Every process now: pid → (part, start time, CPU seconds so far); ``outside`` for a process that descends
+    neither from the benchmark nor from one of its ``roots``. A process ``known`` from an earlier snapshot (the
+    same pid and start time) keeps its part there: a process re-parented since (its parent ended) is still the
+    benchmark's. Processes that end while being read are skipped."""
+    read: dict[int, tuple[int, int, list[str], float]] = {}
     for entry in _PROC.iterdir():
         if entry.name.isdigit() and (found := _read(entry)) is not None:
             read[int(entry.name)] = found
@@ -68,24 +76,31 @@ def _processes(client_pid: int, roots: frozenset[int] = frozenset()) -> dict[int
     own: dict[int, bool] = {}
 
     def is_own(pid: int) -> bool:
-        chain = []
+        chain: list[int] = []
+        seen: set[int] = set()
         while pid not in own:
             if pid in own_roots:
                 own[pid] = True
                 break
-            if pid not in read or pid <= 1:
+            if pid not in read or pid <= 1 or pid in seen:  # the top, or a cycle (pids reused while read)
                 own[pid] = False
                 break
+            seen.add(pid)
             chain.append(pid)
             pid = read[pid][0]
         for link in chain:
             own[link] = own[pid]
         return own[pid]
 
-    return {
-        pid: (part_of(argv, pid=pid, client_pid=client_pid) if is_own(pid) else "outside", seconds)
-        for pid, (_ppid, argv, seconds) in read.items()
-    }
+    snapshot: Snapshot = {}
+    for pid, (_ppid, started, argv, seconds) in read.items():
+        earlier = (known or {}).get(pid)
+        if earlier is not None and earlier[1] == started:
+            part = earlier[0]
+        else:
+            part = part_of(argv, pid=pid, client_pid=client_pid) if is_own(pid) else "outside"
+        snapshot[pid] = (part, started, seconds)
+    return snapshot
 
 
 def pids_with(program: str, *words: str) -> frozenset[int]:
@@ -95,7 +110,7 @@ def pids_with(program: str, *words: str) -> frozenset[int]:
     for entry in _PROC.iterdir():
         if not entry.name.isdigit() or (read := _read(entry)) is None:
             continue
-        argv = read[1]
+        argv = read[2]
         named = bool(argv) and Path(argv[0]).name == program
         if named and any(argv[i : i + len(words)] == list(words) for i in range(len(argv))):
             found.add(int(entry.name))
@@ -116,7 +131,7 @@ class CpuWindow:
 
     client_pid: int = field(default_factory=os.getpid)
     roots: frozenset[int] = frozenset()
-    _start: dict[int, tuple[str, float]] = field(default_factory=dict)
+    _start: Snapshot = field(default_factory=dict)
     _busy: float = 0.0
 
     @staticmethod
@@ -132,11 +147,11 @@ class CpuWindow:
         the parts: processes that ended inside the window, interrupts, rounding)."""
         busy = _machine_busy() - self._busy
         spent = dict.fromkeys(PARTS, 0.0)
-        for pid, (part, seconds) in _processes(self.client_pid, self.roots).items():
+        for pid, (part, started, seconds) in _processes(self.client_pid, self.roots, self._start).items():
             before = self._start.get(pid)
-            if before is not None and (before[0] != part or before[1] > seconds):
+            if before is not None and before[1] != started:
                 before = None  # the pid was taken again by a process started inside the window
-            spent[part] += seconds - (before[1] if before is not None else 0.0)
+            spent[part] += seconds - (before[2] if before is not None else 0.0)
         spent["machine"] = busy
         spent["unaccounted"] = busy - sum(spent[part] for part in PARTS)
         return spent

@@ -137,6 +137,10 @@ class EvalCaseForm(forms.ModelForm):
     def clean_alternatives(self) -> Any:
         return self._as_stored("alternatives", normalized_alternatives)
 
+    def clean_forbidden_tools(self) -> Any:
+        # The box puts "no tool at all" first: the same names in another order are no change.
+        return self._as_stored("forbidden_tools", lambda v: sorted(set(v)) if isinstance(v, list) else v)
+
 
 class EvalCaseInline(admin.StackedInline):
     model = EvalCase

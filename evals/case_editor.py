@@ -13,6 +13,7 @@ what is wrong on which line.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -24,15 +25,23 @@ from mcpregistry.list_fields import (
     KeyValueLinesWidget,
     LinesWidget,
     Unreadable,
+    key_fits,
     key_value_line,
+    key_value_lines,
     line_problem,
     loads_value,
+    one_line,
+    reads_back,
     value_text,
 )
 
 NO_TOOL = "*"
 CHECK_KINDS = ("contains", "regex", "dont_know")
-_SCALARS = (str, int, float, bool, type(None))
+
+
+def name_fits(name: Any) -> bool:
+    """Whether ``name`` is a tool name a line shows and reads back: text without spaces, ``=`` or line breaks."""
+    return isinstance(name, str) and bool(name) and not any(c.isspace() for c in name) and "=" not in name
 
 
 class ToolLinesWidget(LinesWidget):
@@ -48,16 +57,14 @@ class ToolLinesWidget(LinesWidget):
             return None
         lines: list[str] = []
         for item in value:
-            if isinstance(item, str) and item and " " not in item:
+            if isinstance(item, str) and name_fits(item):
                 lines.append(item)
-            elif isinstance(item, dict) and set(item) <= {"name", "args"} and isinstance(item.get("name"), str):
+            elif isinstance(item, dict) and set(item) <= {"name", "args"} and name_fits(item.get("name")):
                 args = item.get("args", {})
-                if (
-                    not isinstance(args, dict)
-                    or not item["name"]
-                    or not all(isinstance(v, _SCALARS) for v in args.values())
-                ):
+                if not isinstance(args, dict) or not all(key_fits(k) and reads_back(v) for k, v in args.items()):
                     return None
+                if "args" in item and not args:
+                    return None  # {"args": {}} would read back without it
                 lines.append(item["name"])
                 lines += [f"  {key}={value_text(arg)}" for key, arg in args.items()]
             else:
@@ -74,11 +81,13 @@ class ToolLinesWidget(LinesWidget):
                     raise line_problem(number, gettext("an argument before any tool"))
                 key, value = key_value_line(line, number)
                 last = tools[-1] if isinstance(tools[-1], dict) else {"name": tools[-1]}
-                last.setdefault("args", {})[key] = value
+                if key in last.setdefault("args", {}):
+                    raise line_problem(number, gettext("%(key)s is given twice") % {"key": key})
+                last["args"][key] = value
                 tools[-1] = last
                 continue
             name = line.strip()
-            if " " in name or "=" in name:
+            if not name_fits(name):
                 raise line_problem(
                     number, gettext("one tool name (indent the arguments its call must contain below it)")
                 )
@@ -104,8 +113,10 @@ class NameListWidget(LinesWidget):
     def as_lines(self, value: Any) -> str | None:
         if value in (None, ""):
             return ""
-        if not isinstance(value, list) or not all(isinstance(n, str) and n and "\n" not in n for n in value):
+        if not isinstance(value, list) or not all(name_fits(n) or n == NO_TOOL for n in value):
             return None
+        if len(set(value)) != len(value):
+            return None  # a name twice would read back once
         return "\n".join(value)
 
     def from_lines(self, text: str) -> Any:
@@ -141,7 +152,7 @@ class AnswerChecksWidget(EditorWidget):
                 if wanted is not True or dont_know:
                     return None
                 dont_know = True
-            elif not isinstance(wanted, str) or not wanted or "\n" in wanted or wanted != wanted.strip():
+            elif not isinstance(wanted, str) or not wanted or not one_line(wanted) or wanted != wanted.strip():
                 return None
             else:
                 found[kind].append(wanted)
@@ -184,14 +195,15 @@ class AlternativesWidget(LinesWidget):
         for alternative in value:
             if not isinstance(alternative, dict) or not set(alternative) <= {"tools", "note"}:
                 return None
-            tools, note = alternative.get("tools"), alternative.get("note", "")
-            if not isinstance(tools, list) or not isinstance(note, str) or "\n" in note or "#" in note:
+            tools, note = alternative.get("tools"), alternative.get("note")
+            if not isinstance(tools, list) or not tools:
+                return None  # no tool at all: a line cannot say so
+            if "note" in alternative and (
+                not isinstance(note, str) or not note or note != note.strip() or not one_line(note)
+            ):
                 return None
-            names = [
-                t if isinstance(t, str) else t.get("name") if isinstance(t, dict) and set(t) == {"name"} else None
-                for t in tools
-            ]
-            if not all(isinstance(n, str) and n and "," not in n and "#" not in n for n in names):
+            names = [t if isinstance(t, str) else None for t in tools]  # {"name": …} reads back as the name
+            if not all(name_fits(n) and "," not in str(n) and "#" not in str(n) for n in names):
                 return None
             lines.append(", ".join(str(n) for n in names) + (f"  # {note}" if note else ""))
         return "\n".join(lines)
@@ -203,7 +215,7 @@ class AlternativesWidget(LinesWidget):
                 continue
             tools_text, sep, note = line.partition("#")
             names = [n.strip() for n in tools_text.split(",")]
-            if not any(names) or not all(names) or any(" " in n for n in names):
+            if not all(name_fits(n) for n in names):
                 raise line_problem(number, gettext("tool names, comma-separated (a note after #)"))
             alternative: dict[str, Any] = {"tools": names}
             if sep and note.strip():
@@ -231,17 +243,16 @@ class DataLinesWidget(LinesWidget):
 
     def from_lines(self, text: str) -> Any:
         parts: list[dict[str, Any]] = []
-        current: dict[str, Any] = {}
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                if current:
-                    parts.append(current)
-                current = {}
-                continue
-            key, value = key_value_line(line, number)
-            current[key] = value
-        if current:
-            parts.append(current)
+        block: list[str] = []
+        first = 1
+        for number, line in enumerate([*text.splitlines(), ""], start=1):
+            if line.strip():
+                if not block:
+                    first = number
+                block.append(line)
+            elif block:
+                parts.append(key_value_lines(block, first=first))
+                block = []
         return parts
 
 
@@ -265,13 +276,16 @@ class ThresholdsWidget(EditorWidget):
 
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
-        parsed = loads_value(value)
-        known = set(self.minimums) | set(self.maximums)
-        fits = parsed in (None, "") or (
-            isinstance(parsed, dict)
-            and set(parsed) <= known
-            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in parsed.values())
-        )
+        if isinstance(value, Unreadable):  # refused: the inputs again, as typed, with what is wrong
+            parsed, fits = json.loads(value), True
+        else:
+            parsed = loads_value(value)
+            known = set(self.minimums) | set(self.maximums)
+            fits = parsed in (None, "") or (
+                isinstance(parsed, dict)
+                and set(parsed) <= known
+                and all(isinstance(v, int | float) and not isinstance(v, bool) for v in parsed.values())
+            )
         stored = parsed if isinstance(parsed, dict) else {}
 
         def rows(names: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -291,20 +305,34 @@ class ThresholdsWidget(EditorWidget):
 
     def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
         thresholds: dict[str, Any] = {}
+        typed: dict[str, str] = {}
         problems = []
         for score in (*self.minimums, *self.maximums):
             text = str(data.get(f"{name}__{score}", "")).strip()
             if not text:
                 continue
-            try:
-                number = float(text)
-            except ValueError:
+            typed[score] = text
+            number = _number(text)
+            if number is None:
                 problems.append(gettext("%(name)s: a number") % {"name": self.labels(score)})
-                continue
-            thresholds[score] = int(number) if number.is_integer() else number
+            else:
+                thresholds[score] = number
         if problems:
-            return Unreadable(json.dumps(thresholds), "; ".join(problems))
+            return Unreadable(json.dumps(typed, ensure_ascii=False), "; ".join(problems))
         return json.dumps(thresholds, ensure_ascii=False)
+
+
+def _number(text: str) -> int | float | None:
+    """A whole number as itself (however large), else a finite decimal; None for anything else (NaN, inf)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _tool(item: Any) -> Any:

@@ -31,12 +31,11 @@ class TextListField(forms.CharField):
         *,
         separator: str = ",",
         unique: bool = False,
-        keep_blanks: bool = False,
         encoder: Any = None,
         decoder: Any = None,
         **kwargs: Any,
     ) -> None:
-        self.separator, self.unique, self.keep_blanks = separator, unique, keep_blanks
+        self.separator, self.unique = separator, unique
         if "widget" not in kwargs:
             kwargs["widget"] = (
                 forms.TextInput(attrs={"size": 80})
@@ -48,11 +47,13 @@ class TextListField(forms.CharField):
 
     def _carries(self, items: list[str]) -> bool:
         """Whether the separated text reads back as exactly these items."""
-        if any(self.separator in item or (self.separator == "," and "\n" in item) for item in items):
+        if any(not one_line(item) or (self.separator == "," and "," in item) for item in items):
             return False
         if items and items[0].lstrip().startswith("["):
             return False
-        return all(item == item.strip() and (item or self.keep_blanks) for item in items)
+        if self.unique and len(set(items)) != len(items):
+            return False
+        return all(item and item == item.strip() for item in items)
 
     def prepare_value(self, value: Any) -> Any:
         if isinstance(value, str) or value is None:
@@ -93,12 +94,26 @@ class TextListField(forms.CharField):
             return True
 
 
+def one_line(text: str) -> bool:
+    """Whether ``text`` stays one line of a text box (no line break of any kind ``splitlines`` knows: ``\r``,
+    ``\u2028``…), so that it reads back as itself."""
+    return text == "" or text.splitlines() == [text]
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(name)  # NaN and Infinity are no JSON a database stores: such text stays text
+
+
+def _json(text: str) -> Any:
+    return json.loads(text, parse_constant=_refuse_constant)
+
+
 def value_text(value: Any) -> str:
     """A condition's or parameter's value as typed: text as itself, unless it would read back as another JSON
     value (``123``, ``true``), which is then quoted; any other value as JSON."""
     if isinstance(value, str):
         try:
-            json.loads(value)
+            _json(value)
         except ValueError:
             return value
         return json.dumps(value, ensure_ascii=False)
@@ -106,11 +121,26 @@ def value_text(value: Any) -> str:
 
 
 def typed_value(text: str) -> Any:
-    """The inverse of :func:`value_text`: a JSON value when the text is one, else the text."""
+    """The inverse of :func:`value_text`: a JSON value when the text is one (``NaN`` and ``Infinity`` are not: they
+    stay text), else the text."""
     try:
-        return json.loads(text)
+        return _json(text)
     except ValueError:
         return text
+
+
+def reads_back(value: Any) -> bool:
+    """Whether ``value``, written by :func:`value_text` on one line, reads back as exactly itself."""
+    text = value_text(value)
+    if not one_line(text):
+        return False
+    again = typed_value(text.strip())
+    return bool(again == value and type(again) is type(value))
+
+
+def key_fits(key: Any) -> bool:
+    """Whether ``key`` can start a ``KEY=value`` line and read back as itself."""
+    return isinstance(key, str) and bool(key) and key == key.strip() and "=" not in key and one_line(key)
 
 
 class Unreadable(str):
@@ -204,7 +234,7 @@ def key_value_line(line: str, number: int) -> tuple[str, Any]:
 class KeyValueLinesWidget(LinesWidget):
     """A JSON object as ``KEY=value`` lines (``tier=3`` a number, ``vip=true`` a boolean, ``retry={"max_attempts":
     3}`` an object), as the rule editor types them. An object a line cannot show (a key with ``=``, a text with a
-    line break or spaces around it) is edited as JSON."""
+    line break or spaces around it) is edited as JSON; a key given twice is refused, naming the line."""
 
     rows = 2
     placeholder = "userId=E-001"
@@ -212,15 +242,23 @@ class KeyValueLinesWidget(LinesWidget):
     def as_lines(self, value: Any) -> str | None:
         if value in (None, ""):
             return ""
-        if not isinstance(value, dict):
+        if not isinstance(value, dict) or not all(key_fits(k) and reads_back(v) for k, v in value.items()):
             return None
-        for key, item in value.items():
-            text = value_text(item)
-            if not key or key != key.strip() or "=" in key or "\n" in key or "\n" in text:
-                return None
-            if typed_value(text.strip()) != item or type(typed_value(text.strip())) is not type(item):
-                return None  # it would read back as something else
         return "\n".join(f"{key}={value_text(item)}" for key, item in value.items())
 
     def from_lines(self, text: str) -> Any:
-        return dict(key_value_line(line, n) for n, line in enumerate(text.splitlines(), start=1) if line.strip())
+        return key_value_lines(text.splitlines())
+
+
+def key_value_lines(lines: list[str], *, first: int = 1) -> dict[str, Any]:
+    """``KEY=value`` lines (blank ones skipped; ``first``: the number of the first line) as an object; a line
+    without ``=`` or a key given twice is refused, naming the line."""
+    pairs: dict[str, Any] = {}
+    for number, line in enumerate(lines, start=first):
+        if not line.strip():
+            continue
+        key, value = key_value_line(line, number)
+        if key in pairs:
+            raise line_problem(number, gettext("%(key)s is given twice") % {"key": key})
+        pairs[key] = value
+    return pairs

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 
@@ -69,3 +70,62 @@ def _spent_enough(pid: int) -> bool:
         return True
     fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") >= 0.35
+
+
+def _fake_proc(root: Any, processes: dict[int, tuple[int, int, str, float]], busy_ticks: int) -> None:
+    """A /proc of ``pid → (ppid, start time, command line, CPU seconds)`` and a machine busy so many ticks."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    for path in list(root.iterdir()):
+        if path.is_dir():
+            for f in path.iterdir():
+                f.unlink()
+            path.rmdir()
+    (root / "stat").write_text(f"cpu {busy_ticks} 0 0 1000 0 0 0 0 0 0\n")
+    for pid, (ppid, started, argv, seconds) in processes.items():
+        folder = root / str(pid)
+        folder.mkdir()
+        cpu = int(seconds * ticks)
+        fields = ["S", str(ppid), *["0"] * 9, str(cpu), "0", *["0"] * 6, str(started)]
+        (folder / "stat").write_text(f"{pid} (x) {' '.join(fields)}\n")
+        (folder / "cmdline").write_bytes(argv.replace(" ", "\0").encode())
+
+
+def test_a_process_re_parented_inside_the_window_stays_the_benchmarks(tmp_path: Any, monkeypatch: Any) -> None:
+    """A worker's MCP server whose pool process ended is re-parented (to init): it is still the benchmark's,
+    counted from where it was at the window's start, not charged its whole life as outside."""
+    import bench._cpu as cpu
+
+    monkeypatch.setattr(cpu, "_PROC", tmp_path)
+    ticks = os.sysconf("SC_CLK_TCK")
+    _fake_proc(tmp_path, {100: (1, 10, "bench", 1.0), 200: (100, 20, "python -m celery", 5.0),
+                          300: (200, 30, "python -m mcpregistry.demo_server", 50.0)}, 0)  # fmt: skip
+    window = cpu.CpuWindow(client_pid=100)
+    window.start()
+    _fake_proc(tmp_path, {100: (1, 10, "bench", 1.5), 300: (1, 30, "python -m mcpregistry.demo_server", 51.0)},
+               int(3 * ticks))  # fmt: skip
+    spent = window.stop()
+    assert spent["mcp_servers"] == pytest.approx(1.0) and spent["outside"] == 0.0, spent
+    assert spent["client"] == pytest.approx(0.5), spent
+
+
+def test_a_pid_taken_again_inside_the_window_is_counted_from_its_start(tmp_path: Any, monkeypatch: Any) -> None:
+    import bench._cpu as cpu
+
+    monkeypatch.setattr(cpu, "_PROC", tmp_path)
+    _fake_proc(tmp_path, {100: (1, 10, "bench", 1.0), 200: (100, 20, "python -m celery", 40.0)}, 0)
+    window = cpu.CpuWindow(client_pid=100)
+    window.start()
+    # 200 ended; another process got its pid: started later, 2 s of CPU so far, all inside the window.
+    _fake_proc(tmp_path, {100: (1, 10, "bench", 1.0), 200: (100, 90, "python -m gunicorn", 2.0)}, 500)
+    spent = window.stop()
+    assert spent["web"] == pytest.approx(2.0) and spent["workers"] == 0.0, spent
+
+
+def test_a_cycle_of_parents_ends(tmp_path: Any, monkeypatch: Any) -> None:
+    """Pids reused between the reads of one sweep can make a loop of parents: it is nobody's, and it ends."""
+    import bench._cpu as cpu
+
+    monkeypatch.setattr(cpu, "_PROC", tmp_path)
+    _fake_proc(tmp_path, {100: (1, 10, "bench", 1.0), 400: (500, 40, "a", 1.0), 500: (400, 50, "b", 1.0)}, 0)
+    snapshot = cpu._processes(100)
+    assert snapshot[400][0] == snapshot[500][0] == "outside"

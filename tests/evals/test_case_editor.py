@@ -202,3 +202,75 @@ def test_the_thresholds_are_one_input_per_score_in_words(admin_client: Client, e
         assert f'name="thresholds__{score}"' in page, score
     assert "도구 재현율" in page and "최소 (0~1)" in page and "최대" in page
     assert 'name="thresholds"' not in page  # no JSON to write
+
+
+@pytest.mark.parametrize(
+    ("field", "stored"),
+    [
+        ("expected_tools", [{"name": "search_employee", "args": {"name": " 김하늘"}}]),  # spaces kept
+        ("expected_tools", [{"name": "t", "args": {"q": "a\nb"}}]),  # a line break
+        ("expected_tools", [{"name": "t", "args": {"a=b": 1}}]),
+        ("expected_tools", [{"name": "t", "args": {" k": 1}}]),
+        ("expected_tools", ["a=b", "\tfoo"]),
+        ("expected_tools", [{"name": "t", "args": {}}]),
+        ("expected_tools", [{"name": "t", "args": {"n": "NaN", "big": 123456789012345678901}}]),
+        ("forbidden_tools", ["get_asset", "*"]),
+        ("forbidden_tools", [" get_asset"]),
+        ("forbidden_tools", ["*", "*"]),
+        ("forbidden_tools", ["a\rb"]),
+        ("alternatives", [{"tools": []}]),
+        ("alternatives", [{"tools": [], "note": "되묻기"}]),
+        ("alternatives", [{"tools": ["a"], "note": ""}]),
+        ("alternatives", [{"tools": ["a"], "note": " n "}]),
+        ("context", {"k": "x\u2028y", "n": "NaN", "t": "3", "e": ""}),
+        ("answer_checks", [{"contains": "a\u2028b"}]),
+        ("data", [{"a": 1}, {"b": "x y", "c": {"d": [1, 2]}}]),
+    ],
+)
+def test_any_stored_value_survives_a_page_sent_back_unchanged(
+    admin_client: Client, eval_set: EvalSet, field: str, stored: Any
+) -> None:
+    """Whatever a case holds (written by an import, the API or an older page), opening its set's page and
+    saving it unchanged changes nothing: a value the inputs cannot show exactly is shown as JSON."""
+    case(eval_set, **{field: stored})
+    before = AuditEvent.objects.count()
+    response = admin_client.post(
+        f"/admin/evals/evalset/{eval_set.pk}/change/", sent_back(page_of(admin_client, eval_set))
+    )
+    assert response.status_code == 302, response.content.decode()[-3000:]
+    assert getattr(EvalCase.objects.get(eval_set=eval_set), field) == stored
+    assert AuditEvent.objects.count() == before
+
+
+def test_nan_stays_text_and_a_key_given_twice_is_refused(admin_client: Client, eval_set: EvalSet) -> None:
+    stored = case(eval_set)
+    page = page_of(admin_client, eval_set)
+    saved = admin_client.post(
+        f"/admin/evals/evalset/{eval_set.pk}/change/",
+        sent_back(page, **{"cases-0-context__lines": "x=NaN\ny=Infinity"}),
+    )
+    assert saved.status_code == 302  # was a 500: NaN is no JSON a database stores
+    stored.refresh_from_db()
+    assert stored.context == {"x": "NaN", "y": "Infinity"}
+    twice = admin_client.post(
+        f"/admin/evals/evalset/{eval_set.pk}/change/",
+        sent_back(page_of(admin_client, eval_set), **{"cases-0-context__lines": "tier=1\ntier=2"}),
+        HTTP_ACCEPT_LANGUAGE="ko",
+    )
+    assert twice.status_code == 200 and "2번째 줄: tier 키가 두 번 나옵니다" in twice.content.decode()
+
+
+def test_a_threshold_that_is_no_number_is_shown_again_in_its_input(admin_client: Client, eval_set: EvalSet) -> None:
+    typed = {"thresholds__pass_rate": "0.9", "thresholds__recall": "abc", "thresholds__latency_p95_ms": "nan"}
+    response = admin_client.post(
+        f"/admin/evals/evalset/{eval_set.pk}/change/",
+        sent_back(page_of(admin_client, eval_set), **typed),
+        HTTP_ACCEPT_LANGUAGE="ko",
+    )
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert 'name="thresholds__recall" id="thresholds__recall" value="abc"' in page  # the inputs, as typed
+    assert 'name="thresholds__pass_rate" id="thresholds__pass_rate" value="0.9"' in page
+    assert "도구 재현율: 숫자여야 합니다" in page and "지연 p95 (ms): 숫자여야 합니다" in page
+    assert '<textarea name="thresholds"' not in page
+    assert EvalSet.objects.get(pk=eval_set.pk).thresholds == {}

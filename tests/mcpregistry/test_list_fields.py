@@ -102,6 +102,9 @@ def test_a_servers_arguments_are_a_line_each(admin_client: Client) -> None:
         ("\n", ["two\nlines"], '["two\\nlines"]'),
         ("\n", ["", "x"], '["", "x"]'),
         ("\n", [], ""),
+        ("\n", ["a\rb"], '["a\\rb"]'),  # a carriage return is a line break too
+        ("\n", ["x\u2028y"], '["x\u2028y"]'),
+        (",", ["a\rb"], '["a\\rb"]'),
     ],
 )
 def test_what_is_shown_reads_back_as_what_is_stored(separator: str, stored: list[str], shown: str) -> None:
@@ -109,3 +112,9 @@ def test_what_is_shown_reads_back_as_what_is_stored(separator: str, stored: list
     assert field.prepare_value(stored) == shown
     assert field.clean(shown) == stored
     assert not field.has_changed(stored, shown)
+
+
+def test_words_given_twice_in_a_unique_list_are_shown_as_json() -> None:
+    field = TextListField(unique=True, required=False)
+    assert field.prepare_value(["a", "a"]) == '["a", "a"]'
+    assert field.clean('["a", "a"]') == ["a", "a"] and not field.has_changed(["a", "a"], '["a", "a"]')
