@@ -21,6 +21,7 @@ from agents.models import Agent
 from agents.rule_form import key_value_pairs
 from agents.selectors import deterministic_rule_specs
 from audit.labels import reason_label
+from mcpregistry.list_fields import data_parts_from_text
 
 
 @dataclass
@@ -73,7 +74,9 @@ class RuleTesterForm(forms.Form):
     agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("slug"), label=_("agent"))
     query = forms.CharField(label=_("query"), widget=forms.TextInput(attrs={"size": 80}))
     context = _json_field(_("A2A context (KEY=value lines, as in the rule editor, or a JSON object)"))
-    a2a_data = _json_field(_("A2A data parts (JSON list of objects)"))
+    a2a_data = _json_field(
+        _("A2A data parts (PATH=value lines as in the rule editor, a blank line between parts, or a JSON list)")
+    )
     execute = forms.BooleanField(label=_("also call the matched tools through the gate (audited)"), required=False)
 
     def _parse(self, name: str, expected: type) -> Any:
@@ -82,6 +85,12 @@ class RuleTesterForm(forms.Form):
             return expected()
         if expected is dict and not raw.startswith("{"):
             return self._key_value_lines(name, raw)
+        if expected is list and not raw.startswith("["):
+            try:
+                return data_parts_from_text(raw)
+            except ValueError as exc:
+                self.add_error(name, str(exc))
+                return []
         try:
             value = json.loads(raw)
         except ValueError as exc:

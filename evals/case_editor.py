@@ -25,9 +25,10 @@ from mcpregistry.list_fields import (
     KeyValueLinesWidget,
     LinesWidget,
     Unreadable,
+    data_parts_from_text,
+    data_parts_text,
     key_fits,
     key_value_line,
-    key_value_lines,
     line_problem,
     loads_value,
     one_line,
@@ -225,35 +226,17 @@ class AlternativesWidget(LinesWidget):
 
 
 class DataLinesWidget(LinesWidget):
-    """``data``: the A2A data parts, each a block of KEY=value lines, a blank line between parts."""
+    """``data``: the A2A data parts, a ``PATH=value`` line per value as the rule editor writes data conditions
+    (``order.id=7`` for ``{"order": {"id": 7}}``), a blank line between parts."""
 
     rows = 3
-    placeholder = "asset_id=A-1001"
+    placeholder = "asset_id=A-1001\norder.id=7"
 
     def as_lines(self, value: Any) -> str | None:
-        if value in (None, ""):
-            return ""
-        if not isinstance(value, list):
-            return None
-        context = KeyValueLinesWidget()
-        blocks = [context.as_lines(part) if isinstance(part, dict) and part else None for part in value]
-        if not all(isinstance(b, str) for b in blocks):
-            return None
-        return "\n\n".join(str(b) for b in blocks)
+        return data_parts_text(value)
 
     def from_lines(self, text: str) -> Any:
-        parts: list[dict[str, Any]] = []
-        block: list[str] = []
-        first = 1
-        for number, line in enumerate([*text.splitlines(), ""], start=1):
-            if line.strip():
-                if not block:
-                    first = number
-                block.append(line)
-            elif block:
-                parts.append(key_value_lines(block, first=first))
-                block = []
-        return parts
+        return data_parts_from_text(text)
 
 
 class ThresholdsWidget(EditorWidget):
@@ -373,7 +356,10 @@ HELP_TEXTS = {
         "Another sequence of tools that also passes, a line each: the tools comma-separated, a note after #."
     ),
     "context": gettext_lazy("KEY=value, a line each (3 is a number, true a boolean)."),
-    "data": gettext_lazy("Each A2A data part as KEY=value lines; a blank line between parts."),
+    "data": gettext_lazy(
+        'Each A2A data part as PATH=value lines, as in the rule editor (order.id=7 is {"order": {"id": 7}}); '
+        "a blank line between parts."
+    ),
 }
 
 

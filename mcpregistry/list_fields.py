@@ -262,3 +262,67 @@ def key_value_lines(lines: list[str], *, first: int = 1) -> dict[str, Any]:
             raise line_problem(number, gettext("%(key)s is given twice") % {"key": key})
         pairs[key] = value
     return pairs
+
+
+# --- A2A data parts as PATH=value lines ---------------------------------------------------------------------------
+
+
+def _paths(part: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]] | None:
+    """A data part's leaves as ``(a.b.c, value)``, or None when a line could not carry it back (a key with a
+    dot, an empty object)."""
+    leaves: list[tuple[str, Any]] = []
+    for key, value in part.items():
+        if not key_fits(key) or "." in key:
+            return None
+        path = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict):
+            below = _paths(value, path) if value else None
+            if below is None:
+                return None
+            leaves += below
+        elif reads_back(value):
+            leaves.append((path, value))
+        else:
+            return None
+    return leaves
+
+
+def data_parts_text(parts: Any) -> str | None:
+    """A2A data parts as the rule editor writes data conditions: a ``PATH=value`` line per value
+    (``order.id=7`` for ``{"order": {"id": 7}}``), a blank line between parts; None when lines cannot carry
+    them back exactly."""
+    if parts in (None, ""):
+        return ""
+    if not isinstance(parts, list):
+        return None
+    blocks = []
+    for part in parts:
+        leaves = _paths(part) if isinstance(part, dict) and part else None
+        if leaves is None:
+            return None
+        blocks.append("\n".join(f"{path}={value_text(value)}" for path, value in leaves))
+    return "\n\n".join(blocks)
+
+
+def data_parts_from_text(text: str) -> list[dict[str, Any]]:
+    """The inverse of :func:`data_parts_text`; a line that does not read (no ``=``, a path given twice or both
+    as a value and as an object) is refused, naming it."""
+    parts: list[dict[str, Any]] = []
+    part: dict[str, Any] = {}
+    for number, line in enumerate([*text.splitlines(), ""], start=1):
+        if not line.strip():
+            if part:
+                parts.append(part)
+            part = {}
+            continue
+        path, value = key_value_line(line, number)
+        node = part
+        *above, leaf = path.split(".")
+        for key in above:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise line_problem(number, gettext("%(key)s is given twice") % {"key": path})
+        if leaf in node:
+            raise line_problem(number, gettext("%(key)s is given twice") % {"key": path})
+        node[leaf] = value
+    return parts

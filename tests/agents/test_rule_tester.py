@@ -88,6 +88,19 @@ def test_the_context_is_written_as_in_the_rule_editor_and_each_bad_field_is_told
     assert "line 1" in both.errors["context"][0]
 
 
+def test_a2a_data_is_written_as_the_rule_editor_writes_data_conditions(demo_agent) -> None:
+    """PATH=value lines (a blank line between parts): order.id=7 is {"order": {"id": 7}}, which a rule's data
+    condition order.id meets; a JSON list is read too."""
+    from agents.rule_tester import RuleTesterForm
+
+    lines = "order.id=7\norder.channel=web\n\nasset_id=A-1001"
+    form = RuleTesterForm({"agent": demo_agent.pk, "query": "q", "context": "", "a2a_data": lines})
+    assert form.is_valid(), form.errors
+    assert form.cleaned_data["a2a_data"] == [{"order": {"id": 7, "channel": "web"}}, {"asset_id": "A-1001"}]
+    twice = RuleTesterForm({"agent": demo_agent.pk, "query": "q", "context": "", "a2a_data": "a=1\na.b=2"})
+    assert not twice.is_valid() and "line 2" in twice.errors["a2a_data"][0]
+
+
 def test_only_admins_who_may_change_rules_can_use_it(outsider_client, demo_agent) -> None:
     assert outsider_client.get("/admin/agents/rule-tester/").status_code == 403
     assert Client().get("/admin/agents/rule-tester/").status_code == 302  # to the login page

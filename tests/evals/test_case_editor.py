@@ -115,7 +115,7 @@ def test_what_an_admin_types_is_stored_as_the_json_the_scoring_reads(admin_clien
     assert stored.answer_checks == [{"contains": "클라우드운영팀"}, {"contains": "팀장"}, {"regex": "A-[0-9]{4}"}]
     assert stored.alternatives == [{"tools": ["search_employee_backup", "list_projects"], "note": "백업 경로"}]
     assert stored.context == {"userId": "E-001", "tier": 3, "vip": True}
-    assert stored.data == [{"asset_id": "A-1001"}, {"order.id": 7}]
+    assert stored.data == [{"asset_id": "A-1001"}, {"order": {"id": 7}}]  # a path, as the rule editor reads it
     assert EvalSet.objects.get(pk=eval_set.pk).thresholds == {"pass_rate": 0.9, "forbidden_violations": 0}
 
 
@@ -225,6 +225,7 @@ def test_the_thresholds_are_one_input_per_score_in_words(admin_client: Client, e
         ("context", {"k": "x\u2028y", "n": "NaN", "t": "3", "e": ""}),
         ("answer_checks", [{"contains": "a\u2028b"}]),
         ("data", [{"a": 1}, {"b": "x y", "c": {"d": [1, 2]}}]),
+        ("data", [{"order.id": 7}, {"empty": {}}]),  # a key with a dot, an empty object: shown as JSON
     ],
 )
 def test_any_stored_value_survives_a_page_sent_back_unchanged(
