@@ -106,6 +106,45 @@ def _import_the_run_path(**_kwargs: object) -> None:
     from agents import execution  # noqa: F401
 
 
+@worker_process_init.connect
+def _open_shared_mcp_sessions(**_kwargs: object) -> None:
+    """In each of a worker's pool processes, open its shared MCP sessions in the background as it starts
+    (``PLATFORM_MCP_OPEN_AT_START``, on by default): the first run does not wait for a stdio server to start
+    (about two seconds for the demo server), and a process is ready to take runs meanwhile (a run that comes
+    first opens the session itself, once)."""
+    from django.conf import settings
+
+    if not getattr(settings, "PLATFORM_MCP_OPEN_AT_START", True):
+        return
+    threading.Thread(target=_open_sessions_now, name="mcp-open-at-start", daemon=True).start()
+
+
+def _open_sessions_now() -> None:
+    from django.db import connection
+
+    from mcpregistry.local_tools import LOCAL_TRANSPORT
+    from mcpregistry.models import McpServer
+    from mcpregistry.pool import get_default_pool
+
+    try:
+        servers = list(
+            McpServer.objects.filter(enabled=True, session_scope=McpServer.SessionScope.SHARED, agents__enabled=True)
+            .exclude(transport=LOCAL_TRANSPORT)
+            .distinct()
+        )
+    except Exception:
+        logger.warning("could not read the MCP servers to open at start", exc_info=True)
+        return
+    finally:
+        connection.close()  # this thread's own connection: nothing else uses it
+    for server in servers:
+        try:
+            get_default_pool().open(server.connection_config(), timeout_s=max(float(server.timeout_s or 0), 30.0))
+            logger.info("MCP server %s: session opened at start", server.mcp_id)
+        except Exception:  # the first call opens it again, and reports what fails
+            logger.warning("MCP server %s: could not open a session at start", server.mcp_id, exc_info=True)
+
+
 @task_prerun.connect
 def _keep_database_connection(task: object = None, **_kwargs: object) -> None:
     """Before each task in a worker: close this process's connection if it broke or outlived its age (Django's

@@ -238,6 +238,9 @@ PLATFORM_MCP_CALL_TIMEOUT_S = float(os.environ.get("PLATFORM_MCP_CALL_TIMEOUT_S"
 # The longest timeout a tool contract may set (seconds); a contract's timeout must be > 0 and at most this.
 PLATFORM_TOOL_TIMEOUT_MAX_S = float(os.environ.get("PLATFORM_TOOL_TIMEOUT_MAX_S", "3600"))
 PLATFORM_MCP_IDLE_CLOSE_S = float(os.environ.get("PLATFORM_MCP_IDLE_CLOSE_S", "300"))
+# Each worker pool process opens the shared sessions of the servers enabled agents use as it starts (in the
+# background), so that the first run does not wait for a stdio server to start (agent_platform/celery.py).
+PLATFORM_MCP_OPEN_AT_START = _env_bool("PLATFORM_MCP_OPEN_AT_START", default=True)
 PLATFORM_RUN_QUERY_MAX_CHARS = int(os.environ.get("PLATFORM_RUN_QUERY_MAX_CHARS", "8000"))
 PLATFORM_AUDIT_RESULT_MAX_CHARS = int(os.environ.get("PLATFORM_AUDIT_RESULT_MAX_CHARS", "20000"))
 # A tool result longer than this (its text, else its structured content as JSON) is refused by the gate as

@@ -574,6 +574,11 @@ class McpSessionPool:
             timeout=timeout_s * 3 + 10,
         )
 
+    def open(self, config: dict[str, Any], *, timeout_s: float = 30.0, scope: str | None = None) -> None:
+        """Open a session of ``config``'s server (or find it open), so that the first call on it does not wait
+        for the server to start. Sends nothing but the protocol's initialize: no tool is called."""
+        self.submit(self._get(ServerConnection.from_config(config), scope, timeout_s), timeout=timeout_s + 10)
+
     def server_ended(self, mcp_id: str) -> bool:
         """Whether a session of ``mcp_id`` is held whose server's end has closed (its next call opens a fresh
         session instead of sending on it)."""
