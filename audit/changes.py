@@ -31,6 +31,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar, cast
 
+from django.contrib.auth.models import Permission
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models, router, transaction
 from django.db.models.deletion import Collector, ProtectedError, RestrictedError
@@ -92,6 +93,16 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, cls=DjangoJSONEncoder).encode("utf-8")).hexdigest()
 
 
+def related_names(rows: Any) -> list[str]:
+    """How the record names the rows of a many-to-many field: each by its ``str``, but a permission by its
+    language-neutral name, ``app_label.codename`` (``agents.view_approval``, as ``has_perm`` takes it): Django's
+    ``str`` of a permission is written in the active language ("에이전트 | 승인 | Can view approval" from a Korean
+    page, "Agents | approval | …" from a command), and the record must not depend on who read which page."""
+    if getattr(rows, "model", None) is Permission:
+        return [f"{p.content_type.app_label}.{p.codename}" for p in rows.select_related("content_type")]
+    return [str(row) for row in rows]
+
+
 def snapshot(obj: models.Model | None, names: list[str]) -> dict[str, Any]:
     """The values of ``names`` on ``obj`` as plain JSON. A secret map is kept as ``{NAME: digest}``, only to
     tell what changed (a digest is never recorded)."""
@@ -104,7 +115,7 @@ def snapshot(obj: models.Model | None, names: list[str]) -> dict[str, Any]:
             stored = model_field.value_from_object(obj) or {}
             values[name] = {k: _digest(v) for k, v in stored.items()} if isinstance(stored, dict) else {}
         elif model_field.many_to_many:
-            values[name] = sorted(str(o) for o in getattr(obj, name).all()) if obj.pk is not None else []
+            values[name] = sorted(related_names(getattr(obj, name).all())) if obj.pk is not None else []
         elif model_field.is_relation:
             related = getattr(obj, name)
             values[name] = str(related) if related is not None else None

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.apps import apps
+from django.contrib.auth.models import Permission
 from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db import models
 from django.template.loader import render_to_string
@@ -25,6 +26,7 @@ from django.utils.translation import gettext, pgettext
 
 from agents.decision_reasons import reason_text
 from audit.changes import CONFIG_ACTION_PREFIX
+from audit.labels import permission_label
 from audit.models import AuditEvent
 
 # What a change of a set of names did (a secret map's names, a user's groups): the kinds the recorders write.
@@ -109,6 +111,31 @@ def _names_html(change: Mapping[str, Any]) -> SafeString:
     return format_html('<ul class="audit-list">{}</ul>', SafeString("".join(lines)))
 
 
+def _permissions_in_words(value: Any) -> Any:
+    """A list of permissions recorded by their language-neutral names (``agents.view_approval``) with each named
+    in the reader's language beside it; names of no permission (and older records, written in words) as they
+    are."""
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        return None
+    known = {
+        f"{p.content_type.app_label}.{p.codename}": p
+        for p in Permission.objects.select_related("content_type").filter(
+            codename__in=[v.partition(".")[2] for v in value]
+        )
+    }
+    return format_html(
+        '<ul class="audit-list">{}</ul>',
+        SafeString(
+            "".join(
+                format_html('<li>{} <code class="audit-code">{}</code></li>', permission_label(known[v]), v)
+                if v in known
+                else format_html("<li>{}</li>", v)
+                for v in value
+            )
+        ),
+    )
+
+
 def change_rows(event: AuditEvent) -> list[ChangeRow] | None:
     """The settings a configuration change recorded, in the order recorded; ``None`` when its arguments are not
     a change's shape (then the page shows them as recorded)."""
@@ -121,6 +148,9 @@ def change_rows(event: AuditEvent) -> list[ChangeRow] | None:
         label = str(getattr(field, "verbose_name", "") or "")
         if isinstance(change, list) and len(change) == 2:
             before, after = value_html(change[0], field), value_html(change[1], field)
+            if getattr(field, "related_model", None) is Permission:
+                before = _permissions_in_words(change[0]) or before
+                after = _permissions_in_words(change[1]) or after
         elif isinstance(change, dict):
             before, after = value_html(None), _names_html(change)
         else:

@@ -50,9 +50,9 @@ def test_the_groups_migrations_made_are_recorded_once_with_their_permissions() -
     for name, (actor, args, result) in events.items():
         assert actor == MIGRATE_ACTOR and result["via"] == "migrate"
         assert args["name"] == [None, name]
-    assert "Audit | audit event | Can view audit event" in events["auditor"][1]["permissions"][1]
-    assert "Agents | approval | Can change approval" in events["reviewer"][1]["permissions"][1]
-    assert "Audit | audit event | Can view audit event" not in events["reviewer"][1]["permissions"][1]
+    assert "audit.view_auditevent" in events["auditor"][1]["permissions"][1]
+    assert "agents.change_approval" in events["reviewer"][1]["permissions"][1]
+    assert "audit.view_auditevent" not in events["reviewer"][1]["permissions"][1]
     assert verify().startswith("verified 2 events")
 
 
@@ -107,7 +107,7 @@ def test_a_migration_that_changes_a_roles_permissions_or_removes_it_is_recorded_
     [(actor, name, args)] = _events("config.group.update")
     assert (actor, name) == (MIGRATE_ACTOR, "auditor")
     was, now = args["permissions"]
-    assert set(now) - set(was) == {"Agents | agent | Can view agent"} and set(was) <= set(now)
+    assert set(now) - set(was) == {"agents.view_agent"} and set(was) <= set(now)
     [(actor, name, args)] = _events("config.group.delete")
     assert (actor, name) == (MIGRATE_ACTOR, "reviewer") and args["name"] == ["reviewer", None]
     assert [(actor, name) for actor, name, _ in _events("config.group.create")][-1] == (MIGRATE_ACTOR, "support")
@@ -164,7 +164,7 @@ def test_a_groups_permissions_changed_outside_a_service_are_recorded_unattribute
     changes = [(actor, name, args["permissions"]) for actor, name, args in _events("config.group.update")]
     assert [(actor, name) for actor, name, _ in changes] == [("system:unattributed", "auditor")] * 3
     added = [set(after) - set(before) for _actor, _name, (before, after) in changes[:2]]
-    assert added == [{"Agents | agent | Can view agent"}, {"MCP registry | MCP server | Can view MCP server"}]
+    assert added == [{"agents.view_agent"}, {"mcpregistry.view_mcpserver"}]
     before, after = changes[2][2]
-    assert set(before) - set(after) == {"Agents | agent | Can view agent"}
+    assert set(before) - set(after) == {"agents.view_agent"}
     assert groups_record_unrecorded() == 0

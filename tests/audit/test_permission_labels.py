@@ -52,7 +52,7 @@ def test_a_groups_permissions_are_listed_in_korean_and_chosen_as_before(admin_cl
     assert response.status_code == 302
     assert list(group.permissions.all()) == [view_approval]
     event = AuditEvent.objects.filter(action="config.group.update").latest("id")
-    assert event.args == {"permissions": [[], [str(view_approval)]]}  # the record keeps the stored name
+    assert event.args == {"permissions": [[], ["agents.view_approval"]]}  # the record: a name in no language
 
 
 def test_a_users_permissions_are_listed_in_korean(admin_client: Client) -> None:
@@ -62,3 +62,19 @@ def test_a_users_permissions_are_listed_in_korean(admin_client: Client) -> None:
     delete_run = Permission.objects.get(codename="delete_run")
     assert labels[str(delete_run.pk)] == "에이전트 | 실행 | 실행 삭제"
     assert not [label for label in labels.values() if "Can " in label]
+
+
+def test_the_record_names_permissions_the_same_whatever_language_the_page_was_in(admin_client: Client) -> None:
+    """Django writes a permission's name in the active language ("에이전트 | 승인 | Can view approval" from a Korean
+    page): the record names it by app_label.codename, and the event's page names it in the reader's words."""
+    group = Group.objects.create(name="검토자")
+    view_approval = Permission.objects.get(codename="view_approval")
+    for language, permissions in (("ko", [view_approval.pk]), ("en", [])):
+        data = {"name": "검토자", "permissions": permissions}
+        response = admin_client.post(f"/admin/auth/group/{group.pk}/change/", data, HTTP_ACCEPT_LANGUAGE=language)
+        assert response.status_code == 302
+    granted, taken = AuditEvent.objects.filter(action="config.group.update").order_by("id")
+    assert granted.args == {"permissions": [[], ["agents.view_approval"]]}
+    assert taken.args == {"permissions": [["agents.view_approval"], []]}
+    page = admin_client.get(f"/admin/audit/auditevent/{granted.pk}/change/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+    assert "에이전트 | 승인 | 승인 보기" in page and "agents.view_approval" in page
