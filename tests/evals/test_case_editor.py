@@ -88,6 +88,17 @@ def page_of(client: Client, eval_set: EvalSet) -> str:
     return client.get(f"/admin/evals/evalset/{eval_set.pk}/change/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
 
 
+def refused(client: Client, eval_set: EvalSet, **typed: str) -> str:
+    """The set's page sent back with ``typed`` in it, refused (in Korean): the page that says why."""
+    response = client.post(
+        f"/admin/evals/evalset/{eval_set.pk}/change/",
+        sent_back(page_of(client, eval_set), **typed),
+        HTTP_ACCEPT_LANGUAGE="ko",
+    )
+    assert response.status_code == 200
+    return response.content.decode()
+
+
 def test_what_an_admin_types_is_stored_as_the_json_the_scoring_reads(admin_client: Client, eval_set: EvalSet) -> None:
     stored = case(eval_set)
     typed = {
@@ -181,13 +192,7 @@ def test_lines_that_do_not_read_are_refused_naming_the_line_and_shown_again(
         "cases-0-context__lines": "userId=E-001\ntier 3",
         "thresholds__recall": "높음",
     }
-    response = admin_client.post(
-        f"/admin/evals/evalset/{eval_set.pk}/change/",
-        sent_back(page_of(admin_client, eval_set), **typed),
-        HTTP_ACCEPT_LANGUAGE="ko",
-    )
-    assert response.status_code == 200
-    page = response.content.decode()
+    page = refused(admin_client, eval_set, **typed)
     assert "1번째 줄: 도구보다 먼저 나온 인자" in page
     assert "2번째 줄: KEY=value 형식으로 쓰세요" in page
     assert "도구 재현율: 숫자여야 합니다" in page
@@ -253,23 +258,13 @@ def test_nan_stays_text_and_a_key_given_twice_is_refused(admin_client: Client, e
     assert saved.status_code == 302  # was a 500: NaN is no JSON a database stores
     stored.refresh_from_db()
     assert stored.context == {"x": "NaN", "y": "Infinity"}
-    twice = admin_client.post(
-        f"/admin/evals/evalset/{eval_set.pk}/change/",
-        sent_back(page_of(admin_client, eval_set), **{"cases-0-context__lines": "tier=1\ntier=2"}),
-        HTTP_ACCEPT_LANGUAGE="ko",
-    )
-    assert twice.status_code == 200 and "2번째 줄: tier 키가 두 번 나옵니다" in twice.content.decode()
+    twice = refused(admin_client, eval_set, **{"cases-0-context__lines": "tier=1\ntier=2"})
+    assert "2번째 줄: tier 키가 두 번 나옵니다" in twice
 
 
 def test_a_threshold_that_is_no_number_is_shown_again_in_its_input(admin_client: Client, eval_set: EvalSet) -> None:
     typed = {"thresholds__pass_rate": "0.9", "thresholds__recall": "abc", "thresholds__latency_p95_ms": "nan"}
-    response = admin_client.post(
-        f"/admin/evals/evalset/{eval_set.pk}/change/",
-        sent_back(page_of(admin_client, eval_set), **typed),
-        HTTP_ACCEPT_LANGUAGE="ko",
-    )
-    assert response.status_code == 200
-    page = response.content.decode()
+    page = refused(admin_client, eval_set, **typed)
     assert 'name="thresholds__recall" id="thresholds__recall" value="abc"' in page  # the inputs, as typed
     assert 'name="thresholds__pass_rate" id="thresholds__pass_rate" value="0.9"' in page
     assert "도구 재현율: 숫자여야 합니다" in page and "지연 p95 (ms): 숫자여야 합니다" in page
