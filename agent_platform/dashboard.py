@@ -165,6 +165,7 @@ def dashboard_usage(request: HttpRequest) -> dict[str, Any] | None:
             for r in rows
         ]
 
+    cost_micros = month.aggregate(c=Sum("cost_micros"))["c"] or 0
     return {
         "tokens_chart": bar_chart(
             [d["tokens"] for d in days], labels, colour="#417690", title=gettext("tokens per day")
@@ -177,7 +178,8 @@ def dashboard_usage(request: HttpRequest) -> dict[str, Any] | None:
             show=lambda micros: f"${usd_text(micros)}",
         ),
         "tokens_month": month.aggregate(t=Sum("tokens"))["t"] or 0,
-        "cost_month": usd_text(month.aggregate(c=Sum("cost_micros"))["c"]),
+        "cost_month": usd_text(cost_micros),
+        "priced": bool(cost_micros),
         "agents": top("agent__slug"),
         "keys": top("api_key__name"),
         "budgets_url": _url("admin:agents_budget_changelist"),

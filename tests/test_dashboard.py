@@ -186,3 +186,21 @@ def test_recent_actions_are_the_readers_own_changes_from_the_audit_record(admin_
 def test_recent_actions_say_none_yet_for_a_new_admin(auditor_client) -> None:
     page = auditor_client.get("/admin/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
     assert "아직 없습니다." in page[page.index('id="recent-actions-module"') :]
+
+
+@pytest.mark.django_db
+def test_tokens_without_a_price_say_so_instead_of_an_empty_cost_chart(admin_client) -> None:
+    agent = Agent.objects.create(slug="unpriced", name="unpriced")
+    Run.objects.create(agent=agent, query="q", status=Run.Status.SUCCEEDED, tokens=530, cost_micros=0)
+    page = admin_client.get("/admin/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+    panel = page[page.index('id="dashboard-usage"') : page.index('id="dashboard-runs"')]
+    assert panel.count('<svg class="chart"') == 1  # the tokens' chart only
+    assert "이번 달 비용 없음" in panel and "/admin/agents/modelprice/" in panel
+
+
+@pytest.mark.django_db
+def test_a_servers_last_check_is_a_date_above_a_time(admin_client) -> None:
+    McpServer.objects.create(mcp_id="crm", name="crm", command="python3", last_checked_at=timezone.now())
+    page = admin_client.get("/admin/").content.decode()
+    row = page[page.index('id="dashboard-servers"') :]
+    assert '<span class="nowrap">' in row and "<br>" in row.split("</tr>")[1]

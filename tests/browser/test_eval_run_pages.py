@@ -67,6 +67,6 @@ def test_eval_run_pages_read_in_words(
         # The two changed cases first, then the three others under a heading of their own.
         rows = browser.find_elements(By.CSS_SELECTOR, "table.eval-cases tbody tr")
         assert [r.get_attribute("class") for r in rows] == ["eval-changed"] * 2 + ["eval-unchanged-heading"] + [""] * 3
-        assert rows[2].text == {"en": "3 cases with the same outcome", "ko": "결과가 같은 문항 3개"}[language]
+        assert rows[2].text == {"en": "3 cases unchanged", "ko": "그대로인 문항 3개"}[language]
     finally:
         browser.set_window_size(1440, 900)
