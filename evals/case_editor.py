@@ -52,8 +52,6 @@ class ToolLinesWidget(LinesWidget):
     placeholder = "search_employee\n  name=김하늘"
 
     def as_lines(self, value: Any) -> str | None:
-        if value in (None, ""):
-            return ""
         if not isinstance(value, list):
             return None
         lines: list[str] = []
@@ -112,8 +110,6 @@ class NameListWidget(LinesWidget):
         return context
 
     def as_lines(self, value: Any) -> str | None:
-        if value in (None, ""):
-            return ""
         if not isinstance(value, list) or not all(name_fits(n) or n == NO_TOOL for n in value):
             return None
         if len(set(value)) != len(value):
@@ -188,8 +184,6 @@ class AlternativesWidget(LinesWidget):
     placeholder = "get_asset_status_backup  # 백업 서버"
 
     def as_lines(self, value: Any) -> str | None:
-        if value in (None, ""):
-            return ""
         if not isinstance(value, list):
             return None
         lines = []

@@ -193,7 +193,7 @@ class LinesWidget(EditorWidget):
     placeholder = ""
 
     def as_lines(self, value: Any) -> str | None:
-        """The stored value as lines, or None when the lines cannot show it."""
+        """The stored value (never empty) as lines, or None when the lines cannot show it."""
         raise NotImplementedError
 
     def from_lines(self, text: str) -> Any:
@@ -203,7 +203,10 @@ class LinesWidget(EditorWidget):
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
         parsed = loads_value(value)
-        lines = str(parsed) if isinstance(parsed, Unreadable) else self.as_lines(parsed)
+        if isinstance(parsed, Unreadable):
+            lines: str | None = str(parsed)
+        else:
+            lines = "" if parsed in (None, "") else self.as_lines(parsed)  # nothing stored: empty lines
         raw = None
         if lines is None:
             raw = parsed if isinstance(parsed, str) else json.dumps(parsed, ensure_ascii=False, indent=2)
@@ -240,8 +243,6 @@ class KeyValueLinesWidget(LinesWidget):
     placeholder = "userId=E-001"
 
     def as_lines(self, value: Any) -> str | None:
-        if value in (None, ""):
-            return ""
         if not isinstance(value, dict) or not all(key_fits(k) and reads_back(v) for k, v in value.items()):
             return None
         return "\n".join(f"{key}={value_text(item)}" for key, item in value.items())
