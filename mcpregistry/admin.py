@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.options import IS_POPUP_VAR
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -17,7 +19,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
+from django.utils.translation import ngettext, pgettext_lazy
 
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from mcpregistry.contract_form import ToolContractForm
@@ -42,36 +44,41 @@ from mcpregistry.services import (
     tool_contract_update,
 )
 
+# A whole value ``${VAR}`` on a secret line: read VAR from the worker's environment (``{"from_env": "VAR"}``).
+FROM_ENV_LINE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 
-class SecretMapField(forms.CharField):
-    """Changes to a map of secret values, entered but never shown back.
 
-    A JSON object: a string sets or replaces that name's value, ``{"from_env": "NAME"}`` makes the worker read
-    it from its environment, ``null`` clears it. Names not given keep their stored value.
+class SecretLinesField(forms.CharField):
+    """Changes to a map of secret values, entered but never shown back: one ``NAME=value`` per line.
+
+    ``NAME=value`` sets or replaces that name's value (the text after the first ``=``, as typed); ``NAME=${VAR}``
+    makes the worker read it from its environment variable VAR (stored as ``{"from_env": "VAR"}``). Names not
+    given keep their stored value; the form's "remove" boxes clear one. A line is refused naming its number.
     """
 
-    widget = forms.Textarea(attrs={"rows": 3, "autocomplete": "off", "placeholder": '{"API_TOKEN": "…", "OLD": null}'})
+    widget = forms.Textarea(
+        attrs={"rows": 3, "cols": 60, "autocomplete": "off", "spellcheck": "false", "placeholder": "API_TOKEN=…"}
+    )
 
     def to_python(self, value: Any) -> dict[str, Any] | None:
-        if value in (None, ""):
-            return None
-        try:
-            parsed = json.loads(value)
-        except ValueError as exc:
-            raise forms.ValidationError(_('Enter a JSON object, e.g. {"API_TOKEN": "..."}.')) from exc
-        if not isinstance(parsed, dict):
-            raise forms.ValidationError(_("Enter a JSON object."))
-        for name, entry in parsed.items():
-            ok = (
-                entry is None
-                or isinstance(entry, str)
-                or (isinstance(entry, dict) and set(entry) == {"from_env"} and isinstance(entry["from_env"], str))
-            )
-            if not ok:
+        lines = str(value or "").splitlines()
+        changes: dict[str, Any] = {}
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            name, sep, entry = line.partition("=")
+            name = name.strip()
+            if not sep or not name:
                 raise forms.ValidationError(
-                    _('"%(name)s": give a string, {"from_env": "NAME"} or null.') % {"name": name}
+                    _("Line %(n)d: write NAME=value, or NAME=${VAR} to read it from the worker's environment.")
+                    % {"n": number}
                 )
-        return parsed
+            if name in changes:
+                raise forms.ValidationError(_("Line %(n)d: %(name)s is given twice.") % {"n": number, "name": name})
+            entry = entry.strip()
+            from_env = FROM_ENV_LINE.match(entry)
+            changes[name] = {"from_env": from_env.group(1)} if from_env else entry
+        return changes or None
 
 
 def merge_secrets(stored: dict[str, Any], changes: dict[str, Any] | None, *, clear: bool) -> dict[str, Any]:
@@ -84,6 +91,28 @@ def merge_secrets(stored: dict[str, Any], changes: dict[str, Any] | None, *, cle
     return merged
 
 
+# How the server page names a secret's kind, beside its name.
+SECRET_KINDS = {"env": pgettext_lazy("secret kind", "environment"), "header": pgettext_lazy("secret kind", "header")}
+
+
+def secret_choices(server: McpServer) -> list[tuple[str, str]]:
+    """The stored secret values of ``server`` as (``env:NAME`` or ``header:Name``, label) for the remove boxes:
+    what is stored, never what a rejected post put on the instance."""
+    stored = McpServer.objects.filter(pk=server.pk).first() if server.pk else None
+    if stored is None:
+        return []
+    public = set(stored.public_env or [])
+    choices = [
+        (f"env:{name}", format_html("{} <code>{}</code>", SECRET_KINDS["env"], name)) for name in stored.env or {}
+    ]
+    choices = [c for c in choices if c[0][4:] not in public]
+    choices += [
+        (f"header:{name}", format_html("{} <code>{}</code>", SECRET_KINDS["header"], name))
+        for name in stored.headers or {}
+    ]
+    return choices
+
+
 class McpServerForm(forms.ModelForm):
     args = TextListField(
         label=capfirst(_("arguments")),
@@ -91,18 +120,37 @@ class McpServerForm(forms.ModelForm):
         required=False,
         widget=forms.Textarea(attrs={"rows": 3, "cols": 60, "placeholder": "-m\nmy_package.server"}),
     )
-    new_env = SecretMapField(
-        label=_("change environment values"),
+    new_env = SecretLinesField(
+        label=_("set environment values"),
         required=False,
         help_text=_(
-            'A JSON object: "NAME": "value" sets or replaces, "NAME": {"from_env": "VAR"} reads it on the worker, '
-            '"NAME": null clears. Stored values are never shown.'
+            "One NAME=value per line sets or replaces a secret value; NAME=${VAR} reads it from the worker's "
+            "environment variable VAR. Names not written here keep their stored value. Stored values are never "
+            "shown."
         ),
     )
-    new_headers = SecretMapField(
-        label=_("change header values"),
+    new_headers = SecretLinesField(
+        label=_("set header values"),
         required=False,
-        help_text=_('Same format as the environment, e.g. {"Authorization": "Bearer …"}.'),
+        widget=forms.Textarea(
+            attrs={
+                "rows": 3,
+                "cols": 60,
+                "autocomplete": "off",
+                "spellcheck": "false",
+                "placeholder": "Authorization=Bearer …",
+            }
+        ),
+        help_text=_(
+            "One Name=value per line (e.g. Authorization=Bearer …) sets or replaces a header; Name=${VAR} reads "
+            "it from the worker's environment variable VAR. Headers not written here keep their stored value."
+        ),
+    )
+    remove_secrets = forms.MultipleChoiceField(
+        label=_("remove stored values"),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text=_("The stored secret values to clear; the others are kept."),
     )
     env_settings = forms.CharField(
         label=_("environment settings (not secret)"),
@@ -146,6 +194,18 @@ class McpServerForm(forms.ModelForm):
         self.initial["env_settings"] = "\n".join(
             f"{name}={stored[name]}" for name in public if isinstance(stored.get(name), str)
         )
+        self.fields["remove_secrets"].choices = secret_choices(self.instance)
+        if not self.fields["remove_secrets"].choices:  # nothing stored: no row of empty boxes
+            self.fields["remove_secrets"].widget = forms.MultipleHiddenInput()
+        passthrough = sorted(settings.PLATFORM_MCP_ENV_PASSTHROUGH)
+        readable = (
+            _("The worker variables a binding may read (PLATFORM_MCP_ENV_PASSTHROUGH): %(names)s.")
+            % {"names": ", ".join(passthrough)}
+            if passthrough
+            else _("No worker variable may be read: PLATFORM_MCP_ENV_PASSTHROUGH names none.")
+        )
+        for name in ("new_env", "new_headers"):
+            self.fields[name].help_text = format_html("{} {}", self.fields[name].help_text, readable)
 
     def clean_env_settings(self) -> dict[str, str] | None:
         """``NAME=value`` lines as a map, or None when the form did not carry the field (a script's post)."""
@@ -179,10 +239,23 @@ class McpServerForm(forms.ModelForm):
         # Applied before the model's own validation, so a ${VAR} placeholder in a new value is refused too.
         public = set(self.instance.public_env or [])
         kept_settings = {k: v for k, v in (self.instance.env or {}).items() if k in public}
-        self.instance.env = merge_secrets(self.instance.env, cleaned.get("new_env"), clear=clear)
+        removed = {"env": set(), "header": set()}
+        for choice in cleaned.get("remove_secrets") or []:
+            kind, _sep, name = str(choice).partition(":")
+            removed[kind].add(name)
+        for kind, field in (("env", "new_env"), ("header", "new_headers")):
+            both = sorted(removed[kind] & set(cleaned.get(field) or {}))
+            if both:
+                self.add_error(
+                    field,
+                    _("%(names)s: set here and ticked for removal; keep one.") % {"names": ", ".join(both)},
+                )
+        env_changes = {**dict.fromkeys(removed["env"]), **(cleaned.get("new_env") or {})}
+        header_changes = {**dict.fromkeys(removed["header"]), **(cleaned.get("new_headers") or {})}
+        self.instance.env = merge_secrets(self.instance.env, env_changes, clear=clear)
         if clear:
             self.instance.env = {**kept_settings, **self.instance.env}
-        self.instance.headers = merge_secrets(self.instance.headers, cleaned.get("new_headers"), clear=clear)
+        self.instance.headers = merge_secrets(self.instance.headers, header_changes, clear=clear)
         return cleaned
 
     def _update_errors(self, errors: ValidationError) -> None:
@@ -254,7 +327,7 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
         (
             _("secrets"),
             {
-                "fields": ["secrets_state", "new_env", "new_headers", "clear_secrets"],
+                "fields": ["secrets_state", "new_env", "new_headers", "remove_secrets", "clear_secrets"],
                 "classes": ["server-transport-stdio", "server-transport-http"],
             },
         ),
@@ -320,8 +393,8 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
         if stored is None:
             return str(_("none set"))
         public = set(stored.public_env or [])
-        rows = [("env", k, state(v)) for k, v in (stored.env or {}).items() if k not in public]
-        rows += [("header", k, state(v)) for k, v in (stored.headers or {}).items()]
+        rows = [(SECRET_KINDS["env"], k, state(v)) for k, v in (stored.env or {}).items() if k not in public]
+        rows += [(SECRET_KINDS["header"], k, state(v)) for k, v in (stored.headers or {}).items()]
         if not rows:
             return str(_("none set"))
         return format_html_join(mark_safe("<br>"), "{} <code>{}</code>: {}", rows)

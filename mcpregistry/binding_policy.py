@@ -194,7 +194,7 @@ def from_env_problem(entries: Iterable[Any], passthrough: Iterable[str]) -> str 
         str(e["from_env"]) for e in entries if isinstance(e, dict) and "from_env" in e and e["from_env"] not in allowed
     )
     if refused:
-        return (
-            f"{', '.join(refused)}: a binding may read only the worker variables named in PLATFORM_MCP_ENV_PASSTHROUGH"
-        )
+        return _("%(names)s: a binding may read only the worker variables named in PLATFORM_MCP_ENV_PASSTHROUGH") % {
+            "names": ", ".join(refused)
+        }
     return None

@@ -38,7 +38,7 @@ def no_secret_anywhere() -> None:
 def vault(admin_client) -> McpServer:  # type: ignore[no-untyped-def]
     """A binding created through the admin form with an env secret, and a discovered tool with a contract."""
     response = post_server_form(
-        admin_client, None, mcp_id="vault", name="금고", new_env=json.dumps({"INTERNAL_API_KEY": DEMO_SECRET})
+        admin_client, None, mcp_id="vault", name="금고", new_env=f"INTERNAL_API_KEY={DEMO_SECRET}"
     )
     assert response.status_code == 302, response.content.decode()[:3000]
     server = McpServer.objects.get(mcp_id="vault")
@@ -64,13 +64,11 @@ def test_creating_a_binding_records_its_fields_and_only_that_its_env_changed(vau
 
 
 def test_changing_a_binding_records_the_diff_and_a_secret_change_without_its_value(admin_client, vault) -> None:
-    response = post_server_form(
-        admin_client, vault, timeout_s="12", new_headers=json.dumps({"Authorization": OTHER_SECRET})
-    )
+    response = post_server_form(admin_client, vault, timeout_s="12", new_headers=f"Authorization={OTHER_SECRET}")
     assert response.status_code == 302, response.content.decode()[:3000]
     [event] = admin_events("config.mcp_server.update")
     assert event.args == {"timeout_s": [30.0, 12.0], "headers": {"set": ["Authorization"]}}
-    response = post_server_form(admin_client, vault, timeout_s="12", new_env=json.dumps({"INTERNAL_API_KEY": "x" * 40}))
+    response = post_server_form(admin_client, vault, timeout_s="12", new_env="INTERNAL_API_KEY=" + "x" * 40)
     assert response.status_code == 302
     assert admin_events("config.mcp_server.update")[-1].args == {"env": {"changed": ["INTERNAL_API_KEY"]}}
     no_secret_anywhere()

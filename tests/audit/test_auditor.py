@@ -26,7 +26,7 @@ pytestmark = pytest.mark.django_db
 def a_secret_binding(admin_client) -> McpServer:  # type: ignore[no-untyped-def]
     """A binding whose env secret was set through the admin form, as an admin does it."""
     response = post_server_form(
-        admin_client, None, mcp_id="vault", new_env=f'{{"INTERNAL_API_KEY": "{DEMO_SECRET}"}}', new_headers=""
+        admin_client, None, mcp_id="vault", new_env=f"INTERNAL_API_KEY={DEMO_SECRET}", new_headers=""
     )
     assert response.status_code == 302, response.content.decode()[:2000]
     server = McpServer.objects.get(mcp_id="vault")

@@ -168,7 +168,7 @@ CASES = [
     ),
     Case(
         "admin-server-secret-change",
-        lambda w: _post_server(w, w.server, new_env=json.dumps({"TOKEN": "other-value-123"})),
+        lambda w: _post_server(w, w.server, new_env="TOKEN=other-value-123"),
         [("config.mcp_server.update", "admin", "admin", {"env": {"changed": ["TOKEN"]}})],
     ),
     Case(
@@ -312,7 +312,7 @@ def _post_server(world: World, server: McpServer | None, **changes: Any) -> None
 
 
 def _admin_server_create(world: World) -> None:
-    _post_server(world, None, mcp_id="new", new_env=json.dumps({"TOKEN": TOKEN}))
+    _post_server(world, None, mcp_id="new", new_env=f"TOKEN={TOKEN}")
 
 
 def _admin_user(world: World, **changes: Any) -> None:

@@ -96,3 +96,32 @@ def test_a_field_the_transport_does_not_use_is_shown_when_it_has_an_error_to_fix
     row = browser.find_element(By.CSS_SELECTOR, ".form-row.field-command")
     assert "${VAR}" in row.find_element(By.CSS_SELECTOR, ".errorlist").text
     assert browser.find_element(By.NAME, "url").is_displayed()
+
+
+def test_an_admin_sets_and_removes_a_secret_as_lines_and_never_sees_it_again(admin_in_browser: Any) -> None:
+    """Secrets are typed as NAME=value lines and cleared by ticking their name: no JSON on the page, and the
+    value typed never comes back."""
+    from selenium.webdriver.common.by import By
+
+    from tests.conftest import bind_demo_server
+
+    server = bind_demo_server()
+    browser = admin_in_browser
+    page = f"{browser.base_url}/admin/mcpregistry/mcpserver/{server.pk}/change/"
+    browser.get(page)
+    browser.find_element(By.NAME, "new_env").send_keys("EXTRA_TOKEN=tok-extra-9876543210")
+    submit(browser, browser.find_element(By.NAME, "_continue"))
+    stored = browser.find_element(By.CSS_SELECTOR, ".field-secrets_state .readonly").text
+    assert "environment EXTRA_TOKEN: set" in stored and "environment INTERNAL_API_KEY: set" in stored
+    assert "tok-extra-9876543210" not in browser.page_source
+    assert browser.find_element(By.NAME, "new_env").get_attribute("value") == ""
+
+    box = browser.find_element(By.CSS_SELECTOR, "input[name=remove_secrets][value='env:EXTRA_TOKEN']")
+    label = browser.find_element(By.CSS_SELECTOR, f"label[for='{box.get_attribute('id')}']").text
+    assert label == "environment EXTRA_TOKEN"
+    box.click()
+    submit(browser, browser.find_element(By.NAME, "_continue"))
+    stored = browser.find_element(By.CSS_SELECTOR, ".field-secrets_state .readonly").text
+    assert "EXTRA_TOKEN" not in stored and "environment INTERNAL_API_KEY: set" in stored
+    server.refresh_from_db()
+    assert "EXTRA_TOKEN" not in server.env and "INTERNAL_API_KEY" in server.env

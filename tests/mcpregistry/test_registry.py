@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import subprocess
 import sys
 import time
@@ -190,17 +192,68 @@ def post_server_form(admin_client, server: McpServer | None, **changes):  # type
     return admin_client.post(url, data)
 
 
-def test_an_admin_replaces_and_clears_single_secrets(admin_client, demo_server) -> None:
+def test_an_admin_sets_replaces_and_removes_single_secrets_without_json(admin_client, demo_server) -> None:
     response = post_server_form(
-        admin_client,
-        demo_server,
-        new_env=json.dumps({"INTERNAL_API_KEY": "sk-replaced-value-1234567890", "FAILURE_MODE": None}),
+        admin_client, demo_server, new_env="INTERNAL_API_KEY=sk-replaced-value-1234567890\n\nEXTRA_TOKEN= tok=1234 "
     )
     assert response.status_code == 302, response.content.decode()[:2000]
     demo_server.refresh_from_db()
     assert demo_server.env["INTERNAL_API_KEY"] == "sk-replaced-value-1234567890"
-    assert "FAILURE_MODE" not in demo_server.env
-    assert "FAILURE_TIMEOUT_S" in demo_server.env
+    assert demo_server.env["EXTRA_TOKEN"] == "tok=1234"  # the text after the first '=', trimmed
+    assert demo_server.env["FAILURE_MODE"] == "none"  # names not written keep their value
+    page = admin_client.get(f"/admin/mcpregistry/mcpserver/{demo_server.pk}/change/").content.decode()
+    boxes = re.findall(r'name="remove_secrets" value="([^"]+)"', page)
+    assert boxes == ["env:INTERNAL_API_KEY", "env:EXTRA_TOKEN"]  # the secrets; settings are edited as lines
+    assert "sk-replaced-value" not in page and "tok=1234" not in page
+
+    response = post_server_form(admin_client, demo_server, remove_secrets=["env:EXTRA_TOKEN"])
+    assert response.status_code == 302, response.content.decode()[:2000]
+    demo_server.refresh_from_db()
+    assert "EXTRA_TOKEN" not in demo_server.env
+    assert demo_server.env["INTERNAL_API_KEY"] == "sk-replaced-value-1234567890"
+
+
+def test_a_secret_read_from_the_workers_environment_is_written_as_a_placeholder(
+    admin_client, demo_server, settings
+) -> None:
+    settings.PLATFORM_MCP_ENV_PASSTHROUGH = ["DOCS_TOKEN"]
+    page = admin_client.get(f"/admin/mcpregistry/mcpserver/{demo_server.pk}/change/").content.decode()
+    assert "(PLATFORM_MCP_ENV_PASSTHROUGH): DOCS_TOKEN." in page  # the form names what may be read
+    response = post_server_form(admin_client, demo_server, new_env="API_KEY=${DOCS_TOKEN}")
+    assert response.status_code == 302, response.content.decode()[:2000]
+    demo_server.refresh_from_db()
+    assert demo_server.env["API_KEY"] == {"from_env": "DOCS_TOKEN"}
+    page = admin_client.get(f"/admin/mcpregistry/mcpserver/{demo_server.pk}/change/").content.decode()
+    assert "from the worker&#x27;s environment (DOCS_TOKEN)" in page
+
+    page = post_server_form(admin_client, demo_server, new_env="API_KEY=${DATABASE_URL}").content.decode()
+    assert "DATABASE_URL: a binding may read only the worker variables named in PLATFORM_MCP_ENV_PASSTHROUGH" in page
+    settings.PLATFORM_MCP_ENV_PASSTHROUGH = []
+    page = admin_client.get(f"/admin/mcpregistry/mcpserver/{demo_server.pk}/change/").content.decode()
+    assert "No worker variable may be read: PLATFORM_MCP_ENV_PASSTHROUGH names none." in page
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"new_env": "A=1\nJUST_A_NAME"}, "Line 2: write NAME=value, or NAME=${VAR}"),
+        ({"new_env": "=value"}, "Line 1: write NAME=value"),
+        ({"new_env": "A=1\nA=2"}, "Line 2: A is given twice."),
+        ({"new_env": '{"A": "1"}'}, "Line 1: write NAME=value"),
+        ({"new_env": "A=Bearer ${AWS_SECRET_ACCESS_KEY}"}, "placeholders are not allowed"),
+        (
+            {"new_env": "INTERNAL_API_KEY=sk-new-1234567", "remove_secrets": ["env:INTERNAL_API_KEY"]},
+            "INTERNAL_API_KEY: set here and ticked for removal; keep one.",
+        ),
+        ({"remove_secrets": ["env:FAILURE_MODE"]}, "Select a valid choice"),  # a setting is no secret to remove
+    ],
+)
+def test_a_secret_line_that_does_not_read_is_refused_naming_it(admin_client, demo_server, changes, message) -> None:
+    response = post_server_form(admin_client, demo_server, **changes)
+    assert response.status_code == 200
+    assert message in html.unescape(response.content.decode())
+    demo_server.refresh_from_db()
+    assert demo_server.env["INTERNAL_API_KEY"] == DEMO_SECRET and "A" not in demo_server.env
 
 
 def test_the_admin_form_names_what_is_wrong(admin_client, demo_server) -> None:
@@ -210,7 +263,7 @@ def test_the_admin_form_names_what_is_wrong(admin_client, demo_server) -> None:
     assert "Command not found" in page
     page = post_server_form(admin_client, None, transport="sse", command="", url="gopher://x").content.decode()
     assert "Enter a valid URL" in page or "http:// or https://" in page
-    page = post_server_form(admin_client, None, new_env=json.dumps({"T": "${AWS_SECRET_ACCESS_KEY}"})).content.decode()
+    page = post_server_form(admin_client, None, new_env="T=x${AWS_SECRET_ACCESS_KEY}").content.decode()
     assert "placeholders are not allowed" in page
 
 
