@@ -205,27 +205,39 @@ class RetryWidget(EditorWidget):
 _REASON_LABELS = {"rate_limit": _("rate limit"), "timeout": _("timeout"), "transport": _("transport error")}
 
 
+# Blank rows the per-field table offers for new keys (a saved page offers as many again).
+NEW_FIELD_ROWS = 2
+FIELD_NUMBER_KEYS = ("max_items", "min", "max")
+
+
 class ReturnsWidget(EditorWidget):
     """``returns`` as fields: type, required keys, non-empty, max items, max characters; per-field constraints
-    as a small JSON box."""
+    as a table, one row per key of the result (type, not empty, max items, min, max) and blank rows for new
+    keys. A key given on two rows is kept as ``problem`` for the form to refuse, naming it."""
 
     template_name = "admin/mcpregistry/widgets/contract_returns.html"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.stored: dict[str, Any] = {}
+        self.problem: str | None = None
 
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
         parsed = _loads(value)
         returns = parsed if isinstance(parsed, dict) else {}
-        fields = returns.get("fields")
+        fields = returns.get("fields") if isinstance(returns.get("fields"), dict) else {}
+        rows = [
+            {"index": index, "key": key, "spec": spec if isinstance(spec, dict) else {}}
+            for index, (key, spec) in enumerate(fields.items())
+        ]
+        rows += [{"index": len(rows) + n, "key": "", "spec": {}} for n in range(NEW_FIELD_ROWS)]
         context["widget"].update(
             {
                 "returns": returns,
                 "types": TYPE_CHOICES,
                 "required_text": ", ".join(map(str, returns.get("required") or [])),
-                "fields_json": json.dumps(fields, ensure_ascii=False, indent=1) if fields else "",
+                "field_rows": rows,
             }
         )
         return context
@@ -245,15 +257,41 @@ class ReturnsWidget(EditorWidget):
             returns.pop("non_empty", None)
         for key in ("max_items", "max_chars"):
             _merge(returns, key, _number(field(key)) if field(key) else None)
-        fields_text = field("fields")
-        if fields_text:
-            try:
-                returns["fields"] = json.loads(fields_text)
-            except ValueError:
-                returns["fields"] = fields_text  # refused by validation, naming returns.fields
-        else:
-            returns.pop("fields", None)
+        if f"{name}__fields__rows" in data:
+            fields = self._fields_from_rows(data, name)
+            if fields:
+                returns["fields"] = fields
+            else:
+                returns.pop("fields", None)
         return json.dumps(returns, ensure_ascii=False)
+
+    def _fields_from_rows(self, data: MultiValueDict[str, Any], name: str) -> dict[str, Any]:
+        """The table's rows as ``returns.fields``: a row without a key is skipped; what a row does not set is
+        left as it was stored for that key (a field this page does not show survives a save)."""
+        stored_fields = self.stored.get("fields") if isinstance(self.stored.get("fields"), dict) else {}
+        fields: dict[str, Any] = {}
+        for index in data.getlist(f"{name}__fields__rows"):
+
+            def cell(key: str, index: str = index) -> str:
+                return str(data.get(f"{name}__fields__{index}__{key}", "")).strip()
+
+            key = cell("key")
+            if not key:
+                continue
+            if key in fields:
+                self.problem = str(_("Per-field constraints: %(key)s is on two rows; keep one.") % {"key": key})
+                continue
+            stored = stored_fields.get(key)
+            spec = dict(stored) if isinstance(stored, dict) else {}
+            _merge(spec, "type", cell("type") or None)
+            if f"{name}__fields__{index}__non_empty" in data:
+                spec["non_empty"] = True
+            else:
+                spec.pop("non_empty", None)
+            for number_key in FIELD_NUMBER_KEYS:
+                _merge(spec, number_key, _number(cell(number_key)) if cell(number_key) else None)
+            fields[key] = spec
+        return fields
 
 
 class OpenChoiceField(forms.ChoiceField):
@@ -316,6 +354,8 @@ class ToolContractForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
+        if problem := self.fields["returns"].widget.problem:
+            self.add_error("returns", problem)
         raw = (self.data.get(self.add_prefix("contract_json")) or "").strip()
         initial = _loads(self.initial.get("contract_json") or "")
         if not raw or _loads(raw) == initial:

@@ -177,3 +177,60 @@ def test_unticking_a_box_is_saved_and_ticking_it_again_restores_the_default(admi
     assert status == 302, errors(page)
     contract.refresh_from_db()
     assert contract.retry == {"honor_retry_after": True} and contract.returns == {}
+
+
+def field_rows(*rows: dict[str, str], name: str = "contract-0-returns") -> dict[str, Any]:
+    """The per-field table as the browser posts it: each row's inputs, then the blank rows it offers."""
+    data: dict[str, Any] = {f"{name}__fields__rows": [str(i) for i in range(len(rows) + 2)]}
+    for index, row in enumerate(rows):
+        data.update({f"{name}__fields__{index}__{key}": value for key, value in row.items()})
+    return data
+
+
+def test_per_field_result_constraints_are_rows_not_json(admin_client, lookup) -> None:
+    rows = field_rows(
+        {"key": "total", "type": "int", "min": "0", "max": "500"},
+        {"key": "직원", "type": "list", "non_empty": "on", "max_items": "20"},
+    )
+    status, page = post(admin_client, lookup, **rows)
+    assert status == 302, errors(page)
+    contract = ToolContract.objects.get(tool=lookup)
+    assert contract.returns == {
+        "fields": {
+            "total": {"type": "int", "min": 0, "max": 500},
+            "직원": {"type": "list", "non_empty": True, "max_items": 20},
+        }
+    }
+    page = admin_client.get(f"/admin/mcpregistry/mcptool/{lookup.pk}/change/").content.decode()
+    assert 'name="contract-0-returns__fields__0__key" value="total"' in page
+    assert 'name="contract-0-returns__fields__1__key" value="직원"' in page
+    assert page.count('name="contract-0-returns__fields__rows"') == 4  # two keys, two blank rows
+    assert "per-field constraints (JSON" not in page and 'name="contract-0-returns__fields"' not in page
+
+    # The page as shown, saved again, changes nothing; a key cleared drops its row's constraints.
+    updates = AuditEvent.objects.filter(action="config.tool_contract.update").count()
+    assert post(admin_client, lookup, **rows)[0] == 302
+    assert AuditEvent.objects.filter(action="config.tool_contract.update").count() == updates
+    status, page = post(admin_client, lookup, **field_rows({"key": ""}, {"key": "total", "type": "int", "min": "0"}))
+    assert status == 302, errors(page)
+    contract.refresh_from_db()
+    assert contract.returns == {"fields": {"total": {"type": "int", "min": 0}}}
+    status, page = post(admin_client, lookup, **field_rows({"key": "total"}))
+    assert status == 302, errors(page)
+    contract.refresh_from_db()
+    assert contract.returns == {"fields": {"total": {}}}
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        (({"key": "total", "type": "int"}, {"key": "total", "min": "1"}), "total is on two rows; keep one."),
+        (({"key": "total", "min": "many"},), "returns.fields.total.min"),
+        (({"key": "total", "min": "5", "max": "1"},), "returns.fields.total"),
+    ],
+)
+def test_a_per_field_row_that_cannot_be_kept_is_refused_naming_it(admin_client, lookup, rows, message) -> None:
+    status, page = post(admin_client, lookup, **field_rows(*rows))
+    assert status == 200
+    assert any(message in e for e in errors(page)), errors(page)
+    assert ToolContract.objects.get(tool=lookup).returns == {}
