@@ -23,7 +23,7 @@ from agents.configuration import RuleSpec, rule_entry
 from agents.models import Agent, DeterministicRule
 from mcpregistry.contract_form import EditorWidget, OpenChoiceField
 from mcpregistry.contracts import argument_constraints, spec_problems
-from mcpregistry.list_fields import typed_value, value_text
+from mcpregistry.list_fields import key_value_lines, typed_value, value_text
 from mcpregistry.models import McpServer, McpTool
 
 
@@ -39,18 +39,12 @@ def _lines_or_text(value: Any) -> str:
 
 def key_value_pairs(text: str, where: str) -> dict[str, Any]:
     """``KEY=value`` lines (blank lines skipped), each value typed as the rule editor types it (``3`` a number,
-    ``true`` a boolean); a line without ``=`` is refused, naming it."""
-    pairs: dict[str, Any] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        key, sep, value = line.partition("=")
-        if not sep or not key.strip():
-            raise ValidationError(
-                _("%(where)s, line %(n)d: write KEY=value.") % {"where": where, "n": number}, code="invalid"
-            )
-        pairs[key.strip()] = typed_value(value.strip())
-    return pairs
+    ``true`` a boolean), read as every line editor reads them (``list_fields.key_value_lines``); a line without
+    ``=`` or a key given twice is refused, naming ``where`` and the line."""
+    try:
+        return key_value_lines(text.splitlines())
+    except ValueError as exc:
+        raise ValidationError(_("%(where)s, %(problem)s.") % {"where": where, "problem": exc}, code="invalid") from None
 
 
 class WhenWidget(EditorWidget):

@@ -152,6 +152,16 @@ def test_a_matcher_line_without_an_equals_sign_is_refused_with_its_line_and_show
     assert not DeterministicRule.objects.exists()
 
 
+@pytest.mark.parametrize("field", ["when__context", "when__data"])
+def test_a_matcher_key_given_twice_is_refused_not_silently_overwritten(
+    admin_client: Client, ledger: Agent, field: str
+) -> None:
+    response = admin_client.post("/admin/agents/deterministicrule/add/", rule_post(ledger, **{field: "tier=3\ntier=4"}))
+    assert response.status_code == 200
+    assert f"{field.removeprefix('when__')}, line 2: tier is given twice." in errors(response.content.decode())
+    assert not DeterministicRule.objects.exists()
+
+
 @pytest.mark.parametrize(
     ("changes", "expected"),
     [
