@@ -69,6 +69,7 @@ from agents.services import (
     deterministic_rule_update,
 )
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
+from mcpregistry.binding_policy import readable_variables_text
 from mcpregistry.list_fields import EditedJSONField, KeyValueLinesWidget
 from mcpregistry.models import McpServer
 
@@ -163,7 +164,6 @@ class AgentForm(forms.ModelForm):
         label=_("or read the model API key from this worker variable"),
         required=False,
         max_length=200,
-        help_text=_("A variable named in PLATFORM_MCP_ENV_PASSTHROUGH, read on the worker."),
     )
     clear_model_api_key = forms.BooleanField(label=_("clear the stored model API key"), required=False)
 
@@ -202,6 +202,13 @@ class AgentForm(forms.ModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._settings_editors()
+        from_env = self.fields.get("model_api_key_from_env")
+        if from_env is not None:
+            from_env.help_text = format_html(
+                "{} {}",
+                _("Read on the worker."),
+                readable_variables_text(settings.PLATFORM_MCP_ENV_PASSTHROUGH),
+            )
         params = self.fields.get("model_params")
         if params is not None:
             params.help_text = _(
@@ -228,6 +235,13 @@ class AgentForm(forms.ModelForm):
         # A post that leaves these out (a script written before they were on the form) keeps their values.
         for name in ("time_limit_s", "language", "shadow_sample_rate"):
             self.fields[name].required = False
+
+    def _update_errors(self, errors: ValidationError) -> None:
+        # The model validates model_secrets; on this form the key is entered as a key or a worker variable.
+        if hasattr(errors, "error_dict") and "model_secrets" in errors.error_dict:
+            field = "new_model_api_key" if self.cleaned_data.get("new_model_api_key") else "model_api_key_from_env"
+            errors = ValidationError({(field if k == "model_secrets" else k): v for k, v in errors.error_dict.items()})
+        super()._update_errors(errors)
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()

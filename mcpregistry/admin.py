@@ -22,6 +22,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext, pgettext_lazy
 
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
+from mcpregistry.binding_policy import readable_variables_text
 from mcpregistry.contract_form import ToolContractForm
 from mcpregistry.list_fields import TextListField
 from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract
@@ -197,13 +198,7 @@ class McpServerForm(forms.ModelForm):
         self.fields["remove_secrets"].choices = secret_choices(self.instance)
         if not self.fields["remove_secrets"].choices:  # nothing stored: no row of empty boxes
             self.fields["remove_secrets"].widget = forms.MultipleHiddenInput()
-        passthrough = sorted(settings.PLATFORM_MCP_ENV_PASSTHROUGH)
-        readable = (
-            _("The worker variables a binding may read (PLATFORM_MCP_ENV_PASSTHROUGH): %(names)s.")
-            % {"names": ", ".join(passthrough)}
-            if passthrough
-            else _("No worker variable may be read: PLATFORM_MCP_ENV_PASSTHROUGH names none.")
-        )
+        readable = readable_variables_text(settings.PLATFORM_MCP_ENV_PASSTHROUGH)
         for name in ("new_env", "new_headers"):
             self.fields[name].help_text = format_html("{} {}", self.fields[name].help_text, readable)
 

@@ -198,3 +198,13 @@ def from_env_problem(entries: Iterable[Any], passthrough: Iterable[str]) -> str 
             "names": ", ".join(refused)
         }
     return None
+
+
+def readable_variables_text(passthrough: Iterable[str]) -> str:
+    """The sentence a form shows beside a "read it on the worker" input: the variables it may name."""
+    names = sorted(n for n in passthrough if n)
+    if not names:
+        return _("No worker variable may be read: PLATFORM_MCP_ENV_PASSTHROUGH names none.")
+    return _("The worker variables a binding may read (PLATFORM_MCP_ENV_PASSTHROUGH): %(names)s.") % {
+        "names": ", ".join(names)
+    }

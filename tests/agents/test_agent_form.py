@@ -106,6 +106,33 @@ def test_the_model_api_key_is_write_only_encrypted_and_audited_by_name_only(admi
     assert agent.model_secrets == {}
 
 
+def test_the_model_api_key_read_on_the_worker_names_the_variables_it_may_read(admin_client: Client, settings) -> None:
+    settings.PLATFORM_MCP_ENV_PASSTHROUGH = ["LOCAL_LLM_KEY"]
+    page = admin_client.get("/admin/agents/agent/add/").content.decode()
+    assert "The worker variables a binding may read (PLATFORM_MCP_ENV_PASSTHROUGH): LOCAL_LLM_KEY." in page
+    post = agent_post(
+        slug="local-llm",
+        model_provider="openai_compatible",
+        model_id="llama3.1",
+        model_params='{"base_url": "http://127.0.0.1:11434/v1"}',
+        model_api_key_from_env="LOCAL_LLM_KEY",
+    )
+    response = admin_client.post("/admin/agents/agent/add/", post)
+    assert response.status_code == 302, _errors(response.content.decode())
+    assert Agent.objects.get(slug="local-llm").model_secrets == {"api_key": {"from_env": "LOCAL_LLM_KEY"}}
+    response = admin_client.post(
+        "/admin/agents/agent/add/", {**post, "slug": "other", "model_api_key_from_env": "HOME"}
+    )
+    assert response.status_code == 200  # was a 500: the model's error named a field the form does not have
+    assert "errors field-model_api_key_from_env" in response.content.decode()
+    assert "HOME: a binding may read only the worker variables named in PLATFORM_MCP_ENV_PASSTHROUGH" in _errors(
+        response.content.decode()
+    )
+    settings.PLATFORM_MCP_ENV_PASSTHROUGH = []
+    page = admin_client.get("/admin/agents/agent/add/").content.decode()
+    assert "No worker variable may be read: PLATFORM_MCP_ENV_PASSTHROUGH names none." in page
+
+
 def _errors(page: str) -> str:
     return " ".join(re.findall(r'<ul class="errorlist[^>]*>(.*?)</ul>', page, re.S))
 
