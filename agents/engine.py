@@ -37,7 +37,7 @@ from agents.deterministic import ParamsRenderError, RuleSpec, render_params
 from agents.deterministic_stage import StageInput, deterministic_stage
 from agents.errors import MUST_PROPAGATE, RunCancelled
 from agents.flow_runner import FlowParked, FlowResult, FlowSettings, flow_run
-from agents.graph import MaxIterationsReached, build_react_graph
+from agents.graph import MaxIterationsReached, build_react_graph, turn_calls
 from agents.llm import build_chat_model, supports_tool_choice
 from agents.mcp_context import READ_RESOURCE_TOOL, McpContextSettings, mcp_context_settings, read_resource_spec
 from agents.model_tracing import ModelCallTracer
@@ -191,10 +191,10 @@ def tool_specs(index: dict[str, tuple[McpServer, McpTool]]) -> list[dict[str, An
 
 def message_to_trace(message: BaseMessage, secrets: list[str]) -> dict[str, Any]:
     entry: dict[str, Any] = {"type": message.type, "content": mask_value(message.content, secrets=secrets)}
-    if isinstance(message, AIMessage) and message.tool_calls:
+    if isinstance(message, AIMessage) and (calls := turn_calls(message)):
+        # A call whose arguments did not parse is shown with them as the model wrote them (a text).
         entry["tool_calls"] = [
-            {"id": c.get("id"), "name": c["name"], "args": mask_value(c["args"], secrets=secrets)}
-            for c in message.tool_calls
+            {"id": c.get("id"), "name": c["name"], "args": mask_value(c["args"], secrets=secrets)} for c in calls
         ]
     if isinstance(message, AIMessage) and (intervention := guardrail_intervention(message.response_metadata or {})):
         entry["guardrail"] = mask_value(intervention, secrets=secrets)
@@ -770,8 +770,8 @@ MESSAGE_OVERHEAD_TOKENS = 8
 def _utf8_size(message: BaseMessage) -> int:
     content = message.content if isinstance(message.content, str) else json.dumps(message.content, default=str)
     size = len(content.encode())
-    if isinstance(message, AIMessage) and message.tool_calls:
-        size += len(json.dumps(message.tool_calls, ensure_ascii=False, default=str).encode())
+    if isinstance(message, AIMessage) and (calls := turn_calls(message)):
+        size += len(json.dumps(calls, ensure_ascii=False, default=str).encode())
     return size + MESSAGE_OVERHEAD_TOKENS
 
 

@@ -67,7 +67,26 @@ def unanswered_tool_calls(messages: list[AnyMessage]) -> list[dict[str, Any]]:
     answered = {m.tool_call_id for m in messages[last_ai + 1 :] if isinstance(m, ToolMessage)}
     ai = messages[last_ai]
     assert isinstance(ai, AIMessage)
-    return [c for c in ai.tool_calls if c.get("id") not in answered]
+    return [c for c in turn_calls(ai) if c.get("id") not in answered]
+
+
+def turn_calls(ai: AIMessage) -> list[dict[str, Any]]:
+    """The calls a model turn asked for, in order: its tool calls, then those whose arguments did not parse
+    (langchain's ``invalid_tool_calls``: arguments that are no JSON, cut short or malformed). Those go to the gate
+    like any other, with their arguments as the text the model wrote, and come back refused (``args:json``) with
+    what to do next: the model sees why its call did not run instead of the run ending on a turn that seems to
+    have asked for nothing."""
+    calls: list[dict[str, Any]] = list(ai.tool_calls)  # type: ignore[arg-type]
+    for invalid in ai.invalid_tool_calls:
+        calls.append(
+            {
+                "name": invalid.get("name") or "",
+                "args": invalid.get("args"),
+                "id": invalid.get("id"),
+                "type": "tool_call",
+            }
+        )
+    return calls
 
 
 _CALL_BLOCK_TYPES = frozenset({"tool_use", "tool_call", "function_call"})
@@ -81,18 +100,18 @@ def with_unique_call_ids(response: AIMessage, earlier: list[AnyMessage]) -> AIMe
     second call under an id already used would be taken for the first (its approval's recorded outcome returned,
     the call itself never sent). Ids are made unique as the turn is received, before anything is recorded; the
     conversation keeps them, so a resumed run sees the same ones."""
-    if not response.tool_calls:
+    if not response.tool_calls and not response.invalid_tool_calls:
         return response
     taken: set[str] = set()
     for message in earlier:
         if isinstance(message, AIMessage):
-            taken.update(str(c.get("id") or "") for c in message.tool_calls)
+            taken.update(str(c.get("id") or "") for c in turn_calls(message))
         elif isinstance(message, ToolMessage):
             taken.add(str(message.tool_call_id))
     taken.discard("")
     renamed: dict[str, list[str]] = {}  # an id as the model gave it -> the ids its calls get, in order
-    calls = []
-    for call in response.tool_calls:
+
+    def unique_id(call: Any) -> str:
         given = str(call.get("id") or "")
         unique = given
         if not given or given in taken:
@@ -104,7 +123,10 @@ def with_unique_call_ids(response: AIMessage, earlier: list[AnyMessage]) -> AIMe
             unique = f"{base}_r{number}"
         taken.add(unique)
         renamed.setdefault(given, []).append(unique)
-        calls.append({**call, "id": unique})
+        return unique
+
+    calls = [{**call, "id": unique_id(call)} for call in response.tool_calls]
+    invalid = [{**call, "id": unique_id(call)} for call in response.invalid_tool_calls]
     if all(ids == [given] for given, ids in renamed.items()):
         return response
     queues = {given: list(ids) for given, ids in renamed.items()}
@@ -127,7 +149,9 @@ def with_unique_call_ids(response: AIMessage, earlier: list[AnyMessage]) -> AIMe
         additional["tool_calls"] = [
             {**raw, "id": next_id(raw.get("id"))} if isinstance(raw, dict) else raw for raw in additional["tool_calls"]
         ]
-    return response.model_copy(update={"tool_calls": calls, "content": content, "additional_kwargs": additional})
+    return response.model_copy(
+        update={"tool_calls": calls, "invalid_tool_calls": invalid, "content": content, "additional_kwargs": additional}
+    )
 
 
 @dataclass(frozen=True)

@@ -240,9 +240,10 @@ class _Call:
         self.secrets = server.secret_values()
         register_secrets(self.secrets)  # so every log line of this process masks them too
         self.started = clock.monotonic()
-        self.result = ToolResult(
-            ok=False, mcp_id=server.mcp_id, tool=tool_name, args=args if isinstance(args, dict) else {}
-        )
+        # Arguments that are no object (a model's text that did not parse) are recorded as written, under
+        # ``_raw``, as ``refuse_call`` records them.
+        recorded = args if isinstance(args, dict) else {} if args is None else {"_raw": args}
+        self.result = ToolResult(ok=False, mcp_id=server.mcp_id, tool=tool_name, args=recorded)
         # Set once the tool is known to be a ``read`` tool: its audit events may go to the caller's sink. A write
         # tool's, and a refusal's before the tool is known, are written at once.
         self.to_sink = False

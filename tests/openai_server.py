@@ -45,7 +45,13 @@ class ScriptedOpenAIServer:
                 {
                     "id": f"call_{uuid.uuid4().hex[:10]}",
                     "type": "function",
-                    "function": {"name": c["name"], "arguments": json.dumps(c.get("args", {}), ensure_ascii=False)},
+                    # ``raw_arguments``: the text as a model wrote it, JSON or not (a call cut short, say).
+                    "function": {
+                        "name": c["name"],
+                        "arguments": c["raw_arguments"]
+                        if "raw_arguments" in c
+                        else json.dumps(c.get("args", {}), ensure_ascii=False),
+                    },
                 }
                 for c in turn["tool_calls"]
             ]

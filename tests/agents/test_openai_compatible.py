@@ -283,3 +283,34 @@ def test_the_models_key_is_masked_in_what_the_process_logs(demo_server, masked_c
     # What a provider's client logs of its request (httpx and openai do, at DEBUG) is masked.
     logging.getLogger("openai._base_client").warning("request options: api key %s", key)
     assert "api key ***" in caplog.text and key not in caplog.text
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_a_call_whose_arguments_are_no_json_is_refused_to_the_model_which_corrects_it(
+    demo_server, stream: bool
+) -> None:
+    """A model that writes arguments that are no JSON (keys and text unquoted) gets its call refused as args:json with what to do
+    next, through the gate and its audit, and calls again; the run no longer ends on a turn that seems empty."""
+    turns = [
+        {"tool_calls": [{"name": "search_employee", "raw_arguments": "{name: 박도윤}"}]},
+        {"tool_calls": [{"name": "search_employee", "args": {"name": "박도윤"}}]},
+        {"content": "찾았습니다: {last_tool_result}"},
+    ]
+    with ScriptedOpenAIServer(turns).running() as server:
+        agent = openai_agent(server, demo_server, stream=stream)
+        run = submit(agent, "박도윤 님은 어느 팀?")
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    assert "물류플랫폼팀" in run.answer
+    events = list(AuditEvent.objects.filter(run_id=run.id, action="tool.call").order_by("id"))
+    assert [(e.tool, e.ok, e.reason) for e in events] == [
+        ("search_employee", False, "args:json"),
+        ("search_employee", True, ""),
+    ]
+    assert events[0].args == {"_raw": "{name: 박도윤}"}  # what the model wrote, recorded as written
+    # The model was told, under its own call's id, and the trace shows the call with its text.
+    refused = [m for m in server.requests[1]["body"]["messages"] if m["role"] == "tool"]
+    assert len(refused) == 1 and "args:json" in refused[0]["content"]
+    asked = next(m for m in server.requests[1]["body"]["messages"] if m["role"] == "assistant")["tool_calls"][0]
+    assert asked["id"] == refused[0]["tool_call_id"]
+    first_ai = next(m for m in run.messages if m["type"] == "ai" and m.get("tool_calls"))
+    assert first_ai["tool_calls"][0]["args"] == "{name: 박도윤}"
