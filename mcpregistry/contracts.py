@@ -521,8 +521,11 @@ def backoff_delay(
 
 _RETRY_AFTER = re.compile(r"retry[-_ ]after[\"':= ]+(\d+(?:\.\d+)?)", re.IGNORECASE)
 # A 429 as a status (leading the text, or after HTTP/status/code/error), not any number 429 a message quotes.
+# Rate-limit words count where they say one was hit ("rate limit exceeded", "rate limited"), not where a text
+# names them (a list of modes "none, timeout, rate_limit", a setting's name).
 _RATE_LIMITED = re.compile(
-    r"^\W*(?:error\W*)?429\b|\b(?:HTTP(?:/[\d.]+)?|status(?:\s+code)?|code|error)\W{0,3}429\b|rate[ _-]?limit"
+    r"^\W*(?:error\W*)?429\b|\b(?:HTTP(?:/[\d.]+)?|status(?:\s+code)?|code|error)\W{0,3}429\b"
+    r"|\brate[ _-]?limit(?:ed\b|s?\W{0,3}(?:was\s+|has\s+been\s+|is\s+)?(?:exceeded|reached|hit)\b)"
     r"|too many requests",
     re.IGNORECASE,
 )

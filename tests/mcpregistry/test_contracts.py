@@ -141,6 +141,17 @@ def test_a_429_a_message_quotes_is_no_rate_limit_and_a_timeout_it_reports_wins()
     assert classify_tool_error("order 504 was not found") == ("tool:error", None)
 
 
+def test_rate_limit_words_a_text_only_names_are_no_rate_limit() -> None:
+    """The demo server's refusal of a mistyped FAILURE_MODE names the modes: it is a tool error (retried as a
+    rate limit, and sent to the model as "use the backup", it hid the typo)."""
+    named = "FAILURE_MODE 'rate-limit' is not one of none, timeout, rate_limit, bad_schema"
+    assert classify_tool_error(named) == ("tool:error", None)
+    assert classify_tool_error("set rate_limit_per_minute in the config") == ("tool:error", None)
+    assert classify_tool_error("the API's rate limit was exceeded") == ("rate_limit", None)
+    assert classify_tool_error("upstream: rate limited, slow down") == ("rate_limit", None)
+    assert classify_tool_error("quota: rate-limit reached for key") == ("rate_limit", None)
+
+
 def test_a_text_that_opens_with_a_rate_limit_is_one_whatever_it_says_after() -> None:
     assert classify_tool_error("Rate limit exceeded, retry after 504 seconds") == ("rate_limit", 504.0)
     assert classify_tool_error("Too many requests: a previous request timed out") == ("rate_limit", None)

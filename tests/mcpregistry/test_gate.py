@@ -111,6 +111,16 @@ def test_a_rate_limit_is_retried_with_exponential_backoff(db, gate_clock) -> Non
     assert [e[2] for e in events("get_asset_status")] == [1, 2, 3]
 
 
+def test_a_mistyped_failure_mode_is_a_tool_error_sent_once_not_a_rate_limit(db, gate_clock) -> None:
+    """The demo server refuses a FAILURE_MODE it does not know, naming the modes (rate_limit among them): the
+    gate sends it once and says what the server said, instead of three tries and "use the backup"."""
+    server = bind_demo_server(mcp_id="typo", failure_mode="rate-limit")
+    result = call(server, "get_asset_status", {"asset_id": "A-1001"})
+    assert (result.ok, result.error, result.attempts) == (False, "tool:error", 1)
+    assert "FAILURE_MODE 'rate-limit' is not one of none, timeout, rate_limit, bad_schema" in result.message
+    assert gate_clock.slept == []
+
+
 @pytest.mark.slow
 def test_a_timeout_is_retried_at_once_and_the_session_stays_usable(db, gate_clock) -> None:
     server = bind_demo_server(mcp_id="slow", failure_mode="timeout", FAILURE_TIMEOUT_S="5")
