@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -55,6 +55,8 @@ from agents.tool_selection import (
 )
 from audit.masking import mask_text, mask_value, register_secrets
 from mcpregistry import gate
+from mcpregistry.contracts import schema_with_contract
+from mcpregistry.gate_records import contract_of
 from mcpregistry.models import McpServer, McpTool
 
 logger = logging.getLogger(__name__)
@@ -174,18 +176,29 @@ def _tool_index(plan: RunPlan) -> dict[str, tuple[McpServer, McpTool]]:
     return index
 
 
-def tool_specs(index: dict[str, tuple[McpServer, McpTool]]) -> list[dict[str, Any]]:
-    """The tools as the model is told of them: name, description, input schema (as discovered)."""
+def tool_specs(
+    index: dict[str, tuple[McpServer, McpTool]], frozen_contracts: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """The tools as the model is told of them: name, description, and the input schema as discovered with the
+    argument constraints of the contract the gate will apply written in (``schema_with_contract``; a published
+    version's run: the contract it froze)."""
+
+    def constraints(server: McpServer, mcp_tool: McpTool) -> Any:
+        if frozen_contracts is not None:
+            frozen = frozen_contracts.get(f"{server.mcp_id}/{mcp_tool.name}")
+            return getattr(frozen, "args", None)
+        return contract_of(mcp_tool).args
+
     return [
         {
             "type": "function",
             "function": {
                 "name": name,
                 "description": mcp_tool.description or mcp_tool.name,
-                "parameters": mcp_tool.input_schema or {"type": "object", "properties": {}},
+                "parameters": schema_with_contract(mcp_tool.input_schema, constraints(server, mcp_tool)),
             },
         }
-        for name, (_server, mcp_tool) in index.items()
+        for name, (server, mcp_tool) in index.items()
     ]
 
 
@@ -485,7 +498,7 @@ def execute(plan: RunPlan) -> RunOutcome:
 
     graph = build_react_graph(
         model=model,
-        tool_specs=tool_specs(index),
+        tool_specs=tool_specs(index, plan.frozen_contracts),
         call_tool=call_tool,
         max_iterations=max(plan.max_iterations, 1),
         check_cancelled=plan.check_cancelled,
@@ -654,7 +667,7 @@ def _tool_offer(
     ranker, fallback = selection_rankers(settings=settings, index=index)
     return ToolOffer(
         index=index,
-        specs={spec["function"]["name"]: spec for spec in tool_specs(index)},
+        specs={spec["function"]["name"]: spec for spec in tool_specs(index, plan.frozen_contracts)},
         settings=settings,
         query=plan.query,
         rule_named=list(dict.fromkeys(rule_named)),

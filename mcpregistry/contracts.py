@@ -30,6 +30,10 @@ JSON_TYPES = {
     "array": "list",
     "object": "dict",
 }
+# Regex syntax JSON Schema's (ECMA 262) patterns do not have: a provider may refuse a schema that carries it.
+PYTHON_ONLY_REGEX = re.compile(r"\(\?P[<=]|\\[AZ]|\(\?#|\(\?[aiLmsux]+\)")
+# The contract's type names as JSON Schema's.
+JSON_SCHEMA_TYPES = {ours: theirs for theirs, ours in JSON_TYPES.items()}
 
 
 def schema_problem(input_schema: Any) -> str | None:
@@ -78,6 +82,45 @@ def argument_constraints(input_schema: dict[str, Any]) -> dict[str, dict[str, An
                 spec[target] = prop[source]
         constraints[str(name)] = _checkable(spec)
     return constraints
+
+
+def schema_with_contract(schema: Any, constraints: Any) -> dict[str, Any]:
+    """The tool's input schema as the model is shown it: the discovered schema with the contract's argument
+    constraints written in as JSON Schema (``allowed`` → ``enum``, ``min``/``max`` → ``minimum``/``maximum``,
+    ``max_length`` → ``maxLength``, or ``maxItems`` for a list, ``pattern``, ``required``), so that the model
+    meets the limits an admin set before the gate refuses a call for them. The inverse of
+    ``argument_constraints``; the discovered schema is not changed."""
+    merged: dict[str, Any] = dict(schema) if isinstance(schema, dict) else {"type": "object", "properties": {}}
+    if not isinstance(constraints, dict) or not constraints:
+        return merged
+    properties = dict(merged.get("properties") or {}) if isinstance(merged.get("properties"), dict) else {}
+    required = [str(n) for n in merged.get("required") or []] if isinstance(merged.get("required"), list) else []
+    for name, spec in constraints.items():
+        if not isinstance(spec, dict):
+            continue
+        prop = dict(properties.get(name) or {}) if isinstance(properties.get(name), dict) else {}
+        if "type" not in prop and spec.get("type") in JSON_SCHEMA_TYPES:
+            prop["type"] = JSON_SCHEMA_TYPES[spec["type"]]
+        if isinstance(spec.get("allowed"), list):
+            prop["enum"] = list(spec["allowed"])
+        if spec.get("min") is not None:
+            prop["minimum"] = spec["min"]
+        if spec.get("max") is not None:
+            prop["maximum"] = spec["max"]
+        if spec.get("max_length") is not None:
+            prop["maxItems" if prop.get("type") == "array" or spec.get("type") == "list" else "maxLength"] = spec[
+                "max_length"
+            ]
+        if spec.get("pattern") and not PYTHON_ONLY_REGEX.search(str(spec["pattern"])):
+            prop["pattern"] = spec["pattern"]  # one only Python's re reads is checked by the gate, not shown
+        properties[name] = prop
+        if spec.get("required") and name not in required:
+            required.append(name)
+    merged["properties"] = properties
+    if required:
+        merged["required"] = required
+    merged.setdefault("type", "object")
+    return merged
 
 
 def _checkable(spec: dict[str, Any]) -> dict[str, Any]:

@@ -314,3 +314,22 @@ def test_a_call_whose_arguments_are_no_json_is_refused_to_the_model_which_correc
     assert asked["id"] == refused[0]["tool_call_id"]
     first_ai = next(m for m in run.messages if m["type"] == "ai" and m.get("tool_calls"))
     assert first_ai["tool_calls"][0]["args"] == "{name: 박도윤}"
+
+
+def test_the_model_is_told_the_limits_the_contract_sets_before_a_call_is_refused_for_them(demo_server) -> None:
+    from mcpregistry.models import ToolContract
+
+    contract = ToolContract.objects.get(tool__server=demo_server, tool__name="list_projects")
+    contract.args = {
+        **contract.args,
+        "team": {"type": "str", "required": True, "allowed": ["물류플랫폼팀", "AI연구팀"]},
+    }
+    contract.save()
+    with ScriptedOpenAIServer([{"content": "네"}]).running() as server:
+        agent = openai_agent(server, demo_server)
+        run = submit(agent, "프로젝트?")
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    [spec] = [t for t in server.requests[0]["body"]["tools"] if t["function"]["name"] == "list_projects"]
+    team = spec["function"]["parameters"]["properties"]["team"]
+    assert team["enum"] == ["물류플랫폼팀", "AI연구팀"] and team["type"] == "string"
+    assert "team" in spec["function"]["parameters"]["required"]

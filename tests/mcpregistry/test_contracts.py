@@ -245,3 +245,35 @@ def test_a_result_checks_detail_is_in_the_readers_language(returns, value, korea
     with translation.override("en"):
         english = check_result(returns, value)
     assert english is not None and english.reason == verdict.reason and english.detail != verdict.detail
+
+
+def test_the_model_is_shown_the_contracts_argument_limits_in_the_tools_schema() -> None:
+    from mcpregistry.contracts import schema_with_contract
+
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "description": "who"}, "tags": {"type": "array"}},
+        "required": ["name"],
+    }
+    constraints = {
+        "name": {"type": "str", "required": True, "allowed": ["김하늘", "이서준"], "max_length": 20},
+        "tags": {"type": "list", "max_length": 3},
+        "limit": {"type": "int", "min": 1, "max": 50, "required": True},
+        "code": {"type": "str", "pattern": "^[A-Z]-\\d{4}$"},
+        "python_only": {"type": "str", "pattern": "(?P<id>\\d+)\\Z"},
+    }
+    shown = schema_with_contract(schema, constraints)
+    assert shown["properties"]["name"] == {
+        "type": "string",
+        "description": "who",
+        "enum": ["김하늘", "이서준"],
+        "maxLength": 20,
+    }
+    assert shown["properties"]["tags"] == {"type": "array", "maxItems": 3}
+    assert shown["properties"]["limit"] == {"type": "integer", "minimum": 1, "maximum": 50}
+    assert shown["properties"]["code"] == {"type": "string", "pattern": "^[A-Z]-\\d{4}$"}
+    assert shown["properties"]["python_only"] == {"type": "string"}  # the gate checks it; a provider may not read it
+    assert shown["required"] == ["name", "limit"]
+    assert schema["properties"]["name"] == {"type": "string", "description": "who"}  # the discovered one unchanged
+    assert schema_with_contract(schema, {}) == schema
+    assert schema_with_contract(None, None) == {"type": "object", "properties": {}}
