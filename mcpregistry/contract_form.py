@@ -22,7 +22,13 @@ from pydantic import ValidationError as PydanticValidationError
 from mcpregistry.contract_document import ContractSpec, contract_entry, contract_fields
 from mcpregistry.contracts import DEFAULT_RETRY, JSON_TYPES, RETRYABLE, spec_problems
 from mcpregistry.gate_records import CONTRACT_FIELDS
-from mcpregistry.models import McpTool, ToolContract, tool_argument_names, tool_required_arguments
+from mcpregistry.models import (
+    McpTool,
+    ToolContract,
+    idempotency_choices,
+    tool_argument_names,
+    tool_required_arguments,
+)
 
 TYPE_LABELS = {
     "str": _("text (str)"),
@@ -323,6 +329,7 @@ class ToolContractForm(forms.ModelForm):
         ),
     )
     fallback_tool = OpenChoiceField(label=_("fallback tool"), required=False)
+    idempotency_arg = OpenChoiceField(label=_("idempotency key argument"), required=False)
 
     class Meta:
         model = ToolContract
@@ -342,6 +349,14 @@ class ToolContractForm(forms.ModelForm):
             if contract.fallback_tool and contract.fallback_tool not in dict(choices):
                 choices.append((contract.fallback_tool, contract.fallback_tool))
             self.fields["fallback_tool"].choices = choices
+            names = idempotency_choices(tool, contract.args if isinstance(contract.args, dict) else {})
+            if contract.idempotency_arg and contract.idempotency_arg not in names:
+                names.append(contract.idempotency_arg)  # shown as stored, refused on save
+            self.fields["idempotency_arg"].choices = [("", str(_("— none —"))), *((n, n) for n in names)]
+            self.fields["idempotency_arg"].help_text = _(
+                "Write tools: the argument that carries each call's idempotency key (run + call id), so that a "
+                "call whose outcome is unknown may be sent again with the same key. None: sent at most once."
+            )
             if contract.pk:
                 self.initial["contract_json"] = json.dumps(contract_entry(contract), ensure_ascii=False, indent=2)
         self.fields["timeout_s"].help_text = _("More than 0 and at most the platform's cap. Empty: the server's.")

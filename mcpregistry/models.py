@@ -440,8 +440,25 @@ class ToolContract(AuditedModel):
                 )
                 if problem:
                     errors["fallback_tool"] = [problem]
+        if self.idempotency_arg and self.tool_id:
+            names = idempotency_choices(self.tool, self.args if isinstance(self.args, dict) else {})
+            if self.idempotency_arg not in names:
+                # The gate adds the key after the arguments are checked: a name the tool does not take would be
+                # sent to the server unnoticed, and the write retried with a key the server never reads.
+                errors["idempotency_arg"] = [
+                    str(
+                        _("'%(name)s' is not an argument of %(tool)s; choose one of: %(names)s.")
+                        % {"name": self.idempotency_arg, "tool": self.tool.name, "names": ", ".join(names) or "-"}
+                    )
+                ]
         if errors:
             raise ValidationError(errors)
+
+
+def idempotency_choices(tool: McpTool, contract_args: dict[str, Any]) -> list[str]:
+    """The arguments that may carry a write call's idempotency key: the input schema's and the contract's."""
+    properties = (tool.input_schema or {}).get("properties") if isinstance(tool.input_schema, dict) else None
+    return sorted({*(properties if isinstance(properties, dict) else {}), *contract_args})
 
 
 class ToolEmbedding(models.Model):

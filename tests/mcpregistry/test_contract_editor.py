@@ -234,3 +234,19 @@ def test_a_per_field_row_that_cannot_be_kept_is_refused_naming_it(admin_client, 
     assert status == 200
     assert any(message in e for e in errors(page)), errors(page)
     assert ToolContract.objects.get(tool=lookup).returns == {}
+
+
+def test_the_idempotency_argument_is_chosen_among_the_tools_arguments(admin_client, lookup) -> None:
+    page = admin_client.get(f"/admin/mcpregistry/mcptool/{lookup.pk}/change/").content.decode()
+    select = re.search(r'<select name="contract-0-idempotency_arg".*?</select>', page, re.S).group(0)
+    assert re.findall(r'<option value="([^"]*)"', select) == ["", "limit", "name"]
+    status, page = post(admin_client, lookup, **{"contract-0-risk": "write", "contract-0-idempotency_arg": "name"})
+    assert status == 302, errors(page)
+    assert ToolContract.objects.get(tool=lookup).idempotency_arg == "name"
+    # A name the tool does not take would be sent unnoticed (the gate adds it after the checks): refused.
+    status, page = post(admin_client, lookup, **{"contract-0-idempotency_arg": "request_id"})
+    assert status == 200
+    assert any(
+        "&#x27;request_id&#x27; is not an argument of lookup; choose one of: limit, name." in e for e in errors(page)
+    )
+    assert ToolContract.objects.get(tool=lookup).idempotency_arg == "name"
