@@ -286,12 +286,24 @@ class AgentForm(forms.ModelForm):
             return
         servers = self._bound_servers()
         if selection is not None:
+            # The model field's help text is written for configuration as code (JSON); the editor's inputs are
+            # named on the page, so this one says what the setting does.
+            selection.help_text = _(
+                "Offer the model only the tools that fit each question: the top K by a lexical or embedding "
+                "ranking, always with the pinned ones, within the servers and tags chosen; the first call may be "
+                "forced to any tool or to a named one."
+            )
             widget = selection.widget
             widget.stored = dict(self.instance.tool_selection or {})
             widget.tool_names = agent_tool_names(servers)
             widget.server_ids = [s.mcp_id for s in servers]
             widget.known_tags = agent_tool_tags(servers)
         if context is not None:
+            context.help_text = _(
+                "What the bound servers give the model besides tools: resources read at the start of a run as "
+                "context, a server's prompt as the system prompt (its arguments may take {context.KEY} values), "
+                "and a tool with which the model may read their resources itself."
+            )
             context.widget.stored = dict(self.instance.mcp_context or {})
             context.widget.servers = servers
 

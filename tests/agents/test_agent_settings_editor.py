@@ -111,6 +111,11 @@ def test_the_page_names_every_key_and_offers_the_agents_own_tools(admin_client: 
     assert "The agent's servers list no resources" in page
     for key in ("read_resource_tool", "prompt", "prompt_arguments", "json"):
         assert f'name="mcp_context__{key}"' in page, key
+    # The help under the editors says what each setting does, not the JSON of configuration as code.
+    assert "Offer the model only the tools that fit each question" in page
+    assert "What the bound servers give the model besides tools" in page
+    assert "{&quot;enabled&quot;: true" not in page and '{"enabled": true' not in page
+    assert "{&quot;resources&quot;" not in page
 
 
 def test_the_inputs_are_saved_as_the_settings_json_through_the_audited_service(
