@@ -19,6 +19,7 @@ from django.utils.datastructures import MultiValueDict
 from django.utils.translation import gettext_lazy as _
 from pydantic import ValidationError as PydanticValidationError
 
+from agents.agent_settings_form import agent_tool_names
 from agents.configuration import RuleSpec, rule_entry
 from agents.models import Agent, DeterministicRule
 from mcpregistry.contract_form import EditorWidget, OpenChoiceField
@@ -156,6 +157,14 @@ def tool_catalogue(servers: list[McpServer]) -> dict[str, dict[str, dict[str, An
 
 class DeterministicRuleForm(forms.ModelForm):
     tool_name = OpenChoiceField(label=_("tool"), required=False)
+    force_first_tool = OpenChoiceField(
+        label=_("force the model's first tool"),
+        required=False,
+        help_text=_(
+            "When this rule matches, the model's first call must be this tool (or any tool); for providers that "
+            "support tool_choice. The tools listed are those the model sees of the agent's servers."
+        ),
+    )
     rule_json = forms.CharField(
         label=_("rule as JSON"),
         required=False,
@@ -200,6 +209,11 @@ class DeterministicRuleForm(forms.ModelForm):
         self.fields["params"].widget.arguments = (self.catalogue.get(server.mcp_id, {}) if server else {}).get(
             tool or "", {}
         )
+        self.model_tools = agent_tool_names(servers)
+        forced = [("", str(_("— none —"))), ("any", str(_("any tool"))), *((n, n) for n in self.model_tools)]
+        if rule.force_first_tool and rule.force_first_tool not in dict(forced):
+            forced.append((rule.force_first_tool, rule.force_first_tool))  # shown as stored, refused on save
+        self.fields["force_first_tool"].choices = forced
         if rule.pk:
             self.initial["rule_json"] = json.dumps(rule_entry(rule), ensure_ascii=False, indent=2)
 
@@ -225,6 +239,13 @@ class DeterministicRuleForm(forms.ModelForm):
         if raw and _json(raw) != _json(self.initial.get("rule_json") or ""):
             self._apply_document(raw, cleaned)
         self._check_target(cleaned)
+        forced = cleaned.get("force_first_tool") or ""
+        if forced not in ("", "any") and forced not in self.model_tools:
+            self.add_error(
+                "force_first_tool",
+                _("'%(tool)s' is no tool the model sees; choose any, or one of: %(names)s")
+                % {"tool": forced, "names": ", ".join(self.model_tools) or "—"},
+            )
         return cleaned
 
     def _check_target(self, cleaned: dict[str, Any]) -> None:

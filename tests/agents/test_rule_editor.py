@@ -194,3 +194,25 @@ def test_a_rule_whose_placeholders_all_have_a_source_is_saved(admin_client: Clie
     data["when__tool_available"] = "lookup"
     response = admin_client.post("/admin/agents/deterministicrule/add/", data)
     assert response.status_code == 302, errors(response.content.decode())
+
+
+def test_the_forced_first_tool_is_chosen_among_the_tools_the_agents_model_sees(
+    admin_client: Client, ledger: Agent
+) -> None:
+    ledger.model_provider = "scripted"  # a provider with tool_choice
+    ledger.save()
+    response = admin_client.post(
+        "/admin/agents/deterministicrule/add/", rule_post(ledger, force_first_tool="elsewhere")
+    )
+    assert response.status_code == 200
+    assert "&#x27;elsewhere&#x27; is no tool the model sees; choose any, or one of: lookup" in errors(
+        response.content.decode()
+    )
+    response = admin_client.post("/admin/agents/deterministicrule/add/", rule_post(ledger, force_first_tool="lookup"))
+    assert response.status_code == 302, errors(response.content.decode())
+    rule = DeterministicRule.objects.get()
+    assert rule.force_first_tool == "lookup"
+    page = admin_client.get(f"/admin/agents/deterministicrule/{rule.pk}/change/").content.decode()
+    select = re.search(r'<select name="force_first_tool".*?</select>', page, re.S)
+    assert select is not None
+    assert re.findall(r'<option value="([^"]*)"', select.group(0)) == ["", "any", "lookup"]
