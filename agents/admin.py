@@ -213,9 +213,13 @@ class AgentForm(forms.ModelForm):
         if params is not None:
             params.help_text = _(
                 "KEY=value, a line each. For Bedrock and OpenAI-compatible models: temperature (0–2), max_tokens, "
-                'top_p (0–1), timeout_s (seconds, at most 900), stream (true/false), tool_choice, retry (e.g. retry={"'
-                'max_attempts": 3}); Bedrock also region_name and guardrail (guardrail={"id": "…", "version": "1"}); '
-                "OpenAI-compatible also base_url. The offline model reads none of them."
+                "top_p (0–1), timeout_s (seconds, at most 900), stream (true/false), tool_choice (auto, any or a "
+                'tool\'s name), retry (retry={"max_attempts": 3, "on": ["throttled", "timeout", "connection", '
+                '"unavailable"], "backoff_s": 0.5, "max_backoff_s": 8}; the failure kinds: throttled, timeout, connection, '
+                'unavailable, validation, auth, error); Bedrock also region_name and guardrail (guardrail={"id": '
+                '"…", "version": "1", "trace": "enabled"}, trace: enabled, disabled or enabled_full); '
+                "OpenAI-compatible also base_url. The offline model reads none of them. Flow mode: "
+                'flow={"mcp_id": "…"}, the server its nodes call.'
             )
         if "language" in self.fields:
             languages = list(settings.LANGUAGES)

@@ -295,7 +295,7 @@ class Agent(AuditedModel):
 
         from agents.providers import OTHER_MODE_PARAMS, ModelParams
         from mcpregistry.binding_policy import from_env_problem, url_problem
-        from mcpregistry.contracts import pydantic_message, unknown_key_problem
+        from mcpregistry.contracts import spec_problems, unknown_key_problem
 
         errors: dict[str, list[str]] = {}
         params = self.model_params if isinstance(self.model_params, dict) else {}
@@ -308,9 +308,8 @@ class Agent(AuditedModel):
         try:
             parsed = ModelParams.model_validate(params)
         except PydanticValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first.get("loc", ()))
-            errors.setdefault("model_params", []).append(f"{where}: {pydantic_message(first)}")
+            # Each names where and, for a nested key (retry.attempts), the keys that level has.
+            errors.setdefault("model_params", []).extend(spec_problems(exc, ModelParams))
         else:
             if self.model_provider == self.Provider.OPENAI_COMPATIBLE:
                 if not parsed.base_url:

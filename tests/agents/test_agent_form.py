@@ -146,6 +146,11 @@ def _errors(page: str) -> str:
             "temperature, max_tokens, top_p, timeout_s",
         ),
         ({"model_params": '{"max_tokens": -5}'}, "max_tokens: must be at least 1"),
+        (
+            {"model_params": '{"retry": {"attempts": 3}}'},
+            "retry.attempts: &#x27;attempts&#x27; is not a valid key (did you mean &#x27;max_attempts&#x27;?); the "
+            "valid keys are: max_attempts, on, backoff_s, max_backoff_s",
+        ),
         ({"language": "klingon"}, "Choose one of the platform&#x27;s languages: en, ko."),
         ({"max_iterations": "0"}, "At least 1: the model needs one turn to answer."),
         ({"time_limit_s": "0"}, "At least 1 second."),
