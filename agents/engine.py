@@ -272,7 +272,9 @@ def execute(plan: RunPlan) -> RunOutcome:
         )
         results = stage.results
         if stage.failure is None and stage.parked_on is None:
-            logger.info("Deterministic pre-step done: %d", len(results))
+            logger.info(
+                "Deterministic pre-step 완료: %d건", len(results)
+            )  # seed 000 checks the server log for this line
         if stage.failure is not None:
             failed = RunOutcome(status="failed", error_code=stage.failure.code, error_message=stage.failure.message)
         elif stage.parked_on is not None:

@@ -194,7 +194,7 @@ def test_each_rules_decision_is_in_the_trace_and_the_audit(rules_as) -> None:
 def test_the_pre_step_logs_how_many_calls_it_made(rules_as, caplog) -> None:
     with caplog.at_level(logging.INFO, logger="agents.engine"):
         run(rules_as, "주문 조회하고 문서 검색")
-    assert "Deterministic pre-step done: 2" in caplog.text
+    assert "Deterministic pre-step 완료: 2건" in caplog.text  # seed 000's wording
 
 
 # ---- the seed's error table ----------------------------------------------------------------------------------
