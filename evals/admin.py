@@ -23,6 +23,7 @@ from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from audit.labels import breakable, when_cell
 from evals.case_editor import (
     HELP_TEXTS,
+    NO_TOOL,
     AlternativesWidget,
     AnswerChecksWidget,
     ContextLinesWidget,
@@ -30,6 +31,8 @@ from evals.case_editor import (
     NameListWidget,
     ThresholdsWidget,
     ToolLinesWidget,
+    alternative_tool_names,
+    case_tool_names,
     normalized_alternatives,
     normalized_checks,
     normalized_tools,
@@ -49,7 +52,7 @@ from evals.services import (
     eval_set_update,
 )
 from mcpregistry.list_fields import EditedJSONField
-from mcpregistry.models import McpServer
+from mcpregistry.models import McpServer, McpTool
 
 SUMMARY_ROWS = list(SCORE_LABELS.items())
 EDITED_CASE_FIELDS = ("expected_tools", "forbidden_tools", "answer_checks", "alternatives", "context", "data")
@@ -113,8 +116,16 @@ class EvalCaseForm(forms.ModelForm):
             "ordered": _("The expected tools must be called in the order listed."),
         }
 
+    # The tool names of the set's agent (``EvalCaseInline.get_formset`` sets them): named under the tool inputs.
+    agent_tools: tuple[str, ...] = ()
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if self.agent_tools:
+            listed = _("The agent's tools: %(tools)s.") % {"tools": ", ".join(self.agent_tools)}
+            for name in ("expected_tools", "forbidden_tools", "alternatives"):
+                if name in self.fields:
+                    self.fields[name].help_text = format_html("{} {}", self.fields[name].help_text, listed)
         stored = self.instance.case_type if self.instance.pk else ""
         choices = [(kind, CASE_TYPE_LABELS.get(kind, kind)) for kind in CASE_TYPES]
         if stored and stored not in CASE_TYPES:  # a type written before the list: kept, never silently changed
@@ -141,11 +152,53 @@ class EvalCaseForm(forms.ModelForm):
         # The box puts "no tool at all" first: the same names in another order are no change.
         return self._as_stored("forbidden_tools", lambda v: sorted(set(v)) if isinstance(v, list) else v)
 
+    def clean(self) -> dict[str, Any]:
+        """A tool name no server has is a typo (the case would fail on every run): refused where it is written,
+        naming the tools of the set's agent."""
+        cleaned = super().clean()
+        names_by_field = {
+            "expected_tools": case_tool_names(cleaned.get("expected_tools")),
+            "forbidden_tools": [n for n in case_tool_names(cleaned.get("forbidden_tools")) if n != NO_TOOL],
+            "alternatives": alternative_tool_names(cleaned.get("alternatives")),
+        }
+        wanted = {n for names in names_by_field.values() for n in names}
+        if not wanted:
+            return cleaned
+        known = set(McpTool.objects.filter(name__in=wanted).values_list("name", flat=True))
+        # A name the case already held passes (a page sent back unchanged changes nothing, and refuses nothing).
+        known |= set(self._stored_tool_names()) if self.instance.pk else set()
+        for field, names in names_by_field.items():
+            unknown = [n for n in dict.fromkeys(names) if n not in known]
+            if unknown and field in self.fields:
+                self.add_error(
+                    field,
+                    _("%(names)s: no server has a tool of this name; the agent's tools: %(tools)s")
+                    % {"names": ", ".join(unknown), "tools": ", ".join(self.agent_tools) or "—"},
+                )
+        return cleaned
+
+    def _stored_tool_names(self) -> list[str]:
+        case = self.instance
+        return [
+            *case_tool_names(case.expected_tools),
+            *case_tool_names(case.forbidden_tools),
+            *alternative_tool_names(case.alternatives),
+        ]
+
 
 class EvalCaseInline(admin.StackedInline):
     model = EvalCase
     form = EvalCaseForm
     extra = 0
+
+    def get_formset(self, request: HttpRequest, obj: EvalSet | None = None, **kwargs: Any) -> Any:
+        formset = super().get_formset(request, obj, **kwargs)
+        agent = obj.agent if obj is not None and obj.agent_id else None
+        if agent is not None:
+            tools = tuple(sorted(set(McpTool.objects.filter(server__agents=agent).values_list("name", flat=True))))
+            formset.form = type(formset.form.__name__, (formset.form,), {"agent_tools": tools})
+        return formset
+
     fields = [
         ("key", "order", "case_type"),
         "query",

@@ -320,6 +320,20 @@ def _tool(item: Any) -> Any:
     return item
 
 
+def case_tool_names(value: Any) -> list[str]:
+    """The tool names a case's tool list holds (names, or ``{"name": ...}`` objects), in order."""
+    if not isinstance(value, list):
+        return []
+    names = [item if isinstance(item, str) else item.get("name") if isinstance(item, dict) else None for item in value]
+    return [n for n in names if isinstance(n, str) and n]
+
+
+def alternative_tool_names(value: Any) -> list[str]:
+    """The tool names of a case's alternatives, in order."""
+    alternatives = value if isinstance(value, list) else []
+    return [n for a in alternatives if isinstance(a, dict) for n in case_tool_names(a.get("tools"))]
+
+
 def normalized_tools(value: Any) -> Any:
     """A tool list compared by meaning: a name, ``{"name": name}`` and ``{"name": name, "args": {}}`` are one."""
     return [_tool(t) for t in value] if isinstance(value, list) else value

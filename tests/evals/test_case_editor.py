@@ -5,17 +5,20 @@ naming the line, and shown again as typed."""
 
 from __future__ import annotations
 
+import sys
 from html.parser import HTMLParser
 from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from agents.models import Agent
 from audit.models import AuditEvent
 from evals.models import EvalCase, EvalSet
 from evals.scoring import MAX_METRICS, RATE_METRICS
 from evals.services import eval_case_create, eval_set_create
+from mcpregistry.models import McpServer, McpTool
 
 pytestmark = pytest.mark.django_db
 
@@ -73,9 +76,17 @@ def sent_back(page: str, **changes: str) -> dict[str, Any]:
     return data
 
 
+TOOLS = ("get_asset", "list_projects", "search_employee", "search_employee_backup")
+
+
 @pytest.fixture
 def eval_set() -> EvalSet:
+    """A set whose agent binds a server with the tools the cases name (a case may name only tools that exist)."""
     agent = Agent.objects.create(slug="company-assistant", name="사내 비서")
+    server = McpServer.objects.create(mcp_id="company", name="company", command=sys.executable, args=[])
+    for name in TOOLS:
+        McpTool.objects.create(server=server, name=name, discovered_at=timezone.now())
+    agent.servers.set([server])
     return eval_set_create(actor="test", via="tests", data={"name": "seed", "agent": agent})
 
 
@@ -270,3 +281,22 @@ def test_a_threshold_that_is_no_number_is_shown_again_in_its_input(admin_client:
     assert "도구 재현율: 숫자여야 합니다" in page and "지연 p95 (ms): 숫자여야 합니다" in page
     assert '<textarea name="thresholds"' not in page
     assert EvalSet.objects.get(pk=eval_set.pk).thresholds == {}
+
+
+def test_a_tool_name_no_server_has_is_refused_naming_the_agents_tools(admin_client: Client, eval_set: EvalSet) -> None:
+    stored = case(eval_set, expected_tools=[{"name": "search_employee"}])
+    page = page_of(admin_client, eval_set)
+    assert "에이전트의 도구: get_asset, list_projects, search_employee, search_employee_backup." in page
+    page = refused(
+        admin_client,
+        eval_set,
+        **{
+            "cases-0-expected_tools__lines": "search_employe\n  name=김하늘",
+            "cases-0-forbidden_tools__lines": "*\ndelete_everything",
+            "cases-0-alternatives__lines": "list_project  # 오타",
+        },
+    )
+    for name in ("search_employe", "delete_everything", "list_project"):
+        assert f"{name}: 이 이름의 도구를 가진 서버가 없습니다" in page, name
+    stored.refresh_from_db()
+    assert stored.expected_tools == [{"name": "search_employee"}]
