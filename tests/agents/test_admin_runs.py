@@ -4,6 +4,7 @@ their arguments and decided on their own page; nothing here is deleted, and a re
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -164,6 +165,32 @@ def test_an_approvals_page_shows_the_call_its_arguments_the_buttons_and_the_runs
     assert 'name="_save"' not in page and 'name="_continue"' not in page
     reject = admin_client.get(f"/admin/agents/approval/{approval.pk}/decide/reject/").content.decode()
     assert "Reason (required)" in reject and "required" in reject and "회의록 저장" in reject
+
+
+def test_an_approvals_arguments_are_a_row_each_with_values_as_the_rule_editor_writes_them(admin_client) -> None:
+    run = a_run(status=Run.Status.AWAITING_APPROVAL)
+    approval = an_approval(run)
+    Approval.objects.filter(pk=approval.pk).update(
+        args={"text": "회의록 저장", "count": 5, "code": "5", "tags": ["a", "b"], "token": "****"}
+    )
+    for url in (
+        f"/admin/agents/approval/{approval.pk}/change/",
+        f"/admin/agents/approval/{approval.pk}/decide/approve/",
+    ):
+        page = admin_client.get(url).content.decode()
+        table = re.search(r'<table class="approval-args approval-arg-rows".*?</table>', page, re.S)
+        assert table is not None, url
+        rows = re.findall(r"<tr><th><code>(.*?)</code></th><td>(.*?)</td></tr>", table.group(0))
+        assert rows == [
+            ("text", "회의록 저장"),
+            ("count", "5"),
+            ("code", "&quot;5&quot;"),  # text that would read as a number is quoted
+            ("tags", "[&quot;a&quot;, &quot;b&quot;]"),
+            ("token", "****"),
+        ]
+    Approval.objects.filter(pk=approval.pk).update(args={})
+    page = admin_client.get(f"/admin/agents/approval/{approval.pk}/change/").content.decode()
+    assert "No arguments." in page
 
 
 def test_a_real_runs_timeline_marks_the_model_steps_and_the_answer(demo_server, admin_client) -> None:
