@@ -667,6 +667,23 @@ class ModelPriceAdmin(ServiceAdminMixin, admin.ModelAdmin):
         "cache_write_per_mtok",
     ]
 
+    def get_form(self, request: HttpRequest, obj: ModelPrice | None = None, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, **kwargs)
+        field = form.base_fields.get("model_id")
+        if field is not None:
+            used = sorted(
+                {f"{p}: {m}" for p, m in Agent.objects.exclude(model_id="").values_list("model_provider", "model_id")}
+            )
+            field.help_text = format_html(
+                "{} {}",
+                _(
+                    "The model id exactly as an agent names it; empty: every model of the provider that has no "
+                    "price of its own."
+                ),
+                _("The agents' models: %(models)s.") % {"models": ", ".join(used)} if used else "",
+            )
+        return form
+
     def service_save(self, *, obj: ModelPrice, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
         if change:
             model_price_update(price=obj, actor=actor, via=ADMIN_VIA)

@@ -316,7 +316,7 @@ class McpTool(AuditedModel):
                 setattr(self, field_name, [])
             value = getattr(self, field_name)
             if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-                errors[field_name] = [str(_("Enter a JSON list of non-empty texts."))]
+                errors[field_name] = [str(_("Every item must be a non-empty text."))]
         if errors:
             raise ValidationError(errors)
 
@@ -335,7 +335,7 @@ class ToolContract(AuditedModel):
 
     ``args``: per argument ``{"type": "str|int|float|bool|list|dict", "required", "allowed", "min", "max",
     "max_length", "pattern"}``. ``returns``: ``{"type", "required" (keys), "non_empty", "max_items",
-    "max_chars", "ranges": {key: {"min", "max"}}}``. ``retry``: ``{"max_attempts", "on": [reasons],
+    "max_chars", "fields": {key: {"type", "non_empty", "max_items", "min", "max"}}}``. ``retry``: ``{"max_attempts", "on": [reasons],
     "backoff_base_s", "backoff_cap_s", "honor_retry_after"}``.
     """
 

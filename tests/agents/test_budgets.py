@@ -365,3 +365,10 @@ def test_a_budget_for_both_a_key_and_an_agent_or_without_a_limit_is_refused(admi
     )
     assert "Give a token limit, a cost limit, or both." in no_limit.content.decode()
     assert not Budget.objects.exists()
+
+
+def test_the_price_page_names_the_model_ids_the_agents_use(admin_client) -> None:
+    Agent.objects.create(slug="claude", name="claude", model_provider="bedrock", model_id="anthropic.claude-x-v1")
+    page = admin_client.get("/admin/agents/modelprice/add/").content.decode()
+    assert "The model id exactly as an agent names it; empty: every model of the provider" in page
+    assert "The agents&#x27; models: bedrock: anthropic.claude-x-v1." in page
