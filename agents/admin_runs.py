@@ -42,7 +42,7 @@ from agents.models import Approval, Run
 from agents.services import CANCELLABLE, run_cancel
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from audit.labels import breakable, reason_label, when_cell
-from mcpregistry.list_fields import value_text
+from mcpregistry.list_fields import argument_rows
 
 StepStatus = str
 """``ok``, ``degraded`` (it worked, after a retry, a fallback, a reused result or an uncertain outcome),
@@ -452,15 +452,6 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         except ApplicationError as exc:
             self.message_user(request, exc.message, messages.WARNING)
         return HttpResponseRedirect(reverse("admin:agents_run_change", args=[run.pk], current_app=self.admin_site.name))
-
-
-def argument_rows(args: Any) -> list[tuple[str, str]] | None:
-    """A call's arguments as (name, value) rows for a reviewer, each value as the rule editor writes it (text as
-    itself, ``"5"`` quoted where it would read as a number, anything else as JSON); None when they are no
-    object (shown as JSON)."""
-    if not isinstance(args, dict):
-        return None
-    return [(str(name), value_text(value)) for name, value in args.items()]
 
 
 @admin.register(Approval)

@@ -22,7 +22,7 @@ from django.templatetags.static import static
 from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.formats import date_format
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
@@ -41,6 +41,7 @@ from auditor.selectors import (
     run_reference_parse,
     with_agent_slug,
 )
+from mcpregistry.list_fields import argument_rows
 
 FILTER_PARAMETERS = ("agent", "mcp_id", "tool", "source", "action", "ok", "reason", "actor", "run", "since", "until")
 """The list's filter parameters: the same names, and meanings, as ``GET /api/v1/audit/events``."""
@@ -267,6 +268,7 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         "tool",
         "call_id",
         "args_pretty",
+        "args_rows",
         "result_pretty",
         "ok",
         "reason_text",
@@ -317,11 +319,13 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         elif obj is not None and obj.action == "rule.decision":
             sections = [
                 (None, {"fields": [*head, "run_page", "agent"]}),
-                (_("Decision"), {"fields": ["decision_summary", "mcp_id", "tool", "args_pretty", "reason_text"]}),
+                (_("Decision"), {"fields": ["decision_summary", "mcp_id", "tool", "args_rows", "reason_text"]}),
                 (_("As recorded (masked)"), {"fields": ["result_pretty"], "classes": ["collapse"]}),
             ]
         else:
-            call = ["mcp_id", "tool", "call_id", "args_pretty", "result_pretty", "ok", "reason_text", "attempt"]
+            # A tool call's arguments a row each; a record of another kind as it was recorded.
+            args = "args_rows" if obj is not None and str(obj.action).startswith("tool.") else "args_pretty"
+            call = ["mcp_id", "tool", "call_id", args, "result_pretty", "ok", "reason_text", "attempt"]
             sections = [
                 (None, {"fields": [*head, "run_page", "agent"]}),
                 (_("Call"), {"fields": [*call, "latency"]}),
@@ -418,6 +422,19 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     @admin.display(description=_("arguments (masked)"))
     def args_pretty(self, obj: AuditEvent) -> str:
         return format_html("<pre>{}</pre>", json.dumps(obj.args, ensure_ascii=False, indent=2))
+
+    @admin.display(description=_("arguments (masked)"))
+    def args_rows(self, obj: AuditEvent) -> str:
+        """A call's arguments a row each (name, value as the rule editor writes it); other shapes as JSON."""
+        rows = argument_rows(obj.args)
+        if rows is None:
+            return self.args_pretty(obj)
+        if not rows:
+            return str(_("No arguments."))
+        return format_html(
+            '<table class="audit-arg-rows">{}</table>',
+            format_html_join("", "<tr><th><code>{}</code></th><td>{}</td></tr>", rows),
+        )
 
     @admin.display(description=_("result (masked)"))
     def result_pretty(self, obj: AuditEvent) -> str:

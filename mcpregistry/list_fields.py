@@ -120,6 +120,15 @@ def value_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def argument_rows(args: Any) -> list[tuple[str, str]] | None:
+    """A call's arguments as (name, value) rows for a reviewer, each value as the rule editor writes it (text as
+    itself, ``"5"`` quoted where it would read as a number, anything else as JSON); None when they are no
+    object (shown as JSON)."""
+    if not isinstance(args, dict):
+        return None
+    return [(str(name), value_text(value)) for name, value in args.items()]
+
+
 def typed_value(text: str) -> Any:
     """The inverse of :func:`value_text`: a JSON value when the text is one (``NaN`` and ``Infinity`` are not: they
     stay text), else the text."""

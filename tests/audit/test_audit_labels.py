@@ -124,3 +124,21 @@ def test_the_list_leaves_out_skipped_rule_decisions_in_a_click(auditor_client) -
     assert sorted(e.reason for e in listed if e.source == "deterministic") == ["", "rule:matched"]
     assert "rule:skipped" not in {e.reason for e in listed}
     assert "reason=%21rule%3Askipped" in fewer.context["audit_export_url"]  # the export takes the same events
+
+
+@pytest.mark.django_db
+def test_a_calls_arguments_are_a_row_each_on_its_events_page(auditor_client) -> None:
+    event = audit_event_record(
+        source="agent", mcp_id="crm", tool="lookup", args={"name": "김하늘", "limit": 5, "code": "5"}, ok=True
+    )
+    page = auditor_client.get(f"/admin/audit/auditevent/{event.pk}/change/").content.decode()
+    table = re.search(r'<table class="audit-arg-rows">.*?</table>', page, re.S)
+    assert table is not None
+    assert re.findall(r"<tr><th><code>(.*?)</code></th><td>(.*?)</td></tr>", table.group(0)) == [
+        ("name", "김하늘"),
+        ("limit", "5"),
+        ("code", "&quot;5&quot;"),
+    ]
+    raw = audit_event_record(source="agent", mcp_id="crm", tool="lookup", args={"_raw": "{name: 김하늘}"}, ok=False)
+    page = auditor_client.get(f"/admin/audit/auditevent/{raw.pk}/change/").content.decode()
+    assert "<tr><th><code>_raw</code></th><td>{name: 김하늘}</td></tr>" in page
