@@ -53,6 +53,11 @@ class WhenWidget(EditorWidget):
 
     template_name = "admin/agents/widgets/rule_when.html"
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Per server id, the names of its tools (``DeterministicRuleForm`` sets them): tool_available's choices.
+        self.server_tools: dict[str, list[str]] = {}
+
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
         try:
@@ -70,9 +75,17 @@ class WhenWidget(EditorWidget):
                 "context_lines": _lines_or_text(when.get("context")),
                 "data_lines": _lines_or_text(when.get("data")),
                 "tool_available": when.get("tool_available") or "",
+                "tool_groups": self.tool_groups(str(when.get("tool_available") or "")),
             }
         )
         return context
+
+    def tool_groups(self, stored: str) -> list[tuple[str, list[str]]]:
+        """The tool_available choices grouped by server; a stored name no server has is kept, in its own group."""
+        groups = [(mcp_id, names) for mcp_id, names in self.server_tools.items() if names]
+        if stored and not any(stored in names for _id, names in groups):
+            groups.append(("—", [stored]))
+        return groups
 
     def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
 
@@ -206,6 +219,11 @@ class DeterministicRuleForm(forms.ModelForm):
         ]
         if rule.tool_name and not any(rule.tool_name in tools for tools in self.catalogue.values()):
             self.fields["tool_name"].choices = [*self.fields["tool_name"].choices, (rule.tool_name, rule.tool_name)]
+        tools = McpTool.objects.filter(server__in=servers).order_by("server__mcp_id", "name")
+        server_tools: dict[str, list[str]] = {}
+        for mcp_id, name in tools.values_list("server__mcp_id", "name"):
+            server_tools.setdefault(mcp_id, []).append(name)
+        self.fields["when"].widget.server_tools = server_tools
         self.fields["params"].widget.arguments = (self.catalogue.get(server.mcp_id, {}) if server else {}).get(
             tool or "", {}
         )

@@ -216,3 +216,18 @@ def test_the_forced_first_tool_is_chosen_among_the_tools_the_agents_model_sees(
     select = re.search(r'<select name="force_first_tool".*?</select>', page, re.S)
     assert select is not None
     assert re.findall(r'<option value="([^"]*)"', select.group(0)) == ["", "any", "lookup"]
+
+
+def test_only_when_a_tool_is_available_is_a_choice_of_the_servers_tools(admin_client: Client, ledger: Agent) -> None:
+    response = admin_client.post(
+        "/admin/agents/deterministicrule/add/", rule_post(ledger, when__tool_available="erase")
+    )
+    assert response.status_code == 302, errors(response.content.decode())
+    rule = DeterministicRule.objects.get()
+    assert rule.when["tool_available"] == "erase"  # a disabled tool too: the rule waits until it is available
+    page = admin_client.get(f"/admin/agents/deterministicrule/{rule.pk}/change/").content.decode()
+    select = re.search(r'<select name="when__tool_available">.*?</select>', page, re.S)
+    assert select is not None
+    assert re.findall(r'<optgroup label="([^"]+)">', select.group(0)) == ["Ledger-Data"]
+    assert re.findall(r'<option value="([^"]*)"', select.group(0)) == ["", "erase", "lookup"]
+    assert '<option value="erase" selected>' in select.group(0)
