@@ -272,9 +272,8 @@ def execute(plan: RunPlan) -> RunOutcome:
         )
         results = stage.results
         if stage.failure is None and stage.parked_on is None:
-            logger.info(
-                "Deterministic pre-step 완료: %d건", len(results)
-            )  # seed 000 checks the server log for this line
+            # Seed 000's wording: an operator checks the server log for this line.
+            logger.info("Deterministic pre-step 완료: %d건", len(results))
         if stage.failure is not None:
             failed = RunOutcome(status="failed", error_code=stage.failure.code, error_message=stage.failure.message)
         elif stage.parked_on is not None:
@@ -339,8 +338,9 @@ def execute(plan: RunPlan) -> RunOutcome:
         return outcome
 
     index = _tool_index(plan)
+    specs = tool_specs(index, plan.frozen_contracts)  # once per run: the offer and the graph share them
     try:
-        offer = _tool_offer(plan, index, results, trace, who("agent", ""))
+        offer = _tool_offer(plan, index, specs, results, trace, who("agent", ""))
         context_settings = mcp_context_settings(plan.mcp_context)
     except ValueError as exc:  # a stored setting that no longer validates: the run fails as a value
         return RunOutcome(
@@ -500,7 +500,7 @@ def execute(plan: RunPlan) -> RunOutcome:
 
     graph = build_react_graph(
         model=model,
-        tool_specs=tool_specs(index, plan.frozen_contracts),
+        tool_specs=specs,
         call_tool=call_tool,
         max_iterations=max(plan.max_iterations, 1),
         check_cancelled=plan.check_cancelled,
@@ -643,6 +643,7 @@ def _mcp_context(
 def _tool_offer(
     plan: RunPlan,
     index: dict[str, tuple[McpServer, McpTool]],
+    specs: list[dict[str, Any]],
     results: list[dict[str, Any]],
     trace: list[Any],
     who: gate.GateCall,
@@ -669,7 +670,7 @@ def _tool_offer(
     ranker, fallback = selection_rankers(settings=settings, index=index)
     return ToolOffer(
         index=index,
-        specs={spec["function"]["name"]: spec for spec in tool_specs(index, plan.frozen_contracts)},
+        specs={spec["function"]["name"]: spec for spec in specs},
         settings=settings,
         query=plan.query,
         rule_named=list(dict.fromkeys(rule_named)),

@@ -96,22 +96,23 @@ def merge_secrets(stored: dict[str, Any], changes: dict[str, Any] | None, *, cle
 SECRET_KINDS = {"env": pgettext_lazy("secret kind", "environment"), "header": pgettext_lazy("secret kind", "header")}
 
 
-def secret_choices(server: McpServer) -> list[tuple[str, str]]:
-    """The stored secret values of ``server`` as (``env:NAME`` or ``header:Name``, label) for the remove boxes:
+def stored_secrets(server: McpServer) -> list[tuple[str, str, Any]]:
+    """The secret values stored for ``server`` as (kind, name, entry), env (its settings left out) then headers:
     what is stored, never what a rejected post put on the instance."""
     stored = McpServer.objects.filter(pk=server.pk).first() if server.pk else None
     if stored is None:
         return []
     public = set(stored.public_env or [])
-    choices = [
-        (f"env:{name}", format_html("{} <code>{}</code>", SECRET_KINDS["env"], name)) for name in stored.env or {}
+    secrets = [("env", name, entry) for name, entry in (stored.env or {}).items() if name not in public]
+    return secrets + [("header", name, entry) for name, entry in (stored.headers or {}).items()]
+
+
+def secret_choices(server: McpServer) -> list[tuple[str, str]]:
+    """The stored secret values of ``server`` as (``env:NAME`` or ``header:Name``, label) for the remove boxes."""
+    return [
+        (f"{kind}:{name}", format_html("{} <code>{}</code>", SECRET_KINDS[kind], name))
+        for kind, name, _entry in stored_secrets(server)
     ]
-    choices = [c for c in choices if c[0][4:] not in public]
-    choices += [
-        (f"header:{name}", format_html("{} <code>{}</code>", SECRET_KINDS["header"], name))
-        for name in stored.headers or {}
-    ]
-    return choices
 
 
 class McpServerForm(forms.ModelForm):
@@ -383,13 +384,7 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
                 return str(_("from the worker's environment (%(var)s)") % {"var": entry["from_env"]})
             return str(_("set"))
 
-        # What is stored, not what this page's rejected form put on the instance.
-        stored = McpServer.objects.filter(pk=obj.pk).first() if obj.pk else None
-        if stored is None:
-            return str(_("none set"))
-        public = set(stored.public_env or [])
-        rows = [(SECRET_KINDS["env"], k, state(v)) for k, v in (stored.env or {}).items() if k not in public]
-        rows += [(SECRET_KINDS["header"], k, state(v)) for k, v in (stored.headers or {}).items()]
+        rows = [(SECRET_KINDS[kind], name, state(entry)) for kind, name, entry in stored_secrets(obj)]
         if not rows:
             return str(_("none set"))
         return format_html_join(mark_safe("<br>"), "{} <code>{}</code>: {}", rows)

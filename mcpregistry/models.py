@@ -335,8 +335,8 @@ class ToolContract(AuditedModel):
 
     ``args``: per argument ``{"type": "str|int|float|bool|list|dict", "required", "allowed", "min", "max",
     "max_length", "pattern"}``. ``returns``: ``{"type", "required" (keys), "non_empty", "max_items",
-    "max_chars", "fields": {key: {"type", "non_empty", "max_items", "min", "max"}}}``. ``retry``: ``{"max_attempts", "on": [reasons],
-    "backoff_base_s", "backoff_cap_s", "honor_retry_after"}``.
+    "max_chars", "fields": {key: {"type", "non_empty", "max_items", "min", "max"}}}``. ``retry``:
+    ``{"max_attempts", "on": [reasons], "backoff_base_s", "backoff_cap_s", "honor_retry_after"}``.
     """
 
     class Risk(models.TextChoices):
