@@ -316,24 +316,25 @@ class WhenSpec(BaseModel):
         return value
 
 
-def template_problems(constraints: dict[str, dict[str, Any]], params: Any, *, refuse_unknown: bool = True) -> list[str]:
-    """Check a params template against a tool's argument constraints before it is ever rendered: unknown and
-    missing required arguments, and the type/allowed/range of every value that is not a placeholder."""
-    from mcpregistry.contracts import check_args
+def template_problems(
+    constraints: dict[str, dict[str, Any]], params: Any, *, refuse_unknown: bool = True, input_schema: Any = None
+) -> list[str]:
+    """Check a params template against a tool's argument constraints before it is ever rendered: unknown
+    arguments (``argument_names``: a tool without arguments takes none) and missing required ones, and the
+    type/allowed/range of every value that is not a placeholder."""
+    from mcpregistry.contracts import argument_names, check_args
 
     if not isinstance(params, dict):
         return ["the parameters must be a JSON object"]
     problems: list[str] = []
-    if constraints:
-        if refuse_unknown:
-            problems += [
-                f"args:unknown:{name}: the tool has no argument '{name}'" for name in params if name not in constraints
-            ]
-        problems += [
-            f"args:missing:{name}: the tool requires '{name}'"
-            for name, spec in constraints.items()
-            if spec.get("required") and name not in params
-        ]
+    names = argument_names(constraints, input_schema)
+    if names is not None and refuse_unknown:
+        problems += [f"args:unknown:{name}: the tool has no argument '{name}'" for name in params if name not in names]
+    problems += [
+        f"args:missing:{name}: the tool requires '{name}'"
+        for name, spec in constraints.items()
+        if spec.get("required") and name not in params
+    ]
     for name, value in params.items():
         if name not in constraints or (isinstance(value, str) and PLACEHOLDER.search(value)):
             continue

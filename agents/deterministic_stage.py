@@ -261,7 +261,8 @@ def contract_verdict(server: McpServer, tool_name: str, params: Any) -> str:
         return "tool:unknown"
     contract = ToolContract.objects.filter(tool=tool).first()
     constraints = contract.args if contract else argument_constraints(tool.input_schema)
-    _clean, verdict = check_args(constraints or {}, params, unknown=contract.unknown_args if contract else "refuse")
+    unknown = contract.unknown_args if contract else "refuse"
+    _clean, verdict = check_args(constraints or {}, params, unknown=unknown, input_schema=tool.input_schema)
     return f"{verdict.reason}: {verdict.detail}" if verdict else "ok"
 
 

@@ -477,7 +477,9 @@ class DeterministicRule(AuditedModel):
                     contract = getattr(tool, "contract", None)
                     constraints = contract.args if contract is not None else argument_constraints(tool.input_schema)
                     refuse = contract is None or contract.unknown_args == "refuse"
-                    problems = template_problems(constraints or {}, self.params or {}, refuse_unknown=refuse)
+                    problems = template_problems(
+                        constraints or {}, self.params or {}, refuse_unknown=refuse, input_schema=tool.input_schema
+                    )
                     if problems:
                         errors["params"] = problems
         if errors:

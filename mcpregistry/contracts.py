@@ -11,7 +11,7 @@ import json
 import random
 import re
 import types
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin
 from urllib.parse import urlparse
@@ -359,26 +359,50 @@ def _type_ok(expected: str, value: Any) -> bool:
     return isinstance(value, _PY_TYPES.get(expected, (object,)))
 
 
+def argument_names(constraints: dict[str, dict[str, Any]], input_schema: Any = None) -> frozenset[str] | None:
+    """The names a call's arguments may have, or None when any name may be sent.
+
+    The contract's argument names when it has any. Without them, the names the tool's input schema declares:
+    none at all for a tool that takes no arguments (``"properties": {}``), so that an invented argument is
+    refused there too. None when neither closes the list: no schema, a schema without ``properties``, or one
+    whose ``additionalProperties`` lets other names through."""
+    if constraints:
+        return frozenset(constraints)
+    if not isinstance(input_schema, dict) or not isinstance(input_schema.get("properties"), dict):
+        return None
+    if input_schema.get("additionalProperties", False) is not False:
+        return None
+    return frozenset(str(name) for name in input_schema["properties"])
+
+
+def unknown_argument_hint(name: str, known: Collection[str]) -> str:
+    """What to say after "'name' is not an argument of this tool": the closest argument, the list, or that the
+    tool takes none."""
+    if not known:
+        return _("; this tool takes no arguments: call it with {}")
+    close = [k for k in known if k.replace("_", "") in name.replace("_", "") or name.startswith(k)]
+    if close:
+        return _("; did you mean '%(name)s'?") % {"name": close[0]}
+    return _("; the arguments are: %(names)s") % {"names": ", ".join(sorted(known))}
+
+
 def check_args(
-    constraints: dict[str, dict[str, Any]], args: Any, *, unknown: str = "refuse"
+    constraints: dict[str, dict[str, Any]], args: Any, *, unknown: str = "refuse", input_schema: Any = None
 ) -> tuple[dict[str, Any], Verdict | None]:
     """Check arguments before the call. Returns (the arguments to send, None) or (args, the first failure).
 
-    Order: JSON object, unknown names, missing, then per argument type, allowed, range, length, pattern, and a
+    Order: JSON object, unknown names (those ``argument_names`` does not list, given the tool's
+    ``input_schema``), missing, then per argument type, allowed, range, length, pattern, and a
     URL's host (``allowed_hosts``: ``args:host:<arg>``, see ``url_host_problem``). A bool
     is not an int and a numeric string is not a number. With ``unknown="drop"`` unknown arguments are removed.
     """
     if not isinstance(args, dict):
         return {}, Verdict("args:json", _("the arguments are not a JSON object"))
-    known = set(constraints)
-    extra = sorted(set(args) - known) if constraints else []
+    names = argument_names(constraints, input_schema)
+    known = set(names) if names is not None else set()
+    extra = sorted(set(args) - known) if names is not None else []
     if extra and unknown == "refuse":
-        close = [k for k in known if k.replace("_", "") in extra[0].replace("_", "") or extra[0].startswith(k)]
-        hint = (
-            _("; did you mean '%(name)s'?") % {"name": close[0]}
-            if close
-            else _("; the arguments are: %(names)s") % {"names": ", ".join(sorted(known))}
-        )
+        hint = unknown_argument_hint(extra[0], known)
         return args, Verdict(
             f"args:unknown:{extra[0]}",
             _("'%(name)s' is not an argument of this tool%(hint)s") % {"name": extra[0], "hint": hint},

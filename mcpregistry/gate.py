@@ -405,7 +405,9 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
     this.to_sink = contract.risk == ToolContract.Risk.READ
 
     # 2. arguments, before anything is sent
-    args, verdict = check_args(contract.args or {}, this.raw_args, unknown=contract.unknown_args)
+    args, verdict = check_args(
+        contract.args or {}, this.raw_args, unknown=contract.unknown_args, input_schema=tool.input_schema
+    )
     if verdict is not None:
         return this.refuse(verdict.reason, _argument_message(tool_name, verdict))
     this.result.args = args

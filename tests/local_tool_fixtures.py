@@ -57,6 +57,13 @@ def explode(reason: str) -> str:
 
 
 @local_tool
+def flaky_shout(text: str) -> str:
+    """Always raises (a tool whose fallback, ``shout``, takes the same arguments)."""
+    _ran("flaky_shout", text=text)
+    raise RuntimeError("backend down")
+
+
+@local_tool
 def garbled(what: str) -> dict[str, Any]:
     """Answers with text no database stores: a NUL character and an unpaired surrogate, in a key and a value."""
     _ran("garbled", what=what)

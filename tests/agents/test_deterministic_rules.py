@@ -279,6 +279,11 @@ def test_an_admin_rules_params_are_checked_against_the_tools_contract(db) -> Non
     with pytest.raises(ValidationError, match="not a tool of this server"):
         DeterministicRule(agent=agent, name="r", server=server, tool_name="no_such_tool").full_clean()
     rule(params={"name": "{match.name}"}, when={"regex": r"(?P<name>[가-힣]{2,4}) 님"}).full_clean()
+    # A tool without arguments takes none.
+    ping = DeterministicRule(agent=agent, name="p", server=server, tool_name="ping", params={"verbose": "yes"})
+    with pytest.raises(ValidationError, match="args:unknown:verbose"):
+        ping.full_clean()
+    DeterministicRule(agent=agent, name="p", server=server, tool_name="ping", params={}).full_clean()
 
 
 # ---- skipping the model when it adds nothing ---------------------------------------------------------------

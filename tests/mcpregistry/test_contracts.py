@@ -63,6 +63,36 @@ def test_an_invented_argument_name_is_refused_with_a_hint() -> None:
     assert "sku" in verdict.detail
 
 
+NO_ARGUMENTS = {"type": "object", "properties": {}}
+
+
+def test_a_tool_without_arguments_refuses_an_invented_one() -> None:
+    """Seed 004: an argument the contract does not have is refused, also where the tool has none at all."""
+    _clean, verdict = check_args({}, {"verbose": True}, input_schema=NO_ARGUMENTS)
+    assert verdict is not None and verdict.reason == "args:unknown:verbose"
+    assert "takes no arguments" in verdict.detail
+    assert check_args({}, {}, input_schema=NO_ARGUMENTS) == ({}, None)
+    assert check_args({}, {"verbose": True}, input_schema=NO_ARGUMENTS, unknown="drop") == ({}, None)
+    with translation.override("ko"):
+        assert "인자가 없는 도구" in check_args({}, {"v": 1}, input_schema=NO_ARGUMENTS)[1].detail  # type: ignore[union-attr]
+
+
+def test_without_contract_arguments_the_schema_says_which_names_exist() -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    assert reason_of({"town": "Seoul"}, constraints={}) is None  # no schema known: nothing to compare with
+    assert check_args({}, {"town": "Seoul"}, input_schema=schema)[1].reason == "args:unknown:town"  # type: ignore[union-attr]
+    assert check_args({}, {"city": "Seoul"}, input_schema=schema)[1] is None
+    # A schema that lets other names through, or names none, closes nothing.
+    for open_schema in (
+        {**NO_ARGUMENTS, "additionalProperties": True},
+        {"type": "object"},
+        {**schema, "additionalProperties": {}},
+    ):
+        assert check_args({}, {"town": "Seoul"}, input_schema=open_schema)[1] is None
+    # The contract's names, when it has any, are the list (the schema does not add to them).
+    assert reason_of({**GOOD, "city": "x"}) == "args:unknown:city"
+
+
 def test_unknown_arguments_can_be_dropped_instead() -> None:
     clean, verdict = check_args(STOCK, {**GOOD, "sku_id": "A-1"}, unknown="drop")
     assert verdict is None and clean == GOOD

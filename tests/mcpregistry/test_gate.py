@@ -69,6 +69,15 @@ def test_an_invented_argument_name_is_refused(probe_server) -> None:
     assert result.error == "args:unknown:key_id"
 
 
+def test_a_tool_without_arguments_refuses_an_invented_one_before_sending(db) -> None:
+    server = bind_demo_server(mcp_id="noargs")
+    result = call(server, "ping", {"verbose": True})
+    assert (result.ok, result.error, result.attempts) == (False, "args:unknown:verbose", 0)
+    assert "takes no arguments" in result.message
+    assert call(server, "ping", {}).value == "pong"
+    assert events("ping") == [(False, "args:unknown:verbose", 0), (True, "", 1)]
+
+
 def test_a_tool_the_server_does_not_have_is_refused(probe_server) -> None:
     result = call(probe_server, "drop_tables", {})
     assert result.error == "tool:unknown"

@@ -62,7 +62,16 @@ def contract(server: McpServer, tool: str, **values) -> None:  # type: ignore[no
 
 def test_discovery_lists_local_tools_beside_mcp_tools_with_contracts_from_their_signatures(local) -> None:
     tools = {t.name: t for t in local.tools.all()}
-    assert set(tools) == {"lookup_stock", "sleepy", "slow_once", "explode", "garbled", "send_notice", "shout"}
+    assert set(tools) == {
+        "lookup_stock",
+        "sleepy",
+        "slow_once",
+        "explode",
+        "flaky_shout",
+        "garbled",
+        "send_notice",
+        "shout",
+    }
     assert tools["lookup_stock"].description.startswith("재고 수량을 조회한다")
     assert tools["lookup_stock"].contract.args == {
         "sku": {"required": True, "type": "str"},
@@ -155,10 +164,9 @@ def test_a_function_that_raises_is_a_failure_value_with_a_reason_and_is_not_retr
 
 
 def test_a_failed_local_tool_can_fall_back_to_another_local_tool(local) -> None:
-    contract(local, "explode", fallback_tool="shout", fallback_policy="call", args={})
-    contract(local, "shout", args={})
-    result = call(local, "explode", {"text": "plan b"})
-    assert (result.ok, result.tool, result.fallback_for) == (True, "shout", "explode")
+    contract(local, "flaky_shout", fallback_tool="shout", fallback_policy="call")
+    result = call(local, "flaky_shout", {"text": "plan b"})
+    assert (result.ok, result.value, result.tool, result.fallback_for) == (True, "PLAN B", "shout", "flaky_shout")
 
 
 @pytest.fixture
