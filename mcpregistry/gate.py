@@ -782,7 +782,15 @@ def _failure_message(tool: str, reason: str, detail: str, *, fallback: str | Non
         "circuit:open": _("the server failed repeatedly and is paused"),
         "unexpected": _("something unexpected went wrong"),
     }.get(reason, reason)
-    if fallback:
+    if fallback and reason == "tool:error":
+        # The tool answered with its own error: it may be about the input (nothing found), which the fallback
+        # would only repeat.
+        then = _(
+            "If its message says the arguments are wrong (nothing found, a value it does not know), correct them "
+            "or tell the user, and do not use the fallback; otherwise use the fallback tool '%(fallback)s' with the "
+            "same arguments."
+        ) % {"fallback": fallback}
+    elif fallback:
         then = _("Use the fallback tool '%(fallback)s' with the same arguments.") % {"fallback": fallback}
     elif reason in {"result:empty"}:
         then = _("Do not call it again with the same arguments; say that nothing was found.")

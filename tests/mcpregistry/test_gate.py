@@ -152,6 +152,19 @@ def test_a_bad_schema_is_not_retried_and_points_to_the_fallback(db, gate_clock) 
     assert gate_clock.slept == []
 
 
+def test_a_tools_own_error_names_the_fallback_only_for_when_the_input_was_right(db) -> None:
+    """An unknown asset id is the tool's own error: the backup would not know it either, so the model is told to
+    correct the id (the tool lists the known ones) and to use the backup only for any other error."""
+    server = bind_demo_server(mcp_id="assets")
+    result = call(server, "get_asset_status", {"asset_id": "A-9999"})
+    assert (result.error, result.attempts) == ("tool:error", 1)
+    assert "'A-9999' 자산을 찾을 수 없습니다. 등록된 자산: A-1001" in result.message
+    assert "correct them or tell the user, and do not use the fallback; otherwise use the fallback tool" in (
+        result.message
+    )
+    assert "get_asset_status_backup" in result.message
+
+
 def test_the_gate_can_call_the_fallback_itself(db) -> None:
     server = bind_demo_server(mcp_id="fallback", failure_mode="bad_schema")
     contract(server, "get_asset_status", fallback_policy="call")
