@@ -22,6 +22,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext, pgettext_lazy
 
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
+from mcpregistry import discovery_view
 from mcpregistry.binding_policy import readable_variables_text
 from mcpregistry.contract_form import ToolContractForm
 from mcpregistry.list_fields import TextListField
@@ -367,15 +368,15 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
     @admin.display(description=_("server info"))
     def server_info_pretty(self, obj: McpServer) -> str:
-        return _pre(obj.server_info)
+        return discovery_view.server_info_text(obj.server_info)
 
     @admin.display(description=_("resources (read-only)"))
     def resources_pretty(self, obj: McpServer) -> str:
-        return _pre(obj.resources) if obj.resources else "—"
+        return discovery_view.resources_table(obj.resources, secrets=obj.secret_values())
 
     @admin.display(description=_("prompts (read-only)"))
     def prompts_pretty(self, obj: McpServer) -> str:
-        return _pre(obj.prompts) if obj.prompts else "—"
+        return discovery_view.prompts_table(obj.prompts, secrets=obj.secret_values())
 
     @admin.display(description=_("secrets"))
     def secrets_state(self, obj: McpServer) -> str:
@@ -601,6 +602,10 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
     ]
     inlines = [ToolContractInline]
     actions = ["approve_reviewed_changes"]
+
+    class Media:
+        css = {"all": ["mcpregistry/editors.css"]}
+
     inline_services = {ToolContract: (_contract_save, _contract_delete)}
 
     def service_save(self, *, obj: McpTool, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
@@ -619,11 +624,11 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
     @admin.display(description=_("input schema"))
     def schema_pretty(self, obj: McpTool) -> str:
-        return _pre(obj.input_schema)
+        return discovery_view.arguments_table(obj.input_schema, secrets=obj.server.secret_values())
 
     @admin.display(description=_("annotations (hints from the server, not trusted)"))
     def annotations_pretty(self, obj: McpTool) -> str:
-        return _pre(obj.annotations) if obj.annotations else "—"
+        return discovery_view.annotations_text(obj.annotations, secrets=obj.server.secret_values())
 
     @admin.display(description=_("review"), ordering="review_required")
     def review_state(self, obj: McpTool) -> str:
@@ -661,10 +666,6 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
     def approve_reviewed_changes(self, request: HttpRequest, queryset: QuerySet[McpTool]) -> None:
         count = sum(mcp_tool_review_approve(tool=tool, actor=request.user, via=ADMIN_VIA) for tool in queryset)
         self.message_user(request, _("%(n)d tool(s) approved.") % {"n": count})
-
-
-def _pre(value: Any) -> str:
-    return format_html("<pre style='white-space:pre-wrap'>{}</pre>", json.dumps(value, ensure_ascii=False, indent=2))
 
 
 class RequestCategoryForm(forms.ModelForm):
