@@ -21,6 +21,7 @@ from agents.experiments import arm_comparisons, arm_metrics
 from agents.models import Agent, AgentArm, AgentVersion, ShadowComparison
 from agents.services import agent_arm_create, agent_arm_delete, agent_arm_update, agent_version_rollback
 from agents.shadow import ANSWER_AGREEMENT
+from agents.version_view import content_html
 from agents.versions import version_diff
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from audit.admin_readonly import ReadOnlyAdminMixin
@@ -65,7 +66,12 @@ def bars(values: list[float | None], labels: list[str], *, colour: str, unit: st
     )
 
 
-def _pretty(value: Any) -> str:
+def _cell(value: Any) -> str:
+    """A changed leaf as a reader takes it: text as written (its lines kept), nothing as ``—``, else JSON."""
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        return value
     return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, default=str)
 
 
@@ -80,6 +86,9 @@ class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     fields = readonly_fields
     actions = ["rollback"]
 
+    class Media:
+        css = {"all": ["agents/rule_summary.css", "agents/versions.css"]}
+
     def has_rollback_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm("agents.change_agent"))
 
@@ -89,7 +98,7 @@ class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description=_("frozen content"))
     def content_json(self, obj: AgentVersion) -> str:
-        return format_html('<pre style="white-space:pre-wrap">{}</pre>', _pretty(obj.content))
+        return content_html(obj.content)
 
     @admin.display(description=_("diff"))
     def diff_link(self, obj: AgentVersion) -> str:
@@ -143,7 +152,7 @@ class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             "version": version,
             "against": against,
             "choices": others.exclude(pk=version.pk).order_by("-number"),
-            "rows": [{**row, "old": _pretty(row["old"]), "new": _pretty(row["new"])} for row in rows],
+            "rows": [{**row, "old": _cell(row["old"]), "new": _cell(row["new"])} for row in rows],
             "opts": self.model._meta,
         }
         return TemplateResponse(request, "admin/agents/agentversion/diff.html", context)

@@ -11,6 +11,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 
+from agents.deterministic import RuleSpec
 from agents.models import DeterministicRule
 from agents.rule_form import value_text
 
@@ -33,15 +34,19 @@ def _lines(lines: list[tuple[str, Any]]) -> SafeString:
     )
 
 
-def target_html(rule: DeterministicRule) -> SafeString:
-    """``sds-company-data · search_employee``, or the code rule's function."""
+def target_html(rule: DeterministicRule | RuleSpec) -> SafeString:
+    """``sds-company-data · search_employee``, or the code rule's function (a rule row, or a version's frozen
+    ``RuleSpec``)."""
     if rule.code:
         return format_html("{} <code>{}</code>", gettext("code rule"), rule.code)
-    server = rule.server.mcp_id if rule.server_id is not None and rule.server is not None else "—"
+    if isinstance(rule, RuleSpec):
+        server = rule.mcp_id or "—"
+    else:
+        server = rule.server.mcp_id if rule.server_id is not None and rule.server is not None else "—"
     return format_html("{} · {}", server, rule.tool_name or "—")
 
 
-def conditions_html(rule: DeterministicRule) -> SafeString:
+def conditions_html(rule: DeterministicRule | RuleSpec) -> SafeString:
     """Each condition of ``when`` on a line, all of which must hold; "always" when there is none."""
     when = rule.when if isinstance(rule.when, dict) else {}
     lines: list[tuple[str, Any]] = []
@@ -66,7 +71,7 @@ def conditions_html(rule: DeterministicRule) -> SafeString:
     return _lines(lines)
 
 
-def parameters_html(rule: DeterministicRule) -> SafeString:
+def parameters_html(rule: DeterministicRule | RuleSpec) -> SafeString:
     """The tool's arguments as the rule fills them (``name = {match.name}``), and what else the rule does."""
     params = rule.params
     lines: list[tuple[str, Any]] = []

@@ -190,7 +190,7 @@ class RetryWidget(EditorWidget):
         context = super().get_context(name, value, attrs)
         parsed = _loads(value)
         retry = {**DEFAULT_RETRY, **(parsed if isinstance(parsed, dict) else {})}
-        reasons = [(r, r in (retry.get("on") or []), _REASON_LABELS[r]) for r in sorted(RETRYABLE)]
+        reasons = [(r, r in (retry.get("on") or []), RETRY_REASON_LABELS[r]) for r in sorted(RETRYABLE)]
         context["widget"].update({"retry": retry, "reasons": reasons})
         return context
 
@@ -208,7 +208,7 @@ class RetryWidget(EditorWidget):
         return json.dumps(retry, ensure_ascii=False)
 
 
-_REASON_LABELS = {"rate_limit": _("rate limit"), "timeout": _("timeout"), "transport": _("transport error")}
+RETRY_REASON_LABELS = {"rate_limit": _("rate limit"), "timeout": _("timeout"), "transport": _("transport error")}
 
 
 # Blank rows the per-field table offers for new keys (a saved page offers as many again).

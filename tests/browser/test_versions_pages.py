@@ -1,5 +1,5 @@
 """The admin pages of versions, A/B arms and shadow runs in a real Chromium, in English and in Korean: the versions
-list and a diff between two versions, the arms' metrics with their charts, and the shadow comparisons with the
+list, a version's frozen content in words and a diff between two versions, the arms' metrics with their charts, and the shadow comparisons with the
 disagreements first. Each page is saved as a picture under ``$PLATFORM_VAR_DIR/screenshots/`` for a person to look
 at; with ``PLATFORM_README_PICTURES=1`` the English ones also go to ``docs/screenshots/`` for the README."""
 
@@ -100,12 +100,14 @@ def no_horizontal_overflow(browser: Any) -> None:
 TEXT = {
     "en": {
         "versions": ["Agent versions", "against the previous version", "규칙 그대로", "자산 답변 문구 변경"],
+        "version": ["System prompt", "rules, in order", "any of these keywords:", "on failure:", "up to 3 attempts"],
         "diff": ["company-assistant v2 compared with v1", "Compare with", "rules."],
         "arms": ["A/B arms of company-assistant", "success rate", "tool-citation rate", "two-proportion z-test"],
         "shadow": ["Shadow comparisons", "AGREES", "WHAT DIFFERS", "ANSWER SIMILARITY", "Δ LATENCY", "answer", " ms"],
     },
     "ko": {
         "versions": ["에이전트 버전", "이전 버전과 비교", "규칙 그대로"],
+        "version": ["시스템 프롬프트", "규칙 (순서대로)", "실패하면:", "최대 3회 시도"],
         "diff": ["company-assistant v2와 v1 비교", "rules."],
         "arms": ["company-assistant의 A/B 실험군", "성공률"],
         "shadow": ["섀도 비교", "일치", "다른 점", "답변 유사도", "Δ 지연", "답변"],
@@ -131,6 +133,13 @@ def test_the_versions_arms_and_shadow_pages_render_in_english_and_korean(
     no_horizontal_overflow(browser)
 
     v2 = AgentVersion.objects.get(agent=experiment, number=2)
+    text = page(browser, f"/admin/agents/agentversion/{v2.pk}/change/", f"version-content-{language}")
+    for shown in expected["version"]:
+        assert shown in text, shown
+    assert "{result.asset_id} 상태: {result.status}" in text
+    assert not browser.find_element(By.CSS_SELECTOR, "details.version-json").get_attribute("open")  # JSON folded
+    no_horizontal_overflow(browser)
+
     text = page(
         browser,
         f"/admin/agents/agentversion/{v2.pk}/diff/",

@@ -1,0 +1,135 @@
+"""A published version's frozen content as a reviewer reads it: the agent's settings by their labels, the bound
+servers, the rules in order (in ``agents.rule_summary``'s words) and each tool's contract in words
+(``mcpregistry.contract_words``); the content as frozen (JSON) folded beneath."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.exceptions import FieldDoesNotExist
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.text import capfirst
+from django.utils.translation import gettext as _
+from django.utils.translation import pgettext
+
+from agents.models import Agent
+from agents.rule_summary import conditions_html, parameters_html, target_html
+from agents.versions import version_contracts, version_rules
+from mcpregistry.contract_words import argument_words, failure_words, other_words, result_words
+from mcpregistry.list_fields import value_text
+from mcpregistry.models import ToolContract
+
+
+def _flat(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(value, dict) and value:
+        pairs: list[tuple[str, Any]] = []
+        for key, child in value.items():
+            pairs += _flat(child, f"{prefix}.{key}" if prefix else str(key))
+        return pairs
+    return [(prefix, value)]
+
+
+def _lines(lines: list[str]) -> SafeString:
+    return format_html(
+        '<ul class="rule-summary">{}</ul>', format_html_join("", "<li>{}</li>", ((line,) for line in lines))
+    )
+
+
+def setting_html(name: str, value: Any) -> SafeString | str:
+    """One frozen setting: a choice by its label (with its code), a switch in words, text as written (lines
+    kept), an object as ``key = value`` lines; ``—`` when empty."""
+    try:
+        field = Agent._meta.get_field(name)
+    except FieldDoesNotExist:
+        field = None
+    if value in (None, "", {}, []):
+        return "—"
+    if isinstance(value, bool):
+        return _("yes") if value else _("no")
+    choices = dict(field.flatchoices) if field is not None and getattr(field, "choices", None) else {}
+    if value in choices and str(choices[value]) != str(value):
+        return format_html("{} <code>{}</code>", choices[value], value)
+    if isinstance(value, str):
+        return format_html('<div class="version-text">{}</div>', value)
+    if isinstance(value, dict):
+        return _lines([f"{key} = {value_text(child)}" for key, child in _flat(value)])
+    return value_text(value)
+
+
+def _label(name: str) -> str:
+    try:
+        return str(capfirst(Agent._meta.get_field(name).verbose_name))
+    except FieldDoesNotExist:
+        return name
+
+
+def _contract_lines(contract: ToolContract) -> SafeString:
+    """A frozen contract as labelled lines: arguments (one each), result, on failure, and the rest."""
+    arguments = [argument_words(name, spec) for name, spec in (contract.args or {}).items()]
+    groups = [
+        (_("arguments:"), arguments or [_("none")]),
+        (_("result:"), result_words(contract.returns)),
+        (_("on failure:"), failure_words(contract)),
+        (_("also:"), other_words(contract)),
+    ]
+    return format_html(
+        '<ul class="rule-summary">{}</ul>',
+        format_html_join(
+            "",
+            '<li><span class="rule-summary-key">{}</span> {}</li>',
+            ((label, " · ".join(lines)) for label, lines in groups),
+        ),
+    )
+
+
+def content_html(content: Any) -> SafeString:
+    if not isinstance(content, dict):
+        return format_html("<pre>{}</pre>", json.dumps(content, ensure_ascii=False, indent=2))
+    settings = content.get("agent") if isinstance(content.get("agent"), dict) else {}
+    settings_rows = format_html_join(
+        "", "<tr><th>{}</th><td>{}</td></tr>", ((_label(name), setting_html(name, v)) for name, v in settings.items())
+    )
+    servers = ", ".join(content.get("servers") or []) or "—"
+    rules = version_rules(content)
+    rule_rows = format_html_join(
+        "",
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        (
+            (i, rule.name, target_html(rule), conditions_html(rule), parameters_html(rule))
+            for i, rule in enumerate(rules, start=1)
+        ),
+    )
+    contracts = version_contracts(content)
+    contract_rows = format_html_join(
+        "",
+        "<tr><td><code>{}</code><br>{}</td><td>{}</td></tr>",
+        ((key, contract.get_risk_display(), _contract_lines(contract)) for key, contract in contracts.items()),
+    )
+    return format_html(
+        '<div class="version-content">'
+        '<h3>{}</h3><table class="version-table">{}</table>'
+        "<h3>{}</h3><p>{}</p>"
+        '<h3>{}</h3><table class="version-table version-rules"><thead><tr><th>#</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th>'
+        "</tr></thead><tbody>{}</tbody></table>"
+        '<h3>{}</h3><table class="version-table version-contracts"><thead><tr><th>{}</th><th>{}</th></tr></thead>'
+        "<tbody>{}</tbody></table>"
+        '<details class="version-json"><summary>{}</summary><pre>{}</pre></details></div>',
+        _("settings"),
+        settings_rows,
+        _("MCP servers"),
+        servers,
+        _("rules, in order"),
+        _("name"),
+        pgettext("what a rule calls", "calls"),
+        _("when"),
+        _("with"),
+        rule_rows or format_html('<tr><td colspan="5">{}</td></tr>', _("no rules")),
+        _("tool contracts"),
+        _("tool and risk"),
+        _("contract"),
+        contract_rows or format_html('<tr><td colspan="2">{}</td></tr>', _("no tools")),
+        _("the content as frozen (JSON)"),
+        json.dumps(content, ensure_ascii=False, indent=2, sort_keys=True, default=str),
+    )
