@@ -70,15 +70,36 @@ from agents.services import (
 )
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from mcpregistry.binding_policy import readable_variables_text
-from mcpregistry.list_fields import EditedJSONField, KeyValueLinesWidget
+from mcpregistry.list_fields import EditedJSONField, KeyValueLinesWidget, object_from_path_lines, path_lines
 from mcpregistry.models import McpServer
 
 
 class ModelParamsWidget(KeyValueLinesWidget):
-    """An agent's model parameters as ``KEY=value`` lines (``temperature=0.2``, ``retry={"max_attempts": 3}``)."""
+    """An agent's model parameters as ``KEY=value`` lines, a nested one by its path (``temperature=0.2``,
+    ``retry.max_attempts=3``, ``retry.on=throttled, timeout``, ``guardrail.id=…``, ``flow.mcp_id=…``); what lines
+    cannot carry back exactly (a flow's script of turns, say) is edited as JSON."""
 
-    rows = 3
-    placeholder = "temperature=0.2\nmax_tokens=1024"
+    rows = 4
+    placeholder = "temperature=0.2\nmax_tokens=1024\nretry.max_attempts=3"
+
+    def as_lines(self, value: Any) -> str | None:
+        lines = path_lines(value)
+        if lines is None:
+            return super().as_lines(value)
+        retry = value.get("retry") if isinstance(value, dict) else None
+        on = retry.get("on") if isinstance(retry, dict) else None
+        if isinstance(on, list) and on and all(isinstance(w, str) and re.fullmatch(r"[a-z_]+", w) for w in on):
+            # The failure kinds, as words: retry.on=throttled, timeout
+            words = f"retry.on={', '.join(on)}"
+            lines = "\n".join(words if line.startswith("retry.on=") else line for line in lines.splitlines())
+        return lines
+
+    def from_lines(self, text: str) -> Any:
+        params = object_from_path_lines(text)
+        retry = params.get("retry")
+        if isinstance(retry, dict) and isinstance(retry.get("on"), str):
+            retry["on"] = [w.strip() for w in retry["on"].split(",") if w.strip()]
+        return params
 
 
 class RuleRowForm(forms.ModelForm):
@@ -212,14 +233,14 @@ class AgentForm(forms.ModelForm):
         params = self.fields.get("model_params")
         if params is not None:
             params.help_text = _(
-                "KEY=value, a line each. For Bedrock and OpenAI-compatible models: temperature (0–2), max_tokens, "
-                "top_p (0–1), timeout_s (seconds, at most 900), stream (true/false), tool_choice (auto, any or a "
-                'tool\'s name), retry (retry={"max_attempts": 3, "on": ["throttled", "timeout", "connection", '
-                '"unavailable"], "backoff_s": 0.5, "max_backoff_s": 8}; the failure kinds: throttled, timeout, connection, '
-                'unavailable, validation, auth, error); Bedrock also region_name and guardrail (guardrail={"id": '
-                '"…", "version": "1", "trace": "enabled"}, trace: enabled, disabled or enabled_full); '
-                "OpenAI-compatible also base_url. The offline model reads none of them. Flow mode: "
-                'flow={"mcp_id": "…"}, the server its nodes call.'
+                "KEY=value, a line each; a nested one by its path (retry.max_attempts=3). For Bedrock and "
+                "OpenAI-compatible models: temperature (0–2), max_tokens, top_p (0–1), timeout_s (seconds, at most "
+                "900), stream (true/false), tool_choice (auto, any or a tool's name), retry.max_attempts (1–10), "
+                "retry.on (comma-separated: throttled, timeout, connection, unavailable, validation, auth, error; "
+                "default: the first four), retry.backoff_s (0.5), retry.max_backoff_s (8); Bedrock also region_name "
+                "and guardrail.id, guardrail.version (DRAFT), guardrail.trace (enabled, disabled or enabled_full); "
+                "OpenAI-compatible also base_url. The offline model reads none of them. Flow mode: flow.mcp_id, the "
+                "server its nodes call."
             )
         if "language" in self.fields:
             languages = list(settings.LANGUAGES)

@@ -305,13 +305,10 @@ def data_parts_text(parts: Any) -> str | None:
         return ""
     if not isinstance(parts, list):
         return None
-    blocks = []
-    for part in parts:
-        leaves = _paths(part) if isinstance(part, dict) and part else None
-        if leaves is None:
-            return None
-        blocks.append("\n".join(f"{path}={value_text(value)}" for path, value in leaves))
-    return "\n\n".join(blocks)
+    blocks = [path_lines(part) for part in parts]
+    if any(block is None for block in blocks):
+        return None
+    return "\n\n".join(block for block in blocks if block is not None)
 
 
 def data_parts_from_text(text: str) -> list[dict[str, Any]]:
@@ -325,14 +322,37 @@ def data_parts_from_text(text: str) -> list[dict[str, Any]]:
                 parts.append(part)
             part = {}
             continue
-        path, value = key_value_line(line, number)
-        node = part
-        *above, leaf = path.split(".")
-        for key in above:
-            node = node.setdefault(key, {})
-            if not isinstance(node, dict):
-                raise line_problem(number, gettext("%(key)s is given twice") % {"key": path})
-        if leaf in node:
-            raise line_problem(number, gettext("%(key)s is given twice") % {"key": path})
-        node[leaf] = value
+        put_path(part, *key_value_line(line, number), number=number)
     return parts
+
+
+def put_path(target: dict[str, Any], path: str, value: Any, *, number: int) -> None:
+    """Set ``a.b.c`` in ``target`` (the objects on the way made as needed); a path given twice, or both as a
+    value and as an object, is refused naming line ``number``."""
+    node = target
+    *above, leaf = path.split(".")
+    for key in above:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise line_problem(number, gettext("%(key)s is given twice") % {"key": path})
+    if leaf in node:
+        raise line_problem(number, gettext("%(key)s is given twice") % {"key": path})
+    node[leaf] = value
+
+
+def path_lines(value: Any) -> str | None:
+    """An object as ``PATH=value`` lines, one per leaf (``retry.max_attempts=3`` for ``{"retry": {"max_attempts":
+    3}}``); None when lines cannot carry it back exactly (see ``_paths``)."""
+    leaves = _paths(value) if isinstance(value, dict) and value else None
+    if leaves is None:
+        return None
+    return "\n".join(f"{path}={value_text(leaf)}" for path, leaf in leaves)
+
+
+def object_from_path_lines(text: str) -> dict[str, Any]:
+    """The inverse of :func:`path_lines` (blank lines skipped); a line that does not read is refused, naming it."""
+    target: dict[str, Any] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            put_path(target, *key_value_line(line, number), number=number)
+    return target

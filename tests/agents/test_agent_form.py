@@ -170,6 +170,34 @@ def test_the_model_parameters_name_their_keys_and_the_language_is_a_choice(admin
     assert re.search(r'<select name="language"[^>]*>\s*<option value="en">English</option>', page)
 
 
+def test_nested_model_parameters_are_written_by_their_path(admin_client: Client) -> None:
+    """retry, guardrail and flow need no JSON: a line per key by its path, the failure kinds comma-separated."""
+    lines = "temperature=0.2\nretry.max_attempts=2\nretry.on=throttled, timeout\nguardrail.id=gr-1\nflow.mcp_id=demo"
+    data = agent_post(model_params__editor="1", model_params__lines=lines)
+    del data["model_params"]
+    assert admin_client.post("/admin/agents/agent/add/", data).status_code == 302
+    agent = Agent.objects.get(slug="flowing")
+    assert agent.model_params == {
+        "temperature": 0.2,
+        "retry": {"max_attempts": 2, "on": ["throttled", "timeout"]},
+        "guardrail": {"id": "gr-1"},
+        "flow": {"mcp_id": "demo"},
+    }
+    page = admin_client.get(f"/admin/agents/agent/{agent.pk}/change/").content.decode()
+    assert f"{lines}</textarea>" in page  # shown back as written
+    assert "retry.on (comma-separated: throttled, timeout" in page and "guardrail.trace (enabled" in page
+
+    def refused(text: str) -> str:
+        return admin_client.post(
+            f"/admin/agents/agent/{agent.pk}/change/", {**data, "model_params__lines": text}
+        ).content.decode()
+
+    assert "line 2: retry.max_attempts is given twice" in refused("retry.max_attempts=2\nretry.max_attempts=3")
+    assert "retry.on" in refused("retry.on=throttled, sleepy") and "throttled" in refused("retry.on=sleepy")
+    assert "retry.attempts" in refused("retry.attempts=3")
+    assert Agent.objects.get(pk=agent.pk).model_params["retry"] == {"max_attempts": 2, "on": ["throttled", "timeout"]}
+
+
 def test_model_parameters_are_key_value_lines(admin_client: Client) -> None:
     """No JSON object to type: KEY=value a line each, values typed as the rule editor types them."""
     from audit.models import AuditEvent
@@ -182,7 +210,7 @@ def test_model_parameters_are_key_value_lines(admin_client: Client) -> None:
 
     page = admin_client.get(f"/admin/agents/agent/{agent.pk}/change/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
     assert 'name="model_params__lines"' in page and "한 줄에 KEY=value 하나" in page
-    assert "temperature=0.2\nretry={&quot;max_attempts&quot;: 3}</textarea>" in page
+    assert "temperature=0.2\nretry.max_attempts=3</textarea>" in page  # shown back by its path
 
     before = AuditEvent.objects.count()
     same = {**data, "model_params__lines": 'temperature=0.2\nretry={"max_attempts": 3}'}
