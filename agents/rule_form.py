@@ -21,10 +21,11 @@ from pydantic import ValidationError as PydanticValidationError
 
 from agents.agent_settings_form import agent_tool_names
 from agents.configuration import RuleSpec, rule_entry
+from agents.deterministic import PLACEHOLDER
 from agents.models import Agent, DeterministicRule
 from mcpregistry.contract_form import EditorWidget, OpenChoiceField
 from mcpregistry.contracts import argument_constraints, spec_problems
-from mcpregistry.list_fields import key_value_lines, typed_value, value_text
+from mcpregistry.list_fields import key_value_lines, reads_back, typed_value, value_text
 from mcpregistry.models import McpServer, McpTool
 
 
@@ -133,7 +134,7 @@ class ParamsWidget(EditorWidget):
             rows.append(
                 {
                     "name": arg,
-                    "value": value_text(params[arg]) if arg in params else "",
+                    "value": param_text(params[arg], spec.get("type")) if arg in params else "",
                     "type": spec.get("type", ""),
                     "required": bool(spec.get("required")),
                     "allowed": ", ".join(map(str, spec.get("allowed") or [])),
@@ -149,8 +150,33 @@ class ParamsWidget(EditorWidget):
             text = str(data.get(f"{name}__value__{arg}", ""))
             if text.strip() == "":
                 continue
-            params[arg] = typed_value(text.strip())
+            params[arg] = param_value(text.strip(), self.arguments.get(arg, {}).get("type"))
         return json.dumps(params, ensure_ascii=False)
+
+
+def param_text(value: Any, arg_type: str | None) -> str:
+    """A parameter as its field shows it: a list argument's plain items comma-separated (``3F, 4F``), anything
+    else as the rule editor types it (``value_text``)."""
+    if arg_type == "list" and isinstance(value, list) and value and all(_plain_item(item) for item in value):
+        return ", ".join(value_text(item) for item in value)
+    return value_text(value)
+
+
+def param_value(text: str, arg_type: str | None) -> Any:
+    """The inverse of :func:`param_text`: for a list argument, comma-separated items (each typed as a value is:
+    ``1`` a number) unless the text is a JSON list or exactly one placeholder (which keeps its value's type)."""
+    if arg_type == "list" and not text.startswith("[") and not PLACEHOLDER.fullmatch(text):
+        return [typed_value(item.strip()) for item in text.split(",") if item.strip()]
+    return typed_value(text)
+
+
+def _plain_item(item: Any) -> bool:
+    """Whether a list item reads back as itself between commas."""
+    if isinstance(item, bool) or item is None:
+        return False
+    if isinstance(item, int | float):
+        return True
+    return isinstance(item, str) and reads_back(item) and "," not in item and item == item.strip() and bool(item)
 
 
 def tool_catalogue(servers: list[McpServer]) -> dict[str, dict[str, dict[str, Any]]]:

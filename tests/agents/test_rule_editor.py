@@ -231,3 +231,36 @@ def test_only_when_a_tool_is_available_is_a_choice_of_the_servers_tools(admin_cl
     assert re.findall(r'<optgroup label="([^"]+)">', select.group(0)) == ["Ledger-Data"]
     assert re.findall(r'<option value="([^"]*)"', select.group(0)) == ["", "erase", "lookup"]
     assert '<option value="erase" selected>' in select.group(0)
+
+
+def test_a_list_argument_takes_its_items_comma_separated(admin_client: Client, ledger: Agent) -> None:
+    server = ledger.servers.get()
+    schema = {"type": "object", "properties": {"floors": {"type": "array", "items": {"type": "string"}}}}
+    McpTool.objects.create(server=server, name="rooms", input_schema=schema, discovered_at=timezone.now())
+
+    def post(value: str, url: str = "/admin/agents/deterministicrule/add/"):  # type: ignore[no-untyped-def]
+        return admin_client.post(
+            url,
+            rule_post(
+                ledger,
+                tool_name="rooms",
+                when__regex=r"(?P<floor>\d+)층",
+                params__names=["floors"],
+                params__value__floors=value,
+            ),
+        )
+
+    assert post("3F, {match.floor}, 12").status_code == 302
+    rule = DeterministicRule.objects.get()
+    assert rule.params == {"floors": ["3F", "{match.floor}", 12]}
+    page = admin_client.get(f"/admin/agents/deterministicrule/{rule.pk}/change/").content.decode()
+    assert 'value="3F, {match.floor}, 12"' in page  # shown back as typed
+    url = f"/admin/agents/deterministicrule/{rule.pk}/change/"
+    # A JSON list is still read; one placeholder keeps the value's own type (a list from the A2A data).
+    assert post('["a,b", "c"]', url).status_code == 302
+    rule.refresh_from_db()
+    assert rule.params == {"floors": ["a,b", "c"]}
+    assert 'value="[&quot;a,b&quot;, &quot;c&quot;]"' in admin_client.get(url).content.decode()  # a comma: JSON
+    assert post("{data.floors}", url).status_code == 302
+    rule.refresh_from_db()
+    assert rule.params == {"floors": "{data.floors}"}
