@@ -245,6 +245,7 @@ def execute(plan: RunPlan) -> RunOutcome:
             writes_blocked=not live,
             write_sandbox=plan.write_sandbox,
             contracts=plan.frozen_contracts,
+            follow_fallback=plan.provider == "offline",
         )
 
     t0 = time.perf_counter()

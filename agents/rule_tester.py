@@ -133,7 +133,12 @@ def rules_trial(
     servers = list(agent.servers.prefetch_related("tools"))
 
     def who(call_id: str) -> gate.GateCall:
-        return gate.GateCall(source="admin", actor=actor, call_id=call_id.replace("rule:", "rule-tester:", 1))
+        return gate.GateCall(
+            source="admin",
+            actor=actor,
+            call_id=call_id.replace("rule:", "rule-tester:", 1),
+            follow_fallback=agent.model_provider == "offline",  # as the agent's runs do
+        )
 
     stage = deterministic_stage(
         StageInput(

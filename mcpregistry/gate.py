@@ -192,6 +192,9 @@ class GateCall:
     # the stored ones (a tool the version did not know keeps its stored contract).
     contracts: Mapping[str, ToolContract] | None = None
     audit_sink: AuditSink | None = None
+    # No model reads a suggestion (an offline run, or the rule tester trying an offline agent's rules): a fallback
+    # tool the contract suggests is called here, as with the ``call`` policy.
+    follow_fallback: bool = False
 
 
 def canonical_args(args: dict[str, Any]) -> str:
@@ -510,11 +513,18 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         return this.finish()
     fallback = contract.fallback_tool
     if fallback and fallback != tool_name and fallback_depth == 0 and reason not in {"circuit:open"}:
-        if contract.fallback_policy == ToolContract.FallbackPolicy.CALL:
+        if contract.fallback_policy == ToolContract.FallbackPolicy.CALL or who.follow_fallback:
             backup = call(server=server, tool_name=fallback, args=args, who=who, _fallback_depth=1)
             if backup.ok:
                 backup.fallback_for = tool_name
                 return backup
+            # Tried already: not suggested again.
+            this.result.message = "{} {}".format(
+                _failure_message(tool_name, reason, detail, fallback=None, secrets=this.secrets),
+                _("The fallback tool '%(fallback)s' failed too [%(reason)s].")
+                % {"fallback": fallback, "reason": backup.error},
+            )
+            return this.finish()
         this.result.message = _failure_message(tool_name, reason, detail, fallback=fallback, secrets=this.secrets)
     else:
         this.result.message = _failure_message(tool_name, reason, detail, fallback=None, secrets=this.secrets)

@@ -136,3 +136,16 @@ def test_a_failed_call_is_named_in_words_with_its_code(admin_client, demo_agent)
         HTTP_ACCEPT_LANGUAGE="ko",
     ).content.decode()
     assert '<b style="color:#ba2121">실패</b>' in page and "args:pattern:asset_id" in page
+
+
+def test_the_tester_follows_a_suggested_fallback_for_an_offline_agent_as_its_runs_do(admin_client, db) -> None:
+    from tests.conftest import bind_demo_server, make_agent
+
+    agent = make_agent(slug="offline-assets", servers=[bind_demo_server(mcp_id="broken", failure_mode="bad_schema")])
+    page = admin_client.post(
+        "/admin/agents/rule-tester/",
+        {"agent": agent.pk, "query": "A-1001 자산의 현재 상태를 알려주세요.", "execute": "on"},
+    ).content.decode()
+    assert "백업 스냅샷 기준" in page
+    calls = AuditEvent.objects.filter(action="tool.call").order_by("id").values_list("tool", "reason")
+    assert list(calls) == [("get_asset_status", "result:shape"), ("get_asset_status_backup", "")]

@@ -8,6 +8,8 @@ import pytest
 from agents.answers import compose_offline_answer, no_rule_matched_text
 from agents.execution import run_execute
 from agents.models import Agent, Run
+from audit.models import AuditEvent
+from mcpregistry.models import ToolContract
 from tests.conftest import bind_demo_server, make_agent
 
 pytestmark = pytest.mark.django_db
@@ -22,8 +24,30 @@ def submit(agent: Agent, query: str) -> Run:
     return run
 
 
+def test_offline_a_run_follows_the_fallback_its_contract_suggests_since_no_model_would(db) -> None:
+    """Seed 001's recovery in the shipped demo: the backend answers in the wrong shape; with no model to read
+    "use the backup", the gate calls the contract's fallback itself and the answer says where it came from."""
+    server = bind_demo_server(mcp_id="assets-broken", failure_mode="bad_schema")
+    agent = make_agent(slug="offline-recovers", servers=[server])
+    run = submit(agent, ASSET_QUESTION)
+    assert (run.status, run.error_code) == (Run.Status.SUCCEEDED, "")
+    assert "A-1001: 사용중" in run.answer and "백업 스냅샷 기준" in run.answer
+    [result] = run.deterministic_results
+    assert (result["ok"], result["tool"], result["fallback_for"]) == (
+        True,
+        "get_asset_status_backup",
+        "get_asset_status",
+    )
+    calls = AuditEvent.objects.filter(run_id=run.id, action="tool.call").order_by("id")
+    assert list(calls.values_list("tool", "ok", "reason")) == [
+        ("get_asset_status", False, "result:shape"),
+        ("get_asset_status_backup", True, ""),
+    ]
+
+
 def test_offline_a_run_whose_calls_all_failed_fails_with_the_calls_codes_in_the_trace(db) -> None:
     server = bind_demo_server(mcp_id="assets-broken", failure_mode="bad_schema")
+    ToolContract.objects.filter(tool__server=server, tool__name="get_asset_status").update(fallback_tool="")
     agent = make_agent(slug="offline-broken", servers=[server])
     run = submit(agent, ASSET_QUESTION)
     assert (run.status, run.error_code, run.tool_failures) == (Run.Status.FAILED, "deterministic:tool_failed", 1)

@@ -175,6 +175,16 @@ def test_the_gate_can_call_the_fallback_itself(db) -> None:
     assert events("get_asset_status_backup") == [(True, "", 1)]
 
 
+def test_a_fallback_the_gate_called_that_failed_too_is_not_suggested_again(db) -> None:
+    server = bind_demo_server(mcp_id="fallback-fails", failure_mode="bad_schema")
+    contract(server, "get_asset_status", fallback_policy="call")
+    contract(server, "get_asset_status_backup", returns={"type": "dict"})  # it answers text: result:shape
+    result = call(server, "get_asset_status", {"asset_id": "A-1001"})
+    assert (result.ok, result.tool, result.error) == (False, "get_asset_status", "result:shape")
+    assert "The fallback tool 'get_asset_status_backup' failed too [result:shape]." in result.message
+    assert "Use the fallback tool" not in result.message
+
+
 @pytest.mark.slow
 def test_the_circuit_opens_after_repeated_failures_then_half_opens_and_closes(db) -> None:
     server = probe("breaker", PROBE_MODE="exit_on_call")
