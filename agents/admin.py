@@ -85,10 +85,14 @@ class ModelParamsWidget(KeyValueLinesWidget):
     def as_lines(self, value: Any) -> str | None:
         lines = path_lines(value)
         if lines is None:
-            return super().as_lines(value)
+            return None  # the JSON box: flat lines would read back nested
+        from typing import get_args
+
+        from agents.providers import ModelErrorKind  # the providers' SDKs load when a page shows the lines
+
         retry = value.get("retry") if isinstance(value, dict) else None
         on = retry.get("on") if isinstance(retry, dict) else None
-        if isinstance(on, list) and on and all(isinstance(w, str) and re.fullmatch(r"[a-z_]+", w) for w in on):
+        if isinstance(on, list) and on and all(kind in get_args(ModelErrorKind) for kind in on):
             # The failure kinds, as words: retry.on=throttled, timeout
             words = f"retry.on={', '.join(on)}"
             lines = "\n".join(words if line.startswith("retry.on=") else line for line in lines.splitlines())

@@ -25,6 +25,7 @@ from agents.version_view import content_html
 from agents.versions import version_diff
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from audit.admin_readonly import ReadOnlyAdminMixin
+from mcpregistry.list_fields import value_text
 
 
 def bars(values: list[float | None], labels: list[str], *, colour: str, unit: str = "") -> SafeString:
@@ -67,11 +68,12 @@ def bars(values: list[float | None], labels: list[str], *, colour: str, unit: st
 
 
 def _cell(value: Any) -> str:
-    """A changed leaf as a reader takes it: text as written (its lines kept), nothing as ``—``, else JSON."""
+    """A changed leaf as a reader takes it: text as written (its lines kept; quoted where it would read as a
+    number or a switch, so ``"5"`` and ``5`` differ), nothing as ``—``, else JSON."""
     if value is None:
         return "—"
     if isinstance(value, str):
-        return value
+        return value_text(value)
     return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, default=str)
 
 

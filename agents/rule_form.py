@@ -158,7 +158,9 @@ def param_text(value: Any, arg_type: str | None) -> str:
     """A parameter as its field shows it: a list argument's plain items comma-separated (``3F, 4F``), anything
     else as the rule editor types it (``value_text``)."""
     if arg_type == "list" and isinstance(value, list) and value and all(_plain_item(item) for item in value):
-        return ", ".join(value_text(item) for item in value)
+        text = ", ".join(value_text(item) for item in value)
+        if not text.startswith("[") and not PLACEHOLDER.fullmatch(text):  # would read back as JSON or one value
+            return text
     return value_text(value)
 
 

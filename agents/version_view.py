@@ -16,19 +16,10 @@ from django.utils.translation import pgettext
 
 from agents.models import Agent
 from agents.rule_summary import conditions_html, parameters_html, target_html
-from agents.versions import version_contracts, version_rules
+from agents.versions import flatten_leaves, version_contracts, version_rules
 from mcpregistry.contract_words import argument_words, failure_words, other_words, result_words
 from mcpregistry.list_fields import value_text
 from mcpregistry.models import ToolContract
-
-
-def _flat(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    if isinstance(value, dict) and value:
-        pairs: list[tuple[str, Any]] = []
-        for key, child in value.items():
-            pairs += _flat(child, f"{prefix}.{key}" if prefix else str(key))
-        return pairs
-    return [(prefix, value)]
 
 
 def _lines(lines: list[str]) -> SafeString:
@@ -48,14 +39,14 @@ def setting_html(name: str, value: Any) -> SafeString | str:
         return "—"
     if isinstance(value, bool):
         return _("yes") if value else _("no")
-    choices = dict(field.flatchoices) if field is not None and getattr(field, "choices", None) else {}
-    if value in choices and str(choices[value]) != str(value):
-        return format_html("{} <code>{}</code>", choices[value], value)
-    if isinstance(value, str):
-        return format_html('<div class="version-text">{}</div>', value)
     if isinstance(value, dict):
-        return _lines([f"{key} = {value_text(child)}" for key, child in _flat(value)])
-    return value_text(value)
+        return _lines([f"{key} = {value_text(child)}" for key, child in flatten_leaves(value).items()])
+    if not isinstance(value, str):
+        return value_text(value)
+    choices = dict(field.flatchoices) if field is not None and getattr(field, "choices", None) else {}
+    if value in choices and str(choices[value]) != value:
+        return format_html("{} <code>{}</code>", choices[value], value)
+    return format_html('<div class="version-text">{}</div>', value)
 
 
 def _label(name: str) -> str:

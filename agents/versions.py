@@ -95,11 +95,12 @@ def version_servers(content: VersionContent | dict[str, Any]) -> list[McpServer]
     return [found[mcp_id] for mcp_id in ids if mcp_id in found]
 
 
-def _flatten(value: Any, prefix: str) -> dict[str, Any]:
+def flatten_leaves(value: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested object's leaves by their dotted paths, keys sorted (an empty object is a leaf)."""
     if isinstance(value, dict) and value:
         flat: dict[str, Any] = {}
         for key in sorted(value):
-            flat.update(_flatten(value[key], f"{prefix}.{key}" if prefix else str(key)))
+            flat.update(flatten_leaves(value[key], f"{prefix}.{key}" if prefix else str(key)))
         return flat
     return {prefix: value}
 
@@ -120,7 +121,7 @@ def version_diff(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any
             "contracts": content.get("contracts", {}),
         }
 
-    before, after = _flatten(keyed(old), ""), _flatten(keyed(new), "")
+    before, after = flatten_leaves(keyed(old), ""), flatten_leaves(keyed(new), "")
     rows = []
     for path in sorted(set(before) | set(after)):
         if before.get(path) != after.get(path):

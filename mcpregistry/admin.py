@@ -368,7 +368,7 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
     @admin.display(description=_("server info"))
     def server_info_pretty(self, obj: McpServer) -> str:
-        return discovery_view.server_info_text(obj.server_info)
+        return discovery_view.server_info_text(obj.server_info, secrets=obj.secret_values())
 
     @admin.display(description=_("resources (read-only)"))
     def resources_pretty(self, obj: McpServer) -> str:

@@ -364,13 +364,15 @@ def argument_names(constraints: dict[str, dict[str, Any]], input_schema: Any = N
 
     The contract's argument names when it has any. Without them, the names the tool's input schema declares:
     none at all for a tool that takes no arguments (``"properties": {}``), so that an invented argument is
-    refused there too. None when neither closes the list: no schema, a schema without ``properties``, or one
-    whose ``additionalProperties`` lets other names through."""
+    refused there too. An absent ``additionalProperties`` counts as closed, as the contract a schema pre-fills
+    does (MCP servers rarely write ``false``; FastMCP never). None when neither closes the list: no schema, a
+    schema without ``properties``, or one whose ``additionalProperties`` or ``patternProperties`` lets other
+    names through."""
     if constraints:
         return frozenset(constraints)
     if not isinstance(input_schema, dict) or not isinstance(input_schema.get("properties"), dict):
         return None
-    if input_schema.get("additionalProperties", False) is not False:
+    if input_schema.get("additionalProperties", False) is not False or input_schema.get("patternProperties"):
         return None
     return frozenset(str(name) for name in input_schema["properties"])
 

@@ -1,7 +1,8 @@
 """What discovery read off a server, as a reader takes it in: a tool's input schema as one row per argument, its
 annotations in words, the server's resources and prompts as tables. The JSON as discovered stays a click away
 (``folded_json``); every text a server wrote is masked with the binding's secrets first (a careless server may
-put one in a description), with ``mask_known``, so that an argument called ``api_key`` keeps its shape."""
+put one in a description), with ``mask_known``, so that an argument called ``api_key`` keeps its shape (a
+key that is itself a secret is shown as the server named it)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext, pgettext
 
 from audit.masking import mask_known
+from mcpregistry.list_fields import value_text
 
 # JSON Schema's type names in words (those the contract editor's type column uses, without the Python name).
 _TYPE_WORDS = {
@@ -70,8 +72,8 @@ def _word(kind: Any) -> str:
 
 
 def _value(value: Any) -> str:
-    """A value as a reader takes it: text as itself (the empty text as ``""``), anything else as JSON."""
-    return value if isinstance(value, str) and value else json.dumps(value, ensure_ascii=False)
+    """A value as the editors write it (``value_text``), the empty text as ``""``."""
+    return value_text(value) or '""'
 
 
 def limits_text(prop: Any) -> str:
@@ -110,7 +112,8 @@ def argument_rows(schema: Any, *, prefix: str = "", depth: int = 1) -> list[Argu
     properties follow it as ``parent.child`` rows."""
     if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
         return []
-    required = set(schema.get("required") or []) if isinstance(schema.get("required"), list) else set()
+    listed = schema.get("required")
+    required = {name for name in listed if isinstance(name, str)} if isinstance(listed, list) else set()
     rows: list[ArgumentRow] = []
     for name, prop in schema["properties"].items():
         prop = prop if isinstance(prop, dict) else {}
@@ -197,10 +200,11 @@ def annotations_text(annotations: Any, *, secrets: Iterable[str] = ()) -> SafeSt
     )
 
 
-def server_info_text(info: Any) -> str:
+def server_info_text(info: Any, *, secrets: Iterable[str] = ()) -> str:
     """The server's name and version as it reported them (``sds-company-data 3.4.11``); ``—`` when none."""
     if not isinstance(info, dict) or not info:
         return "—"
+    info = mask_known(info, secrets=secrets)
     words = [str(info[key]) for key in ("name", "version") if info.get(key)]
     rest = {k: v for k, v in info.items() if k not in {"name", "version"}}
     if rest:

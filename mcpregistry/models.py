@@ -17,7 +17,7 @@ from pydantic import ValidationError as PydanticValidationError
 from agent_platform.json import UnicodeJSONEncoder
 from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration
 from mcpregistry.binding_policy import command_problem, from_env_problem, url_problem
-from mcpregistry.contracts import ArgSpec, RetrySpec, ReturnsSpec, spec_problems
+from mcpregistry.contracts import ArgSpec, RetrySpec, ReturnsSpec, argument_names, spec_problems
 from mcpregistry.crypto import EncryptedJSONField
 
 # langchain-mcp-adapters expands ${VAR} in env values from the worker's environment: refuse them at save.
@@ -523,11 +523,10 @@ class RequestCategory(AuditedModel):
 
 
 def tool_argument_names(tool: McpTool, contract_args: dict[str, Any] | None = None) -> set[str]:
-    """The arguments a call of ``tool`` may carry: its contract's, else its input schema's."""
-    if contract_args:
-        return set(contract_args)
-    properties = (tool.input_schema or {}).get("properties") if isinstance(tool.input_schema, dict) else None
-    return set(properties) if isinstance(properties, dict) else set()
+    """The arguments a call of ``tool`` may carry: its contract's, else its input schema's (as the gate reads
+    them, ``contracts.argument_names``); none known when the schema leaves them open."""
+    names = argument_names(contract_args or {}, tool.input_schema)
+    return set(names) if names is not None else set()
 
 
 def tool_required_arguments(tool: McpTool) -> set[str]:

@@ -261,6 +261,11 @@ def test_a_list_argument_takes_its_items_comma_separated(admin_client: Client, l
     rule.refresh_from_db()
     assert rule.params == {"floors": ["a,b", "c"]}
     assert 'value="[&quot;a,b&quot;, &quot;c&quot;]"' in admin_client.get(url).content.decode()  # a comma: JSON
+    # Items that would read back as something else are shown as JSON: one placeholder, a leading bracket.
+    for items in (["{match.floor}"], ["[x", "b"]):
+        DeterministicRule.objects.filter(pk=rule.pk).update(params={"floors": items})
+        shown = re.search(r'name="params__value__floors" value="([^"]*)"', admin_client.get(url).content.decode())
+        assert shown is not None and shown.group(1).startswith("[&quot;"), shown
     assert post("{data.floors}", url).status_code == 302
     rule.refresh_from_db()
     assert rule.params == {"floors": "{data.floors}"}

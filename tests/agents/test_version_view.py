@@ -9,7 +9,7 @@ from django.test import Client
 from django.utils import translation
 
 from agents.models import Agent, DeterministicRule
-from agents.services import agent_version_publish, deterministic_rule_update
+from agents.services import agent_update, agent_version_publish, deterministic_rule_update
 from mcpregistry.contract_words import argument_words, failure_words, other_words, result_words
 from mcpregistry.models import ToolContract
 
@@ -56,9 +56,12 @@ def test_a_contract_reads_in_words() -> None:
 
 
 def test_the_version_page_shows_settings_rules_and_contracts_in_words(admin_client: Client, demo_agent: Agent) -> None:
+    params = {"temperature": 0.2, "retry": {"max_attempts": 2, "on": ["timeout"]}}
+    agent_update(agent=demo_agent, actor="test-admin", via="tests", data={"model_params": params})
     version = agent_version_publish(agent=demo_agent, actor="test-admin", via="tests")
     page = admin_client.get(f"/admin/agents/agentversion/{version.pk}/change/").content.decode()
     assert "<th>System prompt</th>" in page and "<th>Max iterations</th><td>6</td>" in page
+    assert "<li>retry.max_attempts = 2</li><li>retry.on = [&quot;timeout&quot;]</li><li>temperature = 0.2</li>" in page
     assert "offline (answers from deterministic results, no network) <code>offline</code>" in page
     assert "sds-company-data · search_employee" in page and "any of these keywords:" in page
     assert "<code>sds-company-data/get_asset_status</code><br>read" in page
@@ -78,3 +81,8 @@ def test_the_diff_page_shows_changed_text_as_written(admin_client: Client, demo_
     page = admin_client.get(f"/admin/agents/agentversion/{v2.pk}/diff/").content.decode()
     assert "줄 하나\n줄 둘</pre>" in page  # its lines, not a JSON string with \n in it
     assert "&quot;줄 하나" not in page
+    # A change of type alone still reads as a change: "5" (text) and 5 (a number).
+    deterministic_rule_update(rule=rule, actor="test-admin", via="tests", data={"params": {"asset_id": "5"}})
+    v3 = agent_version_publish(agent=demo_agent, actor="test-admin", via="tests")
+    page = admin_client.get(f"/admin/agents/agentversion/{v3.pk}/diff/").content.decode()
+    assert "&quot;5&quot;</pre>" in page

@@ -84,6 +84,7 @@ def test_without_contract_arguments_the_schema_says_which_names_exist() -> None:
     assert check_args({}, {"city": "Seoul"}, input_schema=schema)[1] is None
     # A schema that lets other names through, or names none, closes nothing.
     for open_schema in (
+        {**NO_ARGUMENTS, "patternProperties": {"^x_": {}}},
         {**NO_ARGUMENTS, "additionalProperties": True},
         {"type": "object"},
         {**schema, "additionalProperties": {}},

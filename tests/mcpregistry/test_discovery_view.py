@@ -59,6 +59,14 @@ def test_the_table_masks_the_bindings_secrets_but_keeps_an_argument_called_api_k
     assert "the input schema as discovered (JSON)" in html  # folded beneath
 
 
+def test_an_odd_schema_is_shown_not_a_failure() -> None:
+    odd = {"type": "object", "properties": {"q": {"type": ["string", 3]}, "r": "text"}, "required": [["q"], "r"]}
+    rows = discovery_view.argument_rows(odd)
+    assert [(r.name, r.required) for r in rows] == [("q", False), ("r", True)]
+    assert "<code>q</code>" in str(discovery_view.arguments_table(odd))
+    assert discovery_view.server_info_text({"name": f"demo {DEMO_SECRET}"}, secrets=[DEMO_SECRET]) == "demo ***"
+
+
 def test_a_tool_without_arguments_says_so() -> None:
     html = str(discovery_view.arguments_table({"type": "object", "properties": {}}))
     assert "This tool takes no arguments." in html and "<table" not in html
