@@ -524,9 +524,12 @@ class RequestCategory(AuditedModel):
 
 def tool_argument_names(tool: McpTool, contract_args: dict[str, Any] | None = None) -> set[str]:
     """The arguments a call of ``tool`` may carry: its contract's, else its input schema's (as the gate reads
-    them, ``contracts.argument_names``); none known when the schema leaves them open."""
+    them, ``contracts.argument_names``); where the schema lets other names through too, those it declares."""
     names = argument_names(contract_args or {}, tool.input_schema)
-    return set(names) if names is not None else set()
+    if names is not None:
+        return set(names)
+    properties = (tool.input_schema or {}).get("properties") if isinstance(tool.input_schema, dict) else None
+    return set(properties) if isinstance(properties, dict) else set()
 
 
 def tool_required_arguments(tool: McpTool) -> set[str]:
