@@ -55,6 +55,8 @@ class Attempt:
     ok: bool
     reason: str
     latency_ms: float | None
+    # Named where a step's attempts went to more than one tool (the contract's fallback called by the gate).
+    tool: str = ""
 
     @property
     def reason_words(self) -> str:
@@ -77,6 +79,14 @@ class TimelineStep:
     result: str = ""
     attempts: list[Attempt] = field(default_factory=list)
     note: str = ""
+    # The arguments a row each (``name``, value as the rule editor writes it), where they are an object.
+    arg_rows: list[tuple[str, str]] | None = None
+
+    def with_args(self, value: Any) -> TimelineStep:
+        """Set the arguments: rows for an object, its JSON otherwise (nothing when there are none)."""
+        self.args = _pretty(value)
+        self.arg_rows = argument_rows(value) if self.args else None
+        return self
 
 
 def _pretty(value: Any) -> str:
@@ -99,7 +109,8 @@ def _failed_text(reason: str) -> str:
 def _call_step(step: TimelineStep, events: list[Any], *, ok_in_trace: bool | None, error: str = "") -> TimelineStep:
     """Fill a tool call's outcome, attempts and duration from its audit events (or, with none, from the trace)."""
     sent = [e for e in events if e.attempt >= 1]
-    step.attempts = [Attempt(e.attempt, e.ok, e.reason, e.latency_ms) for e in sent]
+    several = len({e.tool for e in sent}) > 1
+    step.attempts = [Attempt(e.attempt, e.ok, e.reason, e.latency_ms, e.tool if several else "") for e in sent]
     if sent:
         step.duration_ms = round(sum(e.latency_ms or 0.0 for e in sent), 2)
     if not events:
@@ -138,7 +149,7 @@ _APPROVAL_STATUS = {
 
 
 def _approval_step(approval: Approval | None, *, label: str, title: str, args: Any) -> TimelineStep:
-    step = TimelineStep(kind="approval", label=label, title=title, args=_pretty(args))
+    step = TimelineStep(kind="approval", label=label, title=title).with_args(args)
     if approval is None:
         step.status, step.status_text = "pending", gettext("pending")
         return step
@@ -175,23 +186,23 @@ def run_timeline(run: Run) -> list[TimelineStep]:
                     title=f"{entry.get('rule', '')} → {target}" if target else str(entry.get("rule", "")),
                     status="ok" if matched else "skipped",
                     status_text=gettext("matched") if matched else gettext("skipped"),
-                    args=_pretty(entry.get("params")) if matched else "",
                     note="" if matched else reason_text(str(entry.get("reason") or "")),
-                )
+                ).with_args(entry.get("params") if matched else None)
             )
         elif kind in ("deterministic_call", "flow_call"):
             step = TimelineStep(
                 kind="deterministic" if kind == "deterministic_call" else "flow",
                 label=gettext("deterministic call") if kind == "deterministic_call" else gettext("flow call"),
                 title=f"{entry.get('mcp_id', '')}.{entry.get('tool', '')}",
-                args=_pretty(entry.get("args")),
                 result=_pretty(entry.get("value")) if entry.get("ok") else "",
                 note="" if entry.get("ok") else str(entry.get("message") or ""),
-            )
+            ).with_args(entry.get("args"))
             key = f"rule:{entry.get('rule_id')}" if kind == "deterministic_call" else str(entry.get("call_id") or "")
             _call_step(step, calls.get(key, []), ok_in_trace=bool(entry.get("ok")), error=str(entry.get("error") or ""))
             if entry.get("ok") and (entry.get("fallback_for") or entry.get("memo_hit")) and step.status == "ok":
                 step.status = "degraded"
+            if entry.get("ok") and entry.get("fallback_for"):
+                step.note = gettext("from the fallback tool, because %(tool)s failed") % {"tool": entry["fallback_for"]}
             if step.duration_ms is None and entry.get("latency_ms") is not None:
                 step.duration_ms = entry.get("latency_ms")
             steps.append(step)
@@ -233,7 +244,7 @@ def run_timeline(run: Run) -> list[TimelineStep]:
             step.result = _text(entry.get("content", ""))
             events = calls.get(call_id, [])
             if events and events[0].args:
-                step.args = _pretty(events[0].args)
+                step.with_args(events[0].args)
             _call_step(step, events, ok_in_trace=None if entry.get("status") != "error" else False)
             approval = by_call.get(call_id)
             if approval is not None:

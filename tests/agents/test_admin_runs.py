@@ -223,3 +223,25 @@ def test_the_runs_list_writes_dates_as_the_run_page_and_the_audit_do(admin_clien
     local = localtime(run.created_at)  # the date above the time, each kept whole
     assert f'{local:%Y-%m-%d}</span><br><span class="cell-nowrap">{local:%H:%M:%S} KST' in page
     assert "오전" not in page and "a.m." not in page
+
+
+def test_a_runs_arguments_are_a_row_each_and_a_followed_fallback_reads_as_such(admin_client) -> None:
+    """The rule's parameters, the deterministic call's and the model's tool call's arguments a row each, as an
+    approval's; an offline run that followed the contract's fallback shows the failed call and the backup."""
+    from agents.execution import run_execute
+    from tests.conftest import bind_demo_server
+
+    server = bind_demo_server(mcp_id="broken", failure_mode="bad_schema")
+    agent = make_agent(slug="offline-recovers", servers=[server])
+    run = Run.objects.create(agent=agent, query="A-1001 자산의 현재 상태를 알려주세요.")
+    run_execute(run_id=str(run.id))
+    page = admin_client.get(f"/admin/agents/run/{run.pk}/change/").content.decode()
+    assert page.count('<table class="step-args"><tr><th><code>asset_id</code></th><td>A-1001</td></tr></table>') == 2
+    step = page[page.index(">deterministic call<") :]
+    step = step[: step.index("</li>")]
+    assert (
+        "broken.get_asset_status_backup" in step and "from the fallback tool, because get_asset_status failed" in step
+    )
+    assert "<code>get_asset_status</code>: answer of the wrong shape <code>result:shape</code>" in step
+    assert "<code>get_asset_status_backup</code>: ok" in step and "백업 스냅샷 기준" in step
+    assert 'class="step step-deterministic status-degraded"' in page
