@@ -107,7 +107,7 @@ def limits_text(prop: Any) -> str:
     return " · ".join(parts)
 
 
-def argument_rows(schema: Any, *, prefix: str = "", depth: int = 1) -> list[ArgumentRow]:
+def schema_rows(schema: Any, *, prefix: str = "", depth: int = 1) -> list[ArgumentRow]:
     """One row per argument of a tool's input schema, in the schema's order; an object argument's own
     properties follow it as ``parent.child`` rows."""
     if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
@@ -128,14 +128,14 @@ def argument_rows(schema: Any, *, prefix: str = "", depth: int = 1) -> list[Argu
             )
         )
         if depth < _MAX_DEPTH:
-            rows += argument_rows(prop, prefix=f"{prefix}{name}.", depth=depth + 1)
+            rows += schema_rows(prop, prefix=f"{prefix}{name}.", depth=depth + 1)
     return rows
 
 
 def arguments_table(schema: Any, *, secrets: Iterable[str] = ()) -> SafeString:
     """The input schema as a table (argument, type, required, what it is, limits), the JSON folded beneath."""
     masked = mask_known(schema, secrets=secrets)
-    rows = argument_rows(masked)
+    rows = schema_rows(masked)
     if not rows:
         summary = _("This tool takes no arguments.") if _declares_none(masked) else _("The schema names no arguments.")
         return format_html("<p>{}</p>{}", summary, folded_json(masked, _("the input schema as discovered (JSON)")))

@@ -35,7 +35,7 @@ SCHEMA = {
 
 
 def test_an_input_schema_reads_as_one_row_per_argument_with_its_limits_in_words() -> None:
-    rows = {row.name: row for row in discovery_view.argument_rows(SCHEMA)}
+    rows = {row.name: row for row in discovery_view.schema_rows(SCHEMA)}
     assert list(rows) == ["region", "limit", "tags", "note", "filter", "filter.owner", "api_key"]
     assert (rows["region"].type, rows["region"].required, rows["region"].description) == ("text", True, "지역")
     assert rows["region"].limits == "one of: busan, seoul"
@@ -45,7 +45,7 @@ def test_an_input_schema_reads_as_one_row_per_argument_with_its_limits_in_words(
     assert (rows["filter.owner"].required, rows["filter.owner"].limits) == (True, "matches ^[가-힣]+$")
     assert not rows["filter"].required
     with translation.override("ko"):
-        korean = {row.name: row for row in discovery_view.argument_rows(SCHEMA)}
+        korean = {row.name: row for row in discovery_view.schema_rows(SCHEMA)}
     assert (korean["tags"].type, korean["tags"].limits) == ("문자열 목록", "항목 3개 이하")
     assert korean["limit"].limits == "1 이상 · 50 이하 · 기본값: 10"
 
@@ -61,7 +61,7 @@ def test_the_table_masks_the_bindings_secrets_but_keeps_an_argument_called_api_k
 
 def test_an_odd_schema_is_shown_not_a_failure() -> None:
     odd = {"type": "object", "properties": {"q": {"type": ["string", 3]}, "r": "text"}, "required": [["q"], "r"]}
-    rows = discovery_view.argument_rows(odd)
+    rows = discovery_view.schema_rows(odd)
     assert [(r.name, r.required) for r in rows] == [("q", False), ("r", True)]
     assert "<code>q</code>" in str(discovery_view.arguments_table(odd))
     assert discovery_view.server_info_text({"name": f"demo {DEMO_SECRET}"}, secrets=[DEMO_SECRET]) == "demo ***"
