@@ -53,6 +53,7 @@ from agents.tool_selection import (
     ToolSelectionSettings,
     tool_selection_settings,
 )
+from agents.tools import ToolFailure
 from audit.masking import mask_text, mask_value, register_secrets
 from mcpregistry import gate
 from mcpregistry.contracts import schema_with_contract
@@ -736,7 +737,7 @@ def _execute_flow(
             raise FlowParked(result.approval_id)
         if result.ok:
             return result.value
-        return {"ok": False, "error": result.error, "message": result.message}
+        return ToolFailure(ok=False, error=result.error, message=result.message)
 
     settings = FlowSettings(
         run_id=plan.run_id,

@@ -72,6 +72,13 @@ def load_code_rule(path: str) -> tuple[RuleFunction, str]:
     return fn, mcp_id
 
 
+class ToolFailure(dict[str, Any]):
+    """What ``MCPHandle.call`` returns for a failed call: ``{"ok": False, "error": <reason>, "message": ...}``, a
+    dict as the seed's flows read it, and a type of its own, so that a tool whose answer is itself ``{"ok":
+    false, ...}`` is not taken for a failure. Test with ``isinstance(result, ToolFailure)``
+    (``agents.flows.common.failed``)."""
+
+
 class MCPHandle:
     """A flow's door to its MCP tools. Declare one at module level; bind it when the graph is built."""
 
@@ -91,8 +98,8 @@ class MCPHandle:
         self.mcp_id = mcp_id or (mcp_ids[0] if mcp_ids else None)
 
     async def call(self, tool_name: str, params: dict[str, Any] | None = None, *, mcp_id: str | None = None) -> Any:
-        """Call a tool through the gate. Returns its result (a dict or a string); a failure is returned as
-        ``{"ok": False, "error": <reason>, "message": ...}``, never raised."""
+        """Call a tool through the gate. Returns its result (a dict or a string); a failure is returned as a
+        ``ToolFailure`` (``{"ok": False, "error": <reason>, "message": ...}``), never raised."""
         if self._caller is None:
             raise RuntimeError("MCPHandle.call before bind_registry")
         target = mcp_id or self.mcp_id

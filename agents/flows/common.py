@@ -8,6 +8,8 @@ from typing import Any, TypedDict
 
 from django.conf import settings as django_settings
 
+from agents.tools import ToolFailure
+
 NAME = re.compile(r"([가-힣]{2,4})\s*님")
 TEAM = re.compile(r"([가-힣A-Za-z]+팀)")
 
@@ -44,7 +46,8 @@ def team_in(query: str) -> str | None:
 
 
 def failed(result: Any) -> bool:
-    return isinstance(result, dict) and result.get("ok") is False
+    """Whether ``MCPHandle.call`` failed (a tool's own answer ``{"ok": false}`` is an answer, not a failure)."""
+    return isinstance(result, ToolFailure)
 
 
 def as_data(result: Any) -> Any:
