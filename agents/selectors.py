@@ -163,16 +163,21 @@ def tool_name_conflicts(servers: list[McpServer]) -> dict[str, list[str]]:
 
 
 def deterministic_rule_specs(*, agent: Agent, server_ids: list[Any] | None = None) -> list[RuleSpec]:
-    """The enabled rules a run of ``agent`` evaluates, in order: its own, and the global ones for its servers
-    (admin rules) or for any server (code rules, whose ``mcp_id`` the stage checks). ``server_ids``: the agent's
-    servers' ids where the caller has them already (one query fewer)."""
+    """The enabled rules a run of ``agent`` evaluates, in order: its own, and the global ones for its servers: an
+    admin rule's server, a code rule's ``@deterministic_tool(mcp_id=...)`` (a global code rule whose function does
+    not load is kept: the stage reports it). An agent's own code rule for a server it does not bind stays, and
+    fails as seed 000 says (``mcp:not_loaded``). ``server_ids``: the agent's servers' ids where the caller has
+    them already (one query fewer)."""
     bound = list(agent.servers.values_list("pk", flat=True)) if server_ids is None else server_ids
-    rules = (
+    rules = list(
         DeterministicRule.objects.filter(enabled=True)
         .filter(Q(agent=agent) | Q(agent__isnull=True, server__in=bound) | Q(agent__isnull=True, code__gt=""))
         .select_related("server")
         .order_by("order", "id")
     )
+    if any(r.agent_id is None and r.code for r in rules):
+        bound_ids = set(McpServer.objects.filter(pk__in=bound).values_list("mcp_id", flat=True))
+        rules = [r for r in rules if r.agent_id is not None or not r.code or _routes_to(r.code, bound_ids)]
     return [
         RuleSpec(
             rule_id=r.pk,
@@ -227,3 +232,14 @@ def agent_skills(*, agent: Agent) -> list[dict[str, Any]]:
                     }
                 )
     return skills
+
+
+def _routes_to(path: str, mcp_ids: set[str]) -> bool:
+    """Whether a global code rule's function routes to one of ``mcp_ids``; True when it does not load (the stage
+    reports that)."""
+    from agents.tools import CodeRuleError, load_code_rule
+
+    try:
+        return load_code_rule(path)[1] in mcp_ids
+    except CodeRuleError:
+        return True

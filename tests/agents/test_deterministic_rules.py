@@ -236,6 +236,24 @@ def test_an_unbound_mcp_id_is_reported_as_not_loaded(seed_agent) -> None:
 
 
 @pytest.mark.django_db
+def test_a_global_code_rule_goes_to_the_agents_that_bind_its_server_as_a_global_admin_rule_does(seed_agent) -> None:
+    """A global code rule (no agent) for order-service is evaluated by the agent binding order-service; an agent
+    without it does not evaluate it (it used to fail every such run as mcp:not_loaded); one whose function does
+    not load still goes to everyone, and fails, so it is seen."""
+    from agents.selectors import deterministic_rule_specs
+
+    DeterministicRule.objects.create(agent=None, name="orders", code="tests.example_rules.route_order_lookup")
+    other = make_agent(slug="demo-only", servers=[bind_demo_server()], with_demo_rules=False)
+    assert [r.name for r in deterministic_rule_specs(agent=seed_agent)] == ["orders"]
+    assert deterministic_rule_specs(agent=other) == []
+    result = run(other, "주문 ORD-1 조회해줘")
+    assert (result.status, [s for s in result.messages if s["type"] == "rule"]) == ("succeeded", [])
+    assert run(seed_agent, "주문 ORD-1 조회해줘").deterministic_results[0]["tool"] == "get_order"
+    DeterministicRule.objects.create(agent=None, name="broken", code="tests.example_rules.nope")
+    assert [r.name for r in deterministic_rule_specs(agent=other)] == ["broken"]
+
+
+@pytest.mark.django_db
 def test_none_is_a_skip_not_an_error(seed_agent) -> None:
     code_rules(seed_agent, "route_order_lookup")
     result = run(seed_agent, "날씨 어때?")
