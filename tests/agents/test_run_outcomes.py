@@ -89,3 +89,17 @@ def test_the_text_when_no_rule_matched_is_the_agents_own(demo_server) -> None:
 def test_without_its_own_text_no_demo_topics_are_named() -> None:
     text = no_rule_matched_text(agent_text="", language="ko")
     assert text and "직원" not in text and "자산" not in text
+
+
+def test_run_query_says_which_call_a_fallback_stood_in_for(db) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    make_agent(slug="offline-cli", servers=[bind_demo_server(mcp_id="assets-cli", failure_mode="bad_schema")])
+    out = StringIO()
+    call_command("run_query", "offline-cli", ASSET_QUESTION, "--inline", stdout=out)
+    text = out.getvalue()
+    assert "A-1001: 사용중" in text
+    assert 'deterministic get_asset_status_backup({"asset_id": "A-1001"}) ok=True' in text
+    assert "(fallback for get_asset_status, which failed)" in text

@@ -108,6 +108,11 @@ class Command(BaseCommand):
                         "ok": step["ok"],
                         "error": step.get("error") or "",
                     }
+                    + (
+                        " " + _("(fallback for %(tool)s, which failed)") % {"tool": step["fallback_for"]}
+                        if step.get("fallback_for")
+                        else ""
+                    )
                 )
             elif kind == "ai":
                 for call in step.get("tool_calls") or []:
