@@ -192,8 +192,8 @@ class GateCall:
     # the stored ones (a tool the version did not know keeps its stored contract).
     contracts: Mapping[str, ToolContract] | None = None
     audit_sink: AuditSink | None = None
-    # No model reads a suggestion (an offline run, or the rule tester trying an offline agent's rules): a fallback
-    # tool the contract suggests is called here, as with the ``call`` policy.
+    # No model reads a suggestion (an offline run, or the rule tester trying an offline agent's rules): a read
+    # tool's fallback the contract suggests is called here, as with the ``call`` policy.
     follow_fallback: bool = False
 
 
@@ -513,7 +513,9 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         return this.finish()
     fallback = contract.fallback_tool
     if fallback and fallback != tool_name and fallback_depth == 0 and reason not in {"circuit:open"}:
-        if contract.fallback_policy == ToolContract.FallbackPolicy.CALL or who.follow_fallback:
+        # Where no model reads the suggestion, a read tool's fallback is called here (a write's never implicitly).
+        follow = who.follow_fallback and contract.risk == ToolContract.Risk.READ
+        if contract.fallback_policy == ToolContract.FallbackPolicy.CALL or follow:
             backup = call(server=server, tool_name=fallback, args=args, who=who, _fallback_depth=1)
             if backup.ok:
                 backup.fallback_for = tool_name

@@ -169,6 +169,35 @@ def test_a_failed_local_tool_can_fall_back_to_another_local_tool(local) -> None:
     assert (result.ok, result.value, result.tool, result.fallback_for) == (True, "PLAN B", "shout", "flaky_shout")
 
 
+def test_where_no_model_reads_a_suggestion_a_read_tools_fallback_is_called_a_writes_never(local) -> None:
+    contract(local, "flaky_shout", fallback_tool="shout")  # the policy stays "suggest"
+    result = call(local, "flaky_shout", {"text": "plan b"}, follow_fallback=True)
+    assert (result.ok, result.value, result.fallback_for) == (True, "PLAN B", "flaky_shout")
+
+
+def test_an_offline_runs_approved_write_that_fails_never_calls_its_fallback_implicitly(local) -> None:
+    """A write's fallback might do the write again: where no model reads the suggestion, it is not followed."""
+    from agents.approvals import approval_decide
+    from agents.execution import run_execute
+    from agents.models import DeterministicRule, Run
+    from tests.conftest import make_agent
+
+    contract(local, "flaky_shout", fallback_tool="shout", risk="write")
+    agent = make_agent(slug="offline-writer", servers=[local], with_demo_rules=False)
+    DeterministicRule.objects.create(
+        agent=agent, name="외치기", server=local, tool_name="flaky_shout", params={"text": "{query}"}
+    )
+    run = Run.objects.create(agent=agent, query="plan c")
+    run_execute(run_id=str(run.id))
+    approval = Run.objects.get(pk=run.pk).approvals.get()
+    approval_decide(run=run, approval_id=str(approval.pk), decision="approve", actor="reviewer")
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert fixtures.EXECUTED["flaky_shout"] == [{"text": "plan c"}]
+    assert "shout" not in fixtures.EXECUTED
+    assert (run.status, run.error_code) == (Run.Status.FAILED, "deterministic:tool_failed")
+
+
 @pytest.fixture
 def eager_tasks():  # type: ignore[no-untyped-def]
     celery_app.conf.task_always_eager = True
