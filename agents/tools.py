@@ -61,8 +61,8 @@ def load_code_rule(path: str) -> tuple[RuleFunction, str]:
         raise CodeRuleError(f"'{path}' is not a dotted path (package.module.function)")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise CodeRuleError(f"cannot import '{module_name}': {exc}") from exc
+    except Exception as exc:  # ImportError, or whatever the module raises as it loads (SyntaxError, NameError…)
+        raise CodeRuleError(f"cannot import '{module_name}': {type(exc).__name__}: {exc}") from exc
     fn = getattr(module, attribute, None)
     if fn is None or not callable(fn):
         raise CodeRuleError(f"'{module_name}' has no function '{attribute}'")

@@ -513,8 +513,9 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         return this.finish()
     fallback = contract.fallback_tool
     if fallback and fallback != tool_name and fallback_depth == 0 and reason not in {"circuit:open"}:
-        # Where no model reads the suggestion, a read tool's fallback is called here (a write's never implicitly).
-        follow = who.follow_fallback and contract.risk == ToolContract.Risk.READ
+        # Where no model reads the suggestion, a read tool's fallback is called here if it only reads too: a write
+        # is never done implicitly (nor asked of a person nobody would tell).
+        follow = who.follow_fallback and contract.risk == ToolContract.Risk.READ and _reads(who, server, fallback)
         if contract.fallback_policy == ToolContract.FallbackPolicy.CALL or follow:
             backup = call(server=server, tool_name=fallback, args=args, who=who, _fallback_depth=1)
             if backup.ok:
@@ -770,6 +771,12 @@ def _argument_message(tool: str, verdict: Verdict) -> str:
         "detail": verdict.detail,
         "reason": verdict.reason,
     }
+
+
+def _reads(who: GateCall, server: McpServer, tool_name: str) -> bool:
+    """Whether ``tool_name`` is a tool of ``server`` whose contract (as this call applies it) only reads."""
+    tool = next((t for t in server.tools.all() if t.name == tool_name), None)
+    return tool is not None and _contract_for(who, server, tool).risk == ToolContract.Risk.READ
 
 
 def _write_answer_unreadable_message(tool: str, reason: str, detail: str, secrets: list[str]) -> str:

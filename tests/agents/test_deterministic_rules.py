@@ -251,6 +251,12 @@ def test_a_global_code_rule_goes_to_the_agents_that_bind_its_server_as_a_global_
     assert run(seed_agent, "주문 ORD-1 조회해줘").deterministic_results[0]["tool"] == "get_order"
     DeterministicRule.objects.create(agent=None, name="broken", code="tests.example_rules.nope")
     assert [r.name for r in deterministic_rule_specs(agent=other)] == ["broken"]
+    # A module that raises as it loads is a broken rule too, not an error of the page that lists the rules.
+    DeterministicRule.objects.filter(name="broken").update(code="tests.broken_rules_module.route")
+    assert [r.name for r in deterministic_rule_specs(agent=other)] == ["broken"]
+    failed = run(other, "주문 조회")
+    assert (failed.status, failed.error_code) == ("failed", "deterministic:rule_error")
+    assert "RuntimeError: this rules module is broken" in failed.error_message
 
 
 @pytest.mark.django_db

@@ -175,6 +175,15 @@ def test_where_no_model_reads_a_suggestion_a_read_tools_fallback_is_called_a_wri
     assert (result.ok, result.value, result.fallback_for) == (True, "PLAN B", "flaky_shout")
 
 
+def test_where_no_model_reads_a_suggestion_a_fallback_that_writes_is_not_called(local) -> None:
+    contract(local, "flaky_shout", fallback_tool="shout")
+    contract(local, "shout", risk="write")
+    result = call(local, "flaky_shout", {"text": "plan d"}, follow_fallback=True)
+    assert (result.ok, result.error) == (False, "tool:error")
+    assert "use the fallback tool 'shout'" in result.message  # suggested, as to a model; not done
+    assert events("shout") == []  # not even asked for (no approval left behind)
+
+
 def test_an_offline_runs_approved_write_that_fails_never_calls_its_fallback_implicitly(local) -> None:
     """A write's fallback might do the write again: where no model reads the suggestion, it is not followed."""
     from agents.approvals import approval_decide
