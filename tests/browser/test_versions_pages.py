@@ -133,7 +133,12 @@ def test_the_versions_arms_and_shadow_pages_render_in_english_and_korean(
     no_horizontal_overflow(browser)
 
     v2 = AgentVersion.objects.get(agent=experiment, number=2)
-    text = page(browser, f"/admin/agents/agentversion/{v2.pk}/change/", f"version-content-{language}")
+    text = page(
+        browser,
+        f"/admin/agents/agentversion/{v2.pk}/change/",
+        f"version-content-{language}",
+        readme="version-content" if english else "",
+    )
     for shown in expected["version"]:
         assert shown in text, shown
     assert "{result.asset_id} 상태: {result.status}" in text
