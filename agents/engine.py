@@ -246,7 +246,9 @@ def execute(plan: RunPlan) -> RunOutcome:
             writes_blocked=not live,
             write_sandbox=plan.write_sandbox,
             contracts=plan.frozen_contracts,
-            follow_fallback=plan.provider == "offline",
+            # No model reads the deterministic stage's suggestions in an offline run; a flow's code reads its
+            # failures itself (``ToolFailure``) and decides.
+            follow_fallback=plan.provider == "offline" and source == "deterministic",
         )
 
     t0 = time.perf_counter()

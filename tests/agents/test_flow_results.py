@@ -15,7 +15,7 @@ from agents.execution import run_execute
 from agents.flows.common import FlowState, failed
 from agents.models import Agent, Run
 from agents.tools import MCPHandle, ToolFailure
-from mcpregistry.models import McpServer
+from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import get_default_pool
 from tests.conftest import discover_as_admin, make_agent
 
@@ -27,9 +27,11 @@ mcp = MCPHandle()
 async def judge(state: FlowState) -> dict[str, Any]:
     answer = await mcp.call("echo", params={"text": '{"ok": false, "note": "재고 없음"}'})
     refused = await mcp.call("echo", params={"text": 7})
+    first = await mcp.call("flaky", params={"key": "k"})  # its contract names a fallback: the flow decides
     return {
         "output": f"answer: {'failed' if failed(answer) else answer['note']}; "
-        f"refused: {refused['error'] if failed(refused) else 'answered'}"
+        f"refused: {refused['error'] if failed(refused) else 'answered'}; "
+        f"flaky: {first['error'] if failed(first) else first}"
     }
 
 
@@ -59,7 +61,10 @@ def test_a_flow_tells_a_tools_ok_false_answer_from_a_failed_call(settings: Any) 
         session_scope="shared",
     )
     assert discover_as_admin(server=server).ok
-    agent = make_agent(slug="flow-probe", servers=[server], with_demo_rules=False)
+    ToolContract.objects.filter(tool__server=server, tool__name="flaky").update(
+        fallback_tool="count_calls", risk="read", retry={"max_attempts": 1}
+    )
+    agent = make_agent(slug="flow-probe", servers=[server], with_demo_rules=False)  # offline
     Agent.objects.filter(pk=agent.pk).update(mode="flow", flow_graph=f"{__name__}.build_graph")
     run = Run.objects.create(agent=agent, query="재고?")
     try:
@@ -68,4 +73,4 @@ def test_a_flow_tells_a_tools_ok_false_answer_from_a_failed_call(settings: Any) 
         get_default_pool().close("flow-probe")
     run.refresh_from_db()
     assert run.status == Run.Status.SUCCEEDED, (run.error_code, run.error_message)
-    assert run.answer == "answer: 재고 없음; refused: args:type:text"
+    assert run.answer == "answer: 재고 없음; refused: args:type:text; flaky: tool:error"
