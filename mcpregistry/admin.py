@@ -25,6 +25,8 @@ from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from mcpregistry import discovery_view
 from mcpregistry.binding_policy import readable_variables_text
 from mcpregistry.contract_form import ToolContractForm
+from mcpregistry.contracts import schema_with_contract
+from mcpregistry.gate_records import contract_of
 from mcpregistry.list_fields import TextListField
 from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract
 from mcpregistry.services import (
@@ -580,6 +582,7 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
         "name",
         "description",
         "schema_pretty",
+        "model_view",
         "annotations_pretty",
         "available",
         "review_diff",
@@ -597,6 +600,7 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
         "schema_error",
         "description",
         "schema_pretty",
+        "model_view",
         "annotations_pretty",
         "discovered_at",
     ]
@@ -625,6 +629,18 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
     @admin.display(description=_("input schema"))
     def schema_pretty(self, obj: McpTool) -> str:
         return discovery_view.arguments_table(obj.input_schema, secrets=obj.server.secret_values())
+
+    @admin.display(description=_("as the model is shown it"))
+    def model_view(self, obj: McpTool) -> str:
+        """The arguments as a model is told of them: the schema with this contract's limits written in
+        (``contracts.schema_with_contract``, as ``agents.engine.tool_specs`` builds it), so an admin sees that a
+        limit set below reaches the model before the gate refuses a call for it."""
+        if obj.schema_error:
+            return str(_("Not offered to a model: the schema is unusable."))
+        shown = schema_with_contract(obj.input_schema, contract_of(obj).args)
+        return discovery_view.arguments_table(
+            shown, secrets=obj.server.secret_values(), folded=_("the schema the model is sent (JSON)")
+        )
 
     @admin.display(description=_("annotations (hints from the server, not trusted)"))
     def annotations_pretty(self, obj: McpTool) -> str:

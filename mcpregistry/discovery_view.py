@@ -132,13 +132,15 @@ def schema_rows(schema: Any, *, prefix: str = "", depth: int = 1) -> list[Argume
     return rows
 
 
-def arguments_table(schema: Any, *, secrets: Iterable[str] = ()) -> SafeString:
-    """The input schema as a table (argument, type, required, what it is, limits), the JSON folded beneath."""
+def arguments_table(schema: Any, *, secrets: Iterable[str] = (), folded: str = "") -> SafeString:
+    """The input schema as a table (argument, type, required, what it is, limits), the JSON folded beneath
+    (under ``folded``, or "the input schema as discovered")."""
     masked = mask_known(schema, secrets=secrets)
     rows = schema_rows(masked)
+    folded = folded or _("the input schema as discovered (JSON)")
     if not rows:
         summary = _("This tool takes no arguments.") if _declares_none(masked) else _("The schema names no arguments.")
-        return format_html("<p>{}</p>{}", summary, folded_json(masked, _("the input schema as discovered (JSON)")))
+        return format_html("<p>{}</p>{}", summary, folded_json(masked, folded))
     body = format_html_join(
         "",
         "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -153,7 +155,7 @@ def arguments_table(schema: Any, *, secrets: Iterable[str] = ()) -> SafeString:
         _("what it is"),
         _("limits"),
         body,
-        folded_json(masked, _("the input schema as discovered (JSON)")),
+        folded_json(masked, folded),
     )
 
 

@@ -12,7 +12,7 @@ from django.test import Client
 from django.utils import translation
 
 from mcpregistry import discovery_view
-from mcpregistry.models import McpServer, McpTool
+from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.pool import get_default_pool
 from tests.conftest import DEMO_SECRET, bind_demo_server, discover_as_admin
 
@@ -98,6 +98,25 @@ def test_the_tool_page_shows_the_arguments_table_and_the_annotations_in_words(ad
     ping = McpTool.objects.get(server=server, name="ping")
     page = admin_client.get(f"/admin/mcpregistry/mcptool/{ping.pk}/change/", HTTP_ACCEPT_LANGUAGE="ko").content
     assert "인자가 없는 도구입니다." in page.decode()
+
+
+@pytest.mark.django_db
+def test_the_tool_page_shows_the_arguments_as_the_model_is_shown_them_with_the_contracts_limits(
+    admin_client: Client,
+) -> None:
+    server = bind_demo_server(mcp_id="limits")
+    tool = McpTool.objects.get(server=server, name="get_asset_status")
+    ToolContract.objects.filter(tool=tool).update(
+        args={"asset_id": {"type": "str", "required": True, "allowed": ["A-1001", "A-1002"], "max_length": 6}}
+    )
+    page = admin_client.get(f"/admin/mcpregistry/mcptool/{tool.pk}/change/").content.decode()
+    discovered, shown = page.split("As the model is shown it", 1)
+    assert "one of: A-1001, A-1002" not in discovered  # the server's schema says nothing of it
+    assert "<td>one of: A-1001, A-1002 · at most 6 characters</td>" in shown
+    assert "the schema the model is sent (JSON)" in shown
+    McpTool.objects.filter(pk=tool.pk).update(schema_error="the input schema is not a JSON object")
+    page = admin_client.get(f"/admin/mcpregistry/mcptool/{tool.pk}/change/").content.decode()
+    assert "Not offered to a model: the schema is unusable." in page
 
 
 @pytest.mark.django_db
