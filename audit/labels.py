@@ -25,6 +25,7 @@ from audit.changes import CONFIG_ACTION_PREFIX
 
 _ACTIONS: dict[str, Callable[[], str]] = {
     "tool.call": lambda: pgettext("audit action", "tool call"),
+    "tool.fallback": lambda: pgettext("audit action", "handed to the fallback tool"),
     "rule.decision": lambda: pgettext("audit action", "rule decision"),
     "resource.read": lambda: pgettext("audit action", "resource read"),
     "prompt.get": lambda: pgettext("audit action", "prompt fetched"),

@@ -20,7 +20,8 @@ For each call, in order:
    contract's ``returns.max_chars``), so an oversized result never reaches the model, the run or the API, and
    the audit keeps a short masked excerpt of it; then ``result:shape|empty|too_big|range``. A failure may go to
    the contract's fallback tool, suggested to the model or called here;
-7. write one masked audit event per attempt (and for a memo hit, a refusal or a fallback); a read tool's go to
+7. write one masked audit event per attempt (and for a memo hit, a refusal, or a fallback the gate calls:
+   ``tool.fallback``, why the next call happens); a read tool's go to
    the caller's audit sink where it has one (``GateCall.audit_sink``: the deterministic stage writes them with
    its next records), the others are written at once, after whatever the sink held;
 8. return a ``ToolResult``; never raise. To a model, a failure is a message that says what went wrong and what
@@ -517,6 +518,15 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         # is never done implicitly (nor asked of a person nobody would tell).
         follow = who.follow_fallback and contract.risk == ToolContract.Risk.READ and _reads(who, server, fallback)
         if contract.fallback_policy == ToolContract.FallbackPolicy.CALL or follow:
+            # Why the next call happens, for the record: this tool failed for ``reason`` and the gate hands over.
+            this.audit(
+                ok=False,
+                reason=reason,
+                result={"fallback_tool": fallback, "policy": "call" if not follow else "no_model"},
+                attempt=0,
+                latency_ms=None,
+                action="tool.fallback",
+            )
             backup = call(server=server, tool_name=fallback, args=args, who=who, _fallback_depth=1)
             if backup.ok:
                 backup.fallback_for = tool_name

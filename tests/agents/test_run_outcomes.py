@@ -38,11 +38,13 @@ def test_offline_a_run_follows_the_fallback_its_contract_suggests_since_no_model
         "get_asset_status_backup",
         "get_asset_status",
     )
-    calls = AuditEvent.objects.filter(run_id=run.id, action="tool.call").order_by("id")
-    assert list(calls.values_list("tool", "ok", "reason")) == [
-        ("get_asset_status", False, "result:shape"),
-        ("get_asset_status_backup", True, ""),
+    calls = AuditEvent.objects.filter(run_id=run.id, action__startswith="tool.").order_by("id")
+    assert list(calls.values_list("action", "tool", "ok", "reason")) == [
+        ("tool.call", "get_asset_status", False, "result:shape"),
+        ("tool.fallback", "get_asset_status", False, "result:shape"),
+        ("tool.call", "get_asset_status_backup", True, ""),
     ]
+    assert calls[1].result == {"fallback_tool": "get_asset_status_backup", "policy": "no_model"}
 
 
 def test_offline_a_run_whose_calls_all_failed_fails_with_the_calls_codes_in_the_trace(db) -> None:

@@ -19,6 +19,8 @@ from audit.services import audit_event_record
         ("en", "tool.call", "tool call"),
         ("ko", "tool.call", "도구 호출"),
         ("ko", "rule.decision", "규칙 판정"),
+        ("en", "tool.fallback", "handed to the fallback tool"),
+        ("ko", "tool.fallback", "대체 도구로 넘김"),
         ("en", "config.tool_contract.update", "tool contract changed"),
         ("ko", "config.tool_contract.update", "도구 계약 변경"),
         ("ko", "config.api_key.revoke", "API 키 폐기"),

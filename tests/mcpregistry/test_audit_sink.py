@@ -116,9 +116,14 @@ def test_a_write_fallback_flushes_the_failed_read_attempts_before_its_own_events
     contract(local, "explode", fallback_tool="send_notice", fallback_policy="call", args={})
     sink = Sink()
     call(local, "explode", {"reason": "x"}, sink=sink)
-    assert sink.steps == ["add tool.call tool:error", "flush 1"]
-    # The write tool refuses the read tool's arguments: its own refusal, written after the read's attempt.
-    assert [(r[3], r[8]) for r in rows()] == [("explode", "tool:error"), ("send_notice", "args:unknown:reason")]
+    assert sink.steps == ["add tool.call tool:error", "add tool.fallback tool:error", "flush 2"]
+    # The write tool refuses the read tool's arguments: its own refusal, written after the read's attempt and
+    # the hand-over (why the write tool was called at all).
+    assert [(r[3], r[8]) for r in rows()] == [
+        ("explode", "tool:error"),
+        ("explode", "tool:error"),
+        ("send_notice", "args:unknown:reason"),
+    ]
 
 
 def test_a_refusal_of_a_models_call_is_written_after_what_the_sink_holds(local) -> None:

@@ -173,6 +173,16 @@ def test_the_gate_can_call_the_fallback_itself(db) -> None:
     assert result.fallback_for == "get_asset_status"
     assert "백업 스냅샷 기준" in result.for_model()
     assert events("get_asset_status_backup") == [(True, "", 1)]
+    # The record says why the backup was called: the first tool's failure, handed over by the contract's policy.
+    handed = AuditEvent.objects.get(action="tool.fallback")
+    assert (handed.tool, handed.ok, handed.reason, handed.attempt) == ("get_asset_status", False, "result:shape", 0)
+    assert handed.result == {"fallback_tool": "get_asset_status_backup", "policy": "call"}
+    calls = AuditEvent.objects.filter(action__startswith="tool.").order_by("id").values_list("action", "tool")
+    assert list(calls) == [
+        ("tool.call", "get_asset_status"),
+        ("tool.fallback", "get_asset_status"),
+        ("tool.call", "get_asset_status_backup"),
+    ]
 
 
 def test_a_fallback_the_gate_called_that_failed_too_is_not_suggested_again(db) -> None:
