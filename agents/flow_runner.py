@@ -8,7 +8,6 @@ from the ReAct loop and the deterministic stage.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import logging
@@ -19,7 +18,7 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 
 from agents.errors import MUST_PROPAGATE
-from agents.tools import CodeRuleError
+from agents.tools import CodeRuleError, import_user_module
 
 logger = logging.getLogger(__name__)
 
@@ -64,9 +63,11 @@ class FlowParked(Exception):
 def load_flow_builder(path: str) -> Callable[[FlowSettings], Any]:
     """The function ``path`` names. Raises ``CodeRuleError`` when it cannot be imported or is not callable."""
     module_name, _, attribute = path.rpartition(".")
+    if not module_name:
+        raise CodeRuleError(f"flow graph '{path}' cannot be loaded: not a dotted path (package.module.function)")
     try:
-        builder = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError, ValueError) as exc:
+        builder = getattr(import_user_module(module_name), attribute)
+    except (CodeRuleError, AttributeError) as exc:
         raise CodeRuleError(f"flow graph '{path}' cannot be loaded: {exc}") from exc
     if not callable(builder):
         raise CodeRuleError(f"flow graph '{path}' is not a function")

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from langchain_core.tools import BaseTool
 
-from agents.errors import MCP_NOT_LOADED
+from agents.errors import MCP_NOT_LOADED, MUST_PROPAGATE
+
+logger = logging.getLogger(__name__)
 
 RuleFunction = Callable[["DeterministicContext"], dict[str, Any] | None]
 F = TypeVar("F", bound=RuleFunction)
@@ -54,15 +57,27 @@ class CodeRuleError(ValueError):
     """A code rule's dotted path does not name a usable ``@deterministic_tool`` function."""
 
 
+def import_user_module(module_name: str) -> Any:
+    """Import a rules or flow module. Raises ``CodeRuleError`` when it cannot be found, or when it raises as it
+    loads: then only the exception's type is told (its text, which may quote a setting, goes to the log, masked),
+    as for a rule that raises when it runs. The errors a run must not swallow (``MUST_PROPAGATE``) propagate."""
+    try:
+        return importlib.import_module(module_name)
+    except MUST_PROPAGATE:
+        raise
+    except ImportError as exc:
+        raise CodeRuleError(f"cannot import '{module_name}': {exc}") from exc
+    except Exception as exc:
+        logger.warning("module %s raised as it loaded", module_name, exc_info=True)
+        raise CodeRuleError(f"cannot import '{module_name}': it raised {type(exc).__name__} as it loaded") from exc
+
+
 def load_code_rule(path: str) -> tuple[RuleFunction, str]:
     """Import ``package.module.function`` and return it with its ``mcp_id``. Raises CodeRuleError."""
     module_name, _, attribute = path.rpartition(".")
     if not module_name:
         raise CodeRuleError(f"'{path}' is not a dotted path (package.module.function)")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # ImportError, or whatever the module raises as it loads (SyntaxError, NameError…)
-        raise CodeRuleError(f"cannot import '{module_name}': {type(exc).__name__}: {exc}") from exc
+    module = import_user_module(module_name)
     fn = getattr(module, attribute, None)
     if fn is None or not callable(fn):
         raise CodeRuleError(f"'{module_name}' has no function '{attribute}'")

@@ -638,8 +638,25 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
         if obj.schema_error:
             return str(_("Not offered to a model: the schema is unusable."))
         shown = schema_with_contract(obj.input_schema, contract_of(obj).args)
-        return discovery_view.arguments_table(
-            shown, secrets=obj.server.secret_values(), folded=_("the schema the model is sent (JSON)")
+        return format_html(
+            "<p>{}</p>{}",
+            format_html(
+                "{} <code>{}</code>. {}{}",
+                _("Named"),
+                obj.exposed_name,
+                _("Runs of a published version are shown the contract it froze; this is the contract as saved."),
+                ""
+                if obj.callable
+                else format_html(
+                    " <b>{}</b>",
+                    _(
+                        "Not offered to a model now: the tool is disabled, gone from its server or waiting for a review."
+                    ),
+                ),
+            ),
+            discovery_view.arguments_table(
+                shown, secrets=obj.server.secret_values(), folded=_("the schema the model is sent (JSON)")
+            ),
         )
 
     @admin.display(description=_("annotations (hints from the server, not trusted)"))

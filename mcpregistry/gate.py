@@ -517,12 +517,13 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         # Where no model reads the suggestion, a read tool's fallback is called here if it only reads too: a write
         # is never done implicitly (nor asked of a person nobody would tell).
         follow = who.follow_fallback and contract.risk == ToolContract.Risk.READ and _reads(who, server, fallback)
-        if contract.fallback_policy == ToolContract.FallbackPolicy.CALL or follow:
+        calls_it = contract.fallback_policy == ToolContract.FallbackPolicy.CALL
+        if calls_it or follow:
             # Why the next call happens, for the record: this tool failed for ``reason`` and the gate hands over.
             this.audit(
                 ok=False,
                 reason=reason,
-                result={"fallback_tool": fallback, "policy": "call" if not follow else "no_model"},
+                result={"fallback_tool": fallback, "policy": "call" if calls_it else "no_model"},
                 attempt=0,
                 latency_ms=None,
                 action="tool.fallback",

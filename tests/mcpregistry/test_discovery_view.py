@@ -113,7 +113,11 @@ def test_the_tool_page_shows_the_arguments_as_the_model_is_shown_them_with_the_c
     discovered, shown = page.split("As the model is shown it", 1)
     assert "one of: A-1001, A-1002" not in discovered  # the server's schema says nothing of it
     assert "<td>one of: A-1001, A-1002 · at most 6 characters</td>" in shown
-    assert "the schema the model is sent (JSON)" in shown
+    assert "the schema the model is sent (JSON)" in shown and "Named <code>get_asset_status</code>." in shown
+    assert "Not offered to a model now" not in shown
+    McpTool.objects.filter(pk=tool.pk).update(enabled=False)
+    page = admin_client.get(f"/admin/mcpregistry/mcptool/{tool.pk}/change/").content.decode()
+    assert "Not offered to a model now: the tool is disabled" in page
     McpTool.objects.filter(pk=tool.pk).update(schema_error="the input schema is not a JSON object")
     page = admin_client.get(f"/admin/mcpregistry/mcptool/{tool.pk}/change/").content.decode()
     assert "Not offered to a model: the schema is unusable." in page
