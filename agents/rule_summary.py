@@ -27,11 +27,16 @@ def _words(value: Any) -> str:
     return ", ".join(map(str, value)) if isinstance(value, list) else value_text(value)
 
 
-def _lines(lines: list[tuple[str, Any]]) -> SafeString:
-    return format_html(
-        '<ul class="rule-summary">{}</ul>',
-        format_html_join("", '<li><span class="rule-summary-key">{}</span> {}</li>', lines),
+def summary_lines(lines: list[tuple[str, Any]]) -> SafeString:
+    """``(label, text)`` pairs as the summaries' list, a line each: the label quiet, then the text (a line without
+    a label is the text alone)."""
+    items = (
+        format_html('<li><span class="rule-summary-key">{}</span> {}</li>', key, text)
+        if key
+        else format_html("<li>{}</li>", text)
+        for key, text in lines
     )
+    return format_html('<ul class="rule-summary">{}</ul>', format_html_join("", "{}", ((item,) for item in items)))
 
 
 def target_html(rule: DeterministicRule | RuleSpec) -> SafeString:
@@ -68,7 +73,7 @@ def conditions_html(rule: DeterministicRule | RuleSpec) -> SafeString:
         return format_html('<span class="rule-summary-key">{}</span>', gettext("decided by the code rule"))
     if not lines:
         return format_html('<span class="rule-summary-key">{}</span>', gettext("always (no condition)"))
-    return _lines(lines)
+    return summary_lines(lines)
 
 
 def parameters_html(rule: DeterministicRule | RuleSpec) -> SafeString:
@@ -85,4 +90,4 @@ def parameters_html(rule: DeterministicRule | RuleSpec) -> SafeString:
         lines.append((gettext("the model's first tool:"), rule.force_first_tool))
     if not lines:
         return format_html('<span class="rule-summary-key">{}</span>', "—")
-    return _lines(lines)
+    return summary_lines(lines)

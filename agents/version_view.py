@@ -15,17 +15,11 @@ from django.utils.translation import gettext as _
 from django.utils.translation import pgettext
 
 from agents.models import Agent
-from agents.rule_summary import conditions_html, parameters_html, target_html
+from agents.rule_summary import conditions_html, parameters_html, summary_lines, target_html
 from agents.versions import flatten_leaves, version_contracts, version_rules
 from mcpregistry.contract_words import argument_words, failure_words, other_words, result_words
 from mcpregistry.list_fields import value_text
 from mcpregistry.models import ToolContract
-
-
-def _lines(lines: list[str]) -> SafeString:
-    return format_html(
-        '<ul class="rule-summary">{}</ul>', format_html_join("", "<li>{}</li>", ((line,) for line in lines))
-    )
 
 
 def setting_html(name: str, value: Any) -> SafeString | str:
@@ -40,7 +34,7 @@ def setting_html(name: str, value: Any) -> SafeString | str:
     if isinstance(value, bool):
         return _("yes") if value else _("no")
     if isinstance(value, dict):
-        return _lines([f"{key} = {value_text(child)}" for key, child in flatten_leaves(value).items()])
+        return summary_lines([("", f"{key} = {value_text(child)}") for key, child in flatten_leaves(value).items()])
     if not isinstance(value, str):
         return value_text(value)
     choices = dict(field.flatchoices) if field is not None and getattr(field, "choices", None) else {}
@@ -65,14 +59,7 @@ def _contract_lines(contract: ToolContract) -> SafeString:
         (_("on failure:"), failure_words(contract)),
         (_("also:"), other_words(contract)),
     ]
-    return format_html(
-        '<ul class="rule-summary">{}</ul>',
-        format_html_join(
-            "",
-            '<li><span class="rule-summary-key">{}</span> {}</li>',
-            ((label, " · ".join(lines)) for label, lines in groups),
-        ),
-    )
+    return summary_lines([(label, " · ".join(lines)) for label, lines in groups])
 
 
 def content_html(content: Any) -> SafeString:
