@@ -35,8 +35,9 @@ INSTALL_TIMEOUT_S = 600
 
 
 def thirdparty_dir() -> Path:
-    """Where the third-party servers are installed: ``$PLATFORM_VAR_DIR/thirdparty`` or ``var/test/thirdparty``."""
-    base = os.environ.get("PLATFORM_VAR_DIR")
+    """Where the third-party servers are installed: ``$PLATFORM_VAR_DIR/thirdparty`` or ``var/test/thirdparty``
+    (one installation for every pytest-xdist worker: ``tests/worker_dirs.py``)."""
+    base = os.environ.get("PLATFORM_TEST_SHARED_DIR") or os.environ.get("PLATFORM_VAR_DIR")
     return (Path(base) if base else REPO / "var" / "test") / "thirdparty"
 
 
