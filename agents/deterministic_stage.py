@@ -331,7 +331,14 @@ def _decide(
             f'{rule.name} returned {type(returned).__name__}, not {{"tool_name": ..., "params": {{...}}}} or None'
         )
         return step
-    params = returned.get("params") or {}
+    params = returned.get("params")
+    if params is None:
+        params = {}
+    elif not isinstance(params, dict):
+        # Seed 000's shape, "params" an object: a list or a text is the rule's bug, not the tool's failure (and an
+        # empty one must not become a call without arguments).
+        step.failure = _rule_error(f'{rule.name} returned "params" as {type(params).__name__}, not an object')
+        return step
     step.tool = returned["tool_name"]
     step.decision = RuleDecision(rule.rule_id, rule.name, True, "matched", params=params, tool_name=step.tool)
     if mode == "dry_run" and step.rule.code:

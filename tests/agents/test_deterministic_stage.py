@@ -15,6 +15,7 @@ from agents.execution import run_execute
 from agents.models import Agent, DeterministicRule, Run
 from agents.rule_tester import rules_trial
 from agents.tools import DeterministicContext, deterministic_tool
+from audit.models import AuditEvent
 from mcpregistry import gate
 from mcpregistry.models import McpServer
 from tests.conftest import make_agent
@@ -30,6 +31,16 @@ def route_that_returns_a_list(ctx: DeterministicContext) -> Any:
 @deterministic_tool(mcp_id="sds-company-data")
 def route_that_loses_the_database(ctx: DeterministicContext) -> Any:
     raise OperationalError("database is locked")
+
+
+@deterministic_tool(mcp_id="sds-company-data")
+def route_with_params_as_text(ctx: DeterministicContext) -> Any:
+    return {"tool_name": "search_employee", "params": "김하늘"}
+
+
+@deterministic_tool(mcp_id="sds-company-data")
+def route_with_params_as_an_empty_list(ctx: DeterministicContext) -> Any:
+    return {"tool_name": "search_employee", "params": []}
 
 
 def submit(agent: Agent, query: str) -> Run:
@@ -62,6 +73,24 @@ def test_a_code_rule_that_returns_a_list_is_a_rule_error_in_the_rule_tester_too(
     assert not only.matched
     assert only.reason.startswith("deterministic:rule_error: ")
     assert "returned list" in only.reason
+
+
+@pytest.mark.parametrize(
+    ("route", "kind"), [("route_with_params_as_text", "str"), ("route_with_params_as_an_empty_list", "list")]
+)
+def test_a_code_rule_whose_params_are_not_an_object_is_a_rule_error_and_calls_nothing(demo_server, route, kind) -> None:
+    """Seed 000: a rule returns {"tool_name", "params": {...}} or None. Params of another type are the rule's bug:
+    the stage fails with the seed's wording, and the tool is not called (an empty list used to become a call
+    without arguments; a text, a tool failure)."""
+    agent = make_agent(slug="params", servers=[demo_server], with_demo_rules=False)
+    DeterministicRule.objects.create(agent=agent, name="odd params", code=f"{__name__}.{route}")
+    run = submit(agent, "김하늘 님은 어느 팀 소속인가요?")
+    assert (run.status, run.error_code) == (Run.Status.FAILED, "deterministic:rule_error")
+    assert run.error_message.startswith("확정 호출된 MCP 단계에서 오류가")
+    assert f'returned "params" as {kind}' in run.error_message
+    assert not AuditEvent.objects.filter(run_id=run.id, action="tool.call").exists()
+    [only] = trial(agent, "김하늘 님은 어느 팀 소속인가요?", execute=True)
+    assert only.reason.startswith("deterministic:rule_error: ") and f'"params" as {kind}' in only.reason
 
 
 def test_a_rule_on_a_disabled_server_fails_a_run_as_not_loaded(demo_agent, demo_server) -> None:
