@@ -513,12 +513,12 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         this.result.message = _write_answer_unreadable_message(tool_name, reason, detail, this.secrets)
         return this.finish()
     fallback = contract.fallback_tool
-    if fallback and fallback != tool_name and fallback_depth == 0 and reason not in {"circuit:open"}:
+    if fallback and fallback != tool_name and fallback_depth == 0 and reason not in _NO_FALLBACK:
         # Where no model reads the suggestion, a read tool's fallback is called here if it only reads too: a write
         # is never done implicitly (nor asked of a person nobody would tell).
         follow = who.follow_fallback and contract.risk == ToolContract.Risk.READ and _reads(who, server, fallback)
         calls_it = contract.fallback_policy == ToolContract.FallbackPolicy.CALL
-        if calls_it or follow:
+        if (calls_it and reason in _HANDED_OVER | {"tool:error"}) or (follow and reason in _HANDED_OVER):
             # Why the next call happens, for the record: this tool failed for ``reason`` and the gate hands over.
             this.audit(
                 ok=False,
@@ -543,6 +543,19 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
     else:
         this.result.message = _failure_message(tool_name, reason, detail, fallback=None, secrets=this.secrets)
     return this.finish()
+
+
+# Seed 001's fallback is for a backend that failed (it timed out, hit its rate limit, answered in another shape or
+# failed unexpectedly): those the gate hands to the contract's fallback itself (policy "call", or no model to read
+# the suggestion). An empty answer is not a failure a backup can fix (seed 004: asking again gives the same empty
+# answer), nor is a paused server's (the fallback is on it too). A tool's own error may be about the input (an
+# unknown id, whose valid ones the tool lists) or its backend's (seed 001's "조회 실패"): it is handed over where
+# the admin's policy says "call", and otherwise left to the model, which is told when to use the fallback; with no
+# model to read that, the tool's own answer stands.
+_NO_FALLBACK = frozenset({"circuit:open", "result:empty"})
+_HANDED_OVER = frozenset(
+    {"timeout", "rate_limit", "transport", "protocol", "unexpected", "result:shape", "result:too_big", "result:range"}
+)
 
 
 def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tuple[Any, str | None, str, bool]:

@@ -47,6 +47,40 @@ def test_offline_a_run_follows_the_fallback_its_contract_suggests_since_no_model
     assert calls[1].result == {"fallback_tool": "get_asset_status_backup", "policy": "no_model"}
 
 
+def test_offline_an_unknown_asset_is_not_looked_up_in_the_backup_and_the_user_is_told_to_check_the_request(db) -> None:
+    """The tool's own error (an unknown id) may be about the input: with no model to read "use the backup only if
+    the input was right", the gate does not hand it to the backup (which would answer for an asset that does not
+    exist), and the user is told to check the request, not to try again later."""
+    server = bind_demo_server(mcp_id="assets")
+    agent = make_agent(slug="offline-unknown-asset", servers=[server])
+    run = submit(agent, "A-9999 자산의 현재 상태를 알려주세요.")
+    assert (run.status, run.error_code) == (Run.Status.FAILED, "deterministic:tool_failed")
+    assert run.error_message == "요청하신 정보를 찾지 못했습니다. 요청 내용을 확인해 주세요."
+    calls = AuditEvent.objects.filter(run_id=run.id, action__startswith="tool.").order_by("id")
+    assert list(calls.values_list("action", "tool", "reason")) == [("tool.call", "get_asset_status", "tool:error")]
+
+
+@pytest.mark.parametrize(
+    ("codes", "expected"),
+    [
+        (["args:allowed:region"], "요청하신 값으로는 조회할 수 없습니다: 도구가 받지 않는 값이 있습니다."),
+        (["result:empty", "result:empty"], "요청하신 내용에 해당하는 정보가 없습니다."),
+        (["tool:error", "args:range:limit"], "요청하신 정보를 찾지 못했습니다. 요청 내용을 확인해 주세요."),
+        (["timeout", "result:empty"], "답변에 필요한 정보를 가져오지 못했습니다. 잠시 후 다시 시도해 주세요."),
+        (["approval:rejected"], None),
+    ],
+    ids=["refused-value", "empty", "about-the-request", "transient", "declined"],
+)
+def test_the_failed_runs_message_says_whether_trying_again_later_can_help(codes, expected) -> None:
+    from agents.answers import all_calls_failed_text
+
+    text = all_calls_failed_text(language="ko", codes=codes)
+    if expected is None:
+        assert "다시 시도" not in text
+    else:
+        assert text == expected
+
+
 def test_offline_a_run_whose_calls_all_failed_fails_with_the_calls_codes_in_the_trace(db) -> None:
     server = bind_demo_server(mcp_id="assets-broken", failure_mode="bad_schema")
     ToolContract.objects.filter(tool__server=server, tool__name="get_asset_status").update(fallback_tool="")

@@ -169,10 +169,30 @@ def test_a_failed_local_tool_can_fall_back_to_another_local_tool(local) -> None:
     assert (result.ok, result.value, result.tool, result.fallback_for) == (True, "PLAN B", "shout", "flaky_shout")
 
 
-def test_where_no_model_reads_a_suggestion_a_read_tools_fallback_is_called_a_writes_never(local) -> None:
+def test_where_no_model_reads_a_suggestion_a_tools_own_error_is_not_handed_to_its_fallback(local) -> None:
+    """A tool's own error may be about its input (seed 004: give up on what asking again cannot fix): with no model
+    to read "use the fallback only if the input was right", the tool's answer stands; the contract's "call"
+    policy, an admin's explicit choice, hands it over."""
     contract(local, "flaky_shout", fallback_tool="shout")  # the policy stays "suggest"
     result = call(local, "flaky_shout", {"text": "plan b"}, follow_fallback=True)
-    assert (result.ok, result.value, result.fallback_for) == (True, "PLAN B", "flaky_shout")
+    assert (result.ok, result.error, result.fallback_for) == (False, "tool:error", None)
+    assert "RuntimeError: backend down" in result.message
+    assert "otherwise use the fallback tool 'shout'" in result.message  # as a model would be told
+    assert "shout" not in fixtures.EXECUTED
+    assert not AuditEvent.objects.filter(action="tool.fallback").exists()
+
+
+def test_an_empty_answer_is_never_handed_to_the_fallback_nor_suggested(local) -> None:
+    """Seed 004: an empty answer is the same empty answer from a backup; the model is told to say nothing was
+    found, even where the contract has a fallback and its policy is "call"."""
+    contract(local, "shout", returns={"type": "str", "non_empty": True}, fallback_tool="flaky_shout")
+    contract(local, "shout", fallback_policy="call")
+    for follow in (False, True):
+        result = call(local, "shout", {"text": ""}, follow_fallback=follow)
+        assert (result.ok, result.error, result.fallback_for) == (False, "result:empty", None)
+        assert "say that nothing was found" in result.message and "flaky_shout" not in result.message
+    assert "flaky_shout" not in fixtures.EXECUTED
+    assert not AuditEvent.objects.filter(action="tool.fallback").exists()
 
 
 def test_where_no_model_reads_a_suggestion_a_fallback_that_writes_is_not_called(local) -> None:
