@@ -65,6 +65,7 @@ def argument_constraints(input_schema: dict[str, Any]) -> dict[str, dict[str, An
         if not isinstance(prop, dict):
             continue
         spec: dict[str, Any] = {"required": name in required}
+        prop = _optional_branch(prop)
         json_type = prop.get("type")
         if isinstance(json_type, list):  # ["string", "null"]: the non-null one
             json_type = next((t for t in json_type if t != "null"), None)
@@ -84,6 +85,20 @@ def argument_constraints(input_schema: dict[str, Any]) -> dict[str, dict[str, An
     return constraints
 
 
+def _optional_branch(prop: dict[str, Any]) -> dict[str, Any]:
+    """An optional argument as Pydantic writes it (``Optional[int]``: ``{"anyOf": [{"type": "integer",
+    "minimum": 1}, {"type": "null"}]}``): its one non-null branch, with the property's own keys (description,
+    default) beside it. Any other union is left as it is: no single type or range holds for it."""
+    for key in ("anyOf", "oneOf"):
+        branches = prop.get(key)
+        if "type" in prop or not isinstance(branches, list):
+            continue
+        real = [b for b in branches if isinstance(b, dict) and b.get("type") != "null"]
+        if len(real) == 1 and len(real) < len(branches):
+            return {**{k: v for k, v in prop.items() if k != key}, **real[0]}
+    return prop
+
+
 def schema_with_contract(schema: Any, constraints: Any) -> dict[str, Any]:
     """The tool's input schema as the model is shown it: the discovered schema with the contract's argument
     constraints written in as JSON Schema (``allowed`` → ``enum``, ``min``/``max`` → ``minimum``/``maximum``,
@@ -99,7 +114,7 @@ def schema_with_contract(schema: Any, constraints: Any) -> dict[str, Any]:
         if not isinstance(spec, dict):
             continue
         prop = dict(properties.get(name) or {}) if isinstance(properties.get(name), dict) else {}
-        if "type" not in prop and spec.get("type") in JSON_SCHEMA_TYPES:
+        if not {"type", "anyOf", "oneOf"} & set(prop) and spec.get("type") in JSON_SCHEMA_TYPES:
             prop["type"] = JSON_SCHEMA_TYPES[spec["type"]]
         if isinstance(spec.get("allowed"), list):
             prop["enum"] = list(spec["allowed"])
@@ -418,6 +433,8 @@ def check_args(
                 )
             continue
         value = clean[name]
+        if value is None and not spec.get("required"):
+            continue  # an optional argument sent as null is one not given (Pydantic's Optional[int] = None)
         expected = spec.get("type")
         if expected and not _type_ok(expected, value):
             return clean, Verdict(
@@ -426,24 +443,30 @@ def check_args(
                 % {"name": name, "expected": expected, "kind": type(value).__name__, "value": repr(value)},
             )
         allowed = spec.get("allowed")
-        if allowed is not None and value not in allowed:
+        if allowed is not None and not _is_one_of(value, allowed):
             return clean, Verdict(
                 f"args:allowed:{name}",
                 _("'%(name)s' must be one of %(allowed)s; got %(value)s")
                 % {"name": name, "allowed": ", ".join(map(str, allowed)), "value": repr(value)},
                 allowed,
             )
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            low, high = spec.get("min"), spec.get("max")
-            if (low is not None and value < low) or (high is not None and value > high):
-                limits = {"name": name, "low": low, "high": high, "value": repr(value)}
-                if low is not None and high is not None:
-                    detail = _("'%(name)s' must be between %(low)s and %(high)s; got %(value)s") % limits
-                elif low is not None:
-                    detail = _("'%(name)s' must be at least %(low)s; got %(value)s") % limits
-                else:
-                    detail = _("'%(name)s' must be at most %(high)s; got %(value)s") % limits
-                return clean, Verdict(f"args:range:{name}", detail)
+        low, high = spec.get("min"), spec.get("max")
+        if (low is not None or high is not None) and (isinstance(value, bool) or not isinstance(value, int | float)):
+            # A range is a number's: true is not 1 (seed 004: bool is a subclass of int) and "20" is not 20.
+            return clean, Verdict(
+                f"args:type:{name}",
+                _("'%(name)s' must be a number, got %(kind)s %(value)s")
+                % {"name": name, "kind": type(value).__name__, "value": repr(value)},
+            )
+        if (low is not None and value < low) or (high is not None and value > high):
+            limits = {"name": name, "low": low, "high": high, "value": repr(value)}
+            if low is not None and high is not None:
+                detail = _("'%(name)s' must be between %(low)s and %(high)s; got %(value)s") % limits
+            elif low is not None:
+                detail = _("'%(name)s' must be at least %(low)s; got %(value)s") % limits
+            else:
+                detail = _("'%(name)s' must be at most %(high)s; got %(value)s") % limits
+            return clean, Verdict(f"args:range:{name}", detail)
         if isinstance(value, str | list) and spec.get("max_length") is not None and len(value) > spec["max_length"]:
             return clean, Verdict(
                 f"args:range:{name}",
@@ -500,6 +523,11 @@ def url_host_problem(value: Any, allowed_hosts: list[str]) -> str | None:
     if url_problem(value.strip(), exact):
         return _("names '%(host)s', a private, loopback or metadata address") % {"host": host}
     return None
+
+
+def _is_one_of(value: Any, allowed: list[Any]) -> bool:
+    """``value in allowed``, but true is not 1 and 1 is not true (``True in [0, 1]`` is true in Python)."""
+    return any((a is value) if isinstance(value, bool) or isinstance(a, bool) else a == value for a in allowed)
 
 
 def check_result(returns: dict[str, Any], value: Any) -> Verdict | None:

@@ -10,6 +10,7 @@ from django.utils import translation
 
 from mcpregistry.contracts import (
     annotation_risk_hint,
+    argument_constraints,
     backoff_delay,
     check_args,
     check_result,
@@ -44,6 +45,45 @@ def test_a_bool_is_refused_where_an_int_is_expected() -> None:
 
 def test_a_numeric_string_is_not_a_number() -> None:
     assert reason_of({**GOOD, "limit": "2"}) == "args:type:limit"
+
+
+@pytest.mark.parametrize("value", [True, False, "2", [1]])
+def test_a_range_without_a_type_still_refuses_what_is_not_a_number(value) -> None:
+    """Seed 004: bool is a subclass of int, so measure a number only after ruling out a bool; and a numeric
+    string is not a number. A range alone (an admin's contract without a type) used to let these through."""
+    _clean, verdict = check_args({"limit": {"required": True, "min": 1, "max": 2}}, {"limit": value})
+    assert verdict is not None and verdict.reason == "args:type:limit"
+    assert "must be a number" in verdict.detail
+    assert check_args({"limit": {"required": True, "min": 1, "max": 2}}, {"limit": 2})[1] is None
+
+
+def test_an_allowed_list_of_numbers_does_not_take_a_bool_nor_one_of_bools_a_number() -> None:
+    assert reason_of({"n": True}, {"n": {"allowed": [0, 1, 2]}}) == "args:allowed:n"
+    assert reason_of({"n": 1}, {"n": {"allowed": [True, False]}}) == "args:allowed:n"
+    assert reason_of({"n": 1}, {"n": {"allowed": [0, 1, 2]}}) is None
+    assert reason_of({"n": 1.0}, {"n": {"allowed": [0, 1, 2]}}) is None  # JSON has one number type
+    assert reason_of({"n": False}, {"n": {"allowed": [True, False]}}) is None
+
+
+def test_an_optional_arguments_type_and_limits_are_read_from_its_one_non_null_branch() -> None:
+    """Pydantic (FastMCP) writes ``limit: int | None = Field(None, ge=1, le=50)`` as an anyOf with null."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "limit": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 50}, {"type": "null"}], "default": None},
+            "region": {"oneOf": [{"type": "string", "enum": ["busan", "seoul"]}, {"type": "null"}]},
+            "either": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
+        },
+    }
+    assert argument_constraints(schema) == {
+        "limit": {"required": False, "type": "int", "min": 1, "max": 50},
+        "region": {"required": False, "type": "str", "allowed": ["busan", "seoul"]},
+        "either": {"required": False},
+    }
+    constraints = argument_constraints(schema)
+    assert reason_of({"limit": None}, constraints) is None  # null for an optional argument: not given
+    assert reason_of({"limit": 0}, constraints) == "args:range:limit"
+    assert reason_of({"limit": None}, {"limit": {"type": "int", "required": True}}) == "args:type:limit"
 
 
 def test_an_out_of_range_number_is_refused() -> None:
