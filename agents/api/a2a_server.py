@@ -57,6 +57,7 @@ from agents.api.protocol_http import (
     tool_progress_text,
 )
 from agents.api.serializers import A2AMessageSerializer, kind_shaped_part
+from agents.api.throttling import stream_slot_release
 from agents.approvals import approval_decide
 from agents.models import Agent, ApiKey, Approval, Run
 from agents.selectors import (
@@ -574,6 +575,10 @@ def _history_length(params: dict[str, Any]) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+# The methods that answer with an event stream (``rpc_call`` returns a ``Stream`` for them, and only for them).
+_STREAMING = frozenset({"SendStreamingMessage", "SubscribeToTask"})
+
+
 def rpc_call(*, agent: Agent, api_key: ApiKey, method: str, params: dict[str, Any], rpc_id: Any) -> Any:
     """One JSON-RPC call (sync: it reads and writes the database). Returns the result, a ``Stream``, or a
     ``("wait", run, params)`` tuple for a blocking ``SendMessage`` (the view waits without holding a thread).
@@ -680,15 +685,22 @@ async def rpc_view(request: HttpRequest, slug: str) -> HttpResponseBase:
     if version and not version.startswith("1."):
         unsupported = A2AError(-32009, "VERSION_NOT_SUPPORTED", _("This server speaks A2A 1.0."), our_code="version")
         return json_response(_rpc_error(rpc_id, unsupported))
-    result, error = await sync_to_async(_guarded)(
-        lambda: rpc_call(agent=agent, api_key=api_key, method=method, params=params, rpc_id=rpc_id)
-    )
-    if error is not None:
-        return json_response(_rpc_error(rpc_id, error), status=error.http_status, headers=error.headers)
-    if isinstance(result, Stream):
+    slot = None
+    if method in _STREAMING:
+        # The stream's slot first: a refused stream must not have submitted its message (a run, an approval's
+        # decision) already, or a client that retries after Retry-After would send it twice.
         slot = await sync_to_async(stream_slot_take)(api_key)
         if slot is None:
             return too_many_streams()
+    result, error = await sync_to_async(_guarded)(
+        lambda: rpc_call(agent=agent, api_key=api_key, method=method, params=params, rpc_id=rpc_id)
+    )
+    if slot is not None and (error is not None or not isinstance(result, Stream)):
+        await sync_to_async(stream_slot_release)(slot)
+        slot = None
+    if error is not None:
+        return json_response(_rpc_error(rpc_id, error), status=error.http_status, headers=error.headers)
+    if isinstance(result, Stream) and slot is not None:
         poll = result.feed.poll
         stream = paced_async(poll, slot) if isinstance(request, ASGIRequest) else paced_sync(poll, slot)
         response = StreamingHttpResponse(stream, content_type="text/event-stream; charset=utf-8")

@@ -18,7 +18,6 @@ id is issued on ``initialize`` only to scope the client's request ids; there is 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -38,6 +37,7 @@ from rest_framework import exceptions
 from agent_platform.errors import ApplicationError
 from agents.api.config import api_setting
 from agents.api.protocol_http import (
+    Poll,
     PollState,
     caller_authenticate,
     dumps,
@@ -313,7 +313,19 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
         tool_call_cancel(api_key=api_key, session_id=session_id, rpc_id=rpc_id, why="client gone")
 
     if "text/event-stream" not in request.headers.get("Accept", ""):
-        return json_response(await _wait_result(feed))
+        # A client that takes no event stream gets the JSON answer, sent as the body of a response that starts at
+        # once: while the run goes, a space now and then (JSON's own whitespace) lets the server notice a client
+        # gone, whose run is then cancelled as a stream client's is, not left to run for nobody.
+        feed.progress_token = None
+        answer = (
+            paced_async(_json_body(feed.poll), None, on_abandon=abandon)
+            if isinstance(request, ASGIRequest)
+            else paced_sync(_json_body(feed.poll), None, on_abandon=abandon)
+        )
+        response = StreamingHttpResponse(answer, content_type="application/json; charset=utf-8")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return response
     slot = await sync_to_async(stream_slot_take)(api_key)
     if slot is None:
         await sync_to_async(abandon)()
@@ -330,11 +342,14 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
     return response
 
 
-async def _wait_result(feed: CallFeed) -> dict[str, Any]:
-    """The JSON answer for a client that does not take event streams (no progress then)."""
-    feed.progress_token = None
-    while True:
-        chunks, state = await sync_to_async(feed.poll)()
+def _json_body(poll: Poll) -> Poll:
+    """``poll`` of a call's event stream, as the chunks of a JSON body: the result's JSON when it is done, a space
+    where the stream would send a keep-alive comment, nothing else (a JSON client is sent no progress)."""
+
+    def as_json() -> tuple[list[str], PollState]:
+        chunks, state = poll()
         if state == "done":
-            return json.loads(chunks[-1].split("data: ", 1)[1])  # type: ignore[no-any-return]
-        await asyncio.sleep(float(api_setting("PLATFORM_SSE_POLL_S")))
+            return [chunks[-1].split("data: ", 1)[1].rstrip("\n")], state
+        return [" " for chunk in chunks if chunk.startswith(":")], state
+
+    return as_json

@@ -95,10 +95,10 @@ Poll = Callable[[], tuple[list[str], PollState]]
 
 
 async def paced_async(
-    poll: Poll, slot: StreamSlot, *, on_abandon: Callable[[], None] | None = None
+    poll: Poll, slot: StreamSlot | None, *, on_abandon: Callable[[], None] | None = None
 ) -> AsyncIterator[str]:
-    """Chunks from ``poll`` every ``PLATFORM_SSE_POLL_S`` seconds until it says ``done``; the slot is released
-    however the stream ends. ``on_abandon`` is called (in a thread) when the client goes away first."""
+    """Chunks from ``poll`` every ``PLATFORM_SSE_POLL_S`` seconds until it says ``done``; the slot (if one is held)
+    is released however the stream ends. ``on_abandon`` is called (in a thread) when the client goes away first."""
     poll_s = float(api_setting("PLATFORM_SSE_POLL_S"))
     finished = False
     try:
@@ -113,10 +113,11 @@ async def paced_async(
     finally:
         if not finished and on_abandon is not None:
             await asyncio.shield(sync_to_async(on_abandon)())
-        await sync_to_async(stream_slot_release)(slot)
+        if slot is not None:
+            await sync_to_async(stream_slot_release)(slot)
 
 
-def paced_sync(poll: Poll, slot: StreamSlot, *, on_abandon: Callable[[], None] | None = None) -> Iterator[str]:
+def paced_sync(poll: Poll, slot: StreamSlot | None, *, on_abandon: Callable[[], None] | None = None) -> Iterator[str]:
     poll_s = float(api_setting("PLATFORM_SSE_POLL_S"))
     finished = False
     try:
@@ -130,7 +131,8 @@ def paced_sync(poll: Poll, slot: StreamSlot, *, on_abandon: Callable[[], None] |
     finally:
         if not finished and on_abandon is not None:
             on_abandon()
-        stream_slot_release(slot)
+        if slot is not None:
+            stream_slot_release(slot)
 
 
 def tool_progress_text(run: Run, call: dict[str, Any]) -> str:

@@ -221,3 +221,108 @@ def test_an_mcp_call_to_a_tool_the_key_may_not_use_or_with_bad_arguments_is_refu
     assert bad["result"]["isError"] is True
     assert "invalid_input" in bad["result"]["content"][0]["text"]
     assert Run.objects.count() == 0
+
+
+def test_an_mcp_call_from_a_json_only_client_is_answered_with_one_json_body(api_caller: ApiCaller, settings) -> None:
+    """The answer starts at once and keeps the connection alive with JSON's own whitespace until the run is done
+    (here: until the call's time is up, as the run is never executed in this test), then the result."""
+    settings.PLATFORM_SSE_POLL_S = 0.02
+    settings.PLATFORM_SSE_KEEPALIVE_S = 0.05
+    settings.PLATFORM_SSE_MAX_S = 0.3
+    make_agent(slug="quiet", servers=[], with_demo_rules=False)
+    response = mcp(client_for(api_caller.raw_key), "tools/call", {"name": "ask_quiet", "arguments": {"query": "q"}})
+    assert response.status_code == 200 and response["Content-Type"] == "application/json; charset=utf-8"
+    body = b"".join(response.streaming_content).decode()
+    assert body.startswith(" ") and body.strip().startswith("{")  # kept alive while it waited
+    answer = json.loads(body)
+    assert (answer["jsonrpc"], answer["id"]) == ("2.0", 1)
+    assert answer["result"]["structuredContent"]["status"] == "queued"
+    assert Run.objects.get().status == Run.Status.QUEUED
+
+
+def test_a_stream_refused_for_want_of_a_slot_submitted_nothing_and_an_error_frees_its_slot(
+    api_caller: ApiCaller, demo_agent: Agent, settings
+) -> None:
+    """A client told 429 + Retry-After sends its message again: the refusal must come before the run is created
+    (or an approval decided), or the message would be carried out twice. A streaming call refused for another
+    reason gives its slot back."""
+    from agents.api.throttling import stream_slot_acquire, stream_slot_release
+
+    settings.PLATFORM_SSE_MAX_STREAMS_PER_KEY = 1
+    held = stream_slot_acquire(api_caller.key, lease_s=60)
+    assert held is not None
+    client = client_for(api_caller.raw_key)
+    message = {"messageId": "m-slot", "role": "ROLE_USER", "parts": [{"text": "메모 남겨줘"}]}
+    body = {"jsonrpc": "2.0", "id": "r1", "method": "SendStreamingMessage", "params": {"message": message}}
+    refused = client.post("/a2a/company-assistant/", json.dumps(body), content_type="application/json")
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "too_many_streams"
+    assert not Run.objects.exists()
+    stream_slot_release(held)
+    # A streaming call that fails (no such task) answers its error and leaves the slot free for the next one.
+    lost = rpc(client, "company-assistant", "SubscribeToTask", {"id": "00000000-0000-0000-0000-000000000000"})
+    assert lost["error"]["code"] == -32001
+    again = stream_slot_acquire(api_caller.key, lease_s=60)
+    assert again is not None
+    stream_slot_release(again)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_mcp_call_whose_json_only_client_goes_away_is_cancelled(api_caller: ApiCaller, settings) -> None:
+    """A client that takes no event stream waits for the JSON answer; when it disconnects (Django's ASGI handler
+    cancels the view), its run is cancelled as a stream client's is, not left to run for nobody."""
+    import asyncio
+
+    from agent_platform.asgi import application
+
+    settings.PLATFORM_SSE_POLL_S = 0.05
+    settings.PLATFORM_SSE_MAX_S = 20  # bounds the wait where the disconnect is missed
+    make_agent(slug="quiet", servers=[], with_demo_rules=False)
+    call = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tools/call",
+        "params": {"name": "ask_quiet", "arguments": {"query": "q"}},
+    }
+    body = json.dumps(call).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/mcp/",
+        "raw_path": b"/mcp/",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"testserver"),
+            (b"content-type", b"application/json"),
+            (b"accept", b"application/json"),
+            (b"authorization", f"Bearer {api_caller.raw_key}".encode()),
+            (b"content-length", str(len(body)).encode()),
+        ],
+        "client": ("127.0.0.1", 1234),
+        "server": ("testserver", 80),
+    }
+    taken = False
+    started = asyncio.Event()
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal taken
+        if not taken:
+            taken = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await started.wait()  # the answer has begun (its run is made): now the client goes away
+        await asyncio.sleep(0.3)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if message["type"] == "http.response.start":
+            started.set()
+
+    asyncio.run(asyncio.wait_for(application(scope, receive, send), timeout=30))
+    [run] = Run.objects.all()
+    assert run.status == Run.Status.CANCELLED
+    assert sent[0]["status"] == 200 and (b"Content-Type", b"application/json; charset=utf-8") in sent[0]["headers"]
