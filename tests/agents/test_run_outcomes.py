@@ -24,6 +24,18 @@ def submit(agent: Agent, query: str) -> Run:
     return run
 
 
+@pytest.mark.parametrize(("mode", "reason"), [("timeout", "timeout"), ("rate_limit", "rate_limit")])
+def test_offline_a_backend_that_times_out_or_is_rate_limited_is_answered_by_the_backup(db, mode, reason) -> None:
+    """Seed 001's other two injected failures are a backend's too: handed to the backup where no model reads."""
+    server = bind_demo_server(mcp_id=f"assets-{mode}", failure_mode=mode)
+    agent = make_agent(slug=f"offline-{mode}", servers=[server])
+    run = submit(agent, ASSET_QUESTION)
+    assert (run.status, run.error_code) == (Run.Status.SUCCEEDED, "")
+    assert "백업 스냅샷 기준" in run.answer
+    handed = AuditEvent.objects.get(run_id=run.id, action="tool.fallback")
+    assert (handed.tool, handed.reason) == ("get_asset_status", reason)
+
+
 def test_offline_a_run_follows_the_fallback_its_contract_suggests_since_no_model_would(db) -> None:
     """Seed 001's recovery in the shipped demo: the backend answers in the wrong shape; with no model to read
     "use the backup", the gate calls the contract's fallback itself and the answer says where it came from."""
