@@ -176,6 +176,9 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["agents.api.renderers.UnicodeJSONRenderer"],
     "EXCEPTION_HANDLER": "agents.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
+    # ``?format=`` is not DRF's renderer switch here (an unknown one made an existing run a 404): the API speaks
+    # JSON, and the auditors' exports read ``format`` themselves.
+    "URL_FORMAT_OVERRIDE": None,
 }
 
 # --- Celery -------------------------------------------------------------------------------------

@@ -141,7 +141,13 @@ class EvalRunCollectionApi(EvalsApi):
         version = serializers.IntegerField(min_value=1, required=False)
         label = StrictCharField(max_length=200, required=False, allow_blank=True)
 
+    class FilterSerializer(StrictSerializer):
+        set = StrictCharField(max_length=100, required=False, allow_blank=True)
+        agent = StrictCharField(max_length=64, required=False, allow_blank=True)
+
     def get(self, request: Request) -> Response:
+        # Filters as the runs and audit APIs take theirs: an unknown or misspelt one is a 400, not ignored.
+        self.FilterSerializer(data=request.query_params.dict()).is_valid(raise_exception=True)
         eval_set = agent = None
         if name := request.query_params.get("set"):
             eval_set = EvalSet.objects.filter(name=name).first()

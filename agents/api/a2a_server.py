@@ -23,6 +23,7 @@ invalid input → -32602, …) with our code in the error's ``ErrorInfo`` metada
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import time
@@ -403,6 +404,13 @@ def message_send(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> Ru
         raise invalid_params(_("'message' is required."))
     if message.get("role") not in (None, "ROLE_USER", "user", "ROLE_UNSPECIFIED"):
         raise invalid_params(_("The message's role must be ROLE_USER."))
+    for field in ("messageId", "contextId", "taskId"):
+        value = message.get(field)
+        if value is not None and (not isinstance(value, str) or len(value) > MESSAGE_ID_MAX_CHARS):
+            raise invalid_params(
+                _("The message's '%(field)s' must be text of at most %(max)d characters.")
+                % {"field": field, "max": MESSAGE_ID_MAX_CHARS}
+            )
     parts = message.get("parts")
     if not isinstance(parts, list) or not parts:
         raise invalid_params(_("The message needs at least one part."))
@@ -429,10 +437,20 @@ def message_send(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> Ru
         context=run_input.context,
         a2a_data=run_input.a2a_data,
         a2a_files=run_input.a2a_files,
-        idempotency_key=f"a2a:{message_id}"[:200] if message_id else "",
+        idempotency_key=_idempotency_key(message_id),
         digest=request_digest({"agent": agent.slug, "message": message, "metadata": metadata}),
     )
     return submission.run
+
+
+def _idempotency_key(message_id: str) -> str:
+    """The run's idempotency key for an A2A message id: ``a2a `` and the id (a space, which no REST
+    ``Idempotency-Key`` has, keeps the two apart), or ``a2a#`` and the id's SHA-256 where it would not fit (two
+    long ids never share a key by their first characters)."""
+    if not message_id:
+        return ""
+    key = f"a2a {message_id}"
+    return key if len(key) <= 200 else f"a2a#{hashlib.sha256(message_id.encode()).hexdigest()}"
 
 
 def _answer_input(*, agent: Agent, api_key: ApiKey, task_id: str, parts: list[Any]) -> Run:
@@ -575,6 +593,9 @@ def _history_length(params: dict[str, Any]) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+# A message's ids (messageId, contextId, taskId) are text of at most this many characters.
+MESSAGE_ID_MAX_CHARS = 200
+
 # The methods that answer with an event stream (``rpc_call`` returns a ``Stream`` for them, and only for them).
 _STREAMING = frozenset({"SendStreamingMessage", "SubscribeToTask"})
 
@@ -649,7 +670,10 @@ def _parse_request(request: HttpRequest) -> tuple[Any, str, dict[str, Any]] | di
         return _rpc_error(None, A2AError(-32600, "INVALID_REQUEST", _("Send one JSON-RPC request object.")))
     rpc_id = body.get("id")
     if isinstance(rpc_id, bool) or not isinstance(rpc_id, str | int | type(None)):
-        rpc_id = None
+        # Not an id a client could match the answer to (JSON-RPC: a string, an integer or null): nothing is done.
+        return _rpc_error(
+            None, A2AError(-32600, "INVALID_REQUEST", _("The request's 'id' must be a string or an integer."))
+        )
     if body.get("jsonrpc") != "2.0" or not isinstance(body.get("method"), str):
         return _rpc_error(rpc_id, A2AError(-32600, "INVALID_REQUEST", _("Expected a JSON-RPC 2.0 request.")))
     params = body.get("params", {})

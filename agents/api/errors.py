@@ -35,6 +35,7 @@ _CODES = {
     exceptions.NotFound: "not_found",
     exceptions.MethodNotAllowed: "method_not_allowed",
     exceptions.UnsupportedMediaType: "unsupported_media_type",
+    exceptions.NotAcceptable: "not_acceptable",
     exceptions.Throttled: "throttled",
     exceptions.ValidationError: "invalid_input",
 }

@@ -285,6 +285,11 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
             )
         return HttpResponse(status=202)
     rpc_id = body["id"]
+    if isinstance(rpc_id, bool) or not isinstance(rpc_id, str | int) or (isinstance(rpc_id, str) and len(rpc_id) > 200):
+        # MCP: a request's id is a string or an integer (never null); any other could not be matched to its answer.
+        return json_response(
+            _rpc_error(None, -32600, _("The request's 'id' must be a string (at most 200 characters) or an integer."))
+        )
     params: dict[str, Any] = body["params"] if isinstance(body.get("params"), dict) else {}
     if method == "initialize":
         headers = {"Mcp-Session-Id": session_id or secrets.token_urlsafe(24)}

@@ -1,12 +1,25 @@
 """The REST API under /api/v1/: runs, their events and approvals, and the OpenAPI schema with its docs."""
 
+from typing import Any
+
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.request import Request
 
 from agents.api import events, views
 
+
+class SchemaFormat(DefaultContentNegotiation):
+    """The schema's own ``?format=json|yaml`` (the API's other views have no such switch: settings'
+    ``URL_FORMAT_OVERRIDE`` is off, so that ``?format=xml`` never makes a run a 404)."""
+
+    def select_renderer(self, request: Request, renderers: list[Any], format_suffix: str | None = None) -> Any:
+        return super().select_renderer(request, renderers, format_suffix or request.query_params.get("format"))
+
+
 urlpatterns = [
-    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("schema/", SpectacularAPIView.as_view(content_negotiation_class=SchemaFormat), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("usage", views.UsageApi.as_view(), name="usage"),
     path("runs", views.RunCollectionApi.as_view(), name="run-collection"),

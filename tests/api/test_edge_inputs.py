@@ -201,3 +201,86 @@ def test_a_body_that_is_not_json_and_a_blank_query_are_told_in_korean_saying_whe
     )
     assert blank.status_code == 400
     assert blank.json()["error"]["fields"]["query"] == ["이 필드는 비워 둘 수 없습니다."]
+
+
+def test_format_in_the_query_is_not_a_renderer_switch_that_hides_a_run(bearer: Client) -> None:
+    """DRF's ?format= override answered an unknown renderer as a 404: a client read its own run as gone and a
+    POST created nothing. The API speaks JSON; ``format`` is no parameter of these endpoints."""
+    created = bearer.post(
+        "/api/v1/runs?format=yaml",
+        json.dumps({"agent": "company-assistant", "query": "안녕"}),
+        content_type="application/json",
+    )
+    assert created.status_code in (201, 202), created.content
+    run_id = created.json()["id"]
+    shown = bearer.get(f"/api/v1/runs/{run_id}?format=xml")
+    assert shown.status_code == 200 and shown.json()["id"] == run_id
+    listed = bearer.get("/api/v1/runs?format=json")
+    assert listed.status_code == 400 and "format" in listed.json()["error"]["fields"]
+
+
+def test_a_response_the_client_will_not_accept_is_a_406_named_so(bearer: Client) -> None:
+    response = bearer.get("/api/v1/runs", HTTP_ACCEPT="application/xml")
+    assert response.status_code == 406
+    assert response.json()["error"]["code"] == "not_acceptable"
+
+
+@pytest.mark.parametrize("rpc_id", ["1.5", "{}", "[1]", "true"])
+@pytest.mark.parametrize("path", ["/a2a/company-assistant/", "/mcp/"])
+def test_a_json_rpc_id_no_client_could_match_is_an_invalid_request_and_nothing_is_done(
+    bearer: Client, path: str, rpc_id: str
+) -> None:
+    from agents.models import Run
+
+    if path == "/mcp/":
+        call = '{"name":"ask_company-assistant","arguments":{"query":"안녕"}}'
+        body = f'{{"jsonrpc":"2.0","id":{rpc_id},"method":"tools/call","params":{call}}}'
+    else:
+        body = SEND.replace('"id":"r1"', f'"id":{rpc_id}') % '"parts":[{"text":"안녕"}]'
+    answer = bearer.post(path, body, content_type="application/json").json()
+    assert answer["id"] is None and answer["error"]["code"] == -32600
+    assert not Run.objects.exists()
+
+
+def test_an_mcp_request_id_may_be_text_or_an_integer(bearer: Client) -> None:
+    for rpc_id in ('"p-1"', "7"):
+        body = f'{{"jsonrpc":"2.0","id":{rpc_id},"method":"ping"}}'
+        assert bearer.post("/mcp/", body, content_type="application/json").json()["id"] == json.loads(rpc_id)
+
+
+@pytest.mark.parametrize("field", ["contextId", "messageId", "taskId"])
+def test_an_a2a_message_id_that_is_not_short_text_is_an_invalid_param(bearer: Client, field: str) -> None:
+    from agents.models import Run
+
+    for value in ('{"x":[1]}', "7", json.dumps("m" * 201)):
+        body = SEND.replace('"messageId":"m1",', "") % f'"{field}":{value},"parts":[{{"text":"안녕"}}]'
+        answer = bearer.post("/a2a/company-assistant/", body, content_type="application/json").json()
+        assert answer["error"]["code"] == -32602, (field, value)
+        assert field in answer["error"]["message"]
+    assert not Run.objects.exists()
+
+
+def test_a2a_message_ids_and_rest_idempotency_keys_never_share_a_run(bearer: Client) -> None:
+    """A REST key that reads like an A2A message's (``a2a:m-9``) and an A2A messageId ``m-9`` are two requests;
+    two long message ids that differ only at their end are two messages."""
+    from agents.models import Run
+
+    rest = bearer.post(
+        "/api/v1/runs",
+        json.dumps({"agent": "company-assistant", "query": "안녕"}),
+        content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY="a2a:m-9",
+    )
+    assert rest.status_code in (201, 202)
+
+    def send(message_id: str) -> Any:
+        message = {"role": "ROLE_USER", "messageId": message_id, "parts": [{"text": "안녕"}]}
+        params = {"message": message, "configuration": {"returnImmediately": True}}
+        body = {"jsonrpc": "2.0", "id": "r1", "method": "SendMessage", "params": params}
+        return bearer.post("/a2a/company-assistant/", json.dumps(body), content_type="application/json").json()
+
+    for message_id in ("m-9", "x" * 199 + "1", "x" * 199 + "2"):
+        assert "result" in send(message_id)
+    assert Run.objects.count() == 4
+    assert "result" in send("m-9")
+    assert Run.objects.count() == 4  # the same message again: the same run

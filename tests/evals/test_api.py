@@ -120,3 +120,12 @@ def test_an_admin_key_runs_a_set_and_reads_its_scores(admin_key_client: APIClien
     compared = admin_key_client.get(f"/api/v1/evals/runs/{eval_run_id}/compare/{eval_run_id}").json()
     assert compared["changed"] == 0 and len(compared["cases"]) == 5
     assert admin_key_client.get("/api/v1/evals/runs/not-a-uuid").status_code == 404
+
+
+@pytest.mark.django_db
+def test_the_eval_runs_filters_are_checked_as_the_runs_apis_are(admin_key_client: APIClient) -> None:
+    """A misspelt or unknown filter is a 400 naming it, not silently ignored (which answered every run)."""
+    refused = admin_key_client.get("/api/v1/evals/runs?limit=abc")
+    assert refused.status_code == 400
+    assert "limit" in json.dumps(refused.json())
+    assert admin_key_client.get("/api/v1/evals/runs?set=").status_code == 200
