@@ -206,7 +206,10 @@ def _stage_rules(
         decisions.add_decision(record, audit)
         if not decision.matched:
             continue
-        known = any(t.name == step.tool and t.callable for t in server.tools.all())
+        caller = who(f"rule:{rule.rule_id}")
+        # As the gate reads it: callable now and, in a published version's run, frozen in the version (a tool
+        # discovered since is unknown to it, and the stage fails as seed 000 says, not as a failed call).
+        known = any(t.name == step.tool and gate.offered(caller, server, t) for t in server.tools.all())
         unknown = StageFailure(
             "deterministic:tool_unknown",
             f"{DETERMINISTIC_STAGE_FAILED}: '{step.tool}' tool이 MCP '{step.mcp_id}'에 없습니다.",
@@ -223,7 +226,7 @@ def _stage_rules(
             server=server,
             tool_name=step.tool,
             args=decision.params or {},
-            who=who(f"rule:{rule.rule_id}"),
+            who=caller,
             known_tool=known,
         )
         step.result = result
@@ -358,6 +361,7 @@ def _rule_tools(server: McpServer, *, mode: StageMode, who: Callable[[str], gate
 
         return run
 
+    caller = who("")
     return [
         StructuredTool(
             name=t.name,
@@ -366,5 +370,5 @@ def _rule_tools(server: McpServer, *, mode: StageMode, who: Callable[[str], gate
             func=make(t.name),
         )
         for t in server.tools.all()
-        if t.callable
+        if gate.offered(caller, server, t)
     ]

@@ -602,8 +602,9 @@ def backoff_delay(
     *, reason: str, attempt: int, retry: dict[str, Any], retry_after_s: float | None, rng: random.Random
 ) -> float:
     """Seconds to wait before attempt ``attempt + 1``. A timeout is retried at once (it may be transient and
-    the wait already happened); a rate limit waits exponentially with full jitter, capped, or the server's
-    ``Retry-After`` when it gives one; a transport error waits a short jittered backoff."""
+    the wait already happened); a rate limit waits exponentially (``backoff_base_s`` doubled per attempt, at most
+    ``backoff_cap_s``) with equal jitter (between half that and all of it), or the server's ``Retry-After`` when
+    it gives one; a transport error waits a short jittered backoff."""
     if reason == "timeout":
         return 0.0
     base = float(retry.get("backoff_base_s", DEFAULT_RETRY["backoff_base_s"]))

@@ -223,7 +223,7 @@ def _parse(text: str) -> Any:
     return text
 
 
-def _offered(who: GateCall, server: McpServer, tool: McpTool) -> bool:
+def offered(who: GateCall, server: McpServer, tool: McpTool) -> bool:
     """Whether ``who`` may call ``tool``: callable now and, for a published version's run, frozen in it."""
     return tool.callable and (who.contracts is None or f"{server.mcp_id}/{tool.name}" in who.contracts)
 
@@ -396,14 +396,14 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
             % {"mcp_id": server.mcp_id},
         )
     tool = next((t for t in server.tools.all() if t.name == tool_name), None) if known_tool else None
-    if tool is None or not _offered(who, server, tool):
+    if tool is None or not offered(who, server, tool):
         # A run of a published version calls only the tools the version froze (a tool approved or added since
         # waits for the next publish); a tool disabled since is withdrawn from every version at once.
-        offered = sorted(t.name for t in server.tools.all() if _offered(who, server, t))
+        names = sorted(t.name for t in server.tools.all() if offered(who, server, t))
         return this.refuse(
             "tool:unknown",
             _("Tool '%(tool)s' does not exist on '%(mcp_id)s' (or is disabled). Use one of: %(tools)s.")
-            % {"tool": tool_name, "mcp_id": server.mcp_id, "tools": ", ".join(offered) or "-"},
+            % {"tool": tool_name, "mcp_id": server.mcp_id, "tools": ", ".join(names) or "-"},
         )
     contract = _contract_for(who, server, tool)
     this.to_sink = contract.risk == ToolContract.Risk.READ

@@ -20,6 +20,7 @@ from agents.services import (
     run_create,
     run_version_choice,
 )
+from agents.tools import DeterministicContext, deterministic_tool
 from agents.versions import pick_arm, version_diff
 from audit.models import AuditEvent
 from mcpregistry.models import McpServer, McpTool, ToolContract
@@ -147,6 +148,37 @@ def test_a_tool_enabled_after_the_publish_waits_for_the_next_one_and_a_disabled_
     assert withdrawn.version == v2
     last = AuditEvent.objects.filter(run_id=withdrawn.id, action="tool.call").get()
     assert (last.ok, last.reason) == (False, "tool:unknown")
+
+
+SEEN_TOOLS: list[list[str]] = []
+
+
+@deterministic_tool(mcp_id="sds-company-data")
+def route_to_list_projects(ctx: DeterministicContext) -> dict:
+    SEEN_TOOLS.append(sorted(t.name for t in ctx.mcp_tools or []))
+    return {"tool_name": "list_projects", "params": {"team": "물류플랫폼팀"}}
+
+
+def test_a_code_rule_of_a_published_version_sees_and_calls_only_the_tools_the_version_froze(
+    demo_server: McpServer,
+) -> None:
+    """A tool enabled after the publish is unknown to the version's runs in the deterministic stage as in the
+    gate: the rule's ``mcp_tools`` leave it out, and a rule that names it fails the stage as seed 000 says
+    (deterministic:tool_unknown), not as a failed call that the run goes on from."""
+    agent = make_agent(slug="frozen-rule-tools", servers=[demo_server], with_demo_rules=False)
+    DeterministicRule.objects.create(agent=agent, name="projects", code=f"{__name__}.route_to_list_projects")
+    tool = McpTool.objects.get(server=demo_server, name="list_projects")
+    mcp_tool_update(tool=tool, actor="test-admin", via="tests", data={"enabled": False})
+    v1 = agent_version_publish(agent=agent, actor="test-admin", via="tests")
+    mcp_tool_update(tool=tool, actor="test-admin", via="tests", data={"enabled": True})
+    SEEN_TOOLS.clear()
+    run = run_now(agent, "물류플랫폼팀 프로젝트 알려줘")
+    assert run.version == v1
+    assert (run.status, run.error_code) == (Run.Status.FAILED, "deterministic:tool_unknown")
+    assert "'list_projects' tool이 MCP 'sds-company-data'에 없습니다" in run.error_message
+    assert "list_projects" not in SEEN_TOOLS[0] and "search_employee" in SEEN_TOOLS[0]
+    [refusal] = AuditEvent.objects.filter(run_id=run.id, action="tool.call")
+    assert (refusal.tool, refusal.ok, refusal.reason, refusal.attempt) == ("list_projects", False, "tool:unknown", 0)
 
 
 def test_publishing_the_live_content_again_makes_no_new_version(demo_agent: Agent) -> None:

@@ -81,8 +81,9 @@ DEMO_RULES: list[dict[str, Any]] = [
     },
 ]
 
-# Seed 001's failure handling as a contract: timeouts retried at once, rate limits with backoff (2 s, 4 s),
-# a wrong answer shape never retried; the model is pointed at the backup tool.
+# Seed 001's failure handling as a contract: timeouts retried at once, rate limits with backoff (the seed's 2 s
+# then 4 s as ceilings: 1–2 s, then 2–4 s, jittered so that callers hit by one limit do not retry in step), a
+# wrong answer shape never retried; the model is pointed at the backup tool.
 DEMO_CONTRACTS: dict[str, dict[str, Any]] = {
     "get_asset_status": {
         "returns": {"type": "dict", "required": ["asset_id", "status", "owner"]},
