@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -232,17 +233,19 @@ def _idempotency_key(request: Request) -> str:
     return key
 
 
+_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?", re.ASCII)
+
+
 def _wait_seconds(request: Request) -> float:
     raw = request.query_params.get("wait")
     if raw in (None, ""):
         return 0.0
     limit = float(api_setting("PLATFORM_API_MAX_WAIT_S"))
-    try:
-        value = float(raw)
-    except ValueError:
+    if not _SECONDS.fullmatch(raw):  # float() would also take "1_0", " 5", "1e1" and "nan"
         raise ApplicationError(
             _("'wait' must be a number of seconds."), code="invalid_input", status=400, fields={"wait": [raw]}
-        ) from None
+        )
+    value = float(raw)
     if not 0 <= value <= limit:  # NaN fails both
         raise ApplicationError(
             _("'wait' must be between 0 and %(max)d seconds.") % {"max": limit},

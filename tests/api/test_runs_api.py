@@ -205,7 +205,7 @@ def test_query_and_message_together_are_a_400_naming_both(api_client, demo_agent
 
 
 def test_a_wait_that_is_not_a_number_in_range_is_a_400(api_client, demo_agent) -> None:
-    for wait in ("soon", "-1", "61", "nan"):
+    for wait in ("soon", "-1", "61", "nan", "1_0", "1e1", "%201", "inf", "."):
         response = api_client.post(f"{URL}?wait={wait}", {"agent": "company-assistant", "query": "hi"}, format="json")
         assert response.status_code == 400, wait
         assert "wait" in error_of(response)["fields"]
