@@ -65,7 +65,7 @@ def argument_constraints(input_schema: dict[str, Any]) -> dict[str, dict[str, An
         if not isinstance(prop, dict):
             continue
         spec: dict[str, Any] = {"required": name in required}
-        prop = _optional_branch(prop)
+        prop = optional_branch(prop)
         json_type = prop.get("type")
         if isinstance(json_type, list):  # ["string", "null"]: the non-null one
             json_type = next((t for t in json_type if t != "null"), None)
@@ -85,7 +85,7 @@ def argument_constraints(input_schema: dict[str, Any]) -> dict[str, dict[str, An
     return constraints
 
 
-def _optional_branch(prop: dict[str, Any]) -> dict[str, Any]:
+def optional_branch(prop: dict[str, Any]) -> dict[str, Any]:
     """An optional argument as Pydantic writes it (``Optional[int]``: ``{"anyOf": [{"type": "integer",
     "minimum": 1}, {"type": "null"}]}``): its one non-null branch, with the property's own keys (description,
     default) beside it. Any other union is left as it is: no single type or range holds for it."""

@@ -17,6 +17,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext, pgettext
 
 from audit.masking import mask_known
+from mcpregistry.contracts import optional_branch
 from mcpregistry.list_fields import value_text
 
 # JSON Schema's type names in words (those the contract editor's type column uses, without the Python name).
@@ -124,7 +125,7 @@ def schema_rows(schema: Any, *, prefix: str = "", depth: int = 1) -> list[Argume
                 type=type_text(prop),
                 required=name in required,
                 description=str(description),
-                limits=limits_text(prop),
+                limits=limits_text(optional_branch(prop)),  # an optional number's range is in its anyOf
             )
         )
         if depth < _MAX_DEPTH:

@@ -42,6 +42,7 @@ def test_an_input_schema_reads_as_one_row_per_argument_with_its_limits_in_words(
     assert (rows["limit"].type, rows["limit"].limits) == ("whole number", "at least 1 · at most 50 · default: 10")
     assert (rows["tags"].type, rows["tags"].limits) == ("list of text", "at most 3 items")
     assert (rows["note"].type, rows["note"].description) == ("text or nothing (null)", "Note")
+    assert rows["note"].limits == "at most 1 character"  # the limit Pydantic writes inside an optional's anyOf
     assert (rows["filter.owner"].required, rows["filter.owner"].limits) == (True, "matches ^[가-힣]+$")
     assert not rows["filter"].required
     with translation.override("ko"):
