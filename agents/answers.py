@@ -68,8 +68,8 @@ def all_calls_failed_text(*, language: str, codes: list[str] | None = None) -> s
     """The short message of a run that fails because every deterministic call it rests on failed, by what failed
     them (seed 004: tell what trying again can fix from what it cannot). Calls a person declined (their approval
     rejected, or left to expire) are said to be so; a value the tool's contract refuses, or an answer that was
-    empty, would be the same on the next try; a tool's own error may be about the request or its backend; only
-    the rest (a timeout, a rate limit, a server down or paused) is worth trying again later."""
+    empty, would be the same on the next try; a tool's own error may be about the request or its backend (both
+    are said); only the rest (a timeout, a rate limit, a server down or paused) is worth trying again later."""
     codes = codes or []
     with translation.override(language or None):
         if codes and all(code == "approval:rejected" for code in codes):
@@ -80,8 +80,14 @@ def all_calls_failed_text(*, language: str, codes: list[str] | None = None) -> s
             return _("This request could not be looked up as asked: a value in it is not one the tool accepts.")
         if codes and all(code == "result:empty" for code in codes):
             return _("Nothing was found for this request.")
-        if codes and all(code.startswith("args:") or code in ("result:empty", "tool:error") for code in codes):
+        if codes and all(code.startswith("args:") or code == "result:empty" for code in codes):
             return _("The information for this request could not be found. Please check what you asked for.")
+        if codes and all(code.startswith("args:") or code in ("result:empty", "tool:error") for code in codes):
+            # A tool's own error may be about the request (an unknown id) or its backend: both are said.
+            return _(
+                "The information needed for this answer could not be retrieved: the tool reported an error. "
+                "Please check what you asked for, or try again later."
+            )
         return _("The information needed for this answer could not be retrieved. Please try again later.")
 
 

@@ -388,11 +388,14 @@ def run_submit(
     a2a_files: list[dict[str, Any]] | None = None,
     idempotency_key: str = "",
     digest: str = "",
+    former_key: str = "",
 ) -> RunSubmission:
     """Create a queued run (``run_create``), once per ``(api_key, idempotency_key)``.
 
     The same key with the same ``digest`` (of the request body) returns the run the first request created;
-    with another digest it is a 409. Two identical requests racing are serialized on the API key's row
+    with another digest it is a 409. ``former_key``: the key the same request was stored under before its form
+    changed (A2A's ``a2a:<messageId>``): a run found there is replayed only for the same digest (another request
+    may have used that text as its own key), so a retry across an upgrade is not run twice. Two identical requests racing are serialized on the API key's row
     (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` takes the write lock at the start of
     the transaction), so only one of them creates the run."""
     if not idempotency_key or api_key is None:
@@ -410,6 +413,9 @@ def run_submit(
         if connection.features.has_select_for_update:  # SQLite's transaction holds the write lock already
             ApiKey.objects.select_for_update().filter(pk=api_key.pk).values_list("pk", flat=True).first()
         earlier = _earlier_submission(api_key_id=api_key.pk, idempotency_key=idempotency_key)
+        if earlier is None and former_key:
+            former = _earlier_submission(api_key_id=api_key.pk, idempotency_key=former_key)
+            earlier = former if former is not None and former[1] == digest else None
         if earlier is not None:
             earlier_pk, earlier_digest = earlier
             if earlier_digest != digest:

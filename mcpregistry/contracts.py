@@ -434,7 +434,8 @@ def check_args(
             continue
         value = clean[name]
         if value is None and not spec.get("required"):
-            continue  # an optional argument sent as null is one not given (Pydantic's Optional[int] = None)
+            del clean[name]  # an optional argument sent as null is one not given (Pydantic's Optional[int] = None)
+            continue
         expected = spec.get("type")
         if expected and not _type_ok(expected, value):
             return clean, Verdict(
@@ -451,6 +452,9 @@ def check_args(
                 allowed,
             )
         low, high = spec.get("min"), spec.get("max")
+        numeric = expected in (None, "", "int", "float")  # a range on another type is not read (as before)
+        if (low is not None or high is not None) and not numeric:
+            low = high = None
         if (low is not None or high is not None) and (isinstance(value, bool) or not isinstance(value, int | float)):
             # A range is a number's: true is not 1 (seed 004: bool is a subclass of int) and "20" is not 20.
             return clean, Verdict(

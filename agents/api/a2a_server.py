@@ -438,6 +438,7 @@ def message_send(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> Ru
         a2a_data=run_input.a2a_data,
         a2a_files=run_input.a2a_files,
         idempotency_key=_idempotency_key(message_id),
+        former_key=f"a2a:{message_id}"[:200] if message_id else "",  # the key's form before 2026-12-04
         digest=request_digest({"agent": agent.slug, "message": message, "metadata": metadata}),
     )
     return submission.run
@@ -716,9 +717,14 @@ async def rpc_view(request: HttpRequest, slug: str) -> HttpResponseBase:
         slot = await sync_to_async(stream_slot_take)(api_key)
         if slot is None:
             return too_many_streams()
-    result, error = await sync_to_async(_guarded)(
-        lambda: rpc_call(agent=agent, api_key=api_key, method=method, params=params, rpc_id=rpc_id)
-    )
+    try:
+        result, error = await sync_to_async(_guarded)(
+            lambda: rpc_call(agent=agent, api_key=api_key, method=method, params=params, rpc_id=rpc_id)
+        )
+    except BaseException:  # cancelled (the client went away) or stopping: the slot is not held for its lease
+        if slot is not None:
+            await asyncio.shield(sync_to_async(stream_slot_release)(slot))
+        raise
     if slot is not None and (error is not None or not isinstance(result, Stream)):
         await sync_to_async(stream_slot_release)(slot)
         slot = None

@@ -18,6 +18,7 @@ id is issued on ``initialize`` only to scope the client's request ids; there is 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -51,6 +52,7 @@ from agents.api.protocol_http import (
     too_many_streams,
     tool_progress_text,
 )
+from agents.api.throttling import stream_slot_release
 from agents.models import Agent, ApiKey, Approval, Run
 from agents.selectors import agent_list_for_key, run_events_after, run_tool_calls
 from agents.services import run_cancel, run_submit
@@ -301,14 +303,26 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
         return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": {"tools": [tool_of(a) for a in agents]}})
     if method != "tools/call":
         return json_response(_rpc_error(rpc_id, -32601, _("Method not found: %(method)s") % {"method": method}))
+    streaming = "text/event-stream" in request.headers.get("Accept", "")
+    slot = None
+    if streaming:
+        # The stream's slot first: a refused call must not have started its run (a fast worker may have begun
+        # it, and a client retrying after Retry-After would start another).
+        slot = await sync_to_async(stream_slot_take)(api_key)
+        if slot is None:
+            return too_many_streams()
     try:
         run = await sync_to_async(tool_call_start)(api_key=api_key, params=params, session_id=session_id, rpc_id=rpc_id)
-    except McpError as exc:
-        return json_response(_rpc_error(rpc_id, exc.code, exc.message))
-    except ApplicationError as exc:
-        result = {"content": [{"type": "text", "text": f"{exc.code}: {exc.message}"}], "isError": True}
-        return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": result})
-    except Exception:
+    except BaseException as exc:
+        if slot is not None:
+            await asyncio.shield(sync_to_async(stream_slot_release)(slot))
+        if isinstance(exc, McpError):
+            return json_response(_rpc_error(rpc_id, exc.code, exc.message))
+        if isinstance(exc, ApplicationError):
+            result = {"content": [{"type": "text", "text": f"{exc.code}: {exc.message}"}], "isError": True}
+            return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": result})
+        if not isinstance(exc, Exception):  # cancelled (the client went away), or the process is stopping
+            raise
         logger.exception("MCP tools/call failed")
         return json_response(_rpc_error(rpc_id, -32603, _("Internal error.")))
     meta: dict[str, Any] = params["_meta"] if isinstance(params.get("_meta"), dict) else {}
@@ -317,24 +331,20 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
     def abandon() -> None:
         tool_call_cancel(api_key=api_key, session_id=session_id, rpc_id=rpc_id, why="client gone")
 
-    if "text/event-stream" not in request.headers.get("Accept", ""):
+    if slot is None:
         # A client that takes no event stream gets the JSON answer, sent as the body of a response that starts at
         # once: while the run goes, a space now and then (JSON's own whitespace) lets the server notice a client
         # gone, whose run is then cancelled as a stream client's is, not left to run for nobody.
         feed.progress_token = None
         answer = (
-            paced_async(_json_body(feed.poll), None, on_abandon=abandon)
+            paced_async(_json_body(feed.poll, rpc_id), None, on_abandon=abandon)
             if isinstance(request, ASGIRequest)
-            else paced_sync(_json_body(feed.poll), None, on_abandon=abandon)
+            else paced_sync(_json_body(feed.poll, rpc_id), None, on_abandon=abandon)
         )
         response = StreamingHttpResponse(answer, content_type="application/json; charset=utf-8")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return response
-    slot = await sync_to_async(stream_slot_take)(api_key)
-    if slot is None:
-        await sync_to_async(abandon)()
-        return too_many_streams()
     poll = feed.poll
     stream = (
         paced_async(poll, slot, on_abandon=abandon)
@@ -347,14 +357,26 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
     return response
 
 
-def _json_body(poll: Poll) -> Poll:
-    """``poll`` of a call's event stream, as the chunks of a JSON body: the result's JSON when it is done, a space
-    where the stream would send a keep-alive comment, nothing else (a JSON client is sent no progress)."""
+def _json_body(poll: Poll, rpc_id: Any) -> Poll:
+    """``poll`` of a call's event stream, as the chunks of a JSON body: a space at once (so that a WSGI server
+    sends the response's head now, not with the first keep-alive), a space where the stream would send a
+    keep-alive comment, the result's JSON when it is done, nothing else (a JSON client is sent no progress). A
+    failure to read the run ends the body as a JSON-RPC error; the run is left as it is."""
+    started = False
 
     def as_json() -> tuple[list[str], PollState]:
-        chunks, state = poll()
+        nonlocal started
+        try:
+            chunks, state = poll()
+        except Exception:  # the answer is JSON whatever happened; the run is not the client's to lose
+            logger.exception("MCP tools/call: reading the run failed")
+            return [dumps(_rpc_error(rpc_id, -32603, _("Internal error.")))], "done"
         if state == "done":
             return [chunks[-1].split("data: ", 1)[1].rstrip("\n")], state
-        return [" " for chunk in chunks if chunk.startswith(":")], state
+        spaces = [" " for chunk in chunks if chunk.startswith(":")]
+        if not started:
+            started = True
+            spaces = spaces or [" "]
+        return spaces, state
 
     return as_json

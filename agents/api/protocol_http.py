@@ -100,37 +100,39 @@ async def paced_async(
     """Chunks from ``poll`` every ``PLATFORM_SSE_POLL_S`` seconds until it says ``done``; the slot (if one is held)
     is released however the stream ends. ``on_abandon`` is called (in a thread) when the client goes away first."""
     poll_s = float(api_setting("PLATFORM_SSE_POLL_S"))
-    finished = False
     try:
         while True:
             chunks, state = await sync_to_async(poll)()
             for chunk in chunks:
                 yield chunk
             if state == "done":
-                finished = True
                 return
             await asyncio.sleep(poll_s)
-    finally:
-        if not finished and on_abandon is not None:
+    except (GeneratorExit, asyncio.CancelledError):
+        # The client went away (the server closed the stream, or cancelled its task): not the server's own error,
+        # which leaves the run alone.
+        if on_abandon is not None:
             await asyncio.shield(sync_to_async(on_abandon)())
+        raise
+    finally:
         if slot is not None:
             await sync_to_async(stream_slot_release)(slot)
 
 
 def paced_sync(poll: Poll, slot: StreamSlot | None, *, on_abandon: Callable[[], None] | None = None) -> Iterator[str]:
     poll_s = float(api_setting("PLATFORM_SSE_POLL_S"))
-    finished = False
     try:
         while True:
             chunks, state = poll()
             yield from chunks
             if state == "done":
-                finished = True
                 return
             time.sleep(poll_s)
-    finally:
-        if not finished and on_abandon is not None:
+    except GeneratorExit:  # the client went away (the server closed the response)
+        if on_abandon is not None:
             on_abandon()
+        raise
+    finally:
         if slot is not None:
             stream_slot_release(slot)
 

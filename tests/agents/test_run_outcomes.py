@@ -15,6 +15,8 @@ from tests.conftest import bind_demo_server, make_agent
 pytestmark = pytest.mark.django_db
 
 ASSET_QUESTION = "A-1001 자산의 현재 상태를 알려주세요."
+# A tool's own error may be about the request or its backend: the user is told both.
+TOOL_ERROR_TEXT = "답변에 필요한 정보를 가져오지 못했습니다: 도구가 오류를 알렸습니다. 요청 내용을 확인하시거나 잠시 후 다시 시도해 주세요."
 
 
 def submit(agent: Agent, query: str) -> Run:
@@ -67,7 +69,7 @@ def test_offline_an_unknown_asset_is_not_looked_up_in_the_backup_and_the_user_is
     agent = make_agent(slug="offline-unknown-asset", servers=[server])
     run = submit(agent, "A-9999 자산의 현재 상태를 알려주세요.")
     assert (run.status, run.error_code) == (Run.Status.FAILED, "deterministic:tool_failed")
-    assert run.error_message == "요청하신 정보를 찾지 못했습니다. 요청 내용을 확인해 주세요."
+    assert run.error_message == TOOL_ERROR_TEXT
     calls = AuditEvent.objects.filter(run_id=run.id, action__startswith="tool.").order_by("id")
     assert list(calls.values_list("action", "tool", "reason")) == [("tool.call", "get_asset_status", "tool:error")]
 
@@ -77,11 +79,12 @@ def test_offline_an_unknown_asset_is_not_looked_up_in_the_backup_and_the_user_is
     [
         (["args:allowed:region"], "요청하신 값으로는 조회할 수 없습니다: 도구가 받지 않는 값이 있습니다."),
         (["result:empty", "result:empty"], "요청하신 내용에 해당하는 정보가 없습니다."),
-        (["tool:error", "args:range:limit"], "요청하신 정보를 찾지 못했습니다. 요청 내용을 확인해 주세요."),
+        (["result:empty", "args:range:limit"], "요청하신 정보를 찾지 못했습니다. 요청 내용을 확인해 주세요."),
+        (["tool:error", "args:range:limit"], TOOL_ERROR_TEXT),
         (["timeout", "result:empty"], "답변에 필요한 정보를 가져오지 못했습니다. 잠시 후 다시 시도해 주세요."),
         (["approval:rejected"], None),
     ],
-    ids=["refused-value", "empty", "about-the-request", "transient", "declined"],
+    ids=["refused-value", "empty", "about-the-request", "tool-error", "transient", "declined"],
 )
 def test_the_failed_runs_message_says_whether_trying_again_later_can_help(codes, expected) -> None:
     from agents.answers import all_calls_failed_text

@@ -284,3 +284,24 @@ def test_a2a_message_ids_and_rest_idempotency_keys_never_share_a_run(bearer: Cli
     assert Run.objects.count() == 4
     assert "result" in send("m-9")
     assert Run.objects.count() == 4  # the same message again: the same run
+
+
+def test_an_a2a_message_stored_under_the_former_key_is_not_run_again(bearer: Client, api_caller: ApiCaller) -> None:
+    """Before 2026-12-04 a message's run was keyed ``a2a:<messageId>``: the same message retried across the upgrade
+    gets that run back, not a second one (a write runs at most once)."""
+    from agents.models import Agent, Run
+    from agents.services import request_digest
+
+    message = {"role": "ROLE_USER", "messageId": "m-old", "parts": [{"text": "안녕"}]}
+    old = Run.objects.create(
+        agent=Agent.objects.get(slug="company-assistant"),
+        api_key=api_caller.key,
+        query="안녕",
+        idempotency_key="a2a:m-old",
+        request_digest=request_digest({"agent": "company-assistant", "message": message, "metadata": {}}),
+    )
+    params = {"message": message, "configuration": {"returnImmediately": True}}
+    body = {"jsonrpc": "2.0", "id": "r1", "method": "SendMessage", "params": params}
+    answer = bearer.post("/a2a/company-assistant/", json.dumps(body), content_type="application/json").json()
+    assert answer["result"]["task"]["id"] == str(old.pk)
+    assert Run.objects.count() == 1

@@ -326,3 +326,67 @@ def test_an_mcp_call_whose_json_only_client_goes_away_is_cancelled(api_caller: A
     [run] = Run.objects.all()
     assert run.status == Run.Status.CANCELLED
     assert sent[0]["status"] == 200 and (b"Content-Type", b"application/json; charset=utf-8") in sent[0]["headers"]
+
+
+def test_a_server_error_while_a_json_only_call_waits_ends_the_body_as_json_and_leaves_the_run(settings) -> None:
+    """A failure to read the run (the database hiccups) is the server's, not the client's leaving: the body ends
+    as a JSON-RPC error (it was a 200 already) and the run is not cancelled."""
+    from agents.api.mcp_server import _json_body
+    from agents.api.protocol_http import paced_sync
+
+    settings.PLATFORM_SSE_POLL_S = 0.0
+    polls = iter([([": keep-alive\n\n"], "wait")])
+
+    def poll() -> Any:
+        try:
+            return next(polls)
+        except StopIteration:
+            raise RuntimeError("database is locked") from None
+
+    abandoned: list[bool] = []
+    body = "".join(paced_sync(_json_body(poll, 7), None, on_abandon=lambda: abandoned.append(True)))
+    assert body.startswith(" ")
+    answer = json.loads(body)
+    assert (answer["id"], answer["error"]["code"]) == (7, -32603)
+    assert abandoned == []
+
+
+def test_a_client_that_leaves_a_stream_abandons_its_call_but_a_server_error_does_not(settings) -> None:
+    from agents.api.protocol_http import paced_sync
+
+    settings.PLATFORM_SSE_POLL_S = 0.0
+    abandoned: list[str] = []
+    stream = paced_sync(lambda: ([": keep-alive\n\n"], "wait"), None, on_abandon=lambda: abandoned.append("left"))
+    next(stream)
+    stream.close()  # the server closes the response: the client went away
+    assert abandoned == ["left"]
+
+    def broken() -> Any:
+        raise RuntimeError("database is locked")
+
+    with pytest.raises(RuntimeError):
+        list(paced_sync(broken, None, on_abandon=lambda: abandoned.append("error")))
+    assert abandoned == ["left"]
+
+
+def test_an_mcp_stream_refused_for_want_of_a_slot_started_no_run(api_caller: ApiCaller, settings) -> None:
+    from agents.api.throttling import stream_slot_acquire, stream_slot_release
+
+    settings.PLATFORM_SSE_MAX_STREAMS_PER_KEY = 1
+    make_agent(slug="quiet", servers=[], with_demo_rules=False)
+    held = stream_slot_acquire(api_caller.key, lease_s=60)
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "ask_quiet", "arguments": {"query": "q"}},
+    }
+    refused = client_for(api_caller.raw_key).post(
+        "/mcp/",
+        json.dumps(body),
+        content_type="application/json",
+        headers={"Accept": "application/json, text/event-stream"},
+    )
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "too_many_streams"
+    assert not Run.objects.exists()
+    stream_slot_release(held)

@@ -57,6 +57,13 @@ def test_a_range_without_a_type_still_refuses_what_is_not_a_number(value) -> Non
     assert check_args({"limit": {"required": True, "min": 1, "max": 2}}, {"limit": 2})[1] is None
 
 
+def test_a_range_on_an_argument_typed_other_than_a_number_is_not_read() -> None:
+    """A contract may carry a range beside a text type (pre-filled from ``{"type": ["string", "integer"],
+    "minimum": 1}``): the range is not a number's there, and must not refuse every call."""
+    assert reason_of({"q": "abc"}, {"q": {"type": "str", "min": 1}}) is None
+    assert reason_of({"q": 5}, {"q": {"type": "str", "min": 1}}) == "args:type:q"
+
+
 def test_an_allowed_list_of_numbers_does_not_take_a_bool_nor_one_of_bools_a_number() -> None:
     assert reason_of({"n": True}, {"n": {"allowed": [0, 1, 2]}}) == "args:allowed:n"
     assert reason_of({"n": 1}, {"n": {"allowed": [True, False]}}) == "args:allowed:n"
@@ -81,7 +88,8 @@ def test_an_optional_arguments_type_and_limits_are_read_from_its_one_non_null_br
         "either": {"required": False},
     }
     constraints = argument_constraints(schema)
-    assert reason_of({"limit": None}, constraints) is None  # null for an optional argument: not given
+    assert reason_of({"limit": None}, constraints) is None  # null for an optional argument: not given, not sent
+    assert check_args(constraints, {"limit": None, "region": "busan"})[0] == {"region": "busan"}
     assert reason_of({"limit": 0}, constraints) == "args:range:limit"
     assert reason_of({"limit": None}, {"limit": {"type": "int", "required": True}}) == "args:type:limit"
 
