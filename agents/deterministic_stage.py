@@ -206,10 +206,11 @@ def _stage_rules(
         decisions.add_decision(record, audit)
         if not decision.matched:
             continue
-        caller = who(f"rule:{rule.rule_id}")
         # As the gate reads it: callable now and, in a published version's run, frozen in the version (a tool
-        # discovered since is unknown to it, and the stage fails as seed 000 says, not as a failed call).
-        known = any(t.name == step.tool and gate.offered(caller, server, t) for t in server.tools.all())
+        # discovered since is unknown to it, and the stage fails as seed 000 says, not as a failed call). A dry
+        # run asks the gate for nothing: it reads the tools as they are.
+        caller = who(f"rule:{rule.rule_id}") if mode != "dry_run" else None
+        known = any(t.name == step.tool and _offered(caller, server, t) for t in server.tools.all())
         unknown = StageFailure(
             "deterministic:tool_unknown",
             f"{DETERMINISTIC_STAGE_FAILED}: '{step.tool}' tool이 MCP '{step.mcp_id}'에 없습니다.",
@@ -226,7 +227,7 @@ def _stage_rules(
             server=server,
             tool_name=step.tool,
             args=decision.params or {},
-            who=caller,
+            who=caller or who(f"rule:{rule.rule_id}"),
             known_tool=known,
         )
         step.result = result
@@ -361,7 +362,7 @@ def _rule_tools(server: McpServer, *, mode: StageMode, who: Callable[[str], gate
 
         return run
 
-    caller = who("")
+    caller = who("") if mode != "dry_run" else None
     return [
         StructuredTool(
             name=t.name,
@@ -370,5 +371,11 @@ def _rule_tools(server: McpServer, *, mode: StageMode, who: Callable[[str], gate
             func=make(t.name),
         )
         for t in server.tools.all()
-        if gate.offered(caller, server, t)
+        if _offered(caller, server, t)
     ]
+
+
+def _offered(caller: gate.GateCall | None, server: McpServer, tool: Any) -> bool:
+    """Whether the stage may call ``tool``: as the gate reads it for ``caller`` (frozen in a published version's
+    run), or callable now where there is no caller (a dry run)."""
+    return gate.offered(caller, server, tool) if caller is not None else bool(tool.callable)

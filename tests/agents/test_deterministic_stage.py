@@ -132,6 +132,18 @@ def test_the_dry_run_decides_and_checks_the_contract_without_calling(demo_agent,
     assert (step.verdict, step.result, outcome.results, outcome.failure) == ("ok", None, [], None)
 
 
+def test_a_dry_run_of_a_code_rule_asks_the_gate_for_nothing_either(demo_server) -> None:
+    """Its ``mcp_tools`` are read as the tools are (no caller, no frozen version to consult)."""
+    rules = [RuleSpec(rule_id=1, name="text", mcp_id="", tool_name="", code=f"{__name__}.route_with_params_as_text")]
+    stage = StageInput(query="q", context={}, a2a_data=[], a2a_files=[], servers=[demo_server], rules=rules)
+
+    def no_calls(call_id: str) -> gate.GateCall:
+        raise AssertionError("a dry run asked the gate for a call")
+
+    outcome = deterministic_stage(stage, mode="dry_run", who=no_calls)
+    assert outcome.failure is not None and outcome.failure.code == "deterministic:rule_error"
+
+
 def test_a_database_error_in_a_code_rule_propagates(demo_server) -> None:
     rules = [RuleSpec(rule_id=1, name="db", mcp_id="", tool_name="", code=f"{__name__}.route_that_loses_the_database")]
     stage = StageInput(query="q", context={}, a2a_data=[], a2a_files=[], servers=[demo_server], rules=rules)
