@@ -395,9 +395,11 @@ def run_submit(
     The same key with the same ``digest`` (of the request body) returns the run the first request created;
     with another digest it is a 409. ``former_key``: the key the same request was stored under before its form
     changed (A2A's ``a2a:<messageId>``): a run found there is replayed only for the same digest (another request
-    may have used that text as its own key), so a retry across an upgrade is not run twice. Two identical requests racing are serialized on the API key's row
-    (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` takes the write lock at the start of
-    the transaction), so only one of them creates the run."""
+    may have used that text as its own key), so a retry across an upgrade is not run twice.
+
+    Two identical requests racing are serialized on the API key's row (``SELECT … FOR UPDATE`` on PostgreSQL;
+    SQLite's ``BEGIN IMMEDIATE`` takes the write lock at the start of the transaction), so only one of them
+    creates the run."""
     if not idempotency_key or api_key is None:
         run = run_create(
             agent_slug=agent_slug,

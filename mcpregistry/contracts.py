@@ -434,7 +434,11 @@ def check_args(
             continue
         value = clean[name]
         if value is None and not spec.get("required"):
-            del clean[name]  # an optional argument sent as null is one not given (Pydantic's Optional[int] = None)
+            # An optional argument sent as null is one not given where the tool's default is null too (Pydantic's
+            # ``Optional[int] = None``): not sent. Where its default is something else, null may mean something
+            # of its own ("no limit", "clear the field"): sent as it is, for the tool to judge.
+            if _schema_default(input_schema, name) is None:
+                del clean[name]
             continue
         expected = spec.get("type")
         if expected and not _type_ok(expected, value):
@@ -527,6 +531,13 @@ def url_host_problem(value: Any, allowed_hosts: list[str]) -> str | None:
     if url_problem(value.strip(), exact):
         return _("names '%(host)s', a private, loopback or metadata address") % {"host": host}
     return None
+
+
+def _schema_default(input_schema: Any, name: str) -> Any:
+    """The default the tool's input schema gives the argument ``name`` (None where it gives none)."""
+    properties = input_schema.get("properties") if isinstance(input_schema, dict) else None
+    prop = properties.get(name) if isinstance(properties, dict) else None
+    return prop.get("default") if isinstance(prop, dict) else None
 
 
 def _is_one_of(value: Any, allowed: list[Any]) -> bool:

@@ -327,6 +327,7 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
         return json_response(_rpc_error(rpc_id, -32603, _("Internal error.")))
     meta: dict[str, Any] = params["_meta"] if isinstance(params.get("_meta"), dict) else {}
     feed = CallFeed(run=run, rpc_id=rpc_id, progress_token=meta.get("progressToken"))
+    poll = _answered_whatever_happens(feed.poll, rpc_id, run.pk)
 
     def abandon() -> None:
         tool_call_cancel(api_key=api_key, session_id=session_id, rpc_id=rpc_id, why="client gone")
@@ -337,15 +338,14 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
         # gone, whose run is then cancelled as a stream client's is, not left to run for nobody.
         feed.progress_token = None
         answer = (
-            paced_async(_json_body(feed.poll, rpc_id), None, on_abandon=abandon)
+            paced_async(_json_body(poll), None, on_abandon=abandon)
             if isinstance(request, ASGIRequest)
-            else paced_sync(_json_body(feed.poll, rpc_id), None, on_abandon=abandon)
+            else paced_sync(_json_body(poll), None, on_abandon=abandon)
         )
         response = StreamingHttpResponse(answer, content_type="application/json; charset=utf-8")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return response
-    poll = feed.poll
     stream = (
         paced_async(poll, slot, on_abandon=abandon)
         if isinstance(request, ASGIRequest)
@@ -357,20 +357,37 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
     return response
 
 
-def _json_body(poll: Poll, rpc_id: Any) -> Poll:
+def _answered_whatever_happens(poll: Poll, rpc_id: Any, run_id: Any) -> Poll:
+    """``poll`` of a call's event stream that ends with an answer to the request whatever happens: a failure to
+    read the run (the database hiccups) is a JSON-RPC error naming the run, which goes on (the client may read it
+    at /api/v1/runs/{id} instead of calling again: a call has no idempotency key)."""
+
+    def guarded() -> tuple[list[str], PollState]:
+        try:
+            return poll()
+        except Exception:  # answered as an error; the run is not the client's to lose
+            logger.exception("MCP tools/call: reading run %s failed", run_id)
+            error = _rpc_error(
+                rpc_id,
+                -32603,
+                _("Internal error while waiting for the run; it goes on: GET /api/v1/runs/%(run_id)s")
+                % {"run_id": run_id},
+            )
+            error["error"]["data"] = {"run_id": str(run_id)}
+            return [f"event: message\ndata: {dumps(error)}\n\n"], "done"
+
+    return guarded
+
+
+def _json_body(poll: Poll) -> Poll:
     """``poll`` of a call's event stream, as the chunks of a JSON body: a space at once (so that a WSGI server
     sends the response's head now, not with the first keep-alive), a space where the stream would send a
-    keep-alive comment, the result's JSON when it is done, nothing else (a JSON client is sent no progress). A
-    failure to read the run ends the body as a JSON-RPC error; the run is left as it is."""
+    keep-alive comment, the result's JSON when it is done, nothing else (a JSON client is sent no progress)."""
     started = False
 
     def as_json() -> tuple[list[str], PollState]:
         nonlocal started
-        try:
-            chunks, state = poll()
-        except Exception:  # the answer is JSON whatever happened; the run is not the client's to lose
-            logger.exception("MCP tools/call: reading the run failed")
-            return [dumps(_rpc_error(rpc_id, -32603, _("Internal error.")))], "done"
+        chunks, state = poll()
         if state == "done":
             return [chunks[-1].split("data: ", 1)[1].rstrip("\n")], state
         spaces = [" " for chunk in chunks if chunk.startswith(":")]

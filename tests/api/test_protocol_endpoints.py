@@ -331,7 +331,7 @@ def test_an_mcp_call_whose_json_only_client_goes_away_is_cancelled(api_caller: A
 def test_a_server_error_while_a_json_only_call_waits_ends_the_body_as_json_and_leaves_the_run(settings) -> None:
     """A failure to read the run (the database hiccups) is the server's, not the client's leaving: the body ends
     as a JSON-RPC error (it was a 200 already) and the run is not cancelled."""
-    from agents.api.mcp_server import _json_body
+    from agents.api.mcp_server import _answered_whatever_happens, _json_body
     from agents.api.protocol_http import paced_sync
 
     settings.PLATFORM_SSE_POLL_S = 0.0
@@ -344,10 +344,20 @@ def test_a_server_error_while_a_json_only_call_waits_ends_the_body_as_json_and_l
             raise RuntimeError("database is locked") from None
 
     abandoned: list[bool] = []
-    body = "".join(paced_sync(_json_body(poll, 7), None, on_abandon=lambda: abandoned.append(True)))
+    guarded = _answered_whatever_happens(poll, 7, "run-1")
+    body = "".join(paced_sync(_json_body(guarded), None, on_abandon=lambda: abandoned.append(True)))
     assert body.startswith(" ")
     answer = json.loads(body)
-    assert (answer["id"], answer["error"]["code"]) == (7, -32603)
+    assert (answer["id"], answer["error"]["code"], answer["error"]["data"]) == (7, -32603, {"run_id": "run-1"})
+    assert "/api/v1/runs/run-1" in answer["error"]["message"]
+    assert abandoned == []
+    # On an event stream the same failure is the request's last message, not a stream cut short.
+    polls = iter([([": keep-alive\n\n"], "wait")])
+    chunks = list(
+        paced_sync(_answered_whatever_happens(poll, 7, "run-1"), None, on_abandon=lambda: abandoned.append(True))
+    )
+    assert chunks[0] == ": keep-alive\n\n" and chunks[-1].startswith("event: message\ndata: ")
+    assert json.loads(chunks[-1].split("data: ", 1)[1])["error"]["data"] == {"run_id": "run-1"}
     assert abandoned == []
 
 

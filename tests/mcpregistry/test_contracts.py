@@ -90,6 +90,9 @@ def test_an_optional_arguments_type_and_limits_are_read_from_its_one_non_null_br
     constraints = argument_constraints(schema)
     assert reason_of({"limit": None}, constraints) is None  # null for an optional argument: not given, not sent
     assert check_args(constraints, {"limit": None, "region": "busan"})[0] == {"region": "busan"}
+    # Where the tool's default is not null, null may mean something of its own ("no limit"): sent as it is.
+    schema["properties"]["limit"]["default"] = 10
+    assert check_args(constraints, {"limit": None}, input_schema=schema) == ({"limit": None}, None)
     assert reason_of({"limit": 0}, constraints) == "args:range:limit"
     assert reason_of({"limit": None}, {"limit": {"type": "int", "required": True}}) == "args:type:limit"
 
