@@ -70,19 +70,19 @@ def all_calls_failed_text(*, language: str, codes: list[str] | None = None) -> s
     rejected, or left to expire) are said to be so; a value the tool's contract refuses, or an answer that was
     empty, would be the same on the next try; a tool's own error may be about the request or its backend (both
     are said); only the rest (a timeout, a rate limit, a server down or paused) is worth trying again later."""
-    codes = codes or []
+    kinds = {"args" if code.startswith("args:") else code for code in codes or []}
     with translation.override(language or None):
-        if codes and all(code == "approval:rejected" for code in codes):
+        if kinds == {"approval:rejected"}:
             return _("This request was not carried out: its approval was rejected.")
-        if codes and all(code in ("approval:rejected", "approval:expired") for code in codes):
+        if kinds and kinds <= {"approval:rejected", "approval:expired"}:
             return _("This request was not carried out: it was not approved in time.")
-        if codes and all(code.startswith("args:") for code in codes):
+        if kinds == {"args"}:
             return _("This request could not be looked up as asked: a value in it is not one the tool accepts.")
-        if codes and all(code == "result:empty" for code in codes):
+        if kinds == {"result:empty"}:
             return _("Nothing was found for this request.")
-        if codes and all(code.startswith("args:") or code == "result:empty" for code in codes):
+        if kinds and kinds <= {"args", "result:empty"}:
             return _("The information for this request could not be found. Please check what you asked for.")
-        if codes and all(code.startswith("args:") or code in ("result:empty", "tool:error") for code in codes):
+        if kinds and kinds <= {"args", "result:empty", "tool:error"}:
             # A tool's own error may be about the request (an unknown id) or its backend: both are said.
             return _(
                 "The information needed for this answer could not be retrieved: the tool reported an error. "

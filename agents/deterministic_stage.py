@@ -222,12 +222,13 @@ def _stage_rules(
                 step.failure = outcome.failure = unknown
                 return outcome
             continue
+        assert caller is not None  # only a dry run has none, and it stopped above
         decisions.flush()
         result = gate.call(
             server=server,
             tool_name=step.tool,
             args=decision.params or {},
-            who=caller or who(f"rule:{rule.rule_id}"),
+            who=caller,
             known_tool=known,
         )
         step.result = result

@@ -455,12 +455,11 @@ def check_args(
                 % {"name": name, "allowed": ", ".join(map(str, allowed)), "value": repr(value)},
                 allowed,
             )
-        low, high = spec.get("min"), spec.get("max")
-        numeric = expected in (None, "", "int", "float")  # a range on another type is not read (as before)
-        if (low is not None or high is not None) and not numeric:
-            low = high = None
-        if (low is not None or high is not None) and (isinstance(value, bool) or not isinstance(value, int | float)):
-            # A range is a number's: true is not 1 (seed 004: bool is a subclass of int) and "20" is not 20.
+        # A range is a number's (on an argument typed otherwise it is not read): true is not 1 (seed 004: bool is a
+        # subclass of int) and "20" is not 20.
+        low, high = (spec.get("min"), spec.get("max")) if expected in (None, "", "int", "float") else (None, None)
+        ranged = low is not None or high is not None
+        if ranged and (isinstance(value, bool) or not isinstance(value, int | float)):
             return clean, Verdict(
                 f"args:type:{name}",
                 _("'%(name)s' must be a number, got %(kind)s %(value)s")

@@ -518,7 +518,7 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         # is never done implicitly (nor asked of a person nobody would tell).
         follow = who.follow_fallback and contract.risk == ToolContract.Risk.READ and _reads(who, server, fallback)
         calls_it = contract.fallback_policy == ToolContract.FallbackPolicy.CALL
-        if (calls_it and reason in _HANDED_OVER | {"tool:error"}) or (follow and reason in _HANDED_OVER):
+        if (calls_it and reason in _HANDED_OVER_BY_POLICY) or (follow and reason in _HANDED_OVER):
             # Why the next call happens, for the record: this tool failed for ``reason`` and the gate hands over.
             this.audit(
                 ok=False,
@@ -556,6 +556,7 @@ _NO_FALLBACK = frozenset({"circuit:open", "result:empty"})
 _HANDED_OVER = frozenset(
     {"timeout", "rate_limit", "transport", "protocol", "unexpected", "result:shape", "result:too_big", "result:range"}
 )
+_HANDED_OVER_BY_POLICY = _HANDED_OVER | {"tool:error"}
 
 
 def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tuple[Any, str | None, str, bool]:
