@@ -24,6 +24,7 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -311,8 +312,15 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
         slot = await sync_to_async(stream_slot_take)(api_key)
         if slot is None:
             return too_many_streams()
+
+    def abandon() -> None:
+        tool_call_cancel(api_key=api_key, session_id=session_id, rpc_id=rpc_id, why="client gone")
+
     try:
-        run = await sync_to_async(tool_call_start)(api_key=api_key, params=params, session_id=session_id, rpc_id=rpc_id)
+        run = await _made_even_if_left(
+            sync_to_async(tool_call_start)(api_key=api_key, params=params, session_id=session_id, rpc_id=rpc_id),
+            abandon,
+        )
     except BaseException as exc:
         if slot is not None:
             await asyncio.shield(sync_to_async(stream_slot_release)(slot))
@@ -328,10 +336,6 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
     meta: dict[str, Any] = params["_meta"] if isinstance(params.get("_meta"), dict) else {}
     feed = CallFeed(run=run, rpc_id=rpc_id, progress_token=meta.get("progressToken"))
     poll = _answered_whatever_happens(feed.poll, rpc_id, run.pk)
-
-    def abandon() -> None:
-        tool_call_cancel(api_key=api_key, session_id=session_id, rpc_id=rpc_id, why="client gone")
-
     if slot is None:
         # A client that takes no event stream gets the JSON answer, sent as the body of a response that starts at
         # once: while the run goes, a space now and then (JSON's own whitespace) lets the server notice a client
@@ -355,6 +359,24 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response
+
+
+async def _made_even_if_left(making: Awaitable[Run], abandon: Callable[[], None]) -> Run:
+    """The run a call submits, made even where the client goes away meanwhile (Django's ASGI handler then cancels
+    the view, but not the thread that is making the run): once made, it is cancelled as a leaving client's is, not
+    left to run for nobody. A submission refused or failed has nothing to cancel."""
+    making = asyncio.ensure_future(making)
+    try:
+        return await asyncio.shield(making)
+    except asyncio.CancelledError:
+
+        async def cancel_once_made() -> None:
+            with contextlib.suppress(Exception):
+                await making
+                await sync_to_async(abandon)()
+
+        await asyncio.shield(cancel_once_made())
+        raise
 
 
 def _answered_whatever_happens(poll: Poll, rpc_id: Any, run_id: Any) -> Poll:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.test import Client
 from django.utils import timezone
 
@@ -326,6 +328,86 @@ def test_an_mcp_call_whose_json_only_client_goes_away_is_cancelled(api_caller: A
     [run] = Run.objects.all()
     assert run.status == Run.Status.CANCELLED
     assert sent[0]["status"] == 200 and (b"Content-Type", b"application/json; charset=utf-8") in sent[0]["headers"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_mcp_call_whose_client_goes_away_while_its_run_is_made_is_cancelled(
+    api_caller: ApiCaller, settings, monkeypatch
+) -> None:
+    """The client leaves while the call is still submitting its run: Django cancels the view, not the thread that
+    makes the run, so the run is made all the same; it must then be cancelled, not left to run for nobody."""
+    import asyncio
+    import threading
+
+    from agent_platform.asgi import application
+    from agents.api import mcp_server
+
+    settings.PLATFORM_SSE_POLL_S = 0.05
+    settings.PLATFORM_SSE_MAX_STREAMS_PER_KEY = 1
+    make_agent(slug="quiet", servers=[], with_demo_rules=False)
+    gone = threading.Event()
+    real_submit = mcp_server.run_submit
+
+    def submit_then_find_the_client_gone(**kwargs: Any) -> Any:
+        submission = real_submit(**kwargs)
+        assert gone.wait(10)  # the run is made; the client leaves before the call has returned it
+        time.sleep(0.2)  # and Django has cancelled the view meanwhile
+        return submission
+
+    monkeypatch.setattr(mcp_server, "run_submit", submit_then_find_the_client_gone)
+    call = {
+        "jsonrpc": "2.0",
+        "id": 4,
+        "method": "tools/call",
+        "params": {"name": "ask_quiet", "arguments": {"query": "q"}},
+    }
+    body = json.dumps(call).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/mcp/",
+        "raw_path": b"/mcp/",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"testserver"),
+            (b"content-type", b"application/json"),
+            (b"accept", b"application/json, text/event-stream"),
+            (b"authorization", f"Bearer {api_caller.raw_key}".encode()),
+            (b"content-length", str(len(body)).encode()),
+        ],
+        "client": ("127.0.0.1", 1234),
+        "server": ("testserver", 80),
+    }
+    taken = False
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal taken
+        if not taken:
+            taken = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        while not await sync_to_async(Run.objects.exists, thread_sensitive=False)():
+            await asyncio.sleep(0.01)
+        gone.set()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(asyncio.wait_for(application(scope, receive, send), timeout=30))
+    [run] = Run.objects.all()
+    assert run.status == Run.Status.CANCELLED
+    assert sent == []  # nothing was answered: the client had gone
+    # Its stream slot (the key's only one) was given back.
+    from agents.api.throttling import stream_slot_acquire, stream_slot_release
+
+    slot = stream_slot_acquire(api_caller.key, lease_s=60)
+    assert slot is not None
+    stream_slot_release(slot)
 
 
 def test_a_server_error_while_a_json_only_call_waits_ends_the_body_as_json_and_leaves_the_run(settings) -> None:
