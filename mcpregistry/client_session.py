@@ -5,7 +5,9 @@
 CPU on every call, more than the call itself over a live session. :class:`ClientSession` here does the same check
 with a validator made once per schema (the schema checked then), so each call costs only the check of its result.
 What is refused is what the SDK refuses; the error raised is a ``RuntimeError`` as the SDK's, of the kind
-:class:`ToolResultInvalid`, with a short message (the SDK's repeats the whole result and schema).
+:class:`ToolResultInvalid`, with a short message (the SDK's repeats the whole result and schema). Where the tools
+list that the check reads first cannot be had, the answer is taken unchecked rather than failed: the call was
+answered, and its failure would read as a request never sent.
 """
 
 from __future__ import annotations
@@ -61,7 +63,15 @@ class ClientSession(SdkClientSession):
     async def _validate_tool_result(self, name: str, result: types.CallToolResult) -> None:
         """The SDK's check (``mcp.ClientSession._validate_tool_result``) with a validator kept per schema."""
         if name not in self._tool_output_schemas:
-            await self.list_tools()  # refresh output schema cache, as the SDK does
+            try:
+                await self.list_tools()  # refresh output schema cache, as the SDK does
+            except Exception as exc:  # noqa: BLE001 - the call was answered whatever befalls this second request
+                # The server ended the session (a 404), or its stream closed, after it answered the call: that must
+                # not read as the call's own failure, which the pool would take for a request never sent (and send
+                # a write again). The answer stands, unchecked against a schema that could not be read; the
+                # contract's own result checks still apply.
+                logger.warning("Tool %s answered; its output schema could not be read to check it (%s)", name, exc)
+                return
         output_schema = None
         if name in self._tool_output_schemas:
             output_schema = self._tool_output_schemas.get(name)

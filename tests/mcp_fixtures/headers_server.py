@@ -1,11 +1,14 @@
 """A streamable-HTTP MCP server that tells what HTTP headers reached it: ``python -m
-tests.mcp_fixtures.headers_server PORT [FILE]``. With a FILE, its write tool ``record`` appends a line to it
-(the file counts what the server really did)."""
+tests.mcp_fixtures.headers_server PORT [FILE] [--forget-after-call]``. With a FILE, its write tool ``record``
+appends a line to it (the file counts what the server really did). With ``--forget-after-call``, a session is
+forgotten once a ``tools/call`` on it has been answered (as by a restart, or a replica behind a load balancer
+that never saw the session): every later request on its id is answered 404, as the SDK answers an unknown one."""
 
 from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 from fastmcp import FastMCP
 from fastmcp.server.dependencies import get_http_headers
@@ -27,5 +30,46 @@ def record(text: str) -> str:
     return "recorded"
 
 
+def forgetting_app() -> Any:
+    inner = mcp.http_app()
+    forgotten: set[str] = set()
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await inner(scope, receive, send)
+        session_id = dict(scope.get("headers", [])).get(b"mcp-session-id", b"").decode()
+        messages = []
+        while True:
+            message = await receive()
+            messages.append(message)
+            if not message.get("more_body"):
+                break
+        if session_id in forgotten:
+            body = {"jsonrpc": "2.0", "id": "server-error", "error": {"code": -32600, "message": "Session not found"}}
+            await send(
+                {"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"application/json")]}
+            )
+            await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+            return
+        try:
+            request = json.loads(b"".join(m.get("body", b"") for m in messages) or b"{}")
+        except ValueError:
+            request = {}
+        if session_id and isinstance(request, dict) and request.get("method") == "tools/call":
+            forgotten.add(session_id)  # answered below; forgotten from the next request on
+
+        async def receive_again() -> Any:
+            return messages.pop(0) if messages else await receive()
+
+        await inner(scope, receive_again, send)
+
+    return app
+
+
 if __name__ == "__main__":
-    mcp.run(transport="http", host="127.0.0.1", port=int(sys.argv[1]), show_banner=False)
+    if "--forget-after-call" in sys.argv:
+        import uvicorn
+
+        uvicorn.run(forgetting_app(), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", lifespan="on")
+    else:
+        mcp.run(transport="http", host="127.0.0.1", port=int(sys.argv[1]), show_banner=False)

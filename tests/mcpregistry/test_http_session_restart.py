@@ -26,13 +26,13 @@ pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 
 class HttpServer:
-    def __init__(self, file: Path) -> None:
-        self.port, self.file = free_port(), file
+    def __init__(self, file: Path, *options: str) -> None:
+        self.port, self.file, self.options = free_port(), file, options
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.mcp_fixtures.headers_server", str(self.port), str(self.file)],
+            [sys.executable, "-m", "tests.mcp_fixtures.headers_server", str(self.port), str(self.file), *self.options],
             cwd=settings.BASE_DIR,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -87,3 +87,42 @@ def test_a_call_after_the_server_restarted_goes_out_once_on_a_fresh_session(http
     write = gate.call(server=binding, tool_name="record", args={"text": "기록 1건"}, who=writer)
     assert (write.ok, write.attempts) == (True, 1)
     assert http_server.file.read_text(encoding="utf-8").splitlines() == ["기록 1건"]
+
+
+def test_a_write_answered_on_a_session_the_server_then_forgets_is_carried_out_once_and_its_answer_stands(
+    tmp_path: Path,
+) -> None:
+    """The SDK follows a worker session's first ``tools/call`` with a ``tools/list`` (to check the result against
+    the tool's output schema). Where the server has forgotten the session by then, that second request gets the
+    404: it says nothing of the call, which was answered. It used to read as the call's own 404 (a request not
+    taken), so the pool sent the write again, and the gate retried it: six executions of one write."""
+    server = HttpServer(tmp_path / "records.txt", "--forget-after-call")
+    server.start()
+    try:
+        binding = McpServer.objects.create(
+            mcp_id="forgets",
+            name="forgets",
+            transport="streamable_http",
+            url=f"http://127.0.0.1:{server.port}/mcp",
+            timeout_s=10,
+        )
+        assert discover_as_admin(server=binding).ok
+        get_default_pool().close("forgets")  # as a worker's session: opened, its tools never listed
+        binding = McpServer.objects.prefetch_related("tools__contract").get(pk=binding.pk)
+        assert ToolContract.objects.get(tool__server=binding, tool__name="record").risk == "write"
+        writer: Any = gate.GateCall(
+            source="eval", run_id=uuid.uuid4(), call_id="c1", writes_blocked=True, write_sandbox=frozenset({"forgets"})
+        )
+        write = gate.call(server=binding, tool_name="record", args={"text": "송금 1건"}, who=writer)
+        assert (write.ok, write.error, write.attempts, write.value) == (True, None, 1, "recorded")
+        assert server.file.read_text(encoding="utf-8").splitlines() == ["송금 1건"]
+        # The next call meets the 404 on its own request, which was not taken: sent once on a fresh session.
+        second: Any = gate.GateCall(
+            source="eval", run_id=uuid.uuid4(), call_id="c2", writes_blocked=True, write_sandbox=frozenset({"forgets"})
+        )
+        again = gate.call(server=binding, tool_name="record", args={"text": "송금 2건"}, who=second)
+        assert (again.ok, again.attempts) == (True, 1)
+        assert server.file.read_text(encoding="utf-8").splitlines() == ["송금 1건", "송금 2건"]
+    finally:
+        get_default_pool().close("forgets")
+        server.stop()
