@@ -54,6 +54,9 @@ class RuleStep:
     result: gate.ToolResult | None = None
     failure: StageFailure | None = None
     notes: list[str] = field(default_factory=list)
+    # A write of the code rule's own (``ctx.mcp_tools``) waiting for a person: the run parks on it, and the rule is
+    # decided again once it is decided (its calls numbered the same way, the approved one found by its number).
+    parked_on: gate.ToolResult | None = None
 
 
 @dataclass
@@ -177,6 +180,13 @@ def _stage_rules(
             continue
         step = _decide(stage, rule, servers, mode=mode, who=who)
         outcome.steps.append(step)
+        if step.parked_on is not None:
+            waiting = step.parked_on
+            stage.trace.append(
+                {"type": "approval", "approval_id": waiting.approval_id, "tool": waiting.tool, "args": waiting.args}
+            )
+            outcome.parked_on = waiting.approval_id
+            return outcome
         if step.failure is not None:
             stage.trace.append({"type": "rule", "rule": rule.name, "matched": False, "reason": step.failure.code})
             outcome.failure = step.failure
@@ -303,6 +313,7 @@ def _decide(
         )
         return step
     step = RuleStep(rule=rule, mcp_id="", tool="")
+    parked: list[gate.ToolResult] = []
     try:
         fn, step.mcp_id = load_code_rule(rule.code)
     except CodeRuleError as exc:
@@ -318,15 +329,21 @@ def _decide(
         context=dict(stage.context),
         a2a_data=list(stage.a2a_data) or None,
         a2a_files=list(stage.a2a_files) or None,
-        mcp_tools=_rule_tools(server, mode=mode, who=who),
+        mcp_tools=_rule_tools(server, rule=rule, mode=mode, who=who, parked=parked),
     )
     try:
         returned = fn(ctx)
     except MUST_PROPAGATE:
         raise
     except Exception as exc:  # a rule author's bug fails the stage as a value
+        if parked:  # the rule stopped at a write waiting for a person (or caught that and failed after it)
+            step.parked_on = parked[0]
+            return step
         logger.exception("deterministic rule %s raised", rule.name)
         step.failure = _rule_error(f"{rule.name} raised {type(exc).__name__}")
+        return step
+    if parked:  # recorded before the tool raised: a rule that catches it cannot go on past a pending approval
+        step.parked_on = parked[0]
         return step
     if returned is None:
         step.decision = RuleDecision(rule.rule_id, rule.name, False, "returned None")
@@ -351,15 +368,37 @@ def _decide(
     return step
 
 
-def _rule_tools(server: McpServer, *, mode: StageMode, who: Callable[[str], gate.GateCall]) -> list[BaseTool]:
+class RuleParked(Exception):
+    """A code rule's write (``ctx.mcp_tools``) waits for a person's approval: the rule stops here, the run parks."""
+
+
+def _rule_tools(
+    server: McpServer,
+    *,
+    rule: RuleSpec,
+    mode: StageMode,
+    who: Callable[[str], gate.GateCall],
+    parked: list[gate.ToolResult],
+) -> list[BaseTool]:
     """``DeterministicContext.mcp_tools``: the server's callable tools as LangChain tools (name, description,
-    input schema). Calling one goes through the gate like everything else; in a dry run it calls nothing."""
+    input schema). Calling one goes through the gate like everything else; in a dry run it calls nothing.
+
+    Each call is numbered in the order the rule makes it (``rule:<id>:call:<n>``), as a flow's are: a rule decided
+    again (its run redelivered, or resumed after an approval) finds each write it made under its number, executed
+    (its recorded outcome, never a second send) or approved, its arguments checked against the recorded ones. A
+    write waiting for a person raises :class:`RuleParked`; the stage parks the run on it."""
+    numbers = iter(range(1, 1_000_000))
 
     def make(tool_name: str) -> Callable[..., str]:
         def run(**kwargs: Any) -> str:
             if mode == "dry_run":
                 return f"(dry run: {tool_name} not called)"
-            return gate.call(server=server, tool_name=tool_name, args=kwargs, who=who("")).for_model()
+            call_id = f"rule:{rule.rule_id}:call:{next(numbers)}"
+            result = gate.call(server=server, tool_name=tool_name, args=kwargs, who=who(call_id))
+            if result.error == "approval:pending" and result.approval_id:
+                parked.append(result)
+                raise RuleParked(result.message)
+            return result.for_model()
 
         return run
 

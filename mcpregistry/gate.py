@@ -442,15 +442,7 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         if refusal is not None:
             return refusal
         if approval is not None and approval.args is not None:
-            # Execute exactly what was approved, bound by its hash (never the masked replay of it). A flow computes
-            # its arguments again, unmasked, when it runs again: they must be the approved ones, or the call
-            # found under this id is another one (its order changed), and is refused, never given the approval.
-            if who.call_id.startswith("flow:") and call_hash(this.server.mcp_id, tool_name, args) != approval.call_hash:
-                return this.refuse(
-                    "approval:mismatch",
-                    _("The arguments of '%(tool)s' are not the approved ones. It was not called.")
-                    % {"tool": tool_name},
-                )
+            # Execute exactly what was approved, bound by its hash (never the masked replay of it).
             if call_hash(this.server.mcp_id, tool_name, approval.args) != approval.call_hash:
                 return this.refuse(
                     "approval:mismatch",
@@ -712,6 +704,15 @@ def _approval(
         approved_by=approved_by,
     )
     this.result.approval_id = state.approval_id
+    if _numbered(who.call_id) and state.call_hash != call_hash(this.server.mcp_id, this.tool_name, args):
+        # A flow, or a code rule's own tool calls, compute their arguments again, unmasked, when they run again
+        # (resumed, redelivered): they must be the ones recorded under this number, or the call found under it is
+        # another one (their order changed). It is refused, never given the approval or the recorded outcome of
+        # the other call (which would tell the caller a write was done that was never sent).
+        return None, this.refuse(
+            "approval:mismatch",
+            _("The arguments of '%(tool)s' are not the approved ones. It was not called.") % {"tool": this.tool_name},
+        )
     if state.status == "pending":
         this.result.error = "approval:pending"
         this.result.message = _("Waiting for a person to approve '%(tool)s'.") % {"tool": this.tool_name}
@@ -758,6 +759,12 @@ def _approval(
     return state, None
 
 
+def _numbered(call_id: str) -> bool:
+    """Whether ``call_id`` numbers a call in the order its caller makes it (``flow:3``, a code rule's
+    ``rule:<id>:call:2``), not one a model or a rule decision names once."""
+    return call_id.startswith("flow:") or (call_id.startswith("rule:") and ":call:" in call_id)
+
+
 def _outcome_unknown_message(tool: str) -> str:
     return _(
         "The approved call to '%(tool)s' was interrupted; it may or may not have taken effect. Do not repeat it; tell the user to check."
@@ -765,7 +772,8 @@ def _outcome_unknown_message(tool: str) -> str:
 
 
 def _memo_get(who: GateCall, contract: ToolContract, key: str) -> Any:
-    if not contract.memo:
+    if not contract.memo or contract.risk == ToolContract.Risk.WRITE:
+        # A write asked for twice is two writes (each with its approval), never the first one's answer again.
         return None
     if who.memo is not None and key in who.memo:
         return who.memo[key].value

@@ -41,6 +41,16 @@ async def write_what_changed(state: FlowState) -> dict[str, Any]:
     return {"output": str(written)}
 
 
+first_writes = iter(range(1, 1000))
+
+
+async def first_write_changes_later(state: FlowState) -> dict[str, Any]:
+    first = "A" if next(first_writes) < 3 else "X"  # from its third pass on, the flow's first write is another
+    one = await mcp.call("append_line", params={"text": first})
+    two = await mcp.call("append_line", params={"text": "B"})
+    return {"output": f"{first}={one} / B={two}"}
+
+
 async def one_node_graph(settings: Any, node: Any) -> Any:
     """A flow of the one ``node`` over the test's server."""
     await mcp.bind_registry(settings, mcp_ids=["flow-writes"], mcp_id="flow-writes")
@@ -55,13 +65,21 @@ async def build_changing_graph(settings: Any) -> Any:
     return await one_node_graph(settings, write_what_changed)
 
 
+async def build_first_changes_graph(settings: Any) -> Any:
+    return await one_node_graph(settings, first_write_changes_later)
+
+
 async def build_graph(settings: Any) -> Any:
     return await one_node_graph(settings, read_then_write)
 
 
 @pytest.fixture
 def flow_run(tmp_path: Path, settings: Any) -> Any:
-    settings.PLATFORM_FLOW_GRAPHS = [f"{__name__}.build_graph", f"{__name__}.build_changing_graph"]
+    settings.PLATFORM_FLOW_GRAPHS = [
+        f"{__name__}.build_graph",
+        f"{__name__}.build_changing_graph",
+        f"{__name__}.build_first_changes_graph",
+    ]
     file = tmp_path / "side-effects.txt"
     server = McpServer.objects.create(
         mcp_id="flow-writes",
@@ -135,3 +153,25 @@ def test_a_flow_whose_write_changed_when_it_ran_again_is_refused_not_given_the_a
     run.refresh_from_db()
     assert "approval:mismatch" in run.answer
     assert lines(file) == []  # neither the approved text nor the new one was written
+
+
+def test_a_flow_write_that_changed_after_its_number_was_carried_out_is_refused_not_told_it_was_done(
+    flow_run: Any,
+) -> None:
+    """The flow's first write (A) was approved and carried out; when the flow runs again its first write is X: the
+    executed approval under that number is A's. X must be refused, not given A's recorded outcome (which told the
+    flow X was written when it never was)."""
+    run, file = flow_run
+    Agent.objects.filter(pk=run.agent_id).update(flow_graph=f"{__name__}.build_first_changes_graph")
+    for _pass in range(2):  # A waits, is approved, carried out; then B waits and is approved
+        run_execute(run_id=str(run.id))
+        run.refresh_from_db()
+        assert run.status == Run.Status.AWAITING_APPROVAL
+        pending = run.approvals.get(status=Approval.Status.PENDING)
+        approval_decide(run=run, approval_id=str(pending.pk), decision="approve", actor="reviewer")
+
+    run_execute(run_id=str(run.id))  # the third pass: its first write is X
+
+    run.refresh_from_db()
+    assert lines(file) == ["A\t", "B\t"]  # X never went out
+    assert "X=" in run.answer and "approval:mismatch" in run.answer.split(" / ")[0]

@@ -118,6 +118,7 @@ def _close_sessions() -> Any:
         "not-json",
         "same-id",
         "sandbox-once",
+        "sandbox-twice",
     ):
         get_default_pool().close(mcp_id)
 
@@ -453,3 +454,36 @@ def test_a_sandboxed_eval_write_is_recorded_and_a_redelivered_run_never_sends_it
     Approval.objects.filter(pk=approval.pk).update(status=Approval.Status.EXECUTING)  # a worker died mid-call
     unknown = deliver()
     assert unknown.error == "approval:outcome_unknown" and lines(file) == ["평가 기록\t"]
+
+
+def test_a_write_asked_for_twice_is_two_writes_never_the_first_ones_memo(file: Path) -> None:
+    """The run's memo (on by default) answers a repeated read; a write asked for again under another call id is
+    another write: sent, and its approval carried through (a memo hit used to leave it claimed, ``executing``, and
+    tell the caller it was done)."""
+    from agents.approvals import RunApprovals
+
+    server = side_effect_server("sandbox-twice", file, mode="ok")
+    agent = make_agent(slug="evals-twice", servers=[server], provider="scripted", script=[], with_demo_rules=False)
+    run = Run.objects.create(agent=agent, query="평가", purpose="eval", write_sandbox=["sandbox-twice"])
+    server = McpServer.objects.prefetch_related("tools__contract").get(pk=server.pk)
+    assert ToolContract.objects.get(tool__server=server, tool__name="append_line").memo
+    memo: dict[str, Any] = {}
+
+    def who(call_id: str) -> gate.GateCall:
+        return gate.GateCall(
+            source="eval",
+            run_id=run.id,
+            call_id=call_id,
+            memo=memo,
+            writes_blocked=True,
+            write_sandbox=frozenset({"sandbox-twice"}),
+            approvals=RunApprovals(run_id=run.id, actor="eval", secrets=[]),
+        )
+
+    first = gate.call(server=server, tool_name="append_line", args={"text": "x"}, who=who("call_1"))
+    second = gate.call(server=server, tool_name="append_line", args={"text": "x"}, who=who("call_2"))
+
+    assert (first.ok, second.ok, second.memo_hit) == (True, True, False)
+    assert lines(file) == ["x\t", "x\t"]
+    statuses = dict(run.approvals.values_list("call_id", "status"))
+    assert statuses == {"call_1": Approval.Status.EXECUTED, "call_2": Approval.Status.EXECUTED}

@@ -1,0 +1,160 @@
+"""A code rule's own tool calls (``ctx.mcp_tools``, seed 000) are numbered in the order the rule makes them
+(``rule:<id>:call:<n>``), as a flow's are: a write waiting for a person parks the run (it used to hand the rule
+the text "Waiting for a person" and let the run succeed, its approval never carried out); a rule decided again
+(resumed, or its run redelivered after its worker died) finds each write under its number and never sends it
+twice (a sandboxed eval write had no number: no record, so a redelivered run sent it again).
+
+The server is real (``tests/mcp_fixtures/side_effect_server.py``); its file counts what it really did."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from agents.approvals import approval_decide
+from agents.execution import run_execute
+from agents.models import Approval, DeterministicRule, Run
+from agents.services import api_key_create
+from agents.tools import DeterministicContext, deterministic_tool
+from mcpregistry.models import McpServer
+from mcpregistry.pool import get_default_pool
+from tests.conftest import discover_as_admin, make_agent
+
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
+
+MCP_ID = "rule-writes"
+
+
+@deterministic_tool(mcp_id=MCP_ID)
+def read_write_then_decide(ctx: DeterministicContext) -> dict[str, Any] | None:
+    tools = {t.name: t for t in ctx.mcp_tools}
+    tools["record_read"].invoke({"key": "k"})
+    tools["append_line"].invoke({"text": "규칙 기록"})
+    return {"tool_name": "record_read", "params": {"key": "after"}}
+
+
+@deterministic_tool(mcp_id=MCP_ID)
+def write_and_swallow_the_wait(ctx: DeterministicContext) -> dict[str, Any] | None:
+    tool = next(t for t in ctx.mcp_tools if t.name == "append_line")
+    with contextlib.suppress(Exception):  # a rule that goes on as if nothing happened
+        tool.invoke({"text": "삼킨 기록"})
+    return {"tool_name": "record_read", "params": {"key": "went-on"}}
+
+
+@pytest.fixture
+def file(tmp_path: Path) -> Any:
+    yield tmp_path / "side-effects.txt"
+    get_default_pool().close(MCP_ID)
+
+
+def lines(file: Path) -> list[str]:
+    return file.read_text(encoding="utf-8").splitlines() if file.exists() else []
+
+
+def rule_agent(file: Path, code: str) -> Any:
+    server = McpServer.objects.create(
+        mcp_id=MCP_ID,
+        name=MCP_ID,
+        command=sys.executable,
+        args=["-m", "tests.mcp_fixtures.side_effect_server"],
+        cwd=str(settings.BASE_DIR),
+        env={"SIDE_EFFECT_FILE": str(file), "SIDE_EFFECT_MODE": "ok"},
+        public_env=["SIDE_EFFECT_FILE", "SIDE_EFFECT_MODE"],
+        session_scope="shared",
+    )
+    assert discover_as_admin(server=server).ok
+    agent = make_agent(slug="rule-writes", servers=[server], provider="offline", with_demo_rules=False)
+    rule = DeterministicRule.objects.create(agent=agent, name="writes", order=1, code=f"{__name__}.{code}")
+    return agent, rule
+
+
+def died_mid_run(run: Run) -> None:
+    """The run as its worker left it, dying after the stage's calls and before it stored the outcome."""
+    Run.objects.filter(pk=run.pk).update(
+        status=Run.Status.RUNNING,
+        worker="dead-host:42",
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
+        answer="",
+        deterministic_results=[],
+        messages=[],
+        conversation=[],
+        finished_at=None,
+    )
+
+
+def test_a_code_rule_write_parks_the_run_and_once_approved_is_carried_out_once(file: Path) -> None:
+    agent, rule = rule_agent(file, "read_write_then_decide")
+    key, _raw = api_key_create(actor="test", via="tests", name="rule-writes-caller")
+    run = Run.objects.create(agent=agent, api_key=key, query="기록해줘")
+
+    run_execute(run_id=str(run.id))
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.AWAITING_APPROVAL, (run.status, run.error_code, run.answer)
+    approval = run.approvals.get()
+    assert (approval.status, approval.call_id, approval.args) == (
+        Approval.Status.PENDING,
+        f"rule:{rule.pk}:call:2",
+        {"text": "규칙 기록"},
+    )
+    assert lines(file) == ["read:k"]  # the write was not sent, nor the rule's decision
+
+    approval_decide(run=run, approval_id=str(approval.pk), decision="approve", actor="reviewer")
+    run_execute(run_id=str(run.id))
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED, (run.error_code, run.error_message)
+    # The rule was decided again: its read again, its write once (the approved one), then its decision's call.
+    assert lines(file) == ["read:k", "read:k", "규칙 기록\t", "read:after"]
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.EXECUTED
+
+    # Delivered again after its worker died before it stored the outcome: the write is found executed, not sent.
+    died_mid_run(run)
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED
+    assert lines(file) == ["read:k", "read:k", "규칙 기록\t", "read:after", "read:k", "read:after"]
+
+
+def test_a_rule_that_swallows_the_wait_still_parks_the_run(file: Path) -> None:
+    agent, _rule = rule_agent(file, "write_and_swallow_the_wait")
+    run = Run.objects.create(agent=agent, query="기록해줘")
+
+    run_execute(run_id=str(run.id))
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.AWAITING_APPROVAL
+    assert lines(file) == []  # neither the write nor the decision the rule went on to
+
+
+def test_a_sandboxed_eval_write_of_a_code_rule_is_not_sent_again_by_a_redelivered_run(file: Path) -> None:
+    agent, rule = rule_agent(file, "read_write_then_decide")
+    run = Run.objects.create(agent=agent, query="평가", purpose="eval", write_sandbox=[MCP_ID])
+
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED, (run.error_code, run.error_message)
+    assert lines(file) == ["read:k", "규칙 기록\t", "read:after"]
+    approval = run.approvals.get()
+    assert (approval.call_id, approval.status, approval.decided_by) == (
+        f"rule:{rule.pk}:call:2",
+        Approval.Status.EXECUTED,
+        "sandbox:eval",
+    )
+
+    # Its worker died after the stage's calls, before it stored the outcome (the run as it was while it ran); the
+    # message is delivered again.
+    died_mid_run(run)
+    run_execute(run_id=str(run.id))
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED
+    assert lines(file) == ["read:k", "규칙 기록\t", "read:after", "read:k", "read:after"]  # the reads again only
