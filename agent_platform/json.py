@@ -5,7 +5,51 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django import forms
+from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
+
+NESTED_TOO_DEEPLY = "Nested too deeply"
+
+
+class BoundedJSONDecoder(json.JSONDecoder):
+    """Python's decoder, where text nested deeper than the interpreter's recursion limit (``[[[[…]]]]`` pasted
+    into a form, or a tool's hostile answer) is a ``JSONDecodeError`` like any other text that is no JSON,
+    not a ``RecursionError`` that ends a page as a server error or a run as a crash."""
+
+    def decode(self, s: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().decode(s, *args, **kwargs)
+        except RecursionError:
+            raise json.JSONDecodeError(NESTED_TOO_DEEPLY, s, 0) from None
+
+
+def loads(text: str | bytes, **kwargs: Any) -> Any:
+    """``json.loads`` with :class:`BoundedJSONDecoder`: raises ``ValueError`` (``JSONDecodeError``) only."""
+    return json.loads(text, cls=BoundedJSONDecoder, **kwargs)
+
+
+class BoundedJSONField(forms.JSONField):
+    """Django's JSON form field with :class:`BoundedJSONDecoder` (a model's JSON field on every admin page that
+    saves through a service: ``audit.admin_changes.ServiceAdminMixin``), and text that is no JSON refused saying
+    what is wrong and where, not "Enter a valid JSON"."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("decoder") is None:  # a model field's formfield() passes its own, None by default
+            kwargs["decoder"] = BoundedJSONDecoder
+        super().__init__(*args, **kwargs)
+
+    def to_python(self, value: Any) -> Any:
+        if not self.disabled and isinstance(value, str) and value.strip():
+            try:
+                json.loads(value, cls=self.decoder)
+            except json.JSONDecodeError as exc:
+                from django.utils.translation import gettext as _
+
+                raise ValidationError(
+                    _("Not valid JSON: %(error)s") % {"error": json_error_text(exc)}, code="invalid"
+                ) from None
+        return super().to_python(value)
 
 
 class UnicodeJSONEncoder(DjangoJSONEncoder):
@@ -32,5 +76,6 @@ def json_error_text(exc: BaseException) -> str:
         "Invalid \\escape": _("an escape sequence is not valid"),
         "Illegal trailing comma before end of object": _("a comma is before the end of an object"),
         "Illegal trailing comma before end of array": _("a comma is before the end of a list"),
+        NESTED_TOO_DEEPLY: _("the JSON is nested too deeply"),
     }.get(exc.msg, exc.msg)
     return _("%(what)s, at line %(line)d, column %(column)d") % {"what": what, "line": exc.lineno, "column": exc.colno}

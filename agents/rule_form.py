@@ -19,6 +19,7 @@ from django.utils.datastructures import MultiValueDict
 from django.utils.translation import gettext_lazy as _
 from pydantic import ValidationError as PydanticValidationError
 
+from agent_platform.json import loads as json_loads
 from agents.agent_settings_form import agent_tool_names
 from agents.configuration import RuleSpec, rule_entry
 from agents.deterministic import PLACEHOLDER
@@ -62,7 +63,7 @@ class WhenWidget(EditorWidget):
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
         try:
-            when = json.loads(value) if isinstance(value, str) and value.strip() else (value or {})
+            when = json_loads(value) if isinstance(value, str) and value.strip() else (value or {})
         except ValueError:
             when = {}
         when = when if isinstance(when, dict) else {}
@@ -124,7 +125,7 @@ class ParamsWidget(EditorWidget):
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
         try:
-            params = json.loads(value) if isinstance(value, str) and value.strip() else (value or {})
+            params = json_loads(value) if isinstance(value, str) and value.strip() else (value or {})
         except ValueError:
             params = {}
         params = params if isinstance(params, dict) else {}
@@ -345,6 +346,6 @@ class DeterministicRuleForm(forms.ModelForm):
 
 def _json(text: str) -> Any:
     try:
-        return json.loads(text) if text.strip() else None
+        return json_loads(text) if text.strip() else None
     except ValueError:
         return text

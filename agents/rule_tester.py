@@ -16,6 +16,7 @@ from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy as _
 
 from agent_platform.json import json_error_text
+from agent_platform.json import loads as json_loads
 from agents.decision_reasons import reason_text
 from agents.models import Agent
 from agents.rule_form import key_value_pairs
@@ -92,7 +93,7 @@ class RuleTesterForm(forms.Form):
                 self.add_error(name, str(exc))
                 return []
         try:
-            value = json.loads(raw)
+            value = json_loads(raw)
         except ValueError as exc:
             self.add_error(name, _("Not valid JSON: %(error)s") % {"error": json_error_text(exc)})
             return expected()

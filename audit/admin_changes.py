@@ -17,6 +17,8 @@ from django.db import models, router, transaction
 from django.forms import BaseModelForm, BaseModelFormSet
 from django.http import HttpRequest
 
+from agent_platform.json import BoundedJSONField
+
 ADMIN_VIA = "admin"
 
 InlineSave = Callable[..., Any]
@@ -35,7 +37,11 @@ def form_data(obj: models.Model) -> dict[str, Any]:
 
 
 class ServiceAdminMixin:
-    """Saves and deletes through the entity's services (see the module docstring)."""
+    """Saves and deletes through the entity's services (see the module docstring). A model's JSON field is read
+    with :class:`agent_platform.json.BoundedJSONField`: text nested too deeply is refused at its field, not a
+    server error."""
+
+    formfield_overrides = {models.JSONField: {"form_class": BoundedJSONField}}
 
     inline_services: dict[type[models.Model], tuple[InlineSave, InlineDelete]] = {}
 

@@ -20,6 +20,7 @@ from typing import Any
 from django.utils.datastructures import MultiValueDict
 from django.utils.translation import gettext, gettext_lazy
 
+from agent_platform.json import loads as json_loads
 from mcpregistry.contract_form import EditorWidget
 from mcpregistry.list_fields import (
     KeyValueLinesWidget,
@@ -122,7 +123,7 @@ class NameListWidget(LinesWidget):
     def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
         value = super().value_from_editor(data, name)
         if data.get(f"{name}__none") and not isinstance(value, Unreadable):
-            names = json.loads(value)
+            names = json_loads(value)
             return json.dumps([NO_TOOL, *[n for n in names if n != NO_TOOL]], ensure_ascii=False)
         return value
 

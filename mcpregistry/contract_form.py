@@ -19,6 +19,8 @@ from django.utils.datastructures import MultiValueDict
 from django.utils.translation import gettext_lazy as _
 from pydantic import ValidationError as PydanticValidationError
 
+from agent_platform.json import json_error_text
+from agent_platform.json import loads as json_loads
 from mcpregistry.contract_document import ContractSpec, contract_entry, contract_fields
 from mcpregistry.contracts import DEFAULT_RETRY, JSON_TYPES, RETRYABLE, spec_problems
 from mcpregistry.gate_records import CONTRACT_FIELDS
@@ -45,7 +47,7 @@ ARG_NUMBER_KEYS = ("min", "max")
 def _loads(value: Any) -> Any:
     if isinstance(value, str):
         try:
-            return json.loads(value) if value.strip() else {}
+            return json_loads(value) if value.strip() else {}
         except ValueError:
             return None
     return value
@@ -89,7 +91,7 @@ def allowed_value(text: str, arg_type: str) -> list[Any] | None:
         return None
     if text.startswith("["):
         try:
-            parsed = json.loads(text)
+            parsed = json_loads(text)
         except ValueError:
             return [text]  # refused by the contract's validation, naming the argument
         return parsed if isinstance(parsed, list) else [parsed]
@@ -379,7 +381,12 @@ class ToolContractForm(forms.ModelForm):
         return cleaned
 
     def _apply_document(self, raw: str, cleaned: dict[str, Any]) -> None:
-        document = _loads(raw)
+        try:
+            document = json_loads(raw)
+        except ValueError as exc:
+            raise ValidationError(
+                {"contract_json": _("Not valid JSON: %(error)s") % {"error": json_error_text(exc)}}
+            ) from None
         if not isinstance(document, dict):
             raise ValidationError({"contract_json": _("Enter a JSON object (the contract entry of export_config).")})
         tool = self.instance.tool

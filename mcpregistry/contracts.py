@@ -201,15 +201,19 @@ class _Strict(BaseModel):
 def _range_fits(spec: ArgSpec | FieldSpec) -> None:
     """``min`` and ``max``: a range no value fits in would refuse every call."""
     if spec.min is not None and spec.max is not None and spec.min > spec.max:
-        raise ValueError(f"min ({spec.min:g}) is greater than max ({spec.max:g}): no value fits")
+        raise ValueError(
+            _("min (%(min)s) is greater than max (%(max)s): no value fits")
+            % {"min": f"{spec.min:g}", "max": f"{spec.max:g}"}
+        )
 
 
 class ArgSpec(_Strict):
     type: JsonType | None = None
     required: bool = False
     allowed: list[Any] | None = None
-    min: float | None = None
-    max: float | None = None
+    # Finite: NaN and the infinities (``1e400``) are no limit, and no JSON column stores them.
+    min: float | None = Field(default=None, allow_inf_nan=False)
+    max: float | None = Field(default=None, allow_inf_nan=False)
     max_length: int | None = Field(default=None, ge=0)
     pattern: str | None = None
     # A URL argument's hosts: exact names or addresses, ``host:port``, ``*.example.com`` (any subdomain).
@@ -222,7 +226,7 @@ class ArgSpec(_Strict):
             try:
                 re.compile(value)
             except re.error as exc:
-                raise ValueError(f"not a valid regular expression: {exc}") from exc
+                raise ValueError(_("not a valid regular expression: %(error)s") % {"error": exc}) from exc
         return value
 
     @model_validator(mode="after")
@@ -235,8 +239,8 @@ class FieldSpec(_Strict):
     type: JsonType | None = None
     non_empty: bool = False
     max_items: int | None = Field(default=None, ge=0)
-    min: float | None = None
-    max: float | None = None
+    min: float | None = Field(default=None, allow_inf_nan=False)
+    max: float | None = Field(default=None, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _a_value_fits(self) -> FieldSpec:
@@ -332,6 +336,7 @@ def pydantic_message(error: Any) -> str:
         "int_from_float": lambda: _("must be a whole number"),
         "float_type": lambda: _("must be a number"),
         "float_parsing": lambda: _("must be a number"),
+        "finite_number": lambda: _("must be a finite number"),
         "bool_type": lambda: _("must be true or false"),
         "bool_parsing": lambda: _("must be true or false"),
         "string_type": lambda: _("must be text"),

@@ -48,6 +48,7 @@ from django.utils.translation import gettext as _
 from mcp import McpError
 
 import agent_platform.telemetry as telemetry
+from agent_platform.json import loads as json_loads
 from audit.masking import mask_text, mask_value, register_secrets
 from audit.services import audit_event_record
 from mcpregistry.breaker import breaker_admit, breaker_record
@@ -217,7 +218,7 @@ def _parse(text: str) -> Any:
     stripped = text.strip()
     if stripped[:1] in "{[":
         try:
-            return json.loads(stripped, parse_constant=_no_constant)
+            return json_loads(stripped, parse_constant=_no_constant)
         except ValueError:
             return text
     return text

@@ -20,6 +20,8 @@ from django.core.exceptions import ValidationError
 from django.utils.datastructures import MultiValueDict
 from django.utils.translation import gettext
 
+from agent_platform.json import BoundedJSONField
+from agent_platform.json import loads as json_loads
 from mcpregistry.contract_form import EditorWidget
 
 
@@ -68,7 +70,7 @@ class TextListField(forms.CharField):
         text = str(value or "")
         if text.strip().startswith("["):
             try:
-                parsed = json.loads(text)
+                parsed = json_loads(text)
             except ValueError:
                 parsed = None
             if not isinstance(parsed, list) or not all(isinstance(item, str) for item in parsed):
@@ -105,7 +107,7 @@ def _refuse_constant(name: str) -> Any:
 
 
 def _json(text: str) -> Any:
-    return json.loads(text, parse_constant=_refuse_constant)
+    return json_loads(text, parse_constant=_refuse_constant)
 
 
 def value_text(value: Any) -> str:
@@ -163,7 +165,7 @@ class Unreadable(str):
         return made
 
 
-class EditedJSONField(forms.JSONField):
+class EditedJSONField(BoundedJSONField):
     """A JSON field whose widget may hand it lines that did not read: refused with the reason, shown again."""
 
     def to_python(self, value: Any) -> Any:
@@ -188,7 +190,7 @@ def loads_value(value: Any) -> Any:
         return value
     if isinstance(value, str):
         try:
-            return json.loads(value) if value.strip() else None
+            return json_loads(value) if value.strip() else None
         except ValueError:
             return value  # JSON that did not parse: shown as typed, in the JSON box
     return value

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, TypedDict
 
 from django.conf import settings as django_settings
 
+from agent_platform.json import loads as json_loads
 from agents.tools import ToolFailure
 
 NAME = re.compile(r"([가-힣]{2,4})\s*님")
@@ -54,7 +54,7 @@ def as_data(result: Any) -> Any:
     """Tool results are JSON text on the demo server; the gate parses them. Keep strings as they are."""
     if isinstance(result, str):
         try:
-            return json.loads(result)
+            return json_loads(result)
         except ValueError:
             return result
     return result

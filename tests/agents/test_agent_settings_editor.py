@@ -273,7 +273,20 @@ def test_the_context_editor_offers_server_everythings_resources_and_prompts(
 def test_text_that_is_no_json_in_the_json_view_is_refused_and_shown_back(admin_client: Client, picker: Agent) -> None:
     data = post_data(picker, **selection_inputs(json='{"top_k": 3,', json_shown="{}"))
     page = admin_client.post(change_url(picker), data).content.decode()
-    assert "Enter a valid JSON." in field_errors(page, "tool_selection")
+    assert "Not valid JSON: a key in double quotes was expected, at line 1, column 13" in field_errors(
+        page, "tool_selection"
+    )
     assert "{&quot;top_k&quot;: 3,</textarea>" in page
     picker.refresh_from_db()
     assert picker.tool_selection == {}
+
+
+DEEP = "[" * 5000 + "]" * 5000
+
+
+@pytest.mark.parametrize("field", ["tool_selection", "model_params"])
+def test_json_nested_too_deeply_is_refused_at_its_field_not_a_server_error(
+    admin_client: Client, picker: Agent, field: str
+) -> None:
+    page = admin_client.post(change_url(picker), post_data(picker, **{field: DEEP})).content.decode()
+    assert "the JSON is nested too deeply" in field_errors(page, field)

@@ -269,3 +269,13 @@ def test_a_list_argument_takes_its_items_comma_separated(admin_client: Client, l
     assert post("{data.floors}", url).status_code == 302
     rule.refresh_from_db()
     assert rule.params == {"floors": "{data.floors}"}
+
+
+@pytest.mark.parametrize("field", ["when", "params"])
+def test_json_nested_too_deeply_is_refused_not_a_server_error(admin_client: Client, ledger: Agent, field: str) -> None:
+    deep = "[" * 5000 + "]" * 5000
+    data = {k: v for k, v in rule_post(ledger).items() if not k.startswith(f"{field}__")}  # a script's post
+    response = admin_client.post("/admin/agents/deterministicrule/add/", {**data, field: deep})
+    assert response.status_code == 200
+    assert "nested too deeply" in errors(response.content.decode())
+    assert not DeterministicRule.objects.exists()

@@ -149,3 +149,11 @@ def test_the_tester_follows_a_suggested_fallback_for_an_offline_agent_as_its_run
     assert "백업 스냅샷 기준" in page
     calls = AuditEvent.objects.filter(action="tool.call").order_by("id").values_list("tool", "reason")
     assert list(calls) == [("get_asset_status", "result:shape"), ("get_asset_status_backup", "")]
+
+
+def test_json_nested_too_deeply_is_explained_not_a_server_error(admin_client, demo_agent) -> None:
+    response = admin_client.post(
+        "/admin/agents/rule-tester/",
+        {"agent": demo_agent.pk, "query": "q", "context": '{"a":' * 5000 + "1" + "}" * 5000},
+    )
+    assert response.status_code == 200 and "the JSON is nested too deeply" in response.content.decode()

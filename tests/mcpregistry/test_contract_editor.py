@@ -250,3 +250,24 @@ def test_the_idempotency_argument_is_chosen_among_the_tools_arguments(admin_clie
         "&#x27;request_id&#x27; is not an argument of lookup; choose one of: limit, name." in e for e in errors(page)
     )
     assert ToolContract.objects.get(tool=lookup).idempotency_arg == "name"
+
+
+@pytest.mark.parametrize("typed", ["nan", "inf", "-Infinity", "1e400", "1" + "0" * 5000])
+def test_a_limit_that_is_no_finite_number_is_refused_at_its_field_not_a_server_error(
+    admin_client, lookup, typed: str
+) -> None:
+    """NaN and the infinities are no limit, and no JSON column stores them: the save used to be a 500 (the
+    database's JSON check refused the row)."""
+    status, page = post(admin_client, lookup, **{"contract-0-args__1__min": typed})
+    assert status == 200
+    assert any("limit.min: must be a finite number" in e for e in errors(page)), errors(page)
+    status, page = post(admin_client, lookup, **field_rows({"key": "total", "type": "int", "max": typed}))
+    assert status == 200
+    assert any("returns.fields.total.max: must be a finite number" in e for e in errors(page)), errors(page)
+    assert ToolContract.objects.get(tool=lookup).args.get("limit", {}).get("min") is None
+
+
+def test_json_nested_past_any_contract_is_refused_not_a_server_error(admin_client, lookup) -> None:
+    status, page = post(admin_client, lookup, **{"contract-0-contract_json": "[" * 5000 + "]" * 5000})
+    assert status == 200
+    assert any("nested too deeply" in e for e in errors(page)), errors(page)

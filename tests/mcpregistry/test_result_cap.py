@@ -135,3 +135,15 @@ def test_json_text_beside_an_image_is_still_read_as_json(probe: McpServer) -> No
     server = McpServer.objects.prefetch_related("tools__contract").get(pk=probe.pk)
     result = gate.call(server=server, tool_name="picture_with_data", args={}, who=gate.GateCall(source="admin"))
     assert result.ok and result.value == {"id": 7, "room": "회의실 A"}
+
+
+def test_an_answer_nested_past_the_parsers_depth_is_kept_as_text_not_a_crash() -> None:
+    """A hostile server's ``[[[[…]]]]`` used to raise RecursionError out of the result's parse (not a ValueError,
+    which keeps a text that is no JSON as text)."""
+    from agents.flows.common import as_data
+    from mcpregistry.gate import _parse
+
+    deep = "[" * 5000 + "]" * 5000
+    assert _parse(deep) == deep
+    assert as_data(deep) == deep
+    assert _parse('{"a": [1, 2]}') == {"a": [1, 2]}
