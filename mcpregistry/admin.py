@@ -52,6 +52,14 @@ from mcpregistry.services import (
 FROM_ENV_LINE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 
 
+class UnshownTextarea(forms.Textarea):
+    """A box whose text is never sent back in a page: a page refused for another field shows it empty, as a
+    password box is (what was typed in it is a secret)."""
+
+    def format_value(self, value: Any) -> None:
+        return None
+
+
 class SecretLinesField(forms.CharField):
     """Changes to a map of secret values, entered but never shown back: one ``NAME=value`` per line.
 
@@ -60,7 +68,7 @@ class SecretLinesField(forms.CharField):
     given keep their stored value; the form's "remove" boxes clear one. A line is refused naming its number.
     """
 
-    widget = forms.Textarea(
+    widget = UnshownTextarea(
         attrs={"rows": 3, "cols": 60, "autocomplete": "off", "spellcheck": "false", "placeholder": "API_TOKEN=…"}
     )
 
@@ -224,6 +232,17 @@ class McpServerForm(forms.ModelForm):
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
         settings_env = cleaned.get("env_settings")
+        new_env = cleaned.get("new_env") or {}
+        both_ways = sorted(set(settings_env or {}) & set(new_env))
+        if both_ways:
+            # A name is a setting (shown) or a secret (never shown), not both: stored both ways, the secret's value
+            # was kept under a name marked as a setting, shown in clear and never masked.
+            self.add_error(
+                "new_env",
+                _("%(names)s: given as a setting and as a secret; keep one (a secret is never shown).")
+                % {"names": ", ".join(both_ways)},
+            )
+            return cleaned
         if settings_env is not None:
             env = dict(self.instance.env or {})
             # A name marked as a setting that has no value was not on the page (only values are): it stays marked.
@@ -249,7 +268,11 @@ class McpServerForm(forms.ModelForm):
                     field,
                     _("%(names)s: set here and ticked for removal; keep one.") % {"names": ", ".join(both)},
                 )
-        env_changes = {**dict.fromkeys(removed["env"]), **(cleaned.get("new_env") or {})}
+        if new_env:
+            # A setting's name given a secret value (a script's post, which carries no settings box) becomes a
+            # secret: never shown, masked.
+            self.instance.public_env = [n for n in self.instance.public_env or [] if n not in new_env]
+        env_changes = {**dict.fromkeys(removed["env"]), **new_env}
         header_changes = {**dict.fromkeys(removed["header"]), **(cleaned.get("new_headers") or {})}
         self.instance.env = merge_secrets(self.instance.env, env_changes, clear=clear)
         if clear:

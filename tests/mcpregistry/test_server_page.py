@@ -106,3 +106,32 @@ def test_after_a_rejected_secret_the_page_says_what_is_stored(admin_client, demo
     assert "INTERNAL_API_KEY" in secrets and "OTHER" not in secrets and "T</code>" not in secrets
     demo_server.refresh_from_db()
     assert "OTHER" not in demo_server.env
+    assert "sk-other-123456" not in page  # what was typed is not sent back (a secret), as a password box's is
+
+
+def test_a_name_given_as_a_setting_and_as_a_secret_is_refused_not_stored_shown(admin_client, demo_server) -> None:
+    """Both ways at once, the secret's value used to be stored under a name marked as a setting: shown in clear on
+    the page, never masked."""
+    response = post_server_form(
+        admin_client,
+        demo_server,
+        env_settings="FAILURE_MODE=none\nAPI_TOKEN=public-value",
+        new_env="API_TOKEN=supersecret-XYZ-123",
+    )
+    page = response.content.decode()
+    assert response.status_code == 200 and "API_TOKEN: given as a setting and as a secret" in page
+    assert "supersecret-XYZ-123" not in page
+    demo_server.refresh_from_db()
+    assert "API_TOKEN" not in demo_server.env and "API_TOKEN" not in (demo_server.public_env or [])
+
+
+def test_a_secret_given_for_a_settings_name_makes_it_a_secret(admin_client, demo_server) -> None:
+    """A post that carries no settings box (a script's) gives a setting's name a secret value: it is a secret
+    from then on, never shown."""
+    assert "FAILURE_MODE" in demo_server.public_env
+    response = post_server_form(admin_client, demo_server, new_env="FAILURE_MODE=sk-now-a-secret-77")
+    assert response.status_code == 302, response.content.decode()[:2000]
+    demo_server.refresh_from_db()
+    assert "FAILURE_MODE" not in demo_server.public_env
+    page = admin_client.get(f"/admin/mcpregistry/mcpserver/{demo_server.pk}/change/").content.decode()
+    assert "sk-now-a-secret-77" not in page
