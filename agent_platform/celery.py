@@ -137,7 +137,12 @@ def _open_sessions_now() -> None:
         return
     finally:
         connection.close()  # this thread's own connection: nothing else uses it
+    from audit.masking import register_secrets
+
     for server in servers:
+        # Before the session opens, as discovery and the gate do: what the server writes to its stderr (logged at
+        # DEBUG) and the error it dies with (logged below) are masked in this process.
+        register_secrets(server.secret_values())
         try:
             get_default_pool().open(server.connection_config(), timeout_s=max(float(server.timeout_s or 0), 30.0))
             logger.info("MCP server %s: session opened at start", server.mcp_id)

@@ -45,7 +45,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-from urllib.parse import quote, quote_plus
+from urllib.parse import quote, quote_plus, unquote, urlsplit
 
 __all__ = [
     "MASK",
@@ -90,6 +90,9 @@ _SECRET_KEY_FRAGMENTS = re.compile(
     | token(?!s|count|limit|usage|iz|is|type|budget)  # not "max_tokens", "token_count", "tokenizer"
     | (?:access|refresh|bearer|api|session|csrf)tokens  # ... but a list of access tokens is secret
     | auth(?!or(?!i[sz]))                           # "auth", "oauth", "authorization"; not "author(s)"
+    | 비밀번호 | 비번 | 패스워드 | 시크릿 | 인증키 | 인증토큰 | 개인키 | 비밀키
+    | 암호(?!화)                                     # "암호" (password); not "암호화" (encryption)
+    | 토큰(?!수|개수|사용|한도|량|예산)                  # "토큰"; not "토큰 수" (a count), "토큰 사용량"
     """,
     re.VERBOSE,
 )
@@ -175,10 +178,40 @@ def _normalise_secrets(values: Iterable[str] | str | Mapping[Any, Any] | None) -
             item = bytes(item).decode("utf-8", "replace")
         elif not isinstance(item, str):
             item = str(item)
-        for candidate in (item, item.strip()):
+        for candidate in (item, item.strip(), *_credential_parts(item)):
             if len(candidate) >= MIN_SECRET_LENGTH:
                 found.add(candidate)
     return frozenset(found)
+
+
+# An Authorization-style value: a scheme, then the credential (which a server may quote without its scheme).
+_AUTH_SCHEME_VALUE = re.compile(
+    r"(?i)\s*(?P<scheme>bearer|basic|token|apikey|api-key|key|bot|jwt|dpop|hmac|negotiate|sso)\s+(?P<credential>\S+)\s*"
+)
+
+
+def _credential_parts(value: str) -> list[str]:
+    """The parts of a secret value that are secrets on their own: the credential of ``Bearer <token>`` (and of
+    ``Basic <base64>``, its decoded ``user:password`` and the password), the password of a URL's userinfo
+    (``postgres://user:pw@host/db``). A server that quotes only the part is masked too."""
+    parts: list[str] = []
+    found = _AUTH_SCHEME_VALUE.fullmatch(value)
+    if found is not None:
+        credential = found["credential"]
+        parts.append(credential)
+        if found["scheme"].lower() == "basic":
+            with contextlib.suppress(ValueError, binascii.Error, UnicodeDecodeError):
+                decoded = base64.b64decode(credential, validate=True).decode("utf-8")
+                parts.append(decoded)
+                _user, sep, password = decoded.partition(":")
+                if sep:
+                    parts.append(password)
+    if "://" in value and "@" in value:
+        with contextlib.suppress(ValueError):
+            split = urlsplit(value.strip())
+            if split.password:
+                parts.extend({split.password, unquote(split.password)})
+    return parts
 
 
 def _secret_forms(secret: str) -> set[str]:
@@ -236,10 +269,12 @@ _WHITESPACE = re.compile(r"\s")  # what ``str.isspace`` finds, at C speed
 class _SecretMatcher:
     """One compiled regex matching every form of a set of secrets, longest first."""
 
-    __slots__ = ("memos", "pattern", "recheck", "spaced")
+    __slots__ = ("memos", "numbers", "pattern", "recheck", "spaced")
 
-    def __init__(self, forms: Iterable[str], spaced: Iterable[str] = ()) -> None:
+    def __init__(self, forms: Iterable[str], spaced: Iterable[str] = (), numbers: Iterable[str] = ()) -> None:
         self.memos = _Memos()
+        # The secrets made of digits only (a PIN, an account number): a JSON number equal to one is masked too.
+        self.numbers = frozenset(numbers)
         forms = sorted(set(forms), key=lambda form: (-len(form), form))
         try:
             self.pattern = re.compile(_trie_regex(forms))
@@ -302,7 +337,20 @@ def _matcher_for(secrets: frozenset[str]) -> _SecretMatcher | None:
         forms |= _secret_forms(secret)
         if (pattern := _spaced_pattern(secret)) is not None:
             spaced.add(pattern)
-    return _SecretMatcher(forms, spaced)
+    numbers = {secret.strip() for secret in secrets if _DIGITS.fullmatch(secret.strip())}
+    return _SecretMatcher(forms, spaced, numbers)
+
+
+_DIGITS = re.compile(r"-?[0-9]+")
+
+
+def _secret_number(value: Any, numbers: frozenset[str]) -> bool:
+    """Whether ``value`` (an int or a float, not a bool) is a secret made of digits, as a JSON number."""
+    if type(value) is int:
+        return str(value) in numbers
+    if type(value) is float and value.is_integer():
+        return str(int(value)) in numbers
+    return False
 
 
 def _resolve_matcher(secrets: Iterable[str] | None) -> _SecretMatcher | None:
@@ -370,9 +418,9 @@ _URLSAFE_TO_STANDARD = str.maketrans("-_", "+/")
 # matched only once is_secret_key() accepted the key, so a rejected key never costs a scan of its value.
 _PAIR_HEAD = re.compile(
     r"""
-    (?<![A-Za-z0-9_.\-])
+    (?<![A-Za-z0-9_.\-가-힣])
     (?P<quote>\\?["']|)
-    (?P<key>[A-Za-z0-9_.\-]++)
+    (?P<key>[A-Za-z0-9_.\-가-힣]++)
     (?P=quote)
     [ \t]*[:=][ \t]*
     """,
@@ -392,9 +440,14 @@ _PAIR_VALUE = re.compile(
 )
 # On lower-cased text: every word that can make is_secret_key() true ("apikey" and friends through "key").
 # Written as a trie (first letter, then the rest) because ``re`` tries alternatives one by one.
-_PAIR_KEY_WORD = re.compile("auth|c(?:ookie|redential)|key|p(?:ass|w)|se(?:cret|ssion)|token")
-_KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
-_KEY_RUN = re.compile(r"[A-Za-z0-9_.\-]*")
+# Korean key words ("비밀번호: …") too, a key's characters including Hangul syllables.
+_PAIR_KEY_WORD = re.compile(
+    "auth|c(?:ookie|redential)|key|p(?:ass|w)|se(?:cret|ssion)|token|비(?:밀번호|번|밀키)|패스워드|암호|시크릿|인증키|토큰|개인키"
+)
+_KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") | frozenset(
+    map(chr, range(0xAC00, 0xD7A4))
+)
+_KEY_RUN = re.compile(r"[A-Za-z0-9_.\-가-힣]*")
 _MAX_KEY_CHARS = 200
 _COOKIE_VALUE_END = re.compile(r"[\r\n\"'\\]|\Z")  # a cookie header value runs to the end of its line
 _NOT_A_SECRET_VALUE = frozenset({"null", "none", "true", "false", "nil", "undefined", MASK})
@@ -639,6 +692,7 @@ class _Walker:
             memos.keys.clear()
         self.memo = memos.texts
         self.keys = memos.keys
+        self.numbers = matcher.numbers if matcher is not None else frozenset()
 
     def text(self, text: str) -> str:
         if len(text) > _MEMO_MAX_CHARS:
@@ -654,6 +708,8 @@ class _Walker:
             return self.text(value)
         if isinstance(value, float) and not math.isfinite(value):
             return str(value)  # NaN and infinities: no JSON column stores them (as text: "nan", "inf")
+        if self.numbers and _secret_number(value, self.numbers):
+            return MASK
         if isinstance(value, _UNCHANGED_SCALARS):  # bool is an int
             return value
         if isinstance(value, (bytes, bytearray)):
@@ -685,7 +741,7 @@ class _Walker:
     def walk(self, value: Any) -> Any:
         if not isinstance(value, _CONTAINERS):
             return self.leaf(value)
-        memo, keys = self.memo, self.keys
+        memo, keys, numbers = self.memo, self.keys, self.numbers
         root: list[Any] = [None]
         # Stack items: (source, parent, slot) to copy source into parent[slot], or (source, copy, parent, slot)
         # once source's children are done (on_path bookkeeping, tuple/set rebuilding).
@@ -724,7 +780,12 @@ class _Walker:
                         copy[new_key] = masked if masked is not None else self.text(child)
                     elif child is None or type(child) in _PLAIN_SCALARS:
                         # A finite float as it is; NaN and infinities through leaf (x - x is 0 for finite x only).
-                        copy[new_key] = child if type(child) is not float or child - child == 0 else self.leaf(child)
+                        if numbers and _secret_number(child, numbers):
+                            copy[new_key] = MASK
+                        else:
+                            copy[new_key] = (
+                                child if type(child) is not float or child - child == 0 else self.leaf(child)
+                            )
                     elif isinstance(child, _CONTAINERS):
                         copy[new_key] = None
                         stack.append((child, copy, new_key))
@@ -740,7 +801,10 @@ class _Walker:
                         masked = memo.get(child)
                         copy[index] = masked if masked is not None else self.text(child)
                     elif child is None or type(child) in _PLAIN_SCALARS:
-                        copy[index] = child if type(child) is not float or child - child == 0 else self.leaf(child)
+                        if numbers and _secret_number(child, numbers):
+                            copy[index] = MASK
+                        else:
+                            copy[index] = child if type(child) is not float or child - child == 0 else self.leaf(child)
                     elif isinstance(child, _CONTAINERS):
                         stack.append((child, copy, index))
                     else:

@@ -894,3 +894,51 @@ def test_celerys_own_task_logger_masks_secrets_too(tmp_path: Any) -> None:
 def test_a_changes_old_and_new_command_lines_are_masked_too() -> None:
     diff = {"args": [["-m", "server"], ["-m", "server", "--api-key", "Xq81LmZp0aT7"]]}  # a binding's args changed
     assert mask_value(diff) == {"args": [["-m", "server"], ["-m", "server", "--api-key", "***"]]}
+
+
+def test_the_credential_of_an_authorization_value_is_masked_on_its_own() -> None:
+    """A header is stored (and registered) whole, ``Bearer <token>``; a server that quotes the token without its
+    scheme ("token X is not authorised") used to show it in clear."""
+    assert mask_text(
+        "upstream refused: token tok9f8e7d6c5b4a3e2d1 is not authorised", secrets=["Bearer tok9f8e7d6c5b4a3e2d1"]
+    ) == ("upstream refused: token *** is not authorised")
+    basic = base64.b64encode(b"kim:pa55-w0rd!").decode()
+    assert (
+        mask_text(f"password pa55-w0rd! refused ({basic})", secrets=[f"Basic {basic}"]) == "password *** refused (***)"
+    )
+    assert mask_text("auth failed for s3cret-pw", secrets=["postgres://app:s3cret-pw@db:5432/app"]) == (
+        "auth failed for ***"
+    )
+    assert mask_text("Bearer tokens expire", secrets=["Bearer abc"]) == "Bearer tokens expire"  # too short alone
+
+
+def test_a_secret_made_of_digits_is_masked_where_it_comes_back_as_a_json_number() -> None:
+    secrets = ["84719305"]
+    result = {"service": "vault", "unlocked_with": 84719305, "again": [84719305, 84719305.0], "count": 3, "ok": True}
+    assert mask_value(result, secrets=secrets) == {
+        "service": "vault",
+        "unlocked_with": MASK,
+        "again": [MASK, MASK],
+        "count": 3,
+        "ok": True,
+    }
+    assert mask_value(84719305, secrets=secrets) == MASK
+    assert mask_value({"n": 84719306}, secrets=secrets) == {"n": 84719306}
+
+
+def test_korean_names_of_secrets_are_secret_keys_in_structures_and_in_text() -> None:
+    """The people this is built for name their fields in Korean: 비밀번호 (password), 암호 (password), 토큰
+    (token), 인증키 (auth key). The same value was masked under ``password`` and shown under ``비밀번호``."""
+    stored = mask_value({"아이디": "kim", "비밀번호": "Zx9vQ2mL7pR4tY8w", "인증키": "k-77aa", "토큰": "t-9"})
+    assert stored == {"아이디": "kim", "비밀번호": MASK, "인증키": MASK, "토큰": MASK}
+    assert (
+        mask_text("아이디: kim / 비밀번호: Zx9vQ2mL7pR4tY8w / 암호=hunter22")
+        == "아이디: kim / 비밀번호: *** / 암호=***"
+    )
+    # Counting and naming keys are not secret: an encryption scheme, a token count.
+    assert mask_value({"암호화_방식": "AES-256", "토큰_수": 12, "토큰사용량": 30}) == {
+        "암호화_방식": "AES-256",
+        "토큰_수": 12,
+        "토큰사용량": 30,
+    }
+    assert mask_text(KOREAN + ": 팀장") == KOREAN + ": 팀장"

@@ -13,6 +13,8 @@ copes with a misbehaving one. ``PROBE_MODE`` picks the misbehaviour:
   and says so the way command-line tools do).
 - ``tells_secret``: careless with its ``PROBE_TOKEN``: writes it to its stderr at start, and lists one more tool,
   ``connect_backend``, whose description quotes it and whose input schema has an ``api_key`` property.
+- ``refuses_token``: refuses its ``PROBE_TOKEN`` at start, quoting it on its stderr, and exits 1 (as many command
+  line tools do).
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ class _ExitOnList(Middleware):
 
 mcp = FastMCP("probe", middleware=[_ExitOnList()] if mode == "exit_on_list" else [])
 
+
+if mode == "refuses_token":
+    print(f"Invalid API key {os.environ.get('PROBE_TOKEN', '')} (401 from upstream)", file=sys.stderr, flush=True)
+    sys.exit(1)
 
 if mode == "tells_secret":
     _token = os.environ.get("PROBE_TOKEN", "")

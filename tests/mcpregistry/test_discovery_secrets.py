@@ -95,3 +95,34 @@ def test_a_result_remembered_across_runs_is_kept_masked_in_the_cache(careless: M
     assert again.memo_hit
     stored = cache.get(gate._cache_key(f"careless\necho\n{gate.canonical_args(args)}"))
     assert stored is not None and TOKEN not in stored
+
+
+def test_a_server_that_dies_quoting_its_secret_as_a_worker_opens_it_at_start_is_logged_masked(
+    masked_caplog: Any,
+) -> None:
+    """A worker opens its shared sessions as it starts (``agent_platform/celery.py``), before any run or discovery
+    in that process has registered the server's secrets for log masking: its failure, logged with the server's
+    last stderr lines, carried the credential the server quoted as it died."""
+    from agent_platform.celery import _open_sessions_now
+    from audit.masking import clear_registered_secrets
+    from tests.conftest import make_agent
+
+    secret = "UpstreamKey7f3a9c2e41d8"
+    server = McpServer.objects.create(
+        mcp_id="dies-at-start",
+        name="dies-at-start",
+        command=sys.executable,
+        args=["-m", "tests.mcp_fixtures.probe_server"],
+        cwd=str(settings.BASE_DIR),
+        env={"PROBE_MODE": "refuses_token", "PROBE_TOKEN": secret},
+        public_env=["PROBE_MODE"],
+        session_scope="shared",
+        timeout_s=5,
+    )
+    make_agent(slug="dies-at-start", servers=[server], with_demo_rules=False)
+    clear_registered_secrets()  # a worker process that just started
+    with masked_caplog.at_level(logging.DEBUG):
+        _open_sessions_now()
+    assert "dies-at-start: could not open a session at start" in masked_caplog.text
+    assert "Invalid API key *** (401 from upstream)" in masked_caplog.text
+    assert secret not in masked_caplog.text
