@@ -205,20 +205,108 @@ def _record_roles(sender: Any, instance: Any, created: bool, raw: bool = False, 
             config_change_record(obj=instance, verb="create" if created else "update", diff=diff)
 
 
-def _record_groups(
-    sender: Any, instance: Any, action: str, reverse: bool, model: Any, pk_set: Any, **kwargs: Any
-) -> None:
-    if (
-        current_scope() is not None
-        or action not in ("post_add", "post_remove", "post_clear")
-        or (not pk_set and action != "post_clear")
-    ):
+def _user_m2m_recorder(field: str) -> tuple[Any, Any]:
+    """The two ``m2m_changed`` receivers that record a change of a user's ``field`` (``groups``,
+    ``user_permissions``) made outside a service, from either side (``user.groups.add(g)``,
+    ``group.user_set.clear()``, ``permission.user_set.add(u)``): before it, each user it touches is remembered with
+    the field's names; after it, each one whose names changed is recorded ``[old, new]``, unattributed, in one
+    transaction. A clear names what was cleared (it used to be an empty list, or a TypeError from the group's
+    side, after the rows were gone)."""
+    memo = f"_roles_{field}_before"
+
+    def touched(instance: Any, reverse: bool, pk_set: Any, action: str) -> list[Any]:
+        user_model = get_user_model()
+        if not reverse:
+            return [instance]
+        if action == "pre_clear":
+            return list(user_model._default_manager.filter(**{field: instance}))
+        return list(user_model._default_manager.filter(pk__in=pk_set or ()))
+
+    def before(sender: Any, instance: Any, action: str, reverse: bool, pk_set: Any, **kwargs: Any) -> None:
+        if current_scope() is not None or action not in ("pre_add", "pre_remove", "pre_clear"):
+            return
+        instance.__dict__[memo] = {
+            user.pk: snapshot(user, [field]) for user in touched(instance, reverse, pk_set, action)
+        }
+
+    def after(sender: Any, instance: Any, action: str, **kwargs: Any) -> None:
+        if current_scope() is not None or action not in ("post_add", "post_remove", "post_clear"):
+            return
+        remembered = instance.__dict__.pop(memo, None) or {}
+        user_model = get_user_model()
+        with transaction.atomic(), change_scope(actor=UNATTRIBUTED_ACTOR, via="django"):
+            for user in user_model._default_manager.filter(pk__in=list(remembered)).order_by("pk"):
+                diff = change_diff(user_model, remembered[user.pk], snapshot(user, [field]))
+                if diff:
+                    config_change_record(obj=user, verb="update", diff=diff)
+
+    return before, after
+
+
+def _remember_group(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
+    """Before a group is saved or deleted outside a service: its recorded fields (and, for a delete, its
+    members, who lose the group with it: the cascade sends no m2m signal)."""
+    if raw or current_scope() is not None or instance.pk is None:
         return
-    users = model._default_manager.filter(pk__in=pk_set) if reverse else [instance]
-    groups = [instance] if reverse else list(Group.objects.filter(pk__in=pk_set or ()))
-    with change_scope(actor=UNATTRIBUTED_ACTOR, via="django"):
-        for user in users:
-            config_change_record(obj=user, verb="update", diff={"groups": {action[5:]: sorted(g.name for g in groups)}})
+    stored = Group.objects.filter(pk=instance.pk).first()
+    if stored is not None:
+        instance._group_before = snapshot(stored, recorded_fields(Group))
+        instance._group_members = sorted(str(u) for u in get_user_model()._default_manager.filter(groups=stored))
+
+
+def _record_group_save(sender: Any, instance: Any, created: bool, raw: bool = False, **kwargs: Any) -> None:
+    if raw or current_scope() is not None:
+        return
+    before = instance.__dict__.pop("_group_before", None)
+    instance.__dict__.pop("_group_members", None)
+    diff = change_diff(Group, before or {}, snapshot(instance, recorded_fields(Group)), creating=created)
+    if created or diff:
+        with transaction.atomic(), change_scope(actor=UNATTRIBUTED_ACTOR, via="django"):
+            config_change_record(obj=instance, verb="create" if created else "update", diff=diff)
+
+
+def _record_group_delete(sender: Any, instance: Any, **kwargs: Any) -> None:
+    before = instance.__dict__.pop("_group_before", None)
+    members = instance.__dict__.pop("_group_members", [])
+    if before is None or current_scope() is not None:
+        return
+    diff = {k: [v, None] for k, v in before.items() if v}
+    if members:
+        diff["members"] = [members, None]
+    with transaction.atomic(), change_scope(actor=UNATTRIBUTED_ACTOR, via="django"):
+        config_change_record(obj=instance, verb="delete", diff=diff)
+
+
+class _RoleRecordingQuerySet:
+    """Mixed into the user model's queryset: ``update()`` of a role field (``is_superuser``, ``is_staff``,
+    ``is_active``, ``username``) outside a service records each user it changed, unattributed, in the update's
+    transaction. ``QuerySet.update`` sends no signal, so ``User.objects.filter(...).update(is_superuser=True)``
+    from a shell used to leave no trace."""
+
+    def update(self, **kwargs: Any) -> int:
+        roles = set(kwargs) & ROLE_FIELDS
+        if not roles or current_scope() is not None:
+            return super().update(**kwargs)  # type: ignore[misc]
+        model = self.model  # type: ignore[attr-defined]
+        names = sorted(roles)
+        with transaction.atomic(using=self.db):  # type: ignore[attr-defined]
+            before = {user.pk: snapshot(user, names) for user in self.select_for_update()}  # type: ignore[attr-defined]
+            count = super().update(**kwargs)  # type: ignore[misc]
+            with change_scope(actor=UNATTRIBUTED_ACTOR, via="django"):
+                for user in model._default_manager.filter(pk__in=list(before)).order_by("pk"):
+                    diff = change_diff(model, before[user.pk], snapshot(user, names))
+                    if diff:
+                        config_change_record(obj=user, verb="update", diff=diff)
+        return count
+
+
+def _record_role_updates(manager: Any) -> None:
+    """Give ``manager`` (the user model's, which is Django's) a queryset that records role updates."""
+    queryset_class = manager._queryset_class
+    if not issubclass(queryset_class, _RoleRecordingQuerySet):
+        manager._queryset_class = type(
+            f"RoleRecording{queryset_class.__name__}", (_RoleRecordingQuerySet, queryset_class), {}
+        )
 
 
 def _remember_group_permissions(
@@ -296,7 +384,17 @@ def connect() -> None:
     register_policy(Group, GROUP_POLICY)
     pre_save.connect(_remember_roles, sender=user_model, dispatch_uid="audit.roles.pre_save")
     post_save.connect(_record_roles, sender=user_model, dispatch_uid="audit.roles.post_save")
-    m2m_changed.connect(_record_groups, sender=user_model.groups.through, dispatch_uid="audit.roles.groups")
+    for field in ("groups", "user_permissions"):
+        before, after = _user_m2m_recorder(field)
+        through = getattr(user_model, field).through
+        m2m_changed.connect(before, sender=through, dispatch_uid=f"audit.roles.{field}_before", weak=False)
+        m2m_changed.connect(after, sender=through, dispatch_uid=f"audit.roles.{field}_after", weak=False)
+    pre_save.connect(_remember_group, sender=Group, dispatch_uid="audit.roles.group_pre_save")
+    post_save.connect(_record_group_save, sender=Group, dispatch_uid="audit.roles.group_post_save")
+    pre_delete.connect(_remember_group, sender=Group, dispatch_uid="audit.roles.group_pre_delete")
+    post_delete.connect(_record_group_delete, sender=Group, dispatch_uid="audit.roles.group_post_delete")
+    for manager in {user_model._default_manager, user_model._base_manager}:
+        _record_role_updates(manager)
     permissions = Group.permissions.through
     m2m_changed.connect(_remember_group_permissions, sender=permissions, dispatch_uid="audit.roles.perms_before")
     m2m_changed.connect(_record_group_permissions, sender=permissions, dispatch_uid="audit.roles.perms_after")
