@@ -33,7 +33,7 @@ from audit.models import AuditCheckpoint, AuditEvent
 from audit.services import audit_chain_catch_up
 from auditor.charts import bar_chart
 from auditor.event_details import change_html, rule_decision_html
-from auditor.metrics import ToolSeries, tool_metrics, tool_metrics_series
+from auditor.metrics import MAX_BUCKETS, ToolSeries, series_bucket, tool_metrics, tool_metrics_series
 from auditor.selectors import (
     AuditEventFilters,
     audit_event_filter,
@@ -498,9 +498,16 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         ]
         metrics_api = api_url("audit-metrics")
         period = {"since": request.GET.get("since", ""), "until": request.GET.get("until", "")}
-        bucket = request.GET.get("bucket", "")
-        if bucket not in ("hour", "day"):
-            bucket = "hour" if report.until - report.since <= dt.timedelta(days=2) else "day"
+        asked = request.GET.get("bucket", "")
+        bucket = series_bucket(since=report.since, until=report.until, asked=asked)
+        if bucket is None:
+            messages.info(
+                request,
+                gettext("The period is too long to chart (at most %(max)d days); its totals are shown.")
+                % {"max": MAX_BUCKETS},
+            )
+        elif asked in ("hour", "day") and bucket != asked:
+            messages.info(request, gettext("The period is too long to chart by the hour; charted by the day."))
         context = {
             **self.admin_site.each_context(request),
             "title": gettext("Tool metrics"),
@@ -511,9 +518,13 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             "since_value": period["since"],
             "until_value": period["until"],
             "api_url": f"{metrics_api}?{urlencode({k: v for k, v in period.items() if v})}" if metrics_api else None,
-            "bucket": bucket,
-            "series": _series_charts(
-                tool_metrics_series(since=report.since, until=report.until, bucket=bucket), bucket=bucket
+            "bucket": bucket or "day",
+            "series": (
+                _series_charts(
+                    tool_metrics_series(since=report.since, until=report.until, bucket=bucket), bucket=bucket
+                )
+                if bucket is not None
+                else []
             ),
         }
         return TemplateResponse(request, "admin/audit/metrics.html", context)

@@ -268,15 +268,34 @@ class ToolSeries:
     points: list[SeriesPoint]
 
 
+MAX_BUCKETS = 2_000
+"""The most points a chart's line has: about 83 days by the hour, 5½ years by the day. A longer period is charted
+by the day, or not at all (its totals are still counted): a year 1 to 9999 by the hour would be 87 million
+points, built in memory for every charted tool."""
+
+
+def series_bucket(*, since: dt.datetime, until: dt.datetime, asked: str = "") -> Bucket | None:
+    """The bucket to chart ``since``..``until`` by: ``asked`` where it gives at most :data:`MAX_BUCKETS` points,
+    else hours for two days or less and days otherwise; None where even days give more points than that."""
+    span = until - since
+    hours, days = span / dt.timedelta(hours=1), span / dt.timedelta(days=1)
+    if asked == "hour" and hours <= MAX_BUCKETS:
+        return "hour"
+    if asked not in ("hour", "day") and span <= dt.timedelta(days=2):
+        return "hour"
+    return "day" if days <= MAX_BUCKETS else None
+
+
 def bucket_starts(*, since: dt.datetime, until: dt.datetime, bucket: Bucket) -> list[dt.datetime]:
-    """The starts of the hours or days (in the current time zone) that cover ``since``..``until``."""
+    """The starts of the hours or days (in the current time zone) that cover ``since``..``until`` (at most
+    :data:`MAX_BUCKETS` + 1: :func:`series_bucket` chooses a bucket that fits)."""
     local = timezone.localtime(since)
     start = local.replace(minute=0, second=0, microsecond=0)
     if bucket == "day":
         start = start.replace(hour=0)
     step = dt.timedelta(hours=1) if bucket == "hour" else dt.timedelta(days=1)
     starts = []
-    while start < until:
+    while start < until and len(starts) <= MAX_BUCKETS:
         starts.append(start)
         # Local wall-clock steps: a day is the next local midnight, whatever the offset does.
         start = timezone.make_aware(timezone.make_naive(start) + step) if bucket == "day" else start + step

@@ -202,3 +202,22 @@ def test_eval_and_shadow_calls_stay_out_of_production_metrics_unless_asked_for(d
     assert production == {("hr", "search_employee"): 1}
     evals = tool_metrics(filters=AuditEventFilters(source="eval")).tools
     assert [(t.tool, t.calls) for t in evals] == [("search_employee", 1)]
+
+
+def test_a_period_too_long_for_hours_is_charted_by_the_day_or_only_counted(auditor_client, known_events) -> None:
+    """An explicit ``bucket=hour`` over years was one point per hour for every charted tool, built in memory (a
+    year 1 to 9999 request could take the web process down); it is charted by the day where days fit, and not
+    charted at all (its totals shown) where even days are too many."""
+    from auditor.metrics import MAX_BUCKETS, bucket_starts, series_bucket
+    from auditor.selectors import moment_parse
+
+    response = auditor_client.get("/admin/audit/auditevent/metrics/?since=2000-01-01&until=2026-01-01&bucket=hour")
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "too long to chart (at most 2000 days)" in page
+    response = auditor_client.get("/admin/audit/auditevent/metrics/?since=2024-01-01&until=2026-01-01&bucket=hour")
+    assert "too long to chart by the hour; charted by the day" in response.content.decode()
+
+    since, until = moment_parse("0001-01-01"), moment_parse("9999-12-31", end_of_day=True)
+    assert series_bucket(since=since, until=until, asked="hour") is None
+    assert len(bucket_starts(since=since, until=until, bucket="hour")) == MAX_BUCKETS + 1
