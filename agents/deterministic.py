@@ -244,6 +244,9 @@ def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+# An opening brace followed by a name: a placeholder, or an attempt at one (a literal brace before JSON's quote or
+# a digit is text).
+_PLACEHOLDER_ATTEMPT = re.compile(r"\{[A-Za-z_][^{}\s]*\}?")
 _ANSWER_PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*(?:\*[\w.]*)*)\}")
 
 
@@ -262,8 +265,12 @@ def placeholder_problems(when: Any, params: Any, answer_template: str) -> dict[s
     def unmatched(name: str) -> str | None:
         head, _sep, rest = name.partition(".")
         if head == "match" and groups is not None and rest not in groups:
-            have = ", ".join(sorted(groups)) or "none"
-            return f"{{{name}}}: the regex has no named group '{rest}' (its groups: {have})"
+            have = ", ".join(sorted(groups)) or gettext("none")
+            return gettext("%(placeholder)s: the regex has no named group '%(group)s' (its groups: %(groups)s)") % {
+                "placeholder": f"{{{name}}}",
+                "group": rest,
+                "groups": have,
+            }
         return None
 
     texts = [v for v in (params.values() if isinstance(params, dict) else []) if isinstance(v, str)]
@@ -271,21 +278,31 @@ def placeholder_problems(when: Any, params: Any, answer_template: str) -> dict[s
         for found in PLACEHOLDER.finditer(text):
             if (problem := unmatched(found.group(1))) is not None:
                 problems.setdefault("params", []).append(problem)
+        # What is left that reads as a placeholder ("{match.name" with its brace left open, "{bogus.x}") would be
+        # sent to the tool as it is written.
+        for found in _PLACEHOLDER_ATTEMPT.finditer(PLACEHOLDER.sub("", text)):
+            problems.setdefault("params", []).append(
+                gettext("%(text)s: use {query}, {context.KEY}, {data.KEY} or {match.NAME}, each written whole")
+                % {"text": found.group(0)}
+            )
     template = answer_template or ""
     for found in _ANSWER_PLACEHOLDER.finditer(template):
         name = found.group(1)
         head, _, rest = name.partition(".")
         if head not in {"query", "result", "match", "params"} or (head in {"match", "params"} and not rest):
             problems.setdefault("answer_template", []).append(
-                f"{{{name}}}: use {{query}}, {{result}}, {{result.KEY}}, {{result.LIST.*.KEY}}, {{match.NAME}} or "
-                "{params.NAME}"
+                gettext(
+                    "%(placeholder)s: use {query}, {result}, {result.KEY}, {result.LIST.*.KEY}, {match.NAME} or "
+                    "{params.NAME}"
+                )
+                % {"placeholder": f"{{{name}}}"}
             )
         elif (problem := unmatched(name)) is not None:
             problems.setdefault("answer_template", []).append(problem)
     leftover = _ANSWER_PLACEHOLDER.sub("", template)
     if "{" in leftover or "}" in leftover:
         problems.setdefault("answer_template", []).append(
-            "a brace that opens or closes no placeholder: write {result.KEY} whole"
+            gettext("a brace that opens or closes no placeholder: write {result.KEY} whole")
         )
     return problems
 
@@ -325,13 +342,17 @@ def template_problems(
     from mcpregistry.contracts import argument_names, check_args
 
     if not isinstance(params, dict):
-        return ["the parameters must be a JSON object"]
+        return [gettext("the parameters must be a JSON object")]
     problems: list[str] = []
     names = argument_names(constraints, input_schema)
     if names is not None and refuse_unknown:
-        problems += [f"args:unknown:{name}: the tool has no argument '{name}'" for name in params if name not in names]
+        problems += [
+            f"args:unknown:{name}: " + gettext("the tool has no argument '%(name)s'") % {"name": name}
+            for name in params
+            if name not in names
+        ]
     problems += [
-        f"args:missing:{name}: the tool requires '{name}'"
+        f"args:missing:{name}: " + gettext("the tool requires '%(name)s'") % {"name": name}
         for name, spec in constraints.items()
         if spec.get("required") and name not in params
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 from django.conf import settings
@@ -240,6 +241,22 @@ class Agent(AuditedModel):
                 {
                     "language": _("Choose one of the platform's languages: %(codes)s.")
                     % {"codes": ", ".join(code for code, _name in settings.LANGUAGES)}
+                }
+            )
+        unknown = sorted(set(re.findall(r"\{([^{}]*)\}", self.answer_template or "")) - {"query", "results"})
+        leftover = re.sub(r"\{(?:query|results)\}", "", self.answer_template or "")
+        if unknown or "{" in leftover or "}" in leftover:
+            # An end user would read the placeholder as written ("{bogus} 김하늘…"), or a brace left open.
+            raise ValidationError(
+                {
+                    "answer_template": _(
+                        "Use only the placeholders {query} and {results}, each written whole%(found)s."
+                    )
+                    % {
+                        "found": _(" (found: %(names)s)") % {"names": ", ".join(f"{{{n}}}" for n in unknown)}
+                        if unknown
+                        else ""
+                    }
                 }
             )
         if self.max_iterations is not None and self.max_iterations < 1:
@@ -779,7 +796,7 @@ class Approval(models.Model):
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
-        return f"{self.mcp_id}.{self.tool} ({self.status})"
+        return f"{self.mcp_id}.{self.tool} ({self.get_status_display()})"
 
 
 class RunEvent(models.Model):

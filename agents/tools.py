@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from django.utils.translation import gettext as _
 from langchain_core.tools import BaseTool
 
 from agents.errors import MCP_NOT_LOADED, MUST_PROPAGATE
@@ -66,24 +67,29 @@ def import_user_module(module_name: str) -> Any:
     except MUST_PROPAGATE:
         raise
     except ImportError as exc:
-        raise CodeRuleError(f"cannot import '{module_name}': {exc}") from exc
+        raise CodeRuleError(_("cannot import '%(module)s': %(error)s") % {"module": module_name, "error": exc}) from exc
     except Exception as exc:
         logger.warning("module %s raised as it loaded", module_name, exc_info=True)
-        raise CodeRuleError(f"cannot import '{module_name}': it raised {type(exc).__name__} as it loaded") from exc
+        raise CodeRuleError(
+            _("cannot import '%(module)s': it raised %(error)s as it loaded")
+            % {"module": module_name, "error": type(exc).__name__}
+        ) from exc
 
 
 def load_code_rule(path: str) -> tuple[RuleFunction, str]:
     """Import ``package.module.function`` and return it with its ``mcp_id``. Raises CodeRuleError."""
-    module_name, _, attribute = path.rpartition(".")
+    module_name, _sep, attribute = path.rpartition(".")
     if not module_name:
-        raise CodeRuleError(f"'{path}' is not a dotted path (package.module.function)")
+        raise CodeRuleError(_("'%(path)s' is not a dotted path (package.module.function)") % {"path": path})
     module = import_user_module(module_name)
     fn = getattr(module, attribute, None)
     if fn is None or not callable(fn):
-        raise CodeRuleError(f"'{module_name}' has no function '{attribute}'")
+        raise CodeRuleError(
+            _("'%(module)s' has no function '%(function)s'") % {"module": module_name, "function": attribute}
+        )
     mcp_id = getattr(fn, "deterministic_mcp_id", None)
     if not mcp_id:
-        raise CodeRuleError(f"'{path}' is not decorated with @deterministic_tool(mcp_id=...)")
+        raise CodeRuleError(_("'%(path)s' is not decorated with @deterministic_tool(mcp_id=...)") % {"path": path})
     return fn, mcp_id
 
 

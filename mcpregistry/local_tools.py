@@ -27,6 +27,7 @@ from typing import Any, overload
 
 from django.conf import settings
 from django.db import connections
+from django.utils.translation import gettext as _
 from langchain_core.tools import BaseTool, StructuredTool
 from mcp import McpError, types
 from pydantic import BaseModel
@@ -110,37 +111,50 @@ def load_local_tools(paths: Iterable[str], *, allowed_modules: Iterable[str] | N
     for raw in paths:
         path = str(raw).strip()
         if not path or not all(part.isidentifier() for part in path.split(".")):
-            raise LocalToolError(f"'{path}' is not a dotted path (package.module or package.module.tool)")
+            raise LocalToolError(
+                _("'%(path)s' is not a dotted path (package.module or package.module.tool)") % {"path": path}
+            )
         if not _under_allowed_module(path, allowed):
             raise LocalToolError(
-                f"'{path}' is not under a module named in PLATFORM_LOCAL_TOOL_MODULES ({', '.join(allowed) or '-'})"
+                _("'%(path)s' is not under a module named in PLATFORM_LOCAL_TOOL_MODULES (%(modules)s)")
+                % {"path": path, "modules": ", ".join(allowed) or "-"}
             )
         found: list[BaseTool]
         try:
             found = _module_tools(importlib.import_module(path))
         except ModuleNotFoundError as exc:
-            module_name, _, attribute = path.rpartition(".")
+            module_name, _sep, attribute = path.rpartition(".")
             if not module_name or exc.name not in {path, None}:
-                raise LocalToolError(f"cannot import '{path}': {exc}") from exc
+                raise LocalToolError(
+                    _("cannot import '%(module)s': %(error)s") % {"module": path, "error": exc}
+                ) from exc
             try:
                 module = importlib.import_module(module_name)
             except ImportError as inner:
-                raise LocalToolError(f"cannot import '{module_name}': {inner}") from inner
+                raise LocalToolError(
+                    _("cannot import '%(module)s': %(error)s") % {"module": module_name, "error": inner}
+                ) from inner
             value = getattr(module, attribute, None)
             if value is None:
-                raise LocalToolError(f"cannot import '{path}': '{module_name}' has no '{attribute}'") from exc
+                raise LocalToolError(
+                    _("cannot import '%(path)s': '%(module)s' has no '%(name)s'")
+                    % {"path": path, "module": module_name, "name": attribute}
+                ) from exc
             if not isinstance(value, BaseTool):
                 raise LocalToolError(
-                    f"'{path}' is not a tool: decorate it with @local_tool (mcpregistry.local_tools) or LangChain's @tool"
+                    _(
+                        "'%(path)s' is not a tool: decorate it with @local_tool (mcpregistry.local_tools) or LangChain's @tool"
+                    )
+                    % {"path": path}
                 ) from exc
             found = [value]
         except ImportError as exc:
-            raise LocalToolError(f"cannot import '{path}': {exc}") from exc
+            raise LocalToolError(_("cannot import '%(module)s': %(error)s") % {"module": path, "error": exc}) from exc
         if not found:
-            raise LocalToolError(f"'{path}' defines no tool (@local_tool or LangChain's @tool)")
+            raise LocalToolError(_("'%(path)s' defines no tool (@local_tool or LangChain's @tool)") % {"path": path})
         for tool in found:
             if tool.name in tools and tools[tool.name] is not tool:
-                raise LocalToolError(f"two local tools are named '{tool.name}'")
+                raise LocalToolError(_("two local tools are named '%(name)s'") % {"name": tool.name})
             tools[tool.name] = tool
     return tools
 

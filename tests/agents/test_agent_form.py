@@ -224,3 +224,22 @@ def test_model_parameters_are_key_value_lines(admin_client: Client) -> None:
     ).content.decode()
     assert "2번째 줄: KEY=value 형식으로 쓰세요" in refused and "max_tokens 512</textarea>" in refused
     assert Agent.objects.get(pk=agent.pk).model_params["temperature"] == 0.2
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        ("{bogus} {query}", "Use only the placeholders {query} and {results}, each written whole (found: {bogus})."),
+        ("{results 님", "Use only the placeholders {query} and {results}, each written whole."),
+    ],
+)
+def test_an_offline_answer_template_with_a_placeholder_it_cannot_fill_is_refused(
+    admin_client: Client, template: str, expected: str
+) -> None:
+    """The end user would read it as written: "{bogus} 김하늘 님은 어느 팀 소속인가요?"."""
+    page = admin_client.post("/admin/agents/agent/add/", agent_post(answer_template=template)).content.decode()
+    errors = " ".join(re.findall(r'<ul class="errorlist[^>]*>(.*?)</ul>', page, re.S))
+    assert expected in errors, errors
+    assert not Agent.objects.filter(slug="flowing").exists()
+    response = admin_client.post("/admin/agents/agent/add/", agent_post(answer_template="{query}: {results}"))
+    assert response.status_code == 302

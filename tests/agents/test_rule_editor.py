@@ -174,6 +174,9 @@ def test_a_matcher_key_given_twice_is_refused_not_silently_overwritten(
             "{match.who}: the regex has no named group &#x27;who&#x27; (its groups: name)",
         ),
         ({"answer_template": "{result.name 님은"}, "a brace that opens or closes no placeholder"),
+        # Sent to the tool as written: "{match.name" (its brace left open), a source that does not exist.
+        ({"params__value__name": "{match.name"}, "{match.name: use {query}, {context.KEY}, {data.KEY} or {match.NAME}"),
+        ({"params__value__name": "{bogus.x}"}, "{bogus.x}: use {query}, {context.KEY}"),
         ({"answer_template": "{answer}"}, "{answer}: use {query}, {result}, {result.KEY}"),
         (
             {"when__tool_available": "no_such_tool"},
