@@ -35,6 +35,10 @@ def secret_entry_value(entry: Any) -> str | None:
     return None if entry is None else str(entry)
 
 
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110's token
+_HEADER_VALUE = re.compile(r"[\x20-\x7e\t]*")  # visible ASCII, spaces and tabs
+
+
 class McpServer(AuditedModel):
     """A binding to one MCP server: how to start or reach it, and its secrets.
 
@@ -179,6 +183,21 @@ class McpServer(AuditedModel):
                 errors.setdefault("url", []).append(_("Enter an http:// or https:// URL."))
             elif problem := url_problem(self.url, settings.PLATFORM_MCP_ALLOW_PRIVATE_URLS):
                 errors.setdefault("url", []).append(problem)
+        for name, entry in (self.headers or {}).items() if isinstance(self.headers, dict) else ():
+            # HTTP sends a header's name as a token and its value as ASCII (httpx refuses other text at the first
+            # call, long after the save: "'ascii' codec can't encode…").
+            if not _HEADER_NAME.fullmatch(str(name)):
+                errors.setdefault("headers", []).append(
+                    _("Header %(name)s: a header's name is letters, digits and - (e.g. X-Api-Key).") % {"name": name}
+                )
+            elif isinstance(entry, str) and not _HEADER_VALUE.fullmatch(entry):
+                errors.setdefault("headers", []).append(
+                    _(
+                        "Header %(name)s: a header's value can be sent only as ASCII text on one line (no Korean, no "
+                        "line break)."
+                    )
+                    % {"name": name}
+                )
         for field_name, stored in (("env", self.env), ("headers", self.headers)):
             problem = from_env_problem((stored or {}).values(), settings.PLATFORM_MCP_ENV_PASSTHROUGH)
             if problem:
@@ -414,6 +433,17 @@ class ToolContract(AuditedModel):
                     ArgSpec.model_validate(spec)
                 except PydanticValidationError as exc:
                     errors.setdefault("args", []).extend(spec_problems(exc, ArgSpec, prefix=str(name)))
+            declared = argument_names({}, self.tool.input_schema) if self.tool_id else None
+            unknown = sorted(str(n) for n in self.args if declared is not None and n not in declared)
+            if unknown:
+                # The model is shown the contract's arguments: one the tool does not take would be offered to it,
+                # and every call that used it refused by the server.
+                errors.setdefault("args", []).append(
+                    str(
+                        _("%(names)s: the tool's input schema has no such argument (its arguments: %(known)s).")
+                        % {"names": ", ".join(unknown), "known": ", ".join(sorted(declared or ())) or "-"}
+                    )
+                )
         for field_name, model in (("returns", ReturnsSpec), ("retry", RetrySpec)):
             value = getattr(self, field_name)
             if not isinstance(value or {}, dict):

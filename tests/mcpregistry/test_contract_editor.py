@@ -271,3 +271,15 @@ def test_json_nested_past_any_contract_is_refused_not_a_server_error(admin_clien
     status, page = post(admin_client, lookup, **{"contract-0-contract_json": "[" * 5000 + "]" * 5000})
     assert status == 200
     assert any("nested too deeply" in e for e in errors(page)), errors(page)
+
+
+def test_an_argument_the_tools_input_schema_does_not_have_is_refused(admin_client, lookup) -> None:
+    """It used to be saved and shown to the model beside the real ones; every call that used it was the server's
+    refusal."""
+    document = {"args": {"teamz": {"type": "str"}}}
+    status, page = post(admin_client, lookup, **{"contract-0-contract_json": json.dumps(document)})
+    assert status == 200
+    assert any(
+        "teamz: the tool&#x27;s input schema has no such argument (its arguments: limit, name)" in e
+        for e in errors(page)
+    ), errors(page)

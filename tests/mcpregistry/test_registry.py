@@ -429,3 +429,19 @@ def test_the_api_callers_credentials_never_reach_an_mcp_server(db, tmp_path) -> 
         process.terminate()
         process.wait(timeout=10)
         time.sleep(0.1)
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("Authorization=Bearer 한글토큰", "Header Authorization: a header&#x27;s value can be sent only as ASCII text"),
+        ("Bad Header=x", "Header Bad Header: a header&#x27;s name is letters, digits and -"),
+    ],
+)
+def test_a_header_http_cannot_send_is_refused_at_save(admin_client, db, line: str, expected: str) -> None:
+    """Saved, it failed only at the first discovery or call, with httpx's "'ascii' codec can't encode…"."""
+    page = post_server_form(
+        admin_client, None, transport="streamable_http", command="", url="http://127.0.0.1:9/mcp", new_headers=line
+    ).content.decode()
+    assert expected in page
+    assert not McpServer.objects.filter(mcp_id="new-server").exists()
