@@ -45,6 +45,8 @@ urlpatterns = [
     path(".well-known/agent-card.json", a2a_server.platform_card_view, name="a2a-directory"),
     path("a2a/<slug:slug>/.well-known/agent-card.json", a2a_server.agent_card_view, name="a2a-card"),
     path("a2a/<slug:slug>/", a2a_server.rpc_view, name="a2a-rpc"),
+    # Without the slash too: a redirected POST loses its body (clients re-send it as a GET), as for /mcp.
+    path("a2a/<slug:slug>", a2a_server.rpc_view),
     path("mcp/", mcp_server.mcp_view, name="mcp"),
     path("mcp", mcp_server.mcp_view),
 ]

@@ -319,7 +319,7 @@ def _events_url(admin_site: admin.AdminSite, run_id: Any) -> str:
 def _resume_point(request: HttpRequest) -> int:
     """Where a stream resumes: ``Last-Event-ID`` (an EventSource reconnecting), ``?after=``, or the start."""
     for raw in (request.headers.get("Last-Event-ID"), request.GET.get("after")):
-        if raw and raw.strip().isdigit() and raw.strip().isascii():
+        if raw and raw.strip().isdigit() and raw.strip().isascii() and len(raw.strip()) <= 18:
             return int(raw.strip())
     return 0
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -488,6 +489,17 @@ def _given(value: Any) -> bool:
     return value not in (None, "", [], {})
 
 
+def run_query_check(query: Any) -> None:
+    """Raises ApplicationError 413 for a query longer than ``PLATFORM_RUN_QUERY_MAX_CHARS``, whoever submits it (an
+    API caller, A2A, MCP, an eval, a command)."""
+    if isinstance(query, str) and len(query) > settings.PLATFORM_RUN_QUERY_MAX_CHARS:
+        raise ApplicationError(
+            _("The query is longer than %(max)d characters.") % {"max": settings.PLATFORM_RUN_QUERY_MAX_CHARS},
+            code="query_too_long",
+            status=413,
+        )
+
+
 def run_create(
     *,
     agent_slug: str,
@@ -513,6 +525,7 @@ def run_create(
     Raises ApplicationError 404 (no such agent, not one this key may use, or no such version) and 409 (agent
     disabled). What it reads of the configuration (the agent, the key's agents, arms, versions, servers' secrets,
     budgets) is this process's copy while the configuration has not changed (``agents.config_cache``)."""
+    run_query_check(query)
     parts = submission_parts(agent_slug=agent_slug, api_key=api_key)
     agent = parts.agent
     if agent is None or not parts.key_may_use:
@@ -591,7 +604,13 @@ def run_cancel(*, run: Run, actor: str, source: Literal["admin", "api"] = "admin
             break
     if cancelled_from is None:  # its status kept changing under us
         raise ApplicationError(_("The run is changing state; try again."), code="run_busy", status=409)
-    expired = Approval.objects.filter(run_id=run.pk, status=Approval.Status.PENDING).update(
+    # A run that will never run again takes its approvals with it: those waiting for a person, and, where no
+    # worker holds the run (queued to resume, or parked), those approved but not yet carried out (they used to
+    # stay "approved" for good). A running run's worker may be claiming one: it finishes that call first.
+    never_carried_out = [Approval.Status.PENDING]
+    if cancelled_from != Run.Status.RUNNING:
+        never_carried_out.append(Approval.Status.APPROVED)
+    expired = Approval.objects.filter(run_id=run.pk, status__in=never_carried_out).update(
         status=Approval.Status.EXPIRED, reason=str(_("the run was cancelled"))
     )
     # A running run is charged for the model calls it made so far (their events); its worker adds a call that was

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -135,6 +136,11 @@ class EvalCase(AuditedModel):
             answer_checks=self.answer_checks,
             alternatives=self.alternatives,
         )
+        if len(self.query or "") > settings.PLATFORM_RUN_QUERY_MAX_CHARS:
+            # Its runs are refused as any caller's are (a model's cost grows with the query).
+            problems.setdefault("query", []).append(
+                str(_("The query is longer than %(max)d characters.") % {"max": settings.PLATFORM_RUN_QUERY_MAX_CHARS})
+            )
         if problems:
             raise ValidationError(problems)
 

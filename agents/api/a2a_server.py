@@ -388,6 +388,14 @@ def decision_of(parts: list[Any]) -> Decision | None:
     for part in parts:
         if isinstance(part, dict) and isinstance(part.get("data"), dict) and "decision" in part["data"]:
             data = part["data"]
+            for key, limit in (("decision", 20), ("approvalId", 100), ("reason", 2000)):
+                # As the REST API reads a decision: text, bounded (an object was stored as Python's text of it,
+                # and the audit event kept a reason of any length).
+                value = data.get(key)
+                if value is not None and (not isinstance(value, str) or len(value) > limit):
+                    raise invalid_params(
+                        _("'%(key)s' must be text of at most %(max)d characters.") % {"key": key, "max": limit}
+                    )
             return Decision(str(data["decision"]), str(data.get("approvalId") or ""), str(data.get("reason") or ""))
     for part in parts:
         if isinstance(part, dict) and isinstance(part.get("text"), str):

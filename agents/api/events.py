@@ -23,6 +23,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponseBase, JsonResponse, StreamingHttpResponse
 from django.utils import translation
 from django.utils.translation import gettext as _
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
 
 from agent_platform.errors import ApplicationError
@@ -190,7 +191,8 @@ def _after(request: HttpRequest) -> int:
     for name, raw in (("Last-Event-ID", request.headers.get("Last-Event-ID")), ("after", request.GET.get("after"))):
         if raw is None or raw.strip() == "":
             continue
-        if not raw.strip().isdigit() or not raw.strip().isascii():
+        # At most 18 digits (a 64-bit number: every event number fits); Python refuses to read one of 4,300 or more.
+        if not raw.strip().isdigit() or not raw.strip().isascii() or len(raw.strip()) > 18:
             raise ApplicationError(
                 _("'%(name)s' must be an event number (an integer, 0 or more).") % {"name": name},
                 code="invalid_input",
@@ -201,6 +203,7 @@ def _after(request: HttpRequest) -> int:
     return 0
 
 
+@csrf_exempt  # a bearer key's API (no cookie is read): any other method is told its 405, not Django's CSRF 403
 async def run_events(request: HttpRequest, run_id: str) -> HttpResponseBase:
     if request.method != "GET":
         return _error(

@@ -28,7 +28,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.core.cache import cache
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
@@ -56,7 +55,7 @@ from agents.api.protocol_http import (
 from agents.api.throttling import stream_slot_release
 from agents.models import Agent, ApiKey, Approval, Run
 from agents.selectors import agent_list_for_key, run_events_after, run_tool_calls
-from agents.services import run_cancel, run_submit
+from agents.services import run_cancel, run_query_check, run_submit
 
 logger = logging.getLogger(__name__)
 
@@ -170,12 +169,7 @@ def tool_call_start(*, api_key: ApiKey, params: dict[str, Any], session_id: str,
     query = arguments.get("query")
     if not isinstance(query, str) or not query.strip():
         raise ApplicationError(_("'query' must be a non-empty string."), code="invalid_input", status=400)
-    if len(query) > settings.PLATFORM_RUN_QUERY_MAX_CHARS:
-        raise ApplicationError(
-            _("The query is longer than %(max)d characters.") % {"max": settings.PLATFORM_RUN_QUERY_MAX_CHARS},
-            code="query_too_long",
-            status=413,
-        )
+    run_query_check(query)
     for field in ("context", "data"):
         if field in arguments and not isinstance(arguments[field], dict):
             raise ApplicationError(_("'%(field)s' must be an object.") % {"field": field}, code="invalid_input")
@@ -304,6 +298,12 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
         return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": {"tools": [tool_of(a) for a in agents]}})
     if method != "tools/call":
         return json_response(_rpc_error(rpc_id, -32601, _("Method not found: %(method)s") % {"method": method}))
+    meta: dict[str, Any] = params["_meta"] if isinstance(params.get("_meta"), dict) else {}
+    token = meta.get("progressToken")
+    if token is not None and (isinstance(token, bool) or not isinstance(token, str | int) or len(str(token)) > 200):
+        # MCP: a string or an integer; it is echoed in every progress notification (a 100 kB one was, each time).
+        message = _("'_meta.progressToken' must be a string (at most 200 characters) or an integer.")
+        return json_response(_rpc_error(rpc_id, -32602, message))
     streaming = "text/event-stream" in request.headers.get("Accept", "")
     slot = None
     if streaming:
@@ -333,8 +333,7 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
             raise
         logger.exception("MCP tools/call failed")
         return json_response(_rpc_error(rpc_id, -32603, _("Internal error.")))
-    meta: dict[str, Any] = params["_meta"] if isinstance(params.get("_meta"), dict) else {}
-    feed = CallFeed(run=run, rpc_id=rpc_id, progress_token=meta.get("progressToken"))
+    feed = CallFeed(run=run, rpc_id=rpc_id, progress_token=token)
     poll = _answered_whatever_happens(feed.poll, rpc_id, run.pk)
     if slot is None:
         # A client that takes no event stream gets the JSON answer, sent as the body of a response that starts at

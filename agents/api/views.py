@@ -8,7 +8,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -47,7 +46,7 @@ from agents.approvals import approval_decide
 from agents.budgets import api_key_usage
 from agents.models import Run
 from agents.selectors import run_get, run_list, run_wait
-from agents.services import request_digest, run_cancel, run_feedback_record, run_submit
+from agents.services import request_digest, run_cancel, run_feedback_record, run_query_check, run_submit
 
 IDEMPOTENCY_KEY_MAX_CHARS = 200
 
@@ -179,13 +178,13 @@ class RunCreateApi(ApiView):
     def post(self, request: Request) -> Response:
         if not isinstance(request.data, dict):
             raise ApplicationError(_("The body must be a JSON object."), code="invalid_input", status=400)
-        _refuse_an_overlong_query(request.data.get("query"))
+        run_query_check(request.data.get("query"))
         idempotency_key = _idempotency_key(request)
         wait_s = _wait_seconds(request)
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         run_input = run_input_from_body(serializer.validated_data)
-        _refuse_an_overlong_query(run_input.query)
+        run_query_check(run_input.query)
         submission = run_submit(
             agent_slug=serializer.validated_data["agent"],
             query=run_input.query,
@@ -205,15 +204,6 @@ class RunCreateApi(ApiView):
             RunOutputSerializer(run).data,
             status=status.HTTP_200_OK if done else status.HTTP_202_ACCEPTED,
             headers=headers,
-        )
-
-
-def _refuse_an_overlong_query(query: Any) -> None:
-    if isinstance(query, str) and len(query) > settings.PLATFORM_RUN_QUERY_MAX_CHARS:
-        raise ApplicationError(
-            _("The query is longer than %(max)d characters.") % {"max": settings.PLATFORM_RUN_QUERY_MAX_CHARS},
-            code="query_too_long",
-            status=413,
         )
 
 

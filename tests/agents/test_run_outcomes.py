@@ -154,3 +154,16 @@ def test_run_query_says_which_call_a_fallback_stood_in_for(db) -> None:
     assert "A-1001: 사용중" in text
     assert 'deterministic get_asset_status_backup({"asset_id": "A-1001"}) ok=True' in text
     assert "(fallback for get_asset_status, which failed)" in text
+
+
+def test_a_query_longer_than_any_caller_may_send_is_refused_whoever_submits_it(db, settings) -> None:
+    """The limit was checked by the REST, A2A and MCP views only: a command or an eval case went past it."""
+    from django.core.management import CommandError, call_command
+
+    from agents.models import Run
+
+    settings.PLATFORM_RUN_QUERY_MAX_CHARS = 10
+    make_agent(slug="short-queries", servers=[], with_demo_rules=False)
+    with pytest.raises(CommandError, match="The query is longer than 10 characters"):
+        call_command("run_query", "short-queries", "김하늘 님은 어느 팀 소속인가요?", "--inline")
+    assert not Run.objects.exists()

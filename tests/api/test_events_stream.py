@@ -118,12 +118,28 @@ def test_after_resumes_after_that_event_and_last_event_id_wins(sse_client, finis
 
 
 @pytest.mark.parametrize(
-    ("query", "headers", "field"), [("?after=x", {}, "after"), ("", {"HTTP_LAST_EVENT_ID": "-1"}, "Last-Event-ID")]
+    ("query", "headers", "field"),
+    [
+        ("?after=x", {}, "after"),
+        ("", {"HTTP_LAST_EVENT_ID": "-1"}, "Last-Event-ID"),
+        # More digits than Python reads (4,300): a 500 before; more than any event number, already a 400.
+        ("", {"HTTP_LAST_EVENT_ID": "9" * 4301}, "Last-Event-ID"),
+        ("?after=" + "9" * 19, {}, "after"),
+    ],
 )
 def test_a_bad_position_is_a_400(sse_client, finished_run, query, headers, field) -> None:
     response = sse_client.get(f"{URL}/{finished_run.id}/events{query}", **headers)
     assert response.status_code == 400
     assert field in response.json()["error"]["fields"]
+
+
+@pytest.mark.parametrize("method", ["post", "put", "patch", "delete"])
+def test_another_method_is_a_405_naming_get_not_a_csrf_refusal(sse_client, finished_run, method: str) -> None:
+    response = getattr(
+        Client(enforce_csrf_checks=True, HTTP_AUTHORIZATION=sse_client.defaults["HTTP_AUTHORIZATION"]), method
+    )(f"{URL}/{finished_run.id}/events")
+    assert response.status_code == 405 and response["Allow"] == "GET"
+    assert response.json()["error"]["code"] == "method_not_allowed"
 
 
 def test_no_key_is_a_401_with_a_bearer_challenge(finished_run) -> None:

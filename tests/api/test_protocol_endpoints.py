@@ -482,3 +482,55 @@ def test_an_mcp_stream_refused_for_want_of_a_slot_started_no_run(api_caller: Api
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "too_many_streams"
     assert not Run.objects.exists()
     stream_slot_release(held)
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"decision": "approve", "reason": {"a": 1}}, "reason"),
+        ({"decision": "approve", "reason": "이유" * 1001}, "reason"),
+        ({"decision": ["approve"]}, "decision"),
+        ({"decision": "approve", "approvalId": {"x": 1}}, "approvalId"),
+    ],
+)
+def test_an_approval_reply_whose_fields_are_not_short_text_is_refused_and_decides_nothing(
+    api_caller: ApiCaller, demo_agent: Agent, data: dict[str, Any], key: str
+) -> None:
+    """As the REST API reads a decision: an object reason was stored as Python's text of it ("{'a': 1}"), and the
+    audit event kept a reason of any length."""
+    run = Run.objects.create(
+        agent=demo_agent, api_key=api_caller.key, query="메모 저장", status=Run.Status.AWAITING_APPROVAL
+    )
+    approval = Approval.objects.create(
+        run=run,
+        mcp_id="demo",
+        tool="append_note",
+        args={"text": "회의록"},
+        call_hash="a" * 64,
+        expires_at=timezone.now() + timedelta(hours=1),
+    )
+    message = {"messageId": f"m-{key}", "role": "ROLE_USER", "taskId": str(run.pk), "parts": [{"data": data}]}
+    answer = rpc(client_for(api_caller.raw_key), "company-assistant", "SendMessage", {"message": message})
+    assert answer["error"]["code"] == -32602
+    assert f"'{key}' must be text" in answer["error"]["message"]
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.PENDING
+
+
+def test_an_a2a_call_without_the_trailing_slash_is_answered_not_redirected(api_caller: ApiCaller, demo_agent) -> None:
+    body = {"jsonrpc": "2.0", "id": "r1", "method": "GetTask", "params": {"id": "00000000-0000-0000-0000-000000000000"}}
+    response = client_for(api_caller.raw_key).post(
+        "/a2a/company-assistant", json.dumps(body), content_type="application/json"
+    )
+    assert response.status_code == 200 and response.json()["error"]["code"] == -32001
+
+
+@pytest.mark.parametrize("token", [{"a": 1}, [1], True, 1.5, "t" * 201])
+def test_a_progress_token_mcp_does_not_allow_is_refused_before_any_run(api_caller: ApiCaller, token: Any) -> None:
+    """MCP: a string or an integer. Any other was echoed in every progress notification (a 100 kB token made a
+    300 kB answer)."""
+    make_agent(slug="quiet", servers=[], with_demo_rules=False)
+    params = {"name": "ask_quiet", "arguments": {"query": "q"}, "_meta": {"progressToken": token}}
+    answer = mcp(client_for(api_caller.raw_key), "tools/call", params).json()
+    assert answer["error"]["code"] == -32602 and "progressToken" in answer["error"]["message"]
+    assert not Run.objects.exists()

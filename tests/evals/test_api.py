@@ -79,6 +79,8 @@ def test_an_admin_key_posts_a_set_in_the_seeds_notation_and_reads_it_back(admin_
         {"name": "x", "cases": [{"query": "q", "answer_checks": [{"regex": "("}]}]},
         {"name": "x", "cases": [{"query": "q", "expected_tools": [{"nme": "t"}]}]},
         {"name": "x", "agent": "nobody", "cases": [{"query": "q"}]},
+        # Longer than any caller may send (PLATFORM_RUN_QUERY_MAX_CHARS): its runs would skip that limit.
+        {"name": "x", "cases": [{"query": "질문" * 4001}]},
     ],
 )
 def test_a_bad_set_is_a_400_naming_the_problem(admin_key_client: APIClient, body: Any) -> None:
