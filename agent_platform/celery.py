@@ -142,8 +142,8 @@ def _open_sessions_now() -> None:
     for server in servers:
         # Before the session opens, as discovery and the gate do: what the server writes to its stderr (logged at
         # DEBUG) and the error it dies with (logged below) are masked in this process.
-        register_secrets(server.secret_values())
         try:
+            register_secrets(server.secret_values())
             get_default_pool().open(server.connection_config(), timeout_s=max(float(server.timeout_s or 0), 30.0))
             logger.info("MCP server %s: session opened at start", server.mcp_id)
         except Exception:  # the first call opens it again, and reports what fails

@@ -52,6 +52,13 @@ class BoundedJSONField(forms.JSONField):
         return super().to_python(value)
 
 
+def bounded_json_overrides() -> dict[Any, dict[str, Any]]:
+    """``formfield_overrides`` for an admin or an inline: a model's JSON fields read with :class:`BoundedJSONField`."""
+    from django.db import models
+
+    return {models.JSONField: {"form_class": BoundedJSONField}}
+
+
 class UnicodeJSONEncoder(DjangoJSONEncoder):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["ensure_ascii"] = False

@@ -19,6 +19,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext, ngettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
+from agent_platform.json import bounded_json_overrides
 from agents import (
     admin_runs,  # noqa: F401  (registers RunAdmin and ApprovalAdmin)
     admin_versions,  # noqa: F401  (registers AgentVersionAdmin, AgentArmAdmin, ShadowComparisonAdmin)
@@ -138,6 +139,8 @@ class DeterministicRuleInline(admin.TabularInline):
     Their order, name and switch are changed here; what they call, when and with what in the rule editor, which
     each row links to, as does the link that adds a rule for this agent (it checks the tool and its parameters,
     which a row of this table could not)."""
+
+    formfield_overrides = bounded_json_overrides()  # JSON nested too deeply: refused at its field
 
     model = DeterministicRule
     form = RuleRowForm

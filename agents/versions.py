@@ -80,7 +80,13 @@ def version_content_portable(content: VersionContent | dict[str, Any]) -> dict[s
 
 
 def version_rules(content: VersionContent | dict[str, Any]) -> list[RuleSpec]:
-    return [RuleSpec(**rule) for rule in content.get("rules", [])]
+    """The version's rules. A rule imported from another installation with no rule of its name here has no row id
+    (``agent_version_import``): it is numbered by its place in the frozen version (-1, -2, …), so that its calls
+    (``rule:<id>``, ``rule:<id>:call:<n>``) and its result on resume are its own, never another such rule's."""
+    return [
+        RuleSpec(**{**rule, "rule_id": rule["rule_id"] if rule.get("rule_id") is not None else -position})
+        for position, rule in enumerate(content.get("rules", []), start=1)
+    ]
 
 
 def version_contracts(content: VersionContent | dict[str, Any]) -> dict[str, ToolContract]:

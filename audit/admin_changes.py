@@ -17,7 +17,7 @@ from django.db import models, router, transaction
 from django.forms import BaseModelForm, BaseModelFormSet
 from django.http import HttpRequest
 
-from agent_platform.json import BoundedJSONField
+from agent_platform.json import bounded_json_overrides
 
 ADMIN_VIA = "admin"
 
@@ -41,7 +41,7 @@ class ServiceAdminMixin:
     with :class:`agent_platform.json.BoundedJSONField`: text nested too deeply is refused at its field, not a
     server error."""
 
-    formfield_overrides = {models.JSONField: {"form_class": BoundedJSONField}}
+    formfield_overrides = bounded_json_overrides()
 
     inline_services: dict[type[models.Model], tuple[InlineSave, InlineDelete]] = {}
 

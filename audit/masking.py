@@ -92,7 +92,7 @@ _SECRET_KEY_FRAGMENTS = re.compile(
     | auth(?!or(?!i[sz]))                           # "auth", "oauth", "authorization"; not "author(s)"
     | 비밀번호 | 비번 | 패스워드 | 시크릿 | 인증키 | 인증토큰 | 개인키 | 비밀키
     | 암호(?!화)                                     # "암호" (password); not "암호화" (encryption)
-    | 토큰(?!수|개수|사용|한도|량|예산)                  # "토큰"; not "토큰 수" (a count), "토큰 사용량"
+    | 토큰(?!수|개수|사용|한도|량|예산|화)                # "토큰"; not "토큰 수" (a count), "토큰 사용량", "토큰화"
     """,
     re.VERBOSE,
 )
@@ -203,15 +203,21 @@ def _credential_parts(value: str) -> list[str]:
             with contextlib.suppress(ValueError, binascii.Error, UnicodeDecodeError):
                 decoded = base64.b64decode(credential, validate=True).decode("utf-8")
                 parts.append(decoded)
-                _user, sep, password = decoded.partition(":")
-                if sep:
+                user, sep, password = decoded.partition(":")
+                if sep and password != user:
                     parts.append(password)
     if "://" in value and "@" in value:
         with contextlib.suppress(ValueError):
             split = urlsplit(value.strip())
-            if split.password:
+            if split.password and split.password != split.username:
                 parts.extend({split.password, unquote(split.password)})
-    return parts
+    # A part stands alone in text only where it could not be an ordinary word or number: a weak password
+    # ("postgres", "admin", "2024") masked on its own would mask the word, or every year, everywhere.
+    return [part for part in parts if _distinctive(part)]
+
+
+def _distinctive(part: str) -> bool:
+    return len(part) >= MIN_ENCODED_SECRET_LENGTH and (len(part) >= 16 or not (part.isalpha() or part.isdigit()))
 
 
 def _secret_forms(secret: str) -> set[str]:

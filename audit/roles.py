@@ -18,7 +18,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import check_password
 from django.contrib.auth.models import AbstractBaseUser, Group
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, models, transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
 
 from audit.change_guard import ChangeAudit, change_scope, current_scope, register_policy
@@ -278,35 +278,54 @@ def _record_group_delete(sender: Any, instance: Any, **kwargs: Any) -> None:
 
 
 class _RoleRecordingQuerySet:
-    """Mixed into the user model's queryset: ``update()`` of a role field (``is_superuser``, ``is_staff``,
-    ``is_active``, ``username``) outside a service records each user it changed, unattributed, in the update's
-    transaction. ``QuerySet.update`` sends no signal, so ``User.objects.filter(...).update(is_superuser=True)``
-    from a shell used to leave no trace."""
+    """Mixed into the user model's and the group model's querysets: ``update()`` of a role field (a user's
+    ``is_superuser``, ``is_staff``, ``is_active``, ``username``; a group's ``name``) outside a service records each
+    row it changed, unattributed, in the update's transaction. ``QuerySet.update`` sends no signal, so
+    ``User.objects.filter(...).update(is_superuser=True)`` (or ``group.user_set.update(...)``) from a shell used to
+    leave no trace."""
 
     def update(self, **kwargs: Any) -> int:
-        roles = set(kwargs) & ROLE_FIELDS
-        if not roles or current_scope() is not None:
-            return super().update(**kwargs)  # type: ignore[misc]
         model = self.model  # type: ignore[attr-defined]
-        names = sorted(roles)
+        watched = set(kwargs) & (ROLE_FIELDS if model is not Group else {"name"})
+        if not watched or current_scope() is not None:
+            return super().update(**kwargs)  # type: ignore[misc]
+        names = sorted(watched)
         with transaction.atomic(using=self.db):  # type: ignore[attr-defined]
-            before = {user.pk: snapshot(user, names) for user in self.select_for_update()}  # type: ignore[attr-defined]
+            # The rows by their keys, locked: the caller's queryset may be one FOR UPDATE cannot lock as it is (a
+            # DISTINCT, an outer join, values()).
+            keys = list(self.values_list("pk", flat=True))  # type: ignore[attr-defined]
+            rows = model._base_manager.using(self.db).select_for_update().filter(pk__in=keys)  # type: ignore[attr-defined]
+            before = {row.pk: snapshot(row, names) for row in rows}
             count = super().update(**kwargs)  # type: ignore[misc]
             with change_scope(actor=UNATTRIBUTED_ACTOR, via="django"):
-                for user in model._default_manager.filter(pk__in=list(before)).order_by("pk"):
-                    diff = change_diff(model, before[user.pk], snapshot(user, names))
+                for row in model._base_manager.using(self.db).filter(pk__in=list(before)).order_by("pk"):  # type: ignore[attr-defined]
+                    diff = change_diff(model, before[row.pk], snapshot(row, names))
                     if diff:
-                        config_change_record(obj=user, verb="update", diff=diff)
+                        config_change_record(obj=row, verb="update", diff=diff)
         return count
 
 
+class RoleRecordingQuerySet(_RoleRecordingQuerySet, models.QuerySet):  # type: ignore[type-arg]
+    """Django's own ``QuerySet`` with :class:`_RoleRecordingQuerySet` (named here, so a queryset still pickles)."""
+
+
 def _record_role_updates(manager: Any) -> None:
-    """Give ``manager`` (the user model's, which is Django's) a queryset that records role updates."""
+    """Give the managers of ``manager``'s class (the user model's ``UserManager``, the group's ``GroupManager``, and
+    the related managers Django makes from them: ``group.user_set``) a queryset that records role updates. Django's
+    plain ``Manager`` class is every model's: there, only this manager is changed."""
     queryset_class = manager._queryset_class
-    if not issubclass(queryset_class, _RoleRecordingQuerySet):
-        manager._queryset_class = type(
-            f"RoleRecording{queryset_class.__name__}", (_RoleRecordingQuerySet, queryset_class), {}
-        )
+    if issubclass(queryset_class, _RoleRecordingQuerySet):
+        return
+    if queryset_class is models.QuerySet:
+        recording: type = RoleRecordingQuerySet
+    else:  # a custom user model's own queryset: a class made here, findable by pickle under this module
+        name = f"RoleRecording{queryset_class.__name__}"
+        recording = type(name, (_RoleRecordingQuerySet, queryset_class), {"__module__": __name__})
+        globals()[name] = recording
+    if type(manager) is models.Manager:
+        manager._queryset_class = recording
+    else:
+        type(manager)._queryset_class = recording
 
 
 def _remember_group_permissions(
@@ -393,7 +412,7 @@ def connect() -> None:
     post_save.connect(_record_group_save, sender=Group, dispatch_uid="audit.roles.group_post_save")
     pre_delete.connect(_remember_group, sender=Group, dispatch_uid="audit.roles.group_pre_delete")
     post_delete.connect(_record_group_delete, sender=Group, dispatch_uid="audit.roles.group_post_delete")
-    for manager in {user_model._default_manager, user_model._base_manager}:
+    for manager in (user_model._default_manager, Group._default_manager):
         _record_role_updates(manager)
     permissions = Group.permissions.through
     m2m_changed.connect(_remember_group_permissions, sender=permissions, dispatch_uid="audit.roles.perms_before")

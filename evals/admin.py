@@ -18,6 +18,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from agent_platform.errors import ApplicationError
+from agent_platform.json import bounded_json_overrides
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from audit.labels import breakable, when_cell
@@ -187,6 +188,7 @@ class EvalCaseForm(forms.ModelForm):
 
 
 class EvalCaseInline(admin.StackedInline):
+    formfield_overrides = bounded_json_overrides()  # JSON nested too deeply: refused at its field
     model = EvalCase
     form = EvalCaseForm
     extra = 0

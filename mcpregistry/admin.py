@@ -21,6 +21,7 @@ from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext, pgettext_lazy
 
+from agent_platform.json import bounded_json_overrides
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from mcpregistry import discovery_view
 from mcpregistry.binding_policy import readable_variables_text
@@ -289,6 +290,7 @@ class McpServerForm(forms.ModelForm):
 
 
 class McpToolInline(admin.TabularInline):
+    formfield_overrides = bounded_json_overrides()  # JSON nested too deeply: refused at its field
     model = McpTool
     extra = 0
     fields = ["name", "enabled", "available", "description", "discovered_at"]
@@ -538,6 +540,8 @@ def health_message(report: HealthReport) -> str:
 
 class ToolContractInline(admin.StackedInline):
     """The structured contract editor (``mcpregistry.contract_form``); the JSON stays editable below it."""
+
+    formfield_overrides = bounded_json_overrides()  # JSON nested too deeply: refused at its field
 
     model = ToolContract
     form = ToolContractForm

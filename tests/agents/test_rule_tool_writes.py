@@ -158,3 +158,41 @@ def test_a_sandboxed_eval_write_of_a_code_rule_is_not_sent_again_by_a_redelivere
     run.refresh_from_db()
     assert run.status == Run.Status.SUCCEEDED
     assert lines(file) == ["read:k", "규칙 기록\t", "read:after", "read:k", "read:after"]  # the reads again only
+
+
+@deterministic_tool(mcp_id=MCP_ID)
+def write_a(ctx: DeterministicContext) -> dict[str, Any] | None:
+    next(t for t in ctx.mcp_tools if t.name == "append_line").invoke({"text": "A"})
+    return None
+
+
+@deterministic_tool(mcp_id=MCP_ID)
+def write_b(ctx: DeterministicContext) -> dict[str, Any] | None:
+    next(t for t in ctx.mcp_tools if t.name == "append_line").invoke({"text": "B"})
+    return None
+
+
+def test_the_code_rules_of_an_imported_version_keep_their_calls_apart(file: Path) -> None:
+    """A version imported from another installation whose rules have no namesake here has no row ids: its rules
+    all shared ``rule:None:call:1``, so the second rule's write was refused as another call's (or, with the same
+    arguments, told the first one's outcome) and never sent."""
+    import copy
+
+    from agents.services import agent_version_import, agent_version_publish
+
+    agent, _rule = rule_agent(file, "write_a")
+    DeterministicRule.objects.create(agent=agent, name="writes-b", order=2, code=f"{__name__}.write_b")
+    published = agent_version_publish(agent=agent, actor="test", via="tests", make_live=False)
+    content = copy.deepcopy(published.content)
+    for frozen in content["rules"]:
+        frozen.pop("rule_id", None)
+        frozen["name"] = "promoted " + frozen["name"]  # no rule of that name here
+    imported = agent_version_import(agent=agent, number=99, content=content, note="", actor="test", via="tests")
+    assert [r["rule_id"] for r in imported.content["rules"]] == [None, None]
+    run = Run.objects.create(agent=agent, version=imported, query="평가", purpose="eval", write_sandbox=[MCP_ID])
+
+    run_execute(run_id=str(run.id))
+
+    run.refresh_from_db()
+    assert lines(file) == ["A\t", "B\t"]
+    assert sorted(run.approvals.values_list("call_id", flat=True)) == ["rule:-1:call:1", "rule:-2:call:1"]

@@ -910,6 +910,14 @@ def test_the_credential_of_an_authorization_value_is_masked_on_its_own() -> None
         "auth failed for ***"
     )
     assert mask_text("Bearer tokens expire", secrets=["Bearer abc"]) == "Bearer tokens expire"  # too short alone
+    # A part that could be an ordinary word or number is masked only within the whole value: a weak password
+    # masked alone would mask the word (or every year) everywhere.
+    assert mask_text("auth failed for postgres", secrets=["postgres://postgres:postgres@db/app"]) == (
+        "auth failed for postgres"
+    )
+    admin_pair = base64.b64encode(b"admin:admin").decode()
+    assert mask_text("admin logged in", secrets=[f"Basic {admin_pair}"]) == "admin logged in"
+    assert mask_value({"year": 2024}, secrets=[f"Basic {base64.b64encode(b'user:2024').decode()}"]) == {"year": 2024}
 
 
 def test_a_secret_made_of_digits_is_masked_where_it_comes_back_as_a_json_number() -> None:
@@ -936,6 +944,7 @@ def test_korean_names_of_secrets_are_secret_keys_in_structures_and_in_text() -> 
         == "아이디: kim / 비밀번호: *** / 암호=***"
     )
     # Counting and naming keys are not secret: an encryption scheme, a token count.
+    assert mask_text("토큰화: 형태소 분석") == "토큰화: 형태소 분석"  # tokenization, as "tokenizer"
     assert mask_value({"암호화_방식": "AES-256", "토큰_수": 12, "토큰사용량": 30}) == {
         "암호화_방식": "AES-256",
         "토큰_수": 12,

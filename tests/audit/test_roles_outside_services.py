@@ -98,3 +98,26 @@ def test_a_service_change_is_recorded_once_by_its_service() -> None:
     before = AuditEvent.objects.filter(action="config.user.update").count()
     user_update(user=user, actor="admin", via="admin", data={"is_staff": True})
     assert AuditEvent.objects.filter(action="config.user.update").count() == before + 1
+
+
+def test_every_form_of_update_is_recorded_and_still_works() -> None:
+    """A related manager's update (``group.user_set``), a ``values()`` queryset, a DISTINCT over a join, a group's
+    name; and a user queryset still pickles (a cache keeps querysets)."""
+    import pickle
+
+    user_model = get_user_model()
+    ops = Group.objects.create(name="ops-probe")
+    dana = user_model.objects.create_user("dana", password="x")
+    dana.groups.add(ops)
+    before = len(changes("config.user.update"))
+
+    assert ops.user_set.update(is_superuser=True) == 1
+    assert user_model.objects.filter(pk=dana.pk).values("pk").update(is_staff=True) == 1
+    assert user_model.objects.filter(groups__name="ops-probe").distinct().update(is_active=False) == 1
+    assert Group.objects.filter(pk=ops.pk).update(name="ops-renamed") == 1
+
+    recorded = [args for _a, _v, args in changes("config.user.update")[before:]]
+    assert recorded == [{"is_superuser": [False, True]}, {"is_staff": [False, True]}, {"is_active": [True, False]}]
+    [(_a, _v, renamed)] = changes("config.group.update")
+    assert renamed == {"name": ["ops-probe", "ops-renamed"]}
+    assert list(pickle.loads(pickle.dumps(user_model.objects.filter(is_staff=True)))) == [dana]

@@ -283,3 +283,16 @@ def test_an_argument_the_tools_input_schema_does_not_have_is_refused(admin_clien
         "teamz: the tool&#x27;s input schema has no such argument (its arguments: limit, name)" in e
         for e in errors(page)
     ), errors(page)
+
+
+@pytest.mark.parametrize("field", ["args", "returns", "retry"])
+def test_a_contract_field_posted_as_json_nested_too_deeply_is_refused_not_a_server_error(
+    admin_client, lookup, field: str
+) -> None:
+    """As a script posts it: the field's JSON itself, without the editor's inputs (the inline's fields were
+    Django's JSON field, which lets the RecursionError through)."""
+    data = {k: v for k, v in editor_post(lookup).items() if not k.startswith(f"contract-0-{field}__")}
+    data[f"contract-0-{field}"] = "[" * 5000 + "]" * 5000
+    response = admin_client.post(f"/admin/mcpregistry/mcptool/{lookup.pk}/change/", data)
+    assert response.status_code == 200
+    assert any("nested too deeply" in e for e in errors(response.content.decode())), errors(response.content.decode())
