@@ -84,6 +84,8 @@ class ModelParamsWidget(KeyValueLinesWidget):
     placeholder = "temperature=0.2\nmax_tokens=1024\nretry.max_attempts=3"
 
     def as_lines(self, value: Any) -> str | None:
+        if value == {}:
+            return ""  # nothing set: no lines (they read back as the empty object)
         lines = path_lines(value)
         if lines is None:
             return None  # the JSON box: flat lines would read back nested

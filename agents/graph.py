@@ -92,6 +92,9 @@ def turn_calls(ai: AIMessage) -> list[dict[str, Any]]:
 _CALL_BLOCK_TYPES = frozenset({"tool_use", "tool_call", "function_call"})
 
 
+RESERVED_CALL_ID_PREFIXES = ("rule:", "flow:")
+
+
 def with_unique_call_ids(response: AIMessage, earlier: list[AnyMessage]) -> AIMessage:
     """``response`` with every tool call under an id no other call of the run has (``<id>_r2``, ``_r3``, ...; a call
     without one: ``call_rN``), in its tool calls and in the provider's own forms of them (content blocks,
@@ -114,10 +117,14 @@ def with_unique_call_ids(response: AIMessage, earlier: list[AnyMessage]) -> AIMe
     def unique_id(call: Any) -> str:
         given = str(call.get("id") or "")
         unique = given
-        if not given or given in taken:
+        # The platform's own call ids (a deterministic rule's ``rule:…``, a flow's ``flow:…``) name calls an admin
+        # configured, which the run's caller may approve: a model (or its server) giving one would pass its own
+        # write off as the admin's. Such an id is renamed as a repeated one is.
+        reserved = given.startswith(RESERVED_CALL_ID_PREFIXES)
+        if not given or given in taken or reserved:
             # ``_r2``, ``_r3``...: letters, digits and ``_`` only, at most 64 characters (Bedrock's ToolUseId is
             # [a-zA-Z0-9_.:-]+ of 64 at most; some OpenAI-compatible servers are stricter still).
-            base, number = (given or "call")[:56], 2
+            base, number = (("model_" + given.replace(":", "_")) if reserved else (given or "call"))[:56], 2
             while f"{base}_r{number}" in taken:
                 number += 1
             unique = f"{base}_r{number}"

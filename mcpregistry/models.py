@@ -183,6 +183,12 @@ class McpServer(AuditedModel):
                 errors.setdefault("url", []).append(_("Enter an http:// or https:// URL."))
             elif problem := url_problem(self.url, settings.PLATFORM_MCP_ALLOW_PRIVATE_URLS):
                 errors.setdefault("url", []).append(problem)
+        if self.tool_prefix and not re.fullmatch(r"[A-Za-z0-9_-]+", self.tool_prefix):
+            # The model sees each tool as prefix + name: Bedrock (and OpenAI) take tool names of letters, digits,
+            # _ and - only, and refuse a whole request that offers another.
+            errors.setdefault("tool_prefix", []).append(
+                _("Use letters, digits, _ and - only (e.g. hr_): the model's provider refuses other tool names.")
+            )
         for name, entry in (self.headers or {}).items() if isinstance(self.headers, dict) else ():
             # HTTP sends a header's name as a token and its value as ASCII (httpx refuses other text at the first
             # call, long after the save: "'ascii' codec can't encode…").
@@ -280,7 +286,7 @@ class McpTool(AuditedModel):
     annotations = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("annotations"), default=dict, blank=True)
     enabled = models.BooleanField(_("enabled"), default=True)
     available = models.BooleanField(
-        _("available"), default=True, help_text=_("False when the last discovery no longer listed this tool.")
+        _("available"), default=True, help_text=_("Unticked when the last discovery no longer listed this tool.")
     )
     review_required = models.BooleanField(
         _("review required"),

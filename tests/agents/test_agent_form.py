@@ -243,3 +243,14 @@ def test_an_offline_answer_template_with_a_placeholder_it_cannot_fill_is_refused
     assert not Agent.objects.filter(slug="flowing").exists()
     response = admin_client.post("/admin/agents/agent/add/", agent_post(answer_template="{query}: {results}"))
     assert response.status_code == 302
+
+
+def test_no_model_parameters_are_shown_as_empty_lines_not_a_json_box(admin_client: Client) -> None:
+    """``{}`` (nothing set) was shown as a JSON box saying the lines could not show it."""
+    assert admin_client.post("/admin/agents/agent/add/", agent_post(model_params="{}")).status_code == 302
+    agent = Agent.objects.get(slug="flowing")
+    assert agent.model_params == {}
+    page = admin_client.get(f"/admin/agents/agent/{agent.pk}/change/").content.decode()
+    lines = re.search(r'<textarea name="model_params__lines"[^>]*>(.*?)</textarea>', page, re.S)
+    assert lines is not None and lines.group(1).strip() == ""
+    assert "these lines cannot show this value" not in page

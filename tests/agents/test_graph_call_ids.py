@@ -52,3 +52,15 @@ def test_a_new_id_is_one_every_provider_takes() -> None:
     for call in renamed.tool_calls:
         assert re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", str(call["id"])), call["id"]
     assert len({c["id"] for c in renamed.tool_calls}) == 2
+
+
+def test_a_model_giving_the_platforms_own_call_ids_gets_its_own() -> None:
+    """``rule:…`` and ``flow:…`` name calls an admin configured, which the run's caller may approve: a model (or its
+    server) giving one would pass its own write off as a rule's."""
+    renamed = with_unique_call_ids(turn("rule:7", "flow:1", blocks=True), [HumanMessage("질문")])
+
+    ids = [c["id"] for c in renamed.tool_calls]
+    assert ids == ["model_rule_7_r2", "model_flow_1_r2"]
+    assert isinstance(renamed.content, list)
+    assert [b["id"] for b in renamed.content if isinstance(b, dict)] == ids
+    assert [c["id"] for c in renamed.additional_kwargs["tool_calls"]] == ids

@@ -445,3 +445,10 @@ def test_a_header_http_cannot_send_is_refused_at_save(admin_client, db, line: st
     ).content.decode()
     assert expected in page
     assert not McpServer.objects.filter(mcp_id="new-server").exists()
+
+
+def test_a_tool_prefix_a_provider_would_refuse_is_refused_at_save(admin_client, db) -> None:
+    page = post_server_form(admin_client, None, tool_prefix="한 글!").content.decode()
+    assert "Use letters, digits, _ and - only (e.g. hr_)" in page
+    assert not McpServer.objects.filter(mcp_id="new-server").exists()
+    assert post_server_form(admin_client, None, tool_prefix="hr_").status_code == 302
