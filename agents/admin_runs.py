@@ -287,7 +287,7 @@ def run_timeline(run: Run) -> list[TimelineStep]:
             TimelineStep(
                 kind="error",
                 label=gettext("error"),
-                title=run.error_code,
+                title=_code_in_words(run.error_code),
                 status="failed",
                 status_text=run.get_status_display(),
                 duration_ms=total,
@@ -310,6 +310,13 @@ def run_timeline(run: Run) -> list[TimelineStep]:
             TimelineStep(kind="status", label=gettext("status"), status="pending", status_text=run.get_status_display())
         )
     return steps
+
+
+def _code_in_words(code: str) -> str:
+    """An error code in the reader's words, the code beside them (``every deterministic call failed
+    (deterministic:tool_failed)``); the code alone where no words are known."""
+    words = reason_label(code)
+    return code if words == code else f"{words} ({code})"
 
 
 def _events_url(admin_site: admin.AdminSite, run_id: Any) -> str:
@@ -366,7 +373,10 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         if not obj.error_code:
             return badge
         return format_html(
-            '{}<code class="cell-code" title="{}">{}</code>', badge, obj.error_code, breakable(obj.error_code)
+            '{}<code class="cell-code" title="{}">{}</code>',
+            badge,
+            reason_label(obj.error_code),
+            breakable(obj.error_code),
         )
 
     @admin.display(description=_("query"))

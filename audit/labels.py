@@ -86,6 +86,17 @@ _REASONS: dict[str, Callable[[], str]] = {
     "eval:timeout": lambda: pgettext("audit reason", "evaluation timed out"),
     "eval:write_blocked": lambda: pgettext("audit reason", "write held back in an evaluation"),
     "budget:run_ceiling": lambda: pgettext("audit reason", "run budget reached"),
+    # How a run ended (its error code), as the runs list and a run's trace name it.
+    "deterministic:tool_failed": lambda: pgettext("audit reason", "every deterministic call failed"),
+    "deterministic:rule_error": lambda: pgettext("audit reason", "a deterministic rule failed"),
+    "deterministic:tool_unknown": lambda: pgettext("audit reason", "a rule named a tool its server lacks"),
+    "model:unavailable": lambda: pgettext("audit reason", "the model could not be reached"),
+    "config:agent": lambda: pgettext("audit reason", "the agent's configuration is not valid"),
+    "config:tool_name_conflict": lambda: pgettext("audit reason", "two tools share a name"),
+    "cancelled": lambda: pgettext("audit reason", "cancelled"),
+    "worker_lost": lambda: pgettext("audit reason", "its worker stopped"),
+    "time_limit": lambda: pgettext("audit reason", "time limit reached"),
+    "internal": lambda: pgettext("audit reason", "internal error"),
 }
 
 _ARGUMENT_REASONS: dict[str, Callable[[str], str]] = {

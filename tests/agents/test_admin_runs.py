@@ -4,6 +4,7 @@ their arguments and decided on their own page; nothing here is deleted, and a re
 
 from __future__ import annotations
 
+import html
 import re
 from datetime import timedelta
 
@@ -245,3 +246,18 @@ def test_a_runs_arguments_are_a_row_each_and_a_followed_fallback_reads_as_such(a
     assert "<code>get_asset_status</code>: answer of the wrong shape <code>result:shape</code>" in step
     assert "<code>get_asset_status_backup</code>: ok" in step and "백업 스냅샷 기준" in step
     assert 'class="step step-deterministic status-degraded"' in page
+
+
+@pytest.mark.parametrize(
+    ("language", "words"),
+    [("en", "every deterministic call failed (deterministic:tool_failed)"), ("ko", "결정론적 호출이 모두 실패함")],
+)
+def test_a_failed_runs_error_step_says_in_words_how_it_ended(admin_client, language: str, words: str) -> None:
+    run = a_run(
+        status=Run.Status.FAILED,
+        error_code="deterministic:tool_failed",
+        error_message="결정론적 도구 호출이 실패했습니다.",
+    )
+    admin_client.cookies["django_language"] = language
+    page = admin_client.get(f"/admin/agents/run/{run.pk}/change/").content.decode()
+    assert words in html.unescape(page) and "deterministic:tool_failed" in page
