@@ -393,6 +393,8 @@ def _rule_tools(
         def run(**kwargs: Any) -> str:
             if mode == "dry_run":
                 return f"(dry run: {tool_name} not called)"
+            if parked:  # the rule caught the wait and called on: nothing more goes out until the run resumes
+                raise RuleParked(parked[0].message)
             call_id = f"rule:{rule.rule_id}:call:{next(numbers)}"
             result = gate.call(server=server, tool_name=tool_name, args=kwargs, who=who(call_id))
             if result.error == "approval:pending" and result.approval_id:

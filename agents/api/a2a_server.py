@@ -598,8 +598,14 @@ def _own_run(*, agent: Agent, api_key: ApiKey, task_id: str) -> Run:
 
 
 def _history_length(params: dict[str, Any]) -> int | None:
+    """``historyLength``: absent (the whole history), or a whole number 0 or more; anything else (-1, "3", 1.5)
+    is refused, not taken for absent."""
     value = params.get("historyLength")
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise invalid_params(_("'historyLength' must be a whole number, 0 or more."))
+    return value
 
 
 # A message's ids (messageId, contextId, taskId) are text of at most this many characters.

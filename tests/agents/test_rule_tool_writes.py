@@ -42,9 +42,12 @@ def read_write_then_decide(ctx: DeterministicContext) -> dict[str, Any] | None:
 
 @deterministic_tool(mcp_id=MCP_ID)
 def write_and_swallow_the_wait(ctx: DeterministicContext) -> dict[str, Any] | None:
-    tool = next(t for t in ctx.mcp_tools if t.name == "append_line")
+    tools = {t.name: t for t in ctx.mcp_tools}
     with contextlib.suppress(Exception):  # a rule that goes on as if nothing happened
-        tool.invoke({"text": "삼킨 기록"})
+        tools["append_line"].invoke({"text": "삼킨 기록"})
+    with contextlib.suppress(Exception):  # and calls on
+        tools["append_line"].invoke({"text": "또 다른 기록"})
+        tools["record_read"].invoke({"key": "after-the-wait"})
     return {"tool_name": "record_read", "params": {"key": "went-on"}}
 
 
@@ -132,7 +135,8 @@ def test_a_rule_that_swallows_the_wait_still_parks_the_run(file: Path) -> None:
 
     run.refresh_from_db()
     assert run.status == Run.Status.AWAITING_APPROVAL
-    assert lines(file) == []  # neither the write nor the decision the rule went on to
+    assert lines(file) == []  # neither the write, nor what it called on to, nor its decision
+    assert run.approvals.count() == 1  # the one it waits for: no second write asked for meanwhile
 
 
 def test_a_sandboxed_eval_write_of_a_code_rule_is_not_sent_again_by_a_redelivered_run(file: Path) -> None:

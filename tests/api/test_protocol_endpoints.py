@@ -534,3 +534,14 @@ def test_a_progress_token_mcp_does_not_allow_is_refused_before_any_run(api_calle
     answer = mcp(client_for(api_caller.raw_key), "tools/call", params).json()
     assert answer["error"]["code"] == -32602 and "progressToken" in answer["error"]["message"]
     assert not Run.objects.exists()
+
+
+@pytest.mark.parametrize("length", [-1, "3", 1.5, [1], True])
+def test_a_history_length_that_is_no_count_is_refused(api_caller: ApiCaller, demo_agent: Agent, length: Any) -> None:
+    run = Run.objects.create(agent=demo_agent, api_key=api_caller.key, query="q", status=Run.Status.SUCCEEDED)
+    answer = rpc(
+        client_for(api_caller.raw_key), "company-assistant", "GetTask", {"id": str(run.pk), "historyLength": length}
+    )
+    assert answer["error"]["code"] == -32602 and "historyLength" in answer["error"]["message"]
+    shown = rpc(client_for(api_caller.raw_key), "company-assistant", "GetTask", {"id": str(run.pk), "historyLength": 0})
+    assert "history" not in shown["result"]
