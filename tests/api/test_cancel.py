@@ -118,10 +118,9 @@ def test_cancel_needs_a_key(demo_agent) -> None:
     assert APIClient().post(f"{URL}/{run.id}/cancel").status_code == 401
 
 
-@pytest.mark.django_db
-def test_a_run_awaiting_approval_is_cancelled_and_its_approvals_expire(
-    api_client, caller_key, tmp_path: Path, django_capture_on_commit_callbacks
-) -> None:
+@pytest.fixture
+def parked_note(caller_key, tmp_path: Path) -> Iterator[tuple[Run, Path]]:
+    """A run whose model asked to write a note, waiting for the approval; the notes file counts what was written."""
     notes = tmp_path / "notes.txt"
     server = probe_server("notes", NOTES_FILE=str(notes))
     try:
@@ -132,49 +131,48 @@ def test_a_run_awaiting_approval_is_cancelled_and_its_approvals_expire(
         run_execute(run_id=str(run.id))
         run.refresh_from_db()
         assert run.status == Run.Status.AWAITING_APPROVAL
-        approval = run.approvals.get()
-        with django_capture_on_commit_callbacks(execute=False) as dispatched:
-            response = cancel(api_client, run)
-        assert response.status_code == 200
-        assert response.json()["approvals"][0]["status"] == "expired"
-        assert dispatched == []  # not resumed
-        approval.refresh_from_db()
-        assert approval.status == Approval.Status.EXPIRED
-        decided = api_client.post(f"{URL}/{run.id}/approvals/{approval.id}", {"decision": "approve"}, format="json")
-        assert decided.status_code == 409
-        run_execute(run_id=str(run.id))
-        run.refresh_from_db()
-        assert run.status == Run.Status.CANCELLED
-        assert not notes.exists()
+        yield run, notes
     finally:
         get_default_pool().close("notes")
+
+
+@pytest.mark.django_db
+def test_a_run_awaiting_approval_is_cancelled_and_its_approvals_expire(
+    api_client, parked_note, django_capture_on_commit_callbacks
+) -> None:
+    run, notes = parked_note
+    approval = run.approvals.get()
+    with django_capture_on_commit_callbacks(execute=False) as dispatched:
+        response = cancel(api_client, run)
+    assert response.status_code == 200
+    assert response.json()["approvals"][0]["status"] == "expired"
+    assert dispatched == []  # not resumed
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.EXPIRED
+    decided = api_client.post(f"{URL}/{run.id}/approvals/{approval.id}", {"decision": "approve"}, format="json")
+    assert decided.status_code == 409
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+    assert not notes.exists()
 
 
 def test_a_run_approved_then_cancelled_before_it_resumed_leaves_no_approval_approved(
-    api_client, caller_key, tmp_path: Path, django_capture_on_commit_callbacks
+    api_client, parked_note, django_capture_on_commit_callbacks
 ) -> None:
     """Approve and cancel at once: the approval won, the run (queued to resume) was cancelled and never ran again,
     and its approval read "approved" for good."""
-    notes = tmp_path / "notes.txt"
-    server = probe_server("notes", NOTES_FILE=str(notes))
-    try:
-        agent = scripted(
-            "notes", server, [{"tool_calls": [{"name": "append_note", "args": {"text": "x"}}]}, {"content": "done"}]
-        )
-        run = Run.objects.create(agent=agent, api_key=caller_key, query="메모 남겨줘")
-        run_execute(run_id=str(run.id))
-        approval = Run.objects.get(pk=run.pk).approvals.get()
-        with django_capture_on_commit_callbacks(execute=False):  # a reviewer approves in the admin
-            approval_decide(run=run, approval_id=str(approval.pk), decision="approve", actor="reviewer")
-        assert Run.objects.get(pk=run.pk).status == Run.Status.QUEUED  # to resume; its task not delivered yet
-        response = cancel(api_client, run)
-        assert response.status_code == 200 and response.json()["approvals"][0]["status"] == "expired"
-        run_execute(run_id=str(run.id))  # the resume's task arrives after the cancellation
-        approval.refresh_from_db()
-        assert (approval.status, approval.reason) == (Approval.Status.EXPIRED, "the run was cancelled")
-        assert not notes.exists()
-    finally:
-        get_default_pool().close("notes")
+    run, notes = parked_note
+    approval = run.approvals.get()
+    with django_capture_on_commit_callbacks(execute=False):  # a reviewer approves in the admin
+        approval_decide(run=run, approval_id=str(approval.pk), decision="approve", actor="reviewer")
+    assert Run.objects.get(pk=run.pk).status == Run.Status.QUEUED  # to resume; its task not delivered yet
+    response = cancel(api_client, run)
+    assert response.status_code == 200 and response.json()["approvals"][0]["status"] == "expired"
+    run_execute(run_id=str(run.id))  # the resume's task arrives after the cancellation
+    approval.refresh_from_db()
+    assert (approval.status, approval.reason) == (Approval.Status.EXPIRED, "the run was cancelled")
+    assert not notes.exists()
 
 
 @pytest.mark.django_db(transaction=True)

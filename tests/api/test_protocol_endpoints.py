@@ -268,6 +268,30 @@ def test_a_stream_refused_for_want_of_a_slot_submitted_nothing_and_an_error_free
     stream_slot_release(again)
 
 
+def mcp_post_scope(body: bytes, *, raw_key: str, accept: str) -> dict[str, Any]:
+    """An ASGI scope of a POST /mcp/ (for tests that drive the ASGI application and its client's disconnect)."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/mcp/",
+        "raw_path": b"/mcp/",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"testserver"),
+            (b"content-type", b"application/json"),
+            (b"accept", accept.encode()),
+            (b"authorization", f"Bearer {raw_key}".encode()),
+            (b"content-length", str(len(body)).encode()),
+        ],
+        "client": ("127.0.0.1", 1234),
+        "server": ("testserver", 80),
+    }
+
+
 @pytest.mark.django_db(transaction=True)
 def test_an_mcp_call_whose_json_only_client_goes_away_is_cancelled(api_caller: ApiCaller, settings) -> None:
     """A client that takes no event stream waits for the JSON answer; when it disconnects (Django's ASGI handler
@@ -286,26 +310,7 @@ def test_an_mcp_call_whose_json_only_client_goes_away_is_cancelled(api_caller: A
         "params": {"name": "ask_quiet", "arguments": {"query": "q"}},
     }
     body = json.dumps(call).encode()
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/mcp/",
-        "raw_path": b"/mcp/",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [
-            (b"host", b"testserver"),
-            (b"content-type", b"application/json"),
-            (b"accept", b"application/json"),
-            (b"authorization", f"Bearer {api_caller.raw_key}".encode()),
-            (b"content-length", str(len(body)).encode()),
-        ],
-        "client": ("127.0.0.1", 1234),
-        "server": ("testserver", 80),
-    }
+    scope = mcp_post_scope(body, raw_key=api_caller.raw_key, accept="application/json")
     taken = False
     started = asyncio.Event()
     sent: list[dict[str, Any]] = []
@@ -362,26 +367,7 @@ def test_an_mcp_call_whose_client_goes_away_while_its_run_is_made_is_cancelled(
         "params": {"name": "ask_quiet", "arguments": {"query": "q"}},
     }
     body = json.dumps(call).encode()
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/mcp/",
-        "raw_path": b"/mcp/",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [
-            (b"host", b"testserver"),
-            (b"content-type", b"application/json"),
-            (b"accept", b"application/json, text/event-stream"),
-            (b"authorization", f"Bearer {api_caller.raw_key}".encode()),
-            (b"content-length", str(len(body)).encode()),
-        ],
-        "client": ("127.0.0.1", 1234),
-        "server": ("testserver", 80),
-    }
+    scope = mcp_post_scope(body, raw_key=api_caller.raw_key, accept="application/json, text/event-stream")
     taken = False
     sent: list[dict[str, Any]] = []
 
