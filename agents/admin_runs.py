@@ -262,9 +262,9 @@ def run_timeline(run: Run) -> list[TimelineStep]:
                 TimelineStep(
                     kind="outcome",
                     label=gettext("outcome"),
-                    title=str(entry.get("reason", "")),
+                    title=_code_in_words(str(entry.get("reason", ""))),
                     status="failed",
-                    note=", ".join(str(c) for c in entry.get("tool_errors") or []),
+                    note=", ".join(_code_in_words(str(c)) for c in entry.get("tool_errors") or []),
                 )
             )
         elif kind == "answer":

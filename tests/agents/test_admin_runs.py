@@ -257,7 +257,11 @@ def test_a_failed_runs_error_step_says_in_words_how_it_ended(admin_client, langu
         status=Run.Status.FAILED,
         error_code="deterministic:tool_failed",
         error_message="결정론적 도구 호출이 실패했습니다.",
+        messages=[{"type": "outcome", "reason": "deterministic:tool_failed", "tool_errors": ["tool:error"]}],
     )
     admin_client.cookies["django_language"] = language
-    page = admin_client.get(f"/admin/agents/run/{run.pk}/change/").content.decode()
-    assert words in html.unescape(page) and "deterministic:tool_failed" in page
+    page = html.unescape(admin_client.get(f"/admin/agents/run/{run.pk}/change/").content.decode())
+    assert page.count(words) == 2 and "deterministic:tool_failed" in page  # the outcome step, the error step
+    assert (
+        "the tool reported an error (tool:error)" if language == "en" else "도구가 오류를 보고함 (tool:error)"
+    ) in page
