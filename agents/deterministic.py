@@ -250,7 +250,9 @@ _PLACEHOLDER_ATTEMPT = re.compile(r"\{[A-Za-z_][^{}\s]*\}?")
 _ANSWER_PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*(?:\*[\w.]*)*)\}")
 
 
-def placeholder_problems(when: Any, params: Any, answer_template: str) -> dict[str, list[str]]:
+def placeholder_problems(
+    when: Any, params: Any, answer_template: str, *, attempts: bool = True
+) -> dict[str, list[str]]:
     """What a rule's placeholders name that no run could give (a rule that could never fill them would be
     skipped every time, or answer with its braces): ``{match.X}`` without a named group ``X`` in the regex, in
     the params or the answer template; in the answer template, a placeholder of no known source
@@ -279,8 +281,9 @@ def placeholder_problems(when: Any, params: Any, answer_template: str) -> dict[s
             if (problem := unmatched(found.group(1))) is not None:
                 problems.setdefault("params", []).append(problem)
         # What is left that reads as a placeholder ("{match.name" with its brace left open, "{bogus.x}") would be
-        # sent to the tool as it is written.
-        for found in _PLACEHOLDER_ATTEMPT.finditer(PLACEHOLDER.sub("", text)):
+        # sent to the tool as it is written (``attempts``: checked where the params change, so a rule stored
+        # before the check, whose literal braces its tool may read itself, still saves and imports as it is).
+        for found in _PLACEHOLDER_ATTEMPT.finditer(PLACEHOLDER.sub("", text)) if attempts else ():
             problems.setdefault("params", []).append(
                 gettext("%(text)s: use {query}, {context.KEY}, {data.KEY} or {match.NAME}, each written whole")
                 % {"text": found.group(0)}

@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
 from agent_platform.json import UnicodeJSONEncoder
-from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration
+from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration, stored_value
 from audit.models import AuditEvent
 from audit.services import audit_chain_catch_up
 from mcpregistry.crypto import EncryptedJSONField
@@ -245,7 +245,9 @@ class Agent(AuditedModel):
             )
         unknown = sorted(set(re.findall(r"\{([^{}]*)\}", self.answer_template or "")) - {"query", "results"})
         leftover = re.sub(r"\{(?:query|results)\}", "", self.answer_template or "")
-        if unknown or "{" in leftover or "}" in leftover:
+        if (unknown or "{" in leftover or "}" in leftover) and (
+            self.pk is None or self.answer_template != stored_value(self, "answer_template")
+        ):
             # An end user would read the placeholder as written ("{bogus} 김하늘…"), or a brace left open.
             raise ValidationError(
                 {
@@ -468,7 +470,10 @@ class DeterministicRule(AuditedModel):
                 WhenSpec.model_validate(self.when or {})
             except PydanticValidationError as exc:
                 errors["when"] = spec_problems(exc, WhenSpec)
-            for field_name, found in placeholder_problems(self.when, self.params, self.answer_template).items():
+            problems = placeholder_problems(self.when, self.params, self.answer_template)
+            if problems.get("params") and self.pk is not None and self.params == stored_value(self, "params"):
+                problems = placeholder_problems(self.when, self.params, self.answer_template, attempts=False)
+            for field_name, found in problems.items():
                 errors.setdefault(field_name, []).extend(found)
             available = (self.when or {}).get("tool_available") if isinstance(self.when, dict) else None
             if isinstance(available, str) and available and self.server_id:

@@ -282,3 +282,9 @@ def m2m_changed_guard(sender: Any, instance: Any, action: str, reverse: bool, mo
     if not action.startswith("pre_"):
         return
     guard_write(owner, what=f"many-to-many {action[4:]}")
+
+
+def stored_value(obj: models.Model, field: str) -> Any:
+    """``field`` as stored for ``obj`` (None before its first save). A check added to a model later applies where
+    the value changes, so a row stored before it still saves, imports and exports as it is."""
+    return type(obj)._base_manager.filter(pk=obj.pk).values_list(field, flat=True).first() if obj.pk else None

@@ -412,7 +412,7 @@ def connect() -> None:
     post_save.connect(_record_group_save, sender=Group, dispatch_uid="audit.roles.group_post_save")
     pre_delete.connect(_remember_group, sender=Group, dispatch_uid="audit.roles.group_pre_delete")
     post_delete.connect(_record_group_delete, sender=Group, dispatch_uid="audit.roles.group_post_delete")
-    for manager in (user_model._default_manager, Group._default_manager):
+    for manager in (user_model._default_manager, user_model._base_manager, Group._default_manager):
         _record_role_updates(manager)
     permissions = Group.permissions.through
     m2m_changed.connect(_remember_group_permissions, sender=permissions, dispatch_uid="audit.roles.perms_before")

@@ -310,16 +310,28 @@ def eval_run_start(
 
 def _submit_case(eval_run: EvalRun, result: EvalCaseResult) -> None:
     case = result.case
-    run = run_create(
-        agent_slug=eval_run.agent.slug,
-        query=case.query,
-        api_key=None,
-        context=case.context or {},
-        a2a_data=case.data or [],
-        version=eval_run.version,
-        purpose=Run.Purpose.EVAL,
-        write_sandbox=eval_run.eval_set.sandbox_servers or [],
-    )
+    try:
+        run = run_create(
+            agent_slug=eval_run.agent.slug,
+            query=case.query,
+            api_key=None,
+            context=case.context or {},
+            a2a_data=case.data or [],
+            version=eval_run.version,
+            purpose=Run.Purpose.EVAL,
+            write_sandbox=eval_run.eval_set.sandbox_servers or [],
+        )
+    except ApplicationError as exc:
+        # The case cannot become a run (a query longer than this installation takes, stored before the limit or
+        # under a higher one; the agent disabled meanwhile): it fails, and its eval run goes on and ends (it stayed
+        # "running", retrying the case at every refresh).
+        score = score_case(_case_spec(case), calls=[], answer="", run_succeeded=False)
+        score.passed = False
+        score.failed_checks.append(f"eval:not_submitted:{exc.code}")
+        EvalCaseResult.objects.filter(pk=result.pk, run__isnull=True, scored=False).update(
+            scored=True, passed=False, scores=score.as_dict(), answer=exc.message
+        )
+        return
     # Compare-and-swap: a case is submitted once, whoever else refreshes the eval run at the same time.
     claimed = EvalCaseResult.objects.filter(pk=result.pk, run__isnull=True).update(run=run)
     if claimed != 1:
@@ -330,7 +342,7 @@ def eval_run_submit(*, eval_run: EvalRun, window: int | None = None) -> int:
     """Submit pending cases so that at most ``window`` of them are in flight (all pending ones when None).
     Returns how many were submitted."""
     in_flight = EvalCaseResult.objects.filter(eval_run=eval_run, run__isnull=False, scored=False).count()
-    pending = EvalCaseResult.objects.filter(eval_run=eval_run, run__isnull=True).select_related("case")
+    pending = EvalCaseResult.objects.filter(eval_run=eval_run, run__isnull=True, scored=False).select_related("case")
     room = None if window is None else max(0, window - in_flight)
     submitted = 0
     for result in pending.order_by("case__order", "case__id")[:room] if room is not None else pending:

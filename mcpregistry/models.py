@@ -15,7 +15,7 @@ from django.utils.translation import gettext_lazy as _
 from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.json import UnicodeJSONEncoder
-from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration
+from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration, stored_value
 from mcpregistry.binding_policy import command_problem, from_env_problem, url_problem
 from mcpregistry.contracts import ArgSpec, RetrySpec, ReturnsSpec, argument_names, spec_problems
 from mcpregistry.crypto import EncryptedJSONField
@@ -183,7 +183,11 @@ class McpServer(AuditedModel):
                 errors.setdefault("url", []).append(_("Enter an http:// or https:// URL."))
             elif problem := url_problem(self.url, settings.PLATFORM_MCP_ALLOW_PRIVATE_URLS):
                 errors.setdefault("url", []).append(problem)
-        if self.tool_prefix and not re.fullmatch(r"[A-Za-z0-9_-]+", self.tool_prefix):
+        if (
+            self.tool_prefix
+            and not re.fullmatch(r"[A-Za-z0-9_-]+", self.tool_prefix)
+            and (self.pk is None or self.tool_prefix != stored_value(self, "tool_prefix"))
+        ):
             # The model sees each tool as prefix + name: Bedrock (and OpenAI) take tool names of letters, digits,
             # _ and - only, and refuse a whole request that offers another.
             errors.setdefault("tool_prefix", []).append(
@@ -440,7 +444,12 @@ class ToolContract(AuditedModel):
                 except PydanticValidationError as exc:
                     errors.setdefault("args", []).extend(spec_problems(exc, ArgSpec, prefix=str(name)))
             declared = argument_names({}, self.tool.input_schema) if self.tool_id else None
+            # Names added here (one kept since the tool's schema dropped it is the page's "not in the input schema"
+            # mark: the contract still saves and imports as it is).
             unknown = sorted(str(n) for n in self.args if declared is not None and n not in declared)
+            if unknown:  # the stored contract is read only then (a save reads no more rows than it must)
+                before = stored_value(self, "args") or {}
+                unknown = [n for n in unknown if n not in before]
             if unknown:
                 # The model is shown the contract's arguments: one the tool does not take would be offered to it,
                 # and every call that used it refused by the server.

@@ -617,14 +617,15 @@ _STREAMING = frozenset({"SendStreamingMessage", "SubscribeToTask"})
 
 def rpc_call(*, agent: Agent, api_key: ApiKey, method: str, params: dict[str, Any], rpc_id: Any) -> Any:
     """One JSON-RPC call (sync: it reads and writes the database). Returns the result, a ``Stream``, or a
-    ``("wait", run, params)`` tuple for a blocking ``SendMessage`` (the view waits without holding a thread).
+    ``("wait", run, history_length)`` tuple for a blocking ``SendMessage`` (the view waits without holding a thread).
     Raises A2AError or ApplicationError."""
     if method == "SendMessage":
-        run = message_send(agent=agent, api_key=api_key, params=params)
         configuration = an_object(params.get("configuration"))
+        history_length = _history_length(configuration)  # refused before the run exists, never after
+        run = message_send(agent=agent, api_key=api_key, params=params)
         if configuration.get("returnImmediately") or run.status in STOPPED:
-            return {"task": task_of(run, history_length=_history_length(configuration))}
-        return ("wait", run, configuration)
+            return {"task": task_of(run, history_length=history_length)}
+        return ("wait", run, history_length)
     if method == "SendStreamingMessage":
         before = 0
         message = an_object(params.get("message"))
@@ -752,9 +753,9 @@ async def rpc_view(request: HttpRequest, slug: str) -> HttpResponseBase:
         response["X-Accel-Buffering"] = "no"
         return response
     if isinstance(result, tuple):
-        _wait, run, configuration = result
+        _wait, run, history_length = result
         run = await _wait_for(run)
-        task = await sync_to_async(task_of)(run, history_length=_history_length(configuration))
+        task = await sync_to_async(task_of)(run, history_length=history_length)
         result = {"task": task}
     return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": result})
 

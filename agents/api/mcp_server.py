@@ -267,6 +267,13 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
     if caller.api_key is None:
         return caller.refusal  # type: ignore[return-value]
     api_key = caller.api_key
+    media_type, _sep, parameters = request.headers.get("Content-Type", "").partition(";")
+    charset = parameters.strip().lower().removeprefix("charset=").strip('"') if "charset" in parameters.lower() else ""
+    if request.body and (media_type.strip().lower() != "application/json" or charset not in ("", "utf-8", "utf8")):
+        # As the MCP SDK's own server answers: the body is JSON in UTF-8, said so (a text/plain body, or one in
+        # EUC-KR, was read all the same, or read wrong).
+        message = _("Send the message as application/json in UTF-8.")
+        return json_response(_rpc_error(None, -32600, message), status=415)
     try:
         body = rpc_body(request)
     except exceptions.ParseError as exc:

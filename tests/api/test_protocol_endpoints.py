@@ -531,3 +531,33 @@ def test_a_history_length_that_is_no_count_is_refused(api_caller: ApiCaller, dem
     assert answer["error"]["code"] == -32602 and "historyLength" in answer["error"]["message"]
     shown = rpc(client_for(api_caller.raw_key), "company-assistant", "GetTask", {"id": str(run.pk), "historyLength": 0})
     assert "history" not in shown["result"]
+
+
+@pytest.mark.parametrize(
+    "content_type", ["text/plain", "application/json; charset=euc-kr", "application/x-www-form-urlencoded"]
+)
+def test_an_mcp_message_not_sent_as_json_in_utf8_is_a_415(api_caller: ApiCaller, content_type: str) -> None:
+    """As the MCP SDK's own server answers; a body in EUC-KR was read as UTF-8."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    response = client_for(api_caller.raw_key).post("/mcp/", body, content_type=content_type)
+    assert response.status_code == 415 and response.json()["error"]["code"] == -32600
+    ok = client_for(api_caller.raw_key).post("/mcp/", body, content_type="application/json; charset=utf-8")
+    assert ok.status_code == 200 and ok.json()["result"] == {}
+
+
+@pytest.mark.parametrize("return_immediately", [True, False])
+def test_a_message_with_a_history_length_that_is_no_count_creates_no_run(
+    api_caller: ApiCaller, demo_agent: Agent, return_immediately: bool
+) -> None:
+    """It was checked after the run was queued: refused with the run made (a client correcting it made a second),
+    or a 500 after the wait."""
+    message = {"messageId": f"m-h-{return_immediately}", "role": "ROLE_USER", "parts": [{"text": "김하늘 님은?"}]}
+    configuration = {"historyLength": -1, "returnImmediately": return_immediately}
+    answer = rpc(
+        client_for(api_caller.raw_key),
+        "company-assistant",
+        "SendMessage",
+        {"message": message, "configuration": configuration},
+    )
+    assert answer["error"]["code"] == -32602 and "historyLength" in answer["error"]["message"]
+    assert not Run.objects.exists()

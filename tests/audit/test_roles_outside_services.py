@@ -115,9 +115,15 @@ def test_every_form_of_update_is_recorded_and_still_works() -> None:
     assert user_model.objects.filter(pk=dana.pk).values("pk").update(is_staff=True) == 1
     assert user_model.objects.filter(groups__name="ops-probe").distinct().update(is_active=False) == 1
     assert Group.objects.filter(pk=ops.pk).update(name="ops-renamed") == 1
+    assert user_model._base_manager.filter(pk=dana.pk).update(is_active=True) == 1  # Django's own manager too
 
     recorded = [args for _a, _v, args in changes("config.user.update")[before:]]
-    assert recorded == [{"is_superuser": [False, True]}, {"is_staff": [False, True]}, {"is_active": [True, False]}]
+    assert recorded == [
+        {"is_superuser": [False, True]},
+        {"is_staff": [False, True]},
+        {"is_active": [True, False]},
+        {"is_active": [False, True]},
+    ]
     [(_a, _v, renamed)] = changes("config.group.update")
     assert renamed == {"name": ["ops-probe", "ops-renamed"]}
     assert list(pickle.loads(pickle.dumps(user_model.objects.filter(is_staff=True)))) == [dana]

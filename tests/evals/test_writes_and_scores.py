@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from agents.models import Agent
 from agents.services import agent_update
 from audit.models import AuditEvent
 from evals.models import EvalRun
@@ -118,3 +119,30 @@ def test_a_failed_run_fails_its_case_and_thresholds_name_what_missed() -> None:
     assert threshold_failures(summary, {"recall": 0.9, "precision": 1.0, "forbidden_violations": 0}) == [
         "recall 0.5 < 0.9"
     ]
+
+
+@pytest.mark.django_db
+def test_a_case_that_cannot_become_a_run_fails_and_its_eval_run_still_ends(settings: Any) -> None:
+    """A case stored before the query limit was lowered: the run it asks for is refused. The eval run stayed
+    "running", retrying it at every refresh (and stopped the refresh of the eval runs after it)."""
+    from evals.models import EvalSet
+    from evals.services import eval_run_refresh, eval_run_start
+
+    make_agent(slug="short", servers=[], with_demo_rules=False)
+    eval_set_apply(
+        document={"name": "long-queries", "cases": [{"key": "long", "query": "김하늘 님은 어느 팀 소속인가요?"}]},
+        actor="test",
+        via="tests",
+    )
+    settings.PLATFORM_RUN_QUERY_MAX_CHARS = 5
+    eval_run = eval_run_start(
+        eval_set=EvalSet.objects.get(name="long-queries"), agent=Agent.objects.get(slug="short"), actor="test"
+    )
+
+    eval_run = eval_run_refresh(eval_run=eval_run, window=1)
+
+    assert eval_run.status == EvalRun.Status.FINISHED
+    result = eval_run.results.get()
+    assert (result.scored, result.passed, result.run) == (True, False, None)
+    assert "eval:not_submitted:query_too_long" in result.scores["failed_checks"]
+    assert result.answer == "The query is longer than 5 characters."

@@ -452,3 +452,31 @@ def test_a_tool_prefix_a_provider_would_refuse_is_refused_at_save(admin_client, 
     assert "Use letters, digits, _ and - only (e.g. hr_)" in page
     assert not McpServer.objects.filter(mcp_id="new-server").exists()
     assert post_server_form(admin_client, None, tool_prefix="hr_").status_code == 302
+
+
+def test_values_stored_before_a_check_was_added_still_save_and_import(admin_client, db) -> None:
+    """A prefix with a dot, a contract argument the tool's schema has since dropped, an offline answer template
+    with another placeholder: refused when typed now, kept as they are where they were stored before (re-saving
+    a page or re-importing the installation's own export must not fail on them)."""
+    from django.utils import timezone
+
+    from agents.configuration import config_export, config_import
+    from agents.models import Agent
+    from mcpregistry.models import McpTool, ToolContract
+
+    server = McpServer.objects.create(
+        mcp_id="legacy", name="legacy", command=sys.executable, args=[], tool_prefix="time."
+    )
+    schema = {"type": "object", "properties": {"tz": {"type": "string"}}}
+    tool = McpTool.objects.create(server=server, name="now", input_schema=schema, discovered_at=timezone.now())
+    ToolContract.objects.create(tool=tool, args={"tz": {"type": "str"}, "locale": {"type": "str"}})
+    agent = Agent.objects.create(slug="legacy-agent", name="legacy", answer_template="{results} — 문의: {support}")
+    agent.servers.set([server])
+
+    response = post_server_form(admin_client, server, name="renamed", tool_prefix="time.")
+    assert response.status_code == 302, response.content.decode()[:2000]
+    document = config_export()
+    report = config_import(document=document, actor="test", via="tests")
+    assert report is not None
+    assert McpServer.objects.get(mcp_id="legacy").tool_prefix == "time."
+    assert "locale" in ToolContract.objects.get(tool=tool).args
