@@ -57,7 +57,7 @@ from agents.api.protocol_http import (
     too_many_streams,
     tool_progress_text,
 )
-from agents.api.serializers import A2AMessageSerializer, kind_shaped_part
+from agents.api.serializers import PART_CONTENTS, A2AMessageSerializer, kind_shaped_part, part_contents_message
 from agents.api.throttling import stream_slot_release
 from agents.approvals import approval_decide
 from agents.models import Agent, ApiKey, Approval, Run
@@ -359,6 +359,8 @@ def _rest_part(part: Any) -> dict[str, Any]:
     """An A2A 1.0 part as the REST API's (0.3-shaped) part, so that one serializer validates both."""
     if not isinstance(part, dict):
         raise invalid_params(_("Each part must be an object."))
+    if sum(1 for key in PART_CONTENTS if key in part) > 1:  # a oneof: with two, one was dropped without a word
+        raise invalid_params(part_contents_message())
     if "data" in part and "text" not in part and not isinstance(part["data"], dict):
         raise invalid_params(_("A data part's 'data' must be a JSON object."))
     shaped = kind_shaped_part(part)

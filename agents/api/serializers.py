@@ -115,6 +115,13 @@ A2A_PARTS: dict[str, type[serializers.Serializer]] = {
 }
 
 
+PART_CONTENTS = ("text", "data", "url", "raw")
+
+
+def part_contents_message() -> str:
+    return str(_("A part has one of 'text', 'data', 'url' or 'raw', not several."))
+
+
 def kind_shaped_part(part: Mapping[str, Any]) -> dict[str, Any] | None:
     """An A2A 1.0 part (``{"text"}``, ``{"data"}``, ``{"url"|"raw", "mediaType"?, "filename"?}``, no ``kind``) in the
     ``kind``-shaped form this API validates (A2A 0.3's); None when it has none of those members. The REST API and
@@ -151,6 +158,9 @@ class A2APartField(serializers.Field):
         if not isinstance(data, Mapping):
             self.fail("invalid")
         if "kind" not in data:
+            if sum(1 for key in PART_CONTENTS if key in data) > 1:
+                # A2A 1.0: a part's content is one of them (a oneof); with two, one was dropped without a word.
+                raise ValidationError({"non_field_errors": [part_contents_message()]})
             data = kind_shaped_part(data) or data  # an A2A 1.0 part: {"text"}, {"data"}, {"url"|"raw"}
         part_serializer = A2A_PARTS.get(data.get("kind")) if isinstance(data.get("kind"), str) else None
         if part_serializer is None:

@@ -561,3 +561,20 @@ def test_a_message_with_a_history_length_that_is_no_count_creates_no_run(
     )
     assert answer["error"]["code"] == -32602 and "historyLength" in answer["error"]["message"]
     assert not Run.objects.exists()
+
+
+@pytest.mark.parametrize("part", [{"text": "q", "data": {"a": 1}}, {"url": "https://x.example/a.pdf", "raw": "AAAA"}])
+def test_a_part_with_two_contents_is_refused_not_one_dropped(
+    api_caller: ApiCaller, demo_agent: Agent, part: dict
+) -> None:
+    """A2A 1.0: a part's content is one of text, data, url or raw. With two, one was dropped without a word."""
+    message = {"messageId": f"m-two-{len(part)}-{sorted(part)[0]}", "role": "ROLE_USER", "parts": [part]}
+    answer = rpc(client_for(api_caller.raw_key), "company-assistant", "SendMessage", {"message": message})
+    assert answer["error"]["code"] == -32602 and "not several" in answer["error"]["message"]
+    rest = client_for(api_caller.raw_key).post(
+        "/api/v1/runs",
+        json.dumps({"agent": "company-assistant", "message": {"parts": [{"text": "김하늘?"}, part]}}),
+        content_type="application/json",
+    )
+    assert rest.status_code == 400 and "not several" in rest.content.decode()
+    assert not Run.objects.exists()
