@@ -692,14 +692,13 @@ def test_writer_processes_appending_at_once_keep_the_postgres_chain_gap_free(
 TRY_TO_TAMPER = """
 import json
 from django.db import connection, transaction
-from audit.services import (
-    AuditChainHeadForged,
-    AuditChainHeadMissing,
-    audit_chain_pending,
-    audit_event_record,
-    chain_mode,
-)
+from audit.models import AuditEvent
+from audit.services import audit_chain_catch_up, audit_event_record
 audit_event_record(source="admin", tool="victim")
+# PostgreSQL chains events after commit: the event is in the table before anyone tries it (a row-level refusal
+# needs a row: on an empty table an UPDATE or DELETE changes nothing, and was taken for "allowed").
+audit_chain_catch_up()
+assert AuditEvent.objects.filter(tool="victim").exists()
 outcome = {}
 for statement in ["UPDATE audit_auditevent SET tool = 'x'", "DELETE FROM audit_auditevent", "TRUNCATE audit_auditevent CASCADE"]:
     try:
