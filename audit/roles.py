@@ -244,21 +244,26 @@ def _user_m2m_recorder(field: str) -> tuple[Any, Any]:
 
 
 def _remember_group(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
-    """Before a group is saved or deleted outside a service: its recorded fields (and, for a delete, its
-    members, who lose the group with it: the cascade sends no m2m signal)."""
+    """Before a group is saved or deleted outside a service: its recorded fields."""
     if raw or current_scope() is not None or instance.pk is None:
         return
     stored = Group.objects.filter(pk=instance.pk).first()
     if stored is not None:
         instance._group_before = snapshot(stored, recorded_fields(Group))
-        instance._group_members = sorted(str(u) for u in get_user_model()._default_manager.filter(groups=stored))
+
+
+def _remember_deleted_group(sender: Any, instance: Any, **kwargs: Any) -> None:
+    """Before a group is deleted outside a service: its recorded fields and its members, who lose the group with
+    it (the cascade sends no m2m signal)."""
+    _remember_group(sender, instance)
+    if "_group_before" in instance.__dict__:
+        instance._group_members = sorted(str(u) for u in get_user_model()._default_manager.filter(groups=instance))
 
 
 def _record_group_save(sender: Any, instance: Any, created: bool, raw: bool = False, **kwargs: Any) -> None:
     if raw or current_scope() is not None:
         return
     before = instance.__dict__.pop("_group_before", None)
-    instance.__dict__.pop("_group_members", None)
     diff = change_diff(Group, before or {}, snapshot(instance, recorded_fields(Group)), creating=created)
     if created or diff:
         with transaction.atomic(), change_scope(actor=UNATTRIBUTED_ACTOR, via="django"):
@@ -410,7 +415,7 @@ def connect() -> None:
         m2m_changed.connect(after, sender=through, dispatch_uid=f"audit.roles.{field}_after", weak=False)
     pre_save.connect(_remember_group, sender=Group, dispatch_uid="audit.roles.group_pre_save")
     post_save.connect(_record_group_save, sender=Group, dispatch_uid="audit.roles.group_post_save")
-    pre_delete.connect(_remember_group, sender=Group, dispatch_uid="audit.roles.group_pre_delete")
+    pre_delete.connect(_remember_deleted_group, sender=Group, dispatch_uid="audit.roles.group_pre_delete")
     post_delete.connect(_record_group_delete, sender=Group, dispatch_uid="audit.roles.group_post_delete")
     for manager in (user_model._default_manager, user_model._base_manager, Group._default_manager):
         _record_role_updates(manager)

@@ -55,7 +55,7 @@ from agents.api.protocol_http import (
 from agents.api.throttling import stream_slot_release
 from agents.models import Agent, ApiKey, Approval, Run
 from agents.selectors import agent_list_for_key, run_events_after, run_tool_calls
-from agents.services import run_cancel, run_query_check, run_submit
+from agents.services import run_cancel, run_submit
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +169,6 @@ def tool_call_start(*, api_key: ApiKey, params: dict[str, Any], session_id: str,
     query = arguments.get("query")
     if not isinstance(query, str) or not query.strip():
         raise ApplicationError(_("'query' must be a non-empty string."), code="invalid_input", status=400)
-    run_query_check(query)
     for field in ("context", "data"):
         if field in arguments and not isinstance(arguments[field], dict):
             raise ApplicationError(_("'%(field)s' must be an object.") % {"field": field}, code="invalid_input")
@@ -267,9 +266,8 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
     if caller.api_key is None:
         return caller.refusal  # type: ignore[return-value]
     api_key = caller.api_key
-    media_type, _sep, parameters = request.headers.get("Content-Type", "").partition(";")
-    charset = parameters.strip().lower().removeprefix("charset=").strip('"') if "charset" in parameters.lower() else ""
-    if request.body and (media_type.strip().lower() != "application/json" or charset not in ("", "utf-8", "utf8")):
+    charset = str((request.content_params or {}).get("charset", "")).lower()
+    if request.body and (request.content_type != "application/json" or charset not in ("", "utf-8", "utf8")):
         # As the MCP SDK's own server answers: the body is JSON in UTF-8, said so (a text/plain body, or one in
         # EUC-KR, was read all the same, or read wrong).
         message = _("Send the message as application/json in UTF-8.")

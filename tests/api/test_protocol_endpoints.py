@@ -578,3 +578,15 @@ def test_a_part_with_two_contents_is_refused_not_one_dropped(
     )
     assert rest.status_code == 400 and "not several" in rest.content.decode()
     assert not Run.objects.exists()
+
+
+def test_an_mcp_query_longer_than_the_limit_is_the_tools_error_and_creates_no_run(
+    api_caller: ApiCaller, settings
+) -> None:
+    settings.PLATFORM_RUN_QUERY_MAX_CHARS = 10
+    make_agent(slug="quiet", servers=[], with_demo_rules=False)
+    params = {"name": "ask_quiet", "arguments": {"query": "김하늘 님은 어느 팀 소속인가요?"}}
+    result = mcp(client_for(api_caller.raw_key), "tools/call", params).json()["result"]
+    assert result["isError"] is True
+    assert result["content"][0]["text"] == "query_too_long: The query is longer than 10 characters."
+    assert not Run.objects.exists()
