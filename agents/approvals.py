@@ -25,10 +25,12 @@ class RunApprovals:
         self.run_id = run_id
         self.actor = actor
         self.secrets = secrets
+        self.asked = False  # whether this pass asked for an approval (a call of its own may be left unused)
 
     def request(
         self, *, mcp_id: str, tool: str, args: dict[str, Any], call_id: str, call_hash: str, approved_by: str = ""
     ) -> ApprovalState:
+        self.asked = True
         # One approval per call: a resumed run replays the call from its masked conversation, so a call id seen
         # before is the same call even if its (masked) arguments hash differently now.
         approval = (

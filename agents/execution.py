@@ -51,7 +51,7 @@ from agents.config_cache import run_parts
 from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_time_limits
 from agents.errors import RunCancelled
 from agents.models import Agent, Approval, Run
-from agents.run_state import RunEventWriter, approvals_interrupted, run_fail_unheld
+from agents.run_state import RunEventWriter, approvals_interrupted, approvals_unused, run_fail_unheld
 from agents.selectors import RUN_READ
 from agents.shadow import shadow_after_store
 from agents.versions import AGENT_FIELDS
@@ -452,6 +452,7 @@ def _execute_claimed(claim: RunClaim) -> None:
     settle = token_ceiling is not None or not fresh
     actor = f"api_key:{parts.api_key_prefix}" if parts.api_key_prefix is not None else "local"
     writer = RunEventWriter(run_id=run.id, secrets=secrets, last_seq=0 if fresh else None)
+    approvals = RunApprovals(run_id=run.id, actor=actor, secrets=secrets)
     # This event marks the start of the pass: the reconciler counts the time limit from it.
     writer.emit("status", {"status": "running", "delivery": claim.delivery})
     plan = engine.RunPlan(
@@ -477,7 +478,7 @@ def _execute_claimed(claim: RunClaim) -> None:
         flow_graph=settings_of["flow_graph"],
         emit=writer.emit,
         emit_many=writer.emit_many,
-        approvals=RunApprovals(run_id=run.id, actor=actor, secrets=secrets),
+        approvals=approvals,
         check_cancelled=claim.check,
         conversation=run.conversation or [],
         previous_results=run.deterministic_results or [],
@@ -505,7 +506,9 @@ def _execute_claimed(claim: RunClaim) -> None:
     finally:
         # Sessions opened for this run alone (per-run scope) end with it (a resumed run opens new ones).
         get_default_pool().close_scope(f"run:{run.id}")
-    _store_outcome(claim, run, _judged(claim, outcome), writer, settle=settle)
+    # A first pass that asked for no approval has none to leave unused.
+    unused = not fresh or approvals.asked
+    _store_outcome(claim, run, _judged(claim, outcome), writer, settle=settle, unused=unused)
 
 
 def _judged(claim: RunClaim, outcome: engine.RunOutcome) -> engine.RunOutcome:
@@ -541,12 +544,19 @@ def _approval_events(run_id: Any) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _store_outcome(
-    claim: RunClaim, run: Run, outcome: engine.RunOutcome, writer: RunEventWriter, *, settle: bool = True
+    claim: RunClaim,
+    run: Run,
+    outcome: engine.RunOutcome,
+    writer: RunEventWriter,
+    *,
+    settle: bool = True,
+    unused: bool = True,
 ) -> None:
     """Store the outcome and its ``status`` event together, only if the claim is still ours. A run cancelled
     while it ran keeps its cancellation; this worker appends its ``cancelled`` event (``run_cancel`` leaves
     that to the worker). ``settle``: whether the run's budgets need settling (``budget_settle``); a first pass
-    of a run without a reservation has nothing to settle, and its stored outcome counts every token it used."""
+    of a run without a reservation has nothing to settle, and its stored outcome counts every token it used.
+    ``unused``: whether the run may hold approvals it did not carry out (``approvals_unused``)."""
     if claim.stop_reason == "lost":
         logger.warning("run %s: %s no longer holds it; its outcome is discarded", claim.run_id, claim.worker)
         _count_late_tokens(claim.run_id)
@@ -587,8 +597,11 @@ def _store_outcome(
             )
             if stored != 1:
                 transaction.set_rollback(True)
-            elif finished and settle:
-                budget_settle(run_id=claim.run_id)
+            elif finished:
+                if unused:
+                    approvals_unused(run_id=claim.run_id, why=outcome.status)
+                if settle:
+                    budget_settle(run_id=claim.run_id)
     if stored == 1:
         # After the caller's answer is stored: a live run of an agent with a shadow version may start its shadow
         # (the agent as it was loaded for this run), a shadow is compared.
@@ -601,6 +614,7 @@ def _store_outcome(
     ).exists()
     if cancelled_while_ours:
         writer.emit("status", {"status": "cancelled", "answer": "", "error": "cancelled"})
+        approvals_unused(run_id=claim.run_id, why="cancelled")  # those approved while it ran, never carried out
     else:
         logger.warning("run %s: %s no longer holds it; its outcome is discarded", claim.run_id, claim.worker)
     _count_late_tokens(claim.run_id)

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from agents.budgets import budget_settle
 from agents.dispatch import lifecycle_setting, run_dispatch
@@ -61,6 +62,7 @@ def run_fail_unheld(*, run_id: Any, match: dict[str, Any], error_code: str, erro
                 "status", {"status": "failed", "answer": "", "error": error_code}
             )
             approvals_interrupted(run_id=run_id, why=error_code)
+            approvals_unused(run_id=run_id, why=error_code)
             budget_settle(run_id=run_id)
     if failed == 1:
         logger.warning("run %s failed: %s (%s)", run_id, error_code, error_message)
@@ -114,6 +116,36 @@ def approvals_interrupted(*, run_id: Any, why: str) -> int:
                 actor="reconciler",
             )
             logger.warning("run %s: approval %s ended outcome_unknown (%s)", run_id, approval.pk, why)
+    return changed
+
+
+def approvals_unused(*, run_id: Any, why: str) -> int:
+    """A run that ended (succeeded, failed, cancelled after its worker stopped) will never make the calls it still
+    has approvals for: those waiting for a person, and those approved and never carried out (a code rule or a flow
+    that took another branch when it was decided again, a model that answered instead). They end ``expired``,
+    each audited as ``approval.unused``, so that no approval reads "approved" for a call that was never made.
+    Call it once no worker will run the run again. Returns how many changed."""
+    changed = 0
+    waiting = (Approval.Status.PENDING, Approval.Status.APPROVED)
+    for approval in Approval.objects.filter(run_id=run_id, status__in=waiting).order_by("created_at"):
+        if Approval.objects.filter(pk=approval.pk, status=approval.status).update(
+            status=Approval.Status.EXPIRED, reason=str(_("the run ended without making this call"))
+        ):
+            changed += 1
+            audit_event_record(
+                source="agent",
+                action="approval.unused",
+                run_id=run_id,
+                mcp_id=approval.mcp_id,
+                tool=approval.tool,
+                call_id=approval.call_id,
+                args=approval.args,
+                result={"approval_id": str(approval.pk), "was": approval.status, "why": why},
+                ok=False,
+                reason="approval:unused",
+                attempt=0,
+                actor="system",
+            )
     return changed
 
 

@@ -200,3 +200,63 @@ def test_the_code_rules_of_an_imported_version_keep_their_calls_apart(file: Path
     run.refresh_from_db()
     assert lines(file) == ["A\t", "B\t"]
     assert sorted(run.approvals.values_list("call_id", flat=True)) == ["rule:-1:call:1", "rule:-2:call:1"]
+
+
+# Whether ``write_then_think_better`` writes: it does the first time it is decided, not once resumed.
+_WRITE_ON_FIRST_DECISION: list[bool] = []
+
+
+@deterministic_tool(mcp_id=MCP_ID)
+def write_then_think_better(ctx: DeterministicContext) -> dict[str, Any] | None:
+    if not _WRITE_ON_FIRST_DECISION:
+        _WRITE_ON_FIRST_DECISION.append(True)
+        next(t for t in ctx.mcp_tools if t.name == "append_line").invoke({"text": "처음 생각"})
+    return {"tool_name": "record_read", "params": {"key": "other-branch"}}
+
+
+def test_an_approval_the_run_ends_without_using_expires_and_is_audited(file: Path) -> None:
+    """A code rule decided again after its approval takes another branch: the run succeeds without the write. Its
+    approval used to stay "approved" for good, a write that read as allowed and was never made."""
+    from audit.models import AuditEvent
+
+    _WRITE_ON_FIRST_DECISION.clear()
+    agent, rule = rule_agent(file, "write_then_think_better")
+    run = Run.objects.create(agent=agent, query="기록해줘")
+    run_execute(run_id=str(run.id))
+    approval = Approval.objects.get(run=run)
+    assert approval.status == Approval.Status.PENDING
+    approval_decide(run=run, approval_id=str(approval.pk), decision="approve", actor="reviewer")
+
+    run_execute(run_id=str(run.id))
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED, (run.error_code, run.error_message)
+    assert lines(file) == ["read:other-branch"]  # the write was never sent
+    approval.refresh_from_db()
+    assert (approval.status, approval.reason) == (Approval.Status.EXPIRED, "the run ended without making this call")
+    unused = AuditEvent.objects.get(run_id=run.pk, action="approval.unused")
+    assert (unused.call_id, unused.reason, unused.ok) == (f"rule:{rule.pk}:call:1", "approval:unused", False)
+    assert unused.result["was"] == "approved" and unused.args == {"text": "처음 생각"}
+
+
+def test_an_approved_write_whose_run_is_lost_before_making_it_expires(file: Path) -> None:
+    """The approved run's workers keep dying before they claim the call: the run fails ``worker_lost`` and its
+    approval, never carried out, expires with it (it used to read "approved" for good)."""
+    from agents.dispatch import lifecycle_setting
+
+    _WRITE_ON_FIRST_DECISION.clear()
+    agent, _rule = rule_agent(file, "write_then_think_better")
+    run = Run.objects.create(agent=agent, query="기록해줘")
+    run_execute(run_id=str(run.id))
+    approval = Approval.objects.get(run=run)
+    approval_decide(run=run, approval_id=str(approval.pk), decision="approve", actor="reviewer")
+    died_mid_run(run)
+    Run.objects.filter(pk=run.pk).update(delivery_count=int(lifecycle_setting("PLATFORM_RUN_MAX_DELIVERIES")))
+
+    run_execute(run_id=str(run.id))
+
+    run.refresh_from_db()
+    assert (run.status, run.error_code) == (Run.Status.FAILED, "worker_lost")
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.EXPIRED
+    assert lines(file) == []
