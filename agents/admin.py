@@ -55,7 +55,7 @@ from agents.models import (
 )
 from agents.rule_form import DeterministicRuleForm
 from agents.rule_summary import conditions_html, parameters_html, target_html
-from agents.selectors import tool_name_conflicts
+from agents.selectors import rules_calling, servers_leaving, tool_name_conflicts
 from agents.services import (
     agent_create,
     agent_delete,
@@ -68,6 +68,7 @@ from agents.services import (
     deterministic_rule_create,
     deterministic_rule_delete,
     deterministic_rule_update,
+    unbinding_refused,
 )
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from mcpregistry.binding_policy import readable_variables_text
@@ -294,6 +295,10 @@ class AgentForm(forms.ModelForm):
                 cleaned[name] = getattr(self.instance, name)
         servers = cleaned.get("servers")
         self._check_settings(servers)
+        if servers is not None:
+            leaving = servers_leaving(agent=self.instance, servers=list(servers))
+            if needing := rules_calling(agent=self.instance, mcp_ids=leaving):
+                self.add_error("servers", unbinding_refused(needing))
         if servers is not None:
             conflicts = tool_name_conflicts(list(servers))
             if conflicts:

@@ -26,6 +26,7 @@ from pydantic import ValidationError as PydanticValidationError
 from agent_platform.errors import ApplicationError
 from agents.deterministic import RuleSpec as EngineRuleSpec
 from agents.models import Agent, AgentArm, AgentVersion, DeterministicRule
+from agents.selectors import rules_calling, servers_leaving
 from agents.services import (
     agent_arm_create,
     agent_arm_delete,
@@ -35,6 +36,7 @@ from agents.services import (
     agent_version_publish,
     deterministic_rule_update,
     publish_on_save_deferred,
+    unbinding_refused,
 )
 from agents.versions import AGENT_FIELDS, VersionContent, version_content_portable
 from mcpregistry.contract_document import ContractSpec, contract_entry, contract_fields
@@ -448,6 +450,7 @@ def _config_import(
         )
 
     agents: dict[str, Agent] = {a.slug: a for a in Agent.objects.all()}
+    leaving: dict[str, set[str]] = {}
     for i, aspec in enumerate(config.agents):
         where = f"agents[{i}] ({aspec.slug})"
         agent = agents.get(aspec.slug)
@@ -480,8 +483,11 @@ def _config_import(
         if missing:
             problems.add(where, f"unknown server(s): {', '.join(missing)}")
             continue
+        bound = [servers[m] for m in aspec.servers]
+        leaving[aspec.slug] = servers_leaving(agent=agent, servers=bound)
         try:
-            agent_update(agent=agent, actor=actor, via=via, servers=[servers[m] for m in aspec.servers])
+            # Its rules may move with it: whether a rule still calls a server it leaves is checked once they are in.
+            agent_update(agent=agent, actor=actor, via=via, servers=bound, check_rules=False)
         except ValidationError as exc:
             for name, messages in exc.message_dict.items():
                 problems.add(where, f"{name}: {'; '.join(messages)}")
@@ -520,6 +526,12 @@ def _config_import(
             where,
             problems,
         )
+
+    for i, aspec in enumerate(config.agents):
+        if aspec.slug in agents and (
+            calling := rules_calling(agent=agents[aspec.slug], mcp_ids=leaving.get(aspec.slug, set()))
+        ):
+            problems.add(f"agents[{i}] ({aspec.slug})", f"servers: {unbinding_refused(calling)}")
 
     named_live = _apply_versions(config.agents, agents, actor=actor, via=via, report=report, problems=problems)
 

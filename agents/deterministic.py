@@ -9,15 +9,46 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import re
+import unicodedata
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
+import regex
 from django.utils.translation import gettext
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-PLACEHOLDER = re.compile(r"\{(query|context\.[^{}\s]+|data\.[^{}\s]+|match\.[A-Za-z_][A-Za-z0-9_]*)\}")
+logger = logging.getLogger(__name__)
+
+# A regex group's name is any identifier (``(?P<팀>…)`` as ``{match.팀}``), as the answer template reads it.
+PLACEHOLDER = re.compile(r"\{(query|context\.[^{}\s]+|data\.[^{}\s]+|match\.[^\W\d]\w*)\}")
 _MISSING = object()
+
+REGEX_TIMEOUT_S = 0.1
+"""How long a rule's regex may search one query. A pattern that backtracks catastrophically (``(a|aa)+$``) on a
+query made for it gives up then, and the rule does not match (its reason says why): a caller's query cannot hold
+a worker, or the rule tester's page, for longer. Rule regexes run on the ``regex`` module, which has this bound
+(``re`` has none); for the patterns rules are written in, the two read the same."""
+
+
+def nfc(text: str) -> str:
+    """``text`` in Unicode's composed form (NFC). Korean typed on macOS or iOS, or pasted from a file name, often
+    comes decomposed (NFD: 김 as ᄀ+ᅵ+ᆷ), which reads the same and matches nothing written composed: a query, its
+    context and data are stored composed (``agents.services.run_input_guarded``), and the rules compare composed
+    text on both sides."""
+    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
+
+
+def nfc_value(value: Any) -> Any:
+    """``nfc`` for every string of a JSON value (keys too)."""
+    if isinstance(value, str):
+        return nfc(value)
+    if isinstance(value, dict):
+        return {nfc(k) if isinstance(k, str) else k: nfc_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [nfc_value(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)
@@ -81,8 +112,22 @@ def lookup_data(a2a_data: list[dict[str, Any]] | None, path: str) -> Any:
 
 
 @functools.lru_cache(maxsize=8192)
-def _compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
+def _compiled(pattern: str) -> regex.Pattern[str]:
+    return regex.compile(nfc(pattern))
+
+
+class RegexTooSlow(Exception):
+    """A rule's regex did not finish searching the query within ``REGEX_TIMEOUT_S``."""
+
+
+def regex_search(pattern: str, text: str) -> regex.Match[str] | None:
+    """Search ``text`` (composed) with a rule's ``pattern``, for at most ``REGEX_TIMEOUT_S``. Raises RegexTooSlow
+    past it."""
+    try:
+        return _compiled(pattern).search(nfc(text), timeout=REGEX_TIMEOUT_S)
+    except TimeoutError:
+        logger.warning("a rule's regex %r gave up on a query of %d characters", pattern[:200], len(text))
+        raise RegexTooSlow from None
 
 
 def match_conditions(
@@ -93,30 +138,38 @@ def match_conditions(
     a2a_data: list[dict[str, Any]] | None,
     available_tools: set[str],
 ) -> tuple[bool, str, dict[str, str]]:
-    """Evaluate every condition of ``when`` (all must hold). Returns (matched, reason, regex named groups)."""
-    lowered = query.casefold()
-    all_keywords = [str(k) for k in when.get("all_keywords") or []]
+    """Evaluate every condition of ``when`` (all must hold). Returns (matched, reason, regex named groups). Text is
+    compared composed (``nfc``) on both sides: a keyword typed on one keyboard meets a query typed on another."""
+    lowered = nfc(query).casefold()
+    all_keywords = [nfc(str(k)) for k in when.get("all_keywords") or []]
     missing = [k for k in all_keywords if k.casefold() not in lowered]
     if missing:
         return False, f"keyword missing: {missing[0]}", {}
-    any_keywords = [str(k) for k in when.get("any_keywords") or []]
+    any_keywords = [nfc(str(k)) for k in when.get("any_keywords") or []]
     if any_keywords and not any(k.casefold() in lowered for k in any_keywords):
         return False, "none of the keywords present", {}
     groups: dict[str, str] = {}
     pattern = when.get("regex")
     if pattern:
-        found = _compiled(str(pattern)).search(query)
+        try:
+            found = regex_search(str(pattern), query)
+        except RegexTooSlow:
+            return False, f"regex gave up after {REGEX_TIMEOUT_S:g} s on this query", {}
         if found is None:
             return False, "regex did not match", {}
         groups = {k: v for k, v in found.groupdict().items() if v is not None}
-    for key, expected in (when.get("context") or {}).items():
-        if context.get(key) != expected:
+    if when.get("context"):
+        context = nfc_value(context)
+    for key, expected in when["context"].items() if when.get("context") else ():
+        if context.get(nfc(str(key))) != nfc_value(expected):
             return False, f"context.{key} is not {expected!r}", groups
-    for path, expected in (when.get("data") or {}).items():
-        value = lookup_data(a2a_data, path)
+    if when.get("data"):
+        a2a_data = nfc_value(a2a_data)
+    for path, expected in when["data"].items() if when.get("data") else ():
+        value = lookup_data(a2a_data, nfc(str(path)))
         if value is _MISSING:
             return False, f"data.{path} absent", groups
-        if expected != "*" and value != expected:
+        if expected != "*" and nfc_value(value) != nfc_value(expected):
             return False, f"data.{path} is not {expected!r}", groups
     tool = when.get("tool_available")
     if tool and tool not in available_tools:
@@ -137,7 +190,8 @@ def render_params(
     match: dict[str, str],
 ) -> Any:
     """Render a params template. A string that is exactly one placeholder takes the value with its own type
-    (so ``"{data.count}"`` can yield an int); placeholders inside longer strings are substituted as text."""
+    (so ``"{data.count}"`` can yield an int); placeholders inside longer strings are substituted as text (a value
+    that is no string as the answer template writes it: ``a, b`` for a list of plain values, else JSON)."""
 
     def value_of(name: str) -> Any:
         if name == "query":
@@ -164,7 +218,7 @@ def render_params(
         whole = PLACEHOLDER.fullmatch(template)
         if whole:
             return value_of(whole.group(1))
-        return PLACEHOLDER.sub(lambda m: str(value_of(m.group(1))), template)
+        return PLACEHOLDER.sub(lambda m: _readable(value_of(m.group(1))), template)
     return template
 
 
@@ -257,10 +311,10 @@ def placeholder_problems(
     skipped every time, or answer with its braces): ``{match.X}`` without a named group ``X`` in the regex, in
     the params or the answer template; in the answer template, a placeholder of no known source
     (``query``, ``result``, ``result.KEY``, ``match.X``, ``params.X``) or a brace left open. Per field."""
-    regex = when.get("regex") if isinstance(when, dict) else None
+    pattern = when.get("regex") if isinstance(when, dict) else None
     try:
-        groups: set[str] | None = set(re.compile(regex).groupindex) if isinstance(regex, str) and regex else set()
-    except re.error:
+        groups: set[str] | None = set(_compiled(pattern).groupindex) if isinstance(pattern, str) and pattern else set()
+    except regex.error:
         groups = None  # the regex's own error is reported on the conditions: its groups are not known
     problems: dict[str, list[str]] = {}
 
@@ -315,8 +369,9 @@ class WhenSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    all_keywords: list[str] = Field(default_factory=list)
-    any_keywords: list[str] = Field(default_factory=list)
+    # A keyword is some text: an empty one is in every query.
+    all_keywords: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    any_keywords: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
     regex: str | None = None
     context: dict[str, Any] = Field(default_factory=dict)
     data: dict[str, Any] = Field(default_factory=dict)
@@ -327,8 +382,9 @@ class WhenSpec(BaseModel):
     def _compiles(cls, value: str | None) -> str | None:
         if value:
             try:
-                re.compile(value)
-            except re.error as exc:
+                re.compile(value)  # its errors say where a construct begins (``regex`` points past its end)
+                _compiled(value)  # as the rules run it
+            except (re.error, regex.error) as exc:
                 raise ValueError(
                     gettext("not a valid regular expression: %(why)s (at character %(position)s)")
                     % {"why": exc.msg, "position": (exc.pos or 0) + 1}

@@ -12,11 +12,12 @@ failure ends the stage (a run ends ``failed`` there, before any model call).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from django.db import transaction
+from django.utils.translation import gettext
 from langchain_core.tools import BaseTool, StructuredTool
 
 import agent_platform.telemetry as telemetry
@@ -87,6 +88,9 @@ class StageInput:
     # Several events in one write (a run's ``RunEventWriter.emit_many``); else ``emit`` one by one.
     emit_many: Callable[[list[tuple[str, dict[str, Any]]]], None] | None = None
     previous_results: list[dict[str, Any]] = field(default_factory=list)
+    # A published version's frozen contracts (``mcp_id/tool`` → contract): its run calls only those tools, with
+    # those contracts; None: the tools and contracts as they are now.
+    contracts: Mapping[str, ToolContract] | None = None
 
 
 def deterministic_stage(
@@ -193,7 +197,7 @@ def _stage_rules(
             return outcome
         decision = step.decision
         assert decision is not None
-        server = servers[step.mcp_id]
+        server = servers.get(step.mcp_id)  # None: an admin rule for a server not bound here, which did not match
         record = {**decision.as_dict(), "mcp_id": step.mcp_id, "tool": step.tool}
         telemetry.set_attributes({"platform.rule.matched": decision.matched, "platform.reason_code": decision.reason})
         stage.trace.append({"type": "rule", **record})
@@ -211,22 +215,22 @@ def _stage_rules(
                 "reason": "rule:matched" if decision.matched else "rule:skipped",
                 "attempt": 0,
                 "actor": stage.actor,
-                "secrets": server.secret_values(),
+                "secrets": server.secret_values() if server is not None else [],
             }
         decisions.add_decision(record, audit)
-        if not decision.matched:
+        if not decision.matched or server is None:
             continue
         # As the gate reads it: callable now and, in a published version's run, frozen in the version (a tool
         # discovered since is unknown to it, and the stage fails as seed 000 says, not as a failed call). A dry
         # run asks the gate for nothing: it reads the tools as they are.
         caller = who(f"rule:{rule.rule_id}") if mode != "dry_run" else None
-        known = any(t.name == step.tool and _offered(caller, server, t) for t in server.tools.all())
+        known = any(t.name == step.tool and _offered(caller, server, t, stage.contracts) for t in server.tools.all())
         unknown = StageFailure(
             "deterministic:tool_unknown",
             f"{DETERMINISTIC_STAGE_FAILED}: '{step.tool}' tool이 MCP '{step.mcp_id}'에 없습니다.",
         )
         if mode == "dry_run" or check_contracts:
-            step.verdict = contract_verdict(server, step.tool, decision.params)
+            step.verdict = contract_verdict(server, step.tool, decision.params, contracts=stage.contracts)
         if mode == "dry_run":
             if not known:
                 step.failure = outcome.failure = unknown
@@ -269,12 +273,18 @@ def _rule_span_attributes(rule: RuleSpec) -> dict[str, Any]:
     return {"platform.rule": rule.name, "platform.rule_id": rule.rule_id}
 
 
-def contract_verdict(server: McpServer, tool_name: str, params: Any) -> str:
-    """``ok``, ``tool:unknown``, or the contract's first objection to ``params`` (``args:<reason>:<arg>: …``)."""
+def contract_verdict(
+    server: McpServer, tool_name: str, params: Any, *, contracts: Mapping[str, ToolContract] | None = None
+) -> str:
+    """``ok``, ``tool:unknown``, or the contract's first objection to ``params`` (``args:<reason>:<arg>: …``);
+    ``contracts``: a published version's frozen ones (``StageInput.contracts``)."""
     tool = next((t for t in server.tools.all() if t.name == tool_name), None)
-    if tool is None or not tool.callable:
+    if tool is None or not _offered(None, server, tool, contracts):
         return "tool:unknown"
-    contract = ToolContract.objects.filter(tool=tool).first()
+    if contracts is not None:
+        contract: ToolContract | None = contracts.get(f"{server.mcp_id}/{tool_name}")
+    else:
+        contract = ToolContract.objects.filter(tool=tool).first()
     constraints = contract.args if contract else argument_constraints(tool.input_schema)
     unknown = contract.unknown_args if contract else "refuse"
     _clean, verdict = check_args(constraints or {}, params, unknown=unknown, input_schema=tool.input_schema)
@@ -297,20 +307,26 @@ def _decide(
     mode: StageMode,
     who: Callable[[str], gate.GateCall],
 ) -> RuleStep:
-    """Decide one rule: a step with a decision, or with the failure that ends the stage."""
+    """Decide one rule: a step with a decision, or with the failure that ends the stage. An admin rule's
+    conditions are read first: its server not loaded (not bound, or disabled) fails the stage only for a query
+    the rule matches, so one rule left behind does not fail every run. A code rule names its server in its
+    decorator (seed 000): it fails before it runs."""
     if not rule.code:
         step = RuleStep(rule=rule, mcp_id=rule.mcp_id, tool=rule.tool_name)
         server = servers.get(rule.mcp_id)
-        if server is None or not server.enabled:
-            step.failure = _not_loaded(rule.mcp_id)
-            return step
+        loaded = server is not None and server.enabled
         step.decision = decide(
             rule,
             query=stage.query,
             context=stage.context,
             a2a_data=stage.a2a_data,
-            available_tools={t.name for t in server.tools.all() if t.callable},
+            available_tools={t.name for t in server.tools.all() if t.callable}
+            if server is not None and loaded
+            else set(),
         )
+        if step.decision.matched and not loaded:
+            step.decision = None
+            step.failure = _not_loaded(rule.mcp_id)
         return step
     step = RuleStep(rule=rule, mcp_id="", tool="")
     parked: list[gate.ToolResult] = []
@@ -329,7 +345,7 @@ def _decide(
         context=dict(stage.context),
         a2a_data=list(stage.a2a_data) or None,
         a2a_files=list(stage.a2a_files) or None,
-        mcp_tools=_rule_tools(server, rule=rule, mode=mode, who=who, parked=parked),
+        mcp_tools=_rule_tools(server, rule=rule, mode=mode, who=who, parked=parked, contracts=stage.contracts),
     )
     try:
         returned = fn(ctx)
@@ -364,7 +380,7 @@ def _decide(
     step.tool = returned["tool_name"]
     step.decision = RuleDecision(rule.rule_id, rule.name, True, "matched", params=params, tool_name=step.tool)
     if mode == "dry_run" and step.rule.code:
-        step.notes.append("mcp_tools are listed but not called in a dry run")
+        step.notes.append(gettext("The rule's own tool calls (ctx.mcp_tools) are not made in a dry run."))
     return step
 
 
@@ -379,6 +395,7 @@ def _rule_tools(
     mode: StageMode,
     who: Callable[[str], gate.GateCall],
     parked: list[gate.ToolResult],
+    contracts: Mapping[str, Any] | None = None,
 ) -> list[BaseTool]:
     """``DeterministicContext.mcp_tools``: the server's callable tools as LangChain tools (name, description,
     input schema). Calling one goes through the gate like everything else; in a dry run it calls nothing.
@@ -413,11 +430,15 @@ def _rule_tools(
             func=make(t.name),
         )
         for t in server.tools.all()
-        if _offered(caller, server, t)
+        if _offered(caller, server, t, contracts)
     ]
 
 
-def _offered(caller: gate.GateCall | None, server: McpServer, tool: Any) -> bool:
+def _offered(
+    caller: gate.GateCall | None, server: McpServer, tool: Any, contracts: Mapping[str, Any] | None = None
+) -> bool:
     """Whether the stage may call ``tool``: as the gate reads it for ``caller`` (frozen in a published version's
-    run), or callable now where there is no caller (a dry run)."""
-    return gate.offered(caller, server, tool) if caller is not None else bool(tool.callable)
+    run), or where there is no caller (a dry run), callable now and frozen in ``contracts`` if given."""
+    if caller is not None:
+        return gate.offered(caller, server, tool)
+    return bool(tool.callable) and (contracts is None or f"{server.mcp_id}/{tool.name}" in contracts)

@@ -270,6 +270,7 @@ def execute(plan: RunPlan) -> RunOutcome:
                 emit=plan.emit,
                 emit_many=plan.emit_many,
                 previous_results=plan.previous_results,
+                contracts=plan.frozen_contracts,
             ),
             mode="execute",
             who=lambda call_id: who("deterministic", call_id),

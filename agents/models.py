@@ -464,6 +464,17 @@ class DeterministicRule(AuditedModel):
         else:
             if self.server_id is None:
                 errors["server"] = [str(_("Choose the server (or give a code rule)."))]
+            elif self.agent_id and not self.agent.servers.filter(pk=self.server_id).exists():
+                # Where the target changes (a rule stored before the check still saves as it is): a rule for a
+                # server its agent does not bind fails every run it matches (``mcp:not_loaded``).
+                stored = type(self)._base_manager.filter(pk=self.pk).values_list("agent_id", "server_id").first()
+                if stored != (self.agent_id, self.server_id):
+                    errors["server"] = [
+                        str(
+                            _("The rule is for MCP '%(id)s', which this agent does not bind.")
+                            % {"id": self.server.mcp_id}
+                        )
+                    ]
             if not self.tool_name:
                 errors["tool_name"] = [str(_("Name the tool to call (or give a code rule)."))]
             try:

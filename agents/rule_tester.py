@@ -18,9 +18,8 @@ from django.utils.translation import gettext_lazy as _
 from agent_platform.json import json_error_text
 from agent_platform.json import loads as json_loads
 from agents.decision_reasons import reason_text
-from agents.models import Agent
+from agents.models import Agent, AgentVersion
 from agents.rule_form import key_value_pairs
-from agents.selectors import deterministic_rule_specs
 from audit.labels import reason_label
 from mcpregistry.list_fields import data_parts_from_text
 
@@ -78,6 +77,19 @@ class RuleTesterForm(forms.Form):
     a2a_data = _json_field(
         _("A2A data parts (PATH=value lines as in the rule editor, a blank line between parts, or a JSON list)")
     )
+    tested = forms.ChoiceField(
+        label=_("rules of"),
+        choices=[
+            ("live", _("what live traffic runs: the live version (the agent as stored if never published)")),
+            ("stored", _("the agent as stored, with changes not published yet")),
+            ("version", _("the published version numbered below")),
+        ],
+        initial="live",
+        required=False,  # not given: what live traffic runs
+        widget=forms.RadioSelect,
+        help_text=_("A/B arms run their own versions: test one by its number."),
+    )
+    version = forms.IntegerField(label=_("version number"), required=False, min_value=1)
     execute = forms.BooleanField(label=_("also call the matched tools through the gate (audited)"), required=False)
 
     def _parse(self, name: str, expected: type) -> Any:
@@ -116,39 +128,95 @@ class RuleTesterForm(forms.Form):
         # Each field's problem is told at its field, both at once.
         cleaned["context"] = self._parse("context", dict)
         cleaned["a2a_data"] = self._parse("a2a_data", list)
+        cleaned["agent_version"] = self._tested_version(cleaned)
         return cleaned
+
+    def _tested_version(self, cleaned: dict[str, Any]) -> AgentVersion | None:
+        """The published version whose frozen rules, servers and contracts are tested; None: the agent as stored
+        (also what live traffic runs where the agent was never published)."""
+        agent, tested, number = cleaned.get("agent"), cleaned.get("tested"), cleaned.get("version")
+        if agent is None:
+            return None
+        if tested in ("live", "", None):
+            return agent.live_version
+        if tested != "version":
+            return None
+        numbers = list(agent.versions.order_by("-number").values_list("number", flat=True))
+        chosen = agent.versions.filter(number=number).first() if number is not None else None
+        if chosen is None:
+            self.add_error(
+                "version",
+                _("%(agent)s has no version %(number)s; its versions: %(numbers)s")
+                % {"agent": agent.slug, "number": number or "—", "numbers": ", ".join(map(str, numbers)) or "—"},
+            )
+        return chosen
+
+
+def masked_input(agent: Agent, version: AgentVersion | None, text: str) -> str:
+    """``text`` with the secrets of the servers a run of ``agent`` (of ``version``) works with masked."""
+    from agents.config_cache import run_configuration
+    from agents.services import run_input_guarded
+
+    frozen = version if version is not None and version.content else None
+    secrets = run_configuration(agent=agent, version=frozen, generation=None).server_secrets
+    return str(run_input_guarded(text, secrets))
+
+
+def tested_label(agent: Agent, version: AgentVersion | None) -> str:
+    """What a trial tested, in words: the version (and whether it is live), or the agent as stored."""
+    if version is None:
+        return str(_("%(agent)s as stored") % {"agent": agent.slug})
+    live = str(_(" (live)")) if agent.live_version_id == version.pk else ""
+    return f"{agent.slug} v{version.number}{live}"
 
 
 def rules_trial(
-    *, agent: Agent, query: str, context: dict[str, Any], a2a_data: list[Any], execute: bool, actor: str
+    *,
+    agent: Agent,
+    query: str,
+    context: dict[str, Any],
+    a2a_data: list[Any],
+    execute: bool,
+    actor: str,
+    version: AgentVersion | None = None,
 ) -> list[RuleTrial]:
     """Evaluate the rules of ``agent`` against the input, in order, with the run's own deterministic stage
-    (``agents.deterministic_stage``): a dry run by default, through the gate when ``execute`` (audited, source
-    ``admin``). A failure that would end a run (``deterministic:rule_error``, ``mcp:not_loaded:<id>``,
-    ``deterministic:tool_unknown``) ends the trial list at that rule, with the run's reason code and text."""
+    (``agents.deterministic_stage``) and the configuration a run of it works with: that of the published
+    ``version`` (its frozen rules, servers and contracts), else the agent as stored. The input is read as a run
+    stores it (composed, the servers' secrets masked: ``run_input_guarded``). A dry run by default, through the
+    gate when ``execute`` (audited, source ``admin``). A failure that would end a run
+    (``deterministic:rule_error``, ``mcp:not_loaded:<id>``, ``deterministic:tool_unknown``) ends the trial list at
+    that rule, with the run's reason code and text."""
     # The stage and the gate load the MCP SDK and LangChain: a process that serves the admin pays for them when
     # a rule is first tried, not when it starts (this module is the URLconf's).
+    from agents.config_cache import run_configuration
     from agents.deterministic_stage import StageInput, deterministic_stage
+    from agents.services import run_input_guarded
     from mcpregistry import gate
 
-    servers = list(agent.servers.prefetch_related("tools"))
+    frozen = version if version is not None and version.content else None
+    configuration = run_configuration(agent=agent, version=frozen, generation=None)
+    secrets = configuration.server_secrets
+    provider = frozen.content["agent"].get("model_provider") if frozen is not None else agent.model_provider
 
     def who(call_id: str) -> gate.GateCall:
         return gate.GateCall(
             source="admin",
             actor=actor,
             call_id=call_id.replace("rule:", "rule-tester:", 1),
-            follow_fallback=agent.model_provider == "offline",  # as the agent's runs do
+            contracts=configuration.contracts,
+            follow_fallback=provider == "offline",  # as the agent's runs do
         )
 
     stage = deterministic_stage(
         StageInput(
-            query=query,
-            context=context,
-            a2a_data=a2a_data,
+            query=run_input_guarded(query, secrets),
+            context=run_input_guarded(context, secrets),
+            a2a_data=run_input_guarded(a2a_data, secrets),
             a2a_files=[],
-            servers=servers,
-            rules=deterministic_rule_specs(agent=agent),
+            servers=list(configuration.servers),
+            rules=list(configuration.rules),
+            contracts=configuration.contracts,
         ),
         mode="execute" if execute else "dry_run",
         who=who,
@@ -189,11 +257,18 @@ def rule_tester_view(request: HttpRequest) -> HttpResponse:
             a2a_data=data["a2a_data"],
             execute=data["execute"],
             actor=f"rule-tester:{request.user.get_username()}",
+            version=data["agent_version"],
         )
+        tested = tested_label(data["agent"], data["agent_version"])
+        # The page shows the input back as the trial read it: a server's secret typed in is not shown again.
+        form.data = form.data.copy()
+        for name in ("query", "context", "a2a_data"):
+            form.data[name] = masked_input(data["agent"], data["agent_version"], form.data.get(name) or "")
     context = {
         **admin.site.each_context(request),
         "title": _("Rule tester"),
         "form": form,
         "trials": trials,
+        "tested": tested if trials is not None else "",
     }
     return TemplateResponse(request, "admin/agents/rule_tester.html", context)

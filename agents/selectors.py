@@ -162,6 +162,35 @@ def tool_name_conflicts(servers: list[McpServer]) -> dict[str, list[str]]:
     return {name: ids for name, ids in owners.items() if len(ids) > 1}
 
 
+def servers_leaving(*, agent: Agent, servers: list[McpServer]) -> set[str]:
+    """The ids of the servers ``agent`` binds now and would no longer bind with ``servers``."""
+    if agent.pk is None:
+        return set()
+    return set(agent.servers.values_list("mcp_id", flat=True)) - {server.mcp_id for server in servers}
+
+
+def rules_calling(*, agent: Agent, mcp_ids: set[str]) -> list[str]:
+    """The agent's own enabled rules for one of ``mcp_ids`` (an admin rule's server, a code rule's
+    ``@deterministic_tool(mcp_id=...)``), as ``"rule (server)"``: if the agent stopped binding it, each would fail
+    the runs it decides (``mcp:not_loaded``)."""
+    from agents.tools import CodeRuleError, load_code_rule
+
+    if agent.pk is None or not mcp_ids:
+        return []
+    calling = []
+    for rule in agent.rules.filter(enabled=True).select_related("server").order_by("order", "id"):
+        if rule.code:
+            try:
+                _fn, mcp_id = load_code_rule(rule.code)
+            except CodeRuleError:
+                continue
+        else:
+            mcp_id = rule.server.mcp_id if rule.server else ""
+        if mcp_id in mcp_ids:
+            calling.append(f"{rule.name} ({mcp_id})")
+    return calling
+
+
 def deterministic_rule_specs(*, agent: Agent, server_ids: list[Any] | None = None) -> list[RuleSpec]:
     """The enabled rules a run of ``agent`` evaluates, in order: its own, and the global ones for its servers: an
     admin rule's server, a code rule's ``@deterministic_tool(mcp_id=...)`` (a global code rule whose function does

@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -21,9 +22,11 @@ from django.utils.translation import gettext as _
 from agent_platform.errors import ApplicationError
 from agents.budgets import budget_reserve, budget_settle
 from agents.config_cache import SubmissionParts, submission_parts
+from agents.deterministic import nfc_value
 from agents.dispatch import run_dispatch
 from agents.models import Agent, AgentArm, AgentVersion, ApiKey, Approval, DeterministicRule, Run
 from agents.run_state import RunEventWriter
+from agents.selectors import rules_calling, servers_leaving
 from agents.versions import VersionContent, caller_key, content_digest, pick_arm, version_content
 from audit.change_guard import actor_label
 from audit.changes import audited_delete, audited_save, change_scope, config_change_record
@@ -131,16 +134,33 @@ def agent_update(
     via: str,
     data: Mapping[str, Any] | None = None,
     servers: Iterable[McpServer] | None = None,
+    check_rules: bool = True,
 ) -> Agent:
     """Change an agent (prompt, model, mode, limits) and, given ``servers``, the servers it binds. A published
     agent's change is a draft that live traffic does not run until it is published, unless the agent is set to
-    publish on save (then it is published in the same transaction)."""
+    publish on save (then it is published in the same transaction). Raises ValidationError (``servers``) where
+    the agent would stop binding a server its enabled rules call (``unbinding_refused``); ``check_rules=False``:
+    the caller checks that once its rules are changed too (an import)."""
+    if servers is not None:
+        servers = list(servers)
+        leaving = servers_leaving(agent=agent, servers=servers)
+        if check_rules and (needing := rules_calling(agent=agent, mcp_ids=leaving)):
+            raise ValidationError({"servers": [unbinding_refused(needing)]})
     with transaction.atomic():
         audited_save(
             agent, actor=actor, via=via, data=data, m2m=None if servers is None else {"servers": list(servers)}
         )
         _publish_if_on_save(agent, actor=actor, via=via)
     return agent
+
+
+def unbinding_refused(needing: list[str]) -> str:
+    """Why the agent's servers cannot change so: ``needing`` are its enabled rules for a server it would stop
+    binding (``agents.selectors.rules_needing_unbound``)."""
+    return _(
+        "These enabled rules call a server the agent would no longer bind: %(rules)s. Disable or change them "
+        "first, or keep the server."
+    ) % {"rules": ", ".join(needing)}
 
 
 def agent_delete(*, agent: Agent, actor: Any, via: str) -> None:
@@ -467,6 +487,13 @@ def _earlier_submission(*, api_key_id: Any, idempotency_key: str) -> tuple[Any, 
 _EARLIER_COLUMNS = ("id", "request_digest", "api_key", "idempotency_key", "created_at")
 
 
+def run_input_guarded(value: Any, secrets: list[str]) -> Any:
+    """A caller's input (a query, its context, its data or files) as a run stores and the rules read it: composed
+    (``agents.deterministic.nfc``: the same words typed on any keyboard meet the same rules and reach the tools the
+    same) and masked (``_mask_strings``). The rule tester reads its input through this too."""
+    return _mask_strings(nfc_value(value), secrets)
+
+
 def _mask_strings(value: Any, secrets: list[str]) -> Any:
     """Mask secrets inside a caller's input: known secrets and value patterns everywhere, and the value of a key
     that names a secret (``password``, ``api_key``, ``token``: ``audit.masking.is_secret_key``), except a
@@ -549,10 +576,10 @@ def run_create(
             write_sandbox=sorted(write_sandbox),
             agent=agent,
             api_key=api_key,
-            query=mask_text(query, secrets=secrets),
-            context=_mask_strings(context or {}, secrets),
-            a2a_data=_mask_strings(a2a_data or [], secrets),
-            a2a_files=_mask_strings(a2a_files or [], secrets),
+            query=run_input_guarded(query, secrets),
+            context=run_input_guarded(context or {}, secrets),
+            a2a_data=run_input_guarded(a2a_data or [], secrets),
+            a2a_files=run_input_guarded(a2a_files or [], secrets),
             idempotency_key=idempotency_key,
             request_digest=digest,
         )
