@@ -13,6 +13,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import regex
 from django.utils.translation import gettext as _
 
 from evals.notation import NO_TOOL
@@ -187,7 +188,7 @@ def answer_check_failures(checks: list[dict[str, Any]], answer: str) -> list[str
     for check in checks:
         if "contains" in check and str(check["contains"]).lower() not in lowered:
             failed.append(f"contains:{check['contains']}")
-        elif "regex" in check and not re.search(str(check["regex"]), answer):
+        elif "regex" in check and not _answer_matches(str(check["regex"]), answer):
             failed.append(f"regex:{check['regex']}")
         elif check.get("dont_know") and not any(p in lowered for p in DONT_KNOW_PHRASES):
             failed.append("dont_know")
@@ -292,3 +293,16 @@ def threshold_failures(summary: dict[str, Any], thresholds: dict[str, Any]) -> l
         elif name in RATE_METRICS and value < limit:
             failed.append(f"{name} {value} < {limit}")
     return failed
+
+
+ANSWER_REGEX_TIMEOUT_S = 0.5
+
+
+def _answer_matches(pattern: str, answer: str) -> bool:
+    """Whether ``pattern`` finds something in ``answer``, searched (``regex`` module) for at most
+    ``ANSWER_REGEX_TIMEOUT_S``: a pattern that backtracks catastrophically on a long answer fails its check
+    instead of holding the eval's scoring."""
+    try:
+        return regex.search(pattern, answer, timeout=ANSWER_REGEX_TIMEOUT_S) is not None
+    except TimeoutError:
+        return False
