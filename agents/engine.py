@@ -93,6 +93,9 @@ class RunPlan:
     flow_graph: str = ""
     approvals: gate.ApprovalPort | None = None
     check_cancelled: Callable[[], None] = lambda: None
+    # Seconds left before the run's time limit (None: no limit): a flow's coroutine is cancelled then, not left
+    # running in its thread.
+    time_left: Callable[[], float | None] = lambda: None
     # Progress as it happens (rule decisions, deterministic results, model turns, tool calls): the run's events.
     emit: Callable[[str, dict[str, Any]], None] = lambda kind, data: None
     # Several events at once (one insert), e.g. the deterministic stage's rule decisions in a row.
@@ -722,6 +725,9 @@ def _execute_flow(
     parked: list[str] = []
 
     def call_tool(mcp_id: str, tool_name: str, params: dict[str, Any]) -> Any:
+        # Between the flow's steps, as the ReAct loop checks between its own: a run cancelled (or out of time, or
+        # taken over) sends nothing more, also when the flow caught the exception of an earlier call.
+        plan.check_cancelled()
         result = gate.call(
             server=servers[mcp_id], tool_name=tool_name, args=params, who=who("flow", f"flow:{next(node_calls)}")
         )
@@ -754,7 +760,14 @@ def _execute_flow(
     )
     t1 = time.perf_counter()
     try:
-        flow = flow_run(flow_graph=plan.flow_graph, settings=settings, trace=trace, emit=plan.emit)
+        flow = flow_run(
+            flow_graph=plan.flow_graph,
+            settings=settings,
+            trace=trace,
+            emit=plan.emit,
+            check=plan.check_cancelled,
+            time_left=plan.time_left,
+        )
     except RunCancelled:
         flow = FlowResult(error_code="cancelled", error_message="the run was cancelled")
         outcome.status = "cancelled"

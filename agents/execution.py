@@ -480,6 +480,7 @@ def _execute_claimed(claim: RunClaim) -> None:
         emit_many=writer.emit_many,
         approvals=approvals,
         check_cancelled=claim.check,
+        time_left=lambda: claim.deadline - clock(),
         conversation=run.conversation or [],
         previous_results=run.deterministic_results or [],
         previous_trace=run.messages or [],

@@ -8,6 +8,7 @@ from the ReAct loop and the deterministic stage.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import logging
@@ -60,6 +61,15 @@ class FlowParked(Exception):
         self.approval_id = approval_id
 
 
+# How long before its run's time limit a flow's coroutine is cancelled (before Celery's soft limit interrupts the
+# worker's thread and leaves the coroutine running).
+FLOW_STOP_MARGIN_S = 1.0
+
+
+class FlowTimedOut(Exception):
+    """The flow did not end before its run's time limit: its coroutine was cancelled."""
+
+
 def load_flow_builder(path: str) -> Callable[[FlowSettings], Any]:
     """The function ``path`` names. Raises ``CodeRuleError`` when it cannot be imported or is not callable."""
     module_name, _, attribute = path.rpartition(".")
@@ -80,9 +90,16 @@ def flow_run(
     settings: FlowSettings,
     trace: list[dict[str, Any]],
     emit: Callable[[str, dict[str, Any]], None],
+    check: Callable[[], None] = lambda: None,
+    time_left: Callable[[], float | None] = lambda: None,
 ) -> FlowResult:
     """Build the flow's graph and stream it to its end; each node's update goes to ``trace`` and ``emit``.
-    Returns the answer or a ``flow:error``; raises only ``MUST_PROPAGATE``."""
+    Returns the answer or a ``flow:error``; raises only ``MUST_PROPAGATE``.
+
+    ``check`` runs after each node and once the flow ends (the run's ``RunClaim.check``: it raises if the run
+    was cancelled, is out of time or was taken over; a flow that caught that exception still stops). The flow's
+    coroutine is cancelled ``FLOW_STOP_MARGIN_S`` before ``time_left()`` runs out: a flow that never ends does
+    not outlive its run in the worker's event loop thread (Celery's soft limit would stop the run, not it)."""
 
     async def run_flow() -> dict[str, Any]:
         builder = load_flow_builder(flow_graph)
@@ -104,12 +121,26 @@ def flow_run(
                 keys = sorted((update or {}).keys()) if isinstance(update, dict) else []
                 trace.append({"type": "flow_node", "node": node, "updated": keys})
                 await sync_to_async(emit, thread_sensitive=True)("flow_node", {"node": node, "updated": keys})
+            await sync_to_async(check, thread_sensitive=True)()
         return final
 
+    async def bounded() -> dict[str, Any]:
+        left = time_left()
+        if left is None:
+            return await run_flow()
+        try:
+            return await asyncio.wait_for(run_flow(), timeout=max(left - FLOW_STOP_MARGIN_S, 0.1))
+        except TimeoutError:
+            await sync_to_async(check, thread_sensitive=True)()  # out of time: raises (the claim says why)
+            raise FlowTimedOut() from None
+
     try:
-        state = async_to_sync(run_flow)()
+        state = async_to_sync(bounded)()
+        check()  # a flow that caught the stop (or the cancellation) must not finish the run as if not stopped
     except MUST_PROPAGATE:
         raise
+    except FlowTimedOut:
+        return FlowResult(error_code="time_limit", error_message="the run did not finish within its time limit")
     except FlowParked as exc:
         return FlowResult(parked_on=exc.approval_id)
     except CodeRuleError as exc:
