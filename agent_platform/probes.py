@@ -190,9 +190,12 @@ class PlatformCollector(Collector):
             "Gated tool calls (every attempt, refusal and memo hit) by server, outcome and reason code.",
             labels=["mcp_id", "outcome", "reason"],
         )
+        counted: dict[tuple[str, str, str], int] = {}
         for call_count in tool_calls.values("mcp_id", "ok", "reason").annotate(n=Count("id")).order_by():
-            outcome = "ok" if call_count["ok"] else "failed"
-            calls.add_metric([call_count["mcp_id"], outcome, call_count["reason"]], call_count["n"])
+            labels = (call_count["mcp_id"], "ok" if call_count["ok"] else "failed", _reason_label(call_count["reason"]))
+            counted[labels] = counted.get(labels, 0) + call_count["n"]
+        for labels, n in sorted(counted.items()):
+            calls.add_metric(list(labels), n)
         yield calls
 
         tool_rows: list[dict[str, Any]] = [
@@ -263,3 +266,9 @@ class PlatformCollector(Collector):
             "Workers whose heartbeat is recent (within PLATFORM_READY_WORKER_MAX_AGE_S).",
             value=WorkerHeartbeat.objects.filter(seen_at__gte=alive_since).count(),
         )
+
+
+def _reason_label(reason: str) -> str:
+    """A reason code as a metric label: an unknown argument's name (the caller's) is left out, so that a model
+    that makes up names cannot add a series per name (``args:unknown:regoin`` → ``args:unknown``)."""
+    return "args:unknown" if reason.startswith("args:unknown:") else reason

@@ -170,10 +170,12 @@ def traced_gate_call(call: Callable[..., R]) -> Callable[..., R]:
 
     @functools.wraps(call)
     def traced(**kwargs: Any) -> R:
-        who = kwargs["who"]
+        who, server, tool = kwargs["who"], kwargs["server"], kwargs["tool_name"]
+        # A name the server does not have (a model made it up) is not written into the span: it may hold anything.
+        known = any(t.name == tool for t in server.tools.all())
         with gate_span(
-            mcp_id=kwargs["server"].mcp_id,
-            tool=kwargs["tool_name"],
+            mcp_id=server.mcp_id,
+            tool=tool if known else "(unknown tool)",
             source=who.source,
             run_id=who.run_id,
             call_id=who.call_id,

@@ -74,7 +74,7 @@ from audit.chain import (
     sqlite_row_as_orm,
 )
 from audit.chain_keys import chain_keyring
-from audit.masking import mask_value, truncate
+from audit.masking import mask_text, mask_value, truncate
 from audit.models import AuditChainHead, AuditCheckpoint, AuditEvent, AuditPendingEvent
 from audit.row_statements import RowInsert
 
@@ -200,12 +200,14 @@ def _masked_event(fields: dict[str, Any]) -> tuple[AuditEvent, _JsonContent]:
         source=str(f["source"]),
         action=str(f["action"]),
         mcp_id=str(f["mcp_id"]),
-        tool=str(f["tool"]),
+        # A tool's name and a reason code may hold what a model made up (a tool it invented): masked as the
+        # arguments are.
+        tool=mask_text(str(f["tool"]), secrets=secret_list)[:200],
         call_id=str(f["call_id"])[:100],
         args=stored_args,
         result=stored_result,
         ok=bool(f["ok"]),
-        reason=str(f["reason"])[:200],
+        reason=mask_text(str(f["reason"]), secrets=secret_list)[:200],
         attempt=int(f["attempt"]),
         latency_ms=None if f["latency_ms"] is None else float(f["latency_ms"]),
         actor=str(f["actor"])[:200],

@@ -397,6 +397,10 @@ def argument_names(constraints: dict[str, dict[str, Any]], input_schema: Any = N
     return frozenset(str(name) for name in input_schema["properties"])
 
 
+# An argument's name as a reason code may carry it: a JSON Schema property name as tools write them.
+_ARGUMENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+
+
 def unknown_argument_hint(name: str, known: Collection[str]) -> str:
     """What to say after "'name' is not an argument of this tool": the closest argument, the list, or that the
     tool takes none."""
@@ -425,8 +429,12 @@ def check_args(
     extra = sorted(set(args) - known) if names is not None else []
     if extra and unknown == "refuse":
         hint = unknown_argument_hint(extra[0], known)
+        # The name is the caller's (a model's): it joins the reason code only as a name (``args:unknown:regoin``),
+        # never as free text, which would carry whatever the model wrote into the audit's reason column, span
+        # attributes and metric labels.
+        named = f":{extra[0]}" if _ARGUMENT_NAME.fullmatch(extra[0]) else ""
         return args, Verdict(
-            f"args:unknown:{extra[0]}",
+            f"args:unknown{named}",
             _("'%(name)s' is not an argument of this tool%(hint)s") % {"name": extra[0], "hint": hint},
         )
     clean = {k: v for k, v in args.items() if k in known} if (extra and unknown == "drop") else dict(args)

@@ -229,3 +229,35 @@ def test_tracing_is_opt_in_by_the_standard_variables() -> None:
     assert telemetry.tracing_requested({"OTEL_TRACES_EXPORTER": "console"})
     assert not telemetry.tracing_requested({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c"})
     assert not telemetry.tracing_requested({"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c"})
+
+
+def test_what_a_model_makes_up_reaches_no_span_audit_column_or_metric_label_as_it_was_written(
+    spans, demo_server, client
+) -> None:
+    """An argument or a tool a model invented is the model's text: it may hold a credential it read somewhere, and
+    every new name made a new metric series. The reason code names an argument only as a name; the audit's tool
+    and reason columns are masked; a span names no tool the server does not have; the metric counts the kind."""
+    from audit.models import AuditEvent
+    from tests.test_probes import scrape
+
+    credential = "sk-live-AbCdEf0123456789abcd"
+    who = gate.GateCall(source="admin", actor="tester")
+    sentence = gate.call(
+        server=demo_server, tool_name="search_employee", args={f"what is the salary 0 {credential}": 1}, who=who
+    )
+    named = gate.call(server=demo_server, tool_name="search_employee", args={"regoin": 1}, who=who)
+    invented = gate.call(server=demo_server, tool_name=f"lookup {credential}", args={}, who=who)
+
+    assert (sentence.error, named.error) == ("args:unknown", "args:unknown:regoin")
+    assert not invented.ok
+    recorded = json.dumps(
+        list(AuditEvent.objects.values_list("tool", "reason", "args", "result")), ensure_ascii=False, default=str
+    )
+    assert credential not in recorded and "lookup ***" in recorded
+    exported = json.dumps(
+        [(s.name, dict(s.attributes), [dict(e.attributes) for e in s.events]) for s in spans.get_finished_spans()],
+        ensure_ascii=False,
+    )
+    assert credential not in exported and "execute_tool (unknown tool)" in exported
+    labels = {dict(labels).get("reason") for (name, labels) in scrape(client) if name == "platform_tool_calls_total"}
+    assert "args:unknown" in labels and not any(label and label.startswith("args:unknown:") for label in labels)
