@@ -574,14 +574,19 @@ def _apply_versions(
             content = vspec.content.model_dump()
             stored = versions.get(vspec.number)
             if stored is None:
-                versions[vspec.number] = agent_version_import(
-                    agent=agent,
-                    number=vspec.number,
-                    content=cast(VersionContent, content),
-                    note=vspec.note,
-                    actor=actor,
-                    via=via,
-                )
+                try:
+                    versions[vspec.number] = agent_version_import(
+                        agent=agent,
+                        number=vspec.number,
+                        content=cast(VersionContent, content),
+                        note=vspec.note,
+                        actor=actor,
+                        via=via,
+                    )
+                except ValidationError as exc:
+                    for message in exc.messages:
+                        problems.add(where, f"versions: v{vspec.number}: {message}")
+                    continue
                 report.created.append(label)
             elif version_content_portable(stored.content) == version_content_portable(content):
                 report.unchanged.append(label)

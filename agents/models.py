@@ -318,6 +318,8 @@ class Agent(AuditedModel):
 
         errors: dict[str, list[str]] = {}
         params = self.model_params if isinstance(self.model_params, dict) else {}
+        if not isinstance(self.model_params, dict | None):
+            errors["model_params"] = [str(_("Enter a JSON object: parameter name → its value."))]
         valid = [*ModelParams.model_fields, *OTHER_MODE_PARAMS]
         for key in params:
             if key not in valid and key not in SECRET_PARAM_KEYS:  # a key gets its own message below

@@ -238,6 +238,14 @@ def build_provider_model(*, provider: str, model_id: str, params: dict[str, Any]
     if provider == "openai_compatible":
         if not parsed.base_url:
             raise ValueError("the openai_compatible provider needs model_params.base_url")
+        # Again where the model is built: a stored version (an import, one published before the policy changed)
+        # must not send the model's key to an address the policy refuses now.
+        from django.conf import settings
+
+        from mcpregistry.binding_policy import url_problem
+
+        if problem := url_problem(parsed.base_url, settings.PLATFORM_MODEL_ALLOW_PRIVATE_URLS):
+            raise ValueError(f"model_params.base_url: {problem}")
         if not model_id:
             raise ValueError("the openai_compatible provider needs a model id")
         return PlatformChatOpenAI(

@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -27,7 +27,7 @@ from agents.dispatch import run_dispatch
 from agents.models import Agent, AgentArm, AgentVersion, ApiKey, Approval, DeterministicRule, Run
 from agents.run_state import RunEventWriter
 from agents.selectors import rules_calling, servers_leaving
-from agents.versions import VersionContent, caller_key, content_digest, pick_arm, version_content
+from agents.versions import AGENT_FIELDS, VersionContent, caller_key, content_digest, pick_arm, version_content
 from audit.change_guard import actor_label
 from audit.changes import audited_delete, audited_save, change_scope, config_change_record
 from audit.masking import MASK, is_secret_key, mask_text
@@ -300,6 +300,8 @@ def agent_version_import(
             code="version_exists",
             status=409,
         )
+    if problems := version_content_problems(agent=agent, content=content):
+        raise ValidationError({"content": problems})
     local = dict(DeterministicRule.objects.filter(agent__isnull=True).values_list("name", "pk").order_by("-pk"))
     local.update(DeterministicRule.objects.filter(agent=agent).values_list("name", "pk"))
     frozen: VersionContent = {
@@ -315,6 +317,85 @@ def agent_version_import(
         published_by=actor_label(actor),
     )
     return audited_save(version, actor=actor, via=via, verb="import")
+
+
+def version_content_problems(*, agent: Agent, content: VersionContent | dict[str, Any]) -> list[str]:
+    """What a version's frozen content holds that its runs could not use or must not: checked as the agent's own
+    settings, rules and contracts are when they are saved (a run takes a version's values as they are). The agent
+    settings are validated as the agent's would be (the model's base URL against the address policy, a flow graph
+    that loads, the parameters' keys and types); each rule as a rule (its conditions, a params object, a code
+    rule that loads); each contract's values as a contract's. An imported version used to be stored unchecked:
+    its base URL received the agent's model key, a wrong type failed every run as ``internal``."""
+    from mcpregistry.gate_records import contract_from_snapshot
+    from mcpregistry.models import ToolContract
+
+    problems: list[str] = []
+
+    def collect(where: str, exc: ValidationError) -> None:
+        for name, messages in exc.message_dict.items():
+            problems.extend(f"{where}{'' if name == NON_FIELD_ERRORS else '.' + name}: {m}" for m in messages)
+
+    probe = Agent(slug=agent.slug, name=agent.name, model_secrets=agent.model_secrets, time_limit_s=agent.time_limit_s)
+    for name in AGENT_FIELDS:
+        if name in (content.get("agent") or {}):
+            setattr(probe, name, content["agent"][name])
+    try:
+        probe.clean_fields(exclude=[f.name for f in Agent._meta.fields if f.name not in AGENT_FIELDS])
+        probe.clean()
+    except ValidationError as exc:
+        collect("agent", exc)
+    for i, rule in enumerate(content.get("rules") or []):
+        where = f"rules[{i}] ({rule.get('name', '')})"
+        try:
+            _frozen_rule_check(rule)
+        except ValidationError as exc:
+            collect(where, exc)
+    for key, snapshot in (content.get("contracts") or {}).items():
+        contract = contract_from_snapshot(snapshot)
+        try:
+            contract.clean_fields(exclude=[f.name for f in ToolContract._meta.fields if f.name not in snapshot])
+            contract.clean()
+        except ValidationError as exc:
+            collect(f"contracts.{key}", exc)
+        except (TypeError, ValueError, AttributeError) as exc:
+            problems.append(f"contracts.{key}: {exc}")
+    return problems
+
+
+def _frozen_rule_check(rule: dict[str, Any]) -> None:
+    """A frozen rule's values, as ``DeterministicRule.clean`` checks a rule's (without its server's tools: the
+    version's run reads those)."""
+    from pydantic import ValidationError as PydanticValidationError
+
+    from agents.deterministic import WhenSpec, placeholder_problems
+    from agents.tools import CodeRuleError, load_code_rule
+    from mcpregistry.contracts import spec_problems
+
+    errors: dict[str, list[str]] = {}
+    for name in ("name", "mcp_id", "tool_name", "code", "answer_template", "force_first_tool"):
+        if not isinstance(rule.get(name, ""), str):
+            errors[name] = [str(_("Enter a text."))]
+    if rule.get("code"):
+        try:
+            load_code_rule(str(rule["code"]))
+        except CodeRuleError as exc:
+            errors["code"] = [str(exc)]
+    else:
+        when, params = rule.get("when") or {}, rule.get("params") or {}
+        if not isinstance(when, dict):
+            errors["when"] = [str(_("Enter a JSON object."))]
+        else:
+            try:
+                WhenSpec.model_validate(when)
+            except PydanticValidationError as exc:
+                errors["when"] = spec_problems(exc, WhenSpec)
+        if not isinstance(params, dict):
+            errors["params"] = [str(_("Enter a JSON object."))]
+        elif isinstance(when, dict) and not errors:
+            for field_name, found in placeholder_problems(when, params, str(rule.get("answer_template") or "")).items():
+                errors.setdefault(field_name, []).extend(found)
+    if errors:
+        raise ValidationError(errors)
 
 
 def agent_shadow_set(*, agent: Agent, actor: Any, via: str, version: AgentVersion | None, rate: float) -> Agent:
