@@ -13,7 +13,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import regex
+import regex  # type: ignore[import-untyped]
 from django.utils.translation import gettext as _
 
 from evals.notation import NO_TOOL
