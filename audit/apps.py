@@ -52,7 +52,10 @@ class AuditConfig(AppConfig):
     verbose_name = _("Audit")
 
     def ready(self) -> None:
-        from audit import roles
+        from audit import (
+            checks,  # noqa: F401 - registers the audit chain's system checks
+            roles,
+        )
         from audit.change_guard import ChangeAudit, m2m_changed_guard, policy_of
 
         roles.connect()

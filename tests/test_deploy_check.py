@@ -27,7 +27,11 @@ PLACEHOLDER = re.compile(r"\$\{(?P<name>\w+)(?::(?P<kind>[?-])(?P<rest>[^}]*))?\
 def compose_environment(service: str) -> dict[str, str]:
     """The service's environment as compose resolves it: ``${NAME:?…}`` from the secrets an operator must set,
     ``${NAME:-default}`` to its default."""
-    required = {"SECRET_KEY": secrets.token_urlsafe(50), "SECRETS_ENCRYPTION_KEYS": Fernet.generate_key().decode()}
+    required = {
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "SECRETS_ENCRYPTION_KEYS": Fernet.generate_key().decode(),
+        "AUDIT_CHAIN_KEY": secrets.token_urlsafe(32),
+    }
 
     def resolve(match: re.Match[str]) -> str:
         name, kind, rest = match["name"], match["kind"], match["rest"] or ""
@@ -71,3 +75,14 @@ def test_the_deploy_check_fails_without_https_settings(tmp_path: Path) -> None:
     done = check_deploy(environment, tmp_path)
     assert done.returncode != 0
     assert "security.W004" in done.stderr and "security.W008" in done.stderr
+
+
+def test_the_deploy_check_warns_where_each_process_would_sign_the_audit_with_a_key_of_its_own(tmp_path: Path) -> None:
+    """Without ``AUDIT_CHAIN_KEY`` every container generated its own chain key: the web's and the workers' audit
+    writes refused each other's chain head (the compose file did not set it)."""
+    environment = compose_environment("worker")
+    assert environment["AUDIT_CHAIN_KEY"]  # compose requires it
+    environment.pop("AUDIT_CHAIN_KEY")
+    done = check_deploy(environment, tmp_path)
+    assert done.returncode != 0
+    assert "audit.W001" in done.stdout + done.stderr
