@@ -4,6 +4,7 @@ shadow comparisons (disagreements first). Every change goes through the services
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from django.contrib import admin, messages
@@ -142,7 +143,7 @@ class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             raise Http404(gettext("Version not found."))
         others = AgentVersion.objects.filter(agent=version.agent)
         against_number = request.GET.get("against")
-        if against_number and against_number.isdigit():
+        if against_number and re.fullmatch(r"[0-9]{1,9}", against_number):  # not "²", which isdigit() calls a digit
             against = others.filter(number=int(against_number)).first()
         else:
             against = others.filter(number__lt=version.number).order_by("-number").first()

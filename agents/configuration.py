@@ -10,7 +10,6 @@ Secret values are given inline (``{"value": "..."}``, encrypted on import) or by
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
@@ -20,10 +19,12 @@ from typing import Annotated, Any, Literal, cast
 import yaml
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils.translation import gettext as _
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.errors import ApplicationError
+from agent_platform.json import loads as json_loads
 from agents.deterministic import RuleSpec as EngineRuleSpec
 from agents.models import Agent, AgentArm, AgentVersion, DeterministicRule
 from agents.selectors import rules_calling, servers_leaving
@@ -228,18 +229,31 @@ class _Problems:
 
 
 def load_document(path: str | Path) -> dict[str, Any]:
-    """Read a JSON or YAML configuration file."""
-    text = Path(path).read_text(encoding="utf-8")
+    """Read a JSON or YAML configuration file. Raises ApplicationError for a file that is not UTF-8, not valid
+    JSON or YAML (nesting past the bounded decoder's limit included), or not an object."""
+    kind = "YAML" if str(path).endswith((".yaml", ".yml")) else "JSON"
     try:
-        data = yaml.safe_load(text) if str(path).endswith((".yaml", ".yml")) else json.loads(text)
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApplicationError(
+            _("%(path)s: not UTF-8 text (byte %(position)s)") % {"path": path, "position": exc.start + 1},
+            code="invalid_config",
+        ) from None
+    try:
+        data = yaml.safe_load(text) if kind == "YAML" else json_loads(text)
     except (ValueError, yaml.YAMLError) as exc:
         raise ApplicationError(
-            f"{path}: not valid {'YAML' if str(path).endswith(('.yaml', '.yml')) else 'JSON'}: {exc}",
+            _("%(path)s: not valid %(kind)s: %(error)s") % {"path": path, "kind": kind, "error": exc},
             code="invalid_config",
-        ) from exc
+        ) from None
+    except RecursionError:
+        raise ApplicationError(
+            _("%(path)s: not valid %(kind)s: nested too deeply") % {"path": path, "kind": kind}, code="invalid_config"
+        ) from None
     if not isinstance(data, dict):
         raise ApplicationError(
-            f"{path}: the document must be an object with servers, contracts, agents, rules", code="invalid_config"
+            _("%(path)s: the document must be an object with servers, contracts, agents, rules") % {"path": path},
+            code="invalid_config",
         )
     return data
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
+from django.utils.translation import gettext as _
 
 from agents.errors import MUST_PROPAGATE
 from agents.tools import CodeRuleError, import_user_module
@@ -72,15 +73,17 @@ class FlowTimedOut(Exception):
 
 def load_flow_builder(path: str) -> Callable[[FlowSettings], Any]:
     """The function ``path`` names. Raises ``CodeRuleError`` when it cannot be imported or is not callable."""
-    module_name, _, attribute = path.rpartition(".")
+    module_name, _dot, attribute = path.rpartition(".")
     if not module_name:
-        raise CodeRuleError(f"flow graph '{path}' cannot be loaded: not a dotted path (package.module.function)")
+        raise CodeRuleError(
+            _("flow graph '%(path)s' cannot be loaded: not a dotted path (package.module.function)") % {"path": path}
+        )
     try:
         builder = getattr(import_user_module(module_name), attribute)
     except (CodeRuleError, AttributeError) as exc:
-        raise CodeRuleError(f"flow graph '{path}' cannot be loaded: {exc}") from exc
+        raise CodeRuleError(_("flow graph '%(path)s' cannot be loaded: %(why)s") % {"path": path, "why": exc}) from exc
     if not callable(builder):
-        raise CodeRuleError(f"flow graph '{path}' is not a function")
+        raise CodeRuleError(_("flow graph '%(path)s' is not a function") % {"path": path})
     return builder  # type: ignore[no-any-return]
 
 

@@ -313,7 +313,7 @@ class Agent(AuditedModel):
         from pydantic import ValidationError as PydanticValidationError
 
         from agents.providers import OTHER_MODE_PARAMS, ModelParams
-        from mcpregistry.binding_policy import from_env_problem, url_problem
+        from mcpregistry.binding_policy import from_env_problem, url_credentials_problem, url_problem
         from mcpregistry.contracts import spec_problems, unknown_key_problem
 
         errors: dict[str, list[str]] = {}
@@ -337,10 +337,22 @@ class Agent(AuditedModel):
                     errors.setdefault("model_params", []).append(
                         str(_('Give the server\'s "base_url", e.g. http://127.0.0.1:11434/v1.'))
                     )
-                elif problem := url_problem(parsed.base_url, settings.PLATFORM_MODEL_ALLOW_PRIVATE_URLS):
+                elif problem := url_problem(
+                    parsed.base_url, settings.PLATFORM_MODEL_ALLOW_PRIVATE_URLS
+                ) or url_credentials_problem(parsed.base_url, str(_("the model API key"))):
                     errors.setdefault("model_params", []).append(str(problem))
                 if not self.model_id:
                     errors["model_id"] = [str(_("Name the model the server serves."))]
+        if self.model_provider == self.Provider.BEDROCK and str(self.model_id or "").startswith("arn:"):
+            # langchain-aws looks an ARN's model up in AWS when the model is made, for every run.
+            errors["model_id"] = [
+                str(
+                    _(
+                        "Give a Bedrock model id (anthropic.claude-…) or an inference profile id (us.anthropic."
+                        "claude-…), not an ARN."
+                    )
+                )
+            ]
         if any(k in params for k in SECRET_PARAM_KEYS):
             errors.setdefault("model_params", []).append(
                 str(_("A key is a secret: put it in the model secrets (api_key), not in the model parameters."))

@@ -56,7 +56,10 @@ def supports_tool_choice(*, provider: str, model_id: str = "") -> bool:
     if "tool_choice" not in PROVIDER_CAPABILITIES.get(provider, frozenset()):
         return False
     if provider == "bedrock":
-        probe = ChatBedrockConverse(model=model_id or "x", region_name="us-east-1", client=object())
+        try:
+            probe = ChatBedrockConverse(model=model_id or "x", region_name="us-east-1", client=object())
+        except Exception:  # noqa: BLE001 - a model id langchain-aws refuses (an ARN): the agent's check says why
+            return False
         return "any" in (probe.supports_tool_choice_values or ())
     return True
 

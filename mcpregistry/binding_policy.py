@@ -150,6 +150,17 @@ def _allowed(host: str, port: int | None, address: Any, allowed: Iterable[str]) 
     return False
 
 
+def url_credentials_problem(url: str, where: str) -> str | None:
+    """Why ``url`` may not be stored as configuration: it carries a user name and password, a secret that would be
+    shown, exported and audited in clear (``where`` says where the secret goes instead). None when it carries none."""
+    parsed = urlparse(url or "")
+    if parsed.username is None and parsed.password is None:
+        return None
+    return _("A URL's user and password are a secret: remove them from the URL and give them as %(where)s.") % {
+        "where": where
+    }
+
+
 def url_problem(url: str, allowed: Iterable[str]) -> str | None:
     """Why a server URL may not be bound, or None."""
     parsed = urlparse(url or "")

@@ -16,7 +16,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.json import UnicodeJSONEncoder
 from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration, stored_value
-from mcpregistry.binding_policy import command_problem, from_env_problem, url_problem
+from mcpregistry.binding_policy import command_problem, from_env_problem, url_credentials_problem, url_problem
 from mcpregistry.contracts import ArgSpec, RetrySpec, ReturnsSpec, argument_names, spec_problems
 from mcpregistry.crypto import EncryptedJSONField
 
@@ -181,7 +181,11 @@ class McpServer(AuditedModel):
             parsed = urlparse(self.url or "")
             if parsed.scheme not in {"http", "https"} or not parsed.netloc:
                 errors.setdefault("url", []).append(_("Enter an http:// or https:// URL."))
-            elif problem := url_problem(self.url, settings.PLATFORM_MCP_ALLOW_PRIVATE_URLS):
+            elif problem := url_problem(self.url, settings.PLATFORM_MCP_ALLOW_PRIVATE_URLS) or (
+                # Where the URL changes: a server stored before the check still saves as it is.
+                (self.pk is None or self.url != stored_value(self, "url"))
+                and url_credentials_problem(self.url, str(_("a secret header (Authorization)")))
+            ):
                 errors.setdefault("url", []).append(problem)
         if (
             self.tool_prefix

@@ -4,7 +4,7 @@ import json
 from typing import Any
 
 import yaml
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
@@ -28,8 +28,13 @@ class Command(BaseCommand):
         else:
             text = json.dumps(document, ensure_ascii=False, indent=2) + "\n"
         if options["output"]:
-            with open(options["output"], "w", encoding="utf-8") as f:
-                f.write(text)
+            try:
+                with open(options["output"], "w", encoding="utf-8") as f:
+                    f.write(text)
+            except OSError as exc:
+                raise CommandError(
+                    _("cannot write %(path)s: %(why)s") % {"path": options["output"], "why": exc.strerror or exc}
+                ) from None
             self.stderr.write(_("wrote %(path)s") % {"path": options["output"]})
         else:
             self.stdout.write(text, ending="")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.description = _(self.help)  # marked above, translated now: argparse takes no lazy string
-        parser.add_argument("--older-than-days", type=int, required=True, metavar="N")
+        parser.add_argument("--older-than-days", type=_days, required=True, metavar="N")
         parser.add_argument(
             "--output",
             type=Path,
@@ -52,3 +53,14 @@ class Command(BaseCommand):
                 "hash": report.hash,
             }
         )
+
+
+def _days(text: str) -> int:
+    """A day count for ``--older-than-days``: a whole number from 0 to 36,500 (a hundred years)."""
+    try:
+        days = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(_("a whole number of days, e.g. 365")) from None
+    if not 0 <= days <= 36_500:
+        raise argparse.ArgumentTypeError(_("from 0 to 36500 days"))
+    return days
