@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.errors import ApplicationError
-from agents.models import Agent, AgentVersion, Run
+from agents.models import Agent, AgentVersion, Run, RunEvent
 from agents.services import run_cancel, run_create
 from audit.changes import audited_delete, audited_save
 from audit.models import AuditEvent
@@ -354,9 +354,26 @@ def eval_run_submit(*, eval_run: EvalRun, window: int | None = None) -> int:
 
 def run_tool_calls_for_scoring(run_id: Any) -> list[ToolCall]:
     """The calls a run made, in order, from its audit record: one per call (its first attempt, or the refusal or
-    memo hit that stood for it), retries left out."""
+    memo hit that stood for it), retries left out, and so are those of a delivery that did not finish: a worker
+    that died mid-run, whose run was delivered again and made its reads again (its writes are found, not sent
+    again), did not make the run's calls twice. A delivery's calls lie between its ``status: running`` event and
+    the next delivery's of the same pass (a pass resumed after an approval starts again at delivery 1)."""
+    starts = list(
+        RunEvent.objects.filter(run_id=run_id, kind="status", data__status="running")
+        .order_by("seq")
+        .values_list("created_at", "data")
+    )
+    lost = [
+        (began, starts[i + 1][0])
+        for i, (began, _data) in enumerate(starts[:-1])
+        if int((starts[i + 1][1] or {}).get("delivery") or 1) > 1
+    ]
     events = AuditEvent.objects.filter(run_id=run_id, action="tool.call", attempt__lte=1).order_by("id")
-    return [ToolCall(name=e.tool, args=e.args or {}, ok=e.ok, reason=e.reason) for e in events]
+    return [
+        ToolCall(name=e.tool, args=e.args or {}, ok=e.ok, reason=e.reason)
+        for e in events
+        if not any(began <= e.created_at < ended for began, ended in lost)
+    ]
 
 
 def _case_spec(case: EvalCase) -> CaseSpec:
