@@ -489,8 +489,9 @@ def execute(plan: RunPlan) -> RunOutcome:
 
     def before_model_call(messages: Sequence[BaseMessage], specs: list[dict[str, Any]]) -> dict[str, Any]:
         # The call may spend at most what is left of the reservation: its input bound must fit, and its output is
-        # capped to the rest (see ``input_token_bound`` and the README's Budgets).
-        if plan.token_ceiling is None:
+        # capped to the rest (see ``input_token_bound`` and the README's Budgets). The offline model reads nothing
+        # and spends no token: its turn is no call to bound (a small reservation failed every offline run).
+        if plan.token_ceiling is None or plan.provider == "offline":
             return {}
         specs_json = json.dumps(specs, ensure_ascii=False, sort_keys=True, default=str)
         input_bound = input_token_bound(messages, specs_json=specs_json, previous_specs_json=previous_specs[0])

@@ -5,7 +5,8 @@ The shadow is created only after the live run's outcome is stored (``agents.exec
 ``shadow_after_live`` once the caller can already read the answer), so it can neither delay nor change that
 answer. It is an ordinary run with ``purpose="shadow"``: the gate refuses its write calls
 (``eval:write_blocked``) and audits its calls under ``shadow``, apart from production metrics. It has no API
-key, so it never appears among the caller's runs. ``PLATFORM_SHADOW_QUEUE`` sends shadow runs to their own
+key, so it never appears among the caller's runs; it reserves its share of the agent's budgets (not the
+caller's key's), and is not started when they are spent. ``PLATFORM_SHADOW_QUEUE`` sends shadow runs to their own
 Celery queue, so that a worker of their own takes them and live runs never wait behind them.
 """
 
@@ -19,6 +20,8 @@ from typing import Any
 
 from django.db import transaction
 
+from agent_platform.errors import ApplicationError
+from agents.budgets import budget_reserve
 from agents.dispatch import run_dispatch
 from agents.models import Agent, Run, ShadowComparison
 
@@ -49,6 +52,7 @@ def _shadow_start(run_id: Any) -> Run | None:
     if agent.shadow_version_id is None or rate <= 0.0 or (rate < 1.0 and _rng.random() >= rate):
         return None
     with transaction.atomic():
+        savepoint = transaction.savepoint()
         shadow = Run.objects.create(
             agent=agent,
             api_key=None,
@@ -60,6 +64,14 @@ def _shadow_start(run_id: Any) -> Run | None:
             purpose=Run.Purpose.SHADOW,
             shadow_of=live,
         )
+        # A shadow spends the agent's tokens as a live run does: it reserves its share of the agent's budgets, and
+        # is skipped (never the live run's failure) when they do not have it.
+        try:
+            budget_reserve(run=shadow, agent=agent, api_key=None)
+        except ApplicationError as exc:
+            transaction.savepoint_rollback(savepoint)
+            logger.info("run %s: no shadow, %s", run_id, exc.message)
+            return None
         time_limit_s = agent.time_limit_s
         transaction.on_commit(
             lambda: run_dispatch(run_id=str(shadow.id), time_limit_s=time_limit_s, purpose=Run.Purpose.SHADOW)

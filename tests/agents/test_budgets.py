@@ -372,3 +372,22 @@ def test_the_price_page_names_the_model_ids_the_agents_use(admin_client) -> None
     page = admin_client.get("/admin/agents/modelprice/add/").content.decode()
     assert "The model id exactly as an agent names it; empty: every model of the provider" in page
     assert "The agents&#x27; models: bedrock: anthropic.claude-x-v1." in page
+
+
+@pytest.mark.django_db
+def test_an_offline_agent_runs_within_a_small_reservation(demo_agent) -> None:
+    """The offline model reads nothing and spends no token: a reservation smaller than its prompt's size failed
+    every run of the demo agent with ``budget:run_ceiling`` before its answer."""
+    from agents.services import run_create
+
+    budget_create(
+        actor="test-admin",
+        via="tests",
+        data={"agent": demo_agent, "period": "day", "max_tokens": 2_500, "run_reservation_tokens": 1_000},
+    )
+    run = run_create(agent_slug=demo_agent.slug, query="A-1001 자산의 현재 상태를 알려주세요.", api_key=None)
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED, (run.error_code, run.error_message)
+    assert "A-1001" in run.answer
+    assert BudgetUsage.objects.get().reserved_tokens == 0  # settled

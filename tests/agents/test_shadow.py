@@ -164,3 +164,29 @@ def test_a_shadow_never_executes_a_write_and_its_disagreement_is_listed_first(
     assert (comparison.same_tools, comparison.agrees) == (False, False)
     assert "notes.append_note" in comparison.shadow_tools
     assert [c.live_run_id for c in ShadowComparison.objects.all()] == [run.id, first.id]
+
+
+def test_a_shadow_reserves_its_share_of_the_agents_budget_and_is_skipped_when_it_is_spent(demo_agent: Agent) -> None:
+    """A shadow spends the agent's tokens on the candidate: it used to be made with no reservation, so it ran on
+    whatever was left of the agent's budget, or none."""
+    from agents.budgets import budget_create
+    from agents.models import BudgetReservation, BudgetUsage
+    from agents.shadow import shadow_after_live
+
+    agent_version_publish(agent=demo_agent, actor="test-admin", via="tests")
+    demo_agent.refresh_from_db()
+    agent_shadow_set(agent=demo_agent, actor="test-admin", via="tests", version=demo_agent.live_version, rate=1.0)
+    budget = budget_create(
+        actor="test-admin",
+        via="tests",
+        data={"agent": demo_agent, "period": "day", "max_tokens": 25_000, "run_reservation_tokens": 10_000},
+    )
+
+    first = live_run(demo_agent)
+    shadow = Run.objects.get(shadow_of=first)
+    assert BudgetReservation.objects.get(run=shadow).tokens == 10_000
+    assert BudgetUsage.objects.get(budget=budget).reserved_tokens == 10_000  # the shadow's: the live run settled
+
+    BudgetUsage.objects.filter(budget=budget).update(used_tokens=20_000)  # the day's tokens spent elsewhere
+    assert shadow_after_live(run_id=first.id) is None
+    assert Run.objects.filter(shadow_of=first).count() == 1  # no second shadow, not even a row of one
