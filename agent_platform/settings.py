@@ -7,11 +7,13 @@ Defaults are for one machine with nothing installed but Python: SQLite and a Cel
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
 from agent_platform.key_files import key_file
@@ -68,6 +70,8 @@ MIDDLEWARE = [
     # Outermost: any error under /api/ leaves as the API's JSON; then bodies over the limit are refused before
     # sessions, CSRF or authentication read them (agent_platform/body_limit.py).
     "agent_platform.body_limit.ApiErrorShapeMiddleware",
+    # Forwarded headers are believed only from PLATFORM_TRUSTED_PROXIES (agent_platform/client_ip.py).
+    "agent_platform.client_ip.ForwardedHeadersMiddleware",
     # A trace span per request (a no-op unless the OTEL_* variables turn traces on: agent_platform/telemetry.py).
     "agent_platform.telemetry.TracingMiddleware",
     "agent_platform.body_limit.BodyLimitMiddleware",
@@ -333,6 +337,16 @@ PLATFORM_LOGIN_LOCKOUT_S = int(os.environ.get("PLATFORM_LOGIN_LOCKOUT_S", "900")
 # The client's address is REMOTE_ADDR, unless this many trusted proxies in front each append to
 # X-Forwarded-For: then it is the address the outermost trusted proxy saw (the Nth entry from the right).
 PLATFORM_PROXY_HOPS = int(os.environ.get("PLATFORM_PROXY_HOPS", "0"))
+# The peers whose X-Forwarded-For / X-Forwarded-Proto are believed (agent_platform/client_ip.py): networks,
+# comma-separated; by default loopback and the private ranges.
+PLATFORM_TRUSTED_PROXIES = _env_list(
+    "PLATFORM_TRUSTED_PROXIES", "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"
+)
+for _network in PLATFORM_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError as _exc:
+        raise ImproperlyConfigured(f"PLATFORM_TRUSTED_PROXIES: {_network!r} is not a network ({_exc})") from None
 AUTHENTICATION_BACKENDS = ["audit.logins.LockoutModelBackend"]
 
 # --- logging: every handler masks secrets (audit.masking) -----------------------------------------

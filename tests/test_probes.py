@@ -86,6 +86,31 @@ def test_metrics_are_refused_outside_the_allowed_networks_without_the_token(clie
     assert client.get("/metrics").status_code == 403  # loopback too, once no network is allowed
 
 
+def test_forwarded_headers_are_believed_only_from_a_trusted_proxy(client, settings) -> None:
+    """Behind a proxy (``PLATFORM_PROXY_HOPS``) a client that reached the web server directly claimed 127.0.0.1 in
+    ``X-Forwarded-For`` and read ``/metrics``; it could claim HTTPS in ``X-Forwarded-Proto`` too."""
+    from django.test import RequestFactory
+
+    from agent_platform.client_ip import ForwardedHeadersMiddleware, client_ip
+
+    settings.PLATFORM_PROXY_HOPS = 1
+    claimed = {"HTTP_X_FORWARDED_FOR": "127.0.0.1", "HTTP_X_FORWARDED_PROTO": "https"}
+    assert client.get("/metrics", REMOTE_ADDR="203.0.113.7", **claimed).status_code == 403
+    assert client.get("/metrics", REMOTE_ADDR="10.0.0.5", **claimed).status_code == 200  # our proxy says so
+
+    seen = {}
+
+    def view(request):  # type: ignore[no-untyped-def]
+        seen.update(ip=client_ip(request.META), secure=request.is_secure())
+        return None
+
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    ForwardedHeadersMiddleware(view)(RequestFactory().get("/", REMOTE_ADDR="203.0.113.7", **claimed))
+    assert seen == {"ip": "203.0.113.7", "secure": False}
+    ForwardedHeadersMiddleware(view)(RequestFactory().get("/", REMOTE_ADDR="192.168.1.2", **claimed))
+    assert seen == {"ip": "127.0.0.1", "secure": True}
+
+
 def test_metrics_count_runs_tool_calls_breakers_queue_approvals_and_workers(client, demo_agent: Agent) -> None:
     done = Run.objects.create(agent=demo_agent, query="김하늘 님은 어느 팀 소속인가요?")
     run_agent.apply(args=[str(done.id)])
