@@ -312,6 +312,7 @@ class Agent(AuditedModel):
         from django.core.exceptions import ValidationError
         from pydantic import ValidationError as PydanticValidationError
 
+        from agents.llm import supports_tool_choice
         from agents.providers import OTHER_MODE_PARAMS, ModelParams
         from mcpregistry.binding_policy import from_env_problem, url_credentials_problem, url_problem
         from mcpregistry.contracts import spec_problems, unknown_key_problem
@@ -343,6 +344,25 @@ class Agent(AuditedModel):
                     errors.setdefault("model_params", []).append(str(problem))
                 if not self.model_id:
                     errors["model_id"] = [str(_("Name the model the server serves."))]
+            forced = parsed.tool_choice if isinstance(parsed.tool_choice, str) else None
+            if (
+                forced not in (None, "auto", "none")
+                and (
+                    self.pk is None
+                    or params.get("tool_choice") != (stored_value(self, "model_params") or {}).get("tool_choice")
+                )
+                and not supports_tool_choice(self.model_provider, self.model_id)
+            ):
+                # Every run would fail when the model is asked to choose so (the provider refuses it).
+                errors.setdefault("model_params", []).append(
+                    str(
+                        _(
+                            "tool_choice: the %(provider)s provider (or this model) cannot be made to call a tool; "
+                            "leave it out or use auto."
+                        )
+                        % {"provider": self.model_provider}
+                    )
+                )
         if self.model_provider == self.Provider.BEDROCK and str(self.model_id or "").startswith("arn:"):
             # langchain-aws looks an ARN's model up in AWS when the model is made, for every run.
             errors["model_id"] = [

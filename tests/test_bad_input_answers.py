@@ -82,3 +82,20 @@ def test_a_url_with_a_password_is_refused_for_a_model_and_a_server(demo_agent) -
     with pytest.raises(ValidationError) as refused:
         server.full_clean()
     assert "A URL's user and password are a secret" in str(refused.value)
+
+
+@pytest.mark.django_db
+def test_a_tool_choice_the_model_cannot_honour_is_refused(demo_agent) -> None:
+    """Bedrock's Llama models take no forced tool choice: every run failed ``model:error`` when the model was
+    asked to call one."""
+    demo_agent.model_provider = "bedrock"
+    demo_agent.model_id = "meta.llama3-70b-instruct-v1:0"
+    demo_agent.model_params = {"tool_choice": "any"}
+    with pytest.raises(ValidationError) as refused:
+        demo_agent.full_clean()
+    assert "tool_choice: the bedrock provider (or this model) cannot be made to call a tool" in str(refused.value)
+    demo_agent.model_params = {"tool_choice": "auto"}
+    demo_agent.full_clean()
+    demo_agent.model_id = "anthropic.claude-3-5-sonnet-20240620-v1:0"
+    demo_agent.model_params = {"tool_choice": "any"}
+    demo_agent.full_clean()
