@@ -42,7 +42,7 @@ from agents.llm import build_chat_model, supports_tool_choice
 from agents.mcp_context import READ_RESOURCE_TOOL, McpContextSettings, mcp_context_settings, read_resource_spec
 from agents.model_tracing import ModelCallTracer
 from agents.parallel_calls import ParallelCalls, call_batch
-from agents.providers import ModelCallFailed, guardrail_intervention, model_error_kind
+from agents.providers import RETRYABLE_BY_DEFAULT, ModelCallFailed, guardrail_intervention, model_error_kind
 from agents.selectors import tool_name_conflicts
 from agents.tool_offer import ToolOffer, tool_doc
 from agents.tool_selection import (
@@ -458,7 +458,7 @@ def execute(plan: RunPlan) -> RunOutcome:
         model = build_chat_model(
             provider=plan.provider,
             model_id=plan.model_id,
-            params=plan.model_params,
+            params=_budgeted_params(plan.model_params) if plan.token_ceiling is not None else plan.model_params,
             offline_answer=_offline_answer(plan, results),
             api_key=plan.model_api_key,
         )
@@ -792,6 +792,15 @@ def _execute_flow(
         "total_ms": clock.ms_since(clock.started),
     }
     return outcome
+
+
+def _budgeted_params(params: dict[str, Any]) -> dict[str, Any]:
+    """A budgeted run's model parameters: a call that timed out is not sent again. The provider may have finished
+    (and billed) it without the answer reaching us: its tokens are never reported, so a second send could spend
+    past the reservation that bounds each call once (README, Budgets)."""
+    retry = params.get("retry") if isinstance(params.get("retry"), dict) else {}
+    kinds = retry.get("on") if isinstance(retry.get("on"), list) else list(RETRYABLE_BY_DEFAULT)
+    return {**params, "retry": {**retry, "on": [kind for kind in kinds if kind != "timeout"]}}
 
 
 class TokenCeilingReached(Exception):

@@ -333,3 +333,25 @@ def test_the_model_is_told_the_limits_the_contract_sets_before_a_call_is_refused
     team = spec["function"]["parameters"]["properties"]["team"]
     assert team["enum"] == ["물류플랫폼팀", "AI연구팀"] and team["type"] == "string"
     assert "team" in spec["function"]["parameters"]["required"]
+
+
+def test_a_budgeted_run_does_not_send_a_timed_out_call_again(demo_server) -> None:
+    """The provider may have finished and billed a call whose answer never came: a budgeted run's reservation
+    bounds each call once, so a timed-out call is not sent a second (and third) time."""
+    from agents.budgets import budget_create
+    from agents.services import run_create
+
+    turns = [{"delay_s": 2, "content": "late"}, {"content": "second"}, {"content": "third"}]
+    with ScriptedOpenAIServer(turns).running() as server:
+        agent = openai_agent(server, demo_server, timeout_s=0.5, retry={"max_attempts": 3, "backoff_s": 0})
+        budget_create(
+            actor="test-admin",
+            via="tests",
+            data={"agent": agent, "period": "day", "max_tokens": 100_000, "run_reservation_tokens": 20_000},
+        )
+        run = run_create(agent_slug=agent.slug, query="안녕하세요", api_key=None)  # reserves its share
+        run_execute(run_id=str(run.id))
+        run.refresh_from_db()
+        requests = len(server.requests)
+    assert (run.status, run.error_code) == (Run.Status.FAILED, "model:timeout")
+    assert requests == 1
