@@ -798,8 +798,10 @@ def _budgeted_params(params: dict[str, Any]) -> dict[str, Any]:
     """A budgeted run's model parameters: a call that timed out is not sent again. The provider may have finished
     (and billed) it without the answer reaching us: its tokens are never reported, so a second send could spend
     past the reservation that bounds each call once (README, Budgets)."""
-    retry = params.get("retry") if isinstance(params.get("retry"), dict) else {}
-    kinds = retry.get("on") if isinstance(retry.get("on"), list) else list(RETRYABLE_BY_DEFAULT)
+    given = params.get("retry")
+    retry: dict[str, Any] = given if isinstance(given, dict) else {}
+    listed = retry.get("on")
+    kinds: list[Any] = listed if isinstance(listed, list) else list(RETRYABLE_BY_DEFAULT)
     return {**params, "retry": {**retry, "on": [kind for kind in kinds if kind != "timeout"]}}
 
 
