@@ -15,6 +15,7 @@ import functools
 import importlib
 import logging
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -100,13 +101,32 @@ class ToolFailure(dict[str, Any]):
     (``agents.flows.common.failed``)."""
 
 
+@dataclass(frozen=True)
+class _Binding:
+    caller: Callable[[str, str, dict[str, Any]], Any]
+    mcp_ids: tuple[str, ...]
+    mcp_id: str | None
+
+
 class MCPHandle:
-    """A flow's door to its MCP tools. Declare one at module level; bind it when the graph is built."""
+    """A flow's door to its MCP tools. Declare one at module level; bind it when the graph is built.
+
+    The binding is the run's own (a context variable, which the graph's node tasks inherit from the coroutine that
+    built the graph): two runs of the same flow at once in one process (a threaded pool, an inline runner) each
+    call through their own run's gate, never the other's."""
 
     def __init__(self) -> None:
-        self._caller: Callable[[str, str, dict[str, Any]], Any] | None = None
-        self.mcp_id: str | None = None
-        self.mcp_ids: list[str] = []
+        self._binding: ContextVar[_Binding | None] = ContextVar(f"mcp_handle_{id(self)}", default=None)
+
+    @property
+    def mcp_id(self) -> str | None:
+        binding = self._binding.get()
+        return binding.mcp_id if binding is not None else None
+
+    @property
+    def mcp_ids(self) -> list[str]:
+        binding = self._binding.get()
+        return list(binding.mcp_ids) if binding is not None else []
 
     async def bind_registry(self, settings: Any, *, mcp_ids: list[str], mcp_id: str | None = None) -> None:
         """Bind to the run's registry (``settings`` is the ``FlowSettings`` the engine passes to
@@ -114,19 +134,18 @@ class MCPHandle:
         missing = [m for m in mcp_ids if m not in settings.bound_mcp_ids]
         if missing:
             raise CodeRuleError("; ".join(MCP_NOT_LOADED.format(mcp_id=m) for m in missing))
-        self._caller = settings.call_tool
-        self.mcp_ids = list(mcp_ids)
-        self.mcp_id = mcp_id or (mcp_ids[0] if mcp_ids else None)
+        self._binding.set(_Binding(settings.call_tool, tuple(mcp_ids), mcp_id or (mcp_ids[0] if mcp_ids else None)))
 
     async def call(self, tool_name: str, params: dict[str, Any] | None = None, *, mcp_id: str | None = None) -> Any:
         """Call a tool through the gate. Returns its result (a dict or a string); a failure is returned as a
         ``ToolFailure`` (``{"ok": False, "error": <reason>, "message": ...}``), never raised."""
-        if self._caller is None:
+        binding = self._binding.get()
+        if binding is None:
             raise RuntimeError("MCPHandle.call before bind_registry")
-        target = mcp_id or self.mcp_id
-        if target is None or target not in self.mcp_ids:
+        target = mcp_id or binding.mcp_id
+        if target is None or target not in binding.mcp_ids:
             raise CodeRuleError(f"'{target}' is not bound to this handle")
         from asgiref.sync import sync_to_async
 
         # The gate writes the audit with the run's database connection: back to the run's own thread.
-        return await sync_to_async(self._caller, thread_sensitive=True)(target, tool_name, params or {})
+        return await sync_to_async(binding.caller, thread_sensitive=True)(target, tool_name, params or {})

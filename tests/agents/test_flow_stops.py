@@ -183,3 +183,50 @@ def test_a_flow_that_never_ends_is_cancelled_before_its_time_limit(settings: Any
     )
     assert time.monotonic() < deadline  # before Celery's soft limit would interrupt the worker
     assert FOREVER_ENDED.wait(2)
+
+
+shared = MCPHandle()
+
+
+async def build_two_calls(settings: Any) -> Any:
+    await shared.bind_registry(settings, mcp_ids=["s"], mcp_id="s")
+
+    async def node(state: FlowState) -> dict[str, Any]:
+        first = await shared.call("t", params={})
+        await asyncio.sleep(0.2)  # the other run binds the same handle meanwhile
+        second = await shared.call("t", params={})
+        return {"output": f"{first},{second}"}
+
+    graph = StateGraph(FlowState)
+    graph.add_node("n", node)
+    graph.add_edge(START, "n")
+    graph.add_edge("n", END)
+    return graph.compile()
+
+
+def test_two_runs_of_one_flow_at_once_each_call_through_their_own_gate(settings: Any) -> None:
+    """A flow's handle is declared once per module: its binding was the last run's, so under a threaded pool one
+    run's calls went through the other run's gate (its run id, approvals, memo and audit)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    settings.PLATFORM_FLOW_GRAPHS = [f"{__name__}.build_two_calls"]
+
+    def run(name: str) -> str:
+        flow_settings = FlowSettings(
+            run_id=name,
+            query="q",
+            context={},
+            a2a_data=[],
+            a2a_files=[],
+            bound_mcp_ids=["s"],
+            options={},
+            call_tool=lambda mcp_id, tool, params: name,
+        )
+        result = flow_run(
+            flow_graph=f"{__name__}.build_two_calls", settings=flow_settings, trace=[], emit=lambda *a: None
+        )
+        return result.answer
+
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(run, ["run-a", "run-b"]))
+    assert answers == ["run-a,run-a", "run-b,run-b"]
