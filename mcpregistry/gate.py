@@ -367,8 +367,10 @@ def refuse_withdrawn(*, tool_name: str, args: Any, who: GateCall, mcp_id: str, c
 def refuse_call(
     *, tool_name: str, args: Any, who: GateCall, reason: str, message: str, mcp_id: str | None = None
 ) -> ToolResult:
-    """Refuse a model's call before it reaches a server: one masked audit event, a failed ToolResult."""
+    """Refuse a model's call before it reaches a server: one masked audit event (the tool's name too: a model
+    may write anything there), a failed ToolResult."""
     safe_args = mask_value(args if isinstance(args, dict) else {"_raw": args})
+    tool_name = mask_text(tool_name)
     if who.audit_sink is not None:
         who.audit_sink.flush()
     audit_event_record(
@@ -397,6 +399,10 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
             % {"mcp_id": server.mcp_id},
         )
     tool = next((t for t in server.tools.all() if t.name == tool_name), None) if known_tool else None
+    if tool is None:
+        # A name the server does not have is the caller's text (a model may write anything there): it is
+        # recorded and answered masked.
+        tool_name = this.tool_name = this.result.tool = mask_text(tool_name, secrets=this.secrets)
     if tool is None or not offered(who, server, tool):
         # A run of a published version calls only the tools the version froze (a tool approved or added since
         # waits for the next publish); a tool disabled since is withdrawn from every version at once.
