@@ -2,8 +2,9 @@
 
 A proxy in front of the platform tells it who the client is (``X-Forwarded-For``) and whether the client spoke
 TLS (``X-Forwarded-Proto``, read by Django's ``SECURE_PROXY_SSL_HEADER`` under ``PLATFORM_TLS=proxy``). Those
-headers are only believed from a proxy: a peer whose address is in ``PLATFORM_TRUSTED_PROXIES`` (networks;
-by default loopback and the private ranges, where a proxy of one's own sits). From any other peer
+headers are only believed from a proxy: a peer whose address is in ``PLATFORM_TRUSTED_PROXIES`` (networks, and
+``unix`` for a unix socket; by default loopback, the private ranges and ``unix``, where a proxy of one's own sits:
+set it to the proxies' own addresses where other hosts share those ranges). From any other peer
 (``ForwardedHeadersMiddleware``) they are dropped before anything reads them: a client that reaches the web
 server directly could otherwise claim 127.0.0.1 (and read ``/metrics``, dodge its login lockout and bad-key
 throttle) or claim HTTPS."""
@@ -29,14 +30,19 @@ def _networks(configured: tuple[str, ...]) -> tuple[Network, ...]:
 
 
 def from_trusted_proxy(meta: Mapping[str, Any]) -> bool:
-    """Whether the request's peer (``REMOTE_ADDR``) is in ``PLATFORM_TRUSTED_PROXIES``."""
+    """Whether the request's peer (``REMOTE_ADDR``) is in ``PLATFORM_TRUSTED_PROXIES``. A peer without an address
+    (a unix socket: a proxy on this machine) is trusted where the list names ``unix``, as it does by default."""
+    configured = tuple(settings.PLATFORM_TRUSTED_PROXIES)
+    remote = str(meta.get("REMOTE_ADDR") or "").strip()
+    if not remote:
+        return "unix" in configured
     try:
-        peer = ipaddress.ip_address(str(meta.get("REMOTE_ADDR") or "").strip())
+        peer = ipaddress.ip_address(remote)
     except ValueError:
         return False
     if isinstance(peer, ipaddress.IPv6Address) and peer.ipv4_mapped is not None:
         peer = peer.ipv4_mapped
-    return any(peer in network for network in _networks(tuple(settings.PLATFORM_TRUSTED_PROXIES)))
+    return any(peer in network for network in _networks(tuple(n for n in configured if n != "unix")))
 
 
 def client_ip(meta: Mapping[str, Any]) -> str:

@@ -338,11 +338,11 @@ PLATFORM_LOGIN_LOCKOUT_S = int(os.environ.get("PLATFORM_LOGIN_LOCKOUT_S", "900")
 # X-Forwarded-For: then it is the address the outermost trusted proxy saw (the Nth entry from the right).
 PLATFORM_PROXY_HOPS = int(os.environ.get("PLATFORM_PROXY_HOPS", "0"))
 # The peers whose X-Forwarded-For / X-Forwarded-Proto are believed (agent_platform/client_ip.py): networks,
-# comma-separated; by default loopback and the private ranges.
+# comma-separated, and "unix" for a unix socket's peer; by default loopback, the private ranges and unix.
 PLATFORM_TRUSTED_PROXIES = _env_list(
-    "PLATFORM_TRUSTED_PROXIES", "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7"
+    "PLATFORM_TRUSTED_PROXIES", "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7,unix"
 )
-for _network in PLATFORM_TRUSTED_PROXIES:
+for _network in (n for n in PLATFORM_TRUSTED_PROXIES if n != "unix"):
     try:
         ipaddress.ip_network(_network, strict=False)
     except ValueError as _exc:

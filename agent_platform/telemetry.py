@@ -170,18 +170,16 @@ def traced_gate_call(call: Callable[..., R]) -> Callable[..., R]:
 
     @functools.wraps(call)
     def traced(**kwargs: Any) -> R:
-        who, server, tool = kwargs["who"], kwargs["server"], kwargs["tool_name"]
-        # A name the server does not have (a model made it up) is not written into the span: it may hold anything.
-        known = any(t.name == tool for t in server.tools.all())
+        who = kwargs["who"]
         with gate_span(
-            mcp_id=server.mcp_id,
-            tool=tool if known else "(unknown tool)",
-            source=who.source,
-            run_id=who.run_id,
-            call_id=who.call_id,
-        ):
+            mcp_id=kwargs["server"].mcp_id, tool="", source=who.source, run_id=who.run_id, call_id=who.call_id
+        ) as current:
             result = call(**kwargs)
             outcome: Any = result
+            # Named from the result: a name the server does not have (a model may write anything there) is
+            # masked by the gate by then.
+            current.update_name(f"execute_tool {outcome.tool}")
+            current.set_attribute("gen_ai.tool.name", outcome.tool)
             gate_outcome(
                 ok=outcome.ok,
                 reason=outcome.error,

@@ -38,6 +38,10 @@ _PATTERNS: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
         lambda m: gettext("tool %(tool)s is not available") % m.groupdict(),
     ),
     (
+        re.compile(r"regex gave up after (?P<seconds>\S+) s on this query", re.S),
+        lambda m: gettext("the regex gave up after %(seconds)s s on this query") % m.groupdict(),
+    ),
+    (
         re.compile(r"no value for (?P<placeholder>\{.+\})", re.S),
         lambda m: gettext("no value for %(placeholder)s") % m.groupdict(),
     ),

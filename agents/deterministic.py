@@ -13,7 +13,7 @@ import logging
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Any
 
 import regex  # type: ignore[import-untyped]
 from django.utils.translation import gettext
@@ -32,12 +32,20 @@ a worker, or the rule tester's page, for longer. Rule regexes run on the ``regex
 (``re`` has none); for the patterns rules are written in, the two read the same."""
 
 
+# CJK compatibility ideographs (KS X 1001's duplicate hanja, U+F900–U+FAFF, U+2F800–U+2FA1F): NFC would replace
+# each with its unified twin, changing a name written with it. They are kept as written.
+_COMPATIBILITY_IDEOGRAPHS = re.compile("([\uf900-\ufaff\U0002f800-\U0002fa1f]+)")
+
+
 def nfc(text: str) -> str:
-    """``text`` in Unicode's composed form (NFC). Korean typed on macOS or iOS, or pasted from a file name, often
-    comes decomposed (NFD: 김 as ᄀ+ᅵ+ᆷ), which reads the same and matches nothing written composed: a query, its
-    context and data are stored composed (``agents.services.run_input_guarded``), and the rules compare composed
-    text on both sides."""
-    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
+    """``text`` in Unicode's composed form (NFC), CJK compatibility ideographs kept as written. Korean typed on
+    macOS or iOS, or pasted from a file name, often comes decomposed (NFD: 김 as ᄀ+ᅵ+ᆷ), which reads the same and
+    matches nothing written composed: a query, its context and data are stored composed
+    (``agents.services.run_input_guarded``), and the rules compare composed text on both sides."""
+    if unicodedata.is_normalized("NFC", text):
+        return text
+    parts = _COMPATIBILITY_IDEOGRAPHS.split(text)  # odd places: the ideographs, kept
+    return "".join(part if i % 2 else unicodedata.normalize("NFC", part) for i, part in enumerate(parts))
 
 
 def nfc_value(value: Any) -> Any:
@@ -158,14 +166,11 @@ def match_conditions(
         if found is None:
             return False, "regex did not match", {}
         groups = {k: v for k, v in found.groupdict().items() if v is not None}
-    if when.get("context"):
-        context = nfc_value(context)
-    for key, expected in when["context"].items() if when.get("context") else ():
-        if context.get(nfc(str(key))) != nfc_value(expected):
+    # The input is stored composed (``run_input_guarded``): only the values compared are composed again here.
+    for key, expected in (when.get("context") or {}).items():
+        if nfc_value(context.get(nfc(str(key)))) != nfc_value(expected):
             return False, f"context.{key} is not {expected!r}", groups
-    if when.get("data"):
-        a2a_data = nfc_value(a2a_data)
-    for path, expected in when["data"].items() if when.get("data") else ():
+    for path, expected in (when.get("data") or {}).items():
         value = lookup_data(a2a_data, nfc(str(path)))
         if value is _MISSING:
             return False, f"data.{path} absent", groups
@@ -369,9 +374,8 @@ class WhenSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # A keyword is some text: an empty one is in every query.
-    all_keywords: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
-    any_keywords: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    all_keywords: list[str] = Field(default_factory=list)
+    any_keywords: list[str] = Field(default_factory=list)
     regex: str | None = None
     context: dict[str, Any] = Field(default_factory=dict)
     data: dict[str, Any] = Field(default_factory=dict)

@@ -131,9 +131,13 @@ def flow_run(
         left = time_left()
         if left is None:
             return await run_flow()
+        scope = asyncio.timeout(max(left - FLOW_STOP_MARGIN_S, 0.1))
         try:
-            return await asyncio.wait_for(run_flow(), timeout=max(left - FLOW_STOP_MARGIN_S, 0.1))
+            async with scope:
+                return await run_flow()
         except TimeoutError:
+            if not scope.expired():
+                raise  # the flow's own (a read that timed out): its error, not the run's time limit
             await sync_to_async(check, thread_sensitive=True)()  # out of time: raises (the claim says why)
             raise FlowTimedOut() from None
 

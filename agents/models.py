@@ -319,6 +319,14 @@ class Agent(AuditedModel):
 
         errors: dict[str, list[str]] = {}
         params = self.model_params if isinstance(self.model_params, dict) else {}
+        # The checks added since agents were first stored apply where their value changes: an agent stored before
+        # still saves as it is (``audit.change_guard.stored_value``).
+        stored_params = stored_value(self, "model_params") if self.pk is not None else None
+        stored = stored_params if isinstance(stored_params, dict) else {}
+
+        def changed(key: str) -> bool:
+            return self.pk is None or params.get(key) != stored.get(key)
+
         if not isinstance(self.model_params, dict | None):
             errors["model_params"] = [str(_("Enter a JSON object: parameter name → its value."))]
         valid = [*ModelParams.model_fields, *OTHER_MODE_PARAMS]
@@ -338,19 +346,16 @@ class Agent(AuditedModel):
                     errors.setdefault("model_params", []).append(
                         str(_('Give the server\'s "base_url", e.g. http://127.0.0.1:11434/v1.'))
                     )
-                elif problem := url_problem(
-                    parsed.base_url, settings.PLATFORM_MODEL_ALLOW_PRIVATE_URLS
-                ) or url_credentials_problem(parsed.base_url, str(_("the model API key"))):
+                elif problem := url_problem(parsed.base_url, settings.PLATFORM_MODEL_ALLOW_PRIVATE_URLS) or (
+                    changed("base_url") and url_credentials_problem(parsed.base_url, str(_("the model API key")))
+                ):
                     errors.setdefault("model_params", []).append(str(problem))
                 if not self.model_id:
                     errors["model_id"] = [str(_("Name the model the server serves."))]
             forced = parsed.tool_choice if isinstance(parsed.tool_choice, str) else None
             if (
                 forced not in (None, "auto", "none")
-                and (
-                    self.pk is None
-                    or params.get("tool_choice") != (stored_value(self, "model_params") or {}).get("tool_choice")
-                )
+                and changed("tool_choice")
                 and not supports_tool_choice(self.model_provider, self.model_id)
             ):
                 # Every run would fail when the model is asked to choose so (the provider refuses it).
@@ -363,7 +368,11 @@ class Agent(AuditedModel):
                         % {"provider": self.model_provider}
                     )
                 )
-        if self.model_provider == self.Provider.BEDROCK and str(self.model_id or "").startswith("arn:"):
+        if (
+            self.model_provider == self.Provider.BEDROCK
+            and str(self.model_id or "").startswith("arn:")
+            and (self.pk is None or self.model_id != stored_value(self, "model_id"))
+        ):
             # langchain-aws looks an ARN's model up in AWS when the model is made, for every run.
             errors["model_id"] = [
                 str(
@@ -515,6 +524,18 @@ class DeterministicRule(AuditedModel):
                 WhenSpec.model_validate(self.when or {})
             except PydanticValidationError as exc:
                 errors["when"] = spec_problems(exc, WhenSpec)
+            else:
+                empty = [
+                    name
+                    for name in ("all_keywords", "any_keywords")
+                    if any(not str(k).strip() for k in (self.when or {}).get(name) or [])
+                ]
+                if empty and (self.pk is None or self.when != stored_value(self, "when")):
+                    # An empty keyword is in every query: the rule would match all of them.
+                    errors["when"] = [
+                        str(_("%(field)s: an empty keyword matches every query; remove it.") % {"field": name})
+                        for name in empty
+                    ]
             problems = placeholder_problems(self.when, self.params, self.answer_template)
             if problems.get("params") and self.pk is not None and self.params == stored_value(self, "params"):
                 problems = placeholder_problems(self.when, self.params, self.answer_template, attempts=False)

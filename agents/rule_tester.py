@@ -152,19 +152,18 @@ class RuleTesterForm(forms.Form):
         return chosen
 
 
-def masked_input(agent: Agent, version: AgentVersion | None, text: str) -> str:
-    """``text`` with the secrets of the servers a run of ``agent`` (of ``version``) works with masked."""
+def tested_configuration(agent: Agent, version: AgentVersion | None) -> Any:
+    """The servers, rules and contracts a run of ``agent`` (of ``version``, where it holds frozen content) works
+    with, read now (``agents.config_cache.run_configuration``)."""
     from agents.config_cache import run_configuration
-    from agents.services import run_input_guarded
 
     frozen = version if version is not None and version.content else None
-    secrets = run_configuration(agent=agent, version=frozen, generation=None).server_secrets
-    return str(run_input_guarded(text, secrets))
+    return run_configuration(agent=agent, version=frozen, generation=None)
 
 
 def tested_label(agent: Agent, version: AgentVersion | None) -> str:
     """What a trial tested, in words: the version (and whether it is live), or the agent as stored."""
-    if version is None:
+    if version is None or not version.content:  # a version with no frozen content runs the agent as stored
         return str(_("%(agent)s as stored") % {"agent": agent.slug})
     live = str(_(" (live)")) if agent.live_version_id == version.pk else ""
     return f"{agent.slug} v{version.number}{live}"
@@ -179,6 +178,7 @@ def rules_trial(
     execute: bool,
     actor: str,
     version: AgentVersion | None = None,
+    configuration: Any = None,
 ) -> list[RuleTrial]:
     """Evaluate the rules of ``agent`` against the input, in order, with the run's own deterministic stage
     (``agents.deterministic_stage``) and the configuration a run of it works with: that of the published
@@ -186,16 +186,16 @@ def rules_trial(
     stores it (composed, the servers' secrets masked: ``run_input_guarded``). A dry run by default, through the
     gate when ``execute`` (audited, source ``admin``). A failure that would end a run
     (``deterministic:rule_error``, ``mcp:not_loaded:<id>``, ``deterministic:tool_unknown``) ends the trial list at
-    that rule, with the run's reason code and text."""
+    that rule, with the run's reason code and text. ``configuration``: ``tested_configuration``'s, where the
+    caller has it."""
     # The stage and the gate load the MCP SDK and LangChain: a process that serves the admin pays for them when
     # a rule is first tried, not when it starts (this module is the URLconf's).
-    from agents.config_cache import run_configuration
     from agents.deterministic_stage import StageInput, deterministic_stage
     from agents.services import run_input_guarded
     from mcpregistry import gate
 
     frozen = version if version is not None and version.content else None
-    configuration = run_configuration(agent=agent, version=frozen, generation=None)
+    configuration = configuration or tested_configuration(agent, version)
     secrets = configuration.server_secrets
     provider = frozen.content["agent"].get("model_provider") if frozen is not None else agent.model_provider
 
@@ -250,6 +250,9 @@ def rule_tester_view(request: HttpRequest) -> HttpResponse:
     trials: list[RuleTrial] | None = None
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
+        from agents.services import run_input_guarded
+
+        configuration = tested_configuration(data["agent"], data["agent_version"])
         trials = rules_trial(
             agent=data["agent"],
             query=data["query"],
@@ -258,12 +261,13 @@ def rule_tester_view(request: HttpRequest) -> HttpResponse:
             execute=data["execute"],
             actor=f"rule-tester:{request.user.get_username()}",
             version=data["agent_version"],
+            configuration=configuration,
         )
         tested = tested_label(data["agent"], data["agent_version"])
         # The page shows the input back as the trial read it: a server's secret typed in is not shown again.
         form.data = form.data.copy()
         for name in ("query", "context", "a2a_data"):
-            form.data[name] = masked_input(data["agent"], data["agent_version"], form.data.get(name) or "")
+            form.data[name] = run_input_guarded(form.data.get(name) or "", configuration.server_secrets)
     context = {
         **admin.site.each_context(request),
         "title": _("Rule tester"),

@@ -156,7 +156,7 @@ def agent_update(
 
 def unbinding_refused(needing: list[str]) -> str:
     """Why the agent's servers cannot change so: ``needing`` are its enabled rules for a server it would stop
-    binding (``agents.selectors.rules_needing_unbound``)."""
+    binding (``agents.selectors.rules_calling``)."""
     return _(
         "These enabled rules call a server the agent would no longer bind: %(rules)s. Disable or change them "
         "first, or keep the server."

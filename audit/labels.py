@@ -57,6 +57,7 @@ _VERBS: dict[str, Callable[[], str]] = {
 # ``mcp:not_loaded:<server>`` name what they are about.
 _REASONS: dict[str, Callable[[], str]] = {
     "args:json": lambda: pgettext("audit reason", "arguments not a JSON object"),
+    "args:unknown": lambda: pgettext("audit reason", "an argument the tool does not have"),
     "result:shape": lambda: pgettext("audit reason", "answer of the wrong shape"),
     "result:empty": lambda: pgettext("audit reason", "empty answer"),
     "result:too_big": lambda: pgettext("audit reason", "answer too big"),

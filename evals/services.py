@@ -357,7 +357,8 @@ def run_tool_calls_for_scoring(run_id: Any) -> list[ToolCall]:
     memo hit that stood for it), retries left out, and so are those of a delivery that did not finish: a worker
     that died mid-run, whose run was delivered again and made its reads again (its writes are found, not sent
     again), did not make the run's calls twice. A delivery's calls lie between its ``status: running`` event and
-    the next delivery's of the same pass (a pass resumed after an approval starts again at delivery 1)."""
+    the next delivery's of the same pass (a pass resumed after an approval starts again at delivery 1), by their
+    times: the workers' clocks are taken to agree (NTP), as the reconciler's leases take them to."""
     starts = list(
         RunEvent.objects.filter(run_id=run_id, kind="status", data__status="running")
         .order_by("seq")

@@ -398,7 +398,7 @@ def argument_names(constraints: dict[str, dict[str, Any]], input_schema: Any = N
 
 
 # An argument's name as a reason code may carry it: a JSON Schema property name as tools write them.
-_ARGUMENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+_ARGUMENT_NAME = re.compile(r"[^\W\d][\w.-]{0,63}")  # any language's letters (지역), as names are written
 
 
 def unknown_argument_hint(name: str, known: Collection[str]) -> str:

@@ -99,3 +99,24 @@ def test_a_tool_choice_the_model_cannot_honour_is_refused(demo_agent) -> None:
     demo_agent.model_id = "anthropic.claude-3-5-sonnet-20240620-v1:0"
     demo_agent.model_params = {"tool_choice": "any"}
     demo_agent.full_clean()
+
+
+@pytest.mark.django_db
+def test_an_agent_stored_before_these_checks_still_saves_its_other_changes(demo_agent) -> None:
+    from agents.models import Agent
+    from agents.services import agent_update
+
+    Agent.objects.filter(pk=demo_agent.pk).update(
+        model_provider="openai_compatible",
+        model_id="m",
+        model_params={"base_url": "https://proxyuser:Pa55w0rd-gateway@llm.example.com/v1"},
+    )
+    demo_agent.refresh_from_db()
+    agent_update(agent=demo_agent, actor="t", via="tests", data={"system_prompt": "바뀐 프롬프트"})
+    Agent.objects.filter(pk=demo_agent.pk).update(
+        model_provider="bedrock",
+        model_id="arn:aws:bedrock:us-east-1:1:application-inference-profile/x",
+        model_params={},
+    )
+    demo_agent.refresh_from_db()
+    agent_update(agent=demo_agent, actor="t", via="tests", data={"system_prompt": "또 바뀐 프롬프트"})

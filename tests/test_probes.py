@@ -109,6 +109,11 @@ def test_forwarded_headers_are_believed_only_from_a_trusted_proxy(client, settin
     assert seen == {"ip": "203.0.113.7", "secure": False}
     ForwardedHeadersMiddleware(view)(RequestFactory().get("/", REMOTE_ADDR="192.168.1.2", **claimed))
     assert seen == {"ip": "127.0.0.1", "secure": True}
+    ForwardedHeadersMiddleware(view)(RequestFactory().get("/", REMOTE_ADDR="", **claimed))  # nginx on a unix socket
+    assert seen == {"ip": "127.0.0.1", "secure": True}
+    settings.PLATFORM_TRUSTED_PROXIES = ["10.0.0.5/32"]
+    ForwardedHeadersMiddleware(view)(RequestFactory().get("/", REMOTE_ADDR="", **claimed))
+    assert seen == {"ip": "unknown", "secure": False}
 
 
 def test_metrics_count_runs_tool_calls_breakers_queue_approvals_and_workers(client, demo_agent: Agent) -> None:

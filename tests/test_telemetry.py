@@ -235,8 +235,8 @@ def test_what_a_model_makes_up_reaches_no_span_audit_column_or_metric_label_as_i
     spans, demo_server, client
 ) -> None:
     """An argument or a tool a model invented is the model's text: it may hold a credential it read somewhere, and
-    every new name made a new metric series. The reason code names an argument only as a name; the audit's tool
-    and reason columns are masked; a span names no tool the server does not have; the metric counts the kind."""
+    every new name made a new metric series. The reason code names an argument only as a name; a tool's name (where
+    the server lacks it) and the reason are masked, in the audit as in the span; the metric counts the kind."""
     from audit.models import AuditEvent
     from tests.test_probes import scrape
 
@@ -258,6 +258,6 @@ def test_what_a_model_makes_up_reaches_no_span_audit_column_or_metric_label_as_i
         [(s.name, dict(s.attributes), [dict(e.attributes) for e in s.events]) for s in spans.get_finished_spans()],
         ensure_ascii=False,
     )
-    assert credential not in exported and "execute_tool (unknown tool)" in exported
+    assert credential not in exported and "execute_tool lookup ***" in exported
     labels = {dict(labels).get("reason") for (name, labels) in scrape(client) if name == "platform_tool_calls_total"}
     assert "args:unknown" in labels and not any(label and label.startswith("args:unknown:") for label in labels)

@@ -230,3 +230,30 @@ def test_two_runs_of_one_flow_at_once_each_call_through_their_own_gate(settings:
     with ThreadPoolExecutor(2) as pool:
         answers = list(pool.map(run, ["run-a", "run-b"]))
     assert answers == ["run-a,run-a", "run-b,run-b"]
+
+
+async def times_out_itself(state: FlowState) -> dict[str, Any]:
+    raise TimeoutError("the HR API read timed out")
+
+
+async def build_times_out_itself(settings: Any) -> Any:
+    graph = StateGraph(FlowState)
+    graph.add_node("n", times_out_itself)
+    graph.add_edge(START, "n")
+    graph.add_edge("n", END)
+    return graph.compile()
+
+
+def test_a_flows_own_timeout_is_its_error_not_the_runs_time_limit(settings: Any) -> None:
+    settings.PLATFORM_FLOW_GRAPHS = [f"{__name__}.build_times_out_itself"]
+    flow_settings = FlowSettings(
+        run_id="r", query="q", context={}, a2a_data=[], a2a_files=[], bound_mcp_ids=[], options={}, call_tool=print
+    )
+    result = flow_run(
+        flow_graph=f"{__name__}.build_times_out_itself",
+        settings=flow_settings,
+        trace=[],
+        emit=lambda *a: None,
+        time_left=lambda: 60.0,
+    )
+    assert (result.error_code, result.error_message) == ("flow:error", "TimeoutError: the HR API read timed out")

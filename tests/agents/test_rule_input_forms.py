@@ -19,7 +19,7 @@ from agents.deterministic import WhenSpec, match_conditions, placeholder_problem
 from agents.execution import run_execute
 from agents.models import DeterministicRule, Run
 from agents.rule_tester import rules_trial
-from agents.services import agent_version_publish, deterministic_rule_update, run_create
+from agents.services import agent_version_publish, deterministic_rule_update, run_create, run_input_guarded
 from tests.conftest import DEMO_SECRET
 
 QUESTION = "김하늘 님은 어느 팀 소속인가요?"
@@ -45,11 +45,11 @@ def test_keywords_regexes_context_and_data_meet_decomposed_korean() -> None:
         "context": {"team": "클라우드운영팀"},
         "data": {"고객.등급": "우수"},
     }
-    matched, reason, groups = match_conditions(
+    matched, reason, groups = match_conditions(  # the input as a run stores it
         when,
-        query=nfd("주문 건은 클라우드운영팀 담당"),
-        context={"team": nfd("클라우드운영팀")},
-        a2a_data=[{nfd("고객"): {nfd("등급"): nfd("우수")}}],
+        query=run_input_guarded(nfd("주문 건은 클라우드운영팀 담당"), []),
+        context=run_input_guarded({"team": nfd("클라우드운영팀")}, []),
+        a2a_data=run_input_guarded([{nfd("고객"): {nfd("등급"): nfd("우수")}}], []),
         available_tools=set(),
     )
     assert (matched, reason) == (True, "matched")
@@ -97,11 +97,16 @@ def test_a_korean_group_name_is_a_placeholder_in_the_params_as_in_the_answer() -
     }
 
 
-def test_an_empty_keyword_is_refused() -> None:
-    from pydantic import ValidationError as PydanticValidationError
+@pytest.mark.django_db
+def test_an_empty_keyword_is_refused_where_the_conditions_change(demo_agent, demo_server) -> None:
+    from agents.services import deterministic_rule_create, deterministic_rule_update
 
-    with pytest.raises(PydanticValidationError):
-        WhenSpec.model_validate({"all_keywords": [""]})
+    data = {"agent": demo_agent, "server": demo_server, "name": "빈 키워드", "tool_name": "search_employee"}
+    with pytest.raises(ValidationError) as refused:
+        deterministic_rule_create(actor="t", via="tests", data={**data, "when": {"any_keywords": ["", "팀"]}})
+    assert "any_keywords: an empty keyword matches every query" in str(refused.value)
+    stored = DeterministicRule.objects.create(**data, when={"any_keywords": ["", "팀"]}, params={"name": "{query}"})
+    deterministic_rule_update(rule=stored, actor="t", via="tests", data={"order": 9})  # stored before: it saves
 
 
 @pytest.mark.django_db
@@ -220,3 +225,24 @@ def test_the_agent_page_says_which_rules_keep_a_server_bound(admin_client, demo_
         page.content.decode()
     )
     assert list(agent.servers.all()) == [demo_server]
+
+
+def test_composing_keeps_a_compatibility_hanja_as_written() -> None:
+    from agents.deterministic import nfc
+
+    written = "\uf914 " + unicodedata.normalize("NFD", "김하늘")  # 樂 (KS X 1001's duplicate), decomposed Korean
+    assert nfc(written) == "\uf914 김하늘"
+
+
+def test_the_new_reasons_read_in_korean() -> None:
+    from django.utils import translation
+
+    from agents.decision_reasons import reason_text
+    from audit.labels import reason_label
+
+    with translation.override("ko"):
+        assert (
+            reason_text("regex gave up after 0.1 s on this query")
+            == "정규식이 이 질의에서 0.1초 후 검사를 포기했습니다"
+        )
+        assert reason_label("args:unknown") == "도구에 없는 인자"

@@ -68,7 +68,6 @@ def test_an_imported_version_whose_model_address_the_policy_refuses_is_refused(d
         ("agent.model_params", "not an object", "agent.model_params"),
         ("agent.flow_graph", "agents.flows.nowhere.build_graph", "agent.flow_graph"),
         ("rule.when", "not an object", ".when"),
-        ("rule.when", {"all_keywords": [""]}, ".when"),
         ("rule.params", ["x"], ".params"),
         ("contract.timeout_s", "slow", ".timeout_s"),
         ("contract.args", "x", ".args"),
