@@ -80,8 +80,10 @@ def test_the_next_run_sees_a_contract_change(demo_agent: Agent) -> None:
 @pytest.mark.django_db(transaction=True)
 def test_the_next_run_sees_a_server_unbound(demo_agent: Agent, demo_server: McpServer) -> None:
     assert _tools(_run(demo_agent)) == ["search_employee"]
-    agent_update(agent=demo_agent, actor="tester", via="tests", servers=[])
-    assert _tools(_run(demo_agent)) == []
+    # Unbound under its enabled rules, as an import does before it changes them (the service refuses otherwise).
+    agent_update(agent=demo_agent, actor="tester", via="tests", servers=[], check_rules=False)
+    unbound = _run(demo_agent)
+    assert (_tools(unbound), unbound.error_code) == ([], "mcp:not_loaded:sds-company-data")
 
 
 @pytest.mark.django_db(transaction=True)
