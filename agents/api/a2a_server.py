@@ -199,12 +199,21 @@ def agent_description(agent: Agent) -> str:
 
 
 def platform_card(*, agents: list[Agent], root: str) -> dict[str, Any]:
-    """A directory card: one skill per agent the key may use; ``agents`` gives each one's base and card URL."""
+    """A directory card: one skill per agent the key may use; ``agents`` gives each one's base and card URL. Its
+    ``supportedInterfaces`` are the agents' endpoints, in the order of ``agents`` (a card needs one: a client that
+    discovers the domain's card connects to the first); a key that may use one agent gets that agent's card (with
+    the directory's ``agents``)."""
+    if len(agents) == 1:
+        return {**agent_card(agent=agents[0], root=root), "agents": _directory(agents, root)}
     return {
         "name": PLATFORM_NAME,
-        "description": "The agents this API key may use; each is an A2A agent at its own base URL.",
+        "description": "The agents this API key may use; each is an A2A agent at its own base URL (its "
+        "supportedInterfaces entry, in the order of skills and agents).",
         "version": "1",
-        "supportedInterfaces": [],
+        "supportedInterfaces": [
+            {"url": f"{root}/a2a/{a.slug}/", "protocolBinding": "JSONRPC", "protocolVersion": PROTOCOL_VERSION}
+            for a in agents
+        ],
         "provider": {"organization": PLATFORM_NAME, "url": root},
         "capabilities": {"streaming": True, "pushNotifications": False},
         "securitySchemes": SECURITY_SCHEMES,
@@ -214,16 +223,20 @@ def platform_card(*, agents: list[Agent], root: str) -> dict[str, Any]:
         "skills": [
             {"id": a.slug, "name": a.name, "description": agent_description(a), "tags": ["agent"]} for a in agents
         ],
-        "agents": [
-            {
-                "slug": a.slug,
-                "name": a.name,
-                "url": f"{root}/a2a/{a.slug}/",
-                "card": f"{root}/a2a/{a.slug}/.well-known/agent-card.json",
-            }
-            for a in agents
-        ],
+        "agents": _directory(agents, root),
     }
+
+
+def _directory(agents: list[Agent], root: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "slug": a.slug,
+            "name": a.name,
+            "url": f"{root}/a2a/{a.slug}/",
+            "card": f"{root}/a2a/{a.slug}/.well-known/agent-card.json",
+        }
+        for a in agents
+    ]
 
 
 async def platform_card_view(request: HttpRequest) -> HttpResponseBase:
@@ -233,7 +246,9 @@ async def platform_card_view(request: HttpRequest) -> HttpResponseBase:
     if caller.api_key is None:
         return caller.refusal  # type: ignore[return-value]
     agents = await sync_to_async(agent_list_for_key)(api_key=caller.api_key)
-    return json_response(platform_card(agents=agents, root=base_url(request)))  # no queries: names and slugs
+    root = base_url(request)
+    # One agent: its card, whose skills are read from its rules and tools.
+    return json_response(await sync_to_async(platform_card)(agents=agents, root=root))
 
 
 async def agent_card_view(request: HttpRequest, slug: str) -> HttpResponseBase:
@@ -362,7 +377,8 @@ def _rest_part(part: Any) -> dict[str, Any]:
     if sum(1 for key in PART_CONTENTS if key in part) > 1:  # a oneof: with two, one was dropped without a word
         raise invalid_params(part_contents_message())
     if "data" in part and "text" not in part and not isinstance(part["data"], dict):
-        raise invalid_params(_("A data part's 'data' must be a JSON object."))
+        # A2A 1.0's ``Part.data`` is any JSON value; rules and tools read an object (``{"value": ...}``).
+        part = {**part, "data": {"value": part["data"]}}
     shaped = kind_shaped_part(part)
     if shaped is None:
         raise invalid_params(_("A part needs one of 'text', 'data', 'url' or 'raw'."))
@@ -425,7 +441,13 @@ def message_send(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> Ru
     if not isinstance(parts, list) or not parts:
         raise invalid_params(_("The message needs at least one part."))
     if message.get("taskId"):
-        return _answer_input(agent=agent, api_key=api_key, task_id=str(message["taskId"]), parts=parts)
+        return _answer_input(
+            agent=agent,
+            api_key=api_key,
+            task_id=str(message["taskId"]),
+            parts=parts,
+            context_id=str(message.get("contextId") or ""),
+        )
     rest_message = {"role": "user", "parts": [_rest_part(p) for p in parts]}
     serializer = A2AMessageSerializer(data=rest_message)
     if not serializer.is_valid():
@@ -464,10 +486,15 @@ def _idempotency_key(message_id: str) -> str:
     return key if len(key) <= 200 else f"a2a#{hashlib.sha256(message_id.encode()).hexdigest()}"
 
 
-def _answer_input(*, agent: Agent, api_key: ApiKey, task_id: str, parts: list[Any]) -> Run:
+def _answer_input(*, agent: Agent, api_key: ApiKey, task_id: str, parts: list[Any], context_id: str = "") -> Run:
     run = run_get(run_id=task_id, api_key=api_key)
     if run.agent_id != agent.pk:
         raise ApplicationError(_("Run not found."), code="run_not_found", status=404)
+    if context_id and context_id != context_id_of(run):  # A2A §3.4.3: a message names its task's own context
+        raise invalid_params(
+            _("The message's contextId is not the task's (%(context)s).") % {"context": context_id_of(run)},
+            "context_mismatch",
+        )
     if run.status != Run.Status.AWAITING_APPROVAL:
         if run.is_finished:
             raise A2AError(
@@ -686,6 +713,12 @@ def _parse_request(request: HttpRequest) -> tuple[Any, str, dict[str, Any]] | di
         return _rpc_error(None, A2AError(-32700, "PARSE_ERROR", str(exc.detail)))
     if not isinstance(body, dict):
         return _rpc_error(None, A2AError(-32600, "INVALID_REQUEST", _("Send one JSON-RPC request object.")))
+    if "id" not in body:
+        # A notification (JSON-RPC: no answer is owed, so none could carry a task's id): every A2A method is a
+        # request, and nothing is done for one sent as a notification.
+        return _rpc_error(
+            None, A2AError(-32600, "INVALID_REQUEST", _("Give the request an 'id': A2A has no notifications."))
+        )
     rpc_id = body.get("id")
     if isinstance(rpc_id, bool) or not isinstance(rpc_id, str | int | type(None)):
         # Not an id a client could match the answer to (JSON-RPC: a string, an integer or null): nothing is done.
@@ -724,7 +757,8 @@ async def rpc_view(request: HttpRequest, slug: str) -> HttpResponseBase:
     if isinstance(parsed, dict):
         return json_response(parsed)
     rpc_id, method, params = parsed
-    if version and not version.startswith("1."):
+    # A2A §3.6.2: no header means 0.3; a 0.3 method name (message/send, tasks/get) is a 0.3 client's, told so.
+    if (version and not version.startswith("1.")) or (not version and "/" in method):
         unsupported = A2AError(-32009, "VERSION_NOT_SUPPORTED", _("This server speaks A2A 1.0."), our_code="version")
         return json_response(_rpc_error(rpc_id, unsupported))
     slot = None

@@ -71,6 +71,13 @@ def test_a_scoped_key_sees_only_its_agents(scoped: ApiCaller, api_caller: ApiCal
     # A skill says what the agent does (its system prompt's first line, else its name), not where it is.
     for skill in everyone["skills"]:
         assert not skill["description"].startswith("http"), skill
+    # A card needs an interface (A2A's discovery at the domain's card failed: "no compatible transports"): the
+    # directory lists the agents' endpoints; a key with one agent gets that agent's card.
+    assert [i["url"] for i in everyone["supportedInterfaces"]] == [
+        "http://testserver/a2a/company-assistant/",
+        "http://testserver/a2a/other/",
+    ]
+    assert directory["name"] == "other" and directory["supportedInterfaces"][0]["url"] == "http://testserver/a2a/other/"
 
 
 def test_without_a_key_the_cards_and_endpoints_are_refused(demo_agent: Agent) -> None:
@@ -590,3 +597,67 @@ def test_an_mcp_query_longer_than_the_limit_is_the_tools_error_and_creates_no_ru
     assert result["isError"] is True
     assert result["content"][0]["text"] == "query_too_long: The query is longer than 10 characters."
     assert not Run.objects.exists()
+
+
+def test_an_answer_naming_another_context_than_its_tasks_is_refused_and_decides_nothing(
+    api_caller: ApiCaller, demo_agent: Agent
+) -> None:
+    """A2A §3.4.3: a message that names a task must name the task's own context (it was applied whatever it said)."""
+    run = Run.objects.create(
+        agent=demo_agent,
+        api_key=api_caller.key,
+        query="메모 저장",
+        status=Run.Status.AWAITING_APPROVAL,
+        context={"contextId": "ctx-1"},
+    )
+    approval = Approval.objects.create(
+        run=run,
+        mcp_id="demo",
+        tool="append_note",
+        args={"text": "회의록"},
+        call_hash="a" * 64,
+        expires_at=timezone.now() + timedelta(hours=1),
+    )
+    message = {
+        "messageId": "m-ctx",
+        "role": "ROLE_USER",
+        "taskId": str(run.pk),
+        "contextId": "other-ctx",
+        "parts": [{"data": {"decision": "reject"}}],
+    }
+    answer = rpc(client_for(api_caller.raw_key), "company-assistant", "SendMessage", {"message": message})
+    assert error_code(answer) == (-32602, "context_mismatch")
+    assert "ctx-1" in answer["error"]["message"]
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.PENDING
+
+
+def test_a_data_part_may_hold_any_json_value(api_caller: ApiCaller, demo_agent: Agent) -> None:
+    """A2A 1.0's ``Part.data`` is any JSON value (a list, a text); rules and tools read it as ``{"value": ...}``."""
+    message = {"messageId": "m-list", "role": "ROLE_USER", "parts": [{"text": "주문 목록"}, {"data": [1, "둘"]}]}
+    answer = rpc(
+        client_for(api_caller.raw_key),
+        "company-assistant",
+        "SendMessage",
+        {"message": message, "configuration": {"returnImmediately": True}},
+    )
+    run = Run.objects.get(pk=answer["result"]["task"]["id"])
+    assert run.a2a_data == [{"value": [1, "둘"]}]
+
+
+def test_a_notification_starts_nothing_and_a_03_method_without_a_version_is_told_the_version(
+    api_caller: ApiCaller, demo_agent: Agent
+) -> None:
+    client = client_for(api_caller.raw_key)
+    notification = {
+        "jsonrpc": "2.0",
+        "method": "SendMessage",
+        "params": {"message": {"messageId": "n1", "role": "ROLE_USER", "parts": [{"text": "안녕"}]}},
+    }
+    answer = client.post("/a2a/company-assistant/", json.dumps(notification), content_type="application/json")
+    assert answer.json()["error"]["code"] == -32600
+    assert not Run.objects.exists()
+    # A2A §3.6.2: no A2A-Version header is 0.3; a 0.3 client's method gets VERSION_NOT_SUPPORTED, not "not found".
+    old = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {}}
+    answer = client.post("/a2a/company-assistant/", json.dumps(old), content_type="application/json")
+    assert answer.json()["error"]["code"] == -32009
