@@ -23,6 +23,7 @@ invalid input → -32602, …) with our code in the error's ``ErrorInfo`` metada
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import logging
@@ -36,7 +37,10 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
+from django.db.models import Q
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
+from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
@@ -626,6 +630,76 @@ def _own_run(*, agent: Agent, api_key: ApiKey, task_id: str) -> Run:
     return run
 
 
+LIST_PAGE_SIZE, LIST_PAGE_MAX = 50, 100
+
+
+def tasks_list(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> dict[str, Any]:
+    """``ListTasks``: the key's tasks of this agent, the latest status change first (A2A 1.0): filtered by
+    ``contextId``, ``status`` (a ``TASK_STATE_*``) and ``statusTimestampAfter``; ``pageSize`` (1–100, 50) and the
+    ``nextPageToken`` of the page before (a cursor: the last task's status time and id); ``totalSize`` counts every
+    task the filters keep; artifacts only with ``includeArtifacts``, history only as ``historyLength`` asks (none
+    by default)."""
+    runs = (
+        Run.objects.select_related("agent")
+        .filter(api_key=api_key, agent=agent)
+        .annotate(status_at=Coalesce("finished_at", "started_at", "created_at"))
+    )
+    if params.get("contextId") is not None:
+        runs = runs.filter(context__contextId=str(params["contextId"]))
+    state = params.get("status")
+    if state not in (None, "", "TASK_STATE_UNSPECIFIED"):
+        statuses = [status for status, name in TASK_STATE.items() if name == state]
+        if not statuses:
+            raise invalid_params(
+                _("'status' must be one of: %(states)s.") % {"states": ", ".join(sorted(set(TASK_STATE.values())))}
+            )
+        runs = runs.filter(status__in=statuses)
+    if params.get("statusTimestampAfter") is not None:
+        runs = runs.filter(status_at__gt=_timestamp_param(params["statusTimestampAfter"], "statusTimestampAfter"))
+    size = params.get("pageSize", LIST_PAGE_SIZE)
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= LIST_PAGE_MAX:
+        raise invalid_params(_("'pageSize' must be a whole number from 1 to %(max)d.") % {"max": LIST_PAGE_MAX})
+    total = runs.count()
+    ordered = runs.order_by("-status_at", "-id")
+    if params.get("pageToken"):
+        at, last_id = _page_cursor(params["pageToken"])
+        ordered = ordered.filter(Q(status_at__lt=at) | Q(status_at=at, id__lt=last_id))
+    page = list(ordered[: size + 1])
+    more, page = len(page) > size, page[:size]
+    history = _history_length(params)
+    tasks = []
+    for run in page:
+        task = task_of(run, history_length=0 if history is None else history)
+        if not params.get("includeArtifacts"):
+            task.pop("artifacts", None)
+        tasks.append(task)
+    token = _page_token(page[-1]) if more and page else ""
+    return {"tasks": tasks, "nextPageToken": token, "pageSize": size, "totalSize": total}
+
+
+def _timestamp_param(value: Any, name: str) -> datetime:
+    moment = parse_datetime(value) if isinstance(value, str) else None
+    if moment is None:
+        raise invalid_params(_("'%(name)s' must be a timestamp (RFC 3339).") % {"name": name})
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _page_token(run: Run) -> str:
+    cursor = f"{run.status_at.astimezone(UTC).isoformat()}|{run.id}"  # type: ignore[attr-defined]
+    return base64.urlsafe_b64encode(cursor.encode()).decode().rstrip("=")
+
+
+def _page_cursor(token: Any) -> tuple[datetime, uuid.UUID]:
+    try:
+        at, last_id = base64.urlsafe_b64decode(str(token) + "=" * (-len(str(token)) % 4)).decode().split("|")
+        moment = parse_datetime(at)
+        if moment is None:
+            raise ValueError(at)
+        return moment, uuid.UUID(last_id)
+    except (ValueError, UnicodeDecodeError):
+        raise invalid_params(_("'pageToken' is not one this server gave.")) from None
+
+
 def _history_length(params: dict[str, Any]) -> int | None:
     """``historyLength``: absent (the whole history), or a whole number 0 or more; anything else (-1, "3", 1.5)
     is refused, not taken for absent."""
@@ -675,12 +749,7 @@ def rpc_call(*, agent: Agent, api_key: ApiKey, method: str, params: dict[str, An
         run = run_cancel(run=run, actor=f"api_key:{api_key.prefix}", source="api")
         return task_of(run)
     if method == "ListTasks":
-        runs = Run.objects.select_related("agent").filter(api_key=api_key, agent=agent).order_by("-created_at")
-        if params.get("contextId"):
-            runs = runs.filter(context__contextId=str(params["contextId"]))
-        size = params["pageSize"] if isinstance(params.get("pageSize"), int) else 50
-        tasks = [task_of(r, history_length=0) for r in runs[: max(1, min(size, 100))]]
-        return {"tasks": tasks, "nextPageToken": "", "pageSize": len(tasks), "totalSize": len(tasks)}
+        return tasks_list(agent=agent, api_key=api_key, params=params)
     if "PushNotification" in method:
         raise A2AError(-32003, "PUSH_NOTIFICATION_NOT_SUPPORTED", _("Push notifications are not supported."))
     if method == "GetExtendedAgentCard":

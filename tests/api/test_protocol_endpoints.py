@@ -661,3 +661,41 @@ def test_a_notification_starts_nothing_and_a_03_method_without_a_version_is_told
     old = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {}}
     answer = client.post("/a2a/company-assistant/", json.dumps(old), content_type="application/json")
     assert answer.json()["error"]["code"] == -32009
+
+
+def test_list_tasks_filters_pages_and_counts_as_a2a_says(api_caller: ApiCaller, demo_agent: Agent) -> None:
+    """ListTasks ignored its status filter, said ``nextPageToken: ""`` (all there is) after any page, counted the
+    page as the total and sent artifacts by default."""
+    from django.db.models import F
+
+    for i in range(5):
+        Run.objects.create(agent=demo_agent, api_key=api_caller.key, query=f"질문 {i}", status=Run.Status.SUCCEEDED)
+    Run.objects.create(agent=demo_agent, api_key=api_caller.key, query="실패", status=Run.Status.FAILED)
+    Run.objects.update(finished_at=F("created_at"))
+    client = client_for(api_caller.raw_key)
+
+    failed = rpc(client, "company-assistant", "ListTasks", {"status": "TASK_STATE_FAILED"})["result"]
+    assert [t["status"]["state"] for t in failed["tasks"]] == ["TASK_STATE_FAILED"] and failed["totalSize"] == 1
+
+    seen, token = [], None
+    while True:
+        page = rpc(client, "company-assistant", "ListTasks", {"pageSize": 2, **({"pageToken": token} if token else {})})
+        page = page["result"]
+        assert page["totalSize"] == 6 and len(page["tasks"]) <= 2
+        assert all("artifacts" not in t for t in page["tasks"])
+        seen += [t["id"] for t in page["tasks"]]
+        token = page["nextPageToken"]
+        if not token:
+            break
+    assert len(seen) == len(set(seen)) == 6
+    newest_first = list(Run.objects.order_by("-finished_at", "-id").values_list("id", flat=True))
+    assert seen == [str(i) for i in newest_first]
+    with_artifacts = rpc(
+        client,
+        "company-assistant",
+        "ListTasks",
+        {"status": "TASK_STATE_COMPLETED", "pageSize": 1, "includeArtifacts": True},
+    )["result"]
+    assert "artifacts" in with_artifacts["tasks"][0]
+    bad = rpc(client, "company-assistant", "ListTasks", {"pageToken": "not-ours"})
+    assert bad["error"]["code"] == -32602
