@@ -77,9 +77,11 @@ PLATFORM_API_BAD_KEY_RATE = os.environ.get("PLATFORM_API_BAD_KEY_RATE", "20/15mi
 # POST /api/v1/runs?wait=N: the longest N allowed.
 PLATFORM_API_MAX_WAIT_S = float(os.environ.get("PLATFORM_API_MAX_WAIT_S", "60"))
 # GET /api/v1/runs/{id}/events: how often new events are looked for, a keep-alive comment after this much
-# silence, and the longest a stream stays open (the client reconnects with Last-Event-ID).
+# silence (4 s: under httpx's default 5 s read timeout, which the A2A and MCP SDK clients keep unless told
+# otherwise: a stream waiting on a slow model step read as a timeout), and the longest a stream stays open (the
+# client reconnects with Last-Event-ID).
 PLATFORM_SSE_POLL_S = float(os.environ.get("PLATFORM_SSE_POLL_S", "0.5"))
-PLATFORM_SSE_KEEPALIVE_S = float(os.environ.get("PLATFORM_SSE_KEEPALIVE_S", "15"))
+PLATFORM_SSE_KEEPALIVE_S = float(os.environ.get("PLATFORM_SSE_KEEPALIVE_S", "4"))
 PLATFORM_SSE_MAX_S = float(os.environ.get("PLATFORM_SSE_MAX_S", "600"))
 # An open stream checks its API key again this often (at most 15 s) and closes once the key is revoked.
 PLATFORM_SSE_AUTH_RECHECK_S = min(15.0, float(os.environ.get("PLATFORM_SSE_AUTH_RECHECK_S", "10")))

@@ -278,6 +278,16 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
         return json_response(_rpc_error(None, -32700, str(exc.detail)), status=400)
     if not isinstance(body, dict) or body.get("jsonrpc") != "2.0":
         return json_response(_rpc_error(None, -32600, _("Send one JSON-RPC 2.0 message.")), status=400)
+    version = request.headers.get("MCP-Protocol-Version", "").strip()
+    if version and version not in SERVER_VERSIONS and body.get("method") != "initialize":
+        # MCP 2025-06-18: a version the server does not speak is a 400 (it was answered as if it were one).
+        message = _("Unsupported MCP-Protocol-Version %(version)s; this server speaks %(versions)s.") % {
+            "version": version[:40],
+            "versions": ", ".join(SERVER_VERSIONS),
+        }
+        return json_response(
+            _rpc_error(body.get("id") if isinstance(body.get("id"), str | int) else None, -32600, message), status=400
+        )
     session_id = request.headers.get("Mcp-Session-Id", "")[:100]
     method = body.get("method")
     if "id" not in body or method is None:  # a notification, or a response to a request we never send
@@ -316,7 +326,12 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
         # it, and a client retrying after Retry-After would start another).
         slot = await sync_to_async(stream_slot_take)(api_key)
         if slot is None:
-            return too_many_streams()
+            # The call's own failure, not the session's: an HTTP 429 ends an MCP client's whole session (the
+            # official client's task group dies), so the client is told, in the result, to call again later.
+            busy = json.loads(too_many_streams().content)["error"]
+            text = f"{busy['code']}: {busy['message']} " + _("Call again in a few seconds.")
+            result = {"content": [{"type": "text", "text": text}], "isError": True}
+            return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": result})
 
     def abandon() -> None:
         tool_call_cancel(api_key=api_key, session_id=session_id, rpc_id=rpc_id, why="client gone")

@@ -472,9 +472,25 @@ def test_an_mcp_stream_refused_for_want_of_a_slot_started_no_run(api_caller: Api
         content_type="application/json",
         headers={"Accept": "application/json, text/event-stream"},
     )
-    assert refused.status_code == 429 and refused.json()["error"]["code"] == "too_many_streams"
+    # The call's failure in its result, not an HTTP 429, which ended an MCP client's whole session.
+    assert refused.status_code == 200
+    result = refused.json()["result"]
+    assert result["isError"] and result["content"][0]["text"].startswith("too_many_streams: ")
     assert not Run.objects.exists()
     stream_slot_release(held)
+
+
+def test_an_mcp_protocol_version_the_server_does_not_speak_is_a_400(api_caller: ApiCaller) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    client = client_for(api_caller.raw_key)
+    refused = client.post(
+        "/mcp/", json.dumps(body), content_type="application/json", headers={"MCP-Protocol-Version": "1999-01-01"}
+    )
+    assert refused.status_code == 400 and "1999-01-01" in refused.json()["error"]["message"]
+    spoken = client.post(
+        "/mcp/", json.dumps(body), content_type="application/json", headers={"MCP-Protocol-Version": "2025-06-18"}
+    )
+    assert spoken.status_code == 200
 
 
 @pytest.mark.parametrize(
