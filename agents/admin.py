@@ -295,6 +295,7 @@ class AgentForm(forms.ModelForm):
                 cleaned[name] = getattr(self.instance, name)
         servers = cleaned.get("servers")
         self._check_settings(servers)
+        self._check_tool_choice(cleaned, servers)
         if servers is not None:
             leaving = servers_leaving(agent=self.instance, servers=list(servers))
             if needing := rules_calling(agent=self.instance, mcp_ids=leaving):
@@ -310,6 +311,24 @@ class AgentForm(forms.ModelForm):
                     % {"conflicts": "; ".join(f"{name} ({', '.join(ids)})" for name, ids in conflicts.items())}
                 )
         return cleaned
+
+    def _check_tool_choice(self, cleaned: dict[str, Any], servers: Any) -> None:
+        """``model_params.tool_choice`` naming one tool: a tool the model is offered (one of the chosen servers'),
+        where it changes (every run would fail at the provider otherwise)."""
+        params = cleaned.get("model_params")
+        forced = params.get("tool_choice") if isinstance(params, dict) else None
+        if not isinstance(forced, str) or forced in ("auto", "any", "none") or servers is None:
+            return
+        stored = self.instance.model_params if self.instance.pk and isinstance(self.instance.model_params, dict) else {}
+        if self.instance.pk and stored.get("tool_choice") == forced:
+            return
+        names = sorted({t.exposed_name for s in servers for t in s.tools.all() if t.callable})
+        if forced not in names:
+            self.add_error(
+                "model_params",
+                _("tool_choice: '%(tool)s' is no tool of the chosen servers; use auto, any, or one of: %(names)s")
+                % {"tool": forced, "names": ", ".join(names) or "—"},
+            )
 
     def _bound_servers(self) -> list[McpServer]:
         """The servers the page binds: those posted (a bound form), else the agent's."""

@@ -37,7 +37,7 @@ from agents.api.config import api_setting
 from agents.api.events import RunEventFeed, stream_async, stream_sync
 from agents.api.throttling import StreamSlot
 from agents.approvals import approval_decide, asked_by_the_model
-from agents.decision_reasons import reason_text
+from agents.decision_reasons import approval_reason_text, reason_text
 from agents.models import Approval, Run
 from agents.services import CANCELLABLE, run_cancel
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
@@ -157,7 +157,7 @@ def _approval_step(approval: Approval | None, *, label: str, title: str, args: A
     step.status_text = approval.get_status_display()
     if approval.decided_by:
         step.status_text += " · " + gettext("by %(who)s") % {"who": approval.decided_by}
-    step.note = approval.reason
+    step.note = approval_reason_text(approval.reason)
     if approval.result:
         step.result = _pretty(approval.result)
     return step
@@ -253,7 +253,7 @@ def run_timeline(run: Run) -> list[TimelineStep]:
                 if approval.decided_by:
                     step.note += " · " + gettext("by %(who)s") % {"who": approval.decided_by}
                 if approval.reason:
-                    step.note += f" · {approval.reason}"
+                    step.note += f" · {approval_reason_text(approval.reason)}"
                 if approval.status == Approval.Status.OUTCOME_UNKNOWN:
                     step.status = "degraded"
             steps.append(step)
@@ -490,7 +490,7 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
         "run_link",
         "requested_by",
         "decided_by",
-        "reason",
+        "reason_text",
         "expires_at",
     ]
     list_display_links = ["created_at"]
@@ -520,6 +520,10 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
         return format_html(
             '<span class="approval-status approval-status-{}">{}</span>', obj.status, obj.get_status_display()
         )
+
+    @admin.display(description=_("reason"), ordering="reason")
+    def reason_text(self, obj: Approval) -> str:
+        return approval_reason_text(obj.reason)
 
     @admin.display(description=_("call"))
     def call(self, obj: Approval) -> str:
@@ -561,6 +565,7 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
         name = self.admin_site.name
         return {
             "approval": approval,
+            "reason_text": approval_reason_text(approval.reason),
             "args_pretty": _pretty(approval.args) or "{}",
             "arg_rows": argument_rows(approval.args),
             "may_decide": self.may_decide(request, approval),

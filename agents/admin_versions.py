@@ -143,10 +143,23 @@ class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             raise Http404(gettext("Version not found."))
         others = AgentVersion.objects.filter(agent=version.agent)
         against_number = request.GET.get("against")
+        against = None
+        notice = ""
         if against_number and re.fullmatch(r"[0-9]{1,9}", against_number):  # not "²", which isdigit() calls a digit
             against = others.filter(number=int(against_number)).first()
-        else:
+            if against is None:
+                numbers = ", ".join(f"v{n}" for n in others.order_by("-number").values_list("number", flat=True))
+                notice = gettext("%(agent)s has no version %(number)s; its versions: %(numbers)s.") % {
+                    "agent": version.agent.slug,
+                    "number": against_number,
+                    "numbers": numbers,
+                }
+        if against is None:
             against = others.filter(number__lt=version.number).order_by("-number").first()
+        if against is None and not notice:
+            notice = gettext("v%(number)s is the first version: there is none before it to compare with.") % {
+                "number": version.number
+            }
         rows = version_diff(against.content, version.content) if against is not None else []
         context = {
             **self.admin_site.each_context(request),
@@ -154,6 +167,7 @@ class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             % {"version": version, "against": against.number if against else "—"},
             "version": version,
             "against": against,
+            "notice": notice,
             "choices": others.exclude(pk=version.pk).order_by("-number"),
             "rows": [{**row, "old": _cell(row["old"]), "new": _cell(row["new"])} for row in rows],
             "opts": self.model._meta,

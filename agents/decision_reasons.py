@@ -58,3 +58,19 @@ def reason_text(reason: str) -> str:
         if found is not None:
             return text(found)
     return reason
+
+
+# An approval's reason as the platform stores it (stable English; a person's reason for a rejection is stored as
+# they wrote it): translated where it is shown.
+UNUSED_APPROVAL = "the run ended without making this call"
+CANCELLED_APPROVAL = "the run was cancelled"
+_APPROVAL_REASONS: dict[str, Callable[[], str]] = {
+    UNUSED_APPROVAL: lambda: gettext("the run ended without making this call"),
+    CANCELLED_APPROVAL: lambda: gettext("the run was cancelled"),
+}
+
+
+def approval_reason_text(reason: str) -> str:
+    """An approval's stored reason in the reader's language where the platform wrote it; a person's as written."""
+    fixed = _APPROVAL_REASONS.get(reason)
+    return fixed() if fixed is not None else reason

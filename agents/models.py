@@ -353,8 +353,10 @@ class Agent(AuditedModel):
                 if not self.model_id:
                     errors["model_id"] = [str(_("Name the model the server serves."))]
             forced = parsed.tool_choice if isinstance(parsed.tool_choice, str) else None
+            arn = self.model_provider == self.Provider.BEDROCK and str(self.model_id or "").startswith("arn:")
             if (
                 forced not in (None, "auto", "none")
+                and not arn  # refused at the model id: whether it could be forced is not known
                 and changed("tool_choice")
                 and not supports_tool_choice(self.model_provider, self.model_id)
             ):

@@ -135,19 +135,24 @@ class RuleTesterForm(forms.Form):
         """The published version whose frozen rules, servers and contracts are tested; None: the agent as stored
         (also what live traffic runs where the agent was never published)."""
         agent, tested, number = cleaned.get("agent"), cleaned.get("tested"), cleaned.get("version")
-        if agent is None:
+        if agent is None or "version" in self.errors:
             return None
+        if number is not None and tested in ("live", "", None):
+            tested = "version"  # a number typed means that version, whichever choice was left as it was
         if tested in ("live", "", None):
             return agent.live_version
         if tested != "version":
             return None
-        numbers = list(agent.versions.order_by("-number").values_list("number", flat=True))
-        chosen = agent.versions.filter(number=number).first() if number is not None else None
+        numbers = ", ".join(map(str, agent.versions.order_by("-number").values_list("number", flat=True))) or "—"
+        if number is None:
+            self.add_error("version", _("Enter a version number (its versions: %(numbers)s).") % {"numbers": numbers})
+            return None
+        chosen = agent.versions.filter(number=number).first()
         if chosen is None:
             self.add_error(
                 "version",
                 _("%(agent)s has no version %(number)s; its versions: %(numbers)s")
-                % {"agent": agent.slug, "number": number or "—", "numbers": ", ".join(map(str, numbers)) or "—"},
+                % {"agent": agent.slug, "number": number, "numbers": numbers},
             )
         return chosen
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
-from django.utils.translation import gettext as _
 
 from agents.budgets import budget_settle
+from agents.decision_reasons import UNUSED_APPROVAL
 from agents.dispatch import lifecycle_setting, run_dispatch
 from agents.models import Approval, Run, RunEvent
 from agents.run_wakeup import run_changed
@@ -129,11 +129,12 @@ def approvals_unused(*, run_id: Any, why: str) -> int:
     waiting = (Approval.Status.PENDING, Approval.Status.APPROVED)
     for approval in Approval.objects.filter(run_id=run_id, status__in=waiting).order_by("created_at"):
         if Approval.objects.filter(pk=approval.pk, status=approval.status).update(
-            status=Approval.Status.EXPIRED, reason=str(_("the run ended without making this call"))
+            status=Approval.Status.EXPIRED,
+            reason=UNUSED_APPROVAL,  # translated where shown
         ):
             changed += 1
             audit_event_record(
-                source="agent",
+                source=_requester(approval.call_id),
                 action="approval.unused",
                 run_id=run_id,
                 mcp_id=approval.mcp_id,
@@ -147,6 +148,13 @@ def approvals_unused(*, run_id: Any, why: str) -> int:
                 actor="system",
             )
     return changed
+
+
+def _requester(call_id: str) -> str:
+    """The audit source of the call an approval was asked for: a rule's, a flow's, or the model's."""
+    if call_id.startswith("rule:"):
+        return "deterministic"
+    return "flow" if call_id.startswith("flow:") else "agent"
 
 
 # --- the claim --------------------------------------------------------------------------------------------

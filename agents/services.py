@@ -22,6 +22,7 @@ from django.utils.translation import gettext as _
 from agent_platform.errors import ApplicationError
 from agents.budgets import budget_reserve, budget_settle
 from agents.config_cache import SubmissionParts, submission_parts
+from agents.decision_reasons import CANCELLED_APPROVAL
 from agents.deterministic import nfc_value
 from agents.dispatch import run_dispatch
 from agents.models import Agent, AgentArm, AgentVersion, ApiKey, Approval, DeterministicRule, Run
@@ -719,7 +720,8 @@ def run_cancel(*, run: Run, actor: str, source: Literal["admin", "api"] = "admin
     if cancelled_from != Run.Status.RUNNING:
         never_carried_out.append(Approval.Status.APPROVED)
     expired = Approval.objects.filter(run_id=run.pk, status__in=never_carried_out).update(
-        status=Approval.Status.EXPIRED, reason=str(_("the run was cancelled"))
+        status=Approval.Status.EXPIRED,
+        reason=CANCELLED_APPROVAL,  # stable English, translated where shown
     )
     # A running run is charged for the model calls it made so far (their events); its worker adds a call that was
     # under way when it sees the cancellation (``agents.budgets.budget_settle``).

@@ -177,6 +177,10 @@ class McpServer(AuditedModel):
                     errors.setdefault("command", []).append(problem)
             if not isinstance(self.args, list) or not all(isinstance(a, str) for a in self.args):
                 errors.setdefault("args", []).append(_("Arguments must be a JSON list of strings."))
+            if self.url and url_credentials_problem(self.url, ""):
+                # A stdio server uses no URL; one left from another transport (its field hidden on the page) that
+                # holds a user and password would be stored, shown and exported in clear: it is dropped.
+                self.url = ""
         else:
             parsed = urlparse(self.url or "")
             if parsed.scheme not in {"http", "https"} or not parsed.netloc:

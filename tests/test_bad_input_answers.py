@@ -120,3 +120,26 @@ def test_an_agent_stored_before_these_checks_still_saves_its_other_changes(demo_
     )
     demo_agent.refresh_from_db()
     agent_update(agent=demo_agent, actor="t", via="tests", data={"system_prompt": "또 바뀐 프롬프트"})
+
+
+@pytest.mark.django_db
+def test_a_password_in_a_stdio_servers_hidden_url_is_not_stored(demo_server) -> None:
+    """The page hides the URL of a stdio server: one typed for another transport and left there was saved with its
+    password, and exported in clear."""
+    from mcpregistry.services import mcp_server_update
+
+    mcp_server_update(
+        server=demo_server, actor="t", via="tests", data={"url": "https://bob:hunter2@mcp.example.com/mcp"}
+    )
+    demo_server.refresh_from_db()
+    assert demo_server.url == ""
+
+
+@pytest.mark.django_db
+def test_a_version_diff_says_when_there_is_nothing_to_compare(admin_client, demo_agent) -> None:
+    """It said "The two versions have the same content." against a version that does not exist, or for v1."""
+    first = agent_version_publish(agent=demo_agent, actor="t", via="tests")
+    page = admin_client.get(f"/admin/agents/agentversion/{first.pk}/diff/").content.decode()
+    assert "v1 is the first version" in page and "same content" not in page
+    page = admin_client.get(f"/admin/agents/agentversion/{first.pk}/diff/", {"against": "7"}).content.decode()
+    assert "company-assistant has no version 7; its versions: v1." in page and "same content" not in page

@@ -246,3 +246,32 @@ def test_the_new_reasons_read_in_korean() -> None:
             == "정규식이 이 질의에서 0.1초 후 검사를 포기했습니다"
         )
         assert reason_label("args:unknown") == "도구에 없는 인자"
+
+
+@pytest.mark.django_db
+def test_the_tester_takes_a_typed_version_number_and_asks_for_one_it_lacks(admin_client, demo_agent) -> None:
+    agent_version_publish(agent=demo_agent, actor="t", via="tests")
+    typed = admin_client.post(
+        "/admin/agents/rule-tester/", {"agent": demo_agent.pk, "query": QUESTION, "tested": "live", "version": 1}
+    ).content.decode()
+    assert "of company-assistant v1 (live)." in typed
+    missing = admin_client.post(
+        "/admin/agents/rule-tester/", {"agent": demo_agent.pk, "query": QUESTION, "tested": "version"}
+    ).content.decode()
+    assert "Enter a version number (its versions: 1)." in missing
+
+
+@pytest.mark.django_db
+def test_a_forced_tool_choice_must_name_a_tool_of_the_chosen_servers(admin_client, demo_server) -> None:
+    from tests.agents.test_agent_form import agent_post
+
+    post = agent_post(
+        model_provider="openai_compatible",
+        model_id="m",
+        servers=[demo_server.pk],
+        model_params='{"base_url": "https://llm.example.com/v1", "tool_choice": "no_such_tool"}',
+    )
+    page = admin_client.post("/admin/agents/agent/add/", post).content.decode()
+    assert "tool_choice: &#x27;no_such_tool&#x27; is no tool of the chosen servers" in page
+    post["model_params"] = '{"base_url": "https://llm.example.com/v1", "tool_choice": "search_employee"}'
+    assert admin_client.post("/admin/agents/agent/add/", post).status_code == 302

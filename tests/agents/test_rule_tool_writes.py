@@ -236,6 +236,7 @@ def test_an_approval_the_run_ends_without_using_expires_and_is_audited(file: Pat
     assert (approval.status, approval.reason) == (Approval.Status.EXPIRED, "the run ended without making this call")
     unused = AuditEvent.objects.get(run_id=run.pk, action="approval.unused")
     assert (unused.call_id, unused.reason, unused.ok) == (f"rule:{rule.pk}:call:1", "approval:unused", False)
+    assert unused.source == "deterministic"  # the rule asked for it, not the model
     assert unused.result["was"] == "approved" and unused.args == {"text": "처음 생각"}
 
 
@@ -260,3 +261,20 @@ def test_an_approved_write_whose_run_is_lost_before_making_it_expires(file: Path
     approval.refresh_from_db()
     assert approval.status == Approval.Status.EXPIRED
     assert lines(file) == []
+
+
+def test_an_unused_approval_reads_in_the_admins_language_with_why_it_ended(file: Path, admin_client) -> None:
+    """Its reason was stored in the worker's language ("the run ended without making this call" on Korean pages),
+    and its page said "expires at" a time to come for an approval that had ended."""
+    _WRITE_ON_FIRST_DECISION.clear()
+    agent, _rule = rule_agent(file, "write_then_think_better")
+    run = Run.objects.create(agent=agent, query="기록해줘")
+    run_execute(run_id=str(run.id))
+    approval = Approval.objects.get(run=run)
+    approval_decide(run=run, approval_id=str(approval.pk), decision="approve", actor="reviewer")
+    run_execute(run_id=str(run.id))
+
+    listed = admin_client.get("/admin/agents/approval/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+    assert "실행이 이 호출을 하지 않고 끝났습니다" in listed
+    page = admin_client.get(f"/admin/agents/approval/{approval.pk}/change/", HTTP_ACCEPT_LANGUAGE="ko").content
+    assert "실행이 이 호출을 하지 않고 끝났습니다" in page.decode() and "만료됩니다" not in page.decode()
