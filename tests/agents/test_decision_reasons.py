@@ -13,7 +13,7 @@ from agents.deterministic import RuleSpec, decide
     ("reason", "korean"),
     [
         ("matched", "일치"),
-        ("none of the keywords present", "키워드가 하나도 없음"),
+        ("none of the keywords present", "질의에 키워드가 하나도 없음"),
         ("regex did not match", "정규식이 일치하지 않음"),
         ("keyword missing: 소속", "키워드 없음: 소속"),
         ("context.tier is not 3", "context.tier 값이 3이(가) 아님"),

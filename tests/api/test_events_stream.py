@@ -361,4 +361,4 @@ def test_a_rule_decisions_reason_comes_with_its_text_in_the_callers_language(sse
     _response, text = stream_of(sse_client, f"{URL}/{finished_run.id}/events", HTTP_ACCEPT_LANGUAGE="ko")
     [rule] = [e for e in parse_stream(text)[0] if e.event == "rule"]
     assert rule.json["reason"] == "none of the keywords present"  # as stored: stable for programs
-    assert rule.json["reason_text"] == "키워드가 하나도 없음"
+    assert rule.json["reason_text"] == "질의에 키워드가 하나도 없음"

@@ -134,9 +134,12 @@ def test_the_a2a_client_discovers_each_agent_by_its_card_and_the_key_sees_only_i
             assert any("search_employee" in skill.name for skill in card.skills)
             directory = await A2ACardResolver(client, running.base_url).get_agent_card()
             assert {"company-assistant", "notes", "slow"} <= {skill.id for skill in directory.skills}
+            # A card names its interfaces (the SDK connects to the first): the directory, each agent's endpoint.
+            assert f"{running.base_url}/a2a/notes/" in {i.url for i in directory.supported_interfaces}
         async with http(scoped) as client:
+            # A key with one agent: the domain's card is that agent's.
             directory = await A2ACardResolver(client, running.base_url).get_agent_card()
-            assert [skill.id for skill in directory.skills] == ["notes"]
+            assert [i.url for i in directory.supported_interfaces] == [f"{running.base_url}/a2a/notes/"]
             response = await client.get(f"{running.base_url}/a2a/company-assistant/.well-known/agent-card.json")
             assert response.status_code == 404
             assert response.json()["error"]["code"] == "agent_not_found"
