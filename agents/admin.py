@@ -459,7 +459,9 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
     inline_services = {DeterministicRule: (_rule_save, _rule_delete)}
 
-    @admin.action(description=_("Publish the selected agents (their edits become the live version)"))
+    @admin.action(
+        description=_("Publish the selected agents (their edits become the live version)"), permissions=["change"]
+    )
     def publish(self, request: HttpRequest, queryset: Any) -> None:
         for agent in queryset:
             version = agent_version_publish(agent=agent, actor=request.user, via=ADMIN_VIA)

@@ -445,7 +445,7 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
     def tool_count(self, obj: McpServer) -> int:
         return obj.tools.filter(available=True).count()
 
-    @admin.action(description=_("Discover tools (connect and list)"))
+    @admin.action(description=_("Discover tools (connect and list)"), permissions=["change"])
     def discover_tools(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
         for server in queryset:
             self._discover(request, server)
@@ -722,7 +722,7 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
             diff,
         )
 
-    @admin.action(description=_("Approve reviewed changes and enable"))
+    @admin.action(description=_("Approve reviewed changes and enable"), permissions=["change"])
     def approve_reviewed_changes(self, request: HttpRequest, queryset: QuerySet[McpTool]) -> None:
         count = sum(mcp_tool_review_approve(tool=tool, actor=request.user, via=ADMIN_VIA) for tool in queryset)
         self.message_user(request, _("%(n)d tool(s) approved.") % {"n": count})
