@@ -251,15 +251,19 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
             }
             if changed:
                 report.updated.append(name)
-                if tool.enabled and tool.discovered_at is not None:
-                    # A tool an admin enabled changed under them: keep the old text and park it for review.
-                    updates.update(
-                        enabled=False,
-                        review_required=True,
-                        previous_description=tool.description,
-                        previous_input_schema=tool.input_schema,
-                    )
-                    report.review_required.append(name)
+            if changed and tool.discovered_at is not None:
+                # A tool changed under the admin, enabled or not (one turned off now could be turned on later, with
+                # no diff shown): keep the text they last reviewed (the oldest, where a review is pending already)
+                # and park it for review.
+                updates.update(enabled=False, review_required=True)
+                if not tool.review_required:
+                    updates.update(previous_description=tool.description, previous_input_schema=tool.input_schema)
+                report.review_required.append(name)
+            elif tool.discovered_at is None and not first_discovery:
+                # Named before the server listed it (an import, a form), on a server discovered before: the server
+                # grew it, as a new tool, and it is reviewed as one.
+                updates.update(enabled=False, review_required=True)
+                report.review_required.append(name)
             audited_save(tool, actor=actor, via=via, data=updates, validate=False)
         for name, tool in existing.items():
             if name not in seen and tool.available:
