@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from audit.changes import audited_delete, audited_save, change_scope, config_change_record
 from audit.masking import mask_known, mask_text, register_secrets
-from mcpregistry.contracts import contract_defaults, schema_problem
+from mcpregistry.contracts import argument_constraints, contract_defaults, schema_problem
 from mcpregistry.crypto import PREFIX, rotate_token
 from mcpregistry.embeddings import refresh_after_discovery
 from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract
@@ -105,8 +105,35 @@ def mcp_tool_review_approve(*, tool: McpTool, actor: Any, via: str) -> bool:
         validate=False,
         verb="review_approve",
     )
+    _contract_fitted_to_schema(tool, actor=actor, via=via)
     registry_contracts_changed_send(server_ids=[tool.server_id], actor=actor, via=via)
     return True
+
+
+def _contract_fitted_to_schema(tool: McpTool, *, actor: Any, via: str) -> None:
+    """An approved schema whose argument names are not the contract's: the contract's arguments become the
+    schema's, each keeping the admin's limits where its name stays (and taking whether it is required from the
+    schema); the idempotency argument is dropped if it is gone. A contract's names are the closed list the gate
+    accepts: left as they were, the new arguments were refused (``args:unknown``) and the old ones failed at the
+    server, the tool approved but never callable. Audited as the contract's update, in the approval's
+    transaction."""
+    contract = ToolContract.objects.filter(tool=tool).first()
+    derived = argument_constraints(tool.input_schema or {})
+    if (
+        contract is None
+        or not isinstance(contract.args, dict)
+        or not contract.args
+        or set(contract.args) == set(derived)
+    ):
+        return
+    args = {
+        name: {**contract.args[name], "required": bool(spec.get("required"))} if name in contract.args else spec
+        for name, spec in derived.items()
+    }
+    data: dict[str, Any] = {"args": args}
+    if contract.idempotency_arg and contract.idempotency_arg not in args:
+        data["idempotency_arg"] = ""
+    audited_save(contract, actor=actor, via=via, data=data, validate=False)
 
 
 @transaction.atomic

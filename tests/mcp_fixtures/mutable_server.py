@@ -1,5 +1,6 @@
 """A stdio MCP server whose tool list is set by its environment, to test discovery:
-``TOOL_DESCRIPTION`` is the description of ``lookup``; ``EXTRA_TOOL=1`` adds ``extra``."""
+``TOOL_DESCRIPTION`` is the description of ``lookup``; ``EXTRA_TOOL=1`` adds ``extra``; ``LOOKUP_V2=1`` changes
+``lookup``'s arguments to ``item_id`` and ``region`` (its schema changed under the admin)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,12 @@ mcp = FastMCP("mutable")
 
 def lookup(key: str, limit: int = 1) -> str:
     return f"{key}:{limit}"
+
+
+if os.environ.get("LOOKUP_V2") == "1":
+
+    def lookup(item_id: str, region: str, limit: int = 1) -> str:  # type: ignore[misc]
+        return f"{item_id}@{region}:{limit}"
 
 
 mcp.tool(name="lookup", description=os.environ.get("TOOL_DESCRIPTION", "Looks a key up."))(lookup)

@@ -54,7 +54,7 @@ def mutable_server(mcp_id: str = "mutable", **env: str) -> McpServer:
         args=["-m", "tests.mcp_fixtures.mutable_server"],
         cwd=str(settings.BASE_DIR),
         env=env,
-        public_env=["TOOL_DESCRIPTION", "EXTRA_TOOL"],  # the fixture's settings, not secrets (a secret is masked)
+        public_env=["TOOL_DESCRIPTION", "EXTRA_TOOL", "LOOKUP_V2"],  # the fixture's settings, not secrets
         session_scope="shared",
     )
     assert mcp_server_discover(server=server, actor="test", via="tests").ok
@@ -340,6 +340,40 @@ def test_a_tool_named_before_the_server_listed_it_is_reviewed_when_it_appears(db
     rediscover(server, EXTRA_TOOL="1")
     extra = McpTool.objects.get(server=server, name="extra")
     assert extra.review_required and not extra.callable
+
+
+@pytest.mark.slow
+def test_approving_a_changed_schema_fits_the_contracts_arguments_to_it(db) -> None:
+    """The contract kept the old names, the closed list the gate accepts: the new arguments were refused
+    (``args:unknown:item_id``) and the old one failed at the server; the approved tool could never be called."""
+    from mcpregistry import gate
+    from mcpregistry.services import mcp_tool_review_approve, tool_contract_update
+
+    server = mutable_server()
+    contract = ToolContract.objects.get(tool__server=server, tool__name="lookup")
+    tool_contract_update(
+        contract=contract,
+        actor="t",
+        via="tests",
+        data={"risk": "read", "args": {**contract.args, "limit": {"type": "int", "required": False, "max": 5}}},
+    )
+    rediscover(server, LOOKUP_V2="1")
+    tool = McpTool.objects.get(server=server, name="lookup")
+    assert mcp_tool_review_approve(tool=tool, actor="reviewer", via="tests")
+
+    contract.refresh_from_db()
+    assert contract.args == {
+        "item_id": {"required": True, "type": "str"},
+        "region": {"required": True, "type": "str"},
+        "limit": {"type": "int", "required": False, "max": 5},  # the admin's limit kept
+    }
+    result = gate.call(
+        server=server,
+        tool_name="lookup",
+        args={"item_id": "A-1", "region": "서울"},
+        who=gate.GateCall(source="admin", actor="t"),
+    )
+    assert result.ok and result.value == "A-1@서울:1"
 
 
 def test_an_agent_whose_servers_share_a_tool_name_is_refused(admin_client) -> None:
