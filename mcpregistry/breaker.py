@@ -50,8 +50,17 @@ def breaker_admit(server_id: int, *, now: datetime | None = None) -> bool:
     return claimed == 1
 
 
-def breaker_record(server_id: int, *, ok: bool, reason: str = "", now: datetime | None = None) -> None:
-    """Record a call's outcome. Failures that are the caller's (arguments) or the tool's answer don't count."""
+def breaker_record(
+    server_id: int, *, ok: bool, reason: str = "", answered: bool = False, now: datetime | None = None
+) -> None:
+    """Record a call's outcome. Failures that are the caller's (arguments) or the tool's answer don't count; an
+    answer of any kind (``answered``: the tool's own error, a malformed result) ends a half-open trial as a
+    success: the server is there (the trial used to stay half open, one call let through per cool-down)."""
+    if not ok and answered and reason not in COUNTED:
+        McpServer.objects.filter(pk=server_id, breaker_state=State.HALF_OPEN).update(
+            breaker_state=State.CLOSED, breaker_failures=0, breaker_opened_at=None
+        )
+        return
     if ok:
         if time.monotonic() - _seen_closed.get(server_id, -FRESH_S) < FRESH_S:
             return  # already closed and clean, as far as this process saw a moment ago

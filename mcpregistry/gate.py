@@ -646,7 +646,7 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
             attempt=attempt,
             latency_ms=latency_ms,
         )
-        breaker_record(server.pk, ok=reason is None, reason=reason or "")
+        breaker_record(server.pk, ok=reason is None, reason=reason or "", answered=answered)
         if reason is None:
             return value, None, "", False
         if at_most_once and (unanswered or reason == "unexpected"):
@@ -938,6 +938,7 @@ def _mcp_read(
         reason: str | None = None
         value: Any = None
         audited: Any = None
+        answered = False
         try:
             outcome = fetch(server.connection_config(), server.timeout_s, server.pool_scope(who.run_id))
             size = _result_size(outcome.text, None)
@@ -948,14 +949,15 @@ def _mcp_read(
                 this.result.message = _("%(size)d characters, more than %(cap)d") % {"size": size, "cap": cap}
             else:
                 value = outcome.structured if outcome.structured is not None else outcome.text
+            answered = True
         except McpTimeoutError as exc:
             reason, this.result.message = "timeout", str(exc)
         except McpTransportError as exc:
             reason, this.result.message = "transport", str(exc)
         except McpError as exc:
-            reason, this.result.message = "protocol", str(exc)
+            reason, this.result.message, answered = "protocol", str(exc), True
         latency = (clock.monotonic() - started) * 1000
-        breaker_record(server.pk, ok=reason is None, reason=reason or "")
+        breaker_record(server.pk, ok=reason is None, reason=reason or "", answered=answered)
         this.audit(
             ok=reason is None,
             reason=reason or "",

@@ -268,3 +268,15 @@ def test_an_eval_run_never_sends_a_write_and_audits_the_attempt_under_its_purpos
         assert notes.read_text(encoding="utf-8").startswith("모래상자")
     finally:
         get_default_pool().close("probe_eval")
+
+
+def test_a_trial_the_server_answers_with_its_own_error_closes_the_circuit(probe_server) -> None:
+    """The server is there: its tool's own error is no failure of the server. The trial used to leave the circuit
+    half open, one call let through per cool-down for as long as trials ended in a tool's error."""
+    McpServer.objects.filter(pk=probe_server.pk).update(
+        breaker_state="open", breaker_opened_at=timezone.now() - timedelta(seconds=60), breaker_failures=5
+    )
+    result = call(probe_server, "flaky", {"key": "first-call-fails"})
+    assert (result.ok, result.error) == (False, "tool:error")
+    probe_server.refresh_from_db()
+    assert (probe_server.breaker_state, probe_server.breaker_failures) == ("closed", 0)
