@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -273,10 +274,13 @@ def test_an_eval_run_never_sends_a_write_and_audits_the_attempt_under_its_purpos
 def test_a_trial_the_server_answers_with_its_own_error_closes_the_circuit(probe_server) -> None:
     """The server is there: its tool's own error is no failure of the server. The trial used to leave the circuit
     half open, one call let through per cool-down for as long as trials ended in a tool's error."""
+    from mcpregistry import breaker
+
     McpServer.objects.filter(pk=probe_server.pk).update(
         breaker_state="open", breaker_opened_at=timezone.now() - timedelta(seconds=60), breaker_failures=5
     )
-    result = call(probe_server, "flaky", {"key": "first-call-fails"})
+    breaker._seen_closed.clear()  # as another worker opened it: this process has not seen it closed since
+    result = call(probe_server, "flaky", {"key": f"first-call-fails-{uuid.uuid4()}"})
     assert (result.ok, result.error) == (False, "tool:error")
     probe_server.refresh_from_db()
     assert (probe_server.breaker_state, probe_server.breaker_failures) == ("closed", 0)
