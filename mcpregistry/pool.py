@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio
+import httpx
 from mcp import McpError, StdioServerParameters, types
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
@@ -152,6 +153,8 @@ class _PooledSession:
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     dead: bool = False
+    # Why the session ended, where its owner failed (an HTTP 502 on a request, a connection refused).
+    error: BaseException | None = None
     last_used: float = field(default_factory=time.monotonic)
     stderr_tail: list[str] = field(default_factory=list)
     stderr_pipe: _StderrPipe | None = None
@@ -166,6 +169,43 @@ class _PooledSession:
         if self.protocol_noise:
             parts.append(f"not MCP on stdout: {self.protocol_noise[0]}")
         return "; ".join(parts)
+
+
+class _OwnerEnded(Exception):
+    """The task that owns a session's transport ended while an operation waited on it."""
+
+    def __init__(self, error: BaseException | None) -> None:
+        super().__init__(repr(error))
+        self.error = error
+
+
+async def _until_owner_ends(pooled: _PooledSession, awaitable: Awaitable[T]) -> T:
+    """``awaitable``'s result, or ``_OwnerEnded`` as soon as the session's owner task ends first (its transport
+    failed: an HTTP transport's error ends the owner, and the request would otherwise wait for its timeout)."""
+    owner = pooled.task
+    operation = asyncio.ensure_future(awaitable)
+    if owner is None:
+        return await operation
+    try:
+        done, _pending = await asyncio.wait({operation, owner}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        operation.cancel()  # cancelled (the timeout): the operation is too, as it was when awaited directly
+        with contextlib.suppress(BaseException):
+            await operation
+        raise
+    if operation in done:
+        return operation.result()
+    operation.cancel()
+    with contextlib.suppress(BaseException):
+        await operation
+    raise _OwnerEnded(pooled.error)
+
+
+def _never_connected(error: BaseException | None) -> bool:
+    """Whether ``error`` (or every error in its group) says no connection was made: nothing was sent."""
+    if isinstance(error, BaseExceptionGroup):
+        return all(_never_connected(e) for e in error.exceptions)
+    return isinstance(error, httpx.ConnectError)
 
 
 def _server_gone(pooled: _PooledSession) -> bool:
@@ -296,6 +336,7 @@ class McpSessionPool:
                 ready.set_result(None)
                 await pooled.closing.wait()
         except BaseException as exc:
+            pooled.error = exc
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else McpTransportError(repr(exc)))
             if isinstance(exc, asyncio.CancelledError):
@@ -388,9 +429,20 @@ class McpSessionPool:
             pooled.last_used = time.monotonic()
             try:
                 async with asyncio.timeout(timeout_s):
-                    return await operation(pooled)
+                    return await _until_owner_ends(pooled, operation(pooled))
             except TimeoutError:
                 raise McpTimeoutError(f"no answer from '{connection.mcp_id}' within {timeout_s:g}s") from None
+            except _OwnerEnded as ended:
+                # The session's transport failed while the request was out (an HTTP 5xx, the connection lost):
+                # said at once, not after the whole timeout as "timeout"; not sent where it never connected.
+                await self._drop(pooled.key)
+                sent = not _never_connected(ended.error)
+                if attempt == 1 and (resend or not sent):
+                    continue
+                raise McpTransportError(
+                    f"session to '{connection.mcp_id}' broke: {_describe(ended.error) if ended.error else 'ended'}",
+                    sent=sent,
+                ) from ended.error
             except NOT_SENT_ERRORS as exc:
                 await self._drop(pooled.key)
                 if attempt == 1:

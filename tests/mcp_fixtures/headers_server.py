@@ -2,7 +2,9 @@
 tests.mcp_fixtures.headers_server PORT [FILE] [--forget-after-call]``. With a FILE, its write tool ``record``
 appends a line to it (the file counts what the server really did). With ``--forget-after-call``, a session is
 forgotten once a ``tools/call`` on it has been answered (as by a restart, or a replica behind a load balancer
-that never saw the session): every later request on its id is answered 404, as the SDK answers an unknown one."""
+that never saw the session): every later request on its id is answered 404, as the SDK answers an unknown one.
+With ``--bad-gateway-on-record``, a ``tools/call`` of ``record`` is answered HTTP 502 by a gateway in front of it
+(the tool never runs)."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ def record(text: str) -> str:
     return "recorded"
 
 
-def forgetting_app() -> Any:
+def forgetting_app(*, forget: bool = True, bad_gateway_on: str = "") -> Any:
     inner = mcp.http_app()
     forgotten: set[str] = set()
 
@@ -55,7 +57,12 @@ def forgetting_app() -> Any:
             request = json.loads(b"".join(m.get("body", b"") for m in messages) or b"{}")
         except ValueError:
             request = {}
-        if session_id and isinstance(request, dict) and request.get("method") == "tools/call":
+        calling = isinstance(request, dict) and request.get("method") == "tools/call"
+        if calling and bad_gateway_on and (request.get("params") or {}).get("name") == bad_gateway_on:
+            await send({"type": "http.response.start", "status": 502, "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"bad gateway"})
+            return
+        if forget and session_id and calling:
             forgotten.add(session_id)  # answered below; forgotten from the next request on
 
         async def receive_again() -> Any:
@@ -67,9 +74,13 @@ def forgetting_app() -> Any:
 
 
 if __name__ == "__main__":
-    if "--forget-after-call" in sys.argv:
+    if "--forget-after-call" in sys.argv or "--bad-gateway-on-record" in sys.argv:
         import uvicorn
 
-        uvicorn.run(forgetting_app(), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", lifespan="on")
+        app = forgetting_app(
+            forget="--forget-after-call" in sys.argv,
+            bad_gateway_on="record" if "--bad-gateway-on-record" in sys.argv else "",
+        )
+        uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", lifespan="on")
     else:
         mcp.run(transport="http", host="127.0.0.1", port=int(sys.argv[1]), show_banner=False)

@@ -126,3 +126,38 @@ def test_a_write_answered_on_a_session_the_server_then_forgets_is_carried_out_on
     finally:
         get_default_pool().close("forgets")
         server.stop()
+
+
+def test_a_gateway_error_on_a_call_is_said_at_once_and_a_write_is_not_sent_again(tmp_path: Path) -> None:
+    """An HTTP 5xx on ``tools/call`` ends the session's transport: the call waited for its whole timeout and was
+    recorded as ``timeout``. It fails at once (a transport failure whose outcome is unknown: a write is not sent
+    again), and the next call goes out on a fresh session."""
+    import time
+
+    server = HttpServer(tmp_path / "records.txt", "--bad-gateway-on-record")
+    server.start()
+    try:
+        binding = McpServer.objects.create(
+            mcp_id="gateway",
+            name="gateway",
+            transport="streamable_http",
+            url=f"http://127.0.0.1:{server.port}/mcp",
+            timeout_s=20,
+        )
+        assert discover_as_admin(server=binding).ok
+        ToolContract.objects.filter(tool__server=binding, tool__name="request_headers").update(risk="read")
+        binding = McpServer.objects.prefetch_related("tools__contract").get(pk=binding.pk)
+        writer: Any = gate.GateCall(
+            source="eval", run_id=uuid.uuid4(), call_id="c1", writes_blocked=True, write_sandbox=frozenset({"gateway"})
+        )
+        began = time.monotonic()
+        write = gate.call(server=binding, tool_name="record", args={"text": "기록"}, who=writer)
+        assert time.monotonic() - began < 10
+        # Its outcome is unknown (the gateway may have passed it on): never sent again.
+        assert (write.ok, write.error, write.attempts) == (False, "approval:outcome_unknown", 1)
+        assert not server.file.exists()
+        read = gate.call(server=binding, tool_name="request_headers", args={}, who=gate.GateCall(source="admin"))
+        assert read.ok
+    finally:
+        server.stop()
+        get_default_pool().close("gateway")
