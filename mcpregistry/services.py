@@ -301,6 +301,7 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
             if report.schema_errors
             else ""
         )
+        _record_listing_changes(server, resources=listing.resources, prompts=listing.prompts)
         McpServer.objects.filter(pk=server.pk).update(
             health=McpServer.Health.ERROR if schema_error else McpServer.Health.OK,
             last_error=schema_error,
@@ -316,6 +317,26 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
     report.tool_count = len(listing.tools)
     refresh_after_discovery([t for t in server.tools.all() if t.available])
     return report
+
+
+def _record_listing_changes(server: McpServer, *, resources: Any, prompts: Any) -> None:
+    """Record, as the server's change, the resources and prompts discovery found changed (by URI and name): the
+    resources are what ``read_resource`` may read, and they changed unrecorded. Called in discovery's transaction
+    and change scope."""
+    stored = McpServer.objects.filter(pk=server.pk).values_list("resources", "prompts").first()
+    if stored is None:
+        return
+    diff: dict[str, Any] = {}
+    for name, before, after, key in (
+        ("resources", stored[0], resources, "uri"),
+        ("prompts", stored[1], prompts, "name"),
+    ):
+        old = sorted(str(item.get(key, "")) for item in before or [] if isinstance(item, dict))
+        new = sorted(str(item.get(key, "")) for item in after or [] if isinstance(item, dict))
+        if old != new:
+            diff[name] = [old, new]
+    if diff:
+        config_change_record(obj=server, verb="update", diff=diff)
 
 
 _LISTING_TEXT_KEYS = frozenset({"description", "title", "instructions", "default", "examples"})

@@ -539,3 +539,23 @@ def test_values_stored_before_a_check_was_added_still_save_and_import(admin_clie
     assert report is not None
     assert McpServer.objects.get(mcp_id="legacy").tool_prefix == "time."
     assert "locale" in ToolContract.objects.get(tool=tool).args
+
+
+def test_the_resources_discovery_finds_are_recorded_as_the_servers_change(db) -> None:
+    """The resources are what ``read_resource`` may read: discovery changed them with no audit event."""
+    from audit.models import AuditEvent
+
+    server = McpServer.objects.create(
+        mcp_id="with-resources",
+        name="with-resources",
+        command=sys.executable,
+        args=["-m", "tests.mcp_fixtures.secret_context_server"],
+        cwd=str(settings.BASE_DIR),
+        env={"BACKEND_TOKEN": "tok-0123456789abcdef"},
+        session_scope="shared",
+    )
+    assert mcp_server_discover(server=server, actor="test", via="tests").ok
+    events = AuditEvent.objects.filter(action="config.mcp_server.update", mcp_id="with-resources")
+    recorded = [e.args["resources"] for e in events if "resources" in (e.args or {})]
+    assert recorded == [[[], ["notes://ops/runbook"]]]
+    get_default_pool().close("with-resources")
