@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from audit.changes import audited_delete, audited_save, change_scope, config_change_record
 from audit.masking import mask_known, mask_text, register_secrets
@@ -218,7 +219,24 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
             runner.close_scope(scope)
     listing = _listing_without_secrets(listing, secrets)
     now = timezone.now()
+    try:
+        _discovery_apply(server, listing, report, now=now, actor=actor, via=via)
+    except IntegrityError:
+        # Another discovery of this server added the same tool first (the server's row lock serialises them on
+        # PostgreSQL; SQLite's writer lock does not stop both reading the tools first): its result stands.
+        error = str(_("Another discovery of this server ran at the same time; its result stands."))
+        return DiscoveryReport(mcp_id=server.mcp_id, ok=False, error=error)  # nothing of this one was kept
+    report.ok = True
+    report.tool_count = len(listing.tools)
+    refresh_after_discovery([t for t in server.tools.all() if t.available])
+    return report
+
+
+def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, actor: Any, via: str) -> None:
+    """What a listing changes in the registry: tools added, changed (reviewed), vanished; the server's health,
+    resources and prompts. One transaction, in the discovery's change scope."""
     with transaction.atomic(), change_scope(actor=actor, via=via):
+        McpServer.objects.select_for_update().filter(pk=server.pk).first()  # one discovery of a server at a time
         existing = {t.name: t for t in server.tools.all()}
         # The first discovery of a binding an admin has just made enables its tools; a tool that appears later
         # (the server grew one) starts disabled until an admin reviews it.
@@ -313,10 +331,6 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
         )
         if report.added or report.updated or report.vanished:
             registry_contracts_changed_send(server_ids=[server.pk], actor=actor, via=via)
-    report.ok = True
-    report.tool_count = len(listing.tools)
-    refresh_after_discovery([t for t in server.tools.all() if t.available])
-    return report
 
 
 def _record_listing_changes(server: McpServer, *, resources: Any, prompts: Any) -> None:
