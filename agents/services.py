@@ -159,8 +159,8 @@ def unbinding_refused(needing: list[str]) -> str:
     """Why the agent's servers cannot change so: ``needing`` are its enabled rules for a server it would stop
     binding (``agents.selectors.rules_calling``)."""
     return _(
-        "These enabled rules call a server the agent would no longer bind: %(rules)s. Disable or change them "
-        "first, or keep the server."
+        "These enabled rules call a server the agent would no longer bind: %(rules)s. Disable or change them and "
+        "save, then unbind the server; or keep it."
     ) % {"rules": ", ".join(needing)}
 
 
