@@ -722,7 +722,10 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
             diff,
         )
 
-    @admin.action(description=_("Approve reviewed changes and enable"), permissions=["change"])
+    @admin.action(
+        description=_("Approve reviewed changes (a tool enabled before its review is enabled again)"),
+        permissions=["change"],
+    )
     def approve_reviewed_changes(self, request: HttpRequest, queryset: QuerySet[McpTool]) -> None:
         count = sum(mcp_tool_review_approve(tool=tool, actor=request.user, via=ADMIN_VIA) for tool in queryset)
         self.message_user(request, _("%(n)d tool(s) approved.") % {"n": count})

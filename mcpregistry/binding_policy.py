@@ -153,8 +153,12 @@ def _allowed(host: str, port: int | None, address: Any, allowed: Iterable[str]) 
 def url_credentials_problem(url: str, where: str) -> str | None:
     """Why ``url`` may not be stored as configuration: it carries a user name and password, a secret that would be
     shown, exported and audited in clear (``where`` says where the secret goes instead). None when it carries none."""
-    parsed = urlparse(url or "")
-    if parsed.username is None and parsed.password is None:
+    try:
+        parsed = urlparse(url or "")
+        credentials = parsed.username is not None or parsed.password is not None
+    except ValueError:  # not a URL ("http://[x"): its own check says so where a URL is used
+        return None
+    if not credentials:
         return None
     return _("A URL's user and password are a secret: remove them from the URL and give them as %(where)s.") % {
         "where": where

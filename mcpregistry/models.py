@@ -303,8 +303,13 @@ class McpTool(AuditedModel):
     review_required = models.BooleanField(
         _("review required"),
         default=False,
-        help_text=_("The tool's description or schema changed after it was enabled; it stays disabled until reviewed."),
+        help_text=_(
+            "The tool's description or schema changed after it was discovered; it stays disabled until reviewed."
+        ),
     )
+    # Whether the tool was enabled when its review began: approving the review restores that (an admin's "off"
+    # stays off).
+    enabled_before_review = models.BooleanField(_("enabled before the review"), default=True, editable=False)
     previous_description = models.TextField(_("previous description"), blank=True)
     previous_input_schema = models.JSONField(
         encoder=UnicodeJSONEncoder, verbose_name=_("previous input schema"), null=True, blank=True

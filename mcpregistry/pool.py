@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio
-import httpx
 from mcp import McpError, StdioServerParameters, types
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
@@ -199,13 +198,6 @@ async def _until_owner_ends(pooled: _PooledSession, awaitable: Awaitable[T]) -> 
     with contextlib.suppress(BaseException):
         await operation
     raise _OwnerEnded(pooled.error)
-
-
-def _never_connected(error: BaseException | None) -> bool:
-    """Whether ``error`` (or every error in its group) says no connection was made: nothing was sent."""
-    if isinstance(error, BaseExceptionGroup):
-        return all(_never_connected(e) for e in error.exceptions)
-    return isinstance(error, httpx.ConnectError)
 
 
 def _server_gone(pooled: _PooledSession) -> bool:
@@ -434,14 +426,14 @@ class McpSessionPool:
                 raise McpTimeoutError(f"no answer from '{connection.mcp_id}' within {timeout_s:g}s") from None
             except _OwnerEnded as ended:
                 # The session's transport failed while the request was out (an HTTP 5xx, the connection lost):
-                # said at once, not after the whole timeout as "timeout"; not sent where it never connected.
+                # said at once, not after the whole timeout as "timeout". Its error is the session's, perhaps
+                # another call's (a connection refused to a request beside this one): this request may have gone
+                # out, and only what changes nothing is sent again.
                 await self._drop(pooled.key)
-                sent = not _never_connected(ended.error)
-                if attempt == 1 and (resend or not sent):
+                if attempt == 1 and resend:
                     continue
                 raise McpTransportError(
-                    f"session to '{connection.mcp_id}' broke: {_describe(ended.error) if ended.error else 'ended'}",
-                    sent=sent,
+                    f"session to '{connection.mcp_id}' broke: {_describe(ended.error) if ended.error else 'ended'}"
                 ) from ended.error
             except NOT_SENT_ERRORS as exc:
                 await self._drop(pooled.key)

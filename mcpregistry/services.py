@@ -94,43 +94,52 @@ def mcp_tool_update(*, tool: McpTool, actor: Any, via: str, data: Mapping[str, A
 
 @transaction.atomic
 def mcp_tool_review_approve(*, tool: McpTool, actor: Any, via: str) -> bool:
-    """Accept a tool's changed description/schema (a rug-pull review) and enable it. Returns False (and records
-    nothing) if the tool awaits no review."""
+    """Accept a tool's changed description/schema (a rug-pull review): enabled again if it was when its review
+    began (an admin's "off" stays off). Returns False (and records nothing) if the tool awaits no review."""
     if not tool.review_required:
         return False
+    previous_schema = tool.previous_input_schema
     audited_save(
         tool,
         actor=actor,
         via=via,
-        data={"review_required": False, "enabled": True, "previous_description": "", "previous_input_schema": None},
+        data={
+            "review_required": False,
+            "enabled": tool.enabled_before_review,
+            "previous_description": "",
+            "previous_input_schema": None,
+        },
         validate=False,
         verb="review_approve",
     )
-    _contract_fitted_to_schema(tool, actor=actor, via=via)
+    _contract_fitted_to_schema(tool, previous_schema=previous_schema, actor=actor, via=via)
     registry_contracts_changed_send(server_ids=[tool.server_id], actor=actor, via=via)
     return True
 
 
-def _contract_fitted_to_schema(tool: McpTool, *, actor: Any, via: str) -> None:
-    """An approved schema whose argument names are not the contract's: the contract's arguments become the
-    schema's, each keeping the admin's limits where its name stays (and taking whether it is required from the
-    schema); the idempotency argument is dropped if it is gone. A contract's names are the closed list the gate
-    accepts: left as they were, the new arguments were refused (``args:unknown``) and the old ones failed at the
-    server, the tool approved but never callable. Audited as the contract's update, in the approval's
-    transaction."""
+def _contract_fitted_to_schema(tool: McpTool, *, previous_schema: Any, actor: Any, via: str) -> None:
+    """An approved schema change carried into the contract's arguments, the closed list the gate accepts (left as
+    they were, the new arguments were refused, ``args:unknown``, and the approved tool could never be called):
+    an argument the new schema added joins with the schema's constraints, one it removed leaves (the
+    idempotency argument with it), and one that stays takes the schema's type and whether it is required,
+    keeping the admin's narrowing (allowed values, range, length, pattern). An argument the admin left out of the
+    contract on purpose stays out. Audited as the contract's update, in the approval's transaction."""
     contract = ToolContract.objects.filter(tool=tool).first()
-    derived = argument_constraints(tool.input_schema or {})
-    if (
-        contract is None
-        or not isinstance(contract.args, dict)
-        or not contract.args
-        or set(contract.args) == set(derived)
-    ):
+    if contract is None or not isinstance(contract.args, dict) or not contract.args or previous_schema is None:
         return
-    args = {
-        name: {**contract.args[name], "required": bool(spec.get("required"))} if name in contract.args else spec
-        for name, spec in derived.items()
-    }
+    before, after = argument_constraints(previous_schema or {}), argument_constraints(tool.input_schema or {})
+    args: dict[str, Any] = {}
+    for name, spec in contract.args.items():
+        if name in after:
+            schema = {key: after[name][key] for key in ("type", "required") if key in after[name]}
+            args[name] = {**spec, **schema}
+        elif name not in before:
+            args[name] = spec  # not the schema's before either: the admin's own, left as written
+    for name, spec in after.items():
+        if name not in before and name not in args:
+            args[name] = spec
+    if args == contract.args:
+        return
     data: dict[str, Any] = {"args": args}
     if contract.idempotency_arg and contract.idempotency_arg not in args:
         data["idempotency_arg"] = ""
@@ -221,9 +230,12 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
     now = timezone.now()
     try:
         _discovery_apply(server, listing, report, now=now, actor=actor, via=via)
-    except IntegrityError:
+    except IntegrityError as exc:
         # Another discovery of this server added the same tool first (the server's row lock serialises them on
         # PostgreSQL; SQLite's writer lock does not stop both reading the tools first): its result stands.
+        if "unique" not in str(exc).lower():  # SQLite's "UNIQUE constraint failed", PostgreSQL's "unique constraint"
+            raise
+        logger.warning("discovery of %s lost a race: %s", server.mcp_id, exc)
         error = str(_("Another discovery of this server ran at the same time; its result stands."))
         return DiscoveryReport(mcp_id=server.mcp_id, ok=False, error=error)  # nothing of this one was kept
     report.ok = True
@@ -302,7 +314,11 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
                 # and park it for review.
                 updates.update(enabled=False, review_required=True)
                 if not tool.review_required:
-                    updates.update(previous_description=tool.description, previous_input_schema=tool.input_schema)
+                    updates.update(
+                        previous_description=tool.description,
+                        previous_input_schema=tool.input_schema,
+                        enabled_before_review=tool.enabled,
+                    )
                 report.review_required.append(name)
             elif tool.discovered_at is None and not first_discovery:
                 # Named before the server listed it (an import, a form), on a server discovered before: the server

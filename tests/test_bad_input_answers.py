@@ -143,3 +143,12 @@ def test_a_version_diff_says_when_there_is_nothing_to_compare(admin_client, demo
     assert "v1 is the first version" in page and "same content" not in page
     page = admin_client.get(f"/admin/agents/agentversion/{first.pk}/diff/", {"against": "7"}).content.decode()
     assert "company-assistant has no version 7; its versions: v1." in page and "same content" not in page
+
+
+@pytest.mark.django_db
+def test_a_stdio_servers_hidden_url_that_is_no_url_is_a_field_error(demo_server) -> None:
+    from mcpregistry.services import mcp_server_update
+
+    with pytest.raises(ValidationError) as refused:  # not urlparse's ValueError
+        mcp_server_update(server=demo_server, actor="t", via="tests", data={"url": "http://[x"})
+    assert "url" in refused.value.message_dict

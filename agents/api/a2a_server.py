@@ -654,9 +654,9 @@ def tasks_list(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> dict
                 _("'status' must be one of: %(states)s.") % {"states": ", ".join(sorted(set(TASK_STATE.values())))}
             )
         runs = runs.filter(status__in=statuses)
-    if params.get("statusTimestampAfter") is not None:
-        runs = runs.filter(status_at__gt=_timestamp_param(params["statusTimestampAfter"], "statusTimestampAfter"))
-    size = params.get("pageSize", LIST_PAGE_SIZE)
+    if params.get("statusTimestampAfter") is not None:  # at or after, as the A2A SDK's task store reads it
+        runs = runs.filter(status_at__gte=_timestamp_param(params["statusTimestampAfter"], "statusTimestampAfter"))
+    size = LIST_PAGE_SIZE if params.get("pageSize") is None else params["pageSize"]
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= LIST_PAGE_MAX:
         raise invalid_params(_("'pageSize' must be a whole number from 1 to %(max)d.") % {"max": LIST_PAGE_MAX})
     total = runs.count()
@@ -670,7 +670,7 @@ def tasks_list(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> dict
     tasks = []
     for run in page:
         task = task_of(run, history_length=0 if history is None else history)
-        if not params.get("includeArtifacts"):
+        if params.get("includeArtifacts") is not True:  # a boolean: "false" is no yes
             task.pop("artifacts", None)
         tasks.append(task)
     token = _page_token(page[-1]) if more and page else ""
@@ -678,7 +678,10 @@ def tasks_list(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> dict
 
 
 def _timestamp_param(value: Any, name: str) -> datetime:
-    moment = parse_datetime(value) if isinstance(value, str) else None
+    try:
+        moment = parse_datetime(value) if isinstance(value, str) else None
+    except ValueError:  # well formed, no date ("2024-13-45T00:00:00Z")
+        moment = None
     if moment is None:
         raise invalid_params(_("'%(name)s' must be a timestamp (RFC 3339).") % {"name": name})
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

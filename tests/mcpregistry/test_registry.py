@@ -376,6 +376,27 @@ def test_approving_a_changed_schema_fits_the_contracts_arguments_to_it(db) -> No
     assert result.ok and result.value == "A-1@서울:1"
 
 
+def test_approving_a_review_keeps_the_admins_choices(db) -> None:
+    """A contract the admin narrowed (an argument left out on purpose) and a tool the admin turned off stay so
+    when a review of a description change is approved: the approval re-added the argument and turned the tool on."""
+    from mcpregistry.services import mcp_tool_review_approve, tool_contract_update
+
+    server = mutable_server(TOOL_DESCRIPTION="Looks a key up.")
+    contract = ToolContract.objects.get(tool__server=server, tool__name="lookup")
+    tool_contract_update(contract=contract, actor="t", via="tests", data={"args": {"key": contract.args["key"]}})
+    McpTool.objects.filter(server=server, name="lookup").update(enabled=False)
+    rediscover(server, TOOL_DESCRIPTION="Looks a key up, faster.")
+    tool = McpTool.objects.get(server=server, name="lookup")
+    assert tool.review_required
+
+    assert mcp_tool_review_approve(tool=tool, actor="reviewer", via="tests")
+
+    tool.refresh_from_db()
+    contract.refresh_from_db()
+    assert (tool.review_required, tool.enabled) == (False, False)
+    assert list(contract.args) == ["key"]
+
+
 def test_an_agent_whose_servers_share_a_tool_name_is_refused(admin_client) -> None:
     first = mutable_server("first")
     second = mutable_server("second")
