@@ -275,6 +275,17 @@ class McpServer(AuditedModel):
             "headers": {k: v for k, e in (self.headers or {}).items() if (v := secret_entry_value(e)) is not None},
         }
 
+    def unread_secrets(self) -> list[str]:
+        """The secrets this process could not read: an env entry or header ``{"from_env": NAME}`` whose variable
+        is unset here or no longer in ``PLATFORM_MCP_ENV_PASSTHROUGH`` (it is left out of the connection), as
+        ``"Authorization (from MCP_TOKEN)"``."""
+        return [
+            f"{key} (from {entry['from_env']})"
+            for values in (self.env or {}, self.headers or {})
+            for key, entry in values.items()
+            if isinstance(entry, dict) and "from_env" in entry and secret_entry_value(entry) is None
+        ]
+
     def pool_scope(self, run_id: Any) -> str | None:
         """The pool scope of a call in ``run_id``: None (shared) or the run's own scope."""
         if self.session_scope == self.SessionScope.SHARED or run_id is None:

@@ -218,7 +218,7 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
     try:
         listing = runner.list_tools(server.connection_config(), timeout_s=max(server.timeout_s, 30.0), scope=scope)
     except Exception as exc:  # noqa: BLE001 - recorded as the binding's health
-        report.error = mask_text(str(exc) or type(exc).__name__, secrets=secrets)[:2000]
+        report.error = _with_unread_secrets(server, mask_text(str(exc) or type(exc).__name__, secrets=secrets))
         McpServer.objects.filter(pk=server.pk).update(
             health=McpServer.Health.ERROR, last_error=report.error, last_checked_at=timezone.now()
         )
@@ -349,6 +349,15 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
             registry_contracts_changed_send(server_ids=[server.pk], actor=actor, via=via)
 
 
+def _with_unread_secrets(server: McpServer, error: str) -> str:
+    """A failed connection's error, with the secrets this process could not read named (a server answering 401
+    for want of its token said nothing of why), at most 2,000 characters."""
+    unread = server.unread_secrets()
+    if unread:
+        error += " " + _("(not set in this process, so not sent: %(names)s)") % {"names": ", ".join(unread)}
+    return error[:2000]
+
+
 def _record_listing_changes(server: McpServer, *, resources: Any, prompts: Any) -> None:
     """Record, as the server's change, the resources and prompts discovery found changed (by URI and name): the
     resources are what ``read_resource`` may read, and they changed unrecorded. Called in discovery's transaction
@@ -447,7 +456,9 @@ def mcp_server_health_check(*, server: McpServer) -> HealthReport:
     try:
         listing = runner.list_tools(server.connection_config(), timeout_s=max(server.timeout_s, 30.0), scope=scope)
     except Exception as exc:  # noqa: BLE001 - recorded as the binding's health
-        report.error = mask_text(str(exc) or type(exc).__name__, secrets=server.secret_values())[:2000]
+        report.error = _with_unread_secrets(
+            server, mask_text(str(exc) or type(exc).__name__, secrets=server.secret_values())
+        )
         McpServer.objects.filter(pk=server.pk).update(
             health=McpServer.Health.ERROR, last_error=report.error, last_checked_at=timezone.now()
         )

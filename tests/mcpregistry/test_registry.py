@@ -580,3 +580,24 @@ def test_the_resources_discovery_finds_are_recorded_as_the_servers_change(db) ->
     recorded = [e.args["resources"] for e in events if "resources" in (e.args or {})]
     assert recorded == [[[], ["notes://ops/runbook"]]]
     get_default_pool().close("with-resources")
+
+
+def test_a_failed_connection_names_the_secrets_this_process_could_not_read(db, settings, monkeypatch) -> None:
+    """A header read from an unset variable is left out of the connection: the server's 401 (here, no server at
+    all) said nothing of why."""
+    from mcpregistry.services import mcp_server_health_check
+
+    settings.PLATFORM_MCP_ENV_PASSTHROUGH = ["MCP_TOKEN"]
+    monkeypatch.delenv("MCP_TOKEN", raising=False)
+    server = McpServer.objects.create(
+        mcp_id="unread",
+        name="unread",
+        transport="streamable_http",
+        url="http://127.0.0.1:9/mcp",
+        headers={"Authorization": {"from_env": "MCP_TOKEN"}},
+        timeout_s=3,
+    )
+    report = mcp_server_health_check(server=server)
+    assert not report.ok
+    assert "(not set in this process, so not sent: Authorization (from MCP_TOKEN))" in report.error
+    get_default_pool().close("unread")
