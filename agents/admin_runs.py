@@ -491,7 +491,7 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
         "requested_by",
         "decided_by",
         "reason_text",
-        "expires_at",
+        "expires",
     ]
     list_display_links = ["created_at"]
     list_filter = ["status", "mcp_id", "tool"]
@@ -524,6 +524,11 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
     @admin.display(description=_("reason"), ordering="reason")
     def reason_text(self, obj: Approval) -> str:
         return approval_reason_text(obj.reason)
+
+    @admin.display(description=_("expires"), ordering="expires_at")
+    def expires(self, obj: Approval) -> str:
+        """When a pending approval expires; an ended one's "expires" is no time to come."""
+        return when_cell(obj.expires_at) if obj.status == Approval.Status.PENDING else "—"
 
     @admin.display(description=_("call"))
     def call(self, obj: Approval) -> str:

@@ -276,5 +276,6 @@ def test_an_unused_approval_reads_in_the_admins_language_with_why_it_ended(file:
 
     listed = admin_client.get("/admin/agents/approval/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
     assert "실행이 이 호출을 하지 않고 끝났습니다" in listed
+    assert '<td class="field-expires">—</td>' in listed  # no time to come for an ended approval
     page = admin_client.get(f"/admin/agents/approval/{approval.pk}/change/", HTTP_ACCEPT_LANGUAGE="ko").content
     assert "실행이 이 호출을 하지 않고 끝났습니다" in page.decode() and "만료됩니다" not in page.decode()
