@@ -166,6 +166,24 @@ def tested_configuration(agent: Agent, version: AgentVersion | None) -> Any:
     return run_configuration(agent=agent, version=frozen, generation=None)
 
 
+def trials_summary(trials: list[RuleTrial]) -> str:
+    """The trial at a glance: the tools a run would call first, or that none would be (and the run ends at a
+    rule's failure, or goes to the model)."""
+    last = trials[-1] if trials else None
+    if last is not None and not last.matched and last.reason.startswith(("deterministic:", "mcp:")):
+        # A failure the stage ends at (seed 000's errors): the trial list ends with it, as the run would.
+        return str(_("A run would fail at rule %(rule)s (%(reason)s).") % {"rule": last.name, "reason": last.reason})
+    called = [f"{t.mcp_id}.{t.tool}" for t in trials if t.matched]
+    if called:
+        return str(
+            _("%(matched)d of %(rules)d rules matched: a run calls %(tools)s before the model.")
+            % {"matched": len(called), "rules": len(trials), "tools": ", ".join(called)}
+        )
+    return str(
+        _("No rule matched: a run goes to the model (or the agent's no-match answer) with no tool called first.")
+    )
+
+
 def tested_label(agent: Agent, version: AgentVersion | None) -> str:
     """What a trial tested, in words: the version (and whether it is live), or the agent as stored."""
     if version is None or not version.content:  # a version with no frozen content runs the agent as stored
@@ -253,6 +271,7 @@ def rule_tester_view(request: HttpRequest) -> HttpResponse:
     )
     form = RuleTesterForm(request.POST or None, initial={"agent": chosen} if chosen else None)
     trials: list[RuleTrial] | None = None
+    summary, disabled = "", ""
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         from agents.services import run_input_guarded
@@ -269,6 +288,13 @@ def rule_tester_view(request: HttpRequest) -> HttpResponse:
             configuration=configuration,
         )
         tested = tested_label(data["agent"], data["agent_version"])
+        summary = trials_summary(trials)
+        if data["agent_version"] is None or not data["agent_version"].content:  # the agent as stored
+            names = list(
+                data["agent"].rules.filter(enabled=False).order_by("order", "id").values_list("name", flat=True)
+            )
+            if names:
+                disabled = str(_("Not evaluated, disabled: %(names)s.") % {"names": ", ".join(names)})
         # The page shows the input back as the trial read it: a server's secret typed in is not shown again.
         form.data = form.data.copy()
         for name in ("query", "context", "a2a_data"):
@@ -279,5 +305,7 @@ def rule_tester_view(request: HttpRequest) -> HttpResponse:
         "form": form,
         "trials": trials,
         "tested": tested if trials is not None else "",
+        "summary": summary,
+        "disabled": disabled,
     }
     return TemplateResponse(request, "admin/agents/rule_tester.html", context)

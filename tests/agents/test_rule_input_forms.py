@@ -275,3 +275,27 @@ def test_a_forced_tool_choice_must_name_a_tool_of_the_chosen_servers(admin_clien
     assert "tool_choice: &#x27;no_such_tool&#x27; is no tool of the chosen servers" in page
     post["model_params"] = '{"base_url": "https://llm.example.com/v1", "tool_choice": "search_employee"}'
     assert admin_client.post("/admin/agents/agent/add/", post).status_code == 302
+
+
+@pytest.mark.django_db
+def test_the_tester_says_what_a_run_would_do_and_names_the_disabled_rules(admin_client, demo_agent) -> None:
+    rule = DeterministicRule.objects.get(agent=demo_agent, tool_name="list_projects")
+    deterministic_rule_update(rule=rule, actor="t", via="tests", data={"enabled": False})
+    matched = admin_client.post("/admin/agents/rule-tester/", {"agent": demo_agent.pk, "query": QUESTION}).content
+    page = matched.decode()
+    assert "rules matched: a run calls sds-company-data.search_employee before the model." in page
+    assert f"Not evaluated, disabled: {rule.name}." in page
+    none = admin_client.post("/admin/agents/rule-tester/", {"agent": demo_agent.pk, "query": "안녕하세요"}).content
+    assert "No rule matched: a run goes to the model" in none.decode()
+
+
+@pytest.mark.django_db
+def test_the_tester_says_a_run_would_fail_at_a_rule_for_an_unbound_server(admin_client, demo_agent) -> None:
+    from mcpregistry.models import McpServer
+
+    other = McpServer.objects.create(mcp_id="elsewhere", name="elsewhere", url="http://127.0.0.1:9/mcp")
+    DeterministicRule.objects.create(
+        agent=demo_agent, server=other, name="left behind", order=0, tool_name="x", when={"any_keywords": ["zzz"]}
+    )
+    page = admin_client.post("/admin/agents/rule-tester/", {"agent": demo_agent.pk, "query": "zzz"}).content.decode()
+    assert "A run would fail at rule left behind (mcp:not_loaded:elsewhere" in page
