@@ -128,7 +128,7 @@ class RuleTesterForm(forms.Form):
         # Each field's problem is told at its field, both at once.
         cleaned["context"] = self._parse("context", dict)
         cleaned["a2a_data"] = self._parse("a2a_data", list)
-        cleaned["agent_version"] = self._tested_version(cleaned)
+        cleaned["agent_version"] = frozen_version(self._tested_version(cleaned))
         return cleaned
 
     def _tested_version(self, cleaned: dict[str, Any]) -> AgentVersion | None:
@@ -157,13 +157,18 @@ class RuleTesterForm(forms.Form):
         return chosen
 
 
+def frozen_version(version: AgentVersion | None) -> AgentVersion | None:
+    """``version`` where it holds frozen content, else None: a run of a version without any runs the agent as
+    stored (``agents.execution``)."""
+    return version if version is not None and version.content else None
+
+
 def tested_configuration(agent: Agent, version: AgentVersion | None) -> Any:
     """The servers, rules and contracts a run of ``agent`` (of ``version``, where it holds frozen content) works
     with, read now (``agents.config_cache.run_configuration``)."""
     from agents.config_cache import run_configuration
 
-    frozen = version if version is not None and version.content else None
-    return run_configuration(agent=agent, version=frozen, generation=None)
+    return run_configuration(agent=agent, version=frozen_version(version), generation=None)
 
 
 def trials_summary(trials: list[RuleTrial]) -> str:
@@ -186,7 +191,7 @@ def trials_summary(trials: list[RuleTrial]) -> str:
 
 def tested_label(agent: Agent, version: AgentVersion | None) -> str:
     """What a trial tested, in words: the version (and whether it is live), or the agent as stored."""
-    if version is None or not version.content:  # a version with no frozen content runs the agent as stored
+    if frozen_version(version) is None:
         return str(_("%(agent)s as stored") % {"agent": agent.slug})
     live = str(_(" (live)")) if agent.live_version_id == version.pk else ""
     return f"{agent.slug} v{version.number}{live}"
@@ -217,7 +222,7 @@ def rules_trial(
     from agents.services import run_input_guarded
     from mcpregistry import gate
 
-    frozen = version if version is not None and version.content else None
+    frozen = frozen_version(version)
     configuration = configuration or tested_configuration(agent, version)
     secrets = configuration.server_secrets
     provider = frozen.content["agent"].get("model_provider") if frozen is not None else agent.model_provider
@@ -289,7 +294,7 @@ def rule_tester_view(request: HttpRequest) -> HttpResponse:
         )
         tested = tested_label(data["agent"], data["agent_version"])
         summary = trials_summary(trials)
-        if data["agent_version"] is None or not data["agent_version"].content:  # the agent as stored
+        if data["agent_version"] is None:  # the agent as stored (the form keeps only a version with content)
             names = list(
                 data["agent"].rules.filter(enabled=False).order_by("order", "id").values_list("name", flat=True)
             )

@@ -101,19 +101,8 @@ def approvals_interrupted(*, run_id: Any, why: str) -> int:
             status=Approval.Status.OUTCOME_UNKNOWN, result=result
         ):
             changed += 1
-            audit_event_record(
-                source="agent",
-                action="approval.outcome_unknown",
-                run_id=run_id,
-                mcp_id=approval.mcp_id,
-                tool=approval.tool,
-                call_id=approval.call_id,
-                args=approval.args,
-                result={"approval_id": str(approval.pk), "why": why},
-                ok=False,
-                reason="approval:outcome_unknown",
-                attempt=0,
-                actor="reconciler",
+            _approval_ended(
+                approval, source="agent", outcome="outcome_unknown", actor="reconciler", result={"why": why}
             )
             logger.warning("run %s: approval %s ended outcome_unknown (%s)", run_id, approval.pk, why)
     return changed
@@ -133,21 +122,33 @@ def approvals_unused(*, run_id: Any, why: str) -> int:
             reason=UNUSED_APPROVAL,  # translated where shown
         ):
             changed += 1
-            audit_event_record(
+            _approval_ended(
+                approval,
                 source=_requester(approval.call_id),
-                action="approval.unused",
-                run_id=run_id,
-                mcp_id=approval.mcp_id,
-                tool=approval.tool,
-                call_id=approval.call_id,
-                args=approval.args,
-                result={"approval_id": str(approval.pk), "was": approval.status, "why": why},
-                ok=False,
-                reason="approval:unused",
-                attempt=0,
+                outcome="unused",
                 actor="system",
+                result={"was": approval.status, "why": why},
             )
     return changed
+
+
+def _approval_ended(approval: Approval, *, source: str, outcome: str, actor: str, result: dict[str, Any]) -> None:
+    """The audit event of an approval ended without a person (``approval.<outcome>``, reason
+    ``approval:<outcome>``), naming its call."""
+    audit_event_record(
+        source=source,
+        action=f"approval.{outcome}",
+        run_id=approval.run_id,
+        mcp_id=approval.mcp_id,
+        tool=approval.tool,
+        call_id=approval.call_id,
+        args=approval.args,
+        result={"approval_id": str(approval.pk), **result},
+        ok=False,
+        reason=f"approval:{outcome}",
+        attempt=0,
+        actor=actor,
+    )
 
 
 def _requester(call_id: str) -> str:
