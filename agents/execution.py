@@ -41,7 +41,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import QuerySet
-from django.utils import timezone
+from django.utils import timezone, translation
 
 import agent_platform.telemetry as telemetry
 from agents import engine
@@ -496,7 +496,12 @@ def _execute_claimed(claim: RunClaim) -> None:
         history=conversation_history(run) if not run.conversation else [],
     )
     try:
-        with telemetry.run_span(run_id=run.id, agent=agent.slug, provider=agent.model_provider, model=agent.model_id):
+        # What the run writes for people and for its model (the gate's guidance after a failed call, a budget's
+        # or a flow's error) is in the agent's language, not the worker's LANGUAGE_CODE.
+        with (
+            telemetry.run_span(run_id=run.id, agent=agent.slug, provider=agent.model_provider, model=agent.model_id),
+            translation.override(plan.language or translation.get_language()),
+        ):
             outcome = engine.execute(plan)
             telemetry.run_outcome(status=outcome.status, error_code=outcome.error_code, token_usage=outcome.token_usage)
     except _TIME_LIMIT_OR_RETRYABLE:

@@ -116,7 +116,10 @@ class Agent(AuditedModel):
         _("language"),
         max_length=10,
         default="ko",
-        help_text=_("Language of the short texts an end user reads (a failed call, no rule matched), e.g. ko, en."),
+        help_text=_(
+            "Language of the texts a run writes: the end user's short texts (a failed call, no rule matched) and the "
+            "guidance the model reads after a failed or refused tool call."
+        ),
     )
     no_match_answer = models.TextField(
         _("answer when no rule matched"),

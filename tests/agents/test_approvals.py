@@ -155,7 +155,7 @@ def test_a_rejected_call_is_not_made_and_the_model_is_told(writer, notes, django
         assert decide(client, run, approval, "reject", "필요 없음").status_code == 200
     run.refresh_from_db()
     assert run.status == Run.Status.SUCCEEDED
-    assert "rejected" in run.answer and "필요 없음" in run.answer
+    assert "거부했습니다" in run.answer and "필요 없음" in run.answer  # the agent's language (ko)
     assert lines(notes) == []
     assert AuditEvent.objects.filter(run_id=run.id, action="approval.reject").exists()
 
@@ -168,7 +168,7 @@ def test_an_expired_approval_fails_the_call(writer, notes, django_capture_on_com
         assert approvals_expire_due() == 1
     run.refresh_from_db()
     assert run.status == Run.Status.SUCCEEDED
-    assert "in time" in run.answer
+    assert "제한 시간 내에 승인되지 않았습니다" in run.answer
     assert lines(notes) == []
     assert decide(client, run, approval, "approve").status_code == 409
 
@@ -210,7 +210,7 @@ def test_an_execution_cut_short_is_never_repeated(writer, notes) -> None:
     run_execute(run_id=str(run.id))
     run.refresh_from_db()
     assert run.status == Run.Status.SUCCEEDED
-    assert "may or may not have taken effect" in run.answer
+    assert "반영 여부를 알 수 없습니다" in run.answer  # "may or may not have taken effect", in the agent's language
     assert lines(notes) == []
 
 

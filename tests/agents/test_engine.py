@@ -146,3 +146,37 @@ def test_a_run_is_executed_once_even_if_delivered_twice(demo_agent) -> None:
     run = submit(demo_agent, "김하늘 님은 어느 팀 소속인가요?")
     run_execute(run_id=str(run.id))
     assert AuditEvent.objects.filter(run_id=run.id, action="tool.call").count() == 1
+
+
+@pytest.mark.parametrize(
+    ("language", "platform_language", "expected", "not_expected"),
+    [
+        ("ko", "en", "도구를 호출하지 않았습니다", "was not called"),
+        ("en", "ko", "was not called", "도구를 호출하지 않았습니다"),
+    ],
+)
+def test_the_gate_guides_the_model_in_the_agents_language(
+    demo_server, settings, language, platform_language, expected, not_expected
+) -> None:
+    # The worker's LANGUAGE_CODE is the other language: what the model reads after a refused call (and what the
+    # trace shows a reviewer) follows the agent, as its other texts for end users do.
+    settings.LANGUAGE_CODE = platform_language
+    agent = make_agent(
+        slug=f"guided-{language}",
+        servers=[demo_server],
+        provider="scripted",
+        with_demo_rules=False,
+        script=[
+            {"tool_calls": [{"name": "list_projects", "args": {"team": "물류플랫폼팀", "colour": "red"}}]},
+            {"content": "{last_tool_result}"},
+        ],
+    )
+    agent.language = language
+    agent.save(update_fields=["language"])
+    run = submit(agent, "물류플랫폼팀 프로젝트 알려줘")
+    assert run.status == Run.Status.SUCCEEDED
+    [refused] = [s for s in run.messages if s["type"] == "tool"]
+    assert "[args:unknown:colour]" in refused["content"]
+    assert expected in refused["content"]
+    assert not_expected not in refused["content"]
+    assert expected in run.answer
