@@ -51,7 +51,7 @@ from agents.config_cache import run_parts
 from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_time_limits
 from agents.errors import RunCancelled
 from agents.models import Agent, Approval, Run
-from agents.run_state import RunEventWriter, approvals_interrupted, approvals_unused, run_fail_unheld
+from agents.run_state import RunEventWriter, approvals_interrupted, approvals_unused, run_fail_unheld, run_resume
 from agents.selectors import RUN_READ
 from agents.shadow import shadow_after_store
 from agents.versions import AGENT_FIELDS
@@ -275,7 +275,15 @@ def _claim_view(run_id: Any) -> _ClaimView | None:
 # The run's row, changed by statements made once (audit/row_statements.py): a claim's compare-and-swap (its new
 # delivery count and first start computed from what the claim read, which the swap's condition pins), the
 # outcome's. It is read with ``agents.selectors.RUN_READ``.
-_CLAIM_FIELDS = ("status", "worker", "delivery_count", "heartbeat_at", "lease_expires_at", "started_at")
+_CLAIM_FIELDS = (
+    "status",
+    "worker",
+    "delivery_count",
+    "heartbeat_at",
+    "lease_expires_at",
+    "started_at",
+    "pass_started_at",
+)
 _CLAIM_QUEUED = RowUpdate(Run, _CLAIM_FIELDS, ("id", "status", "delivery_count", "started_at"))
 _CLAIM_LAPSED = RowUpdate(Run, _CLAIM_FIELDS, ("id", "status", "worker", "delivery_count", "lease_expires_at"))
 _OUTCOME_FIELDS = (
@@ -319,6 +327,7 @@ def run_claim(*, run_id: str, began: float | None = None) -> RunClaim | None:
         "heartbeat_at": now,
         "lease_expires_at": now + timedelta(seconds=lease_s),
         "started_at": run.started_at or now,
+        "pass_started_at": now,
     }
     if run.status == Run.Status.QUEUED:
         claimed = _CLAIM_QUEUED.execute(
@@ -392,7 +401,8 @@ def run_execute(*, run_id: str) -> None:
         try:
             _execute_claimed(claim)
         except SoftTimeLimitExceeded:
-            claim.fail("time_limit", "the run did not finish within its time limit")
+            if not claim.fail("time_limit", "the run did not finish within its time limit"):
+                _stopped_by_cancellation(claim)  # a call cut short may have been an approved write
         except RETRYABLE_ERRORS:
             logger.warning("run %s: retryable failure; giving the run back to the queue", run_id, exc_info=True)
             claim.release()
@@ -562,7 +572,8 @@ def _store_outcome(
     while it ran keeps its cancellation; this worker appends its ``cancelled`` event (``run_cancel`` leaves
     that to the worker). ``settle``: whether the run's budgets need settling (``budget_settle``); a first pass
     of a run without a reservation has nothing to settle, and its stored outcome counts every token it used.
-    ``unused``: whether the run may hold approvals it did not carry out (``approvals_unused``)."""
+    ``unused``: whether the run may hold approvals it did not carry out (``approvals_unused``) or left claimed
+    (``approvals_interrupted``)."""
     if claim.stop_reason == "lost":
         logger.warning("run %s: %s no longer holds it; its outcome is discarded", claim.run_id, claim.worker)
         _count_late_tokens(claim.run_id)
@@ -603,8 +614,15 @@ def _store_outcome(
             )
             if stored != 1:
                 transaction.set_rollback(True)
+            elif outcome.status == "awaiting_approval" and not _approvals_pending(claim.run_id):
+                # Decided while this pass ran on (a reviewer quick on the admin's list): the decision found the run
+                # still running and left it to this pass, which queues it again rather than park it for good.
+                run_resume(run_id=str(claim.run_id))
             elif finished:
                 if unused:
+                    # An approved call still claimed (a database error between its send and its record) ends with
+                    # its outcome unknown: never sent again, never left "executing".
+                    approvals_interrupted(run_id=claim.run_id, why=outcome.status)
                     approvals_unused(run_id=claim.run_id, why=outcome.status)
                 if settle:
                     budget_settle(run_id=claim.run_id)
@@ -615,15 +633,28 @@ def _store_outcome(
         if outcome.status in {"succeeded", "failed"} and shadowed:
             shadow_after_store(run_id=run.id, purpose=run.purpose)
         return
+    if _stopped_by_cancellation(claim):
+        writer.emit("status", {"status": "cancelled", "answer": "", "error": "cancelled"})
+    else:
+        logger.warning("run %s: %s no longer holds it; its outcome is discarded", claim.run_id, claim.worker)
+    _count_late_tokens(claim.run_id)
+
+
+def _stopped_by_cancellation(claim: RunClaim) -> bool:
+    """Whether the run was cancelled while this pass held it; if so, this pass (which stops now) ends the approvals
+    it leaves: a call it claimed ends with its outcome unknown, those approved while it ran and never carried out
+    are unused."""
     cancelled_while_ours = Run.objects.filter(
         id=claim.run_id, status=Run.Status.CANCELLED, worker=claim.worker, delivery_count=claim.delivery
     ).exists()
     if cancelled_while_ours:
-        writer.emit("status", {"status": "cancelled", "answer": "", "error": "cancelled"})
-        approvals_unused(run_id=claim.run_id, why="cancelled")  # those approved while it ran, never carried out
-    else:
-        logger.warning("run %s: %s no longer holds it; its outcome is discarded", claim.run_id, claim.worker)
-    _count_late_tokens(claim.run_id)
+        approvals_interrupted(run_id=claim.run_id, why="cancelled")
+        approvals_unused(run_id=claim.run_id, why="cancelled")
+    return cancelled_while_ours
+
+
+def _approvals_pending(run_id: Any) -> bool:
+    return Approval.objects.filter(run_id=run_id, status=Approval.Status.PENDING).exists()
 
 
 def _count_late_tokens(run_id: Any) -> None:

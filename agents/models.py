@@ -756,6 +756,9 @@ class Run(models.Model):
     lease_expires_at = models.DateTimeField(_("lease expires"), null=True, blank=True, editable=False)
     created_at = models.DateTimeField(_("created"), auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(_("started"), null=True, blank=True)
+    # When the current pass was claimed (a resumed run's pass starts again): the reconciler counts the time limit
+    # from it. Set by the claim's own compare-and-swap, so no moment exists where a claimed pass looks old.
+    pass_started_at = models.DateTimeField(_("current pass started"), null=True, blank=True, editable=False)
     finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
     # Why the run exists: a caller's (live), an eval case's, or a shadow of a live run. Eval and shadow runs never
     # execute a write tool (the gate answers ``eval:write_blocked``) except on the servers named in

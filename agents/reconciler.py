@@ -5,7 +5,8 @@ number of reconcilers (and workers) may run at once.
 
 In order:
 
-1. **time limit**: a ``running`` run whose pass (the last ``status: running`` event, else ``started_at``) began
+1. **time limit**: a ``running`` run whose pass (``pass_started_at``, set by the claim; for a run claimed before
+   that column existed, the last ``status: running`` event, else ``started_at``) began
    longer ago than its hard time limit — Celery's limits had their chance, or did not apply (a pool without
    them) — fails with ``time_limit``;
 2. **lost workers**: a ``running`` run whose lease expired (its worker stopped heart-beating) is queued again
@@ -14,7 +15,13 @@ In order:
 3. **lost messages**: a ``queued`` run that no worker claimed before its ``lease_expires_at`` (else
    ``created_at`` + ``PLATFORM_RUN_QUEUED_STALE_S``: the process died between commit and publish, or the broker
    lost the message) is dispatched again; its deadline moves on, so each is re-sent once per period;
-4. **approvals**: pending approvals past their time expire (``approvals_expire_due``; their runs resume).
+4. **approvals**: pending approvals past their time expire (``approvals_expire_due``; their runs resume);
+5. **parked runs with nothing to wait for**: an ``awaiting_approval`` run none of whose approvals is pending
+   (decided or expired where no transaction resumed it: an older version's race, a database restored from a
+   backup) is queued again, so the model learns each decision;
+6. **approvals of finished runs**: once a finished run's worker is surely gone (its hard time limit has passed
+   since it finished), an approval it left claimed (``executing``: the process died mid-call after the run was
+   cancelled) ends ``outcome_unknown``, and those left pending or approved end unused.
 
 Steps 2 and 3 handle at most ``PLATFORM_RECONCILE_BATCH`` runs per pass, oldest first, so a backlog does not
 flood the broker.
@@ -26,13 +33,20 @@ import logging
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import OuterRef, Q, Subquery
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from agents.approvals import approvals_expire_due
 from agents.dispatch import lifecycle_setting, run_dispatch, run_time_limits
-from agents.models import Run, RunEvent
-from agents.run_state import run_fail_unheld, run_requeue_unheld
+from agents.models import Approval, Run, RunEvent
+from agents.run_state import (
+    approvals_interrupted,
+    approvals_unused,
+    run_fail_unheld,
+    run_requeue_unheld,
+    run_resume,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +58,8 @@ class ReconcileReport:
     worker_lost: int = 0
     redispatched: int = 0
     approvals_expired: int = 0
+    parked_resumed: int = 0
+    approvals_ended: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -61,6 +77,8 @@ def runs_reconcile(*, now: datetime | None = None) -> ReconcileReport:
     report.requeued, report.worker_lost = _recover_runs_of_lost_workers(now)
     report.redispatched = _redispatch_stale_queued_runs(now)
     report.approvals_expired = approvals_expire_due()
+    report.parked_resumed = _resume_parked_runs_without_pending_approvals()
+    report.approvals_ended = _end_approvals_of_finished_runs(now)
     if report.changed:
         logger.info("reconciled runs: %s", report.as_dict())
     return report
@@ -88,17 +106,25 @@ def _fail_overdue_runs(now: datetime) -> int:
     running = (
         Run.objects.filter(status=Run.Status.RUNNING)
         .annotate(pass_started=pass_started)
-        .values("id", "worker", "delivery_count", "started_at", "pass_started", "agent__time_limit_s")
+        .values(
+            "id", "worker", "delivery_count", "started_at", "pass_started_at", "pass_started", "agent__time_limit_s"
+        )
     )
     failed = 0
     for row in running:
-        began = row["pass_started"] or row["started_at"]
+        began = row["pass_started_at"] or row["pass_started"] or row["started_at"]
         _soft, hard = run_time_limits(row["agent__time_limit_s"])
         if began is None or began + timedelta(seconds=hard) > now:
             continue
         failed += run_fail_unheld(
             run_id=row["id"],
-            match={"status": Run.Status.RUNNING, "worker": row["worker"], "delivery_count": row["delivery_count"]},
+            # The pass as read: a pass claimed since (a resumed run counts its deliveries afresh) is not this one.
+            match={
+                "status": Run.Status.RUNNING,
+                "worker": row["worker"],
+                "delivery_count": row["delivery_count"],
+                "pass_started_at": row["pass_started_at"],
+            },
             error_code="time_limit",
             error_message=f"the run did not finish within its time limit ({row['agent__time_limit_s']} s)",
         )
@@ -161,3 +187,46 @@ def _redispatch_stale_queued_runs(now: datetime) -> int:
             run_dispatch(run_id=str(row["id"]), time_limit_s=row["agent__time_limit_s"], purpose=row["purpose"])
             redispatched += 1
     return redispatched
+
+
+def _resume_parked_runs_without_pending_approvals() -> int:
+    batch = int(lifecycle_setting("PLATFORM_RECONCILE_BATCH"))
+    pending = Approval.objects.filter(run=OuterRef("pk"), status=Approval.Status.PENDING)
+    parked = list(
+        Run.objects.filter(status=Run.Status.AWAITING_APPROVAL)
+        .exclude(Exists(pending))
+        .order_by("created_at")
+        .values_list("id", flat=True)[:batch]
+    )
+    resumed = 0
+    for run_id in parked:
+        with transaction.atomic():
+            # As a decision does: the run's row first, then what its approvals say now.
+            Run.objects.select_for_update().filter(pk=run_id).values_list("pk", flat=True).first()
+            if Approval.objects.filter(run_id=run_id, status=Approval.Status.PENDING).exists():
+                continue
+            if run_resume(run_id=str(run_id)):
+                logger.warning("run %s was parked with no approval pending; queued again", run_id)
+                resumed += 1
+    return resumed
+
+
+def _end_approvals_of_finished_runs(now: datetime) -> int:
+    batch = int(lifecycle_setting("PLATFORM_RECONCILE_BATCH"))
+    left = (
+        Approval.objects.filter(
+            status__in=[Approval.Status.EXECUTING, Approval.Status.APPROVED, Approval.Status.PENDING],
+            run__status__in=[Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED],
+        )
+        .values_list("run_id", "run__finished_at", "run__agent__time_limit_s")
+        .distinct()[:batch]
+    )
+    ended = 0
+    for run_id, finished_at, time_limit_s in left:
+        _soft, hard = run_time_limits(time_limit_s)
+        if finished_at is not None and finished_at + timedelta(seconds=hard) > now:
+            continue  # its worker may still be finishing a call (a run cancelled while it ran)
+        with transaction.atomic():
+            ended += approvals_interrupted(run_id=run_id, why="run_finished")
+            ended += approvals_unused(run_id=run_id, why="run_finished")
+    return ended

@@ -30,9 +30,9 @@ logger = logging.getLogger(__name__)
 # --- queueing again ----------------------------------------------------------------------------------------
 
 
-def run_resume(*, run_id: str) -> None:
+def run_resume(*, run_id: str) -> bool:
     """A parked run whose approval was decided (or expired) goes back to the queue, once; its task is sent when
-    the transaction commits. Its deliveries are counted afresh."""
+    the transaction commits. Its deliveries are counted afresh. Returns whether it was parked (and is queued)."""
     now = timezone.now()
     stale = timedelta(seconds=float(lifecycle_setting("PLATFORM_RUN_QUEUED_STALE_S")))
     resumed = Run.objects.filter(id=run_id, status=Run.Status.AWAITING_APPROVAL).update(
@@ -41,6 +41,7 @@ def run_resume(*, run_id: str) -> None:
     if resumed == 1:
         time_limit_s, purpose = Run.objects.filter(id=run_id).values_list("agent__time_limit_s", "purpose").get()
         transaction.on_commit(lambda: run_dispatch(run_id=str(run_id), time_limit_s=time_limit_s, purpose=purpose))
+    return resumed == 1
 
 
 # --- state changes made without a live worker (a claim that finds its worker gone, the reconciler) ------------

@@ -659,6 +659,8 @@ def test_reconcile_runs_prints_what_it_changed(demo_agent, dispatched) -> None:
         "worker_lost: 0",
         "redispatched: 0",
         "approvals_expired: 0",
+        "parked_resumed: 0",
+        "approvals_ended: 0",
     ]
 
 
