@@ -38,6 +38,16 @@ class RunApprovals:
             if call_id
             else Approval.objects.filter(run_id=self.run_id, call_hash=call_hash, call_id="").first()
         )
+        if approval is None and approved_by and call_id:
+            # A sandbox's write is approved as it is asked for, under the model's call id: a pass made again (a
+            # retry, a takeover, a redelivery) asks the model again, which names the same call anew. The same write
+            # (tool and exact arguments) of this run is that call: found executed, or executing (outcome unknown),
+            # never sent twice.
+            approval = (
+                Approval.objects.filter(run_id=self.run_id, call_hash=call_hash, decided_by=approved_by[:200])
+                .order_by("created_at")
+                .first()
+            )
         if approval is None:
             approval = Approval.objects.create(
                 run_id=self.run_id,

@@ -159,3 +159,29 @@ def test_the_reconciler_ends_what_a_dead_worker_left_claimed_on_a_finished_run(w
     assert approval.status == Approval.Status.OUTCOME_UNKNOWN
     assert AuditEvent.objects.filter(run_id=run.id, action="approval.outcome_unknown").count() == 1
     assert runs_reconcile().approvals_ended == 0
+
+
+def test_a_sandboxed_write_is_not_sent_again_when_its_pass_is_made_again(writer, notes, monkeypatch) -> None:
+    # An eval run may write on its sandbox server without a person; the model names the call anew on each pass.
+    from django.db import OperationalError as DatabaseHiccup
+
+    run, _client = writer
+    Run.objects.filter(pk=run.pk).update(purpose=Run.Purpose.EVAL, write_sandbox=["notes"])
+    store = execution._store_outcome
+    stores = []
+
+    def the_first_store_fails(*args, **kwargs):  # type: ignore[no-untyped-def]
+        stores.append(1)
+        if len(stores) == 1:
+            raise DatabaseHiccup("server closed the connection unexpectedly")  # the outcome's commit
+        return store(*args, **kwargs)
+
+    monkeypatch.setattr(execution, "_store_outcome", the_first_store_fails)
+    with pytest.raises(DatabaseHiccup):
+        execution.run_execute(run_id=str(run.id))  # given back to the queue; the task's retry runs it again
+    execution.run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED, (run.status, run.error_message)
+    assert len(lines(notes)) == 1
+    [approval] = Approval.objects.filter(run_id=run.id)
+    assert approval.status == Approval.Status.EXECUTED
