@@ -68,6 +68,7 @@ from agents.services import (
     deterministic_rule_create,
     deterministic_rule_delete,
     deterministic_rule_update,
+    keys_left_without_agents,
     unbinding_refused,
 )
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
@@ -481,6 +482,18 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
     def service_delete(self, *, obj: Agent, actor: Any) -> None:
         agent_delete(agent=obj, actor=actor, via=ADMIN_VIA)
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        # A key that may use only the agents deleted would be left with none, which means every agent: the page
+        # names such keys among what stops the delete, as Django names the runs an agent keeps.
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        for key in keys_left_without_agents(objs):
+            protected = [
+                *protected,
+                _("API key %(name)s (%(prefix)s…) may use only these agents: give it others or revoke it first")
+                % {"name": key.name, "prefix": key.prefix},
+            ]
+        return deleted, counts, perms_needed, protected
 
 
 @admin.register(DeterministicRule)

@@ -164,9 +164,31 @@ def unbinding_refused(needing: list[str]) -> str:
     ) % {"rules": ", ".join(needing)}
 
 
+def keys_left_without_agents(agents: Iterable[Agent]) -> list[ApiKey]:
+    """The API keys that may use only agents among ``agents``: deleting those agents would leave each with no
+    agent, which a key reads as "every agent"."""
+    ids = {agent.pk for agent in agents}
+    keys = ApiKey.objects.filter(agents__in=ids).distinct().prefetch_related("agents").order_by("name")
+    return [key for key in keys if {agent.pk for agent in key.agents.all()} <= ids]
+
+
 def agent_delete(*, agent: Agent, actor: Any, via: str) -> None:
-    """Delete an agent with its rules (its runs are kept: the delete is refused while it has runs)."""
-    audited_delete(agent, actor=actor, via=via)
+    """Delete an agent with its rules (its runs are kept: the delete is refused while it has runs). Refused while
+    an API key may use this agent alone: without it the key's list of agents would be empty, which means every
+    agent (ApplicationError 409, naming the keys)."""
+    with transaction.atomic():
+        lonely = keys_left_without_agents([agent])
+        if lonely:
+            raise ApplicationError(
+                _(
+                    "API keys that may use only this agent: %(keys)s. Without it they could use every agent: give "
+                    "them other agents or revoke them first."
+                )
+                % {"keys": ", ".join(key.name for key in lonely)},
+                code="agent_in_key_scope",
+                status=409,
+            )
+        audited_delete(agent, actor=actor, via=via)
 
 
 def deterministic_rule_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> DeterministicRule:
