@@ -143,7 +143,8 @@ def budget_reserve(*, run: Run, agent: Agent, api_key: ApiKey | None, budgets: l
     if not budgets:
         return
     now = timezone.now()
-    price = model_price_for(provider=agent.model_provider, model_id=agent.model_id)
+    provider, model_id = run_model(run)
+    price = model_price_for(provider=provider, model_id=model_id)
     for budget in budgets:
         start, end = period_bounds(budget.period, now)
         usage = _usage_row(budget, start)
@@ -209,14 +210,14 @@ def budget_settle(*, run_id: Any) -> int:
     the budgets; a later call that finds more spent (the model call that was under way when the run was
     cancelled, whose event its worker wrote afterwards) adds the difference to the budgets it already settled.
     Returns how many reservations this call settled."""
-    run = Run.objects.filter(pk=run_id).select_related("agent").first()
+    run = Run.objects.filter(pk=run_id).select_related("agent", "version").first()
     if run is None:
         return 0
     spent = run_spent_usage(run_id=run_id)
     tokens, cost = run.tokens, run.cost_micros
     extra_tokens, extra_cost = 0, 0
     if int(spent.get("input_tokens", 0)) + int(spent.get("output_tokens", 0)) > run.tokens:  # else: as stored
-        spent_fields = run_usage_fields(agent=run.agent, token_usage=spent)
+        spent_fields = run_usage_fields(run=run, token_usage=spent)
         tokens = max(run.tokens, spent_fields["tokens"])
         cost = max(run.cost_micros, spent_fields["cost_micros"])
         raised = Run.objects.filter(pk=run_id, tokens=run.tokens, cost_micros=run.cost_micros).update(
@@ -249,13 +250,25 @@ def budget_settle(*, run_id: Any) -> int:
     return settled
 
 
-def run_usage_fields(*, agent: Agent, token_usage: Mapping[str, Any]) -> dict[str, int]:
-    """The run's ``tokens`` and ``cost_micros`` columns for this token usage at the agent's model's price (no
-    price is read for a run that used no token: it costs nothing at any price)."""
+def run_model(run: Run) -> tuple[str, str]:
+    """The provider and model a run calls: its version's (frozen when published; an A/B arm's, a shadow's), else
+    its agent's as stored. A run is priced by it, not by the agent's draft."""
+    version = run.version if run.version_id is not None else None
+    if version is not None:
+        frozen = (version.content or {}).get("agent") or {}
+        if frozen.get("model_provider"):
+            return str(frozen["model_provider"]), str(frozen.get("model_id") or "")
+    return run.agent.model_provider, run.agent.model_id
+
+
+def run_usage_fields(*, run: Run, token_usage: Mapping[str, Any]) -> dict[str, int]:
+    """The run's ``tokens`` and ``cost_micros`` columns for this token usage at the price of the model it ran
+    (``run_model``; no price is read for a run that used no token: it costs nothing at any price)."""
     tokens = int(token_usage.get("input_tokens") or 0) + int(token_usage.get("output_tokens") or 0)
     if not any(int(token_usage.get(name) or 0) for name in _PRICED_COUNTS):
         return {"tokens": tokens, "cost_micros": 0}
-    price = model_price_for(provider=agent.model_provider, model_id=agent.model_id)
+    provider, model_id = run_model(run)
+    price = model_price_for(provider=provider, model_id=model_id)
     return {"tokens": tokens, "cost_micros": cost_micros(price=price, token_usage=token_usage)}
 
 

@@ -591,7 +591,7 @@ def _store_outcome(
             writer.emit("status", event)
             stored = _OUTCOME.execute(
                 {
-                    **run_usage_fields(agent=run.agent, token_usage=outcome.token_usage),
+                    **run_usage_fields(run=run, token_usage=outcome.token_usage),
                     "status": outcome.status,
                     "answer": outcome.answer,
                     "error_code": outcome.error_code,

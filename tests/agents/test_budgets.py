@@ -70,6 +70,33 @@ def test_a_run_costs_its_tokens_at_its_models_price(api_client) -> None:
 
 
 @pytest.mark.django_db
+def test_a_run_of_a_published_version_costs_the_price_of_the_model_it_ran(api_client, api_caller) -> None:
+    from agents.services import agent_update, agent_version_publish
+
+    price_house_model()
+    model_price_create(
+        actor="test-admin",
+        via="tests",
+        data={"provider": "scripted", "model_id": "dear-model", "input_per_mtok": 300, "output_per_mtok": 1500},
+    )
+    agent = scripted_agent()
+    agent_version_publish(agent=agent, actor="test-admin", via="tests")  # live: house-model
+    # The draft moves to a dearer model, not published: runs still run (and are charged for) the live version.
+    agent_update(agent=Agent.objects.get(pk=agent.pk), actor="test-admin", via="tests", data={"model_id": "dear-model"})
+    budget_create(actor="test-admin", via="tests", data={"api_key": api_caller.key, "period": "day", "max_cost": 100})
+    run = finish(submit(api_client).json()["id"])
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    assert run.version.content["agent"]["model_id"] == "house-model"
+    usage = run.token_usage
+    at_its_price = usage["input_tokens"] * 3 + usage["output_tokens"] * 15
+    assert run.cost_micros == at_its_price
+    assert BudgetUsage.objects.get().used_cost_micros == at_its_price
+    # Its reservation was priced the same way (released at the settlement).
+    [reservation] = BudgetReservation.objects.filter(run_id=run.id)
+    assert reservation.cost_micros < 20_000 * 300  # not the dear model's price for the reserved tokens
+
+
+@pytest.mark.django_db
 def test_price_and_budget_changes_are_audited() -> None:
     price_house_model()
     agent = scripted_agent()
