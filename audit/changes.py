@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar, cast
 
 from django.contrib.auth.models import Permission
+from django.core.exceptions import FieldDoesNotExist
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models, router, transaction
 from django.db.models.deletion import Collector, ProtectedError, RestrictedError
@@ -181,6 +182,19 @@ def _entity(model: type[models.Model]) -> str:
     return policy.entity if isinstance(policy, ChangeAudit) else (model._meta.model_name or "object")
 
 
+def _relation_fields(model: type[models.Model], diff: Mapping[str, Any]) -> list[str]:
+    """The diff's fields that name related rows (by their ``str``; a secret map is never one)."""
+    names = []
+    for name in diff:
+        try:
+            model_field: Any = model._meta.get_field(name)
+        except FieldDoesNotExist:
+            continue
+        if model_field.is_relation and not is_secret_field(model_field):
+            names.append(name)
+    return names
+
+
 def config_change_record(
     *,
     obj: models.Model,
@@ -202,6 +216,7 @@ def config_change_record(
         mcp_id=mcp_id,
         tool=tool,
         args=dict(diff),
+        named_rows=_relation_fields(type(obj), diff),
         result={
             "model": obj._meta.label_lower,
             "id": pk if pk is not None else obj.pk,

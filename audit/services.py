@@ -120,9 +120,12 @@ def audit_event_record(
     latency_ms: float | None = None,
     actor: str = "",
     secrets: Iterable[str] = (),
+    named_rows: Iterable[str] = (),
 ) -> AuditEvent:
     """Append one audit event to the chain. Arguments and result are masked (key names, value patterns and
     the exact ``secrets`` given, plus every registered secret) and the result is truncated before it is stored.
+    ``named_rows``: arguments whose values name rows (a change's relation fields: a budget's ``api_key`` is the
+    key's name and prefix, never the key), masked by their values only, not by a name that looks secret.
 
     Runs in its own transaction, or inside the caller's (see the module docstring: inline, the caller then holds
     the chain head until it commits; deferred, the event is chained just after the caller commits); if the append
@@ -169,6 +172,7 @@ _EVENT_DEFAULTS: dict[str, Any] = {
     "latency_ms": None,
     "actor": "",
     "secrets": (),
+    "named_rows": (),
 }
 
 
@@ -191,7 +195,9 @@ def _masked_event(fields: dict[str, Any]) -> tuple[AuditEvent, _JsonContent]:
     secret_list = list(f["secrets"])
     # Stored as the database gives them back (dates and decimals as text), so that the hash taken now is the
     # hash recomputed from the row later; and hashed in the chain's number form, parsed from the same text.
-    args_text, stored_args, hashed_args, args_plain = _stored_json(mask_value(f["args"] or {}, secrets=secret_list))
+    args_text, stored_args, hashed_args, args_plain = _stored_json(
+        _masked_args(f["args"] or {}, secrets=secret_list, named_rows=frozenset(f["named_rows"]))
+    )
     result_text, stored_result, hashed_result, result_plain = _stored_json(
         mask_value(f["result"], secrets=secret_list), max_chars=settings.PLATFORM_AUDIT_RESULT_MAX_CHARS
     )
@@ -215,6 +221,16 @@ def _masked_event(fields: dict[str, Any]) -> tuple[AuditEvent, _JsonContent]:
         {"args": hashed_args, "result": hashed_result}, {"args": args_text, "result": result_text},
         args_plain and result_plain,
     )  # fmt: skip
+
+
+def _masked_args(args: dict[str, Any], *, secrets: list[str], named_rows: frozenset[str]) -> Any:
+    rows = named_rows & args.keys()
+    if not rows:
+        return mask_value(args, secrets=secrets)
+    masked = mask_value({k: v for k, v in args.items() if k not in rows}, secrets=secrets)
+    for name in rows:  # a field's name: text masking cannot change it
+        masked[name] = mask_value(args[name], secrets=secrets)
+    return {name: masked[name] for name in args if name in masked} | masked
 
 
 def chain_mode(using: str = DEFAULT_DB_ALIAS) -> str:
