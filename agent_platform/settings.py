@@ -84,6 +84,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # An admin list whose filter value the database cannot hold: the list without filters, not a 500.
+    "agent_platform.admin_filters.AdminFilterOverflowMiddleware",
 ]
 
 ROOT_URLCONF = "agent_platform.urls"

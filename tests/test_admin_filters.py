@@ -1,0 +1,39 @@
+"""An admin list filtered by a value the database cannot hold (a date the time zone moves before year 1, a year
+too large for an integer) is shown without its filters with a message, as Django shows a filter it cannot read;
+it was a server error."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+pytestmark = pytest.mark.django_db
+
+OUT_OF_RANGE = [
+    "/admin/agents/apikey/?created_at__gte=0001-01-01",
+    "/admin/agents/budget/?updated_at__gte=0001-01-01",
+    "/admin/agents/run/?created_at__gte=0001-01-01",
+    "/admin/audit/auditevent/?created_at__gte=0001-01-01",
+    "/admin/audit/auditevent/?created_at__year=99999999999999999999",
+]
+
+
+@pytest.mark.parametrize("url", OUT_OF_RANGE)
+def test_a_filter_out_of_range_shows_the_list_without_it(admin_client: Client, url: str) -> None:
+    admin_client.raise_request_exception = False
+    response = admin_client.get(url)
+    path = url.split("?")[0]
+    assert (response.status_code, response["Location"]) == (302, f"{path}?e=1")
+    page = admin_client.get(response["Location"])
+    assert page.status_code == 200
+    assert "out of range" in page.content.decode()
+
+
+def test_the_auditor_reads_the_same_in_korean(auditor_client: Client) -> None:
+    auditor_client.raise_request_exception = False
+    response = auditor_client.get("/admin/audit/auditevent/?created_at__gte=0001-01-01", HTTP_ACCEPT_LANGUAGE="ko")
+    assert response.status_code == 302
+    page = auditor_client.get(response["Location"], HTTP_ACCEPT_LANGUAGE="ko")
+    assert page.status_code == 200
+    # A value in range is still applied as before.
+    assert auditor_client.get("/admin/audit/auditevent/?created_at__gte=2026-01-01").status_code == 200
