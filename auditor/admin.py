@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import SEARCH_VAR
 from django.core.exceptions import PermissionDenied
 from django.core.management import CommandError, call_command
 from django.db.models import QuerySet
@@ -45,6 +46,30 @@ from mcpregistry.list_fields import argument_rows
 
 FILTER_PARAMETERS = ("agent", "mcp_id", "tool", "source", "action", "ok", "reason", "actor", "run", "since", "until")
 """The list's filter parameters: the same names, and meanings, as ``GET /api/v1/audit/events``."""
+
+
+def _drilled_period(query: Any, *, since: str | None, until: str | None) -> dict[str, str]:
+    """The date drill-down (``created_at__year/month/day``) as the API's ``since``/``until``, within a period
+    already chosen (the tighter ends win); nothing where the drill-down is not a date."""
+    try:
+        year = int(query.get("created_at__year", ""))
+        month = int(query.get("created_at__month") or 0)
+        day = int(query.get("created_at__day") or 0)
+        first = dt.date(year, month or 1, day or 1)
+        if day:
+            last = first
+        elif month:
+            last = (first.replace(day=28) + dt.timedelta(days=4)).replace(day=1) - dt.timedelta(days=1)
+        else:
+            last = dt.date(year, 12, 31)
+        drilled_since, drilled_until = first.isoformat(), last.isoformat()
+        if since and moment_parse(since) > moment_parse(drilled_since):
+            drilled_since = since
+        if until and moment_parse(until, end_of_day=True) < moment_parse(drilled_until, end_of_day=True):
+            drilled_until = until
+    except (ValueError, OverflowError):
+        return {}
+    return {"since": drilled_since, "until": drilled_until}
 
 
 def _filtered(request: HttpRequest, queryset: QuerySet[AuditEvent], **filters: Any) -> QuerySet[AuditEvent]:
@@ -446,12 +471,15 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         chosen = {k: v for k, v in request.GET.items() if k in FILTER_PARAMETERS and v}
+        chosen.update(_drilled_period(request.GET, since=chosen.get("since"), until=chosen.get("until")))
         export = api_url("audit-event-list")
         extra_context = {
             **(extra_context or {}),
             "audit_metrics_url": reverse("admin:audit_auditevent_metrics", current_app=self.admin_site.name),
             "audit_verify_url": reverse("admin:audit_auditevent_verify", current_app=self.admin_site.name),
             "audit_export_url": f"{export}?{urlencode(chosen)}{'&' if chosen else ''}" if export else None,
+            # The API has no search: an export of a searched list would hold more than the list shows.
+            "audit_export_unsearched": bool(request.GET.get(SEARCH_VAR, "").strip()),
         }
         return super().changelist_view(request, extra_context)
 

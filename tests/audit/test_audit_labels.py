@@ -144,3 +144,33 @@ def test_a_calls_arguments_are_a_row_each_on_its_events_page(auditor_client) -> 
     raw = audit_event_record(source="agent", mcp_id="crm", tool="lookup", args={"_raw": "{name: 김하늘}"}, ok=False)
     page = auditor_client.get(f"/admin/audit/auditevent/{raw.pk}/change/").content.decode()
     assert "<tr><th><code>_raw</code></th><td>{name: 김하늘}</td></tr>" in page
+
+
+@pytest.mark.django_db
+def test_the_exports_take_the_lists_date_drill_down_and_say_they_do_not_search(auditor_client) -> None:
+    from urllib.parse import parse_qs, urlsplit
+
+    audit_event_record(source="agent", mcp_id="s", tool="t", ok=True)
+
+    def export_query(url: str) -> dict[str, list[str]]:
+        page = auditor_client.get(url)
+        assert page.status_code == 200
+        return parse_qs(urlsplit(page.context["audit_export_url"]).query)
+
+    assert export_query("/admin/audit/auditevent/?created_at__year=2026&created_at__month=12&created_at__day=5") == {
+        "since": ["2026-12-05"],
+        "until": ["2026-12-05"],  # a bare date: to the end of that day, as the list's drill-down
+    }
+    assert export_query("/admin/audit/auditevent/?created_at__year=2024&created_at__month=2&tool=t") == {
+        "since": ["2024-02-01"],
+        "until": ["2024-02-29"],
+        "tool": ["t"],
+    }
+    # Within a period already chosen, the tighter ends.
+    assert export_query("/admin/audit/auditevent/?created_at__year=2026&since=2026-03-10") == {
+        "since": ["2026-03-10"],
+        "until": ["2026-12-31"],
+    }
+    searched = auditor_client.get("/admin/audit/auditevent/?q=zzz").content.decode()
+    assert "not the search box" in searched
+    assert "not the search box" not in auditor_client.get("/admin/audit/auditevent/").content.decode()
