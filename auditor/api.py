@@ -222,7 +222,7 @@ class AuditMetricsApi(_AuditorApi):
     class InputSerializer(FiltersSerializer):
         def get_fields(self) -> dict[str, serializers.Field]:
             fields = super().get_fields()
-            for name in ("ok", "reason", "run"):
+            for name in ("ok", "reason", "run", "action"):  # metrics are of tool calls: none of these applies
                 fields.pop(name)
             return fields
 

@@ -356,7 +356,12 @@ def test_the_metrics_endpoint_answers_auditors_with_per_tool_figures(auditor_cli
 
 
 def test_the_metrics_endpoint_refuses_bad_periods_and_event_only_filters(auditor_client, two_runs) -> None:
-    for query, field in [("since=soon", "since"), ("run=" + str(uuid.uuid4()), "run"), ("format=csv", "format")]:
+    for query, field in [
+        ("since=soon", "since"),
+        ("run=" + str(uuid.uuid4()), "run"),
+        ("format=csv", "format"),
+        ("action=no.such.action", "action"),  # taken and ignored before: the figures were every action's
+    ]:
         response = auditor_client.get(f"/api/v1/audit/metrics?{query}")
         assert response.status_code == 400, query
         assert field in response.json()["error"]["fields"]
