@@ -1005,6 +1005,16 @@ class Budget(AuditedModel):
             raise ValidationError({"max_cost": _("A limit cannot be negative.")})
         if self.run_reservation_tokens < 1:
             raise ValidationError({"run_reservation_tokens": _("Reserve at least one token per run.")})
+        if self.max_tokens is not None and self.run_reservation_tokens > self.max_tokens:
+            raise ValidationError(
+                {
+                    "run_reservation_tokens": _(
+                        "A run reserves %(reserved)s tokens, more than the limit of %(limit)s: no run would be "
+                        "admitted. Reserve at most the limit."
+                    )
+                    % {"reserved": f"{self.run_reservation_tokens:,}", "limit": f"{self.max_tokens:,}"}
+                }
+            )
 
 
 class BudgetUsage(models.Model):

@@ -101,7 +101,11 @@ def test_a_run_of_a_published_version_costs_the_price_of_the_model_it_ran(api_cl
 def test_price_and_budget_changes_are_audited() -> None:
     price_house_model()
     agent = scripted_agent()
-    budget_create(actor="test-admin", via="tests", data={"agent": agent, "period": "day", "max_tokens": 1000})
+    budget_create(
+        actor="test-admin",
+        via="tests",
+        data={"agent": agent, "period": "day", "max_tokens": 1000, "run_reservation_tokens": 500},
+    )
     actions = set(AuditEvent.objects.values_list("action", flat=True))
     assert {"config.model_price.create", "config.budget.create"} <= actions
 
@@ -429,7 +433,11 @@ def test_the_record_names_the_key_a_budget_belongs_to() -> None:
 
     first, _raw = api_key_create(name="alpha-key", actor="test", via="tests")
     second, second_raw = api_key_create(name="beta-key", actor="test", via="tests")
-    budget = budget_create(actor="test-admin", via="tests", data={"api_key": first, "period": "day", "max_tokens": 100})
+    budget = budget_create(
+        actor="test-admin",
+        via="tests",
+        data={"api_key": first, "period": "day", "max_tokens": 100, "run_reservation_tokens": 100},
+    )
     budget_update(budget=budget, actor="test-admin", via="tests", data={"api_key": second})
     created, moved = (
         AuditEvent.objects.get(action=f"config.budget.{verb}").args["api_key"] for verb in ("create", "update")
@@ -437,3 +445,14 @@ def test_the_record_names_the_key_a_budget_belongs_to() -> None:
     assert created == [None, str(first)] and "alpha-key" in created[1]
     assert moved == [str(first), str(second)] and "beta-key" in moved[1]
     assert second_raw not in json.dumps(moved)
+
+
+@pytest.mark.django_db
+def test_a_budget_that_could_admit_no_run_is_refused(admin_client) -> None:
+    key, _raw = api_key_create(name="small", actor="test", via="tests")
+    form = {"api_key": key.pk, "period": "day", "max_tokens": "10", "run_reservation_tokens": "20000", "enabled": "on"}
+    page = admin_client.post("/admin/agents/budget/add/", form, HTTP_ACCEPT_LANGUAGE="en")
+    assert page.status_code == 200  # the form again, with the error at its field
+    assert "more than the limit of 10" in page.content.decode()
+    assert not Budget.objects.exists()
+    assert admin_client.post("/admin/agents/budget/add/", {**form, "run_reservation_tokens": "10"}).status_code == 302

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from agent_platform.errors import ApplicationError
-from agents.budgets import budget_create
+from agents.budgets import budget_create, period_bounds
 from agents.execution import run_execute
-from agents.models import Agent, DeterministicRule, Run
+from agents.models import Agent, BudgetUsage, DeterministicRule, Run
 from agents.services import agent_update, api_key_create, api_key_update, deterministic_rule_update, run_create
 from audit.change_guard import config_generation
 from mcpregistry.breaker import breaker_record
@@ -183,8 +184,11 @@ def test_a_submission_reads_the_configuration_once_and_again_after_each_change(d
     run, reads = submit()
     assert reads == [] and run.status == Run.Status.QUEUED
 
-    budget_create(
-        actor="tester", via="tests", data={"agent": demo_agent, "max_tokens": 1, "run_reservation_tokens": 10}
+    budget = budget_create(
+        actor="tester", via="tests", data={"agent": demo_agent, "max_tokens": 10, "run_reservation_tokens": 10}
+    )
+    BudgetUsage.objects.create(
+        budget=budget, period_start=period_bounds(budget.period, timezone.now())[0], used_tokens=1
     )
     with pytest.raises(ApplicationError) as refused:
         submit()

@@ -141,11 +141,18 @@ def test_our_errors_become_a2a_errors(api_caller: ApiCaller, demo_agent: Agent) 
 def test_a_spent_budget_is_an_http_429_with_retry_after_on_both_send_methods(
     api_caller: ApiCaller, demo_agent: Agent
 ) -> None:
-    budget_create(
+    from django.utils import timezone
+
+    from agents.budgets import period_bounds
+    from agents.models import BudgetUsage
+
+    budget = budget_create(
         actor="test-admin",
         via="tests",
-        data={"api_key": api_caller.key, "period": "day", "max_tokens": 10, "run_reservation_tokens": 100},
+        data={"api_key": api_caller.key, "period": "day", "max_tokens": 100, "run_reservation_tokens": 100},
     )
+    # One token of it used today: a run's reservation of 100 no longer fits.
+    BudgetUsage.objects.create(budget=budget, period_start=period_bounds("day", timezone.now())[0], used_tokens=1)
     client = client_for(api_caller.raw_key)
     for method in ("SendMessage", "SendStreamingMessage"):
         message = {"messageId": f"m-{method}", "role": "ROLE_USER", "parts": [{"text": "안녕"}]}
