@@ -26,6 +26,7 @@ class RunApprovals:
         self.actor = actor
         self.secrets = secrets
         self.asked = False  # whether this pass asked for an approval (a call of its own may be left unused)
+        self._used: set[Any] = set()  # the approvals this pass's calls stand for
 
     def request(
         self, *, mcp_id: str, tool: str, args: dict[str, Any], call_id: str, call_hash: str, approved_by: str = ""
@@ -41,10 +42,12 @@ class RunApprovals:
         if approval is None and approved_by and call_id:
             # A sandbox's write is approved as it is asked for, under the model's call id: a pass made again (a
             # retry, a takeover, a redelivery) asks the model again, which names the same call anew. The same write
-            # (tool and exact arguments) of this run is that call: found executed, or executing (outcome unknown),
-            # never sent twice.
+            # (tool and exact arguments) of this run that no call of this pass stands for yet is that call: found
+            # executed, or executing (outcome unknown), never sent twice. (Asked for again within one pass, it is
+            # another write.)
             approval = (
                 Approval.objects.filter(run_id=self.run_id, call_hash=call_hash, decided_by=approved_by[:200])
+                .exclude(pk__in=self._used)
                 .order_by("created_at")
                 .first()
             )
@@ -70,6 +73,7 @@ class RunApprovals:
                 status=Approval.Status.EXPIRED
             )
             approval.refresh_from_db()
+        self._used.add(approval.pk)
         return ApprovalState(
             status=approval.status,  # type: ignore[arg-type]
             approval_id=str(approval.pk),

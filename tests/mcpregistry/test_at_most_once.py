@@ -91,7 +91,7 @@ def assert_ended_outcome_unknown(run: Run, approval: Approval) -> None:
     approval.refresh_from_db()
     assert approval.status == Approval.Status.OUTCOME_UNKNOWN
     run.refresh_from_db()
-    assert "may or may not have taken effect" in run.answer
+    assert "반영 여부를 알 수 없습니다" in run.answer  # "may or may not have taken effect", in the agent's language
 
 
 @pytest.fixture
@@ -138,9 +138,9 @@ def test_a_write_whose_server_dies_after_the_side_effect_is_sent_once_and_ends_o
     assert approval.result["outcome_unknown"] is True
     run.refresh_from_db()
     assert run.status == Run.Status.SUCCEEDED
-    assert "may or may not have taken effect" in run.answer
+    assert "반영 여부를 알 수 없습니다" in run.answer  # "may or may not have taken effect", in the agent's language
     [tool_message] = [m for m in run.messages if m["type"] == "tool"]
-    assert "Do not repeat it" in tool_message["content"]
+    assert "다시 호출하지 말고" in tool_message["content"]  # "Do not repeat it"
     assert AuditEvent.objects.filter(
         run_id=run.id, action="approval.outcome_unknown", reason="approval:outcome_unknown"
     ).exists()
@@ -275,7 +275,7 @@ def test_a_run_taken_over_from_a_dead_worker_ends_the_approval_it_had_claimed_ou
     assert lines(file) == []  # never sent again
     run.refresh_from_db()
     assert (run.status, run.delivery_count) == (Run.Status.SUCCEEDED, 2)
-    assert "may or may not have taken effect" in run.answer
+    assert "반영 여부를 알 수 없습니다" in run.answer  # "may or may not have taken effect", in the agent's language
     assert AuditEvent.objects.filter(run_id=run.id, action="approval.outcome_unknown", actor="reconciler").exists()
 
 
@@ -357,7 +357,7 @@ def test_a_write_carried_out_whose_answer_fails_the_check_is_not_handed_to_its_f
     assert (approval.status, approval.result["reason"]) == (Approval.Status.EXECUTED, "result:shape")
     run.refresh_from_db()
     [tool_message] = [m for m in run.messages if m["type"] == "tool"]
-    assert "carried out the write" in tool_message["content"]
+    assert "쓰기를 수행했지만" in tool_message["content"]  # "carried out the write", in the agent's language
     assert "fallback" not in tool_message["content"]
 
 
@@ -468,6 +468,7 @@ def test_a_write_asked_for_twice_is_two_writes_never_the_first_ones_memo(file: P
     server = McpServer.objects.prefetch_related("tools__contract").get(pk=server.pk)
     assert ToolContract.objects.get(tool__server=server, tool__name="append_line").memo
     memo: dict[str, Any] = {}
+    approvals = RunApprovals(run_id=run.id, actor="eval", secrets=[])  # one pass's
 
     def who(call_id: str) -> gate.GateCall:
         return gate.GateCall(
@@ -477,7 +478,7 @@ def test_a_write_asked_for_twice_is_two_writes_never_the_first_ones_memo(file: P
             memo=memo,
             writes_blocked=True,
             write_sandbox=frozenset({"sandbox-twice"}),
-            approvals=RunApprovals(run_id=run.id, actor="eval", secrets=[]),
+            approvals=approvals,
         )
 
     first = gate.call(server=server, tool_name="append_line", args={"text": "x"}, who=who("call_1"))
@@ -487,3 +488,12 @@ def test_a_write_asked_for_twice_is_two_writes_never_the_first_ones_memo(file: P
     assert lines(file) == ["x\t", "x\t"]
     statuses = dict(run.approvals.values_list("call_id", "status"))
     assert statuses == {"call_1": Approval.Status.EXECUTED, "call_2": Approval.Status.EXECUTED}
+
+    # The pass made again (a retry): the model names both calls anew; each is found done, neither sent again.
+    approvals, memo = RunApprovals(run_id=run.id, actor="eval", secrets=[]), {}
+    again = [
+        gate.call(server=server, tool_name="append_line", args={"text": "x"}, who=who(f"call_{n}")) for n in (3, 4)
+    ]
+    assert [r.ok for r in again] == [True, True]
+    assert lines(file) == ["x\t", "x\t"]
+    assert run.approvals.count() == 2
