@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any
 
 from django import forms
@@ -10,6 +12,32 @@ from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 
 NESTED_TOO_DEEPLY = "Nested too deeply"
+NOT_A_FINITE_NUMBER = "Not a finite number"
+# A string (skipped), or a token that is no finite number: NaN, Infinity, -Infinity, or a number that overflows.
+_STRING_OR_NUMBER = re.compile(r'"(?:[^"\\]|\\.)*"|(-?Infinity|NaN)|(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)', re.DOTALL)
+
+
+class _NotFinite(ValueError):
+    """A NaN, an infinity, or a number that overflows to one: no JSON column stores it."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotFinite(name)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(text)
+    return value
+
+
+def _not_finite_at(text: str) -> int:
+    """Where the first number that is not finite starts (the text before it parsed, so strings are whole)."""
+    for match in _STRING_OR_NUMBER.finditer(text):
+        if match.group(1) or (match.group(2) and not math.isfinite(float(match.group(2)))):
+            return match.start()
+    return 0
 
 
 class BoundedJSONDecoder(json.JSONDecoder):
@@ -22,6 +50,21 @@ class BoundedJSONDecoder(json.JSONDecoder):
             return super().decode(s, *args, **kwargs)
         except RecursionError:
             raise json.JSONDecodeError(NESTED_TOO_DEEPLY, s, 0) from None
+        except _NotFinite:
+            raise json.JSONDecodeError(NOT_A_FINITE_NUMBER, s, _not_finite_at(s)) from None
+
+
+class FiniteJSONDecoder(BoundedJSONDecoder):
+    """:class:`BoundedJSONDecoder` where ``NaN``, ``Infinity``, ``-Infinity`` and numbers that overflow to them
+    (``1e400``), which Python's decoder accepts and no JSON column stores, are a ``JSONDecodeError`` too (what
+    a raw JSON box of the admin decodes with: saved, they were a server error). Not the default: an editor
+    that writes a typed ``nan`` into its JSON to refuse it at the field that holds it needs it to decode
+    (``mcpregistry.contract_form``). A caller's own ``parse_constant`` / ``parse_float`` is used when given."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["parse_constant"] = kwargs.get("parse_constant") or _refuse_constant
+        kwargs["parse_float"] = kwargs.get("parse_float") or _finite_float
+        super().__init__(*args, **kwargs)
 
 
 def loads(text: str | bytes, **kwargs: Any) -> Any:
@@ -52,10 +95,13 @@ class BoundedJSONField(forms.JSONField):
         return super().to_python(value)
 
 
-def bounded_json_overrides() -> dict[Any, dict[str, Any]]:
-    """``formfield_overrides`` for an admin or an inline: a model's JSON fields read with :class:`BoundedJSONField`."""
+def bounded_json_overrides(*, finite: bool = False) -> dict[Any, dict[str, Any]]:
+    """``formfield_overrides`` for an admin or an inline: a model's JSON fields read with :class:`BoundedJSONField`
+    (``finite``: with :class:`FiniteJSONDecoder`, so ``NaN`` and ``Infinity`` are refused as no JSON)."""
     from django.db import models
 
+    if finite:
+        return {models.JSONField: {"form_class": BoundedJSONField, "decoder": FiniteJSONDecoder}}
     return {models.JSONField: {"form_class": BoundedJSONField}}
 
 
@@ -84,5 +130,6 @@ def json_error_text(exc: BaseException) -> str:
         "Illegal trailing comma before end of object": _("a comma is before the end of an object"),
         "Illegal trailing comma before end of array": _("a comma is before the end of a list"),
         NESTED_TOO_DEEPLY: _("the JSON is nested too deeply"),
+        NOT_A_FINITE_NUMBER: _("a number is not finite (NaN and Infinity are not JSON)"),
     }.get(exc.msg, exc.msg)
     return _("%(what)s, at line %(line)d, column %(column)d") % {"what": what, "line": exc.lineno, "column": exc.colno}

@@ -188,7 +188,8 @@ class EvalCaseForm(forms.ModelForm):
 
 
 class EvalCaseInline(admin.StackedInline):
-    formfield_overrides = bounded_json_overrides()  # JSON nested too deeply: refused at its field
+    # JSON nested too deeply, NaN and Infinity: refused at their field.
+    formfield_overrides = bounded_json_overrides(finite=True)
     model = EvalCase
     form = EvalCaseForm
     extra = 0
@@ -255,6 +256,7 @@ class EvalSetForm(forms.ModelForm):
 @admin.register(EvalSet)
 class EvalSetAdmin(ServiceAdminMixin, admin.ModelAdmin):
     form = EvalSetForm
+    formfield_overrides = bounded_json_overrides(finite=True)
     list_display = ["name", "agent", "case_count", "updated_at"]
     search_fields = ["name", "description"]
     inlines = [EvalCaseInline]

@@ -1,6 +1,8 @@
 """``/api/v1/evals/``: eval sets and eval runs, for admin keys only (``ApiKey.admin``). One class per operation.
 
-A caller's key (not an admin key) gets a 403; no key, a 401. Bad input is a 400 naming what is wrong.
+A caller's key (not an admin key) gets a 403; no key, a 401. Bad input is a 400 naming what is wrong. An admin key
+scoped to agents (``ApiKey.agents``) starts and reads eval runs of those agents only: any other agent, and any
+eval run against one, is a 404 as for ``POST /runs``, so the key learns nothing of them.
 """
 
 from __future__ import annotations
@@ -49,6 +51,21 @@ def _not_found(what: str) -> ApplicationError:
     return ApplicationError(_("%(what)s not found.") % {"what": what}, code="not_found", status=404)
 
 
+def _agent_scope(key: ApiKey) -> list[Agent] | None:
+    """The agents an admin key may run evals against and read the eval runs of; None: every agent."""
+    agents = list(key.agents.all())
+    return agents or None
+
+
+def _in_scope(key: ApiKey, agent: Agent) -> bool:
+    scope = _agent_scope(key)
+    return scope is None or agent.pk in {a.pk for a in scope}
+
+
+def _agent_not_found(slug: str) -> ApplicationError:
+    return ApplicationError(_("Agent '%(slug)s' not found.") % {"slug": slug}, code="agent_not_found", status=404)
+
+
 def _set_summary(eval_set: EvalSet) -> dict[str, Any]:
     return {
         "name": eval_set.name,
@@ -95,7 +112,9 @@ def _run(eval_run: EvalRun, *, with_cases: bool) -> dict[str, Any]:
     return body
 
 
-def _eval_run_get(run_id: str) -> EvalRun:
+def _eval_run_get(run_id: str, *, api_key: ApiKey) -> EvalRun:
+    """An eval run ``api_key`` may read; any other id (unknown, or against an agent out of the key's scope) is
+    a 404."""
     import uuid
 
     try:
@@ -103,7 +122,7 @@ def _eval_run_get(run_id: str) -> EvalRun:
     except ValueError:
         raise _not_found(_("Eval run")) from None
     eval_run = EvalRun.objects.select_related("eval_set", "agent").filter(pk=key).first()
-    if eval_run is None:
+    if eval_run is None or not _in_scope(api_key, eval_run.agent):
         raise _not_found(_("Eval run"))
     return eval_run
 
@@ -119,6 +138,15 @@ class EvalSetCollectionApi(EvalsApi):
     def post(self, request: Request) -> Response:
         if not isinstance(request.data, dict):
             raise ApplicationError(_("Send the eval set as a JSON object."), code="invalid_eval_set")
+        slug = request.data.get("agent")
+        agent = Agent.objects.filter(slug=slug).first() if isinstance(slug, str) and slug else None
+        if agent is not None and not _in_scope(request.user, agent):
+            # As an unknown agent is refused (eval_set_apply): the key learns nothing of agents out of its scope.
+            raise ApplicationError(
+                _("The eval set is not valid: %(problems)s")
+                % {"problems": _("agent: unknown agent '%(slug)s'") % {"slug": slug}},
+                code="invalid_eval_set",
+            )
         applied = eval_set_apply(document=request.data, actor=request.user, via="api")
         body = eval_set_document(applied.eval_set)
         return Response(body, status=status.HTTP_201_CREATED if applied.created else status.HTTP_200_OK)
@@ -155,9 +183,10 @@ class EvalRunCollectionApi(EvalsApi):
                 raise _not_found(_("Eval set"))
         if slug := request.query_params.get("agent"):
             agent = Agent.objects.filter(slug=slug).first()
-            if agent is None:
+            if agent is None or not _in_scope(request.user, agent):
                 raise _not_found(_("Agent"))
-        runs = list(eval_runs_for(eval_set=eval_set, agent=agent)[:100])  # type: ignore[index]
+        scope = _agent_scope(request.user)
+        runs = list(eval_runs_for(eval_set=eval_set, agent=agent, agents=scope)[:100])  # type: ignore[index]
         return Response({"results": [_run(r, with_cases=False) for r in runs]})
 
     def post(self, request: Request) -> Response:
@@ -168,6 +197,8 @@ class EvalRunCollectionApi(EvalsApi):
         if eval_set is None:
             raise _not_found(_("Eval set"))
         agent = Agent.objects.filter(slug=values["agent"]).first() if "agent" in values else eval_set.agent
+        if agent is not None and not _in_scope(request.user, agent):
+            raise _agent_not_found(agent.slug)  # named or the set's default: out of the key's scope
         if agent is None:
             raise ApplicationError(
                 _("Name the agent: the eval set has no default agent.")
@@ -190,7 +221,7 @@ class EvalRunDetailApi(EvalsApi):
     """An eval run with its progress, its scores and every case's (cases scored as their runs finish)."""
 
     def get(self, request: Request, run_id: str) -> Response:
-        eval_run = _eval_run_get(run_id)
+        eval_run = _eval_run_get(run_id, api_key=request.user)
         if eval_run.status == EvalRun.Status.RUNNING:
             eval_run = eval_run_refresh(eval_run=eval_run)
         return Response(_run(eval_run, with_cases=True))
@@ -200,7 +231,7 @@ class EvalRunCompareApi(EvalsApi):
     """Two eval runs side by side, the cases that changed outcome first."""
 
     def get(self, request: Request, run_id: str, other_id: str) -> Response:
-        a, b = _eval_run_get(run_id), _eval_run_get(other_id)
+        a, b = _eval_run_get(run_id, api_key=request.user), _eval_run_get(other_id, api_key=request.user)
         rows = eval_run_compare(a=a, b=b)
         return Response(
             {

@@ -72,7 +72,8 @@ class ToolLinesWidget(LinesWidget):
         return "\n".join(lines)
 
     def from_lines(self, text: str) -> Any:
-        tools: list[Any] = []
+        """``[{"name": …, "args"?: {…}}]``, the shape the model documents and every reader of it takes."""
+        tools: list[dict[str, Any]] = []
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
@@ -80,18 +81,16 @@ class ToolLinesWidget(LinesWidget):
                 if not tools:
                     raise line_problem(number, gettext("an argument before any tool"))
                 key, value = key_value_line(line, number)
-                last = tools[-1] if isinstance(tools[-1], dict) else {"name": tools[-1]}
-                if key in last.setdefault("args", {}):
+                if key in tools[-1].setdefault("args", {}):
                     raise line_problem(number, gettext("%(key)s is given twice") % {"key": key})
-                last["args"][key] = value
-                tools[-1] = last
+                tools[-1]["args"][key] = value
                 continue
             name = line.strip()
             if not name_fits(name):
                 raise line_problem(
                     number, gettext("one tool name (indent the arguments its call must contain below it)")
                 )
-            tools.append(name)
+            tools.append({"name": name})
         return tools
 
 

@@ -8,6 +8,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext, gettext_lazy
 
 from audit.labels import breakable
+from evals.scoring import NOT_SUBMITTED
 
 # The scores a summary holds, as the run's page and the comparison name them.
 SCORE_LABELS = {
@@ -45,6 +46,8 @@ def check_label(code: str) -> str:
         return gettext("the answer lacks “%(text)s”") % {"text": detail}
     if kind == "regex" and detail:
         return gettext("the answer does not match %(pattern)s") % {"pattern": detail}
+    if code.startswith(NOT_SUBMITTED) and code != NOT_SUBMITTED:
+        return gettext("the case could not become a run (%(reason)s)") % {"reason": code[len(NOT_SUBMITTED) :]}
     return code
 
 

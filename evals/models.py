@@ -135,7 +135,12 @@ class EvalCase(AuditedModel):
             forbidden_tools=self.forbidden_tools,
             answer_checks=self.answer_checks,
             alternatives=self.alternatives,
+            context=self.context,
+            data=self.data,
         )
+        if self.query and not self.query.strip():  # an empty one is refused as blank already
+            # A run of it would be refused as any caller's blank query is.
+            problems.setdefault("query", []).append(str(_("The query is empty.")))
         if len(self.query or "") > settings.PLATFORM_RUN_QUERY_MAX_CHARS:
             # Its runs are refused as any caller's are (a model's cost grows with the query).
             problems.setdefault("query", []).append(

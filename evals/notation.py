@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.utils.translation import gettext as _
+
 NO_TOOL = "*"
 
 
@@ -37,21 +39,23 @@ def parse_expected_source(value: Any, *, case_type: str = "") -> ExpectedSource:
         return ExpectedSource(forbidden_tools=[], answer_checks=[{"dont_know": True}])
     if isinstance(value, list):
         if not all(isinstance(v, str) for v in value):
-            raise ValueError("expected_source as a list must hold tool names")
+            raise ValueError(_("expected_source as a list must hold tool names"))
         value = ",".join(value)
     if not isinstance(value, str):
-        raise ValueError(f'expected_source must be a path, null, "none" or tool names, not {value!r}')
+        raise ValueError(
+            _('expected_source must be a path, null, "none" or tool names, not %(value)s') % {"value": repr(value)}
+        )
     text = value.strip()
     if text.lower() in {"none", ""}:
         if not text and case_type in {"single_tool", "multi_tool"}:
-            raise ValueError(f"a {case_type} case needs the names of its tools")
+            raise ValueError(_("a %(type)s case needs the names of its tools") % {"type": case_type})
         return ExpectedSource(forbidden_tools=[NO_TOOL])
     if _is_path(text) and "," not in text:
         return ExpectedSource(document=text)
     names = [part.strip() for part in text.split(",")]
     if any(not name for name in names):
-        raise ValueError(f"empty tool name in {value!r}")
+        raise ValueError(_("empty tool name in %(value)s") % {"value": repr(value)})
     bad = [n for n in names if _is_path(n) or " " in n]
     if bad:
-        raise ValueError(f"not a tool name: {', '.join(bad)}")
+        raise ValueError(_("not a tool name: %(names)s") % {"names": ", ".join(bad)})
     return ExpectedSource(expected_tools=[{"name": n} for n in names])

@@ -8,7 +8,6 @@ run attempted). Retries of one call are one call.
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -16,23 +15,36 @@ from typing import Any
 import regex  # type: ignore[import-untyped]
 from django.utils.translation import gettext as _
 
+from agents.deterministic import nfc, nfc_value
 from evals.notation import NO_TOOL
 
 RATE_METRICS = ("pass_rate", "precision", "recall", "sequence_match", "argument_match", "answer_checks")
 MAX_METRICS = ("forbidden_violations", "latency_p95_ms")
+NOT_SUBMITTED = "eval:not_submitted:"  # a case that could not become a run, + the refusal's code
+# What an answer that says it does not know contains (compared in NFC, lowercased). Phrases, not words: a bare
+# "없습니다" ("there is none") ends many a confident answer ("문제 없습니다"), so it is no sign of not knowing.
 DONT_KNOW_PHRASES = (
-    "모르",
+    "모르겠",
+    "모릅니다",
     "알 수 없",
+    "알지 못",
     "찾을 수 없",
+    "찾지 못",
     "확인하지 못",
     "확인할 수 없",
     "답변할 수 없",
+    "답변드릴 수 없",
+    "답할 수 없",
+    "가져오지 못",
+    "가져올 수 없",
     "정보가 없",
-    "없습니다",
+    "자료가 없",
     "i don't know",
     "i do not know",
     "cannot find",
+    "can't find",
     "could not find",
+    "couldn't find",
     "no information",
 )
 
@@ -97,8 +109,47 @@ def _tool_list_problems(value: Any, where: str) -> list[str]:
     return problems
 
 
+def not_finite(value: Any) -> bool:
+    """Whether a JSON value holds a number that is no JSON number (NaN, an infinity): no JSON column stores one.
+    Walks without recursion (a value's depth is bounded where it was parsed, not here)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return True
+        if isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return False
+
+
+def _answer_check_problem(check: Any, i: int) -> str | None:
+    """What is wrong with the ``i``-th answer check, or None."""
+    if not isinstance(check, dict) or len(check) != 1 or next(iter(check)) not in {"contains", "regex", "dont_know"}:
+        return _("[%(i)s]: one of contains, regex, dont_know") % {"i": i}
+    kind, wanted = next(iter(check.items()))
+    if kind == "dont_know":
+        return None if wanted is True else _("[%(i)s]: dont_know takes true (or leave the check out)") % {"i": i}
+    if not isinstance(wanted, str) or not wanted.strip():
+        return _("[%(i)s]: %(kind)s takes a text that is not empty") % {"i": i, "kind": kind}
+    if kind == "regex":
+        # Compiled as the scoring matches it (the ``regex`` module: \p{Hangul}, variable-length lookbehind).
+        try:
+            regex.compile(wanted)
+        except (regex.error, ValueError, OverflowError, RecursionError) as exc:
+            return _("[%(i)s]: not a regular expression: %(error)s") % {"i": i, "error": exc}
+    return None
+
+
 def case_problems(
-    *, expected_tools: Any, forbidden_tools: Any, answer_checks: Any, alternatives: Any
+    *,
+    expected_tools: Any,
+    forbidden_tools: Any,
+    answer_checks: Any,
+    alternatives: Any,
+    context: Any = None,
+    data: Any = None,
 ) -> dict[str, list[str]]:
     """What is wrong with a case's JSON fields, by field (empty when nothing is)."""
     problems: dict[str, list[str]] = {}
@@ -111,17 +162,8 @@ def case_problems(
         check_problems.append(_('a list like [{"contains": "..."}, {"regex": "..."}, {"dont_know": true}]'))
     else:
         for i, check in enumerate(answer_checks):
-            if (
-                not isinstance(check, dict)
-                or len(check) != 1
-                or next(iter(check)) not in {"contains", "regex", "dont_know"}
-            ):
-                check_problems.append(_("[%(i)s]: one of contains, regex, dont_know") % {"i": i})
-            elif "regex" in check:
-                try:
-                    re.compile(str(check["regex"]))
-                except re.error as exc:
-                    check_problems.append(_("[%(i)s]: not a regular expression: %(error)s") % {"i": i, "error": exc})
+            if problem := _answer_check_problem(check, i):
+                check_problems.append(problem)
     if check_problems:
         problems["answer_checks"] = check_problems
     alt_problems = []
@@ -135,6 +177,17 @@ def case_problems(
                 alt_problems += _tool_list_problems(alternative["tools"], f"[{i}].tools")
     if alt_problems:
         problems["alternatives"] = alt_problems
+    given = {
+        "expected_tools": expected_tools,
+        "forbidden_tools": forbidden_tools,
+        "answer_checks": answer_checks,
+        "alternatives": alternatives,
+        "context": context,
+        "data": data,
+    }
+    for name, value in given.items():
+        if not_finite(value):
+            problems.setdefault(name, []).append(_("NaN and Infinity are not numbers JSON holds: write a finite one"))
     return problems
 
 
@@ -148,10 +201,12 @@ def threshold_problems(thresholds: Any) -> list[str]:
                 _("%(name)s: not a score; the scores are %(scores)s")
                 % {"name": name, "scores": ", ".join(RATE_METRICS + MAX_METRICS)}
             )
-        elif isinstance(limit, bool) or not isinstance(limit, int | float):
+        elif isinstance(limit, bool) or not isinstance(limit, int | float) or not math.isfinite(limit):
             problems.append(_("%(name)s: a number") % {"name": name})
         elif name in RATE_METRICS and not 0 <= limit <= 1:
             problems.append(_("%(name)s: between 0 and 1") % {"name": name})
+        elif name in MAX_METRICS and limit < 0:
+            problems.append(_("%(name)s: 0 or more") % {"name": name})
     return problems
 
 
@@ -160,7 +215,10 @@ def _tools(items: list[Any]) -> list[dict[str, Any]]:
 
 
 def _subset(expected: dict[str, Any], actual: dict[str, Any]) -> bool:
-    return all(k in actual and actual[k] == v for k, v in expected.items())
+    """Whether ``actual`` holds every argument of ``expected``, Korean text compared composed (NFC) on both sides:
+    a case typed decomposed (NFD) matches a run's composed arguments."""
+    actual = nfc_value(actual)
+    return all(k in actual and actual[k] == v for k, v in nfc_value(expected).items())
 
 
 def _score_against(expected: list[dict[str, Any]], ordered: bool, calls: list[ToolCall]) -> dict[str, Any]:
@@ -170,7 +228,9 @@ def _score_against(expected: list[dict[str, Any]], ordered: bool, calls: list[To
     hit = called_set & want_set
     precision = len(hit) / len(called_set) if called_set else 1.0
     recall = len(hit) / len(want_set) if want_set else 1.0
-    sequence = called == want if ordered else sorted(called) == sorted(want)
+    # Unordered: which tools, not how often. A tool called twice (a memo hit, a rule's call and the model's
+    # again) is not a wrong run; ordered cases compare the exact sequence, repeats included.
+    sequence = called == want if ordered else called_set == want_set
     with_args = [e for e in expected if e.get("args")]
     argument_match = (
         sum(1 for e in with_args if any(c.name == e["name"] and _subset(e["args"], c.args) for c in calls))
@@ -182,13 +242,14 @@ def _score_against(expected: list[dict[str, Any]], ordered: bool, calls: list[To
 
 
 def answer_check_failures(checks: list[dict[str, Any]], answer: str) -> list[str]:
-    """The checks the answer fails, each named as it was given."""
+    """The checks the answer fails, each named as it was given. Text is compared composed (NFC) on both sides."""
     failed = []
+    answer = nfc(answer)
     lowered = answer.lower()
     for check in checks:
-        if "contains" in check and str(check["contains"]).lower() not in lowered:
+        if "contains" in check and nfc(str(check["contains"])).lower() not in lowered:
             failed.append(f"contains:{check['contains']}")
-        elif "regex" in check and not _answer_matches(str(check["regex"]), answer):
+        elif "regex" in check and not _answer_matches(nfc(str(check["regex"])), answer):
             failed.append(f"regex:{check['regex']}")
         elif check.get("dont_know") and not any(p in lowered for p in DONT_KNOW_PHRASES):
             failed.append("dont_know")

@@ -23,13 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.errors import ApplicationError
+from agents.deterministic import nfc_value
 from agents.models import Agent, AgentVersion, Run, RunEvent
 from agents.services import run_cancel, run_create
 from audit.changes import audited_delete, audited_save
 from audit.models import AuditEvent
 from evals.models import EvalCase, EvalCaseResult, EvalRun, EvalSet
 from evals.notation import parse_expected_source
-from evals.scoring import CaseSpec, ToolCall, score_case, summarize, threshold_failures
+from evals.scoring import NOT_SUBMITTED, CaseSpec, ToolCall, score_case, summarize, threshold_failures
+from mcpregistry.models import McpServer
 
 # ---- eval sets and cases (configuration) -------------------------------------------------------------------
 
@@ -47,12 +49,41 @@ def eval_set_delete(*, eval_set: EvalSet, actor: Any, via: str) -> None:
     audited_delete(eval_set, actor=actor, via=via)
 
 
+# A case's fields that hold text: stored composed (NFC), as a run's query, context and data are.
+CASE_TEXT_FIELDS = (
+    "key",
+    "case_type",
+    "query",
+    "context",
+    "data",
+    "expected_tools",
+    "forbidden_tools",
+    "answer_checks",
+    "alternatives",
+    "note",
+)
+
+
+def _composed(case: EvalCase, data: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``data`` with every text of the case's text fields composed (NFC), and so the fields ``case`` already
+    carries (an admin form's instance): Korean typed decomposed (NFD, macOS) would never match a run's query or
+    arguments, which are stored composed."""
+    values = dict(data or {})
+    for name in CASE_TEXT_FIELDS:
+        if name in values:
+            values[name] = nfc_value(values[name])
+        else:
+            setattr(case, name, nfc_value(getattr(case, name)))
+    return values
+
+
 def eval_case_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> EvalCase:
-    return audited_save(EvalCase(), actor=actor, via=via, data=data)
+    case = EvalCase()
+    return audited_save(case, actor=actor, via=via, data=_composed(case, data))
 
 
 def eval_case_update(*, case: EvalCase, actor: Any, via: str, data: Mapping[str, Any] | None = None) -> EvalCase:
-    return audited_save(case, actor=actor, via=via, data=data)
+    return audited_save(case, actor=actor, via=via, data=_composed(case, data))
 
 
 def eval_case_delete(*, case: EvalCase, actor: Any, via: str) -> None:
@@ -63,7 +94,49 @@ def eval_case_delete(*, case: EvalCase, actor: Any, via: str) -> None:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # ``allow_inf_nan=False``: "inf" and "NaN" (which a float field otherwise reads) are no JSON a column stores.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def _pydantic_problem(error: Any) -> str:
+    """One pydantic error in the active language (the common kinds; any other in pydantic's English)."""
+    ctx = error.get("ctx") or {}
+    kind = error["type"]
+    if kind == "string_too_short" and ctx.get("min_length") == 1:
+        return _("must not be empty")
+    messages = {
+        "missing": _("required"),
+        "extra_forbidden": _("not a known field"),
+        "string_too_short": _("at least %(min_length)s characters"),
+        "string_too_long": _("at most %(max_length)s characters"),
+        "string_type": _("must be a text"),
+        "int_type": _("must be a whole number"),
+        "int_parsing": _("must be a whole number"),
+        "int_from_float": _("must be a whole number"),
+        "float_type": _("must be a number"),
+        "float_parsing": _("must be a number"),
+        "finite_number": _("must be a finite number"),
+        "bool_type": _("must be true or false"),
+        "bool_parsing": _("must be true or false"),
+        "list_type": _("must be a list"),
+        "dict_type": _("must be an object"),
+        "model_type": _("must be an object"),
+        "model_attributes_type": _("must be an object"),
+        "greater_than_equal": _("must be at least %(ge)s"),
+        "less_than_equal": _("must be at most %(le)s"),
+    }
+    message = messages.get(kind)
+    if message is None:
+        return str(error["msg"])
+    try:
+        return message % ctx if "%(" in message else message
+    except (KeyError, TypeError, ValueError):
+        return str(error["msg"])
+
+
+def pydantic_problems(exc: PydanticValidationError) -> str:
+    """A pydantic error as ``where: what`` parts joined by ``; ``, in the active language."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {_pydantic_problem(e)}" for e in exc.errors())
 
 
 class AlternativeSpec(_Strict):
@@ -77,6 +150,7 @@ class CaseDocument(_Strict):
     explicit ``expected_tools`` / ``forbidden_tools`` / ``answer_checks``."""
 
     key: str | None = None
+    order: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)  # absent: after the case before it
     query: str = Field(min_length=1)
     type: str = "single_tool"
     context: dict[str, Any] = Field(default_factory=dict)
@@ -109,7 +183,9 @@ def case_fields(entry: Mapping[str, Any], index: int) -> dict[str, Any]:
     try:
         doc = CaseDocument.model_validate(raw)
     except PydanticValidationError as exc:
-        raise ValueError("; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())) from None
+        raise ValueError(pydantic_problems(exc)) from None
+    if not doc.query.strip():
+        raise ValueError(_("query: must not be empty"))
     expected: list[dict[str, Any]] = []
     forbidden: list[str] = []
     checks: list[dict[str, Any]] = []
@@ -125,9 +201,9 @@ def case_fields(entry: Mapping[str, Any], index: int) -> dict[str, Any]:
         forbidden = doc.forbidden_tools
     if doc.answer_checks is not None:
         checks = doc.answer_checks
-    return {
+    fields = {
         "key": doc.key or f"case-{index + 1:03d}",
-        "order": (index + 1) * 10,
+        "order": doc.order if doc.order is not None else (index + 1) * 10,
         "case_type": doc.type,
         "query": doc.query,
         "context": doc.context,
@@ -141,6 +217,7 @@ def case_fields(entry: Mapping[str, Any], index: int) -> dict[str, Any]:
         ],
         "note": note,
     }
+    return {name: nfc_value(value) if name in CASE_TEXT_FIELDS else value for name, value in fields.items()}
 
 
 @dataclass
@@ -159,8 +236,7 @@ def eval_set_apply(*, document: Mapping[str, Any], actor: Any, via: str) -> SetI
         doc = EvalSetDocument.model_validate(dict(document))
     except PydanticValidationError as exc:
         raise ApplicationError(
-            _("The eval set is not valid: %(problems)s")
-            % {"problems": "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())},
+            _("The eval set is not valid: %(problems)s") % {"problems": pydantic_problems(exc)},
             code="invalid_eval_set",
         ) from None
     problems: list[str] = []
@@ -172,12 +248,17 @@ def eval_set_apply(*, document: Mapping[str, Any], actor: Any, via: str) -> SetI
             problems.append(f"cases[{i}]: {exc}")
     keys = [c["key"] for c in cases]
     if len(set(keys)) != len(keys):
-        problems.append("cases: two cases with the same key")
+        problems.append(_("cases: two cases with the same key"))
     agent = None
     if doc.agent:
         agent = Agent.objects.filter(slug=doc.agent).first()
         if agent is None:
-            problems.append(f"agent: unknown agent '{doc.agent}'")
+            problems.append(_("agent: unknown agent '%(slug)s'") % {"slug": doc.agent})
+    # A sandbox server must exist (as the admin's choices are the servers); one the set holds already stays.
+    held = EvalSet.objects.filter(name=doc.name).values_list("sandbox_servers", flat=True).first() or []
+    known = set(McpServer.objects.filter(mcp_id__in=doc.sandbox_servers).values_list("mcp_id", flat=True))
+    if unknown := [s for s in doc.sandbox_servers if s not in known and s not in held]:
+        problems.append(_("sandbox_servers: no MCP server %(ids)s") % {"ids": ", ".join(unknown)})
     if problems:
         raise ApplicationError(
             _("The eval set is not valid: %(problems)s") % {"problems": "; ".join(problems)}, code="invalid_eval_set"
@@ -243,6 +324,7 @@ def eval_set_document(eval_set: EvalSet) -> dict[str, Any]:
         "cases": [
             {
                 "key": c.key,
+                "order": c.order,
                 "type": c.case_type,
                 "query": c.query,
                 **({"context": c.context} if c.context else {}),
@@ -285,8 +367,14 @@ def eval_run_start(
     window: int | None = None,
 ) -> EvalRun:
     """Create the eval run with one pending result per case, and submit the first ``window`` cases (all of them
-    when None). Raises ApplicationError: 400 for a set without cases, 409 for a disabled agent."""
+    when None). Raises ApplicationError: 400 for a set without cases or a label longer than its column, 409 for
+    a disabled agent."""
     agent_version_check(agent=agent, version=version)
+    label_max = EvalRun._meta.get_field("label").max_length or 0
+    if len(label) > label_max:
+        raise ApplicationError(
+            _("The label is longer than %(max)d characters.") % {"max": label_max}, code="invalid_label"
+        )
     cases = list(eval_set.cases.all())
     if not cases:
         raise ApplicationError(_("The eval set has no cases."), code="eval_set_empty")
@@ -327,7 +415,7 @@ def _submit_case(eval_run: EvalRun, result: EvalCaseResult) -> None:
         # "running", retrying the case at every refresh).
         score = score_case(_case_spec(case), calls=[], answer="", run_succeeded=False)
         score.passed = False
-        score.failed_checks.append(f"eval:not_submitted:{exc.code}")
+        score.failed_checks.append(f"{NOT_SUBMITTED}{exc.code}")
         EvalCaseResult.objects.filter(pk=result.pk, run__isnull=True, scored=False).update(
             scored=True, passed=False, scores=score.as_dict(), answer=exc.message
         )
@@ -425,9 +513,10 @@ def _timed_out(run: Run, deadline: Any) -> bool:
         return False
     try:
         run_cancel(run=run, actor=TIMED_OUT_ACTOR)
-    except ApplicationError:  # it finished meanwhile (409): scored as it ended
+    except ApplicationError:  # it ended meanwhile (409): scored as it ended
+        # Ended by another refresher's timeout (this copy was read before it cancelled the run) is still timed out.
         run.refresh_from_db()
-        return False
+        return run.status == Run.Status.CANCELLED and run.error_message == f"cancelled by {TIMED_OUT_ACTOR}"
     run.refresh_from_db()
     return run.status == Run.Status.CANCELLED
 
@@ -497,9 +586,12 @@ class CaseComparison:
 
     @property
     def changed(self) -> bool:
-        """The outcome changed: passed in one and not the other, or other tools called."""
+        """The outcome changed: passed in one and not the other, or other tools called. A case not scored yet in
+        one run or both (still running, or waiting to be submitted) has no outcome to compare: not changed."""
         if self.a is None or self.b is None:
             return True
+        if not (self.a.scored and self.b.scored):
+            return False
         tools_a = [c["name"] for c in self.a.called_tools]
         tools_b = [c["name"] for c in self.b.called_tools]
         return self.a.passed != self.b.passed or tools_a != tools_b
@@ -521,10 +613,16 @@ def eval_run_compare(*, a: EvalRun, b: EvalRun) -> list[CaseComparison]:
     return sorted(rows, key=lambda row: (not row.changed, row.case.order, row.case.pk))
 
 
-def eval_runs_for(*, eval_set: EvalSet | None = None, agent: Agent | None = None) -> Iterable[EvalRun]:
+def eval_runs_for(
+    *, eval_set: EvalSet | None = None, agent: Agent | None = None, agents: Iterable[Agent] | None = None
+) -> Iterable[EvalRun]:
+    """Eval runs, newest first: of ``eval_set``, against ``agent``, against one of ``agents`` (a key's scope;
+    None: any agent)."""
     runs = EvalRun.objects.select_related("eval_set", "agent")
     if eval_set is not None:
         runs = runs.filter(eval_set=eval_set)
     if agent is not None:
         runs = runs.filter(agent=agent)
+    if agents is not None:
+        runs = runs.filter(agent__in=list(agents))
     return runs.order_by("-created_at")

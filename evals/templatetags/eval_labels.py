@@ -26,3 +26,11 @@ def thresholds_missed(failures: list[str] | None) -> SafeString:
 def code(value: str | None) -> str:
     """A code or a tool's name that wraps at its underscores, dots and colons, not after any letter."""
     return breakable(value or "")
+
+
+@register.filter
+def tool_name(tool: object) -> str:
+    """An expected tool's name, whether stored as ``{"name": …}`` or, as the admin once wrote it, a bare name."""
+    if isinstance(tool, dict):
+        return str(tool.get("name") or "")
+    return str(tool or "")

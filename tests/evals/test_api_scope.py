@@ -1,0 +1,76 @@
+"""An admin key scoped to agents (``ApiKey.agents``) runs evals against those agents only and reads only their
+eval runs: any other agent, and any eval run against one, is a 404 as ``POST /runs`` answers, so the key learns
+nothing of them. A key not scoped to agents reaches every agent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from agents.models import Agent
+from agents.services import api_key_create
+from evals.models import EvalCaseResult, EvalRun, EvalSet
+from evals.services import eval_case_create, eval_set_create
+
+pytestmark = pytest.mark.django_db
+
+
+def _client(*, agents: list[Agent]) -> APIClient:
+    _key, raw = api_key_create(actor="test", via="tests", name="ops", admin=True, agents=agents)
+    client = APIClient(raise_request_exception=False)
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    return client
+
+
+@pytest.fixture
+def world(db: Any) -> dict[str, Any]:
+    mine = Agent.objects.create(slug="mine", name="mine")
+    theirs = Agent.objects.create(slug="theirs", name="theirs")
+    eval_set = eval_set_create(actor="test", via="tests", data={"name": "s", "agent": theirs})
+    case = eval_case_create(actor="test", via="tests", data={"eval_set": eval_set, "key": "k", "query": "질문"})
+    runs = {}
+    for agent in (mine, theirs):
+        runs[agent.slug] = EvalRun.objects.create(eval_set=eval_set, agent=agent, total=1)
+        EvalCaseResult.objects.create(eval_run=runs[agent.slug], case=case)
+    return {"mine": mine, "theirs": theirs, "set": eval_set, "runs": runs}
+
+
+def test_a_scoped_key_cannot_start_an_eval_against_another_agent(world: dict[str, Any]) -> None:
+    client = _client(agents=[world["mine"]])
+    named = client.post("/api/v1/evals/runs", {"set": "s", "agent": "theirs"}, format="json")
+    assert named.status_code == 404 and named.json()["error"]["code"] == "agent_not_found"
+    by_default = client.post("/api/v1/evals/runs", {"set": "s"}, format="json")  # the set's default agent
+    assert by_default.status_code == 404 and by_default.json()["error"]["code"] == "agent_not_found"
+    assert EvalRun.objects.filter(agent=world["theirs"]).count() == 1  # the fixture's only
+    started = client.post("/api/v1/evals/runs", {"set": "s", "agent": "mine"}, format="json")
+    assert started.status_code == 202, started.content
+
+
+def test_a_scoped_key_reads_only_the_eval_runs_of_its_agents(world: dict[str, Any]) -> None:
+    client = _client(agents=[world["mine"]])
+    mine, theirs = world["runs"]["mine"], world["runs"]["theirs"]
+    assert client.get(f"/api/v1/evals/runs/{mine.pk}").status_code == 200
+    hidden = client.get(f"/api/v1/evals/runs/{theirs.pk}")
+    assert hidden.status_code == 404 and hidden.json()["error"]["code"] == "not_found"
+    assert client.get(f"/api/v1/evals/runs/{mine.pk}/compare/{theirs.pk}").status_code == 404
+    listed = client.get("/api/v1/evals/runs")
+    assert [r["id"] for r in listed.json()["results"]] == [str(mine.pk)]
+    assert client.get("/api/v1/evals/runs", {"agent": "theirs"}).status_code == 404
+
+
+def test_a_scoped_key_cannot_point_a_set_at_another_agent(world: dict[str, Any]) -> None:
+    client = _client(agents=[world["mine"]])
+    refused = client.post("/api/v1/evals/sets", {"name": "new", "agent": "theirs", "cases": []}, format="json")
+    assert refused.status_code == 400 and "agent: unknown agent 'theirs'" in refused.json()["error"]["message"]
+    assert not EvalSet.objects.filter(name="new").exists()
+    assert client.post("/api/v1/evals/sets", {"name": "new", "agent": "mine"}, format="json").status_code == 201
+
+
+def test_a_key_not_scoped_to_agents_reaches_every_agent(world: dict[str, Any]) -> None:
+    client = _client(agents=[])
+    theirs = world["runs"]["theirs"]
+    assert client.get(f"/api/v1/evals/runs/{theirs.pk}").status_code == 200
+    assert len(client.get("/api/v1/evals/runs").json()["results"]) == 2
+    assert client.post("/api/v1/evals/runs", {"set": "s"}, format="json").status_code == 202

@@ -1,0 +1,90 @@
+"""A set as a document and back: ``export_config`` then ``import_config`` changes nothing (case order included),
+and Korean typed decomposed (NFD) is stored composed (NFC), whichever way a case is written."""
+
+from __future__ import annotations
+
+import unicodedata
+
+import pytest
+
+from agents.configuration import config_export, config_import
+from agents.models import Agent
+from audit.models import AuditEvent
+from evals.models import EvalCase
+from evals.services import eval_case_create, eval_case_update, eval_set_apply, eval_set_create
+
+pytestmark = pytest.mark.django_db
+
+NFD_NAME = unicodedata.normalize("NFD", "김하늘")
+
+
+def test_export_then_import_changes_nothing_and_keeps_each_cases_order() -> None:
+    agent = Agent.objects.create(slug="a", name="a")
+    eval_set = eval_set_create(
+        actor="test", via="tests", data={"name": "s", "agent": agent, "thresholds": {"recall": 0.5}}
+    )
+    eval_case_create(actor="test", via="tests", data={"eval_set": eval_set, "key": "k1", "order": 1, "query": "q1"})
+    eval_case_create(actor="test", via="tests", data={"eval_set": eval_set, "key": "k2", "order": 2, "query": "q2"})
+    exported = config_export()["eval_sets"]
+    assert [c["order"] for c in exported[0]["cases"]] == [1, 2]
+    before = AuditEvent.objects.count()
+    report = config_import(document={"eval_sets": exported}, actor="test", via="tests")
+    assert report.unchanged == ["eval set s"] and not report.updated
+    assert AuditEvent.objects.count() == before  # no case's order rewritten, nothing audited
+    assert list(EvalCase.objects.order_by("order").values_list("key", "order")) == [("k1", 1), ("k2", 2)]
+
+
+def test_a_document_without_orders_gets_them_from_its_list() -> None:
+    applied = eval_set_apply(
+        document={"name": "s", "cases": [{"key": "a", "query": "q"}, {"key": "b", "query": "q", "order": 5}]},
+        actor="test",
+        via="tests",
+    )
+    assert list(applied.eval_set.cases.order_by("key").values_list("key", "order")) == [("a", 10), ("b", 5)]
+
+
+def test_a_case_imported_decomposed_is_stored_composed() -> None:
+    applied = eval_set_apply(
+        document={
+            "name": "n",
+            "cases": [
+                {
+                    "key": f"{NFD_NAME}-team",
+                    "query": f"{NFD_NAME} 팀?",
+                    "context": {"사용자": NFD_NAME},
+                    "answer_checks": [{"contains": NFD_NAME}],
+                    "expected_tools": [{"name": "search_employee", "args": {"name": NFD_NAME}}],
+                    "note": NFD_NAME,
+                }
+            ],
+        },
+        actor="test",
+        via="tests",
+    )
+    case = applied.eval_set.cases.get()
+    assert case.key == "김하늘-team" and case.query == "김하늘 팀?" and case.note == "김하늘"
+    assert case.context == {"사용자": "김하늘"} and case.answer_checks == [{"contains": "김하늘"}]
+    assert case.expected_tools == [{"name": "search_employee", "args": {"name": "김하늘"}}]
+    # The same document again is no change (compared composed).
+    assert not eval_set_apply(
+        document={"name": "n", "cases": [{"key": "김하늘-team", "query": f"{NFD_NAME} 팀?", "context": {"사용자": "김하늘"},
+                  "answer_checks": [{"contains": "김하늘"}], "note": "김하늘",
+                  "expected_tools": [{"name": "search_employee", "args": {"name": "김하늘"}}]}]},
+        actor="test",
+        via="tests",
+    ).changed  # fmt: skip
+
+
+def test_a_case_written_decomposed_through_the_services_is_stored_composed() -> None:
+    """What the admin's forms call: ``eval_case_create`` with the form's data, ``eval_case_update`` with the
+    form's instance."""
+    eval_set = eval_set_create(actor="test", via="tests", data={"name": "s"})
+    case = eval_case_create(
+        actor="test", via="tests", data={"eval_set": eval_set, "key": "k", "query": f"{NFD_NAME} 팀?"}
+    )
+    assert EvalCase.objects.get(pk=case.pk).query == "김하늘 팀?"
+    case.answer_checks = [{"contains": NFD_NAME}]
+    case.data = [{"이름": NFD_NAME}]
+    eval_case_update(case=case, actor="test", via="tests")
+    stored = EvalCase.objects.get(pk=case.pk)
+    assert stored.answer_checks == [{"contains": "김하늘"}] and stored.data == [{"이름": "김하늘"}]
