@@ -11,17 +11,20 @@ script may post the JSON under the field's own name, as before).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.utils.datastructures import MultiValueDict
 from django.utils.translation import gettext_lazy as _
 from pydantic import ValidationError as PydanticValidationError
 
-from agents.mcp_context import McpContextSettings
+from agents.deterministic import PLACEHOLDER
+from agents.mcp_context import READ_RESOURCE_TOOL, McpContextSettings
 from agents.tool_selection import ToolSelectionSettings
 from mcpregistry.contract_form import EditorWidget, _loads, _merge, _number
 from mcpregistry.contracts import spec_problems
+from mcpregistry.embeddings import embedding_service_configured
 from mcpregistry.models import McpServer, McpTool
 
 SELECTION_DEFAULTS: dict[str, Any] = ToolSelectionSettings().model_dump()
@@ -220,8 +223,7 @@ def _prompt_value(prompt: dict[str, Any]) -> str:
 
 def agent_tool_names(servers: Iterable[McpServer]) -> list[str]:
     """The names the model sees of the servers' tools (enabled, available, as in a run's tool index)."""
-    tools = McpTool.objects.filter(server__in=list(servers), enabled=True, available=True).select_related("server")
-    return sorted({t.exposed_name for t in tools})
+    return sorted(_agent_tools(servers))
 
 
 def agent_tool_tags(servers: Iterable[McpServer]) -> list[str]:
@@ -229,8 +231,27 @@ def agent_tool_tags(servers: Iterable[McpServer]) -> list[str]:
     return sorted({str(t) for tag_list in tags for t in (tag_list or [])})
 
 
-def selection_problems(raw: Any, *, tool_names: list[str], server_ids: list[str]) -> list[str]:
-    """What is wrong with a ``tool_selection`` value, each naming the valid keys or values."""
+def _agent_tools(servers: Iterable[McpServer]) -> dict[str, tuple[str, set[str]]]:
+    """The servers' tools as a run's index holds them (enabled, available), by the name the model sees: the
+    server's id and the tool's tags."""
+    tools = McpTool.objects.filter(server__in=list(servers), enabled=True, available=True).select_related("server")
+    return {t.exposed_name: (t.server.mcp_id, {str(tag) for tag in t.tags or []}) for t in tools}
+
+
+def selection_problems(
+    raw: Any,
+    *,
+    tool_names: list[str],
+    server_ids: list[str],
+    servers: Sequence[McpServer] | None = None,
+    check_embedding_service: bool = True,
+) -> list[str]:
+    """What is wrong with a ``tool_selection`` value, each naming the valid keys or values: names that are not
+    the agent's (pinned and forced tools, servers, tags: a tag no tool of the agent has would offer nothing),
+    pinned or forced tools outside the hard filters (never offered), and the ``embedding`` ranker where no
+    embedding service is configured (``check_embedding_service``: a property of this host, not of the value,
+    so a service importing configuration may leave it to the run, whose trace then says it ranked lexically).
+    ``servers`` are the agent's (looked up by ``server_ids`` when not given)."""
     try:
         settings = ToolSelectionSettings.model_validate(raw or {})
     except PydanticValidationError as exc:
@@ -254,12 +275,53 @@ def selection_problems(raw: Any, *, tool_names: list[str], server_ids: list[str]
             str(_("servers: %(unknown)s is not bound to this agent; its servers are: %(ids)s"))
             % {"unknown": ", ".join(outside), "ids": ", ".join(server_ids) or "—"}
         )
+    if settings.tags or settings.servers or settings.pinned or settings.force_first_tool:
+        bound = list(servers) if servers is not None else list(McpServer.objects.filter(mcp_id__in=server_ids))
+        tools = _agent_tools(bound)
+        known_tags = sorted({tag for _server, tags in tools.values() for tag in tags})
+        missing = [t for t in settings.tags if t not in known_tags]
+        if missing:
+            problems.append(
+                str(_("tags: %(unknown)s is not a tag of this agent's tools; their tags are: %(tags)s"))
+                % {"unknown": ", ".join(missing), "tags": ", ".join(known_tags) or "—"}
+            )
+
+        def filtered_out(name: str) -> bool:
+            mcp_id, tags = tools[name]
+            return bool(
+                (settings.servers and mcp_id not in settings.servers)
+                or (settings.tags and not tags & set(settings.tags))
+            )
+
+        named = [*settings.pinned, *([settings.force_first_tool] if settings.force_first_tool != "any" else [])]
+        hidden = [n for n in dict.fromkeys(named) if n in tools and filtered_out(n)]
+        if hidden:
+            problems.append(
+                str(
+                    _(
+                        "pinned, force_first_tool: %(tools)s is outside the servers and tags chosen, so it would "
+                        "never be offered; widen the filters or choose another tool"
+                    )
+                )
+                % {"tools": ", ".join(hidden)}
+            )
+    embedding = settings.enabled and settings.ranker == "embedding"
+    if check_embedding_service and embedding and not embedding_service_configured():
+        problems.append(
+            str(
+                _(
+                    "ranker: the embedding ranker needs an embedding service (PLATFORM_EMBEDDINGS_URL and "
+                    "PLATFORM_EMBEDDINGS_MODEL) and none is configured; choose the lexical ranker"
+                )
+            )
+        )
     return problems
 
 
-def context_problems(raw: Any, *, servers: list[McpServer]) -> list[str]:
-    """What is wrong with an ``mcp_context`` value: its shape, and resources or a prompt outside the agent's
-    servers (named with the valid ones)."""
+def context_problems(raw: Any, *, servers: Sequence[McpServer]) -> list[str]:
+    """What is wrong with an ``mcp_context`` value: its shape; resources or a prompt outside the agent's servers
+    (named with the valid ones); prompt arguments the prompt does not declare, required ones missing, and
+    placeholders no run can fill; and the ``read_resource`` tool where a bound server has a tool of that name."""
     try:
         settings = McpContextSettings.model_validate(raw or {})
     except PydanticValidationError as exc:
@@ -289,10 +351,86 @@ def context_problems(raw: Any, *, servers: list[McpServer]) -> list[str]:
                 % {"id": settings.prompt.mcp_id, "ids": ids}
             )
         else:
-            names = [str(p.get("name")) for p in server.prompts or [] if isinstance(p, dict)]
-            if settings.prompt.name not in names:
+            entries = {str(p.get("name")): p for p in server.prompts or [] if isinstance(p, dict)}
+            entry = entries.get(settings.prompt.name)
+            if entry is None:
                 problems.append(
                     str(_("prompt: %(id)s has no prompt %(name)s; its prompts are: %(names)s"))
-                    % {"id": server.mcp_id, "name": settings.prompt.name, "names": ", ".join(names) or "—"}
+                    % {"id": server.mcp_id, "name": settings.prompt.name, "names": ", ".join(entries) or "—"}
                 )
+            else:
+                problems += _prompt_argument_problems(settings.prompt.arguments, entry)
+    clash = _agent_tools(servers).get(READ_RESOURCE_TOOL) if settings.read_resource_tool else None
+    if clash is not None:
+        problems.append(
+            str(
+                _(
+                    "read_resource_tool: the server %(id)s has a tool named read_resource, which the platform's "
+                    "tool would clash with; set a tool name prefix on that server or leave this off"
+                )
+            )
+            % {"id": clash[0]}
+        )
     return problems
+
+
+# An opening brace followed by a name: a placeholder, or an attempt at one.
+_PLACEHOLDER_ATTEMPT = re.compile(r"\{[A-Za-z_][^{}\s]*\}?")
+
+
+def _prompt_argument_problems(arguments: dict[str, str], entry: dict[str, Any]) -> list[str]:
+    """A prompt's arguments against what discovery listed for it: declared names only, every required one given,
+    and placeholders a run can fill (``{query}``, ``{context.KEY}``, ``{data.PATH}``, each written whole)."""
+    problems: list[str] = []
+    declared = entry.get("arguments")
+    if isinstance(declared, list):
+        specs = {str(a.get("name")): a for a in declared if isinstance(a, dict) and a.get("name")}
+        unknown = [name for name in arguments if name not in specs]
+        if unknown:
+            problems.append(
+                str(_("prompt: %(name)s takes no argument %(unknown)s; its arguments are: %(names)s"))
+                % {"name": entry.get("name"), "unknown": ", ".join(unknown), "names": ", ".join(specs) or "—"}
+            )
+        missing = [name for name, spec in specs.items() if spec.get("required") and name not in arguments]
+        if missing:
+            problems.append(
+                str(_("prompt: %(name)s requires the argument(s) %(missing)s"))
+                % {"name": entry.get("name"), "missing": ", ".join(missing)}
+            )
+    for name, template in arguments.items():
+        valid = [m for m in PLACEHOLDER.finditer(template) if not m.group(1).startswith("match.")]
+        left = template
+        for found in valid:
+            left = left.replace(found.group(0), "")
+        for attempt in _PLACEHOLDER_ATTEMPT.finditer(left):
+            problems.append(
+                str(
+                    _(
+                        "prompt: %(argument)s: %(text)s is no placeholder a run can fill; use {query}, "
+                        "{context.KEY} or {data.PATH}, each written whole"
+                    )
+                )
+                % {"argument": name, "text": attempt.group(0)}
+            )
+    return problems
+
+
+def agent_settings_problems(
+    *, tool_selection: Any, mcp_context: Any, servers: Sequence[McpServer]
+) -> dict[str, list[str]]:
+    """The checks of the agent form's two settings, for a service (``agent_update``, a configuration import) to
+    refuse with ``ValidationError(problems)``: per field, what :func:`selection_problems` and
+    :func:`context_problems` find against the agent's ``servers``. The embedding service is not required (a
+    host without one runs the agent with the lexical ranker, and its trace says so)."""
+    bound = list(servers)
+    problems = {
+        "tool_selection": selection_problems(
+            tool_selection,
+            tool_names=agent_tool_names(bound),
+            server_ids=[s.mcp_id for s in bound],
+            servers=bound,
+            check_embedding_service=False,
+        ),
+        "mcp_context": context_problems(mcp_context, servers=bound),
+    }
+    return {field: found for field, found in problems.items() if found}

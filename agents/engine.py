@@ -39,7 +39,13 @@ from agents.errors import MUST_PROPAGATE, RunCancelled
 from agents.flow_runner import FlowParked, FlowResult, FlowSettings, flow_run
 from agents.graph import MaxIterationsReached, build_react_graph, turn_calls
 from agents.llm import build_chat_model, supports_tool_choice
-from agents.mcp_context import READ_RESOURCE_TOOL, McpContextSettings, mcp_context_settings, read_resource_spec
+from agents.mcp_context import (
+    READ_RESOURCE_TOOL,
+    McpContextSettings,
+    context_block,
+    mcp_context_settings,
+    read_resource_spec,
+)
 from agents.model_tracing import ModelCallTracer
 from agents.parallel_calls import ParallelCalls, call_batch
 from agents.providers import RETRYABLE_BY_DEFAULT, ModelCallFailed, guardrail_intervention, model_error_kind
@@ -363,7 +369,25 @@ def execute(plan: RunPlan) -> RunOutcome:
         str(r.get("uri")): s for s in enabled_servers.values() for r in (s.resources or []) if isinstance(r, dict)
     }
     if context_settings.read_resource_tool and resource_servers:
-        offer.extra_specs[READ_RESOURCE_TOOL] = read_resource_spec(list(resource_servers))
+        if READ_RESOURCE_TOOL in index:
+            # A bound server's own tool has the name: the model's calls to it go to that tool, and the platform's
+            # is not offered beside it (two tools of one name; a call could not say which it meant).
+            owner, _clash = index[READ_RESOURCE_TOOL]
+            trace.append(
+                {
+                    "type": "resource_tool",
+                    "offered": False,
+                    "error": "config:tool_name_conflict",
+                    "mcp_id": owner.mcp_id,
+                    "message": _(
+                        "The read_resource tool is not offered: the server %(mcp_id)s has a tool of that name. "
+                        "Set a tool name prefix on that server."
+                    )
+                    % {"mcp_id": owner.mcp_id},
+                }
+            )
+        else:
+            offer.extra_specs[READ_RESOURCE_TOOL] = read_resource_spec(list(resource_servers))
 
     def call_tool(tool_call: dict[str, Any], sent: gate.ToolResult | None = None) -> tuple[ToolMessage, str | None]:
         """One call: refused here (unknown, not offered, withdrawn) or sent through the gate; ``sent`` is the
@@ -444,7 +468,7 @@ def execute(plan: RunPlan) -> RunOutcome:
         # A parked run resumes with the argument errors it had counted: a withdrawn tool stays withdrawn.
         offer.restore_corrections(messages)
     else:
-        system_prompt, attachments = _mcp_context(plan, context_settings, enabled_servers, who, trace)
+        system_prompt, attachment = _mcp_context(plan, context_settings, enabled_servers, who, trace)
         text = system_message_text(
             system_prompt=system_prompt,
             deterministic_instruction=plan.deterministic_instruction,
@@ -453,7 +477,8 @@ def execute(plan: RunPlan) -> RunOutcome:
         earlier: list[BaseMessage] = []
         for turn in plan.history:
             earlier += [HumanMessage(turn["query"]), AIMessage(turn["answer"])]
-        messages = [SystemMessage("\n\n".join([text, *attachments])), *earlier, HumanMessage(plan.query)]
+        system_text = "\n\n".join(part for part in (text, attachment) if part)
+        messages = [SystemMessage(system_text), *earlier, HumanMessage(plan.query)]
     try:
         model = build_chat_model(
             provider=plan.provider,
@@ -588,11 +613,14 @@ def _mcp_context(
     servers: dict[str, McpServer],
     who: Callable[[str, str], gate.GateCall],
     trace: list[dict[str, Any]],
-) -> tuple[str, list[str]]:
-    """The system prompt (the agent's MCP prompt rendered through the gate, else its own text) and the resources
-    to attach, read through the gate. A prompt or resource that cannot be had is a trace entry, not a failed
-    run: the agent's own prompt stands in, the resource is left out."""
+) -> tuple[str, str]:
+    """The system prompt (the agent's MCP prompt rendered through the gate, else its own text) and the block of
+    data to attach (``agents.mcp_context.context_block``: the resources read through the gate, and the rendered
+    prompt when its arguments take the run caller's text: that text never becomes system instructions). A prompt
+    or resource that cannot be had is a trace entry, not a failed run: the agent's own prompt stands in, the
+    resource is left out."""
     system_prompt = plan.system_prompt
+    prompt_data: dict[str, Any] | None = None
     if settings.prompt is not None:
         prompt = settings.prompt
         entry: dict[str, Any] = {"type": "prompt", "mcp_id": prompt.mcp_id, "name": prompt.name}
@@ -616,9 +644,14 @@ def _mcp_context(
                 entry.update(ok=result.ok, error=result.error or "", arguments=result.args)
                 if result.ok:
                     texts = [m["text"] for m in (result.value or {}).get("messages", []) if m.get("text")]
-                    system_prompt = "\n\n".join(texts) or system_prompt
+                    if texts and prompt.takes_run_input():
+                        entry["delivered"] = "data"
+                        prompt_data = {"mcp_id": prompt.mcp_id, "name": prompt.name, "text": "\n\n".join(texts)}
+                    elif texts:
+                        entry["delivered"] = "system"
+                        system_prompt = "\n\n".join(texts)
         trace.append(entry)
-    attachments: list[str] = []
+    resources: list[dict[str, Any]] = []
     for index, ref in enumerate(settings.resources):
         server = servers.get(ref.mcp_id)
         if server is None:
@@ -645,8 +678,8 @@ def _mcp_context(
             }
         )
         if result.ok:
-            attachments.append(_("Resource %(uri)s:") % {"uri": ref.uri} + "\n" + text)
-    return system_prompt, attachments
+            resources.append({"mcp_id": ref.mcp_id, "uri": ref.uri, "text": text})
+    return system_prompt, context_block(resources=resources, prompt=prompt_data)
 
 
 def _tool_offer(
@@ -676,7 +709,17 @@ def _tool_offer(
     by_rule = next((forcing[rule_id] for rule_id in matched if rule_id in forcing), "")
     if by_rule and supports_tool_choice(plan.provider, plan.model_id):
         settings = settings.model_copy(update={"force_first_tool": by_rule})
-    ranker, fallback = selection_rankers(settings=settings, index=index)
+    ranker, fallback, note = selection_rankers(settings=settings, index=index)
+    contracts = {
+        name: gate.contract_applied(who=who, server=server, tool=mcp_tool) for name, (server, mcp_tool) in index.items()
+    }
+    fallback_tools: dict[str, tuple[str, bool]] = {}
+    for name, (server, _tool) in index.items():
+        contract = contracts[name]
+        backup = by_tool.get((server.mcp_id, contract.fallback_tool or ""))
+        # With the "call" policy the gate calls the fallback itself: the model is never told to.
+        if backup and backup != name and contract.fallback_policy != contract.FallbackPolicy.CALL:
+            fallback_tools[name] = (backup, contract.risk == contract.Risk.WRITE)
     return ToolOffer(
         index=index,
         specs={spec["function"]["name"]: spec for spec in specs},
@@ -685,30 +728,30 @@ def _tool_offer(
         rule_named=list(dict.fromkeys(rule_named)),
         ranker=ranker,
         fallback_ranker=fallback,
-        correction_caps={
-            name: gate.contract_applied(who=who, server=server, tool=mcp_tool).correction_cap
-            for name, (server, mcp_tool) in index.items()
-        },
+        correction_caps={name: contract.correction_cap for name, contract in contracts.items()},
         on_selection=on_selection,
         first_turn_of_run=previous_turns == 0,
+        fallback_tools=fallback_tools,
+        ranker_note=note,
     )
 
 
 def selection_rankers(
     *, settings: ToolSelectionSettings, index: dict[str, tuple[McpServer, McpTool]]
-) -> tuple[Ranker | None, Ranker | None]:
-    """The ranker the settings name and the one that takes over if it fails (None, None: the offer builds the
-    lexical one itself when selection is active)."""
-    if not settings.enabled or len(index) <= settings.top_k or settings.ranker == "lexical":
-        return None, None
-    from mcpregistry.embeddings import embedding_ranker_inputs
+) -> tuple[Ranker | None, Ranker | None, str]:
+    """The ranker the settings name, the one that takes over if it fails, and why the named one is not used
+    (``"embedding:not_configured"``, ``"embedding:<error>"`` when its vectors could not be had: the run ranks
+    lexically and its first selection says so). (None, None, ""): the offer builds the lexical one itself
+    when selection is active. Never raises for the embedding service."""
+    if not settings.enabled or settings.ranker == "lexical" or len(index) <= settings.top_k:
+        return None, None, ""
+    from mcpregistry.embeddings import embedding_ranker_setup
 
     lexical = LexicalRanker([tool_doc(name, server, tool) for name, (server, tool) in index.items()])
-    inputs = embedding_ranker_inputs({name: tool for name, (_server, tool) in index.items()})
-    if inputs is None:
-        return lexical, None
-    vectors, embed_query = inputs
-    return EmbeddingRanker(vectors, embed_query), lexical
+    inputs = embedding_ranker_setup({name: tool for name, (_server, tool) in index.items()})
+    if inputs.embed_query is None:
+        return lexical, None, f"embedding:{inputs.unavailable}"
+    return EmbeddingRanker(inputs.vectors, inputs.embed_query), lexical, ""
 
 
 def _execute_flow(

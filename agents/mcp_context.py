@@ -2,14 +2,23 @@
 an MCP prompt as the system-prompt template, and a ``read_resource`` tool limited to the bound servers'
 resources. Everything is read through the gate (``gate.read_resource`` / ``gate.get_prompt``): audited,
 masked, size-capped, behind the breaker. No ORM here; the engine hands in the bound servers.
+
+What a resource says, and a prompt rendered with text from the run's caller, is data, never instructions: it
+reaches the system message inside the same ``<tool_data>`` block as deterministic results (escaped so nothing
+in it can close the block) after the notice that says so. A prompt whose arguments are all the admin's own text
+(no ``{query}``, ``{context.KEY}``, ``{data.PATH}``) is the system prompt; one that takes the caller's text is
+not: the agent's own system prompt stays, and the rendered prompt is attached as data.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.utils.translation import gettext as _
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agents.answers import TOOL_DATA_NOTICE, tool_data_block
+from agents.deterministic import PLACEHOLDER
 from mcpregistry.contracts import pydantic_message
 
 READ_RESOURCE_TOOL = "read_resource"
@@ -29,6 +38,11 @@ class PromptRef(BaseModel):
     name: str = Field(min_length=1)
     # Argument → template (``{query}``, ``{context.KEY}``, ``{data.PATH}``), rendered for each run.
     arguments: dict[str, str] = Field(default_factory=dict)
+
+    def takes_run_input(self) -> bool:
+        """Whether an argument takes text from the run's caller: the rendered prompt is then data, not the
+        system prompt."""
+        return any(PLACEHOLDER.search(template) for template in self.arguments.values())
 
 
 class McpContextSettings(BaseModel):
@@ -65,3 +79,18 @@ def read_resource_spec(uris: list[str]) -> dict[str, Any]:
             },
         },
     }
+
+
+def context_block(*, resources: list[dict[str, Any]], prompt: dict[str, Any] | None) -> str:
+    """The resources read at run start (``{"mcp_id", "uri", "text"}``) and a prompt rendered with the caller's text
+    (``{"mcp_id", "name", "text"}``), for the system message: a heading, the notice that they are data, and one
+    ``<tool_data>`` block. ``""`` when there is neither."""
+    data: dict[str, Any] = {}
+    if resources:
+        data["resources"] = resources
+    if prompt:
+        data["prompt"] = prompt
+    if not data:
+        return ""
+    heading = _("MCP resources and prompt for this run (reference material):")
+    return f"{heading}\n{TOOL_DATA_NOTICE}\n{tool_data_block(data)}"

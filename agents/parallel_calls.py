@@ -11,15 +11,20 @@ timeout, retries, audit, all of it — on its own database connection (closed af
 (trace, events, correction counts) stays on the run's thread, and the results go back to the model in the order
 asked. Should the gate still park a batched call (a safety net: the check above and the gate read the same
 contract), the run parks there as it would sequentially; the batch's later calls, already sent, run again on
-resume. Inside a transaction on the run's connection (a test wrapped in one) calls
+resume. A batch holds no more calls of one tool than its correction cap leaves (the argument errors counted so
+far plus the batch's own calls of it): a call beyond that runs after the batch, when its results are counted, and
+is refused as ``tool:withdrawn`` if they withdrew the tool. Each call runs in a copy of the run's context
+(``contextvars``: its gate span is a child of the run's, its log lines carry the run's ids). Inside a transaction on the run's connection (a test wrapped in one) calls
 stay sequential: another connection could not see its uncommitted rows. The trace gets one ``parallel_calls``
 entry per batch with each call's start and end (ms from the batch start) and the most calls that overlapped.
 """
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -61,6 +66,13 @@ class ParallelCalls:
         applied = gate.contract_applied(who=self.who("agent", tool_call.get("id") or ""), server=server, tool=mcp_tool)
         return applied.risk == ToolContract.Risk.READ
 
+    def within_cap(self, name: str, in_batch: Counter[str]) -> bool:
+        """Whether one more call of ``name`` fits in the batch: sent one by one, it would go to the gate only if
+        the tool's argument errors so far plus its calls already in the batch (each may come back as one) are
+        below its correction cap; otherwise it waits for their results."""
+        cap = self.offer.correction_caps.get(name, 3)
+        return self.offer.corrections.get(name, 0) + in_batch[name] < cap
+
     def run(self, batch: list[dict[str, Any]]) -> list[gate.ToolResult]:
         """Send ``batch`` concurrently; the results in the batch's order."""
         for tool_call in batch:
@@ -89,8 +101,10 @@ class ParallelCalls:
 
         for server, _tool in (self.index[c["name"]] for c in batch):
             self._server_slots.setdefault(server.mcp_id, threading.BoundedSemaphore(self.per_server))
+        # Taken on the run's thread: each call's span and log context continue the run's (a pool thread has none).
+        contexts = [contextvars.copy_context() for _call in batch]
         with ThreadPoolExecutor(max_workers=min(self.per_run, len(batch)), thread_name_prefix="tool-call") as pool:
-            results = list(pool.map(one, range(len(batch))))
+            results = list(pool.map(lambda position: contexts[position].run(one, position), range(len(batch))))
         entry = {
             "type": "parallel_calls",
             "calls": [
@@ -129,12 +143,14 @@ def call_batch(
     while i < len(calls):
         batch: list[dict[str, Any]] = []
         keys: set[str] = set()
+        names: Counter[str] = Counter()
         while i + len(batch) < len(calls):
             candidate = calls[i + len(batch)]
             key = f"{candidate['name']}\n{gate.canonical_args(candidate.get('args') or {})}"
-            if key in keys or not parallel.eligible(candidate):
+            if key in keys or not parallel.eligible(candidate) or not parallel.within_cap(candidate["name"], names):
                 break
             keys.add(key)
+            names[candidate["name"]] += 1
             batch.append(candidate)
         if len(batch) >= 2:
             for tool_call, result in zip(batch, parallel.run(batch), strict=True):

@@ -120,8 +120,34 @@ def api_key_revoke(*, api_key: ApiKey, actor: Any, via: str) -> bool:
     return revoked
 
 
+def _settings_checked(
+    agent: Agent, data: Mapping[str, Any] | None, servers: list[McpServer] | None, *, creating: bool
+) -> None:
+    """Refuse (ValidationError per field) tool selection and MCP context settings that could never work with
+    the servers the agent will bind: a tag no tool has, a pinned tool outside the filters, a prompt argument the
+    prompt does not take, ``read_resource`` beside a server's tool of that name. Checked where one of the three
+    changes (a later change of a server's tools does not make every other save of the agent fail)."""
+    from agents.agent_settings_form import agent_settings_problems  # the form's checks; forms load with the admin
+
+    names = ("tool_selection", "mcp_context")
+    after = {name: (data or {}).get(name, getattr(agent, name)) for name in names}
+    if not creating and servers is None:
+        stored = Agent.objects.filter(pk=agent.pk).values(*names).first() or {}
+        if all(stored.get(name) == after[name] for name in names):
+            return
+    bound = servers if servers is not None else list(agent.servers.all()) if agent.pk else []
+    problems = agent_settings_problems(
+        tool_selection=after["tool_selection"], mcp_context=after["mcp_context"], servers=bound
+    )
+    if problems:
+        raise ValidationError(problems)
+
+
 def agent_create(*, actor: Any, via: str, data: Mapping[str, Any], servers: Iterable[McpServer] = ()) -> Agent:
-    """Define an agent with its bound servers (published at once when it is set to publish on save)."""
+    """Define an agent with its bound servers (published at once when it is set to publish on save). Raises
+    ValidationError where its tool selection or MCP context could never work with those servers."""
+    servers = list(servers)
+    _settings_checked(Agent(), data, servers, creating=True)
     with transaction.atomic():
         agent = audited_save(Agent(), actor=actor, via=via, data=data, m2m={"servers": list(servers)})
         _publish_if_on_save(agent, actor=actor, via=via)
@@ -141,12 +167,15 @@ def agent_update(
     agent's change is a draft that live traffic does not run until it is published, unless the agent is set to
     publish on save (then it is published in the same transaction). Raises ValidationError (``servers``) where
     the agent would stop binding a server its enabled rules call (``unbinding_refused``); ``check_rules=False``:
-    the caller checks that once its rules are changed too (an import)."""
+    the caller checks that once its rules are changed too (an import). Raises ValidationError
+    (``tool_selection``, ``mcp_context``) where those settings, or the servers, change so that they could never
+    work (``_settings_checked``)."""
     if servers is not None:
         servers = list(servers)
         leaving = servers_leaving(agent=agent, servers=servers)
         if check_rules and (needing := rules_calling(agent=agent, mcp_ids=leaving)):
             raise ValidationError({"servers": [unbinding_refused(needing)]})
+    _settings_checked(agent, data, servers, creating=False)
     with transaction.atomic():
         audited_save(
             agent, actor=actor, via=via, data=data, m2m=None if servers is None else {"servers": list(servers)}

@@ -5,6 +5,11 @@ The engine builds one :class:`ToolOffer` per run from its tool index; the ReAct 
 tool specs (``turn_tools``) and the engine's ``call_tool`` asks it whether a call may go to the gate
 (``check``) and tells it each result (``record``). Refusals themselves are written by the gate
 (``tool:not_offered``, ``tool:withdrawn``), so they are audited like every other call.
+
+When a call fails in a way for which the gate tells the model to use the tool's fallback (its contract's
+``fallback_tool``), that fallback is offered from the next turn on (``why: fallback``), within the hard filters:
+the model is never told to call a tool it would then be refused. When the named ranker fails (an embedding
+outage), the lexical one ranks for the rest of the run, and the first turn it does so says why in the trace.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
 
+from agents.answers import text_of
+from agents.errors import MUST_PROPAGATE
 from agents.tool_selection import (
     LexicalRanker,
     Ranker,
@@ -32,6 +39,23 @@ Verdict = Literal["ok", "not_offered", "withdrawn"]
 # How much of the conversation (besides the query) the ranker reads: the model's own words of the last turns.
 CONVERSATION_CHARS = 600
 
+# The failures after which the gate suggests a tool's fallback to the model (``mcpregistry.gate``'s step 6: a
+# backend that failed, or the tool's own error; not an empty answer nor a paused server, nor a refusal before the
+# call). A write whose answer failed its check (``result:*``) is never handed to its fallback.
+FALLBACK_SUGGESTED = frozenset(
+    {
+        "timeout",
+        "rate_limit",
+        "transport",
+        "protocol",
+        "unexpected",
+        "tool:error",
+        "result:shape",
+        "result:too_big",
+        "result:range",
+    }
+)
+
 
 def tool_doc(name: str, server: McpServer, tool: McpTool) -> ToolDoc:
     properties = (tool.input_schema or {}).get("properties") or {}
@@ -47,8 +71,9 @@ def tool_doc(name: str, server: McpServer, tool: McpTool) -> ToolDoc:
 
 @dataclass
 class ToolOffer:
-    """One run's offers. ``active`` is False when selection is off or the agent has no more than ``top_k``
-    tools: every tool is then offered (less the withdrawn ones)."""
+    """One run's offers. ``active`` is False when selection is off, or when the agent has no more than
+    ``top_k`` tools and no hard filter (``servers``, ``tags``): every tool is then offered (less the withdrawn
+    ones). With a hard filter the filter always applies; only the ranking is skipped when few tools pass it."""
 
     index: Index
     specs: dict[str, dict[str, Any]]
@@ -68,10 +93,18 @@ class ToolOffer:
     extra_specs: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Tools whose calls went to the gate in this run: kept in the offer, so the model can repeat or correct one.
     called: list[str] = field(default_factory=list)
+    # A tool's fallback (by the names the model sees) and whether the tool writes, from the contract the gate
+    # applies; the fallbacks the gate suggested in this run are offered from the next turn on.
+    fallback_tools: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    suggested_fallbacks: list[str] = field(default_factory=list)
+    # Why the ranker the settings name is not the one ranking (no embedding service, its vectors not to be had):
+    # said once, on the first selection of the run.
+    ranker_note: str = ""
 
     def __post_init__(self) -> None:
         self.docs = [tool_doc(name, server, tool) for name, (server, tool) in self.index.items()]
-        self.active = self.settings.enabled and len(self.index) > self.settings.top_k
+        filtered = bool(self.settings.servers or self.settings.tags)
+        self.active = self.settings.enabled and (len(self.index) > self.settings.top_k or filtered)
         if self.active and self.ranker is None:
             self.ranker = LexicalRanker(self.docs)
         self.offered = list(self.index)
@@ -83,6 +116,7 @@ class ToolOffer:
         if self.active:
             assert self.ranker is not None
             always = [(n, "rule") for n in self.rule_named] + [(n, "called") for n in self.called]
+            always += [(n, "fallback") for n in self.suggested_fallbacks]
             if forced and forced != "any":
                 always.insert(0, (forced, "forced"))
             selection = select_tools(
@@ -93,14 +127,23 @@ class ToolOffer:
                 always=always,
                 widening=self.widening,
                 fallback_ranker=self.fallback_ranker,
+                must_propagate=MUST_PROPAGATE,
             )
+            if selection.fallback and self.fallback_ranker is not None:
+                # One outage is enough: the rest of the run ranks lexically, not waiting on the service each turn.
+                self.ranker, self.fallback_ranker = self.fallback_ranker, None
+            if self.ranker_note and not selection.fallback:
+                selection.fallback = self.ranker_note
+            self.ranker_note = ""
             self.offered = selection.offered
             self.on_selection(selection, turns)
         else:
             self.offered = [n for n in self.index if n not in self.withdrawn]
         if forced and forced != "any" and forced not in self.offered:
             forced = ""  # withdrawn, or outside the hard filters: nothing to force
-        return [self.specs[n] for n in self.offered] + list(self.extra_specs.values()), (forced or None)
+        # A platform tool never stands beside a server's tool of the same name (the engine does not offer it then).
+        extra = [spec for name, spec in self.extra_specs.items() if name not in self.index]
+        return [self.specs[n] for n in self.offered] + extra, (forced or None)
 
     def _remember_answered_calls(self, messages: Sequence[AnyMessage]) -> None:
         """Tools whose calls succeeded earlier in the conversation (a resumed run's too) stay in the offer."""
@@ -113,7 +156,10 @@ class ToolOffer:
                         self.called.append(name)
 
     def _ranking_text(self, messages: Sequence[AnyMessage]) -> str:
-        said = " ".join(str(m.content) for m in messages if isinstance(m, AIMessage | HumanMessage) and m.content)
+        # Text only: a Bedrock turn's content is a list of blocks (its tool_use ids and inputs are no words).
+        said = " ".join(
+            text for m in messages if isinstance(m, AIMessage | HumanMessage) and (text := text_of(m.content))
+        )
         return f"{self.query} {said[-CONVERSATION_CHARS:]}" if said else self.query
 
     def check(self, name: str) -> Verdict:
@@ -138,7 +184,12 @@ class ToolOffer:
                 self.record(message.name, artifact.get("error"))
 
     def record(self, name: str, error: str | None) -> bool:
-        """Count an argument error the model could fix; returns True when that withdraws the tool."""
+        """Count an argument error the model could fix; returns True when that withdraws the tool. A failure
+        for which the gate suggests the tool's fallback puts the fallback in the next turns' offers."""
+        if error and error in FALLBACK_SUGGESTED and name in self.fallback_tools:
+            fallback, writes = self.fallback_tools[name]
+            if not (writes and error.startswith("result:")) and fallback not in self.suggested_fallbacks:
+                self.suggested_fallbacks.append(fallback)
         if not error or not error.startswith("args:"):
             return False
         self.corrections[name] = self.corrections.get(name, 0) + 1

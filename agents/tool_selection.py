@@ -9,8 +9,10 @@ Two rankers, one protocol (``score(text) -> {name: score}``):
 
 * :class:`LexicalRanker`: BM25 over the tool's name (snake_case and camelCase split), description, argument
   names, admin-written tags and example queries. Korean has no spaces between a noun and its particle
-  ("자산의", "자산을"), so Hangul runs are indexed as character bigrams (plus the whole run when short); latin
-  words as lower-cased words. No network, no model; building the index for 300 tools takes a few milliseconds.
+  ("자산의", "자산을", "팀을"), so Hangul runs are indexed as syllables and syllable bigrams; a Hangul run written
+  against latin letters or digits ("VPN이", "3월매출") is split from them; latin words as lower-cased words. Text
+  is NFC-normalised first (Korean typed on macOS comes decomposed). No network, no model; building the index for
+  300 tools takes a few milliseconds.
 * :class:`EmbeddingRanker`: cosine similarity between the query's vector and the tools' vectors (computed at
   discovery, cached in the database: ``mcpregistry.embeddings``).
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +31,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agents.deterministic import nfc
 from mcpregistry.contracts import pydantic_message
 
 __all__ = [
@@ -103,7 +107,8 @@ class ToolDoc:
 
 
 _HANGUL = re.compile(r"[\uac00-\ud7a3]+")
-_WORD = re.compile(r"[\uac00-\ud7a3]+|[^\W_]+", re.UNICODE)
+# A Hangul run, or a run of other letters and digits: "VPN이" is "VPN" and "이", "A1001번" is "A1001" and "번".
+_WORD = re.compile(r"[\uac00-\ud7a3]+|[^\W_\uac00-\ud7a3]+", re.UNICODE)
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _STOP = frozenset({"a", "an", "the", "of", "to", "in", "on", "for", "and", "or", "is", "are", "be", "by", "me", "my"})
 
@@ -114,15 +119,14 @@ def split_identifier(name: str) -> str:
 
 
 def tokens(text: str) -> list[str]:
-    """Index terms: lower-cased latin words (a trailing plural ``s`` dropped, stop words out) and, for each
-    Hangul run, its character bigrams (a one-syllable run stays whole)."""
+    """Index terms of ``text`` (NFC first): lower-cased latin words and digits (a trailing plural ``s`` dropped,
+    stop words out), split from Hangul written against them, and for each Hangul run its syllables and its
+    syllable bigrams, so a one-syllable noun meets itself with a particle ("팀을" → 팀, 을, 팀을)."""
     terms: list[str] = []
-    for word in _WORD.findall(split_identifier(text)):
+    for word in _WORD.findall(split_identifier(nfc(text))):
         if _HANGUL.fullmatch(word):
-            if len(word) == 1:
-                terms.append(word)
-            else:
-                terms.extend(word[i : i + 2] for i in range(len(word) - 1))
+            terms.extend(word)
+            terms.extend(word[i : i + 2] for i in range(len(word) - 1))
         else:
             lower = word.lower()
             if lower in _STOP:
@@ -239,12 +243,14 @@ def select_tools(
     always: Sequence[tuple[str, str]] = (),
     widening: WideningState | None = None,
     fallback_ranker: Ranker | None = None,
+    must_propagate: tuple[type[BaseException], ...] = (),
 ) -> Selection:
     """The offer for one model turn. ``always`` holds ``(name, why)`` pairs offered whatever their score
-    (rule-named tools, tools already called in this run); pinned tools come from ``settings``. Tools outside
-    the hard filters are never offered, pinned or not."""
-    import time
-
+    (rule-named tools, tools already called in this run, a failed tool's fallback); pinned tools come from
+    ``settings``. Tools outside the hard filters are never offered, pinned or not. When no more tools than
+    ``top_k`` pass the filters, all of them are offered unranked (the trace's ranker is ``none``): no ranker is
+    asked, so no embedding service is called for nothing. A ranker's failure hands over to ``fallback_ranker``
+    (the Selection's ``fallback`` says why), except for the ``must_propagate`` errors."""
     started = time.perf_counter()
     allowed = [
         d
@@ -253,14 +259,22 @@ def select_tools(
         and (not settings.tags or set(settings.tags) & set(d.tags))
     ]
     allowed_names = {d.name for d in allowed}
-    used_ranker, fallback = ranker, ""
-    try:
-        scores = ranker.score(text)
-    except Exception as exc:  # an embedding outage must not end the run: lexical takes over
-        if fallback_ranker is None:
+    k = settings.top_k + (settings.widen_step * widening.widenings if widening else 0)
+    used_ranker: str = ranker.name
+    fallback = ""
+    scores: dict[str, float] = {}
+    if len(allowed) <= k:
+        used_ranker = "none"
+    else:
+        try:
+            scores = ranker.score(text)
+        except must_propagate:
             raise
-        used_ranker, fallback = fallback_ranker, f"{ranker.name}:{type(exc).__name__}"
-        scores = fallback_ranker.score(text)
+        except Exception as exc:  # an embedding outage must not end the run: lexical takes over
+            if fallback_ranker is None:
+                raise
+            used_ranker, fallback = fallback_ranker.name, f"{ranker.name}:{type(exc).__name__}"
+            scores = fallback_ranker.score(text)
     offered: list[str] = []
     reasons: dict[str, str] = {}
 
@@ -273,17 +287,17 @@ def select_tools(
         add(name, "pinned")
     for name, why in always:
         add(name, why)
-    k = settings.top_k + (settings.widen_step * widening.widenings if widening else 0)
+    # A tool the model asked for is "widened" even where it also ranks: that is why the model has it now.
+    for name in widening.extra if widening else []:
+        add(name, "widened")
     ranked = sorted((d.name for d in allowed), key=lambda n: (-scores.get(n, 0.0), n))
     for name in ranked[:k]:
         add(name, "ranked")
-    for name in widening.extra if widening else []:
-        add(name, "widened")
     return Selection(
         offered=offered,
         scores={n: scores.get(n, 0.0) for n in offered},
         reasons=reasons,
-        ranker=used_ranker.name,
+        ranker=used_ranker,
         candidates=len(allowed),
         fallback=fallback,
         elapsed_ms=(time.perf_counter() - started) * 1000,

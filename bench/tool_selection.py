@@ -248,6 +248,7 @@ def main() -> None:
 
     class Plan:
         servers = list(McpServer.objects.filter(mcp_id__in=ids).prefetch_related("tools"))
+        frozen_contracts = None  # the registry's contracts, as a run of an agent never published
 
     index = _tool_index(Plan)  # type: ignore[arg-type]
     docs = [tool_doc(name, server, tool) for name, (server, tool) in index.items()]

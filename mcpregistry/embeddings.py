@@ -14,9 +14,11 @@ import hashlib
 import logging
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError
 
 from mcpregistry.models import McpTool, ToolEmbedding
 
@@ -43,8 +45,14 @@ def bedrock_embeddings_client() -> Any:
     return boto3.client("bedrock-runtime")
 
 
+def embedding_service_configured() -> bool:
+    """Whether the settings name an embedding service (``PLATFORM_EMBEDDINGS_URL`` and ``_MODEL``)."""
+    return bool(settings.PLATFORM_EMBEDDINGS_URL and settings.PLATFORM_EMBEDDINGS_MODEL)
+
+
 def configured_embedder() -> tuple[str, Embedder] | None:
-    """(model name, embed function) from the settings, or None when no embedding service is configured."""
+    """(model name, embed function) from the settings, or None when no embedding service is configured. May
+    raise while building the client (a Bedrock client with no region): ``embedding_ranker_setup`` catches it."""
     url, model = settings.PLATFORM_EMBEDDINGS_URL, settings.PLATFORM_EMBEDDINGS_MODEL
     if not url or not model:
         return None
@@ -101,18 +109,41 @@ def refresh_after_discovery(tools: Sequence[McpTool]) -> None:
         logger.warning("tool embeddings not refreshed: %s", type(exc).__name__)
 
 
-def embedding_ranker_inputs(index: dict[str, McpTool]) -> tuple[dict[str, list[float]], Callable[[str], Any]] | None:
-    """The tools' cached vectors (refreshing stale ones) by the name the model sees, and the query embedder; None
-    when no service is configured or it fails."""
-    embedder = configured_embedder()
-    if embedder is None:
-        return None
-    model, embed = embedder
+@dataclass(frozen=True)
+class RankerInputs:
+    """What the embedding ranker needs (the tools' vectors by the name the model sees, the query embedder), or
+    why it cannot be had: ``unavailable`` is ``"not_configured"`` or the failure's class name, and then the
+    vectors are empty."""
+
+    vectors: dict[str, list[float]] = field(default_factory=dict)
+    embed_query: Callable[[str], Any] | None = None
+    unavailable: str = ""
+
+
+def embedding_ranker_setup(index: dict[str, McpTool]) -> RankerInputs:
+    """The embedding ranker's inputs for ``index``, refreshing stale vectors. Never raises for the embedding
+    service or its configuration (a misconfigured client, a missing region, an outage): the reason is returned
+    and the run ranks lexically. A database error propagates (the task's to retry)."""
     try:
+        embedder = configured_embedder()
+        if embedder is None:
+            return RankerInputs(unavailable="not_configured")
+        model, embed = embedder
         tool_embeddings_refresh(list(index.values()), embedder=embedder)
+    except DatabaseError:
+        raise
     except Exception as exc:  # noqa: BLE001 - the run falls back to the lexical ranker
         logger.warning("tool embeddings unavailable: %s", type(exc).__name__)
-        return None
+        return RankerInputs(unavailable=type(exc).__name__)
     by_pk = {e.tool_id: e.vector for e in ToolEmbedding.objects.filter(tool__in=list(index.values()), model=model)}
     vectors = {name: by_pk[tool.pk] for name, tool in index.items() if tool.pk in by_pk}
-    return vectors, lambda text: embed([text])[0]
+    return RankerInputs(vectors=vectors, embed_query=lambda text: embed([text])[0])
+
+
+def embedding_ranker_inputs(index: dict[str, McpTool]) -> tuple[dict[str, list[float]], Callable[[str], Any]] | None:
+    """The tools' cached vectors (refreshing stale ones) by the name the model sees, and the query embedder; None
+    when no service is configured or it fails (``embedding_ranker_setup`` says why)."""
+    inputs = embedding_ranker_setup(index)
+    if inputs.embed_query is None:
+        return None
+    return inputs.vectors, inputs.embed_query

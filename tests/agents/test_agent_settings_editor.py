@@ -16,8 +16,9 @@ from django.test import Client
 
 from agents.models import Agent
 from audit.models import AuditEvent
-from mcpregistry.models import McpServer
+from mcpregistry.models import McpServer, McpTool
 from mcpregistry.pool import get_default_pool
+from mcpregistry.services import mcp_tool_update
 from tests.conftest import discover_as_admin, make_agent
 
 if TYPE_CHECKING:
@@ -121,6 +122,10 @@ def test_the_page_names_every_key_and_offers_the_agents_own_tools(admin_client: 
 def test_the_inputs_are_saved_as_the_settings_json_through_the_audited_service(
     admin_client: Client, picker: Agent
 ) -> None:
+    # The tags filter names tags the agent's tools have, and the pinned and forced tools pass it.
+    for name, tags in (("ping", ["asset"]), ("get_asset_status", ["자산"])):
+        tool = McpTool.objects.get(server__mcp_id="sds-company-data", name=name)
+        mcp_tool_update(tool=tool, actor="admin", via="tests", data={"tags": tags})
     data = post_data(
         picker,
         **selection_inputs(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 from django.core.exceptions import ValidationError
 
+from agents.answers import TOOL_DATA_NOTICE
 from agents.execution import run_execute
 from agents.models import Agent, Run
 from agents.services import agent_update
@@ -78,7 +79,11 @@ def test_resources_are_read_at_run_start_through_the_gate_and_attached_as_contex
     assert run.status == Run.Status.SUCCEEDED, run.error_message
     (entry,) = [m for m in run.messages if m.get("type") == "resource"]
     assert entry["ok"] and entry["chars"] > 100
-    assert f"Resource {ARCHITECTURE}:" in system_text(run)
+    # Attached as data: inside the <tool_data> block, after the notice that it is never instructions.
+    text = system_text(run)
+    assert TOOL_DATA_NOTICE in text
+    block = text[text.index("<tool_data>") :]
+    assert ARCHITECTURE in block and block.rstrip().endswith("</tool_data>")
     event = AuditEvent.objects.get(run_id=run.id, action="resource.read")
     assert (event.mcp_id, event.tool, event.ok, event.args) == ("everything", ARCHITECTURE, True, {"uri": ARCHITECTURE})
 
@@ -93,7 +98,22 @@ def test_a_resource_over_the_size_cap_is_refused_and_left_out(everything: McpSer
     assert AuditEvent.objects.get(run_id=run.id, action="resource.read").reason == "result:too_big"
 
 
-def test_an_mcp_prompt_is_the_system_prompt_with_arguments_from_the_runs_context(everything: McpServer) -> None:
+def test_an_mcp_prompt_with_the_admins_own_arguments_is_the_system_prompt(everything: McpServer) -> None:
+    agent = agent_with(
+        everything,
+        {"prompt": {"mcp_id": "everything", "name": "args-prompt", "arguments": {"city": "부산"}}},
+        [{"content": "ok"}],
+    )
+    run = submit(agent, "날씨?")
+
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    text = system_text(run)
+    assert "부산" in text and "<tool_data>" not in text and agent.system_prompt[:20] not in text
+    (entry,) = [m for m in run.messages if m.get("type") == "prompt"]
+    assert entry["delivered"] == "system"
+
+
+def test_an_mcp_prompt_with_arguments_from_the_runs_context_is_attached_as_data(everything: McpServer) -> None:
     agent = agent_with(
         everything,
         {"prompt": {"mcp_id": "everything", "name": "args-prompt", "arguments": {"city": "{context.city}"}}},
@@ -102,13 +122,23 @@ def test_an_mcp_prompt_is_the_system_prompt_with_arguments_from_the_runs_context
     run = submit(agent, "날씨?", context={"city": "서울"})
 
     assert run.status == Run.Status.SUCCEEDED, run.error_message
-    assert "서울" in system_text(run)
+    # The caller's text never becomes system instructions: the agent's own prompt stays, the rendered one is data.
+    text = system_text(run)
+    assert text.startswith(agent.system_prompt.strip()[:20])
+    assert "서울" in text[text.index("<tool_data>") :]
+    (entry,) = [m for m in run.messages if m.get("type") == "prompt"]
+    assert entry["delivered"] == "data"
     event = AuditEvent.objects.get(run_id=run.id, action="prompt.get")
     assert (event.tool, event.ok, event.args) == ("args-prompt", True, {"city": "서울"})
 
 
 def test_an_unknown_prompt_falls_back_to_the_agents_own_prompt(everything: McpServer) -> None:
-    agent = agent_with(everything, {"prompt": {"mcp_id": "everything", "name": "nope"}}, [{"content": "ok"}])
+    from mcpregistry.services import mcp_server_update
+
+    # Chosen while the server had it (the services refuse a prompt the server does not list); gone since.
+    agent = agent_with(everything, {"prompt": {"mcp_id": "everything", "name": "simple-prompt"}}, [{"content": "ok"}])
+    left = [p for p in everything.prompts if p.get("name") != "simple-prompt"]
+    mcp_server_update(server=everything, actor="test", via="tests", data={"prompts": left})
     run = submit(agent, "q")
     assert run.status == Run.Status.SUCCEEDED
     (entry,) = [m for m in run.messages if m.get("type") == "prompt"]

@@ -304,3 +304,49 @@ def test_a_batch_larger_than_the_per_run_bound_has_at_most_that_many_calls_in_fl
     assert not any(a["met"] for a in answers)
     assert [a["peak"] for a in answers] == [2, 2, 2]
     assert batches(run)[0]["max_overlap"] == 2
+
+
+def test_a_batch_holds_no_more_calls_of_a_tool_than_its_correction_cap_leaves() -> None:
+    server = bind_local()
+    tool_contract_update(
+        contract=ToolContract.objects.get(tool__server=server, tool__name="lookup_stock"),
+        actor="admin",
+        via="tests",
+        data={"correction_cap": 2},
+    )
+    run = run_turn(
+        server,
+        [
+            {"id": "b-1", "name": "lookup_stock", "args": {"warehouse": 1}},
+            {"id": "b-2", "name": "lookup_stock", "args": {"warehouse": 2}},
+            {"id": "b-3", "name": "lookup_stock", "args": {"sku": "X-1"}},
+        ],
+    )
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    # Two argument errors reach the cap: the third call, beyond it, is refused as it would be one by one.
+    reasons = dict(AuditEvent.objects.filter(run_id=run.id).values_list("call_id", "reason"))
+    assert reasons == {"b-1": "args:missing:sku", "b-2": "args:missing:sku", "b-3": "tool:withdrawn"}
+    assert fixtures.EXECUTED.get("lookup_stock", []) == []
+    assert [c["call_id"] for c in batches(run)[0]["calls"]] == ["b-1", "b-2"]
+    assert [m for m in run.messages if m.get("type") == "tool_withdrawn"] == [
+        {"type": "tool_withdrawn", "tool": "lookup_stock", "corrections": 2}
+    ]
+
+
+def test_the_gate_spans_of_a_batch_belong_to_the_runs_trace(spans) -> None:
+    server = bind_local()
+    run = run_turn(
+        server,
+        [
+            {"id": "c-1", "name": "rendezvous", "args": {"label": "first"}},
+            {"id": "c-2", "name": "rendezvous", "args": {"label": "second"}},
+        ],
+    )
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    assert batches(run)[0]["max_overlap"] == 2
+    finished = spans.get_finished_spans()
+    (invoke,) = [s for s in finished if s.name == "invoke_agent parallel"]
+    calls = [s for s in finished if s.name == "execute_tool rendezvous"]
+    assert len(calls) == 2
+    assert all(c.context.trace_id == invoke.context.trace_id for c in calls)
+    assert all(c.parent is not None and c.parent.span_id == invoke.context.span_id for c in calls)

@@ -64,9 +64,11 @@ def run_query(agent: Agent, query: str) -> Run:
 # ---- the ranker on its own --------------------------------------------------------------------------------------
 
 
-def test_korean_words_are_indexed_as_syllable_bigrams_so_a_particle_does_not_hide_the_noun() -> None:
-    assert tokens("자산의 상태") == ["자산", "산의", "상태"]
+def test_korean_words_are_indexed_as_syllables_and_bigrams_so_a_particle_does_not_hide_the_noun() -> None:
+    # Syllables as well as bigrams: a one-syllable noun ("팀") meets itself with a particle ("팀을").
+    assert tokens("자산의 상태") == ["자", "산", "의", "자산", "산의", "상", "태", "상태"]
     assert set(tokens("자산")) <= set(tokens("자산을 조회"))
+    assert set(tokens("팀")) <= set(tokens("팀을 알려줘"))
     assert tokens("get_assetStatus for the Teams") == ["get", "asset", "status", "team"]
 
 
@@ -496,9 +498,234 @@ def test_an_admin_edits_a_tools_tags_and_example_queries_on_its_page_and_the_cha
 
 
 def test_an_agents_tool_selection_and_pinning_are_changed_through_the_audited_service(demo_server) -> None:
+    from mcpregistry.services import mcp_tool_update
+
+    for tool in demo_server.tools.filter(name__in=["ping", "get_asset_status"]):
+        mcp_tool_update(tool=tool, actor="admin", via="tests", data={"tags": ["자산"]})
     agent = make_agent(slug="pins", servers=[demo_server], provider="scripted", with_demo_rules=False)
     selection = {"enabled": True, "top_k": 3, "pinned": ["ping"], "tags": ["자산"]}
     agent_update(agent=agent, actor="admin", via="tests", data={"tool_selection": selection})
     event = AuditEvent.objects.filter(action="config.agent.update").latest("id")
     assert event.args == {"tool_selection": [{}, selection]}
     assert event.actor == "admin"
+
+
+# ---- Korean forms in the lexical ranker --------------------------------------------------------------------------
+
+
+def test_hangul_written_against_latin_letters_or_digits_is_split_from_them() -> None:
+    assert tokens("VPN이 안돼요")[:2] == ["vpn", "이"]
+    assert "1001" in tokens("A-1001의 상태") and "의" in tokens("A-1001의 상태")
+    assert {"3", "매출"} <= set(tokens("3월매출"))
+    docs = [
+        ToolDoc(name="reset_vpn", description="VPN 접속 문제 해결"),
+        ToolDoc(name="list_sales", description="월별 매출 집계"),
+        ToolDoc(name="other", description="기타 도구 목록"),
+    ]
+    ranker = LexicalRanker(docs)
+    for query, expected in [("VPN이 안돼요", "reset_vpn"), ("3월매출 알려줘", "list_sales")]:
+        scores = ranker.score(query)
+        assert max(scores, key=scores.__getitem__) == expected, (query, scores)
+
+
+def test_a_one_syllable_noun_meets_itself_with_a_particle_and_decomposed_korean_meets_composed() -> None:
+    import unicodedata
+
+    docs = [
+        ToolDoc(name="list_team_members", description="팀 구성원 목록"),
+        ToolDoc(name="get_asset_status", description=unicodedata.normalize("NFD", "자산 상태 조회")),
+        ToolDoc(name="other", description="기타"),
+    ]
+    ranker = LexicalRanker(docs)
+    scores = ranker.score("팀을 알려줘")
+    assert max(scores, key=scores.__getitem__) == "list_team_members", scores
+    scores = ranker.score(unicodedata.normalize("NFD", "자산 상태"))
+    assert max(scores, key=scores.__getitem__) == "get_asset_status", scores
+    assert tokens(unicodedata.normalize("NFD", "자산")) == tokens("자산")
+
+
+# ---- hard filters, fallbacks, the ranking text -------------------------------------------------------------------
+
+
+def test_the_hard_filters_hold_also_when_the_agent_has_no_more_tools_than_top_k(demo_server) -> None:
+    for name in ("get_asset_status", "get_asset_status_backup"):
+        mcp_tool_update(tool=demo_server.tools.get(name=name), actor="admin", via="tests", data={"tags": ["자산"]})
+    agent = scripted_agent(
+        demo_server,
+        [{"tool_calls": [{"name": "ping", "args": {}}]}, {"content": "done"}],
+        {"enabled": True, "top_k": 10, "tags": ["자산"], "max_widenings": 0},
+    )
+    run = run_query(agent, "A-1001 자산 상태")
+
+    first = selections(run)[0]
+    assert sorted(offered_names(first)) == ["get_asset_status", "get_asset_status_backup"]
+    assert first["ranker"] == "none"  # no more tools than top_k pass the filter: offered without ranking
+    assert AuditEvent.objects.get(run_id=run.id, tool="ping").reason == "tool:not_offered"
+
+
+def test_the_fallback_the_gate_tells_the_model_to_use_is_offered_on_the_next_turn() -> None:
+    server = bind_demo_server(failure_mode="bad_schema")
+    agent = scripted_agent(
+        server,
+        [
+            {"tool_calls": [{"name": "get_asset_status", "args": {"asset_id": "A-1001"}}]},
+            {"tool_calls": [{"name": "get_asset_status_backup", "args": {"asset_id": "A-1001"}}]},
+            {"content": "{last_tool_result}"},
+        ],
+        {"enabled": True, "top_k": 1, "max_widenings": 0},
+    )
+    run = run_query(agent, "A-1001 자산 상태")
+
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    first, second = selections(run)[:2]
+    assert "get_asset_status_backup" not in offered_names(first)
+    assert {o["name"]: o["why"] for o in second["offered"]}["get_asset_status_backup"] == "fallback"
+    told = next(m["data"] for m in run.conversation if m["type"] == "tool")
+    assert "get_asset_status_backup" in told["content"]  # the gate's message: use the fallback
+    calls = AuditEvent.objects.filter(run_id=run.id, action="tool.call")
+    assert calls.get(tool="get_asset_status").reason == "result:shape"
+    assert calls.get(tool="get_asset_status_backup").ok
+
+
+def test_the_ranker_reads_the_text_of_a_bedrock_turn_not_its_tool_use_blocks(demo_server) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from agents.engine import _tool_index, tool_specs
+    from agents.tool_offer import ToolOffer
+
+    class Plan:  # what the index reads of a run's plan
+        servers = [demo_server]
+        frozen_contracts = None
+
+    index = _tool_index(Plan)  # type: ignore[arg-type]
+    offer = ToolOffer(
+        index=index,
+        specs={s["function"]["name"]: s for s in tool_specs(index)},
+        settings=ToolSelectionSettings(enabled=True, top_k=1),
+        query="A-1001 자산 상태",
+    )
+    turn = AIMessage(
+        content=[
+            {"type": "text", "text": "조회하겠습니다"},
+            {"type": "tool_use", "id": "tooluse_1", "name": "get_asset_status", "input": {"asset_id": "A-1001"}},
+        ]
+    )
+    text = offer._ranking_text([HumanMessage("A-1001 자산 상태"), turn])
+    assert "조회하겠습니다" in text
+    assert "tooluse_1" not in text and "tool_use" not in text and "input" not in text
+
+
+# ---- the embedding ranker unavailable ----------------------------------------------------------------------------
+
+
+def test_an_embedding_client_that_cannot_be_built_falls_back_to_lexical_and_the_trace_says_why(
+    demo_server, settings, monkeypatch
+) -> None:
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    settings.PLATFORM_EMBEDDINGS_URL, settings.PLATFORM_EMBEDDINGS_MODEL = "bedrock", "amazon.titan-embed-text-v2:0"
+    agent = scripted_agent(demo_server, [{"content": "ok"}], {"enabled": True, "top_k": 2, "ranker": "embedding"})
+
+    run = run_query(agent, "A-1001 자산 상태")
+
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    first = selections(run)[0]
+    assert (first["ranker"], first["fallback"]) == ("lexical", "embedding:NoRegionError")
+    assert offered_names(first)[0] == "get_asset_status"
+
+
+def test_the_embedding_ranker_with_no_service_configured_ranks_lexically_and_says_so(demo_server, settings) -> None:
+    settings.PLATFORM_EMBEDDINGS_URL = ""
+    agent = scripted_agent(demo_server, [{"content": "ok"}], {"enabled": True, "top_k": 2, "ranker": "embedding"})
+    run = run_query(agent, "A-1001 자산 상태")
+    first = selections(run)[0]
+    assert (first["ranker"], first["fallback"]) == ("lexical", "embedding:not_configured")
+
+
+class RefusingEmbeddings:
+    """An OpenAI-compatible ``/embeddings`` endpoint that refuses every request (400: not retried), counting them."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        outer = self
+        self.requests = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                outer.requests += 1
+                payload = b'{"error": {"message": "down", "type": "invalid_request_error"}}'
+                self.send_response(400)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self) -> RefusingEmbeddings:
+        import threading
+
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_after_one_embedding_failure_the_run_ranks_lexically_without_asking_the_service_again(
+    embeddings, settings
+) -> None:
+    server = bind_demo_server()  # the tools' vectors are cached: the run asks the service for its query only
+    agent = scripted_agent(
+        server,
+        [
+            {"tool_calls": [{"name": "ping", "args": {}}]},
+            {"tool_calls": [{"name": "ping", "args": {"x": 1}}]},
+            {"content": "ok"},
+        ],
+        {"enabled": True, "top_k": 2, "ranker": "embedding", "pinned": ["ping"]},
+    )
+    with RefusingEmbeddings() as refusing:
+        settings.PLATFORM_EMBEDDINGS_URL = refusing.url
+        run = run_query(agent, "A-1001 자산 상태")
+
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    turns = selections(run)
+    assert [(s["ranker"], s.get("fallback")) for s in turns] == [
+        ("lexical", "embedding:BadRequestError"),
+        ("lexical", None),
+        ("lexical", None),
+    ]
+    assert refusing.requests == 1
+
+
+# ---- the admin form's checks -------------------------------------------------------------------------------------
+
+
+def test_the_form_refuses_unknown_tags_pinned_tools_outside_the_filters_and_embedding_without_a_service(
+    demo_server, settings
+) -> None:
+    from agents.agent_settings_form import agent_tool_names, selection_problems
+
+    mcp_tool_update(tool=demo_server.tools.get(name="get_asset"), actor="admin", via="tests", data={"tags": ["자산"]})
+    names = agent_tool_names([demo_server])
+
+    def problems(value: dict) -> list[str]:
+        return selection_problems(value, tool_names=names, server_ids=[demo_server.mcp_id])
+
+    assert problems({"enabled": True, "tags": ["자산"], "pinned": ["get_asset"]}) == []
+    (unknown,) = problems({"tags": ["assets"]})
+    assert unknown == "tags: assets is not a tag of this agent's tools; their tags are: 자산"
+    (hidden,) = problems({"tags": ["자산"], "pinned": ["ping"], "force_first_tool": "get_asset"})
+    assert hidden.startswith("pinned, force_first_tool: ping is outside the servers and tags chosen")
+    settings.PLATFORM_EMBEDDINGS_URL = ""
+    (ranker,) = problems({"enabled": True, "ranker": "embedding"})
+    assert ranker.startswith("ranker: the embedding ranker needs an embedding service")

@@ -347,7 +347,7 @@ def test_a_run_calling_a_server_that_hangs_in_initialize_gets_a_timeout_failure(
     run = run_calling(server)
     assert time.monotonic() - started < 20
     assert_a_failure_value(run, reason="timeout", says=f"did not initialize within {INITIALIZE_DEADLINE_S:g}s")
-    assert "did not answer in time" in run.answer
+    assert "제한 시간 내에 응답하지 않음" in run.answer  # "did not answer in time", in the agent's language
     assert_no_process_left_behind(before)
 
 

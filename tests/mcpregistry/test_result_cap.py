@@ -66,7 +66,8 @@ def test_a_five_million_character_result_never_reaches_the_run_the_api_or_the_da
     run.refresh_from_db()
 
     assert run.status == Run.Status.SUCCEEDED
-    assert "[result:too_big]" in run.answer and f"{HUGE} characters, more than 20000" in run.answer
+    # in the agent's language (ko)
+    assert "[result:too_big]" in run.answer and f"{HUGE}자, 한도 20000자 초과" in run.answer
     assert len(run.answer) < 2_000
     assert len(json.dumps(run.messages, ensure_ascii=False)) < 20_000
     assert len(json.dumps(run.conversation, ensure_ascii=False)) < 20_000
