@@ -35,5 +35,6 @@ def test_the_auditor_reads_the_same_in_korean(auditor_client: Client) -> None:
     assert response.status_code == 302
     page = auditor_client.get(response["Location"], HTTP_ACCEPT_LANGUAGE="ko")
     assert page.status_code == 200
+    assert "필터 값이 범위를 벗어나" in page.content.decode()
     # A value in range is still applied as before.
     assert auditor_client.get("/admin/audit/auditevent/?created_at__gte=2026-01-01").status_code == 200
