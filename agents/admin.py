@@ -595,7 +595,7 @@ class ApiKeyForm(forms.ModelForm):
     def clean_rate(self) -> str:
         rate = self.cleaned_data["rate"].strip()
         if rate and parse_rate(rate) is None:
-            raise forms.ValidationError(_("Enter a rate like 60/min, 1000/hour or 5/10s."))
+            raise forms.ValidationError(_("Enter a rate like 60/min, 1000/hour or 5/10s, over at most 31 days."))
         return rate
 
     def clean_form_token(self) -> str | None:

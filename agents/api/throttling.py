@@ -30,6 +30,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_RATE = "120/min"
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*(s|sec|second|m|min|minute|h|hour|d|day)s?\s*$", re.IGNORECASE)
 _PERIOD_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# The longest window a rate may count over: a cache (Redis among them) refuses a longer expiry, and a refused
+# window would let every request through.
+MAX_PERIOD_S = 31 * 86400
 
 
 @dataclass(frozen=True)
@@ -39,12 +42,13 @@ class Rate:
 
 
 def parse_rate(text: str) -> Rate | None:
-    """``"60/min"``, ``"1000/hour"``, ``"5/10s"`` → ``Rate``; anything else (or zero requests) → None."""
+    """``"60/min"``, ``"1000/hour"``, ``"5/10s"`` → ``Rate``; anything else (zero requests, a period longer than
+    ``MAX_PERIOD_S``) → None."""
     found = _RATE.match(text or "")
     if found is None:
         return None
     requests, multiplier, unit = int(found.group(1)), int(found.group(2) or 1), found.group(3).lower()[0]
-    if requests < 1 or multiplier < 1:
+    if requests < 1 or multiplier < 1 or multiplier * _PERIOD_S[unit] > MAX_PERIOD_S:
         return None
     return Rate(requests=requests, period_s=multiplier * _PERIOD_S[unit])
 

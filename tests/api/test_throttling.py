@@ -122,6 +122,10 @@ def test_an_unreachable_cache_lets_requests_through(monkeypatch) -> None:
         ("100/day", Rate(100, 86400)),
         (" 7 / minute ", Rate(7, 60)),
         ("0/min", None),
+        ("1000/31d", Rate(1000, 31 * 86400)),
+        # A window longer than a cache holds (Redis refuses the expiry: the throttle let every request through).
+        ("1/32d", None),
+        ("1/9999999999999999d", None),
         ("lots", None),
         ("60", None),
         ("", None),
