@@ -11,9 +11,10 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
+from agents.config_cache import run_configuration
 from agents.models import Approval, Run
 from agents.run_state import run_resume
-from audit.masking import mask_value
+from audit.masking import mask_text, mask_value
 from audit.services import audit_event_record
 from mcpregistry.gate_records import ApprovalState
 
@@ -149,6 +150,10 @@ def approval_decide(
             status=403,
         )
     now = timezone.now()
+    # A person's words, stored and shown (the approval's page, the model's message): a secret pasted in is masked
+    # as the run's own texts are (its servers' and its agent's, and every secret this process knows).
+    configuration = run_configuration(agent=run.agent, version=run.version, generation=None)
+    reason = mask_text(reason, secrets=[*configuration.server_secrets, *run.agent.secret_values()])
     with transaction.atomic():
         # The run's row first, as the worker storing the run's park holds it: a decision taken while the pass that
         # asked is still storing waits for it, and so finds the run parked (or the worker finds the approval

@@ -185,3 +185,15 @@ def test_a_sandboxed_write_is_not_sent_again_when_its_pass_is_made_again(writer,
     assert len(lines(notes)) == 1
     [approval] = Approval.objects.filter(run_id=run.id)
     assert approval.status == Approval.Status.EXECUTED
+
+
+def test_a_secret_written_in_a_decisions_reason_is_masked(writer, notes, django_capture_on_commit_callbacks) -> None:
+    # The notes server's environment is its secret (here, the file's path); a reviewer pastes it in the reason.
+    run, client = writer
+    approval = park(run)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert decide(client, run, approval, "reject", f"이 값 때문에: {notes}").status_code == 200
+    approval.refresh_from_db()
+    run.refresh_from_db()
+    assert str(notes) not in approval.reason and "***" in approval.reason
+    assert str(notes) not in run.answer
