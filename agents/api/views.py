@@ -380,6 +380,7 @@ class RunApprovalDecideApi(ApiView):
             **error_responses(
                 400,
                 401,
+                403,
                 404,
                 409,
                 415,

@@ -203,3 +203,14 @@ def test_schemathesis_finds_no_server_error_and_no_response_outside_the_schema(t
         for url in re.findall(r'(?:src|href)="(/static/[^"]+)"', docs.text):
             served = httpx.get(f"{platform.base_url}{url}", timeout=10)
             assert served.status_code == 200, url
+
+
+def test_a_decision_the_caller_may_not_take_is_a_documented_403(schema) -> None:
+    # approval_needs_reviewer: the caller approving a write the model asked for, where the agent does not allow it.
+    decide = next(
+        operation
+        for path in schema["paths"].values()
+        for operation in path.values()
+        if isinstance(operation, dict) and operation.get("operationId") == "runs_approvals_decide"
+    )
+    assert "403" in decide["responses"]
