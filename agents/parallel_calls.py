@@ -11,9 +11,9 @@ timeout, retries, audit, all of it — on its own database connection (closed af
 (trace, events, correction counts) stays on the run's thread, and the results go back to the model in the order
 asked. Should the gate still park a batched call (a safety net: the check above and the gate read the same
 contract), the run parks there as it would sequentially; the batch's later calls, already sent, run again on
-resume. A batch holds no more calls of one tool than its correction cap leaves (the argument errors counted so
-far plus the batch's own calls of it): a call beyond that runs after the batch, when its results are counted, and
-is refused as ``tool:withdrawn`` if they withdrew the tool. Each call runs in a copy of the run's context
+resume. A batch takes no call of a tool once the tool's argument errors (counted so far, and those of its calls in
+the batch, judged ahead by the contract's own check) reach its correction cap: that call runs after the batch and
+is refused as ``tool:withdrawn``; a fan-out of well-formed calls to one tool stays one batch. Each call runs in a copy of the run's context
 (``contextvars``: its gate span is a child of the run's, its log lines carry the run's ids). Inside a transaction on the run's connection (a test wrapped in one) calls
 stay sequential: another connection could not see its uncommitted rows. The trace gets one ``parallel_calls``
 entry per batch with each call's start and end (ms from the batch start) and the most calls that overlapped.
@@ -36,6 +36,7 @@ from langchain_core.messages import ToolMessage
 
 from agents.tool_offer import ToolOffer
 from mcpregistry import gate
+from mcpregistry.contracts import check_args
 from mcpregistry.models import McpServer, McpTool, ToolContract
 
 CallTool = Callable[..., tuple[ToolMessage, str | None]]
@@ -66,12 +67,22 @@ class ParallelCalls:
         applied = gate.contract_applied(who=self.who("agent", tool_call.get("id") or ""), server=server, tool=mcp_tool)
         return applied.risk == ToolContract.Risk.READ
 
-    def within_cap(self, name: str, in_batch: Counter[str]) -> bool:
+    def within_cap(self, name: str, refused_in_batch: Counter[str]) -> bool:
         """Whether one more call of ``name`` fits in the batch: sent one by one, it would go to the gate only if
-        the tool's argument errors so far plus its calls already in the batch (each may come back as one) are
-        below its correction cap; otherwise it waits for their results."""
+        the tool's argument errors so far plus those of its calls already in the batch are below its correction
+        cap; otherwise it waits for their results (and is refused as withdrawn)."""
         cap = self.offer.correction_caps.get(name, 3)
-        return self.offer.corrections.get(name, 0) + in_batch[name] < cap
+        return self.offer.corrections.get(name, 0) + refused_in_batch[name] < cap
+
+    def args_refused(self, tool_call: dict[str, Any]) -> bool:
+        """Whether the gate will refuse the call's arguments (the contract's check, made here ahead of it: the
+        same function on the same contract), which counts as one of the tool's argument errors."""
+        server, mcp_tool = self.index[tool_call["name"]]
+        applied = gate.contract_applied(who=self.who("agent", tool_call.get("id") or ""), server=server, tool=mcp_tool)
+        _args, verdict = check_args(
+            applied.args or {}, tool_call.get("args"), unknown=applied.unknown_args, input_schema=mcp_tool.input_schema
+        )
+        return verdict is not None
 
     def run(self, batch: list[dict[str, Any]]) -> list[gate.ToolResult]:
         """Send ``batch`` concurrently; the results in the batch's order."""
@@ -143,14 +154,14 @@ def call_batch(
     while i < len(calls):
         batch: list[dict[str, Any]] = []
         keys: set[str] = set()
-        names: Counter[str] = Counter()
+        refused: Counter[str] = Counter()  # the batch's calls whose arguments the gate will refuse, per tool
         while i + len(batch) < len(calls):
             candidate = calls[i + len(batch)]
             key = f"{candidate['name']}\n{gate.canonical_args(candidate.get('args') or {})}"
-            if key in keys or not parallel.eligible(candidate) or not parallel.within_cap(candidate["name"], names):
+            if key in keys or not parallel.eligible(candidate) or not parallel.within_cap(candidate["name"], refused):
                 break
             keys.add(key)
-            names[candidate["name"]] += 1
+            refused[candidate["name"]] += parallel.args_refused(candidate)
             batch.append(candidate)
         if len(batch) >= 2:
             for tool_call, result in zip(batch, parallel.run(batch), strict=True):

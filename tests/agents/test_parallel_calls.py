@@ -333,6 +333,20 @@ def test_a_batch_holds_no_more_calls_of_a_tool_than_its_correction_cap_leaves() 
     ]
 
 
+def test_a_fan_out_of_well_formed_calls_to_one_tool_stays_one_batch_whatever_its_cap() -> None:
+    server = bind_local()
+    tool_contract_update(
+        contract=ToolContract.objects.get(tool__server=server, tool__name="lookup_stock"),
+        actor="admin",
+        via="tests",
+        data={"correction_cap": 2},
+    )
+    calls = [{"id": f"f-{n}", "name": "lookup_stock", "args": {"sku": f"X-{n}"}} for n in range(1, 5)]
+    run = run_turn(server, calls)
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    assert [c["call_id"] for c in batches(run)[0]["calls"]] == ["f-1", "f-2", "f-3", "f-4"]
+
+
 def test_the_gate_spans_of_a_batch_belong_to_the_runs_trace(spans) -> None:
     server = bind_local()
     run = run_turn(
