@@ -126,16 +126,21 @@ def _settings_checked(
     """Refuse (ValidationError per field) tool selection and MCP context settings that could never work with
     the servers the agent will bind: a tag no tool has, a pinned tool outside the filters, a prompt argument the
     prompt does not take, ``read_resource`` beside a server's tool of that name. Checked where one of the three
-    changes (a later change of a server's tools does not make every other save of the agent fail)."""
+    changes (a later change of a server's tools does not make every other save of the agent fail, nor the import
+    of an unchanged document), and only against servers discovered (a new installation's import binds servers it
+    has not connected to yet: what they offer is not known)."""
     from agents.agent_settings_form import agent_settings_problems  # the form's checks; forms load with the admin
 
     names = ("tool_selection", "mcp_context")
     after = {name: (data or {}).get(name, getattr(agent, name)) for name in names}
-    if not creating and servers is None:
-        stored = Agent.objects.filter(pk=agent.pk).values(*names).first() or {}
-        if all(stored.get(name) == after[name] for name in names):
-            return
     bound = servers if servers is not None else list(agent.servers.all()) if agent.pk else []
+    if not creating and agent.pk is not None:
+        stored = Agent.objects.filter(pk=agent.pk).values(*names).first() or {}
+        same_servers = servers is None or {s.pk for s in servers} == set(agent.servers.values_list("pk", flat=True))
+        if same_servers and all(stored.get(name) == after[name] for name in names):
+            return
+    if McpServer.objects.filter(pk__in=[s.pk for s in bound], last_checked_at__isnull=True).exists():
+        return  # a server never discovered (an import into a new installation): its tools and resources are unknown
     problems = agent_settings_problems(
         tool_selection=after["tool_selection"], mcp_context=after["mcp_context"], servers=bound
     )

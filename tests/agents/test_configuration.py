@@ -278,3 +278,21 @@ def test_a_blank_tag_or_an_unknown_server_is_named() -> None:
         config_import(actor="test", document=doc)
     assert "tools[0] (ghost.search_employee): unknown server 'ghost'" in exc.value.message
     assert not McpTool.objects.exists()
+
+
+def test_an_agents_selection_and_context_import_before_their_servers_are_discovered() -> None:
+    # A new installation's import binds servers it has not connected to: what their tools and resources are is not
+    # known yet, so settings that name them are not refused (the services check them once the servers are known).
+    doc = document()
+    doc["agents"][0]["tool_selection"] = {"enabled": True, "top_k": 2, "pinned": ["search_employee"]}
+    doc["agents"][0]["mcp_context"] = {"resources": [{"mcp_id": "company", "uri": "company://handbook"}]}
+    config_import(document=doc, actor="ops", via="import_config")
+    agent = Agent.objects.get(slug="assistant")
+    assert agent.tool_selection["pinned"] == ["search_employee"]
+    assert agent.mcp_context["resources"][0]["uri"] == "company://handbook"
+    # The same document again changes nothing, whatever the servers turned out to offer.
+    from mcpregistry.services import mcp_server_discover
+
+    assert mcp_server_discover(server=McpServer.objects.get(mcp_id="company"), actor="ops", via="tests").ok
+    again = config_import(document=doc, actor="ops", via="import_config")
+    assert not again.created and not again.updated
