@@ -202,7 +202,12 @@ def keys_left_without_agents(agents: Iterable[Agent]) -> list[ApiKey]:
     """The API keys that may use only agents among ``agents``: deleting those agents would leave each with no
     agent, which a key reads as "every agent"."""
     ids = {agent.pk for agent in agents}
-    keys = ApiKey.objects.filter(agents__in=ids).distinct().prefetch_related("agents").order_by("name")
+    keys = (
+        ApiKey.objects.filter(agents__in=ids, revoked_at__isnull=True)  # a revoked key uses nothing any more
+        .distinct()
+        .prefetch_related("agents")
+        .order_by("name")
+    )
     return [key for key in keys if {agent.pk for agent in key.agents.all()} <= ids]
 
 

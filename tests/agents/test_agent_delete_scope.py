@@ -50,3 +50,13 @@ def test_the_admin_names_the_key_among_what_stops_the_delete(admin_client: Clien
     assert "pair-key" in page
     admin_client.post(f"/admin/agents/agent/{beta.pk}/delete/", {"post": "yes"})
     assert Agent.objects.filter(slug="beta").exists()
+
+
+def test_a_revoked_key_does_not_stop_the_delete(db) -> None:
+    from agents.services import api_key_revoke
+
+    alpha = _agent("alpha")
+    scoped, _raw = api_key_create(name="old", actor="test", via="tests", agents=[alpha])
+    api_key_revoke(api_key=scoped, actor="test", via="tests")
+    agent_delete(agent=alpha, actor="test", via="tests")
+    assert not Agent.objects.filter(slug="alpha").exists()
