@@ -202,7 +202,7 @@ def _resume_parked_runs_without_pending_approvals() -> int:
     for run_id in parked:
         with transaction.atomic():
             # As a decision does: the run's row first, then what its approvals say now.
-            Run.objects.select_for_update().filter(pk=run_id).values_list("pk", flat=True).first()
+            Run.objects.select_for_update(no_key=True).filter(pk=run_id).values_list("pk", flat=True).first()
             if Approval.objects.filter(run_id=run_id, status=Approval.Status.PENDING).exists():
                 continue
             if run_resume(run_id=str(run_id)):
@@ -219,6 +219,7 @@ def _end_approvals_of_finished_runs(now: datetime) -> int:
             run__status__in=[Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED],
         )
         .values_list("run_id", "run__finished_at", "run__agent__time_limit_s")
+        .order_by("run__finished_at")  # one row per run (no approval's own ordering in the DISTINCT), oldest first
         .distinct()[:batch]
     )
     ended = 0

@@ -648,6 +648,29 @@ def test_the_reconciler_expires_due_approvals(demo_agent, dispatched, django_cap
     assert [d["run_id"] for d in dispatched] == [str(run.id)]
 
 
+def test_the_reconciler_ends_the_approvals_of_the_runs_that_finished_first(demo_agent, dispatched, settings) -> None:
+    # One run finished an hour ago, its approval left claimed; another just now, with several. A batch of one is
+    # the old run's (one row per run, oldest first): it used to be the newest approval's, every pass.
+    settings.PLATFORM_RECONCILE_BATCH = 1
+    old, recent = submit(demo_agent), submit(demo_agent)
+    now = timezone.now()
+    Run.objects.filter(pk=old.pk).update(status=Run.Status.CANCELLED, finished_at=now - timedelta(hours=1))
+    Run.objects.filter(pk=recent.pk).update(status=Run.Status.CANCELLED, finished_at=now)
+    for run, count in ((old, 1), (recent, 2)):
+        for n in range(count):
+            Approval.objects.create(
+                run=run,
+                mcp_id="notes",
+                tool="append_note",
+                call_hash=f"{run.pk}-{n}",
+                status=Approval.Status.EXECUTING,
+                expires_at=now + timedelta(hours=1),
+            )
+    assert runs_reconcile().approvals_ended == 1
+    assert Approval.objects.get(run=old).status == Approval.Status.OUTCOME_UNKNOWN
+    assert set(Approval.objects.filter(run=recent).values_list("status", flat=True)) == {Approval.Status.EXECUTING}
+
+
 def test_reconcile_runs_prints_what_it_changed(demo_agent, dispatched) -> None:
     run = submit(demo_agent)
     held_by(run, "dead-host:42", lease_s=-1)
