@@ -38,3 +38,15 @@ def test_the_auditor_reads_the_same_in_korean(auditor_client: Client) -> None:
     assert "필터 값이 범위를 벗어나" in page.content.decode()
     # A value in range is still applied as before.
     assert auditor_client.get("/admin/audit/auditevent/?created_at__gte=2026-01-01").status_code == 200
+
+
+def test_an_overflow_elsewhere_in_the_admin_is_not_taken_for_a_filter(admin_client: Client, monkeypatch) -> None:
+    # Only a list's filters are answered so: on another page an OverflowError is a bug, and shows as one.
+    from agents.admin import AgentAdmin
+
+    def overflowing(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OverflowError("a bug")
+
+    monkeypatch.setattr(AgentAdmin, "add_view", overflowing)
+    admin_client.raise_request_exception = False
+    assert admin_client.get("/admin/agents/agent/add/?x=1").status_code == 500
