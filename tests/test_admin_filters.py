@@ -47,6 +47,6 @@ def test_an_overflow_elsewhere_in_the_admin_is_not_taken_for_a_filter(admin_clie
     def overflowing(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise OverflowError("a bug")
 
-    monkeypatch.setattr(AgentAdmin, "add_view", overflowing)
+    monkeypatch.setattr(AgentAdmin, "get_changeform_initial_data", overflowing)
     admin_client.raise_request_exception = False
     assert admin_client.get("/admin/agents/agent/add/?x=1").status_code == 500
