@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Q
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from rest_framework import permissions, serializers, status
@@ -60,6 +61,14 @@ def _agent_scope(key: ApiKey) -> list[Agent] | None:
 def _in_scope(key: ApiKey, agent: Agent) -> bool:
     scope = _agent_scope(key)
     return scope is None or agent.pk in {a.pk for a in scope}
+
+
+def _sets_in_scope(key: ApiKey) -> Any:
+    """The eval sets a key may read and replace: every set, or for a key scoped to agents, those whose agent is
+    one of them and those with no agent of their own."""
+    scope = _agent_scope(key)
+    sets = EvalSet.objects.all()
+    return sets if scope is None else sets.filter(Q(agent__isnull=True) | Q(agent__in=scope))
 
 
 def _agent_not_found(slug: str) -> ApplicationError:
@@ -132,7 +141,7 @@ class EvalSetCollectionApi(EvalsApi):
     in any of seed 001's notations)."""
 
     def get(self, request: Request) -> Response:
-        sets = EvalSet.objects.select_related("agent").order_by("name")
+        sets = _sets_in_scope(request.user).select_related("agent").order_by("name")
         return Response({"results": [_set_summary(s) for s in sets]})
 
     def post(self, request: Request) -> Response:
@@ -147,6 +156,13 @@ class EvalSetCollectionApi(EvalsApi):
                 % {"problems": _("agent: unknown agent '%(slug)s'") % {"slug": slug}},
                 code="invalid_eval_set",
             )
+        name = request.data.get("name")
+        if (
+            isinstance(name, str)
+            and EvalSet.objects.filter(name=name).exists()
+            and not _sets_in_scope(request.user).filter(name=name).exists()
+        ):
+            raise _not_found(_("Eval set"))  # another agent's, out of the key's scope: not replaced, not named
         applied = eval_set_apply(document=request.data, actor=request.user, via="api")
         body = eval_set_document(applied.eval_set)
         return Response(body, status=status.HTTP_201_CREATED if applied.created else status.HTTP_200_OK)
@@ -154,7 +170,7 @@ class EvalSetCollectionApi(EvalsApi):
 
 class EvalSetDetailApi(EvalsApi):
     def get(self, request: Request, name: str) -> Response:
-        eval_set = EvalSet.objects.select_related("agent").filter(name=name).first()
+        eval_set = _sets_in_scope(request.user).select_related("agent").filter(name=name).first()
         if eval_set is None:
             raise _not_found(_("Eval set"))
         return Response(eval_set_document(eval_set))
@@ -178,7 +194,7 @@ class EvalRunCollectionApi(EvalsApi):
         self.FilterSerializer(data=request.query_params.dict()).is_valid(raise_exception=True)
         eval_set = agent = None
         if name := request.query_params.get("set"):
-            eval_set = EvalSet.objects.filter(name=name).first()
+            eval_set = _sets_in_scope(request.user).filter(name=name).first()
             if eval_set is None:
                 raise _not_found(_("Eval set"))
         if slug := request.query_params.get("agent"):
@@ -193,7 +209,7 @@ class EvalRunCollectionApi(EvalsApi):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
-        eval_set = EvalSet.objects.select_related("agent").filter(name=values["set"]).first()
+        eval_set = _sets_in_scope(request.user).select_related("agent").filter(name=values["set"]).first()
         if eval_set is None:
             raise _not_found(_("Eval set"))
         agent = Agent.objects.filter(slug=values["agent"]).first() if "agent" in values else eval_set.agent

@@ -30,6 +30,8 @@ def world(db: Any) -> dict[str, Any]:
     theirs = Agent.objects.create(slug="theirs", name="theirs")
     eval_set = eval_set_create(actor="test", via="tests", data={"name": "s", "agent": theirs})
     case = eval_case_create(actor="test", via="tests", data={"eval_set": eval_set, "key": "k", "query": "질문"})
+    shared = eval_set_create(actor="test", via="tests", data={"name": "shared"})  # no agent of its own
+    eval_case_create(actor="test", via="tests", data={"eval_set": shared, "key": "k", "query": "공용 질문"})
     runs = {}
     for agent in (mine, theirs):
         runs[agent.slug] = EvalRun.objects.create(eval_set=eval_set, agent=agent, total=1)
@@ -39,12 +41,14 @@ def world(db: Any) -> dict[str, Any]:
 
 def test_a_scoped_key_cannot_start_an_eval_against_another_agent(world: dict[str, Any]) -> None:
     client = _client(agents=[world["mine"]])
-    named = client.post("/api/v1/evals/runs", {"set": "s", "agent": "theirs"}, format="json")
+    named = client.post("/api/v1/evals/runs", {"set": "shared", "agent": "theirs"}, format="json")
     assert named.status_code == 404 and named.json()["error"]["code"] == "agent_not_found"
-    by_default = client.post("/api/v1/evals/runs", {"set": "s"}, format="json")  # the set's default agent
-    assert by_default.status_code == 404 and by_default.json()["error"]["code"] == "agent_not_found"
+    # A set whose own agent is out of the scope is not the key's (not even against its own agent).
+    by_default = client.post("/api/v1/evals/runs", {"set": "s"}, format="json")
+    assert by_default.status_code == 404 and by_default.json()["error"]["code"] == "not_found"
+    assert client.post("/api/v1/evals/runs", {"set": "s", "agent": "mine"}, format="json").status_code == 404
     assert EvalRun.objects.filter(agent=world["theirs"]).count() == 1  # the fixture's only
-    started = client.post("/api/v1/evals/runs", {"set": "s", "agent": "mine"}, format="json")
+    started = client.post("/api/v1/evals/runs", {"set": "shared", "agent": "mine"}, format="json")
     assert started.status_code == 202, started.content
 
 
@@ -74,3 +78,22 @@ def test_a_key_not_scoped_to_agents_reaches_every_agent(world: dict[str, Any]) -
     assert client.get(f"/api/v1/evals/runs/{theirs.pk}").status_code == 200
     assert len(client.get("/api/v1/evals/runs").json()["results"]) == 2
     assert client.post("/api/v1/evals/runs", {"set": "s"}, format="json").status_code == 202
+
+
+def test_a_scoped_key_reads_and_replaces_only_the_sets_of_its_agents_or_of_none(world: dict[str, Any]) -> None:
+    client = _client(agents=[world["mine"]])
+    listed = client.get("/api/v1/evals/sets").json()["results"]
+    assert [s["name"] for s in listed] == ["shared"]
+    assert client.get("/api/v1/evals/sets/s").status_code == 404
+    assert client.get("/api/v1/evals/sets/shared").status_code == 200
+    # Another agent's set is neither re-pointed nor rewritten by a document of the same name.
+    replaced = client.post(
+        "/api/v1/evals/sets",
+        {"name": "s", "agent": "mine", "cases": [{"key": "k", "query": "바뀐 질문"}]},
+        format="json",
+    )
+    assert replaced.status_code == 404
+    kept = EvalSet.objects.get(name="s")
+    assert kept.agent == world["theirs"] and kept.cases.get().query == "질문"
+    # A key for every agent sees them all.
+    assert len(_client(agents=[]).get("/api/v1/evals/sets").json()["results"]) == 2
