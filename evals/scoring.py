@@ -131,6 +131,8 @@ def _answer_check_problem(check: Any, i: int) -> str | None:
     kind, wanted = next(iter(check.items()))
     if kind == "dont_know":
         return None if wanted is True else _("[%(i)s]: dont_know takes true (or leave the check out)") % {"i": i}
+    if kind == "contains" and isinstance(wanted, int | float) and not isinstance(wanted, bool):
+        return None  # a number the answer must contain as written ({"contains": 1001}), as sets held before
     if not isinstance(wanted, str) or not wanted.strip():
         return _("[%(i)s]: %(kind)s takes a text that is not empty") % {"i": i, "kind": kind}
     if kind == "regex":

@@ -164,6 +164,15 @@ def test_an_answer_check_that_checks_nothing_or_something_else_is_refused(
     assert problem in message
 
 
+def test_a_number_to_contain_is_still_taken_as_written(admin_key_client: APIClient) -> None:
+    """Sets written before the checks were tightened hold ``{"contains": 1001}``: still the text "1001"."""
+    document = {"name": "numbers", "cases": [{"query": "q", "answer_checks": [{"contains": 1001}]}]}
+    assert admin_key_client.post("/api/v1/evals/sets", document, format="json").status_code == 201
+    case = EvalCase.objects.get(eval_set__name="numbers")
+    assert score_case(eval_set_spec(case), calls=[], answer="자산 1001번", run_succeeded=True).passed
+    assert not score_case(eval_set_spec(case), calls=[], answer="자산 1002번", run_succeeded=True).passed
+
+
 def test_an_answer_regex_is_validated_by_the_module_that_matches_it(admin_key_client: APIClient) -> None:
     """``\\p{Hangul}`` and a variable-length lookbehind are the ``regex`` module's, which the scoring uses."""
     document = {"name": "hangul", "cases": [{"query": "q", "answer_checks": [{"regex": "\\p{Hangul}+팀"}]}]}
