@@ -360,9 +360,9 @@ class AgentForm(forms.ModelForm):
         if context is not None:
             context.help_text = _(
                 "What the bound servers give the model besides tools: resources read at the start of a run as "
-                "context (as data, never instructions), a server's prompt as the system prompt (with an argument "
-                "taken from the run, {query}, {context.KEY} or {data.PATH}, it is the caller's text too and is "
-                "attached as data instead), and a tool with which the model may read their resources itself."
+                "context (as data, never instructions), a server's prompt as the system prompt (its arguments may "
+                "take {context.KEY} values; with {query} or {data.PATH} it is the asker's text too and is attached "
+                "as data instead), and a tool with which the model may read their resources itself."
             )
             context.widget.stored = dict(self.instance.mcp_context or {})
             context.widget.servers = servers

@@ -3,11 +3,12 @@ an MCP prompt as the system-prompt template, and a ``read_resource`` tool limite
 resources. Everything is read through the gate (``gate.read_resource`` / ``gate.get_prompt``): audited,
 masked, size-capped, behind the breaker. No ORM here; the engine hands in the bound servers.
 
-What a resource says, and a prompt rendered with text from the run's caller, is data, never instructions: it
-reaches the system message inside the same ``<tool_data>`` block as deterministic results (escaped so nothing
-in it can close the block) after the notice that says so. A prompt whose arguments are all the admin's own text
-(no ``{query}``, ``{context.KEY}``, ``{data.PATH}``) is the system prompt; one that takes the caller's text is
-not: the agent's own system prompt stays, and the rendered prompt is attached as data.
+What a resource says, and a prompt rendered with what the run was asked, is data, never instructions: it reaches
+the system message inside the same ``<tool_data>`` block as deterministic results (escaped so nothing in it can
+close the block) after the notice that says so. A prompt whose arguments are the admin's own text or the calling
+system's context (``{context.KEY}``: which chatbot, which locale) is the system prompt; one that takes the query
+(``{query}``) or the data sent with it (``{data.PATH}``) is not: the agent's own system prompt stays, and the
+rendered prompt is attached as data.
 """
 
 from __future__ import annotations
@@ -40,9 +41,15 @@ class PromptRef(BaseModel):
     arguments: dict[str, str] = Field(default_factory=dict)
 
     def takes_run_input(self) -> bool:
-        """Whether an argument takes text from the run's caller: the rendered prompt is then data, not the
-        system prompt."""
-        return any(PLACEHOLDER.search(template) for template in self.arguments.values())
+        """Whether an argument takes what the run was asked (``{query}``: an end user's words) or the data sent
+        with it (``{data.PATH}``): the rendered prompt is then data, not the system prompt. The calling system's
+        ``{context.KEY}`` (a chatbot id, a locale, a user id it vouches for) may choose a prompt's variant as
+        the admin's own text does."""
+        return any(
+            found.group(1) == "query" or found.group(1).startswith("data.")
+            for template in self.arguments.values()
+            for found in PLACEHOLDER.finditer(template)
+        )
 
 
 class McpContextSettings(BaseModel):

@@ -113,7 +113,7 @@ def test_an_mcp_prompt_with_the_admins_own_arguments_is_the_system_prompt(everyt
     assert entry["delivered"] == "system"
 
 
-def test_an_mcp_prompt_with_arguments_from_the_runs_context_is_attached_as_data(everything: McpServer) -> None:
+def test_an_mcp_prompt_with_the_calling_systems_context_is_the_system_prompt(everything: McpServer) -> None:
     agent = agent_with(
         everything,
         {"prompt": {"mcp_id": "everything", "name": "args-prompt", "arguments": {"city": "{context.city}"}}},
@@ -122,14 +122,32 @@ def test_an_mcp_prompt_with_arguments_from_the_runs_context_is_attached_as_data(
     run = submit(agent, "날씨?", context={"city": "서울"})
 
     assert run.status == Run.Status.SUCCEEDED, run.error_message
-    # The caller's text never becomes system instructions: the agent's own prompt stays, the rendered one is data.
+    # The calling system's context chooses the prompt's variant, as the admin's own text does.
     text = system_text(run)
-    assert text.startswith(agent.system_prompt.strip()[:20])
-    assert "서울" in text[text.index("<tool_data>") :]
+    assert "서울" in text and "<tool_data>" not in text
     (entry,) = [m for m in run.messages if m.get("type") == "prompt"]
-    assert entry["delivered"] == "data"
+    assert entry["delivered"] == "system"
     event = AuditEvent.objects.get(run_id=run.id, action="prompt.get")
     assert (event.tool, event.ok, event.args) == ("args-prompt", True, {"city": "서울"})
+
+
+def test_an_mcp_prompt_with_the_runs_data_is_attached_as_data(everything: McpServer) -> None:
+    agent = agent_with(
+        everything,
+        {"prompt": {"mcp_id": "everything", "name": "args-prompt", "arguments": {"city": "{data.city}"}}},
+        [{"content": "ok"}],
+    )
+    run = Run.objects.create(agent=agent, query="날씨?", a2a_data=[{"city": "부산"}])
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    # What was sent with the question never becomes system instructions: the agent's own prompt stays.
+    text = system_text(run)
+    assert text.startswith(agent.system_prompt.strip()[:20])
+    assert "부산" in text[text.index("<tool_data>") :]
+    (entry,) = [m for m in run.messages if m.get("type") == "prompt"]
+    assert entry["delivered"] == "data"
 
 
 def test_an_unknown_prompt_falls_back_to_the_agents_own_prompt(everything: McpServer) -> None:
