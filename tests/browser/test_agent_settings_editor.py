@@ -21,7 +21,12 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture
 def picker(transactional_db: Any) -> Agent:
+    from mcpregistry.services import mcp_tool_update
+
     server = bind_demo_server(mcp_id="sds-company-data")
+    # The tags filter the test sets names a tag the agent's tools have, and the pinned and forced tools pass it.
+    for tool in server.tools.filter(name__in=["ping", "get_asset_status"]):
+        mcp_tool_update(tool=tool, actor="admin", via="tests", data={"tags": ["자산"]})
     return make_agent(slug="picker", servers=[server], provider="scripted", script=[], with_demo_rules=False)
 
 
