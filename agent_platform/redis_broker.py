@@ -15,11 +15,15 @@ Selected by ``CELERY_BROKER_TRANSPORT`` where the broker URL is ``redis://`` (``
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from kombu.transport import redis as kombu_redis
+
+# Making a channel's client: threads that publish at once (a web server's) make it once between them.
+_MAKING = threading.Lock()
 
 
 class Channel(kombu_redis.Channel):
@@ -34,7 +38,10 @@ class Channel(kombu_redis.Channel):
         pool = self.pool
         kept = self._kept_client
         if kept is None or kept[0] is not pool:
-            kept = self._kept_client = (pool, self._create_client())
+            with _MAKING:
+                kept = self._kept_client
+                if kept is None or kept[0] is not pool:
+                    kept = self._kept_client = (pool, self._create_client())
         yield kept[1]
 
 
