@@ -10,6 +10,8 @@ Secret values are given inline (``{"value": "..."}``, encrypted on import) or by
 from __future__ import annotations
 
 import functools
+import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
@@ -26,6 +28,7 @@ from pydantic import ValidationError as PydanticValidationError
 from agent_platform.errors import ApplicationError
 from agent_platform.json import loads as json_loads
 from agents.deterministic import RuleSpec as EngineRuleSpec
+from agents.deterministic import nfc_value
 from agents.models import Agent, AgentArm, AgentVersion, DeterministicRule
 from agents.selectors import rules_calling, servers_leaving
 from agents.services import (
@@ -39,11 +42,23 @@ from agents.services import (
     publish_on_save_deferred,
     unbinding_refused,
 )
-from agents.versions import AGENT_FIELDS, VersionContent, version_content_portable
+from agents.versions import AGENT_FIELDS, MAX_ITERATIONS_LIMIT, VersionContent, version_content_portable
 from mcpregistry.contract_document import ContractSpec, contract_entry, contract_fields
 from mcpregistry.gate_records import CONTRACT_FIELDS
 from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.services import mcp_server_update, mcp_tool_create, mcp_tool_update, tool_contract_update
+
+# What a document may be: read at most this many bytes; hold at most this many values (a YAML alias counts each
+# time it is used: a few lines of aliases expanded to gigabytes), nested at most this deep.
+MAX_DOCUMENT_BYTES = 10 * 1024 * 1024
+MAX_DOCUMENT_VALUES = 1_000_000
+MAX_DOCUMENT_DEPTH = 100
+# The largest whole number a column of PostgreSQL's ``integer`` holds (SQLite's hold more: a document that
+# imported there failed on PostgreSQL as a server error).
+INT32_MAX = 2**31 - 1
+# A tool's name, as ``McpTool.name`` holds it.
+TOOL_NAME_MAX = 200
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _Strict(BaseModel):
@@ -78,6 +93,9 @@ class ServerSpec(_Strict):
     session_scope: Literal["per_run", "shared"] = "per_run"
     enabled: bool = True
     tool_prefix: str = ""
+    # The circuit breaker (``mcpregistry.breaker``); left out: as it is.
+    breaker_threshold: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    breaker_cooldown_s: float | None = Field(default=None, ge=0, le=86400)
 
 
 class ModelSpec(_Strict):
@@ -125,7 +143,7 @@ class VersionContentSpec(_Strict):
 
 
 class VersionSpec(_Strict):
-    number: int = Field(ge=1)
+    number: int = Field(ge=1, le=INT32_MAX)
     note: str = ""
     content: VersionContentSpec
 
@@ -138,7 +156,7 @@ class ShadowSpec(_Strict):
 class ArmSpec(_Strict):
     name: Annotated[str, StringConstraints(pattern=r"^[-a-zA-Z0-9_]{1,32}$")]
     version: int = Field(ge=1)
-    weight: int = Field(default=1, ge=0)
+    weight: int = Field(default=1, ge=0, le=INT32_MAX)
 
 
 class AgentSpec(_Strict):
@@ -150,7 +168,7 @@ class AgentSpec(_Strict):
     answer_template: str = ""
     model: ModelSpec = Field(default_factory=ModelSpec)
     servers: list[str] = Field(default_factory=list)
-    max_iterations: int = Field(default=6, ge=1, le=100)
+    max_iterations: int = Field(default=6, ge=1, le=MAX_ITERATIONS_LIMIT)
     mode: Literal["react", "flow"] = "react"
     flow_graph: str = ""
     answer_from_deterministic: bool = False
@@ -181,7 +199,7 @@ class AgentSpec(_Strict):
 class RuleSpec(_Strict):
     agent: str | None = None
     name: str
-    order: int = 100
+    order: int = Field(default=100, ge=-INT32_MAX - 1, le=INT32_MAX)
     enabled: bool = True
     mcp_id: str | None = None
     tool: str = ""
@@ -199,9 +217,12 @@ class ToolSpec(_Strict):
     """What an admin writes about a discovered tool for top-K selection (``agents.tool_selection``)."""
 
     mcp_id: str
-    tool: str
+    tool: Annotated[str, StringConstraints(min_length=1, max_length=TOOL_NAME_MAX)]
     tags: list[_Text] = Field(default_factory=list)
     example_queries: list[_Text] = Field(default_factory=list)
+    # Whether the tool may be offered and called (the admin's switch); left out: as it is. For a tool waiting for
+    # a review, what approving the review restores.
+    enabled: bool | None = None
 
 
 class ConfigDocument(_Strict):
@@ -229,11 +250,19 @@ class _Problems:
 
 
 def load_document(path: str | Path) -> dict[str, Any]:
-    """Read a JSON or YAML configuration file. Raises ApplicationError for a file that is not UTF-8, not valid
-    JSON or YAML (nesting past the bounded decoder's limit included), or not an object."""
+    """Read a JSON or YAML configuration file. Raises ApplicationError for a file over ``MAX_DOCUMENT_BYTES``,
+    not UTF-8, not valid JSON or YAML (nesting past the bounded decoder's limit included), or not an object.
+    What the values may be is checked by ``config_import`` (``document_problems``)."""
     kind = "YAML" if str(path).endswith((".yaml", ".yml")) else "JSON"
+    with open(path, "rb") as stream:  # read to the limit, not to the end: a device or a pipe may have none
+        raw = stream.read(MAX_DOCUMENT_BYTES + 1)
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        raise ApplicationError(
+            _("%(path)s: larger than %(limit)s MB") % {"path": path, "limit": MAX_DOCUMENT_BYTES // (1024 * 1024)},
+            code="invalid_config",
+        )
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ApplicationError(
             _("%(path)s: not UTF-8 text (byte %(position)s)") % {"path": path, "position": exc.start + 1},
@@ -258,12 +287,79 @@ def load_document(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def document_problems(document: Any) -> list[str]:
+    """Where ``document`` holds what no JSON column stores, each named by its path
+    (``agents[0] (assistant).system_prompt: …``): a value that is not JSON (a YAML set, date, timestamp or
+    binary), a number that is not finite (YAML's ``.nan``, ``.inf``), a key that is not a text, a text with a
+    NUL character or a lone surrogate; or a document past ``MAX_DOCUMENT_VALUES`` values (YAML aliases expanded)
+    or ``MAX_DOCUMENT_DEPTH`` levels. Stored, these failed the import as a server error, or a later run.
+    Walked without recursion; the values are never written into a problem (a secret's may be among them)."""
+    problems: list[str] = []
+    stack: list[tuple[Any, str, int]] = [(document, "", 0)]
+    values = 0
+    while stack and len(problems) < 20:
+        value, path, depth = stack.pop()
+        values += 1
+        if values > MAX_DOCUMENT_VALUES:
+            return [
+                _("the document holds more than %(limit)s values (a YAML alias counts each time it is used)")
+                % {"limit": f"{MAX_DOCUMENT_VALUES:,}"}
+            ]
+        where = path or str(_("the document"))
+        if depth > MAX_DOCUMENT_DEPTH:
+            problems.append(f"{where}: {_('the JSON is nested too deeply')}")
+        elif isinstance(value, dict):
+            children = []
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    problems.append(
+                        _("%(where)s: a key that is not a text (%(type)s)")
+                        % {"where": where, "type": type(key).__name__}
+                    )
+                    continue
+                if problem := _text_problem(key):
+                    problems.append(f"{where}: {problem}")
+                    continue
+                children.append((item, f"{path}.{key}" if path else key, depth + 1))
+            stack.extend(reversed(children))
+        elif isinstance(value, list):
+            # An entry of a section is named as the import names it: servers[1] (docs)
+            labels = [_label(path, item) if depth == 1 else "" for item in value]
+            labels = [label if not _text_problem(label) else "" for label in labels]
+            stack.extend(
+                (item, f"{path}[{i}]" + (f" ({labels[i]})" if labels[i] else ""), depth + 1)
+                for i, item in reversed(list(enumerate(value)))
+            )
+        elif isinstance(value, str):
+            if problem := _text_problem(value):
+                problems.append(f"{where}: {problem}")
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                problems.append(f"{where}: {_('NaN and Infinity are not numbers JSON holds: write a finite one')}")
+        elif not (value is None or isinstance(value, bool | int)):
+            problems.append(
+                _("%(where)s: a %(type)s is not a JSON value (text, number, true or false, null, list or object)")
+                % {"where": where, "type": type(value).__name__}
+            )
+    return problems
+
+
+def _text_problem(text: str) -> str:
+    """Why ``text`` cannot be stored (PostgreSQL refuses a NUL; no UTF-8 encoder takes a lone surrogate), or ""."""
+    if "\x00" in text:
+        return str(_("Text may not contain NUL characters."))
+    if _SURROGATE.search(text):
+        return str(_("Text may not contain unpaired surrogates (\\ud800–\\udfff)."))
+    return ""
+
+
 def config_sections() -> dict[str, Any]:
     """Sections that apps above agents add to the document (``PLATFORM_CONFIG_SECTIONS``: section name → dotted
     path of a module with ``section_import(entries, *, actor, via, report, problem)`` and ``section_export()``).
     Named by setting, not imported here, so that agents does not depend on the apps that build on it."""
+    from importlib import import_module
+
     from django.conf import settings
-    from django.utils.module_loading import import_module
 
     return {name: import_module(path) for name, path in getattr(settings, "PLATFORM_CONFIG_SECTIONS", {}).items()}
 
@@ -288,6 +384,67 @@ def _parse(document: dict[str, Any]) -> ConfigDocument:
         raise ApplicationError("configuration is not valid:\n" + "\n".join(lines), code="invalid_config") from None
 
 
+def _composed(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` with every text composed (Unicode NFC; ``agents.deterministic.nfc_value``), names, keywords
+    and regexes included: a rule named in decomposed Korean (macOS, a pasted file name) was stored beside its
+    composed namesake as a second rule. Secret values are kept exactly as given (a key is bytes, not words)."""
+    composed = nfc_value(document)
+
+    def keep_secret_values(given: Any, normalized: Any) -> None:
+        if isinstance(given, dict) and isinstance(normalized, dict) and len(given) == len(normalized):
+            for (_name, spec), normalized_spec in zip(given.items(), normalized.values(), strict=True):
+                if isinstance(spec, dict) and isinstance(normalized_spec, dict) and "value" in spec:
+                    normalized_spec["value"] = spec["value"]
+
+    for section, maps in (("servers", (("env",), ("headers",))), ("agents", (("model", "secrets"),))):
+        given_entries, normalized_entries = document.get(section), composed.get(section)
+        if not (isinstance(given_entries, list) and isinstance(normalized_entries, list)):
+            continue
+        for given_entry, normalized_entry in zip(given_entries, normalized_entries, strict=True):
+            for keys in maps:
+                given, normalized = given_entry, normalized_entry
+                for key in keys:
+                    given = given.get(key) if isinstance(given, dict) else None
+                    normalized = normalized.get(key) if isinstance(normalized, dict) else None
+                keep_secret_values(given, normalized)
+    return cast(dict[str, Any], composed)
+
+
+def _named_twice(config: ConfigDocument, extra: dict[str, Any], sections: dict[str, Any]) -> list[str]:
+    """An entry whose natural key an earlier entry of its section has: applied in turn, the last one won, and the
+    values flipped on every import. A section of ``PLATFORM_CONFIG_SECTIONS`` is keyed by its module's
+    ``SECTION_KEY`` (default ``name``)."""
+    keyed: dict[str, list[tuple[Any, str]]] = {
+        "servers": [(s.mcp_id, s.mcp_id) for s in config.servers],
+        "tools": [((t.mcp_id, t.tool), f"{t.mcp_id}.{t.tool}") for t in config.tools],
+        "contracts": [((c.mcp_id, c.tool), f"{c.mcp_id}.{c.tool}") for c in config.contracts],
+        "agents": [(a.slug, a.slug) for a in config.agents],
+        "rules": [((r.agent, r.name), f"{r.agent or '*'}.{r.name}") for r in config.rules],
+    }
+    for name, entries in extra.items():
+        key = getattr(sections[name], "SECTION_KEY", "name")
+        if isinstance(entries, list):
+            keyed[name] = [
+                (entry.get(key), str(entry.get(key)))
+                if isinstance(entry, dict) and isinstance(entry.get(key), str)
+                else (object(), "")  # not a text: the section names its problem
+                for entry in entries
+            ]
+    lines = []
+    for section, keys in keyed.items():
+        first: dict[Any, int] = {}
+        for index, (key, label) in enumerate(keys):
+            if key in first:
+                lines.append(
+                    f"{section}[{index}] ({label}): "
+                    + _("named twice (first as %(section)s[%(first)s]); give each once")
+                    % {"section": section, "first": first[key]}
+                )
+            else:
+                first[key] = index
+    return lines
+
+
 def _label(section: str, entry: Any) -> str:
     if not isinstance(entry, dict):
         return ""
@@ -298,7 +455,50 @@ def _label(section: str, entry: Any) -> str:
         "agents": ("slug",),
         "rules": ("agent", "name"),
     }
-    return ".".join(str(entry.get(k)) for k in keys.get(section, ()) if entry.get(k) is not None)
+    # A section of PLATFORM_CONFIG_SECTIONS (eval_sets) is named by its entries' name.
+    return ".".join(str(entry.get(k)) for k in keys.get(section, ("name",)) if entry.get(k) is not None)
+
+
+def _public_env_problems(spec: ServerSpec, server: McpServer, *, created: bool) -> list[str]:
+    """A name ``public_env`` marks as a setting (its value shown, in the admin and by ``export_config``) must be
+    given its value in the document, ``{"value": ...}``, and must not be a secret stored already: with
+    ``{"set": true}`` the stored secret became a setting and the next export wrote it in clear. As the admin
+    refuses a name given as a setting and as a secret."""
+    stored = {} if created else dict(server.env or {})
+    shown = set() if created else set(server.public_env or [])
+    problems = []
+    for name in spec.public_env:
+        given = spec.env.get(name)
+        if given is not None and given.value is None:
+            problems.append(
+                _(
+                    "'%(name)s' is a setting (shown), so give its value as {\"value\": ...}, not as a secret "
+                    '({"set": true} or {"from_env": ...}); a secret is never shown'
+                )
+                % {"name": name}
+            )
+        elif name in stored and name not in shown:
+            problems.append(
+                _(
+                    "'%(name)s' is stored as a secret and a secret never becomes a setting: import it without "
+                    "'%(name)s' first, then as a setting"
+                )
+                % {"name": name}
+            )
+    return problems
+
+
+def _tool_switch(tool: McpTool, enabled: bool | None) -> dict[str, bool]:
+    """The fields a document's ``enabled`` sets on ``tool`` (None: none). A tool waiting for a review
+    (``mcp_server_discover``) stays disabled until approved: the document sets what approving restores. A tool
+    named before discovery keeps the document's choice through the review its first listing may start."""
+    if enabled is None:
+        return {}
+    if tool.review_required:
+        return {"enabled_before_review": enabled}
+    if tool.discovered_at is None:
+        return {"enabled": enabled, "enabled_before_review": enabled}
+    return {"enabled": enabled}
 
 
 def _secret_map(
@@ -377,9 +577,18 @@ def config_import(
 def _config_import(
     *, document: dict[str, Any], actor: Any, via: str, dry_run: bool, deferred: set[int]
 ) -> ImportReport:
+    if not isinstance(document, dict):
+        raise ApplicationError(
+            _("the document must be an object with servers, contracts, agents, rules"), code="invalid_config"
+        )
+    if found := document_problems(document):
+        raise ApplicationError("configuration is not valid:\n" + "\n".join(found), code="invalid_config")
+    document = _composed(document)
     sections = config_sections()
     extra = {name: document[name] for name in sections if name in document}
     config = _parse({k: v for k, v in document.items() if k not in sections})
+    if twice := _named_twice(config, extra, sections):
+        raise ApplicationError("configuration is not valid:\n" + "\n".join(twice), code="invalid_config")
     problems = _Problems()
     report = ImportReport()
     servers: dict[str, McpServer] = {s.mcp_id: s for s in McpServer.objects.all()}
@@ -395,6 +604,12 @@ def _config_import(
         server.command, server.args, server.cwd = spec.command, spec.args, spec.cwd
         server.url, server.timeout_s, server.enabled = spec.url, spec.timeout_s, spec.enabled
         server.session_scope, server.tool_prefix = spec.session_scope, spec.tool_prefix
+        if spec.breaker_threshold is not None:
+            server.breaker_threshold = spec.breaker_threshold
+        if spec.breaker_cooldown_s is not None:
+            server.breaker_cooldown_s = spec.breaker_cooldown_s
+        for message in _public_env_problems(spec, server, created=created):
+            problems.add(where, f"public_env: {message}")
         server.public_env = spec.public_env
         server.env = _secret_map(spec.env, server.env or {}, where, problems)
         server.headers = _secret_map(spec.headers, server.headers or {}, where, problems)
@@ -422,6 +637,9 @@ def _config_import(
         tool = tool or McpTool(server=server, name=tspec.tool)
         before = None if created else _fields(tool)
         tool.tags, tool.example_queries = tspec.tags, tspec.example_queries
+        switch = _tool_switch(tool, tspec.enabled)
+        for name, value in switch.items():
+            setattr(tool, name, value)
         save = (
             functools.partial(
                 mcp_tool_create,
@@ -429,7 +647,7 @@ def _config_import(
                 name=tspec.tool,
                 actor=actor,
                 via=via,
-                data={"tags": tspec.tags, "example_queries": tspec.example_queries},
+                data={"tags": tspec.tags, "example_queries": tspec.example_queries, **switch},
             )
             if created
             else functools.partial(mcp_tool_update, tool=tool, actor=actor, via=via)
@@ -441,6 +659,9 @@ def _config_import(
         server = servers.get(cspec.mcp_id)
         if server is None or server.pk is None:
             problems.add(where, f"unknown server '{cspec.mcp_id}'")
+            continue
+        if not 1 <= len(cspec.tool) <= TOOL_NAME_MAX:
+            problems.add(where, "tool: " + _("a tool's name has 1 to %(limit)s characters") % {"limit": TOOL_NAME_MAX})
             continue
         # A contract may come before discovery: the tool row is created now and filled in by discovery.
         tool = McpTool.objects.filter(server=server, name=cspec.tool).first() or mcp_tool_create(
@@ -486,7 +707,9 @@ def _config_import(
             aspec.model.model_id,
             aspec.model.params,
         )
-        agent.model_secrets = _secret_map(dict(aspec.model.secrets), agent.model_secrets or {}, where, problems)
+        agent.model_secrets = _secret_map(
+            {str(k): v for k, v in aspec.model.secrets.items()}, agent.model_secrets or {}, where, problems
+        )
         agent.max_iterations, agent.mode = aspec.max_iterations, aspec.mode
         agent.flow_graph, agent.answer_from_deterministic = aspec.flow_graph, aspec.answer_from_deterministic
         agent.caller_approves_model_writes = aspec.caller_approves_model_writes
@@ -554,8 +777,10 @@ def _config_import(
 
     if not problems.items:
         for agent in Agent.objects.filter(pk__in=deferred - named_live, publish_on_save=True).order_by("slug"):
+            live = agent.live_version_id
             version = agent_version_publish(agent=agent, actor=actor, via=via, note="published on save")
-            report.created.append(f"version {agent.slug} v{version.number}")
+            if version.pk != live:  # the same content as the live version's publishes nothing
+                report.created.append(f"version {agent.slug} v{version.number}")
 
     if problems.items:
         transaction.set_rollback(True)
@@ -620,17 +845,20 @@ def _apply_versions(
             return found
 
         given = aspec.model_fields_set
+        agent.refresh_from_db()
+        publishes_on_save = aspec.publish_on_save if aspec.publish_on_save is not None else agent.publish_on_save
         data: dict[str, Any] = {}
         if "publish_on_save" in given and aspec.publish_on_save is not None:
             data["publish_on_save"] = aspec.publish_on_save
-        if "live_version" in given:
+        if "live_version" in given and (aspec.live_version is not None or not publishes_on_save):
+            # An agent that publishes on save has its draft live: a null live version leaves that to publish on
+            # save (unset, it was published again by every import of the document).
             data["live_version"] = version(aspec.live_version, "live_version")
             if aspec.live_version is not None:
                 named_live.add(agent.pk)
         if "shadow" in given:
             data["shadow_version"] = version(aspec.shadow.version, "shadow") if aspec.shadow else None
             data["shadow_sample_rate"] = aspec.shadow.sample_rate if aspec.shadow else 0.0
-        agent.refresh_from_db()
         changed = sorted(name for name, value in data.items() if getattr(agent, name) != value)
         if changed:
             try:
@@ -650,20 +878,30 @@ def _apply_versions(
             if arm_version is None:
                 continue
             arm = arms.pop(arm_spec.name, None)
-            if arm is None:
-                agent_arm_create(
-                    actor=actor,
-                    via=via,
-                    data={"agent": agent, "name": arm_spec.name, "version": arm_version, "weight": arm_spec.weight},
-                )
-                report.created.append(label)
-            elif (arm.version_id, arm.weight) != (arm_version.pk, arm_spec.weight):
-                agent_arm_update(
-                    arm=arm, actor=actor, via=via, data={"version": arm_version, "weight": arm_spec.weight}
-                )
-                report.updated.append(label)
-            else:
-                report.unchanged.append(label)
+            try:
+                if arm is None:
+                    agent_arm_create(
+                        actor=actor,
+                        via=via,
+                        data={
+                            "agent": agent,
+                            "name": arm_spec.name,
+                            "version": arm_version,
+                            "weight": arm_spec.weight,
+                        },
+                    )
+                    report.created.append(label)
+                elif (arm.version_id, arm.weight) != (arm_version.pk, arm_spec.weight):
+                    agent_arm_update(
+                        arm=arm, actor=actor, via=via, data={"version": arm_version, "weight": arm_spec.weight}
+                    )
+                    report.updated.append(label)
+                else:
+                    report.unchanged.append(label)
+            except ValidationError as exc:
+                for name, messages in exc.message_dict.items():
+                    for message in messages:
+                        problems.add(where, f"arms.{arm_spec.name}{'' if name == '__all__' else '.' + name}: {message}")
         for arm in arms.values():
             agent_arm_delete(arm=arm, actor=actor, via=via)
             report.deleted.append(f"arm {aspec.slug}.{arm.name}")
@@ -690,10 +928,21 @@ def agent_versions_entry(agent: Agent) -> dict[str, Any]:
         ),
         "arms": [{"name": arm.name, "version": arm.version.number, "weight": arm.weight} for arm in arms],
         "versions": [
-            {"number": v.number, "note": v.note, "content": version_content_portable(v.content)}
+            {"number": v.number, "note": v.note, "content": _sorted_keys(version_content_portable(v.content))}
             for v in sorted({v.pk: v for v in named}.values(), key=lambda v: v.number)
         ],
     }
+
+
+def _sorted_keys(value: Any) -> Any:
+    """A JSON value with its objects' keys sorted, at every level: what a document writes of a free-form object
+    (a contract's arguments, a rule's conditions, a version's content) is the same text after any round trip
+    (PostgreSQL's ``jsonb`` and the contract's own model ordered the keys their way)."""
+    if isinstance(value, dict):
+        return {key: _sorted_keys(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted_keys(item) for item in value]
+    return value
 
 
 def _exported_secrets(stored: dict[str, Any], *, public: list[str] | None = None) -> dict[str, Any]:
@@ -730,17 +979,31 @@ def config_export() -> dict[str, Any]:
             "session_scope": s.session_scope,
             "enabled": s.enabled,
             "tool_prefix": s.tool_prefix,
+            "breaker_threshold": s.breaker_threshold,
+            "breaker_cooldown_s": s.breaker_cooldown_s,
         }
         for s in McpServer.objects.order_by("mcp_id")
     ]
     tools = [
-        {"mcp_id": t.server.mcp_id, "tool": t.name, "tags": t.tags or [], "example_queries": t.example_queries or []}
+        {
+            "mcp_id": t.server.mcp_id,
+            "tool": t.name,
+            "tags": t.tags or [],
+            "example_queries": t.example_queries or [],
+            "enabled": enabled,
+        }
         for t in McpTool.objects.select_related("server").order_by("server__mcp_id", "name")
-        if t.tags or t.example_queries
+        # A tool waiting for a review is disabled by discovery, not by an admin: approving restores this.
+        if (enabled := t.enabled_before_review if t.review_required else t.enabled) is False
+        or t.tags
+        or t.example_queries
     ]
     contracts = [
-        contract_entry(c)
-        for c in ToolContract.objects.select_related("tool__server").order_by("tool__server__mcp_id", "tool__name")
+        {**entry, **{k: _sorted_keys(entry[k]) for k in ("args", "returns", "retry")}}
+        for entry in (
+            contract_entry(c)
+            for c in ToolContract.objects.select_related("tool__server").order_by("tool__server__mcp_id", "tool__name")
+        )
     ]
     agents = [
         {
@@ -753,7 +1016,7 @@ def config_export() -> dict[str, Any]:
             "model": {
                 "provider": a.model_provider,
                 "model_id": a.model_id,
-                "params": a.model_params,
+                "params": _sorted_keys(a.model_params),
                 **({"secrets": _exported_secrets(a.model_secrets)} if a.model_secrets else {}),
             },
             "servers": sorted(a.servers.values_list("mcp_id", flat=True)),
@@ -764,14 +1027,19 @@ def config_export() -> dict[str, Any]:
             "caller_approves_model_writes": a.caller_approves_model_writes,
             "language": a.language,
             "no_match_answer": a.no_match_answer,
-            "tool_selection": a.tool_selection,
-            "mcp_context": a.mcp_context,
+            "tool_selection": _sorted_keys(a.tool_selection),
+            "mcp_context": _sorted_keys(a.mcp_context),
             "time_limit_s": a.time_limit_s,
             **agent_versions_entry(a),
         }
         for a in Agent.objects.select_related("live_version", "shadow_version").order_by("slug")
     ]
-    rules = [rule_entry(r) for r in DeterministicRule.objects.select_related("agent", "server").order_by("order", "id")]
+    rules = [
+        {**entry, "when": _sorted_keys(entry["when"]), "params": _sorted_keys(entry["params"])}
+        for entry in (
+            rule_entry(r) for r in DeterministicRule.objects.select_related("agent", "server").order_by("order", "id")
+        )
+    ]
     document: dict[str, Any] = {
         "servers": servers,
         "tools": tools,

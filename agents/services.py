@@ -14,8 +14,9 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from django.conf import settings
-from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
-from django.db import connection, transaction
+from django.core.exceptions import NON_FIELD_ERRORS, FieldDoesNotExist, ValidationError
+from django.core.validators import MaxValueValidator
+from django.db import connection, models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -28,7 +29,15 @@ from agents.dispatch import run_dispatch
 from agents.models import Agent, AgentArm, AgentVersion, ApiKey, Approval, DeterministicRule, Run
 from agents.run_state import RunEventWriter
 from agents.selectors import rules_calling, servers_leaving
-from agents.versions import AGENT_FIELDS, VersionContent, caller_key, content_digest, pick_arm, version_content
+from agents.versions import (
+    AGENT_FIELDS,
+    MAX_ITERATIONS_LIMIT,
+    VersionContent,
+    caller_key,
+    content_digest,
+    pick_arm,
+    version_content,
+)
 from audit.change_guard import actor_label
 from audit.changes import audited_delete, audited_save, change_scope, config_change_record
 from audit.masking import MASK, is_secret_key, mask_text
@@ -368,7 +377,7 @@ def agent_version_import(
     local.update(DeterministicRule.objects.filter(agent=agent).values_list("name", "pk"))
     frozen: VersionContent = {
         **content,
-        "rules": [{**rule, "rule_id": local.get(rule.get("name"))} for rule in content["rules"]],
+        "rules": [{**rule, "rule_id": local.get(str(rule.get("name")))} for rule in content["rules"]],
     }
     version = AgentVersion(
         agent=agent,
@@ -387,7 +396,12 @@ def version_content_problems(*, agent: Agent, content: VersionContent | dict[str
     settings are validated as the agent's would be (the model's base URL against the address policy, a flow graph
     that loads, the parameters' keys and types); each rule as a rule (its conditions, a params object, a code
     rule that loads); each contract's values as a contract's. An imported version used to be stored unchecked:
-    its base URL received the agent's model key, a wrong type failed every run as ``internal``."""
+    its base URL received the agent's model key, a wrong type failed every run as ``internal``.
+
+    Each value must have its field's type exactly (text a ``str``, a whole number an ``int`` and not a ``bool``):
+    ``clean_fields`` converts ``"5"`` to 5 for its check, but the content is stored, and run, as written. The
+    servers the content names (its own, its rules', its contracts') must be servers ``agent`` binds: a version
+    calls no server its agent does not."""
     from mcpregistry.gate_records import contract_from_snapshot
     from mcpregistry.models import ToolContract
 
@@ -397,13 +411,25 @@ def version_content_problems(*, agent: Agent, content: VersionContent | dict[str
         for name, messages in exc.message_dict.items():
             problems.extend(f"{where}{'' if name == NON_FIELD_ERRORS else '.' + name}: {m}" for m in messages)
 
+    frozen_agent = content.get("agent") or {}
     probe = Agent(slug=agent.slug, name=agent.name, model_secrets=agent.model_secrets, time_limit_s=agent.time_limit_s)
+    mistyped = _mistyped_fields(Agent, {name: frozen_agent[name] for name in AGENT_FIELDS if name in frozen_agent})
+    for name, message in mistyped.items():
+        problems.append(f"agent.{name}: {message}")
     for name in AGENT_FIELDS:
-        if name in (content.get("agent") or {}):
-            setattr(probe, name, content["agent"][name])
+        if name in frozen_agent and name not in mistyped:
+            setattr(probe, name, frozen_agent[name])
+    if "max_iterations" in frozen_agent and "max_iterations" not in mistyped:
+        try:
+            MaxValueValidator(MAX_ITERATIONS_LIMIT)(frozen_agent["max_iterations"])
+        except ValidationError as exc:
+            problems.extend(f"agent.max_iterations: {m}" for m in exc.messages)
     try:
-        probe.clean_fields(exclude=[f.name for f in Agent._meta.fields if f.name not in AGENT_FIELDS])
-        probe.clean()
+        probe.clean_fields(
+            exclude=[f.name for f in Agent._meta.fields if f.name not in AGENT_FIELDS or f.name in mistyped]
+        )
+        if not mistyped:  # clean() compares the values; a value of another type would fail it as a TypeError
+            probe.clean()
     except ValidationError as exc:
         collect("agent", exc)
     for i, rule in enumerate(content.get("rules") or []):
@@ -413,6 +439,11 @@ def version_content_problems(*, agent: Agent, content: VersionContent | dict[str
         except ValidationError as exc:
             collect(where, exc)
     for key, snapshot in (content.get("contracts") or {}).items():
+        mistyped = _mistyped_fields(ToolContract, snapshot)
+        for name, message in mistyped.items():
+            problems.append(f"contracts.{key}.{name}: {message}")
+        if mistyped:
+            continue
         contract = contract_from_snapshot(snapshot)
         try:
             contract.clean_fields(exclude=[f.name for f in ToolContract._meta.fields if f.name not in snapshot])
@@ -421,7 +452,61 @@ def version_content_problems(*, agent: Agent, content: VersionContent | dict[str
             collect(f"contracts.{key}", exc)
         except (TypeError, ValueError, AttributeError) as exc:
             problems.append(f"contracts.{key}: {exc}")
+    problems.extend(_unbound_servers_problems(agent, content))
     return problems
+
+
+def _mistyped_fields(model: type[models.Model], values: Mapping[str, Any]) -> dict[str, str]:
+    """The values (field name → value) that are not of their model field's type, exactly, each with why: a
+    frozen version's value is used as it is written, where ``clean_fields`` would have converted it."""
+    mistyped: dict[str, str] = {}
+    for name, value in values.items():
+        try:
+            field = model._meta.get_field(name)
+        except FieldDoesNotExist:
+            continue
+        if not isinstance(field, models.Field):  # a relation's reverse side: no value of its own
+            continue
+        if value is None:
+            if not field.null:
+                mistyped[name] = str(field.error_messages["null"])
+            continue
+        if isinstance(field, models.BooleanField):
+            expected, message = isinstance(value, bool), _("Enter true or false.")
+        elif isinstance(field, models.IntegerField):
+            expected, message = isinstance(value, int) and not isinstance(value, bool), _("Enter a whole number.")
+        elif isinstance(field, models.FloatField):
+            expected, message = isinstance(value, int | float) and not isinstance(value, bool), _("Enter a number.")
+        elif isinstance(field, models.CharField | models.TextField):
+            expected, message = isinstance(value, str), _("Enter a text.")
+        else:
+            continue
+        if not expected:
+            mistyped[name] = str(message)
+    return mistyped
+
+
+def _unbound_servers_problems(agent: Agent, content: VersionContent | dict[str, Any]) -> list[str]:
+    """The servers the content names (its ``servers``, its rules' and its contracts') that ``agent`` does not
+    bind, as problems: a run of the version would call them (``agents.versions.version_servers``)."""
+    bound = set(agent.servers.values_list("mcp_id", flat=True)) if agent.pk is not None else set()
+    named: dict[str, list[str]] = {}
+    for mcp_id in content.get("servers") or []:
+        named.setdefault(str(mcp_id), []).append("servers")
+    for i, rule in enumerate(content.get("rules") or []):
+        if isinstance(rule, dict) and rule.get("mcp_id"):
+            named.setdefault(str(rule["mcp_id"]), []).append(f"rules[{i}] ({rule.get('name', '')})")
+    for key in content.get("contracts") or {}:
+        named.setdefault(str(key).split("/", 1)[0], []).append(f"contracts.{key}")
+    return [
+        ", ".join(places[:3])
+        + (", …" if len(places) > 3 else "")
+        + ": "
+        + _("server '%(mcp_id)s' is not bound to agent '%(slug)s' (a version calls only its agent's servers)")
+        % {"mcp_id": mcp_id, "slug": agent.slug}
+        for mcp_id, places in sorted(named.items())
+        if mcp_id not in bound
+    ]
 
 
 def _frozen_rule_check(rule: dict[str, Any]) -> None:
@@ -443,7 +528,8 @@ def _frozen_rule_check(rule: dict[str, Any]) -> None:
         except CodeRuleError as exc:
             errors["code"] = [str(exc)]
     else:
-        when, params = rule.get("when") or {}, rule.get("params") or {}
+        # Exactly as given: a run reads them as they are stored (null or a list failed it as ``internal``).
+        when, params = rule.get("when", {}), rule.get("params", {})
         if not isinstance(when, dict):
             errors["when"] = [str(_("Enter a JSON object."))]
         else:

@@ -256,7 +256,7 @@ def test_tool_tags_and_example_queries_round_trip_through_the_audited_service() 
     assert event.actor == "tester"
 
     exported = config_export()
-    assert exported["tools"] == doc["tools"]
+    assert exported["tools"] == [{**doc["tools"][0], "enabled": True}]
     again = config_import(actor="tester", document=exported)
     assert "tool company.get_asset_status" in again.unchanged and not again.updated
 

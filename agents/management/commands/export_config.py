@@ -11,6 +11,14 @@ from django.utils.translation import gettext_noop
 from agents.configuration import config_export
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """YAML without anchors and aliases: each value written where it is (a reviewer reads the text; an import
+    counts every use of an alias against its limit)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 class Command(BaseCommand):
     help = gettext_noop(
         "Export servers, contracts, agents and rules as JSON (or YAML). Secret values are never written."
@@ -24,7 +32,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         document = config_export()
         if options["format"] == "yaml":
-            text = yaml.safe_dump(document, allow_unicode=True, sort_keys=False)
+            text = yaml.dump(document, Dumper=_PlainDumper, allow_unicode=True, sort_keys=False)
         else:
             text = json.dumps(document, ensure_ascii=False, indent=2) + "\n"
         if options["output"]:
