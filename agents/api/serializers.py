@@ -345,7 +345,8 @@ class RunOutputSerializer(BuiltOnceFields, serializers.ModelSerializer):
     def to_representation(self, instance: Run) -> dict[str, Any]:
         data = super().to_representation(instance)
         data["deterministic_results"] = [
-            {k: v for k, v in r.items() if k != "answer_template"} for r in data.get("deterministic_results") or []
+            {k: v for k, v in r.items() if k != "answer_template"} if isinstance(r, dict) else r
+            for r in data.get("deterministic_results") or []
         ]
         return data
 

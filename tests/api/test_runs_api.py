@@ -471,3 +471,14 @@ def test_the_run_answer_written_by_fields_bound_once_is_drf_s_own_for_runs_in_ev
     assert detail["tool_calls"] and detail["tool_calls"][0]["name"] == "search_employee"
     assert detail["feedback"]["comment"] == "좋아요" and detail["error"] is None
     assert drf_answers(failed)[0][0]["error"] == {"code": "time_limit", "message": "시간 초과"}
+
+
+@pytest.mark.django_db
+def test_a_run_whose_stored_results_are_not_all_objects_is_still_answered(api_client, api_caller, demo_agent) -> None:
+    # Stored by an older version, or by hand: the run is read as it is, never a 500.
+    run = Run.objects.create(
+        agent=demo_agent, api_key=api_caller.key, query="q", deterministic_results=["text", {"tool": "t"}]
+    )
+    response = api_client.get(f"/api/v1/runs/{run.id}")
+    assert response.status_code == 200, response.content
+    assert response.json()["deterministic_results"] == ["text", {"tool": "t"}]

@@ -174,3 +174,28 @@ def test_the_exports_take_the_lists_date_drill_down_and_say_they_do_not_search(a
     searched = auditor_client.get("/admin/audit/auditevent/?q=zzz").content.decode()
     assert "not the search box" in searched
     assert "not the search box" not in auditor_client.get("/admin/audit/auditevent/").content.decode()
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "max_iterations",
+        "model:throttled",
+        "model:timeout",
+        "model:connection",
+        "model:validation",
+        "model:auth",
+        "model:error",
+    ],
+)
+def test_every_way_a_run_can_end_has_words(code: str) -> None:
+    # Codes the engine writes as a run's error: the runs list and a run's page showed them bare.
+    with translation.override("en"):
+        assert reason_label(code) != code
+    with translation.override("ko"):
+        assert reason_label(code) != code and re.search("[가-힣]", reason_label(code))
+
+
+def test_a_tool_withdrawn_by_the_platform_is_not_said_to_be_withdrawn_by_its_server() -> None:
+    with translation.override("en"):
+        assert reason_label("tool:withdrawn") == "tool withdrawn after repeated invalid arguments"
