@@ -85,7 +85,8 @@ def error_responses(*statuses: int, conflicts: str = "") -> dict[int, OpenApiRes
 EVENTS_DESCRIPTION = """Server-sent events (`text/event-stream`): the run's events from the start (or after
 `Last-Event-ID` / `?after=`), then new ones as the worker writes them, until the run has finished; then a
 final `event: end` (`data: {"status": ...}`) and the stream closes. Each event is `id: <seq>`,
-`event: <kind>` (`status`, `rule`, `deterministic_result`, `model_turn`, `tool_call`, `approval`) and
+`event: <kind>` (`status`, `rule`, `deterministic_result`, `model_turn`, `tool_call`, `tool_selection`,
+`parallel_calls`, `approval`, `flow_node`) and
 `data: <JSON>`. A comment line (`: keep-alive`) is sent after 15 s without events. A stream stays open at
 most `PLATFORM_SSE_MAX_S` seconds (600 by default) and then closes without `end`: reconnect with
 `Last-Event-ID` (an `EventSource` does so by itself) to go on where it stopped."""
