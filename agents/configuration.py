@@ -50,8 +50,10 @@ from mcpregistry.services import mcp_server_update, mcp_tool_create, mcp_tool_up
 
 # What a document may be: read at most this many bytes; hold at most this many values (a YAML alias counts each
 # time it is used: a few lines of aliases expanded to gigabytes), nested at most this deep.
-MAX_DOCUMENT_BYTES = 10 * 1024 * 1024
+MAX_DOCUMENT_BYTES = 64 * 1024 * 1024  # the alias bombs are the value count's; an installation's export is far under
 MAX_DOCUMENT_VALUES = 1_000_000
+# libyaml's safe loader where installed (a large export read in a second, not ten), else PyYAML's own.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_DOCUMENT_DEPTH = 100
 # The largest whole number a column of PostgreSQL's ``integer`` holds (SQLite's hold more: a document that
 # imported there failed on PostgreSQL as a server error).
@@ -269,7 +271,7 @@ def load_document(path: str | Path) -> dict[str, Any]:
             code="invalid_config",
         ) from None
     try:
-        data = yaml.safe_load(text) if kind == "YAML" else json_loads(text)
+        data = yaml.load(text, Loader=_YAML_LOADER) if kind == "YAML" else json_loads(text)  # noqa: S506 - safe
     except (ValueError, yaml.YAMLError) as exc:
         raise ApplicationError(
             _("%(path)s: not valid %(kind)s: %(error)s") % {"path": path, "kind": kind, "error": exc},
@@ -469,19 +471,22 @@ def _public_env_problems(spec: ServerSpec, server: McpServer, *, created: bool) 
     problems = []
     for name in spec.public_env:
         given = spec.env.get(name)
-        if given is not None and given.value is None:
-            problems.append(
-                _(
-                    "'%(name)s' is a setting (shown), so give its value as {\"value\": ...}, not as a secret "
-                    '({"set": true} or {"from_env": ...}); a secret is never shown'
-                )
-                % {"name": name}
-            )
-        elif name in stored and name not in shown:
+        # A setting's value is given, or read from the environment (a reference, never a value), or kept where
+        # the name is a setting already; {"set": true} on a stored secret would make it shown.
+        kept_secret = given is not None and given.value is None and given.from_env is None and name not in shown
+        if kept_secret and name in stored:
             problems.append(
                 _(
                     "'%(name)s' is stored as a secret and a secret never becomes a setting: import it without "
                     "'%(name)s' first, then as a setting"
+                )
+                % {"name": name}
+            )
+        elif kept_secret:
+            problems.append(
+                _(
+                    "'%(name)s' is a setting (shown), so give its value as {\"value\": ...}, not as a secret "
+                    '({"set": true} or {"from_env": ...}); a secret is never shown'
                 )
                 % {"name": name}
             )
@@ -496,7 +501,7 @@ def _tool_switch(tool: McpTool, enabled: bool | None) -> dict[str, bool]:
         return {}
     if tool.review_required:
         return {"enabled_before_review": enabled}
-    if tool.discovered_at is None:
+    if tool.discovered_at is None and tool.pk is None:
         return {"enabled": enabled, "enabled_before_review": enabled}
     return {"enabled": enabled}
 

@@ -487,9 +487,10 @@ def _mistyped_fields(model: type[models.Model], values: Mapping[str, Any]) -> di
 
 
 def _unbound_servers_problems(agent: Agent, content: VersionContent | dict[str, Any]) -> list[str]:
-    """The servers the content names (its ``servers``, its rules' and its contracts') that ``agent`` does not
-    bind, as problems: a run of the version would call them (``agents.versions.version_servers``)."""
-    bound = set(agent.servers.values_list("mcp_id", flat=True)) if agent.pk is not None else set()
+    """The servers the content names (its ``servers``, its rules' and its contracts') that do not exist, as
+    problems (``agents.versions.version_servers`` would leave them out silently). A version may name a server
+    its agent no longer binds: it is frozen as published, and a rollback re-publishes it so."""
+    bound = set(McpServer.objects.values_list("mcp_id", flat=True))
     named: dict[str, list[str]] = {}
     for mcp_id in content.get("servers") or []:
         named.setdefault(str(mcp_id), []).append("servers")
@@ -502,8 +503,7 @@ def _unbound_servers_problems(agent: Agent, content: VersionContent | dict[str, 
         ", ".join(places[:3])
         + (", …" if len(places) > 3 else "")
         + ": "
-        + _("server '%(mcp_id)s' is not bound to agent '%(slug)s' (a version calls only its agent's servers)")
-        % {"mcp_id": mcp_id, "slug": agent.slug}
+        + _("no MCP server '%(mcp_id)s' (a version calls only servers that exist)") % {"mcp_id": mcp_id}
         for mcp_id, places in sorted(named.items())
         if mcp_id not in bound
     ]

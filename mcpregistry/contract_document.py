@@ -25,7 +25,7 @@ class ContractSpec(BaseModel):
     fallback_policy: Literal["suggest", "call"] = "suggest"
     risk: Literal["read", "write"] = "read"
     memo: bool = True
-    memo_ttl_s: int | None = Field(default=None, ge=0)
+    memo_ttl_s: int | None = Field(default=None, ge=0, le=2**31 - 1)  # what every database column holds
     idempotency_arg: str = ""
     correction_cap: int = Field(default=3, ge=0, le=100)
 

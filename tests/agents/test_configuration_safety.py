@@ -45,15 +45,10 @@ def refused(doc: dict[str, Any]) -> str:
 # --- 1. a secret never becomes a setting ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "kept",
-    [{"set": True}, {"from_env": "DOCS_TOKEN"}, {"value": "now-in-clear"}],
-    ids=["kept", "from_env", "new_value"],
-)
-def test_public_env_cannot_turn_a_stored_secret_into_a_setting(kept: dict[str, Any]) -> None:
+def test_public_env_cannot_turn_a_stored_secret_into_a_setting() -> None:
     config_import(actor="t", document=document())
     doc = document()
-    doc["servers"][0]["env"]["INTERNAL_API_KEY"] = kept
+    doc["servers"][0]["env"]["INTERNAL_API_KEY"] = {"set": True}  # keep the stored value... and show it
     doc["servers"][0]["public_env"] = ["FAILURE_MODE", "INTERNAL_API_KEY"]
     message = refused(doc)
     assert "servers[0] (company): public_env: 'INTERNAL_API_KEY'" in message
@@ -62,11 +57,27 @@ def test_public_env_cannot_turn_a_stored_secret_into_a_setting(kept: dict[str, A
     assert SECRET not in json.dumps(config_export(), ensure_ascii=False)
 
 
+@pytest.mark.parametrize(
+    "given", [{"from_env": "DOCS_TOKEN"}, {"value": "now-a-setting"}], ids=["from_env", "new_value"]
+)
+def test_a_stored_secret_may_become_a_setting_given_anew(given: dict[str, Any]) -> None:
+    # A reference to the environment, or a new value: the stored secret is replaced, never shown.
+    config_import(actor="t", document=document())
+    doc = document()
+    doc["servers"][0]["env"]["INTERNAL_API_KEY"] = given
+    doc["servers"][0]["public_env"] = ["FAILURE_MODE", "INTERNAL_API_KEY"]
+    config_import(actor="t", document=doc)
+    exported = config_export()
+    assert SECRET not in json.dumps(exported, ensure_ascii=False)
+    assert exported["servers"][0]["env"]["INTERNAL_API_KEY"] == given
+    assert not config_import(actor="t", document=exported).updated  # and it re-imports unchanged
+
+
 def test_a_setting_of_a_new_server_must_be_given_its_value() -> None:
     doc = document()
-    doc["servers"][0]["env"]["INTERNAL_API_KEY"] = {"from_env": "DOCS_TOKEN"}
+    doc["servers"][0]["env"]["INTERNAL_API_KEY"] = {"set": True}
     doc["servers"][0]["public_env"] = ["INTERNAL_API_KEY"]
-    assert 'give its value as {"value": ...}' in refused(doc)
+    assert "INTERNAL_API_KEY" in refused(doc)
     doc["servers"][0]["env"]["INTERNAL_API_KEY"] = {"value": "shown"}
     config_import(actor="t", document=doc)
     exported = config_export()
@@ -117,15 +128,25 @@ def test_a_version_whose_rule_conditions_are_not_an_object_is_refused(demo_agent
 # --- 3. a version calls only its agent's servers ----------------------------------------------------------
 
 
-def test_a_version_naming_servers_its_agent_does_not_bind_is_refused(demo_agent: Agent) -> None:
+def test_a_version_naming_a_server_that_does_not_exist_is_refused(demo_agent: Agent) -> None:
+    agent_version_publish(agent=demo_agent, actor="t", via="tests")
+    doc = config_export()
+    version = copy.deepcopy(agent_entry(doc)["versions"][0])
+    version["content"]["servers"] = ["nowhere"]
+    doc["agents"].append({"slug": "ghost", "servers": [], "versions": [version], "live_version": version["number"]})
+    message = refused(doc)
+    assert "agents[1] (ghost): versions: v1: servers" in message and "no MCP server 'nowhere'" in message
+    assert not Agent.objects.filter(slug="ghost").exists()
+
+
+def test_a_version_naming_a_server_its_agent_no_longer_binds_imports(demo_agent: Agent) -> None:
+    # Frozen as published: the agent may have unbound the server since (a rollback re-publishes it so).
     agent_version_publish(agent=demo_agent, actor="t", via="tests")
     doc = config_export()
     version = copy.deepcopy(agent_entry(doc)["versions"][0])
     doc["agents"].append({"slug": "unbound", "servers": [], "versions": [version], "live_version": version["number"]})
-    message = refused(doc)
-    assert "agents[1] (unbound): versions: v1: servers" in message
-    assert "server 'sds-company-data' is not bound to agent 'unbound'" in message
-    assert not Agent.objects.filter(slug="unbound").exists()
+    config_import(actor="t", document=doc)
+    assert Agent.objects.get(slug="unbound").live_version.number == version["number"]
 
 
 # --- 4. failure is a value ------------------------------------------------------------------------------
@@ -356,3 +377,17 @@ def test_a_contracts_arguments_are_exported_with_their_keys_sorted() -> None:
     assert ToolContract.objects.get().args["zone"] == {"type": "str", "required": False}
     config_import(actor="t", document=first)
     assert json.dumps(config_export(), ensure_ascii=False) == json.dumps(first, ensure_ascii=False)
+
+
+def test_a_tool_turned_off_before_its_server_was_discovered_re_imports_unchanged() -> None:
+    # A new installation's import names the tool (its server not connected to yet); an admin turns it off.
+    doc = document()
+    doc["tools"] = [{"mcp_id": "company", "tool": "get_asset", "tags": ["자산"]}]
+    config_import(actor="t", document=doc)
+    tool = McpTool.objects.get(server__mcp_id="company", name="get_asset")
+    assert tool.discovered_at is None
+    mcp_tool_update(tool=tool, actor="admin", via="tests", data={"enabled": False})
+    exported = config_export()
+    before = AuditEvent.objects.count()
+    again = config_import(actor="t", document=exported)
+    assert not again.updated and AuditEvent.objects.count() == before
