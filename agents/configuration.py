@@ -251,6 +251,15 @@ class _Problems:
         self.items.append(f"{where}: {message}")
 
 
+def _named(rows: Any, name: str) -> Any:
+    """The row of ``rows`` named ``name`` (composed, as the document is), also where it was stored decomposed (the
+    admin and the services keep text as typed): an entry is matched to its row, never made a second one."""
+    exact = rows.filter(name=name).first()
+    if exact is not None:
+        return exact
+    return next((row for row in rows if nfc_value(row.name) == name), None)
+
+
 def load_document(path: str | Path) -> dict[str, Any]:
     """Read a JSON or YAML configuration file. Raises ApplicationError for a file over ``MAX_DOCUMENT_BYTES``,
     not UTF-8, not valid JSON or YAML (nesting past the bounded decoder's limit included), or not an object.
@@ -637,7 +646,7 @@ def _config_import(
             problems.add(where, f"unknown server '{tspec.mcp_id}'")
             continue
         # As for a contract: a tool named before discovery is registered now and filled in by discovery.
-        tool = McpTool.objects.filter(server=server, name=tspec.tool).first()
+        tool = _named(McpTool.objects.filter(server=server), tspec.tool)
         created = tool is None
         tool = tool or McpTool(server=server, name=tspec.tool)
         before = None if created else _fields(tool)
@@ -669,7 +678,7 @@ def _config_import(
             problems.add(where, "tool: " + _("a tool's name has 1 to %(limit)s characters") % {"limit": TOOL_NAME_MAX})
             continue
         # A contract may come before discovery: the tool row is created now and filled in by discovery.
-        tool = McpTool.objects.filter(server=server, name=cspec.tool).first() or mcp_tool_create(
+        tool = _named(McpTool.objects.filter(server=server), cspec.tool) or mcp_tool_create(
             server=server, name=cspec.tool, actor=actor, via=via
         )
         contract = ToolContract.objects.filter(tool=tool).first()
@@ -750,7 +759,7 @@ def _config_import(
         if rspec.mcp_id and (server is None or server.pk is None):
             problems.add(where, f"unknown server '{rspec.mcp_id}'")
             continue
-        rule = DeterministicRule.objects.filter(agent=agent, name=rspec.name).first()
+        rule = _named(DeterministicRule.objects.filter(agent=agent), rspec.name)
         created = rule is None
         rule = rule or DeterministicRule(agent=agent, name=rspec.name)
         before = None if created else _fields(rule)
@@ -832,7 +841,7 @@ def _apply_versions(
                         problems.add(where, f"versions: v{vspec.number}: {message}")
                     continue
                 report.created.append(label)
-            elif version_content_portable(stored.content) == version_content_portable(content):
+            elif nfc_value(version_content_portable(stored.content)) == version_content_portable(content):
                 report.unchanged.append(label)
             else:
                 problems.add(

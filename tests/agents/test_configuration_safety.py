@@ -391,3 +391,23 @@ def test_a_tool_turned_off_before_its_server_was_discovered_re_imports_unchanged
     before = AuditEvent.objects.count()
     again = config_import(actor="t", document=exported)
     assert not again.updated and AuditEvent.objects.count() == before
+
+
+def test_text_stored_decomposed_re_imports_as_the_same_rule_and_version(demo_agent: Agent) -> None:
+    # The admin keeps text as typed: a rule name pasted decomposed (macOS), then published. Its export, composed
+    # on import, is the same rule and the same version, not a second rule or "not this installation's v1".
+    import unicodedata
+
+    from agents.models import DeterministicRule
+    from agents.services import deterministic_rule_update
+
+    rule = DeterministicRule.objects.filter(agent=demo_agent).first()
+    decomposed = unicodedata.normalize("NFD", "직원 소속 조회")
+    deterministic_rule_update(rule=rule, actor="admin", via="tests", data={"name": decomposed})
+    agent_version_publish(agent=demo_agent, actor="t", via="tests")
+    exported = config_export()
+    before = AuditEvent.objects.count()
+    again = config_import(actor="t", document=exported)
+    assert not again.created and not again.updated, (again.created, again.updated)
+    assert AuditEvent.objects.count() == before
+    assert DeterministicRule.objects.filter(agent=demo_agent, name__in=[decomposed, "직원 소속 조회"]).count() == 1
