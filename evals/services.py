@@ -313,6 +313,14 @@ def eval_set_apply(*, document: Mapping[str, Any], actor: Any, via: str) -> SetI
     return result
 
 
+def _keys_sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _keys_sorted(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_keys_sorted(item) for item in value]
+    return value
+
+
 def eval_set_document(eval_set: EvalSet) -> dict[str, Any]:
     """A set as a document (what ``export_config`` writes and ``eval_set_apply`` reads back)."""
     return {
@@ -320,15 +328,17 @@ def eval_set_document(eval_set: EvalSet) -> dict[str, Any]:
         "description": eval_set.description,
         "agent": eval_set.agent.slug if eval_set.agent else None,
         "sandbox_servers": list(eval_set.sandbox_servers),
-        "thresholds": dict(eval_set.thresholds),
+        "thresholds": dict(sorted(eval_set.thresholds.items())),
         "cases": [
             {
                 "key": c.key,
                 "order": c.order,
                 "type": c.case_type,
                 "query": c.query,
-                **({"context": c.context} if c.context else {}),
-                **({"data": c.data} if c.data else {}),
+                # Free-form objects with their keys sorted (PostgreSQL's jsonb keeps its own order): the exported
+                # text is the same after a round trip.
+                **({"context": _keys_sorted(c.context)} if c.context else {}),
+                **({"data": _keys_sorted(c.data)} if c.data else {}),
                 "expected_tools": c.expected_tools,
                 **({"ordered": True} if c.ordered else {}),
                 "forbidden_tools": c.forbidden_tools,

@@ -88,3 +88,18 @@ def test_a_case_written_decomposed_through_the_services_is_stored_composed() -> 
     eval_case_update(case=case, actor="test", via="tests")
     stored = EvalCase.objects.get(pk=case.pk)
     assert stored.answer_checks == [{"contains": "김하늘"}] and stored.data == [{"이름": "김하늘"}]
+
+
+def test_a_sets_free_form_objects_are_exported_with_their_keys_sorted(db) -> None:
+    from evals.services import eval_set_apply, eval_set_document
+
+    document = {
+        "name": "sorted",
+        "thresholds": {"recall": 0.5, "argument_match": 0.5},
+        "cases": [{"key": "k", "query": "질문", "context": {"userId": "u", "chatbotId": "c", "a": {"z": 1, "b": 2}}}],
+    }
+    applied = eval_set_apply(document=document, actor="test", via="tests")
+    exported = eval_set_document(applied.eval_set)
+    assert list(exported["thresholds"]) == ["argument_match", "recall"]
+    assert list(exported["cases"][0]["context"]) == ["a", "chatbotId", "userId"]
+    assert list(exported["cases"][0]["context"]["a"]) == ["b", "z"]
