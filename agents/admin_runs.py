@@ -10,6 +10,8 @@ instead of an API key; each event makes the page fetch the timeline again (one s
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +39,7 @@ from agents.api.config import api_setting
 from agents.api.events import RunEventFeed, stream_async, stream_sync
 from agents.api.throttling import StreamSlot
 from agents.approvals import approval_decide, asked_by_the_model
+from agents.budgets import usd_text
 from agents.decision_reasons import approval_reason_text, reason_text
 from agents.models import Approval, Run
 from agents.services import CANCELLABLE, run_cancel
@@ -163,116 +166,512 @@ def _approval_step(approval: Approval | None, *, label: str, title: str, args: A
     return step
 
 
-def run_timeline(run: Run) -> list[TimelineStep]:
-    """A run's steps in order: rule decisions, deterministic calls (with their attempts), the model's turns, its
-    tool calls (with their attempts and approvals), approvals, and the answer (or error) last."""
-    calls: dict[str, list[Any]] = {}
-    for event in run.audit_events.filter(action="tool.call").order_by("id"):
-        calls.setdefault(event.call_id, []).append(event)
-    approvals = list(run.approvals.order_by("created_at"))
-    by_id = {str(a.pk): a for a in approvals}
-    by_call = {a.call_id: a for a in approvals if a.call_id}
-    shown: set[str] = set()
-    steps: list[TimelineStep] = []
-    for entry in run.messages or []:
-        kind = entry.get("type", "")
-        if kind == "rule":
-            target = f"{entry.get('mcp_id', '')}.{entry.get('tool', '')}".strip(".")
-            matched = bool(entry.get("matched"))
-            steps.append(
-                TimelineStep(
-                    kind="rule",
-                    label=gettext("rule decision"),
-                    title=f"{entry.get('rule', '')} → {target}" if target else str(entry.get("rule", "")),
-                    status="ok" if matched else "skipped",
-                    status_text=gettext("matched") if matched else gettext("skipped"),
-                    note="" if matched else reason_text(str(entry.get("reason") or "")),
-                ).with_args(entry.get("params") if matched else None)
-            )
-        elif kind in ("deterministic_call", "flow_call"):
-            step = TimelineStep(
-                kind="deterministic" if kind == "deterministic_call" else "flow",
-                label=gettext("deterministic call") if kind == "deterministic_call" else gettext("flow call"),
-                title=f"{entry.get('mcp_id', '')}.{entry.get('tool', '')}",
-                result=_pretty(entry.get("value")) if entry.get("ok") else "",
-                note="" if entry.get("ok") else str(entry.get("message") or ""),
-            ).with_args(entry.get("args"))
-            key = f"rule:{entry.get('rule_id')}" if kind == "deterministic_call" else str(entry.get("call_id") or "")
-            _call_step(step, calls.get(key, []), ok_in_trace=bool(entry.get("ok")), error=str(entry.get("error") or ""))
-            if entry.get("ok") and (entry.get("fallback_for") or entry.get("memo_hit")) and step.status == "ok":
-                step.status = "degraded"
-            if entry.get("ok") and entry.get("fallback_for"):
-                step.note = gettext("from the fallback tool, because %(tool)s failed") % {"tool": entry["fallback_for"]}
-            if step.duration_ms is None and entry.get("latency_ms") is not None:
-                step.duration_ms = entry.get("latency_ms")
-            steps.append(step)
-        elif kind == "approval":
-            approval = by_id.get(str(entry.get("approval_id")))
-            if approval is not None:
-                shown.add(str(approval.pk))
-            steps.append(
-                _approval_step(
-                    approval,
-                    label=gettext("approval requested"),
-                    title=str(entry.get("tool", "")),
-                    args=entry.get("args"),
-                )
-            )
-        elif kind == "system":
-            steps.append(
-                TimelineStep(kind="message", label=gettext("system message"), result=_text(entry.get("content", "")))
-            )
-        elif kind == "human":
-            steps.append(
-                TimelineStep(kind="message", label=gettext("user query"), result=_text(entry.get("content", "")))
-            )
-        elif kind == "ai":
-            wanted = [
-                f"→ {c['name']}({json.dumps(c.get('args'), ensure_ascii=False)})" for c in entry.get("tool_calls") or []
+def _str(value: Any) -> str:
+    """A stored value as text: a string as it is, nothing for None, anything else as its JSON."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else str(value)
+
+
+def _number(value: Any) -> float | None:
+    """A stored number (a bool, a text or an infinity is none)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _type(entry: dict[str, Any]) -> str:
+    kind = entry.get("type")
+    return kind if isinstance(kind, str) else ""
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _ms(value: Any) -> str:
+    number = _number(value)
+    return "?" if number is None else f"{number:,.2f}".rstrip("0").rstrip(".")
+
+
+# Why a tool is in a turn's offer (``agents.tool_selection``).
+_WHY = {
+    "rule": _("named by a rule"),
+    "pinned": _("pinned"),
+    "called": _("called before"),
+    "widened": _("asked for by the model"),
+    "ranked": _("ranked %(score)s"),
+}
+
+# Entries the ReAct loop appends to the trace before the conversation's messages: each is placed by its turn or
+# its call next to the step it belongs to (``_in_order``).
+_MESSAGE_TYPES = frozenset({"system", "human", "ai", "tool"})
+# The steps a trace records (not its messages or notes): what says whether the stored trace or the run's events
+# tell more.
+_STEP_TYPES = frozenset({"rule", "deterministic_call", "flow_call", "flow_node", "ai", "tool"})
+
+
+def _in_order(entries: list[dict[str, Any]], call_of_approval: dict[str, str]) -> list[dict[str, Any]]:
+    """The trace's entries in the order they happened. The engine appends what its ReAct loop notes (tool
+    selection, parallel calls, a withdrawn tool, an approval, a model's failure) before the conversation's
+    messages; each goes before the model turn of its ``turn``, after the turn that made its calls, after the
+    call that withdrew its tool, or last (a model failure). One that cannot be placed stays where it is."""
+    ai_at = [i for i, e in enumerate(entries) if _type(e) == "ai"]
+    message_at = [i for i, e in enumerate(entries) if _type(e) in _MESSAGE_TYPES]
+    turn_of_call: dict[str, int] = {}
+    for i in ai_at:
+        for call in _list(entries[i].get("tool_calls")):
+            if isinstance(call, dict) and call.get("id"):
+                turn_of_call.setdefault(_str(call["id"]), i)
+    tool_at: dict[str, int] = {}
+    for i, e in enumerate(entries):
+        if _type(e) == "tool" and e.get("tool_call_id"):
+            tool_at.setdefault(_str(e["tool_call_id"]), i)
+    before: dict[int, list[int]] = {}
+    after: dict[int, list[int]] = {}
+    last: list[int] = []
+    moved: set[int] = set()
+
+    def place(j: int, where: dict[int, list[int]] | None, anchor: int | None) -> None:
+        if where is None:
+            if message_at:
+                last.append(j)
+                moved.add(j)
+            return
+        if anchor is not None and anchor != j:
+            where.setdefault(anchor, []).append(j)
+            moved.add(j)
+
+    for j, e in enumerate(entries):
+        kind = _type(e)
+        if kind == "tool_selection":
+            turn = _number(e.get("turn"))
+            if turn is not None and turn == int(turn) and 1 <= turn <= len(ai_at):
+                place(j, before, ai_at[int(turn) - 1])
+            elif turn is not None and turn > len(ai_at):
+                place(j, None, None)  # the turn it was for did not come back (the model failed, the run stopped)
+        elif kind == "parallel_calls":
+            ids = [_str(c.get("call_id")) for c in _list(e.get("calls")) if isinstance(c, dict)]
+            turn_at = next((turn_of_call[i] for i in ids if i in turn_of_call), None)
+            place(j, after, turn_at)
+        elif kind == "tool_withdrawn":
+            name = _str(e.get("tool"))
+            failed = [
+                i
+                for i, m in enumerate(entries)
+                if _type(m) == "tool" and _str(m.get("name")) == name and _str(m.get("error")).startswith("args:")
             ]
-            steps.append(
-                TimelineStep(
-                    kind="model",
-                    label=gettext("model turn"),
-                    title="\n".join(wanted),
-                    result=_text(entry.get("content", "")),
-                )
+            count = _number(e.get("corrections"))
+            if failed:
+                nth = int(count) - 1 if count is not None and 1 <= count <= len(failed) else len(failed) - 1
+                place(j, after, failed[nth])
+        elif kind == "approval":
+            call_id = call_of_approval.get(_str(e.get("approval_id"))) or _str(e.get("call_id"))
+            if call_id in tool_at:
+                place(j, before, tool_at[call_id])
+            elif call_id in turn_of_call:
+                place(j, after, turn_of_call[call_id])
+        elif kind == "model_error":
+            place(j, None, None)
+    end = message_at[-1] if message_at else -1
+    ordered: list[dict[str, Any]] = []
+    for i, e in enumerate(entries):
+        ordered.extend(entries[k] for k in before.get(i, []))
+        if i not in moved:
+            ordered.append(e)
+        ordered.extend(entries[k] for k in after.get(i, []))
+        if i == end:
+            ordered.extend(entries[k] for k in last)
+    return ordered
+
+
+def _entries_from_events(run: Run) -> list[dict[str, Any]]:
+    """The run's steps as its events recorded them (masked, as they happened), in the trace's shapes."""
+    entries: list[dict[str, Any]] = []
+    for kind, data in run.events.order_by("seq").values_list("kind", "data"):
+        if not isinstance(data, dict):
+            continue
+        if kind == "rule":
+            entries.append({**data, "type": "rule"})
+        elif kind == "deterministic_result":
+            entries.append({**data, "type": "deterministic_call"})
+        elif kind == "model_turn":
+            entries.append({**data, "type": "ai"})
+        elif kind == "tool_call" and data.get("source") == "flow":
+            entries.append({**data, "type": "flow_call"})
+        elif kind == "tool_call" and data.get("error") == "approval:pending":
+            entries.append({"type": "approval", "call_id": data.get("call_id"), "tool": data.get("tool")})
+        elif kind == "tool_call":
+            ok = bool(data.get("ok"))
+            entries.append(
+                {
+                    "type": "tool",
+                    "tool_call_id": data.get("call_id"),
+                    "name": data.get("tool"),
+                    "content": data.get("value") if ok else data.get("message"),
+                    "status": "success" if ok else "error",
+                    "error": data.get("error") or "",
+                }
             )
-        elif kind == "tool":
-            call_id = str(entry.get("tool_call_id") or "")
-            step = TimelineStep(kind="tool", label=gettext("tool call"), title=str(entry.get("name", "")))
-            step.result = _text(entry.get("content", ""))
-            events = calls.get(call_id, [])
-            if events and events[0].args:
-                step.with_args(events[0].args)
-            _call_step(step, events, ok_in_trace=None if entry.get("status") != "error" else False)
-            approval = by_call.get(call_id)
-            if approval is not None:
-                shown.add(str(approval.pk))
-                step.note = gettext("approval: %(status)s") % {"status": approval.get_status_display()}
-                if approval.decided_by:
-                    step.note += " · " + gettext("by %(who)s") % {"who": approval.decided_by}
-                if approval.reason:
-                    step.note += f" · {approval_reason_text(approval.reason)}"
-                if approval.status == Approval.Status.OUTCOME_UNKNOWN:
-                    step.status = "degraded"
-            steps.append(step)
-        elif kind == "outcome":
-            steps.append(
-                TimelineStep(
-                    kind="outcome",
-                    label=gettext("outcome"),
-                    title=_code_in_words(str(entry.get("reason", ""))),
-                    status="failed",
-                    note=", ".join(_code_in_words(str(c)) for c in entry.get("tool_errors") or []),
-                )
-            )
-        elif kind == "answer":
-            continue  # the run's answer is the last step, below
+        elif kind == "approval":
+            entries.append({"type": "approval", **data})
+        elif kind in ("flow_node", "tool_selection", "parallel_calls"):
+            entries.append({**data, "type": kind})
+    return entries
+
+
+def _trace_entries(run: Run) -> list[Any]:
+    """What the timeline is built from: the stored trace (``run.messages``, written when the run ends or parks)
+    or, for a run still going or one that ended without its steps in it (cancelled, stopped by its iterations or
+    its model), the run's events, with the trace's notes (its prompt, resources, messages, failures) beside them."""
+    stored = run.messages
+    messages: list[Any] = stored if isinstance(stored, list) else ([stored] if stored else [])
+    dicts = [e for e in messages if isinstance(e, dict)]
+    if run.status == Run.Status.SUCCEEDED:
+        return messages
+    events = _entries_from_events(run)
+
+    def count(entries: list[Any], kinds: frozenset[str]) -> int:
+        return sum(1 for e in entries if _type(e) in kinds)
+
+    use_events = bool(events) and (
+        run.status in (Run.Status.QUEUED, Run.Status.RUNNING)
+        or count(events, frozenset({"ai"})) > count(dicts, frozenset({"ai"}))
+        or count(dicts, _STEP_TYPES) < count(events, _STEP_TYPES)
+    )
+    if not use_events:
+        return messages
+    first_loop = next(
+        (i for i, e in enumerate(events) if _type(e) in ("ai", "tool", "tool_selection", "parallel_calls")),
+        len(events),
+    )
+    context = [e for e in dicts if _type(e) in ("prompt", "resource", "resource_tool", "system", "human")]
+    if not any(_type(e) == "human" for e in context):
+        context.append({"type": "human", "content": run.query})
+    notes = [e for e in dicts if _type(e) in ("tool_withdrawn", "model_error", "outcome")]
+    return [*events[:first_loop], *context, *events[first_loop:], *notes]
+
+
+class _Timeline:
+    """Builds a run's steps from its trace entries (any stored shape: an odd one reads as such, never a 500)."""
+
+    def __init__(self, run: Run) -> None:
+        self.calls: dict[str, list[Any]] = {}
+        audited = run.audit_events.filter(action__in=("tool.call", "resource.read", "prompt.get")).order_by("id")
+        for event in audited:
+            self.calls.setdefault(event.call_id, []).append(event)
+        self.approvals = list(run.approvals.order_by("created_at"))
+        self.by_id = {str(a.pk): a for a in self.approvals}
+        self.by_call = {a.call_id: a for a in self.approvals if a.call_id}
+        self.shown: set[str] = set()
+        self.approval_steps: set[str] = set()
+        self.turns = 0
+
+    def step(self, entry: Any) -> TimelineStep | None:
+        if not isinstance(entry, dict):
+            return TimelineStep(kind="other", label=gettext("unreadable trace entry"), result=_text(entry))
+        kind = entry.get("type") if isinstance(entry.get("type"), str) else ""
+        handler = getattr(self, f"_{kind}", None) if kind in _HANDLED else None
+        if handler is None:
+            label = gettext("trace entry %(type)s") % {"type": kind} if kind else gettext("unreadable trace entry")
+            return TimelineStep(kind="other", label=label, result=_pretty(entry))
+        step: TimelineStep | None = handler(entry)
+        return step
+
+    def _rule(self, entry: dict[str, Any]) -> TimelineStep:
+        target = f"{_str(entry.get('mcp_id'))}.{_str(entry.get('tool'))}".strip(".")
+        matched = bool(entry.get("matched"))
+        rule = _str(entry.get("rule"))
+        return TimelineStep(
+            kind="rule",
+            label=gettext("rule decision"),
+            title=f"{rule} → {target}" if target else rule,
+            status="ok" if matched else "skipped",
+            status_text=gettext("matched") if matched else gettext("skipped"),
+            note="" if matched else reason_text(_str(entry.get("reason"))),
+        ).with_args(entry.get("params") if matched else None)
+
+    def _call(self, entry: dict[str, Any], *, kind: str, label: str, key: str) -> TimelineStep:
+        ok = bool(entry.get("ok"))
+        step = TimelineStep(
+            kind=kind,
+            label=label,
+            title=f"{_str(entry.get('mcp_id'))}.{_str(entry.get('tool'))}",
+            result=_pretty(entry.get("value")) if ok else "",
+            note="" if ok else _str(entry.get("message")),
+        ).with_args(entry.get("args"))
+        _call_step(step, self.calls.get(key, []), ok_in_trace=ok, error=_str(entry.get("error")))
+        fallback_for = _str(entry.get("fallback_for"))
+        if ok and (fallback_for or entry.get("memo_hit")) and step.status == "ok":
+            step.status = "degraded"
+        if ok and fallback_for:
+            step.note = gettext("from the fallback tool, because %(tool)s failed") % {"tool": fallback_for}
+        if step.duration_ms is None:
+            step.duration_ms = _number(entry.get("latency_ms"))
+        return step
+
+    def _deterministic_call(self, entry: dict[str, Any]) -> TimelineStep:
+        key = f"rule:{_str(entry.get('rule_id'))}"
+        return self._call(entry, kind="deterministic", label=gettext("deterministic call"), key=key)
+
+    def _flow_call(self, entry: dict[str, Any]) -> TimelineStep:
+        return self._call(entry, kind="flow", label=gettext("flow call"), key=_str(entry.get("call_id")))
+
+    def _approval(self, entry: dict[str, Any]) -> TimelineStep | None:
+        approval = self.by_id.get(_str(entry.get("approval_id"))) or self.by_call.get(_str(entry.get("call_id")))
+        if approval is not None:
+            if str(approval.pk) in self.approval_steps:
+                return None  # the events name an approval twice: its call, and what the run waits for
+            self.shown.add(str(approval.pk))
+            self.approval_steps.add(str(approval.pk))
+        title = _str(entry.get("tool")) or (f"{approval.mcp_id}.{approval.tool}" if approval else "")
+        args = entry.get("args") if "args" in entry else (approval.args if approval else None)
+        return _approval_step(approval, label=gettext("approval requested"), title=title, args=args)
+
+    def _system(self, entry: dict[str, Any]) -> TimelineStep:
+        return TimelineStep(kind="message", label=gettext("system message"), result=_text(entry.get("content", "")))
+
+    def _human(self, entry: dict[str, Any]) -> TimelineStep:
+        return TimelineStep(kind="message", label=gettext("user query"), result=_text(entry.get("content", "")))
+
+    def _ai(self, entry: dict[str, Any]) -> TimelineStep:
+        self.turns += 1
+        wanted = []
+        for call in _list(entry.get("tool_calls")):
+            if isinstance(call, dict):
+                wanted.append(f"→ {_str(call.get('name')) or '?'}({_str(call.get('args'))})")
+            else:
+                wanted.append(f"→ {_str(call)}")
+        step = TimelineStep(
+            kind="model",
+            label=gettext("model turn %(n)d") % {"n": self.turns},
+            title="\n".join(wanted),
+            result=_text(entry.get("content", "")),
+        )
+        if entry.get("guardrail"):
+            step.status, step.status_text = "degraded", gettext("stopped by a guardrail")
+            step.note = _str(entry.get("guardrail"))
+        return step
+
+    def _tool(self, entry: dict[str, Any]) -> TimelineStep:
+        call_id = _str(entry.get("tool_call_id"))
+        step = TimelineStep(kind="tool", label=gettext("tool call"), title=_str(entry.get("name")))
+        step.result = _text(entry.get("content", ""))
+        events = self.calls.get(call_id, [])
+        if events and events[0].args:
+            step.with_args(events[0].args)
+        failed = entry.get("status") == "error"
+        _call_step(step, events, ok_in_trace=False if failed else None, error=_str(entry.get("error")))
+        approval = self.by_call.get(call_id)
+        if approval is not None:
+            self.shown.add(str(approval.pk))
+            step.note = gettext("approval: %(status)s") % {"status": approval.get_status_display()}
+            if approval.decided_by:
+                step.note += " · " + gettext("by %(who)s") % {"who": approval.decided_by}
+            if approval.reason:
+                step.note += f" · {approval_reason_text(approval.reason)}"
+            if approval.status == Approval.Status.OUTCOME_UNKNOWN:
+                step.status = "degraded"
+        return step
+
+    def _outcome(self, entry: dict[str, Any]) -> TimelineStep:
+        errors = entry.get("tool_errors")
+        return TimelineStep(
+            kind="outcome",
+            label=gettext("outcome"),
+            title=_code_in_words(_str(entry.get("reason"))),
+            status="failed",
+            note=", ".join(
+                _code_in_words(_str(c)) for c in (errors if isinstance(errors, list) else [errors] if errors else [])
+            ),
+        )
+
+    def _answer(self, entry: dict[str, Any]) -> None:
+        return None  # the run's answer is the last step
+
+    def _tool_selection(self, entry: dict[str, Any]) -> TimelineStep:
+        offered = []
+        for tool in _list(entry.get("offered")):
+            if not isinstance(tool, dict):
+                offered.append(_str(tool))
+                continue
+            why = _str(tool.get("why"))
+            score = _number(tool.get("score"))
+            words = _WHY.get(why)
+            if why == "ranked":
+                because = str(words) % {"score": "?" if score is None else f"{score:g}"}
+            else:
+                because = str(words) if words is not None else why
+            offered.append(f"{_str(tool.get('name'))} ({because})" if because else _str(tool.get("name")))
+        turn = _number(entry.get("turn"))
+        title = gettext("tools offered for turn %(turn)s: %(tools)s") % {
+            "turn": "?" if turn is None else f"{turn:g}",
+            "tools": ", ".join(offered) or gettext("none"),
+        }
+        ranker = _str(entry.get("ranker"))
+        notes = []
+        if ranker == "none":
+            notes.append(gettext("every allowed tool offered (no ranking needed)"))
+        elif ranker:
+            notes.append(gettext("ranker: %(ranker)s") % {"ranker": ranker})
+        fallback = _str(entry.get("fallback"))
+        if fallback:
+            notes.append(gettext("fell back: %(why)s") % {"why": _code_in_words(fallback)})
+        candidates = _number(entry.get("candidates"))
+        if candidates is not None:
+            notes.append(gettext("%(n)s candidate tools") % {"n": f"{candidates:g}"})
+        return TimelineStep(
+            kind="selection",
+            label=gettext("tool selection"),
+            title=title,
+            status="degraded" if fallback else "",
+            duration_ms=_number(entry.get("selection_ms")),
+            note=" · ".join(notes),
+        )
+
+    def _parallel_calls(self, entry: dict[str, Any]) -> TimelineStep:
+        calls = [c for c in _list(entry.get("calls")) if isinstance(c, dict)]
+        starts = [s for c in calls if (s := _number(c.get("start_ms"))) is not None]
+        ends = [e for c in calls if (e := _number(c.get("end_ms"))) is not None]
+        names = ", ".join(_str(c.get("tool")) or "?" for c in calls)
+        overlap = _number(entry.get("max_overlap"))
+        span = f"{_ms(min(starts))}–{_ms(max(ends))} ms" if starts and ends else ""
+        note = gettext("at most %(n)s at once") % {"n": "?" if overlap is None else f"{overlap:g}"}
+        return TimelineStep(
+            kind="parallel",
+            label=gettext("ran in parallel"),
+            title=names,
+            note=f"{note}, {span}" if span else note,
+        )
+
+    def _tool_withdrawn(self, entry: dict[str, Any]) -> TimelineStep:
+        count = _number(entry.get("corrections"))
+        return TimelineStep(
+            kind="withdrawn",
+            label=gettext("tool withdrawn"),
+            title=_str(entry.get("tool")),
+            status="failed",
+            status_text=gettext("withdrawn for the rest of the run after %(n)s calls with invalid arguments")
+            % {"n": "?" if count is None else f"{count:g}"},
+        )
+
+    def _model_error(self, entry: dict[str, Any]) -> TimelineStep:
+        attempts = _number(entry.get("attempts"))
+        return TimelineStep(
+            kind="model_error",
+            label=gettext("model call failed"),
+            title=_code_in_words(_str(entry.get("reason"))),
+            status="failed",
+            status_text=gettext("%(n)s attempt(s)") % {"n": "?" if attempts is None else f"{attempts:g}"},
+        )
+
+    def _prompt(self, entry: dict[str, Any]) -> TimelineStep:
+        ok = bool(entry.get("ok"))
+        delivered = _str(entry.get("delivered"))
+        step = TimelineStep(
+            kind="context",
+            label=gettext("MCP prompt"),
+            title=f"{_str(entry.get('mcp_id'))}/{_str(entry.get('name'))}",
+        ).with_args(entry.get("arguments"))
+        _call_step(step, self.calls.get("prompt", []), ok_in_trace=ok, error=_str(entry.get("error")))
+        if ok:
+            step.note = {
+                "system": gettext("used as the system prompt"),
+                "data": gettext("attached as data (it takes the caller's text, so never as instructions)"),
+            }.get(delivered, gettext("it had no text: the agent's own system prompt stands"))
         else:
-            steps.append(TimelineStep(kind="other", label=kind or "?", result=_pretty(entry)))
-    for approval in approvals:
-        if str(approval.pk) not in shown:
+            step.note = _str(entry.get("message")) or gettext("the agent's own system prompt stands")
+        return step
+
+    def _resource(self, entry: dict[str, Any]) -> TimelineStep:
+        ok = bool(entry.get("ok"))
+        step = TimelineStep(
+            kind="context",
+            label=gettext("MCP resource read"),
+            title=f"{_str(entry.get('mcp_id'))} {_str(entry.get('uri'))}".strip(),
+        )
+        uri = _str(entry.get("uri"))
+        events = [e for events in self.calls.values() for e in events if e.action == "resource.read" and e.tool == uri]
+        _call_step(step, events[-1:] if ok else events, ok_in_trace=ok, error=_str(entry.get("error")))
+        if not ok:
+            step.status, step.status_text = "failed", _failed_text(_str(entry.get("error")))
+        chars = _number(entry.get("chars"))
+        if ok and chars is not None:
+            step.note = gettext("%(n)s characters attached as data") % {"n": f"{chars:,.0f}"}
+        elif not ok:
+            step.note = gettext("left out of the model's context")
+        return step
+
+    def _resource_tool(self, entry: dict[str, Any]) -> TimelineStep:
+        offered = entry.get("offered") is not False
+        error = _str(entry.get("error"))
+        step = TimelineStep(kind="context", label=gettext("read_resource tool"))
+        if offered:
+            step.status, step.status_text = "ok", gettext("offered")
+            return step
+        step.status, step.status_text = "skipped", gettext("not offered")
+        if error == "config:tool_name_conflict":
+            step.note = gettext(
+                "The server %(server)s has a tool of that name; set a tool name prefix on that server."
+            ) % {"server": _str(entry.get("mcp_id")) or "?"}
+        else:
+            step.note = _code_in_words(error) if error else _str(entry.get("message"))
+        return step
+
+    def _flow_node(self, entry: dict[str, Any]) -> TimelineStep:
+        updated = [_str(k) for k in _list(entry.get("updated"))]
+        return TimelineStep(
+            kind="flow",
+            label=gettext("flow node"),
+            title=_str(entry.get("node")),
+            status="ok",
+            note=gettext("updated: %(keys)s") % {"keys": ", ".join(updated)} if updated else gettext("updated nothing"),
+        )
+
+
+_HANDLED = frozenset(
+    {
+        "rule",
+        "deterministic_call",
+        "flow_call",
+        "approval",
+        "system",
+        "human",
+        "ai",
+        "tool",
+        "outcome",
+        "answer",
+        "tool_selection",
+        "parallel_calls",
+        "tool_withdrawn",
+        "model_error",
+        "prompt",
+        "resource",
+        "resource_tool",
+        "flow_node",
+    }
+)
+
+
+def run_timeline(run: Run) -> list[TimelineStep]:
+    """A run's steps in order: rule decisions, deterministic calls (with their attempts), the MCP prompt and
+    resources, each turn's tool selection, the model's turns, its tool calls (with their attempts and approvals),
+    approvals, and the answer (or error) last. Built from the stored trace, or from the run's events while it
+    runs or where it ended without its steps stored (``_trace_entries``); never fails on an odd stored shape."""
+    timeline = _Timeline(run)
+    entries = _trace_entries(run)
+    call_of_approval = {str(a.pk): a.call_id for a in timeline.approvals if a.call_id}
+    readable = [e for e in entries if isinstance(e, dict)]
+    ordered: list[Any] = _in_order(readable, call_of_approval) if len(readable) == len(entries) else entries
+    steps = [step for entry in ordered if (step := timeline.step(entry)) is not None]
+    for approval in timeline.approvals:
+        if str(approval.pk) not in timeline.shown:
             steps.append(
                 _approval_step(
                     approval,
@@ -281,7 +680,7 @@ def run_timeline(run: Run) -> list[TimelineStep]:
                     args=approval.args,
                 )
             )
-    total = (run.timings or {}).get("total_ms")
+    total = _number(_dict(run.timings).get("total_ms"))
     if run.error_code:
         steps.append(
             TimelineStep(
@@ -291,7 +690,7 @@ def run_timeline(run: Run) -> list[TimelineStep]:
                 status="failed",
                 status_text=run.get_status_display(),
                 duration_ms=total,
-                result=run.error_message,
+                result=error_message_text(run.error_code, run.error_message),
             )
         )
     elif run.answer:
@@ -310,6 +709,97 @@ def run_timeline(run: Run) -> list[TimelineStep]:
             TimelineStep(kind="status", label=gettext("status"), status="pending", status_text=run.get_status_display())
         )
     return steps
+
+
+# Stored error messages of known codes (English, written by the engine and the workers), read back into the
+# reader's language where their parameters can be.
+_KNOWN_MESSAGES: list[tuple[str, re.Pattern[str], Any]] = [
+    (
+        "cancelled",
+        re.compile(r"cancelled by (?P<actor>.+)", re.S),
+        lambda m: gettext("cancelled by %(actor)s") % {"actor": m["actor"]},
+    ),
+    ("cancelled", re.compile(r"the run was cancelled"), lambda m: gettext("the run was cancelled")),
+    (
+        "max_iterations",
+        re.compile(r"the agent did not finish within (?P<n>\d+) iterations"),
+        lambda m: gettext("the agent did not finish within %(n)s iterations") % {"n": m["n"]},
+    ),
+    (
+        "time_limit",
+        re.compile(r"the run did not finish within its time limit \((?P<s>\d+) s\)"),
+        lambda m: gettext("the run did not finish within its time limit (%(s)s s)") % {"s": m["s"]},
+    ),
+    (
+        "time_limit",
+        re.compile(r"the run did not finish within its time limit"),
+        lambda m: gettext("the run did not finish within its time limit"),
+    ),
+    (
+        "worker_lost",
+        re.compile(r"the worker running it was lost (?P<n>\d+) times"),
+        lambda m: gettext("the worker running it was lost %(n)s times") % {"n": m["n"]},
+    ),
+]
+
+
+def error_message_text(code: str, message: str) -> str:
+    """A run's stored error message in the reader's language where its code is known and its parameters can be
+    read back from it; as stored otherwise."""
+    for known, pattern, words in _KNOWN_MESSAGES:
+        if code == known and (found := pattern.fullmatch(message or "")):
+            return str(words(found))
+    return message
+
+
+def run_summary(run: Run) -> list[str]:
+    """What the run's summary line says besides its status: its time (in all, and in its deterministic stage,
+    its model turns and its tools), its tokens (input, output, cache), its model calls (and those rules saved)
+    and its cost. Only what was recorded; an odd stored shape is left out."""
+    parts: list[str] = []
+    timings = _dict(run.timings)
+    total = _number(timings.get("total_ms"))
+    if total is not None:
+        parts.append(gettext("%(ms)s ms in all") % {"ms": _ms(total)})
+    split = [
+        gettext("deterministic %(ms)s ms") % {"ms": _ms(timings["deterministic_ms"])}
+        if _number(timings.get("deterministic_ms")) is not None
+        else "",
+        gettext("model %(ms)s ms") % {"ms": _ms(timings["model_ms"])}
+        if _number(timings.get("model_ms")) is not None
+        else "",
+        gettext("tools %(ms)s ms") % {"ms": _ms(timings["tools_ms"])}
+        if _number(timings.get("tools_ms")) is not None
+        else "",
+    ]
+    if any(split):
+        parts.append(" · ".join(s for s in split if s))
+    usage = _dict(run.token_usage)
+
+    def tokens(key: str) -> str:
+        number = _number(usage.get(key))
+        return "" if number is None else f"{number:,.0f}"
+
+    if tokens("input_tokens") or tokens("output_tokens"):
+        text = gettext("tokens: %(input)s in, %(output)s out") % {
+            "input": tokens("input_tokens") or "0",
+            "output": tokens("output_tokens") or "0",
+        }
+        if tokens("cache_read_tokens"):
+            text += ", " + gettext("%(n)s read from the cache") % {"n": tokens("cache_read_tokens")}
+        if tokens("cache_creation_tokens"):
+            text += ", " + gettext("%(n)s written to the cache") % {"n": tokens("cache_creation_tokens")}
+        parts.append(text)
+    if tokens("model_calls"):
+        text = gettext("model calls: %(n)s") % {"n": tokens("model_calls")}
+        if tokens("model_calls_saved") and tokens("model_calls_saved") != "0":
+            text += " " + gettext("(%(n)s saved by rules)") % {"n": tokens("model_calls_saved")}
+        parts.append(text)
+    elif tokens("model_calls_saved") and tokens("model_calls_saved") != "0":
+        parts.append(gettext("no model call (%(n)s saved by rules)") % {"n": tokens("model_calls_saved")})
+    if run.cost_micros:
+        parts.append(gettext("cost: US$%(usd)s") % {"usd": usd_text(run.cost_micros)})
+    return parts
 
 
 def _code_in_words(code: str) -> str:
@@ -385,8 +875,8 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
     @admin.display(description=_("total (ms)"))
     def total_ms(self, obj: Run) -> Any:
-        total = (obj.timings or {}).get("total_ms")
-        return f"{total:,.1f}" if isinstance(total, int | float) else "—"
+        total = _number(_dict(obj.timings).get("total_ms"))
+        return "—" if total is None else f"{total:,.1f}"
 
     @admin.display(description=_("trace (raw)"))
     def trace_json(self, obj: Run) -> str:
@@ -413,6 +903,7 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         return {
             "run": run,
             "timeline": run_timeline(run),
+            "summary": run_summary(run),
             "finished": run.is_finished,
             "may_cancel": self.may_cancel(request) and run.status in CANCELLABLE,
             "cancel_url": reverse("admin:agents_run_cancel", args=[run.pk], current_app=self.admin_site.name),

@@ -209,7 +209,7 @@ def test_a_real_runs_timeline_marks_the_model_steps_and_the_answer(demo_server, 
     run = Run.objects.create(agent=agent, query="김하늘 님은 어느 팀 소속인가요?")
     run_execute(run_id=str(run.id))
     page = admin_client.get(f"/admin/agents/run/{run.pk}/change/").content.decode()
-    labels = ["rule decision", "deterministic call", "model turn", "tool call", "answer"]
+    labels = ["rule decision", "deterministic call", "model turn 1", "tool call", "answer"]
     positions = [page.index(f">{label}<") for label in labels]
     assert positions == sorted(positions)
     assert "step-answer status-ok" in page
