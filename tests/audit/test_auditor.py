@@ -321,8 +321,9 @@ def test_a_runs_page_shows_its_whole_trace_in_order_with_audited_outcomes(demo_s
         "deterministic call",
         "system message",
         "user query",
-        "model turn",
+        "model turn 1",  # numbered
         "tool call",
+        "model turn 2",
         "answer",
     ]
     positions = [page.index(f">{label}<") for label in labels]
