@@ -572,6 +572,7 @@ def execute(plan: RunPlan) -> RunOutcome:
         outcome.error_code = "budget:run_ceiling"
         outcome.error_message = str(exc)
     except (MaxIterationsReached, GraphRecursionError):
+        final_messages = [*messages, *(m for m in new_turns if m not in messages)]  # the turns it made, kept
         outcome.status = "failed"
         outcome.error_code = "max_iterations"
         outcome.error_message = f"the agent did not finish within {plan.max_iterations} iterations"
@@ -583,6 +584,7 @@ def execute(plan: RunPlan) -> RunOutcome:
         raise  # the task's time limit or a database hiccup: handled (and retried) by the task, not a model error
     except ModelCallFailed as exc:  # the provider's failure, after the retries its kind allows
         logger.warning("model failure in run %s: %s", plan.run_id, exc.code)
+        final_messages = [*messages, *(m for m in new_turns if m not in messages)]
         outcome.status = "failed"
         outcome.error_code = exc.code
         outcome.error_message = mask_text(str(exc), secrets=secrets)[:2000]

@@ -180,3 +180,18 @@ def test_the_gate_guides_the_model_in_the_agents_language(
     assert expected in refused["content"]
     assert not_expected not in refused["content"]
     assert expected in run.answer
+
+
+def test_a_run_stopped_by_its_iterations_keeps_the_turns_it_made(demo_server) -> None:
+    # Its trace and its token usage count the model's turns (they were dropped: the run read as if the model had
+    # never been called).
+    again = {"tool_calls": [{"name": "search_employee", "args": {"name": "김하늘"}}]}
+    agent = make_agent(
+        slug="loops", servers=[demo_server], provider="scripted", with_demo_rules=False, script=[again] * 5
+    )
+    agent.max_iterations = 2
+    agent.save()
+    run = submit(agent, "김하늘 팀 알려줘")
+    assert (run.status, run.error_code) == (Run.Status.FAILED, "max_iterations")
+    assert sum(1 for step in run.messages if step.get("type") == "ai") == 2
+    assert run.token_usage["model_calls"] == 2
