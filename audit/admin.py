@@ -8,10 +8,13 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.forms import ReadOnlyPasswordHashWidget, UserChangeForm
+from django.contrib.auth.hashers import UNUSABLE_PASSWORD_PREFIX
 from django.contrib.auth.models import Group, Permission
 from django.db.models import ManyToManyField
 from django.forms import ModelMultipleChoiceField
 from django.http import HttpRequest, HttpResponse
+from django.utils.translation import gettext as _
 
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin
 from audit.labels import permission_label
@@ -32,7 +35,48 @@ class PermissionsInWordsMixin:
         return field
 
 
+# What makes a user powerful: only a superuser changes it (anyone else with "change user" could make themselves
+# one, or grant themselves any permission), and only a superuser changes a superuser at all.
+ROLE_FIELDS = ("is_staff", "is_superuser", "groups", "user_permissions")
+
+
+class PasswordStateWidget(ReadOnlyPasswordHashWidget):
+    """Whether a password is set, and the link to change it: nothing of its hash (Django shows the algorithm, the
+    iterations and the first characters of the salt and the hash)."""
+
+    def get_context(self, name: str, value: Any, attrs: Any) -> dict[str, Any]:
+        context = super().get_context(name, value, attrs)
+        usable = bool(value) and not str(value).startswith(UNUSABLE_PASSWORD_PREFIX)
+        context["summary"] = [{"label": _("Password set") if usable else _("No password set."), "value": ""}]
+        return context
+
+
+class PasswordStateChangeForm(UserChangeForm):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if "password" in self.fields:
+            self.fields["password"].widget = PasswordStateWidget()
+
+
 class AuditedUserAdmin(ServiceAdminMixin, PermissionsInWordsMixin, UserAdmin):
+    form = PasswordStateChangeForm
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = list(super().get_readonly_fields(request, obj))
+        if not request.user.is_superuser:
+            fields += [name for name in ROLE_FIELDS if name not in fields]
+        return fields
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and obj.is_superuser and not request.user.is_superuser:
+            return False  # a superuser's page, password and roles are another superuser's to change
+        return bool(super().has_change_permission(request, obj))
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and obj.is_superuser and not request.user.is_superuser:
+            return False
+        return bool(super().has_delete_permission(request, obj))
+
     def service_save(self, *, obj: Any, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
         user_update(
             user=obj, actor=actor, via=ADMIN_VIA, groups=m2m.get("groups"), permissions=m2m.get("user_permissions")
@@ -48,6 +92,12 @@ class AuditedUserAdmin(ServiceAdminMixin, PermissionsInWordsMixin, UserAdmin):
 
 
 class AuditedGroupAdmin(ServiceAdminMixin, PermissionsInWordsMixin, GroupAdmin):
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        # A group's permissions are its members' powers: only a superuser grants them (a member with "change
+        # group" could give their own group every permission).
+        fields = list(super().get_readonly_fields(request, obj))
+        return fields if request.user.is_superuser else [*fields, "permissions"]
+
     def service_save(self, *, obj: Group, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
         group_save(group=obj, actor=actor, via=ADMIN_VIA, permissions=m2m.get("permissions"))
 

@@ -77,6 +77,20 @@ class ServiceAdminMixin:
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         self.service_delete(obj=obj, actor=request.user)
 
+    # Django's own log (LogEntry) is not written: every change is an audit event, in the chained record; a second,
+    # mutable log beside it would say less and could be edited.
+    def log_addition(self, request: HttpRequest, obj: Any, message: Any) -> None:
+        return None
+
+    def log_change(self, request: HttpRequest, obj: Any, message: Any) -> None:
+        return None
+
+    def log_deletion(self, request: HttpRequest, obj: Any, object_repr: str) -> None:
+        return None
+
+    def log_deletions(self, request: HttpRequest, queryset: Any) -> None:
+        return None
+
     def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
         with transaction.atomic(using=router.db_for_write(queryset.model)):
             for obj in queryset:

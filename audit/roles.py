@@ -98,8 +98,8 @@ def user_delete(*, user: AbstractBaseUser, actor: Any, via: str) -> None:
 @contextmanager
 def user_password_page(*, actor: Any, via: str) -> Iterator[None]:
     """The scope of a page that changes a password (Django's own form saves it): the change is recorded, by the
-    signal below, with ``actor`` and ``via``."""
-    with change_scope(actor=actor, via=via):
+    signal below, with ``actor`` and ``via``, in the same transaction (a password never changes unrecorded)."""
+    with change_scope(actor=actor, via=via), transaction.atomic():
         yield
 
 

@@ -33,7 +33,6 @@ from agents.api.auth import ApiKeyAuthentication
 from agents.api.errors import LoginLocked
 from audit.logins import login_lockout_get
 from audit.models import AuditEvent
-from audit.roles import AUDITOR_GROUP
 from auditor.metrics import tool_metrics
 from auditor.selectors import (
     EXPORT_COLUMNS,
@@ -51,7 +50,9 @@ _CSV_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 class IsAuditor(permissions.BasePermission):
-    """A Django user in the ``auditor`` group, or a superuser. An API key is never an auditor."""
+    """A Django user who may view the audit record (``audit.view_auditevent``: the ``auditor`` group's, or a
+    superuser's), as the admin's audit list decides: a group named so but stripped of the permission reads
+    nothing, and a permission granted another way reads here too. An API key is never an auditor."""
 
     message = gettext_lazy("Only auditors may read the audit record.")
 
@@ -59,7 +60,7 @@ class IsAuditor(permissions.BasePermission):
         user = request.user
         if not isinstance(user, AbstractBaseUser) or not user.is_active:
             return False
-        return bool(getattr(user, "is_superuser", False)) or user.groups.filter(name=AUDITOR_GROUP).exists()  # type: ignore[attr-defined]
+        return bool(user.has_perm("audit.view_auditevent"))  # type: ignore[attr-defined]
 
 
 class ReadsOnly(permissions.BasePermission):
