@@ -6,7 +6,7 @@ from django.apps import AppConfig, apps
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.recorder import MigrationRecorder
-from django.db.models.signals import m2m_changed, post_migrate, pre_migrate
+from django.db.models.signals import m2m_changed, post_migrate, pre_migrate, pre_save
 from django.utils.translation import gettext_lazy as _
 
 _GROUPS_BEFORE: dict[str, Any] = {}
@@ -56,9 +56,13 @@ class AuditConfig(AppConfig):
             checks,  # noqa: F401 - registers the audit chain's system checks
             roles,
         )
-        from audit.change_guard import ChangeAudit, m2m_changed_guard, policy_of
+        from audit.change_guard import ChangeAudit, m2m_changed_guard, policy_of, raw_save_guard
 
         roles.connect()
+        # Rows loaded raw (loaddata) of a configuration model, users and groups included: refused unrecorded.
+        for model in apps.get_models():
+            if isinstance(policy_of(model), ChangeAudit):
+                pre_save.connect(raw_save_guard, sender=model, dispatch_uid=f"audit.guard.raw.{model._meta.label}")
         pre_migrate.connect(_audit_chain_before_migrate, sender=self, dispatch_uid="audit.chain.before_migrate")
         post_migrate.connect(_audit_chain_after_migrate, sender=self, dispatch_uid="audit.chain.after_migrate")
         # Many-to-many changes of a configuration model (an agent's servers, a key's agents) are writes too.

@@ -272,6 +272,13 @@ class AuditedModel(models.Model):
         return deleted
 
 
+def raw_save_guard(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
+    """A row saved as loaded (``manage.py loaddata``: Django's deserializer saves it raw, past the model's own
+    ``save`` and the services) is a configuration change like any other: refused outside a change scope."""
+    if raw:
+        guard_write(sender, what="load (manage.py loaddata)")
+
+
 def m2m_changed_guard(sender: Any, instance: Any, action: str, reverse: bool, model: Any, **kwargs: Any) -> None:
     """``m2m_changed`` receiver: a many-to-many change of a configuration model outside a change scope is refused;
     one made moves the configuration's generation."""

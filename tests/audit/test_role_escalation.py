@@ -136,3 +136,30 @@ def test_the_audit_api_and_the_admin_agree_on_who_is_an_auditor(auditor_user) ->
     assert api_status(User.objects.get(pk=auditor_user.pk)) == 403
     reader = help_desk("audit.view_auditevent")  # granted another way
     assert api_status(reader) == 200
+
+
+def test_loaddata_does_not_change_the_configuration_or_the_roles_unrecorded(demo_server, settings, tmp_path) -> None:
+    # Django's deserializer saves rows raw, past the models' own save and the services.
+    import json
+
+    from django.core.management import call_command
+
+    from audit.change_guard import UnauditedChangeError
+    from mcpregistry.models import McpServer
+
+    victim = user_create(actor="t", via="tests", username="victim", password=PASSWORD)
+    fixture = tmp_path / "fixture.json"
+    fixture.write_text(
+        json.dumps(
+            [
+                {"model": "mcpregistry.mcpserver", "pk": demo_server.pk, "fields": {"enabled": False}},
+                {"model": "auth.user", "pk": victim.pk, "fields": {"username": "victim", "is_superuser": True}},
+            ]
+        ),
+        encoding="utf-8",
+    )
+    settings.PLATFORM_CHANGE_GUARD = "refuse"  # as in production: not the tests' allowance for fixtures
+    with pytest.raises(UnauditedChangeError):
+        call_command("loaddata", str(fixture), verbosity=0)
+    assert McpServer.objects.get(pk=demo_server.pk).enabled
+    assert not User.objects.get(pk=victim.pk).is_superuser
