@@ -686,11 +686,6 @@ class ApiKeyAdmin(ServiceAdminMixin, admin.ModelAdmin):
         obj._state.adding = False
         obj._issued_key = raw  # for the next page only; never saved, logged or put in a message
 
-    def log_addition(self, request: HttpRequest, obj: Any, message: Any) -> Any:
-        if "_already_issued" in obj.__dict__:
-            return None  # nothing was added
-        return super().log_addition(request, obj, message)
-
     def response_add(self, request: HttpRequest, obj: ApiKey, post_url_continue: str | None = None) -> HttpResponse:
         earlier = obj.__dict__.pop("_already_issued", None)
         if earlier is not None:
