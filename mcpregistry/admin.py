@@ -450,7 +450,9 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
         for server in queryset:
             self._discover(request, server)
 
-    @admin.action(description=_("Check health (connect and list, change nothing)"))
+    # It changes no configuration, but starts the servers' processes and connects out: the change permission, as
+    # the server page's own health button asks for.
+    @admin.action(description=_("Check health (connect and list, change nothing)"), permissions=["change"])
     def check_health(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
         for server in queryset:
             self._check_health(request, server)

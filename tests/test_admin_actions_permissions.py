@@ -12,8 +12,9 @@ from agents.models import Agent
 from audit.roles import user_create
 from mcpregistry.models import McpTool
 
-# Actions that change nothing of the configuration (they only look, or read what is there).
-READ_ONLY_ACTIONS = {("mcpregistry", "mcpserver", "check_health")}
+# Actions that change nothing and start nothing (none now: checking a server's health starts its process and
+# connects out, and asks for the change permission as the server page's health button does).
+READ_ONLY_ACTIONS: set[tuple[str, str, str]] = set()
 
 
 def test_every_admin_action_that_changes_something_asks_for_a_permission() -> None:
@@ -44,3 +45,15 @@ def test_a_viewer_cannot_approve_a_tool_or_publish_an_agent(client, demo_agent, 
     tool.refresh_from_db()
     assert (tool.review_required, tool.enabled) == (True, False)
     assert not Agent.objects.get(pk=demo_agent.pk).versions.exists()
+
+
+@pytest.mark.django_db
+def test_a_viewer_cannot_start_a_servers_process_by_checking_its_health(client, demo_server) -> None:
+    from mcpregistry.models import McpServer
+
+    viewer = user_create(actor="t", via="tests", username="viewer", password="view-only-pw-1", is_staff=True)
+    viewer.user_permissions.add(*Permission.objects.filter(codename__in=["view_mcpserver"]))
+    client.force_login(viewer)
+    before = McpServer.objects.get(pk=demo_server.pk).last_checked_at
+    client.post("/admin/mcpregistry/mcpserver/", {"action": "check_health", "_selected_action": [demo_server.pk]})
+    assert McpServer.objects.get(pk=demo_server.pk).last_checked_at == before  # not connected to
