@@ -13,7 +13,7 @@ from django.utils.translation import gettext as _
 from agent_platform.errors import ApplicationError
 from agents.config_cache import run_configuration
 from agents.models import Approval, Run
-from agents.run_state import run_resume
+from agents.run_state import run_resume, run_row_lock
 from audit.masking import mask_text, mask_value
 from audit.services import audit_event_record
 from mcpregistry.gate_records import ApprovalState
@@ -158,7 +158,7 @@ def approval_decide(
         # The run's row first, as the worker storing the run's park holds it: a decision taken while the pass that
         # asked is still storing waits for it, and so finds the run parked (or the worker finds the approval
         # decided, and queues the run itself). Without it, both could miss each other and the run stay parked.
-        Run.objects.select_for_update(no_key=True).filter(pk=run.pk).values_list("pk", flat=True).first()
+        run_row_lock(run.pk)
         expired = (
             approval.status == Approval.Status.PENDING
             and approval.expires_at <= now
@@ -215,7 +215,7 @@ def approvals_expire_due() -> int:
         # The expiry and the run's resumption together (a crash between them left the run parked for good), the
         # run's row locked first, as a decision locks it.
         with transaction.atomic():
-            Run.objects.select_for_update(no_key=True).filter(pk=run_id).values_list("pk", flat=True).first()
+            run_row_lock(run_id)
             if Approval.objects.filter(pk=pk, status=Approval.Status.PENDING).update(status=Approval.Status.EXPIRED):
                 expired += 1
                 run_resume(run_id=str(run_id))

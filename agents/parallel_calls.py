@@ -62,10 +62,12 @@ class ParallelCalls:
         name = tool_call["name"]
         if name in self.offer.withdrawn or (self.offer.active and name not in self.offer.offered):
             return False
-        # Judged by the contract the gate will apply: a published version's frozen one, not the draft's.
-        server, mcp_tool = found
-        applied = gate.contract_applied(who=self.who("agent", tool_call.get("id") or ""), server=server, tool=mcp_tool)
-        return applied.risk == ToolContract.Risk.READ
+        return self._applied(tool_call).risk == ToolContract.Risk.READ
+
+    def _applied(self, tool_call: dict[str, Any]) -> ToolContract:
+        """The contract the gate will apply to the call: a published version's frozen one, not the draft's."""
+        server, mcp_tool = self.index[tool_call["name"]]
+        return gate.contract_applied(who=self.who("agent", tool_call.get("id") or ""), server=server, tool=mcp_tool)
 
     def within_cap(self, name: str, refused_in_batch: Counter[str]) -> bool:
         """Whether one more call of ``name`` fits in the batch: sent one by one, it would go to the gate only if
@@ -77,10 +79,10 @@ class ParallelCalls:
     def args_refused(self, tool_call: dict[str, Any]) -> bool:
         """Whether the gate will refuse the call's arguments (the contract's check, made here ahead of it: the
         same function on the same contract), which counts as one of the tool's argument errors."""
-        server, mcp_tool = self.index[tool_call["name"]]
-        applied = gate.contract_applied(who=self.who("agent", tool_call.get("id") or ""), server=server, tool=mcp_tool)
+        applied = self._applied(tool_call)
+        input_schema = self.index[tool_call["name"]][1].input_schema
         _args, verdict = check_args(
-            applied.args or {}, tool_call.get("args"), unknown=applied.unknown_args, input_schema=mcp_tool.input_schema
+            applied.args or {}, tool_call.get("args"), unknown=applied.unknown_args, input_schema=input_schema
         )
         return verdict is not None
 

@@ -46,6 +46,7 @@ from agents.run_state import (
     run_fail_unheld,
     run_requeue_unheld,
     run_resume,
+    run_row_lock,
 )
 
 logger = logging.getLogger(__name__)
@@ -202,7 +203,7 @@ def _resume_parked_runs_without_pending_approvals() -> int:
     for run_id in parked:
         with transaction.atomic():
             # As a decision does: the run's row first, then what its approvals say now.
-            Run.objects.select_for_update(no_key=True).filter(pk=run_id).values_list("pk", flat=True).first()
+            run_row_lock(run_id)
             if Approval.objects.filter(run_id=run_id, status=Approval.Status.PENDING).exists():
                 continue
             if run_resume(run_id=str(run_id)):

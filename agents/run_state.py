@@ -30,6 +30,13 @@ logger = logging.getLogger(__name__)
 # --- queueing again ----------------------------------------------------------------------------------------
 
 
+def run_row_lock(run_id: Any) -> None:
+    """Lock the run's row until the transaction ends (FOR NO KEY UPDATE: inserts that refer to the run are not
+    blocked). Whatever decides, expires or resumes a run's approvals takes it first, as the pass that stores the
+    run's park holds it: the two never miss each other."""
+    Run.objects.select_for_update(no_key=True).filter(pk=run_id).values_list("pk", flat=True).first()
+
+
 def run_resume(*, run_id: str) -> bool:
     """A parked run whose approval was decided (or expired) goes back to the queue, once; its task is sent when
     the transaction commits. Its deliveries are counted afresh. Returns whether it was parked (and is queued)."""
