@@ -324,6 +324,9 @@ PLATFORM_ALLOW_SCRIPTED_MODEL = _env_bool("PLATFORM_ALLOW_SCRIPTED_MODEL") or DE
 # Secure cookies unless DEBUG or SECURE_COOKIES=0 (HTTPS itself: PLATFORM_TLS, agent_platform/settings_deploy.py).
 SESSION_COOKIE_SECURE = not DEBUG and _env_bool("SECURE_COOKIES", default=not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# A sign-in to the admin lasts this long (seconds; a working day), not Django's two weeks: a browser left signed in
+# is not a way into the configuration and the record for a fortnight.
+SESSION_COOKIE_AGE = int(os.environ.get("PLATFORM_SESSION_AGE_S", str(8 * 3600)))
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 # A request body outside the API (the admin's forms) larger than this is a 413 before anything reads it.

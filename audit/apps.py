@@ -4,6 +4,7 @@ from typing import Any
 
 from django.apps import AppConfig, apps
 from django.conf import settings
+from django.contrib.auth.signals import user_logged_out
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.recorder import MigrationRecorder
 from django.db.models.signals import m2m_changed, post_migrate, pre_migrate, pre_save
@@ -54,11 +55,13 @@ class AuditConfig(AppConfig):
     def ready(self) -> None:
         from audit import (
             checks,  # noqa: F401 - registers the audit chain's system checks
+            logins,
             roles,
         )
         from audit.change_guard import ChangeAudit, m2m_changed_guard, policy_of, raw_save_guard
 
         roles.connect()
+        user_logged_out.connect(logins.logout_record, dispatch_uid="audit.logins.logout")
         # Rows loaded raw (loaddata) of a configuration model, users and groups included: refused unrecorded.
         for model in apps.get_models():
             if isinstance(policy_of(model), ChangeAudit):

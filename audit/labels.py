@@ -38,6 +38,9 @@ _ACTIONS: dict[str, Callable[[], str]] = {
     "run.feedback": lambda: pgettext("audit action", "feedback on a run"),
     "security.lockout": lambda: pgettext("audit action", "sign-in locked"),
     "security.lockout_lift": lambda: pgettext("audit action", "sign-in lock lifted"),
+    "security.login": lambda: pgettext("audit action", "signed in"),
+    "security.logout": lambda: pgettext("audit action", "signed out"),
+    "security.login_failed": lambda: pgettext("audit action", "sign-in failed"),
 }
 
 _VERBS: dict[str, Callable[[], str]] = {
@@ -107,6 +110,10 @@ _REASONS: dict[str, Callable[[], str]] = {
     "worker_lost": lambda: pgettext("audit reason", "its worker stopped"),
     "time_limit": lambda: pgettext("audit reason", "time limit reached"),
     "internal": lambda: pgettext("audit reason", "internal error"),
+    "login:failed:password": lambda: pgettext("audit reason", "wrong password"),
+    "login:failed:unknown_user": lambda: pgettext("audit reason", "no user of that name"),
+    "login:locked:user": lambda: pgettext("audit reason", "too many failed sign-ins for this user"),
+    "login:locked:ip": lambda: pgettext("audit reason", "too many failed sign-ins from this address"),
 }
 
 _ARGUMENT_REASONS: dict[str, Callable[[str], str]] = {

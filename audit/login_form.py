@@ -9,20 +9,24 @@ from django.contrib.admin.forms import AdminAuthenticationForm
 from django.core.exceptions import ValidationError
 
 from agent_platform.client_ip import client_ip
-from audit.logins import login_lockout_get
+from audit.logins import LOGIN_ACTION, login_audit, login_lockout_get
 
 
 class LockoutAwareAdminAuthenticationForm(AdminAuthenticationForm):
     def clean(self) -> dict[str, Any]:
         self._refuse_if_locked()
         try:
-            return super().clean()
+            cleaned = super().clean()
         except ValidationError:
             self._refuse_if_locked()  # this failure may have started a lockout: say so
             raise
+        login_audit(user=self.get_user(), ip=self._ip(), action=LOGIN_ACTION)
+        return cleaned
+
+    def _ip(self) -> str:
+        return client_ip(self.request.META) if self.request is not None else "unknown"
 
     def _refuse_if_locked(self) -> None:
-        ip = client_ip(self.request.META) if self.request is not None else "unknown"
-        lockout = login_lockout_get(username=self.cleaned_data.get("username"), ip=ip)
+        lockout = login_lockout_get(username=self.cleaned_data.get("username"), ip=self._ip())
         if lockout is not None:
             raise ValidationError(lockout.message(), code="login_locked")

@@ -11,6 +11,12 @@ written to the audit record once (``security.lockout``); lifting it early (``log
 ``manage.py unlock_login``) is audited too (``security.lockout_lift``). A successful login clears the
 username's count (not the address's: one good account must not reset a guesser's count for others).
 
+Who signed in, and who tried, is on the record too: every wrong password (the admin's form or Basic auth) is a
+``security.login_failed`` event with the address and the path it came to; its username only when such a user
+exists (a mistyped password in the username field is not written down); a sign-in through the admin's form is
+``security.login`` and a sign-out ``security.logout``, by ``admin:<username>``. A refused login of a locked
+username or address is not counted again (the lockout's event stands for them).
+
 Trade-off, stated: locking by username lets anyone lock an admin out for the lockout's length; an admin lifts it
 with ``unlock_login``. A cache outage fails open (logins work, unthrottled, and it is logged), like the API's
 rate limits: an outage of Redis must not lock everyone out.
@@ -41,6 +47,9 @@ logger = logging.getLogger(__name__)
 Subject = Literal["user", "ip"]
 LOCKOUT_ACTION = "security.lockout"
 LIFT_ACTION = "security.lockout_lift"
+LOGIN_ACTION = "security.login"
+LOGOUT_ACTION = "security.logout"
+FAILED_ACTION = "security.login_failed"
 GUARD_ACTOR = "system:login_guard"
 
 
@@ -91,6 +100,35 @@ def login_lockout_get(*, username: str | None, ip: str) -> Lockout | None:
     except Exception:
         logger.warning("login lockout cache unavailable; login not throttled", exc_info=True)
     return None
+
+
+def login_failed_audit(*, username: str | None, ip: str, path: str) -> None:
+    """Write one wrong password down (``security.login_failed``). The username only when such a user exists."""
+    model = get_user_model()
+    known = bool(username) and model._default_manager.filter(**{model.USERNAME_FIELD: username}).exists()
+    audit_event_record(
+        source="admin",
+        action=FAILED_ACTION,
+        tool="login",
+        args={"user": username if known else None, "ip": ip, "path": path[:200]},
+        ok=False,
+        reason="login:failed:password" if known else "login:failed:unknown_user",
+        actor=GUARD_ACTOR,
+    )
+
+
+def login_audit(*, user: Any, ip: str, action: str) -> None:
+    """A sign-in (``security.login``) or sign-out (``security.logout``) of a person, on the record."""
+    audit_event_record(
+        source="admin", action=action, tool="login", args={"ip": ip}, actor=f"admin:{user.get_username()}"
+    )
+
+
+def logout_record(*, request: Any, user: Any, **_kwargs: Any) -> None:
+    """``user_logged_out``'s receiver: a sign-out on the record (none when nobody was signed in)."""
+    if user is not None:
+        ip = client_ip(request.META) if request is not None else "unknown"
+        login_audit(user=user, ip=ip, action=LOGOUT_ACTION)
 
 
 def login_failure_record(*, username: str | None, ip: str) -> Lockout | None:
@@ -188,6 +226,7 @@ class LockoutModelBackend(ModelBackend):
         user = super().authenticate(request, username=username, password=password, **kwargs)
         if user is None:
             if username is not None and password is not None:
+                login_failed_audit(username=username, ip=ip, path=request.path if request is not None else "")
                 login_failure_record(username=username, ip=ip)
         else:
             login_success_record(username=username or "")

@@ -121,6 +121,18 @@ def test_create_auditor_prints_a_generated_password_alone_on_one_line_once(db) -
     assert password not in err.getvalue()
 
 
+def test_create_auditor_reads_the_password_from_standard_input_off_the_command_line(db) -> None:
+    out = io.StringIO()
+    call_command("create_auditor", "jun", "--password-stdin", stdin=io.StringIO(AUDITOR_PASSWORD + "\n"), stdout=out)
+    assert get_user_model().objects.get(username="jun").check_password(AUDITOR_PASSWORD)
+    assert AUDITOR_PASSWORD not in out.getvalue()
+    with pytest.raises(CommandError, match="no password"):
+        call_command("create_auditor", "kim", "--password-stdin", stdin=io.StringIO(""), stdout=io.StringIO())
+    with pytest.raises(CommandError):  # one or the other
+        call_command("create_auditor", "lee", "--password-stdin", "--password", "x", stdout=io.StringIO())
+    assert not get_user_model().objects.filter(username__in=["kim", "lee"]).exists()
+
+
 def test_creating_an_auditor_is_itself_audited(auditor_user) -> None:
     event = AuditEvent.objects.get(action="config.user.create")
     assert event.args["username"] == [None, "audrey"] and event.args["groups"] == [None, ["auditor"]]

@@ -170,3 +170,47 @@ def test_only_trusted_proxy_hops_decide_the_address(settings) -> None:
     assert client_ip(meta) == "10.0.0.1"
     settings.PLATFORM_PROXY_HOPS = 1
     assert client_ip(meta) == "198.51.100.7"
+
+
+def test_sign_ins_sign_outs_and_wrong_passwords_are_on_the_record(admin_user, auditor_user) -> None:
+    client = Client()
+    admin_login(client, "admin", "wrong")
+    admin_login(client, "hunter2-typed-here", "x")  # a password typed into the username field
+    client.get(AUDIT_URL, HTTP_AUTHORIZATION=basic("audrey", "nope"))
+    failed = list(AuditEvent.objects.filter(action=logins.FAILED_ACTION).order_by("id"))
+    assert [(event.args["user"], event.reason, event.ok) for event in failed] == [
+        ("admin", "login:failed:password", False),
+        (None, "login:failed:unknown_user", False),
+        ("audrey", "login:failed:password", False),
+    ]
+    assert failed[0].args["ip"] == "203.0.113.9"
+    assert failed[0].args["path"] == "/admin/login/"
+    assert failed[2].args["path"] == AUDIT_URL
+    assert "hunter2" not in str([event.args for event in failed])
+    assert "wrong" not in str([event.args for event in failed])
+
+    admin_login(client, "admin", "password")
+    assert "_auth_user_id" in client.session
+    login = AuditEvent.objects.get(action=logins.LOGIN_ACTION)
+    assert (login.actor, login.args, login.ok) == ("admin:admin", {"ip": "203.0.113.9"}, True)
+
+    client.post("/admin/logout/", REMOTE_ADDR="203.0.113.9")
+    assert "_auth_user_id" not in client.session
+    logout = AuditEvent.objects.get(action=logins.LOGOUT_ACTION)
+    assert (logout.actor, logout.args) == ("admin:admin", {"ip": "203.0.113.9"})
+
+
+def test_a_locked_login_is_not_written_down_again(admin_user) -> None:
+    client = Client()
+    for _attempt in range(12):
+        admin_login(client, "admin", "wrong")
+    # five wrong passwords, then the lockout (one event); the seven refused before their check are not counted
+    assert AuditEvent.objects.filter(action=logins.FAILED_ACTION).count() == 5
+    assert AuditEvent.objects.filter(action=logins.LOCKOUT_ACTION).count() == 1
+
+
+def test_a_sign_in_lasts_a_working_day_not_two_weeks(admin_user) -> None:
+    client = Client()
+    admin_login(client, "admin", "password")
+    assert client.session.get_expiry_age() == 8 * 3600
+    assert client.cookies["sessionid"]["max-age"] == 8 * 3600

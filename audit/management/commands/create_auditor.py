@@ -1,8 +1,10 @@
-"""``manage.py create_auditor USERNAME [--password P]``: a person who may read, never change, the audit record."""
+"""``manage.py create_auditor USERNAME [--password-stdin | --password P]``: a person who may read, never change,
+the audit record."""
 
 from __future__ import annotations
 
 import secrets
+import sys
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -17,17 +19,29 @@ from audit.roles import AUDITOR_GROUP, user_create
 
 
 class Command(BaseCommand):
+    stealth_options = ("stdin",)
     help = gettext_noop(
         "Create a staff user in the 'auditor' group: read-only access to audit events, runs and approvals in the "
         "admin, and to /api/v1/audit/. Prints a generated password alone on one line, once, unless --password "
-        "is given."
+        "or --password-stdin is given."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.description = _(self.help)  # marked above, translated now: argparse takes no lazy string
         parser.add_argument("username")
-        parser.add_argument(
-            "--password", default=None, help=_("use this password (checked by the password validators)")
+        given = parser.add_mutually_exclusive_group()
+        given.add_argument(
+            "--password-stdin",
+            action="store_true",
+            help=_("read the password from the first line of standard input (checked by the password validators)"),
+        )
+        given.add_argument(
+            "--password",
+            default=None,
+            help=_(
+                "use this password (checked by the password validators); other users of the machine can see a "
+                "command line: prefer --password-stdin"
+            ),
         )
         parser.add_argument("--email", default="")
 
@@ -43,6 +57,11 @@ class Command(BaseCommand):
             raise CommandError(
                 _("the %(group)s group is missing: run `manage.py migrate` first") % {"group": repr(AUDITOR_GROUP)}
             )
+        if options["password_stdin"]:
+            stdin = options.get("stdin") or sys.stdin
+            options["password"] = stdin.readline().rstrip("\r\n")
+            if not options["password"]:
+                raise CommandError(_("no password on standard input"))
         generated = options["password"] is None
         password = secrets.token_urlsafe(18) if generated else options["password"]
         candidate = user_model(**{user_model.USERNAME_FIELD: username})
