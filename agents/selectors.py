@@ -5,14 +5,17 @@ from __future__ import annotations
 import inspect
 import time
 import uuid
+from datetime import timedelta
 from typing import Any, cast
 
 from django.db import connection
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
 from agents.deterministic import RuleSpec
+from agents.dispatch import run_time_limits
 from agents.models import Agent, AgentVersion, ApiKey, Approval, DeterministicRule, Run, RunEvent
 from agents.run_wakeup import RunWatch
 from audit.models import AuditEvent
@@ -90,6 +93,26 @@ def run_status(*, run_id: Any) -> str | None:
     return Run.objects.filter(id=run_id).values_list("status", flat=True).first()
 
 
+def run_end_recorded(*, run_id: Any) -> bool:
+    """Whether a run's events are complete once it reads finished. They are, but for a run cancelled while it ran:
+    it reads ``cancelled`` at once, while its worker finishes the call under way (a write, perhaps), records it,
+    and then records the run's end (its last ``status`` event). Until that event, or until the worker's pass is
+    past its hard time limit (the worker is gone then), more of its events may come."""
+    row = (
+        Run.objects.filter(id=run_id)
+        .values("status", "pass_started_at", "finished_at", "agent__time_limit_s")
+        .first()
+    )
+    if row is None or row["status"] != Run.Status.CANCELLED:
+        return True
+    last = RunEvent.objects.filter(run_id=run_id, kind="status").order_by("-seq").values_list("data", flat=True).first()
+    if isinstance(last, dict) and last.get("status") == Run.Status.CANCELLED:
+        return True
+    _soft, hard = run_time_limits(row["agent__time_limit_s"])
+    since = row["pass_started_at"] or row["finished_at"]
+    return since is None or timezone.now() >= since + timedelta(seconds=hard)
+
+
 def api_key_is_live(*, api_key_id: Any) -> bool:
     """Whether the key still exists and is not revoked (an open event stream asks this again and again)."""
     return ApiKey.objects.filter(pk=api_key_id, revoked_at__isnull=True).exists()
@@ -136,7 +159,9 @@ def run_wait(*, run: Run, timeout_s: float, interval_s: float = 0.1) -> Run:
         while True:
             _reread(run)
             left = deadline - time.monotonic()
-            if run.is_finished or run.status == Run.Status.AWAITING_APPROVAL or left <= 0:
+            if run.status == Run.Status.CANCELLED and left > 0 and not run_end_recorded(run_id=run.pk):
+                pass  # cancelled while running: its worker still records the call it was making, and the end
+            elif run.is_finished or run.status == Run.Status.AWAITING_APPROVAL or left <= 0:
                 return run
             watch.wait(min(interval_s, left))
 

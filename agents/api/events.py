@@ -39,7 +39,7 @@ from agents.api.throttling import (
 from agents.decision_reasons import reason_text
 from agents.models import ApiKey, Run, RunEvent
 from agents.run_wakeup import RunWatch
-from agents.selectors import api_key_is_live, run_events_after, run_get, run_status
+from agents.selectors import api_key_is_live, run_end_recorded, run_events_after, run_get, run_status
 
 RECONNECT_MS = 3000
 BATCH = 200
@@ -108,7 +108,9 @@ class RunEventFeed:
         to close (``done``).
 
         The run's status is read before its events: the worker writes a run's last event before it marks the
-        run finished, so a run seen finished here has all its events in the read that follows."""
+        run finished, so a run seen finished here has all its events in the read that follows. A run cancelled
+        while it ran is the exception (it reads cancelled before its worker records the call it was making and
+        its end): it is followed on until that end is recorded (``run_end_recorded``, asked before the read)."""
         now = self.clock()
         if now >= self.next_recheck:
             self.next_recheck = now + self.auth_recheck_s
@@ -117,6 +119,7 @@ class RunEventFeed:
             if self.on_recheck is not None:
                 self.on_recheck()
         status = run_status(run_id=self.run_id)
+        ended = status is None or (status in FINISHED and run_end_recorded(run_id=self.run_id))
         events = run_events_after(run_id=self.run_id, after=self.last_seq, limit=BATCH)
         chunks = [format_event(e, language=self.language) for e in events]
         if events:
@@ -124,7 +127,7 @@ class RunEventFeed:
             self.last_sent = now
         if len(events) == BATCH:
             return chunks, "more"
-        if status is None or status in FINISHED:
+        if ended:
             return [*chunks, format_end(status)], "done"
         if now >= self.deadline:
             return [*chunks, ": open too long; reconnect with Last-Event-ID\n\n"], "done"

@@ -220,3 +220,75 @@ def test_a_running_run_stops_at_its_next_step(api_client, caller_key, probe) -> 
     assert [k for k, _ in kinds].count("model_turn") == 1
     assert kinds[-1] == ("status", {"status": "cancelled", "answer": "", "error": "cancelled"})
     assert AuditEvent.objects.get(run_id=run.id, action="run.cancel").args["from_status"] == "running"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stream_and_a_wait_on_a_run_cancelled_while_running_carry_its_last_events(
+    api_client, caller_key, probe
+) -> None:
+    """The run reads cancelled at once; its worker finishes the call under way and records it and the run's end
+    later. A stream that ended at "cancelled" missed the call (perhaps a write) and the end; so did ?wait."""
+    from agents.api.events import RunEventFeed
+    from agents.selectors import run_tool_calls, run_wait
+    from tests.api.test_events_stream import parse_stream
+
+    agent = scripted(
+        "sleeper",
+        probe,
+        [
+            {"tool_calls": [{"name": "sleep", "args": {"seconds": 1.5}}]},
+            {"tool_calls": [{"name": "echo", "args": {"text": "second step"}}]},
+            {"content": "finished"},
+        ],
+    )
+    run = Run.objects.create(agent=agent, api_key=caller_key, query="천천히 해줘")
+
+    def work() -> None:
+        try:
+            run_execute(run_id=str(run.id))
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    sent: list[str] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not RunEvent.objects.filter(run=run, kind="model_turn").exists():
+            assert time.monotonic() < deadline, "the run never reached its first model turn"
+            time.sleep(0.05)
+        assert cancel(api_client, run).status_code == 200
+        waited = run_wait(run=Run.objects.get(pk=run.pk), timeout_s=20)  # POST /runs?wait's wait
+        assert [call["name"] for call in run_tool_calls(run=waited)] == ["sleep"]
+        feed = RunEventFeed(run_id=run.pk, after=0, poll_s=0.05, keepalive_s=100, max_s=100)
+        while True:
+            chunks, state = feed.poll()
+            sent.extend(chunks)
+            if state == "done":
+                break
+            time.sleep(0.05)
+    finally:
+        worker.join(timeout=60)
+    events, _comments = parse_stream("".join(sent))
+    stored = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("kind", flat=True))
+    assert [event.event for event in events] == [*stored, "end"]
+    assert stored[-2:] == ["tool_call", "status"]
+
+
+@pytest.mark.django_db
+def test_a_cancelled_runs_end_is_awaited_no_longer_than_its_workers_time_limit(caller_key) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from agents.selectors import run_end_recorded
+
+    agent = make_agent(slug="cut-short", servers=[], with_demo_rules=False)
+    run = Run.objects.create(agent=agent, api_key=caller_key, query="q", status=Run.Status.CANCELLED)
+    Run.objects.filter(pk=run.pk).update(pass_started_at=timezone.now(), finished_at=timezone.now())
+    assert run_end_recorded(run_id=run.pk) is False  # its worker may still record the call it was making
+    Run.objects.filter(pk=run.pk).update(pass_started_at=timezone.now() - timedelta(seconds=agent.time_limit_s + 3600))
+    assert run_end_recorded(run_id=run.pk) is True  # past the hard limit: the worker is gone
+    Run.objects.filter(pk=run.pk).update(pass_started_at=timezone.now())
+    RunEvent.objects.create(run=run, seq=1, kind="status", data={"status": "cancelled"})
+    assert run_end_recorded(run_id=run.pk) is True
