@@ -7,6 +7,8 @@
 - ``agents.E002``: ``PLATFORM_RUN_MAX_DELIVERIES`` must be at least 1.
 - ``agents.E003``: ``PLATFORM_RUN_LEASE_S`` must be positive, and shorter than the visibility timeout (a lost
   worker's run is taken over by its lease long before the broker would redeliver it).
+- ``agents.E004``: ``PLATFORM_RUN_WAKEUP`` must be a known value that the setup can have (``postgres`` needs
+  PostgreSQL, ``redis`` a Redis); where it cannot, waiters poll (and a warning is logged).
 """
 
 from __future__ import annotations
@@ -56,3 +58,13 @@ def check_run_lifecycle(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
             )
         )
     return messages
+
+
+@register()
+def check_run_wakeup(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    from agents.run_wakeup import wakeup_problem
+
+    problem = wakeup_problem()
+    if not problem:
+        return []
+    return [Error(problem, hint="Set PLATFORM_RUN_WAKEUP to auto, or to what the setup has.", id="agents.E004")]

@@ -62,10 +62,38 @@ def redis_url() -> str:
     return broker if broker.startswith(("redis://", "rediss://")) else ""
 
 
+WAKEUP_SETTINGS = ("auto", "redis", "postgres", "poll")
+_unusable_logged = False
+
+
+def wakeup_problem() -> str:
+    """Why ``PLATFORM_RUN_WAKEUP`` cannot be had as set ('' when it can): an unknown value, ``postgres`` on
+    another database, ``redis`` with no Redis (``agents.E004`` says so at start-up)."""
+    configured = str(getattr(settings, "PLATFORM_RUN_WAKEUP", "auto") or "auto")
+    if configured not in WAKEUP_SETTINGS:
+        return f"PLATFORM_RUN_WAKEUP={configured!r} is not one of {', '.join(WAKEUP_SETTINGS)}."
+    if configured == "postgres" and connection.vendor != "postgresql":
+        return f"PLATFORM_RUN_WAKEUP=postgres needs PostgreSQL; the database is {connection.vendor}."
+    if configured == "redis" and not redis_url():
+        return "PLATFORM_RUN_WAKEUP=redis needs REDIS_URL or a redis:// broker; neither is set."
+    return ""
+
+
 def wakeup_kind() -> WakeupKind:
     configured = str(getattr(settings, "PLATFORM_RUN_WAKEUP", "auto") or "auto")
-    if configured in ("redis", "postgres", "poll"):
-        return configured  # type: ignore[return-value]
+    if configured == "poll":
+        return "poll"
+    if configured in ("redis", "postgres"):
+        problem = wakeup_problem()
+        if not problem:
+            return configured  # type: ignore[return-value]
+        # A notification that cannot be sent must not fail the run's event writes (pg_notify on SQLite raised in
+        # every one): its waiters poll instead, which costs latency, never an answer.
+        global _unusable_logged
+        if not _unusable_logged:
+            _unusable_logged = True
+            logger.warning("%s Waiters poll instead.", problem)
+        return "poll"
     if redis_url():
         return "redis"
     if connection.vendor == "postgresql":
@@ -285,9 +313,18 @@ _hub: WakeHub | None = None
 _hub_lock = threading.Lock()
 
 
+# Keys of a database's OPTIONS that are Django's, not libpq's (psycopg.connect refuses them).
+_DJANGO_ONLY_OPTIONS = frozenset(
+    {"assume_role", "isolation_level", "pool", "server_side_binding", "prepare_threshold", "cursor_factory", "context"}
+)
+
+
 def _postgres_params() -> dict[str, Any]:
+    """The listening connection's parameters: the database's, its OPTIONS included (``sslmode``, ``sslrootcert``,
+    client certificates, ``connect_timeout``: without them it connected with libpq's defaults, TLS unverified)."""
     db = settings.DATABASES["default"]
     params = {
+        **{k: v for k, v in (db.get("OPTIONS") or {}).items() if k not in _DJANGO_ONLY_OPTIONS},
         "dbname": db.get("NAME") or "",
         "user": db.get("USER") or None,
         "password": db.get("PASSWORD") or None,

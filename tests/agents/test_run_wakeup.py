@@ -289,3 +289,60 @@ def test_event_wake_ups_gather_for_a_while_after_the_first_then_go_out_together(
     sent = pipelines_for(["c:event", "c:event"])
     assert sent[0] == ["c:event"] and len(sent) == 2
     listener.close()
+
+
+# ---- a setting the setup cannot have ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_postgres_wakeups_asked_for_on_sqlite_poll_and_do_not_break_a_runs_event_writes(
+    settings, demo_agent, api_caller
+) -> None:
+    from agents.checks import check_run_wakeup
+    from agents.models import Run, RunEvent
+    from agents.run_state import RunEventWriter
+    from agents.run_wakeup import wakeup_kind
+
+    settings.PLATFORM_RUN_WAKEUP = "postgres"
+    run = Run.objects.create(agent=demo_agent, api_key=api_caller[0], query="q")
+    RunEventWriter(run_id=run.pk, secrets=[]).emit("status", {"status": "running"})  # pg_notify on SQLite raised
+    assert RunEvent.objects.filter(run=run).count() == 1
+    assert wakeup_kind() == "poll"
+    assert [m.id for m in check_run_wakeup()] == ["agents.E004"]
+
+
+@pytest.mark.parametrize("value", ["redis", "Redis", "none"])
+def test_a_wakeup_setting_that_cannot_be_had_is_an_error_at_start_up(settings, value) -> None:
+    from agents.checks import check_run_wakeup
+    from agents.run_wakeup import wakeup_kind
+
+    settings.PLATFORM_RUN_WAKEUP = value
+    settings.REDIS_URL = ""
+    settings.CELERY_BROKER_URL = "filesystem://"
+    [message] = check_run_wakeup()
+    assert message.id == "agents.E004" and value in message.msg
+    assert wakeup_kind() == "poll"
+
+
+def test_the_listening_connection_keeps_the_databases_tls_options(settings) -> None:
+    from agents.run_wakeup import _postgres_params
+
+    settings.DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": "db",
+            "USER": "u",
+            "PASSWORD": "p",
+            "HOST": "h",
+            "PORT": 5432,
+            "OPTIONS": {"sslmode": "verify-full", "sslrootcert": "/etc/ca.pem", "isolation_level": 1, "pool": True},
+        }
+    }
+    params = _postgres_params()
+    assert (params["sslmode"], params["sslrootcert"], params["dbname"], params["host"]) == (
+        "verify-full",
+        "/etc/ca.pem",
+        "db",
+        "h",
+    )
+    assert "isolation_level" not in params and "pool" not in params  # Django's, refused by psycopg.connect
