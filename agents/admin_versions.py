@@ -211,7 +211,7 @@ class AgentArmAdmin(ServiceAdminMixin, admin.ModelAdmin):
         if agent is None:
             agent = agents.first()
         arms = arm_metrics(agent=agent) if agent is not None else []
-        names = [f"{m.arm} (v{m.version})" for m in arms]
+        names = [m.label for m in arms]  # a row per arm and version: "b (v2)", "b (v3)"
 
         def chart(values: list[float | None], colour: str, unit: str, title: str) -> str:
             return bars(values, names, colour=colour, unit=unit) if arms else ""

@@ -418,10 +418,22 @@ CONVERSATION_TURNS = 10
 def conversation_history(run: Run) -> list[dict[str, str]]:
     """The earlier turns of the run's conversation: the succeeded runs of the same agent and caller (API key) with
     the same ``context.contextId`` (A2A's conversation id), created before this one, at most
-    ``CONVERSATION_TURNS``, oldest first, as their stored (masked) question and answer. None without a contextId."""
+    ``CONVERSATION_TURNS``, oldest first, as their stored (masked) question and answer. None without a contextId.
+
+    A shadow run replays its live run, so it is given its live run's history (that caller's live turns before it),
+    not the earlier shadows of the contextId: those belong to whichever calls were sampled, of any caller (a shadow
+    has no API key)."""
     context_id = (run.context or {}).get("contextId") if isinstance(run.context, dict) else None
     if not context_id:
         return []
+    if run.shadow_of_id is not None:
+        live = (
+            Run.objects.filter(pk=run.shadow_of_id)
+            .only("id", "agent_id", "api_key_id", "context", "purpose", "created_at", "shadow_of_id")
+            .first()
+        )
+        # (A live run is never a shadow itself; the check keeps this from ever recursing twice.)
+        return conversation_history(live) if live is not None and live.shadow_of_id is None else []
     earlier = (
         Run.objects.filter(
             agent_id=run.agent_id,

@@ -1,6 +1,7 @@
 """A/B arms compared: per-arm metrics of live runs, confidence intervals, and whether a difference is significant.
 
-Proportions (success rate, tool-citation rate) get a 95 % Wilson interval and are compared with the first arm
+An arm moved to another version mid-experiment has a row per version (``arm_metrics``): each row is one version's
+runs. Proportions (success rate, tool-citation rate) get a 95 % Wilson interval and are compared with the first row
 by a **two-proportion z-test** (pooled standard error, two-sided); means (feedback, latency) get a
 normal-approximation 95 % interval and are compared by **Welch's test** (unequal variances, two-sided, the normal
 approximation: it is only applied from ``MIN_RUNS`` observations per arm, where it holds). "Significant" means
@@ -34,6 +35,11 @@ class ArmMetrics:
     tokens: list[int] = field(default_factory=list)
     model_calls: list[int] = field(default_factory=list)
     feedback: list[float] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """The arm and the version its runs ran, as the page and the statements name a row: ``b (v3)``."""
+        return self.arm if self.version is None else f"{self.arm} (v{self.version})"
 
     @property
     def success_rate(self) -> float | None:
@@ -136,8 +142,10 @@ def _cited(run: Run) -> bool:
 
 
 def arm_metrics(*, agent: Agent) -> list[ArmMetrics]:
-    """Per-arm metrics of the agent's finished live runs that ran under an arm, the arms in name order."""
-    arms: dict[str, ArmMetrics] = {}
+    """Metrics of the agent's finished live runs that ran under an arm, one row per arm and version: an arm moved
+    to another version has a row for each, never one that pools two versions' runs. In arm name order, each arm's
+    versions oldest first (runs of a deleted version last)."""
+    arms: dict[tuple[str, int | None], ArmMetrics] = {}
     runs = (
         Run.objects.filter(agent=agent, purpose=Run.Purpose.LIVE, status__in=[Run.Status.SUCCEEDED, Run.Status.FAILED])
         .exclude(arm="")
@@ -154,7 +162,8 @@ def arm_metrics(*, agent: Agent) -> list[ArmMetrics]:
         )
     )
     for run in runs.iterator():
-        metrics = arms.setdefault(run.arm, ArmMetrics(arm=run.arm, version=run.version.number if run.version else None))
+        number = run.version.number if run.version else None
+        metrics = arms.setdefault((run.arm, number), ArmMetrics(arm=run.arm, version=number))
         metrics.runs += 1
         metrics.succeeded += run.status == Run.Status.SUCCEEDED
         metrics.cited += _cited(run)
@@ -166,7 +175,7 @@ def arm_metrics(*, agent: Agent) -> list[ArmMetrics]:
         metrics.model_calls.append(int(usage.get("model_calls") or 0))
         if run.feedback_score is not None:
             metrics.feedback.append(float(run.feedback_score))
-    return [arms[name] for name in sorted(arms)]
+    return sorted(arms.values(), key=lambda m: (m.arm, m.version is None, m.version or 0))
 
 
 @dataclass
@@ -204,8 +213,9 @@ def _statement(*, enough: bool, significant: bool, values: dict[str, Any]) -> st
 
 
 def arm_comparisons(arms: list[ArmMetrics]) -> list[Comparison]:
-    """Each arm against the first: success and citation rates (two-proportion z-test), feedback mean and mean
-    latency (Welch's test), each with a plain statement of the result."""
+    """Each row (an arm and a version) against the first: success and citation rates (two-proportion z-test),
+    feedback mean and mean latency (Welch's test), each with a plain statement of the result naming the rows by
+    arm and version."""
     if len(arms) < 2:
         return []
     base = arms[0]
@@ -247,8 +257,8 @@ def arm_comparisons(arms: list[ArmMetrics]) -> list[Comparison]:
             significant = bool(test and enough and test[1] < ALPHA)
             values = {
                 "metric": label,
-                "arm": other.arm,
-                "base": base.arm,
+                "arm": other.label,
+                "base": base.label,
                 "a": shown_a,
                 "b": shown_b,
                 "p": f"{test[1]:.3f}" if test else "-",

@@ -3,7 +3,8 @@ worker is gone (the reconciler), and the run's event log (``RunEventWriter``). E
 compare-and-swap; a re-queued run's task is published when the transaction commits (``agents.dispatch``).
 
 Light on purpose (no engine, no LangGraph): the approvals, the reconciler, the services and the worker's
-``agents.execution`` all import it, and it imports none of them.
+``agents.execution`` all import it, and it imports none of them (``agents.shadow``, which it calls after failing a
+run, is as light).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from agents.decision_reasons import UNUSED_APPROVAL
 from agents.dispatch import lifecycle_setting, run_dispatch
 from agents.models import Approval, Run, RunEvent
 from agents.run_wakeup import run_changed
+from agents.shadow import shadow_after_store
 from audit.masking import mask_value
 from audit.row_statements import RowInsert
 from audit.services import audit_event_record
@@ -74,6 +76,10 @@ def run_fail_unheld(*, run_id: Any, match: dict[str, Any], error_code: str, erro
             budget_settle(run_id=run_id)
     if failed == 1:
         logger.warning("run %s failed: %s (%s)", run_id, error_code, error_message)
+        # As after a stored outcome (``agents.execution._store_outcome``), once the failure is committed: a live run
+        # may start its shadow, a shadow is compared with its live run (a candidate that timed out where the live
+        # version answered is the disagreement that matters most). Never raises.
+        shadow_after_store(run_id=run_id)
     return failed == 1
 
 

@@ -2,8 +2,9 @@
 are compared (same tools? same arguments? answer similarity, latency, tokens).
 
 The shadow is created only after the live run's outcome is stored (``agents.execution`` calls
-``shadow_after_live`` once the caller can already read the answer), so it can neither delay nor change that
-answer. It is an ordinary run with ``purpose="shadow"``: the gate refuses its write calls
+``shadow_after_live`` once the caller can already read the answer; ``agents.run_state`` once a run cut off by its
+time limit or its lost worker is failed), so it can neither delay nor change that answer. A shadow that ends either
+way is compared with its live run. It is an ordinary run with ``purpose="shadow"``: the gate refuses its write calls
 (``eval:write_blocked``) and audits its calls under ``shadow``, apart from production metrics. It has no API
 key, so it never appears among the caller's runs; it reserves its share of the agent's budgets (not the
 caller's key's), and is not started when they are spent. ``PLATFORM_SHADOW_QUEUE`` sends shadow runs to their own
@@ -134,9 +135,17 @@ def shadow_compare(*, shadow_run_id: Any) -> ShadowComparison | None:
     return comparison
 
 
-def shadow_after_store(*, run_id: Any, purpose: str) -> None:
-    """After a run's outcome is stored (``agents.execution``): a finished live run may start its shadow; a
-    finished shadow is compared with its live run. Never raises."""
+def shadow_after_store(*, run_id: Any, purpose: str | None = None) -> None:
+    """After a run's outcome is stored (``agents.execution``), or the run was failed without it (its time limit, its
+    worker lost: ``agents.run_state.run_fail_unheld``): a finished live run may start its shadow; a finished shadow
+    is compared with its live run. ``purpose``: the run's, read here when the caller does not know it. Called
+    outside the transaction that finished the run. Never raises."""
+    if purpose is None:
+        try:
+            purpose = Run.objects.filter(id=run_id).values_list("purpose", flat=True).first()
+        except Exception:
+            logger.exception("run %s: could not read it for its shadow", run_id)
+            return
     if purpose == Run.Purpose.LIVE:
         shadow_after_live(run_id=run_id)
     elif purpose == Run.Purpose.SHADOW:

@@ -114,23 +114,72 @@ def flatten_leaves(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
+def _rule_identities(rules: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What tells a version's rules apart, in their order: the rule's row id where the version froze one, else
+    (a rule imported from another installation) its name and which of that name it is. Names are not unique."""
+    seen: dict[tuple[Any, ...], int] = {}
+    identities = []
+    for rule in rules:
+        base: tuple[Any, ...] = (
+            ("id", rule["rule_id"]) if rule.get("rule_id") is not None else ("name", rule.get("name") or "")
+        )
+        seen[base] = seen.get(base, 0) + 1
+        identities.append((*base, seen[base]))
+    return identities
+
+
+def _rule_labels(identities: list[tuple[Any, ...]], names: dict[tuple[Any, ...], str]) -> dict[tuple[Any, ...], str]:
+    """A label per rule for the diff's paths, the same on both sides: the rule's name where no other rule has it;
+    else the name with ``#<row id>`` (a frozen rule) or ``(<n>)`` (the n-th imported rule of that name); a rule
+    without a name is ``#<row id>`` or ``(<n>)``. A label that is some other rule's name is made unique."""
+    count: dict[str, int] = {}
+    for identity in identities:
+        count[names[identity]] = count.get(names[identity], 0) + 1
+    labels: dict[tuple[Any, ...], str] = {}
+    taken: set[str] = set()
+    # The plainly named first, so that a suffixed label never takes a rule's own name from it.
+    plain = {i for i in identities if names[i] and count[names[i]] == 1}
+    for identity in sorted(identities, key=lambda i: i not in plain):
+        name = names[identity]
+        if identity in plain:
+            label = name
+        else:
+            kind, key, nth = identity
+            suffix = f"#{key}" if kind == "id" else f"({nth})"
+            label = f"{name} {suffix}" if name else suffix
+        # A rule literally named "x (2)" beside two imported rules named "x" (or one row id frozen twice).
+        while label in taken:
+            label += "'"
+        taken.add(label)
+        labels[identity] = label
+    return labels
+
+
 def version_diff(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
     """What changed from ``old`` to ``new`` (two versions' content), one row per changed leaf: ``{"path", "old",
-    "new"}`` with ``None`` where the leaf is absent on one side. Rules are keyed by name, so a reordered rule
-    shows as a change of its ``order``-position only when its content moved."""
+    "new"}`` with ``None`` where the leaf is absent on one side. A rule is matched by its row id (frozen with it;
+    by name where it has none) and shown under its name, or, where names repeat, its name and id
+    (``_rule_labels``): a change to one of two rules of one name is a change of that one. A reordered rule shows as
+    a change of its ``position``."""
+    old_rules, new_rules = list(old.get("rules", [])), list(new.get("rules", []))
+    old_ids, new_ids = _rule_identities(old_rules), _rule_identities(new_rules)
+    # A renamed rule is labelled by its new name.
+    names = {i: str(rule.get("name") or "") for i, rule in zip(old_ids, old_rules, strict=True)}
+    names.update({i: str(rule.get("name") or "") for i, rule in zip(new_ids, new_rules, strict=True)})
+    labels = _rule_labels([*old_ids, *(i for i in new_ids if i not in old_ids)], names)
 
-    def keyed(content: dict[str, Any]) -> dict[str, Any]:
+    def keyed(content: dict[str, Any], identities: list[tuple[Any, ...]]) -> dict[str, Any]:
         return {
             "agent": content.get("agent", {}),
             "servers": sorted(content.get("servers", [])),
             "rules": {
-                rule.get("name") or str(i): {**{k: v for k, v in rule.items() if k != "rule_id"}, "position": i + 1}
-                for i, rule in enumerate(content.get("rules", []))
+                labels[identity]: {**{k: v for k, v in rule.items() if k != "rule_id"}, "position": i + 1}
+                for i, (identity, rule) in enumerate(zip(identities, content.get("rules", []), strict=True))
             },
             "contracts": content.get("contracts", {}),
         }
 
-    before, after = flatten_leaves(keyed(old), ""), flatten_leaves(keyed(new), "")
+    before, after = flatten_leaves(keyed(old, old_ids), ""), flatten_leaves(keyed(new, new_ids), "")
     rows = []
     for path in sorted(set(before) | set(after)):
         if before.get(path) != after.get(path):

@@ -36,7 +36,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -778,6 +778,11 @@ def _outcome_unknown_message(tool: str) -> str:
     ) % {"tool": tool}
 
 
+# When a cross-run memo entry was written, and how old it is when read: the wall clock, as the entries are shared
+# by every worker process (tests replace it).
+memo_clock: Callable[[], float] = time.time
+
+
 def _memo_get(who: GateCall, contract: ToolContract, key: str) -> Any:
     if not contract.memo or contract.risk == ToolContract.Risk.WRITE:
         # A write asked for twice is two writes (each with its approval), never the first one's answer again.
@@ -787,22 +792,29 @@ def _memo_get(who: GateCall, contract: ToolContract, key: str) -> Any:
     if contract.memo_ttl_s and contract.risk == ToolContract.Risk.READ:
         hit = cache.get(_cache_key(key))
         if hit is not None:
-            return json.loads(hit)
+            entry = json.loads(hit)
+            # The entry may have been written under another contract (another version's: an A/B arm) that keeps
+            # values longer than this reader's: it is reused only while it is younger than the reader's own TTL.
+            if isinstance(entry, dict) and memo_clock() - float(entry.get("at", 0.0)) <= contract.memo_ttl_s:
+                return entry.get("value")
     return None
 
 
 def _memo_put(who: GateCall, contract: ToolContract, key: str, value: Any, secrets: list[str]) -> None:
     if who.memo is not None:
         who.memo[key] = ToolResult(ok=True, value=value)
-    if contract.memo_ttl_s and contract.risk == ToolContract.Risk.READ:
+    # An eval or shadow run (writes blocked) keeps its reads to itself: it runs a version that is not the live one
+    # (its contract's TTL and result checks may differ) and must not change what later live runs get.
+    if contract.memo_ttl_s and contract.risk == ToolContract.Risk.READ and not who.writes_blocked:
         # Kept in the cache (Redis, across runs) masked, as every reader gets it: no secret at rest outside the
-        # encrypted store.
-        masked = mask_value(value, secrets=secrets)
-        cache.set(_cache_key(key), json.dumps(masked, ensure_ascii=False, default=str), timeout=contract.memo_ttl_s)
+        # encrypted store; with when it was written, which a reader holds against its own contract's TTL.
+        entry = {"at": memo_clock(), "value": mask_value(value, secrets=secrets)}
+        cache.set(_cache_key(key), json.dumps(entry, ensure_ascii=False, default=str), timeout=contract.memo_ttl_s)
 
 
 def _cache_key(key: str) -> str:
-    return "gate-memo:" + hashlib.sha256(key.encode()).hexdigest()
+    # "2": entries that carry when they were written (an entry of the earlier form is never read as one).
+    return "gate-memo:2:" + hashlib.sha256(key.encode()).hexdigest()
 
 
 def _argument_message(tool: str, verdict: Verdict) -> str:

@@ -72,7 +72,7 @@ def test_feedback_and_latency_are_compared_with_welchs_test_and_said_plainly() -
     by_metric = {c.metric: c for c in arm_comparisons([a, b])}
     feedback, latency = by_metric["feedback_mean"], by_metric["latency_mean"]
     assert feedback.significant and feedback.p is not None and feedback.p < 0.001
-    assert feedback.statement.startswith("Significant: feedback mean of arm b 0.81 vs arm a -0.25")
+    assert feedback.statement.startswith("Significant: feedback mean of arm b (v2) 0.81 vs arm a (v1) -0.25")
     assert "Welch's test" in feedback.statement
     assert not latency.significant and latency.statement.startswith("No significant difference: mean latency")
     few = arm_comparisons(
