@@ -6,8 +6,9 @@ official ``a2a-sdk`` 1.x client speaks it).
   skills are the agents the key may use, each with its A2A base URL (``agents`` lists them too).
 - ``POST /a2a/<slug>/``: JSON-RPC 2.0. ``SendMessage`` (waits, up to ``PLATFORM_API_MAX_WAIT_S``, until the
   run finishes or asks for input, unless ``configuration.returnImmediately``), ``SendStreamingMessage`` and
-  ``SubscribeToTask`` (server-sent events, one JSON-RPC response per event), ``GetTask``, ``CancelTask``,
-  ``ListTasks``.
+  ``SubscribeToTask`` (server-sent events, one JSON-RPC response per event; the key is checked again every
+  ``PLATFORM_SSE_AUTH_RECHECK_S``, and a revoked one's stream ends with the error -32030 ``UNAUTHENTICATED``),
+  ``GetTask``, ``CancelTask``, ``ListTasks``.
 
 A task is a run: its id is the run's id; its ``contextId`` is the conversation, kept in the run's ``context``
 (``contextId``) with the caller's ``metadata.context`` (``userId``, ``sessionId``, ``chatbotId``…). A message's
@@ -40,6 +41,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.db.models import Q
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
+from django.utils import translation
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
@@ -49,6 +51,7 @@ from agent_platform.errors import ApplicationError
 from agents.api.a2a import run_input_from_message
 from agents.api.config import api_setting
 from agents.api.protocol_http import (
+    KeyRecheck,
     PollState,
     caller_authenticate,
     dumps,
@@ -56,6 +59,7 @@ from agents.api.protocol_http import (
     json_response,
     paced_async,
     paced_sync,
+    revoked_message,
     rpc_body,
     stream_slot_take,
     too_many_streams,
@@ -155,6 +159,9 @@ _ERRORS: dict[str, tuple[int, str]] = {
 # RESOURCE_EXHAUSTED / 429. The a2a-sdk client raises ``A2AClientError("HTTP Error 429 …")`` with the httpx error
 # (and its ``Retry-After``) as its cause; a plain HTTP client sees the 429 and the header.
 RESOURCE_EXHAUSTED = (-32029, "RESOURCE_EXHAUSTED")
+# The stream's API key was revoked while it was open: a server-defined code (A2A has none; its other bindings say
+# UNAUTHENTICATED / 401), with our ``authentication_failed`` in the metadata, as the run events API says it.
+UNAUTHENTICATED = (-32030, "UNAUTHENTICATED")
 
 
 def a2a_error_of(exc: ApplicationError) -> A2AError:
@@ -534,11 +541,14 @@ def _answer_input(*, agent: Agent, api_key: ApiKey, task_id: str, parts: list[An
 class TaskFeed:
     """A run's progress as A2A stream responses, one JSON-RPC response per SSE event: the task first, then
     ``statusUpdate`` for each status change and tool call, ``artifactUpdate`` with the answer, and the final
-    status; the stream ends when the task finishes or asks for input, or after ``PLATFORM_SSE_MAX_S``."""
+    status; the stream ends when the task finishes or asks for input, or after ``PLATFORM_SSE_MAX_S``, or with a
+    JSON-RPC error once its key is found revoked (``recheck``, set by the view that holds the stream's slot)."""
 
     def __init__(self, *, run: Run, rpc_id: Any, after: int, send_task: bool = True) -> None:
         self.run_id = run.pk
         self.rpc_id = rpc_id
+        self.recheck: KeyRecheck | None = None
+        self.language = translation.get_language()  # the caller's (the stream outlives the request's translation)
         self.last_seq = after
         self.send_task = send_task
         self.deadline = time.monotonic() + float(api_setting("PLATFORM_SSE_MAX_S"))
@@ -552,7 +562,18 @@ class TaskFeed:
     def _status_update(self, run: Run, status: dict[str, Any]) -> str:
         return self._event({"statusUpdate": {"taskId": str(run.id), "contextId": context_id_of(run), "status": status}})
 
+    def revoked_event(self) -> str:
+        code, reason = UNAUTHENTICATED
+        error = A2AError(code, reason, revoked_message(), our_code="authentication_failed")
+        return f"data: {dumps(_rpc_error(self.rpc_id, error))}\n\n"
+
     def poll(self) -> tuple[list[str], PollState]:
+        with translation.override(self.language):
+            if self.recheck is not None and self.recheck.revoked():
+                return [self.revoked_event()], "done"
+            return self._poll()
+
+    def _poll(self) -> tuple[list[str], PollState]:
         run = Run.objects.select_related("agent").get(pk=self.run_id)
         chunks: list[str] = []
         if self.send_task:
@@ -677,14 +698,20 @@ def tasks_list(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> dict
     return {"tasks": tasks, "nextPageToken": token, "pageSize": size, "totalSize": total}
 
 
+def _in_utc(moment: datetime) -> datetime:
+    """``moment`` in UTC (a naive one taken as UTC). Raises OverflowError for one whose UTC time is outside years
+    1–9999 (``0001-01-01T00:00:00+01:00``), which the database layer would fail to convert."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
 def _timestamp_param(value: Any, name: str) -> datetime:
     try:
         moment = parse_datetime(value) if isinstance(value, str) else None
-    except ValueError:  # well formed, no date ("2024-13-45T00:00:00Z")
-        moment = None
-    if moment is None:
-        raise invalid_params(_("'%(name)s' must be a timestamp (RFC 3339).") % {"name": name})
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+        if moment is not None:
+            return _in_utc(moment)
+    except (ValueError, OverflowError):  # well formed, no date ("2024-13-45T00:00:00Z"), or out of range in UTC
+        pass
+    raise invalid_params(_("'%(name)s' must be a timestamp (RFC 3339).") % {"name": name})
 
 
 def _page_token(run: Run) -> str:
@@ -698,8 +725,8 @@ def _page_cursor(token: Any) -> tuple[datetime, uuid.UUID]:
         moment = parse_datetime(at)
         if moment is None:
             raise ValueError(at)
-        return moment, uuid.UUID(last_id)
-    except (ValueError, UnicodeDecodeError):
+        return _in_utc(moment), uuid.UUID(last_id)
+    except (ValueError, OverflowError, UnicodeDecodeError):
         raise invalid_params(_("'pageToken' is not one this server gave.")) from None
 
 
@@ -716,6 +743,8 @@ def _history_length(params: dict[str, Any]) -> int | None:
 
 # A message's ids (messageId, contextId, taskId) are text of at most this many characters.
 MESSAGE_ID_MAX_CHARS = 200
+# A request's string id: at most this many characters (as the MCP server's; its message names the number).
+RPC_ID_MAX_CHARS = 200
 
 # The methods that answer with an event stream (``rpc_call`` returns a ``Stream`` for them, and only for them).
 _STREAMING = frozenset({"SendStreamingMessage", "SubscribeToTask"})
@@ -792,11 +821,15 @@ def _parse_request(request: HttpRequest) -> tuple[Any, str, dict[str, Any]] | di
             None, A2AError(-32600, "INVALID_REQUEST", _("Give the request an 'id': A2A has no notifications."))
         )
     rpc_id = body.get("id")
-    if isinstance(rpc_id, bool) or not isinstance(rpc_id, str | int | type(None)):
-        # Not an id a client could match the answer to (JSON-RPC: a string, an integer or null): nothing is done.
-        return _rpc_error(
-            None, A2AError(-32600, "INVALID_REQUEST", _("The request's 'id' must be a string or an integer."))
-        )
+    if (
+        isinstance(rpc_id, bool)
+        or not isinstance(rpc_id, str | int | type(None))
+        or (isinstance(rpc_id, str) and len(rpc_id) > RPC_ID_MAX_CHARS)
+    ):
+        # Not an id a client could match the answer to (JSON-RPC: a string, an integer or null), or one too long to
+        # echo (it is in every event of a stream), as the MCP server bounds it: nothing is done.
+        message = _("The request's 'id' must be a string (at most 200 characters) or an integer.")
+        return _rpc_error(None, A2AError(-32600, "INVALID_REQUEST", message))
     if body.get("jsonrpc") != "2.0" or not isinstance(body.get("method"), str):
         return _rpc_error(rpc_id, A2AError(-32600, "INVALID_REQUEST", _("Expected a JSON-RPC 2.0 request.")))
     params = body.get("params", {})
@@ -854,6 +887,7 @@ async def rpc_view(request: HttpRequest, slug: str) -> HttpResponseBase:
     if error is not None:
         return json_response(_rpc_error(rpc_id, error), status=error.http_status, headers=error.headers)
     if isinstance(result, Stream) and slot is not None:
+        result.feed.recheck = KeyRecheck(api_key, slot)
         poll = result.feed.poll
         stream = paced_async(poll, slot) if isinstance(request, ASGIRequest) else paced_sync(poll, slot)
         response = StreamingHttpResponse(stream, content_type="text/event-stream; charset=utf-8")

@@ -7,7 +7,10 @@ worker, the gate, the audit) and answers when the run has finished or waits for 
 text, and as ``structuredContent`` the run's id, status, error, tool calls and the approvals pending. While it
 runs, a call that sent a ``progressToken`` gets ``notifications/progress`` (one per status change and tool
 call) on the response's event stream. ``notifications/cancelled`` for the call, or the client going away
-before the answer, cancels the run.
+before the answer, cancels the run. A call, answered on an event stream or as a JSON body held open, takes one of
+the key's stream slots (``PLATFORM_SSE_MAX_STREAMS_PER_KEY``; none free: an ``isError`` result saying to call
+again), and checks its key again every ``PLATFORM_SSE_AUTH_RECHECK_S``: once the key is revoked it ends with an
+``isError`` result (``authentication_failed``), the run left to go on.
 
 Written as plain Django views rather than the ``mcp`` SDK's session manager, because the platform serves from
 several processes (gunicorn's uvicorn workers, or ``runserver``) and an SDK session lives in one process's
@@ -31,6 +34,7 @@ from asgiref.sync import sync_to_async
 from django.core.cache import cache
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.utils import translation
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
@@ -38,6 +42,7 @@ from rest_framework import exceptions
 from agent_platform.errors import ApplicationError
 from agents.api.config import api_setting
 from agents.api.protocol_http import (
+    KeyRecheck,
     Poll,
     PollState,
     caller_authenticate,
@@ -46,6 +51,7 @@ from agents.api.protocol_http import (
     json_response,
     paced_async,
     paced_sync,
+    revoked_message,
     rpc_body,
     status_progress_text,
     stream_slot_take,
@@ -125,15 +131,21 @@ def call_result(run: Run) -> dict[str, Any]:
         for a in run.approvals.filter(status=Approval.Status.PENDING).order_by("created_at")
     ]
     error = {"code": run.error_code, "message": run.error_message} if run.error_code else None
+    # In the caller's language, the status by its label (as the A2A and run events APIs show it).
+    label = Run.Status(run.status).label if run.status in Run.Status.values else run.status
     if run.status == Run.Status.SUCCEEDED:
         text = run.answer
     elif run.status == Run.Status.AWAITING_APPROVAL:
         calls = ", ".join(f"{p['tool']} {json.dumps(p['args'], ensure_ascii=False)}" for p in pending)
-        text = f"awaiting approval: {calls} (POST /api/v1/runs/{run.id}/approvals/<approval_id>)"
+        text = _("%(status)s: %(calls)s (decide each with POST /api/v1/runs/%(run_id)s/approvals/<approval_id>)") % {
+            "status": label,
+            "calls": calls,
+            "run_id": run.id,
+        }
     elif error:
-        text = f"{run.status}: {error['code']}: {error['message']}"
+        text = f"{label}: {error['code']}: {error['message']}"
     else:
-        text = f"{run.status}"
+        text = _("status: %(status)s") % {"status": label}
     structured = {
         "run_id": str(run.id),
         "status": run.status,
@@ -197,9 +209,13 @@ def tool_call_cancel(*, api_key: ApiKey, session_id: str, rpc_id: Any, why: str)
 class CallFeed:
     """A ``tools/call`` on an event stream: progress notifications while the run goes, then the result."""
 
-    def __init__(self, *, run: Run, rpc_id: Any, progress_token: Any) -> None:
+    def __init__(self, *, run: Run, rpc_id: Any, progress_token: Any, recheck: KeyRecheck | None = None) -> None:
+        """``recheck`` asks again whether the key is live (and renews the call's stream slot); once the key is
+        revoked the call ends with an ``isError`` result, the run left to go on."""
         self.run_id = run.pk
         self.rpc_id = rpc_id
+        self.recheck = recheck
+        self.language = translation.get_language()  # the caller's (the stream outlives the request's translation)
         self.progress_token = progress_token
         self.last_seq = 0
         self.progress = 0
@@ -217,6 +233,14 @@ class CallFeed:
         return self._message({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
 
     def poll(self) -> tuple[list[str], PollState]:
+        with translation.override(self.language):
+            if self.recheck is not None and self.recheck.revoked():
+                text = f"authentication_failed: {revoked_message()}"
+                result = {"content": [{"type": "text", "text": text}], "isError": True}
+                return [self._message({"jsonrpc": "2.0", "id": self.rpc_id, "result": result})], "done"
+            return self._poll()
+
+    def _poll(self) -> tuple[list[str], PollState]:
         run = Run.objects.select_related("agent").get(pk=self.run_id)
         chunks: list[str] = []
         for event in run_events_after(run_id=run.pk, after=self.last_seq, limit=200):
@@ -290,6 +314,16 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
         )
     session_id = request.headers.get("Mcp-Session-Id", "")[:100]
     method = body.get("method")
+    if "method" in body and not isinstance(method, str):
+        # JSON-RPC: a method is a string; anything else is an Invalid Request (as the A2A server answers), not a
+        # method that was looked for and not found.
+        rpc_id = body.get("id")
+        valid_id = not isinstance(rpc_id, bool) and (
+            isinstance(rpc_id, int) or (isinstance(rpc_id, str) and len(rpc_id) <= 200)
+        )
+        return json_response(
+            _rpc_error(rpc_id if valid_id else None, -32600, _("Expected a JSON-RPC 2.0 request.")), status=400
+        )
     if "id" not in body or method is None:  # a notification, or a response to a request we never send
         if method == "notifications/cancelled" and isinstance(body.get("params"), dict):
             await sync_to_async(tool_call_cancel)(
@@ -320,18 +354,17 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
         message = _("'_meta.progressToken' must be a string (at most 200 characters) or an integer.")
         return json_response(_rpc_error(rpc_id, -32602, message))
     streaming = "text/event-stream" in request.headers.get("Accept", "")
-    slot = None
-    if streaming:
-        # The stream's slot first: a refused call must not have started its run (a fast worker may have begun
-        # it, and a client retrying after Retry-After would start another).
-        slot = await sync_to_async(stream_slot_take)(api_key)
-        if slot is None:
-            # The call's own failure, not the session's: an HTTP 429 ends an MCP client's whole session (the
-            # official client's task group dies), so the client is told, in the result, to call again later.
-            busy = json.loads(too_many_streams().content)["error"]
-            text = f"{busy['code']}: {busy['message']} " + _("Call again in a few seconds.")
-            result = {"content": [{"type": "text", "text": text}], "isError": True}
-            return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": result})
+    # The call's slot first, on an event stream or not (a JSON answer is held open as long, polling): a refused
+    # call must not have started its run (a fast worker may have begun it, and a client retrying after
+    # Retry-After would start another).
+    slot = await sync_to_async(stream_slot_take)(api_key)
+    if slot is None:
+        # The call's own failure, not the session's: an HTTP 429 ends an MCP client's whole session (the
+        # official client's task group dies), so the client is told, in the result, to call again later.
+        busy = json.loads(too_many_streams().content)["error"]
+        text = f"{busy['code']}: {busy['message']} " + _("Call again in a few seconds.")
+        result = {"content": [{"type": "text", "text": text}], "isError": True}
+        return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": result})
 
     def abandon() -> None:
         tool_call_cancel(api_key=api_key, session_id=session_id, rpc_id=rpc_id, why="client gone")
@@ -342,8 +375,7 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
             abandon,
         )
     except BaseException as exc:
-        if slot is not None:
-            await asyncio.shield(sync_to_async(stream_slot_release)(slot))
+        await asyncio.shield(sync_to_async(stream_slot_release)(slot))
         if isinstance(exc, McpError):
             return json_response(_rpc_error(rpc_id, exc.code, exc.message))
         if isinstance(exc, ApplicationError):
@@ -353,17 +385,17 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
             raise
         logger.exception("MCP tools/call failed")
         return json_response(_rpc_error(rpc_id, -32603, _("Internal error.")))
-    feed = CallFeed(run=run, rpc_id=rpc_id, progress_token=token)
+    feed = CallFeed(run=run, rpc_id=rpc_id, progress_token=token, recheck=KeyRecheck(api_key, slot))
     poll = _answered_whatever_happens(feed.poll, rpc_id, run.pk)
-    if slot is None:
+    if not streaming:
         # A client that takes no event stream gets the JSON answer, sent as the body of a response that starts at
         # once: while the run goes, a space now and then (JSON's own whitespace) lets the server notice a client
         # gone, whose run is then cancelled as a stream client's is, not left to run for nobody.
         feed.progress_token = None
         answer = (
-            paced_async(_json_body(poll), None, on_abandon=abandon)
+            paced_async(_json_body(poll), slot, on_abandon=abandon)
             if isinstance(request, ASGIRequest)
-            else paced_sync(_json_body(poll), None, on_abandon=abandon)
+            else paced_sync(_json_body(poll), slot, on_abandon=abandon)
         )
         response = StreamingHttpResponse(answer, content_type="application/json; charset=utf-8")
         response["Cache-Control"] = "no-cache"

@@ -20,8 +20,15 @@ from rest_framework import exceptions
 from agents.api.auth import ApiKeyAuthentication
 from agents.api.config import api_setting
 from agents.api.parsers import json_parse_bounded
-from agents.api.throttling import StreamSlot, api_key_rate_check, stream_slot_acquire, stream_slot_release
+from agents.api.throttling import (
+    StreamSlot,
+    api_key_rate_check,
+    stream_slot_acquire,
+    stream_slot_release,
+    stream_slot_renew,
+)
 from agents.models import ApiKey, Run
+from agents.selectors import api_key_is_live
 
 PollState = Literal["wait", "done"]
 
@@ -79,10 +86,56 @@ def caller_authenticate(request: HttpRequest) -> Caller:
     return Caller(api_key, None)
 
 
+def stream_timing() -> tuple[float, float]:
+    """``(recheck_s, lease_s)`` of an open stream, as the run events API's (``agents.api.events``): its key is
+    checked again every ``PLATFORM_SSE_AUTH_RECHECK_S`` (at most 15 s), and its slot is leased for two of those
+    and a poll, renewed at each check, so a stream whose process died frees its slot within a minute."""
+    recheck_s = min(15.0, float(api_setting("PLATFORM_SSE_AUTH_RECHECK_S")))
+    return recheck_s, 2 * recheck_s + float(api_setting("PLATFORM_SSE_POLL_S")) + 5
+
+
 def stream_slot_take(api_key: ApiKey) -> StreamSlot | None:
-    """One of the key's stream slots (``PLATFORM_SSE_MAX_STREAMS_PER_KEY``, shared with the run events API)."""
-    lease_s = float(api_setting("PLATFORM_SSE_MAX_S")) + 60
-    return stream_slot_acquire(api_key, lease_s=lease_s)
+    """One of the key's stream slots (``PLATFORM_SSE_MAX_STREAMS_PER_KEY``, shared with the run events API), on
+    the short lease a ``KeyRecheck`` renews."""
+    return stream_slot_acquire(api_key, lease_s=stream_timing()[1])
+
+
+class KeyRecheck:
+    """An open stream's hold on its key, as the run events API's: every ``PLATFORM_SSE_AUTH_RECHECK_S`` the key is
+    asked again (a revoked key loses its stream at once, not at ``PLATFORM_SSE_MAX_S``) and the stream's slot is
+    renewed."""
+
+    def __init__(
+        self,
+        api_key: ApiKey,
+        slot: StreamSlot | None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        still_authorized: Callable[[], bool] | None = None,
+    ) -> None:
+        api_key_id = api_key.pk
+        self.slot = slot
+        self.recheck_s, self.lease_s = stream_timing()
+        self.clock = clock
+        self.still_authorized = still_authorized or (lambda: api_key_is_live(api_key_id=api_key_id))
+        self.next_at = clock() + self.recheck_s
+
+    def revoked(self) -> bool:
+        """Whether the key was found revoked (asked at most every ``recheck_s``; the slot renewed otherwise)."""
+        now = self.clock()
+        if now < self.next_at:
+            return False
+        self.next_at = now + self.recheck_s
+        if not self.still_authorized():
+            return True
+        if self.slot is not None:
+            stream_slot_renew(self.slot, lease_s=self.lease_s)
+        return False
+
+
+def revoked_message() -> str:
+    """What a stream whose key was revoked is told last (the run events API's words)."""
+    return _("The API key was revoked; the stream is closed.")
 
 
 def too_many_streams() -> JsonResponse:
