@@ -421,7 +421,26 @@ class _Timeline:
         return self._call(entry, kind="deterministic", label=gettext("deterministic call"), key=key)
 
     def _flow_call(self, entry: dict[str, Any]) -> TimelineStep:
-        return self._call(entry, kind="flow", label=gettext("flow call"), key=_str(entry.get("call_id")))
+        """A flow's call, found by its number (``flow:<n>``) as a model's call is by its id: its attempts from its
+        audit events and, for a write, its approval. A flow runs again from its start once an approval is
+        decided, its calls numbered the same way: a call's number then holds the attempts of every pass."""
+        call_id = _str(entry.get("call_id"))
+        step = self._call(entry, kind="flow", label=gettext("flow call"), key=call_id)
+        approval = self.by_call.get(call_id) if call_id else None
+        if approval is None:
+            return step
+        self.shown.add(str(approval.pk))
+        step.note = gettext("approval: %(status)s") % {"status": approval.get_status_display()}
+        if approval.decided_by:
+            step.note += " · " + gettext("by %(who)s") % {"who": approval.decided_by}
+        if approval.reason:
+            step.note += f" · {approval_reason_text(approval.reason)}"
+        if entry.get("error") == "approval:pending":
+            # The call waited for the person (the flow stopped there): not a failure.
+            step.status, step.status_text = "pending", gettext("pending")
+        elif approval.status == Approval.Status.OUTCOME_UNKNOWN:
+            step.status = "degraded"
+        return step
 
     def _approval(self, entry: dict[str, Any]) -> TimelineStep | None:
         approval = self.by_id.get(_str(entry.get("approval_id"))) or self.by_call.get(_str(entry.get("call_id")))

@@ -769,17 +769,21 @@ def _execute_flow(
     servers = {s.mcp_id: s for s in plan.servers if s.enabled}
     node_calls = iter(range(1, 1_000_000))
     parked: list[str] = []
+    failures: list[str] = []  # the calls that failed (a write waiting for its approval has not)
 
     def call_tool(mcp_id: str, tool_name: str, params: dict[str, Any]) -> Any:
         # Between the flow's steps, as the ReAct loop checks between its own: a run cancelled (or out of time, or
         # taken over) sends nothing more, also when the flow caught the exception of an earlier call.
         plan.check_cancelled()
-        result = gate.call(
-            server=servers[mcp_id], tool_name=tool_name, args=params, who=who("flow", f"flow:{next(node_calls)}")
-        )
+        # The call's number in the flow: its audit events and its approval carry it, and so do its event and
+        # trace entry (the run page finds the call's attempts and approval by it).
+        call_id = f"flow:{next(node_calls)}"
+        result = gate.call(server=servers[mcp_id], tool_name=tool_name, args=params, who=who("flow", call_id))
         clock.tools_ms += result.latency_ms
-        plan.emit("tool_call", {"source": "flow", **result.as_dict()})
-        trace.append({"type": "flow_call", **result.as_dict()})
+        plan.emit("tool_call", {"source": "flow", "call_id": call_id, **result.as_dict()})
+        trace.append({"type": "flow_call", "call_id": call_id, **result.as_dict()})
+        if not result.ok and result.error != "approval:pending":
+            failures.append(call_id)  # counted into the run's tool_failures, as a ReAct run's failed calls are
         if result.error == "approval:pending" and result.approval_id:
             # A write waiting for a person: the flow stops, the run waits, and once the approval is decided the
             # flow runs again from its start (its calls numbered the same way: the approved one is found by its
@@ -794,6 +798,7 @@ def _execute_flow(
             return result.value
         return ToolFailure(ok=False, error=result.error, message=result.message)
 
+    options = plan.model_params.get("flow") or {}
     settings = FlowSettings(
         run_id=plan.run_id,
         query=plan.query,
@@ -801,22 +806,32 @@ def _execute_flow(
         a2a_data=list(plan.a2a_data),
         a2a_files=list(plan.a2a_files),
         bound_mcp_ids=list(servers),
-        options=dict(plan.model_params.get("flow") or {}),
+        options=dict(options) if isinstance(options, dict) else {},
         call_tool=call_tool,
     )
     t1 = time.perf_counter()
     try:
-        flow = flow_run(
-            flow_graph=plan.flow_graph,
-            settings=settings,
-            trace=trace,
-            emit=plan.emit,
-            check=plan.check_cancelled,
-            time_left=plan.time_left,
-        )
+        if not isinstance(options, dict):
+            # Refused when the agent is saved (Agent.clean); one stored before that check fails as the flow's error.
+            flow = FlowResult(
+                error_code="flow:error",
+                error_message=_(
+                    "The flow options (model parameter flow) must be an object: flow.mcp_id=…, a key each."
+                ),
+            )
+        else:
+            flow = flow_run(
+                flow_graph=plan.flow_graph,
+                settings=settings,
+                trace=trace,
+                emit=plan.emit,
+                check=plan.check_cancelled,
+                time_left=plan.time_left,
+            )
     except RunCancelled:
         flow = FlowResult(error_code="cancelled", error_message="the run was cancelled")
         outcome.status = "cancelled"
+    outcome.tool_failures += len(failures)
     if parked and outcome.status != "cancelled":
         outcome.status, outcome.parked_on = "awaiting_approval", parked[0]
     elif flow.error_code == "cancelled":

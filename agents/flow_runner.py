@@ -1,7 +1,7 @@
 """Flow mode (seed 000): the agent's own LangGraph graph, built by the function its ``flow_graph`` names.
 
 Its nodes call tools through ``MCPHandle``, i.e. through the gate (source ``flow``); the answer is the final
-state's ``output``. A flow's failure is a value (``flow:error``), except the errors of
+state's ``output``. A flow's failure is a value (``flow:error``; ``SystemExit`` included), except the errors of
 ``agents.errors.MUST_PROPAGATE`` (a database error, the time limit, a cancellation), which propagate as they do
 from the ReAct loop and the deterministic stage.
 """
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
+from celery.exceptions import WorkerShutdown, WorkerTerminate
 from django.utils.translation import gettext as _
 
 from agents.errors import MUST_PROPAGATE
@@ -69,6 +70,27 @@ FLOW_STOP_MARGIN_S = 1.0
 
 class FlowTimedOut(Exception):
     """The flow did not end before its run's time limit: its coroutine was cancelled."""
+
+
+# The options every flow may be given (``model_params["flow"]``): the server the shipped templates call. A flow
+# module that reads options of its own names them in its own ``FLOW_OPTIONS`` (a tuple of names): any other key is
+# refused when the agent is saved (a typo would otherwise be ignored, and the flow run with its default).
+FLOW_OPTIONS: tuple[str, ...] = ("mcp_id",)
+
+
+def flow_option_keys(path: str) -> list[str]:
+    """The option keys the flow ``path`` takes: ``FLOW_OPTIONS`` and its module's own ``FLOW_OPTIONS``. Only
+    ``FLOW_OPTIONS`` where ``path`` cannot be loaded (its own error is told about ``flow_graph``)."""
+    keys = list(FLOW_OPTIONS)
+    module_name = path.rpartition(".")[0]
+    if module_name:
+        try:
+            own = getattr(import_user_module(module_name), "FLOW_OPTIONS", ())
+        except CodeRuleError:
+            own = ()
+        if isinstance(own, list | tuple):
+            keys.extend(str(key) for key in own if str(key) not in keys)
+    return keys
 
 
 def load_flow_builder(path: str) -> Callable[[FlowSettings], Any]:
@@ -155,6 +177,13 @@ def flow_run(
     except Exception as exc:  # a flow's bug ends the run as a value, not a crash
         logger.exception("flow %s failed in run %s", flow_graph, settings.run_id)
         return FlowResult(error_code="flow:error", error_message=f"{type(exc).__name__}: {exc}")
+    except (WorkerShutdown, WorkerTerminate):
+        raise  # the worker's own shutdown (SystemExit's subclasses): the run is redelivered, not failed
+    except SystemExit as exc:
+        # sys.exit() in a flow's node is its failure too: let through, it would end the worker and leave the run
+        # "running" (redelivered until worker_lost). KeyboardInterrupt and GeneratorExit still propagate.
+        logger.error("flow %s raised SystemExit(%s) in run %s", flow_graph, exc.code, settings.run_id)
+        return FlowResult(error_code="flow:error", error_message=f"SystemExit: {exc}")
     output = state.get("output")
     text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False, default=str)
     return FlowResult(answer=text or "")

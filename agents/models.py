@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -387,6 +388,8 @@ class Agent(AuditedModel):
                     )
                 )
             ]
+        if flow_problems := self._flow_options_problems(params.get("flow"), stored.get("flow")):
+            errors.setdefault("model_params", []).extend(flow_problems)
         if any(k in params for k in SECRET_PARAM_KEYS):
             errors.setdefault("model_params", []).append(
                 str(_("A key is a secret: put it in the model secrets (api_key), not in the model parameters."))
@@ -398,6 +401,48 @@ class Agent(AuditedModel):
             errors["model_secrets"] = [problem]
         if errors:
             raise ValidationError(errors)
+
+    def _flow_options_problems(self, options: Any, stored: Any) -> list[str]:
+        """What is wrong with ``model_params["flow"]``, the options a flow's ``settings.option()`` reads: an
+        object whose keys are the flow's (``agents.flow_runner.flow_option_keys``: ``mcp_id`` and those its module
+        names), an unknown one named with the valid ones; in flow mode its ``mcp_id`` names a server the agent can
+        call: one it binds (once it is stored with servers), else one that exists. A value that is no object failed
+        every run as ``internal``; a typo or another server, every run as ``mcp:not_loaded`` or with the default
+        server. The server is checked where the options or the mode change (a server unbound later does not make
+        every other save of the agent fail)."""
+        from agents.flow_runner import flow_option_keys
+        from mcpregistry.contracts import unknown_key_problem
+
+        if options is None:
+            return []  # none given: the flow's defaults
+        keys = flow_option_keys(self.flow_graph or "")
+        if not isinstance(options, dict):
+            return [
+                "flow: "
+                + str(
+                    _("the flow's options are an object, a key each (flow.mcp_id=…); the valid keys are: %(keys)s")
+                    % {"keys": ", ".join(keys)}
+                )
+            ]
+        problems = [f"flow.{key}: {unknown_key_problem(str(key), keys)}" for key in options if key not in keys]
+        mcp_id = options.get("mcp_id")
+        if mcp_id is None:
+            return problems
+        if not isinstance(mcp_id, str) or not mcp_id:
+            return [*problems, "flow.mcp_id: " + str(_("Enter the MCP id of a server (a text)."))]
+        mode_changed = self.pk is None or self.mode != stored_value(self, "mode")
+        if self.mode == self.Mode.FLOW and (options != stored or mode_changed):
+            bound = sorted(self.servers.values_list("mcp_id", flat=True)) if self.pk is not None else []
+            callable_ids = bound or sorted(McpServer.objects.values_list("mcp_id", flat=True))
+            if mcp_id not in callable_ids:
+                problems.append(
+                    "flow.mcp_id: "
+                    + str(
+                        _("'%(mcp_id)s' is not a server this agent can call; choose one of: %(servers)s")
+                        % {"mcp_id": mcp_id, "servers": ", ".join(callable_ids) or "—"}
+                    )
+                )
+        return problems
 
 
 class DeterministicRule(AuditedModel):

@@ -99,9 +99,7 @@ def run_end_recorded(*, run_id: Any) -> bool:
     and then records the run's end (its last ``status`` event). Until that event, or until the worker's pass is
     past its hard time limit (the worker is gone then), more of its events may come."""
     row = (
-        Run.objects.filter(id=run_id)
-        .values("status", "pass_started_at", "finished_at", "agent__time_limit_s")
-        .first()
+        Run.objects.filter(id=run_id).values("status", "pass_started_at", "finished_at", "agent__time_limit_s").first()
     )
     if row is None or row["status"] != Run.Status.CANCELLED:
         return True

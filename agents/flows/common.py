@@ -60,7 +60,18 @@ def as_data(result: Any) -> Any:
     return result
 
 
+def unavailable(what: str) -> str:
+    """The end user's answer where a call failed (``failed``): ``what`` (with its particle, "직원 정보를") could
+    not be fetched. Never the failure's own message: that is the gate's guidance for a model (how to call again),
+    shown on the run page with the call, not to the user."""
+    return f"{what} 지금 가져오지 못했습니다. 잠시 후 다시 시도해 주세요."
+
+
 def project_names(projects: Any) -> str:
+    """The projects' names, comma-separated; the tool's text answer as it is (the demo server's "no projects").
+    A failed call is told as such (callers check ``failed`` first, to say so in a sentence of their own)."""
+    if failed(projects):
+        return unavailable("프로젝트 목록을")
     rows = as_data(projects)
     if isinstance(rows, list):
         return ", ".join(str(p.get("name")) for p in rows if isinstance(p, dict))

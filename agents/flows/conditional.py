@@ -7,7 +7,16 @@ from typing import Any
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from agents.flows.common import FlowState, as_data, default_mcp_id, failed, name_in, project_names, team_in
+from agents.flows.common import (
+    FlowState,
+    as_data,
+    default_mcp_id,
+    failed,
+    name_in,
+    project_names,
+    team_in,
+    unavailable,
+)
 from agents.tools import MCPHandle
 
 mcp = MCPHandle()
@@ -24,23 +33,33 @@ def route(state: FlowState) -> str:
     return "employee"
 
 
+# A failed call (``failed``) is answered in a sentence of its own (``unavailable``); the server's text answer
+# (nobody of that name, no such team) is the answer as it is.
+
+
 async def assets(state: FlowState) -> dict[str, Any]:
     owner = name_in(state["query"]) or ""
     found = as_data(await mcp.call("get_asset", params={"owner": owner}))
-    if isinstance(found, dict) and not failed(found):
+    if failed(found):
+        return {"output": unavailable(f"{owner or '전체'} 자산 정보를")}
+    if isinstance(found, dict) and "count" in found:
         return {"output": f"{owner or '전체'} 자산 {found['count']}건"}
-    return {"output": str(found.get("message") if isinstance(found, dict) else found)}
+    return {"output": str(found)}
 
 
 async def projects(state: FlowState) -> dict[str, Any]:
     team = team_in(state["query"]) or ""
     found = await mcp.call("list_projects", params={"team": team})
+    if failed(found):
+        return {"output": unavailable(f"{team or '전체'} 프로젝트 목록을")}
     return {"output": f"{team or '전체'} 프로젝트: {project_names(found)}"}
 
 
 async def members(state: FlowState) -> dict[str, Any]:
     team = team_in(state["query"]) or ""
     found = as_data(await mcp.call("list_team_members", params={"team": team}))
+    if failed(found):
+        return {"output": unavailable(f"{team} 인원 정보를" if team else "인원 정보를")}
     if isinstance(found, dict) and "count" in found:
         return {"output": f"{team} 인원은 {found['count']}명입니다."}
     return {"output": str(found)}
@@ -48,7 +67,9 @@ async def members(state: FlowState) -> dict[str, Any]:
 
 async def employee(state: FlowState) -> dict[str, Any]:
     found = as_data(await mcp.call("search_employee", params={"name": name_in(state["query"]) or ""}))
-    if isinstance(found, dict) and not failed(found):
+    if failed(found):
+        return {"output": unavailable("직원 정보를")}
+    if isinstance(found, dict) and "team" in found:
         return {"output": f"{found['name']} 님은 {found['team']} 소속입니다."}
     return {"output": str(found)}
 

@@ -2,7 +2,9 @@
 
 The request comes as an A2A data part ``{"request": {"method": "GET", "path": "/employees/김하늘"}}`` or as the
 query itself (``GET /teams/클라우드운영팀/members``). Routes: ``/employees/{name}``, ``/teams/{team}/members``,
-``/teams/{team}/projects``, ``/assets?owner={name}``. The output is ``{"status": ..., "body": ...}``.
+``/teams/{team}/projects``, ``/assets?owner={name}``. The output is ``{"status": ..., "body": ...}``: 200 with
+the data, 404 where there is none (the server's text as ``error``), 405 for a method but GET, 502 where the call
+failed (its reason code as ``error``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from agents.flows.common import FlowState, as_data, default_mcp_id, failed
+from agents.flows.common import FlowState, as_data, default_mcp_id, failed, unavailable
 from agents.tools import MCPHandle
 
 mcp = MCPHandle()
@@ -51,8 +53,12 @@ async def dispatch(state: FlowState) -> dict[str, Any]:
         params = {arg: found.group("value")}
     result = as_data(await mcp.call(tool, params=params))
     if failed(result):
-        return {"response": {"status": 502, "body": {"error": result.get("error"), "message": result.get("message")}}}
-    if isinstance(result, str) and "찾을 수 없습니다" in result:
+        # The failure's reason code, not its message (the gate's guidance for a model; the run page shows it).
+        message = unavailable("요청한 정보를")
+        return {"response": {"status": 502, "body": {"error": result.get("error"), "message": message}}}
+    if isinstance(result, str):
+        # The demo server answers its data as JSON and "nothing found" as text (no such employee or team, no
+        # assets or projects for it): every route's nothing is a 404.
         return {"response": {"status": 404, "body": {"error": result}}}
     return {"response": {"status": 200, "body": result}}
 

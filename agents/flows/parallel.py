@@ -7,7 +7,7 @@ from typing import Any
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from agents.flows.common import FlowState, as_data, default_mcp_id, failed, name_in
+from agents.flows.common import FlowState, as_data, default_mcp_id, failed, name_in, unavailable
 from agents.tools import MCPHandle
 
 mcp = MCPHandle()
@@ -23,13 +23,18 @@ async def assets(state: FlowState) -> dict[str, Any]:
 
 async def join(state: FlowState) -> dict[str, Any]:
     person, owned = state.get("employee"), state.get("assets")
-    if not isinstance(person, dict) or failed(person):
+    if failed(person):
+        return {"output": unavailable("직원 정보를")}
+    if not isinstance(person, dict):
+        # The server's own answer where nobody has that name (it names the registered ones).
         return {"output": f"직원 정보를 찾지 못했습니다: {person}"}
-    if isinstance(owned, dict) and not failed(owned):
+    if failed(owned):
+        owned_text = unavailable("자산 정보를")
+    elif isinstance(owned, dict):
         items = ", ".join(f"{a['type']}({a['asset_id']})" for a in owned.get("assets", []))
         owned_text = f"자산 {owned.get('count', 0)}건: {items}"
     else:
-        owned_text = str(owned)
+        owned_text = str(owned)  # the server's text: no assets
     return {"output": f"{person['name']} 님 ({person['team']}, {person['role']}) — {owned_text}"}
 
 

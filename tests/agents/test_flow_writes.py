@@ -175,3 +175,24 @@ def test_a_flow_write_that_changed_after_its_number_was_carried_out_is_refused_n
     run.refresh_from_db()
     assert lines(file) == ["A\t", "B\t"]  # X never went out
     assert "X=" in run.answer and "approval:mismatch" in run.answer.split(" / ")[0]
+
+
+def test_a_flow_writes_step_on_the_run_page_shows_its_approval_and_then_its_attempt(flow_run: Any) -> None:
+    """Found by its number (``flow:2``), as a model's call is by its id: pending, then carried out."""
+    from agents.admin_runs import run_timeline
+
+    run, _file = flow_run
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    approval = run.approvals.get()
+    write = [s for s in run_timeline(run) if s.label == "flow call" and s.title.endswith(".append_line")]
+    assert [(s.status, s.attempts) for s in write] == [("pending", [])]
+    assert approval.get_status_display() in write[0].note
+
+    approval_decide(run=run, approval_id=str(approval.pk), decision="approve", actor="reviewer")
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    approval.refresh_from_db()
+    write = [s for s in run_timeline(run) if s.label == "flow call" and s.title.endswith(".append_line")]
+    assert [(s.status, [a.ok for a in s.attempts]) for s in write] == [("ok", [True])]
+    assert approval.get_status_display() in write[0].note and "reviewer" in write[0].note
