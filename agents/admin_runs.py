@@ -426,21 +426,27 @@ class _Timeline:
         decided, its calls numbered the same way: a call's number then holds the attempts of every pass."""
         call_id = _str(entry.get("call_id"))
         step = self._call(entry, kind="flow", label=gettext("flow call"), key=call_id)
+        approval = self._with_approval(step, call_id)
+        if approval is not None and entry.get("error") == "approval:pending":
+            # The call waited for the person (the flow stopped there): not a failure.
+            step.status, step.status_text = "pending", gettext("pending")
+        return step
+
+    def _with_approval(self, step: TimelineStep, call_id: str) -> Approval | None:
+        """The approval of the call ``call_id``, if it had one, noted on its step (its status, who decided and
+        why); a write whose outcome is unknown is shown degraded."""
         approval = self.by_call.get(call_id) if call_id else None
         if approval is None:
-            return step
+            return None
         self.shown.add(str(approval.pk))
         step.note = gettext("approval: %(status)s") % {"status": approval.get_status_display()}
         if approval.decided_by:
             step.note += " · " + gettext("by %(who)s") % {"who": approval.decided_by}
         if approval.reason:
             step.note += f" · {approval_reason_text(approval.reason)}"
-        if entry.get("error") == "approval:pending":
-            # The call waited for the person (the flow stopped there): not a failure.
-            step.status, step.status_text = "pending", gettext("pending")
-        elif approval.status == Approval.Status.OUTCOME_UNKNOWN:
+        if approval.status == Approval.Status.OUTCOME_UNKNOWN:
             step.status = "degraded"
-        return step
+        return approval
 
     def _approval(self, entry: dict[str, Any]) -> TimelineStep | None:
         approval = self.by_id.get(_str(entry.get("approval_id"))) or self.by_call.get(_str(entry.get("call_id")))
@@ -487,16 +493,7 @@ class _Timeline:
             step.with_args(events[0].args)
         failed = entry.get("status") == "error"
         _call_step(step, events, ok_in_trace=False if failed else None, error=_str(entry.get("error")))
-        approval = self.by_call.get(call_id)
-        if approval is not None:
-            self.shown.add(str(approval.pk))
-            step.note = gettext("approval: %(status)s") % {"status": approval.get_status_display()}
-            if approval.decided_by:
-                step.note += " · " + gettext("by %(who)s") % {"who": approval.decided_by}
-            if approval.reason:
-                step.note += f" · {approval_reason_text(approval.reason)}"
-            if approval.status == Approval.Status.OUTCOME_UNKNOWN:
-                step.status = "degraded"
+        self._with_approval(step, call_id)
         return step
 
     def _outcome(self, entry: dict[str, Any]) -> TimelineStep:
