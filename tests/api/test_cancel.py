@@ -175,8 +175,8 @@ def test_a_run_approved_then_cancelled_before_it_resumed_leaves_no_approval_appr
     assert not notes.exists()
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_running_run_stops_at_its_next_step(api_client, caller_key, probe) -> None:
+def sleeper_started(probe: McpServer, caller_key: ApiKey) -> tuple[Run, threading.Thread]:
+    """A run whose model asks for a slow tool (1.5 s), then another, then answers; executing in a thread."""
     agent = scripted(
         "sleeper",
         probe,
@@ -196,6 +196,12 @@ def test_a_running_run_stops_at_its_next_step(api_client, caller_key, probe) -> 
 
     worker = threading.Thread(target=work)
     worker.start()
+    return run, worker
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_running_run_stops_at_its_next_step(api_client, caller_key, probe) -> None:
+    run, worker = sleeper_started(probe, caller_key)
     try:
         deadline = time.monotonic() + 30
         # The model asked for the slow tool: the run is now inside its tool step.
@@ -232,25 +238,7 @@ def test_a_stream_and_a_wait_on_a_run_cancelled_while_running_carry_its_last_eve
     from agents.selectors import run_tool_calls, run_wait
     from tests.api.test_events_stream import parse_stream
 
-    agent = scripted(
-        "sleeper",
-        probe,
-        [
-            {"tool_calls": [{"name": "sleep", "args": {"seconds": 1.5}}]},
-            {"tool_calls": [{"name": "echo", "args": {"text": "second step"}}]},
-            {"content": "finished"},
-        ],
-    )
-    run = Run.objects.create(agent=agent, api_key=caller_key, query="천천히 해줘")
-
-    def work() -> None:
-        try:
-            run_execute(run_id=str(run.id))
-        finally:
-            connection.close()
-
-    worker = threading.Thread(target=work)
-    worker.start()
+    run, worker = sleeper_started(probe, caller_key)
     sent: list[str] = []
     try:
         deadline = time.monotonic() + 30
