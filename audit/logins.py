@@ -102,6 +102,17 @@ def login_lockout_get(*, username: str | None, ip: str) -> Lockout | None:
     return None
 
 
+def _recorded_subject(subject: Subject, value: str) -> str | None:
+    """What the record says of a login's subject: an address as it is, a username only when such a user exists
+    (compared as the lockouts compare them, case aside): a password typed into the username field is never
+    written down."""
+    if subject == "ip":
+        return value
+    model = get_user_model()
+    known = model._default_manager.filter(**{f"{model.USERNAME_FIELD}__iexact": value}).exists()
+    return value if known else None
+
+
 def login_failed_audit(*, username: str | None, ip: str, path: str) -> None:
     """Write one wrong password down (``security.login_failed``). The username only when such a user exists."""
     model = get_user_model()
@@ -163,7 +174,12 @@ def login_failure_record(*, username: str | None, ip: str) -> Lockout | None:
             source="admin",
             action=LOCKOUT_ACTION,
             tool="login",
-            args={subject: value, "failures": count, "window_s": window_s, "lockout_s": lockout_s},
+            args={
+                subject: _recorded_subject(subject, value),
+                "failures": count,
+                "window_s": window_s,
+                "lockout_s": lockout_s,
+            },
             ok=False,
             reason=f"login:locked:{subject}",
             actor=GUARD_ACTOR,
@@ -200,7 +216,7 @@ def login_lockout_lift(*, user_or_ip: str, actor: str) -> bool:
         source="admin",
         action=LIFT_ACTION,
         tool="login",
-        args={subject: value},
+        args={subject: _recorded_subject(subject, value)},
         result={"was_locked": was_locked},
         actor=actor,
     )

@@ -214,3 +214,15 @@ def test_a_sign_in_lasts_a_working_day_not_two_weeks(admin_user) -> None:
     admin_login(client, "admin", "password")
     assert client.session.get_expiry_age() == 8 * 3600
     assert client.cookies["sessionid"]["max-age"] == 8 * 3600
+
+
+def test_a_password_typed_as_the_username_never_reaches_the_record(admin_user) -> None:
+    client = Client()
+    typed = "Tr0ub4dor&3-horse"
+    for _attempt in range(5):
+        admin_login(client, typed, "x")
+    logins.login_lockout_lift(user_or_ip=typed, actor="admin:admin")
+    assert AuditEvent.objects.filter(action=logins.LOCKOUT_ACTION).get().args["user"] is None
+    assert AuditEvent.objects.filter(action=logins.LIFT_ACTION).get().args["user"] is None
+    record = str(list(AuditEvent.objects.values("args", "result", "reason", "actor")))
+    assert typed.casefold() not in record.casefold()
