@@ -31,6 +31,11 @@ REPO = Path(__file__).resolve().parent.parent
 TIME_PACKAGE = "mcp-server-time"
 FETCH_PACKAGE = "mcp-server-fetch"
 EVERYTHING_PACKAGE = "@modelcontextprotocol/server-everything"
+# Pinned, as the Inspector is (below): a clean CI run installs the releases these tests were written against, not
+# whatever was published last. Raise them deliberately, with the tests.
+TIME_VERSION = "2026.10.19"
+FETCH_VERSION = "2026.10.24"
+EVERYTHING_VERSION = "2026.8.31"
 INSTALL_TIMEOUT_S = 600
 
 
@@ -131,19 +136,21 @@ def time_venv() -> Path:
     return thirdparty_dir() / "time-venv"
 
 
-def _imports(python: Path, module: str) -> bool:
+def _imports(python: Path, module: str, package: str, version: str) -> bool:
+    """Whether ``module`` imports in that python and ``package`` is installed there at ``version``."""
     if not python.exists():
         return False
-    check = subprocess.run([str(python), "-c", f"import {module}"], capture_output=True, timeout=60, check=False)
+    script = f"import {module}, importlib.metadata as m, sys; sys.exit(m.version({package!r}) != {version!r})"
+    check = subprocess.run([str(python), "-c", script], capture_output=True, timeout=60, check=False)
     return check.returncode == 0
 
 
-def _install_python_server(package: str, module: str, venv: Path, progress: Progress) -> Path:
-    """``package`` in the virtualenv ``venv`` (created, or reused when ``module`` already imports there).
-    Returns the virtualenv's python."""
+def _install_python_server(package: str, version: str, module: str, venv: Path, progress: Progress) -> Path:
+    """``package`` at ``version`` in the virtualenv ``venv`` (created, or reused when ``module`` already imports
+    there at that version). Returns the virtualenv's python."""
     python = venv / "bin" / "python"
     with _install_lock(venv.name):
-        if not _imports(python, module):
+        if not _imports(python, module, package, version):
             started = time.monotonic()
             progress(f"installing {package} into {venv} (first run only; may take a minute)")
             if not python.exists():
@@ -161,12 +168,12 @@ def _install_python_server(package: str, module: str, venv: Path, progress: Prog
                     "--disable-pip-version-check",
                     "--progress-bar",
                     "off",
-                    package,
+                    f"{package}=={version}",
                 ],
                 progress,
                 env=env,
             )
-            if code != 0 or not _imports(python, module):
+            if code != 0 or not _imports(python, module, package, version):
                 unavailable(f"pip could not install {package} (exit {code}): {' | '.join(tail[-5:])}")
             progress(f"{package} installed in {time.monotonic() - started:.1f}s")
     return python
@@ -174,7 +181,7 @@ def _install_python_server(package: str, module: str, venv: Path, progress: Prog
 
 def install_time_server(progress: Progress | None = None) -> StdioCommand:
     """``mcp-server-time`` in its own virtualenv (created, or reused when it already imports)."""
-    python = _install_python_server(TIME_PACKAGE, "mcp_server_time", time_venv(), progress or Progress())
+    python = _install_python_server(TIME_PACKAGE, TIME_VERSION, "mcp_server_time", time_venv(), progress or Progress())
     return StdioCommand(command=str(python), args=["-m", "mcp_server_time", "--local-timezone", "Asia/Seoul"])
 
 
@@ -182,7 +189,7 @@ def install_fetch_server(progress: Progress | None = None) -> StdioCommand:
     """``mcp-server-fetch`` in its own virtualenv, bound as seed 001 binds it (``-m mcp_server_fetch``). Tests
     fetch pages from their own loopback server, which has no robots.txt to honour: ``--ignore-robots-txt``."""
     venv = thirdparty_dir() / "fetch-venv"
-    python = _install_python_server(FETCH_PACKAGE, "mcp_server_fetch", venv, progress or Progress())
+    python = _install_python_server(FETCH_PACKAGE, FETCH_VERSION, "mcp_server_fetch", venv, progress or Progress())
     return StdioCommand(command=str(python), args=["-m", "mcp_server_fetch", "--ignore-robots-txt"])
 
 
@@ -202,7 +209,7 @@ def _everything_installed(node: str) -> EverythingServer | None:
     bin_field: Any = package.get("bin")
     relative = bin_field if isinstance(bin_field, str) else (bin_field or {}).get("mcp-server-everything")
     entry = package_dir / (relative or "dist/index.js")
-    if not entry.is_file():
+    if not entry.is_file() or package.get("version") != EVERYTHING_VERSION:
         return None
     return EverythingServer(node=node, entry=entry, version=str(package.get("version", "")))
 
@@ -224,7 +231,16 @@ def install_everything_server(progress: Progress | None = None) -> EverythingSer
             progress(f"installing {EVERYTHING_PACKAGE} into {prefix} (first run only; may take a minute)")
             prefix.mkdir(parents=True, exist_ok=True)
             code, tail = _run_streamed(
-                [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", EVERYTHING_PACKAGE], progress
+                [
+                    npm,
+                    "install",
+                    "--prefix",
+                    str(prefix),
+                    "--no-audit",
+                    "--no-fund",
+                    f"{EVERYTHING_PACKAGE}@{EVERYTHING_VERSION}",
+                ],
+                progress,
             )
             installed = _everything_installed(node)
             if code != 0 or installed is None:
