@@ -752,6 +752,14 @@ _KNOWN_MESSAGES: list[tuple[str, re.Pattern[str], Any]] = [
         lambda m: gettext("the run did not finish within its time limit"),
     ),
     (
+        "config:tool_name_conflict",
+        re.compile(r"the agent's servers expose the same tool name\(s\): (?P<names>.+); set a tool name prefix", re.S),
+        lambda m: (
+            gettext("the agent's servers expose the same tool name(s): %(names)s; set a tool name prefix")
+            % {"names": m["names"]}
+        ),
+    ),
+    (
         "worker_lost",
         re.compile(r"the worker running it was lost (?P<n>\d+) times"),
         lambda m: gettext("the worker running it was lost %(n)s times") % {"n": m["n"]},

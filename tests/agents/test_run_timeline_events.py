@@ -84,6 +84,7 @@ def test_a_rejected_approval_says_so_on_its_tool_call(writer, admin_client, djan
         ("max_iterations", "the agent did not finish within 6 iterations", "«the agent did not finish within %(n)s iterations»6"),
         ("time_limit", "the run did not finish within its time limit (30 s)", "«the run did not finish within its time limit (%(s)s s)»30"),
         ("worker_lost", "the worker running it was lost 3 times", "«the worker running it was lost %(n)s times»3"),
+        ("config:tool_name_conflict", "the agent's servers expose the same tool name(s): a, b; set a tool name prefix", "«the agent's servers expose the same tool name(s): %(names)s; set a tool name prefix»a, b"),
         ("model:error", "boom", "boom"),
     ],
 )  # fmt: skip
