@@ -7,6 +7,7 @@ calls each matched tool through the gate, in rule order.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -165,21 +166,40 @@ def match_conditions(
             return False, f"regex gave up after {REGEX_TIMEOUT_S:g} s on this query", {}
         if found is None:
             return False, "regex did not match", {}
-        groups = {k: v for k, v in found.groupdict().items() if v is not None}
+        groups = {nfc(k): v for k, v in found.groupdict().items() if v is not None}
     # The input is stored composed (``run_input_guarded``): only the values compared are composed again here.
+    # Values are compared by kind too (``same_value``): a condition's true is not a 1 (seed 004's trap).
     for key, expected in (when.get("context") or {}).items():
-        if nfc_value(context.get(nfc(str(key)))) != nfc_value(expected):
+        value = nfc_value(context.get(nfc(str(key))))
+        if not same_value(value, nfc_value(expected)):
             return False, f"context.{key} is not {expected!r}", groups
     for path, expected in (when.get("data") or {}).items():
         value = lookup_data(a2a_data, nfc(str(path)))
         if value is _MISSING:
             return False, f"data.{path} absent", groups
-        if expected != "*" and nfc_value(value) != nfc_value(expected):
+        if expected != "*" and not same_value(nfc_value(value), nfc_value(expected)):
             return False, f"data.{path} is not {expected!r}", groups
     tool = when.get("tool_available")
     if tool and tool not in available_tools:
         return False, f"tool {tool} not available", groups
     return True, "matched", groups
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two JSON values are equal as JSON reads them: a boolean equals only a boolean (Python's
+    ``True == 1`` holds; a condition's ``true`` must not meet a ``1``), a number any equal number (``3`` and
+    ``3.0``) but no boolean, lists item by item and objects key by key the same way."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a is b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return bool(a == b)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    if isinstance(a, list | dict) or isinstance(b, list | dict):
+        return False
+    return bool(a == b)
 
 
 class ParamsRenderError(ValueError):
@@ -201,7 +221,9 @@ def render_params(
     def value_of(name: str) -> Any:
         if name == "query":
             return query
+        # The path as the conditions read it (composed): a template written decomposed finds what they found.
         head, _, rest = name.partition(".")
+        rest = nfc(rest)
         if head == "context":
             value = lookup_path(context, rest)
         elif head == "data":
@@ -265,6 +287,8 @@ def render_answer(template: str, *, query: str, match: dict[str, str], params: d
         head, _, rest = name.partition(".")
         source: Any = {"match": match, "params": params, "result": value}.get(head)
         found = _lookup_each(source, rest) if source is not None else _MISSING
+        if found is _MISSING and source is not None and nfc(rest) != rest:
+            found = _lookup_each(source, nfc(rest))  # a regex group's name is composed (``match_conditions``)
         if found is _MISSING:
             raise ParamsRenderError(name)
         return _readable(found)
@@ -319,13 +343,13 @@ def placeholder_problems(
     pattern = when.get("regex") if isinstance(when, dict) else None
     try:
         groups: set[str] | None = set(_compiled(pattern).groupindex) if isinstance(pattern, str) and pattern else set()
-    except regex.error:
+    except (regex.error, OverflowError, RecursionError):
         groups = None  # the regex's own error is reported on the conditions: its groups are not known
     problems: dict[str, list[str]] = {}
 
     def unmatched(name: str) -> str | None:
         head, _sep, rest = name.partition(".")
-        if head == "match" and groups is not None and rest not in groups:
+        if head == "match" and groups is not None and nfc(rest) not in groups:
             have = ", ".join(sorted(groups)) or gettext("none")
             return gettext("%(placeholder)s: the regex has no named group '%(group)s' (its groups: %(groups)s)") % {
                 "placeholder": f"{{{name}}}",
@@ -386,12 +410,22 @@ class WhenSpec(BaseModel):
     def _compiles(cls, value: str | None) -> str | None:
         if value:
             try:
-                re.compile(value)  # its errors say where a construct begins (``regex`` points past its end)
+                with contextlib.suppress(OverflowError):  # a repeat count too big: ``regex`` says so, and where
+                    re.compile(value)  # its errors say where a construct begins (``regex`` points past its end)
                 _compiled(value)  # as the rules run it
             except (re.error, regex.error) as exc:
                 raise ValueError(
                     gettext("not a valid regular expression: %(why)s (at character %(position)s)")
                     % {"why": exc.msg, "position": (exc.pos or 0) + 1}
+                ) from exc
+            except OverflowError as exc:
+                raise ValueError(
+                    gettext("not a valid regular expression: %(why)s") % {"why": gettext("a repeat count is too large")}
+                ) from exc
+            except RecursionError as exc:
+                raise ValueError(
+                    gettext("not a valid regular expression: %(why)s")
+                    % {"why": gettext("its groups are nested too deeply")}
                 ) from exc
         return value
 

@@ -6,11 +6,17 @@ they differ only in the mode, so a rule that fails a run fails the tester the sa
 code: a code rule that cannot be loaded, raises, or returns anything but ``{"tool_name": ..., "params": {...}}``
 or ``None`` (``deterministic:rule_error``); a rule whose server is not bound or is disabled
 (``mcp:not_loaded:<mcp_id>``); a match on a tool its server lacks (``deterministic:tool_unknown``). The first such
-failure ends the stage (a run ends ``failed`` there, before any model call).
+failure ends the stage (a run ends ``failed`` there, before any model call). A code rule's ``params`` must be an
+object that reads as JSON (a date, a set or NaN is the rule's error: no tool could be sent it).
+
+A dry run calls nothing, so a code rule that reads its own tool's answer (``ctx.mcp_tools``) reads a stand-in:
+where it raises after such a call, the dry run cannot say what a run does, and the rule is reported as not
+decidable (``NOT_DECIDABLE_IN_DRY_RUN``), not as a failure a run would have.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -32,6 +38,10 @@ from mcpregistry.models import McpServer, ToolContract
 logger = logging.getLogger(__name__)
 
 StageMode = Literal["dry_run", "execute"]
+
+NOT_DECIDABLE_IN_DRY_RUN = "not decidable in a dry run"
+"""The decision's reason for a code rule that raised after calling its own tools in a dry run (stable English,
+as every stored reason; the rule tester says it in the reader's language)."""
 
 
 @dataclass(frozen=True)
@@ -330,6 +340,7 @@ def _decide(
         return step
     step = RuleStep(rule=rule, mcp_id="", tool="")
     parked: list[gate.ToolResult] = []
+    not_called: list[str] = []  # a dry run's tool calls of the rule's own, answered with a stand-in
     try:
         fn, step.mcp_id = load_code_rule(rule.code)
     except CodeRuleError as exc:
@@ -345,7 +356,9 @@ def _decide(
         context=dict(stage.context),
         a2a_data=list(stage.a2a_data) or None,
         a2a_files=list(stage.a2a_files) or None,
-        mcp_tools=_rule_tools(server, rule=rule, mode=mode, who=who, parked=parked, contracts=stage.contracts),
+        mcp_tools=_rule_tools(
+            server, rule=rule, mode=mode, who=who, parked=parked, contracts=stage.contracts, not_called=not_called
+        ),
     )
     try:
         returned = fn(ctx)
@@ -354,6 +367,19 @@ def _decide(
     except Exception as exc:  # a rule author's bug fails the stage as a value
         if parked:  # the rule stopped at a write waiting for a person (or caught that and failed after it)
             step.parked_on = parked[0]
+            return step
+        if not_called:
+            # It read a stand-in for its tool's answer: what it does with the real one only a run can say.
+            logger.info("deterministic rule %s raised in a dry run after calling %s", rule.name, not_called)
+            step.decision = RuleDecision(rule.rule_id, rule.name, False, NOT_DECIDABLE_IN_DRY_RUN)
+            step.notes.append(
+                gettext(
+                    "It called %(tools)s, which a dry run does not call, and then raised %(error)s: what it decides "
+                    "depends on the answer. Test it with the option that calls the tools through the gate to see "
+                    "what a run does."
+                )
+                % {"tools": ", ".join(dict.fromkeys(not_called)), "error": type(exc).__name__}
+            )
             return step
         logger.exception("deterministic rule %s raised", rule.name)
         step.failure = _rule_error(f"{rule.name} raised {type(exc).__name__}")
@@ -377,6 +403,12 @@ def _decide(
         # empty one must not become a call without arguments).
         step.failure = _rule_error(f'{rule.name} returned "params" as {type(params).__name__}, not an object')
         return step
+    try:
+        json.dumps(params, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        # A date, a set, NaN: no tool can be sent it (nor can the run record it). The rule's bug, as a value.
+        step.failure = _rule_error(f"{rule.name} returned params that are not JSON ({exc})")
+        return step
     step.tool = returned["tool_name"]
     step.decision = RuleDecision(rule.rule_id, rule.name, True, "matched", params=params, tool_name=step.tool)
     if mode == "dry_run" and step.rule.code:
@@ -396,6 +428,7 @@ def _rule_tools(
     who: Callable[[str], gate.GateCall],
     parked: list[gate.ToolResult],
     contracts: Mapping[str, Any] | None = None,
+    not_called: list[str] | None = None,
 ) -> list[BaseTool]:
     """``DeterministicContext.mcp_tools``: the server's callable tools as LangChain tools (name, description,
     input schema). Calling one goes through the gate like everything else; in a dry run it calls nothing.
@@ -403,12 +436,15 @@ def _rule_tools(
     Each call is numbered in the order the rule makes it (``rule:<id>:call:<n>``), as a flow's are: a rule decided
     again (its run redelivered, or resumed after an approval) finds each write it made under its number, executed
     (its recorded outcome, never a second send) or approved, its arguments checked against the recorded ones. A
-    write waiting for a person raises :class:`RuleParked`; the stage parks the run on it."""
+    write waiting for a person raises :class:`RuleParked`; the stage parks the run on it. A dry run's calls are
+    answered with a stand-in and listed in ``not_called``."""
     numbers = iter(range(1, 1_000_000))
 
     def make(tool_name: str) -> Callable[..., str]:
         def run(**kwargs: Any) -> str:
             if mode == "dry_run":
+                if not_called is not None:
+                    not_called.append(tool_name)
                 return f"(dry run: {tool_name} not called)"
             if parked:  # the rule caught the wait and called on: nothing more goes out until the run resumes
                 raise RuleParked(parked[0].message)

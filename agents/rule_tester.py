@@ -13,6 +13,7 @@ from django.contrib import admin
 from django.contrib.auth.decorators import permission_required
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from agent_platform.json import json_error_text
@@ -37,16 +38,29 @@ class RuleTrial:
     verdict: str = ""
     result: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    # The stage ended at this rule with a failure a run would end at (``reason``: its code and message), whether
+    # or not the rule matched first (a match on a tool its server lacks fails the run).
+    failed: bool = False
+
+    @property
+    def undecided(self) -> bool:
+        """A code rule that a dry run could not decide (it raised after a tool call the dry run did not make)."""
+        from agents.deterministic_stage import NOT_DECIDABLE_IN_DRY_RUN
+
+        return self.reason == NOT_DECIDABLE_IN_DRY_RUN
 
     @property
     def reason_text(self) -> str:
         """The decision's reason in the reader's language (``agents/decision_reasons.py``)."""
+        if self.undecided:
+            return gettext("not decidable in a dry run")
         return reason_text(self.reason)
 
     @property
     def params_json(self) -> str:
-        """The rendered parameters as JSON (what the tool is sent), Korean as itself."""
-        return "" if self.params is None else json.dumps(self.params, ensure_ascii=False)
+        """The rendered parameters as JSON (what the tool is sent), Korean as itself; a value that is no JSON
+        (a code rule's date, which fails the stage) as its text."""
+        return "" if self.params is None else json.dumps(self.params, ensure_ascii=False, default=str)
 
     @property
     def error_text(self) -> str:
@@ -173,16 +187,38 @@ def tested_configuration(agent: Agent, version: AgentVersion | None) -> Any:
 
 def trials_summary(trials: list[RuleTrial]) -> str:
     """The trial at a glance: the tools a run would call first, or that none would be (and the run ends at a
-    rule's failure, or goes to the model)."""
+    rule's failure, or goes to the model); and the rules a dry run could not decide, which a run may call too."""
     last = trials[-1] if trials else None
-    if last is not None and not last.matched and last.reason.startswith(("deterministic:", "mcp:")):
+    if last is not None and (last.failed or (not last.matched and last.reason.startswith(("deterministic:", "mcp:")))):
         # A failure the stage ends at (seed 000's errors): the trial list ends with it, as the run would.
         return str(_("A run would fail at rule %(rule)s (%(reason)s).") % {"rule": last.name, "reason": last.reason})
     called = [f"{t.mcp_id}.{t.tool}" for t in trials if t.matched]
+    undecided = {
+        "rules": ", ".join(t.name for t in trials if t.undecided),
+        "option": RuleTesterForm.base_fields["execute"].label,
+    }
     if called:
-        return str(
+        summary = str(
             _("%(matched)d of %(rules)d rules matched: a run calls %(tools)s before the model.")
             % {"matched": len(called), "rules": len(trials), "tools": ", ".join(called)}
+        )
+        if undecided["rules"]:
+            summary += (
+                " "
+                + gettext(
+                    "%(rules)s could not be decided in a dry run, as they read their own tools' answers: a run may "
+                    "call more. Tick '%(option)s' to see what a run does."
+                )
+                % undecided
+            )
+        return summary
+    if undecided["rules"]:
+        return (
+            gettext(
+                "A dry run cannot tell whether a run calls a tool first: %(rules)s could not be decided, as they read "
+                "their own tools' answers. Tick '%(option)s' to see what a run does."
+            )
+            % undecided
         )
     return str(
         _("No rule matched: a run goes to the model (or the agent's no-match answer) with no tool called first.")
@@ -256,9 +292,10 @@ def rules_trial(
         trial = RuleTrial(position, rule.name, "code" if rule.code else "admin", step.mcp_id, step.tool, False, "")
         trial.verdict, trial.notes = step.verdict, list(step.notes)
         if step.failure is not None:
-            trial.reason = f"{step.failure.code}: {step.failure.message}"
+            # Also where the rule matched first (its tool is gone): the run fails here, it calls nothing more.
+            trial.reason, trial.failed = f"{step.failure.code}: {step.failure.message}", True
         if step.decision is not None:
-            trial.matched = step.decision.matched
+            trial.matched = step.decision.matched and step.failure is None
             trial.reason = trial.reason or step.decision.reason
             trial.params = step.decision.params
         if step.result is not None:

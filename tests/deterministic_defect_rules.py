@@ -1,0 +1,38 @@
+"""Code rules for ``tests/agents/test_deterministic_defects.py`` (registered by dotted path)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+from agents.tools import DeterministicContext, deterministic_tool
+
+
+@deterministic_tool(mcp_id="sds-company-data")
+def route_with_a_date(ctx: DeterministicContext) -> dict | None:
+    if "프로젝트" in ctx.query:
+        return {"tool_name": "list_projects", "params": {"team": "물류플랫폼팀", "since": datetime.date(2026, 1, 1)}}
+    return None
+
+
+@deterministic_tool(mcp_id="sds-company-data")
+def route_with_a_set(ctx: DeterministicContext) -> dict | None:
+    return {"tool_name": "list_projects", "params": {"team": {"물류플랫폼팀"}}}
+
+
+@deterministic_tool(mcp_id="sds-company-data")
+def route_with_nan(ctx: DeterministicContext) -> dict | None:
+    return {"tool_name": "list_projects", "params": {"team": "물류플랫폼팀", "limit": float("nan")}}
+
+
+@deterministic_tool(mcp_id="sds-company-data")
+def route_reading_its_tool(ctx: DeterministicContext) -> dict | None:
+    """Looks the employee up with its own tool, then routes on the team found (seed 000 example 3's pattern)."""
+    tool = next(t for t in ctx.mcp_tools if t.name == "search_employee")
+    employee = json.loads(tool.invoke({"name": "김하늘"}))
+    return {"tool_name": "list_projects", "params": {"team": employee["team"]}}
+
+
+@deterministic_tool(mcp_id="sds-company-data")
+def route_that_raises_without_calling(ctx: DeterministicContext) -> dict | None:
+    raise KeyError("team")
