@@ -37,7 +37,14 @@ from agents.deterministic import ParamsRenderError, RuleSpec, render_params
 from agents.deterministic_stage import StageInput, deterministic_stage
 from agents.errors import MUST_PROPAGATE, RunCancelled
 from agents.flow_runner import FlowParked, FlowResult, FlowSettings, flow_run
-from agents.graph import MaxIterationsReached, build_react_graph, turn_calls
+from agents.graph import (
+    MaxIterationsReached,
+    build_react_graph,
+    history_answer,
+    is_history_answer,
+    model_turn_count,
+    turn_calls,
+)
 from agents.llm import build_chat_model, supports_tool_choice
 from agents.mcp_context import (
     READ_RESOURCE_TOOL,
@@ -126,6 +133,10 @@ class RunPlan:
     model_api_key: str | None = None
     # The tokens the run may use (its smallest budget reservation): the run stops once its model calls reach it.
     token_ceiling: int | None = None
+    # The tokens the run's model calls spent before this pass (every earlier pass and delivery, a lost worker's
+    # included: ``agents.budgets.run_spent_usage``): the ceiling counts from there. The stored conversation's turns
+    # are among them; the larger of the two counts, never their sum.
+    spent_before: int = 0
     # A run of a published agent version: the tool contracts frozen with it (``mcpregistry.gate.GateCall``).
     frozen_contracts: dict[str, Any] | None = None
     # The conversation so far (A2A ``contextId``): the earlier turns' questions and answers, oldest first, given to
@@ -476,7 +487,8 @@ def execute(plan: RunPlan) -> RunOutcome:
         )
         earlier: list[BaseMessage] = []
         for turn in plan.history:
-            earlier += [HumanMessage(turn["query"]), AIMessage(turn["answer"])]
+            # Marked: an earlier turn's answer is no model turn of this run (its iterations, its forced first turn).
+            earlier += [HumanMessage(turn["query"]), history_answer(turn["answer"])]
         system_text = "\n\n".join(part for part in (text, attachment) if part)
         messages = [SystemMessage(system_text), *earlier, HumanMessage(plan.query)]
     try:
@@ -487,15 +499,23 @@ def execute(plan: RunPlan) -> RunOutcome:
             offline_answer=_offline_answer(plan, results),
             api_key=plan.model_api_key,
         )
-    except ValueError as exc:  # an unknown or disallowed provider: the run fails as a value, never a crash
+    except MUST_PROPAGATE:
+        raise
+    except Exception as exc:  # noqa: BLE001 - no model to be had: the run fails as a value, never a crash
+        # A ValueError says why (an unknown or disallowed provider, parameters it cannot use, no AWS region);
+        # anything else the SDK raised while making its client is classified as a call's failure would be.
+        kind = "unavailable" if isinstance(exc, ValueError) else model_error_kind(exc)
+        detail = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
         return RunOutcome(
             status="failed",
-            error_code="model:unavailable",
-            error_message=str(exc),
+            error_code=f"model:{'unavailable' if kind == 'error' else kind}",
+            error_message=mask_text(detail, secrets=secrets)[:2000],
             deterministic_results=results,
             messages=trace,
         )
-    spent_tokens = [_tokens_of(messages)]
+    # What the run spent before this pass: its stored conversation's turns, or (a run taken over from a lost
+    # worker, whose turns were never stored) what its model_turn events say, whichever is more.
+    spent_tokens = [max(_tokens_of(messages), plan.spent_before)]
     new_turns: list[AIMessage] = []
 
     def on_model_turn(message: AIMessage) -> None:
@@ -545,7 +565,7 @@ def execute(plan: RunPlan) -> RunOutcome:
     )
     t1 = time.perf_counter()
     final_messages: list[BaseMessage] = messages
-    previous_turns = sum(1 for m in messages if isinstance(m, AIMessage))
+    previous_turns = model_turn_count(messages)  # this run's, from an earlier pass (a parked run resumed)
     try:
         state = graph.invoke(
             {
@@ -589,11 +609,15 @@ def execute(plan: RunPlan) -> RunOutcome:
         outcome.error_code = exc.code
         outcome.error_message = mask_text(str(exc), secrets=secrets)[:2000]
         trace.append({"type": "model_error", "reason": exc.code, "attempts": exc.attempts})
-    except Exception as exc:  # noqa: BLE001 - a model failure ends the run as a value, not a crash
-        logger.warning("model failure in run %s: %s", plan.run_id, type(exc).__name__)
+    except Exception as exc:  # the run ends as a value, not a crash
+        # Not the model's failure (a provider's comes as ModelCallFailed, its refusal of the tools too): a fault of
+        # the platform's own, past or between the model calls. The turns made are kept: their tokens were spent.
+        logger.exception("internal failure in run %s", plan.run_id)
+        final_messages = [*messages, *(m for m in new_turns if m not in messages)]
         outcome.status = "failed"
-        outcome.error_code = f"model:{model_error_kind(exc)}"
+        outcome.error_code = "internal"
         outcome.error_message = mask_text(f"{type(exc).__name__}: {exc}", secrets=secrets)[:2000]
+        trace.append({"type": "outcome", "reason": "internal"})
     loop_ms = clock.ms_since(t1)
     trace.extend(message_to_trace(m, secrets) for m in final_messages)
     outcome.messages = trace
@@ -698,7 +722,7 @@ def _tool_offer(
     settings = tool_selection_settings(plan.tool_selection)
     by_tool = {(server.mcp_id, mcp_tool.name): name for name, (server, mcp_tool) in index.items()}
     rule_named = [by_tool[key] for r in results if (key := (r.get("mcp_id"), r.get("tool"))) in by_tool]
-    previous_turns = sum(1 for m in plan.conversation if m.get("type") == "ai")
+    previous_turns = model_turn_count(plan.conversation)  # an earlier turn of the conversation is none of the run's
 
     def on_selection(selection: Selection, turn: int) -> None:
         entry = selection.as_trace(turn + 1)
@@ -911,11 +935,12 @@ def _tokens_of(messages: list[BaseMessage]) -> int:
 
 
 def _token_usage(messages: list[BaseMessage]) -> dict[str, int]:
-    """The run's tokens over every model turn of its conversation (a resumed run's earlier turns included):
-    input, output, total, and the prompt-cache reads and writes where the provider reports them."""
+    """The run's tokens over every model turn of its conversation (a resumed run's earlier turns included, the
+    earlier turns of its A2A conversation not): input, output, total, and the prompt-cache reads and writes where
+    the provider reports them."""
     totals = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "model_calls": 0}
     for m in messages:
-        if isinstance(m, AIMessage):
+        if isinstance(m, AIMessage) and not is_history_answer(m):
             totals["model_calls"] += 1
             usage: dict[str, Any] = dict(m.usage_metadata or {})
             for key in ("input_tokens", "output_tokens", "total_tokens"):

@@ -46,7 +46,7 @@ from django.utils import timezone, translation
 import agent_platform.telemetry as telemetry
 from agents import engine
 from agents.approvals import RunApprovals
-from agents.budgets import budget_settle, run_usage_fields, token_ceiling_sql
+from agents.budgets import budget_settle, run_spent_usage, run_usage_fields, token_ceiling_sql
 from agents.config_cache import run_parts
 from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_time_limits
 from agents.errors import RunCancelled
@@ -514,6 +514,8 @@ def _execute_claimed(claim: RunClaim) -> None:
         mcp_context=settings_of.get("mcp_context") or {},
         model_api_key=agent.model_api_key(),
         token_ceiling=token_ceiling,
+        # A run taken over from a lost worker (or resumed): its ceiling counts what its model calls spent already.
+        spent_before=_tokens_spent_before(run.id) if token_ceiling is not None and not fresh else 0,
         frozen_contracts=contracts,
         history=conversation_history(run) if not run.conversation else [],
     )
@@ -537,6 +539,13 @@ def _execute_claimed(claim: RunClaim) -> None:
     # A first pass that asked for no approval has none to leave unused.
     unused = not fresh or approvals.asked
     _store_outcome(claim, run, _judged(claim, outcome), writer, settle=settle, unused=unused)
+
+
+def _tokens_spent_before(run_id: Any) -> int:
+    """The tokens the run's model calls spent before this pass, by their ``model_turn`` events (a lost delivery's
+    calls have no other record)."""
+    spent = run_spent_usage(run_id=run_id)
+    return int(spent.get("input_tokens", 0)) + int(spent.get("output_tokens", 0))
 
 
 def _judged(claim: RunClaim, outcome: engine.RunOutcome) -> engine.RunOutcome:

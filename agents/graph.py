@@ -22,14 +22,18 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 
-from agents.errors import RunCancelled
+from agents.errors import MUST_PROPAGATE, RunCancelled
 
 __all__ = [
+    "HISTORY_MARK",
     "AgentState",
     "MaxIterationsReached",
     "ReactGraph",
     "RunCancelled",
     "build_react_graph",
+    "history_answer",
+    "is_history_answer",
+    "model_turn_count",
     "unanswered_tool_calls",
 ]
 
@@ -57,6 +61,38 @@ TurnTools = Callable[[list[AnyMessage], int], tuple[list[dict[str, Any]], str | 
 # Given the conversation and the tool specs about to be bound, the keyword arguments of this model call (the
 # engine caps ``max_tokens`` to what is left of the run's budget reservation); it raises to refuse the call.
 BeforeModelCall = Callable[[list[AnyMessage], list[dict[str, Any]]], dict[str, Any]]
+
+
+# An answer of an earlier turn of the conversation (A2A ``contextId``), given to the model before the run's question:
+# marked in its ``response_metadata`` (never sent to a provider; kept with a stored conversation), so that it is not
+# taken for one of this run's model turns (``max_iterations``, the first turn a tool is forced on, ``model_calls``,
+# the scripted model's place in its script).
+HISTORY_MARK = "platform_history"
+
+
+def history_answer(text: str) -> AIMessage:
+    """An earlier turn's answer as the model reads it: an AI message marked as no model turn of this run."""
+    return AIMessage(text, response_metadata={HISTORY_MARK: True})
+
+
+def is_history_answer(message: Any) -> bool:
+    """Whether ``message`` (a message, or its ``messages_to_dict`` form) is an earlier turn's answer."""
+    if isinstance(message, dict):
+        data = message.get("data")
+        metadata = data.get("response_metadata") if isinstance(data, dict) else None
+        return message.get("type") == "ai" and isinstance(metadata, dict) and bool(metadata.get(HISTORY_MARK))
+    return isinstance(message, AIMessage) and bool((message.response_metadata or {}).get(HISTORY_MARK))
+
+
+def model_turn_count(messages: Any) -> int:
+    """How many of ``messages`` (messages, or their ``messages_to_dict`` forms) are model turns of this run: its
+    AI messages, less the earlier turns' answers of the conversation."""
+    count = 0
+    for message in messages:
+        ai = message.get("type") == "ai" if isinstance(message, dict) else isinstance(message, AIMessage)
+        if ai and not is_history_answer(message):
+            count += 1
+    return count
 
 
 def unanswered_tool_calls(messages: list[AnyMessage]) -> list[dict[str, Any]]:
@@ -226,7 +262,8 @@ def build_react_graph(
     return ReactGraph(
         ReactParts(
             model=model,
-            bound=model.bind_tools(tool_specs) if tool_specs else model,
+            # With ``turn_tools`` each turn binds its own (a provider's refusal is then the turn's model failure).
+            bound=model.bind_tools(tool_specs) if tool_specs and turn_tools is None else model,
             call_tool=call_tool,
             max_iterations=max_iterations,
             check_cancelled=check_cancelled,
@@ -251,24 +288,40 @@ def _parts(config: RunnableConfig) -> ReactParts:
 def _agent(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
     parts = _parts(config)
     parts.check_cancelled()
-    turns = state.get("model_turns", 0)
+    turns = state.get("model_turns", 0)  # this run's turns (an earlier turn of the conversation is none)
     if turns >= parts.max_iterations:
         raise MaxIterationsReached(parts.max_iterations)
     runnable = parts.bound
     specs = parts.tool_specs
+    tool_choice: Any = None
     if parts.turn_tools is not None:
         specs, tool_choice = parts.turn_tools(state["messages"], turns)
-        if specs and tool_choice:
-            runnable = parts.model.bind_tools(specs, tool_choice=tool_choice)
-        elif specs:
-            runnable = parts.model.bind_tools(specs)
-        else:
-            runnable = parts.model
+    if not tool_choice and turns == 0:
+        # The model's own forced choice (``model_params.tool_choice`` "any" or a tool's name) holds for the run's
+        # first turn only, as ``force_first_tool`` does: forced on every turn, the model could never answer.
+        tool_choice = getattr(parts.model, "first_turn_tool_choice", None)
+    if parts.turn_tools is not None or (specs and tool_choice):
+        runnable = _bound(parts.model, specs, tool_choice)
     response = runnable.invoke(state["messages"], **parts.before_model_call(state["messages"], specs))
     if isinstance(response, AIMessage):
         response = with_unique_call_ids(response, state["messages"])
         parts.on_model_turn(response)
     return {"messages": [response], "model_turns": turns + 1}
+
+
+def _bound(model: BaseChatModel, specs: list[dict[str, Any]], tool_choice: Any) -> Any:
+    """The model with this turn's tools bound. Binding is the model's (its provider's) work: a refusal there (a
+    tool choice the model does not take) is a model failure (``model:validation``), not the platform's."""
+    if not specs:
+        return model
+    from agents.providers import ModelCallFailed
+
+    try:
+        return model.bind_tools(specs, tool_choice=tool_choice) if tool_choice else model.bind_tools(specs)
+    except MUST_PROPAGATE:
+        raise
+    except Exception as exc:  # the provider refused the tools or the choice: a value, not a crash
+        raise ModelCallFailed(kind="validation", detail=f"{type(exc).__name__}: {exc}"[:1000], attempts=0) from exc
 
 
 def _tools(state: AgentState, config: RunnableConfig) -> dict[str, Any]:

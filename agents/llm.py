@@ -31,6 +31,8 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 
+from agents.graph import is_history_answer
+
 
 class _PlatformChatModel(BaseChatModel):
     """A chat model of ours, handed to langchain's callbacks as its class, without the ``repr`` ``dumpd`` adds."""
@@ -129,7 +131,7 @@ class ScriptedChatModel(_PlatformChatModel):
         before_each_turn: list[str] = []
         last_text = ""
         for message in messages:
-            if isinstance(message, AIMessage):
+            if isinstance(message, AIMessage) and not is_history_answer(message):  # an earlier turn's: not the run's
                 before_each_turn.append(last_text)
             elif isinstance(message, ToolMessage):
                 last_text = str(message.content)

@@ -10,8 +10,11 @@ What they share:
   left becomes ``ModelCallFailed`` with the code ``model:<kind>``, which the engine turns into a failed run. The
   SDKs' own retries are switched off so that this policy is the only one.
 - **Forced tool choice.** Both accept ``bind_tools(tools, tool_choice=...)`` (``"auto"``, ``"any"``, or a tool's
-  name) and declare it: ``supports_tool_choice(provider=..., model_id=...)``. ``model_params["tool_choice"]`` is
-  passed through as the default for every model turn (Bedrock's ``toolChoice``).
+  name) and declare it: ``supports_tool_choice(provider=..., model_id=...)``. ``model_params["tool_choice"]``:
+  ``"auto"`` and ``"none"`` hold for every model turn; a forcing choice (``"any"``, a tool's name, an object) is the
+  model's ``first_turn_tool_choice``, which the ReAct graph applies on the run's first model turn only, as
+  ``tool_selection.force_first_tool`` (which takes precedence) is: forced on every turn, the model could never
+  answer. Bedrock's Converse API has no ``"none"`` (only auto, any and a tool): there the model is given no tools.
 - **Secrets.** The OpenAI-compatible key is the agent's encrypted ``model_secrets["api_key"]`` (a value, or
   ``{"from_env": NAME}`` read on the worker); it is never in ``model_params``. Bedrock's credentials come from
   boto3's standard chain, never from the database.
@@ -29,6 +32,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from botocore.exceptions import BotoCoreError
+from django.utils.translation import gettext as _
 from langchain_aws import ChatBedrockConverse
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
@@ -110,7 +115,8 @@ class ModelCallFailed(Exception):
     """A model call that failed for good (after the retries its kind allows). ``code`` is ``model:<kind>``."""
 
     def __init__(self, *, kind: ModelErrorKind, detail: str, attempts: int) -> None:
-        super().__init__(f"{detail} (after {attempts} attempt{'s' if attempts != 1 else ''})")
+        # Attempts 0: the model refused before any call was sent (the tools or the tool choice, as they were bound).
+        super().__init__(f"{detail} (after {attempts} attempt{'s' if attempts != 1 else ''})" if attempts else detail)
         self.kind = kind
         self.code = f"model:{kind}"
         self.attempts = attempts
@@ -129,6 +135,13 @@ _BOTO_CODES: dict[str, ModelErrorKind] = {
     "AccessDeniedException": "auth",
     "UnrecognizedClientException": "auth",
     "ExpiredTokenException": "auth",
+    # The request's signature or credentials were refused (a wrong secret key, a skewed clock, no token).
+    "InvalidSignatureException": "auth",
+    "SignatureDoesNotMatch": "auth",
+    "IncompleteSignatureException": "auth",
+    "MissingAuthenticationTokenException": "auth",
+    "InvalidClientTokenId": "auth",
+    "ExpiredToken": "auth",
 }
 
 
@@ -144,6 +157,8 @@ def model_error_kind(exc: BaseException) -> ModelErrorKind:
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
         if code in _BOTO_CODES:
             return _BOTO_CODES[code]
+        if status in (401, 403):
+            return "auth"
         return "throttled" if status == 429 else "unavailable" if status >= 500 else "error"
     if isinstance(exc, (boto.ReadTimeoutError, boto.ConnectTimeoutError)):
         return "timeout"
@@ -180,7 +195,10 @@ class _RetriedByKind:
     task's time limit) are not provider failures and pass through untouched."""
 
     retry_policy: ModelRetryPolicy
+    # ``model_params["tool_choice"]`` split by when it holds: "auto"/"none" on every turn (``bind_tools``'s default),
+    # a forcing choice on the run's first turn (the ReAct graph passes it then).
     default_tool_choice: str | dict[str, Any] | None
+    first_turn_tool_choice: str | dict[str, Any] | None
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> BaseMessage:
         policy = self.retry_policy
@@ -208,12 +226,33 @@ class _RetriedByKind:
 
 class PlatformChatOpenAI(_RetriedByKind, ChatOpenAI):  # type: ignore[misc]
     retry_policy: ModelRetryPolicy = Field(default_factory=ModelRetryPolicy)
+    # "none" is the Chat Completions API's own: sent as it is, with the tools, on every turn.
     default_tool_choice: str | dict[str, Any] | None = None
+    first_turn_tool_choice: str | dict[str, Any] | None = None
 
 
 class PlatformChatBedrockConverse(_RetriedByKind, ChatBedrockConverse):  # type: ignore[misc]
     retry_policy: ModelRetryPolicy = Field(default_factory=ModelRetryPolicy)
     default_tool_choice: str | dict[str, Any] | None = None
+    first_turn_tool_choice: str | dict[str, Any] | None = None
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
+        # Converse's toolChoice is auto, any or a tool: langchain-aws would send "none" as a tool named "none",
+        # which every call refuses. A model that may call no tool is given none (a choice made for this turn, a
+        # forced first tool, still binds them).
+        if (tool_choice if tool_choice is not None else self.default_tool_choice) == "none":
+            return self
+        return super().bind_tools(tools, tool_choice=tool_choice, **kwargs)
+
+
+FORCING_NOT = (None, "auto", "none")
+
+
+def _split_tool_choice(choice: str | dict[str, Any] | None) -> dict[str, Any]:
+    """``model_params["tool_choice"]`` as the model's every-turn default and its first-turn-only forced choice."""
+    if choice in FORCING_NOT:
+        return {"default_tool_choice": choice, "first_turn_tool_choice": None}
+    return {"default_tool_choice": None, "first_turn_tool_choice": choice}
 
 
 def bedrock_runtime_client(*, region_name: str | None, timeout_s: float = 60.0) -> Any:
@@ -262,7 +301,7 @@ def build_provider_model(*, provider: str, model_id: str, params: dict[str, Any]
             stream_usage=True,
             top_p=parsed.top_p,
             retry_policy=parsed.retry,
-            default_tool_choice=parsed.tool_choice,
+            **_split_tool_choice(parsed.tool_choice),
             **options,
         )
     if provider == "bedrock":
@@ -276,16 +315,32 @@ def build_provider_model(*, provider: str, model_id: str, params: dict[str, Any]
                 "trace": parsed.guardrail.trace,
             }
         region = parsed.region_name or None
+        try:
+            client = bedrock_runtime_client(region_name=region, timeout_s=parsed.timeout_s)
+        except BotoCoreError as exc:
+            raise ValueError(_bedrock_client_problem(exc)) from exc
         return PlatformChatBedrockConverse(
             model=model_id,
             region_name=region,
-            client=bedrock_runtime_client(region_name=region, timeout_s=parsed.timeout_s),
+            client=client,
             guardrails=guardrail,
             retry_policy=parsed.retry,
-            default_tool_choice=parsed.tool_choice,
+            **_split_tool_choice(parsed.tool_choice),
             **options,
         )
     raise ValueError(f"unknown model provider {provider!r}")
+
+
+def _bedrock_client_problem(exc: BotoCoreError) -> str:
+    """Why the worker could not make the Bedrock client (no region, a named AWS profile it does not have...)."""
+    from botocore.exceptions import NoRegionError
+
+    if isinstance(exc, NoRegionError):
+        return _(
+            "The Bedrock model has no AWS region: set model_params.region_name (e.g. us-east-1) on the agent, or "
+            "AWS_REGION in the worker's environment."
+        )
+    return _("The Bedrock client could not be made on the worker: %(error)s") % {"error": _detail(exc)}
 
 
 def guardrail_intervention(response_metadata: dict[str, Any]) -> dict[str, Any] | None:
