@@ -275,6 +275,10 @@ def execute(plan: RunPlan) -> RunOutcome:
     failed: RunOutcome | None = None
     if plan.conversation:
         results = [dict(r) for r in plan.previous_results]
+    elif plan.mode == "flow":
+        # Seed 000: a flow calls its tools in its own nodes (MCPHandle), never through deterministic rules; the stage's
+        # results would reach no node, and its calls would only repeat the flow's (or fail it for a rule's sake).
+        results = []
     else:
         stage = deterministic_stage(
             StageInput(

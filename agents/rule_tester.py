@@ -331,6 +331,16 @@ def rule_tester_view(request: HttpRequest) -> HttpResponse:
         )
         tested = tested_label(data["agent"], data["agent_version"])
         summary = trials_summary(trials)
+        version_content = data["agent_version"].content if data["agent_version"] is not None else None
+        mode = (version_content or {}).get("agent", {}).get("mode") if version_content else data["agent"].mode
+        if mode == Agent.Mode.FLOW:
+            # Seed 000: a flow calls its tools in its own nodes; its runs skip the deterministic stage.
+            summary = str(
+                _(
+                    "This agent runs a flow: its runs evaluate no rules (a flow calls its tools in its own nodes). "
+                    "The rules below are evaluated as for an agent of the ReAct mode."
+                )
+            )
         if data["agent_version"] is None:  # the agent as stored (the form keeps only a version with content)
             names = list(
                 data["agent"].rules.filter(enabled=False).order_by("order", "id").values_list("name", flat=True)

@@ -296,3 +296,22 @@ def test_a_flow_that_exits_is_a_flow_error_but_the_workers_shutdown_goes_through
 def test_a_flow_that_exits_ends_its_run_as_a_value(demo_server: Any) -> None:
     result = run(flow_agent(demo_server, "flow-exits", f"{__name__}.build_exits"), "q")
     assert (result.status, result.error_code) == (Run.Status.FAILED, "flow:error")
+
+
+# ---- a flow agent's runs skip the deterministic stage (seed 000) ---------------------------------------------------
+
+
+def test_a_flow_agent_evaluates_no_rules_and_the_tester_says_so(demo_server: McpServer, admin_client: Any) -> None:
+    """Seed 000: a flow calls its tools in its own nodes. The stage ran before the flow: the demo rules called
+    search_employee again (its result reached no node), and a rule for a server the agent lacks failed the run."""
+    agent = make_agent(slug="flow-with-rules", servers=[demo_server], with_demo_rules=True)
+    Agent.objects.filter(pk=agent.pk).update(mode="flow", flow_graph="agents.flows.sequential.build_graph")
+    agent.refresh_from_db()
+    assert agent.rules.filter(enabled=True).exists()
+    result = run(agent, "김하늘 님의 프로젝트")
+    assert result.status == Run.Status.SUCCEEDED, (result.error_code, result.error_message)
+    calls = list(AuditEvent.objects.filter(run_id=result.id, action="tool.call").values_list("source", "tool"))
+    assert calls == [("flow", "search_employee"), ("flow", "list_projects")]
+    assert result.deterministic_results == []
+    page = admin_client.post("/admin/agents/rule-tester/", {"agent": agent.pk, "query": "김하늘 님의 프로젝트"})
+    assert "This agent runs a flow: its runs evaluate no rules" in page.content.decode()
