@@ -70,9 +70,11 @@ class RunApprovals:
                 ),
             )
         elif approval.status == Approval.Status.PENDING and approval.expires_at <= timezone.now():
-            Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
-                status=Approval.Status.EXPIRED
-            )
+            with transaction.atomic():
+                if Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
+                    status=Approval.Status.EXPIRED
+                ):
+                    approval_expiry_audit(approval, actor=self.actor)
             approval.refresh_from_db()
         self._used.add(approval.pk)
         return ApprovalState(
@@ -168,6 +170,7 @@ def approval_decide(
             == 1
         )
         if expired:
+            approval_expiry_audit(approval, actor=actor)
             run_resume(run_id=str(run.pk))  # the model is told the call was not made
         else:
             new_status = Approval.Status.APPROVED if decision == "approve" else Approval.Status.REJECTED
@@ -204,7 +207,8 @@ def approval_decide(
 
 
 def approvals_expire_due() -> int:
-    """Expire pending approvals past their time and resume their runs (the model is told). Returns the count."""
+    """Expire pending approvals past their time and resume their runs (the model is told). Returns the count.
+    Each expiry is audited (the refused call, ``approval:expired``) with it, in one transaction."""
     due = list(
         Approval.objects.filter(status=Approval.Status.PENDING, expires_at__lte=timezone.now()).values_list(
             "pk", "run_id"
@@ -212,14 +216,44 @@ def approvals_expire_due() -> int:
     )
     expired = 0
     for pk, run_id in due:
-        # The expiry and the run's resumption together (a crash between them left the run parked for good), the
-        # run's row locked first, as a decision locks it.
+        # The expiry, its audit event and the run's resumption together (a crash between them left the run parked
+        # for good), the run's row locked first, as a decision locks it.
         with transaction.atomic():
             run_row_lock(run_id)
             if Approval.objects.filter(pk=pk, status=Approval.Status.PENDING).update(status=Approval.Status.EXPIRED):
                 expired += 1
+                approval = Approval.objects.get(pk=pk)
+                approval_expiry_audit(approval, actor="system")
                 run_resume(run_id=str(run_id))
     return expired
+
+
+def approval_expiry_audit(approval: Approval, *, actor: str) -> None:
+    """The audit event of a write call refused because nobody approved it in time: one ``tool.call`` refusal with
+    reason ``approval:expired``, written by whoever expired the approval (the periodic expiry, a decision that came
+    too late, the run that found it past its time), in that transaction. The gate's refusal that follows is not
+    audited again."""
+    audit_event_record(
+        source=_requester(approval.call_id),
+        action="tool.call",
+        run_id=approval.run_id,
+        mcp_id=approval.mcp_id,
+        tool=approval.tool,
+        call_id=approval.call_id,
+        args=approval.args,
+        result={"approval_id": str(approval.pk), "expires_at": approval.expires_at.isoformat()},
+        ok=False,
+        reason="approval:expired",
+        attempt=0,
+        actor=actor,
+    )
+
+
+def _requester(call_id: str) -> str:
+    """The audit source of the call an approval was asked for: a rule's, a flow's, or the model's."""
+    if call_id.startswith("rule:"):
+        return "deterministic"
+    return "flow" if call_id.startswith("flow:") else "agent"
 
 
 def _uuid_or_none(value: str) -> Any:

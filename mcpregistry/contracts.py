@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import random
 import re
 import types
@@ -179,7 +180,8 @@ def contract_defaults(input_schema: dict[str, Any], annotations: dict[str, Any])
 DEFAULT_RETRY: dict[str, Any] = {
     "max_attempts": 3,
     "on": ["timeout", "rate_limit", "transport"],
-    "backoff_base_s": 1.0,
+    # Seed 001: a rate limit waits 2 s, then 4 s (``2 ** attempt``).
+    "backoff_base_s": 2.0,
     "backoff_cap_s": 8.0,
     "honor_retry_after": True,
 }
@@ -478,6 +480,13 @@ def check_args(
                 _("'%(name)s' must be a number, got %(kind)s %(value)s")
                 % {"name": name, "kind": type(value).__name__, "value": repr(value)},
             )
+        if isinstance(value, float) and not math.isfinite(value) and (ranged or expected in ("int", "float")):
+            # NaN is inside no range (every comparison with it is false) and no JSON number is NaN or infinite: a
+            # model's call parsed by Python's json.loads may carry one.
+            return clean, Verdict(
+                f"args:type:{name}",
+                _("'%(name)s' must be a finite number, got %(value)s") % {"name": name, "value": repr(value)},
+            )
         if (low is not None and value < low) or (high is not None and value > high):
             limits = {"name": name, "low": low, "high": high, "value": repr(value)}
             if low is not None and high is not None:
@@ -614,8 +623,18 @@ def check_result(returns: dict[str, Any], value: Any) -> Verdict | None:
                 _("'%(key)s' has %(count)s items, more than %(limit)s")
                 % {"key": key, "count": len(field_value), "limit": spec["max_items"]},
             )
-        if isinstance(field_value, int | float) and not isinstance(field_value, bool):
-            low, high = spec.get("min"), spec.get("max")
+        low, high = spec.get("min"), spec.get("max")
+        if (low is not None or high is not None) and field_value is not None:
+            # A range is a number's: "720" is not 720, true is not 1, and NaN is inside no range.
+            if (
+                isinstance(field_value, bool)
+                or not isinstance(field_value, int | float)
+                or not math.isfinite(field_value)
+            ):
+                return Verdict(
+                    "result:shape",
+                    _("'%(key)s' should be a finite number, got %(value)s") % {"key": key, "value": repr(field_value)},
+                )
             if (low is not None and field_value < low) or (high is not None and field_value > high):
                 return Verdict(
                     "result:range",

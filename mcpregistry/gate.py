@@ -8,8 +8,9 @@ For each call, in order:
    ``args:json``) — before anything is sent;
 3. risk: a ``write`` tool needs an approval bound to this exact tool and these arguments (``approval:pending``
    parks the run; ``approval:rejected``, ``approval:expired``);
-4. memo: a success for the same tool and canonical arguments within the run is reused (failures never are);
-   ``read`` tools may also reuse one across runs for ``memo_ttl_s``;
+4. memo: a success for the same tool and canonical arguments within the run is reused (failures never are, nor
+   a tool's own error returned as a value, ``{"error": ...}``); ``read`` tools may also reuse one across runs for
+   ``memo_ttl_s``; a remembered value must pass the result checks of the contract that applies now;
 5. call over the pooled session (a local tool: in a worker thread, ``mcpregistry.local_tools``) with a hard timeout, behind the server's circuit breaker (``circuit:open``),
    retrying only what a retry can fix (``timeout`` at once, ``rate_limit`` with backoff and jitter or the
    server's Retry-After, ``transport``) up to the contract's cap. A ``write`` call is sent at most once: when
@@ -19,7 +20,9 @@ For each call, in order:
 6. check the result: first its size against the platform-wide cap ``PLATFORM_TOOL_RESULT_MAX_CHARS`` (or the
    contract's ``returns.max_chars``), so an oversized result never reaches the model, the run or the API, and
    the audit keeps a short masked excerpt of it; then ``result:shape|empty|too_big|range``. A failure may go to
-   the contract's fallback tool, suggested to the model or called here;
+   the contract's fallback tool, suggested to the model or called here (a read tool's: a write tool's fallback is
+   never called, and suggested only where no attempt reached the tool); a write whose send went out unanswered
+   ends ``approval:outcome_unknown`` even where its ``idempotency_arg`` let it be retried;
 7. write one masked audit event per attempt (and for a memo hit, a refusal, or a fallback the gate calls:
    ``tool.fallback``, why the next call happens); a read tool's go to
    the caller's audit sink where it has one (``GateCall.audit_sink``: the deterministic stage writes them with
@@ -472,7 +475,7 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         return this.finish()
 
     # 5. the call, retried as its failure allows (a write whose request went out unanswered: never)
-    outcome_value, reason, detail, outcome_unknown = _attempts(this, contract, args)
+    outcome_value, reason, detail, outcome_unknown, reached = _attempts(this, contract, args)
     if approval is not None and who.approvals is not None:
         recorded = {
             "ok": reason is None,
@@ -500,7 +503,9 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
     if reason is None:
         this.result.ok = True
         this.result.value = outcome_value
-        if contract.memo:
+        if contract.memo and not reports_error(outcome_value):
+            # A tool's own error as a value (seed 002 §8: ``{"error": ..., "fallback": "retry"}``) is handed to the
+            # model as the tool wrote it, and never remembered: the retry it asks for must reach the tool.
             _memo_put(who, contract, memo_key, outcome_value, this.secrets)
         return this.finish()
 
@@ -512,6 +517,23 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         this.result.message = _write_answer_unreadable_message(tool_name, reason, detail, this.secrets)
         return this.finish()
     fallback = contract.fallback_tool
+    if contract.risk == ToolContract.Risk.WRITE:
+        # A write's fallback is another write: never called here, whatever the policy (the gate would send a second
+        # write for one the tool may have carried out, or, in a live run, find this call's own executed approval and
+        # report a false failure). It is suggested only where no attempt reached the tool (a session that could not
+        # be opened): then nothing was done, and the model may ask for the fallback, with its own approval.
+        suggest = (
+            bool(fallback)
+            and fallback != tool_name
+            and fallback_depth == 0
+            and not reached
+            and reason not in _NO_FALLBACK
+            and contract.fallback_policy == ToolContract.FallbackPolicy.SUGGEST
+        )
+        this.result.message = _failure_message(
+            tool_name, reason, detail, fallback=fallback if suggest else None, secrets=this.secrets
+        )
+        return this.finish()
     if fallback and fallback != tool_name and fallback_depth == 0 and reason not in _NO_FALLBACK:
         # Where no model reads the suggestion, a read tool's fallback is called here if it only reads too: a write
         # is never done implicitly (nor asked of a person nobody would tell).
@@ -558,9 +580,10 @@ _HANDED_OVER = frozenset(
 _HANDED_OVER_BY_POLICY = _HANDED_OVER | {"tool:error"}
 
 
-def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tuple[Any, str | None, str, bool]:
-    """Call the server up to the retry cap. Returns (value, None, "", False) or (raw value, reason, detail,
-    outcome_unknown). Every send is one audited attempt.
+def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tuple[Any, str | None, str, bool, bool]:
+    """Call the server up to the retry cap. Returns (value, None, "", False, True) or (raw value, reason, detail,
+    outcome_unknown, reached); ``reached``: whether any attempt may have reached the tool (sent, answered, or an
+    unexpected failure that may have come after the send). Every send is one audited attempt.
 
     A ``write`` call without an ``idempotency_arg`` is sent at most once: a timeout or a broken session after
     its request went out (or an unexpected failure, which may have come after it) ends the attempts with
@@ -568,23 +591,29 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
     may be done). A tool's own error is not retried either (its text may be a rate limit's, or mention one,
     after the work was done): the call is retried only where the server certainly did nothing, a session that
     could not be opened. With an ``idempotency_arg`` the same key is
-    sent each time, so the server can tell a repeat from a new call, and the contract's retries apply."""
+    sent each time, so the server can tell a repeat from a new call, and the contract's retries apply; but once
+    one of its sends went out unanswered (or its tool reported that its backend timed out, or it failed
+    unexpectedly), attempts that end without a success (the cap reached, a failure not retried, the circuit opened
+    in between) leave its outcome unknown: never reported as not done, never handed to a fallback."""
     server, who = this.server, this.who
     retry = {**DEFAULT_RETRY, **(contract.retry or {})}
     max_attempts = max(1, int(retry.get("max_attempts", 1)))
     retry_on = set(retry.get("on", RETRYABLE))
     timeout_s = contract.timeout_s or server.timeout_s
-    at_most_once = contract.risk == ToolContract.Risk.WRITE and not contract.idempotency_arg
+    writes = contract.risk == ToolContract.Risk.WRITE
+    at_most_once = writes and not contract.idempotency_arg
     cap = _result_cap(contract)
     reason: str | None = None
     detail = ""
     value: Any = None
+    reached = False  # an attempt may have reached the tool
+    maybe_done = False  # a write's attempt may have done the work, and no answer said how it ended
     for attempt in range(1, max_attempts + 1):
         this.result.attempts = attempt
         if not breaker_admit(server.pk):
             reason, detail = "circuit:open", _("the server failed repeatedly and is paused; try again later")
             this.audit(ok=False, reason=reason, result=detail, attempt=attempt, latency_ms=0.0)
-            return None, reason, detail, False
+            return None, reason, detail, maybe_done, reached
         started = clock.monotonic()
         retry_after: float | None = None
         unanswered = False  # sent (or perhaps sent), and no answer came
@@ -614,9 +643,7 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
                     },
                 )
             else:
-                value = (
-                    outcome.structured if outcome.structured is not None and not outcome.text else _parse(outcome.text)
-                )
+                value = _parse(outcome.text) if outcome.text else _structured_value(outcome.structured)
                 if value == "" and outcome.notes:
                     value = outcome.notes  # no text, no structured content: what its other blocks are
                 if outcome.is_error:
@@ -647,20 +674,44 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
             latency_ms=latency_ms,
         )
         breaker_record(server.pk, ok=reason is None, reason=reason or "", answered=answered)
+        reached = reached or answered or unanswered or reason == "unexpected"
         if reason is None:
-            return value, None, "", False
-        if at_most_once and (unanswered or reason == "unexpected"):
-            return value, reason, detail, True
-        if at_most_once and answered and reason == "timeout":
-            # The tool's own report that its backend timed out: it answered, but the work may be done. Its
-            # outcome is unknown: not repeated, and not handed to a fallback tool that might do it again.
-            return value, reason, detail, True
+            return value, None, "", False, True
+        # The tool's own report that its backend timed out: it answered, but the work may be done.
+        maybe_done = maybe_done or (
+            writes and (unanswered or reason == "unexpected" or (answered and reason == "timeout"))
+        )
+        if at_most_once and maybe_done:
+            # Not repeated, and not handed to a fallback tool that might do it again.
+            return value, reason, detail, True, reached
         if at_most_once and answered:
             break  # the tool answered with its own error (a rate limit, say): told as it is, never sent again
         if reason not in retry_on or attempt == max_attempts:
             break
         clock.sleep(backoff_delay(reason=reason, attempt=attempt, retry=retry, retry_after_s=retry_after, rng=_rng))
-    return value, reason, detail, False
+    # A keyed write whose send went out unanswered and that no later answer settled (an answer that fails the
+    # result check says the write was carried out): its outcome is unknown.
+    unknown = maybe_done and not (reason or "").startswith("result:")
+    return value, reason, detail, unknown, reached
+
+
+def _structured_value(structured: Any) -> Any:
+    """A result's structured content where it has no text: FastMCP sends a tool's value that is no object (a
+    list, a string, a number) wrapped as ``{"result": <value>}`` (its output schema says
+    ``x-fastmcp-wrap-result``), with no text block for an empty list and an empty one for ``""``: the value is
+    the wrapped one, so that ``[]`` is empty and a list is a list. No structured content and no text is ``""``."""
+    if structured is None:
+        return ""
+    if isinstance(structured, dict) and len(structured) == 1 and "result" in structured:
+        return structured["result"]
+    return structured
+
+
+def reports_error(value: Any) -> bool:
+    """Whether a tool's result is its own report of a failure as a value (seed 002 §8: ``{"error": "...",
+    "fallback": "skip"|"retry"}``): an object with a non-empty ``error`` text."""
+    error = value.get("error") if isinstance(value, dict) else None
+    return isinstance(error, str) and bool(error.strip())
 
 
 def _result_cap(contract: ToolContract) -> int:
@@ -788,7 +839,9 @@ def _memo_get(who: GateCall, contract: ToolContract, key: str) -> Any:
         # A write asked for twice is two writes (each with its approval), never the first one's answer again.
         return None
     if who.memo is not None and key in who.memo:
-        return who.memo[key].value
+        remembered = who.memo[key].value
+        if _memo_fits(contract, remembered):
+            return remembered
     if contract.memo_ttl_s and contract.risk == ToolContract.Risk.READ:
         hit = cache.get(_cache_key(key))
         if hit is not None:
@@ -796,8 +849,20 @@ def _memo_get(who: GateCall, contract: ToolContract, key: str) -> Any:
             # The entry may have been written under another contract (another version's: an A/B arm) that keeps
             # values longer than this reader's: it is reused only while it is younger than the reader's own TTL.
             if isinstance(entry, dict) and memo_clock() - float(entry.get("at", 0.0)) <= contract.memo_ttl_s:
-                return entry.get("value")
+                value = entry.get("value")
+                if _memo_fits(contract, value):
+                    return value
     return None
+
+
+def _memo_fits(contract: ToolContract, value: Any) -> bool:
+    """Whether a remembered success is one under the contract that applies now: it passes its result checks
+    (another version's, or one tightened since, may refuse it) and its size cap, and is no error the tool reported
+    as a value. One that does not is a miss: the tool is called again."""
+    if value is None or reports_error(value):
+        return False
+    size = len(value) if isinstance(value, str) else _result_size("", value)
+    return size <= _result_cap(contract) and check_result(contract.returns or {}, value) is None
 
 
 def _memo_put(who: GateCall, contract: ToolContract, key: str, value: Any, secrets: list[str]) -> None:

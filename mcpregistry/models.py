@@ -509,6 +509,17 @@ class ToolContract(AuditedModel):
                 )
                 if problem:
                     errors["fallback_tool"] = [problem]
+        if self.risk == self.Risk.WRITE and self.fallback_policy == self.FallbackPolicy.CALL:
+            # The gate never calls a write's fallback: after a failed write it cannot know the work was not done, and
+            # a second write tool would do it again.
+            errors.setdefault("fallback_policy", []).append(
+                str(
+                    _(
+                        "A write tool's fallback is never called by the gate: a failed write may have been carried "
+                        "out, and its fallback would do it again. Choose 'suggest it to the model'."
+                    )
+                )
+            )
         if self.idempotency_arg and self.tool_id:
             names = idempotency_choices(self.tool, self.args if isinstance(self.args, dict) else {})
             if self.idempotency_arg not in names:

@@ -64,7 +64,7 @@ def editor_post(tool: McpTool, **changes: Any) -> dict[str, Any]:
         "contract-0-retry__editor": "1",
         "contract-0-retry__max_attempts": "3",
         "contract-0-retry__on": ["rate_limit", "timeout", "transport"],
-        "contract-0-retry__backoff_base_s": "1.0",
+        "contract-0-retry__backoff_base_s": "2.0",  # the default (seed 001: 2 s, then 4 s)
         "contract-0-retry__backoff_cap_s": "8.0",
         "contract-0-retry__honor_retry_after": "on",
         "contract-0-timeout_s": "",
