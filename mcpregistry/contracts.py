@@ -155,7 +155,7 @@ def _checkable(spec: dict[str, Any]) -> dict[str, Any]:
     if "pattern" in kept:
         try:
             re.compile(kept["pattern"])
-        except (re.error, TypeError):
+        except (re.error, TypeError, OverflowError, RecursionError):  # a repeat count too large, groups too deep
             del kept["pattern"]
     return kept
 
@@ -227,7 +227,7 @@ class ArgSpec(_Strict):
         if value is not None:
             try:
                 re.compile(value)
-            except re.error as exc:
+            except (re.error, OverflowError, RecursionError) as exc:  # a repeat count too large, groups too deep
                 raise ValueError(_("not a valid regular expression: %(error)s") % {"error": exc}) from exc
         return value
 

@@ -359,3 +359,20 @@ def test_the_model_is_shown_the_contracts_argument_limits_in_the_tools_schema() 
     assert schema["properties"]["name"] == {"type": "string", "description": "who"}  # the discovered one unchanged
     assert schema_with_contract(schema, {}) == schema
     assert schema_with_contract(None, None) == {"type": "object", "properties": {}}
+
+
+@pytest.mark.parametrize("pattern", ["a{99999999999}", "x{4294967296}", "(" * 200_000 + ")" * 200_000])
+def test_a_pattern_too_large_to_compile_is_refused_as_not_valid_not_a_crash(pattern: str) -> None:
+    """A repeat count too large (OverflowError) or groups nested too deep (RecursionError) is no re.error: the
+    contract's validation let it out as a 500."""
+    from pydantic import ValidationError
+
+    from mcpregistry.contracts import ArgSpec
+
+    with pytest.raises(ValidationError, match="not a valid regular expression"):
+        ArgSpec(type="str", pattern=pattern)
+
+
+def test_a_servers_pattern_too_large_to_compile_is_left_out_of_the_first_contract() -> None:
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "a{99999999999}"}}}
+    assert "pattern" not in contract_defaults(schema, {})["args"]["code"]  # discovery went on (it raised)
