@@ -22,6 +22,7 @@ from django.db import connection
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -108,7 +109,9 @@ def _scraper_allowed(request: HttpRequest) -> bool:
 def metrics(request: HttpRequest) -> HttpResponse:
     """The platform's figures in Prometheus' text format (see the module's docstring for where they come from)."""
     if not _scraper_allowed(request):
-        return JsonResponse({"error": {"code": "forbidden", "message": "Not allowed to read the metrics."}}, status=403)
+        return JsonResponse(
+            {"error": {"code": "forbidden", "message": _("Not allowed to read the metrics.")}}, status=403
+        )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(PlatformCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -76,7 +76,7 @@ class SecretSpec(_Strict):
     def _exactly_one(self) -> SecretSpec:
         given = [k for k in ("value", "from_env", "set") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError('give exactly one of {"value": ...}, {"from_env": ...} or {"set": true}')
+            raise ValueError(_('give exactly one of {"value": ...}, {"from_env": ...} or {"set": true}'))
         return self
 
 
@@ -126,8 +126,8 @@ class VersionContentSpec(_Strict):
                 + "; ".join(
                     part
                     for part in (
-                        f"missing {', '.join(sorted(missing))}" if missing else "",
-                        f"unknown {', '.join(sorted(unknown))}" if unknown else "",
+                        _("missing %(fields)s") % {"fields": ", ".join(sorted(missing))} if missing else "",
+                        _("unknown %(fields)s") % {"fields": ", ".join(sorted(unknown))} if unknown else "",
                     )
                     if part
                 )
@@ -135,12 +135,15 @@ class VersionContentSpec(_Strict):
         rule_fields = {f.name for f in dataclass_fields(EngineRuleSpec)}
         for i, rule in enumerate(self.rules):
             if not {"name", "mcp_id", "tool_name"} <= set(rule) or set(rule) - rule_fields:
-                raise ValueError(f"rules[{i}]: a rule has {', '.join(sorted(rule_fields))}")
+                raise ValueError(
+                    f"rules[{i}]: " + _("a rule has %(fields)s") % {"fields": ", ".join(sorted(rule_fields))}
+                )
         for key, contract in self.contracts.items():
             if "/" not in key:
-                raise ValueError(f"contracts: '{key}' is not 'mcp_id/tool'")
+                raise ValueError("contracts: " + _("'%(key)s' is not 'mcp_id/tool'") % {"key": key})
             if set(contract) - set(CONTRACT_FIELDS):
-                raise ValueError(f"contracts.{key}: unknown {', '.join(sorted(set(contract) - set(CONTRACT_FIELDS)))}")
+                unknown_fields = ", ".join(sorted(set(contract) - set(CONTRACT_FIELDS)))
+                raise ValueError(f"contracts.{key}: " + _("unknown %(fields)s") % {"fields": unknown_fields})
         return self
 
 
@@ -191,10 +194,10 @@ class AgentSpec(_Strict):
     def _versions_named_once(self) -> AgentSpec:
         numbers = [v.number for v in self.versions]
         if len(numbers) != len(set(numbers)):
-            raise ValueError("versions: a number is given twice")
+            raise ValueError("versions: " + _("a number is given twice"))
         names = [a.name for a in self.arms or []]
         if len(names) != len(set(names)):
-            raise ValueError("arms: a name is given twice")
+            raise ValueError("arms: " + _("a name is given twice"))
         return self
 
 
@@ -392,7 +395,12 @@ def _parse(document: dict[str, Any]) -> ConfigDocument:
                     "." + ".".join(str(p) for p in loc[2:]) if len(loc) > 2 else ""
                 )
             lines.append(f"{where}: {err['msg']}")
-        raise ApplicationError("configuration is not valid:\n" + "\n".join(lines), code="invalid_config") from None
+        raise ApplicationError(_not_valid(lines), code="invalid_config") from None
+
+
+def _not_valid(lines: list[str]) -> str:
+    """The message of a document that is not valid: a translated heading, then one line per problem."""
+    return _("configuration is not valid:") + "\n" + "\n".join(lines)
 
 
 def _composed(document: dict[str, Any]) -> dict[str, Any]:
@@ -527,7 +535,7 @@ def _secret_map(
         elif name in stored:
             result[name] = stored[name]
         else:
-            problems.add(where, f"'{name}' is {{\"set\": true}} but no value is stored to keep")
+            problems.add(where, _("'%(name)s' is {\"set\": true} but no value is stored to keep") % {"name": name})
     return result
 
 
@@ -596,13 +604,13 @@ def _config_import(
             _("the document must be an object with servers, contracts, agents, rules"), code="invalid_config"
         )
     if found := document_problems(document):
-        raise ApplicationError("configuration is not valid:\n" + "\n".join(found), code="invalid_config")
+        raise ApplicationError(_not_valid(found), code="invalid_config")
     document = _composed(document)
     sections = config_sections()
     extra = {name: document[name] for name in sections if name in document}
     config = _parse({k: v for k, v in document.items() if k not in sections})
     if twice := _named_twice(config, extra, sections):
-        raise ApplicationError("configuration is not valid:\n" + "\n".join(twice), code="invalid_config")
+        raise ApplicationError(_not_valid(twice), code="invalid_config")
     problems = _Problems()
     report = ImportReport()
     servers: dict[str, McpServer] = {s.mcp_id: s for s in McpServer.objects.all()}
@@ -630,7 +638,7 @@ def _config_import(
         _save(
             functools.partial(mcp_server_update, server=server, actor=actor, via=via),
             server,
-            f"server {spec.mcp_id}",
+            _("server %(server)s") % {"server": spec.mcp_id},
             report,
             created,
             before,
@@ -643,7 +651,7 @@ def _config_import(
         where = f"tools[{i}] ({tspec.mcp_id}.{tspec.tool})"
         server = servers.get(tspec.mcp_id)
         if server is None or server.pk is None:
-            problems.add(where, f"unknown server '{tspec.mcp_id}'")
+            problems.add(where, _("unknown server '%(server)s'") % {"server": tspec.mcp_id})
             continue
         # As for a contract: a tool named before discovery is registered now and filled in by discovery.
         tool = _named(McpTool.objects.filter(server=server), tspec.tool)
@@ -666,13 +674,14 @@ def _config_import(
             if created
             else functools.partial(mcp_tool_update, tool=tool, actor=actor, via=via)
         )
-        _save(save, tool, f"tool {tspec.mcp_id}.{tspec.tool}", report, created, before, where, problems)
+        label = _("tool %(server)s.%(tool)s") % {"server": tspec.mcp_id, "tool": tspec.tool}
+        _save(save, tool, label, report, created, before, where, problems)
 
     for i, cspec in enumerate(config.contracts):
         where = f"contracts[{i}] ({cspec.mcp_id}.{cspec.tool})"
         server = servers.get(cspec.mcp_id)
         if server is None or server.pk is None:
-            problems.add(where, f"unknown server '{cspec.mcp_id}'")
+            problems.add(where, _("unknown server '%(server)s'") % {"server": cspec.mcp_id})
             continue
         if not 1 <= len(cspec.tool) <= TOOL_NAME_MAX:
             problems.add(where, "tool: " + _("a tool's name has 1 to %(limit)s characters") % {"limit": TOOL_NAME_MAX})
@@ -690,7 +699,7 @@ def _config_import(
         _save(
             functools.partial(tool_contract_update, contract=contract, actor=actor, via=via),
             contract,
-            f"contract {cspec.mcp_id}.{cspec.tool}",
+            _("contract %(server)s.%(tool)s") % {"server": cspec.mcp_id, "tool": cspec.tool},
             report,
             created,
             before,
@@ -732,7 +741,7 @@ def _config_import(
         agent.time_limit_s = aspec.time_limit_s
         missing = [m for m in aspec.servers if m not in servers or servers[m].pk is None]
         if missing:
-            problems.add(where, f"unknown server(s): {', '.join(missing)}")
+            problems.add(where, _("unknown server(s): %(servers)s") % {"servers": ", ".join(missing)})
             continue
         bound = [servers[m] for m in aspec.servers]
         leaving[aspec.slug] = servers_leaving(agent=agent, servers=bound)
@@ -745,7 +754,7 @@ def _config_import(
             continue
         after = {**_fields(agent), "servers": sorted(aspec.servers)}
         (report.created if created else report.updated if before != after else report.unchanged).append(
-            f"agent {aspec.slug}"
+            _("agent %(agent)s") % {"agent": aspec.slug}
         )
         agents[aspec.slug] = agent
 
@@ -753,11 +762,11 @@ def _config_import(
         where = f"rules[{i}] ({rspec.agent or '*'}.{rspec.name})"
         agent = agents.get(rspec.agent) if rspec.agent else None
         if rspec.agent and agent is None:
-            problems.add(where, f"unknown agent '{rspec.agent}'")
+            problems.add(where, _("unknown agent '%(agent)s'") % {"agent": rspec.agent})
             continue
         server = servers.get(rspec.mcp_id) if rspec.mcp_id else None
         if rspec.mcp_id and (server is None or server.pk is None):
-            problems.add(where, f"unknown server '{rspec.mcp_id}'")
+            problems.add(where, _("unknown server '%(server)s'") % {"server": rspec.mcp_id})
             continue
         rule = _named(DeterministicRule.objects.filter(agent=agent), rspec.name)
         created = rule is None
@@ -770,7 +779,7 @@ def _config_import(
         _save(
             functools.partial(deterministic_rule_update, rule=rule, actor=actor, via=via),
             rule,
-            f"rule {rspec.agent or '*'}.{rspec.name}",
+            _("rule %(agent)s.%(rule)s") % {"agent": rspec.agent or "*", "rule": rspec.name},
             report,
             created,
             before,
@@ -794,11 +803,15 @@ def _config_import(
             live = agent.live_version_id
             version = agent_version_publish(agent=agent, actor=actor, via=via, note="published on save")
             if version.pk != live:  # the same content as the live version's publishes nothing
-                report.created.append(f"version {agent.slug} v{version.number}")
+                report.created.append(
+                    _("version %(agent)s v%(number)s") % {"agent": agent.slug, "number": version.number}
+                )
 
     if problems.items:
         transaction.set_rollback(True)
-        raise ApplicationError("configuration was not imported:\n" + "\n".join(problems.items), code="invalid_config")
+        raise ApplicationError(
+            _("configuration was not imported:") + "\n" + "\n".join(problems.items), code="invalid_config"
+        )
     if dry_run:
         transaction.set_rollback(True)
     return report
@@ -823,7 +836,7 @@ def _apply_versions(
         where = f"agents[{i}] ({aspec.slug})"
         versions = {v.number: v for v in AgentVersion.objects.filter(agent=agent)}
         for vspec in aspec.versions:
-            label = f"version {aspec.slug} v{vspec.number}"
+            label = _("version %(agent)s v%(number)s") % {"agent": aspec.slug, "number": vspec.number}
             content = vspec.content.model_dump()
             stored = versions.get(vspec.number)
             if stored is None:
@@ -846,8 +859,12 @@ def _apply_versions(
             else:
                 problems.add(
                     where,
-                    f"versions: v{vspec.number} is not the content of this installation's v{vspec.number} (a "
-                    "version never changes; leave it out or give it another number)",
+                    "versions: "
+                    + _(
+                        "v%(number)s is not the content of this installation's v%(number)s (a version never "
+                        "changes; leave it out or give it another number)"
+                    )
+                    % {"number": vspec.number},
                 )
 
         def version(
@@ -855,7 +872,7 @@ def _apply_versions(
         ) -> AgentVersion | None:
             found = versions.get(number) if number is not None else None
             if number is not None and found is None:
-                problems.add(where, f"{what}: no version {number} (give it in versions)")
+                problems.add(where, f"{what}: " + _("no version %(number)s (give it in versions)") % {"number": number})
             return found
 
         given = aspec.model_fields_set
@@ -881,13 +898,15 @@ def _apply_versions(
                 for name, messages in exc.message_dict.items():
                     problems.add(where, f"{name}: {'; '.join(messages)}")
             else:
-                report.updated.append(f"agent {aspec.slug} ({', '.join(changed)})")
+                report.updated.append(
+                    _("agent %(agent)s (%(fields)s)") % {"agent": aspec.slug, "fields": ", ".join(changed)}
+                )
 
         if aspec.arms is None:
             continue
         arms = {arm.name: arm for arm in AgentArm.objects.filter(agent=agent)}
         for arm_spec in aspec.arms:
-            label = f"arm {aspec.slug}.{arm_spec.name}"
+            label = _("arm %(agent)s.%(arm)s") % {"agent": aspec.slug, "arm": arm_spec.name}
             arm_version = version(arm_spec.version, f"arms.{arm_spec.name}")
             if arm_version is None:
                 continue
@@ -918,7 +937,7 @@ def _apply_versions(
                         problems.add(where, f"arms.{arm_spec.name}{'' if name == '__all__' else '.' + name}: {message}")
         for arm in arms.values():
             agent_arm_delete(arm=arm, actor=actor, via=via)
-            report.deleted.append(f"arm {aspec.slug}.{arm.name}")
+            report.deleted.append(_("arm %(agent)s.%(arm)s") % {"agent": aspec.slug, "arm": arm.name})
     return named_live
 
 

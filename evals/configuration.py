@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.utils.translation import gettext as _
+
 from agent_platform.errors import ApplicationError
 from evals.models import EvalSet
 from evals.services import eval_set_apply, eval_set_document
@@ -18,13 +20,13 @@ def section_import(entries: Any, *, actor: Any, via: str, report: Any, problem: 
     """Apply each set (idempotent); a set that is not valid becomes a problem of the import, which then changes
     nothing (the caller rolls the whole import back)."""
     if not isinstance(entries, list):
-        problem("eval_sets", "a list of eval sets")
+        problem("eval_sets", _("a list of eval sets"))
         return
     for i, entry in enumerate(entries):
         name = entry.get("name") if isinstance(entry, dict) else None
         where = f"eval_sets[{i}]" + (f" ({name})" if name else "")
         if not isinstance(entry, dict):
-            problem(where, "an object")
+            problem(where, _("an object"))
             continue
         existed = EvalSet.objects.filter(name=name).exists() if name else False
         try:
@@ -32,7 +34,7 @@ def section_import(entries: Any, *, actor: Any, via: str, report: Any, problem: 
         except ApplicationError as exc:
             problem(where, exc.message)
             continue
-        label = f"eval set {applied.eval_set.name}"
+        label = _("eval set %(name)s") % {"name": applied.eval_set.name}
         if not existed:
             report.created.append(label)
         elif applied.changed:

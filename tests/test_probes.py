@@ -86,6 +86,38 @@ def test_metrics_are_refused_outside_the_allowed_networks_without_the_token(clie
     assert client.get("/metrics").status_code == 403  # loopback too, once no network is allowed
 
 
+def test_the_metrics_refusal_speaks_the_callers_language(
+    client: Client, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 403's message goes through gettext (Korean for a Korean client); its code stays ``forbidden``."""
+    from django.utils.translation import trans_real
+
+    settings.PLATFORM_METRICS_ALLOWED_NETWORKS = []
+    settings.PLATFORM_METRICS_TOKEN = ""
+    english = client.get("/metrics", HTTP_ACCEPT_LANGUAGE="en").json()
+    assert english == {"error": {"code": "forbidden", "message": "Not allowed to read the metrics."}}
+
+    real = trans_real.translation
+
+    class Bracketed:
+        def __init__(self, language: str) -> None:
+            self.base = real(language)
+
+        def gettext(self, message: str) -> str:
+            return f"[{self.base.gettext(message)}]"
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.base, name)
+
+    monkeypatch.setattr(trans_real, "translation", Bracketed)
+    bracketed = client.get("/metrics", HTTP_ACCEPT_LANGUAGE="en").json()["error"]
+    assert bracketed == {"code": "forbidden", "message": "[Not allowed to read the metrics.]"}
+    monkeypatch.undo()
+
+    korean = client.get("/metrics", HTTP_ACCEPT_LANGUAGE="ko").json()["error"]
+    assert korean == {"code": "forbidden", "message": "메트릭을 읽을 권한이 없습니다."}
+
+
 def test_forwarded_headers_are_believed_only_from_a_trusted_proxy(client, settings) -> None:
     """Behind a proxy (``PLATFORM_PROXY_HOPS``) a client that reached the web server directly claimed 127.0.0.1 in
     ``X-Forwarded-For`` and read ``/metrics``; it could claim HTTPS in ``X-Forwarded-Proto`` too."""

@@ -8,6 +8,25 @@ from django.utils.translation import gettext_noop
 
 from agents.reconciler import runs_reconcile
 
+# One line per figure of ``ReconcileReport``, in its order. The English line starts with the report's own name
+# for the figure (scripts and the end-to-end tests read ``worker_lost: 1``); a translation names it in words.
+LINES = {
+    # Translators: running runs past their time limit, failed.
+    "timed_out": gettext_noop("timed_out: %(count)s"),
+    # Translators: runs of a lost worker queued again.
+    "requeued": gettext_noop("requeued: %(count)s"),
+    # Translators: runs of a lost worker failed (delivered too many times).
+    "worker_lost": gettext_noop("worker_lost: %(count)s"),
+    # Translators: queued runs whose message was lost, dispatched again.
+    "redispatched": gettext_noop("redispatched: %(count)s"),
+    # Translators: approvals past their deadline, expired.
+    "approvals_expired": gettext_noop("approvals_expired: %(count)s"),
+    # Translators: runs awaiting approval with no approval pending any more, queued again.
+    "parked_resumed": gettext_noop("parked_resumed: %(count)s"),
+    # Translators: approvals left by finished runs, ended (outcome unknown or unused).
+    "approvals_ended": gettext_noop("approvals_ended: %(count)s"),
+}
+
 
 class Command(BaseCommand):
     help = gettext_noop(
@@ -20,4 +39,5 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         for name, count in runs_reconcile().as_dict().items():
-            self.stdout.write(f"{name}: {count}")
+            line = LINES.get(name)
+            self.stdout.write(_(line) % {"count": count} if line else f"{name}: {count}")
