@@ -16,7 +16,12 @@ What is masked, and how:
   credentials, JWTs, well-known API key formats (``sk-...``, ``sk_live_...``, ``xoxb-...``, ``ghp_...``, ...,
   and this platform's own ``apk_...``), PEM private key blocks, passwords in URLs, secret-looking query parameters.
 * **Key names** - ``key=value``, ``key: value`` and ``"key": "value"`` pairs in text, and dict entries in
-  structures, whose key :func:`is_secret_key` recognises.
+  structures, whose key :func:`is_secret_key` recognises (NFKC-normalised: a full-width key counts).
+* **Names apart from their values** - ``{"name": "Authorization", "value": …}`` entries (HAR, OpenAPI, Postman,
+  Kubernetes env, AWS tags: a ``name``/``key``/``header``/``field``… field naming a secret masks its
+  ``value``/``val``/``content``/``secret`` field), ``("X-Api-Key", …)`` pairs (a tuple, or a 2-item list in a
+  list: header lists), and in text their JSON/repr forms, URL-encoded pairs (``password%3D…``), XML elements
+  (``<password>…</password>``) and command-line forms (``--password …``, ``mysql -p…``, ``sshpass -p …``).
 
 Masking replaces the secret with :data:`MASK` and keeps everything around it, so text (any language) stays
 readable. It is best effort for patterns and exact for known values: a secret the platform knows about
@@ -42,6 +47,7 @@ import logging
 import math
 import re
 import threading
+import unicodedata
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -85,6 +91,7 @@ _SECRET_KEY_FRAGMENTS = re.compile(
     | secret(?!ar)                                  # not "secretary"
     | apikey | accesskey | privatekey | servicekey | accountkey
     | (?:signing|encryption|decryption|master|ssh|hmac|app|license)key
+    | (?:subscription|functions?|integration|storage|shared)key  # Ocp-Apim-Subscription-Key, x-functions-key
     | credential | cookie
     | (?<!pos)session(?:id|key|data)?$              # "session", "sessionid"; not "sessions", "session_timeout"
     | token(?!s|count|limit|usage|iz|is|type|budget)  # not "max_tokens", "token_count", "tokenizer"
@@ -104,9 +111,10 @@ _CACHED_KEY_CHARS = 256
 def is_secret_key(key: str) -> bool:
     """Whether a dict key / header / parameter / variable name names a secret.
 
-    Case-insensitive; separators ``-``, ``_``, ``.`` and spaces are ignored, then the name is searched for
-    secret words (password, secret, token, api key, access key, private key, auth, authorization, cookie,
-    session id, credential, service key, ...). Counting and naming keys are not secret: ``max_tokens``,
+    NFKC-normalised first (a full-width ``ｐａｓｓｗｏｒｄ`` is ``password``); case-insensitive; separators ``-``,
+    ``_``, ``.`` and spaces are ignored, then the name is searched for secret words (password, secret, token,
+    api key, access key, private key, auth, authorization, cookie, session id, credential, service key,
+    subscription key, functions key, ...). Counting and naming keys are not secret: ``max_tokens``,
     ``prompt_tokens``, ``token_count``, ``tokenizer``, ``author``, ``authors``. Non-strings are never secret.
     """
     if not isinstance(key, str) or not key:
@@ -118,10 +126,62 @@ def is_secret_key(key: str) -> bool:
 
 @functools.lru_cache(maxsize=8192)
 def _is_secret_key(key: str) -> bool:
+    if not key.isascii():  # full-width and other compatibility forms: "ｐａｓｓｗｏｒｄ" is "password"
+        key = unicodedata.normalize("NFKC", key)
     if _SECRET_KEY_FRAGMENTS.search(_KEY_SEPARATORS.sub("", key.lower())):
         return True
     words = _KEY_SEPARATORS.split(_CAMEL_BOUNDARY.sub("_", key).lower())
     return not _SECRET_KEY_WORDS.isdisjoint(words)
+
+
+# A secret's name written in a field of its own, apart from its value: ``{"name": "Authorization", "value": …}``
+# (HAR, OpenAPI, Postman), ``{"name": "DB_PASSWORD", "value": …}`` (Kubernetes env), ``{"Key": …, "Value": …}``
+# (AWS tags, SSM parameters), and ``("X-Api-Key", …)`` / ``[["X-Api-Key", …]]`` (header lists, ``dict.items()``).
+def _field_names(*names: str) -> frozenset[str]:
+    return frozenset(form for name in names for form in (name, name.lower(), name[0].upper() + name[1:], name.upper()))
+
+
+_NAME_FIELDS = _field_names(
+    "name", "key", "header", "field", "param", "parameter", "variable", "var", "env",
+    "headerName", "header_name", "fieldName", "field_name", "paramName", "param_name", "keyName", "key_name",
+)  # fmt: skip
+_VALUE_FIELDS = _field_names("value", "val", "content", "secret")
+_NAMED_VALUE_MAX_FIELDS = 12  # a name/value entry is small; a larger dict is a record whose "name" names it
+# What such a name looks like: a header, variable or parameter name, no spaces (a title "Password policy" in a
+# "name" field does not hide its sibling "content"). A dotted or path-like name ("spring.datasource.password",
+# "/prod/db/password") names a secret by its last part only: a file "auth.py" does not hide its "content".
+_NAME_SHAPE = re.compile(r"[\w-]{1,128}")
+_PATH_NAME_SHAPE = re.compile(r"[\w\-./:]{1,128}")
+_LAST_NAME_PART = re.compile(r"[\w-]*\Z")
+
+
+def _is_secret_name(name: str) -> bool:
+    """Whether ``name``, a string standing apart from its value, names a secret (see :data:`_NAME_SHAPE`)."""
+    return len(name) <= 128 and _is_secret_name_cached(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_secret_name_cached(name: str) -> bool:
+    if _NAME_SHAPE.fullmatch(name) is not None:
+        return is_secret_key(name)
+    if _PATH_NAME_SHAPE.fullmatch(name) is not None:
+        last = _LAST_NAME_PART.search(name)
+        return last is not None and is_secret_key(last[0])
+    return False
+
+
+def _named_secret_values(fields: Mapping[Any, Any]) -> frozenset[Any] | None:
+    """The value fields of ``fields`` to mask because a name field beside them names a secret (None: none)."""
+    for field in _NAME_FIELDS.intersection(fields):
+        name = fields[field]
+        if type(name) is str and _is_secret_name(name):
+            return _VALUE_FIELDS.intersection(fields) or None
+    return None
+
+
+def _is_secret_pair(pair: tuple[Any, ...] | list[Any]) -> bool:
+    """Whether a 2-item sequence is ``(name, value)`` whose name names a secret (and whose value is not empty)."""
+    return len(pair) == 2 and type(pair[0]) is str and not _is_empty(pair[1]) and _is_secret_name(pair[0])
 
 
 # --- known secret values ----------------------------------------------------------------------------------
@@ -417,6 +477,45 @@ _AUTH_SCHEME_CREDENTIAL = re.compile(
     r"(?P<credential>[A-Za-z0-9\-._~+/]+=*)"
 )
 _NOT_ONLY_LETTERS = re.compile(r"[^A-Za-z]")
+# A secret pair URL-encoded (a form or a JSON body inside a URL or a log line): "password%3Dhunter22",
+# "%22password%22%3A%22hunter22%22". Found from its encoded "=" or ":" (a literal: ``re`` jumps between them),
+# the key read backwards from there; the value ends at an encoded quote, "&", ",", ";", space, newline or "}".
+_ENCODED_SEPARATOR = re.compile(r"%(?:22%3[DdAa]|3[DdAa])(?:%20|\+)*+(?:%22)?")
+_ENCODED_VALUE = re.compile(r"(?:[^\s&%\"'<>;,]|%(?!2[26Cc]|3[Bb]|20|0[AaDd]|[57][Dd])[0-9A-Fa-f]{2})++")
+_ENCODED_KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+# An XML element named for a secret: "<password>hunter22</password>", "<db:Password a='1'>…</db:Password>".
+_XML_ELEMENT = re.compile(
+    r"<(?P<name>[A-Za-z_][\w.\-]*+(?::[A-Za-z_][\w.\-]*+)?)(?P<attributes>[ \t][^<>/]*+)?+>"
+    r"(?P<value>[^<]++)</(?P=name)>"
+)
+# A command-line option naming a secret, its value after a space: "--password hunter22", "--api-key 'x y'".
+# ("--password=hunter22" is a key=value pair.) The value is one word, not another option, not a placeholder.
+_SECRET_OPTION = re.compile(
+    r"--(?<![\w-]--)(?P<name>[A-Za-z][\w-]*+)[ \t]++"
+    r"(?P<value>\"[^\"\n]*+\"|'[^'\n]*+'|[^\s\"'`<>|;&(){}\[\]\-][^\s\"'`|;&]*+)"
+)
+_PROSE_AFTER_OPTION = frozenset(
+    {"flag", "option", "options", "argument", "parameter", "switch", "is", "and", "or", "to", "the", "with", "for",
+     "in", "of", "if", "on", "must", "should", "can", "will", "was", "not", "only", "as", "value", "instead"}
+)  # fmt: skip
+# A client's password glued to its option: "mysql -u root -phunter22" (mysql's "-p" takes no space), and
+# "sshpass -p hunter22 ssh host". Only after one of these commands, on the same line: elsewhere "-p" is a port.
+_PASSWORD_OPTION = re.compile(
+    r"(?<![\w-])(?:(?:mysql|mariadb)[\w-]*+(?:[ \t]++[^\s;|&]++)*?[ \t]++-p|sshpass[ \t]++-p[ \t]*+)"
+    r"(?P<value>[^\s\"'`;|&]++)"
+)
+# A name and its value in text, apart: '{"name": "Authorization", "value": "…"}' (JSON of a HAR or Kubernetes
+# entry), "('X-Api-Key', '…')" and '["X-Api-Key", "…"]' (a header list's repr or JSON).
+# Found from the value field (after a ",": a literal), the name field read backwards from there: one match of
+# this pattern, written backwards, on the reversed text before the ",".
+_VALUE_FIELD_TEXT = re.compile(r",[ \t]*+\\?[\"'](?i:value|val|content|secret)\\?[\"'][ \t]*+:[ \t]*+")
+_NAME_FIELD_BEFORE_REVERSED = re.compile(
+    r"[ \t]*+[\"']\\?(?P<name>[\w-]{1,128}+)[\"']\\?[ \t]*+:[ \t]*+[\"']\\?(?i:eman|yek|redaeh|dleif|marap)[\"']"
+)
+_NAME_FIELD_BEFORE_CHARS = 160
+_PAIR_TEXT = re.compile(r"[\[(][ \t]*+(?P<quote>\\?[\"'])(?P<name>[\w-]{1,128}+)(?P=quote)[ \t]*+,[ \t]*+")
+_PAIR_TEXT_END = re.compile(r"[ \t]*+[\])]")
+_PAIR_TEXT_OPENINGS = ('["', "['", '("', "('", '[\\"', "[ ", "( ")  # its gate: a quote (or a space) after "[" or "("
 _URLSAFE_TO_STANDARD = str.maketrans("-_", "+/")
 
 # "key=value", "key: value", "\"key\": \"value\"", "'key': 'value'", "\\\"key\\\": \\\"value\\\"" (JSON in JSON).
@@ -464,6 +563,7 @@ _SHORT_TEXT = 256
 _MAYBE_SENSITIVE = re.compile(  # literal-first branches only, so ``re`` skips other characters quickly
     r":|=|@|-----BEGIN|eyJ|A(?:KIA|SIA|Iza)|sk[-_]|rk_|whsec_|xox|gh[pousr]_|github_pat_|glpat-|apk_"
     r"|B(?:earer|EARER|asic|ASIC)|b(?:earer|asic)"
+    r"|%3|</|-[-p]|\"[ \t]*,|'[ \t]*,"  # URL-encoded pairs, XML elements, command-line options, (name, value) pairs
 )
 
 
@@ -488,6 +588,92 @@ def _mask_auth_credential(match: re.Match[str]) -> str:
     elif len(credential) < 8 and not _NOT_ONLY_LETTERS.search(credential):
         return match[0]  # "Bearer token": prose, not a credential
     return match["head"] + MASK
+
+
+def _mask_encoded_pairs(text: str) -> str:
+    """Mask the values of URL-encoded secret pairs (:data:`_ENCODED_SEPARATOR`)."""
+    pieces: list[str] = []
+    done = position = 0
+    while (separator := _ENCODED_SEPARATOR.search(text, position)) is not None:
+        position = separator.end()
+        key_start = key_end = separator.start()
+        floor = max(done, key_end - _MAX_KEY_CHARS)
+        while key_start > floor and text[key_start - 1] in _ENCODED_KEY_CHARS:
+            key_start -= 1
+        if key_start > 0 and text[key_start - 1] == "%":
+            key_start += 2  # "%26password%3D…": the key starts after the escape's two hex digits
+        if key_start >= key_end or not is_secret_key(text[key_start:key_end]):
+            continue
+        value = _ENCODED_VALUE.match(text, position)
+        if value is None or value[0] == MASK or value[0].lower() in _NOT_A_SECRET_VALUE:
+            continue
+        pieces.append(text[done:position])
+        pieces.append(MASK)
+        done = position = value.end()
+    if not pieces:
+        return text
+    pieces.append(text[done:])
+    return "".join(pieces)
+
+
+def _mask_xml_element(match: re.Match[str]) -> str:
+    value = match["value"].strip()
+    if not value or value.lower() in _NOT_A_SECRET_VALUE or not is_secret_key(match["name"]):
+        return match[0]
+    return match.string[match.start() : match.start("value")] + MASK + f"</{match['name']}>"
+
+
+def _mask_secret_option(match: re.Match[str]) -> str:
+    value, name = match["value"], match["name"]
+    quote = value[0] if value[0] in "\"'" else ""
+    inner = value[1:-1] if quote else value
+    if (
+        not inner
+        or inner.lower() in _NOT_A_SECRET_VALUE
+        or inner.lower().rstrip(".,:!?") in _PROSE_AFTER_OPTION
+        or _NOT_A_VALUE_OPTION.match("--" + name)
+        or not is_secret_key(name)
+    ):
+        return match[0]
+    return match.string[match.start() : match.start("value")] + quote + MASK + quote
+
+
+def _mask_password_option(match: re.Match[str]) -> str:
+    if match["value"] == MASK:
+        return match[0]
+    return match.string[match.start() : match.start("value")] + MASK
+
+
+def _mask_named_values(text: str, pattern: re.Pattern[str], *, pair: bool) -> str:
+    """Mask the value after each ``pattern`` match whose name names a secret: ``pair``, the second item of a pair
+    (the name is the match's, and a ``]`` or ``)`` must close the value); else a value field (the name is the
+    name field just before the match)."""
+    pieces: list[str] = []
+    done = position = 0
+    while (head := pattern.search(text, position)) is not None:
+        position = head.end()
+        if pair:
+            name = head["name"]
+        else:
+            start = head.start()
+            before = _NAME_FIELD_BEFORE_REVERSED.match(text[max(done, start - _NAME_FIELD_BEFORE_CHARS) : start][::-1])
+            if before is None:
+                continue
+            name = before["name"][::-1]
+        if not _is_secret_name(name):
+            continue
+        value = _PAIR_VALUE.match(text, position)
+        if value is None or (pair and _PAIR_TEXT_END.match(text, value.end()) is None):
+            continue
+        masked, value_end = _masked_pair_value(value, name, text)
+        if masked is not None:
+            pieces.append(text[done:position])
+            pieces.append(masked)
+            done = position = value_end
+    if not pieces:
+        return text
+    pieces.append(text[done:])
+    return "".join(pieces)
 
 
 def _is_basic_credential(credential: str) -> bool:
@@ -586,6 +772,18 @@ def _mask_patterns(text: str) -> str:
         text = _AWS_SECRET_LABELLED.sub(r"\g<head>" + MASK, text)
     if "earer" in text or "EARER" in text or "asic" in text or "ASIC" in text:
         text = _AUTH_SCHEME_CREDENTIAL.sub(_mask_auth_credential, text)
+    if "%3" in text:
+        text = _mask_encoded_pairs(text)
+    if "</" in text:
+        text = _XML_ELEMENT.sub(_mask_xml_element, text)
+    if "--" in text:
+        text = _SECRET_OPTION.sub(_mask_secret_option, text)
+    if "-p" in text and ("mysql" in text or "mariadb" in text or "sshpass" in text):
+        text = _PASSWORD_OPTION.sub(_mask_password_option, text)
+    if has_separator and ("alue" in text or "ALUE" in text or "val" in text or "ontent" in text or "ecret" in text):
+        text = _mask_named_values(text, _VALUE_FIELD_TEXT, pair=False)
+    if "," in text and any(opening in text for opening in _PAIR_TEXT_OPENINGS):
+        text = _mask_named_values(text, _PAIR_TEXT, pair=True)
     if has_separator:
         text = _mask_secret_pairs(text)
     return text
@@ -736,6 +934,11 @@ class _Walker:
             return known
         return (key if isinstance(key, _UNCHANGED_SCALARS) else self.walk(key)), False
 
+    def pair(self, pair: tuple[Any, ...] | list[Any]) -> Any:
+        """A masked copy of a ``(name, value)`` pair whose name names a secret: the name, and :data:`MASK`."""
+        items = [self.text(pair[0]), MASK]
+        return items if isinstance(pair, list) else _rebuild(pair, items)
+
     def unique_key(self, key: Any, taken: dict[Any, Any]) -> Any:
         """``key``, or a numbered variant when two keys masked to the same text (both entries are kept)."""
         number, candidate = 2, key
@@ -747,6 +950,8 @@ class _Walker:
     def walk(self, value: Any) -> Any:
         if not isinstance(value, _CONTAINERS):
             return self.leaf(value)
+        if type(value) is tuple and len(value) == 2 and _is_secret_pair(value):
+            return self.pair(value)
         memo, keys, numbers = self.memo, self.keys, self.numbers
         root: list[Any] = [None]
         # Stack items: (source, parent, slot) to copy source into parent[slot], or (source, copy, parent, slot)
@@ -774,12 +979,18 @@ class _Walker:
                 copy = {}
                 parent[slot] = copy
                 stack.append((source, copy, parent, slot))
+                # {"name": "Authorization", "value": ...}: the value fields beside a name field naming a secret.
+                hidden = (
+                    _named_secret_values(source)
+                    if len(source) <= _NAMED_VALUE_MAX_FIELDS and not _VALUE_FIELDS.isdisjoint(source)
+                    else None
+                )
                 for key, child in source.items():
                     known = keys.get(key) if type(key) is str else None
                     new_key, secret = known if known is not None else self.key(key)
                     if new_key in copy:
                         new_key = self.unique_key(new_key, copy)
-                    if secret and not _is_empty(child):
+                    if (secret or (hidden is not None and key in hidden)) and not _is_empty(child):
                         copy[new_key] = MASK
                     elif type(child) is str:
                         masked = memo.get(child)
@@ -792,6 +1003,8 @@ class _Walker:
                             copy[new_key] = (
                                 child if type(child) is not float or child - child == 0 else self.leaf(child)
                             )
+                    elif type(child) is tuple and len(child) == 2 and _is_secret_pair(child):
+                        copy[new_key] = self.pair(child)  # ("X-Api-Key", "...")
                     elif isinstance(child, _CONTAINERS):
                         copy[new_key] = None
                         stack.append((child, copy, new_key))
@@ -811,6 +1024,8 @@ class _Walker:
                             copy[index] = MASK
                         else:
                             copy[index] = child if type(child) is not float or child - child == 0 else self.leaf(child)
+                    elif isinstance(child, (list, tuple)) and len(child) == 2 and _is_secret_pair(child):
+                        copy[index] = self.pair(child)  # a header list: [["X-Api-Key", "..."], ...]
                     elif isinstance(child, _CONTAINERS):
                         stack.append((child, copy, index))
                     else:
@@ -844,6 +1059,13 @@ def _mask_option_values(line: list[Any]) -> None:
             and is_secret_key(option.lstrip("-"))
         ):
             line[index] = MASK
+    if line and type(line[0]) is str and _MYSQL_COMMAND.search(line[0]):  # ["mysql", "-u", "root", "-phunter22"]
+        for index, item in enumerate(line):
+            if type(item) is str and item.startswith("-p") and len(item) > 2 and item != "-p" + MASK:
+                line[index] = "-p" + MASK
+
+
+_MYSQL_COMMAND = re.compile(r"(?:^|/)(?:mysql|mariadb)[\w-]*$")
 
 
 _PLAIN_SCALARS = frozenset({int, float, bool})  # a float is copied when finite (NaN and infinities: leaf)
@@ -866,7 +1088,10 @@ def mask_value(value: Any, *, secrets: Iterable[str] = ()) -> Any:
     * ``str`` -> :func:`mask_text` (same ``secrets``); dict keys are masked as text too (two keys that mask
       to the same text are kept apart as ``"***"`` and ``"***~2"``).
     * dict value under a key that :func:`is_secret_key` recognises -> :data:`MASK`, whatever its type,
-      unless it is ``None`` or empty (``""``, ``[]``, ``{}``), which stays as is.
+      unless it is ``None`` or empty (``""``, ``[]``, ``{}``), which stays as is; so is the ``value`` (``val``,
+      ``content``, ``secret``) of a small dict whose ``name`` (``key``, ``header``, ``field``, ...) is a string
+      naming a secret, and the second item of a ``(name, value)`` pair (a 2-tuple, or a 2-item list inside a
+      list or tuple) whose first item names one.
     * dict / list / tuple / set -> the same kind, masked inside (dict subclasses come back as ``dict``); in a
       command line (a list under ``args``, ``argv``, ``command``, ...), the item after an option that names a
       secret (``"--api-key", "VALUE"``) is masked.
