@@ -25,6 +25,7 @@ from audit.change_guard import actor_label
 from audit.changes import CONFIG_ACTION_PREFIX
 from audit.labels import action_label
 from audit.models import AuditEvent
+from audit.visible import visible_text
 from auditor.charts import bar_chart
 from auditor.metrics import tool_metrics
 from mcpregistry.models import McpServer
@@ -46,7 +47,7 @@ def _url(name: str, *args: Any) -> str | None:
 
 
 def _compact(value: Any, limit: int = 160) -> str:
-    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    text = visible_text(json.dumps(value, ensure_ascii=False, separators=(", ", ": ")))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -45,6 +45,7 @@ from agents.models import Approval, Run
 from agents.services import CANCELLABLE, run_cancel
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from audit.labels import breakable, reason_label, when_cell
+from audit.visible import visible_text
 from mcpregistry.list_fields import argument_rows
 
 StepStatus = str
@@ -87,7 +88,7 @@ class TimelineStep:
 
     def with_args(self, value: Any) -> TimelineStep:
         """Set the arguments: rows for an object, its JSON otherwise (nothing when there are none)."""
-        self.args = _pretty(value)
+        self.args = visible_text(_pretty(value))
         self.arg_rows = argument_rows(value) if self.args else None
         return self
 
@@ -1011,8 +1012,17 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
     list_display_links = ["created_at"]
     list_filter = ["status", "mcp_id", "tool"]
     search_fields = ["tool", "run__id"]
-    readonly_fields = [f.name for f in Approval._meta.fields if f.name != "exact_args"]
+    # The masked arguments are shown by ``shown_args`` (characters that do not show themselves written out); the
+    # exact ones are never shown.
+    readonly_fields = [
+        "shown_args" if f.name == "args" else f.name for f in Approval._meta.fields if f.name != "exact_args"
+    ]
+    exclude = ["args", "exact_args"]
     list_select_related = ["run__agent"]
+
+    @admin.display(description=_("arguments (masked)"))
+    def shown_args(self, obj: Approval) -> str:
+        return visible_text(json.dumps(obj.args, ensure_ascii=False))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -1051,7 +1061,7 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
 
     @admin.display(description=_("arguments (masked)"))
     def masked_args(self, obj: Approval) -> str:
-        text = json.dumps(obj.args, ensure_ascii=False)
+        text = visible_text(json.dumps(obj.args, ensure_ascii=False))
         return format_html("<code>{}</code>", text if len(text) <= 200 else text[:199] + "…")
 
     @admin.display(description=_("run"), ordering="run")
@@ -1086,7 +1096,7 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
         return {
             "approval": approval,
             "reason_text": approval_reason_text(approval.reason),
-            "args_pretty": _pretty(approval.args) or "{}",
+            "args_pretty": visible_text(_pretty(approval.args)) or "{}",
             "arg_rows": argument_rows(approval.args),
             "may_decide": self.may_decide(request, approval),
             "asked_by_the_model": asked_by_the_model(approval),

@@ -22,6 +22,7 @@ from django.utils.translation import gettext
 
 from agent_platform.json import BoundedJSONField
 from agent_platform.json import loads as json_loads
+from audit.visible import visible_text
 from mcpregistry.contract_form import EditorWidget
 
 
@@ -128,7 +129,9 @@ def argument_rows(args: Any) -> list[tuple[str, str]] | None:
     object (shown as JSON)."""
     if not isinstance(args, dict):
         return None
-    return [(str(name), value_text(value)) for name, value in args.items()]
+    # Shown, not read back: characters that change how a value reads without showing themselves (a direction
+    # override turning "fdp.exe" into "exe.pdf") are written out (``audit.visible``).
+    return [(visible_text(str(name)), visible_text(value_text(value))) for name, value in args.items()]
 
 
 def typed_value(text: str) -> Any:
