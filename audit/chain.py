@@ -16,6 +16,11 @@ back from SQLite's JSON text or PostgreSQL's ``jsonb``:
   (``1.0`` -> ``1``, ``1e+20`` -> ``100000000000000000000``), because ``jsonb`` keeps numbers as decimals
   and gives ``1e+20`` back as an integer; other floats are written as Python's shortest ``repr``.
 
+An event chained from the pending table (deferred chaining, ``audit.services``) also carries ``nonce``: 32 random hex
+digits its writer drew, covered by the pending row's MAC and by the event's hash, and unique among the events, so
+that a copy of a pending row put back after it was chained is never chained again. The hash takes ``nonce`` only
+where there is one (:data:`NONCE_FIELD`): an event written inline, or before nonces existed, hashes as it always did.
+
 The first event's ``prev_hash`` is :data:`GENESIS_HASH`; after an archive, the first remaining event's
 ``prev_hash`` is the hash of the archive's checkpoint.
 
@@ -46,6 +51,7 @@ import orjson
 __all__ = [
     "GENESIS_HASH",
     "HASHED_FIELDS",
+    "NONCE_FIELD",
     "ChainBreak",
     "ChainKeyring",
     "ChainVerifier",
@@ -80,7 +86,12 @@ HASHED_FIELDS: tuple[str, ...] = (
     "latency_ms",
     "actor",
 )
-"""What an event's hash covers: every stored field but the storage key ``id`` and the hash itself."""
+"""What an event's hash covers: every stored field but the storage key ``id`` and the hash itself (and
+:data:`NONCE_FIELD`, covered where it is not null)."""
+
+NONCE_FIELD = "nonce"
+"""The field an event's hash covers only where it is set (not None): the pending row's one-time nonce (deferred
+chaining). Events without one (inline, or written before nonces existed) hash exactly as before."""
 
 BreakKind = Literal["altered", "removed", "inserted", "broken", "truncated", "replaced", "forged"]
 
@@ -297,13 +308,17 @@ def canonical_bytes(event: Mapping[str, Any], *, normalized: bool = False, plain
 
     ``normalized``: ``args`` and ``result`` come from :func:`json_value` (integral floats already ints), which
     saves a pass. ``plain``: they come from :func:`json_value_plain`, which said both texts were plain (the same
-    bytes, written by orjson). ``event`` maps at least :data:`HASHED_FIELDS` (extra keys such as ``id`` and ``hash`` are
-    ignored) to the values as stored: ``args`` and ``result`` must be JSON values (what the database gives back), ``created_at``
+    bytes, written by orjson). ``event`` maps at least :data:`HASHED_FIELDS` and, where it has one, ``nonce`` (a
+    ``nonce`` of None is left out, as absent; other extra keys such as ``id`` and ``hash`` are ignored) to the
+    values as stored: ``args`` and ``result`` must be JSON values (what the database gives back), ``created_at``
     an aware datetime or its ISO text. Raises ``KeyError`` for a missing field, ``TypeError``/``ValueError`` for
     a value that is not storable JSON.
     """
     run_id = event["run_id"]
     record = {name: event[name] for name in HASHED_FIELDS}
+    nonce = event.get(NONCE_FIELD)
+    if nonce is not None:
+        record[NONCE_FIELD] = nonce
     record["created_at"] = _timestamp(event["created_at"])
     if run_id is not None and not (isinstance(run_id, str) and _CANONICAL_UUID.fullmatch(run_id)):
         record["run_id"] = str(uuid.UUID(str(run_id)))
@@ -332,7 +347,8 @@ def event_hash(event: Mapping[str, Any], *, normalized: bool = False, plain: boo
 def pending_hash(event: Mapping[str, Any], *, plain: bool = False) -> str:
     """The hash of an event's content before it has a place in the chain (``seq`` and ``prev_hash`` taken as
     null): what a pending event's MAC covers (``audit.services``, deferred chaining), so that the chainer links
-    only what a writer holding the key wrote, exactly as it was written."""
+    only what a writer holding the key wrote, exactly as it was written. With its ``nonce``, which makes each
+    pending row single-use (the events' unique nonce)."""
     return event_hash({**event, "seq": None, "prev_hash": None}, plain=plain)
 
 
@@ -353,11 +369,14 @@ def event_check(event: Mapping[str, Any], keyring: ChainKeyring | None, *, norma
 
 
 def record_check(record: dict[str, Any], mac: Any, keyring: ChainKeyring | None, *, plain: bool = False) -> EventCheck:
-    """:func:`event_check` of an event given as a dict of exactly :data:`HASHED_FIELDS`, ``args`` and ``result``
+    """:func:`event_check` of an event given as a dict of exactly :data:`HASHED_FIELDS` (and ``nonce`` where it is
+    not None: a ``nonce`` of None is dropped from it), ``args`` and ``result``
     from :func:`json_value`, that the caller gives up (its time, run id and latency are put in their hashed form
     in place: no copy is made; verification's fast path). The same hash as :func:`event_hash` with
     ``normalized``."""
     try:
+        if NONCE_FIELD in record and record[NONCE_FIELD] is None:
+            del record[NONCE_FIELD]
         record["created_at"] = _timestamp(record["created_at"])
         run_id = record["run_id"]
         if run_id is not None and not (isinstance(run_id, str) and _CANONICAL_UUID.fullmatch(run_id)):
@@ -445,7 +464,7 @@ class ChainVerifier:
         self.anchors[seq] = (hash_hex, label)
 
     def feed(self, event: Mapping[str, Any], *, checked: EventCheck | None = None) -> ChainBreak | None:
-        """Check the next event (a mapping of :data:`HASHED_FIELDS`, ``hash`` and optionally ``id``).
+        """Check the next event (a mapping of :data:`HASHED_FIELDS`, ``hash`` and optionally ``id`` and ``nonce``).
 
         ``checked``: what :func:`event_check` gave for the event, computed elsewhere (verification hashes in
         worker processes); ``event`` then needs only ``seq``, ``id``, ``prev_hash``, ``hash`` and ``mac``."""

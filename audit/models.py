@@ -67,6 +67,9 @@ class AuditEvent(models.Model):
     prev_hash = models.CharField(_("previous hash"), max_length=64, editable=False)
     hash = models.CharField(_("hash"), max_length=64, editable=False)
     mac = models.CharField(_("MAC"), max_length=80, editable=False, default="")
+    # The one-time nonce of the pending row this event was chained from (deferred chaining; null inline and before
+    # nonces existed): covered by the hash where set, unique (below), so a pending row is chained once at most.
+    nonce = models.CharField(_("nonce"), max_length=32, null=True, blank=True, editable=False)
 
     objects = AuditEventQuerySet.as_manager()
 
@@ -83,6 +86,13 @@ class AuditEvent(models.Model):
             models.Index(fields=["source"], name="audit_event_source_idx"),
             models.Index(fields=["mcp_id"], name="audit_event_mcp_id_idx"),
             models.Index(fields=["tool"], name="audit_event_tool_idx"),
+        ]
+        # A partial unique index: only events that have a nonce are in it (none inline), so inline appends write
+        # no extra index entry; SQLite makes it without remaking the append-only table (migration 0015).
+        constraints = [
+            models.UniqueConstraint(
+                fields=["nonce"], condition=models.Q(nonce__isnull=False), name="audit_event_nonce_unique"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -147,7 +157,9 @@ class AuditPendingEvent(models.Model):
     Writers only insert here (no lock on anything shared); the single chainer (:func:`audit.services.
     audit_chain_pending`) moves rows in ``id`` order into :class:`AuditEvent`, with their ``seq``, ``prev_hash``,
     ``hash`` and event MAC, and deletes them in the same short transaction. A row whose MAC does not verify is
-    never chained (it was written without the key) and ``verify_audit`` names it. Rows waiting here are the
+    never chained (it was written without the key) and ``verify_audit`` names it. ``nonce``: 32 random hex digits
+    drawn by the writer, covered by ``mac`` and copied into the event, whose nonce is unique: a copy of a row put
+    back after it was chained (from a backup, a replica) is never chained again. Rows waiting here are the
     chain's lag (:func:`audit.services.chain_lag`).
     """
 
@@ -166,6 +178,7 @@ class AuditPendingEvent(models.Model):
     actor = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     mac = models.CharField(max_length=80, default="")
+    nonce = models.CharField(max_length=32, default="")
 
     change_audit = NotConfiguration("events on their way into the audit chain, written only by audit.services")
 

@@ -11,16 +11,18 @@ to it, with the head's own MAC. The lock is held until the caller's transaction 
 writer takes turns on one row for the whole of its transaction.
 
 **Deferred** (PostgreSQL's default): no writer holds anything shared. An append inserts the masked event into
-:class:`~audit.models.AuditPendingEvent`, its ``id`` from the table's sequence, with a MAC of its content hash
-(:func:`audit.chain.pending_hash`), and on PostgreSQL reads the head in the same statement: outside a
-transaction that one statement is the append's only round trip and its only commit. The head's MAC is checked
+:class:`~audit.models.AuditPendingEvent`, its ``id`` from the table's sequence, with a random one-time ``nonce``
+and a MAC of its content hash with the nonce (:func:`audit.chain.pending_hash`), and on PostgreSQL reads the head
+in the same statement: outside a transaction that one statement is the append's only round trip and its only
+commit. The head's MAC is checked
 after it (the chain still fails closed); a rolled-back append takes its pending row with it. After the commit
 (``on_commit``) the writer wakes its process's chainer thread (:class:`_BackgroundChainer`, on PostgreSQL;
 ``AUDIT_CHAIN_BACKGROUND``) or, without one, chains itself. *The chainer* (:func:`audit_chain_pending`) is whoever
 holds the chainer's lock (on PostgreSQL a session advisory lock, tried with ``pg_try_advisory_lock``, which never
 waits); it chains in batches, each one short transaction: it locks the head, reads up to a batch of pending rows
-in ``id`` order, checks each row's MAC, gives each the next ``seq``, ``prev_hash``, ``hash`` and event MAC exactly
-as the inline path would, inserts them into :class:`~audit.models.AuditEvent`, deletes their pending rows and
+in ``id`` order, checks each row's MAC and that its nonce is in no event yet (a copy of a row chained before is
+never chained again: the events' nonces are unique), gives each the next ``seq``, ``prev_hash``, ``hash`` and
+event MAC exactly as the inline path would, inserts them into :class:`~audit.models.AuditEvent`, deletes their pending rows and
 moves the head. It goes on while there is something to chain, lets go of the lock, and re-reads the pending
 table: a writer whose chainer found the lock taken had committed before it tried, so that re-read sees its row.
 A chainer thread pauses ``AUDIT_CHAIN_GATHER_S`` before each pass, also when that re-read finds more, so that
@@ -35,8 +37,8 @@ the chaining leaves rows pending until the next append's chaining or the workers
 
 What a chained event proves is the same in both modes (``verify_audit`` runs unchanged over the events). The
 difference is the window: an event waiting in the pending table is protected by its own MAC (a forged or edited
-pending row is never chained, and ``verify_audit`` names it) but not yet by the chain, so its removal before it is
-chained is not detected. That window is the *chain lag*, read by :func:`chain_lag` (count and age of the oldest
+pending row, or a copy of one chained already, is never chained, and ``verify_audit`` names it) but not yet by
+the chain, so its removal before it is chained is not detected. That window is the *chain lag*, read by :func:`chain_lag` (count and age of the oldest
 pending event; for ``/metrics``) and reported by ``verify_audit``.
 
 The chain fails closed: a missing head, or one whose MAC does not verify, is never rebuilt from the events (that
@@ -54,6 +56,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from secrets import token_hex
 from typing import Any
 
 from django.conf import settings
@@ -92,7 +95,8 @@ _CONTENT_FIELDS = (
     "created_at", "run_id", "source", "action", "mcp_id", "tool", "call_id", "args", "result", "ok", "reason",
     "attempt", "latency_ms", "actor",
 )  # fmt: skip
-# An event as the chain writes it: its content, its place and its MAC (one compiled statement, audit/row_statements.py).
+# An event as the chain writes it inline: its content, its place and its MAC (one compiled statement,
+# audit/row_statements.py); no nonce (null), which only the deferred path's events carry.
 _EVENT_INSERT = RowInsert(AuditEvent, (*_CONTENT_FIELDS, "seq", "prev_hash", "hash", "mac"))
 
 
@@ -326,6 +330,7 @@ def _pending_append(built: list[tuple[AuditEvent, _JsonContent]], *, using: str 
         values: list[Any] = []
         for event, content in chunk:
             event.created_at = now
+            event.nonce = token_hex(16)  # one-time: the chainer chains a pending row with this nonce once at most
             digest = pending_hash({**_hashed_values(event), **content.hashed}, plain=content.plain)
             # The JSON as the text it was hashed from (jsonb takes it on PostgreSQL, SQLite stores it as it is),
             # rather than written again by the driver from its value.
@@ -365,10 +370,11 @@ def _statement_cursor(connection: Any) -> Iterator[Any]:
         yield kept[1]
 
 
-_PENDING_ROWS_PER_STATEMENT = 50  # 15 parameters a row: far under every database's limit
+_PENDING_ROWS_PER_STATEMENT = 50  # 16 parameters a row: far under every database's limit
 _JSON_FIELDS = ("args", "result")
-# The pending table's fields as an append writes them (the content, then ``mac``), in a statement of its own (below).
-_PENDING_INSERT = RowInsert(AuditPendingEvent, (*_CONTENT_FIELDS, "mac"))
+# The pending table's fields as an append writes them (the content, then ``mac`` and ``nonce``), in a statement of
+# its own (below).
+_PENDING_INSERT = RowInsert(AuditPendingEvent, (*_CONTENT_FIELDS, "mac", "nonce"))
 _PENDING_SQL: dict[tuple[str, int], str] = {}
 
 
@@ -688,15 +694,18 @@ def _chainer_unlock(connection: Any) -> None:
 
 
 _PLAIN_FIELDS = tuple(name for name in _CONTENT_FIELDS if name not in ("args", "result"))
-_EVENT_COLUMNS = (*_PLAIN_FIELDS, "args", "result", "seq", "prev_hash", "hash", "mac")
+_EVENT_COLUMNS = (*_PLAIN_FIELDS, "args", "result", "seq", "prev_hash", "hash", "mac", "nonce")
 
 
 def _chain_reads(connection: Any, batch: int) -> tuple[str, str]:
-    """The head's read (locked) and the pending rows' read, as SQL. On PostgreSQL the JSON, the time and the run
-    id come as the text the hash takes (no datetime or UUID made and formatted again per row; the events' COPY
-    takes the same text)."""
+    """The head's read (locked) and the pending rows' read, as SQL: each row's id, MAC, nonce, whether an event has
+    that nonce already (in the same query, by the events' unique nonce index: no round trip more), then its
+    content. On PostgreSQL the JSON, the time and the run id come as the text the hash takes (no datetime or UUID
+    made and formatted again per row; the events' COPY takes the same text)."""
     head_table = connection.ops.quote_name(AuditChainHead._meta.db_table)
     pending_table = connection.ops.quote_name(AuditPendingEvent._meta.db_table)
+    event_table = connection.ops.quote_name(AuditEvent._meta.db_table)
+    chained = f"EXISTS (SELECT 1 FROM {event_table} e WHERE e.nonce = p.nonce)"  # noqa: S608 - the model's table
     columns = list(_PLAIN_FIELDS)
     if connection.vendor == "postgresql":
         texts = {"created_at": POSTGRES_CANONICAL_TIME, "run_id": "run_id::text"}
@@ -706,7 +715,8 @@ def _chain_reads(connection: Any, batch: int) -> tuple[str, str]:
     lock_head = " FOR UPDATE" if connection.features.has_select_for_update else ""
     return (
         f"SELECT seq, hash, mac FROM {head_table} WHERE id = {_HEAD_ID}{lock_head}",  # noqa: S608 - model names
-        f"SELECT id, mac, {', '.join(columns)} FROM {pending_table} ORDER BY id LIMIT {int(batch)}",  # noqa: S608
+        f"SELECT p.id, p.mac, p.nonce, {chained}, {', '.join(columns)} FROM {pending_table} p"  # noqa: S608
+        f" ORDER BY p.id LIMIT {int(batch)}",
     )
 
 
@@ -723,27 +733,35 @@ class _Linked:
 
 
 def _chain_link(rows: list[Any], *, seq: int, prev_hash: str, keyring: ChainKeyring, sqlite: bool) -> _Linked:
-    """Check each pending row's MAC and give it the next seq, prev_hash, hash and event MAC, exactly as the
-    inline path would (the columns kept as read: the database's own text for JSON and times, so the event
-    stores what was hashed). Stops before a row that does not verify."""
+    """Check each pending row (its MAC; a nonce, in no event yet nor in a row before it: a pending row is chained
+    once at most) and give it the next seq, prev_hash, hash and event MAC, exactly as the inline path would (the
+    columns kept as read: the database's own text for JSON and times, so the event stores what was hashed).
+    Stops before a row that does not verify, as before a forged one."""
     linked = _Linked(rows=[], ids=[], seq=seq, hash=prev_hash, blocked=False)
+    nonces: set[str] = set()
     for row in rows:
-        pending_id, pending_mac = row[0], row[1]
+        pending_id, pending_mac, nonce, chained = row[0], row[1], row[2], row[3]
         args_text, result_text = row[-2], row[-1]
-        hashed = dict(zip(_PLAIN_FIELDS, row[2:-2], strict=True))
+        hashed = dict(zip(_PLAIN_FIELDS, row[4:-2], strict=True))
         if sqlite:
             sqlite_row_as_orm(hashed)
         hashed["args"], args_plain = json_value_plain(args_text)
         hashed["result"], result_plain = json_value_plain(result_text)
+        hashed["nonce"] = nonce or None
         plain = args_plain and result_plain
         why = keyring.check("pending", pending_hash(hashed, plain=plain), pending_mac)
+        if why is None and not nonce:
+            why = "no nonce (written before nonces, or without the chain key)"
+        elif why is None and (chained or nonce in nonces):
+            why = "the nonce of an event chained already (or of a row before it) — replayed"
         if why is not None:
             logger.error("audit chaining stopped: pending event id %s has %s (run verify_audit)", pending_id, why)
             linked.blocked = True
             break
+        nonces.add(nonce)
         hashed["seq"], hashed["prev_hash"] = linked.seq + 1, linked.hash
         digest = event_hash(hashed, normalized=True, plain=plain)
-        linked.rows.append([*row[2:], linked.seq + 1, linked.hash, digest, keyring.sign("event", digest)])
+        linked.rows.append([*row[4:], linked.seq + 1, linked.hash, digest, keyring.sign("event", digest), nonce])
         linked.ids.append(pending_id)
         linked.seq, linked.hash = linked.seq + 1, digest
     return linked
@@ -870,6 +888,7 @@ def _hashed_values(event: AuditEvent) -> dict[str, Any]:
         "attempt": event.attempt,
         "latency_ms": event.latency_ms,
         "actor": event.actor,
+        "nonce": event.nonce,
     }
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.core import signing
 from django.db import connection, connections
-from django.db.models import TextField
+from django.db.models import Count, Exists, OuterRef, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -48,7 +48,7 @@ from audit.models import AuditChainHead, AuditCheckpoint, AuditEvent, AuditPendi
 logger = logging.getLogger(__name__)
 
 _HEAD_ID = 1
-_EVENT_FIELDS = ("id", *HASHED_FIELDS, "hash", "mac")
+_EVENT_FIELDS = ("id", *HASHED_FIELDS, "hash", "mac", "nonce")
 _CHECKPOINT_FILE_SALT = "audit.verify_audit.checkpoint"
 
 
@@ -74,10 +74,12 @@ def _chain_start(
     keyring: ChainKeyring, report: ChainReport, *, archive_dir: Path | None, anchors: AnchorSet
 ) -> ChainVerifier | None:
     """Check every archive checkpoint in seq order (its MAC, that it follows the one before, and its archive
-    file: that chain, its MACs and the anchors inside it) and return a verifier that starts after the latest,
-    or at genesis. None, with ``report.problem`` set, on the first problem."""
+    file: that chain, its MACs, the anchors inside it, and that no event of the table has the nonce of an
+    archived one) and return a verifier that starts after the latest, or at genesis. None, with
+    ``report.problem`` set, on the first problem."""
     start_seq, start_hash = 1, GENESIS_HASH
     checkpoints = list(AuditCheckpoint.objects.order_by("seq"))
+    replays = _archived_replay_candidates() if checkpoints else {}
     for checkpoint in checkpoints:
         name = f"archive checkpoint seq {checkpoint.seq}"
         why = keyring.check(
@@ -105,6 +107,7 @@ def _chain_start(
             report=report,
             keyring=keyring,
             anchors=anchors.by_seq,
+            replays=replays,
         )
         if report.problem:
             return None
@@ -123,6 +126,21 @@ def _chain_start(
         keyring=keyring,
         normalized=True,
     )
+
+
+def _archived_replay_candidates() -> dict[str, tuple[int, Any]]:
+    """The table's events (nonce -> (seq, id)) that could be a copy of an archived event's pending row, chained
+    again after the event left the table (its nonce no longer in the table for the chainer to refuse): those with
+    a nonce and a time no later than the first event's. An archived event is older than the archive's cutoff, and
+    the first event left after an archive is not (``archive_audit`` archives the longest run older than it), so a
+    copy's time lies before the table's first; events legitimately there are the few written a moment before an
+    event chained ahead of them. Read after the checkpoints, so an archive committed in between moves none of them
+    into a file read here."""
+    first = AuditEvent.objects.order_by("seq").values_list("created_at", flat=True).first()
+    if first is None:
+        return {}
+    rows = AuditEvent.objects.filter(nonce__isnull=False, created_at__lte=first).order_by()
+    return {nonce: (seq, event_id) for nonce, seq, event_id in rows.values_list("nonce", "seq", "id")}
 
 
 def _archive_file_of(checkpoint: AuditCheckpoint, archive_dir: Path | None) -> Path:
@@ -164,7 +182,7 @@ def _events_checked(
 
 
 _RAW_VENDORS = ("postgresql", "sqlite")
-_RAW_NAMES = ("id", *(name for name in HASHED_FIELDS if name not in ("args", "result")), "hash", "mac")
+_RAW_NAMES = ("id", *(name for name in HASHED_FIELDS if name not in ("args", "result")), "hash", "mac", "nonce")
 # SQLite keeps a time as Django writes it, UTC without an offset (``2026-01-02 03:04:05.000006``): that form is
 # turned into the hashed text in the query; any other (no microseconds, an offset) comes back as it is stored and
 # is parsed as the ORM would (``audit.chain.sqlite_row_as_orm``).
@@ -206,7 +224,7 @@ def _events_raw(
 
 
 _PLAIN_SLOTS = tuple((name, _RAW_NAMES.index(name)) for name in HASHED_FIELDS if name not in ("args", "result"))
-_ID_SLOT, _HASH_SLOT, _MAC_SLOT = (_RAW_NAMES.index(name) for name in ("id", "hash", "mac"))
+_ID_SLOT, _HASH_SLOT, _MAC_SLOT, _NONCE_SLOT = (_RAW_NAMES.index(name) for name in ("id", "hash", "mac", "nonce"))
 
 
 def _raw_checked(row: tuple[Any, ...], sqlite: bool, keyring: ChainKeyring) -> tuple[dict[str, Any], EventCheck]:
@@ -216,8 +234,11 @@ def _raw_checked(row: tuple[Any, ...], sqlite: bool, keyring: ChainKeyring) -> t
     record["result"], result_plain = json_value_plain(row[-1])
     if sqlite:
         sqlite_row_as_orm(record)
+    nonce = row[_NONCE_SLOT]
+    if nonce is not None:  # hashed only where there is one (audit/chain.py)
+        record["nonce"] = nonce
     checked = record_check(record, row[_MAC_SLOT], keyring, plain=args_plain and result_plain)
-    record["id"], record["hash"], record["mac"] = row[_ID_SLOT], row[_HASH_SLOT], row[_MAC_SLOT]
+    record["id"], record["hash"], record["mac"], record["nonce"] = row[_ID_SLOT], row[_HASH_SLOT], row[_MAC_SLOT], nonce
     return record, checked
 
 
@@ -377,27 +398,69 @@ def audit_chain_verify(
     own, the segments then joined in order (see :func:`_verify_workers` for the default; 0 or 1: none). Where a
     segment does not verify or join, the whole record is verified again in this process, so that the verdict
     and its words are the verifier's alone.
+
+    An ``archive_audit`` that commits while it runs (after the checkpoints were read, before the events were)
+    takes away the events it was to start with: where nothing verified from the start because the first events
+    are gone, and a checkpoint now covers them, the record is verified again from the new checkpoint (at most
+    ``_ARCHIVE_RACE_RETRIES`` times), rather than reported as removed. A checkpoint that appeared is verified
+    like any other (MAC, archive file), so a forged one is named as forged.
     """
+    options: dict[str, Any] = {
+        "checkpoint_file": checkpoint_file, "archive_dir": archive_dir, "progress": progress,
+        "progress_every": progress_every, "chunk_size": chunk_size, "workers": workers,
+    }  # fmt: skip
+    for _attempt in range(_ARCHIVE_RACE_RETRIES):
+        report, archived_meanwhile = _chain_verify(**options)
+        if not archived_meanwhile:
+            return report
+    report, archived_meanwhile = _chain_verify(**options)
+    if archived_meanwhile:
+        report.notes.append(
+            f"archive_audit committed while verifying, {_ARCHIVE_RACE_RETRIES + 1} times: verify again once it is done"
+        )
+    return report
+
+
+_ARCHIVE_RACE_RETRIES = 3
+
+
+def _archived_since(start_seq: int) -> bool:
+    """Whether a checkpoint (read now) covers ``start_seq``: an archive committed since the checkpoints were read."""
+    return AuditCheckpoint.objects.filter(seq__gte=start_seq).exists()
+
+
+def _chain_verify(
+    *,
+    checkpoint_file: Path | None,
+    archive_dir: Path | None,
+    progress: Callable[[int], None] | None,
+    progress_every: int,
+    chunk_size: int,
+    workers: int | None,
+) -> tuple[ChainReport, bool]:
+    """:func:`audit_chain_verify` once: the report, and whether it failed only because an archive committed while
+    it ran (nothing verified from the start, and a checkpoint now covers the start)."""
     report = ChainReport()
     keyring = chain_keyring()
     anchors = anchors_load(anchor_store(), keyring)
     if anchors.problem:
         report.problem = anchors.problem
-        return report
+        return report, False
     report.notes.append(_anchors_note(anchors))
     head = _head_checked(keyring, report)
     if head is None:
-        return report
+        return report, False
     verifier = _chain_start(keyring, report, archive_dir=archive_dir, anchors=anchors)
     if verifier is None:
-        return report
+        return report, False
+    start_seq = verifier.next_seq
     verifier.anchor(seq=head[0], hash_hex=head[1], label="chain head")
     for seq, anchor in anchors.by_seq.items():
         if seq >= verifier.next_seq:
             verifier.anchor(seq=seq, hash_hex=anchor.hash, label=anchors.label(anchor))
     signed = _checkpoint_file_read(checkpoint_file, report) if checkpoint_file else None
     if report.problem:
-        return report
+        return report, False
     if signed is not None:
         _anchor_signed_checkpoint(verifier, signed, report)
     workers = _verify_workers(workers, events=head[0] - verifier.next_seq + 1)
@@ -417,7 +480,7 @@ def audit_chain_verify(
                 workers=0,
             )
             again.notes.append("the worker processes did not verify every segment: verified again in this one")
-            return again
+            return again, False
         report.notes.append(f"events verified in {workers} worker processes, in {len(segments)} segments")
     else:
         with contextlib.closing(_events_checked(chunk_size=chunk_size, as_hashed=True)) as events:
@@ -425,11 +488,15 @@ def audit_chain_verify(
                 problem = verifier.feed(event, checked=checked)
                 if problem is not None:
                     report.problem = _classify(problem, head)
-                    return report
+                    # The first events gone, nothing verified: archived while this ran, or removed?
+                    archived = problem.kind == "removed" and problem.seq == start_seq and _archived_since(start_seq)
+                    return report, archived
                 if progress is not None and verifier.count % progress_every == 0:
                     progress(verifier.count)
     report.count = verifier.count
     report.problem = _tail_problem(verifier, head)
+    if report.problem is not None and verifier.count == 0 and _archived_since(start_seq):
+        return report, True  # no event at all after the start: the whole table archived while this ran
     if report.problem is None and anchors.latest is not None and anchors.latest.seq > verifier.last_seq:
         last = f"last event is {verifier.last_seq}" if verifier.count else f"no event after seq {verifier.last_seq}"
         report.problem = f"tail truncated: the {anchors.label(anchors.latest)} says seq {anchors.latest.seq}, {last}"
@@ -438,12 +505,14 @@ def audit_chain_verify(
             f"tail truncated: signed checkpoint file says seq {signed[0]}, last event is {verifier.last_seq}"
         )
     if report.problem is None:
+        report.problem = _nonce_problem()
+    if report.problem is None:
         report.problem = _pending_problem(keyring, report, chunk_size=chunk_size)
     if report.problem is None:
         report.head_seq, report.head_hash = verifier.last_seq, verifier.last_hash
         if checkpoint_file is not None:
             _checkpoint_file_write(checkpoint_file, seq=verifier.last_seq, hash_hex=verifier.last_hash)
-    return report
+    return report, False
 
 
 def _verify_workers(workers: int | None, *, events: int) -> int:
@@ -467,26 +536,76 @@ _SEGMENT_CHUNKS = 4  # a segment is this many chunks (--chunk-size) of events
 
 def _pending_problem(keyring: ChainKeyring, report: ChainReport, *, chunk_size: int) -> str | None:
     """Events appended but not chained yet (deferred chaining, ``audit.services``): each must carry a valid MAC
-    of its content, or it was written or edited without the chain key (and will never be chained). The count
-    and the oldest one's age go into the notes: the chain's lag, the window in which a removal is not seen."""
-    plain = ["id", "mac", *(name for name in HASHED_FIELDS if name not in ("seq", "prev_hash", "args", "result"))]
+    of its content and nonce, or it was written or edited without the chain key (and will never be chained), and
+    a nonce that no event and no pending row before it has, or it is a copy of a row put back (never chained
+    either). The count and the oldest one's age go into the notes: the chain's lag, the window in which a removal
+    is not seen."""
+    plain = [
+        "id", "mac", "nonce", *(name for name in HASHED_FIELDS if name not in ("seq", "prev_hash", "args", "result"))
+    ]  # fmt: skip
+    chained = AuditEvent.objects.filter(nonce=OuterRef("nonce"))
     rows = AuditPendingEvent.objects.order_by("id").annotate(
-        args_json=Cast("args", TextField()), result_json=Cast("result", TextField())
+        args_json=Cast("args", TextField()),
+        result_json=Cast("result", TextField()),
+        chained=Exists(chained),
     )
     count, oldest = 0, None
-    for row in _with_json_values(rows.values(*plain, "args_json", "result_json").iterator(chunk_size=chunk_size)):
+    seen: dict[str, Any] = {}
+    values = rows.values(*plain, "chained", "args_json", "result_json").iterator(chunk_size=chunk_size)
+    for row in _with_json_values(values):
+        nonce = row.pop("nonce") or None
         try:
-            why = keyring.check("pending", pending_hash({**row, "seq": None, "prev_hash": None}), row["mac"])
+            why = keyring.check(
+                "pending", pending_hash({**row, "seq": None, "prev_hash": None, "nonce": nonce}), row["mac"]
+            )
         except (KeyError, TypeError, ValueError) as exc:
             why = f"unreadable content ({exc})"
+        if why is None and nonce is None:
+            why = "no nonce"
         if why is not None:
             return f"pending event id {row['id']}: {why} — forged (written or rewritten without the chain key)"
+        if row["chained"]:
+            event = AuditEvent.objects.filter(nonce=nonce).order_by("seq").values_list("seq", "id").first()
+            return (
+                f"pending event id {row['id']}: the nonce of event seq {event and event[0]} (id {event and event[1]})"
+                " — replayed"
+                " (a copy of its pending row put back; never chained)"
+            )
+        if nonce in seen:
+            return (
+                f"pending event id {row['id']}: the nonce of pending event id {seen[nonce]} — replayed"
+                " (a copy of a pending row; never chained)"
+            )
+        seen[nonce] = row["id"]
         count += 1
         oldest = row["created_at"] if oldest is None else min(oldest, row["created_at"])
     if count:
         age = (timezone.now() - oldest).total_seconds() if oldest is not None else 0.0
         report.notes.append(f"{count} events appended but not chained yet (chain lag), the oldest {age:.1f} s old")
     return None
+
+
+def _nonce_problem() -> str | None:
+    """Two events with one nonce: a pending row chained twice, which the events' unique nonce and the chainer
+    refuse, so found only where the constraint was dropped (one aggregate query, by that index where it is)."""
+    found = list(
+        AuditEvent.objects.filter(nonce__isnull=False)
+        .order_by()
+        .values("nonce")
+        .annotate(events=Count("id"))
+        .filter(events__gt=1)
+        .values_list("nonce", flat=True)[:1]
+    )  # no first(): its ordering by id would group by it
+    if not found:
+        return None
+    twice = found[0]
+    (first_seq, _first_id), (seq, event_id) = (
+        AuditEvent.objects.filter(nonce=twice).order_by("seq").values_list("seq", "id")[:2]
+    )
+    return (
+        f"event seq {seq} (id {event_id}): the nonce of event seq {first_seq} — replayed"
+        " (a copy of its pending row chained again)"
+    )
 
 
 def _anchors_note(anchors: AnchorSet) -> str:
@@ -614,11 +733,14 @@ def archive_file_verify(
     report: ChainReport,
     keyring: ChainKeyring,
     anchors: dict[int, Anchor],
+    replays: dict[str, tuple[int, Any]] | None = None,
 ) -> ChainVerifier:
     """Check one archive file, starting at ``start`` (seq, prev_hash) or where its first line says; sets
-    ``report.problem`` on the first problem, else appends a summary line to ``report.notes``. Never raises."""
+    ``report.problem`` on the first problem, else appends a summary line to ``report.notes``. ``replays``: events
+    of the table by nonce (:func:`_archived_replay_candidates`), none of which may have the nonce of an event in
+    the file. Never raises."""
     try:
-        verifier = _archive_file_walk(path, start, recorded, report, keyring, anchors)
+        verifier = _archive_file_walk(path, start, recorded, report, keyring, anchors, replays or {})
     except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as exc:
         report.problem = f"archive {path}: unreadable ({exc})"
         return ChainVerifier()
@@ -632,6 +754,7 @@ def _archive_file_walk(
     report: ChainReport,
     keyring: ChainKeyring,
     anchors: dict[int, Anchor],
+    replays: dict[str, tuple[int, Any]],
 ) -> ChainVerifier:
     verifier: ChainVerifier | None = None
     checkpoint: dict[str, Any] | None = None
@@ -664,6 +787,13 @@ def _archive_file_walk(
             problem = verifier.feed(line)
             if problem is not None:
                 report.problem = f"archive {path}: {problem.message}"
+                break
+            copy = replays.get(line["nonce"]) if replays and isinstance(line.get("nonce"), str) else None
+            if copy is not None:
+                report.problem = (
+                    f"event seq {copy[0]} (id {copy[1]}): the nonce of archived event seq {line['seq']} ({path})"
+                    " — replayed (a copy of its pending row chained again)"
+                )
                 break
     if report.problem:
         return verifier or ChainVerifier()

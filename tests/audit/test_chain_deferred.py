@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +135,7 @@ def insert_pending_raw(**fields: Any) -> int:
         "run_id": None, "source": "admin", "action": "tool.call", "mcp_id": "demo", "tool": "search_employee",
         "call_id": "", "args": json.dumps({"name": "김하늘"}, ensure_ascii=False), "result": None, "ok": True,
         "reason": "", "attempt": 1, "latency_ms": None, "actor": "intruder", "created_at": timezone.now().isoformat(),
-        "mac": "", **fields,
+        "mac": "", "nonce": uuid.uuid4().hex, **fields,
     }  # fmt: skip
     with connection.cursor() as cursor:
         cursor.execute(
