@@ -289,17 +289,59 @@ class McpServerForm(forms.ModelForm):
         super()._update_errors(errors)
 
 
-class McpToolInline(admin.TabularInline):
-    formfield_overrides = bounded_json_overrides()  # JSON nested too deeply: refused at its field
-    model = McpTool
-    extra = 0
-    fields = ["name", "enabled", "available", "description", "discovered_at"]
-    readonly_fields = ["name", "available", "description", "discovered_at"]
-    can_delete = False
-    show_change_link = True
+# The server page lists its tools read-only, as links (a tool is enabled, reviewed and given its contract on its own
+# page): a form field per tool made a server of a few hundred tools unsavable (Django's limit on a request's fields,
+# DATA_UPLOAD_MAX_NUMBER_FIELDS, answered 400). Past this many, the rest are in the filtered tool list.
+SERVER_PAGE_TOOLS_SHOWN = 100
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+
+def server_tools_table(server: McpServer) -> str:
+    """The server's tools (the first ``SERVER_PAGE_TOOLS_SHOWN`` by name): each a link to its page, its state and
+    the start of its description, and a link to the tool list filtered to this server. No form field."""
+    if not server.pk:
+        return "—"
+    tools = server.tools.order_by("name")
+    total = tools.count()
+    if not total:
+        return str(_("none discovered yet: use the Discover tools button"))
+
+    def state(tool: McpTool) -> str:
+        if not tool.available:
+            return str(_("no longer listed by the server"))
+        if tool.review_required:
+            return str(_("awaiting review"))
+        return str(_("enabled") if tool.enabled else _("disabled"))
+
+    rows = (
+        (
+            reverse("admin:mcpregistry_mcptool_change", args=[tool.pk]),
+            tool.name,
+            state(tool),
+            tool.description[:160] + ("…" if len(tool.description) > 160 else ""),
+        )
+        for tool in tools[:SERVER_PAGE_TOOLS_SHOWN]
+    )
+    listed = reverse("admin:mcpregistry_mcptool_changelist") + f"?server__id__exact={server.pk}"
+    more = (
+        ngettext(
+            "the first %(shown)d of %(n)d tool; all of them in the tool list",
+            "the first %(shown)d of %(n)d tools; all of them in the tool list",
+            total,
+        )
+        % {"shown": SERVER_PAGE_TOOLS_SHOWN, "n": total}
+        if total > SERVER_PAGE_TOOLS_SHOWN
+        else ngettext("%(n)d tool in the tool list", "%(n)d tools in the tool list", total) % {"n": total}
+    )
+    return format_html(
+        '<table class="discovery-table server-tool-table"><thead><tr><th>{}</th><th>{}</th><th>{}</th></tr></thead>'
+        '<tbody>{}</tbody></table><p><a href="{}">{}</a></p>',
+        _("name"),
+        _("state"),
+        _("what it is"),
+        format_html_join("", '<tr><td><a href="{}"><code>{}</code></a></td><td>{}</td><td>{}</td></tr>', rows),
+        listed,
+        more,
+    )
 
 
 @admin.register(McpServer)
@@ -328,8 +370,8 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
         "prompts_pretty",
         "breaker_badge",
         "breaker_opened_at",
+        "tools_table",
     ]
-    inlines = [McpToolInline]
     actions = ["discover_tools", "check_health"]
     change_form_template = "admin/mcpregistry/mcpserver/change_form.html"
 
@@ -375,12 +417,15 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
         ),
     ]
 
-    inline_services = {
-        McpTool: (
-            lambda *, obj, actor, via, creating: mcp_tool_update(tool=obj, actor=actor, via=via),
-            lambda *, obj, actor, via: None,  # tools are never deleted here (can_delete is off)
-        )
-    }
+    def get_fieldsets(self, request: HttpRequest, obj: McpServer | None = None) -> Any:
+        fieldsets = list(super().get_fieldsets(request, obj))
+        if obj is not None:  # a new binding has no tools until its first discovery
+            fieldsets.append((_("tools"), {"fields": ["tools_table"]}))
+        return fieldsets
+
+    @admin.display(description=_("tools"))
+    def tools_table(self, obj: McpServer) -> str:
+        return server_tools_table(obj)
 
     def service_save(self, *, obj: McpServer, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
         if change:

@@ -11,7 +11,8 @@ The pool never sends a tool call twice: a call whose request may have reached th
 then the session broke or the deadline passed) raises with ``sent=True`` and is not re-sent here; only the
 caller (the gate, which audits every send and knows whether the tool may repeat) decides whether to send it
 again. A call that found its session already dead (the request could not be written) is sent, once, over a
-fresh session: nothing reached the server. Sessions idle for longer than ``idle_close_s`` are closed.
+fresh session: nothing reached the server. Sessions idle for longer than ``idle_close_s`` (no call in flight, and
+none ended within it) are closed; a session with a call in flight is never closed for idleness.
 ``shutdown()`` closes every session, which ends every stdio server process this pool started.
 """
 
@@ -32,11 +33,12 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio
+import httpx
 from mcp import McpError, StdioServerParameters, types
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared._httpx_utils import MCP_DEFAULT_TIMEOUT, create_mcp_http_client
 
 import agent_platform.telemetry as telemetry
 from audit.masking import mask_text
@@ -49,6 +51,15 @@ T = TypeVar("T")
 # The only variables of the worker's environment a stdio server inherits: never DATABASE_URL, keys or
 # AWS credentials. The binding's own env is added on top.
 SAFE_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ")
+
+# What is kept of a server's stderr: each line cut at this many characters (a server may write megabytes on one
+# line), and the failure detail an error message quotes cut at as many.
+STDERR_LINE_MAX = 4096
+FAILURE_DETAIL_MAX = 4096
+
+# An HTTP transport waits this much longer than the longest call it may carry before it gives up reading: a slow
+# answer is the call's deadline's to end (a timeout, said as one), never the HTTP client's.
+READ_TIMEOUT_MARGIN_S = 60.0
 
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
     anyio.ClosedResourceError,
@@ -155,6 +166,10 @@ class _PooledSession:
     # Why the session ended, where its owner failed (an HTTP 502 on a request, a connection refused).
     error: BaseException | None = None
     last_used: float = field(default_factory=time.monotonic)
+    # Calls (and listings) running on the session now: the idle reaper never closes a busy session.
+    in_flight: int = 0
+    # The HTTP client of a streamable HTTP session (its read timeout is raised for a call longer than it allows).
+    http_client: httpx.AsyncClient | None = None
     stderr_tail: list[str] = field(default_factory=list)
     stderr_pipe: _StderrPipe | None = None
     # What the server wrote that was not MCP (a banner, a usage text): kept to explain a failed start.
@@ -167,7 +182,16 @@ class _PooledSession:
         parts = self.stderr_tail[-3:]
         if self.protocol_noise:
             parts.append(f"not MCP on stdout: {self.protocol_noise[0]}")
-        return "; ".join(parts)
+        detail = "; ".join(parts)
+        return detail if len(detail) <= FAILURE_DETAIL_MAX else detail[:FAILURE_DETAIL_MAX] + " […]"
+
+
+@dataclass
+class _OpenLock:
+    """Serialises the opening of one session key; ``users`` counts who holds it or waits for it."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
 
 
 class _OwnerEnded(Exception):
@@ -228,8 +252,19 @@ class _StderrPipe:
 
     def _forward(self) -> None:
         with self._reader:
-            for line in self._reader:
-                line = line.rstrip()
+            skipping = False  # inside a line already cut: its rest is read (the pipe drained) and dropped
+            while True:
+                chunk = self._reader.readline(STDERR_LINE_MAX)
+                if not chunk:
+                    break
+                ended = chunk.endswith("\n")
+                if skipping:
+                    skipping = not ended
+                    continue
+                line = chunk.rstrip()
+                if not ended and len(chunk) >= STDERR_LINE_MAX:
+                    skipping = True
+                    line += " […]"
                 if not line:
                     continue
                 self._tail.append(line)
@@ -248,13 +283,16 @@ class _StderrPipe:
 class McpSessionPool:
     """Keeps live MCP sessions and runs calls over them. Thread-safe; every method is synchronous."""
 
-    def __init__(self, *, idle_close_s: float = 300.0) -> None:
+    def __init__(self, *, idle_close_s: float = 300.0, call_timeout_max_s: float = 3600.0) -> None:
         self.idle_close_s = idle_close_s
+        # The longest a call may run (``PLATFORM_TOOL_TIMEOUT_MAX_S``): what an HTTP transport's read waits, and more.
+        self.call_timeout_max_s = call_timeout_max_s
         self._pid = os.getpid()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="mcp-pool", daemon=True)
         self._sessions: dict[str, _PooledSession] = {}
-        self._open_locks: dict[str, asyncio.Lock] = {}
+        # One lock per session key while a session of it is open or being opened (dropped with the session).
+        self._open_locks: dict[str, _OpenLock] = {}
         self._closed = False
         self._reaper: asyncio.Task[None] | None = None
         self._thread.start()
@@ -284,8 +322,15 @@ class McpSessionPool:
             await asyncio.sleep(min(30.0, max(self.idle_close_s / 2, 0.05)))
             now = time.monotonic()
             for key, pooled in list(self._sessions.items()):
-                if now - pooled.last_used > self.idle_close_s:
+                # A call in flight may run for as long as its own timeout: its session is busy, not idle.
+                if pooled.in_flight == 0 and now - pooled.last_used > self.idle_close_s:
                     await self._drop(key)
+
+    def _read_timeout(self, call_timeout_s: float = 0.0) -> httpx.Timeout:
+        """An HTTP transport's timeouts: the SDK's for connecting and writing, and a read that outlasts the longest
+        call (the SDK's 300 s would end a slower answer as a broken read: an unknown outcome for a write)."""
+        read = max(self.call_timeout_max_s, call_timeout_s) + READ_TIMEOUT_MARGIN_S
+        return httpx.Timeout(MCP_DEFAULT_TIMEOUT, read=read)
 
     # ---- sessions ------------------------------------------------------------------------------
     async def _session_owner(self, pooled: _PooledSession, ready: asyncio.Future[None]) -> None:
@@ -303,14 +348,19 @@ class McpSessionPool:
                     read, write = await stack.enter_async_context(stdio_client(params, errlog=stderr_pipe.writer))
                 elif conn.transport == "streamable_http":
                     http_client = await stack.enter_async_context(
-                        create_mcp_http_client(headers=dict(conn.headers) or None)
+                        create_mcp_http_client(headers=dict(conn.headers) or None, timeout=self._read_timeout())
                     )
+                    pooled.http_client = http_client
                     read, write, _ = await stack.enter_async_context(
                         streamable_http_client(conn.url, http_client=http_client)
                     )
                 elif conn.transport == "sse":
                     read, write = await stack.enter_async_context(
-                        sse_client(conn.url, headers=dict(conn.headers) or None)
+                        sse_client(
+                            conn.url,
+                            headers=dict(conn.headers) or None,
+                            sse_read_timeout=self._read_timeout().read or MCP_DEFAULT_TIMEOUT,
+                        )
                     )
                 else:
                     raise McpTransportError(f"unknown transport {conn.transport!r}")
@@ -343,42 +393,60 @@ class McpSessionPool:
         pooled = self._sessions.get(key)
         if pooled is not None and not pooled.dead:
             return pooled
-        lock = self._open_locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            pooled = self._sessions.get(key)
-            if pooled is not None and not pooled.dead:
-                return pooled
-            # Close an older session of the same server in the same scope (its binding changed) first.
-            for other_key, other in list(self._sessions.items()):
-                if other.connection.mcp_id == connection.mcp_id and other_key != key and _scope_of(other_key) == scope:
-                    await self._drop(other_key)
-            pooled = _PooledSession(connection=connection, key=key)
-            ready: asyncio.Future[None] = self._loop.create_future()
-            pooled.task = self._loop.create_task(self._session_owner(pooled, ready))
-            verb = "could not be started" if connection.transport == "stdio" else "could not be reached"
-            try:
-                await asyncio.wait_for(asyncio.shield(ready), timeout=open_timeout)
-            except TimeoutError:
-                # The owner is stuck in initialize and would not see `closing`: cancel it outright.
-                ready.cancel()
-                pooled.task.cancel()
-                with contextlib.suppress(BaseException):
-                    await pooled.task
-                detail = pooled.failure_detail()
-                message = f"server '{connection.mcp_id}' did not initialize within {open_timeout:g}s"
-                raise McpTimeoutError(f"{message} ({detail})" if detail else message, sent=False) from None
-            except McpError as exc:
-                await self._finish(pooled)
-                detail = pooled.failure_detail()
-                message = f"server '{connection.mcp_id}' failed to initialize: {_describe(exc)}"
-                raise McpTransportError(f"{message} ({detail})" if detail else message, sent=False) from exc
-            except Exception as exc:
-                await self._finish(pooled)
-                detail = pooled.failure_detail()
-                message = f"server '{connection.mcp_id}' {verb}: {_describe(exc)}"
-                raise McpTransportError(f"{message} ({detail})" if detail else message, sent=False) from exc
-            self._sessions[key] = pooled
+        lock = self._open_locks.setdefault(key, _OpenLock())
+        lock.users += 1
+        try:
+            async with lock.lock:
+                return await self._open(connection, key, scope, open_timeout)
+        finally:
+            lock.users -= 1
+            self._forget_open_lock(key)
+
+    def _forget_open_lock(self, key: str) -> None:
+        """Drop ``key``'s open lock once no session of it is held and nobody holds or waits for the lock: a run's
+        scope leaves nothing behind when its sessions close."""
+        lock = self._open_locks.get(key)
+        if lock is not None and lock.users == 0 and key not in self._sessions:
+            del self._open_locks[key]
+
+    async def _open(
+        self, connection: ServerConnection, key: str, scope: str | None, open_timeout: float
+    ) -> _PooledSession:
+        """The live session of ``key``, opened now if there is none (under the key's open lock)."""
+        pooled = self._sessions.get(key)
+        if pooled is not None and not pooled.dead:
             return pooled
+        # Close an older session of the same server in the same scope (its binding changed) first.
+        for other_key, other in list(self._sessions.items()):
+            if other.connection.mcp_id == connection.mcp_id and other_key != key and _scope_of(other_key) == scope:
+                await self._drop(other_key)
+        pooled = _PooledSession(connection=connection, key=key)
+        ready: asyncio.Future[None] = self._loop.create_future()
+        pooled.task = self._loop.create_task(self._session_owner(pooled, ready))
+        verb = "could not be started" if connection.transport == "stdio" else "could not be reached"
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), timeout=open_timeout)
+        except TimeoutError:
+            # The owner is stuck in initialize and would not see `closing`: cancel it outright.
+            ready.cancel()
+            pooled.task.cancel()
+            with contextlib.suppress(BaseException):
+                await pooled.task
+            detail = pooled.failure_detail()
+            message = f"server '{connection.mcp_id}' did not initialize within {open_timeout:g}s"
+            raise McpTimeoutError(f"{message} ({detail})" if detail else message, sent=False) from None
+        except McpError as exc:
+            await self._finish(pooled)
+            detail = pooled.failure_detail()
+            message = f"server '{connection.mcp_id}' failed to initialize: {_describe(exc)}"
+            raise McpTransportError(f"{message} ({detail})" if detail else message, sent=False) from exc
+        except Exception as exc:
+            await self._finish(pooled)
+            detail = pooled.failure_detail()
+            message = f"server '{connection.mcp_id}' {verb}: {_describe(exc)}"
+            raise McpTransportError(f"{message} ({detail})" if detail else message, sent=False) from exc
+        self._sessions[key] = pooled
+        return pooled
 
     async def _finish(self, pooled: _PooledSession) -> None:
         pooled.closing.set()
@@ -392,6 +460,7 @@ class McpSessionPool:
 
     async def _drop(self, key: str) -> None:
         pooled = self._sessions.pop(key, None)
+        self._forget_open_lock(key)
         if pooled is not None:
             await self._finish(pooled)
 
@@ -419,6 +488,11 @@ class McpSessionPool:
                 await self._drop(pooled.key)
                 pooled = await self._get(connection, scope, open_timeout_s)
             pooled.last_used = time.monotonic()
+            if pooled.http_client is not None and timeout_s + READ_TIMEOUT_MARGIN_S > (
+                pooled.http_client.timeout.read or 0
+            ):
+                pooled.http_client.timeout = self._read_timeout(timeout_s)  # a call longer than the session allows
+            pooled.in_flight += 1
             try:
                 async with asyncio.timeout(timeout_s):
                     return await _until_owner_ends(pooled, operation(pooled))
@@ -452,7 +526,7 @@ class McpSessionPool:
                     raise McpTransportError(
                         f"session to '{connection.mcp_id}' was ended by the server: {exc}", sent=False
                     ) from exc
-                if pooled.dead or "closed" in str(exc).lower():
+                if _session_broke(pooled, exc):
                     await self._drop(pooled.key)
                     if attempt == 1 and resend:
                         continue
@@ -463,6 +537,10 @@ class McpSessionPool:
                 if attempt == 1 and resend:
                     continue
                 raise McpTransportError(f"session to '{connection.mcp_id}' broke: {_describe(exc)}") from exc
+            finally:
+                # Idle from when the call ended, not from when it began.
+                pooled.in_flight -= 1
+                pooled.last_used = time.monotonic()
         raise AssertionError("unreachable")
 
     # ---- public, synchronous -------------------------------------------------------------------
@@ -749,6 +827,18 @@ def _session_ended_by_server(exc: McpError) -> bool:
     )
 
 
+def _session_broke(pooled: _PooledSession, exc: McpError) -> bool:
+    """Whether ``exc`` says the session broke (the SDK answers every pending request with ``CONNECTION_CLOSED``
+    when its transport ends), not that the server refused the request: decided by the error's code and the
+    session's state, never by its words (a server's "ticket T-1 is already closed" is the server's answer)."""
+    if pooled.dead:
+        return True
+    error = getattr(exc, "error", None)
+    return (
+        getattr(error, "code", None) == types.CONNECTION_CLOSED and getattr(error, "message", "") == "Connection closed"
+    )
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_describe(e) for e in exc.exceptions)
@@ -780,7 +870,10 @@ def get_default_pool() -> McpSessionPool:
         if _default_pool is None or _default_pool._pid != os.getpid() or _default_pool._closed:
             from django.conf import settings
 
-            _default_pool = McpSessionPool(idle_close_s=settings.PLATFORM_MCP_IDLE_CLOSE_S)
+            _default_pool = McpSessionPool(
+                idle_close_s=settings.PLATFORM_MCP_IDLE_CLOSE_S,
+                call_timeout_max_s=settings.PLATFORM_TOOL_TIMEOUT_MAX_S,
+            )
             atexit.register(shutdown_default_pool)
         return _default_pool
 

@@ -9,19 +9,32 @@ validation errors are Django's ``ValidationError`` (nothing is written then).
 from __future__ import annotations
 
 import logging
+import math
 import time
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from cryptography.fernet import InvalidToken
+from django.apps import apps
+from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from audit.changes import audited_delete, audited_save, change_scope, config_change_record
+from audit.change_guard import policy_of
+from audit.changes import (
+    CONFIG_ACTION_PREFIX,
+    ChangeAudit,
+    audited_delete,
+    audited_save,
+    change_scope,
+    config_change_record,
+)
 from audit.masking import mask_known, mask_text, register_secrets
+from audit.services import audit_event_record
 from mcpregistry.contracts import argument_constraints, contract_defaults, schema_problem
-from mcpregistry.crypto import PREFIX, rotate_token
+from mcpregistry.crypto import PREFIX, EncryptedJSONField, decrypt_json, rotate_token
 from mcpregistry.embeddings import refresh_after_discovery
 from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract
 from mcpregistry.signals import registry_contracts_changed_send
@@ -43,34 +56,106 @@ def mcp_server_delete(*, server: McpServer, actor: Any, via: str) -> None:
     audited_delete(server, actor=actor, via=via)
 
 
+def _encrypted_fields(model: type[models.Model]) -> list[Any]:
+    """The encrypted fields stored in ``model``'s own table (a proxy or unmanaged model has none of its own)."""
+    if model._meta.proxy or not model._meta.managed:
+        return []
+    return [f for f in model._meta.local_concrete_fields if isinstance(f, EncryptedJSONField)]
+
+
+ROTATE_BATCH = 500
+
+
+@dataclass
+class SecretsRotation:
+    """What ``secrets_rotate`` did, per model label: rows re-encrypted, and the ids of rows that no configured key
+    decrypts (left as they were: their key is missing from ``SECRETS_ENCRYPTION_KEYS``)."""
+
+    rotated: dict[str, int] = field(default_factory=dict)
+    unreadable: dict[str, list[str]] = field(default_factory=dict)
+
+
 @transaction.atomic
-def mcp_server_secrets_rotate(*, actor: Any, via: str) -> int:
-    """Re-encrypt every binding's stored secrets with the newest key of ``SECRETS_ENCRYPTION_KEYS``. The values
-    do not change; each binding's re-encryption is recorded (``config.mcp_server.rotate_secrets``). Returns the
-    number of bindings re-encrypted. Works on the stored ciphertext, so a binding's values are never decrypted
-    into the process beyond Fernet's own rotation."""
-    rotated = 0
-    with change_scope(actor=actor, via=via):
-        for server in McpServer.objects.order_by("mcp_id"):
-            # The field decrypts on read; the ciphertext is rotated in the columns themselves.
-            table, quote = McpServer._meta.db_table, connection.ops.quote_name
-            with connection.cursor() as cursor:
-                cursor.execute(f"SELECT env, headers FROM {quote(table)} WHERE id = %s", [server.pk])  # noqa: S608
-                env, headers = cursor.fetchone()
-                new_env = rotate_token(env) if env and env.startswith(PREFIX) else env
-                new_headers = rotate_token(headers) if headers and headers.startswith(PREFIX) else headers
-                cursor.execute(
-                    f"UPDATE {quote(table)} SET env = %s, headers = %s WHERE id = %s",  # noqa: S608
-                    [new_env, new_headers, server.pk],
+def secrets_rotate(*, actor: Any, via: str) -> SecretsRotation:
+    """Re-encrypt every stored secret with the newest key of ``SECRETS_ENCRYPTION_KEYS``: every encrypted field of
+    every model (``EncryptedJSONField``: a binding's env and headers, an agent's model secrets, an approval's exact
+    arguments, whichever app declares them), so that the older keys can be retired. The values do not change.
+    Works on the stored ciphertext (Fernet's own rotation), column by column, row by row (locked where the database
+    can). Returns the rows re-encrypted per model (each model that has encrypted fields), and the rows that no
+    configured key decrypts: those are left as they are and reported, never a reason to stop the others.
+
+    Recorded: a configuration row (a binding, an agent) whose secrets hold names gets its own event
+    (``config.<entity>.rotate_secrets``, naming the re-encrypted names, never a value); rows that are not
+    configuration (approvals) one event per model, counting them (``config.<model>.rotate_secrets``)."""
+    report = SecretsRotation()
+    counts = report.rotated
+    quote = connection.ops.quote_name
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    with change_scope(actor=actor, via=via) as scope:
+        for model in apps.get_models():
+            fields = _encrypted_fields(model)
+            if not fields:
+                continue
+            label = model._meta.label_lower
+            table, pk = quote(model._meta.db_table), model._meta.pk
+            assert pk is not None
+            key = quote(str(pk.column))
+            columns = [quote(f.column) for f in fields]
+            configuration = isinstance(policy_of(model), ChangeAudit)
+            counts[label], last = 0, None
+            while True:
+                where = f" WHERE {key} > %s" if last is not None else ""
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        f"SELECT {key}, {', '.join(columns)} FROM {table}{where}"  # noqa: S608
+                        f" ORDER BY {key} LIMIT {ROTATE_BATCH}{lock}",
+                        [last] if last is not None else [],
+                    )
+                    rows = cursor.fetchall()
+                for row_pk, *stored in rows:
+                    last = row_pk
+                    try:
+                        rotated = [
+                            rotate_token(v) if isinstance(v, str) and v.startswith(PREFIX) else v for v in stored
+                        ]
+                    except InvalidToken:
+                        report.unreadable.setdefault(label, []).append(str(row_pk))
+                        continue
+                    if rotated == stored:
+                        continue
+                    with connection.cursor() as cursor:
+                        cursor.execute(
+                            f"UPDATE {table} SET {', '.join(f'{c} = %s' for c in columns)}"  # noqa: S608
+                            f" WHERE {key} = %s",
+                            [*rotated, row_pk],
+                        )
+                    counts[label] += 1
+                    if configuration:
+                        _record_row_rotation(model, row_pk, fields, rotated)
+                if len(rows) < ROTATE_BATCH:
+                    break
+            if counts[label] and not configuration:
+                unreadable = len(report.unreadable.get(label, []))
+                audit_event_record(
+                    source="admin",
+                    action=f"{CONFIG_ACTION_PREFIX}{model._meta.model_name}.rotate_secrets",
+                    args={"rows": counts[label], **({"unreadable": unreadable} if unreadable else {})},
+                    result={"model": label, "count": counts[label], "via": scope.via},
+                    actor=scope.actor,
                 )
-            names = {"env": sorted(server.env or {}), "headers": sorted(server.headers or {})}
-            config_change_record(
-                obj=server,
-                verb="rotate_secrets",
-                diff={k: {"re-encrypted": v} for k, v in names.items() if v},
-            )
-            rotated += 1
-    return rotated
+    return report
+
+
+def _record_row_rotation(model: type[models.Model], row_pk: Any, fields: list[Any], tokens: list[Any]) -> None:
+    """The event of one configuration row's re-encryption: the names its secret maps hold (none: no event)."""
+    names = {}
+    for model_field, token in zip(fields, tokens, strict=True):
+        value = decrypt_json(token) if isinstance(token, str) and token.startswith(PREFIX) else {}
+        if isinstance(value, dict) and value:
+            names[model_field.name] = sorted(value)
+    obj = model._base_manager.filter(pk=row_pk).first()
+    if names and obj is not None:
+        config_change_record(obj=obj, verb="rotate_secrets", diff={k: {"re-encrypted": v} for k, v in names.items()})
 
 
 def mcp_tool_create(
@@ -192,6 +277,9 @@ class DiscoveryReport:
     vanished: list[str] = field(default_factory=list)
     review_required: list[str] = field(default_factory=list)
     schema_errors: list[str] = field(default_factory=list)
+    # Tools of the listing that were not registered (a name that cannot be one, a name listed twice), each as
+    # "name: why"; they are among ``schema_errors`` too (never offered to a model), where the pages show them.
+    rejected: list[str] = field(default_factory=list)
     tool_count: int = 0
 
 
@@ -226,7 +314,7 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
     finally:
         if scope is not None:
             runner.close_scope(scope)
-    listing = _listing_without_secrets(listing, secrets)
+    listing = _listing_checked(_listing_without_secrets(listing, secrets), report)
     now = timezone.now()
     try:
         _discovery_apply(server, listing, report, now=now, actor=actor, via=via)
@@ -330,11 +418,15 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
             if name not in seen and tool.available:
                 audited_save(tool, actor=actor, via=via, data={"available": False}, validate=False, verb="vanish")
                 report.vanished.append(name)
-        schema_error = (
-            "tools with an unusable input schema (never offered to a model): " + "; ".join(report.schema_errors)
-            if report.schema_errors
-            else ""
-        )
+        unusable = [problem for problem in report.schema_errors if problem not in report.rejected]
+        health_errors = []
+        if report.rejected:
+            health_errors.append("tools not registered (never offered to a model): " + "; ".join(report.rejected))
+        if unusable:
+            health_errors.append(
+                "tools with an unusable input schema (never offered to a model): " + "; ".join(unusable)
+            )
+        schema_error = "; ".join(health_errors)
         _record_listing_changes(server, resources=listing.resources, prompts=listing.prompts)
         McpServer.objects.filter(pk=server.pk).update(
             health=McpServer.Health.ERROR if schema_error else McpServer.Health.OK,
@@ -347,6 +439,85 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
         )
         if report.added or report.updated or report.vanished:
             registry_contracts_changed_send(server_ids=[server.pk], actor=actor, via=via)
+
+
+TOOL_NAME_MAX = 200  # McpTool.name's max_length
+
+
+def _name_problem(name: Any) -> str:
+    """Why ``name`` cannot be a tool's name (stored, shown, called), or ""."""
+    if not isinstance(name, str) or not name:
+        return str(_("no name"))
+    if len(name) > TOOL_NAME_MAX:
+        return str(_("a name longer than %(n)d characters") % {"n": TOOL_NAME_MAX})
+    if any(unicodedata.category(c) == "Cc" for c in name):
+        return str(_("a name with control characters"))
+    if any(unicodedata.category(c) == "Cs" for c in name):
+        return str(_("a name that is not valid text (an unpaired surrogate)"))
+    return ""
+
+
+def _shown_name(name: Any) -> str:
+    """A listed name as a report may show it: control characters escaped, at most 60 characters."""
+    text = name if isinstance(name, str) else repr(name)
+    shown = "".join(c if unicodedata.category(c) not in ("Cc", "Cs") else ascii(c)[1:-1] for c in text[:60])
+    return shown + ("…" if len(text) > 60 else "")
+
+
+def _storable_text(text: str) -> str:
+    """``text`` as every database stores it: a NUL character (PostgreSQL refuses it in text and JSON) and an
+    unpaired surrogate (no UTF-8 encoder takes it) become U+FFFD, as the audit's masking stores them."""
+    text = text.replace("\x00", "\ufffd")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate; a split pair is joined again
+            text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
+def _storable(value: Any) -> Any:
+    """``value`` (JSON, as a server listed it) as the registry can store it: every string (keys included) through
+    ``_storable_text``, and a float that is not finite (no JSON column takes NaN or infinity) as its text."""
+    if isinstance(value, str):
+        return _storable_text(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {_storable(k): _storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_storable(item) for item in value]
+    return value
+
+
+def _listing_checked(listing: Any, report: DiscoveryReport) -> Any:
+    """The listing as the registry can store it: a tool whose name cannot be one (not a string, empty, longer than
+    a name may be, with control characters) is left out, and so is a second tool of a name already listed (the
+    first is kept), each reported (``report.rejected`` and ``schema_errors``, the binding's health); everything
+    else made storable (``_storable``: a NUL character in a description, a schema, a resource, a prompt or the
+    server's info becomes U+FFFD)."""
+    tools: list[Any] = []
+    names: set[str] = set()
+    for listed in listing.tools:
+        name = listed.get("name") if isinstance(listed, dict) else None
+        problem = _name_problem(name)
+        if not problem and name in names:
+            problem = str(_("listed more than once (the first is kept)"))
+        if problem:
+            entry = f"{_shown_name(name)}: {problem}"
+            report.rejected.append(entry)
+            report.schema_errors.append(entry)
+            continue
+        names.add(str(name))
+        tools.append(listed)
+    return replace(
+        listing,
+        tools=_storable(tools),
+        resources=_storable(listing.resources),
+        prompts=_storable(listing.prompts),
+        server_info=_storable(listing.server_info),
+        protocol_version=_storable(listing.protocol_version),
+    )
 
 
 def _with_unread_secrets(server: McpServer, error: str) -> str:
@@ -467,7 +638,7 @@ def mcp_server_health_check(*, server: McpServer) -> HealthReport:
         if scope is not None:
             runner.close_scope(scope)
     report.latency_ms = (time.monotonic() - started) * 1000
-    listed = {t["name"] for t in listing.tools}
+    listed = {t["name"] for t in _listing_checked(listing, DiscoveryReport(mcp_id=server.mcp_id, ok=False)).tools}
     known = set(server.tools.filter(available=True).values_list("name", flat=True))
     report.ok, report.tool_count = True, len(listed)
     report.new, report.missing = sorted(listed - known), sorted(known - listed)
