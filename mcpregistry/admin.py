@@ -23,6 +23,7 @@ from django.utils.translation import ngettext, pgettext_lazy
 
 from agent_platform.json import bounded_json_overrides
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
+from audit.visible import invisible_characters, visible_text
 from mcpregistry import discovery_view
 from mcpregistry.binding_policy import readable_variables_text
 from mcpregistry.contract_form import ToolContractForm
@@ -317,7 +318,7 @@ def server_tools_table(server: McpServer) -> str:
             reverse("admin:mcpregistry_mcptool_change", args=[tool.pk]),
             tool.name,
             state(tool),
-            tool.description[:160] + ("…" if len(tool.description) > 160 else ""),
+            visible_text(tool.description[:160]) + ("…" if len(tool.description) > 160 else ""),
         )
         for tool in tools[:SERVER_PAGE_TOOLS_SHOWN]
     )
@@ -654,7 +655,7 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
     readonly_fields = [
         "server",
         "name",
-        "description",
+        "description_shown",
         "schema_pretty",
         "model_view",
         "annotations_pretty",
@@ -672,7 +673,7 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
         "available",
         "review_diff",
         "schema_error",
-        "description",
+        "description_shown",
         "schema_pretty",
         "model_view",
         "annotations_pretty",
@@ -699,6 +700,26 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
     def risk(self, obj: McpTool) -> str:
         contract = getattr(obj, "contract", None)
         return contract.get_risk_display() if contract else "—"
+
+    @admin.display(description=_("description"))
+    def description_shown(self, obj: McpTool) -> str:
+        """The description as the model reads it, with what a person would not see written out (``⟦U+202E⟧``)
+        and said: a server can hide instructions to the model in Unicode tag characters."""
+        hidden = invisible_characters(obj.description + json.dumps(obj.input_schema, ensure_ascii=False))
+        if not hidden:
+            return obj.description
+        return format_html(
+            '<p class="errornote">{}</p>{}',
+            ngettext(
+                "The description or schema holds %(n)d kind of character that does not show itself (written out "
+                "as ⟦U+…⟧): a model reads it as text. Approve only what you can read.",
+                "The description or schema holds %(n)d kinds of characters that do not show themselves (written "
+                "out as ⟦U+…⟧): a model reads them as text. Approve only what you can read.",
+                len(hidden),
+            )
+            % {"n": len(hidden)},
+            visible_text(obj.description),
+        )
 
     @admin.display(description=_("input schema"))
     def schema_pretty(self, obj: McpTool) -> str:
@@ -762,7 +783,8 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
             *json.dumps(obj.previous_input_schema, ensure_ascii=False, indent=2).splitlines(),
         ]
         after = [obj.description, *json.dumps(obj.input_schema, ensure_ascii=False, indent=2).splitlines()]
-        diff = "\n".join(difflib.unified_diff(before, after, "before", "now", lineterm=""))
+        # Characters that do not show themselves are written out: two lines that only look alike differ.
+        diff = visible_text("\n".join(difflib.unified_diff(before, after, "before", "now", lineterm="")))
         return format_html(
             "<p><b>{}</b></p><pre>{}</pre>",
             _("The server changed this tool after it was enabled. It stays disabled until you approve the change."),

@@ -17,6 +17,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext, pgettext
 
 from audit.masking import mask_known
+from audit.visible import visible_text
 from mcpregistry.contracts import optional_branch
 from mcpregistry.list_fields import value_text
 
@@ -145,7 +146,10 @@ def arguments_table(schema: Any, *, secrets: Iterable[str] = (), folded: str = "
     body = format_html_join(
         "",
         "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-        ((r.name, r.type, _("required") if r.required else _("optional"), r.description, r.limits) for r in rows),
+        (
+            (_shown(r.name), r.type, _("required") if r.required else _("optional"), _shown(r.description), r.limits)
+            for r in rows
+        ),
     )
     return format_html(
         '<table class="discovery-table"><thead><tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th></tr>'
@@ -168,8 +172,13 @@ def folded_json(value: Any, summary: str) -> SafeString:
     return format_html(
         '<details class="discovery-json"><summary>{}</summary><pre>{}</pre></details>',
         summary,
-        json.dumps(value, ensure_ascii=False, indent=2),
+        visible_text(json.dumps(value, ensure_ascii=False, indent=2)),
     )
+
+
+def _shown(value: Any) -> str:
+    """A server's text as a person reads it: what does not show itself written out (``audit.visible``)."""
+    return visible_text(str(value))
 
 
 # MCP's tool annotations (hints the server gives; the platform does not trust them for risk).
@@ -232,7 +241,9 @@ def resources_table(resources: Any, *, secrets: Iterable[str] = ()) -> SafeStrin
         _("name"),
         _("media type"),
         _("what it is"),
-        format_html_join("", "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
+        format_html_join(
+            "", "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>", (map(_shown, r) for r in rows)
+        ),
         folded_json(masked, _("the listing as discovered (JSON)")),
     )
 
@@ -253,7 +264,7 @@ def prompts_table(prompts: Any, *, secrets: Iterable[str] = ()) -> SafeString | 
         _("name"),
         _("what it is"),
         _("arguments"),
-        format_html_join("", "<tr><td><code>{}</code></td><td>{}</td><td>{}</td></tr>", rows),
+        format_html_join("", "<tr><td><code>{}</code></td><td>{}</td><td>{}</td></tr>", (map(_shown, r) for r in rows)),
         folded_json(masked, _("the listing as discovered (JSON)")),
     )
 

@@ -8,6 +8,7 @@ validation errors are Django's ``ValidationError`` (nothing is written then).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -33,6 +34,7 @@ from audit.changes import (
 )
 from audit.masking import mask_known, mask_text, register_secrets
 from audit.services import audit_event_record
+from audit.visible import invisible_characters
 from mcpregistry.contracts import argument_constraints, contract_defaults, schema_problem
 from mcpregistry.crypto import PREFIX, EncryptedJSONField, decrypt_json, rotate_token
 from mcpregistry.embeddings import refresh_after_discovery
@@ -350,6 +352,10 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
             problem = schema_problem(input_schema)
             if problem:
                 report.schema_errors.append(f"{name}: {problem}")
+            # Text a model reads but a person does not see (Unicode tag characters, direction overrides,
+            # zero-width characters): such a tool is reviewed first, even on a binding's first discovery, its
+            # page writing them out (``audit.visible``).
+            hidden = bool(invisible_characters(description + json.dumps(input_schema, ensure_ascii=False)))
             tool = existing.get(name)
             if tool is None:
                 tool = audited_save(
@@ -361,8 +367,8 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
                         annotations=listed.get("annotations") or {},
                         schema_error=problem or "",
                         discovered_at=now,
-                        enabled=first_discovery,
-                        review_required=not first_discovery,
+                        enabled=first_discovery and not hidden,
+                        review_required=not first_discovery or hidden,
                     ),
                     actor=actor,
                     via=via,
@@ -375,7 +381,7 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
                     validate=False,
                 )
                 report.added.append(name)
-                if not first_discovery:
+                if not first_discovery or hidden:
                     report.review_required.append(name)
                 continue
             if not ToolContract.objects.filter(tool=tool).exists():
@@ -408,7 +414,7 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
                         enabled_before_review=tool.enabled,
                     )
                 report.review_required.append(name)
-            elif tool.discovered_at is None and not first_discovery:
+            elif tool.discovered_at is None and (not first_discovery or hidden):
                 # Named before the server listed it (an import, a form), on a server discovered before: the server
                 # grew it, as a new tool, and it is reviewed as one.
                 updates.update(enabled=False, review_required=True)
