@@ -27,11 +27,12 @@ _EXPORT_FIELDS: tuple[tuple[str, str], ...] = (
     ("run", "run_id"),
     ("agent", "agent_slug"),
     *((name, name) for name in ("source", "action", "mcp_id", "tool", "call_id", "ok", "reason", "attempt")),
-    *((name, name) for name in ("latency_ms", "actor", "args", "result", "seq", "prev_hash", "hash")),
+    *((name, name) for name in ("latency_ms", "actor", "args", "result", "seq", "prev_hash", "hash", "nonce")),
 )
 EXPORT_COLUMNS: tuple[str, ...] = tuple(column for column, _path in _EXPORT_FIELDS)
 """The columns of an export and of the API's JSON events, in order. ``seq``, ``prev_hash`` and ``hash`` are the
-event's place in the hash chain, so that an export can be checked against ``verify_audit``'s head."""
+event's place in the hash chain, so that an export can be checked against ``verify_audit``'s head; ``nonce`` (an
+event chained from the pending table; empty for others) is hashed with it."""
 _EXPORT_VALUES: tuple[str, ...] = tuple(path for _column, path in _EXPORT_FIELDS)
 
 

@@ -376,3 +376,14 @@ def test_a_pending_row_put_back_on_postgres_is_never_chained_again(
     assert out["events"] == 1
     assert re.fullmatch(r"pending event id \d+: the nonce of event seq \d+ \(id \d+\) — replayed .*", out["replayed"])
     assert out["after"] is None
+
+
+def test_an_export_carries_the_nonce_its_events_hash_was_made_with(deferred: None, auditor_client: Any) -> None:
+    """An auditor recomputing a deferred event's hash from an export needs its nonce (the hash covers it)."""
+    append(tool="exported")
+    audit_chain_pending()  # chains it (and the auditor's creation)
+    event = AuditEvent.objects.get(tool="exported")
+    assert event.nonce
+    response = auditor_client.get("/api/v1/audit/events?format=jsonl&tool=exported")
+    lines = b"".join(response.streaming_content).decode().splitlines()
+    assert json.loads(lines[0])["nonce"] == event.nonce
