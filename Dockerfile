@@ -54,8 +54,10 @@ EXPOSE 8000
 # defines one per service.
 
 ENTRYPOINT ["/app/deploy/entrypoint.sh"]
+# gunicorn.conf.py: the server's own log lines (boot, errors, the access log) as the platform's (LOG_FORMAT=json:
+# one JSON object each), masked.
 CMD ["gunicorn", "agent_platform.asgi:application", \
+     "--config", "/app/gunicorn.conf.py", \
      "--worker-class", "uvicorn.workers.UvicornWorker", \
      "--bind", "0.0.0.0:8000", \
-     "--timeout", "120", "--graceful-timeout", "30", \
-     "--access-logfile", "-"]
+     "--timeout", "120", "--graceful-timeout", "30"]

@@ -5,7 +5,9 @@ The web and the workers are separate processes, often on separate machines, so `
 its own: every figure is computed from the database at scrape time (runs, approvals, audit events, breaker
 states, worker heartbeats), which every process writes. So any web process answers for the whole platform, and a
 restart loses nothing. The cost is a handful of aggregate queries per scrape (the histograms and tool-call counts
-aggregate over the ``runs`` and ``audit`` tables; scrape every 15-60 s, and archive old audit events).
+aggregate over the ``runs`` and ``audit`` tables; scrape every 15-60 s, and archive old audit events). The
+tool-call counters and latency histogram also add what the latest archive checkpoint saved of the events
+``archive_audit`` moved out of the table (``audit.archive.tool_call_figures_total``): they never go down.
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from agent_platform.client_ip import client_ip
+from audit.archive import TOOL_CALL_BUCKETS_S
 
 RUN_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-TOOL_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# The tool-call latency histogram's buckets: audit.archive's, whose checkpoints save the archived calls' counts in them.
+TOOL_BUCKETS_S = TOOL_CALL_BUCKETS_S
 
 
 @require_GET
@@ -46,11 +50,23 @@ def _check_database() -> None:
         cursor.execute("SELECT 1")
 
 
+# How long the broker check waits for a connection and for each answer (seconds).
+BROKER_CHECK_TIMEOUT_S = 2
+
+
 def _check_broker() -> None:
+    """One connection to the broker, at most one retry, each socket operation bounded. A Redis broker's socket
+    takes its timeouts only from the transport options (``connect_timeout`` stops at kombu): without them a Redis
+    that accepts the connection and never answers holds the probe, and its web thread, for ever."""
     from agent_platform.celery import app
 
-    with app.connection_for_write(connect_timeout=3) as broker:
-        broker.ensure_connection(max_retries=1, interval_start=0, timeout=3)
+    options = {
+        **(app.conf.broker_transport_options or {}),
+        "socket_connect_timeout": BROKER_CHECK_TIMEOUT_S,
+        "socket_timeout": BROKER_CHECK_TIMEOUT_S,
+    }
+    with app.connection_for_write(connect_timeout=BROKER_CHECK_TIMEOUT_S, transport_options=options) as broker:
+        broker.ensure_connection(max_retries=1, interval_start=0, timeout=BROKER_CHECK_TIMEOUT_S)
 
 
 def _check_worker() -> None:
@@ -138,7 +154,7 @@ class PlatformCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         from agents.models import Approval, Run, WorkerHeartbeat
-        from audit.models import AuditEvent
+        from audit.archive import tool_call_figures_total
         from audit.services import audit_chain_catch_up
         from auditor.chain_lag import audit_chain_lag
         from mcpregistry.models import McpServer
@@ -185,40 +201,27 @@ class PlatformCollector(Collector):
         # Production figures: eval and shadow runs (and their tool calls) stay out of them. Events committed but
         # not chained yet (deferred chaining) are chained first, so that they are counted.
         audit_chain_catch_up()
-        tool_calls = AuditEvent.objects.filter(action="tool.call").exclude(
-            source__in=(AuditEvent.Source.EVAL, AuditEvent.Source.SHADOW)
-        )
+        # Counted from the events in the table plus what the latest archive checkpoint saved of those archived
+        # (archive_audit deletes events: counted from the table alone, the counters would go down).
+        figures = tool_call_figures_total()
         calls = CounterMetricFamily(
             "platform_tool_calls",
             "Gated tool calls (every attempt, refusal and memo hit) by server, outcome and reason code.",
             labels=["mcp_id", "outcome", "reason"],
         )
-        counted: dict[tuple[str, str, str], int] = {}
-        for call_count in tool_calls.values("mcp_id", "ok", "reason").annotate(n=Count("id")).order_by():
-            labels = (call_count["mcp_id"], "ok" if call_count["ok"] else "failed", _reason_label(call_count["reason"]))
-            counted[labels] = counted.get(labels, 0) + call_count["n"]
-        for labels, n in sorted(counted.items()):
+        for labels, n in sorted(figures.calls.items()):
             calls.add_metric(list(labels), n)
         yield calls
 
         tool_rows: list[dict[str, Any]] = [
-            dict(row)
-            for row in (
-                tool_calls.filter(attempt__gte=1, latency_ms__isnull=False)
-                .values("mcp_id")
-                .annotate(
-                    count=Count("id"),
-                    sum_ms=Sum("latency_ms"),
-                    **{
-                        f"le_{i}": Count("id", filter=Q(latency_ms__lte=bound * 1000))
-                        for i, bound in enumerate(TOOL_BUCKETS_S)
-                    },
-                )
-                .order_by()
-            )
+            {
+                "mcp_id": mcp_id,
+                "count": histogram.count,
+                "sum_s": histogram.sum_ms / 1000,
+                **{f"le_{i}": n for i, n in enumerate(histogram.le)},
+            }
+            for mcp_id, histogram in sorted(figures.latency.items())
         ]
-        for tool_row in tool_rows:
-            tool_row["sum_s"] = float(tool_row["sum_ms"] or 0.0) / 1000
         yield _histogram(
             "platform_tool_call_duration_seconds",
             "Tool calls sent to a server (each attempt), by server.",
@@ -269,9 +272,3 @@ class PlatformCollector(Collector):
             "Workers whose heartbeat is recent (within PLATFORM_READY_WORKER_MAX_AGE_S).",
             value=WorkerHeartbeat.objects.filter(seen_at__gte=alive_since).count(),
         )
-
-
-def _reason_label(reason: str) -> str:
-    """A reason code as a metric label: an unknown argument's name (the caller's) is left out, so that a model
-    that makes up names cannot add a series per name (``args:unknown:regoin`` → ``args:unknown``)."""
-    return "args:unknown" if reason.startswith("args:unknown:") else reason

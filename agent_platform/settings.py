@@ -212,6 +212,16 @@ else:
     if CELERY_BROKER_URL.startswith("redis://"):
         # kombu's Redis transport keeping one client per channel (agent_platform/redis_broker.py).
         CELERY_BROKER_TRANSPORT = "agent_platform.redis_broker:Transport"
+# A Redis broker that accepts connections and then never answers (frozen, a stuck proxy, a failover behind a NAT)
+# must not hold a publish, a worker or /readyz forever: redis-py waits without limit unless kombu passes these on
+# (Celery's broker_connection_timeout does not reach the Redis socket). A command's answer may take this long:
+# far above a worker's BRPOP (kombu's brpop_timeout, 1 s, the longest a healthy Redis takes to answer one; its reads
+# wait in the event loop, not on the socket) and a slow fsync's stall. Not for other transports.
+BROKER_REDIS_SOCKET_OPTIONS = (
+    {"socket_connect_timeout": 5.0, "socket_timeout": 10.0}
+    if CELERY_BROKER_URL.split("://", 1)[0] in {"redis", "rediss", "sentinel", "redis+socket"}
+    else {}
+)
 # Runs are polled from the database; Celery keeps no copy of results or arguments beyond ids.
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
@@ -433,7 +443,10 @@ from agent_platform.settings_deploy import *  # noqa: E402, F403
 
 if not CELERY_BROKER_URL.startswith("filesystem://"):
     # Longer than any run's hard time limit (checked: agents.E001).
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT_S}  # noqa: F405
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": CELERY_VISIBILITY_TIMEOUT_S,  # noqa: F405
+        **BROKER_REDIS_SOCKET_OPTIONS,
+    }
 
 # Error reports and debug pages hide credentials (DATABASE_URL, REDIS_URL, keys) and mask secret values.
 DEFAULT_EXCEPTION_REPORTER_FILTER = "audit.reporting.MaskingExceptionReporterFilter"

@@ -3,7 +3,7 @@ deliveries, time limits, the reconciler). Merged into ``agent_platform.settings`
 
     from agent_platform.settings_deploy import *  # noqa: E402, F403
     if not CELERY_BROKER_URL.startswith("filesystem://"):
-        CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT_S}  # noqa: F405
+        CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT_S, ...}  # noqa: F405
 
 The code reads the lifecycle values with ``agents.execution.lifecycle_setting(NAME)``, which falls back to this
 module, so it keeps working (with the same environment) where a settings module lacks them.

@@ -7,10 +7,13 @@ variables (headers, timeout, protocol) are read by the SDK. Off, every helper he
 
 Spans: one per API request (``TracingMiddleware``), Celery task (the publish injects the trace context into the
 message headers, the worker continues it), run (``run_span``), deterministic rule (``spans_per_item``), model
-call (``agents.model_tracing``) and gate call (``gate_span``; each attempt is a span event). Attributes follow the
+call (``agents.model_tracing``), gate call (``gate_span``, a call refused before the gate too; each attempt is a
+span event) and gated read (``gate_read_span``: ``resources/read``, ``prompts/get``). Attributes follow the
 GenAI semantic conventions (``gen_ai.*``) plus ours (``platform.*``: run id, agent, reason code). A tool's
 arguments and results never become attributes unless ``PLATFORM_TRACE_TOOL_PAYLOADS`` is on, and then only
-masked. ``mcp_request_meta()`` is what the pool sends to an MCP server in the request's ``_meta``.
+masked. ``mcp_request_meta()`` is what the pool sends to an MCP server in the request's ``_meta``. Only the W3C
+trace context crosses a boundary (``traceparent``, ``tracestate``): a caller's ``baggage`` is neither read from a
+request nor passed on to the broker or an MCP server.
 
 This module imports no app of the platform (the apps import it).
 """
@@ -29,8 +32,9 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
-from opentelemetry import propagate, trace
+from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +42,12 @@ TRACER_NAME = "agent_platform"
 T = TypeVar("T")
 R = TypeVar("R")
 AttributeValue = str | bool | int | float
+
+# The W3C trace context (``traceparent``, ``tracestate``) and nothing else: what crosses a boundary here (an HTTP
+# request's headers in, a Celery message's headers, an MCP request's ``_meta``) is never read or written with the
+# process's global propagator, which also carries ``baggage`` (a caller's baggage header, whatever it holds, would
+# be forwarded to the broker and to every MCP server).
+_W3C = TraceContextTextMapPropagator()
 
 # The run this thread works for (JSON log lines carry it); set by the worker for a run's task.
 current_run_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("platform_run_id", default=None)
@@ -151,7 +161,7 @@ def mcp_request_meta() -> dict[str, Any] | None:
     if not trace.get_current_span().get_span_context().is_valid:
         return None
     carrier: dict[str, str] = {}
-    propagate.inject(carrier)
+    _W3C.inject(carrier)
     return dict(carrier) or None
 
 
@@ -204,6 +214,30 @@ def gate_span(*, mcp_id: str, tool: str, source: str, run_id: Any, call_id: str)
             "gen_ai.tool.name": tool,
             "gen_ai.tool.call.id": call_id or None,
             "gen_ai.tool.type": "function",
+            "platform.mcp_id": mcp_id,
+            "platform.source": source,
+            "platform.run_id": str(run_id) if run_id else None,
+        },
+    ) as current:
+        yield current
+
+
+@contextmanager
+def gate_read_span(
+    *, method: str, mcp_id: str, target: str | None, source: str, run_id: Any, call_id: str
+) -> Iterator[Span]:
+    """The span of one gated MCP read: ``resources/read`` or ``prompts/get <prompt>`` (MCP's method names). The
+    resource's URI is an attribute (``mcp.resource.uri``), never the name; ``target`` is None where the server
+    never listed it (the caller's text: neither named nor recorded). The gate adds ``gate_attempt`` and
+    ``gate_outcome`` as for a tool call."""
+    prompt = method == "prompts/get"
+    with span(
+        f"{method} {target}" if prompt and target else method,
+        {
+            "mcp.method.name": method,
+            "mcp.resource.uri": None if prompt else target,
+            "gen_ai.prompt.name": target if prompt else None,
+            "gen_ai.tool.call.id": call_id or None,
             "platform.mcp_id": mcp_id,
             "platform.source": source,
             "platform.run_id": str(run_id) if run_id else None,
@@ -295,7 +329,7 @@ _task_spans_lock = threading.Lock()
 def _before_task_publish(headers: dict[str, Any] | None = None, **_kwargs: Any) -> None:
     """Put the publisher's trace context into the task message's headers (W3C ``traceparent``)."""
     if headers is not None:
-        propagate.inject(headers)
+        _W3C.inject(headers)
 
 
 class _RequestGetter:
@@ -315,7 +349,7 @@ def _task_prerun(task_id: str = "", task: Any = None, args: Any = None, **_kwarg
     """Start the task's span as a child of the publisher's, and note the run id for log lines."""
     if task is None:
         return
-    parent = propagate.extract(task.request, getter=_RequestGetter())  # type: ignore[arg-type]
+    parent = _W3C.extract(task.request, getter=_RequestGetter())  # type: ignore[arg-type]
     if not trace.get_current_span(parent).get_span_context().is_valid:
         # No trace context in the message (a task run in-process, eagerly): the caller's context, if any.
         parent = otel_context.get_current()
@@ -397,19 +431,34 @@ class _MetaGetter:
         return []
 
 
+# The request methods a span is named by (HTTP's and PATCH's); any other is ``_OTHER`` (OpenTelemetry's HTTP
+# conventions): a client may send any token there, and each would be a span name.
+_KNOWN_METHODS = frozenset({"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"})
+
+
 class TracingMiddleware:
-    """A server span per request, continuing a caller's ``traceparent``; named by the matched route."""
+    """A server span per request, continuing a caller's ``traceparent`` (never its ``baggage``). Named by the method
+    alone (``GET``; ``HTTP`` for a method outside HTTP's own, which is ``_OTHER`` in ``http.request.method``) and,
+    once a route matched, by the method and the route (``GET /api/v1/runs/<uuid:run_id>``): the path a client
+    asked for is the ``url.path`` attribute, never the name (a scanner's every path would be a span name)."""
 
     def __init__(self, get_response: Callable[[Any], Any]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: Any) -> Any:
-        parent = propagate.extract(request.META, getter=_MetaGetter())  # type: ignore[arg-type]
+        parent = _W3C.extract(request.META, getter=_MetaGetter())  # type: ignore[arg-type]
+        raw_method = str(request.method or "")
+        known = raw_method in _KNOWN_METHODS
+        method = raw_method if known else "_OTHER"
+        named = raw_method if known else "HTTP"
+        attributes: dict[str, AttributeValue] = {"http.request.method": method, "url.path": request.path}
+        if not known:
+            attributes["http.request.method_original"] = raw_method[:64]
         with tracer().start_as_current_span(
-            f"{request.method} {request.path}",
+            named,
             context=parent,
             kind=SpanKind.SERVER,
-            attributes={"http.request.method": request.method, "url.path": request.path},
+            attributes=attributes,
             record_exception=False,
             set_status_on_exception=False,
         ) as current:
@@ -417,7 +466,7 @@ class TracingMiddleware:
             match = getattr(request, "resolver_match", None)
             if match is not None and match.route:
                 route = "/" + match.route.lstrip("^").rstrip("$")
-                current.update_name(f"{request.method} {route}")
+                current.update_name(f"{named} {route}")
                 current.set_attribute("http.route", route)
             current.set_attribute("http.response.status_code", response.status_code)
             if response.status_code >= 500:

@@ -9,12 +9,13 @@ import gzip
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -27,6 +28,127 @@ from audit.services import audit_chain_catch_up
 from audit.verification import _events_in_chain_order
 
 logger = logging.getLogger(__name__)
+
+
+# --- tool-call figures (/metrics) ----------------------------------------------------------------------------
+
+# The buckets of /metrics' tool-call latency histogram (seconds).
+TOOL_CALL_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+def tool_call_reason_label(reason: str) -> str:
+    """A reason code as a metric label: an unknown argument's name (the caller's) is left out, so that a model
+    that makes up names cannot add a series per name (``args:unknown:regoin`` → ``args:unknown``)."""
+    return "args:unknown" if reason.startswith("args:unknown:") else reason
+
+
+@dataclass
+class ToolCallLatency:
+    """One server's latency histogram: attempts sent, their total in ms, and how many took at most each bucket
+    of ``TOOL_CALL_BUCKETS_S`` (cumulative, as Prometheus')."""
+
+    count: int = 0
+    sum_ms: float = 0.0
+    le: list[int] = field(default_factory=lambda: [0] * len(TOOL_CALL_BUCKETS_S))
+
+    def add(self, other: ToolCallLatency) -> None:
+        self.count += other.count
+        self.sum_ms += other.sum_ms
+        self.le = [mine + theirs for mine, theirs in zip(self.le, other.le, strict=True)]
+
+
+@dataclass
+class ToolCallFigures:
+    """What ``/metrics`` reports of production tool calls (eval and shadow runs' left out): counts by (server,
+    outcome, reason label), and each server's latency histogram of the attempts sent (``attempt >= 1`` with a
+    latency: refusals, memo hits and calls the open circuit refused were never sent)."""
+
+    calls: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    latency: dict[str, ToolCallLatency] = field(default_factory=dict)
+
+    def add(self, other: ToolCallFigures) -> None:
+        for labels, n in other.calls.items():
+            self.calls[labels] = self.calls.get(labels, 0) + n
+        for mcp_id, histogram in other.latency.items():
+            self.latency.setdefault(mcp_id, ToolCallLatency()).add(histogram)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "buckets_s": list(TOOL_CALL_BUCKETS_S),
+            "calls": [[*labels, n] for labels, n in sorted(self.calls.items())],
+            "latency": [[mcp_id, h.count, h.sum_ms, h.le] for mcp_id, h in sorted(self.latency.items())],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> ToolCallFigures:
+        """Figures saved by ``as_json`` (``{}``: none). Saved with other buckets (changed since), each bucket takes
+        the count of the largest saved bound at or under it: fewer than were, never a histogram that decreases."""
+        figures = cls()
+        if not isinstance(data, dict):
+            return figures
+        for mcp_id, outcome, reason, n in data.get("calls") or []:
+            figures.calls[(str(mcp_id), str(outcome), str(reason))] = int(n)
+        saved_bounds = [float(b) for b in data.get("buckets_s") or []]
+        for mcp_id, count, sum_ms, le in data.get("latency") or []:
+            if saved_bounds == list(TOOL_CALL_BUCKETS_S):
+                counts = [int(n) for n in le]
+            else:
+                counts = [
+                    max((int(n) for b, n in zip(saved_bounds, le, strict=False) if b <= bound), default=0)
+                    for bound in TOOL_CALL_BUCKETS_S
+                ]
+            figures.latency[str(mcp_id)] = ToolCallLatency(count=int(count), sum_ms=float(sum_ms), le=counts)
+        return figures
+
+
+def tool_call_figures(events: QuerySet[AuditEvent]) -> ToolCallFigures:
+    """The figures of the production ``tool.call`` events among ``events`` (two aggregate queries)."""
+    calls = events.filter(action="tool.call").exclude(source__in=(AuditEvent.Source.EVAL, AuditEvent.Source.SHADOW))
+    figures = ToolCallFigures()
+    for row in calls.values("mcp_id", "ok", "reason").annotate(n=Count("id")).order_by():
+        labels = (row["mcp_id"], "ok" if row["ok"] else "failed", tool_call_reason_label(row["reason"]))
+        figures.calls[labels] = figures.calls.get(labels, 0) + row["n"]
+    sent = (
+        calls.filter(attempt__gte=1, latency_ms__isnull=False)
+        .values("mcp_id")
+        .annotate(
+            count=Count("id"),
+            sum_ms=Sum("latency_ms"),
+            **{
+                f"le_{i}": Count("id", filter=Q(latency_ms__lte=bound * 1000))
+                for i, bound in enumerate(TOOL_CALL_BUCKETS_S)
+            },
+        )
+        .order_by()
+    )
+    for row in sent:
+        figures.latency[row["mcp_id"]] = ToolCallLatency(
+            count=int(row["count"] or 0),
+            sum_ms=float(row["sum_ms"] or 0.0),
+            le=[int(row[f"le_{i}"] or 0) for i in range(len(TOOL_CALL_BUCKETS_S))],
+        )
+    return figures
+
+
+def _latest_checkpoint() -> tuple[int, Any]:
+    """The latest checkpoint's seq (0: none) and its saved figures."""
+    latest = AuditCheckpoint.objects.order_by("-seq").values_list("seq", "tool_calls").first()
+    return (0, {}) if latest is None else (int(latest[0]), latest[1])
+
+
+def tool_call_figures_total() -> ToolCallFigures:
+    """The figures of every production tool call ever audited: the events in the table after the latest
+    checkpoint, plus what that checkpoint saved of all the events archived before (so ``/metrics``' counters
+    never go down when ``archive_audit`` deletes events). Four small queries, however many checkpoints there are.
+    Read again when an archive committed in between (the table's events and the checkpoint must be of one state:
+    read apart, its events would be counted twice or not at all)."""
+    for _attempt in range(3):
+        seq, saved = _latest_checkpoint()
+        figures = ToolCallFigures.from_json(saved)
+        figures.add(tool_call_figures(AuditEvent.objects.filter(seq__gt=seq)))
+        if (AuditCheckpoint.objects.order_by("-seq").values_list("seq", flat=True).first() or 0) == seq:
+            break
+    return figures
 
 
 # --- archive files -------------------------------------------------------------------------------------------
@@ -157,9 +279,18 @@ def _archive_commit(report: ArchiveReport) -> None:
     events_table = connection.ops.quote_name(AuditEvent._meta.db_table)
     mac = chain_keyring().sign("checkpoint", checkpoint_message(report.last_seq, report.hash, report.count))
     with transaction.atomic(), connection.cursor() as cursor:
+        # What /metrics counted of the events about to leave the table, added to what the previous checkpoint saved.
+        previous_seq, saved = _latest_checkpoint()
+        figures = ToolCallFigures.from_json(saved)
+        figures.add(tool_call_figures(AuditEvent.objects.filter(seq__gt=previous_seq, seq__lte=report.last_seq)))
         archive_delete_allow(cursor, connection)
         AuditCheckpoint.objects.create(
-            seq=report.last_seq, hash=report.hash, file_name=str(report.path), count=report.count, mac=mac
+            seq=report.last_seq,
+            hash=report.hash,
+            file_name=str(report.path),
+            count=report.count,
+            mac=mac,
+            tool_calls=figures.as_json(),
         )
         cursor.execute(f"DELETE FROM {events_table} WHERE seq <= %s", [report.last_seq])  # noqa: S608
         deleted = cursor.rowcount

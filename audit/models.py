@@ -196,6 +196,10 @@ class AuditCheckpoint(models.Model):
 
     The first event left in the table links to the latest checkpoint's ``hash``; ``verify_audit`` starts there,
     after checking each checkpoint's ``mac`` and its archive file.
+
+    ``tool_calls`` is what ``/metrics`` counted of every event archived up to here (``audit.archive``'s tool-call
+    figures, cumulative: the latest checkpoint's holds all), so that its counters never go down when events
+    leave the table. Figures, not evidence: outside the MAC (the events themselves are in the archive files).
     """
 
     seq = models.BigIntegerField(_("last archived sequence number"), unique=True)
@@ -204,6 +208,7 @@ class AuditCheckpoint(models.Model):
     file_name = models.CharField(_("archive file"), max_length=1000)
     count = models.PositiveIntegerField(_("events archived"))
     mac = models.CharField(_("MAC"), max_length=80, default="")
+    tool_calls = models.JSONField(_("tool calls archived so far (metrics)"), null=True, blank=True)
 
     change_audit = NotConfiguration("written by archive_audit, which is itself recorded")
 

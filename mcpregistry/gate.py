@@ -371,24 +371,30 @@ def refuse_call(
     *, tool_name: str, args: Any, who: GateCall, reason: str, message: str, mcp_id: str | None = None
 ) -> ToolResult:
     """Refuse a model's call before it reaches a server: one masked audit event (the tool's name too: a model
-    may write anything there), a failed ToolResult."""
+    may write anything there), a failed ToolResult. Traced as any gate call: an ``execute_tool <tool>`` span with
+    the refusal's ``gate.attempt`` event and the outcome."""
     safe_args = mask_value(args if isinstance(args, dict) else {"_raw": args})
     tool_name = mask_text(tool_name)
-    if who.audit_sink is not None:
-        who.audit_sink.flush()
-    audit_event_record(
-        source=who.source,
-        run_id=who.run_id,
-        tool=tool_name,
-        call_id=who.call_id,
-        args=safe_args,
-        result=message,
-        ok=False,
-        reason=reason,
-        attempt=0,
-        actor=who.actor,
-        mcp_id=mcp_id or "",
-    )
+    with telemetry.gate_span(
+        mcp_id=mcp_id or "", tool=tool_name, source=who.source, run_id=who.run_id, call_id=who.call_id
+    ):
+        if who.audit_sink is not None:
+            who.audit_sink.flush()
+        audit_event_record(
+            source=who.source,
+            run_id=who.run_id,
+            tool=tool_name,
+            call_id=who.call_id,
+            args=safe_args,
+            result=message,
+            ok=False,
+            reason=reason,
+            attempt=0,
+            actor=who.actor,
+            mcp_id=mcp_id or "",
+        )
+        telemetry.gate_attempt(attempt=0, ok=False, reason=reason, latency_ms=None, action="tool.call")
+        telemetry.gate_outcome(ok=False, reason=reason, attempts=0, memo_hit=False, args=safe_args, value=None)
     return ToolResult(ok=False, error=reason, message=message, tool=tool_name, args=safe_args, mcp_id=mcp_id or "")
 
 
@@ -612,7 +618,8 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
         this.result.attempts = attempt
         if not breaker_admit(server.pk):
             reason, detail = "circuit:open", _("the server failed repeatedly and is paused; try again later")
-            this.audit(ok=False, reason=reason, result=detail, attempt=attempt, latency_ms=0.0)
+            # Never sent: no latency (as a refusal's), so that it is no observation of the server's latency.
+            this.audit(ok=False, reason=reason, result=detail, attempt=attempt, latency_ms=None)
             return None, reason, detail, maybe_done, reached
         started = clock.monotonic()
         retry_after: float | None = None
@@ -996,6 +1003,51 @@ def _mcp_read(
     unknown_message: str,
     fetch: Any,
 ) -> ToolResult:
+    """One gated read (``read_resource``, ``get_prompt``), in its span (``telemetry.gate_read_span``) with an event
+    per audited attempt or refusal and the outcome."""
+    secrets = server.secret_values()
+    with telemetry.gate_read_span(
+        method="resources/read" if action == "resource.read" else "prompts/get",
+        mcp_id=server.mcp_id,
+        target=mask_text(target, secrets=secrets) if known else None,
+        source=who.source,
+        run_id=who.run_id,
+        call_id=who.call_id,
+    ):
+        result = _mcp_read_gated(
+            server=server,
+            target=target,
+            args=args,
+            who=who,
+            action=action,
+            known=known,
+            unknown_reason=unknown_reason,
+            unknown_message=unknown_message,
+            fetch=fetch,
+        )
+        telemetry.gate_outcome(
+            ok=result.ok,
+            reason=result.error,
+            attempts=result.attempts,
+            memo_hit=False,
+            args=result.args,
+            value=result.value,
+        )
+        return result
+
+
+def _mcp_read_gated(
+    *,
+    server: McpServer,
+    target: str,
+    args: dict[str, Any],
+    who: GateCall,
+    action: str,
+    known: bool,
+    unknown_reason: str,
+    unknown_message: str,
+    fetch: Any,
+) -> ToolResult:
     this = _Call(server, target, args, who)
     try:
         if not server.enabled:
@@ -1008,7 +1060,7 @@ def _mcp_read(
         this.result.attempts = 1
         if not breaker_admit(server.pk):
             detail = _("the server failed repeatedly and is paused; try again later")
-            this.audit(ok=False, reason="circuit:open", result=detail, attempt=1, latency_ms=0.0, action=action)
+            this.audit(ok=False, reason="circuit:open", result=detail, attempt=1, latency_ms=None, action=action)
             this.result.error, this.result.message = "circuit:open", detail
             return this.finish()
         started = clock.monotonic()

@@ -167,3 +167,22 @@ def test_a_query_longer_than_any_caller_may_send_is_refused_whoever_submits_it(d
     with pytest.raises(CommandError, match="The query is longer than 10 characters"):
         call_command("run_query", "short-queries", "김하늘 님은 어느 팀 소속인가요?", "--inline")
     assert not Run.objects.exists()
+
+
+def test_run_query_prints_a_call_that_was_never_sent_without_a_latency(db) -> None:
+    """A refused call (here a tool the model invented) has no latency: run_query raised formatting None."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    script = [{"tool_calls": [{"name": "no_such_tool", "args": {}}]}, {"content": "끝"}]
+    make_agent(
+        slug="cli-refused",
+        servers=[bind_demo_server(mcp_id="refused-cli")],
+        provider="scripted",
+        script=script,
+        with_demo_rules=False,
+    )
+    out = StringIO()
+    call_command("run_query", "cli-refused", "아무거나", "--inline", stdout=out)
+    assert "no_such_tool ok=False tool:unknown —" in out.getvalue()

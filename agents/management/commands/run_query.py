@@ -131,7 +131,9 @@ class Command(BaseCommand):
                 )
         self.stdout.write(self.style.MIGRATE_HEADING(_("audit")))
         for call in calls:
+            # A call never sent (refused, a memo hit, the circuit open) has no latency.
+            latency = "—" if call["latency_ms"] is None else f"{call['latency_ms']:.1f} ms"
             self.stdout.write(
-                f"  [{call['source']}] {call['mcp_id']}.{call['name']} ok={call['ok']} {call['reason']} {call['latency_ms']:.1f} ms"
+                f"  [{call['source']}] {call['mcp_id']}.{call['name']} ok={call['ok']} {call['reason']} {latency}"
             )
         self.stdout.write(_("timings: %(timings)s") % {"timings": json.dumps(run.timings)})
