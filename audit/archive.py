@@ -9,6 +9,7 @@ import gzip
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,7 +174,13 @@ class ArchiveReport:
 
 
 def audit_events_archive(
-    *, older_than_days: int, output: Path | None = None, chunk_size: int = 2000, now: dt.datetime | None = None
+    *,
+    older_than_days: int,
+    output: Path | None = None,
+    chunk_size: int = 2000,
+    now: dt.datetime | None = None,
+    progress: Callable[[str], None] | None = None,
+    progress_every: int = 100_000,
 ) -> ArchiveReport:
     """Move the events older than ``older_than_days`` days out of the database into a gzip JSONL file.
 
@@ -184,10 +191,13 @@ def audit_events_archive(
     audit table allows (on PostgreSQL by ``SET LOCAL audit.allow_archive = 'on'``, which the append-only trigger
     reads and which ends with the transaction). Raises ``ApplicationError`` if the chain is broken, the file
     exists, or the table changed underneath; nothing is deleted then. ``count`` 0 means nothing was old enough.
+    ``progress`` is told each step and every ``progress_every`` events written (a long table takes minutes).
     """
+    tell = progress or (lambda _message: None)
     if older_than_days < 0:
         raise ApplicationError(_("--older-than-days must be 0 or more."), code="archive_days")
     cutoff = (now or timezone.now()) - dt.timedelta(days=older_than_days)
+    tell(_("chaining the events appended but not chained yet…"))
     audit_chain_catch_up()  # events committed but not chained yet (deferred chaining) are archived with the rest
     verifier = _archive_start(chain_keyring())
     first_seq = verifier.next_seq
@@ -207,11 +217,25 @@ def audit_events_archive(
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
+    tell(
+        _("checking and writing seq %(first)s to %(last)s to %(path)s…")
+        % {"first": first_seq, "last": last_seq, "path": path}
+    )
     try:
-        _archive_write(partial, verifier, name=path.name, last_seq=last_seq, chunk_size=chunk_size)
+        _archive_write(
+            partial,
+            verifier,
+            name=path.name,
+            last_seq=last_seq,
+            chunk_size=chunk_size,
+            written=lambda count: (
+                tell(_("%(count)s events written…") % {"count": f"{count:,}"}) if count % progress_every == 0 else None
+            ),
+        )
         os.replace(partial, path)
         _fsync_directory(path.parent)
         report.count, report.hash, report.path = verifier.count, verifier.last_hash, path
+        tell(_("recording the checkpoint and deleting %(count)s events…") % {"count": f"{report.count:,}"})
         _archive_commit(report)
     except BaseException:
         partial.unlink(missing_ok=True)
@@ -243,7 +267,15 @@ def _archive_start(keyring: ChainKeyring) -> ChainVerifier:
     )
 
 
-def _archive_write(partial: Path, verifier: ChainVerifier, *, name: str, last_seq: int, chunk_size: int) -> None:
+def _archive_write(
+    partial: Path,
+    verifier: ChainVerifier,
+    *,
+    name: str,
+    last_seq: int,
+    chunk_size: int,
+    written: Callable[[int], None],
+) -> None:
     with partial.open("wb") as raw, gzip.GzipFile(filename=name, fileobj=raw, mode="wb") as compressed:
         for event in _events_in_chain_order(chunk_size=chunk_size, up_to_seq=last_seq):
             problem = verifier.feed(event)
@@ -253,6 +285,7 @@ def _archive_write(partial: Path, verifier: ChainVerifier, *, name: str, last_se
                     code="audit_chain_broken",
                 )
             compressed.write(_event_line(event).encode("utf-8") + b"\n")
+            written(verifier.count)
         if verifier.last_seq != last_seq:
             raise ApplicationError(
                 _("The audit chain is broken, nothing was archived: seq %(seq)s missing — removed")

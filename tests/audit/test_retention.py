@@ -311,3 +311,24 @@ def test_archiving_on_postgres_gets_past_the_trigger_only_for_itself(
     archived = manage("verify_audit", "--archive", str(archive), database_url=postgres_url)
     assert archived.returncode == 0, archived.stderr
     assert archived.stdout.strip().splitlines()[-1].startswith(f"verified {outcome['archived']} archived events")
+
+
+def test_archive_audit_says_what_it_is_doing_as_it_goes(
+    old_and_new: tuple[list[AuditEvent], list[AuditEvent]], tmp_path: Path
+) -> None:
+    """On a production table archiving takes minutes: it said nothing until its last line."""
+    archive = tmp_path / "told.jsonl.gz"
+    out, err = io.StringIO(), io.StringIO()
+    call_command(
+        "archive_audit", "--older-than-days", "30", "--output", str(archive), "--progress-every", "3",
+        stdout=out, stderr=err,
+    )  # fmt: skip
+    told = [line.strip() for line in err.getvalue().splitlines()]
+    assert told == [
+        "chaining the events appended but not chained yet…",
+        f"checking and writing seq 1 to 8 to {archive}…",
+        "3 events written…",
+        "6 events written…",
+        "recording the checkpoint and deleting 8 events…",
+    ]
+    assert out.getvalue().startswith("archived 8 events")

@@ -32,10 +32,22 @@ class Command(BaseCommand):
                 "the archive file (default var/audit-archive/audit-<first seq>-<last seq>.jsonl.gz); never overwritten"
             ),
         )
+        parser.add_argument(
+            "--progress-every",
+            type=int,
+            default=100_000,
+            metavar="N",
+            help=_("print progress every N events (default 100000)"),
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            report = audit_events_archive(older_than_days=options["older_than_days"], output=options["output"])
+            report = audit_events_archive(
+                older_than_days=options["older_than_days"],
+                output=options["output"],
+                progress=lambda message: self.stderr.write("  " + message),
+                progress_every=max(1, options["progress_every"]),
+            )
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
         if report.count == 0:
