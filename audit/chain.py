@@ -42,7 +42,7 @@ import re
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -55,6 +55,7 @@ __all__ = [
     "ChainBreak",
     "ChainKeyring",
     "ChainVerifier",
+    "MacProblem",
     "SegmentEnd",
     "canonical_bytes",
     "event_check",
@@ -95,10 +96,36 @@ chaining). Events without one (inline, or written before nonces existed) hash ex
 
 BreakKind = Literal["altered", "removed", "inserted", "broken", "truncated", "replaced", "forged"]
 
+BreakReason = Literal[
+    "out_of_place", "missing", "unreadable", "hash_mismatch", "prev_hash", "mac", "anchor", "tail_short", "tail_hash"
+]
+"""Which of its kind's messages a :class:`ChainBreak` carries (a kind has several): with its ``details``, what
+another wording of the message needs (``audit.verification`` words it in the platform's language)."""
+
 MacPurpose = Literal["event", "head", "checkpoint", "anchor", "pending"]
 """What a MAC vouches for; each purpose is a separate domain, so a MAC of one kind never passes for another."""
 
 MIN_KEY_CHARS = 32
+
+
+class MacProblem(str):
+    """Why a MAC does not verify (:meth:`ChainKeyring.check`): the English text, a ``str``, with what another
+    wording of it needs: ``reason`` (``"missing"``, ``"unknown_key"``, ``"mismatch"``) and the MAC's ``key_id``."""
+
+    reason: str
+    key_id: str
+
+    def __new__(cls, text: str, *, reason: str, key_id: str = "") -> MacProblem:
+        problem = super().__new__(cls, text)
+        problem.reason, problem.key_id = reason, key_id
+        return problem
+
+    def __reduce__(self) -> Any:  # pickled as what it is (the attributes are not a str's)
+        return _mac_problem, (str(self), self.reason, self.key_id)
+
+
+def _mac_problem(text: str, reason: str, key_id: str) -> MacProblem:
+    return MacProblem(text, reason=reason, key_id=key_id)
 
 
 class ChainKeyring:
@@ -133,15 +160,17 @@ class ChainKeyring:
         """``<key id>:<hex HMAC-SHA256>`` of ``message`` for ``purpose``, with the signing (first) key."""
         return f"{self.signing_key_id}:{self._digest(self.signing_key_id, purpose, message)}"
 
-    def check(self, purpose: MacPurpose, message: str, mac: Any) -> str | None:
+    def check(self, purpose: MacPurpose, message: str, mac: Any) -> MacProblem | None:
         """None if ``mac`` is a valid MAC of ``message`` for ``purpose`` by one of the keys, else why not."""
         if not mac or not isinstance(mac, str):
-            return "no MAC"
+            return MacProblem("no MAC", reason="missing")
         key_id, _, digest = mac.partition(":")
         if key_id not in self._secrets:
-            return f"MAC by key {key_id}, which AUDIT_CHAIN_KEY does not hold"
+            return MacProblem(
+                f"MAC by key {key_id}, which AUDIT_CHAIN_KEY does not hold", reason="unknown_key", key_id=key_id
+            )
         if not hmac.compare_digest(digest, self._digest(key_id, purpose, message)):
-            return "MAC mismatch"
+            return MacProblem("MAC mismatch", reason="mismatch", key_id=key_id)
         return None
 
     def _digest(self, key_id: str, purpose: str, message: str) -> str:
@@ -393,12 +422,17 @@ def record_check(record: dict[str, Any], mac: Any, keyring: ChainKeyring | None,
 
 @dataclass(frozen=True)
 class ChainBreak:
-    """The first place a chain stops verifying, with a message that names the event."""
+    """The first place a chain stops verifying, with a message that names the event (in English). ``reason`` says
+    which of its kind's messages it is and ``details`` holds the values that message names besides ``seq`` and
+    ``event_id`` (see :meth:`ChainVerifier.feed` and :meth:`ChainVerifier.check_tail`), so that it can be worded
+    otherwise (``audit.verification``: in the platform's language); a break made elsewhere may have neither."""
 
     kind: BreakKind
     seq: int | None
     event_id: Any
     message: str
+    reason: BreakReason | None = None
+    details: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -446,8 +480,10 @@ class ChainVerifier:
     ) -> None:
         self.keyring = keyring if require_mac else None
         self.normalized = normalized
+        self.start_seq = start_seq
         self.next_seq = start_seq
         self.prev_hash = start_prev_hash
+        self.start_label_given = start_label  # "": the label is one of the two below
         self.start_label = start_label or (
             "the genesis hash" if start_seq == 1 else f"the checkpoint at seq {start_seq - 1}"
         )
@@ -477,17 +513,28 @@ class ChainVerifier:
                 seq,
                 event_id,
                 f"{_name(seq, event_id)}: out of place, the chain continues at seq {self.next_seq} — inserted",
+                "out_of_place",
+                next_seq=self.next_seq,
             )
         if seq > self.next_seq:
             missing = f"seq {self.next_seq}" if seq == self.next_seq + 1 else f"seq {self.next_seq} to {seq - 1}"
-            return self._stop("removed", self.next_seq, None, f"{missing} missing — removed")
+            return self._stop("removed", self.next_seq, None, f"{missing} missing — removed", "missing", last=seq - 1)
         if checked is None:
             checked = event_check(event, self.keyring, normalized=self.normalized)
         recomputed, unreadable, mac_why = checked
         if recomputed is None:
-            return self._stop("altered", seq, event_id, f"{_name(seq, event_id)}: unreadable ({unreadable}) — altered")
+            return self._stop(
+                "altered",
+                seq,
+                event_id,
+                f"{_name(seq, event_id)}: unreadable ({unreadable}) — altered",
+                "unreadable",
+                error=unreadable,
+            )
         if recomputed != event["hash"]:
-            return self._stop("altered", seq, event_id, f"{_name(seq, event_id)}: hash mismatch — altered")
+            return self._stop(
+                "altered", seq, event_id, f"{_name(seq, event_id)}: hash mismatch — altered", "hash_mismatch"
+            )
         if self.prev_hash is not None and event["prev_hash"] != self.prev_hash:
             before = self.start_label if self.count == 0 else f"the hash of seq {seq - 1}"
             return self._stop(
@@ -496,6 +543,11 @@ class ChainVerifier:
                 event_id,
                 f"{_name(seq, event_id)}: prev_hash is not {before} — chain broken "
                 f"(the event before it was replaced, or this one was altered and rehashed)",
+                "prev_hash",
+                # At the start: the start's label (given, or "" for the genesis hash or the checkpoint before it).
+                at_start=self.count == 0,
+                start_seq=self.start_seq,
+                start_label=self.start_label_given,
             )
         if self.keyring is not None and mac_why is not None:
             return self._stop(
@@ -503,11 +555,18 @@ class ChainVerifier:
                 seq,
                 event_id,
                 f"{_name(seq, event_id)}: {mac_why} — forged (written or rewritten without the chain key)",
+                "mac",
+                why=mac_why,
             )
         anchored = self.anchors.get(seq)
         if anchored is not None and anchored[0] != recomputed:
             return self._stop(
-                "replaced", seq, event_id, f"{_name(seq, event_id)}: hash differs from the {anchored[1]}'s — replaced"
+                "replaced",
+                seq,
+                event_id,
+                f"{_name(seq, event_id)}: hash differs from the {anchored[1]}'s — replaced",
+                "anchor",
+                label=anchored[1],
             )
         if self.count == 0:
             self.first_prev_hash = event["prev_hash"]
@@ -555,7 +614,15 @@ class ChainVerifier:
         if self.last_seq < head_seq:
             last = f"last event is {self.last_seq}" if self.count else f"no event after seq {self.last_seq}"
             return self._stop(
-                "truncated", self.last_seq + 1, None, f"tail truncated: {head_label} says seq {head_seq}, {last}"
+                "truncated",
+                self.last_seq + 1,
+                None,
+                f"tail truncated: {head_label} says seq {head_seq}, {last}",
+                "tail_short",
+                label=head_label,
+                head_seq=head_seq,
+                last_seq=self.last_seq,
+                any_event=bool(self.count),
             )
         if self.last_seq == head_seq and self.last_hash != head_hash:
             return self._stop(
@@ -563,11 +630,17 @@ class ChainVerifier:
                 self.last_seq,
                 self.last_id,
                 f"{_name(self.last_seq, self.last_id)}: hash differs from the {head_label}'s — replaced",
+                "tail_hash",
+                label=head_label,
             )
         return None
 
-    def _stop(self, kind: BreakKind, seq: int | None, event_id: Any, message: str) -> ChainBreak:
-        self.problem = ChainBreak(kind=kind, seq=seq, event_id=event_id, message=message)
+    def _stop(
+        self, kind: BreakKind, seq: int | None, event_id: Any, message: str, reason: BreakReason, **details: Any
+    ) -> ChainBreak:
+        self.problem = ChainBreak(
+            kind=kind, seq=seq, event_id=event_id, message=message, reason=reason, details=details
+        )
         return self.problem
 
 

@@ -23,8 +23,9 @@ from django.db.models import Count, Exists, OuterRef, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
-from audit.anchors import Anchor, AnchorSet, anchor_store, anchors_load
+from audit.anchors import Anchor, AnchorBucket, AnchorFile, AnchorSet, AnchorStore, anchor_store, anchors_load
 from audit.chain import (
     GENESIS_HASH,
     HASHED_FIELDS,
@@ -33,6 +34,7 @@ from audit.chain import (
     ChainKeyring,
     ChainVerifier,
     EventCheck,
+    MacProblem,
     SegmentEnd,
     checkpoint_message,
     head_message,
@@ -70,6 +72,110 @@ class ChainReport:
         return self.problem is None
 
 
+# --- words ---------------------------------------------------------------------------------------------------
+# Every text of a report (its problem, its notes) is worded here, in the active language of whoever verifies: the
+# breaks of the chain (audit/chain.py, which words them in English only) from their reason and details. Worker
+# processes word nothing: a segment that does not verify is verified again in the caller's process, which words
+# the problem. The English texts are the msgids, as they always were (the README quotes them).
+
+
+class _Label(str):
+    """A label the chain's verifier puts into its own (English) message: the English text, with the msgid and the
+    values that word it in the active language when the problem is worded (:func:`_label_words`)."""
+
+    msgid: str
+    values: dict[str, Any]
+
+
+def _label(msgid: str, **values: Any) -> _Label:
+    """``msgid`` (marked with ``gettext_noop``) with ``values``, as a label for :class:`audit.chain.ChainVerifier`."""
+    label = _Label(msgid % values)
+    label.msgid, label.values = msgid, values
+    return label
+
+
+def _label_words(label: Any) -> str:
+    """A label in the active language (one given as a plain text, by another caller of the chain, as it is)."""
+    if isinstance(label, _Label):
+        return _(label.msgid) % label.values
+    return str(label)
+
+
+def _event_words(seq: Any, event_id: Any) -> str:
+    if event_id is None:
+        return _("event seq %(seq)s") % {"seq": seq}
+    return _("event seq %(seq)s (id %(id)s)") % {"seq": seq, "id": event_id}
+
+
+def _mac_words(why: str) -> str:
+    """Why a MAC does not verify (:meth:`audit.chain.ChainKeyring.check`), in the active language."""
+    if not isinstance(why, MacProblem):
+        return why
+    if why.reason == "missing":
+        return _("no MAC")
+    if why.reason == "unknown_key":
+        return _("MAC by key %(key_id)s, which AUDIT_CHAIN_KEY does not hold") % {"key_id": why.key_id}
+    if why.reason == "mismatch":
+        return _("MAC mismatch")
+    return str(why)
+
+
+def chain_break_words(problem: ChainBreak) -> str:
+    """A break of the chain (:class:`audit.chain.ChainBreak`) in the active language: in English, its message word
+    for word. A break with no reason (made by its caller) is its message."""
+    details = problem.details
+    event = _event_words(problem.seq, problem.event_id)
+    match problem.reason:
+        case "out_of_place":
+            return _("%(event)s: out of place, the chain continues at seq %(seq)s — inserted") % {
+                "event": event, "seq": details["next_seq"]
+            }  # fmt: skip
+        case "missing" if details["last"] == problem.seq:
+            return _("seq %(seq)s missing — removed") % {"seq": problem.seq}
+        case "missing":
+            return _("seq %(first)s to %(last)s missing — removed") % {"first": problem.seq, "last": details["last"]}
+        case "unreadable":
+            return _("%(event)s: unreadable (%(error)s) — altered") % {"event": event, "error": details["error"]}
+        case "hash_mismatch":
+            return _("%(event)s: hash mismatch — altered") % {"event": event}
+        case "prev_hash":
+            return _(
+                "%(event)s: prev_hash is not %(before)s — chain broken (the event before it was replaced, or this "
+                "one was altered and rehashed)"
+            ) % {"event": event, "before": _start_words(problem)}
+        case "mac":
+            return _("%(event)s: %(why)s — forged (written or rewritten without the chain key)") % {
+                "event": event, "why": _mac_words(details["why"])
+            }  # fmt: skip
+        case "anchor" | "tail_hash":
+            return _("%(event)s: hash differs from the %(label)s's — replaced") % {
+                "event": event, "label": _label_words(details["label"])
+            }  # fmt: skip
+        case "tail_short":
+            values = {"label": _label_words(details["label"]), "seq": details["head_seq"], "last": details["last_seq"]}
+            if details["any_event"]:
+                return _("tail truncated: %(label)s says seq %(seq)s, last event is %(last)s") % values
+            return _("tail truncated: %(label)s says seq %(seq)s, no event after seq %(last)s") % values
+    return problem.message
+
+
+def _start_words(problem: ChainBreak) -> str:
+    """What a broken link should have been (a ``prev_hash`` break): the hash of the seq before, or at the start of
+    the verifier, its start's label, the genesis hash or the checkpoint before it."""
+    details = problem.details
+    if not details["at_start"]:
+        return _("the hash of seq %(seq)s") % {"seq": (problem.seq or 0) - 1}
+    if details["start_label"]:
+        return _label_words(details["start_label"])
+    if details["start_seq"] == 1:
+        return _("the genesis hash")
+    return _("the checkpoint at seq %(seq)s") % {"seq": details["start_seq"] - 1}
+
+
+def _archive_checkpoint_label(seq: int) -> _Label:
+    return _label(gettext_noop("the hash of the archive checkpoint at seq %(seq)s"), seq=seq)
+
+
 def _chain_start(
     keyring: ChainKeyring, report: ChainReport, *, archive_dir: Path | None, anchors: AnchorSet
 ) -> ChainVerifier | None:
@@ -81,24 +187,24 @@ def _chain_start(
     checkpoints = list(AuditCheckpoint.objects.order_by("seq"))
     replays = _archived_replay_candidates() if checkpoints else {}
     for checkpoint in checkpoints:
-        name = f"archive checkpoint seq {checkpoint.seq}"
         why = keyring.check(
             "checkpoint", checkpoint_message(checkpoint.seq, checkpoint.hash, checkpoint.count), checkpoint.mac
         )
         if why is not None:
-            report.problem = f"{name}: {why} — forged"
+            report.problem = _checkpoint_forged(checkpoint.seq, why)
             return None
         if checkpoint.count != checkpoint.seq - start_seq + 1:
-            report.problem = (
-                f"{name}: says {checkpoint.count} events archived, but follows seq {start_seq - 1}"
+            report.problem = _(
+                "archive checkpoint seq %(seq)s: says %(count)s events archived, but follows seq %(before)s"
                 " — a checkpoint before it was removed"
-            )
+            ) % {"seq": checkpoint.seq, "count": checkpoint.count, "before": start_seq - 1}
             return None
         path = _archive_file_of(checkpoint, archive_dir)
         if not path.exists():
-            report.problem = (
-                f"{name}: its archive file {path} is missing (pass --archive-dir where the archives are kept)"
-            )
+            report.problem = _(
+                "archive checkpoint seq %(seq)s: its archive file %(path)s is missing (pass --archive-dir where the "
+                "archives are kept)"
+            ) % {"seq": checkpoint.seq, "path": path}
             return None
         verifier = archive_file_verify(
             path,
@@ -112,20 +218,28 @@ def _chain_start(
         if report.problem:
             return None
         if (verifier.last_seq, verifier.last_hash) != (checkpoint.seq, checkpoint.hash):
-            report.problem = f"{name}: its archive file {path} ends elsewhere — replaced"
+            report.problem = _("archive checkpoint seq %(seq)s: its archive file %(path)s ends elsewhere — replaced") % {
+                "seq": checkpoint.seq, "path": path
+            }  # fmt: skip
             return None
         start_seq, start_hash = checkpoint.seq + 1, checkpoint.hash
     if not checkpoints:
         return ChainVerifier(keyring=keyring, normalized=True)
     latest = checkpoints[-1]
-    report.notes.append(f"starting after archive checkpoint seq {latest.seq} ({latest.file_name})")
+    report.notes.append(
+        _("starting after archive checkpoint seq %(seq)s (%(file)s)") % {"seq": latest.seq, "file": latest.file_name}
+    )
     return ChainVerifier(
         start_seq=start_seq,
         start_prev_hash=start_hash,
-        start_label=f"the hash of the archive checkpoint at seq {latest.seq}",
+        start_label=_archive_checkpoint_label(latest.seq),
         keyring=keyring,
         normalized=True,
     )
+
+
+def _checkpoint_forged(seq: int, why: str) -> str:
+    return _("archive checkpoint seq %(seq)s: %(why)s — forged") % {"seq": seq, "why": _mac_words(why)}
 
 
 def _archived_replay_candidates() -> dict[str, tuple[int, Any]]:
@@ -357,12 +471,14 @@ def _head_checked(keyring: ChainKeyring, report: ChainReport) -> tuple[int, str]
     """The head, if it is there and its MAC verifies; else None with ``report.problem`` set."""
     row = AuditChainHead.objects.filter(pk=_HEAD_ID).values_list("seq", "hash", "mac").first()
     if row is None:
-        report.problem = "chain head missing: the audit chain head row was removed"
+        report.problem = _("chain head missing: the audit chain head row was removed")
         return None
     seq, hash_hex, mac = int(row[0]), str(row[1]), row[2]
     why = keyring.check("head", head_message(seq, hash_hex), mac)
     if why is not None:
-        report.problem = f"chain head (seq {seq}): {why} — forged (moved without the chain key)"
+        report.problem = _("chain head (seq %(seq)s): %(why)s — forged (moved without the chain key)") % {
+            "seq": seq, "why": _mac_words(why)
+        }  # fmt: skip
         return None
     return seq, hash_hex
 
@@ -370,8 +486,10 @@ def _head_checked(keyring: ChainKeyring, report: ChainReport) -> tuple[int, str]
 def _inserted_after_head(head_seq: int) -> str:
     first = AuditEvent.objects.filter(seq__gt=head_seq).order_by("seq").values_list("seq", "id").first()
     if first is None:
-        return f"chain head says seq {head_seq}, behind the chain it vouches for — head rolled back"
-    return f"event seq {first[0]} (id {first[1]}): after the chain head (seq {head_seq}) — inserted"
+        return _("chain head says seq %(seq)s, behind the chain it vouches for — head rolled back") % {"seq": head_seq}
+    return _("%(event)s: after the chain head (seq %(seq)s) — inserted") % {
+        "event": _("event seq %(seq)s (id %(id)s)") % {"seq": first[0], "id": first[1]}, "seq": head_seq
+    }  # fmt: skip
 
 
 def audit_chain_verify(
@@ -416,7 +534,8 @@ def audit_chain_verify(
     report, archived_meanwhile = _chain_verify(**options)
     if archived_meanwhile:
         report.notes.append(
-            f"archive_audit committed while verifying, {_ARCHIVE_RACE_RETRIES + 1} times: verify again once it is done"
+            _("archive_audit committed while verifying, %(times)s times: verify again once it is done")
+            % {"times": _ARCHIVE_RACE_RETRIES + 1}
         )
     return report
 
@@ -442,11 +561,12 @@ def _chain_verify(
     it ran (nothing verified from the start, and a checkpoint now covers the start)."""
     report = ChainReport()
     keyring = chain_keyring()
-    anchors = anchors_load(anchor_store(), keyring)
+    store = anchor_store()
+    anchors = anchors_load(store, keyring)
     if anchors.problem:
         report.problem = anchors.problem
         return report, False
-    report.notes.append(_anchors_note(anchors))
+    report.notes.append(_anchors_note(anchors, store))
     head = _head_checked(keyring, report)
     if head is None:
         return report, False
@@ -454,10 +574,10 @@ def _chain_verify(
     if verifier is None:
         return report, False
     start_seq = verifier.next_seq
-    verifier.anchor(seq=head[0], hash_hex=head[1], label="chain head")
+    verifier.anchor(seq=head[0], hash_hex=head[1], label=_label(gettext_noop("chain head")))
     for seq, anchor in anchors.by_seq.items():
         if seq >= verifier.next_seq:
-            verifier.anchor(seq=seq, hash_hex=anchor.hash, label=anchors.label(anchor))
+            verifier.anchor(seq=seq, hash_hex=anchor.hash, label=_anchor_label(anchor))
     signed = _checkpoint_file_read(checkpoint_file, report) if checkpoint_file else None
     if report.problem:
         return report, False
@@ -479,9 +599,12 @@ def _chain_verify(
                 chunk_size=chunk_size,
                 workers=0,
             )
-            again.notes.append("the worker processes did not verify every segment: verified again in this one")
+            again.notes.append(_("the worker processes did not verify every segment: verified again in this one"))
             return again, False
-        report.notes.append(f"events verified in {workers} worker processes, in {len(segments)} segments")
+        report.notes.append(
+            _("events verified in %(workers)s worker processes, in %(segments)s segments")
+            % {"workers": workers, "segments": len(segments)}
+        )
     else:
         with contextlib.closing(_events_checked(chunk_size=chunk_size, as_hashed=True)) as events:
             for event, checked in events:
@@ -498,12 +621,17 @@ def _chain_verify(
     if report.problem is not None and verifier.count == 0 and _archived_since(start_seq):
         return report, True  # no event at all after the start: the whole table archived while this ran
     if report.problem is None and anchors.latest is not None and anchors.latest.seq > verifier.last_seq:
-        last = f"last event is {verifier.last_seq}" if verifier.count else f"no event after seq {verifier.last_seq}"
-        report.problem = f"tail truncated: the {anchors.label(anchors.latest)} says seq {anchors.latest.seq}, {last}"
+        values = {"at": anchors.latest.at, "seq": anchors.latest.seq, "last": verifier.last_seq}
+        if verifier.count:
+            report.problem = _("tail truncated: the anchor of %(at)s says seq %(seq)s, last event is %(last)s") % values
+        else:
+            report.problem = (
+                _("tail truncated: the anchor of %(at)s says seq %(seq)s, no event after seq %(last)s") % values
+            )
     if report.problem is None and signed is not None and signed[0] > verifier.last_seq:
-        report.problem = (
-            f"tail truncated: signed checkpoint file says seq {signed[0]}, last event is {verifier.last_seq}"
-        )
+        report.problem = _("tail truncated: signed checkpoint file says seq %(seq)s, last event is %(last)s") % {
+            "seq": signed[0], "last": verifier.last_seq
+        }  # fmt: skip
     if report.problem is None:
         report.problem = _nonce_problem()
     if report.problem is None:
@@ -554,34 +682,41 @@ def _pending_problem(keyring: ChainKeyring, report: ChainReport, *, chunk_size: 
     values = rows.values(*plain, "chained", "args_json", "result_json").iterator(chunk_size=chunk_size)
     for row in _with_json_values(values):
         nonce = row.pop("nonce") or None
+        why: str | None
         try:
             why = keyring.check(
                 "pending", pending_hash({**row, "seq": None, "prev_hash": None, "nonce": nonce}), row["mac"]
             )
         except (KeyError, TypeError, ValueError) as exc:
-            why = f"unreadable content ({exc})"
+            why = _("unreadable content (%(error)s)") % {"error": exc}
+        else:
+            why = _mac_words(why) if why is not None else None
         if why is None and nonce is None:
-            why = "no nonce"
+            why = _("no nonce")
         if why is not None:
-            return f"pending event id {row['id']}: {why} — forged (written or rewritten without the chain key)"
+            return _("pending event id %(id)s: %(why)s — forged (written or rewritten without the chain key)") % {
+                "id": row["id"], "why": why
+            }  # fmt: skip
         if row["chained"]:
             event = AuditEvent.objects.filter(nonce=nonce).order_by("seq").values_list("seq", "id").first()
-            return (
-                f"pending event id {row['id']}: the nonce of event seq {event and event[0]} (id {event and event[1]})"
-                " — replayed"
+            return _(
+                "pending event id %(id)s: the nonce of event seq %(seq)s (id %(event_id)s) — replayed"
                 " (a copy of its pending row put back; never chained)"
-            )
+            ) % {"id": row["id"], "seq": event and event[0], "event_id": event and event[1]}
         if nonce in seen:
-            return (
-                f"pending event id {row['id']}: the nonce of pending event id {seen[nonce]} — replayed"
+            return _(
+                "pending event id %(id)s: the nonce of pending event id %(other)s — replayed"
                 " (a copy of a pending row; never chained)"
-            )
+            ) % {"id": row["id"], "other": seen[nonce]}
         seen[nonce] = row["id"]
         count += 1
         oldest = row["created_at"] if oldest is None else min(oldest, row["created_at"])
     if count:
         age = (timezone.now() - oldest).total_seconds() if oldest is not None else 0.0
-        report.notes.append(f"{count} events appended but not chained yet (chain lag), the oldest {age:.1f} s old")
+        report.notes.append(
+            _("%(count)s events appended but not chained yet (chain lag), the oldest %(age).1f s old")
+            % {"count": count, "age": age}
+        )
     return None
 
 
@@ -602,24 +737,38 @@ def _nonce_problem() -> str | None:
     (first_seq, _first_id), (seq, event_id) = (
         AuditEvent.objects.filter(nonce=twice).order_by("seq").values_list("seq", "id")[:2]
     )
-    return (
-        f"event seq {seq} (id {event_id}): the nonce of event seq {first_seq} — replayed"
+    return _(
+        "event seq %(seq)s (id %(id)s): the nonce of event seq %(first)s — replayed"
         " (a copy of its pending row chained again)"
-    )
+    ) % {"seq": seq, "id": event_id, "first": first_seq}
 
 
-def _anchors_note(anchors: AnchorSet) -> str:
+def _anchors_note(anchors: AnchorSet, store: AnchorStore) -> str:
     """What the anchors say, in the active language (the admin's *Verify chain* shows it)."""
+    where = _store_words(store)
     if anchors.latest is None:
-        return _("no anchors yet in %(where)s: run audit_anchor (the workers do, on a timer)") % {
-            "where": anchors.description
-        }
+        return _("no anchors yet in %(where)s: run audit_anchor (the workers do, on a timer)") % {"where": where}
     return _("%(count)s anchors in %(where)s, the latest at seq %(seq)s (%(at)s)") % {
         "count": anchors.count,
-        "where": anchors.description,
+        "where": where,
         "seq": anchors.latest.seq,
         "at": anchors.latest.at,
     }
+
+
+def _anchor_label(anchor: Anchor) -> _Label:
+    """An anchor's label in a chain's break: ``AnchorSet.label``'s text."""
+    return _label(gettext_noop("anchor of %(at)s"), at=anchor.at)
+
+
+def _store_words(store: AnchorStore) -> str:
+    """Where the anchors are kept (``AnchorFile.description``, ``AnchorBucket.description``), in the active
+    language."""
+    if isinstance(store, AnchorFile):
+        return _("anchor file %(path)s") % {"path": store.path}
+    if isinstance(store, AnchorBucket):
+        return _("anchor bucket s3://%(bucket)s/%(prefix)s") % {"bucket": store.bucket, "prefix": store.prefix}
+    return store.description
 
 
 def _classify(problem: ChainBreak, head: tuple[int, str]) -> str:
@@ -628,31 +777,34 @@ def _classify(problem: ChainBreak, head: tuple[int, str]) -> str:
         now = _head_now()
         if now is None or problem.seq > now[0]:
             return _inserted_after_head(head[0] if now is None else now[0])
-    return problem.message
+    return chain_break_words(problem)
 
 
 def _tail_problem(verifier: ChainVerifier, head: tuple[int, str]) -> str | None:
     if verifier.last_seq <= head[0]:
-        tail = verifier.check_tail(head_seq=head[0], head_hash=head[1], head_label="head")
-        return tail.message if tail else None
+        tail = verifier.check_tail(head_seq=head[0], head_hash=head[1], head_label=_label(gettext_noop("head")))
+        return chain_break_words(tail) if tail else None
     now = _head_now()  # the chain goes on past the head read at the start: appended since, or forged?
     if now is None or verifier.last_seq > now[0]:
         return _inserted_after_head(head[0] if now is None else now[0])
     if verifier.last_seq == now[0] and verifier.last_hash != now[1]:
-        return f"event seq {verifier.last_seq} (id {verifier.last_id}): hash differs from the chain head's — replaced"
+        return _("%(event)s: hash differs from the %(label)s's — replaced") % {
+            "event": _("event seq %(seq)s (id %(id)s)") % {"seq": verifier.last_seq, "id": verifier.last_id},
+            "label": _("chain head"),
+        }
     return None
 
 
 def _checkpoint_file_read(path: Path, report: ChainReport) -> tuple[int, str] | None:
     if not path.exists():
-        report.notes.append(f"checkpoint file {path} does not exist yet: it will be written")
+        report.notes.append(_("checkpoint file %(path)s does not exist yet: it will be written") % {"path": path})
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         signed_text = _checkpoint_file_payload(seq=data["seq"], hash_hex=data["hash"], at=data["verified_at"])
         signing.Signer(salt=_CHECKPOINT_FILE_SALT).unsign(f"{signed_text}:{data['signature']}")
     except (OSError, ValueError, KeyError, TypeError, signing.BadSignature):
-        report.problem = f"checkpoint file {path}: unreadable or bad signature — forged or altered"
+        report.problem = _("checkpoint file %(path)s: unreadable or bad signature — forged or altered") % {"path": path}
         return None
     return int(data["seq"]), str(data["hash"])
 
@@ -661,11 +813,15 @@ def _anchor_signed_checkpoint(verifier: ChainVerifier, signed: tuple[int, str], 
     seq, hash_hex = signed
     archived_up_to = verifier.next_seq - 1
     if seq > archived_up_to:
-        verifier.anchor(seq=seq, hash_hex=hash_hex, label="signed checkpoint file")
+        verifier.anchor(seq=seq, hash_hex=hash_hex, label=_label(gettext_noop("signed checkpoint file")))
     elif seq == archived_up_to and hash_hex != verifier.prev_hash:
-        report.problem = f"archive checkpoint seq {seq}: hash differs from the signed checkpoint file's — replaced"
+        report.problem = _(
+            "archive checkpoint seq %(seq)s: hash differs from the signed checkpoint file's — replaced"
+        ) % {"seq": seq}
     elif seq < archived_up_to:
-        report.notes.append(f"signed checkpoint file's seq {seq} is archived: check it with --archive")
+        report.notes.append(
+            _("signed checkpoint file's seq %(seq)s is archived: check it with --archive") % {"seq": seq}
+        )
 
 
 def _checkpoint_file_payload(*, seq: int, hash_hex: str, at: str) -> str:
@@ -719,7 +875,7 @@ def _recorded_checkpoints(keyring: ChainKeyring, report: ChainReport) -> dict[in
     for seq, hash_hex, count, mac in AuditCheckpoint.objects.order_by("seq").values_list("seq", "hash", "count", "mac"):
         why = keyring.check("checkpoint", checkpoint_message(seq, hash_hex, count), mac)
         if why is not None:
-            report.problem = f"archive checkpoint seq {seq}: {why} — forged"
+            report.problem = _checkpoint_forged(seq, why)
             return recorded
         recorded[seq] = hash_hex
     return recorded
@@ -742,7 +898,7 @@ def archive_file_verify(
     try:
         verifier = _archive_file_walk(path, start, recorded, report, keyring, anchors, replays or {})
     except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as exc:
-        report.problem = f"archive {path}: unreadable ({exc})"
+        report.problem = _("archive %(path)s: unreadable (%(error)s)") % {"path": path, "error": exc}
         return ChainVerifier()
     return verifier
 
@@ -763,16 +919,23 @@ def _archive_file_walk(
             try:
                 line = json.loads(text)
             except ValueError:
-                report.problem = f"archive {path} line {number}: not JSON — altered"
+                report.problem = _("archive %(path)s line %(line)s: not JSON — altered") % {
+                    "path": path,
+                    "line": number,
+                }
                 break
             if checkpoint is not None:
-                report.problem = f"archive {path} line {number}: after the checkpoint line — inserted"
+                report.problem = _("archive %(path)s line %(line)s: after the checkpoint line — inserted") % {
+                    "path": path, "line": number
+                }  # fmt: skip
                 break
             if isinstance(line, dict) and "checkpoint" in line:
                 checkpoint = line["checkpoint"]
                 continue
             if not isinstance(line, dict) or "seq" not in line:
-                report.problem = f"archive {path} line {number}: not an event — altered"
+                report.problem = _("archive %(path)s line %(line)s: not an event — altered") % {
+                    "path": path, "line": number
+                }  # fmt: skip
                 break
             if verifier is None:
                 verifier = _archive_verifier(path, line, start, recorded, report, keyring)
@@ -780,43 +943,55 @@ def _archive_file_walk(
                     break
                 for seq, anchor in anchors.items():
                     if seq >= verifier.next_seq:
-                        verifier.anchor(seq=seq, hash_hex=anchor.hash, label=f"anchor of {anchor.at}")
+                        verifier.anchor(seq=seq, hash_hex=anchor.hash, label=_anchor_label(anchor))
             if ("mac" in line) != (verifier.keyring is not None):
-                report.problem = f"archive {path} line {number}: MACs on some lines and not on others — altered"
+                report.problem = _("archive %(path)s line %(line)s: MACs on some lines and not on others — altered") % {
+                    "path": path, "line": number
+                }  # fmt: skip
                 break
             problem = verifier.feed(line)
             if problem is not None:
-                report.problem = f"archive {path}: {problem.message}"
+                report.problem = _archive_problem(path, chain_break_words(problem))
                 break
             copy = replays.get(line["nonce"]) if replays and isinstance(line.get("nonce"), str) else None
             if copy is not None:
-                report.problem = (
-                    f"event seq {copy[0]} (id {copy[1]}): the nonce of archived event seq {line['seq']} ({path})"
+                report.problem = _(
+                    "event seq %(seq)s (id %(id)s): the nonce of archived event seq %(archived)s (%(path)s)"
                     " — replayed (a copy of its pending row chained again)"
-                )
+                ) % {"seq": copy[0], "id": copy[1], "archived": line["seq"], "path": path}
                 break
     if report.problem:
         return verifier or ChainVerifier()
     if verifier is None:
-        report.problem = f"archive {path}: no events"
+        report.problem = _("archive %(path)s: no events") % {"path": path}
         return ChainVerifier()
     if not isinstance(checkpoint, dict):
-        report.problem = f"archive {path}: no checkpoint line — truncated"
+        report.problem = _("archive %(path)s: no checkpoint line — truncated") % {"path": path}
         return verifier
     tail = verifier.check_tail(
-        head_seq=checkpoint.get("seq", -1), head_hash=checkpoint.get("hash"), head_label="checkpoint"
+        head_seq=checkpoint.get("seq", -1),
+        head_hash=checkpoint.get("hash"),
+        head_label=_label(gettext_noop("checkpoint")),
     )
-    if tail is None and verifier.last_seq != checkpoint.get("seq"):
-        tail = ChainBreak("inserted", verifier.last_seq, verifier.last_id, "events after the checkpoint — inserted")
     if tail is not None:
-        report.problem = f"archive {path}: {tail.message}"
+        report.problem = _archive_problem(path, chain_break_words(tail))
+    elif verifier.last_seq != checkpoint.get("seq"):
+        report.problem = _archive_problem(path, _("events after the checkpoint — inserted"))
     elif verifier.last_seq in recorded and recorded[verifier.last_seq] != verifier.last_hash:
-        report.problem = f"archive {path}: checkpoint seq {verifier.last_seq} differs from the database's — replaced"
+        report.problem = _("archive %(path)s: checkpoint seq %(seq)s differs from the database's — replaced") % {
+            "path": path, "seq": verifier.last_seq
+        }  # fmt: skip
     first = verifier.last_seq - verifier.count + 1
     report.notes.append(
-        f"archive {path}: verified {verifier.count} events (seq {first} to {verifier.last_seq}), checkpoint {verifier.last_hash}"
+        _("archive %(path)s: verified %(count)s events (seq %(first)s to %(last)s), checkpoint %(hash)s")
+        % {"path": path, "count": verifier.count, "first": first, "last": verifier.last_seq, "hash": verifier.last_hash}
     )
     return verifier
+
+
+def _archive_problem(path: Path, problem: str) -> str:
+    """A problem of the chain in an archive file, named after the file."""
+    return _("archive %(path)s: %(problem)s") % {"path": path, "problem": problem}
 
 
 def _archive_verifier(
@@ -833,12 +1008,13 @@ def _archive_verifier(
     with_macs = "mac" in first
     if not with_macs:
         report.notes.append(
-            f"archive {path}: written before events carried a MAC; authenticated only by the database's checkpoint"
+            _("archive %(path)s: written before events carried a MAC; authenticated only by the database's checkpoint")
+            % {"path": path}
         )
     options: dict[str, Any] = {"keyring": keyring, "require_mac": with_macs}
     if start is not None:
         seq, prev_hash = start
-        label = "the previous file's checkpoint" if seq > 1 else ""
+        label = _label(gettext_noop("the previous file's checkpoint")) if seq > 1 else ""
         return ChainVerifier(start_seq=seq, start_prev_hash=prev_hash, start_label=label, **options)
     seq = first["seq"]
     if isinstance(seq, int) and seq > 1:
@@ -847,11 +1023,15 @@ def _archive_verifier(
             return ChainVerifier(
                 start_seq=seq,
                 start_prev_hash=before,
-                start_label=f"the hash of the archive checkpoint at seq {seq - 1}",
+                start_label=_archive_checkpoint_label(seq - 1),
                 **options,
             )
         report.notes.append(
-            f"archive {path} starts at seq {seq}: its link to seq {seq - 1} is not checked (pass the earlier archive first)"
+            _(
+                "archive %(path)s starts at seq %(seq)s: its link to seq %(before)s is not checked (pass the earlier "
+                "archive first)"
+            )
+            % {"path": path, "seq": seq, "before": seq - 1}
         )
         return ChainVerifier(start_seq=seq, start_prev_hash=str(first.get("prev_hash")), **options)
     return ChainVerifier(start_prev_hash=GENESIS_HASH, **options)
