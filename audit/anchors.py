@@ -35,7 +35,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
-from audit.chain import GENESIS_HASH, ChainKeyring, anchor_message, checkpoint_message, head_message
+from audit.chain import GENESIS_HASH, ChainKeyring, MacProblem, anchor_message, checkpoint_message, head_message
 from audit.chain_keys import chain_keyring
 from audit.models import AuditChainHead, AuditCheckpoint, AuditEvent
 
@@ -82,13 +82,26 @@ class AnchorStore(Protocol):
         ...
 
 
+def mac_words(why: str) -> str:
+    """Why a MAC does not verify (:meth:`audit.chain.ChainKeyring.check`), in the active language."""
+    if not isinstance(why, MacProblem):
+        return why
+    if why.reason == "missing":
+        return _("no MAC")
+    if why.reason == "unknown_key":
+        return _("MAC by key %(key_id)s, which AUDIT_CHAIN_KEY does not hold") % {"key_id": why.key_id}
+    if why.reason == "mismatch":
+        return _("MAC mismatch")
+    return str(why)
+
+
 def _anchor_from(value: Any, where: str) -> Anchor:
     try:
         anchor = Anchor(seq=value["seq"], hash=value["hash"], at=value["at"], mac=value["mac"])
     except (KeyError, TypeError) as exc:
-        raise AnchorUnreadable(f"{where}: not an anchor") from exc
+        raise AnchorUnreadable(_("%(where)s: not an anchor") % {"where": where}) from exc
     if not isinstance(anchor.seq, int) or not all(isinstance(v, str) for v in (anchor.hash, anchor.at, anchor.mac)):
-        raise AnchorUnreadable(f"{where}: not an anchor")
+        raise AnchorUnreadable(_("%(where)s: not an anchor") % {"where": where})
     return anchor
 
 
@@ -97,7 +110,7 @@ class AnchorFile:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.description = f"anchor file {self.path}"
+        self.description = _("anchor file %(path)s") % {"path": self.path}
 
     def append(self, anchor: Anchor) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -114,14 +127,16 @@ class AnchorFile:
         try:
             with self.path.open(encoding="utf-8") as lines:
                 for number, text in enumerate(lines, start=1):
-                    where = f"{self.description} line {number}"
+                    where = _("%(store)s line %(line)s") % {"store": self.description, "line": number}
                     try:
                         value = json.loads(text)
                     except ValueError as exc:
-                        raise AnchorUnreadable(f"{where}: not JSON") from exc
+                        raise AnchorUnreadable(_("%(where)s: not JSON") % {"where": where}) from exc
                     yield _anchor_from(value, where)
         except (OSError, UnicodeDecodeError) as exc:
-            raise AnchorUnreadable(f"{self.description}: unreadable ({exc})") from exc
+            raise AnchorUnreadable(
+                _("%(store)s: unreadable (%(error)s)") % {"store": self.description, "error": exc}
+            ) from exc
 
 
 _KEY = re.compile(
@@ -136,7 +151,7 @@ class AnchorBucket:
     def __init__(self, *, client: Any, bucket: str, prefix: str, lock_mode: str, retention_days: int) -> None:
         self.client, self.bucket, self.prefix = client, bucket, prefix
         self.lock_mode, self.retention_days = lock_mode, retention_days
-        self.description = f"anchor bucket s3://{bucket}/{prefix}"
+        self.description = _("anchor bucket s3://%(bucket)s/%(prefix)s") % {"bucket": bucket, "prefix": prefix}
 
     def key(self, anchor: Anchor) -> str:
         stamp = dt.datetime.fromisoformat(anchor.at).astimezone(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
@@ -166,12 +181,16 @@ class AnchorBucket:
                 for entry in page.get("Contents", []):
                     yield self._anchor_of(entry["Key"])
         except (BotoCoreError, ClientError) as exc:
-            raise AnchorUnreadable(f"{self.description}: unreadable ({exc})") from exc
+            raise AnchorUnreadable(
+                _("%(store)s: unreadable (%(error)s)") % {"store": self.description, "error": exc}
+            ) from exc
 
     def _anchor_of(self, key: str) -> Anchor:
         found = _KEY.fullmatch(key[len(self.prefix) :]) if key.startswith(self.prefix) else None
         if found is None:
-            raise AnchorUnreadable(f"{self.description}: object {key} is not an anchor")
+            raise AnchorUnreadable(
+                _("%(store)s: object %(key)s is not an anchor") % {"store": self.description, "key": key}
+            )
         at = dt.datetime.strptime(found["stamp"], "%Y%m%dT%H%M%S%fZ").replace(tzinfo=dt.UTC)
         return Anchor(
             seq=int(found["seq"]),
@@ -286,21 +305,24 @@ def anchors_load(store: AnchorStore, keyring: ChainKeyring) -> AnchorSet:
         for anchor in store.read():
             why = keyring.check("anchor", anchor_message(anchor.seq, anchor.hash, anchor.at), anchor.mac)
             if why is not None:
-                anchors.problem = (
-                    f"{store.description}: the anchor of {anchor.at} (seq {anchor.seq}) has {why} — forged"
-                )
+                anchors.problem = _("%(store)s: the anchor of %(at)s (seq %(seq)s) has %(why)s — forged") % {
+                    "store": store.description,
+                    "at": anchor.at,
+                    "seq": anchor.seq,
+                    "why": mac_words(why),
+                }
                 return anchors
             same = anchors.by_seq.get(anchor.seq)
             if same is not None and same.hash != anchor.hash:
-                anchors.problem = (
-                    f"{store.description}: the anchors of {same.at} and {anchor.at} disagree on seq {anchor.seq}"
-                    " — the chain was rewritten between them"
-                )
+                anchors.problem = _(
+                    "%(store)s: the anchors of %(first)s and %(second)s disagree on seq %(seq)s — the chain was "
+                    "rewritten between them"
+                ) % {"store": store.description, "first": same.at, "second": anchor.at, "seq": anchor.seq}
                 return anchors
             anchors.by_seq.setdefault(anchor.seq, anchor)
             anchors.count += 1
             if anchors.latest is None or anchor.seq > anchors.latest.seq:
                 anchors.latest = anchor
     except AnchorUnreadable as exc:
-        anchors.problem = f"{exc} — altered"
+        anchors.problem = _("%(problem)s — altered") % {"problem": exc}
     return anchors

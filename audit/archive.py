@@ -26,7 +26,7 @@ from audit.chain import ChainKeyring, ChainVerifier, checkpoint_message
 from audit.chain_keys import chain_keyring
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.services import audit_chain_catch_up
-from audit.verification import _events_in_chain_order
+from audit.verification import _events_in_chain_order, chain_break_words
 
 logger = logging.getLogger(__name__)
 
@@ -281,7 +281,8 @@ def _archive_write(
             problem = verifier.feed(event)
             if problem is not None:
                 raise ApplicationError(
-                    _("The audit chain is broken, nothing was archived: %(problem)s") % {"problem": problem.message},
+                    _("The audit chain is broken, nothing was archived: %(problem)s")
+                    % {"problem": chain_break_words(problem)},
                     code="audit_chain_broken",
                 )
             compressed.write(_event_line(event).encode("utf-8") + b"\n")

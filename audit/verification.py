@@ -25,7 +25,16 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from audit.anchors import Anchor, AnchorBucket, AnchorFile, AnchorSet, AnchorStore, anchor_store, anchors_load
+from audit.anchors import (
+    Anchor,
+    AnchorBucket,
+    AnchorFile,
+    AnchorSet,
+    AnchorStore,
+    anchor_store,
+    anchors_load,
+    mac_words,
+)
 from audit.chain import (
     GENESIS_HASH,
     HASHED_FIELDS,
@@ -34,7 +43,6 @@ from audit.chain import (
     ChainKeyring,
     ChainVerifier,
     EventCheck,
-    MacProblem,
     SegmentEnd,
     checkpoint_message,
     head_message,
@@ -107,19 +115,6 @@ def _event_words(seq: Any, event_id: Any) -> str:
     return _("event seq %(seq)s (id %(id)s)") % {"seq": seq, "id": event_id}
 
 
-def _mac_words(why: str) -> str:
-    """Why a MAC does not verify (:meth:`audit.chain.ChainKeyring.check`), in the active language."""
-    if not isinstance(why, MacProblem):
-        return why
-    if why.reason == "missing":
-        return _("no MAC")
-    if why.reason == "unknown_key":
-        return _("MAC by key %(key_id)s, which AUDIT_CHAIN_KEY does not hold") % {"key_id": why.key_id}
-    if why.reason == "mismatch":
-        return _("MAC mismatch")
-    return str(why)
-
-
 def chain_break_words(problem: ChainBreak) -> str:
     """A break of the chain (:class:`audit.chain.ChainBreak`) in the active language: in English, its message word
     for word. A break with no reason (made by its caller) is its message."""
@@ -145,7 +140,7 @@ def chain_break_words(problem: ChainBreak) -> str:
             ) % {"event": event, "before": _start_words(problem)}
         case "mac":
             return _("%(event)s: %(why)s — forged (written or rewritten without the chain key)") % {
-                "event": event, "why": _mac_words(details["why"])
+                "event": event, "why": mac_words(details["why"])
             }  # fmt: skip
         case "anchor" | "tail_hash":
             return _("%(event)s: hash differs from the %(label)s's — replaced") % {
@@ -239,7 +234,7 @@ def _chain_start(
 
 
 def _checkpoint_forged(seq: int, why: str) -> str:
-    return _("archive checkpoint seq %(seq)s: %(why)s — forged") % {"seq": seq, "why": _mac_words(why)}
+    return _("archive checkpoint seq %(seq)s: %(why)s — forged") % {"seq": seq, "why": mac_words(why)}
 
 
 def _archived_replay_candidates() -> dict[str, tuple[int, Any]]:
@@ -477,7 +472,7 @@ def _head_checked(keyring: ChainKeyring, report: ChainReport) -> tuple[int, str]
     why = keyring.check("head", head_message(seq, hash_hex), mac)
     if why is not None:
         report.problem = _("chain head (seq %(seq)s): %(why)s — forged (moved without the chain key)") % {
-            "seq": seq, "why": _mac_words(why)
+            "seq": seq, "why": mac_words(why)
         }  # fmt: skip
         return None
     return seq, hash_hex
@@ -690,7 +685,7 @@ def _pending_problem(keyring: ChainKeyring, report: ChainReport, *, chunk_size: 
         except (KeyError, TypeError, ValueError) as exc:
             why = _("unreadable content (%(error)s)") % {"error": exc}
         else:
-            why = _mac_words(why) if why is not None else None
+            why = mac_words(why) if why is not None else None
         if why is None and nonce is None:
             why = _("no nonce")
         if why is not None:

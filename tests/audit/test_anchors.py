@@ -310,3 +310,16 @@ def test_an_unreachable_bucket_fails_verification_rather_than_skipping_the_ancho
 
     assert anchors.problem is not None
     assert anchors.problem.startswith("anchor bucket s3://audit-anchors/prod/: unreadable (")
+
+
+def test_an_anchor_problem_is_said_in_the_readers_language(anchor_file: Path) -> None:
+    """The anchors' problems were English in a Korean installation (its note read "anchor file … 의 앵커 1개")."""
+    from django.utils import translation
+
+    record(1)
+    anchor_command()
+    with anchor_file.open("a") as out:
+        out.write("not json\n")
+    with translation.override("ko"):
+        said = verify()
+    assert said == f"FAILED: 앵커 파일 {anchor_file} 2행: JSON이 아님 — 변조됨"
