@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from typing import Any
 
@@ -38,8 +40,9 @@ def refuse_unless_empty() -> None:
 def setup_django(*, keep_database_url: bool = False) -> str:
     """Point the settings at a fresh temporary folder, migrate, and return the folder. With
     ``keep_database_url``, the database ``DATABASE_URL`` names is used only if it holds no audit event and no run
-    (``refuse_unless_empty``)."""
+    (``refuse_unless_empty``). The folder is removed when the process exits."""
     workdir = tempfile.mkdtemp(prefix="bench-")
+    atexit.register(shutil.rmtree, workdir, ignore_errors=True)
     os.environ["PLATFORM_VAR_DIR"] = workdir
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agent_platform.settings")
     # Benchmarks stand in for a model with the scripted provider (a fixed latency per turn).

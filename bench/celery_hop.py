@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -113,6 +114,7 @@ def main() -> None:
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-celery-hop-"))
     with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, workdir, ignore_errors=True)  # last, once Redis and the platform are stopped
         broker_url = stack.enter_context(redis_server(workdir))
         platform = stack.enter_context(
             platform_without_workers(workdir, broker_url=broker_url, env={"LOG_LEVEL": "WARNING"})

@@ -64,7 +64,9 @@ def report(name: str, value: float | int, digits: int = 2) -> None:
 def report_latencies(name: str, samples_ms: list[float]) -> float:
     p50 = statistics.median(samples_ms)
     report(f"{name}_p50_ms", p50)
-    report(f"{name}_p95_ms", statistics.quantiles(samples_ms, n=20, method="inclusive")[18])
+    # statistics.quantiles needs two points before Python 3.13: one sample (``--baseline-calls 1``) is its own p95.
+    p95 = statistics.quantiles(samples_ms, n=20, method="inclusive")[18] if len(samples_ms) > 1 else samples_ms[0]
+    report(f"{name}_p95_ms", p95)
     return p50
 
 

@@ -18,10 +18,17 @@ Figures (``name: value`` lines; the last is the headline ratio):
 - ``worker_loss_recovery_s_p50`` / ``_max``: from the kill to the second delivery's claim (its ``running``
   status event, the server's clock), over the samples; ``worker_loss_samples``: how many; ``worker_loss_lost``:
   runs that did not succeed in the end (must be 0).
-- ``baseline_worker_loss_recovery_s``: before this change (lease 60 s, interval 30 s, no early pass when a lease
-  fell due) the same kill was taken over after 89-109 s; the baseline is that range's middle, 99 s
-  (``--baseline-s`` to change it).
-- ``worker_loss_recovery_speedup``: baseline / p50.
+- ``documented_baseline_worker_loss_recovery_s``: the baseline is **not measured in this run**: it is the
+  documented figure from before this change (lease 60 s, interval 30 s, no early pass when a lease fell due: the
+  same kill was taken over after 89-109 s; the baseline is that range's middle, 99 s; ``--baseline-s`` to change
+  it). A line on stdout says so, and ``baseline_measured_in_this_run`` is 0. Why not measured: the old behaviour
+  is not reachable by settings (the early pass is code), so the old lease and interval on this code would be
+  taken over up to a lease (60 s) after the kill, not after 99 s; and it would cost 70-100 s a sample.
+- ``worker_loss_recovery_speedup_vs_documented_baseline`` (the headline, last): documented baseline / p50.
+
+The workers inherit this process's environment: ``PLATFORM_RUN_LEASE_S=3 PLATFORM_RECONCILE_INTERVAL_S=1 python
+-m bench.recovery --samples 1`` is a quick check of the path (``tests/test_bench_runs.py``), not the defaults'
+figure.
 """
 
 from __future__ import annotations
@@ -38,7 +45,9 @@ from pathlib import Path
 from typing import Any
 
 SLEEP_S = 6.0
-BASELINE_S = 99.0
+# Documented, not measured in the run: before this change (lease 60 s, interval 30 s, no early pass) the kill was
+# taken over after 89-109 s (README, "Runs and workers"); the middle of that range.
+DOCUMENTED_BASELINE_S = 99.0
 
 
 def sleeper(root: Path) -> dict[str, Any]:
@@ -53,6 +62,17 @@ def sleeper(root: Path) -> dict[str, Any]:
                 "session_scope": "per_run",
                 "timeout_s": 60,
             }
+        ],
+        # The admin who binds the probe confirms that its two tools only read (discovery proposes write, and a
+        # write call would park the run on an approval), as tests/e2e/test_worker_loss.py does.
+        "contracts": [
+            {"mcp_id": "probe", "tool": "echo", "args": {"text": {"type": "str", "required": True}}, "risk": "read"},
+            {
+                "mcp_id": "probe",
+                "tool": "sleep",
+                "args": {"seconds": {"type": "float", "required": True}},
+                "risk": "read",
+            },
         ],
         "agents": [
             {
@@ -127,7 +147,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=3, help="kills (at most 10)")
     parser.add_argument("--timeout", type=float, default=420.0, help="seconds for all the samples together")
-    parser.add_argument("--baseline-s", type=float, default=BASELINE_S, help="the recovery time before the change")
+    parser.add_argument(
+        "--baseline-s",
+        type=float,
+        default=DOCUMENTED_BASELINE_S,
+        help="the documented recovery time before the change (not measured in this run)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the working folder (database, logs)")
     options = parser.parse_args()
 
@@ -144,7 +169,9 @@ def main() -> None:
         with contextlib.ExitStack() as stack:
             broker_url = stack.enter_context(redis_server(workdir))
             platform = stack.enter_context(
-                platform_without_workers(workdir, broker_url=broker_url, env={"LOG_LEVEL": "WARNING"})
+                platform_without_workers(
+                    workdir, broker_url=broker_url, env={"LOG_LEVEL": "WARNING", "PLATFORM_ALLOW_SCRIPTED_MODEL": "1"}
+                )
             )
             platform.import_config(sleeper(ROOT))
             platform.manage("mcp_discover", "probe")
@@ -161,7 +188,8 @@ def main() -> None:
                 recoveries.append(seconds)
                 lost += 0 if ok else 1
                 progress(f"  sample {sample}: taken over {seconds:.1f} s after the kill")
-                platform.start_worker(f"w{sample + 2}")
+                if sample < min(options.samples, 10):  # a replacement for the next sample
+                    platform.start_worker(f"w{sample + 2}")
     finally:
         if not options.keep:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -171,12 +199,18 @@ def main() -> None:
     report("worker_loss_samples", len(recoveries))
     report("worker_loss_lost", lost)
     if not recoveries:
-        return
+        raise SystemExit("no sample was taken (--timeout too short?)")
     p50 = statistics.median(recoveries)
     report("worker_loss_recovery_s_max", max(recoveries))
-    report("baseline_worker_loss_recovery_s", options.baseline_s)
+    print(
+        "the baseline is the documented pre-change figure (lease 60 s, interval 30 s, no early pass; 89-109 s), "
+        "not measured in this run",
+        flush=True,
+    )
+    report("baseline_measured_in_this_run", 0)
+    report("documented_baseline_worker_loss_recovery_s", options.baseline_s)
     report("worker_loss_recovery_s_p50", p50)
-    report("worker_loss_recovery_speedup", options.baseline_s / p50)
+    report("worker_loss_recovery_speedup_vs_documented_baseline", options.baseline_s / p50)
 
 
 if __name__ == "__main__":

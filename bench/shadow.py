@@ -16,7 +16,7 @@ hit the key's rate limit).
 - **Back to back**: every run shadowed (rate 1), the next caller at once: the previous caller's shadow runs
   beside this caller's run, and on a machine short of cores they compete.
 
-Figures (``name: value`` lines, the last is the headline):
+Figures (``name: value`` lines, the last is the headline ratio):
 
 - ``caller_p50_ms_without_shadow`` / ``_with_shadow`` / ``_with_shadow_back_to_back``: the caller's latency,
   submit → finished (``finished_at - created_at``, the server's clock, so polling adds nothing);
@@ -29,6 +29,9 @@ Figures (``name: value`` lines, the last is the headline):
   need not split them evenly), averaged over the questions (target ≤ 2 ms). By construction the
   shadow is created only after the caller's outcome is stored, so it cannot lengthen that run; the figure
   shows what the machine's noise leaves of that.
+- ``caller_p50_with_shadow_over_without`` (the headline, last): ``caller_p50_ms_with_shadow`` /
+  ``caller_p50_ms_without_shadow``, the sampled runs' median over the unsampled ones', both from the randomized
+  part of this run (1.0: a shadow adds nothing to its own caller's run).
 """
 
 from __future__ import annotations
@@ -59,8 +62,8 @@ def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def report(name: str, value: float | int) -> None:
-    print(f"{name}: {round(value, 2) if isinstance(value, float) else value}", flush=True)
+def report(name: str, value: float | int, digits: int = 2) -> None:
+    print(f"{name}: {round(value, digits) if isinstance(value, float) else value}", flush=True)
 
 
 def median(values: list[float]) -> float:
@@ -92,8 +95,11 @@ def main() -> None:
             )
         )
         platform.manage("agent_version", "publish", "company-assistant")
-        platform.start_worker("live")
-        platform.start_worker("shadow", queues="shadow")
+        progress(f"platform up ({workdir}); starting the live and the shadow worker")
+        platform.start_worker("live", wait=False)
+        platform.start_worker("shadow", queues="shadow", wait=False)
+        for worker in platform.workers:  # started together, waited for together
+            worker.wait_ready()
         client = stack.enter_context(platform.client())
 
         def compared() -> int:
@@ -114,6 +120,7 @@ def main() -> None:
             return run_id, (finished - created).total_seconds() * 1000
 
         # Warm-up: both workers open their MCP sessions (a shadowed run).
+        progress("warming both workers' MCP sessions")
         platform.manage("agent_version", "shadow", "company-assistant", "1", "--rate", "1")
         for query in QUESTIONS:
             caller_ms(query, "warm-up")
@@ -131,6 +138,7 @@ def main() -> None:
         # Randomized: half of the live runs are sampled for a shadow (rate 0.5, the platform's own coin), so
         # sampled and unsampled runs interleave in time and the machine's drift falls on both alike. The next
         # caller comes once the previous caller's shadow (if any) has been compared.
+        progress(f"randomized: until {options.runs} runs sampled and {options.runs} not")
         platform.manage("agent_version", "shadow", "company-assistant", "1", "--rate", "0.5")
         unsampled: list[str] = []
         by_question: dict[str, list[list[float]]] = {g: [[] for _ in QUESTIONS] for g in ("on", "off")}
@@ -151,6 +159,7 @@ def main() -> None:
         # A shadow that appeared after the settle pause would have run beside the next caller: count them.
         late = sum(1 for run_id in unsampled if shadow_of(run_id) is not None)
         # Back to back: every run shadowed, the next caller at once (its run competes with the previous shadow).
+        progress(f"back to back: {options.runs} runs, every one shadowed")
         platform.manage("agent_version", "shadow", "company-assistant", "1", "--rate", "1")
         wait_until(
             lambda: compared() >= int(platform.query("SELECT COUNT(*) FROM agents_run WHERE purpose = 'shadow'")[0][0]),
@@ -184,6 +193,7 @@ def main() -> None:
     # the mean over questions of (sampled median - unsampled median).
     pairs = [(on, off) for on, off in zip(by_question["on"], by_question["off"], strict=True) if on and off]
     report("shadow_added_latency_ms_p50", sum(median(on) - median(off) for on, off in pairs) / max(1, len(pairs)))
+    report("caller_p50_with_shadow_over_without", median(latencies["on"]) / without, 3)
     if options.keep:
         progress(f"logs and database kept in {workdir}")
     else:
