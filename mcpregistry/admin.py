@@ -334,8 +334,8 @@ def server_tools_table(server: McpServer) -> str:
         else ngettext("%(n)d tool in the tool list", "%(n)d tools in the tool list", total) % {"n": total}
     )
     return format_html(
-        '<table class="discovery-table server-tool-table"><thead><tr><th>{}</th><th>{}</th><th>{}</th></tr></thead>'
-        '<tbody>{}</tbody></table><p><a href="{}">{}</a></p>',
+        '<div id="tools-group"><table class="discovery-table server-tool-table"><thead><tr><th>{}</th><th>{}</th>'
+        '<th>{}</th></tr></thead><tbody>{}</tbody></table><p><a href="{}">{}</a></p></div>',
         _("name"),
         _("state"),
         _("what it is"),
