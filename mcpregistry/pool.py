@@ -280,6 +280,15 @@ class _StderrPipe:
         self._thread.join(timeout=timeout)
 
 
+def _request_meta() -> Any:
+    """The caller's trace context (``traceparent``) as a request's ``_meta``, read on the caller's thread (its span is
+    current there, not in the pool's loop); None without one."""
+    from mcp import types
+
+    meta = telemetry.mcp_request_meta()
+    return types.RequestParams.Meta(**meta) if meta else None
+
+
 class McpSessionPool:
     """Keeps live MCP sessions and runs calls over them. Thread-safe; every method is synchronous."""
 
@@ -619,13 +628,17 @@ class McpSessionPool:
     ) -> ToolCallOutcome:
         """Read an MCP resource: its text contents joined (a binary content is named, not included). Raises as
         ``call_tool`` does; reading changes nothing, so a broken session is retried once on a fresh one."""
+        from mcp import types
         from pydantic import AnyUrl
 
         connection = ServerConnection.from_config(config)
+        meta = _request_meta()
 
         async def operation(pooled: _PooledSession) -> ToolCallOutcome:
             assert pooled.session is not None
-            result = await pooled.session.read_resource(AnyUrl(uri))
+            # As ClientSession.read_resource sends it, with the trace context in ``_meta`` (which it does not take).
+            request = types.ReadResourceRequest(params=types.ReadResourceRequestParams(uri=AnyUrl(uri), _meta=meta))
+            result = await pooled.session.send_request(types.ClientRequest(request), types.ReadResourceResult)
             contents = [c.model_dump(mode="json", exclude_none=True) for c in result.contents]
             text = "\n".join(
                 str(c["text"]) if "text" in c else f"[binary {c.get('mimeType', '')} content of {c.get('uri', uri)}]"
@@ -646,11 +659,17 @@ class McpSessionPool:
     ) -> ToolCallOutcome:
         """Render an MCP prompt: ``structured`` is its messages as ``[{"role", "text"}]`` (text contents only),
         ``text`` those texts joined."""
+        from mcp import types
+
         connection = ServerConnection.from_config(config)
+        meta = _request_meta()
 
         async def operation(pooled: _PooledSession) -> ToolCallOutcome:
             assert pooled.session is not None
-            result = await pooled.session.get_prompt(name, arguments)
+            request = types.GetPromptRequest(
+                params=types.GetPromptRequestParams(name=name, arguments=arguments, _meta=meta)
+            )
+            result = await pooled.session.send_request(types.ClientRequest(request), types.GetPromptResult)
             messages = [
                 {"role": m.role, "text": str(getattr(m.content, "text", ""))}
                 for m in result.messages

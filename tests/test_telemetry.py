@@ -261,3 +261,32 @@ def test_what_a_model_makes_up_reaches_no_span_audit_column_or_metric_label_as_i
     assert credential not in exported and "execute_tool lookup ***" in exported
     labels = {dict(labels).get("reason") for (name, labels) in scrape(client) if name == "platform_tool_calls_total"}
     assert "args:unknown" in labels and not any(label and label.startswith("args:unknown:") for label in labels)
+
+
+def test_a_resource_read_and_a_prompt_carry_the_trace_context_to_the_server(spans) -> None:
+    """tools/call sent the caller's traceparent in its _meta; resources/read and prompts/get sent none."""
+    import sys
+
+    from django.conf import settings as django_settings
+
+    from agent_platform import telemetry
+    from mcpregistry.pool import McpSessionPool
+
+    config = {
+        "mcp_id": "meta-probe",
+        "transport": "stdio",
+        "command": sys.executable,
+        "args": ["-m", "tests.mcp_fixtures.probe_server"],
+        "cwd": str(django_settings.BASE_DIR),
+    }
+    pool = McpSessionPool()
+    try:
+        with telemetry.span("caller") as current:
+            trace_id = current.get_span_context().trace_id
+            read = pool.read_resource(config, "meta://x", timeout_s=30)
+            prompt = pool.get_prompt(config, "request_meta_prompt", {}, timeout_s=30)
+    finally:
+        pool.shutdown()
+    for text in (read.text, prompt.text):
+        traceparent = json.loads(text)["traceparent"]
+        assert int(traceparent.split("-")[1], 16) == trace_id

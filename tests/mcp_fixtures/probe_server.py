@@ -111,6 +111,20 @@ def request_meta(ctx: Context) -> str:
     return json.dumps(meta.model_dump(mode="json", exclude_none=True) if meta is not None else {})
 
 
+@mcp.resource("meta://{name}")
+def request_meta_resource(name: str, ctx: Context) -> str:
+    """The ``_meta`` of the resources/read request, as JSON (the client's trace context)."""
+    meta = ctx.request_context.meta if ctx.request_context is not None else None
+    return json.dumps(meta.model_dump(mode="json", exclude_none=True) if meta is not None else {})
+
+
+@mcp.prompt()
+def request_meta_prompt(ctx: Context) -> str:
+    """The ``_meta`` of the prompts/get request, as JSON."""
+    meta = ctx.request_context.meta if ctx.request_context is not None else None
+    return json.dumps(meta.model_dump(mode="json", exclude_none=True) if meta is not None else {})
+
+
 _calls: dict[str, int] = {}
 
 
