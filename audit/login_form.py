@@ -20,7 +20,9 @@ class LockoutAwareAdminAuthenticationForm(AdminAuthenticationForm):
         except ValidationError:
             self._refuse_if_locked()  # this failure may have started a lockout: say so
             raise
-        login_audit(user=self.get_user(), ip=self._ip(), action=LOGIN_ACTION)
+        user = self.get_user()
+        if user is not None:  # a field left empty is the form's own error, and no sign-in
+            login_audit(user=user, ip=self._ip(), action=LOGIN_ACTION)
         return cleaned
 
     def _ip(self) -> str:

@@ -226,3 +226,11 @@ def test_a_password_typed_as_the_username_never_reaches_the_record(admin_user) -
     assert AuditEvent.objects.filter(action=logins.LIFT_ACTION).get().args["user"] is None
     record = str(list(AuditEvent.objects.values("args", "result", "reason", "actor")))
     assert typed.casefold() not in record.casefold()
+
+
+@pytest.mark.parametrize("fields", [{"username": "admin", "password": ""}, {"username": "", "password": "x"}])
+def test_a_sign_in_with_an_empty_field_shows_the_form_again(admin_user, fields) -> None:
+    client = Client(raise_request_exception=False)
+    response = client.post("/admin/login/?next=/admin/", fields)
+    assert response.status_code == 200 and "This field is required" in response.content.decode()
+    assert not AuditEvent.objects.filter(action=logins.LOGIN_ACTION).exists()
