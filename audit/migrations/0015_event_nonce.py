@@ -15,8 +15,10 @@ which the database refuses (on PostgreSQL; its append fails loudly) or the chain
 """
 
 import secrets
+from typing import Any
 
 from django.db import migrations, models
+from django.db.migrations.exceptions import IrreversibleError
 
 from audit.chain import POSTGRES_CANONICAL_TIME, json_value_plain, pending_hash, sqlite_row_as_orm
 from audit.chain_keys import chain_keyring
@@ -58,6 +60,20 @@ def pending_nonces(apps, schema_editor):
             cursor.executemany("UPDATE audit_auditpendingevent SET nonce = %s, mac = %s WHERE id = %s", updates)
 
 
+def refuse_back(apps: Any, schema_editor: Any) -> None:
+    """Going back would drop the nonces the hashes of events chained from the pending table cover (they would no
+    longer verify, and cannot be recomputed), and leave pending rows whose MACs cover a nonce: refused while any
+    such event or row exists."""
+    event = apps.get_model("audit", "AuditEvent")
+    pending = apps.get_model("audit", "AuditPendingEvent")
+    using = schema_editor.connection.alias
+    if event.objects.using(using).filter(nonce__isnull=False).exists() or pending.objects.using(using).exists():
+        raise IrreversibleError(
+            "audit/0015 cannot be unapplied: events chained since it carry a nonce their hashes cover (they would no "
+            "longer verify) or events are still pending"
+        )
+
+
 class Migration(migrations.Migration):
     dependencies = [
         ("audit", "0014_audit_event_plain_indexes"),
@@ -80,5 +96,5 @@ class Migration(migrations.Migration):
                 condition=models.Q(("nonce__isnull", False)), fields=("nonce",), name="audit_event_nonce_unique"
             ),
         ),
-        migrations.RunPython(pending_nonces, migrations.RunPython.noop),
+        migrations.RunPython(pending_nonces, refuse_back),
     ]

@@ -387,3 +387,21 @@ def test_an_export_carries_the_nonce_its_events_hash_was_made_with(deferred: Non
     response = auditor_client.get("/api/v1/audit/events?format=jsonl&tool=exported")
     lines = b"".join(response.streaming_content).decode().splitlines()
     assert json.loads(lines[0])["nonce"] == event.nonce
+
+
+@pytest.mark.django_db(transaction=True)
+def test_unapplying_0015_is_refused_while_events_carry_a_nonce(deferred: None) -> None:
+    """Going back dropped the nonces the events' hashes cover: they no longer verified, for good."""
+    from django.core.management import call_command
+    from django.db.migrations.exceptions import IrreversibleError
+
+    append()
+    audit_chain_pending()
+    assert AuditEvent.objects.filter(nonce__isnull=False).exists()
+    try:
+        with pytest.raises(IrreversibleError, match="cannot be unapplied"):
+            call_command("migrate", "audit", "0014", verbosity=0)
+        assert AuditEvent.objects.filter(nonce__isnull=False).exists()
+    finally:
+        call_command("migrate", "audit", verbosity=0)
+    assert verify().startswith("verified")
