@@ -499,9 +499,10 @@ _PROSE_AFTER_OPTION = frozenset(
      "in", "of", "if", "on", "must", "should", "can", "will", "was", "not", "only", "as", "value", "instead"}
 )  # fmt: skip
 # A client's password glued to its option: "mysql -u root -phunter22" (mysql's "-p" takes no space), and
-# "sshpass -p hunter22 ssh host". Only after one of these commands, on the same line: elsewhere "-p" is a port.
+# "sshpass -p hunter22 ssh host". Only after one of these commands, on the same line, within its first twelve
+# words (an unbounded look ahead from every "mysql" made masking a long text quadratic): elsewhere "-p" is a port.
 _PASSWORD_OPTION = re.compile(
-    r"(?<![\w-])(?:(?:mysql|mariadb)[\w-]*+(?:[ \t]++[^\s;|&]++)*?[ \t]++-p|sshpass[ \t]++-p[ \t]*+)"
+    r"(?<![\w-])(?:(?:mysql|mariadb)[\w-]*+(?:[ \t]++[^\s;|&]++){0,12}?[ \t]++-p|sshpass[ \t]++-p[ \t]*+)"
     r"(?P<value>[^\s\"'`;|&]++)"
 )
 # A name and its value in text, apart: '{"name": "Authorization", "value": "…"}' (JSON of a HAR or Kubernetes
