@@ -223,7 +223,8 @@ def _in_order(entries: list[dict[str, Any]], call_of_approval: dict[str, str]) -
     selection, parallel calls, a withdrawn tool, an approval, a model's failure) before the conversation's
     messages; each goes before the model turn of its ``turn``, after the turn that made its calls, after the
     call that withdrew its tool, or last (a model failure). One that cannot be placed stays where it is."""
-    ai_at = [i for i, e in enumerate(entries) if _type(e) == "ai"]
+    # This run's model turns (an earlier answer of the conversation, given to the model, is none of them).
+    ai_at = [i for i, e in enumerate(entries) if _type(e) == "ai" and not e.get("history")]
     message_at = [i for i, e in enumerate(entries) if _type(e) in _MESSAGE_TYPES]
     turn_of_call: dict[str, int] = {}
     for i in ai_at:
@@ -467,6 +468,12 @@ class _Timeline:
         return TimelineStep(kind="message", label=gettext("user query"), result=_text(entry.get("content", "")))
 
     def _ai(self, entry: dict[str, Any]) -> TimelineStep:
+        if entry.get("history"):
+            return TimelineStep(
+                kind="message",
+                label=gettext("earlier answer in the conversation"),
+                result=_text(entry.get("content", "")),
+            )
         self.turns += 1
         wanted = []
         for call in _list(entry.get("tool_calls")):

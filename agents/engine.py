@@ -232,6 +232,8 @@ def message_to_trace(message: BaseMessage, secrets: list[str]) -> dict[str, Any]
         ]
     if isinstance(message, AIMessage) and (intervention := guardrail_intervention(message.response_metadata or {})):
         entry["guardrail"] = mask_value(intervention, secrets=secrets)
+    if isinstance(message, AIMessage) and is_history_answer(message):
+        entry["history"] = True  # an earlier turn's answer (A2A contextId), given to the model: no turn of this run
     if isinstance(message, ToolMessage):
         entry["tool_call_id"] = message.tool_call_id
         entry["name"] = message.name

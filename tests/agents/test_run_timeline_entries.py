@@ -184,3 +184,38 @@ def test_the_summary_says_tokens_model_calls_cost_and_where_the_time_went(admin_
         "cost: US$0.001234",
     ):
         assert words in summary, words
+
+
+@pytest.mark.django_db
+def test_a_conversations_earlier_answers_are_not_this_runs_model_turns_on_its_page(demo_server) -> None:
+    """Tool selection for turn 1 went before the first *earlier* answer of the conversation (the engine counts only
+    the run's own turns since the earlier answers stopped using up its iterations)."""
+    from agents.admin_runs import _in_order, _trace_entries, run_timeline
+    from agents.execution import run_execute
+    from agents.models import Run
+
+    script = [
+        {"tool_calls": [{"name": "search_employee", "args": {"name": "박도윤"}}]},
+        {"content": "답: {last_tool_result}"},
+    ]
+    agent = make_agent(
+        slug="hist-page", servers=[demo_server], provider="scripted", script=script, with_demo_rules=False
+    )
+    agent.tool_selection = {"enabled": True, "top_k": 1}
+    agent.save()
+    for i in range(2):
+        Run.objects.create(
+            agent=agent, query=f"q{i}", answer=f"a{i}", status=Run.Status.SUCCEEDED, context={"contextId": "c-9"}
+        )
+    run = Run.objects.create(agent=agent, query="박도윤 님 팀?", context={"contextId": "c-9"})
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED, (run.error_code, run.error_message)
+
+    ordered = _in_order([e for e in _trace_entries(run) if isinstance(e, dict)], {})
+    first_selection = next(i for i, e in enumerate(ordered) if e.get("type") == "tool_selection")
+    this_question = next(i for i, e in enumerate(ordered) if e.get("type") == "human" and e.get("content") == run.query)
+    assert first_selection > this_question
+    labels = [step.label for step in run_timeline(run)]
+    assert labels.count("earlier answer in the conversation") == 2
+    assert "model turn 1" in labels and "model turn 3" not in labels
