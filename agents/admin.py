@@ -52,6 +52,7 @@ from agents.models import (
     ModelPrice,
     registered_flow_graphs,
     scripted_model_allowed,
+    tool_choice_name,
 )
 from agents.rule_form import DeterministicRuleForm
 from agents.rule_summary import conditions_html, parameters_html, target_html
@@ -144,7 +145,8 @@ class DeterministicRuleInline(admin.TabularInline):
     each row links to, as does the link that adds a rule for this agent (it checks the tool and its parameters,
     which a row of this table could not)."""
 
-    formfield_overrides = bounded_json_overrides()  # JSON nested too deeply: refused at its field
+    # JSON nested too deeply, or with a number no JSON column stores (NaN, 1e400): refused at its field.
+    formfield_overrides = bounded_json_overrides(finite=True)
 
     model = DeterministicRule
     form = RuleRowForm
@@ -317,11 +319,15 @@ class AgentForm(forms.ModelForm):
         """``model_params.tool_choice`` naming one tool: a tool the model is offered (one of the chosen servers'),
         where it changes (every run would fail at the provider otherwise)."""
         params = cleaned.get("model_params")
-        forced = params.get("tool_choice") if isinstance(params, dict) else None
-        if not isinstance(forced, str) or forced in ("auto", "any", "none") or servers is None:
+        choice = params.get("tool_choice") if isinstance(params, dict) else None
+        try:
+            forced = tool_choice_name(choice)  # text, or an object naming the tool
+        except ValueError:
+            return  # an object that names no tool: refused by the model's validation, saying the forms
+        if forced is None or forced in ("auto", "any", "none") or servers is None:
             return
         stored = self.instance.model_params if self.instance.pk and isinstance(self.instance.model_params, dict) else {}
-        if self.instance.pk and stored.get("tool_choice") == forced:
+        if self.instance.pk and stored.get("tool_choice") == choice:
             return
         names = sorted({t.exposed_name for s in servers for t in s.tools.all() if t.callable})
         if forced not in names:
@@ -398,6 +404,7 @@ def _rule_delete(*, obj: DeterministicRule, actor: Any, via: str) -> None:
 @admin.register(Agent)
 class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
     form = AgentForm
+    formfield_overrides = bounded_json_overrides(finite=True)  # NaN, 1e400 in posted JSON: refused at its field
     list_display = ["slug", "name", "enabled", "model_provider", "model_id", "mode"]
     list_filter = ["enabled", "model_provider", "mode"]
     search_fields = ["slug", "name"]
@@ -499,6 +506,7 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
 @admin.register(DeterministicRule)
 class DeterministicRuleAdmin(ServiceAdminMixin, admin.ModelAdmin):
+    formfield_overrides = bounded_json_overrides(finite=True)  # NaN, 1e400 in posted JSON: refused at its field
     # What each rule calls and when, in words, beside its order and switch; its agent under its name.
     list_display = ["order", "rule_name", "calls", "conditions", "enabled"]
     list_display_links = ["rule_name"]

@@ -45,6 +45,33 @@ def registered_flow_graphs() -> list[str]:
     return list(dict.fromkeys([*FLOW_TEMPLATES, *extra]))
 
 
+def tool_choice_forms() -> str:
+    """The forms tool_choice takes, as its refusal says."""
+    return str(
+        _(
+            'tool_choice: write auto, any, none or a tool\'s name, or an object naming the tool ({"type": "tool", '
+            '"name": "…"}).'
+        )
+    )
+
+
+def tool_choice_name(choice: Any) -> str | None:
+    """What ``model_params.tool_choice`` asks of the model, as a word: ``auto``, ``any``, ``none`` or the tool's
+    name, given as that text or as an object naming the tool (``{"type": "tool", "name": "lookup"}``, or
+    OpenAI's ``{"type": "function", "function": {"name": "lookup"}}``); None when not given. Raises ValueError
+    for an object that names no tool (its provider refused it on every run)."""
+    if choice is None or isinstance(choice, str):
+        return choice
+    if isinstance(choice, dict):
+        function = choice.get("function")
+        name = choice.get("name", function.get("name") if isinstance(function, dict) else None)
+        if isinstance(name, str) and name.strip():
+            return name
+        if "name" not in choice and function is None and choice.get("type") in ("auto", "any", "none"):
+            return str(choice["type"])
+    raise ValueError(choice)
+
+
 class Agent(AuditedModel):
     """An agent: a system prompt, a model, the MCP servers whose tools it may call, and its rules."""
 
@@ -356,7 +383,11 @@ class Agent(AuditedModel):
                     errors.setdefault("model_params", []).append(str(problem))
                 if not self.model_id:
                     errors["model_id"] = [str(_("Name the model the server serves."))]
-            forced = parsed.tool_choice if isinstance(parsed.tool_choice, str) else None
+            try:
+                forced = tool_choice_name(parsed.tool_choice)
+            except ValueError:
+                forced = None
+                errors.setdefault("model_params", []).append(tool_choice_forms())
             arn = self.model_provider == self.Provider.BEDROCK and str(self.model_id or "").startswith("arn:")
             if (
                 forced not in (None, "auto", "none")

@@ -228,6 +228,10 @@ class McpServerForm(forms.ModelForm):
             name, sep, value = line.partition("=")
             if not sep or not name.strip():
                 raise forms.ValidationError(_("Line %(n)d: write NAME=value (e.g. FAILURE_MODE=none).") % {"n": number})
+            if name.strip() in values:  # the last one silently won
+                raise forms.ValidationError(
+                    _("Line %(n)d: %(name)s is given twice.") % {"n": number, "name": name.strip()}
+                )
             values[name.strip()] = value.strip()
         return values
 

@@ -11,6 +11,7 @@ saving an unchanged page records no change. The whole contract is also offered a
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from django import forms
@@ -54,14 +55,15 @@ def _loads(value: Any) -> Any:
 
 
 def _number(text: str) -> Any:
-    """A number typed into a field: int when it is one, float otherwise; text that is no number stays text (the
-    contract's validation then names the key)."""
+    """A number typed into a field: int when it is one, float otherwise; text that is no number, or no finite one
+    (``nan``, ``inf``, ``1e400``), stays text as typed (the contract's validation then names the key)."""
     text = text.strip()
     for kind in (int, float):
         try:
-            return kind(text)
+            number = kind(text)
         except ValueError:
             continue
+        return number if isinstance(number, int) or math.isfinite(number) else text
     return text
 
 

@@ -234,6 +234,13 @@ class ArgSpec(_Strict):
     @model_validator(mode="after")
     def _a_value_fits(self) -> ArgSpec:
         _range_fits(self)
+        # An allowed value of another type than the argument's (``x`` for an int) could never be matched.
+        wrong = [v for v in self.allowed or [] if v is not None and self.type and not _type_ok(self.type, v)]
+        if wrong:
+            raise ValueError(
+                _("allowed value %(value)s is not of the argument's type (%(type)s), so no call could match it")
+                % {"value": json.dumps(wrong[0], ensure_ascii=False), "type": self.type}
+            )
         return self
 
 

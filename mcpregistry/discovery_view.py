@@ -7,6 +7,7 @@ key that is itself a secret is shown as the server named it)."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +79,12 @@ def _value(value: Any) -> str:
     return value_text(value) or '""'
 
 
+def _count(n: float) -> int:
+    """A count's plural form for ``ngettext``, which takes a whole number: a schema's ``1e400`` (infinite) or
+    ``2.5`` is still shown as it is, only the form is chosen from a whole number."""
+    return int(n) if isinstance(n, int) or math.isfinite(n) else 0
+
+
 def limits_text(prop: Any) -> str:
     """A property's limits in words, ``·``-separated: allowed values, ranges, lengths, pattern, format, default."""
     if not isinstance(prop, dict):
@@ -92,10 +99,13 @@ def limits_text(prop: Any) -> str:
         ("exclusiveMinimum", lambda n: _("more than %(n)s") % {"n": n}),
         ("maximum", lambda n: _("at most %(n)s") % {"n": n}),
         ("exclusiveMaximum", lambda n: _("less than %(n)s") % {"n": n}),
-        ("minLength", lambda n: ngettext("at least %(n)s character", "at least %(n)s characters", n) % {"n": n}),
-        ("maxLength", lambda n: ngettext("at most %(n)s character", "at most %(n)s characters", n) % {"n": n}),
-        ("minItems", lambda n: ngettext("at least %(n)s item", "at least %(n)s items", n) % {"n": n}),
-        ("maxItems", lambda n: ngettext("at most %(n)s item", "at most %(n)s items", n) % {"n": n}),
+        (
+            "minLength",
+            lambda n: ngettext("at least %(n)s character", "at least %(n)s characters", _count(n)) % {"n": n},
+        ),
+        ("maxLength", lambda n: ngettext("at most %(n)s character", "at most %(n)s characters", _count(n)) % {"n": n}),
+        ("minItems", lambda n: ngettext("at least %(n)s item", "at least %(n)s items", _count(n)) % {"n": n}),
+        ("maxItems", lambda n: ngettext("at most %(n)s item", "at most %(n)s items", _count(n)) % {"n": n}),
     ):
         value = prop.get(key)
         if isinstance(value, int | float) and not isinstance(value, bool):

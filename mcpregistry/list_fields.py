@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from django import forms
@@ -107,16 +108,30 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(name)  # NaN and Infinity are no JSON a database stores: such text stays text
 
 
+class _TooLarge(ValueError):
+    """A number written in the text that overflows a float (``1e400``): no JSON a database stores."""
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _TooLarge(text)
+    return value
+
+
 def _json(text: str) -> Any:
-    return json_loads(text, parse_constant=_refuse_constant)
+    return json_loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
 
 
 def value_text(value: Any) -> str:
     """A condition's or parameter's value as typed: text as itself, unless it would read back as another JSON
-    value (``123``, ``true``), which is then quoted; any other value as JSON."""
+    value (``123``, ``true``) or as a number too large to store (``1e400``), which is then quoted; any other
+    value as JSON."""
     if isinstance(value, str):
         try:
             _json(value)
+        except _TooLarge:
+            return json.dumps(value, ensure_ascii=False)
         except ValueError:
             return value
         return json.dumps(value, ensure_ascii=False)
@@ -135,8 +150,8 @@ def argument_rows(args: Any) -> list[tuple[str, str]] | None:
 
 
 def typed_value(text: str) -> Any:
-    """The inverse of :func:`value_text`: a JSON value when the text is one (``NaN`` and ``Infinity`` are not: they
-    stay text), else the text."""
+    """The inverse of :func:`value_text`: a JSON value when the text is one (``NaN``, ``Infinity`` and a number too
+    large for a float, ``1e400``, are not: they stay text), else the text."""
     try:
         return _json(text)
     except ValueError:
@@ -168,8 +183,21 @@ class Unreadable(str):
         return made
 
 
+class TypedLines(str):
+    """Lines that read: the JSON they read as, and the text as typed (shown again as typed when the page comes
+    back refused, not redrawn from the value: ``retry.on=throttled, tiemout`` stays so, not a JSON list)."""
+
+    lines: str
+
+    def __new__(cls, value: str, lines: str) -> TypedLines:
+        made = super().__new__(cls, value)
+        made.lines = lines
+        return made
+
+
 class EditedJSONField(BoundedJSONField):
-    """A JSON field whose widget may hand it lines that did not read: refused with the reason, shown again."""
+    """A JSON field whose widget may hand it lines that did not read: refused with the reason, shown again; lines
+    that read are shown again as typed when the page comes back."""
 
     def to_python(self, value: Any) -> Any:
         if isinstance(value, Unreadable):
@@ -177,12 +205,12 @@ class EditedJSONField(BoundedJSONField):
         return super().to_python(value)
 
     def bound_data(self, data: Any, initial: Any) -> Any:
-        if isinstance(data, Unreadable):
+        if isinstance(data, Unreadable | TypedLines) and not self.disabled:
             return data
         return super().bound_data(data, initial)
 
     def prepare_value(self, value: Any) -> Any:
-        if isinstance(value, Unreadable):
+        if isinstance(value, Unreadable | TypedLines):
             return value
         return super().prepare_value(value)
 
@@ -217,8 +245,10 @@ class LinesWidget(EditorWidget):
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
         parsed = loads_value(value)
-        if isinstance(parsed, Unreadable):
-            lines: str | None = str(parsed)
+        if isinstance(value, TypedLines):
+            lines: str | None = value.lines  # a bound page shown again: the lines as typed
+        elif isinstance(parsed, Unreadable):
+            lines = str(parsed)
         else:
             lines = "" if parsed in (None, "") else self.as_lines(parsed)  # nothing stored: empty lines
         raw = None
@@ -230,7 +260,7 @@ class LinesWidget(EditorWidget):
     def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
         text = str(data.get(f"{name}__lines", ""))
         try:
-            return json.dumps(self.from_lines(text), ensure_ascii=False)
+            return TypedLines(json.dumps(self.from_lines(text), ensure_ascii=False), text)
         except ValueError as exc:
             return Unreadable(text, str(exc))
 
@@ -241,10 +271,21 @@ def line_problem(number: int, message: str) -> ValueError:
 
 
 def key_value_line(line: str, number: int) -> tuple[str, Any]:
-    """``KEY=value`` → (key, typed value); refused naming the line without an ``=``."""
+    """``KEY=value`` → (key, typed value); refused naming the line without an ``=``, or with a number too large to
+    store (``1e400``: a float's infinity, which no JSON column stores; quoted, it is text)."""
     key, sep, value = line.strip().partition("=")
     if not sep or not key.strip():
         raise line_problem(number, gettext("write KEY=value"))
+    try:
+        _json(value.strip())
+    except _TooLarge:
+        raise line_problem(
+            number,
+            gettext("%(key)s: a number is too large to store; write it in quotes to keep it as text")
+            % {"key": key.strip()},
+        ) from None
+    except ValueError:
+        pass
     return key.strip(), typed_value(value.strip())
 
 
@@ -336,6 +377,12 @@ def put_path(target: dict[str, Any], path: str, value: Any, *, number: int) -> N
     value and as an object, is refused naming line ``number``."""
     node = target
     *above, leaf = path.split(".")
+    if not all(key.strip() for key in [*above, leaf]):
+        raise line_problem(
+            number,
+            gettext("%(key)s: write KEY=value or KEY.SUBKEY=value, with no empty part between the dots")
+            % {"key": path},
+        )
     for key in above:
         node = node.setdefault(key, {})
         if not isinstance(node, dict):
