@@ -35,10 +35,12 @@ class Channel(kombu_redis.Channel):
         if client:
             yield client
             return
-        pool = self.pool
         kept = self._kept_client
-        if kept is None or kept[0] is not pool:
+        # ``self._pool``, not ``self.pool``, outside the lock: the property makes the pool when there is none, and
+        # two threads making one each left the kept client made for the pool that lost (a second client).
+        if kept is None or kept[0] is not self._pool:
             with _MAKING:
+                pool = self.pool
                 kept = self._kept_client
                 if kept is None or kept[0] is not pool:
                     kept = self._kept_client = (pool, self._create_client())

@@ -5,6 +5,7 @@ one when kombu replaced the channel's pool, and the settings pick it for ``redis
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -115,3 +116,34 @@ def test_the_settings_pick_it_for_plain_redis_brokers(broker: str, expected: str
     transport = settings_seen("getattr(settings, 'CELERY_BROKER_TRANSPORT', None)", tmp_path, CELERY_BROKER_URL=broker)
 
     assert transport == expected
+
+
+def test_threads_that_find_no_pool_yet_make_one_client_between_them(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The channel's pool is made by a property on first use: two threads that each made one left the kept client
+    made for the pool that lost, and a second client was made (a flaky failure of the test above)."""
+    made = _counting_clients(monkeypatch)
+    get_pool = Channel._get_pool
+
+    def slow_pool(self: Channel, asynchronous: bool = False) -> Any:
+        time.sleep(0.05)  # both threads find no pool yet
+        return get_pool(self, asynchronous=asynchronous)
+
+    monkeypatch.setattr(Channel, "_get_pool", slow_pool)
+    with Connection(redis_url, transport=Transport) as connection:
+        channel = connection.default_channel
+        channel._pool = None
+        channel._kept_client = None
+        made.clear()
+
+        def publish() -> None:
+            with channel.conn_or_acquire() as client:
+                client.lpush("p-list", "x")
+
+        threads = [threading.Thread(target=publish) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert len(made) == 1
