@@ -55,6 +55,7 @@ ERROR_DESCRIPTIONS = {
     403: "The key may not do this.",
     404: "No such agent, run or approval for this key (another caller's run is a 404 too).",
     405: "Method not allowed.",
+    406: "The `Accept` header asks for a type the API does not answer (it answers `application/json`).",
     409: "Conflict with the current state (see `code`).",
     413: "The query (or the whole body) is too long.",
     415: "The body is not `application/json`.",
@@ -102,16 +103,19 @@ STRICT_REQUEST_COMPONENTS = (
     "A2AFilePart",
     "A2AFile",
     "ApprovalDecision",
+    "RunFeedback",
 )
 
 
 def forbid_unknown_request_fields(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
-    """Postprocessing hook: ``additionalProperties: false`` on the request bodies that refuse unknown keys."""
+    """Postprocessing hook: ``additionalProperties: false`` on the request bodies that refuse unknown keys. The
+    last hook of ``SPECTACULAR_SETTINGS``, it runs the ones below too: the A2A 1.0 parts, and DRF's own 405/406."""
     schemas = result.get("components", {}).get("schemas", {})
     for name in STRICT_REQUEST_COMPONENTS:
         if name in schemas:
             schemas[name]["additionalProperties"] = False
-    return result
+    result = describe_a2a_1_0_parts(result, generator, request, public)
+    return document_drf_statuses(result, generator, request, public)
 
 
 def add_run_events_path(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
@@ -167,4 +171,90 @@ def add_run_events_path(result: dict[str, Any], generator: Any, request: Any, pu
             },
         }
     }
+    return result
+
+
+def _metadata() -> dict[str, Any]:
+    return {"type": "object", "additionalProperties": {}}
+
+
+# A2A 1.0 parts (no ``kind``: the member present says what the part is), which ``POST /runs`` takes as well as the
+# kind-shaped 0.3 ones (``agents.api.serializers.kind_shaped_part``). Strict, as the 0.3 forms are.
+A2A_1_0_PARTS: dict[str, dict[str, Any]] = {
+    "A2ATextPartV1": {
+        "type": "object",
+        "description": "An A2A 1.0 text part: joined with the other text parts, the query.",
+        "properties": {"text": {"type": "string"}, "metadata": _metadata()},
+        "required": ["text"],
+        "additionalProperties": False,
+    },
+    "A2ADataPartV1": {
+        "type": "object",
+        "description": "An A2A 1.0 data part: one entry of the run's a2a_data.",
+        "properties": {"data": {"type": "object", "additionalProperties": {}}, "metadata": _metadata()},
+        "required": ["data"],
+        "additionalProperties": False,
+    },
+    "A2AUrlPartV1": {
+        "type": "object",
+        "description": "An A2A 1.0 file part by URL (kept with the run).",
+        "properties": {
+            "url": {"type": "string", "maxLength": 2048},
+            "filename": {"type": "string", "maxLength": 255},
+            "mediaType": {"type": "string", "maxLength": 255},
+            "metadata": _metadata(),
+        },
+        "required": ["url"],
+        "additionalProperties": False,
+    },
+    "A2ARawPartV1": {
+        "type": "object",
+        "description": "An A2A 1.0 file part with base64 content: counted (size), never stored.",
+        "properties": {
+            "raw": {"type": "string"},
+            "filename": {"type": "string", "maxLength": 255},
+            "mediaType": {"type": "string", "maxLength": 255},
+            "metadata": _metadata(),
+        },
+        "required": ["raw"],
+        "additionalProperties": False,
+    },
+}
+
+# Answered by DRF itself on every operation (and written in the error shape by the exception handler).
+DRF_STATUSES = (405, 406)
+
+
+def describe_a2a_1_0_parts(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """Postprocessing hook: a message's part is an A2A 0.3 part (``A2APart``, by ``kind``) or an A2A 1.0 part (by
+    its member, no ``kind``): ``A2AMessagePart``. Each alternative refuses the others' members
+    (``additionalProperties: false``), so that exactly one matches."""
+    schemas = result.get("components", {}).get("schemas", {})
+    parts = schemas.get("A2AMessage", {}).get("properties", {}).get("parts")
+    if parts is None or "A2APart" not in schemas:
+        return result
+    schemas.update(A2A_1_0_PARTS)
+    schemas["A2AMessagePart"] = {
+        "description": "An A2A 0.3 part (with `kind`) or an A2A 1.0 part (`text`, `data`, `url` or `raw`).",
+        "oneOf": [{"$ref": f"#/components/schemas/{name}"} for name in ("A2APart", *A2A_1_0_PARTS)],
+    }
+    parts["items"] = {"$ref": "#/components/schemas/A2AMessagePart"}
+    return result
+
+
+def document_drf_statuses(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """Postprocessing hook: ``405`` and ``406`` (another method, an ``Accept`` the API does not answer) on every
+    operation drf-spectacular describes (the event stream, added by ``add_run_events_path``, has its own)."""
+    error_ref = {"$ref": "#/components/schemas/Error"}
+    for path, operations in result.get("paths", {}).items():
+        if path == "/api/v1/runs/{run_id}/events":
+            continue
+        for operation in operations.values():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            for status in DRF_STATUSES:
+                operation["responses"].setdefault(
+                    str(status),
+                    {"description": ERROR_DESCRIPTIONS[status], "content": {"application/json": {"schema": error_ref}}},
+                )
     return result

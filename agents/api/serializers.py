@@ -72,7 +72,11 @@ class A2AFileSerializer(StrictSerializer):
     )
 
     def validate_uri(self, value: str) -> str:
-        if not urlsplit(value).scheme:
+        try:
+            scheme = urlsplit(value).scheme
+        except ValueError:  # "http://[::1", or a host NFKC changes ("a\uff03b"): not a URI, and not a 500
+            raise ValidationError(_("Enter a valid URL.")) from None
+        if not scheme:
             raise ValidationError(_("Enter a URI with a scheme, e.g. https://…"))
         return value
 
@@ -116,6 +120,8 @@ A2A_PARTS: dict[str, type[serializers.Serializer]] = {
 
 
 PART_CONTENTS = ("text", "data", "url", "raw")
+# The members an A2A 1.0 part may have (``Part``: its content, and ``filename``, ``mediaType``, ``metadata``).
+PART_MEMBERS = frozenset({*PART_CONTENTS, "filename", "mediaType", "metadata"})
 
 
 def part_contents_message() -> str:
@@ -161,6 +167,9 @@ class A2APartField(serializers.Field):
             if sum(1 for key in PART_CONTENTS if key in data) > 1:
                 # A2A 1.0: a part's content is one of them (a oneof); with two, one was dropped without a word.
                 raise ValidationError({"non_field_errors": [part_contents_message()]})
+            unknown = {str(name): [_("Unknown field.")] for name in data if name not in PART_MEMBERS}
+            if unknown:  # as a 0.3 part (a StrictSerializer) refuses them: kind_shaped_part would drop them
+                raise ValidationError(unknown)
             data = kind_shaped_part(data) or data  # an A2A 1.0 part: {"text"}, {"data"}, {"url"|"raw"}
         part_serializer = A2A_PARTS.get(data.get("kind")) if isinstance(data.get("kind"), str) else None
         if part_serializer is None:
@@ -237,6 +246,7 @@ class ApprovalOutputSerializer(serializers.ModelSerializer):
             "expires_at",
             "created_at",
         ]
+        read_only_fields = fields  # output only: each field is in every answer (required in the schema)
 
 
 @extend_schema_serializer(component_name="RunFeedbackRecorded")
@@ -335,6 +345,8 @@ class RunOutputSerializer(BuiltOnceFields, serializers.ModelSerializer):
             "started_at",
             "finished_at",
         ]
+        # Output only: read-only, every field is in every answer, and the schema marks each one required.
+        read_only_fields = fields
 
     @extend_schema_field(RunFeedbackOutputSerializer(allow_null=True))
     def get_feedback(self, run: Run) -> dict[str, Any] | None:
@@ -402,6 +414,7 @@ class RunSummarySerializer(BuiltOnceFields, serializers.ModelSerializer):
             "started_at",
             "finished_at",
         ]
+        read_only_fields = fields  # output only: each field is in every answer (required in the schema)
 
     @extend_schema_field(RunErrorSerializer(allow_null=True))
     def get_error(self, run: Run) -> dict[str, str] | None:

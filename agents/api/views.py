@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
 import re
+import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs
 
-from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
@@ -20,10 +25,10 @@ from drf_spectacular.utils import (
     extend_schema_serializer,
 )
 from rest_framework import serializers, status
-from rest_framework.exceptions import NotFound, ValidationError
-from rest_framework.pagination import CursorPagination
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.utils.urls import remove_query_param, replace_query_param
 from rest_framework.views import APIView
 
 from agent_platform.errors import ApplicationError
@@ -249,28 +254,124 @@ def _wait_seconds(request: Request) -> float:
 # --- GET /runs -------------------------------------------------------------------------------------------
 
 
-class RunCursorPagination(CursorPagination):
-    """Newest first; a page's ``next`` link continues after its last run, unaffected by runs created since."""
+@dataclass(frozen=True)
+class RunPosition:
+    """Where a cursor points: just past the run ``(created_at, id)``, older runs (``next``) or newer (``previous``)."""
 
-    ordering = ("-created_at",)
+    older: bool
+    created_at: dt.datetime
+    run_id: uuid.UUID
+
+
+class RunCursorPagination:
+    """Newest first, by ``(created_at, id)``: a page's ``next`` link continues after its last run, ``previous``
+    before its first, unaffected by runs created since, and exact where runs share a ``created_at`` (DRF's
+    ``CursorPagination`` positions on its first ordering field alone, so its ``previous`` went wrong there). The
+    cursor is opaque: base64 of ``n|p``, the run's ``created_at`` and its id."""
+
     page_size = 20
     page_size_query_param = "page_size"
     max_page_size = 100
+    cursor_query_param = "cursor"
 
-    def decode_cursor(self, request: Request) -> Any:
-        """DRF's cursor, with its position checked: a moment the database can compare with (a crafted cursor's
-        ``0001-01-01 00:00+05:00`` lies before year 1 in UTC, and text that is no moment at all fails in the
-        query). Anything else is a 400 on ``cursor``."""
+    def __init__(self) -> None:
+        self.request: Request | None = None
+        self.next_position: RunPosition | None = None
+        self.previous_position: RunPosition | None = None
+        self.previous_is_first_page = False
+
+    def paginate_queryset(self, queryset: QuerySet[Run], request: Request, view: Any = None) -> list[Run]:
+        self.request = request
+        size = self._page_size(request)
+        position = self._decode(request.query_params.get(self.cursor_query_param))
+        if position is None:
+            runs = list(queryset.order_by("-created_at", "-id")[: size + 1])
+            page = runs[:size]
+            self.next_position = self._at(page[-1], older=True) if len(runs) > size else None
+            return page
+        at, run_id = position.created_at, position.run_id
+        if position.older:
+            runs = list(
+                queryset.filter(Q(created_at__lt=at) | Q(created_at=at, id__lt=run_id)).order_by("-created_at", "-id")[
+                    : size + 1
+                ]
+            )
+            page = runs[:size]
+            self.next_position = self._at(page[-1], older=True) if len(runs) > size else None
+            # Runs newer than the cursor's position exist (the run it names, at least).
+            self.previous_position = self._at(page[0], older=False) if page else None
+            self.previous_is_first_page = not page
+            return page
+        runs = list(
+            queryset.filter(Q(created_at__gt=at) | Q(created_at=at, id__gt=run_id)).order_by("created_at", "id")[
+                : size + 1
+            ]
+        )
+        page = runs[:size][::-1]
+        self.previous_position = self._at(page[0], older=False) if len(runs) > size else None
+        self.next_position = self._at(page[-1], older=True) if page else position_older(position)
+        return page
+
+    def get_next_link(self) -> str | None:
+        return self._link(self.next_position) if self.next_position else None
+
+    def get_previous_link(self) -> str | None:
+        if self.previous_position is not None:
+            return self._link(self.previous_position)
+        return self._link(None) if self.previous_is_first_page else None
+
+    def _page_size(self, request: Request) -> int:
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw and raw.isdigit() and int(raw) > 0:
+            return min(int(raw), self.max_page_size)
+        return self.page_size
+
+    @staticmethod
+    def _at(run: Run, *, older: bool) -> RunPosition:
+        return RunPosition(older=older, created_at=run.created_at, run_id=run.id)
+
+    def _link(self, position: RunPosition | None) -> str:
+        assert self.request is not None
+        url = self.request.build_absolute_uri()
+        if position is None:
+            return remove_query_param(url, self.cursor_query_param)  # type: ignore[no-any-return]
+        text = "|".join(
+            ("n" if position.older else "p", position.created_at.astimezone(dt.UTC).isoformat(), str(position.run_id))
+        )
+        cursor = base64.urlsafe_b64encode(text.encode()).decode()
+        return replace_query_param(url, self.cursor_query_param, cursor)  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _decode(raw: str | None) -> RunPosition | None:
+        """The cursor's position; anything but a cursor this API wrote (a moment the database can compare with,
+        and a run id) is a 400 on ``cursor``. A cursor of DRF's (``p=<moment>&r=1``, written before this one, and
+        perhaps kept by a caller) still pages: from just past its moment."""
+        if raw is None:
+            return None
         try:
-            cursor = super().decode_cursor(request)
-            if cursor is not None and cursor.position is not None:
-                moment = Run._meta.get_field("created_at").to_python(cursor.position)
-                if moment is None or timezone.is_naive(moment):
-                    raise ValueError(cursor.position)
-                moment.astimezone(dt.UTC)
-        except (NotFound, DjangoValidationError, ValueError, OverflowError):
+            text = base64.urlsafe_b64decode(raw.encode("ascii")).decode("ascii")
+            if "|" in text:
+                direction, moment, run_id = text.split("|")
+            else:
+                legacy = parse_qs(text, keep_blank_values=True)
+                if "p" not in legacy:
+                    return None
+                (moment,) = legacy["p"]
+                direction = "p" if legacy.get("r") == ["1"] else "n"
+                run_id = str(uuid.UUID(int=0) if direction == "n" else uuid.UUID(int=2**128 - 1))
+            created_at = dt.datetime.fromisoformat(moment)
+            if direction not in ("n", "p") or timezone.is_naive(created_at):
+                raise ValueError(raw)
+            return RunPosition(
+                older=direction == "n", created_at=created_at.astimezone(dt.UTC), run_id=uuid.UUID(run_id)
+            )
+        except (binascii.Error, UnicodeError, ValueError, OverflowError):
             raise ValidationError({"cursor": [_("Invalid cursor.")]}) from None
-        return cursor
+
+
+def position_older(position: RunPosition) -> RunPosition:
+    """An empty ``previous`` page (its runs deleted since): its ``next`` goes on from where its cursor pointed."""
+    return RunPosition(older=True, created_at=position.created_at, run_id=position.run_id)
 
 
 class RunListApi(ApiView):
@@ -287,7 +388,8 @@ class RunListApi(ApiView):
         description=(
             "The runs this API key submitted, newest first, optionally of one `agent` (slug) and/or in one "
             "`status`. Cursor pagination: follow `next` (older runs) and `previous` (newer runs); `page_size` "
-            "is 1–100 (20 by default). Runs created while paging never shift a page."
+            "is 1–100 (20 by default). Runs created while paging never shift a page. Unknown query parameters "
+            "are refused (`400`)."
         ),
         tags=["runs"],
         parameters=[
@@ -332,7 +434,7 @@ class RunDetailApi(ApiView):
         description="Status, answer, error, deterministic results, tool calls (masked), approvals, timings.",
         tags=["runs"],
         parameters=[RETRY_AFTER],
-        responses={200: RunOutputSerializer, **error_responses(401, 404, 429)},
+        responses={200: RunOutputSerializer, **error_responses(400, 401, 404, 429)},
     )
     def get(self, request: Request, run_id: str) -> Response:
         run = run_get(run_id=run_id, api_key=caller_of(request))
@@ -353,7 +455,7 @@ class RunCancelApi(ApiView):
         parameters=[RETRY_AFTER],
         responses={
             200: RunOutputSerializer,
-            **error_responses(401, 404, 409, 429, conflicts="`run_finished`: the run has already finished."),
+            **error_responses(400, 401, 404, 409, 413, 429, conflicts="`run_finished`: the run has already finished."),
         },
     )
     def post(self, request: Request, run_id: str) -> Response:
@@ -383,6 +485,7 @@ class RunApprovalDecideApi(ApiView):
                 403,
                 404,
                 409,
+                413,
                 415,
                 429,
                 conflicts="`approval_decided` (already decided) or `approval_expired`.",
@@ -460,7 +563,7 @@ class RunFeedbackApi(ApiView):
         tags=["runs"],
         request=InputSerializer,
         parameters=[RETRY_AFTER],
-        responses={200: RunOutputSerializer, **error_responses(400, 401, 404, 409, 415, 429)},
+        responses={200: RunOutputSerializer, **error_responses(400, 401, 404, 409, 413, 415, 429)},
     )
     def post(self, request: Request, run_id: str) -> Response:
         run = run_get(run_id=run_id, api_key=caller_of(request))
