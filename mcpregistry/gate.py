@@ -991,20 +991,9 @@ def get_prompt(*, server: McpServer, name: str, arguments: dict[str, str], who: 
     )
 
 
-def _mcp_read(
-    *,
-    server: McpServer,
-    target: str,
-    args: dict[str, Any],
-    who: GateCall,
-    action: str,
-    known: bool,
-    unknown_reason: str,
-    unknown_message: str,
-    fetch: Any,
-) -> ToolResult:
-    """One gated read (``read_resource``, ``get_prompt``), in its span (``telemetry.gate_read_span``) with an event
-    per audited attempt or refusal and the outcome."""
+def _mcp_read(*, server: McpServer, target: str, who: GateCall, action: str, known: bool, **read: Any) -> ToolResult:
+    """One gated read (``read_resource``, ``get_prompt``; ``read``: the rest of ``_mcp_read_gated``'s arguments), in
+    its span (``telemetry.gate_read_span``) with an event per audited attempt or refusal and the outcome."""
     secrets = server.secret_values()
     with telemetry.gate_read_span(
         method="resources/read" if action == "resource.read" else "prompts/get",
@@ -1014,17 +1003,7 @@ def _mcp_read(
         run_id=who.run_id,
         call_id=who.call_id,
     ):
-        result = _mcp_read_gated(
-            server=server,
-            target=target,
-            args=args,
-            who=who,
-            action=action,
-            known=known,
-            unknown_reason=unknown_reason,
-            unknown_message=unknown_message,
-            fetch=fetch,
-        )
+        result = _mcp_read_gated(server=server, target=target, who=who, action=action, known=known, **read)
         telemetry.gate_outcome(
             ok=result.ok,
             reason=result.error,
