@@ -36,6 +36,10 @@ PG_MIGRATE = (
 from django.core.management import call_command
 from audit.services import audit_event_record
 from audit.models import AuditEvent
+from django.conf import settings
+# Written inline: an event chained from the pending table carries a nonce, and unapplying audit/0015 (on the way
+# back to 0013) is refused while one does.
+settings.AUDIT_CHAIN_MODE = "inline"
 audit_event_record(source="agent", mcp_id="pg-index", tool="조회", args={"i": 1})
 seen = {"forward": indexes()}
 call_command("migrate", "audit", "0013", verbosity=0)

@@ -361,7 +361,7 @@ def test_the_model_is_shown_the_contracts_argument_limits_in_the_tools_schema() 
     assert schema_with_contract(None, None) == {"type": "object", "properties": {}}
 
 
-@pytest.mark.parametrize("pattern", ["a{99999999999}", "x{4294967296}", "(" * 200_000 + ")" * 200_000])
+@pytest.mark.parametrize("pattern", ["a{99999999999}", "x{4294967296}", "(" * 1_000 + ")" * 1_000])
 def test_a_pattern_too_large_to_compile_is_refused_as_not_valid_not_a_crash(pattern: str) -> None:
     """A repeat count too large (OverflowError) or groups nested too deep (RecursionError) is no re.error: the
     contract's validation let it out as a 500."""
