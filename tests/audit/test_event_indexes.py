@@ -36,10 +36,6 @@ PG_MIGRATE = (
 from django.core.management import call_command
 from audit.services import audit_event_record
 from audit.models import AuditEvent
-from django.conf import settings
-# Written inline: an event chained from the pending table carries a nonce, and unapplying audit/0015 (on the way
-# back to 0013) is refused while one does.
-settings.AUDIT_CHAIN_MODE = "inline"
 audit_event_record(source="agent", mcp_id="pg-index", tool="조회", args={"i": 1})
 seen = {"forward": indexes()}
 call_command("migrate", "audit", "0013", verbosity=0)
@@ -89,7 +85,23 @@ def test_on_sqlite_each_field_has_one_plain_index_and_the_migration_goes_back_an
 def test_on_postgresql_the_pattern_indexes_are_gone_but_reasons_and_come_back_with_the_migration(
     postgres_url: str,  # noqa: F811 - the fixture
 ) -> None:
-    result = manage("shell", "-c", PG_MIGRATE, database_url=postgres_url)
+    # A database of its own, every event written inline: an event chained from the pending table carries a nonce,
+    # and unapplying audit/0015 (on the way back to 0013) is refused while one does (the shared database has some).
+    import uuid
+    from urllib.parse import urlsplit
+
+    import psycopg
+
+    where, name = urlsplit(postgres_url), f"indexes_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(
+        host=where.hostname, port=where.port, user="postgres", dbname="postgres", autocommit=True
+    ) as db:
+        db.execute(f'CREATE DATABASE "{name}"')
+    own_url = f"postgres://postgres@{where.hostname}:{where.port}/{name}"
+    inline = {"AUDIT_CHAIN_MODE": "inline"}
+    migrated = manage("migrate", "--noinput", database_url=own_url, env=inline)
+    assert migrated.returncode == 0, migrated.stdout + migrated.stderr
+    result = manage("shell", "-c", PG_MIGRATE, database_url=own_url, env=inline)
     assert result.returncode == 0, result.stdout + result.stderr
     seen = json.loads(result.stdout.strip().splitlines()[-1])
     for state in ("forward", "again"):
