@@ -790,7 +790,7 @@ def _mask_patterns(text: str) -> str:
     return text
 
 
-def _storable(text: str) -> str:
+def storable_text(text: str) -> str:
     """``text`` with NUL characters and unpaired surrogates replaced by U+FFFD (see the module docstring)."""
     if "\x00" in text:
         text = text.replace("\x00", "\ufffd")
@@ -803,7 +803,7 @@ def _storable(text: str) -> str:
 
 
 def _mask_str(text: str, matcher: _SecretMatcher | None) -> str:
-    text = _storable(text)
+    text = storable_text(text)
     if matcher is not None:
         text = matcher.sub(text)
     if len(text) <= _SHORT_TEXT and _MAYBE_SENSITIVE.search(text) is None:

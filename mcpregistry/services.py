@@ -32,7 +32,7 @@ from audit.changes import (
     change_scope,
     config_change_record,
 )
-from audit.masking import mask_known, mask_text, register_secrets
+from audit.masking import mask_known, mask_text, register_secrets, storable_text
 from audit.services import audit_event_record
 from audit.visible import invisible_characters
 from mcpregistry.contracts import argument_constraints, contract_defaults, schema_problem
@@ -470,23 +470,11 @@ def _shown_name(name: Any) -> str:
     return shown + ("…" if len(text) > 60 else "")
 
 
-def _storable_text(text: str) -> str:
-    """``text`` as every database stores it: a NUL character (PostgreSQL refuses it in text and JSON) and an
-    unpaired surrogate (no UTF-8 encoder takes it) become U+FFFD, as the audit's masking stores them."""
-    text = text.replace("\x00", "\ufffd")
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate; a split pair is joined again
-            text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    return text
-
-
 def _storable(value: Any) -> Any:
     """``value`` (JSON, as a server listed it) as the registry can store it: every string (keys included) through
-    ``_storable_text``, and a float that is not finite (no JSON column takes NaN or infinity) as its text."""
+    ``audit.masking.storable_text``, and a float that is not finite (no JSON column takes NaN or infinity) as its text."""
     if isinstance(value, str):
-        return _storable_text(value)
+        return storable_text(value)
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):
