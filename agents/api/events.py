@@ -119,7 +119,9 @@ class RunEventFeed:
             if self.on_recheck is not None:
                 self.on_recheck()
         status = run_status(run_id=self.run_id)
-        ended = status is None or (status in FINISHED and run_end_recorded(run_id=self.run_id))
+        ended = status is None or (
+            status in FINISHED and (status != Run.Status.CANCELLED or run_end_recorded(run_id=self.run_id))
+        )  # only a cancelled run's end is read again (one more query); the others' is the status just read
         events = run_events_after(run_id=self.run_id, after=self.last_seq, limit=BATCH)
         chunks = [format_event(e, language=self.language) for e in events]
         if events:
