@@ -427,10 +427,13 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
         unusable = [problem for problem in report.schema_errors if problem not in report.rejected]
         health_errors = []
         if report.rejected:
-            health_errors.append("tools not registered (never offered to a model): " + "; ".join(report.rejected))
+            health_errors.append(
+                _("tools not registered (never offered to a model): %(tools)s") % {"tools": "; ".join(report.rejected)}
+            )
         if unusable:
             health_errors.append(
-                "tools with an unusable input schema (never offered to a model): " + "; ".join(unusable)
+                _("tools with an unusable input schema (never offered to a model): %(tools)s")
+                % {"tools": "; ".join(unusable)}
             )
         schema_error = "; ".join(health_errors)
         _record_listing_changes(server, resources=listing.resources, prompts=listing.prompts)

@@ -32,7 +32,7 @@ from cryptography.fernet import Fernet
 from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import connection
-from django.utils import timezone
+from django.utils import timezone, translation
 from mcp import McpError
 
 import mcpregistry.services as services
@@ -283,6 +283,24 @@ def test_a_name_listed_twice_keeps_the_first_and_is_reported(db) -> None:
     assert McpTool.objects.get(server=server, name="same").description == "first"
     server.refresh_from_db()
     assert server.health == McpServer.Health.ERROR and "listed more than once" in server.last_error
+
+
+def test_a_servers_health_note_is_written_in_the_language_of_whoever_discovered(db) -> None:
+    # It was English whatever the admin read: the one untranslated line of a Korean server page.
+    server = raw_server(
+        "dup",
+        [
+            {"name": "same", "description": "first", "inputSchema": SCHEMA},
+            {"name": "same", "description": "second", "inputSchema": SCHEMA},
+            {"name": "broken", "description": "bad schema", "inputSchema": {"type": "array"}},
+        ],
+    )
+    with translation.override("ko"):
+        report = mcp_server_discover(server=server, actor="test", via="tests")
+    assert report.ok, report.error
+    server.refresh_from_db()
+    assert "tools not registered" not in server.last_error and "unusable input schema" not in server.last_error
+    assert "모델에 제공되지 않음" in server.last_error and "same" in server.last_error and "broken" in server.last_error
 
 
 def test_names_that_cannot_be_stored_are_reported_and_nul_is_removed_from_texts(db) -> None:
