@@ -9,6 +9,11 @@ or ``None`` (``deterministic:rule_error``); a rule whose server is not bound or 
 failure ends the stage (a run ends ``failed`` there, before any model call). A code rule's ``params`` must be an
 object that reads as JSON (a date, a set or NaN is the rule's error: no tool could be sent it).
 
+A run's stage stops where its run stops, as the ReAct loop does between its steps: ``StageInput.check`` runs
+before each call the stage makes (a matched rule's, and a code rule's own ``ctx.mcp_tools`` calls), and what it
+raises (``RunCancelled``: the run was cancelled, its time is up, or this worker no longer holds it) ends the stage
+before the call is sent, an approved write included; the records made so far are still written.
+
 A dry run calls nothing, so a code rule that reads its own tool's answer (``ctx.mcp_tools``) reads a stand-in:
 where it raises after such a call, the dry run cannot say what a run does, and the rule is reported as not
 decidable (``NOT_DECIDABLE_IN_DRY_RUN``), not as a failure a run would have.
@@ -28,7 +33,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 
 import agent_platform.telemetry as telemetry
 from agents.deterministic import RuleDecision, RuleSpec, decide
-from agents.errors import DETERMINISTIC_STAGE_FAILED, MCP_NOT_LOADED, MUST_PROPAGATE
+from agents.errors import DETERMINISTIC_STAGE_FAILED, MCP_NOT_LOADED, MUST_PROPAGATE, RunCancelled
 from agents.tools import CodeRuleError, DeterministicContext, load_code_rule
 from audit.services import audit_events_record
 from mcpregistry import gate
@@ -101,6 +106,9 @@ class StageInput:
     # A published version's frozen contracts (``mcp_id/tool`` → contract): its run calls only those tools, with
     # those contracts; None: the tools and contracts as they are now.
     contracts: Mapping[str, ToolContract] | None = None
+    # Before each call the stage makes: raises (``RunCancelled``) where the run must stop (cancelled, out of time,
+    # taken over by another worker). A run's ``RunPlan.check_cancelled``; the rule tester has nothing to stop.
+    check: Callable[[], None] = lambda: None
 
 
 def deterministic_stage(
@@ -113,7 +121,8 @@ def deterministic_stage(
 
     ``who(call_id)`` names the caller for the gate. Each decision goes to ``stage.trace`` and ``stage.emit``, and,
     for a run (``run_id`` set, execute mode), to the audit. Never raises for a rule's failure (it is the
-    outcome's ``failure``); the errors of ``agents.errors.MUST_PROPAGATE`` propagate.
+    outcome's ``failure``); the errors of ``agents.errors.MUST_PROPAGATE`` propagate, ``stage.check``'s
+    ``RunCancelled`` among them (raised before a call, which is then not sent; the decisions so far are written).
     """
     decisions = _DecisionLog(stage)
     if mode == "execute":
@@ -248,6 +257,7 @@ def _stage_rules(
             continue
         assert caller is not None  # only a dry run has none, and it stopped above
         decisions.flush()
+        stage.check()  # a run cancelled (or out of time, or taken over) sends nothing more
         result = gate.call(
             server=server,
             tool_name=step.tool,
@@ -340,6 +350,7 @@ def _decide(
         return step
     step = RuleStep(rule=rule, mcp_id="", tool="")
     parked: list[gate.ToolResult] = []
+    stopped: list[RunCancelled] = []  # the run stopped at one of the rule's own calls (``stage.check``)
     not_called: list[str] = []  # a dry run's tool calls of the rule's own, answered with a stand-in
     try:
         fn, step.mcp_id = load_code_rule(rule.code)
@@ -357,7 +368,15 @@ def _decide(
         a2a_data=list(stage.a2a_data) or None,
         a2a_files=list(stage.a2a_files) or None,
         mcp_tools=_rule_tools(
-            server, rule=rule, mode=mode, who=who, parked=parked, contracts=stage.contracts, not_called=not_called
+            server,
+            rule=rule,
+            mode=mode,
+            who=who,
+            parked=parked,
+            contracts=stage.contracts,
+            not_called=not_called,
+            check=stage.check,
+            stopped=stopped,
         ),
     )
     try:
@@ -365,6 +384,8 @@ def _decide(
     except MUST_PROPAGATE:
         raise
     except Exception as exc:  # a rule author's bug fails the stage as a value
+        if stopped:  # the rule caught the stop (or failed after it): the run stops all the same
+            raise stopped[0] from exc
         if parked:  # the rule stopped at a write waiting for a person (or caught that and failed after it)
             step.parked_on = parked[0]
             return step
@@ -384,6 +405,8 @@ def _decide(
         logger.exception("deterministic rule %s raised", rule.name)
         step.failure = _rule_error(f"{rule.name} raised {type(exc).__name__}")
         return step
+    if stopped:  # recorded before the tool raised: a rule that catches it cannot go on past its run's stop
+        raise stopped[0]
     if parked:  # recorded before the tool raised: a rule that catches it cannot go on past a pending approval
         step.parked_on = parked[0]
         return step
@@ -429,6 +452,8 @@ def _rule_tools(
     parked: list[gate.ToolResult],
     contracts: Mapping[str, Any] | None = None,
     not_called: list[str] | None = None,
+    check: Callable[[], None] = lambda: None,
+    stopped: list[RunCancelled] | None = None,
 ) -> list[BaseTool]:
     """``DeterministicContext.mcp_tools``: the server's callable tools as LangChain tools (name, description,
     input schema). Calling one goes through the gate like everything else; in a dry run it calls nothing.
@@ -436,8 +461,9 @@ def _rule_tools(
     Each call is numbered in the order the rule makes it (``rule:<id>:call:<n>``), as a flow's are: a rule decided
     again (its run redelivered, or resumed after an approval) finds each write it made under its number, executed
     (its recorded outcome, never a second send) or approved, its arguments checked against the recorded ones. A
-    write waiting for a person raises :class:`RuleParked`; the stage parks the run on it. A dry run's calls are
-    answered with a stand-in and listed in ``not_called``."""
+    write waiting for a person raises :class:`RuleParked`; the stage parks the run on it. ``check`` runs before
+    each call: the run's stop it raises is recorded in ``stopped`` (a rule that catches it is stopped after it
+    returns) and sends nothing more. A dry run's calls are answered with a stand-in and listed in ``not_called``."""
     numbers = iter(range(1, 1_000_000))
 
     def make(tool_name: str) -> Callable[..., str]:
@@ -448,6 +474,14 @@ def _rule_tools(
                 return f"(dry run: {tool_name} not called)"
             if parked:  # the rule caught the wait and called on: nothing more goes out until the run resumes
                 raise RuleParked(parked[0].message)
+            if stopped:  # the rule caught its run's stop and called on: nothing more goes out
+                raise stopped[0]
+            try:
+                check()
+            except RunCancelled as stop:
+                if stopped is not None:
+                    stopped.append(stop)
+                raise
             call_id = f"rule:{rule.rule_id}:call:{next(numbers)}"
             result = gate.call(server=server, tool_name=tool_name, args=kwargs, who=who(call_id))
             if result.error == "approval:pending" and result.approval_id:

@@ -282,33 +282,41 @@ def execute(plan: RunPlan) -> RunOutcome:
         # results would reach no node, and its calls would only repeat the flow's (or fail it for a rule's sake).
         results = []
     else:
-        stage = deterministic_stage(
-            StageInput(
-                query=plan.query,
-                context=plan.context,
-                a2a_data=plan.a2a_data,
-                a2a_files=plan.a2a_files,
-                servers=plan.servers,
-                rules=plan.rules,
-                run_id=plan.run_id,
-                actor=plan.actor,
-                trace=trace,
-                emit=plan.emit,
-                emit_many=plan.emit_many,
-                previous_results=plan.previous_results,
-                contracts=plan.frozen_contracts,
-            ),
-            mode="execute",
-            who=lambda call_id: who("deterministic", call_id),
+        stage_input = StageInput(
+            query=plan.query,
+            context=plan.context,
+            a2a_data=plan.a2a_data,
+            a2a_files=plan.a2a_files,
+            servers=plan.servers,
+            rules=plan.rules,
+            run_id=plan.run_id,
+            actor=plan.actor,
+            trace=trace,
+            emit=plan.emit,
+            emit_many=plan.emit_many,
+            previous_results=plan.previous_results,
+            contracts=plan.frozen_contracts,
+            # Before each of the stage's calls, as the ReAct loop checks before each step: a run cancelled, out of
+            # time or taken over sends nothing more, an approved write included.
+            check=plan.check_cancelled,
         )
-        results = stage.results
-        if stage.failure is None and stage.parked_on is None:
-            # Seed 000's wording: an operator checks the server log for this line.
-            logger.info("Deterministic pre-step 완료: %d건", len(results))
-        if stage.failure is not None:
-            failed = RunOutcome(status="failed", error_code=stage.failure.code, error_message=stage.failure.message)
-        elif stage.parked_on is not None:
-            failed = RunOutcome(status="awaiting_approval", parked_on=stage.parked_on)
+        try:
+            stage = deterministic_stage(stage_input, mode="execute", who=lambda call_id: who("deterministic", call_id))
+        except RunCancelled:
+            # Stopped before one of its calls: the run ends as the ReAct loop ends one stopped between its steps
+            # (the task tells a lost claim or a time limit apart by ``RunStopped``'s reason). The results are the
+            # earlier passes'; this pass's calls are in the trace, the events and the audit.
+            results = [dict(r) for r in plan.previous_results if r.get("error") != "approval:pending"]
+            failed = RunOutcome(status="cancelled", error_code="cancelled", error_message="the run was cancelled")
+        else:
+            results = stage.results
+            if stage.failure is None and stage.parked_on is None:
+                # Seed 000's wording: an operator checks the server log for this line.
+                logger.info("Deterministic pre-step 완료: %d건", len(results))
+            if stage.failure is not None:
+                failed = RunOutcome(status="failed", error_code=stage.failure.code, error_message=stage.failure.message)
+            elif stage.parked_on is not None:
+                failed = RunOutcome(status="awaiting_approval", parked_on=stage.parked_on)
     deterministic_ms = clock.ms_since(t0)
     public_results = [{k: v for k, v in r.items() if k != "answer_template"} for r in results]
     outcome.deterministic_results = results
