@@ -585,11 +585,45 @@ class ApiKeyStateFilter(admin.SimpleListFilter):
 
 ISSUE_TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,64}")
 
+# What an admin key may do through ``/api/v1/evals/`` (``evals.api``): read, create and replace eval sets and
+# their cases, start eval runs and read them. Only a user who may do all of it here may hand it to a key: else a
+# key would be a way round the admin's permissions (an eval set's sandbox servers take real writes).
+ADMIN_KEY_PERMISSIONS = (
+    "evals.view_evalset",
+    "evals.add_evalset",
+    "evals.change_evalset",
+    "evals.view_evalcase",
+    "evals.add_evalcase",
+    "evals.change_evalcase",
+    "evals.delete_evalcase",
+    "evals.view_evalrun",
+    "evals.add_evalrun",
+)
+ADMIN_KEY_REFUSED = _(
+    "Only a superuser, or a user who may manage eval sets and start eval runs, may make a key an admin key: "
+    "an admin key does both through the API."
+)
+
+
+def may_make_admin_keys(user: Any) -> bool:
+    """Whether ``user`` may issue an admin key or make a key one (a superuser holds every permission)."""
+    return bool(user.has_perms(ADMIN_KEY_PERMISSIONS))
+
+
+def _made_admin(key: ApiKey) -> bool:
+    """Whether saving ``key`` would make it an admin key that it is not yet (a new key, or a stored caller's key)."""
+    if not key.admin:
+        return False
+    return key.pk is None or not ApiKey.objects.filter(pk=key.pk, admin=True).exists()
+
 
 class ApiKeyForm(forms.ModelForm):
     # The add form's own token (a fresh one each time the page is made; agents/api_key_form.js keeps it across the
     # back button): the same form sent again, or twice at once, issues one key (``ApiKey.issue_token`` is unique).
     form_token = forms.CharField(widget=forms.HiddenInput, required=False)
+
+    # Whether the user may tick "admin key" (``ApiKeyAdmin.get_form`` sets it); else the box is shown disabled.
+    may_make_admin = True
 
     class Meta:
         model = ApiKey
@@ -599,6 +633,20 @@ class ApiKeyForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         if not self.is_bound:
             self.initial["form_token"] = secrets.token_urlsafe(18)  # never one from the address
+        if not self.may_make_admin and "admin" in self.fields:
+            self.fields["admin"].disabled = True  # keeps the stored value; the browser sends none
+            self.fields["admin"].help_text = ADMIN_KEY_REFUSED
+
+    def clean(self) -> dict[str, Any]:
+        """A tick sent for the disabled box (a forged or stale form) is refused, not silently dropped: the user
+        asked for an admin key and is told why there is none."""
+        super().clean()
+        field = self.fields.get("admin")
+        if field is not None and field.disabled and not self.instance.admin:
+            ticked = field.widget.value_from_datadict(self.data, self.files, self.add_prefix("admin"))
+            if ticked:
+                self.add_error("admin", ADMIN_KEY_REFUSED)
+        return self.cleaned_data
 
     def clean_rate(self) -> str:
         rate = self.cleaned_data["rate"].strip()
@@ -636,6 +684,10 @@ class ApiKeyAdmin(ServiceAdminMixin, admin.ModelAdmin):
         fields = list(super().get_fields(request, obj))
         return [*fields, "form_token"] if obj is None else fields
 
+    def get_form(self, request: HttpRequest, obj: ApiKey | None = None, change: bool = False, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
+        return type(form.__name__, (form,), {"may_make_admin": may_make_admin_keys(request.user)})
+
     def add_view(
         self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
@@ -661,6 +713,9 @@ class ApiKeyAdmin(ServiceAdminMixin, admin.ModelAdmin):
         return TemplateResponse(request, "admin/agents/apikey/already_issued.html", context)
 
     def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
+        # Checked again whatever the form was (the form disables the box): an admin key opens the evals API.
+        if _made_admin(obj) and not may_make_admin_keys(request.user):
+            raise PermissionDenied(ADMIN_KEY_REFUSED)
         obj._issue_token = None if change else form.cleaned_data.get("form_token")
         super().save_model(request, obj, form, change)
 
@@ -769,8 +824,30 @@ class ModelPriceAdmin(ServiceAdminMixin, admin.ModelAdmin):
         model_price_delete(price=obj, actor=actor, via=ADMIN_VIA)
 
 
+class BudgetForm(forms.ModelForm):
+    """A limit refused at its own field (a negative one, a word) is told there only: the model, which never saw
+    it, would also say that no limit was given."""
+
+    LIMITS = ("max_tokens", "max_cost")
+
+    def add_error(self, field: str | None, error: Any) -> None:
+        if (
+            field is None
+            and isinstance(error, ValidationError)
+            and hasattr(error, "error_dict")
+            and any(self.has_error(name) for name in self.LIMITS)
+        ):
+            told = [e for e in error.error_dict.get(NON_FIELD_ERRORS, []) if e.code != "no_limit"]
+            rest = {k: v for k, v in error.error_dict.items() if k != NON_FIELD_ERRORS}
+            error = ValidationError({**rest, **({NON_FIELD_ERRORS: told} if told else {})})
+            if not error.error_dict:
+                return
+        super().add_error(field, error)
+
+
 @admin.register(Budget)
 class BudgetAdmin(ServiceAdminMixin, admin.ModelAdmin):
+    form = BudgetForm
     list_display = ["__str__", "period", "max_tokens", "max_cost", "run_reservation_tokens", "enabled", "used_now"]
     list_filter = ["period", "enabled"]
     fields = ["api_key", "agent", "period", "max_tokens", "max_cost", "run_reservation_tokens", "enabled"]

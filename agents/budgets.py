@@ -33,10 +33,13 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
-from agents.models import Agent, ApiKey, Budget, BudgetReservation, BudgetUsage, ModelPrice, Run, RunEvent
+from agents.models import INT32_MAX, Agent, ApiKey, Budget, BudgetReservation, BudgetUsage, ModelPrice, Run, RunEvent
 from audit.changes import audited_delete, audited_save
 
 MICROS_PER_USD = 1_000_000
+
+# What the counters (``BudgetUsage``, ``BudgetReservation``: 64-bit columns) hold.
+COUNTER_MAX = 2**63 - 1
 
 # --- configuration services (audited) ---------------------------------------------------------------------
 
@@ -147,9 +150,23 @@ def budget_reserve(*, run: Run, agent: Agent, api_key: ApiKey | None, budgets: l
     price = model_price_for(provider=provider, model_id=model_id)
     for budget in budgets:
         start, end = period_bounds(budget.period, now)
-        usage = _usage_row(budget, start)
         tokens = budget.run_reservation_tokens
         cost = _reservation_cost_micros(price=price, tokens=tokens)
+        owner = _("this API key") if budget.api_key_id else _("agent '%(slug)s'") % {"slug": agent.slug}
+        if tokens > INT32_MAX or cost > COUNTER_MAX:
+            # A reservation stored before the field's bound: its cost would not fit the counters (a database
+            # error on every submission); the run is refused until an admin lowers it.
+            raise ApplicationError(
+                _(
+                    "The %(period)s budget of %(owner)s reserves more tokens per run than can be counted; an admin "
+                    "must lower its tokens reserved per run to at most %(max)s."
+                )
+                % {"period": budget.get_period_display(), "owner": owner, "max": f"{INT32_MAX:,}"},
+                code="budget_misconfigured",
+                status=409,
+                fields={"budget": budget.pk},
+            )
+        usage = _usage_row(budget, start)
         fits = BudgetUsage.objects.filter(pk=usage.pk)
         if budget.max_tokens is not None:
             fits = fits.filter(used_tokens__lte=budget.max_tokens - tokens - F("reserved_tokens"))
@@ -163,7 +180,6 @@ def budget_reserve(*, run: Run, agent: Agent, api_key: ApiKey | None, budgets: l
             != 1
         ):
             retry_after = max(1, math.ceil((end - now).total_seconds()))
-            owner = _("this API key") if budget.api_key_id else _("agent '%(slug)s'") % {"slug": agent.slug}
             raise ApplicationError(
                 _("The %(period)s budget of %(owner)s is used up; it resets at %(end)s.")
                 % {"period": budget.get_period_display(), "owner": owner, "end": end.isoformat()},

@@ -27,8 +27,8 @@ from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.errors import ApplicationError
 from agent_platform.json import loads as json_loads
+from agent_platform.text import nfc_value
 from agents.deterministic import RuleSpec as EngineRuleSpec
-from agents.deterministic import nfc_value
 from agents.models import Agent, AgentArm, AgentVersion, DeterministicRule
 from agents.selectors import rules_calling, servers_leaving
 from agents.services import (

@@ -12,13 +12,14 @@ import functools
 import json
 import logging
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
 import regex  # type: ignore[import-untyped]
 from django.utils.translation import gettext
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agent_platform.text import nfc, nfc_value
 
 logger = logging.getLogger(__name__)
 
@@ -31,33 +32,6 @@ REGEX_TIMEOUT_S = 0.1
 query made for it gives up then, and the rule does not match (its reason says why): a caller's query cannot hold
 a worker, or the rule tester's page, for longer. Rule regexes run on the ``regex`` module, which has this bound
 (``re`` has none); for the patterns rules are written in, the two read the same."""
-
-
-# CJK compatibility ideographs (KS X 1001's duplicate hanja, U+F900–U+FAFF, U+2F800–U+2FA1F): NFC would replace
-# each with its unified twin, changing a name written with it. They are kept as written.
-_COMPATIBILITY_IDEOGRAPHS = re.compile("([\uf900-\ufaff\U0002f800-\U0002fa1f]+)")
-
-
-def nfc(text: str) -> str:
-    """``text`` in Unicode's composed form (NFC), CJK compatibility ideographs kept as written. Korean typed on
-    macOS or iOS, or pasted from a file name, often comes decomposed (NFD: 김 as ᄀ+ᅵ+ᆷ), which reads the same and
-    matches nothing written composed: a query, its context and data are stored composed
-    (``agents.services.run_input_guarded``), and the rules compare composed text on both sides."""
-    if unicodedata.is_normalized("NFC", text):
-        return text
-    parts = _COMPATIBILITY_IDEOGRAPHS.split(text)  # odd places: the ideographs, kept
-    return "".join(part if i % 2 else unicodedata.normalize("NFC", part) for i, part in enumerate(parts))
-
-
-def nfc_value(value: Any) -> Any:
-    """``nfc`` for every string of a JSON value (keys too)."""
-    if isinstance(value, str):
-        return nfc(value)
-    if isinstance(value, dict):
-        return {nfc(k) if isinstance(k, str) else k: nfc_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [nfc_value(v) for v in value]
-    return value
 
 
 @dataclass(frozen=True)

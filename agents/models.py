@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator
 from django.db import models
 from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
@@ -21,6 +22,10 @@ from mcpregistry.models import McpServer
 DEFAULT_DETERMINISTIC_INSTRUCTION = (
     '제공된 "확정 호출 결과"가 있으면 그 내용을 우선 사용하여 답변하고, 추가 도구 호출은 필요한 경우에만 하세요.'
 )
+
+# The largest value of a 32-bit integer column: PostgreSQL's ``integer`` holds no more, while SQLite stores 64 bits;
+# the bound keeps a value the admin accepts on one database storable on the other (as ``agents.configuration``).
+INT32_MAX = 2**31 - 1
 
 # Keys a model parameter may not be: a key is a secret (the model secrets' api_key).
 SECRET_PARAM_KEYS = ("api_key", "openai_api_key", "key")
@@ -687,7 +692,10 @@ class AgentArm(AuditedModel):
     name = models.SlugField(_("arm"), max_length=32)
     version = models.ForeignKey(AgentVersion, on_delete=models.CASCADE, related_name="arms", verbose_name=_("version"))
     weight = models.PositiveIntegerField(
-        _("weight"), default=1, help_text=_("Share of traffic, relative to the other arms; 0 pauses the arm.")
+        _("weight"),
+        default=1,
+        validators=[MaxValueValidator(INT32_MAX)],
+        help_text=_("Share of traffic, relative to the other arms; 0 pauses the arm."),
     )
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
 
@@ -1051,6 +1059,9 @@ class Budget(AuditedModel):
     run_reservation_tokens = models.PositiveIntegerField(
         _("tokens reserved per run"),
         default=20000,
+        # Also what keeps a reservation's cost at the dearest price (12 digits, agents.ModelPrice) countable in
+        # the 64-bit cost counters (agents.budgets).
+        validators=[MaxValueValidator(INT32_MAX)],
         help_text=_(
             "Set aside when a run is admitted and settled with its real usage when it ends; every model call is "
             "capped to what is left of them, and a run whose next call might not fit stops."
@@ -1076,7 +1087,8 @@ class Budget(AuditedModel):
         if bool(self.api_key_id) == bool(self.agent_id):
             raise ValidationError(_("A budget belongs to one API key or one agent."))
         if self.max_tokens is None and self.max_cost is None:
-            raise ValidationError(_("Give a token limit, a cost limit, or both."))
+            # The code lets the admin's form leave it out where a limit was given but refused at its field.
+            raise ValidationError(_("Give a token limit, a cost limit, or both."), code="no_limit")
         if self.max_cost is not None and self.max_cost < 0:
             raise ValidationError({"max_cost": _("A limit cannot be negative.")})
         if self.run_reservation_tokens < 1:

@@ -21,10 +21,10 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
+from agent_platform.text import nfc_value
 from agents.budgets import budget_reserve, budget_settle
 from agents.config_cache import SubmissionParts, submission_parts
 from agents.decision_reasons import CANCELLED_APPROVAL
-from agents.deterministic import nfc_value
 from agents.dispatch import run_dispatch
 from agents.models import Agent, AgentArm, AgentVersion, ApiKey, Approval, DeterministicRule, Run
 from agents.run_state import RunEventWriter

@@ -31,7 +31,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents.deterministic import nfc
+from agent_platform.text import nfc
 from mcpregistry.contracts import pydantic_message
 
 __all__ = [

@@ -8,7 +8,8 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
+from django.forms.models import BaseInlineFormSet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -19,6 +20,7 @@ from django.utils.translation import gettext_lazy as _
 
 from agent_platform.errors import ApplicationError
 from agent_platform.json import bounded_json_overrides
+from agent_platform.text import nfc_value
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from audit.labels import breakable, when_cell
@@ -42,6 +44,7 @@ from evals.labels import SCORE_LABELS
 from evals.models import CASE_TYPES, EvalCase, EvalRun, EvalSet
 from evals.scoring import MAX_METRICS, RATE_METRICS
 from evals.services import (
+    CASE_TEXT_FIELDS,
     eval_case_create,
     eval_case_delete,
     eval_case_update,
@@ -59,12 +62,26 @@ SUMMARY_ROWS = list(SCORE_LABELS.items())
 EDITED_CASE_FIELDS = ("expected_tools", "forbidden_tools", "answer_checks", "alternatives", "context", "data")
 
 
+class CaseRefused(Exception):
+    """A case's service refused a row its form let through, while the set's page was saved. The change view's
+    transaction rolls back everything the page saved, and the page is made again with the refusal at the row
+    (``EvalSetAdmin.changeform_view``): a form error, not a server error."""
+
+    def __init__(self, *, case: EvalCase, error: ValidationError) -> None:
+        super().__init__(error)
+        self.case, self.error = case, error
+        self.row: int | None = None  # the row's place in the formset (``EvalSetAdmin.save_formset`` finds it)
+
+
 def _case_save(*, obj: EvalCase, actor: Any, via: str, creating: bool) -> None:
-    if creating:
-        saved = eval_case_create(actor=actor, via=via, data=form_data(obj))
-        obj.pk = saved.pk
-    else:
-        eval_case_update(case=obj, actor=actor, via=via)
+    try:
+        if creating:
+            saved = eval_case_create(actor=actor, via=via, data=form_data(obj))
+            obj.pk = saved.pk
+        else:
+            eval_case_update(case=obj, actor=actor, via=via)
+    except ValidationError as exc:
+        raise CaseRefused(case=obj, error=exc) from exc
 
 
 def _case_delete(*, obj: EvalCase, actor: Any, via: str) -> None:
@@ -154,9 +171,15 @@ class EvalCaseForm(forms.ModelForm):
         return self._as_stored("forbidden_tools", lambda v: sorted(set(v)) if isinstance(v, list) else v)
 
     def clean(self) -> dict[str, Any]:
-        """A tool name no server has is a typo (the case would fail on every run): refused where it is written,
+        """The text composed (NFC) as the service stores it, so that the checks here and the formset's (two
+        cases with one key) see what will be stored: a key typed decomposed is the key typed composed.
+
+        A tool name no server has is a typo (the case would fail on every run): refused where it is written,
         naming the tools of the set's agent."""
         cleaned = super().clean()
+        for name in CASE_TEXT_FIELDS:
+            if name in self.cleaned_data:
+                self.cleaned_data[name] = nfc_value(self.cleaned_data[name])
         names_by_field = {
             "expected_tools": case_tool_names(cleaned.get("expected_tools")),
             "forbidden_tools": [n for n in case_tool_names(cleaned.get("forbidden_tools")) if n != NO_TOOL],
@@ -187,19 +210,52 @@ class EvalCaseForm(forms.ModelForm):
         ]
 
 
+def tell_at_row(form: forms.BaseForm, error: ValidationError) -> None:
+    """``error`` on the row's fields; what names a field the row does not show (its set, say), above the row,
+    named."""
+    if not hasattr(error, "error_dict"):
+        form.add_error(None, error)
+        return
+    for name, problems in error.error_dict.items():
+        if name == NON_FIELD_ERRORS or (name in form.fields and not form.fields[name].widget.is_hidden):
+            form.add_error(None if name == NON_FIELD_ERRORS else name, problems)
+            continue
+        field = next((f for f in EvalCase._meta.get_fields() if f.name == name), None)
+        label = capfirst(str(getattr(field, "verbose_name", name)))
+        for problem in ValidationError(problems).messages:
+            form.add_error(None, f"{label}: {problem}")
+
+
+# The request attribute that carries a refused row to the page made again (``EvalSetAdmin.changeform_view``).
+REFUSED_CASE = "_evals_refused_case"
+
+
+class EvalCaseFormSet(BaseInlineFormSet):
+    # A row a case's service refused when the page was saved: told at the row when the page is made again.
+    refused: CaseRefused | None = None
+
+    def clean(self) -> None:
+        super().clean()
+        refused = self.refused
+        if refused is not None and refused.row is not None and refused.row < len(self.forms):
+            tell_at_row(self.forms[refused.row], refused.error)
+
+
 class EvalCaseInline(admin.StackedInline):
     # JSON nested too deeply, NaN and Infinity: refused at their field.
     formfield_overrides = bounded_json_overrides(finite=True)
     model = EvalCase
     form = EvalCaseForm
+    formset = EvalCaseFormSet
     extra = 0
 
     def get_formset(self, request: HttpRequest, obj: EvalSet | None = None, **kwargs: Any) -> Any:
-        formset = super().get_formset(request, obj, **kwargs)
+        formset: Any = super().get_formset(request, obj, **kwargs)
         agent = obj.agent if obj is not None and obj.agent_id else None
         if agent is not None:
             tools = tuple(sorted(set(McpTool.objects.filter(server__agents=agent).values_list("name", flat=True))))
             formset.form = type(formset.form.__name__, (formset.form,), {"agent_tools": tools})
+        formset.refused = getattr(request, REFUSED_CASE, None)
         return formset
 
     fields = [
@@ -281,6 +337,31 @@ class EvalSetAdmin(ServiceAdminMixin, admin.ModelAdmin):
     @admin.display(description=_("cases"))
     def case_count(self, obj: EvalSet) -> int:
         return obj.cases.count()
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> Any:
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except CaseRefused as refused:
+            # Everything the page saved was rolled back with the view's transaction (the set's own change too):
+            # the page again, from what was sent, with the refusal at its row (``EvalCaseFormSet``), so the
+            # formset is not valid and nothing is saved this time.
+            setattr(request, REFUSED_CASE, refused)
+            return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: bool) -> None:
+        try:
+            super().save_formset(request, form, formset, change)
+        except CaseRefused as refused:
+            refused.row = next((i for i, row in enumerate(formset.forms) if row.instance is refused.case), None)
+            if refused.row is None:
+                raise refused.error from refused
+            raise
 
     def service_save(self, *, obj: EvalSet, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
         if change:

@@ -15,7 +15,7 @@ from typing import Any
 import regex  # type: ignore[import-untyped]
 from django.utils.translation import gettext as _
 
-from agents.deterministic import nfc, nfc_value
+from agent_platform.text import nfc, nfc_value
 from evals.notation import NO_TOOL
 
 RATE_METRICS = ("pass_rate", "precision", "recall", "sequence_match", "argument_match", "answer_checks")

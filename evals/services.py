@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.errors import ApplicationError
-from agents.deterministic import nfc_value
+from agent_platform.text import nfc_value
 from agents.models import Agent, AgentVersion, Run, RunEvent
 from agents.services import run_cancel, run_create
 from audit.changes import audited_delete, audited_save

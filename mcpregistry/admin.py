@@ -22,6 +22,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext, pgettext_lazy
 
 from agent_platform.json import bounded_json_overrides
+from agent_platform.text import nfc
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from audit.visible import invisible_characters, visible_text
 from mcpregistry import discovery_view
@@ -819,7 +820,8 @@ class RequestCategoryForm(forms.ModelForm):
         fields = ["department", "keywords", "order", "enabled"]
 
     def clean_keywords(self) -> list[str]:
-        words = [word.strip() for word in self.cleaned_data["keywords"]]
+        # Composed as the model stores them, so a word typed twice, once decomposed, is one word.
+        words = [nfc(word.strip()) for word in self.cleaned_data["keywords"]]
         words = list(dict.fromkeys(word for word in words if word))
         if not words:
             raise forms.ValidationError(_("Give at least one keyword."))

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agent_platform.text import nfc
 from mcpregistry.local_tools import local_tool
 from mcpregistry.models import RequestCategory
 
@@ -117,12 +118,15 @@ def classify_request(request: str) -> dict[str, Any]:
     문의가 어느 부서 소관인지 물을 때 사용한다. 직원·프로젝트 조회에는 사용하지 않는다.
     {"department": 부서, "matched": [근거 키워드]} 를 돌려준다. 맞는 부서가 없으면 department 가 '미분류'이다.
     """
-    text = request.casefold()
+    # Both sides composed (NFC): a request or a keyword typed decomposed (stored so before keywords were
+    # composed on save) reads the same and must match the same.
+    text = nfc(request).casefold()
     best: tuple[int, int, str, list[str]] | None = None
     for category in RequestCategory.objects.filter(enabled=True).order_by("order", "department"):
-        matched = [k for k in category.keywords if str(k).casefold() in text]
+        keywords = dict.fromkeys(nfc(str(k)) for k in category.keywords)
+        matched = [k for k in keywords if k.casefold() in text]
         if matched and (best is None or len(matched) > best[0]):
-            best = (len(matched), category.order, category.department, matched)
+            best = (len(matched), category.order, nfc(category.department), matched)
     if best is None:
         return {"department": UNCLASSIFIED, "matched": []}
     return {"department": best[2], "matched": best[3]}

@@ -10,11 +10,13 @@ from urllib.parse import urlparse
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.json import UnicodeJSONEncoder
+from agent_platform.text import nfc
 from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration, stored_value
 from mcpregistry.binding_policy import command_problem, from_env_problem, url_credentials_problem, url_problem
 from mcpregistry.contracts import ArgSpec, RetrySpec, ReturnsSpec, argument_names, spec_problems
@@ -575,7 +577,8 @@ class RequestCategory(AuditedModel):
         default=list,
         help_text=_('A JSON list of words, e.g. ["프린터", "노트북"].'),
     )
-    order = models.PositiveIntegerField(_("order"), default=100)
+    # At most what PostgreSQL's integer column holds (SQLite stores 64 bits).
+    order = models.PositiveIntegerField(_("order"), default=100, validators=[MaxValueValidator(2**31 - 1)])
     enabled = models.BooleanField(_("enabled"), default=True)
 
     change_audit = ChangeAudit(entity="request_category")
@@ -592,6 +595,11 @@ class RequestCategory(AuditedModel):
         return "local", self.department
 
     def clean(self) -> None:
+        """The department and keywords are stored composed (NFC), on every path that writes them (the admin,
+        the services): a keyword typed decomposed would never match a request, and a department typed decomposed
+        would be a second row of the same name (the unique check, which runs after this, sees it composed)."""
+        if isinstance(self.department, str):
+            self.department = nfc(self.department)
         keywords = self.keywords
         if (
             not isinstance(keywords, list)
@@ -599,7 +607,7 @@ class RequestCategory(AuditedModel):
             or not all(isinstance(k, str) and k.strip() for k in keywords)
         ):
             raise ValidationError({"keywords": [_('Enter a JSON list of words, e.g. ["프린터", "노트북"].')]})
-        self.keywords = [k.strip() for k in keywords]
+        self.keywords = list(dict.fromkeys(nfc(k.strip()) for k in keywords))  # the same word once
 
 
 def tool_argument_names(tool: McpTool, contract_args: dict[str, Any] | None = None) -> set[str]:

@@ -168,7 +168,10 @@ class RunCreateApi(ApiView):
                 413,
                 415,
                 429,
-                conflicts="`agent_disabled`, or `idempotency_key_reused` (same key, another body).",
+                conflicts=(
+                    "`agent_disabled`, `idempotency_key_reused` (same key, another body), or `budget_misconfigured` "
+                    "(a budget reserves more tokens per run than can be counted: an admin must lower it)."
+                ),
             ),
         },
         examples=[

@@ -228,7 +228,7 @@ def test_the_agent_page_says_which_rules_keep_a_server_bound(admin_client, demo_
 
 
 def test_composing_keeps_a_compatibility_hanja_as_written() -> None:
-    from agents.deterministic import nfc
+    from agent_platform.text import nfc
 
     written = "\uf914 " + unicodedata.normalize("NFD", "김하늘")  # 樂 (KS X 1001's duplicate), decomposed Korean
     assert nfc(written) == "\uf914 김하늘"
