@@ -8,7 +8,7 @@ from django.utils.translation import gettext_noop
 
 from mcpregistry.models import McpServer
 from mcpregistry.pool import shutdown_default_pool
-from mcpregistry.services import mcp_server_discover
+from mcpregistry.services import DiscoveryReport, mcp_server_discover
 
 
 class Command(BaseCommand):
@@ -16,6 +16,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.description = _(self.help)  # marked above, translated now: argparse takes no lazy string
+        parser.epilog = _(
+            "Exit status: 0 when every server was discovered and its health is ok (a tool held for review is a "
+            "warning); 1 when a server is unknown, could not be discovered, or its health after discovery is "
+            "error (a listed tool whose name or input schema is unusable). Every server is discovered first."
+        )
         parser.add_argument("mcp_ids", nargs="*", help=_("servers to discover (default: every enabled server)"))
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -27,31 +32,81 @@ class Command(BaseCommand):
                 raise CommandError(_("unknown MCP server(s): %(servers)s") % {"servers": ", ".join(sorted(missing))})
         else:
             servers = servers.filter(enabled=True)
-        failed = 0
+        failed: list[str] = []
         try:
             for server in servers:
                 self.stdout.write(_("%(server)s: connecting…") % {"server": server.mcp_id})
                 report = mcp_server_discover(server=server, actor="system:mcp_discover", via="mcp_discover")
-                if report.ok:
-                    self.stdout.write(
-                        self.style.SUCCESS(
-                            _(
-                                "%(server)s: ok, %(count)s tools (added %(added)s, updated %(updated)s, "
-                                "vanished %(vanished)s)"
-                            )
-                            % {
-                                "server": server.mcp_id,
-                                "count": report.tool_count,
-                                "added": len(report.added),
-                                "updated": len(report.updated),
-                                "vanished": len(report.vanished),
-                            }
-                        )
-                    )
-                else:
-                    failed += 1
+                if not report.ok:
+                    failed.append(server.mcp_id)
                     self.stdout.write(self.style.ERROR(f"{server.mcp_id}: {report.error}"))
+                    continue
+                server.refresh_from_db()
+                if server.health == McpServer.Health.ERROR:
+                    failed.append(server.mcp_id)
+                self._write_report(server, report)
         finally:
             shutdown_default_pool()
         if failed:
-            raise CommandError(_("%(count)s server(s) failed discovery") % {"count": failed})
+            raise CommandError(
+                _("discovery failed, or left the health at error, for %(count)s server(s): %(servers)s")
+                % {"count": len(failed), "servers": ", ".join(failed)}
+            )
+
+    def _write_report(self, server: McpServer, report: DiscoveryReport) -> None:
+        """What a discovery that listed the server's tools found, as the admin's Discover action shows it: the
+        counts, the tools held for review (disabled until approved: a warning), the tools never offered to a model
+        (a name that cannot be one, an unusable input schema: the server's health is error) and what else it
+        lists. The health is the one recorded, read back after discovery."""
+        counts = {
+            "server": server.mcp_id,
+            "count": report.tool_count,
+            "added": len(report.added),
+            "updated": len(report.updated),
+            "vanished": len(report.vanished),
+        }
+        if server.health == McpServer.Health.ERROR:
+            self.stdout.write(
+                self.style.ERROR(
+                    _(
+                        "%(server)s: health error, %(count)s tools (added %(added)s, updated %(updated)s, "
+                        "vanished %(vanished)s)"
+                    )
+                    % counts
+                )
+            )
+        else:
+            style = self.style.WARNING if report.review_required else self.style.SUCCESS
+            self.stdout.write(
+                style(
+                    _("%(server)s: ok, %(count)s tools (added %(added)s, updated %(updated)s, vanished %(vanished)s)")
+                    % counts
+                )
+            )
+        if report.review_required:
+            self.stdout.write(
+                self.style.WARNING(
+                    _("%(server)s: review required (not offered to a model until approved in the admin): %(tools)s")
+                    % {"server": server.mcp_id, "tools": ", ".join(report.review_required)}
+                )
+            )
+        # The same texts as the health's error (``mcp_server_discover``): a rejected name is among the schema
+        # errors too, and is listed once, with its reason.
+        problems = []
+        if report.rejected:
+            problems.append(
+                _("tools not registered (never offered to a model): %(tools)s") % {"tools": "; ".join(report.rejected)}
+            )
+        unusable = [problem for problem in report.schema_errors if problem not in report.rejected]
+        if unusable:
+            problems.append(
+                _("tools with an unusable input schema (never offered to a model): %(tools)s")
+                % {"tools": "; ".join(unusable)}
+            )
+        if not problems and server.health == McpServer.Health.ERROR and server.last_error:
+            problems.append(server.last_error)  # recorded by a check that ran beside this discovery
+        for problem in problems:
+            self.stdout.write(self.style.ERROR(f"{server.mcp_id}: {problem}"))
+        self.stdout.write(
+            f"{server.mcp_id}: {_('resources')}: {len(server.resources)}; {_('prompts')}: {len(server.prompts)}"
+        )
