@@ -38,7 +38,7 @@ from agent_platform.errors import ApplicationError
 from agents.api.config import api_setting
 from agents.api.events import RunEventFeed, stream_async, stream_sync
 from agents.api.throttling import StreamSlot
-from agents.approvals import approval_decide, asked_by_the_model
+from agents.approvals import REASON_MAX_CHARS, approval_decide, asked_by_the_model
 from agents.budgets import usd_text
 from agents.decision_reasons import approval_reason_text, reason_text
 from agents.models import Approval, Run
@@ -1125,10 +1125,17 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
         if not self.has_change_permission(request, approval):
             raise PermissionDenied
         error = ""
-        reason = request.POST.get("reason", "").strip() if request.method == "POST" else ""
+        # A browser sends a textarea's line breaks as CRLF and counts each as one character against ``maxlength``.
+        reason = request.POST.get("reason", "").replace("\r\n", "\n").strip() if request.method == "POST" else ""
         if request.method == "POST":
             if decision == "reject" and not reason:
                 error = gettext("Give a reason for rejecting: the model and the caller are told it.")
+            elif len(reason) > REASON_MAX_CHARS:
+                # Refused here, the text kept in the form to shorten (approval_decide would refuse it too).
+                error = gettext("Give a reason of at most %(max)d characters (this one has %(count)d).") % {
+                    "max": REASON_MAX_CHARS,
+                    "count": len(reason),
+                }
             else:
                 try:
                     approval_decide(
@@ -1155,6 +1162,7 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
             "opts": self.model._meta,
             "decision": decision,
             "reason": reason,
+            "reason_max_chars": REASON_MAX_CHARS,
             "error": error,
             "change_url": reverse("admin:agents_approval_change", args=[approval.pk], current_app=self.admin_site.name),
         }

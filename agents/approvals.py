@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -11,9 +12,11 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
+from agent_platform.json import UnicodeJSONEncoder
 from agents.config_cache import run_configuration
+from agents.decision_reasons import ASKED_AGAIN_APPROVAL
 from agents.models import Approval, Run
-from agents.run_state import run_resume, run_row_lock
+from agents.run_state import approval_ended_record, run_resume, run_row_lock
 from audit.masking import mask_text, mask_value
 from audit.services import audit_event_record
 from mcpregistry.gate_records import ApprovalState
@@ -33,10 +36,9 @@ class RunApprovals:
         self, *, mcp_id: str, tool: str, args: dict[str, Any], call_id: str, call_hash: str, approved_by: str = ""
     ) -> ApprovalState:
         self.asked = True
-        # One approval per call: a resumed run replays the call from its masked conversation, so a call id seen
-        # before is the same call even if its (masked) arguments hash differently now.
+        masked_args = mask_value(args, secrets=self.secrets)
         approval = (
-            Approval.objects.filter(run_id=self.run_id, call_id=call_id).first()
+            self._approval_of_call(call_id, masked_args)
             if call_id
             else Approval.objects.filter(run_id=self.run_id, call_hash=call_hash, call_id="").first()
         )
@@ -57,7 +59,7 @@ class RunApprovals:
                 run_id=self.run_id,
                 mcp_id=mcp_id,
                 tool=tool,
-                args=mask_value(args, secrets=self.secrets),
+                args=masked_args,
                 exact_args=args,
                 call_hash=call_hash,
                 call_id=call_id,
@@ -87,6 +89,68 @@ class RunApprovals:
             call_hash=approval.call_hash,
         )
 
+    def _approval_of_call(self, call_id: str, masked_args: dict[str, Any]) -> Approval | None:
+        """The approval of the call named ``call_id``, or None. A resumed run replays the call from its masked
+        conversation: the call is known by its id, and its masked arguments are the approval's even where its exact
+        ones hash differently now.
+
+        A model's call under an id that an approval holds with other masked arguments is another call, and gets
+        an approval of its own (asked for; in a sandbox, made), found again by its id and arguments. Within a run
+        the engine makes call ids unique (``graph.with_unique_call_ids``), but a pass made again (a store that
+        failed and was retried, a takeover, a redelivery) asks the model again from a conversation that never
+        held the first answer, and a model that numbers its calls per turn (``call_0``) names another write by
+        the first one's id. Given the first call's approval, the gate would send the approved arguments while the
+        conversation, the run's tool calls and the audit show these, or tell the model these were done with the
+        first call's recorded outcome. A call of its own keeps both rules: what a person approved is what is sent
+        (these arguments are asked for), and a write is sent at most once (an approval is only ever used for its
+        own arguments; the first call's, never made by this pass, ends unused when it parks or the run ends).
+        Refusing the call instead (``approval:mismatch``) would tell the model a legitimate write cannot be made.
+
+        A rule's or a flow's call (an admin configured it; a flow numbers its calls in order) keeps the approval
+        found under its id, as before: the gate compares the exact arguments and refuses a numbered call that does
+        not match (``approval:mismatch``)."""
+        same_id = list(Approval.objects.filter(run_id=self.run_id, call_id=call_id).order_by("created_at"))
+        if not same_id or not asked_by_the_model_call(call_id):
+            return same_id[-1] if same_id else None
+        stored_args = json.loads(json.dumps(masked_args, cls=UnicodeJSONEncoder))  # as the JSON column reads back
+        return next((approval for approval in same_id if approval.args == stored_args), None)
+
+    def waiting(self) -> bool:
+        """Whether an approval this pass asked for still waits for a person (the run parks), or none does (each
+        was decided while the pass ran on: the run is queued again)."""
+        return Approval.objects.filter(pk__in=self._used, status=Approval.Status.PENDING).exists()
+
+    def end_unasked(self) -> int:
+        """As this pass parks, in the transaction that stores its park (the run's row locked): the run's
+        approvals that this pass did not ask for, waiting for a person or approved, end ``expired``
+        (``ASKED_AGAIN_APPROVAL``), each audited ``approval.unused`` (why ``asked_again``), as ``approvals_unused``
+        ends those of a run that finished. Returns how many.
+
+        They were asked for by an earlier pass whose outcome was never stored (a store that failed and was
+        retried, a takeover, a redelivery): this pass asked the model again, and the conversation it stores, which
+        a resumed run replays, holds its own calls, not those. Left waiting, they were listed and could be
+        approved ("the run resumes and makes the call once") for a call no pass makes, and a decision on this
+        pass's own approval taken while it ran found the run still waiting for them and left it parked. Nothing a
+        later pass needs is among them: a resumed pass replays the stored calls in order and asks again for the
+        approval of each, up to the one it parks on."""
+        ended = 0
+        waiting = (Approval.Status.PENDING, Approval.Status.APPROVED)
+        left = Approval.objects.filter(run_id=self.run_id, status__in=waiting).exclude(pk__in=self._used)
+        for approval in left.order_by("created_at"):
+            if Approval.objects.filter(pk=approval.pk, status=approval.status).update(
+                status=Approval.Status.EXPIRED,
+                reason=ASKED_AGAIN_APPROVAL,  # translated where shown
+            ):
+                ended += 1
+                approval_ended_record(
+                    approval,
+                    source=_requester(approval.call_id),
+                    outcome="unused",
+                    actor="system",
+                    result={"was": approval.status, "why": "asked_again"},
+                )
+        return ended
+
     def claim_execution(self, approval_id: str) -> bool:
         """Approved → executing, once: a second worker (or a redelivery) cannot execute it again."""
         return (
@@ -109,6 +173,10 @@ class RunApprovals:
         )
 
 
+REASON_MAX_CHARS = 2000
+"""The longest reason a decision may give (the REST API's and the A2A reply's limit too): a longer one is refused,
+never stored cut while its audit event keeps the whole."""
+
 REVIEWER_GROUP = "reviewer"
 """The group whose members may view runs and decide approvals in the admin (migration agents/0006)."""
 
@@ -116,7 +184,12 @@ REVIEWER_GROUP = "reviewer"
 def asked_by_the_model(approval: Approval) -> bool:
     """Whether the call waiting for approval is one the model asked for (not a deterministic rule's or a flow
     node's, which an admin configured)."""
-    return not approval.call_id.startswith(("rule:", "flow:"))
+    return asked_by_the_model_call(approval.call_id)
+
+
+def asked_by_the_model_call(call_id: str) -> bool:
+    """Whether ``call_id`` names a call the model asked for (a rule's and a flow's start ``rule:`` and ``flow:``)."""
+    return not call_id.startswith(("rule:", "flow:"))
 
 
 def approval_decide(
@@ -128,10 +201,16 @@ def approval_decide(
     approve a write the model asked for only where the agent allows it (``caller_approves_model_writes``):
     the model may have been steered by text a tool returned, so a person who did not ask the question decides.
 
-    Raises ApplicationError 404 (no such approval on this run), 403 (the caller may not approve this call), 409
-    (already decided, or expired)."""
+    Raises ApplicationError 400 (no such decision, a reason over ``REASON_MAX_CHARS``), 404 (no such approval on
+    this run), 403 (the caller may not approve this call), 409 (already decided, or expired)."""
     if decision not in {"approve", "reject"}:
         raise ApplicationError(_("'decision' must be 'approve' or 'reject'."), code="invalid_input", status=400)
+    if len(reason) > REASON_MAX_CHARS:
+        raise ApplicationError(
+            _("'%(key)s' must be text of at most %(max)d characters.") % {"key": "reason", "max": REASON_MAX_CHARS},
+            code="invalid_input",
+            status=400,
+        )
     approval = Approval.objects.filter(pk=_uuid_or_none(approval_id), run=run).first()
     if approval is None:
         raise ApplicationError(_("Approval not found."), code="approval_not_found", status=404)
@@ -175,7 +254,7 @@ def approval_decide(
         else:
             new_status = Approval.Status.APPROVED if decision == "approve" else Approval.Status.REJECTED
             claimed = Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
-                status=new_status, decided_by=actor[:200], decided_at=now, reason=reason[:2000]
+                status=new_status, decided_by=actor[:200], decided_at=now, reason=reason
             )
             if claimed != 1:
                 approval.refresh_from_db()

@@ -64,7 +64,9 @@ def reason_text(reason: str) -> str:
 # they wrote it): translated where it is shown.
 UNUSED_APPROVAL = "the run ended without making this call"
 CANCELLED_APPROVAL = "the run was cancelled"
+ASKED_AGAIN_APPROVAL = "the run was made again and did not ask for this call"
 _APPROVAL_REASONS: dict[str, Callable[[], str]] = {
+    ASKED_AGAIN_APPROVAL: lambda: gettext("the run was made again and did not ask for this call"),
     UNUSED_APPROVAL: lambda: gettext("the run ended without making this call"),
     CANCELLED_APPROVAL: lambda: gettext("the run was cancelled"),
 }

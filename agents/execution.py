@@ -51,7 +51,14 @@ from agents.config_cache import run_parts
 from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_time_limits
 from agents.errors import RunCancelled
 from agents.models import Agent, Approval, Run
-from agents.run_state import RunEventWriter, approvals_interrupted, approvals_unused, run_fail_unheld, run_resume
+from agents.run_state import (
+    RunEventWriter,
+    approvals_interrupted,
+    approvals_unused,
+    run_fail_unheld,
+    run_resume,
+    run_row_lock,
+)
 from agents.selectors import RUN_READ
 from agents.shadow import shadow_after_store
 from agents.versions import AGENT_FIELDS
@@ -538,7 +545,7 @@ def _execute_claimed(claim: RunClaim) -> None:
         get_default_pool().close_scope(f"run:{run.id}")
     # A first pass that asked for no approval has none to leave unused.
     unused = not fresh or approvals.asked
-    _store_outcome(claim, run, _judged(claim, outcome), writer, settle=settle, unused=unused)
+    _store_outcome(claim, run, _judged(claim, outcome), writer, settle=settle, unused=unused, asked=approvals)
 
 
 def _tokens_spent_before(run_id: Any) -> int:
@@ -588,13 +595,15 @@ def _store_outcome(
     *,
     settle: bool = True,
     unused: bool = True,
+    asked: RunApprovals,
 ) -> None:
     """Store the outcome and its ``status`` event together, only if the claim is still ours. A run cancelled
     while it ran keeps its cancellation; this worker appends its ``cancelled`` event (``run_cancel`` leaves
     that to the worker). ``settle``: whether the run's budgets need settling (``budget_settle``); a first pass
     of a run without a reservation has nothing to settle, and its stored outcome counts every token it used.
     ``unused``: whether the run may hold approvals it did not carry out (``approvals_unused``) or left claimed
-    (``approvals_interrupted``)."""
+    (``approvals_interrupted``). ``asked``: this pass's approvals; a park waits for those alone (an earlier pass's
+    that this one did not ask for again end unused, ``RunApprovals.end_unasked``)."""
     if claim.stop_reason == "lost":
         logger.warning("run %s: %s no longer holds it; its outcome is discarded", claim.run_id, claim.worker)
         _count_late_tokens(claim.run_id)
@@ -605,6 +614,10 @@ def _store_outcome(
         finished = outcome.status in {"succeeded", "failed"}
         with transaction.atomic():
             if outcome.status == "awaiting_approval":
+                # The run's row first, as a decision takes it before its approval's: an earlier pass's approval
+                # decided now either was decided before (and ends unused here) or is found ended (409).
+                run_row_lock(claim.run_id)
+                asked.end_unasked()  # undone with the rest if the claim is no longer ours
                 # What it waits for, before the status: a stream's client learns each approval's id (to decide
                 # it with POST /runs/{id}/approvals/{approval_id}) without asking for the run.
                 writer.emit_many(_approval_events(claim.run_id))
@@ -635,7 +648,7 @@ def _store_outcome(
             )
             if stored != 1:
                 transaction.set_rollback(True)
-            elif outcome.status == "awaiting_approval" and not _approvals_pending(claim.run_id):
+            elif outcome.status == "awaiting_approval" and not asked.waiting():
                 # Decided while this pass ran on (a reviewer quick on the admin's list): the decision found the run
                 # still running and left it to this pass, which queues it again rather than park it for good.
                 run_resume(run_id=str(claim.run_id))
@@ -672,10 +685,6 @@ def _stopped_by_cancellation(claim: RunClaim) -> bool:
         approvals_interrupted(run_id=claim.run_id, why="cancelled")
         approvals_unused(run_id=claim.run_id, why="cancelled")
     return cancelled_while_ours
-
-
-def _approvals_pending(run_id: Any) -> bool:
-    return Approval.objects.filter(run_id=run_id, status=Approval.Status.PENDING).exists()
 
 
 def _count_late_tokens(run_id: Any) -> None:

@@ -115,7 +115,7 @@ def approvals_interrupted(*, run_id: Any, why: str) -> int:
             status=Approval.Status.OUTCOME_UNKNOWN, result=result
         ):
             changed += 1
-            _approval_ended(
+            approval_ended_record(
                 approval, source="agent", outcome="outcome_unknown", actor="reconciler", result={"why": why}
             )
             logger.warning("run %s: approval %s ended outcome_unknown (%s)", run_id, approval.pk, why)
@@ -136,7 +136,7 @@ def approvals_unused(*, run_id: Any, why: str) -> int:
             reason=UNUSED_APPROVAL,  # translated where shown
         ):
             changed += 1
-            _approval_ended(
+            approval_ended_record(
                 approval,
                 source=_requester(approval.call_id),
                 outcome="unused",
@@ -146,7 +146,7 @@ def approvals_unused(*, run_id: Any, why: str) -> int:
     return changed
 
 
-def _approval_ended(approval: Approval, *, source: str, outcome: str, actor: str, result: dict[str, Any]) -> None:
+def approval_ended_record(approval: Approval, *, source: str, outcome: str, actor: str, result: dict[str, Any]) -> None:
     """The audit event of an approval ended without a person (``approval.<outcome>``, reason
     ``approval:<outcome>``), naming its call."""
     audit_event_record(

@@ -466,6 +466,9 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
                     % {"tool": tool_name},
                 )
             args = dict(approval.args)
+            # What was sent is what the result, its audit events and the trace record (masked when the result
+            # is finished), never the arguments of the call that found the approval.
+            this.result.args = args
     if contract.risk == ToolContract.Risk.WRITE and contract.idempotency_arg:
         # Every send of this call carries one key (an approved call's, a sandboxed eval's alike): the server tells
         # a repeat from a new call, which is what lets the contract's retries apply to a write.
