@@ -824,7 +824,7 @@ CANCELLABLE = (Run.Status.QUEUED, Run.Status.AWAITING_APPROVAL, Run.Status.RUNNI
 
 
 @transaction.atomic
-def run_cancel(*, run: Run, actor: str, source: Literal["admin", "api"] = "admin") -> Run:
+def run_cancel(*, run: Run, actor: str, source: Literal["admin", "api", "eval"] = "admin") -> Run:
     """Cancel a run that has not finished. Compare-and-swap on the status it was read with (read again if it
     changed in between), so that what follows depends on the status it really had:
 

@@ -522,7 +522,7 @@ def _timed_out(run: Run, deadline: Any) -> bool:
     if deadline is None or run.status in SCORED_STATUSES or run.created_at > deadline:
         return False
     try:
-        run_cancel(run=run, actor=TIMED_OUT_ACTOR)
+        run_cancel(run=run, actor=TIMED_OUT_ACTOR, source="eval")
     except ApplicationError:  # it ended meanwhile (409): scored as it ended
         # Ended by another refresher's timeout (this copy was read before it cancelled the run) is still timed out.
         run.refresh_from_db()

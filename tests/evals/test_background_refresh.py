@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from agents.execution import run_execute
 from agents.models import Run
+from audit.models import AuditEvent
 from evals.models import EvalCaseResult, EvalRun
 from evals.services import eval_run_start, eval_runs_refresh_open
 from tests.evals.conftest import company_assistant, import_seed_set
@@ -63,6 +64,9 @@ def test_a_case_whose_run_never_finishes_is_cancelled_and_scored_as_timed_out() 
     assert (eval_run.status, eval_run.done) == (EvalRun.Status.FINISHED, 5)
     stuck.refresh_from_db()
     assert stuck.status == Run.Status.CANCELLED and stuck.error_message == "cancelled by eval:timeout"
+    # The eval cancelled it, not an admin: the audit's source says so (it said "admin").
+    cancel = AuditEvent.objects.get(run_id=stuck.id, action="run.cancel")
+    assert (cancel.source, cancel.actor) == ("eval", "eval:timeout")
     result = EvalCaseResult.objects.get(eval_run=eval_run, run=stuck)
     assert result.scored and not result.passed and result.scores["timed_out"] is True
     assert "eval:timeout" in result.scores["failed_checks"]  # shown on the eval run's page

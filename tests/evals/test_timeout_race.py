@@ -30,11 +30,11 @@ def test_the_second_refresher_to_time_a_case_out_still_scores_it_as_timed_out(mo
     eval_run = EvalRun.objects.create(eval_set=eval_set, agent=agent, total=1)
     result = EvalCaseResult.objects.create(eval_run=eval_run, case=case, run=run)
 
-    def first_refresher_cancels_in_between(*, run: Run, actor: str) -> Any:
+    def first_refresher_cancels_in_between(*, run: Run, actor: str, source: Any) -> Any:
         # Refresher A cancels the run (and has not scored the case yet) after this one read it as still queued.
-        run_cancel(run=Run.objects.get(pk=run.pk), actor=TIMED_OUT_ACTOR)
+        run_cancel(run=Run.objects.get(pk=run.pk), actor=TIMED_OUT_ACTOR, source=source)
         monkeypatch.setattr(evals.services, "run_cancel", run_cancel)
-        return run_cancel(run=run, actor=actor)  # this one's stale copy: refused, the run has ended
+        return run_cancel(run=run, actor=actor, source=source)  # this one's stale copy: refused, the run has ended
 
     monkeypatch.setattr(evals.services, "run_cancel", first_refresher_cancels_in_between)
     eval_run_refresh(eval_run=eval_run, now=timezone.now() + timedelta(seconds=61))
