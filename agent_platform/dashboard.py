@@ -13,14 +13,14 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin
-from django.db.models import Count, Sum
+from django.db.models import Count, Model, Sum
 from django.http import HttpRequest, HttpResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.translation import gettext
 
 from agents.budgets import MICROS_PER_USD, period_bounds, usage_by_day, usd_text
-from agents.models import Approval, Budget, Run
+from agents.models import Approval, Budget, ModelPrice, Run
 from audit.change_guard import actor_label
 from audit.changes import CONFIG_ACTION_PREFIX
 from audit.labels import action_label
@@ -44,6 +44,14 @@ def _url(name: str, *args: Any) -> str | None:
         return reverse(name, args=args)
     except NoReverseMatch:
         return None
+
+
+def _changelist_url(request: HttpRequest, model: type[Model]) -> str | None:
+    """The model's admin list, for a reader its page lets in (the page's own rule: may view or change), else None:
+    the dashboard links to no page that answers its reader with a 403."""
+    if not admin.site.get_model_admin(model).has_view_permission(request):
+        return None
+    return _url(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist")
 
 
 def _compact(value: Any, limit: int = 160) -> str:
@@ -183,8 +191,8 @@ def dashboard_usage(request: HttpRequest) -> dict[str, Any] | None:
         "priced": bool(cost_micros),
         "agents": top("agent__slug"),
         "keys": top("api_key__name"),
-        "budgets_url": _url("admin:agents_budget_changelist"),
-        "prices_url": _url("admin:agents_modelprice_changelist"),
+        "budgets_url": _changelist_url(request, Budget),
+        "prices_url": _changelist_url(request, ModelPrice),
     }
 
 
@@ -221,7 +229,10 @@ def dashboard_context(request: HttpRequest) -> dict[str, Any]:
             "tools": dashboard_tools(request, since=since),
             "usage": dashboard_usage(request),
             "my_changes": dashboard_my_changes(request),
-            "rule_tester_url": _url("rule-tester") if request.user.has_perm("agents.view_deterministicrule") else None,
+            # The tester runs rules (and may call their tools): it asks for the permission to change them.
+            "rule_tester_url": _url("rule-tester")
+            if request.user.has_perm("agents.change_deterministicrule")
+            else None,
             "metrics_url": (
                 _url("admin:audit_auditevent_metrics") if request.user.has_perm("audit.view_auditevent") else None
             ),

@@ -13,11 +13,13 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from importlib import import_module
 from typing import Any
 
+from django.conf import settings
 from django.contrib import admin, messages
-from django.contrib.auth import get_user_model
-from django.core.exceptions import PermissionDenied
+from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.handlers.asgi import ASGIRequest
 from django.db.models import Case, F, IntegerField, Value, When
 from django.http import (
@@ -30,6 +32,8 @@ from django.http import (
 )
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import translation
+from django.utils.crypto import constant_time_compare
 from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -853,9 +857,33 @@ def _resume_point(request: HttpRequest) -> int:
     return 0
 
 
-def _staff_may_still_view(user_id: Any) -> bool:
-    user = get_user_model().objects.filter(pk=user_id, is_active=True, is_staff=True).first()
-    return user is not None and user.has_perm("agents.view_run")
+def _session_still_views_runs(model_admin: admin.ModelAdmin[Any], *, session_key: str | None, user_id: Any) -> bool:
+    """Whether the admin session a run's stream was opened with would still be let in to the run's page: the
+    session still exists (not signed out, not expired) and still names the user; its password hash still
+    matches the user's (as ``django.contrib.auth.get_user`` checks it, fallback keys included: a password
+    changed elsewhere signs this session out); the user is still active staff; and the page's own rule
+    (``has_view_permission``: may view or change runs) still lets them in.
+
+    Only reads: unlike ``get_user`` it neither flushes a session that fails nor rotates a fallback-key one (the
+    next page the session asks for does that). A session whose key was cycled (a password changed on this
+    session's own page) is a new session: this stream ends and the page's ``EventSource`` reconnects with it."""
+    if not session_key:
+        return False
+    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    try:
+        names_the_user = get_user_model()._meta.pk.to_python(session.get(SESSION_KEY)) == user_id
+    except ValidationError:
+        return False
+    user = get_user_model()._default_manager.filter(pk=user_id).first() if names_the_user else None
+    stored_hash = session.get(HASH_SESSION_KEY)
+    if user is None or not isinstance(stored_hash, str) or not stored_hash:
+        return False
+    hashes = [user.get_session_auth_hash(), *user.get_session_auth_fallback_hash()]
+    if not any(constant_time_compare(stored_hash, expected) for expected in hashes):
+        return False
+    probe = HttpRequest()
+    probe.user = user
+    return model_admin.admin_site.has_permission(probe) and model_admin.has_view_permission(probe)
 
 
 @admin.register(Run)
@@ -967,17 +995,22 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
     def events_view(self, request: HttpRequest, object_id: str) -> HttpResponseBase:
         """The run's event stream (server-sent events) for someone logged in to the admin who may view runs; it
-        re-checks at intervals that they still may, and closes when the run has finished."""
+        re-checks at intervals that their session is still signed in and that they still may (an
+        ``event: error`` ends it otherwise), and closes when the run has finished."""
         run = self._run_or_404(request, object_id)
-        user_id = request.user.pk
+        user_id, session_key = request.user.pk, request.session.session_key
         feed = RunEventFeed(
             run_id=run.pk,
             after=_resume_point(request),
             poll_s=float(api_setting("PLATFORM_SSE_POLL_S")),
             keepalive_s=float(api_setting("PLATFORM_SSE_KEEPALIVE_S")),
             max_s=float(api_setting("PLATFORM_SSE_MAX_S")),
-            still_authorized=lambda: _staff_may_still_view(user_id),
+            still_authorized=lambda: _session_still_views_runs(self, session_key=session_key, user_id=user_id),
             auth_recheck_s=min(15.0, float(api_setting("PLATFORM_SSE_AUTH_RECHECK_S"))),
+            language=translation.get_language(),
+            revoked_message=gettext(
+                "Your admin session has ended, or you may no longer view runs; the stream is closed."
+            ),
         )
         no_slot = StreamSlot(cache_key="", token="")  # streams per API key are capped; a session has none
         stream = stream_async(feed, no_slot) if isinstance(request, ASGIRequest) else stream_sync(feed, no_slot)

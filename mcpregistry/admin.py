@@ -13,13 +13,13 @@ from django.contrib import admin, messages
 from django.contrib.admin.options import IS_POPUP_VAR
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.text import capfirst
+from django.utils.translation import gettext, ngettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext, pgettext_lazy
 
 from agent_platform.json import bounded_json_overrides
 from agent_platform.text import nfc
@@ -520,8 +520,13 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
     def get_urls(self) -> list[Any]:
         def server_view(operation: Any) -> Any:
             def view(request: HttpRequest, object_id: str) -> HttpResponse:
+                # Permission first (a 403 whatever the id), then the server: a missing one is a 404, not a 403.
+                if not self.has_change_permission(request):
+                    raise PermissionDenied
                 server = self.get_object(request, object_id)
-                if server is None or not self.has_change_permission(request, server):
+                if server is None:
+                    raise Http404(gettext("MCP server not found."))
+                if not self.has_change_permission(request, server):
                     raise PermissionDenied
                 if request.method != "POST":
                     return HttpResponseNotAllowed(["POST"])

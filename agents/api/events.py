@@ -63,8 +63,10 @@ def format_end(status: str | None) -> str:
     return f"event: end\ndata: {json.dumps({'status': status}, ensure_ascii=False)}\n\n"
 
 
-def format_revoked() -> str:
-    body = {"code": "authentication_failed", "message": _("The API key was revoked; the stream is closed.")}
+def format_revoked(message: str | None = None) -> str:
+    """The stream's last event once its reader may no longer read it: ``message`` says why, in the reader's
+    words (an API key's revocation unless told: the admin's session-authorised stream says its own)."""
+    body = {"code": "authentication_failed", "message": message or _("The API key was revoked; the stream is closed.")}
     return f"event: error\ndata: {json.dumps(body, ensure_ascii=False)}\n\n"
 
 
@@ -84,10 +86,13 @@ class RunEventFeed:
         auth_recheck_s: float = 10.0,
         on_recheck: Callable[[], None] | None = None,
         language: str | None = None,
+        revoked_message: str | None = None,
     ) -> None:
         """``still_authorized`` is asked at most every ``auth_recheck_s`` seconds (and ``on_recheck`` then
-        called, to renew the stream's slot); once it answers False the stream ends with ``event: error``."""
+        called, to renew the stream's slot); once it answers False the stream ends with ``event: error`` saying
+        ``revoked_message`` (translated when the stream opened; the API key's revocation by default)."""
         self.run_id = run_id
+        self.revoked_message = revoked_message
         self.language = language  # the caller's, read from the request (the stream outlives its translation)
         self.still_authorized = still_authorized
         self.auth_recheck_s = auth_recheck_s
@@ -115,7 +120,7 @@ class RunEventFeed:
         if now >= self.next_recheck:
             self.next_recheck = now + self.auth_recheck_s
             if self.still_authorized is not None and not self.still_authorized():
-                return [format_revoked()], "done"
+                return [format_revoked(self.revoked_message)], "done"
             if self.on_recheck is not None:
                 self.on_recheck()
         status = run_status(run_id=self.run_id)
