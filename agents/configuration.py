@@ -5,14 +5,18 @@ agent's ``slug``, a rule's agent + ``name``) and all-or-nothing (one transaction
 Secret values are given inline (``{"value": "..."}``, encrypted on import) or by reference
 (``{"from_env": "NAME"}``, read on the worker); ``{"set": true}`` keeps the value already stored.
 ``config_export`` never writes a secret value: a stored value is exported as ``{"set": true}``.
+A secret map left out of an entry (a server's ``env`` or ``headers``, an agent's ``model.secrets``) keeps the stored
+secrets; ``{}`` removes them all, and a map that is given removes the names it leaves out (each one reported as
+deleted). A setting left out of an existing agent's entry is left as it is; a new agent takes the defaults.
 """
 
 from __future__ import annotations
 
+import codecs
 import functools
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
@@ -26,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.errors import ApplicationError
+from agent_platform.json import json_error_text
 from agent_platform.json import loads as json_loads
 from agent_platform.text import nfc_value
 from agents.deterministic import RuleSpec as EngineRuleSpec
@@ -43,6 +48,7 @@ from agents.services import (
     unbinding_refused,
 )
 from agents.versions import AGENT_FIELDS, MAX_ITERATIONS_LIMIT, VersionContent, version_content_portable
+from mcpregistry.binding_policy import masked_secret_given
 from mcpregistry.contract_document import ContractSpec, contract_entry, contract_fields
 from mcpregistry.gate_records import CONTRACT_FIELDS
 from mcpregistry.models import McpServer, McpTool, ToolContract
@@ -60,6 +66,8 @@ MAX_DOCUMENT_DEPTH = 100
 INT32_MAX = 2**31 - 1
 # A tool's name, as ``McpTool.name`` holds it.
 TOOL_NAME_MAX = 200
+# The problems a refused import shows, at most (one broken server with thousands of rules calling it: thousands).
+MAX_PROBLEMS_SHOWN = 50
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -87,10 +95,11 @@ class ServerSpec(_Strict):
     command: str = ""
     args: list[str] = Field(default_factory=list)
     cwd: str = ""
-    env: dict[str, SecretSpec] = Field(default_factory=dict)
-    public_env: list[str] = Field(default_factory=list)
+    # A secret map left out: the stored secrets, kept; {} removes them. ``public_env`` left out: as it is.
+    env: dict[str, SecretSpec] | None = None
+    public_env: list[str] | None = None
     url: str = ""
-    headers: dict[str, SecretSpec] = Field(default_factory=dict)
+    headers: dict[str, SecretSpec] | None = None
     timeout_s: float = Field(default=30.0, gt=0, le=3600)
     session_scope: Literal["per_run", "shared"] = "per_run"
     enabled: bool = True
@@ -105,7 +114,8 @@ class ModelSpec(_Strict):
     model_id: str = ""
     params: dict[str, Any] = Field(default_factory=dict)
     # The model API key: {"api_key": {"value": ...} | {"from_env": NAME} | {"set": true}} (encrypted on import).
-    secrets: dict[Literal["api_key"], SecretSpec] = Field(default_factory=dict)
+    # Left out: the stored key, kept; {} removes it.
+    secrets: dict[Literal["api_key"], SecretSpec] | None = None
 
 
 class VersionContentSpec(_Strict):
@@ -165,6 +175,9 @@ class ArmSpec(_Strict):
 
 
 class AgentSpec(_Strict):
+    """An agent's entry. A key left out of an existing agent's entry leaves that setting as it is (the defaults
+    below are a new agent's); so does one left out of its ``model``."""
+
     slug: str
     name: str | None = None
     enabled: bool = True
@@ -199,6 +212,24 @@ class AgentSpec(_Strict):
         if len(names) != len(set(names)):
             raise ValueError("arms: " + _("a name is given twice"))
         return self
+
+
+# The settings of an agent's entry stored under their own names (``Agent``'s fields).
+_AGENT_SETTINGS = (
+    "enabled",
+    "system_prompt",
+    "answer_template",
+    "max_iterations",
+    "mode",
+    "flow_graph",
+    "answer_from_deterministic",
+    "caller_approves_model_writes",
+    "language",
+    "no_match_answer",
+    "tool_selection",
+    "mcp_context",
+    "time_limit_s",
+)
 
 
 class RuleSpec(_Strict):
@@ -263,10 +294,75 @@ def _named(rows: Any, name: str) -> Any:
     return next((row for row in rows if nfc_value(row.name) == name), None)
 
 
+class _DocumentLoader(_YAML_LOADER):  # type: ignore[misc,valid-type]
+    """The safe YAML loader, noting each mapping in which a key is given twice (``repeated``): PyYAML keeps the
+    last one silently. Keys merged in (``<<: *defaults``) may be overridden, as YAML means them to be."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.repeated: list[tuple[dict[Any, Any], Any]] = []
+
+    def construct_yaml_map(self, node: yaml.MappingNode) -> Any:
+        data: dict[Any, Any] = {}
+        yield data
+        own = [key for key, _value in node.value if key.tag != "tag:yaml.org,2002:merge"]
+        data.update(self.construct_mapping(node))
+        seen: set[Any] = set()
+        for key_node in own:
+            key = self.construct_object(key_node)  # built already: the same object
+            try:
+                if key in seen:
+                    self.repeated.append((data, key))
+                    break
+                seen.add(key)
+            except TypeError:  # an unhashable key: construct_mapping refused it already
+                continue
+
+
+_DocumentLoader.add_constructor("tag:yaml.org,2002:map", _DocumentLoader.construct_yaml_map)
+
+
+def _json_object(repeated: list[tuple[dict[Any, Any], Any]], pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, noted in ``repeated`` with its first key given twice (``json`` keeps the last silently)."""
+    data = dict(pairs)
+    if len(data) < len(pairs):
+        seen: set[str] = set()
+        for key, _value in pairs:
+            if key in seen:
+                repeated.append((data, key))
+                break
+            seen.add(key)
+    return data
+
+
+def _path_to(document: Any, target: Any) -> str:
+    """Where ``target`` (an object inside ``document``, by identity) is, as ``document_problems`` names a place
+    (``agents[0] (assistant).model``); "" for the document itself. Walked without recursion, each object once
+    (YAML aliases share them)."""
+    stack: list[tuple[Any, str]] = [(document, "")]
+    seen: set[int] = set()
+    while stack:
+        value, path = stack.pop()
+        if value is target:
+            return path
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, dict):
+            stack.extend((item, f"{path}.{key}" if path else str(key)) for key, item in value.items())
+        elif isinstance(value, list):
+            labels = [_label(path, item) if "." not in path and "[" not in path else "" for item in value]
+            stack.extend(
+                (item, f"{path}[{i}]" + (f" ({labels[i]})" if labels[i] else "")) for i, item in enumerate(value)
+            )
+    return ""
+
+
 def load_document(path: str | Path) -> dict[str, Any]:
     """Read a JSON or YAML configuration file. Raises ApplicationError for a file over ``MAX_DOCUMENT_BYTES``,
-    not UTF-8, not valid JSON or YAML (nesting past the bounded decoder's limit included), or not an object.
-    What the values may be is checked by ``config_import`` (``document_problems``)."""
+    not UTF-8 (a byte order mark is read past), not valid JSON or YAML (nesting past the bounded decoder's limit
+    included; a key given twice in one object, which the parsers resolve by keeping the last), or not an
+    object. What the values may be is checked by ``config_import`` (``document_problems``)."""
     kind = "YAML" if str(path).endswith((".yaml", ".yml")) else "JSON"
     with open(path, "rb") as stream:  # read to the limit, not to the end: a device or a pipe may have none
         raw = stream.read(MAX_DOCUMENT_BYTES + 1)
@@ -275,24 +371,42 @@ def load_document(path: str | Path) -> dict[str, Any]:
             _("%(path)s: larger than %(limit)s MB") % {"path": path, "limit": MAX_DOCUMENT_BYTES // (1024 * 1024)},
             code="invalid_config",
         )
+    # A byte order mark (Windows editors write one) is no part of the text.
+    bom = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0
     try:
-        text = raw.decode("utf-8")
+        text = raw[bom:].decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ApplicationError(
-            _("%(path)s: not UTF-8 text (byte %(position)s)") % {"path": path, "position": exc.start + 1},
+            _("%(path)s: not UTF-8 text (byte %(position)s)") % {"path": path, "position": bom + exc.start + 1},
             code="invalid_config",
         ) from None
+    repeated: list[tuple[dict[Any, Any], Any]] = []
     try:
-        data = yaml.load(text, Loader=_YAML_LOADER) if kind == "YAML" else json_loads(text)  # noqa: S506 - safe
+        if kind == "YAML":
+            loader = _DocumentLoader(text)
+            try:
+                data = loader.get_single_data()
+            finally:
+                loader.dispose()
+            repeated = loader.repeated
+        else:
+            data = json_loads(text, object_pairs_hook=functools.partial(_json_object, repeated))
     except (ValueError, yaml.YAMLError) as exc:
         raise ApplicationError(
-            _("%(path)s: not valid %(kind)s: %(error)s") % {"path": path, "kind": kind, "error": exc},
+            _("%(path)s: not valid %(kind)s: %(error)s") % {"path": path, "kind": kind, "error": json_error_text(exc)},
             code="invalid_config",
         ) from None
     except RecursionError:
         raise ApplicationError(
             _("%(path)s: not valid %(kind)s: nested too deeply") % {"path": path, "kind": kind}, code="invalid_config"
         ) from None
+    if repeated:
+        mapping, key = repeated[0]
+        raise ApplicationError(
+            _("%(path)s: %(where)s: the key '%(key)s' is given twice (give each key once)")
+            % {"path": path, "where": _path_to(data, mapping) or _("the document"), "key": key},
+            code="invalid_config",
+        )
     if not isinstance(data, dict):
         raise ApplicationError(
             _("%(path)s: the document must be an object with servers, contracts, agents, rules") % {"path": path},
@@ -400,7 +514,15 @@ def _parse(document: dict[str, Any]) -> ConfigDocument:
 
 def _not_valid(lines: list[str]) -> str:
     """The message of a document that is not valid: a translated heading, then one line per problem."""
-    return _("configuration is not valid:") + "\n" + "\n".join(lines)
+    return _("configuration is not valid:") + "\n" + "\n".join(_capped(lines))
+
+
+def _capped(lines: list[str]) -> list[str]:
+    """``lines``, the first ``MAX_PROBLEMS_SHOWN`` of them and how many more there are: the first ones name what
+    to fix first; thousands of lines bury them."""
+    if len(lines) <= MAX_PROBLEMS_SHOWN:
+        return lines
+    return [*lines[:MAX_PROBLEMS_SHOWN], _("… and %(count)s more") % {"count": len(lines) - MAX_PROBLEMS_SHOWN}]
 
 
 def _composed(document: dict[str, Any]) -> dict[str, Any]:
@@ -478,7 +600,9 @@ def _label(section: str, entry: Any) -> str:
     return ".".join(str(entry.get(k)) for k in keys.get(section, ("name",)) if entry.get(k) is not None)
 
 
-def _public_env_problems(spec: ServerSpec, server: McpServer, *, created: bool) -> list[str]:
+def _public_env_problems(
+    public_env: list[str], env: dict[str, SecretSpec], server: McpServer, *, created: bool
+) -> list[str]:
     """A name ``public_env`` marks as a setting (its value shown, in the admin and by ``export_config``) must be
     given its value in the document, ``{"value": ...}``, and must not be a secret stored already: with
     ``{"set": true}`` the stored secret became a setting and the next export wrote it in clear. As the admin
@@ -486,8 +610,8 @@ def _public_env_problems(spec: ServerSpec, server: McpServer, *, created: bool) 
     stored = {} if created else dict(server.env or {})
     shown = set() if created else set(server.public_env or [])
     problems = []
-    for name in spec.public_env:
-        given = spec.env.get(name)
+    for name in public_env:
+        given = env.get(name)
         # A setting's value is given, or read from the environment (a reference, never a value), or kept where
         # the name is a setting already; {"set": true} on a stored secret would make it shown.
         kept_secret = given is not None and given.value is None and given.from_env is None and name not in shown
@@ -524,11 +648,31 @@ def _tool_switch(tool: McpTool, enabled: bool | None) -> dict[str, bool]:
 
 
 def _secret_map(
-    specs: dict[str, SecretSpec], stored: dict[str, Any], where: str, problems: _Problems
+    specs: dict[str, SecretSpec] | None,
+    stored: dict[str, Any],
+    where: str,
+    field: str,
+    problems: _Problems,
+    *,
+    settings: Collection[str] = (),
 ) -> dict[str, Any]:
+    """The secret map an entry's ``field`` gives: None (left out) keeps ``stored``; a given map holds its names
+    only. A secret's value that is the audit's mask ("***") is refused: stored, it replaced the real secret
+    unseen (a name in ``settings`` is shown, and "***" is its value as any other)."""
+    if specs is None:
+        return dict(stored)
     result: dict[str, Any] = {}
     for name, spec in specs.items():
-        if spec.value is not None:
+        if spec.value is not None and name not in settings and masked_secret_given(spec.value):
+            problems.add(
+                where,
+                f"{field}.{name}: "
+                + _(
+                    '"***" is how the audit and an export show a secret, not its value: give {"set": true} to keep '
+                    "the stored value, or the secret itself"
+                ),
+            )
+        elif spec.value is not None:
             result[name] = spec.value
         elif spec.from_env is not None:
             result[name] = {"from_env": spec.from_env}
@@ -614,6 +758,18 @@ def _config_import(
     problems = _Problems()
     report = ImportReport()
     servers: dict[str, McpServer] = {s.mcp_id: s for s in McpServer.objects.all()}
+    # Where the document gives each server and agent: an entry that refers to one whose own entry is not valid
+    # says so (its problems are reported there), not that it is unknown.
+    server_entries = {spec.mcp_id: i for i, spec in enumerate(config.servers)}
+    agent_entries = {spec.slug: i for i, spec in enumerate(config.agents)}
+
+    def server_problem(mcp_id: str) -> str:
+        if mcp_id in server_entries:
+            return _("server '%(server)s' is not valid (see servers[%(index)s])") % {
+                "server": mcp_id,
+                "index": server_entries[mcp_id],
+            }
+        return _("unknown server '%(server)s'") % {"server": mcp_id}
 
     for i, spec in enumerate(config.servers):
         where = f"servers[{i}] ({spec.mcp_id})"
@@ -630,11 +786,22 @@ def _config_import(
             server.breaker_threshold = spec.breaker_threshold
         if spec.breaker_cooldown_s is not None:
             server.breaker_cooldown_s = spec.breaker_cooldown_s
-        for message in _public_env_problems(spec, server, created=created):
+        stored_env, stored_headers = dict(server.env or {}), dict(server.headers or {})
+        stored_public = [] if created else list(server.public_env or [])
+        # Left out, env is every stored name kept ({"set": true}): the settings among them stay settings.
+        env = spec.env if spec.env is not None else {name: SecretSpec(set=True) for name in stored_env}
+        public_env = spec.public_env if spec.public_env is not None else [n for n in stored_public if n in env]
+        for message in _public_env_problems(public_env, env, server, created=created):
             problems.add(where, f"public_env: {message}")
-        server.public_env = spec.public_env
-        server.env = _secret_map(spec.env, server.env or {}, where, problems)
-        server.headers = _secret_map(spec.headers, server.headers or {}, where, problems)
+        server.public_env = public_env
+        server.env = _secret_map(spec.env, stored_env, where, "env", problems, settings=public_env)
+        server.headers = _secret_map(spec.headers, stored_headers, where, "headers", problems)
+        removed = [f"env.{name}" for name in stored_env if name not in server.env and name not in stored_public] + [
+            f"headers.{name}" for name in stored_headers if name not in server.headers
+        ]
+        report.deleted.extend(
+            _("secret %(name)s of server %(server)s") % {"name": name, "server": spec.mcp_id} for name in removed
+        )
         _save(
             functools.partial(mcp_server_update, server=server, actor=actor, via=via),
             server,
@@ -651,7 +818,7 @@ def _config_import(
         where = f"tools[{i}] ({tspec.mcp_id}.{tspec.tool})"
         server = servers.get(tspec.mcp_id)
         if server is None or server.pk is None:
-            problems.add(where, _("unknown server '%(server)s'") % {"server": tspec.mcp_id})
+            problems.add(where, server_problem(tspec.mcp_id))
             continue
         # As for a contract: a tool named before discovery is registered now and filled in by discovery.
         tool = _named(McpTool.objects.filter(server=server), tspec.tool)
@@ -681,7 +848,7 @@ def _config_import(
         where = f"contracts[{i}] ({cspec.mcp_id}.{cspec.tool})"
         server = servers.get(cspec.mcp_id)
         if server is None or server.pk is None:
-            problems.add(where, _("unknown server '%(server)s'") % {"server": cspec.mcp_id})
+            problems.add(where, server_problem(cspec.mcp_id))
             continue
         if not 1 <= len(cspec.tool) <= TOOL_NAME_MAX:
             problems.add(where, "tool: " + _("a tool's name has 1 to %(limit)s characters") % {"limit": TOOL_NAME_MAX})
@@ -717,33 +884,38 @@ def _config_import(
         before = (
             None if created else {**_fields(agent), "servers": sorted(agent.servers.values_list("mcp_id", flat=True))}
         )
-        agent.name = aspec.name or agent.name or aspec.slug
-        agent.enabled, agent.system_prompt, agent.answer_template = (
-            aspec.enabled,
-            aspec.system_prompt,
-            aspec.answer_template,
+        # A key left out of an existing agent's entry leaves its setting alone; a new agent takes the defaults.
+        given = set(AgentSpec.model_fields) if created else aspec.model_fields_set
+        model_given = (
+            set(ModelSpec.model_fields) if created else aspec.model.model_fields_set if "model" in given else set()
         )
+        agent.name = aspec.name or agent.name or aspec.slug
+        for name in _AGENT_SETTINGS:
+            if name in given:
+                setattr(agent, name, getattr(aspec, name))
         if aspec.deterministic_instruction is not None:
             agent.deterministic_instruction = aspec.deterministic_instruction
-        agent.model_provider, agent.model_id, agent.model_params = (
-            aspec.model.provider,
-            aspec.model.model_id,
-            aspec.model.params,
+        for name, attribute in (("provider", "model_provider"), ("model_id", "model_id"), ("params", "model_params")):
+            if name in model_given:
+                setattr(agent, attribute, getattr(aspec.model, name))
+        stored_secrets = dict(agent.model_secrets or {})
+        secrets = {str(k): v for k, v in aspec.model.secrets.items()} if aspec.model.secrets is not None else None
+        agent.model_secrets = _secret_map(secrets, stored_secrets, where, "model.secrets", problems)
+        report.deleted.extend(
+            _("secret %(name)s of agent %(agent)s") % {"name": f"model.secrets.{name}", "agent": aspec.slug}
+            for name in stored_secrets
+            if name not in agent.model_secrets
         )
-        agent.model_secrets = _secret_map(
-            {str(k): v for k, v in aspec.model.secrets.items()}, agent.model_secrets or {}, where, problems
-        )
-        agent.max_iterations, agent.mode = aspec.max_iterations, aspec.mode
-        agent.flow_graph, agent.answer_from_deterministic = aspec.flow_graph, aspec.answer_from_deterministic
-        agent.caller_approves_model_writes = aspec.caller_approves_model_writes
-        agent.language, agent.no_match_answer = aspec.language, aspec.no_match_answer
-        agent.tool_selection, agent.mcp_context = aspec.tool_selection, aspec.mcp_context
-        agent.time_limit_s = aspec.time_limit_s
-        missing = [m for m in aspec.servers if m not in servers or servers[m].pk is None]
+        names = aspec.servers if "servers" in given else sorted(agent.servers.values_list("mcp_id", flat=True))
+        missing = [m for m in names if m not in servers or servers[m].pk is None]
+        if unknown := [m for m in missing if m not in server_entries]:
+            problems.add(where, _("unknown server(s): %(servers)s") % {"servers": ", ".join(unknown)})
+        for mcp_id in missing:
+            if mcp_id in server_entries:
+                problems.add(where, server_problem(mcp_id))
         if missing:
-            problems.add(where, _("unknown server(s): %(servers)s") % {"servers": ", ".join(missing)})
             continue
-        bound = [servers[m] for m in aspec.servers]
+        bound = [servers[m] for m in names]
         leaving[aspec.slug] = servers_leaving(agent=agent, servers=bound)
         try:
             # Its rules may move with it: whether a rule still calls a server it leaves is checked once they are in.
@@ -752,7 +924,7 @@ def _config_import(
             for name, messages in exc.message_dict.items():
                 problems.add(where, f"{name}: {'; '.join(messages)}")
             continue
-        after = {**_fields(agent), "servers": sorted(aspec.servers)}
+        after = {**_fields(agent), "servers": sorted(names)}
         (report.created if created else report.updated if before != after else report.unchanged).append(
             _("agent %(agent)s") % {"agent": aspec.slug}
         )
@@ -762,11 +934,17 @@ def _config_import(
         where = f"rules[{i}] ({rspec.agent or '*'}.{rspec.name})"
         agent = agents.get(rspec.agent) if rspec.agent else None
         if rspec.agent and agent is None:
-            problems.add(where, _("unknown agent '%(agent)s'") % {"agent": rspec.agent})
+            problems.add(
+                where,
+                _("agent '%(agent)s' is not valid (see agents[%(index)s])")
+                % {"agent": rspec.agent, "index": agent_entries[rspec.agent]}
+                if rspec.agent in agent_entries
+                else _("unknown agent '%(agent)s'") % {"agent": rspec.agent},
+            )
             continue
         server = servers.get(rspec.mcp_id) if rspec.mcp_id else None
         if rspec.mcp_id and (server is None or server.pk is None):
-            problems.add(where, _("unknown server '%(server)s'") % {"server": rspec.mcp_id})
+            problems.add(where, server_problem(rspec.mcp_id))
             continue
         rule = _named(DeterministicRule.objects.filter(agent=agent), rspec.name)
         created = rule is None
@@ -810,7 +988,7 @@ def _config_import(
     if problems.items:
         transaction.set_rollback(True)
         raise ApplicationError(
-            _("configuration was not imported:") + "\n" + "\n".join(problems.items), code="invalid_config"
+            _("configuration was not imported:") + "\n" + "\n".join(_capped(problems.items)), code="invalid_config"
         )
     if dry_run:
         transaction.set_rollback(True)
@@ -1050,7 +1228,8 @@ def config_export() -> dict[str, Any]:
                 "provider": a.model_provider,
                 "model_id": a.model_id,
                 "params": _sorted_keys(a.model_params),
-                **({"secrets": _exported_secrets(a.model_secrets)} if a.model_secrets else {}),
+                # Always written: left out, an import keeps the secrets an installation has.
+                "secrets": _exported_secrets(a.model_secrets or {}),
             },
             "servers": sorted(a.servers.values_list("mcp_id", flat=True)),
             "max_iterations": a.max_iterations,

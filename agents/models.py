@@ -561,9 +561,11 @@ class DeterministicRule(AuditedModel):
         from django.core.exceptions import ValidationError
         from pydantic import ValidationError as PydanticValidationError
 
-        from agents.deterministic import WhenSpec, placeholder_problems, template_problems
+        from agents.deterministic import PLACEHOLDER, WhenSpec, placeholder_problems, template_problems
         from agents.llm import supports_tool_choice
         from agents.tools import CodeRuleError, load_code_rule
+        from audit.masking import MASK, holds_secret
+        from mcpregistry.binding_policy import setting_secret_problem
         from mcpregistry.contracts import argument_constraints, spec_problems
 
         errors: dict[str, list[str]] = {}
@@ -581,6 +583,23 @@ class DeterministicRule(AuditedModel):
                     % {"provider": self.agent.model_provider}
                 )
             ]
+        if self.params and (self.pk is None or self.params != stored_value(self, "params")):
+            # A secret in the params is stored, shown and exported in clear while the audit hides it. A text with
+            # a placeholder is filled in from the query at run time: judged without its placeholders, and where
+            # that holds no secret, as the mask ({"token": "Bearer {context.token}"} is fine).
+            def placeholders_masked(value: Any) -> Any:
+                if isinstance(value, str) and PLACEHOLDER.search(value):
+                    rest = PLACEHOLDER.sub(" ", value)
+                    return rest if holds_secret(rest) else MASK
+                if isinstance(value, dict):
+                    return {key: placeholders_masked(item) for key, item in value.items()}
+                if isinstance(value, list):
+                    return [placeholders_masked(item) for item in value]
+                return value
+
+            where = str(_("a secret header or environment value of the rule's server"))
+            if problem := setting_secret_problem("params", placeholders_masked(self.params), where):
+                errors["params"] = [problem]
         if self.code:
             try:
                 _fn, mcp_id = load_code_rule(self.code)
@@ -655,7 +674,7 @@ class DeterministicRule(AuditedModel):
                         constraints or {}, self.params or {}, refuse_unknown=refuse, input_schema=tool.input_schema
                     )
                     if problems:
-                        errors["params"] = problems
+                        errors.setdefault("params", []).extend(problems)
         if errors:
             raise ValidationError(errors)
 

@@ -59,6 +59,7 @@ __all__ = [
     "MIN_SECRET_LENGTH",
     "SecretMaskingFilter",
     "clear_registered_secrets",
+    "holds_secret",
     "install_logging_filter",
     "is_secret_key",
     "mask_text",
@@ -1103,6 +1104,29 @@ def mask_value(value: Any, *, secrets: Iterable[str] = ()) -> Any:
     Iterative: any nesting depth works; a reference cycle is replaced by ``"<cycle>"``.
     """
     return _Walker(_resolve_matcher(secrets)).walk(value)
+
+
+def holds_secret(value: Any) -> bool:
+    """Whether :func:`mask_value` hides part of ``value`` by its value patterns and key names (an API key, a token in
+    a URL's query, ``--api-key=…``, a value under a secret key): what a setting that is stored, shown and exported
+    in clear must not hold. Give a field as ``{name: value}`` to be judged as the audit records it (a list under
+    ``args`` is a command line). Known secret values (``secrets``, :func:`register_secrets`) are left out, so
+    what a setting may hold does not depend on what this process has seen; what masking changes only to store
+    it (a NUL, a lone surrogate, a NaN) is no secret."""
+    stack: list[tuple[Any, Any]] = [(value, _Walker(None).walk(value))]
+    while stack:
+        given, shown = stack.pop()
+        if isinstance(given, dict) and isinstance(shown, dict) and len(given) == len(shown):
+            for (key, item), (shown_key, shown_item) in zip(given.items(), shown.items(), strict=True):
+                stack.extend(((key, shown_key), (item, shown_item)))
+        elif isinstance(given, (list, tuple)) and isinstance(shown, (list, tuple)) and len(given) == len(shown):
+            stack.extend(zip(given, shown, strict=True))
+        elif isinstance(given, str):
+            if storable_text(given) != shown:
+                return True
+        elif not (isinstance(given, float) and not math.isfinite(given)) and given != shown:
+            return True
+    return False
 
 
 def truncate(value: Any, *, max_chars: int = 20_000) -> Any:

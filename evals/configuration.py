@@ -12,7 +12,7 @@ from typing import Any
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
-from evals.models import EvalSet
+from evals.models import EvalCase, EvalSet
 from evals.services import eval_set_apply, eval_set_document
 
 
@@ -29,18 +29,24 @@ def section_import(entries: Any, *, actor: Any, via: str, report: Any, problem: 
             problem(where, _("an object"))
             continue
         existed = EvalSet.objects.filter(name=name).exists() if name else False
+        held = set(EvalCase.objects.filter(eval_set__name=name).values_list("key", flat=True)) if existed else set()
         try:
             applied = eval_set_apply(document=entry, actor=actor, via=via)
         except ApplicationError as exc:
             problem(where, exc.message)
             continue
         label = _("eval set %(name)s") % {"name": applied.eval_set.name}
+        # A case the document no longer holds is deleted (as an agent's arm is): named, so a dry run shows it.
+        deleted = sorted(held - set(applied.eval_set.cases.values_list("key", flat=True)))
         if not existed:
             report.created.append(label)
-        elif applied.changed:
+        elif set(applied.changed) - set(deleted):
             report.updated.append(label)
         else:
             report.unchanged.append(label)
+        report.deleted.extend(
+            _("eval case %(set)s.%(case)s") % {"set": applied.eval_set.name, "case": key} for key in deleted
+        )
 
 
 def section_export() -> list[dict[str, Any]]:

@@ -14,6 +14,9 @@ Binding a server makes every worker connect to a URL or start a program with the
   arguments allows that program with any arguments that are not inline code.
 * **``{"from_env": "VAR"}``** secret references may read only variables named in
   ``PLATFORM_MCP_ENV_PASSTHROUGH`` (otherwise a binding could hand the worker's ``DATABASE_URL`` to a server).
+* **Secrets in settings**: a URL, an argument, a command (or a rule's params) holding what the audit hides as a
+  secret (``audit.masking``: ``?api_key=…``, ``--api-key=…``, ``sk-…``) would be stored, shown and exported in
+  clear; it belongs in a secret header or environment value. Nor is the audit's mask (``***``) a secret's value.
 
 Pure functions over plain values; each returns a problem (a sentence naming what to change) or None.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import shlex
 import socket
 from collections.abc import Iterable
@@ -29,6 +33,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from django.utils.translation import gettext as _
+
+from audit.masking import MASK, holds_secret
 
 METADATA_HOSTS = frozenset(
     {
@@ -163,6 +169,29 @@ def url_credentials_problem(url: str, where: str) -> str | None:
     return _("A URL's user and password are a secret: remove them from the URL and give them as %(where)s.") % {
         "where": where
     }
+
+
+def setting_secret_problem(field: str, value: Any, where: str) -> str | None:
+    """Why ``value`` may not be stored as the setting ``field`` (a binding's ``url``, ``args`` or ``command``, a
+    rule's ``params``): it holds what the audit record hides as a secret (``audit.masking``: an API key in a
+    URL's query, ``--api-key=…``, a value under a secret key), and a setting is stored, shown and exported in
+    clear. ``where`` says where the secret goes instead. None when it holds none."""
+    if not holds_secret({field: value}):
+        return None
+    return _(
+        "This holds a secret (the audit record hides it), but %(field)s is stored, shown and exported in clear: "
+        "give the secret as %(where)s instead, which is encrypted at rest and never shown."
+    ) % {"field": field, "where": where}
+
+
+# What the audit and an export show in place of a secret: "***", and "***~2" where two masked keys met.
+_MASKED = re.compile(re.escape(MASK) + r"(?:~[0-9]+)?")
+
+
+def masked_secret_given(value: Any) -> bool:
+    """Whether ``value``, given as a secret's value, is the mask the audit shows in place of one: stored, it
+    replaced the real secret, and the audit record of that change showed the same "***" as before."""
+    return isinstance(value, str) and _MASKED.fullmatch(value.strip()) is not None
 
 
 def url_problem(url: str, allowed: Iterable[str]) -> str | None:

@@ -18,7 +18,14 @@ from pydantic import ValidationError as PydanticValidationError
 from agent_platform.json import UnicodeJSONEncoder
 from agent_platform.text import nfc
 from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration, stored_value
-from mcpregistry.binding_policy import command_problem, from_env_problem, url_credentials_problem, url_problem
+from mcpregistry.binding_policy import (
+    command_problem,
+    from_env_problem,
+    masked_secret_given,
+    setting_secret_problem,
+    url_credentials_problem,
+    url_problem,
+)
 from mcpregistry.contracts import ArgSpec, RetrySpec, ReturnsSpec, argument_names, spec_problems
 from mcpregistry.crypto import EncryptedJSONField
 
@@ -179,9 +186,10 @@ class McpServer(AuditedModel):
                     errors.setdefault("command", []).append(problem)
             if not isinstance(self.args, list) or not all(isinstance(a, str) for a in self.args):
                 errors.setdefault("args", []).append(_("Arguments must be a JSON list of strings."))
-            if self.url and url_credentials_problem(self.url, ""):
+            if self.url and (url_credentials_problem(self.url, "") or setting_secret_problem("url", self.url, "")):
                 # A stdio server uses no URL; one left from another transport (its field hidden on the page) that
-                # holds a user and password would be stored, shown and exported in clear: it is dropped.
+                # holds a user and password or another secret would be stored, shown and exported in clear: it is
+                # dropped.
                 self.url = ""
         else:
             parsed = urlparse(self.url or "")
@@ -193,6 +201,34 @@ class McpServer(AuditedModel):
                 and url_credentials_problem(self.url, str(_("a secret header (Authorization)")))
             ):
                 errors.setdefault("url", []).append(problem)
+        # A secret in a setting is stored, shown and exported in clear while the audit hides it: refused where the
+        # value changes (a server stored before the check still saves as it is).
+        header, env_value = _("a secret header (e.g. Authorization or X-Api-Key)"), _("a secret environment value")
+        for field_name, value, where in (
+            ("url", self.url, header),
+            ("args", self.args, env_value),
+            ("command", self.command, env_value),
+        ):
+            if field_name in errors or not value or (self.pk is not None and value == stored_value(self, field_name)):
+                continue
+            if problem := setting_secret_problem(field_name, value, str(where)):
+                errors.setdefault(field_name, []).append(problem)
+        # "***" is what the audit shows in place of a secret: stored as one, it replaced the real value unseen.
+        public = set(self.public_env or []) if isinstance(self.public_env, list) else set()
+        for field_name, entries in (("env", self.env), ("headers", self.headers)):
+            if not isinstance(entries, dict):
+                continue
+            stored = (stored_value(self, field_name) if self.pk is not None else None) or {}
+            for name, entry in entries.items():
+                shown = field_name == "env" and name in public  # a setting: "***" is its value as any other
+                if not shown and masked_secret_given(entry) and stored.get(name) != entry:
+                    errors.setdefault(field_name, []).append(
+                        _(
+                            '%(name)s: "***" is how the audit shows a secret, not a value: leave the name out to keep '
+                            'the stored value (in a configuration document, {"set": true}).'
+                        )
+                        % {"name": name}
+                    )
         if (
             self.tool_prefix
             and not re.fullmatch(r"[A-Za-z0-9_-]+", self.tool_prefix)
