@@ -350,8 +350,14 @@ class Agent(AuditedModel):
 
         from agents.llm import supports_tool_choice
         from agents.providers import OTHER_MODE_PARAMS, ModelParams
-        from mcpregistry.binding_policy import from_env_problem, url_credentials_problem, url_problem
+        from mcpregistry.binding_policy import (
+            from_env_problem,
+            masked_secret_given,
+            url_credentials_problem,
+            url_problem,
+        )
         from mcpregistry.contracts import spec_problems, unknown_key_problem
+        from mcpregistry.models import secret_entry_value
 
         errors: dict[str, list[str]] = {}
         params = self.model_params if isinstance(self.model_params, dict) else {}
@@ -435,6 +441,19 @@ class Agent(AuditedModel):
             errors["model_secrets"] = [str(_('The model secrets hold one entry: "api_key".'))]
         elif problem := from_env_problem(secrets.values(), settings.PLATFORM_MCP_ENV_PASSTHROUGH):
             errors["model_secrets"] = [problem]
+        elif masked_secret_given(secret_entry_value(secrets.get("api_key")) if "api_key" in secrets else None) and (
+            self.pk is None or secrets != stored_value(self, "model_secrets")
+        ):
+            # The audit's mask typed (or pasted from an export) as the key: stored, it replaced the real key, and
+            # the audit record of that change read "***" as before.
+            errors["model_secrets"] = [
+                str(
+                    _(
+                        '"***" is how the audit and an export show a secret, not its value: leave the key empty to '
+                        "keep the stored one, or give the key itself."
+                    )
+                )
+            ]
         if errors:
             raise ValidationError(errors)
 

@@ -106,6 +106,25 @@ def test_the_model_api_key_is_write_only_encrypted_and_audited_by_name_only(admi
     assert agent.model_secrets == {}
 
 
+def test_the_audits_mask_is_refused_as_the_model_api_key(admin_client: Client) -> None:
+    # "***" pasted from an export or the audit replaced the real key, and the change's audit event read "***" too.
+    post = agent_post(
+        slug="local-llm",
+        model_provider="openai_compatible",
+        model_id="llama3.1",
+        model_params='{"base_url": "http://127.0.0.1:11434/v1"}',
+        new_model_api_key="sk-the-real-key-93kd1",
+    )
+    assert admin_client.post("/admin/agents/agent/add/", post).status_code == 302
+    agent = Agent.objects.get(slug="local-llm")
+    for mask in ("***", " ***~2 "):
+        page = admin_client.post(f"/admin/agents/agent/{agent.pk}/change/", {**post, "new_model_api_key": mask})
+        assert page.status_code == 200
+        assert "is how the audit and an export show a secret" in page.content.decode()
+        agent.refresh_from_db()
+        assert agent.model_api_key() == "sk-the-real-key-93kd1"
+
+
 def test_the_model_api_key_read_on_the_worker_names_the_variables_it_may_read(admin_client: Client, settings) -> None:
     settings.PLATFORM_MCP_ENV_PASSTHROUGH = ["LOCAL_LLM_KEY"]
     page = admin_client.get("/admin/agents/agent/add/").content.decode()
