@@ -407,6 +407,9 @@ PLATFORM_WORKER_HEARTBEAT_S = float(os.environ.get("PLATFORM_WORKER_HEARTBEAT_S"
 # failed (timed out), so that an eval run always ends.
 PLATFORM_EVAL_REFRESH_S = float(os.environ.get("PLATFORM_EVAL_REFRESH_S", "2"))
 PLATFORM_EVAL_CASE_TIMEOUT_S = float(os.environ.get("PLATFORM_EVAL_CASE_TIMEOUT_S", "900"))
+# How many cases of an eval run are in flight at once when it is started from the admin or the API (run_eval's
+# --workers defaults to it), so that an eval does not crowd out live traffic on the shared queue.
+PLATFORM_EVAL_WINDOW = int(os.environ.get("PLATFORM_EVAL_WINDOW", "4"))
 PLATFORM_READY_WORKER_MAX_AGE_S = float(os.environ.get("PLATFORM_READY_WORKER_MAX_AGE_S", "60"))
 
 # Binding a stdio server runs a program on every worker: optionally allow only these commands (names or paths).

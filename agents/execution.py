@@ -429,7 +429,14 @@ def conversation_history(run: Run) -> list[dict[str, str]]:
 
     A shadow run replays its live run, so it is given its live run's history (that caller's live turns before it),
     not the earlier shadows of the contextId: those belong to whichever calls were sampled, of any caller (a shadow
-    has no API key)."""
+    has no API key).
+
+    An eval run is given the earlier cases of its own eval run that share its contextId (an eval set's cases with
+    one contextId are one conversation, in the set's order: ``evals.services.eval_run_submit`` submits a case only
+    once the cases before it in its conversation are scored), never the runs of other eval runs (any set, any
+    version) nor an eval run made outside one (from code). Its eval run is found through the result that points
+    at it (``EvalCaseResult.run``, related name ``eval_results``), read by name: evals stands above agents, which
+    never imports it."""
     context_id = (run.context or {}).get("contextId") if isinstance(run.context, dict) else None
     if not context_id:
         return []
@@ -441,19 +448,18 @@ def conversation_history(run: Run) -> list[dict[str, str]]:
         )
         # (A live run is never a shadow itself; the check keeps this from ever recursing twice.)
         return conversation_history(live) if live is not None and live.shadow_of_id is None else []
-    earlier = (
-        Run.objects.filter(
-            agent_id=run.agent_id,
-            api_key_id=run.api_key_id,
-            context__contextId=str(context_id),
-            status=Run.Status.SUCCEEDED,
-            purpose=run.purpose,
-            created_at__lt=run.created_at,
-        )
-        .exclude(pk=run.pk)
-        .order_by("-created_at")
-        .values_list("query", "answer")[:CONVERSATION_TURNS]
+    turns = Run.objects.filter(
+        agent_id=run.agent_id,
+        api_key_id=run.api_key_id,
+        context__contextId=str(context_id),
+        status=Run.Status.SUCCEEDED,
+        purpose=run.purpose,
+        created_at__lt=run.created_at,
     )
+    if run.purpose == Run.Purpose.EVAL:
+        # The runs of a result of the eval run that holds a result of this run.
+        turns = turns.filter(eval_results__eval_run__results__run_id=run.pk)
+    earlier = turns.exclude(pk=run.pk).order_by("-created_at").values_list("query", "answer")[:CONVERSATION_TURNS]
     return [{"query": query, "answer": answer} for query, answer in reversed(list(earlier))]
 
 

@@ -480,6 +480,9 @@ class EvalRunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             if eval_run.status == EvalRun.Status.RUNNING:
                 eval_run = eval_run_refresh(eval_run=eval_run)
             results = list(eval_run.results.select_related("case", "run").order_by("case__order", "case__id"))
+            for result in results:
+                # The page shows each case as its eval run asked it and scored it, not as edited since.
+                result.case = result.case_as_run()
             extra_context = {
                 **(extra_context or {}),
                 "eval_run": eval_run,

@@ -7,14 +7,18 @@ eval run against one, is a 404 as for ``POST /runs``, so the key learns nothing 
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 
 from django.db.models import Q
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from rest_framework import permissions, serializers, status
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
 from agent_platform.errors import ApplicationError
@@ -87,10 +91,11 @@ def _set_summary(eval_set: EvalSet) -> dict[str, Any]:
 
 
 def _result(r: EvalCaseResult) -> dict[str, Any]:
+    case = r.case_as_run()  # as its eval run asked it (the case may have been edited since)
     return {
-        "case": r.case.key,
-        "type": r.case.case_type,
-        "query": r.case.query,
+        "case": case.key,
+        "type": case.case_type,
+        "query": case.query,
         "run": str(r.run_id) if r.run_id else None,
         "scored": r.scored,
         "passed": r.passed if r.scored else None,
@@ -100,8 +105,8 @@ def _result(r: EvalCaseResult) -> dict[str, Any]:
     }
 
 
-def _run(eval_run: EvalRun, *, with_cases: bool) -> dict[str, Any]:
-    body: dict[str, Any] = {
+def _run(eval_run: EvalRun) -> dict[str, Any]:
+    return {
         "id": str(eval_run.id),
         "set": eval_run.eval_set.name,
         "agent": eval_run.agent.slug,
@@ -116,9 +121,28 @@ def _run(eval_run: EvalRun, *, with_cases: bool) -> dict[str, Any]:
         "created_at": eval_run.created_at.isoformat(),
         "finished_at": eval_run.finished_at.isoformat() if eval_run.finished_at else None,
     }
-    if with_cases:
-        body["cases"] = [_result(r) for r in eval_run.results.select_related("case").order_by("case__order")]
-    return body
+
+
+# A page of an eval run's cases: as many as a set usually has, so that a client written before the cases were
+# paged (which reads ``cases`` alone) still gets every case of such a set.
+CASES_PAGE_SIZE = 100
+
+
+def _cases_cursor(result_id: int) -> str:
+    return base64.urlsafe_b64encode(f"c|{result_id}".encode()).decode()
+
+
+def _after_cursor(raw: str | None) -> int | None:
+    """The result id a cursor this API wrote continues after; anything else is a 400 on ``cursor``."""
+    if raw is None:
+        return None
+    try:
+        kind, result_id = base64.urlsafe_b64decode(raw.encode("ascii")).decode("ascii").split("|")
+        if kind != "c" or not result_id.isdigit():
+            raise ValueError(raw)
+        return int(result_id)
+    except (binascii.Error, UnicodeError, ValueError):
+        raise ValidationError({"cursor": [_("Invalid cursor.")]}) from None
 
 
 def _eval_run_get(run_id: str, *, api_key: ApiKey) -> EvalRun:
@@ -203,7 +227,7 @@ class EvalRunCollectionApi(EvalsApi):
                 raise _not_found(_("Agent"))
         scope = _agent_scope(request.user)
         runs = list(eval_runs_for(eval_set=eval_set, agent=agent, agents=scope)[:100])  # type: ignore[index]
-        return Response({"results": [_run(r, with_cases=False) for r in runs]})
+        return Response({"results": [_run(r) for r in runs]})
 
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
@@ -230,17 +254,38 @@ class EvalRunCollectionApi(EvalsApi):
             version=values.get("version"),
             label=values.get("label", ""),
         )
-        return Response(_run(eval_run, with_cases=False), status=status.HTTP_202_ACCEPTED)
+        return Response(_run(eval_run), status=status.HTTP_202_ACCEPTED)
 
 
 class EvalRunDetailApi(EvalsApi):
-    """An eval run with its progress, its scores and every case's (cases scored as their runs finish)."""
+    """An eval run with its progress, its scores and its cases' (cases scored as their runs finish), a page of
+    cases at a time in the set's order: ``cases`` (``?page_size=``, 1–100, default 100) and ``cases_next``, the
+    URL of the next page (null on the last). A client that reads ``cases`` alone still gets every case of a set of
+    up to 100. The cursor is opaque (base64 of ``c|`` and the last result's id); unknown parameters are a 400, as
+    the other lists' are."""
+
+    class FilterSerializer(StrictSerializer):
+        page_size = serializers.IntegerField(min_value=1, max_value=CASES_PAGE_SIZE, required=False)
+        cursor = StrictCharField(max_length=1000, required=False)
 
     def get(self, request: Request, run_id: str) -> Response:
         eval_run = _eval_run_get(run_id, api_key=request.user)
+        filters = self.FilterSerializer(data=request.query_params.dict())
+        filters.is_valid(raise_exception=True)
+        size = filters.validated_data.get("page_size", CASES_PAGE_SIZE)
+        after = _after_cursor(filters.validated_data.get("cursor"))
         if eval_run.status == EvalRun.Status.RUNNING:
             eval_run = eval_run_refresh(eval_run=eval_run)
-        return Response(_run(eval_run, with_cases=True))
+        results = eval_run.results.select_related("case").order_by("pk")
+        if after is not None:
+            results = results.filter(pk__gt=after)
+        page = list(results[: size + 1])
+        more = len(page) > size
+        page = page[:size]
+        next_url = (
+            replace_query_param(request.build_absolute_uri(), "cursor", _cases_cursor(page[-1].pk)) if more else None
+        )
+        return Response({**_run(eval_run), "cases": [_result(r) for r in page], "cases_next": next_url})
 
 
 class EvalRunCompareApi(EvalsApi):
@@ -251,8 +296,8 @@ class EvalRunCompareApi(EvalsApi):
         rows = eval_run_compare(a=a, b=b)
         return Response(
             {
-                "a": _run(a, with_cases=False),
-                "b": _run(b, with_cases=False),
+                "a": _run(a),
+                "b": _run(b),
                 "changed": sum(1 for r in rows if r.changed),
                 "cases": [
                     {

@@ -7,7 +7,9 @@ and, once finished, an ``EvalCaseResult`` scored from the run's audited tool cal
 
 from __future__ import annotations
 
+import copy
 import uuid
+from typing import Any, TypedDict
 
 from django.conf import settings
 from django.db import models
@@ -162,6 +164,10 @@ class EvalRun(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="eval_runs", verbose_name=_("agent"))
     version = models.PositiveIntegerField(_("agent version"), null=True, blank=True)
     label = models.CharField(_("label"), max_length=200, blank=True)
+    # At most this many of its cases in flight at once (``run_eval --workers``, else ``PLATFORM_EVAL_WINDOW``), so
+    # that an eval does not crowd out live traffic; every refresh tops it up to this. None: an eval run started
+    # before the window was stored, topped up one case at a time.
+    window = models.PositiveIntegerField(_("cases in flight at once"), null=True, blank=True)
     status = models.CharField(_("status"), max_length=20, choices=Status.choices, default=Status.RUNNING)
     total = models.PositiveIntegerField(_("cases"), default=0)
     done = models.PositiveIntegerField(_("cases scored"), default=0)
@@ -193,8 +199,55 @@ class EvalRun(models.Model):
         return not self.failed_thresholds
 
 
+# What a case's result keeps of the case as it was when its eval run started: what its run was asked and what it
+# is scored against, whatever the case says after an edit.
+SNAPSHOT_FIELDS = (
+    "case_type",
+    "query",
+    "context",
+    "data",
+    "expected_tools",
+    "ordered",
+    "forbidden_tools",
+    "answer_checks",
+    "alternatives",
+)
+
+
+class CaseSnapshot(TypedDict):
+    """``EvalCaseResult.case_snapshot``: the case's ``SNAPSHOT_FIELDS``, taken from the stored (validated) case."""
+
+    case_type: str
+    query: str
+    context: dict[str, Any]
+    data: list[Any]
+    expected_tools: list[Any]
+    ordered: bool
+    forbidden_tools: list[str]
+    answer_checks: list[Any]
+    alternatives: list[Any]
+
+
+def case_snapshot(case: EvalCase) -> CaseSnapshot:
+    return copy.deepcopy(
+        CaseSnapshot(
+            case_type=case.case_type,
+            query=case.query,
+            context=case.context,
+            data=case.data,
+            expected_tools=case.expected_tools,
+            ordered=case.ordered,
+            forbidden_tools=case.forbidden_tools,
+            answer_checks=case.answer_checks,
+            alternatives=case.alternatives,
+        )
+    )
+
+
 class EvalCaseResult(models.Model):
-    """A case of an eval run: its run, then (once the run finished) its scores."""
+    """A case of an eval run: its run, then (once the run finished) its scores. ``case_snapshot`` is the case as
+    the eval run started with it (``case_as_run``): its run is asked that query and scored against those
+    expectations, and they are what the result shows, however the case is edited meanwhile."""
 
     eval_run = models.ForeignKey(EvalRun, on_delete=models.CASCADE, related_name="results", verbose_name=_("eval run"))
     case = models.ForeignKey(EvalCase, on_delete=models.PROTECT, related_name="results", verbose_name=_("case"))
@@ -208,6 +261,9 @@ class EvalCaseResult(models.Model):
         encoder=UnicodeJSONEncoder, verbose_name=_("called tools"), default=list, blank=True
     )
     answer = models.TextField(_("answer"), blank=True)
+    case_snapshot = models.JSONField(
+        encoder=UnicodeJSONEncoder, verbose_name=_("case as run"), default=dict, blank=True, editable=False
+    )
 
     change_audit = NotConfiguration("a case's outcome in an eval run, derived from its run")
 
@@ -219,3 +275,15 @@ class EvalCaseResult(models.Model):
 
     def __str__(self) -> str:
         return f"{self.case.key} ({'pass' if self.passed else 'fail'})"
+
+    def case_as_run(self) -> EvalCase:
+        """The case as its eval run started with it: a copy of the case (never saved) carrying the snapshot's
+        fields. A result stored before snapshots were kept has none: the case as it is now."""
+        snapshot = self.case_snapshot
+        if not isinstance(snapshot, dict) or not snapshot:
+            return self.case
+        as_run = copy.copy(self.case)
+        for name in SNAPSHOT_FIELDS:
+            if name in snapshot:
+                setattr(as_run, name, snapshot[name])
+        return as_run

@@ -306,6 +306,38 @@ def score_case(spec: CaseSpec, *, calls: list[ToolCall], answer: str, run_succee
     )
 
 
+def in_call_order(call_ids: list[str], turns: list[list[str]]) -> list[int]:
+    """The positions of a run's audited calls (``call_ids``, in the order their audit events were written) put in
+    the order the run made them. The events of a parallel batch are written as its calls finish, so a slow first
+    call's comes after a quick second one's; ``turns`` (each model turn's call ids, in the order the model asked
+    them, turn after turn) puts them back: a stretch of events of one turn's calls is ordered by their place in the
+    turn. The events of one call (its memo hit or refusal, a fallback the gate called for it) keep the order they
+    were written in; an event of no model turn (a rule's call, a flow's) keeps its place and ends the stretch.
+    Turns are matched in order, so a call id a model uses again in a later turn is placed in that turn."""
+    order: list[int] = []
+    stretch: list[tuple[int, int]] = []  # (place in its turn, position in call_ids)
+    stretch_turn: int | None = None
+    earliest = 0  # the turn of the last stretch: a later call is never of an earlier turn
+
+    def close() -> None:
+        order.extend(position for _place, position in sorted(stretch, key=lambda item: item[0]))  # stable
+        stretch.clear()
+
+    for position, call_id in enumerate(call_ids):
+        turn = next((t for t in range(earliest, len(turns)) if call_id and call_id in turns[t]), None)
+        if turn is None:
+            close()
+            stretch_turn = None
+            order.append(position)
+            continue
+        if turn != stretch_turn:
+            close()
+            stretch_turn = earliest = turn
+        stretch.append((turns[turn].index(call_id), position))
+    close()
+    return order
+
+
 def percentile(values: list[float], q: float) -> float | None:
     """Nearest-rank percentile (q in 0..1); None for no values."""
     if not values:

@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import NON_FIELD_ERRORS
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -27,10 +28,19 @@ from agent_platform.text import nfc_value
 from agents.models import Agent, AgentVersion, Run, RunEvent
 from agents.services import run_cancel, run_create
 from audit.changes import audited_delete, audited_save
-from audit.models import AuditEvent
-from evals.models import EvalCase, EvalCaseResult, EvalRun, EvalSet
+from audit.models import AuditEvent, AuditPendingEvent
+from audit.services import audit_chain_catch_up
+from evals.models import EvalCase, EvalCaseResult, EvalRun, EvalSet, case_snapshot
 from evals.notation import parse_expected_source
-from evals.scoring import NOT_SUBMITTED, CaseSpec, ToolCall, score_case, summarize, threshold_failures
+from evals.scoring import (
+    NOT_SUBMITTED,
+    CaseSpec,
+    ToolCall,
+    in_call_order,
+    score_case,
+    summarize,
+    threshold_failures,
+)
 from mcpregistry.models import McpServer
 
 # ---- eval sets and cases (configuration) -------------------------------------------------------------------
@@ -284,16 +294,26 @@ def eval_set_apply(*, document: Mapping[str, Any], actor: Any, via: str) -> SetI
                 set_changed = before != values
             result = SetImport(eval_set=eval_set, created=created, changed=["(set)"] if set_changed else [])
             existing = {c.key: c for c in eval_set.cases.all()}
-            for fields in cases:
+            refused: list[str] = []
+            for i, fields in enumerate(cases):
                 case = existing.pop(fields["key"], None)
-                if case is None:
-                    eval_case_create(actor=actor, via=via, data={"eval_set": eval_set, **fields})
-                    result.changed.append(fields["key"])
-                else:
-                    before = {k: getattr(case, k) for k in fields}
-                    eval_case_update(case=case, actor=actor, via=via, data=fields)
-                    if before != fields:
-                        result.changed.append(fields["key"])
+                try:
+                    with transaction.atomic():  # a refused case leaves the others to be checked too
+                        if case is None:
+                            eval_case_create(actor=actor, via=via, data={"eval_set": eval_set, **fields})
+                            result.changed.append(fields["key"])
+                        else:
+                            before = {k: getattr(case, k) for k in fields}
+                            eval_case_update(case=case, actor=actor, via=via, data=fields)
+                            if before != fields:
+                                result.changed.append(fields["key"])
+                except ValidationError as exc:
+                    refused.append(_case_refusal(i, exc))
+            if refused:
+                raise ApplicationError(
+                    _("The eval set is not valid: %(problems)s") % {"problems": "; ".join(refused)},
+                    code="invalid_eval_set",
+                )
             for case in existing.values():
                 if case.results.exists():
                     raise ApplicationError(
@@ -311,6 +331,24 @@ def eval_set_apply(*, document: Mapping[str, Any], actor: Any, via: str) -> SetI
             code="invalid_eval_set",
         ) from None
     return result
+
+
+# A case's model fields by the key its document gives them under (the others are the same).
+CASE_DOCUMENT_KEYS = {"case_type": "type"}
+
+
+def _case_refusal(index: int, exc: Any) -> str:
+    """What the columns refused of the ``index``-th case of a document (Django's ValidationError), as
+    ``cases[i].key: message`` parts named by the document's keys (``type``, not the model's ``case_type``)."""
+    if not hasattr(exc, "error_dict"):
+        return f"cases[{index}]: {' '.join(exc.messages)}"
+    parts = []
+    for name, messages in exc.message_dict.items():
+        where = (
+            f"cases[{index}]" if name == NON_FIELD_ERRORS else f"cases[{index}].{CASE_DOCUMENT_KEYS.get(name, name)}"
+        )
+        parts.append(f"{where}: {' '.join(messages)}")
+    return "; ".join(parts)
 
 
 def _keys_sorted(value: Any) -> Any:
@@ -366,6 +404,12 @@ def agent_version_check(*, agent: Agent, version: int | None) -> None:
         )
 
 
+def eval_window(window: int | None = None) -> int:
+    """How many cases of an eval run may be in flight at once: ``window`` (``run_eval --workers``), else
+    ``PLATFORM_EVAL_WINDOW``; at least 1."""
+    return max(1, int(window if window is not None else settings.PLATFORM_EVAL_WINDOW))
+
+
 @transaction.atomic
 def eval_run_start(
     *,
@@ -376,9 +420,14 @@ def eval_run_start(
     label: str = "",
     window: int | None = None,
 ) -> EvalRun:
-    """Create the eval run with one pending result per case, and submit the first ``window`` cases (all of them
-    when None). Raises ApplicationError: 400 for a set without cases or a label longer than its column, 409 for
-    a disabled agent."""
+    """Create the eval run with one pending result per case, each holding the case as it is now (its snapshot: what
+    the case's run is asked and scored against, whatever edits come meanwhile), and submit the first ``window``
+    cases (``PLATFORM_EVAL_WINDOW`` when None; stored, so every refresh keeps that many in flight).
+
+    Without ``version`` the eval runs the agent's live version as it is now, recorded as the eval run's version:
+    a version published while the eval runs does not move its remaining cases (an agent never published runs as
+    stored). Raises ApplicationError: 400 for a set without cases or a label longer than its column, 404 for an
+    unknown version, 409 for a disabled agent."""
     agent_version_check(agent=agent, version=version)
     label_max = EvalRun._meta.get_field("label").max_length or 0
     if len(label) > label_max:
@@ -392,22 +441,29 @@ def eval_run_start(
         raise ApplicationError(
             _("Agent '%(slug)s' is disabled.") % {"slug": agent.slug}, code="agent_disabled", status=409
         )
+    if version is None:
+        # As stored now (the caller's copy of the agent may be older than a publish).
+        version = Agent.objects.filter(pk=agent.pk).values_list("live_version__number", flat=True).first()
     eval_run = EvalRun.objects.create(
         eval_set=eval_set,
         agent=agent,
         version=version,
         label=label,
+        window=eval_window(window),
         total=len(cases),
         thresholds=dict(eval_set.thresholds),
         started_by=str(actor),
     )
-    EvalCaseResult.objects.bulk_create([EvalCaseResult(eval_run=eval_run, case=case) for case in cases])
-    eval_run_submit(eval_run=eval_run, window=window)
+    # In the set's order: the results' ids are the order cases are submitted in (and paged in, ``evals.api``).
+    EvalCaseResult.objects.bulk_create(
+        [EvalCaseResult(eval_run=eval_run, case=case, case_snapshot=case_snapshot(case)) for case in cases]
+    )
+    eval_run_submit(eval_run=eval_run, window=eval_run.window)
     return eval_run
 
 
 def _submit_case(eval_run: EvalRun, result: EvalCaseResult) -> None:
-    case = result.case
+    case = result.case_as_run()
     try:
         run = run_create(
             agent_slug=eval_run.agent.slug,
@@ -436,27 +492,56 @@ def _submit_case(eval_run: EvalRun, result: EvalCaseResult) -> None:
         transaction.set_rollback(True)
 
 
+def _conversation_id(result: EvalCaseResult) -> str | None:
+    context = result.case_as_run().context
+    context_id = context.get("contextId") if isinstance(context, dict) else None
+    return str(context_id) if context_id else None
+
+
 def eval_run_submit(*, eval_run: EvalRun, window: int | None = None) -> int:
-    """Submit pending cases so that at most ``window`` of them are in flight (all pending ones when None).
-    Returns how many were submitted."""
-    in_flight = EvalCaseResult.objects.filter(eval_run=eval_run, run__isnull=False, scored=False).count()
-    pending = EvalCaseResult.objects.filter(eval_run=eval_run, run__isnull=True, scored=False).select_related("case")
-    room = None if window is None else max(0, window - in_flight)
+    """Submit pending cases, in the set's order, so that at most ``window`` of them are in flight (all pending
+    ones when None). Cases that share an A2A ``contextId`` are one conversation, in the set's order: a case waits
+    until the cases before it in its conversation are scored, so that its run is given their turns as its history
+    (``agents.execution.conversation_history``). Several refreshers at once take turns on the eval run's row, so
+    together they never pass the window. Returns how many were submitted."""
     submitted = 0
-    for result in pending.order_by("case__order", "case__id")[:room] if room is not None else pending:
-        with transaction.atomic():
-            _submit_case(eval_run, result)
-        submitted += 1
+    with transaction.atomic():
+        EvalRun.objects.select_for_update().filter(pk=eval_run.pk).values_list("pk", flat=True).first()
+        unscored = list(
+            EvalCaseResult.objects.filter(eval_run=eval_run, scored=False).select_related("case").order_by("pk")
+        )
+        in_flight = sum(1 for r in unscored if r.run_id is not None)
+        room = None if window is None else max(0, window - in_flight)
+        conversations_waiting: set[str] = set()  # conversations with an unscored case before the one at hand
+        for result in unscored:
+            conversation = _conversation_id(result)
+            if conversation is not None and conversation in conversations_waiting:
+                continue
+            if conversation is not None:
+                conversations_waiting.add(conversation)
+            if result.run_id is not None:
+                continue
+            if room is not None and submitted >= room:
+                break
+            with transaction.atomic():
+                _submit_case(eval_run, result)
+            submitted += 1
     return submitted
 
 
 def run_tool_calls_for_scoring(run_id: Any) -> list[ToolCall]:
-    """The calls a run made, in order, from its audit record: one per call (its first attempt, or the refusal or
-    memo hit that stood for it), retries left out, and so are those of a delivery that did not finish: a worker
-    that died mid-run, whose run was delivered again and made its reads again (its writes are found, not sent
-    again), did not make the run's calls twice. A delivery's calls lie between its ``status: running`` event and
-    the next delivery's of the same pass (a pass resumed after an approval starts again at delivery 1), by their
-    times: the workers' clocks are taken to agree (NTP), as the reconciler's leases take them to."""
+    """The calls a run made, in the order it made them, from its audit record: one per call (its first attempt,
+    or the refusal or memo hit that stood for it), retries left out, and so are those of a delivery that did not
+    finish: a worker that died mid-run, whose run was delivered again and made its reads again (its writes are
+    found, not sent again), did not make the run's calls twice. A delivery's calls lie between its ``status:
+    running`` event and the next delivery's of the same pass (a pass resumed after an approval starts again at
+    delivery 1), by their times: the workers' clocks are taken to agree (NTP), as the reconciler's leases take them
+    to. The events of a parallel batch, written as its calls finished, are put back in the order the model asked
+    for them (its ``model_turn`` events; ``evals.scoring.in_call_order``).
+
+    Events committed but not chained yet (PostgreSQL's deferred chain: a worker's chainer holds off while it
+    executes a run) are chained first, so a run just finished is read whole (see ``eval_run_refresh``)."""
+    audit_chain_catch_up()
     starts = list(
         RunEvent.objects.filter(run_id=run_id, kind="status", data__status="running")
         .order_by("seq")
@@ -467,12 +552,39 @@ def run_tool_calls_for_scoring(run_id: Any) -> list[ToolCall]:
         for i, (began, _data) in enumerate(starts[:-1])
         if int((starts[i + 1][1] or {}).get("delivery") or 1) > 1
     ]
-    events = AuditEvent.objects.filter(run_id=run_id, action="tool.call", attempt__lte=1).order_by("id")
-    return [
-        ToolCall(name=e.tool, args=e.args or {}, ok=e.ok, reason=e.reason)
-        for e in events
-        if not any(began <= e.created_at < ended for began, ended in lost)
+
+    def kept(at: Any) -> bool:
+        return not any(began <= at < ended for began, ended in lost)
+
+    events = [
+        e
+        for e in AuditEvent.objects.filter(run_id=run_id, action="tool.call", attempt__lte=1).order_by("id")
+        if kept(e.created_at)
     ]
+    turns = [
+        [str(c.get("id") or "") for c in (data or {}).get("tool_calls") or [] if isinstance(c, dict)]
+        for at, data in RunEvent.objects.filter(run_id=run_id, kind="model_turn")
+        .order_by("seq")
+        .values_list("created_at", "data")
+        if kept(at)
+    ]
+    events = [events[i] for i in in_call_order([e.call_id for e in events], turns)]
+    return [ToolCall(name=e.tool, args=e.args or {}, ok=e.ok, reason=e.reason) for e in events]
+
+
+# How long a finished run's calls may still wait to be chained before its case is scored without them: the chain
+# of the moment is given this long (a chainer that fails, or a pending row that does not verify, holds events
+# back for good; ``verify_audit`` and the chain's lag name them), so an eval run always ends.
+CALLS_PENDING_WAIT_S = 60.0
+
+
+def _calls_pending(run: Run, now: Any) -> bool:
+    """Whether the run's tool calls are still waiting to be chained (deferred chaining that could not catch up
+    here: inside a transaction, or the chainer failing) and may yet be: its case is scored at a later refresh."""
+    if not AuditPendingEvent.objects.filter(run_id=run.pk, action="tool.call").exists():
+        return False
+    ended = run.finished_at or run.started_at or run.created_at
+    return bool(ended is not None and (now - ended).total_seconds() < CALLS_PENDING_WAIT_S)
 
 
 def _case_spec(case: EvalCase) -> CaseSpec:
@@ -485,10 +597,12 @@ def _case_spec(case: EvalCase) -> CaseSpec:
     )
 
 
-def _score(result: EvalCaseResult, run: Run, *, timed_out: bool = False) -> None:
-    calls = run_tool_calls_for_scoring(run.pk)
+def _score(result: EvalCaseResult, run: Run, *, calls: list[ToolCall], timed_out: bool = False) -> None:
     score = score_case(
-        _case_spec(result.case), calls=calls, answer=run.answer, run_succeeded=run.status == Run.Status.SUCCEEDED
+        _case_spec(result.case_as_run()),
+        calls=calls,
+        answer=run.answer,
+        run_succeeded=run.status == Run.Status.SUCCEEDED,
     )
     if timed_out:  # cancelled by the eval's timeout: never a pass, whatever its calls so far
         score.passed = False
@@ -533,11 +647,14 @@ def _timed_out(run: Run, deadline: Any) -> bool:
 
 def eval_run_refresh(*, eval_run: EvalRun, window: int | None = None, now: Any = None) -> EvalRun:
     """Score the cases whose runs have finished (a run parked on an approval counts as finished: an eval never
-    waits for a person), submit more cases up to ``window`` (when given), and finish the eval run once every
-    case is scored: its summary and the thresholds it did not meet. Safe to call from several places at once.
+    waits for a person), submit more cases up to ``window`` in flight (None: the eval run's own, ``EvalRun.window``;
+    one at a time for an eval run stored before it had one), and finish the eval run once every case is scored:
+    its summary and the thresholds it did not meet. Safe to call from several places at once.
 
     A case whose run is still unfinished ``PLATFORM_EVAL_CASE_TIMEOUT_S`` after it was submitted (0: never) is
-    cancelled and scored as failed (``timed_out``), so that an eval run always ends."""
+    cancelled and scored as failed (``timed_out``), so that an eval run always ends. A case whose run's calls are
+    still waiting to be chained (``run_tool_calls_for_scoring`` could not chain them here) is scored at a later
+    refresh, for at most ``CALLS_PENDING_WAIT_S``: scored without them, it would have failed for good."""
     timeout_s = float(settings.PLATFORM_EVAL_CASE_TIMEOUT_S)
     now = now or timezone.now()
     deadline = now - timedelta(seconds=timeout_s) if timeout_s > 0 else None
@@ -548,10 +665,12 @@ def eval_run_refresh(*, eval_run: EvalRun, window: int | None = None, now: Any =
         run = result.run
         assert run is not None
         timed_out = _timed_out(run, deadline)
-        if run.status in SCORED_STATUSES:
-            _score(result, run, timed_out=timed_out)
-    if window is not None:
-        eval_run_submit(eval_run=eval_run, window=window)
+        if run.status not in SCORED_STATUSES:
+            continue
+        calls = run_tool_calls_for_scoring(run.pk)
+        if not _calls_pending(run, now):
+            _score(result, run, calls=calls, timed_out=timed_out)
+    eval_run_submit(eval_run=eval_run, window=window if window is not None else (eval_run.window or 1))
     done = EvalCaseResult.objects.filter(eval_run=eval_run, scored=True).count()
     EvalRun.objects.filter(pk=eval_run.pk, status=EvalRun.Status.RUNNING).update(done=done)
     if done >= eval_run.total:
@@ -570,13 +689,14 @@ def eval_run_refresh(*, eval_run: EvalRun, window: int | None = None, now: Any =
 def eval_runs_refresh_open(*, now: Any = None) -> int:
     """Refresh every unfinished eval run (what each worker does in the background, every
     ``PLATFORM_EVAL_REFRESH_S``): its finished cases are scored, its overdue ones timed out, and it finishes when
-    the last case is scored, whether or not anyone looks at it. A case not yet submitted (``run_eval
-    --workers K`` submits a window at a time) is submitted once nothing else of its eval run is in flight, so an
-    eval run whose ``run_eval`` stopped still ends; with the command alive this never exceeds its window.
-    Returns how many eval runs it finished."""
+    the last case is scored, whether or not anyone looks at it. Its cases in flight are topped up to its window
+    (``EvalRun.window``: ``run_eval --workers K`` or ``PLATFORM_EVAL_WINDOW``; an eval run stored before it had
+    one, one case at a time), so an eval started from the admin or the API, or whose ``run_eval`` stopped, goes
+    on and ends, and with the command alive the two together never pass that window. Returns how many eval runs
+    it finished."""
     finished = 0
     for eval_run in EvalRun.objects.filter(status=EvalRun.Status.RUNNING).select_related("eval_set", "agent"):
-        if eval_run_refresh(eval_run=eval_run, window=1, now=now).status == EvalRun.Status.FINISHED:
+        if eval_run_refresh(eval_run=eval_run, now=now).status == EvalRun.Status.FINISHED:
             finished += 1
     return finished
 
@@ -614,7 +734,7 @@ def eval_run_compare(*, a: EvalRun, b: EvalRun) -> list[CaseComparison]:
     keys = list(dict.fromkeys([*results_a, *results_b]))
     rows = [
         CaseComparison(
-            case=(results_a.get(k) or results_b[k]).case,
+            case=(results_a.get(k) or results_b[k]).case_as_run(),  # as the eval run asked it
             a=results_a.get(k),
             b=results_b.get(k),
         )

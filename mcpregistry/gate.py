@@ -845,6 +845,10 @@ memo_clock: Callable[[], float] = time.time
 
 
 def _memo_get(who: GateCall, contract: ToolContract, key: str) -> Any:
+    """A remembered success for the call, or None: the run's own (its memo), else the cross-run cache's while it is
+    younger than the contract's ``memo_ttl_s``. An eval or shadow run (writes blocked) reuses only its own: it
+    measures what its version does, so a value a live run read (under the live version's contract) must not
+    stand in for a call it would make, as its own reads never reach live runs (``_memo_put``)."""
     if not contract.memo or contract.risk == ToolContract.Risk.WRITE:
         # A write asked for twice is two writes (each with its approval), never the first one's answer again.
         return None
@@ -852,7 +856,7 @@ def _memo_get(who: GateCall, contract: ToolContract, key: str) -> Any:
         remembered = who.memo[key].value
         if _memo_fits(contract, remembered):
             return remembered
-    if contract.memo_ttl_s and contract.risk == ToolContract.Risk.READ:
+    if contract.memo_ttl_s and contract.risk == ToolContract.Risk.READ and not who.writes_blocked:
         hit = cache.get(_cache_key(key))
         if hit is not None:
             entry = json.loads(hit)

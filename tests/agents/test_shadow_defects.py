@@ -106,9 +106,10 @@ def test_eval_and_ab_runs_keep_their_own_conversations(demo_agent: Agent) -> Non
     turn(Run.Purpose.LIVE, "live 1", arm="a")
     turn(Run.Purpose.EVAL, "eval 1")
     live_now, eval_now = turn(Run.Purpose.LIVE, "live 2", arm="b"), turn(Run.Purpose.EVAL, "eval 2")
-    # An A/B run sees the caller's earlier live turns, whichever arm ran them; an eval run the earlier eval turns.
+    # An A/B run sees the caller's earlier live turns, whichever arm ran them; an eval run none of them, nor other
+    # eval runs' turns: only the earlier cases of its own eval run (tests/evals/test_eval_isolation.py).
     assert [t["answer"] for t in conversation_history(live_now)] == ["live 1"]
-    assert [t["answer"] for t in conversation_history(eval_now)] == ["eval 1"]
+    assert conversation_history(eval_now) == []
 
 
 # --- runs ended by their time limit or a lost worker ---------------------------------------------------------

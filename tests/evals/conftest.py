@@ -14,8 +14,9 @@ from agents.configuration import config_import
 from agents.management.commands.seed_demo import LOCAL_RULES, apply_local_contracts, seed_local_tools
 from agents.models import Agent, DeterministicRule
 from evals.models import EvalSet
+from mcpregistry.models import McpServer
 from mcpregistry.services import mcp_server_discover
-from tests.conftest import bind_demo_server, make_agent
+from tests.conftest import bind_demo_server, discover_as_admin, make_agent
 
 SEED_SET = Path(__file__).resolve().parents[2] / "evals" / "fixtures" / "seed_001_tool_questions.json"
 
@@ -62,3 +63,27 @@ def run_eval(*args: str) -> tuple[int, str, str]:
         err.write(str(exc))
         return 1, out.getvalue(), err.getvalue()
     return 0, out.getvalue(), err.getvalue()
+
+
+LOCAL_MODULE = "tests.local_tool_fixtures"
+
+
+def bind_stock_server(settings: Any) -> McpServer:
+    """The local test tools (``tests.local_tool_fixtures``: ``lookup_stock``, ``sleepy``…) bound as server
+    ``stock``, their contracts read; their executions recorded afresh in ``EXECUTED``."""
+    from mcpregistry.models import ToolContract
+    from tests import local_tool_fixtures
+
+    settings.PLATFORM_LOCAL_TOOL_MODULES = ["mcpregistry.builtin_tools", LOCAL_MODULE]
+    local_tool_fixtures.EXECUTED.clear()
+    server = McpServer(mcp_id="stock", name="stock", transport=McpServer.Transport.LOCAL, args=[LOCAL_MODULE])
+    server.full_clean()
+    server.save()
+    assert discover_as_admin(server=server).ok
+    ToolContract.objects.filter(tool__server=server).exclude(tool__name="send_notice").update(risk="read")
+    return server
+
+
+def scripted_agent(*, slug: str, server: McpServer, script: list[dict[str, Any]]) -> Agent:
+    """An agent on ``server`` whose model replays ``script`` (each run from its start), no rules."""
+    return make_agent(slug=slug, servers=[server], provider="scripted", script=script, with_demo_rules=False)

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _start() -> EvalRun:
     agent = company_assistant()
     eval_set = import_seed_set()
-    return eval_run_start(eval_set=eval_set, agent=agent, actor="admin")
+    return eval_run_start(eval_set=eval_set, agent=agent, actor="admin", window=5)  # every case in flight
 
 
 def test_the_background_pass_scores_finished_cases_and_finishes_the_eval_run() -> None:
@@ -78,7 +78,7 @@ def test_a_case_whose_run_never_finishes_is_cancelled_and_scored_as_timed_out() 
 
 
 @override_settings(PLATFORM_EVAL_CASE_TIMEOUT_S=60)
-def test_cases_left_unsubmitted_by_a_stopped_run_eval_are_submitted_one_at_a_time() -> None:
+def test_cases_left_unsubmitted_by_a_stopped_run_eval_are_submitted_within_its_window() -> None:
     agent = company_assistant()
     eval_set = import_seed_set()
     eval_run = eval_run_start(eval_set=eval_set, agent=agent, actor="admin", window=2)  # run_eval --workers 2
@@ -87,11 +87,14 @@ def test_cases_left_unsubmitted_by_a_stopped_run_eval_are_submitted_one_at_a_tim
 
     assert eval_runs_refresh_open() == 0  # two in flight: the background pass submits nothing
     assert Run.objects.filter(eval_results__eval_run=eval_run).count() == 2
-    for run in in_flight:
-        run_execute(run_id=str(run.id))
-    for _ in range(3):  # the command is gone: each pass scores what finished and submits the next case
+    run_execute(run_id=str(in_flight[0].id))
+    # The command is gone: each pass scores what finished and tops the cases in flight up to its window.
+    for expected in (2, 2, 2):
         eval_runs_refresh_open()
-        [run] = Run.objects.filter(eval_results__eval_run=eval_run, status=Run.Status.QUEUED)
+        queued = list(Run.objects.filter(eval_results__eval_run=eval_run, status=Run.Status.QUEUED))
+        assert len(queued) == expected
+        run_execute(run_id=str(queued[0].id))
+    for run in Run.objects.filter(eval_results__eval_run=eval_run, status=Run.Status.QUEUED):
         run_execute(run_id=str(run.id))
     assert eval_runs_refresh_open() == 1
     eval_run.refresh_from_db()

@@ -7,10 +7,11 @@ import unicodedata
 
 import pytest
 
+from agent_platform.errors import ApplicationError
 from agents.configuration import config_export, config_import
 from agents.models import Agent
 from audit.models import AuditEvent
-from evals.models import EvalCase
+from evals.models import EvalCase, EvalSet
 from evals.services import eval_case_create, eval_case_update, eval_set_apply, eval_set_create
 
 pytestmark = pytest.mark.django_db
@@ -103,3 +104,22 @@ def test_a_sets_free_form_objects_are_exported_with_their_keys_sorted(db) -> Non
     assert list(exported["thresholds"]) == ["argument_match", "recall"]
     assert list(exported["cases"][0]["context"]) == ["a", "chatbotId", "userId"]
     assert list(exported["cases"][0]["context"]["a"]) == ["b", "z"]
+
+
+def test_a_case_the_columns_refuse_is_named_by_its_place_in_the_document_and_its_documents_keys() -> None:
+    """Defect 9: the columns' refusals named the model's fields (``case_type``) and not the case."""
+    document = {
+        "name": "s",
+        "cases": [
+            {"key": "fine", "query": "q"},
+            {"key": "long-type", "query": "q", "type": "t" * 41},
+            {"key": "k" * 101, "query": "q"},
+        ],
+    }
+    with pytest.raises(ApplicationError) as refused:
+        eval_set_apply(document=document, actor="test", via="tests")
+    message = refused.value.message
+    assert "cases[1].type: " in message and "case_type" not in message, message
+    assert "cases[2].key: " in message, message
+    assert "cases[0]" not in message
+    assert not EvalSet.objects.exists()  # nothing written

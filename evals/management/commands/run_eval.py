@@ -1,8 +1,9 @@
 """``manage.py run_eval AGENT SET [--version N] [--workers K]``: run an eval set through the normal run path.
 
 Each case is an ordinary run (``purpose="eval"``) executed by the Celery workers; at most ``--workers`` cases
-are in flight at once, so an eval does not crowd out live traffic. Prints a progress bar, the scores per case
-and for the set, and exits non-zero when a score misses one of the set's thresholds (so it can gate a deploy).
+(default ``PLATFORM_EVAL_WINDOW``) are in flight at once, so an eval does not crowd out live traffic. Prints a
+progress bar, the scores per case and for the set, and exits non-zero when a score misses one of the set's
+thresholds (so it can gate a deploy).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 import time
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
@@ -42,7 +44,13 @@ class Command(BaseCommand):
         parser.add_argument("agent")
         parser.add_argument("set", help=_("the eval set's name"))
         parser.add_argument("--version", type=int, default=None, help=_("a published version of the agent"))
-        parser.add_argument("--workers", type=int, default=4, help=_("cases in flight at once (default 4)"))
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=None,
+            help=_("cases in flight at once (default: PLATFORM_EVAL_WINDOW, %(window)s)")
+            % {"window": settings.PLATFORM_EVAL_WINDOW},
+        )
         parser.add_argument("--timeout", type=float, default=600.0, help=_("seconds to wait for the whole set"))
         parser.add_argument("--label", default="", help=_("a label for the eval run (e.g. the change it measures)"))
         parser.add_argument("--json", action="store_true", help=_("print the eval run as JSON"))
@@ -53,7 +61,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["workers"] < 1:
+        if options["workers"] is not None and options["workers"] < 1:
             raise CommandError(_("--workers must be at least 1"))
         agent = Agent.objects.filter(slug=options["agent"]).first()
         if agent is None:
@@ -61,7 +69,6 @@ class Command(BaseCommand):
         eval_set = EvalSet.objects.filter(name=options["set"]).first()
         if eval_set is None:
             raise CommandError(_("unknown eval set '%(set)s'") % {"set": options["set"]})
-        window = options["workers"]
         try:
             eval_run = eval_run_start(
                 eval_set=eval_set,
@@ -69,10 +76,11 @@ class Command(BaseCommand):
                 actor="system:run_eval",
                 version=options["version"],
                 label=options["label"],
-                window=window,
+                window=options["workers"],
             )
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
+        window = eval_run.window
         self.stderr.write(
             _("eval run %(id)s: %(total)s cases of %(set)s against %(agent)s")
             % {"id": eval_run.id, "total": eval_run.total, "set": eval_set.name, "agent": agent.slug}
@@ -131,6 +139,7 @@ class Command(BaseCommand):
 
     def _print(self, eval_run: EvalRun, *, as_json: bool) -> None:
         results = list(eval_run.results.select_related("case").order_by("case__order", "case__id"))
+        cases = [r.case_as_run() for r in results]  # as the eval run asked them (edited since or not)
         if as_json:
             payload = {
                 "id": str(eval_run.id),
@@ -141,25 +150,25 @@ class Command(BaseCommand):
                 "failed_thresholds": eval_run.failed_thresholds,
                 "cases": [
                     {
-                        "key": r.case.key,
-                        "type": r.case.case_type,
+                        "key": case.key,
+                        "type": case.case_type,
                         "passed": r.passed,
                         "called_tools": [c["name"] for c in r.called_tools],
                         "scores": r.scores,
                     }
-                    for r in results
+                    for r, case in zip(results, cases, strict=True)
                 ],
             }
             self.stdout.write(json.dumps(payload, ensure_ascii=False, indent=2))
             return
-        for r in results:
+        for r, case in zip(results, cases, strict=True):
             mark = self.style.SUCCESS("PASS") if r.passed else self.style.ERROR("FAIL")
             called = ", ".join(c["name"] for c in r.called_tools) or "-"
             why = " ".join(r.scores.get("failed_checks") or [])
             line = _("%(mark)s %(key)s [%(type)s] called: %(called)s %(why)s") % {
                 "mark": mark,
-                "key": r.case.key,
-                "type": r.case.case_type,
+                "key": case.key,
+                "type": case.case_type,
                 "called": called,
                 "why": why,
             }
