@@ -16,7 +16,7 @@ from agent_platform.json import UnicodeJSONEncoder
 from agents.config_cache import run_configuration
 from agents.decision_reasons import ASKED_AGAIN_APPROVAL
 from agents.models import Approval, Run
-from agents.run_state import approval_ended_record, run_resume, run_row_lock
+from agents.run_state import approvals_unused, run_resume, run_row_lock
 from audit.masking import mask_text, mask_value
 from audit.services import audit_event_record
 from mcpregistry.gate_records import ApprovalState
@@ -133,23 +133,7 @@ class RunApprovals:
         pass's own approval taken while it ran found the run still waiting for them and left it parked. Nothing a
         later pass needs is among them: a resumed pass replays the stored calls in order and asks again for the
         approval of each, up to the one it parks on."""
-        ended = 0
-        waiting = (Approval.Status.PENDING, Approval.Status.APPROVED)
-        left = Approval.objects.filter(run_id=self.run_id, status__in=waiting).exclude(pk__in=self._used)
-        for approval in left.order_by("created_at"):
-            if Approval.objects.filter(pk=approval.pk, status=approval.status).update(
-                status=Approval.Status.EXPIRED,
-                reason=ASKED_AGAIN_APPROVAL,  # translated where shown
-            ):
-                ended += 1
-                approval_ended_record(
-                    approval,
-                    source=_requester(approval.call_id),
-                    outcome="unused",
-                    actor="system",
-                    result={"was": approval.status, "why": "asked_again"},
-                )
-        return ended
+        return approvals_unused(run_id=self.run_id, why="asked_again", keep=self._used, reason=ASKED_AGAIN_APPROVAL)
 
     def claim_execution(self, approval_id: str) -> bool:
         """Approved → executing, once: a second worker (or a redelivery) cannot execute it again."""

@@ -33,8 +33,9 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
-from agents.models import INT32_MAX, Agent, ApiKey, Budget, BudgetReservation, BudgetUsage, ModelPrice, Run, RunEvent
+from agents.models import Agent, ApiKey, Budget, BudgetReservation, BudgetUsage, ModelPrice, Run, RunEvent
 from audit.changes import audited_delete, audited_save
+from mcpregistry.models import INT32_MAX
 
 MICROS_PER_USD = 1_000_000
 

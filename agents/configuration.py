@@ -51,7 +51,7 @@ from agents.versions import AGENT_FIELDS, MAX_ITERATIONS_LIMIT, VersionContent, 
 from mcpregistry.binding_policy import masked_secret_given
 from mcpregistry.contract_document import ContractSpec, contract_entry, contract_fields
 from mcpregistry.gate_records import CONTRACT_FIELDS
-from mcpregistry.models import McpServer, McpTool, ToolContract
+from mcpregistry.models import INT32_MAX, McpServer, McpTool, ToolContract
 from mcpregistry.services import mcp_server_update, mcp_tool_create, mcp_tool_update, tool_contract_update
 
 # What a document may be: read at most this many bytes; hold at most this many values (a YAML alias counts each
@@ -61,9 +61,6 @@ MAX_DOCUMENT_VALUES = 1_000_000
 # libyaml's safe loader where installed (a large export read in a second, not ten), else PyYAML's own.
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_DOCUMENT_DEPTH = 100
-# The largest whole number a column of PostgreSQL's ``integer`` holds (SQLite's hold more: a document that
-# imported there failed on PostgreSQL as a server error).
-INT32_MAX = 2**31 - 1
 # A tool's name, as ``McpTool.name`` holds it.
 TOOL_NAME_MAX = 200
 # The problems a refused import shows, at most (one broken server with thousands of rules calling it: thousands).

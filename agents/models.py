@@ -17,15 +17,11 @@ from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration, stor
 from audit.models import AuditEvent
 from audit.services import audit_chain_catch_up
 from mcpregistry.crypto import EncryptedJSONField
-from mcpregistry.models import McpServer
+from mcpregistry.models import INT32_MAX, McpServer
 
 DEFAULT_DETERMINISTIC_INSTRUCTION = (
     '제공된 "확정 호출 결과"가 있으면 그 내용을 우선 사용하여 답변하고, 추가 도구 호출은 필요한 경우에만 하세요.'
 )
-
-# The largest value of a 32-bit integer column: PostgreSQL's ``integer`` holds no more, while SQLite stores 64 bits;
-# the bound keeps a value the admin accepts on one database storable on the other (as ``agents.configuration``).
-INT32_MAX = 2**31 - 1
 
 # Keys a model parameter may not be: a key is a secret (the model secrets' api_key).
 SECRET_PARAM_KEYS = ("api_key", "openai_api_key", "key")

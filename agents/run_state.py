@@ -10,6 +10,7 @@ run, is as light).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -122,18 +123,20 @@ def approvals_interrupted(*, run_id: Any, why: str) -> int:
     return changed
 
 
-def approvals_unused(*, run_id: Any, why: str) -> int:
+def approvals_unused(*, run_id: Any, why: str, keep: Iterable[Any] = (), reason: str = UNUSED_APPROVAL) -> int:
     """A run that ended (succeeded, failed, cancelled after its worker stopped) will never make the calls it still
     has approvals for: those waiting for a person, and those approved and never carried out (a code rule or a flow
-    that took another branch when it was decided again, a model that answered instead). They end ``expired``,
-    each audited as ``approval.unused``, so that no approval reads "approved" for a call that was never made.
-    Call it once no worker will run the run again. Returns how many changed."""
+    that took another branch when it was decided again, a model that answered instead). They end ``expired``
+    (``reason``, translated where shown), each audited as ``approval.unused``, so that no approval reads
+    "approved" for a call that was never made. Call it once no worker will run the run again, or, with ``keep``
+    (the approvals a parking pass asked for), as a pass parks (``RunApprovals.end_unasked``). Returns how many
+    changed."""
     changed = 0
     waiting = (Approval.Status.PENDING, Approval.Status.APPROVED)
-    for approval in Approval.objects.filter(run_id=run_id, status__in=waiting).order_by("created_at"):
+    left = Approval.objects.filter(run_id=run_id, status__in=waiting).exclude(pk__in=list(keep))
+    for approval in left.order_by("created_at"):
         if Approval.objects.filter(pk=approval.pk, status=approval.status).update(
-            status=Approval.Status.EXPIRED,
-            reason=UNUSED_APPROVAL,  # translated where shown
+            status=Approval.Status.EXPIRED, reason=reason
         ):
             changed += 1
             approval_ended_record(

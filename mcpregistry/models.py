@@ -33,6 +33,11 @@ from mcpregistry.crypto import EncryptedJSONField
 PLACEHOLDER = re.compile(r"\$\{[^}]*\}")
 
 
+# The largest value of a 32-bit integer column: PostgreSQL's ``integer`` holds no more, while SQLite stores 64 bits;
+# the bound keeps a value accepted on one database storable on the other (the admin's fields, ``import_config``).
+INT32_MAX = 2**31 - 1
+
+
 def secret_entry_value(entry: Any) -> str | None:
     """A stored secret entry is a literal string or ``{"from_env": "NAME"}`` (read on the worker)."""
     if isinstance(entry, dict) and "from_env" in entry:
@@ -613,8 +618,7 @@ class RequestCategory(AuditedModel):
         default=list,
         help_text=_('A JSON list of words, e.g. ["프린터", "노트북"].'),
     )
-    # At most what PostgreSQL's integer column holds (SQLite stores 64 bits).
-    order = models.PositiveIntegerField(_("order"), default=100, validators=[MaxValueValidator(2**31 - 1)])
+    order = models.PositiveIntegerField(_("order"), default=100, validators=[MaxValueValidator(INT32_MAX)])
     enabled = models.BooleanField(_("enabled"), default=True)
 
     change_audit = ChangeAudit(entity="request_category")
