@@ -7,6 +7,7 @@ failure. Every tool call, deterministic or the model's, goes through ``mcpregist
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import time
@@ -241,6 +242,25 @@ def message_to_trace(message: BaseMessage, secrets: list[str]) -> dict[str, Any]
         if isinstance(message.artifact, dict) and message.artifact.get("error"):
             entry["error"] = message.artifact["error"]
     return entry
+
+
+def stored_conversation(messages: list[BaseMessage], secrets: list[str]) -> list[dict[str, Any]]:
+    """The conversation as a parked run stores it to resume from: ``messages_to_dict`` masked, except each model
+    turn's ``usage_metadata``, kept as it is where it holds only numbers. It is LangChain's own structure, validated
+    when the run resumes (``messages_from_dict``): a count masked as text (a secret made of digits that equals one)
+    would fail every resumed pass, and token counts are no secret."""
+    stored: list[dict[str, Any]] = mask_value(messages_to_dict(messages), secrets=secrets)
+    for message, entry in zip(messages, stored, strict=True):
+        usage = getattr(message, "usage_metadata", None)
+        if usage and _only_numbers(usage):
+            entry["data"]["usage_metadata"] = copy.deepcopy(dict(usage))
+    return stored
+
+
+def _only_numbers(value: Any) -> bool:
+    if isinstance(value, Mapping):
+        return all(_only_numbers(item) for item in value.values())
+    return type(value) in (int, float)
 
 
 def execute(plan: RunPlan) -> RunOutcome:
@@ -635,7 +655,7 @@ def execute(plan: RunPlan) -> RunOutcome:
     loop_ms = clock.ms_since(t1)
     trace.extend(message_to_trace(m, secrets) for m in final_messages)
     outcome.messages = trace
-    outcome.conversation = mask_value(messages_to_dict(final_messages), secrets=secrets)
+    outcome.conversation = stored_conversation(final_messages, secrets)
     outcome.token_usage = _token_usage(final_messages)
     outcome.tool_failures += sum(1 for m in final_messages if isinstance(m, ToolMessage) and m.status == "error")
     outcome.timings = {

@@ -7,7 +7,9 @@ What is masked, and how:
 
 * **Known secret values** - the ``secrets`` passed to a call plus every value given to
   :func:`register_secrets` - wherever they appear, together with their base64 (standard and URL-safe, with
-  and without padding), URL-encoded (``quote`` / ``quote_plus``) and JSON-escaped forms; and for values of
+  and without padding), URL-encoded (``quote`` / ``quote_plus``), JSON-escaped (``/`` as ``\\/`` too) and
+  HTML-escaped (``/`` as ``&#x2F;`` or ``&#47;`` too) forms, each in both Unicode normalization forms (a Korean
+  value bound composed, NFC, is masked where a server writes it decomposed, NFD, and the reverse); and for values of
   :data:`MIN_ENCODED_SECRET_LENGTH` characters or more also their hex (either case), base32 (either case, with
   and without padding) and reversed forms, and the value with whitespace between any of its characters
   (``s k - 1 2 3 …``, a value split over lines). Values shorter than :data:`MIN_SECRET_LENGTH` characters are
@@ -42,6 +44,7 @@ import datetime as _dt
 import decimal
 import enum
 import functools
+import html
 import json
 import logging
 import math
@@ -282,7 +285,19 @@ def _distinctive(part: str) -> bool:
 
 
 def _secret_forms(secret: str) -> set[str]:
-    """``secret`` as it may appear in text: raw, base64, URL-encoded, JSON-escaped."""
+    """``secret`` as it may appear in text: raw, base64, URL-encoded, JSON-escaped, HTML-escaped, in either Unicode
+    normalization form (:func:`_encoded_forms` of each)."""
+    if secret.isascii():
+        return _encoded_forms(secret)
+    # A Korean secret bound composed (NFC) may come back decomposed (NFD, as macOS file names and some servers
+    # write it), or the reverse: the same text to a reader, other code points to a matcher.
+    forms: set[str] = set()
+    for variant in {secret, unicodedata.normalize("NFC", secret), unicodedata.normalize("NFD", secret)}:
+        forms |= _encoded_forms(variant)
+    return forms
+
+
+def _encoded_forms(secret: str) -> set[str]:
     forms = {secret}
     raw = secret.encode("utf-8")
     for encode in (base64.b64encode, base64.urlsafe_b64encode):
@@ -293,8 +308,14 @@ def _secret_forms(secret: str) -> set[str]:
     for url_form in (quote(secret, safe=""), quote(secret), quote_plus(secret), quote_plus(secret, safe="/")):
         forms.add(url_form)
         forms.add(_PERCENT_ESCAPE.sub(lambda m: m[0].lower(), url_form))
-    forms.add(json.dumps(secret)[1:-1])
-    forms.add(json.dumps(secret, ensure_ascii=False)[1:-1])
+    for json_form in (json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]):
+        forms.add(json_form)
+        # JSON may escape "/" ("\\/": PHP's json_encode, Java libraries), which ``json.dumps`` never does.
+        forms.add(json_form.replace("/", "\\/"))
+    html_form = html.escape(secret)
+    forms.add(html_form)
+    if "/" in secret:  # "/" as HTML escapers that go beyond ``html.escape`` write it
+        forms |= {html_form.replace("/", entity) for entity in ("&#x2F;", "&#x2f;", "&#47;")}
     if len(secret) >= MIN_ENCODED_SECRET_LENGTH:
         hexed = raw.hex()
         forms |= {hexed, hexed.upper(), secret[::-1], secret.upper(), secret.lower()}
@@ -992,7 +1013,11 @@ class _Walker:
                     new_key, secret = known if known is not None else self.key(key)
                     if new_key in copy:
                         new_key = self.unique_key(new_key, copy)
-                    if (secret or (hidden is not None and key in hidden)) and not _is_empty(child):
+                    if (
+                        (secret or (hidden is not None and key in hidden))
+                        and not _is_empty(child)
+                        and not (secret and _is_token_count(key, child))
+                    ):
                         copy[new_key] = MASK
                     elif type(child) is str:
                         masked = memo.get(child)
@@ -1036,6 +1061,30 @@ class _Walker:
 
 
 _CONTAINERS = (dict, list, tuple, set, frozenset)
+
+# A key that counts tokens rather than holding one: LangChain's ``input_token_details`` /
+# ``output_token_details`` (``{"cache_read": 40}``), a provider's ``cached_tokens``. Matched on the lower-cased key
+# with its separators removed; a secret word before it ("access_tokens") is judged by its value (see below).
+_TOKEN_COUNT_KEY = re.compile(r"tokens\Z|tokens?details?\Z")
+
+
+def _is_token_count(key: Any, value: Any) -> bool:
+    """Whether ``value`` under the secret-looking ``key`` is a token count, not a token: the key ends in ``tokens``
+    or ``token_details`` (not ``token``: ``{"token": 123456}`` stays masked) and the value is a number, or a dict of
+    numbers (nested dicts of numbers too). Masking it would break the structure that holds it (a stored LangChain
+    message whose ``usage_metadata`` must validate), and a number there is a count: a token is text."""
+    if type(key) is not str or _TOKEN_COUNT_KEY.search(_KEY_SEPARATORS.sub("", key.lower())) is None:
+        return False
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if len(stack) + len(item) > 64:  # usage details are a handful of counts
+                return False
+            stack.extend(item.values())
+        elif type(item) not in (int, float):
+            return False
+    return True
 
 
 _COMMAND_LINE_KEYS = frozenset({"args", "argv", "arguments", "command", "cmd", "command_line"})
@@ -1090,10 +1139,11 @@ def mask_value(value: Any, *, secrets: Iterable[str] = ()) -> Any:
     * ``str`` -> :func:`mask_text` (same ``secrets``); dict keys are masked as text too (two keys that mask
       to the same text are kept apart as ``"***"`` and ``"***~2"``).
     * dict value under a key that :func:`is_secret_key` recognises -> :data:`MASK`, whatever its type,
-      unless it is ``None`` or empty (``""``, ``[]``, ``{}``), which stays as is; so is the ``value`` (``val``,
-      ``content``, ``secret``) of a small dict whose ``name`` (``key``, ``header``, ``field``, ...) is a string
-      naming a secret, and the second item of a ``(name, value)`` pair (a 2-tuple, or a 2-item list inside a
-      list or tuple) whose first item names one.
+      unless it is ``None`` or empty (``""``, ``[]``, ``{}``), or a token count (a key ending in ``tokens`` or
+      ``token_details`` holding a number or a dict of numbers: LangChain's ``input_token_details``), which stays
+      as is; so is the ``value`` (``val``, ``content``, ``secret``) of a small dict whose ``name`` (``key``,
+      ``header``, ``field``, ...) is a string naming a secret, and the second item of a ``(name, value)`` pair
+      (a 2-tuple, or a 2-item list inside a list or tuple) whose first item names one.
     * dict / list / tuple / set -> the same kind, masked inside (dict subclasses come back as ``dict``); in a
       command line (a list under ``args``, ``argv``, ``command``, ...), the item after an option that names a
       secret (``"--api-key", "VALUE"``) is masked.

@@ -68,7 +68,7 @@ from mcpregistry.contracts import (
 from mcpregistry.gate_records import ApprovalState, contract_of
 from mcpregistry.local_tools import LOCAL_TRANSPORT, local_runner
 from mcpregistry.models import McpServer, McpTool, ToolContract
-from mcpregistry.pool import McpTimeoutError, McpTransportError, get_default_pool
+from mcpregistry.pool import McpTimeoutError, McpTransportError, ToolCallOutcome, get_default_pool
 
 logger = logging.getLogger(__name__)
 
@@ -285,6 +285,10 @@ class _Call:
         telemetry.gate_attempt(attempt=attempt, ok=ok, reason=reason, latency_ms=latency_ms, action=action)
 
     def refuse(self, reason: str, message: str, *, audit: bool = True) -> ToolResult:
+        # Masked here, once: a reason may carry the caller's text (``args:unknown:<name>``, a name the model wrote,
+        # which may be a secret), and every reader of the result takes it from here: the audit row, the span's
+        # status and events, the run's trace.
+        reason = mask_text(reason, secrets=self.secrets)
         self.result.error = reason
         self.result.message = message
         if audit:
@@ -640,22 +644,17 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
                 scope=server.pool_scope(who.run_id),
             )
             answered = True
-            size = _result_size(outcome.text or outcome.notes, outcome.structured)
+            text, structured = _value_source(outcome)
+            size = _result_size(text, structured)
             if size > cap:
                 # Refused before it is parsed, remembered or shown: the audit keeps a short masked excerpt.
                 reason = "result:too_big"
                 detail = _("%(size)d characters, more than %(cap)d") % {"size": size, "cap": cap}
-                value, audited = (
-                    None,
-                    {
-                        "excerpt": _excerpt(outcome.text or outcome.notes, outcome.structured, this.secrets),
-                        "chars": size,
-                    },
-                )
+                value, audited = (None, {"excerpt": _excerpt(text, structured, this.secrets), "chars": size})
             else:
-                value = _parse(outcome.text) if outcome.text else _structured_value(outcome.structured)
-                if value == "" and outcome.notes:
-                    value = outcome.notes  # no text, no structured content: what its other blocks are
+                # Text blocks are parsed; the notes on other blocks (no text, no structured content) are taken as
+                # they are.
+                value = _parse(text) if outcome.text else text or _structured_value(structured)
                 if outcome.is_error:
                     reason, retry_after = classify_tool_error(outcome.text)
                     detail = outcome.text.strip()
@@ -703,6 +702,18 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
     # result check says the write was carried out): its outcome is unknown.
     unknown = maybe_done and not (reason or "").startswith("result:")
     return value, reason, detail, unknown, reached
+
+
+def _value_source(outcome: ToolCallOutcome) -> tuple[str, Any]:
+    """What of a tool's answer becomes the call's value, as ``(text, structured)`` with one of the two set: its text
+    blocks; else its structured content; else (neither, or an empty one) the notes on its other blocks (an image's
+    ``[image: image/png, 8 bytes, not shown]``). Chosen once, so that the size check measures what the value is
+    taken from: a large structured content next to an image block (no text) is the value, and is measured."""
+    if outcome.text:
+        return outcome.text, None
+    if outcome.notes and _structured_value(outcome.structured) == "":
+        return outcome.notes, None
+    return "", outcome.structured
 
 
 def _structured_value(structured: Any) -> Any:

@@ -26,6 +26,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -42,7 +43,7 @@ from mcp.shared._httpx_utils import MCP_DEFAULT_TIMEOUT, create_mcp_http_client
 
 import agent_platform.telemetry as telemetry
 from audit.masking import mask_text
-from mcpregistry.client_session import ClientSession
+from mcpregistry.client_session import ClientSession, ToolResultInvalid
 
 logger = logging.getLogger(__name__)
 
@@ -374,8 +375,14 @@ class McpSessionPool:
                 else:
                     raise McpTransportError(f"unknown transport {conn.transport!r}")
 
+                session: ClientSession | None = None
+
                 async def keep_noise(message: Any) -> None:
-                    if isinstance(message, Exception) and len(pooled.protocol_noise) < 3:
+                    if not isinstance(message, Exception):
+                        return
+                    if session is not None and await _fail_unreadable_answer(session, message):
+                        return  # an answer the SDK could not parse: told to the request it answers, as its failure
+                    if len(pooled.protocol_noise) < 3:
                         pooled.protocol_noise.append(_noise_of(message))
 
                 session = await stack.enter_async_context(ClientSession(read, write, message_handler=keep_noise))
@@ -585,6 +592,11 @@ class McpSessionPool:
             except asyncio.CancelledError:
                 # The deadline passed: tell the server to stop working on the request; the session stays usable.
                 self._loop.create_task(_send_cancelled(session, request_id))
+                raise
+            except McpError as exc:
+                if exc.error.data == UNREADABLE_ANSWER:
+                    # The tool answered, with what cannot be read: a result that is not what it promised.
+                    raise ToolResultInvalid(exc.error.message) from exc
                 raise
             content = [block.model_dump(mode="json", exclude_none=True) for block in result.content]
             text = "\n".join(str(block.get("text", "")) for block in content if block.get("type") == "text")
@@ -864,6 +876,86 @@ def _describe(exc: BaseException) -> str:
     # httpx appends "For more information check: https://developer.mozilla.org/…": noise in a health error.
     text = str(exc).split("\nFor more information check:")[0].strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+UNREADABLE_ANSWER = "platform:unreadable_answer"
+"""The ``data`` of the JSON-RPC error a request is failed with when its answer could not be parsed."""
+
+# A JSON text's strings and brackets, to read the top level of a line too deeply nested to parse.
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]]')
+_KEY_COLON = re.compile(r"\s*:")
+_ID_VALUE = re.compile(r'\s*:\s*(-?[0-9]+|"(?:[^"\\]|\\.)*")')
+
+
+async def _fail_unreadable_answer(session: ClientSession, exc: Exception) -> bool:
+    """Fail the pending request that the line the SDK could not parse (``exc``, its parse error) answers, with a
+    JSON-RPC error marked :data:`UNREADABLE_ANSWER`. Returns whether there was one.
+
+    The SDK hands such an error to the message handler only (a structured content nested deeper than pydantic's
+    parser goes, about 200 levels): the request it answers would wait for its whole timeout, be taken for
+    unanswered (retried; for a write, its outcome unknown) though the server answered. The line's ``id`` is read
+    from its top level without parsing it; the SDK's pending requests (``_response_streams``) are private to it."""
+    line = _unparsed_line(exc)
+    request_id = _response_id(line) if line is not None else None
+    if isinstance(request_id, str) and request_id.lstrip("-").isdigit():
+        request_id = int(request_id)  # as the SDK matches an answer's id to its request's
+    if request_id is None:
+        return False
+    stream = session._response_streams.pop(request_id, None)
+    if stream is None:
+        return False
+    why = _parse_error_reason(exc)
+    error = types.ErrorData(
+        code=types.PARSE_ERROR, message=f"the server's answer could not be read: {why}", data=UNREADABLE_ANSWER
+    )
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):  # its caller gave up already
+        await stream.send(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+    return True
+
+
+def _parse_error_reason(exc: Exception) -> str:
+    """Why the SDK could not parse a line ("Invalid JSON: recursion limit exceeded at line 1 column 1270"), without
+    the line itself (a server's text, which the error's own ``str`` quotes)."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        with contextlib.suppress(Exception):
+            for error in errors():
+                return str(error.get("msg", ""))
+    return type(exc).__name__
+
+
+def _unparsed_line(exc: Exception) -> str | None:
+    """The line a parse error (pydantic's ``ValidationError``, as the SDK's stdio reader raises it) refused."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        with contextlib.suppress(Exception):
+            for error in errors():
+                if isinstance(error.get("input"), str):
+                    return str(error["input"])
+    return None
+
+
+def _response_id(line: str) -> int | str | None:
+    """The ``id`` of the JSON-RPC answer ``line`` is (an object with an ``id`` and a ``result`` or an ``error`` at
+    its top level, and no ``method``: a server's own request has an id of its own), read without parsing it; None
+    where it is no such answer."""
+    if not line.lstrip().startswith("{"):
+        return None
+    depth, keys, found = 0, set[str](), None
+    for token in _JSON_TOKEN.finditer(line):
+        text = token[0]
+        if text[0] == '"':
+            if depth == 1 and _KEY_COLON.match(line, token.end()):
+                keys.add(text[1:-1])
+                if text == '"id"' and (value := _ID_VALUE.match(line, token.end())) is not None:
+                    found = json.loads(value[1])
+        elif text in "{[":
+            depth += 1
+        else:
+            depth -= 1
+    if "method" in keys or not keys & {"result", "error"}:
+        return None
+    return found if isinstance(found, (int, str)) else None
 
 
 def _noise_of(exc: Exception) -> str:
