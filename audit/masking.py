@@ -42,6 +42,7 @@ import binascii
 import contextlib
 import datetime as _dt
 import decimal
+import difflib
 import enum
 import functools
 import html
@@ -1157,12 +1158,16 @@ def mask_value(value: Any, *, secrets: Iterable[str] = ()) -> Any:
 
 
 def holds_secret(value: Any) -> bool:
-    """Whether :func:`mask_value` hides part of ``value`` by its value patterns and key names (an API key, a token in
-    a URL's query, ``--api-key=…``, a value under a secret key): what a setting that is stored, shown and exported
+    """Whether ``value`` holds a secret the audit record hides: what a setting that is stored, shown and exported
     in clear must not hold. Give a field as ``{name: value}`` to be judged as the audit records it (a list under
     ``args`` is a command line). Known secret values (``secrets``, :func:`register_secrets`) are left out, so
-    what a setting may hold does not depend on what this process has seen; what masking changes only to store
-    it (a NUL, a lone surrogate, a NaN) is no secret."""
+    what a setting may hold does not depend on what this process has seen.
+
+    Masking errs towards hiding: under a secret-looking name (``--credentials``, ``auth_mode``,
+    ``password_min_length``) it hides whatever follows. A refusal must not: of what the masker hides, only a text
+    that reads as a secret counts (:func:`_reads_as_secret`), not a path, a variable's name, a number or a word
+    (``--credentials /etc/creds.json``, ``--auth-token-env GITHUB_TOKEN``, ``{"auth_mode": "none"}`` are settings).
+    What masking changes only to store it (a NUL, a lone surrogate, a NaN) is no secret."""
     stack: list[tuple[Any, Any]] = [(value, _Walker(None).walk(value))]
     while stack:
         given, shown = stack.pop()
@@ -1171,12 +1176,40 @@ def holds_secret(value: Any) -> bool:
                 stack.extend(((key, shown_key), (item, shown_item)))
         elif isinstance(given, (list, tuple)) and isinstance(shown, (list, tuple)) and len(given) == len(shown):
             stack.extend(zip(given, shown, strict=True))
-        elif isinstance(given, str):
-            if storable_text(given) != shown:
+        elif isinstance(given, str) and isinstance(shown, str):
+            stored = storable_text(given)
+            if stored != shown and any(_reads_as_secret(piece) for piece in _hidden_parts(stored, shown)):
                 return True
-        elif not (isinstance(given, float) and not math.isfinite(given)) and given != shown:
-            return True
+        # A number or a flag hidden under a secret-looking name (``password_min_length: 8``) is a setting.
     return False
+
+
+_PATH_START = re.compile(r"[/~.]|[A-Za-z]:[\\/]")
+_VARIABLE_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[A-Z]+")
+_NUMBER = re.compile(r"[-+]?[0-9]+(?:\.[0-9]+)?")
+_WORDS = re.compile(r"[A-Za-z]+(?:[-_. ][A-Za-z]+)*")
+
+
+def _hidden_parts(stored: str, shown: str) -> list[str]:
+    """The parts of ``stored`` that masking replaced in ``shown``."""
+    matcher = difflib.SequenceMatcher(None, stored, shown, autojunk=False)
+    return [stored[i1:i2] for tag, i1, i2, _j1, _j2 in matcher.get_opcodes() if tag in ("replace", "delete")]
+
+
+def _reads_as_secret(text: str) -> bool:
+    """Whether a part the masker hid reads as a secret's value rather than a setting's: not a path, a variable's
+    name (``GITHUB_TOKEN``), a number, a word or words (``oauth``, ``X-Api``), nor shorter than four characters.
+    A value matching a secret's own shape (``sk-…``, a JWT, a PEM key, an AWS key id) always does."""
+    text = text.strip().strip("\"'")
+    if _API_KEY_PREFIX.match(text) or _JWT.search(text) or _AWS_ACCESS_KEY_ID.search(text) or "PRIVATE KEY" in text:
+        return True
+    if len(text) < MIN_SECRET_LENGTH or text.lower() in _NOT_A_SECRET_VALUE:
+        return False
+    if _PATH_START.match(text) or _VARIABLE_NAME.fullmatch(text) or _NUMBER.fullmatch(text):
+        return False
+    # Words, unless one long run of mixed case (``hJkLmNqRsTvWxYzAbCdE``: random letters).
+    mixed_run = len(text) >= 20 and text.isalpha() and not text.islower() and not text.isupper()
+    return not (_WORDS.fullmatch(text) and not mixed_run)
 
 
 def truncate(value: Any, *, max_chars: int = 20_000) -> Any:

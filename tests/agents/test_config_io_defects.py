@@ -70,7 +70,7 @@ def test_a_url_holding_an_api_key_is_refused_by_import() -> None:
     assert not McpServer.objects.exists()
 
 
-@pytest.mark.parametrize("args", [[f"--api-key={API_KEY}"], ["--api-key", "plain-but-secret"], [f"--x={API_KEY}"]])
+@pytest.mark.parametrize("args", [[f"--api-key={API_KEY}"], ["--api-key", "q8Hf2kLm0Zt7xW"], [f"--x={API_KEY}"]])
 def test_arguments_holding_a_secret_are_refused_by_import(args: list[str]) -> None:
     message = refusal({"servers": [stdio_server(args=["-m", settings.PLATFORM_DEMO_SERVER_MODULE, *args])]})
     assert "servers[0] (company): args: This holds a secret" in message
@@ -95,10 +95,27 @@ def test_rule_params_holding_a_secret_are_refused_by_import() -> None:
 
 
 def test_what_the_audit_hides_is_what_a_setting_may_not_hold() -> None:
-    assert holds_secret({"args": ["--token", "x1"]}) and holds_secret({"url": f"https://h/mcp?key={API_KEY}"})
+    assert holds_secret({"args": ["--token", "q8Hf2kLm0Zt7"]}) and holds_secret({"url": f"https://h/mcp?key={API_KEY}"})
     assert not holds_secret({"args": ["-m", "pkg.server", "--port", "8080", "--token-file", "/run/token"]})
     assert not holds_secret({"url": "https://mcp.example.com/mcp"})
     assert not holds_secret({"params": {"이름": "홍길동", "max_tokens": 5, "x": float("nan"), "y": "a\x00b"}})
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"args": ["--credentials", "/etc/gdrive/credentials.json"]},
+        {"args": ["--auth", "oauth"]},
+        {"args": ["--auth-token-env", "GITHUB_TOKEN"]},
+        {"args": ["--ssh-key", "/home/u/.ssh/id_ed25519"]},
+        {"args": ["--token", "x1"]},
+        {"params": {"password_min_length": 8, "auth_mode": "none", "api_key_name": "X-Api"}},
+    ],
+)
+def test_a_setting_the_masker_hides_by_its_name_alone_is_no_secret(setting: dict) -> None:
+    # Masking hides whatever follows a secret-looking name; a refusal must not: a path, a variable's name, a
+    # number or a word is where a secret lives or how it is used, not the secret (these were all refused).
+    assert not holds_secret(setting)
 
 
 def test_the_admin_refuses_a_secret_in_a_url_or_in_the_arguments(admin_client) -> None:
