@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any, cast
 
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -25,8 +25,10 @@ from mcpregistry.models import McpServer
 
 
 def run_get(*, run_id: str, api_key: ApiKey) -> Run:
-    """The caller's own run, with its agent and version (as ``select_related`` would give them); any other id
-    (malformed, unknown, someone else's) is a 404."""
+    """The caller's own run of an agent it may use now, with its agent and version (as ``select_related`` would
+    give them); any other id (malformed, unknown, someone else's, or of an agent the key may no longer use: taken
+    off its agents or disabled, as ``agent_get_for_key`` and A2A see it) is the same 404, so a key narrowed after it
+    submitted a run can no longer read, cancel, approve or rate it."""
     try:
         key = uuid.UUID(str(run_id))
     except ValueError:
@@ -46,22 +48,30 @@ _RUN_OF_KEY: dict[str, str] = {}
 
 def _run_of_key(run_id: uuid.UUID, api_key: ApiKey) -> Run | None:
     """The run with its agent and version in one statement made once (an API caller reads its run again and
-    again; the ORM would compile the join each time)."""
+    again; the ORM would compile the join each time), if its agent is enabled and in the key's scope (a key with
+    no agents may use every agent): the scope is read in the same statement, as it is now."""
     sql = _RUN_OF_KEY.get(connection.vendor)
     if sql is None:
         quote = connection.ops.quote_name
         table = {model: quote(model._meta.db_table) for model in (Run, Agent, AgentVersion)}
         column = {name: quote(str(Run._meta.get_field(name).column)) for name in ("id", "agent", "version", "api_key")}
         agent_pk, version_pk = (quote(str(model._meta.pk.column)) for model in (Agent, AgentVersion))  # type: ignore[union-attr]
+        enabled = quote(str(Agent._meta.get_field("enabled").column))
+        scope = ApiKey.agents.field
+        scope_table = quote(scope.m2m_db_table())
+        scope_key, scope_agent = quote(scope.m2m_column_name()), quote(scope.m2m_reverse_name())
         sql = _RUN_OF_KEY[connection.vendor] = (
             f"SELECT {RUN_READ.columns('r')}, {_AGENT_READ.columns('a')}, {_VERSION_READ.columns('v')} "  # noqa: S608 - the models' names
             f"FROM {table[Run]} r JOIN {table[Agent]} a ON a.{agent_pk} = r.{column['agent']} "
             f"LEFT JOIN {table[AgentVersion]} v ON v.{version_pk} = r.{column['version']} "
-            f"WHERE r.{column['id']} = %s AND r.{column['api_key']} = %s"
+            f"WHERE r.{column['id']} = %s AND r.{column['api_key']} = %s AND a.{enabled} = %s "
+            f"AND (NOT EXISTS (SELECT 1 FROM {scope_table} s WHERE s.{scope_key} = r.{column['api_key']}) "
+            f"OR EXISTS (SELECT 1 FROM {scope_table} s WHERE s.{scope_key} = r.{column['api_key']} "
+            f"AND s.{scope_agent} = r.{column['agent']}))"
         )
     id_field = Run._meta.get_field("id")
     with connection.cursor() as cursor:
-        cursor.execute(sql, [id_field.get_db_prep_value(run_id, connection), api_key.pk])
+        cursor.execute(sql, [id_field.get_db_prep_value(run_id, connection), api_key.pk, True])
         row = cursor.fetchone()
     if row is None:
         return None
@@ -74,13 +84,21 @@ def _run_of_key(run_id: uuid.UUID, api_key: ApiKey) -> Run | None:
 
 
 def run_list(*, api_key: ApiKey, agent_slug: str | None = None, status: str | None = None) -> QuerySet[Run]:
-    """The caller's runs, newest first, optionally of one agent and/or in one status."""
-    runs = Run.objects.select_related("agent", "version").filter(api_key=api_key)
+    """The caller's runs of the agents it may use now (as ``run_get`` sees them), newest first, optionally of one
+    agent and/or in one status."""
+    runs = Run.objects.select_related("agent", "version").filter(api_key=api_key).filter(_in_key_scope(api_key))
     if agent_slug:
         runs = runs.filter(agent__slug=agent_slug)
     if status:
         runs = runs.filter(status=status)
     return runs.order_by("-created_at", "-id")
+
+
+def _in_key_scope(api_key: ApiKey) -> Q:
+    """Runs whose agent ``api_key`` may use now: enabled, and among the key's agents if it has any (one
+    statement with the runs: no query of its own)."""
+    scope = ApiKey.agents.through.objects.filter(apikey_id=api_key.pk)
+    return Q(agent__enabled=True) & (~Exists(scope) | Exists(scope.filter(agent_id=OuterRef("agent_id"))))
 
 
 def run_events_after(*, run_id: Any, after: int, limit: int = 500) -> list[RunEvent]:

@@ -48,6 +48,11 @@ EXPORT_BLOCK_ROWS = 500
 
 _CSV_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
+CSV_CELL_MAX_UNITS = 32_000
+"""The longest JSON cell (``args``, ``result``) a CSV export writes, in UTF-16 code units as Excel counts them: a
+spreadsheet holds at most 32,767 in a cell and cuts or splits a longer one silently. A longer cell is cut to fit,
+with a marker saying so; the JSON Lines export always holds the whole event."""
+
 
 class IsAuditor(permissions.BasePermission):
     """A Django user who may view the audit record (``audit.view_auditevent``: the ``auditor`` group's, or a
@@ -198,8 +203,13 @@ class AuditEventListApi(_AuditorApi):
         data = serializer.validated_data
         filters = serializer.filters()
         if data["format"] in {"csv", "jsonl"}:
+            paging: dict[str, list[str]] = {}  # ``limit`` has a default: only one the caller gave is refused
             if "cursor" in data:
-                raise serializers.ValidationError({"cursor": [_("An export has no pages: leave 'cursor' out.")]})
+                paging["cursor"] = [_("An export has no pages: leave 'cursor' out.")]
+            if "limit" in serializer.initial_data:
+                paging["limit"] = [_("An export holds every matching event: leave 'limit' out.")]
+            if paging:
+                raise serializers.ValidationError(paging)
             return _export_response(request, filters, data["format"])
         events, next_cursor = audit_event_page(filters=filters, after_id=data.get("cursor"), limit=data["limit"])
         next_url = None
@@ -240,7 +250,9 @@ class AuditMetricsApi(_AuditorApi):
 
 def _export_response(request: Request, filters: AuditEventFilters, kind: str) -> StreamingHttpResponse:
     rows = audit_event_export_rows(filters=filters)
-    blocks = _csv_blocks(rows) if kind == "csv" else _jsonl_blocks(rows)
+    # Translated now, in the request's language: the blocks are written after the view has returned.
+    cut_marker = _("…[cut: %(cut)d of %(total)d characters; the whole event is in ?format=jsonl]")
+    blocks = _csv_blocks(rows, cut_marker=cut_marker) if kind == "csv" else _jsonl_blocks(rows)
     content_type = "text/csv; charset=utf-8" if kind == "csv" else "application/x-ndjson; charset=utf-8"
     stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
     response = StreamingHttpResponse(_streamed(request, blocks), content_type=content_type)
@@ -293,9 +305,29 @@ def _csv_text(value: Any) -> str:
     return f"'{text}" if text.startswith(_CSV_FORMULA_STARTS) else text
 
 
-def _csv_blocks(rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
+def _utf16_units(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _csv_json(value: Any, *, cut_marker: str) -> str:
+    """``value`` as JSON for a CSV cell; over ``CSV_CELL_MAX_UNITS`` its start and ``cut_marker`` (a
+    ``%(cut)d``/``%(total)d`` template, in characters), at most that long together. A cut cell is no longer valid
+    JSON (its hash cannot be checked from it): the marker says so and where the whole event is."""
+    text = _json(value)
+    if _utf16_units(text) <= CSV_CELL_MAX_UNITS:
+        return text
+    longest_marker = cut_marker % {"cut": len(text), "total": len(text)}  # no count cut has more digits
+    room = CSV_CELL_MAX_UNITS - _utf16_units(longest_marker)
+    kept = text[:room]
+    over = _utf16_units(kept) - room
+    if over > 0:  # characters outside the BMP count twice: dropping as many characters as units over is enough
+        kept = kept[:-over]
+    return kept + cut_marker % {"cut": len(text) - len(kept), "total": len(text)}
+
+
+def _csv_blocks(rows: Iterable[tuple[Any, ...]], *, cut_marker: str) -> Iterator[bytes]:
     """The CSV export, a block of rows at a time: a BOM and the header first (before any row is read), then
-    every row; ``args`` and ``result`` are JSON in their cells."""
+    every row; ``args`` and ``result`` are JSON in their cells, cut to ``CSV_CELL_MAX_UNITS`` (``_csv_json``)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     buffer.write("\ufeff")
@@ -305,7 +337,12 @@ def _csv_blocks(rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
     buffer.truncate()
     json_columns = {EXPORT_COLUMNS.index("args"), EXPORT_COLUMNS.index("result")}
     for count, row in enumerate(rows, start=1):
-        writer.writerow([_json(cell) if i in json_columns else _csv_text(cell) for i, cell in enumerate(row)])
+        writer.writerow(
+            [
+                _csv_json(cell, cut_marker=cut_marker) if i in json_columns else _csv_text(cell)
+                for i, cell in enumerate(row)
+            ]
+        )
         if count % EXPORT_BLOCK_ROWS == 0:
             yield buffer.getvalue().encode("utf-8")
             buffer.seek(0)

@@ -389,10 +389,11 @@ class RunListApi(ApiView):
         operation_id="runs_list",
         summary="The caller's runs",
         description=(
-            "The runs this API key submitted, newest first, optionally of one `agent` (slug) and/or in one "
-            "`status`. Cursor pagination: follow `next` (older runs) and `previous` (newer runs); `page_size` "
-            "is 1–100 (20 by default). Runs created while paging never shift a page. Unknown query parameters "
-            "are refused (`400`)."
+            "The runs this API key submitted to the agents it may use now, newest first, optionally of one "
+            "`agent` (slug) and/or in one `status`. A run of an agent taken off the key, or disabled, is no "
+            "longer listed, read, cancelled, approved, rated or followed: a `404` as another key's run. Cursor "
+            "pagination: follow `next` (older runs) and `previous` (newer runs); `page_size` is 1–100 (20 by "
+            "default). Runs created while paging never shift a page. Unknown query parameters are refused (`400`)."
         ),
         tags=["runs"],
         parameters=[
