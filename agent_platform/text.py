@@ -6,6 +6,8 @@ import re
 import unicodedata
 from typing import Any
 
+from django.utils.translation import gettext, gettext_lazy
+
 # CJK compatibility ideographs (KS X 1001's duplicate hanja, U+F900–U+FAFF, U+2F800–U+2FA1F): NFC would replace
 # each with its unified twin, changing a name written with it. They are kept as written.
 _COMPATIBILITY_IDEOGRAPHS = re.compile("([\uf900-\ufaff\U0002f800-\U0002fa1f]+)")
@@ -31,3 +33,67 @@ def nfc_value(value: Any) -> Any:
     if isinstance(value, list):
         return [nfc_value(v) for v in value]
     return value
+
+
+# The messages of ``re`` and ``regex`` (both modules word most of them alike) a person is likely to meet, each
+# matched whole, as a phrase in the reader's language; a ``detail`` group is what the message quoted (the escape,
+# the range, the group name), shown after the phrase as written.
+_REGEX_ERRORS: tuple[tuple[re.Pattern[str], Any], ...] = tuple(
+    (re.compile(pattern), phrase)
+    for pattern, phrase in (
+        (r"unterminated character set", gettext_lazy("a character set [ is not closed with ]")),
+        (r"missing \)(?:, unterminated (?:subpattern|comment))?", gettext_lazy("a ( is not closed with )")),
+        (r"unbalanced parenthesis", gettext_lazy("a ) closes no group")),
+        (r"nothing to repeat", gettext_lazy("a repeat (*, +, ? or {n}) follows nothing it could repeat")),
+        (r"multiple repeat", gettext_lazy("a repeat follows another repeat (as in a**)")),
+        (r"bad escape \(end of pattern\)", gettext_lazy("the pattern ends with a \\ that escapes nothing")),
+        (r"bad escape (?P<detail>.+)", gettext_lazy("unknown escape")),
+        (r"unknown extension \?<(?![=!]).*", gettext_lazy("a named group is written (?P<name>…), not (?<name>…)")),
+        (r"unknown extension(?: (?P<detail>.+))?", gettext_lazy("unknown (?…) construct")),
+        (
+            r"bad character range(?: (?P<detail>.+))?",
+            gettext_lazy("a character range runs backwards (its first character comes after its last)"),
+        ),
+        (
+            r"look-behind requires fixed-width pattern",
+            gettext_lazy("a look-behind must match a fixed number of characters"),
+        ),
+        (r"min repeat greater than max repeat", gettext_lazy("a repeat's minimum is greater than its maximum")),
+        (r"repeat count too big|the repetition number is too large", gettext_lazy("a repeat count is too large")),
+        (r"unknown group(?: name (?P<detail>.+))?", gettext_lazy("no group has this name or number")),
+        (
+            r"bad character in group name(?: (?P<detail>.+))?",
+            gettext_lazy("a group name is a letter or _ followed by letters, digits or _"),
+        ),
+        (
+            r"redefinition of group name (?P<detail>.+) as group \d+; was group \d+",
+            gettext_lazy("a group name is used twice"),
+        ),
+        (
+            r"global flags not at the start of the expression",
+            gettext_lazy("flags such as (?i) must come at the start of the pattern"),
+        ),
+    )
+)
+
+
+def regex_error_text(exc: BaseException) -> str:
+    """Why a pattern did not compile, in the reader's language: an error of ``re`` or ``regex`` as a phrase (with
+    what it quoted: ``\\q``, ``z-a``) and where, counted from 1 as a person counts ("at character 3"; ``regex``
+    points past a construct it could not close: "at the end of the pattern"). The OverflowError and RecursionError
+    the modules raise for a repeat count too large and groups nested too deeply are told too. A message not known
+    here is kept as the module wrote it (in English) rather than guessed at."""
+    if isinstance(exc, RecursionError):
+        return gettext("its groups are nested too deeply")
+    message = str(getattr(exc, "msg", None) or exc)
+    for pattern, phrase in _REGEX_ERRORS:
+        if found := pattern.fullmatch(message):
+            detail = found.groupdict().get("detail")
+            message = f"{phrase}: {detail}" if detail else str(phrase)
+            break
+    position, source = getattr(exc, "pos", None), getattr(exc, "pattern", None)
+    if not isinstance(position, int):
+        return message
+    if isinstance(source, str | bytes) and position >= len(source):
+        return gettext("%(problem)s (at the end of the pattern)") % {"problem": message}
+    return gettext("%(problem)s (at character %(n)d)") % {"problem": message, "n": position + 1}

@@ -6,20 +6,23 @@ import re
 import secrets
 from typing import Any
 
+import regex  # type: ignore[import-untyped]
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext, ngettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
+from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.json import bounded_json_overrides
+from agent_platform.text import nfc
 from agents import (
     admin_runs,  # noqa: F401  (registers RunAdmin and ApprovalAdmin)
     admin_versions,  # noqa: F401  (registers AgentVersionAdmin, AgentArmAdmin, ShadowComparisonAdmin)
@@ -44,6 +47,7 @@ from agents.budgets import (
     model_price_update,
     usd_text,
 )
+from agents.deterministic import WhenSpec
 from agents.models import (
     Agent,
     ApiKey,
@@ -74,6 +78,7 @@ from agents.services import (
 )
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from mcpregistry.binding_policy import readable_variables_text
+from mcpregistry.contracts import pydantic_message
 from mcpregistry.list_fields import EditedJSONField, KeyValueLinesWidget, object_from_path_lines, path_lines
 from mcpregistry.models import McpServer
 
@@ -548,8 +553,32 @@ class DeterministicRuleAdmin(ServiceAdminMixin, admin.ModelAdmin):
         context["tool_catalogue"] = {
             "servers": {str(s.pk): s.mcp_id for s in McpServer.objects.all()},
             "tools": getattr(form, "catalogue", {}),
+            "regex_check": reverse("admin:agents_deterministicrule_regex_check", current_app=self.admin_site.name),
         }
         return super().render_change_form(request, context, *args, **kwargs)
+
+    def get_urls(self) -> list[URLPattern]:
+        check = path(
+            "regex-check/",
+            self.admin_site.admin_view(self.regex_check_view),
+            name="agents_deterministicrule_regex_check",
+        )
+        return [check, *super().get_urls()]
+
+    def regex_check_view(self, request: HttpRequest) -> JsonResponse:
+        """The rule editor's live check of its regex (``rule_editor.js``, as it is typed): the verdict and the words
+        of the rule's own validation (``WhenSpec``, which the form runs on save), and the named groups the rule may
+        use as ``{match.NAME}``. A check in the browser's RegExp disagreed with Python both ways. A GET: it
+        changes nothing; for whoever may add or change rules."""
+        if not (self.has_add_permission(request) or self.has_change_permission(request)):
+            raise PermissionDenied
+        pattern = request.GET.get("regex", "")
+        try:
+            WhenSpec.model_validate({"regex": pattern})
+        except PydanticValidationError as exc:
+            return JsonResponse({"valid": False, "message": "; ".join(pydantic_message(e) for e in exc.errors())})
+        index = regex.compile(nfc(pattern)).groupindex if pattern else {}  # composed, as the rules compile it
+        return JsonResponse({"valid": True, "groups": sorted(index, key=index.__getitem__)})
 
     def service_save(self, *, obj: DeterministicRule, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
         if change:

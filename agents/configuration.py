@@ -34,7 +34,7 @@ from agent_platform.json import json_error_text
 from agent_platform.json import loads as json_loads
 from agent_platform.text import nfc_value
 from agents.deterministic import RuleSpec as EngineRuleSpec
-from agents.models import Agent, AgentArm, AgentVersion, DeterministicRule
+from agents.models import MAX_ITERATIONS_LIMIT, Agent, AgentArm, AgentVersion, DeterministicRule
 from agents.selectors import rules_calling, servers_leaving
 from agents.services import (
     agent_arm_create,
@@ -47,7 +47,7 @@ from agents.services import (
     publish_on_save_deferred,
     unbinding_refused,
 )
-from agents.versions import AGENT_FIELDS, MAX_ITERATIONS_LIMIT, VersionContent, version_content_portable
+from agents.versions import AGENT_FIELDS, VersionContent, version_content_portable
 from mcpregistry.binding_policy import masked_secret_given
 from mcpregistry.contract_document import ContractSpec, contract_entry, contract_fields
 from mcpregistry.gate_records import CONTRACT_FIELDS

@@ -19,7 +19,7 @@ import regex  # type: ignore[import-untyped]
 from django.utils.translation import gettext
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agent_platform.text import nfc, nfc_value
+from agent_platform.text import nfc, nfc_value, regex_error_text
 
 logger = logging.getLogger(__name__)
 
@@ -387,19 +387,9 @@ class WhenSpec(BaseModel):
                 with contextlib.suppress(OverflowError):  # a repeat count too big: ``regex`` says so, and where
                     re.compile(value)  # its errors say where a construct begins (``regex`` points past its end)
                 _compiled(value)  # as the rules run it
-            except (re.error, regex.error) as exc:
+            except (re.error, regex.error, OverflowError, RecursionError) as exc:
                 raise ValueError(
-                    gettext("not a valid regular expression: %(why)s (at character %(position)s)")
-                    % {"why": exc.msg, "position": (exc.pos or 0) + 1}
-                ) from exc
-            except OverflowError as exc:
-                raise ValueError(
-                    gettext("not a valid regular expression: %(why)s") % {"why": gettext("a repeat count is too large")}
-                ) from exc
-            except RecursionError as exc:
-                raise ValueError(
-                    gettext("not a valid regular expression: %(why)s")
-                    % {"why": gettext("its groups are nested too deeply")}
+                    gettext("not a valid regular expression: %(why)s") % {"why": regex_error_text(exc)}
                 ) from exc
         return value
 

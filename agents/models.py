@@ -7,7 +7,7 @@ import uuid
 from typing import Any
 
 from django.conf import settings
-from django.core.validators import MaxValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
@@ -18,6 +18,11 @@ from audit.models import AuditEvent
 from audit.services import audit_chain_catch_up
 from mcpregistry.crypto import EncryptedJSONField
 from mcpregistry.models import INT32_MAX, McpServer
+
+# The most model turns a run may take: an agent's field, an agent entry of a configuration document and a
+# version's frozen content are held to it (a version stored with more ran unbounded; an agent saved here with
+# more was a configuration that export_config wrote and import_config refused).
+MAX_ITERATIONS_LIMIT = 100
 
 DEFAULT_DETERMINISTIC_INSTRUCTION = (
     '제공된 "확정 호출 결과"가 있으면 그 내용을 우선 사용하여 답변하고, 추가 도구 호출은 필요한 경우에만 하세요.'
@@ -120,7 +125,9 @@ class Agent(AuditedModel):
         ),
     )
     servers = models.ManyToManyField(McpServer, blank=True, related_name="agents", verbose_name=_("MCP servers"))
-    max_iterations = models.PositiveIntegerField(_("max iterations"), default=6)
+    max_iterations = models.PositiveIntegerField(
+        _("max iterations"), default=6, validators=[MaxValueValidator(MAX_ITERATIONS_LIMIT)]
+    )
     time_limit_s = models.PositiveIntegerField(
         _("time limit (seconds)"), default=300, help_text=_("A run still going after this long is stopped and fails.")
     )
@@ -514,7 +521,10 @@ class DeterministicRule(AuditedModel):
         help_text=_("Empty: the rule applies to every agent bound to its server."),
     )
     name = models.CharField(_("name"), max_length=200)
-    order = models.IntegerField(_("order"), default=100)
+    # 32 bits, as import_config reads it (the database would store 64: a rule saved past them did not round-trip).
+    order = models.IntegerField(
+        _("order"), default=100, validators=[MinValueValidator(-INT32_MAX - 1), MaxValueValidator(INT32_MAX)]
+    )
     enabled = models.BooleanField(_("enabled"), default=True)
     server = models.ForeignKey(
         McpServer,

@@ -15,7 +15,6 @@ from typing import Any, Literal
 
 from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, FieldDoesNotExist, ValidationError
-from django.core.validators import MaxValueValidator
 from django.db import connection, models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -31,7 +30,6 @@ from agents.run_state import RunEventWriter
 from agents.selectors import rules_calling, servers_leaving
 from agents.versions import (
     AGENT_FIELDS,
-    MAX_ITERATIONS_LIMIT,
     VersionContent,
     caller_key,
     content_digest,
@@ -419,11 +417,6 @@ def version_content_problems(*, agent: Agent, content: VersionContent | dict[str
     for name in AGENT_FIELDS:
         if name in frozen_agent and name not in mistyped:
             setattr(probe, name, frozen_agent[name])
-    if "max_iterations" in frozen_agent and "max_iterations" not in mistyped:
-        try:
-            MaxValueValidator(MAX_ITERATIONS_LIMIT)(frozen_agent["max_iterations"])
-        except ValidationError as exc:
-            problems.extend(f"agent.max_iterations: {m}" for m in exc.messages)
     try:
         probe.clean_fields(
             exclude=[f.name for f in Agent._meta.fields if f.name not in AGENT_FIELDS or f.name in mistyped]

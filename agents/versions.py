@@ -39,9 +39,6 @@ AGENT_FIELDS = (
     "mcp_context",
     "flow_graph",
 )
-# The most model turns a run may take: an agent entry of a configuration document and a version's frozen content
-# are held to it (a version stored with more ran unbounded).
-MAX_ITERATIONS_LIMIT = 100
 
 
 class VersionContent(TypedDict):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -143,7 +143,20 @@ class ActionFilter(_ChoiceFilter):
         return [(p, str(_("every configuration change"))) for p in prefixes] + [(a, action_label(a)) for a in actions]
 
 
+NEUTRAL_REASONS: dict[str, bool] = {
+    "approval:pending": False,  # a write call waiting for a person: recorded not ok (not made), yet nothing failed
+    "rule:skipped": True,  # a rule whose conditions did not hold: recorded ok (decided), yet nothing was called
+}
+"""Reasons that are neither a success nor a failure, each with the ``ok`` it is recorded with (what the API's
+``ok`` filter sees). The list shows them by their words, without ✓ or ✗, and leaves them out of both outcome
+filters: an approval awaited was shown and counted as a failed event, a skipped rule as a succeeded one."""
+
+
 class OutcomeFilter(admin.SimpleListFilter):
+    """``ok`` as the API takes it (true or false), narrowed to what a reader means by the words: *succeeded* is
+    the events recorded ok, *failed* those recorded not ok, each without the events of a neutral reason
+    (``NEUTRAL_REASONS``: an approval awaited, a rule skipped), which the reason filter lists."""
+
     title = _("outcome")
     parameter_name = "ok"
 
@@ -156,7 +169,18 @@ class OutcomeFilter(admin.SimpleListFilter):
             return queryset
         if value not in {"true", "false", "1", "0"}:
             return _refused(request, queryset, gettext("Outcome: use true or false."))
-        return _filtered(request, queryset, ok=value in {"true", "1"})
+        return _filtered(request, queryset, ok=value in {"true", "1"}).exclude(reason__in=list(NEUTRAL_REASONS))
+
+
+def _export_outcome(chosen: Mapping[str, Any]) -> dict[str, str]:
+    """The list's outcome filter as the API can take it: the API's ``ok`` keeps the neutral events, and its
+    ``reason`` leaves one reason out (``!code``). Where no reason is chosen, the neutral reason recorded with the
+    chosen ``ok`` (one for each) is left out, so that the export holds what the list shows."""
+    ok = chosen.get("ok", "").lower()
+    if ok not in {"true", "false", "1", "0"} or chosen.get("reason"):
+        return {}
+    neutral = [code for code, stored_ok in NEUTRAL_REASONS.items() if stored_ok == (ok in {"true", "1"})]
+    return {"reason": f"!{neutral[0]}"} if len(neutral) == 1 else {}
 
 
 class ReasonFilter(_ChoiceFilter):
@@ -402,11 +426,17 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
     @admin.display(description=_("outcome"), ordering="ok")
     def outcome_column(self, obj: AuditEvent) -> str:
-        """Succeeded or failed, why in words with its code, and the attempt's number when it was a retry."""
-        icon = format_html(
-            '<img src="{}" alt="{}">',
-            static(f"admin/img/icon-{'yes' if obj.ok else 'no'}.svg"),
-            gettext("succeeded") if obj.ok else gettext("failed"),
+        """Succeeded or failed (an icon), why in words with its code, and the attempt's number when it was a retry.
+        An event of a neutral reason (``NEUTRAL_REASONS``: waiting for an approval, a rule skipped) has no icon:
+        its reason's words say what happened, neither a success nor a failure."""
+        icon = (
+            format_html(
+                '<img src="{}" alt="{}">',
+                static(f"admin/img/icon-{'yes' if obj.ok else 'no'}.svg"),
+                gettext("succeeded") if obj.ok else gettext("failed"),
+            )
+            if obj.reason not in NEUTRAL_REASONS
+            else ""
         )
         reason = (
             format_html(' {}<code class="audit-code">{}</code>', reason_label(obj.reason), breakable(obj.reason))
@@ -472,6 +502,7 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         chosen = {k: v for k, v in request.GET.items() if k in FILTER_PARAMETERS and v}
         chosen.update(_drilled_period(request.GET, since=chosen.get("since"), until=chosen.get("until")))
+        chosen.update(_export_outcome(chosen))
         export = api_url("audit-event-list")
         extra_context = {
             **(extra_context or {}),

@@ -14,7 +14,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
-from django.utils.text import capfirst
+from django.utils.text import capfirst, format_lazy
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
@@ -40,7 +40,7 @@ from evals.case_editor import (
     normalized_checks,
     normalized_tools,
 )
-from evals.labels import SCORE_LABELS
+from evals.labels import CASE_TYPE_NAMES, SCORE_LABELS
 from evals.models import CASE_TYPES, EvalCase, EvalRun, EvalSet
 from evals.scoring import MAX_METRICS, RATE_METRICS
 from evals.services import (
@@ -88,13 +88,7 @@ def _case_delete(*, obj: EvalCase, actor: Any, via: str) -> None:
     eval_case_delete(case=obj, actor=actor, via=via)
 
 
-CASE_TYPE_LABELS = {
-    "single_tool": _("one tool (single_tool)"),
-    "multi_tool": _("several tools (multi_tool)"),
-    "no_tool": _("no tool needed (no_tool)"),
-    "no_answer": _("no answer exists: it must say it does not know (no_answer)"),
-    "guardrail": _("a request it must refuse (guardrail)"),
-}
+CASE_TYPE_LABELS = {kind: format_lazy("{} ({})", name, kind) for kind, name in CASE_TYPE_NAMES.items()}
 
 
 class EvalCaseForm(forms.ModelForm):

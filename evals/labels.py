@@ -10,6 +10,16 @@ from django.utils.translation import gettext, gettext_lazy
 from audit.labels import breakable
 from evals.scoring import NOT_SUBMITTED
 
+# A case's type in words (``CASE_TYPES``): the eval set's page offers each with its code, the run's pages show
+# each with its code beneath it.
+CASE_TYPE_NAMES = {
+    "single_tool": gettext_lazy("one tool"),
+    "multi_tool": gettext_lazy("several tools"),
+    "no_tool": gettext_lazy("no tool needed"),
+    "no_answer": gettext_lazy("no answer exists: it must say it does not know"),
+    "guardrail": gettext_lazy("a request it must refuse"),
+}
+
 # The scores a summary holds, as the run's page and the comparison name them.
 SCORE_LABELS = {
     "pass_rate": gettext_lazy("pass rate"),

@@ -15,7 +15,7 @@ from typing import Any
 import regex  # type: ignore[import-untyped]
 from django.utils.translation import gettext as _
 
-from agent_platform.text import nfc, nfc_value
+from agent_platform.text import nfc, nfc_value, regex_error_text
 from evals.notation import NO_TOOL
 
 RATE_METRICS = ("pass_rate", "precision", "recall", "sequence_match", "argument_match", "answer_checks")
@@ -124,8 +124,10 @@ def not_finite(value: Any) -> bool:
     return False
 
 
-def _answer_check_problem(check: Any, i: int) -> str | None:
-    """What is wrong with the ``i``-th answer check, or None."""
+def _answer_check_problem(check: Any, i: int, regex_line: int) -> str | None:
+    """What is wrong with the ``i``-th answer check (counted from 0, as JSON lists are), or None. A regex that does
+    not compile is told by ``regex_line``, its line in the admin's box of answer regexes (the regex checks in
+    order, counted from 1 as every line editor counts), with why in the reader's language."""
     if not isinstance(check, dict) or len(check) != 1 or next(iter(check)) not in {"contains", "regex", "dont_know"}:
         return _("[%(i)s]: one of contains, regex, dont_know") % {"i": i}
     kind, wanted = next(iter(check.items()))
@@ -140,7 +142,10 @@ def _answer_check_problem(check: Any, i: int) -> str | None:
         try:
             regex.compile(wanted)
         except (regex.error, ValueError, OverflowError, RecursionError) as exc:
-            return _("[%(i)s]: not a regular expression: %(error)s") % {"i": i, "error": exc}
+            return _("line %(n)d: %(problem)s") % {
+                "n": regex_line,
+                "problem": _("not a valid regular expression: %(error)s") % {"error": regex_error_text(exc)},
+            }
     return None
 
 
@@ -163,8 +168,11 @@ def case_problems(
     if not isinstance(answer_checks, list):
         check_problems.append(_('a list like [{"contains": "..."}, {"regex": "..."}, {"dont_know": true}]'))
     else:
+        regex_line = 0
         for i, check in enumerate(answer_checks):
-            if problem := _answer_check_problem(check, i):
+            if isinstance(check, dict) and "regex" in check:
+                regex_line += 1
+            if problem := _answer_check_problem(check, i, regex_line):
                 check_problems.append(problem)
     if check_problems:
         problems["answer_checks"] = check_problems

@@ -21,6 +21,7 @@ from django.utils.translation import gettext as _
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
+from agent_platform.text import regex_error_text
 from mcpregistry.binding_policy import url_problem
 
 JSON_TYPES = {
@@ -228,7 +229,9 @@ class ArgSpec(_Strict):
             try:
                 re.compile(value)
             except (re.error, OverflowError, RecursionError) as exc:  # a repeat count too large, groups too deep
-                raise ValueError(_("not a valid regular expression: %(error)s") % {"error": exc}) from exc
+                raise ValueError(
+                    _("not a valid regular expression: %(error)s") % {"error": regex_error_text(exc)}
+                ) from exc
         return value
 
     @model_validator(mode="after")
@@ -274,6 +277,20 @@ class RetrySpec(_Strict):
     backoff_base_s: float = Field(default=DEFAULT_RETRY["backoff_base_s"], ge=0, le=60)
     backoff_cap_s: float = Field(default=DEFAULT_RETRY["backoff_cap_s"], ge=0, le=600)
     honor_retry_after: bool = DEFAULT_RETRY["honor_retry_after"]
+
+    @model_validator(mode="after")
+    def _base_within_cap(self) -> RetrySpec:
+        """A base above the cap would be accepted and never used (the cap wins from the first wait on): refused,
+        naming both, so that the admin writes the wait they mean."""
+        if self.backoff_base_s > self.backoff_cap_s:
+            raise ValueError(
+                _(
+                    "backoff_base_s (%(base)s s) is greater than backoff_cap_s (%(cap)s s): every wait would be the "
+                    "cap; lower the base or raise the cap"
+                )
+                % {"base": f"{self.backoff_base_s:g}", "cap": f"{self.backoff_cap_s:g}"}
+            )
+        return self
 
 
 def _unwrap_optional(annotation: Any) -> Any:

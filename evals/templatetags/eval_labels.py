@@ -7,7 +7,7 @@ from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 
 from audit.labels import breakable
-from evals.labels import checks_html, threshold_html
+from evals.labels import CASE_TYPE_NAMES, checks_html, threshold_html
 
 register = template.Library()
 
@@ -34,3 +34,9 @@ def tool_name(tool: object) -> str:
     if isinstance(tool, dict):
         return str(tool.get("name") or "")
     return str(tool or "")
+
+
+@register.filter
+def case_type_name(case_type: str | None) -> str:
+    """A case's type in words (``evals.labels.CASE_TYPE_NAMES``); a type written before the list: none."""
+    return str(CASE_TYPE_NAMES.get(case_type or "", ""))

@@ -184,8 +184,10 @@ def test_the_admin_metrics_page_takes_a_period_and_explains_a_bad_one(auditor_cl
 def test_the_audit_list_links_to_the_metrics_page_and_to_exports_of_what_it_shows(auditor_client) -> None:
     page = auditor_client.get("/admin/audit/auditevent/?mcp_id=company&ok=false").content.decode()
     assert 'href="/admin/audit/auditevent/metrics/"' in page
-    assert 'href="/api/v1/audit/events?mcp_id=company&amp;ok=false&amp;format=csv"' in page
-    assert 'href="/api/v1/audit/events?mcp_id=company&amp;ok=false&amp;format=jsonl"' in page
+    # Failed: not an approval awaited (auditor.admin.NEUTRAL_REASONS), in the export as in the list.
+    exported = "/api/v1/audit/events?mcp_id=company&amp;ok=false&amp;reason=%21approval%3Apending"
+    assert f'href="{exported}&amp;format=csv"' in page
+    assert f'href="{exported}&amp;format=jsonl"' in page
 
 
 def test_eval_and_shadow_calls_stay_out_of_production_metrics_unless_asked_for(db) -> None:

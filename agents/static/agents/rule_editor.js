@@ -1,5 +1,5 @@
 // The rule editor (agents/rule_form.py): the tool choice follows the server, the params rows follow the tool,
-// the regex is checked as it is typed, and the placeholders the conditions make available are offered.
+// the regex is checked as it is typed (by the server, as on save), and the placeholders the conditions make available are offered.
 // Ours, served from static files (no CDN). The server validates everything again on save.
 "use strict";
 (function () {
@@ -60,31 +60,57 @@
     });
   }
 
-  function pythonRegex(source) {
-    return source.replace(/\(\?P</g, "(?<").replace(/\(\?P=(\w+)\)/g, "\\k<$1>");
-  }
+  // The regex is checked by the server (DeterministicRuleAdmin.regex_check_view), with the validator the form runs
+  // on save: a check in JavaScript's RegExp refused what Python takes ((?i) inline flags) and took what the server
+  // refuses ((?<name>…)). Asked once typing pauses; an answer for a value since changed is dropped.
+  let regexGroupNames = [];
+  let regexTimer = null;
 
-  function regexGroups() {
-    const input = document.querySelector("input.rule-regex");
-    if (!input || !input.value) return [];
-    return Array.from(input.value.matchAll(/\(\?P?<([A-Za-z_]\w*)>/g), (m) => m[1]);
+  function showRegexVerdict(out, verdict) {
+    const said = out.dataset;  // the page's words, in the reader's language
+    if (verdict.valid) {
+      const groups = verdict.groups || [];
+      out.textContent = "✓ " + (groups.length ? (said.groups || "groups:") + " " + groups.join(", ") : (said.valid || "valid"));
+      out.className = "regex-check ok";
+    } else {
+      out.textContent = "✗ " + verdict.message;  // the server's words: the error the form shows on save
+      out.className = "regex-check bad";
+    }
   }
 
   function checkRegex() {
     const input = document.querySelector("input.rule-regex");
     const out = document.querySelector(".regex-check");
     if (!input || !out) return;
-    if (!input.value) { out.textContent = ""; out.className = "regex-check"; return; }
-    try {
-      new RegExp(pythonRegex(input.value), "u");
-      const groups = regexGroups();
-      const said = out.dataset;  // the page's words, in the reader's language
-      out.textContent = "✓ " + (groups.length ? (said.groups || "groups:") + " " + groups.join(", ") : (said.valid || "valid"));
-      out.className = "regex-check ok";
-    } catch (error) {
-      out.textContent = "✗ " + (out.dataset.invalid || "") + " " + error.message;
-      out.className = "regex-check bad";
+    const value = input.value;
+    if (!value || !catalogue.regex_check) {
+      out.textContent = "";
+      out.className = "regex-check";
+      regexGroupNames = [];
+      offerPlaceholders();
+      return;
     }
+    fetch(catalogue.regex_check + "?" + new URLSearchParams({ regex: value }), {
+      credentials: "same-origin",
+      headers: { Accept: "application/json" },
+    })
+      .then((response) => (response.ok ? response.json() : Promise.reject(response.status)))
+      .then((verdict) => {
+        if (input.value !== value) return;  // typed on since: its own check is on its way
+        regexGroupNames = verdict.valid ? verdict.groups || [] : [];
+        showRegexVerdict(out, verdict);
+        offerPlaceholders();
+      })
+      .catch(() => {
+        if (input.value !== value) return;
+        out.textContent = "";  // no verdict rather than a guess: the server checks it again on save
+        out.className = "regex-check";
+      });
+  }
+
+  function checkRegexSoon() {
+    clearTimeout(regexTimer);
+    regexTimer = setTimeout(checkRegex, 250);
   }
 
   function keysOf(selector) {
@@ -99,7 +125,7 @@
     const names = ["{query}"]
       .concat(keysOf("textarea.rule-context").map((k) => "{context." + k + "}"))
       .concat(keysOf("textarea.rule-data").map((k) => "{data." + k + "}"))
-      .concat(regexGroups().map((g) => "{match." + g + "}"));
+      .concat(regexGroupNames.map((g) => "{match." + g + "}"));
     chips.querySelectorAll("button").forEach((b) => b.remove());
     names.forEach((text) => {
       const button = Object.assign(document.createElement("button"), { type: "button", textContent: text });
@@ -132,7 +158,7 @@
     const tool = document.getElementById("id_tool_name");
     if (server) server.addEventListener("change", () => { filterTools(); rebuildParams(); });
     if (tool) tool.addEventListener("change", rebuildParams);
-    document.querySelectorAll("input.rule-regex").forEach((el) => el.addEventListener("input", () => { checkRegex(); offerPlaceholders(); }));
+    document.querySelectorAll("input.rule-regex").forEach((el) => el.addEventListener("input", checkRegexSoon));
     document.querySelectorAll("textarea.rule-context, textarea.rule-data").forEach((el) => el.addEventListener("input", offerPlaceholders));
   });
 })();
