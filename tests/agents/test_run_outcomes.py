@@ -186,3 +186,27 @@ def test_run_query_prints_a_call_that_was_never_sent_without_a_latency(db) -> No
     out = StringIO()
     call_command("run_query", "cli-refused", "아무거나", "--inline", stdout=out)
     assert "no_such_tool ok=False tool:unknown —" in out.getvalue()
+
+
+def test_run_query_tells_a_failure_in_the_platforms_language(db) -> None:
+    """A failed run's stored message is English (the engine writes it): the command printed it as stored, where
+    the admin's run page reads it back in the reader's language."""
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+    from django.utils import translation
+
+    script = [{"tool_calls": [{"name": "no_such_tool", "args": {}}]}] * 5
+    agent = make_agent(
+        slug="cli-loops",
+        servers=[bind_demo_server(mcp_id="loops-cli")],
+        provider="scripted",
+        script=script,
+        with_demo_rules=False,
+    )
+    Agent.objects.filter(pk=agent.pk).update(max_iterations=1)
+    out = StringIO()
+    with translation.override("ko"), pytest.raises(CommandError) as failed:
+        call_command("run_query", "cli-loops", "아무거나", "--inline", stdout=out)
+    assert str(failed.value) == "max_iterations: 에이전트가 1번 반복 안에 끝내지 못함"
+    assert "did not finish" not in out.getvalue()

@@ -9,6 +9,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from agent_platform.errors import ApplicationError
+from agents.admin_runs import error_message_text
 from agents.execution import run_execute
 from agents.models import Run
 from agents.selectors import run_tool_calls
@@ -66,7 +67,7 @@ class Command(BaseCommand):
             time.sleep(0.2)
         self._print(run, as_json=options["json"])
         if run.status == Run.Status.FAILED:
-            raise CommandError(f"{run.error_code}: {run.error_message}")
+            raise CommandError(f"{run.error_code}: {error_message_text(run.error_code, run.error_message)}")
 
     def _print(self, run: Run, *, as_json: bool) -> None:
         calls = run_tool_calls(run=run)
@@ -85,7 +86,8 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(payload, ensure_ascii=False, indent=2))
             return
         self.stdout.write(self.style.MIGRATE_HEADING(_("answer")))
-        self.stdout.write(run.answer or f"({run.status}: {run.error_code} {run.error_message})")
+        failure = error_message_text(run.error_code, run.error_message)
+        self.stdout.write(run.answer or f"({run.get_status_display()}: {run.error_code} {failure})")
         self.stdout.write(self.style.MIGRATE_HEADING(_("trace")))
         for step in run.messages:
             kind = step.get("type")
