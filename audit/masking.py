@@ -42,7 +42,6 @@ import binascii
 import contextlib
 import datetime as _dt
 import decimal
-import difflib
 import enum
 import functools
 import html
@@ -1164,52 +1163,81 @@ def holds_secret(value: Any) -> bool:
     what a setting may hold does not depend on what this process has seen.
 
     Masking errs towards hiding: under a secret-looking name (``--credentials``, ``auth_mode``,
-    ``password_min_length``) it hides whatever follows. A refusal must not: of what the masker hides, only a text
-    that reads as a secret counts (:func:`_reads_as_secret`), not a path, a variable's name, a number or a word
-    (``--credentials /etc/creds.json``, ``--auth-token-env GITHUB_TOKEN``, ``{"auth_mode": "none"}`` are settings).
-    What masking changes only to store it (a NUL, a lone surrogate, a NaN) is no secret."""
-    stack: list[tuple[Any, Any]] = [(value, _Walker(None).walk(value))]
+    ``password_min_length``) it hides whatever follows. A refusal counts only what could be a secret's value
+    (:func:`_reads_as_secret`): not a path, a variable's name, a short word or a small number
+    (``--credentials /etc/creds.json``, ``--auth-token-env GITHUB_TOKEN``, ``{"auth_mode": "none"}`` are
+    settings), nor a number under a name that counts or bounds (``password_min_length: 8``). What masking changes
+    only to store it (a NUL, a lone surrogate, a NaN) is no secret."""
+    stack: list[tuple[Any, Any, str]] = [(value, _Walker(None).walk(value), "")]
     while stack:
-        given, shown = stack.pop()
+        given, shown, key = stack.pop()
         if isinstance(given, dict) and isinstance(shown, dict) and len(given) == len(shown):
-            for (key, item), (shown_key, shown_item) in zip(given.items(), shown.items(), strict=True):
-                stack.extend(((key, shown_key), (item, shown_item)))
+            for (name, item), (shown_name, shown_item) in zip(given.items(), shown.items(), strict=True):
+                stack.extend(((name, shown_name, ""), (item, shown_item, str(name))))
         elif isinstance(given, (list, tuple)) and isinstance(shown, (list, tuple)) and len(given) == len(shown):
-            stack.extend(zip(given, shown, strict=True))
+            stack.extend((item, shown_item, key) for item, shown_item in zip(given, shown, strict=True))
         elif isinstance(given, str) and isinstance(shown, str):
             stored = storable_text(given)
             if stored != shown and any(_reads_as_secret(piece) for piece in _hidden_parts(stored, shown)):
                 return True
-        # A number or a flag hidden under a secret-looking name (``password_min_length: 8``) is a setting.
+        elif (
+            isinstance(given, (int, float))
+            and not isinstance(given, bool)
+            and given != shown
+            and math.isfinite(given)
+            and not _BOUND_NAME.search(key)
+            and _reads_as_secret(str(given))
+        ):
+            return True
     return False
 
 
 _PATH_START = re.compile(r"[/~.]|[A-Za-z]:[\\/]")
-_VARIABLE_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[A-Z]+")
-_NUMBER = re.compile(r"[-+]?[0-9]+(?:\.[0-9]+)?")
-_WORDS = re.compile(r"[A-Za-z]+(?:[-_. ][A-Za-z]+)*")
+_VARIABLE_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
+_WORDS = re.compile(r"[A-Za-z]+(?:[-_.][A-Za-z]+)*")
+# A key whose number counts or bounds something (``password_min_length``, ``token_ttl``), not a secret's value.
+_BOUND_NAME = re.compile(r"(?i)min|max|len|count|size|limit|timeout|ttl|retr|attempt|age|days|port|version")
+_MASK_IN_TEXT = re.compile(re.escape(MASK) + r"(?:~[0-9]+)?")
 
 
 def _hidden_parts(stored: str, shown: str) -> list[str]:
-    """The parts of ``stored`` that masking replaced in ``shown``."""
-    matcher = difflib.SequenceMatcher(None, stored, shown, autojunk=False)
-    return [stored[i1:i2] for tag, i1, i2, _j1, _j2 in matcher.get_opcodes() if tag in ("replace", "delete")]
+    """The parts of ``stored`` that masking replaced with the mask in ``shown``: the text between the literal
+    pieces ``shown`` keeps, found in order (linear; a text masked in another way counts whole)."""
+    literals = _MASK_IN_TEXT.split(shown)
+    if len(literals) == 1 or not stored.startswith(literals[0]) or not stored.endswith(literals[-1]):
+        return [stored]
+    parts: list[str] = []
+    at, end = len(literals[0]), len(stored) - len(literals[-1])
+    for literal in literals[1:-1]:
+        found = stored.find(literal, at, end) if literal else at
+        if found < 0:
+            return [stored]
+        parts.append(stored[at:found])
+        at = found + len(literal)
+    parts.append(stored[at:end] if end >= at else "")
+    return parts
 
 
 def _reads_as_secret(text: str) -> bool:
-    """Whether a part the masker hid reads as a secret's value rather than a setting's: not a path, a variable's
-    name (``GITHUB_TOKEN``), a number, a word or words (``oauth``, ``X-Api``), nor shorter than four characters.
-    A value matching a secret's own shape (``sk-…``, a JWT, a PEM key, an AWS key id) always does."""
+    """Whether a part the masker hid could be a secret's value rather than a setting's. It could not be a path,
+    a variable's name (``GITHUB_TOKEN``), a text of fewer than four characters, a number of fewer than six
+    digits, a word of fewer than eight letters (``oauth``), or words joined by ``-``, ``_`` or ``.`` of fewer
+    than sixteen (``X-Api-Key``). A value matching a secret's own shape (``sk-…``, a JWT, a PEM key, an AWS key
+    id) always could."""
     text = text.strip().strip("\"'")
     if _API_KEY_PREFIX.match(text) or _JWT.search(text) or _AWS_ACCESS_KEY_ID.search(text) or "PRIVATE KEY" in text:
         return True
     if len(text) < MIN_SECRET_LENGTH or text.lower() in _NOT_A_SECRET_VALUE:
         return False
-    if _PATH_START.match(text) or _VARIABLE_NAME.fullmatch(text) or _NUMBER.fullmatch(text):
+    if _PATH_START.match(text) or _VARIABLE_NAME.fullmatch(text):
         return False
-    # Words, unless one long run of mixed case (``hJkLmNqRsTvWxYzAbCdE``: random letters).
-    mixed_run = len(text) >= 20 and text.isalpha() and not text.islower() and not text.isupper()
-    return not (_WORDS.fullmatch(text) and not mixed_run)
+    if text.isdigit():
+        return len(text) >= 6
+    if text.isalpha():
+        return len(text) >= MIN_ENCODED_SECRET_LENGTH
+    if _WORDS.fullmatch(text):
+        return len(text) >= 16
+    return True
 
 
 def truncate(value: Any, *, max_chars: int = 20_000) -> Any:

@@ -118,6 +118,27 @@ def test_a_setting_the_masker_hides_by_its_name_alone_is_no_secret(setting: dict
     assert not holds_secret(setting)
 
 
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"url": "https://api.example.com/v1?api_key=QWERTYUIOPASDFGHJKL"},
+        {"url": "https://api.example.com/v1?token=839201746352"},
+        {"args": ["--password", "83920174"]},
+        {"args": ["--api-key", "abcdefghijklmnopqrst"]},
+        {"params": {"password": 83920174}},
+    ],
+)
+def test_a_secret_of_digits_capitals_or_letters_alone_is_still_one(setting: dict) -> None:
+    # The first narrowing let these through as "a number" or "words" (found by the diff review).
+    assert holds_secret(setting)
+
+
+def test_a_long_setting_is_judged_at_once() -> None:
+    # The hidden parts were found by diffing the texts: a 34,000-character argument took minutes to save.
+    setting = {"args": [" ".join(f"--password=/etc/p{i}" for i in range(3000)) + " --password=q8Hf2kLm0Zt7"]}
+    assert holds_secret(setting)
+
+
 def test_the_admin_refuses_a_secret_in_a_url_or_in_the_arguments(admin_client) -> None:
     page = post_server_form(
         admin_client,
