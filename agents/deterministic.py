@@ -94,8 +94,49 @@ def lookup_data(a2a_data: list[dict[str, Any]] | None, path: str) -> Any:
     return _MISSING
 
 
+# The most a regex's counted repeats may multiply to, nested (``((a{1000}){1000}){1000}``): the ``regex`` module
+# unrolls them when it compiles, and 25 characters took gigabytes (the rule editor checks as it is typed).
+MAX_REPEAT_WEIGHT = 100_000
+_COUNTED_REPEAT = re.compile(r"\{([0-9]*)(?:,([0-9]*))?\}")
+
+
+def repeat_weight(pattern: str) -> int:
+    """How many times the most repeated part of ``pattern`` is repeated, its counted repeats (``{n}``,
+    ``{m,n}``) multiplied through the groups they are nested in; read without compiling. It stops counting once
+    past ``MAX_REPEAT_WEIGHT``."""
+    groups, last, at = [1], 1, 0
+    while at < len(pattern):
+        char = pattern[at]
+        if char == "\\":
+            last, at = 1, at + 2
+        elif char == "[":  # a character class is one atom, whatever its brackets and braces
+            end = at + 1 + (pattern[at + 1 : at + 2] == "^")
+            end += pattern[end : end + 1] == "]"
+            while end < len(pattern) and pattern[end] != "]":
+                end += 2 if pattern[end] == "\\" else 1
+            last, at = 1, end + 1
+        elif char == "(":
+            groups.append(1)
+            at += 1
+        elif char == ")":
+            last = groups.pop() if len(groups) > 1 else 1
+            groups[-1] = max(groups[-1], last)
+            at += 1
+        elif char == "{" and (counted := _COUNTED_REPEAT.match(pattern, at)) is not None:
+            last *= max(int(counted[1] or 0), int(counted[2] or 0), 1)
+            groups[-1] = max(groups[-1], last)
+            if last > MAX_REPEAT_WEIGHT:
+                return last
+            at = counted.end()
+        else:
+            last, at = 1, at + 1
+    return max(groups)
+
+
 @functools.lru_cache(maxsize=8192)
 def _compiled(pattern: str) -> regex.Pattern[str]:
+    if repeat_weight(pattern) > MAX_REPEAT_WEIGHT:
+        raise regex.error("repeat count too big")
     return regex.compile(nfc(pattern))
 
 
@@ -317,7 +358,7 @@ def placeholder_problems(
     pattern = when.get("regex") if isinstance(when, dict) else None
     try:
         groups: set[str] | None = set(_compiled(pattern).groupindex) if isinstance(pattern, str) and pattern else set()
-    except (regex.error, OverflowError, RecursionError):
+    except (regex.error, OverflowError, RecursionError, MemoryError):
         groups = None  # the regex's own error is reported on the conditions: its groups are not known
     problems: dict[str, list[str]] = {}
 
@@ -387,7 +428,7 @@ class WhenSpec(BaseModel):
                 with contextlib.suppress(OverflowError):  # a repeat count too big: ``regex`` says so, and where
                     re.compile(value)  # its errors say where a construct begins (``regex`` points past its end)
                 _compiled(value)  # as the rules run it
-            except (re.error, regex.error, OverflowError, RecursionError) as exc:
+            except (re.error, regex.error, OverflowError, RecursionError, MemoryError) as exc:
                 raise ValueError(
                     gettext("not a valid regular expression: %(why)s") % {"why": regex_error_text(exc)}
                 ) from exc

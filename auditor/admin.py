@@ -155,7 +155,9 @@ filters: an approval awaited was shown and counted as a failed event, a skipped 
 class OutcomeFilter(admin.SimpleListFilter):
     """``ok`` as the API takes it (true or false), narrowed to what a reader means by the words: *succeeded* is
     the events recorded ok, *failed* those recorded not ok, each without the events of a neutral reason
-    (``NEUTRAL_REASONS``: an approval awaited, a rule skipped), which the reason filter lists."""
+    (``NEUTRAL_REASONS``: an approval awaited, a rule skipped), which the reason filter lists. Where a reason is
+    chosen too, the outcome is the API's ``ok`` alone, as the export link can carry it (``_export_outcome``): the
+    reason chosen says which events the reader means."""
 
     title = _("outcome")
     parameter_name = "ok"
@@ -169,7 +171,8 @@ class OutcomeFilter(admin.SimpleListFilter):
             return queryset
         if value not in {"true", "false", "1", "0"}:
             return _refused(request, queryset, gettext("Outcome: use true or false."))
-        return _filtered(request, queryset, ok=value in {"true", "1"}).exclude(reason__in=list(NEUTRAL_REASONS))
+        outcome = _filtered(request, queryset, ok=value in {"true", "1"})
+        return outcome if request.GET.get("reason") else outcome.exclude(reason__in=list(NEUTRAL_REASONS))
 
 
 def _export_outcome(chosen: Mapping[str, Any]) -> dict[str, str]:

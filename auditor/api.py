@@ -318,10 +318,8 @@ def _csv_json(value: Any, *, cut_marker: str) -> str:
         return text
     longest_marker = cut_marker % {"cut": len(text), "total": len(text)}  # no count cut has more digits
     room = CSV_CELL_MAX_UNITS - _utf16_units(longest_marker)
-    kept = text[:room]
-    over = _utf16_units(kept) - room
-    if over > 0:  # characters outside the BMP count twice: dropping as many characters as units over is enough
-        kept = kept[:-over]
+    # Cut in UTF-16 units, as a spreadsheet counts (a character outside the BMP is two), never inside one of them.
+    kept = text[:room].encode("utf-16-le", "surrogatepass")[: room * 2].decode("utf-16-le", "ignore")
     return kept + cut_marker % {"cut": len(text) - len(kept), "total": len(text)}
 
 

@@ -82,3 +82,18 @@ def test_only_whoever_may_add_or_change_rules_may_ask(client: Client) -> None:
     assert check(client, "a") == {"valid": True, "groups": []}
     client.logout()
     assert client.get(CHECK, {"regex": "a"}).status_code == 302  # to the login page
+
+
+@pytest.mark.parametrize("pattern", ["(((a{1000}){1000}){1000})", "(a{300}){400}"])
+def test_nested_counted_repeats_are_refused_before_the_regex_module_unrolls_them(
+    admin_client: Client, pattern: str
+) -> None:
+    # 25 characters took gigabytes to compile (the process was killed, or a MemoryError was a 500).
+    assert check(admin_client, pattern) == {
+        "valid": False,
+        "message": "not a valid regular expression: a repeat count is too large",
+    }
+
+
+def test_counted_repeats_side_by_side_are_fine(admin_client: Client) -> None:
+    assert check(admin_client, r"a{1000}b{1000}\d{3}-\d{4}")["valid"] is True

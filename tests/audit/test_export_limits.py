@@ -74,6 +74,9 @@ def test_a_cut_cell_counts_characters_outside_the_bmp_as_a_spreadsheet_does(audi
     (row,) = csv_rows(auditor_api.get(EVENTS, {"format": "csv", "source": "agent"}))
     assert utf16_units(row["result"]) <= CSV_CELL_MAX_UNITS
     assert "characters; the whole event is in ?format=jsonl]" in row["result"]
+    # Cut at the limit, not far below it (it dropped a character per unit over, two units each), no emoji split.
+    assert utf16_units(row["result"]) > CSV_CELL_MAX_UNITS - 200
+    assert "\ufffd" not in row["result"]
 
 
 def test_a_cut_korean_cell_keeps_its_start_as_itself(auditor_api: APIClient) -> None:

@@ -67,3 +67,17 @@ def test_the_outcome_filters_leave_them_out_and_the_export_takes_the_same_events
 def test_the_reason_filter_still_lists_them(auditor_client: Client, events: dict[str, AuditEvent]) -> None:
     page = auditor_client.get(f"{LIST}?reason=approval:pending")
     assert [e.pk for e in page.context["cl"].result_list] == [events["pending"].pk]
+
+
+@pytest.mark.parametrize("reason", ["!rule:skipped", "approval:pending", "approval:*"])
+def test_with_a_reason_chosen_too_the_list_and_its_export_hold_the_same_events(
+    auditor_client: Client, events: dict[str, AuditEvent], reason: str
+) -> None:
+    # The list left the awaited approval out while its export (the API's ok and reason) kept it.
+    page = auditor_client.get(LIST, {"ok": "false", "mcp_id": "notes", "reason": reason})
+    listed = sorted(e.pk for e in page.context["cl"].result_list)
+    export = parse_qs(urlsplit(page.context["audit_export_url"]).query)
+    exported: Any = auditor_client.get("/api/v1/audit/events", {k: v[0] for k, v in export.items()}).json()
+    rows = exported["results"] if isinstance(exported, dict) else exported
+    assert sorted(row["id"] for row in rows) == listed
+    assert events["pending"].pk in listed
