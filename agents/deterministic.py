@@ -19,7 +19,7 @@ import regex  # type: ignore[import-untyped]
 from django.utils.translation import gettext
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agent_platform.text import nfc, nfc_value, regex_error_text
+from agent_platform.text import MAX_REPEAT_WEIGHT, nfc, nfc_value, regex_error_text, repeat_weight
 
 logger = logging.getLogger(__name__)
 
@@ -92,45 +92,6 @@ def lookup_data(a2a_data: list[dict[str, Any]] | None, path: str) -> Any:
         if value is not _MISSING:
             return value
     return _MISSING
-
-
-# The most a regex's counted repeats may multiply to, nested (``((a{1000}){1000}){1000}``): the ``regex`` module
-# unrolls them when it compiles, and 25 characters took gigabytes (the rule editor checks as it is typed).
-MAX_REPEAT_WEIGHT = 100_000
-_COUNTED_REPEAT = re.compile(r"\{([0-9]*)(?:,([0-9]*))?\}")
-
-
-def repeat_weight(pattern: str) -> int:
-    """How many times the most repeated part of ``pattern`` is repeated, its counted repeats (``{n}``,
-    ``{m,n}``) multiplied through the groups they are nested in; read without compiling. It stops counting once
-    past ``MAX_REPEAT_WEIGHT``."""
-    groups, last, at = [1], 1, 0
-    while at < len(pattern):
-        char = pattern[at]
-        if char == "\\":
-            last, at = 1, at + 2
-        elif char == "[":  # a character class is one atom, whatever its brackets and braces
-            end = at + 1 + (pattern[at + 1 : at + 2] == "^")
-            end += pattern[end : end + 1] == "]"
-            while end < len(pattern) and pattern[end] != "]":
-                end += 2 if pattern[end] == "\\" else 1
-            last, at = 1, end + 1
-        elif char == "(":
-            groups.append(1)
-            at += 1
-        elif char == ")":
-            last = groups.pop() if len(groups) > 1 else 1
-            groups[-1] = max(groups[-1], last)
-            at += 1
-        elif char == "{" and (counted := _COUNTED_REPEAT.match(pattern, at)) is not None:
-            last *= max(int(counted[1] or 0), int(counted[2] or 0), 1)
-            groups[-1] = max(groups[-1], last)
-            if last > MAX_REPEAT_WEIGHT:
-                return last
-            at = counted.end()
-        else:
-            last, at = 1, at + 1
-    return max(groups)
 
 
 @functools.lru_cache(maxsize=8192)

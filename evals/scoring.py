@@ -15,7 +15,7 @@ from typing import Any
 import regex  # type: ignore[import-untyped]
 from django.utils.translation import gettext as _
 
-from agent_platform.text import nfc, nfc_value, regex_error_text
+from agent_platform.text import MAX_REPEAT_WEIGHT, nfc, nfc_value, regex_error_text, repeat_weight
 from evals.notation import NO_TOOL
 
 RATE_METRICS = ("pass_rate", "precision", "recall", "sequence_match", "argument_match", "answer_checks")
@@ -124,10 +124,9 @@ def not_finite(value: Any) -> bool:
     return False
 
 
-def _answer_check_problem(check: Any, i: int, regex_line: int) -> str | None:
+def _answer_check_problem(check: Any, i: int) -> str | None:
     """What is wrong with the ``i``-th answer check (counted from 0, as JSON lists are), or None. A regex that does
-    not compile is told by ``regex_line``, its line in the admin's box of answer regexes (the regex checks in
-    order, counted from 1 as every line editor counts), with why in the reader's language."""
+    not compile is named by itself, with why in the reader's language."""
     if not isinstance(check, dict) or len(check) != 1 or next(iter(check)) not in {"contains", "regex", "dont_know"}:
         return _("[%(i)s]: one of contains, regex, dont_know") % {"i": i}
     kind, wanted = next(iter(check.items()))
@@ -140,10 +139,13 @@ def _answer_check_problem(check: Any, i: int, regex_line: int) -> str | None:
     if kind == "regex":
         # Compiled as the scoring matches it (the ``regex`` module: \p{Hangul}, variable-length lookbehind).
         try:
+            if repeat_weight(wanted) > MAX_REPEAT_WEIGHT:  # the module unrolls counted repeats: gigabytes
+                raise regex.error("repeat count too big")
             regex.compile(wanted)
-        except (regex.error, ValueError, OverflowError, RecursionError) as exc:
-            return _("line %(n)d: %(problem)s") % {
-                "n": regex_line,
+        except (regex.error, ValueError, OverflowError, RecursionError, MemoryError) as exc:
+            # Named by itself: the admin's box skips its blank lines, so a count of regexes is no line number.
+            return _("%(regex)s: %(problem)s") % {
+                "regex": wanted,
                 "problem": _("not a valid regular expression: %(error)s") % {"error": regex_error_text(exc)},
             }
     return None
@@ -168,11 +170,8 @@ def case_problems(
     if not isinstance(answer_checks, list):
         check_problems.append(_('a list like [{"contains": "..."}, {"regex": "..."}, {"dont_know": true}]'))
     else:
-        regex_line = 0
         for i, check in enumerate(answer_checks):
-            if isinstance(check, dict) and "regex" in check:
-                regex_line += 1
-            if problem := _answer_check_problem(check, i, regex_line):
+            if problem := _answer_check_problem(check, i):
                 check_problems.append(problem)
     if check_problems:
         problems["answer_checks"] = check_problems

@@ -81,16 +81,17 @@ def test_a_contracts_pattern_error_is_worded() -> None:
     assert problem.endswith("not a valid regular expression: a ) closes no group (at character 2)"), problem
 
 
-def test_an_answer_regex_error_is_worded_at_its_line_counted_from_one() -> None:
-    """Its line in the admin's box of answer regexes, as every other line field tells its lines: the regex checks
-    in order (the texts to contain are in a box of their own)."""
-    checks = [{"contains": "팀"}, {"regex": "A-[0-9]{4}"}, {"regex": "[0-9"}]
+def test_an_answer_regex_error_names_the_regex() -> None:
+    """Named by itself: the admin's box of answer regexes skips its blank lines, so a count of the regexes was no
+    line number (a bad regex on the box's fourth line was told as "line 2")."""
+    checks = [{"contains": "팀"}, {"regex": "A-[0-9]{4}"}, {"regex": "[0-9"}, {"regex": "(((a{1000}){1000}){1000})"}]
     problems = case_problems(expected_tools=[], forbidden_tools=[], answer_checks=checks, alternatives=[])
     assert problems == {
         "answer_checks": [
-            "line 2: not a valid regular expression: a character set [ is not closed with ] (at the end of the pattern)"
+            "[0-9: not a valid regular expression: a character set [ is not closed with ] (at the end of the pattern)",
+            "(((a{1000}){1000}){1000}): not a valid regular expression: a repeat count is too large",
         ]
     }
     with translation.override("ko"):
         problems = case_problems(expected_tools=[], forbidden_tools=[], answer_checks=checks, alternatives=[])
-    assert problems["answer_checks"][0].startswith("2번째 줄: 올바른 정규식이 아닙니다: "), problems
+    assert problems["answer_checks"][0].startswith("[0-9: 올바른 정규식이 아닙니다: "), problems

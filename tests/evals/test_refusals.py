@@ -180,7 +180,7 @@ def test_an_answer_regex_is_validated_by_the_module_that_matches_it(admin_key_cl
     case = EvalCase.objects.get(eval_set__name="hangul")
     assert score_case(eval_set_spec(case), calls=[], answer="플랫폼팀입니다", run_succeeded=True).passed
     message = _refused(admin_key_client, {"name": "bad", "cases": [{"query": "q", "answer_checks": [{"regex": "(a"}]}]})
-    assert "line 1: not a valid regular expression: a ( is not closed with )" in message
+    assert "(a: not a valid regular expression: a ( is not closed with )" in message
 
 
 def eval_set_spec(case: EvalCase) -> Any:
