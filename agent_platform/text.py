@@ -106,33 +106,41 @@ _COUNTED_REPEAT = re.compile(r"\{([0-9]*)(?:,([0-9]*))?\}")
 
 
 def repeat_weight(pattern: str) -> int:
-    """How many times the most repeated part of ``pattern`` is repeated, its counted repeats (``{n}``,
-    ``{m,n}``) multiplied through the groups they are nested in; read without compiling. It stops counting once
-    past ``MAX_REPEAT_WEIGHT``."""
-    groups, last, at = [1], 1, 0
+    """About how many atoms the ``regex`` module unrolls ``pattern`` into: each atom once, a counted repeat
+    (``{n}``, ``{m,n}``) multiplying what it repeats (a group: all its atoms, nested repeats included), atoms
+    side by side added up, alternatives (``|``) the largest of them. Read without compiling; it stops counting
+    once past ``MAX_REPEAT_WEIGHT``."""
+    frames, last, at = [[0, 0]], 0, 0  # per open group: [largest alternative so far, this alternative's total]
     while at < len(pattern):
         char = pattern[at]
         if char == "\\":
             last, at = 1, at + 2
+            frames[-1][1] += 1
         elif char == "[":  # a character class is one atom, whatever its brackets and braces
             end = at + 1 + (pattern[at + 1 : at + 2] == "^")
             end += pattern[end : end + 1] == "]"
             while end < len(pattern) and pattern[end] != "]":
                 end += 2 if pattern[end] == "\\" else 1
             last, at = 1, end + 1
+            frames[-1][1] += 1
         elif char == "(":
-            groups.append(1)
-            at += 1
+            frames.append([0, 0])
+            last, at = 0, at + 1
         elif char == ")":
-            last = groups.pop() if len(groups) > 1 else 1
-            groups[-1] = max(groups[-1], last)
-            at += 1
+            best, total = frames.pop() if len(frames) > 1 else (0, 1)
+            last, at = max(best, total, 1), at + 1
+            frames[-1][1] += last
+        elif char == "|":
+            frames[-1] = [max(frames[-1]), 0]
+            last, at = 0, at + 1
         elif char == "{" and (counted := _COUNTED_REPEAT.match(pattern, at)) is not None:
-            last *= max(int(counted[1] or 0), int(counted[2] or 0), 1)
-            groups[-1] = max(groups[-1], last)
-            if last > MAX_REPEAT_WEIGHT:
-                return last
+            times = max(int(counted[1] or 0), int(counted[2] or 0), 1)
+            frames[-1][1] += last * (times - 1)
+            last *= times
             at = counted.end()
         else:
             last, at = 1, at + 1
-    return max(groups)
+            frames[-1][1] += 1
+        if frames[-1][1] > MAX_REPEAT_WEIGHT:
+            return frames[-1][1]
+    return max(max(frame) for frame in frames)

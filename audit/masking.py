@@ -1164,66 +1164,91 @@ def holds_secret(value: Any) -> bool:
 
     Masking errs towards hiding: under a secret-looking name (``--credentials``, ``auth_mode``,
     ``password_min_length``) it hides whatever follows. A refusal counts only what could be a secret's value
-    (:func:`_reads_as_secret`): not a path, a variable's name, a short word or a small number
-    (``--credentials /etc/creds.json``, ``--auth-token-env GITHUB_TOKEN``, ``{"auth_mode": "none"}`` are
-    settings), nor a number under a name that counts or bounds (``password_min_length: 8``). What masking changes
-    only to store it (a NUL, a lone surrogate, a NaN) is no secret."""
+    (:func:`_reads_as_secret`): not a path, a URL without a secret of its own, a variable's name, a word or words,
+    a short text, nor a number given to a name that counts or bounds (``--token-ttl 604800``). What masking
+    hides whole (an object under a secret-looking name) is judged leaf by leaf. What masking changes only to
+    store it (a NUL, a lone surrogate, a NaN) is no secret."""
     stack: list[tuple[Any, Any, str]] = [(value, _Walker(None).walk(value), "")]
     while stack:
-        given, shown, key = stack.pop()
+        given, shown, context = stack.pop()
         if isinstance(given, dict) and isinstance(shown, dict) and len(given) == len(shown):
             for (name, item), (shown_name, shown_item) in zip(given.items(), shown.items(), strict=True):
                 stack.extend(((name, shown_name, ""), (item, shown_item, str(name))))
         elif isinstance(given, (list, tuple)) and isinstance(shown, (list, tuple)) and len(given) == len(shown):
-            stack.extend((item, shown_item, key) for item, shown_item in zip(given, shown, strict=True))
+            for at, (item, shown_item) in enumerate(zip(given, shown, strict=True)):
+                before = given[at - 1] if at and isinstance(given[at - 1], str) else context  # an option's value
+                stack.append((item, shown_item, before))
+        elif isinstance(given, dict) and shown != given:  # hidden whole: each leaf as hidden
+            stack.extend((item, MASK, str(name)) for name, item in given.items())
+        elif isinstance(given, (list, tuple)) and shown != given:
+            stack.extend((item, MASK, context) for item in given)
         elif isinstance(given, str) and isinstance(shown, str):
             stored = storable_text(given)
-            if stored != shown and any(_reads_as_secret(piece) for piece in _hidden_parts(stored, shown)):
+            if stored != shown and any(
+                _reads_as_secret(part, f"{context} {before}") for part, before in _hidden_parts(stored, shown)
+            ):
                 return True
         elif (
             isinstance(given, (int, float))
             and not isinstance(given, bool)
             and given != shown
             and math.isfinite(given)
-            and not _BOUND_NAME.search(key)
-            and _reads_as_secret(str(given))
+            and _reads_as_secret(str(given), context)
         ):
             return True
     return False
 
 
-_PATH_START = re.compile(r"[/~.]|[A-Za-z]:[\\/]")
-_VARIABLE_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
-_WORDS = re.compile(r"[A-Za-z]+(?:[-_.][A-Za-z]+)*")
-# A key whose number counts or bounds something (``password_min_length``, ``token_ttl``), not a secret's value.
-_BOUND_NAME = re.compile(r"(?i)min|max|len|count|size|limit|timeout|ttl|retr|attempt|age|days|port|version")
+_PATH_START = re.compile(r"[/~.]|[A-Za-z]:[\\/]|\$\{")
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+# A variable's name: capitals with an underscore (GITHUB_TOKEN), or ending in what it names (PGPASSWORD).
+_VARIABLE_NAME = re.compile(
+    r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[A-Z][A-Z0-9]*(?:KEY|TOKEN|PASSWORD|PASS|PWD|SECRET|CREDENTIALS?|AUTH)"
+)
+_JOINED_WORDS = re.compile(r"[A-Za-z]+(?:[-_.][A-Za-z]+)+")
+_NAME_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+_LAST_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*(?=[^A-Za-z0-9_.-]*\Z)")
+# The words of a name whose number counts or bounds something (``password_min_length``, ``--token-ttl``).
+_BOUND_WORDS = frozenset(
+    {"min", "max", "len", "length", "count", "size", "limit", "timeout", "ttl", "retries", "retry", "attempts",
+     "age", "days", "hours", "minutes", "seconds", "secs", "ms", "expiry", "expires", "port", "version"}
+)  # fmt: skip
 _MASK_IN_TEXT = re.compile(re.escape(MASK) + r"(?:~[0-9]+)?")
 
 
-def _hidden_parts(stored: str, shown: str) -> list[str]:
-    """The parts of ``stored`` that masking replaced with the mask in ``shown``: the text between the literal
-    pieces ``shown`` keeps, found in order (linear; a text masked in another way counts whole)."""
+def _counts_or_bounds(context: str) -> bool:
+    """Whether the name last written in ``context`` (a key, an option before its value) counts or bounds."""
+    found = _LAST_NAME.search(context.strip(" =:\"'"))
+    return found is not None and any(w.lower() in _BOUND_WORDS for w in _NAME_WORD.findall(found[0]))
+
+
+def _hidden_parts(stored: str, shown: str) -> list[tuple[str, str]]:
+    """The parts of ``stored`` that masking replaced with the mask in ``shown``, each with the text before it
+    (where its option's or key's name is): the text between the literal pieces ``shown`` keeps, found in order
+    (linear; a text masked in another way counts whole)."""
     literals = _MASK_IN_TEXT.split(shown)
     if len(literals) == 1 or not stored.startswith(literals[0]) or not stored.endswith(literals[-1]):
-        return [stored]
-    parts: list[str] = []
+        return [(stored, "")]
+    parts: list[tuple[str, str]] = []
     at, end = len(literals[0]), len(stored) - len(literals[-1])
     for literal in literals[1:-1]:
         found = stored.find(literal, at, end) if literal else at
         if found < 0:
-            return [stored]
-        parts.append(stored[at:found])
+            return [(stored, "")]
+        parts.append((stored[at:found], stored[max(0, at - 80) : at]))
         at = found + len(literal)
-    parts.append(stored[at:end] if end >= at else "")
+    parts.append((stored[at:end] if end >= at else "", stored[max(0, at - 80) : at]))
     return parts
 
 
-def _reads_as_secret(text: str) -> bool:
-    """Whether a part the masker hid could be a secret's value rather than a setting's. It could not be a path,
-    a variable's name (``GITHUB_TOKEN``), a text of fewer than four characters, a number of fewer than six
-    digits, a word of fewer than eight letters (``oauth``), or words joined by ``-``, ``_`` or ``.`` of fewer
-    than sixteen (``X-Api-Key``). A value matching a secret's own shape (``sk-…``, a JWT, a PEM key, an AWS key
-    id) always could."""
+def _reads_as_secret(text: str, context: str = "") -> bool:
+    """Whether a part the masker hid could be a secret's value rather than a setting's. It could not be a path or
+    a ``${VAR}`` reference, a URL with no secret of its own, a variable's name (``GITHUB_TOKEN``, ``PGPASSWORD``),
+    a text of fewer than four characters, a word of fewer than sixteen letters (``oauth``, ``ServiceAccount``),
+    words joined by ``-``, ``_`` or ``.`` (``client-credentials``, ``X-Api-Key``), a number of fewer than six
+    digits or one given to a name that counts or bounds (``context``: ``--token-ttl``), nor another text of fewer
+    than eight characters (``oauth2``). A value matching a secret's own shape (``sk-…``, a JWT, a PEM key, an AWS
+    key id) always could."""
     text = text.strip().strip("\"'")
     if _API_KEY_PREFIX.match(text) or _JWT.search(text) or _AWS_ACCESS_KEY_ID.search(text) or "PRIVATE KEY" in text:
         return True
@@ -1231,13 +1256,15 @@ def _reads_as_secret(text: str) -> bool:
         return False
     if _PATH_START.match(text) or _VARIABLE_NAME.fullmatch(text):
         return False
+    if _URL.match(text):
+        return holds_secret({"url": text})  # its query or user info, as a URL setting is judged
     if text.isdigit():
-        return len(text) >= 6
+        return len(text) >= 6 and not _counts_or_bounds(context)
     if text.isalpha():
-        return len(text) >= MIN_ENCODED_SECRET_LENGTH
-    if _WORDS.fullmatch(text):
         return len(text) >= 16
-    return True
+    if _JOINED_WORDS.fullmatch(text):
+        return False
+    return len(text) >= MIN_ENCODED_SECRET_LENGTH
 
 
 def truncate(value: Any, *, max_chars: int = 20_000) -> Any:

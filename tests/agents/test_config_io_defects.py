@@ -109,7 +109,12 @@ def test_what_the_audit_hides_is_what_a_setting_may_not_hold() -> None:
         {"args": ["--auth-token-env", "GITHUB_TOKEN"]},
         {"args": ["--ssh-key", "/home/u/.ssh/id_ed25519"]},
         {"args": ["--token", "x1"]},
-        {"params": {"password_min_length": 8, "auth_mode": "none", "api_key_name": "X-Api"}},
+        {"params": {"password_min_length": 8, "auth_mode": "none", "api_key_name": "X-Api-Key"}},
+        {"args": ["--password-env", "PGPASSWORD"]},
+        {"args": ["--token-ttl", "604800", "--auth-timeout=120000"]},
+        {"params": {"token_ttl": "604800"}},
+        {"args": ["--auth-url", "https://login.example.com", "--jira-personal-token", "${JIRA_TOKEN}"]},
+        {"args": ["--auth-mode", "client-credentials", "--auth-method", "oauth2", "--auth", "ServiceAccount"]},
     ],
 )
 def test_a_setting_the_masker_hides_by_its_name_alone_is_no_secret(setting: dict) -> None:
@@ -126,6 +131,9 @@ def test_a_setting_the_masker_hides_by_its_name_alone_is_no_secret(setting: dict
         {"args": ["--password", "83920174"]},
         {"args": ["--api-key", "abcdefghijklmnopqrst"]},
         {"params": {"password": 83920174}},
+        {"params": {"admin_password": 20240101, "account_key": 123456789}},  # "min" and "count" in no name
+        {"params": {"auth": {"username": "bob", "password": "Summer2024!"}}},  # hidden whole, judged leaf by leaf
+        {"params": {"auth": ["Summer2024!"]}},
     ],
 )
 def test_a_secret_of_digits_capitals_or_letters_alone_is_still_one(setting: dict) -> None:

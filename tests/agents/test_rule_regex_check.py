@@ -84,7 +84,9 @@ def test_only_whoever_may_add_or_change_rules_may_ask(client: Client) -> None:
     assert client.get(CHECK, {"regex": "a"}).status_code == 302  # to the login page
 
 
-@pytest.mark.parametrize("pattern", ["(((a{1000}){1000}){1000})", "(a{300}){400}"])
+@pytest.mark.parametrize(
+    "pattern", ["(((a{1000}){1000}){1000})", "(a{300}){400}", "(?:a{100000})" * 80, "a{100000}" * 20]
+)
 def test_nested_counted_repeats_are_refused_before_the_regex_module_unrolls_them(
     admin_client: Client, pattern: str
 ) -> None:
