@@ -34,7 +34,7 @@ from agent_platform.json import json_error_text
 from agent_platform.json import loads as json_loads
 from agent_platform.text import nfc_value
 from agents.deterministic import RuleSpec as EngineRuleSpec
-from agents.models import MAX_ITERATIONS_LIMIT, Agent, AgentArm, AgentVersion, DeterministicRule
+from agents.models import MAX_ITERATIONS_LIMIT, TIME_LIMIT_MAX_S, Agent, AgentArm, AgentVersion, DeterministicRule
 from agents.selectors import rules_calling, servers_leaving
 from agents.services import (
     agent_arm_create,
@@ -192,7 +192,7 @@ class AgentSpec(_Strict):
     no_match_answer: str = ""
     tool_selection: dict[str, Any] = Field(default_factory=dict)
     mcp_context: dict[str, Any] = Field(default_factory=dict)
-    time_limit_s: int = Field(default=300, ge=1, le=86400)
+    time_limit_s: int = Field(default=300, ge=1, le=TIME_LIMIT_MAX_S)
     # Versions (applied after the rules, ``_apply_versions``). A key left out leaves that setting as it is.
     publish_on_save: bool | None = None
     live_version: int | None = Field(default=None, ge=1)

@@ -23,6 +23,8 @@ from mcpregistry.models import INT32_MAX, McpServer
 # version's frozen content are held to it (a version stored with more ran unbounded; an agent saved here with
 # more was a configuration that export_config wrote and import_config refused).
 MAX_ITERATIONS_LIMIT = 100
+# The longest time limit a run may have: a day (the configuration document's bound too).
+TIME_LIMIT_MAX_S = 86_400
 
 DEFAULT_DETERMINISTIC_INSTRUCTION = (
     '제공된 "확정 호출 결과"가 있으면 그 내용을 우선 사용하여 답변하고, 추가 도구 호출은 필요한 경우에만 하세요.'
@@ -129,7 +131,10 @@ class Agent(AuditedModel):
         _("max iterations"), default=6, validators=[MaxValueValidator(MAX_ITERATIONS_LIMIT)]
     )
     time_limit_s = models.PositiveIntegerField(
-        _("time limit (seconds)"), default=300, help_text=_("A run still going after this long is stopped and fails.")
+        _("time limit (seconds)"),
+        default=300,
+        help_text=_("A run still going after this long is stopped and fails."),
+        validators=[MaxValueValidator(TIME_LIMIT_MAX_S)],
     )
     answer_from_deterministic = models.BooleanField(
         _("answer from deterministic results"),

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mcpregistry.contracts import ArgSpec, RetrySpec, ReturnsSpec
-from mcpregistry.models import ToolContract
+from mcpregistry.models import CORRECTION_CAP_MAX, INT32_MAX, ToolContract
 
 
 class ContractSpec(BaseModel):
@@ -25,9 +25,9 @@ class ContractSpec(BaseModel):
     fallback_policy: Literal["suggest", "call"] = "suggest"
     risk: Literal["read", "write"] = "read"
     memo: bool = True
-    memo_ttl_s: int | None = Field(default=None, ge=0, le=2**31 - 1)  # what every database column holds
+    memo_ttl_s: int | None = Field(default=None, ge=0, le=INT32_MAX)  # what every database column holds
     idempotency_arg: str = ""
-    correction_cap: int = Field(default=3, ge=0, le=100)
+    correction_cap: int = Field(default=3, ge=0, le=CORRECTION_CAP_MAX)
 
 
 def contract_entry(contract: ToolContract) -> dict[str, Any]:

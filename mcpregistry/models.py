@@ -36,6 +36,8 @@ PLACEHOLDER = re.compile(r"\$\{[^}]*\}")
 # The largest value of a 32-bit integer column: PostgreSQL's ``integer`` holds no more, while SQLite stores 64 bits;
 # the bound keeps a value accepted on one database storable on the other (the admin's fields, ``import_config``).
 INT32_MAX = 2**31 - 1
+# The most argument corrections a contract may allow a run (the configuration document's bound too).
+CORRECTION_CAP_MAX = 100
 
 
 def secret_entry_value(entry: Any) -> str | None:
@@ -112,7 +114,10 @@ class McpServer(AuditedModel):
     last_checked_at = models.DateTimeField(_("last checked"), null=True, blank=True)
     last_error = models.TextField(_("last error"), blank=True)
     breaker_threshold = models.PositiveIntegerField(
-        _("circuit breaker: failures to open"), default=5, help_text=_("Consecutive failures that open the circuit.")
+        _("circuit breaker: failures to open"),
+        default=5,
+        help_text=_("Consecutive failures that open the circuit."),
+        validators=[MaxValueValidator(INT32_MAX)],
     )
     breaker_cooldown_s = models.FloatField(
         _("circuit breaker: cool-down (seconds)"), default=30.0, help_text=_("Then one trial call is let through.")
@@ -466,7 +471,11 @@ class ToolContract(AuditedModel):
     risk = models.CharField(_("risk"), max_length=10, choices=Risk.choices, default=Risk.READ)
     memo = models.BooleanField(_("memoize successes within a run"), default=True)
     memo_ttl_s = models.PositiveIntegerField(
-        _("memo TTL across runs (seconds)"), null=True, blank=True, help_text=_("Read tools only. Empty: off.")
+        _("memo TTL across runs (seconds)"),
+        null=True,
+        blank=True,
+        help_text=_("Read tools only. Empty: off."),
+        validators=[MaxValueValidator(INT32_MAX)],
     )
     idempotency_arg = models.CharField(
         _("idempotency key argument"),
@@ -477,6 +486,7 @@ class ToolContract(AuditedModel):
     correction_cap = models.PositiveIntegerField(
         _("argument corrections per run"),
         default=3,
+        validators=[MaxValueValidator(CORRECTION_CAP_MAX)],
         help_text=_(
             "After this many refused calls with bad arguments in one run, the tool is withdrawn from the model "
             "for the rest of the run."
