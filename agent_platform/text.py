@@ -6,6 +6,7 @@ import re
 import unicodedata
 from typing import Any
 
+import regex  # type: ignore[import-untyped]
 from django.utils.translation import gettext, gettext_lazy
 
 # CJK compatibility ideographs (KS X 1001's duplicate hanja, U+F900–U+FAFF, U+2F800–U+2FA1F): NFC would replace
@@ -144,3 +145,12 @@ def repeat_weight(pattern: str) -> int:
         if frames[-1][1] > MAX_REPEAT_WEIGHT:
             return frames[-1][1]
     return max(max(frame) for frame in frames)
+
+
+def bounded_regex(pattern: str) -> Any:
+    """``regex.compile(pattern)``, refused as ``regex`` refuses a repeat count too big where its counted repeats
+    would unroll past ``MAX_REPEAT_WEIGHT`` (:func:`repeat_weight`): the module unrolls them as it compiles, and
+    25 characters took gigabytes."""
+    if repeat_weight(pattern) > MAX_REPEAT_WEIGHT:
+        raise regex.error("repeat count too big")
+    return regex.compile(pattern)

@@ -19,7 +19,7 @@ import regex  # type: ignore[import-untyped]
 from django.utils.translation import gettext
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agent_platform.text import MAX_REPEAT_WEIGHT, nfc, nfc_value, regex_error_text, repeat_weight
+from agent_platform.text import bounded_regex, nfc, nfc_value, regex_error_text
 
 logger = logging.getLogger(__name__)
 
@@ -96,9 +96,7 @@ def lookup_data(a2a_data: list[dict[str, Any]] | None, path: str) -> Any:
 
 @functools.lru_cache(maxsize=8192)
 def _compiled(pattern: str) -> regex.Pattern[str]:
-    if repeat_weight(pattern) > MAX_REPEAT_WEIGHT:
-        raise regex.error("repeat count too big")
-    return regex.compile(nfc(pattern))
+    return bounded_regex(nfc(pattern))
 
 
 class RegexTooSlow(Exception):

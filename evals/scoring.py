@@ -15,7 +15,7 @@ from typing import Any
 import regex  # type: ignore[import-untyped]
 from django.utils.translation import gettext as _
 
-from agent_platform.text import MAX_REPEAT_WEIGHT, nfc, nfc_value, regex_error_text, repeat_weight
+from agent_platform.text import bounded_regex, nfc, nfc_value, regex_error_text
 from evals.notation import NO_TOOL
 
 RATE_METRICS = ("pass_rate", "precision", "recall", "sequence_match", "argument_match", "answer_checks")
@@ -139,9 +139,7 @@ def _answer_check_problem(check: Any, i: int) -> str | None:
     if kind == "regex":
         # Compiled as the scoring matches it (the ``regex`` module: \p{Hangul}, variable-length lookbehind).
         try:
-            if repeat_weight(wanted) > MAX_REPEAT_WEIGHT:  # the module unrolls counted repeats: gigabytes
-                raise regex.error("repeat count too big")
-            regex.compile(wanted)
+            bounded_regex(wanted)
         except (regex.error, ValueError, OverflowError, RecursionError, MemoryError) as exc:
             # Named by itself: the admin's box skips its blank lines, so a count of regexes is no line number.
             return _("%(regex)s: %(problem)s") % {

@@ -913,26 +913,25 @@ async def _fail_unreadable_answer(session: ClientSession, exc: Exception) -> boo
     return True
 
 
+def _parse_errors(exc: Exception) -> list[dict[str, Any]]:
+    """The entries of a parse error (pydantic's ``ValidationError``, as the SDK's stdio reader raises it); none for
+    any other exception."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        with contextlib.suppress(Exception):
+            return list(errors())
+    return []
+
+
 def _parse_error_reason(exc: Exception) -> str:
     """Why the SDK could not parse a line ("Invalid JSON: recursion limit exceeded at line 1 column 1270"), without
     the line itself (a server's text, which the error's own ``str`` quotes)."""
-    errors = getattr(exc, "errors", None)
-    if callable(errors):
-        with contextlib.suppress(Exception):
-            for error in errors():
-                return str(error.get("msg", ""))
-    return type(exc).__name__
+    return next((str(error.get("msg", "")) for error in _parse_errors(exc)), type(exc).__name__)
 
 
 def _unparsed_line(exc: Exception) -> str | None:
-    """The line a parse error (pydantic's ``ValidationError``, as the SDK's stdio reader raises it) refused."""
-    errors = getattr(exc, "errors", None)
-    if callable(errors):
-        with contextlib.suppress(Exception):
-            for error in errors():
-                if isinstance(error.get("input"), str):
-                    return str(error["input"])
-    return None
+    """The line a parse error refused."""
+    return next((error["input"] for error in _parse_errors(exc) if isinstance(error.get("input"), str)), None)
 
 
 def _response_id(line: str) -> int | str | None:
@@ -960,13 +959,9 @@ def _response_id(line: str) -> int | str | None:
 
 def _noise_of(exc: Exception) -> str:
     """The text a server wrote instead of a JSON-RPC message, as far as the parse error shows it."""
-    errors = getattr(exc, "errors", None)
-    if callable(errors):
-        with contextlib.suppress(Exception):
-            for error in errors():
-                noise = error.get("input")
-                if isinstance(noise, str):
-                    return mask_text(noise[:4096])[:200]  # masked before it is cut: a cut secret is not found
+    noise = _unparsed_line(exc)
+    if noise is not None:
+        return mask_text(noise[:4096])[:200]  # masked before it is cut: a cut secret is not found
     return mask_text(str(exc).splitlines()[0][:4096])[:200]
 
 

@@ -284,6 +284,22 @@ class DiscoveryReport:
     rejected: list[str] = field(default_factory=list)
     tool_count: int = 0
 
+    def health_problems(self) -> list[str]:
+        """What makes the server's health an error after this listing, in the discoverer's language (the server's
+        ``last_error``, ``mcp_discover``'s lines): the tools not registered, then those with an unusable input
+        schema (a rejected name is among the schema errors too, and told once, with its reason)."""
+        problems = []
+        if self.rejected:
+            problems.append(
+                _("tools not registered (never offered to a model): %(tools)s") % {"tools": "; ".join(self.rejected)}
+            )
+        if unusable := [problem for problem in self.schema_errors if problem not in self.rejected]:
+            problems.append(
+                _("tools with an unusable input schema (never offered to a model): %(tools)s")
+                % {"tools": "; ".join(unusable)}
+            )
+        return problems
+
 
 def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> DiscoveryReport:
     """Connect (or reuse the pooled session), list the server's tools and update the registry.
@@ -424,18 +440,7 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
             if name not in seen and tool.available:
                 audited_save(tool, actor=actor, via=via, data={"available": False}, validate=False, verb="vanish")
                 report.vanished.append(name)
-        unusable = [problem for problem in report.schema_errors if problem not in report.rejected]
-        health_errors = []
-        if report.rejected:
-            health_errors.append(
-                _("tools not registered (never offered to a model): %(tools)s") % {"tools": "; ".join(report.rejected)}
-            )
-        if unusable:
-            health_errors.append(
-                _("tools with an unusable input schema (never offered to a model): %(tools)s")
-                % {"tools": "; ".join(unusable)}
-            )
-        schema_error = "; ".join(health_errors)
+        schema_error = "; ".join(report.health_problems())
         _record_listing_changes(server, resources=listing.resources, prompts=listing.prompts)
         McpServer.objects.filter(pk=server.pk).update(
             health=McpServer.Health.ERROR if schema_error else McpServer.Health.OK,

@@ -90,19 +90,7 @@ class Command(BaseCommand):
                     % {"server": server.mcp_id, "tools": ", ".join(report.review_required)}
                 )
             )
-        # The same texts as the health's error (``mcp_server_discover``): a rejected name is among the schema
-        # errors too, and is listed once, with its reason.
-        problems = []
-        if report.rejected:
-            problems.append(
-                _("tools not registered (never offered to a model): %(tools)s") % {"tools": "; ".join(report.rejected)}
-            )
-        unusable = [problem for problem in report.schema_errors if problem not in report.rejected]
-        if unusable:
-            problems.append(
-                _("tools with an unusable input schema (never offered to a model): %(tools)s")
-                % {"tools": "; ".join(unusable)}
-            )
+        problems = report.health_problems()  # the health's error, as discovery recorded it
         if not problems and server.health == McpServer.Health.ERROR and server.last_error:
             problems.append(server.last_error)  # recorded by a check that ran beside this discovery
         for problem in problems:
