@@ -7,7 +7,9 @@ official ``a2a-sdk`` 1.x client speaks it).
 - ``POST /a2a/<slug>/``: JSON-RPC 2.0. ``SendMessage`` (waits, up to ``PLATFORM_API_MAX_WAIT_S``, until the
   run finishes or asks for input, unless ``configuration.returnImmediately``), ``SendStreamingMessage`` and
   ``SubscribeToTask`` (server-sent events, one JSON-RPC response per event; the key is checked again every
-  ``PLATFORM_SSE_AUTH_RECHECK_S``, and a revoked one's stream ends with the error -32030 ``UNAUTHENTICATED``),
+  ``PLATFORM_SSE_AUTH_RECHECK_S``: a revoked one's stream ends with the error -32030 ``UNAUTHENTICATED``, and one
+  that may no longer read the task (taken off its agent, or the agent disabled) with -32001 ``TASK_NOT_FOUND``, as
+  ``GetTask`` then answers),
   ``GetTask``, ``CancelTask``, ``ListTasks``.
 
 A task is a run: its id is the run's id; its ``contextId`` is the conversation, kept in the run's ``context``
@@ -53,6 +55,7 @@ from agents.api.config import api_setting
 from agents.api.protocol_http import (
     KeyRecheck,
     PollState,
+    StreamLoss,
     caller_authenticate,
     dumps,
     error_response,
@@ -61,6 +64,7 @@ from agents.api.protocol_http import (
     paced_sync,
     revoked_message,
     rpc_body,
+    run_unreadable_message,
     stream_slot_take,
     too_many_streams,
     tool_progress_text,
@@ -542,7 +546,8 @@ class TaskFeed:
     """A run's progress as A2A stream responses, one JSON-RPC response per SSE event: the task first, then
     ``statusUpdate`` for each status change and tool call, ``artifactUpdate`` with the answer, and the final
     status; the stream ends when the task finishes or asks for input, or after ``PLATFORM_SSE_MAX_S``, or with a
-    JSON-RPC error once its key is found revoked (``recheck``, set by the view that holds the stream's slot)."""
+    JSON-RPC error once its key is found revoked or no longer allowed to read the task (``recheck``, set by the
+    view that holds the stream's slot)."""
 
     def __init__(self, *, run: Run, rpc_id: Any, after: int, send_task: bool = True) -> None:
         self.run_id = run.pk
@@ -562,15 +567,23 @@ class TaskFeed:
     def _status_update(self, run: Run, status: dict[str, Any]) -> str:
         return self._event({"statusUpdate": {"taskId": str(run.id), "contextId": context_id_of(run), "status": status}})
 
-    def revoked_event(self) -> str:
-        code, reason = UNAUTHENTICATED
-        error = A2AError(code, reason, revoked_message(), our_code="authentication_failed")
+    def closing_event(self, loss: StreamLoss) -> str:
+        """The stream's last response once its recheck ends it: the error a request of the key would get now
+        (``UNAUTHENTICATED`` for a revoked key; ``TASK_NOT_FOUND``, as ``GetTask`` answers, for a task it may no
+        longer read)."""
+        if loss == "revoked":
+            code, reason = UNAUTHENTICATED
+            error = A2AError(code, reason, revoked_message(), our_code="authentication_failed")
+        else:
+            code, reason = _ERRORS["run_not_found"]
+            error = A2AError(code, reason, run_unreadable_message(), our_code="run_not_found")
         return f"data: {dumps(_rpc_error(self.rpc_id, error))}\n\n"
 
     def poll(self) -> tuple[list[str], PollState]:
         with translation.override(self.language):
-            if self.recheck is not None and self.recheck.revoked():
-                return [self.revoked_event()], "done"
+            loss = self.recheck.lost() if self.recheck is not None else None
+            if loss is not None:
+                return [self.closing_event(loss)], "done"
             return self._poll()
 
     def _poll(self) -> tuple[list[str], PollState]:
@@ -887,7 +900,7 @@ async def rpc_view(request: HttpRequest, slug: str) -> HttpResponseBase:
     if error is not None:
         return json_response(_rpc_error(rpc_id, error), status=error.http_status, headers=error.headers)
     if isinstance(result, Stream) and slot is not None:
-        result.feed.recheck = KeyRecheck(api_key, slot)
+        result.feed.recheck = KeyRecheck(api_key, slot, run_id=result.feed.run_id)
         poll = result.feed.poll
         stream = paced_async(poll, slot) if isinstance(request, ASGIRequest) else paced_sync(poll, slot)
         response = StreamingHttpResponse(stream, content_type="text/event-stream; charset=utf-8")

@@ -5,8 +5,9 @@ is open): it authenticates with the API's bearer key and answers errors in the A
 run's ``RunEvent`` rows, replayed from ``Last-Event-ID`` (or ``?after=``) and then followed by polling the
 database (woken by the run's change notification, ``agents.run_wakeup``), until the run has finished (a final ``event: end``), the client goes away, or the stream has been
 open ``PLATFORM_SSE_MAX_S`` seconds (it then closes without ``end``; the client reconnects with
-``Last-Event-ID``), or its API key is revoked (checked again every ``PLATFORM_SSE_AUTH_RECHECK_S`` ≤ 15 s; a final
-``event: error`` then says so). One key holds at most ``PLATFORM_SSE_MAX_STREAMS_PER_KEY`` streams open at once
+``Last-Event-ID``), or its API key is revoked or may no longer read the run (taken off the run's agent, or the agent
+disabled: what the REST run views answer with a 404; both checked again every ``PLATFORM_SSE_AUTH_RECHECK_S`` ≤ 15 s;
+a final ``event: error``, ``authentication_failed`` or ``run_not_found``, then says so). One key holds at most ``PLATFORM_SSE_MAX_STREAMS_PER_KEY`` streams open at once
 (slots in the cache, ``agents.api.throttling.StreamSlot``); one more is a ``429 too_many_streams``. Served by an ASGI server (uvicorn, gunicorn's uvicorn workers) it streams asynchronously;
 under WSGI (``runserver``, the test client) the same feed is served by a plain generator.
 """
@@ -29,6 +30,7 @@ from rest_framework import exceptions
 from agent_platform.errors import ApplicationError
 from agents.api.auth import ApiKeyAuthentication
 from agents.api.config import api_setting
+from agents.api.protocol_http import key_may_read_run, run_unreadable_message
 from agents.api.throttling import (
     StreamSlot,
     api_key_rate_check,
@@ -63,11 +65,16 @@ def format_end(status: str | None) -> str:
     return f"event: end\ndata: {json.dumps({'status': status}, ensure_ascii=False)}\n\n"
 
 
+def format_error(code: str, message: str) -> str:
+    """A stream's last event when it is closed on its reader: ``event: error`` with the API's error body."""
+    body = {"code": code, "message": message}
+    return f"event: error\ndata: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+
 def format_revoked(message: str | None = None) -> str:
     """The stream's last event once its reader may no longer read it: ``message`` says why, in the reader's
     words (an API key's revocation unless told: the admin's session-authorised stream says its own)."""
-    body = {"code": "authentication_failed", "message": message or _("The API key was revoked; the stream is closed.")}
-    return f"event: error\ndata: {json.dumps(body, ensure_ascii=False)}\n\n"
+    return format_error("authentication_failed", message or _("The API key was revoked; the stream is closed."))
 
 
 class RunEventFeed:
@@ -83,6 +90,7 @@ class RunEventFeed:
         max_s: float,
         clock: Callable[[], float] = time.monotonic,
         still_authorized: Callable[[], bool] | None = None,
+        still_readable: Callable[[], bool] | None = None,
         auth_recheck_s: float = 10.0,
         on_recheck: Callable[[], None] | None = None,
         language: str | None = None,
@@ -90,11 +98,14 @@ class RunEventFeed:
     ) -> None:
         """``still_authorized`` is asked at most every ``auth_recheck_s`` seconds (and ``on_recheck`` then
         called, to renew the stream's slot); once it answers False the stream ends with ``event: error`` saying
-        ``revoked_message`` (translated when the stream opened; the API key's revocation by default)."""
+        ``revoked_message`` (translated when the stream opened; the API key's revocation by default). Then
+        ``still_readable`` (whether the reader may still read this run) is asked, and once it answers False the
+        stream ends with an ``event: error`` ``run_not_found``, as a REST request would be answered."""
         self.run_id = run_id
         self.revoked_message = revoked_message
         self.language = language  # the caller's, read from the request (the stream outlives its translation)
         self.still_authorized = still_authorized
+        self.still_readable = still_readable
         self.auth_recheck_s = auth_recheck_s
         self.on_recheck = on_recheck
         self.next_recheck = clock() + auth_recheck_s
@@ -119,8 +130,11 @@ class RunEventFeed:
         now = self.clock()
         if now >= self.next_recheck:
             self.next_recheck = now + self.auth_recheck_s
-            if self.still_authorized is not None and not self.still_authorized():
-                return [format_revoked(self.revoked_message)], "done"
+            with translation.override(self.language):  # the stream outlives the request's translation
+                if self.still_authorized is not None and not self.still_authorized():
+                    return [format_revoked(self.revoked_message)], "done"
+                if self.still_readable is not None and not self.still_readable():
+                    return [format_error("run_not_found", run_unreadable_message())], "done"
             if self.on_recheck is not None:
                 self.on_recheck()
         status = run_status(run_id=self.run_id)
@@ -265,6 +279,7 @@ async def run_events(request: HttpRequest, run_id: str) -> HttpResponseBase:
         keepalive_s=float(api_setting("PLATFORM_SSE_KEEPALIVE_S")),
         max_s=float(api_setting("PLATFORM_SSE_MAX_S")),
         still_authorized=lambda: api_key_is_live(api_key_id=api_key.pk),
+        still_readable=lambda: key_may_read_run(api_key=api_key, run_id=run.pk),
         auth_recheck_s=recheck_s,
         on_recheck=lambda: stream_slot_renew(held, lease_s=lease_s),
         language=translation.get_language(),

@@ -10,7 +10,8 @@ call) on the response's event stream. ``notifications/cancelled`` for the call, 
 before the answer, cancels the run. A call, answered on an event stream or as a JSON body held open, takes one of
 the key's stream slots (``PLATFORM_SSE_MAX_STREAMS_PER_KEY``; none free: an ``isError`` result saying to call
 again), and checks its key again every ``PLATFORM_SSE_AUTH_RECHECK_S``: once the key is revoked it ends with an
-``isError`` result (``authentication_failed``), the run left to go on.
+``isError`` result (``authentication_failed``), once the key may no longer read the run (taken off its agent, or the
+agent disabled) with one saying ``run_not_found``, the run left to go on either way.
 
 Written as plain Django views rather than the ``mcp`` SDK's session manager, because the platform serves from
 several processes (gunicorn's uvicorn workers, or ``runserver``) and an SDK session lives in one process's
@@ -53,6 +54,7 @@ from agents.api.protocol_http import (
     paced_sync,
     revoked_message,
     rpc_body,
+    run_unreadable_message,
     status_progress_text,
     stream_slot_take,
     too_many_streams,
@@ -210,8 +212,9 @@ class CallFeed:
     """A ``tools/call`` on an event stream: progress notifications while the run goes, then the result."""
 
     def __init__(self, *, run: Run, rpc_id: Any, progress_token: Any, recheck: KeyRecheck | None = None) -> None:
-        """``recheck`` asks again whether the key is live (and renews the call's stream slot); once the key is
-        revoked the call ends with an ``isError`` result, the run left to go on."""
+        """``recheck`` asks again whether the key is live and may still read the run (and renews the call's
+        stream slot); once it is not, the call ends with an ``isError`` result saying why (nothing of the run),
+        the run left to go on."""
         self.run_id = run.pk
         self.rpc_id = rpc_id
         self.recheck = recheck
@@ -234,8 +237,13 @@ class CallFeed:
 
     def poll(self) -> tuple[list[str], PollState]:
         with translation.override(self.language):
-            if self.recheck is not None and self.recheck.revoked():
-                text = f"authentication_failed: {revoked_message()}"
+            loss = self.recheck.lost() if self.recheck is not None else None
+            if loss is not None:
+                text = (
+                    f"authentication_failed: {revoked_message()}"
+                    if loss == "revoked"
+                    else f"run_not_found: {run_unreadable_message()}"
+                )
                 result = {"content": [{"type": "text", "text": text}], "isError": True}
                 return [self._message({"jsonrpc": "2.0", "id": self.rpc_id, "result": result})], "done"
             return self._poll()
@@ -385,7 +393,7 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
             raise
         logger.exception("MCP tools/call failed")
         return json_response(_rpc_error(rpc_id, -32603, _("Internal error.")))
-    feed = CallFeed(run=run, rpc_id=rpc_id, progress_token=token, recheck=KeyRecheck(api_key, slot))
+    feed = CallFeed(run=run, rpc_id=rpc_id, progress_token=token, recheck=KeyRecheck(api_key, slot, run_id=run.pk))
     poll = _answered_whatever_happens(feed.poll, rpc_id, run.pk)
     if not streaming:
         # A client that takes no event stream gets the JSON answer, sent as the body of a response that starts at

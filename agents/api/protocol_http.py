@@ -17,6 +17,7 @@ from django.utils import translation
 from django.utils.translation import gettext as _
 from rest_framework import exceptions
 
+from agent_platform.errors import ApplicationError
 from agents.api.auth import ApiKeyAuthentication
 from agents.api.config import api_setting
 from agents.api.parsers import json_parse_bounded
@@ -28,9 +29,11 @@ from agents.api.throttling import (
     stream_slot_renew,
 )
 from agents.models import ApiKey, Run
-from agents.selectors import api_key_is_live
+from agents.selectors import api_key_is_live, run_get
 
 PollState = Literal["wait", "done"]
+# Why an open stream was closed by its recheck: its key was revoked, or the key may no longer read the run.
+StreamLoss = Literal["revoked", "run_not_found"]
 
 
 def json_response(body: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> JsonResponse:
@@ -101,41 +104,64 @@ def stream_slot_take(api_key: ApiKey) -> StreamSlot | None:
 
 
 class KeyRecheck:
-    """An open stream's hold on its key, as the run events API's: every ``PLATFORM_SSE_AUTH_RECHECK_S`` the key is
-    asked again (a revoked key loses its stream at once, not at ``PLATFORM_SSE_MAX_S``) and the stream's slot is
-    renewed."""
+    """An open stream's hold on its key and its run, as the run events API's: every
+    ``PLATFORM_SSE_AUTH_RECHECK_S`` the key is asked again whether it is live and whether it may still read the
+    run (``key_may_read_run``), so a revoked key, or one taken off the run's agent (or whose agent was disabled),
+    loses its stream at once, not at ``PLATFORM_SSE_MAX_S``; the stream's slot is renewed otherwise."""
 
     def __init__(
         self,
         api_key: ApiKey,
         slot: StreamSlot | None,
         *,
+        run_id: Any,
         clock: Callable[[], float] = time.monotonic,
         still_authorized: Callable[[], bool] | None = None,
+        still_readable: Callable[[], bool] | None = None,
     ) -> None:
         api_key_id = api_key.pk
         self.slot = slot
         self.recheck_s, self.lease_s = stream_timing()
         self.clock = clock
         self.still_authorized = still_authorized or (lambda: api_key_is_live(api_key_id=api_key_id))
+        self.still_readable = still_readable or (lambda: key_may_read_run(api_key=api_key, run_id=run_id))
         self.next_at = clock() + self.recheck_s
 
-    def revoked(self) -> bool:
-        """Whether the key was found revoked (asked at most every ``recheck_s``; the slot renewed otherwise)."""
+    def lost(self) -> StreamLoss | None:
+        """Why the stream must end now (asked at most every ``recheck_s``, two queries then), or None (the slot
+        renewed when asked)."""
         now = self.clock()
         if now < self.next_at:
-            return False
+            return None
         self.next_at = now + self.recheck_s
         if not self.still_authorized():
-            return True
+            return "revoked"
+        if not self.still_readable():
+            return "run_not_found"
         if self.slot is not None:
             stream_slot_renew(self.slot, lease_s=self.lease_s)
+        return None
+
+
+def key_may_read_run(*, api_key: ApiKey, run_id: Any) -> bool:
+    """Whether ``api_key`` may still read the run, by the REST run views' own rule (``run_get``: the key's own run,
+    of an enabled agent in its scope); an open stream of any protocol asks this at each recheck, so what a REST
+    request is refused with a 404 a stream is not sent either."""
+    try:
+        run_get(run_id=str(run_id), api_key=api_key)
+    except ApplicationError:
         return False
+    return True
 
 
 def revoked_message() -> str:
     """What a stream whose key was revoked is told last (the run events API's words)."""
     return _("The API key was revoked; the stream is closed.")
+
+
+def run_unreadable_message() -> str:
+    """What a stream is told last once its key may no longer read the run (``key_may_read_run``)."""
+    return _("This API key may no longer read this run; the stream is closed.")
 
 
 def too_many_streams() -> JsonResponse:

@@ -164,13 +164,15 @@ def test_a_key_recheck_asks_again_only_every_interval(api_caller: ApiCaller, set
     settings.PLATFORM_SSE_AUTH_RECHECK_S = 10
     now = [1000.0]
     live = [True]
-    recheck = protocol_http.KeyRecheck(api_caller.key, None, clock=lambda: now[0], still_authorized=lambda: live[0])
-    assert recheck.revoked() is False
+    recheck = protocol_http.KeyRecheck(
+        api_caller.key, None, run_id="unused", clock=lambda: now[0], still_authorized=lambda: live[0]
+    )
+    assert recheck.lost() is None
     live[0] = False
     now[0] += 9
-    assert recheck.revoked() is False  # not asked yet
+    assert recheck.lost() is None  # not asked yet
     now[0] += 1
-    assert recheck.revoked() is True
+    assert recheck.lost() == "revoked"
 
 
 # --- 2. a JSON-only MCP call takes a stream slot -------------------------------------------------------------
