@@ -21,6 +21,7 @@ from django.utils.datastructures import MultiValueDict
 from django.utils.translation import gettext, gettext_lazy
 
 from agent_platform.json import loads as json_loads
+from evals.scoring import answer_regex_refusal
 from mcpregistry.contract_form import EditorWidget
 from mcpregistry.list_fields import (
     KeyValueLinesWidget,
@@ -129,7 +130,11 @@ class NameListWidget(LinesWidget):
 
 class AnswerChecksWidget(EditorWidget):
     """``answer_checks``: the texts the answer must contain and the regexes it must match, a line each, and
-    whether it must say it does not know."""
+    whether it must say it does not know.
+
+    A regex the scoring would refuse is refused here, by the box it was typed in (``value_from_editor``): the
+    admin's form row marks every input of a field in error, so the box itself is marked and named, and the other
+    box, in which nothing is wrong, is not (the page comes back with both as typed)."""
 
     template_name = "admin/evals/widgets/answer_checks.html"
 
@@ -157,22 +162,45 @@ class AnswerChecksWidget(EditorWidget):
 
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
-        parsed = loads_value(value)
-        inputs = self.as_inputs(parsed)
         raw = None
-        if inputs is None:
-            raw = parsed if isinstance(parsed, str) else json.dumps(parsed, ensure_ascii=False, indent=2)
+        if isinstance(value, Unreadable):  # refused: the boxes again, as typed, the one in error marked
+            inputs: dict[str, Any] | None = json.loads(value)
+        else:
+            parsed = loads_value(value)
+            inputs = self.as_inputs(parsed)
+            if inputs is None:
+                raw = parsed if isinstance(parsed, str) else json.dumps(parsed, ensure_ascii=False, indent=2)
         context["widget"].update({"inputs": inputs, "raw": raw})
         return context
 
     def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
         checks: list[dict[str, Any]] = []
-        for kind in ("contains", "regex"):
-            for line in str(data.get(f"{name}__{kind}", "")).splitlines():
+        typed = {kind: str(data.get(f"{name}__{kind}", "")) for kind in ("contains", "regex")}
+        for kind, text in typed.items():
+            for line in text.splitlines():
                 if line.strip():
                     checks.append({kind: line.strip()})
-        if data.get(f"{name}__dont_know"):
+        dont_know = bool(data.get(f"{name}__dont_know"))
+        if dont_know:
             checks.append({"dont_know": True})
+        # A regex is named by itself, as the model's check names it: the box skips blank lines, so a count is no
+        # line number. The texts a box holds are never wrong (any text that is not blank), so only this box is.
+        refused = [
+            gettext("%(regex)s: %(problem)s")
+            % {
+                "regex": check["regex"],
+                "problem": gettext("not a valid regular expression: %(error)s") % {"error": why},
+            }
+            for check in checks
+            if "regex" in check and (why := answer_regex_refusal(check["regex"])) is not None
+        ]
+        if refused:
+            shown = {**typed, "dont_know": dont_know, "invalid": ["regex"]}
+            problem = gettext("“%(input)s”: %(problems)s") % {
+                "input": gettext("the answer matches (a regular expression per line)"),
+                "problems": "; ".join(refused),
+            }
+            return Unreadable(json.dumps(shown, ensure_ascii=False), problem)
         return json.dumps(checks, ensure_ascii=False)
 
 

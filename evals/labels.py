@@ -8,7 +8,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext, gettext_lazy
 
 from audit.labels import breakable
-from evals.scoring import NOT_SUBMITTED
+from evals.scoring import NOT_SUBMITTED, REGEX_REFUSED, answer_regex_refusal
 
 # A case's type in words (``CASE_TYPES``): the eval set's page offers each with its code, the run's pages show
 # each with its code beneath it.
@@ -48,7 +48,8 @@ _CHECKS = {
 
 
 def check_label(code: str) -> str:
-    """A failed check in words; an answer check names what the answer lacked; an unknown code as it is."""
+    """A failed check in words; an answer check names what the answer lacked, or why its regex was refused; an
+    unknown code as it is."""
     kind, _colon, detail = code.partition(":")
     if code in _CHECKS:
         return str(_CHECKS[code])
@@ -56,6 +57,13 @@ def check_label(code: str) -> str:
         return gettext("the answer lacks “%(text)s”") % {"text": detail}
     if kind == "regex" and detail:
         return gettext("the answer does not match %(pattern)s") % {"pattern": detail}
+    if code.startswith(REGEX_REFUSED) and code != REGEX_REFUSED:
+        # Why, told again as it is read: the code holds the pattern, not words in the language of its scoring.
+        pattern = code[len(REGEX_REFUSED) :]
+        return gettext("the check's regex %(pattern)s is refused: %(why)s") % {
+            "pattern": pattern,
+            "why": answer_regex_refusal(pattern) or gettext("it did not compile when the case was scored"),
+        }
     if code.startswith(NOT_SUBMITTED) and code != NOT_SUBMITTED:
         return gettext("the case could not become a run (%(reason)s)") % {"reason": code[len(NOT_SUBMITTED) :]}
     return code

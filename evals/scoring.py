@@ -21,6 +21,7 @@ from evals.notation import NO_TOOL
 RATE_METRICS = ("pass_rate", "precision", "recall", "sequence_match", "argument_match", "answer_checks")
 MAX_METRICS = ("forbidden_violations", "latency_p95_ms")
 NOT_SUBMITTED = "eval:not_submitted:"  # a case that could not become a run, + the refusal's code
+REGEX_REFUSED = "regex_refused:"  # an answer check whose regex ``answer_regex`` refuses, + the pattern
 # What an answer that says it does not know contains (compared in NFC, lowercased). Phrases, not words: a bare
 # "없습니다" ("there is none") ends many a confident answer ("문제 없습니다"), so it is no sign of not knowing.
 DONT_KNOW_PHRASES = (
@@ -124,6 +125,29 @@ def not_finite(value: Any) -> bool:
     return False
 
 
+# What compiling a stored regex may raise: ``regex``'s own error (``bounded_regex``'s refusal of counted repeats
+# that would unroll past its bound included), and what the module lets through for patterns it cannot hold.
+REGEX_REFUSALS = (regex.error, ValueError, OverflowError, RecursionError, MemoryError)
+
+
+def answer_regex(pattern: str) -> Any:
+    """An answer check's regex compiled as the scoring searches with it: composed (NFC), by the ``regex`` module
+    (\\p{Hangul}, variable-length lookbehind), under ``bounded_regex``'s bound. Raises one of ``REGEX_REFUSALS``
+    for a pattern it refuses."""
+    return bounded_regex(nfc(pattern))
+
+
+def answer_regex_refusal(pattern: str) -> str | None:
+    """Why ``answer_regex`` refuses ``pattern``, in the reader's language; None when it compiles. The editor and
+    the import refuse such a pattern with this reason, and a failed check written at scoring time
+    (``REGEX_REFUSED``) is told with it."""
+    try:
+        answer_regex(pattern)
+    except REGEX_REFUSALS as exc:
+        return regex_error_text(exc)
+    return None
+
+
 def _answer_check_problem(check: Any, i: int) -> str | None:
     """What is wrong with the ``i``-th answer check (counted from 0, as JSON lists are), or None. A regex that does
     not compile is named by itself, with why in the reader's language."""
@@ -136,16 +160,12 @@ def _answer_check_problem(check: Any, i: int) -> str | None:
         return None  # a number the answer must contain as written ({"contains": 1001}), as sets held before
     if not isinstance(wanted, str) or not wanted.strip():
         return _("[%(i)s]: %(kind)s takes a text that is not empty") % {"i": i, "kind": kind}
-    if kind == "regex":
-        # Compiled as the scoring matches it (the ``regex`` module: \p{Hangul}, variable-length lookbehind).
-        try:
-            bounded_regex(wanted)
-        except (regex.error, ValueError, OverflowError, RecursionError, MemoryError) as exc:
-            # Named by itself: the admin's box skips its blank lines, so a count of regexes is no line number.
-            return _("%(regex)s: %(problem)s") % {
-                "regex": wanted,
-                "problem": _("not a valid regular expression: %(error)s") % {"error": regex_error_text(exc)},
-            }
+    if kind == "regex" and (refusal := answer_regex_refusal(wanted)) is not None:
+        # Named by itself: the admin's box skips its blank lines, so a count of regexes is no line number.
+        return _("%(regex)s: %(problem)s") % {
+            "regex": wanted,
+            "problem": _("not a valid regular expression: %(error)s") % {"error": refusal},
+        }
     return None
 
 
@@ -249,15 +269,27 @@ def _score_against(expected: list[dict[str, Any]], ordered: bool, calls: list[To
 
 
 def answer_check_failures(checks: list[dict[str, Any]], answer: str) -> list[str]:
-    """The checks the answer fails, each named as it was given. Text is compared composed (NFC) on both sides."""
+    """The checks the answer fails, each named as it was given. Text is compared composed (NFC) on both sides.
+
+    A regex check whose pattern ``answer_regex`` refuses (stored before the editor bounded patterns, or written
+    around it: a data migration, a direct save) fails as ``REGEX_REFUSED`` + the pattern, never compiled
+    unbounded: compiling one such pattern took gigabytes, and one that does not compile raised out of the
+    scoring, so its eval run never ended."""
     failed = []
     answer = nfc(answer)
     lowered = answer.lower()
     for check in checks:
-        if "contains" in check and nfc(str(check["contains"])).lower() not in lowered:
-            failed.append(f"contains:{check['contains']}")
-        elif "regex" in check and not _answer_matches(nfc(str(check["regex"])), answer):
-            failed.append(f"regex:{check['regex']}")
+        if "contains" in check:
+            if nfc(str(check["contains"])).lower() not in lowered:
+                failed.append(f"contains:{check['contains']}")
+        elif "regex" in check:
+            try:
+                pattern = answer_regex(str(check["regex"]))
+            except REGEX_REFUSALS:
+                failed.append(f"{REGEX_REFUSED}{check['regex']}")
+                continue
+            if not _answer_matches(pattern, answer):
+                failed.append(f"regex:{check['regex']}")
         elif check.get("dont_know") and not any(p in lowered for p in DONT_KNOW_PHRASES):
             failed.append("dont_know")
     return failed
@@ -398,11 +430,11 @@ def threshold_failures(summary: dict[str, Any], thresholds: dict[str, Any]) -> l
 ANSWER_REGEX_TIMEOUT_S = 0.5
 
 
-def _answer_matches(pattern: str, answer: str) -> bool:
-    """Whether ``pattern`` finds something in ``answer``, searched (``regex`` module) for at most
-    ``ANSWER_REGEX_TIMEOUT_S``: a pattern that backtracks catastrophically on a long answer fails its check
-    instead of holding the eval's scoring."""
+def _answer_matches(pattern: Any, answer: str) -> bool:
+    """Whether the compiled ``pattern`` (``answer_regex``) finds something in ``answer``, searched for at most
+    ``ANSWER_REGEX_TIMEOUT_S`` (as a rule's regex is searched, ``agents.deterministic.regex_search``): a pattern
+    that backtracks catastrophically on a long answer fails its check instead of holding the eval's scoring."""
     try:
-        return regex.search(pattern, answer, timeout=ANSWER_REGEX_TIMEOUT_S) is not None
+        return pattern.search(answer, timeout=ANSWER_REGEX_TIMEOUT_S) is not None
     except TimeoutError:
         return False

@@ -26,7 +26,8 @@ from pydantic import ValidationError as PydanticValidationError
 from agent_platform.errors import ApplicationError
 from agent_platform.text import nfc_value
 from agents.models import Agent, AgentVersion, Run, RunEvent
-from agents.services import run_cancel, run_create
+from agents.services import agent_version_publish, run_cancel, run_create
+from agents.versions import content_digest, version_content
 from audit.changes import audited_delete, audited_save
 from audit.models import AuditEvent, AuditPendingEvent
 from audit.services import audit_chain_catch_up
@@ -410,6 +411,34 @@ def eval_window(window: int | None = None) -> int:
     return max(1, int(window if window is not None else settings.PLATFORM_EVAL_WINDOW))
 
 
+# The note of the version an eval run freezes for an agent never published (``eval_version_pin``): stored data,
+# as the notes of the other publishes the code makes ("published on save", "roll back to vN") are.
+EVAL_FREEZE_NOTE = "frozen for an eval run: the agent was never published"
+
+
+@transaction.atomic
+def eval_version_pin(*, agent: Agent, actor: Any) -> int:
+    """The number of the version an eval run started without one runs, every case of it, whatever is edited or
+    published meanwhile: the agent's live version as stored now (the caller's copy of the agent may be older than
+    a publish). An agent never published runs its draft, which has no number: the draft as stored now is frozen as
+    a candidate version (``agent_version_publish`` with ``make_live=False``, audited as every publish is; live
+    traffic goes on running the draft) and that is pinned. The agent's latest version of the very same content is
+    pinned instead where there is one, so that evals of an unchanged draft run, and compare, one version.
+
+    The agent's row is locked first, as a publish locks it: a first publish cannot come between finding no live
+    version and freezing the draft."""
+    locked = Agent.objects.select_for_update().get(pk=agent.pk)
+    if locked.live_version_id is not None:
+        return int(AgentVersion.objects.values_list("number", flat=True).get(pk=locked.live_version_id))
+    content = version_content(locked)
+    frozen = AgentVersion.objects.filter(agent=locked, digest=content_digest(content)).order_by("-number").first()
+    if frozen is None:
+        frozen = agent_version_publish(
+            agent=locked, actor=actor, via="eval", note=EVAL_FREEZE_NOTE, content=content, make_live=False
+        )
+    return frozen.number
+
+
 @transaction.atomic
 def eval_run_start(
     *,
@@ -424,10 +453,10 @@ def eval_run_start(
     the case's run is asked and scored against, whatever edits come meanwhile), and submit the first ``window``
     cases (``PLATFORM_EVAL_WINDOW`` when None; stored, so every refresh keeps that many in flight).
 
-    Without ``version`` the eval runs the agent's live version as it is now, recorded as the eval run's version:
-    a version published while the eval runs does not move its remaining cases (an agent never published runs as
-    stored). Raises ApplicationError: 400 for a set without cases or a label longer than its column, 404 for an
-    unknown version, 409 for a disabled agent."""
+    Without ``version`` the eval runs the version ``eval_version_pin`` names (the live one; an agent never
+    published, its draft frozen as it is now), recorded as the eval run's version: a version published or a draft
+    edited while the eval runs does not move its remaining cases. Raises ApplicationError: 400 for a set without
+    cases or a label longer than its column, 404 for an unknown version, 409 for a disabled agent."""
     agent_version_check(agent=agent, version=version)
     label_max = EvalRun._meta.get_field("label").max_length or 0
     if len(label) > label_max:
@@ -442,8 +471,7 @@ def eval_run_start(
             _("Agent '%(slug)s' is disabled.") % {"slug": agent.slug}, code="agent_disabled", status=409
         )
     if version is None:
-        # As stored now (the caller's copy of the agent may be older than a publish).
-        version = Agent.objects.filter(pk=agent.pk).values_list("live_version__number", flat=True).first()
+        version = eval_version_pin(agent=agent, actor=actor)
     eval_run = EvalRun.objects.create(
         eval_set=eval_set,
         agent=agent,

@@ -1,5 +1,6 @@
 """An eval set's page lists its cases one line each (key, question, type), each opened by its button; a case with
-an error to fix stays open, and a case added on the page is open to be written."""
+an error to fix stays open, and a case added on the page is open to be written. A refused answer regex marks its
+own box red, not the box of texts beside it (the admin's row marked both)."""
 
 from __future__ import annotations
 
@@ -94,3 +95,31 @@ def test_the_cases_buttons_speak_the_readers_language(admin_in_browser: Any) -> 
     toggle.click()
     browser.execute_script("arguments[0].scrollIntoView()", toggle)
     screenshot(browser, "eval-set-cases-ko")
+
+
+def test_a_refused_regex_marks_its_own_box_red_and_not_the_contains_box(admin_in_browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    eval_set = a_set_of_cases(1)
+    browser = admin_in_browser
+    browser.get(f"{browser.base_url}/admin/evals/evalset/{eval_set.pk}/change/")
+    browser.find_element(By.CSS_SELECTOR, "#cases-0 .eval-case-toggle").click()
+    browser.find_element(By.NAME, "cases-0-answer_checks__contains").send_keys("클라우드운영팀")
+    browser.find_element(By.NAME, "cases-0-answer_checks__regex").send_keys("A-[0-9")
+    submit(browser, browser.find_element(By.NAME, "_continue"))
+
+    def border(name: str) -> str:
+        box = browser.find_element(By.NAME, name)
+        return str(browser.execute_script("return getComputedStyle(arguments[0]).borderTopColor", box))
+
+    error = browser.execute_script("return getComputedStyle(document.querySelector('#cases-0 .errorlist')).color")
+    regex_box = browser.find_element(By.NAME, "cases-0-answer_checks__regex")
+    assert regex_box.is_displayed() and regex_box.get_attribute("value") == "A-[0-9"
+    assert border("cases-0-answer_checks__regex") == error
+    assert border("cases-0-answer_checks__contains") != error
+    assert (
+        "the answer matches (a regular expression per line)"
+        in browser.find_element(By.CSS_SELECTOR, "#cases-0 .field-answer_checks .errorlist").text
+    )
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", regex_box)
+    screenshot(browser, "eval-set-refused-regex")

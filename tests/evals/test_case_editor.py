@@ -300,3 +300,43 @@ def test_a_tool_name_no_server_has_is_refused_naming_the_agents_tools(admin_clie
         assert f"{name}: 이 이름의 도구를 가진 서버가 없습니다" in page, name
     stored.refresh_from_db()
     assert stored.expected_tools == [{"name": "search_employee"}]
+
+
+def test_a_refused_regex_marks_and_names_its_own_box_not_the_contains_box(
+    admin_client: Client, eval_set: EvalSet
+) -> None:
+    """The admin's form row marked both answer boxes red when only the regex was refused, and the error did not
+    say which box it was in."""
+    import re
+
+    stored = case(eval_set, answer_checks=[{"contains": "팀"}])
+    typed = {"cases-0-answer_checks__contains": "클라우드운영팀", "cases-0-answer_checks__regex": "A-[0-9"}
+    response = admin_client.post(
+        f"/admin/evals/evalset/{eval_set.pk}/change/",
+        sent_back(page_of(admin_client, eval_set), **typed),
+        HTTP_ACCEPT_LANGUAGE="en",
+    )
+    assert response.status_code == 200
+    page = response.content.decode()
+
+    def box(kind: str) -> str:
+        found = re.search(rf'<textarea name="cases-0-answer_checks__{kind}"[^>]*>', page)
+        assert found is not None, kind
+        return found.group(0)
+
+    assert 'class="eval-invalid" aria-invalid="true"' in box("regex")
+    assert 'aria-describedby="id_cases-0-answer_checks_error"' in box("regex")
+    assert "eval-invalid" not in box("contains") and "aria-invalid" not in box("contains")
+    assert '<div class="eval-checks eval-checks-marked">' in page  # the row's red is for the marked box alone
+    assert "“the answer matches (a regular expression per line)”: A-[0-9: not a valid regular expression:" in page
+    assert ">클라우드운영팀</textarea>" in page and ">A-[0-9</textarea>" in page  # both boxes as typed, to fix
+    stored.refresh_from_db()
+    assert stored.answer_checks == [{"contains": "팀"}]
+
+
+def test_a_regex_past_the_bound_is_refused_in_its_box_too(admin_client: Client, eval_set: EvalSet) -> None:
+    case(eval_set)
+    page = refused(admin_client, eval_set, **{"cases-0-answer_checks__regex": "((a{1000}){1000}){1000}"})
+    assert ">((a{1000}){1000}){1000}</textarea>" in page
+    assert 'placeholder="A-[0-9]{4}" class="eval-invalid" aria-invalid="true"' in page
+    assert EvalCase.objects.get(eval_set=eval_set).answer_checks == []
