@@ -103,23 +103,32 @@ def test_a_tool_choice_the_model_cannot_honour_is_refused(demo_agent) -> None:
 
 @pytest.mark.django_db
 def test_an_agent_stored_before_these_checks_still_saves_its_other_changes(demo_agent) -> None:
+    """An agent stored with a value a later check refuses (a password in its model URL, a Bedrock ARN) still
+    saves a change to another field, with its audit event; the refused value is kept as it was."""
     from agents.models import Agent
     from agents.services import agent_update
+    from audit.models import AuditEvent
 
+    def prompt_changed_to(prompt: str) -> None:
+        before = AuditEvent.objects.count()
+        agent_update(agent=demo_agent, actor="t", via="tests", data={"system_prompt": prompt})
+        stored = Agent.objects.get(pk=demo_agent.pk)
+        assert stored.system_prompt == prompt
+        change = AuditEvent.objects.get(id__gt=before, action="config.agent.update")
+        assert change.args["system_prompt"][1] == prompt
+
+    stored_url = "https://proxyuser:Pa55w0rd-gateway@llm.example.com/v1"
     Agent.objects.filter(pk=demo_agent.pk).update(
-        model_provider="openai_compatible",
-        model_id="m",
-        model_params={"base_url": "https://proxyuser:Pa55w0rd-gateway@llm.example.com/v1"},
+        model_provider="openai_compatible", model_id="m", model_params={"base_url": stored_url}
     )
     demo_agent.refresh_from_db()
-    agent_update(agent=demo_agent, actor="t", via="tests", data={"system_prompt": "바뀐 프롬프트"})
-    Agent.objects.filter(pk=demo_agent.pk).update(
-        model_provider="bedrock",
-        model_id="arn:aws:bedrock:us-east-1:1:application-inference-profile/x",
-        model_params={},
-    )
+    prompt_changed_to("바뀐 프롬프트")
+    assert Agent.objects.get(pk=demo_agent.pk).model_params == {"base_url": stored_url}
+    arn = "arn:aws:bedrock:us-east-1:1:application-inference-profile/x"
+    Agent.objects.filter(pk=demo_agent.pk).update(model_provider="bedrock", model_id=arn, model_params={})
     demo_agent.refresh_from_db()
-    agent_update(agent=demo_agent, actor="t", via="tests", data={"system_prompt": "또 바뀐 프롬프트"})
+    prompt_changed_to("또 바뀐 프롬프트")
+    assert Agent.objects.get(pk=demo_agent.pk).model_id == arn
 
 
 @pytest.mark.django_db

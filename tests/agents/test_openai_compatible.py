@@ -4,7 +4,9 @@ the gate against the demo MCP server."""
 
 from __future__ import annotations
 
+import json
 import logging
+from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -12,6 +14,7 @@ from django.core.exceptions import ValidationError
 from agents.budgets import budget_create, budget_reserve
 from agents.execution import run_execute
 from agents.models import Agent, Run
+from agents.services import agent_update
 from audit.models import AuditEvent
 from tests.conftest import make_agent
 from tests.openai_server import ScriptedOpenAIServer
@@ -84,20 +87,46 @@ def test_an_openai_compatible_agent_completes_a_react_run_with_two_tool_calls_th
     assert run.token_usage["cache_read_tokens"] == 120
 
 
-def test_the_model_key_is_encrypted_at_rest_and_never_in_the_trace_or_the_audit(demo_server) -> None:
+def test_the_model_key_is_encrypted_at_rest_and_never_in_the_trace_or_the_audit(demo_server, monkeypatch) -> None:
+    """The key is set as an administrator sets it, through the audited service: its change is recorded by the
+    secret's name (``set: [api_key]``), never its value, and the stored event carries the key nowhere."""
     from django.db import connection
+
+    from audit.services import audit_event_record
+
+    recorded: list[dict[str, Any]] = []
+
+    def spy(**event: Any) -> Any:
+        recorded.append(event)
+        return audit_event_record(**event)
 
     turns = [{"content": f"echo {MODEL_KEY}"}]
     with ScriptedOpenAIServer(turns).running() as server:
         agent = openai_agent(server, demo_server)
+        Agent.objects.filter(pk=agent.pk).update(model_secrets={})  # stored without a key: the service sets it
+        agent.refresh_from_db()
+        before = AuditEvent.objects.count()
+        with monkeypatch.context() as patched:
+            patched.setattr("audit.changes.audit_event_record", spy)
+            agent_update(agent=agent, actor="test-admin", via="tests", data={"model_secrets": {"api_key": MODEL_KEY}})
         run = submit(agent, "hello")
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    assert server.requests[0]["headers"]["authorization"] == f"Bearer {MODEL_KEY}"
     with connection.cursor() as cursor:
         cursor.execute("SELECT model_secrets FROM agents_agent WHERE id = %s", [agent.pk])
         (stored,) = cursor.fetchone()
     assert stored.startswith("fernet:") and MODEL_KEY not in stored
     assert MODEL_KEY not in run.answer and MODEL_KEY not in str(run.messages)
-    change = AuditEvent.objects.filter(action__startswith="config.agent").order_by("-id").first()
-    assert change is None or MODEL_KEY not in str(change.args)
+    # What the change recorded, before the audit's masking: the secret's name only.
+    assert [(e["action"], e["args"]) for e in recorded] == [
+        ("config.agent.update", {"model_secrets": {"set": ["api_key"]}})
+    ]
+    change = AuditEvent.objects.get(id__gt=before, action="config.agent.update")
+    result = change.result or {}
+    assert (change.actor, result.get("id"), result.get("via")) == ("test-admin", agent.pk, "tests")
+    assert MODEL_KEY not in json.dumps(change.args) and MODEL_KEY not in json.dumps(change.result)
+    # Stored, the field's name reads as a secret's to the masking, which hides the names too.
+    assert change.args == {"model_secrets": "***"}
 
 
 def test_the_key_may_come_from_the_workers_environment(demo_server, monkeypatch, settings) -> None:

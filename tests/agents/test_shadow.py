@@ -19,6 +19,7 @@ from agents.services import (
     deterministic_rule_update,
     run_create,
 )
+from agents.shadow import shadow_after_live
 from audit.models import AuditEvent
 from mcpregistry.models import McpServer
 from mcpregistry.pool import get_default_pool
@@ -85,12 +86,27 @@ def test_the_callers_run_finishes_before_its_shadow_starts_and_its_answer_is_unc
     assert comparison.live_tools == comparison.shadow_tools == ["sds-company-data.get_asset_status"]
 
 
-def test_a_run_is_not_shadowed_at_sample_rate_zero_nor_is_a_shadow_shadowed(demo_agent: Agent) -> None:
+def test_a_run_is_not_shadowed_at_sample_rate_zero(demo_agent: Agent) -> None:
     with_candidate(demo_agent, "후보 {result.asset_id}")
     demo_agent.refresh_from_db()
     agent_shadow_set(agent=demo_agent, actor="test-admin", via="tests", version=demo_agent.shadow_version, rate=0.0)
     live_run(demo_agent)
     assert not Run.objects.filter(purpose=Run.Purpose.SHADOW).exists()
+
+
+def test_a_shadow_run_is_never_shadowed_itself_even_at_sample_rate_one(demo_agent: Agent) -> None:
+    with_candidate(demo_agent, "후보 {result.asset_id}")  # every live run sampled
+    run = live_run(demo_agent)
+    shadow = Run.objects.get(shadow_of=run)
+    run_execute(run_id=str(shadow.id))  # finished, as a live run would be shadowed then
+    shadow.refresh_from_db()
+    assert shadow.status == Run.Status.SUCCEEDED
+    assert ShadowComparison.objects.get(live_run=run).shadow_run == shadow
+    assert list(Run.objects.filter(purpose=Run.Purpose.SHADOW)) == [shadow]
+    assert not Run.objects.filter(shadow_of__purpose=Run.Purpose.SHADOW).exists()
+    # Asked directly too: the execution path asks only for a live run's shadow, so this guard stands alone here.
+    assert shadow_after_live(run_id=shadow.id) is None
+    assert list(Run.objects.filter(purpose=Run.Purpose.SHADOW)) == [shadow]
 
 
 def test_an_identical_candidate_agrees(demo_agent: Agent) -> None:
