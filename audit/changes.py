@@ -182,15 +182,17 @@ def _entity(model: type[models.Model]) -> str:
     return policy.entity if isinstance(policy, ChangeAudit) else (model._meta.model_name or "object")
 
 
-def _relation_fields(model: type[models.Model], diff: Mapping[str, Any]) -> list[str]:
-    """The diff's fields that name related rows (by their ``str``; a secret map is never one)."""
+def _named_fields(model: type[models.Model], diff: Mapping[str, Any]) -> list[str]:
+    """The diff's fields masked by their values only, not by a field name that looks secret: those that name
+    related rows (by their ``str``), and the secret maps, whose diff holds only the names of what was set, changed
+    or cleared (``secret_diff``: an agent's ``model_secrets`` was stored as ``***``, hiding which secret changed)."""
     names = []
     for name in diff:
         try:
             model_field: Any = model._meta.get_field(name)
         except FieldDoesNotExist:
             continue
-        if model_field.is_relation and not is_secret_field(model_field):
+        if model_field.is_relation or is_secret_field(model_field):
             names.append(name)
     return names
 
@@ -216,7 +218,7 @@ def config_change_record(
         mcp_id=mcp_id,
         tool=tool,
         args=dict(diff),
-        named_rows=_relation_fields(type(obj), diff),
+        named_rows=_named_fields(type(obj), diff),
         result={
             "model": obj._meta.label_lower,
             "id": pk if pk is not None else obj.pk,

@@ -128,8 +128,9 @@ def audit_event_record(
 ) -> AuditEvent:
     """Append one audit event to the chain. Arguments and result are masked (key names, value patterns and
     the exact ``secrets`` given, plus every registered secret) and the result is truncated before it is stored.
-    ``named_rows``: arguments whose values name rows (a change's relation fields: a budget's ``api_key`` is the
-    key's name and prefix, never the key), masked by their values only, not by a name that looks secret.
+    ``named_rows``: arguments masked by their values only, not by a name that looks secret (a change's relation
+    fields: a budget's ``api_key`` is the key's name and prefix, never the key; and its secret maps' diffs, which
+    name the secrets changed, never a value).
 
     Runs in its own transaction, or inside the caller's (see the module docstring: inline, the caller then holds
     the chain head until it commits; deferred, the event is chained just after the caller commits); if the append

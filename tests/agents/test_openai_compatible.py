@@ -125,8 +125,9 @@ def test_the_model_key_is_encrypted_at_rest_and_never_in_the_trace_or_the_audit(
     result = change.result or {}
     assert (change.actor, result.get("id"), result.get("via")) == ("test-admin", agent.pk, "tests")
     assert MODEL_KEY not in json.dumps(change.args) and MODEL_KEY not in json.dumps(change.result)
-    # Stored, the field's name reads as a secret's to the masking, which hides the names too.
-    assert change.args == {"model_secrets": "***"}
+    # Stored as recorded: the field's name reads as a secret's to the masking, but its diff names secrets only (it
+    # was stored as "***", hiding which secret was set).
+    assert change.args == {"model_secrets": {"set": ["api_key"]}}
 
 
 def test_the_key_may_come_from_the_workers_environment(demo_server, monkeypatch, settings) -> None:
