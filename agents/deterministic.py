@@ -190,7 +190,8 @@ def render_params(
 ) -> Any:
     """Render a params template. A string that is exactly one placeholder takes the value with its own type
     (so ``"{data.count}"`` can yield an int); placeholders inside longer strings are substituted as text (a value
-    that is no string as the answer template writes it: ``a, b`` for a list of plain values, else JSON)."""
+    that is no string as the answer template writes it: nothing for null, ``a, b`` for a list of plain values,
+    else JSON)."""
 
     def value_of(name: str) -> Any:
         if name == "query":
@@ -288,12 +289,17 @@ def _lookup_each(root: Any, path: str) -> Any:
 
 
 def _readable(value: Any) -> str:
-    """A placeholder's value as answer text: a string as it is, a list of plain values as ``a, b, c``, anything
-    else as compact JSON."""
+    """A placeholder's value as answer text: a string as it is, no value (JSON's null: an asset with no owner) as
+    nothing, a list of plain values as ``a, b, c`` (its nulls left out), anything else as compact JSON. ``null``
+    or ``None`` is no word for an end user reading an answer in Korean."""
+    if value is None:
+        return ""
     if isinstance(value, str):
         return value
-    if isinstance(value, list) and all(isinstance(v, str | int | float) and not isinstance(v, bool) for v in value):
-        return ", ".join(str(v) for v in value)
+    if isinstance(value, list) and all(
+        v is None or (isinstance(v, str | int | float) and not isinstance(v, bool)) for v in value
+    ):
+        return ", ".join(str(v) for v in value if v is not None)
     return _compact(value)
 
 

@@ -177,9 +177,17 @@ def discover_as_admin(*, server: McpServer) -> DiscoveryReport:
 
 
 def bind_demo_server(
-    *, mcp_id: str = "sds-company-data", failure_mode: str = "none", session_scope: str = "shared", **env: str
+    *,
+    mcp_id: str = "sds-company-data",
+    failure_mode: str = "none",
+    session_scope: str = "shared",
+    shipped_delay: bool = False,
+    **env: str,
 ) -> McpServer:
-    """A binding to the shipped demo server (a real stdio process), discovered."""
+    """A binding to the shipped demo server (a real stdio process), discovered. Its injected timeout answers
+    after 0.2 s, before the contract's own timeout, so that the suite stays fast; ``shipped_delay`` leaves
+    ``FAILURE_TIMEOUT_S`` unset, as ``seed_demo`` does (the server's 5 s, past the contract's 2 s)."""
+    delay: dict[str, str] = {} if shipped_delay else {"FAILURE_TIMEOUT_S": "0.2"}
     server = McpServer.objects.create(
         mcp_id=mcp_id,
         name="SDS company data",
@@ -187,7 +195,7 @@ def bind_demo_server(
         command=sys.executable,
         args=["-m", settings.PLATFORM_DEMO_SERVER_MODULE],
         cwd=str(settings.BASE_DIR),
-        env={"FAILURE_MODE": failure_mode, "INTERNAL_API_KEY": DEMO_SECRET, "FAILURE_TIMEOUT_S": "0.2", **env},
+        env={"FAILURE_MODE": failure_mode, "INTERNAL_API_KEY": DEMO_SECRET, **delay, **env},
         public_env=[*DEMO_PUBLIC_ENV, *env],
         timeout_s=10,
         session_scope=session_scope,

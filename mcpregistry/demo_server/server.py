@@ -15,11 +15,11 @@ Nothing is printed to stdout: on stdio that is the protocol channel. Logs go to 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -129,14 +129,18 @@ def _failure_mode() -> str:
     return mode
 
 
-def _call_backend(asset_id: str) -> dict[str, Any]:
-    """가짜 자산 관리 백엔드 호출. FAILURE_MODE에 따라 장애를 재현한다."""
+async def _call_backend(asset_id: str) -> dict[str, Any]:
+    """가짜 자산 관리 백엔드 호출. FAILURE_MODE에 따라 장애를 재현한다.
+
+    The stall is awaited, not slept: a client that gives up first cancels the request, and only a coroutine stops
+    there. A sync tool's thread runs on, and its late answer to a request already cancelled breaks the MCP SDK's
+    session (modelcontextprotocol/python-sdk#2416): every later call on it hangs, the backup's included."""
     api_key = os.environ.get("INTERNAL_API_KEY", "")
     # 주의: Secret은 절대 로그에 남기지 않습니다.
     logger.info("backend 호출 asset_id=%s api_key=%s", asset_id, "set" if api_key else "unset")
     mode = _failure_mode()
     if mode == "timeout":
-        time.sleep(float(os.environ.get("FAILURE_TIMEOUT_S", "5")))
+        await asyncio.sleep(float(os.environ.get("FAILURE_TIMEOUT_S", "5")))
         raise TimeoutError("backend 응답이 5초를 초과했습니다")
     if mode == "rate_limit":
         raise RateLimitError("429 Too Many Requests: 분당 호출 한도 초과")
@@ -149,14 +153,14 @@ def _call_backend(asset_id: str) -> dict[str, Any]:
 
 
 @mcp.tool(annotations=READ_ONLY)
-def get_asset_status(asset_id: str) -> dict[str, Any]:
+async def get_asset_status(asset_id: str) -> dict[str, Any]:
     """자산 관리 백엔드에서 자산 ID로 현재 상태를 실시간 조회한다.
 
     Args:
         asset_id: 자산 ID (예: 'A-1001')
     """
     try:
-        data = _call_backend(asset_id)
+        data = await _call_backend(asset_id)
     except RateLimitError as exc:
         logger.warning("rate limit: %s", exc)
         raise ToolError(
@@ -181,7 +185,9 @@ def get_asset_status_backup(asset_id: str) -> str:
     logger.info("backup 경로 사용 asset_id=%s", asset_id)
     for asset in ASSETS:
         if asset["asset_id"] == asset_id:
-            return f"{asset_id}: {asset['status']} (사용자: {asset['owner']}, 백업 스냅샷 기준, 갱신 주기 1시간)"
+            # The seed's A-1004 is in stock, with no owner: said in words, not as Python's None.
+            owner = "사용자 없음" if asset["owner"] is None else f"사용자: {asset['owner']}"
+            return f"{asset_id}: {asset['status']} ({owner}, 백업 스냅샷 기준, 갱신 주기 1시간)"
     return f"'{asset_id}' 자산을 백업 스냅샷에서 찾을 수 없습니다."
 
 
