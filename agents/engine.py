@@ -46,7 +46,7 @@ from agents.graph import (
     model_turn_count,
     turn_calls,
 )
-from agents.llm import build_chat_model, supports_tool_choice
+from agents.llm import build_chat_model
 from agents.mcp_context import (
     READ_RESOURCE_TOOL,
     McpContextSettings,
@@ -56,7 +56,15 @@ from agents.mcp_context import (
 )
 from agents.model_tracing import ModelCallTracer
 from agents.parallel_calls import ParallelCalls, call_batch
-from agents.providers import RETRYABLE_BY_DEFAULT, ModelCallFailed, guardrail_intervention, model_error_kind
+from agents.providers import (
+    CUT_AT_TOKEN_LIMIT,
+    RETRYABLE_BY_DEFAULT,
+    ModelCallFailed,
+    guardrail_intervention,
+    model_error_kind,
+    stop_reason,
+    supports_tool_choice,
+)
 from agents.selectors import tool_name_conflicts
 from agents.tool_offer import ToolOffer, tool_doc
 from agents.tool_selection import (
@@ -396,10 +404,42 @@ def execute(plan: RunPlan) -> RunOutcome:
         }
         return outcome
 
+    # The model is made before the tool offer: its own forcing choice (``model_params.tool_choice``) is the offer's.
+    try:
+        model = build_chat_model(
+            provider=plan.provider,
+            model_id=plan.model_id,
+            params=_budgeted_params(plan.model_params) if plan.token_ceiling is not None else plan.model_params,
+            offline_answer=_offline_answer(plan, results),
+            api_key=plan.model_api_key,
+        )
+    except MUST_PROPAGATE:
+        raise
+    except Exception as exc:  # noqa: BLE001 - no model to be had: the run fails as a value, never a crash
+        # A ValueError says why (an unknown or disallowed provider, parameters it cannot use, no AWS region);
+        # anything else the SDK raised while making its client is classified as a call's failure would be.
+        kind = "unavailable" if isinstance(exc, ValueError) else model_error_kind(exc)
+        detail = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+        return RunOutcome(
+            status="failed",
+            error_code=f"model:{'unavailable' if kind == 'error' else kind}",
+            error_message=mask_text(detail, secrets=secrets)[:2000],
+            deterministic_results=results,
+            messages=trace,
+        )
+
     index = _tool_index(plan)
     specs = tool_specs(index, plan.frozen_contracts)  # once per run: the offer and the graph share them
     try:
-        offer = _tool_offer(plan, index, specs, results, trace, who("agent", ""))
+        offer = _tool_offer(
+            plan,
+            index,
+            specs,
+            results,
+            trace,
+            who("agent", ""),
+            model_choice=getattr(model, "first_turn_tool_choice", None),
+        )
         context_settings = mcp_context_settings(plan.mcp_context)
     except ValueError as exc:  # a stored setting that no longer validates: the run fails as a value
         return RunOutcome(
@@ -525,28 +565,6 @@ def execute(plan: RunPlan) -> RunOutcome:
             earlier += [HumanMessage(turn["query"]), history_answer(turn["answer"])]
         system_text = "\n\n".join(part for part in (text, attachment) if part)
         messages = [SystemMessage(system_text), *earlier, HumanMessage(plan.query)]
-    try:
-        model = build_chat_model(
-            provider=plan.provider,
-            model_id=plan.model_id,
-            params=_budgeted_params(plan.model_params) if plan.token_ceiling is not None else plan.model_params,
-            offline_answer=_offline_answer(plan, results),
-            api_key=plan.model_api_key,
-        )
-    except MUST_PROPAGATE:
-        raise
-    except Exception as exc:  # noqa: BLE001 - no model to be had: the run fails as a value, never a crash
-        # A ValueError says why (an unknown or disallowed provider, parameters it cannot use, no AWS region);
-        # anything else the SDK raised while making its client is classified as a call's failure would be.
-        kind = "unavailable" if isinstance(exc, ValueError) else model_error_kind(exc)
-        detail = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
-        return RunOutcome(
-            status="failed",
-            error_code=f"model:{'unavailable' if kind == 'error' else kind}",
-            error_message=mask_text(detail, secrets=secrets)[:2000],
-            deterministic_results=results,
-            messages=trace,
-        )
     # What the run spent before this pass: its stored conversation's turns, or (a run taken over from a lost
     # worker, whose turns were never stored) what its model_turn events say, whichever is more.
     spent_tokens = [max(_tokens_of(messages), plan.spent_before)]
@@ -618,7 +636,25 @@ def execute(plan: RunPlan) -> RunOutcome:
             outcome.parked_on = state["parked_on"]
         else:
             last = final_messages[-1] if final_messages else None
-            outcome.answer = mask_text(text_of(last.content), secrets=secrets) if isinstance(last, AIMessage) else ""
+            answer = text_of(last.content) if isinstance(last, AIMessage) else ""
+            stopped = stop_reason(last.response_metadata or {}) if isinstance(last, AIMessage) else None
+            failure = ""
+            if stopped in CUT_AT_TOKEN_LIMIT:
+                # A text cut short reads as a whole answer: the run fails rather than pass off its first part.
+                failure = "model:max_tokens"
+                outcome.error_message = _(
+                    "The model's answer was cut off at its token limit: raise the agent's max_tokens (model "
+                    "parameters), or the token reservation of the run's budget."
+                )
+            elif not answer.strip():
+                failure = "model:empty"
+                outcome.error_message = _("The model gave no answer: its last turn held no text and asked for no tool.")
+            if failure:
+                logger.warning("model failure in run %s: %s", plan.run_id, failure)
+                outcome.status, outcome.error_code = "failed", failure
+                trace.append({"type": "outcome", "reason": failure, **({"stop_reason": stopped} if stopped else {})})
+            else:
+                outcome.answer = mask_text(answer, secrets=secrets)
     except TokenCeilingReached as exc:
         # The graph's state ends before the turn that crossed the ceiling: its turns are counted from here.
         final_messages = [*messages, *(m for m in new_turns if m not in messages)]
@@ -749,11 +785,19 @@ def _tool_offer(
     results: list[dict[str, Any]],
     trace: list[Any],
     who: gate.GateCall,
+    *,
+    model_choice: str | None = None,
 ) -> ToolOffer:
     """The run's tool offer: selection settings, the tools a matched rule named (always offered), each tool's
     correction cap from the contract the gate applies for ``who`` (a published version's frozen one), and the
-    trace entry of each turn's selection. Raises ValueError for settings that do not validate."""
+    trace entry of each turn's selection. Raises ValueError for settings that do not validate.
+
+    The first tool forced is a matched rule's, else the agent's ``force_first_tool``, else ``model_choice`` (the
+    model's own ``model_params.tool_choice`` "any" or a tool's name): one rule for all three, the offer's, so a
+    forced tool is always among those offered and is not forced once it is not (withdrawn, filtered out)."""
     settings = tool_selection_settings(plan.tool_selection)
+    if model_choice and not settings.force_first_tool:
+        settings = settings.model_copy(update={"force_first_tool": model_choice})
     by_tool = {(server.mcp_id, mcp_tool.name): name for name, (server, mcp_tool) in index.items()}
     rule_named = [by_tool[key] for r in results if (key := (r.get("mcp_id"), r.get("tool"))) in by_tool]
     previous_turns = model_turn_count(plan.conversation)  # an earlier turn of the conversation is none of the run's
@@ -767,7 +811,8 @@ def _tool_offer(
     forcing = {r.rule_id: r.force_first_tool for r in plan.rules if r.force_first_tool}
     matched = [e.get("rule_id") for e in trace if e.get("type") == "rule" and e.get("matched")]
     by_rule = next((forcing[rule_id] for rule_id in matched if rule_id in forcing), "")
-    if by_rule and supports_tool_choice(plan.provider, plan.model_id):
+    kind: Literal["any", "tool"] = "any" if by_rule == "any" else "tool"
+    if by_rule and supports_tool_choice(provider=plan.provider, model_id=plan.model_id, kind=kind):
         settings = settings.model_copy(update={"force_first_tool": by_rule})
     ranker, fallback, note = selection_rankers(settings=settings, index=index)
     contracts = {

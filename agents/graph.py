@@ -257,7 +257,9 @@ def build_react_graph(
 ) -> ReactGraph:
     """``call_tool(tool_call)`` returns the ToolMessage for the model and, if the call must wait for approval,
     the approval id (the graph then stops with ``parked_on`` set). With ``turn_tools``, each model turn binds
-    the tools it returns (top-K selection, a forced first call) instead of ``tool_specs``. ``before_model_call``
+    the tools it returns (top-K selection, a forced first call) instead of ``tool_specs``, and the choice it
+    returns is the only one forced (the model's ``first_turn_tool_choice`` is then ``turn_tools``' to apply).
+    ``before_model_call``
     runs before every model call and gives the call's keyword arguments, or raises to refuse it."""
     return ReactGraph(
         ReactParts(
@@ -295,8 +297,12 @@ def _agent(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
     specs = parts.tool_specs
     tool_choice: Any = None
     if parts.turn_tools is not None:
+        # The offer forces the first tool, the model's own forcing choice included (the engine gives it as the
+        # offer's ``force_first_tool`` where the agent names none): a forced tool is then offered, and a tool no
+        # longer offered (withdrawn, outside the hard filters) is not forced. Forcing it here besides would name
+        # a tool the turn was not given, which every provider refuses.
         specs, tool_choice = parts.turn_tools(state["messages"], turns)
-    if not tool_choice and turns == 0:
+    elif turns == 0:
         # The model's own forced choice (``model_params.tool_choice`` "any" or a tool's name) holds for the run's
         # first turn only, as ``force_first_tool`` does: forced on every turn, the model could never answer.
         tool_choice = getattr(parts.model, "first_turn_tool_choice", None)

@@ -163,15 +163,6 @@ class ScriptedChatModel(_PlatformChatModel):
         return ChatResult(generations=[ChatGeneration(message=message)])
 
 
-def supports_tool_choice(provider: str, model_id: str = "") -> bool:
-    """Whether an agent on ``provider`` (and, for Bedrock, ``model_id``) may force its first tool call (seed 002
-    §7.1): ``bind_tools(tools, tool_choice=...)`` with "any" or a tool's name. ``offline`` never calls a tool, so
-    it cannot be forced to; ``scripted`` records the choice it was given."""
-    from agents.providers import supports_tool_choice as provider_supports_tool_choice
-
-    return provider_supports_tool_choice(provider=provider, model_id=model_id)
-
-
 def build_chat_model(
     *, provider: str, model_id: str, params: dict[str, Any], offline_answer: str, api_key: str | None = None
 ) -> BaseChatModel:

@@ -1,7 +1,7 @@
 """A span per model call (``chat <model>``), with the GenAI semantic conventions' attributes: the provider, the
-requested model, the tokens used and the finish reasons. Given to the ReAct graph as a LangChain callback
-handler (``agents.engine``), so it sees every call of every provider. The messages themselves are never
-recorded."""
+requested model, the tokens used and the finish reasons (the provider's own stop reason where it gave one).
+Given to the ReAct graph as a LangChain callback handler (``agents.engine``), so it sees every call of every
+provider. The messages themselves are never recorded."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 import agent_platform.telemetry as telemetry
+from agents.providers import stop_reason
 
 
 class ModelCallTracer(BaseCallbackHandler):
@@ -60,7 +61,9 @@ class ModelCallTracer(BaseCallbackHandler):
                     usage: dict[str, Any] = dict(message.usage_metadata or {})
                     input_tokens += int(usage.get("input_tokens", 0) or 0)
                     output_tokens += int(usage.get("output_tokens", 0) or 0)
-                    finish_reasons.append("tool_calls" if message.tool_calls else "stop")
+                    # The provider's own reason where it gave one (``max_tokens``/``length``: the turn was cut short).
+                    reported = stop_reason(message.response_metadata or {})
+                    finish_reasons.append(reported or ("tool_calls" if message.tool_calls else "stop"))
         started.set_attribute("gen_ai.usage.input_tokens", input_tokens)
         started.set_attribute("gen_ai.usage.output_tokens", output_tokens)
         if finish_reasons:

@@ -53,31 +53,21 @@ def registered_flow_graphs() -> list[str]:
     return list(dict.fromkeys([*FLOW_TEMPLATES, *extra]))
 
 
-def tool_choice_forms() -> str:
-    """The forms tool_choice takes, as its refusal says."""
-    return str(
-        _(
-            'tool_choice: write auto, any, none or a tool\'s name, or an object naming the tool ({"type": "tool", '
-            '"name": "…"}).'
-        )
-    )
-
-
 def tool_choice_name(choice: Any) -> str | None:
-    """What ``model_params.tool_choice`` asks of the model, as a word: ``auto``, ``any``, ``none`` or the tool's
-    name, given as that text or as an object naming the tool (``{"type": "tool", "name": "lookup"}``, or
-    OpenAI's ``{"type": "function", "function": {"name": "lookup"}}``); None when not given. Raises ValueError
-    for an object that names no tool (its provider refused it on every run)."""
-    if choice is None or isinstance(choice, str):
-        return choice
-    if isinstance(choice, dict):
-        function = choice.get("function")
-        name = choice.get("name", function.get("name") if isinstance(function, dict) else None)
-        if isinstance(name, str) and name.strip():
-            return name
-        if "name" not in choice and function is None and choice.get("type") in ("auto", "any", "none"):
-            return str(choice["type"])
-    raise ValueError(choice)
+    """``agents.providers.tool_choice_name``: what ``model_params.tool_choice`` asks of the model, as a word. Named
+    here too for the admin's form, which reads it beside the models (importing the providers imports langchain)."""
+    from agents.providers import tool_choice_name as provider_tool_choice_name
+
+    return provider_tool_choice_name(choice)
+
+
+def named_tool_refused(*, setting: str, model_id: str) -> str:
+    """Why a setting forcing one named tool is refused for a model that can only be made to call some tool
+    (``agents.providers.supports_tool_choice``, kind ``"tool"``)."""
+    return str(
+        _('%(setting)s: the model %(model)s cannot be made to call one named tool; "any" (some tool) works with it.')
+        % {"setting": setting, "model": model_id}
+    )
 
 
 class Agent(AuditedModel):
@@ -327,17 +317,19 @@ class Agent(AuditedModel):
 
     def _clean_tool_selection(self) -> None:
         """The ``tool_selection`` JSON has the shape ``agents.tool_selection`` reads, and a forced first tool
-        is refused for a provider that cannot force one (``agents.llm.supports_tool_choice``)."""
+        is refused for a provider that cannot force one, and a named one for a model that can only be made to call
+        some tool (``agents.providers.supports_tool_choice``)."""
         from django.core.exceptions import ValidationError
 
-        from agents.llm import supports_tool_choice
+        from agents.providers import supports_tool_choice
         from agents.tool_selection import tool_selection_settings
 
         try:
             selection = tool_selection_settings(self.tool_selection)
         except ValueError as exc:
             raise ValidationError({"tool_selection": str(exc)}) from None
-        if selection.force_first_tool and not supports_tool_choice(self.model_provider, self.model_id):
+        forced = selection.force_first_tool
+        if forced and not supports_tool_choice(provider=self.model_provider, model_id=self.model_id):
             raise ValidationError(
                 {
                     "tool_selection": _(
@@ -346,6 +338,14 @@ class Agent(AuditedModel):
                     )
                     % {"provider": self.model_provider}
                 }
+            )
+        if (
+            forced
+            and forced != "any"
+            and not supports_tool_choice(provider=self.model_provider, model_id=self.model_id, kind="tool")
+        ):
+            raise ValidationError(
+                {"tool_selection": named_tool_refused(setting="force_first_tool", model_id=self.model_id)}
             )
 
     def _clean_model(self) -> None:
@@ -356,8 +356,7 @@ class Agent(AuditedModel):
         from django.core.exceptions import ValidationError
         from pydantic import ValidationError as PydanticValidationError
 
-        from agents.llm import supports_tool_choice
-        from agents.providers import OTHER_MODE_PARAMS, ModelParams
+        from agents.providers import OTHER_MODE_PARAMS, ModelParams, supports_tool_choice, tool_choice_forms
         from mcpregistry.binding_policy import (
             from_env_problem,
             masked_secret_given,
@@ -408,22 +407,34 @@ class Agent(AuditedModel):
                 forced = None
                 errors.setdefault("model_params", []).append(tool_choice_forms())
             arn = self.model_provider == self.Provider.BEDROCK and str(self.model_id or "").startswith("arn:")
+
+            def model_changed() -> bool:  # a model switched under a choice it cannot take
+                return self.pk is None or any(
+                    getattr(self, name) != stored_value(self, name) for name in ("model_provider", "model_id")
+                )
+
             if (
                 forced not in (None, "auto", "none")
                 and not arn  # refused at the model id: whether it could be forced is not known
-                and changed("tool_choice")
-                and not supports_tool_choice(self.model_provider, self.model_id)
+                and (changed("tool_choice") or model_changed())
             ):
                 # Every run would fail when the model is asked to choose so (the provider refuses it).
-                errors.setdefault("model_params", []).append(
-                    str(
-                        _(
-                            "tool_choice: the %(provider)s provider (or this model) cannot be made to call a tool; "
-                            "leave it out or use auto."
+                if not supports_tool_choice(provider=self.model_provider, model_id=self.model_id):
+                    errors.setdefault("model_params", []).append(
+                        str(
+                            _(
+                                "tool_choice: the %(provider)s provider (or this model) cannot be made to call a "
+                                "tool; leave it out or use auto."
+                            )
+                            % {"provider": self.model_provider}
                         )
-                        % {"provider": self.model_provider}
                     )
-                )
+                elif forced != "any" and not supports_tool_choice(
+                    provider=self.model_provider, model_id=self.model_id, kind="tool"
+                ):
+                    errors.setdefault("model_params", []).append(
+                        named_tool_refused(setting="tool_choice", model_id=self.model_id)
+                    )
         if (
             self.model_provider == self.Provider.BEDROCK
             and str(self.model_id or "").startswith("arn:")
@@ -592,27 +603,29 @@ class DeterministicRule(AuditedModel):
         from pydantic import ValidationError as PydanticValidationError
 
         from agents.deterministic import PLACEHOLDER, WhenSpec, placeholder_problems, template_problems
-        from agents.llm import supports_tool_choice
+        from agents.providers import supports_tool_choice
         from agents.tools import CodeRuleError, load_code_rule
         from audit.masking import MASK, holds_secret
         from mcpregistry.binding_policy import setting_secret_problem
         from mcpregistry.contracts import argument_constraints, spec_problems
 
         errors: dict[str, list[str]] = {}
-        if (
-            self.force_first_tool
-            and self.agent_id
-            and not supports_tool_choice(self.agent.model_provider, self.agent.model_id)
-        ):
-            errors["force_first_tool"] = [
-                str(
-                    _(
-                        "The %(provider)s provider cannot force the first tool call (tool_choice); leave "
-                        "force_first_tool empty or choose a provider that supports it."
+        if self.force_first_tool and self.agent_id:
+            provider, model_id = self.agent.model_provider, self.agent.model_id
+            if not supports_tool_choice(provider=provider, model_id=model_id):
+                errors["force_first_tool"] = [
+                    str(
+                        _(
+                            "The %(provider)s provider cannot force the first tool call (tool_choice); leave "
+                            "force_first_tool empty or choose a provider that supports it."
+                        )
+                        % {"provider": provider}
                     )
-                    % {"provider": self.agent.model_provider}
-                )
-            ]
+                ]
+            elif self.force_first_tool != "any" and not supports_tool_choice(
+                provider=provider, model_id=model_id, kind="tool"
+            ):
+                errors["force_first_tool"] = [named_tool_refused(setting="force_first_tool", model_id=model_id)]
         if self.params and (self.pk is None or self.params != stored_value(self, "params")):
             # A secret in the params is stored, shown and exported in clear while the audit hides it. A text with
             # a placeholder is filled in from the query at run time: judged without its placeholders, and where

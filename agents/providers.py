@@ -10,11 +10,13 @@ What they share:
   left becomes ``ModelCallFailed`` with the code ``model:<kind>``, which the engine turns into a failed run. The
   SDKs' own retries are switched off so that this policy is the only one.
 - **Forced tool choice.** Both accept ``bind_tools(tools, tool_choice=...)`` (``"auto"``, ``"any"``, or a tool's
-  name) and declare it: ``supports_tool_choice(provider=..., model_id=...)``. ``model_params["tool_choice"]``:
-  ``"auto"`` and ``"none"`` hold for every model turn; a forcing choice (``"any"``, a tool's name, an object) is the
-  model's ``first_turn_tool_choice``, which the ReAct graph applies on the run's first model turn only, as
-  ``tool_selection.force_first_tool`` (which takes precedence) is: forced on every turn, the model could never
-  answer. Bedrock's Converse API has no ``"none"`` (only auto, any and a tool): there the model is given no tools.
+  name) and declare it: ``supports_tool_choice(provider=..., model_id=..., kind="any" | "tool")`` (some Bedrock
+  models take "any" but no named tool). ``model_params["tool_choice"]`` is read as a word (``tool_choice_name``:
+  an object form as the choice it names): ``"auto"`` and ``"none"`` hold for every model turn; a forcing choice
+  (``"any"``, a tool's name) is the model's ``first_turn_tool_choice``, which the run's tool offer forces on the
+  run's first model turn only, as it forces ``tool_selection.force_first_tool`` (which takes precedence): forced
+  on every turn, the model could never answer. Bedrock's Converse API has no ``"none"`` (only auto, any and a
+  tool): there the model is given no tools.
 - **Secrets.** The OpenAI-compatible key is the agent's encrypted ``model_secrets["api_key"]`` (a value, or
   ``{"from_env": NAME}`` read on the worker); it is never in ``model_params``. Bedrock's credentials come from
   boto3's standard chain, never from the database.
@@ -56,8 +58,10 @@ PROVIDER_CAPABILITIES: dict[str, frozenset[str]] = {
 }
 
 
-def supports_tool_choice(*, provider: str, model_id: str = "") -> bool:
-    """Whether the provider (and, for Bedrock, the model) honours a forced ``tool_choice`` ("any" or a name)."""
+def supports_tool_choice(*, provider: str, model_id: str = "", kind: Literal["any", "tool"] = "any") -> bool:
+    """Whether the provider (and, for Bedrock, the model) honours a forced ``tool_choice`` of ``kind``: ``"any"``
+    (some tool) or ``"tool"`` (one named tool). Some Bedrock models take "any" but no named tool (Mistral Large,
+    DeepSeek, most GLM models, as langchain-aws lists them): a name forced on them fails every call."""
     if "tool_choice" not in PROVIDER_CAPABILITIES.get(provider, frozenset()):
         return False
     if provider == "bedrock":
@@ -65,8 +69,36 @@ def supports_tool_choice(*, provider: str, model_id: str = "") -> bool:
             probe = ChatBedrockConverse(model=model_id or "x", region_name="us-east-1", client=object())
         except Exception:  # noqa: BLE001 - a model id langchain-aws refuses (an ARN): the agent's check says why
             return False
-        return "any" in (probe.supports_tool_choice_values or ())
+        return kind in (probe.supports_tool_choice_values or ())
     return True
+
+
+def tool_choice_forms() -> str:
+    """The forms tool_choice takes, as its refusal says."""
+    return _(
+        'tool_choice: write auto, any, none or a tool\'s name, or an object naming the tool ({"type": "tool", '
+        '"name": "…"}).'
+    )
+
+
+def tool_choice_name(choice: Any) -> str | None:
+    """What ``model_params.tool_choice`` asks of the model, as a word: ``auto``, ``any``, ``none`` or the tool's
+    name, given as that text or as an object naming the tool (``{"type": "tool", "name": "lookup"}``, or
+    OpenAI's ``{"type": "function", "function": {"name": "lookup"}}``) or the choice (``{"type": "any"}``); None
+    when not given. Raises ValueError for an object that names no tool (its provider refused it on every run).
+
+    Each provider is given this word, never the object: Converse and Chat Completions each take their own object
+    form only, and langchain builds it from the word."""
+    if choice is None or isinstance(choice, str):
+        return choice
+    if isinstance(choice, dict):
+        function = choice.get("function")
+        name = choice.get("name", function.get("name") if isinstance(function, dict) else None)
+        if isinstance(name, str) and name.strip():
+            return name
+        if "name" not in choice and function is None and choice.get("type") in ("auto", "any", "none"):
+            return str(choice["type"])
+    raise ValueError(choice)
 
 
 class ModelRetryPolicy(BaseModel):
@@ -197,8 +229,8 @@ class _RetriedByKind:
     retry_policy: ModelRetryPolicy
     # ``model_params["tool_choice"]`` split by when it holds: "auto"/"none" on every turn (``bind_tools``'s default),
     # a forcing choice on the run's first turn (the ReAct graph passes it then).
-    default_tool_choice: str | dict[str, Any] | None
-    first_turn_tool_choice: str | dict[str, Any] | None
+    default_tool_choice: str | None
+    first_turn_tool_choice: str | None
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> BaseMessage:
         policy = self.retry_policy
@@ -227,14 +259,14 @@ class _RetriedByKind:
 class PlatformChatOpenAI(_RetriedByKind, ChatOpenAI):  # type: ignore[misc]
     retry_policy: ModelRetryPolicy = Field(default_factory=ModelRetryPolicy)
     # "none" is the Chat Completions API's own: sent as it is, with the tools, on every turn.
-    default_tool_choice: str | dict[str, Any] | None = None
-    first_turn_tool_choice: str | dict[str, Any] | None = None
+    default_tool_choice: str | None = None
+    first_turn_tool_choice: str | None = None
 
 
 class PlatformChatBedrockConverse(_RetriedByKind, ChatBedrockConverse):  # type: ignore[misc]
     retry_policy: ModelRetryPolicy = Field(default_factory=ModelRetryPolicy)
-    default_tool_choice: str | dict[str, Any] | None = None
-    first_turn_tool_choice: str | dict[str, Any] | None = None
+    default_tool_choice: str | None = None
+    first_turn_tool_choice: str | None = None
 
     def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
         # Converse's toolChoice is auto, any or a tool: langchain-aws would send "none" as a tool named "none",
@@ -248,8 +280,14 @@ class PlatformChatBedrockConverse(_RetriedByKind, ChatBedrockConverse):  # type:
 FORCING_NOT = (None, "auto", "none")
 
 
-def _split_tool_choice(choice: str | dict[str, Any] | None) -> dict[str, Any]:
-    """``model_params["tool_choice"]`` as the model's every-turn default and its first-turn-only forced choice."""
+def _split_tool_choice(given: str | dict[str, Any] | None) -> dict[str, Any]:
+    """``model_params["tool_choice"]`` as the model's every-turn default and its first-turn-only forced choice,
+    each as a word (``tool_choice_name``: an object form is read as the choice it names). Raises ValueError for
+    an object that names no tool."""
+    try:
+        choice = tool_choice_name(given)
+    except ValueError:
+        raise ValueError(tool_choice_forms()) from None
     if choice in FORCING_NOT:
         return {"default_tool_choice": choice, "first_turn_tool_choice": None}
     return {"default_tool_choice": None, "first_turn_tool_choice": choice}
@@ -353,3 +391,19 @@ def guardrail_intervention(response_metadata: dict[str, Any]) -> dict[str, Any] 
     if isinstance(trace, dict) and trace.get("guardrail"):
         found["trace"] = trace["guardrail"]
     return found
+
+
+# The stop reasons of a turn the model's token limit cut short: Converse's ``stopReason`` and Chat Completions'
+# ``finish_reason``.
+CUT_AT_TOKEN_LIMIT = frozenset({"max_tokens", "length"})
+
+
+def stop_reason(response_metadata: dict[str, Any]) -> str | None:
+    """Why the model stopped its turn, as its provider said: Converse's ``stopReason`` (``end_turn``, ``tool_use``,
+    ``max_tokens``, ``guardrail_intervened``...) or Chat Completions' ``finish_reason`` (``stop``, ``tool_calls``,
+    ``length``, ``content_filter``...); None where it said nothing (the scripted and offline models)."""
+    for key in ("stopReason", "finish_reason"):
+        value = response_metadata.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None

@@ -110,7 +110,9 @@ class ToolOffer:
         self.offered = list(self.index)
 
     def turn_tools(self, messages: list[AnyMessage], turns: int) -> tuple[list[dict[str, Any]], str | None]:
-        """The specs to bind for model turn ``turns`` and the ``tool_choice`` (only on the run's first turn)."""
+        """The specs to bind for model turn ``turns`` and the ``tool_choice`` (only on the run's first turn): the
+        settings' ``force_first_tool`` (a matched rule's, the agent's, or the model's own ``tool_choice``, as
+        ``agents.engine`` sets it), a named tool always among those offered and not forced once it is not."""
         forced = self.settings.force_first_tool if self.first_turn_of_run and turns == 0 else ""
         self._remember_answered_calls(messages)
         if self.active:

@@ -103,6 +103,8 @@ _REASONS: dict[str, Callable[[], str]] = {
     "model:validation": lambda: pgettext("audit reason", "the model's provider refused the request"),
     "model:auth": lambda: pgettext("audit reason", "the model's credentials were refused"),
     "model:error": lambda: pgettext("audit reason", "the model call failed"),
+    "model:max_tokens": lambda: pgettext("audit reason", "the model's answer was cut off at its token limit"),
+    "model:empty": lambda: pgettext("audit reason", "the model gave no answer"),
     "max_iterations": lambda: pgettext("audit reason", "the agent reached its iteration limit"),
     "config:agent": lambda: pgettext("audit reason", "the agent's configuration is not valid"),
     "config:tool_name_conflict": lambda: pgettext("audit reason", "two tools share a name"),

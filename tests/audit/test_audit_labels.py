@@ -186,6 +186,8 @@ def test_the_exports_take_the_lists_date_drill_down_and_say_they_do_not_search(a
         "model:validation",
         "model:auth",
         "model:error",
+        "model:max_tokens",
+        "model:empty",
     ],
 )
 def test_every_way_a_run_can_end_has_words(code: str) -> None:
