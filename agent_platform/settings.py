@@ -388,6 +388,16 @@ LOGGING = {
         "django.db.backends": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
         "mcp": {"level": "WARNING"},
+        # The SDK's transports log an ERROR with a traceback for every line or event a server sends that is not
+        # MCP (5,000 lines: 5,000 records, each quoting the server's text) and for an answer of the wrong content
+        # type. Silenced (CRITICAL) rather than rate-limited: each of these errors also reaches the session, where
+        # the pool keeps it masked and cut (the first lines as the server's protocol noise, an unreadable answer
+        # as its request's failure, a wrong content type or a broken stream as the session's failure) and says it
+        # in the call's error and the server's health; a record of it adds only volume. Their few warnings (a
+        # DELETE that failed at a session's end, a GET stream not opened) go with them: none changes a result.
+        "mcp.client.stdio": {"level": "CRITICAL"},
+        "mcp.client.streamable_http": {"level": "CRITICAL"},
+        "mcp.client.sse": {"level": "CRITICAL"},
         "kombu.connection": {"level": "ERROR"},
     },
 }

@@ -14,6 +14,14 @@ again. A call that found its session already dead (the request could not be writ
 fresh session: nothing reached the server. Sessions idle for longer than ``idle_close_s`` (no call in flight, and
 none ended within it) are closed; a session with a call in flight is never closed for idleness.
 ``shutdown()`` closes every session, which ends every stdio server process this pool started.
+
+A streamable-HTTP session on which a call timed out is retired: the SDK keeps that call's HTTP request open
+(nothing in the protocol ends it, and a server's keep-alive comments keep resetting its read timeout), and a
+session's HTTP client has a bounded number of connections, so after enough timeouts every call on the session
+would wait for a connection that never frees. New calls open a fresh session at once; the retired one is closed,
+which closes its stuck requests, when its last call in flight has ended: a call still running on it keeps its
+own answer or its own timeout (with ``sent=True``), and is never sent again. A stdio session keeps no such request
+(the SDK forgets a timed-out request; a late answer is dropped) and is kept.
 """
 
 from __future__ import annotations
@@ -153,7 +161,7 @@ class ServerListing:
     prompts: list[dict[str, Any]] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(eq=False)  # compared and hashed by identity: held in a set while retired
 class _PooledSession:
     connection: ServerConnection
     session: ClientSession | None = None
@@ -175,6 +183,12 @@ class _PooledSession:
     stderr_pipe: _StderrPipe | None = None
     # What the server wrote that was not MCP (a banner, a usage text): kept to explain a failed start.
     protocol_noise: list[str] = field(default_factory=list)
+    # Why the session was failed from inside (an HTTP answer that is not MCP at all): what its owner raises.
+    failure: McpTransportError | None = None
+    # Taken out of the pool after a timeout (an HTTP session): closed when ``in_flight`` reaches 0.
+    retired: bool = False
+    # The ``notifications/cancelled`` being sent for calls that timed out: sent before the session is closed.
+    cancel_notices: set[asyncio.Task[None]] = field(default_factory=set)
 
     def failure_detail(self) -> str:
         """The server's own last words, for an error message: stderr's tail and any non-protocol output."""
@@ -182,7 +196,8 @@ class _PooledSession:
             self.stderr_pipe.join(timeout=1.0)
         parts = self.stderr_tail[-3:]
         if self.protocol_noise:
-            parts.append(f"not MCP on stdout: {self.protocol_noise[0]}")
+            where = "on stdout" if self.connection.transport == "stdio" else "over HTTP"
+            parts.append(f"not MCP {where}: {self.protocol_noise[0]}")
         detail = "; ".join(parts)
         return detail if len(detail) <= FAILURE_DETAIL_MAX else detail[:FAILURE_DETAIL_MAX] + " […]"
 
@@ -303,6 +318,10 @@ class McpSessionPool:
         self._sessions: dict[str, _PooledSession] = {}
         # One lock per session key while a session of it is open or being opened (dropped with the session).
         self._open_locks: dict[str, _OpenLock] = {}
+        # Sessions taken out of ``_sessions`` after a timeout, until their last call ends (then closed).
+        self._retired: set[_PooledSession] = set()
+        # The tasks closing retired sessions (held: the loop keeps only a weak reference to a task).
+        self._closers: set[asyncio.Task[None]] = set()
         self._closed = False
         self._reaper: asyncio.Task[None] | None = None
         self._thread.start()
@@ -376,9 +395,18 @@ class McpSessionPool:
                     raise McpTransportError(f"unknown transport {conn.transport!r}")
 
                 session: ClientSession | None = None
+                # Cancelled to fail the session from its message handler: ends the initialize or the wait below.
+                failing = anyio.CancelScope()
 
                 async def keep_noise(message: Any) -> None:
                     if not isinstance(message, Exception):
+                        return
+                    if conn.transport != "stdio" and (content_type := _unexpected_content_type(message)) is not None:
+                        # The SDK hands the request's answer (a proxy's login page, an HTML error page) to this
+                        # handler only: the request would wait for its whole deadline. Nothing MCP will come on
+                        # this session: it fails now, and its pending requests with it.
+                        pooled.failure = McpTransportError(f"unexpected HTTP content type: {content_type}")
+                        failing.cancel()
                         return
                     if session is not None and await _fail_unreadable_answer(session, message):
                         return  # an answer the SDK could not parse: told to the request it answers, as its failure
@@ -386,13 +414,16 @@ class McpSessionPool:
                         pooled.protocol_noise.append(_noise_of(message))
 
                 session = await stack.enter_async_context(ClientSession(read, write, message_handler=keep_noise))
-                init = await session.initialize()
-                pooled.session = session
-                pooled.protocol_version = str(init.protocolVersion)
-                pooled.server_info = init.serverInfo.model_dump(mode="json", exclude_none=True)
-                pooled.capabilities = init.capabilities.model_dump(mode="json", exclude_none=True)
-                ready.set_result(None)
-                await pooled.closing.wait()
+                with failing:
+                    init = await session.initialize()
+                    pooled.session = session
+                    pooled.protocol_version = str(init.protocolVersion)
+                    pooled.server_info = init.serverInfo.model_dump(mode="json", exclude_none=True)
+                    pooled.capabilities = init.capabilities.model_dump(mode="json", exclude_none=True)
+                    ready.set_result(None)
+                    await pooled.closing.wait()
+            if pooled.failure is not None:
+                raise pooled.failure  # once the transport is closed: its requests end with it
         except BaseException as exc:
             pooled.error = exc
             if not ready.done():
@@ -459,6 +490,8 @@ class McpSessionPool:
         except Exception as exc:
             await self._finish(pooled)
             detail = pooled.failure_detail()
+            if exc is pooled.failure:
+                verb = "did not answer as an MCP server"  # it was reached: what answered is no MCP server
             message = f"server '{connection.mcp_id}' {verb}: {_describe(exc)}"
             raise McpTransportError(f"{message} ({detail})" if detail else message, sent=False) from exc
         self._sessions[key] = pooled
@@ -466,7 +499,7 @@ class McpSessionPool:
 
     async def _finish(self, pooled: _PooledSession) -> None:
         pooled.closing.set()
-        if pooled.task is not None:
+        if pooled.task is not None and not pooled.task.done():
             try:
                 await asyncio.wait_for(asyncio.shield(pooled.task), timeout=5)
             except Exception:  # noqa: BLE001 - a session that will not close cleanly is cancelled
@@ -475,10 +508,46 @@ class McpSessionPool:
                     await pooled.task
 
     async def _drop(self, key: str) -> None:
-        pooled = self._sessions.pop(key, None)
-        self._forget_open_lock(key)
-        if pooled is not None:
-            await self._finish(pooled)
+        pooled = self._sessions.get(key)
+        if pooled is None:
+            self._forget_open_lock(key)
+            return
+        await self._discard(pooled)
+
+    async def _discard(self, pooled: _PooledSession) -> None:
+        """Close ``pooled`` and forget it, as the live session of its key or as a retired one. By the session, not
+        by its key: a call that fails on a retired session must not close the fresh session of the same key."""
+        if self._sessions.get(pooled.key) is pooled:
+            del self._sessions[pooled.key]
+            self._forget_open_lock(pooled.key)
+        self._retired.discard(pooled)
+        await self._finish(pooled)
+
+    def _retire(self, pooled: _PooledSession) -> None:
+        """Take ``pooled`` out of the pool (the next call opens a fresh session); it is closed when its last call
+        in flight ends (``_release``), not before: such a call keeps its own answer or deadline."""
+        if self._sessions.get(pooled.key) is pooled:
+            del self._sessions[pooled.key]
+            self._forget_open_lock(pooled.key)
+        pooled.retired = True
+        self._retired.add(pooled)
+
+    def _release(self, pooled: _PooledSession) -> None:
+        """One call on ``pooled`` ended: a retired session with none left is closed, in the background (the call
+        that ended is not kept waiting for the server to end the session)."""
+        pooled.in_flight -= 1
+        pooled.last_used = time.monotonic()  # idle from when the call ended, not from when it began
+        if not (pooled.retired and pooled.in_flight == 0 and pooled in self._retired):
+            return
+
+        async def close_retired() -> None:
+            # The cancellations of its timed-out calls go out first (each gives up after 5 s).
+            await asyncio.gather(*pooled.cancel_notices, return_exceptions=True)
+            await self._discard(pooled)
+
+        closer = self._loop.create_task(close_retired())
+        self._closers.add(closer)
+        closer.add_done_callback(self._closers.discard)
 
     async def _with_session(
         self,
@@ -501,7 +570,7 @@ class McpSessionPool:
             if _server_gone(pooled):
                 # The server's side of the session has ended (its process exited, its stream closed) since the
                 # last call: nothing can be answered on it, so nothing is sent on it; a fresh session is opened.
-                await self._drop(pooled.key)
+                await self._discard(pooled)
                 pooled = await self._get(connection, scope, open_timeout_s)
             pooled.last_used = time.monotonic()
             if pooled.http_client is not None and timeout_s + READ_TIMEOUT_MARGIN_S > (
@@ -513,20 +582,22 @@ class McpSessionPool:
                 async with asyncio.timeout(timeout_s):
                     return await _until_owner_ends(pooled, operation(pooled))
             except TimeoutError:
+                if connection.transport == "streamable_http":
+                    self._retire(pooled)  # its request stays open: the session is closed once its calls end
                 raise McpTimeoutError(f"no answer from '{connection.mcp_id}' within {timeout_s:g}s") from None
             except _OwnerEnded as ended:
                 # The session's transport failed while the request was out (an HTTP 5xx, the connection lost):
                 # said at once, not after the whole timeout as "timeout". Its error is the session's, perhaps
                 # another call's (a connection refused to a request beside this one): this request may have gone
                 # out, and only what changes nothing is sent again.
-                await self._drop(pooled.key)
+                await self._discard(pooled)
                 if attempt == 1 and resend:
                     continue
                 raise McpTransportError(
                     f"session to '{connection.mcp_id}' broke: {_describe(ended.error) if ended.error else 'ended'}"
                 ) from ended.error
             except NOT_SENT_ERRORS as exc:
-                await self._drop(pooled.key)
+                await self._discard(pooled)
                 if attempt == 1:
                     continue
                 raise McpTransportError(
@@ -536,27 +607,26 @@ class McpSessionPool:
                 if _session_ended_by_server(exc):
                     # The server answered 404 for this session's id (it restarted, or ended the session): the
                     # request was not taken, so it is sent again, once, on a fresh session (a write too).
-                    await self._drop(pooled.key)
+                    await self._discard(pooled)
                     if attempt == 1:
                         continue
                     raise McpTransportError(
                         f"session to '{connection.mcp_id}' was ended by the server: {exc}", sent=False
                     ) from exc
                 if _session_broke(pooled, exc):
-                    await self._drop(pooled.key)
+                    await self._discard(pooled)
                     if attempt == 1 and resend:
                         continue
-                    raise McpTransportError(f"session to '{connection.mcp_id}' broke: {exc}") from exc
+                    why = pooled.failure or exc  # the session's own failure, where it was failed from inside
+                    raise McpTransportError(f"session to '{connection.mcp_id}' broke: {why}") from exc
                 raise
             except TRANSPORT_ERRORS as exc:
-                await self._drop(pooled.key)
+                await self._discard(pooled)
                 if attempt == 1 and resend:
                     continue
                 raise McpTransportError(f"session to '{connection.mcp_id}' broke: {_describe(exc)}") from exc
             finally:
-                # Idle from when the call ended, not from when it began.
-                pooled.in_flight -= 1
-                pooled.last_used = time.monotonic()
+                self._release(pooled)
         raise AssertionError("unreachable")
 
     # ---- public, synchronous -------------------------------------------------------------------
@@ -590,8 +660,11 @@ class McpSessionPool:
             try:
                 result = await session.call_tool(tool, arguments, meta=meta)
             except asyncio.CancelledError:
-                # The deadline passed: tell the server to stop working on the request; the session stays usable.
-                self._loop.create_task(_send_cancelled(session, request_id))
+                # The deadline passed: tell the server to stop working on the request (before a retired session is
+                # closed; a stdio session stays usable).
+                notice = self._loop.create_task(_send_cancelled(session, request_id))
+                pooled.cancel_notices.add(notice)
+                notice.add_done_callback(pooled.cancel_notices.discard)
                 raise
             except McpError as exc:
                 if exc.error.data == UNREADABLE_ANSWER:
@@ -751,6 +824,8 @@ class McpSessionPool:
         async def close_matching() -> None:
             for key in [k for k, p in self._sessions.items() if p.connection.mcp_id == mcp_id]:
                 await self._drop(key)
+            for pooled in [p for p in self._retired if p.connection.mcp_id == mcp_id]:
+                await self._discard(pooled)
 
         self.submit(close_matching(), timeout=30)
 
@@ -759,11 +834,14 @@ class McpSessionPool:
         (most runs: their servers' sessions are shared) costs no hop to the pool's loop: the keys are read here
         (a copy of the dict's keys is taken whole), and a session of this scope is opened only by the run's own
         calls, which are over when it ends (one still opening is closed by the idle reaper)."""
-        if not any(_scope_of(key) == scope for key in list(self._sessions)):
+        if not any(_scope_of(key) == scope for key in [*self._sessions, *(p.key for p in list(self._retired))]):
             return
 
         async def close_matching() -> None:
-            await asyncio.gather(*(self._drop(k) for k in list(self._sessions) if _scope_of(k) == scope))
+            await asyncio.gather(
+                *(self._drop(k) for k in list(self._sessions) if _scope_of(k) == scope),
+                *(self._discard(p) for p in list(self._retired) if _scope_of(p.key) == scope),
+            )
 
         self.submit(close_matching(), timeout=30)
 
@@ -794,7 +872,12 @@ class McpSessionPool:
                 self._reaper.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._reaper
-            await asyncio.gather(*(self._drop(k) for k in list(self._sessions)), return_exceptions=True)
+            await asyncio.gather(
+                *(self._drop(k) for k in list(self._sessions)),
+                *(self._discard(p) for p in list(self._retired)),
+                *list(self._closers),
+                return_exceptions=True,
+            )
 
         with contextlib.suppress(Exception):
             self.submit(close_all(), timeout=30)
@@ -873,6 +956,8 @@ def _session_broke(pooled: _PooledSession, exc: McpError) -> bool:
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_describe(e) for e in exc.exceptions)
+    if isinstance(exc, _CallError):
+        return str(exc)  # the pool's own words
     # httpx appends "For more information check: https://developer.mozilla.org/…": noise in a health error.
     text = str(exc).split("\nFor more information check:")[0].strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -955,6 +1040,17 @@ def _response_id(line: str) -> int | str | None:
     if "method" in keys or not keys & {"result", "error"}:
         return None
     return found if isinstance(found, (int, str)) else None
+
+
+def _unexpected_content_type(exc: Exception) -> str | None:
+    """The content type of an HTTP answer that is neither JSON nor an event stream, as the streamable HTTP client
+    reports it to the message handler (a ``ValueError`` it words "Unexpected content type: text/html"; the SDK has
+    no class of its own for it); None for any other error."""
+    prefix = "Unexpected content type:"
+    text = str(exc)
+    if not isinstance(exc, ValueError) or not text.startswith(prefix):
+        return None
+    return mask_text(text[len(prefix) :].strip()[:200]) or "none"
 
 
 def _noise_of(exc: Exception) -> str:
