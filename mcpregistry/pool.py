@@ -15,13 +15,15 @@ fresh session: nothing reached the server. Sessions idle for longer than ``idle_
 none ended within it) are closed; a session with a call in flight is never closed for idleness.
 ``shutdown()`` closes every session, which ends every stdio server process this pool started.
 
-A streamable-HTTP session on which a call timed out is retired: the SDK keeps that call's HTTP request open
-(nothing in the protocol ends it, and a server's keep-alive comments keep resetting its read timeout), and a
-session's HTTP client has a bounded number of connections, so after enough timeouts every call on the session
-would wait for a connection that never frees. New calls open a fresh session at once; the retired one is closed,
-which closes its stuck requests, when its last call in flight has ended: a call still running on it keeps its
-own answer or its own timeout (with ``sent=True``), and is never sent again. A stdio session keeps no such request
-(the SDK forgets a timed-out request; a late answer is dropped) and is kept.
+A session on which a call timed out is retired: the request is left in a state nobody knows. Over streamable
+HTTP the SDK keeps that call's HTTP request open (nothing in the protocol ends it, and a server's keep-alive
+comments keep resetting its read timeout), and a session's HTTP client has a bounded number of connections, so
+after enough timeouts every call on the session would wait for a connection that never frees. Over stdio a server
+written with FastMCP whose tool works in a thread goes on working after ``notifications/cancelled``, and its late
+answer to the cancelled request ends the server (modelcontextprotocol/python-sdk#2416): a call sent meanwhile is
+lost, a write among them recorded as of unknown outcome. New calls open a fresh session at once; the retired one
+is closed (its stuck requests, its process with its late work) when its last call in flight has ended: a call
+still running on it keeps its own answer or its own timeout (with ``sent=True``), and is never sent again.
 """
 
 from __future__ import annotations
@@ -582,8 +584,7 @@ class McpSessionPool:
                 async with asyncio.timeout(timeout_s):
                     return await _until_owner_ends(pooled, operation(pooled))
             except TimeoutError:
-                if connection.transport == "streamable_http":
-                    self._retire(pooled)  # its request stays open: the session is closed once its calls end
+                self._retire(pooled)  # its request is in an unknown state: the session is closed once its calls end
                 raise McpTimeoutError(f"no answer from '{connection.mcp_id}' within {timeout_s:g}s") from None
             except _OwnerEnded as ended:
                 # The session's transport failed while the request was out (an HTTP 5xx, the connection lost):
@@ -660,8 +661,8 @@ class McpSessionPool:
             try:
                 result = await session.call_tool(tool, arguments, meta=meta)
             except asyncio.CancelledError:
-                # The deadline passed: tell the server to stop working on the request (before a retired session is
-                # closed; a stdio session stays usable).
+                # The deadline passed: tell the server to stop working on the request (before its session, retired
+                # for it, is closed).
                 notice = self._loop.create_task(_send_cancelled(session, request_id))
                 pooled.cancel_notices.add(notice)
                 notice.add_done_callback(pooled.cancel_notices.discard)

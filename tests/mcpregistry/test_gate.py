@@ -132,16 +132,24 @@ def test_a_mistyped_failure_mode_is_a_tool_error_sent_once_not_a_rate_limit(db, 
 
 
 @pytest.mark.slow
-def test_a_timeout_is_retried_at_once_and_the_session_stays_usable(db, gate_clock) -> None:
+def test_a_timeout_is_retried_at_once_each_on_a_fresh_session_and_the_server_still_answers(db, gate_clock) -> None:
     server = bind_demo_server(mcp_id="slow", failure_mode="timeout", FAILURE_TIMEOUT_S="5")
     contract(server, "get_asset_status", timeout_s=0.3)
-    before = set(get_default_pool().child_process_ids())
+    pool = get_default_pool()
+
+    def session_of_slow() -> object:
+        [session] = [p for p in pool._sessions.values() if p.connection.mcp_id == "slow"]
+        return session
+
+    assert call(server, "ping", {}).value == "pong"
+    first = session_of_slow()
     result = call(server, "get_asset_status", {"asset_id": "A-1001"})
     assert (result.error, result.attempts) == ("timeout", 3)
     assert gate_clock.slept == [0.0, 0.0]
-    # The abandoned calls were cancelled; the same session (the same server process) still answers.
+    # The abandoned calls were cancelled and their sessions retired (a request in a state nobody knows): the next
+    # call is answered on a fresh session.
     assert call(server, "ping", {}).value == "pong"
-    assert set(get_default_pool().child_process_ids()) == before
+    assert session_of_slow() is not first
 
 
 @pytest.mark.slow
