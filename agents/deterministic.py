@@ -250,23 +250,27 @@ def render_answer(template: str, *, query: str, match: dict[str, str], params: d
     {params.X}, {query}). A ``*`` step takes a key from every item of a list (``{result.assets.*.model}``, or
     ``{result.*.name}`` for a result that is a list); a list of plain values reads as ``a, b, c``. When a
     placeholder has no value (say the tool answered "not found" in plain text where the template expects JSON
-    keys), the tool's own text is the answer."""
+    keys), the tool's own text is the answer, unless the placeholder gives its own words for that
+    (``{result.owner|없음}``: written where the value is missing, null or empty)."""
     plain = value if isinstance(value, str) else _compact(value)
 
     def sub(m: re.Match[str]) -> str:
-        name = m.group(1)
+        name, default = m.group(1), m.group(2)
         if name == "query":
-            return query
+            return query or (default or "")
         if name == "result":
-            return plain
+            return plain or (default or "")
         head, _, rest = name.partition(".")
         source: Any = {"match": match, "params": params, "result": value}.get(head)
         found = _lookup_each(source, rest) if source is not None else _MISSING
         if found is _MISSING and source is not None and nfc(rest) != rest:
             found = _lookup_each(source, nfc(rest))  # a regex group's name is composed (``match_conditions``)
+        text = "" if found is _MISSING else _readable(found)
+        if default is not None and not text:
+            return default
         if found is _MISSING:
             raise ParamsRenderError(name)
-        return _readable(found)
+        return text
 
     try:
         return _ANSWER_PLACEHOLDER.sub(sub, template)
@@ -310,7 +314,8 @@ def _compact(value: Any) -> str:
 # An opening brace followed by a name: a placeholder, or an attempt at one (a literal brace before JSON's quote or
 # a digit is text).
 _PLACEHOLDER_ATTEMPT = re.compile(r"\{[A-Za-z_][^{}\s]*\}?")
-_ANSWER_PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*(?:\*[\w.]*)*)\}")
+# ``{name}``, or ``{name|words}``: the words written where the value is missing or empty (an asset with no owner).
+_ANSWER_PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*(?:\*[\w.]*)*)(?:\|([^{}|]*))?\}")
 
 
 def placeholder_problems(

@@ -577,7 +577,8 @@ class DeterministicRule(AuditedModel):
         help_text=_(
             "How the offline provider phrases this rule's result: {query}, {match.NAME}, {params.NAME}, "
             "{result} (the tool's text), {result.KEY} (a key of a JSON result) and {result.LIST.*.KEY} (that key "
-            "of every item of a list, read as a, b, c; {result.*.KEY} when the result is the list)."
+            "of every item of a list, read as a, b, c; {result.*.KEY} when the result is the list). "
+            "{result.KEY|words} writes the words where the value is missing, null or empty."
         ),
     )
     created_at = models.DateTimeField(_("created"), auto_now_add=True)

@@ -70,7 +70,7 @@ def test_an_asset_with_no_owner_reads_without_null_in_the_offline_answer(demo_ag
     run = submit(demo_agent, "A-1004 자산의 현재 상태를 알려주세요.")
 
     assert run.status == Run.Status.SUCCEEDED, run.error_message
-    assert run.answer == "A-1004: 재고 (사용자: )"
+    assert run.answer == "A-1004: 재고 (사용자: 없음)"  # the demo's template: {result.owner|없음}
 
 
 @pytest.mark.django_db
@@ -91,5 +91,11 @@ def test_no_value_reads_as_nothing_in_a_template_and_is_left_out_of_a_list() -> 
 
     assert render("{result.assets.1.asset_id} (사용자: {result.assets.1.owner})") == "A-1004 (사용자: )"
     assert render("사용자: {result.assets.*.owner}") == "사용자: 김하늘"
+    # A placeholder's own words for no value: written where the value is null, empty or missing, else the value.
+    assert render("{result.assets.1.asset_id} (사용자: {result.assets.1.owner|없음})") == "A-1004 (사용자: 없음)"
+    assert render("(사용자: {result.assets.0.owner|없음})") == "(사용자: 김하늘)"
+    assert render("{result.assets.1.team|미정} / {result.assets.1.asset_id}") == "미정 / A-1004"
+    # Without words of its own, a missing key still gives the tool's own text as the answer.
+    assert render("{result.assets.1.team}") == render_answer("{result}", query="q", match={}, params={}, value=assets)
     params = render_params({"note": "담당 {data.owner}"}, query="q", context={}, a2a_data=[{"owner": None}], match={})
     assert params == {"note": "담당 "}

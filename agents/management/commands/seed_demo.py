@@ -77,7 +77,7 @@ DEMO_RULES: list[dict[str, Any]] = [
         "tool_name": "get_asset_status",
         "when": {"regex": r"(?P<asset_id>A-\d{4})", "any_keywords": ["상태", "사용", "현황"]},
         "params": {"asset_id": "{match.asset_id}"},
-        "answer_template": "{result.asset_id}: {result.status} (사용자: {result.owner})",
+        "answer_template": "{result.asset_id}: {result.status} (사용자: {result.owner|없음})",
     },
 ]
 
