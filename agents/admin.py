@@ -12,6 +12,7 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -42,6 +43,7 @@ from agents.budgets import (
     budget_delete,
     budget_state,
     budget_update,
+    budgets_with_current_usage,
     model_price_create,
     model_price_delete,
     model_price_update,
@@ -50,6 +52,7 @@ from agents.budgets import (
 from agents.deterministic import WhenSpec
 from agents.models import (
     Agent,
+    AgentVersion,
     ApiKey,
     Budget,
     DeterministicRule,
@@ -272,9 +275,16 @@ class AgentForm(forms.ModelForm):
         if self.instance.flow_graph and self.instance.flow_graph not in dict(graphs):
             graphs.append((self.instance.flow_graph, self.instance.flow_graph))
         self.fields["flow_graph"].choices = graphs
-        shadow = self.fields.get("shadow_version")
-        if shadow is not None:
-            shadow.queryset = shadow.queryset.filter(agent_id=self.instance.pk)  # type: ignore[attr-defined]
+        # Only this agent's versions can be saved (``Agent.clean``), a new agent has none; each option's label
+        # names its agent, read with it (one query for the dropdown, not one per version of every agent).
+        for name in ("live_version", "shadow_version"):
+            versions = self.fields.get(name)
+            if versions is not None:
+                versions.queryset = (  # type: ignore[attr-defined]
+                    AgentVersion.objects.filter(agent_id=self.instance.pk).select_related("agent")
+                    if self.instance.pk is not None
+                    else AgentVersion.objects.none()
+                )
         # A post that leaves these out (a script written before they were on the form) keeps their values.
         for name in ("time_limit_s", "language", "shadow_sample_rate"):
             self.fields[name].required = False
@@ -878,6 +888,7 @@ class BudgetForm(forms.ModelForm):
 class BudgetAdmin(ServiceAdminMixin, admin.ModelAdmin):
     form = BudgetForm
     list_display = ["__str__", "period", "max_tokens", "max_cost", "run_reservation_tokens", "enabled", "used_now"]
+    list_select_related = ["agent", "api_key"]  # named by each row (``Budget.__str__``)
     list_filter = ["period", "enabled"]
     fields = ["api_key", "agent", "period", "max_tokens", "max_cost", "run_reservation_tokens", "enabled"]
 
@@ -888,9 +899,14 @@ class BudgetAdmin(ServiceAdminMixin, admin.ModelAdmin):
             formfield.widget.can_add_related = False
         return formfield
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Budget]:
+        # Each row's use this period, read for the whole page in one query. A period that ends between this read
+        # and a row's cell shows that row as unused: the new period's use is (nearly) none.
+        return budgets_with_current_usage(super().get_queryset(request), now=timezone.now())
+
     @admin.display(description=_("used this period"))
     def used_now(self, obj: Budget) -> str:
-        state = budget_state(obj, now=timezone.now())
+        state = budget_state(obj, now=timezone.now(), usages=getattr(obj, "current_usage", None))
         return _("%(tokens)s tokens, $%(cost)s (reserved: %(reserved)s tokens)") % {
             "tokens": state["used_tokens"],
             "cost": usd_text(round(state["used_cost_usd"] * MICROS_PER_USD)),

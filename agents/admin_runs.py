@@ -9,19 +9,23 @@ instead of an API key; each event makes the page fetch the timeline again (one s
 
 from __future__ import annotations
 
+import calendar
+import datetime as dt
 import json
 import math
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from importlib import import_module
 from typing import Any
 
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.handlers.asgi import ASGIRequest
-from django.db.models import Case, F, IntegerField, Value, When
+from django.db.models import Case, F, IntegerField, Max, Min, QuerySet, Value, When
 from django.http import (
     Http404,
     HttpRequest,
@@ -32,7 +36,7 @@ from django.http import (
 )
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils import translation
+from django.utils import timezone, translation
 from django.utils.crypto import constant_time_compare
 from django.utils.html import format_html
 from django.utils.translation import gettext
@@ -886,6 +890,111 @@ def _session_still_views_runs(model_admin: admin.ModelAdmin[Any], *, session_key
     return model_admin.admin_site.has_permission(probe) and model_admin.has_view_permission(probe)
 
 
+def _whole_number(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _local_date(value: Any) -> dt.date | None:
+    """A date-time as the date it is in the current time zone (where the drill-down's filter reads it)."""
+    if isinstance(value, dt.datetime):
+        return (timezone.localtime(value) if timezone.is_aware(value) else value).date()
+    return value  # type: ignore[no-any-return]
+
+
+class _DrillDownRows(QuerySet[Any]):
+    """A change list's rows as Django's date drill-down (``{% date_hierarchy %}``) reads them: it asks this
+    queryset for the first and last date (``aggregate(first=Min, last=Max)``) and for the distinct years,
+    months or days (``datetimes``/``dates``), which the database answers by truncating every row's date (on
+    SQLite a Python call per row: 1.2 s a page at 200,000 audit events). Here both are answered from the first
+    and last date of ``drill_table`` (the admin's rows before the list's filters), two ordered reads of one row
+    each off the date's index: the links are every year, month or day between them, without asking which hold
+    rows (one that holds none opens an empty list). Any other call is a plain queryset's."""
+
+    drill_field = ""
+    drill_table: QuerySet[Any] | None = None
+    # The year and the month the list is drilled into, where it is.
+    drill_year: int | None = None
+    drill_month: int | None = None
+
+    @cached_property
+    def drill_ends(self) -> tuple[Any, Any]:
+        if self.drill_table is None:
+            return None, None
+        dates = self.drill_table.values_list(self.drill_field, flat=True)
+        return dates.order_by(self.drill_field).first(), dates.order_by(f"-{self.drill_field}").first()
+
+    def _drills(self, field_name: str, kind: str) -> bool:
+        return self.drill_table is not None and field_name == self.drill_field and kind in ("year", "month", "day")
+
+    def aggregate(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        first, last = kwargs.get("first"), kwargs.get("last")
+        drill_down = (
+            not args
+            and len(kwargs) == 2
+            and isinstance(first, Min)
+            and isinstance(last, Max)
+            and all(getattr(e.get_source_expressions()[0], "name", None) == self.drill_field for e in (first, last))
+        )
+        if not drill_down or self.drill_table is None:
+            return super().aggregate(*args, **kwargs)
+        return dict(zip(("first", "last"), self.drill_ends, strict=True))
+
+    def datetimes(self, field_name: str, kind: str, order: str = "ASC", tzinfo: Any = None) -> Any:
+        if not self._drills(field_name, kind):
+            return super().datetimes(field_name, kind, order, tzinfo)  # type: ignore[arg-type]
+        return self._drill_dates(kind)
+
+    def dates(self, field_name: str, kind: str, order: str = "ASC") -> Any:
+        if not self._drills(field_name, kind):
+            return super().dates(field_name, kind, order)  # type: ignore[arg-type]
+        return self._drill_dates(kind)
+
+    def _drill_dates(self, kind: str) -> list[dt.date]:
+        """Each year, month or day (as its first date) from the first row's to the last row's; the months of
+        the year drilled into, the days of the month (that of all the rows where they are all in one: Django
+        starts the drill-down there)."""
+        first, last = (_local_date(end) for end in self.drill_ends)
+        if first is None or last is None:
+            return []
+        if kind == "year":
+            return [dt.date(year, 1, 1) for year in range(first.year, last.year + 1)]
+        year = self.drill_year or first.year
+        if kind == "month":
+            # Months counted from year 0, so that a range crosses years.
+            low, high = (
+                max(first.year * 12 + first.month, year * 12 + 1),
+                min(last.year * 12 + last.month, year * 12 + 12),
+            )
+            return [dt.date(year, month - year * 12, 1) for month in range(low, high + 1)]
+        month = self.drill_month or first.month
+        if not 1 <= month <= 12:
+            return []
+        month_start = dt.date(year, month, 1)
+        month_end = month_start.replace(day=calendar.monthrange(year, month)[1])
+        start, end = max(first, month_start), min(last, month_end)
+        return [start + dt.timedelta(days=n) for n in range((end - start).days + 1)]
+
+
+class DateDrillDownChangeList(ChangeList):
+    """A change list whose date drill-down reads two rows, not the whole table (``_DrillDownRows``); the
+    drill-down's filter itself (a range of the date) is Django's. For an admin with ``date_hierarchy`` over a
+    large table (runs, audit events): its ``get_changelist``."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        if not self.date_hierarchy:
+            return
+        # The rows are read (the page's, its count); what reads ``queryset`` after them is the drill-down.
+        rows = _DrillDownRows(model=self.model, query=self.queryset.query.chain(), using=self.queryset.db)
+        rows.drill_field, rows.drill_table = self.date_hierarchy, self.root_queryset
+        rows.drill_year = _whole_number(self.params.get(f"{self.date_hierarchy}__year"))
+        rows.drill_month = _whole_number(self.params.get(f"{self.date_hierarchy}__month"))
+        self.queryset = rows
+
+
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     """Runs are read-only here (no add, change or delete for anyone); an admin may cancel one that has not
@@ -897,7 +1006,7 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     list_display_links = ["created"]
     list_filter = ["status", "purpose", "agent"]
     search_fields = ["id", "query", "answer"]
-    date_hierarchy = "created_at"
+    date_hierarchy = "created_at"  # from the ends of the created_at index (DateDrillDownChangeList)
     readonly_fields = [f.name for f in Run._meta.fields if f.name not in ("messages", "conversation")] + ["trace_json"]
     fieldsets = [
         (
@@ -909,6 +1018,9 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             },
         )
     ]
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return DateDrillDownChangeList
 
     def may_cancel(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm("agents.change_run"))

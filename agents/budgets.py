@@ -21,13 +21,13 @@ from __future__ import annotations
 import calendar
 import datetime as dt
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, F, Q, Sum
+from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -350,9 +350,24 @@ def usage_by_day(runs: Any, *, days: int, now: dt.datetime) -> list[dict[str, An
     return out
 
 
-def budget_state(budget: Budget, *, now: dt.datetime) -> dict[str, Any]:
+def budgets_with_current_usage(budgets: QuerySet[Budget], *, now: dt.datetime) -> QuerySet[Budget]:
+    """``budgets`` with their counter rows of the day and the month that hold ``now`` read alongside, in one
+    query for all of them (``current_usage``, for ``budget_state``'s ``usages``): a list of budgets reads no
+    row per budget."""
+    starts = [period_bounds(period, now)[0] for period in (Budget.Period.DAY, Budget.Period.MONTH)]
+    current = BudgetUsage.objects.filter(period_start__in=starts)
+    return budgets.prefetch_related(Prefetch("usage", queryset=current, to_attr="current_usage"))
+
+
+def budget_state(budget: Budget, *, now: dt.datetime, usages: Iterable[BudgetUsage] | None = None) -> dict[str, Any]:
+    """The budget's limits and its use in the period that holds ``now``. ``usages``: its counter rows already
+    read (``budgets_with_current_usage``), of which the period's is taken (none: nothing used yet); read here
+    when not given."""
     start, end = period_bounds(budget.period, now)
-    usage = BudgetUsage.objects.filter(budget=budget, period_start=start).first()
+    if usages is None:
+        usage = BudgetUsage.objects.filter(budget=budget, period_start=start).first()
+    else:
+        usage = next((row for row in usages if row.period_start == start), None)
     return {
         "id": budget.pk,
         "scope": "api_key" if budget.api_key_id else "agent",

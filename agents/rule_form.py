@@ -185,7 +185,10 @@ def _plain_item(item: Any) -> bool:
 def tool_catalogue(servers: list[McpServer]) -> dict[str, dict[str, dict[str, Any]]]:
     """Per server id, its enabled tools and their arguments (name → type, required, allowed), for the page."""
     catalogue: dict[str, dict[str, dict[str, Any]]] = {}
-    tools = McpTool.objects.filter(server__in=servers, enabled=True, available=True).select_related("contract")
+    tools = McpTool.objects.filter(server__in=servers, enabled=True, available=True).select_related(
+        "contract",
+        "server",  # read for each tool: one query for the page, not one per tool
+    )
     for tool in tools.order_by("server__mcp_id", "name"):
         contract = getattr(tool, "contract", None)
         constraints = (contract.args if contract is not None else None) or argument_constraints(tool.input_schema)

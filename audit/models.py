@@ -82,10 +82,13 @@ class AuditEvent(models.Model):
         # Plain indexes for the auditors' filters by equality. Not ``db_index``, which on PostgreSQL adds a second
         # (``varchar_pattern_ops``) index for prefix matches that no query of these fields makes: one index less
         # to write per event (migration 0014). ``reason`` keeps both (``auditor.selectors`` filters by prefix).
+        # ``tool`` with ``action`` and ``action`` alone also answer the list's tool and action filters' choices
+        # (distinct values) from the index, not the table (migration 0017).
         indexes = [
             models.Index(fields=["source"], name="audit_event_source_idx"),
             models.Index(fields=["mcp_id"], name="audit_event_mcp_id_idx"),
-            models.Index(fields=["tool"], name="audit_event_tool_idx"),
+            models.Index(fields=["tool", "action"], name="audit_event_tool_action_idx"),
+            models.Index(fields=["action"], name="audit_event_action_idx"),
         ]
         # A partial unique index: only events that have a nonce are in it (none inline), so inline appends write
         # no extra index entry; SQLite makes it without remaking the append-only table (migration 0015).

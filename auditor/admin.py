@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
-from django.contrib.admin.views.main import SEARCH_VAR
+from django.contrib.admin.views.main import SEARCH_VAR, ChangeList
 from django.core.exceptions import PermissionDenied
 from django.core.management import CommandError, call_command
 from django.db.models import QuerySet
@@ -27,6 +27,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
+from agents.admin_runs import DateDrillDownChangeList
 from agents.models import Agent
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from audit.labels import action_label, breakable, reason_label, when_cell
@@ -306,7 +307,7 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         RunFilter,
     ]
     search_fields = ["tool", "mcp_id", "reason", "actor", "=run_id"]
-    date_hierarchy = "created_at"
+    date_hierarchy = "created_at"  # from the ends of the created_at index (DateDrillDownChangeList)
     ordering = ["-id"]  # newest first (ids are the order events were written)
     show_full_result_count = False  # no COUNT(*) of the whole table on every page
     readonly_fields = [
@@ -399,6 +400,9 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             return "—"
         url = reverse("admin:agents_run_change", args=[obj.run_id], current_app=self.admin_site.name)
         return format_html('<a href="{}">{}</a>', url, obj.run_id)
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return DateDrillDownChangeList
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AuditEvent]:
         audit_chain_catch_up()  # events committed but not chained yet (deferred chaining) are listed too

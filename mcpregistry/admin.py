@@ -12,7 +12,7 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.options import IS_POPUP_VAR
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
@@ -492,9 +492,14 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
         )
         return format_html('<b style="color:{}">{}</b>{}', colour, obj.get_breaker_state_display(), failures)
 
-    @admin.display(description=_("tools"))
+    def get_queryset(self, request: HttpRequest) -> QuerySet[McpServer]:
+        # The list's tool counts, read with the servers (one COUNT per server otherwise).
+        servers: QuerySet[McpServer] = super().get_queryset(request)
+        return servers.annotate(available_tools=Count("tools", filter=Q(tools__available=True)))
+
+    @admin.display(description=_("tools"), ordering="available_tools")
     def tool_count(self, obj: McpServer) -> int:
-        return obj.tools.filter(available=True).count()
+        return int(obj.available_tools)  # type: ignore[attr-defined]
 
     @admin.action(description=_("Discover tools (connect and list)"), permissions=["change"])
     def discover_tools(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
@@ -660,6 +665,7 @@ class McpToolForm(forms.ModelForm):
 class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
     form = McpToolForm
     list_display = ["name", "server", "enabled", "available", "review_state", "risk", "discovered_at"]
+    list_select_related = ["server", "contract"]  # the server's id and the contract's risk, in every row
     list_filter = ["server", "enabled", "available", "review_required"]
     search_fields = ["name", "description"]
     readonly_fields = [
