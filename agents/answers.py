@@ -64,31 +64,52 @@ def tool_unavailable_text(*, tool: str, language: str) -> str:
         return _("%(tool)s: the information could not be retrieved right now.") % {"tool": tool}
 
 
-def all_calls_failed_text(*, language: str, codes: list[str] | None = None) -> str:
+def all_calls_failed_text(
+    *, language: str, codes: list[str] | None = None, results: list[dict[str, Any]] | None = None
+) -> str:
     """The short message of a run that fails because every deterministic call it rests on failed, by what failed
     them (seed 004: tell what trying again can fix from what it cannot). Calls a person declined (their approval
     rejected, or left to expire) are said to be so; a value the tool's contract refuses, or an answer that was
     empty, would be the same on the next try; a tool's own error may be about the request or its backend (both
-    are said); only the rest (a timeout, a rate limit, a server down or paused) is worth trying again later."""
-    kinds = {"args" if code.startswith("args:") else code for code in codes or []}
+    are said); only the rest (a timeout, a rate limit, a server down or paused) is worth trying again later.
+
+    ``results``: the failed calls (``ToolResult.as_dict``), whose ``error`` codes stand for ``codes`` when it is
+    not given. A read tool's own error text (``tool_error_text``, which the gate keeps for ``tool:error`` only)
+    follows the sentence, quoted, as the tool wrote it (masked and cut by the gate): seed 001's good error says
+    what is needed to choose ("등록된 자산: …"), which no generic sentence can. The model's guidance
+    (``message``) is never shown."""
+    failed = results or []
+    if codes is None:
+        codes = [r.get("error") or "" for r in failed]
+    kinds = {"args" if code.startswith("args:") else code for code in codes}
     with translation.override(language or None):
-        if kinds == {"approval:rejected"}:
-            return _("This request was not carried out: its approval was rejected.")
-        if kinds and kinds <= {"approval:rejected", "approval:expired"}:
-            return _("This request was not carried out: it was not approved in time.")
-        if kinds == {"args"}:
-            return _("This request could not be looked up as asked: a value in it is not one the tool accepts.")
-        if kinds == {"result:empty"}:
-            return _("Nothing was found for this request.")
-        if kinds and kinds <= {"args", "result:empty"}:
-            return _("The information for this request could not be found. Please check what you asked for.")
-        if kinds and kinds <= {"args", "result:empty", "tool:error"}:
-            # A tool's own error may be about the request (an unknown id) or its backend: both are said.
-            return _(
-                "The information needed for this answer could not be retrieved: the tool reported an error. "
-                "Please check what you asked for, or try again later."
-            )
-        return _("The information needed for this answer could not be retrieved. Please try again later.")
+        sentence = _all_calls_failed_sentence(kinds)
+        said = [
+            _("%(tool)s said: “%(text)s”") % {"tool": r.get("tool") or "", "text": r["tool_error_text"]}
+            for r in failed
+            if r.get("error") == "tool:error" and r.get("tool_error_text")
+        ]
+    return " ".join([sentence, *said])
+
+
+def _all_calls_failed_sentence(kinds: set[str]) -> str:
+    if kinds == {"approval:rejected"}:
+        return _("This request was not carried out: its approval was rejected.")
+    if kinds and kinds <= {"approval:rejected", "approval:expired"}:
+        return _("This request was not carried out: it was not approved in time.")
+    if kinds == {"args"}:
+        return _("This request could not be looked up as asked: a value in it is not one the tool accepts.")
+    if kinds == {"result:empty"}:
+        return _("Nothing was found for this request.")
+    if kinds and kinds <= {"args", "result:empty"}:
+        return _("The information for this request could not be found. Please check what you asked for.")
+    if kinds and kinds <= {"args", "result:empty", "tool:error"}:
+        # A tool's own error may be about the request (an unknown id) or its backend: both are said.
+        return _(
+            "The information needed for this answer could not be retrieved: the tool reported an error. "
+            "Please check what you asked for, or try again later."
+        )
+    return _("The information needed for this answer could not be retrieved. Please try again later.")
 
 
 def compose_offline_answer(

@@ -357,13 +357,14 @@ def execute(plan: RunPlan) -> RunOutcome:
         return failed
 
     if plan.provider == "offline" and plan.mode != "flow" and results and not any(r.get("ok") for r in results):
-        # The answer would rest on calls that all failed and no model can recover: the run fails, saying so.
+        # The answer would rest on calls that all failed and no model can recover: the run fails, saying so (with
+        # what a read tool's own error said: seed 001's "등록된 자산: …" is what the user needs to ask again).
         codes = [r.get("error") or "" for r in results]
         trace.append({"type": "outcome", "reason": "deterministic:tool_failed", "tool_errors": codes})
         return RunOutcome(
             status="failed",
             error_code="deterministic:tool_failed",
-            error_message=all_calls_failed_text(language=plan.language, codes=codes),
+            error_message=all_calls_failed_text(language=plan.language, results=results),
             deterministic_results=results,
             tool_failures=outcome.tool_failures,
             messages=trace,

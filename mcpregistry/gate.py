@@ -93,7 +93,11 @@ _rng = random.Random()  # noqa: S311 - jitter, not cryptography
 @dataclass
 class ToolResult:
     """The outcome of one gated call. ``value`` is the tool's result (parsed JSON where the text is JSON);
-    ``error`` is a reason code; ``message`` is what the model is told (masked)."""
+    ``error`` is a reason code; ``message`` is what the model is told (masked). ``tool_error_text``: for a read
+    tool's ``tool:error`` only (it answered with ``isError``, or raised a ``ToolError``), the tool's own text,
+    masked and cut as the model's message quotes it: data a caller may show a person (delimited), where the
+    message's guidance is for the model only; empty otherwise (a write's error is not kept: what a person is
+    told of a write is its approval's outcome)."""
 
     ok: bool
     value: Any = None
@@ -107,6 +111,7 @@ class ToolResult:
     memo_hit: bool = False
     approval_id: str | None = None
     fallback_for: str | None = None
+    tool_error_text: str = ""
 
     def for_model(self) -> str:
         """The text a model reads: the result itself, or a diagnostic that says what to do next."""
@@ -137,6 +142,7 @@ class ToolResult:
             "latency_ms": round(self.latency_ms, 2),
             "memo_hit": self.memo_hit,
             "fallback_for": self.fallback_for,
+            "tool_error_text": self.tool_error_text,
         }
 
 
@@ -547,6 +553,10 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
             tool_name, reason, detail, fallback=fallback if suggest else None, secrets=this.secrets
         )
         return this.finish()
+    if reason == "tool:error":
+        # A read tool's own words (an id it does not know, with the ones it does): what a caller with no model
+        # shows a person, cut and masked as the model's message quotes them. Kept if the fallback fails too.
+        this.result.tool_error_text = _masked_cut(detail, _DETAIL_CHARS, this.secrets)
     if fallback and fallback != tool_name and fallback_depth == 0 and reason not in _NO_FALLBACK:
         # Where no model reads the suggestion, a read tool's fallback is called here if it only reads too: a write
         # is never done implicitly (nor asked of a person nobody would tell).
@@ -921,12 +931,16 @@ def _reads(who: GateCall, server: McpServer, tool_name: str) -> bool:
     return tool is not None and _contract_for(who, server, tool).risk == ToolContract.Risk.READ
 
 
+# The most characters of a failure's detail (a tool's own error text, an exception's) that its message quotes.
+_DETAIL_CHARS = 500
+
+
 def _write_answer_unreadable_message(tool: str, reason: str, detail: str, secrets: list[str]) -> str:
     text = _(
         "Tool '%(tool)s' carried out the write, but its answer could not be read [%(reason)s]. Do not call it or "
         "another tool to do it again; tell the user it was done and that its answer should be checked."
     ) % {"tool": tool, "reason": reason}
-    return f"{text} ({_masked_cut(detail, 500, secrets)})" if detail else text
+    return f"{text} ({_masked_cut(detail, _DETAIL_CHARS, secrets)})" if detail else text
 
 
 def _failure_message(tool: str, reason: str, detail: str, *, fallback: str | None, secrets: list[str]) -> str:
@@ -959,7 +973,7 @@ def _failure_message(tool: str, reason: str, detail: str, *, fallback: str | Non
         then = _("Do not retry it now; answer with what you have and say this tool failed.")
     text = _("Tool '%(tool)s' failed: %(what)s [%(reason)s].") % {"tool": tool, "what": what, "reason": reason}
     if detail:
-        text += f" ({_masked_cut(detail, 500, secrets)})"
+        text += f" ({_masked_cut(detail, _DETAIL_CHARS, secrets)})"
     return f"{text} {then}"
 
 

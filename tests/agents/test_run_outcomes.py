@@ -64,12 +64,16 @@ def test_offline_a_run_follows_the_fallback_its_contract_suggests_since_no_model
 def test_offline_an_unknown_asset_is_not_looked_up_in_the_backup_and_the_user_is_told_to_check_the_request(db) -> None:
     """The tool's own error (an unknown id) may be about the input: with no model to read "use the backup only if
     the input was right", the gate does not hand it to the backup (which would answer for an asset that does not
-    exist), and the user is told to check the request, not to try again later."""
+    exist), and the user is told to check the request, not to try again later, with what the tool said (seed
+    001: the assets it knows, to choose from), never the model's guidance."""
     server = bind_demo_server(mcp_id="assets")
     agent = make_agent(slug="offline-unknown-asset", servers=[server])
     run = submit(agent, "A-9999 자산의 현재 상태를 알려주세요.")
     assert (run.status, run.error_code) == (Run.Status.FAILED, "deterministic:tool_failed")
-    assert run.error_message == TOOL_ERROR_TEXT
+    assert run.error_message.startswith(TOOL_ERROR_TEXT + " ")
+    said = run.error_message.removeprefix(TOOL_ERROR_TEXT)
+    assert "get_asset_status" in said and "'A-9999' 자산을 찾을 수 없습니다. 등록된 자산: A-1001, A-1002" in said
+    assert "fallback" not in said and "get_asset_status_backup" not in said
     calls = AuditEvent.objects.filter(run_id=run.id, action__startswith="tool.").order_by("id")
     assert list(calls.values_list("action", "tool", "reason")) == [("tool.call", "get_asset_status", "tool:error")]
 
