@@ -909,7 +909,7 @@ class _DrillDownRows(QuerySet[Any]):
     queryset for the first and last date (``aggregate(first=Min, last=Max)``) and for the distinct years,
     months or days (``datetimes``/``dates``), which the database answers by truncating every row's date (on
     SQLite a Python call per row: 1.2 s a page at 200,000 audit events). Here both are answered from the first
-    and last date of ``drill_table`` (the admin's rows before the list's filters), two ordered reads of one row
+    and last date of ``drill_table`` (the rows the list shows, its filters applied), two ordered reads of one row
     each off the date's index: the links are every year, month or day between them, without asking which hold
     rows (one that holds none opens an empty list). Any other call is a plain queryset's."""
 
@@ -989,7 +989,7 @@ class DateDrillDownChangeList(ChangeList):
             return
         # The rows are read (the page's, its count); what reads ``queryset`` after them is the drill-down.
         rows = _DrillDownRows(model=self.model, query=self.queryset.query.chain(), using=self.queryset.db)
-        rows.drill_field, rows.drill_table = self.date_hierarchy, self.root_queryset
+        rows.drill_field, rows.drill_table = self.date_hierarchy, self.queryset  # the rows the list shows
         rows.drill_year = _whole_number(self.params.get(f"{self.date_hierarchy}__year"))
         rows.drill_month = _whole_number(self.params.get(f"{self.date_hierarchy}__month"))
         self.queryset = rows

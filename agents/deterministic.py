@@ -259,7 +259,7 @@ def render_answer(template: str, *, query: str, match: dict[str, str], params: d
         if name == "query":
             return query or (default or "")
         if name == "result":
-            return plain or (default or "")
+            return ("" if value is None else plain) or (default or "")
         head, _, rest = name.partition(".")
         source: Any = {"match": match, "params": params, "result": value}.get(head)
         found = _lookup_each(source, rest) if source is not None else _MISSING
@@ -273,9 +273,11 @@ def render_answer(template: str, *, query: str, match: dict[str, str], params: d
         return text
 
     try:
-        return _ANSWER_PLACEHOLDER.sub(sub, template)
+        answer = _ANSWER_PLACEHOLDER.sub(sub, template)
     except ParamsRenderError:
         return plain
+    # A template that reads as nothing (``{result.owner}`` of an asset with no owner) is no answer: the tool's own.
+    return answer if answer.strip() else plain
 
 
 def _lookup_each(root: Any, path: str) -> Any:
@@ -315,6 +317,9 @@ def _compact(value: Any) -> str:
 # a digit is text).
 _PLACEHOLDER_ATTEMPT = re.compile(r"\{[A-Za-z_][^{}\s]*\}?")
 # ``{name}``, or ``{name|words}``: the words written where the value is missing or empty (an asset with no owner).
+# A placeholder whose words for no value hold another ``|`` (``{result.owner|a|b}``): not one ``_ANSWER_PLACEHOLDER``
+# reads.
+_WORDS_WITH_BAR = re.compile(r"\{[A-Za-z_][\w.*]*\|[^{}]*\|[^{}]*\}")
 _ANSWER_PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*(?:\*[\w.]*)*)(?:\|([^{}|]*))?\}")
 
 
@@ -371,7 +376,11 @@ def placeholder_problems(
         elif (problem := unmatched(name)) is not None:
             problems.setdefault("answer_template", []).append(problem)
     leftover = _ANSWER_PLACEHOLDER.sub("", template)
-    if "{" in leftover or "}" in leftover:
+    if (barred := _WORDS_WITH_BAR.search(leftover)) is not None:
+        problems.setdefault("answer_template", []).append(
+            gettext("%(text)s: the words after | cannot hold |, { or }") % {"text": barred.group(0)}
+        )
+    elif "{" in leftover or "}" in leftover:
         problems.setdefault("answer_template", []).append(
             gettext("a brace that opens or closes no placeholder: write {result.KEY} whole")
         )

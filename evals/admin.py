@@ -380,6 +380,19 @@ class EvalSetAdmin(ServiceAdminMixin, admin.ModelAdmin):
                     messages.ERROR,
                 )
                 continue
+            if eval_set.agent.live_version_id is None and not request.user.has_perm("agents.change_agent"):
+                # Its eval would freeze the draft as a version (``eval_version_pin``): a publish, which needs the
+                # permission to change agents, as the agent's own page asks.
+                self.message_user(
+                    request,
+                    gettext(
+                        "Agent '%(slug)s' was never published: its eval would publish its draft as a version, which "
+                        "needs the permission to change agents. Publish the agent first, or ask someone who may."
+                    )
+                    % {"slug": eval_set.agent.slug},
+                    messages.ERROR,
+                )
+                continue
             try:
                 started.append(
                     eval_run_start(eval_set=eval_set, agent=eval_set.agent, actor=request.user.get_username())

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.deterministic import render_answer, render_params
+from agents.deterministic import placeholder_problems, render_answer, render_params
 from agents.execution import run_execute
 from agents.models import Agent, Run
 from audit.models import AuditEvent
@@ -95,7 +95,17 @@ def test_no_value_reads_as_nothing_in_a_template_and_is_left_out_of_a_list() -> 
     assert render("{result.assets.1.asset_id} (사용자: {result.assets.1.owner|없음})") == "A-1004 (사용자: 없음)"
     assert render("(사용자: {result.assets.0.owner|없음})") == "(사용자: 김하늘)"
     assert render("{result.assets.1.team|미정} / {result.assets.1.asset_id}") == "미정 / A-1004"
+    # A whole result that is null has no value either; a template that reads as nothing is no answer: the tool's
+    # own text is.
+    assert render_answer("{result|없음}", query="q", match={}, params={}, value=None) == "없음"
+    assert render("{result.assets.1.owner}") == render_answer("{result}", query="q", match={}, params={}, value=assets)
     # Without words of its own, a missing key still gives the tool's own text as the answer.
     assert render("{result.assets.1.team}") == render_answer("{result}", query="q", match={}, params={}, value=assets)
     params = render_params({"note": "담당 {data.owner}"}, query="q", context={}, a2a_data=[{"owner": None}], match={})
     assert params == {"note": "담당 "}
+
+
+def test_words_for_no_value_that_hold_a_bar_are_refused_saying_so() -> None:
+    problems = placeholder_problems({}, {}, "{result.owner|a|b}")
+    assert problems == {"answer_template": ["{result.owner|a|b}: the words after | cannot hold |, { or }"]}
+    assert placeholder_problems({}, {}, "(사용자: {result.owner|사용자 없음})") == {}

@@ -134,3 +134,26 @@ def test_a_bad_page_of_an_eval_runs_cases_is_a_400(
     refused = admin_key.get(f"/api/v1/evals/runs/{eval_run.id}", params)
     assert refused.status_code == 400, refused.content
     assert refused.json()["error"]["fields"]
+
+
+def test_an_eval_of_an_agent_never_published_is_refused_in_the_admin_to_who_may_not_publish(eval_set: EvalSet) -> None:
+    """Its eval would freeze the draft as a version: a publish, which the agent's own page allows only to who may
+    change agents. Who may only run evals is told so, and nothing is made."""
+    from django.contrib.auth.models import Permission
+
+    from agents.models import AgentVersion
+    from audit.roles import user_create
+
+    evaluator = user_create(actor="test", via="tests", username="evaluator", password="pw-1234-xyz!", is_staff=True)
+    evaluator.user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_evalset", "add_evalrun", "view_evalrun"])
+    )
+    client = Client()
+    client.force_login(evaluator)
+    response = client.post(
+        reverse("admin:evals_evalset_changelist"),
+        {"action": "run_against_agent", "_selected_action": [eval_set.pk]},
+        follow=True,
+    )
+    assert "was never published" in response.content.decode()
+    assert not EvalRun.objects.exists() and not AgentVersion.objects.exists()
