@@ -156,8 +156,12 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 # --- i18n: English source text, Korean shipped ---------------------------------------------------
-LANGUAGE_CODE = os.environ.get("LANGUAGE_CODE", "en")
 LANGUAGES = [("en", _("English")), ("ko", _("Korean"))]
+# The language of LANGUAGE_CODE's first subtag (ko-KR: ko) where the platform has it, English otherwise: an
+# empty or unknown one stopped every command in django.setup (no translation files for it).
+LANGUAGE_CODE = (os.environ.get("LANGUAGE_CODE") or "en").strip().lower().replace("_", "-").split("-")[0]
+if LANGUAGE_CODE not in {code for code, _name in LANGUAGES}:
+    LANGUAGE_CODE = "en"
 # Dates in every list and page as the run trace and the audit write them (2026-12-04 00:30:24 KST), in both
 # languages (agent_platform/formats/).
 FORMAT_MODULE_PATH = ["agent_platform.formats"]

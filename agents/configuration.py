@@ -50,6 +50,7 @@ from agents.services import (
 from agents.versions import AGENT_FIELDS, VersionContent, version_content_portable
 from mcpregistry.binding_policy import masked_secret_given
 from mcpregistry.contract_document import ContractSpec, contract_entry, contract_fields
+from mcpregistry.contracts import pydantic_message, spec_keys, unknown_key_problem
 from mcpregistry.gate_records import CONTRACT_FIELDS
 from mcpregistry.models import INT32_MAX, McpServer, McpTool, ToolContract
 from mcpregistry.services import mcp_server_update, mcp_tool_create, mcp_tool_update, tool_contract_update
@@ -489,13 +490,21 @@ def config_sections() -> dict[str, Any]:
     return {name: import_module(path) for name, path in getattr(settings, "PLATFORM_CONFIG_SECTIONS", {}).items()}
 
 
-def _parse(document: dict[str, Any]) -> ConfigDocument:
+def _parse(document: dict[str, Any], *, sections: Collection[str] = ()) -> ConfigDocument:
+    """The document's own sections, validated; ``sections``: the other top-level keys it may have (named among the
+    valid keys of an unknown one). A problem is in the reader's language where ``pydantic_message`` knows its
+    kind, and an unknown key names the valid ones (pydantic's English named neither)."""
     try:
         return ConfigDocument.model_validate(document)
     except PydanticValidationError as exc:
         lines = []
         for err in exc.errors():
             loc = list(err["loc"])
+            if err["type"] == "extra_forbidden" and loc:
+                valid = spec_keys(ConfigDocument, loc[:-1]) or []
+                message = unknown_key_problem(str(loc[-1]), [*valid, *sections] if len(loc) == 1 else valid)
+            else:
+                message = pydantic_message(err)
             where = ".".join(str(p) for p in loc)
             # Name the entry: servers[1] (docs)
             if len(loc) >= 2 and isinstance(loc[1], int):
@@ -505,7 +514,7 @@ def _parse(document: dict[str, Any]) -> ConfigDocument:
                 where = f"{section}[{index}]{f' ({label})' if label else ''}" + (
                     "." + ".".join(str(p) for p in loc[2:]) if len(loc) > 2 else ""
                 )
-            lines.append(f"{where}: {err['msg']}")
+            lines.append(f"{where}: {message}")
         raise ApplicationError(_not_valid(lines), code="invalid_config") from None
 
 
@@ -749,7 +758,7 @@ def _config_import(
     document = _composed(document)
     sections = config_sections()
     extra = {name: document[name] for name in sections if name in document}
-    config = _parse({k: v for k, v in document.items() if k not in sections})
+    config = _parse({k: v for k, v in document.items() if k not in sections}, sections=sorted(sections))
     if twice := _named_twice(config, extra, sections):
         raise ApplicationError(_not_valid(twice), code="invalid_config")
     problems = _Problems()

@@ -634,7 +634,12 @@ def _chain_verify(
     if report.problem is None:
         report.head_seq, report.head_hash = verifier.last_seq, verifier.last_hash
         if checkpoint_file is not None:
-            _checkpoint_file_write(checkpoint_file, seq=verifier.last_seq, hash_hex=verifier.last_hash)
+            try:
+                _checkpoint_file_write(checkpoint_file, seq=verifier.last_seq, hash_hex=verifier.last_hash)
+            except OSError as exc:  # the chain verified; the file that is to hold its head did not get it
+                report.problem = _(
+                    "verified %(count)s events, but the checkpoint file %(path)s cannot be written: %(reason)s"
+                ) % {"count": report.count, "path": checkpoint_file, "reason": exc.strerror or exc}
     return report, False
 
 
@@ -829,8 +834,13 @@ def _checkpoint_file_write(path: Path, *, seq: int, hash_hex: str) -> None:
     signature = signing.Signer(salt=_CHECKPOINT_FILE_SALT).sign(payload).rsplit(":", 1)[1]
     document = {"seq": seq, "hash": hash_hex, "verified_at": at, "signature": signature}
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(document) + "\n", encoding="utf-8")
-    os.replace(partial, path)
+    try:
+        partial.write_text(json.dumps(document) + "\n", encoding="utf-8")
+        os.replace(partial, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)  # no half-written head left beside the file
+        raise
 
 
 # --- archive files ------------------------------------------------------------------------------------------

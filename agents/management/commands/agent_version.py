@@ -14,6 +14,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
@@ -68,8 +69,10 @@ class Command(BaseCommand):
                     )
                     if on
                 ]
+                # Local time with its zone, as the admin and the run trace show times (it was UTC, unnamed).
+                created = timezone.localtime(version.created_at)
                 self.stdout.write(
-                    f"v{version.number}\t{version.created_at:%Y-%m-%d %H:%M}\t{version.published_by}\t"
+                    f"v{version.number}\t{created:%Y-%m-%d %H:%M:%S %Z}\t{version.published_by}\t"
                     f"{version.note}\t{','.join(marks)}"
                 )
         elif action == "publish":
@@ -85,7 +88,12 @@ class Command(BaseCommand):
             for row in version_diff(old.content, new.content):
                 self.stdout.write(json.dumps(row, ensure_ascii=False, default=str))
         else:
-            chosen = None if options["version"] == "off" else self._version(agent, int(options["version"]))
+            given = options["version"].strip()
+            if given != "off" and not given.isdecimal():
+                raise CommandError(
+                    _("the version must be a version number or 'off', not %(given)s") % {"given": repr(given)}
+                )
+            chosen = None if given == "off" else self._version(agent, int(given))
             try:
                 agent_shadow_set(agent=agent, actor=ACTOR, via=VIA, version=chosen, rate=options["rate"])
             except ValidationError as exc:

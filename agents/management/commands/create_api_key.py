@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
@@ -27,11 +28,14 @@ class Command(BaseCommand):
         missing = set(slugs) - {a.slug for a in agents}
         if missing:
             raise CommandError(_("unknown agent(s): %(slugs)s") % {"slugs": ", ".join(sorted(missing))})
-        _key, raw = api_key_create(
-            name=options["name"],
-            agents=agents,
-            admin=options["admin"],
-            actor="system:create_api_key",
-            via="create_api_key",
-        )
+        try:
+            _key, raw = api_key_create(
+                name=options["name"],
+                agents=agents,
+                admin=options["admin"],
+                actor="system:create_api_key",
+                via="create_api_key",
+            )
+        except ValidationError as exc:  # an empty name, one too long: the model's own words, not a traceback
+            raise CommandError("; ".join(exc.messages)) from None
         self.stdout.write(raw)

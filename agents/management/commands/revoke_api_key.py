@@ -4,6 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Q
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
@@ -44,9 +45,10 @@ class Command(BaseCommand):
             )
         if not live:
             for key in keys:
+                revoked_at = timezone.localtime(key.revoked_at)  # as the admin shows it (it was UTC)
                 self.stdout.write(
                     _("%(key)s (%(name)s) was already revoked at %(at)s")
-                    % {"key": key.prefix, "name": key.name, "at": f"{key.revoked_at:%Y-%m-%d %H:%M:%S %Z}"}
+                    % {"key": key.prefix, "name": key.name, "at": f"{revoked_at:%Y-%m-%d %H:%M:%S %Z}"}
                 )
             return
         for key in live:

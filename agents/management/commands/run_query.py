@@ -5,16 +5,22 @@ import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from agent_platform.errors import ApplicationError
 from agents.admin_runs import error_message_text
+from agents.decision_reasons import reason_text
 from agents.execution import run_execute
-from agents.models import Run
+from agents.models import Approval, Run
 from agents.selectors import run_tool_calls
 from agents.services import run_create
 from mcpregistry.pool import shutdown_default_pool
+
+# A run left waiting for a person's approval exits with this (a failed or cancelled one with 1): a script tells
+# "decide, then read the run again" from "it went wrong".
+AWAITING_APPROVAL_EXIT = 3
 
 
 class Command(BaseCommand):
@@ -55,19 +61,40 @@ class Command(BaseCommand):
         while True:
             run.refresh_from_db()
             if run.status != last_status:
-                self.stderr.write(f"  {run.status}")
+                self.stderr.write(f"  {run.get_status_display()}")
                 last_status = run.status
             if run.is_finished or run.status == Run.Status.AWAITING_APPROVAL:
                 break
             if time.monotonic() > deadline:
                 raise CommandError(
                     _("run %(id)s is still %(status)s after %(timeout)s: is a worker running?")
-                    % {"id": run.id, "status": run.status, "timeout": f"{options['timeout']:g}s"}
+                    % {"id": run.id, "status": run.get_status_display(), "timeout": f"{options['timeout']:g}s"}
                 )
             time.sleep(0.2)
         self._print(run, as_json=options["json"])
         if run.status == Run.Status.FAILED:
             raise CommandError(f"{run.error_code}: {error_message_text(run.error_code, run.error_message)}")
+        if run.status == Run.Status.CANCELLED:
+            raise CommandError(
+                _("run %(id)s was cancelled: %(reason)s")
+                % {"id": run.id, "reason": error_message_text(run.error_code, run.error_message)}
+            )
+        if run.status == Run.Status.AWAITING_APPROVAL:
+            # Not an answer and not a failure: its own exit status, so that a script can tell it apart.
+            pending = run.approvals.filter(status=Approval.Status.PENDING).order_by("created_at")
+            raise CommandError(
+                _(
+                    "run %(id)s is waiting for a person to approve %(calls)s: approve or reject it in the admin "
+                    "(%(admin)s) or with POST /api/v1/runs/%(id)s/approvals/<approval id> and "
+                    '{"decision": "approve"}; the run goes on once it is decided'
+                )
+                % {
+                    "id": run.id,
+                    "calls": ", ".join(f"{a.mcp_id}.{a.tool} ({a.id})" for a in pending) or "—",
+                    "admin": reverse("admin:agents_approval_changelist"),
+                },
+                returncode=AWAITING_APPROVAL_EXIT,
+            )
 
     def _print(self, run: Run, *, as_json: bool) -> None:
         calls = run_tool_calls(run=run)
@@ -94,7 +121,7 @@ class Command(BaseCommand):
             if kind == "rule":
                 rule = {
                     "rule": step.get("rule"),
-                    "reason": step.get("reason"),
+                    "reason": reason_text(str(step.get("reason") or "")),
                     "params": json.dumps(step.get("params"), ensure_ascii=False) if step.get("params") else "",
                 }
                 if step.get("matched"):

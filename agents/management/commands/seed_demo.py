@@ -18,6 +18,7 @@ from django.utils.translation import gettext_noop
 
 from agents.models import Agent, DeterministicRule
 from agents.services import agent_create, agent_update, deterministic_rule_create, deterministic_rule_update
+from audit.management.commands.create_auditor import user_problems
 from audit.roles import user_create
 from mcpregistry.models import McpServer, RequestCategory, ToolContract
 from mcpregistry.pool import shutdown_default_pool
@@ -204,6 +205,10 @@ class Command(BaseCommand):
         parser.add_argument("--no-discover", action="store_true", help=_("bind the server but do not start it"))
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # An admin name Django would refuse (empty, spaces, over 150 characters: user_create does not check) stops
+        # the seed before anything of it is written or reported.
+        user_model = get_user_model()
+        user_problems(user_model(username=user_model.normalize_username(options["admin_username"])))
         with transaction.atomic():
             server = McpServer.objects.filter(mcp_id=DEMO_MCP_ID).first()
             created = server is None
@@ -294,6 +299,7 @@ class Command(BaseCommand):
 
     def _admin(self, username: str) -> None:
         user_model = get_user_model()
+        username = user_model.normalize_username(username)  # as Django's login form composes what is typed
         if user_model.objects.filter(username=username).exists():
             self.stdout.write(_("admin user '%(username)s' exists (password unchanged)") % {"username": username})
             return

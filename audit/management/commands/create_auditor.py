@@ -8,14 +8,34 @@ import sys
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import Group
 from django.contrib.auth.password_validation import validate_password
-from django.core.exceptions import ValidationError
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from audit.roles import AUDITOR_GROUP, user_create
+
+
+def user_problems(candidate: AbstractBaseUser) -> None:
+    """Refuse ``candidate`` (an unsaved user) as Django's own forms would: ``user_create`` saves without the
+    model's validators, so a name with spaces or over 150 characters, or an e-mail that is none, was stored.
+    Raises CommandError naming each field and its problem; the password is checked apart (its validators)."""
+    try:
+        candidate.full_clean(exclude=["password"], validate_unique=False)
+    except ValidationError as exc:
+        labels = {field.name: field.verbose_name for field in candidate._meta.fields}
+        raise CommandError(
+            "; ".join(
+                problem
+                if name == NON_FIELD_ERRORS
+                else _("%(field)s: %(problem)s") % {"field": labels.get(name, name), "problem": problem}
+                for name, problems in exc.message_dict.items()
+                for problem in problems
+            )
+        ) from None
 
 
 class Command(BaseCommand):
@@ -46,8 +66,9 @@ class Command(BaseCommand):
         parser.add_argument("--email", default="")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        username: str = options["username"].strip()
         user_model = get_user_model()
+        # Composed as Django's login form composes what is typed (NFKC): a name stored decomposed never signed in.
+        username: str = user_model.normalize_username(options["username"].strip())
         if not username:
             raise CommandError(_("give a username"))
         if user_model._default_manager.filter(**{user_model.USERNAME_FIELD: username}).exists():
@@ -64,7 +85,8 @@ class Command(BaseCommand):
                 raise CommandError(_("no password on standard input"))
         generated = options["password"] is None
         password = secrets.token_urlsafe(18) if generated else options["password"]
-        candidate = user_model(**{user_model.USERNAME_FIELD: username})
+        candidate = user_model(**{user_model.USERNAME_FIELD: username}, email=options["email"])
+        user_problems(candidate)
         try:
             validate_password(password, user=candidate)
         except ValidationError as exc:

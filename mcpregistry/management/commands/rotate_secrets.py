@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
@@ -20,7 +21,10 @@ class Command(BaseCommand):
         parser.description = _(self.help)  # marked above, translated now: argparse takes no lazy string
 
     def handle(self, *args: Any, **options: Any) -> None:
-        report = secrets_rotate(actor="system:rotate_secrets", via="rotate_secrets")
+        try:
+            report = secrets_rotate(actor="system:rotate_secrets", via="rotate_secrets")
+        except ImproperlyConfigured as exc:  # a key that is not a Fernet key: its line, not a traceback
+            raise CommandError(str(exc)) from None
         for label, count in report.rotated.items():
             self.stdout.write(
                 _("%(model)s (%(label)s): %(count)s row(s) re-encrypted")
