@@ -4,7 +4,8 @@ An A2A message (``{"role": "user", "parts": [...]}``) maps onto the run the way 
 it (seed 000's ``DeterministicContext``): the text parts, joined by newlines, are the ``query``; each data
 part's ``data`` object is one entry of ``a2a_data``; each file part is one entry of ``a2a_files``, metadata
 only (``name``, ``mimeType``, ``uri``, ``size``): inline ``bytes`` are counted, never stored. The request's
-``context`` (``userId``, ``sessionId``, ``chatbotId``, …) is the run's ``context`` either way.
+``context`` (``userId``, ``sessionId``, ``chatbotId``, …) is the run's ``context`` either way, with the message's
+``contextId`` (its conversation, as the A2A endpoint keeps it) as ``context.contextId``.
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ def file_metadata(file: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_input_from_message(message: dict[str, Any], *, context: dict[str, Any]) -> RunInput:
-    """Map a validated A2A message (``role``, ``parts``) onto the run's input."""
+    """Map a validated A2A message (``role``, ``parts``, ``contextId``) onto the run's input. A ``contextId`` in
+    ``context`` as well is the caller's to have checked against the message's (the REST API refuses two)."""
+    if message.get("contextId"):
+        context = {**context, "contextId": message["contextId"]}
     texts: list[str] = []
     a2a_data: list[dict[str, Any]] = []
     a2a_files: list[dict[str, Any]] = []

@@ -10,6 +10,8 @@ from drf_spectacular.plumbing import build_bearer_security_scheme_object
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_serializer
 from rest_framework import serializers
 
+from agents.api.config import api_setting
+
 SECURITY_SCHEME = "bearerAuth"
 
 
@@ -29,7 +31,7 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
 
 @extend_schema_serializer(component_name="ErrorDetail")
 class ErrorDetailSerializer(serializers.Serializer):
-    """Documentation only (the exception handler writes errors)."""
+    """What went wrong: a stable `code`, a `message` for people and, where there is more to say, `fields`."""
 
     code = serializers.CharField(help_text="Stable, for programs: e.g. invalid_input, agent_not_found, throttled.")
     message = serializers.CharField(help_text="For people.")
@@ -39,7 +41,12 @@ class ErrorDetailSerializer(serializers.Serializer):
         declared = super().get_fields()
         declared["fields"] = serializers.DictField(
             required=False,
-            help_text="Invalid input only: each offending field (or header, or query parameter) and its problems.",
+            help_text=(
+                "Invalid input (`invalid_input`, `idempotency_key_reused` for a `messageId`): each offending field "
+                "(or header, or query parameter) and its problems, nested as the body is. A budget's refusal "
+                "(`budget_exceeded`, `budget_misconfigured`): `budget`, the budget's id (as in `GET /usage`), and "
+                "for `budget_exceeded` `resets_at`, when its period ends (ISO 8601)."
+            ),
         )
         return declared
 
@@ -65,6 +72,12 @@ ERROR_DESCRIPTIONS = {
     ),
 }
 
+# The event stream's 429 has one more cause.
+EVENTS_429 = (
+    "The key's rate limit is used up (`throttled`), or the key already holds `PLATFORM_SSE_MAX_STREAMS_PER_KEY` "
+    "streams open (`too_many_streams`, 5 by default): retry after `Retry-After` seconds."
+)
+
 RETRY_AFTER = OpenApiParameter(
     "Retry-After",
     int,
@@ -88,9 +101,11 @@ EVENTS_DESCRIPTION = """Server-sent events (`text/event-stream`): the run's even
 final `event: end` (`data: {"status": ...}`) and the stream closes. Each event is `id: <seq>`,
 `event: <kind>` (`status`, `rule`, `deterministic_result`, `model_turn`, `tool_call`, `tool_selection`,
 `parallel_calls`, `approval`, `flow_node`) and
-`data: <JSON>`. A comment line (`: keep-alive`) is sent after 15 s without events. A stream stays open at
-most `PLATFORM_SSE_MAX_S` seconds (600 by default) and then closes without `end`: reconnect with
-`Last-Event-ID` (an `EventSource` does so by itself) to go on where it stopped."""
+`data: <JSON>`. A stream whose key is revoked, or may no longer read the run (taken off its agent, or the agent
+disabled), ends with `event: error` (`data:` the error body, code `authentication_failed` or `run_not_found`)
+and closes. A comment line (`: keep-alive`) is sent after `PLATFORM_SSE_KEEPALIVE_S` seconds (4 by default)
+without events. A stream stays open at most `PLATFORM_SSE_MAX_S` seconds (600 by default) and then closes
+without `end`: reconnect with `Last-Event-ID` (an `EventSource` does so by itself) to go on where it stopped."""
 
 
 # Request bodies whose serializers refuse undeclared keys (``StrictSerializer``): said so in the schema, so that
@@ -115,7 +130,18 @@ def forbid_unknown_request_fields(result: dict[str, Any], generator: Any, reques
         if name in schemas:
             schemas[name]["additionalProperties"] = False
     result = describe_a2a_1_0_parts(result, generator, request, public)
+    result = declare_setting_limits(result, generator, request, public)
     return document_drf_statuses(result, generator, request, public)
+
+
+def declare_setting_limits(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """Postprocessing hook: the limits that are settings, as this deployment has them (a decorator's schema is
+    fixed at import): ``?wait``'s maximum, ``PLATFORM_API_MAX_WAIT_S``."""
+    post = result.get("paths", {}).get("/api/v1/runs", {}).get("post", {})
+    for parameter in post.get("parameters", []):
+        if parameter.get("in") == "query" and parameter.get("name") == "wait":
+            parameter["schema"]["maximum"] = float(api_setting("PLATFORM_API_MAX_WAIT_S"))
+    return result
 
 
 def add_run_events_path(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
@@ -129,6 +155,7 @@ def add_run_events_path(result: dict[str, Any], generator: Any, request: Any, pu
             "content": {"application/json": {"schema": error_ref}},
         }
         if status == 429:
+            response["description"] = EVENTS_429
             response["headers"] = {
                 "Retry-After": {
                     "schema": {"type": "integer"},
@@ -175,7 +202,16 @@ def add_run_events_path(result: dict[str, Any], generator: Any, request: Any, pu
 
 
 def _metadata() -> dict[str, Any]:
-    return {"type": "object", "additionalProperties": {}}
+    return {"type": "object", "additionalProperties": {}, "nullable": True}
+
+
+def _file_naming(kept: bool) -> dict[str, Any]:
+    """``filename`` and ``mediaType``, which every A2A 1.0 part may carry (kept only with a file)."""
+    note = "" if kept else "Accepted and not kept (a text or data part is no file)."
+    return {
+        name: {"type": "string", "maxLength": 255, "nullable": True, **({"description": note} if note else {})}
+        for name in ("filename", "mediaType")
+    }
 
 
 # A2A 1.0 parts (no ``kind``: the member present says what the part is), which ``POST /runs`` takes as well as the
@@ -184,14 +220,18 @@ A2A_1_0_PARTS: dict[str, dict[str, Any]] = {
     "A2ATextPartV1": {
         "type": "object",
         "description": "An A2A 1.0 text part: joined with the other text parts, the query.",
-        "properties": {"text": {"type": "string"}, "metadata": _metadata()},
+        "properties": {"text": {"type": "string"}, **_file_naming(kept=False), "metadata": _metadata()},
         "required": ["text"],
         "additionalProperties": False,
     },
     "A2ADataPartV1": {
         "type": "object",
         "description": "An A2A 1.0 data part: one entry of the run's a2a_data.",
-        "properties": {"data": {"type": "object", "additionalProperties": {}}, "metadata": _metadata()},
+        "properties": {
+            "data": {"type": "object", "additionalProperties": {}},
+            **_file_naming(kept=False),
+            "metadata": _metadata(),
+        },
         "required": ["data"],
         "additionalProperties": False,
     },
@@ -200,8 +240,7 @@ A2A_1_0_PARTS: dict[str, dict[str, Any]] = {
         "description": "An A2A 1.0 file part by URL (kept with the run).",
         "properties": {
             "url": {"type": "string", "maxLength": 2048},
-            "filename": {"type": "string", "maxLength": 255},
-            "mediaType": {"type": "string", "maxLength": 255},
+            **_file_naming(kept=True),
             "metadata": _metadata(),
         },
         "required": ["url"],
@@ -212,8 +251,7 @@ A2A_1_0_PARTS: dict[str, dict[str, Any]] = {
         "description": "An A2A 1.0 file part with base64 content: counted (size), never stored.",
         "properties": {
             "raw": {"type": "string"},
-            "filename": {"type": "string", "maxLength": 255},
-            "mediaType": {"type": "string", "maxLength": 255},
+            **_file_naming(kept=True),
             "metadata": _metadata(),
         },
         "required": ["raw"],

@@ -93,6 +93,8 @@ class A2AFileSerializer(StrictSerializer):
 
 @extend_schema_serializer(component_name="A2ATextPart")
 class A2ATextPartSerializer(StrictSerializer):
+    """An A2A 0.3 text part: joined with the other text parts, the query."""
+
     kind = serializers.ChoiceField(choices=["text"])
     text = StrictCharField(allow_blank=True, trim_whitespace=False)
     metadata = serializers.DictField(required=False)
@@ -100,6 +102,8 @@ class A2ATextPartSerializer(StrictSerializer):
 
 @extend_schema_serializer(component_name="A2ADataPart")
 class A2ADataPartSerializer(StrictSerializer):
+    """An A2A 0.3 data part: one entry of the run's a2a_data."""
+
     kind = serializers.ChoiceField(choices=["data"])
     data = serializers.DictField(help_text="Structured input: one entry of the run's a2a_data.")
     metadata = serializers.DictField(required=False)
@@ -107,6 +111,8 @@ class A2ADataPartSerializer(StrictSerializer):
 
 @extend_schema_serializer(component_name="A2AFilePart")
 class A2AFilePartSerializer(StrictSerializer):
+    """An A2A 0.3 file part: one entry of the run's a2a_files (metadata only)."""
+
     kind = serializers.ChoiceField(choices=["file"])
     file = A2AFileSerializer()
     metadata = serializers.DictField(required=False)
@@ -126,6 +132,32 @@ PART_MEMBERS = frozenset({*PART_CONTENTS, "filename", "mediaType", "metadata"})
 
 def part_contents_message() -> str:
     return str(_("A part has one of 'text', 'data', 'url' or 'raw', not several."))
+
+
+class A2APartMembersSerializer(serializers.Serializer):
+    """The members any A2A 1.0 part may carry beside its content (``filename``, ``mediaType``, ``metadata``): checked
+    as a 0.3 part's are, under the caller's own names, before ``kind_shaped_part`` drops those a text or data part
+    has. Null is taken as absent (ProtoJSON's reading of it)."""
+
+    filename = StrictCharField(required=False, allow_blank=True, allow_null=True, max_length=255)
+    mediaType = StrictCharField(required=False, allow_blank=True, allow_null=True, max_length=255)
+    metadata = serializers.DictField(required=False, allow_null=True)
+
+
+# The A2A 1.0 member a kind-shaped file's member came from (``kind_shaped_part``).
+V1_FILE_MEMBERS = {"uri": "url", "bytes": "raw", "name": "filename", "mimeType": "mediaType"}
+
+
+def v1_part_errors(errors: Mapping[str, Any]) -> dict[str, Any]:
+    """A kind-shaped part's errors under the members of the A2A 1.0 part the caller sent: ``url``, not
+    ``file.uri`` (a name the caller never used)."""
+    named = {name: problems for name, problems in errors.items() if name != "file"}
+    file_errors = errors.get("file")
+    if isinstance(file_errors, Mapping):
+        named.update({V1_FILE_MEMBERS.get(str(name), str(name)): problems for name, problems in file_errors.items()})
+    elif file_errors is not None:
+        named["non_field_errors"] = file_errors
+    return named
 
 
 def kind_shaped_part(part: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -170,8 +202,18 @@ class A2APartField(serializers.Field):
             unknown = {str(name): [_("Unknown field.")] for name in data if name not in PART_MEMBERS}
             if unknown:  # as a 0.3 part (a StrictSerializer) refuses them: kind_shaped_part would drop them
                 raise ValidationError(unknown)
-            data = kind_shaped_part(data) or data  # an A2A 1.0 part: {"text"}, {"data"}, {"url"|"raw"}
-        part_serializer = A2A_PARTS.get(data.get("kind")) if isinstance(data.get("kind"), str) else None
+            members = A2APartMembersSerializer(data=data)
+            if not members.is_valid():
+                raise ValidationError(members.errors)
+            shaped = kind_shaped_part(data)  # an A2A 1.0 part: {"text"}, {"data"}, {"url"|"raw"}
+            if shaped is None:
+                raise ValidationError({"non_field_errors": [_("A part needs one of 'text', 'data', 'url' or 'raw'.")]})
+            v1_part = A2A_PARTS[shaped["kind"]](data=shaped)
+            if not v1_part.is_valid():
+                raise ValidationError(v1_part_errors(v1_part.errors))
+            return dict(v1_part.validated_data)
+        kind = data.get("kind")
+        part_serializer = A2A_PARTS.get(kind) if isinstance(kind, str) else None
         if part_serializer is None:
             raise ValidationError({"kind": [_("Expected one of: text, data, file.")]})
         part = part_serializer(data=data)
@@ -185,17 +227,48 @@ class A2APartField(serializers.Field):
 
 @extend_schema_serializer(component_name="A2AMessage")
 class A2AMessageSerializer(StrictSerializer):
-    """An A2A `Message` from the user. Its text parts (joined) are the query."""
+    """An A2A `Message` from the user. Its text parts (joined) are the query; its `contextId` is the run's
+    conversation and its `messageId` the submission's idempotency key. The other envelope members are accepted
+    (an A2A client's message is taken as it is) and not used."""
 
     role = serializers.ChoiceField(choices=["user", "ROLE_USER"], help_text="user (A2A 0.3) or ROLE_USER (A2A 1.0)")
-    parts = serializers.ListField(child=A2APartField(), allow_empty=False, max_length=100)
+    # min_length as well as allow_empty: the schema says minItems; allow_empty's own message is the one answered.
+    parts = serializers.ListField(child=A2APartField(), allow_empty=False, min_length=1, max_length=100)
     kind = serializers.ChoiceField(choices=["message"], required=False)
-    messageId = StrictCharField(required=False, max_length=200)
-    contextId = StrictCharField(required=False, max_length=200)
-    taskId = StrictCharField(required=False, max_length=200)
-    referenceTaskIds = serializers.ListField(child=StrictCharField(max_length=200), required=False, max_length=100)
-    extensions = serializers.ListField(child=StrictCharField(max_length=2048), required=False, max_length=100)
-    metadata = serializers.DictField(required=False)
+    messageId = StrictCharField(
+        required=False,
+        max_length=200,
+        help_text=(
+            "Without an `Idempotency-Key` header, the submission's idempotency key: the same messageId and body "
+            "answer `200` with the run it created (`Idempotent-Replayed: true`); another body is a `409` "
+            "(`idempotency_key_reused`). The header wins where both are sent."
+        ),
+    )
+    contextId = StrictCharField(
+        required=False,
+        max_length=200,
+        help_text=(
+            "The conversation: the run's `context.contextId` (runs with the same one are one conversation, here "
+            "and on the A2A endpoint). A different `context.contextId` in the same request is a `400`."
+        ),
+    )
+    taskId = StrictCharField(
+        required=False,
+        max_length=200,
+        help_text=(
+            "Accepted and not used here (the A2A endpoint `/a2a/{slug}/` reads it: the task a reply answers); "
+            "decide a pending approval with `POST /runs/{run_id}/approvals/{approval_id}`."
+        ),
+    )
+    referenceTaskIds = serializers.ListField(
+        child=StrictCharField(max_length=200), required=False, max_length=100, help_text="Accepted and not used."
+    )
+    extensions = serializers.ListField(
+        child=StrictCharField(max_length=2048), required=False, max_length=100, help_text="Accepted and not used."
+    )
+    metadata = serializers.DictField(
+        required=False, help_text="Accepted and not used: the run's context is the request's `context`."
+    )
 
     def validate_role(self, role: str) -> str:
         return "user"
@@ -213,12 +286,16 @@ class A2AMessageSerializer(StrictSerializer):
 
 @extend_schema_serializer(component_name="RunError")
 class RunErrorSerializer(serializers.Serializer):
+    """Why the run failed (or was cancelled): a stable `code` and a `message` for people."""
+
     code = serializers.CharField()
     message = serializers.CharField()
 
 
 @extend_schema_serializer(component_name="ToolCall")
 class ToolCallSerializer(serializers.Serializer):
+    """One call of an MCP tool the run made, its arguments masked."""
+
     source = serializers.CharField(help_text="deterministic, agent, flow or admin")
     mcp_id = serializers.CharField()
     name = serializers.CharField()
@@ -231,6 +308,8 @@ class ToolCallSerializer(serializers.Serializer):
 
 @extend_schema_serializer(component_name="Approval")
 class ApprovalOutputSerializer(serializers.ModelSerializer):
+    """A write call that waits (or waited) for a person's decision before it runs."""
+
     class Meta:
         model = Approval
         fields = [
@@ -251,6 +330,8 @@ class ApprovalOutputSerializer(serializers.ModelSerializer):
 
 @extend_schema_serializer(component_name="RunFeedbackRecorded")
 class RunFeedbackOutputSerializer(serializers.Serializer):
+    """The caller's satisfaction with the run's answer, as recorded."""
+
     score = serializers.FloatField(help_text="Normalized to -1..1.")
     scale = serializers.CharField()
     comment = serializers.CharField()
@@ -303,8 +384,51 @@ class BuiltOnceFields:
         return answer
 
 
+# RunTimings and TokenUsage describe the run's two JSON fields in the schema; the fields are written as stored.
+@extend_schema_serializer(component_name="RunTimings")
+class RunTimingsSerializer(serializers.Serializer):
+    """How long the run's stages took, in milliseconds (empty until a worker has run it; a
+    resumed run's passes added up). A stage the run did not go through is absent."""
+
+    queue_wait_ms = serializers.FloatField(required=False, help_text="From submission until a worker took the run.")
+    deterministic_ms = serializers.FloatField(required=False, help_text="Deterministic rules and their tool calls.")
+    model_ms = serializers.FloatField(required=False, help_text="Waiting for the model.")
+    tools_ms = serializers.FloatField(required=False, help_text="Tool calls the model or the flow made.")
+    flow_ms = serializers.FloatField(required=False, help_text="A flow agent's flow.")
+    total_ms = serializers.FloatField(required=False)
+
+
+@extend_schema_serializer(component_name="TokenUsage")
+class TokenUsageSerializer(serializers.Serializer):
+    """The tokens the run's model calls used (empty until a worker has run it). The cache
+    counts are present where the provider reports them."""
+
+    input_tokens = serializers.IntegerField(required=False)
+    output_tokens = serializers.IntegerField(required=False)
+    total_tokens = serializers.IntegerField(required=False)
+    model_calls = serializers.IntegerField(required=False)
+    model_calls_saved = serializers.IntegerField(
+        required=False, help_text="1 where the deterministic results answered without the model."
+    )
+    cache_read_tokens = serializers.IntegerField(required=False)
+    cache_creation_tokens = serializers.IntegerField(required=False)
+
+
+@extend_schema_field(RunTimingsSerializer)
+class RunTimingsField(serializers.JSONField):
+    """The run's ``timings`` as stored (the schema names their keys)."""
+
+
+@extend_schema_field(TokenUsageSerializer)
+class TokenUsageField(serializers.JSONField):
+    """The run's ``token_usage`` as stored (the schema names their keys)."""
+
+
 @extend_schema_serializer(component_name="Run")
 class RunOutputSerializer(BuiltOnceFields, serializers.ModelSerializer):
+    """A run: its input, its status and outcome, what it did (deterministic results, tool calls, approvals) and
+    what it cost."""
+
     agent = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     version = serializers.SlugRelatedField(
         slug_field="number",
@@ -318,6 +442,8 @@ class RunOutputSerializer(BuiltOnceFields, serializers.ModelSerializer):
     tool_calls = serializers.SerializerMethodField()
     approvals = serializers.SerializerMethodField()
     cost_usd = serializers.SerializerMethodField(help_text="The run's cost at the admin's price table (0: unpriced).")
+    timings = RunTimingsField(read_only=True)
+    token_usage = TokenUsageField(read_only=True)
 
     class Meta:
         model = Run
@@ -425,6 +551,65 @@ class RunSummarySerializer(BuiltOnceFields, serializers.ModelSerializer):
 
 @extend_schema_serializer(component_name="RunPage")
 class RunPageSerializer(serializers.Serializer):
+    """A page of the caller's runs, newest first."""
+
     next = serializers.URLField(allow_null=True, help_text="The next (older) page, or null.")
     previous = serializers.URLField(allow_null=True, help_text="The previous (newer) page, or null.")
     results = RunSummarySerializer(many=True)
+
+
+# --- GET /usage (documentation only: ``agents.budgets.api_key_usage`` writes the answer) ----------------------
+
+
+@extend_schema_serializer(component_name="UsageTotals")
+class UsageTotalsSerializer(serializers.Serializer):
+    """The key's runs, tokens and cost over a period."""
+
+    runs = serializers.IntegerField()
+    tokens = serializers.IntegerField()
+    cost_usd = serializers.FloatField(help_text="At the admin's price table.")
+
+
+@extend_schema_serializer(component_name="AgentUsage")
+class AgentUsageSerializer(UsageTotalsSerializer):
+    """The key's runs, tokens and cost with one agent this month."""
+
+    agent = serializers.CharField(help_text="The agent's slug.")
+
+
+@extend_schema_serializer(component_name="DailyUsage")
+class DailyUsageSerializer(UsageTotalsSerializer):
+    """The key's runs, tokens and cost on one UTC day (a day without runs is zeros)."""
+
+    day = serializers.DateField()
+
+
+@extend_schema_serializer(component_name="BudgetState")
+class BudgetStateSerializer(serializers.Serializer):
+    """A budget that applies to the key, and its use in the current period."""
+
+    id = serializers.IntegerField()
+    scope = serializers.ChoiceField(choices=["api_key", "agent"], help_text="The key's own budget, or an agent's.")
+    agent = serializers.CharField(allow_null=True, help_text="The agent's slug (null: the key's own budget).")
+    period = serializers.ChoiceField(choices=["day", "month"], help_text="UTC days or months.")
+    period_start = serializers.DateTimeField()
+    resets_at = serializers.DateTimeField()
+    max_tokens = serializers.IntegerField(allow_null=True, help_text="Null: no token limit.")
+    max_cost_usd = serializers.FloatField(allow_null=True, help_text="Null: no cost limit.")
+    used_tokens = serializers.IntegerField()
+    used_cost_usd = serializers.FloatField()
+    reserved_tokens = serializers.IntegerField(help_text="Held by runs in flight.")
+    reserved_cost_usd = serializers.FloatField(help_text="Held by runs in flight.")
+    run_reservation_tokens = serializers.IntegerField(help_text="What each new run reserves.")
+
+
+@extend_schema_serializer(component_name="Usage")
+class UsageSerializer(serializers.Serializer):
+    """The calling key's tokens, cost and budgets (UTC periods)."""
+
+    api_key = serializers.CharField(help_text="The key's prefix.")
+    today = UsageTotalsSerializer()
+    this_month = UsageTotalsSerializer()
+    by_agent = AgentUsageSerializer(many=True, help_text="This month, per agent.")
+    by_day = DailyUsageSerializer(many=True, help_text="The last 30 days, oldest first.")
+    budgets = BudgetStateSerializer(many=True)

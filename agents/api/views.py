@@ -6,7 +6,9 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import hashlib
 import re
+import unicodedata
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,6 +16,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from django.db.models import Q, QuerySet
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
@@ -45,6 +48,7 @@ from agents.api.serializers import (
     RunSummarySerializer,
     StrictCharField,
     StrictSerializer,
+    UsageSerializer,
 )
 from agents.api.throttling import ApiKeyRateThrottle
 from agents.approvals import approval_decide
@@ -60,6 +64,11 @@ class ApiView(APIView):
     """Every endpoint counts against the caller's rate limit (per API key)."""
 
     throttle_classes = [ApiKeyRateThrottle]
+
+    def get_view_description(self, html: bool = False) -> str:
+        """What ``OPTIONS`` (DRF's metadata) says of an endpoint: a pointer to the schema. DRF would answer the
+        class's docstring, a note for this code's readers."""
+        return _("Described in the OpenAPI schema: %(url)s") % {"url": reverse("api-schema")}
 
 
 # --- POST /runs ------------------------------------------------------------------------------------------
@@ -116,6 +125,7 @@ class RunCreateApi(ApiView):
                 }
                 if extra:
                     raise ValidationError(extra)
+                _check_one_context_id(message=attrs["message"], context=attrs.get("context") or {})
             return attrs
 
     @extend_schema(
@@ -125,25 +135,35 @@ class RunCreateApi(ApiView):
             "Queues a run and answers `202` with it. The body is either plain (`query`, optional `context`, "
             "`data`, `files`) or an A2A message (`message`, optional `context`): text parts joined become the "
             "query, data parts `a2a_data`, file parts `a2a_files` (metadata only). Unknown fields are refused. "
-            "`?wait=N` (≤ 60 s) answers `200` with the finished run if it ends in time. With an "
-            "`Idempotency-Key` header, the same key and body (from the same API key) answer `200` with the run "
-            "the first request created (header `Idempotent-Replayed: true`); the same key with another body is "
-            "a `409`."
+            "`?wait=N` (up to `PLATFORM_API_MAX_WAIT_S`, 60 s by default) answers `200` with the finished run if "
+            "it ends in time. With an `Idempotency-Key` header (or, without one, the message's `messageId`), the "
+            "same key and body (from the same API key) answer `200` with the run the first request created "
+            "(header `Idempotent-Replayed: true`); the same key with another body is a `409`. The message's "
+            "`contextId` is the run's `context.contextId`."
         ),
         tags=["runs"],
         request=InputSerializer,
         parameters=[
             OpenApiParameter(
                 "wait",
-                OpenApiTypes.NUMBER,
+                # The maximum is the deployment's PLATFORM_API_MAX_WAIT_S (schema.declare_setting_limits).
+                {"type": "number", "minimum": 0},
                 OpenApiParameter.QUERY,
-                description="Seconds (0–60) to wait for the run to finish (or park on an approval).",
+                description=(
+                    "Seconds to wait for the run to finish (or park on an approval), in decimal notation (`5`, "
+                    "`0.5`; an exponent such as `1e-05` is refused)."
+                ),
             ),
             OpenApiParameter(
                 "Idempotency-Key",
-                OpenApiTypes.STR,
+                {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": IDEMPOTENCY_KEY_MAX_CHARS,
+                    "pattern": f"^[!-~]{{1,{IDEMPOTENCY_KEY_MAX_CHARS}}}$",
+                },
                 OpenApiParameter.HEADER,
-                description="At most 200 printable ASCII characters; scoped to the API key.",
+                description="At most 200 printable ASCII characters, no spaces; scoped to the API key.",
             ),
             RETRY_AFTER,
             OpenApiParameter(
@@ -152,7 +172,7 @@ class RunCreateApi(ApiView):
                 OpenApiParameter.HEADER,
                 response=[200],
                 enum=["true"],
-                description="Present when an earlier request with the same Idempotency-Key created this run.",
+                description="Present when an earlier request with the same Idempotency-Key (or messageId) created this run.",
             ),
         ],
         responses={
@@ -193,16 +213,27 @@ class RunCreateApi(ApiView):
         serializer.is_valid(raise_exception=True)
         run_input = run_input_from_body(serializer.validated_data)
         run_query_check(run_input.query)
-        submission = run_submit(
-            agent_slug=serializer.validated_data["agent"],
-            query=run_input.query,
-            api_key=caller_of(request),
-            context=run_input.context,
-            a2a_data=run_input.a2a_data,
-            a2a_files=run_input.a2a_files,
-            idempotency_key=idempotency_key,
-            digest=request_digest(request.data),
-        )
+        message_id = (serializer.validated_data.get("message") or {}).get("messageId", "")
+        try:
+            submission = run_submit(
+                agent_slug=serializer.validated_data["agent"],
+                query=run_input.query,
+                api_key=caller_of(request),
+                context=run_input.context,
+                a2a_data=run_input.a2a_data,
+                a2a_files=run_input.a2a_files,
+                idempotency_key=idempotency_key or _message_idempotency_key(message_id),
+                digest=request_digest(request.data),
+            )
+        except ApplicationError as exc:
+            if idempotency_key or exc.code != "idempotency_key_reused":
+                raise
+            raise ApplicationError(  # the caller sent no Idempotency-Key: name what they did send
+                _("This messageId was used with another request body."),
+                code=exc.code,
+                status=exc.status,
+                fields={"message": {"messageId": [_("Used with another request body.")]}},
+            ) from None
         run = submission.run
         headers = {"Idempotent-Replayed": "true"} if submission.replayed else None
         if wait_s:
@@ -229,6 +260,33 @@ def _idempotency_key(request: Request) -> str:
             fields={"Idempotency-Key": [_("Invalid value.")]},
         )
     return key
+
+
+def _message_idempotency_key(message_id: str) -> str:
+    """The idempotency key of a message's ``messageId`` (none without one): ``message `` and the id, or
+    ``message-sha256 `` and the id's SHA-256 where that would not fit. The space keeps it apart from every
+    ``Idempotency-Key`` header (which has none), and the prefix from the A2A endpoint's keys (``a2a …``): that
+    endpoint digests another body, so the same message sent both ways would only ever meet a 409."""
+    if not message_id:
+        return ""
+    key = f"message {message_id}"
+    if len(key) <= IDEMPOTENCY_KEY_MAX_CHARS:
+        return key
+    return f"message-sha256 {hashlib.sha256(message_id.encode()).hexdigest()}"
+
+
+def _check_one_context_id(*, message: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+    """A message's ``contextId`` is the run's ``context.contextId``: one given in ``context`` too must be the same
+    (compared composed, as the run stores them), else which conversation the run is in is a guess."""
+    if "contextId" not in message or "contextId" not in context:
+        return
+    given = context["contextId"]
+    if isinstance(given, str) and unicodedata.normalize("NFC", given) == unicodedata.normalize(
+        "NFC", message["contextId"]
+    ):
+        return
+    both = [_("'message.contextId' and 'context.contextId' differ: send one of them, or the same value in both.")]
+    raise ValidationError({"message": {"contextId": both}, "context": {"contextId": both}})
 
 
 _SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?", re.ASCII)
@@ -380,6 +438,8 @@ def position_older(position: RunPosition) -> RunPosition:
 class RunListApi(ApiView):
     @extend_schema_serializer(component_name="RunListFilters")
     class FilterSerializer(StrictSerializer):
+        """The list's query parameters."""
+
         agent = StrictCharField(required=False, max_length=64)
         status = serializers.ChoiceField(choices=Run.Status.choices, required=False)
         page_size = serializers.IntegerField(required=False, min_value=1, max_value=100)
@@ -397,10 +457,22 @@ class RunListApi(ApiView):
         ),
         tags=["runs"],
         parameters=[
-            OpenApiParameter("agent", OpenApiTypes.STR, OpenApiParameter.QUERY, description="An agent's slug."),
+            OpenApiParameter(
+                "agent", {"type": "string", "maxLength": 64}, OpenApiParameter.QUERY, description="An agent's slug."
+            ),
             OpenApiParameter("status", OpenApiTypes.STR, OpenApiParameter.QUERY, enum=Run.Status.values),
-            OpenApiParameter("page_size", OpenApiTypes.INT, OpenApiParameter.QUERY, description="1–100."),
-            OpenApiParameter("cursor", OpenApiTypes.STR, OpenApiParameter.QUERY, description="From `next`/`previous`."),
+            OpenApiParameter(
+                "page_size",
+                {"type": "integer", "minimum": 1, "maximum": RunCursorPagination.max_page_size},
+                OpenApiParameter.QUERY,
+                description="1–100 (20 by default).",
+            ),
+            OpenApiParameter(
+                "cursor",
+                {"type": "string", "maxLength": 1000},
+                OpenApiParameter.QUERY,
+                description="From `next`/`previous`.",
+            ),
             RETRY_AFTER,
         ],
         responses={200: RunPageSerializer, **error_responses(400, 401, 429)},
@@ -471,6 +543,8 @@ class RunCancelApi(ApiView):
 class RunApprovalDecideApi(ApiView):
     @extend_schema_serializer(component_name="ApprovalDecision")
     class InputSerializer(StrictSerializer):
+        """A decision on a pending write call, with an optional reason."""
+
         decision = serializers.ChoiceField(choices=["approve", "reject"])
         reason = StrictCharField(required=False, allow_blank=True, max_length=2000, default="")
 
@@ -528,7 +602,7 @@ class UsageApi(ApiView):
         ),
         tags=["usage"],
         parameters=[RETRY_AFTER],
-        responses={200: OpenApiTypes.OBJECT, **error_responses(401, 429)},
+        responses={200: UsageSerializer, **error_responses(401, 429)},
     )
     def get(self, request: Request) -> Response:
         return Response(api_key_usage(api_key=caller_of(request)))
@@ -549,6 +623,8 @@ class StrictNumberField(serializers.FloatField):
 class RunFeedbackApi(ApiView):
     @extend_schema_serializer(component_name="RunFeedback")
     class InputSerializer(StrictSerializer):
+        """How satisfied the caller was with the run's answer: a score, its scale, and an optional comment."""
+
         score = StrictNumberField(help_text="-1..1 (thumbs down..up), or a whole number 1..5.")
         scale = serializers.ChoiceField(
             choices=["signed", "five"],
