@@ -477,7 +477,11 @@ def execute(plan: RunPlan) -> RunOutcome:
 
     def call_tool(tool_call: dict[str, Any], sent: gate.ToolResult | None = None) -> tuple[ToolMessage, str | None]:
         """One call: refused here (unknown, not offered, withdrawn) or sent through the gate; ``sent`` is the
-        gate's answer when the call already ran in a parallel batch."""
+        gate's answer when the call already ran in a parallel batch. Raises ``RunCancelled`` (nothing sent,
+        nothing audited) where the run must stop: a model turn's later calls are not sent once the run is
+        cancelled, out of time or taken over after its earlier ones, as a flow's and a rule's are not."""
+        if sent is None:
+            plan.check_cancelled()
         name, call_id = tool_call["name"], tool_call.get("id") or ""
         found = index.get(name)
         args = tool_call.get("args")
@@ -547,6 +551,7 @@ def execute(plan: RunPlan) -> RunOutcome:
         per_server=plan.parallel_per_server,
         trace=trace,
         emit=plan.emit,
+        check_cancelled=plan.check_cancelled,
     )
 
     if plan.conversation:
@@ -823,8 +828,14 @@ def _tool_offer(
     for name, (server, _tool) in index.items():
         contract = contracts[name]
         backup = by_tool.get((server.mcp_id, contract.fallback_tool or ""))
-        # With the "call" policy the gate calls the fallback itself: the model is never told to.
-        if backup and backup != name and contract.fallback_policy != contract.FallbackPolicy.CALL:
+        if not backup or backup == name:
+            continue
+        # With the "call" policy the gate calls a read tool's read fallback itself (the model is never told to)
+        # and a write tool's never; a read tool's write fallback it leaves to the model, told of it (``gate.call``).
+        told = contract.fallback_policy != contract.FallbackPolicy.CALL or (
+            contract.risk == contract.Risk.READ and contracts[backup].risk != contract.Risk.READ
+        )
+        if told:
             fallback_tools[name] = (backup, contract.risk == contract.Risk.WRITE)
     return ToolOffer(
         index=index,
@@ -878,6 +889,8 @@ def _execute_flow(
     def call_tool(mcp_id: str, tool_name: str, params: dict[str, Any]) -> Any:
         # Between the flow's steps, as the ReAct loop checks between its own: a run cancelled (or out of time, or
         # taken over) sends nothing more, also when the flow caught the exception of an earlier call.
+        if parked:  # the flow caught the wait and called on: nothing more goes out until the run resumes
+            raise FlowParked(parked[0])
         plan.check_cancelled()
         # The call's number in the flow: its audit events and its approval carry it, and so do its event and
         # trace entry (the run page finds the call's attempts and approval by it).

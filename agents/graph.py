@@ -332,12 +332,14 @@ def _bound(model: BaseChatModel, specs: list[dict[str, Any]], tool_choice: Any) 
 
 def _tools(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
     parts = _parts(config)
-    parts.check_cancelled()
     if parts.call_batch is not None:
+        # The batch caller checks before each call it sends (the engine's ``call_tool``, ``ParallelCalls.run``).
         answered, parked = parts.call_batch(unanswered_tool_calls(state["messages"]))
         return {"messages": answered, "parked_on": parked}
     results: list[ToolMessage] = []
     for tool_call in unanswered_tool_calls(state["messages"]):
+        # Before each call, not once per turn: a run stopped after a turn's first call sends none of the rest.
+        parts.check_cancelled()
         message, parked_on = parts.call_tool(tool_call)
         if parked_on is not None:
             return {"messages": results, "parked_on": parked_on}

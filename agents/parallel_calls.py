@@ -51,6 +51,8 @@ class ParallelCalls:
     per_server: int
     trace: list[dict[str, Any]]
     emit: Callable[[str, dict[str, Any]], None]
+    # Raises (``RunCancelled``) where the run must stop: before the batch, and before each call a thread sends.
+    check_cancelled: Callable[[], None] = lambda: None
     _server_slots: dict[str, threading.BoundedSemaphore] = field(default_factory=dict)
 
     def eligible(self, tool_call: dict[str, Any]) -> bool:
@@ -87,7 +89,11 @@ class ParallelCalls:
         return verdict is not None
 
     def run(self, batch: list[dict[str, Any]]) -> list[gate.ToolResult]:
-        """Send ``batch`` concurrently; the results in the batch's order."""
+        """Send ``batch`` concurrently; the results in the batch's order. Raises ``RunCancelled`` where the run
+        must stop (cancelled, out of time, taken over): before the pool starts, nothing is sent; once it has, a
+        call that has not started yet (waiting for a thread or its server's slot) is not sent, while those already
+        sent end and are audited as the gate audits them."""
+        self.check_cancelled()
         for tool_call in batch:
             self.offer.check(tool_call["name"])  # marks them called, on the run's thread
         language = translation.get_language()
@@ -100,6 +106,7 @@ class ParallelCalls:
             slot = self._server_slots.setdefault(server.mcp_id, threading.BoundedSemaphore(self.per_server))
             try:
                 with slot, translation.override(language):
+                    self.check_cancelled()  # on this thread's connection, closed below
                     begin = time.perf_counter()
                     result = gate.call(
                         server=server,

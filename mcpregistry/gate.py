@@ -558,11 +558,12 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         # shows a person, cut and masked as the model's message quotes them. Kept if the fallback fails too.
         this.result.tool_error_text = _masked_cut(detail, _DETAIL_CHARS, this.secrets)
     if fallback and fallback != tool_name and fallback_depth == 0 and reason not in _NO_FALLBACK:
-        # Where no model reads the suggestion, a read tool's fallback is called here if it only reads too: a write
-        # is never done implicitly (nor asked of a person nobody would tell).
-        follow = who.follow_fallback and contract.risk == ToolContract.Risk.READ and _reads(who, server, fallback)
-        calls_it = contract.fallback_policy == ToolContract.FallbackPolicy.CALL
-        if (calls_it and reason in _HANDED_OVER_BY_POLICY) or (follow and reason in _HANDED_OVER):
+        # Where no model reads the suggestion, or the policy says "call", a read tool's fallback is called here if
+        # it only reads too: a write is never done implicitly (a sandboxed eval would carry it out unasked; a live
+        # run would ask a person for an approval the run never waits on). A write fallback is left to the model.
+        calls_it = contract.fallback_policy == ToolContract.FallbackPolicy.CALL and reason in _HANDED_OVER_BY_POLICY
+        follow = who.follow_fallback and reason in _HANDED_OVER
+        if (calls_it or follow) and _reads(who, server, fallback):
             # Why the next call happens, for the record: this tool failed for ``reason`` and the gate hands over.
             this.audit(
                 ok=False,

@@ -510,7 +510,7 @@ class ToolContract(AuditedModel):
         """The JSON fields must have the shapes the gate reads (see the class docstring); every error names the
         key and the valid keys. The timeout is > 0 and at most ``PLATFORM_TOOL_TIMEOUT_MAX_S``. The fallback tool
         is another tool of the same server whose required arguments this tool's arguments cover (the gate sends
-        it the same arguments)."""
+        it the same arguments); the gate calls it itself (policy "call") only where both only read."""
         errors: dict[str, list[str]] = {}
         if not isinstance(self.args, dict):
             errors["args"] = [str(_("Enter a JSON object: argument name → its constraints."))]
@@ -571,6 +571,27 @@ class ToolContract(AuditedModel):
                         "A write tool's fallback is never called by the gate: a failed write may have been carried "
                         "out, and its fallback would do it again. Choose 'suggest it to the model'."
                     )
+                )
+            )
+        elif (
+            self.fallback_policy == self.FallbackPolicy.CALL
+            and self.fallback_tool
+            and self.tool_id
+            # A tool with no saved contract is applied as a read (``gate_records.contract_of``).
+            and ToolContract.objects.filter(
+                tool__server_id=self.tool.server_id, tool__name=self.fallback_tool, risk=self.Risk.WRITE
+            ).exists()
+        ):
+            # The gate calls only a read fallback itself: a write nobody asked for is never done (a person would
+            # be asked for an approval the run never waits on, and a sandboxed eval would carry it out unasked).
+            errors.setdefault("fallback_policy", []).append(
+                str(
+                    _(
+                        "The fallback tool '%(tool)s' writes: the gate never calls a write that nobody asked for. "
+                        "Choose 'suggest it to the model' (the model may then ask for it, with its own approval), "
+                        "or mark that tool as read if it only reads."
+                    )
+                    % {"tool": self.fallback_tool}
                 )
             )
         if self.idempotency_arg and self.tool_id:

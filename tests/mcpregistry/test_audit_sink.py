@@ -112,18 +112,16 @@ def test_a_refusal_before_the_call_is_written_after_what_the_sink_holds(local, t
         assert [r[8] for r in rows()] == ["", reason]
 
 
-def test_a_write_fallback_flushes_the_failed_read_attempts_before_its_own_events(local) -> None:
+def test_a_write_fallback_is_never_called_and_the_failed_read_attempt_stays_in_the_sink(local) -> None:
+    # A row stored before the contract check refused "call" for a write fallback: the gate leaves the write to a
+    # model (none here) and writes nothing itself.
     contract(local, "explode", fallback_tool="send_notice", fallback_policy="call", args={})
     sink = Sink()
-    call(local, "explode", {"reason": "x"}, sink=sink)
-    assert sink.steps == ["add tool.call tool:error", "add tool.fallback tool:error", "flush 2"]
-    # The write tool refuses the read tool's arguments: its own refusal, written after the read's attempt and
-    # the hand-over (why the write tool was called at all).
-    assert [(r[3], r[8]) for r in rows()] == [
-        ("explode", "tool:error"),
-        ("explode", "tool:error"),
-        ("send_notice", "args:unknown:reason"),
-    ]
+    result = call(local, "explode", {"reason": "x"}, sink=sink)
+    assert not result.ok
+    assert sink.steps == ["add tool.call tool:error"]
+    assert "send_notice" not in fixtures.EXECUTED
+    assert rows() == []
 
 
 def test_a_refusal_of_a_models_call_is_written_after_what_the_sink_holds(local) -> None:
