@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
@@ -32,6 +33,11 @@ from prometheus_client.registry import Collector
 
 from agent_platform.client_ip import client_ip
 from audit.archive import TOOL_CALL_BUCKETS_S
+
+logger = logging.getLogger(__name__)
+
+# The Retry-After of a 503 while the database does not answer (seconds).
+DATABASE_RETRY_AFTER_S = 5
 
 RUN_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 # The tool-call latency histogram's buckets: audit.archive's, whose checkpoints save the archived calls' counts in them.
@@ -45,8 +51,21 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
+# How long /readyz lets PostgreSQL take over its SELECT 1 once connected (milliseconds); connecting is bounded by
+# DB_CONNECT_TIMEOUT (the connection's connect_timeout).
+DATABASE_CHECK_STATEMENT_TIMEOUT_MS = 2000
+
+
 def _check_database() -> None:
-    with connection.cursor() as cursor:
+    """SELECT 1 on the request's connection. On PostgreSQL every step is bounded: opening the connection by its
+    ``connect_timeout`` and the statement by a ``statement_timeout`` set for its own transaction only (the
+    connection may outlive the request: CONN_MAX_AGE; and a pooler in transaction mode hands it to others)."""
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"SET LOCAL statement_timeout = {DATABASE_CHECK_STATEMENT_TIMEOUT_MS:d}")
         cursor.execute("SELECT 1")
 
 
@@ -88,6 +107,10 @@ def readyz(request: HttpRequest) -> JsonResponse:
     named by its kind only (a broker's error may quote its URL and password)."""
     checks: dict[str, dict[str, Any]] = {}
     for name, check in (("database", _check_database), ("broker", _check_broker), ("worker", _check_worker)):
+        if name == "worker" and not checks["database"]["ok"]:
+            # The heartbeats are in the database: asking it again would only wait as long a second time.
+            checks[name] = {"ok": False, "error": "the database did not answer", "ms": 0.0}
+            continue
         started = time.perf_counter()
         try:
             check()
@@ -130,7 +153,25 @@ def metrics(request: HttpRequest) -> HttpResponse:
         )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(PlatformCollector())
-    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    try:
+        exposition = generate_latest(registry)
+    except (OperationalError, InterfaceError) as exc:
+        # Every figure comes from the database: without it there are none to give, and a scraper reads a 503 as
+        # "down, try again" (Django's HTML 500 said the platform was broken).
+        logger.warning("metrics: the database did not answer (%s)", type(exc).__name__)
+        response = JsonResponse(
+            {
+                "error": {
+                    "code": "unavailable",
+                    "message": _("The database is not available right now. Try again shortly."),
+                }
+            },
+            status=503,
+            json_dumps_params={"ensure_ascii": False},
+        )
+        response["Retry-After"] = str(DATABASE_RETRY_AFTER_S)
+        return response
+    return HttpResponse(exposition, content_type=CONTENT_TYPE_LATEST)
 
 
 def _histogram(

@@ -8,6 +8,7 @@ Defaults are for one machine with nothing installed but Python: SQLite and a Cel
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import secrets
 from pathlib import Path
@@ -38,9 +39,13 @@ def _env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
+# Without SECRET_KEY, a key generated once for this machine's use (``check --deploy`` warns: audit.W002).
+SECRET_KEY_FILE = VAR_DIR / "secret_key"
+
+
 def _local_secret_key() -> str:
     """Generate a secret key once for local use, kept in a git-ignored file under var/."""
-    return key_file(VAR_DIR / "secret_key", lambda: secrets.token_urlsafe(50))
+    return key_file(SECRET_KEY_FILE, lambda: secrets.token_urlsafe(50))
 
 
 DEBUG = _env_bool("DEBUG")
@@ -111,6 +116,15 @@ ASGI_APPLICATION = "agent_platform.asgi.application"
 
 # --- database -----------------------------------------------------------------------------------
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
+# How long opening a PostgreSQL connection may take (seconds, 2 to 300; libpq waits at least 2): without a limit, a
+# database that accepts the connection and never answers holds every request, /readyz and the entrypoint's wait
+# for it forever.
+_db_connect_timeout = os.environ.get("DB_CONNECT_TIMEOUT", "").strip() or "5"
+if not (_db_connect_timeout.isascii() and _db_connect_timeout.isdigit() and 2 <= int(_db_connect_timeout) <= 300):
+    raise ImproperlyConfigured(
+        f"DB_CONNECT_TIMEOUT must be a whole number of seconds from 2 to 300, not {_db_connect_timeout!r}"
+    )
+DB_CONNECT_TIMEOUT = int(_db_connect_timeout)
 if DATABASE_URL:
     DATABASES = {
         "default": dj_database_url.parse(
@@ -127,6 +141,8 @@ if DATABASE_URL:
             server_side_binding=_env_bool("DB_SERVER_SIDE_BINDING", default=True),
             prepare_threshold=_prepare_threshold if _prepare_threshold > 0 else None,
         )
+        # A connect_timeout in DATABASE_URL's query wins.
+        DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", DB_CONNECT_TIMEOUT)
 else:
     DATABASES = {
         "default": {
@@ -405,6 +421,10 @@ LOGGING = {
         "kombu.connection": {"level": "ERROR"},
     },
 }
+# Python's warnings (a library's deprecation, Django's ASGI handler serving a static file through a synchronous
+# iterator) become records of the ``py.warnings`` logger and leave through the console handler above, masked and,
+# with LOG_FORMAT=json, as one JSON line: Django leaves them on stderr as plain text (Celery's worker does this too).
+logging.captureWarnings(True)
 
 # --- operations: traces, metrics, probes (agent_platform/telemetry.py, agent_platform/probes.py) ---------------
 # Traces are on when the standard OTEL_* variables ask for them. A tool's arguments and result become span

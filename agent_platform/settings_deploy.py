@@ -48,6 +48,7 @@ __all__ = [
     "SECURE_HSTS_PRELOAD",
     "SECURE_HSTS_SECONDS",
     "SECURE_PROXY_SSL_HEADER",
+    "SECURE_REDIRECT_EXEMPT",
     "SECURE_SSL_REDIRECT",
     "SILENCED_SYSTEM_CHECKS",
 ]
@@ -83,6 +84,10 @@ if PLATFORM_TLS not in {"off", "proxy", "django"}:
 _TLS = PLATFORM_TLS != "off"
 
 SECURE_SSL_REDIRECT = _env_bool("SECURE_SSL_REDIRECT", default=PLATFORM_TLS == "django")
+# The probes answer on plain HTTP too: a probe that is redirected never sees their answer (a kubelet's httpGet
+# probe counts a redirect it does not follow as success, whatever /readyz would say). agent_platform/urls.py's
+# paths, matched against the path without its leading slash.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 # Trusted only where a proxy sets it: anywhere else a client could claim HTTPS with this header.
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if PLATFORM_TLS == "proxy" else None
 SECURE_HSTS_SECONDS = _env_int("SECURE_HSTS_SECONDS", 31_536_000 if _TLS else 0)

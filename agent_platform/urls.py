@@ -13,6 +13,7 @@ from agent_platform import probes
 from agent_platform.body_limit import is_api_path, json_error
 from agent_platform.dashboard import dashboard_index
 from agents.api import a2a_server, mcp_server
+from agents.api.errors import bad_request
 from agents.rule_tester import rule_tester_view
 from audit.roles import user_password_page
 
@@ -65,3 +66,5 @@ def _api_aware(default_view, status: int, message: Promise):  # type: ignore[no-
 
 handler404 = _api_aware(defaults.page_not_found, 404, _("Not found."))
 handler500 = _api_aware(defaults.server_error, 500, _("Internal error."))
+# A request Django refuses before any view (a Host header not in ALLOWED_HOSTS): on the API, JSON saying so.
+handler400 = bad_request

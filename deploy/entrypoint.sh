@@ -2,7 +2,9 @@
 # Container entrypoint for the agent platform image (web and worker).
 #
 #   1. waits until the database accepts connections (DB_WAIT_TIMEOUT seconds, default 60;
-#      SKIP_DB_WAIT=1 skips the wait),
+#      SKIP_DB_WAIT=1 skips the wait); each attempt gives up after DB_CONNECT_TIMEOUT seconds (the
+#      settings' connect_timeout, default 5), so a database that accepts connections and never
+#      answers ends the wait at its deadline too,
 #   2. when RUN_MIGRATIONS=1 (set on the web service only): `migrate --noinput`, then
 #      `collectstatic --noinput` into STATIC_ROOT (RUN_COLLECTSTATIC=0 skips that part),
 #   3. execs the command, replacing this shell so the server itself receives SIGTERM on stop.

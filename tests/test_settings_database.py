@@ -28,10 +28,10 @@ def test_sqlite_keeps_its_connections_as_long_as_db_conn_max_age_says(
 @pytest.mark.parametrize(
     ("environment", "expected"),
     [
-        ({}, {"server_side_binding": True, "prepare_threshold": 5}),
-        ({"DB_PREPARE_THRESHOLD": "0"}, {"server_side_binding": True, "prepare_threshold": None}),
-        ({"DB_PREPARE_THRESHOLD": "2"}, {"server_side_binding": True, "prepare_threshold": 2}),
-        ({"DB_SERVER_SIDE_BINDING": "0"}, {"server_side_binding": False, "prepare_threshold": 5}),
+        ({}, {"server_side_binding": True, "prepare_threshold": 5, "connect_timeout": 5}),
+        ({"DB_PREPARE_THRESHOLD": "0"}, {"server_side_binding": True, "prepare_threshold": None, "connect_timeout": 5}),
+        ({"DB_PREPARE_THRESHOLD": "2"}, {"server_side_binding": True, "prepare_threshold": 2, "connect_timeout": 5}),
+        ({"DB_SERVER_SIDE_BINDING": "0"}, {"server_side_binding": False, "prepare_threshold": 5, "connect_timeout": 5}),
     ],
 )
 def test_postgresql_binds_on_the_server_and_prepares_repeated_statements_unless_told_not_to(

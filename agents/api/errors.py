@@ -5,14 +5,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import DisallowedHost, PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404
+from django.db import InterfaceError, OperationalError
+from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.translation import gettext as _
+from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from agent_platform.body_limit import is_api_path, json_error
 from agent_platform.errors import ApplicationError
 
 logger = logging.getLogger(__name__)
@@ -54,9 +57,24 @@ def error_response(
     return Response({"error": body}, status=http_status, headers=headers)
 
 
+# The Retry-After of a 503 while the database does not answer (seconds).
+DATABASE_RETRY_AFTER_S = 5
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ApplicationError):
         return error_response(exc.code, exc.message, exc.status, exc.fields or None, headers=exc.headers or None)
+    if isinstance(exc, OperationalError | InterfaceError):
+        # The database is down or unreachable (a connection refused or timed out, a server that went away): the
+        # caller can only try again later, so 503 with Retry-After, not a 500. Its text (it may name the server's
+        # address) is never sent.
+        logger.warning("API: the database did not answer (%s)", type(exc).__name__)
+        return error_response(
+            "unavailable",
+            _("The database is not available right now. Try again shortly."),
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
@@ -73,3 +91,14 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     detail = getattr(exc, "detail", str(exc))
     headers = {k: v for k, v in response.items() if k in {"WWW-Authenticate", "Retry-After", "Allow"}}
     return error_response(code, str(detail), response.status_code, headers=headers)
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """The URLconf's ``handler400``: Django answers a request it refuses before any view (a Host header not in
+    ``ALLOWED_HOSTS``, too many fields) here. On the API's paths the API's JSON, saying when the host is the cause
+    (without repeating the header, which the client chose); elsewhere Django's page."""
+    if not is_api_path(request.path):
+        return defaults.bad_request(request, exception)
+    if isinstance(exception, DisallowedHost):
+        return json_error(400, "bad_request", _("The request's host name is not allowed on this server."))
+    return json_error(400)
