@@ -41,14 +41,16 @@ def run_row_lock(run_id: Any) -> None:
 
 
 def run_resume(*, run_id: str) -> bool:
-    """A parked run whose approval was decided (or expired) goes back to the queue, once; its task is sent when
-    the transaction commits. Its deliveries are counted afresh. Returns whether it was parked (and is queued)."""
+    """A parked run whose approval was decided (or expired) goes back to the queue, once, with its ``status``
+    event (the moment it left the wait, which A2A stamps its task with); its task is sent when the transaction
+    commits. Its deliveries are counted afresh. Returns whether it was parked (and is queued)."""
     now = timezone.now()
     stale = timedelta(seconds=float(lifecycle_setting("PLATFORM_RUN_QUEUED_STALE_S")))
     resumed = Run.objects.filter(id=run_id, status=Run.Status.AWAITING_APPROVAL).update(
         status=Run.Status.QUEUED, delivery_count=0, lease_expires_at=now + stale
     )
     if resumed == 1:
+        RunEventWriter(run_id=run_id, secrets=[]).emit("status", {"status": "queued"})
         time_limit_s, purpose = Run.objects.filter(id=run_id).values_list("agent__time_limit_s", "purpose").get()
         transaction.on_commit(lambda: run_dispatch(run_id=str(run_id), time_limit_s=time_limit_s, purpose=purpose))
     return resumed == 1

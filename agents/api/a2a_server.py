@@ -5,15 +5,18 @@ official ``a2a-sdk`` 1.x client speaks it).
   our API key as a bearer security scheme); ``GET /.well-known/agent-card.json``: a card of the platform whose
   skills are the agents the key may use, each with its A2A base URL (``agents`` lists them too).
 - ``POST /a2a/<slug>/``: JSON-RPC 2.0. ``SendMessage`` (waits, up to ``PLATFORM_API_MAX_WAIT_S``, until the
-  run finishes or asks for input, unless ``configuration.returnImmediately``), ``SendStreamingMessage`` and
+  run finishes or asks for input, unless ``configuration.returnImmediately``; the answer's body starts at once
+  and is kept alive with JSON's whitespace meanwhile), ``SendStreamingMessage`` and
   ``SubscribeToTask`` (server-sent events, one JSON-RPC response per event; the key is checked again every
   ``PLATFORM_SSE_AUTH_RECHECK_S``: a revoked one's stream ends with the error -32030 ``UNAUTHENTICATED``, and one
   that may no longer read the task (taken off its agent, or the agent disabled) with -32001 ``TASK_NOT_FOUND``, as
   ``GetTask`` then answers),
   ``GetTask``, ``CancelTask``, ``ListTasks``.
 
-A task is a run: its id is the run's id; its ``contextId`` is the conversation, kept in the run's ``context``
-(``contextId``) with the caller's ``metadata.context`` (``userId``, ``sessionId``, ``chatbotId``…). A message's
+A task is a run: its id is the run's id; its status's ``timestamp`` is when the run reached its state (finished,
+else its latest ``status`` event), which ``ListTasks`` orders and filters by; its ``contextId`` is the
+conversation, kept in the run's ``context`` (``contextId``) with the caller's ``metadata.context`` (``userId``,
+``sessionId``, ``chatbotId``…). A message's
 parts map onto the run as the REST API maps an A2A message (``agents.api.a2a``): text → query, data → ``a2a_data``,
 url/raw → ``a2a_files`` metadata. The message's ``messageId`` is the run's idempotency key (a retried send gets
 the same task). ``awaiting_approval`` is ``TASK_STATE_INPUT_REQUIRED``: its status message names the pending calls;
@@ -40,7 +43,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 from django.utils import translation
@@ -59,6 +62,7 @@ from agents.api.protocol_http import (
     caller_authenticate,
     dumps,
     error_response,
+    json_body,
     json_response,
     paced_async,
     paced_sync,
@@ -72,7 +76,7 @@ from agents.api.protocol_http import (
 from agents.api.serializers import PART_CONTENTS, A2AMessageSerializer, kind_shaped_part, part_contents_message
 from agents.api.throttling import stream_slot_release
 from agents.approvals import approval_decide
-from agents.models import Agent, ApiKey, Approval, Run
+from agents.models import Agent, ApiKey, Approval, Run, RunEvent
 from agents.selectors import (
     agent_get_for_key,
     agent_list_for_key,
@@ -98,19 +102,37 @@ TASK_STATE = {
     Run.Status.CANCELLED: "TASK_STATE_CANCELED",
     Run.Status.AWAITING_APPROVAL: "TASK_STATE_INPUT_REQUIRED",
 }
-SECURITY_SCHEMES = {
-    "apiKey": {
-        "httpAuthSecurityScheme": {
-            "scheme": "bearer",
-            "bearerFormat": "API key",
-            "description": "Authorization: Bearer <API key> (manage.py create_api_key)",
-        }
-    }
-}
+
+
+# Every state of A2A 1.0's ``TaskState`` that ``ListTasks`` may filter on (``TASK_STATE_UNSPECIFIED``: no filter);
+# ``TASK_STATE`` maps ours onto them, and some no run is ever in.
+A2A_TASK_STATES = (
+    "TASK_STATE_SUBMITTED",
+    "TASK_STATE_WORKING",
+    "TASK_STATE_COMPLETED",
+    "TASK_STATE_FAILED",
+    "TASK_STATE_CANCELED",
+    "TASK_STATE_INPUT_REQUIRED",
+    "TASK_STATE_REJECTED",
+    "TASK_STATE_AUTH_REQUIRED",
+)
 SECURITY_REQUIREMENTS: list[dict[str, Any]] = [{"schemes": {"apiKey": {"list": []}}}]
 # A run's events that are tool calls: the model's or a flow's (``tool_call``) and the deterministic rules'.
 TOOL_EVENTS = frozenset({"tool_call", "deterministic_result"})
 STOPPED = frozenset({Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED, Run.Status.AWAITING_APPROVAL})
+
+
+def security_schemes() -> dict[str, Any]:
+    """A card's ``securitySchemes``: our API key as a bearer token, described in the caller's language."""
+    return {
+        "apiKey": {
+            "httpAuthSecurityScheme": {
+                "scheme": "bearer",
+                "bearerFormat": "API key",
+                "description": _("Authorization: Bearer <API key> (manage.py create_api_key)"),
+            }
+        }
+    }
 
 
 class A2AError(Exception):
@@ -187,7 +209,8 @@ def base_url(request: HttpRequest) -> str:
 
 
 def agent_card(*, agent: Agent, root: str) -> dict[str, Any]:
-    """The agent's A2A card (protocol 1.0 JSON names)."""
+    """The agent's A2A card (protocol 1.0 JSON names); what it says in words is in the caller's language (the
+    agent's own name and prompt as they are)."""
     description = agent_description(agent)
     return {
         "name": agent.name,
@@ -198,12 +221,19 @@ def agent_card(*, agent: Agent, root: str) -> dict[str, Any]:
         ],
         "provider": {"organization": PLATFORM_NAME, "url": root},
         "capabilities": {"streaming": True, "pushNotifications": False},
-        "securitySchemes": SECURITY_SCHEMES,
+        "securitySchemes": security_schemes(),
         "securityRequirements": SECURITY_REQUIREMENTS,
         "defaultInputModes": ["text/plain", "application/json"],
         "defaultOutputModes": ["text/plain", "application/json"],
         "skills": agent_skills(agent=agent)
-        or [{"id": "ask", "name": agent.name, "description": agent.name, "tags": ["ask"]}],
+        or [
+            {
+                "id": "ask",
+                "name": agent.name,
+                "description": _("Ask the agent '%(name)s'.") % {"name": agent.name},
+                "tags": ["ask"],
+            }
+        ],
     }
 
 
@@ -222,8 +252,10 @@ def platform_card(*, agents: list[Agent], root: str) -> dict[str, Any]:
         return {**agent_card(agent=agents[0], root=root), "agents": _directory(agents, root)}
     return {
         "name": PLATFORM_NAME,
-        "description": "The agents this API key may use; each is an A2A agent at its own base URL (its "
-        "supportedInterfaces entry, in the order of skills and agents).",
+        "description": _(
+            "The agents this API key may use; each is an A2A agent at its own base URL (its supportedInterfaces "
+            "entry, in the order of skills and agents)."
+        ),
         "version": "1",
         "supportedInterfaces": [
             {"url": f"{root}/a2a/{a.slug}/", "protocolBinding": "JSONRPC", "protocolVersion": PROTOCOL_VERSION}
@@ -231,7 +263,7 @@ def platform_card(*, agents: list[Agent], root: str) -> dict[str, Any]:
         ],
         "provider": {"organization": PLATFORM_NAME, "url": root},
         "capabilities": {"streaming": True, "pushNotifications": False},
-        "securitySchemes": SECURITY_SCHEMES,
+        "securitySchemes": security_schemes(),
         "securityRequirements": SECURITY_REQUIREMENTS,
         "defaultInputModes": ["text/plain", "application/json"],
         "defaultOutputModes": ["text/plain", "application/json"],
@@ -285,9 +317,34 @@ async def agent_card_view(request: HttpRequest, slug: str) -> HttpResponseBase:
 # --- runs as tasks ---------------------------------------------------------------------------------------
 
 
+def latest_status_change() -> Subquery:
+    """An annotation of runs: when the run's latest ``status`` event was written (the run's last change of state
+    with an event: queued again, running, parked for approval, finished), read backwards along the event index
+    ``runevent_unique_run_seq`` (run, seq); null for a run without one."""
+    events = RunEvent.objects.filter(run=OuterRef("pk"), kind="status").order_by("-seq")
+    return Subquery(events.values("created_at")[:1])
+
+
+def status_at_expression() -> Coalesce:
+    """When a run reached its state, in SQL (``ListTasks`` filters and orders by it; ``_timestamp`` says the same
+    of one run): finished, else its latest ``status`` event, else started, else submitted. Not the first start:
+    a task parked for input after tool calls was stamped before them, a task queued again after an approval went
+    back in time, and a poller's ``statusTimestampAfter`` missed both."""
+    return Coalesce("finished_at", latest_status_change(), "started_at", "created_at")
+
+
 def _timestamp(run: Run) -> str:
-    """When the run reached its state: finished, else started, else submitted."""
-    return _iso(run.finished_at or run.started_at or run.created_at or datetime.now(UTC))
+    """When the run reached its state (``status_at_expression``): the annotation where ``ListTasks`` read it, else
+    finished, else its latest ``status`` event, else started, else submitted."""
+    moment = getattr(run, "status_at", None) or run.finished_at
+    if moment is None and run.pk is not None:
+        moment = (
+            RunEvent.objects.filter(run_id=run.pk, kind="status")
+            .order_by("-seq")
+            .values_list("created_at", flat=True)
+            .first()
+        )
+    return _iso(moment or run.started_at or run.created_at or datetime.now(UTC))
 
 
 def _iso(moment: datetime) -> str:
@@ -676,18 +733,17 @@ def tasks_list(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> dict
     runs = (
         Run.objects.select_related("agent")
         .filter(api_key=api_key, agent=agent)
-        .annotate(status_at=Coalesce("finished_at", "started_at", "created_at"))
+        .annotate(status_at=status_at_expression())
     )
     if params.get("contextId") is not None:
         runs = runs.filter(context__contextId=str(params["contextId"]))
     state = params.get("status")
     if state not in (None, "", "TASK_STATE_UNSPECIFIED"):
-        statuses = [status for status, name in TASK_STATE.items() if name == state]
-        if not statuses:
-            raise invalid_params(
-                _("'status' must be one of: %(states)s.") % {"states": ", ".join(sorted(set(TASK_STATE.values())))}
-            )
-        runs = runs.filter(status__in=statuses)
+        if state not in A2A_TASK_STATES:
+            raise invalid_params(_("'status' must be one of: %(states)s.") % {"states": ", ".join(A2A_TASK_STATES)})
+        # A state A2A has that no run is ever in (TASK_STATE_REJECTED, TASK_STATE_AUTH_REQUIRED): no task, not an
+        # error (a client that asks for each state in turn was refused one).
+        runs = runs.filter(status__in=[status for status, name in TASK_STATE.items() if name == state])
     if params.get("statusTimestampAfter") is not None:  # at or after, as the A2A SDK's task store reads it
         runs = runs.filter(status_at__gte=_timestamp_param(params["statusTimestampAfter"], "statusTimestampAfter"))
     size = LIST_PAGE_SIZE if params.get("pageSize") is None else params["pageSize"]
@@ -908,22 +964,51 @@ async def rpc_view(request: HttpRequest, slug: str) -> HttpResponseBase:
         response["X-Accel-Buffering"] = "no"
         return response
     if isinstance(result, tuple):
+        # Every error that can be told by its HTTP status was found above; the wait's answer is a 200 whose body
+        # starts at once (JSON's whitespace until the task is ready: ``json_body``).
         _wait, run, history_length = result
-        run = await _wait_for(run)
-        task = await sync_to_async(task_of)(run, history_length=history_length)
-        result = {"task": task}
+        poll = json_body(TaskWait(run=run, rpc_id=rpc_id, history_length=history_length).poll)
+        body = paced_async(poll, None) if isinstance(request, ASGIRequest) else paced_sync(poll, None)
+        response = StreamingHttpResponse(body, content_type="application/json")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return response
     return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": result})
 
 
-async def _wait_for(run: Run) -> Run:
-    """Poll (without holding a thread) until the run stops or ``PLATFORM_API_MAX_WAIT_S`` has passed."""
-    deadline = time.monotonic() + float(api_setting("PLATFORM_API_MAX_WAIT_S"))
+class TaskWait:
+    """A blocking ``SendMessage``'s wait, as an event stream that ``json_body`` turns into a JSON body: a
+    keep-alive every ``PLATFORM_SSE_KEEPALIVE_S`` (a space in the body; the SDK client's httpx gives up after 5 s
+    without a byte, before it learnt the task's id), then one JSON-RPC response once the run stops or
+    ``PLATFORM_API_MAX_WAIT_S`` has passed: the task (the run as it is then), or, where reading it fails, an
+    ``INTERNAL`` error naming the task, which goes on (the response's 200 was sent with its first space). A client
+    that leaves meanwhile leaves the task to go on, as ``returnImmediately`` would."""
 
-    def fresh() -> Run:
-        return Run.objects.select_related("agent").get(pk=run.pk)
+    def __init__(self, *, run: Run, rpc_id: Any, history_length: int | None) -> None:
+        self.run_id = run.pk
+        self.rpc_id = rpc_id
+        self.history_length = history_length
+        self.language = translation.get_language()  # the caller's (the body outlives the request's translation)
+        self.deadline = time.monotonic() + float(api_setting("PLATFORM_API_MAX_WAIT_S"))
+        self.keepalive_s = float(api_setting("PLATFORM_SSE_KEEPALIVE_S"))
+        self.last_sent = time.monotonic()
 
-    while True:
-        run = await sync_to_async(fresh)()
-        if run.status in STOPPED or time.monotonic() >= deadline:
-            return run
-        await asyncio.sleep(0.2)
+    def poll(self) -> tuple[list[str], PollState]:
+        with translation.override(self.language):
+            try:
+                run = Run.objects.select_related("agent").get(pk=self.run_id)
+                if run.status in STOPPED or time.monotonic() >= self.deadline:
+                    task = task_of(run, history_length=self.history_length)
+                    answer = {"jsonrpc": "2.0", "id": self.rpc_id, "result": {"task": task}}
+                    return [f"data: {dumps(answer)}\n\n"], "done"
+            except Exception:  # answered as an error; the task is not the client's to lose
+                logger.exception("A2A SendMessage: reading run %s failed", self.run_id)
+                message = _("Internal error while waiting for the task; it goes on: GetTask %(task_id)s") % {
+                    "task_id": self.run_id
+                }
+                error = A2AError(-32603, "INTERNAL", message, metadata={"taskId": str(self.run_id)})
+                return [f"data: {dumps(_rpc_error(self.rpc_id, error))}\n\n"], "done"
+        if time.monotonic() - self.last_sent >= self.keepalive_s:
+            self.last_sent = time.monotonic()
+            return [": keep-alive\n\n"], "wait"
+        return [], "wait"

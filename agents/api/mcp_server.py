@@ -15,27 +15,30 @@ agent disabled) with one saying ``run_not_found``, the run left to go on either 
 
 Written as plain Django views rather than the ``mcp`` SDK's session manager, because the platform serves from
 several processes (gunicorn's uvicorn workers, or ``runserver``) and an SDK session lives in one process's
-memory: here nothing outlives a request but a short cache entry (call id → run id, for cancellation). A session
-id is issued on ``initialize`` only to scope the client's request ids; there is no server-initiated stream
-(``GET`` is a 405).
+memory: here nothing outlives a request but the run, whose idempotency key names the call that made it (so a
+``notifications/cancelled`` that reaches another process finds it in the database). A session id is issued on
+``initialize`` only to scope the client's request ids; the server keeps no session, so there is none to end
+(``DELETE`` is a 405, as MCP allows) and no server-initiated stream (``GET`` is a 405). What the server says of
+itself (the tools' descriptions, their schemas', the instructions) is in the caller's language, as its errors are.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.core.cache import cache
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
-from django.utils import translation
+from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
@@ -49,6 +52,7 @@ from agents.api.protocol_http import (
     caller_authenticate,
     dumps,
     error_response,
+    json_body,
     json_response,
     paced_async,
     paced_sync,
@@ -63,7 +67,7 @@ from agents.api.protocol_http import (
 from agents.api.throttling import stream_slot_release
 from agents.models import Agent, ApiKey, Approval, Run
 from agents.selectors import agent_list_for_key, run_events_after, run_tool_calls
-from agents.services import run_cancel, run_submit
+from agents.services import run_cancel, run_create
 
 logger = logging.getLogger(__name__)
 
@@ -73,17 +77,22 @@ TOOL_PREFIX = "ask_"
 TOOL_EVENTS = frozenset({"tool_call", "deterministic_result"})
 STOPPED = frozenset({Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED, Run.Status.AWAITING_APPROVAL})
 
-INPUT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "query": {"type": "string", "description": "The question for the agent."},
-        "context": {"type": "object", "description": "A2A context: userId, sessionId, chatbotId, …"},
-        "data": {"type": "object", "description": "Structured input (one entry of the run's a2a_data)."},
-    },
-    "required": ["query"],
-    "additionalProperties": False,
-}
 
+def input_schema() -> dict[str, Any]:
+    """A tool's ``inputSchema``, its descriptions in the active language (built per request, as its errors are)."""
+    return {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": _("The question for the agent.")},
+            "context": {"type": "object", "description": _("A2A context: userId, sessionId, chatbotId, …")},
+            "data": {"type": "object", "description": _("Structured input (one entry of the run's a2a_data).")},
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    }
+
+
+# A tool's ``outputSchema`` (``structuredContent`` of ``call_result``): names only, no text to translate.
 OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -111,11 +120,12 @@ def tool_name(agent: Agent) -> str:
 def tool_of(agent: Agent) -> dict[str, Any]:
     prompt = (agent.system_prompt or "").strip()
     summary = prompt.splitlines()[0][:300] if prompt else ""
+    asked = _("Ask the agent '%(name)s'.") % {"name": agent.name}
     return {
         "name": tool_name(agent),
         "title": agent.name,
-        "description": f"Ask the agent '{agent.name}'. {summary}".strip(),
-        "inputSchema": INPUT_SCHEMA,
+        "description": f"{asked} {summary}".strip(),
+        "inputSchema": input_schema(),
         "outputSchema": OUTPUT_SCHEMA,
     }
 
@@ -138,12 +148,19 @@ def call_result(run: Run) -> dict[str, Any]:
     if run.status == Run.Status.SUCCEEDED:
         text = run.answer
     elif run.status == Run.Status.AWAITING_APPROVAL:
-        calls = ", ".join(f"{p['tool']} {json.dumps(p['args'], ensure_ascii=False)}" for p in pending)
-        text = _("%(status)s: %(calls)s (decide each with POST /api/v1/runs/%(run_id)s/approvals/<approval_id>)") % {
-            "status": label,
-            "calls": calls,
-            "run_id": run.id,
-        }
+        # Each call with the URL that decides it (its approval's id): a client that reads the text alone, as a
+        # model does, could not decide one when the id was only in ``structuredContent``.
+        calls = "; ".join(
+            _("%(tool)s %(args)s (decide with POST /api/v1/runs/%(run_id)s/approvals/%(approval_id)s)")
+            % {
+                "tool": p["tool"],
+                "args": json.dumps(p["args"], ensure_ascii=False),
+                "run_id": run.id,
+                "approval_id": p["approval_id"],
+            }
+            for p in pending
+        )
+        text = f"{label}: {calls}"
     elif error:
         text = f"{label}: {error['code']}: {error['message']}"
     else:
@@ -163,12 +180,27 @@ def call_result(run: Run) -> dict[str, Any]:
     }
 
 
-def _call_key(api_key: ApiKey, session_id: str, rpc_id: Any) -> str:
-    return f"mcp:call:{api_key.pk}:{session_id}:{json.dumps(rpc_id)}"
+def call_idempotency_key(session_id: str, rpc_id: Any) -> str:
+    """The idempotency key of the run a ``tools/call`` makes: ``mcp-call `` and the SHA-256 of the call's session
+    and request id. The space keeps it apart from every ``Idempotency-Key`` header (which has none) and the prefix
+    from the A2A and REST message keys (``a2a …``, ``message …``); the digest bounds its length. The API key is the
+    run's own column, so it need not be in the key."""
+    call = json.dumps([session_id, rpc_id], ensure_ascii=False)
+    return f"mcp-call {hashlib.sha256(call.encode()).hexdigest()}"
+
+
+def call_cancel_window() -> timedelta:
+    """How long after its call a run can be cancelled by the call's id: the longest a call is answered for
+    (``PLATFORM_SSE_MAX_S``) and a minute. A ``notifications/cancelled`` later than that (or for a request id used
+    again much later) leaves the run alone."""
+    return timedelta(seconds=float(api_setting("PLATFORM_SSE_MAX_S")) + 60)
 
 
 def tool_call_start(*, api_key: ApiKey, params: dict[str, Any], session_id: str, rpc_id: Any) -> Run:
-    """Submit the run a ``tools/call`` asks for, and remember it under the call's id (for cancellation).
+    """Create the run a ``tools/call`` asks for, its idempotency key naming the call (``call_idempotency_key``),
+    so that any web process can find it to cancel it. Made by ``run_create``, never replayed as ``run_submit``
+    replays a key: a request id is unique only among a session's requests in flight (a client without a session
+    may send id 1 every time), so a key seen before is a new call, not a retry.
     Raises McpError (unknown tool) or ApplicationError (bad arguments, agent disabled)."""
     name = params.get("name")
     agents = {tool_name(a): a for a in agent_list_for_key(api_key=api_key)}
@@ -186,22 +218,29 @@ def tool_call_start(*, api_key: ApiKey, params: dict[str, Any], session_id: str,
     for field in ("context", "data"):
         if field in arguments and not isinstance(arguments[field], dict):
             raise ApplicationError(_("'%(field)s' must be an object.") % {"field": field}, code="invalid_input")
-    submission = run_submit(
+    return run_create(
         agent_slug=agents[name].slug,
         query=query.strip(),
         api_key=api_key,
         context=arguments.get("context") or {},
         a2a_data=[arguments["data"]] if arguments.get("data") else [],
+        idempotency_key=call_idempotency_key(session_id, rpc_id),
     )
-    timeout = int(float(api_setting("PLATFORM_SSE_MAX_S")) + 60)
-    cache.set(_call_key(api_key, session_id, rpc_id), str(submission.run.pk), timeout=timeout)
-    return submission.run
 
 
 def tool_call_cancel(*, api_key: ApiKey, session_id: str, rpc_id: Any, why: str) -> None:
-    """Cancel the run of a call (``notifications/cancelled``, or its client gone); a finished run is left."""
-    run_id = cache.get(_call_key(api_key, session_id, rpc_id))
-    run = Run.objects.filter(pk=run_id, api_key=api_key).first() if run_id else None
+    """Cancel the run of a call (``notifications/cancelled``, or its client gone), the latest one the key made
+    under the call's id within ``call_cancel_window`` (read from the index ``run_key_idempotency_idx``, in whichever
+    process the notification reaches); a finished run is left."""
+    run = (
+        Run.objects.filter(
+            api_key=api_key,
+            idempotency_key=call_idempotency_key(session_id, rpc_id),
+            created_at__gte=timezone.now() - call_cancel_window(),
+        )
+        .order_by("-created_at")
+        .first()
+    )
     if run is None or run.is_finished:
         return
     with contextlib.suppress(ApplicationError):  # it finished in between
@@ -279,20 +318,22 @@ def _initialize(params: dict[str, Any]) -> dict[str, Any]:
         "protocolVersion": version,
         "capabilities": {"tools": {"listChanged": False}},
         "serverInfo": {"name": "agent-platform", "version": "1"},
-        "instructions": "Each tool asks one agent of the platform; the answer comes with the run's id and tool calls.",
+        "instructions": _(
+            "Each tool asks one agent of the platform; the answer comes with the run's id and tool calls."
+        ),
     }
 
 
 @csrf_exempt
 async def mcp_view(request: HttpRequest) -> HttpResponseBase:
-    if request.method == "DELETE":
-        return HttpResponse(status=204)  # nothing is kept per session
     if request.method != "POST":
+        # DELETE too: the server keeps no session state, so a session cannot be ended (MCP lets a server answer
+        # 405 here; it used to answer 204 to anyone, while the session id went on working).
         return error_response(
             "method_not_allowed",
             _("POST JSON-RPC messages here (streamable HTTP)."),
             405,
-            headers={"Allow": "POST, DELETE"},
+            headers={"Allow": "POST"},
         )
     caller = await sync_to_async(caller_authenticate)(request)
     if caller.api_key is None:
@@ -401,9 +442,9 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
         # gone, whose run is then cancelled as a stream client's is, not left to run for nobody.
         feed.progress_token = None
         answer = (
-            paced_async(_json_body(poll), slot, on_abandon=abandon)
+            paced_async(json_body(poll), slot, on_abandon=abandon)
             if isinstance(request, ASGIRequest)
-            else paced_sync(_json_body(poll), slot, on_abandon=abandon)
+            else paced_sync(json_body(poll), slot, on_abandon=abandon)
         )
         response = StreamingHttpResponse(answer, content_type="application/json; charset=utf-8")
         response["Cache-Control"] = "no-cache"
@@ -458,23 +499,3 @@ def _answered_whatever_happens(poll: Poll, rpc_id: Any, run_id: Any) -> Poll:
             return [f"event: message\ndata: {dumps(error)}\n\n"], "done"
 
     return guarded
-
-
-def _json_body(poll: Poll) -> Poll:
-    """``poll`` of a call's event stream, as the chunks of a JSON body: a space at once (so that a WSGI server
-    sends the response's head now, not with the first keep-alive), a space where the stream would send a
-    keep-alive comment, the result's JSON when it is done, nothing else (a JSON client is sent no progress)."""
-    started = False
-
-    def as_json() -> tuple[list[str], PollState]:
-        nonlocal started
-        chunks, state = poll()
-        if state == "done":
-            return [chunks[-1].split("data: ", 1)[1].rstrip("\n")], state
-        spaces = [" " for chunk in chunks if chunk.startswith(":")]
-        if not started:
-            started = True
-            spaces = spaces or [" "]
-        return spaces, state
-
-    return as_json

@@ -216,6 +216,30 @@ def paced_sync(poll: Poll, slot: StreamSlot | None, *, on_abandon: Callable[[], 
             stream_slot_release(slot)
 
 
+def json_body(poll: Poll) -> Poll:
+    """``poll`` of an event stream that ends with one JSON-RPC message, as the chunks of a JSON body: a space at
+    once (so that a WSGI server sends the response's head now, not with the first keep-alive), a space where the
+    stream would send a keep-alive comment, the message's JSON when it is done, nothing else. For an answer that
+    waits for a run (MCP's ``tools/call`` to a client that takes no event stream, A2A's blocking ``SendMessage``):
+    JSON's own whitespace keeps a client's read timeout from expiring while the run goes (the SDK clients' httpx
+    gives up after 5 s without a byte) and lets the server notice a client gone. The status is sent with the first
+    space: whatever the wait ends in, an error included, is a 200 whose body is a JSON-RPC message."""
+    started = False
+
+    def as_json() -> tuple[list[str], PollState]:
+        nonlocal started
+        chunks, state = poll()
+        if state == "done":
+            return [chunks[-1].split("data: ", 1)[1].rstrip("\n")], state
+        spaces = [" " for chunk in chunks if chunk.startswith(":")]
+        if not started:
+            started = True
+            spaces = spaces or [" "]
+        return spaces, state
+
+    return as_json
+
+
 def tool_progress_text(run: Run, call: dict[str, Any]) -> str:
     """A tool call's progress line for A2A and MCP clients, in the agent's language: ``tool search_employee: ok``."""
     tool = call.get("name") or call.get("tool") or ""

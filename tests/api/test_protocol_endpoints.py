@@ -365,15 +365,15 @@ def test_an_mcp_call_whose_client_goes_away_while_its_run_is_made_is_cancelled(
     settings.PLATFORM_SSE_MAX_STREAMS_PER_KEY = 1
     make_agent(slug="quiet", servers=[], with_demo_rules=False)
     gone = threading.Event()
-    real_submit = mcp_server.run_submit
+    real_create = mcp_server.run_create
 
-    def submit_then_find_the_client_gone(**kwargs: Any) -> Any:
-        submission = real_submit(**kwargs)
+    def create_then_find_the_client_gone(**kwargs: Any) -> Any:
+        run = real_create(**kwargs)
         assert gone.wait(10)  # the run is made; the client leaves before the call has returned it
         time.sleep(0.2)  # and Django has cancelled the view meanwhile
-        return submission
+        return run
 
-    monkeypatch.setattr(mcp_server, "run_submit", submit_then_find_the_client_gone)
+    monkeypatch.setattr(mcp_server, "run_create", create_then_find_the_client_gone)
     call = {
         "jsonrpc": "2.0",
         "id": 4,
@@ -413,8 +413,8 @@ def test_an_mcp_call_whose_client_goes_away_while_its_run_is_made_is_cancelled(
 def test_a_server_error_while_a_json_only_call_waits_ends_the_body_as_json_and_leaves_the_run(settings) -> None:
     """A failure to read the run (the database hiccups) is the server's, not the client's leaving: the body ends
     as a JSON-RPC error (it was a 200 already) and the run is not cancelled."""
-    from agents.api.mcp_server import _answered_whatever_happens, _json_body
-    from agents.api.protocol_http import paced_sync
+    from agents.api.mcp_server import _answered_whatever_happens
+    from agents.api.protocol_http import json_body, paced_sync
 
     settings.PLATFORM_SSE_POLL_S = 0.0
     polls = iter([([": keep-alive\n\n"], "wait")])
@@ -427,7 +427,7 @@ def test_a_server_error_while_a_json_only_call_waits_ends_the_body_as_json_and_l
 
     abandoned: list[bool] = []
     guarded = _answered_whatever_happens(poll, 7, "run-1")
-    body = "".join(paced_sync(_json_body(guarded), None, on_abandon=lambda: abandoned.append(True)))
+    body = "".join(paced_sync(json_body(guarded), None, on_abandon=lambda: abandoned.append(True)))
     assert body.startswith(" ")
     answer = json.loads(body)
     assert (answer["id"], answer["error"]["code"], answer["error"]["data"]) == (7, -32603, {"run_id": "run-1"})
