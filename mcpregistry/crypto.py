@@ -16,6 +16,7 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import models
+from django.utils.translation import gettext as _
 
 from agent_platform.key_files import key_file
 
@@ -44,7 +45,13 @@ def _fernet(keys: tuple[str, ...]) -> MultiFernet:
     try:
         return MultiFernet([Fernet(k.encode()) for k in keys])
     except ValueError as exc:
-        raise ImproperlyConfigured("SECRETS_ENCRYPTION_KEYS holds a value that is not a Fernet key") from exc
+        raise ImproperlyConfigured(
+            _(
+                "SECRETS_ENCRYPTION_KEYS holds a value that is not a Fernet key (44 characters of URL-safe base64; "
+                'make one with: python -c "from cryptography.fernet import Fernet; '
+                'print(Fernet.generate_key().decode())")'
+            )
+        ) from exc
 
 
 def fernet() -> MultiFernet:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import unicodedata
@@ -237,5 +238,10 @@ def test_rotate_secrets_refuses_a_key_that_is_no_fernet_key(settings: Any) -> No
     secrets = {"api_key": "sk-live-abcdefgh1234"}
     Agent.objects.create(slug="keyed", name="keyed", model_secrets=secrets)  # type: ignore[misc]  # typed as text
     settings.SECRETS_ENCRYPTION_KEYS = "garbage"
-    with pytest.raises(CommandError, match=r"^SECRETS_ENCRYPTION_KEYS holds a value that is not a Fernet key$"):
+    with pytest.raises(CommandError, match=r"^SECRETS_ENCRYPTION_KEYS holds a value that is not a Fernet key \("):
         call_command("rotate_secrets", stdout=io.StringIO())
+    # In the reader's language, with how to make a key.
+    with translation.override("ko"), pytest.raises(CommandError) as refused:
+        call_command("rotate_secrets", stdout=io.StringIO())
+    assert "Fernet" in str(refused.value) and "generate_key" in str(refused.value)
+    assert re.search("[가-힣]", str(refused.value))
