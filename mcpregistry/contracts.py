@@ -349,8 +349,9 @@ def unknown_key_problem(key: str, keys: Sequence[str]) -> str:
 
 
 def pydantic_message(error: Any) -> str:
-    """One pydantic error's message in the reader's language for the kinds an admin meets in a form (a number
-    out of range, a wrong type, a value outside a closed set); pydantic's own English otherwise."""
+    """One pydantic error's message in the reader's language for the kinds an admin meets in a form or an import
+    (a number out of range, a wrong type, a value outside a closed set, a text or list too long or short, a text
+    that does not match its pattern); pydantic's own English otherwise."""
     kind, context = error.get("type", ""), error.get("ctx") or {}
     messages: dict[str, Any] = {
         "greater_than_equal": lambda: _("must be at least %(limit)s") % {"limit": context.get("ge")},
@@ -370,6 +371,14 @@ def pydantic_message(error: Any) -> str:
         "dict_type": lambda: _("must be a JSON object"),
         "model_type": lambda: _("must be a JSON object"),
         "missing": lambda: _("is required"),
+        "string_too_long": lambda: _("must be at most %(count)s characters") % {"count": context.get("max_length")},
+        "string_too_short": lambda: _("must be at least %(count)s characters") % {"count": context.get("min_length")},
+        "string_pattern_mismatch": lambda: _("must match %(pattern)s") % {"pattern": context.get("pattern")},
+        "too_long": lambda: _("must hold at most %(count)s items") % {"count": context.get("max_length")},
+        "too_short": lambda: _("must hold at least %(count)s items") % {"count": context.get("min_length")},
+        "enum": lambda: (
+            _("must be one of: %(values)s") % {"values": str(context.get("expected", "")).replace(" or ", ", ")}
+        ),
         # pydantic writes the choices as "'read' or 'write'": listed with commas, in any language.
         "literal_error": lambda: (
             _("must be one of: %(values)s") % {"values": str(context.get("expected", "")).replace(" or ", ", ")}

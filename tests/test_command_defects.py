@@ -211,6 +211,20 @@ def test_import_config_speaks_the_platforms_language(tmp_path: Path) -> None:
     assert message == "설정이 올바르지 않습니다:\nagents[0] (a).max_iterations: 정수여야 합니다"
 
 
+def test_import_config_tells_a_text_too_long_or_off_its_pattern_in_the_platforms_language(tmp_path: Path) -> None:
+    document = {
+        "tools": [{"mcp_id": "x", "tool": "t" * 300}],
+        "agents": [{"slug": "a", "arms": [{"name": "a b", "version": 1}]}],
+    }
+    with translation.override("en"):
+        message = import_config(tmp_path, document)
+    assert "tool: must be at most" in message and "characters" in message
+    assert "name: must match ^[-a-zA-Z0-9_]{1,32}$" in message
+    with translation.override("ko"):
+        message = import_config(tmp_path, document)
+    assert "String should" not in message and "should match" not in message
+
+
 # ---- 8. LANGUAGE_CODE ----------------------------------------------------------------------------------------
 
 
