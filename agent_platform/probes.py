@@ -32,6 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from agent_platform.client_ip import client_ip
+from agent_platform.errors import database_unreachable
 from audit.archive import TOOL_CALL_BUCKETS_S
 
 logger = logging.getLogger(__name__)
@@ -156,9 +157,11 @@ def metrics(request: HttpRequest) -> HttpResponse:
     try:
         exposition = generate_latest(registry)
     except (OperationalError, InterfaceError) as exc:
+        if not database_unreachable(exc):
+            raise  # a bug, not an outage: a 500 with its traceback
         # Every figure comes from the database: without it there are none to give, and a scraper reads a 503 as
         # "down, try again" (Django's HTML 500 said the platform was broken).
-        logger.warning("metrics: the database did not answer (%s)", type(exc).__name__)
+        logger.warning("metrics: the database did not answer: %s", exc)
         response = JsonResponse(
             {
                 "error": {

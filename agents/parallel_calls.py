@@ -53,6 +53,8 @@ class ParallelCalls:
     emit: Callable[[str, dict[str, Any]], None]
     # Raises (``RunCancelled``) where the run must stop: before the batch, and before each call a thread sends.
     check_cancelled: Callable[[], None] = lambda: None
+    # The stop a batch's thread met before sending its call (``run``), for the caller to raise.
+    stopped: Exception | None = None
     _server_slots: dict[str, threading.BoundedSemaphore] = field(default_factory=dict)
 
     def eligible(self, tool_call: dict[str, Any]) -> bool:
@@ -88,11 +90,13 @@ class ParallelCalls:
         )
         return verdict is not None
 
-    def run(self, batch: list[dict[str, Any]]) -> list[gate.ToolResult]:
+    def run(self, batch: list[dict[str, Any]]) -> list[gate.ToolResult | None]:
         """Send ``batch`` concurrently; the results in the batch's order. Raises ``RunCancelled`` where the run
-        must stop (cancelled, out of time, taken over): before the pool starts, nothing is sent; once it has, a
-        call that has not started yet (waiting for a thread or its server's slot) is not sent, while those already
-        sent end and are audited as the gate audits them."""
+        must stop (cancelled, out of time, taken over) before the pool starts: nothing is sent. Once it has, a call
+        that has not started yet (waiting for a thread or its server's slot) is not sent: its result is None and
+        ``stopped`` holds the stop, for the caller to raise once it has recorded the calls that were sent (they end
+        and are audited as the gate audits them, and belong in the run's record as a sequential call would)."""
+        self.stopped = None
         self.check_cancelled()
         for tool_call in batch:
             self.offer.check(tool_call["name"])  # marks them called, on the run's thread
@@ -100,13 +104,17 @@ class ParallelCalls:
         started = time.perf_counter()
         spans: list[tuple[float, float]] = [(0.0, 0.0)] * len(batch)
 
-        def one(position: int) -> gate.ToolResult:
+        def one(position: int) -> gate.ToolResult | None:
             tool_call = batch[position]
             server, mcp_tool = self.index[tool_call["name"]]
             slot = self._server_slots.setdefault(server.mcp_id, threading.BoundedSemaphore(self.per_server))
             try:
                 with slot, translation.override(language):
-                    self.check_cancelled()  # on this thread's connection, closed below
+                    try:
+                        self.check_cancelled()  # on this thread's connection, closed below
+                    except Exception as stop:  # noqa: BLE001 - the run's stop, raised by the caller once recorded
+                        self.stopped = self.stopped or stop
+                        return None
                     begin = time.perf_counter()
                     result = gate.call(
                         server=server,
@@ -134,7 +142,8 @@ class ParallelCalls:
                     "start_ms": round(a * 1000, 2),
                     "end_ms": round(b * 1000, 2),
                 }
-                for c, (a, b) in zip(batch, spans, strict=True)
+                for c, (a, b), result in zip(batch, spans, results, strict=True)
+                if result is not None  # a call the run's stop kept from being sent
             ],
             "max_overlap": max_overlap(spans),
         }
@@ -174,12 +183,16 @@ def call_batch(
             batch.append(candidate)
         if len(batch) >= 2:
             for tool_call, result in zip(batch, parallel.run(batch), strict=True):
+                if result is None:
+                    continue  # not sent: the run stops below, once the calls that were sent are recorded
                 message, parked = call_tool(tool_call, result)
                 if parked is not None:
                     # A safety net: the gate parked a call judged a read. The run stops there as it would
                     # sequentially (the approval stays the run's); the batch's later calls run again on resume.
                     return answered, parked
                 answered.append(message)
+            if parallel.stopped is not None:
+                raise parallel.stopped
             i += len(batch)
             continue
         message, parked = call_tool(calls[i])

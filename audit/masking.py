@@ -100,8 +100,9 @@ _SECRET_KEY_FRAGMENTS = re.compile(
     | (?<!pos)session(?:id|key|data)?$              # "session", "sessionid"; not "sessions", "session_timeout"
     | token(?!s|count|limit|usage|iz|is|type|budget)  # not "max_tokens", "token_count", "tokenizer"
     | (?:access|refresh|bearer|api|session|csrf)tokens  # ... but a list of access tokens is secret
-    | auth(?!or(?!i[sz](?!ed)))                     # "auth", "oauth", "authorization"; not "author(s)",
-                                                    # "(un)authorized": Django's "Unauthorized: /path" keeps its path
+    | auth(?!or(?!i[sz](?!ed$)))                    # "auth", "oauth", "authorization"; not "author(s)", nor
+                                                    # a name that ends "(un)authorized" (Django's "Unauthorized: /path"
+                                                    # keeps its path); "authorized_code", "pre-authorized_code" do
     | 비밀번호 | 비번 | 패스워드 | 시크릿 | 인증키 | 인증토큰 | 개인키 | 비밀키
     | 암호(?!화)                                     # "암호" (password); not "암호화" (encryption)
     | 토큰(?!수|개수|사용|한도|량|예산|화)                # "토큰"; not "토큰 수" (a count), "토큰 사용량", "토큰화"

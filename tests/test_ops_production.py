@@ -246,6 +246,30 @@ def test_the_api_answers_503_with_retry_after_when_the_database_fails(error: typ
     assert response["Retry-After"] == "5"
 
 
+def test_a_database_error_that_is_the_platforms_own_is_no_outage() -> None:
+    """A missing table or column (a migration not run, a bad query) raises an OperationalError too: a bug, told as
+    a 500, not a 503 that has the caller try again for ever. A locked SQLite file is an outage."""
+    import sqlite3
+
+    from django.db import OperationalError as DjangoOperationalError
+
+    from agent_platform.errors import database_unreachable
+
+    def wrapped(message: str) -> Exception:
+        try:
+            try:
+                raise sqlite3.OperationalError(message)
+            except sqlite3.OperationalError as cause:
+                raise DjangoOperationalError(message) from cause
+        except DjangoOperationalError as exc:
+            return exc
+
+    assert not database_unreachable(wrapped("no such column: agents_run.idempotency_key"))
+    assert not database_unreachable(wrapped("no such table: agents_run"))
+    assert database_unreachable(wrapped("database is locked"))
+    assert exception_handler(wrapped("no such table: agents_run"), {}) is None  # Django's 500, its traceback logged
+
+
 def test_a_run_submitted_and_a_scrape_while_the_database_is_down_answer_503(tmp_path: Path) -> None:
     script = (
         "import json\nfrom django.test import Client\n"
@@ -272,7 +296,8 @@ def test_a_run_submitted_and_a_scrape_while_the_database_is_down_answer_503(tmp_
 def test_the_probes_answer_on_plain_http_where_django_redirects_to_https(tmp_path: Path) -> None:
     script = (
         "import json\nfrom django.test import Client\n"
-        "print(json.dumps({p: Client().get(p).status_code for p in ('/healthz', '/readyz', '/metrics', '/admin/',"
+        "client = Client(raise_request_exception=False)\n"  # an unmigrated database: /metrics is a 500 there
+        "print(json.dumps({p: client.get(p).status_code for p in ('/healthz', '/readyz', '/metrics', '/admin/',"
         " '/healthz/', '/api/v1/healthz')}))"
     )
     done = platform_process(script, tmp_path, PLATFORM_TLS="django")
@@ -348,6 +373,10 @@ def test_authorized_and_unauthorized_are_not_secret_key_names(line: str) -> None
         ("AUTH_TOKEN=abcdef0123456789", "AUTH_TOKEN=***"),
         ("oauth: abcdef0123456789", "oauth: ***"),
         ("authorize: abcdef0123456789", "authorize: ***"),
+        # Credentials named "authorized …" (OpenID for credential issuance's pre-authorized code).
+        ("authorized_code=abcdefghijklmnop123", "authorized_code=***"),
+        ("pre-authorized_code: abcdefghijklmnop123", "pre-authorized_code: ***"),
+        ("authorised_key=abcdefghijklmnop123", "authorised_key=***"),
     ],
 )
 def test_auth_keys_are_still_masked(line: str, masked: str) -> None:

@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from agent_platform.body_limit import is_api_path, json_error
-from agent_platform.errors import ApplicationError
+from agent_platform.errors import ApplicationError, database_unreachable
 
 logger = logging.getLogger(__name__)
 
@@ -64,11 +64,11 @@ DATABASE_RETRY_AFTER_S = 5
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ApplicationError):
         return error_response(exc.code, exc.message, exc.status, exc.fields or None, headers=exc.headers or None)
-    if isinstance(exc, OperationalError | InterfaceError):
+    if isinstance(exc, OperationalError | InterfaceError) and database_unreachable(exc):
         # The database is down or unreachable (a connection refused or timed out, a server that went away): the
         # caller can only try again later, so 503 with Retry-After, not a 500. Its text (it may name the server's
-        # address) is never sent.
-        logger.warning("API: the database did not answer (%s)", type(exc).__name__)
+        # address) is never sent to the caller; the log has it, masked. Any other database error is a bug: a 500.
+        logger.warning("API: the database did not answer: %s", exc)
         return error_response(
             "unavailable",
             _("The database is not available right now. Try again shortly."),

@@ -31,7 +31,7 @@ from agents import execution
 from agents.configuration import config_export, config_import
 from agents.execution import run_execute
 from agents.flows.common import FlowState
-from agents.models import Agent, Approval, Run
+from agents.models import Agent, Approval, Run, RunEvent
 from agents.services import run_cancel
 from agents.tools import MCPHandle
 from audit.models import AuditEvent
@@ -147,6 +147,12 @@ def test_a_parallel_batch_sends_no_call_that_had_not_started_when_the_run_was_ca
     assert run.status == Run.Status.CANCELLED
     assert len(lines(file)) == 1, lines(file)
     assert AuditEvent.objects.filter(run_id=run.id, action="tool.call").count() == 1
+    # The call that was sent is in the run's record as a sequential one would be (it was only in the audit),
+    # and the batch's trace lists it alone.
+    events = list(RunEvent.objects.filter(run_id=run.id).order_by("seq").values_list("kind", "data"))
+    assert [payload.get("call_id") for kind, payload in events if kind == "tool_call"] == ["call_a"]
+    [batch] = [payload for kind, payload in events if kind == "parallel_calls"]
+    assert [c["call_id"] for c in batch["calls"]] == ["call_a"]
 
 
 # ---- 2. a read tool's write fallback under the "call" policy -------------------------------------------------------
