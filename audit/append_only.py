@@ -7,7 +7,9 @@ client asks (raw SQL, ``dbshell``, another program), and the one way past them, 
 * **SQLite** (migration ``0009``, and re-installed after every ``migrate``, because SQLite's way of altering a
   table, a copy and a rename, drops its triggers): UPDATE of events is refused, DELETE unless a row of the
   guard table :data:`SQLITE_GUARD_TABLE` exists, which ``archive_audit`` inserts and deletes again inside its
-  own transaction (SQLite has one writer at a time, so no other connection ever sees it); the head as above.
+  own transaction (SQLite has one writer at a time, so no other connection ever sees it); the head as above. An
+  INSERT that would take an existing event's id or seq, or a second head, is refused too: ``INSERT OR REPLACE``
+  deletes the row it replaces without firing DELETE triggers, which edited an event or moved the head back.
 
 These stop casual and accidental changes. They are no defence against someone who can drop a trigger (the
 database's owner, anyone with the SQLite file): the chain's MACs and its anchors outside the database are.
@@ -45,9 +47,17 @@ BEGIN SELECT RAISE(ABORT, 'the audit chain head only moves forward, onto an appe
 CREATE TRIGGER IF NOT EXISTS audit_head_no_delete BEFORE DELETE ON audit_auditchainhead
 WHEN NOT EXISTS (SELECT 1 FROM audit_append_only_guard WHERE purpose = 'flush')
 BEGIN SELECT RAISE(ABORT, 'the audit chain head is never deleted: DELETE refused'); END;
+CREATE TRIGGER IF NOT EXISTS audit_event_no_replace BEFORE INSERT ON audit_auditevent
+WHEN EXISTS (SELECT 1 FROM audit_auditevent WHERE id = NEW.id OR seq = NEW.seq)
+BEGIN SELECT RAISE(ABORT, 'audit events are append-only: REPLACE refused'); END;
+CREATE TRIGGER IF NOT EXISTS audit_head_no_replace BEFORE INSERT ON audit_auditchainhead
+WHEN EXISTS (SELECT 1 FROM audit_auditchainhead)
+BEGIN SELECT RAISE(ABORT, 'the audit chain head is never replaced: REPLACE refused'); END;
 """
 
 SQLITE_LIFT = """
+DROP TRIGGER IF EXISTS audit_head_no_replace;
+DROP TRIGGER IF EXISTS audit_event_no_replace;
 DROP TRIGGER IF EXISTS audit_head_no_delete;
 DROP TRIGGER IF EXISTS audit_head_forward_only;
 DROP TRIGGER IF EXISTS audit_event_no_delete;
