@@ -536,7 +536,12 @@ def _execute_claimed(claim: RunClaim) -> None:
         # What the run writes for people and for its model (the gate's guidance after a failed call, a budget's
         # or a flow's error) is in the agent's language, not the worker's LANGUAGE_CODE.
         with (
-            telemetry.run_span(run_id=run.id, agent=agent.slug, provider=agent.model_provider, model=agent.model_id),
+            telemetry.run_span(
+                run_id=run.id,
+                agent=agent.slug,
+                provider=settings_of["model_provider"],  # the model the run calls: its version's, not the draft's
+                model=settings_of["model_id"],
+            ),
             translation.override(plan.language or translation.get_language()),
         ):
             outcome = engine.execute(plan)

@@ -978,6 +978,16 @@ class Run(models.Model):
     def is_finished(self) -> bool:
         return self.status in {self.Status.SUCCEEDED, self.Status.FAILED, self.Status.CANCELLED}
 
+    @property
+    def language(self) -> str:
+        """The language the run speaks in: its version's (frozen when published; an A/B arm's, a shadow's), else
+        its agent's as stored, as the engine runs it; a draft's later edit is not the run's."""
+        if self.version_id is not None:
+            frozen = (self.version.content or {}).get("agent") or {}
+            if "language" in frozen:
+                return str(frozen["language"] or "")
+        return str(self.agent.language or "")
+
 
 class Approval(models.Model):
     """A person's decision on one write call: bound to a hash of the exact tool and arguments, single-use,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import time
 import uuid
 from datetime import timedelta
@@ -279,29 +278,6 @@ def agent_get_for_key(*, slug: str, api_key: ApiKey) -> Agent:
     if agent is None:
         raise ApplicationError(_("Agent '%(slug)s' not found.") % {"slug": slug}, code="agent_not_found", status=404)
     return agent
-
-
-def agent_skills(*, agent: Agent) -> list[dict[str, Any]]:
-    """What an agent is good at, for its A2A card: its enabled rules (keywords as tags) and its tools."""
-    skills: list[dict[str, Any]] = []
-    for rule in deterministic_rule_specs(agent=agent):
-        when = rule.when or {}
-        tags = [str(t) for t in [*when.get("all_keywords", []), *when.get("any_keywords", [])]][:20]
-        skills.append(
-            {"id": f"rule-{rule.rule_id}", "name": rule.name, "description": rule.name, "tags": tags or ["rule"]}
-        )
-    for server in agent.servers.filter(enabled=True):
-        for tool in server.tools.all():
-            if tool.callable:
-                skills.append(
-                    {
-                        "id": f"tool-{server.mcp_id}-{tool.name}",
-                        "name": tool.exposed_name,
-                        "description": inspect.cleandoc(tool.description) if tool.description else tool.exposed_name,
-                        "tags": ["tool", server.mcp_id],
-                    }
-                )
-    return skills
 
 
 def _routes_to(path: str, mcp_ids: set[str]) -> bool:

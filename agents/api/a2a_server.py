@@ -1,8 +1,9 @@
 """The A2A server: each agent is an A2A agent at ``/a2a/<slug>/`` (protocol 1.0, JSON-RPC binding, as the
 official ``a2a-sdk`` 1.x client speaks it).
 
-- ``GET /a2a/<slug>/.well-known/agent-card.json``: the agent's card (skills from its rules and tools, streaming,
-  our API key as a bearer security scheme); ``GET /.well-known/agent-card.json``: a card of the platform whose
+- ``GET /a2a/<slug>/.well-known/agent-card.json``: the agent's card (what live traffic runs: its live version's
+  prompt, rules and tools once published; skills from its rules and tools, streaming, our API key as a bearer
+  security scheme); ``GET /.well-known/agent-card.json``: a card of the platform whose
   skills are the agents the key may use, each with its A2A base URL (``agents`` lists them too).
 - ``POST /a2a/<slug>/``: JSON-RPC 2.0. ``SendMessage`` (waits, up to ``PLATFORM_API_MAX_WAIT_S``, until the
   run finishes or asks for input, unless ``configuration.returnImmediately``; the answer's body starts at once
@@ -31,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import inspect
 import json
 import logging
 import time
@@ -76,16 +78,17 @@ from agents.api.protocol_http import (
 from agents.api.serializers import PART_CONTENTS, A2AMessageSerializer, kind_shaped_part, part_contents_message
 from agents.api.throttling import stream_slot_release
 from agents.approvals import approval_decide
+from agents.config_cache import RunConfiguration, run_configuration
 from agents.models import Agent, ApiKey, Approval, Run, RunEvent
 from agents.selectors import (
     agent_get_for_key,
     agent_list_for_key,
-    agent_skills,
     run_events_after,
     run_get,
     run_tool_calls,
 )
 from agents.services import request_digest, run_cancel, run_submit
+from audit.change_guard import config_generation
 
 logger = logging.getLogger(__name__)
 
@@ -208,13 +211,36 @@ def base_url(request: HttpRequest) -> str:
     return request.build_absolute_uri("/").rstrip("/")
 
 
+@dataclass(frozen=True)
+class ServedAgent:
+    """What live traffic to an agent runs, as its card describes it: the system prompt and the configuration
+    (servers, rules, frozen contracts) a run of it reads."""
+
+    system_prompt: str
+    configuration: RunConfiguration
+
+
+def agent_served(agent: Agent) -> ServedAgent:
+    """What a caller who discovers ``agent`` gets: once it is published, its live version's frozen prompt, rules
+    and tools (an unpublished draft edit, a rule renamed or a server bound since, is not what its runs do, and a
+    card must not announce it); never published, the agent as stored. The configuration is the one a run of it
+    reads (``config_cache.run_configuration``), so the card and the runs cannot tell two stories."""
+    version = agent.live_version
+    if version is None or not version.content:
+        version, prompt = None, agent.system_prompt
+    else:
+        prompt = str((version.content.get("agent") or {}).get("system_prompt") or "")
+    configuration = run_configuration(agent=agent, version=version, generation=config_generation())
+    return ServedAgent(system_prompt=prompt or "", configuration=configuration)
+
+
 def agent_card(*, agent: Agent, root: str) -> dict[str, Any]:
-    """The agent's A2A card (protocol 1.0 JSON names); what it says in words is in the caller's language (the
-    agent's own name and prompt as they are)."""
-    description = agent_description(agent)
+    """The agent's A2A card (protocol 1.0 JSON names), of what live traffic runs (``agent_served``); what it says
+    in words is in the caller's language (the agent's own name and prompt as they are)."""
+    served = agent_served(agent)
     return {
         "name": agent.name,
-        "description": description or agent.name,
+        "description": agent_description(agent, served),
         "version": "1",
         "supportedInterfaces": [
             {"url": f"{root}/a2a/{agent.slug}/", "protocolBinding": "JSONRPC", "protocolVersion": PROTOCOL_VERSION}
@@ -225,7 +251,7 @@ def agent_card(*, agent: Agent, root: str) -> dict[str, Any]:
         "securityRequirements": SECURITY_REQUIREMENTS,
         "defaultInputModes": ["text/plain", "application/json"],
         "defaultOutputModes": ["text/plain", "application/json"],
-        "skills": agent_skills(agent=agent)
+        "skills": agent_skills(served)
         or [
             {
                 "id": "ask",
@@ -237,10 +263,39 @@ def agent_card(*, agent: Agent, root: str) -> dict[str, Any]:
     }
 
 
-def agent_description(agent: Agent) -> str:
-    """What an agent does, for a card: the first line of its system prompt, else its name."""
-    prompt = (agent.system_prompt or "").strip()
+def agent_description(agent: Agent, served: ServedAgent) -> str:
+    """What an agent does, for a card: the first line of the system prompt it runs with, else its name."""
+    prompt = served.system_prompt.strip()
     return prompt.splitlines()[0][:500] if prompt else agent.name
+
+
+def agent_skills(served: ServedAgent) -> list[dict[str, Any]]:
+    """What an agent is good at, for its card: the rules its runs evaluate (keywords as tags) and the tools its
+    runs may call: callable tools of its enabled servers, and of a published version only those it froze (a tool
+    approved after the publish waits for the next one, as ``engine._tool_index`` offers them)."""
+    configuration = served.configuration
+    skills: list[dict[str, Any]] = []
+    for rule in configuration.rules:
+        when = rule.when or {}
+        tags = [str(t) for t in [*when.get("all_keywords", []), *when.get("any_keywords", [])]][:20]
+        skills.append(
+            {"id": f"rule-{rule.rule_id}", "name": rule.name, "description": rule.name, "tags": tags or ["rule"]}
+        )
+    frozen = configuration.contracts
+    for server in configuration.servers:
+        if not server.enabled:
+            continue
+        for tool in server.tools.all():
+            if tool.callable and (frozen is None or f"{server.mcp_id}/{tool.name}" in frozen):
+                skills.append(
+                    {
+                        "id": f"tool-{server.mcp_id}-{tool.name}",
+                        "name": tool.exposed_name,
+                        "description": inspect.cleandoc(tool.description) if tool.description else tool.exposed_name,
+                        "tags": ["tool", server.mcp_id],
+                    }
+                )
+    return skills
 
 
 def platform_card(*, agents: list[Agent], root: str) -> dict[str, Any]:
@@ -268,7 +323,8 @@ def platform_card(*, agents: list[Agent], root: str) -> dict[str, Any]:
         "defaultInputModes": ["text/plain", "application/json"],
         "defaultOutputModes": ["text/plain", "application/json"],
         "skills": [
-            {"id": a.slug, "name": a.name, "description": agent_description(a), "tags": ["agent"]} for a in agents
+            {"id": a.slug, "name": a.name, "description": agent_description(a, agent_served(a)), "tags": ["agent"]}
+            for a in agents
         ],
         "agents": _directory(agents, root),
     }

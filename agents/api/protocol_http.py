@@ -241,10 +241,11 @@ def json_body(poll: Poll) -> Poll:
 
 
 def tool_progress_text(run: Run, call: dict[str, Any]) -> str:
-    """A tool call's progress line for A2A and MCP clients, in the agent's language: ``tool search_employee: ok``."""
+    """A tool call's progress line for A2A and MCP clients, in the run's language (its version's, ``Run.language``):
+    ``tool search_employee: ok``."""
     tool = call.get("name") or call.get("tool") or ""
     reason = call.get("reason") or call.get("error") or ""
-    with translation.override(run.agent.language or None):
+    with translation.override(run.language or None):
         if call.get("ok"):
             return _("tool %(tool)s: ok") % {"tool": tool}
         if not reason:
@@ -253,7 +254,7 @@ def tool_progress_text(run: Run, call: dict[str, Any]) -> str:
 
 
 def status_progress_text(run: Run, status: str) -> str:
-    """A run's status change as a progress line, in the agent's language (the status by its label)."""
-    with translation.override(run.agent.language or None):
+    """A run's status change as a progress line, in the run's language (the status by its label)."""
+    with translation.override(run.language or None):
         label = Run.Status(status).label if status in Run.Status.values else status
         return _("status: %(status)s") % {"status": label}
