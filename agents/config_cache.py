@@ -17,7 +17,7 @@ health and circuit breaker are read where they are used, and the run's own row i
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,7 @@ from agents.models import Agent, AgentArm, AgentVersion, ApiKey, Budget, Run
 from agents.selectors import deterministic_rule_specs
 from agents.versions import version_contracts, version_rules, version_servers
 from audit.change_guard import config_generation
-from mcpregistry.models import McpServer, ToolContract
+from mcpregistry.models import McpServer, McpTool, ToolContract
 
 # Entries kept per process: one per (agent, version) that ran since the last change.
 MAX_ENTRIES = 256
@@ -173,3 +173,14 @@ def _load(*, agent: Agent, version: AgentVersion | None) -> RunConfiguration:
         contracts = None
     secrets = [value for server in servers for value in server.secret_values()]
     return RunConfiguration(servers=servers, rules=rules, contracts=contracts, server_secrets=secrets)
+
+
+def tools_served(servers: Iterable[McpServer], frozen: Mapping[str, Any] | None) -> Iterator[tuple[McpServer, McpTool]]:
+    """Every callable tool of the enabled ``servers``; for a published version (``frozen``: its contracts), only
+    those it froze (a tool approved after the publish waits for the next one). What a run may call, and what an
+    agent's A2A card lists."""
+    for server in servers:
+        if server.enabled:
+            for mcp_tool in server.tools.all():
+                if mcp_tool.callable and (frozen is None or f"{server.mcp_id}/{mcp_tool.name}" in frozen):
+                    yield server, mcp_tool

@@ -34,6 +34,7 @@ from agents.answers import (
     system_message_text,
     text_of,
 )
+from agents.config_cache import tools_served
 from agents.deterministic import ParamsRenderError, RuleSpec, render_params
 from agents.deterministic_stage import StageInput, deterministic_stage
 from agents.errors import MUST_PROPAGATE, RunCancelled
@@ -194,16 +195,11 @@ def _offline_answer(plan: RunPlan, results: list[dict[str, Any]]) -> str:
 
 
 def _tool_index(plan: RunPlan) -> dict[str, tuple[McpServer, McpTool]]:
-    """Every callable tool of the bound servers, by the name the model sees; for a run of a published version,
-    only those the version froze (a tool approved after the publish waits for the next one)."""
-    frozen = plan.frozen_contracts
-    index: dict[str, tuple[McpServer, McpTool]] = {}
-    for server in plan.servers:
-        if server.enabled:
-            for mcp_tool in server.tools.all():
-                if mcp_tool.callable and (frozen is None or f"{server.mcp_id}/{mcp_tool.name}" in frozen):
-                    index[mcp_tool.exposed_name] = (server, mcp_tool)
-    return index
+    """The tools the run may call (``tools_served``), by the name the model sees."""
+    return {
+        mcp_tool.exposed_name: (server, mcp_tool)
+        for server, mcp_tool in tools_served(plan.servers, plan.frozen_contracts)
+    }
 
 
 def tool_specs(

@@ -78,7 +78,7 @@ from agents.api.protocol_http import (
 from agents.api.serializers import PART_CONTENTS, A2AMessageSerializer, kind_shaped_part, part_contents_message
 from agents.api.throttling import stream_slot_release
 from agents.approvals import approval_decide
-from agents.config_cache import RunConfiguration, run_configuration
+from agents.config_cache import RunConfiguration, run_configuration, tools_served
 from agents.models import Agent, ApiKey, Approval, Run, RunEvent
 from agents.selectors import (
     agent_get_for_key,
@@ -272,7 +272,7 @@ def agent_description(agent: Agent, served: ServedAgent) -> str:
 def agent_skills(served: ServedAgent) -> list[dict[str, Any]]:
     """What an agent is good at, for its card: the rules its runs evaluate (keywords as tags) and the tools its
     runs may call: callable tools of its enabled servers, and of a published version only those it froze (a tool
-    approved after the publish waits for the next one, as ``engine._tool_index`` offers them)."""
+    approved after the publish waits for the next one: ``config_cache.tools_served``, what a run may call)."""
     configuration = served.configuration
     skills: list[dict[str, Any]] = []
     for rule in configuration.rules:
@@ -281,20 +281,15 @@ def agent_skills(served: ServedAgent) -> list[dict[str, Any]]:
         skills.append(
             {"id": f"rule-{rule.rule_id}", "name": rule.name, "description": rule.name, "tags": tags or ["rule"]}
         )
-    frozen = configuration.contracts
-    for server in configuration.servers:
-        if not server.enabled:
-            continue
-        for tool in server.tools.all():
-            if tool.callable and (frozen is None or f"{server.mcp_id}/{tool.name}" in frozen):
-                skills.append(
-                    {
-                        "id": f"tool-{server.mcp_id}-{tool.name}",
-                        "name": tool.exposed_name,
-                        "description": inspect.cleandoc(tool.description) if tool.description else tool.exposed_name,
-                        "tags": ["tool", server.mcp_id],
-                    }
-                )
+    for server, tool in tools_served(configuration.servers, configuration.contracts):
+        skills.append(
+            {
+                "id": f"tool-{server.mcp_id}-{tool.name}",
+                "name": tool.exposed_name,
+                "description": inspect.cleandoc(tool.description) if tool.description else tool.exposed_name,
+                "tags": ["tool", server.mcp_id],
+            }
+        )
     return skills
 
 
