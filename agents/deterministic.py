@@ -85,6 +85,16 @@ def lookup_path(root: Any, path: str) -> Any:
     return node
 
 
+def lookup_context(context: dict[str, Any], path: str) -> Any:
+    """Find ``path`` in the A2A context: a key written with its dots first (``{"user.tier": "gold"}``, as a
+    context condition has always read it), else the dotted path through nested objects (``{"user": {"tier":
+    "gold"}}``, as a data condition reads a data part). Conditions and ``{context.…}`` placeholders read it the
+    same way, so a rule whose condition holds can fill its params. Returns ``_MISSING`` when absent."""
+    if path in context:
+        return context[path]
+    return lookup_path(context, path)
+
+
 def lookup_data(a2a_data: list[dict[str, Any]] | None, path: str) -> Any:
     """Find ``path`` in the first A2A data part that has it."""
     for part in a2a_data or []:
@@ -144,7 +154,8 @@ def match_conditions(
     # The input is stored composed (``run_input_guarded``): only the values compared are composed again here.
     # Values are compared by kind too (``same_value``): a condition's true is not a 1 (seed 004's trap).
     for key, expected in (when.get("context") or {}).items():
-        value = nfc_value(context.get(nfc(str(key))))
+        found = lookup_context(context, nfc(str(key)))
+        value = nfc_value(None if found is _MISSING else found)  # absent reads as null, as it always has
         if not same_value(value, nfc_value(expected)):
             return False, f"context.{key} is not {expected!r}", groups
     for path, expected in (when.get("data") or {}).items():
@@ -200,7 +211,7 @@ def render_params(
         head, _, rest = name.partition(".")
         rest = nfc(rest)
         if head == "context":
-            value = lookup_path(context, rest)
+            value = lookup_context(context, rest)
         elif head == "data":
             value = lookup_data(a2a_data, rest)
         else:
@@ -328,8 +339,10 @@ def placeholder_problems(
 ) -> dict[str, list[str]]:
     """What a rule's placeholders name that no run could give (a rule that could never fill them would be
     skipped every time, or answer with its braces): ``{match.X}`` without a named group ``X`` in the regex, in
-    the params or the answer template; in the answer template, a placeholder of no known source
-    (``query``, ``result``, ``result.KEY``, ``match.X``, ``params.X``) or a brace left open. Per field."""
+    the params (every text in them, also a list's items and an object's members, each problem named by where it
+    is: ``floors[1]``, ``filter.floor``) or the answer template; in the answer template, a placeholder of no
+    known source (``query``, ``result``, ``result.KEY``, ``match.X``, ``params.X``), ``{params.X}`` of no
+    parameter the rule sends, or a brace left open. Per field."""
     pattern = when.get("regex") if isinstance(when, dict) else None
     try:
         groups: set[str] | None = set(_compiled(pattern).groupindex) if isinstance(pattern, str) and pattern else set()
@@ -348,17 +361,29 @@ def placeholder_problems(
             }
         return None
 
-    texts = [v for v in (params.values() if isinstance(params, dict) else []) if isinstance(v, str)]
-    for text in texts:
+    def unknown_param(name: str) -> str | None:
+        # ``{params.NAME}`` (or ``{params.NAME.KEY}``) of no argument the rule sends: it never has a value, and
+        # every answer would be the tool's own text.
+        first = re.split(r"[.*]", name.partition(".")[2], maxsplit=1)[0]
+        if not isinstance(params, dict) or first in params or nfc(first) in params:
+            return None
+        return gettext("%(placeholder)s: the rule sends no parameter '%(name)s' (its parameters: %(names)s)") % {
+            "placeholder": f"{{{name}}}",
+            "name": first,
+            "names": ", ".join(sorted(map(str, params))) or gettext("none"),
+        }
+
+    for where, text in _template_texts(params if isinstance(params, dict) else {}):
         for found in PLACEHOLDER.finditer(text):
             if (problem := unmatched(found.group(1))) is not None:
-                problems.setdefault("params", []).append(problem)
+                problems.setdefault("params", []).append(f"{where}: {problem}")
         # What is left that reads as a placeholder ("{match.name" with its brace left open, "{bogus.x}") would be
         # sent to the tool as it is written (``attempts``: checked where the params change, so a rule stored
         # before the check, whose literal braces its tool may read itself, still saves and imports as it is).
         for found in _PLACEHOLDER_ATTEMPT.finditer(PLACEHOLDER.sub("", text)) if attempts else ():
             problems.setdefault("params", []).append(
-                gettext("%(text)s: use {query}, {context.KEY}, {data.KEY} or {match.NAME}, each written whole")
+                f"{where}: "
+                + gettext("%(text)s: use {query}, {context.KEY}, {data.KEY} or {match.NAME}, each written whole")
                 % {"text": found.group(0)}
             )
     template = answer_template or ""
@@ -373,7 +398,7 @@ def placeholder_problems(
                 )
                 % {"placeholder": f"{{{name}}}"}
             )
-        elif (problem := unmatched(name)) is not None:
+        elif (problem := unknown_param(name) if head == "params" else unmatched(name)) is not None:
             problems.setdefault("answer_template", []).append(problem)
     leftover = _ANSWER_PLACEHOLDER.sub("", template)
     if (barred := _WORDS_WITH_BAR.search(leftover)) is not None:
@@ -385,6 +410,23 @@ def placeholder_problems(
             gettext("a brace that opens or closes no placeholder: write {result.KEY} whole")
         )
     return problems
+
+
+def _template_texts(template: Any, where: str = "") -> list[tuple[str, str]]:
+    """Every text of a params template with where it is (``floors[1]``, ``filter.floor``): a placeholder in a
+    list's item or an object's member is rendered as one at the top is (``render_params``), so it is checked as
+    one."""
+    if isinstance(template, str):
+        return [(where, template)]
+    if isinstance(template, dict):
+        return [
+            found
+            for key, value in template.items()
+            for found in _template_texts(value, f"{where}.{key}" if where else str(key))
+        ]
+    if isinstance(template, list):
+        return [found for index, value in enumerate(template) for found in _template_texts(value, f"{where}[{index}]")]
+    return []
 
 
 class WhenSpec(BaseModel):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin
@@ -16,13 +16,17 @@ from django.template.response import TemplateResponse
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from agent_platform.errors import ApplicationError
 from agent_platform.json import json_error_text
 from agent_platform.json import loads as json_loads
 from agents.decision_reasons import reason_text
 from agents.models import Agent, AgentVersion
 from agents.rule_form import key_value_pairs
 from audit.labels import reason_label
-from mcpregistry.list_fields import data_parts_from_text
+from mcpregistry.list_fields import data_parts_from_text, line_problem
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
 
 
 @dataclass
@@ -41,6 +45,9 @@ class RuleTrial:
     # The stage ended at this rule with a failure a run would end at (``reason``: its code and message), whether
     # or not the rule matched first (a match on a tool its server lacks fails the run).
     failed: bool = False
+    # A match on a write tool (its contract's risk, as a run applies it): a run waits there for a person's
+    # approval before it calls the tool (``approval:pending``), and decides the rules after it once approved.
+    waits_for_approval: bool = False
 
     @property
     def undecided(self) -> bool:
@@ -80,16 +87,30 @@ class RuleTrial:
         return "" if self.result is None else json.dumps(self.result, ensure_ascii=False, indent=2, default=str)
 
 
-def _json_field(label: str) -> forms.CharField:
-    return forms.CharField(label=label, required=False, widget=forms.Textarea(attrs={"rows": 3, "cols": 60}))
+def _json_field(label: StrOrPromise, help_text: StrOrPromise = "") -> forms.CharField:
+    return forms.CharField(
+        label=label, help_text=help_text, required=False, widget=forms.Textarea(attrs={"rows": 3, "cols": 60})
+    )
+
+
+FILE_KEYS = ("name", "mimeType", "uri", "bytes")
+"""What a file of the tester's ``a2a_files`` field may hold: a file of the API's ``files`` (``A2AFileSerializer``)."""
 
 
 class RuleTesterForm(forms.Form):
     agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("slug"), label=_("agent"))
-    query = forms.CharField(label=_("query"), widget=forms.TextInput(attrs={"size": 80}))
+    # Empty where data parts or files are given: an A2A message of only those runs with an empty query.
+    query = forms.CharField(label=_("query"), required=False, widget=forms.TextInput(attrs={"size": 80}))
     context = _json_field(_("A2A context (KEY=value lines, as in the rule editor, or a JSON object)"))
     a2a_data = _json_field(
         _("A2A data parts (PATH=value lines as in the rule editor, a blank line between parts, or a JSON list)")
+    )
+    a2a_files = _json_field(
+        _("A2A files (what a code rule reads as ctx.a2a_files)"),
+        _(
+            "KEY=value lines, a blank line between files, or a JSON list of objects, as the API's files: name, "
+            "mimeType, and exactly one of uri and bytes (base64: a run keeps its size, never the bytes)."
+        ),
     )
     tested = forms.ChoiceField(
         label=_("rules of"),
@@ -114,7 +135,7 @@ class RuleTesterForm(forms.Form):
             return self._key_value_lines(name, raw)
         if expected is list and not raw.startswith("["):
             try:
-                return data_parts_from_text(raw)
+                return file_parts_from_text(raw) if name == "a2a_files" else data_parts_from_text(raw)
             except ValueError as exc:
                 self.add_error(name, str(exc))
                 return []
@@ -126,7 +147,27 @@ class RuleTesterForm(forms.Form):
         if not isinstance(value, expected):
             self.add_error(name, _("Expected a JSON %(kind)s.") % {"kind": expected.__name__})
             return expected()
+        if isinstance(value, list):
+            # Each part an object, as the API takes a data part or a file (a run never holds ``[1]``).
+            others = [str(n) for n, part in enumerate(value, start=1) if not isinstance(part, dict)]
+            if others:
+                self.add_error(
+                    name,
+                    _("Each entry must be a JSON object; these are not: %(entries)s.") % {"entries": ", ".join(others)},
+                )
+                return []
         return value
+
+    def clean_query(self) -> str:
+        """The query, checked as the API checks a run's (``run_query_check``): a form error, never a 413."""
+        from agents.services import run_query_check
+
+        query = str(self.cleaned_data.get("query") or "")
+        try:
+            run_query_check(query)
+        except ApplicationError as exc:
+            raise forms.ValidationError(exc.message, code=exc.code) from None
+        return query
 
     def _key_value_lines(self, name: str, raw: str) -> dict[str, Any]:
         """``KEY=value`` lines, read as the rule editor reads a context condition (values typed the same way, so
@@ -142,8 +183,45 @@ class RuleTesterForm(forms.Form):
         # Each field's problem is told at its field, both at once.
         cleaned["context"] = self._parse("context", dict)
         cleaned["a2a_data"] = self._parse("a2a_data", list)
+        cleaned["a2a_files"] = self._files(self._parse("a2a_files", list))
+        # Data parts or files that did not read are told at their field: the query is not also asked for.
+        given = cleaned["a2a_data"] or cleaned["a2a_files"] or {"a2a_data", "a2a_files"} & set(self.errors)
+        if "query" in cleaned and not cleaned["query"] and not given:
+            self.add_error(
+                "query",
+                _("Enter a query, or give data parts or files (a message of only those runs with an empty query)."),
+            )
         cleaned["agent_version"] = frozen_version(self._tested_version(cleaned))
         return cleaned
+
+    def _files(self, files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The files as a run keeps them (``file_metadata``: name, media type, URI, size; never the bytes), each
+        checked as the API checks a file; a problem names the file by its number and its field."""
+        from agents.api.a2a import file_metadata
+        from agents.api.serializers import A2AFileSerializer
+
+        kept: list[dict[str, Any]] = []
+        for number, file in enumerate(files, start=1):
+            unknown = [str(key) for key in file if key not in FILE_KEYS]
+            if unknown:
+                self.add_error(
+                    "a2a_files",
+                    _("file %(n)d: %(keys)s: a file holds only %(valid)s")
+                    % {"n": number, "keys": ", ".join(unknown), "valid": ", ".join(FILE_KEYS)},
+                )
+                continue
+            checked = A2AFileSerializer(data=file)
+            if not checked.is_valid():
+                for field_name, problems in checked.errors.items():
+                    for problem in problems:
+                        self.add_error(
+                            "a2a_files",
+                            _("file %(n)d: %(field)s: %(problem)s")
+                            % {"n": number, "field": field_name, "problem": problem},
+                        )
+                continue
+            kept.append(file_metadata(dict(checked.validated_data)))
+        return kept
 
     def _tested_version(self, cleaned: dict[str, Any]) -> AgentVersion | None:
         """The published version whose frozen rules, servers and contracts are tested; None: the agent as stored
@@ -171,6 +249,26 @@ class RuleTesterForm(forms.Form):
         return chosen
 
 
+def file_parts_from_text(text: str) -> list[dict[str, Any]]:
+    """Files as ``KEY=value`` lines, a blank line between files; each value is text as typed (a file's name
+    ``2024`` stays a name). A line without ``=``, or a key given twice in one file, is refused naming the line."""
+    files: list[dict[str, Any]] = []
+    file: dict[str, Any] = {}
+    for number, line in enumerate([*text.splitlines(), ""], start=1):
+        if not line.strip():
+            if file:
+                files.append(file)
+            file = {}
+            continue
+        key, sep, value = line.strip().partition("=")
+        if not sep or not key.strip():
+            raise line_problem(number, gettext("write KEY=value"))
+        if key.strip() in file:
+            raise line_problem(number, gettext("%(key)s is given twice") % {"key": key.strip()})
+        file[key.strip()] = value.strip()
+    return files
+
+
 def frozen_version(version: AgentVersion | None) -> AgentVersion | None:
     """``version`` where it holds frozen content, else None: a run of a version without any runs the agent as
     stored (``agents.execution``)."""
@@ -193,6 +291,7 @@ def trials_summary(trials: list[RuleTrial]) -> str:
         # A failure the stage ends at (seed 000's errors): the trial list ends with it, as the run would.
         return str(_("A run would fail at rule %(rule)s (%(reason)s).") % {"rule": last.name, "reason": last.reason})
     called = [f"{t.mcp_id}.{t.tool}" for t in trials if t.matched]
+    writes = [f"{t.mcp_id}.{t.tool}" for t in trials if t.matched and t.waits_for_approval]
     undecided = {
         "rules": ", ".join(t.name for t in trials if t.undecided),
         "option": RuleTesterForm.base_fields["execute"].label,
@@ -202,6 +301,12 @@ def trials_summary(trials: list[RuleTrial]) -> str:
             _("%(matched)d of %(rules)d rules matched: a run calls %(tools)s before the model.")
             % {"matched": len(called), "rules": len(trials), "tools": ", ".join(called)}
         )
+        if writes:
+            # A write is not called at once: the run parks on it (``approval:pending``) until a person decides.
+            summary = gettext(
+                "%(matched)d of %(rules)d rules matched: a run calls %(tools)s before the model, but waits for a "
+                "person to approve each write first (%(writes)s): it parks there until the approval is decided."
+            ) % {"matched": len(called), "rules": len(trials), "tools": ", ".join(called), "writes": ", ".join(writes)}
         if undecided["rules"]:
             summary += (
                 " "
@@ -243,6 +348,7 @@ def rules_trial(
     actor: str,
     version: AgentVersion | None = None,
     configuration: Any = None,
+    a2a_files: list[dict[str, Any]] | None = None,
 ) -> list[RuleTrial]:
     """Evaluate the rules of ``agent`` against the input, in order, with the run's own deterministic stage
     (``agents.deterministic_stage``) and the configuration a run of it works with: that of the published
@@ -251,12 +357,14 @@ def rules_trial(
     gate when ``execute`` (audited, source ``admin``). A failure that would end a run
     (``deterministic:rule_error``, ``mcp:not_loaded:<id>``, ``deterministic:tool_unknown``) ends the trial list at
     that rule, with the run's reason code and text. ``configuration``: ``tested_configuration``'s, where the
-    caller has it."""
+    caller has it. ``a2a_files``: the files as a run keeps them (``agents.api.a2a.file_metadata``), which a code
+    rule reads as ``ctx.a2a_files``."""
     # The stage and the gate load the MCP SDK and LangChain: a process that serves the admin pays for them when
     # a rule is first tried, not when it starts (this module is the URLconf's).
     from agents.deterministic_stage import StageInput, deterministic_stage
     from agents.services import run_input_guarded
     from mcpregistry import gate
+    from mcpregistry.models import ToolContract
 
     frozen = frozen_version(version)
     configuration = configuration or tested_configuration(agent, version)
@@ -277,7 +385,7 @@ def rules_trial(
             query=run_input_guarded(query, secrets),
             context=run_input_guarded(context, secrets),
             a2a_data=run_input_guarded(a2a_data, secrets),
-            a2a_files=[],
+            a2a_files=run_input_guarded(list(a2a_files or []), secrets),
             servers=list(configuration.servers),
             rules=list(configuration.rules),
             contracts=configuration.contracts,
@@ -300,6 +408,14 @@ def rules_trial(
             trial.params = step.decision.params
         if step.result is not None:
             trial.result = step.result.as_dict()
+        if trial.matched:
+            server = next((s for s in configuration.servers if s.mcp_id == step.mcp_id), None)
+            tool = next((t for t in server.tools.all() if t.name == step.tool), None) if server else None
+            trial.waits_for_approval = (
+                server is not None
+                and tool is not None
+                and (gate.contract_applied(who=who(""), server=server, tool=tool).risk == ToolContract.Risk.WRITE)
+            )
         trials.append(trial)
     return trials
 
@@ -328,6 +444,7 @@ def rule_tester_view(request: HttpRequest) -> HttpResponse:
             actor=f"rule-tester:{request.user.get_username()}",
             version=data["agent_version"],
             configuration=configuration,
+            a2a_files=data["a2a_files"],
         )
         tested = tested_label(data["agent"], data["agent_version"])
         summary = trials_summary(trials)
@@ -349,7 +466,7 @@ def rule_tester_view(request: HttpRequest) -> HttpResponse:
                 disabled = str(_("Not evaluated, disabled: %(names)s.") % {"names": ", ".join(names)})
         # The page shows the input back as the trial read it: a server's secret typed in is not shown again.
         form.data = form.data.copy()
-        for name in ("query", "context", "a2a_data"):
+        for name in ("query", "context", "a2a_data", "a2a_files"):
             form.data[name] = run_input_guarded(form.data.get(name) or "", configuration.server_secrets)
     context = {
         **admin.site.each_context(request),
