@@ -2,10 +2,11 @@
 
 **Reservation.** A budget holds per period (UTC day or month) a counter row (``BudgetUsage``): ``used`` (settled
 runs) and ``reserved`` (runs in flight). Admitting a run (``budget_reserve``, inside ``run_create``'s transaction)
-adds the budget's ``run_reservation_tokens`` (and their cost at the agent's highest token price) to ``reserved``
-with one conditional ``UPDATE … WHERE used + reserved + reservation <= limit``; when no row is updated the run is
-refused (``429 budget_exceeded``, ``Retry-After`` until the period ends) and the transaction rolls back any other
-budget's reservation. The condition is evaluated by the database on the row it updates (PostgreSQL re-checks it
+adds the budget's ``run_reservation_tokens`` (and their cost at the dearest token price of the run's model, a
+price the reservation keeps and the run is charged at: ``run_price``) to ``reserved`` with one conditional
+``UPDATE … WHERE used + reserved + reservation <= limit``; when no row is updated the run is refused (``429
+budget_exceeded``, ``Retry-After`` until the period ends) and the transaction rolls back any other budget's
+reservation. The condition is evaluated by the database on the row it updates (PostgreSQL re-checks it
 after taking the row lock; SQLite writes one transaction at a time), so concurrent admissions can never reserve
 more than the limit together. When the run ends (``budget_settle``, once, by compare-and-swap on the reservation)
 its reservation is released and its real tokens and cost are added to ``used``.
@@ -98,10 +99,16 @@ def cost_micros(*, price: ModelPrice | None, token_usage: Mapping[str, Any]) -> 
 
 
 def _reservation_cost_micros(*, price: ModelPrice | None, tokens: int) -> int:
-    """The most ``tokens`` can cost at this price (every one at the dearest rate)."""
+    """The most ``tokens`` can cost at this price (every one at the dearest rate, a cache read's or write's
+    included: either may be priced above input and output)."""
     if price is None:
         return 0
-    rates = [price.input_per_mtok, price.output_per_mtok, price.cache_write_per_mtok or Decimal(0)]
+    rates = [
+        price.input_per_mtok,
+        price.output_per_mtok,
+        price.cache_read_per_mtok or Decimal(0),
+        price.cache_write_per_mtok or Decimal(0),
+    ]
     return math.ceil(Decimal(tokens) * max(rates))
 
 
@@ -189,7 +196,21 @@ def budget_reserve(*, run: Run, agent: Agent, api_key: ApiKey | None, budgets: l
                 headers={"Retry-After": str(retry_after)},
                 fields={"budget": budget.pk, "resets_at": end.isoformat()},
             )
-        BudgetReservation.objects.create(run=run, usage=usage, tokens=tokens, cost_micros=cost)
+        BudgetReservation.objects.create(
+            run=run, usage=usage, tokens=tokens, cost_micros=cost, **_admission_price_fields(price)
+        )
+
+
+def _admission_price_fields(price: ModelPrice | None) -> dict[str, Decimal | None]:
+    """The reservation's copy of the price it was taken at (``run_price``); a model without a price is free."""
+    if price is None:
+        return {"input_per_mtok": Decimal(0), "output_per_mtok": Decimal(0)}
+    return {
+        "input_per_mtok": price.input_per_mtok,
+        "output_per_mtok": price.output_per_mtok,
+        "cache_read_per_mtok": price.cache_read_per_mtok,
+        "cache_write_per_mtok": price.cache_write_per_mtok,
+    }
 
 
 def token_ceiling_sql(run_id: str) -> str:
@@ -278,15 +299,25 @@ def run_model(run: Run) -> tuple[str, str]:
     return run.agent.model_provider, run.agent.model_id
 
 
+def run_price(run: Run) -> ModelPrice | None:
+    """The price a run is charged at: for a run a budget admitted, the price of its model when it was admitted
+    (kept on its reservation, whose cost was reserved at it: a price raised or first set while the run is in
+    flight cannot take the budget past its limit); for any other run, its model's price now, as it finishes
+    (no limit rests on it, and a submission without a budget reads no price). None: free."""
+    reservation = BudgetReservation.objects.filter(run_id=run.pk, input_per_mtok__isnull=False).order_by("pk").first()
+    if reservation is not None:
+        return reservation.admission_price()
+    provider, model_id = run_model(run)
+    return model_price_for(provider=provider, model_id=model_id)
+
+
 def run_usage_fields(*, run: Run, token_usage: Mapping[str, Any]) -> dict[str, int]:
-    """The run's ``tokens`` and ``cost_micros`` columns for this token usage at the price of the model it ran
-    (``run_model``; no price is read for a run that used no token: it costs nothing at any price)."""
+    """The run's ``tokens`` and ``cost_micros`` columns for this token usage at the run's price (``run_price``:
+    its model's, ``run_model``; no price is read for a run that used no token: it costs nothing at any price)."""
     tokens = int(token_usage.get("input_tokens") or 0) + int(token_usage.get("output_tokens") or 0)
     if not any(int(token_usage.get(name) or 0) for name in _PRICED_COUNTS):
         return {"tokens": tokens, "cost_micros": 0}
-    provider, model_id = run_model(run)
-    price = model_price_for(provider=provider, model_id=model_id)
-    return {"tokens": tokens, "cost_micros": cost_micros(price=price, token_usage=token_usage)}
+    return {"tokens": tokens, "cost_micros": cost_micros(price=run_price(run), token_usage=token_usage)}
 
 
 # What ``cost_micros`` charges for.

@@ -551,6 +551,9 @@ def _execute_claimed(claim: RunClaim) -> None:
     except Exception as exc:  # the run must end in a state, whatever happened
         logger.exception("run %s crashed", claim.run_id)
         outcome = engine.RunOutcome(status="failed", error_code="internal", error_message=type(exc).__name__)
+        # This outcome counts no token, but the model calls made before the crash were spent: settling counts
+        # them from their ``model_turn`` events (a run without a budget too: its ``tokens`` and cost).
+        settle = True
     finally:
         # Sessions opened for this run alone (per-run scope) end with it (a resumed run opens new ones).
         get_default_pool().close_scope(f"run:{run.id}")
@@ -699,12 +702,19 @@ def _stopped_by_cancellation(claim: RunClaim) -> bool:
 
 
 def _count_late_tokens(run_id: Any) -> None:
-    """This worker's outcome was not stored: the run was cancelled, or failed without it (time limit, worker
-    presumed lost), and its budgets were settled then. A model call that was under way at that moment has
-    written its ``model_turn`` event since: settling again counts what it used (``budget_settle`` adds only the
-    difference). A run another worker took over is still running and settles when it ends."""
-    if Run.objects.filter(id=run_id, status__in=[Run.Status.CANCELLED, Run.Status.FAILED]).exists():
-        budget_settle(run_id=run_id)
+    """This worker's outcome was not stored: the run was cancelled, failed without it (time limit, worker
+    presumed lost), or finished by another worker that took it over when this one's lease lapsed; its budgets
+    were settled then. A model call that was under way at that moment has written its ``model_turn`` event
+    since: settling again counts what it used (``budget_settle`` adds only the difference). A run that has not
+    finished (another worker runs it, or it is parked or queued) settles when it ends, and counts the call then.
+
+    The run's row is taken first: a pass storing the run's end holds it until it commits, so this read waits for
+    that pass's settlement, which either saw this call's event (written before) or is followed by this one's."""
+    finished = [Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED]
+    with transaction.atomic():
+        run_row_lock(run_id)
+        if Run.objects.filter(id=run_id, status__in=finished).exists():
+            budget_settle(run_id=run_id)
 
 
 def _merged_timings(run: Run, timings: dict[str, float]) -> dict[str, float]:

@@ -1206,11 +1206,29 @@ class BudgetReservation(models.Model):
     tokens = models.BigIntegerField()
     cost_micros = models.BigIntegerField()
     settled_at = models.DateTimeField(null=True, blank=True)
+    # The model's price when the run was admitted, at which the run is charged (``agents.budgets.run_price``): a
+    # price raised while the run is in flight cannot take its cost past what was reserved. Zeros: the model had
+    # no price then. No input price: a reservation taken before the price was kept here (priced at the finish).
+    input_per_mtok = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
+    output_per_mtok = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
+    cache_read_per_mtok = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
+    cache_write_per_mtok = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
 
     change_audit = NotConfiguration("a run's reservation against a budget")
 
     def __str__(self) -> str:
         return f"{self.run_id}: {self.tokens}"
+
+    def admission_price(self) -> ModelPrice | None:
+        """The price the run was admitted at, as an unsaved ``ModelPrice``; None where it was not kept."""
+        if self.input_per_mtok is None or self.output_per_mtok is None:
+            return None
+        return ModelPrice(
+            input_per_mtok=self.input_per_mtok,
+            output_per_mtok=self.output_per_mtok,
+            cache_read_per_mtok=self.cache_read_per_mtok,
+            cache_write_per_mtok=self.cache_write_per_mtok,
+        )
 
 
 class ShadowComparison(models.Model):
