@@ -21,6 +21,7 @@ from rest_framework.fields import SkipField
 from rest_framework.relations import PKOnlyObject
 
 from agents.api.a2a import decoded_size
+from agents.decision_reasons import approval_reason_text
 from agents.models import Approval, Run
 from agents.selectors import run_approvals, run_tool_calls
 
@@ -308,7 +309,16 @@ class ToolCallSerializer(serializers.Serializer):
 
 @extend_schema_serializer(component_name="Approval")
 class ApprovalOutputSerializer(serializers.ModelSerializer):
-    """A write call that waits (or waited) for a person's decision before it runs."""
+    """A write call that waits (or waited) for a person's decision before it runs. Its `reason` is for programs:
+    the platform's own reasons (a cancelled run, a call the run did not make) in stable English, the same in every
+    language; `reason_text` is for people: the same reason in the caller's language."""
+
+    reason_text = serializers.SerializerMethodField(
+        help_text=(
+            "`reason` in the caller's language (`Accept-Language`) where the platform wrote it (a cancelled run, "
+            "a call the run did not make); a person's reason as they wrote it."
+        )
+    )
 
     class Meta:
         model = Approval
@@ -322,10 +332,22 @@ class ApprovalOutputSerializer(serializers.ModelSerializer):
             "decided_by",
             "decided_at",
             "reason",
+            "reason_text",
             "expires_at",
             "created_at",
         ]
         read_only_fields = fields  # output only: each field is in every answer (required in the schema)
+        extra_kwargs = {
+            "reason": {
+                "help_text": (
+                    "Empty, the decider's own words, or the platform's reason in stable English (the same in "
+                    "every language: compare this one, show `reason_text`)."
+                )
+            }
+        }
+
+    def get_reason_text(self, approval: Approval) -> str:
+        return approval_reason_text(approval.reason)
 
 
 @extend_schema_serializer(component_name="RunFeedbackRecorded")
