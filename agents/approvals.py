@@ -115,6 +115,22 @@ class RunApprovals:
         stored_args = json.loads(json.dumps(masked_args, cls=UnicodeJSONEncoder))  # as the JSON column reads back
         return next((approval for approval in same_id if approval.args == stored_args), None)
 
+    def approved_args(self, *, call_id: str, args: dict[str, Any]) -> dict[str, Any] | None:
+        """The exact arguments of the approval of the call ``call_id`` whose masked arguments are ``args`` masked,
+        or None; asks for nothing. A resumed run replays its calls masked: the gate checks the contract against
+        these. Only an approval with these very masked arguments is one (a rule's or a flow's under its number
+        too): another call's exact arguments are never checked in place of a call's own."""
+        stored_args = json.loads(json.dumps(mask_value(args, secrets=self.secrets), cls=UnicodeJSONEncoder))
+        approval = next(
+            (
+                approval
+                for approval in Approval.objects.filter(run_id=self.run_id, call_id=call_id).order_by("created_at")
+                if approval.args == stored_args
+            ),
+            None,
+        )
+        return (approval.exact_args or None) if approval is not None else None
+
     def waiting(self) -> bool:
         """Whether an approval this pass asked for still waits for a person (the run parks), or none does (each
         was decided while the pass ran on: the run is queued again)."""

@@ -163,6 +163,11 @@ class ApprovalPort(Protocol):
         actor: a sandboxed evaluation's write, which its eval set approves, recorded all the same)."""
         ...
 
+    def approved_args(self, *, call_id: str, args: dict[str, Any]) -> dict[str, Any] | None:
+        """The exact arguments of the approval already asked for the call ``call_id`` whose masked arguments are
+        ``args`` masked (what ``request`` would find), or None. Asks for nothing."""
+        ...
+
     def claim_execution(self, approval_id: str) -> bool: ...
 
     def record_execution(self, approval_id: str, result: dict[str, Any]) -> None: ...
@@ -438,6 +443,15 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
     args, verdict = check_args(
         contract.args or {}, this.raw_args, unknown=contract.unknown_args, input_schema=tool.input_schema
     )
+    approved_args = (
+        _approved_args(this, args) if verdict is not None and contract.risk == ToolContract.Risk.WRITE else None
+    )
+    if approved_args is not None:
+        # The call is found by these arguments (step 3), as it was when a person was asked; what is sent is the
+        # approved ones, checked here.
+        verdict = check_args(
+            contract.args or {}, approved_args, unknown=contract.unknown_args, input_schema=tool.input_schema
+        )[1]
     if verdict is not None:
         return this.refuse(verdict.reason, _argument_message(tool_name, verdict))
     this.result.args = args
@@ -847,6 +861,20 @@ def _approval(
     if state.status in {"executing", "outcome_unknown"} or not who.approvals.claim_execution(state.approval_id):
         return None, this.refuse("approval:outcome_unknown", _outcome_unknown_message(this.tool_name))
     return state, None
+
+
+def _approved_args(this: _Call, args: dict[str, Any]) -> dict[str, Any] | None:
+    """The exact arguments of the approval this call already has, where ``args`` are their masked form; else None.
+
+    A resumed run replays a parked call from its stored, masked conversation: a masked value (``token=***``
+    against a pattern, ``"***"`` for an int ``passcode``) fails a contract the exact arguments passed before a
+    person was asked, and the call the person approved would be refused. The contract is checked against those
+    instead: they are what is sent, and the approval's hash binds them (a mismatch is refused, step 3). A call with
+    no approval is checked as it arrives: nobody is ever asked about arguments the contract refuses."""
+    who = this.who
+    if who.approvals is None or not who.call_id or not isinstance(this.raw_args, dict):
+        return None
+    return who.approvals.approved_args(call_id=who.call_id, args=args)
 
 
 def _numbered(call_id: str) -> bool:
