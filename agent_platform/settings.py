@@ -273,6 +273,10 @@ PLATFORM_LOCAL_TOOL_MODULES = _env_list("PLATFORM_LOCAL_TOOL_MODULES", "mcpregis
 PLATFORM_FLOW_DEFAULT_MCP_ID = os.environ.get("PLATFORM_FLOW_DEFAULT_MCP_ID", "sds-company-data")
 # Flow graphs (dotted paths of build_graph functions) offered in the agent form besides the shipped templates.
 PLATFORM_FLOW_GRAPHS = [p.strip() for p in os.environ.get("PLATFORM_FLOW_GRAPHS", "").split(",") if p.strip()]
+# The most tool calls a flow agent's run makes (each pass; agents/engine.py, _execute_flow): the call past it is not
+# made and the run fails as flow:too_many_calls. The shipped templates make one to three; a flow that loops on its
+# calls would otherwise write an audit event, a run event and a trace entry for each until its time limit.
+PLATFORM_FLOW_MAX_CALLS = int(os.environ.get("PLATFORM_FLOW_MAX_CALLS", "200"))
 PLATFORM_MCP_CALL_TIMEOUT_S = float(os.environ.get("PLATFORM_MCP_CALL_TIMEOUT_S", "30"))
 # The longest timeout a tool contract may set (seconds); a contract's timeout must be > 0 and at most this.
 PLATFORM_TOOL_TIMEOUT_MAX_S = float(os.environ.get("PLATFORM_TOOL_TIMEOUT_MAX_S", "3600"))

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from django.conf import settings as django_settings
 from django.utils.translation import gettext as _
 from langchain_core.messages import (
     AIMessage,
@@ -38,7 +39,7 @@ from agents.config_cache import tools_served
 from agents.deterministic import ParamsRenderError, RuleSpec, render_params
 from agents.deterministic_stage import StageInput, deterministic_stage
 from agents.errors import MUST_PROPAGATE, RunCancelled
-from agents.flow_runner import FlowParked, FlowResult, FlowSettings, flow_run
+from agents.flow_runner import FlowCallIds, FlowParked, FlowResult, FlowSettings, FlowTooManyCalls, flow_run
 from agents.graph import (
     MaxIterationsReached,
     build_react_graph,
@@ -876,21 +877,39 @@ def _execute_flow(
     clock: _Clock,
     deterministic_ms: float,
 ) -> RunOutcome:
-    """Flow mode (``agents.flow_runner``): the flow's tool calls go through the gate (source ``flow``)."""
+    """Flow mode (``agents.flow_runner``): the flow's tool calls go through the gate (source ``flow``).
+
+    A run's flow makes at most ``PLATFORM_FLOW_MAX_CALLS`` calls (each pass, when it runs again after an
+    approval): a flow that loops on its calls (a memo's answer is fast) would otherwise write an audit event, a run
+    event and a trace entry for each until its time limit. The call past it is not made and fails the run
+    (``flow:too_many_calls``), also when the flow catches the exception."""
     servers = {s.mcp_id: s for s in plan.servers if s.enabled}
-    node_calls = iter(range(1, 1_000_000))
+    call_ids = FlowCallIds()
+    max_calls = int(django_settings.PLATFORM_FLOW_MAX_CALLS)
+    calls_made: list[str] = []
+    over_cap: list[FlowTooManyCalls] = []
     parked: list[str] = []
+    # The graph's tasks that ran beside the one that parked, in its step: they finish (``FlowParked``), their calls
+    # made (an approved write carried out, another asked for): none of them can depend on the parked call.
+    beside_parked: set[str] = set()
     failures: list[str] = []  # the calls that failed (a write waiting for its approval has not)
 
     def call_tool(mcp_id: str, tool_name: str, params: dict[str, Any]) -> Any:
         # Between the flow's steps, as the ReAct loop checks between its own: a run cancelled (or out of time, or
         # taken over) sends nothing more, also when the flow caught the exception of an earlier call.
-        if parked:  # the flow caught the wait and called on: nothing more goes out until the run resumes
-            raise FlowParked(parked[0])
+        task = call_ids.calling_task()
+        if parked and task not in beside_parked:
+            raise FlowParked(parked[0])  # the flow caught the wait and called on: nothing goes out until it resumes
+        if over_cap:  # the flow caught the stop and called on
+            raise over_cap[0]
         plan.check_cancelled()
-        # The call's number in the flow: its audit events and its approval carry it, and so do its event and
-        # trace entry (the run page finds the call's attempts and approval by it).
-        call_id = f"flow:{next(node_calls)}"
+        if len(calls_made) >= max_calls:
+            over_cap.append(FlowTooManyCalls(max_calls))
+            raise over_cap[0]
+        # The call's id in the flow (``FlowCallIds``: the same on every pass): its audit events and its approval
+        # carry it, and so do its event and trace entry (the run page finds the call's attempts and approval by it).
+        call_id = call_ids.next_call_id()
+        calls_made.append(call_id)
         result = gate.call(server=servers[mcp_id], tool_name=tool_name, args=params, who=who("flow", call_id))
         clock.tools_ms += result.latency_ms
         plan.emit("tool_call", {"source": "flow", "call_id": call_id, **result.as_dict()})
@@ -905,6 +924,9 @@ def _execute_flow(
             trace.append(
                 {"type": "approval", "approval_id": result.approval_id, "tool": tool_name, "args": result.args}
             )
+            if not parked and task is not None:
+                beside_parked.update(call_ids.running_beside(task))
+            beside_parked.discard(task)
             parked.append(result.approval_id)
             raise FlowParked(result.approval_id)
         if result.ok:
@@ -940,11 +962,14 @@ def _execute_flow(
                 emit=plan.emit,
                 check=plan.check_cancelled,
                 time_left=plan.time_left,
+                call_ids=call_ids,
             )
     except RunCancelled:
         flow = FlowResult(error_code="cancelled", error_message="the run was cancelled")
         outcome.status = "cancelled"
     outcome.tool_failures += len(failures)
+    if over_cap and outcome.status != "cancelled":  # whatever the flow made of the exception
+        flow = FlowResult(error_code="flow:too_many_calls", error_message=over_cap[0].message)
     if parked and outcome.status != "cancelled":
         outcome.status, outcome.parked_on = "awaiting_approval", parked[0]
     elif flow.error_code == "cancelled":

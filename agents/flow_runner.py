@@ -9,6 +9,7 @@ from the ReAct loop and the deterministic stage.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import json
 import logging
@@ -19,6 +20,8 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 from celery.exceptions import WorkerShutdown, WorkerTerminate
 from django.utils.translation import gettext as _
+from langgraph.config import get_config
+from langgraph.errors import GraphBubbleUp
 
 from agents.errors import MUST_PROPAGATE
 from agents.tools import CodeRuleError, import_user_module
@@ -55,12 +58,110 @@ class FlowResult:
     parked_on: str | None = None
 
 
-class FlowParked(Exception):
-    """Raised by ``call_tool`` for a write call that waits for a person's approval: the flow stops there."""
+class FlowParked(GraphBubbleUp):
+    """Raised by ``call_tool`` for a write call that waits for a person's approval: the flow stops there.
+
+    LangGraph's ``GraphBubbleUp`` (as its own ``interrupt()``): the branches running beside it in its step are not
+    cancelled but finish, and the graph stops after the step. Cancelled, a branch whose approved write had not
+    gone out yet never asked for it in this pass: the approval ended unused as the run parked, and the write was
+    lost (told ``approval:expired`` when the flow ran again)."""
 
     def __init__(self, approval_id: str) -> None:
         super().__init__(approval_id)
         self.approval_id = approval_id
+
+
+class FlowTooManyCalls(Exception):
+    """Raised by ``call_tool`` for a call past the run's cap on a flow's calls: the flow stops there."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self.limit = limit
+
+    @property
+    def message(self) -> str:
+        return _(
+            "The flow was stopped: it made more tool calls than a run allows (%(limit)d, PLATFORM_FLOW_MAX_CALLS)."
+        ) % {"limit": self.limit}
+
+
+# The key LangGraph streams a stop of the graph for a person's input under (``interrupt()``), as a node's update.
+INTERRUPT_KEY = "__interrupt__"
+
+
+class FlowCallIds:
+    """The ids of a flow's tool calls (``flow:…``). Its audit events, its approvals, its event and its trace entry
+    carry a call's id, and a flow run again from its start after an approval finds the approved call by it: the
+    same call must get the same id on every pass.
+
+    A call of a step's only task is numbered in the run's order (``flow:3``): the steps run one after another, so
+    that order is the same on every pass. The tasks of one step run side by side (parallel branches, a ``Send``
+    fan-out) and their calls arrive in whichever order they happen to: each such task numbers its own,
+    ``flow:<node>@<step>:<n>`` (``<node>#<i>`` for the i-th ``Send`` of a step), so that a branch gets the same ids
+    whatever the other does. A subgraph's task numbers its calls so as well, under its parents' names: its siblings
+    are not streamed to ``flow_run`` before it starts.
+
+    ``flow_run`` tells it the graph's own tasks as they start and end (the stream shows a step's tasks before any
+    of them runs); the other methods are called in the calling task's context (LangGraph's config of that task).
+    A task's calls made at once (``asyncio.gather`` in one node) are numbered in the order they arrive."""
+
+    def __init__(self) -> None:
+        self._in_order = 0
+        self._by_task: dict[str, int] = {}
+        self._started: set[str] = set()
+        self._running: set[str] = set()
+        self._side_by_side: set[str] = set()
+
+    def task_started(self, task_id: str) -> None:
+        self._started.add(task_id)
+        self._running.add(task_id)
+        if len(self._running) > 1:
+            self._side_by_side |= self._running
+
+    def task_ended(self, task_id: str) -> None:
+        self._running.discard(task_id)
+
+    def calling_task(self) -> str | None:
+        """The id of the graph's own task that calls, or None (a subgraph's task, or no task: the builder)."""
+        parents, task_id = _task_of(_task_metadata())
+        return task_id if not parents and task_id in self._started else None
+
+    def running_beside(self, task_id: str) -> set[str]:
+        """The graph's own tasks that run in the same step as ``task_id``, side by side with it."""
+        return self._running - {task_id} if task_id in self._side_by_side else set()
+
+    def next_call_id(self) -> str:
+        metadata = _task_metadata()
+        parents, task_id = _task_of(metadata)
+        if not task_id or (not parents and task_id in self._started and task_id not in self._side_by_side):
+            self._in_order += 1
+            return f"flow:{self._in_order}"
+        node = str(metadata.get("langgraph_node") or "")
+        path: tuple[Any, ...] = tuple(metadata.get("langgraph_path") or ())
+        if len(path) > 1 and path[0] == "__pregel_push" and isinstance(path[1], int):
+            node = f"{node}#{path[1]}"
+        task = "/".join([*parents, node]) + f"@{metadata.get('langgraph_step')}"
+        if len(task) > 80:  # the id is stored in 100 characters (an approval's, an audit event's call_id)
+            task = f"{task[:60]}~{hashlib.sha256(task.encode()).hexdigest()[:12]}"
+        self._by_task[task] = self._by_task.get(task, 0) + 1
+        return f"flow:{task}:{self._by_task[task]}"
+
+
+def _task_metadata() -> dict[str, Any]:
+    """LangGraph's metadata of the task that calls ({} outside a task: a flow's builder)."""
+    try:
+        return dict(get_config().get("metadata") or {})
+    except RuntimeError:
+        return {}
+
+
+def _task_of(metadata: dict[str, Any]) -> tuple[list[str], str]:
+    """The names of the task's parents (subgraph nodes), outermost first, and its id ("" outside a task)."""
+    namespace = str(metadata.get("langgraph_checkpoint_ns") or "")
+    if not namespace:
+        return [], ""
+    *parents, own = namespace.split("|")  # "<node>:<task id>" each; a node's name holds neither | nor :
+    return [parent.rpartition(":")[0] for parent in parents], own.rpartition(":")[2]
 
 
 # How long before its run's time limit a flow's coroutine is cancelled (before Celery's soft limit interrupts the
@@ -70,6 +171,10 @@ FLOW_STOP_MARGIN_S = 1.0
 
 class FlowTimedOut(Exception):
     """The flow did not end before its run's time limit: its coroutine was cancelled."""
+
+
+class FlowInterrupted(Exception):
+    """The flow called LangGraph's ``interrupt()``: it stopped for a person's input, which a run cannot give."""
 
 
 # The options every flow may be given (``model_params["flow"]``): the server the shipped templates call. A flow
@@ -117,6 +222,7 @@ def flow_run(
     emit: Callable[[str, dict[str, Any]], None],
     check: Callable[[], None] = lambda: None,
     time_left: Callable[[], float | None] = lambda: None,
+    call_ids: FlowCallIds | None = None,
 ) -> FlowResult:
     """Build the flow's graph and stream it to its end; each node's update goes to ``trace`` and ``emit``.
     Returns the answer or a ``flow:error``; raises only ``MUST_PROPAGATE``.
@@ -124,7 +230,11 @@ def flow_run(
     ``check`` runs after each node and once the flow ends (the run's ``RunClaim.check``: it raises if the run
     was cancelled, is out of time or was taken over; a flow that caught that exception still stops). The flow's
     coroutine is cancelled ``FLOW_STOP_MARGIN_S`` before ``time_left()`` runs out: a flow that never ends does
-    not outlive its run in the worker's event loop thread (Celery's soft limit would stop the run, not it)."""
+    not outlive its run in the worker's event loop thread (Celery's soft limit would stop the run, not it).
+
+    ``call_ids`` is told the graph's tasks as they start and end (``FlowCallIds``). A flow that stops for a
+    person's input (LangGraph's ``interrupt()``), or ends without an ``output`` or with one that cannot be written
+    as JSON, is a ``flow:error``: the run would otherwise succeed with the answer "null"."""
 
     async def run_flow() -> dict[str, Any]:
         builder = load_flow_builder(flow_graph)
@@ -138,10 +248,22 @@ def flow_run(
             "a2a_data": list(settings.a2a_data),
             "messages": [],
         }
-        async for mode, chunk in graph.astream(inputs, stream_mode=["updates", "values"]):
+        async for mode, chunk in graph.astream(inputs, stream_mode=["updates", "values", "tasks"]):
             if mode == "values":
                 final = chunk
                 continue
+            if mode == "tasks":
+                # A task's start (its input and triggers) or its end. A step's tasks are all streamed before
+                # any of them runs: the call ids of tasks that run side by side are told apart before their calls.
+                if call_ids is not None and isinstance(chunk, dict):
+                    if "triggers" in chunk:
+                        call_ids.task_started(str(chunk.get("id")))
+                    else:
+                        call_ids.task_ended(str(chunk.get("id")))
+                continue
+            if isinstance(chunk, dict) and INTERRUPT_KEY in chunk:
+                # Without a checkpointer, the graph just ends there; the run has no way to give the input.
+                raise FlowInterrupted()
             for node, update in (chunk or {}).items():
                 keys = sorted((update or {}).keys()) if isinstance(update, dict) else []
                 trace.append({"type": "flow_node", "node": node, "updated": keys})
@@ -172,6 +294,16 @@ def flow_run(
         return FlowResult(error_code="time_limit", error_message="the run did not finish within its time limit")
     except FlowParked as exc:
         return FlowResult(parked_on=exc.approval_id)
+    except FlowTooManyCalls as exc:
+        return FlowResult(error_code="flow:too_many_calls", error_message=exc.message)
+    except FlowInterrupted:
+        return FlowResult(
+            error_code="flow:error",
+            error_message=_(
+                "The flow stopped for input (interrupt()): a flow cannot pause for a person's input. "
+                "Call a write tool instead: its approval pauses the run."
+            ),
+        )
     except CodeRuleError as exc:
         return FlowResult(error_code="flow:error", error_message=str(exc))
     except Exception as exc:  # a flow's bug ends the run as a value, not a crash
@@ -184,6 +316,32 @@ def flow_run(
         # "running" (redelivered until worker_lost). KeyboardInterrupt and GeneratorExit still propagate.
         logger.error("flow %s raised SystemExit(%s) in run %s", flow_graph, exc.code, settings.run_id)
         return FlowResult(error_code="flow:error", error_message=f"SystemExit: {exc}")
-    output = state.get("output")
-    text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False, default=str)
-    return FlowResult(answer=text or "")
+    return _flow_answer(state)
+
+
+def _flow_answer(state: Any) -> FlowResult:
+    """The answer of the flow's final ``state``: its ``output``, a string as it is, else as JSON. A flow error
+    where there is none, or where it cannot be written as JSON; raises only ``MUST_PROPAGATE``."""
+    output = state.get("output") if isinstance(state, dict) else None
+    if output is None:
+        return FlowResult(error_code="flow:error", error_message=_("The flow ended without an output."))
+    if isinstance(output, str):
+        return FlowResult(answer=output)
+    try:
+        text = json.dumps(output, ensure_ascii=False, default=_as_text)
+    except (TypeError, ValueError, RecursionError) as exc:  # keys that are no strings, a cycle, an odd value
+        return FlowResult(
+            error_code="flow:error",
+            error_message=_("The flow's output cannot be written as JSON: %(why)s") % {"why": exc},
+        )
+    return FlowResult(answer=text)
+
+
+def _as_text(value: Any) -> str:
+    """A value JSON has no form for, as its text; a ``TypeError`` where even that fails (its ``__str__`` raised)."""
+    try:
+        return str(value)
+    except MUST_PROPAGATE:
+        raise
+    except Exception as exc:
+        raise TypeError(f"{type(value).__name__} cannot be written as text: {type(exc).__name__}: {exc}") from exc

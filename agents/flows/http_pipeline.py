@@ -3,8 +3,8 @@
 The request comes as an A2A data part ``{"request": {"method": "GET", "path": "/employees/김하늘"}}`` or as the
 query itself (``GET /teams/클라우드운영팀/members``). Routes: ``/employees/{name}``, ``/teams/{team}/members``,
 ``/teams/{team}/projects``, ``/assets?owner={name}``. The output is ``{"status": ..., "body": ...}``: 200 with
-the data, 404 where there is none (the server's text as ``error``), 405 for a method but GET, 502 where the call
-failed (its reason code as ``error``).
+the data, 400 for a path that cannot be read, 404 where there is none (the server's text as ``error``), 405 for a
+method but GET, 502 where the call failed (its reason code as ``error``).
 """
 
 from __future__ import annotations
@@ -40,10 +40,14 @@ async def dispatch(state: FlowState) -> dict[str, Any]:
     request = state["request"]
     if str(request.get("method", "")).upper() != "GET":
         return {"response": {"status": 405, "body": {"error": "only GET is supported"}}}
-    url = urlsplit(str(request.get("path", "")))
+    try:
+        url = urlsplit(str(request.get("path", "")))
+        query = parse_qs(url.query)
+    except ValueError:  # "//[oops": a netloc that is no host (urlsplit refuses it)
+        return {"response": {"status": 400, "body": {"error": "malformed path"}}}
     path = unquote(url.path)
     if path == "/assets":
-        owner = (parse_qs(url.query).get("owner") or [""])[0]
+        owner = (query.get("owner") or [""])[0]
         tool, params = "get_asset", {"owner": owner}
     else:
         match = next(((tool, arg, m) for pattern, tool, arg in ROUTES if (m := pattern.match(path))), None)
