@@ -1243,8 +1243,15 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
             extra.update(self._approval_context(request, approval))
         return super().change_view(request, object_id, form_url, extra)
 
+    def _may_view_runs(self, request: HttpRequest) -> bool:
+        """Whether the Run admin lets this user in: the approval's page shows the run's timeline (its query, answer,
+        tool calls and their results) and links to it only then; a reviewer without "view run" sees the call and
+        its masked arguments alone."""
+        return bool(self.admin_site.get_model_admin(Run).has_view_permission(request))
+
     def _approval_context(self, request: HttpRequest, approval: Approval) -> dict[str, Any]:
         name = self.admin_site.name
+        may_view_run = self._may_view_runs(request)
         return {
             "approval": approval,
             "reason_text": approval_reason_text(approval.reason),
@@ -1254,8 +1261,10 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
             "asked_by_the_model": asked_by_the_model(approval),
             "approve_url": reverse("admin:agents_approval_decide", args=[approval.pk, "approve"], current_app=name),
             "reject_url": reverse("admin:agents_approval_decide", args=[approval.pk, "reject"], current_app=name),
-            "run_url": reverse("admin:agents_run_change", args=[approval.run_id], current_app=name),
-            "timeline": run_timeline(approval.run),
+            "run_url": reverse("admin:agents_run_change", args=[approval.run_id], current_app=name)
+            if may_view_run
+            else "",
+            "timeline": run_timeline(approval.run) if may_view_run else None,
             "audit_events_url": _events_url(self.admin_site, approval.run_id),
         }
 
@@ -1297,9 +1306,15 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
                     if decision == "reject":
                         done = gettext("Rejected: the run resumes and the model is told why.")
                     self.message_user(request, done, messages.SUCCESS)
-                run_url = reverse("admin:agents_run_change", args=[approval.run_id], current_app=self.admin_site.name)
-                if not error:
-                    return HttpResponseRedirect(run_url)
+                if not error:  # the run's page, where it can be followed; the approval's for one who cannot view runs
+                    name = self.admin_site.name
+                    if self._may_view_runs(request):
+                        return HttpResponseRedirect(
+                            reverse("admin:agents_run_change", args=[approval.run_id], current_app=name)
+                        )
+                    return HttpResponseRedirect(
+                        reverse("admin:agents_approval_change", args=[approval.pk], current_app=name)
+                    )
         context = {
             **self.admin_site.each_context(request),
             **self._approval_context(request, approval),

@@ -642,7 +642,11 @@ def run_submit(
 
     Two identical requests racing are serialized on the API key's row (``SELECT … FOR UPDATE`` on PostgreSQL;
     SQLite's ``BEGIN IMMEDIATE`` takes the write lock at the start of the transaction), so only one of them
-    creates the run."""
+    creates the run.
+
+    The key's scope and the agent's state are checked before an earlier run is looked up (``run_submission_parts``):
+    a key taken off the agent, or an agent disabled since, gets the 404 or 409 a new submission gets, never the
+    earlier run's answer by replaying its request."""
     if not idempotency_key or api_key is None:
         run = run_create(
             agent_slug=agent_slug,
@@ -654,6 +658,7 @@ def run_submit(
             digest=digest,
         )
         return RunSubmission(run=run, replayed=False)
+    run_submission_parts(agent_slug=agent_slug, api_key=api_key)
     with transaction.atomic():
         if connection.features.has_select_for_update:  # SQLite's transaction holds the write lock already
             ApiKey.objects.select_for_update().filter(pk=api_key.pk).values_list("pk", flat=True).first()
@@ -749,6 +754,23 @@ def run_query_check(query: Any) -> None:
         )
 
 
+def run_submission_parts(*, agent_slug: str, api_key: ApiKey | None) -> tuple[Agent, SubmissionParts]:
+    """The agent and the configuration a submission to it reads (``submission_parts``), once the key may use the
+    agent and the agent is enabled. Raises ApplicationError 404 (no such agent, or not one this key may use: the same
+    answer, so a key learns nothing of agents outside its scope) and 409 (agent disabled)."""
+    parts = submission_parts(agent_slug=agent_slug, api_key=api_key)
+    agent = parts.agent
+    if agent is None or not parts.key_may_use:
+        raise ApplicationError(
+            _("Agent '%(slug)s' not found.") % {"slug": agent_slug}, code="agent_not_found", status=404
+        )
+    if not agent.enabled:
+        raise ApplicationError(
+            _("Agent '%(slug)s' is disabled.") % {"slug": agent_slug}, code="agent_disabled", status=409
+        )
+    return agent, parts
+
+
 def run_create(
     *,
     agent_slug: str,
@@ -775,16 +797,7 @@ def run_create(
     disabled). What it reads of the configuration (the agent, the key's agents, arms, versions, servers' secrets,
     budgets) is this process's copy while the configuration has not changed (``agents.config_cache``)."""
     run_query_check(query)
-    parts = submission_parts(agent_slug=agent_slug, api_key=api_key)
-    agent = parts.agent
-    if agent is None or not parts.key_may_use:
-        raise ApplicationError(
-            _("Agent '%(slug)s' not found.") % {"slug": agent_slug}, code="agent_not_found", status=404
-        )
-    if not agent.enabled:
-        raise ApplicationError(
-            _("Agent '%(slug)s' is disabled.") % {"slug": agent_slug}, code="agent_disabled", status=409
-        )
+    agent, parts = run_submission_parts(agent_slug=agent_slug, api_key=api_key)
     chosen, arm = run_version_choice(
         agent=agent, api_key=api_key, context=context, version=version, purpose=purpose, parts=parts
     )

@@ -6,11 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.forms import ReadOnlyPasswordHashWidget, UserChangeForm
 from django.contrib.auth.hashers import UNUSABLE_PASSWORD_PREFIX
 from django.contrib.auth.models import Group, Permission
+from django.core.exceptions import PermissionDenied
 from django.db.models import ManyToManyField
 from django.forms import ModelMultipleChoiceField
 from django.http import HttpRequest, HttpResponse
@@ -58,6 +60,17 @@ class PasswordStateChangeForm(UserChangeForm):
             self.fields["password"].widget = PasswordStateWidget()
 
 
+def password_settable_by(actor: Any, user: Any) -> bool:
+    """Whether ``actor`` may set ``user``'s password on its admin page: a superuser anyone's, anyone their own, and
+    anyone else with "change user" only that of a user with no power (not staff, no group, no permission). Whoever
+    sets a password signs in as its user: "change user" alone must not let a help desk become a reviewer who
+    decides approvals, or anyone whose powers it could not grant itself (``ROLE_FIELDS``)."""
+    if actor.is_superuser or actor.pk == user.pk:
+        return True
+    powerless = not (user.is_staff or user.is_superuser)
+    return powerless and not user.groups.exists() and not user.user_permissions.exists()
+
+
 class AuditedUserAdmin(ServiceAdminMixin, PermissionsInWordsMixin, UserAdmin):
     form = PasswordStateChangeForm
 
@@ -86,7 +99,11 @@ class AuditedUserAdmin(ServiceAdminMixin, PermissionsInWordsMixin, UserAdmin):
         user_delete(user=obj, actor=actor, via=ADMIN_VIA)
 
     def user_change_password(self, request: HttpRequest, id: str, form_url: str = "") -> HttpResponse:
-        """Django's password page, in a change scope: the change is recorded with this admin as its actor."""
+        """Django's password page, in a change scope: the change is recorded with this admin as its actor. A 403
+        where the user's password is not this admin's to set (``password_settable_by``)."""
+        user = self.get_object(request, unquote(id))
+        if user is not None and not password_settable_by(request.user, user):
+            raise PermissionDenied
         with user_password_page(actor=request.user, via=ADMIN_VIA):
             return super().user_change_password(request, id, form_url)
 

@@ -54,6 +54,7 @@ from agents.api.protocol_http import (
     error_response,
     json_body,
     json_response,
+    key_may_read_run,
     paced_async,
     paced_sync,
     revoked_message,
@@ -231,7 +232,9 @@ def tool_call_start(*, api_key: ApiKey, params: dict[str, Any], session_id: str,
 def tool_call_cancel(*, api_key: ApiKey, session_id: str, rpc_id: Any, why: str) -> None:
     """Cancel the run of a call (``notifications/cancelled``, or its client gone), the latest one the key made
     under the call's id within ``call_cancel_window`` (read from the index ``run_key_idempotency_idx``, in whichever
-    process the notification reaches); a finished run is left."""
+    process the notification reaches); a finished run is left, and so is one the key may no longer read
+    (``key_may_read_run``: taken off its agent, or the agent disabled), as REST's cancel answers it a 404. Either is
+    ignored as an unknown request id is: a notification has no answer."""
     run = (
         Run.objects.filter(
             api_key=api_key,
@@ -241,7 +244,7 @@ def tool_call_cancel(*, api_key: ApiKey, session_id: str, rpc_id: Any, why: str)
         .order_by("-created_at")
         .first()
     )
-    if run is None or run.is_finished:
+    if run is None or run.is_finished or not key_may_read_run(api_key=api_key, run_id=run.pk):
         return
     with contextlib.suppress(ApplicationError):  # it finished in between
         run_cancel(run=run, actor=f"api_key:{api_key.prefix} ({why})", source="api")

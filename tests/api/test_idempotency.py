@@ -85,12 +85,13 @@ def test_without_a_key_every_request_makes_a_run(api_client, demo_agent) -> None
 
 
 @pytest.mark.django_db
-def test_a_replay_returns_the_run_even_after_its_agent_was_disabled(api_client, demo_agent) -> None:
-    run_id = post(api_client, BODY).json()["id"]
+def test_a_replay_is_refused_as_a_new_request_once_its_agent_is_disabled(api_client, demo_agent) -> None:
+    # The key may no longer use the agent, so it does not get the run's answer back (tests/api/test_key_scope_narrowed.py).
+    post(api_client, BODY)
     demo_agent.enabled = False
     demo_agent.save()
     again = post(api_client, BODY)
-    assert (again.status_code, again.json()["id"]) == (200, run_id)
+    assert (again.status_code, again.json()["error"]["code"]) == (409, "agent_disabled")
     assert post(api_client, BODY, key="fresh-key").status_code == 409
 
 
