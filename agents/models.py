@@ -351,8 +351,9 @@ class Agent(AuditedModel):
     def _clean_model(self) -> None:
         """The parameters must parse (``agents.providers.ModelParams``, whatever the provider), with no key but
         theirs and the other modes' (``OTHER_MODE_PARAMS``; an unknown one is named with the valid ones); an OpenAI-compatible
-        base URL obeys the same address policy as an MCP server's URL (``PLATFORM_MODEL_ALLOW_PRIVATE_URLS``); a
-        key is never a plain model parameter, and a ``from_env`` key names an allowed variable."""
+        base URL obeys the same address policy as an MCP server's URL (``PLATFORM_MODEL_ALLOW_PRIVATE_URLS``) and,
+        like it, holds no secret (a password, an API key in its query); a key is never a plain model parameter, and
+        a ``from_env`` key names an allowed variable."""
         from django.core.exceptions import ValidationError
         from pydantic import ValidationError as PydanticValidationError
 
@@ -360,6 +361,7 @@ class Agent(AuditedModel):
         from mcpregistry.binding_policy import (
             from_env_problem,
             masked_secret_given,
+            setting_secret_problem,
             url_credentials_problem,
             url_problem,
         )
@@ -396,7 +398,13 @@ class Agent(AuditedModel):
                         str(_('Give the server\'s "base_url", e.g. http://127.0.0.1:11434/v1.'))
                     )
                 elif problem := url_problem(parsed.base_url, settings.PLATFORM_MODEL_ALLOW_PRIVATE_URLS) or (
-                    changed("base_url") and url_credentials_problem(parsed.base_url, str(_("the model API key")))
+                    # A user and password, or what the audit hides as a secret (an api_key in the query), would be
+                    # stored, shown and exported in clear: refused where the URL changes (a stored one still saves).
+                    changed("base_url")
+                    and (
+                        url_credentials_problem(parsed.base_url, str(_("the model API key")))
+                        or setting_secret_problem("base_url", parsed.base_url, str(_("the model API key")))
+                    )
                 ):
                     errors.setdefault("model_params", []).append(str(problem))
                 if not self.model_id:
@@ -479,18 +487,18 @@ class Agent(AuditedModel):
     def _flow_options_problems(self, options: Any, stored: Any) -> list[str]:
         """What is wrong with ``model_params["flow"]``, the options a flow's ``settings.option()`` reads: an
         object whose keys are the flow's (``agents.flow_runner.flow_option_keys``: ``mcp_id`` and those its module
-        names), an unknown one named with the valid ones; in flow mode its ``mcp_id`` names a server the agent can
-        call: one it binds (once it is stored with servers), else one that exists. A value that is no object failed
+        names), an unknown one named with the valid ones; in flow mode the server the flow calls is one the agent
+        can call (``_flow_callable_servers``): its ``mcp_id``, or where it names none and the graph is a shipped
+        template, the templates' default (``agents.flows.common.default_mcp_id``). A value that is no object failed
         every run as ``internal``; a typo or another server, every run as ``mcp:not_loaded`` or with the default
-        server. The server is checked where the options or the mode change (a server unbound later does not make
-        every other save of the agent fail)."""
+        server. The server is checked where the options, the mode or the graph change (a server unbound later does
+        not make every other save of the agent fail)."""
         from agents.flow_runner import flow_option_keys
+        from agents.flows.common import default_mcp_id
         from mcpregistry.contracts import unknown_key_problem
 
-        if options is None:
-            return []  # none given: the flow's defaults
         keys = flow_option_keys(self.flow_graph or "")
-        if not isinstance(options, dict):
+        if options is not None and not isinstance(options, dict):
             return [
                 "flow: "
                 + str(
@@ -498,16 +506,22 @@ class Agent(AuditedModel):
                     % {"keys": ", ".join(keys)}
                 )
             ]
-        problems = [f"flow.{key}: {unknown_key_problem(str(key), keys)}" for key in options if key not in keys]
-        mcp_id = options.get("mcp_id")
-        if mcp_id is None:
-            return problems
-        if not isinstance(mcp_id, str) or not mcp_id:
+        given = options or {}
+        problems = [f"flow.{key}: {unknown_key_problem(str(key), keys)}" for key in given if key not in keys]
+        mcp_id = given.get("mcp_id")
+        if mcp_id is not None and (not isinstance(mcp_id, str) or not mcp_id):
             return [*problems, "flow.mcp_id: " + str(_("Enter the MCP id of a server (a text)."))]
-        mode_changed = self.pk is None or self.mode != stored_value(self, "mode")
-        if self.mode == self.Mode.FLOW and (options != stored or mode_changed):
-            bound = sorted(self.servers.values_list("mcp_id", flat=True)) if self.pk is not None else []
-            callable_ids = bound or sorted(McpServer.objects.values_list("mcp_id", flat=True))
+        if self.mode != self.Mode.FLOW:
+            return problems
+        flow_changed = (
+            self.pk is None
+            or options != stored
+            or any(getattr(self, name) != stored_value(self, name) for name in ("mode", "flow_graph"))
+        )
+        if not flow_changed:
+            return problems
+        if mcp_id is not None:
+            callable_ids = self._flow_callable_servers()
             if mcp_id not in callable_ids:
                 problems.append(
                     "flow.mcp_id: "
@@ -516,7 +530,30 @@ class Agent(AuditedModel):
                         % {"mcp_id": mcp_id, "servers": ", ".join(callable_ids) or "—"}
                     )
                 )
+        elif self.flow_graph in FLOW_TEMPLATES:
+            # Every shipped template calls the default server when the options name none: an agent that cannot
+            # call it failed every run ("MCP '…'의 tool이 로드되지 않음").
+            callable_ids = self._flow_callable_servers()
+            if default_mcp_id() not in callable_ids:
+                problems.append(
+                    "flow.mcp_id: "
+                    + str(
+                        _(
+                            "the flow calls the default server '%(mcp_id)s' (PLATFORM_FLOW_DEFAULT_MCP_ID), which "
+                            "is not a server this agent can call; choose one of: %(servers)s"
+                        )
+                        % {"mcp_id": default_mcp_id(), "servers": ", ".join(callable_ids) or "—"}
+                    )
+                )
         return problems
+
+    def _flow_callable_servers(self) -> list[str]:
+        """The MCP ids a flow of this agent can call, as its validation can know them: those it binds once stored
+        with servers, else every registered one. The servers are a many-to-many set after the row is validated
+        (by the services and the admin), so a new agent's, or a change made together with the agent's, are not
+        seen here."""
+        bound = sorted(self.servers.values_list("mcp_id", flat=True)) if self.pk is not None else []
+        return bound or sorted(McpServer.objects.values_list("mcp_id", flat=True))
 
 
 class DeterministicRule(AuditedModel):

@@ -50,7 +50,13 @@ def last(action: str) -> AuditEvent:
 
 
 def test_a_change_lists_each_setting_in_words_with_its_code_before_and_after(admin_client: Client) -> None:
+    from mcpregistry.models import McpServer
+
     agent = agent_create(actor="admin:root", via="admin", data={"slug": "ledger", "name": "장부", "max_iterations": 4})
+    # The template calls the default server (PLATFORM_FLOW_DEFAULT_MCP_ID): an agent that could not is refused.
+    McpServer.objects.create(
+        mcp_id="sds-company-data", name="demo", transport="streamable_http", url="http://127.0.0.1:9/mcp"
+    )
     agent_update(
         agent=agent,
         actor="admin:root",
