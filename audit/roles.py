@@ -3,23 +3,28 @@
 The services here (``user_create``, ``user_update``, ``user_delete``, ``group_save``, ``group_delete``) write
 the change and its audit event (``config.user.*``, ``config.group.*``) in one transaction; the admin's user and
 group pages and ``create_auditor`` call them. Django's users are not our model, so a path we do not own
-(``createsuperuser``, a shell) cannot be refused; instead, a change to a user's staff/superuser/active flags or
-groups made outside a service is still recorded, by signals, with the actor ``system:unattributed`` and the
-path ``django``: never silently. A password change is recorded the same way (``config.user.password_change``,
-naming the user, never the password or a hash), with the admin as its actor on the admin's password page.
+(``createsuperuser``, a shell) cannot be refused; instead, a change to a user's staff/superuser/active flags,
+groups or permissions, or to a group's name or permissions, made outside a service is still recorded, with the
+actor ``system:unattributed`` and the path ``django``, in the change's transaction: never silently. Whichever
+way Django offers: a save or delete (signals), a queryset's ``update`` or ``bulk_create`` (the managers' querysets
+here), a write to the link tables (``User.groups.through``: their querysets and rows, which also carry every
+many-to-many change), a deleted permission (each group and user that held it). A password change is recorded the
+same way (``config.user.password_change``, naming the user, never the password or a hash), with the admin as its
+actor on the admin's password page.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple, TypeVar
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import check_password
-from django.contrib.auth.models import AbstractBaseUser, Group
-from django.db import DEFAULT_DB_ALIAS, connections, models, transaction
-from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
+from django.contrib.auth.models import AbstractBaseUser, Group, Permission
+from django.db import DEFAULT_DB_ALIAS, connections, models, router, transaction
+from django.db.models.signals import post_delete, post_save, pre_delete, pre_save
 
 from audit.change_guard import ChangeAudit, change_scope, current_scope, register_policy
 from audit.changes import (
@@ -47,6 +52,8 @@ USER_POLICY = ChangeAudit(
     unrecorded_fields=frozenset({"password", "first_name", "last_name", "email", "date_joined"}),
 )
 GROUP_POLICY = ChangeAudit(entity="group")
+
+T = TypeVar("T")
 
 
 def user_create(
@@ -161,7 +168,7 @@ def groups_record_unrecorded() -> int:
     were recorded."""
     from audit.models import AuditCheckpoint, AuditEvent
 
-    first = AuditEvent.objects.exclude(seq=None).order_by("seq").values_list("seq", flat=True).first()
+    first = AuditEvent.objects.exclude(seq__isnull=True).order_by("seq").values_list("seq", flat=True).first()
     if AuditCheckpoint.objects.exists() or (first is not None and first > 1):
         return 0  # the record's start is archived
     recorded = {
@@ -205,44 +212,6 @@ def _record_roles(sender: Any, instance: Any, created: bool, raw: bool = False, 
             config_change_record(obj=instance, verb="create" if created else "update", diff=diff)
 
 
-def _user_m2m_recorder(field: str) -> tuple[Any, Any]:
-    """The two ``m2m_changed`` receivers that record a change of a user's ``field`` (``groups``,
-    ``user_permissions``) made outside a service, from either side (``user.groups.add(g)``,
-    ``group.user_set.clear()``, ``permission.user_set.add(u)``): before it, each user it touches is remembered with
-    the field's names; after it, each one whose names changed is recorded ``[old, new]``, unattributed, in one
-    transaction. A clear names what was cleared (it used to be an empty list, or a TypeError from the group's
-    side, after the rows were gone)."""
-    memo = f"_roles_{field}_before"
-
-    def touched(instance: Any, reverse: bool, pk_set: Any, action: str) -> list[Any]:
-        user_model = get_user_model()
-        if not reverse:
-            return [instance]
-        if action == "pre_clear":
-            return list(user_model._default_manager.filter(**{field: instance}))
-        return list(user_model._default_manager.filter(pk__in=pk_set or ()))
-
-    def before(sender: Any, instance: Any, action: str, reverse: bool, pk_set: Any, **kwargs: Any) -> None:
-        if current_scope() is not None or action not in ("pre_add", "pre_remove", "pre_clear"):
-            return
-        instance.__dict__[memo] = {
-            user.pk: snapshot(user, [field]) for user in touched(instance, reverse, pk_set, action)
-        }
-
-    def after(sender: Any, instance: Any, action: str, **kwargs: Any) -> None:
-        if current_scope() is not None or action not in ("post_add", "post_remove", "post_clear"):
-            return
-        remembered = instance.__dict__.pop(memo, None) or {}
-        user_model = get_user_model()
-        with transaction.atomic(), change_scope(actor=UNATTRIBUTED_ACTOR, via="django"):
-            for user in user_model._default_manager.filter(pk__in=list(remembered)).order_by("pk"):
-                diff = change_diff(user_model, remembered[user.pk], snapshot(user, [field]))
-                if diff:
-                    config_change_record(obj=user, verb="update", diff=diff)
-
-    return before, after
-
-
 def _remember_group(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
     """Before a group is saved or deleted outside a service: its recorded fields."""
     if raw or current_scope() is not None or instance.pk is None:
@@ -283,31 +252,79 @@ def _record_group_delete(sender: Any, instance: Any, **kwargs: Any) -> None:
 
 
 class _RoleRecordingQuerySet:
-    """Mixed into the user model's and the group model's querysets: ``update()`` of a role field (a user's
-    ``is_superuser``, ``is_staff``, ``is_active``, ``username``; a group's ``name``) outside a service records each
-    row it changed, unattributed, in the update's transaction. ``QuerySet.update`` sends no signal, so
-    ``User.objects.filter(...).update(is_superuser=True)`` (or ``group.user_set.update(...)``) from a shell used to
-    leave no trace."""
+    """Mixed into the user model's and the group model's querysets. ``QuerySet.update`` and ``bulk_create`` send
+    no signal, so ``User.objects.filter(...).update(is_superuser=True)`` (or ``group.user_set.update(...)``,
+    ``update(password=...)``, ``User.objects.bulk_create([...])``) from a shell used to leave no trace. Now, outside
+    a service, ``update()`` of a role field (a user's ``is_superuser``, ``is_staff``, ``is_active``, ``username``; a
+    group's ``name``) records each row it changed, and ``bulk_create`` each row it made (or, with
+    ``update_conflicts``, changed), unattributed, in the write's transaction, as a save would (role fields only). A
+    password written by ``update()`` is recorded as :func:`_record_password` records a saved one: each row whose
+    hash changed, by the open scope's actor if there is one, never the password or the hash. Only the live models:
+    a data migration's historical ones share these managers (``use_in_migrations``), and what a ``migrate`` did is
+    recorded at its end (:func:`groups_record_migrated`)."""
 
     def update(self, **kwargs: Any) -> int:
         model = self.model  # type: ignore[attr-defined]
-        watched = set(kwargs) & (ROLE_FIELDS if model is not Group else {"name"})
-        if not watched or current_scope() is not None:
-            return super().update(**kwargs)  # type: ignore[misc]
-        names = sorted(watched)
+        watched = set(kwargs) & (ROLE_FIELDS | {"password"} if model is not Group else {"name"})
+        if model not in (Group, get_user_model()):
+            watched = set()
+        elif current_scope() is not None:
+            watched &= {"password"}  # a service records its own changes; a password is recorded whoever changes it
+        if not watched:
+            return super().update(**kwargs)  # type: ignore[misc, no-any-return]
+        names = sorted(watched - {"password"})
         with transaction.atomic(using=self.db):  # type: ignore[attr-defined]
             # The rows by their keys, locked: the caller's queryset may be one FOR UPDATE cannot lock as it is (a
             # DISTINCT, an outer join, values()).
             keys = list(self.values_list("pk", flat=True))  # type: ignore[attr-defined]
             rows = model._base_manager.using(self.db).select_for_update().filter(pk__in=keys)  # type: ignore[attr-defined]
-            before = {row.pk: snapshot(row, names) for row in rows}
+            before = {row.pk: _role_state(row, names) for row in rows}
             count = super().update(**kwargs)  # type: ignore[misc]
-            with change_scope(actor=UNATTRIBUTED_ACTOR, via="django"):
-                for row in model._base_manager.using(self.db).filter(pk__in=list(before)).order_by("pk"):  # type: ignore[attr-defined]
-                    diff = change_diff(model, before[row.pk], snapshot(row, names))
-                    if diff:
-                        config_change_record(obj=row, verb="update", diff=diff)
-        return count
+            _record_rows(model, names, before, rows.filter(pk__in=list(before)), key="pk")
+        return count  # type: ignore[no-any-return]
+
+    def bulk_create(self, objs: Iterable[Any], *args: Any, **kwargs: Any) -> list[Any]:
+        objs = list(objs)
+        model = self.model  # type: ignore[attr-defined]
+        if current_scope() is not None or model not in (Group, get_user_model()):
+            return super().bulk_create(objs, *args, **kwargs)  # type: ignore[misc, no-any-return]
+        # The rows by their natural key (a username, a group's name; unique): with ignore_conflicts a row made gets
+        # no primary key back, and with update_conflicts a row that was there is changed, not made.
+        key = getattr(model, "USERNAME_FIELD", "name")
+        names = recorded_fields(Group) if model is Group else _role_fields(model)
+        stored = model._base_manager.using(self.db)  # type: ignore[attr-defined]
+        rows = stored.filter(**{f"{key}__in": [getattr(o, key) for o in objs]})
+        with transaction.atomic(using=self.db):  # type: ignore[attr-defined]
+            before = {getattr(row, key): _role_state(row, names) for row in rows}
+            made = super().bulk_create(objs, *args, **kwargs)  # type: ignore[misc]
+            _record_rows(model, names, before, rows.all(), key=key)
+        return made  # type: ignore[no-any-return]
+
+
+def _role_state(row: Any, names: list[str]) -> tuple[dict[str, Any], str | None]:
+    """A user's or group's ``names`` (:func:`snapshot`), and a user's password hash: only to tell whether it changed,
+    never recorded."""
+    return snapshot(row, names), getattr(row, "password", None)
+
+
+def _record_rows(
+    model: Any, names: list[str], before: Mapping[Any, tuple[dict[str, Any], str | None]], rows: Any, *, key: str
+) -> None:
+    """Record what a queryset write did to each of ``rows`` (``before``: their :func:`_role_state` before it, by
+    ``key``): made (not in ``before``), its ``names`` changed, its password changed; unattributed, or by the open
+    scope's actor."""
+    with change_scope(actor=UNATTRIBUTED_ACTOR, via="django"):
+        for row in rows.order_by("pk"):
+            now, password = _role_state(row, names)
+            if getattr(row, key) not in before:
+                config_change_record(obj=row, verb="create", diff=change_diff(model, {}, now, creating=True))
+                continue
+            was, was_password = before[getattr(row, key)]
+            diff = change_diff(model, was, now)
+            if diff:
+                config_change_record(obj=row, verb="update", diff=diff)
+            if password != was_password:
+                config_change_record(obj=row, verb="password_change", diff={})
 
 
 class RoleRecordingQuerySet(_RoleRecordingQuerySet, models.QuerySet):  # type: ignore[type-arg]
@@ -328,33 +345,126 @@ def _record_role_updates(manager: Any) -> None:
         recording = type(name, (_RoleRecordingQuerySet, queryset_class), {"__module__": __name__})
         globals()[name] = recording
     if type(manager) is models.Manager:
-        manager._queryset_class = recording
+        manager._queryset_class = recording  # type: ignore[attr-defined]
     else:
         type(manager)._queryset_class = recording
 
 
-def _remember_group_permissions(
-    sender: Any, instance: Any, action: str, reverse: bool, pk_set: Any, **kwargs: Any
-) -> None:
-    """Before a group's permissions change outside a service (a shell, a script): each group's permissions."""
-    if current_scope() is not None or action not in ("pre_add", "pre_remove", "pre_clear"):
-        return
-    groups = list(Group.objects.filter(pk__in=pk_set or ())) if reverse else [instance]
-    if reverse and action == "pre_clear":
-        groups = list(instance.group_set.all())
-    instance._group_permissions_before = {group.pk: snapshot(group, ["permissions"]) for group in groups}
+class _Link(NamedTuple):
+    """An auth link table (the through model of a user's ``groups`` and ``user_permissions``, of a group's
+    ``permissions``): the model that declares the field, the field, and the link's foreign key to that model."""
+
+    owner: Any
+    field: str
+    owner_key: Any
 
 
-def _record_group_permissions(sender: Any, instance: Any, action: str, **kwargs: Any) -> None:
-    """After: each group whose permissions changed is recorded, unattributed (``config.group.update``)."""
-    if current_scope() is not None or action not in ("post_add", "post_remove", "post_clear"):
-        return
-    before = instance.__dict__.pop("_group_permissions_before", None) or {}
-    with transaction.atomic(), change_scope(actor=UNATTRIBUTED_ACTOR, via="django"):
-        for group in Group.objects.filter(pk__in=list(before)).order_by("pk"):
-            diff = change_diff(Group, before[group.pk], snapshot(group, ["permissions"]))
+_LINKS: dict[Any, _Link] = {}
+"""The auth link tables, by their through model (:func:`connect` fills it)."""
+
+
+def _links_written(through: Any, using: str, owners: Callable[[], Iterable[Any]], write: Callable[[], T]) -> T:
+    """Run ``write``, a write to the link table ``through``, and record each row whose field it changed
+    (``config.user.update`` with its ``groups`` or ``user_permissions`` ``[old, new]``, ``config.group.update``
+    with its ``permissions``), unattributed, in the write's transaction. ``owners`` (called in that transaction)
+    names the owning rows it may change. The write runs in the scope this opens, so a write that goes on through
+    another recorded path (a queryset's ``create`` saves a row) is recorded once; inside a service's scope, the
+    service records, not this."""
+    if current_scope() is not None:
+        return write()
+    link = _LINKS[through]
+    rows = link.owner._base_manager.using(using)
+    with transaction.atomic(using=using), change_scope(actor=UNATTRIBUTED_ACTOR, via="django"):
+        before = {row.pk: snapshot(row, [link.field]) for row in rows.filter(pk__in=set(owners()))}
+        written = write()
+        for row in rows.filter(pk__in=list(before)).order_by("pk"):
+            diff = change_diff(link.owner, before[row.pk], snapshot(row, [link.field]))
             if diff:
-                config_change_record(obj=group, verb="update", diff=diff)
+                config_change_record(obj=row, verb="update", diff=diff)
+    return written
+
+
+class LinkRecordingQuerySet(models.QuerySet):  # type: ignore[type-arg]
+    """The queryset of an auth link table's ``objects``: ``bulk_create``, ``update`` (so ``bulk_update``) and
+    ``delete`` record what they change (:func:`_links_written`); a link row's own ``save`` and ``delete`` are
+    :func:`_save_link_row` and :func:`_delete_link_row`. Django sends no signal for an auto-created model's rows,
+    so ``User.groups.through.objects.create(user=u, group=g)`` from a shell used to make a user an auditor
+    unrecorded. Every many-to-many change ends here too (``user.groups.add`` adds with this ``bulk_create``,
+    ``remove`` and ``clear`` use this ``delete``, ``set`` both, from either side), so this is the one recorder of
+    links, and no ``m2m_changed`` receiver records them a second time. The cascade of a group's, a user's or a
+    permission's deletion deletes links through the table's ``_base_manager``, which keeps Django's queryset: each
+    such deletion is recorded as a whole (:func:`_record_group_delete` with the group's members,
+    :func:`_record_delete`, :func:`_record_permission_holders`)."""
+
+    def bulk_create(self, objs: Iterable[Any], *args: Any, **kwargs: Any) -> list[Any]:
+        objs = list(objs)
+        column = _LINKS[self.model].owner_key.attname
+        write = partial(super().bulk_create, objs, *args, **kwargs)
+        return _links_written(self.model, self.db, lambda: {getattr(o, column) for o in objs}, write)
+
+    def update(self, **kwargs: Any) -> int:
+        owner_key = _LINKS[self.model].owner_key
+        moved_to = {getattr(v, "pk", v) for k, v in kwargs.items() if k in (owner_key.name, owner_key.attname)}
+        return _links_written(
+            self.model,
+            self.db,
+            lambda: {*self.values_list(owner_key.attname, flat=True), *moved_to},
+            partial(super().update, **kwargs),
+        )
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        column = _LINKS[self.model].owner_key.attname
+        return _links_written(self.model, self.db, lambda: set(self.values_list(column, flat=True)), super().delete)
+
+
+def _save_link_row(row: Any, *args: Any, **kwargs: Any) -> None:
+    """A link row's ``save`` (``objects.create`` and ``get_or_create`` call it, as does a row saved by hand):
+    recorded, for the row that owned the link and the one that owns it now."""
+    through = type(row)
+    column = _LINKS[through].owner_key.attname
+    using = kwargs.get("using") or router.db_for_write(through, instance=row)
+
+    def owners() -> set[Any]:
+        stored = through._base_manager.using(using).filter(pk=row.pk).values_list(column, flat=True)
+        return {getattr(row, column), *(stored if row.pk is not None else ())}
+
+    _links_written(through, using, owners, partial(models.Model.save, row, *args, **kwargs))
+
+
+def _delete_link_row(row: Any, using: str | None = None, keep_parents: bool = False) -> tuple[int, dict[str, int]]:
+    """A link row's ``delete``: recorded (Django deletes a lone row with neither a signal nor our queryset)."""
+    through = type(row)
+    using = using or router.db_for_write(through, instance=row)
+    owner = getattr(row, _LINKS[through].owner_key.attname)
+    return _links_written(through, using, lambda: {owner}, partial(models.Model.delete, row, using, keep_parents))
+
+
+def _remember_permission_holders(sender: Any, instance: Any, using: str, origin: Any = None, **kwargs: Any) -> None:
+    """Before a permission is deleted outside a service: each group and user that holds it, with the field's names.
+    Its links go by a cascade no receiver of ours sees. They are remembered on the deletion's ``origin`` (the
+    queryset or row deleted), so that permissions deleted together record each holder once."""
+    if current_scope() is not None:
+        return
+    held = (origin if origin is not None else instance).__dict__.setdefault("_roles_holders_before", {})
+    for link in _LINKS.values():
+        if link.owner._meta.get_field(link.field).related_model is sender:
+            holders = link.owner._base_manager.using(using).filter(**{link.field: instance})
+            held.update({(link, row.pk): snapshot(row, [link.field]) for row in holders})
+
+
+def _record_permission_holders(sender: Any, instance: Any, using: str, origin: Any = None, **kwargs: Any) -> None:
+    """After: each group and user that lost a permission is recorded, unattributed, at the deletion's first
+    ``post_delete``. By then the links of every permission it deletes are gone: Django deletes the cascade, then
+    the permissions, and only then sends ``post_delete``."""
+    held = (origin if origin is not None else instance).__dict__.pop("_roles_holders_before", None)
+    if not held or current_scope() is not None:
+        return
+    with transaction.atomic(using=using), change_scope(actor=UNATTRIBUTED_ACTOR, via="django"):
+        for link, pk in sorted(held, key=lambda key: (key[0].field, key[1])):
+            row = link.owner._base_manager.using(using).filter(pk=pk).first()
+            diff = change_diff(link.owner, held[(link, pk)], snapshot(row, [link.field])) if row is not None else {}
+            if diff:
+                config_change_record(obj=row, verb="update", diff=diff)
 
 
 def _remember_delete(sender: Any, instance: Any, **kwargs: Any) -> None:
@@ -408,20 +518,22 @@ def connect() -> None:
     register_policy(Group, GROUP_POLICY)
     pre_save.connect(_remember_roles, sender=user_model, dispatch_uid="audit.roles.pre_save")
     post_save.connect(_record_roles, sender=user_model, dispatch_uid="audit.roles.post_save")
-    for field in ("groups", "user_permissions"):
-        before, after = _user_m2m_recorder(field)
-        through = getattr(user_model, field).through
-        m2m_changed.connect(before, sender=through, dispatch_uid=f"audit.roles.{field}_before", weak=False)
-        m2m_changed.connect(after, sender=through, dispatch_uid=f"audit.roles.{field}_after", weak=False)
     pre_save.connect(_remember_group, sender=Group, dispatch_uid="audit.roles.group_pre_save")
     post_save.connect(_record_group_save, sender=Group, dispatch_uid="audit.roles.group_post_save")
     pre_delete.connect(_remember_deleted_group, sender=Group, dispatch_uid="audit.roles.group_pre_delete")
     post_delete.connect(_record_group_delete, sender=Group, dispatch_uid="audit.roles.group_post_delete")
     for manager in (user_model._default_manager, user_model._base_manager, Group._default_manager):
         _record_role_updates(manager)
-    permissions = Group.permissions.through
-    m2m_changed.connect(_remember_group_permissions, sender=permissions, dispatch_uid="audit.roles.perms_before")
-    m2m_changed.connect(_record_group_permissions, sender=permissions, dispatch_uid="audit.roles.perms_after")
+    for owner, field in ((user_model, "groups"), (user_model, "user_permissions"), (Group, "permissions")):
+        model_field: Any = owner._meta.get_field(field)
+        through = model_field.remote_field.through
+        _LINKS[through] = _Link(owner, field, through._meta.get_field(model_field.m2m_field_name()))
+        through._default_manager._queryset_class = LinkRecordingQuerySet
+        # Django sends no pre_save/post_delete for an auto-created model's rows: their save and delete record.
+        through.save = _save_link_row
+        through.delete = _delete_link_row
+    pre_delete.connect(_remember_permission_holders, sender=Permission, dispatch_uid="audit.roles.perm_pre_delete")
+    post_delete.connect(_record_permission_holders, sender=Permission, dispatch_uid="audit.roles.perm_post_delete")
     pre_delete.connect(_remember_delete, sender=user_model, dispatch_uid="audit.roles.pre_delete")
     post_delete.connect(_record_delete, sender=user_model, dispatch_uid="audit.roles.post_delete")
     pre_save.connect(_remember_password, sender=user_model, dispatch_uid="audit.roles.password_pre_save")
