@@ -3,9 +3,12 @@ JSON (the ``rules[]`` entry of ``import_config``/``export_config``) kept as the 
 
 As in the contract editor (``mcpregistry.contract_form``), ``when`` and ``params`` keep their names and their
 model validation; their widgets render inputs and read them back into the same JSON, and a post that carries
-the JSON itself is taken as it is. The page's script (``agents/static/agents/rule_editor.js``) narrows the tool
-choice to the chosen server, rebuilds the params rows for the chosen tool, checks the regex as it is typed and
-offers the placeholders the conditions make available.
+the JSON itself is taken as it is. Saving a rule unchanged saves it as it is: a value the fields cannot carry
+back exactly (a keyword with a comma, a text with spaces around it or a line break, an empty text) is shown as
+JSON, and a field posted as it was shown keeps the stored value it showed. The page's script
+(``agents/static/agents/rule_editor.js``) narrows the tool choice and tool_available's to the chosen server,
+rebuilds the params rows for the chosen tool, checks the regex as it is typed and offers the placeholders the
+conditions make available.
 """
 
 from __future__ import annotations
@@ -26,18 +29,8 @@ from agents.deterministic import PLACEHOLDER
 from agents.models import Agent, DeterministicRule
 from mcpregistry.contract_form import EditorWidget, OpenChoiceField
 from mcpregistry.contracts import argument_constraints, spec_problems
-from mcpregistry.list_fields import key_value_lines, reads_back, typed_value, value_text
+from mcpregistry.list_fields import key_fits, key_value_lines, one_line, reads_back, typed_value, value_text
 from mcpregistry.models import McpServer, McpTool
-
-
-def _lines(mapping: dict[str, Any]) -> str:
-    return "\n".join(f"{key}={value_text(value)}" for key, value in mapping.items())
-
-
-def _lines_or_text(value: Any) -> str:
-    if isinstance(value, dict):
-        return _lines(value)
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False) if value else ""
 
 
 def key_value_pairs(text: str, where: str) -> dict[str, Any]:
@@ -50,6 +43,86 @@ def key_value_pairs(text: str, where: str) -> dict[str, Any]:
         raise ValidationError(_("%(where)s, %(problem)s.") % {"where": where, "problem": exc}, code="invalid") from None
 
 
+# The parts of ``when`` the editor has a field for, in the order of the page.
+WHEN_PARTS = ("all_keywords", "any_keywords", "regex", "context", "data", "tool_available")
+
+
+def keywords_text(words: Any) -> str:
+    """Keywords as their field shows them: comma-separated where that reads back as exactly these words, else as
+    a JSON list (a word with a comma, ``1,000원``, or with spaces around it would come back as other words)."""
+    if not words:
+        return ""
+    carried = (
+        isinstance(words, list)
+        and all(isinstance(w, str) and w and w == w.strip() and "," not in w and one_line(w) for w in words)
+        and not words[0].startswith("[")
+    )
+    return ", ".join(words) if carried else json.dumps(words, ensure_ascii=False)
+
+
+def matcher_text(matcher: Any) -> str:
+    """A context or data matcher as its field shows it: ``KEY=value`` lines where each line reads back as its key
+    and value, else a JSON object (a key with ``=``, a value with a line break or spaces around it). A text is a
+    matcher that did not read, shown again as typed."""
+    if not matcher:
+        return ""
+    if isinstance(matcher, str):
+        return matcher
+    if isinstance(matcher, dict) and all(key_fits(k) and reads_back(v) for k, v in matcher.items()):
+        return "\n".join(f"{key}={value_text(value)}" for key, value in matcher.items())
+    return json.dumps(matcher, ensure_ascii=False)
+
+
+def when_texts(when: dict[str, Any]) -> dict[str, str]:
+    """Each part of ``when`` as its field shows it."""
+    return {
+        "all_keywords": keywords_text(when.get("all_keywords")),
+        "any_keywords": keywords_text(when.get("any_keywords")),
+        "regex": str(when.get("regex") or ""),
+        "context": matcher_text(when.get("context")),
+        "data": matcher_text(when.get("data")),
+        "tool_available": str(when.get("tool_available") or ""),
+    }
+
+
+def same_text(posted: str, shown: str) -> bool:
+    """Whether a field came back as it was shown: a browser sends a text area's line breaks as CRLF."""
+
+    def lines(text: str) -> str:
+        return text.replace("\r\n", "\n").replace("\r", "\n")
+
+    return lines(posted) == lines(shown)
+
+
+def _read_keywords(text: str) -> Any:
+    """Comma-separated words, or a JSON list; a text that starts with ``[`` but is no JSON list is kept as the
+    text (refused by ``clean_when``)."""
+    if text.strip().startswith("["):
+        try:
+            words = json_loads(text)
+        except ValueError:
+            return text
+        return words if isinstance(words, list) else text
+    return [w.strip() for w in text.split(",") if w.strip()] or None
+
+
+def _read_matcher(text: str, where: str) -> Any:
+    """``KEY=value`` lines, or a JSON object; what does not read is kept as the text (refused by ``clean_when``,
+    naming the line, and shown again as typed)."""
+    if not text.strip():
+        return None
+    if text.strip().startswith("{"):
+        try:
+            matcher = json_loads(text)
+        except ValueError:
+            return text
+        return matcher if isinstance(matcher, dict) else text
+    try:
+        return key_value_pairs(text, where) or None
+    except ValidationError:
+        return text
+
+
 class WhenWidget(EditorWidget):
     """``when`` as fields: keywords (all / any), a regex with a live check, context and data matchers."""
 
@@ -57,8 +130,12 @@ class WhenWidget(EditorWidget):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # Per server id, the names of its tools (``DeterministicRuleForm`` sets them): tool_available's choices.
+        # Per server id, the names of its tools (``DeterministicRuleForm`` sets them), and the rule's server:
+        # tool_available's choices are that server's tools (all servers' until one is chosen).
         self.server_tools: dict[str, list[str]] = {}
+        self.server = ""
+        # The stored conditions: a part whose field comes back as it was shown keeps its stored value.
+        self.stored: dict[str, Any] = {}
 
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
@@ -67,49 +144,51 @@ class WhenWidget(EditorWidget):
         except ValueError:
             when = {}
         when = when if isinstance(when, dict) else {}
+        texts = when_texts(when)
         context["widget"].update(
             {
-                "all_keywords": ", ".join(map(str, when.get("all_keywords") or [])),
-                "any_keywords": ", ".join(map(str, when.get("any_keywords") or [])),
-                "regex": when.get("regex") or "",
-                # A matcher that did not read as KEY=value lines comes back as the text typed, shown again as it
-                # was with its error beside it.
-                "context_lines": _lines_or_text(when.get("context")),
-                "data_lines": _lines_or_text(when.get("data")),
-                "tool_available": when.get("tool_available") or "",
-                "tool_groups": self.tool_groups(str(when.get("tool_available") or "")),
+                "all_keywords": texts["all_keywords"],
+                "any_keywords": texts["any_keywords"],
+                "regex": texts["regex"],
+                "regex_lines": not one_line(texts["regex"]),  # a text box would drop its line breaks
+                "context_lines": texts["context"],
+                "data_lines": texts["data"],
+                "tool_available": texts["tool_available"],
+                "tool_groups": self.tool_groups(texts["tool_available"]),
+                "server_tools": json.dumps(self.server_tools, ensure_ascii=False),
             }
         )
         return context
 
     def tool_groups(self, stored: str) -> list[tuple[str, list[str]]]:
-        """The tool_available choices grouped by server; a stored name no server has is kept, in its own group."""
-        groups = [(mcp_id, names) for mcp_id, names in self.server_tools.items() if names]
+        """The tool_available choices: the tools of the rule's server (of every server until one is chosen), a
+        tool of another server being refused on save; a stored name not among them is kept, in its own group."""
+        groups = [
+            (mcp_id, names)
+            for mcp_id, names in self.server_tools.items()
+            if names and (not self.server or mcp_id == self.server)
+        ]
         if stored and not any(stored in names for _id, names in groups):
             groups.append(("—", [stored]))
         return groups
 
     def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
-
-        def field(key: str) -> str:
-            return str(data.get(f"{name}__{key}", "")).strip()
-
+        stored = self.stored if isinstance(self.stored, dict) else {}
+        shown = when_texts(stored)
         when: dict[str, Any] = {}
-        for key in ("all_keywords", "any_keywords"):
-            words = [w.strip() for w in field(key).split(",") if w.strip()]
-            if words:
-                when[key] = words
-        if field("regex"):
-            when["regex"] = field("regex")
-        for key in ("context", "data"):
-            try:
-                pairs = key_value_pairs(str(data.get(f"{name}__{key}", "")), key)
-            except ValidationError:
-                return json.dumps({**when, key: str(data.get(f"{name}__{key}", ""))}, ensure_ascii=False)
-            if pairs:
-                when[key] = pairs
-        if field("tool_available"):
-            when["tool_available"] = field("tool_available")
+        for key in WHEN_PARTS:
+            text = str(data.get(f"{name}__{key}", ""))
+            if key in stored and same_text(text, shown[key]):
+                when[key] = stored[key]  # as stored: the field may not carry it back exactly (spaces, commas)
+                continue
+            if key in ("all_keywords", "any_keywords"):
+                value = _read_keywords(text)
+            elif key in ("context", "data"):
+                value = _read_matcher(text, key)
+            else:
+                value = text.replace("\r\n", "\n").strip()  # a regex of several lines comes in a text area
+            if value:
+                when[key] = value
         return json.dumps(when, ensure_ascii=False)
 
 
@@ -121,6 +200,8 @@ class ParamsWidget(EditorWidget):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.arguments: dict[str, dict[str, Any]] = {}
+        # The stored params: an argument whose field comes back as it was shown keeps its stored value.
+        self.stored: dict[str, Any] = {}
 
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
@@ -146,23 +227,35 @@ class ParamsWidget(EditorWidget):
         return context
 
     def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
+        stored = self.stored if isinstance(self.stored, dict) else {}
         params: dict[str, Any] = {}
         for arg in data.getlist(f"{name}__names"):
             text = str(data.get(f"{name}__value__{arg}", ""))
-            if text.strip() == "":
-                continue
-            params[arg] = param_value(text.strip(), self.arguments.get(arg, {}).get("type"))
+            arg_type = self.arguments.get(arg, {}).get("type")
+            if arg in stored and same_text(text, param_text(stored[arg], arg_type)):
+                params[arg] = stored[arg]
+            elif text.strip():
+                params[arg] = param_value(text.strip(), arg_type)
         return json.dumps(params, ensure_ascii=False)
 
 
 def param_text(value: Any, arg_type: str | None) -> str:
     """A parameter as its field shows it: a list argument's plain items comma-separated (``3F, 4F``), anything
-    else as the rule editor types it (``value_text``)."""
+    else as the rule editor types it (``value_text``), or as JSON where that would not read back as the value
+    (an empty text, spaces around it, a line break: ``""``, ``" x "``)."""
     if arg_type == "list" and isinstance(value, list) and value and all(_plain_item(item) for item in value):
         text = ", ".join(value_text(item) for item in value)
         if not text.startswith("[") and not PLACEHOLDER.fullmatch(text):  # would read back as JSON or one value
             return text
-    return value_text(value)
+    text = value_text(value)
+    if text.strip() and one_line(text) and _same_json(param_value(text.strip(), arg_type), value):  # empty: not sent
+        return text
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _same_json(one: Any, other: Any) -> bool:
+    """Equal as JSON values: ``1``, ``1.0`` and ``true`` are three values."""
+    return json.dumps(one, sort_keys=True) == json.dumps(other, sort_keys=True)
 
 
 def param_value(text: str, arg_type: str | None) -> Any:
@@ -251,14 +344,17 @@ class DeterministicRuleForm(forms.ModelForm):
         ]
         if rule.tool_name and not any(rule.tool_name in tools for tools in self.catalogue.values()):
             self.fields["tool_name"].choices = [*self.fields["tool_name"].choices, (rule.tool_name, rule.tool_name)]
-        tools = McpTool.objects.filter(server__in=servers).order_by("server__mcp_id", "name")
+        # tool_available: any tool of the rule's server, a disabled one too (the rule waits until it is available).
+        tools = McpTool.objects.filter(server__in=[*servers, *([server] if server else [])])
         server_tools: dict[str, list[str]] = {}
-        for mcp_id, name in tools.values_list("server__mcp_id", "name"):
+        for mcp_id, name in tools.order_by("server__mcp_id", "name").values_list("server__mcp_id", "name"):
             server_tools.setdefault(mcp_id, []).append(name)
-        self.fields["when"].widget.server_tools = server_tools
-        self.fields["params"].widget.arguments = (self.catalogue.get(server.mcp_id, {}) if server else {}).get(
-            tool or "", {}
-        )
+        when_widget, params_widget = self.fields["when"].widget, self.fields["params"].widget
+        when_widget.server_tools, when_widget.server = server_tools, server.mcp_id if server else ""
+        params_widget.arguments = (self.catalogue.get(server.mcp_id, {}) if server else {}).get(tool or "", {})
+        # A field posted as it was shown keeps the stored value it showed: saving a rule unchanged saves it as it is.
+        when_widget.stored = rule.when if rule.pk and isinstance(rule.when, dict) else {}
+        params_widget.stored = rule.params if rule.pk and isinstance(rule.params, dict) else {}
         self.model_tools = agent_tool_names(servers)
         forced = [("", str(_("— none —"))), ("any", str(_("any tool"))), *((n, n) for n in self.model_tools)]
         if rule.force_first_tool and rule.force_first_tool not in dict(forced):
@@ -274,12 +370,22 @@ class DeterministicRuleForm(forms.ModelForm):
         return model.objects.filter(pk=value).first() if value and str(value).isdigit() else None
 
     def clean_when(self) -> Any:
-        """A context or data matcher the editor could not read as KEY=value lines comes back as its text: the
-        error names the line."""
+        """Keywords or a context or data matcher the editor could not read come back as their text: the error
+        names the part (and, for KEY=value lines, the line)."""
         when = self.cleaned_data.get("when")
         if isinstance(when, dict):
+            for key in ("all_keywords", "any_keywords"):
+                if isinstance(when.get(key), str):
+                    raise ValidationError(
+                        _("%(where)s: write the words separated by commas, or a JSON list of texts.") % {"where": key},
+                        code="invalid",
+                    )
             for key in ("context", "data"):
                 if isinstance(when.get(key), str):
+                    if when[key].strip().startswith("{"):
+                        raise ValidationError(
+                            _("%(where)s: write KEY=value lines, or a JSON object.") % {"where": key}, code="invalid"
+                        )
                     key_value_pairs(when[key], key)  # raises, naming the line
         return when
 

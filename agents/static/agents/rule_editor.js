@@ -1,5 +1,5 @@
-// The rule editor (agents/rule_form.py): the tool choice follows the server, the params rows follow the tool,
-// the regex is checked as it is typed (by the server, as on save), and the placeholders the conditions make available are offered.
+// The rule editor (agents/rule_form.py): the tool choice and "only when this tool is available" follow the server,
+// the params rows follow the tool, the regex is checked as it is typed (by the server, as on save), and the placeholders the conditions make available are offered.
 // Ours, served from static files (no CDN). The server validates everything again on save.
 "use strict";
 (function () {
@@ -25,6 +25,28 @@
     if (option && option.parentElement.tagName === "OPTGROUP" && option.parentElement.disabled) {
       select.value = "";
     }
+  }
+
+  // "Only when this tool is available" offers the chosen server's tools (the form refuses another server's);
+  // every server's list is on the conditions' block. Rebuilt when the server changes: the page comes with the
+  // rule's server's tools (and a stored name none has, to be seen), which a first rebuild would drop.
+  function filterAvailable() {
+    const block = document.querySelector(".rule-when[data-server-tools]");
+    const select = block && block.querySelector("select[name$='__tool_available']");
+    if (!select) return;
+    const tools = JSON.parse(block.dataset.serverTools || "{}");
+    const chosen = serverId();
+    const current = select.value;
+    select.querySelectorAll("optgroup").forEach((group) => group.remove());
+    const groups = chosen ? [[chosen, tools[chosen] || []]] : Object.entries(tools);
+    groups.forEach(([label, names]) => {
+      if (!names.length) return;
+      const group = document.createElement("optgroup");
+      group.label = label;
+      names.forEach((name) => group.append(new Option(name, name)));
+      select.append(group);
+    });
+    select.value = Array.from(select.options).some((option) => option.value === current) ? current : "";
   }
 
   function rebuildParams() {
@@ -79,7 +101,7 @@
   }
 
   function checkRegex() {
-    const input = document.querySelector("input.rule-regex");
+    const input = document.querySelector(".rule-regex");
     const out = document.querySelector(".regex-check");
     if (!input || !out) return;
     const value = input.value;
@@ -156,9 +178,9 @@
     offerPlaceholders();
     const server = document.getElementById("id_server");
     const tool = document.getElementById("id_tool_name");
-    if (server) server.addEventListener("change", () => { filterTools(); rebuildParams(); });
+    if (server) server.addEventListener("change", () => { filterTools(); filterAvailable(); rebuildParams(); });
     if (tool) tool.addEventListener("change", rebuildParams);
-    document.querySelectorAll("input.rule-regex").forEach((el) => el.addEventListener("input", checkRegexSoon));
+    document.querySelectorAll(".rule-regex").forEach((el) => el.addEventListener("input", checkRegexSoon));
     document.querySelectorAll("textarea.rule-context, textarea.rule-data").forEach((el) => el.addEventListener("input", offerPlaceholders));
   });
 })();
