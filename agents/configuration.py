@@ -1,7 +1,8 @@
 """Configuration as code: servers, contracts, agents and rules as one reviewable JSON (or YAML) document.
 
 ``config_import`` is idempotent (natural keys: a server's ``mcp_id``, a contract's ``mcp_id`` + ``tool``, an
-agent's ``slug``, a rule's agent + ``name``) and all-or-nothing (one transaction; every error names its entry).
+agent's ``slug``, a rule's agent + ``name`` + occurrence: the k-th rule of a name is the agent's k-th rule of that
+name in the export's order) and all-or-nothing (one transaction; every error names its entry).
 Secret values are given inline (``{"value": "..."}``, encrypted on import) or by reference
 (``{"from_env": "NAME"}``, read on the worker); ``{"set": true}`` keeps the value already stored.
 ``config_export`` never writes a secret value: a stored value is exported as ``{"set": true}``.
@@ -14,8 +15,10 @@ from __future__ import annotations
 
 import codecs
 import functools
+import json
 import math
 import re
+import sys
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
@@ -52,8 +55,21 @@ from mcpregistry.binding_policy import masked_secret_given
 from mcpregistry.contract_document import ContractSpec, contract_entry, contract_fields
 from mcpregistry.contracts import pydantic_message, spec_keys, unknown_key_problem
 from mcpregistry.gate_records import CONTRACT_FIELDS
-from mcpregistry.models import INT32_MAX, McpServer, McpTool, ToolContract
-from mcpregistry.services import mcp_server_update, mcp_tool_create, mcp_tool_update, tool_contract_update
+from mcpregistry.models import (
+    INT32_MAX,
+    McpServer,
+    McpTool,
+    ToolContract,
+    fallback_call_problems,
+    fallback_checks_deferred,
+)
+from mcpregistry.services import (
+    mcp_server_update,
+    mcp_tool_create,
+    mcp_tool_update,
+    tool_contract_update,
+    tool_name_problem,
+)
 
 # What a document may be: read at most this many bytes; hold at most this many values (a YAML alias counts each
 # time it is used: a few lines of aliases expanded to gigabytes), nested at most this deep.
@@ -292,13 +308,47 @@ def _named(rows: Any, name: str) -> Any:
     return next((row for row in rows if nfc_value(row.name) == name), None)
 
 
+_YAML_BOOL = "tag:yaml.org,2002:bool"
+_YAML_STR = "tag:yaml.org,2002:str"
+
+
 class _DocumentLoader(_YAML_LOADER):  # type: ignore[misc,valid-type]
     """The safe YAML loader, noting each mapping in which a key is given twice (``repeated``): PyYAML keeps the
-    last one silently. Keys merged in (``<<: *defaults``) may be overridden, as YAML means them to be."""
+    last one silently. Keys merged in (``<<: *defaults``) may be overridden, as YAML means them to be. A plain
+    key that YAML 1.1 reads as true or false (``on``, ``yes``, ``no``, ``off``) is the text as written: a
+    document's keys are texts, and a retry's unquoted ``on:`` was refused as "a key that is not a text (bool)".
+    A number or date that Python cannot make (an integer past ``sys.get_int_max_str_digits()`` digits, month 13)
+    is a YAML error at its place, not Python's English text."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self.repeated: list[tuple[dict[Any, Any], Any]] = []
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        self.flatten_mapping(node)  # the merged keys too
+        for key_node, _value in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag == _YAML_BOOL and not key_node.style:
+                key_node.tag = _YAML_STR
+        return cast(dict[Any, Any], super().construct_mapping(node, deep=deep))
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        try:
+            return cast(int, super().construct_yaml_int(node))
+        except ValueError:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                _("a number with more than %(limit)s digits") % {"limit": sys.get_int_max_str_digits()},
+                node.start_mark,
+            ) from None
+
+    def construct_yaml_timestamp(self, node: yaml.ScalarNode) -> Any:
+        try:
+            return super().construct_yaml_timestamp(node)
+        except ValueError:
+            raise yaml.constructor.ConstructorError(
+                None, None, _("a date that is not one (quote it if it is a text)"), node.start_mark
+            ) from None
 
     def construct_yaml_map(self, node: yaml.MappingNode) -> Any:
         data: dict[Any, Any] = {}
@@ -318,6 +368,8 @@ class _DocumentLoader(_YAML_LOADER):  # type: ignore[misc,valid-type]
 
 
 _DocumentLoader.add_constructor("tag:yaml.org,2002:map", _DocumentLoader.construct_yaml_map)
+_DocumentLoader.add_constructor("tag:yaml.org,2002:int", _DocumentLoader.construct_yaml_int)
+_DocumentLoader.add_constructor("tag:yaml.org,2002:timestamp", _DocumentLoader.construct_yaml_timestamp)
 
 
 def _json_object(repeated: list[tuple[dict[Any, Any], Any]], pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -390,8 +442,9 @@ def load_document(path: str | Path) -> dict[str, Any]:
         else:
             data = json_loads(text, object_pairs_hook=functools.partial(_json_object, repeated))
     except (ValueError, yaml.YAMLError) as exc:
+        error = _yaml_error_text(exc, text) if isinstance(exc, yaml.YAMLError) else _json_value_error_text(exc, text)
         raise ApplicationError(
-            _("%(path)s: not valid %(kind)s: %(error)s") % {"path": path, "kind": kind, "error": json_error_text(exc)},
+            _("%(path)s: not valid %(kind)s: %(error)s") % {"path": path, "kind": kind, "error": error},
             code="invalid_config",
         ) from None
     except RecursionError:
@@ -411,6 +464,83 @@ def load_document(path: str | Path) -> dict[str, Any]:
             code="invalid_config",
         )
     return data
+
+
+def _at(what: str, line: int, column: int) -> str:
+    """``what`` is wrong at ``line`` and ``column`` (from 1), as ``json_error_text`` says it."""
+    return _("%(what)s, at line %(line)d, column %(column)d") % {"what": what, "line": line, "column": column}
+
+
+def _line_and_column(text: str, index: int) -> tuple[int, int]:
+    line = text.count("\n", 0, index) + 1
+    return line, index - (text.rfind("\n", 0, index) + 1) + 1
+
+
+def _json_value_error_text(exc: ValueError, text: str) -> str:
+    """Why a JSON text is not read (``json_error_text``); an integer past Python's digit limit (the decoder's
+    ValueError names ``sys.set_int_max_str_digits()``) as the other problems are told, with where it is."""
+    if isinstance(exc, json.JSONDecodeError) or "sys.set_int_max_str_digits" not in str(exc):
+        return json_error_text(exc)
+    limit = sys.get_int_max_str_digits()
+    what = _("a number with more than %(limit)s digits") % {"limit": limit}
+    strings_or_long_number = re.compile(r'"(?:[^"\\]|\\.)*"|(-?[0-9]{' + str(limit + 1) + ",})")
+    found = next((m for m in strings_or_long_number.finditer(text) if m.group(1)), None)
+    return _at(what, *_line_and_column(text, found.start())) if found else what
+
+
+# What PyYAML (libyaml's words, then PyYAML's own where they differ) says is wrong, by how its text begins, as the
+# reader is told it; None: said by ``_yaml_error_text`` itself. Another problem is given in PyYAML's words.
+def _yaml_problems() -> dict[str, str | None]:
+    indentation = _("a key or a list item was expected here: check the indentation and the brackets")
+    return {
+        "mapping values are not allowed": _("a colon where no value may start (quote a text that holds ': ')"),
+        "did not find expected key": indentation,
+        "did not find expected '-' indicator": indentation,
+        "expected <block end>": indentation,
+        "did not find expected ',' or ']'": _("a comma or ']' was expected"),
+        "expected ',' or ']'": _("a comma or ']' was expected"),
+        "did not find expected ',' or '}'": _("a comma or '}' was expected"),
+        "expected ',' or '}'": _("a comma or '}' was expected"),
+        "could not find expected ':'": _("a colon was expected"),
+        "found unexpected end of stream": _("a quoted text is not closed"),
+        "found undefined alias": _("an alias (*name) that no anchor (&name) defines"),
+        "second occurrence": _("an anchor (&name) given twice"),
+        "could not determine a constructor for the tag": _("a tag (!...) that a configuration document does not take"),
+        "found unhashable key": _("a key that is a list or an object (a key is a text)"),
+        "but found another document": _("more than one document (---): a file holds one"),
+        "found unknown escape character": _("an escape sequence is not valid"),
+        "did not find expected <document start>": _("there is more after the document's value"),
+        "expected '<document start>'": _("there is more after the document's value"),
+        "found character": None,
+        "found a tab character": None,
+    }
+
+
+def _yaml_error_text(exc: yaml.YAMLError, text: str) -> str:
+    """Why a YAML text is not read, in the reader's language with its line and column: PyYAML's English, which
+    named the text "<unicode string>", followed a translated heading."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        # The reader stops at the first such character; libyaml counts its position in bytes, not characters.
+        index = text.find(chr(exc.character)) if isinstance(exc.character, int) else -1
+        what = _("a control character (U+%(code)04X) that YAML does not take") % {"code": exc.character}
+        return _at(what, *_line_and_column(text, index)) if index >= 0 else what
+    if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None:
+        return str(exc)
+    problem, mark = exc.problem or "", exc.problem_mark
+    said = next((said for start, said in _yaml_problems().items() if problem.startswith(start)), problem)
+    if problem.startswith("found unexpected end of stream") and exc.context_mark is not None:
+        mark = exc.context_mark  # where the quote opens
+        said = said if "quoted" in (exc.context or "") else problem
+    if said is None:  # a character that cannot start a value: a tab for indentation, or an unquoted @ or `
+        lines = text.split("\n")
+        line = lines[mark.line] if mark.line < len(lines) else ""
+        character = line[mark.column] if mark.column < len(line) else ""
+        said = (
+            _("a tab where YAML takes none (indent with spaces)")
+            if character == "\t" or problem.startswith("found a tab")
+            else _("'%(character)s' cannot begin a value: quote the text") % {"character": character}
+        )
+    return _at(said, mark.line + 1, mark.column + 1)
 
 
 def document_problems(document: Any) -> list[str]:
@@ -560,13 +690,13 @@ def _composed(document: dict[str, Any]) -> dict[str, Any]:
 def _named_twice(config: ConfigDocument, extra: dict[str, Any], sections: dict[str, Any]) -> list[str]:
     """An entry whose natural key an earlier entry of its section has: applied in turn, the last one won, and the
     values flipped on every import. A section of ``PLATFORM_CONFIG_SECTIONS`` is keyed by its module's
-    ``SECTION_KEY`` (default ``name``)."""
+    ``SECTION_KEY`` (default ``name``). Rules are not here: two of one name are two rules (keyed by occurrence,
+    ``_config_import``)."""
     keyed: dict[str, list[tuple[Any, str]]] = {
         "servers": [(s.mcp_id, s.mcp_id) for s in config.servers],
         "tools": [((t.mcp_id, t.tool), f"{t.mcp_id}.{t.tool}") for t in config.tools],
         "contracts": [((c.mcp_id, c.tool), f"{c.mcp_id}.{c.tool}") for c in config.contracts],
         "agents": [(a.slug, a.slug) for a in config.agents],
-        "rules": [((r.agent, r.name), f"{r.agent or '*'}.{r.name}") for r in config.rules],
     }
     for name, entries in extra.items():
         key = getattr(sections[name], "SECTION_KEY", "name")
@@ -590,6 +720,16 @@ def _named_twice(config: ConfigDocument, extra: dict[str, Any], sections: dict[s
             else:
                 first[key] = index
     return lines
+
+
+def _rules_by_name(agent: Agent | None) -> dict[str, list[DeterministicRule]]:
+    """``agent``'s rules (None: the rules of no agent) by their composed name, each name's rules in the order the
+    export writes them (``order``, then id). A rule stored decomposed is its composed namesake's, as ``_named``
+    finds a row."""
+    rules: dict[str, list[DeterministicRule]] = {}
+    for rule in DeterministicRule.objects.filter(agent=agent).order_by("order", "id"):
+        rules.setdefault(nfc_value(rule.name), []).append(rule)
+    return rules
 
 
 def _label(section: str, entry: Any) -> str:
@@ -638,6 +778,22 @@ def _public_env_problems(
                 % {"name": name}
             )
     return problems
+
+
+def _new_tool_problem(server: McpServer, name: str) -> str:
+    """Why an entry may not register ``name`` as a tool of ``server`` (no row has that name yet), or "". Once
+    discovery has listed the server's tools, a name it did not list (a typo, ``get asset status!``) is refused,
+    naming the tools, as a rule's tool is: registered, the row had no schema and counted as callable, and the
+    model was offered a tool the server does not have. Before the first discovery there is no list to check
+    against: the name is checked as discovery checks a listed one (``tool_name_problem``)."""
+    discovered = McpTool.objects.filter(server=server, discovered_at__isnull=False)
+    if not discovered.exists():
+        return tool_name_problem(name)
+    names = sorted(discovered.filter(available=True).values_list("name", flat=True))
+    return _("'%(tool)s' is not a tool of this server; its tools are: %(names)s") % {
+        "tool": name,
+        "names": ", ".join(names) or "—",
+    }
 
 
 def _tool_switch(tool: McpTool, enabled: bool | None) -> dict[str, bool]:
@@ -828,6 +984,9 @@ def _config_import(
             continue
         # As for a contract: a tool named before discovery is registered now and filled in by discovery.
         tool = _named(McpTool.objects.filter(server=server), tspec.tool)
+        if tool is None and (problem := _new_tool_problem(server, tspec.tool)):
+            problems.add(where, f"tool: {problem}")
+            continue
         created = tool is None
         tool = tool or McpTool(server=server, name=tspec.tool)
         before = None if created else _fields(tool)
@@ -850,35 +1009,52 @@ def _config_import(
         label = _("tool %(server)s.%(tool)s") % {"server": tspec.mcp_id, "tool": tspec.tool}
         _save(save, tool, label, report, created, before, where, problems)
 
-    for i, cspec in enumerate(config.contracts):
-        where = f"contracts[{i}] ({cspec.mcp_id}.{cspec.tool})"
-        server = servers.get(cspec.mcp_id)
-        if server is None or server.pk is None:
-            problems.add(where, server_problem(cspec.mcp_id))
-            continue
-        if not 1 <= len(cspec.tool) <= TOOL_NAME_MAX:
-            problems.add(where, "tool: " + _("a tool's name has 1 to %(limit)s characters") % {"limit": TOOL_NAME_MAX})
-            continue
-        # A contract may come before discovery: the tool row is created now and filled in by discovery.
-        tool = _named(McpTool.objects.filter(server=server), cspec.tool) or mcp_tool_create(
-            server=server, name=cspec.tool, actor=actor, via=via
+    # Whether a contract's fallback called in the gate is a write is checked once every contract is saved, on what
+    # the document leaves (entry by entry, the answer depended on the entries' order).
+    saved_contracts: list[tuple[str, ToolContract, dict[str, Any] | None]] = []
+    with fallback_checks_deferred():
+        for i, cspec in enumerate(config.contracts):
+            where = f"contracts[{i}] ({cspec.mcp_id}.{cspec.tool})"
+            server = servers.get(cspec.mcp_id)
+            if server is None or server.pk is None:
+                problems.add(where, server_problem(cspec.mcp_id))
+                continue
+            if not 1 <= len(cspec.tool) <= TOOL_NAME_MAX:
+                problems.add(
+                    where, "tool: " + _("a tool's name has 1 to %(limit)s characters") % {"limit": TOOL_NAME_MAX}
+                )
+                continue
+            # A contract may come before discovery: the tool row is created now and filled in by discovery.
+            tool = _named(McpTool.objects.filter(server=server), cspec.tool)
+            if tool is None and (problem := _new_tool_problem(server, cspec.tool)):
+                problems.add(where, f"tool: {problem}")
+                continue
+            tool = tool or mcp_tool_create(server=server, name=cspec.tool, actor=actor, via=via)
+            contract = ToolContract.objects.filter(tool=tool).first()
+            created = contract is None
+            contract = contract or ToolContract(tool=tool)
+            before = None if created else _fields(contract)
+            for name, value in contract_fields(cspec).items():
+                setattr(contract, name, value)
+            known = len(problems.items)
+            _save(
+                functools.partial(tool_contract_update, contract=contract, actor=actor, via=via),
+                contract,
+                _("contract %(server)s.%(tool)s") % {"server": cspec.mcp_id, "tool": cspec.tool},
+                report,
+                created,
+                before,
+                where,
+                problems,
+            )
+            if len(problems.items) == known:
+                saved_contracts.append((where, contract, before))
+    for where, contract, before in saved_contracts:
+        became_write = contract.risk == ToolContract.Risk.WRITE and (
+            before is None or before["risk"] != ToolContract.Risk.WRITE
         )
-        contract = ToolContract.objects.filter(tool=tool).first()
-        created = contract is None
-        contract = contract or ToolContract(tool=tool)
-        before = None if created else _fields(contract)
-        for name, value in contract_fields(cspec).items():
-            setattr(contract, name, value)
-        _save(
-            functools.partial(tool_contract_update, contract=contract, actor=actor, via=via),
-            contract,
-            _("contract %(server)s.%(tool)s") % {"server": cspec.mcp_id, "tool": cspec.tool},
-            report,
-            created,
-            before,
-            where,
-            problems,
-        )
+        for name, message in fallback_call_problems(contract, became_write=became_write):
+            problems.add(where, f"{name}: {message}")
 
     agents: dict[str, Agent] = {a.slug: a for a in Agent.objects.all()}
     leaving: dict[str, set[str]] = {}
@@ -936,8 +1112,15 @@ def _config_import(
         )
         agents[aspec.slug] = agent
 
+    # A rule is keyed by its agent, its name and its occurrence: the document's k-th rule of a name for an agent is
+    # the agent's k-th rule of that name in the export's order (``order``, then id). The admin and the services
+    # allow two rules of one name; keyed by name alone, an installation's own export was refused ("named twice").
+    occurrences: dict[tuple[str | None, str], int] = {}
+    stored_rules: dict[str | None, dict[str, list[DeterministicRule]]] = {}
     for i, rspec in enumerate(config.rules):
         where = f"rules[{i}] ({rspec.agent or '*'}.{rspec.name})"
+        key = (rspec.agent, rspec.name)
+        occurrence = occurrences[key] = occurrences.get(key, -1) + 1
         agent = agents.get(rspec.agent) if rspec.agent else None
         if rspec.agent and agent is None:
             problems.add(
@@ -952,7 +1135,10 @@ def _config_import(
         if rspec.mcp_id and (server is None or server.pk is None):
             problems.add(where, server_problem(rspec.mcp_id))
             continue
-        rule = _named(DeterministicRule.objects.filter(agent=agent), rspec.name)
+        if rspec.agent not in stored_rules:  # read before any of its rules is saved: the order is the stored one
+            stored_rules[rspec.agent] = _rules_by_name(agent)
+        same_name = stored_rules[rspec.agent].get(rspec.name, [])
+        rule = same_name[occurrence] if occurrence < len(same_name) else None
         created = rule is None
         rule = rule or DeterministicRule(agent=agent, name=rspec.name)
         before = None if created else _fields(rule)

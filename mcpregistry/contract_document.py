@@ -3,9 +3,9 @@ reads and the contract editor's JSON view shows. One shape, defined once, so the
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidatorFunctionWrapHandler, model_validator
 
 from mcpregistry.contracts import ArgSpec, RetrySpec, ReturnsSpec
 from mcpregistry.models import CORRECTION_CAP_MAX, INT32_MAX, ToolContract
@@ -28,6 +28,16 @@ class ContractSpec(BaseModel):
     memo_ttl_s: int | None = Field(default=None, ge=0, le=INT32_MAX)  # what every database column holds
     idempotency_arg: str = ""
     correction_cap: int = Field(default=3, ge=0, le=CORRECTION_CAP_MAX)
+    # The entry as given (``contract_fields`` keeps its numbers as written).
+    _given: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_given(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> ContractSpec:
+        spec = cast(ContractSpec, handler(data))
+        if isinstance(data, dict):
+            spec._given = data
+        return spec
 
 
 def contract_entry(contract: ToolContract) -> dict[str, Any]:
@@ -52,11 +62,19 @@ def contract_entry(contract: ToolContract) -> dict[str, Any]:
 
 def contract_fields(spec: ContractSpec) -> dict[str, Any]:
     """The contract's field values a document entry sets (``import_config`` and the editor's JSON view)."""
+
+    def as_written(name: str, dumped: Any) -> Any:
+        return _numbers_as_given(dumped, spec._given.get(name))
+
     return {
-        "args": {k: v.model_dump(exclude_none=True) for k, v in spec.args.items()},
+        # What the entry gives, no more: a key left out stays out ("required": false was added to every argument
+        # that lacked it), as does a null (no limit).
+        "args": as_written(
+            "args", {k: v.model_dump(exclude_unset=True, exclude_none=True) for k, v in spec.args.items()}
+        ),
         "unknown_args": spec.unknown_args,
-        "returns": spec.returns.model_dump(exclude_defaults=True),
-        "retry": spec.retry.model_dump(exclude_unset=True) if spec.retry else {},
+        "returns": as_written("returns", spec.returns.model_dump(exclude_unset=True, exclude_none=True)),
+        "retry": as_written("retry", spec.retry.model_dump(exclude_unset=True) if spec.retry else {}),
         "timeout_s": spec.timeout_s,
         "fallback_tool": spec.fallback or "",
         "fallback_policy": spec.fallback_policy,
@@ -66,3 +84,16 @@ def contract_fields(spec: ContractSpec) -> dict[str, Any]:
         "idempotency_arg": spec.idempotency_arg,
         "correction_cap": spec.correction_cap,
     }
+
+
+def _numbers_as_given(dumped: Any, given: Any) -> Any:
+    """``dumped`` (a validated value) with each whole number as ``given`` wrote it: a limit is a float field
+    (``min``, ``max``, ``backoff_base_s``), so 1 came back as 1.0, and an installation's own export changed its text
+    on a round trip (the schema's ``minimum: 1``, typed in the editor as 1)."""
+    if isinstance(dumped, dict) and isinstance(given, dict):
+        return {key: _numbers_as_given(value, given.get(key)) for key, value in dumped.items()}
+    if isinstance(dumped, list) and isinstance(given, list) and len(dumped) == len(given):
+        return [_numbers_as_given(value, item) for value, item in zip(dumped, given, strict=True)]
+    if isinstance(dumped, float) and type(given) is int and dumped == given:
+        return given
+    return dumped

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 from urllib.parse import urlparse
 
@@ -248,6 +252,21 @@ class McpServer(AuditedModel):
             # _ and - only, and refuse a whole request that offers another.
             errors.setdefault("tool_prefix", []).append(
                 _("Use letters, digits, _ and - only (e.g. hr_): the model's provider refuses other tool names.")
+            )
+        # A process's environment has no variable named "" or "A=B" (and a C string ends at a NUL): the server
+        # failed every start ("illegal environment variable name"). A name stored before the check stays as it is.
+        illegal = [
+            name
+            for name in (self.env if isinstance(self.env, dict) else {})
+            if not isinstance(name, str) or not name or "=" in name or "\x00" in name
+        ]
+        if illegal and self.pk is not None:
+            stored_names = set(stored_value(self, "env") or {})
+            illegal = [name for name in illegal if name not in stored_names]
+        for name in illegal:
+            errors.setdefault("env", []).append(
+                _("Environment variable %(name)s: a name may not be empty or hold '=' or a NUL character.")
+                % {"name": json.dumps(name, ensure_ascii=False)}
             )
         for name, entry in (self.headers or {}).items() if isinstance(self.headers, dict) else ():
             # HTTP sends a header's name as a token and its value as ASCII (httpx refuses other text at the first
@@ -573,27 +592,12 @@ class ToolContract(AuditedModel):
                     )
                 )
             )
-        elif (
-            self.fallback_policy == self.FallbackPolicy.CALL
-            and self.fallback_tool
-            and self.tool_id
-            # A tool with no saved contract is applied as a read (``gate_records.contract_of``).
-            and ToolContract.objects.filter(
-                tool__server_id=self.tool.server_id, tool__name=self.fallback_tool, risk=self.Risk.WRITE
-            ).exists()
-        ):
-            # The gate calls only a read fallback itself: a write nobody asked for is never done (a person would
-            # be asked for an approval the run never waits on, and a sandboxed eval would carry it out unasked).
-            errors.setdefault("fallback_policy", []).append(
-                str(
-                    _(
-                        "The fallback tool '%(tool)s' writes: the gate never calls a write that nobody asked for. "
-                        "Choose 'suggest it to the model' (the model may then ask for it, with its own approval), "
-                        "or mark that tool as read if it only reads."
-                    )
-                    % {"tool": self.fallback_tool}
-                )
+        elif not _fallback_checks_deferred.get():
+            became_write = self.risk == self.Risk.WRITE and (
+                self.pk is None or stored_value(self, "risk") != self.Risk.WRITE
             )
+            for field_name, problem in fallback_call_problems(self, became_write=became_write):
+                errors.setdefault(field_name, []).append(problem)
         if self.idempotency_arg and self.tool_id:
             names = idempotency_choices(self.tool, self.args if isinstance(self.args, dict) else {})
             if self.idempotency_arg not in names:
@@ -607,6 +611,76 @@ class ToolContract(AuditedModel):
                 ]
         if errors:
             raise ValidationError(errors)
+
+
+# Set while ``import_config`` saves its contracts: the checks between contracts (``fallback_call_problems``) are
+# made once all are saved, on what the document leaves, not on each entry's predecessors in the document.
+_fallback_checks_deferred: ContextVar[bool] = ContextVar("fallback_checks_deferred", default=False)
+
+
+@contextmanager
+def fallback_checks_deferred() -> Iterator[None]:
+    """Within: ``ToolContract.clean`` leaves out the checks that read other contracts; the caller makes them with
+    ``fallback_call_problems`` once its contracts are saved (in the same transaction). Checked entry by entry, an
+    import passed or failed by the order of its entries: A calling B as its fallback passed before B became a
+    write, and was refused after."""
+    token = _fallback_checks_deferred.set(True)
+    try:
+        yield
+    finally:
+        _fallback_checks_deferred.reset(token)
+
+
+def fallback_call_problems(contract: ToolContract, *, became_write: bool) -> list[tuple[str, str]]:
+    """Where ``contract`` and the other contracts of its server, as saved, would have the gate call a write nobody
+    asked for (field, message): its fallback, called in the gate (policy "call"), is a write; or, where
+    ``became_write`` (the contract is a write now, and was not), another contract calls it so. The gate refuses such
+    a call at run time too; a tool with no saved contract is applied as a read (``gate_records.contract_of``)."""
+    if not contract.tool_id:
+        return []
+    found: list[tuple[str, str]] = []
+    server_contracts = ToolContract.objects.filter(tool__server_id=contract.tool.server_id)
+    if (
+        contract.risk != ToolContract.Risk.WRITE
+        and contract.fallback_policy == ToolContract.FallbackPolicy.CALL
+        and contract.fallback_tool
+        and server_contracts.filter(tool__name=contract.fallback_tool, risk=ToolContract.Risk.WRITE).exists()
+    ):
+        # The gate calls only a read fallback itself: a write nobody asked for is never done (a person would be
+        # asked for an approval the run never waits on, and a sandboxed eval would carry it out unasked).
+        found.append(
+            (
+                "fallback_policy",
+                str(
+                    _(
+                        "The fallback tool '%(tool)s' writes: the gate never calls a write that nobody asked for. "
+                        "Choose 'suggest it to the model' (the model may then ask for it, with its own approval), "
+                        "or mark that tool as read if it only reads."
+                    )
+                    % {"tool": contract.fallback_tool}
+                ),
+            )
+        )
+    if became_write:
+        callers = sorted(
+            server_contracts.filter(fallback_tool=contract.tool.name, fallback_policy=ToolContract.FallbackPolicy.CALL)
+            .exclude(pk=contract.pk)
+            .values_list("tool__name", flat=True)
+        )
+        if callers:
+            found.append(
+                (
+                    "risk",
+                    str(
+                        _(
+                            "The gate calls this tool as the fallback of %(tools)s, and it never calls a write that "
+                            "nobody asked for: set their fallback policy to 'suggest it to the model' first."
+                        )
+                        % {"tools": ", ".join(f"'{name}'" for name in callers)}
+                    ),
+                )
+            )
+    return found
 
 
 def idempotency_choices(tool: McpTool, contract_args: dict[str, Any]) -> list[str]:

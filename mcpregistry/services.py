@@ -19,6 +19,7 @@ from typing import Any
 
 from cryptography.fernet import InvalidToken
 from django.apps import apps
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -163,7 +164,12 @@ def _record_row_rotation(model: type[models.Model], row_pk: Any, fields: list[An
 def mcp_tool_create(
     *, server: McpServer, name: str, actor: Any, via: str, data: Mapping[str, Any] | None = None
 ) -> McpTool:
-    """Register a tool before discovery has listed it (a contract imported as code); discovery fills it in."""
+    """Register a tool before discovery has listed it (a contract imported as code); discovery fills it in.
+    Raises ValidationError (nothing written) for a name discovery would not take from a server either
+    (``tool_name_problem``). Whether the server has the tool is the caller's to check: ``import_config`` refuses a
+    name a discovered server did not list."""
+    if problem := tool_name_problem(name):
+        raise ValidationError({"name": [problem]})
     return audited_save(McpTool(server=server, name=name), actor=actor, via=via, data=data, validate=False)
 
 
@@ -458,8 +464,9 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
 TOOL_NAME_MAX = 200  # McpTool.name's max_length
 
 
-def _name_problem(name: Any) -> str:
-    """Why ``name`` cannot be a tool's name (stored, shown, called), or ""."""
+def tool_name_problem(name: Any) -> str:
+    """Why ``name`` cannot be a tool's name (stored, shown, called), or "": what discovery refuses from a listing and
+    ``mcp_tool_create`` from a name given before discovery."""
     if not isinstance(name, str) or not name:
         return str(_("no name"))
     if len(name) > TOOL_NAME_MAX:
@@ -502,7 +509,7 @@ def _listing_checked(listing: Any, report: DiscoveryReport) -> Any:
     names: set[str] = set()
     for listed in listing.tools:
         name = listed.get("name") if isinstance(listed, dict) else None
-        problem = _name_problem(name)
+        problem = tool_name_problem(name)
         if not problem and name in names:
             problem = str(_("listed more than once (the first is kept)"))
         if problem:

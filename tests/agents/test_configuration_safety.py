@@ -245,7 +245,7 @@ def test_a_secret_value_is_kept_as_written_while_the_rest_is_composed() -> None:
     assert Agent.objects.get().system_prompt == "회사 정보를 답합니다."
 
 
-# --- 6. a natural key once per section --------------------------------------------------------------------
+# --- 6. a natural key once per section (rules: two of one name are two rules, test_config_roundtrip_defects) ---
 
 
 @pytest.mark.parametrize(
@@ -253,7 +253,6 @@ def test_a_secret_value_is_kept_as_written_while_the_rest_is_composed() -> None:
     [
         ("servers", {"timeout_s": 11}, "servers[2] (company): named twice (first as servers[0])"),
         ("agents", {"max_iterations": 2}, "agents[1] (assistant): named twice (first as agents[0])"),
-        ("rules", {"order": 5}, "rules[1] (assistant.소속 조회): named twice (first as rules[0])"),
         ("contracts", {"timeout_s": 3}, "contracts[1] (company.get_asset_status): named twice"),
     ],
 )
