@@ -1,5 +1,5 @@
-"""URLs: the admin, the REST API under /api/v1/, the A2A and MCP endpoints, and the operators' probes and
-metrics."""
+"""URLs: the admin (and its language switch under /i18n/), the REST API under /api/v1/, the A2A and MCP endpoints,
+and the operators' probes and metrics."""
 
 from django.contrib import admin
 from django.http import HttpRequest
@@ -36,6 +36,8 @@ urlpatterns = [
     path("admin/agents/rule-tester/", admin.site.admin_view(rule_tester_view), name="rule-tester"),
     path("admin/", admin.site.admin_view(dashboard_index), name="dashboard"),
     path("admin/", admin.site.urls),
+    # The admin's language switch (set_language: a POST that keeps the reader's choice in a cookie).
+    path("i18n/", include("django.conf.urls.i18n")),
     path("api/v1/audit/", include("auditor.urls")),
     path("api/v1/evals/", include("evals.urls")),
     path("api/v1/", include("agents.api.urls")),

@@ -491,7 +491,8 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
             version = agent_version_publish(agent=agent, actor=request.user, via=ADMIN_VIA)
             self.message_user(
                 request,
-                _("%(agent)s: v%(number)s is live.") % {"agent": agent.slug, "number": version.number},
+                # Starts with a word: the admin capitalizes a message's first letter, and a slug is spelled as is.
+                _("Agent %(agent)s: v%(number)s is live.") % {"agent": agent.slug, "number": version.number},
                 messages.SUCCESS,
             )
 

@@ -122,7 +122,8 @@ class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         new = agent_version_rollback(version=version, actor=request.user, via=ADMIN_VIA)
         self.message_user(
             request,
-            gettext("%(agent)s: v%(old)s published again as v%(new)s, now live.")
+            # Starts with a word: the admin capitalizes a message's first letter, and a slug is spelled as is.
+            gettext("Agent %(agent)s: v%(old)s published again as v%(new)s, now live.")
             % {"agent": version.agent.slug, "old": version.number, "new": new.number},
             messages.SUCCESS,
         )

@@ -45,6 +45,9 @@ from typing import Any, TypeVar
 
 import anyio
 import httpx
+from django.apps import apps
+from django.conf import settings
+from django.utils import translation
 from mcp import McpError, StdioServerParameters, types
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
@@ -58,6 +61,19 @@ from mcpregistry.client_session import ClientSession, ToolResultInvalid
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+def _(message: str) -> str:
+    """``message`` in the active language (gettext), or as written where Django is not set up: the pool also runs
+    on its own (``bench/mcp_calls.py``)."""
+    return translation.gettext(message) if settings.configured and apps.ready else message
+
+
+async def _in_language(language: str | None, coro: Coroutine[Any, Any, T]) -> T:
+    """Await ``coro`` with ``language`` active (None: no translation, as after ``deactivate_all``)."""
+    with translation.override(language):
+        return await coro
+
 
 # The only variables of the worker's environment a stdio server inherits: never DATABASE_URL, keys or
 # AWS credentials. The binding's own env is added on top.
@@ -198,8 +214,10 @@ class _PooledSession:
             self.stderr_pipe.join(timeout=1.0)
         parts = self.stderr_tail[-3:]
         if self.protocol_noise:
-            where = "on stdout" if self.connection.transport == "stdio" else "over HTTP"
-            parts.append(f"not MCP {where}: {self.protocol_noise[0]}")
+            if self.connection.transport == "stdio":
+                parts.append(_("not MCP on stdout: %(output)s") % {"output": self.protocol_noise[0]})
+            else:
+                parts.append(_("not MCP over HTTP: %(output)s") % {"output": self.protocol_noise[0]})
         detail = "; ".join(parts)
         return detail if len(detail) <= FAILURE_DETAIL_MAX else detail[:FAILURE_DETAIL_MAX] + " […]"
 
@@ -335,9 +353,17 @@ class McpSessionPool:
         self._loop.run_forever()
 
     def submit(self, coro: Coroutine[Any, Any, T], *, timeout: float | None = None) -> T:
-        """Run ``coro`` on the pool's loop and wait for its result (or its exception)."""
+        """Run ``coro`` on the pool's loop and wait for its result (or its exception).
+
+        ``coro`` runs in the caller's language: the pool's error messages are translated when they are written,
+        on the loop's thread, which has no request of its own. So a server's failure reads in the language of
+        whoever met it: an admin's discovery or health check in that admin's language (the request's), a run in
+        the worker's (``LANGUAGE_CODE``). ``McpServer.last_error`` keeps the text as it was written then: a
+        reader in another language sees it in the writer's until the next check."""
         if self._closed:
             raise RuntimeError("the MCP session pool is shut down")
+        if settings.configured and apps.ready:
+            coro = _in_language(translation.get_language(), coro)
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return future.result(timeout=timeout)
@@ -472,7 +498,6 @@ class McpSessionPool:
         pooled = _PooledSession(connection=connection, key=key)
         ready: asyncio.Future[None] = self._loop.create_future()
         pooled.task = self._loop.create_task(self._session_owner(pooled, ready))
-        verb = "could not be started" if connection.transport == "stdio" else "could not be reached"
         try:
             await asyncio.wait_for(asyncio.shield(ready), timeout=open_timeout)
         except TimeoutError:
@@ -482,19 +507,29 @@ class McpSessionPool:
             with contextlib.suppress(BaseException):
                 await pooled.task
             detail = pooled.failure_detail()
-            message = f"server '{connection.mcp_id}' did not initialize within {open_timeout:g}s"
+            message = _("server '%(server)s' did not initialize within %(seconds)ss") % {
+                "server": connection.mcp_id,
+                "seconds": f"{open_timeout:g}",
+            }
             raise McpTimeoutError(f"{message} ({detail})" if detail else message, sent=False) from None
         except McpError as exc:
             await self._finish(pooled)
             detail = pooled.failure_detail()
-            message = f"server '{connection.mcp_id}' failed to initialize: {_describe(exc)}"
+            message = _("server '%(server)s' failed to initialize: %(error)s") % {
+                "server": connection.mcp_id,
+                "error": _describe(exc),
+            }
             raise McpTransportError(f"{message} ({detail})" if detail else message, sent=False) from exc
         except Exception as exc:
             await self._finish(pooled)
             detail = pooled.failure_detail()
-            if exc is pooled.failure:
-                verb = "did not answer as an MCP server"  # it was reached: what answered is no MCP server
-            message = f"server '{connection.mcp_id}' {verb}: {_describe(exc)}"
+            if exc is pooled.failure:  # it was reached: what answered is no MCP server
+                sentence = _("server '%(server)s' did not answer as an MCP server: %(error)s")
+            elif connection.transport == "stdio":
+                sentence = _("server '%(server)s' could not be started: %(error)s")
+            else:
+                sentence = _("server '%(server)s' could not be reached: %(error)s")
+            message = sentence % {"server": connection.mcp_id, "error": _describe(exc)}
             raise McpTransportError(f"{message} ({detail})" if detail else message, sent=False) from exc
         self._sessions[key] = pooled
         return pooled

@@ -10,6 +10,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from agent_platform.errors import ApplicationError
+from agent_platform.json import BoundedJSONDecoder, json_error_text
 from agents.admin_runs import error_message_text
 from agents.decision_reasons import reason_text
 from agents.execution import run_execute
@@ -41,9 +42,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            context = json.loads(options["context"])
-        except ValueError as exc:
-            raise CommandError(_("--context is not JSON: %(error)s") % {"error": exc}) from exc
+            context = json.loads(options["context"], cls=BoundedJSONDecoder)
+        except ValueError as exc:  # said as the API and import_config say it: what is wrong and where, translated
+            raise CommandError(_("--context is not JSON: %(error)s") % {"error": json_error_text(exc)}) from exc
         if not isinstance(context, dict):
             raise CommandError(_("--context must be a JSON object"))
         try:
