@@ -327,7 +327,8 @@ def _bound(model: BaseChatModel, specs: list[dict[str, Any]], tool_choice: Any) 
     except MUST_PROPAGATE:
         raise
     except Exception as exc:  # the provider refused the tools or the choice: a value, not a crash
-        raise ModelCallFailed(kind="validation", detail=f"{type(exc).__name__}: {exc}"[:1000], attempts=0) from exc
+        # Whole: the engine masks the detail before it cuts it (a secret cut first would no longer be found).
+        raise ModelCallFailed(kind="validation", detail=f"{type(exc).__name__}: {exc}", attempts=0) from exc
 
 
 def _tools(state: AgentState, config: RunnableConfig) -> dict[str, Any]:

@@ -144,7 +144,9 @@ class ModelParams(BaseModel):
 
 
 class ModelCallFailed(Exception):
-    """A model call that failed for good (after the retries its kind allows). ``code`` is ``model:<kind>``."""
+    """A model call that failed for good (after the retries its kind allows). ``code`` is ``model:<kind>``. Its
+    message holds the provider's text whole, neither masked nor cut: mask it before it is shown or stored, and cut
+    it only after."""
 
     def __init__(self, *, kind: ModelErrorKind, detail: str, attempts: int) -> None:
         # Attempts 0: the model refused before any call was sent (the tools or the tool choice, as they were bound).
@@ -218,7 +220,10 @@ def model_error_kind(exc: BaseException) -> ModelErrorKind:
 
 
 def _detail(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:1000]
+    """The provider's failure as text, whole: never cut here. The engine masks it (with the run's secrets, the
+    model's key among them) and only then cuts it; a cut first would leave a secret that straddles it as a prefix
+    that neither the secret's value nor any pattern matches."""
+    return f"{type(exc).__name__}: {exc}"
 
 
 class _RetriedByKind:

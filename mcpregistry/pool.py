@@ -55,7 +55,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import MCP_DEFAULT_TIMEOUT, create_mcp_http_client
 
 import agent_platform.telemetry as telemetry
-from audit.masking import mask_text
+from audit.masking import mask_text, registered_secrets
 from mcpregistry.client_session import ClientSession, ToolResultInvalid
 
 logger = logging.getLogger(__name__)
@@ -83,6 +83,9 @@ SAFE_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ")
 # line), and the failure detail an error message quotes cut at as many.
 STDERR_LINE_MAX = 4096
 FAILURE_DETAIL_MAX = 4096
+# A line is read and masked this much (and the longest known secret) past the cut before it is cut: a secret the
+# cut would split is still whole when it is masked (its head alone matches neither its value nor any pattern).
+STDERR_MASK_MARGIN = 4096
 
 # An HTTP transport waits this much longer than the longest call it may carry before it gives up reading: a slow
 # answer is the call's deadline's to end (a timeout, said as one), never the HTTP client's.
@@ -218,7 +221,8 @@ class _PooledSession:
                 parts.append(_("not MCP on stdout: %(output)s") % {"output": self.protocol_noise[0]})
             else:
                 parts.append(_("not MCP over HTTP: %(output)s") % {"output": self.protocol_noise[0]})
-        detail = "; ".join(parts)
+        # Masked before it is cut (the lines are masked as they are read; the join is masked again all the same).
+        detail = mask_text("; ".join(parts))
         return detail if len(detail) <= FAILURE_DETAIL_MAX else detail[:FAILURE_DETAIL_MAX] + " […]"
 
 
@@ -275,7 +279,9 @@ def _server_gone(pooled: _PooledSession) -> bool:
 
 
 class _StderrPipe:
-    """A pipe the server's stderr is written to; a thread forwards each line to our (masked) logging."""
+    """A pipe the server's stderr is written to; a thread forwards each line to our (masked) logging. Each line is
+    masked (with the secrets registered in this process: whoever opens a session registers its server's first) and
+    only then cut, so the tail and the log hold no secret, nor the head of one."""
 
     def __init__(self, mcp_id: str, tail: list[str]) -> None:
         read_fd, write_fd = os.pipe()
@@ -290,17 +296,18 @@ class _StderrPipe:
         with self._reader:
             skipping = False  # inside a line already cut: its rest is read (the pipe drained) and dropped
             while True:
-                chunk = self._reader.readline(STDERR_LINE_MAX)
+                limit = STDERR_LINE_MAX + STDERR_MASK_MARGIN + max(map(len, registered_secrets()), default=0)
+                chunk = self._reader.readline(limit)
                 if not chunk:
                     break
                 ended = chunk.endswith("\n")
                 if skipping:
                     skipping = not ended
                     continue
-                line = chunk.rstrip()
-                if not ended and len(chunk) >= STDERR_LINE_MAX:
-                    skipping = True
-                    line += " […]"
+                skipping = not ended and len(chunk) >= limit
+                line = mask_text(chunk.rstrip())
+                if skipping or len(line) > STDERR_LINE_MAX:
+                    line = line[:STDERR_LINE_MAX] + " […]"
                 if not line:
                     continue
                 self._tail.append(line)
@@ -1086,7 +1093,7 @@ def _unexpected_content_type(exc: Exception) -> str | None:
     text = str(exc)
     if not isinstance(exc, ValueError) or not text.startswith(prefix):
         return None
-    return mask_text(text[len(prefix) :].strip()[:200]) or "none"
+    return mask_text(text[len(prefix) :].strip()[:4096])[:200] or "none"  # masked before it is cut
 
 
 def _noise_of(exc: Exception) -> str:
