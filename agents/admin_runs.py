@@ -14,6 +14,7 @@ import datetime as dt
 import json
 import math
 import re
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import import_module
@@ -21,11 +22,12 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.exceptions import NotRegistered
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.handlers.asgi import ASGIRequest
-from django.db.models import Case, F, IntegerField, Max, Min, QuerySet, Value, When
+from django.db.models import Case, F, IntegerField, Max, Min, Q, QuerySet, Value, When
 from django.http import (
     Http404,
     HttpRequest,
@@ -49,7 +51,7 @@ from agents.api.throttling import StreamSlot
 from agents.approvals import REASON_MAX_CHARS, approval_decide, asked_by_the_model
 from agents.budgets import usd_text
 from agents.decision_reasons import approval_reason_text, reason_text
-from agents.models import Approval, Run
+from agents.models import Approval, Run, ShadowComparison
 from agents.services import CANCELLABLE, run_cancel
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from audit.labels import breakable, reason_label, when_cell
@@ -93,6 +95,10 @@ class TimelineStep:
     note: str = ""
     # The arguments a row each (``name``, value as the rule editor writes it), where they are an object.
     arg_rows: list[tuple[str, str]] | None = None
+    # The approval the step is, or that its call had: the run's page links to it (``url``) for a reader who may
+    # view approvals (``RunAdmin.timeline_context``).
+    approval_id: str = ""
+    url: str = ""
 
     def with_args(self, value: Any) -> TimelineStep:
         """Set the arguments: rows for an object, its JSON otherwise (nothing when there are none)."""
@@ -123,8 +129,9 @@ def _call_step(step: TimelineStep, events: list[Any], *, ok_in_trace: bool | Non
     sent = [e for e in events if e.attempt >= 1]
     several = len({e.tool for e in sent}) > 1
     step.attempts = [Attempt(e.attempt, e.ok, e.reason, e.latency_ms, e.tool if several else "") for e in sent]
-    if sent:
-        step.duration_ms = round(sum(e.latency_ms or 0.0 for e in sent), 2)
+    timed = [e.latency_ms for e in sent if e.latency_ms is not None]
+    if timed:  # an attempt the open circuit never let through has no time: none at all is no "0 ms"
+        step.duration_ms = round(sum(timed), 2)
     if not events:
         if ok_in_trace is None:
             step.status, step.status_text = "", gettext("not audited")
@@ -161,17 +168,28 @@ _APPROVAL_STATUS = {
 
 
 def _approval_step(approval: Approval | None, *, label: str, title: str, args: Any) -> TimelineStep:
+    """An approval as a step: its status, who decided and why, and what the call it let through gave (the value
+    the tool returned, or why the call failed: the stored ``{ok, reason, value}`` is never shown as it is)."""
     step = TimelineStep(kind="approval", label=label, title=title).with_args(args)
     if approval is None:
         step.status, step.status_text = "pending", gettext("pending")
         return step
+    step.approval_id = str(approval.pk)
     step.status = _APPROVAL_STATUS.get(approval.status, "")
     step.status_text = approval.get_status_display()
     if approval.decided_by:
         step.status_text += " · " + gettext("by %(who)s") % {"who": approval.decided_by}
     step.note = approval_reason_text(approval.reason)
-    if approval.result:
-        step.result = _pretty(approval.result)
+    recorded = approval.result
+    if isinstance(recorded, dict) and "ok" in recorded:
+        if recorded.get("ok"):
+            step.result = _pretty(recorded.get("value"))
+        elif reason := _str(recorded.get("reason")):
+            # An outcome unknown is not a failure: the reason is what is known of how the call ended.
+            words = _code_in_words(reason) if recorded.get("outcome_unknown") else _failed_text(reason)
+            step.note = f"{step.note} · {words}" if step.note else words
+    elif recorded:
+        step.result = _pretty(recorded)
     return step
 
 
@@ -227,10 +245,39 @@ _STEP_TYPES = frozenset({"rule", "deterministic_call", "flow_call", "flow_node",
 
 
 def _in_order(entries: list[dict[str, Any]], call_of_approval: dict[str, str]) -> list[dict[str, Any]]:
-    """The trace's entries in the order they happened. The engine appends what its ReAct loop notes (tool
-    selection, parallel calls, a withdrawn tool, an approval, a model's failure) before the conversation's
-    messages; each goes before the model turn of its ``turn``, after the turn that made its calls, after the
-    call that withdrew its tool, or last (a model failure). One that cannot be placed stays where it is."""
+    """The trace's entries in the order they happened. A run's events may hold several passes, each opened by a
+    ``pass`` entry (a run resumed after an approval, or taken over from a lost worker): each pass is put in order
+    on its own (``_pass_in_order``), with the turns the engine counts before it — those of the passes before it,
+    less those of a pass that was lost (the pass that took it over started again from the stored conversation)."""
+    ordered: list[dict[str, Any]] = []
+    segment: list[dict[str, Any]] = []
+    turns_before = 0
+
+    def own_turns(part: list[dict[str, Any]]) -> int:
+        return sum(1 for e in part if _type(e) == "ai" and not e.get("history"))
+
+    for entry in entries:
+        if _type(entry) != "pass":
+            segment.append(entry)
+            continue
+        ordered.extend(_pass_in_order(segment, call_of_approval, turns_before))
+        if not entry.get("taken_over"):
+            turns_before += own_turns(segment)
+        ordered.append(entry)
+        segment = []
+    ordered.extend(_pass_in_order(segment, call_of_approval, turns_before))
+    return ordered
+
+
+def _pass_in_order(
+    entries: list[dict[str, Any]], call_of_approval: dict[str, str], turns_before: int = 0
+) -> list[dict[str, Any]]:
+    """One pass's entries in the order they happened. The engine appends what its ReAct loop notes (tool
+    selection, parallel calls, a withdrawn tool, an approval, a model's failure or the outcome it ended with)
+    before the conversation's messages; each goes before the model turn of its ``turn`` (counted from the run's
+    ``turns_before`` earlier turns), after the turn that made its calls, before the call (a model's or a flow's)
+    it approved, after the call that withdrew its tool, or last (a model failure, an outcome). One that cannot be
+    placed stays where it is."""
     # This run's model turns (an earlier answer of the conversation, given to the model, is none of them).
     ai_at = [i for i, e in enumerate(entries) if _type(e) == "ai" and not e.get("history")]
     message_at = [i for i, e in enumerate(entries) if _type(e) in _MESSAGE_TYPES]
@@ -240,9 +287,12 @@ def _in_order(entries: list[dict[str, Any]], call_of_approval: dict[str, str]) -
             if isinstance(call, dict) and call.get("id"):
                 turn_of_call.setdefault(_str(call["id"]), i)
     tool_at: dict[str, int] = {}
+    flow_call_at: dict[str, int] = {}  # a flow's calls, by their number (``flow:<n>``, ``flow:<node>@<step>:<n>``)
     for i, e in enumerate(entries):
         if _type(e) == "tool" and e.get("tool_call_id"):
             tool_at.setdefault(_str(e["tool_call_id"]), i)
+        elif _type(e) == "flow_call" and e.get("call_id"):
+            flow_call_at.setdefault(_str(e["call_id"]), i)
     before: dict[int, list[int]] = {}
     after: dict[int, list[int]] = {}
     last: list[int] = []
@@ -261,7 +311,8 @@ def _in_order(entries: list[dict[str, Any]], call_of_approval: dict[str, str]) -
     for j, e in enumerate(entries):
         kind = _type(e)
         if kind == "tool_selection":
-            turn = _number(e.get("turn"))
+            number = _number(e.get("turn"))
+            turn = None if number is None else number - turns_before
             if turn is not None and turn == int(turn) and 1 <= turn <= len(ai_at):
                 place(j, before, ai_at[int(turn) - 1])
             elif turn is not None and turn > len(ai_at):
@@ -285,9 +336,11 @@ def _in_order(entries: list[dict[str, Any]], call_of_approval: dict[str, str]) -
             call_id = call_of_approval.get(_str(e.get("approval_id"))) or _str(e.get("call_id"))
             if call_id in tool_at:
                 place(j, before, tool_at[call_id])
+            elif call_id in flow_call_at:
+                place(j, before, flow_call_at[call_id])
             elif call_id in turn_of_call:
                 place(j, after, turn_of_call[call_id])
-        elif kind == "model_error":
+        elif kind in ("model_error", "outcome"):
             place(j, None, None)
     end = message_at[-1] if message_at else -1
     ordered: list[dict[str, Any]] = []
@@ -302,12 +355,19 @@ def _in_order(entries: list[dict[str, Any]], call_of_approval: dict[str, str]) -
 
 
 def _entries_from_events(run: Run) -> list[dict[str, Any]]:
-    """The run's steps as its events recorded them (masked, as they happened), in the trace's shapes."""
+    """The run's steps as its events recorded them (masked, as they happened), in the trace's shapes. Each pass
+    of the run (its ``running`` status event) opens with a ``pass`` entry: its number, and whether it took the
+    run over from a worker that was lost (a second delivery, or later) or resumed it after an approval."""
     entries: list[dict[str, Any]] = []
+    passes = 0
     for kind, data in run.events.order_by("seq").values_list("kind", "data"):
         if not isinstance(data, dict):
             continue
-        if kind == "rule":
+        if kind == "status" and data.get("status") == "running":
+            passes += 1
+            delivery = _number(data.get("delivery"))
+            entries.append({"type": "pass", "pass": passes, "taken_over": delivery is not None and delivery >= 2})
+        elif kind == "rule":
             entries.append({**data, "type": "rule"})
         elif kind == "deterministic_result":
             entries.append({**data, "type": "deterministic_call"})
@@ -350,17 +410,16 @@ def _trace_entries(run: Run) -> list[Any]:
     def count(entries: list[Any], kinds: frozenset[str]) -> int:
         return sum(1 for e in entries if _type(e) in kinds)
 
-    use_events = bool(events) and (
+    use_events = any(_type(e) != "pass" for e in events) and (
         run.status in (Run.Status.QUEUED, Run.Status.RUNNING)
         or count(events, frozenset({"ai"})) > count(dicts, frozenset({"ai"}))
         or count(dicts, _STEP_TYPES) < count(events, _STEP_TYPES)
     )
     if not use_events:
         return messages
-    first_loop = next(
-        (i for i, e in enumerate(events) if _type(e) in ("ai", "tool", "tool_selection", "parallel_calls")),
-        len(events),
-    )
+    # The query goes before the model's loop or the flow (after the rules and their calls, which come first).
+    loop = ("ai", "tool", "tool_selection", "parallel_calls", "flow_call", "flow_node")
+    first_loop = next((i for i, e in enumerate(events) if _type(e) in loop), len(events))
     context = [e for e in dicts if _type(e) in ("prompt", "resource", "resource_tool", "system", "human")]
     if not any(_type(e) == "human" for e in context):
         context.append({"type": "human", "content": run.query})
@@ -372,16 +431,40 @@ class _Timeline:
     """Builds a run's steps from its trace entries (any stored shape: an odd one reads as such, never a 500)."""
 
     def __init__(self, run: Run) -> None:
+        self.error_code = run.error_code
+        # When each pass of the run began (its ``running`` status events). A call's number (a flow's ``flow:<n>``)
+        # is given again in each pass, so its audit events are told apart by the pass they came in: a repeat in a
+        # later pass (the flow run again after an approval, the run taken over from a lost worker) is no retry.
+        starts = [
+            created
+            for data, created in run.events.filter(kind="status").order_by("seq").values_list("data", "created_at")
+            if isinstance(data, dict) and data.get("status") == "running"
+        ]
         self.calls: dict[str, list[Any]] = {}
+        self.calls_by_pass: dict[str, dict[int, list[Any]]] = {}
         audited = run.audit_events.filter(action__in=("tool.call", "resource.read", "prompt.get")).order_by("id")
         for event in audited:
             self.calls.setdefault(event.call_id, []).append(event)
+            by_pass = self.calls_by_pass.setdefault(event.call_id, {})
+            by_pass.setdefault(bisect_right(starts, event.created_at), []).append(event)
         self.approvals = list(run.approvals.order_by("created_at"))
         self.by_id = {str(a.pk): a for a in self.approvals}
         self.by_call = {a.call_id: a for a in self.approvals if a.call_id}
         self.shown: set[str] = set()
         self.approval_steps: set[str] = set()
         self.turns = 0
+        # The pass the entries read now belong to (None: a stored trace, which holds its calls' last pass), and
+        # the model turns counted before it began (a pass that takes a lost one over counts from there again).
+        self.pass_now: int | None = None
+        self.turns_before_pass = 0
+
+    def pass_calls(self, key: str) -> list[Any]:
+        """The audit events of the call ``key`` in the pass being read (in the last pass that made it, where that
+        is not known)."""
+        by_pass = self.calls_by_pass.get(key)
+        if not by_pass:
+            return []
+        return by_pass[self.pass_now] if self.pass_now in by_pass else by_pass[max(by_pass)]
 
     def step(self, entry: Any) -> TimelineStep | None:
         if not isinstance(entry, dict):
@@ -416,7 +499,7 @@ class _Timeline:
             result=_pretty(entry.get("value")) if ok else "",
             note="" if ok else _str(entry.get("message")),
         ).with_args(entry.get("args"))
-        _call_step(step, self.calls.get(key, []), ok_in_trace=ok, error=_str(entry.get("error")))
+        _call_step(step, self.pass_calls(key), ok_in_trace=ok, error=_str(entry.get("error")))
         fallback_for = _str(entry.get("fallback_for"))
         if ok and (fallback_for or entry.get("memo_hit")) and step.status == "ok":
             step.status = "degraded"
@@ -449,6 +532,7 @@ class _Timeline:
         if approval is None:
             return None
         self.shown.add(str(approval.pk))
+        step.approval_id = str(approval.pk)
         step.note = gettext("approval: %(status)s") % {"status": approval.get_status_display()}
         if approval.decided_by:
             step.note += " · " + gettext("by %(who)s") % {"who": approval.decided_by}
@@ -465,7 +549,9 @@ class _Timeline:
                 return None  # the events name an approval twice: its call, and what the run waits for
             self.shown.add(str(approval.pk))
             self.approval_steps.add(str(approval.pk))
-        title = _str(entry.get("tool")) or (f"{approval.mcp_id}.{approval.tool}" if approval else "")
+        # Named as a call is (``server.tool``); an event of an approval no longer stored names it itself.
+        named = ".".join(n for n in (_str(entry.get("mcp_id")), _str(entry.get("tool"))) if n)
+        title = f"{approval.mcp_id}.{approval.tool}" if approval is not None else named
         args = entry.get("args") if "args" in entry else (approval.args if approval else None)
         return _approval_step(approval, label=gettext("approval requested"), title=title, args=args)
 
@@ -504,7 +590,7 @@ class _Timeline:
         call_id = _str(entry.get("tool_call_id"))
         step = TimelineStep(kind="tool", label=gettext("tool call"), title=_str(entry.get("name")))
         step.result = _text(entry.get("content", ""))
-        events = self.calls.get(call_id, [])
+        events = self.pass_calls(call_id)
         if events and events[0].args:
             step.with_args(events[0].args)
         failed = entry.get("status") == "error"
@@ -512,8 +598,10 @@ class _Timeline:
         self._with_approval(step, call_id)
         return step
 
-    def _outcome(self, entry: dict[str, Any]) -> TimelineStep:
+    def _outcome(self, entry: dict[str, Any]) -> TimelineStep | None:
         errors = entry.get("tool_errors")
+        if _str(entry.get("reason")) == self.error_code and not errors:
+            return None  # the run's error, the last step, says it (a model's empty or cut-off answer, a fault)
         return TimelineStep(
             kind="outcome",
             label=gettext("outcome"),
@@ -526,6 +614,35 @@ class _Timeline:
 
     def _answer(self, entry: dict[str, Any]) -> None:
         return None  # the run's answer is the last step
+
+    def _pass(self, entry: dict[str, Any]) -> TimelineStep | None:
+        """Where a pass of the run begins (its first is no step): one taken over from a lost worker started
+        again, so its model turns are counted again from where the lost pass began."""
+        number = _number(entry.get("pass"))
+        self.pass_now = int(number) if number is not None else None
+        taken_over = bool(entry.get("taken_over"))
+        if taken_over:
+            self.turns = self.turns_before_pass
+        self.turns_before_pass = self.turns
+        if not taken_over and (number is None or number <= 1):
+            return None
+        shown = "?" if number is None else f"{number:g}"
+        if taken_over:
+            return TimelineStep(
+                kind="pass",
+                label=gettext("pass %(n)s") % {"n": shown},
+                status="degraded",
+                status_text=gettext("taken over: the worker was lost"),
+                note=gettext(
+                    "The pass before was cut short when its worker was lost; the run started again here from its "
+                    "last stored state."
+                ),
+            )
+        return TimelineStep(
+            kind="pass",
+            label=gettext("pass %(n)s") % {"n": shown},
+            status_text=gettext("resumed after the approval it waited for"),
+        )
 
     def _tool_selection(self, entry: dict[str, Any]) -> TimelineStep:
         offered = []
@@ -687,6 +804,7 @@ _HANDLED = frozenset(
         "resource",
         "resource_tool",
         "flow_node",
+        "pass",
     }
 )
 
@@ -839,6 +957,10 @@ def run_summary(run: Run) -> list[str]:
         parts.append(gettext("no model call (%(n)s saved by rules)") % {"n": tokens("model_calls_saved")})
     if run.cost_micros:
         parts.append(gettext("cost: US$%(usd)s") % {"usd": usd_text(run.cost_micros)})
+    statuses = run.events.filter(kind="status").values_list("data", flat=True)
+    taken_over = sum(1 for s in statuses if isinstance(s, dict) and (_number(s.get("delivery")) or 0) >= 2)
+    if taken_over:  # said here too: a finished run's page shows its stored trace, the last pass's steps alone
+        parts.append(gettext("taken over %(n)s time(s): a worker was lost") % {"n": taken_over})
     return parts
 
 
@@ -847,6 +969,16 @@ def _code_in_words(code: str) -> str:
     (deterministic:tool_failed)``); the code alone where no words are known."""
     words = reason_label(code)
     return code if words == code else f"{words} ({code})"
+
+
+def _pending_detail(approval: Approval) -> str:
+    """A pending approval's masked arguments (cut to 60 characters) and short id: what tells it apart from
+    another pending call of the same tool."""
+    args = visible_text(json.dumps(approval.args, ensure_ascii=False)) if approval.args else ""
+    short = str(approval.pk)[:8]
+    if len(args) > 60:
+        args = args[:59] + "…"
+    return f"{args} · {short}" if args else short
 
 
 def _events_url(admin_site: admin.AdminSite, run_id: Any) -> str:
@@ -1071,25 +1203,77 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             raise Http404(gettext("Run not found."))
         return run
 
+    def _may_view(self, request: HttpRequest, model: type[Any]) -> bool:
+        """Whether the admin of ``model`` lets this user in (none registered: no)."""
+        try:
+            return bool(self.admin_site.get_model_admin(model).has_view_permission(request))
+        except NotRegistered:
+            return False
+
     def timeline_context(self, request: HttpRequest, run: Run) -> dict[str, Any]:
+        name = self.admin_site.name
+        timeline = run_timeline(run)
+        may_view_approvals = self._may_view(request, Approval)
+        if may_view_approvals:  # a decided approval is reached from its step, as a pending one from the bar above
+            for step in timeline:
+                if step.approval_id:
+                    step.url = reverse("admin:agents_approval_change", args=[step.approval_id], current_app=name)
+        pending = list(run.approvals.filter(status=Approval.Status.PENDING).order_by("created_at"))
+        calls = [f"{a.mcp_id}.{a.tool}" for a in pending]
         return {
             "run": run,
-            "timeline": run_timeline(run),
+            "timeline": timeline,
             "summary": run_summary(run),
+            "version_text": gettext("version %(number)s") % {"number": f"v{run.version.number}"}
+            if run.version is not None
+            else gettext("the agent's draft (no published version)"),
+            "related_runs": self._related_runs(request, run),
             "finished": run.is_finished,
             "may_cancel": self.may_cancel(request) and run.status in CANCELLABLE,
-            "cancel_url": reverse("admin:agents_run_cancel", args=[run.pk], current_app=self.admin_site.name),
-            "timeline_url": reverse("admin:agents_run_timeline", args=[run.pk], current_app=self.admin_site.name),
-            "events_stream_url": reverse("admin:agents_run_events", args=[run.pk], current_app=self.admin_site.name),
+            "cancel_url": reverse("admin:agents_run_cancel", args=[run.pk], current_app=name),
+            "timeline_url": reverse("admin:agents_run_timeline", args=[run.pk], current_app=name),
+            "events_stream_url": reverse("admin:agents_run_events", args=[run.pk], current_app=name),
             "audit_events_url": _events_url(self.admin_site, run.pk),
             "pending_approvals": [
                 {
                     "approval": a,
-                    "url": reverse("admin:agents_approval_change", args=[a.pk], current_app=self.admin_site.name),
+                    "call": call,
+                    # Several pending calls of one tool are told apart by their (masked) arguments and short id.
+                    "detail": _pending_detail(a) if calls.count(call) > 1 else "",
+                    "url": reverse("admin:agents_approval_change", args=[a.pk], current_app=name)
+                    if may_view_approvals
+                    else "",
                 }
-                for a in run.approvals.filter(status=Approval.Status.PENDING).order_by("created_at")
+                for a, call in zip(pending, calls, strict=True)
             ],
         }
+
+    def _related_runs(self, request: HttpRequest, run: Run) -> list[dict[str, str]]:
+        """The runs a shadow run is tied to, each way (its live run; a live run's shadows), and their comparison
+        where one was made and the reader may view it: a shadow's page looks like its live twin's otherwise."""
+        name = self.admin_site.name
+
+        def run_link(label: str, run_id: Any) -> dict[str, str]:
+            url = reverse("admin:agents_run_change", args=[run_id], current_app=name)
+            return {"label": label, "url": url, "text": str(run_id)[:8]}
+
+        links = []
+        if run.shadow_of_id is not None:
+            links.append(run_link(gettext("shadow of"), run.shadow_of_id))
+        links += [
+            run_link(gettext("shadow run"), pk)
+            for pk in run.shadows.order_by("created_at").values_list("pk", flat=True)
+        ]
+        comparison = ShadowComparison.objects.filter(Q(live_run=run) | Q(shadow_run=run)).first()
+        if comparison is not None and self._may_view(request, ShadowComparison):
+            links.append(
+                {
+                    "label": gettext("shadow comparison"),
+                    "url": reverse("admin:agents_shadowcomparison_change", args=[comparison.pk], current_app=name),
+                    "text": gettext("agrees") if comparison.agrees else gettext("differs"),
+                }
+            )
+        return links
 
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None

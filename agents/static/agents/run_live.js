@@ -58,7 +58,20 @@
       return;
     }
     source = new EventSource(eventsUrl);
-    ["status", "rule", "deterministic_result", "model_turn", "tool_call", "approval", "message"].forEach(function (kind) {
+    // Every kind of event the timeline draws a step from (agents.admin_runs._entries_from_events): one left out
+    // here shows only once another kind comes (a flow's node without a call, never).
+    [
+      "status",
+      "rule",
+      "deterministic_result",
+      "model_turn",
+      "tool_call",
+      "approval",
+      "message",
+      "flow_node",
+      "tool_selection",
+      "parallel_calls",
+    ].forEach(function (kind) {
       source.addEventListener(kind, refresh);
     });
     source.addEventListener("end", function () {
