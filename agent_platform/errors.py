@@ -32,11 +32,13 @@ _SQLITE_UNREACHABLE = ("database is locked", "unable to open database", "disk i/
 
 
 def database_unreachable(exc: BaseException) -> bool:
-    """Whether a database error says the database cannot be reached now (the caller may try again: a 503), not
-    that the platform asked it something wrong (a bug: a 500 with its traceback logged). PostgreSQL: a failure
-    the client library met before any answer (no SQLSTATE: refused, timed out, the connection lost), a connection
-    exception (SQLSTATE class 08) or the server shutting down or not yet accepting (57P01-57P03); SQLite: a locked or
-    unreadable file. An ``InterfaceError`` is a connection already closed."""
+    """Whether a database error says the database cannot do this now (the caller may try again: a 503 with
+    Retry-After), not that the platform asked it something wrong (a bug: a 500 with its traceback logged).
+    PostgreSQL: a failure the client library met before any answer (no SQLSTATE: refused, timed out, the
+    connection lost), a connection exception (SQLSTATE class 08), the server shutting down or not yet accepting
+    (57P01-57P03), or a transaction it ended to let another through (a deadlock, 40P01; a serialization failure,
+    40001: the same request succeeds when sent again); SQLite: a locked or unreadable file. An ``InterfaceError``
+    is a connection already closed."""
     from django.db import InterfaceError, OperationalError
 
     if isinstance(exc, InterfaceError):
@@ -49,4 +51,4 @@ def database_unreachable(exc: BaseException) -> bool:
     sqlstate = getattr(cause, "sqlstate", None)
     if sqlstate is None:
         return cause is None or type(cause).__module__.startswith("psycopg")
-    return str(sqlstate).startswith("08") or str(sqlstate) in {"57P01", "57P02", "57P03"}
+    return str(sqlstate).startswith("08") or str(sqlstate) in {"57P01", "57P02", "57P03", "40P01", "40001"}

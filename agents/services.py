@@ -160,7 +160,7 @@ def agent_create(*, actor: Any, via: str, data: Mapping[str, Any], servers: Iter
     ValidationError where its tool selection or MCP context could never work with those servers."""
     servers = list(servers)
     _settings_checked(Agent(), data, servers, creating=True)
-    with transaction.atomic():
+    with transaction.atomic(), change_scope(actor=actor, via=via):
         agent = audited_save(Agent(), actor=actor, via=via, data=data, m2m={"servers": list(servers)})
         _publish_if_on_save(agent, actor=actor, via=via)
     return agent
@@ -181,14 +181,18 @@ def agent_update(
     the agent would stop binding a server its enabled rules call (``unbinding_refused``); ``check_rules=False``:
     the caller checks that once its rules are changed too (an import). Raises ValidationError
     (``tool_selection``, ``mcp_context``) where those settings, or the servers, change so that they could never
-    work (``_settings_checked``)."""
+    work (``_settings_checked``).
+
+    Writes only what this change sets (``audit.changes.audited_save``): an admin's form instance read before a
+    publish does not put back the ``live_version`` or ``shadow_version`` it was read with. The change scope takes
+    the configuration's lock before the agent's row, as a publish does."""
     if servers is not None:
         servers = list(servers)
         leaving = servers_leaving(agent=agent, servers=servers)
         if check_rules and (needing := rules_calling(agent=agent, mcp_ids=leaving)):
             raise ValidationError({"servers": [unbinding_refused(needing)]})
     _settings_checked(agent, data, servers, creating=False)
-    with transaction.atomic():
+    with transaction.atomic(), change_scope(actor=actor, via=via):
         audited_save(
             agent, actor=actor, via=via, data=data, m2m=None if servers is None else {"servers": list(servers)}
         )
@@ -222,7 +226,7 @@ def agent_delete(*, agent: Agent, actor: Any, via: str) -> None:
     """Delete an agent with its rules (its runs are kept: the delete is refused while it has runs). Refused while
     an API key may use this agent alone: without it the key's list of agents would be empty, which means every
     agent (ApplicationError 409, naming the keys)."""
-    with transaction.atomic():
+    with transaction.atomic(), change_scope(actor=actor, via=via):
         lonely = keys_left_without_agents([agent])
         if lonely:
             raise ApplicationError(
@@ -240,7 +244,7 @@ def agent_delete(*, agent: Agent, actor: Any, via: str) -> None:
 def deterministic_rule_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> DeterministicRule:
     """Add a rule (validated: a code rule importable, an admin rule's tool known and its params fitting). Like
     every rule change, a draft for a published agent unless it publishes on save."""
-    with transaction.atomic():
+    with transaction.atomic(), change_scope(actor=actor, via=via):
         rule = audited_save(DeterministicRule(), actor=actor, via=via, data=data)
         _publish_rule_agents_on_save([rule.agent_id], actor=actor, via=via)
     return rule
@@ -249,7 +253,10 @@ def deterministic_rule_create(*, actor: Any, via: str, data: Mapping[str, Any]) 
 def deterministic_rule_update(
     *, rule: DeterministicRule, actor: Any, via: str, data: Mapping[str, Any] | None = None
 ) -> DeterministicRule:
-    with transaction.atomic():
+    """Change a rule (``rule`` may carry the changes, as the admin's inline row does). The change scope opens
+    first, taking the configuration's lock before the rule's row and then the agents it publishes on save
+    (``audit.change_guard.config_write_lock``): the order a publish and an agent's edit keep too."""
+    with transaction.atomic(), change_scope(actor=actor, via=via):
         stored = DeterministicRule.objects.filter(pk=rule.pk).values_list("agent_id", flat=True)
         before = [stored.get()] if rule.pk is not None and stored.exists() else []
         audited_save(rule, actor=actor, via=via, data=data)
@@ -258,7 +265,7 @@ def deterministic_rule_update(
 
 
 def deterministic_rule_delete(*, rule: DeterministicRule, actor: Any, via: str) -> None:
-    with transaction.atomic():
+    with transaction.atomic(), change_scope(actor=actor, via=via):
         agent_id = rule.agent_id
         audited_delete(rule, actor=actor, via=via)
         _publish_rule_agents_on_save([agent_id], actor=actor, via=via)
@@ -332,27 +339,33 @@ def agent_version_publish(
     """Freeze the agent as it is stored now (or ``content``, for a roll back) as its next version and make that
     the version live traffic runs (``make_live=False``: a candidate for a shadow or an A/B arm, live traffic
     unchanged). Publishing content identical to the live version's changes nothing and returns the live version. Audited as ``config.agent_version.publish`` (with the content) and
-    ``config.agent.update`` (``live_version``), in one transaction; concurrent publishes of one agent are
-    serialized on its row."""
-    locked = Agent.objects.select_for_update().get(pk=agent.pk)
-    frozen = content if content is not None else version_content(locked)
-    digest = content_digest(frozen)
-    live = locked.live_version
-    if live is not None and live.digest == digest:
-        return live
-    last = AgentVersion.objects.filter(agent=locked).order_by("-number").values_list("number", flat=True).first()
-    version = AgentVersion(
-        agent=locked,
-        number=(last or 0) + 1,
-        content=frozen,
-        digest=digest,
-        note=note[:500],
-        published_by=actor_label(actor),
-    )
-    audited_save(version, actor=actor, via=via, verb="publish")
-    if make_live:
-        audited_save(locked, actor=actor, via=via, data={"live_version": version}, validate=False)
-        agent.live_version = version
+    ``config.agent.update`` (``live_version``), in one transaction.
+
+    The change scope opens first, taking the configuration's lock before the agent's row (the order every
+    configuration write keeps: ``audit.change_guard.config_write_lock``; locking the agent first deadlocked with a
+    contract or rule edit publishing on save). Holding it, the publish reads the configuration as one whole: no
+    change (an import changing contracts and rules together) commits between the reads of ``version_content``.
+    Concurrent publishes of one agent are serialized on it, and on the agent's row."""
+    with change_scope(actor=actor, via=via):
+        locked = Agent.objects.select_for_update().get(pk=agent.pk)
+        frozen = content if content is not None else version_content(locked)
+        digest = content_digest(frozen)
+        live = locked.live_version
+        if live is not None and live.digest == digest:
+            return live
+        last = AgentVersion.objects.filter(agent=locked).order_by("-number").values_list("number", flat=True).first()
+        version = AgentVersion(
+            agent=locked,
+            number=(last or 0) + 1,
+            content=frozen,
+            digest=digest,
+            note=note[:500],
+            published_by=actor_label(actor),
+        )
+        audited_save(version, actor=actor, via=via, verb="publish")
+        if make_live:
+            audited_save(locked, actor=actor, via=via, data={"live_version": version}, validate=False)
+            agent.live_version = version
     return version
 
 

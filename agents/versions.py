@@ -49,7 +49,12 @@ class VersionContent(TypedDict):
 
 
 def version_content(agent: Agent) -> VersionContent:
-    """What publishing ``agent`` now would freeze (read from the stored rows, not from unsaved changes)."""
+    """What publishing ``agent`` now would freeze (read from the stored rows, not from unsaved changes).
+
+    Its reads are separate statements (the agent, its servers, tools and contracts, its rules): a caller that
+    freezes the result holds the configuration's lock first (``agent_version_publish`` does:
+    ``audit.change_guard.config_write_lock``), so that no change commits between them and the version is one
+    configuration, never half of an import that changed a contract and a rule together."""
     fresh = Agent.objects.get(pk=agent.pk)
     servers = list(fresh.servers.order_by("mcp_id").prefetch_related("tools__contract"))
     return {

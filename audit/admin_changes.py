@@ -6,6 +6,10 @@ the admin's save (with the form's many-to-many values), delete, bulk delete and 
 inline model's services are named in ``inline_services``) through them, so an admin change writes the change and
 its audit event (``via="admin"``, the admin's username as actor) in one transaction, exactly as an import or a
 command does. Nothing here writes a model itself.
+
+A change form's or delete page's POST takes the configuration's lock (``audit.change_guard.config_write_lock``)
+before it reads the object: the form is validated against, and saves over, the row as the last change left it
+(on SQLite the page's transaction holds the database's write lock from its start already).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from django.forms import BaseModelForm, BaseModelFormSet
 from django.http import HttpRequest
 
 from agent_platform.json import bounded_json_overrides
+from audit.change_guard import config_write_lock
 
 ADMIN_VIA = "admin"
 
@@ -50,6 +55,28 @@ class ServiceAdminMixin:
 
     def service_delete(self, *, obj: Any, actor: Any) -> None:
         raise NotImplementedError
+
+    def changeform_view(
+        self, request: HttpRequest, object_id: str | None = None, form_url: str = "", extra_context: Any = None
+    ) -> Any:
+        """Django's page, in its own transaction; a POST takes the configuration's lock before the object is read
+        (a form read before another change committed saved over it, or was validated against what no longer
+        held)."""
+        if request.method != "POST":
+            return super().changeform_view(request, object_id, form_url, extra_context)  # type: ignore[misc]
+        using = router.db_for_write(self.model)  # type: ignore[attr-defined]
+        with transaction.atomic(using=using):
+            config_write_lock(using=using)
+            return super().changeform_view(request, object_id, form_url, extra_context)  # type: ignore[misc]
+
+    def delete_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> Any:
+        """As the change form: a POST reads the object to delete under the configuration's lock."""
+        if request.method != "POST":
+            return super().delete_view(request, object_id, extra_context)  # type: ignore[misc]
+        using = router.db_for_write(self.model)  # type: ignore[attr-defined]
+        with transaction.atomic(using=using):
+            config_write_lock(using=using)
+            return super().delete_view(request, object_id, extra_context)  # type: ignore[misc]
 
     def save_model(self, request: HttpRequest, obj: Any, form: BaseModelForm, change: bool) -> None:
         m2m = {

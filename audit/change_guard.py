@@ -4,18 +4,28 @@ A model whose rows are configuration subclasses :class:`AuditedModel` and declar
 ChangeAudit(entity=...)``; a model whose rows are not configuration declares ``change_audit =
 NotConfiguration(reason)``. The services open a :func:`change_scope` (who, by which path) and record what they
 write (``audit/changes.py``). Kept apart from the recording so that models may import it.
+
+One lock order for every transaction that writes configuration: the configuration's generation row
+(``audit.ConfigGeneration``, :func:`config_write_lock`) first, then whatever rows it reads to change or locks.
+Every such write replaces that row's token anyway (:func:`config_generation_bump`), so writers of configuration
+were already serialized on it; taking it at the start instead of after the first row closes the cycles of a
+transaction holding a row and waiting for the generation while another holds the generation and waits for that
+row (a publish on save against a manual publish: PostgreSQL's ``deadlock detected``), and every writer reads
+the rows it changes as the last writer committed them. SQLite needs nothing: its transactions begin ``IMMEDIATE``,
+holding the database's write lock from the start.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from django.apps import apps
 from django.conf import settings
@@ -54,6 +64,9 @@ class UnauditedChangeError(PermissionError):
 class ChangeScope:
     actor: str
     via: str
+    # The scope was opened inside a transaction that took the configuration's lock then (``config_write_lock``):
+    # held until that transaction ends, which is after the scope closes, so the writes within need not take it.
+    locked: bool = False
 
 
 _scope: ContextVar[ChangeScope | None] = ContextVar("audit_change_scope", default=None)
@@ -76,12 +89,16 @@ def actor_label(actor: Any) -> str:
 @contextmanager
 def change_scope(*, actor: Any, via: str) -> Iterator[ChangeScope]:
     """Within this block configuration models may be written; the services record what they write. An inner
-    scope keeps the outer one's actor and path (an import that creates a tool row is still the import)."""
+    scope keeps the outer one's actor and path (an import that creates a tool row is still the import).
+
+    The outermost scope opened inside a transaction takes the configuration's lock first (``config_write_lock``),
+    before the service reads or locks any row of its own: the one lock order of configuration writes. A scope
+    opened outside a transaction leaves it to each write (``AuditedModel.save`` and the queryset's writes)."""
     outer = _scope.get()
     if outer is not None:
         yield outer
         return
-    scope = ChangeScope(actor=actor_label(actor), via=via)
+    scope = ChangeScope(actor=actor_label(actor), via=via, locked=config_write_lock())
     token = _scope.set(scope)
     try:
         yield scope
@@ -220,23 +237,66 @@ def config_generation_sql(connection: BaseDatabaseWrapper) -> str:
     return f"SELECT token FROM {table} WHERE id = 1"  # noqa: S608 - the model's table
 
 
+def config_write_lock(*, using: str | None = None) -> bool:
+    """Take the configuration's write lock in the current transaction: the generation row, ``SELECT … FOR
+    UPDATE``, held until the transaction ends. Returns whether it was taken: False outside a transaction
+    (autocommit: a lone statement has no lock order to keep) and on a database without row locks (SQLite, whose
+    transactions hold its write lock from their start).
+
+    Every transaction that writes configuration takes it before any row it changes, reads to change or locks
+    (the outermost :func:`change_scope` does; a service that locks a row of its own before opening one, such as a
+    publish locking its agent, opens its scope first), so they all lock in one order and each reads what the one
+    before it committed. Readers (runs reading the token, ``config_generation``) are not blocked."""
+    generation = apps.get_model("audit", "ConfigGeneration")
+    alias = using or router.db_for_write(generation)
+    connection = connections[alias]
+    if not connection.features.has_select_for_update or not connection.in_atomic_block:
+        return False
+    sql = config_generation_sql(connection) + " FOR UPDATE"
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        if cursor.fetchone() is None:  # a database whose row is missing: made, as the first bump would make it
+            generation.objects.using(alias).bulk_create(
+                [generation(pk=1, token=uuid.uuid4().hex)], ignore_conflicts=True
+            )
+            cursor.execute(sql)
+    return True
+
+
+def _lock_before_write(model: type[models.Model], *, fields: Iterable[str] | None, using: str | None) -> None:
+    """Before a write that moves the generation (:func:`config_generation_bump`): take the configuration's lock
+    unless the change scope holds it already. Reached with it unheld only where a scope was opened outside a
+    transaction (its writes open their own) or by a test's fixture."""
+    if fields is not None:
+        written = set(fields)
+        if written and written <= VOLATILE_FIELDS:
+            return
+    scope = _scope.get()
+    if scope is not None and scope.locked:
+        return
+    config_write_lock(using=using or router.db_for_write(model))
+
+
 class AuditedQuerySet(models.QuerySet[M]):
     """A configuration model's queryset: bulk writes are refused outside a change scope (see :func:`guard_write`)."""
 
     def update(self, **kwargs: Any) -> int:
         guard_write(self.model, fields=kwargs, what="update")
+        _lock_before_write(self.model, fields=kwargs, using=self.db)
         count = super().update(**kwargs)
         config_generation_bump(self.model, fields=kwargs, using=self.db)
         return count
 
     def delete(self) -> tuple[int, dict[str, int]]:
         guard_write(self.model, what="delete")
+        _lock_before_write(self.model, fields=None, using=self.db)
         deleted = super().delete()
         config_generation_bump(self.model, using=self.db)
         return deleted
 
     def bulk_create(self, objs: Iterable[M], *args: Any, **kwargs: Any) -> list[M]:
         guard_write(self.model, what="bulk_create")
+        _lock_before_write(self.model, fields=None, using=self.db)
         created = super().bulk_create(objs, *args, **kwargs)
         config_generation_bump(self.model, using=self.db)
         return created
@@ -244,13 +304,18 @@ class AuditedQuerySet(models.QuerySet[M]):
     def bulk_update(self, objs: Iterable[M], fields: Iterable[str], *args: Any, **kwargs: Any) -> int:
         fields = list(fields)
         guard_write(self.model, fields=fields, what="bulk_update")
+        _lock_before_write(self.model, fields=fields, using=self.db)
         count = super().bulk_update(objs, fields, *args, **kwargs)
         config_generation_bump(self.model, fields=fields, using=self.db)
         return count
 
 
 class AuditedModel(models.Model):
-    """Base of a configuration model: ``save`` and ``delete`` outside a change scope are refused."""
+    """Base of a configuration model: ``save`` and ``delete`` outside a change scope are refused.
+
+    A row read from the database remembers the values it was read with (:func:`changed_since_loaded`), so that a
+    service saving it writes only the fields its caller changed (``audit.changes.audited_save``), never a stale
+    copy of the others over what another change wrote meanwhile."""
 
     objects = AuditedQuerySet.as_manager()
 
@@ -261,15 +326,30 @@ class AuditedModel(models.Model):
         update_fields = kwargs.get("update_fields")
         fields = None if update_fields is None else list(update_fields)
         guard_write(type(self), fields=fields, what="save")
+        using = kwargs.get("using") or self._state.db
+        _lock_before_write(type(self), fields=fields, using=using)
         super().save(*args, **kwargs)
-        config_generation_bump(type(self), fields=fields, using=kwargs.get("using") or self._state.db)
+        config_generation_bump(type(self), fields=fields, using=using)
 
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         guard_write(type(self), what="delete")
         using = kwargs.get("using") or self._state.db
+        _lock_before_write(type(self), fields=None, using=using)
         deleted = super().delete(*args, **kwargs)
         config_generation_bump(type(self), using=using)
         return deleted
+
+    @classmethod
+    def from_db(cls, db: str | None, field_names: Collection[str], values: Collection[Any], **kwargs: Any) -> Self:
+        instance = super().from_db(db, field_names, values, **kwargs)
+        remember_loaded(instance)
+        return instance
+
+    def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
+        super().refresh_from_db(*args, **kwargs)
+        fields = kwargs.get("fields", args[1] if len(args) > 1 else None)
+        concrete = {name: f.attname for f in self._meta.concrete_fields for name in (f.name, f.attname)}
+        remember_loaded(self, fields=None if fields is None else [concrete[f] for f in fields if f in concrete])
 
 
 def raw_save_guard(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
@@ -289,6 +369,48 @@ def m2m_changed_guard(sender: Any, instance: Any, action: str, reverse: bool, mo
     if not action.startswith("pre_"):
         return
     guard_write(owner, what=f"many-to-many {action[4:]}")
+    _lock_before_write(owner, fields=None, using=kwargs.get("using"))
+
+
+# --- what a row was read with ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _JsonText:
+    """A JSON value (a dict or a list) as it was read, kept as its canonical text: a copy the caller's changes in
+    place cannot reach, made by the C encoder (a deep copy of every schema and frozen version read costs more)."""
+
+    text: str
+
+
+def _kept(value: Any) -> Any:
+    if isinstance(value, dict | list):
+        try:
+            return _JsonText(json.dumps(value, sort_keys=True, default=str))
+        except (TypeError, ValueError):
+            return object()  # keys that cannot be sorted: never equal, so the field counts as changed
+    return value
+
+
+def remember_loaded(obj: models.Model, *, fields: Iterable[str] | None = None) -> None:
+    """Note ``obj``'s current values (of ``fields``, attnames; None: every concrete field it holds) as the values
+    it was read with: on reading, on a refresh, and after ``audit.changes.audited_save`` wrote it."""
+    loaded: dict[str, Any] = dict(getattr(obj, "_loaded_values", None) or {}) if fields is not None else {}
+    names = set(fields) if fields is not None else None
+    for model_field in obj._meta.concrete_fields:
+        attname = model_field.attname
+        if attname in obj.__dict__ and (names is None or attname in names):
+            loaded[attname] = _kept(obj.__dict__[attname])
+    obj._loaded_values = loaded  # type: ignore[attr-defined]
+
+
+def changed_since_loaded(obj: models.Model, attname: str) -> bool | None:
+    """Whether ``obj``'s ``attname`` differs from the value it was read with; None where that is not known (a row
+    built in code, a model that is not an :class:`AuditedModel`, a field deferred when it was read)."""
+    loaded = getattr(obj, "_loaded_values", None)
+    if loaded is None or attname not in loaded or attname not in obj.__dict__:
+        return None
+    return bool(_kept(obj.__dict__[attname]) != loaded[attname])
 
 
 def stored_value(obj: models.Model, field: str) -> Any:

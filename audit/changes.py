@@ -26,6 +26,7 @@ diff ``{field: [old, new]}`` (a secret map as ``{field: {"set"|"changed"|"cleare
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
@@ -42,8 +43,10 @@ from audit.change_guard import (
     NotConfiguration,
     UnauditedChangeError,
     change_scope,
+    changed_since_loaded,
     current_scope,
     policy_of,
+    remember_loaded,
 )
 from audit.services import audit_event_record
 
@@ -55,6 +58,7 @@ __all__ = [
     "audited_save",
     "change_scope",
     "config_change_record",
+    "instance_changes",
 ]
 
 M = TypeVar("M", bound=models.Model)
@@ -245,6 +249,32 @@ def _share_loaded_relations(stored: models.Model, obj: models.Model, names: list
             field.set_cached_value(stored, field.get_cached_value(obj))
 
 
+def instance_changes(obj: models.Model, stored: models.Model) -> set[str]:
+    """The concrete fields (by name) that ``obj`` carries as its caller's changes, against ``stored`` (the row as
+    it is now): those whose value differs from the one ``obj`` was read with (``AuditedModel`` remembers it),
+    or, where that is not known (a row built in code, a model that is not ours), from the stored one. A field
+    that ``obj`` holds as it was read is no change, even where the row has moved on since: it is a stale copy."""
+    changed: set[str] = set()
+    for model_field in obj._meta.concrete_fields:
+        if model_field.primary_key or model_field.attname not in obj.__dict__:
+            continue
+        since_read = changed_since_loaded(obj, model_field.attname)
+        if since_read is None:
+            since_read = getattr(obj, model_field.attname) != getattr(stored, model_field.attname)
+        if since_read:
+            changed.add(model_field.name)
+    return changed
+
+
+def _differing(obj: models.Model, stored: models.Model) -> list[str]:
+    """The concrete fields whose value on ``obj`` is not the stored one: what an update writes."""
+    return [
+        f.name
+        for f in obj._meta.concrete_fields
+        if not f.primary_key and getattr(obj, f.attname) != getattr(stored, f.attname)
+    ]
+
+
 def audited_save(
     obj: M,
     *,
@@ -255,11 +285,21 @@ def audited_save(
     validate: bool = True,
     verb: str | None = None,
     extra: Mapping[str, Any] | None = None,
+    only: Iterable[str] | None = None,
 ) -> M:
     """Create or update ``obj``: apply ``data`` (field → value) and ``m2m`` (field → objects), validate
     (``full_clean``; raises Django's ValidationError, nothing written), save, and record the diff against the
     stored row, all in one transaction. ``obj`` may already carry changes (an admin form's instance). An update
-    that changes nothing records nothing. Returns ``obj``."""
+    that changes nothing records nothing. Returns ``obj``.
+
+    An update writes only what this change sets, never a whole row read earlier: the row is read again once the
+    change scope holds the configuration's lock (``audit.change_guard.change_scope``: every writer of
+    configuration takes it first, so it is the row as the last change committed it), ``obj`` takes the stored
+    value of every field its caller did not change (``instance_changes``) and the fields that then differ from the
+    stored row (the changes, ``data``, and what ``full_clean`` normalizes) are the only ones saved. So a change
+    committed by another path since ``obj`` was read is kept, and the recorded "before" is the row this change
+    replaced. ``only``: the fields ``obj``'s own changes may touch (a service that lets its callers change a few);
+    its changes to other fields are dropped, ``data`` applies whole. ``obj`` is left as the row now stored."""
     model = type(obj)
     names = recorded_fields(model)
     creating = obj._state.adding or obj.pk is None
@@ -267,14 +307,26 @@ def audited_save(
         stored = None if creating else model._default_manager.filter(pk=obj.pk).first()
         if stored is not None:
             _share_loaded_relations(stored, obj, names)
+            asked = instance_changes(obj, stored)
+            if only is not None:
+                asked &= set(only)
+            for model_field in model._meta.concrete_fields:
+                if not model_field.primary_key and model_field.name not in asked:
+                    # A copy: a ``clean`` that normalizes a JSON value in place must not change ``stored`` too.
+                    setattr(obj, model_field.attname, copy.deepcopy(getattr(stored, model_field.attname)))
         before = snapshot(stored, names)
         for name, value in (data or {}).items():
             setattr(obj, name, value)
         if validate:
             obj.full_clean()
-        obj.save()
+        if stored is None:
+            obj.save()  # a new row (or one deleted meanwhile: saved again, as before)
+        elif written := _differing(obj, stored):
+            timestamps = [f.name for f in model._meta.concrete_fields if getattr(f, "auto_now", False)]
+            obj.save(update_fields=sorted({*written, *timestamps}))
         for name, values in (m2m or {}).items():
             getattr(obj, name).set(list(values))
+        remember_loaded(obj)
         diff = change_diff(model, before, snapshot(obj, names), creating=creating)
         if creating or diff:
             config_change_record(obj=obj, verb=verb or ("create" if creating else "update"), diff=diff, extra=extra)

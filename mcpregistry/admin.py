@@ -49,6 +49,7 @@ from mcpregistry.services import (
     tool_contract_create,
     tool_contract_delete,
     tool_contract_update,
+    tool_enable_refused,
 )
 
 # A whole value ``${VAR}`` on a secret line: read VAR from the worker's environment (``{"from_env": "VAR"}``).
@@ -659,6 +660,16 @@ class McpToolForm(forms.ModelForm):
     class Meta:
         model = McpTool
         fields = ["enabled", "tags", "example_queries"]
+
+    def clean_enabled(self) -> bool:
+        """A tool waiting for a review is enabled by approving it, not by ticking the box (``mcp_tool_update``
+        refuses it as well). The instance is the row as stored: the page's POST read it under the configuration's
+        lock (``ServiceAdminMixin``)."""
+        enabled = bool(self.cleaned_data.get("enabled"))
+        tool = self.instance
+        if enabled and tool.pk is not None and tool.review_required and not tool.enabled:
+            raise forms.ValidationError(tool_enable_refused())
+        return enabled
 
 
 @admin.register(McpTool)

@@ -32,6 +32,7 @@ from audit.changes import (
     audited_save,
     change_scope,
     config_change_record,
+    instance_changes,
 )
 from audit.masking import mask_known, mask_text, register_secrets, storable_text
 from audit.services import audit_event_record
@@ -177,10 +178,37 @@ def mcp_tool_create(
 # transaction: agents that publish on save freeze a new version with it.
 
 
+# A tool's own settings, what a person (the tool's admin page) or a document (``import_config``, which sets what
+# approving a pending review restores) changes; the rest of the row is what discovery found on the server.
+TOOL_SETTINGS = frozenset({"enabled", "enabled_before_review", "tags", "example_queries"})
+
+
+def tool_enable_refused() -> str:
+    """Why a tool waiting for a review cannot be enabled by a save (the tool's page and ``mcp_tool_update``)."""
+    return _(
+        "This tool waits for a review of what its server changed or added; only approving the review (the action "
+        "“Approve reviewed changes” in the list of tools) enables it."
+    )
+
+
 @transaction.atomic
 def mcp_tool_update(*, tool: McpTool, actor: Any, via: str, data: Mapping[str, Any] | None = None) -> McpTool:
-    """Change a tool as an admin may (``enabled``)."""
-    audited_save(tool, actor=actor, via=via, data=data)
+    """Change a tool's settings as an admin may (``TOOL_SETTINGS``: enabled, tags, example questions). ``tool``
+    may carry the changes (the admin form's instance, an import's); of those only its settings are written, onto
+    the row as stored now (the change scope holds the configuration's lock, which discovery takes too): a changed
+    description and a pending review that discovery wrote since ``tool`` was read stay as discovery left them,
+    never the copy ``tool`` holds (an admin's save used to clear a rug-pull review and restore the reviewed text).
+
+    Raises ValidationError (``enabled``, nothing written) where the change would enable a tool that waits for a
+    review: only approving it (``mcp_tool_review_approve``) does, after an admin has seen what changed."""
+    with change_scope(actor=actor, via=via):
+        stored = McpTool.objects.filter(pk=tool.pk).first()
+        if stored is not None:
+            asked = {name: getattr(tool, name) for name in instance_changes(tool, stored) & TOOL_SETTINGS}
+            asked.update(data or {})
+            if asked.get("enabled") and not stored.enabled and stored.review_required:
+                raise ValidationError({"enabled": [tool_enable_refused()]})
+        audited_save(tool, actor=actor, via=via, data=data, only=TOOL_SETTINGS)
     registry_contracts_changed_send(server_ids=[tool.server_id], actor=actor, via=via)
     return tool
 
@@ -188,24 +216,28 @@ def mcp_tool_update(*, tool: McpTool, actor: Any, via: str, data: Mapping[str, A
 @transaction.atomic
 def mcp_tool_review_approve(*, tool: McpTool, actor: Any, via: str) -> bool:
     """Accept a tool's changed description/schema (a rug-pull review): enabled again if it was when its review
-    began (an admin's "off" stays off). Returns False (and records nothing) if the tool awaits no review."""
-    if not tool.review_required:
-        return False
-    previous_schema = tool.previous_input_schema
-    audited_save(
-        tool,
-        actor=actor,
-        via=via,
-        data={
-            "review_required": False,
-            "enabled": tool.enabled_before_review,
-            "previous_description": "",
-            "previous_input_schema": None,
-        },
-        validate=False,
-        verb="review_approve",
-    )
-    _contract_fitted_to_schema(tool, previous_schema=previous_schema, actor=actor, via=via)
+    began (an admin's "off" stays off). Returns False (and records nothing) if the tool awaits no review. ``tool``
+    is read again under the configuration's lock (an admin action's rows were read before it): a review approved
+    meanwhile is not approved twice, and the approval is of the row as stored."""
+    with change_scope(actor=actor, via=via):
+        tool.refresh_from_db()
+        if not tool.review_required:
+            return False
+        previous_schema = tool.previous_input_schema
+        audited_save(
+            tool,
+            actor=actor,
+            via=via,
+            data={
+                "review_required": False,
+                "enabled": tool.enabled_before_review,
+                "previous_description": "",
+                "previous_input_schema": None,
+            },
+            validate=False,
+            verb="review_approve",
+        )
+        _contract_fitted_to_schema(tool, previous_schema=previous_schema, actor=actor, via=via)
     registry_contracts_changed_send(server_ids=[tool.server_id], actor=actor, via=via)
     return True
 
@@ -358,7 +390,13 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
 
 def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, actor: Any, via: str) -> None:
     """What a listing changes in the registry: tools added, changed (reviewed), vanished; the server's health,
-    resources and prompts. One transaction, in the discovery's change scope."""
+    resources and prompts. One transaction, in the discovery's change scope.
+
+    The scope takes the configuration's lock before anything is read (``audit.change_guard.config_write_lock``;
+    every writer of configuration takes it first, an admin's tool save too), so the tools are read as the last
+    change left them and none changes before this transaction ends; each tool's save writes only the fields of
+    its ``updates``. An admin's "disable" committed while the server was listing is read here and kept (a copy
+    of each tool read before the listing used to write its old ``enabled`` back)."""
     with transaction.atomic(), change_scope(actor=actor, via=via):
         McpServer.objects.select_for_update().filter(pk=server.pk).first()  # one discovery of a server at a time
         existing = {t.name: t for t in server.tools.all()}
