@@ -3,18 +3,21 @@
 **Reservation.** A budget holds per period (UTC day or month) a counter row (``BudgetUsage``): ``used`` (settled
 runs) and ``reserved`` (runs in flight). Admitting a run (``budget_reserve``, inside ``run_create``'s transaction)
 adds the budget's ``run_reservation_tokens`` (and their cost at the dearest token price of the run's model, a
-price the reservation keeps and the run is charged at: ``run_price``) to ``reserved`` with one conditional
-``UPDATE … WHERE used + reserved + reservation <= limit``; when no row is updated the run is refused (``429
-budget_exceeded``, ``Retry-After`` until the period ends) and the transaction rolls back any other budget's
-reservation. The condition is evaluated by the database on the row it updates (PostgreSQL re-checks it
-after taking the row lock; SQLite writes one transaction at a time), so concurrent admissions can never reserve
-more than the limit together. When the run ends (``budget_settle``, once, by compare-and-swap on the reservation)
-its reservation is released and its real tokens and cost are added to ``used``.
+price the reservation keeps with that model, at which the run is charged while it runs that model:
+``run_price``) to ``reserved`` with one conditional ``UPDATE … WHERE used + reserved + reservation <= limit``;
+when no row is updated the run is refused (``429 budget_exceeded``, ``Retry-After`` until the period ends) and
+the transaction rolls back any other budget's reservation. The condition is evaluated by the database on the row
+it updates (PostgreSQL re-checks it after taking the row lock; SQLite writes one transaction at a time), so
+concurrent admissions can never reserve more than the limit together. When the run ends (``budget_settle``, once,
+by compare-and-swap on the reservation) its reservation is released and its real tokens and cost are added to
+``used``.
 
 **The bound.** Before each model call the engine caps the call to what is left of the run's reservation
 (``agents.engine.input_token_bound`` bounds its input; ``max_tokens`` caps its output; a call whose input bound
 does not fit is not made: ``budget:run_ceiling``), so a run never spends more than its reservation and the
-period's spend never exceeds the limit (given the input bound, one token per UTF-8 byte, holds).
+period's spend never exceeds the limit (given the input bound, one token per UTF-8 byte, holds), unless the
+run's agent was switched to a dearer model after the run was admitted: such a run is charged what that model
+costs (``run_price``), past its reservation's cost if need be.
 """
 
 from __future__ import annotations
@@ -197,7 +200,13 @@ def budget_reserve(*, run: Run, agent: Agent, api_key: ApiKey | None, budgets: l
                 fields={"budget": budget.pk, "resets_at": end.isoformat()},
             )
         BudgetReservation.objects.create(
-            run=run, usage=usage, tokens=tokens, cost_micros=cost, **_admission_price_fields(price)
+            run=run,
+            usage=usage,
+            tokens=tokens,
+            cost_micros=cost,
+            provider=provider,
+            model_id=model_id,
+            **_admission_price_fields(price),
         )
 
 
@@ -299,16 +308,33 @@ def run_model(run: Run) -> tuple[str, str]:
     return run.agent.model_provider, run.agent.model_id
 
 
-def run_price(run: Run) -> ModelPrice | None:
-    """The price a run is charged at: for a run a budget admitted, the price of its model when it was admitted
-    (kept on its reservation, whose cost was reserved at it: a price raised or first set while the run is in
-    flight cannot take the budget past its limit); for any other run, its model's price now, as it finishes
-    (no limit rests on it, and a submission without a budget reads no price). None: free."""
-    reservation = BudgetReservation.objects.filter(run_id=run.pk, input_per_mtok__isnull=False).order_by("pk").first()
-    if reservation is not None:
-        return reservation.admission_price()
+def run_price(run: Run, *, token_usage: Mapping[str, Any]) -> ModelPrice | None:
+    """The price a run is charged at for this token usage. None: free.
+
+    - A run a budget admitted, whose model is the one it was admitted for: the price of that model when it was
+      admitted (kept on its reservation, whose cost was reserved at it): a price raised or first set while the run
+      is in flight cannot take the budget past its limit.
+    - A run a budget admitted whose model changed since (a run of an agent never published runs the model its
+      agent names when the run is claimed, and an admin may switch it while the run is queued or parked): the
+      dearer, for this usage, of the admission price and the price now of the model it ran. The admission price
+      alone counted a dear model's tokens at a cheap model's rates, so the limit was not a limit on what was
+      spent; the dearer of the two charges at least what was spent, and never less than the run would have cost
+      had its model stayed. Its reservation was priced for the old model, so such a run may take its period's
+      spend past the limit by its own overrun; the counters show that spend, and no run is admitted while it
+      stands.
+    - Any other run (no budget, or a reservation kept before its price was): its model's price now, as it
+      finishes (no limit rests on it, and a submission without a budget reads no price)."""
     provider, model_id = run_model(run)
-    return model_price_for(provider=provider, model_id=model_id)
+    reservation = BudgetReservation.objects.filter(run_id=run.pk, input_per_mtok__isnull=False).order_by("pk").first()
+    admitted = reservation.admission_price() if reservation is not None else None
+    if reservation is not None and (reservation.provider, reservation.model_id) == (provider, model_id):
+        return admitted
+    current = model_price_for(provider=provider, model_id=model_id)
+    if admitted is None or cost_micros(price=admitted, token_usage=token_usage) <= cost_micros(
+        price=current, token_usage=token_usage
+    ):
+        return current
+    return admitted
 
 
 def run_usage_fields(*, run: Run, token_usage: Mapping[str, Any]) -> dict[str, int]:
@@ -317,7 +343,8 @@ def run_usage_fields(*, run: Run, token_usage: Mapping[str, Any]) -> dict[str, i
     tokens = int(token_usage.get("input_tokens") or 0) + int(token_usage.get("output_tokens") or 0)
     if not any(int(token_usage.get(name) or 0) for name in _PRICED_COUNTS):
         return {"tokens": tokens, "cost_micros": 0}
-    return {"tokens": tokens, "cost_micros": cost_micros(price=run_price(run), token_usage=token_usage)}
+    price = run_price(run, token_usage=token_usage)
+    return {"tokens": tokens, "cost_micros": cost_micros(price=price, token_usage=token_usage)}
 
 
 # What ``cost_micros`` charges for.

@@ -1115,12 +1115,21 @@ def _config_import(
     # A rule is keyed by its agent, its name and its occurrence: the document's k-th rule of a name for an agent is
     # the agent's k-th rule of that name in the export's order (``order``, then id). The admin and the services
     # allow two rules of one name; keyed by name alone, an installation's own export was refused ("named twice").
-    occurrences: dict[tuple[str | None, str], int] = {}
+    # The document's rules of a name are ranked the same way (``order``, then their place in the document, as the
+    # rules an import creates take ascending ids in that place's order), not by their place alone: two listed out
+    # of ``order`` traded contents on every import, and an import into an empty installation disagreed with a
+    # re-import.
+    occurrences: dict[int, int] = {}
+    same_named: dict[tuple[str | None, str], list[int]] = {}
+    for i, rspec in enumerate(config.rules):
+        same_named.setdefault((rspec.agent, rspec.name), []).append(i)
+    for indices in same_named.values():
+        for rank, i in enumerate(sorted(indices, key=lambda i: (config.rules[i].order, i))):
+            occurrences[i] = rank
     stored_rules: dict[str | None, dict[str, list[DeterministicRule]]] = {}
     for i, rspec in enumerate(config.rules):
         where = f"rules[{i}] ({rspec.agent or '*'}.{rspec.name})"
-        key = (rspec.agent, rspec.name)
-        occurrence = occurrences[key] = occurrences.get(key, -1) + 1
+        occurrence = occurrences[i]
         agent = agents.get(rspec.agent) if rspec.agent else None
         if rspec.agent and agent is None:
             problems.add(

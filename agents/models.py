@@ -1250,6 +1250,11 @@ class BudgetReservation(models.Model):
     output_per_mtok = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
     cache_read_per_mtok = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
     cache_write_per_mtok = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
+    # The model that price is of (``run_model`` at admission): a run of an agent never published runs the model
+    # its agent names when the run is claimed, which an admin may have changed since; the admission price is the
+    # run's price only while the model is the same one. Empty: kept before the model was.
+    provider = models.CharField(max_length=20, blank=True, default="")
+    model_id = models.CharField(max_length=200, blank=True, default="")
 
     change_audit = NotConfiguration("a run's reservation against a budget")
 

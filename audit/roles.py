@@ -403,14 +403,22 @@ class LinkRecordingQuerySet(models.QuerySet):  # type: ignore[type-arg]
         return _links_written(self.model, self.db, lambda: {getattr(o, column) for o in objs}, write)
 
     def update(self, **kwargs: Any) -> int:
+        """Recorded for the rows that owned the links and those that own them after. A new owner given as an
+        expression (``bulk_update`` sets ``user_id=Case(When(pk=…, then=…))``, one value per row) is read by
+        selecting that expression over the same rows before the write, in its transaction: the new owner's
+        ``before`` must be taken before the write, so the rows cannot be read again after it instead."""
         owner_key = _LINKS[self.model].owner_key
-        moved_to = {getattr(v, "pk", v) for k, v in kwargs.items() if k in (owner_key.name, owner_key.attname)}
-        return _links_written(
-            self.model,
-            self.db,
-            lambda: {*self.values_list(owner_key.attname, flat=True), *moved_to},
-            partial(super().update, **kwargs),
-        )
+        given = [v for k, v in kwargs.items() if k in (owner_key.name, owner_key.attname)]
+        moved_to = {getattr(v, "pk", v) for v in given if not hasattr(v, "resolve_expression")}
+        computed = [v for v in given if hasattr(v, "resolve_expression")]
+
+        def owners() -> set[Any]:
+            found = {*self.values_list(owner_key.attname, flat=True), *moved_to}
+            for expression in computed:
+                found.update(self.annotate(_new_owner=expression).values_list("_new_owner", flat=True))
+            return found - {None}
+
+        return _links_written(self.model, self.db, owners, partial(super().update, **kwargs))
 
     def delete(self) -> tuple[int, dict[str, int]]:
         column = _LINKS[self.model].owner_key.attname

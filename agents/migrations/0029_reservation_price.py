@@ -29,4 +29,14 @@ class Migration(migrations.Migration):
             name="output_per_mtok",
             field=models.DecimalField(blank=True, decimal_places=4, max_digits=12, null=True),
         ),
+        migrations.AddField(
+            model_name="budgetreservation",
+            name="provider",
+            field=models.CharField(blank=True, default="", max_length=20),
+        ),
+        migrations.AddField(
+            model_name="budgetreservation",
+            name="model_id",
+            field=models.CharField(blank=True, default="", max_length=200),
+        ),
     ]

@@ -6,7 +6,9 @@
   budget;
 - a run a budget admitted is charged at the price it was admitted at, so a price raised (or first set) while it
   runs cannot take the budget past its cost limit; a run without a budget is charged at the price when it ends;
-- a reservation is priced at the dearest rate, a cache read's included.
+- a reservation is priced at the dearest rate, a cache read's included;
+- a run of an agent never published whose model an admin switched while the run was queued is charged (at least)
+  at the price of the model it ran, not at the admission price of the model it no longer runs.
 """
 
 from __future__ import annotations
@@ -17,13 +19,22 @@ from typing import Any
 
 import pytest
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 import agents.engine as engine
-from agents.budgets import _reservation_cost_micros, budget_create, cost_micros, model_price_update
+from agents.budgets import (
+    _reservation_cost_micros,
+    budget_create,
+    cost_micros,
+    model_price_create,
+    model_price_update,
+)
 from agents.execution import run_execute
-from agents.models import BudgetReservation, BudgetUsage, ModelPrice, Run
+from agents.models import Agent, BudgetReservation, BudgetUsage, ModelPrice, Run
+from agents.services import agent_update
 from tests.agents.test_budgets import price_house_model, scripted_agent, submit
 from tests.agents.test_budgets_unstored import interleave, turn_tokens
+from tests.conftest import ApiCaller
 
 pytestmark = pytest.mark.django_db
 
@@ -162,3 +173,56 @@ def test_a_reservation_is_priced_at_the_dearest_rate_a_cache_read_included() -> 
     all_read = {"input_tokens": 1000, "output_tokens": 0, "cache_read_tokens": 1000}
     assert cost_micros(price=price, token_usage=all_read) == 30_000
     assert _reservation_cost_micros(price=price, tokens=1000) == 30_000
+
+
+def price_big_model() -> None:
+    model_price_create(
+        actor="t",
+        via="tests",
+        data={"provider": "scripted", "model_id": "big-model", "input_per_mtok": 30, "output_per_mtok": 150},
+    )
+
+
+@pytest.mark.parametrize("budgeted", [True, False], ids=["budgeted", "unbudgeted"])
+def test_a_run_whose_agent_switched_to_a_dearer_model_while_it_was_queued_is_charged_at_that_model(
+    api_client: APIClient, api_caller: ApiCaller, budgeted: bool
+) -> None:
+    price_house_model()
+    price_big_model()
+    agent = scripted_agent(turns=1)
+    if budgeted:
+        budget_create(actor="t", via="tests", data={"api_key": api_caller.key, "period": "day", "max_cost": 100})
+    submit(api_client)
+    run = Run.objects.get()
+    # Never published: the run executes the model its agent names when it is claimed.
+    agent_update(agent=Agent.objects.get(pk=agent.pk), actor="t", via="tests", data={"model_id": "big-model"})
+
+    run_execute(run_id=str(run.id))
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    at_big_model = run.token_usage["input_tokens"] * 30 + run.token_usage["output_tokens"] * 150
+    assert run.cost_micros == at_big_model
+    if budgeted:
+        usage = BudgetUsage.objects.get()
+        assert (usage.used_cost_micros, usage.reserved_cost_micros) == (at_big_model, 0)
+
+
+def test_a_run_whose_agent_switched_to_a_cheaper_model_is_charged_at_its_admission_price(
+    api_client: APIClient, api_caller: ApiCaller
+) -> None:
+    price_house_model()
+    price_big_model()
+    agent = scripted_agent(turns=1)
+    agent_update(agent=Agent.objects.get(pk=agent.pk), actor="t", via="tests", data={"model_id": "big-model"})
+    budget_create(actor="t", via="tests", data={"api_key": api_caller.key, "period": "day", "max_cost": 100})
+    submit(api_client)
+    run = Run.objects.get()
+    assert BudgetReservation.objects.values_list("provider", "model_id").get() == ("scripted", "big-model")
+    agent_update(agent=Agent.objects.get(pk=agent.pk), actor="t", via="tests", data={"model_id": "house-model"})
+
+    run_execute(run_id=str(run.id))
+
+    run.refresh_from_db()
+    at_admission = run.token_usage["input_tokens"] * 30 + run.token_usage["output_tokens"] * 150
+    assert run.cost_micros == BudgetUsage.objects.get().used_cost_micros == at_admission

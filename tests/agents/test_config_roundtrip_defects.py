@@ -4,7 +4,9 @@ trip, all-or-nothing, every error names its entry and key) where it did not:
 2. a ``tools[]`` or ``contracts[]`` entry naming a tool a discovered server did not list is refused, naming its
    tools (registered, it was offered to the model); a name given before discovery is checked as discovery checks
    a listed one;
-3. two rules of one name for an agent (the admin allows them) re-import as themselves: keyed by occurrence;
+3. two rules of one name for an agent (the admin allows them) re-import as themselves: keyed by occurrence,
+   ranked in the document as the stored rules are (``order``, then place), so two listed out of ``order`` do not
+   trade contents on every import;
 4. a contract's arguments and limits are stored as written: no ``"required": false`` added, 1 not made 1.0;
 5. an environment name no process takes (``""``, ``A=B``, a NUL) is refused, naming it;
 6. whether a fallback the gate calls is a write no longer depends on the order of the contracts in a document;
@@ -118,6 +120,29 @@ def test_two_rules_of_one_name_re_import_as_themselves_and_round_trip(demo_agent
     config_import(actor="t", document=with_secrets(exported))
     assert DeterministicRule.objects.filter(name="자산 조회").count() == 2
     assert text(config_export()) == text(exported)
+
+
+def test_two_rules_of_one_name_listed_out_of_order_import_once_and_then_unchanged(demo_agent: Agent) -> None:
+    def rule(order: int, asset: str) -> dict[str, Any]:
+        return {
+            "agent": demo_agent.slug,
+            "name": "자산 조회",
+            "order": order,
+            "mcp_id": DEMO,
+            "tool": "get_asset_status",
+            "when": {"any_keywords": [asset]},
+            "params": {"asset_id": asset},
+        }
+
+    doc = {"rules": [rule(50, "A-1001"), rule(40, "A-1002")]}
+    first = config_import(actor="t", document=doc)
+    assert len(first.created) == 2
+    rows = DeterministicRule.objects.filter(name="자산 조회").order_by("id")
+    stored = list(rows.values_list("id", "order", "params"))
+    assert sorted((order, params["asset_id"]) for _id, order, params in stored) == [(40, "A-1002"), (50, "A-1001")]
+    for _again in range(2):
+        re_imports_unchanged(doc)  # the rows keep their contents: none is updated, no audit event is written
+        assert list(rows.values_list("id", "order", "params")) == stored
 
 
 # --- 4. a contract as written ---------------------------------------------------------------------------------

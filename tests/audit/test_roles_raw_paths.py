@@ -4,7 +4,8 @@ The defects this holds: (1) a write to the auth link tables themselves (``User.g
 ``bulk_create``, ``filter(...).delete()``, a row's ``delete``, on a user's groups and permissions and a group's
 permissions) recorded nothing; (2) deleting a permission took it from its groups and users with no record; (3) a
 queryset ``update(password=...)`` recorded no password change; (4) ``bulk_create`` of users or groups recorded no
-creation. And what must not change: the many-to-many paths, the services and the deletion of a group or a user
+creation; (5) ``bulk_update`` of link rows, which sets the owner by a ``Case`` expression, failed
+(``AttributeError``) instead of recording the owners it moved links between. And what must not change: the many-to-many paths, the services and the deletion of a group or a user
 record each change once, as before."""
 
 from __future__ import annotations
@@ -126,6 +127,30 @@ def test_the_many_to_many_paths_and_the_services_still_record_each_change_once()
         ("config.group.update", {"permissions": [[], ["agents.change_agent"]]}),
     ]
     assert [actor for _action, _name, actor, _args in events_since(before)][-2:] == ["admin", "admin"]
+
+
+def test_a_bulk_update_moving_a_link_row_records_both_owners_once() -> None:
+    ann = User.objects.create_user("ann-moved", password="x", is_staff=True)
+    bob = User.objects.create_user("bob-moved", password="x", is_staff=True)
+    ops, sec = Group.objects.create(name="ops-moved"), Group.objects.create(name="sec-moved")
+    ann.groups.add(ops)
+    bob.groups.add(sec)
+    user_groups = User.groups.through
+    row = user_groups.objects.get(user=ann, group=ops)
+    before = last_seq()
+
+    row.user = bob
+    assert user_groups.objects.bulk_update([row], ["user"]) == 1
+
+    assert sorted(events_since(before)) == [
+        ("config.user.update", "ann-moved", UNATTRIBUTED_ACTOR, {"groups": [["ops-moved"], []]}),
+        (
+            "config.user.update",
+            "bob-moved",
+            UNATTRIBUTED_ACTOR,
+            {"groups": [["sec-moved"], ["ops-moved", "sec-moved"]]},
+        ),
+    ]
 
 
 def test_deleting_a_group_or_a_user_records_only_the_deletion_as_before() -> None:
