@@ -889,16 +889,17 @@ def _execute_flow(
     calls_made: list[str] = []
     over_cap: list[FlowTooManyCalls] = []
     parked: list[str] = []
-    # The graph's tasks that ran beside the one that parked, in its step: they finish (``FlowParked``), their calls
-    # made (an approved write carried out, another asked for): none of them can depend on the parked call.
-    beside_parked: set[str] = set()
+    # The tasks whose calls parked (``FlowCallIds.calling_task``). Only a task beside each of them calls on: the
+    # tasks of their steps finish (``FlowParked``), subgraphs included, their calls made (an approved write carried
+    # out, another asked for): none of them can depend on a parked call.
+    parked_tasks: list[tuple[str, ...]] = []
     failures: list[str] = []  # the calls that failed (a write waiting for its approval has not)
 
     def call_tool(mcp_id: str, tool_name: str, params: dict[str, Any]) -> Any:
         # Between the flow's steps, as the ReAct loop checks between its own: a run cancelled (or out of time, or
         # taken over) sends nothing more, also when the flow caught the exception of an earlier call.
         task = call_ids.calling_task()
-        if parked and task not in beside_parked:
+        if parked and not all(call_ids.beside(task, other) for other in parked_tasks):
             raise FlowParked(parked[0])  # the flow caught the wait and called on: nothing goes out until it resumes
         if over_cap:  # the flow caught the stop and called on
             raise over_cap[0]
@@ -924,9 +925,7 @@ def _execute_flow(
             trace.append(
                 {"type": "approval", "approval_id": result.approval_id, "tool": tool_name, "args": result.args}
             )
-            if not parked and task is not None:
-                beside_parked.update(call_ids.running_beside(task))
-            beside_parked.discard(task)
+            parked_tasks.append(task)
             parked.append(result.approval_id)
             raise FlowParked(result.approval_id)
         if result.ok:

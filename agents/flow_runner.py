@@ -20,6 +20,7 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 from celery.exceptions import WorkerShutdown, WorkerTerminate
 from django.utils.translation import gettext as _
+from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.config import get_config
 from langgraph.errors import GraphBubbleUp
 
@@ -98,12 +99,14 @@ class FlowCallIds:
     that order is the same on every pass. The tasks of one step run side by side (parallel branches, a ``Send``
     fan-out) and their calls arrive in whichever order they happen to: each such task numbers its own,
     ``flow:<node>@<step>:<n>`` (``<node>#<i>`` for the i-th ``Send`` of a step), so that a branch gets the same ids
-    whatever the other does. A subgraph's task numbers its calls so as well, under its parents' names: its siblings
-    are not streamed to ``flow_run`` before it starts.
+    whatever the other does. A subgraph's task numbers its calls so as well, under the same names of its parent
+    tasks, outermost first (``flow:work#1@2/inner@1:1``): its siblings are not streamed to ``flow_run`` before it
+    starts, and two ``Send``s to one subgraph would otherwise share a counter and swap numbers between passes.
 
     ``flow_run`` tells it the graph's own tasks as they start and end (the stream shows a step's tasks before any
-    of them runs); the other methods are called in the calling task's context (LangGraph's config of that task).
-    A task's calls made at once (``asyncio.gather`` in one node) are numbered in the order they arrive."""
+    of them runs), and every task's name, step and ``Send`` index as it starts, its subgraphs' included
+    (``FlowTaskStarts``); the other methods are called in the calling task's context (LangGraph's config of that
+    task). A task's calls made at once (``asyncio.gather`` in one node) are numbered in the order they arrive."""
 
     def __init__(self) -> None:
         self._in_order = 0
@@ -111,6 +114,8 @@ class FlowCallIds:
         self._started: set[str] = set()
         self._running: set[str] = set()
         self._side_by_side: set[str] = set()
+        self._names: dict[str, str] = {}  # task id -> "<node>#<i>@<step>", of every task seen starting
+        self.unnamed: FlowCallUnnamed | None = None
 
     def task_started(self, task_id: str) -> None:
         self._started.add(task_id)
@@ -121,30 +126,84 @@ class FlowCallIds:
     def task_ended(self, task_id: str) -> None:
         self._running.discard(task_id)
 
-    def calling_task(self) -> str | None:
-        """The id of the graph's own task that calls, or None (a subgraph's task, or no task: the builder)."""
-        parents, task_id = _task_of(_task_metadata())
-        return task_id if not parents and task_id in self._started else None
+    def task_seen(self, metadata: dict[str, Any]) -> None:
+        """A task of the graph or of a subgraph starts (LangGraph's metadata of it): its name in call ids."""
+        *_parents, own = _namespace(metadata) or ("",)
+        _node, colon, task_id = own.rpartition(":")
+        if colon and task_id not in self._names:
+            self._names[task_id] = _task_name(metadata)
 
-    def running_beside(self, task_id: str) -> set[str]:
-        """The graph's own tasks that run in the same step as ``task_id``, side by side with it."""
-        return self._running - {task_id} if task_id in self._side_by_side else set()
+    def calling_task(self) -> tuple[str, ...]:
+        """The calling task, as its namespace: ``<node>:<task id>`` of its outermost parent task first, its own
+        last; () outside a task (a flow's builder). For ``beside``."""
+        return _namespace(_task_metadata())
+
+    @staticmethod
+    def beside(task: tuple[str, ...], parked: tuple[str, ...]) -> bool:
+        """Whether ``task`` may call on after ``parked`` waited for an approval: where the two part, both are tasks
+        of one graph (or subgraph) run. A waiting call stops each graph it runs in after its step: that run's other
+        tasks are of that step, and so is everything they run, subgraphs included (they cannot depend on the
+        waiting call). The task that waits, its parents and what it runs afterwards, a subgraph run again by a
+        parent that caught the wait (a namespace part without a task id: its n-th run), are not beside it."""
+        for mine, theirs in zip(task, parked, strict=False):
+            if mine != theirs:
+                return ":" in mine and ":" in theirs
+        return False
 
     def next_call_id(self) -> str:
+        """The calling task's next call id. Raises ``FlowCallUnnamed`` (also for every later call) when a parent
+        task of a subgraph's task was not seen starting: the id could differ between passes and an approval meet
+        another call, so the call is not made."""
+        if self.unnamed is not None:
+            raise self.unnamed
         metadata = _task_metadata()
-        parents, task_id = _task_of(metadata)
-        if not task_id or (not parents and task_id in self._started and task_id not in self._side_by_side):
+        namespace = _namespace(metadata)
+        task_id = namespace[-1].rpartition(":")[2] if namespace else ""
+        if not namespace or (len(namespace) == 1 and task_id in self._started and task_id not in self._side_by_side):
             self._in_order += 1
             return f"flow:{self._in_order}"
-        node = str(metadata.get("langgraph_node") or "")
-        path: tuple[Any, ...] = tuple(metadata.get("langgraph_path") or ())
-        if len(path) > 1 and path[0] == "__pregel_push" and isinstance(path[1], int):
-            node = f"{node}#{path[1]}"
-        task = "/".join([*parents, node]) + f"@{metadata.get('langgraph_step')}"
+        names = []
+        for parent in namespace[:-1]:
+            _node, colon, parent_id = parent.rpartition(":")
+            if not colon:
+                names.append(parent)  # not a task: a parent task's n-th subgraph run after its first
+            elif parent_id in self._names:
+                names.append(self._names[parent_id])
+            else:
+                self.unnamed = FlowCallUnnamed()
+                raise self.unnamed
+        task = "/".join([*names, _task_name(metadata)])
         if len(task) > 80:  # the id is stored in 100 characters (an approval's, an audit event's call_id)
             task = f"{task[:60]}~{hashlib.sha256(task.encode()).hexdigest()[:12]}"
         self._by_task[task] = self._by_task.get(task, 0) + 1
         return f"flow:{task}:{self._by_task[task]}"
+
+
+class FlowCallUnnamed(Exception):
+    """Raised by ``FlowCallIds.next_call_id`` for a subgraph's call whose parent task was not seen starting."""
+
+    @property
+    def message(self) -> str:
+        return _(
+            "The flow's call was not made: the subgraph task that made it cannot be named the same way on every "
+            "pass (its parent task was not seen starting), so an approval could be given to another call."
+        )
+
+
+class FlowTaskStarts(BaseCallbackHandler):
+    """Tells ``FlowCallIds`` each task of a flow's graph as it starts, its subgraphs' tasks included: LangChain
+    calls ``on_chain_start`` with the task's metadata (name, step, path) before its node runs. Only the calling task's
+    own metadata is at hand when it calls, and a stream chunk of a task has no ``Send`` index nor step."""
+
+    run_inline = True  # before the task runs, also in an async graph
+
+    def __init__(self, call_ids: FlowCallIds) -> None:
+        self.call_ids = call_ids
+
+    def on_chain_start(
+        self, serialized: dict[str, Any], inputs: dict[str, Any], *, metadata: dict[str, Any] | None = None, **kw: Any
+    ) -> None:
+        self.call_ids.task_seen(metadata or {})
 
 
 def _task_metadata() -> dict[str, Any]:
@@ -155,13 +214,20 @@ def _task_metadata() -> dict[str, Any]:
         return {}
 
 
-def _task_of(metadata: dict[str, Any]) -> tuple[list[str], str]:
-    """The names of the task's parents (subgraph nodes), outermost first, and its id ("" outside a task)."""
+def _namespace(metadata: dict[str, Any]) -> tuple[str, ...]:
+    """The task's namespace, outermost first: ``<node>:<task id>`` for each of its parent tasks (subgraph nodes)
+    and for itself (a node's name holds neither | nor :), and a number where a parent runs a subgraph again."""
     namespace = str(metadata.get("langgraph_checkpoint_ns") or "")
-    if not namespace:
-        return [], ""
-    *parents, own = namespace.split("|")  # "<node>:<task id>" each; a node's name holds neither | nor :
-    return [parent.rpartition(":")[0] for parent in parents], own.rpartition(":")[2]
+    return tuple(namespace.split("|")) if namespace else ()
+
+
+def _task_name(metadata: dict[str, Any]) -> str:
+    """``<node>@<step>``, ``<node>#<i>@<step>`` for the task of a step's i-th ``Send``: the same on every pass."""
+    node = str(metadata.get("langgraph_node") or "")
+    path: tuple[Any, ...] = tuple(metadata.get("langgraph_path") or ())
+    if len(path) > 1 and path[0] == "__pregel_push" and isinstance(path[1], int):
+        node = f"{node}#{path[1]}"
+    return f"{node}@{metadata.get('langgraph_step')}"
 
 
 # How long before its run's time limit a flow's coroutine is cancelled (before Celery's soft limit interrupts the
@@ -248,7 +314,8 @@ def flow_run(
             "a2a_data": list(settings.a2a_data),
             "messages": [],
         }
-        async for mode, chunk in graph.astream(inputs, stream_mode=["updates", "values", "tasks"]):
+        config = {"callbacks": [FlowTaskStarts(call_ids)]} if call_ids is not None else None
+        async for mode, chunk in graph.astream(inputs, config, stream_mode=["updates", "values", "tasks"]):
             if mode == "values":
                 final = chunk
                 continue
@@ -296,6 +363,8 @@ def flow_run(
         return FlowResult(parked_on=exc.approval_id)
     except FlowTooManyCalls as exc:
         return FlowResult(error_code="flow:too_many_calls", error_message=exc.message)
+    except FlowCallUnnamed as exc:
+        return FlowResult(error_code="flow:error", error_message=exc.message)
     except FlowInterrupted:
         return FlowResult(
             error_code="flow:error",
@@ -316,6 +385,8 @@ def flow_run(
         # "running" (redelivered until worker_lost). KeyboardInterrupt and GeneratorExit still propagate.
         logger.error("flow %s raised SystemExit(%s) in run %s", flow_graph, exc.code, settings.run_id)
         return FlowResult(error_code="flow:error", error_message=f"SystemExit: {exc}")
+    if call_ids is not None and call_ids.unnamed is not None:  # whatever the flow made of the exception
+        return FlowResult(error_code="flow:error", error_message=call_ids.unnamed.message)
     return _flow_answer(state)
 
 
