@@ -246,9 +246,10 @@ _STEP_TYPES = frozenset({"rule", "deterministic_call", "flow_call", "flow_node",
 
 def _in_order(entries: list[dict[str, Any]], call_of_approval: dict[str, str]) -> list[dict[str, Any]]:
     """The trace's entries in the order they happened. A run's events may hold several passes, each opened by a
-    ``pass`` entry (a run resumed after an approval, or taken over from a lost worker): each pass is put in order
-    on its own (``_pass_in_order``), with the turns the engine counts before it — those of the passes before it,
-    less those of a pass that was lost (the pass that took it over started again from the stored conversation)."""
+    ``pass`` entry (a run resumed after an approval, taken over from a lost worker, or retried after an error):
+    each pass is put in order on its own (``_pass_in_order``), with the turns the engine counts before it — those
+    of the passes before it, less those of a pass cut short (the pass that took it over, or retried it, started
+    again from the stored conversation)."""
     ordered: list[dict[str, Any]] = []
     segment: list[dict[str, Any]] = []
     turns_before = 0
@@ -261,7 +262,7 @@ def _in_order(entries: list[dict[str, Any]], call_of_approval: dict[str, str]) -
             segment.append(entry)
             continue
         ordered.extend(_pass_in_order(segment, call_of_approval, turns_before))
-        if not entry.get("taken_over"):
+        if not (entry.get("taken_over") or entry.get("retried")):
             turns_before += own_turns(segment)
         ordered.append(entry)
         segment = []
@@ -354,19 +355,54 @@ def _pass_in_order(
     return ordered
 
 
+def _pass_start(running: dict[str, Any], before: Any, delivery_before: float | None) -> str:
+    """How a pass of the run began, from its ``running`` status event, the ``status`` event before it and the
+    delivery of the pass before it: ``retried`` — the next delivery after its worker gave the run back on an error
+    a retry can fix (a ``queued`` event with the reason ``retryable``: ``RunClaim.release``); ``taken_over`` —
+    any other later delivery: one whose worker was lost, whose claim lapsed (no ``queued`` event between the
+    passes, or a delivery that never wrote its ``running`` event in between) or that the reconciler queued again
+    (``worker_lost: …``); or "" — the run's first delivery (its first pass, or one resumed after an approval:
+    deliveries are counted afresh then)."""
+    delivery = _number(running.get("delivery"))
+    if delivery is None or delivery < 2:
+        return ""
+    released = isinstance(before, dict) and before.get("status") == "queued" and before.get("reason") == "retryable"
+    if released and (delivery_before is None or delivery == delivery_before + 1):
+        return "retried"
+    return "taken_over"
+
+
+def _pass_starts(statuses: list[Any]) -> list[str]:
+    """``_pass_start`` of each ``running`` status event in ``statuses`` (the run's, in order)."""
+    starts: list[str] = []
+    before: Any = None
+    delivery_before: float | None = None
+    for data in statuses:
+        if isinstance(data, dict) and data.get("status") == "running":
+            starts.append(_pass_start(data, before, delivery_before))
+            delivery_before = _number(data.get("delivery"))
+        before = data
+    return starts
+
+
 def _entries_from_events(run: Run) -> list[dict[str, Any]]:
     """The run's steps as its events recorded them (masked, as they happened), in the trace's shapes. Each pass
     of the run (its ``running`` status event) opens with a ``pass`` entry: its number, and whether it took the
-    run over from a worker that was lost (a second delivery, or later) or resumed it after an approval."""
+    run over from a worker that was lost, started it again after an error a retry can fix, or resumed it after an
+    approval (``_pass_start``)."""
+    events = list(run.events.order_by("seq").values_list("kind", "data"))
+    starts = iter(_pass_starts([data for kind, data in events if kind == "status"]))
     entries: list[dict[str, Any]] = []
     passes = 0
-    for kind, data in run.events.order_by("seq").values_list("kind", "data"):
+    for kind, data in events:
         if not isinstance(data, dict):
             continue
         if kind == "status" and data.get("status") == "running":
             passes += 1
-            delivery = _number(data.get("delivery"))
-            entries.append({"type": "pass", "pass": passes, "taken_over": delivery is not None and delivery >= 2})
+            start = next(starts)
+            entries.append(
+                {"type": "pass", "pass": passes, "taken_over": start == "taken_over", "retried": start == "retried"}
+            )
         elif kind == "rule":
             entries.append({**data, "type": "rule"})
         elif kind == "deterministic_result":
@@ -616,17 +652,29 @@ class _Timeline:
         return None  # the run's answer is the last step
 
     def _pass(self, entry: dict[str, Any]) -> TimelineStep | None:
-        """Where a pass of the run begins (its first is no step): one taken over from a lost worker started
-        again, so its model turns are counted again from where the lost pass began."""
+        """Where a pass of the run begins (its first is no step): one taken over from a lost worker, or retried
+        after an error a retry can fix, started again, so its model turns are counted again from where the pass
+        cut short began. Only a lost worker makes the pass degraded: a retry is the run working as it should."""
         number = _number(entry.get("pass"))
         self.pass_now = int(number) if number is not None else None
         taken_over = bool(entry.get("taken_over"))
-        if taken_over:
+        retried = bool(entry.get("retried"))
+        if taken_over or retried:
             self.turns = self.turns_before_pass
         self.turns_before_pass = self.turns
-        if not taken_over and (number is None or number <= 1):
+        if not (taken_over or retried) and (number is None or number <= 1):
             return None
         shown = "?" if number is None else f"{number:g}"
+        if retried:
+            return TimelineStep(
+                kind="pass",
+                label=gettext("pass %(n)s") % {"n": shown},
+                status_text=gettext("retried after an error"),
+                note=gettext(
+                    "The pass before stopped at an error a retry can fix (the database or the message broker did "
+                    "not answer); the run started again here from its last stored state."
+                ),
+            )
         if taken_over:
             return TimelineStep(
                 kind="pass",
@@ -957,8 +1005,8 @@ def run_summary(run: Run) -> list[str]:
         parts.append(gettext("no model call (%(n)s saved by rules)") % {"n": tokens("model_calls_saved")})
     if run.cost_micros:
         parts.append(gettext("cost: US$%(usd)s") % {"usd": usd_text(run.cost_micros)})
-    statuses = run.events.filter(kind="status").values_list("data", flat=True)
-    taken_over = sum(1 for s in statuses if isinstance(s, dict) and (_number(s.get("delivery")) or 0) >= 2)
+    statuses = list(run.events.filter(kind="status").order_by("seq").values_list("data", flat=True))
+    taken_over = _pass_starts(statuses).count("taken_over")  # a pass retried after an error is no takeover
     if taken_over:  # said here too: a finished run's page shows its stored trace, the last pass's steps alone
         parts.append(gettext("taken over %(n)s time(s): a worker was lost") % {"n": taken_over})
     return parts

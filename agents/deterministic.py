@@ -335,14 +335,19 @@ _ANSWER_PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*(?:\*[\w.]*)*)(?:\|([^{}|]*
 
 
 def placeholder_problems(
-    when: Any, params: Any, answer_template: str, *, attempts: bool = True
+    when: Any, params: Any, answer_template: str, *, attempts: bool = True, named_params: bool = True
 ) -> dict[str, list[str]]:
     """What a rule's placeholders name that no run could give (a rule that could never fill them would be
     skipped every time, or answer with its braces): ``{match.X}`` without a named group ``X`` in the regex, in
     the params (every text in them, also a list's items and an object's members, each problem named by where it
     is: ``floors[1]``, ``filter.floor``) or the answer template; in the answer template, a placeholder of no
     known source (``query``, ``result``, ``result.KEY``, ``match.X``, ``params.X``), ``{params.X}`` of no
-    parameter the rule sends, or a brace left open. Per field."""
+    parameter the rule sends (``named_params``), or a brace left open. Per field.
+
+    Two checks came after rules were stored, so a caller that saves a stored rule turns them off where what they
+    read is unchanged, and such a rule still saves and imports as it is: ``attempts`` (what reads as a placeholder
+    in the params and is none), False where the params are unchanged; ``named_params`` (``{params.X}`` of no
+    parameter), False where neither the params nor the answer template changed."""
     pattern = when.get("regex") if isinstance(when, dict) else None
     try:
         groups: set[str] | None = set(_compiled(pattern).groupindex) if isinstance(pattern, str) and pattern else set()
@@ -365,7 +370,7 @@ def placeholder_problems(
         # ``{params.NAME}`` (or ``{params.NAME.KEY}``) of no argument the rule sends: it never has a value, and
         # every answer would be the tool's own text.
         first = re.split(r"[.*]", name.partition(".")[2], maxsplit=1)[0]
-        if not isinstance(params, dict) or first in params or nfc(first) in params:
+        if not named_params or not isinstance(params, dict) or first in params or nfc(first) in params:
             return None
         return gettext("%(placeholder)s: the rule sends no parameter '%(name)s' (its parameters: %(names)s)") % {
             "placeholder": f"{{{name}}}",

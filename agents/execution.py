@@ -141,11 +141,19 @@ class RunClaim:
             raise RunStopped("time limit")
 
     def release(self) -> None:
-        """Give the run back to the queue (a retryable error: the task's retry claims it again). Best effort: if
-        the database is down, the lease lapses instead."""
+        """Give the run back to the queue (a retryable error: the task's retry claims it again), with its
+        ``status`` event ``{"status": "queued", "reason": "retryable"}`` in the same transaction: the retry is a
+        later delivery, and the run's page reads the reason to tell it from a pass that took the run over from a
+        lost worker (``worker_lost: …``, or no ``queued`` event between the passes: a lapsed claim). Best effort:
+        if the database is down, the lease lapses instead."""
         stale = timedelta(seconds=float(lifecycle_setting("PLATFORM_RUN_QUEUED_STALE_S")))
         try:
-            self.mine().update(status=Run.Status.QUEUED, lease_expires_at=timezone.now() + stale)
+            with transaction.atomic():
+                released = self.mine().update(status=Run.Status.QUEUED, lease_expires_at=timezone.now() + stale)
+                if released == 1:
+                    RunEventWriter(run_id=self.run_id, secrets=[]).emit(
+                        "status", {"status": "queued", "reason": "retryable"}
+                    )
         except DatabaseError as exc:
             logger.warning("run %s: could not release the claim (%s); its lease will lapse", self.run_id, exc)
 

@@ -722,9 +722,17 @@ class DeterministicRule(AuditedModel):
                         str(_("%(field)s: an empty keyword matches every query; remove it.") % {"field": name})
                         for name in empty
                     ]
-            problems = placeholder_problems(self.when, self.params, self.answer_template)
-            if problems.get("params") and self.pk is not None and self.params == stored_value(self, "params"):
-                problems = placeholder_problems(self.when, self.params, self.answer_template, attempts=False)
+            # Checks that came after rules were stored read only what changed: a stored rule saves as it is (its
+            # literal braces, which its tool may read itself; a template naming a parameter it never sent).
+            params_kept = self.pk is not None and self.params == stored_value(self, "params")
+            template_kept = self.pk is not None and self.answer_template == stored_value(self, "answer_template")
+            problems = placeholder_problems(
+                self.when,
+                self.params,
+                self.answer_template,
+                attempts=not params_kept,
+                named_params=not (params_kept and template_kept),
+            )
             for field_name, found in problems.items():
                 errors.setdefault(field_name, []).extend(found)
             available = (self.when or {}).get("tool_available") if isinstance(self.when, dict) else None

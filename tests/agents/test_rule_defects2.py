@@ -4,7 +4,8 @@
    ``filter = {"floor": "{match.flor}"}``) was never checked: saved, then skipped on every query (or sent as
    written); now refused as a top-level one is, naming where it is (``floors[1]``, ``filter.floor``);
 3. ``{params.NAME}`` in an answer template was never checked: a NAME the rule does not send made every answer the
-   tool's raw output; now refused, naming the parameters the rule sends;
+   tool's raw output; now refused, naming the parameters the rule sends — where the params or the answer template
+   change (``named_params``): a rule stored before the check still saves, and its export imports, as it is;
 4. a context condition read a flat key (``context.get("user.tier")``) while ``{context.user.tier}`` followed the
    dots: neither shape of context both matched and filled the params; both read the exact key first, then the
    dotted path (as data conditions do);
@@ -25,9 +26,11 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from agents.configuration import config_export, config_import
 from agents.deterministic import RuleSpec, decide, match_conditions, placeholder_problems, render_answer
 from agents.models import Agent, DeterministicRule, Run
 from agents.rule_tester import RuleTesterForm, rules_trial, trials_summary
+from agents.services import deterministic_rule_update
 from agents.tools import DeterministicContext, deterministic_tool
 from mcpregistry.models import McpServer, McpTool, ToolContract
 from tests.agents.test_rule_input_forms import run_now
@@ -113,6 +116,42 @@ def test_an_answer_template_naming_a_parameter_the_rule_does_not_send_is_refused
     ]
     assert placeholder_problems({}, {"q": "{query}"}, "{params.q}층: {result.rooms}") == {}
     assert placeholder_problems({}, {"filter": {"floor": 3}}, "{params.filter.floor}층") == {}
+
+
+def test_a_parameter_the_rule_does_not_send_is_not_checked_where_neither_params_nor_template_changed() -> None:
+    assert placeholder_problems({}, {}, "{params.q} 방을 찾았습니다", named_params=False) == {}
+    assert placeholder_problems({}, {}, "{params.q} 방을 찾았습니다")["answer_template"] == [
+        "{params.q}: the rule sends no parameter 'q' (its parameters: none)"
+    ]
+    # Only that check: a placeholder of no known source is refused still.
+    assert "answer_template" in placeholder_problems({}, {}, "{bogus.q}", named_params=False)
+
+
+@pytest.mark.django_db
+def test_a_rule_stored_before_the_params_check_saves_and_imports_as_it_is(floors_server) -> None:
+    agent = Agent.objects.create(slug="rooms", name="rooms")
+    agent.servers.set([floors_server])
+    rule = DeterministicRule(
+        agent=agent,
+        name="방",
+        server=floors_server,
+        tool_name="find_rooms",
+        when=FLOOR_WHEN,
+        params={},
+        answer_template="{params.q} 방을 찾았습니다",
+    )
+    rule.save()  # stored before the check (test code may write rows directly)
+
+    rule.name = "방 찾기"
+    deterministic_rule_update(rule=rule, actor="test", via="tests")
+    config_import(document=json.loads(json.dumps(config_export())), actor="test", via="tests")
+
+    rule.answer_template = "{params.qq} 방을 찾았습니다"
+    with pytest.raises(ValidationError) as refused:
+        deterministic_rule_update(rule=rule, actor="test", via="tests")
+    assert refused.value.message_dict["answer_template"] == [
+        "{params.qq}: the rule sends no parameter 'qq' (its parameters: none)"
+    ]
 
 
 # ---- 4. context conditions and {context.…} read the same paths ----------------------------------------------------

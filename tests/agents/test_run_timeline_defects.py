@@ -11,7 +11,10 @@
 5. a shadow run's page says it is a shadow, which version it ran, and links to its live run, and back, and to
    their comparison;
 6. a run taken over from a lost worker marks where the new pass began, counts its model turns again from there,
-   does not count a call repeated by the new pass as a retry, and its summary says a worker was lost;
+   does not count a call repeated by the new pass as a retry, and its summary says a worker was lost; a pass
+   retried after an error a retry can fix (the worker gave the run back: its ``queued`` event says
+   ``retryable``) is no takeover: it reads "retried after an error", not degraded, and the summary counts no
+   lost worker;
 7. a call the open circuit never let through shows no duration ("0.0 ms").
 """
 
@@ -22,12 +25,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import OperationalError
 from django.utils import timezone
 
 from agents.admin_runs import _in_order
 from agents.approvals import approval_decide
 from agents.execution import run_execute
-from agents.models import Approval, Run, ShadowComparison
+from agents.models import Approval, Run, RunEvent, ShadowComparison
 from agents.services import agent_version_publish
 from audit.services import audit_event_record
 from tests.agents.test_admin_runs import an_approval
@@ -247,6 +251,60 @@ def test_a_model_run_taken_over_counts_its_turns_again_and_says_a_worker_was_los
     marker = order.index("pass 2")
     assert order[marker - 1] == "model turn 1" and order[marker + 1] == "model turn 1", order
     assert "model turn 2" not in order
+    assert "taken over 1 time(s): a worker was lost" in summary_of(page(admin_client, run))
+
+
+def a_database_hiccup() -> None:
+    raise OperationalError("server closed the connection unexpectedly")
+
+
+def test_a_flow_retried_after_a_database_hiccup_is_no_takeover(
+    admin_client: Any,
+    flow_run: Any,  # noqa: F811
+    monkeypatch: Any,
+) -> None:
+    run, _file = flow_run
+    interleave(monkeypatch, "tool_call", a_database_hiccup)  # after the flow's first call
+    with pytest.raises(OperationalError):
+        run_execute(run_id=str(run.id))  # the worker gives the run back; the task's retry claims it again
+    monkeypatch.undo()
+    statuses = list(RunEvent.objects.filter(run=run, kind="status").order_by("seq").values_list("data", flat=True))
+    assert statuses[-1] == {"status": "queued", "reason": "retryable"}
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert (run.status, run.delivery_count) == (Run.Status.AWAITING_APPROVAL, 2)
+
+    found = timeline(admin_client, run)
+
+    marker = [s[0].split()[0] for s in found].index("step-pass")
+    assert "retried after an error" in found[marker][2] and "status-degraded" not in found[marker][0]
+    assert "taken over" not in " ".join(s[2] for s in found)
+    assert "taken over" not in summary_of(page(admin_client, run))
+    reads = [s for s in found if "flow-writes.record_read" in s[2] and "step-flow" in s[0]]
+    assert len(reads) == 2 and all("1 attempt(s)" in read[2] for read in reads)  # each pass's call: no retry
+
+
+def test_a_model_run_retried_counts_its_turns_again_and_a_later_lost_worker_is_still_a_takeover(
+    writer: Any,  # noqa: F811
+    admin_client: Any,
+    monkeypatch: Any,
+) -> None:
+    run, _client = writer
+    interleave(monkeypatch, "model_turn", a_database_hiccup)
+    with pytest.raises(OperationalError):
+        run_execute(run_id=str(run.id))
+    monkeypatch.undo()
+    interleave(monkeypatch, "model_turn", lambda: lose_the_worker(run))
+    run_execute(run_id=str(run.id))  # the retry: its worker is lost after its first turn
+    monkeypatch.undo()
+    run_execute(run_id=str(run.id))  # the third delivery takes the run over
+    run.refresh_from_db()
+    assert (run.status, run.delivery_count) == (Run.Status.AWAITING_APPROVAL, 3)
+
+    order = labels(timeline(admin_client, run))
+
+    assert order.count("model turn 1") == 3 and "model turn 2" not in order, order
+    assert order.index("pass 2") < order.index("pass 3")
     assert "taken over 1 time(s): a worker was lost" in summary_of(page(admin_client, run))
 
 
