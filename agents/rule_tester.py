@@ -23,7 +23,7 @@ from agents.decision_reasons import reason_text
 from agents.models import Agent, AgentVersion
 from agents.rule_form import key_value_pairs
 from audit.labels import reason_label
-from mcpregistry.list_fields import data_parts_from_text, line_problem
+from mcpregistry.list_fields import data_parts_from_text, line_blocks, line_problem
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -253,19 +253,16 @@ def file_parts_from_text(text: str) -> list[dict[str, Any]]:
     """Files as ``KEY=value`` lines, a blank line between files; each value is text as typed (a file's name
     ``2024`` stays a name). A line without ``=``, or a key given twice in one file, is refused naming the line."""
     files: list[dict[str, Any]] = []
-    file: dict[str, Any] = {}
-    for number, line in enumerate([*text.splitlines(), ""], start=1):
-        if not line.strip():
-            if file:
-                files.append(file)
-            file = {}
-            continue
-        key, sep, value = line.strip().partition("=")
-        if not sep or not key.strip():
-            raise line_problem(number, gettext("write KEY=value"))
-        if key.strip() in file:
-            raise line_problem(number, gettext("%(key)s is given twice") % {"key": key.strip()})
-        file[key.strip()] = value.strip()
+    for block in line_blocks(text):
+        file: dict[str, Any] = {}
+        for number, line in block:
+            key, sep, value = line.strip().partition("=")
+            if not sep or not key.strip():
+                raise line_problem(number, gettext("write KEY=value"))
+            if key.strip() in file:
+                raise line_problem(number, gettext("%(key)s is given twice") % {"key": key.strip()})
+            file[key.strip()] = value.strip()
+        files.append(file)
     return files
 
 

@@ -357,18 +357,27 @@ def data_parts_text(parts: Any) -> str | None:
     return "\n\n".join(block for block in blocks if block is not None)
 
 
+def line_blocks(text: str) -> list[list[tuple[int, str]]]:
+    """The blocks of ``text``'s lines that blank lines separate (data parts, files), each line with its number
+    (counted from 1, for an error that names it); no empty block."""
+    blocks: list[list[tuple[int, str]]] = [[]]
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            blocks[-1].append((number, line))
+        elif blocks[-1]:
+            blocks.append([])
+    return [block for block in blocks if block]
+
+
 def data_parts_from_text(text: str) -> list[dict[str, Any]]:
     """The inverse of :func:`data_parts_text`; a line that does not read (no ``=``, a path given twice or both
     as a value and as an object) is refused, naming it."""
     parts: list[dict[str, Any]] = []
-    part: dict[str, Any] = {}
-    for number, line in enumerate([*text.splitlines(), ""], start=1):
-        if not line.strip():
-            if part:
-                parts.append(part)
-            part = {}
-            continue
-        put_path(part, *key_value_line(line, number), number=number)
+    for block in line_blocks(text):
+        part: dict[str, Any] = {}
+        for number, line in block:
+            put_path(part, *key_value_line(line, number), number=number)
+        parts.append(part)
     return parts
 
 
