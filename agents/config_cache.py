@@ -26,7 +26,7 @@ from agents.deterministic import RuleSpec
 from agents.models import Agent, AgentArm, AgentVersion, ApiKey, Budget, Run
 from agents.selectors import deterministic_rule_specs
 from agents.versions import version_contracts, version_rules, version_servers
-from audit.change_guard import config_generation
+from audit.change_guard import config_generation, rows_read_only
 from mcpregistry.models import McpServer, McpTool, ToolContract
 
 # Entries kept per process: one per (agent, version) that ran since the last change.
@@ -95,7 +95,8 @@ def _held(store: dict[Any, tuple[str, Any]], key: Any, generation: str | None, l
             held = store.get(key)
         if held is not None and held[0] == generation:
             return held[1]
-    loaded = load()
+    with rows_read_only():  # what is held here is read, never saved: its rows need not remember what they read
+        loaded = load()
     if generation is not None:
         with _lock:
             if len(store) >= MAX_ENTRIES:

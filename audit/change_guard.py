@@ -377,8 +377,9 @@ def m2m_changed_guard(sender: Any, instance: Any, action: str, reverse: bool, mo
 
 @dataclass(frozen=True)
 class _JsonText:
-    """A JSON value (a dict or a list) as it was read, kept as its canonical text: a copy the caller's changes in
-    place cannot reach, made by the C encoder (a deep copy of every schema and frozen version read costs more)."""
+    """A JSON value (a dict or a list) as it was read, kept as its text: a copy the caller's changes in place
+    cannot reach, made by the C encoder (a deep copy of every schema and frozen version read costs more). Its keys
+    in their order and its values by their JSON type: ``true`` is not ``1``, as a tool receiving it tells apart."""
 
     text: str
 
@@ -386,15 +387,41 @@ class _JsonText:
 def _kept(value: Any) -> Any:
     if isinstance(value, dict | list):
         try:
-            return _JsonText(json.dumps(value, sort_keys=True, default=str))
+            return _JsonText(json.dumps(value, default=str))
         except (TypeError, ValueError):
-            return object()  # keys that cannot be sorted: never equal, so the field counts as changed
+            return object()  # a value JSON cannot write: never equal, so the field counts as changed
+    if isinstance(value, bool):
+        return ("bool", value)  # Python's True == 1: a JSON field's true is not its 1
     return value
+
+
+def values_differ(a: Any, b: Any) -> bool:
+    """Whether two values of one field differ as stored: JSON by its text (key order and type count: ``true`` is
+    not ``1``, which Python's ``==`` calls equal, down to a schema's ``default``), anything else by ``==``."""
+    return bool(_kept(a) != _kept(b))
+
+
+_remembering: ContextVar[bool] = ContextVar("audit_remember_loaded", default=True)
+
+
+@contextmanager
+def rows_read_only() -> Iterator[None]:
+    """Rows read in this block are not remembered as read (:func:`remember_loaded`): for readers that never save
+    what they read (a run's configuration, held by ``agents.config_cache``), which would pay for writing every
+    JSON value as text (about twice a reload's time at 1,000 tools). A row saved all the same is compared with the
+    stored row, as a row built in code is."""
+    token = _remembering.set(False)
+    try:
+        yield
+    finally:
+        _remembering.reset(token)
 
 
 def remember_loaded(obj: models.Model, *, fields: Iterable[str] | None = None) -> None:
     """Note ``obj``'s current values (of ``fields``, attnames; None: every concrete field it holds) as the values
     it was read with: on reading, on a refresh, and after ``audit.changes.audited_save`` wrote it."""
+    if not _remembering.get():
+        return
     loaded: dict[str, Any] = dict(getattr(obj, "_loaded_values", None) or {}) if fields is not None else {}
     names = set(fields) if fields is not None else None
     for model_field in obj._meta.concrete_fields:

@@ -47,6 +47,7 @@ from audit.change_guard import (
     current_scope,
     policy_of,
     remember_loaded,
+    values_differ,
 )
 from audit.services import audit_event_record
 
@@ -260,7 +261,7 @@ def instance_changes(obj: models.Model, stored: models.Model) -> set[str]:
             continue
         since_read = changed_since_loaded(obj, model_field.attname)
         if since_read is None:
-            since_read = getattr(obj, model_field.attname) != getattr(stored, model_field.attname)
+            since_read = values_differ(getattr(obj, model_field.attname), getattr(stored, model_field.attname))
         if since_read:
             changed.add(model_field.name)
     return changed
@@ -271,7 +272,7 @@ def _differing(obj: models.Model, stored: models.Model) -> list[str]:
     return [
         f.name
         for f in obj._meta.concrete_fields
-        if not f.primary_key and getattr(obj, f.attname) != getattr(stored, f.attname)
+        if not f.primary_key and values_differ(getattr(obj, f.attname), getattr(stored, f.attname))
     ]
 
 

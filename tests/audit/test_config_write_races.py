@@ -20,6 +20,7 @@ waits for the first's lock, so the pause ends by the timeout and both changes ar
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 from types import SimpleNamespace
@@ -447,3 +448,42 @@ def test_a_publish_freezes_a_whole_configuration_not_half_an_import_on_postgres(
     result = _shell(PUBLISH_WHOLE, postgres_url)
     assert result["errors"] == []
     assert (result["timeout_s"], result["params"]) == (5.0, {"name": "old"})  # was 5.0 with the import's "new"
+
+
+# --- what a save compares (a review of the lock order's first version) -----------------------------------------
+
+
+def test_a_schema_changed_only_between_1_and_true_or_a_reordering_is_saved(vault: McpServer) -> None:
+    """Python's ``==`` calls ``True`` and ``1`` equal, inside dicts and lists too, and a dict's key order no
+    change: a save that writes only the fields that differ left a schema's ``"default": 1`` → ``true`` (what the
+    tool receives) and a reordering of its arguments unwritten, silently. JSON is compared by its text."""
+    one = copy.deepcopy(LOOKUP)
+    one["inputSchema"]["properties"] = {"name": {"type": "string"}, "n": {"type": "integer", "default": 1}}
+    _discover(vault, one)
+    true = copy.deepcopy(one)
+    true["inputSchema"]["properties"]["n"]["default"] = True
+    _discover(vault, true)
+    stored = McpTool.objects.get(server=vault, name="lookup").input_schema
+    assert stored["properties"]["n"]["default"] is True
+    reordered = copy.deepcopy(true)
+    reordered["inputSchema"]["properties"] = {"n": true["inputSchema"]["properties"]["n"], "name": {"type": "string"}}
+    _discover(vault, reordered)
+    assert list(McpTool.objects.get(server=vault, name="lookup").input_schema["properties"]) == ["n", "name"]
+
+
+def test_values_differ_tells_json_kinds_and_order_apart() -> None:
+    from audit.change_guard import values_differ
+
+    assert values_differ({"a": 1}, {"a": True}) and values_differ([0], [False]) and values_differ(True, 1)
+    assert values_differ({"a": 1, "b": 2}, {"b": 2, "a": 1})
+    assert not values_differ({"a": [1, "x"]}, {"a": [1, "x"]}) and not values_differ(3, 3)
+
+
+def test_a_runs_configuration_read_by_the_cache_is_not_remembered_as_read(vault: McpServer) -> None:
+    """The cache's rows are read, never saved: remembering what they were read with (every JSON value written as
+    text) doubled a reload's time at 1,000 tools."""
+    from agents.config_cache import _held
+
+    held = _held({}, "k", None, lambda: list(McpServer.objects.all()))
+    assert not hasattr(held[0], "_loaded_values")
+    assert hasattr(McpServer.objects.get(pk=vault.pk), "_loaded_values")  # read elsewhere: remembered
