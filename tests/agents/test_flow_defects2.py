@@ -436,7 +436,10 @@ def test_a_subgraph_s_call_whose_parent_task_cannot_be_named_is_refused_and_fail
     monkeypatch.setattr(FlowTaskStarts, "on_chain_start", lambda *args, **kwargs: None)
     result = run(flow_agent(demo_server, "flow-unnamed", f"{__name__}.build_a_call_from_a_subgraph"), "q")
     assert (result.status, result.error_code, result.answer) == (Run.Status.FAILED, "flow:error", "")
-    assert result.error_message.startswith("The flow's call was not made: the subgraph task"), result.error_message
+    # "The flow's call was not made: the subgraph task …", in the run's language (the agent's: Korean).
+    assert result.error_message.startswith("플로우의 호출을 하지 않았습니다: 이 호출을 한 서브그래프 작업"), (
+        result.error_message
+    )
     assert not AuditEvent.objects.filter(run_id=result.id, action="tool.call").exists()
     assert [e for e in result.messages if e.get("type") == "flow_call"] == []
 
