@@ -28,6 +28,7 @@ from agent_platform.text import nfc_value
 from agents.models import Agent, AgentVersion, Run, RunEvent
 from agents.services import agent_version_publish, run_cancel, run_create
 from agents.versions import content_digest, version_content
+from audit.change_guard import config_write_lock
 from audit.changes import audited_delete, audited_save
 from audit.models import AuditEvent, AuditPendingEvent
 from audit.services import audit_chain_catch_up
@@ -425,8 +426,14 @@ def eval_version_pin(*, agent: Agent, actor: Any) -> int:
     traffic goes on running the draft) and that is pinned. The agent's latest version of the very same content is
     pinned instead where there is one, so that evals of an unchanged draft run, and compare, one version.
 
-    The agent's row is locked first, as a publish locks it: a first publish cannot come between finding no live
-    version and freezing the draft."""
+    Where there is no live version, the agent's row is locked, as a publish locks it: a first publish cannot come
+    between finding no live version and freezing the draft. The configuration's lock is taken before it (the one
+    lock order of configuration writes, ``audit.change_guard.config_write_lock``: on PostgreSQL, locking the agent
+    first and the configuration when the draft is frozen deadlocked with an edit of the agent's rules)."""
+    live = Agent.objects.only("live_version").get(pk=agent.pk).live_version_id
+    if live is not None:
+        return int(AgentVersion.objects.values_list("number", flat=True).get(pk=live))
+    config_write_lock()
     locked = Agent.objects.select_for_update().get(pk=agent.pk)
     if locked.live_version_id is not None:
         return int(AgentVersion.objects.values_list("number", flat=True).get(pk=locked.live_version_id))

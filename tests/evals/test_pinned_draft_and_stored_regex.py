@@ -116,3 +116,32 @@ def test_a_stored_regex_the_editor_would_refuse_fails_its_case_and_the_eval_run_
     result = EvalCaseResult.objects.get(eval_run=eval_run)
     assert result.passed is False
     assert result.scores["failed_checks"] == ["regex_refused:([0-9]+개"]
+
+
+def test_the_draft_is_frozen_under_the_configurations_lock_taken_before_the_agents(
+    server: McpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one lock order of configuration writes (``audit.change_guard.config_write_lock``): the configuration's
+    lock before the agent's row, as a publish takes them (on PostgreSQL the other order deadlocked with an edit of
+    the agent's rules); an agent with a live version pins it without locking anything."""
+    import evals.services as services
+    from agents.models import Agent
+
+    order: list[str] = []
+    monkeypatch.setattr(services, "config_write_lock", lambda **kwargs: order.append("configuration") or False)
+    real = Agent.objects.select_for_update
+
+    def agent_lock(*args: Any, **kwargs: Any) -> Any:
+        order.append("agent")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(Agent.objects, "select_for_update", agent_lock)
+    agent = scripted_agent(slug="stock-agent", server=server, script=LOOKUP)
+    eval_run_start(eval_set=stock_set(*CASES), agent=agent, actor="ops", window=1)
+    assert order[:2] == ["configuration", "agent"]
+
+    order.clear()
+    live = agent_version_publish(agent=agent, actor="test", via="tests")
+    order.clear()
+    again = eval_run_start(eval_set=stock_set(*CASES), agent=agent, actor="ops", window=1)
+    assert again.version == live.number and order == []
