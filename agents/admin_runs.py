@@ -1175,6 +1175,16 @@ class DateDrillDownChangeList(ChangeList):
         self.queryset = rows
 
 
+def may_view(admin_site: admin.AdminSite, request: HttpRequest, model: type[Any]) -> bool:
+    """Whether the admin of ``model`` lets this user in (none registered: no). A run's page links its approvals and
+    its shadow comparison, and an approval's page shows its run's timeline (its query, answer, tool calls and their
+    results), only to whoever may view them."""
+    try:
+        return bool(admin_site.get_model_admin(model).has_view_permission(request))
+    except NotRegistered:
+        return False
+
+
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     """Runs are read-only here (no add, change or delete for anyone); an admin may cancel one that has not
@@ -1251,17 +1261,10 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             raise Http404(gettext("Run not found."))
         return run
 
-    def _may_view(self, request: HttpRequest, model: type[Any]) -> bool:
-        """Whether the admin of ``model`` lets this user in (none registered: no)."""
-        try:
-            return bool(self.admin_site.get_model_admin(model).has_view_permission(request))
-        except NotRegistered:
-            return False
-
     def timeline_context(self, request: HttpRequest, run: Run) -> dict[str, Any]:
         name = self.admin_site.name
         timeline = run_timeline(run)
-        may_view_approvals = self._may_view(request, Approval)
+        may_view_approvals = may_view(self.admin_site, request, Approval)
         if may_view_approvals:  # a decided approval is reached from its step, as a pending one from the bar above
             for step in timeline:
                 if step.approval_id:
@@ -1313,7 +1316,7 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             for pk in run.shadows.order_by("created_at").values_list("pk", flat=True)
         ]
         comparison = ShadowComparison.objects.filter(Q(live_run=run) | Q(shadow_run=run)).first()
-        if comparison is not None and self._may_view(request, ShadowComparison):
+        if comparison is not None and may_view(self.admin_site, request, ShadowComparison):
             links.append(
                 {
                     "label": gettext("shadow comparison"),
@@ -1475,15 +1478,9 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
             extra.update(self._approval_context(request, approval))
         return super().change_view(request, object_id, form_url, extra)
 
-    def _may_view_runs(self, request: HttpRequest) -> bool:
-        """Whether the Run admin lets this user in: the approval's page shows the run's timeline (its query, answer,
-        tool calls and their results) and links to it only then; a reviewer without "view run" sees the call and
-        its masked arguments alone."""
-        return bool(self.admin_site.get_model_admin(Run).has_view_permission(request))
-
     def _approval_context(self, request: HttpRequest, approval: Approval) -> dict[str, Any]:
         name = self.admin_site.name
-        may_view_run = self._may_view_runs(request)
+        may_view_run = may_view(self.admin_site, request, Run)
         return {
             "approval": approval,
             "reason_text": approval_reason_text(approval.reason),
@@ -1540,7 +1537,7 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
                     self.message_user(request, done, messages.SUCCESS)
                 if not error:  # the run's page, where it can be followed; the approval's for one who cannot view runs
                     name = self.admin_site.name
-                    if self._may_view_runs(request):
+                    if may_view(self.admin_site, request, Run):
                         return HttpResponseRedirect(
                             reverse("admin:agents_run_change", args=[approval.run_id], current_app=name)
                         )

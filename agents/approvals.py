@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +21,12 @@ from agents.run_state import approvals_unused, run_resume, run_row_lock
 from audit.masking import mask_text, mask_value
 from audit.services import audit_event_record
 from mcpregistry.gate_records import ApprovalState
+
+
+def _with_args(approvals: Iterable[Approval], masked_args: dict[str, Any]) -> Approval | None:
+    """The first of ``approvals`` asked for these masked arguments (compared as the JSON column reads them back)."""
+    stored_args = json.loads(json.dumps(masked_args, cls=UnicodeJSONEncoder))
+    return next((approval for approval in approvals if approval.args == stored_args), None)
 
 
 class RunApprovals:
@@ -112,23 +119,15 @@ class RunApprovals:
         same_id = list(Approval.objects.filter(run_id=self.run_id, call_id=call_id).order_by("created_at"))
         if not same_id or not asked_by_the_model_call(call_id):
             return same_id[-1] if same_id else None
-        stored_args = json.loads(json.dumps(masked_args, cls=UnicodeJSONEncoder))  # as the JSON column reads back
-        return next((approval for approval in same_id if approval.args == stored_args), None)
+        return _with_args(same_id, masked_args)
 
     def approved_args(self, *, call_id: str, args: dict[str, Any]) -> dict[str, Any] | None:
         """The exact arguments of the approval of the call ``call_id`` whose masked arguments are ``args`` masked,
         or None; asks for nothing. A resumed run replays its calls masked: the gate checks the contract against
         these. Only an approval with these very masked arguments is one (a rule's or a flow's under its number
         too): another call's exact arguments are never checked in place of a call's own."""
-        stored_args = json.loads(json.dumps(mask_value(args, secrets=self.secrets), cls=UnicodeJSONEncoder))
-        approval = next(
-            (
-                approval
-                for approval in Approval.objects.filter(run_id=self.run_id, call_id=call_id).order_by("created_at")
-                if approval.args == stored_args
-            ),
-            None,
-        )
+        same_id = Approval.objects.filter(run_id=self.run_id, call_id=call_id).order_by("created_at")
+        approval = _with_args(same_id, mask_value(args, secrets=self.secrets))
         return (approval.exact_args or None) if approval is not None else None
 
     def waiting(self) -> bool:

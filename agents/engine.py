@@ -886,7 +886,7 @@ def _execute_flow(
     servers = {s.mcp_id: s for s in plan.servers if s.enabled}
     call_ids = FlowCallIds()
     max_calls = int(django_settings.PLATFORM_FLOW_MAX_CALLS)
-    calls_made: list[str] = []
+    calls_made = 0
     over_cap: list[FlowTooManyCalls] = []
     parked: list[str] = []
     # The tasks whose calls parked (``FlowCallIds.calling_task``). Only a task beside each of them calls on: the
@@ -896,6 +896,7 @@ def _execute_flow(
     failures: list[str] = []  # the calls that failed (a write waiting for its approval has not)
 
     def call_tool(mcp_id: str, tool_name: str, params: dict[str, Any]) -> Any:
+        nonlocal calls_made
         # Between the flow's steps, as the ReAct loop checks between its own: a run cancelled (or out of time, or
         # taken over) sends nothing more, also when the flow caught the exception of an earlier call.
         task = call_ids.calling_task()
@@ -904,13 +905,13 @@ def _execute_flow(
         if over_cap:  # the flow caught the stop and called on
             raise over_cap[0]
         plan.check_cancelled()
-        if len(calls_made) >= max_calls:
+        if calls_made >= max_calls:
             over_cap.append(FlowTooManyCalls(max_calls))
             raise over_cap[0]
         # The call's id in the flow (``FlowCallIds``: the same on every pass): its audit events and its approval
         # carry it, and so do its event and trace entry (the run page finds the call's attempts and approval by it).
         call_id = call_ids.next_call_id()
-        calls_made.append(call_id)
+        calls_made += 1
         result = gate.call(server=servers[mcp_id], tool_name=tool_name, args=params, who=who("flow", call_id))
         clock.tools_ms += result.latency_ms
         plan.emit("tool_call", {"source": "flow", "call_id": call_id, **result.as_dict()})

@@ -294,16 +294,21 @@ def trials_summary(trials: list[RuleTrial]) -> str:
         "option": RuleTesterForm.base_fields["execute"].label,
     }
     if called:
-        summary = str(
-            _("%(matched)d of %(rules)d rules matched: a run calls %(tools)s before the model.")
-            % {"matched": len(called), "rules": len(trials), "tools": ", ".join(called)}
-        )
-        if writes:
-            # A write is not called at once: the run parks on it (``approval:pending``) until a person decides.
-            summary = gettext(
+        # A write is not called at once: the run parks on it (``approval:pending``) until a person decides.
+        text = (
+            gettext(
                 "%(matched)d of %(rules)d rules matched: a run calls %(tools)s before the model, but waits for a "
                 "person to approve each write first (%(writes)s): it parks there until the approval is decided."
-            ) % {"matched": len(called), "rules": len(trials), "tools": ", ".join(called), "writes": ", ".join(writes)}
+            )
+            if writes
+            else gettext("%(matched)d of %(rules)d rules matched: a run calls %(tools)s before the model.")
+        )
+        summary = text % {
+            "matched": len(called),
+            "rules": len(trials),
+            "tools": ", ".join(called),
+            "writes": ", ".join(writes),
+        }
         if undecided["rules"]:
             summary += (
                 " "

@@ -657,9 +657,9 @@ def run_submit(
     SQLite's ``BEGIN IMMEDIATE`` takes the write lock at the start of the transaction), so only one of them
     creates the run.
 
-    The key's scope and the agent's state are checked before an earlier run is looked up (``run_submission_parts``):
-    a key taken off the agent, or an agent disabled since, gets the 404 or 409 a new submission gets, never the
-    earlier run's answer by replaying its request."""
+    A replay is answered only while the key may still submit to the agent (``run_submission_parts``, as
+    ``run_create`` checks a new submission): a key taken off the agent, or an agent disabled since, gets the 404 or
+    409 a new submission gets, never the earlier run's answer by replaying its request."""
     if not idempotency_key or api_key is None:
         run = run_create(
             agent_slug=agent_slug,
@@ -671,7 +671,6 @@ def run_submit(
             digest=digest,
         )
         return RunSubmission(run=run, replayed=False)
-    run_submission_parts(agent_slug=agent_slug, api_key=api_key)
     with transaction.atomic():
         if connection.features.has_select_for_update:  # SQLite's transaction holds the write lock already
             ApiKey.objects.select_for_update().filter(pk=api_key.pk).values_list("pk", flat=True).first()
@@ -680,6 +679,7 @@ def run_submit(
             former = _earlier_submission(api_key_id=api_key.pk, idempotency_key=former_key)
             earlier = former if former is not None and former[1] == digest else None
         if earlier is not None:
+            run_submission_parts(agent_slug=agent_slug, api_key=api_key)
             earlier_pk, earlier_digest = earlier
             if earlier_digest != digest:
                 raise ApplicationError(

@@ -56,27 +56,32 @@ class ServiceAdminMixin:
     def service_delete(self, *, obj: Any, actor: Any) -> None:
         raise NotImplementedError
 
+    def _under_config_lock(self, request: HttpRequest, view: Callable[[], Any]) -> Any:
+        """``view`` (Django's page), where a POST reads its object under the configuration's lock, in its own
+        transaction: a form read before another change committed saved over it, or was validated against what no
+        longer held."""
+        if request.method != "POST":
+            return view()
+        using = router.db_for_write(self.model)  # type: ignore[attr-defined]
+        with transaction.atomic(using=using):
+            config_write_lock(using=using)
+            return view()
+
     def changeform_view(
         self, request: HttpRequest, object_id: str | None = None, form_url: str = "", extra_context: Any = None
     ) -> Any:
-        """Django's page, in its own transaction; a POST takes the configuration's lock before the object is read
-        (a form read before another change committed saved over it, or was validated against what no longer
-        held)."""
-        if request.method != "POST":
-            return super().changeform_view(request, object_id, form_url, extra_context)  # type: ignore[misc]
-        using = router.db_for_write(self.model)  # type: ignore[attr-defined]
-        with transaction.atomic(using=using):
-            config_write_lock(using=using)
-            return super().changeform_view(request, object_id, form_url, extra_context)  # type: ignore[misc]
+        parent = super()
+        return self._under_config_lock(
+            request,
+            lambda: parent.changeform_view(request, object_id, form_url, extra_context),  # type: ignore[attr-defined]
+        )
 
     def delete_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> Any:
-        """As the change form: a POST reads the object to delete under the configuration's lock."""
-        if request.method != "POST":
-            return super().delete_view(request, object_id, extra_context)  # type: ignore[misc]
-        using = router.db_for_write(self.model)  # type: ignore[attr-defined]
-        with transaction.atomic(using=using):
-            config_write_lock(using=using)
-            return super().delete_view(request, object_id, extra_context)  # type: ignore[misc]
+        parent = super()
+        return self._under_config_lock(
+            request,
+            lambda: parent.delete_view(request, object_id, extra_context),  # type: ignore[attr-defined]
+        )
 
     def save_model(self, request: HttpRequest, obj: Any, form: BaseModelForm, change: bool) -> None:
         m2m = {

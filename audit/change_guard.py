@@ -198,6 +198,15 @@ VOLATILE_FIELDS = frozenset(
 )
 
 
+def _moves_generation(fields: Iterable[str] | None) -> bool:
+    """Whether a write of ``fields`` (None: the whole row) changes configuration, not only ``VOLATILE_FIELDS``
+    (a server's health, a tool's statistics): what moves the generation and takes the configuration's lock."""
+    if fields is None:
+        return True
+    written = set(fields)
+    return not written or not written <= VOLATILE_FIELDS
+
+
 def config_generation_bump(
     model: type[models.Model], *, fields: Iterable[str] | None = None, using: str | None = None
 ) -> None:
@@ -208,10 +217,8 @@ def config_generation_bump(
     configuration model goes through :class:`AuditedModel` or :class:`AuditedQuerySet` (the guard), so this is
     where every change is seen, whoever makes it; readers that cache what a run reads of the configuration
     (``agents.config_cache``) compare their token with the row's and reload when it moved."""
-    if fields is not None:
-        written = set(fields)
-        if written and written <= VOLATILE_FIELDS:
-            return
+    if not _moves_generation(fields):
+        return
     generation = apps.get_model("audit", "ConfigGeneration")
     alias = using or router.db_for_write(model)
     token = uuid.uuid4().hex
@@ -267,10 +274,8 @@ def _lock_before_write(model: type[models.Model], *, fields: Iterable[str] | Non
     """Before a write that moves the generation (:func:`config_generation_bump`): take the configuration's lock
     unless the change scope holds it already. Reached with it unheld only where a scope was opened outside a
     transaction (its writes open their own) or by a test's fixture."""
-    if fields is not None:
-        written = set(fields)
-        if written and written <= VOLATILE_FIELDS:
-            return
+    if not _moves_generation(fields):
+        return
     scope = _scope.get()
     if scope is not None and scope.locked:
         return

@@ -7,7 +7,6 @@ from typing import Any
 
 from django.core.exceptions import DisallowedHost, PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.translation import gettext as _
 from django.views import defaults
@@ -64,7 +63,7 @@ DATABASE_RETRY_AFTER_S = 5
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ApplicationError):
         return error_response(exc.code, exc.message, exc.status, exc.fields or None, headers=exc.headers or None)
-    if isinstance(exc, OperationalError | InterfaceError) and database_unreachable(exc):
+    if database_unreachable(exc):
         # The database is down or unreachable (a connection refused or timed out, a server that went away): the
         # caller can only try again later, so 503 with Retry-After, not a 500. Its text (it may name the server's
         # address) is never sent to the caller; the log has it, masked. Any other database error is a bug: a 500.
