@@ -17,9 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.apps import apps
 from django.db import models, router, transaction
 from django.forms import BaseModelForm, BaseModelFormSet
 from django.http import HttpRequest
+from django.utils.text import format_lazy
+from django.utils.translation import gettext_lazy as _
 
 from agent_platform.json import bounded_json_overrides
 from audit.change_guard import config_write_lock
@@ -39,6 +42,33 @@ def form_data(obj: models.Model) -> dict[str, Any]:
         for f in obj._meta.concrete_fields
         if f.editable and not f.primary_key and not getattr(f, "auto_now", False)
     }
+
+
+def link_tables_named() -> None:
+    """Names the rows of the tables Django makes for many-to-many fields (an agent's servers, a key's agents, a
+    user's groups) by their two ends: a delete page listed what goes with a server as "Agent-mcpserver
+    relationship: Agent_servers object (1)", in English whatever the reader's language."""
+    for model in apps.get_models(include_auto_created=True):
+        if not model._meta.auto_created:
+            continue
+        ends = [f for f in model._meta.concrete_fields if f.is_relation]
+        if len(ends) != 2:
+            continue
+        first, second = (end.remote_field.model._meta for end in ends)
+        model._meta.verbose_name = format_lazy(
+            _("link between {first} and {second}"), first=first.verbose_name, second=second.verbose_name
+        )
+        model._meta.verbose_name_plural = format_lazy(
+            _("links between {first} and {second}"), first=first.verbose_name, second=second.verbose_name
+        )
+        model.__str__ = _link_str(ends[0].name, ends[1].name)  # type: ignore[method-assign]
+
+
+def _link_str(first: str, second: str) -> Callable[[models.Model], str]:
+    def link_str(row: models.Model) -> str:
+        return f"{getattr(row, first)} ↔ {getattr(row, second)}"
+
+    return link_str
 
 
 class ServiceAdminMixin:

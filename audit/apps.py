@@ -58,9 +58,11 @@ class AuditConfig(AppConfig):
             logins,
             roles,
         )
+        from audit.admin_changes import link_tables_named
         from audit.change_guard import ChangeAudit, m2m_changed_guard, policy_of, raw_save_guard
 
         roles.connect()
+        link_tables_named()
         user_logged_out.connect(logins.logout_record, dispatch_uid="audit.logins.logout")
         # Rows loaded raw (loaddata) of a configuration model, users and groups included: refused unrecorded.
         for model in apps.get_models():

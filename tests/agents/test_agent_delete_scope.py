@@ -38,7 +38,8 @@ def test_the_admin_names_the_key_among_what_stops_the_delete(admin_client: Clien
     api_key_create(name="pair-key", actor="test", via="tests", agents=[alpha, beta])
     # One of the two may go; both at once (the list's delete action) would leave the key with none.
     page = admin_client.get(f"/admin/agents/agent/{alpha.pk}/delete/").content.decode()
-    assert "pair-key" not in page
+    assert "revoke it first" not in page
+    assert "pair-key (" in page  # among what goes with it: the key's link to this agent
     both = {"action": "delete_selected", "_selected_action": [alpha.pk, beta.pk]}
     page = admin_client.post("/admin/agents/agent/", both).content.decode()
     assert "pair-key" in page and "revoke it first" in page

@@ -101,6 +101,18 @@ def test_deleting_a_binding_records_what_it_was_and_what_went_with_it(admin_clie
     no_secret_anywhere()
 
 
+def test_a_delete_page_names_the_links_that_go_with_a_binding_by_their_two_ends(admin_client, vault) -> None:
+    """It listed "Agent-mcpserver relationship: Agent_servers object (1)", in English in a Korean admin too."""
+    agent = Agent.objects.create(slug="helper", name="도우미")
+    agent.servers.add(vault)
+    page = admin_client.get(f"/admin/mcpregistry/mcpserver/{vault.pk}/delete/").content.decode()
+    assert "Link between agent and MCP server: helper ↔ vault" in page
+    assert "relationship" not in page and "object (" not in page
+    page = admin_client.get(f"/admin/mcpregistry/mcpserver/{vault.pk}/delete/", HTTP_ACCEPT_LANGUAGE="ko")
+    page = page.content.decode()
+    assert "에이전트·MCP 서버 연결: helper ↔ vault" in page
+
+
 # ---- tools and contracts --------------------------------------------------------------------------------------
 
 
