@@ -33,6 +33,7 @@ For each call, in order:
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -244,8 +245,17 @@ def offered(who: GateCall, server: McpServer, tool: McpTool) -> bool:
 
 
 def _contract_for(who: GateCall, server: McpServer, tool: McpTool) -> ToolContract:
+    """The contract ``who`` froze for ``tool`` (a published version's run), else the live one. A tool marked
+    ``write`` since a version froze it as ``read`` is a write for that version too, as a tool disabled since is
+    withdrawn from every version at once: its calls ask for approval, and a shadow's or an eval's are refused
+    (an admin who corrects a risk must not wait for every version frozen before to be replaced)."""
     frozen = who.contracts.get(f"{server.mcp_id}/{tool.name}") if who.contracts is not None else None
-    return frozen if frozen is not None else contract_of(tool)
+    if frozen is None:
+        return contract_of(tool)
+    if frozen.risk == ToolContract.Risk.READ and contract_of(tool).risk == ToolContract.Risk.WRITE:
+        frozen = copy.copy(frozen)
+        frozen.risk = ToolContract.Risk.WRITE
+    return frozen
 
 
 class _Call:

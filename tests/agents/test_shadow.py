@@ -15,14 +15,16 @@ from agents.models import Agent, Approval, DeterministicRule, Run, ShadowCompari
 from agents.services import (
     agent_shadow_set,
     agent_version_publish,
+    agent_version_rollback,
     deterministic_rule_create,
     deterministic_rule_update,
     run_create,
 )
 from agents.shadow import shadow_after_live
 from audit.models import AuditEvent
-from mcpregistry.models import McpServer
+from mcpregistry.models import McpServer, McpTool
 from mcpregistry.pool import get_default_pool
+from mcpregistry.services import tool_contract_update
 from tests.conftest import ApiCaller, discover_as_admin
 
 pytestmark = pytest.mark.django_db
@@ -180,6 +182,50 @@ def test_a_shadow_never_executes_a_write_and_its_disagreement_is_listed_first(
     assert (comparison.same_tools, comparison.agrees) == (False, False)
     assert "notes.append_note" in comparison.shadow_tools
     assert [c.live_run_id for c in ShadowComparison.objects.all()] == [run.id, first.id]
+
+
+def test_a_tool_marked_write_after_versions_froze_it_as_read_is_a_write_for_them_too(
+    demo_agent: Agent, notes_server: McpServer, tmp_path: Path
+) -> None:
+    """An admin marked the note tool ``read`` by mistake, published a candidate that calls it, and corrected the
+    risk: the candidate, frozen in between, sent the write from its shadow runs (which must never write) and, rolled
+    back to, from live runs without approval."""
+    demo_agent.servers.add(notes_server)
+    contract = McpTool.objects.get(server=notes_server, name="append_note").contract
+    tool_contract_update(contract=contract, actor="test-admin", via="tests", data={"risk": "read"})
+    agent_version_publish(agent=demo_agent, actor="test-admin", via="tests")
+    deterministic_rule_create(
+        actor="test-admin",
+        via="tests",
+        data={
+            "agent": demo_agent,
+            "name": "메모 남기기",
+            "order": 5,
+            "server": notes_server,
+            "tool_name": "append_note",
+            "when": {"any_keywords": ["자산"]},
+            "params": {"text": "{query}"},
+        },
+    )
+    candidate = agent_version_publish(agent=demo_agent, actor="test-admin", via="tests", make_live=False)
+    contract.refresh_from_db()
+    tool_contract_update(contract=contract, actor="test-admin", via="tests", data={"risk": "write"})
+    demo_agent.refresh_from_db()
+    agent_shadow_set(agent=demo_agent, actor="test-admin", via="tests", version=candidate, rate=1.0)
+
+    run = live_run(demo_agent)
+    assert run.status == Run.Status.SUCCEEDED
+    shadow = Run.objects.get(shadow_of=run)
+    run_execute(run_id=str(shadow.id))
+    blocked = AuditEvent.objects.get(run_id=shadow.id, tool="append_note", action="tool.call")
+    assert (blocked.source, blocked.reason, blocked.ok) == ("shadow", "eval:write_blocked", False)
+
+    agent_shadow_set(agent=demo_agent, actor="test-admin", via="tests", version=None, rate=0.0)
+    agent_version_rollback(version=candidate, actor="test-admin", via="tests")
+    run = live_run(demo_agent)
+    assert run.status == Run.Status.AWAITING_APPROVAL  # asked before it writes
+    assert Approval.objects.get(run=run).tool == "append_note"
+    assert not (tmp_path / "notes.txt").exists()  # sent by neither
 
 
 def test_a_shadow_reserves_its_share_of_the_agents_budget_and_is_skipped_when_it_is_spent(demo_agent: Agent) -> None:
