@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS, FieldDoesNotExist, ValidationError
@@ -177,7 +177,8 @@ def agent_update(
 ) -> Agent:
     """Change an agent (prompt, model, mode, limits) and, given ``servers``, the servers it binds. A published
     agent's change is a draft that live traffic does not run until it is published, unless the agent is set to
-    publish on save (then it is published in the same transaction). Raises ValidationError (``servers``) where
+    publish on save: then the draft is published in the same transaction where this edit changed what a version
+    freezes, or turned publish on save on (``_edit_publishes_on_save``). Raises ValidationError (``servers``) where
     the agent would stop binding a server its enabled rules call (``unbinding_refused``); ``check_rules=False``:
     the caller checks that once its rules are changed too (an import). Raises ValidationError
     (``tool_selection``, ``mcp_context``) where those settings, or the servers, change so that they could never
@@ -193,10 +194,12 @@ def agent_update(
             raise ValidationError({"servers": [unbinding_refused(needing)]})
     _settings_checked(agent, data, servers, creating=False)
     with transaction.atomic(), change_scope(actor=actor, via=via):
+        before = _stored_before_edit(agent)
         audited_save(
             agent, actor=actor, via=via, data=data, m2m=None if servers is None else {"servers": list(servers)}
         )
-        _publish_if_on_save(agent, actor=actor, via=via)
+        if _edit_publishes_on_save(agent, before, live_named="live_version" in (data or {})):
+            _publish_on_save(agent, actor=actor, via=via)
     return agent
 
 
@@ -302,6 +305,47 @@ def _publish_on_save(agent: Agent, *, actor: Any, via: str) -> None:
 def _publish_if_on_save(agent: Agent | None, *, actor: Any, via: str) -> None:
     if agent is not None and Agent.objects.filter(pk=agent.pk, publish_on_save=True).exists():
         _publish_on_save(agent, actor=actor, via=via)
+
+
+class _StoredBeforeEdit(TypedDict):
+    publish_on_save: bool
+    live_version_id: int | None
+    frozen_digest: str | None  # of what a version would freeze; read only where the agent publishes on save
+
+
+def _stored_before_edit(agent: Agent) -> _StoredBeforeEdit | None:
+    """The agent as an edit finds it (read under the configuration's lock, which ``agent_update`` holds), for
+    ``_edit_publishes_on_save``; None for an agent not stored yet."""
+    stored = (
+        Agent.objects.filter(pk=agent.pk).values("publish_on_save", "live_version_id").first() if agent.pk else None
+    )
+    if stored is None:
+        return None
+    return {
+        "publish_on_save": stored["publish_on_save"],
+        "live_version_id": stored["live_version_id"],
+        "frozen_digest": content_digest(version_content(agent)) if stored["publish_on_save"] else None,
+    }
+
+
+def _edit_publishes_on_save(agent: Agent, before: _StoredBeforeEdit | None, *, live_named: bool) -> bool:
+    """Whether an agent edit (``agent_update``; ``agent`` as now stored, ``before`` as the edit found it)
+    publishes the draft on save. Only where the agent publishes on save, and then:
+
+    - never where the edit chose the live version (``live_named``: ``data`` names it; or the form changed it):
+      the admin's choice wins, as ``import_config``'s does when its document names the live version;
+    - where it turned publish on save on (or created the agent): that asks for the draft to be live (nothing is
+      published where it is the live version's content already);
+    - else only where it changed what a version freezes (``version_content``: the frozen settings, the bound
+      servers). After a roll back the draft differs from the live version: an edit of a setting no version holds
+      (the shadow, the time limit) published that draft and undid the roll back."""
+    if not agent.publish_on_save:
+        return False
+    if live_named or (before is not None and agent.live_version_id != before["live_version_id"]):
+        return False
+    if before is None or not before["publish_on_save"]:
+        return True
+    return content_digest(version_content(agent)) != before["frozen_digest"]
 
 
 def _publish_rule_agents_on_save(agent_ids: Iterable[int | None], *, actor: Any, via: str) -> None:
