@@ -51,6 +51,7 @@ from evals.services import (
     eval_run_compare,
     eval_run_refresh,
     eval_run_start,
+    eval_runs_comparable_check,
     eval_set_create,
     eval_set_delete,
     eval_set_update,
@@ -91,6 +92,35 @@ def _case_delete(*, obj: EvalCase, actor: Any, via: str) -> None:
 CASE_TYPE_LABELS = {kind: format_lazy("{} ({})", name, kind) for kind, name in CASE_TYPE_NAMES.items()}
 
 
+def _lf(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+class TypedTextField(forms.CharField):
+    """A text area's text as the admin typed it (a case's query and note, a set's description): the spaces around
+    it kept, the line breaks a browser sends (CRLF) read as the LF stored. Django's own field stripped the one and
+    kept the other, so a page sent back unchanged changed ``" 앞뒤 공백 "``, ``"노트\n"`` and every text of
+    several lines, and recorded each as a change."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs["strip"] = False
+        super().__init__(**kwargs)
+
+    def to_python(self, value: Any) -> Any:
+        text = super().to_python(value)
+        return _lf(text) if isinstance(text, str) else text
+
+
+def text_as_stored(form: forms.ModelForm[Any], name: str) -> Any:
+    """The text ``name`` of ``form``, or the stored one where the two differ only in their line breaks: a text
+    stored with CRLF (imported, or written through the API) comes back from the browser as LF, and is no change."""
+    value = form.cleaned_data.get(name)
+    stored = getattr(form.instance, name, None) if form.instance.pk else None
+    if isinstance(value, str) and isinstance(stored, str) and _lf(stored) == value:
+        return stored
+    return value
+
+
 class EvalCaseForm(forms.ModelForm):
     """A case as an admin writes it: its type chosen from the five the scoring knows, the tools and the checks
     in inputs named for what they hold (``evals/case_editor.py``; nothing to write as JSON, no key to guess).
@@ -114,7 +144,11 @@ class EvalCaseForm(forms.ModelForm):
             "data",
             "note",
         ]
-        field_classes = dict.fromkeys(EDITED_CASE_FIELDS, EditedJSONField)
+        field_classes = {
+            **dict.fromkeys(EDITED_CASE_FIELDS, EditedJSONField),
+            "query": TypedTextField,
+            "note": TypedTextField,
+        }
         widgets = {
             "expected_tools": ToolLinesWidget,
             "forbidden_tools": NameListWidget,
@@ -150,6 +184,12 @@ class EvalCaseForm(forms.ModelForm):
         value = self.cleaned_data.get(name)
         stored = getattr(self.instance, name) if self.instance.pk else None
         return stored if stored is not None and same(value) == same(stored) else value
+
+    def clean_query(self) -> Any:
+        return text_as_stored(self, "query")
+
+    def clean_note(self) -> Any:
+        return text_as_stored(self, "note")
 
     def clean_expected_tools(self) -> Any:
         return self._as_stored("expected_tools", normalized_tools)
@@ -281,7 +321,7 @@ class EvalSetForm(forms.ModelForm):
     class Meta:
         model = EvalSet
         fields = ["name", "description", "agent", "sandbox_servers", "thresholds"]
-        field_classes = {"thresholds": EditedJSONField}
+        field_classes = {"thresholds": EditedJSONField, "description": TypedTextField}
         widgets = {
             "thresholds": ThresholdsWidget(
                 minimums=RATE_METRICS, maximums=MAX_METRICS, labels=lambda name: str(SCORE_LABELS.get(name, name))
@@ -301,6 +341,9 @@ class EvalSetForm(forms.ModelForm):
             "Empty: no threshold for that score. run_eval exits non-zero when a score is below its minimum or "
             "above its maximum."
         )
+
+    def clean_description(self) -> Any:
+        return text_as_stored(self, "description")
 
 
 @admin.register(EvalSet)
@@ -467,11 +510,16 @@ class EvalRunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
     @admin.action(description=_("Compare the two selected eval runs"), permissions=["compare"])
     def compare(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
-        chosen = list(queryset.order_by("created_at").values_list("pk", flat=True)[:3])
+        chosen = list(queryset.select_related("eval_set").order_by("created_at")[:3])
         if len(chosen) != 2:
             self.message_user(request, gettext("Select exactly two eval runs to compare."), messages.WARNING)
             return None
-        return HttpResponseRedirect(f"{reverse('admin:evals_evalrun_compare')}?a={chosen[0]}&b={chosen[1]}")
+        try:
+            eval_runs_comparable_check(a=chosen[0], b=chosen[1])
+        except ApplicationError as exc:
+            self.message_user(request, exc.message, messages.WARNING)
+            return None
+        return HttpResponseRedirect(f"{reverse('admin:evals_evalrun_compare')}?a={chosen[0].pk}&b={chosen[1].pk}")
 
     def get_urls(self) -> list[URLPattern]:
         return [
@@ -509,7 +557,11 @@ class EvalRunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         b = EvalRun.objects.select_related("eval_set", "agent").filter(pk=b_id).first()
         if a is None or b is None:
             raise Http404
-        rows = eval_run_compare(a=a, b=b)
+        try:
+            rows = eval_run_compare(a=a, b=b)
+        except ApplicationError as exc:  # runs of two sets (a link written by hand, or kept from elsewhere)
+            self.message_user(request, exc.message, messages.WARNING)
+            return HttpResponseRedirect(reverse("admin:evals_evalrun_changelist"))
         context = {
             **self.admin_site.each_context(request),
             "title": gettext("Two eval runs side by side"),

@@ -1,8 +1,9 @@
 """``/api/v1/evals/``: eval sets and eval runs, for admin keys only (``ApiKey.admin``). One class per operation.
 
 A caller's key (not an admin key) gets a 403; no key, a 401. Bad input is a 400 naming what is wrong. An admin key
-scoped to agents (``ApiKey.agents``) starts and reads eval runs of those agents only: any other agent, and any
-eval run against one, is a 404 as for ``POST /runs``, so the key learns nothing of them.
+scoped to agents (``ApiKey.agents``) starts and reads eval runs of those agents only, and of the sets it may read
+(``_sets_in_scope``): any other agent, and any eval run against one or of another agent's set (the set's cases
+are its questions), is a 404 as for ``POST /runs``, so the key learns nothing of them.
 """
 
 from __future__ import annotations
@@ -146,8 +147,8 @@ def _after_cursor(raw: str | None) -> int | None:
 
 
 def _eval_run_get(run_id: str, *, api_key: ApiKey) -> EvalRun:
-    """An eval run ``api_key`` may read; any other id (unknown, or against an agent out of the key's scope) is
-    a 404."""
+    """An eval run ``api_key`` may read; any other id (unknown, against an agent out of the key's scope, or of a
+    set out of it: an unscoped key may run another agent's set against the key's agent) is a 404."""
     import uuid
 
     try:
@@ -155,7 +156,11 @@ def _eval_run_get(run_id: str, *, api_key: ApiKey) -> EvalRun:
     except ValueError:
         raise _not_found(_("Eval run")) from None
     eval_run = EvalRun.objects.select_related("eval_set", "agent").filter(pk=key).first()
-    if eval_run is None or not _in_scope(api_key, eval_run.agent):
+    if (
+        eval_run is None
+        or not _in_scope(api_key, eval_run.agent)
+        or not _sets_in_scope(api_key).filter(pk=eval_run.eval_set_id).exists()
+    ):
         raise _not_found(_("Eval run"))
     return eval_run
 
@@ -226,7 +231,8 @@ class EvalRunCollectionApi(EvalsApi):
             if agent is None or not _in_scope(request.user, agent):
                 raise _not_found(_("Agent"))
         scope = _agent_scope(request.user)
-        runs = list(eval_runs_for(eval_set=eval_set, agent=agent, agents=scope)[:100])  # type: ignore[index]
+        sets = None if scope is None else _sets_in_scope(request.user)
+        runs = list(eval_runs_for(eval_set=eval_set, agent=agent, agents=scope, eval_sets=sets)[:100])
         return Response({"results": [_run(r) for r in runs]})
 
     def post(self, request: Request) -> Response:
@@ -289,7 +295,8 @@ class EvalRunDetailApi(EvalsApi):
 
 
 class EvalRunCompareApi(EvalsApi):
-    """Two eval runs side by side, the cases that changed outcome first."""
+    """Two eval runs of one set side by side, the cases that changed outcome first; runs of two sets are a 400
+    ``eval_runs_not_comparable`` (``eval_run_compare``), either one out of the key's scope a 404."""
 
     def get(self, request: Request, run_id: str, other_id: str) -> Response:
         a, b = _eval_run_get(run_id, api_key=request.user), _eval_run_get(other_id, api_key=request.user)

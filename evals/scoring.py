@@ -48,6 +48,9 @@ DONT_KNOW_PHRASES = (
     "couldn't find",
     "no information",
 )
+# Typographic apostrophes (U+2018, U+2019), which word processors and models write in "I don’t know", read as the
+# ASCII one the phrases and an admin's contains checks are typed with.
+APOSTROPHES = str.maketrans({"\u2018": "'", "\u2019": "'"})
 
 
 @dataclass
@@ -248,10 +251,16 @@ def _subset(expected: dict[str, Any], actual: dict[str, Any]) -> bool:
     return all(k in actual and actual[k] == v for k, v in nfc_value(expected).items())
 
 
-def _score_against(expected: list[dict[str, Any]], ordered: bool, calls: list[ToolCall]) -> dict[str, Any]:
+def _score_against(
+    expected: list[dict[str, Any]], ordered: bool, calls: list[ToolCall], *, calls_free: bool = False
+) -> dict[str, Any]:
+    """The tool scores of ``calls`` against one expected list. ``calls_free``: nothing is expected and no call is a
+    mistake (see ``score_case``), so calls cost neither precision nor the sequence."""
     called = [c.name for c in calls]
     want = [e["name"] for e in expected]
     called_set, want_set = set(called), set(want)
+    if calls_free and not want_set:
+        return {"precision": 1.0, "recall": 1.0, "sequence_match": True, "argument_match": None}
     hit = called_set & want_set
     precision = len(hit) / len(called_set) if called_set else 1.0
     recall = len(hit) / len(want_set) if want_set else 1.0
@@ -269,7 +278,9 @@ def _score_against(expected: list[dict[str, Any]], ordered: bool, calls: list[To
 
 
 def answer_check_failures(checks: list[dict[str, Any]], answer: str) -> list[str]:
-    """The checks the answer fails, each named as it was given. Text is compared composed (NFC) on both sides.
+    """The checks the answer fails, each named as it was given. Text is compared composed (NFC) on both sides, and
+    for ``contains`` and ``dont_know`` with typographic apostrophes read as ``'`` (``APOSTROPHES``); a regex sees
+    the answer as written.
 
     A regex check whose pattern ``answer_regex`` refuses (stored before the editor bounded patterns, or written
     around it: a data migration, a direct save) fails as ``REGEX_REFUSED`` + the pattern, never compiled
@@ -277,10 +288,10 @@ def answer_check_failures(checks: list[dict[str, Any]], answer: str) -> list[str
     scoring, so its eval run never ended."""
     failed = []
     answer = nfc(answer)
-    lowered = answer.lower()
+    lowered = answer.lower().translate(APOSTROPHES)
     for check in checks:
         if "contains" in check:
-            if nfc(str(check["contains"])).lower() not in lowered:
+            if nfc(str(check["contains"])).lower().translate(APOSTROPHES) not in lowered:
                 failed.append(f"contains:{check['contains']}")
         elif "regex" in check:
             try:
@@ -297,16 +308,27 @@ def answer_check_failures(checks: list[dict[str, Any]], answer: str) -> list[str
 
 def score_case(spec: CaseSpec, *, calls: list[ToolCall], answer: str, run_succeeded: bool) -> CaseScore:
     """Score one case. The expected tools and each alternative are tried; the best of them counts (an
-    alternative that fits fully makes the case pass as well as the expected list would)."""
+    alternative that fits fully makes the case pass as well as the expected list would).
+
+    No tool expected is not no tool allowed (seed 001's ``expected_source``): a case with no expected tools (a
+    document path, a RAG question; ``null``, an answer that must say it does not know) is not failed for looking
+    something up, and its calls score precision and recall 1. Only ``forbidden_tools`` fails a call: ``"*"``
+    (``"none"``) every call, and such a case's calls still count against its precision. An alternative with no
+    tools means "calling nothing is also right", so it fits a run that called nothing only."""
     forbidden = set(spec.forbidden_tools)
     violations = len(calls) if NO_TOOL in forbidden else sum(1 for c in calls if c.name in forbidden)
-    candidates = [("expected", _tools(spec.expected_tools), spec.ordered)] + [
-        (str(alt.get("note") or f"alternative {i + 1}"), _tools(alt["tools"]), bool(alt.get("ordered", spec.ordered)))
+    candidates = [("expected", _tools(spec.expected_tools), spec.ordered, NO_TOOL not in forbidden)] + [
+        (
+            str(alt.get("note") or f"alternative {i + 1}"),
+            _tools(alt["tools"]),
+            bool(alt.get("ordered", spec.ordered)),
+            False,
+        )
         for i, alt in enumerate(spec.alternatives)
     ]
     best: tuple[tuple[float, ...], str, dict[str, Any]] | None = None
-    for note, expected, ordered in candidates:
-        s = _score_against(expected, ordered, calls)
+    for note, expected, ordered, calls_free in candidates:
+        s = _score_against(expected, ordered, calls, calls_free=calls_free)
         rank = (
             float(s["sequence_match"]),
             s["precision"] + s["recall"],

@@ -18,6 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from pydantic import BaseModel, ConfigDict, Field
@@ -107,7 +108,10 @@ def eval_case_delete(*, case: EvalCase, actor: Any, via: str) -> None:
 
 class _Strict(BaseModel):
     # ``allow_inf_nan=False``: "inf" and "NaN" (which a float field otherwise reads) are no JSON a column stores.
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    # ``strict=True``: a value of the wrong JSON type is refused naming its field, as the admin's form refuses it,
+    # never converted (a threshold ``true`` stored 1.0, ``"0.5"`` 0.5, ``"ordered": "yes"`` true, ``"order": true``
+    # 1). A whole number where a number is expected stays accepted (``{"recall": 1}`` is 1.0).
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
 def _pydantic_problem(error: Any) -> str:
@@ -762,27 +766,46 @@ class CaseComparison:
         return self.a.passed != self.b.passed or tools_a != tools_b
 
 
+def eval_runs_comparable_check(*, a: EvalRun, b: EvalRun) -> None:
+    """Raises ApplicationError (400 ``eval_runs_not_comparable``) unless ``a`` and ``b`` are eval runs of one set:
+    the cases of two sets are other questions, whatever their keys (``case-001`` is in every set imported without
+    keys)."""
+    if a.eval_set_id != b.eval_set_id:
+        raise ApplicationError(
+            _("Only eval runs of the same eval set can be compared: '%(a)s' and '%(b)s' are two sets.")
+            % {"a": a.eval_set.name, "b": b.eval_set.name},
+            code="eval_runs_not_comparable",
+        )
+
+
 def eval_run_compare(*, a: EvalRun, b: EvalRun) -> list[CaseComparison]:
-    """The cases of two eval runs side by side (by case key), the ones whose outcome changed first."""
-    results_a = {r.case.key: r for r in a.results.select_related("case")}
-    results_b = {r.case.key: r for r in b.results.select_related("case")}
-    keys = list(dict.fromkeys([*results_a, *results_b]))
+    """The cases of two eval runs of one set side by side (by case), the ones whose outcome changed first. Raises
+    ApplicationError for eval runs of two sets (``eval_runs_comparable_check``). Rows pair the same case (its id),
+    not the same key: a key can be renamed, or given to another case, between the two eval runs."""
+    eval_runs_comparable_check(a=a, b=b)
+    results_a = {r.case_id: r for r in a.results.select_related("case")}
+    results_b = {r.case_id: r for r in b.results.select_related("case")}
+    case_ids = list(dict.fromkeys([*results_a, *results_b]))
     rows = [
         CaseComparison(
-            case=(results_a.get(k) or results_b[k]).case_as_run(),  # as the eval run asked it
-            a=results_a.get(k),
-            b=results_b.get(k),
+            case=(results_a.get(c) or results_b[c]).case_as_run(),  # as the eval run asked it
+            a=results_a.get(c),
+            b=results_b.get(c),
         )
-        for k in keys
+        for c in case_ids
     ]
     return sorted(rows, key=lambda row: (not row.changed, row.case.order, row.case.pk))
 
 
 def eval_runs_for(
-    *, eval_set: EvalSet | None = None, agent: Agent | None = None, agents: Iterable[Agent] | None = None
-) -> Iterable[EvalRun]:
-    """Eval runs, newest first: of ``eval_set``, against ``agent``, against one of ``agents`` (a key's scope;
-    None: any agent)."""
+    *,
+    eval_set: EvalSet | None = None,
+    agent: Agent | None = None,
+    agents: Iterable[Agent] | None = None,
+    eval_sets: QuerySet[EvalSet] | None = None,
+) -> QuerySet[EvalRun]:
+    """Eval runs, newest first: of ``eval_set``, against ``agent``, against one of ``agents`` and of one of
+    ``eval_sets`` (a key's scope: its agents, and the sets it may read; None: any)."""
     runs = EvalRun.objects.select_related("eval_set", "agent")
     if eval_set is not None:
         runs = runs.filter(eval_set=eval_set)
@@ -790,4 +813,6 @@ def eval_runs_for(
         runs = runs.filter(agent=agent)
     if agents is not None:
         runs = runs.filter(agent__in=list(agents))
+    if eval_sets is not None:
+        runs = runs.filter(eval_set__in=eval_sets)
     return runs.order_by("-created_at")

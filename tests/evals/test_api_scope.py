@@ -31,11 +31,13 @@ def world(db: Any) -> dict[str, Any]:
     eval_set = eval_set_create(actor="test", via="tests", data={"name": "s", "agent": theirs})
     case = eval_case_create(actor="test", via="tests", data={"eval_set": eval_set, "key": "k", "query": "질문"})
     shared = eval_set_create(actor="test", via="tests", data={"name": "shared"})  # no agent of its own
-    eval_case_create(actor="test", via="tests", data={"eval_set": shared, "key": "k", "query": "공용 질문"})
+    shared_case = eval_case_create(
+        actor="test", via="tests", data={"eval_set": shared, "key": "k", "query": "공용 질문"}
+    )
     runs = {}
-    for agent in (mine, theirs):
-        runs[agent.slug] = EvalRun.objects.create(eval_set=eval_set, agent=agent, total=1)
-        EvalCaseResult.objects.create(eval_run=runs[agent.slug], case=case)
+    for agent, of_set, with_case in ((mine, shared, shared_case), (theirs, eval_set, case)):
+        runs[agent.slug] = EvalRun.objects.create(eval_set=of_set, agent=agent, total=1)
+        EvalCaseResult.objects.create(eval_run=runs[agent.slug], case=with_case)
     return {"mine": mine, "theirs": theirs, "set": eval_set, "runs": runs}
 
 
@@ -97,3 +99,22 @@ def test_a_scoped_key_reads_and_replaces_only_the_sets_of_its_agents_or_of_none(
     assert kept.agent == world["theirs"] and kept.cases.get().query == "질문"
     # A key for every agent sees them all.
     assert len(_client(agents=[]).get("/api/v1/evals/sets").json()["results"]) == 2
+
+
+def test_a_scoped_key_cannot_read_another_agents_set_through_an_eval_run(world: dict[str, Any]) -> None:
+    """An unscoped admin ran agent y's set against agent x: a key scoped to x was refused the set (404) but read
+    its questions in the eval run (200)."""
+    ys = eval_set_create(actor="test", via="tests", data={"name": "ys", "agent": world["theirs"]})
+    secret = eval_case_create(actor="test", via="tests", data={"eval_set": ys, "key": "k", "query": "Y의 비밀 질문"})
+    across = EvalRun.objects.create(eval_set=ys, agent=world["mine"], total=1)
+    EvalCaseResult.objects.create(eval_run=across, case=secret)
+    client = _client(agents=[world["mine"]])
+    assert client.get("/api/v1/evals/sets/ys").status_code == 404
+    hidden = client.get(f"/api/v1/evals/runs/{across.pk}")
+    assert hidden.status_code == 404 and "Y의 비밀 질문" not in hidden.content.decode()
+    listed = client.get("/api/v1/evals/runs").json()["results"]
+    assert str(across.pk) not in [r["id"] for r in listed] and listed
+    mine = world["runs"]["mine"]
+    assert client.get(f"/api/v1/evals/runs/{mine.pk}/compare/{across.pk}").status_code == 404
+    assert client.get(f"/api/v1/evals/runs/{across.pk}/compare/{mine.pk}").status_code == 404
+    assert _client(agents=[]).get(f"/api/v1/evals/runs/{across.pk}").status_code == 200  # unscoped: every set

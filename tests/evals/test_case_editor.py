@@ -340,3 +340,36 @@ def test_a_regex_past_the_bound_is_refused_in_its_box_too(admin_client: Client, 
     assert ">((a{1000}){1000}){1000}</textarea>" in page
     assert 'placeholder="A-[0-9]{4}" class="eval-invalid" aria-invalid="true"' in page
     assert EvalCase.objects.get(eval_set=eval_set).answer_checks == []
+
+
+def as_a_browser_sends(data: dict[str, Any]) -> dict[str, Any]:
+    """A text area's line breaks as a browser sends them: CRLF (a CR stored reads back as a line break too)."""
+    return {
+        name: [v.replace("\r\n", "\n").replace("\r", "\n").replace("\n", "\r\n") for v in values]
+        for name, values in data.items()
+    }
+
+
+def test_texts_of_several_lines_and_spaces_survive_a_page_sent_back_unchanged(
+    admin_client: Client, eval_set: EvalSet
+) -> None:
+    """A case's query and note and a set's description are kept as typed: surrounding spaces were stripped and a
+    browser's CRLF stored, each recorded as a change (``config.eval_case.update``, ``config.eval_set.update``)."""
+    EvalSet.objects.filter(pk=eval_set.pk).update(description=" 설명 첫 줄\n둘째 줄\n")
+    case(eval_set, query="첫 줄\n둘째 줄", note="노트\n")
+    case(eval_set, key="q2", query=" 앞뒤 공백 ", note="윈도우에서\r\n가져온 노트")  # CRLF stored by an import
+    stored = {c.key: (c.query, c.note) for c in EvalCase.objects.all()}
+    before = AuditEvent.objects.count()
+    page = page_of(admin_client, eval_set)
+
+    response = admin_client.post(f"/admin/evals/evalset/{eval_set.pk}/change/", as_a_browser_sends(sent_back(page)))
+
+    assert response.status_code == 302, response.content.decode()[-3000:]
+    assert AuditEvent.objects.count() == before  # nothing changed, nothing recorded
+    assert {c.key: (c.query, c.note) for c in EvalCase.objects.all()} == stored
+    assert EvalSet.objects.get(pk=eval_set.pk).description == " 설명 첫 줄\n둘째 줄\n"
+    # What is typed anew is stored with the line breaks every other path stores: LF.
+    typed = as_a_browser_sends(sent_back(page, **{"cases-0-query": "새 질문\n둘째 줄", "description": "새 설명\n"}))
+    assert admin_client.post(f"/admin/evals/evalset/{eval_set.pk}/change/", typed).status_code == 302
+    assert EvalCase.objects.get(key="q1").query == "새 질문\n둘째 줄"
+    assert EvalSet.objects.get(pk=eval_set.pk).description == "새 설명\n"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -247,16 +248,48 @@ def test_run_eval_refuses_a_label_longer_than_its_column_clearly() -> None:
 
 
 def test_a_documents_field_problems_follow_the_readers_language(admin_key_client: APIClient) -> None:
-    """Under ``Accept-Language: ko`` pydantic's English ("Field required", "Input should be a finite number")
-    used to stay in the message."""
+    """Under ``Accept-Language: ko`` pydantic's English ("Field required", "Input should be a number") used to
+    stay in the message. (The text "NaN" is no number: refused as any text where a number belongs is.)"""
     document = {"name": "ko", "thresholds": {"recall": "NaN"}, "cases": []}
     response = admin_key_client.post("/api/v1/evals/sets", document, format="json", HTTP_ACCEPT_LANGUAGE="ko")
     assert response.status_code == 400
-    assert (
-        response.json()["error"]["message"]
-        == "평가 세트가 올바르지 않습니다: thresholds.recall: 유한한 숫자여야 합니다"
-    )
+    assert response.json()["error"]["message"] == "평가 세트가 올바르지 않습니다: thresholds.recall: 숫자여야 합니다"
     document = {"name": "ko", "cases": [{"key": "k", "ordered": "maybe"}]}
     response = admin_key_client.post("/api/v1/evals/sets", document, format="json", HTTP_ACCEPT_LANGUAGE="ko")
     message = response.json()["error"]["message"]
     assert "query: 필수" in message and "ordered: true 또는 false여야 합니다" in message, message
+
+
+# ---- values of the wrong JSON type (strict, as the admin's form is) ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("document", "named"),
+    [
+        ({"thresholds": {"recall": True}}, "thresholds.recall: must be a number"),  # was stored as 1.0
+        ({"thresholds": {"recall": "0.5"}}, "thresholds.recall: must be a number"),  # was stored as 0.5
+        ({"cases": [{"query": "q", "ordered": "yes"}]}, "cases[0]: ordered: must be true or false"),  # was true
+        ({"cases": [{"query": "q", "order": True}]}, "cases[0]: order: must be a whole number"),  # was 1
+        (
+            {"cases": [{"query": "q", "alternatives": [{"tools": ["t"], "ordered": 1}]}]},
+            "cases[0]: alternatives.0.ordered: must be true or false",
+        ),
+    ],
+)
+def test_a_value_of_the_wrong_json_type_is_refused_naming_its_field_not_converted(
+    admin_key_client: APIClient, document: dict[str, Any], named: str
+) -> None:
+    """The API and ``import_config`` converted what the admin's form refuses: each such POST was a 201."""
+    message = _refused(admin_key_client, {"name": "loose", **document})
+    assert named in message, message
+    with pytest.raises(ApplicationError, match=re.escape(named)):
+        config_import(document={"eval_sets": [{"name": "loose", **document}]}, actor="test", via="tests")
+    assert not EvalSet.objects.exists()
+
+
+def test_a_whole_number_is_still_a_threshold(admin_key_client: APIClient) -> None:
+    response = admin_key_client.post(
+        "/api/v1/evals/sets", {"name": "whole", "thresholds": {"recall": 1, "latency_p95_ms": 800}}, format="json"
+    )
+    assert response.status_code == 201, response.content
+    assert EvalSet.objects.get(name="whole").thresholds == {"recall": 1.0, "latency_p95_ms": 800.0}
