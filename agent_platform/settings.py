@@ -20,7 +20,9 @@ from django.utils.translation import gettext_lazy as _
 from agent_platform.key_files import key_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("PLATFORM_VAR_DIR", BASE_DIR / "var"))
+# Absolute: the paths made from it are recorded (an archive's file in its checkpoint) and opened again by other
+# processes, which may run from another working directory.
+VAR_DIR = Path(os.environ.get("PLATFORM_VAR_DIR", BASE_DIR / "var")).resolve()
 # The platform's own files (database, keys, broker messages, logs) are this user's alone: folders 0700, files
 # 0600, whatever the shell's umask.
 os.umask(0o077)
@@ -489,5 +491,7 @@ if not CELERY_BROKER_URL.startswith("filesystem://"):
         **BROKER_REDIS_SOCKET_OPTIONS,
     }
 
-# Error reports and debug pages hide credentials (DATABASE_URL, REDIS_URL, keys) and mask secret values.
+# Error reports and debug pages hide credentials (DATABASE_URL, REDIS_URL, keys) and mask secret values: the filter
+# those of the request's data, settings and frame variables; the reporter the rest (query string, exception message).
 DEFAULT_EXCEPTION_REPORTER_FILTER = "audit.reporting.MaskingExceptionReporterFilter"
+DEFAULT_EXCEPTION_REPORTER = "audit.reporting.MaskingExceptionReporter"

@@ -210,7 +210,10 @@ def audit_events_archive(
     report = ArchiveReport(first_seq=first_seq, last_seq=last_seq)
     if last_seq < first_seq:
         return report
+    # Absolute, so that the checkpoint names the file wherever verify_audit runs (a path relative to this
+    # process's working directory would name another file, or none, from any other).
     path = output or Path(settings.VAR_DIR) / "audit-archive" / f"audit-{first_seq:012d}-{last_seq:012d}.jsonl.gz"
+    path = path.resolve()
     if path.exists():
         raise ApplicationError(
             _("%(path)s exists: an archive is never overwritten.") % {"path": path}, code="archive_exists"

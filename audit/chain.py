@@ -169,7 +169,8 @@ class ChainKeyring:
             return MacProblem(
                 f"MAC by key {key_id}, which AUDIT_CHAIN_KEY does not hold", reason="unknown_key", key_id=key_id
             )
-        if not hmac.compare_digest(digest, self._digest(key_id, purpose, message)):
+        # hmac.compare_digest raises TypeError for a text with non-ASCII characters: such a MAC is no MAC of ours.
+        if not digest.isascii() or not hmac.compare_digest(digest, self._digest(key_id, purpose, message)):
             return MacProblem("MAC mismatch", reason="mismatch", key_id=key_id)
         return None
 

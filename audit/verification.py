@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import threading
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +79,13 @@ class ChainReport:
     @property
     def ok(self) -> bool:
         return self.problem is None
+
+
+class CannotCheck(str):
+    """A report's problem that is no verdict on the chain: an archive file that could not be opened or read (missing,
+    no permission, an I/O error), so the events in it were not checked. A ``str``, so that every caller shows it as
+    any problem; one that tells "not checked" from "altered" (the admin's *Verify chain*) asks ``isinstance``. A
+    file that opens but is not what ``archive_audit`` wrote (not gzip, cut short, not JSON) is altered, not this."""
 
 
 # --- words ---------------------------------------------------------------------------------------------------
@@ -196,10 +204,13 @@ def _chain_start(
             return None
         path = _archive_file_of(checkpoint, archive_dir)
         if not path.exists():
-            report.problem = _(
-                "archive checkpoint seq %(seq)s: its archive file %(path)s is missing (pass --archive-dir where the "
-                "archives are kept)"
-            ) % {"seq": checkpoint.seq, "path": path}
+            report.problem = CannotCheck(
+                _(
+                    "archive checkpoint seq %(seq)s: its archive file %(path)s is missing (pass --archive-dir where "
+                    "the archives are kept)"
+                )
+                % {"seq": checkpoint.seq, "path": path}
+            )
             return None
         verifier = archive_file_verify(
             path,
@@ -899,11 +910,17 @@ def archive_file_verify(
     """Check one archive file, starting at ``start`` (seq, prev_hash) or where its first line says; sets
     ``report.problem`` on the first problem, else appends a summary line to ``report.notes``. ``replays``: events
     of the table by nonce (:func:`_archived_replay_candidates`), none of which may have the nonce of an event in
-    the file. Never raises."""
+    the file. Never raises.
+
+    A file that cannot be opened or read (:class:`CannotCheck`) leaves the chain unchecked; one whose bytes are not
+    what ``archive_audit`` wrote (not gzip, corrupt or cut-short compressed data, not UTF-8) was altered."""
     try:
         verifier = _archive_file_walk(path, start, recorded, report, keyring, anchors, replays or {})
-    except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as exc:
+    except (EOFError, gzip.BadGzipFile, zlib.error, UnicodeDecodeError) as exc:
         report.problem = _("archive %(path)s: unreadable (%(error)s)") % {"path": path, "error": exc}
+        return ChainVerifier()
+    except OSError as exc:
+        report.problem = CannotCheck(_("archive %(path)s: unreadable (%(error)s)") % {"path": path, "error": exc})
         return ChainVerifier()
     return verifier
 
@@ -923,7 +940,7 @@ def _archive_file_walk(
         for number, text in enumerate(lines, start=1):
             try:
                 line = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
                 report.problem = _("archive %(path)s line %(line)s: not JSON — altered") % {
                     "path": path,
                     "line": number,
@@ -936,8 +953,13 @@ def _archive_file_walk(
                 break
             if isinstance(line, dict) and "checkpoint" in line:
                 checkpoint = line["checkpoint"]
+                if not _is_checkpoint(checkpoint):
+                    report.problem = _("archive %(path)s line %(line)s: not a checkpoint — altered") % {
+                        "path": path, "line": number
+                    }  # fmt: skip
+                    break
                 continue
-            if not isinstance(line, dict) or "seq" not in line:
+            if not _is_event_line(line):
                 report.problem = _("archive %(path)s line %(line)s: not an event — altered") % {
                     "path": path, "line": number
                 }  # fmt: skip
@@ -974,13 +996,11 @@ def _archive_file_walk(
         report.problem = _("archive %(path)s: no checkpoint line — truncated") % {"path": path}
         return verifier
     tail = verifier.check_tail(
-        head_seq=checkpoint.get("seq", -1),
-        head_hash=checkpoint.get("hash"),
-        head_label=_label(gettext_noop("checkpoint")),
+        head_seq=checkpoint["seq"], head_hash=checkpoint["hash"], head_label=_label(gettext_noop("checkpoint"))
     )
     if tail is not None:
         report.problem = _archive_problem(path, chain_break_words(tail))
-    elif verifier.last_seq != checkpoint.get("seq"):
+    elif verifier.last_seq != checkpoint["seq"]:
         report.problem = _archive_problem(path, _("events after the checkpoint — inserted"))
     elif verifier.last_seq in recorded and recorded[verifier.last_seq] != verifier.last_hash:
         report.problem = _("archive %(path)s: checkpoint seq %(seq)s differs from the database's — replaced") % {
@@ -992,6 +1012,28 @@ def _archive_file_walk(
         % {"path": path, "count": verifier.count, "first": first, "last": verifier.last_seq, "hash": verifier.last_hash}
     )
     return verifier
+
+
+def _is_event_line(line: Any) -> bool:
+    """Whether an archive line has an event's shape: an int ``seq`` (not a bool), a text ``hash`` and ``prev_hash``.
+    These the verifier reads as they are (it compares the seq with ints and the hashes with its own); anything else
+    is refused here rather than fed to it to raise. A missing or odd hashed field is the verifier's to find (the
+    event's hash cannot be computed: "unreadable", naming the event)."""
+    return (
+        isinstance(line, dict)
+        and _is_seq(line.get("seq"))
+        and isinstance(line.get("hash"), str)
+        and isinstance(line.get("prev_hash"), str)
+    )
+
+
+def _is_checkpoint(checkpoint: Any) -> bool:
+    """Whether an archive's checkpoint line holds what ``archive_audit`` writes: an int ``seq`` and a text ``hash``."""
+    return isinstance(checkpoint, dict) and _is_seq(checkpoint.get("seq")) and isinstance(checkpoint.get("hash"), str)
+
+
+def _is_seq(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _archive_problem(path: Path, problem: str) -> str:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
@@ -33,6 +34,7 @@ from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from audit.labels import action_label, breakable, reason_label, when_cell
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.services import audit_chain_catch_up
+from audit.verification import CannotCheck
 from auditor.charts import bar_chart
 from auditor.event_details import change_html, rule_decision_html
 from auditor.metrics import MAX_BUCKETS, ToolSeries, series_bucket, tool_metrics, tool_metrics_series
@@ -44,6 +46,8 @@ from auditor.selectors import (
     with_agent_slug,
 )
 from mcpregistry.list_fields import argument_rows
+
+logger = logging.getLogger(__name__)
 
 FILTER_PARAMETERS = ("agent", "mcp_id", "tool", "source", "action", "ok", "reason", "actor", "run", "since", "until")
 """The list's filter parameters: the same names, and meanings, as ``GET /api/v1/audit/events``."""
@@ -598,20 +602,37 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
 @dataclass
 class ChainVerdict:
-    ok: bool
+    """``outcome``: ``intact``; ``altered`` (``problem`` names the first altered, removed, inserted or forged event);
+    ``unchecked`` (an archive file is missing or unreadable: the events in it were not checked, which says nothing
+    of whether they were altered); ``error`` (the check itself stopped, logged: no verdict)."""
+
+    outcome: Literal["intact", "altered", "unchecked", "error"]
     lines: list[str]
     problem: str
     checked_at: dt.datetime
 
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "intact"
+
 
 def audit_chain_verdict() -> ChainVerdict:
-    """What ``verify_audit`` says of the chain now: its output lines, and the first problem if it failed."""
+    """What ``verify_audit`` says of the chain now: its output lines, and the first problem if it failed. Never
+    raises: an error of the check itself (a bug, a database gone) is a failed verdict, logged, not a server error."""
     out, err = io.StringIO(), io.StringIO()
     try:
         call_command("verify_audit", stdout=out, stderr=err)
     except CommandError as exc:
-        return ChainVerdict(ok=False, lines=out.getvalue().splitlines(), problem=str(exc), checked_at=timezone.now())
-    return ChainVerdict(ok=True, lines=out.getvalue().splitlines(), problem="", checked_at=timezone.now())
+        problem = exc.args[0] if exc.args else ""
+        outcome: Literal["altered", "unchecked"] = "unchecked" if isinstance(problem, CannotCheck) else "altered"
+        return ChainVerdict(outcome, out.getvalue().splitlines(), str(exc), timezone.now())
+    except Exception as exc:
+        logger.exception("verify_audit stopped with an error")
+        problem = gettext("verify_audit stopped with an error (%(error)s); see the server log.") % {
+            "error": type(exc).__name__
+        }
+        return ChainVerdict("error", out.getvalue().splitlines(), problem, timezone.now())
+    return ChainVerdict("intact", out.getvalue().splitlines(), "", timezone.now())
 
 
 def _period(request: HttpRequest) -> tuple[dt.datetime | None, dt.datetime | None]:

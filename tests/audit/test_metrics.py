@@ -9,6 +9,7 @@ import statistics
 
 import pytest
 from django.contrib import admin
+from django.test import Client
 from django.urls import include, path
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -179,6 +180,18 @@ def test_the_admin_metrics_page_takes_a_period_and_explains_a_bad_one(auditor_cl
     assert "729.3" in page  # p95 with the old 999 ms call: 100 + 0.7 × 899
     page = auditor_client.get("/admin/audit/auditevent/metrics/?since=soon").content.decode()
     assert "oon is not a date (YYYY-MM-DD)" in page  # the admin capitalizes messages
+
+
+def test_the_metrics_pages_until_label_says_a_bare_date_includes_that_whole_day(auditor_client: Client) -> None:
+    """The page reads a bare ``until`` date to the end of that day (as the list's filter does): its label says so,
+    with the list filter's text, so that one translation serves both."""
+    day = NOW.date().isoformat()
+    for language, label in (("en", "to (a date: that whole day)"), ("ko", "종료 (날짜만 입력하면 그날 전체 포함)")):
+        page = auditor_client.get(
+            f"/admin/audit/auditevent/metrics/?until={day}", HTTP_ACCEPT_LANGUAGE=language
+        ).content.decode()
+        assert f'<label for="metrics-until">{label}</label>' in page
+        assert "exclusive" not in page and "미포함" not in page
 
 
 def test_the_audit_list_links_to_the_metrics_page_and_to_exports_of_what_it_shows(auditor_client) -> None:
