@@ -3,7 +3,7 @@ and the operators' probes and metrics."""
 
 from django.contrib import admin
 from django.http import HttpRequest
-from django.urls import include, path, reverse_lazy
+from django.urls import include, path, reverse, reverse_lazy
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 from django.views import defaults
@@ -15,6 +15,7 @@ from agent_platform.dashboard import dashboard_index
 from agents.api import a2a_server, mcp_server
 from agents.api.errors import bad_request
 from agents.rule_tester import rule_tester_view
+from audit.login_form import LockoutAwarePasswordChangeView
 from audit.roles import user_password_page
 
 # The admin's "View site" leads to the API's documentation (the platform has no public site of its own).
@@ -24,9 +25,16 @@ admin.site.site_title = _("Agent platform")
 
 
 def own_password_change(request: HttpRequest, extra_context: object = None):  # type: ignore[no-untyped-def]
-    """The admin's own password page, in a change scope: the change is recorded with this admin as its actor."""
+    """The admin's own password page, in a change scope: the change is recorded with this admin as its actor. The
+    old password is checked under the login lockout (``audit.login_form``): Django's page, as the admin site serves
+    it, checked it unthrottled and unrecorded."""
+    request.current_app = admin.site.name
+    view = LockoutAwarePasswordChangeView.as_view(
+        success_url=reverse("admin:password_change_done", current_app=admin.site.name),
+        extra_context=admin.site.each_context(request),
+    )
     with user_password_page(actor=request.user, via="admin"):
-        return admin.site.password_change(request)
+        return view(request)
 
 
 urlpatterns = [

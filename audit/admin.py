@@ -60,11 +60,13 @@ class PasswordStateChangeForm(UserChangeForm):
             self.fields["password"].widget = PasswordStateWidget()
 
 
-def password_settable_by(actor: Any, user: Any) -> bool:
-    """Whether ``actor`` may set ``user``'s password on its admin page: a superuser anyone's, anyone their own, and
-    anyone else with "change user" only that of a user with no power (not staff, no group, no permission). Whoever
-    sets a password signs in as its user: "change user" alone must not let a help desk become a reviewer who
-    decides approvals, or anyone whose powers it could not grant itself (``ROLE_FIELDS``)."""
+def sign_in_settable_by(actor: Any, user: Any) -> bool:
+    """Whether ``actor`` may decide how ``user`` signs in on its admin pages, by setting its password or its
+    ``is_active``: a superuser anyone's, anyone their own, and anyone else with "change user" only those of a user
+    with no power (not staff, no group, no permission). Whoever sets a password signs in as its user, and whoever
+    reactivates an account gives its groups and permissions back: "change user" alone must not let a help desk
+    become (or revive) a reviewer who decides approvals, or anyone whose powers it could not grant itself
+    (``ROLE_FIELDS``), nor lock any member of staff out."""
     if actor.is_superuser or actor.pk == user.pk:
         return True
     powerless = not (user.is_staff or user.is_superuser)
@@ -78,6 +80,9 @@ class AuditedUserAdmin(ServiceAdminMixin, PermissionsInWordsMixin, UserAdmin):
         fields = list(super().get_readonly_fields(request, obj))
         if not request.user.is_superuser:
             fields += [name for name in ROLE_FIELDS if name not in fields]
+            # Shown, not offered: a read-only field is not in the form, so a posted ``is_active`` is ignored.
+            if obj is not None and not sign_in_settable_by(request.user, obj) and "is_active" not in fields:
+                fields.append("is_active")
         return fields
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -100,11 +105,12 @@ class AuditedUserAdmin(ServiceAdminMixin, PermissionsInWordsMixin, UserAdmin):
 
     def user_change_password(self, request: HttpRequest, id: str, form_url: str = "") -> HttpResponse:
         """Django's password page, in a change scope: the change is recorded with this admin as its actor. A 403
-        where the user's password is not this admin's to set (``password_settable_by``)."""
-        user = self.get_object(request, unquote(id))
-        if user is not None and not password_settable_by(request.user, user):
-            raise PermissionDenied
+        where the user's password is not this admin's to set (``sign_in_settable_by``), decided under the
+        configuration's lock that the page takes (the user as the last change left it)."""
         with user_password_page(actor=request.user, via=ADMIN_VIA):
+            user = self.get_object(request, unquote(id))
+            if user is not None and not sign_in_settable_by(request.user, user):
+                raise PermissionDenied
             return super().user_change_password(request, id, form_url)
 
 

@@ -1,17 +1,20 @@
 """Password logins are throttled: per username and per client address, in Django's cache (Redis in a deployment
 with ``REDIS_URL``, so every web process shares the counts).
 
-Every password check goes through ``LockoutModelBackend`` (``AUTHENTICATION_BACKENDS``): the admin's login form
-and HTTP Basic on the audit API alike. A failure counts once for the username and once for the address, in a
-window of ``PLATFORM_LOGIN_WINDOW_S`` that starts with the first failure. Reaching
-``PLATFORM_LOGIN_MAX_FAILURES`` for a username (``PLATFORM_LOGIN_IP_MAX_FAILURES`` for an address) locks it for
-``PLATFORM_LOGIN_LOCKOUT_S``: every login of that username, or from that address, is then refused *before the
-password is checked* — the right password too, so a locked account tells a guesser nothing. The lockout is
-written to the audit record once (``security.lockout``); lifting it early (``login_lockout_lift``,
-``manage.py unlock_login``) is audited too (``security.lockout_lift``). A successful login clears the
-username's count (not the address's: one good account must not reset a guesser's count for others).
+Every password check goes through :func:`password_check_throttled`: the admin's login form and HTTP Basic on the
+audit API (``LockoutModelBackend``, ``AUTHENTICATION_BACKENDS``) and the old password on the admin's own password
+page alike. A failure counts once for the username and once for the address, in a window of
+``PLATFORM_LOGIN_WINDOW_S`` that starts with the first failure; an attempt is counted before its password is
+checked (and given back if the password was right), so that guesses sent at once get no more checks than guesses
+sent one by one. Reaching ``PLATFORM_LOGIN_MAX_FAILURES`` for a username (``PLATFORM_LOGIN_IP_MAX_FAILURES`` for an
+address) locks it for ``PLATFORM_LOGIN_LOCKOUT_S``: every login of that username, or from that address, is then
+refused *before the password is checked* — the right password too, so a locked account tells a guesser nothing.
+The lockout is written to the audit record once (``security.lockout``); lifting it early (``login_lockout_lift``,
+``manage.py unlock_login``) is audited too (``security.lockout_lift``). A successful login clears the username's
+count (not the address's: one good account must not reset a guesser's count for others).
 
-Who signed in, and who tried, is on the record too: every wrong password (the admin's form or Basic auth) is a
+Who signed in, and who tried, is on the record too: every wrong password (the admin's form, Basic auth, the old
+password on the own password page) is a
 ``security.login_failed`` event with the address and the path it came to; its username only when such a user
 exists (a mistyped password in the username field is not written down); a sign-in through the admin's form is
 ``security.login`` and a sign-out ``security.logout``, by ``admin:<username>``. A refused login of a locked
@@ -29,8 +32,10 @@ import ipaddress
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from functools import partial
+from typing import Any, Literal, TypeVar
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -45,6 +50,7 @@ from audit.services import audit_event_record
 logger = logging.getLogger(__name__)
 
 Subject = Literal["user", "ip"]
+T = TypeVar("T")
 LOCKOUT_ACTION = "security.lockout"
 LIFT_ACTION = "security.lockout_lift"
 LOGIN_ACTION = "security.login"
@@ -142,34 +148,68 @@ def logout_record(*, request: Any, user: Any, **_kwargs: Any) -> None:
         login_audit(user=user, ip=ip, action=LOGOUT_ACTION)
 
 
-def login_failure_record(*, username: str | None, ip: str) -> Lockout | None:
-    """Count one failed login. Returns the lockout it started, if it started one (audited, once)."""
-    window_s = int(settings.PLATFORM_LOGIN_WINDOW_S)
-    lockout_s = int(settings.PLATFORM_LOGIN_LOCKOUT_S)
-    limits: dict[Subject, int] = {
+def _limits() -> dict[Subject, int]:
+    return {
         "user": int(settings.PLATFORM_LOGIN_MAX_FAILURES),
         "ip": int(settings.PLATFORM_LOGIN_IP_MAX_FAILURES),
     }
-    started: Lockout | None = None
-    for subject, value in _subjects(username, ip):
-        try:
+
+
+def _reserve(subjects: list[tuple[Subject, str]]) -> dict[tuple[Subject, str], int] | None:
+    """Count one attempt for each subject before its password is checked: each subject's count with it, or None
+    where a count went past its limit (the attempts already failed or still being checked fill the allowance; this
+    one's counts are given back). A cache outage counts nothing (empty: the check goes ahead, unthrottled)."""
+    window_s = int(settings.PLATFORM_LOGIN_WINDOW_S)
+    limits = _limits()
+    counts: dict[tuple[Subject, str], int] = {}
+    try:
+        for subject, value in subjects:
             fail_key = _key("fail", subject, value)
             cache.add(fail_key, 0, timeout=window_s)
             try:
-                count = cache.incr(fail_key)
+                counts[(subject, value)] = cache.incr(fail_key)
             except ValueError:  # expired between add and incr
                 cache.add(fail_key, 0, timeout=window_s)
-                count = cache.incr(fail_key)
-            if count < limits[subject]:
-                continue
+                counts[(subject, value)] = cache.incr(fail_key)
+    except Exception:
+        logger.warning("login lockout cache unavailable; login not throttled", exc_info=True)
+        return {}
+    if all(count <= limits[subject] for (subject, _value), count in counts.items()):
+        return counts
+    _release(counts)
+    return None
+
+
+def _release(counts: dict[tuple[Subject, str], int]) -> None:
+    """Give back the counts of an attempt that was no failure (refused unchecked, or its password right)."""
+    for subject, value in counts:
+        try:
+            cache.decr(_key("fail", subject, value))
+        except ValueError:
+            pass  # the count is gone already (expired, or cleared by a lockout or a success)
+        except Exception:
+            logger.warning("login lockout cache unavailable", exc_info=True)
+            return
+
+
+def _lockouts_start(counts: dict[tuple[Subject, str], int]) -> Lockout | None:
+    """After a wrong password: lock each subject whose count (``counts``, this attempt's included) reached its
+    limit. Returns the first lockout it started (each audited, once)."""
+    window_s = int(settings.PLATFORM_LOGIN_WINDOW_S)
+    lockout_s = int(settings.PLATFORM_LOGIN_LOCKOUT_S)
+    limits = _limits()
+    started: Lockout | None = None
+    for (subject, value), count in counts.items():
+        if count < limits[subject]:
+            continue
+        try:
             # ``add`` is atomic: of many processes reaching the limit at once, one starts (and audits) the lockout.
             if not cache.add(_key("lock", subject, value), time.time() + lockout_s, timeout=lockout_s):
                 continue
-            cache.delete(fail_key)
+            cache.delete(_key("fail", subject, value))
         except Exception:
             logger.warning("login lockout cache unavailable; failure not counted", exc_info=True)
             return None
-        lockout = Lockout(subject=subject, value=value, retry_after_s=lockout_s)
         audit_event_record(
             source="admin",
             action=LOCKOUT_ACTION,
@@ -184,8 +224,36 @@ def login_failure_record(*, username: str | None, ip: str) -> Lockout | None:
             reason=f"login:locked:{subject}",
             actor=GUARD_ACTOR,
         )
-        started = started or lockout
+        started = started or Lockout(subject=subject, value=value, retry_after_s=lockout_s)
     return started
+
+
+def password_check_throttled(*, username: str, ip: str, path: str, check: Callable[[], T]) -> T:
+    """Run ``check``, a check of ``username``'s password (a truthy result: the password was right), as one login
+    attempt under the lockout. Raises ``PermissionDenied`` without running it where the username or the address is
+    locked, or where the attempts counted in the window (failed, or still being checked) already fill a limit: the
+    attempt is counted *before* its check, so a burst of concurrent guesses gets no more checks than the lockout
+    allows (counted after, 16 guesses at once at one username, limit 5, were 16 checks). A wrong password is written
+    down (``security.login_failed``) and stays counted; the one that fills a limit starts its lockout. A right one
+    clears the username's count and takes itself off the address's (one good account must not reset a guesser's
+    count for others). A check that raises counts as nothing."""
+    if login_lockout_get(username=username, ip=ip) is not None:
+        raise PermissionDenied
+    counts = _reserve(_subjects(username, ip))
+    if counts is None:
+        raise PermissionDenied
+    try:
+        result = check()
+    except BaseException:
+        _release(counts)
+        raise
+    if result:
+        _release({key: count for key, count in counts.items() if key[0] == "ip"})
+        login_success_record(username=username)
+    else:
+        login_failed_audit(username=username, ip=ip, path=path)
+        _lockouts_start(counts)
+    return result
 
 
 def login_success_record(*, username: str) -> None:
@@ -224,10 +292,10 @@ def login_lockout_lift(*, user_or_ip: str, actor: str) -> bool:
 
 
 class LockoutModelBackend(ModelBackend):
-    """Django's username/password backend behind the lockout. A locked username or address is refused before
-    its password is checked (``PermissionDenied`` ends ``authenticate()`` with None); otherwise the check's
-    outcome is counted. Callers that want to say *why* (the admin's form, Basic auth) ask
-    ``login_lockout_get`` first."""
+    """Django's username/password backend behind the lockout (:func:`password_check_throttled`): a locked username
+    or address, or one whose allowance the attempts in flight fill, is refused before its password is checked
+    (``PermissionDenied`` ends ``authenticate()`` with None); otherwise the check's outcome is counted. Callers that
+    want to say *why* (the admin's form, Basic auth) ask ``login_lockout_get``."""
 
     def authenticate(
         self, request: Any, username: str | None = None, password: str | None = None, **kwargs: Any
@@ -237,13 +305,10 @@ class LockoutModelBackend(ModelBackend):
         if username is not None and "\x00" in username:
             return None  # no user has one (Django's forms refuse it), and PostgreSQL cannot even look for it
         ip = client_ip(request.META) if request is not None else "unknown"
-        if login_lockout_get(username=username, ip=ip) is not None:
-            raise PermissionDenied
-        user = super().authenticate(request, username=username, password=password, **kwargs)
-        if user is None:
-            if username is not None and password is not None:
-                login_failed_audit(username=username, ip=ip, path=request.path if request is not None else "")
-                login_failure_record(username=username, ip=ip)
-        else:
-            login_success_record(username=username or "")
-        return user
+        check = partial(super().authenticate, request, username=username, password=password, **kwargs)
+        if username is None or password is None:  # no password to check: Django's backend answers None
+            if login_lockout_get(username=username, ip=ip) is not None:
+                raise PermissionDenied
+            return check()
+        path = request.path if request is not None else ""
+        return password_check_throttled(username=username, ip=ip, path=path, check=check)

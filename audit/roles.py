@@ -11,13 +11,18 @@ here), a write to the link tables (``User.groups.through``: their querysets and 
 many-to-many change), a deleted permission (each group and user that held it). A password change is recorded the
 same way (``config.user.password_change``, naming the user, never the password or a hash), with the admin as its
 actor on the admin's password page.
+
+Such a write keeps the one lock order of configuration writes (``audit.change_guard``): the configuration's lock
+first, in the write's transaction, then the rows; a save made in autocommit gets a transaction of its own, so it
+commits with its record or not at all. Users and groups remember the values they were read with, as
+``AuditedModel`` rows do, so that a service saving a copy writes only what its caller changed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from functools import partial
+from functools import partial, wraps
 from typing import Any, NamedTuple, TypeVar
 
 from django.contrib.auth import get_user_model
@@ -26,7 +31,14 @@ from django.contrib.auth.models import AbstractBaseUser, Group, Permission
 from django.db import DEFAULT_DB_ALIAS, connections, models, router, transaction
 from django.db.models.signals import post_delete, post_save, pre_delete, pre_save
 
-from audit.change_guard import ChangeAudit, change_scope, current_scope, register_policy
+from audit.change_guard import (
+    ChangeAudit,
+    change_scope,
+    config_write_lock,
+    current_scope,
+    register_policy,
+    remember_loaded,
+)
 from audit.changes import (
     CONFIG_ACTION_PREFIX,
     audited_delete,
@@ -45,6 +57,10 @@ UNATTRIBUTED_ACTOR = "system:unattributed"
 MIGRATE_ACTOR = "system:migrate"
 """Who made a group the record had no event for: the platform's data migrations (the ``auditor`` and
 ``reviewer`` roles), recorded at the end of the ``migrate`` that made them."""
+
+_NEVER_FROM_A_COPY = frozenset({"password", "last_login"})
+"""A user's fields that :func:`user_update` never writes from the instance it is given: a password changes on the
+password pages (recorded as ``password_change``), ``last_login`` at each sign-in."""
 
 USER_POLICY = ChangeAudit(
     entity="user",
@@ -89,13 +105,17 @@ def user_update(
     permissions: Iterable[Any] | None = None,
 ) -> AbstractBaseUser:
     """Change a user's flags (``is_staff``, ``is_superuser``, ``is_active``), other fields, groups and
-    permissions (``None``: unchanged)."""
+    permissions (``None``: unchanged). ``user`` may carry its caller's changes (an admin form's instance): only the
+    fields changed since it was read are written (:func:`connect` has users remember it, as ``AuditedModel``
+    does), never its password or ``last_login``, whatever it carries: a copy read before a password reset or a
+    sign-in put the old hash back, and a copy read before a deactivation made the user active again."""
     m2m = {
         name: list(values)
         for name, values in (("groups", groups), ("user_permissions", permissions))
         if values is not None
     }
-    return audited_save(user, actor=actor, via=via, data=data, m2m=m2m, validate=False)
+    editable = [f.name for f in type(user)._meta.concrete_fields if f.name not in _NEVER_FROM_A_COPY]
+    return audited_save(user, actor=actor, via=via, data=data, m2m=m2m, validate=False, only=editable)
 
 
 def user_delete(*, user: AbstractBaseUser, actor: Any, via: str) -> None:
@@ -105,8 +125,11 @@ def user_delete(*, user: AbstractBaseUser, actor: Any, via: str) -> None:
 @contextmanager
 def user_password_page(*, actor: Any, via: str) -> Iterator[None]:
     """The scope of a page that changes a password (Django's own form saves it): the change is recorded, by the
-    signal below, with ``actor`` and ``via``, in the same transaction (a password never changes unrecorded)."""
-    with change_scope(actor=actor, via=via), transaction.atomic():
+    signal below, with ``actor`` and ``via``, in the same transaction (a password never changes unrecorded). The
+    transaction first, then the scope: opened inside it, the scope takes the configuration's lock before the page
+    reads the user, so a change form saved meanwhile and this page take turns (the scope opened first ran outside
+    any transaction and took no lock)."""
+    with transaction.atomic(), change_scope(actor=actor, via=via):
         yield
 
 
@@ -192,6 +215,68 @@ def _record_by_migrate(group: Group, verb: str, diff: dict[str, Any]) -> None:
 # --- changes made outside a service: recorded, unattributed -----------------------------------------------------
 
 
+def _configuration_locked(using: str) -> None:
+    """Take the configuration's lock (``audit.change_guard.config_write_lock``) in the current transaction, unless
+    the open change scope holds it already (a service's scope opened outside a transaction does not: Django's users
+    and groups are not ``AuditedModel``, whose writes take it then): the first statement of every write of a user or
+    a group that the recorders below see, before they read, lock or write a row. They locked the rows first and the configuration
+    only as they recorded, the reverse of every service's order: a deadlock on PostgreSQL, where the service (an
+    admin's POST) was the one killed."""
+    scope = current_scope()
+    if scope is None or not scope.locked:
+        config_write_lock(using=using)
+
+
+def _saved_under_lock(save: Callable[..., None]) -> Callable[..., None]:
+    """The user model's and ``Group``'s ``save``, outside a service: in a transaction that takes the configuration's
+    lock first, so that the receivers below read the "before" under it and record in it. Django sends ``post_save``
+    after an autocommitted save has committed: a record that failed left the change standing with no event. A save
+    of ``last_login`` alone (every sign-in; nothing recorded) takes no lock."""
+    if getattr(save, "saved_under_lock", False):
+        return save
+
+    @wraps(save)
+    def locked_save(instance: Any, *args: Any, **kwargs: Any) -> None:
+        scope = current_scope()
+        update_fields = kwargs.get("update_fields")
+        if (scope is not None and scope.locked) or (
+            update_fields is not None and set(update_fields) <= USER_POLICY.operational_fields
+        ):
+            return save(instance, *args, **kwargs)
+        using = kwargs.get("using") or router.db_for_write(type(instance), instance=instance)
+        with transaction.atomic(using=using):
+            config_write_lock(using=using)
+            return save(instance, *args, **kwargs)
+
+    locked_save.saved_under_lock = True  # type: ignore[attr-defined]
+    return locked_save
+
+
+def _remember_rows_read(model: Any) -> None:
+    """Have ``model``'s rows remember the values they were read with, as ``AuditedModel``'s do
+    (``audit.change_guard.remember_loaded``), so that a service saving a copy writes only what its caller changed
+    (``audit.changes.instance_changes``), never a stale copy's other fields over a change committed since."""
+    if getattr(model.from_db, "remembers_rows", False):
+        return
+    from_db = model.from_db.__func__
+    refresh_from_db = model.refresh_from_db
+
+    def remembering_from_db(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        row = from_db(cls, *args, **kwargs)
+        remember_loaded(row)
+        return row
+
+    def remembering_refresh_from_db(self: Any, *args: Any, **kwargs: Any) -> None:
+        refresh_from_db(self, *args, **kwargs)
+        fields = kwargs.get("fields", args[1] if len(args) > 1 else None)
+        concrete = {name: f.attname for f in self._meta.concrete_fields for name in (f.name, f.attname)}
+        remember_loaded(self, fields=None if fields is None else [concrete[f] for f in fields if f in concrete])
+
+    remembering_from_db.remembers_rows = True  # type: ignore[attr-defined]
+    model.from_db = classmethod(remembering_from_db)
+    model.refresh_from_db = remembering_refresh_from_db
+
+
 def _remember_roles(sender: Any, instance: Any, raw: bool = False, update_fields: Any = None, **kwargs: Any) -> None:
     if raw or current_scope() is not None:
         return
@@ -223,7 +308,9 @@ def _remember_group(sender: Any, instance: Any, raw: bool = False, **kwargs: Any
 
 def _remember_deleted_group(sender: Any, instance: Any, **kwargs: Any) -> None:
     """Before a group is deleted outside a service: its recorded fields and its members, who lose the group with
-    it (the cascade sends no m2m signal)."""
+    it (the cascade sends no m2m signal). Django's deletion sends this in its transaction, before it deletes any
+    row: the configuration's lock first."""
+    _configuration_locked(kwargs["using"])
     _remember_group(sender, instance)
     if "_group_before" in instance.__dict__:
         instance._group_members = sorted(str(u) for u in get_user_model()._default_manager.filter(groups=instance))
@@ -274,6 +361,7 @@ class _RoleRecordingQuerySet:
             return super().update(**kwargs)  # type: ignore[misc, no-any-return]
         names = sorted(watched - {"password"})
         with transaction.atomic(using=self.db):  # type: ignore[attr-defined]
+            _configuration_locked(self.db)  # type: ignore[attr-defined]
             # The rows by their keys, locked: the caller's queryset may be one FOR UPDATE cannot lock as it is (a
             # DISTINCT, an outer join, values()).
             keys = list(self.values_list("pk", flat=True))  # type: ignore[attr-defined]
@@ -295,6 +383,7 @@ class _RoleRecordingQuerySet:
         stored = model._base_manager.using(self.db)  # type: ignore[attr-defined]
         rows = stored.filter(**{f"{key}__in": [getattr(o, key) for o in objs]})
         with transaction.atomic(using=self.db):  # type: ignore[attr-defined]
+            _configuration_locked(self.db)  # type: ignore[attr-defined]
             before = {getattr(row, key): _role_state(row, names) for row in rows}
             made = super().bulk_create(objs, *args, **kwargs)  # type: ignore[misc]
             _record_rows(model, names, before, rows.all(), key=key)
@@ -450,7 +539,9 @@ def _delete_link_row(row: Any, using: str | None = None, keep_parents: bool = Fa
 def _remember_permission_holders(sender: Any, instance: Any, using: str, origin: Any = None, **kwargs: Any) -> None:
     """Before a permission is deleted outside a service: each group and user that holds it, with the field's names.
     Its links go by a cascade no receiver of ours sees. They are remembered on the deletion's ``origin`` (the
-    queryset or row deleted), so that permissions deleted together record each holder once."""
+    queryset or row deleted), so that permissions deleted together record each holder once. The configuration's
+    lock first: Django's deletion sends this in its transaction, before it deletes a link."""
+    _configuration_locked(using)
     if current_scope() is not None:
         return
     held = (origin if origin is not None else instance).__dict__.setdefault("_roles_holders_before", {})
@@ -476,6 +567,9 @@ def _record_permission_holders(sender: Any, instance: Any, using: str, origin: A
 
 
 def _remember_delete(sender: Any, instance: Any, **kwargs: Any) -> None:
+    """Before a user is deleted (in the deletion's transaction, before any row goes): the configuration's lock;
+    outside a service, then its role fields."""
+    _configuration_locked(kwargs["using"])
     if current_scope() is None:
         instance._roles_deleted = snapshot(instance, _role_fields(type(instance)))
 
@@ -524,6 +618,9 @@ def connect() -> None:
     user_model = get_user_model()
     register_policy(user_model, USER_POLICY)
     register_policy(Group, GROUP_POLICY)
+    for model in (user_model, Group):
+        _remember_rows_read(model)
+        model.save = _saved_under_lock(model.save)  # type: ignore[method-assign]
     pre_save.connect(_remember_roles, sender=user_model, dispatch_uid="audit.roles.pre_save")
     post_save.connect(_record_roles, sender=user_model, dispatch_uid="audit.roles.post_save")
     pre_save.connect(_remember_group, sender=Group, dispatch_uid="audit.roles.group_pre_save")

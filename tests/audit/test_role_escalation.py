@@ -163,3 +163,41 @@ def test_loaddata_does_not_change_the_configuration_or_the_roles_unrecorded(demo
         call_command("loaddata", str(fixture), verbosity=0)
     assert McpServer.objects.get(pk=demo_server.pk).enabled
     assert not User.objects.get(pk=victim.pk).is_superuser
+
+
+# Review defect: ``is_active`` was left out of the fields only a superuser changes, so a help desk with "change
+# user" reactivated a deactivated reviewer (its groups and permissions live again), or locked any other member of
+# staff out. The rule is the password page's (``sign_in_settable_by``): its own account, or one with no power.
+def _change_page_post(client: Any, user: Any, *, active: bool) -> int:
+    data = {"username": user.username, "date_joined_0": "2024-01-01", "date_joined_1": "00:00:00"}
+    if active:
+        data["is_active"] = "on"
+    return int(client.post(f"/admin/auth/user/{user.pk}/change/", data).status_code)
+
+
+def test_a_help_desk_cannot_reactivate_a_deactivated_reviewer_or_deactivate_staff() -> None:
+    desk = help_desk("auth.change_user", "auth.view_user")
+    reviewers = Group.objects.create(name="검토자")
+    reviewers.permissions.add(permission("agents.change_approval"))
+    reviewer = user_create(
+        actor="t", via="tests", username="reviewer", password=PASSWORD, is_staff=True, groups=[reviewers]
+    )
+    staff = user_create(actor="t", via="tests", username="staff", password=PASSWORD, is_staff=True)
+    User.objects.filter(pk=reviewer.pk).update(is_active=False)
+    client = logged_in(desk)
+
+    assert _change_page_post(client, reviewer, active=True) == 302
+    assert _change_page_post(client, staff, active=False) == 302
+    assert User.objects.get(pk=reviewer.pk).is_active is False  # was reactivated
+    assert User.objects.get(pk=staff.pk).is_active is True  # was locked out
+    page = client.get(f"/admin/auth/user/{staff.pk}/change/").content.decode()
+    assert 'name="is_active"' not in page
+
+
+def test_a_help_desk_still_deactivates_a_user_with_no_power() -> None:
+    desk = help_desk("auth.change_user", "auth.view_user")
+    plain = user_create(actor="t", via="tests", username="plain", password=PASSWORD)
+    client = logged_in(desk)
+    assert 'name="is_active"' in client.get(f"/admin/auth/user/{plain.pk}/change/").content.decode()
+    assert _change_page_post(client, plain, active=False) == 302
+    assert User.objects.get(pk=plain.pk).is_active is False
