@@ -22,7 +22,9 @@ parts map onto the run as the REST API maps an A2A message (``agents.api.a2a``):
 url/raw → ``a2a_files`` metadata. The message's ``messageId`` is the run's idempotency key (a retried send gets
 the same task). ``awaiting_approval`` is ``TASK_STATE_INPUT_REQUIRED``: its status message names the pending calls;
 a message on that task with a data part ``{"decision": "approve"|"reject", "approvalId"?, "reason"?}`` (or the text
-``approve``/``reject``) decides them, as ``POST /runs/{id}/approvals/{id}`` would, and the task goes on.
+``approve``/``reject``) decides them (all of them, or none where one is refused), as
+``POST /runs/{id}/approvals/{id}`` would, and the task goes on; the same reply sent again under its ``messageId``
+returns the task and decides nothing.
 Our error codes become A2A errors (``run_not_found`` → -32001 TaskNotFound, ``run_finished`` on cancel → -32002,
 invalid input → -32602, …) with our code in the error's ``ErrorInfo`` metadata.
 """
@@ -45,7 +47,8 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
-from django.db.models import OuterRef, Q, Subquery
+from django.db import transaction
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 from django.utils import translation
@@ -53,6 +56,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
+from rest_framework.exceptions import ValidationError
 
 from agent_platform.errors import ApplicationError
 from agents.api.a2a import run_input_from_message
@@ -75,11 +79,12 @@ from agents.api.protocol_http import (
     too_many_streams,
     tool_progress_text,
 )
-from agents.api.serializers import PART_CONTENTS, A2AMessageSerializer, kind_shaped_part, part_contents_message
+from agents.api.serializers import PART_CONTENTS, A2AMessageSerializer, A2APartField, part_contents_message
 from agents.api.throttling import stream_slot_release
 from agents.approvals import approval_decide
 from agents.config_cache import RunConfiguration, run_configuration, tools_served
 from agents.models import Agent, ApiKey, Approval, Run, RunEvent
+from agents.run_state import RunEventWriter, run_row_lock
 from agents.selectors import (
     agent_get_for_key,
     agent_list_for_key,
@@ -226,12 +231,20 @@ def agent_served(agent: Agent) -> ServedAgent:
     card must not announce it); never published, the agent as stored. The configuration is the one a run of it
     reads (``config_cache.run_configuration``), so the card and the runs cannot tell two stories."""
     version = agent.live_version
-    if version is None or not version.content:
-        version, prompt = None, agent.system_prompt
-    else:
-        prompt = str((version.content.get("agent") or {}).get("system_prompt") or "")
+    if version is not None and not version.content:
+        version = None
     configuration = run_configuration(agent=agent, version=version, generation=config_generation())
-    return ServedAgent(system_prompt=prompt or "", configuration=configuration)
+    return ServedAgent(system_prompt=served_system_prompt(agent), configuration=configuration)
+
+
+def served_system_prompt(agent: Agent) -> str:
+    """The system prompt live traffic to ``agent`` runs with (``agent_served``'s): its live version's once it is
+    published, else the agent's as stored. The agent's cards and its MCP tool (``mcp_server.tool_of``) describe
+    the agent by it, never by an unpublished draft."""
+    version = agent.live_version
+    if version is None or not version.content:
+        return agent.system_prompt or ""
+    return str((version.content.get("agent") or {}).get("system_prompt") or "")
 
 
 def agent_card(*, agent: Agent, root: str) -> dict[str, Any]:
@@ -493,8 +506,12 @@ def task_of(run: Run, *, history_length: int | None = None) -> dict[str, Any]:
 # --- messages --------------------------------------------------------------------------------------------
 
 
-def _rest_part(part: Any) -> dict[str, Any]:
-    """An A2A 1.0 part as the REST API's (0.3-shaped) part, so that one serializer validates both."""
+def _rest_part(part: Any, index: int) -> dict[str, Any]:
+    """The message's part number ``index`` (A2A 1.0's, or 0.3's with ``kind``) as the REST API reads it: through
+    its own field (``A2APartField``), so a member no part has, or a ``filename``, ``mediaType`` or ``metadata`` of
+    the wrong type, is refused here as ``POST /api/v1/runs`` refuses it (converting first to the ``kind`` shape
+    dropped every member but the content, unchecked). Returns the part ``kind``-shaped; raises A2AError (-32602)
+    naming what is wrong, under ``parts`` and the part's number as REST's error names it."""
     if not isinstance(part, dict):
         raise invalid_params(_("Each part must be an object."))
     if sum(1 for key in PART_CONTENTS if key in part) > 1:  # a oneof: with two, one was dropped without a word
@@ -502,10 +519,11 @@ def _rest_part(part: Any) -> dict[str, Any]:
     if "data" in part and "text" not in part and not isinstance(part["data"], dict):
         # A2A 1.0's ``Part.data`` is any JSON value; rules and tools read an object (``{"value": ...}``).
         part = {**part, "data": {"value": part["data"]}}
-    shaped = kind_shaped_part(part)
-    if shaped is None:
-        raise invalid_params(_("A part needs one of 'text', 'data', 'url' or 'raw'."))
-    return shaped
+    try:
+        return A2APartField().to_internal_value(part)
+    except ValidationError as exc:
+        errors = _fields_text({"parts": {str(index): exc.detail}})
+        raise invalid_params(_("The message is not valid: %(errors)s") % {"errors": errors}) from None
 
 
 def an_object(value: Any) -> dict[str, Any]:
@@ -564,14 +582,8 @@ def message_send(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> Ru
     if not isinstance(parts, list) or not parts:
         raise invalid_params(_("The message needs at least one part."))
     if message.get("taskId"):
-        return _answer_input(
-            agent=agent,
-            api_key=api_key,
-            task_id=str(message["taskId"]),
-            parts=parts,
-            context_id=str(message.get("contextId") or ""),
-        )
-    rest_message = {"role": "user", "parts": [_rest_part(p) for p in parts]}
+        return _answer_input(agent=agent, api_key=api_key, message=message)
+    rest_message = {"role": "user", "parts": [_rest_part(p, i) for i, p in enumerate(parts)]}
     serializer = A2AMessageSerializer(data=rest_message)
     if not serializer.is_valid():
         raise invalid_params(_("The message is not valid: %(errors)s") % {"errors": _fields_text(serializer.errors)})
@@ -609,15 +621,96 @@ def _idempotency_key(message_id: str) -> str:
     return key if len(key) <= 200 else f"a2a#{hashlib.sha256(message_id.encode()).hexdigest()}"
 
 
-def _answer_input(*, agent: Agent, api_key: ApiKey, task_id: str, parts: list[Any], context_id: str = "") -> Run:
-    run = run_get(run_id=task_id, api_key=api_key)
+# The run event that records an answer to a task waiting for input, sent with a ``messageId``: which approvals it
+# decided, under the digest of the messageId and of the whole message, and the id of the API key that sent it.
+ANSWER_EVENT = "approval_answer"
+
+
+def _answer_input(*, agent: Agent, api_key: ApiKey, message: dict[str, Any]) -> Run:
+    """Decide the approvals the task ``message`` answers waits for (``decision_of``: the one it names, else every
+    pending one), as ``POST /runs/{id}/approvals/{id}`` decides one. Returns the run.
+
+    All of them or none: one transaction, the run's row locked first (as every decision and expiry locks it), so
+    that a refused one (decided meanwhile, expired, or a model's write the caller may not approve) leaves every
+    other undecided and the run parked, never approved in part and queued again without it. An expired one is
+    left for the reconciler to expire (its expiry is undone with the rest).
+
+    With a ``messageId``, the answer is recorded (``ANSWER_EVENT``) in that transaction, and the same messageId
+    from the same key again (a client's retry) returns the task as it is now and decides nothing: not "the task
+    is not waiting" while the first answer was applied, and never what is pending by then, a call the person who
+    answered never saw. Another message under that messageId is refused, as a new message's is."""
+    run = run_get(run_id=str(message["taskId"]), api_key=api_key)
     if run.agent_id != agent.pk:
         raise ApplicationError(_("Run not found."), code="run_not_found", status=404)
+    context_id = str(message.get("contextId") or "")
     if context_id and context_id != context_id_of(run):  # A2A §3.4.3: a message names its task's own context
         raise invalid_params(
             _("The message's contextId is not the task's (%(context)s).") % {"context": context_id_of(run)},
             "context_mismatch",
         )
+    message_id = str(message.get("messageId") or "")
+    answer = {
+        "caller_id": api_key.pk,
+        "message_id_sha256": hashlib.sha256(message_id.encode()).hexdigest(),
+        "message_sha256": request_digest({"agent": agent.slug, "message": message}),
+    }
+    with transaction.atomic():
+        run_row_lock(run.pk)
+        run.refresh_from_db()
+        if message_id and _answered_before(run=run, answer=answer):
+            return run
+        targets, decision = _answer_targets(run=run, parts=message["parts"])
+        for approval_id in targets:
+            try:
+                approval_decide(
+                    run=run,
+                    approval_id=approval_id,
+                    decision=decision.decision,
+                    actor=f"api_key:{api_key.prefix}",
+                    reason=decision.reason,
+                    by_caller=True,
+                )
+            except ApplicationError as exc:  # raised out of the transaction: the decisions before it are undone
+                if len(targets) == 1:
+                    raise
+                raise ApplicationError(
+                    _("Nothing was decided: the call %(approval_id)s was refused: %(message)s")
+                    % {"approval_id": approval_id, "message": exc.message},
+                    code=exc.code,
+                    status=exc.status,
+                ) from None
+        if message_id:
+            decided = {"decision": decision.decision, "approval_ids": targets}
+            RunEventWriter(run_id=run.pk, secrets=[]).emit(ANSWER_EVENT, {**answer, **decided})
+    run.refresh_from_db()
+    return run
+
+
+def _answered_before(*, run: Run, answer: dict[str, Any]) -> bool:
+    """Whether ``answer``'s messageId (from its key) already answered ``run``: True for the same message (a retry,
+    which decides nothing); another message under that id is refused (409 ``idempotency_key_reused``)."""
+    earlier = (
+        RunEvent.objects.filter(
+            run_id=run.pk,
+            kind=ANSWER_EVENT,
+            data__caller_id=answer["caller_id"],
+            data__message_id_sha256=answer["message_id_sha256"],
+        )
+        .values_list("data", flat=True)
+        .first()
+    )
+    if earlier is None:
+        return False
+    if earlier.get("message_sha256") != answer["message_sha256"]:
+        raise ApplicationError(
+            _("This Idempotency-Key was used with another request body."), code="idempotency_key_reused", status=409
+        )
+    return True
+
+
+def _answer_targets(*, run: Run, parts: list[Any]) -> tuple[list[str], Decision]:
+    """The approvals an answer decides (the one it names, else every pending one) and its decision; refuses an
+    answer to a task not waiting for input, or one that decides nothing."""
     if run.status != Run.Status.AWAITING_APPROVAL:
         if run.is_finished:
             raise A2AError(
@@ -632,19 +725,9 @@ def _answer_input(*, agent: Agent, api_key: ApiKey, task_id: str, parts: list[An
         raise invalid_params(
             _('Answer with a data part {"decision": "approve" or "reject", "approvalId": "..."}.'), "decision_missing"
         )
-    pending = [a["approvalId"] for a in pending_approvals(run)]
-    targets = [decision.approval_id] if decision.approval_id else pending
-    for approval_id in targets:
-        approval_decide(
-            run=run,
-            approval_id=approval_id,
-            decision=decision.decision,
-            actor=f"api_key:{api_key.prefix}",
-            reason=decision.reason,
-            by_caller=True,
-        )
-    run.refresh_from_db()
-    return run
+    if decision.approval_id:
+        return [decision.approval_id], decision
+    return [a["approvalId"] for a in pending_approvals(run)], decision
 
 
 # --- streams ---------------------------------------------------------------------------------------------
@@ -787,7 +870,7 @@ def tasks_list(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> dict
         .annotate(status_at=status_at_expression())
     )
     if params.get("contextId") is not None:
-        runs = runs.filter(context__contextId=str(params["contextId"]))
+        runs = runs.filter(_of_context(runs, str(params["contextId"])))
     state = params.get("status")
     if state not in (None, "", "TASK_STATE_UNSPECIFIED"):
         if state not in A2A_TASK_STATES:
@@ -816,6 +899,21 @@ def tasks_list(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> dict
         tasks.append(task)
     token = _page_token(page[-1]) if more and page else ""
     return {"tasks": tasks, "nextPageToken": token, "pageSize": size, "totalSize": total}
+
+
+def _of_context(runs: QuerySet[Any], context_id: str) -> Q:
+    """Which of ``runs`` are tasks that report ``context_id`` as their ``contextId`` (``context_id_of``): those
+    that keep it in their context, and the run whose id it is where that run keeps none (a REST run sent without
+    one, every MCP run), whose task reports its own id. Filtering on the context alone missed that one."""
+    matches = Q(context__contextId=context_id)
+    try:
+        run_id = uuid.UUID(context_id)
+    except ValueError:
+        run_id = None
+    own = runs.filter(pk=run_id).first() if run_id is not None else None
+    if own is not None and context_id_of(own) == context_id:
+        matches |= Q(pk=own.pk)
+    return matches
 
 
 def _in_utc(moment: datetime) -> datetime:
@@ -877,8 +975,11 @@ def rpc_call(*, agent: Agent, api_key: ApiKey, method: str, params: dict[str, An
     if method == "SendMessage":
         configuration = an_object(params.get("configuration"))
         history_length = _history_length(configuration)  # refused before the run exists, never after
+        return_immediately = configuration.get("returnImmediately")
+        if return_immediately is not None and not isinstance(return_immediately, bool):  # "false" is no yes
+            raise invalid_params(_("'%(name)s' must be true or false.") % {"name": "returnImmediately"})
         run = message_send(agent=agent, api_key=api_key, params=params)
-        if configuration.get("returnImmediately") or run.status in STOPPED:
+        if return_immediately or run.status in STOPPED:
             return {"task": task_of(run, history_length=history_length)}
         return ("wait", run, history_length)
     if method == "SendStreamingMessage":

@@ -44,6 +44,7 @@ from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
 
 from agent_platform.errors import ApplicationError
+from agents.api.a2a_server import served_system_prompt
 from agents.api.config import api_setting
 from agents.api.protocol_http import (
     KeyRecheck,
@@ -119,7 +120,9 @@ def tool_name(agent: Agent) -> str:
 
 
 def tool_of(agent: Agent) -> dict[str, Any]:
-    prompt = (agent.system_prompt or "").strip()
+    """The agent as an MCP tool, described by the prompt live traffic runs with (``served_system_prompt``, as its
+    A2A card is): a published agent's unpublished draft is not what a call of it runs, and must not be announced."""
+    prompt = served_system_prompt(agent).strip()
     summary = prompt.splitlines()[0][:300] if prompt else ""
     asked = _("Ask the agent '%(name)s'.") % {"name": agent.name}
     return {
@@ -129,6 +132,11 @@ def tool_of(agent: Agent) -> dict[str, Any]:
         "inputSchema": input_schema(),
         "outputSchema": OUTPUT_SCHEMA,
     }
+
+
+def tools_listed(*, api_key: ApiKey) -> list[dict[str, Any]]:
+    """``tools/list``: one tool per agent the key may use (sync: each reads its agent's live version)."""
+    return [tool_of(agent) for agent in agent_list_for_key(api_key=api_key)]
 
 
 def call_result(run: Run) -> dict[str, Any]:
@@ -395,8 +403,8 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
     if method == "ping":
         return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": {}})
     if method == "tools/list":
-        agents = await sync_to_async(agent_list_for_key)(api_key=api_key)
-        return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": {"tools": [tool_of(a) for a in agents]}})
+        tools = await sync_to_async(tools_listed)(api_key=api_key)
+        return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": {"tools": tools}})
     if method != "tools/call":
         return json_response(_rpc_error(rpc_id, -32601, _("Method not found: %(method)s") % {"method": method}))
     meta: dict[str, Any] = params["_meta"] if isinstance(params.get("_meta"), dict) else {}

@@ -1,7 +1,8 @@
 """The A2A cards describe what live traffic runs. Defect held here: once an agent was published, its card (and
 the directory card) described the draft: rules renamed but not yet published, the tools of a server bound only
 in the draft, the draft prompt's first line. A card now reads the live version's prompt, rules and frozen tools;
-an agent never published is described as stored."""
+an agent never published is described as stored. The MCP server's ``tools/list`` had the same defect (the tool's
+description from the draft prompt); it now reads the live version's prompt too."""
 
 from __future__ import annotations
 
@@ -100,3 +101,26 @@ def test_an_agent_never_published_is_described_as_stored(api_caller: ApiCaller, 
     assert {"search_employee", "approve_leave"} <= names
     [rule] = [skill for skill in card["skills"] if skill["name"] == DRAFT_RULE]
     assert DRAFT_KEYWORD in rule["tags"]
+
+
+def mcp_tool_of(caller: ApiCaller, slug: str) -> dict[str, Any]:
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {caller.raw_key}")
+    response = client.post("/mcp/", body, content_type="application/json", headers={"Accept": "application/json"})
+    assert response.status_code == 200, response.content
+    [tool] = [t for t in response.json()["result"]["tools"] if t["name"] == f"ask_{slug}"]
+    described: dict[str, Any] = tool
+    return described
+
+
+def test_a_published_agents_mcp_tool_is_described_by_its_live_prompt_not_the_draft(
+    api_caller: ApiCaller, demo_agent: Agent
+) -> None:
+    agent_version_publish(agent=demo_agent, actor="test-admin", via="tests", note="v1")
+    draft_edits(demo_agent)
+
+    description = mcp_tool_of(api_caller, demo_agent.slug)["description"]
+    assert LIVE_LINE[:300] in description and DRAFT_PROMPT not in description
+
+    agent_version_publish(agent=demo_agent, actor="test-admin", via="tests", note="v2")
+    assert DRAFT_PROMPT in mcp_tool_of(api_caller, demo_agent.slug)["description"]
