@@ -3,7 +3,10 @@
 
 ``calculate`` parses arithmetic itself (Python's ``ast``, evaluated over ``Decimal``): numbers, + - * / // %
 **, unary signs and parentheses; no names, calls or attributes (the seed's ``eval`` is "교육용" only). Its size
-is bounded (characters, nodes, digits), and so are exponents and every intermediate value.
+is bounded (characters, nodes, digits), and so are exponents and every value (at most 10^30, and 0 or at least
+10^-30 away from it). Its answers are exact or say they are not: a number is read from its own text (never
+through a binary float), + - * // % and powers compute in 64 significant digits and refuse a result that would
+need more, and only a division that does not end (1/3, 3 ** -1) is rounded, the answer then saying so.
 ``classify_request`` reads its keyword → department table from ``RequestCategory`` rows that admins edit.
 """
 
@@ -13,8 +16,9 @@ import ast
 import decimal
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
+from django.utils.translation import gettext as _
 from pydantic import BaseModel, Field
 
 from agent_platform.text import nfc
@@ -26,9 +30,17 @@ MAX_NODES = 100
 MAX_LITERAL_DIGITS = 30
 MAX_EXPONENT = 100
 MAX_MAGNITUDE = Decimal(10) ** 30
+MIN_MAGNITUDE = Decimal(10) ** -30
+# Every sum, difference and remainder of two values in bounds (30 integer digits) holds with 30 decimals to
+# spare, and so does every product of two 30-digit numbers: 28 digits (the default) silently rounded 10**30 - 1.
+SIGNIFICANT_DIGITS = 64
 UNCLASSIFIED = "미분류"
 
-_CONTEXT = decimal.Context(prec=28, traps=[decimal.DivisionByZero, decimal.InvalidOperation, decimal.Overflow])
+_SIGNALS = [decimal.DivisionByZero, decimal.InvalidOperation, decimal.Overflow]
+# Where a result must be exact: a digit it would lose raises ``Inexact``.
+_EXACT = decimal.Context(prec=SIGNIFICANT_DIGITS, traps=[*_SIGNALS, decimal.Inexact])
+# Where it cannot be (a division that does not end, or an operand one made): rounded half-even.
+_ROUNDED = decimal.Context(prec=SIGNIFICANT_DIGITS, traps=_SIGNALS)
 
 
 class CalculateInput(BaseModel):
@@ -47,64 +59,152 @@ def calculate(expression: str) -> str:
     결과는 소수 표기 문자열이다 (예: '48 * 1.12' → '53.76'). 식이 잘못되면 무엇이 잘못됐는지 알려 준다.
     """
     if len(expression) > MAX_EXPRESSION_CHARS:
-        raise ValueError(f"the expression is longer than {MAX_EXPRESSION_CHARS} characters")
+        raise ValueError(_("the expression is longer than %(limit)d characters") % {"limit": MAX_EXPRESSION_CHARS})
+    source = expression.strip()
     try:
-        tree = ast.parse(expression.strip(), mode="eval")
+        tree = ast.parse(source, mode="eval")
     except SyntaxError as exc:
-        raise ValueError(f"not an arithmetic expression: {exc.msg}") from None
-    if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
-        raise ValueError(f"the expression has more than {MAX_NODES} parts")
-    result = _evaluate(tree.body)
-    return _decimal_text(result)
+        raise ValueError(_("not an arithmetic expression: %(error)s") % {"error": exc.msg}) from None
+    if sum(1 for _node in ast.walk(tree)) > MAX_NODES:
+        raise ValueError(_("the expression has more than %(limit)d parts") % {"limit": MAX_NODES})
+    result = _evaluate(tree.body, source)
+    if result.rounded:
+        return _(
+            "about %(value)s (not exact: a division in the expression does not end and was rounded to "
+            "%(digits)d significant digits)"
+        ) % {"value": _decimal_text(result.value), "digits": SIGNIFICANT_DIGITS}
+    return _decimal_text(result.value)
 
 
-_BINARY: dict[type[ast.operator], Callable[[Decimal, Decimal], Decimal]] = {
-    ast.Add: _CONTEXT.add,
-    ast.Sub: _CONTEXT.subtract,
-    ast.Mult: _CONTEXT.multiply,
-    ast.Div: _CONTEXT.divide,
-    ast.FloorDiv: _CONTEXT.divide_int,
-    ast.Mod: _CONTEXT.remainder,
+class _Number(NamedTuple):
+    value: Decimal
+    rounded: bool  # a division that does not end went into it
+
+
+_BINARY: dict[type[ast.operator], Callable[[decimal.Context, Decimal, Decimal], Decimal]] = {
+    ast.Add: decimal.Context.add,
+    ast.Sub: decimal.Context.subtract,
+    ast.Mult: decimal.Context.multiply,
+    ast.Div: decimal.Context.divide,
+    ast.FloorDiv: decimal.Context.divide_int,
+    ast.Mod: decimal.Context.remainder,
+    ast.Pow: decimal.Context.power,
 }
+_DIVISIONS = (ast.Div, ast.FloorDiv, ast.Mod)
 
 
-def _evaluate(node: ast.AST) -> Decimal:
+def _evaluate(node: ast.AST, source: str) -> _Number:
     if isinstance(node, ast.Constant) and type(node.value) in {int, float}:
-        text = repr(node.value)
-        if sum(ch.isdigit() for ch in text) > MAX_LITERAL_DIGITS:
-            raise ValueError(f"a number has more than {MAX_LITERAL_DIGITS} digits")
-        return _bounded(Decimal(text))
+        return _Number(_literal(node, source), rounded=False)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.UAdd | ast.USub):
-        value = _evaluate(node.operand)
-        return value if isinstance(node.op, ast.UAdd) else -value
+        operand = _evaluate(node.operand, source)
+        if isinstance(node.op, ast.UAdd):
+            return operand
+        # ``copy_negate``, not ``-``: the operator rounds to the thread's context (28 digits).
+        return _Number(operand.value.copy_negate(), operand.rounded)
     if isinstance(node, ast.BinOp):
-        left, right = _evaluate(node.left), _evaluate(node.right)
-        try:
-            if isinstance(node.op, ast.Pow):
-                if right != right.to_integral_value() or abs(right) > MAX_EXPONENT:
-                    raise ValueError(f"an exponent must be a whole number between -{MAX_EXPONENT} and {MAX_EXPONENT}")
-                return _bounded(_CONTEXT.power(left, right))
-            operation = _BINARY.get(type(node.op))
-            if operation is None:
-                raise ValueError(f"the operator {type(node.op).__name__} is not arithmetic")
-            return _bounded(operation(left, right))
-        except decimal.DivisionByZero:
-            raise ValueError("division by zero") from None
-        except (decimal.InvalidOperation, decimal.Overflow):
-            raise ValueError("the result is not a finite number") from None
-    raise ValueError(f"only numbers and arithmetic operators are allowed, not {type(node).__name__}")
+        operation = _BINARY.get(type(node.op))
+        if operation is None:
+            raise ValueError(_("the operator %(operator)s is not arithmetic") % {"operator": type(node.op).__name__})
+        left, right = _evaluate(node.left, source), _evaluate(node.right, source)
+        if isinstance(node.op, ast.Pow):
+            exponent = right.value
+            if exponent != exponent.to_integral_value() or exponent.copy_abs() > MAX_EXPONENT:
+                raise ValueError(
+                    _("an exponent must be a whole number between -%(limit)d and %(limit)d") % {"limit": MAX_EXPONENT}
+                )
+            if left.value.is_zero() and exponent < 0:
+                # Decimal answers Infinity here without a signal.
+                raise ValueError(_("division by zero"))
+        # A division, or a power below zero (1 / x ** n), may have no exact decimal result: only those round.
+        may_round = isinstance(node.op, ast.Div) or (isinstance(node.op, ast.Pow) and right.value < 0)
+        return _apply(operation, node.op, left, right, may_round=may_round)
+    raise ValueError(
+        _("only numbers and arithmetic operators are allowed, not %(node)s") % {"node": type(node).__name__}
+    )
+
+
+def _literal(node: ast.Constant, source: str) -> Decimal:
+    """A number as written: an int's value is exact (also hex, octal, binary), a float's own text is read
+    into ``Decimal`` (``repr`` of the Python float kept 17 significant digits of a 30-digit literal)."""
+    if type(node.value) is int:
+        text = str(node.value)
+        significand = text
+    else:
+        # A parsed node always has its position; create_decimal would refuse "" (never reached).
+        text = (ast.get_source_segment(source, node) or "").replace("_", "")
+        significand = text.lower().partition("e")[0]
+    if sum(ch.isdigit() for ch in significand) > MAX_LITERAL_DIGITS:
+        raise ValueError(_("a number with more than %(limit)s digits") % {"limit": MAX_LITERAL_DIGITS})
+    try:
+        value = _EXACT.create_decimal(text)
+    except decimal.Overflow:  # an exponent past what Decimal holds (1e999999999)
+        raise ValueError(_("a value is larger than 10^30")) from None
+    except decimal.Inexact:  # closer to 0 than Decimal holds (1e-999999999); 30 digits never round
+        raise ValueError(_("a value is closer to 0 than 10^-30")) from None
+    return _bounded(value)
+
+
+def _apply(
+    operation: Callable[[decimal.Context, Decimal, Decimal], Decimal],
+    operator: ast.operator,
+    left: _Number,
+    right: _Number,
+    *,
+    may_round: bool,
+) -> _Number:
+    """``left operator right``, exact unless an operand was rounded already or ``may_round`` and it cannot be.
+    Raises ``ValueError`` with a translated reason for every failure."""
+    try:
+        if not (left.rounded or right.rounded):
+            try:
+                return _Number(_bounded(operation(_EXACT, left.value, right.value)), rounded=False)
+            except decimal.Inexact as lost:
+                if isinstance(lost, decimal.Overflow) or not may_round:
+                    raise
+        return _Number(_bounded(operation(_ROUNDED, left.value, right.value)), rounded=True)
+    except decimal.Overflow:
+        raise ValueError(_("a value is larger than 10^30")) from None
+    except decimal.Inexact:
+        raise ValueError(
+            _("the exact result has more than %(digits)d significant digits") % {"digits": SIGNIFICANT_DIGITS}
+        ) from None
+    except (decimal.DivisionByZero, decimal.InvalidOperation) as exc:
+        raise ValueError(_failure(exc, operator, left.value, right.value)) from None
+
+
+def _failure(exc: decimal.DecimalException, operator: ast.operator, left: Decimal, right: Decimal) -> str:
+    """Why ``left operator right`` failed. The C module raises the trapped signal with the conditions behind it
+    as its argument (``InvalidOperation([DivisionImpossible])``), the pure-Python one the condition itself; and
+    ``x % 0`` is a bare ``InvalidOperation``, so a zero divisor is looked at too."""
+    conditions = {type(exc), *(exc.args[0] if exc.args and isinstance(exc.args[0], list) else [])}
+    if any(issubclass(c, decimal.DivisionByZero | decimal.DivisionUndefined) for c in conditions) or (
+        isinstance(operator, _DIVISIONS) and right.is_zero()
+    ):
+        return _("division by zero")
+    if any(issubclass(c, decimal.DivisionImpossible) for c in conditions):
+        return _("the whole-number quotient has more than %(digits)d digits") % {"digits": SIGNIFICANT_DIGITS}
+    if isinstance(operator, ast.Pow) and left.is_zero() and right.is_zero():
+        return _("0 ** 0 has no value")
+    return _("the result is not a finite number")
 
 
 def _bounded(value: Decimal) -> Decimal:
-    if abs(value) > MAX_MAGNITUDE:
-        raise ValueError("a value is larger than 10^30")
+    # ``copy_abs``, not ``abs``: the builtin rounds to the thread's context (28 digits) before comparing.
+    magnitude = value.copy_abs()
+    if magnitude > MAX_MAGNITUDE:
+        raise ValueError(_("a value is larger than 10^30"))
+    if magnitude and magnitude < MIN_MAGNITUDE:
+        # Written out in full, a value this small is that many zeros (1e-999999 was a megabyte of answer).
+        raise ValueError(_("a value is closer to 0 than 10^-30"))
     return value
 
 
 def _decimal_text(value: Decimal) -> str:
     if value == value.to_integral_value():
         return str(int(value))
-    return format(value.normalize(), "f")
+    # ``normalize`` under the thread's context would round to its 28 digits.
+    return format(value.normalize(_EXACT), "f")
 
 
 class ClassifyRequestInput(BaseModel):
