@@ -191,6 +191,9 @@ def asked_by_the_model_call(call_id: str) -> bool:
     return not call_id.startswith(("rule:", "flow:"))
 
 
+_FINISHED = (Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED)
+
+
 def approval_decide(
     *, run: Run, approval_id: str, decision: str, actor: str, reason: str = "", by_caller: bool = False
 ) -> Approval:
@@ -201,7 +204,8 @@ def approval_decide(
     the model may have been steered by text a tool returned, so a person who did not ask the question decides.
 
     Raises ApplicationError 400 (no such decision, a reason over ``REASON_MAX_CHARS``), 404 (no such approval on
-    this run), 403 (the caller may not approve this call), 409 (already decided, or expired)."""
+    this run), 403 (the caller may not approve this call), 409 (already decided, expired, or its run finished:
+    ``run_finished``, the approval then ended unused)."""
     if decision not in {"approve", "reject"}:
         raise ApplicationError(_("'decision' must be 'approve' or 'reject'."), code="invalid_input", status=400)
     if len(reason) > REASON_MAX_CHARS:
@@ -239,15 +243,24 @@ def approval_decide(
         # asked is still storing waits for it, and so finds the run parked (or the worker finds the approval
         # decided, and queues the run itself). Without it, both could miss each other and the run stay parked.
         run_row_lock(run.pk)
+        # A run that finished (cancelled, or failed by the reconciler, while this call waited) will never make the
+        # call: the decision is refused and the approval ends unused, not "approved" for a run that never resumes.
+        finished = Run.objects.filter(pk=run.pk, status__in=_FINISHED).exists()
+        if finished:
+            others = Approval.objects.filter(run_id=run.pk).exclude(pk=approval.pk).values_list("pk", flat=True)
+            approvals_unused(run_id=run.pk, why="run_finished", keep=list(others))
         expired = (
-            approval.status == Approval.Status.PENDING
+            not finished
+            and approval.status == Approval.Status.PENDING
             and approval.expires_at <= now
             and Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
                 status=Approval.Status.EXPIRED
             )
             == 1
         )
-        if expired:
+        if finished:
+            pass
+        elif expired:
             approval_expiry_audit(approval, actor=actor)
             run_resume(run_id=str(run.pk))  # the model is told the call was not made
         else:
@@ -278,6 +291,10 @@ def approval_decide(
             )
             # Re-queued in the same transaction as the decision; the task is sent once it commits.
             run_resume(run_id=str(run.pk))
+    if finished:
+        raise ApplicationError(
+            _("The run has finished; its calls are no longer decided."), code="run_finished", status=409
+        )
     if expired:
         raise ApplicationError(_("This approval has expired."), code="approval_expired", status=409)
     approval.refresh_from_db()

@@ -417,7 +417,14 @@ def run_execute(*, run_id: str) -> None:
             _execute_claimed(claim)
         except SoftTimeLimitExceeded:
             if not claim.fail("time_limit", "the run did not finish within its time limit"):
-                _stopped_by_cancellation(claim)  # a call cut short may have been an approved write
+                # No longer ours, as a pass that could not store its outcome (``_store_outcome``): cancelled while it
+                # ran (a call cut short may have been an approved write), it records the run's end, which streams,
+                # the admin's live view and ``?wait`` follow the run until; a model call under way is counted.
+                if _stopped_by_cancellation(claim):
+                    RunEventWriter(run_id=claim.run_id, secrets=[]).emit(
+                        "status", {"status": "cancelled", "answer": "", "error": "cancelled"}
+                    )
+                _count_late_tokens(claim.run_id)
         except RETRYABLE_ERRORS:
             logger.warning("run %s: retryable failure; giving the run back to the queue", run_id, exc_info=True)
             claim.release()

@@ -21,7 +21,11 @@ In order:
    backup) is queued again, so the model learns each decision;
 6. **approvals of finished runs**: once a finished run's worker is surely gone (its hard time limit has passed
    since it finished), an approval it left claimed (``executing``: the process died mid-call after the run was
-   cancelled) ends ``outcome_unknown``, and those left pending or approved end unused.
+   cancelled) ends ``outcome_unknown``, and those left pending or approved end unused;
+7. **runs cancelled while they ran**: once the worker of a run cancelled while it ran is surely gone (its hard
+   time limit has passed: the run's ``lease_expires_at``, which ``run_cancel`` set to it), the run's last
+   ``status`` event (``cancelled``) is appended if that worker never wrote it (it died first), so that event
+   streams, the admin's live view and ``?wait`` see the run's end.
 
 Steps 2 and 3 handle at most ``PLATFORM_RECONCILE_BATCH`` runs per pass, oldest first, so a backlog does not
 flood the broker.
@@ -41,6 +45,7 @@ from agents.approvals import approvals_expire_due
 from agents.dispatch import lifecycle_setting, run_dispatch, run_time_limits
 from agents.models import Approval, Run, RunEvent
 from agents.run_state import (
+    RunEventWriter,
     approvals_interrupted,
     approvals_unused,
     run_fail_unheld,
@@ -80,6 +85,7 @@ def runs_reconcile(*, now: datetime | None = None) -> ReconcileReport:
     report.approvals_expired = approvals_expire_due()
     report.parked_resumed = _resume_parked_runs_without_pending_approvals()
     report.approvals_ended = _end_approvals_of_finished_runs(now)
+    _end_runs_cancelled_while_running(now)  # logged, not a figure of the report (which reconcile_runs prints)
     if report.changed:
         logger.info("reconciled runs: %s", report.as_dict())
     return report
@@ -232,3 +238,33 @@ def _end_approvals_of_finished_runs(now: datetime) -> int:
             ended += approvals_interrupted(run_id=run_id, why="run_finished")
             ended += approvals_unused(run_id=run_id, why="run_finished")
     return ended
+
+
+def _end_runs_cancelled_while_running(now: datetime) -> None:
+    """Step 7: the ``cancelled`` event of each run cancelled while it ran whose worker's time is up (its
+    ``lease_expires_at`` passed) and who never wrote it; the lease is cleared (compare-and-swap), so each run is
+    handled once."""
+    batch = int(lifecycle_setting("PLATFORM_RECONCILE_BATCH"))
+    due = list(
+        Run.objects.filter(status=Run.Status.CANCELLED, lease_expires_at__lte=now)
+        .order_by("lease_expires_at")
+        .values_list("id", "lease_expires_at")[:batch]
+    )
+    for run_id, lease_expires_at in due:
+        with transaction.atomic():
+            if not Run.objects.filter(id=run_id, status=Run.Status.CANCELLED, lease_expires_at=lease_expires_at).update(
+                lease_expires_at=None
+            ):
+                continue  # another reconciler got there first
+            last = (
+                RunEvent.objects.filter(run_id=run_id, kind="status")
+                .order_by("-seq")
+                .values_list("data", flat=True)
+                .first()
+            )
+            if isinstance(last, dict) and last.get("status") == Run.Status.CANCELLED:
+                continue  # its worker recorded its end
+            RunEventWriter(run_id=run_id, secrets=[]).emit(
+                "status", {"status": "cancelled", "answer": "", "error": "cancelled"}
+            )
+        logger.warning("run %s: its worker never recorded the cancellation; its end is recorded now", run_id)

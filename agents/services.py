@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal, TypedDict
 
 from django.conf import settings
@@ -24,9 +24,9 @@ from agent_platform.text import nfc_value
 from agents.budgets import budget_reserve, budget_settle
 from agents.config_cache import SubmissionParts, submission_parts
 from agents.decision_reasons import CANCELLED_APPROVAL
-from agents.dispatch import run_dispatch
+from agents.dispatch import run_dispatch, run_time_limits
 from agents.models import Agent, AgentArm, AgentVersion, ApiKey, Approval, DeterministicRule, Run
-from agents.run_state import RunEventWriter
+from agents.run_state import RunEventWriter, approvals_interrupted, approvals_unused
 from agents.selectors import rules_calling, servers_leaving
 from agents.versions import (
     AGENT_FIELDS,
@@ -888,55 +888,76 @@ CANCELLABLE = (Run.Status.QUEUED, Run.Status.AWAITING_APPROVAL, Run.Status.RUNNI
 
 @transaction.atomic
 def run_cancel(*, run: Run, actor: str, source: Literal["admin", "api", "eval"] = "admin") -> Run:
-    """Cancel a run that has not finished. Compare-and-swap on the status it was read with (read again if it
-    changed in between), so that what follows depends on the status it really had:
+    """Cancel a run that has not finished. Compare-and-swap on the status (and lease) it was read with (read again
+    if it changed in between), so that what follows depends on the status it really had:
 
     - ``queued``: it never starts (a worker's claim only takes ``queued`` runs);
     - ``awaiting_approval``: its pending approvals expire (a later decision is a 409) and it is not resumed;
     - ``running``: its worker stops at the next step (the engine checks between model and tool steps); a
       tool call already under way finishes first. The worker's final write only applies to a ``running`` run
-      it holds, so it never overwrites the cancellation (``agents.execution``).
+      it holds, so it never overwrites the cancellation (``agents.execution``). A run whose lease has lapsed has
+      no worker left to stop (it died): it is cancelled as a parked run is.
 
-    A ``status`` event (``cancelled``) is appended for a queued or parked run; a running run's worker
-    appends its own. Audited as ``run.cancel`` under ``source`` (``api`` when an API caller cancels, the key as
-    ``actor``). Returns the run, fresh. Raises ApplicationError 409 for a finished run."""
+    The approvals it will never use end ``expired`` ("the run was cancelled"), each audited ``approval.unused``
+    (``agents.run_state.approvals_unused``): those waiting for a person, and, where no live worker holds the run,
+    those approved and not carried out (and one its dead worker claimed ends ``outcome_unknown``).
+
+    A ``status`` event (``cancelled``) is appended where no live worker holds the run; a live worker appends its own
+    when it stops, and the run's ``lease_expires_at`` is left at the end of that worker's hard time limit, by which
+    the reconciler appends it if the worker died first (``agents.reconciler``). Audited as ``run.cancel`` under
+    ``source`` (``api`` when an API caller cancels, the key as ``actor``), with the approvals it ended. Returns the
+    run, fresh. Raises ApplicationError 409 for a finished run."""
     now = timezone.now()
     cancelled_from: str | None = None
+    worker_due: datetime | None = None  # when a live worker that holds the run is surely gone (its hard limit)
     for _attempt in range(5):
-        current = Run.objects.filter(pk=run.pk).values_list("status", flat=True).first()
-        if current not in CANCELLABLE:
+        current = (
+            Run.objects.filter(pk=run.pk)
+            .values("status", "lease_expires_at", "pass_started_at", "agent__time_limit_s")
+            .first()
+        )
+        if current is None or current["status"] not in CANCELLABLE:
             run.refresh_from_db()
             raise ApplicationError(
                 _("The run has already finished (%(status)s).") % {"status": Run.Status(run.status).label},
                 code="run_finished",
                 status=409,
             )
-        swapped = Run.objects.filter(pk=run.pk, status=current).update(
+        lease = current["lease_expires_at"]
+        worker_due = None
+        if current["status"] == Run.Status.RUNNING and lease is not None and lease > now:
+            _soft, hard = run_time_limits(current["agent__time_limit_s"])
+            worker_due = (current["pass_started_at"] or now) + timedelta(seconds=hard)
+        # On the lease too: whether a live worker holds the run is decided on the lease as read.
+        swapped = Run.objects.filter(pk=run.pk, status=current["status"], lease_expires_at=lease).update(
             status=Run.Status.CANCELLED,
             finished_at=now,
-            lease_expires_at=None,
+            lease_expires_at=worker_due,
             error_code="cancelled",
             error_message=f"cancelled by {actor}",  # stored: not translated
         )
         if swapped == 1:
-            cancelled_from = current
+            cancelled_from = current["status"]
             break
     if cancelled_from is None:  # its status kept changing under us
         raise ApplicationError(_("The run is changing state; try again."), code="run_busy", status=409)
-    # A run that will never run again takes its approvals with it: those waiting for a person, and, where no
-    # worker holds the run (queued to resume, or parked), those approved but not yet carried out (they used to
-    # stay "approved" for good). A running run's worker may be claiming one: it finishes that call first.
-    never_carried_out = [Approval.Status.PENDING]
-    if cancelled_from != Run.Status.RUNNING:
-        never_carried_out.append(Approval.Status.APPROVED)
-    expired = Approval.objects.filter(run_id=run.pk, status__in=never_carried_out).update(
-        status=Approval.Status.EXPIRED,
-        reason=CANCELLED_APPROVAL,  # stable English, translated where shown
+    # A run that will never run again takes its approvals with it: those waiting for a person, and, where no live
+    # worker holds the run (queued to resume, parked, its worker dead), those approved but not yet carried out
+    # (they used to stay "approved" for good). A live worker may be claiming one: it finishes that call first, and
+    # ends what it leaves when it stops (``agents.execution._stopped_by_cancellation``).
+    if worker_due is None and cancelled_from == Run.Status.RUNNING:
+        approvals_interrupted(run_id=run.pk, why="cancelled")  # its worker is gone mid-call
+    carried_on = (
+        list(Approval.objects.filter(run_id=run.pk, status=Approval.Status.APPROVED).values_list("pk", flat=True))
+        if worker_due is not None
+        else []
     )
+    expired = approvals_unused(run_id=run.pk, why="cancelled", keep=carried_on, reason=CANCELLED_APPROVAL)
+    ended = Approval.objects.filter(run_id=run.pk, status=Approval.Status.EXPIRED, reason=CANCELLED_APPROVAL)
     # A running run is charged for the model calls it made so far (their events); its worker adds a call that was
     # under way when it sees the cancellation (``agents.budgets.budget_settle``).
     budget_settle(run_id=run.pk)
-    if cancelled_from != Run.Status.RUNNING:
+    if worker_due is None:
         RunEventWriter(run_id=run.pk, secrets=[]).emit(
             "status", {"status": "cancelled", "answer": "", "error": "cancelled"}
         )
@@ -944,7 +965,11 @@ def run_cancel(*, run: Run, actor: str, source: Literal["admin", "api", "eval"] 
         source=source,
         action="run.cancel",
         run_id=run.pk,
-        args={"from_status": cancelled_from, "approvals_expired": expired},
+        args={
+            "from_status": cancelled_from,
+            "approvals_expired": expired,
+            "approval_ids": [str(pk) for pk in ended.order_by("created_at").values_list("pk", flat=True)],
+        },
         actor=actor,
     )
     run.refresh_from_db()

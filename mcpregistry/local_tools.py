@@ -12,7 +12,8 @@ contract, risk and approval, memo, timeout, retries, breaker, fallback, audit an
 :class:`LocalToolRunner` has the pool's ``call_tool``/``list_tools`` shape, so the gate's code path is the same.
 A call runs in a worker thread; the caller stops waiting at the timeout (``McpTimeoutError``), but Python
 cannot stop a thread: a stuck function keeps its thread until it returns, and a call still queued behind busy
-threads is cancelled (then it never ran: ``sent=False``). A tool that raises is an ``is_error`` answer, the gate's
+threads is cancelled (then it never ran: ``sent=False``), as it is when the caller is interrupted while it waits
+(the run's soft time limit, raised as it is). A tool that raises is an ``is_error`` answer, the gate's
 ``tool:error`` (never an exception out of the gate). A function that reads the database does so on its own
 connection in the worker thread (closed after each call), so it sees committed data only.
 """
@@ -180,12 +181,21 @@ def tool_input_schema(tool: BaseTool) -> dict[str, Any]:
     return dict(schema.schema())  # a pydantic v1 model (older LangChain tools)
 
 
-def _invoke(tool: BaseTool, arguments: dict[str, Any]) -> Any:
+def _invoke(tool: BaseTool, arguments: dict[str, Any]) -> ToolCallOutcome:
+    """Run ``tool`` in the worker thread. A tool that raises is an answer (``is_error=True``), made here, in the
+    tool's own thread: the caller's thread then tells the tool's failures from its own interruptions (Celery's soft
+    time limit is an ``Exception`` raised in the caller's thread while it waits), which are never the tool's."""
     try:
-        return tool.invoke(arguments)
+        value = tool.invoke(arguments)
+    except Exception as exc:  # noqa: BLE001 - the tool's own failure: an answer, not an exception
+        text = f"{type(exc).__name__}: {exc}"
+        return ToolCallOutcome(is_error=True, text=text, structured=None, content=[{"type": "text", "text": text}])
     finally:
         # This worker thread's own database connections (a tool may read configuration): never left open.
         connections.close_all()
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    structured = value if isinstance(value, dict) else None
+    return ToolCallOutcome(is_error=False, text=text, structured=structured, content=[{"type": "text", "text": text}])
 
 
 class LocalToolRunner:
@@ -220,7 +230,9 @@ class LocalToolRunner:
 
         Raises ``McpTransportError(sent=False)`` when the binding no longer loads, ``McpError`` for a tool the
         binding does not have, ``McpTimeoutError`` past the deadline (``sent`` False only if the call never
-        started). A tool that raises comes back as ``is_error=True`` with ``"<ExceptionType>: <message>"``."""
+        started). A tool that raises comes back as ``is_error=True`` with ``"<ExceptionType>: <message>"``; what
+        interrupts the caller while it waits (Celery's ``SoftTimeLimitExceeded``) is raised, the call cancelled if it
+        had not started."""
         try:
             tools = load_local_tools(config.get("args") or [])
         except LocalToolError as exc:
@@ -230,18 +242,16 @@ class LocalToolRunner:
             raise McpError(types.ErrorData(code=types.METHOD_NOT_FOUND, message=f"Unknown local tool: {tool}"))
         future = self._executor.submit(_invoke, target, arguments)
         try:
-            value = future.result(timeout=timeout_s)
+            return future.result(timeout=timeout_s)
         except concurrent.futures.TimeoutError:
             started = not future.cancel()
             raise McpTimeoutError(f"local tool '{tool}' did not return within {timeout_s:g}s", sent=started) from None
-        except Exception as exc:  # noqa: BLE001 - the tool's own failure: an answer, not an exception
-            text = f"{type(exc).__name__}: {exc}"
-            return ToolCallOutcome(is_error=True, text=text, structured=None, content=[{"type": "text", "text": text}])
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-        structured = value if isinstance(value, dict) else None
-        return ToolCallOutcome(
-            is_error=False, text=text, structured=structured, content=[{"type": "text", "text": text}]
-        )
+        except BaseException:
+            # The caller was stopped while it waited (the run's soft time limit, a shutdown): its own interruption,
+            # raised as it is for the run to handle (an approved write's outcome is then unknown), never the
+            # tool's error. A call still queued behind busy threads never starts; one under way runs on.
+            future.cancel()
+            raise
 
     def close_scope(self, scope: str) -> None:
         """Nothing to close: local tools hold no sessions."""

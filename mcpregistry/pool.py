@@ -366,7 +366,10 @@ class McpSessionPool:
         on the loop's thread, which has no request of its own. So a server's failure reads in the language of
         whoever met it: an admin's discovery or health check in that admin's language (the request's), a run in
         the worker's (``LANGUAGE_CODE``). ``McpServer.last_error`` keeps the text as it was written then: a
-        reader in another language sees it in the writer's until the next check."""
+        reader in another language sees it in the writer's until the next check.
+
+        Whatever stops the wait (the deadline, or an exception raised in the caller's thread such as Celery's
+        ``SoftTimeLimitExceeded``) cancels ``coro``: nothing it has not sent yet is sent afterwards."""
         if self._closed:
             raise RuntimeError("the MCP session pool is shut down")
         if settings.configured and apps.ready:
@@ -377,6 +380,12 @@ class McpSessionPool:
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise McpTimeoutError("no answer within the deadline") from None
+        except BaseException:
+            # The caller was stopped while it waited (Celery's soft time limit): the coroutine is cancelled with it.
+            # Left running on the loop, a call whose session was still opening went out after the run had ended
+            # (an approved write, sent with no audit event, after its approval was recorded outcome_unknown).
+            future.cancel()
+            raise
 
     async def _reaper_start(self) -> None:
         self._reaper = self._loop.create_task(self._reap_idle_forever())
@@ -519,6 +528,14 @@ class McpSessionPool:
                 "seconds": f"{open_timeout:g}",
             }
             raise McpTimeoutError(f"{message} ({detail})" if detail else message, sent=False) from None
+        except asyncio.CancelledError:
+            # The caller stopped waiting while the session opened (``submit``: the run's soft time limit): the
+            # session is closed, not left open with nobody to close it (nor registered for a call never made).
+            ready.cancel()
+            pooled.task.cancel()
+            with contextlib.suppress(BaseException):
+                await pooled.task
+            raise
         except McpError as exc:
             await self._finish(pooled)
             detail = pooled.failure_detail()
