@@ -21,7 +21,9 @@ Every change of a run's status is compare-and-swap. A run's life::
 
 ``lease_expires_at`` is the deadline of whoever holds the run: for a running run, its worker's; for a queued
 run, its message's — if no worker has claimed the run by then, the reconciler presumes the message lost and
-dispatches another (NULL: ``created_at`` + ``PLATFORM_RUN_QUEUED_STALE_S``). ``delivery_count`` counts the
+dispatches another (NULL: ``created_at`` + ``PLATFORM_RUN_QUEUED_STALE_S``); for a run cancelled while a live
+worker held it, when that worker is surely gone (its hard time limit: the reconciler then records the run's end if
+the worker did not). ``delivery_count`` counts the
 claims since the run was submitted or last resumed after an approval.
 """
 
