@@ -236,6 +236,13 @@ _WHY = {
     "ranked": _("ranked %(score)s"),
 }
 
+# Why a turn could not force the tool it was to force (``Selection.forced_dropped``).
+_FORCED_DROPPED = {
+    "filtered_out": _("outside the agent's tool selection filters"),
+    "withdrawn": _("withdrawn from this run"),
+    "not_a_tool": _("not a tool of this run"),
+}
+
 # Entries the ReAct loop appends to the trace before the conversation's messages: each is placed by its turn or
 # its call next to the step it belongs to (``_in_order``).
 _MESSAGE_TYPES = frozenset({"system", "human", "ai", "tool"})
@@ -723,11 +730,17 @@ class _Timeline:
         candidates = _number(entry.get("candidates"))
         if candidates is not None:
             notes.append(gettext("%(n)s candidate tools") % {"n": f"{candidates:g}"})
+        dropped = entry.get("forced_dropped")
+        if isinstance(dropped, dict):
+            why = str(_FORCED_DROPPED.get(_str(dropped.get("why")), _str(dropped.get("why"))))
+            notes.append(
+                gettext("could not force %(tool)s: %(why)s") % {"tool": _str(dropped.get("tool")) or "?", "why": why}
+            )
         return TimelineStep(
             kind="selection",
             label=gettext("tool selection"),
             title=title,
-            status="degraded" if fallback else "",
+            status="degraded" if fallback or isinstance(dropped, dict) else "",
             duration_ms=_number(entry.get("selection_ms")),
             note=" · ".join(notes),
         )

@@ -19,12 +19,14 @@ from django.utils.datastructures import MultiValueDict
 from django.utils.translation import gettext_lazy as _
 from pydantic import ValidationError as PydanticValidationError
 
+from agent_platform.text import nfc
 from agents.deterministic import PLACEHOLDER
 from agents.mcp_context import READ_RESOURCE_TOOL, McpContextSettings
 from agents.tool_selection import ToolSelectionSettings
 from mcpregistry.contract_form import EditorWidget, _loads, _merge, _number
 from mcpregistry.contracts import spec_problems
 from mcpregistry.embeddings import embedding_service_configured
+from mcpregistry.list_fields import key_fits, one_line
 from mcpregistry.models import McpServer, McpTool
 
 SELECTION_DEFAULTS: dict[str, Any] = ToolSelectionSettings().model_dump()
@@ -33,6 +35,17 @@ RANKER_CHOICES = [("lexical", _("lexical (BM25, no network)")), ("embedding", _(
 
 def _words(text: str) -> list[str]:
     return [w.strip() for w in text.split(",") if w.strip()]
+
+
+def _in_stored_order(posted: list[Any], stored: Any, key: Any = None) -> list[Any]:
+    """``posted`` (what a multiple choice sent, in the page's order: the tools', the servers') in the order
+    ``stored`` keeps them, the newly chosen ones after: a page saved unchanged then saves the list unchanged (a
+    pinned list reordered by the page was a change, audited as one). ``key`` says when two items are the same."""
+    same = key or (lambda item: item)
+    posted_by_key = {same(item): item for item in posted}
+    kept = [item for item in stored if same(item) in posted_by_key] if isinstance(stored, list) else []
+    kept_keys = {same(item) for item in kept}
+    return [*kept, *(item for k, item in posted_by_key.items() if k not in kept_keys)]
 
 
 def _json_view(value: Any) -> str:
@@ -120,11 +133,22 @@ class ToolSelectionWidget(_SettingsWidget):
         for key in ("top_k", "widen_step", "max_widenings"):
             put(key, _number(field(key)) if field(key) else SELECTION_DEFAULTS[key])
         put("ranker", field("ranker") or SELECTION_DEFAULTS["ranker"])
-        put("pinned", [p for p in data.getlist(f"{name}__pinned") if p])
-        put("servers", [s for s in data.getlist(f"{name}__servers") if s])
-        put("tags", _words(field("tags")))
+        put("pinned", _in_stored_order([p for p in data.getlist(f"{name}__pinned") if p], self.stored.get("pinned")))
+        put("servers", _in_stored_order([s for s in data.getlist(f"{name}__servers") if s], self.stored.get("servers")))
+        put("tags", [nfc(tag) for tag in _words(field("tags"))])
         put("force_first_tool", field("force_first_tool"))
         return settings
+
+    def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
+        """The settings, their tags composed (NFC) however they came (the inputs, the JSON view): a tag typed
+        decomposed on macOS is the tag its tools carry."""
+        value = super().value_from_editor(data, name)
+        settings = _loads(value)
+        tags = settings.get("tags") if isinstance(settings, dict) else None
+        if isinstance(tags, list) and any(isinstance(t, str) and nfc(t) != t for t in tags):
+            settings["tags"] = [nfc(t) if isinstance(t, str) else t for t in tags]
+            return json.dumps(settings, ensure_ascii=False)
+        return value
 
 
 class McpContextWidget(_SettingsWidget):
@@ -178,7 +202,7 @@ class McpContextWidget(_SettingsWidget):
                 "read_resource_tool": bool(current.get("read_resource_tool")),
                 "prompts": prompts,
                 "prompt_value": prompt_value,
-                "arguments_text": "\n".join(f"{k}={v}" for k, v in arguments.items()),
+                "arguments_text": prompt_arguments_text(arguments),
             }
         )
         return context
@@ -186,16 +210,12 @@ class McpContextWidget(_SettingsWidget):
     def value_from_inputs(self, data: MultiValueDict[str, Any], name: str) -> dict[str, Any]:
         settings = dict(self.stored)
         resources = [r for r in (_loads(v) for v in data.getlist(f"{name}__resources")) if isinstance(r, dict)]
+        resources = _in_stored_order(resources, settings.get("resources"), key=_resource_key)
         _merge(settings, "resources", resources or None, default=[])
         _merge(settings, "read_resource_tool", (f"{name}__read_resource_tool" in data) or None, default=False)
         chosen = _loads(str(data.get(f"{name}__prompt", "") or ""))
         if isinstance(chosen, dict) and chosen.get("name"):
-            arguments: dict[str, Any] = {}
-            for line in str(data.get(f"{name}__prompt_arguments", "")).splitlines():
-                key, sep, template = line.partition("=")
-                if key.strip():
-                    # A line without "=" is kept as it is, so the settings' validation names it.
-                    arguments[key.strip()] = template.strip() if sep else None
+            arguments = prompt_arguments(str(data.get(f"{name}__prompt_arguments", "")))
             prompt = {"mcp_id": chosen.get("mcp_id"), "name": chosen["name"]}
             if arguments:
                 prompt["arguments"] = arguments
@@ -203,6 +223,40 @@ class McpContextWidget(_SettingsWidget):
         else:
             settings.pop("prompt", None)
         return settings
+
+
+def prompt_arguments_text(arguments: dict[str, Any]) -> str:
+    """A prompt's arguments as their text area shows them: ``NAME=template`` lines where each line reads back as
+    its name and template, else the object as JSON (a template with a line break or spaces around it, a name
+    with ``=``: set through JSON, an import or the API). As lines, the second line of a template written on two
+    lines came back as an argument of its own, without a template, and the page could not be saved unchanged."""
+    lines = [
+        (key, value)
+        for key, value in arguments.items()
+        if key_fits(key) and isinstance(value, str) and one_line(value) and value == value.strip()
+    ]
+    if len(lines) == len(arguments) and not (lines and lines[0][0].startswith("{")):
+        return "\n".join(f"{key}={value}" for key, value in lines)
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def prompt_arguments(text: str) -> Any:
+    """The inverse of :func:`prompt_arguments_text`: a JSON object (a text starting with ``{``; one that is no
+    object is kept as the text, refused by the settings' validation), or ``NAME=template`` lines; a line
+    without ``=`` is kept as the name without a template, so the settings' validation names it."""
+    if text.strip().startswith("{"):
+        parsed = _loads(text)
+        return parsed if isinstance(parsed, dict) else text
+    arguments: dict[str, Any] = {}
+    for line in text.splitlines():
+        key, sep, template = line.partition("=")
+        if key.strip():
+            arguments[key.strip()] = template.strip() if sep else None
+    return arguments
+
+
+def _resource_key(resource: dict[str, Any]) -> tuple[str, str]:
+    return str(resource.get("mcp_id")), str(resource.get("uri"))
 
 
 def _resource_row(mcp_id: str, resource: dict[str, Any], chosen: set[tuple[str, str]]) -> dict[str, Any]:
@@ -227,15 +281,64 @@ def agent_tool_names(servers: Iterable[McpServer]) -> list[str]:
 
 
 def agent_tool_tags(servers: Iterable[McpServer]) -> list[str]:
+    """The tags of the servers' enabled tools, composed (NFC) as the tag filter compares them."""
     tags = McpTool.objects.filter(server__in=list(servers), enabled=True).values_list("tags", flat=True)
-    return sorted({str(t) for tag_list in tags for t in (tag_list or [])})
+    return sorted({nfc(str(t)) for tag_list in tags for t in (tag_list or [])})
 
 
 def _agent_tools(servers: Iterable[McpServer]) -> dict[str, tuple[str, set[str]]]:
     """The servers' tools as a run's index holds them (enabled, available), by the name the model sees: the
-    server's id and the tool's tags."""
+    server's id and the tool's tags (composed, NFC, as ``agents.tool_selection.select_tools`` compares them)."""
     tools = McpTool.objects.filter(server__in=list(servers), enabled=True, available=True).select_related("server")
-    return {t.exposed_name: (t.server.mcp_id, {str(tag) for tag in t.tags or []}) for t in tools}
+    return {t.exposed_name: (t.server.mcp_id, {nfc(str(tag)) for tag in t.tags or []}) for t in tools}
+
+
+def _outside_filters(settings: ToolSelectionSettings, tools: dict[str, tuple[str, set[str]]], name: str) -> bool:
+    """Whether the tool ``name`` (one of ``tools``, from :func:`_agent_tools`) is outside the settings' hard
+    filters (servers, tags): never offered when selection is on."""
+    mcp_id, tags = tools[name]
+    return bool(
+        (settings.servers and mcp_id not in settings.servers)
+        or (settings.tags and not tags & {nfc(t) for t in settings.tags})
+    )
+
+
+def tools_outside_filters(tool_selection: Any, servers: Sequence[McpServer]) -> list[str]:
+    """The names of the ``servers``' tools that no turn of a run with this ``tool_selection`` offers: those
+    outside its servers and tags, where selection is on (its filters are what a run applies then). Empty for
+    settings that do not validate (their own check names what is wrong)."""
+    try:
+        settings = ToolSelectionSettings.model_validate(tool_selection or {})
+    except PydanticValidationError:
+        return []
+    if not settings.enabled or not (settings.servers or settings.tags):
+        return []
+    tools = _agent_tools(servers)
+    return sorted(name for name in tools if _outside_filters(settings, tools, name))
+
+
+def rule_forcing_problems(forced: str, *, tool_selection: Any, servers: Sequence[McpServer]) -> list[str]:
+    """Why a rule of an agent (its ``tool_selection``, its ``servers``) may not force ``forced`` as the model's
+    first tool: the tool is outside the servers and tags the agent's tool selection keeps, so no turn would offer
+    it and the run would drop the forcing (its trace says so). The check :func:`selection_problems` makes of the
+    agent's own forced tool. A name that is no tool of the servers is left to its own check."""
+    if forced in ("", "any") or forced not in tools_outside_filters(tool_selection, servers):
+        return []
+    settings = ToolSelectionSettings.model_validate(tool_selection or {})
+    return [
+        str(
+            _(
+                "'%(tool)s' is outside the servers and tags the agent's tool selection chooses (servers: "
+                "%(servers)s; tags: %(tags)s), so the model would never be offered it; widen the agent's filters "
+                "or choose another tool"
+            )
+        )
+        % {
+            "tool": forced,
+            "servers": ", ".join(settings.servers) or "—",
+            "tags": ", ".join(settings.tags) or "—",
+        }
+    ]
 
 
 def selection_problems(
@@ -279,22 +382,15 @@ def selection_problems(
         bound = list(servers) if servers is not None else list(McpServer.objects.filter(mcp_id__in=server_ids))
         tools = _agent_tools(bound)
         known_tags = sorted({tag for _server, tags in tools.values() for tag in tags})
-        missing = [t for t in settings.tags if t not in known_tags]
+        missing = [t for t in settings.tags if nfc(t) not in known_tags]
         if missing:
             problems.append(
                 str(_("tags: %(unknown)s is not a tag of this agent's tools; their tags are: %(tags)s"))
                 % {"unknown": ", ".join(missing), "tags": ", ".join(known_tags) or "—"}
             )
 
-        def filtered_out(name: str) -> bool:
-            mcp_id, tags = tools[name]
-            return bool(
-                (settings.servers and mcp_id not in settings.servers)
-                or (settings.tags and not tags & set(settings.tags))
-            )
-
         named = [*settings.pinned, *([settings.force_first_tool] if settings.force_first_tool != "any" else [])]
-        hidden = [n for n in dict.fromkeys(named) if n in tools and filtered_out(n)]
+        hidden = [n for n in dict.fromkeys(named) if n in tools and _outside_filters(settings, tools, n)]
         if hidden:
             problems.append(
                 str(

@@ -664,6 +664,20 @@ class DeterministicRule(AuditedModel):
                 provider=provider, model_id=model_id, kind="tool"
             ):
                 errors["force_first_tool"] = [named_tool_refused(setting="force_first_tool", model_id=model_id)]
+            elif self.agent is not None and (
+                (stored_value(self, "force_first_tool"), stored_value(self, "agent_id"))
+                != (self.force_first_tool, self.agent_id)
+            ):
+                # Where the forced tool or the agent changes (a stored rule saves as it is; its runs' traces say
+                # that the forcing was dropped): a tool outside the agent's tool selection is never offered.
+                from agents.agent_settings_form import rule_forcing_problems  # the form's check; forms load later
+
+                servers = [server for server in self.agent.servers.all() if server.enabled]
+                outside = rule_forcing_problems(
+                    self.force_first_tool, tool_selection=self.agent.tool_selection, servers=servers
+                )
+                if outside:
+                    errors["force_first_tool"] = outside
         if self.params and (self.pk is None or self.params != stored_value(self, "params")):
             # A secret in the params is stored, shown and exported in clear while the audit hides it. A text with
             # a placeholder is filled in from the query at run time: judged without its placeholders, and where

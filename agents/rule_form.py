@@ -23,7 +23,7 @@ from django.utils.translation import gettext_lazy as _
 from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.json import loads as json_loads
-from agents.agent_settings_form import agent_tool_names
+from agents.agent_settings_form import agent_tool_names, rule_forcing_problems, tools_outside_filters
 from agents.configuration import RuleSpec, rule_entry
 from agents.deterministic import PLACEHOLDER
 from agents.models import Agent, DeterministicRule
@@ -356,7 +356,10 @@ class DeterministicRuleForm(forms.ModelForm):
         when_widget.stored = rule.when if rule.pk and isinstance(rule.when, dict) else {}
         params_widget.stored = rule.params if rule.pk and isinstance(rule.params, dict) else {}
         self.model_tools = agent_tool_names(servers)
-        forced = [("", str(_("— none —"))), ("any", str(_("any tool"))), *((n, n) for n in self.model_tools)]
+        # Offered: the tools the agent's tool selection keeps (one outside its servers and tags is refused on save).
+        hidden = set(tools_outside_filters(agent.tool_selection, servers)) if agent else set()
+        forcible = [n for n in self.model_tools if n not in hidden]
+        forced = [("", str(_("— none —"))), ("any", str(_("any tool"))), *((n, n) for n in forcible)]
         if rule.force_first_tool and rule.force_first_tool not in dict(forced):
             forced.append((rule.force_first_tool, rule.force_first_tool))  # shown as stored, refused on save
         self.fields["force_first_tool"].choices = forced
@@ -396,12 +399,18 @@ class DeterministicRuleForm(forms.ModelForm):
             self._apply_document(raw, cleaned)
         self._check_target(cleaned)
         forced = cleaned.get("force_first_tool") or ""
+        agent = self.cleaned_data.get("agent")
         if forced not in ("", "any") and forced not in self.model_tools:
             self.add_error(
                 "force_first_tool",
                 _("'%(tool)s' is no tool the model sees; choose any, or one of: %(names)s")
                 % {"tool": forced, "names": ", ".join(self.model_tools) or "—"},
             )
+        elif agent is not None:
+            # The agent's tool selection may keep the tool out of every turn: the run would drop the forcing.
+            servers = list(agent.servers.filter(enabled=True))
+            for problem in rule_forcing_problems(forced, tool_selection=agent.tool_selection, servers=servers):
+                self.add_error("force_first_tool", problem)
         return cleaned
 
     def _check_target(self, cleaned: dict[str, Any]) -> None:

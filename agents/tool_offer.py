@@ -112,8 +112,10 @@ class ToolOffer:
     def turn_tools(self, messages: list[AnyMessage], turns: int) -> tuple[list[dict[str, Any]], str | None]:
         """The specs to bind for model turn ``turns`` and the ``tool_choice`` (only on the run's first turn): the
         settings' ``force_first_tool`` (a matched rule's, the agent's, or the model's own ``tool_choice``, as
-        ``agents.engine`` sets it), a named tool always among those offered and not forced once it is not."""
+        ``agents.engine`` sets it), a named tool always among those offered and not forced once it is not: the
+        turn's selection entry then says so (``forced_dropped``), one written for it where selection is off."""
         forced = self.settings.force_first_tool if self.first_turn_of_run and turns == 0 else ""
+        named = forced if forced != "any" else ""
         self._remember_answered_calls(messages)
         if self.active:
             assert self.ranker is not None
@@ -138,14 +140,39 @@ class ToolOffer:
                 selection.fallback = self.ranker_note
             self.ranker_note = ""
             self.offered = selection.offered
+            if named and named not in self.offered:
+                selection.forced_dropped = self._forced_dropped(named)
             self.on_selection(selection, turns)
         else:
             self.offered = [n for n in self.index if n not in self.withdrawn]
-        if forced and forced != "any" and forced not in self.offered:
-            forced = ""  # withdrawn, or outside the hard filters: nothing to force
+            if named and named not in self.offered:
+                # Selection is off, so no turn has a selection entry: this one says what was offered unforced.
+                self.on_selection(
+                    Selection(
+                        offered=list(self.offered),
+                        scores={},
+                        reasons=dict.fromkeys(self.offered, ""),
+                        ranker="none",
+                        candidates=len(self.offered),
+                        forced_dropped=self._forced_dropped(named),
+                    ),
+                    turns,
+                )
+        if named and named not in self.offered:
+            forced = ""  # withdrawn, outside the hard filters, or no tool of the run: nothing to force
         # A platform tool never stands beside a server's tool of the same name (the engine does not offer it then).
         extra = [spec for name, spec in self.extra_specs.items() if name not in self.index]
         return [self.specs[n] for n in self.offered] + extra, (forced or None)
+
+    def _forced_dropped(self, name: str) -> dict[str, str]:
+        """Why the named tool to force is not offered (``Selection.forced_dropped``)."""
+        if name in self.withdrawn:
+            why = "withdrawn"
+        elif name not in self.index:
+            why = "not_a_tool"  # a rule stored for a tool since disabled, renamed or of a server unbound
+        else:
+            why = "filtered_out"  # outside the agent's servers and tags: a rule stored before that was checked
+        return {"tool": name, "why": why}
 
     def _remember_answered_calls(self, messages: Sequence[AnyMessage]) -> None:
         """Tools whose calls succeeded earlier in the conversation (a resumed run's too) stay in the offer."""

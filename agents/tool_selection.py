@@ -208,6 +208,10 @@ class Selection:
     candidates: int
     fallback: str = ""
     elapsed_ms: float = 0.0
+    # The named first tool this turn was to force and could not (``{"tool", "why"}``, why one of
+    # ``filtered_out``, ``withdrawn``, ``not_a_tool``): the run goes on unforced, and its trace says so (a rule
+    # stored before the check of its forced tool against the agent's filters would otherwise go unnoticed).
+    forced_dropped: dict[str, str] | None = None
 
     def as_trace(self, turn: int) -> dict[str, Any]:
         entry: dict[str, Any] = {
@@ -222,6 +226,8 @@ class Selection:
         }
         if self.fallback:
             entry["fallback"] = self.fallback
+        if self.forced_dropped:
+            entry["forced_dropped"] = self.forced_dropped
         return entry
 
 
@@ -247,16 +253,18 @@ def select_tools(
 ) -> Selection:
     """The offer for one model turn. ``always`` holds ``(name, why)`` pairs offered whatever their score
     (rule-named tools, tools already called in this run, a failed tool's fallback); pinned tools come from
-    ``settings``. Tools outside the hard filters are never offered, pinned or not. When no more tools than
-    ``top_k`` pass the filters, all of them are offered unranked (the trace's ranker is ``none``): no ranker is
-    asked, so no embedding service is called for nothing. A ranker's failure hands over to ``fallback_ranker``
-    (the Selection's ``fallback`` says why), except for the ``must_propagate`` errors."""
+    ``settings``. Tools outside the hard filters are never offered, pinned or not (tags compared composed, NFC).
+    When no more tools than ``top_k`` pass the filters, all of them are offered unranked (the trace's ranker is
+    ``none``): no ranker is asked, so no embedding service is called for nothing. A ranker's failure hands over
+    to ``fallback_ranker`` (the Selection's ``fallback`` says why), except for the ``must_propagate`` errors."""
     started = time.perf_counter()
+    # Tags compare composed (NFC) on both sides, as the ranker reads them: a tag typed decomposed (macOS) on the
+    # tool or in the filter is the same tag, and the filter must not leave the model no tool at all.
+    tags = {nfc(t) for t in settings.tags}
     allowed = [
         d
         for d in candidates
-        if (not settings.servers or d.mcp_id in settings.servers)
-        and (not settings.tags or set(settings.tags) & set(d.tags))
+        if (not settings.servers or d.mcp_id in settings.servers) and (not tags or tags & {nfc(t) for t in d.tags})
     ]
     allowed_names = {d.name for d in allowed}
     k = settings.top_k + (settings.widen_step * widening.widenings if widening else 0)

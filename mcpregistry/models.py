@@ -429,7 +429,8 @@ class McpTool(AuditedModel):
         return self.server.mcp_id, self.name
 
     def clean(self) -> None:
-        """Tags and example queries are lists of non-empty strings."""
+        """Tags and example queries are lists of non-empty strings; tags are stored composed (NFC), as the agents'
+        tag filters and the ranker compare them (a tag typed on macOS comes decomposed)."""
         errors: dict[str, list[str]] = {}
         for field_name in ("tags", "example_queries"):
             if getattr(self, field_name) is None:  # an emptied admin field
@@ -439,6 +440,7 @@ class McpTool(AuditedModel):
                 errors[field_name] = [str(_("Every item must be a non-empty text."))]
         if errors:
             raise ValidationError(errors)
+        self.tags = [nfc(tag) for tag in self.tags]
 
     @property
     def exposed_name(self) -> str:
