@@ -5,7 +5,8 @@ A local tool is a LangChain tool object: one made with :func:`local_tool` (the p
 or with LangChain's own ``@tool``. An admin binds local tools as an ``McpServer`` with transport ``local``
 whose ``args`` are dotted paths: a module (every tool defined in it) or one tool (``package.module.name``).
 Every path must lie under a module named in ``PLATFORM_LOCAL_TOOL_MODULES`` (checked before anything is
-imported, at save and again at every call: importing runs code). Discovery lists them as tools with a
+imported, at save and again at every call: importing runs code), and a tool named by its path must be defined
+there, not merely imported from elsewhere. Discovery lists them as tools with a
 contract pre-filled from their signature or Pydantic schema; from there they are tools like any other:
 contract, risk and approval, memo, timeout, retries, breaker, fallback, audit and metrics are the gate's.
 
@@ -13,16 +14,22 @@ contract, risk and approval, memo, timeout, retries, breaker, fallback, audit an
 A call runs in a worker thread; the caller stops waiting at the timeout (``McpTimeoutError``), but Python
 cannot stop a thread: a stuck function keeps its thread until it returns, and a call still queued behind busy
 threads is cancelled (then it never ran: ``sent=False``), as it is when the caller is interrupted while it waits
-(the run's soft time limit, raised as it is). A tool that raises is an ``is_error`` answer, the gate's
-``tool:error`` (never an exception out of the gate). A function that reads the database does so on its own
-connection in the worker thread (closed after each call), so it sees committed data only.
+(the run's soft time limit, raised as it is). A coroutine tool (an ``async def``) is awaited on an event loop of
+its own in its worker thread, with the same deadline; at the timeout or the caller's interruption it is cancelled
+at its next ``await`` (a thread cannot be stopped, a coroutine can), so it does not run on as a function does
+(Django refuses its ORM's synchronous calls in it: an async context). A tool that raises is an ``is_error``
+answer, the gate's ``tool:error`` (never an exception out of the gate). A function that reads the database does
+so on its own connection in the worker thread (closed after each call), so it sees committed data only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import importlib
+import inspect
 import json
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any, overload
 
@@ -72,12 +79,16 @@ def local_tool(
 ) -> StructuredTool | Callable[[Callable[..., Any]], StructuredTool]:
     """Make ``fn`` a local tool. Its name is ``name`` or the function's; its description ``description`` or
     the docstring (required: it is the model's manual); its input schema ``args_schema`` or one inferred from
-    the type hints. Returns a LangChain ``StructuredTool`` (``.invoke({...})`` works in tests). The function
-    should return a string or JSON-able value and raise on failure (the gate turns that into ``tool:error``)."""
+    the type hints. Returns a LangChain ``StructuredTool`` (``.invoke({...})`` works in tests). An ``async def``
+    becomes the tool's ``coroutine`` (``.ainvoke``), so that a call awaits it: as its ``func``, a call would only make
+    the coroutine, and the gate would take that unawaited object for the answer. The function should return a
+    string or JSON-able value and raise on failure (the gate turns that into ``tool:error``)."""
 
     def decorate(function: Callable[..., Any]) -> StructuredTool:
+        is_async = inspect.iscoroutinefunction(function)
         made = StructuredTool.from_function(
-            func=function,
+            func=None if is_async else function,
+            coroutine=function if is_async else None,
             name=name or function.__name__,
             description=description,
             args_schema=args_schema,
@@ -93,6 +104,14 @@ def _under_allowed_module(path: str, allowed: Iterable[str]) -> bool:
     return any(path == module or path.startswith(module + ".") for module in allowed if module)
 
 
+def _defining_module(tool: BaseTool) -> str:
+    """The module a tool's code is defined in: its function's (``func``, or ``coroutine`` for an async tool), or its
+    class's for a tool written as a ``BaseTool`` subclass. Not where it was found: a module also holds the tools it
+    imports."""
+    function = getattr(tool, "func", None) or getattr(tool, "coroutine", None)
+    return str(getattr(function, "__module__", None) or type(tool).__module__)
+
+
 def _module_tools(module: Any) -> list[BaseTool]:
     """The tools defined in ``module`` (not those it imports from elsewhere)."""
     found = []
@@ -106,7 +125,8 @@ def _module_tools(module: Any) -> list[BaseTool]:
 def load_local_tools(paths: Iterable[str], *, allowed_modules: Iterable[str] | None = None) -> dict[str, BaseTool]:
     """The tools named by ``paths`` (modules or single tools), by tool name. Raises LocalToolError when a path
     is outside ``allowed_modules`` (default ``PLATFORM_LOCAL_TOOL_MODULES``; checked before importing), cannot
-    be imported, names no tool, or two paths give the same tool name."""
+    be imported, names no tool, names a tool defined outside ``allowed_modules`` (one an allowed module imports
+    from elsewhere: binding the module would not list it), or two paths give the same tool name."""
     allowed = list(settings.PLATFORM_LOCAL_TOOL_MODULES if allowed_modules is None else allowed_modules)
     tools: dict[str, BaseTool] = {}
     for raw in paths:
@@ -148,6 +168,15 @@ def load_local_tools(paths: Iterable[str], *, allowed_modules: Iterable[str] | N
                     )
                     % {"path": path}
                 ) from exc
+            defined_in = _defining_module(value)
+            if not _under_allowed_module(defined_in, allowed):
+                raise LocalToolError(
+                    _(
+                        "'%(path)s' is defined in '%(module)s', which is not under a module named in "
+                        "PLATFORM_LOCAL_TOOL_MODULES (%(modules)s)"
+                    )
+                    % {"path": path, "module": defined_in, "modules": ", ".join(allowed) or "-"}
+                ) from exc
             found = [value]
         except ImportError as exc:
             raise LocalToolError(_("cannot import '%(module)s': %(error)s") % {"module": path, "error": exc}) from exc
@@ -181,13 +210,51 @@ def tool_input_schema(tool: BaseTool) -> dict[str, Any]:
     return dict(schema.schema())  # a pydantic v1 model (older LangChain tools)
 
 
-def _invoke(tool: BaseTool, arguments: dict[str, Any]) -> ToolCallOutcome:
-    """Run ``tool`` in the worker thread. A tool that raises is an answer (``is_error=True``), made here, in the
-    tool's own thread: the caller's thread then tells the tool's failures from its own interruptions (Celery's soft
-    time limit is an ``Exception`` raised in the caller's thread while it waits), which are never the tool's."""
+def _is_coroutine_tool(tool: BaseTool) -> bool:
+    """Whether ``tool`` runs only as a coroutine (an ``async def`` made a tool by ``local_tool`` or LangChain's
+    ``@tool``): its ``invoke`` cannot run it."""
+    return getattr(tool, "func", None) is None and getattr(tool, "coroutine", None) is not None
+
+
+class _CoroutineCall:
+    """One call of a coroutine tool: awaited on an event loop of its own in the worker thread (``run``), and
+    cancelled from the waiting caller's thread (``cancel``) at its next ``await``, or before it starts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._task: asyncio.Task[Any] | None = None
+
+    def run(self, tool: BaseTool, arguments: dict[str, Any]) -> Any:
+        async def awaited() -> Any:
+            with self._lock:
+                if self._cancelled:
+                    raise asyncio.CancelledError
+                self._task = asyncio.current_task()
+            try:
+                return await tool.ainvoke(arguments)
+            finally:
+                with self._lock:
+                    self._task = None  # the loop closes after this: nothing may be scheduled on it any more
+
+        return asyncio.run(awaited())
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            if self._task is not None:
+                self._task.get_loop().call_soon_threadsafe(self._task.cancel)
+
+
+def _invoke(tool: BaseTool, arguments: dict[str, Any], coroutine_call: _CoroutineCall | None) -> ToolCallOutcome:
+    """Run ``tool`` in the worker thread (a coroutine tool through ``coroutine_call``). A tool that raises is an
+    answer (``is_error=True``), made here, in the tool's own thread: the caller's thread then tells the tool's
+    failures from its own interruptions (Celery's soft time limit is an ``Exception`` raised in the caller's thread
+    while it waits), which are never the tool's. A coroutine cancelled is an answer too: nobody waits for it when
+    the caller cancelled it, and one the tool cancelled itself is the tool's failure."""
     try:
-        value = tool.invoke(arguments)
-    except Exception as exc:  # noqa: BLE001 - the tool's own failure: an answer, not an exception
+        value = coroutine_call.run(tool, arguments) if coroutine_call is not None else tool.invoke(arguments)
+    except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - the tool's own failure: an answer
         text = f"{type(exc).__name__}: {exc}"
         return ToolCallOutcome(is_error=True, text=text, structured=None, content=[{"type": "text", "text": text}])
     finally:
@@ -232,7 +299,7 @@ class LocalToolRunner:
         binding does not have, ``McpTimeoutError`` past the deadline (``sent`` False only if the call never
         started). A tool that raises comes back as ``is_error=True`` with ``"<ExceptionType>: <message>"``; what
         interrupts the caller while it waits (Celery's ``SoftTimeLimitExceeded``) is raised, the call cancelled if it
-        had not started."""
+        had not started. A coroutine tool under way is cancelled at the deadline and at the interruption too."""
         try:
             tools = load_local_tools(config.get("args") or [])
         except LocalToolError as exc:
@@ -240,17 +307,23 @@ class LocalToolRunner:
         target = tools.get(tool)
         if target is None:
             raise McpError(types.ErrorData(code=types.METHOD_NOT_FOUND, message=f"Unknown local tool: {tool}"))
-        future = self._executor.submit(_invoke, target, arguments)
+        coroutine_call = _CoroutineCall() if _is_coroutine_tool(target) else None
+        future = self._executor.submit(_invoke, target, arguments, coroutine_call)
         try:
             return future.result(timeout=timeout_s)
         except concurrent.futures.TimeoutError:
             started = not future.cancel()
+            if coroutine_call is not None:
+                coroutine_call.cancel()
             raise McpTimeoutError(f"local tool '{tool}' did not return within {timeout_s:g}s", sent=started) from None
         except BaseException:
             # The caller was stopped while it waited (the run's soft time limit, a shutdown): its own interruption,
             # raised as it is for the run to handle (an approved write's outcome is then unknown), never the
-            # tool's error. A call still queued behind busy threads never starts; one under way runs on.
+            # tool's error. A call still queued behind busy threads never starts; a function under way runs on, a
+            # coroutine is cancelled.
             future.cancel()
+            if coroutine_call is not None:
+                coroutine_call.cancel()
             raise
 
     def close_scope(self, scope: str) -> None:

@@ -91,6 +91,10 @@ STDERR_MASK_MARGIN = 4096
 # answer is the call's deadline's to end (a timeout, said as one), never the HTTP client's.
 READ_TIMEOUT_MARGIN_S = 60.0
 
+# A listing (tools, resources, prompts) follows the server's ``nextCursor`` for at most this many pages: a server
+# whose cursor never ends fails its discovery with a message, not at the deadline with the listing grown meanwhile.
+LIST_PAGES_MAX = 100
+
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
     anyio.ClosedResourceError,
     anyio.BrokenResourceError,
@@ -831,26 +835,34 @@ class McpSessionPool:
 
     def list_tools(self, config: dict[str, Any], *, timeout_s: float = 30.0, scope: str | None = None) -> ServerListing:
         """Initialize (or reuse) a session and list the server's tools, and its resources and prompts where the
-        server offers them."""
+        server offers them: every page of each (at most ``LIST_PAGES_MAX``: past that, an ``McpError``)."""
         connection = ServerConnection.from_config(config)
 
-        async def operation(pooled: _PooledSession) -> ServerListing:
-            assert pooled.session is not None
-            tools: list[dict[str, Any]] = []
+        async def every_page(method: str, list_page: Callable[..., Awaitable[Any]], items: str) -> list[dict[str, Any]]:
+            listed: list[dict[str, Any]] = []
             cursor: str | None = None
-            while True:
-                page = await pooled.session.list_tools(cursor=cursor) if cursor else await pooled.session.list_tools()
-                tools.extend(t.model_dump(mode="json", exclude_none=True) for t in page.tools)
+            for _page in range(LIST_PAGES_MAX):
+                page = await list_page(params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+                listed.extend(item.model_dump(mode="json", exclude_none=True) for item in getattr(page, items))
                 cursor = page.nextCursor
                 if not cursor:
-                    break
+                    return listed
+            message = _("server '%(server)s' answered %(method)s with more than %(pages)s pages") % {
+                "server": connection.mcp_id,
+                "method": method,
+                "pages": LIST_PAGES_MAX,
+            }
+            raise McpError(types.ErrorData(code=types.INTERNAL_ERROR, message=message))
+
+        async def operation(pooled: _PooledSession) -> ServerListing:
+            session = pooled.session
+            assert session is not None
+            tools = await every_page("tools/list", session.list_tools, "tools")
             listing = ServerListing(pooled.protocol_version, pooled.server_info, tools)
             if "resources" in pooled.capabilities:
-                resources = await pooled.session.list_resources()
-                listing.resources = [r.model_dump(mode="json", exclude_none=True) for r in resources.resources]
+                listing.resources = await every_page("resources/list", session.list_resources, "resources")
             if "prompts" in pooled.capabilities:
-                prompts = await pooled.session.list_prompts()
-                listing.prompts = [p.model_dump(mode="json", exclude_none=True) for p in prompts.prompts]
+                listing.prompts = await every_page("prompts/list", session.list_prompts, "prompts")
             return listing
 
         return self.submit(
