@@ -284,16 +284,31 @@ def gate_outcome(*, ok: bool, reason: str | None, attempts: int, memo_hit: bool,
 
 # ---- a run ----------------------------------------------------------------------------------------------------
 
+# ``gen_ai.provider.name`` of the platform's model providers, for the run's span and each model call's
+# (``agents.model_tracing``): the GenAI semantic conventions' well-known values. ``openai`` for any
+# OpenAI-compatible server (vLLM, Ollama, LiteLLM): the conventions set it from the instrumentation's best knowledge
+# and name the API the client speaks, since many providers are reached through the OpenAI API and its client
+# (``gen_ai.request.model`` and ``server.address`` tell the actual one). The platform's own models, no GenAI
+# product, keep their names as custom values: ``offline`` (answers from the deterministic results) and ``scripted``
+# (replays a script: tests, demos).
+GEN_AI_PROVIDER_NAMES: dict[str, str] = {"bedrock": "aws.bedrock", "openai_compatible": "openai"}
+
+
+def gen_ai_provider_name(provider: str) -> str:
+    """``gen_ai.provider.name`` for the platform's model ``provider`` (``GEN_AI_PROVIDER_NAMES``)."""
+    return GEN_AI_PROVIDER_NAMES.get(provider, provider)
+
 
 @contextmanager
 def run_span(*, run_id: Any, agent: str, provider: str, model: str) -> Iterator[Span]:
-    """The span of one pass of a run in the worker (``invoke_agent <agent>``)."""
+    """The span of one pass of a run in the worker (``invoke_agent <agent>``); ``provider`` is the platform's name
+    of the model provider (``Agent.model_provider``)."""
     with span(
         f"invoke_agent {agent}",
         {
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.name": agent,
-            "gen_ai.provider.name": provider,
+            "gen_ai.provider.name": gen_ai_provider_name(provider),
             "gen_ai.request.model": model or None,
             "platform.agent": agent,
             "platform.run_id": str(run_id),

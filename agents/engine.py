@@ -8,9 +8,12 @@ failure. Every tool call, deterministic or the model's, goes through ``mcpregist
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import logging
+import re
 import time
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -195,12 +198,38 @@ def _offline_answer(plan: RunPlan, results: list[dict[str, Any]]) -> str:
     )
 
 
+# The tool names both providers take: Converse's ToolName and Chat Completions' function name.
+MODEL_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def model_tool_names(exposed_names: Sequence[str]) -> dict[str, str]:
+    """Each tool's exposed name (``McpTool.exposed_name``) → the name the model is given. A name the providers take
+    (``MODEL_TOOL_NAME``) is given as it is; another (MCP allows ``projects.list``, ``직원 검색`` or 100 characters,
+    which Converse and Chat Completions refuse, failing every call of the run) is given an alias: its runs of other
+    characters as ``_``, or, where that is empty, too long, or another tool's name (or the platform's
+    ``read_resource``), the same cut to 55 characters with ``_`` and 8 hex digits of the name's digest. The same
+    tools give the same aliases on every pass of a run (a parked run resumes with the names its conversation
+    holds)."""
+    valid = [name for name in exposed_names if MODEL_TOOL_NAME.fullmatch(name)]
+    names = {name: name for name in valid}
+    taken = {*valid, READ_RESOURCE_TOOL}
+    for name in sorted(set(exposed_names) - set(valid)):
+        alias = re.sub(r"[^A-Za-z0-9_-]+", "_", name).strip("_")
+        if not alias or len(alias) > 64 or alias in taken:
+            digest = hashlib.sha256(unicodedata.normalize("NFC", name).encode()).hexdigest()[:8]
+            alias = f"{(alias or 'tool')[:55]}_{digest}"
+        taken.add(alias)
+        names[name] = alias
+    return names
+
+
 def _tool_index(plan: RunPlan) -> dict[str, tuple[McpServer, McpTool]]:
-    """The tools the run may call (``tools_served``), by the name the model sees."""
-    return {
-        mcp_tool.exposed_name: (server, mcp_tool)
-        for server, mcp_tool in tools_served(plan.servers, plan.frozen_contracts)
-    }
+    """The tools the run may call (``tools_served``), by the name the model sees (``model_tool_names``): the
+    model's calls are resolved here to their server and tool, whose own name the gate, the audit and the events
+    carry."""
+    served = list(tools_served(plan.servers, plan.frozen_contracts))
+    names = model_tool_names([mcp_tool.exposed_name for _server, mcp_tool in served])
+    return {names[mcp_tool.exposed_name]: (server, mcp_tool) for server, mcp_tool in served}
 
 
 def tool_specs(
@@ -410,6 +439,8 @@ def execute(plan: RunPlan) -> RunOutcome:
             params=_budgeted_params(plan.model_params) if plan.token_ceiling is not None else plan.model_params,
             offline_answer=_offline_answer(plan, results),
             api_key=plan.model_api_key,
+            # A budgeted run's call cut after its request reached the provider is not sent again (``_budgeted_params``).
+            retry_sent_requests=plan.token_ceiling is None,
         )
     except MUST_PROPAGATE:
         raise
@@ -507,9 +538,10 @@ def execute(plan: RunPlan) -> RunOutcome:
         else:
             server, mcp_tool = found
             verdict = offer.check(name)
+            # Audited by the tool's own (exposed) name, not the alias the model may know it by.
             if verdict == "withdrawn":
                 result = gate.refuse_withdrawn(
-                    tool_name=name,
+                    tool_name=mcp_tool.exposed_name,
                     args=args,
                     who=who("agent", call_id),
                     mcp_id=server.mcp_id,
@@ -517,21 +549,28 @@ def execute(plan: RunPlan) -> RunOutcome:
                 )
             elif verdict == "not_offered":
                 result = gate.refuse_not_offered(
-                    tool_name=name, args=args, who=who("agent", call_id), offered=offer.offered, mcp_id=server.mcp_id
+                    tool_name=mcp_tool.exposed_name,
+                    args=args,
+                    who=who("agent", call_id),
+                    offered=offer.offered,
+                    mcp_id=server.mcp_id,
                 )
             else:
                 result = gate.call(server=server, tool_name=mcp_tool.name, args=args, who=who("agent", call_id))
                 withdrawn_now = offer.record(name, result.error)
+        tool_name = found[1].exposed_name if found is not None else name  # the tool's own, for the trace
         if withdrawn_now:
             result.message = f"{result.message} " + _(
                 "Tool '%(tool)s' is now withdrawn for the rest of this run after %(count)d calls with invalid "
                 "arguments; do not call it again."
             ) % {"tool": name, "count": offer.corrections[name]}
-            trace.append({"type": "tool_withdrawn", "tool": name, "corrections": offer.corrections[name]})
+            trace.append({"type": "tool_withdrawn", "tool": tool_name, "corrections": offer.corrections[name]})
         clock.tools_ms += result.latency_ms
         plan.emit("tool_call", {"source": "agent", "call_id": call_id, **result.as_dict()})
         if result.error == "approval:pending":
-            trace.append({"type": "approval", "approval_id": result.approval_id, "tool": name, "args": result.args})
+            trace.append(
+                {"type": "approval", "approval_id": result.approval_id, "tool": tool_name, "args": result.args}
+            )
             return ToolMessage(content="", tool_call_id=call_id), result.approval_id
         status = "success" if result.ok else "error"
         message = ToolMessage(content=result.for_model(), tool_call_id=call_id, name=name, status=status)
@@ -802,6 +841,8 @@ def _tool_offer(
     if model_choice and not settings.force_first_tool:
         settings = settings.model_copy(update={"force_first_tool": model_choice})
     by_tool = {(server.mcp_id, mcp_tool.name): name for name, (server, mcp_tool) in index.items()}
+    # Settings and rules name a tool as the admin knows it (its exposed name); the offer, as the model does.
+    as_offered = {mcp_tool.exposed_name: name for name, (_server, mcp_tool) in index.items()}
     rule_named = [by_tool[key] for r in results if (key := (r.get("mcp_id"), r.get("tool"))) in by_tool]
     previous_turns = model_turn_count(plan.conversation)  # an earlier turn of the conversation is none of the run's
 
@@ -817,6 +858,12 @@ def _tool_offer(
     kind: Literal["any", "tool"] = "any" if by_rule == "any" else "tool"
     if by_rule and supports_tool_choice(provider=plan.provider, model_id=plan.model_id, kind=kind):
         settings = settings.model_copy(update={"force_first_tool": by_rule})
+    settings = settings.model_copy(
+        update={
+            "force_first_tool": as_offered.get(settings.force_first_tool, settings.force_first_tool),
+            "pinned": [as_offered.get(name, name) for name in settings.pinned],
+        }
+    )
     ranker, fallback, note = selection_rankers(settings=settings, index=index)
     contracts = {
         name: gate.contract_applied(who=who, server=server, tool=mcp_tool) for name, (server, mcp_tool) in index.items()
@@ -995,7 +1042,10 @@ def _execute_flow(
 def _budgeted_params(params: dict[str, Any]) -> dict[str, Any]:
     """A budgeted run's model parameters: a call that timed out is not sent again. The provider may have finished
     (and billed) it without the answer reaching us: its tokens are never reported, so a second send could spend
-    past the reservation that bounds each call once (README, Budgets)."""
+    past the reservation that bounds each call once (README, Budgets). A connection failure is held to the same
+    rule by the model the engine builds for a budgeted run (``retry_sent_requests=False``): sent again only when
+    its request never reached the provider (it could not connect), never when it was cut after (a stream dropped
+    partway, a read or protocol error)."""
     given = params.get("retry")
     retry: dict[str, Any] = given if isinstance(given, dict) else {}
     listed = retry.get("on")

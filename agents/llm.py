@@ -164,11 +164,19 @@ class ScriptedChatModel(_PlatformChatModel):
 
 
 def build_chat_model(
-    *, provider: str, model_id: str, params: dict[str, Any], offline_answer: str, api_key: str | None = None
+    *,
+    provider: str,
+    model_id: str,
+    params: dict[str, Any],
+    offline_answer: str,
+    api_key: str | None = None,
+    retry_sent_requests: bool = True,
 ) -> BaseChatModel:
     """The chat model for an agent. The network providers (``bedrock``, ``openai_compatible``) are built in
     ``agents.providers``; ``api_key`` is the agent's decrypted model secret (never from ``params``), and AWS
-    credentials for Bedrock come from the standard chain, never from the database."""
+    credentials for Bedrock come from the standard chain, never from the database. ``retry_sent_requests=False``
+    (a budgeted run): a network model retries a connection failure only where its request never reached the
+    provider (``agents.providers.request_never_sent``)."""
     if provider == "offline":
         return OfflineChatModel(answer=offline_answer)
     if provider == "scripted":
@@ -181,7 +189,11 @@ def build_chat_model(
         from agents.providers import build_provider_model
 
         model: BaseChatModel = build_provider_model(
-            provider=provider, model_id=model_id, params=params, api_key=api_key
+            provider=provider,
+            model_id=model_id,
+            params=params,
+            api_key=api_key,
+            retry_sent_requests=retry_sent_requests,
         )
         return model
     raise ValueError(f"unknown model provider {provider!r}")

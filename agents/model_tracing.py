@@ -21,7 +21,9 @@ from agents.providers import stop_reason
 
 class ModelCallTracer(BaseCallbackHandler):
     """Starts a client span when a chat model is called and ends it with the usage when it answers (or fails).
-    The span's parent is the context current where the handler was made (the run's span)."""
+    The span's parent is the context current where the handler was made (the run's span). ``provider`` is the
+    platform's name (``Agent.model_provider``); the span names it as the conventions do
+    (``telemetry.gen_ai_provider_name``: ``aws.bedrock``, ``openai``)."""
 
     def __init__(self, *, provider: str, model: str) -> None:
         self.provider = provider
@@ -33,14 +35,15 @@ class ModelCallTracer(BaseCallbackHandler):
     def on_chat_model_start(
         self, serialized: dict[str, Any], messages: list[list[BaseMessage]], *, run_id: UUID, **kwargs: Any
     ) -> None:
-        name = f"chat {self.model}" if self.model else f"chat {self.provider}"
+        provider_name = telemetry.gen_ai_provider_name(self.provider)
+        name = f"chat {self.model}" if self.model else f"chat {provider_name}"
         started = telemetry.tracer().start_span(
             name,
             context=self.parent,
             kind=SpanKind.CLIENT,
             attributes={
                 "gen_ai.operation.name": "chat",
-                "gen_ai.provider.name": self.provider,
+                "gen_ai.provider.name": provider_name,
                 "gen_ai.request.model": self.model or self.provider,
             },
         )

@@ -397,7 +397,9 @@ class Agent(AuditedModel):
                     errors.setdefault("model_params", []).append(
                         str(_('Give the server\'s "base_url", e.g. http://127.0.0.1:11434/v1.'))
                     )
-                elif problem := url_problem(parsed.base_url, settings.PLATFORM_MODEL_ALLOW_PRIVATE_URLS) or (
+                elif problem := url_problem(
+                    parsed.base_url, settings.PLATFORM_MODEL_ALLOW_PRIVATE_URLS, target="model"
+                ) or (
                     # A user and password, or what the audit hides as a secret (an api_key in the query), would be
                     # stored, shown and exported in clear: refused where the URL changes (a stored one still saves).
                     changed("base_url")

@@ -17,6 +17,16 @@ What they share:
   run's first model turn only, as it forces ``tool_selection.force_first_tool`` (which takes precedence): forced
   on every turn, the model could never answer. Bedrock's Converse API has no ``"none"`` (only auto, any and a
   tool): there the model is given no tools.
+- **What a call may be sent again.** A budgeted run's model (``retry_sent_requests=False``) retries a connection
+  failure only when the request never reached the provider (it could not connect): one cut after it was sent (a
+  read or protocol error, a stream that ended early) may have been generated and billed, and its tokens are never
+  reported. A streamed turn that ends without its finish reason is such a cut (``ModelStreamCutShort``), never a
+  finished answer.
+- **Redirects are not followed.** The OpenAI-compatible client answers a 3xx as a failure (``model:validation``):
+  the model's key and the conversation go only to the base URL that the address policy checked.
+- **Tool calls whose arguments are JSON but no object** (``[1, 2]``) are the model's malformed calls, as arguments
+  that are no JSON are: langchain's ``invalid_tool_calls`` (the arguments as the model wrote them), which the gate
+  refuses with ``args:json`` and the model is told of; the turn and its token usage are kept.
 - **Secrets.** The OpenAI-compatible key is the agent's encrypted ``model_secrets["api_key"]`` (a value, or
   ``{"from_env": NAME}`` read on the worker); it is never in ``model_params``. Bedrock's credentials come from
   boto3's standard chain, never from the database.
@@ -28,16 +38,21 @@ turn's ``response_metadata`` and the engine records it in the run's trace) and c
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
+import openai
 from botocore.exceptions import BotoCoreError
 from django.utils.translation import gettext as _
 from langchain_aws import ChatBedrockConverse
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages.tool import invalid_tool_call
+from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import RunnableConfig
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, ConfigDict, Field
@@ -179,12 +194,17 @@ _BOTO_CODES: dict[str, ModelErrorKind] = {
 }
 
 
+class ModelStreamCutShort(ConnectionError):
+    """A streamed model turn that ended before the provider said why the model stopped (no ``finish_reason``): the
+    connection closed early, and what arrived is the first part of a turn, not a finished one. A connection
+    failure (retried by the agent's policy), one whose request reached the provider."""
+
+
 def model_error_kind(exc: BaseException) -> ModelErrorKind:
     """The kind of a provider failure, from the exception the SDK raised (botocore, openai, httpx) or a plain
     ``TimeoutError``/``ConnectionError``. Anything else is ``error`` (not retried by default)."""
     import botocore.exceptions as boto
     import httpx
-    import openai
 
     if isinstance(exc, boto.ClientError):
         code = str(exc.response.get("Error", {}).get("Code", ""))
@@ -211,6 +231,8 @@ def model_error_kind(exc: BaseException) -> ModelErrorKind:
     if isinstance(exc, (openai.BadRequestError, openai.NotFoundError, openai.UnprocessableEntityError)):
         return "validation"
     if isinstance(exc, openai.APIStatusError):
+        if 300 <= exc.status_code < 400:
+            return "validation"  # a redirect, not followed: the base URL is the one to change
         return "unavailable" if exc.status_code >= 500 else "error"
     if isinstance(exc, httpx.TimeoutException | TimeoutError):
         return "timeout"
@@ -219,11 +241,110 @@ def model_error_kind(exc: BaseException) -> ModelErrorKind:
     return "error"
 
 
+def request_never_sent(exc: BaseException) -> bool:
+    """Whether the failed call's request never reached the provider: the client could not connect (refused, no
+    route, no such host, a connect timeout, the proxy unreachable), as the exception or one it was raised from
+    says. Such a call generated nothing and cost nothing; any other failure may have come after the provider took
+    the request."""
+    import botocore.exceptions as boto
+    import httpx
+    import httpx2
+
+    not_connected = (
+        httpx.ConnectError,
+        httpx.ConnectTimeout,
+        httpx2.ConnectError,
+        httpx2.ConnectTimeout,
+        boto.EndpointConnectionError,
+        boto.ConnectTimeoutError,
+        boto.ProxyConnectionError,
+    )
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, not_connected):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def _detail(exc: BaseException) -> str:
     """The provider's failure as text, whole: never cut here. The engine masks it (with the run's secrets, the
     model's key among them) and only then cuts it; a cut first would leave a secret that straddles it as a prefix
     that neither the secret's value nor any pattern matches."""
+    if isinstance(exc, openai.APIStatusError) and 300 <= exc.status_code < 400:
+        return _(
+            "The model server answered with a redirect (HTTP %(status)d to %(location)s), which is not followed: the "
+            "model's key and the conversation go only to the base URL the address policy checked. Set "
+            "model_params.base_url to the address the server names if it is one to use."
+        ) % {"status": exc.status_code, "location": exc.response.headers.get("location") or "-"}
     return f"{type(exc).__name__}: {exc}"
+
+
+# A tool call's arguments that are JSON but no object, as the provider's response is read: replaced by an object
+# holding their text under this key (langchain would refuse the whole turn), then made the turn's invalid call.
+_NOT_AN_OBJECT = "__platform_arguments_not_an_object__"
+
+
+def _not_an_object(arguments: Any) -> bool:
+    """Whether a tool call's arguments, as the model wrote them (JSON text), parse to something other than an
+    object: ``[1, 2]``, ``"x"``, ``3``, ``null``. Text that is no JSON is langchain's to refuse, as it does."""
+    if not isinstance(arguments, str) or not arguments.strip():
+        return False
+    try:
+        return not isinstance(json.loads(arguments), dict)
+    except ValueError:
+        return False
+
+
+def _refused_not_objects(message: AIMessage) -> AIMessage:
+    """``message`` with its calls whose arguments were no object (``_NOT_AN_OBJECT``) moved to its invalid tool
+    calls, their arguments as the text the model wrote (the gate refuses them: ``args:json``). A content block of
+    such a call (Converse's ``tool_use``) is given an empty input, as langchain-aws replays an invalid call: the
+    refusal's tool result still answers a tool use the provider accepts."""
+    refused = [c for c in message.tool_calls if set(c["args"]) == {_NOT_AN_OBJECT}]
+    if not refused:
+        return message
+    ids = {c["id"] for c in refused}
+    content: Any = message.content
+    if isinstance(content, list):
+        content = [
+            {**block, "input": {}}
+            if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("id") in ids
+            else block
+            for block in content
+        ]
+    invalid = [
+        invalid_tool_call(
+            name=c["name"], args=str(c["args"][_NOT_AN_OBJECT]), id=c["id"], error="the arguments are not an object"
+        )
+        for c in refused
+    ]
+    return message.model_copy(
+        update={
+            "tool_calls": [c for c in message.tool_calls if c["id"] not in ids],
+            "invalid_tool_calls": [*message.invalid_tool_calls, *invalid],
+            "content": content,
+        }
+    )
+
+
+def _with_refused_not_objects(result: ChatResult) -> ChatResult:
+    for generation in result.generations:
+        if isinstance(generation.message, AIMessage):
+            generation.message = _refused_not_objects(generation.message)
+    return result
+
+
+def _mark_converse_not_objects(parsed: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    """botocore's ``after-call`` hook of Converse: a ``toolUse`` whose input is no object gets the marker object
+    (``_NOT_AN_OBJECT``) holding it as JSON text, which ``PlatformChatBedrockConverse`` makes an invalid call."""
+    message = ((parsed or {}).get("output") or {}).get("message") or {}
+    for block in message.get("content") or []:
+        tool_use = block.get("toolUse") if isinstance(block, dict) else None
+        if isinstance(tool_use, dict) and "input" in tool_use and not isinstance(tool_use["input"], dict):
+            tool_use["input"] = {_NOT_AN_OBJECT: json.dumps(tool_use["input"], ensure_ascii=False, default=str)}
 
 
 class _RetriedByKind:
@@ -232,6 +353,9 @@ class _RetriedByKind:
     task's time limit) are not provider failures and pass through untouched."""
 
     retry_policy: ModelRetryPolicy
+    # False (a budgeted run's model): a connection failure is sent again only if its request never reached the
+    # provider (``request_never_sent``); one cut after it was sent may have been generated and billed.
+    retry_sent_requests: bool
     # ``model_params["tool_choice"]`` split by when it holds: "auto"/"none" on every turn (``bind_tools``'s default),
     # a forcing choice on the run's first turn (the ReAct graph passes it then).
     default_tool_choice: str | None
@@ -248,7 +372,10 @@ class _RetriedByKind:
                 raise
             except Exception as exc:
                 kind = model_error_kind(exc)
-                if kind not in policy.on or attempt >= policy.max_attempts:
+                resend = kind in policy.on and (
+                    self.retry_sent_requests or kind not in ("connection", "timeout") or request_never_sent(exc)
+                )
+                if not resend or attempt >= policy.max_attempts:
                     raise ModelCallFailed(kind=kind, detail=_detail(exc), attempts=attempt) from exc
                 delay = min(policy.max_backoff_s, policy.backoff_s * 2 ** (attempt - 1))
                 delay *= 0.5 + random.random() / 2  # noqa: S311 - jitter, not a secret
@@ -263,15 +390,49 @@ class _RetriedByKind:
 
 class PlatformChatOpenAI(_RetriedByKind, ChatOpenAI):  # type: ignore[misc]
     retry_policy: ModelRetryPolicy = Field(default_factory=ModelRetryPolicy)
+    retry_sent_requests: bool = True
     # "none" is the Chat Completions API's own: sent as it is, with the tools, on every turn.
     default_tool_choice: str | None = None
     first_turn_tool_choice: str | None = None
 
+    def _stream(self, *args: Any, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+        # A stream that stops without a finish reason was cut (a server's connection-close framing ends it cleanly):
+        # its text is a first part, with no usage, and must not pass as the model's answer.
+        stopped = False
+        for chunk in super()._stream(*args, **kwargs):
+            stopped = stopped or bool((chunk.generation_info or {}).get("finish_reason"))
+            yield chunk
+        if not stopped:
+            raise ModelStreamCutShort(
+                "the model's stream ended before it said why the model stopped (no finish_reason)"
+            )
+
+    def _create_chat_result(self, response: Any, generation_info: dict[str, Any] | None = None) -> ChatResult:
+        # langchain-openai builds the turn's message with the parsed arguments of each call, and a pydantic error
+        # fails the whole turn for arguments that are JSON but no object. Marked here, refused as invalid calls.
+        answer = response.model_dump(warnings=False) if isinstance(response, openai.BaseModel) else response
+        marked = False
+        for choice in (answer.get("choices") or []) if isinstance(answer, dict) else []:
+            message = choice.get("message") if isinstance(choice, dict) else None
+            for call in (message.get("tool_calls") or []) if isinstance(message, dict) else []:
+                function = call.get("function") if isinstance(call, dict) else None
+                if isinstance(function, dict) and _not_an_object(function.get("arguments")):
+                    function["arguments"] = json.dumps({_NOT_AN_OBJECT: function["arguments"]}, ensure_ascii=False)
+                    marked = True
+        if not marked:
+            return super()._create_chat_result(response, generation_info)
+        return _with_refused_not_objects(super()._create_chat_result(answer, generation_info))
+
 
 class PlatformChatBedrockConverse(_RetriedByKind, ChatBedrockConverse):  # type: ignore[misc]
     retry_policy: ModelRetryPolicy = Field(default_factory=ModelRetryPolicy)
+    retry_sent_requests: bool = True
     default_tool_choice: str | None = None
     first_turn_tool_choice: str | None = None
+
+    def _generate(self, *args: Any, **kwargs: Any) -> ChatResult:
+        # The client's Converse hook (``_mark_converse_not_objects``) marked the calls whose input is no object.
+        return _with_refused_not_objects(super()._generate(*args, **kwargs))
 
     def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
         # Converse's toolChoice is auto, any or a tool: langchain-aws would send "none" as a tool named "none",
@@ -308,9 +469,21 @@ def bedrock_runtime_client(*, region_name: str | None, timeout_s: float = 60.0) 
     return boto3.client("bedrock-runtime", region_name=region_name, config=config)
 
 
-def build_provider_model(*, provider: str, model_id: str, params: dict[str, Any], api_key: str | None) -> Any:
+@functools.cache
+def _openai_http_clients() -> tuple[Any, Any]:
+    """The OpenAI SDK's own HTTP clients (its default timeout and connection limits) that do not follow redirects,
+    one pair per process, shared by every model as langchain shares its default ones (their connections are
+    reused across runs). A redirect is answered as a failure: followed, the model's key and the conversation went
+    to an address the base URL policy never saw."""
+    return openai.DefaultHttpxClient(follow_redirects=False), openai.DefaultAsyncHttpxClient(follow_redirects=False)
+
+
+def build_provider_model(
+    *, provider: str, model_id: str, params: dict[str, Any], api_key: str | None, retry_sent_requests: bool = True
+) -> Any:
     """The chat model of a network provider. Raises ``ValueError`` for parameters it cannot use (the engine fails
-    the run with ``model:unavailable``)."""
+    the run with ``model:unavailable``). ``retry_sent_requests=False`` (a budgeted run): a connection failure is
+    retried only where the request never reached the provider."""
     from pydantic import ValidationError
 
     try:
@@ -329,10 +502,11 @@ def build_provider_model(*, provider: str, model_id: str, params: dict[str, Any]
 
         from mcpregistry.binding_policy import url_problem
 
-        if problem := url_problem(parsed.base_url, settings.PLATFORM_MODEL_ALLOW_PRIVATE_URLS):
+        if problem := url_problem(parsed.base_url, settings.PLATFORM_MODEL_ALLOW_PRIVATE_URLS, target="model"):
             raise ValueError(f"model_params.base_url: {problem}")
         if not model_id:
             raise ValueError("the openai_compatible provider needs a model id")
+        sync_client, async_client = _openai_http_clients()
         return PlatformChatOpenAI(
             model=model_id,
             base_url=parsed.base_url,
@@ -343,7 +517,10 @@ def build_provider_model(*, provider: str, model_id: str, params: dict[str, Any]
             streaming=parsed.stream,
             stream_usage=True,
             top_p=parsed.top_p,
+            http_client=sync_client,
+            http_async_client=async_client,
             retry_policy=parsed.retry,
+            retry_sent_requests=retry_sent_requests,
             **_split_tool_choice(parsed.tool_choice),
             **options,
         )
@@ -362,12 +539,16 @@ def build_provider_model(*, provider: str, model_id: str, params: dict[str, Any]
             client = bedrock_runtime_client(region_name=region, timeout_s=parsed.timeout_s)
         except BotoCoreError as exc:
             raise ValueError(_bedrock_client_problem(exc)) from exc
+        client.meta.events.register(
+            "after-call.bedrock-runtime.Converse", _mark_converse_not_objects, unique_id="platform-not-objects"
+        )
         return PlatformChatBedrockConverse(
             model=model_id,
             region_name=region,
             client=client,
             guardrails=guardrail,
             retry_policy=parsed.retry,
+            retry_sent_requests=retry_sent_requests,
             **_split_tool_choice(parsed.tool_choice),
             **options,
         )

@@ -5,9 +5,10 @@ Binding a server makes every worker connect to a URL or start a program with the
 * **URLs** may not reach link-local, cloud metadata, loopback, private, reserved or multicast addresses (an IP
   literal in any of its spellings: ``127.1``, ``2130706433``, ``0x7f.1``, ``[::1]``, ``[::ffff:10.0.0.1]``), nor
   the names that mean them (``localhost``, ``*.localhost``, ``metadata.google.internal``, ...), unless
-  ``PLATFORM_MCP_ALLOW_PRIVATE_URLS`` lists the host, ``host:port`` or a network (``10.1.0.0/16``). Names are not
-  resolved here (no DNS at save time): an operator who lets bindings name internal hosts by DNS should also
-  filter egress at the network.
+  ``PLATFORM_MCP_ALLOW_PRIVATE_URLS`` lists the host, ``host:port`` or a network (``10.1.0.0/16``). The host is
+  read as the HTTP client reads it (IDNA: ``127。0。0。1`` with full-width or ideographic dots is ``127.0.0.1``).
+  Names are not resolved here (no DNS at save time): an operator who lets bindings name internal hosts by DNS
+  should also filter egress at the network.
 * **stdio commands** may not be a shell or an interpreter given inline code (``bash -c``, ``sh -c``,
   ``python -c``, ``node -e``, ``perl -e``, ``env bash -c``, ...), unless ``PLATFORM_STDIO_COMMAND_ALLOWLIST``
   holds that exact command line (an entry with arguments, e.g. ``"python -c print(1)"``); an entry without
@@ -29,9 +30,10 @@ import re
 import shlex
 import socket
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlparse
 
+import httpx
 from django.utils.translation import gettext as _
 
 from audit.masking import MASK, holds_secret
@@ -194,24 +196,53 @@ def masked_secret_given(value: Any) -> bool:
     return isinstance(value, str) and _MASKED.fullmatch(value.strip()) is not None
 
 
-def url_problem(url: str, allowed: Iterable[str]) -> str | None:
-    """Why a server URL may not be bound, or None."""
+def _client_host(url: str) -> tuple[str, str, int | None] | None:
+    """The host an HTTP client connects to for ``url``, as (ASCII, as shown, port), or None where no client takes
+    the URL. ASCII: lower case, an international name in its IDNA ``xn--`` form, no trailing dot; as shown: the
+    same in Unicode (``한국.kr``); the port: the scheme's own where none is written.
+
+    Read as httpx reads it (the MCP client's; the OpenAI SDK's httpx2 reads it alike), not as ``urlparse`` does:
+    ``urlparse`` leaves ``127。0。0。1`` (U+3002), ``10．0．0．1`` (U+FF0E) or ``169｡254｡169｡254`` (U+FF61) as a
+    name, which IDNA maps to the ASCII dots of the address the client then connects to."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return None
+    if not parsed.raw_host:
+        return None
+    host = parsed.raw_host.decode("ascii").lower().rstrip(".")
+    shown = parsed.host.lower().rstrip(".")
+    return host, shown, parsed.port if parsed.port is not None else {"http": 80, "https": 443}.get(parsed.scheme)
+
+
+def url_problem(url: str, allowed: Iterable[str], *, target: Literal["server", "model"] = "server") -> str | None:
+    """Why a server URL (``target="server"``, allowed by ``PLATFORM_MCP_ALLOW_PRIVATE_URLS``) or a model's base URL
+    (``"model"``, allowed by ``PLATFORM_MODEL_ALLOW_PRIVATE_URLS``, the setting its refusal names) may not be used,
+    or None. ``allowed`` is that setting's value."""
     parsed = urlparse(url or "")
     if parsed.scheme not in {"http", "https"} or not parsed.hostname:
         return _("Enter an http:// or https:// URL.")
-    host = parsed.hostname.lower().rstrip(".")
     try:
-        port = parsed.port
+        parsed.port  # noqa: B018 - raises for a port that is not a number
     except ValueError:
         return _("The URL's port is not a number.")
-    address = _literal_address(host)
+    found = _client_host(url)
+    if found is None:
+        return _("Enter an http:// or https:// URL.")
+    ascii_host, host, port = found
+    address = _literal_address(ascii_host)
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
-    if _allowed(host, port, address, allowed):
+    if _allowed(ascii_host, port, address, allowed) or (host != ascii_host and _allowed(host, port, address, allowed)):
         return None
-    if host in METADATA_HOSTS or (address is not None and address in METADATA_ADDRESSES):
+    if ascii_host in METADATA_HOSTS or (address is not None and address in METADATA_ADDRESSES):
         return _("'%(host)s' is a cloud metadata service.") % {"host": host}
-    if host == "localhost" or host.endswith(".localhost"):
+    if ascii_host == "localhost" or ascii_host.endswith(".localhost"):
+        if target == "model":
+            return _(
+                "'%(host)s' is this machine (loopback); list it in PLATFORM_MODEL_ALLOW_PRIVATE_URLS to use a model "
+                "server there on purpose."
+            ) % {"host": host}
         return _(
             "'%(host)s' is this machine (loopback); list it in PLATFORM_MCP_ALLOW_PRIVATE_URLS to bind a server "
             "there on purpose."
@@ -224,6 +255,11 @@ def url_problem(url: str, allowed: Iterable[str]) -> str | None:
         or address.is_multicast
         or address.is_unspecified
     ):
+        if target == "model":
+            return _(
+                "'%(host)s' is a loopback, link-local, private or reserved address; list it in "
+                "PLATFORM_MODEL_ALLOW_PRIVATE_URLS to use a model server there on purpose."
+            ) % {"host": host}
         return _(
             "'%(host)s' is a loopback, link-local, private or reserved address; list it in "
             "PLATFORM_MCP_ALLOW_PRIVATE_URLS to bind a server there on purpose."
