@@ -135,7 +135,7 @@ class ToolSelectionWidget(_SettingsWidget):
         put("ranker", field("ranker") or SELECTION_DEFAULTS["ranker"])
         put("pinned", _in_stored_order([p for p in data.getlist(f"{name}__pinned") if p], self.stored.get("pinned")))
         put("servers", _in_stored_order([s for s in data.getlist(f"{name}__servers") if s], self.stored.get("servers")))
-        put("tags", [nfc(tag) for tag in _words(field("tags"))])
+        put("tags", _words(field("tags")))  # composed in ``value_from_editor``
         put("force_first_tool", field("force_first_tool"))
         return settings
 

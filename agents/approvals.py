@@ -258,12 +258,10 @@ def approval_decide(
             )
             == 1
         )
-        if finished:
-            pass
-        elif expired:
+        if expired:
             approval_expiry_audit(approval, actor=actor)
             run_resume(run_id=str(run.pk))  # the model is told the call was not made
-        else:
+        elif not finished:
             new_status = Approval.Status.APPROVED if decision == "approve" else Approval.Status.REJECTED
             claimed = Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
                 status=new_status, decided_by=actor[:200], decided_at=now, reason=reason

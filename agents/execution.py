@@ -423,9 +423,7 @@ def run_execute(*, run_id: str) -> None:
                 # ran (a call cut short may have been an approved write), it records the run's end, which streams,
                 # the admin's live view and ``?wait`` follow the run until; a model call under way is counted.
                 if _stopped_by_cancellation(claim):
-                    RunEventWriter(run_id=claim.run_id, secrets=[]).emit(
-                        "status", {"status": "cancelled", "answer": "", "error": "cancelled"}
-                    )
+                    RunEventWriter(run_id=claim.run_id, secrets=[]).emit_cancelled()
                 _count_late_tokens(claim.run_id)
         except RETRYABLE_ERRORS:
             logger.warning("run %s: retryable failure; giving the run back to the queue", run_id, exc_info=True)
@@ -699,7 +697,7 @@ def _store_outcome(
             shadow_after_store(run_id=run.id, purpose=run.purpose)
         return
     if _stopped_by_cancellation(claim):
-        writer.emit("status", {"status": "cancelled", "answer": "", "error": "cancelled"})
+        writer.emit_cancelled()
     else:
         logger.warning("run %s: %s no longer holds it; its outcome is discarded", claim.run_id, claim.worker)
     _count_late_tokens(claim.run_id)

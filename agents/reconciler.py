@@ -53,6 +53,7 @@ from agents.run_state import (
     run_resume,
     run_row_lock,
 )
+from agents.selectors import cancellation_recorded
 
 logger = logging.getLogger(__name__)
 
@@ -256,15 +257,7 @@ def _end_runs_cancelled_while_running(now: datetime) -> None:
                 lease_expires_at=None
             ):
                 continue  # another reconciler got there first
-            last = (
-                RunEvent.objects.filter(run_id=run_id, kind="status")
-                .order_by("-seq")
-                .values_list("data", flat=True)
-                .first()
-            )
-            if isinstance(last, dict) and last.get("status") == Run.Status.CANCELLED:
+            if cancellation_recorded(run_id=run_id):
                 continue  # its worker recorded its end
-            RunEventWriter(run_id=run_id, secrets=[]).emit(
-                "status", {"status": "cancelled", "answer": "", "error": "cancelled"}
-            )
+            RunEventWriter(run_id=run_id, secrets=[]).emit_cancelled()
         logger.warning("run %s: its worker never recorded the cancellation; its end is recorded now", run_id)

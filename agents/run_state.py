@@ -208,6 +208,11 @@ class RunEventWriter:
         last = RunEvent.objects.filter(run_id=self.run_id).order_by("-seq").values_list("seq", flat=True).first()
         return last or 0
 
+    def emit_cancelled(self) -> None:
+        """The last ``status`` event of a run cancelled (written by whoever records its end: the cancel itself, the
+        worker that stopped, or the reconciler once that worker is surely gone)."""
+        self.emit("status", {"status": "cancelled", "answer": "", "error": "cancelled"})
+
     def emit(self, kind: str, data: dict[str, Any]) -> None:
         self._write([(kind, mask_value(data, secrets=self.secrets))])
 

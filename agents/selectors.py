@@ -110,6 +110,12 @@ def run_status(*, run_id: Any) -> str | None:
     return Run.objects.filter(id=run_id).values_list("status", flat=True).first()
 
 
+def cancellation_recorded(*, run_id: Any) -> bool:
+    """Whether a cancelled run's last ``status`` event (``cancelled``) is written."""
+    last = RunEvent.objects.filter(run_id=run_id, kind="status").order_by("-seq").values_list("data", flat=True).first()
+    return isinstance(last, dict) and last.get("status") == Run.Status.CANCELLED
+
+
 def run_end_recorded(*, run_id: Any) -> bool:
     """Whether a run's events are complete once it reads finished. They are, but for a run cancelled while it ran:
     it reads ``cancelled`` at once, while its worker finishes the call under way (a write, perhaps), records it,
@@ -120,8 +126,7 @@ def run_end_recorded(*, run_id: Any) -> bool:
     )
     if row is None or row["status"] != Run.Status.CANCELLED:
         return True
-    last = RunEvent.objects.filter(run_id=run_id, kind="status").order_by("-seq").values_list("data", flat=True).first()
-    if isinstance(last, dict) and last.get("status") == Run.Status.CANCELLED:
+    if cancellation_recorded(run_id=run_id):
         return True
     _soft, hard = run_time_limits(row["agent__time_limit_s"])
     since = row["pass_started_at"] or row["finished_at"]

@@ -958,9 +958,7 @@ def run_cancel(*, run: Run, actor: str, source: Literal["admin", "api", "eval"] 
     # under way when it sees the cancellation (``agents.budgets.budget_settle``).
     budget_settle(run_id=run.pk)
     if worker_due is None:
-        RunEventWriter(run_id=run.pk, secrets=[]).emit(
-            "status", {"status": "cancelled", "answer": "", "error": "cancelled"}
-        )
+        RunEventWriter(run_id=run.pk, secrets=[]).emit_cancelled()
     audit_event_record(
         source=source,
         action="run.cancel",

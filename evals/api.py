@@ -156,10 +156,11 @@ def _eval_run_get(run_id: str, *, api_key: ApiKey) -> EvalRun:
     except ValueError:
         raise _not_found(_("Eval run")) from None
     eval_run = EvalRun.objects.select_related("eval_set", "agent").filter(pk=key).first()
-    if (
-        eval_run is None
-        or not _in_scope(api_key, eval_run.agent)
-        or not _sets_in_scope(api_key).filter(pk=eval_run.eval_set_id).exists()
+    scope = _agent_scope(api_key)
+    ids = None if scope is None else {a.pk for a in scope}
+    # As ``_in_scope`` (the run's agent) and ``_sets_in_scope`` (its set's agent, or none) decide, in one query.
+    if eval_run is None or (
+        ids is not None and (eval_run.agent_id not in ids or eval_run.eval_set.agent_id not in {None, *ids})
     ):
         raise _not_found(_("Eval run"))
     return eval_run

@@ -37,6 +37,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
+from django.db.models import prefetch_related_objects
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
@@ -135,8 +136,11 @@ def tool_of(agent: Agent) -> dict[str, Any]:
 
 
 def tools_listed(*, api_key: ApiKey) -> list[dict[str, Any]]:
-    """``tools/list``: one tool per agent the key may use (sync: each reads its agent's live version)."""
-    return [tool_of(agent) for agent in agent_list_for_key(api_key=api_key)]
+    """``tools/list``: one tool per agent the key may use (sync: each reads its agent's live version, all in one
+    query)."""
+    agents = list(agent_list_for_key(api_key=api_key))
+    prefetch_related_objects(agents, "live_version")
+    return [tool_of(agent) for agent in agents]
 
 
 def call_result(run: Run) -> dict[str, Any]:
