@@ -65,7 +65,12 @@ class MaskingExceptionReporterFilter(SafeExceptionReporterFilter):
 
 
 def _replaced(text: str, raw: str, masked: str) -> str:
-    return text.replace(raw, masked) if raw else text
+    """``text`` with the query string ``raw`` replaced by ``masked`` where it is one: the whole text (``QUERY_STRING``)
+    or after a ``?`` (a URI, the request's repr). Replaced anywhere, a short query (``?a``, rebuilt ``a=``) rewrote
+    every header that held its letters ("Mozilla=/5.0 (Ma=cintosh)")."""
+    if not raw or raw == masked:
+        return text
+    return masked if text == raw else text.replace(f"?{raw}", f"?{masked}")
 
 
 # The masks stay readable in a rebuilt query string (percent-encoded, "***" would read "%2A%2A%2A").

@@ -37,7 +37,6 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
-from django.db.models import prefetch_related_objects
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
@@ -120,10 +119,11 @@ def tool_name(agent: Agent) -> str:
     return f"{TOOL_PREFIX}{agent.slug}"
 
 
-def tool_of(agent: Agent) -> dict[str, Any]:
+def tool_of(agent: Agent, live_prompt: str | None = None) -> dict[str, Any]:
     """The agent as an MCP tool, described by the prompt live traffic runs with (``served_system_prompt``, as its
-    A2A card is): a published agent's unpublished draft is not what a call of it runs, and must not be announced."""
-    prompt = served_system_prompt(agent).strip()
+    A2A card is): a published agent's unpublished draft is not what a call of it runs, and must not be announced.
+    ``live_prompt``: that prompt where the caller read it already (``tools_listed``)."""
+    prompt = (served_system_prompt(agent) if live_prompt is None else live_prompt).strip()
     summary = prompt.splitlines()[0][:300] if prompt else ""
     asked = _("Ask the agent '%(name)s'.") % {"name": agent.name}
     return {
@@ -136,11 +136,18 @@ def tool_of(agent: Agent) -> dict[str, Any]:
 
 
 def tools_listed(*, api_key: ApiKey) -> list[dict[str, Any]]:
-    """``tools/list``: one tool per agent the key may use (sync: each reads its agent's live version, all in one
-    query)."""
-    agents = list(agent_list_for_key(api_key=api_key))
-    prefetch_related_objects(agents, "live_version")
-    return [tool_of(agent) for agent in agents]
+    """``tools/list``: one tool per agent the key may use (sync), each described by its live version's prompt: read
+    in one query, that prompt alone (a version's content holds every contract it froze)."""
+    agents = agent_list_for_key(api_key=api_key)
+    live_prompts = dict(
+        Agent.objects.filter(pk__in=[agent.pk for agent in agents], live_version__isnull=False).values_list(
+            "pk", "live_version__content__agent__system_prompt"
+        )
+    )
+    return [
+        tool_of(agent, live_prompt=live_prompts[agent.pk] or "" if agent.pk in live_prompts else None)
+        for agent in agents
+    ]
 
 
 def call_result(run: Run) -> dict[str, Any]:

@@ -124,3 +124,25 @@ def test_a_published_agents_mcp_tool_is_described_by_its_live_prompt_not_the_dra
 
     agent_version_publish(agent=demo_agent, actor="test-admin", via="tests", note="v2")
     assert DRAFT_PROMPT in mcp_tool_of(api_caller, demo_agent.slug)["description"]
+
+
+def test_mcp_tools_list_reads_the_live_prompts_in_one_query_whatever_the_number_of_agents(
+    api_caller: ApiCaller, demo_agent: Agent
+) -> None:
+    """Each published agent's live version (every contract it froze) was read whole, one query per agent."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            mcp_tool_of(api_caller, demo_agent.slug)
+        return len(captured.captured_queries)
+
+    agent_version_publish(agent=demo_agent, actor="test-admin", via="tests")
+    queries()  # the key's and the configuration's caches filled
+    one = queries()
+    for n in range(3):
+        extra = make_agent(slug=f"extra-{n}", servers=[], provider="offline", script=None, with_demo_rules=False)
+        agent_version_publish(agent=extra, actor="test-admin", via="tests")
+    queries()
+    assert queries() == one

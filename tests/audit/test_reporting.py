@@ -71,3 +71,16 @@ def test_an_error_report_masks_the_query_string_the_exception_message_and_a_pass
     assert "Request URL: http://testserver/api/v1/runs?token=********************&" in pages["text"]
     # The HTML page lists each frame's variables (the text report does not).
     assert re.search(r"<td>password</td>\s*<td class=\"code\"><pre>&#x27;\*{20}&#x27;</pre></td>", pages["html"])
+
+
+def test_masking_the_query_string_leaves_the_other_headers_as_they_were() -> None:
+    """A bare flag (``?a``, rebuilt ``a=``) was replaced wherever its letters stood: the report's User-Agent read
+    "Mozilla=/5.0 (Ma=cintosh)"."""
+    from audit.reporting import MaskingExceptionReporterFilter
+
+    request = RequestFactory().get("/x?a", HTTP_USER_AGENT="Mozilla/5.0 (Macintosh)", HTTP_HOST="alpha.example")
+    meta = MaskingExceptionReporterFilter().get_safe_request_meta(request)
+    assert (meta["HTTP_USER_AGENT"], meta["HTTP_HOST"]) == ("Mozilla/5.0 (Macintosh)", "alpha.example")
+    secret = RequestFactory().get("/x", {"token": "Zq8vY2pLm4Xr7Tn"}, HTTP_REFERER="https://app/?token=Zq8vY2pLm4Xr7Tn")
+    meta = MaskingExceptionReporterFilter().get_safe_request_meta(secret)
+    assert "Zq8vY2pLm4Xr7Tn" not in meta["QUERY_STRING"] and "Zq8vY2pLm4Xr7Tn" not in meta["HTTP_REFERER"]
