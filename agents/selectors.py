@@ -100,9 +100,21 @@ def _in_key_scope(api_key: ApiKey) -> Q:
     return Q(agent__enabled=True) & (~Exists(scope) | Exists(scope.filter(agent_id=OuterRef("agent_id"))))
 
 
+# Events the platform writes for its own checks, never sent to a reader: an A2A answer's record
+# (``agents.api.a2a_server.ANSWER_EVENT``: the answering key's id and the message's digests), by which a resent
+# answer decides nothing.
+BOOKKEEPING_EVENT_KINDS = ("approval_answer",)
+
+
 def run_events_after(*, run_id: Any, after: int, limit: int = 500) -> list[RunEvent]:
-    """A run's events numbered after ``after``, in order, at most ``limit`` of them."""
-    return list(RunEvent.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")[:limit])
+    """A run's events numbered after ``after``, in order, at most ``limit`` of them: what every stream of a run
+    sends (REST, A2A, MCP, the admin's run page). Bookkeeping events are left out (their numbers are skipped, as a
+    reader resuming after any number expects)."""
+    return list(
+        RunEvent.objects.filter(run_id=run_id, seq__gt=after)
+        .exclude(kind__in=BOOKKEEPING_EVENT_KINDS)
+        .order_by("seq")[:limit]
+    )
 
 
 def run_status(*, run_id: Any) -> str | None:

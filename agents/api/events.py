@@ -15,21 +15,24 @@ under WSGI (``runserver``, the test client) the same feed is served by a plain g
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponseBase, JsonResponse, StreamingHttpResponse
 from django.utils import translation
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
 
-from agent_platform.errors import ApplicationError
+from agent_platform.errors import ApplicationError, database_unreachable
 from agents.api.auth import ApiKeyAuthentication
 from agents.api.config import api_setting
+from agents.api.errors import DATABASE_RETRY_AFTER_S
 from agents.api.protocol_http import key_may_read_run, run_unreadable_message
 from agents.api.throttling import (
     StreamSlot,
@@ -47,6 +50,8 @@ RECONNECT_MS = 3000
 BATCH = 200
 FINISHED = frozenset({Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED})
 PollState = Literal["more", "wait", "done"]
+
+logger = logging.getLogger(__name__)
 
 
 def format_event(event: RunEvent, *, language: str | None = None) -> str:
@@ -229,6 +234,23 @@ def _after(request: HttpRequest) -> int:
 
 @csrf_exempt  # a bearer key's API (no cookie is read): any other method is told its 405, not Django's CSRF 403
 async def run_events(request: HttpRequest, run_id: str) -> HttpResponseBase:
+    """The stream, or the error that keeps it from opening. A database that cannot answer while it opens is a
+    ``503 unavailable`` with ``Retry-After``, as the REST views answer it (``agents.api.errors``), not a 500."""
+    try:
+        return await _open_stream(request, run_id)
+    except (OperationalError, InterfaceError) as exc:
+        if not database_unreachable(exc):
+            raise  # a bug, not an outage: a 500 with its traceback
+        logger.warning("API event stream: the database did not answer: %s", exc)
+        return _error(
+            "unavailable",
+            _("The database is not available right now. Try again shortly."),
+            503,
+            headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
+        )
+
+
+async def _open_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
     if request.method != "GET":
         return _error(
             "method_not_allowed",

@@ -57,18 +57,30 @@ class ErrorSerializer(serializers.Serializer):
 
 
 ERROR_DESCRIPTIONS = {
-    400: "Invalid input: malformed JSON, a field of the wrong type, a missing or unknown field (named in `fields`).",
+    400: (
+        "Invalid input: malformed JSON, a field of the wrong type, a missing or unknown field (named in `fields`); "
+        "or, on any operation, `bad_request`: a NUL character (`%00`) in the path or the query, or a "
+        "`Content-Length` that is not a whole number."
+    ),
     401: "No API key, a malformed `Authorization` header, or an unknown or revoked key.",
     403: "The key may not do this.",
     404: "No such agent, run or approval for this key (another caller's run is a 404 too).",
     405: "Method not allowed.",
     406: "The `Accept` header asks for a type the API does not answer (it answers `application/json`).",
     409: "Conflict with the current state (see `code`).",
-    413: "The query (or the whole body) is too long.",
+    413: (
+        "`query_too_long`: the run's `query` is longer than `PLATFORM_RUN_QUERY_MAX_CHARS`; or, on any operation "
+        "(a `GET` with a body too), `body_too_large`: the body is larger than `PLATFORM_API_MAX_BODY_BYTES`."
+    ),
     415: "The body is not `application/json`.",
     429: (
         "The key's rate limit is used up (`throttled`), or, submitting a run, a budget of the key or the agent "
         "(`budget_exceeded`): retry after `Retry-After` seconds."
+    ),
+    503: (
+        "`unavailable`: the database cannot answer now (it is down or unreachable, or it ended the request's "
+        "transaction to let another through: a deadlock, a serialization failure): retry after "
+        "`Retry-After` seconds."
     ),
 }
 
@@ -77,6 +89,12 @@ EVENTS_429 = (
     "The key's rate limit is used up (`throttled`), or the key already holds `PLATFORM_SSE_MAX_STREAMS_PER_KEY` "
     "streams open (`too_many_streams`, 5 by default): retry after `Retry-After` seconds."
 )
+
+
+def retry_after_header(description: str) -> dict[str, Any]:
+    """A response's ``headers``: its required ``Retry-After`` (seconds), and what the wait is for."""
+    return {"Retry-After": {"schema": {"type": "integer"}, "required": True, "description": description}}
+
 
 RETRY_AFTER = OpenApiParameter(
     "Retry-After",
@@ -123,15 +141,19 @@ STRICT_REQUEST_COMPONENTS = (
 
 
 def forbid_unknown_request_fields(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
-    """Postprocessing hook: ``additionalProperties: false`` on the request bodies that refuse unknown keys. The
-    last hook of ``SPECTACULAR_SETTINGS``, it runs the ones below too: the A2A 1.0 parts, and DRF's own 405/406."""
+    """Postprocessing hook: ``additionalProperties: false`` on the request bodies that refuse unknown keys, and
+    ``POST /runs``'s exactly one of ``query`` and ``message`` (the serializer's ``validate``, which drf-spectacular
+    cannot read). The last hook of ``SPECTACULAR_SETTINGS``, it runs the ones below too: the A2A 1.0 parts, and
+    the statuses every operation may answer."""
     schemas = result.get("components", {}).get("schemas", {})
     for name in STRICT_REQUEST_COMPONENTS:
         if name in schemas:
             schemas[name]["additionalProperties"] = False
+    if "RunCreateRequest" in schemas:
+        schemas["RunCreateRequest"]["oneOf"] = [{"required": ["query"]}, {"required": ["message"]}]
     result = describe_a2a_1_0_parts(result, generator, request, public)
     result = declare_setting_limits(result, generator, request, public)
-    return document_drf_statuses(result, generator, request, public)
+    return document_shared_statuses(result, generator, request, public)
 
 
 def declare_setting_limits(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
@@ -156,13 +178,7 @@ def add_run_events_path(result: dict[str, Any], generator: Any, request: Any, pu
         }
         if status == 429:
             response["description"] = EVENTS_429
-            response["headers"] = {
-                "Retry-After": {
-                    "schema": {"type": "integer"},
-                    "required": True,
-                    "description": "Seconds until the key may send another request.",
-                }
-            }
+            response["headers"] = retry_after_header("Seconds until the key may send another request.")
         return response
 
     result.setdefault("paths", {})["/api/v1/runs/{run_id}/events"] = {
@@ -259,8 +275,12 @@ A2A_1_0_PARTS: dict[str, dict[str, Any]] = {
     },
 }
 
-# Answered by DRF itself on every operation (and written in the error shape by the exception handler).
+# Answered by DRF itself on every operation it serves (and written in the error shape by the exception handler).
 DRF_STATUSES = (405, 406)
+# Answered on every operation, the event stream's too: before any view, by the body limit
+# (``agent_platform.body_limit``: a NUL in the path or query, a body over the limit, whatever the method), and
+# when the database cannot answer (``agents.api.errors.exception_handler``, ``agents.api.events.run_events``).
+SHARED_STATUSES = (400, 413, 503)
 
 
 def describe_a2a_1_0_parts(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
@@ -280,19 +300,23 @@ def describe_a2a_1_0_parts(result: dict[str, Any], generator: Any, request: Any,
     return result
 
 
-def document_drf_statuses(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
-    """Postprocessing hook: ``405`` and ``406`` (another method, an ``Accept`` the API does not answer) on every
-    operation drf-spectacular describes (the event stream, added by ``add_run_events_path``, has its own)."""
+def document_shared_statuses(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """Postprocessing hook: the statuses an operation answers whatever it is, on every operation: 400, 413 and 503
+    (``SHARED_STATUSES``; a 503 with its ``Retry-After``), and on those DRF serves 405 and 406 (another method, an
+    ``Accept`` the API does not answer; the event stream, added by ``add_run_events_path``, has its own 405 and
+    answers no 406). Where an operation describes one of them itself, its description is kept."""
     error_ref = {"$ref": "#/components/schemas/Error"}
     for path, operations in result.get("paths", {}).items():
-        if path == "/api/v1/runs/{run_id}/events":
-            continue
+        statuses = SHARED_STATUSES if path == "/api/v1/runs/{run_id}/events" else (*SHARED_STATUSES, *DRF_STATUSES)
         for operation in operations.values():
             if not isinstance(operation, dict) or "responses" not in operation:
                 continue
-            for status in DRF_STATUSES:
-                operation["responses"].setdefault(
-                    str(status),
-                    {"description": ERROR_DESCRIPTIONS[status], "content": {"application/json": {"schema": error_ref}}},
-                )
+            for status in statuses:
+                response: dict[str, Any] = {
+                    "description": ERROR_DESCRIPTIONS[status],
+                    "content": {"application/json": {"schema": error_ref}},
+                }
+                if status == 503:
+                    response["headers"] = retry_after_header("Seconds to wait before sending the request again.")
+                operation["responses"].setdefault(str(status), response)
     return result

@@ -3,9 +3,11 @@
 from typing import Any
 
 from django.urls import path
+from django.utils import translation
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.request import Request
+from rest_framework.response import Response
 
 from agents.api import events, views
 
@@ -18,8 +20,22 @@ class SchemaFormat(DefaultContentNegotiation):
         return super().select_renderer(request, renderers, format_suffix or request.query_params.get("format"))
 
 
+class EnglishSchemaView(SpectacularAPIView):
+    """The schema in English (``Content-Language: en``), whatever ``Accept-Language`` (or drf-spectacular's
+    ``?lang=``) asks: its descriptions are written in English only, and the text it reads from the models (titles,
+    enum labels) followed the caller's language, so a Korean caller got a schema half in Korean."""
+
+    def _get_schema_response(self, request: Request) -> Response:
+        # drf-spectacular's one place that generates the schema, inside its ``?lang=`` override; the generator
+        # turns every lazy translation into text, so nothing is translated later, when the response is rendered.
+        with translation.override("en"):
+            response: Response = super()._get_schema_response(request)  # type: ignore[no-untyped-call]
+        response["Content-Language"] = "en"
+        return response
+
+
 urlpatterns = [
-    path("schema/", SpectacularAPIView.as_view(content_negotiation_class=SchemaFormat), name="api-schema"),
+    path("schema/", EnglishSchemaView.as_view(content_negotiation_class=SchemaFormat), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("usage", views.UsageApi.as_view(), name="usage"),
     path("runs", views.RunCollectionApi.as_view(), name="run-collection"),

@@ -524,14 +524,26 @@ class RunCancelApi(ApiView):
         description=(
             "A queued run never starts; a run awaiting approval stops there (its pending approvals expire); a "
             "running run stops at its next step (a tool call under way finishes first). Answers the run, "
-            "`cancelled`. A finished run is a `409` (`run_finished`)."
+            "`cancelled`. A finished run is a `409` (`run_finished`); so is a run whose status kept changing while "
+            "it was being cancelled (`run_busy`: send the request again)."
         ),
         tags=["runs"],
         request=None,
         parameters=[RETRY_AFTER],
         responses={
             200: RunOutputSerializer,
-            **error_responses(400, 401, 404, 409, 413, 429, conflicts="`run_finished`: the run has already finished."),
+            **error_responses(
+                400,
+                401,
+                404,
+                409,
+                413,
+                429,
+                conflicts=(
+                    "`run_finished`: the run has already finished; `run_busy`: its status kept changing while it "
+                    "was being cancelled (send the request again)."
+                ),
+            ),
         },
     )
     def post(self, request: Request, run_id: str) -> Response:
@@ -551,7 +563,10 @@ class RunApprovalDecideApi(ApiView):
     @extend_schema(
         operation_id="runs_approvals_decide",
         summary="Approve or reject a pending write call",
-        description="The run resumes at once. A decision is taken once: a decided or expired approval is a `409`.",
+        description=(
+            "The run resumes at once. A decision is taken once: a decided or expired approval is a `409`, and so is "
+            "an approval of a run that has finished."
+        ),
         tags=["runs"],
         request=InputSerializer,
         parameters=[RETRY_AFTER],
@@ -566,7 +581,10 @@ class RunApprovalDecideApi(ApiView):
                 413,
                 415,
                 429,
-                conflicts="`approval_decided` (already decided) or `approval_expired`.",
+                conflicts=(
+                    "`approval_decided` (already decided), `approval_expired`, or `run_finished` (the run has "
+                    "finished: its calls are no longer decided)."
+                ),
             ),
         },
     )
