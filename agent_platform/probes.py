@@ -16,7 +16,7 @@ import hmac
 import ipaddress
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -26,12 +26,12 @@ from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_safe
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from agent_platform.client_ip import client_ip
+from agent_platform.client_ip import FORWARDED_HEADERS, client_ip
 from agent_platform.errors import database_unreachable
 from audit.archive import TOOL_CALL_BUCKETS_S
 
@@ -45,10 +45,10 @@ RUN_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 3
 TOOL_BUCKETS_S = TOOL_CALL_BUCKETS_S
 
 
-@require_GET
+@require_safe
 def healthz(request: HttpRequest) -> JsonResponse:
     """Liveness: the process answers. (A database outage is ``/readyz``'s business: restarting a web process
-    would not cure it.)"""
+    would not cure it.) Answered whatever the request's Host, like ``/readyz`` (``probe_middleware``)."""
     return JsonResponse({"status": "ok"})
 
 
@@ -101,13 +101,30 @@ def _check_worker() -> None:
         raise LookupError(f"the last worker answered {age_s:.0f} s ago (more than {max_age_s:.0f} s)")
 
 
-@require_GET
+def _check_keys() -> None:
+    """The configured audit chain and secrets keys can be built (``audit.E001``, ``audit.E003``): a key that cannot
+    makes every audited write fail, while the process still answers. Says which setting and which key by its place,
+    never a key."""
+    from audit.checks import unusable_keys
+
+    problems = unusable_keys()
+    if problems:
+        raise LookupError("; ".join(problems))
+
+
+@require_safe
 def readyz(request: HttpRequest) -> JsonResponse:
-    """Readiness: the database answers, the broker accepts a connection, and a worker wrote its heartbeat within
-    ``PLATFORM_READY_WORKER_MAX_AGE_S``. 200 when all hold, else 503; the body names each check. A failure is
-    named by its kind only (a broker's error may quote its URL and password)."""
+    """Readiness: the database answers, the broker accepts a connection, a worker wrote its heartbeat within
+    ``PLATFORM_READY_WORKER_MAX_AGE_S``, and the keys can be used. 200 when all hold, else 503; the body names each
+    check. A failure is named by its kind only (a broker's error may quote its URL and password). Answered whatever
+    the request's Host (``probe_middleware``)."""
     checks: dict[str, dict[str, Any]] = {}
-    for name, check in (("database", _check_database), ("broker", _check_broker), ("worker", _check_worker)):
+    for name, check in (
+        ("database", _check_database),
+        ("broker", _check_broker),
+        ("worker", _check_worker),
+        ("keys", _check_keys),
+    ):
         if name == "worker" and not checks["database"]["ok"]:
             # The heartbeats are in the database: asking it again would only wait as long a second time.
             checks[name] = {"ok": False, "error": "the database did not answer", "ms": 0.0}
@@ -125,13 +142,28 @@ def readyz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503)
 
 
+def _forwarded_client_unknown(meta: Mapping[str, Any]) -> bool:
+    """Whether a proxy forwarded the request (it carries forwarded headers, which ``ForwardedHeadersMiddleware``
+    left only on a trusted proxy's requests) without saying who the client is: no ``PLATFORM_PROXY_HOPS``, or
+    fewer ``X-Forwarded-For`` entries than hops. ``client_ip`` is then the proxy's own address, loopback for a
+    proxy on this machine, and every client behind it would pass for a local scraper."""
+    if not any(meta.get(name) for name in FORWARDED_HEADERS):
+        return False
+    hops = int(settings.PLATFORM_PROXY_HOPS)
+    forwarded = [part for part in str(meta.get("HTTP_X_FORWARDED_FOR") or "").split(",") if part.strip()]
+    return hops <= 0 or len(forwarded) < hops
+
+
 def _scraper_allowed(request: HttpRequest) -> bool:
     """A bearer token equal to ``PLATFORM_METRICS_TOKEN``, or a client address in
-    ``PLATFORM_METRICS_ALLOWED_NETWORKS``."""
+    ``PLATFORM_METRICS_ALLOWED_NETWORKS``: the client's own, never that of the proxy that forwarded it
+    (``_forwarded_client_unknown``)."""
     token = str(settings.PLATFORM_METRICS_TOKEN or "")
     sent = request.META.get("HTTP_AUTHORIZATION", "")
     if token and sent.startswith("Bearer ") and hmac.compare_digest(sent[7:].strip().encode(), token.encode()):
         return True
+    if _forwarded_client_unknown(request.META):
+        return False
     try:
         address = ipaddress.ip_address(client_ip(request.META))
     except ValueError:

@@ -82,6 +82,9 @@ MIDDLEWARE = [
     # A trace span per request (a no-op unless the OTEL_* variables turn traces on: agent_platform/telemetry.py).
     "agent_platform.telemetry.TracingMiddleware",
     "agent_platform.body_limit.BodyLimitMiddleware",
+    # /healthz and /readyz answered whatever the Host (a kubelet's probe names the pod's IP), before anything below
+    # checks it against ALLOWED_HOSTS (agent_platform/probe_middleware.py).
+    "agent_platform.probe_middleware.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -279,7 +282,6 @@ PLATFORM_FLOW_GRAPHS = [p.strip() for p in os.environ.get("PLATFORM_FLOW_GRAPHS"
 # made and the run fails as flow:too_many_calls. The shipped templates make one to three; a flow that loops on its
 # calls would otherwise write an audit event, a run event and a trace entry for each until its time limit.
 PLATFORM_FLOW_MAX_CALLS = int(os.environ.get("PLATFORM_FLOW_MAX_CALLS", "200"))
-PLATFORM_MCP_CALL_TIMEOUT_S = float(os.environ.get("PLATFORM_MCP_CALL_TIMEOUT_S", "30"))
 # The longest timeout a tool contract may set (seconds); a contract's timeout must be > 0 and at most this.
 PLATFORM_TOOL_TIMEOUT_MAX_S = float(os.environ.get("PLATFORM_TOOL_TIMEOUT_MAX_S", "3600"))
 PLATFORM_MCP_IDLE_CLOSE_S = float(os.environ.get("PLATFORM_MCP_IDLE_CLOSE_S", "300"))
@@ -376,13 +378,22 @@ PLATFORM_LOGIN_IP_MAX_FAILURES = int(os.environ.get("PLATFORM_LOGIN_IP_MAX_FAILU
 PLATFORM_LOGIN_WINDOW_S = int(os.environ.get("PLATFORM_LOGIN_WINDOW_S", "900"))
 PLATFORM_LOGIN_LOCKOUT_S = int(os.environ.get("PLATFORM_LOGIN_LOCKOUT_S", "900"))
 # The client's address is REMOTE_ADDR, unless this many trusted proxies in front each append to
-# X-Forwarded-For: then it is the address the outermost trusted proxy saw (the Nth entry from the right).
+# X-Forwarded-For: then it is the address the outermost trusted proxy saw (the Nth entry from the right). Left at 0
+# behind a proxy, every client shares the proxy's address, its lockouts and its bad-key throttle: check --deploy
+# warns where PLATFORM_TLS=proxy says there is one (audit.W004).
 PLATFORM_PROXY_HOPS = int(os.environ.get("PLATFORM_PROXY_HOPS", "0"))
 # The peers whose X-Forwarded-For / X-Forwarded-Proto are believed (agent_platform/client_ip.py): networks,
-# comma-separated, and "unix" for a unix socket's peer; by default loopback, the private ranges and unix.
-PLATFORM_TRUSTED_PROXIES = _env_list(
-    "PLATFORM_TRUSTED_PROXIES", "127.0.0.0/8,::1/128,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,fc00::/7,unix"
-)
+# comma-separated, and "unix" for a unix socket's peer; unset or empty (docker-compose.yml passes it through empty),
+# loopback, the private ranges and unix.
+PLATFORM_TRUSTED_PROXIES = _env_list("PLATFORM_TRUSTED_PROXIES") or [
+    "127.0.0.0/8",
+    "::1/128",
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "fc00::/7",
+    "unix",
+]
 for _network in (n for n in PLATFORM_TRUSTED_PROXIES if n != "unix"):
     try:
         ipaddress.ip_network(_network, strict=False)
@@ -391,7 +402,13 @@ for _network in (n for n in PLATFORM_TRUSTED_PROXIES if n != "unix"):
 AUTHENTICATION_BACKENDS = ["audit.logins.LockoutModelBackend"]
 
 # --- logging: every handler masks secrets (audit.masking) -----------------------------------------
-LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")
+# Written in any case and with spaces around it (``info``: gunicorn.conf.py reads it so too); empty or unset: INFO.
+# A name logging does not know is refused here, saying so, rather than by logging's own "Unable to configure root
+# logger" as every process starts.
+LOG_LEVEL = (os.environ.get("LOG_LEVEL") or "").strip().upper() or "INFO"
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+if LOG_LEVEL not in logging.getLevelNamesMapping():
+    raise ImproperlyConfigured(f"LOG_LEVEL must be one of {', '.join(_LOG_LEVELS)}, not {LOG_LEVEL!r}")
 # "json": one JSON object per line, with the run id and the trace id where known (agent_platform/telemetry.py).
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain").strip().lower()
 LOGGING = {

@@ -3,7 +3,10 @@
 Tracing is opt-in by the standard ``OTEL_*`` variables: it is on when ``OTEL_TRACES_EXPORTER`` names an exporter
 (``otlp``, ``console``) or ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set, and
 ``OTEL_SDK_DISABLED`` is not true. ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES`` and the exporter's own
-variables (headers, timeout, protocol) are read by the SDK. Off, every helper here is OpenTelemetry's no-op.
+variables (headers, timeout) are read by the SDK; the service is named ``agent-platform`` only where neither names
+it. The exporter speaks OTLP over HTTP with protobuf only: an ``OTEL_EXPORTER_OTLP_PROTOCOL`` (or ``…_TRACES_…``)
+naming another (``grpc``, ``http/json``) leaves traces off with a warning at start, rather than sending HTTP to a
+gRPC port. Off, every helper here is OpenTelemetry's no-op.
 
 Spans: one per API request (``TracingMiddleware``), Celery task (the publish injects the trace context into the
 message headers, the worker continues it), run (``run_span``), deterministic rule (``spans_per_item``), model
@@ -67,15 +70,31 @@ def tracing_requested(environ: Mapping[str, str] | None = None) -> bool:
     return bool(exporter or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
 
 
+# The service name where neither OTEL_SERVICE_NAME nor OTEL_RESOURCE_ATTRIBUTES gives one.
+DEFAULT_SERVICE_NAME = "agent-platform"
+# The one OTLP protocol the installed exporter (opentelemetry-exporter-otlp-proto-http) speaks.
+OTLP_PROTOCOL = "http/protobuf"
+
+
+def otlp_protocol(environ: Mapping[str, str] | None = None) -> str:
+    """The OTLP protocol the variables ask for traces (``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``, else
+    ``OTEL_EXPORTER_OTLP_PROTOCOL``; empty or unset: ``http/protobuf``), lower-cased."""
+    env = os.environ if environ is None else environ
+    chosen = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "").strip() or env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "")
+    return chosen.strip().lower() or OTLP_PROTOCOL
+
+
 def configure_tracing() -> bool:
     """Install the SDK's tracer provider with a batch exporter, once per process, when the ``OTEL_*`` variables ask
-    for traces. Returns whether this call installed it. The batch processor re-creates its thread in a forked
-    child (Celery's pool processes), so configuring before the fork is safe."""
+    for traces. Returns whether this call installed it. An OTLP protocol other than ``http/protobuf`` installs
+    nothing and logs a warning saying so (the exporter would send HTTP wherever a gRPC collector listens, every batch
+    failing). The batch processor re-creates its thread in a forked child (Celery's pool processes), so configuring
+    before the fork is safe."""
     global _configured
     with _configured_lock:
         if _configured or not tracing_requested():
             return False
-        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector, Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
@@ -84,10 +103,24 @@ def configure_tracing() -> bool:
         if exporter_name == "console":
             exporter = ConsoleSpanExporter()
         else:
+            protocol = otlp_protocol()
+            if protocol != OTLP_PROTOCOL:
+                logger.warning(
+                    "traces are off: OTEL_EXPORTER_OTLP_PROTOCOL (or OTEL_EXPORTER_OTLP_TRACES_PROTOCOL) is %r, but this "
+                    "platform exports OTLP over %s only (set it to %s, or unset it, and point "
+                    "OTEL_EXPORTER_OTLP_ENDPOINT at the collector's HTTP port, usually 4318)",
+                    protocol,
+                    OTLP_PROTOCOL,
+                    OTLP_PROTOCOL,
+                )
+                return False
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
             exporter = OTLPSpanExporter()
-        resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "agent-platform")})
+        # The SDK reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES itself, and an attribute given here would
+        # override both: the default name only where neither gives one.
+        named = SERVICE_NAME in OTELResourceDetector().detect().attributes
+        resource = Resource.create({} if named else {SERVICE_NAME: DEFAULT_SERVICE_NAME})
         provider = TracerProvider(resource=resource)
         provider.add_span_processor(BatchSpanProcessor(exporter))
         trace.set_tracer_provider(provider)

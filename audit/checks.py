@@ -14,15 +14,31 @@ own. ``check --deploy`` warns for each:
 Give every process the same values, as ``docker-compose.yml`` requires. They live here, beside the audit chain's
 key, because this is the registered home of the platform's deploy checks; they read settings only (no import of
 the apps that use the keys).
+
+A key that is set but cannot be used fails only where it is first used, at every audited write or stored secret
+(``ImproperlyConfigured``), so these are errors of every ``check`` (``migrate`` included), not of ``--deploy``
+only, and ``/readyz`` answers 503 for them (``unusable_keys``; ``agent_platform/probes.py``):
+
+- ``audit.E001``: an ``AUDIT_CHAIN_KEY`` key shorter than the chain's minimum (``audit.chain.MIN_KEY_CHARS``).
+- ``audit.E003``: a ``SECRETS_ENCRYPTION_KEYS`` value that is no Fernet key.
+
+And one of the proxy in front (``agent_platform/client_ip.py``):
+
+- ``audit.W004``: ``PLATFORM_TLS=proxy`` with ``PLATFORM_PROXY_HOPS=0``. Every request has the proxy's address:
+  one client's wrong passwords and unknown API keys lock out and throttle every client.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from cryptography.fernet import Fernet
 from django.conf import settings
-from django.core.checks import CheckMessage, Tags, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+
+from audit.chain import MIN_KEY_CHARS, ChainKeyring
 
 
 @register(Tags.security, deploy=True)
@@ -85,5 +101,99 @@ def check_secrets_encryption_keys(app_configs: Any = None, **kwargs: Any) -> lis
             hint="Set SECRETS_ENCRYPTION_KEYS (Fernet keys, comma-separated, the same in every process), e.g. "
             "python3 -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'.",
             id="audit.W003",
+        )
+    ]
+
+
+def _unusable(keys: Sequence[str], build: Callable[[str], object]) -> list[int]:
+    """The places (from 1) of the keys ``build`` refuses (``ValueError``, ``TypeError``)."""
+    places = []
+    for place, key in enumerate(keys, start=1):
+        try:
+            build(key)
+        except (ValueError, TypeError):
+            places.append(place)
+    return places
+
+
+def _places(places: list[int], total: int) -> str:
+    return (
+        f"key {places[0]} of {total} is" if len(places) == 1 else f"keys {', '.join(map(str, places))} of {total} are"
+    )
+
+
+def audit_chain_key_problem() -> str | None:
+    """Why the configured ``AUDIT_CHAIN_KEY`` cannot make the chain's keyring, or None where it can or is not set
+    (the local key: ``audit.W001``). Each key is built into a keyring as ``audit.chain_keys`` builds them, and named
+    by its place in the list, never quoted."""
+    keys = [str(key).strip() for key in settings.AUDIT_CHAIN_KEY if str(key).strip()]
+    places = _unusable(keys, lambda key: ChainKeyring([key]))
+    if not places:
+        return None
+    return f"AUDIT_CHAIN_KEY: {_places(places, len(keys))} shorter than {MIN_KEY_CHARS} characters"
+
+
+def secrets_encryption_keys_problem() -> str | None:
+    """Why the configured ``SECRETS_ENCRYPTION_KEYS`` cannot make the secrets' Fernet keys, or None where they can
+    or none is set (the local key: ``audit.W003``). Built as ``mcpregistry.crypto`` builds them (which this module
+    may not import), each named by its place in the list, never quoted."""
+    configured = str(getattr(settings, "SECRETS_ENCRYPTION_KEYS", "") or "")
+    keys = [key.strip() for key in configured.split(",") if key.strip()]
+    places = _unusable(keys, lambda key: Fernet(key.encode()))
+    if not places:
+        return None
+    return f"SECRETS_ENCRYPTION_KEYS: {_places(places, len(keys))} not a Fernet key (44 characters of URL-safe base64)"
+
+
+def unusable_keys() -> list[str]:
+    """What ``audit.E001`` and ``audit.E003`` find, for ``/readyz``: no key in the answer, and cheap (a hash and a
+    base64 decoding per key)."""
+    return [problem for problem in (audit_chain_key_problem(), secrets_encryption_keys_problem()) if problem]
+
+
+@register(Tags.security)
+def check_audit_chain_key_usable(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    problem = audit_chain_key_problem()
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"{problem}: every audited write (each run, tool call and configuration change) would fail.",
+            hint="Give each key 32 characters or more, e.g. "
+            "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'. To replace a key that signed events "
+            "already, put the new key first and keep the old one (see audit/chain_keys.py).",
+            id="audit.E001",
+        )
+    ]
+
+
+@register(Tags.security)
+def check_secrets_encryption_keys_usable(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    problem = secrets_encryption_keys_problem()
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"{problem}: every MCP binding's stored secret would fail to be read or written.",
+            hint="Make a key with python3 -c 'from cryptography.fernet import Fernet; "
+            "print(Fernet.generate_key().decode())'; keep the keys the stored secrets were encrypted with.",
+            id="audit.E003",
+        )
+    ]
+
+
+@register(Tags.security, deploy=True)
+def check_proxy_hops(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    if getattr(settings, "PLATFORM_TLS", "off") != "proxy" or int(getattr(settings, "PLATFORM_PROXY_HOPS", 0)) > 0:
+        return []
+    return [
+        Warning(
+            "PLATFORM_TLS is proxy but PLATFORM_PROXY_HOPS is 0: every request has the proxy's address, so one "
+            "client's wrong passwords and unknown API keys lock out and throttle every client, and /metrics refuses "
+            "every request the proxy forwards unless it carries PLATFORM_METRICS_TOKEN.",
+            hint="Set PLATFORM_PROXY_HOPS to the number of proxies in front that each append the client's address to "
+            "X-Forwarded-For (1 for one TLS proxy, as docker-compose.yml sets), and PLATFORM_TRUSTED_PROXIES to "
+            "their addresses.",
+            id="audit.W004",
         )
     ]
