@@ -6,6 +6,13 @@ its success closes the circuit, its failure opens it again. Every transition is 
 Only failures that say the server is unwell count (timeout, transport, rate limit, unexpected), not a bad
 argument or a tool's own answer.
 
+The recovery path stays open: a tool that a contract on the server names as its fallback (seed 001's
+``get_asset_status_backup``, which always answers) goes out past a circuit that other calls opened, or the
+model that asked twice for the failing tool (seed 001 warns it may) would be refused the backup it is told to
+use. Such a call is no trial: its success closes nothing (the failing tool stays held off), its failures count
+as any other's, and once one of them is seen after the circuit opened (or opened it), the fallback is held off
+too until the circuit's next trial.
+
 On the hot path (a healthy server) each process keeps what it last read for one second, so a call to a closed
 circuit costs no query; a circuit another worker opened is seen within that second.
 """
@@ -24,10 +31,19 @@ State = McpServer.BreakerState
 COUNTED = frozenset({"timeout", "transport", "rate_limit", "unexpected"})
 FRESH_S = 1.0
 _seen_closed: dict[int, float] = {}  # server id -> monotonic time this process last saw it closed and clean
+# (server id, tool) -> when this process last recorded a counted failure of that tool. Kept per process, as
+# _seen_closed is: a fallback tool that fails while the circuit is open is sent at most once more by each other
+# worker before that worker holds it off too.
+_failed_at: dict[tuple[int, str], datetime] = {}
 
 
-def breaker_admit(server_id: int, *, now: datetime | None = None) -> bool:
-    """Whether a call to this server may go out now."""
+def breaker_admit(server_id: int, *, recovery_tool: str = "", now: datetime | None = None) -> bool:
+    """Whether a call to this server may go out now.
+
+    ``recovery_tool``: ask for the recovery path of a call the plain check refused, naming a tool that a contract
+    on the server names as its fallback. It is let through while the circuit is open or half open, unless that
+    tool's own counted failure came after the circuit opened (or opened it); it never claims the trial. Record
+    its outcome with ``past_open=True``."""
     if now is None and time.monotonic() - _seen_closed.get(server_id, -FRESH_S) < FRESH_S:
         return True
     now = now or timezone.now()
@@ -41,6 +57,9 @@ def breaker_admit(server_id: int, *, now: datetime | None = None) -> bool:
             _seen_closed[server_id] = time.monotonic()
         return True
     opened_at = row["breaker_opened_at"] or now
+    if recovery_tool:
+        failed_at = _failed_at.get((server_id, recovery_tool))
+        return failed_at is None or failed_at < opened_at
     if now - opened_at < timedelta(seconds=row["breaker_cooldown_s"]):
         return False
     # Cool-down over: exactly one caller wins the trial (a stale half-open trial is retried the same way).
@@ -51,11 +70,24 @@ def breaker_admit(server_id: int, *, now: datetime | None = None) -> bool:
 
 
 def breaker_record(
-    server_id: int, *, ok: bool, reason: str = "", answered: bool = False, now: datetime | None = None
+    server_id: int,
+    *,
+    ok: bool,
+    reason: str = "",
+    answered: bool = False,
+    tool: str = "",
+    past_open: bool = False,
+    now: datetime | None = None,
 ) -> None:
     """Record a call's outcome. Failures that are the caller's (arguments) or the tool's answer don't count; an
     answer of any kind (``answered``: the tool's own error, a malformed result) ends a half-open trial as a
-    success: the server is there (the trial used to stay half open, one call let through per cool-down)."""
+    success: the server is there (the trial used to stay half open, one call let through per cool-down).
+
+    ``past_open``: the call went out past the open circuit as the recovery path (``breaker_admit``'s
+    ``recovery_tool``): only its counted failure is recorded, so that the fallback's answer does not reopen the
+    way for the tool that failed. ``tool``: the tool called, whose counted failures hold its recovery path off."""
+    if past_open and (ok or reason not in COUNTED):
+        return
     if not ok and answered and reason not in COUNTED:
         McpServer.objects.filter(pk=server_id, breaker_state=State.HALF_OPEN).update(
             breaker_state=State.CLOSED, breaker_failures=0, breaker_opened_at=None
@@ -73,6 +105,8 @@ def breaker_record(
         return
     _seen_closed.pop(server_id, None)
     now = now or timezone.now()
+    if tool:
+        _failed_at[(server_id, tool)] = now
     McpServer.objects.filter(pk=server_id).update(breaker_failures=F("breaker_failures") + 1)
     # A failed trial reopens at once; otherwise open when the threshold is reached.
     McpServer.objects.filter(pk=server_id, breaker_state=State.HALF_OPEN).update(

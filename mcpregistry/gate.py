@@ -615,17 +615,37 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
 
 
 # Seed 001's fallback is for a backend that failed (it timed out, hit its rate limit, answered in another shape or
-# failed unexpectedly): those the gate hands to the contract's fallback itself (policy "call", or no model to read
-# the suggestion). An empty answer is not a failure a backup can fix (seed 004: asking again gives the same empty
-# answer), nor is a paused server's (the fallback is on it too). A tool's own error may be about the input (an
-# unknown id, whose valid ones the tool lists) or its backend's (seed 001's "조회 실패"): it is handed over where
-# the admin's policy says "call", and otherwise left to the model, which is told when to use the fallback; with no
-# model to read that, the tool's own answer stands.
-_NO_FALLBACK = frozenset({"circuit:open", "result:empty"})
+# failed unexpectedly), also once its failures opened the circuit (the fallback goes out past it: ``breaker``):
+# those the gate hands to the contract's fallback itself (policy "call", or no model to read the suggestion). An
+# empty answer is not a failure a backup can fix (seed 004: asking again gives the same empty answer). A tool's
+# own error may be about the input (an unknown id, whose valid ones the tool lists) or its backend's (seed 001's
+# "조회 실패"): it is handed over where the admin's policy says "call", and otherwise left to the model, which is
+# told when to use the fallback; with no model to read that, the tool's own answer stands.
+_NO_FALLBACK = frozenset({"result:empty"})
 _HANDED_OVER = frozenset(
-    {"timeout", "rate_limit", "transport", "protocol", "unexpected", "result:shape", "result:too_big", "result:range"}
+    {
+        "timeout",
+        "rate_limit",
+        "transport",
+        "protocol",
+        "unexpected",
+        "result:shape",
+        "result:too_big",
+        "result:range",
+        "circuit:open",
+    }
 )
 _HANDED_OVER_BY_POLICY = _HANDED_OVER | {"tool:error"}
+
+
+def _recovery_path(this: _Call) -> bool:
+    """Whether a contract on the call's server (the one its caller applies) names the called tool as its fallback."""
+    server, tool_name = this.server, this.tool_name
+    return any(
+        _contract_for(this.who, server, tool).fallback_tool == tool_name
+        for tool in server.tools.all()
+        if tool.name != tool_name
+    )
 
 
 def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tuple[Any, str | None, str, bool, bool]:
@@ -658,7 +678,10 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
     maybe_done = False  # a write's attempt may have done the work, and no answer said how it ended
     for attempt in range(1, max_attempts + 1):
         this.result.attempts = attempt
-        if not breaker_admit(server.pk):
+        admitted = breaker_admit(server.pk)
+        # A fallback tool goes out past a circuit that other calls opened (seed 001: the backup always answers).
+        past_open = not admitted and _recovery_path(this) and breaker_admit(server.pk, recovery_tool=this.tool_name)
+        if not admitted and not past_open:
             reason, detail = "circuit:open", _("the server failed repeatedly and is paused; try again later")
             # Never sent: no latency (as a refusal's), so that it is no observation of the server's latency.
             this.audit(ok=False, reason=reason, result=detail, attempt=attempt, latency_ms=None)
@@ -717,7 +740,14 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
             attempt=attempt,
             latency_ms=latency_ms,
         )
-        breaker_record(server.pk, ok=reason is None, reason=reason or "", answered=answered)
+        breaker_record(
+            server.pk,
+            ok=reason is None,
+            reason=reason or "",
+            answered=answered,
+            tool=this.tool_name,
+            past_open=past_open,
+        )
         reached = reached or answered or unanswered or reason == "unexpected"
         if reason is None:
             return value, None, "", False, True

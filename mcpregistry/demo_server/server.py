@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import sys
 from pathlib import Path
@@ -121,12 +122,21 @@ class RateLimitError(Exception):
     """The fake backend's HTTP 429."""
 
 
-def _failure_mode() -> str:
+def _failure_mode() -> tuple[str, float]:
+    """The injected failure and the stall of ``timeout`` mode (``FAILURE_TIMEOUT_S``, 5 s as in the seed).
+    Raises ToolError for a value it does not know, whatever the mode: the seed warns that a typo silently means
+    "healthy", and a stall that is no positive number of seconds would fail as Python's own words."""
     mode = os.environ.get("FAILURE_MODE", "none").strip() or "none"
     if mode not in FAILURE_MODES:
-        # The seed warns that a typo silently means "healthy": refuse it loudly instead.
         raise ToolError(f"FAILURE_MODE '{mode}' is not one of {', '.join(FAILURE_MODES)}")
-    return mode
+    stall = os.environ.get("FAILURE_TIMEOUT_S", "").strip() or "5"
+    try:
+        stall_s = float(stall)
+    except ValueError:
+        stall_s = math.nan
+    if not (math.isfinite(stall_s) and stall_s > 0):
+        raise ToolError(f"FAILURE_TIMEOUT_S '{stall}' is not a positive number of seconds")
+    return mode, stall_s
 
 
 async def _call_backend(asset_id: str) -> dict[str, Any]:
@@ -138,9 +148,9 @@ async def _call_backend(asset_id: str) -> dict[str, Any]:
     api_key = os.environ.get("INTERNAL_API_KEY", "")
     # 주의: Secret은 절대 로그에 남기지 않습니다.
     logger.info("backend 호출 asset_id=%s api_key=%s", asset_id, "set" if api_key else "unset")
-    mode = _failure_mode()
+    mode, stall_s = _failure_mode()
     if mode == "timeout":
-        await asyncio.sleep(float(os.environ.get("FAILURE_TIMEOUT_S", "5")))
+        await asyncio.sleep(stall_s)
         raise TimeoutError("backend 응답이 5초를 초과했습니다")
     if mode == "rate_limit":
         raise RateLimitError("429 Too Many Requests: 분당 호출 한도 초과")
@@ -171,6 +181,13 @@ async def get_asset_status(asset_id: str) -> dict[str, Any]:
         raise ToolError(
             "timeout: 에러: 백엔드 응답이 계속 지연됩니다. get_asset_status_backup 도구를 사용하세요."
         ) from exc
+    except ToolError:
+        raise  # a FAILURE_MODE or FAILURE_TIMEOUT_S this server does not know: said as it is
+    except Exception as exc:
+        # Seed 001's fifth row ("그 밖의 예외"): logged with its traceback, and the model is told the exception's
+        # name and the way out, not FastMCP's English text.
+        logger.exception("예상 못한 장애")
+        raise ToolError(f"에러: 조회 실패 ({type(exc).__name__}). get_asset_status_backup 도구를 사용하세요.") from exc
     if data.get("status") == "없음":
         known = ", ".join(a["asset_id"] for a in ASSETS)
         raise ToolError(f"'{asset_id}' 자산을 찾을 수 없습니다. 등록된 자산: {known}")
