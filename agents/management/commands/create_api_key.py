@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -23,6 +24,14 @@ class Command(BaseCommand):
         parser.add_argument("--admin", action="store_true", help=_("an admin key: may use /api/v1/evals/"))
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # As the admin's form takes a name: stripped (" 공백키 " was stored padded, and revoke_api_key, which strips
+        # what it is given, never found it), and not blank. Control characters are refused too (the form refuses
+        # NUL): no one can type them to find the key again, and they garble the admin's list.
+        name = options["name"].strip()
+        if not name:
+            raise CommandError(_("give the key a name"))
+        if any(unicodedata.category(c) == "Cc" for c in name):
+            raise CommandError(_("a key's name may not contain control characters"))
         slugs = [s.strip() for s in options["agents"].split(",") if s.strip()]
         agents = list(Agent.objects.filter(slug__in=slugs))
         missing = set(slugs) - {a.slug for a in agents}
@@ -30,7 +39,7 @@ class Command(BaseCommand):
             raise CommandError(_("unknown agent(s): %(slugs)s") % {"slugs": ", ".join(sorted(missing))})
         try:
             _key, raw = api_key_create(
-                name=options["name"],
+                name=name,
                 agents=agents,
                 admin=options["admin"],
                 actor="system:create_api_key",

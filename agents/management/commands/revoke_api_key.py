@@ -4,6 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Q
+from django.db.models.functions import Trim
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
@@ -29,10 +30,13 @@ class Command(BaseCommand):
         given = options["key"].strip()
         if not given:
             raise CommandError(_("give a key prefix, a key or a key name"))
+        # A name as given, or with the spaces around it: create_api_key stored " 공백키 " so until it stripped names,
+        # and the admin's list shows it as 공백키.
+        named = Q(name=options["key"]) | Q(trimmed_name=given)
         keys = list(
-            ApiKey.objects.filter(Q(prefix=given) | Q(digest=api_key_digest(given)) | Q(name=given)).order_by(
-                "created_at"
-            )
+            ApiKey.objects.annotate(trimmed_name=Trim("name"))
+            .filter(Q(prefix=given) | Q(digest=api_key_digest(given)) | named)
+            .order_by("created_at")
         )
         if not keys:
             raise CommandError(_("no API key with the prefix or name %(given)s") % {"given": repr(given)})

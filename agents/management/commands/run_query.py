@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import time
 from typing import Any
 
@@ -8,10 +10,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
+from rest_framework.exceptions import ParseError
 
 from agent_platform.errors import ApplicationError
 from agent_platform.json import BoundedJSONDecoder, json_error_text
 from agents.admin_runs import error_message_text
+from agents.api.config import api_setting
+from agents.api.parsers import json_parse_bounded
 from agents.decision_reasons import reason_text
 from agents.execution import run_execute
 from agents.models import Approval, Run
@@ -22,6 +27,37 @@ from mcpregistry.pool import shutdown_default_pool
 # A run left waiting for a person's approval exits with this (a failed or cancelled one with 1): a script tells
 # "decide, then read the run again" from "it went wrong".
 AWAITING_APPROVAL_EXIT = 3
+
+
+def timeout_seconds(text: str) -> float:
+    """A wait for ``--timeout``: a finite number of seconds, 0 or more. argparse's ``float`` takes ``nan`` and
+    ``inf``, and a deadline of NaN is never passed: the command waited forever."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(_("a number of seconds, e.g. 120")) from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise argparse.ArgumentTypeError(_("a finite number of seconds, 0 or more"))
+    return seconds
+
+
+def context_parsed(text: str) -> Any:
+    """``--context`` read as the API reads a body (``json_parse_bounded``), so that what a POST would refuse is refused
+    here too: NaN, Infinity and 1e999 (no JSON column stores them: the insert failed its CHECK, a traceback), integers
+    beyond 64 bits, NUL, unpaired surrogates, nesting past ``PLATFORM_API_MAX_JSON_DEPTH``. Text that is no JSON at
+    all is first said as ``json_error_text`` says it (what is wrong and where). Raises CommandError."""
+    try:
+        json.loads(text, cls=BoundedJSONDecoder)
+    except ValueError as exc:
+        raise CommandError(_("--context is not JSON: %(error)s") % {"error": json_error_text(exc)}) from exc
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError:  # bytes of the command line that were no UTF-8 (Python keeps them as surrogates)
+        raise CommandError(_("--context is not UTF-8 text")) from None
+    try:
+        return json_parse_bounded(raw, max_depth=int(api_setting("PLATFORM_API_MAX_JSON_DEPTH")))
+    except ParseError as exc:
+        raise CommandError(_("--context is not JSON: %(error)s") % {"error": exc.detail}) from None
 
 
 class Command(BaseCommand):
@@ -35,20 +71,22 @@ class Command(BaseCommand):
         parser.add_argument("query")
         parser.add_argument("--context", default="{}", help=_("A2A context as a JSON object"))
         parser.add_argument("--json", action="store_true", help=_("print the run as JSON"))
-        parser.add_argument("--timeout", type=float, default=120.0, help=_("seconds to wait for a worker"))
+        parser.add_argument("--timeout", type=timeout_seconds, default=120.0, help=_("seconds to wait for a worker"))
         parser.add_argument(
             "--inline", action="store_true", help=_("execute in this process instead of waiting for a worker")
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            context = json.loads(options["context"], cls=BoundedJSONDecoder)
-        except ValueError as exc:  # said as the API and import_config say it: what is wrong and where, translated
-            raise CommandError(_("--context is not JSON: %(error)s") % {"error": json_error_text(exc)}) from exc
+        context = context_parsed(options["context"])
         if not isinstance(context, dict):
             raise CommandError(_("--context must be a JSON object"))
+        # Stripped, and refused when nothing is left, as the API's and MCP's query is (run_create takes an empty one:
+        # an A2A message of data parts alone has none).
+        query = options["query"].strip()
+        if not query:
+            raise CommandError(_("The query is empty."))
         try:
-            run = run_create(agent_slug=options["agent"], query=options["query"], api_key=None, context=context)
+            run = run_create(agent_slug=options["agent"], query=query, api_key=None, context=context)
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
         self.stderr.write(_("run %(id)s queued") % {"id": run.id})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets
 import sys
+import unicodedata
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -36,6 +37,18 @@ def user_problems(candidate: AbstractBaseUser) -> None:
                 for problem in problems
             )
         ) from None
+
+
+def password_problems(password: str) -> None:
+    """Refuse a given password no one could sign in with: one with NUL (the login form refuses it, so the auditor
+    could never sign in while the command said it had made them) or another control character (none can be typed
+    into the form), or with bytes that were no UTF-8 (kept by Python as surrogates: hashing them raised
+    UnicodeEncodeError). Raises CommandError."""
+    categories = {unicodedata.category(c) for c in password}
+    if "Cc" in categories:
+        raise CommandError(_("the password may not contain control characters (NUL, tab, newline, …)"))
+    if "Cs" in categories:
+        raise CommandError(_("the password is not UTF-8 text"))
 
 
 class Command(BaseCommand):
@@ -80,11 +93,15 @@ class Command(BaseCommand):
             )
         if options["password_stdin"]:
             stdin = options.get("stdin") or sys.stdin
-            options["password"] = stdin.readline().rstrip("\r\n")
+            try:
+                options["password"] = stdin.readline().rstrip("\r\n")
+            except UnicodeDecodeError:
+                raise CommandError(_("the password is not UTF-8 text")) from None
             if not options["password"]:
                 raise CommandError(_("no password on standard input"))
         generated = options["password"] is None
         password = secrets.token_urlsafe(18) if generated else options["password"]
+        password_problems(password)
         candidate = user_model(**{user_model.USERNAME_FIELD: username}, email=options["email"])
         user_problems(candidate)
         try:

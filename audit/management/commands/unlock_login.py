@@ -9,6 +9,7 @@ from django.core.cache.backends.locmem import LocMemCache
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
+from redis.exceptions import RedisError
 
 from audit.logins import login_lockout_lift, login_subject_parse
 
@@ -42,7 +43,16 @@ class Command(BaseCommand):
                 )
             )
         subject, value = login_subject_parse(text)
-        was_locked = login_lockout_lift(user_or_ip=text, actor="system:unlock_login")
+        try:
+            was_locked = login_lockout_lift(user_or_ip=text, actor="system:unlock_login")
+        except RedisError as exc:  # the lift reads and clears the cache before it writes its audit event: none then
+            raise CommandError(
+                _(
+                    "cannot reach the cache at REDIS_URL (%(error)s); nothing was lifted. Start Redis or correct "
+                    "REDIS_URL, then try again."
+                )
+                % {"error": exc}
+            ) from None
         if subject == "ip":
             outcome = (
                 _("address %(value)s: lifted")

@@ -8,7 +8,9 @@ thresholds (so it can gate a deploy).
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -24,6 +26,19 @@ from evals.models import EvalRun, EvalSet
 from evals.services import eval_run_refresh, eval_run_start
 
 BAR_WIDTH = 30
+
+
+def timeout_seconds(text: str) -> float:
+    """A wait for ``--timeout``: a finite number of seconds, 0 or more. argparse's ``float`` takes ``nan`` and
+    ``inf``, and a deadline of NaN is never passed: the command waited forever. (``run_query`` reads its own the
+    same way, with the same words.)"""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(_("a number of seconds, e.g. 120")) from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise argparse.ArgumentTypeError(_("a finite number of seconds, 0 or more"))
+    return seconds
 
 
 def progress_bar(done: int, total: int) -> str:
@@ -51,7 +66,9 @@ class Command(BaseCommand):
             help=_("cases in flight at once (default: PLATFORM_EVAL_WINDOW, %(window)s)")
             % {"window": settings.PLATFORM_EVAL_WINDOW},
         )
-        parser.add_argument("--timeout", type=float, default=600.0, help=_("seconds to wait for the whole set"))
+        parser.add_argument(
+            "--timeout", type=timeout_seconds, default=600.0, help=_("seconds to wait for the whole set")
+        )
         parser.add_argument("--label", default="", help=_("a label for the eval run (e.g. the change it measures)"))
         parser.add_argument("--json", action="store_true", help=_("print the eval run as JSON"))
         parser.add_argument(
