@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import unicodedata
 from typing import Any
 
 import regex  # type: ignore[import-untyped]
@@ -687,6 +688,16 @@ class ApiKeyForm(forms.ModelForm):
             if ticked:
                 self.add_error("admin", ADMIN_KEY_REFUSED)
         return self.cleaned_data
+
+    def clean_name(self) -> str:
+        """Control characters are refused, as ``create_api_key`` refuses them (no one can type them to find the key
+        again, and they garble the list); a stored name saves as it is."""
+        name = self.cleaned_data["name"]
+        if name != (self.instance.name if self.instance.pk else None) and any(
+            unicodedata.category(c) == "Cc" for c in name
+        ):
+            raise forms.ValidationError(_("a key's name may not contain control characters"))
+        return str(name)
 
     def clean_rate(self) -> str:
         rate = self.cleaned_data["rate"].strip()

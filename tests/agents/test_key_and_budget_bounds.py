@@ -141,3 +141,12 @@ def test_a_limit_refused_at_its_field_is_not_also_told_missing(admin_client: Cli
     none = admin_client.post("/admin/agents/budget/add/", form)
     assert "Give a token limit, a cost limit, or both." in none.content.decode()
     assert not Budget.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_key_name_with_a_control_character_is_refused_at_its_field(admin_client: Client) -> None:
+    """The form refused NUL only; a tab or \\x01 was stored, which no one can type to find the key again."""
+    for name in ("탭\t이름", "bell\x01"):
+        page = admin_client.post("/admin/agents/apikey/add/", {"name": name, "rate": ""})
+        assert page.status_code == 200 and "name" in page.context["adminform"].form.errors
+    assert not ApiKey.objects.filter(name__in=["탭\t이름", "bell\x01"]).exists()
