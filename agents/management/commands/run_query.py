@@ -1,8 +1,6 @@
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import time
 from typing import Any
 
@@ -12,6 +10,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 from rest_framework.exceptions import ParseError
 
+from agent_platform.command_args import timeout_seconds
 from agent_platform.errors import ApplicationError
 from agent_platform.json import BoundedJSONDecoder, json_error_text
 from agents.admin_runs import error_message_text
@@ -27,18 +26,6 @@ from mcpregistry.pool import shutdown_default_pool
 # A run left waiting for a person's approval exits with this (a failed or cancelled one with 1): a script tells
 # "decide, then read the run again" from "it went wrong".
 AWAITING_APPROVAL_EXIT = 3
-
-
-def timeout_seconds(text: str) -> float:
-    """A wait for ``--timeout``: a finite number of seconds, 0 or more. argparse's ``float`` takes ``nan`` and
-    ``inf``, and a deadline of NaN is never passed: the command waited forever."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(_("a number of seconds, e.g. 120")) from None
-    if not math.isfinite(seconds) or seconds < 0:
-        raise argparse.ArgumentTypeError(_("a finite number of seconds, 0 or more"))
-    return seconds
 
 
 def context_parsed(text: str) -> Any:

@@ -8,9 +8,7 @@ thresholds (so it can gate a deploy).
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import sys
 import time
 from typing import Any
@@ -20,25 +18,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
+from agent_platform.command_args import timeout_seconds
 from agent_platform.errors import ApplicationError
 from agents.models import Agent, Run
 from evals.models import EvalRun, EvalSet
 from evals.services import eval_run_refresh, eval_run_start
 
 BAR_WIDTH = 30
-
-
-def timeout_seconds(text: str) -> float:
-    """A wait for ``--timeout``: a finite number of seconds, 0 or more. argparse's ``float`` takes ``nan`` and
-    ``inf``, and a deadline of NaN is never passed: the command waited forever. (``run_query`` reads its own the
-    same way, with the same words.)"""
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(_("a number of seconds, e.g. 120")) from None
-    if not math.isfinite(seconds) or seconds < 0:
-        raise argparse.ArgumentTypeError(_("a finite number of seconds, 0 or more"))
-    return seconds
 
 
 def progress_bar(done: int, total: int) -> str:
