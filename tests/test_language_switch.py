@@ -105,3 +105,11 @@ def test_the_switch_is_no_part_of_the_api() -> None:
     from agent_platform.body_limit import is_api_path
 
     assert not is_api_path("/i18n/setlang/")
+
+
+def test_the_password_pages_offer_the_switch_too(admin_with_csrf: Client) -> None:
+    """Django's password pages replace the header's links: the switch was missing there."""
+    for path in ("/admin/password_change/", "/admin/password_change/done/"):
+        page = admin_with_csrf.get(path).content.decode()
+        assert "/i18n/setlang/" in _language_form(page), path
+        assert page.count('id="language-form"') == 1, path
