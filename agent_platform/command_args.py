@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 
 from django.utils.translation import gettext as _
 
@@ -19,3 +20,21 @@ def timeout_seconds(text: str) -> float:
     if not math.isfinite(seconds) or seconds < 0:
         raise argparse.ArgumentTypeError(_("a finite number of seconds, 0 or more"))
     return seconds
+
+
+def whole_number(minimum: int) -> Callable[[str], int]:
+    """A count for options such as ``--workers`` or ``--chunk-size``: a whole number, ``minimum`` or more. argparse's
+    ``int`` takes ``-3``, which the commands then read as something else (``verify_audit --workers -3`` verified
+    in one process, ``--chunk-size 0`` fetched one row at a time) instead of saying the value is wrong."""
+
+    def parse(text: str) -> int:
+        try:
+            number = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(_("a whole number, e.g. %(example)s") % {"example": minimum + 1}) from None
+        if number < minimum:
+            raise argparse.ArgumentTypeError(_("a whole number, %(minimum)s or more") % {"minimum": minimum})
+        return number
+
+    parse.__name__ = "whole_number"  # argparse names the type in its "invalid … value" message
+    return parse

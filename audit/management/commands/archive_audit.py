@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
+from agent_platform.command_args import whole_number
 from agent_platform.errors import ApplicationError
 from audit.archive import audit_events_archive
 
@@ -34,7 +35,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--progress-every",
-            type=int,
+            type=whole_number(1),
             default=100_000,
             metavar="N",
             help=_("print progress every N events (default 100000)"),
@@ -46,7 +47,7 @@ class Command(BaseCommand):
                 older_than_days=options["older_than_days"],
                 output=options["output"],
                 progress=lambda message: self.stderr.write("  " + message),
-                progress_every=max(1, options["progress_every"]),
+                progress_every=options["progress_every"],
             )
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc

@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
+from agent_platform.command_args import whole_number
 from audit.verification import audit_archive_verify, audit_chain_verify
 
 
@@ -49,15 +50,17 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--progress-every",
-            type=int,
+            type=whole_number(1),
             default=100_000,
             metavar="N",
             help=_("print progress every N events (default 100000)"),
         )
-        parser.add_argument("--chunk-size", type=int, default=2000, metavar="N", help=_("rows fetched at a time"))
+        parser.add_argument(
+            "--chunk-size", type=whole_number(1), default=2000, metavar="N", help=_("rows fetched at a time")
+        )
         parser.add_argument(
             "--workers",
-            type=int,
+            type=whole_number(0),
             default=None,
             metavar="N",
             help=_(
@@ -82,8 +85,8 @@ class Command(BaseCommand):
             checkpoint_file=options["checkpoint_file"],
             archive_dir=options["archive_dir"],
             progress=lambda count: self.stderr.write("  " + _("%(count)s events verified…") % {"count": f"{count:,}"}),
-            progress_every=max(1, options["progress_every"]),
-            chunk_size=max(1, options["chunk_size"]),
+            progress_every=options["progress_every"],
+            chunk_size=options["chunk_size"],
             workers=options["workers"],
         )
         for note in report.notes:

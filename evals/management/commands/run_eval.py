@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from agent_platform.command_args import timeout_seconds
+from agent_platform.command_args import timeout_seconds, whole_number
 from agent_platform.errors import ApplicationError
 from agents.models import Agent, Run
 from evals.models import EvalRun, EvalSet
@@ -47,7 +47,7 @@ class Command(BaseCommand):
         parser.add_argument("--version", type=int, default=None, help=_("a published version of the agent"))
         parser.add_argument(
             "--workers",
-            type=int,
+            type=whole_number(1),
             default=None,
             help=_("cases in flight at once (default: PLATFORM_EVAL_WINDOW, %(window)s)")
             % {"window": settings.PLATFORM_EVAL_WINDOW},
@@ -64,8 +64,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["workers"] is not None and options["workers"] < 1:
-            raise CommandError(_("--workers must be at least 1"))
         agent = Agent.objects.filter(slug=options["agent"]).first()
         if agent is None:
             raise CommandError(_("unknown agent '%(agent)s'") % {"agent": options["agent"]})
