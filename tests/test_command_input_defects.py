@@ -9,6 +9,9 @@ with no end, or a success no one could use:
    ``revoke_api_key``, which strips what it is given, never found a padded one.
 5. ``run_query --timeout nan`` and ``run_eval --timeout nan`` waited forever (no time is past NaN).
 6. ``create_auditor`` made an auditor with a NUL in the password, who could never sign in.
+7. ``verify_audit --workers -3`` verified in one process and ``--chunk-size 0`` one row at a time, unsaid: counts
+   below what a command can use are refused now.
+8. ``seed_demo`` made a superuser with whatever ``DEMO_ADMIN_PASSWORD`` said, ``admin`` or ``12345678`` included.
 """
 
 from __future__ import annotations
@@ -185,3 +188,54 @@ def test_create_auditor_refuses_a_password_that_was_no_utf8() -> None:
         call_command("create_auditor", "jun", "--password", "gooD-pass\udcffword-7", stdout=io.StringIO())
     assert str(refused.value) == "the password is not UTF-8 text"
     assert not get_user_model().objects.filter(username="jun").exists()
+
+
+# ---- 7. counts -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "arguments"),
+    [
+        ("verify_audit", ["--workers", "-3"]),
+        ("verify_audit", ["--chunk-size", "0"]),
+        ("verify_audit", ["--progress-every", "-1"]),
+        ("verify_audit", ["--workers", "two"]),
+        ("archive_audit", ["--older-than-days", "365", "--progress-every", "0"]),
+        ("run_eval", ["nobody", "no-set", "--workers", "0"]),
+    ],
+)
+def test_a_count_below_what_the_command_can_use_is_refused_not_read_as_something_else(
+    command: str, arguments: list[str]
+) -> None:
+    # verify_audit --workers -3 verified in one process, --chunk-size 0 one row at a time: the operator was never
+    # told the value was wrong.
+    option = next(argument for argument in arguments if argument.startswith("--") and argument != "--older-than-days")
+    with pytest.raises(CommandError, match=option):
+        call_command(command, *arguments, stdout=io.StringIO(), stderr=io.StringIO())
+    assert not AuditEvent.objects.filter(action__startswith="audit.").exists()
+
+
+def test_a_refused_count_is_explained_in_korean() -> None:
+    with translation.override("ko"), pytest.raises(CommandError) as refused:
+        call_command("verify_audit", "--workers", "-3", stdout=io.StringIO(), stderr=io.StringIO())
+    assert "0 이상" in str(refused.value)
+
+
+# ---- 8. seed_demo's DEMO_ADMIN_PASSWORD -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("password", ["admin", "12345678", "password", "short", "demo\x00admin-2026"])
+def test_seed_demo_refuses_a_demo_admin_password_the_password_page_would_refuse_and_keeps_nothing(
+    password: str,
+) -> None:
+    # DEMO_ADMIN_PASSWORD="admin" made a superuser with that password on whatever host ran the demo.
+    with override_settings(PLATFORM_DEMO_ADMIN_PASSWORD=password), pytest.raises(CommandError, match="DEMO_ADMIN"):
+        call_command("seed_demo", "--no-discover", stdout=io.StringIO(), stderr=io.StringIO())
+    assert not get_user_model().objects.exists()
+    assert not AuditEvent.objects.exists()
+
+
+def test_seed_demo_takes_a_strong_demo_admin_password() -> None:
+    with override_settings(PLATFORM_DEMO_ADMIN_PASSWORD="Kim-Haneul-2026-demo"):
+        call_command("seed_demo", "--no-discover", stdout=io.StringIO(), stderr=io.StringIO())
+    assert get_user_model().objects.get(username="admin").check_password("Kim-Haneul-2026-demo")

@@ -11,6 +11,8 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 from django.utils.translation import gettext as _
@@ -18,7 +20,7 @@ from django.utils.translation import gettext_noop
 
 from agents.models import Agent, DeterministicRule
 from agents.services import agent_create, agent_update, deterministic_rule_create, deterministic_rule_update
-from audit.management.commands.create_auditor import user_problems
+from audit.management.commands.create_auditor import password_problems, user_problems
 from audit.roles import user_create
 from mcpregistry.models import McpServer, RequestCategory, ToolContract
 from mcpregistry.pool import shutdown_default_pool
@@ -194,6 +196,21 @@ def apply_local_contracts(server: McpServer) -> None:
 ADMIN_PASSWORD_PREFIX = "admin password:"  # noqa: S105 (a line prefix bin/up reads, not a password)
 
 
+def demo_password_problems(password: str, *, user: Any) -> None:
+    """Refuse a ``DEMO_ADMIN_PASSWORD`` that Django's password validators (``AUTH_PASSWORD_VALIDATORS``) or the
+    login form would refuse, naming the variable. Raises CommandError."""
+    try:
+        password_problems(password)
+    except CommandError as exc:
+        raise CommandError(_("DEMO_ADMIN_PASSWORD is refused: %(problems)s") % {"problems": exc}) from None
+    try:
+        validate_password(password, user=user)
+    except ValidationError as exc:
+        raise CommandError(
+            _("DEMO_ADMIN_PASSWORD is refused: %(problems)s") % {"problems": " ".join(exc.messages)}
+        ) from None
+
+
 class Command(BaseCommand):
     help = gettext_noop(
         "Bind and discover the demo MCP server, create the company-assistant agent with its rules, and an admin."
@@ -208,7 +225,12 @@ class Command(BaseCommand):
         # An admin name Django would refuse (empty, spaces, over 150 characters: user_create does not check) stops
         # the seed before anything of it is written or reported.
         user_model = get_user_model()
-        user_problems(user_model(username=user_model.normalize_username(options["admin_username"])))
+        admin = user_model(username=user_model.normalize_username(options["admin_username"]))
+        user_problems(admin)
+        if settings.PLATFORM_DEMO_ADMIN_PASSWORD and not user_model.objects.filter(username=admin.username).exists():
+            # DEMO_ADMIN_PASSWORD is taken as given only if the admin's password page would take it: "admin" or
+            # "12345678" made a superuser on a server anyone might reach.
+            demo_password_problems(settings.PLATFORM_DEMO_ADMIN_PASSWORD, user=admin)
         with transaction.atomic():
             server = McpServer.objects.filter(mcp_id=DEMO_MCP_ID).first()
             created = server is None
