@@ -691,13 +691,15 @@ class ApiKeyForm(forms.ModelForm):
 
     def clean_name(self) -> str:
         """Control characters are refused, as ``create_api_key`` refuses them (no one can type them to find the key
-        again, and they garble the list); a stored name saves as it is."""
-        name = self.cleaned_data["name"]
-        if name != (self.instance.name if self.instance.pk else None) and any(
-            unicodedata.category(c) == "Cc" for c in name
-        ):
+        again, and they garble the list); a new name is stored composed (NFC), as the command stores it, so a name
+        typed on a keyboard that sends 김 as three jamo is found by one that sends one syllable. A stored name saves
+        as it is."""
+        name = str(self.cleaned_data["name"])
+        if name == (self.instance.name if self.instance.pk else None):
+            return name
+        if any(unicodedata.category(c) == "Cc" for c in name):
             raise forms.ValidationError(_("a key's name may not contain control characters"))
-        return str(name)
+        return unicodedata.normalize("NFC", name)
 
     def clean_rate(self) -> str:
         rate = self.cleaned_data["rate"].strip()

@@ -4,6 +4,8 @@ holds (4: PostgreSQL's, and the cost counters' 64 bits); a limit refused at its 
 
 from __future__ import annotations
 
+import io
+import unicodedata
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.core.exceptions import PermissionDenied
+from django.core.management import call_command
 from django.test import Client, RequestFactory
 from rest_framework.test import APIClient
 
@@ -150,3 +153,23 @@ def test_a_key_name_with_a_control_character_is_refused_at_its_field(admin_clien
         page = admin_client.post("/admin/agents/apikey/add/", {"name": name, "rate": ""})
         assert page.status_code == 200 and "name" in page.context["adminform"].form.errors
     assert not ApiKey.objects.filter(name__in=["탭\t이름", "bell\x01"]).exists()
+
+
+@pytest.mark.django_db
+def test_a_new_key_name_is_stored_composed_so_either_keyboard_finds_it(admin_client: Client) -> None:
+    """A name typed as jamo (NFD, as macOS sends 김) was stored as typed: revoke_api_key and the list's search,
+    given the syllables, never found it."""
+    decomposed = unicodedata.normalize("NFD", "운영팀 키")
+    admin_client.post("/admin/agents/apikey/add/", {"name": decomposed, "rate": ""})
+    assert ApiKey.objects.get().name == "운영팀 키"
+    call_command("create_api_key", unicodedata.normalize("NFD", "배치 키"), stdout=io.StringIO())
+    assert ApiKey.objects.filter(name="배치 키").exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("form", ["NFC", "NFD"])
+def test_revoke_api_key_finds_a_name_stored_as_typed_whichever_way_it_is_given(form: str) -> None:
+    stored, _raw = api_key_create(name=unicodedata.normalize("NFD", "옛 키"), actor="system:test", via="test")
+    call_command("revoke_api_key", unicodedata.normalize(form, "옛 키"), stdout=io.StringIO())
+    stored.refresh_from_db()
+    assert stored.revoked_at is not None

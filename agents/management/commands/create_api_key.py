@@ -27,7 +27,7 @@ class Command(BaseCommand):
         # As the admin's form takes a name: stripped (" 공백키 " was stored padded, and revoke_api_key, which strips
         # what it is given, never found it), and not blank. Control characters are refused too (the form refuses
         # NUL): no one can type them to find the key again, and they garble the admin's list.
-        name = options["name"].strip()
+        name = unicodedata.normalize("NFC", options["name"].strip())
         if not name:
             raise CommandError(_("give the key a name"))
         if any(unicodedata.category(c) == "Cc" for c in name):

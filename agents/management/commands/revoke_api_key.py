@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -32,7 +33,9 @@ class Command(BaseCommand):
             raise CommandError(_("give a key prefix, a key or a key name"))
         # A name as given, or with the spaces around it: create_api_key stored " 공백키 " so until it stripped names,
         # and the admin's list shows it as 공백키.
-        named = Q(name=options["key"]) | Q(trimmed_name=given)
+        # Composed or not: names are stored composed (NFC) now, and were stored as typed before.
+        spellings = {given, *(unicodedata.normalize(form, given) for form in ("NFC", "NFD"))}
+        named = Q(name=options["key"]) | Q(trimmed_name__in=spellings)
         keys = list(
             ApiKey.objects.annotate(trimmed_name=Trim("name"))
             .filter(Q(prefix=given) | Q(digest=api_key_digest(given)) | named)
