@@ -82,6 +82,7 @@ from agents.tool_selection import (
 )
 from agents.tools import ToolFailure
 from audit.masking import mask_text, mask_value, register_secrets
+from audit.visible import invisible_characters, visible_text
 from mcpregistry import gate
 from mcpregistry.contracts import schema_with_contract
 from mcpregistry.gate_records import contract_of
@@ -230,6 +231,22 @@ def _tool_index(plan: RunPlan) -> dict[str, tuple[McpServer, McpTool]]:
     served = list(tools_served(plan.servers, plan.frozen_contracts))
     names = model_tool_names([mcp_tool.exposed_name for _server, mcp_tool in served])
     return {names[mcp_tool.exposed_name]: (server, mcp_tool) for server, mcp_tool in served}
+
+
+def names_the_model_knows(index: Mapping[str, tuple[McpServer, McpTool]]) -> dict[Any, dict[str, str]]:
+    """Per server (its pk), each of its tools' own and exposed names → the name the model is offered it by, where
+    they differ (a server's tool prefix, an alias): the gate's messages name a server's tools by their own names
+    (``'search' failed; use the fallback tool 'search_backup'``), which the model cannot call as such. A tool's
+    own name wins over another's exposed one."""
+    known: dict[Any, dict[str, str]] = {}
+    for offered, (server, mcp_tool) in index.items():
+        names = known.setdefault(server.pk, {})
+        if mcp_tool.exposed_name != offered:
+            names.setdefault(mcp_tool.exposed_name, offered)
+    for offered, (server, mcp_tool) in index.items():
+        if mcp_tool.name != offered:
+            known[server.pk][mcp_tool.name] = offered
+    return known
 
 
 def tool_specs(
@@ -458,6 +475,7 @@ def execute(plan: RunPlan) -> RunOutcome:
         )
 
     index = _tool_index(plan)
+    known_as = names_the_model_knows(index)
     specs = tool_specs(index, plan.frozen_contracts)  # once per run: the offer and the graph share them
     try:
         offer = _tool_offer(
@@ -573,7 +591,8 @@ def execute(plan: RunPlan) -> RunOutcome:
             )
             return ToolMessage(content="", tool_call_id=call_id), result.approval_id
         status = "success" if result.ok else "error"
-        message = ToolMessage(content=result.for_model(), tool_call_id=call_id, name=name, status=status)
+        names = known_as.get(found[0].pk, {}) if found is not None else {}
+        message = ToolMessage(content=result.for_model(names), tool_call_id=call_id, name=name, status=status)
         if result.error:
             # Kept with the conversation (never sent to the model): a resumed run recounts its argument errors.
             message.artifact = {"error": result.error}
@@ -785,6 +804,16 @@ def _mcp_context(
                     if texts and prompt.takes_run_input():
                         entry["delivered"] = "data"
                         prompt_data = {"mcp_id": prompt.mcp_id, "name": prompt.name, "text": "\n\n".join(texts)}
+                    elif texts and (hidden := invisible_characters("".join(texts))):
+                        # Text that does not show itself (tag characters a model reads as ASCII, direction
+                        # overrides) would be instructions no admin could read on the server's prompt page: the
+                        # agent's own prompt stands in, as for a prompt that cannot be had.
+                        entry.update(
+                            ok=False,
+                            error="prompt:invisible",
+                            message=_("the prompt holds characters that do not show themselves: %(characters)s")
+                            % {"characters": visible_text("".join(hidden))},
+                        )
                     elif texts:
                         entry["delivered"] = "system"
                         system_prompt = "\n\n".join(texts)

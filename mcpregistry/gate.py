@@ -114,21 +114,28 @@ class ToolResult:
     fallback_for: str | None = None
     tool_error_text: str = ""
 
-    def for_model(self) -> str:
-        """The text a model reads: the result itself, or a diagnostic that says what to do next."""
+    def for_model(self, names: Mapping[str, str] | None = None) -> str:
+        """The text a model reads: the result itself, or a diagnostic that says what to do next. ``names``: the
+        name the model knows a tool by, where it is not the tool's own (``agents.engine.model_tool_names``: a
+        ``projects.list`` is offered as ``projects_list``): a diagnostic telling the model to use the fallback
+        tool ``'projects.list'`` named a tool it could not call."""
+        names = names or {}
         if self.ok:
             text = self.value if isinstance(self.value, str) else json.dumps(self.value, ensure_ascii=False)
             if self.fallback_for:
                 text = (
-                    _("(from the fallback tool %(tool)s, because %(failed)s failed) ")
+                    _("(from the fallback tool '%(tool)s', because '%(failed)s' failed) ")
                     % {
-                        "tool": self.tool,
-                        "failed": self.fallback_for,
+                        "tool": names.get(self.tool, self.tool),
+                        "failed": names.get(self.fallback_for, self.fallback_for),
                     }
                     + text
                 )
             return text
-        return self.message
+        message = self.message
+        for own, known in names.items():  # the gate's messages quote the names they give
+            message = message.replace(f"'{own}'", f"'{known}'")
+        return message
 
     def as_dict(self) -> dict[str, Any]:
         return {

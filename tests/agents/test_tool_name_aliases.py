@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from agents.engine import model_tool_names
 from agents.models import Run
 from audit.models import AuditEvent
 from mcpregistry.models import McpServer, ToolContract
@@ -22,8 +23,6 @@ PROVIDER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def test_names_the_providers_take_stay_and_the_others_get_unique_safe_aliases() -> None:
-    from agents.engine import model_tool_names
-
     long_name = "x" * 70
     names = model_tool_names(
         [
@@ -102,3 +101,34 @@ def test_a_forced_first_tool_named_as_the_admin_knows_it_is_forced_by_its_alias(
     assert run.status == Run.Status.SUCCEEDED, run.error_message
     choice = server.requests[0]["body"].get("tool_choice")
     assert choice == {"type": "function", "function": {"name": "projects_list"}}, choice
+
+
+@pytest.mark.django_db
+def test_the_gates_diagnostic_names_the_tool_by_the_alias_the_model_can_call(dotted_server: McpServer) -> None:
+    """The gate said "Tool '직원.검색' was not called … call it again": a name the model was never offered, so its
+    correction went to a tool that did not exist."""
+    ToolContract.objects.filter(tool__server=dotted_server, tool__name="직원.검색").update(
+        args={"name": {"type": "str", "required": True, "allowed": ["김하늘", "이서준"]}}
+    )
+    alias = model_tool_names(["projects.list", "직원.검색"])["직원.검색"]
+    turns: list[dict[str, Any]] = [
+        {"tool_calls": [{"name": alias, "args": {"name": "홍길동"}}]},
+        {"content": "확인 불가"},
+    ]
+    with ScriptedOpenAIServer(turns).running() as server:
+        agent = openai_agent(server, dotted_server, slug="dotted-refused")
+        run = submit(agent, "홍길동 소속?")
+    (told,) = [m["content"] for m in server.requests[1]["body"]["messages"] if m["role"] == "tool"]
+    assert f"'{alias}'" in told and "직원.검색" not in told, told
+    event = AuditEvent.objects.get(run_id=run.id, action="tool.call")
+    assert (event.tool, event.reason) == ("직원.검색", "args:allowed:name")
+
+
+def test_a_diagnostic_names_each_tool_as_the_model_knows_it_and_leaves_other_text_alone() -> None:
+    from mcpregistry.gate import ToolResult
+
+    names = {"projects.list": "projects_list", "search": "crm_search"}
+    failed = ToolResult(ok=False, message="Tool 'search' failed. Use the fallback tool 'projects.list'; search again.")
+    assert failed.for_model(names) == ("Tool 'crm_search' failed. Use the fallback tool 'projects_list'; search again.")
+    backup = ToolResult(ok=True, value="search: 3", tool="projects.list", fallback_for="search")
+    assert backup.for_model(names).endswith("'projects_list', because 'crm_search' failed) search: 3")
