@@ -15,8 +15,9 @@ raises (``RunCancelled``: the run was cancelled, its time is up, or this worker 
 before the call is sent, an approved write included; the records made so far are still written.
 
 A dry run calls nothing, so a code rule that reads its own tool's answer (``ctx.mcp_tools``) reads a stand-in:
-where it raises after such a call, the dry run cannot say what a run does, and the rule is reported as not
-decidable (``NOT_DECIDABLE_IN_DRY_RUN``), not as a failure a run would have.
+whatever it then does (raise, return None, or route with parameters taken from the stand-in), the dry run cannot
+say what a run does, and the rule is reported as not decidable (``NOT_DECIDABLE_IN_DRY_RUN``), not as a failure,
+a miss or a call a run would make.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ logger = logging.getLogger(__name__)
 StageMode = Literal["dry_run", "execute"]
 
 NOT_DECIDABLE_IN_DRY_RUN = "not decidable in a dry run"
-"""The decision's reason for a code rule that raised after calling its own tools in a dry run (stable English,
+"""The decision's reason for a code rule that called its own tools in a dry run (stable English,
 as every stored reason; the rule tester says it in the reader's language)."""
 
 
@@ -390,18 +391,16 @@ def _decide(
             step.parked_on = parked[0]
             return step
         if not_called:
-            # It read a stand-in for its tool's answer: what it does with the real one only a run can say.
             logger.info("deterministic rule %s raised in a dry run after calling %s", rule.name, not_called)
-            step.decision = RuleDecision(rule.rule_id, rule.name, False, NOT_DECIDABLE_IN_DRY_RUN)
-            step.notes.append(
+            return _not_decidable(
+                step,
                 gettext(
                     "It called %(tools)s, which a dry run does not call, and then raised %(error)s: what it decides "
                     "depends on the answer. Test it with the option that calls the tools through the gate to see "
                     "what a run does."
                 )
-                % {"tools": ", ".join(dict.fromkeys(not_called)), "error": type(exc).__name__}
+                % {"tools": ", ".join(dict.fromkeys(not_called)), "error": type(exc).__name__},
             )
-            return step
         logger.exception("deterministic rule %s raised", rule.name)
         step.failure = _rule_error(f"{rule.name} raised {type(exc).__name__}")
         return step
@@ -410,6 +409,17 @@ def _decide(
     if parked:  # recorded before the tool raised: a rule that catches it cannot go on past a pending approval
         step.parked_on = parked[0]
         return step
+    if not_called:
+        # Whatever it returned (None, or a tool with parameters taken from the answer) it made of a stand-in: the
+        # tester said "no rule matched" of a rule whose run calls two tools, or showed parameters no run sends.
+        return _not_decidable(
+            step,
+            gettext(
+                "It called %(tools)s, which a dry run does not call: what it decides depends on the answer. Test it "
+                "with the option that calls the tools through the gate to see what a run does."
+            )
+            % {"tools": ", ".join(dict.fromkeys(not_called))},
+        )
     if returned is None:
         step.decision = RuleDecision(rule.rule_id, rule.name, False, "returned None")
         return step
@@ -434,8 +444,14 @@ def _decide(
         return step
     step.tool = returned["tool_name"]
     step.decision = RuleDecision(rule.rule_id, rule.name, True, "matched", params=params, tool_name=step.tool)
-    if mode == "dry_run" and step.rule.code:
-        step.notes.append(gettext("The rule's own tool calls (ctx.mcp_tools) are not made in a dry run."))
+    return step
+
+
+def _not_decidable(step: RuleStep, note: str) -> RuleStep:
+    """A dry run's step for a code rule that read a stand-in for its own tool's answer (``ctx.mcp_tools``): what it
+    does with the real one only a run (or a trial through the gate) can say."""
+    step.decision = RuleDecision(step.rule.rule_id, step.rule.name, False, NOT_DECIDABLE_IN_DRY_RUN)
+    step.notes.append(note)
     return step
 
 

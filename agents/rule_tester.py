@@ -17,8 +17,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from agent_platform.errors import ApplicationError
-from agent_platform.json import json_error_text
-from agent_platform.json import loads as json_loads
+from agent_platform.json import FiniteJSONDecoder, json_error_text
 from agents.decision_reasons import reason_text
 from agents.models import Agent, AgentVersion
 from agents.rule_form import key_value_pairs
@@ -51,7 +50,7 @@ class RuleTrial:
 
     @property
     def undecided(self) -> bool:
-        """A code rule that a dry run could not decide (it raised after a tool call the dry run did not make)."""
+        """A code rule that a dry run could not decide (it called its own tools, which a dry run does not call)."""
         from agents.deterministic_stage import NOT_DECIDABLE_IN_DRY_RUN
 
         return self.reason == NOT_DECIDABLE_IN_DRY_RUN
@@ -140,7 +139,8 @@ class RuleTesterForm(forms.Form):
                 self.add_error(name, str(exc))
                 return []
         try:
-            value = json_loads(raw)
+            # NaN and Infinity refused, as the API refuses them: a trial on input no run can be given is no trial.
+            value = json.loads(raw, cls=FiniteJSONDecoder)
         except ValueError as exc:
             self.add_error(name, _("Not valid JSON: %(error)s") % {"error": json_error_text(exc)})
             return expected()

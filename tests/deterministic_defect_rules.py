@@ -36,3 +36,20 @@ def route_reading_its_tool(ctx: DeterministicContext) -> dict | None:
 @deterministic_tool(mcp_id="sds-company-data")
 def route_that_raises_without_calling(ctx: DeterministicContext) -> dict | None:
     raise KeyError("team")
+
+
+@deterministic_tool(mcp_id="sds-company-data")
+def route_if_the_lookup_says(ctx: DeterministicContext) -> dict | None:
+    """Looks the employee up and routes only where the answer names the team: None on the dry run's stand-in."""
+    tool = next(t for t in ctx.mcp_tools if t.name == "search_employee")
+    if "클라우드운영팀" in str(tool.invoke({"name": "김하늘"})):
+        return {"tool_name": "list_projects", "params": {"team": "클라우드운영팀"}}
+    return None
+
+
+@deterministic_tool(mcp_id="sds-company-data")
+def route_by_the_team_found(ctx: DeterministicContext) -> dict | None:
+    """Looks the employee up and routes with a team taken from the answer (another on the dry run's stand-in)."""
+    tool = next(t for t in ctx.mcp_tools if t.name == "search_employee")
+    team = "클라우드운영팀" if "클라우드운영팀" in str(tool.invoke({"name": "김하늘"})) else "물류플랫폼팀"
+    return {"tool_name": "list_projects", "params": {"team": team}}

@@ -27,6 +27,7 @@ from agents.deterministic import (
 )
 from agents.models import DeterministicRule, Run
 from agents.rule_tester import RuleTrial, rules_trial, trials_summary
+from audit.models import AuditEvent
 from mcpregistry.models import McpTool
 from tests.agents.test_rule_editor import ledger, rule_post  # noqa: F401
 from tests.agents.test_rule_input_forms import run_now
@@ -268,3 +269,43 @@ def test_a_decomposed_match_name_renders_in_the_answer_and_is_no_problem() -> No
         "김하늘: ok"
     )
     assert render_params({"n": name}, query="q", context={}, a2a_data=None, match={"이름": "김하늘"}) == {"n": "김하늘"}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("route", ["route_if_the_lookup_says", "route_by_the_team_found"])
+def test_a_dry_run_of_a_rule_that_decides_on_its_tools_answer_without_raising_is_not_decided(
+    demo_server, route
+) -> None:
+    """The tester said "no rule matched" of a rule whose run calls two tools (it returned None on the stand-in),
+    or showed parameters (물류플랫폼팀) that no run sends (클라우드운영팀)."""
+    agent = make_agent(slug="decider", servers=[demo_server], with_demo_rules=False)
+    DeterministicRule.objects.create(agent=agent, name="decider", code=f"{RULES}.{route}")
+    run = run_now(agent, "김하늘 프로젝트")
+    assert run.status == Run.Status.SUCCEEDED
+    sent = AuditEvent.objects.filter(run_id=run.id, source="deterministic").values_list("tool", "args")
+    assert ("list_projects", {"team": "클라우드운영팀"}) in list(sent)
+
+    trials = _trial(agent, "김하늘 프로젝트")
+    [only] = trials
+    assert (only.matched, only.failed, only.reason) == (False, False, "not decidable in a dry run")
+    assert only.params is None
+    assert any("It called search_employee, which a dry run does not call" in n for n in only.notes)
+    assert trials_summary(trials).startswith("A dry run cannot tell whether a run calls a tool first")
+    [called] = _trial(agent, "김하늘 프로젝트", execute=True)
+    assert called.matched and called.params == {"team": "클라우드운영팀"}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("context", '{"tier": "gold", "n": NaN}'), ("context", '{"n": 1e999}'), ("a2a_data", '[{"n": -Infinity}]')],
+)
+def test_the_tester_refuses_numbers_no_run_can_be_given(admin_client, demo_server, field, value) -> None:
+    """The API answers 400 to NaN and Infinity; the tester took them and showed a match with ``{'name': nan}``."""
+    agent = make_agent(slug="finite", servers=[demo_server])
+    response = admin_client.post(
+        "/admin/agents/rule-tester/", {"agent": agent.pk, "query": "김하늘 님은 어느 팀인가요?", field: value}
+    )
+    assert response.status_code == 200
+    assert field in response.context["form"].errors
+    assert "NaN and Infinity are not JSON" in str(response.context["form"].errors[field])
