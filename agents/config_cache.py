@@ -38,7 +38,7 @@ class RunConfiguration:
     servers: list[McpServer]
     rules: list[RuleSpec]
     contracts: dict[str, ToolContract] | None  # a published version's frozen contracts; None: the live ones
-    server_secrets: list[str]
+    server_secrets: list[str]  # every binding's (``every_binding_secret``), not only these servers'
 
 
 @dataclass(frozen=True)
@@ -151,13 +151,12 @@ def _submission_load(*, agent_slug: str, api_key: ApiKey | None) -> SubmissionPa
         return SubmissionParts(None, False, {}, None, [], [])
     may_use = api_key is None or not api_key.agents.exists() or api_key.agents.filter(pk=agent.pk).exists()
     arms = {arm.name: arm for arm in agent.arms.filter(weight__gt=0).select_related("version")}
-    secrets = [value for server in agent.servers.all() for value in server.secret_values()]
     return SubmissionParts(
         agent=agent,
         key_may_use=may_use,
         arms=arms,
         live_version=agent.live_version,
-        server_secrets=secrets,
+        server_secrets=every_binding_secret(),
         budgets=budgets_for(agent=agent, api_key=api_key),
     )
 
@@ -172,8 +171,17 @@ def _load(*, agent: Agent, version: AgentVersion | None) -> RunConfiguration:
         servers = list(agent.servers.prefetch_related("tools__contract"))
         rules = deterministic_rule_specs(agent=agent, server_ids=[server.pk for server in servers])
         contracts = None
-    secrets = [value for server in servers for value in server.secret_values()]
-    return RunConfiguration(servers=servers, rules=rules, contracts=contracts, server_secrets=secrets)
+    return RunConfiguration(servers=servers, rules=rules, contracts=contracts, server_secrets=every_binding_secret())
+
+
+def every_binding_secret() -> list[str]:
+    """The secrets of every MCP binding and every agent's model key, not only those of the run's agent: a tool of
+    one server may answer with another's token (a shared configuration file, a log line it read), which was masked
+    only in a process that had happened to use that other binding before. Read with the configuration, so once
+    per change."""
+    found = [value for server in McpServer.objects.all() for value in server.secret_values()]
+    found += [value for agent in Agent.objects.all() for value in agent.secret_values()]
+    return list(dict.fromkeys(found))
 
 
 def tools_served(servers: Iterable[McpServer], frozen: Mapping[str, Any] | None) -> Iterator[tuple[McpServer, McpTool]]:

@@ -65,6 +65,7 @@ from agents.selectors import RUN_READ
 from agents.shadow import shadow_after_store
 from agents.versions import AGENT_FIELDS
 from audit.change_guard import config_generation_sql
+from audit.masking import register_secrets
 from audit.row_statements import RowUpdate
 from audit.services import audit_chain_held_off
 from mcpregistry.pool import get_default_pool
@@ -494,6 +495,9 @@ def _execute_claimed(claim: RunClaim) -> None:
     servers, rules = list(configuration.servers), list(configuration.rules)
     contracts = configuration.contracts
     secrets = [*configuration.server_secrets, *agent.secret_values()]
+    # Every binding's secrets, for this process's masking: the gate masks what a server answers with that server's
+    # secrets and those registered, and a tool may answer with another binding's token.
+    register_secrets(secrets)
     token_ceiling = view.token_ceiling
     # A run's first delivery, never parked before: no event of it exists yet, and no token was spent before it.
     fresh = claim.delivery == 1 and not (run.messages or run.deterministic_results or run.conversation)

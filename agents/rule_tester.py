@@ -22,6 +22,7 @@ from agents.decision_reasons import reason_text
 from agents.models import Agent, AgentVersion
 from agents.rule_form import key_value_pairs
 from audit.labels import reason_label
+from audit.masking import register_secrets
 from mcpregistry.list_fields import data_parts_from_text, line_blocks, line_problem
 
 if TYPE_CHECKING:
@@ -371,6 +372,7 @@ def rules_trial(
     frozen = frozen_version(version)
     configuration = configuration or tested_configuration(agent, version)
     secrets = configuration.server_secrets
+    register_secrets(secrets)  # every binding's: the gate masks what a tool answers with those registered too
     provider = frozen.content["agent"].get("model_provider") if frozen is not None else agent.model_provider
 
     def who(call_id: str) -> gate.GateCall:
