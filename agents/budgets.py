@@ -129,10 +129,16 @@ def period_bounds(period: str, now: dt.datetime) -> tuple[dt.datetime, dt.dateti
     return start, start + dt.timedelta(days=1)
 
 
-def _usage_row(budget: Budget, period_start: dt.datetime) -> BudgetUsage:
+def _usage_row(budget: Budget, period_start: dt.datetime) -> BudgetUsage | None:
+    """The budget's counters for the period, created where there are none yet; None where the budget is gone (an
+    admin deleted it since the caller read it: it limits nothing now)."""
     row = BudgetUsage.objects.filter(budget=budget, period_start=period_start).first()
     if row is not None:
         return row
+    # The budget's row held against its deletion until this transaction ends: the foreign key is checked only at
+    # commit (deferred), so counters created for a budget deleted meanwhile failed the whole submission there, a 500.
+    if not Budget.objects.select_for_update(no_key=True).filter(pk=budget.pk).exists():
+        return None
     try:
         with transaction.atomic():
             return BudgetUsage.objects.create(budget=budget, period_start=period_start)
@@ -178,6 +184,8 @@ def budget_reserve(*, run: Run, agent: Agent, api_key: ApiKey | None, budgets: l
                 fields={"budget": budget.pk},
             )
         usage = _usage_row(budget, start)
+        if usage is None:
+            continue
         fits = BudgetUsage.objects.filter(pk=usage.pk)
         if budget.max_tokens is not None:
             fits = fits.filter(used_tokens__lte=budget.max_tokens - tokens - F("reserved_tokens"))

@@ -456,3 +456,26 @@ def test_a_budget_that_could_admit_no_run_is_refused(admin_client) -> None:
     assert "more than the limit of 10" in page.content.decode()
     assert not Budget.objects.exists()
     assert admin_client.post("/admin/agents/budget/add/", {**form, "run_reservation_tokens": "10"}).status_code == 302
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_budget_deleted_while_a_submission_read_it_limits_nothing_and_fails_nothing() -> None:
+    """A submission holding the budgets it read (the process's cache, or a read just before an admin's delete)
+    created counters for the deleted budget: its foreign key, checked only at commit, failed the submission (500)."""
+    from django.db import transaction
+
+    from agents.budgets import budget_delete, budget_reserve
+
+    agent = scripted_agent()
+    budget = budget_create(
+        actor="test-admin",
+        via="tests",
+        data={"agent": agent, "period": "day", "max_tokens": 1000, "run_reservation_tokens": 500},
+    )
+    stale = [Budget.objects.get(pk=budget.pk)]
+    budget_delete(budget=budget, actor="test-admin", via="tests")
+    with transaction.atomic():
+        run = Run.objects.create(agent=agent, query="안녕")
+        budget_reserve(run=run, agent=agent, api_key=None, budgets=stale)
+    assert Run.objects.filter(pk=run.pk).exists()
+    assert not BudgetUsage.objects.exists() and not BudgetReservation.objects.exists()
