@@ -1253,6 +1253,8 @@ class BudgetUsage(models.Model):
     change_audit = NotConfiguration("a budget's running counters, written as runs are admitted and settled")
 
     class Meta:
+        verbose_name = _("budget usage")
+        verbose_name_plural = _("budget usages")
         constraints = [models.UniqueConstraint(fields=["budget", "period_start"], name="budget_usage_one_per_period")]
 
     def __str__(self) -> str:
@@ -1281,6 +1283,10 @@ class BudgetReservation(models.Model):
     model_id = models.CharField(max_length=200, blank=True, default="")
 
     change_audit = NotConfiguration("a run's reservation against a budget")
+
+    class Meta:
+        verbose_name = _("budget reservation")
+        verbose_name_plural = _("budget reservations")
 
     def __str__(self) -> str:
         return f"{self.run_id}: {self.tokens}"

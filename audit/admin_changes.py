@@ -18,14 +18,22 @@ from collections.abc import Callable
 from typing import Any
 
 from django.apps import apps
+from django.contrib.admin.utils import unquote
+from django.contrib.auth.models import Permission
+from django.core.exceptions import PermissionDenied
 from django.db import models, router, transaction
 from django.forms import BaseModelForm, BaseModelFormSet
-from django.http import HttpRequest
-from django.utils.text import format_lazy
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.text import capfirst, format_lazy
 from django.utils.translation import gettext_lazy as _
 
 from agent_platform.json import bounded_json_overrides
 from audit.change_guard import config_write_lock
+from audit.changes import CONFIG_ACTION_PREFIX
+from audit.labels import action_label, permission_label
+from audit.models import AuditEvent
 
 ADMIN_VIA = "admin"
 
@@ -66,9 +74,60 @@ def link_tables_named() -> None:
 
 def _link_str(first: str, second: str) -> Callable[[models.Model], str]:
     def link_str(row: models.Model) -> str:
-        return f"{getattr(row, first)} ↔ {getattr(row, second)}"
+        return f"{_end_text(getattr(row, first))} ↔ {_end_text(getattr(row, second))}"
 
     return link_str
+
+
+def _end_text(end: Any) -> str:
+    """A link's end as the pages name it: a permission in the reader's language (its stored name, "Can view run",
+    is English), anything else by its ``str``."""
+    return permission_label(end) if isinstance(end, Permission) else str(end)
+
+
+HISTORY_ROWS = 200  # the newest; the audit list holds them all
+
+
+def history_page(
+    model_admin: Any,
+    request: HttpRequest,
+    obj: models.Model,
+    *,
+    events: list[AuditEvent] | None,
+    extra_context: Any = None,
+) -> TemplateResponse:
+    """An object's history page: its audit events (newest first; each linked to its page for whoever may view
+    the audit record), or, for ``events=None``, that a record is never changed once written."""
+    opts = obj._meta
+    audit_admin = model_admin.admin_site._registry.get(AuditEvent)
+    may_view_events = audit_admin is not None and audit_admin.has_view_permission(request)
+    rows = [
+        {
+            "event": event,
+            "action": action_label(event.action),
+            "fields": ", ".join(str(name) for name in (event.args or {}) if not str(name).startswith("_")),
+            "via": (event.result or {}).get("via", "") if isinstance(event.result, dict) else "",
+            "url": reverse("admin:audit_auditevent_change", args=[event.pk], current_app=model_admin.admin_site.name)
+            if may_view_events
+            else None,
+        }
+        for event in events or []
+    ]
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": _("History: %(object)s") % {"object": obj},
+        "subtitle": None,
+        "module_name": str(capfirst(opts.verbose_name_plural)),
+        "object": obj,
+        "opts": opts,
+        "rows": rows,
+        "record": events is None,
+        "limit": HISTORY_ROWS,
+        "preserved_filters": model_admin.get_preserved_filters(request),
+        **(extra_context or {}),
+    }
+    request.current_app = model_admin.admin_site.name
+    return TemplateResponse(request, "admin/audit/object_history.html", context)
 
 
 class ServiceAdminMixin:
@@ -138,6 +197,21 @@ class ServiceAdminMixin:
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         self.service_delete(obj=obj, actor=request.user)
+
+    def history_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> HttpResponse:
+        """The object's changes as the audit record holds them. Django's page read its own log, which is not
+        written (below), and told of every object that it had no history, "probably not added via this admin
+        site", beside a full, chained record of its changes."""
+        model_admin: Any = self
+        obj = model_admin.get_object(request, unquote(object_id))
+        if obj is None:
+            return model_admin._get_obj_does_not_exist_redirect(request, self.model._meta, object_id)  # type: ignore[attr-defined]
+        if not model_admin.has_view_or_change_permission(request, obj):
+            raise PermissionDenied
+        events = AuditEvent.objects.filter(
+            action__startswith=CONFIG_ACTION_PREFIX, result__model=obj._meta.label_lower, result__id=obj.pk
+        ).order_by("-seq")
+        return history_page(model_admin, request, obj, events=list(events[:HISTORY_ROWS]), extra_context=extra_context)
 
     # Django's own log (LogEntry) is not written: every change is an audit event, in the chained record; a second,
     # mutable log beside it would say less and could be edited.

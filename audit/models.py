@@ -123,6 +123,10 @@ class ConfigGeneration(models.Model):
 
     change_audit = NotConfiguration("a token that moves with every configuration change; no configuration itself")
 
+    class Meta:
+        verbose_name = _("configuration generation")
+        verbose_name_plural = _("configuration generations")
+
     def __str__(self) -> str:
         return self.token
 
