@@ -89,6 +89,9 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
+    # A NUL in a page's path or query (which no database stores): a 400 page in the reader's language, before any
+    # view filters by it (the API's paths are refused above, as JSON: agent_platform/query_guard.py).
+    "agent_platform.query_guard.QueryGuardMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",

@@ -24,12 +24,20 @@ from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.json import loads as json_loads
 from agents.agent_settings_form import agent_tool_names, rule_forcing_problems, tools_outside_filters
-from agents.configuration import RuleSpec, rule_entry
+from agents.configuration import RuleSpec, document_problems, rule_entry
 from agents.deterministic import PLACEHOLDER
 from agents.models import Agent, DeterministicRule
 from mcpregistry.contract_form import EditorWidget, OpenChoiceField
 from mcpregistry.contracts import argument_constraints, spec_problems
-from mcpregistry.list_fields import key_fits, key_value_lines, one_line, reads_back, typed_value, value_text
+from mcpregistry.list_fields import (
+    control_character_problem,
+    key_fits,
+    key_value_lines,
+    one_line,
+    reads_back,
+    typed_value,
+    value_text,
+)
 from mcpregistry.models import McpServer, McpTool
 
 
@@ -45,6 +53,36 @@ def key_value_pairs(text: str, where: str) -> dict[str, Any]:
 
 # The parts of ``when`` the editor has a field for, in the order of the page.
 WHEN_PARTS = ("all_keywords", "any_keywords", "regex", "context", "data", "tool_available")
+
+
+def texts_problem(value: Any) -> str:
+    """The first :func:`~mcpregistry.list_fields.control_character_problem` among the texts of a JSON value (an
+    object's keys too), or ""."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend([*item.keys(), *item.values()])
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str) and (problem := control_character_problem(item)):
+            return problem
+    return ""
+
+
+def changed_texts_problems(value: Any, stored: Any) -> list[str]:
+    """``KEY: problem`` for each entry of an object (``when``'s parts, ``params``' arguments) whose texts hold what
+    :func:`texts_problem` refuses; an entry as stored is left alone (saving a rule unchanged saves it as it is)."""
+    if not isinstance(value, dict):
+        return []
+    stored = stored if isinstance(stored, dict) else {}
+    problems = []
+    for key, part in value.items():
+        if key in stored and _same_json(part, stored[key]):
+            continue
+        if problem := texts_problem(part):
+            problems.append(f"{key}: {problem}")
+    return problems
 
 
 def keywords_text(words: Any) -> str:
@@ -390,7 +428,19 @@ class DeterministicRuleForm(forms.ModelForm):
                             _("%(where)s: write KEY=value lines, or a JSON object.") % {"where": key}, code="invalid"
                         )
                     key_value_pairs(when[key], key)  # raises, naming the line
+        stored = self.instance.when if self.instance.pk else {}
+        if problems := changed_texts_problems(when, stored):
+            raise ValidationError(problems, code="control_characters")
         return when
+
+    def clean_params(self) -> Any:
+        """A parameter's text with a NUL or another control character (not tab or a line break) is refused, naming
+        the argument."""
+        params = self.cleaned_data.get("params")
+        stored = self.instance.params if self.instance.pk else {}
+        if problems := changed_texts_problems(params, stored):
+            raise ValidationError(problems, code="control_characters")
+        return params
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
@@ -437,6 +487,9 @@ class DeterministicRuleForm(forms.ModelForm):
         document = _json(raw)
         if not isinstance(document, dict):
             raise ValidationError({"rule_json": _("Enter a JSON object (the rule entry of export_config).")})
+        # What no database stores (a NUL written as \u0000, a lone surrogate), refused as import_config refuses it.
+        if problems := document_problems(document):
+            raise ValidationError({"rule_json": problems})
         try:
             spec = RuleSpec.model_validate(document)
         except PydanticValidationError as exc:

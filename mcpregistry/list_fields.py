@@ -3,7 +3,9 @@
 - :class:`TextListField`: comma-separated words (keywords, tags) or a line each (questions, a command's
   arguments). A JSON list is still read (a text starting with ``[``), and a stored list the separator cannot
   carry (a word with a comma, an argument with a line break, a first item that starts with ``[``) is shown as
-  JSON, so opening and saving a page never changes what is stored.
+  JSON, so opening and saving a page never changes what is stored. An item with a NUL character (PostgreSQL's
+  JSON refuses it: the page was a 500) or another control character but tab and line breaks is refused at the
+  field (:func:`control_character_problem`).
 - :class:`LinesWidget` and its ``KEY=value`` form :class:`KeyValueLinesWidget` (a JSON field edited as lines;
   values typed as the rule editor types them: ``3`` a number, ``true`` a boolean, ``{...}`` an object), with
   :class:`EditedJSONField`, which refuses lines that do not read, naming the line, and shows them again as typed.
@@ -14,10 +16,12 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.core.validators import ProhibitNullCharactersValidator
 from django.utils.datastructures import MultiValueDict
 from django.utils.translation import gettext
 
@@ -90,12 +94,33 @@ class TextListField(forms.CharField):
     def validate(self, value: Any) -> None:
         if self.required and not value:
             raise forms.ValidationError(self.error_messages["required"], code="required")
+        # Each item on its own: Django's NUL check on the field (CharField's validators) reads the list's repr,
+        # where a NUL is the four characters "\x00".
+        for item in value:
+            if isinstance(item, str) and (problem := control_character_problem(item)):
+                raise forms.ValidationError(problem, code="control_characters")
 
     def has_changed(self, initial: Any, data: Any) -> bool:
         try:
             return self.to_python(data) != (initial or [])
         except forms.ValidationError:
             return True
+
+
+# The control characters that are text: tab and line breaks (an argument or a question of several lines; a word
+# with one, which a JSON list carries, reads back as itself: see the module docstring).
+_TEXT_CONTROLS = frozenset("\t\n\r")
+
+
+def control_character_problem(text: str) -> str:
+    """Why ``text`` cannot be an admin's value, or "": a NUL character (no PostgreSQL text or JSON stores one), said
+    as Django says it for every text field; another control character but tab and line breaks, which no one
+    types."""
+    if "\x00" in text:
+        return str(ProhibitNullCharactersValidator.message)
+    if any(unicodedata.category(c) == "Cc" and c not in _TEXT_CONTROLS for c in text):
+        return gettext("Control characters other than tab and line breaks are not allowed.")
+    return ""
 
 
 def one_line(text: str) -> bool:
