@@ -45,6 +45,7 @@ from evals.models import CASE_TYPES, EvalCase, EvalRun, EvalSet
 from evals.scoring import MAX_METRICS, RATE_METRICS
 from evals.services import (
     CASE_TEXT_FIELDS,
+    alternatives_problems,
     eval_case_create,
     eval_case_delete,
     eval_case_update,
@@ -198,6 +199,12 @@ class EvalCaseForm(forms.ModelForm):
         return self._as_stored("answer_checks", normalized_checks)
 
     def clean_alternatives(self) -> Any:
+        """Refused as an import refuses it (``evals.services.alternatives_problems``, in its words): a key it does
+        not know, ``"ordered": "false"`` (which the scoring would have read as true) never reach the column, where
+        they would also stop the set's export from importing again. A stored one is refused too when the page is
+        sent back: it is shown as JSON, to be put right."""
+        if problems := alternatives_problems(self.cleaned_data.get("alternatives")):
+            raise ValidationError(problems, code="invalid")
         return self._as_stored("alternatives", normalized_alternatives)
 
     def clean_forbidden_tools(self) -> Any:

@@ -205,9 +205,12 @@ class AnswerChecksWidget(EditorWidget):
 
 
 class AlternativesWidget(LinesWidget):
-    """``alternatives``: another sequence of tools that also passes, a line each: the tools comma-separated, a
-    note after ``#``."""
+    """``alternatives``: another sequence of tools that also passes, a line each: the tools comma-separated (in the
+    order the case's own ``ordered`` asks), or separated by ``>`` when they must be called in that order
+    (``"ordered": true``, the seed's backup path); a note after ``#``. What no line says (``"ordered": false``, one
+    tool in this order, a key the import does not know) is shown as JSON, with the keys named."""
 
+    template_name = "admin/evals/widgets/alternatives.html"
     rows = 2
     placeholder = "get_asset_status_backup  # 백업 서버"
 
@@ -216,7 +219,7 @@ class AlternativesWidget(LinesWidget):
             return None
         lines = []
         for alternative in value:
-            if not isinstance(alternative, dict) or not set(alternative) <= {"tools", "note"}:
+            if not isinstance(alternative, dict) or not set(alternative) <= {"tools", "note", "ordered"}:
                 return None
             tools, note = alternative.get("tools"), alternative.get("note")
             if not isinstance(tools, list) or not tools:
@@ -225,10 +228,14 @@ class AlternativesWidget(LinesWidget):
                 not isinstance(note, str) or not note or note != note.strip() or not one_line(note)
             ):
                 return None
+            ordered = "ordered" in alternative
+            if ordered and (alternative["ordered"] is not True or len(tools) < 2):
+                return None  # only ">" between two tools or more says "in this order"
             names = [t if isinstance(t, str) else None for t in tools]  # {"name": …} reads back as the name
-            if not all(name_fits(n) and "," not in str(n) and "#" not in str(n) for n in names):
+            if not all(name_fits(n) and not any(c in str(n) for c in ",#>") for n in names):
                 return None
-            lines.append(", ".join(str(n) for n in names) + (f"  # {note}" if note else ""))
+            separator = " > " if ordered else ", "
+            lines.append(separator.join(str(n) for n in names) + (f"  # {note}" if note else ""))
         return "\n".join(lines)
 
     def from_lines(self, text: str) -> Any:
@@ -237,10 +244,20 @@ class AlternativesWidget(LinesWidget):
             if not line.strip():
                 continue
             tools_text, sep, note = line.partition("#")
-            names = [n.strip() for n in tools_text.split(",")]
+            ordered = ">" in tools_text
+            if ordered and "," in tools_text:
+                raise line_problem(number, gettext("tools separated by commas or by >, not both"))
+            names = [n.strip() for n in tools_text.split(">" if ordered else ",")]
             if not all(name_fits(n) for n in names):
-                raise line_problem(number, gettext("tool names, comma-separated (a note after #)"))
+                raise line_problem(
+                    number,
+                    gettext(
+                        "tool names, comma-separated, or separated by > in the order they must be called (a note after #)"
+                    ),
+                )
             alternative: dict[str, Any] = {"tools": names}
+            if ordered:
+                alternative["ordered"] = True
             if sep and note.strip():
                 alternative["note"] = note.strip()
             alternatives.append(alternative)
@@ -389,7 +406,10 @@ HELP_TEXTS = {
     ),
     "forbidden_tools": gettext_lazy("A tool per line that the run must not call."),
     "alternatives": gettext_lazy(
-        "Another sequence of tools that also passes, a line each: the tools comma-separated, a note after #."
+        "Another sequence of tools that also passes, a line each: the tools comma-separated (in order only when the "
+        "case's “in this order” is ticked), or separated by > when they must be called in that order; a note after "
+        '#. As JSON: a list of {"tools": [tool names], "note": "text", "ordered": true or false}, only "tools" '
+        "required."
     ),
     "context": gettext_lazy("KEY=value, a line each (3 is a number, true a boolean)."),
     "data": gettext_lazy(

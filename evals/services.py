@@ -108,9 +108,10 @@ def eval_case_delete(*, case: EvalCase, actor: Any, via: str) -> None:
 
 class _Strict(BaseModel):
     # ``allow_inf_nan=False``: "inf" and "NaN" (which a float field otherwise reads) are no JSON a column stores.
-    # ``strict=True``: a value of the wrong JSON type is refused naming its field, as the admin's form refuses it,
-    # never converted (a threshold ``true`` stored 1.0, ``"0.5"`` 0.5, ``"ordered": "yes"`` true, ``"order": true``
-    # 1). A whole number where a number is expected stays accepted (``{"recall": 1}`` is 1.0).
+    # ``strict=True``: a value of the wrong JSON type is refused naming its field, as the admin's form refuses it
+    # (its alternatives box by these very models, ``alternatives_problems``), never converted (a threshold ``true``
+    # stored 1.0, ``"0.5"`` 0.5, ``"ordered": "yes"`` true, ``"order": true`` 1). A whole number where a number is
+    # expected stays accepted (``{"recall": 1}`` is 1.0).
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
@@ -150,15 +151,41 @@ def _pydantic_problem(error: Any) -> str:
         return str(error["msg"])
 
 
+def pydantic_problem_list(exc: PydanticValidationError) -> list[str]:
+    """A pydantic error as ``where: what`` parts, in the active language."""
+    return [f"{'.'.join(str(p) for p in e['loc'])}: {_pydantic_problem(e)}" for e in exc.errors()]
+
+
 def pydantic_problems(exc: PydanticValidationError) -> str:
     """A pydantic error as ``where: what`` parts joined by ``; ``, in the active language."""
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {_pydantic_problem(e)}" for e in exc.errors())
+    return "; ".join(pydantic_problem_list(exc))
 
 
 class AlternativeSpec(_Strict):
+    """One of a case's alternatives: the one definition of its keys and their types, for a document and for the
+    admin's alternatives box alike (``alternatives_problems``). ``ordered`` absent: as the case's own."""
+
     tools: list[str | dict[str, Any]]
     note: str = ""
     ordered: bool | None = None
+
+
+class CaseAlternatives(_Strict):
+    """A case's ``alternatives`` alone, under the key a document gives them (its problems are named as a document's
+    are: ``alternatives.0.ordered``)."""
+
+    alternatives: list[AlternativeSpec]
+
+
+def alternatives_problems(value: Any) -> list[str]:
+    """What ``eval_set_apply`` refuses in a case's ``alternatives`` (a key it does not know, ``"ordered": "false"``),
+    each as it names it (``alternatives.0.ordered: must be true or false``), in the active language; empty when
+    nothing. The admin's alternatives box is checked with this, so it stores nothing an import would refuse."""
+    try:
+        CaseAlternatives.model_validate({"alternatives": value})
+    except PydanticValidationError as exc:
+        return pydantic_problem_list(exc)
+    return []
 
 
 class CaseDocument(_Strict):
@@ -626,13 +653,26 @@ def _calls_pending(run: Run, now: Any) -> bool:
     return bool(ended is not None and (now - ended).total_seconds() < CALLS_PENDING_WAIT_S)
 
 
+def _scored_alternatives(alternatives: Any) -> Any:
+    """A case's alternatives as the scoring reads them: an ``ordered`` that is no JSON boolean is taken as not given
+    (the alternative follows the case's own ``ordered``). ``null`` means that wherever it is written (an import drops
+    it); ``"false"`` or ``"네"`` only a row stored before the admin's box refused them holds, and ``bool()`` read
+    ``"false"`` as in this order."""
+    if not isinstance(alternatives, list):
+        return alternatives
+    return [
+        {k: v for k, v in a.items() if k != "ordered" or isinstance(v, bool)} if isinstance(a, dict) else a
+        for a in alternatives
+    ]
+
+
 def _case_spec(case: EvalCase) -> CaseSpec:
     return CaseSpec(
         expected_tools=case.expected_tools,
         ordered=case.ordered,
         forbidden_tools=case.forbidden_tools,
         answer_checks=case.answer_checks,
-        alternatives=case.alternatives,
+        alternatives=_scored_alternatives(case.alternatives),
     )
 
 
