@@ -17,7 +17,8 @@ What is masked, and how:
 * **Value patterns** - AWS access key ids, labelled AWS secret access keys, ``Bearer``/``Basic``
   credentials, JWTs, well-known API key formats (``sk-...``, ``sk_live_...``, ``xoxb-...``, ``ghp_...``, ...,
   and this platform's own ``apk_...``), PEM private key blocks, passwords in URLs, secret-looking query parameters.
-* **Key names** - ``key=value``, ``key: value`` and ``"key": "value"`` pairs in text, and dict entries in
+* **Key names** - ``key=value``, ``key: value`` and ``"key": "value"`` pairs in text (a full-width ``：`` or ``＝``
+  too; a key may be a two-word label as Korean writes it, ``API 키``, ``비밀 번호``), and dict entries in
   structures, whose key :func:`is_secret_key` recognises (NFKC-normalised: a full-width key counts).
 * **Names apart from their values** - ``{"name": "Authorization", "value": …}`` entries (HAR, OpenAPI, Postman,
   Kubernetes env, AWS tags: a ``name``/``key``/``header``/``field``… field naming a secret masks its
@@ -104,6 +105,8 @@ _SECRET_KEY_FRAGMENTS = re.compile(
                                                     # a name that ends "(un)authorized" (Django's "Unauthorized: /path"
                                                     # keeps its path); "authorized_code", "pre-authorized_code" do
     | 비밀번호 | 비번 | 패스워드 | 시크릿 | 인증키 | 인증토큰 | 개인키 | 비밀키
+    | (?:api|액세스|접근|세션|암호화|서명|마스터)키  # "API 키", "액세스 키": a key that is a credential;
+                                                    # not "키" alone (a height, a keyboard key)
     | 암호(?!화)                                     # "암호" (password); not "암호화" (encryption)
     | 토큰(?!수|개수|사용|한도|량|예산|화)                # "토큰"; not "토큰 수" (a count), "토큰 사용량", "토큰화"
     """,
@@ -111,6 +114,10 @@ _SECRET_KEY_FRAGMENTS = re.compile(
 )
 # Whole words of the key (split on separators and camelCase) that are secret on their own.
 _SECRET_KEY_WORDS = frozenset({"pass", "pw"})
+# An exception's class name, perhaps with its module ("openai.AuthenticationError", "NoCredentialsError"): in a
+# traceback line "OpenAIAuthenticationError: Error code: 401" it is followed by ":" like a key, but what follows is
+# its message, not a credential. Only the CamelCase class shape: "auth_error", "X-Auth" stay secret names.
+_EXCEPTION_CLASS_NAME = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Z][A-Za-z0-9]*(?:Error|Exception)")
 _CACHED_KEY_CHARS = 256
 
 
@@ -120,8 +127,10 @@ def is_secret_key(key: str) -> bool:
     NFKC-normalised first (a full-width ``ｐａｓｓｗｏｒｄ`` is ``password``); case-insensitive; separators ``-``,
     ``_``, ``.`` and spaces are ignored, then the name is searched for secret words (password, secret, token,
     api key, access key, private key, auth, authorization, cookie, session id, credential, service key,
-    subscription key, functions key, ...). Counting and naming keys are not secret: ``max_tokens``,
-    ``prompt_tokens``, ``token_count``, ``tokenizer``, ``author``, ``authors``. Non-strings are never secret.
+    subscription key, functions key, ...; in Korean 비밀번호, 암호, 토큰, 시크릿, API 키, 액세스 키, 인증 키, ...).
+    Counting and naming keys are not secret: ``max_tokens``, ``prompt_tokens``, ``token_count``, ``tokenizer``,
+    ``author``, ``authors``, ``토큰 수``, ``키``, nor an exception's class name (``AuthenticationError``).
+    Non-strings are never secret.
     """
     if not isinstance(key, str) or not key:
         return False
@@ -132,7 +141,10 @@ def is_secret_key(key: str) -> bool:
 
 @functools.lru_cache(maxsize=8192)
 def _is_secret_key(key: str) -> bool:
-    if not key.isascii():  # full-width and other compatibility forms: "ｐａｓｓｗｏｒｄ" is "password"
+    if key.isascii():
+        if _EXCEPTION_CLASS_NAME.fullmatch(key) is not None:
+            return False
+    else:  # full-width and other compatibility forms: "ｐａｓｓｗｏｒｄ" is "password"
         key = unicodedata.normalize("NFKC", key)
     if _SECRET_KEY_FRAGMENTS.search(_KEY_SEPARATORS.sub("", key.lower())):
         return True
@@ -186,8 +198,29 @@ def _named_secret_values(fields: Mapping[Any, Any]) -> frozenset[Any] | None:
 
 
 def _is_secret_pair(pair: tuple[Any, ...] | list[Any]) -> bool:
-    """Whether a 2-item sequence is ``(name, value)`` whose name names a secret (and whose value is not empty)."""
-    return len(pair) == 2 and type(pair[0]) is str and not _is_empty(pair[1]) and _is_secret_name(pair[0])
+    """Whether a 2-item sequence is ``(name, value)`` whose name names a secret (and whose value is not empty), and
+    not two names (:func:`_are_variable_names`)."""
+    return (
+        len(pair) == 2
+        and type(pair[0]) is str
+        and not _is_empty(pair[1])
+        and _is_secret_name(pair[0])
+        and not (type(pair[1]) is str and _are_variable_names(pair[0], pair[1]))
+    )
+
+
+# An environment variable's name as a list of them writes it: capitals, digits and at least one underscore, each
+# part starting with a letter ("API_TOKEN", "AWS_S3_BUCKET"; not "SUMMER_2024", "PGPASSWORD", "ADMIN").
+_VARIABLE_NAME_SHAPE = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z][A-Z0-9]*)+")
+
+
+def _are_variable_names(first: str, second: str) -> bool:
+    """Whether ``first`` and ``second`` are both variable names: a list of two names (a server's ``public_env``,
+    ``["API_TOKEN", "DB_PASSWORD"]``), not a ``(name, value)`` pair whose value an auditor must not see. Narrow on
+    purpose, as a value taken for a name is shown: a header's value ("abc…", "Bearer …") or a secret's (a token,
+    a password with a digit part or no underscore) has not this shape. A placeholder such as ``CHANGE_ME`` has it,
+    and is shown; a value the platform binds is a known secret, masked wherever it appears whatever its shape."""
+    return _VARIABLE_NAME_SHAPE.fullmatch(first) is not None and _VARIABLE_NAME_SHAPE.fullmatch(second) is not None
 
 
 # --- known secret values ----------------------------------------------------------------------------------
@@ -546,13 +579,17 @@ _URLSAFE_TO_STANDARD = str.maketrans("-_", "+/")
 # "key=value", "key: value", "\"key\": \"value\"", "'key': 'value'", "\\\"key\\\": \\\"value\\\"" (JSON in JSON).
 # Tried only where a secret-ish word occurs (found in the lower-cased text by _PAIR_KEY_WORD); the value is
 # matched only once is_secret_key() accepted the key, so a rejected key never costs a scan of its value.
+# A key may be two words when the second is one a credential's label ends with: Korean writes "API 키",
+# "액세스 키", "비밀 번호", "토큰 값" with a space (as English writes "Secret Key"). Only these words: any second
+# word would make "토큰 만료: 3600" (a token's lifetime) a key "토큰만료" that names a token, and hide the number.
+# The separator may be full-width ("비밀번호：…", "password＝…"), as Korean and Japanese input methods type it.
 _PAIR_HEAD = re.compile(
     r"""
     (?<![A-Za-z0-9_.\-가-힣])
     (?P<quote>\\?["']|)
-    (?P<key>[A-Za-z0-9_.\-가-힣]++)
+    (?P<key>[A-Za-z0-9_.\-가-힣]++(?:[ \t](?:키|번호|값|토큰|[Kk][Ee][Yy]))?)
     (?P=quote)
-    [ \t]*[:=][ \t]*
+    [ \t]*[:=：＝][ \t]*
     """,
     re.VERBOSE,
 )
@@ -570,9 +607,13 @@ _PAIR_VALUE = re.compile(
 )
 # On lower-cased text: every word that can make is_secret_key() true ("apikey" and friends through "key").
 # Written as a trie (first letter, then the rest) because ``re`` tries alternatives one by one.
-# Korean key words ("비밀번호: …") too, a key's characters including Hangul syllables.
+# Korean key words ("비밀번호: …") too, a key's characters including Hangul syllables, and the first word of a
+# two-word label ("API 키", "Access Key", "비밀 번호"; see _PAIR_HEAD): a key is read from its first word on.
 _PAIR_KEY_WORD = re.compile(
-    "auth|c(?:ookie|redential)|key|p(?:ass|w)|se(?:cret|ssion)|token|비(?:밀번호|번|밀키)|패스워드|암호|시크릿|인증키|토큰|개인키"
+    r"a(?:uth|ccess[ \t]key|pi[ \t]?(?:key|키))|c(?:ookie|redential)|key|p(?:ass|w|rivate[ \t]key)"
+    r"|se(?:cret|ssion)|token|비(?:밀[ \t]?(?:번호|키)|번)|패스워드|암호|시크릿|토큰"
+    # Each branch starts with its literal (no group around the first words): ``re`` then jumps between candidates.
+    r"|인증[ \t]?키|개인[ \t]?키|액세스[ \t]?키|접근[ \t]?키|세션[ \t]?키|서명[ \t]?키|마스터[ \t]?키"
 )
 _KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") | frozenset(
     map(chr, range(0xAC00, 0xD7A4))
@@ -586,7 +627,7 @@ _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 # Short texts are gated by one regex instead of a dozen ``in`` checks.
 _SHORT_TEXT = 256
 _MAYBE_SENSITIVE = re.compile(  # literal-first branches only, so ``re`` skips other characters quickly
-    r":|=|@|-----BEGIN|eyJ|A(?:KIA|SIA|Iza)|sk[-_]|rk_|whsec_|xox|gh[pousr]_|github_pat_|glpat-|apk_"
+    r":|=|：|＝|@|-----BEGIN|eyJ|A(?:KIA|SIA|Iza)|sk[-_]|rk_|whsec_|xox|gh[pousr]_|github_pat_|glpat-|apk_"
     r"|B(?:earer|EARER|asic|ASIC)|b(?:earer|asic)"
     r"|%3|</|-[-p]|\"[ \t]*,|'[ \t]*,"  # URL-encoded pairs, XML elements, command-line options, (name, value) pairs
 )
@@ -690,6 +731,8 @@ def _mask_named_values(text: str, pattern: re.Pattern[str], *, pair: bool) -> st
         value = _PAIR_VALUE.match(text, position)
         if value is None or (pair and _PAIR_TEXT_END.match(text, value.end()) is None):
             continue
+        if pair and _are_variable_names(name, value[0].strip("\\\"'")):  # '["API_TOKEN", "DB_PASSWORD"]': two names
+            continue
         masked, value_end = _masked_pair_value(value, name, text)
         if masked is not None:
             pieces.append(text[done:position])
@@ -791,6 +834,8 @@ def _mask_patterns(text: str) -> str:
         text = _URL_USERINFO.sub(r"\g<head>" + MASK, text)
     has_equals = "=" in text
     has_separator = has_equals or ":" in text
+    if not has_separator and not text.isascii():  # "비밀번호：…": a pair with a full-width separator
+        has_separator = "：" in text or "＝" in text
     if has_equals and ("?" in text or "&" in text):
         text = _QUERY_PARAMETER.sub(_mask_query_parameter, text)
     if has_separator and ("ecret" in text or "ECRET" in text):
