@@ -18,8 +18,9 @@ from typing import Any
 from django.utils.translation import gettext as _
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents.answers import TOOL_DATA_NOTICE, tool_data_block
+from agents.answers import TOOL_DATA_NOTICE
 from agents.deterministic import PLACEHOLDER
+from audit.visible import tool_data_block
 from mcpregistry.contracts import pydantic_message
 
 READ_RESOURCE_TOOL = "read_resource"

@@ -35,6 +35,7 @@ from audit.labels import action_label, breakable, reason_label, when_cell
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.services import audit_chain_catch_up
 from audit.verification import CannotCheck
+from audit.visible import visible_text
 from auditor.charts import bar_chart
 from auditor.event_details import change_html, rule_decision_html
 from auditor.metrics import MAX_BUCKETS, ToolSeries, series_bucket, tool_metrics, tool_metrics_series
@@ -474,7 +475,8 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     def reason_text(self, obj: AuditEvent) -> str:
         if not obj.reason:
             return "—"
-        return format_html('{} <code class="audit-code">{}</code>', reason_label(obj.reason), obj.reason)
+        # A reason may quote a caller's text (``args:unknown:<a name the model wrote>``).
+        return format_html('{} <code class="audit-code">{}</code>', reason_label(obj.reason), visible_text(obj.reason))
 
     @admin.display(description=_("agent and run"), ordering="agent_slug")
     def run_link(self, obj: AuditEvent) -> str:
@@ -487,7 +489,7 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
     @admin.display(description=_("arguments (masked)"))
     def args_pretty(self, obj: AuditEvent) -> str:
-        return format_html("<pre>{}</pre>", json.dumps(obj.args, ensure_ascii=False, indent=2))
+        return format_html("<pre>{}</pre>", visible_text(json.dumps(obj.args, ensure_ascii=False, indent=2)))
 
     @admin.display(description=_("arguments (masked)"))
     def args_rows(self, obj: AuditEvent) -> str:
@@ -504,9 +506,11 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
     @admin.display(description=_("result (masked)"))
     def result_pretty(self, obj: AuditEvent) -> str:
-        return format_html(
-            "<pre style='white-space:pre-wrap'>{}</pre>", json.dumps(obj.result, ensure_ascii=False, indent=2)
-        )
+        """The result as recorded (what the tool sent, masked: its value, its error text, the gate's message),
+        with what does not show itself written out (``⟦U+E0049⟧``, ``audit.visible``), as the arguments are: a
+        result's tag characters are instructions a model reads and an auditor would otherwise not see."""
+        recorded = json.dumps(obj.result, ensure_ascii=False, indent=2)
+        return format_html("<pre style='white-space:pre-wrap'>{}</pre>", visible_text(recorded))
 
     # --- the list's links, and the metrics page -------------------------------------------------------------
 

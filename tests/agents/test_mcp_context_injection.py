@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from agents.agent_settings_form import context_problems
-from agents.answers import TOOL_DATA_CLOSE, TOOL_DATA_NOTICE, TOOL_DATA_OPEN
+from agents.answers import TOOL_DATA_NOTICE
 from agents.execution import run_execute
 from agents.models import Agent, Run
 from agents.services import agent_update
 from audit.change_guard import change_scope
 from audit.models import AuditEvent
+from audit.visible import TOOL_DATA_CLOSE, TOOL_DATA_OPEN
 from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import get_default_pool
 from tests.conftest import discover_as_admin, make_agent

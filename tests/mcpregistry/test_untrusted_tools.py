@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from agents.answers import TOOL_DATA_CLOSE, TOOL_DATA_OPEN, system_message_text
+from agents.answers import system_message_text
+from audit.visible import TOOL_DATA_CLOSE, TOOL_DATA_OPEN
 from mcpregistry.models import McpTool, ToolContract
 from tests.mcpregistry.test_registry import mutable_server, rediscover
 
