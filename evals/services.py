@@ -384,9 +384,17 @@ def _case_refusal(index: int, exc: Any) -> str:
     return "; ".join(parts)
 
 
+# Keys an exported object leads with, where it has them (a tool's name before its arguments, an alternative's tools
+# before its note); the rest follow sorted.
+_LEADING_KEYS = {"name": 0, "tools": 0}
+
+
 def _keys_sorted(value: Any) -> Any:
+    """``value`` with every object's keys in one order (``_LEADING_KEYS``, then sorted), whatever order the
+    database kept (PostgreSQL's jsonb keeps its own): an export from SQLite and one from PostgreSQL are the same
+    text."""
     if isinstance(value, dict):
-        return {key: _keys_sorted(value[key]) for key in sorted(value)}
+        return {key: _keys_sorted(value[key]) for key in sorted(value, key=lambda k: (_LEADING_KEYS.get(k, 1), k))}
     if isinstance(value, list):
         return [_keys_sorted(item) for item in value]
     return value
@@ -406,15 +414,15 @@ def eval_set_document(eval_set: EvalSet) -> dict[str, Any]:
                 "order": c.order,
                 "type": c.case_type,
                 "query": c.query,
-                # Free-form objects with their keys sorted (PostgreSQL's jsonb keeps its own order): the exported
-                # text is the same after a round trip.
+                # Objects with their keys in one order (PostgreSQL's jsonb keeps its own): the exported text is
+                # the same after a round trip, and from either database.
                 **({"context": _keys_sorted(c.context)} if c.context else {}),
                 **({"data": _keys_sorted(c.data)} if c.data else {}),
-                "expected_tools": c.expected_tools,
+                "expected_tools": _keys_sorted(c.expected_tools),
                 **({"ordered": True} if c.ordered else {}),
-                "forbidden_tools": c.forbidden_tools,
-                "answer_checks": c.answer_checks,
-                **({"alternatives": c.alternatives} if c.alternatives else {}),
+                "forbidden_tools": _keys_sorted(c.forbidden_tools),
+                "answer_checks": _keys_sorted(c.answer_checks),
+                **({"alternatives": _keys_sorted(c.alternatives)} if c.alternatives else {}),
                 **({"note": c.note} if c.note else {}),
             }
             for c in eval_set.cases.all()

@@ -9,7 +9,8 @@
 6. a key given twice in one object of a file (JSON or YAML) is refused, naming where;
 7. an entry that refers to a server or agent whose own entry is not valid says so, and a refusal shows at most
    ``MAX_PROBLEMS_SHOWN`` problems;
-8. an eval case a document no longer holds is reported as deleted.
+8. an eval case a document no longer holds is reported as deleted;
+9. a text holding U+0085 (NEL) was folded into a space by a YAML export's round trip.
 """
 
 from __future__ import annotations
@@ -393,3 +394,21 @@ def test_a_deleted_eval_case_is_reported_as_deleted_also_in_a_dry_run() -> None:
     assert EvalSet.objects.get().cases.count() == 3
     report = config_import(actor="test", document=eval_set("a", "d"))
     assert report.deleted == ["eval case smoke.b", "eval case smoke.c"] and report.updated == ["eval set smoke"]
+
+
+# --- 9. a YAML export re-imports as itself ----------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("prompt", ["첫 줄\x85둘째", "one\u2028two", "가\u2029나", "  공백  두 칸  ", "yes"])
+def test_a_yaml_export_reimports_unchanged_whatever_line_break_a_text_holds(tmp_path: Path, prompt: str) -> None:
+    """PyYAML writes U+0085 (NEL: a cp1252 "…" read as Latin-1) as a line break inside a quoted scalar, and reads
+    it back folded into a space: the prompt was rewritten and the change audited."""
+    from django.core.management import call_command
+
+    config_import(document={"agents": [{"slug": "nel", "system_prompt": prompt}]}, actor="system:test", via="tests")
+    path = tmp_path / "platform.yaml"
+    call_command("export_config", "--format", "yaml", "-o", str(path))
+    report = config_import(document=load_document(path), actor="system:test", via="tests")
+    assert Agent.objects.get(slug="nel").system_prompt == prompt
+    assert not (report.created or report.updated or report.deleted), report

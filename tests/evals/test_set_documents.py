@@ -123,3 +123,22 @@ def test_a_case_the_columns_refuse_is_named_by_its_place_in_the_document_and_its
     assert "cases[2].key: " in message, message
     assert "cases[0]" not in message
     assert not EvalSet.objects.exists()  # nothing written
+
+
+def test_a_cases_tools_and_alternatives_are_exported_in_one_key_order_whatever_the_database_kept(db) -> None:
+    """PostgreSQL's jsonb returned ``{"args": …, "name": …}`` and ``{"note": …, "tools": …}``: an export from a
+    SQLite installation and one from PostgreSQL differed in text."""
+    from evals.models import EvalCase
+    from evals.services import eval_set_apply, eval_set_document
+
+    document = {"name": "order", "cases": [{"key": "k", "query": "질문"}]}
+    applied = eval_set_apply(document=document, actor="test", via="tests")
+    EvalCase.objects.filter(eval_set=applied.eval_set).update(  # as jsonb hands them back
+        expected_tools=[{"args": {"team": "물류", "a": 1}, "name": "search_docs"}],
+        alternatives=[{"note": "백업", "ordered": True, "tools": ["b", "a"]}],
+    )
+    (case,) = eval_set_document(applied.eval_set)["cases"]
+    assert [list(t) for t in case["expected_tools"]] == [["name", "args"]]
+    assert list(case["expected_tools"][0]["args"]) == ["a", "team"]
+    assert [list(a) for a in case["alternatives"]] == [["tools", "note", "ordered"]]
+    assert case["alternatives"][0]["tools"] == ["b", "a"]  # lists keep their order

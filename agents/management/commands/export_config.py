@@ -19,6 +19,21 @@ class _PlainDumper(yaml.SafeDumper):
         return True
 
 
+# Line breaks YAML reads as a break inside a plain, single-quoted or folded scalar and folds into a space on the
+# way back (U+0085 NEL, what a cp1252 "…" becomes when read as Latin-1; U+2028 and U+2029): written double-quoted,
+# where they are escapes, so the export re-imports as itself.
+_FOLDED_BREAKS = ("\x85", "\u2028", "\u2029")
+
+
+def _text(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    if any(mark in text for mark in _FOLDED_BREAKS):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", text, style='"')
+    return dumper.represent_str(text)
+
+
+_PlainDumper.add_representer(str, _text)
+
+
 class Command(BaseCommand):
     help = gettext_noop(
         "Export servers, contracts, agents and rules as JSON (or YAML). Secret values are never written."
