@@ -289,9 +289,10 @@ class McpServerForm(forms.ModelForm):
         return cleaned
 
     def _update_errors(self, errors: ValidationError) -> None:
-        # The model validates env/headers; on this form they are entered as new_env/new_headers.
+        # The model validates env/headers; on this form they are entered as new_env/new_headers, and the settings
+        # (public_env) as env_settings.
         if hasattr(errors, "error_dict"):
-            renamed = {"env": "new_env", "headers": "new_headers"}
+            renamed = {"env": "new_env", "headers": "new_headers", "public_env": "env_settings"}
             errors = ValidationError({renamed.get(k, k): v for k, v in errors.error_dict.items()})
         super()._update_errors(errors)
 
@@ -578,6 +579,7 @@ def discovery_message(report: DiscoveryReport) -> str:
         (_("updated"), report.updated),
         (_("vanished"), report.vanished),
         (_("review required"), report.review_required),
+        (_("a secret of the binding masked in the input schema"), report.secrets_masked),
         (_("unusable input schema"), report.schema_errors),
     ):
         if names:

@@ -22,6 +22,7 @@ from pydantic import ValidationError as PydanticValidationError
 from agent_platform.json import UnicodeJSONEncoder
 from agent_platform.text import nfc
 from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration, stored_value
+from audit.masking import holds_secret, is_secret_key
 from mcpregistry.binding_policy import (
     command_problem,
     from_env_problem,
@@ -53,6 +54,28 @@ def secret_entry_value(entry: Any) -> str | None:
     if isinstance(entry, dict) and "value" in entry:
         return str(entry["value"])
     return None if entry is None else str(entry)
+
+
+def _setting_secret_problem(name: str, entry: Any) -> str | None:
+    """Why the environment value ``name`` may not be a setting (``public_env``: stored, shown and exported in clear,
+    never masked), or None: its name names a secret (``API_TOKEN``, ``DB_PASSWORD``), or its value holds what the
+    audit hides as one (``sk-live-…``: the check a URL's, an argument's and a command's value pass). A value read
+    on the worker (``from_env``) is judged by its name only: its value is not stored here."""
+    # Two whole sentences, not one spliced: a translation orders its parts as its language does.
+    if is_secret_key(name):
+        return _(
+            "%(name)s: its name says it is a secret, but an environment setting is stored, shown and exported in "
+            "clear: give it as a secret environment value instead (the box “set environment values”; in a "
+            "configuration document, leave its name out of public_env), which is encrypted at rest and never shown."
+        ) % {"name": name}
+    if isinstance(entry, str) and holds_secret({name: entry}):
+        return _(
+            "%(name)s: its value holds a secret (the audit record hides it), but an environment setting is stored, "
+            "shown and exported in clear: give it as a secret environment value instead (the box “set environment "
+            "values”; in a configuration document, leave its name out of public_env), which is encrypted at rest "
+            "and never shown."
+        ) % {"name": name}
+    return None
 
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110's token
@@ -243,6 +266,9 @@ class McpServer(AuditedModel):
                         )
                         % {"name": name}
                     )
+        for name in self._settings_changed():
+            if problem := _setting_secret_problem(name, (self.env if isinstance(self.env, dict) else {}).get(name)):
+                errors.setdefault("public_env", []).append(problem)
         if (
             self.tool_prefix
             and not re.fullmatch(r"[A-Za-z0-9_-]+", self.tool_prefix)
@@ -312,6 +338,19 @@ class McpServer(AuditedModel):
             errors.setdefault("breaker_cooldown_s", []).append(_("Enter 0 to 86400 seconds."))
         if errors:
             raise ValidationError(errors)
+
+    def _settings_changed(self) -> list[str]:
+        """The names ``public_env`` marks as settings (shown, exported, never masked) that are new or whose value
+        changed since the row was stored: a setting stored before a check was added still saves as it is."""
+        public = [n for n in self.public_env if isinstance(n, str)] if isinstance(self.public_env, list) else []
+        if self.pk is None:
+            return public
+        env = self.env if isinstance(self.env, dict) else {}
+        stored_public = stored_value(self, "public_env")
+        stored_public = set(stored_public) if isinstance(stored_public, list) else set()
+        stored_env = stored_value(self, "env")
+        stored_env = stored_env if isinstance(stored_env, dict) else {}
+        return [n for n in public if n not in stored_public or env.get(n) != stored_env.get(n)]
 
     def secret_values(self) -> list[str]:
         """The secret values of this binding, for masking: every env and header value, except the env values an

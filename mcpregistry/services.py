@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import time
 import unicodedata
 from collections.abc import Mapping
@@ -34,7 +35,7 @@ from audit.changes import (
     config_change_record,
     instance_changes,
 )
-from audit.masking import mask_known, mask_text, register_secrets, storable_text
+from audit.masking import MASK, MIN_SECRET_LENGTH, mask_known, mask_text, register_secrets, storable_text
 from audit.services import audit_event_record
 from audit.visible import invisible_characters
 from mcpregistry.contracts import argument_constraints, contract_defaults, schema_problem
@@ -262,7 +263,7 @@ def _contract_fitted_to_schema(tool: McpTool, *, previous_schema: Any, actor: An
             args[name] = spec  # not the schema's before either: the admin's own, left as written
     for name, spec in after.items():
         if name not in before and name not in args:
-            args[name] = spec
+            args[name] = _without_masked_values(spec)  # a masked secret is no value to allow (``_first_contract``)
     if args == contract.args:
         return
     data: dict[str, Any] = {"args": args}
@@ -320,6 +321,9 @@ class DiscoveryReport:
     # Tools of the listing that were not registered (a name that cannot be one, a name listed twice), each as
     # "name: why"; they are among ``schema_errors`` too (never offered to a model), where the pages show them.
     rejected: list[str] = field(default_factory=list)
+    # Tools whose input schema held a secret of the binding (an allowed value, a default), stored masked: each
+    # waits for a review, and the mask is no allowed value of its first contract (``_first_contract``).
+    secrets_masked: list[str] = field(default_factory=list)
     tool_count: int = 0
 
     def health_problems(self) -> list[str]:
@@ -370,7 +374,9 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
     finally:
         if scope is not None:
             runner.close_scope(scope)
-    listing = _listing_checked(_listing_without_secrets(listing, secrets), report)
+    masked = _listing_without_secrets(listing, secrets)
+    report.secrets_masked = _tools_with_masked_schema(listing.tools, masked.tools)
+    listing = _listing_checked(masked, report)
     now = timezone.now()
     try:
         _discovery_apply(server, listing, report, now=now, actor=actor, via=via)
@@ -414,8 +420,12 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
                 report.schema_errors.append(f"{name}: {problem}")
             # Text a model reads but a person does not see (Unicode tag characters, direction overrides,
             # zero-width characters): such a tool is reviewed first, even on a binding's first discovery, its
-            # page writing them out (``audit.visible``).
-            hidden = bool(invisible_characters(description + json.dumps(input_schema, ensure_ascii=False)))
+            # page writing them out (``audit.visible``). So is one whose schema quoted the binding's secret (now
+            # masked): the server wrote it where a model reads what to send, and a value it listed is unusable.
+            secret_masked = name in report.secrets_masked
+            reviewed_first = secret_masked or bool(
+                invisible_characters(description + json.dumps(input_schema, ensure_ascii=False))
+            )
             tool = existing.get(name)
             if tool is None:
                 tool = audited_save(
@@ -427,26 +437,31 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
                         annotations=listed.get("annotations") or {},
                         schema_error=problem or "",
                         discovered_at=now,
-                        enabled=first_discovery and not hidden,
-                        review_required=not first_discovery or hidden,
+                        enabled=first_discovery and not reviewed_first,
+                        review_required=not first_discovery or reviewed_first,
                     ),
                     actor=actor,
                     via=via,
                     validate=False,
                 )
                 audited_save(
-                    ToolContract(tool=tool, **contract_defaults(input_schema, tool.annotations)),
+                    ToolContract(
+                        tool=tool, **_first_contract(input_schema, tool.annotations, secret_masked=secret_masked)
+                    ),
                     actor=actor,
                     via=via,
                     validate=False,
                 )
                 report.added.append(name)
-                if not first_discovery or hidden:
+                if not first_discovery or reviewed_first:
                     report.review_required.append(name)
                 continue
             if not ToolContract.objects.filter(tool=tool).exists():
                 audited_save(
-                    ToolContract(tool=tool, **contract_defaults(input_schema, listed.get("annotations") or {})),
+                    ToolContract(
+                        tool=tool,
+                        **_first_contract(input_schema, listed.get("annotations") or {}, secret_masked=secret_masked),
+                    ),
                     actor=actor,
                     via=via,
                     validate=False,
@@ -474,7 +489,7 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
                         enabled_before_review=tool.enabled,
                     )
                 report.review_required.append(name)
-            elif tool.discovered_at is None and (not first_discovery or hidden):
+            elif tool.discovered_at is None and (not first_discovery or reviewed_first):
                 # Named before the server listed it (an import, a form), on a server discovered before: the server
                 # grew it, as a new tool, and it is reviewed as one.
                 updates.update(enabled=False, review_required=True)
@@ -596,37 +611,91 @@ def _record_listing_changes(server: McpServer, *, resources: Any, prompts: Any) 
         config_change_record(obj=server, verb="update", diff=diff)
 
 
-_LISTING_TEXT_KEYS = frozenset({"description", "title", "instructions", "default", "examples"})
-"""The entries of a server's listing that are text a server writes for people (or a value it suggests), where a
-careless server may quote its secret; names, URIs, types and the rest of a schema's structure are not masked."""
+# Where a server's listing names something rather than states a value: a tool's, prompt's or argument's name, a
+# schema's types, required names and references, a resource's URI and media type. Kept as listed (an env value that
+# happens to be a tool's name must not rename the tool), except below a value keyword (``_LISTING_VALUE_KEYS``).
+_LISTING_NAME_KEYS = frozenset(
+    {"name", "type", "required", "format", "uri", "uriTemplate", "mimeType", "$ref", "$schema", "$id", "$anchor",
+     "$dynamicRef", "$dynamicAnchor"}
+)  # fmt: skip
+# A schema's values: everything below them is a value, whatever its key (``{"default": {"name": ...}}``).
+_LISTING_VALUE_KEYS = frozenset({"default", "examples", "enum", "const"})
+# Text a server writes for people, where a careless server quotes its secret as ``token=…`` too.
+_LISTING_PROSE_KEYS = frozenset({"description", "instructions"})
 
 
 def _listing_without_secrets(listing: Any, secrets: list[str]) -> Any:
-    """The server's listing with the binding's secrets masked wherever a server writes text (a tool's description,
-    a schema property's description, title, default or examples; a resource's or prompt's description; the
-    server's instructions): what discovery stores, audits and shows an admin. Names and the schema's structure
-    are kept as listed (an env value that happens to be a tool's name must not rename the tool)."""
+    """The server's listing with the binding's secrets masked wherever a value appears (a tool's description, a
+    schema's ``enum``, ``const``, ``default``, ``examples``, ``pattern``, title; a resource's or prompt's
+    description; the server's instructions), keys never: what discovery stores, audits, exports, shows an admin
+    and offers a model (``tenant: Literal[TOKEN, "public-demo"]`` listed the token as an allowed value). Names
+    and the schema's structure are kept as listed (``_LISTING_NAME_KEYS``). A number equal to a secret becomes the
+    mask too; a masked ``pattern`` holds the mask escaped, so that it stays a regular expression (one that matches
+    no secret)."""
+    long_secrets = {value for value in secrets if len(value) >= MIN_SECRET_LENGTH}  # as the masker ignores short ones
 
-    def texts(value: Any, key: str = "") -> Any:
+    def masked(value: Any, key: str, in_value: bool) -> Any:
         if isinstance(value, dict):
-            return {k: texts(v, k if isinstance(k, str) else "") for k, v in value.items()}
+            return {
+                k: masked(v, k if isinstance(k, str) else "", in_value or k in _LISTING_VALUE_KEYS)
+                for k, v in value.items()
+            }
         if isinstance(value, list):
-            return [texts(item, key) for item in value]
-        if isinstance(value, str) and key in _LISTING_TEXT_KEYS:
-            return (
-                mask_text(value, secrets=secrets)
-                if key in ("description", "instructions")
-                else mask_known(value, secrets=secrets)
-            )
+            return [masked(item, key, in_value) for item in value]
+        if not in_value and key in _LISTING_NAME_KEYS:
+            return value
+        if isinstance(value, str) and key in _LISTING_PROSE_KEYS and not in_value:
+            return mask_text(value, secrets=secrets)
+        if isinstance(value, str):
+            text = mask_known(value, secrets=secrets)
+            return text.replace(MASK, re.escape(MASK)) if key == "pattern" and text != value else text
+        if isinstance(value, int | float) and not isinstance(value, bool) and str(value) in long_secrets:
+            return MASK
         return value
 
     return replace(
         listing,
-        tools=texts(listing.tools),
-        resources=texts(listing.resources),
-        prompts=texts(listing.prompts),
-        server_info=texts(listing.server_info),
+        tools=masked(listing.tools, "", False),
+        resources=masked(listing.resources, "", False),
+        prompts=masked(listing.prompts, "", False),
+        server_info=masked(listing.server_info, "", False),
     )
+
+
+def _tools_with_masked_schema(listed: list[Any], masked: list[Any]) -> list[str]:
+    """The names of the tools whose input schema ``_listing_without_secrets`` changed: the server wrote a secret of
+    the binding into what a model reads as the tool's arguments (an allowed value, a default)."""
+    return [
+        str(after.get("name"))
+        for before, after in zip(listed, masked, strict=True)
+        if isinstance(before, dict)
+        and isinstance(after, dict)
+        and before.get("inputSchema") != after.get("inputSchema")
+    ]
+
+
+def _first_contract(
+    input_schema: dict[str, Any], annotations: dict[str, Any], *, secret_masked: bool
+) -> dict[str, Any]:
+    """A discovered tool's first contract (``contract_defaults``). Where its schema had a secret of the binding
+    masked (``secret_masked``), an allowed value that holds the mask is left out of the argument's ``allowed``:
+    the model is not offered "***" and the gate refuses it (sent, the server refused it or took it as a value);
+    the secret itself is never an allowed value (the model must not be given it). An argument whose every value
+    was a secret keeps the mask as its one value rather than an empty list: an empty list allows nothing here,
+    but the contract editor shows it as an empty box and a save reads that as no limit at all."""
+    contract = contract_defaults(input_schema, annotations)
+    if secret_masked:
+        contract["args"] = {name: _without_masked_values(spec) for name, spec in contract["args"].items()}
+    return contract
+
+
+def _without_masked_values(spec: dict[str, Any]) -> dict[str, Any]:
+    """An argument's constraints with the allowed values that hold the mask left out (see ``_first_contract``)."""
+    allowed = spec.get("allowed")
+    if not isinstance(allowed, list):
+        return spec
+    kept = [value for value in allowed if not (isinstance(value, str) and MASK in value)]
+    return {**spec, "allowed": kept or [MASK]} if len(kept) != len(allowed) else spec
 
 
 # ---- the classify_request local tool's table ------------------------------------------------------------------

@@ -61,28 +61,37 @@ def test_public_env_cannot_turn_a_stored_secret_into_a_setting() -> None:
     "given", [{"from_env": "DOCS_TOKEN"}, {"value": "now-a-setting"}], ids=["from_env", "new_value"]
 )
 def test_a_stored_secret_may_become_a_setting_given_anew(given: dict[str, Any]) -> None:
-    # A reference to the environment, or a new value: the stored secret is replaced, never shown.
-    config_import(actor="t", document=document())
+    # A reference to the environment, or a new value: the stored secret is replaced, never shown. (A name that
+    # says it is a secret, INTERNAL_API_KEY, never becomes a setting: ``McpServer.clean``.)
     doc = document()
-    doc["servers"][0]["env"]["INTERNAL_API_KEY"] = given
-    doc["servers"][0]["public_env"] = ["FAILURE_MODE", "INTERNAL_API_KEY"]
+    doc["servers"][0]["env"]["TENANT"] = {"value": SECRET + "-tenant"}
+    config_import(actor="t", document=doc)
+    doc["servers"][0]["env"]["TENANT"] = given
+    doc["servers"][0]["public_env"] = ["FAILURE_MODE", "TENANT"]
     config_import(actor="t", document=doc)
     exported = config_export()
     assert SECRET not in json.dumps(exported, ensure_ascii=False)
-    assert exported["servers"][0]["env"]["INTERNAL_API_KEY"] == given
+    assert exported["servers"][0]["env"]["TENANT"] == given
     assert not config_import(actor="t", document=exported).updated  # and it re-imports unchanged
 
 
 def test_a_setting_of_a_new_server_must_be_given_its_value() -> None:
     doc = document()
-    doc["servers"][0]["env"]["INTERNAL_API_KEY"] = {"set": True}
-    doc["servers"][0]["public_env"] = ["INTERNAL_API_KEY"]
-    assert "INTERNAL_API_KEY" in refused(doc)
-    doc["servers"][0]["env"]["INTERNAL_API_KEY"] = {"value": "shown"}
+    doc["servers"][0]["env"]["TENANT"] = {"set": True}
+    doc["servers"][0]["public_env"] = ["TENANT"]
+    assert "TENANT" in refused(doc)
+    doc["servers"][0]["env"]["TENANT"] = {"value": "shown"}
     config_import(actor="t", document=doc)
     exported = config_export()
-    assert exported["servers"][0]["env"]["INTERNAL_API_KEY"] == {"value": "shown"}
+    assert exported["servers"][0]["env"]["TENANT"] == {"value": "shown"}
     assert not config_import(actor="t", document=exported).updated
+
+
+def test_a_name_that_says_it_is_a_secret_never_becomes_a_setting() -> None:
+    doc = document()
+    doc["servers"][0]["env"]["INTERNAL_API_KEY"] = {"value": "shown"}
+    doc["servers"][0]["public_env"] = ["INTERNAL_API_KEY"]
+    assert "servers[0] (company): public_env: INTERNAL_API_KEY: its name says it is a secret" in refused(doc)
 
 
 # --- 2. a version's values have their fields' types -------------------------------------------------------
