@@ -20,7 +20,7 @@ from typing import Any
 from django.apps import apps
 from django.contrib.admin.utils import unquote
 from django.contrib.auth.models import Permission
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import FieldDoesNotExist, PermissionDenied
 from django.db import models, router, transaction
 from django.forms import BaseModelForm, BaseModelFormSet
 from django.http import HttpRequest, HttpResponse
@@ -105,7 +105,9 @@ def history_page(
         {
             "event": event,
             "action": action_label(event.action),
-            "fields": ", ".join(str(name) for name in (event.args or {}) if not str(name).startswith("_")),
+            "fields": ", ".join(
+                _field_label(opts, str(name)) for name in (event.args or {}) if not str(name).startswith("_")
+            ),
             "via": (event.result or {}).get("via", "") if isinstance(event.result, dict) else "",
             "url": reverse("admin:audit_auditevent_change", args=[event.pk], current_app=model_admin.admin_site.name)
             if may_view_events
@@ -128,6 +130,15 @@ def history_page(
     }
     request.current_app = model_admin.admin_site.name
     return TemplateResponse(request, "admin/audit/object_history.html", context)
+
+
+def _field_label(opts: Any, name: str) -> str:
+    """A recorded field by its label in the reader's language (``system_prompt`` → "시스템 프롬프트"); a name the
+    model no longer has as recorded."""
+    try:
+        return str(opts.get_field(name).verbose_name)
+    except FieldDoesNotExist:
+        return name
 
 
 class ServiceAdminMixin:

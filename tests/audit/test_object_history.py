@@ -38,7 +38,7 @@ def test_an_objects_history_lists_its_changes_from_the_audit_record(admin_client
     assert f'href="/admin/audit/auditevent/{update.pk}/change/"' in page.content.decode()
     assert f"#{update.seq}" in shown and f"#{create.seq}" in shown
     assert shown.index(f"#{update.seq}") < shown.index(f"#{create.seq}")  # newest first
-    assert "admin" in shown and "name" in shown
+    assert "admin" in shown and "이름" in shown  # the field, by its label
 
 
 def test_another_objects_changes_are_not_in_its_history(admin_client: Client) -> None:
