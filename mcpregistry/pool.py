@@ -52,7 +52,7 @@ from mcp import McpError, StdioServerParameters, types
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import MCP_DEFAULT_TIMEOUT, create_mcp_http_client
+from mcp.shared._httpx_utils import MCP_DEFAULT_TIMEOUT, create_mcp_http_client, next_request_within_origin
 
 import agent_platform.telemetry as telemetry
 from audit.masking import mask_text, registered_secrets
@@ -383,7 +383,7 @@ class McpSessionPool:
             return future.result(timeout=timeout)
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise McpTimeoutError("no answer within the deadline") from None
+            raise McpTimeoutError(_("no answer within the deadline")) from None
         except BaseException:
             # The caller was stopped while it waited (Celery's soft time limit): the coroutine is cancelled with it.
             # Left running on the loop, a call whose session was still opening went out after the run had ended
@@ -415,6 +415,14 @@ class McpSessionPool:
         entered and exited by the same task."""
         conn = pooled.connection
         stderr_pipe: _StderrPipe | None = None
+        session: ClientSession | None = None
+
+        async def fail_refused_post(response: httpx.Response) -> None:
+            # Over SSE, each request is POSTed: the SDK only logs a refused POST (and stops sending), so its request
+            # is failed here, at once, from the HTTP answer (an httpx response hook), not at its deadline.
+            if session is not None:
+                await _fail_refused_post(session, response)
+
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if conn.transport == "stdio":
@@ -437,12 +445,12 @@ class McpSessionPool:
                             conn.url,
                             headers=dict(conn.headers) or None,
                             sse_read_timeout=self._read_timeout().read or MCP_DEFAULT_TIMEOUT,
+                            httpx_client_factory=_http_client_factory(on_response=fail_refused_post),
                         )
                     )
                 else:
                     raise McpTransportError(f"unknown transport {conn.transport!r}")
 
-                session: ClientSession | None = None
                 # Cancelled to fail the session from its message handler: ends the initialize or the wait below.
                 failing = anyio.CancelScope()
 
@@ -456,8 +464,11 @@ class McpSessionPool:
                         pooled.failure = McpTransportError(f"unexpected HTTP content type: {content_type}")
                         failing.cancel()
                         return
-                    if session is not None and await _fail_unreadable_answer(session, message):
-                        return  # an answer the SDK could not parse: told to the request it answers, as its failure
+                    if session is not None:
+                        if isinstance(message, httpx.RequestError) and await _fail_lost_answer(session, message):
+                            return  # an HTTP answer whose body was lost on the way: told to its request, at once
+                        if await _fail_unreadable_answer(session, message):
+                            return  # an answer the SDK could not parse: told to the request it answers, as its failure
                     if len(pooled.protocol_noise) < 3:
                         pooled.protocol_noise.append(_noise_of(message))
 
@@ -648,7 +659,11 @@ class McpSessionPool:
                     return await _until_owner_ends(pooled, operation(pooled))
             except TimeoutError:
                 self._retire(pooled)  # its request is in an unknown state: the session is closed once its calls end
-                raise McpTimeoutError(f"no answer from '{connection.mcp_id}' within {timeout_s:g}s") from None
+                message = _("no answer from '%(server)s' within %(seconds)ss") % {
+                    "server": connection.mcp_id,
+                    "seconds": f"{timeout_s:g}",
+                }
+                raise McpTimeoutError(message) from None
             except _OwnerEnded as ended:
                 # The session's transport failed while the request was out (an HTTP 5xx, the connection lost):
                 # said at once, not after the whole timeout as "timeout". Its error is the session's, perhaps
@@ -657,16 +672,16 @@ class McpSessionPool:
                 await self._discard(pooled)
                 if attempt == 1 and resend:
                     continue
-                raise McpTransportError(
-                    f"session to '{connection.mcp_id}' broke: {_describe(ended.error) if ended.error else 'ended'}"
-                ) from ended.error
+                if ended.error is None:
+                    message = _("session to '%(server)s' ended") % {"server": connection.mcp_id}
+                else:
+                    message = _broke(connection, _describe(ended.error))
+                raise McpTransportError(message) from ended.error
             except NOT_SENT_ERRORS as exc:
                 await self._discard(pooled)
                 if attempt == 1:
                     continue
-                raise McpTransportError(
-                    f"session to '{connection.mcp_id}' broke: {_describe(exc)}", sent=False
-                ) from exc
+                raise McpTransportError(_broke(connection, _describe(exc)), sent=False) from exc
             except McpError as exc:
                 if _session_ended_by_server(exc):
                     # The server answered 404 for this session's id (it restarted, or ended the session): the
@@ -674,21 +689,32 @@ class McpSessionPool:
                     await self._discard(pooled)
                     if attempt == 1:
                         continue
-                    raise McpTransportError(
-                        f"session to '{connection.mcp_id}' was ended by the server: {exc}", sent=False
-                    ) from exc
+                    message = _("session to '%(server)s' was ended by the server: %(error)s") % {
+                        "server": connection.mcp_id,
+                        "error": exc,
+                    }
+                    raise McpTransportError(message, sent=False) from exc
+                if exc.error.data == ANSWER_LOST:
+                    # The request went out and its answer was lost on the way (the connection dropped while its body
+                    # was read; over SSE, the POST that carried it was refused): a broken transport, told at once,
+                    # its outcome unknown. The session is retired, as after a timeout: over SSE it can send nothing
+                    # more (the SDK stopped its writer); a call in flight on it keeps its own answer.
+                    self._retire(pooled)
+                    if attempt == 1 and resend:
+                        continue
+                    raise McpTransportError(_broke(connection, exc.error.message)) from exc
                 if _session_broke(pooled, exc):
                     await self._discard(pooled)
                     if attempt == 1 and resend:
                         continue
                     why = pooled.failure or exc  # the session's own failure, where it was failed from inside
-                    raise McpTransportError(f"session to '{connection.mcp_id}' broke: {why}") from exc
+                    raise McpTransportError(_broke(connection, str(why))) from exc
                 raise
             except TRANSPORT_ERRORS as exc:
                 await self._discard(pooled)
                 if attempt == 1 and resend:
                     continue
-                raise McpTransportError(f"session to '{connection.mcp_id}' broke: {_describe(exc)}") from exc
+                raise McpTransportError(_broke(connection, _describe(exc))) from exc
             finally:
                 self._release(pooled)
         raise AssertionError("unreachable")
@@ -1035,8 +1061,18 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _broke(connection: ServerConnection, error: str) -> str:
+    """The pool's sentence for a session that broke under a request, ``error`` saying how."""
+    return _("session to '%(server)s' broke: %(error)s") % {"server": connection.mcp_id, "error": error}
+
+
 UNREADABLE_ANSWER = "platform:unreadable_answer"
 """The ``data`` of the JSON-RPC error a request is failed with when its answer could not be parsed."""
+
+ANSWER_LOST = "platform:answer_lost"
+"""The ``data`` of the JSON-RPC error a request is failed with when its answer was lost on the way (the connection
+dropped while its body was read, or the POST that carried it was refused): the pool raises it as a transport error
+of a request that went out (``sent=True``)."""
 
 # A JSON text's strings and brackets, to read the top level of a line too deeply nested to parse.
 _JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]]')
@@ -1054,20 +1090,91 @@ async def _fail_unreadable_answer(session: ClientSession, exc: Exception) -> boo
     from its top level without parsing it; the SDK's pending requests (``_response_streams``) are private to it."""
     line = _unparsed_line(exc)
     request_id = _response_id(line) if line is not None else None
-    if isinstance(request_id, str) and request_id.lstrip("-").isdigit():
-        request_id = int(request_id)  # as the SDK matches an answer's id to its request's
     if request_id is None:
-        return False
-    stream = session._response_streams.pop(request_id, None)
-    if stream is None:
         return False
     why = _parse_error_reason(exc)
     error = types.ErrorData(
         code=types.PARSE_ERROR, message=f"the server's answer could not be read: {why}", data=UNREADABLE_ANSWER
     )
+    return await _fail_pending_request(session, request_id, error)
+
+
+async def _fail_lost_answer(session: ClientSession, exc: httpx.RequestError) -> bool:
+    """Fail the pending request whose HTTP answer ``exc`` lost (the connection dropped while its body was read), with
+    a JSON-RPC error marked :data:`ANSWER_LOST`. Returns whether there was one.
+
+    The streamable HTTP client hands such an error to the message handler only: the request would wait for its whole
+    timeout, then be taken for unanswered. Which request it was is read from the body of the HTTP request that
+    carried it (``exc.request``): the error itself names none."""
+    try:
+        request = exc.request
+    except RuntimeError:  # an error raised outside a request (httpx sets it on those raised while one is sent)
+        return False
+    request_id = _carried_request_id(request)
+    if request_id is None:
+        return False
+    return await _fail_pending_request(session, request_id, _answer_lost_error(_describe(exc)))
+
+
+async def _fail_refused_post(session: ClientSession, response: httpx.Response) -> None:
+    """Fail the pending request whose POST the server refused (a 403, a 500: an SSE session's POSTs, where
+    ``response`` is the HTTP answer to one), with a JSON-RPC error marked :data:`ANSWER_LOST` naming the status.
+
+    The SDK's SSE client logs the HTTP error and stops sending on the session, but the request would wait for its
+    whole timeout. The status is said, never the URL (its query may hold a key). A redirect the SDK follows is not a
+    refusal."""
+    if response.request.method != "POST" or response.is_success or next_request_within_origin(response) is not None:
+        return
+    request_id = _carried_request_id(response.request)
+    if request_id is None:
+        return  # a notification, or the answer to a server's request: nobody waits for it
+    status = f"HTTP {response.status_code} {httpx.codes.get_reason_phrase(response.status_code)}".strip()
+    await _fail_pending_request(session, request_id, _answer_lost_error(status))
+
+
+def _answer_lost_error(detail: str) -> types.ErrorData:
+    return types.ErrorData(code=types.CONNECTION_CLOSED, message=detail, data=ANSWER_LOST)
+
+
+def _carried_request_id(request: httpx.Request) -> int | str | None:
+    """The id of the JSON-RPC request an HTTP request's body carried (None for a notification, an answer, or a body
+    that is not JSON-RPC)."""
+    try:
+        message = json.loads(request.content)
+    except (httpx.RequestNotRead, ValueError):
+        return None
+    if not isinstance(message, dict) or "method" not in message:
+        return None
+    request_id = message.get("id")
+    return request_id if isinstance(request_id, (int, str)) and not isinstance(request_id, bool) else None
+
+
+async def _fail_pending_request(session: ClientSession, request_id: int | str, error: types.ErrorData) -> bool:
+    """Answer ``session``'s pending request ``request_id`` with ``error`` (its caller raises it as ``McpError``).
+    Returns whether it was pending. The SDK's pending requests (``_response_streams``) are private to it."""
+    if isinstance(request_id, str) and request_id.lstrip("-").isdigit():
+        request_id = int(request_id)  # as the SDK matches an answer's id to its request's
+    stream = session._response_streams.pop(request_id, None)
+    if stream is None:
+        return False
     with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):  # its caller gave up already
         await stream.send(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
     return True
+
+
+def _http_client_factory(
+    *, on_response: Callable[[httpx.Response], Awaitable[None]]
+) -> Callable[..., httpx.AsyncClient]:
+    """The SDK's HTTP client factory (``create_mcp_http_client``), with ``on_response`` called on every answer."""
+
+    def factory(
+        headers: dict[str, str] | None = None, timeout: httpx.Timeout | None = None, auth: httpx.Auth | None = None
+    ) -> httpx.AsyncClient:
+        client = create_mcp_http_client(headers=headers, timeout=timeout, auth=auth)
+        client.event_hooks = {**client.event_hooks, "response": [*client.event_hooks["response"], on_response]}
+        return client
+
+    return factory
 
 
 def _parse_errors(exc: Exception) -> list[dict[str, Any]]:
@@ -1087,8 +1194,15 @@ def _parse_error_reason(exc: Exception) -> str:
 
 
 def _unparsed_line(exc: Exception) -> str | None:
-    """The line a parse error refused."""
-    return next((error["input"] for error in _parse_errors(exc) if isinstance(error.get("input"), str)), None)
+    """The line a parse error refused. An HTTP answer is parsed from bytes: decoded here, a byte that is not UTF-8
+    replaced (an answer that is not UTF-8 is one the SDK refused, its id still readable)."""
+    for error in _parse_errors(exc):
+        unparsed = error.get("input")
+        if isinstance(unparsed, bytes):
+            return unparsed.decode("utf-8", errors="replace")
+        if isinstance(unparsed, str):
+            return unparsed
+    return None
 
 
 def _response_id(line: str) -> int | str | None:

@@ -280,7 +280,7 @@ def test_a_server_that_exits_mid_call_is_a_transport_failure_in_the_run(before: 
     run = run_calling(server)
     # The pool never re-sends a call that went out; the gate's retries do, each one audited, and each process dies.
     assert_a_failure_value(run, reason="transport", says="connection closed")
-    assert "broke" in run.answer
+    assert "'exits-mid-call' 세션이 끊어졌습니다" in run.answer  # the pool's words, in the run's language
     assert_no_process_left_behind(before)
 
 
