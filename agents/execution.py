@@ -48,15 +48,17 @@ from django.utils import timezone, translation
 import agent_platform.telemetry as telemetry
 from agents import engine
 from agents.approvals import RunApprovals
-from agents.budgets import budget_settle, run_spent_usage, run_usage_fields, token_ceiling_sql
+from agents.budgets import run_spent_usage, run_usage_fields, token_ceiling_sql
 from agents.config_cache import run_parts
 from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_time_limits
 from agents.errors import RunCancelled
 from agents.models import Agent, Approval, Run
 from agents.run_state import (
+    SECRET_UNREADABLE,
     RunEventWriter,
     approvals_interrupted,
     approvals_unused,
+    run_budgets_settle,
     run_fail_unheld,
     run_resume,
     run_row_lock,
@@ -68,6 +70,7 @@ from audit.change_guard import config_generation_sql
 from audit.masking import register_secrets
 from audit.row_statements import RowUpdate
 from audit.services import audit_chain_held_off
+from mcpregistry.crypto import SecretDecryptionError
 from mcpregistry.pool import get_default_pool
 
 logger = logging.getLogger(__name__)
@@ -100,8 +103,11 @@ class RunClaim:
     deadline: float  # on ``clock``: when the run's soft time limit is up
     # The run as claimed (its row read by the claim, with the claim's changes) and what was read with it.
     view: _ClaimView
+    # On ``clock``: when the claim was last known to hold the run (its claim, a heartbeat, a check between steps).
+    confirmed_at: float = 0.0
     stop_reason: StopReason = ""
     lost: threading.Event = field(default_factory=threading.Event)
+    ended_elsewhere: bool = False  # found by ``may_append``: the run is another's, or ended without this worker
 
     def mine(self) -> QuerySet[Run]:
         return Run.objects.filter(
@@ -110,9 +116,11 @@ class RunClaim:
 
     def heartbeat(self) -> bool:
         """Extend the lease, if the claim is still ours. Returns False (and marks the claim lost) if not."""
-        now = timezone.now()
+        at, now = clock(), timezone.now()
         held = self.mine().update(heartbeat_at=now, lease_expires_at=now + timedelta(seconds=self.lease_s)) == 1
-        if not held:
+        if held:
+            self.confirmed_at = at
+        else:
             self.lost.set()
         return held
 
@@ -133,15 +141,38 @@ class RunClaim:
     def check(self) -> None:
         """Between steps: raise ``RunCancelled`` if the run was cancelled, ``RunStopped`` if its time limit has
         passed or the claim is no longer ours (``stop_reason`` says which)."""
+        at = clock()
         row = _run_holder(self.run_id)
         if row is not None and row[0] == Run.Status.CANCELLED:
             raise RunCancelled()
         if self.lost.is_set() or row != (Run.Status.RUNNING, self.worker, self.delivery):
             self.stop_reason = "lost"
             raise RunStopped("this worker no longer holds the run")
+        self.confirmed_at = at
         if self.time_is_up():
             self.stop_reason = "time_limit"
             raise RunStopped("time limit")
+
+    def may_append(self) -> bool:
+        """Whether this worker may still append the run's progress events (``RunEventWriter.appends_while``): while
+        its claim holds the run, or once the run was cancelled while it held it (it records the cancellation last).
+        Without a query while the hold was confirmed less than half a lease ago: another worker takes a run over only
+        once its lease has lapsed, so a run's events cost nothing more; a process that was paused longer (stopped,
+        swapped out) reads the run's holder first, and once it finds the run another's or ended, appends nothing."""
+        if self.ended_elsewhere:
+            return False
+        at = clock()
+        if not self.lost.is_set() and at - self.confirmed_at < self.lease_s / 2:
+            return True
+        row = _run_holder(self.run_id)
+        if row is not None and row[1:] == (self.worker, self.delivery):
+            if row[0] == Run.Status.RUNNING and not self.lost.is_set():
+                self.confirmed_at = at
+                return True
+            if row[0] == Run.Status.CANCELLED:
+                return True
+        self.ended_elsewhere = True
+        return False
 
     def release(self) -> None:
         """Give the run back to the queue (a retryable error: the task's retry claims it again), with its
@@ -330,6 +361,7 @@ def run_claim(*, run_id: str, began: float | None = None) -> RunClaim | None:
 
     ``began`` (on ``clock``) is when this delivery started, from which the run's time limit counts."""
     began = clock() if began is None else began
+    confirmed_at = clock()  # before the claim's lease is counted from ``now``
     view = _claim_view(run_id)
     if view is None:
         logger.warning("run %s does not exist", run_id)
@@ -392,6 +424,7 @@ def run_claim(*, run_id: str, began: float | None = None) -> RunClaim | None:
         lease_s=lease_s,
         deadline=began + soft,
         view=view,
+        confirmed_at=confirmed_at,
     )
 
 
@@ -405,9 +438,10 @@ def run_execute(*, run_id: str) -> None:
     """Execute a queued run (or resume one whose approval was decided), or take over one whose worker died.
 
     Does nothing for a run another live worker holds, or one that has finished. Tool and model failures end the
-    run as values (the gate and the engine own them); a soft time limit ends it ``failed`` (``time_limit``).
-    Raises only what a retry can fix (``RETRYABLE_ERRORS``: the database or the broker hiccuped), after giving
-    the run back to the queue, so that the task's retry claims it again."""
+    run as values (the gate and the engine own them); a soft time limit ends it ``failed`` (``time_limit``); any
+    other fault of the pass (setting it up, storing its end) ends it ``failed`` too, on this delivery
+    (``_fail_on_fault``). Raises only what a retry can fix (``RETRYABLE_ERRORS``: the database or the broker
+    hiccuped), after giving the run back to the queue, so that the task's retry claims it again."""
     # The process's audit chainer thread chains the run's events after it (or, for a long run, within
     # AUDIT_CHAIN_HOLD_OFF_S), not in the middle of it.
     with audit_chain_held_off():
@@ -420,18 +454,54 @@ def run_execute(*, run_id: str) -> None:
             _execute_claimed(claim)
         except SoftTimeLimitExceeded:
             if not claim.fail("time_limit", "the run did not finish within its time limit"):
-                # No longer ours, as a pass that could not store its outcome (``_store_outcome``): cancelled while it
-                # ran (a call cut short may have been an approved write), it records the run's end, which streams,
-                # the admin's live view and ``?wait`` follow the run until; a model call under way is counted.
-                if _stopped_by_cancellation(claim):
-                    RunEventWriter(run_id=claim.run_id, secrets=[]).emit_cancelled()
-                _count_late_tokens(claim.run_id)
+                _ended_elsewhere(claim)
         except RETRYABLE_ERRORS:
             logger.warning("run %s: retryable failure; giving the run back to the queue", run_id, exc_info=True)
             claim.release()
             raise
+        except Exception as exc:  # noqa: BLE001 - the run ends failed, its cause logged (``_fail_on_fault``)
+            _fail_on_fault(claim, exc)
         finally:
             claim.stop_heartbeat()
+
+
+# A run's stored message when a secret of its configuration cannot be decrypted (no secret in it: the setting).
+CONFIGURATION_UNREADABLE_MESSAGE = (
+    "a stored secret of the run's configuration cannot be decrypted: check SECRETS_ENCRYPTION_KEYS"
+)
+
+
+def _fail_on_fault(claim: RunClaim, exc: Exception) -> None:
+    """A fault of the pass outside the engine, which ends the run as a value itself: setting the pass up (its
+    configuration, its model key, its conversation) or storing its end. The run fails now, on this delivery, with
+    its reason (``_fault_reason``), and the task ends: raised, it would have left the run ``running`` until its lease
+    lapsed, to be delivered again, fail the same way, and end as ``worker_lost``, its cause in the log alone."""
+    code, message = _fault_reason(claim, exc)
+    logger.error("run %s: its pass failed (%s)", claim.run_id, code, exc_info=exc)
+    if not claim.fail(code, message):
+        _ended_elsewhere(claim)
+
+
+def _fault_reason(claim: RunClaim, exc: Exception) -> tuple[str, str]:
+    """The error code and stored message of a pass's fault: ``time_limit`` where its time was up (as ``_judged``
+    judges an outcome); ``config:secret_unreadable`` where a secret stored in the configuration cannot be
+    decrypted (with this process's keys: every delivery would fail the same way); else ``internal``, named by the
+    exception's class alone (its text may quote what it read)."""
+    if claim.stop_reason == "time_limit" or claim.time_is_up():
+        return "time_limit", "the run did not finish within its time limit"
+    if isinstance(exc, SecretDecryptionError):
+        return SECRET_UNREADABLE, CONFIGURATION_UNREADABLE_MESSAGE
+    return "internal", type(exc).__name__
+
+
+def _ended_elsewhere(claim: RunClaim) -> None:
+    """A pass that could not record the run's end because its claim is no longer ours, as one that could not store
+    its outcome (``_store_outcome``): cancelled while it ran (a call cut short may have been an approved write), it
+    records the run's end, which streams, the admin's live view and ``?wait`` follow the run until; a model call
+    under way is counted."""
+    if _stopped_by_cancellation(claim):
+        RunEventWriter(run_id=claim.run_id, secrets=[]).emit_cancelled()
+    _count_late_tokens(claim.run_id)
 
 
 # How many earlier turns of a conversation (A2A contextId) a run gives the model.
@@ -505,7 +575,9 @@ def _execute_claimed(claim: RunClaim) -> None:
     # tokens may have been spent outside this pass's outcome (an earlier delivery or pass).
     settle = token_ceiling is not None or not fresh
     actor = f"api_key:{parts.api_key_prefix}" if parts.api_key_prefix is not None else "local"
-    writer = RunEventWriter(run_id=run.id, secrets=secrets, last_seq=0 if fresh else None)
+    writer = RunEventWriter(
+        run_id=run.id, secrets=secrets, last_seq=0 if fresh else None, appends_while=claim.may_append
+    )
     approvals = RunApprovals(run_id=run.id, actor=actor, secrets=secrets)
     # This event marks the start of the pass: the reconciler counts the time limit from it.
     writer.emit("status", {"status": "running", "delivery": claim.delivery})
@@ -692,7 +764,7 @@ def _store_outcome(
                     approvals_interrupted(run_id=claim.run_id, why=outcome.status)
                     approvals_unused(run_id=claim.run_id, why=outcome.status)
                 if settle:
-                    budget_settle(run_id=claim.run_id)
+                    run_budgets_settle(run_id=claim.run_id)
     if stored == 1:
         # After the caller's answer is stored: a live run of an agent with a shadow version may start its shadow
         # (the agent as it was loaded for this run), a shadow is compared.
@@ -733,7 +805,7 @@ def _count_late_tokens(run_id: Any) -> None:
     with transaction.atomic():
         run_row_lock(run_id)
         if Run.objects.filter(id=run_id, status__in=finished).exists():
-            budget_settle(run_id=run_id)
+            run_budgets_settle(run_id=run_id)
 
 
 def _merged_timings(run: Run, timings: dict[str, float]) -> dict[str, float]:

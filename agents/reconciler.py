@@ -29,20 +29,29 @@ In order:
 
 Steps 2 and 3 handle at most ``PLATFORM_RECONCILE_BATCH`` runs per pass, oldest first, so a backlog does not
 flood the broker.
+
+Each run is put right on its own, and each step too (``_alone``): one the reconciler cannot repair (a row it cannot
+read, such as a secret stored with a key this process lacks) is logged with its id and the pass goes on, rather
+than every pass dying on it first while approvals never expire and lost runs stay ``running``. A run whose worker
+is lost and that cannot be queued again is failed instead. What a retry can fix (``RETRYABLE_ERRORS``: the database
+or the broker cannot be reached) ends the pass: the next one tries again.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
+from functools import partial
+from typing import Any, TypeVar
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from agents.approvals import approvals_expire_due
-from agents.dispatch import lifecycle_setting, run_dispatch, run_time_limits
+from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_dispatch, run_time_limits
 from agents.models import Approval, Run, RunEvent
 from agents.run_state import (
     RunEventWriter,
@@ -56,6 +65,8 @@ from agents.run_state import (
 from agents.selectors import cancellation_recorded
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -80,16 +91,37 @@ def runs_reconcile(*, now: datetime | None = None) -> ReconcileReport:
     """One pass (see the module's docstring). Returns what it changed."""
     now = now or timezone.now()
     report = ReconcileReport()
-    report.timed_out = _fail_overdue_runs(now)
-    report.requeued, report.worker_lost = _recover_runs_of_lost_workers(now)
-    report.redispatched = _redispatch_stale_queued_runs(now)
-    report.approvals_expired = approvals_expire_due()
-    report.parked_resumed = _resume_parked_runs_without_pending_approvals()
-    report.approvals_ended = _end_approvals_of_finished_runs(now)
-    _end_runs_cancelled_while_running(now)  # logged, not a figure of the report (which reconcile_runs prints)
+    report.timed_out = _alone("fail the runs past their time limit", lambda: _fail_overdue_runs(now), 0)
+    report.requeued, report.worker_lost = _alone(
+        "recover the runs of lost workers", lambda: _recover_runs_of_lost_workers(now), (0, 0)
+    )
+    report.redispatched = _alone("dispatch stale queued runs again", lambda: _redispatch_stale_queued_runs(now), 0)
+    report.approvals_expired = _alone("expire due approvals", approvals_expire_due, 0)
+    report.parked_resumed = _alone("resume parked runs", _resume_parked_runs_without_pending_approvals, 0)
+    report.approvals_ended = _alone(
+        "end the approvals of finished runs", lambda: _end_approvals_of_finished_runs(now), 0
+    )
+    # Logged, not a figure of the report (which reconcile_runs prints).
+    _alone("end the runs cancelled while running", lambda: _end_runs_cancelled_while_running(now), None)
     if report.changed:
         logger.info("reconciled runs: %s", report.as_dict())
     return report
+
+
+def _alone(what: str, repair: Callable[[], T], nothing: T, *, run_id: Any = None) -> T:
+    """``repair()``, on its own: what it returns, or ``nothing`` where it raised, logged with what it was doing
+    (and the run's id), so that the pass goes on. Every repair of a run is a transaction of its own (rolled back
+    when it raises); what a retry can fix (``RETRYABLE_ERRORS``) is raised: every other repair would meet it too."""
+    try:
+        return repair()
+    except RETRYABLE_ERRORS:
+        raise
+    except Exception:
+        if run_id is None:
+            logger.exception("the reconciler could not %s; its pass goes on", what)
+        else:
+            logger.exception("run %s: the reconciler could not %s; its pass goes on", run_id, what)
+        return nothing
 
 
 def runs_next_lease_due_in_s(*, now: datetime | None = None) -> float | None:
@@ -124,19 +156,23 @@ def _fail_overdue_runs(now: datetime) -> int:
         _soft, hard = run_time_limits(row["agent__time_limit_s"])
         if began is None or began + timedelta(seconds=hard) > now:
             continue
-        failed += run_fail_unheld(
-            run_id=row["id"],
-            # The pass as read: a pass claimed since (a resumed run counts its deliveries afresh) is not this one.
-            match={
-                "status": Run.Status.RUNNING,
-                "worker": row["worker"],
-                "delivery_count": row["delivery_count"],
-                "pass_started_at": row["pass_started_at"],
-            },
-            error_code="time_limit",
-            error_message=f"the run did not finish within its time limit ({row['agent__time_limit_s']} s)",
-        )
+        failed += _alone("fail it (time limit)", partial(_fail_overdue_run, row), False, run_id=row["id"])
     return failed
+
+
+def _fail_overdue_run(row: Mapping[str, Any]) -> bool:
+    return run_fail_unheld(
+        run_id=row["id"],
+        # The pass as read: a pass claimed since (a resumed run counts its deliveries afresh) is not this one.
+        match={
+            "status": Run.Status.RUNNING,
+            "worker": row["worker"],
+            "delivery_count": row["delivery_count"],
+            "pass_started_at": row["pass_started_at"],
+        },
+        error_code="time_limit",
+        error_message=f"the run did not finish within its time limit ({row['agent__time_limit_s']} s)",
+    )
 
 
 def _recover_runs_of_lost_workers(now: datetime) -> tuple[int, int]:
@@ -149,28 +185,41 @@ def _recover_runs_of_lost_workers(now: datetime) -> tuple[int, int]:
     )
     requeued = lost = 0
     for row in expired:
-        match = {
-            "status": Run.Status.RUNNING,
-            "worker": row["worker"],
-            "delivery_count": row["delivery_count"],
-            "lease_expires_at": row["lease_expires_at"],
-        }
-        if row["delivery_count"] >= max_deliveries:
-            lost += run_fail_unheld(
-                run_id=row["id"],
-                match=match,
-                error_code="worker_lost",
-                error_message=f"the worker running it was lost {row['delivery_count']} times",
-            )
-        else:
-            requeued += run_requeue_unheld(
-                run_id=row["id"],
-                match=match,
-                time_limit_s=row["agent__time_limit_s"],
-                purpose=row["purpose"],
-                reason=f"worker_lost: {row['worker']} stopped renewing its lease",
-            )
+        queued = None
+        if row["delivery_count"] < max_deliveries:
+            queued = _alone("queue it again", partial(_requeue_lost_run, row), None, run_id=row["id"])
+            requeued += bool(queued)
+        if queued is None:  # its last delivery was lost, or it could not be queued again: never left running
+            lost += _alone("fail it (worker lost)", partial(_fail_lost_run, row), False, run_id=row["id"])
     return requeued, lost
+
+
+def _lost_run_as_read(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "status": Run.Status.RUNNING,
+        "worker": row["worker"],
+        "delivery_count": row["delivery_count"],
+        "lease_expires_at": row["lease_expires_at"],
+    }
+
+
+def _requeue_lost_run(row: Mapping[str, Any]) -> bool:
+    return run_requeue_unheld(
+        run_id=row["id"],
+        match=_lost_run_as_read(row),
+        time_limit_s=row["agent__time_limit_s"],
+        purpose=row["purpose"],
+        reason=f"worker_lost: {row['worker']} stopped renewing its lease",
+    )
+
+
+def _fail_lost_run(row: Mapping[str, Any]) -> bool:
+    return run_fail_unheld(
+        run_id=row["id"],
+        match=_lost_run_as_read(row),
+        error_code="worker_lost",
+        error_message=f"the worker running it was lost {row['delivery_count']} times",
+    )
 
 
 def _redispatch_stale_queued_runs(now: datetime) -> int:
@@ -235,10 +284,15 @@ def _end_approvals_of_finished_runs(now: datetime) -> int:
         _soft, hard = run_time_limits(time_limit_s)
         if finished_at is not None and finished_at + timedelta(seconds=hard) > now:
             continue  # its worker may still be finishing a call (a run cancelled while it ran)
-        with transaction.atomic():
-            ended += approvals_interrupted(run_id=run_id, why="run_finished")
-            ended += approvals_unused(run_id=run_id, why="run_finished")
+        ended += _alone("end its approvals", partial(_end_approvals_of, run_id), 0, run_id=run_id)
     return ended
+
+
+@transaction.atomic
+def _end_approvals_of(run_id: Any) -> int:
+    return approvals_interrupted(run_id=run_id, why="run_finished") + approvals_unused(
+        run_id=run_id, why="run_finished"
+    )
 
 
 def _end_runs_cancelled_while_running(now: datetime) -> None:

@@ -10,7 +10,7 @@ run, is as light).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -19,15 +19,21 @@ from django.utils import timezone
 
 from agents.budgets import budget_settle
 from agents.decision_reasons import UNUSED_APPROVAL
-from agents.dispatch import lifecycle_setting, run_dispatch
+from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_dispatch
 from agents.models import Approval, Run, RunEvent
 from agents.run_wakeup import run_changed
 from agents.shadow import shadow_after_store
 from audit.masking import mask_value
 from audit.row_statements import RowInsert
 from audit.services import audit_event_record
+from mcpregistry.crypto import SecretDecryptionError
 
 logger = logging.getLogger(__name__)
+
+# The reason code of a run that could not be set up, and of a submission refused, because a secret stored in the
+# configuration cannot be decrypted with this process's ``SECRETS_ENCRYPTION_KEYS`` (a key missing on this machine,
+# or dropped at a rotation: system check ``audit.W003``). Its messages name the setting, never the secret.
+SECRET_UNREADABLE = "config:secret_unreadable"  # noqa: S105 - a reason code, not a secret
 
 
 # --- queueing again ----------------------------------------------------------------------------------------
@@ -60,8 +66,36 @@ def run_resume(*, run_id: str) -> bool:
 
 
 def run_fail_unheld(*, run_id: Any, match: dict[str, Any], error_code: str, error_message: str) -> bool:
-    """Fail a run nobody should be running any more (time limit passed, worker lost), if it still is as read:
-    compare-and-swap on ``match`` (status, worker, delivery, …), with its ``status`` event, in one transaction."""
+    """Fail a run nobody should be running any more (time limit passed, worker lost, a pass that crashed), if it
+    still is as read: compare-and-swap on ``match`` (status, worker, delivery, …), with its ``status`` event, in one
+    transaction; its approvals end and its budgets are settled in it.
+
+    A failure that cannot be recorded whole (an approval of the run or its agent that cannot be read, such as a
+    secret this process cannot decrypt) is logged and recorded bare, the run's status and its ``status`` event: the
+    run never stays ``running`` because of what it left behind; its approvals end at the reconciler's step 6. Only
+    what a retry can fix (``RETRYABLE_ERRORS``: the database or the broker) is raised, for the caller to retry."""
+    try:
+        failed = _run_fail_recorded(run_id=run_id, match=match, error_code=error_code, error_message=error_message)
+    except RETRYABLE_ERRORS:
+        raise
+    except Exception:
+        logger.exception("run %s: its failure (%s) could not be recorded whole; recorded bare", run_id, error_code)
+        failed = _run_fail_recorded(
+            run_id=run_id, match=match, error_code=error_code, error_message=error_message, bare=True
+        )
+    if failed:
+        logger.warning("run %s failed: %s (%s)", run_id, error_code, error_message)
+        # As after a stored outcome (``agents.execution._store_outcome``), once the failure is committed: a live run
+        # may start its shadow, a shadow is compared with its live run (a candidate that timed out where the live
+        # version answered is the disagreement that matters most). Never raises.
+        shadow_after_store(run_id=run_id)
+    return failed
+
+
+def _run_fail_recorded(
+    *, run_id: Any, match: dict[str, Any], error_code: str, error_message: str, bare: bool = False
+) -> bool:
+    """``run_fail_unheld``'s transaction. ``bare``: the status and its event alone."""
     with transaction.atomic():
         failed = Run.objects.filter(id=run_id, **match).update(
             status=Run.Status.FAILED,
@@ -74,16 +108,27 @@ def run_fail_unheld(*, run_id: Any, match: dict[str, Any], error_code: str, erro
             RunEventWriter(run_id=run_id, secrets=[]).emit(
                 "status", {"status": "failed", "answer": "", "error": error_code}
             )
-            approvals_interrupted(run_id=run_id, why=error_code)
-            approvals_unused(run_id=run_id, why=error_code)
-            budget_settle(run_id=run_id)
-    if failed == 1:
-        logger.warning("run %s failed: %s (%s)", run_id, error_code, error_message)
-        # As after a stored outcome (``agents.execution._store_outcome``), once the failure is committed: a live run
-        # may start its shadow, a shadow is compared with its live run (a candidate that timed out where the live
-        # version answered is the disagreement that matters most). Never raises.
-        shadow_after_store(run_id=run_id)
+            if not bare:
+                approvals_interrupted(run_id=run_id, why=error_code)
+                approvals_unused(run_id=run_id, why=error_code)
+                run_budgets_settle(run_id=run_id)
     return failed == 1
+
+
+def run_budgets_settle(*, run_id: Any) -> None:
+    """``budget_settle`` for a run that has ended, unless the run's agent cannot be read: settling reads the run
+    with its agent, whose stored model secrets this process may be unable to decrypt (``SecretDecryptionError``).
+    Such a run still ends (its outcome or failure is stored): its reservations are left unsettled, logged (they
+    hold their budgets' tokens until their period ends), rather than the run left ``running`` while every attempt
+    to end it fails the same way. Any other error is raised."""
+    try:
+        budget_settle(run_id=run_id)  # a savepoint of its own: nothing of it stays when it raises
+    except SecretDecryptionError:
+        logger.error(
+            "run %s: its budgets could not be settled: its agent's stored secrets cannot be decrypted "
+            "(check SECRETS_ENCRYPTION_KEYS); its reservations stay held until their period ends",
+            run_id,
+        )
 
 
 def run_requeue_unheld(
@@ -197,12 +242,25 @@ class RunEventWriter:
     noticed yet, a cancellation), the event is numbered again after it. Each event wakes the run's waiters when
     it is committed (``agents.run_wakeup``)."""
 
-    def __init__(self, *, run_id: Any, secrets: list[str], last_seq: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        run_id: Any,
+        secrets: list[str],
+        last_seq: int | None = None,
+        appends_while: Callable[[], bool] | None = None,
+    ) -> None:
         """``last_seq``: the run's last event number where the caller knows it (0 for a run no worker has
-        started: one query fewer; a wrong guess costs a collision, numbered again as any other)."""
+        started: one query fewer; a wrong guess costs a collision, numbered again as any other).
+        ``appends_while``: a worker's writer appends its progress (every event but ``status``) only while this
+        says so, i.e. while its claim holds the run (``agents.execution.RunClaim.may_append``): a worker that
+        lost the run and woke late (its process paused past its lease) appends nothing after the run's end or
+        into another worker's pass; what its calls did is in the audit log, written by the gate. Its ``status``
+        events are its claim's own (each stored with a compare-and-swap, or the cancellation it ends with)."""
         self.run_id = run_id
         self.secrets = secrets
         self.seq = self._last_seq() if last_seq is None else last_seq
+        self.appends_while = appends_while
 
     def _last_seq(self) -> int:
         last = RunEvent.objects.filter(run_id=self.run_id).order_by("-seq").values_list("seq", flat=True).first()
@@ -214,13 +272,24 @@ class RunEventWriter:
         self.emit("status", {"status": "cancelled", "answer": "", "error": "cancelled"})
 
     def emit(self, kind: str, data: dict[str, Any]) -> None:
-        self._write([(kind, mask_value(data, secrets=self.secrets))])
+        self.emit_many([(kind, data)])
 
     def emit_many(self, events: list[tuple[str, dict[str, Any]]]) -> None:
         """``emit`` for several events in a row, as one insert: all of them, numbered in order, or (after a
         collision) numbered again after what the other writer wrote."""
-        if events:
-            self._write([(kind, mask_value(data, secrets=self.secrets)) for kind, data in events])
+        kept = self._appendable(events)
+        if kept:
+            self._write([(kind, mask_value(data, secrets=self.secrets)) for kind, data in kept])
+
+    def _appendable(self, events: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+        """``events`` less the progress ones a worker that lost the run may no longer append (``appends_while``)."""
+        if self.appends_while is None or all(kind == "status" for kind, _ in events) or self.appends_while():
+            return events
+        kept = [(kind, data) for kind, data in events if kind == "status"]
+        logger.info(
+            "run %s: no longer held by this worker: %d event(s) not appended", self.run_id, len(events) - len(kept)
+        )
+        return kept
 
     def _write(self, masked: list[tuple[str, Any]]) -> None:
         for attempt in range(3):

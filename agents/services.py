@@ -26,7 +26,7 @@ from agents.config_cache import SubmissionParts, submission_parts
 from agents.decision_reasons import CANCELLED_APPROVAL
 from agents.dispatch import run_dispatch, run_time_limits
 from agents.models import Agent, AgentArm, AgentVersion, ApiKey, Approval, DeterministicRule, Run
-from agents.run_state import RunEventWriter, approvals_interrupted, approvals_unused
+from agents.run_state import SECRET_UNREADABLE, RunEventWriter, approvals_interrupted, approvals_unused
 from agents.selectors import rules_calling, servers_leaving
 from agents.versions import (
     AGENT_FIELDS,
@@ -41,6 +41,7 @@ from audit.changes import audited_delete, audited_save, change_scope, config_cha
 from audit.masking import MASK, is_secret_key, mask_text
 from audit.row_statements import RowInsert, RowRead
 from audit.services import audit_event_record
+from mcpregistry.crypto import SecretDecryptionError
 from mcpregistry.models import McpServer
 
 logger = logging.getLogger(__name__)
@@ -678,6 +679,33 @@ class RunSubmission:
     replayed: bool
 
 
+# A submission refused for a secret that cannot be decrypted: asking again helps only once an operator has fixed the
+# keys, so not sooner than this (the API's every 503 says when to ask again).
+SECRET_UNREADABLE_RETRY_AFTER_S = 60
+
+
+@contextmanager
+def _secrets_readable() -> Iterator[None]:
+    """A submission that meets a secret this process cannot decrypt (the agent's model key, a binding's env or
+    headers, read with the configuration: ``SecretDecryptionError``) is refused as what it is, a 503
+    ``config:secret_unreadable`` telling an operator to check ``SECRETS_ENCRYPTION_KEYS``, not a 500; neither the
+    answer nor the log holds the secret (the error names the setting)."""
+    try:
+        yield
+    except SecretDecryptionError as exc:
+        logger.error("a run submission was refused: %s", exc)
+        raise ApplicationError(
+            _(
+                "A secret stored in the platform's configuration cannot be decrypted with this server's keys; an "
+                "operator must check SECRETS_ENCRYPTION_KEYS."
+            ),
+            code=SECRET_UNREADABLE,
+            status=503,
+            headers={"Retry-After": str(SECRET_UNREADABLE_RETRY_AFTER_S)},
+        ) from None
+
+
+@_secrets_readable()
 def run_submit(
     *,
     agent_slug: str,
@@ -703,7 +731,10 @@ def run_submit(
 
     A replay is answered only while the key may still submit to the agent (``run_submission_parts``, as
     ``run_create`` checks a new submission): a key taken off the agent, or an agent disabled since, gets the 404 or
-    409 a new submission gets, never the earlier run's answer by replaying its request."""
+    409 a new submission gets, never the earlier run's answer by replaying its request.
+
+    Raises ApplicationError 503 ``config:secret_unreadable`` where a stored secret cannot be decrypted
+    (``_secrets_readable``)."""
     if not idempotency_key or api_key is None:
         run = run_create(
             agent_slug=agent_slug,

@@ -38,7 +38,7 @@ from agent_platform.errors import ApplicationError
 from agents.api.a2a import run_input_from_body
 from agents.api.auth import caller_of
 from agents.api.config import api_setting
-from agents.api.schema import RETRY_AFTER, error_responses
+from agents.api.schema import ERROR_DESCRIPTIONS, RETRY_AFTER, ErrorSerializer, error_responses
 from agents.api.serializers import (
     A2AFileSerializer,
     A2AMessageSerializer,
@@ -166,6 +166,15 @@ class RunCreateApi(ApiView):
                 description="At most 200 printable ASCII characters, no spaces; scoped to the API key.",
             ),
             RETRY_AFTER,
+            # Described here with the submission's own 503 (the shared one is added where an operation has none).
+            OpenApiParameter(
+                "Retry-After",
+                int,
+                OpenApiParameter.HEADER,
+                response=[503],
+                required=True,
+                description="Seconds to wait before sending the request again.",
+            ),
             OpenApiParameter(
                 "Idempotent-Replayed",
                 OpenApiTypes.STR,
@@ -191,6 +200,14 @@ class RunCreateApi(ApiView):
                 conflicts=(
                     "`agent_disabled`, `idempotency_key_reused` (same key, another body), or `budget_misconfigured` "
                     "(a budget reserves more tokens per run than can be counted: an admin must lower it)."
+                ),
+            ),
+            503: OpenApiResponse(
+                ErrorSerializer,
+                description=(
+                    f"{ERROR_DESCRIPTIONS[503]} Or `config:secret_unreadable`: a secret stored in the platform's "
+                    "configuration (an agent's model key, an MCP server's environment or headers) cannot be "
+                    "decrypted with the server's `SECRETS_ENCRYPTION_KEYS`; an operator must fix the keys."
                 ),
             ),
         },
