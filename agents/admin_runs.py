@@ -955,6 +955,13 @@ _KNOWN_MESSAGES: list[tuple[str, re.Pattern[str], Any]] = [
         ),
     ),
     (
+        "config:secret_unreadable",
+        re.compile(r"a stored secret of the run's configuration cannot be decrypted: check SECRETS_ENCRYPTION_KEYS"),
+        lambda m: gettext(
+            "a stored secret of the run's configuration cannot be decrypted: check SECRETS_ENCRYPTION_KEYS"
+        ),
+    ),
+    (
         "worker_lost",
         re.compile(r"the worker running it was lost (?P<n>\d+) times"),
         lambda m: gettext("the worker running it was lost %(n)s times") % {"n": m["n"]},

@@ -265,7 +265,8 @@ def budget_settle(*, run_id: Any) -> int:
     the budgets; a later call that finds more spent (the model call that was under way when the run was
     cancelled, whose event its worker wrote afterwards) adds the difference to the budgets it already settled.
     Returns how many reservations this call settled."""
-    run = Run.objects.filter(pk=run_id).select_related("agent", "version").first()
+    # The agent's model secrets are not read: one this worker cannot decrypt must not keep the run's reservation.
+    run = Run.objects.filter(pk=run_id).select_related("agent", "version").defer("agent__model_secrets").first()
     if run is None:
         return 0
     spent = run_spent_usage(run_id=run_id)

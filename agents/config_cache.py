@@ -16,6 +16,7 @@ health and circuit breaker are read where they are used, and the run's own row i
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -27,7 +28,10 @@ from agents.models import Agent, AgentArm, AgentVersion, ApiKey, Budget, Run
 from agents.selectors import deterministic_rule_specs
 from agents.versions import version_contracts, version_rules, version_servers
 from audit.change_guard import config_generation, rows_read_only
+from mcpregistry.crypto import SecretDecryptionError
 from mcpregistry.models import McpServer, McpTool, ToolContract
+
+logger = logging.getLogger(__name__)
 
 # Entries kept per process: one per (agent, version) that ran since the last change.
 MAX_ENTRIES = 256
@@ -179,9 +183,26 @@ def every_binding_secret() -> list[str]:
     one server may answer with another's token (a shared configuration file, a log line it read), which was masked
     only in a process that had happened to use that other binding before. Read with the configuration, so once
     per change."""
-    found = [value for server in McpServer.objects.all() for value in server.secret_values()]
-    found += [value for agent in Agent.objects.all() for value in agent.secret_values()]
+    found = [*_readable_secrets(McpServer.objects.all()), *_readable_secrets(Agent.objects.all())]
     return list(dict.fromkeys(found))
+
+
+def _readable_secrets(rows: Any) -> list[str]:
+    """The secrets of ``rows``, less those of a row this process cannot decrypt (read one by one where one fails):
+    it cannot use (so cannot leak) them, and one such row must not fail the runs of every other agent; its own
+    runs fail with ``config:secret_unreadable``."""
+    try:
+        return [value for row in rows for value in row.secret_values()]
+    except SecretDecryptionError:
+        found: list[str] = []
+        for pk in rows.values_list("pk", flat=True):
+            try:
+                found += rows.get(pk=pk).secret_values()
+            except SecretDecryptionError:
+                logger.warning(
+                    "%s %s: its secrets cannot be decrypted; not among those masked", rows.model.__name__, pk
+                )
+        return found
 
 
 def tools_served(servers: Iterable[McpServer], frozen: Mapping[str, Any] | None) -> Iterator[tuple[McpServer, McpTool]]:

@@ -112,6 +112,7 @@ _REASONS: dict[str, Callable[[], str]] = {
     "worker_lost": lambda: pgettext("audit reason", "its worker stopped"),
     "time_limit": lambda: pgettext("audit reason", "time limit reached"),
     "internal": lambda: pgettext("audit reason", "internal error"),
+    "config:secret_unreadable": lambda: pgettext("audit reason", "a stored secret cannot be decrypted"),
     "login:failed:password": lambda: pgettext("audit reason", "wrong password"),
     "login:failed:unknown_user": lambda: pgettext("audit reason", "no user of that name"),
     "login:locked:user": lambda: pgettext("audit reason", "too many failed sign-ins for this user"),

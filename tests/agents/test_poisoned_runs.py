@@ -398,3 +398,15 @@ def test_a_worker_paused_past_its_lease_appends_no_event_after_the_run_ended_els
     # What the call did is recorded all the same.
     call = AuditEvent.objects.get(run_id=run.id, action="tool.call")
     assert (call.tool, call.ok) == ("search_employee", True)
+
+
+def test_another_agents_unreadable_secret_fails_none_of_this_agents_runs(demo_server, dispatched) -> None:
+    """Every binding's secrets mask every run (``every_binding_secret``): one row this process cannot decrypt
+    failed the runs of every agent, and refused every submission."""
+    healthy = make_agent(slug="healthy", servers=[demo_server])
+    poison_agent(make_agent(slug="imported", servers=[demo_server]))
+    run = submit(healthy)
+
+    run_execute(run_id=str(run.id))
+
+    assert fresh(run).status == Run.Status.SUCCEEDED, fresh(run).error_message
