@@ -748,7 +748,11 @@ def run_submit(
         return RunSubmission(run=run, replayed=False)
     with transaction.atomic():
         if connection.features.has_select_for_update:  # SQLite's transaction holds the write lock already
-            ApiKey.objects.select_for_update().filter(pk=api_key.pk).values_list("pk", flat=True).first()
+            # FOR NO KEY UPDATE: it serialises the key's idempotent submissions, but not the key-share lock a
+            # submission without an Idempotency-Key takes on the key's row when its run's (deferred) foreign key is
+            # checked at commit, after it reserved its budget: FOR UPDATE made the two a deadlock, one of them a
+            # 503 "database not available", whenever a budgeted key was used with and without the header at once.
+            ApiKey.objects.select_for_update(no_key=True).filter(pk=api_key.pk).values_list("pk", flat=True).first()
         earlier = _earlier_submission(api_key_id=api_key.pk, idempotency_key=idempotency_key)
         if earlier is None and former_key:
             former = _earlier_submission(api_key_id=api_key.pk, idempotency_key=former_key)

@@ -62,3 +62,34 @@ def test_fifty_concurrent_submissions_on_postgres_admit_exactly_what_the_budget_
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"admitted": 7, "refused": 43, "other": [], "runs": 7, "reserved": 7000}, result
+
+
+# Half the submissions with an Idempotency-Key (as A2A and the MCP endpoint always send one), half without.
+SUBMIT_40_MIXED = (
+    SUBMIT_50_AT_ONCE.replace("threading.Barrier(50)", "threading.Barrier(40)")
+    .replace("range(50)", "range(40)")
+    .replace("def one():", "def one(i):")
+    .replace(
+        'run_submit(agent_slug=agent.slug, query="q", api_key=key)',
+        "run_submit(agent_slug=agent.slug, query=\"q\", api_key=key, idempotency_key=f'k{i}' if i % 2 else '')",
+    )
+    .replace(
+        "except ApplicationError as exc:\n            outcome = exc.code",
+        "except ApplicationError as exc:\n            outcome = exc.code\n        except Exception as exc:\n            outcome = type(exc).__name__",
+    )
+    .replace("threading.Thread(target=one)", "threading.Thread(target=one, args=(i,))")
+    .replace("for _ in range(40)", "for i in range(40)")
+)
+
+
+def test_submissions_with_and_without_an_idempotency_key_on_one_budgeted_key_do_not_deadlock(
+    postgres_url: str,  # noqa: F811 - the fixture
+) -> None:
+    """The keyed submission locked the key's row FOR UPDATE, then waited for the budget's row; the unkeyed one held
+    the budget's row and took the key-share lock of its run's deferred foreign key at commit: a deadlock, answered
+    as a 503 "database not available" for most of the requests."""
+    assert "idempotency_key=f'k{i}'" in SUBMIT_40_MIXED and "args=(i,)" in SUBMIT_40_MIXED
+    done = manage("shell", "-c", SUBMIT_40_MIXED, database_url=postgres_url, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"admitted": 7, "refused": 33, "other": [], "runs": 7, "reserved": 7000}, result
