@@ -14,6 +14,7 @@ deleted). A setting left out of an existing agent's entry is left as it is; a ne
 from __future__ import annotations
 
 import codecs
+import copy
 import functools
 import json
 import math
@@ -873,6 +874,78 @@ def _save(
         report.unchanged.append(key)
 
 
+def _refusal_messages(exc: ValidationError) -> dict[str, list[str]]:
+    """``exc``'s messages by field (``__all__``: not a field's)."""
+    return exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
+
+
+def _refusals_add(problems: _Problems, where: str, refusals: dict[str, list[str]]) -> None:
+    """One problem of the entry ``where`` per refused field, its messages together."""
+    for name, messages in refusals.items():
+        problems.add(where, "; ".join(messages) if name == "__all__" else f"{name}: {'; '.join(messages)}")
+
+
+def _field_defaults(obj: Any) -> dict[str, Any]:
+    """A new row's values (the fields' defaults), by attname, as ``_fields`` gives a stored one's."""
+    return {f.attname: f.get_default() for f in obj._meta.concrete_fields}
+
+
+def _every_refusal(obj: Any, refused: dict[str, list[str]], *, kept: dict[str, Any]) -> dict[str, list[str]]:
+    """``refused`` (why a save of ``obj`` was refused, by field; {}: no save was tried) with every other field the
+    model's own validation (``full_clean``) refuses in ``obj``. Nothing is written.
+
+    ``Agent.clean`` stops at its first failing check, so a refused import named one problem of an agent's entry
+    per round of fixing and importing again (a slug, then a language, then an answer template). Here copies of
+    ``obj`` are validated again, the fields already refused set aside at their values in ``kept`` (as read, or a
+    new row's defaults), until a round refuses nothing new: the model's checks run as they are, never a second
+    copy of them. A field refused still beside the entry's other values (a flow graph that cannot load, beside
+    ``mode`` "flow") has the entry's field it needs set aside with it (``_coupled_field``). A later round judges
+    the other fields beside the values set aside (a check of two fields names the one left as it stands beside
+    the other's kept value)."""
+    refused = dict(refused)
+    attnames = {f.name: f.attname for f in obj._meta.concrete_fields if f.attname in kept}
+    aside = [name for name in refused if name in attnames]
+    while (found := _refused_beside(obj, aside, kept=kept, attnames=attnames)) is not None:
+        new = {name: messages for name, messages in found.items() if name not in refused}
+        refused.update(new)
+        more = [name for name in new if name in attnames]
+        if not more and (coupled := _coupled_field(obj, refused, aside, kept=kept, attnames=attnames)):
+            more = [coupled]
+        if not more:
+            return refused  # nothing left to set aside: another round would find the same
+        aside += more
+    return refused
+
+
+def _refused_beside(
+    obj: Any, aside: list[str], *, kept: dict[str, Any], attnames: dict[str, str]
+) -> dict[str, list[str]] | None:
+    """What ``full_clean`` refuses, by field, in a copy of ``obj`` whose fields ``aside`` take their values in
+    ``kept``; None: nothing."""
+    candidate = copy.copy(obj)
+    for name in aside:
+        setattr(candidate, attnames[name], copy.deepcopy(kept[attnames[name]]))
+    try:
+        candidate.full_clean(exclude=aside)
+    except ValidationError as exc:
+        return _refusal_messages(exc)
+    return None
+
+
+def _coupled_field(
+    obj: Any, refused: dict[str, list[str]], aside: list[str], *, kept: dict[str, Any], attnames: dict[str, str]
+) -> str | None:
+    """A field the entry changed (not set aside yet) that keeps a refused field failing at its kept value: set
+    aside too, the checks after that one run. None where there is none."""
+    for name, attname in attnames.items():
+        if name in aside or getattr(obj, attname) == kept[attname]:
+            continue
+        found = _refused_beside(obj, [*aside, name], kept=kept, attnames=attnames)
+        if found is None or set(found) - set(refused):
+            return name
+    return None
+
+
 def _fields(obj: Any) -> dict[str, Any]:
     return {
         f.attname: getattr(obj, f.attname)
@@ -1029,7 +1102,11 @@ def _config_import(
             if tool is None and (problem := _new_tool_problem(server, cspec.tool)):
                 problems.add(where, f"tool: {problem}")
                 continue
-            tool = tool or mcp_tool_create(server=server, name=cspec.tool, actor=actor, via=via)
+            if tool is None:
+                # Its own change and audit event (config.mcp_tool.create): reported as the tools section's are, so
+                # that the report accounts for every event the import writes.
+                tool = mcp_tool_create(server=server, name=cspec.tool, actor=actor, via=via)
+                report.created.append(_("tool %(server)s.%(tool)s") % {"server": cspec.mcp_id, "tool": cspec.tool})
             contract = ToolContract.objects.filter(tool=tool).first()
             created = contract is None
             contract = contract or ToolContract(tool=tool)
@@ -1095,7 +1172,13 @@ def _config_import(
         for mcp_id in missing:
             if mcp_id in server_entries:
                 problems.add(where, server_problem(mcp_id))
+        # What the entry is checked against once a refusal has named a field: the agent as it was read, or a new
+        # agent's defaults (``_every_refusal``).
+        kept = _field_defaults(agent) if created else before or {}
         if missing:
+            # Not applied without its servers, but what the agent's own validation refuses is named now too: found
+            # on the next run, it was one more round of fixing and importing again.
+            _refusals_add(problems, where, _every_refusal(agent, {}, kept=kept))
             continue
         bound = [servers[m] for m in names]
         leaving[aspec.slug] = servers_leaving(agent=agent, servers=bound)
@@ -1103,8 +1186,7 @@ def _config_import(
             # Its rules may move with it: whether a rule still calls a server it leaves is checked once they are in.
             agent_update(agent=agent, actor=actor, via=via, servers=bound, check_rules=False)
         except ValidationError as exc:
-            for name, messages in exc.message_dict.items():
-                problems.add(where, f"{name}: {'; '.join(messages)}")
+            _refusals_add(problems, where, _every_refusal(agent, _refusal_messages(exc), kept=kept))
             continue
         after = {**_fields(agent), "servers": sorted(names)}
         (report.created if created else report.updated if before != after else report.unchanged).append(

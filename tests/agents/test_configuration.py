@@ -86,7 +86,7 @@ def document() -> dict:
 
 def test_an_import_creates_everything_and_a_second_changes_nothing() -> None:
     first = config_import(actor="test", document=document())
-    assert len(first.created) == 5 and not first.updated
+    assert len(first.created) == 6 and not first.updated  # the tool its contract registers is a line of its own
     server = McpServer.objects.get(mcp_id="company")
     assert server.env["INTERNAL_API_KEY"] == SECRET
     assert McpServer.objects.get(mcp_id="docs").headers == {"Authorization": {"from_env": "DOCS_TOKEN"}}
@@ -161,7 +161,7 @@ def test_the_commands_import_yaml_and_export_json(tmp_path) -> None:
     path.write_text(yaml.safe_dump(document(), allow_unicode=True), encoding="utf-8")
     out = StringIO()
     call_command("import_config", str(path), stdout=out)
-    assert "created 5" in out.getvalue()
+    assert "created 6" in out.getvalue()
     out = StringIO()
     call_command("export_config", stdout=out)
     assert json.loads(out.getvalue())["agents"][0]["name"] == "비서"
@@ -177,7 +177,7 @@ def test_the_import_command_fails_with_the_reasons(tmp_path) -> None:
 
 def test_a_dry_run_changes_nothing() -> None:
     report = config_import(actor="test", document=document(), dry_run=True)
-    assert len(report.created) == 5
+    assert len(report.created) == 6
     assert not McpServer.objects.exists() and not McpTool.objects.exists()
 
 
