@@ -1025,7 +1025,9 @@ def _config_import(
         stored_public = [] if created else list(server.public_env or [])
         # Left out, env is every stored name kept ({"set": true}): the settings among them stay settings.
         env = spec.env if spec.env is not None else {name: SecretSpec(set=True) for name in stored_env}
-        public_env = spec.public_env if spec.public_env is not None else [n for n in stored_public if n in env]
+        # Left out, public_env is the stored list as it is: a name marked a setting before it has a value (the demo's
+        # FAILURE_TIMEOUT_S) stays one, not turned into a secret by an import that changed another value.
+        public_env = spec.public_env if spec.public_env is not None else stored_public
         for message in _public_env_problems(public_env, env, server, created=created):
             problems.add(where, f"public_env: {message}")
         server.public_env = public_env

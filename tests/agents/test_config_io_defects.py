@@ -412,3 +412,19 @@ def test_a_yaml_export_reimports_unchanged_whatever_line_break_a_text_holds(tmp_
     report = config_import(document=load_document(path), actor="system:test", via="tests")
     assert Agent.objects.get(slug="nel").system_prompt == prompt
     assert not (report.created or report.updated or report.deleted), report
+
+
+# --- 10. a server's public_env left out stays as it is -----------------------------------------------------------
+
+
+def test_a_public_env_left_out_keeps_a_setting_that_has_no_value_yet() -> None:
+    """The demo marks FAILURE_TIMEOUT_S a setting before it has a value; an import changing FAILURE_MODE alone
+    dropped the name, and a value set later was then taken for a secret."""
+    entry = stdio_server(env={"FAILURE_MODE": {"value": "none"}}, public_env=["FAILURE_MODE", "FAILURE_TIMEOUT_S"])
+    config_import(document={"servers": [entry]}, actor="system:test", via="tests")
+    changed = stdio_server(env={"FAILURE_MODE": {"value": "timeout"}})
+    changed.pop("public_env", None)
+    config_import(document={"servers": [changed]}, actor="system:test", via="tests")
+    server = McpServer.objects.get(mcp_id=entry["mcp_id"])
+    assert server.public_env == ["FAILURE_MODE", "FAILURE_TIMEOUT_S"]
+    assert server.env["FAILURE_MODE"] == "timeout"
