@@ -3,9 +3,10 @@
 Each JSON field (``args``, ``returns``, ``retry``) keeps its name and its model validation; only its widget
 changes. A widget renders the field as inputs (one row per argument, checkboxes for the retry reasons, ...)
 and reads them back into the same JSON. A post that carries the field's JSON itself (a script, the JSON view)
-is taken as it is. Values an admin left as they were keep their stored form (a key absent stays absent), so
-saving an unchanged page records no change. The whole contract is also offered as the JSON entry that
-``export_config`` writes and ``import_config`` reads; when an admin edits that text, it wins.
+is taken as it is. Values an admin left as they were keep their stored form (a key absent stays absent; a list
+is shown comma-separated only where that reads back as the same list, else as JSON; an argument the contract does
+not list stays out of it), so saving an unchanged page records no change. The whole contract is also offered as
+the JSON entry that ``export_config`` writes and ``import_config`` reads; when an admin edits that text, it wins.
 """
 
 from __future__ import annotations
@@ -78,16 +79,9 @@ def _merge(stored: dict[str, Any], key: str, value: Any, *, default: Any = None)
         stored[key] = value
 
 
-def allowed_text(allowed: Any) -> str:
-    """Allowed values as typed: comma-separated plain words, or a JSON list where that would be ambiguous."""
-    if not isinstance(allowed, list):
-        return ""
-    if all(isinstance(v, str) and v and "," not in v and v == v.strip() for v in allowed):
-        return ", ".join(allowed)
-    return json.dumps(allowed, ensure_ascii=False)
-
-
-def allowed_value(text: str, arg_type: str) -> list[Any] | None:
+def list_value(text: str, item_type: str = "") -> list[Any] | None:
+    """A list as typed into a text box: a JSON list when the text starts with ``[``, else comma-separated values
+    (numbers where ``item_type`` is int or float); None for no text."""
     text = text.strip()
     if not text:
         return None
@@ -98,7 +92,25 @@ def allowed_value(text: str, arg_type: str) -> list[Any] | None:
             return [text]  # refused by the contract's validation, naming the argument
         return parsed if isinstance(parsed, list) else [parsed]
     items = [item.strip() for item in text.split(",") if item.strip()]
-    return [_number(item) for item in items] if arg_type in {"int", "float"} else items
+    return [_number(item) for item in items] if item_type in {"int", "float"} else items
+
+
+def list_text(values: list[Any], item_type: str = "") -> str:
+    """``values`` as a text box shows them: comma-separated words where :func:`list_value` reads that back as
+    exactly these values, else a JSON list, which always does. Tried rather than predicted, so that no case is
+    missed: a value with a comma, a first one starting with ``[`` (``["[긴급]", "[일반]"]`` read back as one
+    text), ``["[1]"]`` (read back as the number 1), ``"7"`` for an int argument, spaces around a value. A text box
+    drops line breaks, so a value with one is shown as JSON (which writes it as ``\\n``)."""
+    if all(isinstance(value, str) for value in values):
+        text = ", ".join(values)
+        if "\n" not in text and "\r" not in text and list_value(text, item_type) == values:
+            return text
+    return json.dumps(values, ensure_ascii=False)
+
+
+def allowed_text(allowed: Any, arg_type: str = "") -> str:
+    """An argument's allowed values as the editor shows them (:func:`list_text`); "" when it has none."""
+    return list_text(allowed, arg_type) if isinstance(allowed, list) else ""
 
 
 class EditorWidget(forms.Widget):
@@ -121,7 +133,13 @@ class EditorWidget(forms.Widget):
 
 
 class ArgsTableWidget(EditorWidget):
-    """``args`` as a table: one row per argument of the tool's input schema (and of the stored contract)."""
+    """``args`` as a table: one row per argument of the tool's input schema (and of the stored contract).
+
+    A contract that lists arguments allows those only (the gate refuses or drops the others: ``unknown_args``);
+    one that lists none allows those of the input schema. So a row the stored contract does not list is shown
+    with an "allow" box, ticked where the contract allows it, and is written into the contract only when the box
+    is ticked or its row filled in: saving the page unchanged never lists an argument the contract left out (it
+    would be sent). An empty contract, all of whose rows come back ticked and blank, stays empty."""
 
     template_name = "admin/mcpregistry/widgets/contract_args.html"
 
@@ -129,12 +147,17 @@ class ArgsTableWidget(EditorWidget):
         super().__init__(*args, **kwargs)
         self.schema: dict[str, Any] = {}
         self.stored: dict[str, Any] = {}
+        self.problem: str | None = None
+
+    def schema_arguments(self) -> dict[str, Any]:
+        properties = self.schema.get("properties")
+        return properties if isinstance(properties, dict) else {}
 
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
         parsed = _loads(value)
         specs = parsed if isinstance(parsed, dict) else {}
-        properties = self.schema.get("properties") if isinstance(self.schema.get("properties"), dict) else {}
+        properties = self.schema_arguments()
         names = list(dict.fromkeys([*specs, *properties]))
         rows = []
         for index, arg in enumerate(names):
@@ -145,13 +168,24 @@ class ArgsTableWidget(EditorWidget):
                     "index": index,
                     "name": arg,
                     "spec": spec,
-                    "allowed": allowed_text(spec.get("allowed")),
+                    "allowed": allowed_text(spec.get("allowed"), str(spec.get("type") or "")),
                     "schema_type": prop.get("type", ""),
                     "description": prop.get("description", ""),
                     "in_schema": arg in properties,
+                    # Listed in the stored contract: always kept, no box. Otherwise allowed where the value shown
+                    # lists it, or lists nothing (then the input schema's arguments are allowed).
+                    "listed": arg in self.stored,
+                    "in_contract": arg in specs or not specs,
                 }
             )
-        context["widget"].update({"rows": rows, "types": TYPE_CHOICES, "invalid_json": parsed is None})
+        context["widget"].update(
+            {
+                "rows": rows,
+                "types": TYPE_CHOICES,
+                "invalid_json": parsed is None,
+                "unlisted": any(not row["listed"] for row in rows),
+            }
+        )
         return context
 
     def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
@@ -160,25 +194,42 @@ class ArgsTableWidget(EditorWidget):
             arg = data.get(f"{name}__{index}__name", "")
             if not arg:
                 continue
-            spec = dict(self.stored.get(arg) or {})
-
-            def field(key: str, index: str = index) -> str:
-                return str(data.get(f"{name}__{index}__{key}", "")).strip()
-
-            arg_type = field("type")
-            _merge(spec, "type", arg_type or None)
-            required = f"{name}__{index}__required" in data
-            if "required" in spec or required:
-                spec["required"] = required
-            allowed = allowed_value(field("allowed"), arg_type)
-            if allowed != spec.get("allowed"):
-                _merge(spec, "allowed", allowed)
-            for key in ARG_NUMBER_KEYS:
-                _merge(spec, key, _number(field(key)) if field(key) else None)
-            _merge(spec, "max_length", _number(field("max_length")) if field("max_length") else None)
-            _merge(spec, "pattern", field("pattern") or None)
-            result[arg] = spec
+            spec = self._row_spec(data, f"{name}__{index}", dict(self.stored.get(arg) or {}))
+            if arg in self.stored or spec or f"{name}__{index}__in_contract" in data:
+                result[arg] = spec
+        if not self.stored and data.getlist(f"{name}__rows"):
+            if not result:
+                # No contract arguments means the input schema's: an empty list cannot say "none".
+                self.problem = str(
+                    _(
+                        "Allow at least one argument: a contract that lists none allows every argument of the "
+                        "input schema."
+                    )
+                )
+            elif set(result) == set(self.schema_arguments()) and not any(result.values()):
+                result = {}  # every argument allowed, none constrained: the empty contract, as stored
         return json.dumps(result, ensure_ascii=False)
+
+    @staticmethod
+    def _row_spec(data: MultiValueDict[str, Any], prefix: str, spec: dict[str, Any]) -> dict[str, Any]:
+        """One row's inputs merged into the argument's stored ``spec`` (a key left as it was stays as stored)."""
+
+        def field(key: str) -> str:
+            return str(data.get(f"{prefix}__{key}", "")).strip()
+
+        arg_type = field("type")
+        _merge(spec, "type", arg_type or None)
+        required = f"{prefix}__required" in data
+        if "required" in spec or required:
+            spec["required"] = required
+        allowed = list_value(field("allowed"), arg_type)
+        if allowed != spec.get("allowed"):
+            _merge(spec, "allowed", allowed)
+        for key in ARG_NUMBER_KEYS:
+            _merge(spec, key, _number(field(key)) if field(key) else None)
+        _merge(spec, "max_length", _number(field("max_length")) if field("max_length") else None)
+        _merge(spec, "pattern", field("pattern") or None)
+        return spec
 
 
 class RetryWidget(EditorWidget):
@@ -242,11 +293,13 @@ class ReturnsWidget(EditorWidget):
             for index, (key, spec) in enumerate(fields.items())
         ]
         rows += [{"index": len(rows) + n, "key": "", "spec": {}} for n in range(NEW_FIELD_ROWS)]
+        required = returns.get("required")
         context["widget"].update(
             {
                 "returns": returns,
                 "types": TYPE_CHOICES,
-                "required_text": ", ".join(map(str, returns.get("required") or [])),
+                # As typed, where that reads back as these keys (a key with a comma does not): else JSON.
+                "required_text": list_text(required) if isinstance(required, list) else "",
                 "field_rows": rows,
             }
         )
@@ -259,8 +312,7 @@ class ReturnsWidget(EditorWidget):
             return str(data.get(f"{name}__{key}", "")).strip()
 
         _merge(returns, "type", field("type") or None)
-        required = [k.strip() for k in field("required").split(",") if k.strip()]
-        _merge(returns, "required", required or None, default=[])
+        _merge(returns, "required", list_value(field("required")), default=[])
         if f"{name}__non_empty" in data:
             returns["non_empty"] = True
         else:
@@ -373,8 +425,9 @@ class ToolContractForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
-        if problem := self.fields["returns"].widget.problem:
-            self.add_error("returns", problem)
+        for name in ("args", "returns"):
+            if problem := self.fields[name].widget.problem:
+                self.add_error(name, problem)
         raw = (self.data.get(self.add_prefix("contract_json")) or "").strip()
         initial = _loads(self.initial.get("contract_json") or "")
         if not raw or _loads(raw) == initial:
