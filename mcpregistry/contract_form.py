@@ -80,8 +80,9 @@ def _merge(stored: dict[str, Any], key: str, value: Any, *, default: Any = None)
 
 
 def list_value(text: str, item_type: str = "") -> list[Any] | None:
-    """A list as typed into a text box: a JSON list when the text starts with ``[``, else comma-separated values
-    (numbers where ``item_type`` is int or float); None for no text."""
+    """A list as typed into a text box: a JSON list when the text is one, else comma-separated values (numbers
+    where ``item_type`` is int or float; ``[긴급], [일반]`` is two values, where it was kept as one); None for no
+    text."""
     text = text.strip()
     if not text:
         return None
@@ -89,8 +90,9 @@ def list_value(text: str, item_type: str = "") -> list[Any] | None:
         try:
             parsed = json_loads(text)
         except ValueError:
-            return [text]  # refused by the contract's validation, naming the argument
-        return parsed if isinstance(parsed, list) else [parsed]
+            pass  # no JSON: values that start with "[" typed comma-separated ("[긴급], [일반]"), read as such
+        else:
+            return parsed if isinstance(parsed, list) else [parsed]
     items = [item.strip() for item in text.split(",") if item.strip()]
     return [_number(item) for item in items] if item_type in {"int", "float"} else items
 

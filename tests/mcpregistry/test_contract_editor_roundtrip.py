@@ -190,7 +190,7 @@ def test_plain_words_are_shown_comma_separated_and_the_others_as_json(admin_clie
     set_contract(stock, args=args)
     page = admin_client.get(change_url(stock)).content.decode()
     shown = re.findall(r'name="contract-0-args__\d+__allowed" value="([^"]*)"', page)
-    assert shown == ["A-1, B-2", "[&quot;[긴급]&quot;, &quot;[일반]&quot;]", "[1, 2]"]
+    assert shown == ["A-1, B-2", "[긴급], [일반]", "[1, 2]"]  # each reads back as itself
 
 
 @pytest.mark.parametrize(
@@ -300,3 +300,12 @@ def test_unticking_every_argument_of_an_empty_contract_is_refused(admin_client: 
     page = saved(admin_client, stock, **unticked)
     assert "Allow at least one argument" in errors(page)
     assert contract_of(stock).args == {}
+
+
+def test_values_that_start_with_a_bracket_typed_comma_separated_are_read_as_several() -> None:
+    """``[긴급], [일반]`` typed into the box (no JSON) was kept as one value, which no call could match."""
+    from mcpregistry.contract_form import list_text, list_value
+
+    assert list_value("[긴급], [일반]") == ["[긴급]", "[일반]"]
+    assert list_value('["[긴급]", "[일반]"]') == ["[긴급]", "[일반]"]
+    assert list_value(list_text(["[긴급]", "[일반]"])) == ["[긴급]", "[일반]"]
