@@ -728,6 +728,9 @@ def execute(plan: RunPlan) -> RunOutcome:
         outcome.error_code = "max_iterations"
         outcome.error_message = f"the agent did not finish within {plan.max_iterations} iterations"
     except RunCancelled:
+        # Cancelled, out of time or taken over between its steps: the turns it made are kept, their tokens were
+        # spent (a run stopped by its time limit recorded 0 tokens and no model call under its model turns).
+        final_messages = [*messages, *(m for m in new_turns if m not in messages)]
         outcome.status = "cancelled"
         outcome.error_code = "cancelled"
         outcome.error_message = "the run was cancelled"

@@ -356,6 +356,32 @@ def test_a_run_past_its_time_limit_stops_between_steps_and_fails(demo_server, mo
     assert status_events(run)[-1]["error"] == "time_limit"
 
 
+def test_a_run_stopped_by_its_time_limit_counts_the_tokens_its_model_turns_spent(demo_server, monkeypatch) -> None:
+    """The turns were dropped with the stop: the run recorded 0 tokens and no model call under its model turn."""
+    usage = {"input_tokens": 1000, "output_tokens": 500}
+    agent = make_agent(
+        slug="spender",
+        servers=[demo_server],
+        provider="scripted",
+        with_demo_rules=False,
+        script=[
+            {"tool_calls": [{"name": "list_projects", "args": {"team": "물류플랫폼팀"}}], "usage": usage},
+            {"content": "never said", "usage": usage},
+        ],
+    )
+    Agent.objects.filter(pk=agent.pk).update(time_limit_s=20)
+    stepper = StepClock()
+    monkeypatch.setattr(execution, "clock", stepper)
+    on_event(monkeypatch, "tool_call", lambda _data: setattr(stepper, "now", stepper.now + 20))
+    run = submit(agent, "물류플랫폼팀 프로젝트 알려줘")
+    run_execute(run_id=str(run.id))
+    run = fresh(run)
+    assert (run.status, run.error_code) == (Run.Status.FAILED, "time_limit")
+    spent = run.token_usage
+    assert (spent["output_tokens"], spent["model_calls"]) == (500, 1) and spent["input_tokens"] > 0
+    assert run.tokens == spent["input_tokens"] + spent["output_tokens"]
+
+
 def test_celerys_soft_time_limit_fails_the_run_with_time_limit(demo_agent, monkeypatch) -> None:
     def interrupted(plan: engine.RunPlan) -> engine.RunOutcome:
         raise SoftTimeLimitExceeded()
