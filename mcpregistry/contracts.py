@@ -12,6 +12,7 @@ import math
 import random
 import re
 import types
+import unicodedata
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin
@@ -36,6 +37,27 @@ JSON_TYPES = {
 PYTHON_ONLY_REGEX = re.compile(r"\(\?P[<=]|\\[AZ]|\(\?#|\(\?[aiLmsux]+\)")
 # The contract's type names as JSON Schema's.
 JSON_SCHEMA_TYPES = {ours: theirs for theirs, ours in JSON_TYPES.items()}
+# The bounds the gate checks on an argument of each type (``check_args``): a range is a number's, a length a text's
+# or a list's, a pattern a text's. Another bound on it would be shown to the model and never checked. An argument
+# with no type takes them all (its value's kind decides which one applies).
+ARGUMENT_BOUNDS: dict[str, frozenset[str]] = {
+    "int": frozenset({"min", "max"}),
+    "float": frozenset({"min", "max"}),
+    "str": frozenset({"max_length", "pattern"}),
+    "list": frozenset({"max_length"}),
+    "bool": frozenset(),
+    "dict": frozenset(),
+}
+_BOUNDS = ("min", "max", "max_length", "pattern")
+
+
+def misplaced_bounds(spec: dict[str, Any]) -> list[str]:
+    """The bounds ``spec`` (an argument's constraints) sets that the gate never checks on an argument of its type
+    (``min`` on a text, ``pattern`` on a number), in ``_BOUNDS``' order."""
+    fitting = ARGUMENT_BOUNDS.get(spec.get("type") or "")
+    if fitting is None:
+        return []
+    return [bound for bound in _BOUNDS if spec.get(bound) not in (None, "") and bound not in fitting]
 
 
 def schema_problem(input_schema: Any) -> str | None:
@@ -120,15 +142,17 @@ def schema_with_contract(schema: Any, constraints: Any) -> dict[str, Any]:
             prop["type"] = JSON_SCHEMA_TYPES[spec["type"]]
         if isinstance(spec.get("allowed"), list):
             prop["enum"] = list(spec["allowed"])
-        if spec.get("min") is not None:
+        # A bound stored before such specs were refused (``min`` on a text) is not checked: nor shown.
+        unchecked = misplaced_bounds(spec)
+        if spec.get("min") is not None and "min" not in unchecked:
             prop["minimum"] = spec["min"]
-        if spec.get("max") is not None:
+        if spec.get("max") is not None and "max" not in unchecked:
             prop["maximum"] = spec["max"]
-        if spec.get("max_length") is not None:
+        if spec.get("max_length") is not None and "max_length" not in unchecked:
             prop["maxItems" if prop.get("type") == "array" or spec.get("type") == "list" else "maxLength"] = spec[
                 "max_length"
             ]
-        if spec.get("pattern") and not PYTHON_ONLY_REGEX.search(str(spec["pattern"])):
+        if spec.get("pattern") and "pattern" not in unchecked and not PYTHON_ONLY_REGEX.search(str(spec["pattern"])):
             prop["pattern"] = spec["pattern"]  # one only Python's re reads is checked by the gate, not shown
         properties[name] = prop
         if spec.get("required") and name not in required:
@@ -142,9 +166,10 @@ def schema_with_contract(schema: Any, constraints: Any) -> dict[str, Any]:
 
 def _checkable(spec: dict[str, Any]) -> dict[str, Any]:
     """``spec`` without the bounds a server's schema gave that the gate cannot check (a pattern Python's ``re``
-    does not read, a length below 0, a range no value fits, a bound that is no number): proposed, they would
-    refuse every call or fail it; the admin sees the schema beside the contract and can write them again."""
-    kept = dict(spec)
+    does not read, a length below 0, a range no value fits, a bound that is no number, one its type does not take:
+    JSON Schema lets a ``minimum`` sit on a string): proposed, they would refuse every call or fail it, or fail the
+    contract's own check; the admin sees the schema beside the contract and can write them again."""
+    kept = {key: value for key, value in spec.items() if key not in misplaced_bounds(spec)}
     for bound in ("min", "max"):
         if bound in kept and (isinstance(kept[bound], bool) or not isinstance(kept[bound], int | float)):
             del kept[bound]
@@ -237,6 +262,17 @@ class ArgSpec(_Strict):
     @model_validator(mode="after")
     def _a_value_fits(self) -> ArgSpec:
         _range_fits(self)
+        misplaced = misplaced_bounds({bound: getattr(self, bound) for bound in _BOUNDS} | {"type": self.type})
+        if misplaced:
+            # The gate checks a range on numbers only, a length and a pattern on texts (a length on lists too):
+            # kept, such a bound would be shown to the model as a limit and never held.
+            raise ValueError(
+                _(
+                    "%(bounds)s cannot limit an argument of type %(type)s: the gate would never check it, yet the "
+                    "model would be shown it. Remove it, or change the type."
+                )
+                % {"bounds": ", ".join(misplaced), "type": self.type}
+            )
         # An allowed value of another type than the argument's (``x`` for an int) could never be matched.
         wrong = [v for v in self.allowed or [] if v is not None and self.type and not _type_ok(self.type, v)]
         if wrong:
@@ -535,7 +571,7 @@ def check_args(
                 _("'%(name)s' is longer than %(limit)s (%(length)s)")
                 % {"name": name, "limit": spec["max_length"], "length": len(value)},
             )
-        if isinstance(value, str) and spec.get("pattern") and re.search(spec["pattern"], value) is None:
+        if isinstance(value, str) and spec.get("pattern") and not _matches(spec["pattern"], value):
             return clean, Verdict(
                 f"args:pattern:{name}",
                 _("'%(name)s' must match %(pattern)s; got %(value)s")
@@ -594,13 +630,54 @@ def _schema_default(input_schema: Any, name: str) -> Any:
     return prop.get("default") if isinstance(prop, dict) else None
 
 
+def composed(value: Any) -> Any:
+    """``value`` with its texts composed (Unicode NFC), in lists and objects too (their keys as well): Korean typed
+    on macOS comes decomposed (``서울`` as six jamo), looks the same and is the same word. The platform compares
+    text composed on both sides (tags, rules, queries); what a tool is sent stays as the caller wrote it."""
+    if isinstance(value, str):
+        return unicodedata.normalize("NFC", value)
+    if isinstance(value, list):
+        return [composed(item) for item in value]
+    if isinstance(value, dict):
+        return {composed(key): composed(item) for key, item in value.items()}
+    return value
+
+
 def _is_one_of(value: Any, allowed: list[Any]) -> bool:
-    """``value in allowed``, but true is not 1 and 1 is not true (``True in [0, 1]`` is true in Python)."""
-    return any((a is value) if isinstance(value, bool) or isinstance(a, bool) else a == value for a in allowed)
+    """``value in allowed``, but true is not 1 and 1 is not true (``True in [0, 1]`` is true in Python), and texts
+    compare composed (``composed``)."""
+    value = composed(value)
+    return any(
+        (a is value) if isinstance(value, bool) or isinstance(a, bool) else composed(a) == value for a in allowed
+    )
+
+
+def _matches(pattern: str, value: str) -> bool:
+    """Whether ``pattern`` finds a match in ``value``, both composed (``composed``): a pattern's ``서울`` matches
+    the word typed decomposed. A pattern its composed form breaks (literal jamo in a class, which no composed
+    value holds anyway) is used as written."""
+    try:
+        compiled = re.compile(composed(pattern))
+    except re.error:
+        compiled = re.compile(pattern)
+    return compiled.search(composed(value)) is not None
+
+
+def _not_finite(value: Any) -> bool:
+    """Whether ``value`` is NaN or an infinity: a number no JSON column stores and no range holds."""
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _keys_composed(value: dict[Any, Any]) -> dict[Any, Any]:
+    """``value``'s keys by their composed form (``composed``), to the key as the tool wrote it."""
+    return {composed(key): key for key in value}
 
 
 def check_result(returns: dict[str, Any], value: Any) -> Verdict | None:
-    """Check a result after the call: shape (type, required keys, field types), empty, too big, range."""
+    """Check a result after the call: shape (type, required keys, field types), empty, too big, range. Keys are
+    found composed (``composed``): a decomposed ``지역`` is the key ``지역``. Where a number is expected (a type
+    ``int`` or ``float``, a range), NaN and the infinities are ``result:shape``: no JSON carries them, and the model
+    and the API would read ``nan``."""
     if not returns:
         return None
     expected = returns.get("type")
@@ -609,6 +686,9 @@ def check_result(returns: dict[str, Any], value: Any) -> Verdict | None:
             "result:shape",
             _("expected a %(expected)s result, got %(kind)s") % {"expected": expected, "kind": type(value).__name__},
         )
+    if expected in ("int", "float") and _not_finite(value):
+        return Verdict("result:shape", _("expected a finite number, got %(value)s") % {"value": repr(value)})
+    keys = _keys_composed(value) if isinstance(value, dict) else {}
     required = returns.get("required") or []
     if required:
         if not isinstance(value, dict):
@@ -617,7 +697,7 @@ def check_result(returns: dict[str, Any], value: Any) -> Verdict | None:
                 _("expected an object with %(keys)s, got %(kind)s")
                 % {"keys": ", ".join(required), "kind": type(value).__name__},
             )
-        missing = [k for k in required if k not in value]
+        missing = [k for k in required if composed(k) not in keys]
         if missing:
             return Verdict(
                 "result:shape",
@@ -639,14 +719,19 @@ def check_result(returns: dict[str, Any], value: Any) -> Verdict | None:
                 "result:too_big", _("%(count)s characters, more than %(limit)s") % {"count": size, "limit": max_chars}
             )
     for key, spec in (returns.get("fields") or {}).items():
-        if not isinstance(value, dict) or key not in value:
+        if not isinstance(value, dict) or composed(key) not in keys:
             continue
-        field_value = value[key]
+        field_value = value[keys[composed(key)]]
         if spec.get("type") and not _type_ok(spec["type"], field_value):
             return Verdict(
                 "result:shape",
                 _("'%(key)s' should be a %(expected)s, got %(value)s")
                 % {"key": key, "expected": spec["type"], "value": repr(field_value)},
+            )
+        if spec.get("type") in ("int", "float") and _not_finite(field_value):
+            return Verdict(
+                "result:shape",
+                _("'%(key)s' should be a finite number, got %(value)s") % {"key": key, "value": repr(field_value)},
             )
         if spec.get("non_empty") and field_value in (None, "", [], {}):
             return Verdict("result:empty", _("'%(key)s' is empty") % {"key": key})
@@ -669,12 +754,18 @@ def check_result(returns: dict[str, Any], value: Any) -> Verdict | None:
                     _("'%(key)s' should be a finite number, got %(value)s") % {"key": key, "value": repr(field_value)},
                 )
             if (low is not None and field_value < low) or (high is not None and field_value > high):
-                return Verdict(
-                    "result:range",
-                    _("'%(key)s' is %(value)s, outside [%(low)s, %(high)s]")
-                    % {"key": key, "value": field_value, "low": low, "high": high},
-                )
+                return Verdict("result:range", _out_of_range(key, field_value, low, high))
     return None
+
+
+def _out_of_range(key: str, value: float, low: float | None, high: float | None) -> str:
+    """What is wrong with a result field outside its range, naming only the bounds the contract set."""
+    limits = {"key": key, "value": value, "low": low, "high": high}
+    if low is not None and high is not None:
+        return _("'%(key)s' is %(value)s, outside [%(low)s, %(high)s]") % limits
+    if low is not None:
+        return _("'%(key)s' is %(value)s, below %(low)s") % limits
+    return _("'%(key)s' is %(value)s, above %(high)s") % limits
 
 
 def backoff_delay(

@@ -241,16 +241,71 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _parse(text: str) -> Any:
+def _parse(text: str, *, number: bool = False) -> Any:
     """A result's text as JSON when it is a JSON object or array, else the text. ``NaN`` and ``Infinity`` (which
-    Python's parser accepts and no JSON column stores) make it text."""
+    Python's parser accepts and no JSON column stores) make it text.
+
+    With ``number`` (the contract's ``returns.type`` is ``int`` or ``float`` and the tool gave text only), a whole
+    text that is a JSON number (``3``, ``-2.5``) is that number: the only way a text-only tool can say one. Nothing
+    else is read as one: ``"4개"`` or ``"3 items"`` stays text, which the check refuses (seed 004), and without a
+    number type a text ``3`` stays the text it is (an id, a code)."""
     stripped = text.strip()
     if stripped[:1] in "{[":
         try:
             return json_loads(stripped, parse_constant=_no_constant)
         except ValueError:
             return text
+    if number:
+        said = _json_scalar(stripped)
+        if isinstance(said, int | float) and not isinstance(said, bool):
+            return said
     return text
+
+
+def _json_scalar(text: str) -> Any:
+    """``text`` (stripped) as a JSON number, true or false, or None where it is anything else (an object, an
+    array, a string, no JSON). Objects and arrays are not parsed here: only a scalar is looked for."""
+    if text[:1] in '{["' or not text:
+        return None
+    try:
+        said = json_loads(text, parse_constant=_no_constant)
+    except ValueError:
+        return None
+    return said if isinstance(said, bool | int | float) else None
+
+
+def _wrapped_scalar(text: str, structured: Any) -> bool | int | float | None:
+    """The number or true/false a tool gave typed beside its text, or None. FastMCP (and the MCP SDK's own FastMCP,
+    and ``local_tools``) sends a tool's value that is no object (``def count() -> int``) as the text ``3`` and the
+    structured content ``{"result": 3}`` (its output schema marks the wrapper ``x-fastmcp-wrap-result``); read
+    as text, every int, float or bool result failed its contract's type. The wrapped value is taken where the text
+    says the same value (``3`` for 3, ``true`` for true): a text that says something else (``4개``) is what the
+    tool wrote and is checked as it is, and a tool whose object is ``{"result": 3}`` itself sends that object as
+    its text. A text or a list is not taken from here: its text already reads as it."""
+    if not (isinstance(structured, dict) and len(structured) == 1 and "result" in structured):
+        return None
+    wrapped = structured["result"]
+    if not isinstance(wrapped, bool | int | float):
+        return None
+    said = _json_scalar(text.strip())
+    # Compared as JSON: true is not 1, and 3.0 is not 3.
+    if said is None or json.dumps(said) != json.dumps(wrapped):
+        return None
+    return wrapped
+
+
+def _answer_value(outcome: ToolCallOutcome, text: str, structured: Any, contract: ToolContract) -> Any:
+    """The call's value from the part of the answer ``_value_source`` chose: a number or true/false the tool gave
+    typed (``_wrapped_scalar``); else its text, parsed (``_parse``: a whole-text number where the contract asks for
+    one and the tool gave no structured content); else, with no text, its structured content (FastMCP's wrapper
+    read as the value it wraps) or the notes on its other blocks."""
+    if not outcome.text:
+        return text or _structured_value(structured)
+    typed = _wrapped_scalar(outcome.text, outcome.structured)
+    if typed is not None:
+        return typed
+    number = outcome.structured is None and (contract.returns or {}).get("type") in ("int", "float")
+    return _parse(text, number=number)
 
 
 def offered(who: GateCall, server: McpServer, tool: McpTool) -> bool:
@@ -728,9 +783,7 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
                 detail = _("%(size)d characters, more than %(cap)d") % {"size": size, "cap": cap}
                 value, audited = (None, {"excerpt": _excerpt(text, structured, this.secrets), "chars": size})
             else:
-                # Text blocks are parsed; the notes on other blocks (no text, no structured content) are taken as
-                # they are.
-                value = _parse(text) if outcome.text else text or _structured_value(structured)
+                value = _answer_value(outcome, text, structured, contract)
                 if outcome.is_error:
                     reason, retry_after = classify_tool_error(outcome.text)
                     detail = outcome.text.strip()

@@ -261,8 +261,21 @@ def _invoke(tool: BaseTool, arguments: dict[str, Any], coroutine_call: _Coroutin
         # This worker thread's own database connections (a tool may read configuration): never left open.
         connections.close_all()
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    structured = value if isinstance(value, dict) else None
-    return ToolCallOutcome(is_error=False, text=text, structured=structured, content=[{"type": "text", "text": text}])
+    return ToolCallOutcome(
+        is_error=False, text=text, structured=_structured(value), content=[{"type": "text", "text": text}]
+    )
+
+
+def _structured(value: Any) -> Any:
+    """A local tool's value as an MCP server's structured content: an object as it is; a number or true/false
+    wrapped as FastMCP wraps a value that is no object (``{"result": 3}``), so that the gate reads the tool's own
+    value, not its text (the text ``3`` is no int, and a contract's ``returns.type: int`` would refuse it); no
+    structured content for the rest (a text, a list: the text reads as them)."""
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, bool | int | float):
+        return {"result": value}
+    return None
 
 
 class LocalToolRunner:
