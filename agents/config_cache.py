@@ -42,7 +42,7 @@ class RunConfiguration:
     servers: list[McpServer]
     rules: list[RuleSpec]
     contracts: dict[str, ToolContract] | None  # a published version's frozen contracts; None: the live ones
-    server_secrets: list[str]  # every binding's (``every_binding_secret``), not only these servers'
+    server_secrets: list[str]  # these servers' and the other bindings' credentials (``_masking_secrets``)
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,9 @@ def run_configuration(*, agent: Agent, version: AgentVersion | None, generation:
     """The servers, rules and contracts a run of ``agent`` (of its published ``version``, if any) works with, for
     the configuration's ``generation`` as the caller has just read it."""
     key = (agent.pk, version.pk if version is not None else None)
-    loaded: RunConfiguration = _held(_entries, key, generation, lambda: _load(agent=agent, version=version))
+    loaded: RunConfiguration = _held(
+        _entries, key, generation, lambda: _load(agent=agent, version=version, generation=generation)
+    )
     return loaded
 
 
@@ -143,13 +145,17 @@ def submission_parts(*, agent_slug: str, api_key: ApiKey | None) -> SubmissionPa
     primary-key read), read again after any change: the agent, its arms, versions, servers and budgets, the key's
     agents (a many-to-many change moves the generation too) are all configuration rows."""
     key = (agent_slug, api_key.pk if api_key is not None else None)
+    generation = config_generation()
     loaded: SubmissionParts = _held(
-        _submissions, key, config_generation(), lambda: _submission_load(agent_slug=agent_slug, api_key=api_key)
+        _submissions,
+        key,
+        generation,
+        lambda: _submission_load(agent_slug=agent_slug, api_key=api_key, generation=generation),
     )
     return loaded
 
 
-def _submission_load(*, agent_slug: str, api_key: ApiKey | None) -> SubmissionParts:
+def _submission_load(*, agent_slug: str, api_key: ApiKey | None, generation: str | None) -> SubmissionParts:
     agent = Agent.objects.select_related("live_version").filter(slug=agent_slug).first()
     if agent is None:
         return SubmissionParts(None, False, {}, None, [], [])
@@ -160,12 +166,12 @@ def _submission_load(*, agent_slug: str, api_key: ApiKey | None) -> SubmissionPa
         key_may_use=may_use,
         arms=arms,
         live_version=agent.live_version,
-        server_secrets=every_binding_secret(),
+        server_secrets=_masking_secrets(list(agent.servers.all()), generation),
         budgets=budgets_for(agent=agent, api_key=api_key),
     )
 
 
-def _load(*, agent: Agent, version: AgentVersion | None) -> RunConfiguration:
+def _load(*, agent: Agent, version: AgentVersion | None, generation: str | None) -> RunConfiguration:
     frozen: dict[str, Any] | None = version.content if version is not None else None
     if frozen:
         servers = version_servers(frozen)
@@ -175,7 +181,25 @@ def _load(*, agent: Agent, version: AgentVersion | None) -> RunConfiguration:
         servers = list(agent.servers.prefetch_related("tools__contract"))
         rules = deterministic_rule_specs(agent=agent, server_ids=[server.pk for server in servers])
         contracts = None
-    return RunConfiguration(servers=servers, rules=rules, contracts=contracts, server_secrets=every_binding_secret())
+    return RunConfiguration(
+        servers=servers, rules=rules, contracts=contracts, server_secrets=_masking_secrets(servers, generation)
+    )
+
+
+def _masking_secrets(servers: list[McpServer], generation: str | None) -> list[str]:
+    """What masks a run: its own servers' secrets, every one (``McpServer.secret_values``), and the other bindings'
+    that look like credentials (``_credential_like``): a tool may answer with another server's token. A short or
+    numeric secret of another server (``none``, ``3600``: a setting an admin kept secret) would hide words and
+    numbers in the answers of every agent."""
+    own = [value for server in servers for value in server.secret_values()]
+    others = _held(_rows, ("every_binding_secret",), generation, every_binding_secret)
+    return list(dict.fromkeys([*own, *(value for value in others if _credential_like(value))]))
+
+
+def _credential_like(value: str) -> bool:
+    """Whether another binding's secret is one worth masking in every run: 8 characters or more, not digits alone."""
+    text = value.strip()
+    return len(text) >= 8 and not text.isdigit()
 
 
 def every_binding_secret() -> list[str]:

@@ -22,7 +22,7 @@ from pydantic import ValidationError as PydanticValidationError
 from agent_platform.json import UnicodeJSONEncoder
 from agent_platform.text import nfc
 from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration, stored_value
-from audit.masking import holds_secret, is_secret_key
+from audit.masking import holds_secret
 from mcpregistry.binding_policy import (
     command_problem,
     from_env_problem,
@@ -56,13 +56,24 @@ def secret_entry_value(entry: Any) -> str | None:
     return None if entry is None else str(entry)
 
 
+# A variable's name that names a credential: its last word is one (DB_PASSWORD, API_TOKEN, INTERNAL_API_KEY,
+# CLIENT_SECRET). Not a name that merely holds such a word (TOKEN_TTL_S, AUTH_MODE, OAUTH_ISSUER, TOKEN_URL,
+# PASSWORD_MIN_LENGTH, GOOGLE_APPLICATION_CREDENTIALS: a path): those are settings, whose values are judged as values.
+_CREDENTIAL_NAME = re.compile(
+    r"(?:^|[_.-])(?:PASS(?:WORD|WD)?|PWD|SECRET|TOKEN|(?:API|ACCESS|PRIVATE|SECRET|SIGNING|MASTER)[_-]?KEY|AUTH"
+    r"|AUTHORIZATION|COOKIE|SESSION[_-]?ID|CREDENTIAL)$",
+    re.IGNORECASE,
+)
+
+
 def _setting_secret_problem(name: str, entry: Any) -> str | None:
     """Why the environment value ``name`` may not be a setting (``public_env``: stored, shown and exported in clear,
     never masked), or None: its name names a secret (``API_TOKEN``, ``DB_PASSWORD``), or its value holds what the
-    audit hides as one (``sk-live-…``: the check a URL's, an argument's and a command's value pass). A value read
+    audit hides as one (``sk-live-…``: the check a URL's, an argument's and a command's value pass; ``AUTH_MODE=none``
+    and ``TOKEN_TTL_S=3600`` are settings). A value read
     on the worker (``from_env``) is judged by its name only: its value is not stored here."""
     # Two whole sentences, not one spliced: a translation orders its parts as its language does.
-    if is_secret_key(name):
+    if _CREDENTIAL_NAME.search(name):
         return _(
             "%(name)s: its name says it is a secret, but an environment setting is stored, shown and exported in "
             "clear: give it as a secret environment value instead (the box “set environment values”; in a "

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.core.exceptions import ValidationError
 
 from agents.config_cache import run_configuration_forget
 from agents.execution import run_execute
@@ -76,3 +77,43 @@ def test_a_tool_answering_with_another_bindings_token_is_masked_in_a_fresh_worke
         default=str,
     )
     assert "crm_access=" in stored and CRM_TOKEN not in stored
+
+
+def test_settings_with_credential_words_in_their_names_stay_settings_and_short_secrets_mask_only_their_runs() -> None:
+    """Two changes met: a setting named TOKEN_TTL_S or AUTH_MODE was refused (its name "says it is a secret"), and,
+    kept as a secret, its 3600 and none were masked in the answers of every agent on the platform."""
+    mcp_server_create(
+        actor="admin", via="tests", data={"mcp_id": "idp", "name": "idp", "command": sys.executable,
+                                          "args": [str(SERVER)], "env": {"TOKEN_TTL_S": "3600", "AUTH_MODE": "none"},
+                                          "public_env": ["TOKEN_TTL_S", "AUTH_MODE"]},
+    )  # fmt: skip
+    with pytest.raises(ValidationError, match="DB_PASSWORD"):
+        mcp_server_create(
+            actor="admin", via="tests", data={"mcp_id": "db", "name": "db", "command": sys.executable,
+                                              "args": [str(SERVER)], "env": {"DB_PASSWORD": "plain"},
+                                              "public_env": ["DB_PASSWORD"]},
+        )  # fmt: skip
+    mcp_server_create(  # short secrets of a server this run's agent is not bound to
+        actor="admin", via="tests", data={"mcp_id": "idp2", "name": "idp2", "command": sys.executable,
+                                          "args": [str(SERVER)], "env": {"TTL": "3600", "MODE": "none"}},
+    )  # fmt: skip
+    echo = mcp_server_create(
+        actor="admin", via="tests", data={"mcp_id": "ctx", "name": "ctx", "command": sys.executable,
+                                          "args": [str(SERVER)], "timeout_s": 20},
+    )  # fmt: skip
+    assert discover_as_admin(server=echo).ok
+    ToolContract.objects.filter(tool__server=echo).update(risk=ToolContract.Risk.READ)
+    agent = make_agent(
+        slug="reader", servers=[echo], provider="scripted", with_demo_rules=False,
+        script=[{"tool_calls": [{"name": "echo", "args": {"text": "세션 만료 3600초, 오류 none"}}]},
+                {"content": "결과: {last_tool_result}"}],
+    )  # fmt: skip
+    clear_registered_secrets()
+    run_configuration_forget()
+    run = Run.objects.create(agent=agent, query="설정 보여줘")
+    try:
+        run_execute(run_id=str(run.id))
+    finally:
+        get_default_pool().close("ctx")
+    run.refresh_from_db()
+    assert run.answer == "결과: 세션 만료 3600초, 오류 none"
