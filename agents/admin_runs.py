@@ -52,10 +52,11 @@ from agents.approvals import REASON_MAX_CHARS, approval_decide, asked_by_the_mod
 from agents.budgets import usd_text
 from agents.decision_reasons import approval_reason_text, reason_text
 from agents.models import Approval, Run, ShadowComparison
+from agents.run_state import CONFIGURATION_UNREADABLE_MESSAGE
 from agents.services import CANCELLABLE, run_cancel
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from audit.labels import breakable, reason_label, when_cell
-from audit.visible import visible_text
+from audit.visible import TOOL_DATA_CLOSE, TOOL_DATA_OPEN, visible_text
 from mcpregistry.list_fields import argument_rows
 
 StepStatus = str
@@ -115,6 +116,27 @@ def _pretty(value: Any) -> str:
 
 def _text(content: Any) -> str:
     return content if isinstance(content, str) else _pretty(content)
+
+
+_TOOL_DATA_BLOCK = re.compile(f"{re.escape(TOOL_DATA_OPEN)}\n(.*?)\n{re.escape(TOOL_DATA_CLOSE)}", re.S)
+
+
+def _tool_data_shown(text: str) -> str:
+    """``text`` (a failed call's message, the system message) with each ``<tool_data>`` block as a person reads
+    it. The block writes ``<``, ``>`` and ``&`` as JSON escapes (``\\u003c``…) so that nothing in it can close it
+    for the model (``audit.visible.tool_data_block``); here its JSON is shown again with those characters as they
+    are and the rest as the model reads it: still JSON, so a tool's own "</tool_data>" shows inside its string's
+    quotes, never as the block's end, and its ``⟦U+…⟧`` markers stay. Only what is shown changes: the stored text
+    and what the model read do not. A block that is no JSON (cut short) stays as it is."""
+
+    def shown(block: re.Match[str]) -> str:
+        try:
+            value = json.loads(block.group(1))
+        except ValueError:
+            return block.group(0)
+        return f"{TOOL_DATA_OPEN}\n{json.dumps(value, ensure_ascii=False, indent=2)}\n{TOOL_DATA_CLOSE}"
+
+    return _TOOL_DATA_BLOCK.sub(shown, text) if TOOL_DATA_OPEN in text else text
 
 
 def _failed_text(reason: str) -> str:
@@ -193,6 +215,20 @@ def _approval_step(approval: Approval | None, *, label: str, title: str, args: A
     return step
 
 
+def _outcome_unknown(step: TimelineStep, approval: Approval) -> None:
+    """A call step whose approved write ended with its outcome unknown (a timeout, a dropped session): the write
+    may have taken effect, so it is never said to have failed. Its step reads as its approval's does: "outcome
+    unknown", with what is known of how the call ended (``server unreachable (transport)``) in its note."""
+    if step.status in ("failed", ""):  # a send that was answered after all (an idempotent write's) says so
+        step.status_text = approval.get_status_display()
+        if step.attempts:
+            step.status_text += " · " + gettext("%(n)d attempt(s)") % {"n": len(step.attempts)}
+    step.status = "degraded"
+    reason = _str(_dict(approval.result).get("reason"))
+    if reason:
+        step.note += " · " + _code_in_words(reason)
+
+
 def _str(value: Any) -> str:
     """A stored value as text: a string as it is, nothing for None, anything else as its JSON."""
     if isinstance(value, str):
@@ -249,6 +285,8 @@ _MESSAGE_TYPES = frozenset({"system", "human", "ai", "tool"})
 # The steps a trace records (not its messages or notes): what says whether the stored trace or the run's events
 # tell more.
 _STEP_TYPES = frozenset({"rule", "deterministic_call", "flow_call", "flow_node", "ai", "tool"})
+# What the stored trace says of the model's context and no event does (besides the conversation's earlier answers).
+_CONTEXT_TYPES = frozenset({"prompt", "resource", "resource_tool", "system", "human"})
 
 
 def _in_order(entries: list[dict[str, Any]], call_of_approval: dict[str, str]) -> list[dict[str, Any]]:
@@ -441,13 +479,14 @@ def _entries_from_events(run: Run) -> list[dict[str, Any]]:
 
 def _trace_entries(run: Run) -> list[Any]:
     """What the timeline is built from: the stored trace (``run.messages``, written when the run ends or parks)
-    or, for a run still going or one that ended without its steps in it (cancelled, stopped by its iterations or
-    its model), the run's events, with the trace's notes (its prompt, resources, messages, failures) beside them."""
+    or the run's events, with the trace's notes (its prompt, resources, messages, failures) beside them, where
+    they tell more: for a run still going, one that ran in more than one pass (resumed after an approval, taken
+    over from a lost worker, retried after an error: the stored trace holds the last pass's conversation and
+    flow calls, and nothing says where a pass began), and one that ended without its steps in it (cancelled,
+    stopped by its iterations or its model). A finished run's page thus shows what its live page showed."""
     stored = run.messages
     messages: list[Any] = stored if isinstance(stored, list) else ([stored] if stored else [])
     dicts = [e for e in messages if isinstance(e, dict)]
-    if run.status == Run.Status.SUCCEEDED:
-        return messages
     events = _entries_from_events(run)
 
     def count(entries: list[Any], kinds: frozenset[str]) -> int:
@@ -455,6 +494,7 @@ def _trace_entries(run: Run) -> list[Any]:
 
     use_events = any(_type(e) != "pass" for e in events) and (
         run.status in (Run.Status.QUEUED, Run.Status.RUNNING)
+        or count(events, frozenset({"pass"})) > 1
         or count(events, frozenset({"ai"})) > count(dicts, frozenset({"ai"}))
         or count(dicts, _STEP_TYPES) < count(events, _STEP_TYPES)
     )
@@ -463,11 +503,14 @@ def _trace_entries(run: Run) -> list[Any]:
     # The query goes before the model's loop or the flow (after the rules and their calls, which come first).
     loop = ("ai", "tool", "tool_selection", "parallel_calls", "flow_call", "flow_node")
     first_loop = next((i for i, e in enumerate(events) if _type(e) in loop), len(events))
-    context = [e for e in dicts if _type(e) in ("prompt", "resource", "resource_tool", "system", "human")]
+    # A rule that could not be decided (its parameters could not be filled) is in the trace alone: it ended the
+    # deterministic stage, after the rules the events recorded.
+    undecided = [e for e in dicts if _type(e) == "rule" and "rule_id" not in e]
+    context = [e for e in dicts if _type(e) in _CONTEXT_TYPES or (_type(e) == "ai" and e.get("history"))]
     if not any(_type(e) == "human" for e in context):
         context.append({"type": "human", "content": run.query})
     notes = [e for e in dicts if _type(e) in ("tool_withdrawn", "model_error", "outcome")]
-    return [*events[:first_loop], *context, *events[first_loop:], *notes]
+    return [*events[:first_loop], *undecided, *context, *events[first_loop:], *notes]
 
 
 class _Timeline:
@@ -503,11 +546,14 @@ class _Timeline:
 
     def pass_calls(self, key: str) -> list[Any]:
         """The audit events of the call ``key`` in the pass being read (in the last pass that made it, where that
-        is not known)."""
+        is not known: a stored trace). A call the pass did not send (a flow's write that waited for its approval,
+        sent by the next pass) has none: the next pass's attempts are not shown twice."""
         by_pass = self.calls_by_pass.get(key)
         if not by_pass:
             return []
-        return by_pass[self.pass_now] if self.pass_now in by_pass else by_pass[max(by_pass)]
+        if self.pass_now is not None:
+            return by_pass.get(self.pass_now, [])
+        return by_pass[max(by_pass)]
 
     def step(self, entry: Any) -> TimelineStep | None:
         if not isinstance(entry, dict):
@@ -540,7 +586,7 @@ class _Timeline:
             label=label,
             title=f"{_str(entry.get('mcp_id'))}.{_str(entry.get('tool'))}",
             result=_pretty(entry.get("value")) if ok else "",
-            note="" if ok else _str(entry.get("message")),
+            note="" if ok else _tool_data_shown(_str(entry.get("message"))),
         ).with_args(entry.get("args"))
         _call_step(step, self.pass_calls(key), ok_in_trace=ok, error=_str(entry.get("error")))
         fallback_for = _str(entry.get("fallback_for"))
@@ -553,8 +599,11 @@ class _Timeline:
         return step
 
     def _deterministic_call(self, entry: dict[str, Any]) -> TimelineStep:
+        """A rule's call, found by its rule (``rule:<id>``, the call id its audit events and its approval carry)."""
         key = f"rule:{_str(entry.get('rule_id'))}"
-        return self._call(entry, kind="deterministic", label=gettext("deterministic call"), key=key)
+        step = self._call(entry, kind="deterministic", label=gettext("deterministic call"), key=key)
+        self._with_approval(step, key)
+        return step
 
     def _flow_call(self, entry: dict[str, Any]) -> TimelineStep:
         """A flow's call, found by its number (``flow:<n>``) as a model's call is by its id: its attempts from its
@@ -570,7 +619,7 @@ class _Timeline:
 
     def _with_approval(self, step: TimelineStep, call_id: str) -> Approval | None:
         """The approval of the call ``call_id``, if it had one, noted on its step (its status, who decided and
-        why); a write whose outcome is unknown is shown degraded."""
+        why); a write whose outcome is unknown reads so (``_outcome_unknown``)."""
         approval = self.by_call.get(call_id) if call_id else None
         if approval is None:
             return None
@@ -582,7 +631,7 @@ class _Timeline:
         if approval.reason:
             step.note += f" · {approval_reason_text(approval.reason)}"
         if approval.status == Approval.Status.OUTCOME_UNKNOWN:
-            step.status = "degraded"
+            _outcome_unknown(step, approval)
         return approval
 
     def _approval(self, entry: dict[str, Any]) -> TimelineStep | None:
@@ -599,7 +648,8 @@ class _Timeline:
         return _approval_step(approval, label=gettext("approval requested"), title=title, args=args)
 
     def _system(self, entry: dict[str, Any]) -> TimelineStep:
-        return TimelineStep(kind="message", label=gettext("system message"), result=_text(entry.get("content", "")))
+        content = _text(entry.get("content", ""))
+        return TimelineStep(kind="message", label=gettext("system message"), result=_tool_data_shown(content))
 
     def _human(self, entry: dict[str, Any]) -> TimelineStep:
         return TimelineStep(kind="message", label=gettext("user query"), result=_text(entry.get("content", "")))
@@ -632,11 +682,13 @@ class _Timeline:
     def _tool(self, entry: dict[str, Any]) -> TimelineStep:
         call_id = _str(entry.get("tool_call_id"))
         step = TimelineStep(kind="tool", label=gettext("tool call"), title=_str(entry.get("name")))
-        step.result = _text(entry.get("content", ""))
+        failed = entry.get("status") == "error"
+        content = _text(entry.get("content", ""))
+        # A failure's message is the gate's, its details in a block; a result is the tool's own text, as it is.
+        step.result = _tool_data_shown(content) if failed else content
         events = self.pass_calls(call_id)
         if events and events[0].args:
             step.with_args(events[0].args)
-        failed = entry.get("status") == "error"
         _call_step(step, events, ok_in_trace=False if failed else None, error=_str(entry.get("error")))
         self._with_approval(step, call_id)
         return step
@@ -874,7 +926,8 @@ def run_timeline(run: Run) -> list[TimelineStep]:
     """A run's steps in order: rule decisions, deterministic calls (with their attempts), the MCP prompt and
     resources, each turn's tool selection, the model's turns, its tool calls (with their attempts and approvals),
     approvals, and the answer (or error) last. Built from the stored trace, or from the run's events while it
-    runs or where it ended without its steps stored (``_trace_entries``); never fails on an odd stored shape."""
+    runs, where it ran in several passes or ended without its steps stored (``_trace_entries``); never fails on
+    an odd stored shape."""
     timeline = _Timeline(run)
     entries = _trace_entries(run)
     call_of_approval = {str(a.pk): a.call_id for a in timeline.approvals if a.call_id}
@@ -956,7 +1009,7 @@ _KNOWN_MESSAGES: list[tuple[str, re.Pattern[str], Any]] = [
     ),
     (
         "config:secret_unreadable",
-        re.compile(r"a stored secret of the run's configuration cannot be decrypted: check SECRETS_ENCRYPTION_KEYS"),
+        re.compile(re.escape(CONFIGURATION_UNREADABLE_MESSAGE)),
         lambda m: gettext(
             "a stored secret of the run's configuration cannot be decrypted: check SECRETS_ENCRYPTION_KEYS"
         ),
@@ -1027,7 +1080,7 @@ def run_summary(run: Run) -> list[str]:
         parts.append(gettext("cost: US$%(usd)s") % {"usd": usd_text(run.cost_micros)})
     statuses = list(run.events.filter(kind="status").order_by("seq").values_list("data", flat=True))
     taken_over = _pass_starts(statuses).count("taken_over")  # a pass retried after an error is no takeover
-    if taken_over:  # said here too: a finished run's page shows its stored trace, the last pass's steps alone
+    if taken_over:  # the timeline marks where each pass began; the summary says how often a worker was lost
         parts.append(gettext("taken over %(n)s time(s): a worker was lost") % {"n": taken_over})
     return parts
 

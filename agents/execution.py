@@ -54,6 +54,7 @@ from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_time_limits
 from agents.errors import RunCancelled
 from agents.models import Agent, Approval, Run
 from agents.run_state import (
+    CONFIGURATION_UNREADABLE_MESSAGE,
     SECRET_UNREADABLE,
     RunEventWriter,
     approvals_interrupted,
@@ -463,12 +464,6 @@ def run_execute(*, run_id: str) -> None:
             _fail_on_fault(claim, exc)
         finally:
             claim.stop_heartbeat()
-
-
-# A run's stored message when a secret of its configuration cannot be decrypted (no secret in it: the setting).
-CONFIGURATION_UNREADABLE_MESSAGE = (
-    "a stored secret of the run's configuration cannot be decrypted: check SECRETS_ENCRYPTION_KEYS"
-)
 
 
 def _fail_on_fault(claim: RunClaim, exc: Exception) -> None:

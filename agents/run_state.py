@@ -34,6 +34,10 @@ logger = logging.getLogger(__name__)
 # configuration cannot be decrypted with this process's ``SECRETS_ENCRYPTION_KEYS`` (a key missing on this machine,
 # or dropped at a rotation: system check ``audit.W003``). Its messages name the setting, never the secret.
 SECRET_UNREADABLE = "config:secret_unreadable"  # noqa: S105 - a reason code, not a secret
+# A run's stored message for it (English, as every stored message; the run page reads it in the reader's language).
+CONFIGURATION_UNREADABLE_MESSAGE = (
+    "a stored secret of the run's configuration cannot be decrypted: check SECRETS_ENCRYPTION_KEYS"
+)
 
 
 # --- queueing again ----------------------------------------------------------------------------------------

@@ -121,13 +121,19 @@ def test_a_resumed_flows_approval_sits_before_the_call_it_let_through(
     found = timeline(admin_client, run, language)
 
     kinds = [s[0].split()[0] for s in found]
-    assert kinds == ["step-flow", "step-approval", "step-flow", "step-flow", "step-answer"], labels(found)
-    read, asked, write = found[0], found[1], found[2]
+    # The finished page shows both passes as the live one does (the first pass's read, its waiting call, where the
+    # run resumed), from the run's events.
+    assert kinds == [
+        "step-message", "step-flow", "step-approval", "step-flow", "step-pass", "step-flow", "step-flow", "step-flow",
+        "step-answer",
+    ], labels(found)  # fmt: skip
+    read, asked, write = found[1], found[2], found[6]
     assert "flow-writes.record_read" in read[2] and "flow-writes.append_line" in write[2]
     assert "flow-writes.append_line" in asked[2]  # titled as the call is
     assert "lines: 3" in asked[2] and '"ok"' not in asked[2] and '"reason"' not in asked[2]
     html = page(admin_client, run, language)
-    assert html.count(f'href="{approval_url(approval)}"') == 2  # the approval's step and its call's
+    # The approval's step, the first pass's waiting call and the call it let through.
+    assert html.count(f'href="{approval_url(approval)}"') == 3
 
 
 def test_an_approval_whose_call_failed_says_why_in_words(admin_client: Any, flow_run: Any) -> None:  # noqa: F811

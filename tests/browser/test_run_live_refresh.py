@@ -64,7 +64,10 @@ def test_a_resumed_flows_page_shows_its_approval_by_its_call(
     browser.get(f"{browser.base_url}/admin/agents/run/{run.pk}/change/")
     steps = browser.find_elements("css selector", "#run-timeline > li")
     kinds = [s.get_attribute("class").split()[1] for s in steps]
-    assert kinds == ["step-flow", "step-approval", "step-flow", "step-flow", "step-answer"], kinds
+    assert kinds == [
+        "step-message", "step-flow", "step-approval", "step-flow", "step-pass", "step-flow", "step-flow", "step-flow",
+        "step-answer",
+    ], kinds  # fmt: skip
     link = css(browser, "#run-timeline .step-approval .step-approval-link")
     assert link.get_attribute("href").endswith(f"/admin/agents/approval/{approval.pk}/change/")
     path = screenshot(browser, "flow_run_with_approval")
