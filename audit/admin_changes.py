@@ -91,13 +91,19 @@ HISTORY_ROWS = 200  # the newest; the audit list holds them all
 def history_page(
     model_admin: Any,
     request: HttpRequest,
-    obj: models.Model,
+    object_id: str,
     *,
-    events: list[AuditEvent] | None,
+    events: Callable[[models.Model], list[AuditEvent]] | None,
     extra_context: Any = None,
-) -> TemplateResponse:
-    """An object's history page: its audit events (newest first; each linked to its page for whoever may view
-    the audit record), or, for ``events=None``, that a record is never changed once written."""
+) -> HttpResponse:
+    """An object's history page, for whoever may view it: its audit events (``events(obj)``, newest first; each
+    linked to its page for whoever may view the audit record), or, for ``events=None``, that a record is never
+    changed once written."""
+    obj = model_admin.get_object(request, unquote(object_id))
+    if obj is None:
+        return model_admin._get_obj_does_not_exist_redirect(request, model_admin.model._meta, object_id)
+    if not model_admin.has_view_or_change_permission(request, obj):
+        raise PermissionDenied
     opts = obj._meta
     audit_admin = model_admin.admin_site._registry.get(AuditEvent)
     may_view_events = audit_admin is not None and audit_admin.has_view_permission(request)
@@ -113,7 +119,7 @@ def history_page(
             if may_view_events
             else None,
         }
-        for event in events or []
+        for event in (events(obj) if events is not None else [])
     ]
     context = {
         **model_admin.admin_site.each_context(request),
@@ -213,16 +219,14 @@ class ServiceAdminMixin:
         """The object's changes as the audit record holds them. Django's page read its own log, which is not
         written (below), and told of every object that it had no history, "probably not added via this admin
         site", beside a full, chained record of its changes."""
-        model_admin: Any = self
-        obj = model_admin.get_object(request, unquote(object_id))
-        if obj is None:
-            return model_admin._get_obj_does_not_exist_redirect(request, self.model._meta, object_id)  # type: ignore[attr-defined]
-        if not model_admin.has_view_or_change_permission(request, obj):
-            raise PermissionDenied
-        events = AuditEvent.objects.filter(
-            action__startswith=CONFIG_ACTION_PREFIX, result__model=obj._meta.label_lower, result__id=obj.pk
-        ).order_by("-seq")
-        return history_page(model_admin, request, obj, events=list(events[:HISTORY_ROWS]), extra_context=extra_context)
+
+        def changes(obj: models.Model) -> list[AuditEvent]:
+            events = AuditEvent.objects.filter(
+                action__startswith=CONFIG_ACTION_PREFIX, result__model=obj._meta.label_lower, result__id=obj.pk
+            ).order_by("-seq")
+            return list(events[:HISTORY_ROWS])
+
+        return history_page(self, request, object_id, events=changes, extra_context=extra_context)
 
     # Django's own log (LogEntry) is not written: every change is an audit event, in the chained record; a second,
     # mutable log beside it would say less and could be edited.

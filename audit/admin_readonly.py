@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 
@@ -37,10 +36,4 @@ class ReadOnlyAdminMixin:
     def history_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> HttpResponse:
         """A record has no history of changes: Django's page said it had none "probably because it was not added
         via this admin site", which reads as a gap in the record."""
-        model_admin: Any = self
-        obj = model_admin.get_object(request, unquote(object_id))
-        if obj is None:
-            return model_admin._get_obj_does_not_exist_redirect(request, model_admin.model._meta, object_id)
-        if not model_admin.has_view_permission(request, obj):
-            raise PermissionDenied
-        return history_page(model_admin, request, obj, events=None, extra_context=extra_context)
+        return history_page(self, request, object_id, events=None, extra_context=extra_context)
