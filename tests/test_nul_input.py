@@ -270,18 +270,23 @@ from django.core.management import call_command
 from django.test import Client
 from agents.models import DeterministicRule
 from mcpregistry.models import McpTool
-from mcpregistry.services import request_category_create
+from mcpregistry.models import McpServer
+from mcpregistry.services import mcp_tool_create, request_category_create
 from tests.agents.test_rule_form_roundtrip import as_browser_posts
 from tests.mcpregistry.test_registry import post_server_form
 from tests.test_nul_input import post_category, post_tool
-call_command("seed_demo", stdout=io.StringIO())
+# The cluster is shared with other modules' tests: this script's own rows, nothing started (no discovery).
+call_command("seed_demo", "--no-discover", stdout=io.StringIO())
+demo = McpServer.objects.get(mcp_id="sds-company-data")
+tool = McpTool.objects.filter(server=demo, name="nul_probe").first() or mcp_tool_create(
+    server=demo, name="nul_probe", actor="t", via="tests")
 client = Client(SERVER_NAME="localhost", HTTP_ACCEPT_LANGUAGE="ko", raise_request_exception=False)
 client.force_login(get_user_model().objects.get(username="admin"))
 category = request_category_create(actor="t", via="tests", data={"department": "NUL팀", "keywords": ["프린터"]})
 print("RESULT keywords", post_category(client, category, "한글\x00").status_code)
-print("RESULT tags", post_tool(client, McpTool.objects.order_by("pk").first(), tags="한글\x00").status_code)
+print("RESULT tags", post_tool(client, tool, tags="한글\x00").status_code)
 print("RESULT args", post_server_form(client, None, mcp_id="nul-args", args="-m\nx\x00").status_code)
-rule = DeterministicRule.objects.exclude(server=None).order_by("pk").first()
+rule = DeterministicRule.objects.filter(agent__slug="company-assistant", server=demo).order_by("pk").first()
 url = f"/admin/agents/deterministicrule/{rule.pk}/change/"
 for field in ("when__any_keywords", "params__value__" + next(iter(rule.params), "q")):
     posted = {**as_browser_posts(client.get(url).content.decode()), field: ["팀\x00"]}
@@ -295,7 +300,7 @@ for address in ["/admin/audit/auditevent/?mcp_id=a%00b", "/admin/audit/auditeven
 
 @pytest.mark.postgres
 def test_a_nul_is_refused_not_a_500_on_postgres(postgres_url: str) -> None:  # noqa: F811
-    done = manage("shell", "-c", ON_POSTGRES, database_url=postgres_url, timeout=300)
+    done = manage("shell", "-c", ON_POSTGRES, database_url=postgres_url, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     results = [line.removeprefix("RESULT ") for line in done.stdout.splitlines() if line.startswith("RESULT")]
     assert results == [
