@@ -264,7 +264,12 @@ def test_the_400_page_django_answers_a_bad_host_with_is_in_the_readers_language(
 # --- on PostgreSQL, where these were 500s ------------------------------------------------------------------------
 
 ON_POSTGRES = r"""
+import gc
 import io
+# A reference cycle holding an unfinished server-side cursor (psycopg 3), collected while this process's connection
+# is inside another query, closed that cursor there and waited for ever (seen twice in the whole suite, never alone):
+# not what this test is about, so the cycle collector stays off in this short script. Noted for a next session.
+gc.disable()
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
