@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -29,7 +30,7 @@ from mcpregistry.models import McpServer, McpTool, RequestCategory
 from mcpregistry.services import request_category_create
 from tests.agents.test_rule_form_roundtrip import agent, as_browser_posts, change_url, stored_rule  # noqa: F401
 from tests.mcpregistry.test_registry import post_server_form
-from tests.postgres import manage, postgres_url  # noqa: F401 - postgres_url is a fixture
+from tests.postgres import PostgresMissing, manage, private_postgres
 
 # Django's own words for every text field, in Korean ("null 문자는 사용할 수 없습니다. ", a space at its end).
 with translation.override("ko"):
@@ -264,12 +265,7 @@ def test_the_400_page_django_answers_a_bad_host_with_is_in_the_readers_language(
 # --- on PostgreSQL, where these were 500s ------------------------------------------------------------------------
 
 ON_POSTGRES = r"""
-import gc
 import io
-# A reference cycle holding an unfinished server-side cursor (psycopg 3), collected while this process's connection
-# is inside another query, closed that cursor there and waited for ever (seen twice in the whole suite, never alone):
-# not what this test is about, so the cycle collector stays off in this short script. Noted for a next session.
-gc.disable()
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
@@ -280,7 +276,7 @@ from mcpregistry.services import mcp_tool_create, request_category_create
 from tests.agents.test_rule_form_roundtrip import as_browser_posts
 from tests.mcpregistry.test_registry import post_server_form
 from tests.test_nul_input import post_category, post_tool
-# The cluster is shared with other modules' tests: this script's own rows, nothing started (no discovery).
+# This script's own rows, nothing started (no discovery).
 call_command("seed_demo", "--no-discover", stdout=io.StringIO())
 demo = McpServer.objects.get(mcp_id="sds-company-data")
 tool = McpTool.objects.filter(server=demo, name="nul_probe").first() or mcp_tool_create(
@@ -304,8 +300,18 @@ for address in ["/admin/audit/auditevent/?mcp_id=a%00b", "/admin/audit/auditeven
 
 
 @pytest.mark.postgres
-def test_a_nul_is_refused_not_a_500_on_postgres(postgres_url: str) -> None:  # noqa: F811
-    done = manage("shell", "-c", ON_POSTGRES, database_url=postgres_url, timeout=600)
+def test_a_nul_is_refused_not_a_500_on_postgres() -> None:
+    # A cluster of its own: the shared one holds servers whose secrets another module rotated to keys this process
+    # lacks, and the rule page's list of servers reads them (a 500 of its own, noted for a next session).
+    try:
+        with private_postgres() as database_url:
+            migrated = manage("migrate", "--noinput", database_url=database_url)
+            assert migrated.returncode == 0, migrated.stderr
+            done = manage("shell", "-c", ON_POSTGRES, database_url=database_url, timeout=600)
+    except PostgresMissing as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL is needed in CI (.ci/run installs it): {exc}")
+        pytest.skip(str(exc))
     assert done.returncode == 0, done.stderr[-3000:]
     results = [line.removeprefix("RESULT ") for line in done.stdout.splitlines() if line.startswith("RESULT")]
     assert results == [
