@@ -48,7 +48,7 @@ from django.utils import timezone, translation
 import agent_platform.telemetry as telemetry
 from agents import engine
 from agents.approvals import RunApprovals
-from agents.budgets import run_spent_usage, run_usage_fields, token_ceiling_sql
+from agents.budgets import budget_settle, run_spent_usage, run_usage_fields, token_ceiling_sql
 from agents.config_cache import run_parts
 from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_time_limits
 from agents.errors import RunCancelled
@@ -59,7 +59,6 @@ from agents.run_state import (
     RunEventWriter,
     approvals_interrupted,
     approvals_unused,
-    run_budgets_settle,
     run_fail_unheld,
     run_resume,
     run_row_lock,
@@ -759,7 +758,7 @@ def _store_outcome(
                     approvals_interrupted(run_id=claim.run_id, why=outcome.status)
                     approvals_unused(run_id=claim.run_id, why=outcome.status)
                 if settle:
-                    run_budgets_settle(run_id=claim.run_id)
+                    budget_settle(run_id=claim.run_id)
     if stored == 1:
         # After the caller's answer is stored: a live run of an agent with a shadow version may start its shadow
         # (the agent as it was loaded for this run), a shadow is compared.
@@ -800,7 +799,7 @@ def _count_late_tokens(run_id: Any) -> None:
     with transaction.atomic():
         run_row_lock(run_id)
         if Run.objects.filter(id=run_id, status__in=finished).exists():
-            run_budgets_settle(run_id=run_id)
+            budget_settle(run_id=run_id)
 
 
 def _merged_timings(run: Run, timings: dict[str, float]) -> dict[str, float]:

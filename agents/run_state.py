@@ -26,7 +26,6 @@ from agents.shadow import shadow_after_store
 from audit.masking import mask_value
 from audit.row_statements import RowInsert
 from audit.services import audit_event_record
-from mcpregistry.crypto import SecretDecryptionError
 
 logger = logging.getLogger(__name__)
 
@@ -115,24 +114,8 @@ def _run_fail_recorded(
             if not bare:
                 approvals_interrupted(run_id=run_id, why=error_code)
                 approvals_unused(run_id=run_id, why=error_code)
-                run_budgets_settle(run_id=run_id)
+                budget_settle(run_id=run_id)
     return failed == 1
-
-
-def run_budgets_settle(*, run_id: Any) -> None:
-    """``budget_settle`` for a run that has ended, unless the run's agent cannot be read: settling reads the run
-    with its agent, whose stored model secrets this process may be unable to decrypt (``SecretDecryptionError``).
-    Such a run still ends (its outcome or failure is stored): its reservations are left unsettled, logged (they
-    hold their budgets' tokens until their period ends), rather than the run left ``running`` while every attempt
-    to end it fails the same way. Any other error is raised."""
-    try:
-        budget_settle(run_id=run_id)  # a savepoint of its own: nothing of it stays when it raises
-    except SecretDecryptionError:
-        logger.error(
-            "run %s: its budgets could not be settled: its agent's stored secrets cannot be decrypted "
-            "(check SECRETS_ENCRYPTION_KEYS); its reservations stay held until their period ends",
-            run_id,
-        )
 
 
 def run_requeue_unheld(
