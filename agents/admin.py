@@ -83,6 +83,7 @@ from agents.services import (
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from mcpregistry.binding_policy import readable_variables_text
 from mcpregistry.contracts import pydantic_message
+from mcpregistry.crypto import readable
 from mcpregistry.list_fields import EditedJSONField, KeyValueLinesWidget, object_from_path_lines, path_lines
 from mcpregistry.models import McpServer
 
@@ -477,6 +478,15 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
     @admin.display(description=_("model API key"))
     def model_key_state(self, obj: Agent) -> str:
+        if obj.pk and not readable(obj.model_secrets):
+            return format_html(
+                '<p class="errornote">{}</p>',
+                _(
+                    "The stored key cannot be decrypted with this server's keys (SECRETS_ENCRYPTION_KEYS lacks the key "
+                    "it was encrypted with); runs of this agent fail until it can. Add that key back, or enter the "
+                    "model API key (or its variable) again."
+                ),
+            )
         entry = (obj.model_secrets or {}).get("api_key") if obj.pk else None
         if isinstance(entry, dict) and "from_env" in entry:
             return str(_("read from the worker variable %(name)s") % {"name": entry["from_env"]})

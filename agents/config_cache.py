@@ -159,6 +159,9 @@ def _submission_load(*, agent_slug: str, api_key: ApiKey | None, generation: str
     agent = Agent.objects.select_related("live_version").filter(slug=agent_slug).first()
     if agent is None:
         return SubmissionParts(None, False, {}, None, [], [])
+    # Its model key, read by the worker that runs it: one this process cannot decrypt is refused now (a 503
+    # config:secret_unreadable), not accepted for a run that would fail (its servers' secrets are read below).
+    agent.secret_values()
     may_use = api_key is None or not api_key.agents.exists() or api_key.agents.filter(pk=agent.pk).exists()
     arms = {arm.name: arm for arm in agent.arms.filter(weight__gt=0).select_related("version")}
     return SubmissionParts(

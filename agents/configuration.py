@@ -55,6 +55,7 @@ from agents.versions import AGENT_FIELDS, VersionContent, version_content_portab
 from mcpregistry.binding_policy import masked_secret_given
 from mcpregistry.contract_document import ContractSpec, contract_entry, contract_fields
 from mcpregistry.contracts import pydantic_message, spec_keys, unknown_key_problem
+from mcpregistry.crypto import SecretDecryptionError, readable
 from mcpregistry.gate_records import CONTRACT_FIELDS
 from mcpregistry.models import (
     INT32_MAX,
@@ -1010,6 +1011,9 @@ def _config_import(
         where = f"servers[{i}] ({spec.mcp_id})"
         server = servers.get(spec.mcp_id)
         created = server is None
+        if server is not None and not server.secrets_readable():
+            problems.add(where, unreadable_secrets_problem())
+            continue
         server = server or McpServer(mcp_id=spec.mcp_id)
         before = None if created else _fields(server)
         server.name = spec.name or server.name or spec.mcp_id
@@ -1141,6 +1145,9 @@ def _config_import(
         where = f"agents[{i}] ({aspec.slug})"
         agent = agents.get(aspec.slug)
         created = agent is None
+        if agent is not None and not readable(agent.model_secrets):
+            problems.add(where, unreadable_secrets_problem())
+            continue
         agent = agent or Agent(slug=aspec.slug)
         before = (
             None if created else {**_fields(agent), "servers": sorted(agent.servers.values_list("mcp_id", flat=True))}
@@ -1457,8 +1464,33 @@ def _exported_secrets(stored: dict[str, Any], *, public: list[str] | None = None
     }
 
 
+def unreadable_secrets_problem() -> str:
+    """An import's problem with a server or agent whose stored secrets this process cannot decrypt: it could keep
+    none of them (``{"set": true}``) nor tell which are set."""
+    return _(
+        "its stored secrets cannot be decrypted with this server's keys (SECRETS_ENCRYPTION_KEYS lacks the key they "
+        "were encrypted with): add that key back, or enter them again in the admin, before importing over it"
+    )
+
+
 def config_export() -> dict[str, Any]:
-    """The whole configuration as a document ``config_import`` accepts. No secret value is written."""
+    """The whole configuration as a document ``config_import`` accepts. No secret value is written.
+
+    Raises ``SecretDecryptionError`` naming the servers and agents whose stored secrets this process cannot
+    decrypt: the document would not say which of their secrets are set."""
+    unreadable = [
+        *(_("server %(server)s") % {"server": s.mcp_id} for s in McpServer.objects.all() if not s.secrets_readable()),
+        *(_("agent %(agent)s") % {"agent": a.slug} for a in Agent.objects.all() if not readable(a.model_secrets)),
+    ]
+    if unreadable:
+        raise SecretDecryptionError(
+            _(
+                "the stored secrets of %(rows)s cannot be decrypted with this server's keys (SECRETS_ENCRYPTION_KEYS "
+                "lacks the key they were encrypted with): an export would not say which secrets are set. Add that "
+                "key back, or enter those secrets again in the admin."
+            )
+            % {"rows": ", ".join(unreadable)}
+        )
     servers = [
         {
             "mcp_id": s.mcp_id,

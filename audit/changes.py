@@ -67,6 +67,8 @@ M = TypeVar("M", bound=models.Model)
 SECRET_SET = "set"  # noqa: S105 - the words recorded in place of a secret, not secrets
 SECRET_CHANGED = "changed"  # noqa: S105
 SECRET_CLEARED = "cleared"  # noqa: S105
+# The name recorded for a secret map stored with a key this process lacks (its names cannot be read either).
+SECRET_UNREADABLE = "(unreadable)"  # noqa: S105
 CONFIG_ACTION_PREFIX = "config."
 
 
@@ -118,8 +120,11 @@ def snapshot(obj: models.Model | None, names: list[str]) -> dict[str, Any]:
     for name in names:
         model_field: Any = obj._meta.get_field(name)
         if is_secret_field(model_field):
-            stored = model_field.value_from_object(obj) or {}
-            values[name] = {k: _digest(v) for k, v in stored.items()} if isinstance(stored, dict) else {}
+            stored = model_field.value_from_object(obj)
+            if getattr(stored, "unreadable_secrets", False):  # mcpregistry.crypto.UnreadableSecrets: kept as is
+                values[name] = {SECRET_UNREADABLE: _digest(stored.token)}
+            else:
+                values[name] = {k: _digest(v) for k, v in stored.items()} if isinstance(stored, dict) else {}
         elif model_field.many_to_many:
             values[name] = sorted(related_names(getattr(obj, name).all())) if obj.pk is not None else []
         elif model_field.is_relation:

@@ -29,6 +29,7 @@ from mcpregistry import discovery_view
 from mcpregistry.binding_policy import readable_variables_text
 from mcpregistry.contract_form import ToolContractForm
 from mcpregistry.contracts import schema_with_contract
+from mcpregistry.crypto import readable
 from mcpregistry.gate_records import contract_of
 from mcpregistry.list_fields import TextListField
 from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract
@@ -118,8 +119,25 @@ def stored_secrets(server: McpServer) -> list[tuple[str, str, Any]]:
     if stored is None:
         return []
     public = set(stored.public_env or [])
-    secrets = [("env", name, entry) for name, entry in (stored.env or {}).items() if name not in public]
-    return secrets + [("header", name, entry) for name, entry in (stored.headers or {}).items()]
+    env, headers = (value if readable(value) else {} for value in (stored.env, stored.headers))
+    secrets = [("env", name, entry) for name, entry in (env or {}).items() if name not in public]
+    return secrets + [("header", name, entry) for name, entry in (headers or {}).items()]
+
+
+def unreadable_secrets_text() -> str:
+    """What the server page tells of a binding whose secrets this process cannot decrypt."""
+    return gettext(
+        "The stored secret values cannot be decrypted with this server's keys (SECRETS_ENCRYPTION_KEYS lacks the "
+        "key they were encrypted with); runs that use this server fail until they can. Add that key back, or tick "
+        '"clear all stored secret values" and enter every value and setting again. Other changes save and keep '
+        "the stored values as they are."
+    )
+
+
+def page_secrets(server: McpServer) -> list[str]:
+    """The values a page masks in what ``server`` told at discovery: its secrets, or none where this process cannot
+    decrypt them (it holds nothing it could show; the texts were masked when they were discovered)."""
+    return server.secret_values() if server.secrets_readable() else []
 
 
 def secret_choices(server: McpServer) -> list[tuple[str, str]]:
@@ -207,16 +225,16 @@ class McpServerForm(forms.ModelForm):
                 "module for every tool in it (mcpregistry.builtin_tools)."
             )
         public = [str(n) for n in (self.instance.public_env or [])]
-        stored = self.instance.env or {}
+        stored = self.instance.env if readable(self.instance.env) else {}
         self.initial["env_settings"] = "\n".join(
             f"{name}={stored[name]}" for name in public if isinstance(stored.get(name), str)
         )
         self.fields["remove_secrets"].choices = secret_choices(self.instance)
         if not self.fields["remove_secrets"].choices:  # nothing stored: no row of empty boxes
             self.fields["remove_secrets"].widget = forms.MultipleHiddenInput()
-        readable = readable_variables_text(settings.PLATFORM_MCP_ENV_PASSTHROUGH)
+        variables = readable_variables_text(settings.PLATFORM_MCP_ENV_PASSTHROUGH)
         for name in ("new_env", "new_headers"):
-            self.fields[name].help_text = format_html("{} {}", self.fields[name].help_text, readable)
+            self.fields[name].help_text = format_html("{} {}", self.fields[name].help_text, variables)
 
     def clean_env_settings(self) -> dict[str, str] | None:
         """``NAME=value`` lines as a map, or None when the form did not carry the field (a script's post)."""
@@ -251,7 +269,22 @@ class McpServerForm(forms.ModelForm):
                 % {"names": ", ".join(both_ways)},
             )
             return cleaned
-        if settings_env is not None:
+        clear = bool(cleaned.get("clear_secrets"))
+        unreadable = [name for name in ("env", "headers") if not readable(getattr(self.instance, name))]
+        if unreadable and clear:
+            for name in unreadable:  # replaced whole: what cannot be read cannot be kept
+                setattr(self.instance, name, {})
+        elif unreadable:
+            asked = {
+                "env": bool(
+                    settings_env or new_env or any(c.startswith("env:") for c in cleaned.get("remove_secrets") or [])
+                ),
+                "headers": bool(cleaned.get("new_headers")),
+            }
+            if any(asked[name] for name in unreadable):
+                self.add_error("clear_secrets", unreadable_secrets_text())
+                return cleaned
+        if settings_env is not None and readable(self.instance.env):
             env = dict(self.instance.env or {})
             # A name marked as a setting that has no value was not on the page (only values are): it stays marked.
             unshown = [n for n in self.instance.public_env or [] if not isinstance(env.get(n), str)]
@@ -261,10 +294,10 @@ class McpServerForm(forms.ModelForm):
             env.update(settings_env)
             self.instance.env = env
             self.instance.public_env = [*settings_env, *(n for n in unshown if n not in settings_env)]
-        clear = bool(cleaned.get("clear_secrets"))
         # Applied before the model's own validation, so a ${VAR} placeholder in a new value is refused too.
         public = set(self.instance.public_env or [])
-        kept_settings = {k: v for k, v in (self.instance.env or {}).items() if k in public}
+        env = self.instance.env if readable(self.instance.env) else {}
+        kept_settings = {k: v for k, v in env.items() if k in public}
         removed = {"env": set(), "header": set()}
         for choice in cleaned.get("remove_secrets") or []:
             kind, _sep, name = str(choice).partition(":")
@@ -282,10 +315,12 @@ class McpServerForm(forms.ModelForm):
             self.instance.public_env = [n for n in self.instance.public_env or [] if n not in new_env]
         env_changes = {**dict.fromkeys(removed["env"]), **new_env}
         header_changes = {**dict.fromkeys(removed["header"]), **(cleaned.get("new_headers") or {})}
-        self.instance.env = merge_secrets(self.instance.env, env_changes, clear=clear)
-        if clear:
-            self.instance.env = {**kept_settings, **self.instance.env}
-        self.instance.headers = merge_secrets(self.instance.headers, header_changes, clear=clear)
+        if readable(self.instance.env):  # else left as stored: nothing was asked of it (above)
+            self.instance.env = merge_secrets(self.instance.env, env_changes, clear=clear)
+            if clear:
+                self.instance.env = {**kept_settings, **self.instance.env}
+        if readable(self.instance.headers):
+            self.instance.headers = merge_secrets(self.instance.headers, header_changes, clear=clear)
         return cleaned
 
     def _update_errors(self, errors: ValidationError) -> None:
@@ -448,15 +483,15 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
     @admin.display(description=_("server info"))
     def server_info_pretty(self, obj: McpServer) -> str:
-        return discovery_view.server_info_text(obj.server_info, secrets=obj.secret_values())
+        return discovery_view.server_info_text(obj.server_info, secrets=page_secrets(obj))
 
     @admin.display(description=_("resources (read-only)"))
     def resources_pretty(self, obj: McpServer) -> str:
-        return discovery_view.resources_table(obj.resources, secrets=obj.secret_values())
+        return discovery_view.resources_table(obj.resources, secrets=page_secrets(obj))
 
     @admin.display(description=_("prompts (read-only)"))
     def prompts_pretty(self, obj: McpServer) -> str:
-        return discovery_view.prompts_table(obj.prompts, secrets=obj.secret_values())
+        return discovery_view.prompts_table(obj.prompts, secrets=page_secrets(obj))
 
     @admin.display(description=_("secrets"))
     def secrets_state(self, obj: McpServer) -> str:
@@ -466,6 +501,10 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
             return str(_("set"))
 
         rows = [(SECRET_KINDS[kind], name, state(entry)) for kind, name, entry in stored_secrets(obj)]
+        stored = McpServer.objects.filter(pk=obj.pk).first() if obj.pk else None
+        if stored is not None and not stored.secrets_readable():
+            listed = format_html_join(mark_safe("<br>"), "{} <code>{}</code>: {}", rows) if rows else ""
+            return format_html('<p class="errornote">{}</p>{}', unreadable_secrets_text(), listed)
         if not rows:
             return str(_("none set"))
         return format_html_join(mark_safe("<br>"), "{} <code>{}</code>: {}", rows)
@@ -752,7 +791,7 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
     @admin.display(description=_("input schema"))
     def schema_pretty(self, obj: McpTool) -> str:
-        return discovery_view.arguments_table(obj.input_schema, secrets=obj.server.secret_values())
+        return discovery_view.arguments_table(obj.input_schema, secrets=page_secrets(obj.server))
 
     @admin.display(description=_("as the model is shown it"))
     def model_view(self, obj: McpTool) -> str:
@@ -779,13 +818,13 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
                 ),
             ),
             discovery_view.arguments_table(
-                shown, secrets=obj.server.secret_values(), folded=_("the schema the model is sent (JSON)")
+                shown, secrets=page_secrets(obj.server), folded=_("the schema the model is sent (JSON)")
             ),
         )
 
     @admin.display(description=_("annotations (hints from the server, not trusted)"))
     def annotations_pretty(self, obj: McpTool) -> str:
-        return discovery_view.annotations_text(obj.annotations, secrets=obj.server.secret_values())
+        return discovery_view.annotations_text(obj.annotations, secrets=page_secrets(obj.server))
 
     @admin.display(description=_("review"), ordering="review_required")
     def review_state(self, obj: McpTool) -> str:

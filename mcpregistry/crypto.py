@@ -62,15 +62,51 @@ def encrypt_json(value: Any) -> str:
     return PREFIX + fernet().encrypt(json.dumps(value, ensure_ascii=False).encode()).decode()
 
 
+UNDECRYPTABLE = "stored secrets cannot be decrypted: SECRETS_ENCRYPTION_KEYS lacks the key they were encrypted with"
+
+
 def decrypt_json(token: str) -> Any:
     if not token.startswith(PREFIX):
         raise SecretDecryptionError("stored secrets are not encrypted (expected a 'fernet:' token)")
     try:
         return json.loads(fernet().decrypt(token[len(PREFIX) :].encode()))
     except InvalidToken:
-        raise SecretDecryptionError(
-            "stored secrets cannot be decrypted: SECRETS_ENCRYPTION_KEYS lacks the key they were encrypted with"
-        ) from None
+        raise SecretDecryptionError(UNDECRYPTABLE) from None
+
+
+class UnreadableSecrets:
+    """A secret map stored with a key this process lacks, as the row loaded from the database holds it.
+
+    The row loads (a page that lists servers, a select that offers them, the admin index): one lost key must not
+    take down every admin page, or the page where the secrets are entered again. Any use of the values raises
+    ``SecretDecryptionError`` where it is made, as the load did before (a run of its agent fails with
+    ``config:secret_unreadable``, a submission is a 503). Saved back as it was loaded, the stored ciphertext is
+    kept unchanged. ``unreadable_secrets`` names it to code that may not import this module (the change audit)."""
+
+    __slots__ = ("token",)
+    unreadable_secrets = True
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def _refuse(self, *_args: Any, **_kwargs: Any) -> Any:
+        raise SecretDecryptionError(UNDECRYPTABLE)
+
+    __iter__ = __len__ = __bool__ = __getitem__ = __contains__ = _refuse
+    keys = values = items = get = copy = _refuse
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, UnreadableSecrets) and other.token == self.token
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "<UnreadableSecrets>"
+
+
+def readable(value: Any) -> bool:
+    """Whether a secret map loaded from the database can be used (it is not :class:`UnreadableSecrets`)."""
+    return not isinstance(value, UnreadableSecrets)
 
 
 def rotate_token(token: str) -> str:
@@ -89,7 +125,12 @@ class EncryptedJSONField(models.TextField):
     def from_db_value(self, value: str | None, expression: Any, connection: Any) -> Any:
         if value in (None, ""):
             return {}
-        return decrypt_json(value)
+        try:
+            return decrypt_json(value)
+        except SecretDecryptionError:
+            if value is not None and value.startswith(PREFIX):
+                return UnreadableSecrets(value)
+            raise
 
     def to_python(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -97,6 +138,8 @@ class EncryptedJSONField(models.TextField):
         return value if value is not None else {}
 
     def get_prep_value(self, value: Any) -> str:
+        if isinstance(value, UnreadableSecrets):
+            return value.token
         return encrypt_json(value if value is not None else {})
 
     def value_to_string(self, obj: Any) -> str:

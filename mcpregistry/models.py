@@ -32,7 +32,7 @@ from mcpregistry.binding_policy import (
     url_problem,
 )
 from mcpregistry.contracts import ArgSpec, RetrySpec, ReturnsSpec, argument_names, spec_problems
-from mcpregistry.crypto import EncryptedJSONField
+from mcpregistry.crypto import EncryptedJSONField, readable
 
 # langchain-mcp-adapters expands ${VAR} in env values from the worker's environment: refuse them at save.
 PLACEHOLDER = re.compile(r"\$\{[^}]*\}")
@@ -43,6 +43,12 @@ PLACEHOLDER = re.compile(r"\$\{[^}]*\}")
 INT32_MAX = 2**31 - 1
 # The most argument corrections a contract may allow a run (the configuration document's bound too).
 CORRECTION_CAP_MAX = 100
+
+
+def _readable_map(value: Any) -> dict[str, Any]:
+    """A secret map to check, or ``{}``: one this process cannot decrypt is not checked (it saves back unchanged,
+    as stored), nor is a value that is not a map (refused on its own)."""
+    return value if isinstance(value, dict) and readable(value) else {}
 
 
 def secret_entry_value(entry: Any) -> str | None:
@@ -266,7 +272,7 @@ class McpServer(AuditedModel):
         for field_name, entries in (("env", self.env), ("headers", self.headers)):
             if not isinstance(entries, dict):
                 continue
-            stored = (stored_value(self, field_name) if self.pk is not None else None) or {}
+            stored = _readable_map(stored_value(self, field_name) if self.pk is not None else None)
             for name, entry in entries.items():
                 shown = field_name == "env" and name in public  # a setting: "***" is its value as any other
                 if not shown and masked_secret_given(entry) and stored.get(name) != entry:
@@ -298,7 +304,7 @@ class McpServer(AuditedModel):
             if not isinstance(name, str) or not name or "=" in name or "\x00" in name
         ]
         if illegal and self.pk is not None:
-            stored_names = set(stored_value(self, "env") or {})
+            stored_names = set(_readable_map(stored_value(self, "env")))
             illegal = [name for name in illegal if name not in stored_names]
         for name in illegal:
             errors.setdefault("env", []).append(
@@ -321,15 +327,15 @@ class McpServer(AuditedModel):
                     % {"name": name}
                 )
         for field_name, stored in (("env", self.env), ("headers", self.headers)):
-            problem = from_env_problem((stored or {}).values(), settings.PLATFORM_MCP_ENV_PASSTHROUGH)
+            problem = from_env_problem(_readable_map(stored).values(), settings.PLATFORM_MCP_ENV_PASSTHROUGH)
             if problem:
                 errors.setdefault(field_name, []).append(problem)
         if not isinstance(self.public_env, list) or not all(isinstance(n, str) for n in self.public_env):
             errors.setdefault("public_env", []).append(_('Enter a JSON list of names, e.g. ["FAILURE_MODE"].'))
         for field_name, values in (
             ("args", self.args if isinstance(self.args, list) else []),
-            ("env", list((self.env or {}).values())),
-            ("headers", list((self.headers or {}).values())),
+            ("env", list(_readable_map(self.env).values())),
+            ("headers", list(_readable_map(self.headers).values())),
             ("command", [self.command]),
         ):
             if any(isinstance(v, str) and PLACEHOLDER.search(v) for v in values):
@@ -362,6 +368,11 @@ class McpServer(AuditedModel):
         stored_env = stored_value(self, "env")
         stored_env = stored_env if isinstance(stored_env, dict) else {}
         return [n for n in public if n not in stored_public or env.get(n) != stored_env.get(n)]
+
+    def secrets_readable(self) -> bool:
+        """Whether this process can decrypt the binding's env and headers (``mcpregistry.crypto.UnreadableSecrets``:
+        stored with a key missing from ``SECRETS_ENCRYPTION_KEYS``)."""
+        return readable(self.env) and readable(self.headers)
 
     def secret_values(self) -> list[str]:
         """The secret values of this binding, for masking: every env and header value, except the env values an

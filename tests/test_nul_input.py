@@ -302,7 +302,7 @@ for address in ["/admin/audit/auditevent/?mcp_id=a%00b", "/admin/audit/auditeven
 @pytest.mark.postgres
 def test_a_nul_is_refused_not_a_500_on_postgres() -> None:
     # A cluster of its own: the shared one holds servers whose secrets another module rotated to keys this process
-    # lacks, and the rule page's list of servers reads them (a 500 of its own, noted for a next session).
+    # lacks (those pages answer too: tests/mcpregistry/test_unreadable_secrets.py), and this script seeds its own.
     try:
         with private_postgres() as database_url:
             migrated = manage("migrate", "--noinput", database_url=database_url)

@@ -62,6 +62,19 @@ def store_foreign(model: type[Any], column: str, pk: Any, value: Any) -> str:
     return token
 
 
+def store_corrupt(model: type[Any], column: str, pk: Any) -> None:
+    """Write ``column`` of one row as no stored secret is ever written: JSON in clear, not a token (a row written
+    by hand). Unlike a foreign token, which loads and fails only where its values are used
+    (``mcpregistry.crypto.UnreadableSecrets``), such a row cannot be loaded at all."""
+    table, pk_column = model._meta.db_table, model._meta.pk.column
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET {column} = %s WHERE {pk_column} = %s",
+            ['{"text": "메모"}', model._meta.pk.get_db_prep_value(pk, connection)],
+        )
+    run_configuration_forget()
+
+
 def poison_agent(agent: Agent) -> str:
     return store_foreign(Agent, "model_secrets", agent.pk, {"api_key": {"value": "sk-foreign-000000000000"}})
 
@@ -274,10 +287,10 @@ def test_a_lost_run_that_cannot_be_queued_again_is_failed_bare_and_the_others_ar
 ) -> None:
     stuck = submit(demo_agent)
     held_by(stuck, "dead-host:1", lease_s=-5)
-    # An approved call its dead worker had claimed, whose stored arguments this process cannot decrypt: ending it
-    # (outcome unknown) reads it, and so does queueing the run again or failing it whole.
+    # An approved call its dead worker had claimed, whose stored arguments cannot be loaded: ending it (outcome
+    # unknown) reads it, and so does queueing the run again or failing it whole.
     claimed = approval_of(stuck, status=Approval.Status.EXECUTING)
-    store_foreign(Approval, "exact_args", claimed.pk, {"text": "메모"})
+    store_corrupt(Approval, "exact_args", claimed.pk)
     other = submit(demo_agent)
     held_by(other, "dead-host:2", lease_s=-1)
 
@@ -302,7 +315,7 @@ def test_a_due_approval_that_cannot_be_read_does_not_stop_the_steps_after_it(
     blocked = submit(demo_agent)
     Run.objects.filter(pk=blocked.pk).update(status=Run.Status.AWAITING_APPROVAL)
     unreadable = approval_of(blocked, status=Approval.Status.PENDING, expires_in_s=-1)
-    store_foreign(Approval, "exact_args", unreadable.pk, {"text": "메모"})
+    store_corrupt(Approval, "exact_args", unreadable.pk)
     decided = submit(demo_agent)  # parked, its approval decided where no transaction resumed it
     Run.objects.filter(pk=decided.pk).update(status=Run.Status.AWAITING_APPROVAL)
     approval_of(decided, status=Approval.Status.APPROVED)

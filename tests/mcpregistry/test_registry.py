@@ -100,8 +100,9 @@ def test_secrets_encrypted_with_an_unknown_key_fail_loudly(db, settings) -> None
         mcp_id="lost", name="lost", transport="sse", url="https://x.example/sse", headers={"X-Api-Key": "k" * 20}
     )
     settings.SECRETS_ENCRYPTION_KEYS = Fernet.generate_key().decode()
+    lost = McpServer.objects.get(pk=server.pk)  # it loads (tests/mcpregistry/test_unreadable_secrets.py) …
     with pytest.raises(SecretDecryptionError):
-        McpServer.objects.get(pk=server.pk)
+        lost.connection_config()  # … and every use of its secrets fails
 
 
 # ---- validation -----------------------------------------------------------------------------------------------

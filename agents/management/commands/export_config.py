@@ -9,6 +9,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from agents.configuration import config_export
+from mcpregistry.crypto import SecretDecryptionError
 
 
 class _PlainDumper(yaml.SafeDumper):
@@ -45,7 +46,10 @@ class Command(BaseCommand):
         parser.add_argument("--output", "-o", help=_("write to this file instead of standard output"))
 
     def handle(self, *args: Any, **options: Any) -> None:
-        document = config_export()
+        try:
+            document = config_export()
+        except SecretDecryptionError as exc:
+            raise CommandError(str(exc)) from None
         if options["format"] == "yaml":
             text = yaml.dump(document, Dumper=_PlainDumper, allow_unicode=True, sort_keys=False)
         else:
