@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -16,6 +17,7 @@ from agent_platform.errors import ApplicationError
 from agent_platform.json import UnicodeJSONEncoder
 from agents.config_cache import run_configuration
 from agents.decision_reasons import ASKED_AGAIN_APPROVAL
+from agents.dispatch import repaired_alone
 from agents.models import Approval, Run
 from agents.run_state import approvals_unused, run_resume, run_row_lock
 from audit.masking import mask_text, mask_value
@@ -307,18 +309,25 @@ def approvals_expire_due() -> int:
             "pk", "run_id"
         )
     )
-    expired = 0
-    for pk, run_id in due:
-        # The expiry, its audit event and the run's resumption together (a crash between them left the run parked
-        # for good), the run's row locked first, as a decision locks it.
-        with transaction.atomic():
-            run_row_lock(run_id)
-            if Approval.objects.filter(pk=pk, status=Approval.Status.PENDING).update(status=Approval.Status.EXPIRED):
-                expired += 1
-                approval = Approval.objects.get(pk=pk)
-                approval_expiry_audit(approval, actor="system")
-                run_resume(run_id=str(run_id))
-    return expired
+    # Each on its own: one that cannot be expired (a row that cannot be read) is logged and left, not a reason to
+    # leave every approval after it pending past its time.
+    return sum(
+        repaired_alone("expire its due approval", partial(_approval_expire, pk, run_id), False, run_id=run_id)
+        for pk, run_id in due
+    )
+
+
+def _approval_expire(pk: Any, run_id: Any) -> bool:
+    """Expire one due approval: the expiry, its audit event and the run's resumption together (a crash between
+    them left the run parked for good), the run's row locked first, as a decision locks it. False where it was
+    decided or expired meanwhile."""
+    with transaction.atomic():
+        run_row_lock(run_id)
+        if not Approval.objects.filter(pk=pk, status=Approval.Status.PENDING).update(status=Approval.Status.EXPIRED):
+            return False
+        approval_expiry_audit(Approval.objects.get(pk=pk), actor="system")
+        run_resume(run_id=str(run_id))
+        return True
 
 
 def approval_expiry_audit(approval: Approval, *, actor: str) -> None:

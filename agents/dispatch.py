@@ -9,7 +9,8 @@ This module stays light (no engine, no LangGraph), so that the web process can d
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from celery import current_app
 from django.conf import settings
@@ -17,6 +18,8 @@ from django.db import InterfaceError, OperationalError
 from kombu.exceptions import OperationalError as BrokerError
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 RUN_TASK = "agents.run_agent"
 # What a worker retries (the task retries itself with backoff): the database or the broker hiccuped.
@@ -75,3 +78,19 @@ def run_dispatch(*, run_id: str, time_limit_s: int, purpose: str | None = None) 
         logger.warning("run %s: could not publish its task (%s); the reconciler dispatches it later", run_id, exc)
         return False
     return True
+
+
+def repaired_alone(what: str, repair: Callable[[], T], nothing: T, *, run_id: Any = None) -> T:
+    """``repair()``, on its own: what it returns, or ``nothing`` where it raised, logged with what it was doing
+    (and the run's id), so that the pass of repairs it is one of (the reconciler's, the approvals' expiry) goes on. Every repair of a run is a transaction of its own (rolled back
+    when it raises); what a retry can fix (``RETRYABLE_ERRORS``) is raised: every other repair would meet it too."""
+    try:
+        return repair()
+    except RETRYABLE_ERRORS:
+        raise
+    except Exception:
+        if run_id is None:
+            logger.exception("could not %s; the pass goes on", what)
+        else:
+            logger.exception("run %s: could not %s; the pass goes on", run_id, what)
+        return nothing

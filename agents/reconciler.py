@@ -40,18 +40,18 @@ or the broker cannot be reached) ends the pass: the next one tries again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from agents.approvals import approvals_expire_due
-from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_dispatch, run_time_limits
+from agents.dispatch import lifecycle_setting, repaired_alone, run_dispatch, run_time_limits
 from agents.models import Approval, Run, RunEvent
 from agents.run_state import (
     RunEventWriter,
@@ -65,8 +65,6 @@ from agents.run_state import (
 from agents.selectors import cancellation_recorded
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -91,37 +89,23 @@ def runs_reconcile(*, now: datetime | None = None) -> ReconcileReport:
     """One pass (see the module's docstring). Returns what it changed."""
     now = now or timezone.now()
     report = ReconcileReport()
-    report.timed_out = _alone("fail the runs past their time limit", lambda: _fail_overdue_runs(now), 0)
-    report.requeued, report.worker_lost = _alone(
+    report.timed_out = repaired_alone("fail the runs past their time limit", lambda: _fail_overdue_runs(now), 0)
+    report.requeued, report.worker_lost = repaired_alone(
         "recover the runs of lost workers", lambda: _recover_runs_of_lost_workers(now), (0, 0)
     )
-    report.redispatched = _alone("dispatch stale queued runs again", lambda: _redispatch_stale_queued_runs(now), 0)
-    report.approvals_expired = _alone("expire due approvals", approvals_expire_due, 0)
-    report.parked_resumed = _alone("resume parked runs", _resume_parked_runs_without_pending_approvals, 0)
-    report.approvals_ended = _alone(
+    report.redispatched = repaired_alone(
+        "dispatch stale queued runs again", lambda: _redispatch_stale_queued_runs(now), 0
+    )
+    report.approvals_expired = repaired_alone("expire due approvals", approvals_expire_due, 0)
+    report.parked_resumed = repaired_alone("resume parked runs", _resume_parked_runs_without_pending_approvals, 0)
+    report.approvals_ended = repaired_alone(
         "end the approvals of finished runs", lambda: _end_approvals_of_finished_runs(now), 0
     )
     # Logged, not a figure of the report (which reconcile_runs prints).
-    _alone("end the runs cancelled while running", lambda: _end_runs_cancelled_while_running(now), None)
+    repaired_alone("end the runs cancelled while running", lambda: _end_runs_cancelled_while_running(now), None)
     if report.changed:
         logger.info("reconciled runs: %s", report.as_dict())
     return report
-
-
-def _alone(what: str, repair: Callable[[], T], nothing: T, *, run_id: Any = None) -> T:
-    """``repair()``, on its own: what it returns, or ``nothing`` where it raised, logged with what it was doing
-    (and the run's id), so that the pass goes on. Every repair of a run is a transaction of its own (rolled back
-    when it raises); what a retry can fix (``RETRYABLE_ERRORS``) is raised: every other repair would meet it too."""
-    try:
-        return repair()
-    except RETRYABLE_ERRORS:
-        raise
-    except Exception:
-        if run_id is None:
-            logger.exception("the reconciler could not %s; its pass goes on", what)
-        else:
-            logger.exception("run %s: the reconciler could not %s; its pass goes on", run_id, what)
-        return nothing
 
 
 def runs_next_lease_due_in_s(*, now: datetime | None = None) -> float | None:
@@ -156,7 +140,7 @@ def _fail_overdue_runs(now: datetime) -> int:
         _soft, hard = run_time_limits(row["agent__time_limit_s"])
         if began is None or began + timedelta(seconds=hard) > now:
             continue
-        failed += _alone("fail it (time limit)", partial(_fail_overdue_run, row), False, run_id=row["id"])
+        failed += repaired_alone("fail it (time limit)", partial(_fail_overdue_run, row), False, run_id=row["id"])
     return failed
 
 
@@ -187,10 +171,10 @@ def _recover_runs_of_lost_workers(now: datetime) -> tuple[int, int]:
     for row in expired:
         queued = None
         if row["delivery_count"] < max_deliveries:
-            queued = _alone("queue it again", partial(_requeue_lost_run, row), None, run_id=row["id"])
+            queued = repaired_alone("queue it again", partial(_requeue_lost_run, row), None, run_id=row["id"])
             requeued += bool(queued)
         if queued is None:  # its last delivery was lost, or it could not be queued again: never left running
-            lost += _alone("fail it (worker lost)", partial(_fail_lost_run, row), False, run_id=row["id"])
+            lost += repaired_alone("fail it (worker lost)", partial(_fail_lost_run, row), False, run_id=row["id"])
     return requeued, lost
 
 
@@ -284,7 +268,7 @@ def _end_approvals_of_finished_runs(now: datetime) -> int:
         _soft, hard = run_time_limits(time_limit_s)
         if finished_at is not None and finished_at + timedelta(seconds=hard) > now:
             continue  # its worker may still be finishing a call (a run cancelled while it ran)
-        ended += _alone("end its approvals", partial(_end_approvals_of, run_id), 0, run_id=run_id)
+        ended += repaired_alone("end its approvals", partial(_end_approvals_of, run_id), 0, run_id=run_id)
     return ended
 
 

@@ -26,6 +26,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from agents import execution
+from agents.approvals import approvals_expire_due
 from agents.config_cache import run_configuration_forget
 from agents.execution import run_execute
 from agents.models import Agent, Approval, Run, RunEvent
@@ -326,6 +327,24 @@ def test_a_due_approval_that_cannot_be_read_does_not_stop_the_steps_after_it(
     assert (report.approvals_expired, report.parked_resumed) == (0, 1)
     assert fresh(decided).status == Run.Status.QUEUED
     assert dispatched == [str(decided.id)]
+
+
+def test_a_due_approval_that_cannot_be_read_leaves_the_next_due_approval_to_expire(
+    demo_agent, dispatched, caplog, django_capture_on_commit_callbacks
+) -> None:
+    first, second = submit(demo_agent), submit(demo_agent)
+    Run.objects.filter(pk__in=[first.pk, second.pk]).update(status=Run.Status.AWAITING_APPROVAL)
+    unreadable = approval_of(first, status=Approval.Status.PENDING, expires_in_s=-10)
+    store_corrupt(Approval, "exact_args", unreadable.pk)
+    due = approval_of(second, status=Approval.Status.PENDING, expires_in_s=-1)
+
+    with caplog.at_level(logging.ERROR), django_capture_on_commit_callbacks(execute=True):
+        assert approvals_expire_due() == 1
+
+    assert Approval.objects.filter(pk=due.pk).values_list("status", flat=True).get() == Approval.Status.EXPIRED
+    assert fresh(second).status == Run.Status.QUEUED and dispatched == [str(second.id)]
+    assert Approval.objects.filter(pk=unreadable.pk).values_list("status", flat=True).get() == Approval.Status.PENDING
+    assert any(str(first.id) in record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR)
 
 
 # --- 3. the API names the configuration problem -------------------------------------------------------------------
