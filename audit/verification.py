@@ -26,6 +26,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
+from agent_platform.os_errors import os_error_text
 from audit.anchors import (
     Anchor,
     AnchorBucket,
@@ -650,7 +651,7 @@ def _chain_verify(
             except OSError as exc:  # the chain verified; the file that is to hold its head did not get it
                 report.problem = _(
                     "verified %(count)s events, but the checkpoint file %(path)s cannot be written: %(reason)s"
-                ) % {"count": report.count, "path": checkpoint_file, "reason": exc.strerror or exc}
+                ) % {"count": report.count, "path": checkpoint_file, "reason": os_error_text(exc)}
     return report, False
 
 
@@ -920,7 +921,9 @@ def archive_file_verify(
         report.problem = _("archive %(path)s: unreadable (%(error)s)") % {"path": path, "error": exc}
         return ChainVerifier()
     except OSError as exc:
-        report.problem = CannotCheck(_("archive %(path)s: unreadable (%(error)s)") % {"path": path, "error": exc})
+        report.problem = CannotCheck(
+            _("archive %(path)s: unreadable (%(error)s)") % {"path": path, "error": os_error_text(exc)}
+        )
         return ChainVerifier()
     return verifier
 

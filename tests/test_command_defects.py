@@ -180,7 +180,7 @@ def test_verify_audit_says_the_checkpoint_file_cannot_be_written(tmp_path: Path)
     record(2)
     checkpoint = tmp_path / "no-such-folder" / "audit-head.json"
     assert verify("--checkpoint-file", str(checkpoint)) == (
-        f"FAILED: verified 2 events, but the checkpoint file {checkpoint} cannot be written: No such file or directory"
+        f"FAILED: verified 2 events, but the checkpoint file {checkpoint} cannot be written: no such file or folder"
     )
 
 

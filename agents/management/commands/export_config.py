@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
+from agent_platform.os_errors import os_error_text
 from agents.configuration import config_export
 from mcpregistry.crypto import SecretDecryptionError
 
@@ -60,7 +61,7 @@ class Command(BaseCommand):
                     f.write(text)
             except OSError as exc:
                 raise CommandError(
-                    _("cannot write %(path)s: %(why)s") % {"path": options["output"], "why": exc.strerror or exc}
+                    _("cannot write %(path)s: %(why)s") % {"path": options["output"], "why": os_error_text(exc)}
                 ) from None
             self.stderr.write(_("wrote %(path)s") % {"path": options["output"]})
         else:

@@ -7,6 +7,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from agent_platform.errors import ApplicationError
+from agent_platform.os_errors import os_error_text
 from agents.configuration import config_import, load_document
 
 
@@ -29,7 +30,7 @@ class Command(BaseCommand):
             raise CommandError(exc.message) from exc
         except OSError as exc:
             raise CommandError(
-                _("cannot read %(path)s: %(reason)s") % {"path": options["path"], "reason": exc.strerror}
+                _("cannot read %(path)s: %(reason)s") % {"path": options["path"], "reason": os_error_text(exc)}
             ) from exc
         dry_run = options["dry_run"]
         for label, items in (
