@@ -125,6 +125,20 @@ class ServerSpec(_Strict):
     breaker_cooldown_s: float | None = Field(default=None, ge=0, le=86400)
 
 
+# The settings of a server entry applied as given (``name``, the secret maps and the breaker have rules of their own).
+_SERVER_SETTINGS = (
+    "transport",
+    "command",
+    "args",
+    "cwd",
+    "url",
+    "timeout_s",
+    "enabled",
+    "session_scope",
+    "tool_prefix",
+)
+
+
 class ModelSpec(_Strict):
     provider: Literal["offline", "bedrock", "scripted", "openai_compatible"] = "offline"
     model_id: str = ""
@@ -1017,10 +1031,12 @@ def _config_import(
         server = server or McpServer(mcp_id=spec.mcp_id)
         before = None if created else _fields(server)
         server.name = spec.name or server.name or spec.mcp_id
-        server.transport = spec.transport
-        server.command, server.args, server.cwd = spec.command, spec.args, spec.cwd
-        server.url, server.timeout_s, server.enabled = spec.url, spec.timeout_s, spec.enabled
-        server.session_scope, server.tool_prefix = spec.session_scope, spec.tool_prefix
+        # A key left out of an existing server's entry leaves that setting alone (as an agent's does); a new
+        # server takes the defaults. Before, a left-out timeout, scope or prefix was set back to its default.
+        given = set(ServerSpec.model_fields) if created else spec.model_fields_set
+        for name in _SERVER_SETTINGS:
+            if name in given:
+                setattr(server, name, getattr(spec, name))
         if spec.breaker_threshold is not None:
             server.breaker_threshold = spec.breaker_threshold
         if spec.breaker_cooldown_s is not None:

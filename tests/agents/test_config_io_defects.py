@@ -428,3 +428,38 @@ def test_a_public_env_left_out_keeps_a_setting_that_has_no_value_yet() -> None:
     server = McpServer.objects.get(mcp_id=entry["mcp_id"])
     assert server.public_env == ["FAILURE_MODE", "FAILURE_TIMEOUT_S"]
     assert server.env["FAILURE_MODE"] == "timeout"
+
+
+# --- 11. a key left out of an existing server's entry leaves its setting alone -------------------------------------
+
+
+def test_a_key_left_out_of_an_existing_servers_entry_leaves_its_setting_alone() -> None:
+    """As an agent's entry does: a document that names a server to change one thing (its command) set its
+    timeout, session scope, prefix and switch back to their defaults."""
+    first = stdio_server(timeout_s=90, session_scope="shared", tool_prefix="hr_", enabled=False, cwd="/tmp")
+    config_import(document={"servers": [first]}, actor="system:test", via="tests")
+    changed = {"mcp_id": first["mcp_id"], "command": sys.executable, "args": ["-m", "json.tool"]}
+    report = config_import(document={"servers": [changed]}, actor="system:test", via="tests")
+
+    server = McpServer.objects.get(mcp_id=first["mcp_id"])
+    assert (server.timeout_s, server.session_scope, server.tool_prefix, server.enabled, server.cwd) == (
+        90,
+        "shared",
+        "hr_",
+        False,
+        "/tmp",
+    )
+    assert (server.transport, server.args) == ("stdio", ["-m", "json.tool"])
+    assert report.updated
+
+
+def test_a_new_servers_left_out_keys_take_the_defaults() -> None:
+    config_import(document={"servers": [{"mcp_id": "fresh", "command": sys.executable}]}, actor="t", via="tests")
+    server = McpServer.objects.get(mcp_id="fresh")
+    assert (server.transport, server.timeout_s, server.session_scope, server.tool_prefix, server.enabled) == (
+        "stdio",
+        30.0,
+        "per_run",
+        "",
+        True,
+    )
