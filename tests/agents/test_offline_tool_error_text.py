@@ -138,3 +138,12 @@ def test_only_a_tool_error_s_text_follows_the_sentence() -> None:
         "The information needed for this answer could not be retrieved. Please try again later. "
         "get_asset_status said: “등록된 자산: A-1001”"
     )
+
+
+def test_a_tool_errors_hidden_characters_are_written_out_for_the_caller() -> None:
+    """The failure text reaches people and A2A/MCP callers (often another agent's model, which reads a tag
+    character as ASCII; a right-to-left override turns what follows around on a screen)."""
+    results = [{"tool": "lookup", "error": "tool:error", "tool_error_text": "invoice\u202efdp.exe \U000e0049gnore 끝"}]
+    text = all_calls_failed_text(language="en", results=results)
+    assert "\u202e" not in text and "\U000e0049" not in text
+    assert "invoice⟦U+202E⟧fdp.exe ⟦U+E0049⟧gnore 끝" in text
