@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -249,20 +250,32 @@ def tool_call_start(*, api_key: ApiKey, params: dict[str, Any], session_id: str,
 
 
 def tool_call_cancel(*, api_key: ApiKey, session_id: str, rpc_id: Any, why: str) -> None:
-    """Cancel the run of a call (``notifications/cancelled``, or its client gone), the latest one the key made
-    under the call's id within ``call_cancel_window`` (read from the index ``run_key_idempotency_idx``, in whichever
-    process the notification reaches); a finished run is left, and so is one the key may no longer read
-    (``key_may_read_run``: taken off its agent, or the agent disabled), as REST's cancel answers it a 404. Either is
-    ignored as an unknown request id is: a notification has no answer."""
-    run = (
+    """Cancel the run a ``notifications/cancelled`` names by its request id: the latest one the key made under the
+    call's id within ``call_cancel_window`` (read from the index ``run_key_idempotency_idx``, in whichever process
+    the notification reaches), as ``tool_call_run_cancel`` cancels it. The session is part of the call's id, so a
+    session's notification finds only its own session's calls. Without a session the request id is all there is:
+    two sessionless calls with the same id under one key cannot be told apart, and the latest is taken (what a
+    client that sends id 1 every time means). A client gone cancels its own run by its id instead."""
+    run_id = (
         Run.objects.filter(
             api_key=api_key,
             idempotency_key=call_idempotency_key(session_id, rpc_id),
             created_at__gte=timezone.now() - call_cancel_window(),
         )
         .order_by("-created_at")
+        .values_list("pk", flat=True)
         .first()
     )
+    if run_id is not None:
+        tool_call_run_cancel(api_key=api_key, run_id=run_id, why=why)
+
+
+def tool_call_run_cancel(*, api_key: ApiKey, run_id: Any, why: str) -> None:
+    """Cancel a call's run as its key's own cancel (``why`` in the actor): a finished run is left, and so is one the
+    key may no longer read (``key_may_read_run``: another key's, taken off its agent, or the agent disabled), as
+    REST's cancel answers it a 404. Either is ignored as an unknown request id is: a notification has no answer,
+    nor has a client gone."""
+    run = Run.objects.filter(pk=run_id, api_key=api_key).first()
     if run is None or run.is_finished or not key_may_read_run(api_key=api_key, run_id=run.pk):
         return
     with contextlib.suppress(ApplicationError):  # it finished in between
@@ -437,8 +450,10 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
         result = {"content": [{"type": "text", "text": text}], "isError": True}
         return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": result})
 
-    def abandon() -> None:
-        tool_call_cancel(api_key=api_key, session_id=session_id, rpc_id=rpc_id, why="client gone")
+    def abandon(run: Run) -> None:
+        # The run this call made, by its id: never looked up by the request id, which may name another client's
+        # call too (two clients without a session may both send id 1; the latest run would be cancelled).
+        tool_call_run_cancel(api_key=api_key, run_id=run.pk, why="client gone")
 
     try:
         run = await _made_even_if_left(
@@ -456,6 +471,7 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
             raise
         logger.exception("MCP tools/call failed")
         return json_response(_rpc_error(rpc_id, -32603, _("Internal error.")))
+    left = functools.partial(abandon, run)  # the client going away from here on cancels this run
     feed = CallFeed(run=run, rpc_id=rpc_id, progress_token=token, recheck=KeyRecheck(api_key, slot, run_id=run.pk))
     poll = _answered_whatever_happens(feed.poll, rpc_id, run.pk)
     if not streaming:
@@ -464,18 +480,18 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
         # gone, whose run is then cancelled as a stream client's is, not left to run for nobody.
         feed.progress_token = None
         answer = (
-            paced_async(json_body(poll), slot, on_abandon=abandon)
+            paced_async(json_body(poll), slot, on_abandon=left)
             if isinstance(request, ASGIRequest)
-            else paced_sync(json_body(poll), slot, on_abandon=abandon)
+            else paced_sync(json_body(poll), slot, on_abandon=left)
         )
         response = StreamingHttpResponse(answer, content_type="application/json; charset=utf-8")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return response
     stream = (
-        paced_async(poll, slot, on_abandon=abandon)
+        paced_async(poll, slot, on_abandon=left)
         if isinstance(request, ASGIRequest)
-        else paced_sync(poll, slot, on_abandon=abandon)
+        else paced_sync(poll, slot, on_abandon=left)
     )
     response = StreamingHttpResponse(stream, content_type="text/event-stream; charset=utf-8")
     response["Cache-Control"] = "no-cache"
@@ -483,10 +499,11 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
     return response
 
 
-async def _made_even_if_left(making: Awaitable[Run], abandon: Callable[[], None]) -> Run:
+async def _made_even_if_left(making: Awaitable[Run], abandon: Callable[[Run], None]) -> Run:
     """The run a call submits, made even where the client goes away meanwhile (Django's ASGI handler then cancels
-    the view, but not the thread that is making the run): once made, it is cancelled as a leaving client's is, not
-    left to run for nobody. A submission refused or failed has nothing to cancel."""
+    the view, but not the thread that is making the run): once made, that run is handed to ``abandon``, to be
+    cancelled as a leaving client's is, not left to run for nobody. A submission refused or failed has nothing to
+    cancel."""
     making = asyncio.ensure_future(making)
     try:
         return await asyncio.shield(making)
@@ -494,8 +511,8 @@ async def _made_even_if_left(making: Awaitable[Run], abandon: Callable[[], None]
 
         async def cancel_once_made() -> None:
             with contextlib.suppress(Exception):
-                await making
-                await sync_to_async(abandon)()
+                run = await making
+                await sync_to_async(abandon)(run)
 
         await asyncio.shield(cancel_once_made())
         raise
