@@ -23,6 +23,7 @@ from agents.models import Agent, AgentVersion
 from agents.rule_form import key_value_pairs
 from audit.labels import reason_label
 from audit.masking import register_secrets
+from mcpregistry.crypto import SecretDecryptionError
 from mcpregistry.list_fields import data_parts_from_text, line_blocks, line_problem
 
 if TYPE_CHECKING:
@@ -424,6 +425,55 @@ def rules_trial(
     return trials
 
 
+def unreadable_configuration_text() -> str:
+    return gettext(
+        "A secret of this agent's servers cannot be decrypted with this server's keys (SECRETS_ENCRYPTION_KEYS lacks "
+        "the key it was encrypted with): its runs fail until it can, and a trial cannot read it either. Add that key "
+        "back, or enter the server's secrets again on its page."
+    )
+
+
+def _trial_shown(request: HttpRequest, form: RuleTesterForm) -> tuple[list[RuleTrial], str, str, str]:
+    """The trial of a valid form, as the page shows it: the trials, their summary, the rules left out (disabled)
+    and what was tested. Raises ``SecretDecryptionError`` where the configuration cannot be read."""
+    data, disabled = form.cleaned_data, ""
+    from agents.services import run_input_guarded
+
+    configuration = tested_configuration(data["agent"], data["agent_version"])
+    trials = rules_trial(
+        agent=data["agent"],
+        query=data["query"],
+        context=data["context"],
+        a2a_data=data["a2a_data"],
+        execute=data["execute"],
+        actor=f"rule-tester:{request.user.get_username()}",
+        version=data["agent_version"],
+        configuration=configuration,
+        a2a_files=data["a2a_files"],
+    )
+    tested = tested_label(data["agent"], data["agent_version"])
+    summary = trials_summary(trials)
+    version_content = data["agent_version"].content if data["agent_version"] is not None else None
+    mode = (version_content or {}).get("agent", {}).get("mode") if version_content else data["agent"].mode
+    if mode == Agent.Mode.FLOW:
+        # Seed 000: a flow calls its tools in its own nodes; its runs skip the deterministic stage.
+        summary = str(
+            _(
+                "This agent runs a flow: its runs evaluate no rules (a flow calls its tools in its own nodes). "
+                "The rules below are evaluated as for an agent of the ReAct mode."
+            )
+        )
+    if data["agent_version"] is None:  # the agent as stored (the form keeps only a version with content)
+        names = list(data["agent"].rules.filter(enabled=False).order_by("order", "id").values_list("name", flat=True))
+        if names:
+            disabled = str(_("Not evaluated, disabled: %(names)s.") % {"names": ", ".join(names)})
+    # The page shows the input back as the trial read it: a server's secret typed in is not shown again.
+    form.data = form.data.copy()
+    for name in ("query", "context", "a2a_data", "a2a_files"):
+        form.data[name] = run_input_guarded(form.data.get(name) or "", configuration.server_secrets)
+    return trials, summary, disabled, tested
+
+
 @permission_required("agents.change_deterministicrule", raise_exception=True)
 def rule_tester_view(request: HttpRequest) -> HttpResponse:
     # The agent chosen: the one named (?agent=, the link on a rule's page), else the only one there is.
@@ -433,51 +483,20 @@ def rule_tester_view(request: HttpRequest) -> HttpResponse:
     )
     form = RuleTesterForm(request.POST or None, initial={"agent": chosen} if chosen else None)
     trials: list[RuleTrial] | None = None
-    summary, disabled = "", ""
+    summary, disabled, tested = "", "", ""
     if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
-        from agents.services import run_input_guarded
-
-        configuration = tested_configuration(data["agent"], data["agent_version"])
-        trials = rules_trial(
-            agent=data["agent"],
-            query=data["query"],
-            context=data["context"],
-            a2a_data=data["a2a_data"],
-            execute=data["execute"],
-            actor=f"rule-tester:{request.user.get_username()}",
-            version=data["agent_version"],
-            configuration=configuration,
-            a2a_files=data["a2a_files"],
-        )
-        tested = tested_label(data["agent"], data["agent_version"])
-        summary = trials_summary(trials)
-        version_content = data["agent_version"].content if data["agent_version"] is not None else None
-        mode = (version_content or {}).get("agent", {}).get("mode") if version_content else data["agent"].mode
-        if mode == Agent.Mode.FLOW:
-            # Seed 000: a flow calls its tools in its own nodes; its runs skip the deterministic stage.
-            summary = str(
-                _(
-                    "This agent runs a flow: its runs evaluate no rules (a flow calls its tools in its own nodes). "
-                    "The rules below are evaluated as for an agent of the ReAct mode."
-                )
-            )
-        if data["agent_version"] is None:  # the agent as stored (the form keeps only a version with content)
-            names = list(
-                data["agent"].rules.filter(enabled=False).order_by("order", "id").values_list("name", flat=True)
-            )
-            if names:
-                disabled = str(_("Not evaluated, disabled: %(names)s.") % {"names": ", ".join(names)})
-        # The page shows the input back as the trial read it: a server's secret typed in is not shown again.
-        form.data = form.data.copy()
-        for name in ("query", "context", "a2a_data", "a2a_files"):
-            form.data[name] = run_input_guarded(form.data.get(name) or "", configuration.server_secrets)
+        try:
+            trials, summary, disabled, tested = _trial_shown(request, form)
+        except SecretDecryptionError:
+            # Its agent's key or a bound server's secrets were stored with a key this process lacks: its runs fail
+            # (config:secret_unreadable), and a trial cannot read them either.
+            form.add_error(None, unreadable_configuration_text())
     context = {
         **admin.site.each_context(request),
         "title": _("Rule tester"),
         "form": form,
         "trials": trials,
-        "tested": tested if trials is not None else "",
+        "tested": tested,
         "summary": summary,
         "disabled": disabled,
     }

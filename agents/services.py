@@ -685,7 +685,7 @@ SECRET_UNREADABLE_RETRY_AFTER_S = 60
 
 
 @contextmanager
-def _secrets_readable() -> Iterator[None]:
+def secrets_readable_or_refused() -> Iterator[None]:
     """A submission that meets a secret this process cannot decrypt (the agent's model key, a binding's env or
     headers, read with the configuration: ``SecretDecryptionError``) is refused as what it is, a 503
     ``config:secret_unreadable`` telling an operator to check ``SECRETS_ENCRYPTION_KEYS``, not a 500; neither the
@@ -705,7 +705,7 @@ def _secrets_readable() -> Iterator[None]:
         ) from None
 
 
-@_secrets_readable()
+@secrets_readable_or_refused()
 def run_submit(
     *,
     agent_slug: str,
@@ -734,7 +734,7 @@ def run_submit(
     409 a new submission gets, never the earlier run's answer by replaying its request.
 
     Raises ApplicationError 503 ``config:secret_unreadable`` where a stored secret cannot be decrypted
-    (``_secrets_readable``)."""
+    (``secrets_readable_or_refused``)."""
     if not idempotency_key or api_key is None:
         run = run_create(
             agent_slug=agent_slug,

@@ -70,7 +70,7 @@ from agents.api.protocol_http import (
 from agents.api.throttling import stream_slot_release
 from agents.models import Agent, ApiKey, Approval, Run
 from agents.selectors import agent_list_for_key, run_events_after, run_tool_calls
-from agents.services import run_cancel, run_create
+from agents.services import run_cancel, run_create, secrets_readable_or_refused
 
 logger = logging.getLogger(__name__)
 
@@ -239,14 +239,15 @@ def tool_call_start(*, api_key: ApiKey, params: dict[str, Any], session_id: str,
     for field in ("context", "data"):
         if field in arguments and not isinstance(arguments[field], dict):
             raise ApplicationError(_("'%(field)s' must be an object.") % {"field": field}, code="invalid_input")
-    return run_create(
-        agent_slug=agents[name].slug,
-        query=query.strip(),
-        api_key=api_key,
-        context=arguments.get("context") or {},
-        a2a_data=[arguments["data"]] if arguments.get("data") else [],
-        idempotency_key=call_idempotency_key(session_id, rpc_id),
-    )
+    with secrets_readable_or_refused():  # a secret this process cannot decrypt: config:secret_unreadable, as REST
+        return run_create(
+            agent_slug=agents[name].slug,
+            query=query.strip(),
+            api_key=api_key,
+            context=arguments.get("context") or {},
+            a2a_data=[arguments["data"]] if arguments.get("data") else [],
+            idempotency_key=call_idempotency_key(session_id, rpc_id),
+        )
 
 
 def tool_call_cancel(*, api_key: ApiKey, session_id: str, rpc_id: Any, why: str) -> None:

@@ -196,6 +196,35 @@ def test_an_agents_key_that_cannot_be_read_is_kept_by_other_edits_and_replaced_b
     }
 
 
+def test_the_rule_tester_says_what_it_cannot_read(admin_client: Client, demo_agent: Agent, lost: McpServer) -> None:
+    admin_client.raise_request_exception = False
+    response = admin_client.post(
+        "/admin/agents/rule-tester/", {"agent": demo_agent.pk, "query": "김하늘 님은 어느 팀 소속인가요?"}
+    )
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "SECRETS_ENCRYPTION_KEYS" in page and "foreign" not in page
+    assert response.context["trials"] is None
+
+
+def test_the_platforms_mcp_endpoint_and_run_query_name_the_problem(
+    api_caller: Any, demo_agent: Agent, lost: McpServer
+) -> None:
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {api_caller.raw_key}")
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+    body["params"] = {"name": "ask_company-assistant", "arguments": {"query": "김하늘 님은 어느 팀 소속인가요?"}}
+    response = client.post("/mcp/", json.dumps(body), content_type="application/json", HTTP_ACCEPT="application/json")
+    answer = response.json()
+    assert "error" not in answer, answer  # not -32603 "Internal error."
+    assert answer["result"]["isError"] is True
+    assert "SECRETS_ENCRYPTION_KEYS" in answer["result"]["content"][0]["text"]
+    assert not Run.objects.exists()
+
+    with pytest.raises(CommandError) as refused:
+        call_command("run_query", "company-assistant", "김하늘 님은 어느 팀 소속인가요?", stdout=io.StringIO())
+    assert "SECRETS_ENCRYPTION_KEYS" in str(refused.value)
+
+
 def test_export_and_import_refuse_naming_the_rows_they_cannot_read(demo_agent: Agent, lost: McpServer) -> None:
     poison_agent(demo_agent)
     with translation.override("en"), pytest.raises(CommandError) as refused:

@@ -20,7 +20,7 @@ from agents.decision_reasons import reason_text
 from agents.execution import run_execute
 from agents.models import Approval, Run
 from agents.selectors import run_tool_calls
-from agents.services import run_create
+from agents.services import run_create, secrets_readable_or_refused
 from mcpregistry.pool import shutdown_default_pool
 
 # A run left waiting for a person's approval exits with this (a failed or cancelled one with 1): a script tells
@@ -73,7 +73,8 @@ class Command(BaseCommand):
         if not query:
             raise CommandError(_("The query is empty."))
         try:
-            run = run_create(agent_slug=options["agent"], query=query, api_key=None, context=context)
+            with secrets_readable_or_refused():
+                run = run_create(agent_slug=options["agent"], query=query, api_key=None, context=context)
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
         self.stderr.write(_("run %(id)s queued") % {"id": run.id})
