@@ -1038,7 +1038,8 @@ def run_feedback_record(*, run: Run, score: float, scale: FeedbackScale | None, 
     value, used = feedback_normalized(score=score, scale=scale)
     if not run.is_finished:
         raise ApplicationError(_("Feedback is given on a finished run."), code="run_not_finished", status=409)
-    secrets = [v for server in run.agent.servers.all() for v in server.secret_values()]
+    # Its servers' secrets, those this process can read (one it cannot is no value it could leak).
+    secrets = [v for server in run.agent.servers.all() if server.secrets_readable() for v in server.secret_values()]
     with transaction.atomic():
         Run.objects.filter(pk=run.pk).update(
             feedback_score=value,

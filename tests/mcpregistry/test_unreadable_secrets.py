@@ -225,6 +225,18 @@ def test_the_platforms_mcp_endpoint_and_run_query_name_the_problem(
     assert "SECRETS_ENCRYPTION_KEYS" in str(refused.value)
 
 
+def test_feedback_on_a_finished_run_is_recorded_when_a_server_cannot_be_read(
+    api_caller: Any, demo_agent: Agent, demo_server: McpServer
+) -> None:
+    run = Run.objects.create(agent=demo_agent, query="질문", api_key=api_caller.key, status=Run.Status.SUCCEEDED)
+    store_foreign(McpServer, "env", demo_server.pk, {"INTERNAL_API_KEY": "foreign-000000000000"})
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {api_caller.raw_key}")
+    body = json.dumps({"score": 1, "comment": "좋아요"})
+    response = client.post(f"/api/v1/runs/{run.id}/feedback", body, content_type="application/json")
+    assert response.status_code in (200, 201), response.content
+    assert Run.objects.get(pk=run.pk).feedback_comment == "좋아요"
+
+
 def test_export_and_import_refuse_naming_the_rows_they_cannot_read(demo_agent: Agent, lost: McpServer) -> None:
     poison_agent(demo_agent)
     with translation.override("en"), pytest.raises(CommandError) as refused:
