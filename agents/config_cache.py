@@ -93,6 +93,18 @@ def run_configuration(*, agent: Agent, version: AgentVersion | None, generation:
     return loaded
 
 
+def described_configuration(*, agent: Agent, version: AgentVersion | None, generation: str | None) -> RunConfiguration:
+    """``run_configuration``, for what describes the agent (its A2A card, the platform's directory of agents): a
+    bound server whose secrets this process cannot decrypt fails the agent's runs (``config:secret_unreadable``),
+    not its card, nor every other agent's place in the directory. Such a configuration is masked with the secrets
+    that can be read (the tools' texts were masked when they were discovered) and is not kept."""
+    try:
+        return run_configuration(agent=agent, version=version, generation=generation)
+    except SecretDecryptionError:
+        with rows_read_only():
+            return _load(agent=agent, version=version, generation=generation, readable_only=True)
+
+
 def _held(store: dict[Any, tuple[str, Any]], key: Any, generation: str | None, load: Callable[[], Any]) -> Any:
     """What ``store`` holds under ``key`` for this ``generation``, else ``load()``, kept for it (nothing is kept
     where there is no generation)."""
@@ -174,7 +186,9 @@ def _submission_load(*, agent_slug: str, api_key: ApiKey | None, generation: str
     )
 
 
-def _load(*, agent: Agent, version: AgentVersion | None, generation: str | None) -> RunConfiguration:
+def _load(
+    *, agent: Agent, version: AgentVersion | None, generation: str | None, readable_only: bool = False
+) -> RunConfiguration:
     frozen: dict[str, Any] | None = version.content if version is not None else None
     if frozen:
         servers = version_servers(frozen)
@@ -184,8 +198,9 @@ def _load(*, agent: Agent, version: AgentVersion | None, generation: str | None)
         servers = list(agent.servers.prefetch_related("tools__contract"))
         rules = deterministic_rule_specs(agent=agent, server_ids=[server.pk for server in servers])
         contracts = None
+    masked_by = [server for server in servers if server.secrets_readable()] if readable_only else servers
     return RunConfiguration(
-        servers=servers, rules=rules, contracts=contracts, server_secrets=_masking_secrets(servers, generation)
+        servers=servers, rules=rules, contracts=contracts, server_secrets=_masking_secrets(masked_by, generation)
     )
 
 

@@ -26,7 +26,9 @@ a message on that task with a data part ``{"decision": "approve"|"reject", "appr
 ``POST /runs/{id}/approvals/{id}`` would, and the task goes on; the same reply sent again under its ``messageId``
 returns the task and decides nothing.
 Our error codes become A2A errors (``run_not_found`` → -32001 TaskNotFound, ``run_finished`` on cancel → -32002,
-invalid input → -32602, …) with our code in the error's ``ErrorInfo`` metadata.
+invalid input → -32602, …) with our code in the error's ``ErrorInfo`` metadata; a refusal to come back later (a
+spent budget, a key whose stream slots are all taken) is -32029 in an HTTP 429 with ``Retry-After``. A message's
+``contextId`` is compared and filtered on composed (NFC), as the run keeps it.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from rest_framework import exceptions
 from rest_framework.exceptions import ValidationError
 
 from agent_platform.errors import ApplicationError
+from agent_platform.text import nfc
 from agents.api.a2a import run_input_from_message
 from agents.api.config import api_setting
 from agents.api.protocol_http import (
@@ -82,7 +85,7 @@ from agents.api.protocol_http import (
 from agents.api.serializers import PART_CONTENTS, A2AMessageSerializer, A2APartField, part_contents_message
 from agents.api.throttling import stream_slot_release
 from agents.approvals import approval_decide
-from agents.config_cache import RunConfiguration, run_configuration, tools_served
+from agents.config_cache import RunConfiguration, described_configuration, tools_served
 from agents.models import Agent, ApiKey, Approval, Run, RunEvent
 from agents.run_state import RunEventWriter, run_row_lock
 from agents.selectors import (
@@ -229,11 +232,11 @@ def agent_served(agent: Agent) -> ServedAgent:
     """What a caller who discovers ``agent`` gets: once it is published, its live version's frozen prompt, rules
     and tools (an unpublished draft edit, a rule renamed or a server bound since, is not what its runs do, and a
     card must not announce it); never published, the agent as stored. The configuration is the one a run of it
-    reads (``config_cache.run_configuration``), so the card and the runs cannot tell two stories."""
+    reads (``config_cache.described_configuration``), so the card and the runs cannot tell two stories."""
     version = agent.live_version
     if version is not None and not version.content:
         version = None
-    configuration = run_configuration(agent=agent, version=version, generation=config_generation())
+    configuration = described_configuration(agent=agent, version=version, generation=config_generation())
     return ServedAgent(system_prompt=served_system_prompt(agent), configuration=configuration)
 
 
@@ -350,6 +353,7 @@ def _directory(agents: list[Agent], root: str) -> list[dict[str, Any]]:
     ]
 
 
+@csrf_exempt  # a bearer key, no cookie: a POST is the view's 405, not a CSRF 403
 async def platform_card_view(request: HttpRequest) -> HttpResponseBase:
     if request.method != "GET":
         return error_response("method_not_allowed", _("Use GET."), 405, headers={"Allow": "GET"})
@@ -362,6 +366,7 @@ async def platform_card_view(request: HttpRequest) -> HttpResponseBase:
     return json_response(await sync_to_async(platform_card)(agents=agents, root=root))
 
 
+@csrf_exempt  # as platform_card_view
 async def agent_card_view(request: HttpRequest, slug: str) -> HttpResponseBase:
     if request.method != "GET":
         return error_response("method_not_allowed", _("Use GET."), 405, headers={"Allow": "GET"})
@@ -417,6 +422,12 @@ def _iso(moment: datetime) -> str:
 
 def context_id_of(run: Run) -> str:
     return str((run.context or {}).get("contextId") or run.id)
+
+
+def same_context(given: str, run: Run) -> bool:
+    """Whether a caller's ``given`` contextId is ``run``'s, compared composed: a run stores its context composed
+    (``agents.services.run_input_guarded``), and Korean typed on macOS comes decomposed."""
+    return nfc(given) == context_id_of(run)
 
 
 def _agent_message(run: Run, suffix: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -597,18 +608,31 @@ def message_send(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> Ru
             "query_too_long",
         )
     message_id = str(message.get("messageId") or "")
-    submission = run_submit(
-        agent_slug=agent.slug,
-        query=run_input.query,
-        api_key=api_key,
-        context=run_input.context,
-        a2a_data=run_input.a2a_data,
-        a2a_files=run_input.a2a_files,
-        idempotency_key=_idempotency_key(message_id),
-        former_key=f"a2a:{message_id}"[:200] if message_id else "",  # the key's form before 2026-12-04
-        digest=request_digest({"agent": agent.slug, "message": message, "metadata": metadata}),
-    )
+    try:
+        submission = run_submit(
+            agent_slug=agent.slug,
+            query=run_input.query,
+            api_key=api_key,
+            context=run_input.context,
+            a2a_data=run_input.a2a_data,
+            a2a_files=run_input.a2a_files,
+            idempotency_key=_idempotency_key(message_id),
+            former_key=f"a2a:{message_id}"[:200] if message_id else "",  # the key's form before 2026-12-04
+            digest=request_digest({"agent": agent.slug, "message": message, "metadata": metadata}),
+        )
+    except ApplicationError as exc:
+        if exc.code == "idempotency_key_reused":
+            raise message_id_reused() from None
+        raise
     return submission.run
+
+
+def message_id_reused() -> ApplicationError:
+    """A messageId (the run's idempotency key) sent again with another message: told in A2A's words, since the
+    caller sent no ``Idempotency-Key`` (our code stays ``idempotency_key_reused``, as the REST API's)."""
+    return ApplicationError(
+        _("This messageId was used with another message."), code="idempotency_key_reused", status=409
+    )
 
 
 def _idempotency_key(message_id: str) -> str:
@@ -643,7 +667,7 @@ def _answer_input(*, agent: Agent, api_key: ApiKey, message: dict[str, Any]) -> 
     if run.agent_id != agent.pk:
         raise ApplicationError(_("Run not found."), code="run_not_found", status=404)
     context_id = str(message.get("contextId") or "")
-    if context_id and context_id != context_id_of(run):  # A2A §3.4.3: a message names its task's own context
+    if context_id and not same_context(context_id, run):  # A2A §3.4.3: a message names its task's own context
         raise invalid_params(
             _("The message's contextId is not the task's (%(context)s).") % {"context": context_id_of(run)},
             "context_mismatch",
@@ -702,9 +726,7 @@ def _answered_before(*, run: Run, answer: dict[str, Any]) -> bool:
     if earlier is None:
         return False
     if earlier.get("message_sha256") != answer["message_sha256"]:
-        raise ApplicationError(
-            _("This Idempotency-Key was used with another request body."), code="idempotency_key_reused", status=409
-        )
+        raise message_id_reused()
     return True
 
 
@@ -904,14 +926,16 @@ def tasks_list(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> dict
 def _of_context(runs: QuerySet[Any], context_id: str) -> Q:
     """Which of ``runs`` are tasks that report ``context_id`` as their ``contextId`` (``context_id_of``): those
     that keep it in their context, and the run whose id it is where that run keeps none (a REST run sent without
-    one, every MCP run), whose task reports its own id. Filtering on the context alone missed that one."""
+    one, every MCP run), whose task reports its own id. Filtering on the context alone missed that one. Compared
+    composed, as runs keep it (``same_context``)."""
+    context_id = nfc(context_id)
     matches = Q(context__contextId=context_id)
     try:
         run_id = uuid.UUID(context_id)
     except ValueError:
         run_id = None
     own = runs.filter(pk=run_id).first() if run_id is not None else None
-    if own is not None and context_id_of(own) == context_id:
+    if own is not None and same_context(context_id, own):
         matches |= Q(pk=own.pk)
     return matches
 
@@ -1010,6 +1034,17 @@ def rpc_call(*, agent: Agent, api_key: ApiKey, method: str, params: dict[str, An
     raise A2AError(-32601, "METHOD_NOT_FOUND", _("Method not found: %(method)s") % {"method": method})
 
 
+def streams_busy_error() -> A2AError:
+    """The key's stream slots are all taken: ``too_many_streams`` (its words and ``Retry-After``, one refusal for
+    every protocol) as a JSON-RPC error, answered as a spent budget is (``RESOURCE_EXHAUSTED`` in an HTTP 429 with
+    ``Retry-After``): an A2A client reads JSON-RPC, not the REST API's error body."""
+    refusal = too_many_streams()
+    busy = json.loads(refusal.content)["error"]
+    code, reason = RESOURCE_EXHAUSTED
+    headers = {"Retry-After": refusal["Retry-After"]}
+    return A2AError(code, reason, busy["message"], our_code=busy["code"], http_status=429, headers=headers)
+
+
 def _rpc_error(rpc_id: Any, error: A2AError) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": rpc_id, "error": error.as_error()}
 
@@ -1093,7 +1128,8 @@ async def rpc_view(request: HttpRequest, slug: str) -> HttpResponseBase:
         # decision) already, or a client that retries after Retry-After would send it twice.
         slot = await sync_to_async(stream_slot_take)(api_key)
         if slot is None:
-            return too_many_streams()
+            busy = streams_busy_error()
+            return json_response(_rpc_error(rpc_id, busy), status=busy.http_status, headers=busy.headers)
     try:
         result, error = await sync_to_async(_guarded)(
             lambda: rpc_call(agent=agent, api_key=api_key, method=method, params=params, rpc_id=rpc_id)

@@ -271,7 +271,7 @@ def test_a_stream_refused_for_want_of_a_slot_submitted_nothing_and_an_error_free
     message = {"messageId": "m-slot", "role": "ROLE_USER", "parts": [{"text": "메모 남겨줘"}]}
     body = {"jsonrpc": "2.0", "id": "r1", "method": "SendStreamingMessage", "params": {"message": message}}
     refused = client.post("/a2a/company-assistant/", json.dumps(body), content_type="application/json")
-    assert refused.status_code == 429 and refused.json()["error"]["code"] == "too_many_streams"
+    assert refused.status_code == 429 and refused.json()["error"]["data"][0]["metadata"]["code"] == "too_many_streams"
     assert not Run.objects.exists()
     stream_slot_release(held)
     # A streaming call that fails (no such task) answers its error and leaves the slot free for the next one.

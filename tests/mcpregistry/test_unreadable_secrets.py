@@ -237,6 +237,20 @@ def test_feedback_on_a_finished_run_is_recorded_when_a_server_cannot_be_read(
     assert Run.objects.get(pk=run.pk).feedback_comment == "좋아요"
 
 
+def test_the_agents_card_and_the_directory_show_while_its_runs_fail(
+    api_caller: Any, demo_agent: Agent, lost: McpServer
+) -> None:
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {api_caller.raw_key}")
+    card = client.get("/a2a/company-assistant/.well-known/agent-card.json")
+    assert card.status_code == 200, card.content
+    assert "search_employee" in {skill["name"] for skill in card.json()["skills"]}
+    directory = client.get("/.well-known/agent-card.json")
+    assert directory.status_code == 200, directory.content
+    body = json.dumps({"agent": "company-assistant", "query": "김하늘 님은 어느 팀 소속인가요?"})
+    refused = client.post("/api/v1/runs", body, content_type="application/json")
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "config:secret_unreadable"
+
+
 def test_export_and_import_refuse_naming_the_rows_they_cannot_read(demo_agent: Agent, lost: McpServer) -> None:
     poison_agent(demo_agent)
     with translation.override("en"), pytest.raises(CommandError) as refused:
