@@ -356,6 +356,9 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
     rug pull also shows ``review_required``) or vanished (``config.mcp_tool.vanish``).
     """
     report = DiscoveryReport(mcp_id=server.mcp_id, ok=False)
+    if not server.secrets_readable():
+        report.error = _health_error_record(server, _secrets_undecryptable_error())
+        return report
     # A per-run server gets a session for this discovery alone; a shared one warms this process's session.
     scope = server.pool_scope("discovery")
     from mcpregistry.local_tools import runner_for  # the session pool and the MCP SDK: loaded when one is called
@@ -366,10 +369,8 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
     try:
         listing = runner.list_tools(server.connection_config(), timeout_s=max(server.timeout_s, 30.0), scope=scope)
     except Exception as exc:  # noqa: BLE001 - recorded as the binding's health
-        report.error = _with_unread_secrets(server, mask_text(str(exc) or type(exc).__name__, secrets=secrets))
-        McpServer.objects.filter(pk=server.pk).update(
-            health=McpServer.Health.ERROR, last_error=report.error, last_checked_at=timezone.now()
-        )
+        error = _with_unread_secrets(server, mask_text(str(exc) or type(exc).__name__, secrets=secrets))
+        report.error = _health_error_record(server, error)
         return report
     finally:
         if scope is not None:
@@ -582,6 +583,29 @@ def _listing_checked(listing: Any, report: DiscoveryReport) -> Any:
     )
 
 
+def _secrets_undecryptable_error() -> str:
+    """Why a binding whose stored secrets this process cannot decrypt (``McpServer.secrets_readable``) was not
+    connected: its env and headers are what a connection sends, so discovery and the health check stop before
+    one. The admin's ``unreadable_secrets_text`` says the same on the server's page (the admin imports this
+    module, so its text is mirrored here rather than imported)."""
+    return str(
+        _(
+            "the stored secret values cannot be decrypted with this server's keys (SECRETS_ENCRYPTION_KEYS lacks "
+            "the key they were encrypted with), so the server was not connected. Add that key back, or tick "
+            '"clear all stored secret values" on the server\'s page and enter every value and setting again.'
+        )
+    )
+
+
+def _health_error_record(server: McpServer, error: str) -> str:
+    """Record ``error`` as the binding's health (an operational field, not a configuration change: unaudited, as
+    every health is); returns it, for the report."""
+    McpServer.objects.filter(pk=server.pk).update(
+        health=McpServer.Health.ERROR, last_error=error, last_checked_at=timezone.now()
+    )
+    return error
+
+
 def _with_unread_secrets(server: McpServer, error: str) -> str:
     """A failed connection's error, with the secrets this process could not read named (a server answering 401
     for want of its token said nothing of why), at most 2,000 characters."""
@@ -734,6 +758,9 @@ def mcp_server_health_check(*, server: McpServer) -> HealthReport:
     from the registry (tools new on the server, tools the registry has that it no longer lists). Never raises
     for the server's failure."""
     report = HealthReport(mcp_id=server.mcp_id, ok=False)
+    if not server.secrets_readable():
+        report.error = _health_error_record(server, _secrets_undecryptable_error())
+        return report
     scope = server.pool_scope("health")
     from mcpregistry.local_tools import runner_for  # the session pool and the MCP SDK: loaded when one is called
 
@@ -743,12 +770,8 @@ def mcp_server_health_check(*, server: McpServer) -> HealthReport:
     try:
         listing = runner.list_tools(server.connection_config(), timeout_s=max(server.timeout_s, 30.0), scope=scope)
     except Exception as exc:  # noqa: BLE001 - recorded as the binding's health
-        report.error = _with_unread_secrets(
-            server, mask_text(str(exc) or type(exc).__name__, secrets=server.secret_values())
-        )
-        McpServer.objects.filter(pk=server.pk).update(
-            health=McpServer.Health.ERROR, last_error=report.error, last_checked_at=timezone.now()
-        )
+        error = _with_unread_secrets(server, mask_text(str(exc) or type(exc).__name__, secrets=server.secret_values()))
+        report.error = _health_error_record(server, error)
         return report
     finally:
         if scope is not None:
