@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -26,8 +27,15 @@ from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.errors import ApplicationError
 from agent_platform.text import nfc_value
+from agents.dispatch import repaired_alone
 from agents.models import Agent, AgentVersion, Run, RunEvent
-from agents.services import agent_version_publish, run_cancel, run_create
+from agents.services import (
+    agent_version_publish,
+    run_cancel,
+    run_create,
+    run_submission_parts,
+    secrets_readable_or_refused,
+)
 from agents.versions import content_digest, version_content
 from audit.change_guard import config_write_lock
 from audit.changes import audited_delete, audited_save
@@ -502,7 +510,8 @@ def eval_run_start(
     Without ``version`` the eval runs the version ``eval_version_pin`` names (the live one; an agent never
     published, its draft frozen as it is now), recorded as the eval run's version: a version published or a draft
     edited while the eval runs does not move its remaining cases. Raises ApplicationError: 400 for a set without
-    cases or a label longer than its column, 404 for an unknown version, 409 for a disabled agent."""
+    cases or a label longer than its column, 404 for an unknown version, 409 for a disabled agent, 503
+    ``config:secret_unreadable`` where a secret its runs read cannot be decrypted (``eval_secrets_check``)."""
     agent_version_check(agent=agent, version=version)
     label_max = EvalRun._meta.get_field("label").max_length or 0
     if len(label) > label_max:
@@ -516,6 +525,7 @@ def eval_run_start(
         raise ApplicationError(
             _("Agent '%(slug)s' is disabled.") % {"slug": agent.slug}, code="agent_disabled", status=409
         )
+    eval_secrets_check(agent=agent)
     if version is None:
         version = eval_version_pin(agent=agent, actor=actor)
     eval_run = EvalRun.objects.create(
@@ -536,23 +546,35 @@ def eval_run_start(
     return eval_run
 
 
+def eval_secrets_check(*, agent: Agent) -> None:
+    """Raises ApplicationError 503 ``config:secret_unreadable`` (as ``POST /runs`` answers) where a secret the
+    agent's runs read, its model key or a bound server's env or headers, cannot be decrypted with this process's
+    ``SECRETS_ENCRYPTION_KEYS``: the eval is refused at its start, as a disabled agent's is, rather than started to
+    score every case as not submitted. It reads what a submission reads (``run_submission_parts``)."""
+    with secrets_readable_or_refused():
+        run_submission_parts(agent_slug=agent.slug, api_key=None)
+
+
 def _submit_case(eval_run: EvalRun, result: EvalCaseResult) -> None:
     case = result.case_as_run()
     try:
-        run = run_create(
-            agent_slug=eval_run.agent.slug,
-            query=case.query,
-            api_key=None,
-            context=case.context or {},
-            a2a_data=case.data or [],
-            version=eval_run.version,
-            purpose=Run.Purpose.EVAL,
-            write_sandbox=eval_run.eval_set.sandbox_servers or [],
-        )
+        # A secret that cannot be decrypted (a key lost after the eval started) is the submission's 503
+        # ``config:secret_unreadable``, refused below as any other: the eval run still ends.
+        with secrets_readable_or_refused():
+            run = run_create(
+                agent_slug=eval_run.agent.slug,
+                query=case.query,
+                api_key=None,
+                context=case.context or {},
+                a2a_data=case.data or [],
+                version=eval_run.version,
+                purpose=Run.Purpose.EVAL,
+                write_sandbox=eval_run.eval_set.sandbox_servers or [],
+            )
     except ApplicationError as exc:
         # The case cannot become a run (a query longer than this installation takes, stored before the limit or
-        # under a higher one; the agent disabled meanwhile): it fails, and its eval run goes on and ends (it stayed
-        # "running", retrying the case at every refresh).
+        # under a higher one; the agent disabled meanwhile; a secret it reads no longer decrypts): it fails, and its
+        # eval run goes on and ends (it stayed "running", retrying the case at every refresh).
         score = score_case(_case_spec(case), calls=[], answer="", run_succeeded=False)
         score.passed = False
         score.failed_checks.append(f"{NOT_SUBMITTED}{exc.code}")
@@ -780,12 +802,25 @@ def eval_runs_refresh_open(*, now: Any = None) -> int:
     (``EvalRun.window``: ``run_eval --workers K`` or ``PLATFORM_EVAL_WINDOW``; an eval run stored before it had
     one, one case at a time), so an eval started from the admin or the API, or whose ``run_eval`` stopped, goes
     on and ends, and with the command alive the two together never pass that window. Returns how many eval runs
-    it finished."""
+    it finished.
+
+    Each eval run is refreshed on its own (``agents.dispatch.repaired_alone``): one that fails (a row that cannot
+    be loaded) is logged with its id and left for a later pass, and the others are still scored and topped up;
+    what a retry can fix (the database gone) is raised, as every other eval run would meet it too."""
     finished = 0
-    for eval_run in EvalRun.objects.filter(status=EvalRun.Status.RUNNING).select_related("eval_set", "agent"):
-        if eval_run_refresh(eval_run=eval_run, now=now).status == EvalRun.Status.FINISHED:
-            finished += 1
+    for pk in EvalRun.objects.filter(status=EvalRun.Status.RUNNING).values_list("pk", flat=True):
+        refresh = partial(_open_eval_run_refresh, pk=pk, now=now)
+        finished += repaired_alone(f"refresh eval run {pk}", refresh, nothing=False)
     return finished
+
+
+def _open_eval_run_refresh(*, pk: Any, now: Any) -> bool:
+    """Refresh eval run ``pk`` if it is still running; whether it finished. Loaded here, not with the others: a row
+    it reads that cannot be loaded fails this eval run's refresh alone."""
+    eval_run = EvalRun.objects.select_related("eval_set", "agent").filter(pk=pk, status=EvalRun.Status.RUNNING).first()
+    if eval_run is None:  # finished meanwhile (another worker's pass, its page)
+        return False
+    return eval_run_refresh(eval_run=eval_run, now=now).status == EvalRun.Status.FINISHED
 
 
 # ---- comparing two eval runs -------------------------------------------------------------------------------
