@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
 from datetime import timedelta
 from functools import partial
@@ -15,20 +16,36 @@ from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
 from agent_platform.json import UnicodeJSONEncoder
-from agents.config_cache import run_configuration
+from agents.config_cache import every_binding_secret, run_configuration
 from agents.decision_reasons import ASKED_AGAIN_APPROVAL
 from agents.dispatch import repaired_alone
 from agents.models import Approval, Run
-from agents.run_state import approvals_unused, run_resume, run_row_lock
+from agents.run_state import SECRET_UNREADABLE, approvals_unused, run_resume, run_row_lock
+from agents.services import SECRET_UNREADABLE_RETRY_AFTER_S
 from audit.masking import mask_text, mask_value
 from audit.services import audit_event_record
+from mcpregistry.crypto import SecretDecryptionError, readable
 from mcpregistry.gate_records import ApprovalState
+
+logger = logging.getLogger(__name__)
+
+UNREADABLE_ARGS_RESULT: dict[str, Any] = {"ok": False, "reason": SECRET_UNREADABLE, "value": None}
+"""The recorded outcome of an approved call whose exact arguments cannot be decrypted: a failure, never sent."""
 
 
 def _with_args(approvals: Iterable[Approval], masked_args: dict[str, Any]) -> Approval | None:
     """The first of ``approvals`` asked for these masked arguments (compared as the JSON column reads them back)."""
     stored_args = json.loads(json.dumps(masked_args, cls=UnicodeJSONEncoder))
     return next((approval for approval in approvals if approval.args == stored_args), None)
+
+
+def _exact_args(approval: Approval) -> dict[str, Any] | None:
+    """The approval's exact arguments, or None: none stored, or stored with a key this process lacks. Only an
+    approved call is sent with them, and such a one is never sent (``RunApprovals._unreadable_args_failure``); a
+    pending, rejected, expired or finished call's outcome needs none of them."""
+    if not readable(approval.exact_args):
+        return None
+    return approval.exact_args or None
 
 
 class RunApprovals:
@@ -88,13 +105,42 @@ class RunApprovals:
                     approval_expiry_audit(approval, actor=self.actor)
             approval.refresh_from_db()
         self._used.add(approval.pk)
+        if approval.status == Approval.Status.APPROVED and (
+            not readable(approval.exact_args) or approval.result == UNREADABLE_ARGS_RESULT
+        ):
+            return self._unreadable_args_failure(approval)
         return ApprovalState(
             status=approval.status,  # type: ignore[arg-type]
             approval_id=str(approval.pk),
             reason=approval.reason,
             decided_by=approval.decided_by,
             result=approval.result,
-            args=approval.exact_args or None,
+            args=_exact_args(approval),
+            call_hash=approval.call_hash,
+        )
+
+    def _unreadable_args_failure(self, approval: Approval) -> ApprovalState:
+        """An approved call whose exact arguments cannot be decrypted with this process's keys: never sent (the
+        masked ones are not what a person approved), and told to the gate as a call that ended with a recorded
+        failure, ``config:secret_unreadable``: the model reads why, and does not try again. The approval is never
+        claimed: it stays unused, and ends ``expired`` with its run (``approvals_unused``), never "executed".
+
+        The failure is recorded on the approval once, with its audit event (a ``tool.call`` refusal, as the gate
+        would write it), so a pass made again (a resumed run replays the call) finds the same answer, audited once,
+        even after the key is back: the model was told the call failed, it is not made behind its back."""
+        with transaction.atomic():
+            recorded = Approval.objects.filter(
+                pk=approval.pk, status=Approval.Status.APPROVED, result__isnull=True
+            ).update(result=UNREADABLE_ARGS_RESULT)
+            if recorded:
+                logger.error("approval %s of run %s: its exact arguments cannot be decrypted", approval.pk, self.run_id)
+                _unreadable_args_audit(approval, actor=self.actor)
+        return ApprovalState(
+            status="executed",
+            approval_id=str(approval.pk),
+            reason=approval.reason,
+            decided_by=approval.decided_by,
+            result=UNREADABLE_ARGS_RESULT,
             call_hash=approval.call_hash,
         )
 
@@ -130,7 +176,7 @@ class RunApprovals:
         too): another call's exact arguments are never checked in place of a call's own."""
         same_id = Approval.objects.filter(run_id=self.run_id, call_id=call_id).order_by("created_at")
         approval = _with_args(same_id, mask_value(args, secrets=self.secrets))
-        return (approval.exact_args or None) if approval is not None else None
+        return _exact_args(approval) if approval is not None else None
 
     def waiting(self) -> bool:
         """Whether an approval this pass asked for still waits for a person (the run parks), or none does (each
@@ -207,7 +253,8 @@ def approval_decide(
 
     Raises ApplicationError 400 (no such decision, a reason over ``REASON_MAX_CHARS``), 404 (no such approval on
     this run), 403 (the caller may not approve this call), 409 (already decided, expired, or its run finished:
-    ``run_finished``, the approval then ended unused)."""
+    ``run_finished``, the approval then ended unused), 503 ``config:secret_unreadable`` (an approval only: a secret
+    the call or its run needs cannot be decrypted, ``_approvable``; a rejection needs none)."""
     if decision not in {"approve", "reject"}:
         raise ApplicationError(_("'decision' must be 'approve' or 'reject'."), code="invalid_input", status=400)
     if len(reason) > REASON_MAX_CHARS:
@@ -238,8 +285,8 @@ def approval_decide(
     now = timezone.now()
     # A person's words, stored and shown (the approval's page, the model's message): a secret pasted in is masked
     # as the run's own texts are (its servers' and its agent's, and every secret this process knows).
-    configuration = run_configuration(agent=run.agent, version=run.version, generation=None)
-    reason = mask_text(reason, secrets=[*configuration.server_secrets, *run.agent.secret_values()])
+    secrets, all_readable = _reason_secrets(run)
+    reason = mask_text(reason, secrets=secrets)
     with transaction.atomic():
         # The run's row first, as the worker storing the run's park holds it: a decision taken while the pass that
         # asked is still storing waits for it, and so finds the run parked (or the worker finds the approval
@@ -264,6 +311,8 @@ def approval_decide(
             approval_expiry_audit(approval, actor=actor)
             run_resume(run_id=str(run.pk))  # the model is told the call was not made
         elif not finished:
+            if decision == "approve" and approval.status == Approval.Status.PENDING:
+                _approvable(approval, configuration_readable=all_readable)
             new_status = Approval.Status.APPROVED if decision == "approve" else Approval.Status.REJECTED
             claimed = Approval.objects.filter(pk=approval.pk, status=Approval.Status.PENDING).update(
                 status=new_status, decided_by=actor[:200], decided_at=now, reason=reason
@@ -299,6 +348,50 @@ def approval_decide(
         raise ApplicationError(_("This approval has expired."), code="approval_expired", status=409)
     approval.refresh_from_db()
     return approval
+
+
+def _reason_secrets(run: Run) -> tuple[list[str], bool]:
+    """What masks a decision's reason, and whether every secret of the run's configuration could be read.
+
+    The run's servers' and its agent's secrets (and every binding's credentials), as the run masks its own texts.
+    Where one of them was stored with a key this process lacks, every secret that can be read masks it
+    (``every_binding_secret`` skips the others): a rejection needs none of them and goes through; an approval is
+    refused (``_approvable``)."""
+    try:
+        configuration = run_configuration(agent=run.agent, version=run.version, generation=None)
+        return [*configuration.server_secrets, *run.agent.secret_values()], True
+    except SecretDecryptionError as exc:
+        logger.warning("run %s: a secret of its configuration cannot be decrypted: %s", run.pk, exc)
+        return every_binding_secret(), False
+
+
+def _approvable(approval: Approval, *, configuration_readable: bool) -> None:
+    """Refuse to approve a call that cannot be carried out for a secret this process cannot decrypt, as a run
+    submission is refused (``agents.services.run_submit``): a 503 ``config:secret_unreadable`` naming the setting
+    to check, with ``Retry-After``; the approval stays pending, to be approved once the keys are fixed, or
+    rejected. Approved, it would resume a run that fails at once (the agent's model key, a server's env or
+    headers), or a call whose exact arguments, what a person approves, cannot be sent."""
+    if not configuration_readable:
+        message = _(
+            "A secret stored in the platform's configuration cannot be decrypted with this server's keys; an "
+            "operator must check SECRETS_ENCRYPTION_KEYS."
+        )
+    elif not readable(approval.exact_args):
+        message = _(
+            "The exact arguments of this call were stored with a key this server lacks, so it cannot be made; an "
+            "operator must check SECRETS_ENCRYPTION_KEYS, or reject the call."
+        )
+    else:
+        return
+    logger.error(
+        "approving approval %s of run %s was refused: a stored secret cannot be decrypted", approval.pk, approval.run_id
+    )
+    raise ApplicationError(
+        message,
+        code=SECRET_UNREADABLE,
+        status=503,
+        headers={"Retry-After": str(SECRET_UNREADABLE_RETRY_AFTER_S)},
+    )
 
 
 def approvals_expire_due() -> int:
@@ -346,6 +439,26 @@ def approval_expiry_audit(approval: Approval, *, actor: str) -> None:
         result={"approval_id": str(approval.pk), "expires_at": approval.expires_at.isoformat()},
         ok=False,
         reason="approval:expired",
+        attempt=0,
+        actor=actor,
+    )
+
+
+def _unreadable_args_audit(approval: Approval, *, actor: str) -> None:
+    """The audit event of an approved write call never sent because its exact arguments cannot be decrypted: one
+    ``tool.call`` refusal with reason ``config:secret_unreadable``, written by the pass that found it. The gate
+    tells the model of it as a recorded outcome, which it does not audit again."""
+    audit_event_record(
+        source=_requester(approval.call_id),
+        action="tool.call",
+        run_id=approval.run_id,
+        mcp_id=approval.mcp_id,
+        tool=approval.tool,
+        call_id=approval.call_id,
+        args=approval.args,
+        result={"approval_id": str(approval.pk)},
+        ok=False,
+        reason=SECRET_UNREADABLE,
         attempt=0,
         actor=actor,
     )

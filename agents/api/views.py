@@ -586,7 +586,18 @@ class RunApprovalDecideApi(ApiView):
         ),
         tags=["runs"],
         request=InputSerializer,
-        parameters=[RETRY_AFTER],
+        parameters=[
+            RETRY_AFTER,
+            # Described here with the decision's own 503 (the shared one is added where an operation has none).
+            OpenApiParameter(
+                "Retry-After",
+                int,
+                OpenApiParameter.HEADER,
+                response=[503],
+                required=True,
+                description="Seconds to wait before sending the request again.",
+            ),
+        ],
         responses={
             200: ApprovalOutputSerializer,
             **error_responses(
@@ -601,6 +612,15 @@ class RunApprovalDecideApi(ApiView):
                 conflicts=(
                     "`approval_decided` (already decided), `approval_expired`, or `run_finished` (the run has "
                     "finished: its calls are no longer decided)."
+                ),
+            ),
+            503: OpenApiResponse(
+                ErrorSerializer,
+                description=(
+                    f"{ERROR_DESCRIPTIONS[503]} Or, approving, `config:secret_unreadable`: a secret the call needs "
+                    "(the agent's model key, an MCP server's environment or headers, the call's exact arguments) "
+                    "cannot be decrypted with the server's `SECRETS_ENCRYPTION_KEYS`; the approval stays pending, "
+                    "and may still be rejected."
                 ),
             ),
         },
