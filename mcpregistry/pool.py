@@ -32,6 +32,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -39,20 +40,22 @@ import os
 import re
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 import httpx
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from django.apps import apps
 from django.conf import settings
 from django.utils import translation
 from mcp import McpError, StdioServerParameters, types
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
+from mcp.client.streamable_http import RequestContext, StreamableHTTPTransport
 from mcp.shared._httpx_utils import MCP_DEFAULT_TIMEOUT, create_mcp_http_client, next_request_within_origin
+from mcp.shared.message import SessionMessage
 
 import agent_platform.telemetry as telemetry
 from audit.masking import mask_text, registered_secrets
@@ -423,6 +426,11 @@ class McpSessionPool:
             if session is not None:
                 await _fail_refused_post(session, response)
 
+        async def fail_request(request_id: int | str, error: types.ErrorData) -> None:
+            # Over streamable HTTP, a request answered on its own POST with an answer that is not its own.
+            if session is not None:
+                await _fail_pending_request(session, request_id, error)
+
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if conn.transport == "stdio":
@@ -436,8 +444,8 @@ class McpSessionPool:
                         create_mcp_http_client(headers=dict(conn.headers) or None, timeout=self._read_timeout())
                     )
                     pooled.http_client = http_client
-                    read, write, _ = await stack.enter_async_context(
-                        streamable_http_client(conn.url, http_client=http_client)
+                    read, write = await stack.enter_async_context(
+                        _streamable_http_streams(conn.url, http_client, fail=fail_request)
                     )
                 elif conn.transport == "sse":
                     read, write = await stack.enter_async_context(
@@ -760,6 +768,10 @@ class McpSessionPool:
                 if exc.error.data == UNREADABLE_ANSWER:
                     # The tool answered, with what cannot be read: a result that is not what it promised.
                     raise ToolResultInvalid(exc.error.message) from exc
+                if (unmatched := _unmatched_answer_data(exc)) is not None:
+                    # The server answered on the call's own POST, with an answer that names another request or none:
+                    # the request went out and was answered; what came back is not the answer it asked for.
+                    raise ToolResultInvalid(_unmatched_answer_text(unmatched)) from exc
                 raise
             content = [block.model_dump(mode="json", exclude_none=True) for block in result.content]
             text = "\n".join(str(block.get("text", "")) for block in content if block.get("type") == "text")
@@ -1056,9 +1068,42 @@ def _describe(exc: BaseException) -> str:
         return "; ".join(_describe(e) for e in exc.exceptions)
     if isinstance(exc, _CallError):
         return str(exc)  # the pool's own words
+    if isinstance(exc, httpx.HTTPStatusError):
+        return _http_error_text(exc.response)
+    if isinstance(exc, McpError) and (unmatched := _unmatched_answer_data(exc)) is not None:
+        return _unmatched_answer_text(unmatched)
     # httpx appends "For more information check: https://developer.mozilla.org/…": noise in a health error.
     text = str(exc).split("\nFor more information check:")[0].strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _http_error_text(response: httpx.Response) -> str:
+    """An HTTP answer that failed a request (an error status, or a redirect the SDK does not follow: one that leaves
+    the server's origin or changes the method), said as its status and the address that answered, without that
+    address's query, fragment and user-info (:func:`_address_shown`); of a redirect, also where it leads, cut the
+    same way.
+
+    httpx's own text ("Client error '403 Forbidden' for url '…'") quotes the URL whole: a key in its query or a
+    password in its user-info is no secret the binding stores (those are its env and header values), and masking
+    knows it only where the parameter's name gives it away (``?token=``, not ``?k=``)."""
+    status = f"HTTP {response.status_code} {httpx.codes.get_reason_phrase(response.status_code)}".strip()
+    address = _address_shown(response.request.url)
+    location = response.headers.get("location")
+    if response.is_redirect and location:
+        with contextlib.suppress(httpx.InvalidURL):
+            target = _address_shown(response.request.url.join(location))
+            return _("%(status)s from %(url)s, a redirect to %(location)s that is not followed") % {
+                "status": status,
+                "url": address,
+                "location": target,
+            }
+    return _("%(status)s from %(url)s") % {"status": status, "url": address}
+
+
+def _address_shown(url: httpx.URL) -> str:
+    """``url`` as a message may quote it: its scheme, host, port and path; never its query, fragment or user-info, the
+    parts of a URL that carry credentials (``?token=…``, ``https://user:password@host``)."""
+    return str(url.copy_with(query=None, fragment=None, userinfo=b""))
 
 
 def _broke(connection: ServerConnection, error: str) -> str:
@@ -1209,6 +1254,23 @@ def _response_id(line: str) -> int | str | None:
     """The ``id`` of the JSON-RPC answer ``line`` is (an object with an ``id`` and a ``result`` or an ``error`` at
     its top level, and no ``method``: a server's own request has an id of its own), read without parsing it; None
     where it is no such answer."""
+    answer = _answer_in_line(line)
+    found = answer.request_id if answer is not None else None
+    return found if isinstance(found, (int, str)) else None
+
+
+@dataclass(frozen=True)
+class _AnswerSeen:
+    """A JSON-RPC answer (a ``result`` or an ``error``; not a server's own request or notification) as far as it could
+    be read: its ``id`` (None where it has none), and for an error the server's message (where it could be parsed)."""
+
+    request_id: Any
+    error: str | None = None
+
+
+def _answer_in_line(line: str) -> _AnswerSeen | None:
+    """The JSON-RPC answer ``line`` is (a ``result`` or an ``error`` at its top level, and no ``method``), read without
+    parsing it (it may be nested too deeply to parse); None where it is no such answer."""
     if not line.lstrip().startswith("{"):
         return None
     depth, keys, found = 0, set[str](), None
@@ -1225,7 +1287,163 @@ def _response_id(line: str) -> int | str | None:
             depth -= 1
     if "method" in keys or not keys & {"result", "error"}:
         return None
-    return found if isinstance(found, (int, str)) else None
+    return _AnswerSeen(found)
+
+
+def _answer_in(item: SessionMessage | Exception) -> _AnswerSeen | None:
+    """The JSON-RPC answer the transport hands on: a parsed one, or one the SDK could not parse (read from its parse
+    error: the object it refused, or the text where it was no JSON); None for anything else (a server's request or
+    notification, an HTTP error)."""
+    if isinstance(item, SessionMessage):
+        root = item.message.root
+        if isinstance(root, types.JSONRPCError):
+            return _AnswerSeen(root.id, root.error.message)
+        return _AnswerSeen(root.id) if isinstance(root, types.JSONRPCResponse) else None
+    for error in _parse_errors(item):
+        refused = error.get("input")
+        if isinstance(refused, dict):  # JSON, but no JSON-RPC message: an answer without an id, say
+            if "method" in refused or not refused.keys() & {"result", "error"}:
+                return None
+            server_error = refused.get("error")
+            said = server_error.get("message") if isinstance(server_error, dict) else None
+            return _AnswerSeen(refused.get("id"), said if isinstance(said, str) else None)
+    line = _unparsed_line(item)
+    return _answer_in_line(line) if line is not None else None
+
+
+def _is_request_id(answered: object, request_id: int | str) -> bool:
+    """Whether an answer's id names ``request_id``, as the SDK matches them (a string of digits is that number)."""
+    if isinstance(answered, bool) or not isinstance(answered, (int, str)):
+        return False
+    if isinstance(answered, str) and isinstance(request_id, int):
+        with contextlib.suppress(ValueError):
+            return int(answered) == request_id
+    return answered == request_id
+
+
+UNMATCHED_ANSWER = "platform:unmatched_answer"
+"""The ``data["platform"]`` of the JSON-RPC error a request is failed with when the answer that came back on its own
+HTTP request names another request, or none (:class:`_OwnAnswerWriter`)."""
+
+
+def _unmatched_answer_error(answer: _AnswerSeen, request_id: int | str) -> types.ErrorData:
+    """The error ``request_id`` is failed with for ``answer``: what is shown of it is masked and cut here (the server
+    wrote it), and said in words where it is shown (:func:`_unmatched_answer_text`, in the caller's language)."""
+    answered = None if answer.request_id is None else json.dumps(answer.request_id, ensure_ascii=False, default=str)
+    data = {
+        "platform": UNMATCHED_ANSWER,
+        "request_id": request_id,
+        "answered_id": mask_text(answered[:4096])[:50] if answered is not None else None,
+        "server_error": mask_text(answer.error[:4096])[:200] if answer.error else None,
+    }
+    # The error's own message is English (the request may be another caller's, in another language): the words are
+    # said again, in the caller's language, where they are shown.
+    with translation.override(None) if settings.configured and apps.ready else contextlib.nullcontext():
+        message = _unmatched_answer_text(data)
+    return types.ErrorData(code=types.INVALID_REQUEST, message=message, data=data)
+
+
+def _unmatched_answer_data(exc: McpError) -> dict[str, Any] | None:
+    """The data of an :data:`UNMATCHED_ANSWER` error; None for any other."""
+    data = exc.error.data
+    return data if isinstance(data, dict) and data.get("platform") == UNMATCHED_ANSWER else None
+
+
+def _unmatched_answer_text(data: dict[str, Any]) -> str:
+    """The pool's sentence for a request whose answer named another request, or none."""
+    if data["answered_id"] is None:
+        said = _("the server's answer to request %(request)s carries no id") % {"request": data["request_id"]}
+    else:
+        said = _("the server's answer to request %(request)s carries another id: %(answered)s") % {
+            "request": data["request_id"],
+            "answered": data["answered_id"],
+        }
+    if data["server_error"]:
+        said = _("%(answer)s; the server said: %(error)s") % {"answer": said, "error": data["server_error"]}
+    return said
+
+
+class _OwnAnswerWriter:
+    """Where the streamable HTTP transport hands what came back on one request's POST (its JSON answer, or the messages
+    of its event stream) on to the session: an answer there is that request's (MCP: the server answers the request
+    it was POSTed, on that POST).
+
+    An answer that names another request, or none, fails the request at once (:data:`UNMATCHED_ANSWER`) and is handed
+    to no one: the SDK would take it for the answer to whichever request has its id (another call's), or drop it as
+    of an unknown request and leave this one waiting for its whole deadline, to end as a timeout (for a write: of
+    unknown outcome) though the server answered. Everything else (the right answer, the server's own requests and
+    notifications, errors) is handed on as it came."""
+
+    def __init__(
+        self,
+        writer: MemoryObjectSendStream[SessionMessage | Exception],
+        request_id: int | str,
+        fail: Callable[[int | str, types.ErrorData], Awaitable[None]],
+    ) -> None:
+        self._writer = writer
+        self._request_id = request_id
+        self._fail = fail
+
+    async def send(self, item: SessionMessage | Exception) -> None:
+        answer = _answer_in(item)
+        if answer is None or _is_request_id(answer.request_id, self._request_id):
+            await self._writer.send(item)
+        else:
+            await self._fail(self._request_id, _unmatched_answer_error(answer, self._request_id))
+
+
+class _StreamableHttpTransport(StreamableHTTPTransport):
+    """The SDK's streamable HTTP transport, each request's POST answered by that request's answer only
+    (:class:`_OwnAnswerWriter`; the SDK offers no hook for it, so its private ``_handle_post_request`` is wrapped)."""
+
+    def __init__(self, url: str, *, fail: Callable[[int | str, types.ErrorData], Awaitable[None]]) -> None:
+        super().__init__(url)
+        self._fail = fail
+
+    async def _handle_post_request(self, ctx: RequestContext) -> None:
+        request = ctx.session_message.message.root
+        if isinstance(request, types.JSONRPCRequest):
+            writer = _OwnAnswerWriter(ctx.read_stream_writer, request.id, self._fail)
+            # Only ``send`` is asked of the writer (the JSON answer, the event stream, a reconnection, a 404).
+            ctx = dataclasses.replace(ctx, read_stream_writer=cast(Any, writer))
+        await super()._handle_post_request(ctx)
+
+
+@contextlib.asynccontextmanager
+async def _streamable_http_streams(
+    url: str, http_client: httpx.AsyncClient, *, fail: Callable[[int | str, types.ErrorData], Awaitable[None]]
+) -> AsyncIterator[
+    tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
+]:
+    """The SDK's ``streamable_http_client`` (its streams, its tasks, its ``DELETE`` of the session at the end) over
+    :class:`_StreamableHttpTransport`: the SDK's function builds its transport itself."""
+    read_stream_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_stream_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    transport = _StreamableHttpTransport(url, fail=fail)
+    async with anyio.create_task_group() as tg:
+        try:
+
+            def start_get_stream() -> None:
+                tg.start_soon(transport.handle_get_stream, http_client, read_stream_writer)
+
+            tg.start_soon(
+                transport.post_writer,
+                http_client,
+                write_stream_reader,
+                read_stream_writer,
+                write_stream,
+                start_get_stream,
+                tg,
+            )
+            try:
+                yield read_stream, write_stream
+            finally:
+                if transport.get_session_id():
+                    await transport.terminate_session(http_client)
+                tg.cancel_scope.cancel()
+        finally:
+            await read_stream_writer.aclose()
+            await write_stream.aclose()
 
 
 def _unexpected_content_type(exc: Exception) -> str | None:
