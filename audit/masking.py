@@ -18,8 +18,16 @@ What is masked, and how:
   credentials, JWTs, well-known API key formats (``sk-...``, ``sk_live_...``, ``xoxb-...``, ``ghp_...``, ...,
   and this platform's own ``apk_...``), PEM private key blocks, passwords in URLs, secret-looking query parameters.
 * **Key names** - ``key=value``, ``key: value`` and ``"key": "value"`` pairs in text (a full-width ``：`` or ``＝``
-  too; a key may be a two-word label as Korean writes it, ``API 키``, ``비밀 번호``), and dict entries in
-  structures, whose key :func:`is_secret_key` recognises (NFKC-normalised: a full-width key counts).
+  too; a key may be a two-word label as Korean writes it, ``API 키``, ``비밀 번호``, or a password's label with the
+  word that asks for it again, ``비밀번호 확인``, ``Password confirmation``), and dict entries in structures, whose key
+  :func:`is_secret_key` recognises (NFKC-normalised: a full-width key counts).
+* **One-time codes** - a verification code, OTP, PIN or card security code (``인증번호``, ``OTP``, ``PIN``,
+  ``보안 코드``, ``verification_code``, ...) under its name as above, but only where the value has a code's shape
+  (3 to 10 digits, ``482-913``, ``G-482913``, ``7KQ2XA``): ``"otp_enabled": true`` and ``OTP: disabled`` stay.
+* **Credentials in a sentence** - a password or code label, a particle and the value (``임시 비밀번호는 Xy12!abc
+  입니다``, ``인증번호는 482913입니다``, ``OTP 482913``), or in English ``… password is Xy12!abc``, ``… verification
+  code is 482913``, ``482913 is your verification code``. A password there must not read as a word (``bcrypt``,
+  ``required``) unless quoted; a number with a unit (``8자``, ``180초``) is no value.
 * **Names apart from their values** - ``{"name": "Authorization", "value": …}`` entries (HAR, OpenAPI, Postman,
   Kubernetes env, AWS tags: a ``name``/``key``/``header``/``field``… field naming a secret masks its
   ``value``/``val``/``content``/``secret`` field), ``("X-Api-Key", …)`` pairs (a tuple, or a 2-item list in a
@@ -150,6 +158,57 @@ def _is_secret_key(key: str) -> bool:
         return True
     words = _KEY_SEPARATORS.split(_CAMEL_BOUNDARY.sub("_", key).lower())
     return not _SECRET_KEY_WORDS.isdisjoint(words)
+
+
+# --- one-time codes -----------------------------------------------------------------------------------------
+#
+# A verification code, an OTP, a PIN or a card's security code is a credential while it is valid. But these names
+# also label what is said about the code ("otp_enabled": true, "verification_code_length": 6, "OTP: disabled"), so
+# unlike a name is_secret_key recognises, such a name hides its value only where the value has a code's shape
+# (_ONE_TIME_CODE): a number of 3 to 10 digits, two groups of digits, or capitals mixed with digits.
+
+# Matched against the NFKC, lower-cased key with separators removed ("Verification-Code" -> "verificationcode").
+_CODE_KEY_FRAGMENTS = re.compile(
+    r"verif(?:ication|y)code|(?:security|onetime|mfa|2fa|twofactor|login|signin|access|sms|otp|pin)code"
+    r"|pinnumber|(?:otp|pin)번호|인증(?:번호|코드)|(?:보안|확인|일회용|otp)코드|핀번호"
+)
+# Whole words of the key that name a code on their own ("otp", "user_otp", "mfa"). A lower-case "pin" alone is a
+# word (a pin, a GPIO pin's number, '{"pin": 1234}' in a fixture): only with another word ("card_pin") or written
+# as the acronym (_ACRONYM_PIN) does it name one.
+_CODE_KEY_WORDS = frozenset({"otp", "totp", "hotp", "mfa", "2fa", "cvv", "cvc", "cvv2"})
+_ACRONYM_PIN = re.compile(r"(?<![A-Z])PIN(?:(?![A-Za-z])|(?=[A-Z][a-z]))")  # "PIN", "cardPIN", "PINCode"; not "SPIN"
+_ONE_TIME_CODE = (
+    r"(?:[A-Z]{1,3}-)?[0-9]{3,10}"  # 482913, G-482913 (as Google sends it), a card's 123
+    r"|[0-9]{3,5}-[0-9]{3,5}"  # 482-913
+    r"|(?=[A-Z]*[0-9])(?=[0-9]*[A-Z])[A-Z0-9]{6,10}"  # 7KQ2XA
+)
+_CODE_VALUE = re.compile(_ONE_TIME_CODE)
+
+
+def _names_a_code(key: object) -> bool:
+    """Whether ``key`` names a one-time code or a PIN (``otp``, ``verification_code``, ``PIN``, ``인증번호``,
+    ``보안 코드``): its value is hidden where :func:`_is_code_value`."""
+    return isinstance(key, str) and 0 < len(key) <= _CACHED_KEY_CHARS and _names_a_code_cached(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_a_code_cached(key: str) -> bool:
+    if not key.isascii():
+        key = unicodedata.normalize("NFKC", key)
+    if _ACRONYM_PIN.search(key) is not None:
+        return True
+    if _CODE_KEY_FRAGMENTS.search(_KEY_SEPARATORS.sub("", key.lower())) is not None:
+        return True
+    words = _KEY_SEPARATORS.split(_CAMEL_BOUNDARY.sub("_", key).lower())
+    return not _CODE_KEY_WORDS.isdisjoint(words) or ("pin" in words and len(words) > 1)
+
+
+def _is_code_value(value: Any) -> bool:
+    """Whether ``value`` (a string, or an int that is not a bool) has a one-time code's shape (:data:`_ONE_TIME_CODE`):
+    ``True``, ``6`` or ``"disabled"`` under ``otp`` say something about a code, ``482913`` is one."""
+    if type(value) is int:
+        return value >= 0 and _CODE_VALUE.fullmatch(str(value)) is not None
+    return type(value) is str and _CODE_VALUE.fullmatch(value.strip()) is not None
 
 
 # A secret's name written in a field of its own, apart from its value: ``{"name": "Authorization", "value": …}``
@@ -578,16 +637,24 @@ _URLSAFE_TO_STANDARD = str.maketrans("-_", "+/")
 
 # "key=value", "key: value", "\"key\": \"value\"", "'key': 'value'", "\\\"key\\\": \\\"value\\\"" (JSON in JSON).
 # Tried only where a secret-ish word occurs (found in the lower-cased text by _PAIR_KEY_WORD); the value is
-# matched only once is_secret_key() accepted the key, so a rejected key never costs a scan of its value.
+# matched only once is_secret_key() (or _names_a_code()) accepted the key, so a rejected key never costs a scan of
+# its value.
 # A key may be two words when the second is one a credential's label ends with: Korean writes "API 키",
-# "액세스 키", "비밀 번호", "토큰 값" with a space (as English writes "Secret Key"). Only these words: any second
-# word would make "토큰 만료: 3600" (a token's lifetime) a key "토큰만료" that names a token, and hide the number.
+# "액세스 키", "비밀 번호", "토큰 값", "보안 코드" with a space (as English writes "Secret Key", "Verification Code",
+# "PIN Number"). Only these words: any second word would make "토큰 만료: 3600" (a token's lifetime) a key "토큰만료"
+# that names a token, and hide the number. A password's label may also end with the word that asks for it again
+# ("비밀번호 확인", "Password confirmation": the same password), after a password word only: "토큰 확인: 성공" keeps
+# its result.
 # The separator may be full-width ("비밀번호：…", "password＝…"), as Korean and Japanese input methods type it.
 _PAIR_HEAD = re.compile(
     r"""
     (?<![A-Za-z0-9_.\-가-힣])
     (?P<quote>\\?["']|)
-    (?P<key>[A-Za-z0-9_.\-가-힣]++(?:[ \t](?:키|번호|값|토큰|[Kk][Ee][Yy]))?)
+    (?P<key>[A-Za-z0-9_.\-가-힣]++
+      (?:[ \t](?:키|번호|값|토큰|코드|[Kk][Ee][Yy]|[Cc][Oo][Dd][Ee])
+        |(?<=[Pp][Ii][Nn])[ \t][Nn][Uu][Mm][Bb][Ee][Rr]
+        |(?:(?<=번호)|(?<=비번)|(?<=암호)|(?<=[Ww][Oo][Rr][Dd]))[ \t](?:확인|재확인|재입력|[Cc]onfirm(?:ation)?)
+      )?)
     (?P=quote)
     [ \t]*[:=：＝][ \t]*
     """,
@@ -601,19 +668,119 @@ _PAIR_VALUE = re.compile(
       | \\"[^\n]*                       # cut off (a truncated preview): to the end of the line
       | ["'](?:[^"'\\\n]|\\.)+          # cut off
       | (?P<scheme>(?i:bearer|basic|token|digest|bot|negotiate|oauth|apikey)[ \t]+)?
-        (?:[^\s,;&"'<>{}\[\]()\\]|\\(?![nrt"'\\]))+
+        (?:[^\s,;&"'<>{}\[\]()\\]|\\(?![nrt"'\\])
+          |&(?!(?:amp;)?[\w.\-\[\]%]*+=))+    # "Tr0ub4dor&3" whole; "abc&next=1" ends before the next parameter
     """,
     re.VERBOSE,
 )
-# On lower-cased text: every word that can make is_secret_key() true ("apikey" and friends through "key").
-# Written as a trie (first letter, then the rest) because ``re`` tries alternatives one by one.
+
+
+def _after_first_word(last: str, first_words: tuple[str, ...], separators: tuple[str, ...]) -> str:
+    """A regex for ``last`` written after one of ``first_words`` (joined to it or after one of ``separators``): ``last``
+    then look-behinds, which ``re`` checks only where ``last`` occurs; one per length (a look-behind's alternatives
+    must have one width), each a cheap alternation."""
+    by_length: dict[int, list[str]] = {}
+    for first in first_words:
+        for sep in ("", *separators):
+            by_length.setdefault(len(first + sep + last), []).append(re.escape(first + sep + last))
+    behind = "|".join(f"(?<={'|'.join(words)})" for _, words in sorted(by_length.items()))
+    return f"{last}(?:{behind})"
+
+
+# The first words of an English code's label ("verification code", "otp_code", "pincode"; see _PAIR_KEY_WORD).
+_CODE_FIRST_WORDS = (
+    "verification", "verify", "security", "one-time", "onetime", "login", "signin", "sign-in", "access", "sms",
+    "two-factor", "2fa", "mfa", "otp", "pin",
+)  # fmt: skip
+# On lower-cased text: every word that can make is_secret_key() (or _names_a_code()) true ("apikey" and friends
+# through "key"). Written as a trie (first letter, then the rest) because ``re`` tries alternatives one by one.
 # Korean key words ("비밀번호: …") too, a key's characters including Hangul syllables, and the first word of a
-# two-word label ("API 키", "Access Key", "비밀 번호"; see _PAIR_HEAD): a key is read from its first word on.
+# two-word label ("API 키", "Access Key", "비밀 번호"; see _PAIR_HEAD): a key is read from its first word on. A code's
+# label is found from its last word instead ("code", "코드", "번호": _SECOND_WORDS) where the right word is before it
+# ("verification code", "보안 코드", "인증 번호"; not "status code", "오류 코드", "전화번호"), the word before it read
+# too (_first_word_start), so that no common first letter ("v", "l", "o", "보", "확") is a candidate.
 _PAIR_KEY_WORD = re.compile(
-    r"a(?:uth|ccess[ \t]key|pi[ \t]?(?:key|키))|c(?:ookie|redential)|key|p(?:ass|w|rivate[ \t]key)"
-    r"|se(?:cret|ssion)|token|비(?:밀[ \t]?(?:번호|키)|번)|패스워드|암호|시크릿|토큰"
+    r"a(?:uth|ccess[ \t]key|pi[ \t]?(?:key|키))|c(?:ookie|redential|v[vc])|"
+    + _after_first_word("code", _CODE_FIRST_WORDS, (" ", "_", "-"))
+    + r"|key|p(?:ass|w|rivate[ \t]key|in(?![a-z]))|se(?:cret|ssion)|t(?:oken|p(?<=otp))"  # "otp" from "t": no "o"
+    r"|비(?:밀[ \t]?(?:번호|키)|번)|패스워드|암호|시크릿|토큰"
+    + "|"
+    + _after_first_word("코드", ("인증", "보안", "확인", "일회용", "otp", "pin"), (" ",))
+    + "|"
+    + _after_first_word("번호", ("인증", "핀", "otp", "pin"), (" ",))
     # Each branch starts with its literal (no group around the first words): ``re`` then jumps between candidates.
-    r"|인증[ \t]?키|개인[ \t]?키|액세스[ \t]?키|접근[ \t]?키|세션[ \t]?키|서명[ \t]?키|마스터[ \t]?키"
+    + r"|인증[ \t]?키|개인[ \t]?키|액세스[ \t]?키|접근[ \t]?키|세션[ \t]?키|서명[ \t]?키|마스터[ \t]?키"
+)
+_SECOND_WORDS = frozenset({"code", "코드", "번호"})
+_CODE_WORDS = _SECOND_WORDS | {"tp", "pin", "cvv", "cvc"}  # the words that find a code's label ("tp": "otp")
+# A one-time code's value in text, after its label: "482913", "[482913]", '"482913"'. It ends where a word could not
+# go on, or where a Korean particle or copula is written onto it ("482913입니다", "[482913]을"); not before a counter
+# or a unit ("6자리", "300초", "2024년": what is said about a code, not one).
+_GLUED_TO_VALUE = r"[을를]|입니|이에요|이예요|예요|이야|이다|이고|이며|이니|이라|라고|임(?![가-힣])|으?로[ \t]"
+_CODE_END = rf"(?:(?![\w-])|(?={_GLUED_TO_VALUE}))"
+_CODE_IN_TEXT = re.compile(
+    rf"(?P<open>\\?[\"'\[「]?)(?P<code>{_ONE_TIME_CODE})(?![A-Za-z0-9-])(?:\\?[\"'\]」])?{_CODE_END}"
+)
+# A password's value in prose ends a sentence or meets a copula, or "(으)로" and a verb that sets it ("Xy12!abc로
+# 변경되었습니다"): "SHA-256으로 해시됩니다" says how a password is kept.
+_PROSE_VALUE_END = (
+    r"(?=[ \t]*(?:입니|이에요|이예요|예요|이야|이다|이고|이며|이니|이라|라고|임(?![가-힣]))"
+    r"|[ \t]*으?로[ \t]*(?:변경|설정|재설정|초기화|발급|바꾸|바뀌|바꿨|지정|생성|입력)|[을를]|[.,]?(?:\s|\Z))"
+)
+# A credential given in a sentence rather than as a "key: value" pair (an answer, a message a tool read): a label, a
+# particle and the value. "임시 비밀번호는 Xy12!abc 입니다", "인증번호는 482913입니다", "OTP 482913", "인증번호
+# [482913]을 입력하세요". A code's value must have a code's shape; a password's must not read as a word
+# ("비밀번호는 bcrypt로") unless quoted, nor be shorter than MIN_SECRET_LENGTH ("비밀번호는 8자 이상"). Matched only
+# where _LABEL_IN_PROSE found the label's last word, a literal (``re`` jumps between those), whose first words are
+# checked looking back: "인증 번호", "보안 코드", "PIN 번호", "비밀 번호".
+_LABELLED_VALUE = re.compile(
+    rf"""
+      (?:번호(?:(?<=인증번호)|(?<=인증[ \t]번호)|(?<=핀번호)|(?<=핀[ \t]번호)
+              |(?<=OTP번호)|(?<=OTP[ \t]번호)|(?<=PIN번호)|(?<=PIN[ \t]번호))
+        |코드(?:(?<=인증코드)|(?<=인증[ \t]코드)|(?<=보안코드)|(?<=보안[ \t]코드)|(?<=확인코드)|(?<=확인[ \t]코드)
+              |(?<=일회용코드)|(?<=일회용[ \t]코드)|(?<=OTP코드)|(?<=OTP[ \t]코드)|(?<=PIN코드)|(?<=PIN[ \t]코드))
+        |OTP(?<![A-Za-z]OTP)|PIN(?<![A-Za-z]PIN))
+      [은는이가을를]?[ \t]+(?P<code_open>[\["'「]?)(?P<code>{_ONE_TIME_CODE})(?![A-Za-z0-9-])[\]"'」]?{_CODE_END}
+    | (?:번호(?:(?<=비밀번호)|(?<=비밀[ \t]번호))|비번|패스워드|암호(?!화))[은는이가을를][ \t]+
+      (?P<password_open>["'「])?(?(password_open)|(?=[^\s가-힣"'「」<>]*?[^\sA-Za-z가-힣"'「」<>]))
+      (?P<password>[^\s가-힣"'「」<>]{{3,63}}?[^\s가-힣"'「」<>.,])["'」]?{_PROSE_VALUE_END}
+    """,
+    re.VERBOSE,
+)
+_LABEL_IN_PROSE = re.compile(r"번호|코드|비번|패스워드|암호|OTP|PIN")
+# The same in English: "The password is Xy12!abc", "Your verification code is 482913". Found from " is " (a literal)
+# and its value; the label is checked looking back (_LABEL_BEFORE_IS) only where the value could be a credential.
+_IS_VALUE = re.compile(
+    rf"""
+    \ is[ \t]+  # a literal first: ``re`` jumps between them
+    (?:
+      [\["'`]?(?P<code>{_ONE_TIME_CODE})(?![A-Za-z0-9-])[\]"'`]?{_CODE_END}
+    | (?P<password_open>["'`])?(?(password_open)|(?=[^\s"'`<>]*?[^\sA-Za-z"'`<>]))  # bare: not letters alone
+      (?P<password>[^\s"'`<>]{{3,127}}?[^\s"'`<>.,])["'`]?(?=[.,]?(?:\s|\Z))
+    )
+    """,
+    re.VERBOSE,
+)
+_LABEL_BEFORE_IS = re.compile(
+    r"""
+    (?<![A-Za-z])
+    (?:(?P<password_label>(?i:pass(?:word|phrase|code|wd)))
+     | (?i:(?:verification|security|login|sign[- ]in|authentication|auth|one[- ]time|2fa|mfa|otp|access|pin)[ -]code
+          |otp|totp)
+     | PIN)
+    \Z
+    """,
+    re.VERBOSE,
+)
+_LABEL_BEFORE_IS_CHARS = 24  # "authentication code" and some room
+# "482913 is your verification code", "G-482913 is your Google verification code" (as text messages write it).
+_CODE_IS_YOURS = re.compile(
+    rf"""
+    (?<![\w-])(?P<code>{_ONE_TIME_CODE})(?![A-Za-z0-9-])[ \t]+is[ \t]+your[ \t]+(?:[\w-]+[ \t]+){{0,2}}?
+    (?:(?i:(?:verification|security|login|sign[- ]in|authentication|one[- ]time|2fa|mfa|access)[ -]code
+       |one[- ]time[ -]pass(?:word|code)|passcode|otp)|PIN)(?![A-Za-z])
+    """,
+    re.VERBOSE,
 )
 _KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") | frozenset(
     map(chr, range(0xAC00, 0xD7A4))
@@ -630,6 +797,7 @@ _MAYBE_SENSITIVE = re.compile(  # literal-first branches only, so ``re`` skips o
     r":|=|：|＝|@|-----BEGIN|eyJ|A(?:KIA|SIA|Iza)|sk[-_]|rk_|whsec_|xox|gh[pousr]_|github_pat_|glpat-|apk_"
     r"|B(?:earer|EARER|asic|ASIC)|b(?:earer|asic)"
     r"|%3|</|-[-p]|\"[ \t]*,|'[ \t]*,"  # URL-encoded pairs, XML elements, command-line options, (name, value) pairs
+    r"|번호|코드|비번|암호|패스워드|OTP|PIN| is "  # a credential given in a sentence (_LABELLED_VALUE, _IS_VALUE)
 )
 
 
@@ -710,6 +878,67 @@ def _mask_password_option(match: re.Match[str]) -> str:
     return match.string[match.start() : match.start("value")] + MASK
 
 
+def _mask_labelled_values(text: str) -> str:
+    """Mask the values :data:`_LABELLED_VALUE` finds, each tried where :data:`_LABEL_IN_PROSE` found its label."""
+    pieces: list[str] = []
+    done = position = 0
+    while (label := _LABEL_IN_PROSE.search(text, position)) is not None:
+        position = label.end()
+        found = _LABELLED_VALUE.match(text, label.start())
+        if found is None or (masked := _masked_labelled_value(found)) is None:
+            continue
+        pieces.append(text[done : found.start()])
+        pieces.append(masked)
+        done = position = found.end()
+    if not pieces:
+        return text
+    pieces.append(text[done:])
+    return "".join(pieces)
+
+
+def _mask_is_value(match: re.Match[str]) -> str:
+    """A match of :data:`_IS_VALUE` with its value masked where a credential's label is written before it."""
+    if match["code"] is None and not _reads_as_password(match["password"], quoted=bool(match["password_open"])):
+        return match[0]  # "is required", "is case-sensitive": no need to look for a label
+    start = match.start()
+    label = _LABEL_BEFORE_IS.search(match.string, max(0, start - _LABEL_BEFORE_IS_CHARS), start)
+    if label is None or (match["code"] is None and label["password_label"] is None):
+        return match[0]
+    return _masked_labelled_value(match) or match[0]
+
+
+def _mask_code_is_yours(match: re.Match[str]) -> str:
+    return _masked_labelled_value(match) or match[0]
+
+
+def _masked_labelled_value(match: re.Match[str]) -> str | None:
+    """The text of a match with a ``code`` (or ``password``) group, that group masked; None where the password reads
+    as prose (:func:`_reads_as_password`)."""
+    group = "code" if match["code"] is not None else "password"
+    if group == "password" and not _reads_as_password(match["password"], quoted=bool(match["password_open"])):
+        return None
+    text, start = match.string, match.start()
+    return text[start : match.start(group)] + MASK + text[match.end(group) : match.end()]
+
+
+def _reads_as_password(value: str, *, quoted: bool) -> bool:
+    """Whether ``value``, given after a password's label in a sentence, is the password: not a word or words joined
+    by ``-`` (``bcrypt``, ``required``, ``case-sensitive``: what is said about it) unless quoted (``'admin'``), nor
+    shorter than :data:`MIN_SECRET_LENGTH`, nor already masked."""
+    if len(value) < MIN_SECRET_LENGTH or value.lower() in _NOT_A_SECRET_VALUE or MASK in value:
+        return False
+    return quoted or not (value.isalpha() or _JOINED_WORDS.fullmatch(value) is not None)
+
+
+def _masked_code_value(text: str, start: int) -> tuple[str | None, int]:
+    """The masked replacement of a one-time code's value at ``start`` (its opening quote kept; None: no code there,
+    ``"OTP: disabled"``) and where the replaced span ends."""
+    found = _CODE_IN_TEXT.match(text, start)
+    if found is None:
+        return None, start
+    return found["open"] + MASK, found.end("code")
+
+
 def _mask_named_values(text: str, pattern: re.Pattern[str], *, pair: bool) -> str:
     """Mask the value after each ``pattern`` match whose name names a secret: ``pair``, the second item of a pair
     (the name is the match's, and a ``]`` or ``)`` must close the value); else a value field (the name is the
@@ -771,6 +1000,8 @@ def _mask_secret_pairs(text: str) -> str:
         floor = max(0, key_start - _MAX_KEY_CHARS, done)
         while key_start > floor and text[key_start - 1] in _KEY_CHARS:
             key_start -= 1
+        if key_start == word.start() and word[0] in _SECOND_WORDS:  # "verification code", "보안 코드"
+            key_start = _first_word_start(text, key_start, floor)
         head = None
         for start in (key_start - 2, key_start - 1, key_start):  # \"key\", "key", key
             if start >= done and (start == key_start or text[start] in "\\\"'"):
@@ -782,12 +1013,16 @@ def _mask_secret_pairs(text: str) -> str:
             position = max(run.end() if run is not None else 0, word.end())
             continue
         position = max(head.end(), word.end())
-        if not is_secret_key(head["key"]):
+        key = head["key"]
+        if is_secret_key(key):
+            value = _PAIR_VALUE.match(text, head.end())
+            if value is None:
+                continue
+            masked, value_end = _masked_pair_value(value, key, text)
+        elif word[0] in _CODE_WORDS and _names_a_code(key):  # "인증번호: 482913", "OTP=482913"; not "OTP: disabled"
+            masked, value_end = _masked_code_value(text, head.end())
+        else:
             continue  # go on inside the value
-        value = _PAIR_VALUE.match(text, head.end())
-        if value is None:
-            continue
-        masked, value_end = _masked_pair_value(value, head["key"], text)
         if masked is not None:
             pieces.append(text[done : head.end()])
             pieces.append(masked)
@@ -796,6 +1031,17 @@ def _mask_secret_pairs(text: str) -> str:
         return text
     pieces.append(text[done:])
     return "".join(pieces)
+
+
+def _first_word_start(text: str, start: int, floor: int) -> int:
+    """Where the word before a label's last word (:data:`_SECOND_WORDS`, at ``start``) starts, when one space apart
+    from it, not before ``floor`` ("verification code", "보안 코드": _PAIR_HEAD reads both); else ``start``."""
+    if start - 2 < floor or text[start - 1] not in " \t" or text[start - 2] not in _KEY_CHARS:
+        return start
+    start -= 1
+    while start > floor and text[start - 1] in _KEY_CHARS:
+        start -= 1
+    return start
 
 
 def _masked_pair_value(value: re.Match[str], key: str, text: str) -> tuple[str | None, int]:
@@ -856,6 +1102,12 @@ def _mask_patterns(text: str) -> str:
         text = _mask_named_values(text, _PAIR_TEXT, pair=True)
     if has_separator:
         text = _mask_secret_pairs(text)
+    if not text.isascii() or "OTP" in text or "PIN" in text:  # after the pairs: "인증번호: 482913" is one already
+        text = _mask_labelled_values(text)
+    if " is " in text:
+        text = _IS_VALUE.sub(_mask_is_value, text)
+        if " is your " in text:
+            text = _CODE_IS_YOURS.sub(_mask_code_is_yours, text)
     return text
 
 
@@ -948,7 +1200,8 @@ class _Memos:
 
     def __init__(self) -> None:
         self.texts: dict[str, str] = {}  # short text -> masked text
-        self.keys: dict[str, tuple[str, bool]] = {}  # dict key -> (masked key, names a secret)
+        # dict key -> (masked key, names a secret, names a one-time code)
+        self.keys: dict[str, tuple[str, bool, bool]] = {}
 
 
 _MEMO_MAX_ENTRIES = 4096
@@ -995,14 +1248,15 @@ class _Walker:
                 return self.walk(dump(mode="json"))
         return self.text(str(value))  # unknown object: fail closed, keep only its masked text
 
-    def key(self, key: Any) -> tuple[Any, bool]:
-        """The masked form of a dict key, and whether it names a secret."""
+    def key(self, key: Any) -> tuple[Any, bool, bool]:
+        """The masked form of a dict key, whether it names a secret, and whether it names a one-time code (whose
+        value is hidden where it has a code's shape: :func:`_is_code_value`)."""
         if isinstance(key, str):
             known = self.keys.get(key)
             if known is None:
-                known = self.keys[key] = (self.text(key), is_secret_key(key))
+                known = self.keys[key] = (self.text(key), is_secret_key(key), _names_a_code(key))
             return known
-        return (key if isinstance(key, _UNCHANGED_SCALARS) else self.walk(key)), False
+        return (key if isinstance(key, _UNCHANGED_SCALARS) else self.walk(key)), False, False
 
     def pair(self, pair: tuple[Any, ...] | list[Any]) -> Any:
         """A masked copy of a ``(name, value)`` pair whose name names a secret: the name, and :data:`MASK`."""
@@ -1057,14 +1311,14 @@ class _Walker:
                 )
                 for key, child in source.items():
                     known = keys.get(key) if type(key) is str else None
-                    new_key, secret = known if known is not None else self.key(key)
+                    new_key, secret, code = known if known is not None else self.key(key)
                     if new_key in copy:
                         new_key = self.unique_key(new_key, copy)
                     if (
                         (secret or (hidden is not None and key in hidden))
                         and not _is_empty(child)
                         and not (secret and _is_token_count(key, child))
-                    ):
+                    ) or (code and _is_code_value(child)):
                         copy[new_key] = MASK
                     elif type(child) is str:
                         masked = memo.get(child)
@@ -1386,7 +1640,7 @@ def _mask_record(record: logging.LogRecord) -> None:
         walker = _Walker(matcher)
         for name in extras:
             value = record.__dict__[name]
-            if is_secret_key(name) and not _is_empty(value):
+            if (is_secret_key(name) and not _is_empty(value)) or (_names_a_code(name) and _is_code_value(value)):
                 record.__dict__[name] = MASK
             elif isinstance(value, (str, dict, list, tuple)):  # objects (e.g. Django's request) stay
                 record.__dict__[name] = walker.walk(value)
