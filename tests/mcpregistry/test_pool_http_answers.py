@@ -29,7 +29,6 @@ from typing import Any
 
 import pytest
 from django.utils import translation
-from django.utils.translation import trans_real
 
 from agents.approvals import approval_decide
 from agents.execution import run_execute
@@ -46,10 +45,6 @@ CALL_TIMEOUT_S = 5.0
 # A credential in the URL that no masking pattern knows (the parameter's name says nothing), and one in user-info.
 URL_SECRET = "q8Zr2vXw5LmN"
 USER_SECRET = "s3cr3t-Pw-9x"
-
-PROVISIONAL_KOREAN = {
-    "the server's answer to request %(request)s carries no id": "요청 %(request)s에 대한 서버의 응답에 id가 없음",
-}
 
 MOVED_TO = f"ops:{USER_SECRET}"
 
@@ -195,19 +190,6 @@ def pool() -> Iterator[McpSessionPool]:
     pool.shutdown()
 
 
-@pytest.fixture
-def korean_pool_messages() -> Iterator[None]:
-    """A provisional Korean text of each new sentence the shipped catalogue does not translate yet (removed
-    afterwards): the tests compare with the catalogue's text, whichever it is."""
-    catalogue = trans_real.translation("ko")._catalog  # type: ignore[attr-defined]
-    added = [msgid for msgid in PROVISIONAL_KOREAN if msgid not in catalogue]
-    for msgid in added:
-        catalogue[msgid] = PROVISIONAL_KOREAN[msgid]
-    yield
-    for msgid in added:
-        del catalogue._catalogs[0][msgid]
-
-
 def in_korean(msgid: str, **params: str) -> str:
     with translation.override("ko"):
         return translation.gettext(msgid) % params
@@ -342,7 +324,7 @@ def test_an_answer_with_the_id_of_another_call_in_flight_is_not_taken_for_that_c
 
 
 def test_the_pool_says_an_unmatched_answer_in_the_caller_s_language(
-    endpoint: AnswersEndpoint, pool: McpSessionPool, korean_pool_messages: None
+    endpoint: AnswersEndpoint, pool: McpSessionPool
 ) -> None:
     config = http_config(endpoint)
     assert pool.call_tool(config, "ok", {}, timeout_s=CALL_TIMEOUT_S).text == "fine"  # the session opened in English
