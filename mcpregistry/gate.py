@@ -1105,6 +1105,7 @@ def _failure_guidance(tool: str, reason: str, *, fallback: str | None) -> str:
         "result:range": _("a value in its answer was out of range"),
         "circuit:open": _("the server failed repeatedly and is paused"),
         "unexpected": _("something unexpected went wrong"),
+        "config:secret_unreadable": _("what it needs was stored with a key this server lacks, so it was not made"),
     }.get(reason, reason)
     if fallback and reason == "tool:error":
         # The tool answered with its own error: it may be about the input (nothing found), which the fallback
