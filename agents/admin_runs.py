@@ -430,12 +430,21 @@ def _pass_starts(statuses: list[Any]) -> list[str]:
     return starts
 
 
+def _run_events(run: Run) -> list[tuple[str, Any, Any]]:
+    """The run's events as (kind, data, created_at), in order, read once per page: its trace, its timeline's passes
+    and its summary all read them (three queries, one of them the whole run, before)."""
+    held = run.__dict__.get("_page_events")
+    if held is None:
+        held = run.__dict__["_page_events"] = list(run.events.order_by("seq").values_list("kind", "data", "created_at"))
+    return held
+
+
 def _entries_from_events(run: Run) -> list[dict[str, Any]]:
     """The run's steps as its events recorded them (masked, as they happened), in the trace's shapes. Each pass
     of the run (its ``running`` status event) opens with a ``pass`` entry: its number, and whether it took the
     run over from a worker that was lost, started it again after an error a retry can fix, or resumed it after an
     approval (``_pass_start``)."""
-    events = list(run.events.order_by("seq").values_list("kind", "data"))
+    events = [(kind, data) for kind, data, _created in _run_events(run)]
     starts = iter(_pass_starts([data for kind, data in events if kind == "status"]))
     entries: list[dict[str, Any]] = []
     passes = 0
@@ -523,8 +532,8 @@ class _Timeline:
         # later pass (the flow run again after an approval, the run taken over from a lost worker) is no retry.
         starts = [
             created
-            for data, created in run.events.filter(kind="status").order_by("seq").values_list("data", "created_at")
-            if isinstance(data, dict) and data.get("status") == "running"
+            for kind, data, created in _run_events(run)
+            if kind == "status" and isinstance(data, dict) and data.get("status") == "running"
         ]
         self.calls: dict[str, list[Any]] = {}
         self.calls_by_pass: dict[str, dict[int, list[Any]]] = {}
@@ -1078,7 +1087,7 @@ def run_summary(run: Run) -> list[str]:
         parts.append(gettext("no model call (%(n)s saved by rules)") % {"n": tokens("model_calls_saved")})
     if run.cost_micros:
         parts.append(gettext("cost: US$%(usd)s") % {"usd": usd_text(run.cost_micros)})
-    statuses = list(run.events.filter(kind="status").order_by("seq").values_list("data", flat=True))
+    statuses = [data for kind, data, _created in _run_events(run) if kind == "status"]
     taken_over = _pass_starts(statuses).count("taken_over")  # a pass retried after an error is no takeover
     if taken_over:  # the timeline marks where each pass began; the summary says how often a worker was lost
         parts.append(gettext("taken over %(n)s time(s): a worker was lost") % {"n": taken_over})
