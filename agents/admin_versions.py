@@ -120,12 +120,27 @@ class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             return
         version = queryset.select_related("agent").get()
         new = agent_version_rollback(version=version, actor=request.user, via=ADMIN_VIA)
+        words = {"agent": version.agent.slug, "old": version.number, "new": new.number}
+        weighted = version.agent.arms.filter(weight__gt=0).select_related("version").order_by("name")
+        arms = ", ".join(f"{arm.name} (v{arm.version.number})" for arm in weighted)
+        if not arms:
+            self.message_user(
+                request,
+                # Starts with a word: the admin capitalizes a message's first letter, and a slug is spelled as is.
+                gettext("Agent %(agent)s: v%(old)s published again as v%(new)s, now live.") % words,
+                messages.SUCCESS,
+            )
+            return
+        # Arms of positive weight take live traffic before the live version (``run_version_choice``): the roll
+        # back reaches no caller until their weights are 0, and "now live" read as if it had.
         self.message_user(
             request,
-            # Starts with a word: the admin capitalizes a message's first letter, and a slug is spelled as is.
-            gettext("Agent %(agent)s: v%(old)s published again as v%(new)s, now live.")
-            % {"agent": version.agent.slug, "old": version.number, "new": new.number},
-            messages.SUCCESS,
+            gettext(
+                "Agent %(agent)s: v%(old)s published again as v%(new)s, the live version, but live traffic still "
+                "follows the A/B arms %(arms)s until their weights are set to 0."
+            )
+            % {**words, "arms": arms},
+            messages.WARNING,
         )
 
     def get_urls(self) -> list[URLPattern]:

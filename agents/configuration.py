@@ -305,6 +305,8 @@ class ImportReport:
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    # What was imported but deserves a look: a version naming a server this installation does not have.
+    warnings: list[str] = field(default_factory=list)
 
 
 class _Problems:
@@ -1334,6 +1336,7 @@ def _apply_versions(
                         note=vspec.note,
                         actor=actor,
                         via=via,
+                        warn=report.warnings.append,
                     )
                 except ValidationError as exc:
                     for message in exc.messages:

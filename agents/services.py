@@ -6,7 +6,7 @@ import hashlib
 import json
 import logging
 import secrets
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -35,6 +35,7 @@ from agents.versions import (
     content_digest,
     pick_arm,
     version_content,
+    version_rule_ids,
 )
 from audit.change_guard import actor_label
 from audit.changes import audited_delete, audited_save, change_scope, config_change_record
@@ -415,12 +416,25 @@ def agent_version_publish(
 
 
 def agent_version_import(
-    *, agent: Agent, number: int, content: VersionContent, note: str, actor: Any, via: str
+    *,
+    agent: Agent,
+    number: int,
+    content: VersionContent,
+    note: str,
+    actor: Any,
+    via: str,
+    warn: Callable[[str], None] | None = None,
 ) -> AgentVersion:
     """Store a version another installation published (``import_config``) under its own number, so that a
     document's live version, shadow candidate and arms can name it. ``content`` is taken as frozen there; its
-    rules' ``rule_id`` are this installation's rules of the same name (None where there is none). Audited as
-    ``config.agent_version.import``. Raises ApplicationError 409 when the agent has that number already."""
+    rules' ``rule_id`` are this installation's rules of the same name and occurrence (``version_rule_ids``; None
+    where there is none). Audited as ``config.agent_version.import``. Raises ApplicationError 409 when the agent
+    has that number already, ValidationError where ``version_content_problems`` finds any.
+
+    A server the content names that this installation does not have is no refusal: the version is stored as
+    published and its runs leave that server out (``version_servers``), as the runs of the installation that
+    exported it do once the server was deleted there; that installation's own export was refused. ``warn`` is
+    told of each such server, naming the version and where the content names it."""
     if AgentVersion.objects.filter(agent=agent, number=number).exists():
         raise ApplicationError(
             _("Agent '%(slug)s' has a version %(number)s already.") % {"slug": agent.slug, "number": number},
@@ -429,11 +443,13 @@ def agent_version_import(
         )
     if problems := version_content_problems(agent=agent, content=content):
         raise ValidationError({"content": problems})
-    local = dict(DeterministicRule.objects.filter(agent__isnull=True).values_list("name", "pk").order_by("-pk"))
-    local.update(DeterministicRule.objects.filter(agent=agent).values_list("name", "pk"))
+    if warn is not None:
+        for warning in _missing_servers_warnings(agent, number, content):
+            warn(warning)
+    rule_ids = version_rule_ids(agent, content)
     frozen: VersionContent = {
         **content,
-        "rules": [{**rule, "rule_id": local.get(str(rule.get("name")))} for rule in content["rules"]],
+        "rules": [{**rule, "rule_id": rule_id} for rule, rule_id in zip(content["rules"], rule_ids, strict=True)],
     }
     version = AgentVersion(
         agent=agent,
@@ -455,9 +471,9 @@ def version_content_problems(*, agent: Agent, content: VersionContent | dict[str
     its base URL received the agent's model key, a wrong type failed every run as ``internal``.
 
     Each value must have its field's type exactly (text a ``str``, a whole number an ``int`` and not a ``bool``):
-    ``clean_fields`` converts ``"5"`` to 5 for its check, but the content is stored, and run, as written. The
-    servers the content names (its own, its rules', its contracts') must be servers ``agent`` binds: a version
-    calls no server its agent does not."""
+    ``clean_fields`` converts ``"5"`` to 5 for its check, but the content is stored, and run, as written. A server
+    the content names that does not exist is no problem here (``agent_version_import`` warns of it): its runs
+    leave it out, as the runs of the installation that published it do."""
     from mcpregistry.gate_records import contract_from_snapshot
     from mcpregistry.models import ToolContract
 
@@ -503,7 +519,6 @@ def version_content_problems(*, agent: Agent, content: VersionContent | dict[str
             collect(f"contracts.{key}", exc)
         except (TypeError, ValueError, AttributeError) as exc:
             problems.append(f"contracts.{key}: {exc}")
-    problems.extend(_unbound_servers_problems(agent, content))
     return problems
 
 
@@ -537,11 +552,11 @@ def _mistyped_fields(model: type[models.Model], values: Mapping[str, Any]) -> di
     return mistyped
 
 
-def _unbound_servers_problems(agent: Agent, content: VersionContent | dict[str, Any]) -> list[str]:
-    """The servers the content names (its ``servers``, its rules' and its contracts') that do not exist, as
-    problems (``agents.versions.version_servers`` would leave them out silently). A version may name a server
-    its agent no longer binds: it is frozen as published, and a rollback re-publishes it so."""
-    bound = set(McpServer.objects.values_list("mcp_id", flat=True))
+def _missing_servers_warnings(agent: Agent, number: int, content: VersionContent | dict[str, Any]) -> list[str]:
+    """A warning for each server the content names (its ``servers``, its rules' and its contracts') that does not
+    exist here, naming the version and the places (``agents.versions.version_servers`` leaves such a server out
+    of its runs, silently). A server its agent no longer binds is no matter: a version is frozen as published,
+    and a rollback re-publishes it so."""
     named: dict[str, list[str]] = {}
     for mcp_id in content.get("servers") or []:
         named.setdefault(str(mcp_id), []).append("servers")
@@ -550,13 +565,20 @@ def _unbound_servers_problems(agent: Agent, content: VersionContent | dict[str, 
             named.setdefault(str(rule["mcp_id"]), []).append(f"rules[{i}] ({rule.get('name', '')})")
     for key in content.get("contracts") or {}:
         named.setdefault(str(key).split("/", 1)[0], []).append(f"contracts.{key}")
+    existing = set(McpServer.objects.filter(mcp_id__in=list(named)).values_list("mcp_id", flat=True))
     return [
-        ", ".join(places[:3])
-        + (", …" if len(places) > 3 else "")
-        + ": "
-        + _("no MCP server '%(mcp_id)s' (a version calls only servers that exist)") % {"mcp_id": mcp_id}
+        _(
+            "version %(agent)s v%(number)s names MCP server '%(mcp_id)s' (%(places)s), which does not exist here: "
+            "imported as published; its runs leave that server out"
+        )
+        % {
+            "agent": agent.slug,
+            "number": number,
+            "mcp_id": mcp_id,
+            "places": ", ".join(places[:3]) + (", …" if len(places) > 3 else ""),
+        }
         for mcp_id, places in sorted(named.items())
-        if mcp_id not in bound
+        if mcp_id not in existing
     ]
 
 

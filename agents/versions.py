@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from typing import Any, TypedDict
 
+from agent_platform.text import nfc
 from agents.deterministic import RuleSpec
 from agents.models import Agent, AgentVersion
 from agents.selectors import deterministic_rule_specs
@@ -77,17 +78,44 @@ def content_digest(content: VersionContent | dict[str, Any]) -> str:
 
 def version_content_portable(content: VersionContent | dict[str, Any]) -> dict[str, Any]:
     """``content`` as another installation can take it (``export_config``): the rules without their ``rule_id``,
-    which is this installation's row id (``agents.services.agent_version_import`` resolves it by name)."""
+    which is this installation's row id (``agents.services.agent_version_import`` resolves it by name and
+    occurrence: ``version_rule_ids``)."""
     return {
         **content,
         "rules": [{k: v for k, v in rule.items() if k != "rule_id"} for rule in content.get("rules", [])],
     }
 
 
+def version_rule_ids(agent: Agent, content: VersionContent | dict[str, Any]) -> list[int | None]:
+    """This installation's row id for each of ``content``'s rules (a version published elsewhere), in their
+    order: the k-th frozen rule of a name is the k-th rule of that name that publishing ``agent`` with the
+    content's servers would freeze here (enabled, its own and the global ones, by ``order`` then id:
+    ``deterministic_rule_specs``), as ``import_config`` matches the rules of a name by occurrence; None where
+    there is no k-th (``version_rules`` then numbers the rule by its place).
+
+    Two frozen rules never get one id: a run keys each rule's calls (``rule:<id>``) and its result on resume
+    on it. Matched by name alone, the second of two rules of one name was given the first one's id: an
+    approved write there was answered with the first rule's read result and never sent."""
+    server_ids = list(McpServer.objects.filter(mcp_id__in=content.get("servers") or []).values_list("pk", flat=True))
+    local: dict[str, list[int | None]] = {}
+    for spec in deterministic_rule_specs(agent=agent, server_ids=server_ids):
+        local.setdefault(nfc(spec.name), []).append(spec.rule_id)
+    taken: dict[str, int] = {}
+    ids: list[int | None] = []
+    for rule in content.get("rules") or []:
+        name = nfc(str(rule.get("name") or ""))
+        nth = taken.get(name, 0)
+        taken[name] = nth + 1
+        same_name = local.get(name, [])
+        ids.append(same_name[nth] if nth < len(same_name) else None)
+    return ids
+
+
 def version_rules(content: VersionContent | dict[str, Any]) -> list[RuleSpec]:
-    """The version's rules. A rule imported from another installation with no rule of its name here has no row id
-    (``agent_version_import``): it is numbered by its place in the frozen version (-1, -2, …), so that its calls
-    (``rule:<id>``, ``rule:<id>:call:<n>``) and its result on resume are its own, never another such rule's."""
+    """The version's rules. A rule imported from another installation with no rule of its name and occurrence here
+    has no row id (``version_rule_ids``): it is numbered by its place in the frozen version (-1, -2, …), so that
+    its calls (``rule:<id>``, ``rule:<id>:call:<n>``) and its result on resume are its own, never another rule's
+    (a row id is positive)."""
     return [
         RuleSpec(**{**rule, "rule_id": rule["rule_id"] if rule.get("rule_id") is not None else -position})
         for position, rule in enumerate(content.get("rules", []), start=1)

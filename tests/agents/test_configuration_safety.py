@@ -137,15 +137,18 @@ def test_a_version_whose_rule_conditions_are_not_an_object_is_refused(demo_agent
 # --- 3. a version calls only its agent's servers ----------------------------------------------------------
 
 
-def test_a_version_naming_a_server_that_does_not_exist_is_refused(demo_agent: Agent) -> None:
+def test_a_version_naming_a_server_that_does_not_exist_imports_with_a_warning(demo_agent: Agent) -> None:
     agent_version_publish(agent=demo_agent, actor="t", via="tests")
     doc = config_export()
     version = copy.deepcopy(agent_entry(doc)["versions"][0])
     version["content"]["servers"] = ["nowhere"]
     doc["agents"].append({"slug": "ghost", "servers": [], "versions": [version], "live_version": version["number"]})
-    message = refused(doc)
-    assert "agents[1] (ghost): versions: v1: servers" in message and "no MCP server 'nowhere'" in message
-    assert not Agent.objects.filter(slug="ghost").exists()
+    report = config_import(actor="t", document=doc)
+    assert report.warnings == [
+        "version ghost v1 names MCP server 'nowhere' (servers), which does not exist here: imported as published; "
+        "its runs leave that server out"
+    ]
+    assert Agent.objects.get(slug="ghost").live_version.content["servers"] == ["nowhere"]
 
 
 def test_a_version_naming_a_server_its_agent_no_longer_binds_imports(demo_agent: Agent) -> None:

@@ -41,6 +41,8 @@ class Command(BaseCommand):
         ):
             for item in items:
                 self.stdout.write(label % {"item": item})
+        for warning in report.warnings:
+            self.stdout.write(self.style.WARNING(_("warning: %(item)s") % {"item": warning}))
         counts = {
             "created": len(report.created),
             "updated": len(report.updated),
