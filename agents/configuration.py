@@ -137,6 +137,8 @@ _SERVER_SETTINGS = (
     "session_scope",
     "tool_prefix",
 )
+# Those that say how to connect, which a change of transport sets anew (a new server's defaults where left out).
+_CONNECTION_SETTINGS = ("command", "args", "cwd", "url")
 
 
 class ModelSpec(_Strict):
@@ -1036,6 +1038,10 @@ def _config_import(
         # A key left out of an existing server's entry leaves that setting alone (as an agent's does); a new
         # server takes the defaults. Before, a left-out timeout, scope or prefix was set back to its default.
         given = set(ServerSpec.model_fields) if created else spec.model_fields_set
+        if "transport" in given and spec.transport != server.transport:
+            # Another transport: its connection settings start afresh (an HTTP server kept the stdio command and
+            # arguments it no longer uses, and exported them).
+            given = given | set(_CONNECTION_SETTINGS)
         for name in _SERVER_SETTINGS:
             if name in given:
                 setattr(server, name, getattr(spec, name))

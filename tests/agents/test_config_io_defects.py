@@ -463,3 +463,21 @@ def test_a_new_servers_left_out_keys_take_the_defaults() -> None:
         "",
         True,
     )
+
+
+def test_another_transport_sets_the_connection_anew() -> None:
+    """A left-out key is left alone, but not the settings of a transport the server no longer uses: an HTTP
+    server kept the stdio command and arguments, and exported them."""
+    config_import(document={"servers": [stdio_server(cwd="/tmp")]}, actor="system:test", via="tests")
+    moved = {"mcp_id": "company", "transport": "streamable_http", "url": "http://127.0.0.1:9000/mcp", "timeout_s": 45}
+    config_import(document={"servers": [moved]}, actor="system:test", via="tests")
+    server = McpServer.objects.get(mcp_id="company")
+    assert (server.transport, server.url, server.command, server.args, server.cwd) == (
+        "streamable_http",
+        "http://127.0.0.1:9000/mcp",
+        "",
+        [],
+        "",
+    )
+    exported = next(s for s in config_export()["servers"] if s["mcp_id"] == "company")
+    assert (exported["command"], exported["args"], exported["timeout_s"]) == ("", [], 45)
