@@ -19,15 +19,21 @@ What is masked, and how:
   and this platform's own ``apk_...``), PEM private key blocks, passwords in URLs, secret-looking query parameters.
 * **Key names** - ``key=value``, ``key: value`` and ``"key": "value"`` pairs in text (a full-width ``：`` or ``＝``
   too; a key may be a two-word label as Korean writes it, ``API 키``, ``비밀 번호``, or a password's label with the
-  word that asks for it again, ``비밀번호 확인``, ``Password confirmation``), and dict entries in structures, whose key
-  :func:`is_secret_key` recognises (NFKC-normalised: a full-width key counts).
-* **One-time codes** - a verification code, OTP, PIN or card security code (``인증번호``, ``OTP``, ``PIN``,
-  ``보안 코드``, ``verification_code``, ...) under its name as above, but only where the value has a code's shape
-  (3 to 10 digits, ``482-913``, ``G-482913``, ``7KQ2XA``): ``"otp_enabled": true`` and ``OTP: disabled`` stay.
-* **Credentials in a sentence** - a password or code label, a particle and the value (``임시 비밀번호는 Xy12!abc
-  입니다``, ``인증번호는 482913입니다``, ``OTP 482913``), or in English ``… password is Xy12!abc``, ``… verification
-  code is 482913``, ``482913 is your verification code``. A password there must not read as a word (``bcrypt``,
-  ``required``) unless quoted; a number with a unit (``8자``, ``180초``) is no value.
+  word that asks for it again, ``비밀번호 확인``, ``Password confirmation``, where the value reads as a password:
+  ``비밀번호 확인: 일치`` stays), and dict entries in structures, whose key :func:`is_secret_key` recognises
+  (NFKC-normalised: a full-width key counts).
+* **One-time codes** - a verification code, OTP, PIN or card security code under a name whose last word is the
+  code (``otp``, ``verification_code``, ``card_pin``, ``PIN``, ``인증번호``, ``보안 코드``, ``cvv``; not ``otp_ttl``,
+  ``mfa_users``, ``otp_sent_at``, ``pin_count``, a postal ``pincode``/``PIN code``, ``KC 인증번호``, ``확인 코드``),
+  where the value has that code's shape: 4 to 8 digits (``482-913``, ``G-482913``, ``7KQ2XA`` too) for a one-time
+  code, 4 digits for a PIN (``PIN: 560001`` is a postal code), 3 or 4 for a card's, and no word after it
+  (``OTP: 1203 users``). ``"otp_enabled": true`` and ``OTP: disabled`` stay.
+* **Credentials in a sentence** - a code label, a particle and the code (``인증번호는 482913입니다``, ``인증번호
+  [482913]을``; not ``OTP 1203 건``, ``OTP는 2024 도입``), a password label (not ``암호``, also a cipher), a particle
+  and a password that ends the sentence or meets a copula (``임시 비밀번호는 Xy12!abc 입니다``), and in English
+  ``Your/The … password is Xy12!abc.``, ``Your verification code is 482913``, ``482913 is your verification code``.
+  A password there must not read as a word or as words and numbers joined by ``-`` (``bcrypt``, ``SHA-256``,
+  ``128-bit``) unless quoted.
 * **Names apart from their values** - ``{"name": "Authorization", "value": …}`` entries (HAR, OpenAPI, Postman,
   Kubernetes env, AWS tags: a ``name``/``key``/``header``/``field``… field naming a secret masks its
   ``value``/``val``/``content``/``secret`` field), ``("X-Api-Key", …)`` pairs (a tuple, or a 2-item list in a
@@ -62,7 +68,7 @@ import threading
 import unicodedata
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote, quote_plus, unquote, urlsplit
 
 __all__ = [
@@ -163,52 +169,110 @@ def _is_secret_key(key: str) -> bool:
 # --- one-time codes -----------------------------------------------------------------------------------------
 #
 # A verification code, an OTP, a PIN or a card's security code is a credential while it is valid. But these names
-# also label what is said about the code ("otp_enabled": true, "verification_code_length": 6, "OTP: disabled"), so
-# unlike a name is_secret_key recognises, such a name hides its value only where the value has a code's shape
-# (_ONE_TIME_CODE): a number of 3 to 10 digits, two groups of digits, or capitals mixed with digits.
-
-# Matched against the NFKC, lower-cased key with separators removed ("Verification-Code" -> "verificationcode").
-_CODE_KEY_FRAGMENTS = re.compile(
-    r"verif(?:ication|y)code|(?:security|onetime|mfa|2fa|twofactor|login|signin|access|sms|otp|pin)code"
-    r"|pinnumber|(?:otp|pin)번호|인증(?:번호|코드)|(?:보안|확인|일회용|otp)코드|핀번호"
+# also label what is said about codes ("otp_ttl": 300, "mfa_users": 1203, "otp_sent_at": 1715923200) and other
+# numbers called so (an Indian postal "pincode", a product's "KC 인증번호", a booking's "예약 확인 코드"). So such a
+# name hides its value only where (_code_kind) its LAST word is the code itself ("otp", "user_otp",
+# "verification_code", "card_pin", "인증번호"; not "otp_ttl", "pin_count", "인증번호_유효시간"), no word of it counts
+# or bounds (_CODE_COUNT_WORDS), the word before it is no postal, booking or certification word (_NOT_A_CODE_OWNER),
+# and the value has that code's shape (_CODE_SHAPES): a one-time code 4 to 8 digits ("482913", "482-913",
+# "G-482913") or capitals mixed with digits ("7KQ2XA"), a PIN 4 digits, a card's security code 3 or 4.
+CodeKind = Literal["one_time", "pin", "card", "security"]
+_CODE_SHAPES: dict[CodeKind, re.Pattern[str]] = {
+    "one_time": re.compile(
+        r"[0-9]{4,8}|[0-9]{3,4}-[0-9]{3,4}|[A-Z]{1,3}-[0-9]{4,8}|(?=[A-Z]*[0-9])(?=[0-9]*[A-Z])[A-Z0-9]{6,10}"
+    ),
+    "pin": re.compile(r"[0-9]{4}"),  # "PIN 560001" is a postal code
+    "card": re.compile(r"[0-9]{3,4}"),
+    "security": re.compile(r"[0-9]{3,8}"),  # a card's "보안 코드", or one sent by mail ("security code")
+}
+# The words of a key, the case kept: on separators, camelCase ("cardPIN", "PINCode") and between Latin and Hangul
+# ("KC인증번호", "OTP번호"); "2FA" and "cvv2" stay whole.
+_CODE_KEY_WORD_BREAK = re.compile(
+    r"[\s_.\-]+|(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[A-Za-z0-9])(?=[가-힣])|(?<=[가-힣])(?=[A-Za-z0-9])"
 )
-# Whole words of the key that name a code on their own ("otp", "user_otp", "mfa"). A lower-case "pin" alone is a
-# word (a pin, a GPIO pin's number, '{"pin": 1234}' in a fixture): only with another word ("card_pin") or written
-# as the acronym (_ACRONYM_PIN) does it name one.
-_CODE_KEY_WORDS = frozenset({"otp", "totp", "hotp", "mfa", "2fa", "cvv", "cvc", "cvv2"})
-_ACRONYM_PIN = re.compile(r"(?<![A-Z])PIN(?:(?![A-Za-z])|(?=[A-Z][a-z]))")  # "PIN", "cardPIN", "PINCode"; not "SPIN"
-_ONE_TIME_CODE = (
-    r"(?:[A-Z]{1,3}-)?[0-9]{3,10}"  # 482913, G-482913 (as Google sends it), a card's 123
-    r"|[0-9]{3,5}-[0-9]{3,5}"  # 482-913
-    r"|(?=[A-Z]*[0-9])(?=[0-9]*[A-Z])[A-Z0-9]{6,10}"  # 7KQ2XA
+_ONE_TIME: CodeKind = "one_time"
+_CARD: CodeKind = "card"
+_CODE_NAMES: dict[str, CodeKind] = dict.fromkeys(("otp", "totp", "hotp"), _ONE_TIME) | dict.fromkeys(
+    ("cvv", "cvc", "cvv2", "csc"), _CARD
 )
-_CODE_VALUE = re.compile(_ONE_TIME_CODE)
+# The words before "code" / "코드" that make it a one-time or a security code ("verification code", "sms_code",
+# "인증코드", "보안 코드"); not "pin code" (a postal code), "확인 코드" (a booking's), "auth code" (an OAuth grant,
+# or an HTTP status), "error code".
+_CODE_OWNERS: dict[str, CodeKind] = dict.fromkeys(
+    ("verification", "verify", "onetime", "login", "signin", "access", "sms", "twofactor", "2fa", "mfa", "otp",
+     "totp", "인증", "일회용"),
+    _ONE_TIME,
+) | {"security": "security", "보안": "security"}  # fmt: skip
+_NUMBER_OWNERS: dict[str, CodeKind] = {"인증": "one_time", "otp": "one_time", "핀": "pin"}  # "인증번호", "OTP 번호"
+# The words before a lower-case "pin" that make it a PIN ("card_pin"); "map_pin", "pin" alone are words.
+_PIN_OWNERS = frozenset(
+    {"card", "atm", "debit", "credit", "sim", "account", "user", "login", "wallet", "payment", "transaction",
+     "security", "new", "current", "temporary", "temp"}
+)  # fmt: skip
+# A word before a code's name that makes it another number: a postal PIN code, a certification number ("KC
+# 인증번호", "안전 인증번호"), a booking's or an order's code.
+_NOT_A_CODE_OWNER = frozenset(
+    {"kc", "안전", "전파", "적합성", "예약", "주문", "배송", "우편", "shipping", "postal", "zip", "delivery",
+     "booking", "reservation", "order", "confirmation", "pin"}
+)  # fmt: skip
+_CODE_SUFFIXES = ("code", "코드", "번호", "number")
 
 
-def _names_a_code(key: object) -> bool:
-    """Whether ``key`` names a one-time code or a PIN (``otp``, ``verification_code``, ``PIN``, ``인증번호``,
-    ``보안 코드``): its value is hidden where :func:`_is_code_value`."""
-    return isinstance(key, str) and 0 < len(key) <= _CACHED_KEY_CHARS and _names_a_code_cached(key)
+def _code_kind(key: object) -> CodeKind | None:
+    """The kind of one-time code or PIN ``key`` names (``otp``, ``verification_code``, ``PIN``, ``card_pin``,
+    ``인증번호``, ``보안 코드``, ``cvv``), None where it names none or says something about codes (``otp_ttl``,
+    ``mfa_users``, ``pincode``): its value is hidden where :func:`_is_code_value` for that kind."""
+    if not isinstance(key, str) or not 0 < len(key) <= _CACHED_KEY_CHARS:
+        return None
+    return _code_kind_cached(key)
 
 
 @functools.lru_cache(maxsize=4096)
-def _names_a_code_cached(key: str) -> bool:
+def _code_kind_cached(key: str) -> CodeKind | None:
     if not key.isascii():
         key = unicodedata.normalize("NFKC", key)
-    if _ACRONYM_PIN.search(key) is not None:
-        return True
-    if _CODE_KEY_FRAGMENTS.search(_KEY_SEPARATORS.sub("", key.lower())) is not None:
-        return True
-    words = _KEY_SEPARATORS.split(_CAMEL_BOUNDARY.sub("_", key).lower())
-    return not _CODE_KEY_WORDS.isdisjoint(words) or ("pin" in words and len(words) > 1)
+    words = [word for word in _CODE_KEY_WORD_BREAK.split(key) if word]
+    lowered = [word.lower() for word in words]
+    if not lowered or not _CODE_COUNT_WORDS.isdisjoint(lowered):
+        return None
+    last = lowered[-1]
+    kind: CodeKind | None = _CODE_NAMES.get(last)
+    owner_at = len(words) - 2  # the word before the code's name
+    if kind is None and last == "pin":
+        owner = lowered[owner_at] if owner_at >= 0 else ""
+        kind = "pin" if (words[-1] == "PIN" and not owner) or owner in _PIN_OWNERS else None
+        owner_at -= 1
+    elif kind is None:
+        suffix = next((suffix for suffix in _CODE_SUFFIXES if last.endswith(suffix)), None)
+        if suffix is None:
+            return None
+        if last != suffix:  # "verificationcode", "인증번호", "보안코드": the owner written onto it
+            owner, owner_case = last[: -len(suffix)], words[-1][: -len(suffix)]
+        else:
+            owner = lowered[owner_at] if owner_at >= 0 else ""
+            owner_case = words[owner_at] if owner_at >= 0 else ""
+            if owner_at >= 1 and lowered[owner_at - 1] + owner in _CODE_OWNERS:  # "one_time_code", "sign-in code"
+                owner_at -= 1
+                owner = lowered[owner_at] + owner
+            owner_at -= 1
+        if suffix in ("code", "코드"):
+            kind = _CODE_OWNERS.get(owner)
+        elif owner_case == "PIN":  # "PIN number", "PIN 번호"; not "pin_number" (a GPIO pin's)
+            kind = "pin"
+        elif suffix == "번호":
+            kind = _NUMBER_OWNERS.get(owner)
+    if kind is None or (owner_at >= 0 and lowered[owner_at] in _NOT_A_CODE_OWNER):
+        return None
+    return kind
 
 
-def _is_code_value(value: Any) -> bool:
-    """Whether ``value`` (a string, or an int that is not a bool) has a one-time code's shape (:data:`_ONE_TIME_CODE`):
-    ``True``, ``6`` or ``"disabled"`` under ``otp`` say something about a code, ``482913`` is one."""
+def _is_code_value(value: Any, kind: CodeKind) -> bool:
+    """Whether ``value`` (a string, or an int that is not a bool) has the shape of a ``kind`` code
+    (:data:`_CODE_SHAPES`): ``True``, ``6`` or ``"disabled"`` under ``otp`` say something about a code, ``482913`` is
+    one; ``560001`` under ``PIN`` is a postal code."""
     if type(value) is int:
-        return value >= 0 and _CODE_VALUE.fullmatch(str(value)) is not None
-    return type(value) is str and _CODE_VALUE.fullmatch(value.strip()) is not None
+        return value >= 0 and _CODE_SHAPES[kind].fullmatch(str(value)) is not None
+    return type(value) is str and _CODE_SHAPES[kind].fullmatch(value.strip()) is not None
 
 
 # A secret's name written in a field of its own, apart from its value: ``{"name": "Authorization", "value": …}``
@@ -637,7 +701,7 @@ _URLSAFE_TO_STANDARD = str.maketrans("-_", "+/")
 
 # "key=value", "key: value", "\"key\": \"value\"", "'key': 'value'", "\\\"key\\\": \\\"value\\\"" (JSON in JSON).
 # Tried only where a secret-ish word occurs (found in the lower-cased text by _PAIR_KEY_WORD); the value is
-# matched only once is_secret_key() (or _names_a_code()) accepted the key, so a rejected key never costs a scan of
+# matched only once is_secret_key() (or _code_kind()) accepted the key, so a rejected key never costs a scan of
 # its value.
 # A key may be two words when the second is one a credential's label ends with: Korean writes "API 키",
 # "액세스 키", "비밀 번호", "토큰 값", "보안 코드" with a space (as English writes "Secret Key", "Verification Code",
@@ -675,37 +739,40 @@ _PAIR_VALUE = re.compile(
 )
 
 
+def _ending_here(labels: Iterable[str]) -> str:
+    """Look-behinds (one per length: a look-behind's alternatives must have one width) for ``labels`` ending here."""
+    by_length: dict[int, list[str]] = {}
+    for label in labels:
+        by_length.setdefault(len(label), []).append(re.escape(label))
+    return "|".join(f"(?<={'|'.join(words)})" for _, words in sorted(by_length.items()))
+
+
 def _after_first_word(last: str, first_words: tuple[str, ...], separators: tuple[str, ...]) -> str:
     """A regex for ``last`` written after one of ``first_words`` (joined to it or after one of ``separators``): ``last``
-    then look-behinds, which ``re`` checks only where ``last`` occurs; one per length (a look-behind's alternatives
-    must have one width), each a cheap alternation."""
-    by_length: dict[int, list[str]] = {}
-    for first in first_words:
-        for sep in ("", *separators):
-            by_length.setdefault(len(first + sep + last), []).append(re.escape(first + sep + last))
-    behind = "|".join(f"(?<={'|'.join(words)})" for _, words in sorted(by_length.items()))
-    return f"{last}(?:{behind})"
+    then look-behinds, which ``re`` checks only where ``last`` occurs."""
+    return f"{last}(?:{_ending_here(first + sep + last for first in first_words for sep in ('', *separators))})"
 
 
-# The first words of an English code's label ("verification code", "otp_code", "pincode"; see _PAIR_KEY_WORD).
+# The first words of an English code's label ("verification code", "otp_code"; see _PAIR_KEY_WORD, _CODE_OWNERS).
+# Not "pin" ("pin code" is a postal code), nor "auth" ("Auth code: 401").
 _CODE_FIRST_WORDS = (
     "verification", "verify", "security", "one-time", "onetime", "login", "signin", "sign-in", "access", "sms",
-    "two-factor", "2fa", "mfa", "otp", "pin",
+    "two-factor", "2fa", "mfa", "otp",
 )  # fmt: skip
-# On lower-cased text: every word that can make is_secret_key() (or _names_a_code()) true ("apikey" and friends
+# On lower-cased text: every word that can make is_secret_key() (or _code_kind()) true ("apikey" and friends
 # through "key"). Written as a trie (first letter, then the rest) because ``re`` tries alternatives one by one.
 # Korean key words ("비밀번호: …") too, a key's characters including Hangul syllables, and the first word of a
 # two-word label ("API 키", "Access Key", "비밀 번호"; see _PAIR_HEAD): a key is read from its first word on. A code's
 # label is found from its last word instead ("code", "코드", "번호": _SECOND_WORDS) where the right word is before it
-# ("verification code", "보안 코드", "인증 번호"; not "status code", "오류 코드", "전화번호"), the word before it read
-# too (_first_word_start), so that no common first letter ("v", "l", "o", "보", "확") is a candidate.
+# ("verification code", "보안 코드", "인증 번호"; not "status code", "오류 코드", "확인 코드", "전화번호"), the word
+# before it read too (_first_word_start), so that no common first letter ("v", "l", "o", "보") is a candidate.
 _PAIR_KEY_WORD = re.compile(
     r"a(?:uth|ccess[ \t]key|pi[ \t]?(?:key|키))|c(?:ookie|redential|v[vc])|"
     + _after_first_word("code", _CODE_FIRST_WORDS, (" ", "_", "-"))
     + r"|key|p(?:ass|w|rivate[ \t]key|in(?![a-z]))|se(?:cret|ssion)|t(?:oken|p(?<=otp))"  # "otp" from "t": no "o"
     r"|비(?:밀[ \t]?(?:번호|키)|번)|패스워드|암호|시크릿|토큰"
     + "|"
-    + _after_first_word("코드", ("인증", "보안", "확인", "일회용", "otp", "pin"), (" ",))
+    + _after_first_word("코드", ("인증", "보안", "일회용", "otp"), (" ",))
     + "|"
     + _after_first_word("번호", ("인증", "핀", "otp", "pin"), (" ",))
     # Each branch starts with its literal (no group around the first words): ``re`` then jumps between candidates.
@@ -713,75 +780,119 @@ _PAIR_KEY_WORD = re.compile(
 )
 _SECOND_WORDS = frozenset({"code", "코드", "번호"})
 _CODE_WORDS = _SECOND_WORDS | {"tp", "pin", "cvv", "cvc"}  # the words that find a code's label ("tp": "otp")
-# A one-time code's value in text, after its label: "482913", "[482913]", '"482913"'. It ends where a word could not
-# go on, or where a Korean particle or copula is written onto it ("482913입니다", "[482913]을"); not before a counter
-# or a unit ("6자리", "300초", "2024년": what is said about a code, not one).
+# A key whose second word is "code" is judged as a code's label only (_code_kind): "Auth code: 401" is no auth
+# secret. A password's label with a confirmation word ("비밀번호 확인") holds the password, or the check's result
+# ("비밀번호 확인: 일치", "Password confirm: mismatch"): its value is hidden where it reads as a password.
+_CODE_LABEL_KEY = re.compile(r"[ \t](?:[Cc][Oo][Dd][Ee]|코드)\Z")
+_CONFIRMATION_KEY = re.compile(r"[ \t](?:확인|재확인|재입력|[Cc]onfirm(?:ation)?)\Z")
+# A one-time code's value in text, after its label: "482913", "[482913]", '"482913"', any shape of _CODE_SHAPES,
+# then judged by the label's kind.
+_ANY_CODE_SHAPE = (
+    r"[A-Z]{1,3}-[0-9]{3,10}|[0-9]{3,5}-[0-9]{3,5}|(?=[A-Z]*[0-9])(?=[0-9]*[A-Z])[A-Z0-9]{6,10}|[0-9]{3,10}"
+)
+# It ends where a particle or a copula is written onto it or after a space ("482913입니다", "[482913]을", "482-913
+# 입니다"), or where no word goes on: not before a counter or a unit ("6자리", "300초", "2024년"), nor before a word
+# after a space ("OTP 1203 users", "OTP는 2024 도입": what is said about codes), unless that word is the next pair's
+# key ("otp=482913 user=kim").
 _GLUED_TO_VALUE = r"[을를]|입니|이에요|이예요|예요|이야|이다|이고|이며|이니|이라|라고|임(?![가-힣])|으?로[ \t]"
-_CODE_END = rf"(?:(?![\w-])|(?={_GLUED_TO_VALUE}))"
+_CODE_END = rf"(?:(?=[ \t]*(?:{_GLUED_TO_VALUE}))|(?![\w-])(?![ \t]+[^\W_][\w.\-]*+(?![ \t]*[:=])))"
 _CODE_IN_TEXT = re.compile(
-    rf"(?P<open>\\?[\"'\[「]?)(?P<code>{_ONE_TIME_CODE})(?![A-Za-z0-9-])(?:\\?[\"'\]」])?{_CODE_END}"
+    rf"(?P<open>\\?[\"'\[「]?)(?P<code>{_ANY_CODE_SHAPE})(?![A-Za-z0-9-])(?:\\?[\"'\]」])?{_CODE_END}"
 )
-# A password's value in prose ends a sentence or meets a copula, or "(으)로" and a verb that sets it ("Xy12!abc로
-# 변경되었습니다"): "SHA-256으로 해시됩니다" says how a password is kept.
-_PROSE_VALUE_END = (
-    r"(?=[ \t]*(?:입니|이에요|이예요|예요|이야|이다|이고|이며|이니|이라|라고|임(?![가-힣]))"
-    r"|[ \t]*으?로[ \t]*(?:변경|설정|재설정|초기화|발급|바꾸|바뀌|바꿨|지정|생성|입력)|[을를]|[.,]?(?:\s|\Z))"
-)
-# A credential given in a sentence rather than as a "key: value" pair (an answer, a message a tool read): a label, a
-# particle and the value. "임시 비밀번호는 Xy12!abc 입니다", "인증번호는 482913입니다", "OTP 482913", "인증번호
-# [482913]을 입력하세요". A code's value must have a code's shape; a password's must not read as a word
-# ("비밀번호는 bcrypt로") unless quoted, nor be shorter than MIN_SECRET_LENGTH ("비밀번호는 8자 이상"). Matched only
-# where _LABEL_IN_PROSE found the label's last word, a literal (``re`` jumps between those), whose first words are
-# checked looking back: "인증 번호", "보안 코드", "PIN 번호", "비밀 번호".
-_LABELLED_VALUE = re.compile(
+_CODE_AFTER = re.compile(_CODE_END)
+# A code given in a Korean sentence: its label, a particle and the code ("인증번호는 482913입니다", "PIN은
+# 4821입니다"), or the code in brackets after the label, as a text message writes it ("인증번호 [482913]을
+# 입력하세요"). Not a label and a number alone ("OTP 1203 건", "PIN 560001": a count, a postal code), nor "확인 코드"
+# (a booking's). Found from the particle or the bracket (few candidates; ``re`` jumps between them), the label
+# checked looking back; then (_mask_labelled_code) the label must stand alone (not "안전인증번호") after no
+# certification or booking word ("KC 인증번호는 HU07123입니다": _NOT_A_CODE_OWNER), and the code have the digit
+# shape of the label's kind.
+_PROSE_CODE_LABELS = (
+    "OTP",
+    "PIN",
+    *(
+        first + sep + last
+        for first, last in (("인증", "번호"), ("인증", "코드"), ("보안", "코드"), ("핀", "번호"), ("OTP", "번호"),
+                            ("OTP", "코드"), ("PIN", "번호"))
+        for sep in ("", " ")
+    ),
+)  # fmt: skip
+_LABELLED_CODE = re.compile(
     rf"""
-      (?:번호(?:(?<=인증번호)|(?<=인증[ \t]번호)|(?<=핀번호)|(?<=핀[ \t]번호)
-              |(?<=OTP번호)|(?<=OTP[ \t]번호)|(?<=PIN번호)|(?<=PIN[ \t]번호))
-        |코드(?:(?<=인증코드)|(?<=인증[ \t]코드)|(?<=보안코드)|(?<=보안[ \t]코드)|(?<=확인코드)|(?<=확인[ \t]코드)
-              |(?<=일회용코드)|(?<=일회용[ \t]코드)|(?<=OTP코드)|(?<=OTP[ \t]코드)|(?<=PIN코드)|(?<=PIN[ \t]코드))
-        |OTP(?<![A-Za-z]OTP)|PIN(?<![A-Za-z]PIN))
-      [은는이가을를]?[ \t]+(?P<code_open>[\["'「]?)(?P<code>{_ONE_TIME_CODE})(?![A-Za-z0-9-])[\]"'」]?{_CODE_END}
-    | (?:번호(?:(?<=비밀번호)|(?<=비밀[ \t]번호))|비번|패스워드|암호(?!화))[은는이가을를][ \t]+
-      (?P<password_open>["'「])?(?(password_open)|(?=[^\s가-힣"'「」<>]*?[^\sA-Za-z가-힣"'「」<>]))
-      (?P<password>[^\s가-힣"'「」<>]{{3,63}}?[^\s가-힣"'「」<>.,])["'」]?{_PROSE_VALUE_END}
+    (?:[은는이가](?:{_ending_here(label + particle for label in _PROSE_CODE_LABELS for particle in "은는이가")})[ \t]+
+       (?P<open>["'「]?)
+     | \[(?:{_ending_here(label + " [" for label in _PROSE_CODE_LABELS)}))
+    (?P<code>[A-Z]{{1,3}}-[0-9]{{3,8}}|[0-9]{{3,4}}-[0-9]{{3,4}}|[0-9]{{3,8}})(?![A-Za-z0-9-])[\]"'」]?{_CODE_END}
     """,
     re.VERBOSE,
 )
-_LABEL_IN_PROSE = re.compile(r"번호|코드|비번|패스워드|암호|OTP|PIN")
-# The same in English: "The password is Xy12!abc", "Your verification code is 482913". Found from " is " (a literal)
-# and its value; the label is checked looking back (_LABEL_BEFORE_IS) only where the value could be a credential.
-_IS_VALUE = re.compile(
-    rf"""
-    \ is[ \t]+  # a literal first: ``re`` jumps between them
-    (?:
-      [\["'`]?(?P<code>{_ONE_TIME_CODE})(?![A-Za-z0-9-])[\]"'`]?{_CODE_END}
-    | (?P<password_open>["'`])?(?(password_open)|(?=[^\s"'`<>]*?[^\sA-Za-z"'`<>]))  # bare: not letters alone
-      (?P<password>[^\s"'`<>]{{3,127}}?[^\s"'`<>.,])["'`]?(?=[.,]?(?:\s|\Z))
-    )
-    """,
-    re.VERBOSE,
+_PROSE_CODE_LABEL_BEFORE = re.compile(
+    r"(?:인증[ ]?(?:번호|코드)|보안[ ]?코드|핀[ ]?번호|OTP(?:[ ]?(?:번호|코드))?|PIN(?:[ ]?번호)?)\Z"
 )
-_LABEL_BEFORE_IS = re.compile(
+# A password given in a Korean sentence: "임시 비밀번호는 Xy12!abc 입니다", "비밀번호를 Xy12!abc로 변경했습니다". Not
+# "암호" (also a cipher: "암호는 AES-256입니다"). The value must end the sentence or meet a copula, or "(으)로" and a
+# verb that sets it: "비밀번호는 ISO-27001 기준을 따릅니다", "비밀번호는 SHA-256으로 해시됩니다" say how a password
+# is kept; and it must read as a password (_reads_as_password).
+_LABELLED_PASSWORD = re.compile(
     r"""
-    (?<![A-Za-z])
-    (?:(?P<password_label>(?i:pass(?:word|phrase|code|wd)))
-     | (?i:(?:verification|security|login|sign[- ]in|authentication|auth|one[- ]time|2fa|mfa|otp|access|pin)[ -]code
-          |otp|totp)
-     | PIN)
-    \Z
+    (?:비밀[ \t]?번호|비번|패스워드)[은는이가을를][ \t]+
+    (?P<open>["'「])?(?(open)|(?=[^\s가-힣"'「」<>]*?[^\sA-Za-z가-힣"'「」<>]))  # bare: not letters alone
+    (?P<password>[^\s가-힣"'「」<>]{3,63}?[^\s가-힣"'「」<>.,])(?(open)["'」])
+    (?=[ \t]*(?:입니|이에요|이예요|예요|이야|이다|이고|이며|이니|이라|라고|임(?![가-힣]))
+      |[ \t]*으?로[ \t]*(?:변경|설정|재설정|초기화|발급|바꾸|바뀌|바꿨|지정|생성|입력)|[을를]
+      |[.!?]?[ \t]*(?:\r?\n|\Z)|[.!?]\s)
     """,
     re.VERBOSE,
 )
-_LABEL_BEFORE_IS_CHARS = 24  # "authentication code" and some room
+# The same in English: "The password is hunter22.", "Your verification code is 482913". Found from " is" (a
+# literal), the label checked looking back. A code must have a code's shape with no word after it ("Your OTP is
+# 1203 users"); a password must end the sentence ("The password is SHA-256 hashed.") and read as one
+# (_reads_as_password: not "128-bit", "base64-encoded"). Then (_mask_is_credential) the label must follow "your",
+# "the" or the like (_GIVEN_TO_SOMEONE: "Number of users without a PIN is 120" counts users).
+_IS_PASSWORD_LABELS = ("password", "passphrase", "passcode")
+_IS_CODE_LABELS = (
+    "otp",
+    "totp",
+    *(
+        first + sep + "code"
+        for first in ("verification", "security", "login", "sign-in", "sign in", "signin", "one-time", "one time",
+                      "onetime", "2fa", "mfa", "otp", "sms", "access")
+        for sep in (" ", "-")
+    ),
+)  # fmt: skip
+_IS_CREDENTIAL = re.compile(
+    rf"""
+    \ is
+    (?:(?P<password_label>(?i:{_ending_here(label + " is" for label in _IS_PASSWORD_LABELS)}))
+     | (?P<code_label>(?i:{_ending_here(label + " is" for label in _IS_CODE_LABELS)})|(?<=PIN\ is)))
+    [ \t]+
+    (?(code_label)
+      ["'`]?(?P<code>[A-Z]{{1,3}}-[0-9]{{4,8}}|[0-9]{{3,4}}-[0-9]{{3,4}}|[0-9]{{4,8}})(?![A-Za-z0-9-])["'`]?{_CODE_END}
+    | (?P<open>["'`])?(?(open)|(?=[^\s"'`<>]*?[^\sA-Za-z"'`<>]))  # bare: not letters alone
+      (?P<password>[^\s"'`<>]{{3,127}}?[^\s"'`<>.,])
+      (?(open)(?P=open)(?=[.,]?(?:\s|\Z))|(?=[.!?]?[ \t]*(?:\r?\n|\Z)|[.!?]\s)))
+    """,
+    re.VERBOSE,
+)
+_IS_LABEL_BEFORE = re.compile(r"(?<![\w-])(?:(?i:pass(?:word|phrase|code)|(?:[\w-]+[ -])?code|t?otp)|(?P<pin>PIN))\Z")
+_IS_LABEL_BEFORE_CHARS = 24  # "verification code" and some room
+_GIVEN_TO_SOMEONE = re.compile(
+    r"(?<![\w-])(?i:your|the|my|our|new|temporary|temp|default|initial|current)[ \t]+(?:[\w-]+[ \t]+){0,2}\Z"
+)
+_GIVEN_TO_SOMEONE_CHARS = 64
 # "482913 is your verification code", "G-482913 is your Google verification code" (as text messages write it).
 _CODE_IS_YOURS = re.compile(
-    rf"""
-    (?<![\w-])(?P<code>{_ONE_TIME_CODE})(?![A-Za-z0-9-])[ \t]+is[ \t]+your[ \t]+(?:[\w-]+[ \t]+){{0,2}}?
-    (?:(?i:(?:verification|security|login|sign[- ]in|authentication|one[- ]time|2fa|mfa|access)[ -]code
-       |one[- ]time[ -]pass(?:word|code)|passcode|otp)|PIN)(?![A-Za-z])
+    r"""
+    (?<![\w-])(?P<code>[A-Z]{1,3}-[0-9]{4,8}|[0-9]{3,4}-[0-9]{3,4}|[0-9]{4,8})(?![A-Za-z0-9-])
+    [ \t]+is[ \t]+your[ \t]+(?:[\w-]+[ \t]+){0,2}?
+    (?:(?P<one_time>(?i:(?:verification|security|login|sign[- ]in|authentication|one[- ]time|2fa|mfa|access)[ -]code
+                      |one[- ]time[ -]pass(?:word|code)|passcode|otp))|PIN)(?![A-Za-z])
     """,
     re.VERBOSE,
 )
+# Words or numbers joined by "-" (what is said about a password: "SHA-256", "128-bit", "base64-encoded",
+# "2FA-protected", "8-64", "2024-05-17"), and a percentage.
+_DESCRIBING_WORDS = re.compile(r"[A-Za-z0-9]+(?:-[A-Za-z0-9]+)+|[0-9.]+%")
 _KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") | frozenset(
     map(chr, range(0xAC00, 0xD7A4))
 )
@@ -797,7 +908,7 @@ _MAYBE_SENSITIVE = re.compile(  # literal-first branches only, so ``re`` skips o
     r":|=|：|＝|@|-----BEGIN|eyJ|A(?:KIA|SIA|Iza)|sk[-_]|rk_|whsec_|xox|gh[pousr]_|github_pat_|glpat-|apk_"
     r"|B(?:earer|EARER|asic|ASIC)|b(?:earer|asic)"
     r"|%3|</|-[-p]|\"[ \t]*,|'[ \t]*,"  # URL-encoded pairs, XML elements, command-line options, (name, value) pairs
-    r"|번호|코드|비번|암호|패스워드|OTP|PIN| is "  # a credential given in a sentence (_LABELLED_VALUE, _IS_VALUE)
+    r"|번호|코드|비번|패스워드|OTP|PIN| is "  # a credential given in a sentence (_LABELLED_CODE, _IS_CREDENTIAL)
 )
 
 
@@ -878,65 +989,99 @@ def _mask_password_option(match: re.Match[str]) -> str:
     return match.string[match.start() : match.start("value")] + MASK
 
 
-def _mask_labelled_values(text: str) -> str:
-    """Mask the values :data:`_LABELLED_VALUE` finds, each tried where :data:`_LABEL_IN_PROSE` found its label."""
-    pieces: list[str] = []
-    done = position = 0
-    while (label := _LABEL_IN_PROSE.search(text, position)) is not None:
-        position = label.end()
-        found = _LABELLED_VALUE.match(text, label.start())
-        if found is None or (masked := _masked_labelled_value(found)) is None:
-            continue
-        pieces.append(text[done : found.start()])
-        pieces.append(masked)
-        done = position = found.end()
-    if not pieces:
-        return text
-    pieces.append(text[done:])
-    return "".join(pieces)
-
-
-def _mask_is_value(match: re.Match[str]) -> str:
-    """A match of :data:`_IS_VALUE` with its value masked where a credential's label is written before it."""
-    if match["code"] is None and not _reads_as_password(match["password"], quoted=bool(match["password_open"])):
-        return match[0]  # "is required", "is case-sensitive": no need to look for a label
-    start = match.start()
-    label = _LABEL_BEFORE_IS.search(match.string, max(0, start - _LABEL_BEFORE_IS_CHARS), start)
-    if label is None or (match["code"] is None and label["password_label"] is None):
-        return match[0]
-    return _masked_labelled_value(match) or match[0]
-
-
-def _mask_code_is_yours(match: re.Match[str]) -> str:
-    return _masked_labelled_value(match) or match[0]
-
-
-def _masked_labelled_value(match: re.Match[str]) -> str | None:
-    """The text of a match with a ``code`` (or ``password``) group, that group masked; None where the password reads
-    as prose (:func:`_reads_as_password`)."""
-    group = "code" if match["code"] is not None else "password"
-    if group == "password" and not _reads_as_password(match["password"], quoted=bool(match["password_open"])):
-        return None
+def _mask_labelled_code(match: re.Match[str]) -> str:
+    """A match of :data:`_LABELLED_CODE` with its code masked where the label stands alone, after no certification
+    or booking word, and the code has the shape of the label's kind."""
     text, start = match.string, match.start()
+    label_end = start if match["open"] is not None else start - 1  # "인증번호는 …", "인증번호 […"
+    label = _PROSE_CODE_LABEL_BEFORE.search(text, max(0, label_end - 8), label_end)
+    if label is None:
+        return match[0]
+    kind: CodeKind = "security" if label[0][0] == "보" else "pin" if label[0][0] in "핀P" else "one_time"
+    label_start = label.start()
+    if (
+        (label_start > 0 and (text[label_start - 1].isalnum() or text[label_start - 1] == "_"))  # "안전인증번호"
+        or _word_before(text, label_start) in _NOT_A_CODE_OWNER
+        or _CODE_SHAPES[kind].fullmatch(match["code"]) is None
+    ):
+        return match[0]
+    return text[start : match.start("code")] + MASK + text[match.end("code") : match.end()]
+
+
+def _mask_labelled_password(match: re.Match[str]) -> str:
+    """A match of :data:`_LABELLED_PASSWORD` with its password masked where it reads as one."""
+    if not _reads_as_password(match["password"], quoted=bool(match["open"])):
+        return match[0]
+    text, start = match.string, match.start()
+    return text[start : match.start("password")] + MASK + text[match.end("password") : match.end()]
+
+
+def _mask_is_credential(match: re.Match[str]) -> str:
+    """A match of :data:`_IS_CREDENTIAL` with its value masked where the label stands alone and is given to someone
+    ("Your …", "The …"), and the value reads as a credential of the label's kind."""
+    text, start = match.string, match.start()
+    label = _IS_LABEL_BEFORE.search(text, max(0, start - _IS_LABEL_BEFORE_CHARS), start)
+    if (
+        label is None
+        or _GIVEN_TO_SOMEONE.search(text, max(0, label.start() - _GIVEN_TO_SOMEONE_CHARS), label.start()) is None
+    ):
+        return match[0]
+    if match["code"] is not None:
+        group = "code"
+        kind: CodeKind = "pin" if label["pin"] else "security" if label[0][:3].lower() == "sec" else "one_time"
+        if _CODE_SHAPES[kind].fullmatch(match["code"]) is None:
+            return match[0]
+    else:
+        group = "password"
+        if not _reads_as_password(match["password"], quoted=bool(match["open"])):
+            return match[0]
     return text[start : match.start(group)] + MASK + text[match.end(group) : match.end()]
 
 
+def _mask_code_is_yours(match: re.Match[str]) -> str:
+    code = match["code"]
+    if match["one_time"] is None and _CODE_SHAPES["pin"].fullmatch(code) is None:  # "560001 is your PIN"
+        return match[0]
+    return MASK + match[0][len(code) :]
+
+
 def _reads_as_password(value: str, *, quoted: bool) -> bool:
-    """Whether ``value``, given after a password's label in a sentence, is the password: not a word or words joined
-    by ``-`` (``bcrypt``, ``required``, ``case-sensitive``: what is said about it) unless quoted (``'admin'``), nor
-    shorter than :data:`MIN_SECRET_LENGTH`, nor already masked."""
+    """Whether ``value``, given after a password's label in a sentence (or a confirmation label's value), is the
+    password: not a word, nor words or numbers joined by ``-`` (``bcrypt``, ``required``, ``case-sensitive``,
+    ``SHA-256``, ``128-bit``, ``base64-encoded``: what is said about it), nor a percentage, unless quoted
+    (``'admin'``); nor shorter than :data:`MIN_SECRET_LENGTH`, nor already masked."""
     if len(value) < MIN_SECRET_LENGTH or value.lower() in _NOT_A_SECRET_VALUE or MASK in value:
         return False
-    return quoted or not (value.isalpha() or _JOINED_WORDS.fullmatch(value) is not None)
+    return quoted or not (value.isalpha() or _DESCRIBING_WORDS.fullmatch(value) is not None)
 
 
-def _masked_code_value(text: str, start: int) -> tuple[str | None, int]:
-    """The masked replacement of a one-time code's value at ``start`` (its opening quote kept; None: no code there,
-    ``"OTP: disabled"``) and where the replaced span ends."""
+def _masked_code_value(text: str, start: int, kind: CodeKind) -> tuple[str | None, int]:
+    """The masked replacement of a ``kind`` code's value at ``start`` (its opening quote kept; None: no code there,
+    ``"OTP: disabled"``, ``"PIN: 560001"``, ``"OTP: 1203 users"``) and where the replaced span ends."""
     found = _CODE_IN_TEXT.match(text, start)
-    if found is None:
+    if found is None or _CODE_SHAPES[kind].fullmatch(found["code"]) is None:
         return None, start
     return found["open"] + MASK, found.end("code")
+
+
+def _holds_password(value: str) -> bool:
+    """Whether a pair's raw value (quoted or not) reads as a password (:func:`_reads_as_password`)."""
+    quote = value[:2] if value[:2] == '\\"' else value[:1] if value[:1] in "\"'" else ""
+    inner = value[len(quote) :]
+    if quote and inner.endswith(quote):
+        inner = inner[: -len(quote)]
+    return _reads_as_password(inner, quoted=bool(quote))
+
+
+def _word_before(text: str, start: int) -> str:
+    """The word (lower-cased) before ``text[start]`` with spaces between them ("KC 인증번호" -> "kc"); "" where none."""
+    end = start
+    while end > 0 and text[end - 1] in " \t":
+        end -= 1
+    begin = end
+    while begin > max(0, end - 32) and text[begin - 1] in _KEY_CHARS:
+        begin -= 1
+    return text[begin:end].lower() if end < start else ""
 
 
 def _mask_named_values(text: str, pattern: re.Pattern[str], *, pair: bool) -> str:
@@ -1014,13 +1159,16 @@ def _mask_secret_pairs(text: str) -> str:
             continue
         position = max(head.end(), word.end())
         key = head["key"]
-        if is_secret_key(key):
+        if _CODE_LABEL_KEY.search(key) is None and is_secret_key(key):
             value = _PAIR_VALUE.match(text, head.end())
-            if value is None:
-                continue
+            if value is None or (_CONFIRMATION_KEY.search(key) is not None and not _holds_password(value[0])):
+                continue  # "비밀번호 확인: 일치": the check's result
             masked, value_end = _masked_pair_value(value, key, text)
-        elif word[0] in _CODE_WORDS and _names_a_code(key):  # "인증번호: 482913", "OTP=482913"; not "OTP: disabled"
-            masked, value_end = _masked_code_value(text, head.end())
+        elif word[0] in _CODE_WORDS and (kind := _code_kind(key)) is not None:
+            # "인증번호: 482913", "OTP=482913"; not "OTP: disabled", "PIN: 560001", "KC 인증번호: R-1203"
+            masked, value_end = _masked_code_value(text, head.end(), kind)
+            if masked is not None and _word_before(text, head.start("key")) in _NOT_A_CODE_OWNER:
+                continue
         else:
             continue  # go on inside the value
         if masked is not None:
@@ -1102,10 +1250,15 @@ def _mask_patterns(text: str) -> str:
         text = _mask_named_values(text, _PAIR_TEXT, pair=True)
     if has_separator:
         text = _mask_secret_pairs(text)
-    if not text.isascii() or "OTP" in text or "PIN" in text:  # after the pairs: "인증번호: 482913" is one already
-        text = _mask_labelled_values(text)
+    # After the pairs ("인증번호: 482913" is one already), each where its label's words occur.
+    has_code_label = "OTP" in text or "PIN" in text
+    if has_code_label or (not text.isascii() and ("번호" in text or "코드" in text)):
+        text = _LABELLED_CODE.sub(_mask_labelled_code, text)
+    if not text.isascii() and ("비밀" in text or "비번" in text or "패스워드" in text):
+        text = _LABELLED_PASSWORD.sub(_mask_labelled_password, text)
     if " is " in text:
-        text = _IS_VALUE.sub(_mask_is_value, text)
+        if has_code_label or "ass" in text or "ASS" in text or "ode" in text or "ODE" in text or "tp" in text:
+            text = _IS_CREDENTIAL.sub(_mask_is_credential, text)
         if " is your " in text:
             text = _CODE_IS_YOURS.sub(_mask_code_is_yours, text)
     return text
@@ -1200,8 +1353,8 @@ class _Memos:
 
     def __init__(self) -> None:
         self.texts: dict[str, str] = {}  # short text -> masked text
-        # dict key -> (masked key, names a secret, names a one-time code)
-        self.keys: dict[str, tuple[str, bool, bool]] = {}
+        # dict key -> (masked key, names a secret, the kind of one-time code it names)
+        self.keys: dict[str, tuple[str, bool, CodeKind | None]] = {}
 
 
 _MEMO_MAX_ENTRIES = 4096
@@ -1248,15 +1401,15 @@ class _Walker:
                 return self.walk(dump(mode="json"))
         return self.text(str(value))  # unknown object: fail closed, keep only its masked text
 
-    def key(self, key: Any) -> tuple[Any, bool, bool]:
-        """The masked form of a dict key, whether it names a secret, and whether it names a one-time code (whose
-        value is hidden where it has a code's shape: :func:`_is_code_value`)."""
+    def key(self, key: Any) -> tuple[Any, bool, CodeKind | None]:
+        """The masked form of a dict key, whether it names a secret, and the kind of one-time code it names (whose
+        value is hidden where it has that code's shape: :func:`_is_code_value`)."""
         if isinstance(key, str):
             known = self.keys.get(key)
             if known is None:
-                known = self.keys[key] = (self.text(key), is_secret_key(key), _names_a_code(key))
+                known = self.keys[key] = (self.text(key), is_secret_key(key), _code_kind(key))
             return known
-        return (key if isinstance(key, _UNCHANGED_SCALARS) else self.walk(key)), False, False
+        return (key if isinstance(key, _UNCHANGED_SCALARS) else self.walk(key)), False, None
 
     def pair(self, pair: tuple[Any, ...] | list[Any]) -> Any:
         """A masked copy of a ``(name, value)`` pair whose name names a secret: the name, and :data:`MASK`."""
@@ -1318,7 +1471,7 @@ class _Walker:
                         (secret or (hidden is not None and key in hidden))
                         and not _is_empty(child)
                         and not (secret and _is_token_count(key, child))
-                    ) or (code and _is_code_value(child)):
+                    ) or (code is not None and _is_code_value(child, code)):
                         copy[new_key] = MASK
                     elif type(child) is str:
                         masked = memo.get(child)
@@ -1514,6 +1667,11 @@ _BOUND_WORDS = frozenset(
     {"min", "max", "len", "length", "count", "size", "limit", "timeout", "ttl", "retries", "retry", "attempts",
      "age", "days", "hours", "minutes", "seconds", "secs", "ms", "expiry", "expires", "port", "version"}
 )  # fmt: skip
+# Under a code's name (_code_kind) also what is counted, dated or identified: "otp_sent_at", "mfa_users", "pin_id".
+_CODE_COUNT_WORDS = _BOUND_WORDS | frozenset(
+    {"at", "date", "id", "ids", "users", "sent", "enabled", "enrolled", "window", "digits", "lockout",
+     "total", "rate", "status", "type"}
+)  # fmt: skip
 _MASK_IN_TEXT = re.compile(re.escape(MASK) + r"(?:~[0-9]+)?")
 
 
@@ -1640,7 +1798,8 @@ def _mask_record(record: logging.LogRecord) -> None:
         walker = _Walker(matcher)
         for name in extras:
             value = record.__dict__[name]
-            if (is_secret_key(name) and not _is_empty(value)) or (_names_a_code(name) and _is_code_value(value)):
+            code = _code_kind(name)
+            if (is_secret_key(name) and not _is_empty(value)) or (code is not None and _is_code_value(value, code)):
                 record.__dict__[name] = MASK
             elif isinstance(value, (str, dict, list, tuple)):  # objects (e.g. Django's request) stay
                 record.__dict__[name] = walker.walk(value)
