@@ -32,7 +32,7 @@ from mcpregistry.contracts import schema_with_contract
 from mcpregistry.crypto import readable
 from mcpregistry.gate_records import contract_of
 from mcpregistry.list_fields import TextListField
-from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract
+from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract, readable_map
 from mcpregistry.services import (
     DiscoveryReport,
     HealthReport,
@@ -116,12 +116,14 @@ def stored_secrets(server: McpServer) -> list[tuple[str, str, Any]]:
     """The secret values stored for ``server`` as (kind, name, entry), env (its settings left out) then headers:
     what is stored, never what a rejected post put on the instance."""
     stored = McpServer.objects.filter(pk=server.pk).first() if server.pk else None
-    if stored is None:
-        return []
+    return secrets_of(stored) if stored is not None else []
+
+
+def secrets_of(stored: McpServer) -> list[tuple[str, str, Any]]:
+    """``stored_secrets`` of a row as loaded (none of a map this process cannot decrypt)."""
     public = set(stored.public_env or [])
-    env, headers = (value if readable(value) else {} for value in (stored.env, stored.headers))
-    secrets = [("env", name, entry) for name, entry in (env or {}).items() if name not in public]
-    return secrets + [("header", name, entry) for name, entry in (headers or {}).items()]
+    secrets = [("env", name, entry) for name, entry in readable_map(stored.env).items() if name not in public]
+    return secrets + [("header", name, entry) for name, entry in readable_map(stored.headers).items()]
 
 
 def unreadable_secrets_text() -> str:
@@ -225,7 +227,7 @@ class McpServerForm(forms.ModelForm):
                 "module for every tool in it (mcpregistry.builtin_tools)."
             )
         public = [str(n) for n in (self.instance.public_env or [])]
-        stored = self.instance.env if readable(self.instance.env) else {}
+        stored = readable_map(self.instance.env)
         self.initial["env_settings"] = "\n".join(
             f"{name}={stored[name]}" for name in public if isinstance(stored.get(name), str)
         )
@@ -296,7 +298,7 @@ class McpServerForm(forms.ModelForm):
             self.instance.public_env = [*settings_env, *(n for n in unshown if n not in settings_env)]
         # Applied before the model's own validation, so a ${VAR} placeholder in a new value is refused too.
         public = set(self.instance.public_env or [])
-        env = self.instance.env if readable(self.instance.env) else {}
+        env = readable_map(self.instance.env)
         kept_settings = {k: v for k, v in env.items() if k in public}
         removed = {"env": set(), "header": set()}
         for choice in cleaned.get("remove_secrets") or []:
@@ -500,14 +502,12 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
                 return str(_("from the worker's environment (%(var)s)") % {"var": entry["from_env"]})
             return str(_("set"))
 
-        rows = [(SECRET_KINDS[kind], name, state(entry)) for kind, name, entry in stored_secrets(obj)]
         stored = McpServer.objects.filter(pk=obj.pk).first() if obj.pk else None
+        rows = [(SECRET_KINDS[kind], name, state(entry)) for kind, name, entry in secrets_of(stored)] if stored else []
+        listed = format_html_join(mark_safe("<br>"), "{} <code>{}</code>: {}", rows)
         if stored is not None and not stored.secrets_readable():
-            listed = format_html_join(mark_safe("<br>"), "{} <code>{}</code>: {}", rows) if rows else ""
             return format_html('<p class="errornote">{}</p>{}', unreadable_secrets_text(), listed)
-        if not rows:
-            return str(_("none set"))
-        return format_html_join(mark_safe("<br>"), "{} <code>{}</code>: {}", rows)
+        return listed if rows else str(_("none set"))
 
     @admin.display(description=_("health"), ordering="health")
     def health_badge(self, obj: McpServer) -> str:

@@ -45,7 +45,7 @@ INT32_MAX = 2**31 - 1
 CORRECTION_CAP_MAX = 100
 
 
-def _readable_map(value: Any) -> dict[str, Any]:
+def readable_map(value: Any) -> dict[str, Any]:
     """A secret map to check, or ``{}``: one this process cannot decrypt is not checked (it saves back unchanged,
     as stored), nor is a value that is not a map (refused on its own)."""
     return value if isinstance(value, dict) and readable(value) else {}
@@ -272,7 +272,7 @@ class McpServer(AuditedModel):
         for field_name, entries in (("env", self.env), ("headers", self.headers)):
             if not isinstance(entries, dict):
                 continue
-            stored = _readable_map(stored_value(self, field_name) if self.pk is not None else None)
+            stored = readable_map(stored_value(self, field_name) if self.pk is not None else None)
             for name, entry in entries.items():
                 shown = field_name == "env" and name in public  # a setting: "***" is its value as any other
                 if not shown and masked_secret_given(entry) and stored.get(name) != entry:
@@ -304,7 +304,7 @@ class McpServer(AuditedModel):
             if not isinstance(name, str) or not name or "=" in name or "\x00" in name
         ]
         if illegal and self.pk is not None:
-            stored_names = set(_readable_map(stored_value(self, "env")))
+            stored_names = set(readable_map(stored_value(self, "env")))
             illegal = [name for name in illegal if name not in stored_names]
         for name in illegal:
             errors.setdefault("env", []).append(
@@ -327,15 +327,15 @@ class McpServer(AuditedModel):
                     % {"name": name}
                 )
         for field_name, stored in (("env", self.env), ("headers", self.headers)):
-            problem = from_env_problem(_readable_map(stored).values(), settings.PLATFORM_MCP_ENV_PASSTHROUGH)
+            problem = from_env_problem(readable_map(stored).values(), settings.PLATFORM_MCP_ENV_PASSTHROUGH)
             if problem:
                 errors.setdefault(field_name, []).append(problem)
         if not isinstance(self.public_env, list) or not all(isinstance(n, str) for n in self.public_env):
             errors.setdefault("public_env", []).append(_('Enter a JSON list of names, e.g. ["FAILURE_MODE"].'))
         for field_name, values in (
             ("args", self.args if isinstance(self.args, list) else []),
-            ("env", list(_readable_map(self.env).values())),
-            ("headers", list(_readable_map(self.headers).values())),
+            ("env", list(readable_map(self.env).values())),
+            ("headers", list(readable_map(self.headers).values())),
             ("command", [self.command]),
         ):
             if any(isinstance(v, str) and PLACEHOLDER.search(v) for v in values):

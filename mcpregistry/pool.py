@@ -1086,7 +1086,7 @@ def _http_error_text(response: httpx.Response) -> str:
     httpx's own text ("Client error '403 Forbidden' for url '…'") quotes the URL whole: a key in its query or a
     password in its user-info is no secret the binding stores (those are its env and header values), and masking
     knows it only where the parameter's name gives it away (``?token=``, not ``?k=``)."""
-    status = f"HTTP {response.status_code} {httpx.codes.get_reason_phrase(response.status_code)}".strip()
+    status = _http_status_text(response)
     address = _address_shown(response.request.url)
     location = response.headers.get("location")
     if response.is_redirect and location:
@@ -1173,8 +1173,13 @@ async def _fail_refused_post(session: ClientSession, response: httpx.Response) -
     request_id = _carried_request_id(response.request)
     if request_id is None:
         return  # a notification, or the answer to a server's request: nobody waits for it
-    status = f"HTTP {response.status_code} {httpx.codes.get_reason_phrase(response.status_code)}".strip()
+    status = _http_status_text(response)
     await _fail_pending_request(session, request_id, _answer_lost_error(status))
+
+
+def _http_status_text(response: httpx.Response) -> str:
+    """``HTTP 403 Forbidden``: an answer's status as the pool's messages name it."""
+    return f"HTTP {response.status_code} {httpx.codes.get_reason_phrase(response.status_code)}".strip()
 
 
 def _answer_lost_error(detail: str) -> types.ErrorData:
