@@ -1047,9 +1047,14 @@ def _execute_flow(
         flow = FlowResult(error_code="cancelled", error_message="the run was cancelled")
         outcome.status = "cancelled"
     outcome.tool_failures += len(failures)
+    # A branch that failed beside every parked call cannot depend on them: the flow's error is known in this pass,
+    # which fails rather than put a write to a person for a run that fails anyway (its approvals end unused).
+    failed_beside = call_ids.failed_beside(parked_tasks) if parked else None
     if over_cap and outcome.status != "cancelled":  # whatever the flow made of the exception
         flow = FlowResult(error_code="flow:too_many_calls", error_message=over_cap[0].message)
-    if parked and outcome.status != "cancelled":
+    elif failed_beside is not None and outcome.status != "cancelled":
+        flow = FlowResult(error_code="flow:error", error_message=f"{type(failed_beside).__name__}: {failed_beside}")
+    if parked and failed_beside is None and outcome.status != "cancelled":
         outcome.status, outcome.parked_on = "awaiting_approval", parked[0]
     elif flow.error_code == "cancelled":
         outcome.error_code, outcome.error_message = flow.error_code, flow.error_message

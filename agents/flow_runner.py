@@ -13,7 +13,8 @@ import hashlib
 import inspect
 import json
 import logging
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,7 @@ from celery.exceptions import WorkerShutdown, WorkerTerminate
 from django.utils.translation import gettext as _
 from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.config import get_config
-from langgraph.errors import GraphBubbleUp
+from langgraph.errors import GraphBubbleUp, GraphRecursionError
 
 from agents.errors import MUST_PROPAGATE
 from agents.tools import CodeRuleError, import_user_module
@@ -72,6 +73,20 @@ class FlowParked(GraphBubbleUp):
         self.approval_id = approval_id
 
 
+def flow_too_many_steps(exc: GraphRecursionError) -> FlowResult:
+    """The flow ran past its graph's own loop bound (LangGraph's ``recursion_limit``): ``flow:too_many_steps``, in
+    the caller's words rather than LangGraph's (a developer's hint and a troubleshooting link, in English)."""
+    bound = re.search(r"Recursion limit of (\d+)", str(exc))
+    if bound is None:
+        message = _("The flow was stopped: it ran more steps than its graph allows without reaching its end.")
+    else:
+        message = _(
+            "The flow was stopped: it ran more steps than its graph allows (recursion_limit %(limit)d) without "
+            "reaching its end."
+        ) % {"limit": int(bound.group(1))}
+    return FlowResult(error_code="flow:too_many_steps", error_message=message)
+
+
 class FlowTooManyCalls(Exception):
     """Raised by ``call_tool`` for a call past the run's cap on a flow's calls: the flow stops there."""
 
@@ -115,7 +130,10 @@ class FlowCallIds:
         self._running: set[str] = set()
         self._side_by_side: set[str] = set()
         self._names: dict[str, str] = {}  # task id -> "<node>#<i>@<step>", of every task seen starting
+        self._steps: dict[str, Any] = {}  # task id -> its step in its graph (or subgraph) run
         self.unnamed: FlowCallUnnamed | None = None
+        # The graph's own tasks that ended with an error (their namespace, the error), as ``flow_run`` streams them.
+        self.failed_tasks: list[tuple[tuple[str, ...], Exception]] = []
 
     def task_started(self, task_id: str) -> None:
         self._started.add(task_id)
@@ -123,8 +141,19 @@ class FlowCallIds:
         if len(self._running) > 1:
             self._side_by_side |= self._running
 
-    def task_ended(self, task_id: str) -> None:
+    def task_ended(self, task_id: str, *, name: str = "", error: BaseException | None = None) -> None:
+        """A task of the graph ends; ``error`` is what it raised (a wait for an approval is none)."""
         self._running.discard(task_id)
+        if isinstance(error, Exception) and not isinstance(error, GraphBubbleUp):
+            self.failed_tasks.append(((f"{name}:{task_id}",), error))
+
+    def failed_beside(self, parked: Sequence[tuple[str, ...]]) -> Exception | None:
+        """The error of a task that failed beside each task in ``parked`` (``beside``), or None. Such a task cannot
+        depend on a parked call: its error is the flow's own, and would end the next pass as well."""
+        for task, error in self.failed_tasks:
+            if all(self.beside(task, other) for other in parked):
+                return error
+        return None
 
     def task_seen(self, metadata: dict[str, Any]) -> None:
         """A task of the graph or of a subgraph starts (LangGraph's metadata of it): its name in call ids."""
@@ -132,22 +161,31 @@ class FlowCallIds:
         _node, colon, task_id = own.rpartition(":")
         if colon and task_id not in self._names:
             self._names[task_id] = _task_name(metadata)
+            self._steps[task_id] = metadata.get("langgraph_step")
 
     def calling_task(self) -> tuple[str, ...]:
         """The calling task, as its namespace: ``<node>:<task id>`` of its outermost parent task first, its own
         last; () outside a task (a flow's builder). For ``beside``."""
-        return _namespace(_task_metadata())
+        metadata = _task_metadata()
+        namespace = _namespace(metadata)
+        if namespace:
+            self._steps.setdefault(namespace[-1].rpartition(":")[2], metadata.get("langgraph_step"))
+        return namespace
 
-    @staticmethod
-    def beside(task: tuple[str, ...], parked: tuple[str, ...]) -> bool:
+    def beside(self, task: tuple[str, ...], parked: tuple[str, ...]) -> bool:
         """Whether ``task`` may call on after ``parked`` waited for an approval: where the two part, both are tasks
-        of one graph (or subgraph) run. A waiting call stops each graph it runs in after its step: that run's other
-        tasks are of that step, and so is everything they run, subgraphs included (they cannot depend on the
-        waiting call). The task that waits, its parents and what it runs afterwards, a subgraph run again by a
-        parent that caught the wait (a namespace part without a task id: its n-th run), are not beside it."""
+        of one step of one graph (or subgraph) run. A waiting call stops each graph it runs in after its step: that
+        run's other tasks of that step finish, and so does everything they run, subgraphs included (they cannot
+        depend on the waiting call). The task that waits, its parents and what it runs afterwards, the tasks of a
+        later step (a node that caught the wait lets its graph go on), a subgraph run again by a parent that caught
+        the wait (a namespace part without a task id: its n-th run), and a task whose step is unknown are not
+        beside it."""
         for mine, theirs in zip(task, parked, strict=False):
             if mine != theirs:
-                return ":" in mine and ":" in theirs
+                if ":" not in mine or ":" not in theirs:
+                    return False
+                step = self._steps.get(mine.rpartition(":")[2])
+                return step is not None and step == self._steps.get(theirs.rpartition(":")[2])
         return False
 
     def next_call_id(self) -> str:
@@ -326,7 +364,8 @@ def flow_run(
                     if "triggers" in chunk:
                         call_ids.task_started(str(chunk.get("id")))
                     else:
-                        call_ids.task_ended(str(chunk.get("id")))
+                        error = chunk.get("error")
+                        call_ids.task_ended(str(chunk.get("id")), name=str(chunk.get("name")), error=error)
                 continue
             if isinstance(chunk, dict) and INTERRUPT_KEY in chunk:
                 # Without a checkpointer, the graph just ends there; the run has no way to give the input.
@@ -360,6 +399,14 @@ def flow_run(
     except FlowTimedOut:
         return FlowResult(error_code="time_limit", error_message="the run did not finish within its time limit")
     except FlowParked as exc:
+        if call_ids is not None:
+            for _task, error in call_ids.failed_tasks:  # the engine tells whether one is the flow's error
+                logger.error(
+                    "flow %s failed in run %s beside a call waiting for its approval",
+                    flow_graph,
+                    settings.run_id,
+                    exc_info=error,
+                )
         return FlowResult(parked_on=exc.approval_id)
     except FlowTooManyCalls as exc:
         return FlowResult(error_code="flow:too_many_calls", error_message=exc.message)
@@ -375,6 +422,9 @@ def flow_run(
         )
     except CodeRuleError as exc:
         return FlowResult(error_code="flow:error", error_message=str(exc))
+    except GraphRecursionError as exc:  # its own bound, not a bug: no traceback
+        logger.warning("flow %s ran past its recursion_limit in run %s: %s", flow_graph, settings.run_id, exc)
+        return flow_too_many_steps(exc)
     except Exception as exc:  # a flow's bug ends the run as a value, not a crash
         logger.exception("flow %s failed in run %s", flow_graph, settings.run_id)
         return FlowResult(error_code="flow:error", error_message=f"{type(exc).__name__}: {exc}")

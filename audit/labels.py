@@ -89,6 +89,8 @@ _REASONS: dict[str, Callable[[], str]] = {
     "prompt:unknown": lambda: pgettext("audit reason", "unknown prompt"),
     "prompt:arguments": lambda: pgettext("audit reason", "wrong prompt arguments"),
     "flow:error": lambda: pgettext("audit reason", "flow node failed"),
+    "flow:too_many_calls": lambda: pgettext("audit reason", "flow made too many tool calls"),
+    "flow:too_many_steps": lambda: pgettext("audit reason", "flow ran past its step limit"),
     "eval:timeout": lambda: pgettext("audit reason", "evaluation timed out"),
     "eval:write_blocked": lambda: pgettext("audit reason", "write held back in an evaluation"),
     "budget:run_ceiling": lambda: pgettext("audit reason", "run budget reached"),
