@@ -430,21 +430,12 @@ def _pass_starts(statuses: list[Any]) -> list[str]:
     return starts
 
 
-def _run_events(run: Run) -> list[tuple[str, Any, Any]]:
-    """The run's events as (kind, data, created_at), in order, read once per page: its trace, its timeline's passes
-    and its summary all read them (three queries, one of them the whole run, before)."""
-    held = run.__dict__.get("_page_events")
-    if held is None:
-        held = run.__dict__["_page_events"] = list(run.events.order_by("seq").values_list("kind", "data", "created_at"))
-    return held
-
-
 def _entries_from_events(run: Run) -> list[dict[str, Any]]:
     """The run's steps as its events recorded them (masked, as they happened), in the trace's shapes. Each pass
     of the run (its ``running`` status event) opens with a ``pass`` entry: its number, and whether it took the
     run over from a worker that was lost, started it again after an error a retry can fix, or resumed it after an
     approval (``_pass_start``)."""
-    events = [(kind, data) for kind, data, _created in _run_events(run)]
+    events = list(run.events.order_by("seq").values_list("kind", "data"))
     starts = iter(_pass_starts([data for kind, data in events if kind == "status"]))
     entries: list[dict[str, Any]] = []
     passes = 0
@@ -522,6 +513,42 @@ def _trace_entries(run: Run) -> list[Any]:
     return [*events[:first_loop], *undecided, *context, *events[first_loop:], *notes]
 
 
+# A task of a flow's call id (``agents.flow_runner.FlowCallIds``): ``<node>@<step>``, ``<node>#<i>@<step>`` for
+# the task of a step's i-th ``Send``.
+_FLOW_TASK = re.compile(r"(?P<node>.+?)(?:#(?P<send>\d+))?@(?P<step>\d+)", re.S)
+
+
+def _flow_call_maker(call_id: str) -> str:
+    """Which node of the flow made the call ``call_id``, in words, as far as its id says: a branch's call (a task
+    that ran beside others in its step, a ``Send``'s, a subgraph's) names its node, its step and its number within
+    that task (``flow:reader2@1:1``: "by node reader2 at step 1, its call 1"); a subgraph's call names the parent
+    tasks first (``flow:work#1@2/inner@1:1``), and a parent's later run of its subgraph (a number in the id: 1 for
+    its second) too. A call of a step's only task has only its number in the run's order (``flow:3``), which names
+    no node. "" where the id says neither (one shortened with a digest, a node named with a "/", another shape):
+    the step shows the id itself beside."""
+    made = call_id.removeprefix("flow:")
+    if made == call_id:
+        return ""
+    if made.isdigit():
+        return gettext("the flow's call no. %(n)s, made by a node that ran alone in its step") % {"n": made}
+    task, colon, number = made.rpartition(":")  # a node's name holds neither | nor : (LangGraph's)
+    if not colon or not number.isdigit():
+        return ""
+    tasks: list[str] = []
+    for part in task.split("/"):
+        if part.isdigit() and tasks:
+            tasks[-1] = gettext("%(task)s (its subgraph's run %(n)s)") % {"task": tasks[-1], "n": int(part) + 1}
+            continue
+        if (found := _FLOW_TASK.fullmatch(part)) is None:
+            return ""
+        words = {"node": found["node"], "step": found["step"], "i": found["send"]}
+        if found["send"] is None:
+            tasks.append(gettext("%(node)s at step %(step)s") % words)
+        else:
+            tasks.append(gettext("%(node)s (Send %(i)s) at step %(step)s") % words)
+    return gettext("by node %(node)s, its call %(n)s") % {"node": " › ".join(tasks), "n": number}
+
+
 class _Timeline:
     """Builds a run's steps from its trace entries (any stored shape: an odd one reads as such, never a 500)."""
 
@@ -532,8 +559,8 @@ class _Timeline:
         # later pass (the flow run again after an approval, the run taken over from a lost worker) is no retry.
         starts = [
             created
-            for kind, data, created in _run_events(run)
-            if kind == "status" and isinstance(data, dict) and data.get("status") == "running"
+            for data, created in run.events.filter(kind="status").order_by("seq").values_list("data", "created_at")
+            if isinstance(data, dict) and data.get("status") == "running"
         ]
         self.calls: dict[str, list[Any]] = {}
         self.calls_by_pass: dict[str, dict[int, list[Any]]] = {}
@@ -624,6 +651,9 @@ class _Timeline:
         if approval is not None and entry.get("error") == "approval:pending":
             # The call waited for the person (the flow stopped there): not a failure.
             step.status, step.status_text = "pending", gettext("pending")
+        if call_id:  # which node made it, first: in a parallel run the steps of the branches' calls interleave
+            made_by = " · ".join(p for p in (_flow_call_maker(call_id), f"{gettext('call id')}: {call_id}") if p)
+            step.note = f"{made_by} · {step.note}" if step.note else made_by
         return step
 
     def _with_approval(self, step: TimelineStep, call_id: str) -> Approval | None:
@@ -1087,7 +1117,7 @@ def run_summary(run: Run) -> list[str]:
         parts.append(gettext("no model call (%(n)s saved by rules)") % {"n": tokens("model_calls_saved")})
     if run.cost_micros:
         parts.append(gettext("cost: US$%(usd)s") % {"usd": usd_text(run.cost_micros)})
-    statuses = [data for kind, data, _created in _run_events(run) if kind == "status"]
+    statuses = list(run.events.filter(kind="status").order_by("seq").values_list("data", flat=True))
     taken_over = _pass_starts(statuses).count("taken_over")  # a pass retried after an error is no takeover
     if taken_over:  # the timeline marks where each pass began; the summary says how often a worker was lost
         parts.append(gettext("taken over %(n)s time(s): a worker was lost") % {"n": taken_over})

@@ -250,14 +250,15 @@ class Agent(AuditedModel):
         from agents.flow_runner import load_flow_builder
         from agents.tools import CodeRuleError
 
+        if self.mode == self.Mode.FLOW and not self.flow_graph:
+            raise ValidationError(
+                {
+                    "flow_graph": _("Flow mode needs a flow graph; the registered ones are: %(graphs)s")
+                    % {"graphs": ", ".join(registered_flow_graphs())}
+                }
+            )
+        self._clean_flow_graph_registered()
         if self.mode == self.Mode.FLOW:
-            if not self.flow_graph:
-                raise ValidationError(
-                    {
-                        "flow_graph": _("Flow mode needs a flow graph; the registered ones are: %(graphs)s")
-                        % {"graphs": ", ".join(registered_flow_graphs())}
-                    }
-                )
             try:
                 load_flow_builder(self.flow_graph)
             except CodeRuleError as exc:
@@ -347,6 +348,29 @@ class Agent(AuditedModel):
             raise ValidationError(
                 {"tool_selection": named_tool_refused(setting="force_first_tool", model_id=self.model_id)}
             )
+
+    def _clean_flow_graph_registered(self) -> None:
+        """A flow graph must be a registered one (``registered_flow_graphs``), whatever the path that saves it
+        (the admin's form, ``import_config``, a version's frozen content): the workers import and run the function
+        it names, so any importable callable would otherwise run there. Checked before anything is imported, in any
+        mode (a react agent's graph runs once its mode is switched). Like the model's other later checks, it applies
+        where the value changes (a new agent, another graph, the mode switched to flow): an agent stored with a graph
+        registered then and not now still saves as it is, its graph unchanged."""
+        from django.core.exceptions import ValidationError
+
+        if not self.flow_graph or self.flow_graph in registered_flow_graphs():
+            return
+        if self.pk is not None:
+            stored = type(self)._base_manager.filter(pk=self.pk).values("flow_graph", "mode").first() or {}
+            switched_to_flow = self.mode == self.Mode.FLOW and stored.get("mode") != self.Mode.FLOW
+            if stored and stored.get("flow_graph") == self.flow_graph and not switched_to_flow:
+                return
+        raise ValidationError(
+            {
+                "flow_graph": _("flow graph '%(path)s' is not registered; the registered ones are: %(graphs)s")
+                % {"path": self.flow_graph, "graphs": ", ".join(registered_flow_graphs())}
+            }
+        )
 
     def _clean_model(self) -> None:
         """The parameters must parse (``agents.providers.ModelParams``, whatever the provider), with no key but

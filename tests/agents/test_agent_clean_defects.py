@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -127,8 +128,9 @@ def test_a_template_flow_bound_to_the_default_server_saves(settings) -> None:  #
     as_flow(react_agent(server("hr-data"), server("docs"))).full_clean()
 
 
-def test_a_flow_of_its_own_is_not_held_to_the_templates_default() -> None:
+def test_a_flow_of_its_own_is_not_held_to_the_templates_default(settings: Any) -> None:
     # It names the servers it calls itself: the default is the templates'.
+    settings.PLATFORM_FLOW_GRAPHS = ["tests.agents.test_flow_defects.build_greets"]
     agent = as_flow(react_agent(server("hr-data")), "tests.agents.test_flow_defects.build_greets")
     agent.full_clean()
 

@@ -136,7 +136,8 @@ def test_odd_flow_options_are_refused_when_saved_naming_what_is_valid(demo_serve
 
 
 @pytest.mark.django_db
-def test_flow_options_the_flow_takes_are_accepted(demo_server: Any) -> None:
+def test_flow_options_the_flow_takes_are_accepted(demo_server: Any, settings: Any) -> None:
+    settings.PLATFORM_FLOW_GRAPHS = [f"{__name__}.build_greets"]  # a flow of its own, registered
     agent = flow_agent(demo_server, "flow-options-ok")
     agent.model_params = {"flow": {"mcp_id": "sds-company-data"}}
     agent.full_clean()
