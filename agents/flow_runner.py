@@ -105,6 +105,11 @@ class FlowTooManyCalls(Exception):
 INTERRUPT_KEY = "__interrupt__"
 
 
+def _encloses(task: tuple[str, ...], other: tuple[str, ...]) -> bool:
+    """Whether ``task`` is a parent task of ``other`` (its namespace a proper prefix of the other's)."""
+    return 0 < len(task) < len(other) and other[: len(task)] == task
+
+
 class FlowCallIds:
     """The ids of a flow's tool calls (``flow:…``). Its audit events, its approvals, its event and its trace entry
     carry a call's id, and a flow run again from its start after an approval finds the approved call by it: the
@@ -149,9 +154,14 @@ class FlowCallIds:
 
     def failed_beside(self, parked: Sequence[tuple[str, ...]]) -> Exception | None:
         """The error of a task that failed beside each task in ``parked`` (``beside``), or None. Such a task cannot
-        depend on a parked call: its error is the flow's own, and would end the next pass as well."""
+        depend on a parked call: its error is the flow's own, and would end the next pass as well.
+
+        A parent of a parked call failing counts too: the task stream names a subgraph's node, not its inner
+        tasks, so its error may be an inner sibling's (beside the park) or the parked task's own, which cannot be
+        told apart here; the write is then not put to a person for a flow that may fail anyway. The parked task
+        itself failing (it turned its wait into an error of its own) does not."""
         for task, error in self.failed_tasks:
-            if all(self.beside(task, other) for other in parked):
+            if all(self.beside(task, other) or _encloses(task, other) for other in parked):
                 return error
         return None
 

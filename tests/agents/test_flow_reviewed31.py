@@ -83,6 +83,44 @@ async def build_park_beside_bug(settings: Any) -> Any:
     return graph.compile()
 
 
+async def build_park_beside_bug_in_a_subgraph(settings: Any) -> Any:
+    """``build_park_beside_bug`` inside one subgraph node: its inner ``boom`` fails beside its inner ``writer``'s
+    park (the flow's task stream names only the subgraph node, the parked call's parent)."""
+    await mcp.bind_registry(settings, mcp_ids=[MCP_ID], mcp_id=MCP_ID)
+    write_asked = asyncio.Event()
+
+    async def writer(state: BranchState) -> dict[str, Any]:
+        try:
+            await mcp.call("append_line", params={"text": "서브 기록"})
+        finally:
+            write_asked.set()
+        return {"got": ["writer"]}
+
+    async def boom(state: BranchState) -> dict[str, Any]:
+        await mcp.call("record_read", params={"key": "sub-read"})
+        await write_asked.wait()
+        raise ValueError("서브 실패")
+
+    inner = StateGraph(BranchState)
+    inner.add_node("writer", writer)
+    inner.add_node("boom", boom)
+    inner.add_edge(START, "writer")
+    inner.add_edge(START, "boom")
+    inner.add_edge("writer", END)
+    inner.add_edge("boom", END)
+
+    async def done(state: BranchState) -> dict[str, Any]:
+        return {"output": "done"}
+
+    graph = StateGraph(BranchState)
+    graph.add_node("sub", inner.compile())
+    graph.add_node("done", done)
+    graph.add_edge(START, "sub")
+    graph.add_edge("sub", "done")
+    graph.add_edge("done", END)
+    return graph.compile()
+
+
 async def write_or_raise(state: BranchState) -> dict[str, Any]:
     try:
         written = await mcp.call("append_line", params={"text": "기록"})
@@ -156,6 +194,7 @@ def side_effects(tmp_path: Path, settings: Any, db: Any) -> Iterator[tuple[McpSe
         f"{__name__}.build_caught_then_next",
         f"{__name__}.build_bounded_loop",
         f"{__name__}.build_write_or_raise",
+        f"{__name__}.build_park_beside_bug_in_a_subgraph",
     ]
     file = tmp_path / "side-effects.txt"
     server = McpServer.objects.create(
@@ -206,6 +245,17 @@ def test_a_branchs_bug_beside_a_parked_write_fails_the_run_and_never_asks_for_th
     assert (approval.status, approval.tool) == (Approval.Status.EXPIRED, "append_line")  # ended unused
     assert AuditEvent.objects.filter(run_id=run.id, action="approval.unused").count() == 1
     assert lines(file) == ["read:before-boom"]  # the write never went out
+
+
+def test_a_bug_beside_a_parked_write_inside_a_subgraph_fails_the_run_too(side_effects: tuple[McpServer, Path]) -> None:
+    """The failure is known only as its subgraph node's, a parent of the parked call: it may be a sibling's (as
+    here) or the parked call's own, which cannot be told apart; the write is not put to a person either way."""
+    server, file = side_effects
+    run = execute(flow_run_of(server, "build_park_beside_bug_in_a_subgraph"))
+
+    assert (run.status, run.error_code) == (Run.Status.FAILED, "flow:error"), run.error_message
+    assert Approval.objects.get(run=run).status == Approval.Status.EXPIRED
+    assert lines(file) == ["read:sub-read"]
 
 
 def test_a_node_that_turns_its_park_into_its_own_error_still_waits_for_the_approval(
