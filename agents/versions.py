@@ -88,27 +88,40 @@ def version_content_portable(content: VersionContent | dict[str, Any]) -> dict[s
 
 def version_rule_ids(agent: Agent, content: VersionContent | dict[str, Any]) -> list[int | None]:
     """This installation's row id for each of ``content``'s rules (a version published elsewhere), in their
-    order: the k-th frozen rule of a name is the k-th rule of that name that publishing ``agent`` with the
+    order: each frozen rule takes the first rule of its name, not taken yet, that publishing ``agent`` with the
     content's servers would freeze here (enabled, its own and the global ones, by ``order`` then id:
-    ``deterministic_rule_specs``), as ``import_config`` matches the rules of a name by occurrence; None where
-    there is no k-th (``version_rules`` then numbers the rule by its place).
+    ``deterministic_rule_specs``) and that calls what it calls (server, tool, code), so rules of one name keep
+    their occurrence as ``import_config`` matches them; None where there is none (``version_rules`` then numbers
+    the rule by its place).
 
     Two frozen rules never get one id: a run keys each rule's calls (``rule:<id>``) and its result on resume
     on it. Matched by name alone, the second of two rules of one name was given the first one's id: an
     approved write there was answered with the first rule's read result and never sent."""
     server_ids = list(McpServer.objects.filter(mcp_id__in=content.get("servers") or []).values_list("pk", flat=True))
-    local: dict[str, list[int | None]] = {}
+    local: dict[str, list[RuleSpec]] = {}
     for spec in deterministic_rule_specs(agent=agent, server_ids=server_ids):
-        local.setdefault(nfc(spec.name), []).append(spec.rule_id)
-    taken: dict[str, int] = {}
+        local.setdefault(nfc(spec.name), []).append(spec)
     ids: list[int | None] = []
     for rule in content.get("rules") or []:
-        name = nfc(str(rule.get("name") or ""))
-        nth = taken.get(name, 0)
-        taken[name] = nth + 1
-        same_name = local.get(name, [])
-        ids.append(same_name[nth] if nth < len(same_name) else None)
+        # The first rule of its name not yet taken that calls what it calls: in order, so two that call the same
+        # keep their occurrence, and one disabled or renamed here shifts no other onto a rule calling another tool.
+        unused = local.get(nfc(str(rule.get("name") or "")), [])
+        match = next((spec for spec in unused if _calls_the_same(spec, rule)), None)
+        if match is not None:
+            unused.remove(match)
+        ids.append(match.rule_id if match is not None else None)
     return ids
+
+
+def _calls_the_same(local: RuleSpec, frozen: dict[str, Any]) -> bool:
+    """Whether a local rule matched by name and occurrence calls what the frozen rule calls (its server, tool and
+    code): one disabled or reordered here shifts the occurrence, and a frozen rule must never carry the id of a
+    rule that calls something else (its audit events and the run page would name the wrong rule)."""
+    return (local.mcp_id, local.tool_name, local.code) == (
+        str(frozen.get("mcp_id") or ""),
+        str(frozen.get("tool_name") or ""),
+        str(frozen.get("code") or ""),
+    )
 
 
 def version_rules(content: VersionContent | dict[str, Any]) -> list[RuleSpec]:

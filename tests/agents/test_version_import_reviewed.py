@@ -232,3 +232,23 @@ def test_a_roll_back_while_weighted_arms_take_the_traffic_warns_that_they_still_
 def test_a_roll_back_with_arms_of_weight_zero_is_live_at_once(admin_client: Client, demo_agent: Agent) -> None:
     (message,) = roll_back_to_v1(admin_client, demo_agent, weight=0)
     assert str(message) == "Agent company-assistant: v1 published again as v3, now live."
+
+
+def test_a_frozen_rule_never_takes_the_id_of_a_rule_that_calls_something_else(demo_server: McpServer) -> None:
+    """Matched by name and occurrence, a rule of the name disabled here shifted the match: the frozen rule calling
+    search_employee took the id of the one calling list_projects (its audit events and the run page then named
+    the wrong rule)."""
+    from agents.versions import version_content_portable, version_rule_ids
+    from tests.conftest import make_agent
+
+    agent = make_agent(slug="same-names", servers=[demo_server], with_demo_rules=False)
+    first, second = (
+        DeterministicRule.objects.create(
+            agent=agent, server=demo_server, name="조회", order=order, tool_name=tool, when={"any_keywords": [k]}
+        )
+        for order, tool, k in ((1, "search_employee", "a"), (2, "list_projects", "b"))
+    )
+    portable = version_content_portable(copy.deepcopy(agent_version_publish(agent=agent, actor="t", via="t").content))
+    DeterministicRule.objects.filter(pk=first.pk).update(enabled=False)  # this installation has it off
+
+    assert version_rule_ids(agent, portable) == [None, second.pk]
