@@ -247,11 +247,27 @@ class FlowTaskStarts(BaseCallbackHandler):
 
     def __init__(self, call_ids: FlowCallIds) -> None:
         self.call_ids = call_ids
+        self._nodes: dict[Any, tuple[str, ...]] = {}  # a node's own run (its function) -> its task's namespace
 
     def on_chain_start(
         self, serialized: dict[str, Any], inputs: dict[str, Any], *, metadata: dict[str, Any] | None = None, **kw: Any
     ) -> None:
-        self.call_ids.task_seen(metadata or {})
+        metadata = metadata or {}
+        self.call_ids.task_seen(metadata)
+        node = metadata.get("langgraph_node")
+        if node and kw.get("name") == node and kw.get("run_id") is not None:
+            self._nodes[kw["run_id"]] = _namespace(metadata)
+
+    def on_chain_error(self, error: BaseException, *, run_id: Any = None, **kw: Any) -> None:
+        """A node's own failure, a subgraph's inner nodes' included, with its task's namespace: the stream names
+        only the top-level tasks, and a subgraph stopped by a call waiting beside it may end with the wait alone,
+        its inner node's error lost (``failed_beside``)."""
+        namespace = self._nodes.pop(run_id, None)
+        if namespace and isinstance(error, Exception) and not isinstance(error, GraphBubbleUp):
+            self.call_ids.failed_tasks.append((namespace, error))
+
+    def on_chain_end(self, outputs: Any, *, run_id: Any = None, **kw: Any) -> None:
+        self._nodes.pop(run_id, None)
 
 
 def _task_metadata() -> dict[str, Any]:
