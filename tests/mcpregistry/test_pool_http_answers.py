@@ -407,3 +407,33 @@ def test_an_approved_write_answered_with_another_id_is_sent_once_and_fails_as_it
     assert run.approvals.get().status == "executed"  # answered: not of unknown outcome
     [call] = AuditEvent.objects.filter(run_id=run.id, action="tool.call")
     assert (call.ok, call.reason) == (False, "result:shape")
+
+
+# ---- the SDK code the pool copies and wraps ----------------------------------------------------------------------
+
+# What the pool's ``_streamable_http_streams`` copies and ``_StreamableHttpTransport`` wraps, as mcp 1.30.0 has it
+# (requirements.txt pins it): an upgrade that changes either fails here, so the copy is redone, not left to drift.
+SDK_SOURCES = {
+    "streamable_http_client": "2bed9f095da55e361c51ec9670b95b62c4290f2c354b5f4a40eb3b855d6cd391",
+    "StreamableHTTPTransport._handle_post_request": "b61199fdb38bd33135d879393f4708617252128718858fb307c7cde3adac5b40",
+}
+
+
+def test_the_sdk_code_the_pool_copies_is_the_code_it_was_copied_from() -> None:
+    import hashlib
+    import inspect
+
+    from mcp.client import streamable_http
+
+    found = {
+        function.__qualname__: hashlib.sha256(inspect.getsource(function).encode()).hexdigest()
+        for function in (
+            streamable_http.streamable_http_client,
+            streamable_http.StreamableHTTPTransport._handle_post_request,
+        )
+    }
+    assert found == SDK_SOURCES, (
+        "the MCP SDK's streamable HTTP client changed: redo mcpregistry/pool.py's _streamable_http_streams (a copy "
+        "of streamable_http_client) and _StreamableHttpTransport (which overrides _handle_post_request) from it, "
+        "then update SDK_SOURCES"
+    )
