@@ -21,7 +21,7 @@ from agents.decision_reasons import ASKED_AGAIN_APPROVAL
 from agents.dispatch import repaired_alone
 from agents.models import Approval, Run
 from agents.run_state import SECRET_UNREADABLE, approvals_unused, run_resume, run_row_lock
-from agents.services import SECRET_UNREADABLE_RETRY_AFTER_S
+from agents.services import secret_unreadable_refusal
 from audit.masking import mask_text, mask_value
 from audit.services import audit_event_record
 from mcpregistry.crypto import SecretDecryptionError, readable
@@ -372,10 +372,7 @@ def _approvable(approval: Approval, *, configuration_readable: bool) -> None:
     rejected. Approved, it would resume a run that fails at once (the agent's model key, a server's env or
     headers), or a call whose exact arguments, what a person approves, cannot be sent."""
     if not configuration_readable:
-        message = _(
-            "A secret stored in the platform's configuration cannot be decrypted with this server's keys; an "
-            "operator must check SECRETS_ENCRYPTION_KEYS."
-        )
+        message = None  # the configuration's own words
     elif not readable(approval.exact_args):
         message = _(
             "The exact arguments of this call were stored with a key this server lacks, so it cannot be made; an "
@@ -386,12 +383,7 @@ def _approvable(approval: Approval, *, configuration_readable: bool) -> None:
     logger.error(
         "approving approval %s of run %s was refused: a stored secret cannot be decrypted", approval.pk, approval.run_id
     )
-    raise ApplicationError(
-        message,
-        code=SECRET_UNREADABLE,
-        status=503,
-        headers={"Retry-After": str(SECRET_UNREADABLE_RETRY_AFTER_S)},
-    )
+    raise secret_unreadable_refusal(message)
 
 
 def approvals_expire_due() -> int:

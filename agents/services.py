@@ -716,15 +716,23 @@ def secrets_readable_or_refused() -> Iterator[None]:
         yield
     except SecretDecryptionError as exc:
         logger.error("a run submission was refused: %s", exc)
-        raise ApplicationError(
-            _(
-                "A secret stored in the platform's configuration cannot be decrypted with this server's keys; an "
-                "operator must check SECRETS_ENCRYPTION_KEYS."
-            ),
-            code=SECRET_UNREADABLE,
-            status=503,
-            headers={"Retry-After": str(SECRET_UNREADABLE_RETRY_AFTER_S)},
-        ) from None
+        raise secret_unreadable_refusal() from None
+
+
+def secret_unreadable_refusal(message: str | None = None) -> ApplicationError:
+    """The 503 ``config:secret_unreadable`` (with ``Retry-After``) of a request that needs a secret this process
+    cannot decrypt: ``message``, by default the configuration's (an operator must check
+    ``SECRETS_ENCRYPTION_KEYS``)."""
+    return ApplicationError(
+        message
+        or _(
+            "A secret stored in the platform's configuration cannot be decrypted with this server's keys; an "
+            "operator must check SECRETS_ENCRYPTION_KEYS."
+        ),
+        code=SECRET_UNREADABLE,
+        status=503,
+        headers={"Retry-After": str(SECRET_UNREADABLE_RETRY_AFTER_S)},
+    )
 
 
 @secrets_readable_or_refused()
