@@ -26,6 +26,7 @@ from langgraph.config import get_config
 from langgraph.errors import GraphBubbleUp, GraphRecursionError
 
 from agents.errors import MUST_PROPAGATE
+from agents.flows import registered_flow_graphs
 from agents.tools import CodeRuleError, import_user_module
 
 logger = logging.getLogger(__name__)
@@ -364,7 +365,17 @@ def flow_run(
 
     ``call_ids`` is told the graph's tasks as they start and end (``FlowCallIds``). A flow that stops for a
     person's input (LangGraph's ``interrupt()``), or ends without an ``output`` or with one that cannot be written
-    as JSON, is a ``flow:error``: the run would otherwise succeed with the answer "null"."""
+    as JSON, is a ``flow:error``: the run would otherwise succeed with the answer "null".
+
+    A graph that is no longer registered (``registered_flow_graphs``: taken out of ``PLATFORM_FLOW_GRAPHS`` after an
+    agent or a version was saved with it) is a ``flow:error`` before anything of it is imported: taking it out is
+    how an operator stops trusting its code."""
+    if flow_graph not in registered_flow_graphs():
+        return FlowResult(
+            error_code="flow:error",
+            error_message=_("flow graph '%(path)s' is not registered; the registered ones are: %(graphs)s")
+            % {"path": flow_graph, "graphs": ", ".join(registered_flow_graphs())},
+        )
 
     async def run_flow() -> dict[str, Any]:
         builder = load_flow_builder(flow_graph)

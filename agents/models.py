@@ -13,6 +13,7 @@ from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
 from agent_platform.json import UnicodeJSONEncoder
+from agents.flows import FLOW_TEMPLATES, registered_flow_graphs
 from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration, stored_value
 from audit.models import AuditEvent
 from audit.services import audit_chain_catch_up
@@ -37,20 +38,6 @@ SECRET_PARAM_KEYS = ("api_key", "openai_api_key", "key")
 def scripted_model_allowed() -> bool:
     """Whether the ``scripted`` model provider may be chosen and run here (tests, ``DEBUG``, or the setting)."""
     return bool(getattr(settings, "PLATFORM_ALLOW_SCRIPTED_MODEL", False))
-
-
-FLOW_TEMPLATES = (
-    "agents.flows.sequential.build_graph",
-    "agents.flows.parallel.build_graph",
-    "agents.flows.conditional.build_graph",
-    "agents.flows.http_pipeline.build_graph",
-)
-
-
-def registered_flow_graphs() -> list[str]:
-    """The flow graphs an admin may choose: the shipped templates and ``PLATFORM_FLOW_GRAPHS`` (dotted paths)."""
-    extra = getattr(settings, "PLATFORM_FLOW_GRAPHS", [])
-    return list(dict.fromkeys([*FLOW_TEMPLATES, *extra]))
 
 
 def tool_choice_name(choice: Any) -> str | None:

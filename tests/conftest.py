@@ -211,6 +211,17 @@ def demo_server(db: Any) -> McpServer:
     return bind_demo_server()
 
 
+def module_flow_graphs(module: str) -> list[str]:
+    """Every ``build_*`` function of the test module ``module``, as the dotted paths ``PLATFORM_FLOW_GRAPHS`` takes:
+    a worker runs only registered flow graphs (``agents.flows.registered_flow_graphs``)."""
+    import importlib
+
+    found = importlib.import_module(module)
+    return [
+        f"{module}.{name}" for name in sorted(vars(found)) if name.startswith("build_") and callable(vars(found)[name])
+    ]
+
+
 def make_agent(
     *,
     slug: str,

@@ -18,7 +18,14 @@ from agents.tools import DeterministicContext, deterministic_tool
 from audit.models import AuditEvent
 from mcpregistry import gate
 from mcpregistry.models import McpServer
-from tests.conftest import make_agent
+from tests.conftest import make_agent, module_flow_graphs
+
+
+@pytest.fixture(autouse=True)
+def _this_module_s_flows_registered(settings: Any) -> None:
+    """A worker runs only registered flow graphs: this module's ``build_*`` are (a test may register others)."""
+    settings.PLATFORM_FLOW_GRAPHS = module_flow_graphs(__name__)
+
 
 pytestmark = pytest.mark.django_db
 

@@ -31,7 +31,14 @@ from agents.tools import ToolFailure
 from audit.models import AuditEvent
 from mcpregistry.models import McpServer, McpTool
 from mcpregistry.pool import get_default_pool
-from tests.conftest import make_agent
+from tests.conftest import make_agent, module_flow_graphs
+
+
+@pytest.fixture(autouse=True)
+def _this_module_s_flows_registered(settings: Any) -> None:
+    """A worker runs only registered flow graphs: this module's ``build_*`` are (a test may register others)."""
+    settings.PLATFORM_FLOW_GRAPHS = module_flow_graphs(__name__)
+
 
 # The options the flows of this module take besides mcp_id (agents.flow_runner.flow_option_keys).
 FLOW_OPTIONS = ("greeting",)
@@ -189,6 +196,7 @@ def test_flow_options_stored_as_no_object_fail_the_run_as_the_flows_error(demo_s
 # ---- 2. A flow call's attempts on the run page -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_flow_calls_step_shows_its_audited_attempts(demo_server: Any) -> None:
     result = run(flow_agent(demo_server, "flow-timeline"), "김하늘 님의 프로젝트")
@@ -207,6 +215,7 @@ def test_a_flow_calls_step_shows_its_audited_attempts(demo_server: Any) -> None:
 # ---- 3. A failed call, told in plain words and counted --------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_flow_run_whose_call_failed_says_so_and_counts_it(demo_server: Any) -> None:
     McpTool.objects.filter(server=demo_server, name="list_projects").update(enabled=False)
@@ -293,6 +302,7 @@ def test_a_flow_that_exits_is_a_flow_error_but_the_workers_shutdown_goes_through
         flow_run(flow_graph=f"{__name__}.build_shuts_down", settings=settings, trace=[], emit=lambda k, d: None)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_flow_that_exits_ends_its_run_as_a_value(demo_server: Any) -> None:
     result = run(flow_agent(demo_server, "flow-exits", f"{__name__}.build_exits"), "q")

@@ -45,7 +45,14 @@ from audit.models import AuditEvent
 from mcpregistry.models import McpServer
 from mcpregistry.pool import get_default_pool
 from tests.agents.test_flow_defects import flow_agent, in_process, one_node, run, settings_for_nothing
-from tests.conftest import discover_as_admin, make_agent
+from tests.conftest import discover_as_admin, make_agent, module_flow_graphs
+
+
+@pytest.fixture(autouse=True)
+def _this_module_s_flows_registered(settings: Any) -> None:
+    """A worker runs only registered flow graphs: this module's ``build_*`` are (a test may register others)."""
+    settings.PLATFORM_FLOW_GRAPHS = module_flow_graphs(__name__)
+
 
 mcp = MCPHandle()
 
@@ -382,6 +389,7 @@ def test_the_writes_of_sends_to_one_subgraph_keep_their_ids_whatever_their_order
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_step_s_only_task_numbers_in_the_runs_order_and_branches_their_own(demo_server: McpServer) -> None:
     result = run(flow_agent(demo_server, "flow-parallel-ids", "agents.flows.parallel.build_graph"), "김하늘 님 자산")
@@ -420,6 +428,7 @@ async def answer_found(state: LookUpState) -> dict[str, Any]:
     return {"output": f"찾음: {state.get('found')}"}
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_subgraph_s_call_is_numbered_under_its_parent_task(demo_server: McpServer) -> None:
     result = run(flow_agent(demo_server, "flow-nested", f"{__name__}.build_a_call_from_a_subgraph"), "q")
@@ -427,6 +436,7 @@ def test_a_subgraph_s_call_is_numbered_under_its_parent_task(demo_server: McpSer
     assert [e["call_id"] for e in result.messages if e.get("type") == "flow_call"] == ["flow:nested@1/look_up@1:1"]
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_subgraph_s_call_whose_parent_task_cannot_be_named_is_refused_and_fails_the_run(
     demo_server: McpServer, monkeypatch: pytest.MonkeyPatch

@@ -29,6 +29,14 @@ from agents.versions import version_content_portable
 from tests.agents.test_flow_defects import flow_agent, run
 from tests.agents.test_run_timeline_entries import timeline
 from tests.agents.test_version_content_checks import document_with_version
+from tests.conftest import module_flow_graphs
+
+
+@pytest.fixture(autouse=True)
+def _this_module_s_flows_registered(settings: Any) -> None:
+    """A worker runs only registered flow graphs: this module's ``build_*`` are (a test may register others)."""
+    settings.PLATFORM_FLOW_GRAPHS = module_flow_graphs(__name__)
+
 
 pytestmark = pytest.mark.django_db
 
@@ -109,6 +117,7 @@ def flow_calls(client: Any, result: Run, language: str = "en") -> dict[str, tupl
 # ---- 4. which node made which call ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_each_branch_call_names_its_node_step_and_number_on_the_run_page(admin_client: Any, demo_server: Any) -> None:
     result = run(flow_agent(demo_server, "flow-branches", BRANCHES), "김하늘 님")
     assert result.status == Run.Status.SUCCEEDED, result.error_message
@@ -132,6 +141,7 @@ def test_each_branch_call_names_its_node_step_and_number_on_the_run_page(admin_c
     assert "by node work (Send 1) at step 2 › inner at step 1, its call 1" in calls["flow:work#1@2/inner@1:1"][1]
 
 
+@pytest.mark.slow
 def test_a_sequential_flows_calls_say_their_number_in_the_runs_order(admin_client: Any, demo_server: Any) -> None:
     result = run(flow_agent(demo_server, "flow-in-order"), "김하늘 님의 프로젝트")
     assert result.status == Run.Status.SUCCEEDED, result.error_message

@@ -37,7 +37,14 @@ from agents.tools import MCPHandle
 from audit.models import AuditEvent
 from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import get_default_pool
-from tests.conftest import discover_as_admin, make_agent
+from tests.conftest import discover_as_admin, make_agent, module_flow_graphs
+
+
+@pytest.fixture(autouse=True)
+def _this_module_s_flows_registered(settings: Any) -> None:
+    """A worker runs only registered flow graphs: this module's ``build_*`` are (a test may register others)."""
+    settings.PLATFORM_FLOW_GRAPHS = module_flow_graphs(__name__)
+
 
 MCP_ID = "flow-reviewed31"
 mcp = MCPHandle()
@@ -233,6 +240,7 @@ def lines(file: Path) -> list[str]:
 # ---- 1. a branch's bug beside a park ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_branchs_bug_beside_a_parked_write_fails_the_run_and_never_asks_for_the_write(
     side_effects: tuple[McpServer, Path],
 ) -> None:
@@ -247,6 +255,7 @@ def test_a_branchs_bug_beside_a_parked_write_fails_the_run_and_never_asks_for_th
     assert lines(file) == ["read:before-boom"]  # the write never went out
 
 
+@pytest.mark.slow
 def test_a_bug_beside_a_parked_write_inside_a_subgraph_fails_the_run_too(side_effects: tuple[McpServer, Path]) -> None:
     """The failure is known only as its subgraph node's, a parent of the parked call: it may be a sibling's (as
     here) or the parked call's own, which cannot be told apart; the write is not put to a person either way."""
@@ -349,6 +358,7 @@ def test_a_flow_past_its_own_loop_bound_is_told_in_words_of_its_own_without_a_tr
     assert [record.exc_info for record in caplog.records] == [None]  # told once, no traceback
 
 
+@pytest.mark.slow
 def test_a_flow_run_past_its_own_loop_bound_fails_as_too_many_steps(side_effects: tuple[McpServer, Path]) -> None:
     server, _file = side_effects
     run = execute(flow_run_of(server, "build_bounded_loop"))
