@@ -110,6 +110,7 @@ VIEW_EVERYTHING = (
 )
 
 
+@pytest.mark.slow
 def test_every_admin_link_on_the_dashboard_opens_for_its_reader() -> None:
     key, _raw = api_key_create(actor="t", via="tests", name="키")
     a_run(status=Run.Status.FAILED, api_key=key, tokens=10)  # tokens without a price: the "Model prices" link

@@ -228,6 +228,7 @@ def test_import_config_tells_a_text_too_long_or_off_its_pattern_in_the_platforms
 # ---- 8. LANGUAGE_CODE ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("language", ["", "xx"])
 def test_an_empty_or_unknown_language_code_is_english(language: str, tmp_path: Path) -> None:
     environment = {**os.environ, "LANGUAGE_CODE": language, "PLATFORM_VAR_DIR": str(tmp_path)}

@@ -110,6 +110,7 @@ def test_the_shipped_catalogue_has_no_untranslated_or_fuzzy_message() -> None:
     assert _problems(po_entries(CATALOGUE)) == []
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("xgettext") is None, reason="needs GNU gettext (apt-get install gettext)")
 def test_every_message_in_the_code_has_a_korean_translation(tmp_path: Path) -> None:
     for name in SOURCES:

@@ -72,6 +72,7 @@ def silent_redis() -> Any:
         connection.close()
 
 
+@pytest.mark.slow
 def test_readyz_answers_promptly_when_the_broker_accepts_but_never_answers(client, silent_redis: int) -> None:
     from agent_platform.celery import app
     from agents.heartbeats import worker_heartbeat_record
@@ -96,6 +97,7 @@ def test_readyz_answers_promptly_when_the_broker_accepts_but_never_answers(clien
     assert took < 10, took
 
 
+@pytest.mark.slow
 def test_a_redis_brokers_sockets_are_bounded_by_the_settings(tmp_path: Path) -> None:
     """kombu's Redis channel takes its socket timeouts from the transport options only; a worker's BRPOP waits
     kombu's brpop_timeout (1 s) on the server, so a command timeout far above it leaves consuming alone."""
@@ -357,6 +359,7 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_gunicorn_with_log_format_json_writes_only_json_lines(tmp_path: Path) -> None:
     port = _free_port()
     env = {

@@ -165,6 +165,7 @@ def test_readyz_is_not_ready_while_a_key_cannot_be_used_and_quotes_none(client: 
 # --- 4. LOG_LEVEL -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_log_level_is_read_in_any_case_and_empty_means_info(tmp_path: Path) -> None:
     seen = "[settings.LOG_LEVEL, settings.LOGGING['root']['level']]"
     assert settings_seen(seen, tmp_path, LOG_LEVEL="info") == ["INFO", "INFO"]
@@ -268,6 +269,7 @@ def test_an_otlp_protocol_the_exporter_does_not_speak_leaves_traces_off_saying_s
     assert telemetry.configure_tracing() is True
 
 
+@pytest.mark.slow
 def test_compose_passes_the_metrics_token_proxies_redis_and_otel_variables_keeping_the_defaults(
     tmp_path: Path,
 ) -> None:

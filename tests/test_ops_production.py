@@ -117,6 +117,7 @@ def last_json(done: subprocess.CompletedProcess[str]) -> Any:
 # --- 1. a database that never answers ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_postgresql_connections_give_up_after_db_connect_timeout(tmp_path: Path) -> None:
     url = "postgres://platform@db.invalid:5432/platform"  # read, never connected to
     options = "settings.DATABASES['default']['OPTIONS']['connect_timeout']"
@@ -134,6 +135,7 @@ def test_a_db_connect_timeout_that_is_no_bound_is_refused_at_start(value: str, t
     assert "DB_CONNECT_TIMEOUT must be a whole number of seconds from 2 to 300" in done.stderr
 
 
+@pytest.mark.slow
 def test_readyz_answers_not_ready_while_the_database_accepts_connections_and_never_answers(tmp_path: Path) -> None:
     script = (
         "import json\nfrom django.test import Client\n"
@@ -181,6 +183,7 @@ def test_readyz_bounds_its_select_on_postgresql_for_its_own_transaction_only(
     assert ok is True
 
 
+@pytest.mark.slow
 def test_the_entrypoint_stops_waiting_for_a_database_that_never_answers_at_its_deadline(tmp_path: Path) -> None:
     with silent_database() as url:
         done = platform_process(
@@ -199,6 +202,7 @@ def test_the_entrypoint_stops_waiting_for_a_database_that_never_answers_at_its_d
 # --- 2. keys of this machine's own ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_deploy_check_warns_where_sessions_and_stored_secrets_would_use_keys_of_this_machine(
     tmp_path: Path,
 ) -> None:

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 APPS = ("agent_platform", "agents", "mcpregistry", "audit", "auditor", "evals")
 AUDIT_CORE = ("audit.models", "audit.chain", "audit.masking", "audit.services")
@@ -134,6 +136,7 @@ def test_no_circle_of_imports_between_or_inside_the_apps() -> None:
     assert circles(import_graph()) == []
 
 
+@pytest.mark.slow
 def test_the_walk_sees_function_local_imports() -> None:
     edges = import_graph()
     assert "agents.execution" in edges["agents.tasks"]  # imported inside run_agent's body
@@ -171,6 +174,7 @@ def test_django_s_start_its_checks_and_the_web_urlconf_load_none_of_the_run_path
     assert loaded == []
 
 
+@pytest.mark.slow
 def test_a_worker_imports_the_run_path_before_it_is_ready() -> None:
     # ``worker_init`` fires in the worker's main process before its pool starts: the pool processes forked from
     # it have the run path, and no run waits for its imports.

@@ -263,6 +263,7 @@ def test_what_a_model_makes_up_reaches_no_span_audit_column_or_metric_label_as_i
     assert "args:unknown" in labels and not any(label and label.startswith("args:unknown:") for label in labels)
 
 
+@pytest.mark.slow
 def test_a_resource_read_and_a_prompt_carry_the_trace_context_to_the_server(spans) -> None:
     """tools/call sent the caller's traceparent in its _meta; resources/read and prompts/get sent none."""
     import sys

@@ -66,6 +66,7 @@ def park_for_input(run_id: str) -> Approval:
 # --- 1. contextId compared composed --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_decomposed_context_id_answers_its_task_and_lists_it(api_caller: ApiCaller, demo_agent: Agent) -> None:
     decomposed = unicodedata.normalize("NFD", CONTEXT)
     assert decomposed != CONTEXT

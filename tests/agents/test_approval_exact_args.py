@@ -116,6 +116,7 @@ def test_an_approved_write_whose_masked_text_fails_its_pattern_is_made_with_the_
     assert approval.status == Approval.Status.EXECUTED
 
 
+@pytest.mark.slow
 def test_an_approved_write_whose_int_passcode_is_masked_is_made_with_the_exact_number(
     db: None, notes: Path, django_capture_on_commit_callbacks: Any
 ) -> None:

@@ -70,6 +70,7 @@ def test_the_reconciler_queues_a_parked_run_with_no_approval_pending(
     assert runs_reconcile().parked_resumed == 0
 
 
+@pytest.mark.slow
 def test_an_expiry_and_its_runs_resumption_are_one_transaction(
     writer, notes, monkeypatch, django_capture_on_commit_callbacks
 ) -> None:
@@ -95,6 +96,7 @@ def test_an_expiry_and_its_runs_resumption_are_one_transaction(
     assert lines(notes) == []
 
 
+@pytest.mark.slow
 def test_a_resumed_pass_just_claimed_is_not_failed_for_the_time_its_run_was_parked(writer, notes) -> None:
     run, client = writer
     approval = park(run)
@@ -124,6 +126,7 @@ def _approved_and_claimed(run: Run, client) -> Approval:  # type: ignore[no-unty
     return approval
 
 
+@pytest.mark.slow
 def test_a_pass_cut_short_after_its_run_was_cancelled_ends_the_call_it_claimed(writer, notes, monkeypatch) -> None:
     from celery.exceptions import SoftTimeLimitExceeded
 
@@ -187,6 +190,7 @@ def test_a_sandboxed_write_is_not_sent_again_when_its_pass_is_made_again(writer,
     assert approval.status == Approval.Status.EXECUTED
 
 
+@pytest.mark.slow
 def test_a_secret_written_in_a_decisions_reason_is_masked(writer, notes, django_capture_on_commit_callbacks) -> None:
     # The notes server's environment is its secret (here, the file's path); a reviewer pastes it in the reason.
     run, client = writer

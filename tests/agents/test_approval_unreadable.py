@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.messages import get_messages
 from django.test import Client
@@ -99,6 +100,7 @@ def test_approving_a_call_of_an_agent_whose_secret_cannot_be_read_is_a_503_and_l
     assert lines(notes) == []
 
 
+@pytest.mark.slow
 def test_a_server_whose_secret_cannot_be_read_refuses_the_approval_and_lets_the_rejection_through(
     writer,  # noqa: F811
     notes,  # noqa: F811
@@ -114,6 +116,7 @@ def test_a_server_whose_secret_cannot_be_read_refuses_the_approval_and_lets_the_
     assert status_of(approval) == Approval.Status.REJECTED
 
 
+@pytest.mark.slow
 def test_the_admin_says_why_it_cannot_approve_and_still_rejects(writer, notes) -> None:  # noqa: F811
     run, _client = writer
     approval = park(run)
@@ -195,6 +198,7 @@ def test_an_approved_call_whose_exact_arguments_became_unreadable_is_never_sent_
     assert status_of(approval) == Approval.Status.EXPIRED
 
 
+@pytest.mark.slow
 def test_a_pass_made_again_finds_the_same_failure_and_audits_it_once(writer, notes) -> None:  # noqa: F811
     run, client = writer
     approval = park(run)

@@ -148,6 +148,7 @@ def test_an_approved_call_runs_exactly_once_with_its_idempotency_key(
     assert len(lines(notes)) == 1
 
 
+@pytest.mark.slow
 def test_a_rejected_call_is_not_made_and_the_model_is_told(writer, notes, django_capture_on_commit_callbacks) -> None:
     run, client = writer
     approval = park(run)
@@ -256,6 +257,7 @@ def test_rejecting_in_the_admin_needs_a_reason(writer, notes, django_capture_on_
     assert approval.status == "rejected"
 
 
+@pytest.mark.slow
 def test_an_approved_call_runs_with_its_exact_arguments_though_the_stored_conversation_is_masked(
     db, notes, django_capture_on_commit_callbacks
 ) -> None:

@@ -40,6 +40,7 @@ def tool_calls(run: Run) -> list[tuple[str, bool, str]]:
     return list(events.values_list("tool", "ok", "reason"))
 
 
+@pytest.mark.slow
 def test_the_backup_answers_after_the_model_asked_twice_for_the_failing_tool(gate_clock: FakeClock) -> None:
     server = bind_demo_server(mcp_id="assets-asked-twice", failure_mode="rate_limit")
     agent = make_agent(

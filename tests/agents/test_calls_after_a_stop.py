@@ -100,6 +100,7 @@ def stop_after_the_first_call(monkeypatch: pytest.MonkeyPatch, run: Run, how: st
 # ---- 1. a model turn's later calls after a stop --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     ("how", "status", "code"), [("cancelled", "cancelled", ""), ("time_limit", "failed", "time_limit")]
@@ -126,6 +127,7 @@ def test_a_model_turns_later_calls_are_not_sent_once_the_run_stops(
     assert list(calls.values_list("call_id", flat=True)) == ["call_a"]
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_parallel_batch_sends_no_call_that_had_not_started_when_the_run_was_cancelled(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Any
@@ -168,6 +170,7 @@ def read_with_a_write_fallback(mcp_id: str, file: Path) -> McpServer:
     return McpServer.objects.prefetch_related("tools__contract").get(pk=server.pk)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_the_gate_never_calls_a_write_fallback_for_a_failed_read_in_a_sandboxed_eval(tmp_path: Path) -> None:
     file = tmp_path / "side-effects.txt"
@@ -189,6 +192,7 @@ def test_the_gate_never_calls_a_write_fallback_for_a_failed_read_in_a_sandboxed_
     assert not AuditEvent.objects.filter(tool="append_line", action="tool.call").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_run_is_told_of_a_write_fallback_instead_of_an_approval_it_never_waits_on(tmp_path: Path) -> None:
     file = tmp_path / "side-effects.txt"

@@ -181,6 +181,7 @@ def test_a_dry_run_changes_nothing() -> None:
     assert not McpServer.objects.exists() and not McpTool.objects.exists()
 
 
+@pytest.mark.slow
 def test_an_imported_binding_is_discovered_and_answers() -> None:
     from agents.execution import run_execute
     from agents.models import Run

@@ -80,6 +80,7 @@ def test_a_trial_whose_tool_is_gone_is_a_failure_not_a_match(demo_agent, execute
     assert trials_summary(trials).startswith(f"A run would fail at rule {last.name} (deterministic:tool_unknown")
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_the_tester_says_a_run_fails_for_seed_000s_tool_name_typo(admin_client) -> None:
     """Seed 000: the returned tool_name is not on the MCP → a failure. A run fails; the tester says so."""

@@ -214,6 +214,7 @@ def test_the_heartbeat_extends_its_own_lease_and_notices_when_it_lost_the_run(de
     assert fresh(run).lease_expires_at == lease_of_the_other
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_the_heartbeat_thread_renews_the_lease_until_it_is_stopped(demo_agent, settings, monkeypatch) -> None:
     settings.PLATFORM_RUN_LEASE_S = 0.6
@@ -506,6 +507,7 @@ def note_writer(tmp_path: Path) -> Iterator[tuple[Run, Path]]:
     get_default_pool().close("notes")
 
 
+@pytest.mark.slow
 def test_an_approved_write_made_before_the_worker_died_is_not_made_again_on_redelivery(
     note_writer, monkeypatch
 ) -> None:
@@ -788,6 +790,7 @@ def test_at_the_default_settings_a_run_whose_worker_died_is_taken_over_within_th
     assert claim is not None and claim.delivery == 2
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_the_workers_reconciler_wakes_when_a_lease_is_due_not_a_whole_interval_later(dispatched) -> None:
     agent = Agent.objects.create(slug="lease-due", name="lease-due")

@@ -177,6 +177,7 @@ def test_a_forced_bedrock_tool_choice_holds_for_the_first_turn_only(demo_server,
     assert "toolChoice" not in sent[1]["toolConfig"], sent[1]["toolConfig"]
 
 
+@pytest.mark.slow
 def test_openai_compatible_tool_choice_any_is_forced_once_and_none_on_every_turn(demo_server) -> None:
     script = [
         {"tool_calls": [{"name": "search_employee", "args": {"name": "박도윤"}}]},

@@ -43,6 +43,7 @@ def notes_server(db: Any, tmp_path: Path) -> Iterator[tuple[McpServer, Path]]:
     get_default_pool().close("notes")
 
 
+@pytest.mark.slow
 def test_an_openai_compatible_run_parked_for_an_approval_resumes_and_succeeds(
     notes_server: tuple[McpServer, Path],
 ) -> None:

@@ -28,6 +28,7 @@ SERVER = Path(__file__).resolve().parent.parent / "mcp_fixtures" / "context_serv
 CRM_TOKEN = "Hx5Rt8Kq2Nw7Pz3Lm"
 
 
+@pytest.mark.slow
 def test_a_tool_answering_with_another_bindings_token_is_masked_in_a_fresh_worker() -> None:
     echo = mcp_server_create(
         actor="admin",
@@ -79,6 +80,7 @@ def test_a_tool_answering_with_another_bindings_token_is_masked_in_a_fresh_worke
     assert "crm_access=" in stored and CRM_TOKEN not in stored
 
 
+@pytest.mark.slow
 def test_settings_with_credential_words_in_their_names_stay_settings_and_short_secrets_mask_only_their_runs() -> None:
     """Two changes met: a setting named TOKEN_TTL_S or AUTH_MODE was refused (its name "says it is a secret"), and,
     kept as a secret, its 3600 and none were masked in the answers of every agent on the platform."""

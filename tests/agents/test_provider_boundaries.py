@@ -167,6 +167,7 @@ def test_a_stored_base_url_with_ideographic_dots_sends_the_model_key_nowhere(
 # ---- 2. redirects ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_redirect_from_the_model_server_is_not_followed_and_fails_the_run_as_validation(
     demo_server: McpServer,
 ) -> None:

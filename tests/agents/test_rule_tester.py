@@ -51,6 +51,7 @@ def test_asked_to_execute_it_calls_through_the_gate(admin_client, demo_agent) ->
     assert (event.source, event.tool, event.actor) == ("admin", "search_employee", "rule-tester:admin")
 
 
+@pytest.mark.slow
 def test_code_rules_are_tried_too(admin_client, db) -> None:
     from tests.agents.test_deterministic_rules import SEED_SERVERS, seed_server
     from tests.conftest import make_agent

@@ -88,6 +88,7 @@ def _sqlite_run_indexes() -> dict[str, list[str]]:
     return {name: about["columns"] for name, about in found.items() if about["index"] and not about["unique"]}
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_on_sqlite_the_migration_goes_back_to_the_api_keys_plain_index_and_forward_again(demo_agent: Any) -> None:
     run = Run.objects.create(agent=demo_agent, query="보존")

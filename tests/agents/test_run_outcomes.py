@@ -26,6 +26,7 @@ def submit(agent: Agent, query: str) -> Run:
     return run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("mode", "reason"), [("timeout", "timeout"), ("rate_limit", "rate_limit")])
 def test_offline_a_backend_that_times_out_or_is_rate_limited_is_answered_by_the_backup(db, mode, reason) -> None:
     """Seed 001's other two injected failures are a backend's too: handed to the backup where no model reads."""
@@ -146,6 +147,7 @@ def test_without_its_own_text_no_demo_topics_are_named() -> None:
     assert text and "직원" not in text and "자산" not in text
 
 
+@pytest.mark.slow
 def test_run_query_says_which_call_a_fallback_stood_in_for(db) -> None:
     from io import StringIO
 
@@ -173,6 +175,7 @@ def test_a_query_longer_than_any_caller_may_send_is_refused_whoever_submits_it(d
     assert not Run.objects.exists()
 
 
+@pytest.mark.slow
 def test_run_query_prints_a_call_that_was_never_sent_without_a_latency(db) -> None:
     """A refused call (here a tool the model invented) has no latency: run_query raised formatting None."""
     from io import StringIO
@@ -192,6 +195,7 @@ def test_run_query_prints_a_call_that_was_never_sent_without_a_latency(db) -> No
     assert "no_such_tool ok=False tool:unknown —" in out.getvalue()
 
 
+@pytest.mark.slow
 def test_run_query_tells_a_failure_in_the_platforms_language(db) -> None:
     """A failed run's stored message is English (the engine writes it): the command printed it as stored, where
     the admin's run page reads it back in the reader's language."""

@@ -152,6 +152,7 @@ def write_that_drops_its_session(tmp_path: Path) -> Any:
     get_default_pool().close("ledger-exit")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("language", "unknown", "failed"), [("en", "outcome unknown", "failed"), ("ko", "결과 알 수 없음", "실패")]
 )

@@ -146,6 +146,7 @@ def test_an_approval_whose_call_failed_says_why_in_words(admin_client: Any, flow
     assert "failed:" in asked[2] and "tool:error" in asked[2] and '"ok"' not in asked[2]
 
 
+@pytest.mark.slow
 def test_a_reader_who_may_not_view_approvals_gets_no_link_to_them(flow_run: Any) -> None:  # noqa: F811
     run, _file = flow_run
     approval = resumed_flow(run)
@@ -214,6 +215,7 @@ def lose_the_worker(run: Run) -> None:
     Run.objects.filter(pk=run.pk).update(worker="dead-host:1", lease_expires_at=timezone.now() - timedelta(seconds=1))
 
 
+@pytest.mark.slow
 def test_a_flow_taken_over_marks_its_new_pass_and_its_repeated_call_is_no_retry(
     admin_client: Any,
     flow_run: Any,  # noqa: F811
@@ -239,6 +241,7 @@ def test_a_flow_taken_over_marks_its_new_pass_and_its_repeated_call_is_no_retry(
         assert "status-ok" in read[0] and "1 attempt(s)" in read[2], read
 
 
+@pytest.mark.slow
 def test_a_model_run_taken_over_counts_its_turns_again_and_says_a_worker_was_lost(
     writer: Any,  # noqa: F811
     admin_client: Any,
@@ -264,6 +267,7 @@ def a_database_hiccup() -> None:
     raise OperationalError("server closed the connection unexpectedly")
 
 
+@pytest.mark.slow
 def test_a_flow_retried_after_a_database_hiccup_is_no_takeover(
     admin_client: Any,
     flow_run: Any,  # noqa: F811
@@ -290,6 +294,7 @@ def test_a_flow_retried_after_a_database_hiccup_is_no_takeover(
     assert len(reads) == 2 and all("1 attempt(s)" in read[2] for read in reads)  # each pass's call: no retry
 
 
+@pytest.mark.slow
 def test_a_model_run_retried_counts_its_turns_again_and_a_later_lost_worker_is_still_a_takeover(
     writer: Any,  # noqa: F811
     admin_client: Any,

@@ -127,6 +127,7 @@ def test_a_worker_that_lost_its_run_does_not_send_the_approved_rule_write(
     assert approval.status == Approval.Status.APPROVED
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make_rule", RULES.values(), ids=RULES.keys())
 def test_an_approved_rule_write_is_not_sent_once_the_run_is_out_of_time(
     writer: Any,  # noqa: F811 - the fixture
@@ -144,6 +145,7 @@ def test_an_approved_rule_write_is_not_sent_once_the_run_is_out_of_time(
     assert approval.status == Approval.Status.EXPIRED
 
 
+@pytest.mark.slow
 def test_a_code_rule_that_catches_its_runs_stop_calls_nothing_more_and_the_stage_stops(
     writer: Any,  # noqa: F811 - the fixture
 ) -> None:

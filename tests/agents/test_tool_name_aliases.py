@@ -64,6 +64,7 @@ def dotted_server(db: object) -> McpServer:
     return server
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 def test_a_tool_named_projects_dot_list_is_offered_by_an_alias_and_its_calls_reach_the_real_tool(
@@ -87,6 +88,7 @@ def test_a_tool_named_projects_dot_list_is_offered_by_an_alias_and_its_calls_rea
     assert [e["tool"] for e in tool_events] == ["projects.list"]
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_forced_first_tool_named_as_the_admin_knows_it_is_forced_by_its_alias(dotted_server: McpServer) -> None:
     turns: list[dict[str, Any]] = [
@@ -103,6 +105,7 @@ def test_a_forced_first_tool_named_as_the_admin_knows_it_is_forced_by_its_alias(
     assert choice == {"type": "function", "function": {"name": "projects_list"}}, choice
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_the_gates_diagnostic_names_the_tool_by_the_alias_the_model_can_call(dotted_server: McpServer) -> None:
     """The gate said "Tool '직원.검색' was not called … call it again": a name the model was never offered, so its

@@ -90,6 +90,7 @@ CALLS_EACH_TOOL = [
 ]
 
 
+@pytest.mark.slow
 def test_a_tools_error_text_follows_the_whole_guidance_as_data_it_cannot_close(injecting_server) -> None:
     run = submit(english_agent(injecting_server, CALLS_EACH_TOOL), "김하늘 님 소속?")
 
@@ -105,6 +106,7 @@ def test_a_tools_error_text_follows_the_whole_guidance_as_data_it_cannot_close(i
     assert invisible_characters(message) == []
 
 
+@pytest.mark.slow
 def test_a_successful_result_reaches_the_model_with_its_hidden_characters_written_out(injecting_server) -> None:
     run = submit(english_agent(injecting_server, CALLS_EACH_TOOL), "김하늘 님 소속?")
 
@@ -122,6 +124,7 @@ def test_a_successful_result_reaches_the_model_with_its_hidden_characters_writte
     assert HIDDEN_ORDER in failed.result
 
 
+@pytest.mark.slow
 def test_the_fallback_that_failed_too_is_said_in_the_guidance_before_the_tools_text(injecting_server) -> None:
     with change_scope(actor="tests", via="tests"):
         ToolContract.objects.filter(tool__server=injecting_server, tool__name="search_employee").update(
@@ -146,6 +149,7 @@ def test_the_fallback_that_failed_too_is_said_in_the_guidance_before_the_tools_t
     assert data_block(for_model)[1] == data
 
 
+@pytest.mark.slow
 def test_deterministic_results_in_the_system_message_have_their_hidden_characters_written_out(
     injecting_server,
 ) -> None:
@@ -168,6 +172,7 @@ def test_deterministic_results_in_the_system_message_have_their_hidden_character
     assert invisible_characters(system) == []
 
 
+@pytest.mark.slow
 def test_the_auditors_event_page_shows_a_results_hidden_characters(injecting_server, auditor_client: Client) -> None:
     run = submit(english_agent(injecting_server, CALLS_EACH_TOOL), "김하늘 님 소속?")
 

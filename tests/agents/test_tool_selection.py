@@ -563,6 +563,7 @@ def test_the_hard_filters_hold_also_when_the_agent_has_no_more_tools_than_top_k(
     assert AuditEvent.objects.get(run_id=run.id, tool="ping").reason == "tool:not_offered"
 
 
+@pytest.mark.slow
 def test_the_fallback_the_gate_tells_the_model_to_use_is_offered_on_the_next_turn() -> None:
     server = bind_demo_server(failure_mode="bad_schema")
     agent = scripted_agent(

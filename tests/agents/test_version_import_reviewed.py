@@ -89,6 +89,7 @@ def two_rules_named_memo(agent: Agent, notes: McpServer) -> None:
 # --- 1. two rules of one name keep their own identity ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_imported_versions_rules_of_one_name_are_matched_by_occurrence_and_an_approved_write_runs(
     demo_agent: Agent, notes_server: McpServer, tmp_path: Path
 ) -> None:
@@ -177,6 +178,7 @@ def test_an_export_whose_version_names_a_deleted_server_imports_with_a_warning_a
     assert run.status == Run.Status.SUCCEEDED, run.error_message
 
 
+@pytest.mark.slow
 def test_import_config_prints_the_warning(demo_agent: Agent, notes_server: McpServer, tmp_path: Path) -> None:
     exported = export_after_the_notes_server_was_deleted(demo_agent, notes_server)
     emptied()

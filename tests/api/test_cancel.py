@@ -136,6 +136,7 @@ def parked_note(caller_key, tmp_path: Path) -> Iterator[tuple[Run, Path]]:
         get_default_pool().close("notes")
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_run_awaiting_approval_is_cancelled_and_its_approvals_expire(
     api_client, parked_note, django_capture_on_commit_callbacks
@@ -199,6 +200,7 @@ def sleeper_started(probe: McpServer, caller_key: ApiKey) -> tuple[Run, threadin
     return run, worker
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_running_run_stops_at_its_next_step(api_client, caller_key, probe) -> None:
     run, worker = sleeper_started(probe, caller_key)
@@ -228,6 +230,7 @@ def test_a_running_run_stops_at_its_next_step(api_client, caller_key, probe) -> 
     assert AuditEvent.objects.get(run_id=run.id, action="run.cancel").args["from_status"] == "running"
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_stream_and_a_wait_on_a_run_cancelled_while_running_carry_its_last_events(
     api_client, caller_key, probe

@@ -140,6 +140,7 @@ def test_a_json_only_mcp_call_of_a_revoked_key_ends_with_an_error_result(
     assert answer["result"]["content"][0]["text"].startswith("authentication_failed: ")
 
 
+@pytest.mark.slow
 def test_a_protocol_stream_takes_its_slot_on_the_short_lease_and_renews_it(
     api_caller: ApiCaller, demo_agent: Agent, fast_streams: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

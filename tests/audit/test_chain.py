@@ -225,6 +225,7 @@ def as_jsonb_gives_it_back(value: Any) -> Any:
     return value
 
 
+@pytest.mark.slow
 @hypothesis_settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=JSON_VALUES, latency_ms=st.none() | st.floats(min_value=0, max_value=1e6) | st.integers(0, 10**6))
 def test_any_json_value_hashes_the_same_as_written_and_as_read_back_from_either_database(

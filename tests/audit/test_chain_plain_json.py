@@ -104,6 +104,7 @@ def _both_ways(record: dict[str, Any], plain: bool) -> None:
     assert record_check(dict(record), "", KEYRING, plain=plain) == record_check(dict(record), "", KEYRING)
 
 
+@pytest.mark.slow
 @hypothesis_settings(max_examples=400, deadline=None)
 @given(args_text=JSON_TEXT, result_text=JSON_TEXT, latency_ms=LATENCY)
 def test_plain_json_hashes_to_the_bytes_of_the_exact_way(args_text: str, result_text: str, latency_ms: Any) -> None:

@@ -30,6 +30,7 @@ SECRETS = st.text(
 ).filter(lambda s: not s.isdigit() and len(set(s)) > 4 and bool(NOT_IN_NAMES & set(s)))
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(secret=SECRETS)

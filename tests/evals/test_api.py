@@ -90,6 +90,7 @@ def test_a_bad_set_is_a_400_naming_the_problem(admin_key_client: APIClient, body
     assert not EvalSet.objects.filter(name="x").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_an_admin_key_runs_a_set_and_reads_its_scores(admin_key_client: APIClient) -> None:
     company_assistant()

@@ -49,6 +49,7 @@ def _eval_runs_of(agent: Agent) -> int:
 # ---- 1. starting an eval ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.parametrize("poison", [poison_agent, _poison_server], ids=["model_key", "server_env"])
 def test_starting_an_eval_whose_secrets_cannot_be_decrypted_is_a_503_not_a_500(

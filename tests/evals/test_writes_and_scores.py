@@ -47,6 +47,7 @@ def notes(transactional_db: Any, tmp_path: Path) -> Any:
     get_default_pool().close("notes")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sandbox", [False, True], ids=["blocked", "sandbox"])
 def test_a_write_runs_only_on_a_sandbox_server_and_is_scored_on_the_attempt(notes: Path, sandbox: bool) -> None:
     document = {"name": "writes", "cases": [NOTE_CASE], "sandbox_servers": ["notes"] if sandbox else []}
@@ -68,6 +69,7 @@ def test_a_write_runs_only_on_a_sandbox_server_and_is_scored_on_the_attempt(note
     assert AuditEvent.objects.filter(action="tool.call", tool="append_note").get().source == "eval"
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_model_calls_saved_by_rules_are_counted() -> None:
     agent = company_assistant()

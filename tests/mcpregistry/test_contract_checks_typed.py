@@ -98,6 +98,7 @@ def audited(tool: str) -> Any:
 # ---- 1. typed results -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("tool", "kind", "expected"), [("count", "int", 3), ("ratio", "float", 0.5), ("flag", "bool", True)]
 )
@@ -123,6 +124,7 @@ def test_a_text_the_tool_typed_as_text_stays_text(typed: McpServer) -> None:
     assert call(typed, "code").value == "3"
 
 
+@pytest.mark.slow
 def test_a_count_whose_text_says_4개_is_refused_beside_a_typed_4(typed: McpServer) -> None:
     """Seed 004: a count that comes back as "4개" is caught; a structured 4 that its own text contradicts is not
     taken for it."""
@@ -138,6 +140,7 @@ def test_an_object_whose_one_key_is_result_stays_that_object(typed: McpServer) -
     assert (result.ok, result.value) == (True, {"result": 3})
 
 
+@pytest.mark.slow
 def test_a_text_only_number_is_one_only_where_the_contract_asks_for_a_number(typed: McpServer) -> None:
     """A server that answers text only can say a number only as its whole text: read as one where the contract
     asks for an int or a float; otherwise it is the text it is, and "4개" never is a number."""
@@ -198,6 +201,7 @@ def test_a_decomposed_region_passes_the_gate_and_reaches_the_tool_as_written(typ
     assert result.value == [ord(c) for c in nfd("서울")]
 
 
+@pytest.mark.slow
 def test_a_decomposed_result_key_passes_the_gate_and_its_range_is_checked(typed: McpServer) -> None:
     returns(typed, "stock", {"required": ["지역"], "fields": {"재고": {"type": "int", "min": 0}}})
     result = call(typed, "stock", {"region": "서울"})
@@ -258,6 +262,7 @@ def test_the_bounds_an_argument_s_type_takes_are_kept(spec: dict[str, Any]) -> N
     ArgSpec.model_validate(spec)
 
 
+@pytest.mark.slow
 def test_a_contract_saved_with_a_range_on_a_text_is_refused_naming_the_argument(typed: McpServer) -> None:
     contract = ToolContract.objects.get(tool__server=typed, tool__name="echo")
     with pytest.raises(ValidationError) as refused:

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -61,6 +62,7 @@ def verify_all(*servers: Any) -> list[dict[str, Any]]:
 STATUS = [("get_asset_status", {"asset_id": "A-1001"})]
 
 
+@pytest.mark.slow
 def test_the_demo_server_answers_the_seeds_texts_over_stdio() -> None:
     lookups = [
         ("search_employee", {"name": "홍길동"}),
@@ -98,6 +100,7 @@ def test_the_demo_server_answers_the_seeds_texts_over_stdio() -> None:
     assert unexpected["answers"] == [(True, f"에러: 조회 실패 (KeyError). {BACKUP_HINT}")]
 
 
+@pytest.mark.slow
 def test_a_failure_timeout_that_is_no_positive_number_of_seconds_is_refused_saying_so() -> None:
     stalls = ["abc", "inf", "nan", "0"]
     servers = verify_all(*(verify(STATUS, env={"FAILURE_MODE": "timeout", "FAILURE_TIMEOUT_S": s}) for s in stalls))

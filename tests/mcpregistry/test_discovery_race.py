@@ -78,6 +78,7 @@ def _checked(result: dict) -> None:
     assert result["enabled"] == tools, result
 
 
+@pytest.mark.slow
 def test_two_discoveries_at_once_create_each_tool_once_on_sqlite(tmp_path) -> None:
     sqlite_path = str(tmp_path / "race.sqlite3")
     migrated = manage("migrate", "--no-input", sqlite_path=sqlite_path, timeout=600)

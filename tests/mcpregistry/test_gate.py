@@ -65,6 +65,7 @@ def test_arguments_are_checked_before_the_call_and_the_refusal_is_audited(probe_
     assert events("count_calls")[0] == (False, "args:type:key", 0)
 
 
+@pytest.mark.slow
 def test_an_invented_argument_name_is_refused(probe_server) -> None:
     result = call(probe_server, "count_calls", {"key_id": "x"})
     assert result.error == "args:unknown:key_id"
@@ -79,12 +80,14 @@ def test_a_tool_without_arguments_refuses_an_invented_one_before_sending(db) -> 
     assert events("ping") == [(False, "args:unknown:verbose", 0), (True, "", 1)]
 
 
+@pytest.mark.slow
 def test_a_tool_the_server_does_not_have_is_refused(probe_server) -> None:
     result = call(probe_server, "drop_tables", {})
     assert result.error == "tool:unknown"
     assert "count_calls" in result.message
 
 
+@pytest.mark.slow
 def test_a_success_is_memoized_within_a_run_and_the_body_runs_once(probe_server) -> None:
     memo: dict = {}
     first = call(probe_server, "count_calls", {"key": "m"}, memo=memo)
@@ -102,6 +105,7 @@ def test_a_failure_is_never_memoized(probe_server) -> None:
     assert (second.ok, second.value) == (True, "f:ok:2")  # the body ran twice
 
 
+@pytest.mark.slow
 def test_a_read_tool_may_reuse_a_result_across_runs_for_its_ttl(probe_server) -> None:
     cache.clear()
     contract(probe_server, "count_calls", memo_ttl_s=60)
@@ -121,6 +125,7 @@ def test_a_rate_limit_is_retried_with_exponential_backoff(db, gate_clock) -> Non
     assert [e[2] for e in events("get_asset_status")] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_a_mistyped_failure_mode_is_a_tool_error_sent_once_not_a_rate_limit(db, gate_clock) -> None:
     """The demo server refuses a FAILURE_MODE it does not know, naming the modes (rate_limit among them): the
     gate sends it once and says what the server said, instead of three tries and "use the backup"."""
@@ -174,6 +179,7 @@ def test_a_tools_own_error_names_the_fallback_only_for_when_the_input_was_right(
     assert "get_asset_status_backup" in result.message
 
 
+@pytest.mark.slow
 def test_the_gate_can_call_the_fallback_itself(db) -> None:
     server = bind_demo_server(mcp_id="fallback", failure_mode="bad_schema")
     contract(server, "get_asset_status", fallback_policy="call")
@@ -194,6 +200,7 @@ def test_the_gate_can_call_the_fallback_itself(db) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_a_fallback_the_gate_called_that_failed_too_is_not_suggested_again(db) -> None:
     server = bind_demo_server(mcp_id="fallback-fails", failure_mode="bad_schema")
     contract(server, "get_asset_status", fallback_policy="call")
@@ -224,6 +231,7 @@ def test_the_circuit_opens_after_repeated_failures_then_half_opens_and_closes(db
     get_default_pool().close("breaker")
 
 
+@pytest.mark.slow
 def test_a_failed_trial_reopens_the_circuit(db) -> None:
     server = probe("breaker2", PROBE_MODE="exit_on_call")
     McpServer.objects.filter(pk=server.pk).update(

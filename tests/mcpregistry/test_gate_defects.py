@@ -136,6 +136,7 @@ def test_a_keyed_write_whose_retry_meets_an_open_circuit_is_outcome_unknown(file
 # ---- 2. a write's fallback ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_write_answered_with_its_own_error_is_not_written_again_by_a_called_fallback(file: Path) -> None:
     # The gate refuses to resend append_line (its 429 may come after the work was done): no other write tool does it.
@@ -165,6 +166,7 @@ def test_a_write_that_reached_its_tool_is_not_suggested_a_fallback(file: Path) -
     assert "append_line_backup" not in result.message  # the model is not told to write it again elsewhere
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_write_whose_server_could_not_be_reached_may_be_suggested_its_fallback(file: Path) -> None:
     # Nothing was sent (the server's process does not start): nothing was done, and the model may ask for the
@@ -211,6 +213,7 @@ def test_a_write_contract_refuses_the_call_fallback_policy() -> None:
 # ---- 3. a memo hit is checked against the contract that applies now ------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_memo_hit_across_runs_is_checked_against_the_contract_that_applies_now() -> None:
     server = probe("memo-now")
@@ -227,6 +230,7 @@ def test_a_memo_hit_across_runs_is_checked_against_the_contract_that_applies_now
     assert (capped.error, capped.memo_hit) == ("result:too_big", False)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_memo_hit_in_a_run_is_checked_against_the_contract_that_applies_now() -> None:
     server = probe("memo-in-run")
@@ -258,6 +262,7 @@ def list_server(db) -> McpServer:  # type: ignore[no-untyped-def]
     return reloaded(server)
 
 
+@pytest.mark.slow
 def test_an_empty_list_result_is_empty_and_a_list_is_a_list(list_server: McpServer) -> None:
     who = gate.GateCall(source="admin")
     contract(list_server, "stock_rows", returns={"non_empty": True})

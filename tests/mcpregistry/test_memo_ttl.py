@@ -62,6 +62,7 @@ def test_a_run_with_writes_blocked_keeps_its_reads_to_itself(clock: Clock) -> No
     assert _memo_get(GateCall(source="deterministic"), reads(3600), KEY) is None
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_shadow_does_not_feed_live_runs_data_older_than_their_contract_allows(
     demo_agent: Agent, clock: Clock

@@ -73,6 +73,7 @@ def test_a_timed_out_call_closes_its_http_stream_and_the_next_call_goes_out_on_a
     assert len(pool.live_sessions()) == 1
 
 
+@pytest.mark.slow
 def test_a_call_in_flight_on_a_retired_session_keeps_its_answer_and_its_own_timeout_and_is_sent_once(
     endpoint: HostileHttp, pool: McpSessionPool
 ) -> None:

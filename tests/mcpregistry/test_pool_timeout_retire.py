@@ -17,6 +17,7 @@ from mcpregistry.pool import McpSessionPool, McpTimeoutError
 SERVER = str(Path(__file__).resolve().parents[1] / "mcp_fixtures" / "sync_sleep_server.py")
 
 
+@pytest.mark.slow
 def test_a_call_after_a_timeout_is_not_lost_to_the_late_answer_that_ends_the_server() -> None:
     pool = McpSessionPool()
     config = {"mcp_id": "stalled", "transport": "stdio", "command": sys.executable, "args": [SERVER]}

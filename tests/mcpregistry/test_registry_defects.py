@@ -196,6 +196,7 @@ def test_rotation_on_postgres_in_batches(postgres_url: str) -> None:  # noqa: F8
 # ---- 2. the idle reaper leaves a busy session alone -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_idle_reaper_never_closes_a_session_with_a_call_in_flight() -> None:
     # A call may run up to PLATFORM_TOOL_TIMEOUT_MAX_S; sessions idle for PLATFORM_MCP_IDLE_CLOSE_S are reaped.
     # Scaled down: a 2 s call under a 0.3 s idle limit.
@@ -234,6 +235,7 @@ def slow_http() -> Iterator[str]:
         process.wait(10)
 
 
+@pytest.mark.slow
 def test_an_http_call_within_its_timeout_is_not_cut_by_the_sdks_read_timeout(monkeypatch, slow_http: str) -> None:
     # The SDK reads for 300 s by default; a call may be allowed up to 3,600 s. Scaled: the SDK's 1 s against 2 s.
     monkeypatch.setattr(httpx_utils, "MCP_DEFAULT_SSE_READ_TIMEOUT", 1.0)
@@ -413,6 +415,7 @@ class FormFields(HTMLParser):
             self.textarea = False
 
 
+@pytest.mark.slow
 def test_the_page_of_a_server_with_400_tools_is_saved_and_links_its_tools(admin_client) -> None:
     tools = [{"name": f"t{i:03}", "description": f"tool {i}", "inputSchema": {"type": "object"}} for i in range(400)]
     server = raw_server("many", tools)

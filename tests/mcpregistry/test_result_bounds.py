@@ -46,6 +46,7 @@ def bounds_server(db: Any) -> Iterator[McpServer]:
     get_default_pool().close("bounds")
 
 
+@pytest.mark.slow
 def test_a_large_structured_content_beside_an_image_is_refused_as_too_big(bounds_server: McpServer) -> None:
     result = gate.call(
         server=bounds_server, tool_name="image_rows", args={"rows": ROWS}, who=gate.GateCall(source="admin")
@@ -64,6 +65,7 @@ def test_a_small_structured_content_beside_an_image_is_the_value(bounds_server: 
     assert result.value == {"rows": [{"id": 0, "팀": "물류플랫폼팀"}, {"id": 1, "팀": "물류플랫폼팀"}]}
 
 
+@pytest.mark.slow
 def test_the_model_never_reads_a_too_big_structured_content_beside_an_image(bounds_server: McpServer) -> None:
     script: list[dict[str, Any]] = [
         {"tool_calls": [{"name": "image_rows", "args": {"rows": ROWS}}]},

@@ -70,6 +70,7 @@ def test_the_server_pages_buttons_say_the_keys_cannot_decrypt_the_secrets(
     assert_recorded_and_not_connected(lost, tools_before)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("action", ["discover_tools", "check_health"])
 def test_the_lists_actions_report_the_server_and_go_on_to_the_next(
     admin_client: Client, lost: McpServer, action: str
@@ -87,6 +88,7 @@ def test_the_lists_actions_report_the_server_and_go_on_to_the_next(
     assert after.health == McpServer.Health.OK
 
 
+@pytest.mark.slow
 def test_the_command_writes_the_servers_line_discovers_the_next_and_fails_at_the_end(lost: McpServer) -> None:
     mutable_server("zz-after")
     get_default_pool().close("zz-after")
