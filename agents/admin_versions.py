@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -119,7 +119,16 @@ class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             self.message_user(request, gettext("Choose exactly one version to roll back to."), messages.ERROR)
             return
         version = queryset.select_related("agent").get()
-        new = agent_version_rollback(version=version, actor=request.user, via=ADMIN_VIA)
+        try:
+            new = agent_version_rollback(version=version, actor=request.user, via=ADMIN_VIA)
+        except ValidationError as exc:
+            self.message_user(
+                request,
+                gettext("Agent %(agent)s: v%(old)s cannot be published again: %(problems)s")
+                % {"agent": version.agent.slug, "old": version.number, "problems": "; ".join(exc.messages)},
+                messages.ERROR,
+            )
+            return
         words = {"agent": version.agent.slug, "old": version.number, "new": new.number}
         weighted = version.agent.arms.filter(weight__gt=0).select_related("version").order_by("name")
         arms = ", ".join(f"{arm.name} (v{arm.version.number})" for arm in weighted)

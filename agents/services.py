@@ -626,7 +626,13 @@ def agent_shadow_set(*, agent: Agent, actor: Any, via: str, version: AgentVersio
 
 def agent_version_rollback(*, version: AgentVersion, actor: Any, via: str) -> AgentVersion:
     """Roll back to ``version``: its content is published again as a new version (the history only grows; the
-    agent's draft is left as it is)."""
+    agent's draft is left as it is).
+
+    Raises ValidationError where ``version_content_problems`` finds any: content frozen long ago is checked as an
+    imported version's is (a flow graph or a code rule no longer registered, a base URL the address policy now
+    refuses), since its runs would fail or do what is no longer allowed."""
+    if problems := version_content_problems(agent=version.agent, content=version.content):
+        raise ValidationError({"content": problems})
     return agent_version_publish(
         agent=version.agent,
         actor=actor,

@@ -81,7 +81,10 @@ class Command(BaseCommand):
             )
             self.stdout.write(f"v{version.number}")
         elif action == "rollback":
-            version = agent_version_rollback(version=self._version(agent, options["number"]), actor=ACTOR, via=VIA)
+            try:
+                version = agent_version_rollback(version=self._version(agent, options["number"]), actor=ACTOR, via=VIA)
+            except ValidationError as exc:
+                raise CommandError("; ".join(exc.messages)) from None
             self.stdout.write(f"v{version.number}")
         elif action == "diff":
             old, new = self._version(agent, options["old"]), self._version(agent, options["new"])
