@@ -26,7 +26,8 @@ TOOL_DATA_NOTICE = (
 
 def system_message_text(*, system_prompt: str, deterministic_instruction: str, results: list[dict[str, Any]]) -> str:
     """The system prompt, with the deterministic results injected as reference material (seed 000): after the
-    agent's instruction, as clearly delimited, escaped data with a statement that it is data, not instructions."""
+    agent's instruction, as clearly delimited, escaped data with a statement that it is data, not instructions.
+    ``results`` name the tools as the model is offered them (``agents.engine.results_as_offered``)."""
     parts = [system_prompt.strip()] if system_prompt.strip() else []
     if results:
         shown = [

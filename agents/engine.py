@@ -249,6 +249,29 @@ def names_the_model_knows(index: Mapping[str, tuple[McpServer, McpTool]]) -> dic
     return known
 
 
+def results_as_offered(
+    results: Sequence[Mapping[str, Any]],
+    index: Mapping[str, tuple[McpServer, McpTool]],
+    known_as: Mapping[Any, Mapping[str, str]],
+) -> list[dict[str, Any]]:
+    """The deterministic results as the model's system message gives them: each tool by the name the model is
+    offered it by (``names_the_model_knows``: a server's tool prefix, an alias), and a failed call's advice
+    rewritten the way ``ToolResult.for_model`` rewrites the model's own tool replies (``use the fallback tool
+    'get_asset_status_backup'`` named a tool the model could not call by that name). The results stored with the
+    run, its events and the offline answer keep the tools' own names."""
+    by_mcp_id = {server.mcp_id: known_as.get(server.pk, {}) for server, _tool in index.values()}
+    shown = []
+    for result in results:
+        names = by_mcp_id.get(result.get("mcp_id") or "", {})
+        entry = dict(result)
+        if isinstance(tool := result.get("tool"), str):
+            entry["tool"] = names.get(tool, tool)
+        if not result.get("ok") and (message := result.get("message")):
+            entry["message"] = gate.ToolResult(ok=False, message=str(message)).for_model(names)
+        shown.append(entry)
+    return shown
+
+
 def tool_specs(
     index: dict[str, tuple[McpServer, McpTool]], frozen_contracts: Mapping[str, Any] | None = None
 ) -> list[dict[str, Any]]:
@@ -618,7 +641,7 @@ def execute(plan: RunPlan) -> RunOutcome:
         text = system_message_text(
             system_prompt=system_prompt,
             deterministic_instruction=plan.deterministic_instruction,
-            results=results,
+            results=results_as_offered(results, index, known_as),
         )
         earlier: list[BaseMessage] = []
         for turn in plan.history:
@@ -862,9 +885,10 @@ def _tool_offer(
     *,
     model_choice: str | None = None,
 ) -> ToolOffer:
-    """The run's tool offer: selection settings, the tools a matched rule named (always offered), each tool's
-    correction cap from the contract the gate applies for ``who`` (a published version's frozen one), and the
-    trace entry of each turn's selection. Raises ValueError for settings that do not validate.
+    """The run's tool offer: selection settings, the tools a matched rule named (always offered), the fallbacks
+    the gate advised for the rules' failed calls (offered from the first turn), each tool's correction cap from
+    the contract the gate applies for ``who`` (a published version's frozen one), and the trace entry of each
+    turn's selection. Raises ValueError for settings that do not validate.
 
     The first tool forced is a matched rule's, else the agent's ``force_first_tool``, else ``model_choice`` (the
     model's own ``model_params.tool_choice`` "any" or a tool's name): one rule for all three, the offer's, so a
@@ -913,7 +937,7 @@ def _tool_offer(
         )
         if told:
             fallback_tools[name] = (backup, contract.risk == contract.Risk.WRITE)
-    return ToolOffer(
+    offer = ToolOffer(
         index=index,
         specs={spec["function"]["name"]: spec for spec in specs},
         settings=settings,
@@ -927,6 +951,12 @@ def _tool_offer(
         fallback_tools=fallback_tools,
         ranker_note=note,
     )
+    # A rule's failed call reaches the model in its system message with the gate's advice (use the fallback tool):
+    # that fallback is offered from the first turn, or following the advice would be refused (tool:not_offered).
+    for result in results:
+        if not result.get("ok") and (key := (result.get("mcp_id"), result.get("tool"))) in by_tool:
+            offer.suggest_fallback(by_tool[key], result.get("error"))
+    return offer
 
 
 def selection_rankers(

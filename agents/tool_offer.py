@@ -8,8 +8,10 @@ tool specs (``turn_tools``) and the engine's ``call_tool`` asks it whether a cal
 
 When a call fails in a way for which the gate tells the model to use the tool's fallback (its contract's
 ``fallback_tool``), that fallback is offered from the next turn on (``why: fallback``), within the hard filters:
-the model is never told to call a tool it would then be refused. When the named ranker fails (an embedding
-outage), the lexical one ranks for the rest of the run, and the first turn it does so says why in the trace.
+the model is never told to call a tool it would then be refused. A matched rule's call that failed so tells the
+model in its system message: its fallback is offered from the first turn (``suggest_fallback``). When the named
+ranker fails (an embedding outage), the lexical one ranks for the rest of the run, and the first turn it does so
+says why in the trace.
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ class ToolOffer:
     # Tools whose calls went to the gate in this run: kept in the offer, so the model can repeat or correct one.
     called: list[str] = field(default_factory=list)
     # A tool's fallback (by the names the model sees) and whether the tool writes, from the contract the gate
-    # applies; the fallbacks the gate suggested in this run are offered from the next turn on.
+    # applies; the fallbacks the gate suggested in this run (to the model or in a rule's result) are offered from
+    # the next turn on.
     fallback_tools: dict[str, tuple[str, bool]] = field(default_factory=dict)
     suggested_fallbacks: list[str] = field(default_factory=list)
     # Why the ranker the settings name is not the one ranking (no embedding service, its vectors not to be had):
@@ -212,13 +215,19 @@ class ToolOffer:
                 artifact = message.artifact if isinstance(message.artifact, dict) else {}
                 self.record(message.name, artifact.get("error"))
 
-    def record(self, name: str, error: str | None) -> bool:
-        """Count an argument error the model could fix; returns True when that withdraws the tool. A failure
-        for which the gate suggests the tool's fallback puts the fallback in the next turns' offers."""
+    def suggest_fallback(self, name: str, error: str | None) -> None:
+        """A call of ``name`` failed with ``error`` (the model's, or a matched rule's, whose result the system
+        message gives the model): where the gate suggests the tool's fallback for it, the next turns offer that
+        fallback. Counts nothing: a rule's argument error is no mistake of the model's to withdraw a tool for."""
         if error and error in FALLBACK_SUGGESTED and name in self.fallback_tools:
             fallback, writes = self.fallback_tools[name]
             if not (writes and error.startswith("result:")) and fallback not in self.suggested_fallbacks:
                 self.suggested_fallbacks.append(fallback)
+
+    def record(self, name: str, error: str | None) -> bool:
+        """Count an argument error the model could fix; returns True when that withdraws the tool. A failure
+        for which the gate suggests the tool's fallback puts the fallback in the next turns' offers."""
+        self.suggest_fallback(name, error)
         if not error or not error.startswith("args:"):
             return False
         self.corrections[name] = self.corrections.get(name, 0) + 1
