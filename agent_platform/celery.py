@@ -8,7 +8,7 @@ compare-and-swap throughout, so running it in several places at once is safe.
 ``PLATFORM_RECONCILE_IN_WORKER=0`` turns the worker's timer off (e.g. where beat runs it).
 
 Every worker also writes its heartbeat (``agents.WorkerHeartbeat``, for ``/readyz``) every
-``PLATFORM_WORKER_HEARTBEAT_S`` seconds (0 turns it off), on a timer thread.
+``PLATFORM_WORKER_HEARTBEAT_S`` seconds (0 turns it off), on a timer thread, and removes it when it stops cleanly.
 
 Every worker also anchors the audit chain's head outside the database (``audit.anchors``) every
 ``AUDIT_ANCHOR_INTERVAL_S`` seconds (0 turns it off), on a second timer thread.
@@ -295,10 +295,15 @@ _heartbeat_timer: WorkerTimer | None = None
 _eval_timer: WorkerTimer | None = None
 
 
+def _worker_name() -> str:
+    """This worker's name in its heartbeat row (its main process's, where the timers run)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 def _worker_heartbeat() -> None:
     from agents.heartbeats import worker_heartbeat_record
 
-    worker_heartbeat_record(worker=f"{socket.gethostname()}:{os.getpid()}")
+    worker_heartbeat_record(worker=_worker_name())
 
 
 @worker_ready.connect
@@ -340,3 +345,20 @@ def _stop_timers(**_kwargs: object) -> None:
         if timer is not None:
             timer.stop.set()
             timer.thread.join(timeout=10)
+    if _heartbeat_timer is not None:
+        _forget_worker_heartbeat()
+
+
+def _forget_worker_heartbeat() -> None:
+    """Remove this worker's heartbeat as it stops cleanly (after its timer, which would write it again): the probes
+    no longer count a stopped worker alive. A worker killed outright cannot: its row ages out, as before."""
+    from django.db import connection
+
+    from agents.heartbeats import worker_heartbeat_forget
+
+    try:
+        worker_heartbeat_forget(worker=_worker_name())
+    except Exception:  # the database is away: the row ages out
+        logger.warning("could not remove this worker's heartbeat as it stops", exc_info=True)
+    finally:
+        connection.close()

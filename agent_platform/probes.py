@@ -12,13 +12,18 @@ tool-call counters and latency histogram also add what the latest archive checkp
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hmac
 import ipaddress
 import logging
+import re
+import socket
 import time
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
@@ -34,6 +39,7 @@ from prometheus_client.registry import Collector
 from agent_platform.client_ip import FORWARDED_HEADERS, client_ip
 from agent_platform.errors import database_unreachable
 from audit.archive import TOOL_CALL_BUCKETS_S
+from audit.masking import mask_text
 
 logger = logging.getLogger(__name__)
 
@@ -112,12 +118,95 @@ def _check_keys() -> None:
         raise LookupError("; ".join(problems))
 
 
+# What a failed connection's errors say, in the exceptions' types or, where the client library raises one bare
+# exception (psycopg), in their text: the reasons /readyz gives, which tell the cases an operator acts on apart.
+REFUSED = "connection refused"
+HOST_UNKNOWN = "host name not resolved"
+UNREACHABLE = "host unreachable"
+TIMED_OUT = "timed out"
+CREDENTIALS_REFUSED = "authentication failed"
+NO_DATABASE = "database does not exist"
+_REASON_PATTERNS = tuple(
+    (reason, re.compile(pattern))
+    for reason, pattern in (
+        (
+            CREDENTIALS_REFUSED,
+            r"authentication failed|no password supplied|wrongpass|noauth|authentication required"
+            r'|invalid username-password pair|role "[^"]*" does not exist',
+        ),
+        (NO_DATABASE, r'database "[^"]*" does not exist'),
+        (REFUSED, r"connection refused"),
+        (
+            HOST_UNKNOWN,
+            r"could not translate host name|failed to resolve host|name or service not known"
+            r"|temporary failure in name resolution|nodename nor servname",
+        ),
+        (UNREACHABLE, r"no route to host|network is unreachable"),
+        (TIMED_OUT, r"timeout expired|timed out|timeout reading|timeout connecting"),
+    )
+)
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it was raised from or during (kombu's error wraps redis-py's, which wraps the socket's)."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain and len(chain) < 8:
+        chain.append(current)
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    return chain
+
+
+def _typed_reason(exc: BaseException) -> str | None:
+    if isinstance(exc, socket.gaierror):
+        return HOST_UNKNOWN
+    if isinstance(exc, ConnectionRefusedError):
+        return REFUSED
+    if isinstance(exc, TimeoutError) or type(exc).__name__ in {"TimeoutError", "ConnectionTimeout"}:
+        return TIMED_OUT  # the socket's, redis-py's, psycopg's
+    if isinstance(exc, OSError) and exc.errno in {errno.EHOSTUNREACH, errno.ENETUNREACH}:
+        return UNREACHABLE
+    if type(exc).__name__ == "AuthenticationError" or str(getattr(exc, "sqlstate", "") or "").startswith("28"):
+        return CREDENTIALS_REFUSED  # redis-py's; PostgreSQL's class 28, invalid authorization
+    return None
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A failed check's reason in a few fixed words (``REFUSED``, ``HOST_UNKNOWN``, ``UNREACHABLE``, ``TIMED_OUT``,
+    ``CREDENTIALS_REFUSED``, ``NO_DATABASE``), else the exception's class name: never the error's own text, which may
+    quote a URL and its password."""
+    causes = _causes(exc)
+    for cause in causes:
+        reason = _typed_reason(cause)
+        if reason is not None:
+            return reason
+    text = " ".join(str(cause) for cause in causes).lower()
+    for reason, pattern in _REASON_PATTERNS:
+        if pattern.search(text):
+            return reason
+    return type(exc).__name__
+
+
+def _masked_causes(exc: BaseException) -> str:
+    """The failure's chain of errors for the log, masked: URLs' credentials and every secret the masking knows, and
+    the database's and the broker's passwords even where a library quotes one bare."""
+    from agent_platform.celery import app
+
+    passwords = [str(connection.settings_dict.get("PASSWORD") or "")]
+    for url in str(app.conf.broker_url or "").split(";"):
+        with contextlib.suppress(ValueError):
+            passwords.append(urlsplit(url.strip()).password or "")
+    text = " <- ".join(f"{type(cause).__name__}: {cause}" for cause in _causes(exc))
+    return mask_text(" ".join(text.split()), secrets=[p for p in passwords if p])
+
+
 @require_safe
 def readyz(request: HttpRequest) -> JsonResponse:
     """Readiness: the database answers, the broker accepts a connection, a worker wrote its heartbeat within
     ``PLATFORM_READY_WORKER_MAX_AGE_S``, and the keys can be used. 200 when all hold, else 503; the body names each
-    check. A failure is named by its kind only (a broker's error may quote its URL and password). Answered whatever
-    the request's Host (``probe_middleware``)."""
+    check. A failure is named by its reason in a few fixed words (``failure_reason``: a broker's error may quote its
+    URL and password) and logged at WARNING with its errors' text, masked. Answered whatever the request's Host
+    (``probe_middleware``)."""
     checks: dict[str, dict[str, Any]] = {}
     for name, check in (
         ("database", _check_database),
@@ -136,7 +225,9 @@ def readyz(request: HttpRequest) -> JsonResponse:
         except LookupError as exc:
             checks[name] = {"ok": False, "error": str(exc)}
         except Exception as exc:  # noqa: BLE001 - a failed check is the answer, never a 500
-            checks[name] = {"ok": False, "error": type(exc).__name__}
+            reason = failure_reason(exc)
+            logger.warning("readyz: the %s check failed (%s): %s", name, reason, _masked_causes(exc))
+            checks[name] = {"ok": False, "error": reason}
         checks[name]["ms"] = round((time.perf_counter() - started) * 1000, 1)
     ready = all(c["ok"] for c in checks.values())
     return JsonResponse({"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503)
@@ -168,13 +259,13 @@ def _scraper_allowed(request: HttpRequest) -> bool:
         address = ipaddress.ip_address(client_ip(request.META))
     except ValueError:
         return False
-    for network in settings.PLATFORM_METRICS_ALLOWED_NETWORKS:
-        try:
-            if address in ipaddress.ip_network(network, strict=False):
-                return True
-        except ValueError:
-            continue
-    return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        # A dual-stack socket (gunicorn --bind [::]:8000) reports an IPv4 client as ::ffff:a.b.c.d.
+        address = address.ipv4_mapped
+    # Every entry is a network: the settings refuse to load otherwise.
+    return any(
+        address in ipaddress.ip_network(network, strict=False) for network in settings.PLATFORM_METRICS_ALLOWED_NETWORKS
+    )
 
 
 @require_GET

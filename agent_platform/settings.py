@@ -18,6 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
 from agent_platform.key_files import key_file
+from agent_platform.settings_deploy import _env_float, _env_int
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Absolute: the paths made from it are recorded (an archive's file in its checkpoint) and opened again by other
@@ -39,6 +40,16 @@ def _env_bool(name: str, default: bool = False) -> bool:
 
 def _env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def _check_networks(name: str, entries: list[str]) -> None:
+    """Stops the settings at an entry that is no address or network, naming the variable and the entry (where the
+    list is used, a malformed entry would only ever fail to match: whom it was meant to let in is refused, unsaid)."""
+    for entry in entries:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{name}: {entry!r} is not a network ({exc})") from None
 
 
 # Without SECRET_KEY, a key generated once for this machine's use (``check --deploy`` warns: audit.W002).
@@ -133,21 +144,19 @@ if not (_db_connect_timeout.isascii() and _db_connect_timeout.isdigit() and 2 <=
         f"DB_CONNECT_TIMEOUT must be a whole number of seconds from 2 to 300, not {_db_connect_timeout!r}"
     )
 DB_CONNECT_TIMEOUT = int(_db_connect_timeout)
+# How long a connection is kept across requests (seconds; 0: one per request).
+_db_conn_max_age = _env_int("DB_CONN_MAX_AGE", 0, at_least=0)
 if DATABASE_URL:
-    DATABASES = {
-        "default": dj_database_url.parse(
-            DATABASE_URL, conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "0")), conn_health_checks=True
-        )
-    }
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=_db_conn_max_age, conn_health_checks=True)}
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         # Parameters bound on the server (psycopg's C dumpers, instead of quoting every value into the SQL text in
         # Python), and a statement run DB_PREPARE_THRESHOLD times on a connection prepared there (parsed and
         # planned once): a run's dozen statements are the same every run. Behind a pooler in transaction mode
         # (PgBouncer before 1.21) set DB_PREPARE_THRESHOLD=0; DB_SERVER_SIDE_BINDING=0 binds in Python again.
-        _prepare_threshold = int(os.environ.get("DB_PREPARE_THRESHOLD", "5"))
+        _prepare_threshold = _env_int("DB_PREPARE_THRESHOLD", 5, at_least=0)
         DATABASES["default"].setdefault("OPTIONS", {}).update(
             server_side_binding=_env_bool("DB_SERVER_SIDE_BINDING", default=True),
-            prepare_threshold=_prepare_threshold if _prepare_threshold > 0 else None,
+            prepare_threshold=_prepare_threshold or None,
         )
         # A connect_timeout in DATABASE_URL's query wins.
         DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", DB_CONNECT_TIMEOUT)
@@ -158,7 +167,7 @@ else:
             "NAME": os.environ.get("SQLITE_PATH", str(VAR_DIR / "db.sqlite3")),
             # Opening a connection costs more than most requests' queries (the file, its PRAGMAs, Django's SQL
             # functions): under WSGI keep one per thread (DB_CONN_MAX_AGE seconds); under ASGI keep 0.
-            "CONN_MAX_AGE": int(os.environ.get("DB_CONN_MAX_AGE", "0")),
+            "CONN_MAX_AGE": _db_conn_max_age,
             "CONN_HEALTH_CHECKS": True,
             # The web process and the worker write the same file: wait for locks instead of failing,
             # and take the write lock at BEGIN so two writers never deadlock on an upgrade.
@@ -232,7 +241,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
         # How often an idle worker looks for a message (kombu's default, 1 s, is a second's wait per run).
-        "polling_interval": float(os.environ.get("PLATFORM_BROKER_POLL_S", "0.01")),
+        "polling_interval": _env_float("PLATFORM_BROKER_POLL_S", 0.01, above=0),
     }
 else:
     # Longer than any run's hard time limit, so an unacknowledged run is not redelivered while it still runs.
@@ -266,10 +275,10 @@ CELERY_TASK_ALWAYS_EAGER = _env_bool("CELERY_TASK_ALWAYS_EAGER")
 # redis, postgres or poll.
 PLATFORM_RUN_WAKEUP = os.environ.get("PLATFORM_RUN_WAKEUP", "auto")
 # A polling waiter's first pause; later ones grow to a tenth of the time waited (at most the caller's interval).
-PLATFORM_RUN_WAIT_MIN_POLL_S = float(os.environ.get("PLATFORM_RUN_WAIT_MIN_POLL_S", "0.005"))
+PLATFORM_RUN_WAIT_MIN_POLL_S = _env_float("PLATFORM_RUN_WAIT_MIN_POLL_S", 0.005, above=0)
 # On Redis, how long the wake-ups of a run's intermediate events (for its event streams and live views) gather
 # after the first before they go out together, each run once (0: at once).
-PLATFORM_RUN_EVENT_WAKEUP_GATHER_S = float(os.environ.get("PLATFORM_RUN_EVENT_WAKEUP_GATHER_S", "0.01"))
+PLATFORM_RUN_EVENT_WAKEUP_GATHER_S = _env_float("PLATFORM_RUN_EVENT_WAKEUP_GATHER_S", 0.01, at_least=0)
 
 # --- platform -----------------------------------------------------------------------------------
 # Runs a Celery task inline in the web process (tests of services only; never in production).
@@ -284,33 +293,33 @@ PLATFORM_FLOW_GRAPHS = [p.strip() for p in os.environ.get("PLATFORM_FLOW_GRAPHS"
 # The most tool calls a flow agent's run makes (each pass; agents/engine.py, _execute_flow): the call past it is not
 # made and the run fails as flow:too_many_calls. The shipped templates make one to three; a flow that loops on its
 # calls would otherwise write an audit event, a run event and a trace entry for each until its time limit.
-PLATFORM_FLOW_MAX_CALLS = int(os.environ.get("PLATFORM_FLOW_MAX_CALLS", "200"))
+PLATFORM_FLOW_MAX_CALLS = _env_int("PLATFORM_FLOW_MAX_CALLS", 200, at_least=1)
 # The longest timeout a tool contract may set (seconds); a contract's timeout must be > 0 and at most this.
-PLATFORM_TOOL_TIMEOUT_MAX_S = float(os.environ.get("PLATFORM_TOOL_TIMEOUT_MAX_S", "3600"))
-PLATFORM_MCP_IDLE_CLOSE_S = float(os.environ.get("PLATFORM_MCP_IDLE_CLOSE_S", "300"))
+PLATFORM_TOOL_TIMEOUT_MAX_S = _env_float("PLATFORM_TOOL_TIMEOUT_MAX_S", 3600.0, above=0)
+PLATFORM_MCP_IDLE_CLOSE_S = _env_float("PLATFORM_MCP_IDLE_CLOSE_S", 300.0, at_least=0)
 # Each worker pool process opens the shared sessions of the servers enabled agents use as it starts (in the
 # background), so that the first run does not wait for a stdio server to start (agent_platform/celery.py).
 PLATFORM_MCP_OPEN_AT_START = _env_bool("PLATFORM_MCP_OPEN_AT_START", default=True)
-PLATFORM_RUN_QUERY_MAX_CHARS = int(os.environ.get("PLATFORM_RUN_QUERY_MAX_CHARS", "8000"))
-PLATFORM_AUDIT_RESULT_MAX_CHARS = int(os.environ.get("PLATFORM_AUDIT_RESULT_MAX_CHARS", "20000"))
+PLATFORM_RUN_QUERY_MAX_CHARS = _env_int("PLATFORM_RUN_QUERY_MAX_CHARS", 8000, at_least=1)
+PLATFORM_AUDIT_RESULT_MAX_CHARS = _env_int("PLATFORM_AUDIT_RESULT_MAX_CHARS", 20000, at_least=0)
 # A tool result longer than this (its text, else its structured content as JSON) is refused by the gate as
 # ``result:too_big`` before it reaches the model, the run or the API; a contract's ``returns.max_chars`` overrides it.
-PLATFORM_TOOL_RESULT_MAX_CHARS = int(os.environ.get("PLATFORM_TOOL_RESULT_MAX_CHARS", "20000"))
+PLATFORM_TOOL_RESULT_MAX_CHARS = _env_int("PLATFORM_TOOL_RESULT_MAX_CHARS", 20000, at_least=1)
 # Shadow runs (agents/shadow.py) go to this Celery queue (empty: the default one). Give it a worker of its own
 # (``celery worker -Q shadow``) so that live runs never wait behind shadow runs.
 PLATFORM_SHADOW_QUEUE = os.environ.get("PLATFORM_SHADOW_QUEUE", "")
 
 # Independent read calls of one model turn run concurrently through the gate: at most this many at once per run
 # (1: one by one) and at most the second number at once on one server (agents/parallel_calls.py).
-PLATFORM_PARALLEL_TOOL_CALLS = int(os.environ.get("PLATFORM_PARALLEL_TOOL_CALLS", "4"))
-PLATFORM_PARALLEL_TOOL_CALLS_PER_SERVER = int(os.environ.get("PLATFORM_PARALLEL_TOOL_CALLS_PER_SERVER", "2"))
+PLATFORM_PARALLEL_TOOL_CALLS = _env_int("PLATFORM_PARALLEL_TOOL_CALLS", 4, at_least=1)
+PLATFORM_PARALLEL_TOOL_CALLS_PER_SERVER = _env_int("PLATFORM_PARALLEL_TOOL_CALLS_PER_SERVER", 2, at_least=1)
 
 # --- the embedding tool ranker (mcpregistry/embeddings.py): an OpenAI-compatible /embeddings endpoint, or Bedrock
 # (``bedrock:<model id>``, credentials from the standard AWS chain). Empty: the embedding ranker is unavailable
 # and agents that ask for it are ranked lexically (the trace says so).
 PLATFORM_EMBEDDINGS_URL = os.environ.get("PLATFORM_EMBEDDINGS_URL", "")
 PLATFORM_EMBEDDINGS_MODEL = os.environ.get("PLATFORM_EMBEDDINGS_MODEL", "")
-PLATFORM_EMBEDDINGS_TIMEOUT_S = float(os.environ.get("PLATFORM_EMBEDDINGS_TIMEOUT_S", "10"))
+PLATFORM_EMBEDDINGS_TIMEOUT_S = _env_float("PLATFORM_EMBEDDINGS_TIMEOUT_S", 10.0, above=0)
 
 # --- the audit chain's authentication and anchors (audit/chain_keys.py, audit/anchors.py) -------
 # Comma-separated keys, 32+ characters each: the first signs, all verify. Never in the database. Without
@@ -325,27 +334,27 @@ AUDIT_ANCHOR_S3_PREFIX = os.environ.get("AUDIT_ANCHOR_S3_PREFIX", "audit-anchors
 AUDIT_ANCHOR_S3_ENDPOINT_URL = os.environ.get("AUDIT_ANCHOR_S3_ENDPOINT_URL") or None
 AUDIT_ANCHOR_S3_REGION = os.environ.get("AUDIT_ANCHOR_S3_REGION") or None
 AUDIT_ANCHOR_S3_LOCK_MODE = os.environ.get("AUDIT_ANCHOR_S3_LOCK_MODE", "COMPLIANCE")
-AUDIT_ANCHOR_S3_RETENTION_DAYS = int(os.environ.get("AUDIT_ANCHOR_S3_RETENTION_DAYS", "2557"))
+AUDIT_ANCHOR_S3_RETENTION_DAYS = _env_int("AUDIT_ANCHOR_S3_RETENTION_DAYS", 2557, at_least=1)
 # Every worker anchors the head this often (seconds; 0 turns the worker's timer off).
-AUDIT_ANCHOR_INTERVAL_S = float(os.environ.get("AUDIT_ANCHOR_INTERVAL_S", "300"))
+AUDIT_ANCHOR_INTERVAL_S = _env_float("AUDIT_ANCHOR_INTERVAL_S", 300.0, at_least=0)
 # How events join the chain (audit/services.py): "deferred" (an append inserts a MAC'd pending row, and a single
 # chainer links pending rows into the chain in order just after commit: no writer holds the chain head for its
 # transaction), "inline" (every append locks the head for the rest of its transaction), or "auto" (the default:
 # deferred on PostgreSQL, inline on SQLite, whose one write lock serialises writers anyway).
 AUDIT_CHAIN_MODE = os.environ.get("AUDIT_CHAIN_MODE", "auto")
 # Every worker chains what crashed writers left pending this often (seconds; 0 turns the worker's timer off).
-AUDIT_CHAIN_INTERVAL_S = float(os.environ.get("AUDIT_CHAIN_INTERVAL_S", "5"))
+AUDIT_CHAIN_INTERVAL_S = _env_float("AUDIT_CHAIN_INTERVAL_S", 5.0, at_least=0)
 # Deferred: a committed append wakes its process's chainer thread ("on"; "auto", the default, means on PostgreSQL)
 # rather than chaining before on_commit returns ("off"): a lone writer then pays one insert and one commit.
 AUDIT_CHAIN_BACKGROUND = os.environ.get("AUDIT_CHAIN_BACKGROUND", "auto")
 # How long the chainer thread, woken by a commit, lets further commits gather before its pass (seconds): a run's
 # few appends are chained in one pass after it rather than in one pass each while it runs (the pass shares the
 # worker's interpreter with the run).
-AUDIT_CHAIN_GATHER_S = float(os.environ.get("AUDIT_CHAIN_GATHER_S", "0.05"))
+AUDIT_CHAIN_GATHER_S = _env_float("AUDIT_CHAIN_GATHER_S", 0.05, at_least=0)
 # How long at most the chainer thread lets the runs its worker process is executing go first before its pass
 # (seconds; audit.services.audit_chain_held_off): a pass in the middle of a run cost a PostgreSQL run a quarter of
 # its time. The chain's lag grows by at most as much.
-AUDIT_CHAIN_HOLD_OFF_S = float(os.environ.get("AUDIT_CHAIN_HOLD_OFF_S", "1.0"))
+AUDIT_CHAIN_HOLD_OFF_S = _env_float("AUDIT_CHAIN_HOLD_OFF_S", 1.0, at_least=0)
 # A write of a configuration model outside the services (which audit it) is refused ("refuse"); the test
 # suite sets "tests", which also lets test code itself create fixtures directly (audit/change_guard.py).
 # Fernet keys for bindings' secrets at rest, comma-separated; the first encrypts (mcpregistry/crypto.py).
@@ -367,24 +376,24 @@ SESSION_COOKIE_SECURE = not DEBUG and _env_bool("SECURE_COOKIES", default=not DE
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 # A sign-in to the admin lasts this long (seconds; a working day), not Django's two weeks: a browser left signed in
 # is not a way into the configuration and the record for a fortnight.
-SESSION_COOKIE_AGE = int(os.environ.get("PLATFORM_SESSION_AGE_S", str(8 * 3600)))
+SESSION_COOKIE_AGE = _env_int("PLATFORM_SESSION_AGE_S", 8 * 3600, at_least=1)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 # A request body outside the API (the admin's forms) larger than this is a 413 before anything reads it.
-PLATFORM_MAX_BODY_BYTES = int(os.environ.get("PLATFORM_MAX_BODY_BYTES", str(10 * 1024 * 1024)))
+PLATFORM_MAX_BODY_BYTES = _env_int("PLATFORM_MAX_BODY_BYTES", 10 * 1024 * 1024, at_least=1)
 # Passwords (the admin's login, HTTP Basic on the audit API): after this many failures for one username within
 # the window, or PLATFORM_LOGIN_IP_MAX_FAILURES from one client address, every login of that username (or from
 # that address) is refused, even with the right password, for PLATFORM_LOGIN_LOCKOUT_S; each lockout is
 # audited (security.lockout) and `manage.py unlock_login USER_OR_IP` lifts one (audit/logins.py).
-PLATFORM_LOGIN_MAX_FAILURES = int(os.environ.get("PLATFORM_LOGIN_MAX_FAILURES", "5"))
-PLATFORM_LOGIN_IP_MAX_FAILURES = int(os.environ.get("PLATFORM_LOGIN_IP_MAX_FAILURES", "20"))
-PLATFORM_LOGIN_WINDOW_S = int(os.environ.get("PLATFORM_LOGIN_WINDOW_S", "900"))
-PLATFORM_LOGIN_LOCKOUT_S = int(os.environ.get("PLATFORM_LOGIN_LOCKOUT_S", "900"))
+PLATFORM_LOGIN_MAX_FAILURES = _env_int("PLATFORM_LOGIN_MAX_FAILURES", 5, at_least=1)
+PLATFORM_LOGIN_IP_MAX_FAILURES = _env_int("PLATFORM_LOGIN_IP_MAX_FAILURES", 20, at_least=1)
+PLATFORM_LOGIN_WINDOW_S = _env_int("PLATFORM_LOGIN_WINDOW_S", 900, at_least=1)
+PLATFORM_LOGIN_LOCKOUT_S = _env_int("PLATFORM_LOGIN_LOCKOUT_S", 900, at_least=1)
 # The client's address is REMOTE_ADDR, unless this many trusted proxies in front each append to
 # X-Forwarded-For: then it is the address the outermost trusted proxy saw (the Nth entry from the right). Left at 0
 # behind a proxy, every client shares the proxy's address, its lockouts and its bad-key throttle: check --deploy
 # warns where PLATFORM_TLS=proxy says there is one (audit.W004).
-PLATFORM_PROXY_HOPS = int(os.environ.get("PLATFORM_PROXY_HOPS", "0"))
+PLATFORM_PROXY_HOPS = _env_int("PLATFORM_PROXY_HOPS", 0, at_least=0)
 # The peers whose X-Forwarded-For / X-Forwarded-Proto are believed (agent_platform/client_ip.py): networks,
 # comma-separated, and "unix" for a unix socket's peer; unset or empty (docker-compose.yml passes it through empty),
 # loopback, the private ranges and unix.
@@ -397,11 +406,7 @@ PLATFORM_TRUSTED_PROXIES = _env_list("PLATFORM_TRUSTED_PROXIES") or [
     "fc00::/7",
     "unix",
 ]
-for _network in (n for n in PLATFORM_TRUSTED_PROXIES if n != "unix"):
-    try:
-        ipaddress.ip_network(_network, strict=False)
-    except ValueError as _exc:
-        raise ImproperlyConfigured(f"PLATFORM_TRUSTED_PROXIES: {_network!r} is not a network ({_exc})") from None
+_check_networks("PLATFORM_TRUSTED_PROXIES", [n for n in PLATFORM_TRUSTED_PROXIES if n != "unix"])
 AUTHENTICATION_BACKENDS = ["audit.logins.LockoutModelBackend"]
 
 # --- logging: every handler masks secrets (audit.masking) -----------------------------------------
@@ -460,17 +465,19 @@ PLATFORM_TRACE_TOOL_PAYLOADS = _env_bool("PLATFORM_TRACE_TOOL_PAYLOADS")
 # addresses or CIDR networks; by default loopback only). Either one lets a scraper in.
 PLATFORM_METRICS_TOKEN = os.environ.get("PLATFORM_METRICS_TOKEN", "")
 PLATFORM_METRICS_ALLOWED_NETWORKS = _env_list("PLATFORM_METRICS_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128")
+# A malformed entry (10.0.0.0/33, 192.168.1.0-24) stops the settings: skipped, its scrapers got a 403.
+_check_networks("PLATFORM_METRICS_ALLOWED_NETWORKS", PLATFORM_METRICS_ALLOWED_NETWORKS)
 # Every worker writes a heartbeat this often (seconds; 0: never); /readyz wants one no older than the second.
-PLATFORM_WORKER_HEARTBEAT_S = float(os.environ.get("PLATFORM_WORKER_HEARTBEAT_S", "10"))
+PLATFORM_WORKER_HEARTBEAT_S = _env_float("PLATFORM_WORKER_HEARTBEAT_S", 10.0, at_least=0)
 # Eval runs are scored in the background by every worker (a timer thread, every PLATFORM_EVAL_REFRESH_S; 0: off), and
 # a case whose run has not finished PLATFORM_EVAL_CASE_TIMEOUT_S after it was submitted is cancelled and scored as
 # failed (timed out), so that an eval run always ends.
-PLATFORM_EVAL_REFRESH_S = float(os.environ.get("PLATFORM_EVAL_REFRESH_S", "2"))
-PLATFORM_EVAL_CASE_TIMEOUT_S = float(os.environ.get("PLATFORM_EVAL_CASE_TIMEOUT_S", "900"))
+PLATFORM_EVAL_REFRESH_S = _env_float("PLATFORM_EVAL_REFRESH_S", 2.0, at_least=0)
+PLATFORM_EVAL_CASE_TIMEOUT_S = _env_float("PLATFORM_EVAL_CASE_TIMEOUT_S", 900.0, at_least=0)
 # How many cases of an eval run are in flight at once when it is started from the admin or the API (run_eval's
 # --workers defaults to it), so that an eval does not crowd out live traffic on the shared queue.
-PLATFORM_EVAL_WINDOW = int(os.environ.get("PLATFORM_EVAL_WINDOW", "4"))
-PLATFORM_READY_WORKER_MAX_AGE_S = float(os.environ.get("PLATFORM_READY_WORKER_MAX_AGE_S", "60"))
+PLATFORM_EVAL_WINDOW = _env_int("PLATFORM_EVAL_WINDOW", 4, at_least=1)
+PLATFORM_READY_WORKER_MAX_AGE_S = _env_float("PLATFORM_READY_WORKER_MAX_AGE_S", 60.0, above=0)
 
 # Binding a stdio server runs a program on every worker: optionally allow only these commands (names or paths).
 PLATFORM_STDIO_COMMAND_ALLOWLIST = _env_list("PLATFORM_STDIO_COMMAND_ALLOWLIST")
@@ -482,7 +489,7 @@ PLATFORM_MCP_ENV_PASSTHROUGH = _env_list("PLATFORM_MCP_ENV_PASSTHROUGH")
 # empty: the MCP servers' list.
 PLATFORM_MODEL_ALLOW_PRIVATE_URLS = _env_list("PLATFORM_MODEL_ALLOW_PRIVATE_URLS") or PLATFORM_MCP_ALLOW_PRIVATE_URLS
 # A pending approval of a write call expires after this long; the run then goes on without the call.
-PLATFORM_APPROVAL_TTL_S = int(os.environ.get("PLATFORM_APPROVAL_TTL_S", "3600"))
+PLATFORM_APPROVAL_TTL_S = _env_int("PLATFORM_APPROVAL_TTL_S", 3600, at_least=1)
 
 CACHES = {
     "default": (

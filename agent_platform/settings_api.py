@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 
+from agent_platform.settings_deploy import _env_float, _env_int
+
 __all__ = [
     "API_APPS",
     "API_REST_FRAMEWORK",
@@ -68,22 +70,22 @@ SPECTACULAR_SETTINGS = {
 PLATFORM_API_RATE = os.environ.get("PLATFORM_API_RATE", "120/min")
 # A request body under /api/ larger than this is refused with a 413 before anything reads it
 # (agent_platform/body_limit.py), and counted again while the parser reads it (agents/api/parsers.py).
-PLATFORM_API_MAX_BODY_BYTES = int(os.environ.get("PLATFORM_API_MAX_BODY_BYTES", str(2 * 1024 * 1024)))
+PLATFORM_API_MAX_BODY_BYTES = _env_int("PLATFORM_API_MAX_BODY_BYTES", 2 * 1024 * 1024, at_least=1)
 # JSON nested deeper than this (arrays and objects) is a 400 invalid_json.
-PLATFORM_API_MAX_JSON_DEPTH = int(os.environ.get("PLATFORM_API_MAX_JSON_DEPTH", "32"))
+PLATFORM_API_MAX_JSON_DEPTH = _env_int("PLATFORM_API_MAX_JSON_DEPTH", 32, at_least=1)
 # Requests with an unknown or revoked API key, per client IP: past this, every request from that IP is a 429
 # (with Retry-After) until the window ends, whatever key it carries.
 PLATFORM_API_BAD_KEY_RATE = os.environ.get("PLATFORM_API_BAD_KEY_RATE", "20/15min")
 # POST /api/v1/runs?wait=N: the longest N allowed.
-PLATFORM_API_MAX_WAIT_S = float(os.environ.get("PLATFORM_API_MAX_WAIT_S", "60"))
+PLATFORM_API_MAX_WAIT_S = _env_float("PLATFORM_API_MAX_WAIT_S", 60.0, at_least=0)
 # GET /api/v1/runs/{id}/events: how often new events are looked for, a keep-alive comment after this much
 # silence (4 s: under httpx's default 5 s read timeout, which the A2A and MCP SDK clients keep unless told
 # otherwise: a stream waiting on a slow model step read as a timeout), and the longest a stream stays open (the
 # client reconnects with Last-Event-ID).
-PLATFORM_SSE_POLL_S = float(os.environ.get("PLATFORM_SSE_POLL_S", "0.5"))
-PLATFORM_SSE_KEEPALIVE_S = float(os.environ.get("PLATFORM_SSE_KEEPALIVE_S", "4"))
-PLATFORM_SSE_MAX_S = float(os.environ.get("PLATFORM_SSE_MAX_S", "600"))
+PLATFORM_SSE_POLL_S = _env_float("PLATFORM_SSE_POLL_S", 0.5, above=0)
+PLATFORM_SSE_KEEPALIVE_S = _env_float("PLATFORM_SSE_KEEPALIVE_S", 4.0, above=0)
+PLATFORM_SSE_MAX_S = _env_float("PLATFORM_SSE_MAX_S", 600.0, above=0)
 # An open stream checks its API key again this often (at most 15 s) and closes once the key is revoked.
-PLATFORM_SSE_AUTH_RECHECK_S = min(15.0, float(os.environ.get("PLATFORM_SSE_AUTH_RECHECK_S", "10")))
+PLATFORM_SSE_AUTH_RECHECK_S = min(15.0, _env_float("PLATFORM_SSE_AUTH_RECHECK_S", 10.0, above=0))
 # Streams one API key may hold open at once (across every web process: slots in the cache); one more is a 429.
-PLATFORM_SSE_MAX_STREAMS_PER_KEY = int(os.environ.get("PLATFORM_SSE_MAX_STREAMS_PER_KEY", "5"))
+PLATFORM_SSE_MAX_STREAMS_PER_KEY = _env_int("PLATFORM_SSE_MAX_STREAMS_PER_KEY", 5, at_least=1)

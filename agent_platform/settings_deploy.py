@@ -27,6 +27,7 @@ never pins a plain-HTTP host.
 
 from __future__ import annotations
 
+import math
 import os
 
 from django.core.exceptions import ImproperlyConfigured
@@ -61,20 +62,54 @@ def _env_bool(name: str, default: bool) -> bool:
     return raw.strip().lower() in {"1", "true", "yes", "on"}
 
 
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    try:
-        return int(raw) if raw else default
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a whole number, not {raw!r}") from None
+# The number variables of every settings module (this one, agent_platform/settings.py, settings_api.py) are read
+# by the two functions below: unset or blank is the default (a compose file's ``${VAR:-}`` passes an unset variable
+# on as blank), and anything else that is not a number within the setting's bound stops the process as it starts,
+# saying which variable and which value (a bare int() said only "invalid literal for int()", and took a negative
+# value: PLATFORM_READY_WORKER_MAX_AGE_S=-5 made /readyz never ready, PLATFORM_RUN_QUERY_MAX_CHARS=-5 every run a 413).
 
 
-def _env_float(name: str, default: float) -> float:
+def _env_int(name: str, default: int, *, at_least: int | None = None) -> int:
+    """``name``'s whole number, ``default`` when unset or blank. Raises ImproperlyConfigured, naming the variable
+    and its value, for anything else that is not a whole number of ``at_least`` or more."""
     raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    value: int | None
     try:
-        return float(raw) if raw else default
+        value = int(raw)
     except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a number of seconds, not {raw!r}") from None
+        value = None
+    if value is None or (at_least is not None and value < at_least):
+        raise ImproperlyConfigured(f"{name} must be a whole number{_bound_text(at_least)}, not {raw!r}")
+    return value
+
+
+def _env_float(name: str, default: float, *, at_least: float | None = None, above: float | None = None) -> float:
+    """``name``'s number of seconds, ``default`` when unset or blank. Raises ImproperlyConfigured, naming the
+    variable and its value, for anything else that is not a finite number of ``at_least`` or more (where 0 means
+    "off" or "at once") or more than ``above`` (where 0 means nothing sensible: a limit nothing fits in, a poll
+    that never pauses)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    too_low = (at_least is not None and value < at_least) or (above is not None and value <= above)
+    # NaN compares false with every bound, and infinity is no number of seconds.
+    if not math.isfinite(value) or too_low:
+        raise ImproperlyConfigured(f"{name} must be a number of seconds{_bound_text(at_least, above)}, not {raw!r}")
+    return value
+
+
+def _bound_text(at_least: float | None, above: float | None = None) -> str:
+    if at_least is not None:
+        return f" of {at_least:g} or more"
+    if above is not None:
+        return f" above {above:g}"
+    return ""
 
 
 # --- HTTPS ----------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Workers' heartbeats: each worker writes one row every ``PLATFORM_WORKER_HEARTBEAT_S`` (its timer thread,
 ``agent_platform.celery``); ``/readyz`` asks whether any was written within ``PLATFORM_READY_WORKER_MAX_AGE_S``.
-Rows of workers gone for a day are removed by the next heartbeat of any worker."""
+A worker that stops cleanly removes its own row; the row of one that was killed ages out, and rows of workers gone
+for a day are removed by the next heartbeat of any worker."""
 
 from __future__ import annotations
 
@@ -23,3 +24,10 @@ def worker_heartbeat_record(*, worker: str, now: datetime | None = None) -> None
 def worker_last_seen() -> datetime | None:
     """When any worker last said it was alive, or None if none ever did."""
     return WorkerHeartbeat.objects.order_by("-seen_at").values_list("seen_at", flat=True).first()
+
+
+def worker_heartbeat_forget(*, worker: str) -> None:
+    """Remove ``worker``'s (``host:pid``) row as it stops: otherwise ``/readyz`` and ``platform_workers_alive`` count
+    it alive for up to ``PLATFORM_READY_WORKER_MAX_AGE_S`` after (the only worker stopped: ready all the same; a
+    restarted one: counted twice)."""
+    WorkerHeartbeat.objects.filter(worker=worker[:200]).delete()
