@@ -5,12 +5,14 @@ runs) and ``reserved`` (runs in flight). Admitting a run (``budget_reserve``, in
 adds the budget's ``run_reservation_tokens`` (and their cost at the dearest token price of the run's model, a
 price the reservation keeps with that model, at which the run is charged while it runs that model:
 ``run_price``) to ``reserved`` with one conditional ``UPDATE … WHERE used + reserved + reservation <= limit``;
-when no row is updated the run is refused (``429 budget_exceeded``, ``Retry-After`` until the period ends) and
-the transaction rolls back any other budget's reservation. The condition is evaluated by the database on the row
+when no row is updated the run is refused (``429 budget_exceeded``: ``Retry-After`` until the period ends where
+its spend leaves no room, a few seconds where the reservations of runs in flight hold it) and the transaction
+rolls back any other budget's reservation. The condition is evaluated by the database on the row
 it updates (PostgreSQL re-checks it after taking the row lock; SQLite writes one transaction at a time), so
 concurrent admissions can never reserve more than the limit together. When the run ends (``budget_settle``, once,
 by compare-and-swap on the reservation) its reservation is released and its real tokens and cost are added to
-``used``.
+``used``, on the row it reserved on: the period it was admitted in, or the budget's new period where an admin
+changed the period while it was in flight (``budget_update`` carries open reservations to the new period's row).
 
 **The bound.** Before each model call the engine caps the call to what is left of the run's reservation
 (``agents.engine.input_token_bound`` bounds its input; ``max_tokens`` caps its output; a call whose input bound
@@ -37,11 +39,26 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
+from agents.models import MICROS_PER_USD as MICROS_PER_USD
 from agents.models import Agent, ApiKey, Budget, BudgetReservation, BudgetUsage, ModelPrice, Run, RunEvent
+from agents.models import model_price_for as model_price_for
+from agents.models import reservation_cost_micros as _reservation_cost_micros
+from agents.models import usd_text as usd_text
 from audit.changes import audited_delete, audited_save
 from mcpregistry.models import INT32_MAX
 
-MICROS_PER_USD = 1_000_000
+# ``MICROS_PER_USD``, ``usd_text``, ``model_price_for`` and the reservation's cost are defined beside the budget,
+# whose form checks what a reservation costs (``Budget.clean``; ``agents.models`` cannot import this module), and
+# named here too, where their callers import them from.
+
+# How long a caller refused because runs in flight hold what is left of a budget is asked to wait: such a run
+# ends (and gives back what it did not use) in seconds or minutes, not when the period ends.
+IN_FLIGHT_RETRY_AFTER_S = 5
+
+# ``fields["reason"]`` of a ``429 budget_exceeded``: the period's spend leaves no room for a run's reservation
+# (it waits for the period's end), or it would leave room but the reservations of runs in flight take it.
+REFUSED_USED_UP = "used_up"
+REFUSED_RUNS_IN_FLIGHT = "runs_in_flight"
 
 # What the counters (``BudgetUsage``, ``BudgetReservation``: 64-bit columns) hold.
 COUNTER_MAX = 2**63 - 1
@@ -65,8 +82,52 @@ def budget_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> Budget:
     return audited_save(Budget(), actor=actor, via=via, data=data)
 
 
+@transaction.atomic
 def budget_update(*, budget: Budget, actor: Any, via: str, data: Mapping[str, Any] | None = None) -> Budget:
-    return audited_save(budget, actor=actor, via=via, data=data)
+    """Change the budget (audited). A change of its period carries the reservations of its runs in flight to the
+    new period's counters in the same transaction (``_reservations_carry``)."""
+    period_before = Budget.objects.filter(pk=budget.pk).values_list("period", flat=True).first()
+    budget = audited_save(budget, actor=actor, via=via, data=data)
+    if budget.period != period_before:
+        _reservations_carry(budget)
+    return budget
+
+
+def _reservations_carry(budget: Budget) -> None:
+    """Move the budget's open reservations (its runs in flight) to the counters of its period now. Left on the old
+    period's row, which no admission reads once the period changed, they held no room: new runs were admitted
+    beside them past the limit, and they settled their spend there, outside the period now shown and limited.
+
+    Called after the change's ``UPDATE`` of the budget's row, whose lock an admission takes before it reserves
+    (``_budget_locked``): an admission either committed before (its reservation is moved here) or reads the new
+    period. The moved reservations are locked first (a settlement takes its reservation, then its counters):
+    one settled meanwhile is settled on the row it reserved on; one settled after this commits, on the new row
+    (``budget_settle`` reads the row after its compare-and-swap)."""
+    start, _end = period_bounds(budget.period, timezone.now())
+    usage = _usage_row(budget, start)
+    if usage is None:
+        return
+    carried = list(
+        BudgetReservation.objects.select_for_update(of=("self",))
+        .filter(usage__budget=budget, settled_at__isnull=True)
+        .exclude(usage=usage)
+        .order_by("pk")
+    )
+    if not carried:
+        return
+    left: dict[int, tuple[int, int]] = {}  # counter row -> (tokens, cost) its reservations took away
+    for reservation in carried:
+        tokens, cost = left.get(reservation.usage_id, (0, 0))
+        left[reservation.usage_id] = (tokens + reservation.tokens, cost + reservation.cost_micros)
+    BudgetReservation.objects.filter(pk__in=[reservation.pk for reservation in carried]).update(usage=usage)
+    for usage_id, (tokens, cost) in sorted(left.items()):
+        BudgetUsage.objects.filter(pk=usage_id).update(
+            reserved_tokens=F("reserved_tokens") - tokens, reserved_cost_micros=F("reserved_cost_micros") - cost
+        )
+    BudgetUsage.objects.filter(pk=usage.pk).update(
+        reserved_tokens=F("reserved_tokens") + sum(tokens for tokens, _cost in left.values()),
+        reserved_cost_micros=F("reserved_cost_micros") + sum(cost for _tokens, cost in left.values()),
+    )
 
 
 def budget_delete(*, budget: Budget, actor: Any, via: str) -> None:
@@ -74,12 +135,6 @@ def budget_delete(*, budget: Budget, actor: Any, via: str) -> None:
 
 
 # --- prices and costs ---------------------------------------------------------------------------------------
-
-
-def model_price_for(*, provider: str, model_id: str) -> ModelPrice | None:
-    """The price of this exact model, else the provider's catch-all row (empty model id), else None (free)."""
-    prices = {p.model_id: p for p in ModelPrice.objects.filter(provider=provider, model_id__in=[model_id, ""])}
-    return prices.get(model_id) or prices.get("")
 
 
 def cost_micros(*, price: ModelPrice | None, token_usage: Mapping[str, Any]) -> int:
@@ -99,20 +154,6 @@ def cost_micros(*, price: ModelPrice | None, token_usage: Mapping[str, Any]) -> 
         * (price.cache_write_per_mtok if price.cache_write_per_mtok is not None else price.input_per_mtok)
     )
     return math.ceil(total)
-
-
-def _reservation_cost_micros(*, price: ModelPrice | None, tokens: int) -> int:
-    """The most ``tokens`` can cost at this price (every one at the dearest rate, a cache read's or write's
-    included: either may be priced above input and output)."""
-    if price is None:
-        return 0
-    rates = [
-        price.input_per_mtok,
-        price.output_per_mtok,
-        price.cache_read_per_mtok or Decimal(0),
-        price.cache_write_per_mtok or Decimal(0),
-    ]
-    return math.ceil(Decimal(tokens) * max(rates))
 
 
 # --- periods ------------------------------------------------------------------------------------------------
@@ -156,57 +197,33 @@ def budgets_for(*, agent: Agent, api_key: ApiKey | None) -> list[Budget]:
 
 def budget_reserve(*, run: Run, agent: Agent, api_key: ApiKey | None, budgets: list[Budget] | None = None) -> None:
     """Reserve the run's share of every budget of its key and agent, or refuse it. Call inside the transaction
-    that creates the run. Raises ApplicationError 429 ``budget_exceeded`` (with ``Retry-After``, seconds to the
-    end of the period whose budget is spent). ``budgets``: the key's and the agent's budgets where the caller
-    has them (``agents.config_cache``)."""
+    that creates the run. ``budgets``: the key's and the agent's budgets where the caller has them
+    (``agents.config_cache``); each is read again, locked (``_budget_locked``), before it is reserved on.
+
+    Raises ApplicationError 429 ``budget_exceeded`` (``_budget_refusal``: ``fields["reason"]`` says whether the
+    period's spend leaves no room, ``Retry-After`` until the period ends, or the runs in flight hold what is left,
+    ``Retry-After`` a few seconds), or 409 ``budget_misconfigured`` where one run's reservation alone does not fit
+    the budget (``_reservation_fit_check``)."""
     budgets = budgets_for(agent=agent, api_key=api_key) if budgets is None else budgets
     if not budgets:
         return
     now = timezone.now()
     provider, model_id = run_model(run)
     price = model_price_for(provider=provider, model_id=model_id)
-    for budget in budgets:
-        start, end = period_bounds(budget.period, now)
+    for listed in budgets:
+        budget = _budget_locked(listed)
+        if budget is None:
+            continue
         tokens = budget.run_reservation_tokens
         cost = _reservation_cost_micros(price=price, tokens=tokens)
         owner = _("this API key") if budget.api_key_id else _("agent '%(slug)s'") % {"slug": agent.slug}
-        if tokens > INT32_MAX or cost > COUNTER_MAX:
-            # A reservation stored before the field's bound: its cost would not fit the counters (a database
-            # error on every submission); the run is refused until an admin lowers it.
-            raise ApplicationError(
-                _(
-                    "The %(period)s budget of %(owner)s reserves more tokens per run than can be counted; an admin "
-                    "must lower its tokens reserved per run to at most %(max)s."
-                )
-                % {"period": budget.get_period_display(), "owner": owner, "max": f"{INT32_MAX:,}"},
-                code="budget_misconfigured",
-                status=409,
-                fields={"budget": budget.pk},
-            )
+        _reservation_fit_check(budget, owner=owner, tokens=tokens, cost=cost, model=model_id or provider)
+        start, end = period_bounds(budget.period, now)
         usage = _usage_row(budget, start)
         if usage is None:
             continue
-        fits = BudgetUsage.objects.filter(pk=usage.pk)
-        if budget.max_tokens is not None:
-            fits = fits.filter(used_tokens__lte=budget.max_tokens - tokens - F("reserved_tokens"))
-        if budget.max_cost is not None:
-            limit = int(budget.max_cost * MICROS_PER_USD)
-            fits = fits.filter(used_cost_micros__lte=limit - cost - F("reserved_cost_micros"))
-        if (
-            fits.update(
-                reserved_tokens=F("reserved_tokens") + tokens, reserved_cost_micros=F("reserved_cost_micros") + cost
-            )
-            != 1
-        ):
-            retry_after = max(1, math.ceil((end - now).total_seconds()))
-            raise ApplicationError(
-                _("The %(period)s budget of %(owner)s is used up; it resets at %(end)s.")
-                % {"period": budget.get_period_display(), "owner": owner, "end": end.isoformat()},
-                code="budget_exceeded",
-                status=429,
-                headers={"Retry-After": str(retry_after)},
-                fields={"budget": budget.pk, "resets_at": end.isoformat()},
-            )
+        if not _reserved(budget, usage, tokens=tokens, cost=cost):
+            raise _budget_refusal(budget, usage, owner=owner, tokens=tokens, cost=cost, now=now, end=end)
         BudgetReservation.objects.create(
             run=run,
             usage=usage,
@@ -216,6 +233,116 @@ def budget_reserve(*, run: Run, agent: Agent, api_key: ApiKey | None, budgets: l
             model_id=model_id,
             **_admission_price_fields(price),
         )
+
+
+def _budget_locked(budget: Budget) -> Budget | None:
+    """The budget as stored now, its row held until the admission's transaction ends; None where it was deleted or
+    disabled since the caller read it (it limits nothing now). Held, a change of its period waits for this
+    admission to end (and carries its reservation to the new period's counters, ``_reservations_carry``), or this
+    admission waits for the change and reads the new period: no run reserves on a period's counters the change
+    has left behind. Held against its deletion too: the counters ``_usage_row`` creates for it are checked against
+    it only at commit (a deferred foreign key)."""
+    return Budget.objects.select_for_update(no_key=True).filter(pk=budget.pk, enabled=True).first()
+
+
+def _cost_limit_micros(budget: Budget) -> int | None:
+    return int(budget.max_cost * MICROS_PER_USD) if budget.max_cost is not None else None
+
+
+def _reservation_fit_check(budget: Budget, *, owner: str, tokens: int, cost: int, model: str) -> None:
+    """Raises ApplicationError 409 ``budget_misconfigured`` where no run can be admitted until an admin changes the
+    budget: its reservation cannot be counted (stored before the field's bound), or alone exceeds a limit (its
+    cost at the run's model's price, which an API key's budget does not know when it is saved; a price raised
+    since an agent's budget was saved). Told as such, not as a budget used up that resets at the period's end."""
+    refusal = None
+    if tokens > INT32_MAX or cost > COUNTER_MAX:
+        # Its cost would not fit the counters (a database error on every submission).
+        refusal = _(
+            "The %(period)s budget of %(owner)s reserves more tokens per run than can be counted; an admin must "
+            "lower its tokens reserved per run to at most %(max)s."
+        ) % {"period": budget.get_period_display(), "owner": owner, "max": f"{INT32_MAX:,}"}
+    elif budget.max_tokens is not None and tokens > budget.max_tokens:
+        refusal = _(
+            "A run reserves %(tokens)s tokens, more than the %(period)s budget of %(owner)s allows (%(limit)s "
+            "tokens): no run is admitted until an admin raises its token limit or lowers its tokens reserved per run."
+        ) % {
+            "tokens": f"{tokens:,}",
+            "period": budget.get_period_display(),
+            "owner": owner,
+            "limit": f"{budget.max_tokens:,}",
+        }
+    elif (limit := _cost_limit_micros(budget)) is not None and cost > limit:
+        refusal = _(
+            "A run reserves %(tokens)s tokens, which cost up to US$%(cost)s at the price of model %(model)s, more "
+            "than the %(period)s budget of %(owner)s allows (US$%(limit)s): no such run is admitted until an admin "
+            "raises its cost limit or lowers its tokens reserved per run."
+        ) % {
+            "tokens": f"{tokens:,}",
+            "cost": usd_text(cost),
+            "model": model,
+            "period": budget.get_period_display(),
+            "owner": owner,
+            "limit": usd_text(limit),
+        }
+    if refusal is not None:
+        raise ApplicationError(refusal, code="budget_misconfigured", status=409, fields={"budget": budget.pk})
+
+
+def _reserved(budget: Budget, usage: BudgetUsage, *, tokens: int, cost: int) -> bool:
+    """Add the reservation to the period's counters if it fits beside what was used and what the runs in flight
+    reserved; whether it did. One conditional ``UPDATE``: the database checks the condition on the row it updates
+    (PostgreSQL again after taking the row's lock), so concurrent admissions never reserve past the limit."""
+    fits = BudgetUsage.objects.filter(pk=usage.pk)
+    if budget.max_tokens is not None:
+        fits = fits.filter(used_tokens__lte=budget.max_tokens - tokens - F("reserved_tokens"))
+    if (limit := _cost_limit_micros(budget)) is not None:
+        fits = fits.filter(used_cost_micros__lte=limit - cost - F("reserved_cost_micros"))
+    added = fits.update(
+        reserved_tokens=F("reserved_tokens") + tokens, reserved_cost_micros=F("reserved_cost_micros") + cost
+    )
+    return added == 1
+
+
+def _budget_refusal(
+    budget: Budget, usage: BudgetUsage, *, owner: str, tokens: int, cost: int, now: dt.datetime, end: dt.datetime
+) -> ApplicationError:
+    """The 429 ``budget_exceeded`` of a reservation that did not fit. Where what was used leaves room for it, the
+    runs in flight hold that room and give back what they do not use within seconds or minutes: the caller is told
+    so and to try again shortly (``runs_in_flight``), not to wait for the period's end (``used_up``)."""
+    used_tokens, used_cost = (
+        BudgetUsage.objects.filter(pk=usage.pk).values_list("used_tokens", "used_cost_micros").get()
+    )
+    limit = _cost_limit_micros(budget)
+    used_up = (budget.max_tokens is not None and used_tokens > budget.max_tokens - tokens) or (
+        limit is not None and used_cost > limit - cost
+    )
+    period = budget.get_period_display()
+    if used_up:
+        message = _("The %(period)s budget of %(owner)s is used up; it resets at %(end)s.") % {
+            "period": period,
+            "owner": owner,
+            "end": end.isoformat(),
+        }
+        retry_after, reason = max(1, math.ceil((end - now).total_seconds())), REFUSED_USED_UP
+    else:
+        message = _(
+            "The room left in the %(period)s budget of %(owner)s is held by runs in flight; try again when one of "
+            "them has ended."
+        ) % {"period": period, "owner": owner}
+        retry_after, reason = IN_FLIGHT_RETRY_AFTER_S, REFUSED_RUNS_IN_FLIGHT
+    return ApplicationError(
+        message,
+        code="budget_exceeded",
+        status=429,
+        headers={"Retry-After": str(retry_after)},
+        fields={"budget": budget.pk, "resets_at": end.isoformat(), "reason": reason},
+    )
+
+
+def budget_refused_for_runs_in_flight(exc: ApplicationError) -> bool:
+    """Whether a submission was refused only because runs in flight hold a budget's room: it may be admitted once
+    they end (an eval's case waits for that, ``evals.services``)."""
+    return exc.code == "budget_exceeded" and exc.fields.get("reason") == REFUSED_RUNS_IN_FLIGHT
 
 
 def _admission_price_fields(price: ModelPrice | None) -> dict[str, Decimal | None]:
@@ -277,9 +404,7 @@ def budget_settle(*, run_id: Any) -> int:
         tokens = max(run.tokens, spent_fields["tokens"])
         cost = max(run.cost_micros, spent_fields["cost_micros"])
         raised = Run.objects.filter(pk=run_id, tokens=run.tokens, cost_micros=run.cost_micros).update(
-            tokens=tokens,
-            cost_micros=cost,
-            **({"token_usage": spent} if not run.token_usage else {}),
+            tokens=tokens, cost_micros=cost, token_usage=_token_usage_raised(run.token_usage, spent)
         )
         if raised != 1:  # another settlement raised it first and counted the difference: count what it stored
             tokens, cost = Run.objects.filter(pk=run_id).values_list("tokens", "cost_micros").get()
@@ -296,7 +421,10 @@ def budget_settle(*, run_id: Any) -> int:
             continue
         if BudgetReservation.objects.filter(pk=reservation.pk, settled_at__isnull=True).update(settled_at=now) != 1:
             continue
-        BudgetUsage.objects.filter(pk=reservation.usage_id).update(
+        # Its counters as they are now that it is held: a change of the budget's period may have carried it to the
+        # new period's row since it was read (``_reservations_carry``).
+        usage_id = BudgetReservation.objects.filter(pk=reservation.pk).values_list("usage_id", flat=True).get()
+        BudgetUsage.objects.filter(pk=usage_id).update(
             reserved_tokens=F("reserved_tokens") - reservation.tokens,
             reserved_cost_micros=F("reserved_cost_micros") - reservation.cost_micros,
             used_tokens=F("used_tokens") + tokens,
@@ -304,6 +432,18 @@ def budget_settle(*, run_id: Any) -> int:
         )
         settled += 1
     return settled
+
+
+def _token_usage_raised(stored: Mapping[str, Any] | None, spent: Mapping[str, int]) -> dict[str, Any]:
+    """The run's ``token_usage`` with each count its model calls' events add up to more (``run_spent_usage``:
+    input, output, total, model calls, cache reads and writes) raised to theirs: what the run stored (its worker's
+    outcome, or the first settlement's count) misses a call made after it (the call under way when the run was
+    cancelled), and its token usage must show what its tokens and cost count."""
+    raised = dict(stored or {})
+    for key, value in spent.items():
+        if key not in raised or value > int(raised[key] or 0):
+            raised[key] = value
+    return raised
 
 
 def run_model(run: Run) -> tuple[str, str]:
@@ -365,15 +505,6 @@ _PRICED_COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_c
 
 def usd(micros: int | None) -> float:
     return round((micros or 0) / MICROS_PER_USD, 6)
-
-
-def usd_text(micros: int | float | None) -> str:
-    """Dollars as people read them: two decimals at least, down to the micro-dollar a run's cost is counted in
-    and no further (``0.00``, ``0.0123``, ``0.000015``, ``1,234.50``); never a float's ``1.5e-05`` or ``0.0``."""
-    value = round(micros or 0)  # micro-dollars; a float of them rounded, never cut
-    whole, micro = divmod(abs(value), MICROS_PER_USD)
-    fraction = f"{micro:06d}".rstrip("0").ljust(2, "0")
-    return f"{'-' if value < 0 else ''}{whole:,}.{fraction}"
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -1180,6 +1182,40 @@ class ModelPrice(AuditedModel):
                 raise ValidationError({name: _("A price cannot be negative.")})
 
 
+# --- money, shared by a budget's clean and ``agents.budgets`` (which imports this module, not the reverse) ---
+
+MICROS_PER_USD = 1_000_000
+
+
+def usd_text(micros: int | float | None) -> str:
+    """Dollars as people read them: two decimals at least, down to the micro-dollar a run's cost is counted in
+    and no further (``0.00``, ``0.0123``, ``0.000015``, ``1,234.50``); never a float's ``1.5e-05`` or ``0.0``."""
+    value = round(micros or 0)  # micro-dollars; a float of them rounded, never cut
+    whole, micro = divmod(abs(value), MICROS_PER_USD)
+    fraction = f"{micro:06d}".rstrip("0").ljust(2, "0")
+    return f"{'-' if value < 0 else ''}{whole:,}.{fraction}"
+
+
+def model_price_for(*, provider: str, model_id: str) -> ModelPrice | None:
+    """The price of this exact model, else the provider's catch-all row (empty model id), else None (free)."""
+    prices = {p.model_id: p for p in ModelPrice.objects.filter(provider=provider, model_id__in=[model_id, ""])}
+    return prices.get(model_id) or prices.get("")
+
+
+def reservation_cost_micros(*, price: ModelPrice | None, tokens: int) -> int:
+    """The most ``tokens`` can cost at this price, in millionths of a dollar (every one at the dearest rate, a
+    cache read's or write's included: either may be priced above input and output)."""
+    if price is None:
+        return 0
+    rates = [
+        price.input_per_mtok,
+        price.output_per_mtok,
+        price.cache_read_per_mtok or Decimal(0),
+        price.cache_write_per_mtok or Decimal(0),
+    ]
+    return math.ceil(Decimal(tokens) * max(rates))
+
+
 class Budget(AuditedModel):
     """A ceiling on the tokens or the cost (or both) of one API key's or one agent's runs per day or month (UTC).
 
@@ -1248,6 +1284,36 @@ class Budget(AuditedModel):
                     % {"reserved": f"{self.run_reservation_tokens:,}", "limit": f"{self.max_tokens:,}"}
                 }
             )
+        self._reservation_cost_check()
+
+    def _reservation_cost_check(self) -> None:
+        """An agent's budget whose cost limit is below what one run's reservation costs at its model's price would
+        admit no run: every submission would be told the budget is used up. An API key's budget is checked at
+        each submission instead (``agents.budgets.budget_reserve``): the key's runs may call any model."""
+        from django.core.exceptions import ValidationError
+
+        if self.max_cost is None or self.agent is None:
+            return
+        price = model_price_for(provider=self.agent.model_provider, model_id=self.agent.model_id)
+        cost = reservation_cost_micros(price=price, tokens=self.run_reservation_tokens)
+        limit = int(self.max_cost * MICROS_PER_USD)
+        if cost <= limit:
+            return
+        raise ValidationError(
+            {
+                "max_cost": _(
+                    "A run reserves %(reserved)s tokens, which cost up to US$%(cost)s at the price of model "
+                    "%(model)s, more than the cost limit of US$%(limit)s: no run would be admitted. Raise the limit "
+                    "or reserve fewer tokens per run."
+                )
+                % {
+                    "reserved": f"{self.run_reservation_tokens:,}",
+                    "cost": usd_text(cost),
+                    "model": self.agent.model_id or self.agent.model_provider,
+                    "limit": usd_text(limit),
+                }
+            }
+        )
 
 
 class BudgetUsage(models.Model):

@@ -27,6 +27,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.errors import ApplicationError
 from agent_platform.text import nfc_value
+from agents.budgets import budget_refused_for_runs_in_flight
 from agents.dispatch import repaired_alone
 from agents.models import Agent, AgentVersion, Run, RunEvent
 from agents.services import (
@@ -555,7 +556,10 @@ def eval_secrets_check(*, agent: Agent) -> None:
         run_submission_parts(agent_slug=agent.slug, api_key=None)
 
 
-def _submit_case(eval_run: EvalRun, result: EvalCaseResult) -> None:
+def _submit_case(eval_run: EvalRun, result: EvalCaseResult) -> bool:
+    """Submit the case's run, or score the case failed where it cannot become one. Returns False where it was left
+    pending: a budget's room is held by runs in flight (``budget_refused_for_runs_in_flight``), given back as they
+    end, so a later refresh submits it; scored failed, it would fail for a moment's congestion."""
     case = result.case_as_run()
     try:
         # A secret that cannot be decrypted (a key lost after the eval started) is the submission's 503
@@ -572,6 +576,8 @@ def _submit_case(eval_run: EvalRun, result: EvalCaseResult) -> None:
                 write_sandbox=eval_run.eval_set.sandbox_servers or [],
             )
     except ApplicationError as exc:
+        if budget_refused_for_runs_in_flight(exc):
+            return False
         # The case cannot become a run (a query longer than this installation takes, stored before the limit or
         # under a higher one; the agent disabled meanwhile; a secret it reads no longer decrypts): it fails, and its
         # eval run goes on and ends (it stayed "running", retrying the case at every refresh).
@@ -581,11 +587,12 @@ def _submit_case(eval_run: EvalRun, result: EvalCaseResult) -> None:
         EvalCaseResult.objects.filter(pk=result.pk, run__isnull=True, scored=False).update(
             scored=True, passed=False, scores=score.as_dict(), answer=exc.message
         )
-        return
+        return True
     # Compare-and-swap: a case is submitted once, whoever else refreshes the eval run at the same time.
     claimed = EvalCaseResult.objects.filter(pk=result.pk, run__isnull=True).update(run=run)
     if claimed != 1:
         transaction.set_rollback(True)
+    return True
 
 
 def _conversation_id(result: EvalCaseResult) -> str | None:
@@ -599,7 +606,9 @@ def eval_run_submit(*, eval_run: EvalRun, window: int | None = None) -> int:
     ones when None). Cases that share an A2A ``contextId`` are one conversation, in the set's order: a case waits
     until the cases before it in its conversation are scored, so that its run is given their turns as its history
     (``agents.execution.conversation_history``). Several refreshers at once take turns on the eval run's row, so
-    together they never pass the window. Returns how many were submitted."""
+    together they never pass the window. A case refused because the runs in flight hold what is left of a budget
+    stays pending, and so do the cases after it, for a later refresh (``_submit_case``). Returns how many were
+    submitted (or scored as not submitted)."""
     submitted = 0
     with transaction.atomic():
         EvalRun.objects.select_for_update().filter(pk=eval_run.pk).values_list("pk", flat=True).first()
@@ -620,7 +629,9 @@ def eval_run_submit(*, eval_run: EvalRun, window: int | None = None) -> int:
             if room is not None and submitted >= room:
                 break
             with transaction.atomic():
-                _submit_case(eval_run, result)
+                taken = _submit_case(eval_run, result)
+            if not taken:  # the budget's room is held by runs in flight: so it is for the cases after it
+                break
             submitted += 1
     return submitted
 

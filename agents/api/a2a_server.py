@@ -204,7 +204,8 @@ UNAUTHENTICATED = (-32030, "UNAUTHENTICATED")
 def a2a_error_of(exc: ApplicationError) -> A2AError:
     if exc.status == 429:
         code, reason = RESOURCE_EXHAUSTED
-        metadata = {k: str(v) for k, v in exc.fields.items() if k == "resets_at"}
+        # A budget's: when it resets, and whether it is used up or held by runs in flight (``agents.budgets``).
+        metadata = {k: str(v) for k, v in exc.fields.items() if k in ("resets_at", "reason")}
         return A2AError(
             code, reason, exc.message, our_code=exc.code, http_status=429, headers=exc.headers, metadata=metadata
         )

@@ -45,7 +45,9 @@ class ErrorDetailSerializer(serializers.Serializer):
                 "Invalid input (`invalid_input`, `idempotency_key_reused` for a `messageId`): each offending field "
                 "(or header, or query parameter) and its problems, nested as the body is. A budget's refusal "
                 "(`budget_exceeded`, `budget_misconfigured`): `budget`, the budget's id (as in `GET /usage`), and "
-                "for `budget_exceeded` `resets_at`, when its period ends (ISO 8601)."
+                "for `budget_exceeded` `resets_at`, when its period ends (ISO 8601), and `reason`: `used_up` (the "
+                "period's spend leaves no room for a run: `Retry-After` until it ends) or `runs_in_flight` (runs in "
+                "flight hold what is left: `Retry-After` a few seconds)."
             ),
         )
         return declared
@@ -75,7 +77,8 @@ ERROR_DESCRIPTIONS = {
     415: "The body is not `application/json`.",
     429: (
         "The key's rate limit is used up (`throttled`), or, submitting a run, a budget of the key or the agent "
-        "(`budget_exceeded`): retry after `Retry-After` seconds."
+        "(`budget_exceeded`; its `fields.reason` says whether the period's spend or the runs in flight leave no "
+        "room): retry after `Retry-After` seconds."
     ),
     503: (
         "`unavailable`: the database cannot answer now (it is down or unreachable, or it ended the request's "

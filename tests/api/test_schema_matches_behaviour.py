@@ -181,10 +181,11 @@ def test_error_detail_says_what_fields_holds_for_a_budgets_refusal(
     budget_reserve(run=run, agent=agent, api_key=api_caller.key)
     refused = submit(_client_of(api_caller.raw_key), {"agent": agent.slug, "query": "q"})
     assert refused.status_code == 429, refused.content
-    assert set(refused.json()["error"]["fields"]) == {"budget", "resets_at"}
+    assert set(refused.json()["error"]["fields"]) == {"budget", "resets_at", "reason"}
+    assert refused.json()["error"]["fields"]["reason"] == "runs_in_flight"  # the one run holds the room
     assert refused.json()["error"]["fields"]["budget"] == budget.pk
     described = schema["components"]["schemas"]["ErrorDetail"]["properties"]["fields"]["description"]
-    for word in ("budget_exceeded", "budget_misconfigured", "`budget`", "`resets_at`"):
+    for word in ("budget_exceeded", "budget_misconfigured", "`budget`", "`resets_at`", "`reason`"):
         assert word in described, word
 
 
