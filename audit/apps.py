@@ -1,14 +1,17 @@
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.apps import AppConfig, apps
 from django.conf import settings
 from django.contrib.auth.signals import user_logged_out
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.migrations.recorder import MigrationRecorder
 from django.db.models.signals import m2m_changed, post_migrate, pre_migrate, pre_save
 from django.utils.translation import gettext_lazy as _
+
+logger = logging.getLogger(__name__)
 
 _GROUPS_BEFORE: dict[str, Any] = {}
 """The groups as a ``migrate`` found them, by database, until its end compares them (``audit.roles``)."""
@@ -16,8 +19,9 @@ _GROUPS_BEFORE: dict[str, Any] = {}
 
 def _audit_chain_before_migrate(*, using: str, **_kwargs: Any) -> None:
     """SQLite alters a table by copying and renaming it, which its triggers (one of which names the events
-    table) do not survive: they are lifted for the length of ``migrate`` and put back after it. The groups are
-    noted as the ``migrate`` finds them, for its end to record what its data migrations did to them."""
+    table) do not survive: they are lifted for the length of ``migrate`` and put back after it, whether it
+    succeeds (``post_migrate``) or not (:func:`append_only_put_back`). The groups are noted as the ``migrate``
+    finds them, for its end to record what its data migrations did to them."""
     from audit.append_only import sqlite_triggers_lift
     from audit.roles import groups_snapshot
 
@@ -33,18 +37,37 @@ def _audit_chain_after_migrate(*, using: str, **_kwargs: Any) -> None:
     there drops its triggers), the chain head created if the record is empty (never over events), and the groups
     data migrations made or changed (the auditor and reviewer roles) recorded (``audit.roles.groups_record_migrated``)."""
     from audit.append_only import append_only_install
+    from audit.checks import APPEND_ONLY_MIGRATION
     from audit.roles import groups_record_migrated
     from audit.services import audit_chain_head_create_if_fresh
 
     connection = connections[using]
     applied = MigrationRecorder(connection).applied_migrations()
-    if ("audit", "0009_audit_append_only_sqlite") not in applied:
+    if APPEND_ONLY_MIGRATION not in applied:
         return  # migrated backwards, or not yet this far
     if connection.vendor == "sqlite":
         append_only_install(connection)
     audit_chain_head_create_if_fresh(using=using)
     if using == DEFAULT_DB_ALIAS and getattr(settings, "PLATFORM_AUDIT_MIGRATED_GROUPS", True):
         groups_record_migrated(_GROUPS_BEFORE.pop(using, None))
+
+
+def append_only_put_back(*, using: str) -> None:
+    """SQLite's triggers back in place where the record has them (migrated past ``0009``), for a ``migrate`` that
+    did not reach ``post_migrate``: one that failed or was stopped after ``pre_migrate`` lifted them (a failed
+    migration's own changes are rolled back, so the tables are as the last migration that succeeded left them),
+    and, at its start, one after a ``migrate`` killed outright. Idempotent. Called by ``manage.py migrate``
+    (``audit/management/commands/migrate.py``). A trigger that cannot be put back is logged, never raised over
+    the ``migrate``'s own error: ``audit.E004`` names it at every ``manage.py check``."""
+    from audit.append_only import append_only_install
+    from audit.checks import append_only_migrated
+
+    connection = connections[using]
+    try:
+        if connection.vendor == "sqlite" and append_only_migrated(connection):
+            append_only_install(connection)
+    except DatabaseError:
+        logger.exception("the audit tables' append-only triggers could not be put back on database %r", using)
 
 
 class AuditConfig(AppConfig):

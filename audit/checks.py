@@ -26,10 +26,16 @@ And one of the proxy in front (``agent_platform/client_ip.py``):
 
 - ``audit.W004``: ``PLATFORM_TLS=proxy`` with ``PLATFORM_PROXY_HOPS=0``. Every request has the proxy's address:
   one client's wrong passwords and unknown API keys lock out and throttle every client.
+
+And one of the database (``audit/append_only.py``), an error of every ``check``:
+
+- ``audit.E004``: on SQLite, audit triggers missing from a record migrated past ``0009``, as a ``migrate`` killed
+  while it had them lifted leaves it: raw UPDATE and DELETE of events and of the chain head succeed.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,7 +43,11 @@ from typing import Any
 from cryptography.fernet import Fernet
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.migrations.recorder import MigrationRecorder
 
+from audit.append_only import SQLITE_TRIGGERS, sqlite_triggers_present
 from audit.chain import MIN_KEY_CHARS, ChainKeyring
 
 
@@ -197,3 +207,54 @@ def check_proxy_hops(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
             id="audit.W004",
         )
     ]
+
+
+APPEND_ONLY_MIGRATION = ("audit", "0009_audit_append_only_sqlite")
+"""The migration from which a record has its append-only triggers on SQLite."""
+
+SQLITE_TRIGGER_NAMES = frozenset(re.findall(r"CREATE TRIGGER IF NOT EXISTS (\w+)", SQLITE_TRIGGERS))
+
+
+def append_only_migrated(connection: BaseDatabaseWrapper) -> bool:
+    """Whether the database is migrated past :data:`APPEND_ONLY_MIGRATION` (False before the first ``migrate``)."""
+    return APPEND_ONLY_MIGRATION in MigrationRecorder(connection).applied_migrations()
+
+
+def sqlite_triggers_missing(using: str = DEFAULT_DB_ALIAS) -> list[str]:
+    """The audit triggers a SQLite database migrated past ``0009`` lacks, sorted; none on another database, before
+    that migration (a fresh database: ``migrate`` is still to make them), or where the database cannot be read
+    (what cannot connect is for ``migrate`` and every request to say)."""
+    connection = connections[using]
+    if connection.vendor != "sqlite":
+        return []
+    try:
+        if not append_only_migrated(connection):
+            return []
+        return sorted(SQLITE_TRIGGER_NAMES - sqlite_triggers_present(using))
+    except DatabaseError:
+        return []
+
+
+@register(Tags.database)
+def check_append_only_triggers(
+    app_configs: Any = None, databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """``audit.E004``. Unlike Django's own database checks this one reads the default database at every ``check``
+    too (not only ``migrate`` and ``check --database``): a record left open to raw UPDATE and DELETE must not
+    pass a plain ``manage.py check``, and on SQLite the read is one query of a local file. ``migrate`` is not
+    refused by it: it puts the triggers back before its checks run (``audit/management/commands/migrate.py``)."""
+    errors: list[CheckMessage] = []
+    for using in databases if databases is not None else [DEFAULT_DB_ALIAS]:
+        missing = sqlite_triggers_missing(using)
+        if missing:
+            errors.append(
+                Error(
+                    f"The audit tables of database {using!r} lack their append-only triggers ({', '.join(missing)}): "
+                    "raw UPDATE and DELETE of audit events and of the chain head succeed. A migrate that was "
+                    "interrupted leaves them so.",
+                    hint="Run manage.py migrate: it puts the triggers back (then verify_audit, to check that nothing "
+                    "was changed meanwhile).",
+                    id="audit.E004",
+                )
+            )
+    return errors

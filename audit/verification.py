@@ -181,12 +181,17 @@ def _archive_checkpoint_label(seq: int) -> _Label:
 
 
 def _chain_start(
-    keyring: ChainKeyring, report: ChainReport, *, archive_dir: Path | None, anchors: AnchorSet
+    keyring: ChainKeyring,
+    report: ChainReport,
+    *,
+    archive_dir: Path | None,
+    anchors: AnchorSet,
+    signed: tuple[int, str] | None = None,
 ) -> ChainVerifier | None:
     """Check every archive checkpoint in seq order (its MAC, that it follows the one before, and its archive
-    file: that chain, its MACs, the anchors inside it, and that no event of the table has the nonce of an
-    archived one) and return a verifier that starts after the latest, or at genesis. None, with
-    ``report.problem`` set, on the first problem."""
+    file: that chain, its MACs, the anchors inside it, the ``signed`` checkpoint file's seq and hash where it
+    falls inside it, and that no event of the table has the nonce of an archived one) and return a verifier
+    that starts after the latest, or at genesis. None, with ``report.problem`` set, on the first problem."""
     start_seq, start_hash = 1, GENESIS_HASH
     checkpoints = list(AuditCheckpoint.objects.order_by("seq"))
     replays = _archived_replay_candidates() if checkpoints else {}
@@ -221,6 +226,7 @@ def _chain_start(
             keyring=keyring,
             anchors=anchors.by_seq,
             replays=replays,
+            signed=signed,
         )
         if report.problem:
             return None
@@ -229,6 +235,8 @@ def _chain_start(
                 "seq": checkpoint.seq, "path": path
             }  # fmt: skip
             return None
+        if signed is not None and start_seq <= signed[0] <= checkpoint.seq:
+            report.notes.append(_signed_checked_note(signed[0], path))
         start_seq, start_hash = checkpoint.seq + 1, checkpoint.hash
     if not checkpoints:
         return ChainVerifier(keyring=keyring, normalized=True)
@@ -577,7 +585,11 @@ def _chain_verify(
     head = _head_checked(keyring, report)
     if head is None:
         return report, False
-    verifier = _chain_start(keyring, report, archive_dir=archive_dir, anchors=anchors)
+    # Read before the archives are walked: a signed seq that was archived since is checked in its archive file.
+    signed = _checkpoint_file_read(checkpoint_file, report) if checkpoint_file else None
+    if report.problem:
+        return report, False
+    verifier = _chain_start(keyring, report, archive_dir=archive_dir, anchors=anchors, signed=signed)
     if verifier is None:
         return report, False
     start_seq = verifier.next_seq
@@ -585,9 +597,6 @@ def _chain_verify(
     for seq, anchor in anchors.by_seq.items():
         if seq >= verifier.next_seq:
             verifier.anchor(seq=seq, hash_hex=anchor.hash, label=_anchor_label(anchor))
-    signed = _checkpoint_file_read(checkpoint_file, report) if checkpoint_file else None
-    if report.problem:
-        return report, False
     if signed is not None:
         _anchor_signed_checkpoint(verifier, signed, report)
     workers = _verify_workers(workers, events=head[0] - verifier.next_seq + 1)
@@ -822,18 +831,25 @@ def _checkpoint_file_read(path: Path, report: ChainReport) -> tuple[int, str] | 
 
 
 def _anchor_signed_checkpoint(verifier: ChainVerifier, signed: tuple[int, str], report: ChainReport) -> None:
+    """Require the table's chain to hold the signed seq and hash where they lie after the start. A seq the
+    archives hold was checked in its archive file already (:func:`_chain_start`): an archive file missing or
+    unreadable fails the report, so a checkpoint file is never rewritten over a seq that was not checked."""
     seq, hash_hex = signed
     archived_up_to = verifier.next_seq - 1
     if seq > archived_up_to:
-        verifier.anchor(seq=seq, hash_hex=hash_hex, label=_label(gettext_noop("signed checkpoint file")))
+        verifier.anchor(seq=seq, hash_hex=hash_hex, label=_signed_checkpoint_label())
     elif seq == archived_up_to and hash_hex != verifier.prev_hash:
         report.problem = _(
             "archive checkpoint seq %(seq)s: hash differs from the signed checkpoint file's — replaced"
         ) % {"seq": seq}
-    elif seq < archived_up_to:
-        report.notes.append(
-            _("signed checkpoint file's seq %(seq)s is archived: check it with --archive") % {"seq": seq}
-        )
+
+
+def _signed_checkpoint_label() -> _Label:
+    return _label(gettext_noop("signed checkpoint file"))
+
+
+def _signed_checked_note(seq: int, path: Path) -> str:
+    return _("signed checkpoint file's seq %(seq)s: checked in archive %(path)s") % {"seq": seq, "path": path}
 
 
 def _checkpoint_file_payload(*, seq: int, hash_hex: str, at: str) -> str:
@@ -858,11 +874,15 @@ def _checkpoint_file_write(path: Path, *, seq: int, hash_hex: str) -> None:
 # --- archive files ------------------------------------------------------------------------------------------
 
 
-def audit_archive_verify(paths: list[Path]) -> tuple[ChainReport, list[str]]:
+def audit_archive_verify(paths: list[Path], *, checkpoint_file: Path | None = None) -> tuple[ChainReport, list[str]]:
     """Check archive files, in the order given, as one chain: each line's hash, MAC, links and seq continuity,
     the final checkpoint line against the last event, the anchors that fall inside them, and where the database
     still records a checkpoint at a file's start or end, that it is authentic and agrees. Returns the report
-    and one summary line per file."""
+    and one summary line per file.
+
+    With ``checkpoint_file``, its signed seq and hash too, where the files hold that seq (a note says whether
+    they did). The file must exist, and is never rewritten: it holds the table's head, which this does not
+    check."""
     report = ChainReport()
     summaries: list[str] = []
     keyring = chain_keyring()
@@ -870,20 +890,40 @@ def audit_archive_verify(paths: list[Path]) -> tuple[ChainReport, list[str]]:
     anchors = anchors_load(anchor_store(), keyring)
     if anchors.problem:
         report.problem = anchors.problem
+    signed = _signed_checkpoint_of_archives(checkpoint_file, report) if checkpoint_file else None
     if report.problem:
         return report, summaries
     start: tuple[int, str] | None = None
+    signed_in: Path | None = None
     for path in paths:
         verifier = archive_file_verify(
-            path, start=start, recorded=recorded, report=report, keyring=keyring, anchors=anchors.by_seq
+            path, start=start, recorded=recorded, report=report, keyring=keyring, anchors=anchors.by_seq, signed=signed
         )
         if report.problem:
             return report, summaries
         summaries.append(report.notes.pop())
+        if signed is not None and verifier.last_seq - verifier.count < signed[0] <= verifier.last_seq:
+            signed_in = path
         report.count += verifier.count
         report.head_seq, report.head_hash = verifier.last_seq, verifier.last_hash
         start = (verifier.next_seq, verifier.last_hash)
+    if signed is not None:
+        report.notes.append(
+            _signed_checked_note(signed[0], signed_in)
+            if signed_in is not None
+            else _("signed checkpoint file's seq %(seq)s is in none of these archives: not checked")
+            % {"seq": signed[0]}
+        )
     return report, summaries
+
+
+def _signed_checkpoint_of_archives(path: Path, report: ChainReport) -> tuple[int, str] | None:
+    """The signed seq and hash to check archives against: a checkpoint file that does not exist is a problem here
+    (there is nothing to check, and this writes none)."""
+    if not path.exists():
+        report.problem = _("checkpoint file %(path)s does not exist") % {"path": path}
+        return None
+    return _checkpoint_file_read(path, report)
 
 
 def _recorded_checkpoints(keyring: ChainKeyring, report: ChainReport) -> dict[int, str]:
@@ -907,16 +947,18 @@ def archive_file_verify(
     keyring: ChainKeyring,
     anchors: dict[int, Anchor],
     replays: dict[str, tuple[int, Any]] | None = None,
+    signed: tuple[int, str] | None = None,
 ) -> ChainVerifier:
     """Check one archive file, starting at ``start`` (seq, prev_hash) or where its first line says; sets
     ``report.problem`` on the first problem, else appends a summary line to ``report.notes``. ``replays``: events
     of the table by nonce (:func:`_archived_replay_candidates`), none of which may have the nonce of an event in
-    the file. Never raises.
+    the file. ``signed``: a signed checkpoint file's seq and hash, which the file's event at that seq (if it holds
+    it) must have. Never raises.
 
     A file that cannot be opened or read (:class:`CannotCheck`) leaves the chain unchecked; one whose bytes are not
     what ``archive_audit`` wrote (not gzip, corrupt or cut-short compressed data, not UTF-8) was altered."""
     try:
-        verifier = _archive_file_walk(path, start, recorded, report, keyring, anchors, replays or {})
+        verifier = _archive_file_walk(path, start, recorded, report, keyring, anchors, replays or {}, signed)
     except (EOFError, gzip.BadGzipFile, zlib.error, UnicodeDecodeError) as exc:
         report.problem = _("archive %(path)s: unreadable (%(error)s)") % {"path": path, "error": exc}
         return ChainVerifier()
@@ -936,6 +978,7 @@ def _archive_file_walk(
     keyring: ChainKeyring,
     anchors: dict[int, Anchor],
     replays: dict[str, tuple[int, Any]],
+    signed: tuple[int, str] | None,
 ) -> ChainVerifier:
     verifier: ChainVerifier | None = None
     checkpoint: dict[str, Any] | None = None
@@ -974,6 +1017,8 @@ def _archive_file_walk(
                 for seq, anchor in anchors.items():
                     if seq >= verifier.next_seq:
                         verifier.anchor(seq=seq, hash_hex=anchor.hash, label=_anchor_label(anchor))
+                if signed is not None and signed[0] >= verifier.next_seq:
+                    verifier.anchor(seq=signed[0], hash_hex=signed[1], label=_signed_checkpoint_label())
             if ("mac" in line) != (verifier.keyring is not None):
                 report.problem = _("archive %(path)s line %(line)s: MACs on some lines and not on others — altered") % {
                     "path": path, "line": number

@@ -282,6 +282,14 @@ class PeriodFilter(_InputFilter):
                     queryset,
                     gettext("Period: %(value)s is not a date (YYYY-MM-DD) or date-time.") % {"value": value},
                 )
+        if "since" in bounds and "until" in bounds and bounds["since"] >= bounds["until"]:
+            # Refused as the export (the API) refuses it, rather than an empty list that says nothing.
+            return _refused(
+                request,
+                queryset,
+                gettext("Period: %(since)s to %(until)s ends before it starts.")
+                % {"since": self.used_parameters["since"], "until": self.used_parameters["until"]},
+            )
         return _filtered(request, queryset, **bounds) if bounds else queryset
 
 

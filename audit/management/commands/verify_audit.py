@@ -39,7 +39,8 @@ class Command(BaseCommand):
             metavar="PATH",
             help=_(
                 "a signed head kept outside the database: the chain must still contain the seq and hash it "
-                "holds; rewritten with the new head on success (created if missing)"
+                "holds; rewritten with the new head on success (created if missing). With --archive, the archive "
+                "that holds its seq must hold its hash, and the file is left as it is"
             ),
         )
         parser.add_argument(
@@ -71,7 +72,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["archive"]:
-            report, summaries = audit_archive_verify(options["archive"])
+            report, summaries = audit_archive_verify(options["archive"], checkpoint_file=options["checkpoint_file"])
             for line in [*report.notes, *summaries]:
                 self.stdout.write(line)
             if report.problem:

@@ -1,0 +1,83 @@
+"""SQLite's append-only triggers, which ``migrate`` lifts while it runs, are back after a ``migrate`` that failed or
+was stopped, and where they are missing anyway (a ``migrate`` killed outright), every ``check`` says so
+(``audit.E004``) while ``migrate``, which mends it, still runs."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.db import DatabaseError, connection, transaction
+from django.db.migrations.executor import MigrationExecutor
+from django.db.migrations.recorder import MigrationRecorder
+
+from audit.append_only import sqlite_triggers_lift
+from audit.checks import check_append_only_triggers
+from audit.services import audit_event_record
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def sqlite_only() -> None:
+    if connection.vendor != "sqlite":
+        pytest.skip("the triggers lifted for a migrate are SQLite's")
+
+
+def raw_update_refused() -> bool:
+    """Whether a raw UPDATE of an audit event is refused, as an intruder with the database would try it."""
+    audit_event_record(source="agent", tool="lookup")
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("UPDATE audit_auditevent SET actor = 'intruder'")
+    except DatabaseError:
+        return True
+    return False
+
+
+def checked() -> str:
+    """What ``manage.py check`` says: its report, or the error it stops with."""
+    out = io.StringIO()
+    try:
+        call_command("check", stdout=out, stderr=io.StringIO())
+    except SystemCheckError as exc:
+        return str(exc)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("stopped_by", [RuntimeError("a migration that fails"), KeyboardInterrupt()])
+def test_a_migrate_that_fails_or_is_stopped_puts_the_triggers_back(
+    monkeypatch: pytest.MonkeyPatch, stopped_by: BaseException
+) -> None:
+    def migration_raises(*args: object, **kwargs: object) -> None:
+        raise stopped_by  # after pre_migrate lifted the triggers, before post_migrate
+
+    monkeypatch.setattr(MigrationExecutor, "migrate", migration_raises)
+
+    with pytest.raises(type(stopped_by)):
+        call_command("migrate", verbosity=0)
+
+    assert raw_update_refused()
+    assert check_append_only_triggers() == []
+
+
+def test_missing_triggers_are_a_check_error_that_migrate_mends() -> None:
+    sqlite_triggers_lift(connection)  # as a migrate killed outright leaves them
+
+    said = checked()
+    assert "audit.E004" in said and "lack their append-only triggers (audit_event_no_delete, " in said
+    assert "HINT: Run manage.py migrate" in said
+
+    call_command("migrate", verbosity=0, skip_checks=False)  # its checks do not refuse it
+
+    assert raw_update_refused()
+    assert "audit.E004" not in checked()
+
+
+def test_a_database_no_migrate_has_run_on_is_no_check_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    sqlite_triggers_lift(connection)
+    monkeypatch.setattr(MigrationRecorder, "has_table", lambda recorder: False)  # no django_migrations yet
+
+    assert check_append_only_triggers() == []
