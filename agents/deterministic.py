@@ -461,12 +461,31 @@ class WhenSpec(BaseModel):
         return value
 
 
+def always_text(template: str) -> bool:
+    """Whether a params text with placeholders renders as text whatever a run gives (``render_params``): the query
+    and a regex group are text, and so is a placeholder written inside other text (``"{data.n}개"``,
+    ``"{match.a}{match.b}"``). Only ``{context.…}`` or ``{data.…}`` written alone keeps its value's type. The gate
+    takes no numeric text for a number (``check_args``), so no conversion is made here either: the rule tester and
+    a run send what the template renders."""
+    whole = PLACEHOLDER.fullmatch(template)
+    return whole is None or whole.group(1) == "query" or whole.group(1).startswith("match.")
+
+
 def template_problems(
-    constraints: dict[str, dict[str, Any]], params: Any, *, refuse_unknown: bool = True, input_schema: Any = None
+    constraints: dict[str, dict[str, Any]],
+    params: Any,
+    *,
+    refuse_unknown: bool = True,
+    input_schema: Any = None,
+    text_into_typed: bool = True,
 ) -> list[str]:
     """Check a params template against a tool's argument constraints before it is ever rendered: unknown
-    arguments (``argument_names``: a tool without arguments takes none) and missing required ones, and the
-    type/allowed/range of every value that is not a placeholder."""
+    arguments (``argument_names``: a tool without arguments takes none) and missing required ones, the
+    type/allowed/range of every value that is not a placeholder, and (``text_into_typed``) a placeholder that
+    always renders as text for an argument typed otherwise (``always_text``).
+
+    ``text_into_typed`` came after rules were stored: a caller that saves a stored rule turns it off where its
+    params and tool are unchanged, so such a rule still saves and imports as it is (its runs fail the call)."""
     from mcpregistry.contracts import argument_names, check_args
 
     if not isinstance(params, dict):
@@ -485,7 +504,20 @@ def template_problems(
         if spec.get("required") and name not in params
     ]
     for name, value in params.items():
-        if name not in constraints or (isinstance(value, str) and PLACEHOLDER.search(value)):
+        if name not in constraints:
+            continue
+        if isinstance(value, str) and PLACEHOLDER.search(value):
+            expected = constraints[name].get("type")
+            if text_into_typed and expected not in (None, "str") and always_text(value):
+                problems.append(
+                    f"args:type:{name}: "
+                    + gettext(
+                        "%(value)s is always text and '%(name)s' must be of type %(expected)s: every call would "
+                        "be refused. Give a fixed value, or {data.KEY} or {context.KEY} alone, which keep their "
+                        "type."
+                    )
+                    % {"value": value, "name": name, "expected": expected}
+                )
             continue
         _clean, verdict = check_args({name: {**constraints[name], "required": False}}, {name: value})
         if verdict is not None:

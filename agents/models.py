@@ -649,9 +649,19 @@ class DeterministicRule(AuditedModel):
     def audit_target(self) -> tuple[str, str]:
         return (self.server.mcp_id if self.server_id else ""), self.tool_name
 
+    def _switched_on(self) -> bool:
+        """Whether this save turns a stored, disabled rule on. Checks that came after rules were stored skip what a
+        stored rule keeps unchanged, so that it saves as it is; a disabled rule runs nowhere, and its agent may
+        drop the server it calls meanwhile (``agent_update`` keeps only those of enabled rules). Switched on, it
+        starts to run: the checks that keep a rule that cannot work out of live traffic judge it as a new one."""
+        return self.pk is not None and self.enabled and stored_value(self, "enabled") is False
+
     def clean(self) -> None:
         """A code rule must be importable, decorated, and name a server bound to its agent; an admin rule needs a
-        known tool on its server, valid conditions, and a params template that fits the tool's contract."""
+        known tool on its server, valid conditions, and a params template that fits the tool's contract. A stored
+        rule skips the checks that came after rules were stored where what they read is unchanged, unless it is
+        being switched on (``_switched_on``); a secret in its params is judged where they change only (that is
+        about storing them, which switching on does not change)."""
         from django.core.exceptions import ValidationError
         from pydantic import ValidationError as PydanticValidationError
 
@@ -663,6 +673,7 @@ class DeterministicRule(AuditedModel):
         from mcpregistry.contracts import argument_constraints, spec_problems
 
         errors: dict[str, list[str]] = {}
+        switched_on = self._switched_on()
         if self.force_first_tool and self.agent_id:
             provider, model_id = self.agent.model_provider, self.agent.model_id
             if not supports_tool_choice(provider=provider, model_id=model_id):
@@ -680,7 +691,8 @@ class DeterministicRule(AuditedModel):
             ):
                 errors["force_first_tool"] = [named_tool_refused(setting="force_first_tool", model_id=model_id)]
             elif self.agent is not None and (
-                (stored_value(self, "force_first_tool"), stored_value(self, "agent_id"))
+                switched_on
+                or (stored_value(self, "force_first_tool"), stored_value(self, "agent_id"))
                 != (self.force_first_tool, self.agent_id)
             ):
                 # Where the forced tool or the agent changes (a stored rule saves as it is; its runs' traces say
@@ -723,10 +735,11 @@ class DeterministicRule(AuditedModel):
             if self.server_id is None:
                 errors["server"] = [str(_("Choose the server (or give a code rule)."))]
             elif self.agent_id and not self.agent.servers.filter(pk=self.server_id).exists():
-                # Where the target changes (a rule stored before the check still saves as it is): a rule for a
-                # server its agent does not bind fails every run it matches (``mcp:not_loaded``).
+                # Where the target changes or the rule is switched on (a rule stored before the check still saves
+                # as it is): a rule for a server its agent does not bind fails every run it matches
+                # (``mcp:not_loaded``).
                 stored = type(self)._base_manager.filter(pk=self.pk).values_list("agent_id", "server_id").first()
-                if stored != (self.agent_id, self.server_id):
+                if switched_on or stored != (self.agent_id, self.server_id):
                     errors["server"] = [
                         str(
                             _("The rule is for MCP '%(id)s', which this agent does not bind.")
@@ -745,16 +758,18 @@ class DeterministicRule(AuditedModel):
                     for name in ("all_keywords", "any_keywords")
                     if any(not str(k).strip() for k in (self.when or {}).get(name) or [])
                 ]
-                if empty and (self.pk is None or self.when != stored_value(self, "when")):
+                if empty and (self.pk is None or switched_on or self.when != stored_value(self, "when")):
                     # An empty keyword is in every query: the rule would match all of them.
                     errors["when"] = [
                         str(_("%(field)s: an empty keyword matches every query; remove it.") % {"field": name})
                         for name in empty
                     ]
             # Checks that came after rules were stored read only what changed: a stored rule saves as it is (its
-            # literal braces, which its tool may read itself; a template naming a parameter it never sent).
-            params_kept = self.pk is not None and self.params == stored_value(self, "params")
-            template_kept = self.pk is not None and self.answer_template == stored_value(self, "answer_template")
+            # literal braces, which its tool may read itself; a template naming a parameter it never sent; text
+            # where its tool takes another type), unless it is switched on.
+            stored_as_is = self.pk is not None and not switched_on
+            params_kept = stored_as_is and self.params == stored_value(self, "params")
+            template_kept = stored_as_is and self.answer_template == stored_value(self, "answer_template")
             problems = placeholder_problems(
                 self.when,
                 self.params,
@@ -788,8 +803,16 @@ class DeterministicRule(AuditedModel):
                     contract = getattr(tool, "contract", None)
                     constraints = contract.args if contract is not None else argument_constraints(tool.input_schema)
                     refuse = contract is None or contract.unknown_args == "refuse"
+                    call_kept = params_kept and (
+                        type(self)._base_manager.filter(pk=self.pk).values_list("server_id", "tool_name").first()
+                        == (self.server_id, self.tool_name)
+                    )
                     problems = template_problems(
-                        constraints or {}, self.params or {}, refuse_unknown=refuse, input_schema=tool.input_schema
+                        constraints or {},
+                        self.params or {},
+                        refuse_unknown=refuse,
+                        input_schema=tool.input_schema,
+                        text_into_typed=not call_kept,
                     )
                     if problems:
                         errors.setdefault("params", []).extend(problems)
