@@ -259,13 +259,20 @@ def _scraper_allowed(request: HttpRequest) -> bool:
         address = ipaddress.ip_address(client_ip(request.META))
     except ValueError:
         return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        # A dual-stack socket (gunicorn --bind [::]:8000) reports an IPv4 client as ::ffff:a.b.c.d.
-        address = address.ipv4_mapped
     # Every entry is a network: the settings refuse to load otherwise.
-    return any(
-        address in ipaddress.ip_network(network, strict=False) for network in settings.PLATFORM_METRICS_ALLOWED_NETWORKS
-    )
+    networks = [ipaddress.ip_network(network, strict=False) for network in settings.PLATFORM_METRICS_ALLOWED_NETWORKS]
+    return any(candidate in network for candidate in _address_forms(address) for network in networks)
+
+
+def _address_forms(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address,
+) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The address as given and, for an IPv4-mapped one (``::ffff:a.b.c.d``: what a dual-stack socket, gunicorn
+    --bind [::]:8000, reports for an IPv4 client), its IPv4 form too: an entry written either way (``10.0.0.0/8``;
+    ``::ffff:0:0/96``, ``::/0``, as lists written for such a socket have) lets it in."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return [address, address.ipv4_mapped]
+    return [address]
 
 
 @require_GET

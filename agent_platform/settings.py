@@ -20,6 +20,9 @@ from django.utils.translation import gettext_lazy as _
 from agent_platform.key_files import key_file
 from agent_platform.settings_deploy import _env_float, _env_int
 
+# A number variable's bound refuses only the values that never worked; one read without a bound is one whose
+# negative values always meant what its 0 means (off, at once, one by one), and a deployment may still set them.
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Absolute: the paths made from it are recorded (an archive's file in its checkpoint) and opened again by other
 # processes, which may run from another working directory.
@@ -144,19 +147,21 @@ if not (_db_connect_timeout.isascii() and _db_connect_timeout.isdigit() and 2 <=
         f"DB_CONNECT_TIMEOUT must be a whole number of seconds from 2 to 300, not {_db_connect_timeout!r}"
     )
 DB_CONNECT_TIMEOUT = int(_db_connect_timeout)
-# How long a connection is kept across requests (seconds; 0: one per request).
-_db_conn_max_age = _env_int("DB_CONN_MAX_AGE", 0, at_least=0)
+# How long a connection is kept across requests (seconds; 0 or less: one per request, Django closing a connection
+# whose age is past it).
+_db_conn_max_age = _env_int("DB_CONN_MAX_AGE", 0)
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=_db_conn_max_age, conn_health_checks=True)}
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         # Parameters bound on the server (psycopg's C dumpers, instead of quoting every value into the SQL text in
         # Python), and a statement run DB_PREPARE_THRESHOLD times on a connection prepared there (parsed and
         # planned once): a run's dozen statements are the same every run. Behind a pooler in transaction mode
-        # (PgBouncer before 1.21) set DB_PREPARE_THRESHOLD=0; DB_SERVER_SIDE_BINDING=0 binds in Python again.
-        _prepare_threshold = _env_int("DB_PREPARE_THRESHOLD", 5, at_least=0)
+        # (PgBouncer before 1.21) set DB_PREPARE_THRESHOLD=0 (or any value below: never prepared);
+        # DB_SERVER_SIDE_BINDING=0 binds in Python again.
+        _prepare_threshold = _env_int("DB_PREPARE_THRESHOLD", 5)
         DATABASES["default"].setdefault("OPTIONS", {}).update(
             server_side_binding=_env_bool("DB_SERVER_SIDE_BINDING", default=True),
-            prepare_threshold=_prepare_threshold or None,
+            prepare_threshold=_prepare_threshold if _prepare_threshold > 0 else None,
         )
         # A connect_timeout in DATABASE_URL's query wins.
         DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", DB_CONNECT_TIMEOUT)
@@ -274,11 +279,12 @@ CELERY_TASK_ALWAYS_EAGER = _env_bool("CELERY_TASK_ALWAYS_EAGER")
 # auto (Redis pub/sub where Redis is set, PostgreSQL LISTEN/NOTIFY on PostgreSQL, else a short adaptive poll),
 # redis, postgres or poll.
 PLATFORM_RUN_WAKEUP = os.environ.get("PLATFORM_RUN_WAKEUP", "auto")
-# A polling waiter's first pause; later ones grow to a tenth of the time waited (at most the caller's interval).
-PLATFORM_RUN_WAIT_MIN_POLL_S = _env_float("PLATFORM_RUN_WAIT_MIN_POLL_S", 0.005, above=0)
+# A polling waiter's first pause; later ones grow to a tenth of the time waited (at most the caller's interval). 0 or
+# less: every pause is a tenth of the time waited, which grows with each poll (never a loop that does not pause).
+PLATFORM_RUN_WAIT_MIN_POLL_S = _env_float("PLATFORM_RUN_WAIT_MIN_POLL_S", 0.005)
 # On Redis, how long the wake-ups of a run's intermediate events (for its event streams and live views) gather
-# after the first before they go out together, each run once (0: at once).
-PLATFORM_RUN_EVENT_WAKEUP_GATHER_S = _env_float("PLATFORM_RUN_EVENT_WAKEUP_GATHER_S", 0.01, at_least=0)
+# after the first before they go out together, each run once (0 or less: at once).
+PLATFORM_RUN_EVENT_WAKEUP_GATHER_S = _env_float("PLATFORM_RUN_EVENT_WAKEUP_GATHER_S", 0.01)
 
 # --- platform -----------------------------------------------------------------------------------
 # Runs a Celery task inline in the web process (tests of services only; never in production).
@@ -296,7 +302,8 @@ PLATFORM_FLOW_GRAPHS = [p.strip() for p in os.environ.get("PLATFORM_FLOW_GRAPHS"
 PLATFORM_FLOW_MAX_CALLS = _env_int("PLATFORM_FLOW_MAX_CALLS", 200, at_least=1)
 # The longest timeout a tool contract may set (seconds); a contract's timeout must be > 0 and at most this.
 PLATFORM_TOOL_TIMEOUT_MAX_S = _env_float("PLATFORM_TOOL_TIMEOUT_MAX_S", 3600.0, above=0)
-PLATFORM_MCP_IDLE_CLOSE_S = _env_float("PLATFORM_MCP_IDLE_CLOSE_S", 300.0, at_least=0)
+# A pooled MCP session idle for longer than this is closed (0 or less: as soon as the reaper sees it idle).
+PLATFORM_MCP_IDLE_CLOSE_S = _env_float("PLATFORM_MCP_IDLE_CLOSE_S", 300.0)
 # Each worker pool process opens the shared sessions of the servers enabled agents use as it starts (in the
 # background), so that the first run does not wait for a stdio server to start (agent_platform/celery.py).
 PLATFORM_MCP_OPEN_AT_START = _env_bool("PLATFORM_MCP_OPEN_AT_START", default=True)
@@ -310,9 +317,12 @@ PLATFORM_TOOL_RESULT_MAX_CHARS = _env_int("PLATFORM_TOOL_RESULT_MAX_CHARS", 2000
 PLATFORM_SHADOW_QUEUE = os.environ.get("PLATFORM_SHADOW_QUEUE", "")
 
 # Independent read calls of one model turn run concurrently through the gate: at most this many at once per run
-# (1: one by one) and at most the second number at once on one server (agents/parallel_calls.py).
-PLATFORM_PARALLEL_TOOL_CALLS = _env_int("PLATFORM_PARALLEL_TOOL_CALLS", 4, at_least=1)
-PLATFORM_PARALLEL_TOOL_CALLS_PER_SERVER = _env_int("PLATFORM_PARALLEL_TOOL_CALLS_PER_SERVER", 2, at_least=1)
+# (1 or less: one by one) and at most the second number at once on one server (agents/parallel_calls.py). The second
+# is read only where calls run at once: there 0 would hold every call waiting for a server's slot forever.
+PLATFORM_PARALLEL_TOOL_CALLS = _env_int("PLATFORM_PARALLEL_TOOL_CALLS", 4)
+PLATFORM_PARALLEL_TOOL_CALLS_PER_SERVER = _env_int(
+    "PLATFORM_PARALLEL_TOOL_CALLS_PER_SERVER", 2, at_least=1 if PLATFORM_PARALLEL_TOOL_CALLS >= 2 else None
+)
 
 # --- the embedding tool ranker (mcpregistry/embeddings.py): an OpenAI-compatible /embeddings endpoint, or Bedrock
 # (``bedrock:<model id>``, credentials from the standard AWS chain). Empty: the embedding ranker is unavailable
@@ -335,15 +345,15 @@ AUDIT_ANCHOR_S3_ENDPOINT_URL = os.environ.get("AUDIT_ANCHOR_S3_ENDPOINT_URL") or
 AUDIT_ANCHOR_S3_REGION = os.environ.get("AUDIT_ANCHOR_S3_REGION") or None
 AUDIT_ANCHOR_S3_LOCK_MODE = os.environ.get("AUDIT_ANCHOR_S3_LOCK_MODE", "COMPLIANCE")
 AUDIT_ANCHOR_S3_RETENTION_DAYS = _env_int("AUDIT_ANCHOR_S3_RETENTION_DAYS", 2557, at_least=1)
-# Every worker anchors the head this often (seconds; 0 turns the worker's timer off).
-AUDIT_ANCHOR_INTERVAL_S = _env_float("AUDIT_ANCHOR_INTERVAL_S", 300.0, at_least=0)
+# Every worker anchors the head this often (seconds; 0 or less turns the worker's timer off).
+AUDIT_ANCHOR_INTERVAL_S = _env_float("AUDIT_ANCHOR_INTERVAL_S", 300.0)
 # How events join the chain (audit/services.py): "deferred" (an append inserts a MAC'd pending row, and a single
 # chainer links pending rows into the chain in order just after commit: no writer holds the chain head for its
 # transaction), "inline" (every append locks the head for the rest of its transaction), or "auto" (the default:
 # deferred on PostgreSQL, inline on SQLite, whose one write lock serialises writers anyway).
 AUDIT_CHAIN_MODE = os.environ.get("AUDIT_CHAIN_MODE", "auto")
-# Every worker chains what crashed writers left pending this often (seconds; 0 turns the worker's timer off).
-AUDIT_CHAIN_INTERVAL_S = _env_float("AUDIT_CHAIN_INTERVAL_S", 5.0, at_least=0)
+# Every worker chains what crashed writers left pending this often (seconds; 0 or less turns the worker's timer off).
+AUDIT_CHAIN_INTERVAL_S = _env_float("AUDIT_CHAIN_INTERVAL_S", 5.0)
 # Deferred: a committed append wakes its process's chainer thread ("on"; "auto", the default, means on PostgreSQL)
 # rather than chaining before on_commit returns ("off"): a lone writer then pays one insert and one commit.
 AUDIT_CHAIN_BACKGROUND = os.environ.get("AUDIT_CHAIN_BACKGROUND", "auto")
@@ -353,8 +363,8 @@ AUDIT_CHAIN_BACKGROUND = os.environ.get("AUDIT_CHAIN_BACKGROUND", "auto")
 AUDIT_CHAIN_GATHER_S = _env_float("AUDIT_CHAIN_GATHER_S", 0.05, at_least=0)
 # How long at most the chainer thread lets the runs its worker process is executing go first before its pass
 # (seconds; audit.services.audit_chain_held_off): a pass in the middle of a run cost a PostgreSQL run a quarter of
-# its time. The chain's lag grows by at most as much.
-AUDIT_CHAIN_HOLD_OFF_S = _env_float("AUDIT_CHAIN_HOLD_OFF_S", 1.0, at_least=0)
+# its time. The chain's lag grows by at most as much (0 or less: the pass does not wait).
+AUDIT_CHAIN_HOLD_OFF_S = _env_float("AUDIT_CHAIN_HOLD_OFF_S", 1.0)
 # A write of a configuration model outside the services (which audit it) is refused ("refuse"); the test
 # suite sets "tests", which also lets test code itself create fixtures directly (audit/change_guard.py).
 # Fernet keys for bindings' secrets at rest, comma-separated; the first encrypts (mcpregistry/crypto.py).
@@ -388,12 +398,13 @@ PLATFORM_MAX_BODY_BYTES = _env_int("PLATFORM_MAX_BODY_BYTES", 10 * 1024 * 1024, 
 PLATFORM_LOGIN_MAX_FAILURES = _env_int("PLATFORM_LOGIN_MAX_FAILURES", 5, at_least=1)
 PLATFORM_LOGIN_IP_MAX_FAILURES = _env_int("PLATFORM_LOGIN_IP_MAX_FAILURES", 20, at_least=1)
 PLATFORM_LOGIN_WINDOW_S = _env_int("PLATFORM_LOGIN_WINDOW_S", 900, at_least=1)
-PLATFORM_LOGIN_LOCKOUT_S = _env_int("PLATFORM_LOGIN_LOCKOUT_S", 900, at_least=1)
+# A lockout of 0 s is audited and refuses nothing after (below 0, its Retry-After would be negative).
+PLATFORM_LOGIN_LOCKOUT_S = _env_int("PLATFORM_LOGIN_LOCKOUT_S", 900, at_least=0)
 # The client's address is REMOTE_ADDR, unless this many trusted proxies in front each append to
 # X-Forwarded-For: then it is the address the outermost trusted proxy saw (the Nth entry from the right). Left at 0
 # behind a proxy, every client shares the proxy's address, its lockouts and its bad-key throttle: check --deploy
-# warns where PLATFORM_TLS=proxy says there is one (audit.W004).
-PLATFORM_PROXY_HOPS = _env_int("PLATFORM_PROXY_HOPS", 0, at_least=0)
+# warns where PLATFORM_TLS=proxy says there is one (audit.W004). Below 0: as 0.
+PLATFORM_PROXY_HOPS = _env_int("PLATFORM_PROXY_HOPS", 0)
 # The peers whose X-Forwarded-For / X-Forwarded-Proto are believed (agent_platform/client_ip.py): networks,
 # comma-separated, and "unix" for a unix socket's peer; unset or empty (docker-compose.yml passes it through empty),
 # loopback, the private ranges and unix.
@@ -467,16 +478,17 @@ PLATFORM_METRICS_TOKEN = os.environ.get("PLATFORM_METRICS_TOKEN", "")
 PLATFORM_METRICS_ALLOWED_NETWORKS = _env_list("PLATFORM_METRICS_ALLOWED_NETWORKS", "127.0.0.0/8,::1/128")
 # A malformed entry (10.0.0.0/33, 192.168.1.0-24) stops the settings: skipped, its scrapers got a 403.
 _check_networks("PLATFORM_METRICS_ALLOWED_NETWORKS", PLATFORM_METRICS_ALLOWED_NETWORKS)
-# Every worker writes a heartbeat this often (seconds; 0: never); /readyz wants one no older than the second.
-PLATFORM_WORKER_HEARTBEAT_S = _env_float("PLATFORM_WORKER_HEARTBEAT_S", 10.0, at_least=0)
-# Eval runs are scored in the background by every worker (a timer thread, every PLATFORM_EVAL_REFRESH_S; 0: off), and
-# a case whose run has not finished PLATFORM_EVAL_CASE_TIMEOUT_S after it was submitted is cancelled and scored as
-# failed (timed out), so that an eval run always ends.
-PLATFORM_EVAL_REFRESH_S = _env_float("PLATFORM_EVAL_REFRESH_S", 2.0, at_least=0)
-PLATFORM_EVAL_CASE_TIMEOUT_S = _env_float("PLATFORM_EVAL_CASE_TIMEOUT_S", 900.0, at_least=0)
+# Every worker writes a heartbeat this often (seconds; 0 or less: never); /readyz wants one no older than the second.
+PLATFORM_WORKER_HEARTBEAT_S = _env_float("PLATFORM_WORKER_HEARTBEAT_S", 10.0)
+# Eval runs are scored in the background by every worker (a timer thread, every PLATFORM_EVAL_REFRESH_S; 0 or less:
+# off), and a case whose run has not finished PLATFORM_EVAL_CASE_TIMEOUT_S after it was submitted (0 or less: never)
+# is cancelled and scored as failed (timed out), so that an eval run always ends.
+PLATFORM_EVAL_REFRESH_S = _env_float("PLATFORM_EVAL_REFRESH_S", 2.0)
+PLATFORM_EVAL_CASE_TIMEOUT_S = _env_float("PLATFORM_EVAL_CASE_TIMEOUT_S", 900.0)
 # How many cases of an eval run are in flight at once when it is started from the admin or the API (run_eval's
-# --workers defaults to it), so that an eval does not crowd out live traffic on the shared queue.
-PLATFORM_EVAL_WINDOW = _env_int("PLATFORM_EVAL_WINDOW", 4, at_least=1)
+# --workers defaults to it), so that an eval does not crowd out live traffic on the shared queue. 1 or less: one at
+# a time (evals.services.eval_window).
+PLATFORM_EVAL_WINDOW = _env_int("PLATFORM_EVAL_WINDOW", 4)
 PLATFORM_READY_WORKER_MAX_AGE_S = _env_float("PLATFORM_READY_WORKER_MAX_AGE_S", 60.0, above=0)
 
 # Binding a stdio server runs a program on every worker: optionally allow only these commands (names or paths).

@@ -83,7 +83,8 @@ PLATFORM_API_MAX_WAIT_S = _env_float("PLATFORM_API_MAX_WAIT_S", 60.0, at_least=0
 # otherwise: a stream waiting on a slow model step read as a timeout), and the longest a stream stays open (the
 # client reconnects with Last-Event-ID).
 PLATFORM_SSE_POLL_S = _env_float("PLATFORM_SSE_POLL_S", 0.5, above=0)
-PLATFORM_SSE_KEEPALIVE_S = _env_float("PLATFORM_SSE_KEEPALIVE_S", 4.0, above=0)
+# A keep-alive of 0 or less: one at every poll that finds nothing to send.
+PLATFORM_SSE_KEEPALIVE_S = _env_float("PLATFORM_SSE_KEEPALIVE_S", 4.0)
 PLATFORM_SSE_MAX_S = _env_float("PLATFORM_SSE_MAX_S", 600.0, above=0)
 # An open stream checks its API key again this often (at most 15 s) and closes once the key is revoked.
 PLATFORM_SSE_AUTH_RECHECK_S = min(15.0, _env_float("PLATFORM_SSE_AUTH_RECHECK_S", 10.0, above=0))

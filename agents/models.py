@@ -1312,12 +1312,14 @@ class Budget(AuditedModel):
     def _reservation_cost_check(self) -> None:
         """An agent's budget whose cost limit is below what one run's reservation costs at its model's price would
         admit no run: every submission would be told the budget is used up. An API key's budget is checked at
-        each submission instead (``agents.budgets.budget_reserve``): the key's runs may call any model."""
+        each submission instead (``agents.budgets.budget_reserve``): the key's runs may call any model. Judged only
+        where this save sets the figures it reads or switches the budget on (``_reservation_cost_judged``)."""
         from django.core.exceptions import ValidationError
 
-        if self.max_cost is None or self.agent is None:
+        if self.max_cost is None or self.agent is None or not self._reservation_cost_judged():
             return
-        price = model_price_for(provider=self.agent.model_provider, model_id=self.agent.model_id)
+        provider, model_id = self._priced_model()
+        price = model_price_for(provider=provider, model_id=model_id)
         cost = reservation_cost_micros(price=price, tokens=self.run_reservation_tokens)
         limit = int(self.max_cost * MICROS_PER_USD)
         if cost <= limit:
@@ -1332,11 +1334,40 @@ class Budget(AuditedModel):
                 % {
                     "reserved": f"{self.run_reservation_tokens:,}",
                     "cost": usd_text(cost),
-                    "model": self.agent.model_id or self.agent.model_provider,
+                    "model": model_id or provider,
                     "limit": usd_text(limit),
                 }
             }
         )
+
+    def _reservation_cost_judged(self) -> bool:
+        """Whether the reservation's cost is judged at this save: the budget is on, and new, switched on, or given
+        another cost limit, reservation or agent. Any other save of a stored budget keeps it as it is, as the other
+        checks added after rows were stored do: a model's price raised since must not stop an admin switching the
+        budget off (a disabled one limits nothing; it is judged when switched on) or editing the rest."""
+        if not self.enabled:
+            return False
+        if not self.pk:
+            return True
+        stored = (
+            type(self)
+            ._base_manager.filter(pk=self.pk)
+            .values_list("enabled", "max_cost", "run_reservation_tokens", "agent_id")
+            .first()
+        )
+        return stored != (True, self.max_cost, self.run_reservation_tokens, self.agent_id)
+
+    def _priced_model(self) -> tuple[str, str]:
+        """The provider and model the agent's new live runs call and are charged at (as ``agents.budgets.run_model``
+        reads a run's): its live version's, frozen when published, else the agent's as stored (an agent never
+        published runs as edited). A draft's model runs nowhere until it is published."""
+        agent = self.agent
+        assert agent is not None
+        version = agent.live_version if agent.live_version_id is not None else None
+        frozen = ((version.content or {}).get("agent") or {}) if version is not None else {}
+        if frozen.get("model_provider"):
+            return str(frozen["model_provider"]), str(frozen.get("model_id") or "")
+        return agent.model_provider, agent.model_id
 
 
 class BudgetUsage(models.Model):

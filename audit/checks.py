@@ -225,7 +225,7 @@ def sqlite_triggers_missing(using: str = DEFAULT_DB_ALIAS) -> list[str]:
     that migration (a fresh database: ``migrate`` is still to make them), or where the database cannot be read
     (what cannot connect is for ``migrate`` and every request to say)."""
     connection = connections[using]
-    if connection.vendor != "sqlite":
+    if connection.vendor != "sqlite" or _sqlite_file_missing(connection):
         return []
     try:
         if not append_only_migrated(connection):
@@ -235,6 +235,14 @@ def sqlite_triggers_missing(using: str = DEFAULT_DB_ALIAS) -> list[str]:
         return []
 
 
+def _sqlite_file_missing(connection: BaseDatabaseWrapper) -> bool:
+    """Whether the SQLite database is a file that does not exist yet: there is no record to protect, and connecting
+    would create it empty (``check --deploy`` in an image build, SQLITE_PATH pointing at a volume not mounted yet)."""
+    if connection.is_in_memory_db():  # type: ignore[attr-defined]  # SQLite's wrapper has it
+        return False
+    return not Path(connection.settings_dict["NAME"]).exists()
+
+
 @register(Tags.database)
 def check_append_only_triggers(
     app_configs: Any = None, databases: Sequence[str] | None = None, **kwargs: Any
@@ -242,7 +250,8 @@ def check_append_only_triggers(
     """``audit.E004``. Unlike Django's own database checks this one reads the default database at every ``check``
     too (not only ``migrate`` and ``check --database``): a record left open to raw UPDATE and DELETE must not
     pass a plain ``manage.py check``, and on SQLite the read is one query of a local file. ``migrate`` is not
-    refused by it: it puts the triggers back before its checks run (``audit/management/commands/migrate.py``)."""
+    refused by it: it puts the triggers back before its checks run (``audit/management/commands/migrate.py``). A
+    SQLite file that does not exist is not opened (which would create it): nothing is recorded there yet."""
     errors: list[CheckMessage] = []
     for using in databases if databases is not None else [DEFAULT_DB_ALIAS]:
         missing = sqlite_triggers_missing(using)

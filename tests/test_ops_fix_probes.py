@@ -235,6 +235,28 @@ def test_an_ipv4_mapped_client_is_matched_as_its_ipv4_address(client: Client, se
     assert client.get("/metrics", REMOTE_ADDR="::ffff:127.0.0.1").status_code == 403
 
 
+@pytest.mark.parametrize("network", ["::ffff:10.1.2.3/128", "::ffff:0:0/96", "::/0", "10.1.2.0/24"])
+def test_an_ipv4_mapped_client_is_matched_by_an_entry_in_either_form(
+    client: Client, settings: Any, network: str
+) -> None:
+    """A list written for a dual-stack socket names the mapped form (it let such a client in before the IPv4 form was
+    matched too): both forms are tried."""
+    settings.PLATFORM_METRICS_TOKEN = ""
+    settings.PLATFORM_METRICS_ALLOWED_NETWORKS = [network]
+
+    assert client.get("/metrics", REMOTE_ADDR="::ffff:10.1.2.3").status_code == 200
+    every_mapped_client = network in {"::ffff:0:0/96", "::/0"}
+    assert client.get("/metrics", REMOTE_ADDR="::ffff:192.0.2.1").status_code == (200 if every_mapped_client else 403)
+
+
+def test_an_entry_in_mapped_form_does_not_let_in_a_plain_ipv6_client(client: Client, settings: Any) -> None:
+    settings.PLATFORM_METRICS_TOKEN = ""
+    settings.PLATFORM_METRICS_ALLOWED_NETWORKS = ["::ffff:0:0/96"]
+
+    assert client.get("/metrics", REMOTE_ADDR="2001:db8::1").status_code == 403
+    assert client.get("/metrics", REMOTE_ADDR="10.1.2.3").status_code == 403
+
+
 def settings_loaded(**env: str) -> subprocess.CompletedProcess[str]:
     """The settings module loaded in a fresh process with ``env`` set."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(_SETUP_VARIABLES)}

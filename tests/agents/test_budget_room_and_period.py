@@ -5,8 +5,9 @@
   settlement that read its reservation before the move settles on the row it was moved to);
 - a refusal because runs in flight hold what is left of a budget says so, with a short ``Retry-After`` and
   ``fields.reason`` ``runs_in_flight``; a spent budget stays ``used_up`` until its period ends;
-- a cost limit below what one run's reservation costs is refused in the form for an agent's budget, and at the
-  submission (409, saying the reservation alone exceeds it) for an API key's;
+- a cost limit below what one run's reservation costs is refused in the form for an agent's budget (at the price of
+  the model its live version runs, where the budget is new, switched on, or its figures change: switching it off
+  after a price rise saves), and at the submission (409, saying the reservation alone exceeds it) for an API key's;
 - a run cancelled during its second model call, or in the second pass of a resumed run, shows in its
   ``token_usage`` every call its tokens and cost count.
 """
@@ -19,16 +20,24 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from agent_platform.celery import app as celery_app
-from agents.budgets import IN_FLIGHT_RETRY_AFTER_S, budget_create, budget_settle, budget_update
+from agents.budgets import (
+    IN_FLIGHT_RETRY_AFTER_S,
+    budget_create,
+    budget_settle,
+    budget_update,
+    model_price_create,
+    model_price_update,
+)
 from agents.execution import run_execute
-from agents.models import Budget, BudgetReservation, BudgetUsage, Run, RunEvent
+from agents.models import Agent, Budget, BudgetReservation, BudgetUsage, ModelPrice, Run, RunEvent
 from agents.run_state import RunEventWriter
-from agents.services import run_cancel
+from agents.services import agent_update, agent_version_publish, run_cancel
 from tests.agents.test_approvals import decide, notes, park, writer  # noqa: F401 - fixtures
 from tests.agents.test_budgets import price_house_model, scripted_agent, submit
 from tests.conftest import ApiCaller
@@ -176,6 +185,88 @@ def test_an_api_keys_cost_limit_below_one_runs_reservation_refuses_the_run_sayin
     assert "20,000 tokens" in error["message"] and "0.30" in error["message"] and "0.10" in error["message"]
     assert "used up" not in error["message"]
     assert not Run.objects.exists() and not BudgetReservation.objects.exists()
+
+
+def raise_house_price() -> None:
+    """$100 per 1M output tokens: 20,000 tokens now reserve $2.00."""
+    price = ModelPrice.objects.get(model_id="house-model")
+    model_price_update(price=price, actor="test-admin", via="tests", data={"output_per_mtok": Decimal("100")})
+
+
+def test_a_budget_a_price_rise_outgrew_can_still_be_switched_off_and_edited(admin_client: Any) -> None:
+    """The check judges the figures an admin sets, not a stored budget at every save: after a price rise, unticking
+    ``enabled`` (the way out) and other edits save; switching it on, or a limit still too low, is judged again."""
+    price_house_model()
+    agent = scripted_agent()
+    data = {"agent": agent, "period": "day", "max_cost": Decimal("1.00"), "run_reservation_tokens": 20_000}
+    budget = budget_create(actor="test-admin", via="tests", data=data)
+    raise_house_price()
+    form = {"agent": agent.pk, "period": "day", "max_cost": "1.00", "run_reservation_tokens": "20000"}
+    url = f"/admin/agents/budget/{budget.pk}/change/"
+
+    switched_off = admin_client.post(url, form, HTTP_ACCEPT_LANGUAGE="en")  # enabled left unticked
+
+    assert switched_off.status_code == 302 and Budget.objects.get(pk=budget.pk).enabled is False
+    budget_update(budget=Budget.objects.get(pk=budget.pk), actor="test-admin", via="tests", data={"period": "month"})
+    switched_on = admin_client.post(url, {**form, "enabled": "on"}, HTTP_ACCEPT_LANGUAGE="en")
+    assert switched_on.status_code == 200 and "max_cost" in switched_on.context["adminform"].form.errors
+    assert "2.00" in str(switched_on.context["adminform"].form.errors["max_cost"])
+    assert admin_client.post(url, {**form, "enabled": "on", "max_cost": "2.00"}).status_code == 302
+
+
+def test_an_enabled_budget_whose_figures_change_is_judged_at_the_price_now(admin_client: Any) -> None:
+    price_house_model()
+    agent = scripted_agent()
+    data = {"agent": agent, "period": "day", "max_cost": Decimal("1.00"), "run_reservation_tokens": 20_000}
+    budget = budget_create(actor="test-admin", via="tests", data=data)
+    raise_house_price()
+    form = {
+        "agent": agent.pk,
+        "period": "month",
+        "max_cost": "1.00",
+        "run_reservation_tokens": "20000",
+        "enabled": "on",
+    }
+    url = f"/admin/agents/budget/{budget.pk}/change/"
+
+    assert admin_client.post(url, form).status_code == 302  # its period only: saved as it is
+    refused = admin_client.post(url, {**form, "max_cost": "1.50"}, HTTP_ACCEPT_LANGUAGE="en")
+    assert refused.status_code == 200 and "max_cost" in refused.context["adminform"].form.errors
+    assert admin_client.post(url, {**form, "run_reservation_tokens": "10000"}).status_code == 302
+
+
+def publish_model(agent: Agent, model_id: str) -> None:
+    """Publish ``agent`` with ``model_id`` live, then leave publishing on save off (later edits are a draft)."""
+    agent_update(agent=agent, actor="test-admin", via="tests", data={"model_id": model_id})
+    agent_version_publish(agent=Agent.objects.get(pk=agent.pk), actor="test-admin", via="tests")
+    agent_update(agent=Agent.objects.get(pk=agent.pk), actor="test-admin", via="tests", data={"publish_on_save": False})
+
+
+@pytest.mark.parametrize(
+    ("live", "draft", "admitted"), [("cheap", "house-model", True), ("house-model", "cheap", False)]
+)
+def test_an_agents_budget_is_priced_at_its_live_versions_model_not_its_draft(
+    live: str, draft: str, admitted: bool
+) -> None:
+    """Runs are charged at the model of the version live traffic runs (``agents.budgets.run_model``), not at a
+    draft's that runs nowhere until published."""
+    price_house_model()  # 20,000 tokens reserve $0.30
+    cheap = {"provider": "scripted", "model_id": "cheap", "input_per_mtok": Decimal("0.10")}
+    model_price_create(actor="test-admin", via="tests", data={**cheap, "output_per_mtok": Decimal("0.10")})
+    agent = scripted_agent()
+    publish_model(agent, live)
+    agent_update(agent=Agent.objects.get(pk=agent.pk), actor="test-admin", via="tests", data={"model_id": draft})
+    agent = Agent.objects.get(pk=agent.pk)
+    assert agent.model_id == draft and agent.live_version is not None
+    data = {"agent": agent, "period": "day", "max_cost": Decimal("0.10"), "run_reservation_tokens": 20_000}
+
+    if admitted:
+        budget_create(actor="test-admin", via="tests", data=data)
+    else:
+        with pytest.raises(ValidationError) as refused:
+            budget_create(actor="test-admin", via="tests", data=data)
+        assert "house-model" in str(refused.value)
+    assert Budget.objects.exists() is admitted
 
 
 @pytest.fixture

@@ -5,14 +5,17 @@ was stopped, and where they are missing anyway (a ``migrate`` killed outright), 
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
-from django.db import DatabaseError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.recorder import MigrationRecorder
+from django.db.utils import ConnectionHandler
 
+from audit import checks as audit_checks
 from audit.append_only import sqlite_triggers_lift
 from audit.checks import check_append_only_triggers
 from audit.services import audit_event_record
@@ -81,3 +84,42 @@ def test_a_database_no_migrate_has_run_on_is_no_check_error(monkeypatch: pytest.
     monkeypatch.setattr(MigrationRecorder, "has_table", lambda recorder: False)  # no django_migrations yet
 
     assert check_append_only_triggers() == []
+
+
+def sqlite_databases(path: Path) -> ConnectionHandler:
+    """Connections whose default database is the SQLite file at ``path``, as SQLITE_PATH names one."""
+    return ConnectionHandler({DEFAULT_DB_ALIAS: {"ENGINE": "django.db.backends.sqlite3", "NAME": str(path)}})
+
+
+def test_a_sqlite_file_that_does_not_exist_is_not_created_by_the_check(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An image build's ``check --deploy``, SQLITE_PATH on a volume still to be mounted: nothing to protect yet, and
+    an empty file made there would hide the volume's database or be taken for a fresh one."""
+    missing = tmp_path / "db.sqlite3"
+    databases = sqlite_databases(missing)
+    monkeypatch.setattr(audit_checks, "connections", databases)
+
+    try:
+        said = check_append_only_triggers()
+    finally:
+        databases.close_all()
+
+    assert said == []
+    assert not missing.exists()
+
+
+def test_an_existing_sqlite_file_is_still_checked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    existing = tmp_path / "db.sqlite3"
+    existing.touch()
+    databases = sqlite_databases(existing)
+    monkeypatch.setattr(audit_checks, "connections", databases)
+    monkeypatch.setattr(audit_checks, "append_only_migrated", lambda connection: True)
+    monkeypatch.setattr(audit_checks, "sqlite_triggers_present", lambda using: set())
+
+    try:
+        said = check_append_only_triggers()
+    finally:
+        databases.close_all()
+
+    assert [message.id for message in said] == ["audit.E004"]
