@@ -39,7 +39,7 @@ from agent_platform.json import loads as json_loads
 from agent_platform.text import nfc_value
 from agents.deterministic import RuleSpec as EngineRuleSpec
 from agents.models import MAX_ITERATIONS_LIMIT, TIME_LIMIT_MAX_S, Agent, AgentArm, AgentVersion, DeterministicRule
-from agents.selectors import rules_calling, servers_leaving
+from agents.selectors import rules_calling, servers_leaving, tool_name_conflicts
 from agents.services import (
     agent_arm_create,
     agent_arm_delete,
@@ -529,6 +529,15 @@ def _yaml_problems() -> dict[str, str | None]:
         "found unhashable key": _("a key that is a list or an object (a key is a text)"),
         "but found another document": _("more than one document (---): a file holds one"),
         "found unknown escape character": _("an escape sequence is not valid"),
+        "did not find expected hexdecimal number": _("an escape sequence is not valid"),  # "\x4", "\uZZZZ"
+        "expected escape sequence of": _("an escape sequence is not valid"),
+        # "\ud800" (half of a pair, which libyaml does not join), "\U00110000"
+        "found invalid Unicode character escape code": _(
+            "an escape sequence that names no Unicode character (U+D800 to U+DFFF, or past U+10FFFF)"
+        ),
+        # An unclosed "servers: [" (told at the end of the text), "[a,,b]", a stray "]" where a value begins
+        "did not find expected node content": _("a value was expected here: check the brackets and the commas"),
+        "expected the node content": _("a value was expected here: check the brackets and the commas"),
         "did not find expected <document start>": _("there is more after the document's value"),
         "expected '<document start>'": _("there is more after the document's value"),
         "found character": None,
@@ -965,6 +974,19 @@ def _coupled_field(
     return None
 
 
+def _tool_name_conflict_problem(servers: list[McpServer]) -> str:
+    """Why an agent may not bind ``servers`` together ("": it may): two of them expose a tool of the same name, as
+    the document's servers, tools and contracts leave them, and every run of the agent would fail
+    (``config:tool_name_conflict``). In the words of the agent's admin form, which refuses it too."""
+    conflicts = tool_name_conflicts(servers)
+    if not conflicts:
+        return ""
+    return _(
+        "These servers expose the same tool name: %(conflicts)s. Give one of them a tool name "
+        "prefix, or disable the duplicate tool."
+    ) % {"conflicts": "; ".join(f"{name} ({', '.join(ids)})" for name, ids in conflicts.items())}
+
+
 def _fields(obj: Any) -> dict[str, Any]:
     return {
         f.attname: getattr(obj, f.attname)
@@ -1214,6 +1236,8 @@ def _config_import(
             _refusals_add(problems, where, _every_refusal(agent, {}, kept=kept))
             continue
         bound = [servers[m] for m in names]
+        if conflict := _tool_name_conflict_problem(bound):
+            problems.add(where, f"servers: {conflict}")
         leaving[aspec.slug] = servers_leaving(agent=agent, servers=bound)
         try:
             # Its rules may move with it: whether a rule still calls a server it leaves is checked once they are in.

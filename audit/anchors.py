@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import errno
 import hashlib
 import json
 import os
@@ -35,6 +36,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
+from agent_platform.os_errors import os_error_text
 from audit.chain import GENESIS_HASH, ChainKeyring, MacProblem, anchor_message, checkpoint_message, head_message
 from audit.chain_keys import chain_keyring
 from audit.models import AuditChainHead, AuditCheckpoint, AuditEvent
@@ -50,6 +52,8 @@ __all__ = [
     "anchor_store",
     "anchors_load",
     "audit_chain_anchor",
+    "file_unwritable",
+    "parent_folder_make",
 ]
 
 
@@ -105,6 +109,23 @@ def _anchor_from(value: Any, where: str) -> Anchor:
     return anchor
 
 
+def parent_folder_make(path: Path) -> None:
+    """Create the folder ``path`` goes in, and those above it. Raises OSError; a file where that folder should be
+    is told as a part of the path that is not a folder (``mkdir`` says the name "exists already")."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path.parent)) from exc
+
+
+def file_unwritable(path: Path, exc: OSError) -> ApplicationError:
+    """The refusal of a command that cannot write ``path``: the path and the reason in the reader's language (as
+    ``export_config -o`` says it), instead of a traceback."""
+    return ApplicationError(
+        _("cannot write %(path)s: %(why)s") % {"path": path, "why": os_error_text(exc)}, code="file_unwritable"
+    )
+
+
 class AnchorFile:
     """Anchors as lines of a JSONL file, appended (``O_APPEND``) and synced to disk one by one."""
 
@@ -113,11 +134,18 @@ class AnchorFile:
         self.description = _("anchor file %(path)s") % {"path": self.path}
 
     def append(self, anchor: Anchor) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        """Raises ApplicationError where the file cannot be written (``AUDIT_ANCHOR_PATH`` a folder, or under a
+        file, or not permitted), naming it and why."""
+        try:
+            parent_folder_make(self.path)
+            descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        except OSError as exc:
+            raise file_unwritable(self.path, exc) from exc
         try:
             os.write(descriptor, (anchor.line() + "\n").encode("utf-8"))
             os.fsync(descriptor)
+        except OSError as exc:
+            raise file_unwritable(self.path, exc) from exc
         finally:
             os.close(descriptor)
 

@@ -4,6 +4,7 @@ checks every checkpoint against its file)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import gzip
 import json
@@ -21,6 +22,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
+from audit.anchors import file_unwritable, parent_folder_make
 from audit.append_only import archive_delete_allow, archive_delete_end
 from audit.chain import ChainKeyring, ChainVerifier, checkpoint_message
 from audit.chain_keys import chain_keyring
@@ -190,7 +192,7 @@ def audit_events_archive(
     records an :class:`~audit.models.AuditCheckpoint` and deletes events ``seq <= S``: the only delete the
     audit table allows (on PostgreSQL by ``SET LOCAL audit.allow_archive = 'on'``, which the append-only trigger
     reads and which ends with the transaction). Raises ``ApplicationError`` if the chain is broken, the file
-    exists, or the table changed underneath; nothing is deleted then. ``count`` 0 means nothing was old enough.
+    exists or cannot be written (naming why), or the table changed underneath; nothing is deleted then. ``count`` 0 means nothing was old enough.
     ``progress`` is told each step and every ``progress_every`` events written (a long table takes minutes).
     """
     tell = progress or (lambda _message: None)
@@ -218,34 +220,42 @@ def audit_events_archive(
         raise ApplicationError(
             _("%(path)s exists: an archive is never overwritten.") % {"path": path}, code="archive_exists"
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        parent_folder_make(path)
+    except OSError as exc:
+        raise file_unwritable(path, exc) from exc
     partial = path.with_name(path.name + ".partial")
     tell(
         _("checking and writing seq %(first)s to %(last)s to %(path)s…")
         % {"first": first_seq, "last": last_seq, "path": path}
     )
     try:
-        _archive_write(
+        _archive_file_write(
             partial,
+            path,
             verifier,
-            name=path.name,
             last_seq=last_seq,
             chunk_size=chunk_size,
             written=lambda count: (
                 tell(_("%(count)s events written…") % {"count": f"{count:,}"}) if count % progress_every == 0 else None
             ),
         )
-        os.replace(partial, path)
-        _fsync_directory(path.parent)
         report.count, report.hash, report.path = verifier.count, verifier.last_hash, path
         tell(_("recording the checkpoint and deleting %(count)s events…") % {"count": f"{report.count:,}"})
         _archive_commit(report)
     except BaseException:
-        partial.unlink(missing_ok=True)
+        _file_remove(partial)
         if report.path is not None:
-            report.path.unlink(missing_ok=True)
+            _file_remove(report.path)
         raise
     return report
+
+
+def _file_remove(path: Path) -> None:
+    """Remove what an archive that failed left; an error doing so (a folder it may not write) must not hide why
+    it failed."""
+    with contextlib.suppress(OSError):
+        path.unlink(missing_ok=True)
 
 
 def _archive_start(keyring: ChainKeyring) -> ChainVerifier:
@@ -268,6 +278,25 @@ def _archive_start(keyring: ChainKeyring) -> ChainVerifier:
         start_label=f"the hash of the archive checkpoint at seq {checkpoint.seq}",
         keyring=keyring,
     )
+
+
+def _archive_file_write(
+    partial: Path,
+    path: Path,
+    verifier: ChainVerifier,
+    *,
+    last_seq: int,
+    chunk_size: int,
+    written: Callable[[int], None],
+) -> None:
+    """Write the archive to ``partial``, then put it in ``path``, synced. Raises ApplicationError where the file
+    cannot be written (a folder it may not write, a full disk), naming it and why."""
+    try:
+        _archive_write(partial, verifier, name=path.name, last_seq=last_seq, chunk_size=chunk_size, written=written)
+        os.replace(partial, path)
+        _fsync_directory(path.parent)
+    except OSError as exc:
+        raise file_unwritable(path, exc) from exc
 
 
 def _archive_write(

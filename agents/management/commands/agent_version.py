@@ -52,7 +52,8 @@ class Command(BaseCommand):
         shadow = sub.add_parser("shadow")
         shadow.add_argument("agent")
         shadow.add_argument("version", help=_("A version number, or 'off'."))
-        shadow.add_argument("--rate", type=float, default=1.0)
+        # No default here: "off" leaves the stored rate alone, a version without --rate is shadowed on every run.
+        shadow.add_argument("--rate", type=float, default=None)
 
     def handle(self, *args: Any, **options: Any) -> None:
         agent = Agent.objects.filter(slug=options["agent"]).first()
@@ -97,14 +98,28 @@ class Command(BaseCommand):
                     _("the version must be a version number or 'off', not %(given)s") % {"given": repr(given)}
                 )
             chosen = None if given == "off" else self._version(agent, int(given))
+            rate = self._shadow_rate(agent, chosen, options["rate"])
             try:
-                agent_shadow_set(agent=agent, actor=ACTOR, via=VIA, version=chosen, rate=options["rate"])
+                agent_shadow_set(agent=agent, actor=ACTOR, via=VIA, version=chosen, rate=rate)
             except ValidationError as exc:
                 raise CommandError("; ".join(exc.messages)) from None
-            self.stdout.write(
-                _("shadow %(version)s at %(rate)s")
-                % {"version": "off" if chosen is None else f"v{chosen.number}", "rate": f"{options['rate']:g}"}
-            )
+            if chosen is None:
+                self.stdout.write(_("shadow off"))
+            else:
+                self.stdout.write(
+                    _("shadow %(version)s at %(rate)s") % {"version": f"v{chosen.number}", "rate": f"{rate:g}"}
+                )
+
+    @staticmethod
+    def _shadow_rate(agent: Agent, chosen: AgentVersion | None, given: float | None) -> float:
+        """The sample rate ``shadow`` stores: ``--rate`` (1 where it is left out) for a version; the stored rate
+        for "off", which turns the shadow off and changes nothing else (it set the rate to 1, audited, and an
+        admin who named a version again later shadowed every run)."""
+        if chosen is not None:
+            return 1.0 if given is None else given
+        if given is not None:
+            raise CommandError(_("--rate is the rate of a shadow version: 'off' takes none"))
+        return agent.shadow_sample_rate
 
     @staticmethod
     def _version(agent: Agent, number: int) -> AgentVersion:

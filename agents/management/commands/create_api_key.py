@@ -18,9 +18,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.description = _(self.help)  # marked above, translated now: argparse takes no lazy string
         parser.add_argument("name")
-        parser.add_argument(
-            "--agents", default="", help=_("comma-separated agent slugs the key may use (default: all)")
-        )
+        # No default: left out, the key may use every agent; given, it must name one (see ``_agent_slugs``).
+        parser.add_argument("--agents", help=_("comma-separated agent slugs the key may use (default: all)"))
         parser.add_argument("--admin", action="store_true", help=_("an admin key: may use /api/v1/evals/"))
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -32,7 +31,7 @@ class Command(BaseCommand):
             raise CommandError(_("give the key a name"))
         if any(unicodedata.category(c) == "Cc" for c in name):
             raise CommandError(_("a key's name may not contain control characters"))
-        slugs = [s.strip() for s in options["agents"].split(",") if s.strip()]
+        slugs = _agent_slugs(options["agents"])
         agents = list(Agent.objects.filter(slug__in=slugs))
         missing = set(slugs) - {a.slug for a in agents}
         if missing:
@@ -48,3 +47,15 @@ class Command(BaseCommand):
         except ValidationError as exc:  # an empty name, one too long: the model's own words, not a traceback
             raise CommandError("; ".join(exc.messages)) from None
         self.stdout.write(raw)
+
+
+def _agent_slugs(given: str | None) -> list[str]:
+    """The slugs ``--agents`` names; [] (every agent) only where it is left out. Given but naming none (``""``,
+    ``","``: a variable that was empty in a script), it is refused: the key would silently have been one for
+    every agent, the widest there is."""
+    if given is None:
+        return []
+    slugs = [s.strip() for s in given.split(",") if s.strip()]
+    if not slugs:
+        raise CommandError(_("--agents names no agent: leave it out for a key that may use every agent"))
+    return slugs

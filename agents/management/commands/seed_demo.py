@@ -1,12 +1,17 @@
 """The demo: the seed's ``sds-company-data`` server bound and discovered, the shipped local tools (``calculate``,
 ``classify_request`` and its department table) bound as the ``local`` server, the ``company-assistant`` agent
 with rules that answer the seed's sample questions (its ``multi_tool`` question included), and an admin user.
-Safe to run again."""
+
+Safe to run again (``bin/up`` runs it on every start): a re-run creates only what is missing and leaves what
+exists as an admin left it (a server's settings, a tool's contract, the agent's settings, servers and rules, the
+request categories), saying what it kept. It used to set them back to the seed's: a tool an admin had marked
+``write`` was ``read`` again, its calls no longer waiting for approval."""
 
 from __future__ import annotations
 
 import secrets
 import sys
+from collections.abc import Collection
 from typing import Any
 
 from django.conf import settings
@@ -15,11 +20,12 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from agents.models import Agent, DeterministicRule
-from agents.services import agent_create, agent_update, deterministic_rule_create, deterministic_rule_update
+from agents.services import agent_create, agent_update, deterministic_rule_create
 from audit.management.commands.create_auditor import password_problems, user_problems
 from audit.roles import user_create
 from mcpregistry.models import McpServer, RequestCategory, ToolContract
@@ -29,7 +35,6 @@ from mcpregistry.services import (
     mcp_server_discover,
     mcp_server_update,
     request_category_create,
-    request_category_update,
     tool_contract_update,
 )
 
@@ -152,45 +157,98 @@ SEED_ACTOR = "system:seed_demo"
 SEED_VIA = "seed_demo"
 
 
-def apply_demo_contracts(server: McpServer) -> None:
+def contracts_of(server: McpServer, tools: Collection[str] | None) -> QuerySet[ToolContract]:
+    """The contracts of ``server``'s tools named in ``tools`` (None: all of them)."""
+    contracts = ToolContract.objects.filter(tool__server=server).select_related("tool__server")
+    return contracts if tools is None else contracts.filter(tool__name__in=list(tools))
+
+
+def apply_demo_contracts(server: McpServer, *, tools: Collection[str] | None = None) -> None:
     """The demo's contracts on top of what discovery pre-filled (each change audited): every tool of the demo
     server only reads, which its admin (this command) confirms by marking it ``read`` — discovery proposes
-    ``write`` for every tool, whatever the server claims."""
-    for contract in ToolContract.objects.filter(tool__server=server).select_related("tool__server"):
+    ``write`` for every tool, whatever the server claims.
+
+    ``tools``: the tools a discovery has just added, the only contracts that are still discovery's (None: every
+    tool, for a binding discovered for the first time). Any other contract is an admin's, left as it is: a
+    re-run marked a tool an admin had made ``write`` ``read`` again."""
+    for contract in contracts_of(server, tools):
         values = {"risk": ToolContract.Risk.READ, **DEMO_CONTRACTS.get(contract.tool.name, {})}
         tool_contract_update(contract=contract, actor=SEED_ACTOR, via=SEED_VIA, data=values)
 
 
+def seed_demo_server() -> tuple[McpServer, bool]:
+    """The demo server's binding, and whether it was created now. An existing one keeps its settings (an
+    admin's), except where its program lives: this installation's interpreter, module and folder, so that the
+    demo still starts from a checkout that moved or a virtual environment made again."""
+    program = {
+        # The platform's own interpreter running the shipped server module.
+        "command": sys.executable,
+        "args": ["-m", settings.PLATFORM_DEMO_SERVER_MODULE],
+        "cwd": str(settings.BASE_DIR),
+    }
+    server = McpServer.objects.filter(mcp_id=DEMO_MCP_ID).first()
+    if server is not None:
+        return mcp_server_update(server=server, actor=SEED_ACTOR, via=SEED_VIA, data=program), False
+    server = mcp_server_create(
+        actor=SEED_ACTOR,
+        via=SEED_VIA,
+        data={
+            "mcp_id": DEMO_MCP_ID,
+            "name": "SDS company data (seed 001 demo)",
+            "transport": McpServer.Transport.STDIO,
+            "env": {"FAILURE_MODE": "none", "INTERNAL_API_KEY": "sk-demo-" + secrets.token_hex(16)},
+            "public_env": DEMO_PUBLIC_ENV,
+            # The demo server keeps no state between calls: one session per worker, reused across runs.
+            "session_scope": McpServer.SessionScope.SHARED,
+            **program,
+        },
+    )
+    return server, True
+
+
 def seed_local_tools() -> McpServer:
-    """Bind the shipped local tools as the ``local`` server (no process) and fill in classify_request's table.
-    Returns the binding; its tools are listed by ``mcp_server_discover`` like any server's."""
+    """Bind the shipped local tools as the ``local`` server (no process) with classify_request's table. Returns
+    the binding; its tools are listed by ``mcp_server_discover`` like any server's. An existing binding is
+    returned as it is, and the table is filled in only with the binding: both are an admin's to change."""
+    server = McpServer.objects.filter(mcp_id=LOCAL_MCP_ID).first()
+    if server is not None:
+        return server
     binding = {
+        "mcp_id": LOCAL_MCP_ID,
         "name": "Local tools (calculate, classify_request)",
         "transport": McpServer.Transport.LOCAL,
         "args": [LOCAL_TOOL_MODULE],
         "session_scope": McpServer.SessionScope.SHARED,
         "timeout_s": 10.0,
     }
-    server = McpServer.objects.filter(mcp_id=LOCAL_MCP_ID).first()
-    if server is None:
-        server = mcp_server_create(actor=SEED_ACTOR, via=SEED_VIA, data={"mcp_id": LOCAL_MCP_ID, **binding})
-    else:
-        mcp_server_update(server=server, actor=SEED_ACTOR, via=SEED_VIA, data=binding)
+    server = mcp_server_create(actor=SEED_ACTOR, via=SEED_VIA, data=binding)
     for row in DEMO_REQUEST_CATEGORIES:
-        category = RequestCategory.objects.filter(department=row["department"]).first()
-        if category is None:
+        if not RequestCategory.objects.filter(department=row["department"]).exists():
             request_category_create(actor=SEED_ACTOR, via=SEED_VIA, data=row)
-        else:
-            request_category_update(category=category, actor=SEED_ACTOR, via=SEED_VIA, data=row)
     return server
 
 
-def apply_local_contracts(server: McpServer) -> None:
-    """The shipped local tools' contracts on top of what discovery pre-filled (each change audited)."""
-    for contract in ToolContract.objects.filter(tool__server=server).select_related("tool__server"):
+def apply_local_contracts(server: McpServer, *, tools: Collection[str] | None = None) -> None:
+    """The shipped local tools' contracts on top of what discovery pre-filled (each change audited); ``tools`` as
+    for ``apply_demo_contracts``."""
+    for contract in contracts_of(server, tools):
         values = LOCAL_CONTRACTS.get(contract.tool.name)
         if values:
             tool_contract_update(contract=contract, actor=SEED_ACTOR, via=SEED_VIA, data=values)
+
+
+def seed_demo_rules(agent: Agent, servers: list[McpServer]) -> int:
+    """Add the demo's rules for ``servers`` (the demo server's, the local tools') to ``agent``, each that it has
+    no rule of the name of; returns how many were added."""
+    rules_by_server = {DEMO_MCP_ID: DEMO_RULES, LOCAL_MCP_ID: LOCAL_RULES}
+    added = 0
+    for server in servers:
+        for rule in rules_by_server.get(server.mcp_id, []):
+            if DeterministicRule.objects.filter(agent=agent, name=rule["name"]).exists():
+                continue
+            deterministic_rule_create(actor=SEED_ACTOR, via=SEED_VIA, data={"agent": agent, **rule, "server": server})
+            added += 1
+    return added
 
 
 ADMIN_PASSWORD_PREFIX = "admin password:"  # noqa: S105 (a line prefix bin/up reads, not a password)
@@ -232,64 +290,19 @@ class Command(BaseCommand):
             # "12345678" made a superuser on a server anyone might reach.
             demo_password_problems(settings.PLATFORM_DEMO_ADMIN_PASSWORD, user=admin)
         with transaction.atomic():
-            server = McpServer.objects.filter(mcp_id=DEMO_MCP_ID).first()
-            created = server is None
-            binding = {
-                # The program is the platform's own interpreter running the shipped server module.
-                "command": sys.executable,
-                "args": ["-m", settings.PLATFORM_DEMO_SERVER_MODULE],
-                "cwd": str(settings.BASE_DIR),
-                # The demo server keeps no state between calls: one session per worker, reused across runs.
-                "session_scope": McpServer.SessionScope.SHARED,
-            }
-            if server is None:
-                server = mcp_server_create(
-                    actor=SEED_ACTOR,
-                    via=SEED_VIA,
-                    data={
-                        "mcp_id": DEMO_MCP_ID,
-                        "name": "SDS company data (seed 001 demo)",
-                        "transport": McpServer.Transport.STDIO,
-                        "env": {"FAILURE_MODE": "none", "INTERNAL_API_KEY": "sk-demo-" + secrets.token_hex(16)},
-                        "public_env": DEMO_PUBLIC_ENV,
-                        **binding,
-                    },
-                )
-            else:
-                mcp_server_update(server=server, actor=SEED_ACTOR, via=SEED_VIA, data=binding)
+            server, server_created = seed_demo_server()
+            local_created = not McpServer.objects.filter(mcp_id=LOCAL_MCP_ID).exists()
             local = seed_local_tools()
-            agent_values = {
-                "name": "회사 정보 도우미 (company assistant)",
-                "system_prompt": SYSTEM_PROMPT,
-                "model_provider": Agent.Provider.OFFLINE,
-                "max_iterations": 6,
-            }
-            agent = Agent.objects.filter(slug=DEMO_AGENT).first()
-            if agent is None:
-                agent = agent_create(
-                    actor=SEED_ACTOR, via=SEED_VIA, data={"slug": DEMO_AGENT, **agent_values}, servers=[server, local]
+            if not server_created:
+                self.stdout.write(
+                    _("kept MCP server %(server)s and its settings as they are") % {"server": DEMO_MCP_ID}
                 )
-            else:
-                agent_update(
-                    agent=agent,
-                    actor=SEED_ACTOR,
-                    via=SEED_VIA,
-                    data=agent_values,
-                    servers={*agent.servers.all(), server, local},
+            if not local_created:
+                self.stdout.write(
+                    _("kept %(server)s and the request categories as they are") % {"server": LOCAL_MCP_ID}
                 )
-            rules = [(rule, server) for rule in DEMO_RULES] + [(rule, local) for rule in LOCAL_RULES]
-            for rule, target in rules:
-                values = {**rule, "server": target}
-                existing = DeterministicRule.objects.filter(agent=agent, name=rule["name"]).first()
-                if existing is None:
-                    deterministic_rule_create(actor=SEED_ACTOR, via=SEED_VIA, data={"agent": agent, **values})
-                else:
-                    deterministic_rule_update(rule=existing, actor=SEED_ACTOR, via=SEED_VIA, data=values)
-            seeded = {"server": DEMO_MCP_ID, "agent": DEMO_AGENT, "count": len(rules)}
-            if created:
-                self.stdout.write(_("bound MCP server %(server)s; agent %(agent)s with %(count)s rules") % seeded)
-            else:
-                self.stdout.write(_("kept MCP server %(server)s; agent %(agent)s with %(count)s rules") % seeded)
+            new_servers = [s for s, created in ((server, server_created), (local, local_created)) if created]
+            self._agent(server=server, local=local, new_servers=new_servers, server_created=server_created)
             self._admin(options["admin_username"])
         # The local tools start no process: listed even with --no-discover.
         local_report = mcp_server_discover(server=local, actor=SEED_ACTOR, via=SEED_VIA)
@@ -297,10 +310,11 @@ class Command(BaseCommand):
             raise CommandError(
                 _("discovery of %(server)s failed: %(error)s") % {"server": LOCAL_MCP_ID, "error": local_report.error}
             )
-        apply_local_contracts(local)
+        apply_local_contracts(local, tools=local_report.added)
         self.stdout.write(
             _("%(server)s: %(count)s local tools listed") % {"server": LOCAL_MCP_ID, "count": local_report.tool_count}
         )
+        self._contracts_kept(local, added=local_report.added)
         if options["no_discover"]:
             return
         self.stdout.write(_("discovering %(server)s (starts the server once)…") % {"server": DEMO_MCP_ID})
@@ -312,12 +326,60 @@ class Command(BaseCommand):
             raise CommandError(
                 _("discovery of %(server)s failed: %(error)s") % {"server": DEMO_MCP_ID, "error": report.error}
             )
-        apply_demo_contracts(server)
+        apply_demo_contracts(server, tools=report.added)
+        self._contracts_kept(server, added=report.added)
         self.stdout.write(
             self.style.SUCCESS(
                 _("%(server)s: %(count)s tools discovered") % {"server": DEMO_MCP_ID, "count": report.tool_count}
             )
         )
+
+    def _agent(
+        self, *, server: McpServer, local: McpServer, new_servers: list[McpServer], server_created: bool
+    ) -> None:
+        """The demo agent: created with both servers and the demo's rules where it is missing; an existing one
+        keeps its settings, servers and rules (an admin's), and is given only the servers created now (the
+        seed's, missing before: a platform seeded before the local tools shipped) with their rules."""
+        agent = Agent.objects.filter(slug=DEMO_AGENT).first()
+        if agent is None:
+            agent_values = {
+                "name": "회사 정보 도우미 (company assistant)",
+                "system_prompt": SYSTEM_PROMPT,
+                "model_provider": Agent.Provider.OFFLINE,
+                "max_iterations": 6,
+            }
+            agent = agent_create(
+                actor=SEED_ACTOR, via=SEED_VIA, data={"slug": DEMO_AGENT, **agent_values}, servers=[server, local]
+            )
+            seeded = {"server": DEMO_MCP_ID, "agent": DEMO_AGENT, "count": seed_demo_rules(agent, [server, local])}
+            if server_created:
+                self.stdout.write(_("bound MCP server %(server)s; agent %(agent)s with %(count)s rules") % seeded)
+            else:
+                self.stdout.write(_("created agent %(agent)s with %(count)s rules") % seeded)
+            return
+        if new_servers:
+            agent_update(agent=agent, actor=SEED_ACTOR, via=SEED_VIA, servers=[*agent.servers.all(), *new_servers])
+            added = seed_demo_rules(agent, new_servers)
+            self.stdout.write(
+                _(
+                    "bound %(servers)s to agent %(agent)s with %(count)s rules; kept its settings and its other "
+                    "servers and rules as they are"
+                )
+                % {"servers": ", ".join(s.mcp_id for s in new_servers), "agent": DEMO_AGENT, "count": added}
+            )
+            return
+        self.stdout.write(
+            _("kept agent %(agent)s with its settings, servers and rules as they are") % {"agent": DEMO_AGENT}
+        )
+
+    def _contracts_kept(self, server: McpServer, *, added: list[str]) -> None:
+        """Say how many of ``server``'s contracts a re-run left as they are (none on a first discovery)."""
+        kept = ToolContract.objects.filter(tool__server=server).exclude(tool__name__in=added).count()
+        if kept:
+            self.stdout.write(
+                _("%(server)s: kept the contracts of %(count)s tools as they are")
+                % {"server": server.mcp_id, "count": kept}
+            )
 
     def _admin(self, username: str) -> None:
         user_model = get_user_model()
