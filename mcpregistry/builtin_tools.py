@@ -26,6 +26,9 @@ from mcpregistry.local_tools import local_tool
 from mcpregistry.models import RequestCategory
 
 MAX_EXPRESSION_CHARS = 200
+# Full-width ASCII (U+FF01–U+FF5E: "４８ ＊ １．１２", as a Korean or Japanese input method types in full-width
+# mode) and the ideographic space, read as the ASCII they stand for. Only these: NFKC would also read "3²" as "32".
+FULL_WIDTH_AS_ASCII = {0xFF01 + i: 0x21 + i for i in range(94)} | {0x3000: 0x20}
 MAX_NODES = 100
 MAX_LITERAL_DIGITS = 30
 MAX_EXPONENT = 100
@@ -60,7 +63,7 @@ def calculate(expression: str) -> str:
     """
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise ValueError(_("the expression is longer than %(limit)d characters") % {"limit": MAX_EXPRESSION_CHARS})
-    source = expression.strip()
+    source = expression.translate(FULL_WIDTH_AS_ASCII).strip()
     try:
         tree = ast.parse(source, mode="eval")
     except SyntaxError as exc:

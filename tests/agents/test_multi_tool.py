@@ -16,6 +16,7 @@ from django.core.management import call_command
 from agents.execution import run_execute
 from agents.models import Agent, Run
 from audit.models import AuditEvent
+from mcpregistry.builtin_tools import calculate
 from mcpregistry.models import McpServer, RequestCategory
 from mcpregistry.services import request_category_update
 from tests.conftest import make_agent
@@ -94,3 +95,21 @@ def test_an_admin_edit_of_the_category_table_changes_the_classification(demo) ->
     results = {r["tool"]: r for r in run.deterministic_results}
     assert results["classify_request"]["value"]["department"] == "미분류"
     assert AuditEvent.objects.filter(action="config.request_category.update").count() == 1
+
+
+def test_the_question_typed_in_full_width_digits_is_calculated_not_told_to_try_later(demo) -> None:
+    """A Korean input method in full-width mode types "４８건이 １２% 늘면": the demo rule's ``\\d`` matches those
+    digits and sent them to ``calculate``, which refused them ("invalid character"), and the user read that the
+    information could not be had right now. Full-width ASCII is read as the ASCII it stands for; nothing else is
+    (a superscript "²" is no digit 2)."""
+    typed = QUESTION.replace("48", "４８").replace("12", "１２")
+    run = Run.objects.create(agent=Agent.objects.get(slug="company-assistant"), query=typed)
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    assert tools_called(run) == [("classify_request", True), ("calculate", True)]
+    assert "53.76" in run.answer
+    assert calculate.func("（４８　＋　２）＊２") == "100"
+    with pytest.raises(ValueError):
+        calculate.func("3²")
