@@ -3,7 +3,12 @@ that change how text reads without showing themselves are shown as ``⟦U+202E�
 reader must see that they are there. They are Unicode's format characters (category Cf: direction overrides and
 isolates, which make ``invoice‮fdp.exe`` read ``invoiceexe.pdf``; zero-width characters, which make two
 different values look alike; the tag characters U+E0020–E007E, invisible ASCII that a model reads) and control
-characters other than a line break or a tab (a terminal's escape sequences, a carriage return)."""
+characters other than a line break or a tab (a terminal's escape sequences, a carriage return). Also the other
+default-ignorable characters, which show nothing either: the combining grapheme joiner, the Hangul fillers (a
+"blank" Korean name), the Khmer and Mongolian ones, the braille blank, the rest of the tag block; and a variation
+selector that selects nothing: one after anything but a symbol, a keycap's digit or a CJK ideograph (``❤️``, ``1️⃣``
+and a Hanja variant keep theirs), for 256 of them spell any bytes after one emoji, invisibly ("variation-selector
+smuggling")."""
 
 from __future__ import annotations
 
@@ -12,24 +17,66 @@ import unicodedata
 from typing import Any
 
 _KEPT = frozenset("\n\t")
+# Unicode's Default_Ignorable_Code_Point characters that are not of category Cf (those are hidden by category),
+# and the braille blank, which shows as a space that is none.
+_IGNORABLE_RANGES = (
+    (0x034F, 0x034F),  # combining grapheme joiner
+    (0x115F, 0x1160),  # Hangul choseong and jungseong fillers
+    (0x17B4, 0x17B5),  # Khmer inherent vowels
+    (0x180B, 0x180F),  # Mongolian free variation selectors and vowel separator
+    (0x2065, 0x2065),
+    (0x2800, 0x2800),  # braille pattern blank
+    (0x3164, 0x3164),  # Hangul filler
+    (0xFFA0, 0xFFA0),  # half-width Hangul filler
+    (0xFFF0, 0xFFF8),
+    (0xE0000, 0xE00FF),  # the tag block's unassigned rest
+    (0xE01F0, 0xE0FFF),
+)
+_SELECTORS = ((0xFE00, 0xFE0F), (0xE0100, 0xE01EF))
 
 
-def _hidden(character: str) -> bool:
-    return character not in _KEPT and unicodedata.category(character) in {"Cf", "Cc"}
+def _within(code: int, ranges: tuple[tuple[int, int], ...]) -> bool:
+    return any(low <= code <= high for low, high in ranges)
+
+
+def _selects(previous: str) -> bool:
+    """Whether a variation selector after ``previous`` selects something: a symbol's emoji or text form (``❤️``),
+    a keycap's digit (``1️⃣``), a CJK ideograph's variant."""
+    if previous in "0123456789#*":
+        return True
+    category = unicodedata.category(previous)
+    return category.startswith("S") or (category == "Lo" and unicodedata.name(previous, "").startswith("CJK "))
+
+
+def _hidden(character: str, previous: str) -> bool:
+    if character in _KEPT:
+        return False
+    code = ord(character)
+    if _within(code, _SELECTORS):
+        return not previous or not _selects(previous)
+    return unicodedata.category(character) in {"Cf", "Cc"} or _within(code, _IGNORABLE_RANGES)
+
+
+def _marked(text: str) -> list[bool]:
+    """For each character of ``text``, whether it does not show itself (``_hidden``, given the one before it)."""
+    return [_hidden(c, text[i - 1] if i else "") for i, c in enumerate(text)]
 
 
 def invisible_characters(text: str) -> list[str]:
     """The characters of ``text`` that do not show themselves, in order of appearance, each once."""
     if text.isascii() and text.isprintable():
         return []
-    return list(dict.fromkeys(c for c in text if _hidden(c)))
+    return list(dict.fromkeys(c for c, hidden in zip(text, _marked(text), strict=True) if hidden))
 
 
 def visible_text(text: str) -> str:
     """``text`` with each character that does not show itself written as ``⟦U+XXXX⟧``."""
-    if (text.isascii() and text.isprintable()) or not invisible_characters(text):
+    if text.isascii() and text.isprintable():
         return text
-    return "".join(f"⟦U+{ord(c):04X}⟧" if _hidden(c) else c for c in text)
+    marked = _marked(text)
+    if not any(marked):
+        return text
+    return "".join(f"⟦U+{ord(c):04X}⟧" if hidden else c for c, hidden in zip(text, marked, strict=True))
 
 
 TOOL_DATA_OPEN = "<tool_data>"
