@@ -13,6 +13,12 @@ from __future__ import annotations
 
 import os
 
+# uvicorn's worker believes X-Forwarded-For from the addresses listed here (gunicorn's default: loopback) and
+# rewrites the client's address before the platform sees it: none, so that the platform alone decides which
+# forwarded headers to believe (PLATFORM_PROXY_HOPS, PLATFORM_TRUSTED_PROXIES); a client could otherwise dodge its
+# login lockout with a new forged address each time, and have that address audited.
+forwarded_allow_ips = ""
+
 # One line per request on stdout (uvicorn's worker writes it through the ``gunicorn.access`` handlers below).
 accesslog = "-"
 errorlog = "-"
