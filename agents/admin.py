@@ -64,7 +64,7 @@ from agents.models import (
 )
 from agents.rule_form import DeterministicRuleForm
 from agents.rule_summary import conditions_html, parameters_html, target_html
-from agents.selectors import rules_calling, servers_leaving, tool_name_conflicts
+from agents.selectors import rules_calling, servers_leaving, tool_name_conflict_problem
 from agents.services import (
     agent_create,
     agent_delete,
@@ -320,16 +320,8 @@ class AgentForm(forms.ModelForm):
             leaving = servers_leaving(agent=self.instance, servers=list(servers))
             if needing := rules_calling(agent=self.instance, mcp_ids=leaving):
                 self.add_error("servers", unbinding_refused(needing))
-        if servers is not None:
-            conflicts = tool_name_conflicts(list(servers))
-            if conflicts:
-                raise forms.ValidationError(
-                    _(
-                        "These servers expose the same tool name: %(conflicts)s. Give one of them a tool name "
-                        "prefix, or disable the duplicate tool."
-                    )
-                    % {"conflicts": "; ".join(f"{name} ({', '.join(ids)})" for name, ids in conflicts.items())}
-                )
+        if servers is not None and (conflict := tool_name_conflict_problem(list(servers))):
+            raise forms.ValidationError(conflict)
         return cleaned
 
     def _check_tool_choice(self, cleaned: dict[str, Any], servers: Any) -> None:

@@ -40,7 +40,17 @@ from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
 from agents.models import MICROS_PER_USD as MICROS_PER_USD
-from agents.models import Agent, ApiKey, Budget, BudgetReservation, BudgetUsage, ModelPrice, Run, RunEvent
+from agents.models import (
+    Agent,
+    ApiKey,
+    Budget,
+    BudgetReservation,
+    BudgetUsage,
+    ModelPrice,
+    Run,
+    RunEvent,
+    version_model,
+)
 from agents.models import model_price_for as model_price_for
 from agents.models import reservation_cost_micros as _reservation_cost_micros
 from agents.models import usd_text as usd_text
@@ -449,12 +459,7 @@ def _token_usage_raised(stored: Mapping[str, Any] | None, spent: Mapping[str, in
 def run_model(run: Run) -> tuple[str, str]:
     """The provider and model a run calls: its version's (frozen when published; an A/B arm's, a shadow's), else
     its agent's as stored. A run is priced by it, not by the agent's draft."""
-    version = run.version if run.version_id is not None else None
-    if version is not None:
-        frozen = (version.content or {}).get("agent") or {}
-        if frozen.get("model_provider"):
-            return str(frozen["model_provider"]), str(frozen.get("model_id") or "")
-    return run.agent.model_provider, run.agent.model_id
+    return version_model(run.version if run.version_id is not None else None, run.agent)
 
 
 def run_price(run: Run, *, token_usage: Mapping[str, Any]) -> ModelPrice | None:

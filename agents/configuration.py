@@ -39,7 +39,7 @@ from agent_platform.json import loads as json_loads
 from agent_platform.text import nfc_value
 from agents.deterministic import RuleSpec as EngineRuleSpec
 from agents.models import MAX_ITERATIONS_LIMIT, TIME_LIMIT_MAX_S, Agent, AgentArm, AgentVersion, DeterministicRule
-from agents.selectors import rules_calling, servers_leaving, tool_name_conflicts
+from agents.selectors import rules_calling, servers_leaving, tool_name_conflict_problem
 from agents.services import (
     agent_arm_create,
     agent_arm_delete,
@@ -974,19 +974,6 @@ def _coupled_field(
     return None
 
 
-def _tool_name_conflict_problem(servers: list[McpServer]) -> str:
-    """Why an agent may not bind ``servers`` together ("": it may): two of them expose a tool of the same name, as
-    the document's servers, tools and contracts leave them, and every run of the agent would fail
-    (``config:tool_name_conflict``). In the words of the agent's admin form, which refuses it too."""
-    conflicts = tool_name_conflicts(servers)
-    if not conflicts:
-        return ""
-    return _(
-        "These servers expose the same tool name: %(conflicts)s. Give one of them a tool name "
-        "prefix, or disable the duplicate tool."
-    ) % {"conflicts": "; ".join(f"{name} ({', '.join(ids)})" for name, ids in conflicts.items())}
-
-
 def _fields(obj: Any) -> dict[str, Any]:
     return {
         f.attname: getattr(obj, f.attname)
@@ -1236,7 +1223,7 @@ def _config_import(
             _refusals_add(problems, where, _every_refusal(agent, {}, kept=kept))
             continue
         bound = [servers[m] for m in names]
-        if conflict := _tool_name_conflict_problem(bound):
+        if conflict := tool_name_conflict_problem(bound):
             problems.add(where, f"servers: {conflict}")
         leaving[aspec.slug] = servers_leaving(agent=agent, servers=bound)
         try:

@@ -1225,6 +1225,15 @@ def model_price_for(*, provider: str, model_id: str) -> ModelPrice | None:
     return prices.get(model_id) or prices.get("")
 
 
+def version_model(version: AgentVersion | None, agent: Agent) -> tuple[str, str]:
+    """The provider and model the runs of ``version`` call: its own, frozen when published, else (no version, or
+    one frozen without a model) ``agent``'s as stored. A run is priced by it, never by the agent's draft."""
+    frozen = ((version.content or {}).get("agent") or {}) if version is not None else {}
+    if frozen.get("model_provider"):
+        return str(frozen["model_provider"]), str(frozen.get("model_id") or "")
+    return agent.model_provider, agent.model_id
+
+
 def reservation_cost_micros(*, price: ModelPrice | None, tokens: int) -> int:
     """The most ``tokens`` can cost at this price, in millionths of a dollar (every one at the dearest rate, a
     cache read's or write's included: either may be priced above input and output)."""
@@ -1363,11 +1372,7 @@ class Budget(AuditedModel):
         published runs as edited). A draft's model runs nowhere until it is published."""
         agent = self.agent
         assert agent is not None
-        version = agent.live_version if agent.live_version_id is not None else None
-        frozen = ((version.content or {}).get("agent") or {}) if version is not None else {}
-        if frozen.get("model_provider"):
-            return str(frozen["model_provider"]), str(frozen.get("model_id") or "")
-        return agent.model_provider, agent.model_id
+        return version_model(agent.live_version if agent.live_version_id is not None else None, agent)
 
 
 class BudgetUsage(models.Model):

@@ -219,6 +219,19 @@ def tool_name_conflicts(servers: list[McpServer]) -> dict[str, list[str]]:
     return {name: ids for name, ids in owners.items() if len(ids) > 1}
 
 
+def tool_name_conflict_problem(servers: list[McpServer]) -> str:
+    """Why ``servers`` may not be bound to one agent together ("": they may): two of them expose a tool of the same
+    name, and every run of the agent would fail (``config:tool_name_conflict``). The admin's agent form and
+    ``import_config`` refuse it in these words."""
+    conflicts = tool_name_conflicts(servers)
+    if not conflicts:
+        return ""
+    return _(
+        "These servers expose the same tool name: %(conflicts)s. Give one of them a tool name "
+        "prefix, or disable the duplicate tool."
+    ) % {"conflicts": "; ".join(f"{name} ({', '.join(ids)})" for name, ids in conflicts.items())}
+
+
 def servers_leaving(*, agent: Agent, servers: list[McpServer]) -> set[str]:
     """The ids of the servers ``agent`` binds now and would no longer bind with ``servers``."""
     if agent.pk is None:
