@@ -14,10 +14,14 @@ class AgentsConfig(AppConfig):
             checks,  # noqa: F401 - registers the run lifecycle's system checks
             tasks,  # noqa: F401 - registers the Celery tasks, so agents.dispatch publishes them by name in any process
         )
+        from agents.selectors import agents_tool_name_problems
         from agents.services import agents_publish_on_registry_change
-        from mcpregistry.signals import registry_contracts_changed
+        from mcpregistry.signals import registry_contracts_changed, tool_names_check
 
         # A contract edit publishes the agents that publish on save (mcpregistry cannot import agents).
         registry_contracts_changed.connect(
             agents_publish_on_registry_change, dispatch_uid="agents.publish_on_registry_change"
         )
+        # A server's prefix changed or a tool switched on is refused where an agent would be offered two tools of
+        # one name.
+        tool_names_check.connect(agents_tool_name_problems, dispatch_uid="agents.tool_name_problems")

@@ -39,7 +39,7 @@ from agent_platform.json import loads as json_loads
 from agent_platform.text import nfc_value
 from agents.deterministic import RuleSpec as EngineRuleSpec
 from agents.models import MAX_ITERATIONS_LIMIT, TIME_LIMIT_MAX_S, Agent, AgentArm, AgentVersion, DeterministicRule
-from agents.selectors import rules_calling, servers_leaving, tool_name_conflict_problem
+from agents.selectors import rules_calling, servers_leaving, tool_name_clashes, tool_name_conflict_problem
 from agents.services import (
     agent_arm_create,
     agent_arm_delete,
@@ -72,6 +72,7 @@ from mcpregistry.services import (
     tool_contract_update,
     tool_name_problem,
 )
+from mcpregistry.signals import tool_name_checks_deferred
 
 # What a document may be: read at most this many bytes; hold at most this many values (a YAML alias counts each
 # time it is used: a few lines of aliases expanded to gigabytes), nested at most this deep.
@@ -999,7 +1000,7 @@ def config_import(
     the versions they name, then ``publish_on_save``. Publishing on save is held back while the entries apply;
     at the end an agent that publishes on save and changed publishes once, unless the document names its live
     version."""
-    with publish_on_save_deferred() as deferred:
+    with publish_on_save_deferred() as deferred, tool_name_checks_deferred():
         return _config_import(document=document, actor=actor, via=via, dry_run=dry_run, deferred=deferred)
 
 
@@ -1174,6 +1175,7 @@ def _config_import(
 
     agents: dict[str, Agent] = {a.slug: a for a in Agent.objects.all()}
     leaving: dict[str, set[str]] = {}
+    clashing: set[str] = set()  # the agents whose entry was refused for two tools of one name
     for i, aspec in enumerate(config.agents):
         where = f"agents[{i}] ({aspec.slug})"
         agent = agents.get(aspec.slug)
@@ -1225,6 +1227,7 @@ def _config_import(
         bound = [servers[m] for m in names]
         if conflict := tool_name_conflict_problem(bound):
             problems.add(where, f"servers: {conflict}")
+            clashing.add(aspec.slug)
         leaving[aspec.slug] = servers_leaving(agent=agent, servers=bound)
         try:
             # Its rules may move with it: whether a rule still calls a server it leaves is checked once they are in.
@@ -1299,6 +1302,11 @@ def _config_import(
             problems.add(f"agents[{i}] ({aspec.slug})", f"servers: {unbinding_refused(calling)}")
 
     named_live = _apply_versions(config.agents, agents, actor=actor, via=via, report=report, problems=problems)
+    # Checked once every entry is in, for every agent (a server's prefix or a tool switched on may clash in an
+    # agent the document does not list): entry by entry, a prefix and the binding that fixes it were refused.
+    for slug, clash in tool_name_clashes().items():
+        if slug not in clashing:
+            problems.add(f"agents[{agent_entries[slug]}] ({slug})" if slug in agent_entries else slug, clash)
 
     for name, entries in extra.items():
         sections[name].section_import(entries, actor=actor, via=via, report=report, problem=problems.add)

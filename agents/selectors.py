@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Collection, Mapping
 from datetime import timedelta
 from typing import Any, cast
 
@@ -209,14 +210,24 @@ def _reread(run: Run) -> None:
         setattr(run, field.attname, getattr(fresh, field.attname))
 
 
-def tool_name_conflicts(servers: list[McpServer]) -> dict[str, list[str]]:
-    """Tool names (as the model sees them, prefix included) that more than one of ``servers`` exposes."""
+def tool_name_conflicts(
+    servers: list[McpServer], *, prefixes: Mapping[Any, str] | None = None, enabling: Collection[Any] = ()
+) -> dict[str, list[str]]:
+    """Tool names (as the model sees them, prefix included) that more than one of ``servers`` exposes; as they
+    would be with the servers' tool name ``prefixes`` (pk → prefix) and the tools ``enabling`` (pks) switched on."""
     owners: dict[str, list[str]] = {}
     for server in servers:
+        prefix = (prefixes or {}).get(server.pk, server.tool_prefix)
         for tool in server.tools.all():
-            if tool.callable:
-                owners.setdefault(tool.exposed_name, []).append(server.mcp_id)
+            if tool.callable or (
+                tool.pk in enabling and tool.available and not tool.review_required and not tool.schema_error
+            ):
+                owners.setdefault(f"{prefix}{tool.name}", []).append(server.mcp_id)
     return {name: ids for name, ids in owners.items() if len(ids) > 1}
+
+
+def _conflicts_text(conflicts: dict[str, list[str]]) -> str:
+    return "; ".join(f"{name} ({', '.join(ids)})" for name, ids in conflicts.items())
 
 
 def tool_name_conflict_problem(servers: list[McpServer]) -> str:
@@ -229,7 +240,49 @@ def tool_name_conflict_problem(servers: list[McpServer]) -> str:
     return _(
         "These servers expose the same tool name: %(conflicts)s. Give one of them a tool name "
         "prefix, or disable the duplicate tool."
-    ) % {"conflicts": "; ".join(f"{name} ({', '.join(ids)})" for name, ids in conflicts.items())}
+    ) % {"conflicts": _conflicts_text(conflicts)}
+
+
+def tool_name_clashes(
+    *,
+    server_ids: Collection[Any] | None = None,
+    prefixes: Mapping[Any, str] | None = None,
+    enabling: Collection[Any] = (),
+) -> dict[str, str]:
+    """The agents (slug → why) that would be offered two tools of one name (every run of theirs fails,
+    ``config:tool_name_conflict``) with the servers' tool name ``prefixes`` (pk → prefix) and the tools
+    ``enabling`` (pks) switched on: by the servers they bind, or those of a version they serve (live, shadow, an
+    A/B arm); of the agents that use one of ``server_ids`` (None: every agent)."""
+    servers = {s.mcp_id: s for s in McpServer.objects.prefetch_related("tools")}
+    agents = Agent.objects.prefetch_related("servers", "arms__version").select_related("live_version", "shadow_version")
+    found: dict[str, str] = {}
+    for agent in agents.order_by("slug"):
+        versions = [agent.live_version, agent.shadow_version, *(arm.version for arm in agent.arms.all())]
+        bindings = [sorted(s.mcp_id for s in agent.servers.all())] + [
+            list((v.content or {}).get("servers") or []) for v in versions if v is not None
+        ]
+        for mcp_ids in bindings:
+            bound = [servers[m] for m in mcp_ids if m in servers]
+            if server_ids is not None and not any(s.pk in server_ids for s in bound):
+                continue
+            if conflicts := tool_name_conflicts(bound, prefixes=prefixes, enabling=enabling):
+                found[agent.slug] = _(
+                    "Agent %(agent)s would be offered two tools of one name: %(conflicts)s; every run of it would "
+                    "fail. Give one of the servers another tool name prefix, or disable the duplicate tool."
+                ) % {"agent": agent.slug, "conflicts": _conflicts_text(conflicts)}
+                break
+    return found
+
+
+def agents_tool_name_problems(*, server_ids: Collection[Any], **check: Any) -> list[str]:
+    """The receiver of ``mcpregistry.signals.tool_names_check`` (connected in ``AgentsConfig.ready``): a server's
+    tool name prefix changed or a tool switched on is refused where an agent would be offered two tools of one name
+    (``tool_name_clashes``)."""
+    return list(
+        tool_name_clashes(
+            server_ids=server_ids, prefixes=check.get("prefixes"), enabling=check.get("enabling") or ()
+        ).values()
+    )
 
 
 def servers_leaving(*, agent: Agent, servers: list[McpServer]) -> set[str]:

@@ -33,6 +33,7 @@ from mcpregistry.binding_policy import (
 )
 from mcpregistry.contracts import ArgSpec, RetrySpec, ReturnsSpec, argument_names, spec_problems
 from mcpregistry.crypto import EncryptedJSONField, readable
+from mcpregistry.signals import tool_name_problems
 
 # langchain-mcp-adapters expands ${VAR} in env values from the worker's environment: refuse them at save.
 PLACEHOLDER = re.compile(r"\$\{[^}]*\}")
@@ -296,6 +297,12 @@ class McpServer(AuditedModel):
             errors.setdefault("tool_prefix", []).append(
                 _("Use letters, digits, _ and - only (e.g. hr_): the model's provider refuses other tool names.")
             )
+        elif self.pk is not None and self.tool_prefix != stored_value(self, "tool_prefix"):
+            # The prefix renames every tool of the server in the agents binding it: two tools of one name there
+            # failed every run of the agent (``config:tool_name_conflict``), found only at run time.
+            problems = tool_name_problems(server_ids=[self.pk], prefixes={self.pk: self.tool_prefix})
+            if problems:
+                errors.setdefault("tool_prefix", []).extend(problems)
         # A process's environment has no variable named "" or "A=B" (and a C string ends at a NUL): the server
         # failed every start ("illegal environment variable name"). A name stored before the check stays as it is.
         illegal = [
@@ -499,6 +506,12 @@ class McpTool(AuditedModel):
             value = getattr(self, field_name)
             if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
                 errors[field_name] = [str(_("Every item must be a non-empty text."))]
+        if self.pk is not None and self.enabled and stored_value(self, "enabled") is False:
+            # Switched on, its name may be one another server of an agent's already offers (every run of the agent
+            # failed, ``config:tool_name_conflict``, found only at run time).
+            problems = tool_name_problems(server_ids=[self.server_id], enabling=[self.pk])
+            if problems:
+                errors["enabled"] = problems
         if errors:
             raise ValidationError(errors)
         self.tags = [nfc(tag) for tag in self.tags]

@@ -10,7 +10,9 @@ change and what follows from it commit, or roll back, together; a receiver's exc
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from django.dispatch import Signal
@@ -23,3 +25,40 @@ def registry_contracts_changed_send(*, server_ids: Iterable[Any], actor: Any, vi
     ids = sorted({pk for pk in server_ids if pk is not None})
     if ids:
         registry_contracts_changed.send(sender=None, server_ids=ids, actor=actor, via=via)
+
+
+# ``tool_names_check`` asks (``send``'s answers are lists of problem texts) what a change of the names the model is
+# offered would break: a server's tool name prefix changed, or tools switched on. Keyword arguments: ``server_ids``
+# (the servers changed), ``prefixes`` (server pk → the new prefix) and ``enabling`` (the pks of the tools switched
+# on). ``agents`` answers with the agents that would then be offered two tools of one name (every run of theirs
+# would fail, ``config:tool_name_conflict``): a server's or a tool's save refuses it, as an agent's save refuses
+# binding two such servers.
+tool_names_check = Signal()
+
+_tool_name_checks_deferred: ContextVar[bool] = ContextVar("tool_name_checks_deferred", default=False)
+
+
+@contextmanager
+def tool_name_checks_deferred() -> Iterator[None]:
+    """Within: ``tool_name_problems`` finds none; the caller (``import_config``) checks its agents once every entry
+    is in (entry by entry, a prefix and the binding it fixes, given in one document, were refused by their order)."""
+    token = _tool_name_checks_deferred.set(True)
+    try:
+        yield
+    finally:
+        _tool_name_checks_deferred.reset(token)
+
+
+def tool_name_problems(
+    *, server_ids: Iterable[Any], prefixes: Mapping[Any, str] | None = None, enabling: Iterable[Any] = ()
+) -> list[str]:
+    """Why the servers ``server_ids`` may not take the tool name ``prefixes`` or switch the tools ``enabling``
+    on ([]: they may), as the receivers of ``tool_names_check`` say."""
+    if _tool_name_checks_deferred.get():
+        return []
+    found: list[str] = []
+    for _receiver, answer in tool_names_check.send(
+        sender=None, server_ids=sorted(set(server_ids)), prefixes=dict(prefixes or {}), enabling=frozenset(enabling)
+    ):
+        found.extend(answer or [])
+    return found
