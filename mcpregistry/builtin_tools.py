@@ -6,7 +6,9 @@
 is bounded (characters, nodes, digits), and so are exponents and every value (at most 10^30, and 0 or at least
 10^-30 away from it). Its answers are exact or say they are not: a number is read from its own text (never
 through a binary float), + - * // % and powers compute in 64 significant digits and refuse a result that would
-need more, and only a division that does not end (1/3, 3 ** -1) is rounded, the answer then saying so.
+need more, and only a division that does not end (1/3, 3 ** -1) is rounded, the answer then saying so. ``//`` and
+``%`` are Python's, as the syntax is: floor division (``-7 // 2`` is -4) and a remainder with the divisor's sign
+(``-7 % 2`` is 1).
 ``classify_request`` reads its keyword → department table from ``RequestCategory`` rows that admins edit.
 """
 
@@ -84,13 +86,33 @@ class _Number(NamedTuple):
     rounded: bool  # a division that does not end went into it
 
 
+def _floor_divmod(context: decimal.Context, dividend: Decimal, divisor: Decimal) -> tuple[Decimal, Decimal]:
+    """``(dividend // divisor, dividend % divisor)`` as Python computes them: the quotient rounded toward negative
+    infinity, the remainder taking the divisor's sign (``-7 // 2`` is -4, ``-7 % 2`` is 1). Decimal's own
+    ``divide_int`` and ``remainder`` truncate toward zero (-3 and -1): where a remainder is left and its sign (the
+    dividend's) is not the divisor's, the quotient is one lower and the remainder one divisor further. Raises
+    the context's signals as they do (a zero divisor, a quotient past its digits)."""
+    quotient, remainder = context.divmod(dividend, divisor)
+    if not remainder.is_zero() and remainder.is_signed() != divisor.is_signed():
+        return context.subtract(quotient, Decimal(1)), context.add(remainder, divisor)
+    return quotient, remainder
+
+
+def _floor_divide(context: decimal.Context, dividend: Decimal, divisor: Decimal) -> Decimal:
+    return _floor_divmod(context, dividend, divisor)[0]
+
+
+def _floor_remainder(context: decimal.Context, dividend: Decimal, divisor: Decimal) -> Decimal:
+    return _floor_divmod(context, dividend, divisor)[1]
+
+
 _BINARY: dict[type[ast.operator], Callable[[decimal.Context, Decimal, Decimal], Decimal]] = {
     ast.Add: decimal.Context.add,
     ast.Sub: decimal.Context.subtract,
     ast.Mult: decimal.Context.multiply,
     ast.Div: decimal.Context.divide,
-    ast.FloorDiv: decimal.Context.divide_int,
-    ast.Mod: decimal.Context.remainder,
+    ast.FloorDiv: _floor_divide,
+    ast.Mod: _floor_remainder,
     ast.Pow: decimal.Context.power,
 }
 _DIVISIONS = (ast.Div, ast.FloorDiv, ast.Mod)

@@ -18,8 +18,11 @@ threads is cancelled (then it never ran: ``sent=False``), as it is when the call
 its own in its worker thread, with the same deadline; at the timeout or the caller's interruption it is cancelled
 at its next ``await`` (a thread cannot be stopped, a coroutine can), so it does not run on as a function does
 (Django refuses its ORM's synchronous calls in it: an async context). A tool that raises is an ``is_error``
-answer, the gate's ``tool:error`` (never an exception out of the gate). A function that reads the database does
-so on its own connection in the worker thread (closed after each call), so it sees committed data only.
+answer, the gate's ``tool:error`` (never an exception out of the gate), whatever it raises: also ``SystemExit``
+(argparse on bad input, a library's ``sys.exit()``) and ``KeyboardInterrupt``, which would otherwise end the
+worker's process and leave its run ``running``, the call unaudited and re-run on every redelivery. A function
+that reads the database does so on its own connection in the worker thread (closed after each call), so it sees
+committed data only.
 """
 
 from __future__ import annotations
@@ -192,7 +195,7 @@ def load_local_tools(paths: Iterable[str], *, allowed_modules: Iterable[str] | N
 def local_paths_problem(paths: Any) -> str | None:
     """Why ``paths`` (a ``local`` binding's ``args``) cannot be bound, or None (for ``McpServer.clean``)."""
     if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
-        return 'a local binding\'s arguments are a JSON list of dotted paths, e.g. ["mcpregistry.builtin_tools"]'
+        return _('a local binding\'s arguments are a JSON list of dotted paths, e.g. ["mcpregistry.builtin_tools"]')
     try:
         load_local_tools(paths)
     except LocalToolError as exc:
@@ -250,11 +253,15 @@ def _invoke(tool: BaseTool, arguments: dict[str, Any], coroutine_call: _Coroutin
     """Run ``tool`` in the worker thread (a coroutine tool through ``coroutine_call``). A tool that raises is an
     answer (``is_error=True``), made here, in the tool's own thread: the caller's thread then tells the tool's
     failures from its own interruptions (Celery's soft time limit is an ``Exception`` raised in the caller's thread
-    while it waits), which are never the tool's. A coroutine cancelled is an answer too: nobody waits for it when
-    the caller cancelled it, and one the tool cancelled itself is the tool's failure."""
+    while it waits), which are never the tool's. Whatever this thread raises is the tool's, ``BaseException``
+    included: signals, Celery's time limits and its shutdown are raised in the caller's thread, never in this one,
+    so ``SystemExit`` or ``KeyboardInterrupt`` here came from the tool's code (argparse, ``sys.exit()``), and left
+    to the future it would be raised in the caller's thread as the caller's own and end the worker's process. A
+    coroutine cancelled is an answer too: nobody waits for it when the caller cancelled it, and one the tool
+    cancelled itself is the tool's failure."""
     try:
         value = coroutine_call.run(tool, arguments) if coroutine_call is not None else tool.invoke(arguments)
-    except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - the tool's own failure: an answer
+    except BaseException as exc:  # noqa: BLE001 - raised by the tool's own code in its own thread: an answer
         text = f"{type(exc).__name__}: {exc}"
         return ToolCallOutcome(is_error=True, text=text, structured=None, content=[{"type": "text", "text": text}])
     finally:
@@ -310,7 +317,8 @@ class LocalToolRunner:
 
         Raises ``McpTransportError(sent=False)`` when the binding no longer loads, ``McpError`` for a tool the
         binding does not have, ``McpTimeoutError`` past the deadline (``sent`` False only if the call never
-        started). A tool that raises comes back as ``is_error=True`` with ``"<ExceptionType>: <message>"``; what
+        started). A tool that raises comes back as ``is_error=True`` with ``"<ExceptionType>: <message>"``
+        (``SystemExit`` and ``KeyboardInterrupt`` too: raised in the tool's thread, they are the tool's); what
         interrupts the caller while it waits (Celery's ``SoftTimeLimitExceeded``) is raised, the call cancelled if it
         had not started. A coroutine tool under way is cancelled at the deadline and at the interruption too."""
         try:
