@@ -206,13 +206,23 @@ class EvalSetDetailApi(EvalsApi):
         return Response(eval_set_document(eval_set))
 
 
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON number, and only a number: DRF's IntegerField would take ``"1"`` as 1 and ``true`` as 1, where a value
+    of the wrong JSON type is a 400 naming its field (as a set document's are)."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("invalid")
+        return super().to_internal_value(data)  # type: ignore[no-any-return]
+
+
 class EvalRunCollectionApi(EvalsApi):
     """``GET``: eval runs, newest first (``?set=``, ``?agent=``). ``POST``: start one; ``202`` with its id."""
 
     class InputSerializer(StrictSerializer):
         set = StrictCharField(max_length=100)
         agent = StrictCharField(max_length=64, required=False)
-        version = serializers.IntegerField(min_value=1, required=False)
+        version = StrictIntegerField(min_value=1, required=False)
         label = StrictCharField(max_length=200, required=False, allow_blank=True)
 
     class FilterSerializer(StrictSerializer):

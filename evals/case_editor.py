@@ -18,11 +18,13 @@ from collections.abc import Callable
 from typing import Any
 
 from django.utils.datastructures import MultiValueDict
+from django.utils.text import format_lazy
 from django.utils.translation import gettext, gettext_lazy
 
 from agent_platform.json import loads as json_loads
 from evals.scoring import answer_regex_refusal
 from mcpregistry.contract_form import EditorWidget
+from mcpregistry.gate_records import contract_of
 from mcpregistry.list_fields import (
     KeyValueLinesWidget,
     LinesWidget,
@@ -37,6 +39,7 @@ from mcpregistry.list_fields import (
     reads_back,
     value_text,
 )
+from mcpregistry.models import McpTool
 
 NO_TOOL = "*"
 CHECK_KINDS = ("contains", "regex", "dont_know")
@@ -47,8 +50,33 @@ def name_fits(name: Any) -> bool:
     return isinstance(name, str) and bool(name) and not any(c.isspace() for c in name) and "=" not in name
 
 
+def text_arguments(tool_name: str) -> frozenset[str]:
+    """The arguments that every registered tool named ``tool_name`` takes as text (``"str"`` in the contract the
+    gate checks its calls against, read off its input schema where no contract was saved); empty where no server
+    has a tool of that name. Tools of one name on two servers must agree: where they do not, the argument is typed
+    as any other value is."""
+    typed = [_text_arguments_of(tool) for tool in McpTool.objects.filter(name=tool_name).select_related("contract")]
+    return frozenset(set.intersection(*typed)) if typed else frozenset()
+
+
+def _text_arguments_of(tool: McpTool) -> set[str]:
+    constraints = contract_of(tool).args
+    if not isinstance(constraints, dict):
+        return set()
+    return {arg for arg, spec in constraints.items() if isinstance(spec, dict) and spec.get("type") == "str"}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 class ToolLinesWidget(LinesWidget):
-    """``expected_tools``: a tool per line; the arguments its call must contain below it, indented, KEY=value."""
+    """``expected_tools``: a tool per line; the arguments its call must contain below it, indented, KEY=value.
+
+    A value reads as the rule editor reads it (``3`` a number, ``true`` a boolean, ``"3"`` in quotes text), except
+    a bare number given to an argument the tool takes as text (``text_arguments``): ``sku=1001`` is the text
+    ``"1001"`` a right call sends, not the number 1001 no call of that tool could send (the gate refuses a number
+    there). So a stored number under such an argument is shown as JSON: as a line, it would read back as text."""
 
     rows = 4
     placeholder = "search_employee\n  name=김하늘"
@@ -66,6 +94,8 @@ class ToolLinesWidget(LinesWidget):
                     return None
                 if "args" in item and not args:
                     return None  # {"args": {}} would read back without it
+                if _numbers_read_as_text(item["name"], args):
+                    return None
                 lines.append(item["name"])
                 lines += [f"  {key}={value_text(arg)}" for key, arg in args.items()]
             else:
@@ -75,6 +105,7 @@ class ToolLinesWidget(LinesWidget):
     def from_lines(self, text: str) -> Any:
         """``[{"name": …, "args"?: {…}}]``, the shape the model documents and every reader of it takes."""
         tools: list[dict[str, Any]] = []
+        typed: list[dict[str, str]] = []  # per tool, the text of each argument as typed
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
@@ -85,6 +116,7 @@ class ToolLinesWidget(LinesWidget):
                 if key in tools[-1].setdefault("args", {}):
                     raise line_problem(number, gettext("%(key)s is given twice") % {"key": key})
                 tools[-1]["args"][key] = value
+                typed[-1][key] = line.strip().partition("=")[2].strip()
                 continue
             name = line.strip()
             if not name_fits(name):
@@ -92,7 +124,21 @@ class ToolLinesWidget(LinesWidget):
                     number, gettext("one tool name (indent the arguments its call must contain below it)")
                 )
             tools.append({"name": name})
+            typed.append({})
+        for tool, texts in zip(tools, typed, strict=True):
+            for key in _numbers_read_as_text(tool["name"], tool.get("args", {})):
+                tool["args"][key] = texts[key]
         return tools
+
+
+def _numbers_read_as_text(tool_name: str, args: dict[str, Any]) -> list[str]:
+    """The arguments of ``args`` that hold a number where the tool takes text (``text_arguments``; looked up only
+    where a number is given)."""
+    numbers = [key for key, value in args.items() if _is_number(value)]
+    if not numbers:
+        return []
+    as_text = text_arguments(tool_name)
+    return [key for key in numbers if key in as_text]
 
 
 class NameListWidget(LinesWidget):
@@ -401,8 +447,15 @@ def normalized_alternatives(value: Any) -> Any:
 
 
 HELP_TEXTS = {
-    "expected_tools": gettext_lazy(
-        "A tool per line. The arguments its call must contain go on the lines below it, indented, KEY=value."
+    "expected_tools": format_lazy(
+        "{} {}",
+        gettext_lazy(
+            "A tool per line. The arguments its call must contain go on the lines below it, indented, KEY=value."
+        ),
+        gettext_lazy(
+            'Values: 3 is a number, true a boolean, "3" in quotes text, anything else text; a bare number given '
+            'to an argument the tool takes as text stays text (sku=1001 is "1001").'
+        ),
     ),
     "forbidden_tools": gettext_lazy("A tool per line that the run must not call."),
     "alternatives": gettext_lazy(

@@ -2,7 +2,13 @@
 
 What a run called is read from its audit record (the gate writes one event per attempt): the first attempt of
 every call, refusals included (a write blocked in an eval, ``eval:write_blocked``, still counts as the call the
-run attempted). Retries of one call are one call.
+run attempted). Retries of one call are one call. A call the gate refused for its arguments (``args:*``) was tried
+but never made: it meets no expected tool and no expected argument, and still counts against precision, the
+sequence and the forbidden tools, as any call the run tried does.
+
+The arguments were recorded masked (``audit.masking``): an expected argument the record masks (``session_id``,
+a token, a password) could never match, so a case is refused one (``case_problems``), and one stored before is
+compared as the record shows it (``_subset``).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import regex  # type: ignore[import-untyped]
 from django.utils.translation import gettext as _
 
 from agent_platform.text import bounded_regex, nfc, nfc_value, regex_error_text
+from audit.masking import mask_value
 from evals.notation import NO_TOOL
 
 RATE_METRICS = ("pass_rate", "precision", "recall", "sequence_match", "argument_match", "answer_checks")
@@ -110,7 +117,24 @@ def _tool_list_problems(value: Any, where: str) -> list[str]:
                 _("%(where)s[%(i)s]: unknown keys %(keys)s (the keys are name, args)")
                 % {"where": where, "i": i, "keys": unknown}
             )
+        else:
+            problems += _masked_argument_problems(item.get("args", {}), f"{where}[{i}]")
     return problems
+
+
+def _masked_argument_problems(args: dict[str, Any], where: str) -> list[str]:
+    """The expected arguments the audit record would not show as given: a case is scored on a run's recorded
+    calls, whose arguments are masked (``audit.masking``: a ``session_id``, a token, a password, a value that reads
+    as a credential), so such an argument's value could never match, and the case would fail on every run."""
+    return [
+        _(
+            "%(where)s.args.%(name)s: the audit record, which the score is read from, masks this argument's value "
+            "(***), so no call could match it; leave the argument out (the tool is still expected)"
+        )
+        % {"where": where, "name": name}
+        for name, value in args.items()
+        if not not_finite(value) and mask_value({name: value}) != {name: value}
+    ]
 
 
 def not_finite(value: Any) -> bool:
@@ -244,37 +268,73 @@ def _tools(items: list[Any]) -> list[dict[str, Any]]:
     return [{"name": i} if isinstance(i, str) else i for i in items]
 
 
+def json_equal(one: Any, other: Any) -> bool:
+    """Equal as JSON values, types compared strictly: a boolean is no number (``true`` is not ``1``, which Python's
+    ``==`` takes it for), a numeric text no number; ``1`` and ``1.0`` are one JSON number."""
+    if isinstance(one, bool) or isinstance(other, bool):
+        return isinstance(one, bool) and isinstance(other, bool) and one == other
+    if isinstance(one, int | float) or isinstance(other, int | float):
+        return isinstance(one, int | float) and isinstance(other, int | float) and one == other
+    if isinstance(one, dict) and isinstance(other, dict):
+        return one.keys() == other.keys() and all(json_equal(v, other[k]) for k, v in one.items())
+    if isinstance(one, list | tuple) and isinstance(other, list | tuple):
+        return len(one) == len(other) and all(json_equal(a, b) for a, b in zip(one, other, strict=True))
+    return type(one) is type(other) and bool(one == other)
+
+
 def _subset(expected: dict[str, Any], actual: dict[str, Any]) -> bool:
-    """Whether ``actual`` holds every argument of ``expected``, Korean text compared composed (NFC) on both sides:
-    a case typed decomposed (NFD) matches a run's composed arguments."""
+    """Whether ``actual`` (a call's arguments as the audit recorded them) holds every argument of ``expected``, as
+    JSON values (``json_equal``), Korean text compared composed (NFC) on both sides: a case typed decomposed (NFD)
+    matches a run's composed arguments.
+
+    ``expected`` is compared masked, as the record's arguments were: an argument the record masks (a case stored
+    before such arguments were refused, ``_masked_argument_problems``) is met by a call that gave it a value, of
+    which the record keeps only that it was there. Compared unmasked, it failed every run as a wrong value."""
     actual = nfc_value(actual)
-    return all(k in actual and actual[k] == v for k, v in nfc_value(expected).items())
+    shown = nfc_value(mask_value(expected))
+    return all(k in actual and json_equal(v, actual[k]) for k, v in shown.items())
 
 
 def _score_against(
     expected: list[dict[str, Any]], ordered: bool, calls: list[ToolCall], *, calls_free: bool = False
 ) -> dict[str, Any]:
     """The tool scores of ``calls`` against one expected list. ``calls_free``: nothing is expected and no call is a
-    mistake (see ``score_case``), so calls cost neither precision nor the sequence."""
-    called = [c.name for c in calls]
+    mistake (see ``score_case``), so calls cost neither precision nor the sequence.
+
+    A call refused for its arguments (``refused_for_arguments``) was tried, not made: it meets no expected tool and
+    no expected argument (the tool never ran with them), and still counts as tried, against precision and the
+    sequence."""
+    made = [c for c in calls if not refused_for_arguments(c)]
+    tried_names, made_names = [c.name for c in calls], [c.name for c in made]
     want = [e["name"] for e in expected]
-    called_set, want_set = set(called), set(want)
+    tried_set, want_set = set(tried_names), set(want)
     if calls_free and not want_set:
         return {"precision": 1.0, "recall": 1.0, "sequence_match": True, "argument_match": None}
-    hit = called_set & want_set
-    precision = len(hit) / len(called_set) if called_set else 1.0
+    hit = set(made_names) & want_set
+    precision = len(hit) / len(tried_set) if tried_set else 1.0
     recall = len(hit) / len(want_set) if want_set else 1.0
-    # Unordered: which tools, not how often. A tool called twice (a memo hit, a rule's call and the model's
-    # again) is not a wrong run; ordered cases compare the exact sequence, repeats included.
-    sequence = called == want if ordered else called_set == want_set
+    sequence = _in_sequence(tried_names, want, ordered) and _in_sequence(made_names, want, ordered)
     with_args = [e for e in expected if e.get("args")]
     argument_match = (
-        sum(1 for e in with_args if any(c.name == e["name"] and _subset(e["args"], c.args) for c in calls))
+        sum(1 for e in with_args if any(c.name == e["name"] and _subset(e["args"], c.args) for c in made))
         / len(with_args)
         if with_args
         else None
     )
     return {"precision": precision, "recall": recall, "sequence_match": sequence, "argument_match": argument_match}
+
+
+def refused_for_arguments(call: ToolCall) -> bool:
+    """Whether the gate refused ``call`` for its arguments before sending it (``args:type:warehouse``, ``args:json``):
+    the tool never ran, with those arguments or any."""
+    return not call.ok and call.reason.startswith("args:")
+
+
+def _in_sequence(called: list[str], want: list[str], ordered: bool) -> bool:
+    """Whether ``called`` (tool names, in the order the run made the calls) is the expected sequence. Unordered:
+    which tools, not how often. A tool called twice (a memo hit, a rule's call and the model's again) is not a wrong
+    run; ordered cases compare the exact sequence, repeats included."""
+    return called == want if ordered else set(called) == set(want)
 
 
 def answer_check_failures(checks: list[dict[str, Any]], answer: str) -> list[str]:

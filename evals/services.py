@@ -644,7 +644,9 @@ def run_tool_calls_for_scoring(run_id: Any) -> list[ToolCall]:
     running`` event and the next delivery's of the same pass (a pass resumed after an approval starts again at
     delivery 1), by their times: the workers' clocks are taken to agree (NTP), as the reconciler's leases take them
     to. The events of a parallel batch, written as its calls finished, are put back in the order the model asked
-    for them (its ``model_turn`` events; ``evals.scoring.in_call_order``).
+    for them (its ``model_turn`` events; ``evals.scoring.in_call_order``). Each call's arguments are the record's,
+    masked (``audit.masking``): the scoring compares an expected argument masked too (``evals.scoring._subset``),
+    and a case is refused one the record masks (``evals.scoring.case_problems``).
 
     Events committed but not chained yet (PostgreSQL's deferred chain: a worker's chainer holds off while it
     executes a run) are chained first, so a run just finished is read whole (see ``eval_run_refresh``)."""
