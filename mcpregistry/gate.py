@@ -939,16 +939,24 @@ def _approval(
         return None, this.refuse(
             "approval:rejected",
             _(
-                "A person rejected the call to '%(tool)s'%(reason)s. Do not call it again; tell the user it was not done."
+                "A person rejected the call to '%(tool)s'%(why)s [%(reason)s]. Do not call it again; tell the user "
+                "it was not done."
             )
-            % {"tool": this.tool_name, "reason": f" ({state.reason})" if state.reason else ""},
+            % {
+                "tool": this.tool_name,
+                "why": f" ({state.reason})" if state.reason else "",
+                "reason": "approval:rejected",
+            },
             audit=False,
         )
     if state.status == "expired":
         return None, this.refuse(
             "approval:expired",
-            _("Nobody approved the call to '%(tool)s' in time. Do not call it again; tell the user it was not done.")
-            % {"tool": this.tool_name},
+            _(
+                "Nobody approved the call to '%(tool)s' in time [%(reason)s]. Do not call it again; tell the user it "
+                "was not done."
+            )
+            % {"tool": this.tool_name, "reason": "approval:expired"},
             audit=False,
         )
     if state.status == "executed" and state.result is not None:

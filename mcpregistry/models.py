@@ -318,6 +318,7 @@ class McpServer(AuditedModel):
                 _("Environment variable %(name)s: a name may not be empty or hold '=' or a NUL character.")
                 % {"name": json.dumps(name, ensure_ascii=False)}
             )
+        stored_headers = readable_map(stored_value(self, "headers") if self.pk is not None else None)
         for name, entry in (self.headers or {}).items() if isinstance(self.headers, dict) else ():
             # HTTP sends a header's name as a token and its value as ASCII (httpx refuses other text at the first
             # call, long after the save: "'ascii' codec can't encode…").
@@ -330,6 +331,17 @@ class McpServer(AuditedModel):
                     _(
                         "Header %(name)s: a header's value can be sent only as ASCII text on one line (no Korean, no "
                         "line break)."
+                    )
+                    % {"name": name}
+                )
+            elif isinstance(entry, str) and entry != entry.strip(" \t") and stored_headers.get(name) != entry:
+                # A pasted token's trailing space: h11 refuses the value at every connection ("Illegal header
+                # value"), long after the save. Named, never quoted (a secret). A value stored before the check
+                # still saves as it is.
+                errors.setdefault("headers", []).append(
+                    _(
+                        "Header %(name)s: a header's value may not begin or end with a space or a tab (remove "
+                        "them; a copied token often ends with one)."
                     )
                     % {"name": name}
                 )

@@ -756,7 +756,11 @@ def mcp_server_health_check(*, server: McpServer) -> HealthReport:
     """Connect (or reuse the pooled session) and list the server's tools without changing the registry: records
     the binding's health (an operational field, not a configuration change) and says how the listing differs
     from the registry (tools new on the server, tools the registry has that it no longer lists). Never raises
-    for the server's failure."""
+    for the server's failure.
+
+    The health is the one discovery records for the same listing: an error naming the tools that are never
+    offered to a model (not registered, an unusable input schema), else OK. ``report.ok`` is False then too, with
+    those problems as ``report.error``, though the server answered (``tool_count`` and the differences are set)."""
     report = HealthReport(mcp_id=server.mcp_id, ok=False)
     if not server.secrets_readable():
         report.error = _health_error_record(server, _secrets_undecryptable_error())
@@ -765,23 +769,40 @@ def mcp_server_health_check(*, server: McpServer) -> HealthReport:
     from mcpregistry.local_tools import runner_for  # the session pool and the MCP SDK: loaded when one is called
 
     runner = runner_for(server.transport)
-    register_secrets(server.secret_values())  # the server's stderr, logged at DEBUG, is masked in this process
+    secrets = server.secret_values()
+    register_secrets(secrets)  # the server's stderr, logged at DEBUG, is masked in this process
     started = time.monotonic()
     try:
         listing = runner.list_tools(server.connection_config(), timeout_s=max(server.timeout_s, 30.0), scope=scope)
     except Exception as exc:  # noqa: BLE001 - recorded as the binding's health
-        error = _with_unread_secrets(server, mask_text(str(exc) or type(exc).__name__, secrets=server.secret_values()))
+        error = _with_unread_secrets(server, mask_text(str(exc) or type(exc).__name__, secrets=secrets))
         report.error = _health_error_record(server, error)
         return report
     finally:
         if scope is not None:
             runner.close_scope(scope)
     report.latency_ms = (time.monotonic() - started) * 1000
-    listed = {t["name"] for t in _listing_checked(listing, DiscoveryReport(mcp_id=server.mcp_id, ok=False)).tools}
+    # Masked first, as discovery does: a schema's problem may quote the schema (a pattern holding a secret).
+    listed_tools, problems = _listing_health_problems(_listing_without_secrets(listing, secrets), mcp_id=server.mcp_id)
+    listed = {t["name"] for t in listed_tools}
     known = set(server.tools.filter(available=True).values_list("name", flat=True))
-    report.ok, report.tool_count = True, len(listed)
+    report.ok, report.error, report.tool_count = not problems, "; ".join(problems), len(listed)
     report.new, report.missing = sorted(listed - known), sorted(known - listed)
     McpServer.objects.filter(pk=server.pk).update(
-        health=McpServer.Health.OK, last_error="", last_checked_at=timezone.now()
+        health=McpServer.Health.ERROR if problems else McpServer.Health.OK,
+        last_error=report.error,
+        last_checked_at=timezone.now(),
     )
     return report
+
+
+def _listing_health_problems(listing: Any, *, mcp_id: str) -> tuple[list[Any], list[str]]:
+    """The tools of ``listing`` (masked) the registry would store, and the problems discovery would record as the
+    binding's health for it (``DiscoveryReport.health_problems``): a check that wrote OK over them turned a server
+    whose tools are never offered to a model green, with no word of why, until the next discovery."""
+    checked = DiscoveryReport(mcp_id=mcp_id, ok=False)
+    tools = _listing_checked(listing, checked).tools
+    for listed in tools:
+        if problem := schema_problem(listed.get("inputSchema") or {}):  # as ``_discovery_apply`` words it
+            checked.schema_errors.append(f"{listed['name']}: {problem}")
+    return tools, checked.health_problems()
