@@ -57,7 +57,7 @@ from audit.masking import mask_text, mask_value, register_secrets
 from audit.services import audit_event_record
 from audit.visible import TOOL_DATA_OPEN, tool_data_block, visible_text
 from mcpregistry.breaker import breaker_admit, breaker_record
-from mcpregistry.client_session import ToolResultInvalid
+from mcpregistry.client_session import ToolResultInvalid, ToolResultTooBig
 from mcpregistry.contracts import (
     DEFAULT_RETRY,
     RETRYABLE,
@@ -796,6 +796,8 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
             reason, detail, value, unanswered = "transport", str(exc), None, exc.sent
         except McpError as exc:
             reason, detail, value, answered = "protocol", str(exc), None, True
+        except ToolResultTooBig as exc:  # the tool answered; a line longer than the pool reads, refused unread
+            reason, detail, value, answered = "result:too_big", str(exc), None, True
         except ToolResultInvalid as exc:  # the tool answered; its structured result breaks its own outputSchema
             reason, detail, value, answered = "result:shape", str(exc), None, True
         except (SoftTimeLimitExceeded, DatabaseError):

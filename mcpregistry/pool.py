@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import anyio
+import anyio.abc
+import anyio.lowlevel
 import httpx
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from django.apps import apps
@@ -52,14 +54,20 @@ from django.conf import settings
 from django.utils import translation
 from mcp import McpError, StdioServerParameters, types
 from mcp.client.sse import sse_client
-from mcp.client.stdio import stdio_client
+from mcp.client.stdio import (
+    PROCESS_TERMINATION_TIMEOUT,
+    _create_platform_compatible_process,
+    _get_executable_command,
+    _terminate_process_tree,
+    get_default_environment,
+)
 from mcp.client.streamable_http import RequestContext, StreamableHTTPTransport
 from mcp.shared._httpx_utils import MCP_DEFAULT_TIMEOUT, create_mcp_http_client, next_request_within_origin
 from mcp.shared.message import SessionMessage
 
 import agent_platform.telemetry as telemetry
 from audit.masking import mask_text, registered_secrets
-from mcpregistry.client_session import ClientSession, ToolResultInvalid
+from mcpregistry.client_session import ClientSession, ToolResultInvalid, ToolResultTooBig
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +101,11 @@ STDERR_MASK_MARGIN = 4096
 # An HTTP transport waits this much longer than the longest call it may carry before it gives up reading: a slow
 # answer is the call's deadline's to end (a timeout, said as one), never the HTTP client's.
 READ_TIMEOUT_MARGIN_S = 60.0
+
+# The longest line read from a stdio server (an answer is one line), in bytes (:func:`_stdio_line_max`), and how much
+# of the head and the tail of a longer one is kept, to read the id of the answer it is.
+STDIO_LINE_MAX_BYTES = 16 * 1024 * 1024
+LINE_TOO_LONG_KEPT = 64 * 1024
 
 # A listing (tools, resources, prompts) follows the server's ``nextCursor`` for at most this many pages: a server
 # whose cursor never ends fails its discovery with a message, not at the deadline with the listing grown meanwhile.
@@ -330,6 +343,145 @@ class _StderrPipe:
         self._thread.join(timeout=timeout)
 
 
+class _LineTooLong(Exception):
+    """A line a stdio server wrote that is longer than the pool reads: only its size, its head and its tail are kept
+    (where the id of the answer it is can be read), and it is handed to the session's message handler as a line
+    that could not be parsed is."""
+
+    def __init__(self, size: int, line_max: int, head: bytes, tail: bytes) -> None:
+        super().__init__(f"a line of {size} bytes, more than the {line_max} read")
+        self.size = size
+        self.line_max = line_max
+        self.head = head
+        self.tail = tail
+
+
+def _stdio_line_max() -> int:
+    """The longest line read from a stdio server, in bytes: ``STDIO_LINE_MAX_BYTES``, or more where the platform's
+    result cap asks for it (a character is up to 12 bytes as escaped JSON, and a tool may send its answer twice: as
+    text and as structured content). A longer answer is refused unread (:class:`ToolResultTooBig`), whatever a
+    contract's own ``max_chars`` allows."""
+    chars = int(getattr(settings, "PLATFORM_TOOL_RESULT_MAX_CHARS", 0)) if settings.configured else 0
+    return max(STDIO_LINE_MAX_BYTES, 24 * chars)
+
+
+class _Line:
+    """The pieces of the line being read: kept whole up to ``line_max`` bytes; past it, only its head and its tail
+    (``LINE_TOO_LONG_KEPT`` bytes each), so that a line of any length costs bounded memory and linear time."""
+
+    def __init__(self, line_max: int) -> None:
+        self.line_max = line_max
+        self._parts: list[bytes] | None = []
+        self._size = 0
+        self._head = self._tail = b""
+
+    def add(self, piece: bytes) -> None:
+        self._size += len(piece)
+        if self._parts is None:
+            self._tail = (self._tail + piece)[-LINE_TOO_LONG_KEPT:]
+            return
+        self._parts.append(piece)
+        if self._size > self.line_max:
+            whole = b"".join(self._parts)  # once per line: at most line_max and a chunk
+            self._head, self._tail, self._parts = whole[:LINE_TOO_LONG_KEPT], whole[-LINE_TOO_LONG_KEPT:], None
+
+    def end(self) -> bytes | _LineTooLong:
+        """The line, now that its newline came (or what stands for it), and a fresh start for the next."""
+        if self._parts is not None:
+            line: bytes | _LineTooLong = b"".join(self._parts)
+        else:
+            line = _LineTooLong(self._size, self.line_max, self._head, self._tail)
+        self._parts, self._size, self._head, self._tail = [], 0, b"", b""
+        return line
+
+
+async def _stdout_lines(stdout: anyio.abc.ByteReceiveStream, line_max: int) -> AsyncIterator[bytes | _LineTooLong]:
+    """The lines ``stdout`` carries, without their newline (a last line without one is dropped, as the SDK drops
+    it). The SDK's reader joins its whole buffer to every 64 KiB chunk again: a 30 MB answer took seconds of the
+    pool's loop (every other server's call stalled meanwhile) and could pass its call's deadline while being read."""
+    line = _Line(line_max)
+    async for chunk in stdout:
+        *ended, rest = chunk.split(b"\n")
+        for piece in ended:
+            line.add(piece)
+            yield line.end()
+        line.add(rest)
+
+
+@contextlib.asynccontextmanager
+async def _stdio_streams(
+    server: StdioServerParameters, *, errlog: Any, line_max: int
+) -> AsyncIterator[
+    tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
+]:
+    """The SDK's ``stdio_client`` (its process, its streams, its shutdown: stdin closed, then SIGTERM, then SIGKILL),
+    its stdout read by :func:`_stdout_lines`: the SDK's function builds its reader itself."""
+    read_stream_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_stream_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    try:
+        process = await _create_platform_compatible_process(
+            command=_get_executable_command(server.command),
+            args=server.args,
+            env={**get_default_environment(), **server.env} if server.env is not None else get_default_environment(),
+            errlog=errlog,
+            cwd=server.cwd,
+        )
+    except OSError:
+        for stream in (read_stream, write_stream, read_stream_writer, write_stream_reader):
+            await stream.aclose()
+        raise
+
+    async def stdout_reader() -> None:
+        assert process.stdout, "Opened process is missing stdout"
+        try:
+            async with read_stream_writer:
+                async for line in _stdout_lines(process.stdout, line_max):
+                    await read_stream_writer.send(_stdio_message(line, server))
+        except anyio.ClosedResourceError:
+            await anyio.lowlevel.checkpoint()
+
+    async def stdin_writer() -> None:
+        assert process.stdin, "Opened process is missing stdin"
+        try:
+            async with write_stream_reader:
+                async for session_message in write_stream_reader:
+                    sent = session_message.message.model_dump_json(by_alias=True, exclude_none=True)
+                    await process.stdin.send((sent + "\n").encode(server.encoding, server.encoding_error_handler))
+        except anyio.ClosedResourceError:
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg, process:
+        tg.start_soon(stdout_reader)
+        tg.start_soon(stdin_writer)
+        try:
+            yield read_stream, write_stream
+        finally:
+            if process.stdin:
+                with contextlib.suppress(Exception):  # already closed
+                    await process.stdin.aclose()
+            try:
+                with anyio.fail_after(PROCESS_TERMINATION_TIMEOUT):
+                    await process.wait()
+            except TimeoutError:
+                await _terminate_process_tree(process)
+            except ProcessLookupError:
+                pass
+            for stream in (read_stream, write_stream, read_stream_writer, write_stream_reader):
+                await stream.aclose()
+
+
+def _stdio_message(line: bytes | _LineTooLong, server: StdioServerParameters) -> SessionMessage | Exception:
+    """What a line from a stdio server is: a JSON-RPC message, or the error it is handed on as (as the SDK does)."""
+    if isinstance(line, _LineTooLong):
+        return line
+    try:
+        return SessionMessage(
+            types.JSONRPCMessage.model_validate_json(line.decode(server.encoding, server.encoding_error_handler))
+        )
+    except Exception as exc:  # noqa: BLE001 - any line that is no message is handed on, as the SDK hands it
+        return exc
+
+
 def _request_meta() -> Any:
     """The caller's trace context (``traceparent``) as a request's ``_meta``, read on the caller's thread (its span is
     current there, not in the pool's loop); None without one."""
@@ -438,7 +590,9 @@ class McpSessionPool:
                     env = {k: os.environ[k] for k in SAFE_ENV_KEYS if k in os.environ}
                     env.update(dict(conn.env))
                     params = StdioServerParameters(command=conn.command, args=list(conn.args), env=env, cwd=conn.cwd)
-                    read, write = await stack.enter_async_context(stdio_client(params, errlog=stderr_pipe.writer))
+                    read, write = await stack.enter_async_context(
+                        _stdio_streams(params, errlog=stderr_pipe.writer, line_max=_stdio_line_max())
+                    )
                 elif conn.transport == "streamable_http":
                     http_client = await stack.enter_async_context(
                         create_mcp_http_client(headers=dict(conn.headers) or None, timeout=self._read_timeout())
@@ -477,6 +631,8 @@ class McpSessionPool:
                             return  # an HTTP answer whose body was lost on the way: told to its request, at once
                         if await _fail_unreadable_answer(session, message):
                             return  # an answer the SDK could not parse: told to the request it answers, as its failure
+                        if isinstance(message, _LineTooLong) and await _fail_too_long_answer(session, message):
+                            return  # an answer too long to read: told to the request it answers, as its failure
                     if len(pooled.protocol_noise) < 3:
                         pooled.protocol_noise.append(_noise_of(message))
 
@@ -642,8 +798,11 @@ class McpSessionPool:
         timeout_s: float,
         open_timeout_s: float,
         resend: bool,
+        after_answer: Callable[[], Awaitable[None]] | None = None,
     ) -> T:
-        """Run ``operation`` over the live session, opening it if needed.
+        """Run ``operation`` over the live session, opening it if needed; then ``after_answer`` (what is done with
+        the answer once it came, outside the deadline: it may raise what the answer is found to be, never a timeout
+        or a transport error of the request, which was answered).
 
         A session found dead before anything was written (``NOT_SENT_ERRORS``) is replaced and the operation
         run on the fresh one. A session that broke after the request was written is dropped; the operation is
@@ -664,7 +823,10 @@ class McpSessionPool:
             pooled.in_flight += 1
             try:
                 async with asyncio.timeout(timeout_s):
-                    return await _until_owner_ends(pooled, operation(pooled))
+                    answer = await _until_owner_ends(pooled, operation(pooled))
+                if after_answer is not None:
+                    await after_answer()  # on the session still: it is in flight until this ends
+                return answer
             except TimeoutError:
                 self._retire(pooled)  # its request is in an unknown state: the session is closed once its calls end
                 message = _("no answer from '%(server)s' within %(seconds)ss") % {
@@ -749,6 +911,8 @@ class McpSessionPool:
         connection = ServerConnection.from_config(config)
         # The caller's trace context (``traceparent``), read on the caller's thread, for the request's ``_meta``.
         meta = telemetry.mcp_request_meta()
+        # The answer call_tool could not check against the tool's output schema (not known yet on its session).
+        unchecked: list[tuple[ClientSession, types.CallToolResult]] = []
 
         async def operation(pooled: _PooledSession) -> ToolCallOutcome:
             session = pooled.session
@@ -757,6 +921,8 @@ class McpSessionPool:
             request_id = session._request_id
             try:
                 result = await session.call_tool(tool, arguments, meta=meta)
+                if not session.output_schema_known(tool):  # as call_tool found it: nothing awaited since
+                    unchecked[:] = [(session, result)]
             except asyncio.CancelledError:
                 # The deadline passed: tell the server to stop working on the request (before its session, retired
                 # for it, is closed).
@@ -768,6 +934,9 @@ class McpSessionPool:
                 if exc.error.data == UNREADABLE_ANSWER:
                     # The tool answered, with what cannot be read: a result that is not what it promised.
                     raise ToolResultInvalid(exc.error.message) from exc
+                if (too_long := _too_long_answer_data(exc)) is not None:
+                    # The tool answered, at a length the pool does not read: refused unread, never a timeout.
+                    raise ToolResultTooBig(_too_long_answer_text(too_long)) from exc
                 if (unmatched := _unmatched_answer_data(exc)) is not None:
                     # The server answered on the call's own POST, with an answer that names another request or none:
                     # the request went out and was answered; what came back is not the answer it asked for.
@@ -784,7 +953,15 @@ class McpSessionPool:
                 notes=notes,
             )
 
-        return self._run_operation(connection, operation, scope=scope, timeout_s=timeout_s, resend=False)
+        async def check_answer() -> None:
+            # The tools list it is checked against is read now, past the call's deadline: however slow the list, an
+            # answered call is never a timeout (a read sent again, a write of unknown outcome).
+            for session, result in unchecked:
+                await session.check_tool_result(tool, result)
+
+        return self._run_operation(
+            connection, operation, scope=scope, timeout_s=timeout_s, resend=False, after_answer=check_answer
+        )
 
     def _run_operation(
         self,
@@ -794,6 +971,7 @@ class McpSessionPool:
         scope: str | None,
         timeout_s: float,
         resend: bool,
+        after_answer: Callable[[], Awaitable[None]] | None = None,
     ) -> ToolCallOutcome:
         """Run one request on a pooled session of ``connection`` (opened within ``max(timeout_s, 30)``), from the
         caller's thread; ``resend``: a broken session's request may be sent again on a fresh one (reads only)."""
@@ -805,7 +983,9 @@ class McpSessionPool:
                 timeout_s=timeout_s,
                 open_timeout_s=max(timeout_s, 30.0),
                 resend=resend,
+                after_answer=after_answer,
             ),
+            # The session opened, the call, and its answer's check (``OUTPUT_SCHEMA_WAIT_S`` at most), with room.
             timeout=timeout_s + max(timeout_s, 30.0) * 2 + 10,
         )
         return result
@@ -1142,6 +1322,52 @@ async def _fail_unreadable_answer(session: ClientSession, exc: Exception) -> boo
         code=types.PARSE_ERROR, message=f"the server's answer could not be read: {why}", data=UNREADABLE_ANSWER
     )
     return await _fail_pending_request(session, request_id, error)
+
+
+ANSWER_TOO_LONG = "platform:answer_too_long"
+"""The ``data["platform"]`` of the JSON-RPC error a request is failed with when its answer is a line longer than the
+pool reads from a stdio server (:class:`_LineTooLong`)."""
+
+# The id of a JSON-RPC answer that ends a line, as its last key (the object's closing brace the only one after it).
+_LAST_ID = re.compile(rb'(?<!\\)"id"\s*:\s*(-?[0-9]+|"(?:[^"\\]|\\.)*")\s*\}\s*$')
+
+
+def _too_long_answer_id(line: _LineTooLong) -> int | str | None:
+    """The ``id`` of the answer ``line`` is: read from its head (where servers write it, before the result), else
+    as the last key of its tail; None where neither shows one (its request then waits for its deadline)."""
+    found = _response_id(line.head.decode("utf-8", errors="replace"))
+    if found is None and (last := _LAST_ID.search(line.tail)) is not None:
+        with contextlib.suppress(ValueError):
+            found = json.loads(last[1])
+    return found if isinstance(found, (int, str)) and not isinstance(found, bool) else None
+
+
+async def _fail_too_long_answer(session: ClientSession, line: _LineTooLong) -> bool:
+    """Fail the pending request that ``line`` (an answer too long to read) answers, with a JSON-RPC error marked
+    :data:`ANSWER_TOO_LONG`. Returns whether there was one: the request is answered, not left to time out."""
+    request_id = _too_long_answer_id(line)
+    if request_id is None:
+        return False
+    error = types.ErrorData(
+        code=types.INTERNAL_ERROR,
+        message=str(line),
+        data={"platform": ANSWER_TOO_LONG, "bytes": line.size, "max_bytes": line.line_max},
+    )
+    return await _fail_pending_request(session, request_id, error)
+
+
+def _too_long_answer_data(exc: McpError) -> dict[str, Any] | None:
+    """The data of an :data:`ANSWER_TOO_LONG` error; None for any other."""
+    data = exc.error.data
+    return data if isinstance(data, dict) and data.get("platform") == ANSWER_TOO_LONG else None
+
+
+def _too_long_answer_text(data: dict[str, Any]) -> str:
+    """The pool's sentence for an answer too long to read."""
+    return _("the answer is %(bytes)s bytes long, more than the %(max_bytes)s bytes read; refused unread") % {
+        "bytes": data["bytes"],
+        "max_bytes": data["max_bytes"],
+    }
 
 
 async def _fail_lost_answer(session: ClientSession, exc: httpx.RequestError) -> bool:
