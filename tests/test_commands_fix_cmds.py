@@ -235,6 +235,38 @@ def test_create_api_key_without_agents_is_a_key_for_every_agent() -> None:
     assert not ApiKey.objects.get().agents.exists()
 
 
+def issue(*options: str) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("create_api_key", *options, stdout=out, stderr=err)
+    return out.getvalue().strip(), err.getvalue()
+
+
+def test_create_api_key_replace_revokes_the_earlier_keys_of_its_name_and_no_other() -> None:
+    """./bin/up mints its quickstart key at every start: each earlier one stayed valid."""
+    first, _said = issue("quickstart", "--replace")
+    other, _said = issue("ops")
+    assert ApiKey.objects.get(prefix=first[:12]).revoked_at is None
+    mark = last_event_id()
+    second, said = issue("quickstart", "--replace")
+
+    assert said.strip() == "revoked 1 earlier key named quickstart"
+    valid = set(ApiKey.objects.filter(revoked_at__isnull=True).values_list("prefix", flat=True))
+    assert valid == {second[:12], other[:12]}  # the first, valid until now, is revoked
+    actions = [(e.action, e.args.get("name") if isinstance(e.args, dict) else None) for e in config_events_after(mark)]
+    assert [a for a, _name in actions] == ["config.api_key.create", "config.api_key.revoke"]
+
+
+def test_create_api_key_without_replace_leaves_the_earlier_keys_valid() -> None:
+    issue("quickstart")
+    _key, said = issue("quickstart")
+    assert said == "" and ApiKey.objects.filter(name="quickstart", revoked_at__isnull=True).count() == 2
+
+
+def test_bin_up_mints_its_quickstart_key_replacing_the_last_starts() -> None:
+    script = (Path(__file__).resolve().parent.parent / "bin" / "up").read_text(encoding="utf-8")
+    assert "create_api_key quickstart --replace" in script
+
+
 # ---- 5. agent_version shadow off -----------------------------------------------------------------------------
 
 

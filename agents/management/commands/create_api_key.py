@@ -5,11 +5,14 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_noop
+from django.utils.translation import gettext_noop, ngettext
 
-from agents.models import Agent
-from agents.services import api_key_create
+from agents.models import Agent, ApiKey
+from agents.services import api_key_create, api_key_revoke
+
+ACTOR, VIA = "system:create_api_key", "create_api_key"
 
 
 class Command(BaseCommand):
@@ -21,6 +24,11 @@ class Command(BaseCommand):
         # No default: left out, the key may use every agent; given, it must name one (see ``_agent_slugs``).
         parser.add_argument("--agents", help=_("comma-separated agent slugs the key may use (default: all)"))
         parser.add_argument("--admin", action="store_true", help=_("an admin key: may use /api/v1/evals/"))
+        parser.add_argument(
+            "--replace",
+            action="store_true",
+            help=_("revoke the keys of this name still valid, in the same transaction (./bin/up's quickstart key)"),
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         # As the admin's form takes a name: stripped (" 공백키 " was stored padded, and revoke_api_key, which strips
@@ -37,16 +45,28 @@ class Command(BaseCommand):
         if missing:
             raise CommandError(_("unknown agent(s): %(slugs)s") % {"slugs": ", ".join(sorted(missing))})
         try:
-            _key, raw = api_key_create(
-                name=name,
-                agents=agents,
-                admin=options["admin"],
-                actor="system:create_api_key",
-                via="create_api_key",
-            )
+            with transaction.atomic():
+                key, raw = api_key_create(name=name, agents=agents, admin=options["admin"], actor=ACTOR, via=VIA)
+                replaced = _revoke_others(key) if options["replace"] else 0
         except ValidationError as exc:  # an empty name, one too long: the model's own words, not a traceback
             raise CommandError("; ".join(exc.messages)) from None
+        if replaced:
+            self.stderr.write(
+                ngettext(
+                    "revoked %(count)d earlier key named %(name)s",
+                    "revoked %(count)d earlier keys named %(name)s",
+                    replaced,
+                )
+                % {"count": replaced, "name": name}
+            )
         self.stdout.write(raw)
+
+
+def _revoke_others(key: ApiKey) -> int:
+    """Revoke the keys named as ``key`` that are still valid, ``key`` aside (each audited as a revocation): a key
+    issued at every start of ``./bin/up`` left every earlier one valid, printed in old terminals and logs."""
+    earlier = ApiKey.objects.filter(name=key.name, revoked_at__isnull=True).exclude(pk=key.pk).order_by("pk")
+    return sum(api_key_revoke(api_key=old, actor=ACTOR, via=VIA) for old in earlier)
 
 
 def _agent_slugs(given: str | None) -> list[str]:
