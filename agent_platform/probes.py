@@ -118,6 +118,19 @@ def _check_keys() -> None:
         raise LookupError("; ".join(problems))
 
 
+def _check_audit_record() -> None:
+    """The audit record is append-only in the database (``audit.E004``): on SQLite, a ``migrate`` interrupted or
+    failed leaves its tables without their triggers, open to raw UPDATE and DELETE, while every request succeeds.
+    Names the triggers missing and what puts them back."""
+    from audit.checks import sqlite_triggers_missing
+
+    missing = sqlite_triggers_missing(connection.alias)
+    if missing:
+        raise LookupError(
+            f"the audit tables lack their append-only triggers ({', '.join(missing)}): run manage.py migrate"
+        )
+
+
 # What a failed connection's errors say, in the exceptions' types or, where the client library raises one bare
 # exception (psycopg), in their text: the reasons /readyz gives, which tell the cases an operator acts on apart.
 REFUSED = "connection refused"
@@ -203,7 +216,7 @@ def _masked_causes(exc: BaseException) -> str:
 @require_safe
 def readyz(request: HttpRequest) -> JsonResponse:
     """Readiness: the database answers, the broker accepts a connection, a worker wrote its heartbeat within
-    ``PLATFORM_READY_WORKER_MAX_AGE_S``, and the keys can be used. 200 when all hold, else 503; the body names each
+    ``PLATFORM_READY_WORKER_MAX_AGE_S``, the keys can be used, and the audit record is append-only (its triggers). 200 when all hold, else 503; the body names each
     check. A failure is named by its reason in a few fixed words (``failure_reason``: a broker's error may quote its
     URL and password) and logged at WARNING with its errors' text, masked. Answered whatever the request's Host
     (``probe_middleware``)."""
@@ -213,9 +226,10 @@ def readyz(request: HttpRequest) -> JsonResponse:
         ("broker", _check_broker),
         ("worker", _check_worker),
         ("keys", _check_keys),
+        ("audit", _check_audit_record),
     ):
-        if name == "worker" and not checks["database"]["ok"]:
-            # The heartbeats are in the database: asking it again would only wait as long a second time.
+        if name in {"worker", "audit"} and not checks["database"]["ok"]:
+            # The heartbeats and the triggers are in the database: asking it again would only wait as long again.
             checks[name] = {"ok": False, "error": "the database did not answer", "ms": 0.0}
             continue
         started = time.perf_counter()

@@ -14,6 +14,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.recorder import MigrationRecorder
 from django.db.utils import ConnectionHandler
+from django.test import Client
 
 from audit import checks as audit_checks
 from audit.append_only import sqlite_triggers_lift
@@ -123,3 +124,19 @@ def test_an_existing_sqlite_file_is_still_checked(monkeypatch: pytest.MonkeyPatc
         databases.close_all()
 
     assert [message.id for message in said] == ["audit.E004"]
+
+
+def test_readyz_is_not_ready_while_the_triggers_are_missing_and_names_them(client: Client) -> None:
+    """A record open to raw UPDATE and DELETE passed every probe while each request succeeded."""
+    assert client.get("/readyz").json()["checks"]["audit"]["ok"] is True
+    sqlite_triggers_lift(connection)
+
+    answer = client.get("/readyz")
+
+    assert answer.status_code == 503
+    audit = answer.json()["checks"]["audit"]
+    assert audit["ok"] is False
+    assert "lack their append-only triggers (audit_event_no_delete, " in audit["error"]
+    assert audit["error"].endswith("run manage.py migrate")
+    call_command("migrate", verbosity=0)
+    assert client.get("/readyz").json()["checks"]["audit"]["ok"] is True
