@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from agents.answers import ADVICE_NOTICE, TOOL_DATA_NOTICE
 from agents.engine import names_the_model_knows, results_as_offered
 from agents.execution import run_execute
 from agents.models import Agent, Run
@@ -32,9 +33,17 @@ def run_query(agent: Agent) -> Run:
 
 
 def system_results(run: Run) -> list[dict[str, Any]]:
-    """The deterministic results as the model read them: the last data block of its system message."""
+    """The deterministic results as the model read them: the data block of its system message, each with the
+    gate's advice on it (``message``), which follows the block as the platform's words (``ADVICE_NOTICE``)."""
     text = run.conversation[0]["data"]["content"]
-    return json.loads(text[text.rindex(TOOL_DATA_OPEN) + len(TOOL_DATA_OPEN) : text.rindex(TOOL_DATA_CLOSE)])
+    start = text.index(TOOL_DATA_OPEN, text.index(TOOL_DATA_NOTICE) + len(TOOL_DATA_NOTICE)) + len(TOOL_DATA_OPEN)
+    results = json.loads(text[start : text.index(TOOL_DATA_CLOSE, start)])
+    advice = text[text.index(ADVICE_NOTICE) + len(ADVICE_NOTICE) :] if ADVICE_NOTICE in text else ""
+    for result in results:
+        said = [line for line in advice.split("\n- ") if line.lstrip("\n- ").startswith(f"{result['tool']}: ")]
+        if said:
+            result["message"] = said[0].lstrip("\n- ").removeprefix(f"{result['tool']}: ")
+    return results
 
 
 @pytest.mark.slow
