@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.core.exceptions import DisallowedHost, PermissionDenied
+from django.conf import settings
+from django.core.exceptions import DisallowedHost, PermissionDenied, TooManyFieldsSent
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.translation import gettext as _
@@ -74,6 +75,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             status.HTTP_503_SERVICE_UNAVAILABLE,
             headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
         )
+    if isinstance(exc, TooManyFieldsSent):
+        # Raised where DRF (its content negotiation) or a view first reads the query. Left to Django, ``bad_request``
+        # below would answer it in the same words, but only after logging a caller's mistake as a security error
+        # with its traceback; answered here, it is logged as any other 400 (a warning).
+        return error_response("too_many_fields", too_many_fields_message(), status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
@@ -92,12 +98,23 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     return error_response(code, str(detail), response.status_code, headers=headers)
 
 
+def too_many_fields_message() -> str:
+    """Why a request with more parameters than ``DATA_UPLOAD_MAX_NUMBER_FIELDS`` (Django's ``TooManyFieldsSent``)
+    is refused, and the limit: the caller can only fix it by sending fewer."""
+    limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS or 0  # None turns the check (and this error) off
+    return _("The request has more than %(max)d query parameters or form fields.") % {"max": limit}
+
+
 def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     """The URLconf's ``handler400``: Django answers a request it refuses before any view (a Host header not in
     ``ALLOWED_HOSTS``, too many fields) here. On the API's paths the API's JSON, saying when the host is the cause
-    (without repeating the header, which the client chose); elsewhere Django's page."""
+    (without repeating the header, which the client chose) or when the query has too many fields (read by the
+    event stream, a plain Django view; the REST views answer it through ``exception_handler``); elsewhere Django's
+    page."""
     if not is_api_path(request.path):
         return defaults.bad_request(request, exception)
     if isinstance(exception, DisallowedHost):
         return json_error(400, "bad_request", _("The request's host name is not allowed on this server."))
+    if isinstance(exception, TooManyFieldsSent):
+        return json_error(400, "too_many_fields", too_many_fields_message())
     return json_error(400)

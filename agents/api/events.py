@@ -41,6 +41,7 @@ from agents.api.throttling import (
     stream_slot_release,
     stream_slot_renew,
 )
+from agents.api.views import query_params_check
 from agents.decision_reasons import reason_text
 from agents.models import ApiKey, Run, RunEvent
 from agents.run_wakeup import RunWatch
@@ -276,6 +277,7 @@ async def _open_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
             headers={"Retry-After": str(int(wait))},
         )
     try:
+        query_params_check(request.GET, accepted=("after",))
         after = _after(request)
         run = await sync_to_async(run_get)(run_id=run_id, api_key=api_key)
     except ApplicationError as exc:

@@ -10,7 +10,7 @@ import hashlib
 import re
 import unicodedata
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
@@ -19,6 +19,7 @@ from django.db.models import Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiExample,
@@ -69,6 +70,33 @@ class ApiView(APIView):
         """What ``OPTIONS`` (DRF's metadata) says of an endpoint: a pointer to the schema. DRF would answer the
         class's docstring, a note for this code's readers."""
         return _("Described in the OpenAPI schema: %(url)s") % {"url": reverse("api-schema")}
+
+
+def query_params_check(query_params: Iterable[str], *, accepted: Collection[str] = ()) -> None:
+    """Refuses (``400 invalid_input``) every query parameter an endpoint does not take, each named in ``fields``
+    and the ones it takes named in the message. Ignored, a misspelt ``?wiat=30`` would answer at once, without the
+    wait the caller asked for, and nothing would tell them why. Raises ``ApplicationError``: the REST views and the
+    event stream (``agents.api.events``) answer it in the one error shape."""
+    unknown = [name for name in query_params if name not in accepted]
+    if not unknown:
+        return
+    named = ngettext("Unknown query parameter: %(names)s.", "Unknown query parameters: %(names)s.", len(unknown)) % {
+        "names": _quoted(unknown)
+    }
+    if accepted:
+        takes = _("This endpoint takes: %(names)s.") % {"names": _quoted(accepted)}
+    else:
+        takes = _("This endpoint takes no query parameters.")
+    raise ApplicationError(
+        f"{named} {takes}",
+        code="invalid_input",
+        status=400,
+        fields={name: [_("Unknown query parameter.")] for name in unknown},
+    )
+
+
+def _quoted(names: Iterable[str]) -> str:
+    return ", ".join(f"'{name}'" for name in names)
 
 
 # --- POST /runs ------------------------------------------------------------------------------------------
@@ -221,6 +249,7 @@ class RunCreateApi(ApiView):
         ],
     )
     def post(self, request: Request) -> Response:
+        query_params_check(request.query_params, accepted=("wait",))
         if not isinstance(request.data, dict):
             raise ApplicationError(_("The body must be a JSON object."), code="invalid_input", status=400)
         run_query_check(request.data.get("query"))
@@ -495,6 +524,7 @@ class RunListApi(ApiView):
         responses={200: RunPageSerializer, **error_responses(400, 401, 429)},
     )
     def get(self, request: Request) -> Response:
+        query_params_check(request.query_params, accepted=tuple(self.FilterSerializer().fields))
         filters = self.FilterSerializer(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
         runs = run_list(
@@ -530,6 +560,7 @@ class RunDetailApi(ApiView):
         responses={200: RunOutputSerializer, **error_responses(400, 401, 404, 429)},
     )
     def get(self, request: Request, run_id: str) -> Response:
+        query_params_check(request.query_params)
         run = run_get(run_id=run_id, api_key=caller_of(request))
         return Response(RunOutputSerializer(run).data)
 
@@ -564,6 +595,7 @@ class RunCancelApi(ApiView):
         },
     )
     def post(self, request: Request, run_id: str) -> Response:
+        query_params_check(request.query_params)
         run = run_get(run_id=run_id, api_key=caller_of(request))
         run = run_cancel(run=run, actor=f"api_key:{caller_of(request).prefix}", source="api")
         return Response(RunOutputSerializer(run).data)
@@ -626,6 +658,7 @@ class RunApprovalDecideApi(ApiView):
         },
     )
     def post(self, request: Request, run_id: str, approval_id: str) -> Response:
+        query_params_check(request.query_params)
         run = run_get(run_id=run_id, api_key=caller_of(request))
         if not isinstance(request.data, dict):
             raise ApplicationError(_("The body must be a JSON object."), code="invalid_input", status=400)
@@ -660,6 +693,7 @@ class UsageApi(ApiView):
         responses={200: UsageSerializer, **error_responses(401, 429)},
     )
     def get(self, request: Request) -> Response:
+        query_params_check(request.query_params)
         return Response(api_key_usage(api_key=caller_of(request)))
 
 
@@ -701,6 +735,7 @@ class RunFeedbackApi(ApiView):
         responses={200: RunOutputSerializer, **error_responses(400, 401, 404, 409, 413, 415, 429)},
     )
     def post(self, request: Request, run_id: str) -> Response:
+        query_params_check(request.query_params)
         run = run_get(run_id=run_id, api_key=caller_of(request))
         if not isinstance(request.data, dict):
             raise ApplicationError(_("The body must be a JSON object."), code="invalid_input", status=400)

@@ -205,16 +205,16 @@ def test_a_body_that_is_not_json_and_a_blank_query_are_told_in_korean_saying_whe
 
 def test_format_in_the_query_is_not_a_renderer_switch_that_hides_a_run(bearer: Client) -> None:
     """DRF's ?format= override answered an unknown renderer as a 404: a client read its own run as gone and a
-    POST created nothing. The API speaks JSON; ``format`` is no parameter of these endpoints."""
-    created = bearer.post(
-        "/api/v1/runs?format=yaml",
-        json.dumps({"agent": "company-assistant", "query": "안녕"}),
-        content_type="application/json",
-    )
+    POST created nothing. The API speaks JSON; ``format`` is no parameter of these endpoints: a 400 naming it, as
+    any parameter an endpoint does not take, never a 404."""
+    body = json.dumps({"agent": "company-assistant", "query": "안녕"})
+    refused = bearer.post("/api/v1/runs?format=yaml", body, content_type="application/json")
+    assert refused.status_code == 400 and "format" in refused.json()["error"]["fields"]
+    created = bearer.post("/api/v1/runs", body, content_type="application/json")
     assert created.status_code in (201, 202), created.content
     run_id = created.json()["id"]
     shown = bearer.get(f"/api/v1/runs/{run_id}?format=xml")
-    assert shown.status_code == 200 and shown.json()["id"] == run_id
+    assert shown.status_code == 400 and "format" in shown.json()["error"]["fields"]
     listed = bearer.get("/api/v1/runs?format=json")
     assert listed.status_code == 400 and "format" in listed.json()["error"]["fields"]
 
