@@ -15,7 +15,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
-from django.utils.translation import gettext
+from django.utils.translation import gettext, gettext_noop
 from django.utils.translation import gettext_lazy as _
 
 from agents.experiments import arm_comparisons, arm_metrics
@@ -68,6 +68,31 @@ def bars(values: list[float | None], labels: list[str], *, colour: str, unit: st
     )
 
 
+# The notes the platform itself writes on the versions it publishes. They are stored as written (the audit record
+# keeps what was written) and shown in the reader's language; a note an admin typed is shown as typed. Each text
+# must stay the one its writer stores: "published on save" (agents.services, agents.configuration) and the eval
+# freeze (evals.services.EVAL_FREEZE_NOTE, matched by its text here: evals imports agents, so agents may not import
+# evals, ``../shared/tools/import_structure.py``).
+SYSTEM_VERSION_NOTES = frozenset(
+    {
+        gettext_noop("published on save"),
+        gettext_noop("frozen for an eval run: the agent was never published"),
+    }
+)
+# ``agent_version_rollback``'s note, f"roll back to v{number}".
+ROLLBACK_NOTE = re.compile(r"roll back to v([0-9]{1,9})")
+
+
+def version_note_text(note: str) -> str:
+    """A version's note as a reader takes it: one the platform wrote (``SYSTEM_VERSION_NOTES``, a roll back's) in
+    the active language, any other exactly as stored."""
+    if note in SYSTEM_VERSION_NOTES:
+        return gettext(note)
+    if rollback := ROLLBACK_NOTE.fullmatch(note):
+        return gettext("roll back to v%(number)s") % {"number": rollback[1]}
+    return note
+
+
 def _cell(value: Any) -> str:
     """A changed leaf as a reader takes it: text as written (its lines kept; quoted where it would read as a
     number or a switch, so ``"5"`` and ``5`` differ), nothing as ``—``, else JSON."""
@@ -82,10 +107,10 @@ def _cell(value: Any) -> str:
 class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Versions are immutable: viewed, compared, rolled back to (which publishes a new version)."""
 
-    list_display = ["__str__", "agent", "number", "created_at", "published_by", "note", "is_live", "diff_link"]
+    list_display = ["__str__", "agent", "number", "created_at", "published_by", "note_text", "is_live", "diff_link"]
     list_filter = ["agent"]
-    search_fields = ["agent__slug", "note"]
-    readonly_fields = ["agent", "number", "digest", "note", "published_by", "created_at", "content_json"]
+    search_fields = ["agent__slug", "note"]  # the stored note: a system note is found by its English words
+    readonly_fields = ["agent", "number", "digest", "note_text", "published_by", "created_at", "content_json"]
     fields = readonly_fields
     actions = ["rollback"]
 
@@ -94,6 +119,10 @@ class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     def has_rollback_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm("agents.change_agent"))
+
+    @admin.display(description=_("note"), ordering="note")
+    def note_text(self, obj: AgentVersion) -> str:
+        return version_note_text(obj.note)
 
     @admin.display(description=_("live"), boolean=True)
     def is_live(self, obj: AgentVersion) -> bool:
@@ -193,7 +222,11 @@ class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             "version": version,
             "against": against,
             "notice": notice,
-            "choices": others.exclude(pk=version.pk).order_by("-number"),
+            # The versions to compare with, each with its note as the reader takes it (``version_note_text``).
+            "choices": [
+                {"pk": other.pk, "number": other.number, "note": version_note_text(other.note)}
+                for other in others.exclude(pk=version.pk).order_by("-number").only("pk", "number", "note")
+            ],
             "rows": [{**row, "old": _cell(row["old"]), "new": _cell(row["new"])} for row in rows],
             "opts": self.model._meta,
         }

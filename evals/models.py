@@ -8,10 +8,12 @@ and, once finished, an ``EvalCaseResult`` scored from the run's audited tool cal
 from __future__ import annotations
 
 import copy
+import re
 import uuid
 from typing import Any, TypedDict
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -23,13 +25,37 @@ from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration
 
 CASE_TYPES = ("single_tool", "multi_tool", "no_tool", "no_answer", "guardrail")
 
+# A set's name is an ASCII slug: it is a path segment of the API (/api/v1/evals/sets/<name>), an argument of
+# ``run_eval`` and a key of configuration documents. Checked by our own validator, not SlugField's: Django's words
+# ("letters, numbers, underscores or hyphens", in Korean "문자, 숫자, ...") read as if Hangul were letters it took.
+_EVAL_SET_NAME = re.compile(r"[-a-zA-Z0-9_]+")
+EVAL_SET_NAME_REFUSAL = _(
+    "Use ASCII letters (a–z, A–Z), digits, _ and - only (e.g. seed-001-tools): the name is used in URLs and commands."
+)
+
+
+def validate_eval_set_name(value: str) -> None:
+    """Refuses a name that is not an ASCII slug, saying which characters a name may hold and why. The one check
+    of a set's name: the admin's form, the API's set document and ``import_config`` all reach it (``full_clean``)."""
+    if not _EVAL_SET_NAME.fullmatch(value):
+        raise ValidationError(EVAL_SET_NAME_REFUSAL, code="invalid")
+
 
 class EvalSet(AuditedModel):
     """A fixed question set. ``thresholds`` gate a deploy: ``run_eval`` exits non-zero when a score of the run is
     below its minimum (``pass_rate``, ``precision``, ``recall``, ``sequence_match``, ``argument_match``,
     ``answer_checks``) or above its maximum (``forbidden_violations``, ``latency_p95_ms``)."""
 
-    name = models.SlugField(_("name"), max_length=100, unique=True)
+    name = models.CharField(
+        _("name"),
+        max_length=100,
+        unique=True,
+        validators=[validate_eval_set_name],
+        help_text=_(
+            "ASCII letters (a–z, A–Z), digits, _ and - only, e.g. seed-001-tools: the name is used in API URLs, "
+            "in run_eval and in configuration documents."
+        ),
+    )
     description = models.TextField(_("description"), blank=True)
     agent = models.ForeignKey(
         Agent,
@@ -74,8 +100,6 @@ class EvalSet(AuditedModel):
         return self.name
 
     def clean(self) -> None:
-        from django.core.exceptions import ValidationError
-
         from evals.scoring import threshold_problems
 
         problems = threshold_problems(self.thresholds)
@@ -128,8 +152,6 @@ class EvalCase(AuditedModel):
         return f"{self.key}: {self.query[:60]}"
 
     def clean(self) -> None:
-        from django.core.exceptions import ValidationError
-
         from evals.scoring import case_problems
 
         problems = case_problems(
