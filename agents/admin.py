@@ -19,7 +19,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
-from django.utils.translation import gettext, ngettext, pgettext_lazy
+from django.utils.translation import gettext, ngettext, pgettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 from pydantic import ValidationError as PydanticValidationError
 
@@ -81,6 +81,7 @@ from agents.services import (
     unbinding_refused,
 )
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
+from audit.models import AuditEvent
 from mcpregistry.binding_policy import readable_variables_text
 from mcpregistry.contracts import pydantic_message
 from mcpregistry.crypto import readable
@@ -410,6 +411,12 @@ def _rule_delete(*, obj: DeterministicRule, actor: Any, via: str) -> None:
     deterministic_rule_delete(rule=obj, actor=actor, via=via)
 
 
+def _rule_history_name(event: AuditEvent) -> str:
+    """A rule's change on its agent's History page, by the name the rule had then (``result.name``)."""
+    name = event.result.get("name", "") if isinstance(event.result, dict) else ""
+    return pgettext("object history", "rule %(name)s") % {"name": name}
+
+
 @admin.register(Agent)
 class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
     form = AgentForm
@@ -485,6 +492,7 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
         return str(_("set (hidden)")) if entry else str(_("not set"))
 
     inline_services = {DeterministicRule: (_rule_save, _rule_delete)}
+    inline_history_names = {DeterministicRule: _rule_history_name}
 
     @admin.action(
         description=_("Publish the selected agents (their edits become the live version)"), permissions=["change"]

@@ -14,7 +14,8 @@ before it reads the object: the form is validated against, and saves over, the r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from django.apps import apps
@@ -22,12 +23,15 @@ from django.contrib.admin.utils import unquote
 from django.contrib.auth.models import Permission
 from django.core.exceptions import FieldDoesNotExist, PermissionDenied
 from django.db import models, router, transaction
+from django.db.models import Min, Q
+from django.db.models.options import Options
 from django.forms import BaseModelForm, BaseModelFormSet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.text import capfirst, format_lazy
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext
 
 from agent_platform.json import bounded_json_overrides
 from audit.change_guard import config_write_lock
@@ -87,13 +91,28 @@ def _end_text(end: Any) -> str:
 
 HISTORY_ROWS = 200  # the newest; the audit list holds them all
 
+InlineRowName = Callable[[AuditEvent], str]
+"""Which row of an inline an audit event changed, in the reader's language, from what the event recorded (the row
+may be gone): "contract of search_employee"."""
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One row of a History page: ``event``, a change of a row of ``opts``' model (its fields are named by that
+    model's labels); ``row`` names that row where it is not the page's object but one edited inline on its page,
+    "" for the object itself."""
+
+    event: AuditEvent
+    opts: Options[Any]
+    row: str = ""
+
 
 def history_page(
     model_admin: Any,
     request: HttpRequest,
     object_id: str,
     *,
-    events: Callable[[models.Model], list[AuditEvent]] | None,
+    events: Callable[[models.Model], list[HistoryEntry]] | None,
     extra_context: Any = None,
 ) -> HttpResponse:
     """An object's history page, for whoever may view it: its audit events (``events(obj)``, newest first; each
@@ -109,17 +128,21 @@ def history_page(
     may_view_events = audit_admin is not None and audit_admin.has_view_permission(request)
     rows = [
         {
-            "event": event,
-            "action": action_label(event.action),
+            "event": entry.event,
+            "action": _change_text(entry),
             "fields": ", ".join(
-                _field_label(opts, str(name)) for name in (event.args or {}) if not str(name).startswith("_")
+                _field_label(entry.opts, str(name))
+                for name in (entry.event.args or {})
+                if not str(name).startswith("_")
             ),
-            "via": (event.result or {}).get("via", "") if isinstance(event.result, dict) else "",
-            "url": reverse("admin:audit_auditevent_change", args=[event.pk], current_app=model_admin.admin_site.name)
+            "via": (entry.event.result or {}).get("via", "") if isinstance(entry.event.result, dict) else "",
+            "url": reverse(
+                "admin:audit_auditevent_change", args=[entry.event.pk], current_app=model_admin.admin_site.name
+            )
             if may_view_events
             else None,
         }
-        for event in (events(obj) if events is not None else [])
+        for entry in (events(obj) if events is not None else [])
     ]
     context = {
         **model_admin.admin_site.each_context(request),
@@ -136,6 +159,63 @@ def history_page(
     }
     request.current_app = model_admin.admin_site.name
     return TemplateResponse(request, "admin/audit/object_history.html", context)
+
+
+def _change_text(entry: HistoryEntry) -> str:
+    """The change in words; for a row edited inline, which row ("tool contract changed: contract of lookup")."""
+    change = action_label(entry.event.action)
+    if not entry.row:
+        return change
+    return pgettext("object history", "%(change)s: %(object)s") % {"change": change, "object": entry.row}
+
+
+def recorded_row_name(model: type[models.Model], event: AuditEvent) -> str:
+    """An inline's row as an event recorded it, for a model whose admin names its rows no better: its model's name
+    and the row's ``str`` when it was changed ("eval case 연차 질문")."""
+    name = event.result.get("name", "") if isinstance(event.result, dict) else ""
+    return pgettext("object history", "%(model)s %(name)s") % {"model": model._meta.verbose_name, "name": name}
+
+
+def inline_parent_key(inline: Any) -> str | None:
+    """The name of the foreign key by which ``inline``'s rows belong to the page's object (its ``fk_name``, or the
+    one key to the page's model)."""
+    keys = [
+        f.name
+        for f in inline.model._meta.concrete_fields
+        if (f.many_to_one or f.one_to_one)
+        and f.remote_field.model is inline.parent_model
+        and (inline.fk_name is None or f.name == inline.fk_name)
+    ]
+    return keys[0] if len(keys) == 1 else None
+
+
+def _recorded_names(obj: models.Model) -> tuple[set[str], int | None]:
+    """The names the record knows ``obj`` by (its ``str`` now and at each of its recorded changes: an agent's slug
+    before a rename), and the sequence number of its first recorded change (None where none is left)."""
+    own = AuditEvent.objects.filter(
+        action__startswith=CONFIG_ACTION_PREFIX, result__model=obj._meta.label_lower, result__id=obj.pk
+    )
+    names = {str(name) for name in own.values_list("result__name", flat=True).distinct() if name}
+    return names | {str(obj)}, own.aggregate(first=Min("seq"))["first"]
+
+
+def _inline_row_ids(
+    obj: models.Model, model: type[models.Model], key: str, names: Iterable[str], since: int | None
+) -> set[Any]:
+    """The rows of ``model`` that belong, or belonged, to ``obj`` by ``key``: those that point to it now, and those
+    whose recorded change set ``key`` to it or away from it (a create, a delete, a move: the record holds the related
+    row by its ``str``, ``{key: [old, new]}``), since ``obj``'s first recorded change (an earlier object of the same
+    name, a tool discovered again after a delete, is another)."""
+    current = set(model._default_manager.filter(**{key: obj}).values_list("pk", flat=True))
+    names = list(names)
+    recorded = AuditEvent.objects.filter(
+        Q(**{f"args__{key}__0__in": names}) | Q(**{f"args__{key}__1__in": names}),
+        action__startswith=CONFIG_ACTION_PREFIX,
+        result__model=model._meta.label_lower,
+    )
+    if since is not None:
+        recorded = recorded.filter(seq__gte=since)
+    return current | set(recorded.values_list("result__id", flat=True).distinct())
 
 
 def _field_label(opts: Any, name: str) -> str:
@@ -155,6 +235,9 @@ class ServiceAdminMixin:
     formfield_overrides = bounded_json_overrides()
 
     inline_services: dict[type[models.Model], tuple[InlineSave, InlineDelete]] = {}
+    # How the History page names a row of an inline, per inline model; one not named here reads "<its model's
+    # name> <the row's str when changed>" (``recorded_row_name``).
+    inline_history_names: dict[type[models.Model], InlineRowName] = {}
 
     def service_save(self, *, obj: Any, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
         raise NotImplementedError
@@ -216,17 +299,46 @@ class ServiceAdminMixin:
         self.service_delete(obj=obj, actor=request.user)
 
     def history_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> HttpResponse:
-        """The object's changes as the audit record holds them. Django's page read its own log, which is not
-        written (below), and told of every object that it had no history, "probably not added via this admin
-        site", beside a full, chained record of its changes."""
+        """The object's changes as the audit record holds them, with those of the rows edited inline on its page
+        (a tool's contract, an agent's rules), deleted ones included, each naming its row. Django's page read its
+        own log, which is not written (below), and told of every object that it had no history, "probably not
+        added via this admin site", beside a full, chained record of its changes; and a change made in an inline
+        (a contract's risk), whose model has no page of its own, was on no History page at all."""
+        return history_page(
+            self, request, object_id, events=lambda obj: self.history_entries(request, obj), extra_context=extra_context
+        )
 
-        def changes(obj: models.Model) -> list[AuditEvent]:
-            events = AuditEvent.objects.filter(
-                action__startswith=CONFIG_ACTION_PREFIX, result__model=obj._meta.label_lower, result__id=obj.pk
-            ).order_by("-seq")
-            return list(events[:HISTORY_ROWS])
+    def history_entries(self, request: HttpRequest, obj: models.Model) -> list[HistoryEntry]:
+        """The newest ``HISTORY_ROWS`` changes of ``obj`` and of the rows of the inlines its page shows this reader
+        (an inline the reader may not view is left out, as on the page), newest first."""
+        belongs = Q(result__model=obj._meta.label_lower, result__id=obj.pk)
+        inline_models = self._history_inlines(request, obj)
+        if inline_models:
+            names, since = _recorded_names(obj)
+            for label, (model, key) in inline_models.items():
+                ids = _inline_row_ids(obj, model, key, names, since)
+                belongs |= Q(result__model=label, result__id__in=list(ids))
+        events = AuditEvent.objects.filter(belongs, action__startswith=CONFIG_ACTION_PREFIX).order_by("-seq")
+        entries = []
+        for event in events[:HISTORY_ROWS]:
+            label = event.result.get("model", "") if isinstance(event.result, dict) else ""
+            if label not in inline_models:
+                entries.append(HistoryEntry(event, obj._meta))
+                continue
+            model = inline_models[label][0]
+            name = self.inline_history_names.get(model)
+            row = name(event) if name is not None else recorded_row_name(model, event)
+            entries.append(HistoryEntry(event, model._meta, row))
+        return entries
 
-        return history_page(self, request, object_id, events=changes, extra_context=extra_context)
+    def _history_inlines(self, request: HttpRequest, obj: models.Model) -> dict[str, tuple[type[models.Model], str]]:
+        """The inline models this reader sees on ``obj``'s page, by label, with the key that ties them to it."""
+        found = {}
+        for inline in self.get_inline_instances(request, obj):  # type: ignore[attr-defined]
+            key = inline_parent_key(inline)
+            if key is not None:
+                found[inline.model._meta.label_lower] = (inline.model, key)
+        return found
 
     # Django's own log (LogEntry) is not written: every change is an audit event, in the chained record; a second,
     # mutable log beside it would say less and could be edited.

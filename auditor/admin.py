@@ -572,7 +572,7 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
                 "error_pct": round(t.error_rate * 100, 1),
                 "error_pct_bar": _pct(t.errors, t.calls),
                 "p95_pct": _pct(t.latency_p95_ms or 0.0, slowest),
-                "reasons": sorted(t.errors_by_reason.items(), key=lambda kv: (-kv[1], kv[0])),
+                "reasons": _reasons_in_words(t.errors_by_reason),
                 "callers": sorted(t.callers.items(), key=lambda kv: (-kv[1], kv[0])),
                 "events_url": f"{events_url}?{urlencode({'mcp_id': t.mcp_id, 'tool': t.tool})}",
             }
@@ -690,6 +690,17 @@ def _series_charts(series: list[ToolSeries], *, bucket: str) -> list[dict[str, A
             }
         )
     return charts
+
+
+def _reasons_in_words(errors_by_reason: dict[str, int]) -> list[dict[str, Any]]:
+    """A tool's errors per reason, most first, each code with its words in the reader's language beside it, as
+    every other admin page shows a reason ("rate limit exceeded ``rate_limit``"); ``words`` is empty for a code
+    that has none, shown alone rather than twice."""
+    rows = []
+    for code, count in sorted(errors_by_reason.items(), key=lambda kv: (-kv[1], kv[0])):
+        words = reason_label(code)
+        rows.append({"code": code, "words": words if words != code else "", "count": count})
+    return rows
 
 
 def _pct(part: float, whole: float) -> int:

@@ -24,6 +24,7 @@ from django.utils.translation import gettext_lazy as _
 from agent_platform.json import bounded_json_overrides
 from agent_platform.text import nfc
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
+from audit.models import AuditEvent
 from audit.visible import invisible_characters, visible_text
 from mcpregistry import discovery_view
 from mcpregistry.binding_policy import readable_variables_text
@@ -679,6 +680,12 @@ def _contract_delete(*, obj: ToolContract, actor: Any, via: str) -> None:
     tool_contract_delete(contract=obj, actor=actor, via=via)
 
 
+def _contract_history_name(event: AuditEvent) -> str:
+    """A contract's change on its tool's History page, by the tool its event names: the ``name`` it recorded is
+    the contract's ``str`` in the language of whoever changed it."""
+    return gettext("contract of %(tool)s") % {"tool": event.tool}
+
+
 class McpToolForm(forms.ModelForm):
     """Tags as comma-separated words and example questions a line each (``mcpregistry/list_fields.py``)."""
 
@@ -754,6 +761,7 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
         css = {"all": ["mcpregistry/editors.css"]}
 
     inline_services = {ToolContract: (_contract_save, _contract_delete)}
+    inline_history_names = {ToolContract: _contract_history_name}
 
     def service_save(self, *, obj: McpTool, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
         mcp_tool_update(tool=obj, actor=actor, via=ADMIN_VIA)
