@@ -768,13 +768,18 @@ def _out_of_range(key: str, value: float, low: float | None, high: float | None)
     return _("'%(key)s' is %(value)s, above %(high)s") % limits
 
 
+BACKOFF_JITTER = 0.25  # the most a wait is lengthened by, as a share of it: clients refused together spread out
+
+
 def backoff_delay(
     *, reason: str, attempt: int, retry: dict[str, Any], retry_after_s: float | None, rng: random.Random
 ) -> float:
     """Seconds to wait before attempt ``attempt + 1``. A timeout is retried at once (it may be transient and
     the wait already happened); a rate limit waits exponentially (``backoff_base_s`` doubled per attempt, at most
-    ``backoff_cap_s``) with equal jitter (between half that and all of it), or the server's ``Retry-After`` when
-    it gives one; a transport error waits a short jittered backoff."""
+    ``backoff_cap_s``) and a jitter of up to a quarter of that on top, or the server's ``Retry-After`` when it
+    gives one; a transport error waits a short jittered backoff. The jitter is added, never taken off: seed 001
+    waits 2 s, then 4 s, because a server called again sooner refuses again (an "equal jitter" between half the
+    wait and all of it waited 1.5 s, then 3 s, on average)."""
     if reason == "timeout":
         return 0.0
     base = float(retry.get("backoff_base_s", DEFAULT_RETRY["backoff_base_s"]))
@@ -784,7 +789,7 @@ def backoff_delay(
     ceiling = min(cap, base * (2 ** (attempt - 1)))
     if reason == "transport":
         ceiling = min(ceiling, base)
-    return rng.uniform(ceiling / 2, ceiling)
+    return rng.uniform(ceiling, ceiling * (1 + BACKOFF_JITTER))
 
 
 _RETRY_AFTER = re.compile(r"retry[-_ ]after[\"':= ]+(\d+(?:\.\d+)?)", re.IGNORECASE)
