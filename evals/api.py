@@ -25,6 +25,7 @@ from rest_framework.views import APIView
 from agent_platform.errors import ApplicationError
 from agents.api.serializers import StrictCharField, StrictSerializer
 from agents.api.throttling import ApiKeyRateThrottle
+from agents.api.views import query_params_check
 from agents.models import Agent, ApiKey
 from evals.models import EvalCaseResult, EvalRun, EvalSet
 from evals.services import (
@@ -171,10 +172,12 @@ class EvalSetCollectionApi(EvalsApi):
     in any of seed 001's notations)."""
 
     def get(self, request: Request) -> Response:
+        query_params_check(request.query_params)
         sets = _sets_in_scope(request.user).select_related("agent").order_by("name")
         return Response({"results": [_set_summary(s) for s in sets]})
 
     def post(self, request: Request) -> Response:
+        query_params_check(request.query_params)
         if not isinstance(request.data, dict):
             raise ApplicationError(_("Send the eval set as a JSON object."), code="invalid_eval_set")
         slug = request.data.get("agent")
@@ -200,6 +203,7 @@ class EvalSetCollectionApi(EvalsApi):
 
 class EvalSetDetailApi(EvalsApi):
     def get(self, request: Request, name: str) -> Response:
+        query_params_check(request.query_params)
         eval_set = _sets_in_scope(request.user).select_related("agent").filter(name=name).first()
         if eval_set is None:
             raise _not_found(_("Eval set"))
@@ -247,6 +251,7 @@ class EvalRunCollectionApi(EvalsApi):
         return Response({"results": [_run(r) for r in runs]})
 
     def post(self, request: Request) -> Response:
+        query_params_check(request.query_params)
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
@@ -310,6 +315,7 @@ class EvalRunCompareApi(EvalsApi):
     ``eval_runs_not_comparable`` (``eval_run_compare``), either one out of the key's scope a 404."""
 
     def get(self, request: Request, run_id: str, other_id: str) -> Response:
+        query_params_check(request.query_params)
         a, b = _eval_run_get(run_id, api_key=request.user), _eval_run_get(other_id, api_key=request.user)
         rows = eval_run_compare(a=a, b=b)
         return Response(

@@ -60,9 +60,10 @@ class ErrorSerializer(serializers.Serializer):
 
 ERROR_DESCRIPTIONS = {
     400: (
-        "Invalid input: malformed JSON, a field of the wrong type, a missing or unknown field (named in `fields`); "
-        "or, on any operation, `bad_request`: a NUL character (`%00`) in the path or the query, or a "
-        "`Content-Length` that is not a whole number."
+        "Invalid input: malformed JSON, a field of the wrong type, a missing or unknown field, or a query parameter "
+        "the operation does not take (named in `fields`); or, on any operation, `bad_request`: a NUL character "
+        "(`%00`) in the path or the query, or a `Content-Length` that is not a whole number; or "
+        "`too_many_fields`: more than `DATA_UPLOAD_MAX_NUMBER_FIELDS` (1,000) query parameters or form fields."
     ),
     401: "No API key, a malformed `Authorization` header, or an unknown or revoked key.",
     403: "The key may not do this.",

@@ -133,3 +133,29 @@ def test_the_eval_runs_filters_are_checked_as_the_runs_apis_are(admin_key_client
     assert refused.status_code == 400
     assert "limit" in json.dumps(refused.json())
     assert admin_key_client.get("/api/v1/evals/runs?set=").status_code == 200
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("method", "url"),
+    [
+        ("get", "/api/v1/evals/sets?verbose=1"),
+        ("post", "/api/v1/evals/sets?dry_run=1"),
+        ("get", "/api/v1/evals/sets/seed-001-tools?format=yaml"),
+        ("post", "/api/v1/evals/runs?wait=30"),
+        ("get", "/api/v1/evals/runs/0/compare/1?x=1"),
+    ],
+)
+def test_a_query_parameter_an_eval_endpoint_does_not_take_is_a_400_naming_it(
+    admin_key_client: APIClient, method: str, url: str
+) -> None:
+    """Ignored, ``?dry_run=1`` on a set's POST replaced the set, and ``?wait=30`` answered at once."""
+    sets_before = EvalSet.objects.count()
+    body = {"name": "x", "set": "x"} if method == "post" else None
+    answer = getattr(admin_key_client, method)(url, body, format="json")
+    assert answer.status_code == 400, answer.content
+    error = answer.json()["error"]
+    name = url.partition("?")[2].partition("=")[0]
+    assert (error["code"], list(error["fields"])) == ("invalid_input", [name])
+    assert "This endpoint takes no query parameters." in error["message"]
+    assert EvalSet.objects.count() == sets_before
