@@ -25,7 +25,7 @@ from pydantic import ValidationError as PydanticValidationError
 from agent_platform.json import loads as json_loads
 from agents.agent_settings_form import agent_tool_names, rule_forcing_problems, tools_outside_filters
 from agents.configuration import RuleSpec, document_problems, rule_entry
-from agents.deterministic import PLACEHOLDER
+from agents.deterministic import PLACEHOLDER, WhenSpec
 from agents.models import Agent, DeterministicRule
 from mcpregistry.contract_form import EditorWidget, OpenChoiceField
 from mcpregistry.contracts import argument_constraints, spec_problems
@@ -331,6 +331,18 @@ def tool_catalogue(servers: list[McpServer]) -> dict[str, dict[str, dict[str, An
     return catalogue
 
 
+def _regex_problems(when: dict[str, Any]) -> list[str]:
+    """What the rule's check says of ``when``'s regular expression alone (``WhenSpec``), for a form whose other
+    parts of ``when`` could not be read."""
+    if not isinstance(when.get("regex"), str) or not when["regex"]:
+        return []
+    try:
+        WhenSpec.model_validate({"regex": when["regex"]})
+    except PydanticValidationError as exc:
+        return spec_problems(exc, WhenSpec)
+    return []
+
+
 class DeterministicRuleForm(forms.ModelForm):
     tool_name = OpenChoiceField(label=_("tool"), required=False)
     force_first_tool = OpenChoiceField(
@@ -412,25 +424,42 @@ class DeterministicRuleForm(forms.ModelForm):
 
     def clean_when(self) -> Any:
         """Keywords or a context or data matcher the editor could not read come back as their text: the error
-        names the part (and, for KEY=value lines, the line)."""
+        names the part (and, for KEY=value lines, the line). Every part's problem is said at once, a regular
+        expression's too (the model's check of it does not run once this field has an error): one at a time, an
+        admin fixed the context, saved, and only then learned the data and the pattern were wrong as well."""
         when = self.cleaned_data.get("when")
+        problems: list[ValidationError] = []
         if isinstance(when, dict):
             for key in ("all_keywords", "any_keywords"):
                 if isinstance(when.get(key), str):
-                    raise ValidationError(
-                        _("%(where)s: write the words separated by commas, or a JSON list of texts.") % {"where": key},
-                        code="invalid",
+                    problems.append(
+                        ValidationError(
+                            _("%(where)s: write the words separated by commas, or a JSON list of texts.")
+                            % {"where": key},
+                            code="invalid",
+                        )
                     )
             for key in ("context", "data"):
                 if isinstance(when.get(key), str):
                     if when[key].strip().startswith("{"):
-                        raise ValidationError(
-                            _("%(where)s: write KEY=value lines, or a JSON object.") % {"where": key}, code="invalid"
+                        problems.append(
+                            ValidationError(
+                                _("%(where)s: write KEY=value lines, or a JSON object.") % {"where": key},
+                                code="invalid",
+                            )
                         )
-                    key_value_pairs(when[key], key)  # raises, naming the line
+                        continue
+                    try:
+                        key_value_pairs(when[key], key)  # raises, naming the line
+                    except ValidationError as exc:
+                        problems.append(exc)
+            if problems:
+                problems += [ValidationError(problem, code="invalid") for problem in _regex_problems(when)]
+        if problems:
+            raise ValidationError(problems)
         stored = self.instance.when if self.instance.pk else {}
-        if problems := changed_texts_problems(when, stored):
-            raise ValidationError(problems, code="control_characters")
+        if texts := changed_texts_problems(when, stored):
+            raise ValidationError(texts, code="control_characters")
         return when
 
     def clean_params(self) -> Any:

@@ -152,6 +152,21 @@ def test_a_matcher_line_without_an_equals_sign_is_refused_with_its_line_and_show
     assert not DeterministicRule.objects.exists()
 
 
+def test_every_unreadable_part_of_when_and_a_bad_pattern_are_said_at_once(admin_client: Client, ledger: Agent) -> None:
+    """One at a time, an admin fixed the context, saved, and only then learned the data and the pattern were wrong
+    too (the pattern's check is the model's, which does not run once ``when`` has an error)."""
+    response = admin_client.post(
+        "/admin/agents/deterministicrule/add/",
+        rule_post(ledger, when__context="nokey", when__data="x", when__regex="(?P<name>[가-힣"),
+    )
+    assert response.status_code == 200
+    said = errors(response.content.decode())
+    assert "context, line 1: write KEY=value." in said
+    assert "data, line 1: write KEY=value." in said
+    assert "regex" in said.split("data, line 1")[1]
+    assert not DeterministicRule.objects.exists()
+
+
 @pytest.mark.parametrize("field", ["when__context", "when__data"])
 def test_a_matcher_key_given_twice_is_refused_not_silently_overwritten(
     admin_client: Client, ledger: Agent, field: str
