@@ -15,6 +15,7 @@ from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
 from agent_platform.json import UnicodeJSONEncoder
+from agent_platform.slugs import validate_ascii_slug
 from agents.flows import FLOW_TEMPLATES, registered_flow_graphs
 from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration, stored_value
 from audit.models import AuditEvent
@@ -72,7 +73,16 @@ class Agent(AuditedModel):
         REACT = "react", _("ReAct loop")
         FLOW = "flow", _("Flow graph")
 
-    slug = models.SlugField(_("slug"), max_length=64, unique=True)
+    slug = models.CharField(
+        _("slug"),
+        max_length=64,
+        unique=True,
+        validators=[validate_ascii_slug],
+        help_text=_(
+            "ASCII letters (a–z, A–Z), digits, _ and - only, e.g. company-assistant: the slug names the agent in API "
+            "calls, in its A2A URL and in configuration documents."
+        ),
+    )
     name = models.CharField(_("name"), max_length=200)
     enabled = models.BooleanField(_("enabled"), default=True)
     system_prompt = models.TextField(_("system prompt"), blank=True)
@@ -849,7 +859,16 @@ class AgentArm(AuditedModel):
     """One arm of an agent's A/B split: live traffic is divided between the arms by weight, sticky per caller."""
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="arms", verbose_name=_("agent"))
-    name = models.SlugField(_("arm"), max_length=32)
+    name = models.CharField(
+        _("arm"),
+        max_length=32,
+        db_index=True,
+        validators=[validate_ascii_slug],
+        help_text=_(
+            "ASCII letters (a–z, A–Z), digits, _ and - only, e.g. a or control: the name is recorded on each run "
+            "and shown in the A/B results."
+        ),
+    )
     version = models.ForeignKey(AgentVersion, on_delete=models.CASCADE, related_name="arms", verbose_name=_("version"))
     weight = models.PositiveIntegerField(
         _("weight"),

@@ -8,7 +8,6 @@ and, once finished, an ``EvalCaseResult`` scored from the run's audited tool cal
 from __future__ import annotations
 
 import copy
-import re
 import uuid
 from typing import Any, TypedDict
 
@@ -20,25 +19,17 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import pgettext_lazy
 
 from agent_platform.json import UnicodeJSONEncoder
+from agent_platform.slugs import ASCII_SLUG_REFUSAL, validate_ascii_slug
 from agents.models import Agent, Run
 from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration
 
 CASE_TYPES = ("single_tool", "multi_tool", "no_tool", "no_answer", "guardrail")
 
 # A set's name is an ASCII slug: it is a path segment of the API (/api/v1/evals/sets/<name>), an argument of
-# ``run_eval`` and a key of configuration documents. Checked by our own validator, not SlugField's: Django's words
-# ("letters, numbers, underscores or hyphens", in Korean "문자, 숫자, ...") read as if Hangul were letters it took.
-_EVAL_SET_NAME = re.compile(r"[-a-zA-Z0-9_]+")
-EVAL_SET_NAME_REFUSAL = _(
-    "Use ASCII letters (a–z, A–Z), digits, _ and - only (e.g. seed-001-tools): the name is used in URLs and commands."
-)
-
-
-def validate_eval_set_name(value: str) -> None:
-    """Refuses a name that is not an ASCII slug, saying which characters a name may hold and why. The one check
-    of a set's name: the admin's form, the API's set document and ``import_config`` all reach it (``full_clean``)."""
-    if not _EVAL_SET_NAME.fullmatch(value):
-        raise ValidationError(EVAL_SET_NAME_REFUSAL, code="invalid")
+# ``run_eval`` and a key of configuration documents, checked by the platform's one slug check (not SlugField's).
+# The names below stay for migration 0005 and the callers that knew them: the same refusal, the same check.
+EVAL_SET_NAME_REFUSAL = ASCII_SLUG_REFUSAL
+validate_eval_set_name = validate_ascii_slug
 
 
 class EvalSet(AuditedModel):
@@ -50,7 +41,7 @@ class EvalSet(AuditedModel):
         _("name"),
         max_length=100,
         unique=True,
-        validators=[validate_eval_set_name],
+        validators=[validate_ascii_slug],
         help_text=_(
             "ASCII letters (a–z, A–Z), digits, _ and - only, e.g. seed-001-tools: the name is used in API URLs, "
             "in run_eval and in configuration documents."

@@ -20,6 +20,7 @@ from django.utils.translation import gettext_lazy as _
 from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.json import UnicodeJSONEncoder
+from agent_platform.slugs import validate_ascii_slug
 from agent_platform.text import nfc
 from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration, stored_value
 from audit.masking import holds_secret
@@ -130,7 +131,16 @@ class McpServer(AuditedModel):
         PER_RUN = "per_run", _("per run (a session for each run, closed at its end)")
         SHARED = "shared", _("shared (one session per worker, reused across runs)")
 
-    mcp_id = models.SlugField(_("MCP id"), max_length=64, unique=True)
+    mcp_id = models.CharField(
+        _("MCP id"),
+        max_length=64,
+        unique=True,
+        validators=[validate_ascii_slug],
+        help_text=_(
+            "ASCII letters (a–z, A–Z), digits, _ and - only, e.g. sds-company-data: the id names the server in "
+            "mcp_discover, in the audit log and in configuration documents."
+        ),
+    )
     name = models.CharField(_("name"), max_length=200)
     transport = models.CharField(_("transport"), max_length=20, choices=Transport.choices, default=Transport.STDIO)
     command = models.CharField(_("command"), max_length=500, blank=True)
