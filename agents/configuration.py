@@ -30,12 +30,13 @@ import yaml
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils.translation import gettext as _
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.errors import ApplicationError
 from agent_platform.json import json_error_text
 from agent_platform.json import loads as json_loads
+from agent_platform.slugs import ASCII_SLUG_REFUSAL, validate_ascii_slug
 from agent_platform.text import nfc_value
 from agents.deterministic import RuleSpec as EngineRuleSpec
 from agents.models import MAX_ITERATIONS_LIMIT, TIME_LIMIT_MAX_S, Agent, AgentArm, AgentVersion, DeterministicRule
@@ -201,8 +202,18 @@ class ShadowSpec(_Strict):
     sample_rate: float = Field(default=0.0, ge=0.0, le=1.0)
 
 
+def _ascii_slug(value: str) -> str:
+    """An arm's name checked as the admin checks it (``agent_platform.slugs``), refused in its words: a pattern's
+    regular expression (``^[-a-zA-Z0-9_]{1,32}$``) was all a reader was told."""
+    try:
+        validate_ascii_slug(value)
+    except ValidationError:
+        raise ValueError(str(ASCII_SLUG_REFUSAL)) from None
+    return value
+
+
 class ArmSpec(_Strict):
-    name: Annotated[str, StringConstraints(pattern=r"^[-a-zA-Z0-9_]{1,32}$")]
+    name: Annotated[str, StringConstraints(min_length=1, max_length=32), AfterValidator(_ascii_slug)]
     version: int = Field(ge=1)
     weight: int = Field(default=1, ge=0, le=INT32_MAX)
 

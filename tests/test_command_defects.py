@@ -219,10 +219,12 @@ def test_import_config_tells_a_text_too_long_or_off_its_pattern_in_the_platforms
     with translation.override("en"):
         message = import_config(tmp_path, document)
     assert "tool: must be at most" in message and "characters" in message
-    assert "name: must match ^[-a-zA-Z0-9_]{1,32}$" in message
+    # An arm's name in words, as the admin refuses it, not the regular expression it was checked by.
+    assert "name: Use ASCII letters (a–z, A–Z), digits, _ and - only (e.g. team-a_v2)" in message
     with translation.override("ko"):
         message = import_config(tmp_path, document)
     assert "String should" not in message and "should match" not in message
+    assert "name: ASCII 영문자(a–z, A–Z), 숫자, _, -만 쓰세요" in message
 
 
 # ---- 8. LANGUAGE_CODE ----------------------------------------------------------------------------------------
