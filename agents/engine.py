@@ -30,6 +30,7 @@ from langchain_core.messages import (
     messages_to_dict,
 )
 from langgraph.errors import GraphRecursionError
+from pydantic import ValidationError
 
 from agents.answers import (
     all_calls_failed_text,
@@ -50,6 +51,7 @@ from agents.graph import (
     is_history_answer,
     model_turn_count,
     turn_calls,
+    unanswered_tool_calls,
 )
 from agents.llm import build_chat_model
 from agents.mcp_context import (
@@ -65,9 +67,12 @@ from agents.providers import (
     CUT_AT_TOKEN_LIMIT,
     RETRYABLE_BY_DEFAULT,
     ModelCallFailed,
+    attempts_text,
     guardrail_intervention,
     model_error_kind,
+    model_failure_text,
     stop_reason,
+    stored_model_params,
     supports_tool_choice,
 )
 from agents.selectors import tool_name_conflicts
@@ -492,7 +497,7 @@ def execute(plan: RunPlan) -> RunOutcome:
         return RunOutcome(
             status="failed",
             error_code=f"model:{'unavailable' if kind == 'error' else kind}",
-            error_message=mask_text(detail, secrets=secrets)[:2000],
+            error_message=_with_detail(_("The agent's model could not be set up for this run."), detail, secrets),
             deterministic_results=results,
             messages=trace,
         )
@@ -621,6 +626,18 @@ def execute(plan: RunPlan) -> RunOutcome:
             message.artifact = {"error": result.error}
         return message, None
 
+    # Each call's result by its call id, as the graph gets it: a run that stops inside the graph (a failed model
+    # call, its iterations used up) keeps them with the turns that asked for them (``_conversation_so_far``).
+    answered: dict[str, ToolMessage] = {}
+
+    def call_tool_recorded(
+        tool_call: dict[str, Any], sent: gate.ToolResult | None = None
+    ) -> tuple[ToolMessage, str | None]:
+        message, parked_on = call_tool(tool_call, sent)
+        if parked_on is None:
+            answered[message.tool_call_id] = message
+        return message, parked_on
+
     parallel = ParallelCalls(
         index=index,
         offer=offer,
@@ -664,8 +681,13 @@ def execute(plan: RunPlan) -> RunOutcome:
             raise TokenCeilingReached(
                 f"the run used {spent_tokens[0]} tokens, its budget reservation is {plan.token_ceiling}"
             )
+        stopped = stop_reason(message.response_metadata or {})
+        if stopped in CUT_AT_TOKEN_LIMIT and turn_calls(message):
+            # A call cut off is half written (its arguments end mid-way): it must never run, and asked again
+            # under the same limit the model would be cut again on every iteration.
+            raise ToolCallsCutShort(stopped)
 
-    configured_max_tokens = plan.model_params.get("max_tokens")
+    configured_max_tokens = _configured_max_tokens(plan.model_params)
     previous_specs: list[str | None] = [None]
 
     def before_model_call(messages: Sequence[BaseMessage], specs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -684,19 +706,19 @@ def execute(plan: RunPlan) -> RunOutcome:
                 f"reservation is {plan.token_ceiling}"
             )
         max_tokens = left - input_bound
-        if isinstance(configured_max_tokens, int) and not isinstance(configured_max_tokens, bool):
+        if configured_max_tokens is not None:
             max_tokens = min(max_tokens, configured_max_tokens)
         return {"max_tokens": max_tokens}
 
     graph = build_react_graph(
         model=model,
         tool_specs=specs,
-        call_tool=call_tool,
+        call_tool=call_tool_recorded,
         max_iterations=max(plan.max_iterations, 1),
         check_cancelled=plan.check_cancelled,
         on_model_turn=on_model_turn,
         turn_tools=offer.turn_tools,
-        call_batch=lambda calls: call_batch(calls, call_tool=call_tool, parallel=parallel),
+        call_batch=lambda calls: call_batch(calls, call_tool=call_tool_recorded, parallel=parallel),
         before_model_call=before_model_call,
     )
     t1 = time.perf_counter()
@@ -726,10 +748,7 @@ def execute(plan: RunPlan) -> RunOutcome:
             if stopped in CUT_AT_TOKEN_LIMIT:
                 # A text cut short reads as a whole answer: the run fails rather than pass off its first part.
                 failure = "model:max_tokens"
-                outcome.error_message = _(
-                    "The model's answer was cut off at its token limit: raise the agent's max_tokens (model "
-                    "parameters), or the token reservation of the run's budget."
-                )
+                outcome.error_message = cut_at_token_limit_text()
             elif not answer.strip():
                 failure = "model:empty"
                 outcome.error_message = _("The model gave no answer: its last turn held no text and asked for no tool.")
@@ -741,19 +760,27 @@ def execute(plan: RunPlan) -> RunOutcome:
                 outcome.answer = mask_text(answer, secrets=secrets)
     except TokenCeilingReached as exc:
         # The graph's state ends before the turn that crossed the ceiling: its turns are counted from here.
-        final_messages = [*messages, *(m for m in new_turns if m not in messages)]
+        final_messages = _conversation_so_far(messages, new_turns, answered)
         outcome.status = "failed"
         outcome.error_code = "budget:run_ceiling"
         outcome.error_message = str(exc)
+    except ToolCallsCutShort as exc:
+        # The cut turn is kept (its tokens were spent and are charged); none of its calls was sent.
+        logger.warning("model failure in run %s: model:max_tokens (a tool call cut off)", plan.run_id)
+        final_messages = _conversation_so_far(messages, new_turns, answered)
+        outcome.status, outcome.error_code = "failed", "model:max_tokens"
+        outcome.error_message = cut_at_token_limit_text()
+        trace.append({"type": "outcome", "reason": "model:max_tokens", "stop_reason": exc.stop_reason})
     except (MaxIterationsReached, GraphRecursionError):
-        final_messages = [*messages, *(m for m in new_turns if m not in messages)]  # the turns it made, kept
+        final_messages = _conversation_so_far(messages, new_turns, answered)  # the turns it made, kept
         outcome.status = "failed"
         outcome.error_code = "max_iterations"
-        outcome.error_message = f"the agent did not finish within {plan.max_iterations} iterations"
+        # The admin's run page reads this text back in its reader's language (``agents.admin_runs``).
+        outcome.error_message = _("the agent did not finish within %(n)s iterations") % {"n": plan.max_iterations}
     except RunCancelled:
         # Cancelled, out of time or taken over between its steps: the turns it made are kept, their tokens were
         # spent (a run stopped by its time limit recorded 0 tokens and no model call under its model turns).
-        final_messages = [*messages, *(m for m in new_turns if m not in messages)]
+        final_messages = _conversation_so_far(messages, new_turns, answered)
         outcome.status = "cancelled"
         outcome.error_code = "cancelled"
         outcome.error_message = "the run was cancelled"
@@ -761,16 +788,16 @@ def execute(plan: RunPlan) -> RunOutcome:
         raise  # the task's time limit or a database hiccup: handled (and retried) by the task, not a model error
     except ModelCallFailed as exc:  # the provider's failure, after the retries its kind allows
         logger.warning("model failure in run %s: %s", plan.run_id, exc.code)
-        final_messages = [*messages, *(m for m in new_turns if m not in messages)]
+        final_messages = _conversation_so_far(messages, new_turns, answered)
         outcome.status = "failed"
         outcome.error_code = exc.code
-        outcome.error_message = mask_text(str(exc), secrets=secrets)[:2000]
+        outcome.error_message = model_failure_message(exc, secrets)
         trace.append({"type": "model_error", "reason": exc.code, "attempts": exc.attempts})
     except Exception as exc:  # the run ends as a value, not a crash
         # Not the model's failure (a provider's comes as ModelCallFailed, its refusal of the tools too): a fault of
         # the platform's own, past or between the model calls. The turns made are kept: their tokens were spent.
         logger.exception("internal failure in run %s", plan.run_id)
-        final_messages = [*messages, *(m for m in new_turns if m not in messages)]
+        final_messages = _conversation_so_far(messages, new_turns, answered)
         outcome.status = "failed"
         outcome.error_code = "internal"
         outcome.error_message = mask_text(f"{type(exc).__name__}: {exc}", secrets=secrets)[:2000]
@@ -788,6 +815,62 @@ def execute(plan: RunPlan) -> RunOutcome:
         "total_ms": clock.ms_since(clock.started),
     }
     return outcome
+
+
+def _conversation_so_far(
+    messages: list[BaseMessage], new_turns: list[AIMessage], answered: Mapping[str, ToolMessage]
+) -> list[BaseMessage]:
+    """The conversation of a run that stopped inside the graph, whose state is lost with it: the messages it
+    started from, then each model turn it made, each followed by the results of the calls it asked for (a resumed
+    run's first results answer the last turn it started from). A call not answered (never sent, cut off, waiting)
+    has no result here."""
+
+    def results_of(calls: list[dict[str, Any]]) -> list[BaseMessage]:
+        return [answered[call["id"]] for call in calls if call.get("id") in answered]
+
+    so_far: list[BaseMessage] = [*messages, *results_of(unanswered_tool_calls(messages))]
+    for turn in new_turns:
+        if turn not in messages:
+            so_far += [turn, *results_of(turn_calls(turn))]
+    return so_far
+
+
+def cut_at_token_limit_text() -> str:
+    """Why a run whose model turn was cut off at its token limit failed (``model:max_tokens``), in the run's
+    language."""
+    return _(
+        "The model's answer was cut off at its token limit: raise the agent's max_tokens (model parameters), or "
+        "the token reservation of the run's budget."
+    )
+
+
+# What a run's error message holds at most (the provider's detail is cut to fit, after it is masked).
+ERROR_MESSAGE_CHARS = 2000
+
+
+def _with_detail(sentence: str, detail: str, secrets: list[str], *, after: str = "") -> str:
+    """``sentence`` (the platform's, in the run's language), then the provider's ``detail`` masked with the run's
+    secrets and only then cut to fit, then ``after``."""
+    room = max(ERROR_MESSAGE_CHARS - len(sentence) - len(after) - 2, 0)
+    return " ".join(part for part in (sentence, mask_text(detail, secrets=secrets)[:room], after) if part)
+
+
+def model_failure_message(exc: ModelCallFailed, secrets: list[str]) -> str:
+    """A failed model call as the run's error message says it: what its kind means, in the run's language, then
+    the provider's words (masked) and how many times the call was sent."""
+    after = attempts_text(exc.attempts) if exc.attempts else ""
+    return _with_detail(model_failure_text(exc.kind), exc.detail, secrets, after=after)
+
+
+def _configured_max_tokens(params: dict[str, Any]) -> int | None:
+    """The agent's own ``max_tokens`` as its model is given it (``stored_model_params``: a stored ``"100"`` or
+    ``100.0`` is 100), which caps a budgeted call's output below what the reservation leaves. None where it is not
+    set, or where the parameters do not validate (a network model is then not made; the scripted one ignores
+    them)."""
+    try:
+        return stored_model_params(params).max_tokens
+    except ValidationError:
+        return None
 
 
 def _mcp_context(
@@ -1122,6 +1205,15 @@ def _budgeted_params(params: dict[str, Any]) -> dict[str, Any]:
 
 class TokenCeilingReached(Exception):
     """The run's model calls used the tokens its budget reservation allows, or the next call might exceed them."""
+
+
+class ToolCallsCutShort(Exception):
+    """A model turn cut off at its token limit (``stop_reason``: ``length``, ``max_tokens``) that asks for tools:
+    the run fails (``model:max_tokens``) and none of its calls is sent."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.stop_reason = reason
 
 
 # What a provider may add per message around its text (role markers, a tool call's framing).

@@ -8,13 +8,13 @@ updates; they never touch the ORM (the gate writes the audit).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Annotated, Any, TypedDict, cast
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import set_config_context
 from langgraph.errors import GraphRecursionError
@@ -95,7 +95,7 @@ def model_turn_count(messages: Any) -> int:
     return count
 
 
-def unanswered_tool_calls(messages: list[AnyMessage]) -> list[dict[str, Any]]:
+def unanswered_tool_calls(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
     """The tool calls of the last model turn that have no result yet (what a resumed run must run first)."""
     last_ai = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)), None)
     if last_ai is None:
@@ -111,7 +111,8 @@ def turn_calls(ai: AIMessage) -> list[dict[str, Any]]:
     (langchain's ``invalid_tool_calls``: arguments that are no JSON, cut short or malformed). Those go to the gate
     like any other, with their arguments as the text the model wrote, and come back refused (``args:json``) with
     what to do next: the model sees why its call did not run instead of the run ending on a turn that seems to
-    have asked for nothing."""
+    have asked for nothing. A turn cut off at its token limit is the exception: asked again under the same limit,
+    the model would be cut again, so the engine fails the run (``model:max_tokens``) and sends none of its calls."""
     calls: list[dict[str, Any]] = list(ai.tool_calls)  # type: ignore[arg-type]
     for invalid in ai.invalid_tool_calls:
         calls.append(

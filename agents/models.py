@@ -380,7 +380,15 @@ class Agent(AuditedModel):
         from django.core.exceptions import ValidationError
         from pydantic import ValidationError as PydanticValidationError
 
-        from agents.providers import OTHER_MODE_PARAMS, ModelParams, supports_tool_choice, tool_choice_forms
+        from agents.providers import (
+            OTHER_MODE_PARAMS,
+            STORED,
+            ModelParams,
+            provider_param_problems,
+            saved_model_params,
+            supports_tool_choice,
+            tool_choice_forms,
+        )
         from mcpregistry.binding_policy import (
             from_env_problem,
             masked_secret_given,
@@ -410,11 +418,19 @@ class Agent(AuditedModel):
         # Checked whatever the provider: a value kept for another provider is refused now, not when the agent
         # switches to it.
         try:
-            parsed = ModelParams.model_validate(params)
+            # A max_tokens stored before a text or a bool was refused for it is read as a run reads it (STORED).
+            context = None if changed("max_tokens") else STORED
+            parsed = ModelParams.model_validate(params, context=context)
         except PydanticValidationError as exc:
             # Each names where and, for a nested key (retry.attempts), the keys that level has.
             errors.setdefault("model_params", []).extend(spec_problems(exc, ModelParams))
         else:
+            if changed("temperature") or self.pk is None or self.model_provider != stored_value(self, "model_provider"):
+                # Above what the provider's API takes (Bedrock: 1), every run would fail model:validation.
+                for problem in provider_param_problems(provider=self.model_provider, parsed=parsed):
+                    errors.setdefault("model_params", []).append(problem)
+            if isinstance(self.model_params, dict):
+                self.model_params = saved_model_params(self.model_params)  # max_tokens=1024.0 stored as 1024
             if self.model_provider == self.Provider.OPENAI_COMPATIBLE:
                 if not parsed.base_url:
                     errors.setdefault("model_params", []).append(

@@ -49,13 +49,15 @@ from typing import Any, Literal
 import openai
 from botocore.exceptions import BotoCoreError
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from langchain_aws import ChatBedrockConverse
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.messages.tool import invalid_tool_call
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import RunnableConfig
 from langchain_openai import ChatOpenAI
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 from agents.errors import MUST_PROPAGATE
 
@@ -157,6 +159,58 @@ class ModelParams(BaseModel):
     guardrail: GuardrailSpec | None = None
     retry: ModelRetryPolicy = Field(default_factory=ModelRetryPolicy)
 
+    @field_validator("max_tokens", mode="before")
+    @classmethod
+    def _a_whole_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """A token limit is a whole number: ``1024``, or ``1024.0`` as the admin's KEY=value lines read
+        ``max_tokens=1024.0`` or ``1e3`` (lax parsing takes it as 1024 and refuses ``1024.5``). A text (``"100"``)
+        or a bool is refused where the parameters are saved: lax parsing took them, and a budgeted run read the
+        stored value as no limit at all. Parameters stored before (``STORED``) are read as lax parsing reads them,
+        so that an agent saved then still runs with the limit its provider was always sent."""
+        if isinstance(value, bool | str) and not (info.context or {}).get(_STORED_KEY):
+            raise PydanticCustomError("int_type", "Input should be a valid integer")
+        return value
+
+
+_STORED_KEY = "stored"
+# The validation context of parameters read back from an agent or a version (``stored_model_params``).
+STORED: dict[str, Any] = {_STORED_KEY: True}
+
+
+def stored_model_params(params: dict[str, Any] | None) -> ModelParams:
+    """An agent's stored parameters as a run reads them (``STORED``). Raises pydantic's ValidationError for
+    parameters that never validated (the run's model cannot be made)."""
+    return ModelParams.model_validate(params or {}, context=STORED)
+
+
+def saved_model_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Valid parameters as they are stored: a ``max_tokens`` given as a whole float (``1024.0``, ``1e3`` from the
+    admin's KEY=value lines) as the int it is, so that the stored value, its change record and a version's copy
+    say 1024."""
+    max_tokens = params.get("max_tokens")
+    if isinstance(max_tokens, float) and max_tokens.is_integer():
+        return {**params, "max_tokens": int(max_tokens)}
+    return params
+
+
+# The highest temperature each provider's API takes where it is below ``ModelParams``' own bound (2, Chat
+# Completions'): Converse's ``InferenceConfiguration.temperature`` is at most 1 (botocore's service model), and a
+# higher one fails every call (``model:validation``).
+TEMPERATURE_MAX: dict[str, float] = {"bedrock": 1.0}
+
+
+def provider_param_problems(*, provider: str, parsed: ModelParams) -> list[str]:
+    """What ``provider``'s API refuses of parameters that ``ModelParams`` takes for every provider: each a message
+    naming the parameter and the provider's range. For the agent's save check, where the value or the provider
+    changes (an agent stored with such a value still loads; its runs fail with the provider's refusal)."""
+    highest = TEMPERATURE_MAX.get(provider)
+    if highest is not None and parsed.temperature is not None and parsed.temperature > highest:
+        return [
+            _("temperature: the %(provider)s provider takes 0 to %(highest)s.")
+            % {"provider": provider, "highest": f"{highest:g}"}
+        ]
+    return []
+
 
 class ModelCallFailed(Exception):
     """A model call that failed for good (after the retries its kind allows). ``code`` is ``model:<kind>``. Its
@@ -169,6 +223,29 @@ class ModelCallFailed(Exception):
         self.kind = kind
         self.code = f"model:{kind}"
         self.attempts = attempts
+        self.detail = detail
+
+
+def model_failure_text(kind: ModelErrorKind) -> str:
+    """What a model failure of ``kind`` means, in the active language (the run's): the platform's sentence that
+    comes before the provider's own words, which are in English, its SDK's."""
+    texts: dict[str, str] = {
+        "throttled": _("The model provider refused the call for its rate limit or quota."),
+        "timeout": _("The model did not answer in time."),
+        "connection": _("The model server could not be reached, or the connection to it broke off."),
+        "unavailable": _("The model provider is unavailable: it answered with a server error."),
+        "validation": _("The model provider refused the request: check the model id and the model parameters."),
+        "auth": _(
+            "The model provider refused the credentials: check the model's API key, or the worker's AWS "
+            "credentials and their access to the model."
+        ),
+    }
+    return texts.get(kind) or _("The model call failed.")
+
+
+def attempts_text(attempts: int) -> str:
+    """How many times the failed call was sent, in the active language: "(after 2 attempts)"."""
+    return ngettext("(after %(count)d attempt)", "(after %(count)d attempts)", attempts) % {"count": attempts}
 
 
 _BOTO_CODES: dict[str, ModelErrorKind] = {
@@ -487,7 +564,7 @@ def build_provider_model(
     from pydantic import ValidationError
 
     try:
-        parsed = ModelParams.model_validate(params or {})
+        parsed = stored_model_params(params)
     except ValidationError as exc:
         raise ValueError(f"model parameters are not valid: {exc.errors()[0].get('msg', '')}") from None
     options: dict[str, Any] = {

@@ -5,12 +5,13 @@ from __future__ import annotations
 import boto3
 import pytest
 from botocore.stub import ANY, Stubber
+from django.utils import translation
 
 from agents import providers
 from agents.budgets import budget_create, budget_reserve
 from agents.execution import run_execute
 from agents.models import Agent, Run
-from agents.providers import supports_tool_choice
+from agents.providers import attempts_text, supports_tool_choice
 from audit.models import AuditEvent
 from tests.conftest import make_agent
 
@@ -138,7 +139,8 @@ def test_throttling_past_the_retries_fails_the_run_with_model_throttled(demo_ser
     run = submit(bedrock_agent(demo_server, slug="bedrock-down"), "안녕")
     assert run.status == Run.Status.FAILED
     assert run.error_code == "model:throttled"
-    assert "ThrottlingException" in run.error_message and "after 2 attempts" in run.error_message
+    with translation.override(run.agent.language):  # the run's language: the platform's words in it
+        assert "ThrottlingException" in run.error_message and attempts_text(2) in run.error_message
 
 
 def test_a_throttled_call_is_retried_and_the_run_succeeds(demo_server, stubbed_bedrock) -> None:

@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils import translation
 
 from agents.budgets import budget_create, budget_reserve
 from agents.execution import run_execute
 from agents.models import Agent, Run
+from agents.providers import attempts_text
 from agents.services import agent_update
 from audit.models import AuditEvent
 from tests.conftest import make_agent
@@ -181,7 +183,8 @@ def test_throttling_past_the_retries_fails_the_run_with_model_throttled(demo_ser
         run = submit(agent, "hi")
     assert run.status == Run.Status.FAILED
     assert run.error_code == "model:throttled"
-    assert "after 2 attempts" in run.error_message
+    with translation.override(run.agent.language):  # the run's language: the platform's words in it
+        assert attempts_text(2) in run.error_message
     assert len(server.requests) == 2
     assert {"type": "model_error", "reason": "model:throttled", "attempts": 2} in run.messages
 

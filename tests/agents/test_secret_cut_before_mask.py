@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ProfileNotFound
+from django.utils import translation
 
 from agents import providers
 from agents.graph import _bound
 from agents.models import Run
-from agents.providers import ModelCallFailed, build_provider_model
+from agents.providers import ModelCallFailed, attempts_text, build_provider_model
 from audit.masking import mask_text
 from tests.agents.test_openai_compatible import openai_agent, submit
 from tests.openai_server import ScriptedOpenAIServer
@@ -52,7 +53,8 @@ def test_a_provider_error_that_quotes_the_model_key_across_the_old_cut_shows_no_
     assert (run.status, run.error_code) == (Run.Status.FAILED, "model:validation")
     assert KEY_HEAD not in run.error_message and KEY_HEAD not in str(run.messages)
     assert "***" in run.error_message
-    assert run.error_message.endswith("(after 1 attempt)")
+    with translation.override(run.agent.language):  # the run's language: the platform's words in it
+        assert run.error_message.endswith(attempts_text(1))
 
 
 class _RefusesTools:
