@@ -219,9 +219,7 @@ def tool_name_conflicts(
     for server in servers:
         prefix = (prefixes or {}).get(server.pk, server.tool_prefix)
         for tool in server.tools.all():
-            if tool.callable or (
-                tool.pk in enabling and tool.available and not tool.review_required and not tool.schema_error
-            ):
+            if tool.callable or (tool.pk in enabling and tool.callable_once_enabled):
                 owners.setdefault(f"{prefix}{tool.name}", []).append(server.mcp_id)
     return {name: ids for name, ids in owners.items() if len(ids) > 1}
 

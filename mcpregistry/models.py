@@ -545,7 +545,12 @@ class McpTool(AuditedModel):
 
     @property
     def callable(self) -> bool:
-        return self.enabled and self.available and not self.review_required and not self.schema_error
+        return self.enabled and self.callable_once_enabled
+
+    @property
+    def callable_once_enabled(self) -> bool:
+        """Whether switching the tool on makes it callable: nothing else holds it back."""
+        return self.available and not self.review_required and not self.schema_error
 
 
 class ToolContract(AuditedModel):
