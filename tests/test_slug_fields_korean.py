@@ -75,8 +75,7 @@ def test_anything_else_is_refused_naming_the_characters_a_slug_may_hold(value: s
     with pytest.raises(ValidationError) as refused, translation.override("en"):
         validate_ascii_slug(value)
     assert refused.value.messages == [
-        "Use ASCII letters (a–z, A–Z), digits, _ and - only (e.g. team-a_v2): the name is used in URLs and "
-        "commands."
+        "Use ASCII letters (a–z, A–Z), digits, _ and - only (e.g. team-a_v2): the name is used in URLs and commands."
     ]
 
 

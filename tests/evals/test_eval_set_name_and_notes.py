@@ -57,8 +57,7 @@ def test_anything_else_is_refused_saying_what_a_name_may_hold(name: str) -> None
     with pytest.raises(ValidationError) as refused, translation.override("en"):
         validate_eval_set_name(name)
     assert refused.value.messages == [
-        "Use ASCII letters (a–z, A–Z), digits, _ and - only (e.g. team-a_v2): the name is used in URLs and "
-        "commands."
+        "Use ASCII letters (a–z, A–Z), digits, _ and - only (e.g. team-a_v2): the name is used in URLs and commands."
     ]
 
 
