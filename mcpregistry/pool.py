@@ -436,7 +436,7 @@ async def _stdio_streams(
         try:
             async with read_stream_writer:
                 async for line in _stdout_lines(process.stdout, line_max):
-                    await read_stream_writer.send(_stdio_message(line, server))
+                    await read_stream_writer.send(_stdio_message(line))
         except anyio.ClosedResourceError:
             await anyio.lowlevel.checkpoint()
 
@@ -470,14 +470,15 @@ async def _stdio_streams(
                 await stream.aclose()
 
 
-def _stdio_message(line: bytes | _LineTooLong, server: StdioServerParameters) -> SessionMessage | Exception:
-    """What a line from a stdio server is: a JSON-RPC message, or the error it is handed on as (as the SDK does)."""
+def _stdio_message(line: bytes | _LineTooLong) -> SessionMessage | Exception:
+    """What a line from a stdio server is: a JSON-RPC message, or the error it is handed on as (as the SDK does).
+    Parsed from its bytes (MCP's stdio is UTF-8), as an HTTP answer is: a byte that is not UTF-8 is a parse error
+    that keeps the line, whose id is then read and its request failed at once (``_fail_unreadable_answer``);
+    decoded first, the error held no line, and the request waited for its whole timeout."""
     if isinstance(line, _LineTooLong):
         return line
     try:
-        return SessionMessage(
-            types.JSONRPCMessage.model_validate_json(line.decode(server.encoding, server.encoding_error_handler))
-        )
+        return SessionMessage(types.JSONRPCMessage.model_validate_json(line))
     except Exception as exc:  # noqa: BLE001 - any line that is no message is handed on, as the SDK hands it
         return exc
 

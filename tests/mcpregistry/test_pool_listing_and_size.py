@@ -205,3 +205,19 @@ def test_through_the_gate_an_answer_too_long_to_read_fails_as_its_answer_at_its_
     (event,) = AuditEvent.objects.filter(action="tool.call", tool="echo_chars")
     assert event.reason == "result:too_big" and seen(log).count("tools/call") == 1
     assert "refused unread" in str(event.result)
+
+
+def test_an_answer_that_is_no_utf8_fails_its_call_at_once_and_the_session_goes_on(
+    pool: McpSessionPool, tmp_path: Path
+) -> None:
+    """Decoded before it was parsed, the line's error held no line: its request waited for its whole timeout and
+    was taken for unanswered (retried; a write's outcome unknown) though the server answered."""
+    log = tmp_path / "log"
+    config = huge_answer(log)
+
+    with pytest.raises(ToolResultInvalid, match="the server's answer could not be read"):
+        pool.call_tool(config, "echo_chars", {"not_utf8": True}, timeout_s=30)
+    after = pool.call_tool(config, "echo_chars", {"chars": 2}, timeout_s=10)
+
+    assert after.text == "가가"
+    assert seen(log).count("tools/call") == 2 and seen(log).count("initialize") == 1
