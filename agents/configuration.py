@@ -40,7 +40,13 @@ from agent_platform.slugs import ASCII_SLUG_REFUSAL, validate_ascii_slug
 from agent_platform.text import nfc_value
 from agents.deterministic import RuleSpec as EngineRuleSpec
 from agents.models import MAX_ITERATIONS_LIMIT, TIME_LIMIT_MAX_S, Agent, AgentArm, AgentVersion, DeterministicRule
-from agents.selectors import rules_calling, servers_leaving, tool_name_clashes, tool_name_conflict_problem
+from agents.selectors import (
+    agent_tool_name_conflicts,
+    rules_calling,
+    servers_leaving,
+    tool_name_clashes_made,
+    tool_name_conflict_problem,
+)
 from agents.services import (
     agent_arm_create,
     agent_arm_delete,
@@ -1032,6 +1038,7 @@ def _config_import(
         raise ApplicationError(_not_valid(twice), code="invalid_config")
     problems = _Problems()
     report = ImportReport()
+    conflicts_before = agent_tool_name_conflicts()  # the clashes there are: the import is refused only its own
     servers: dict[str, McpServer] = {s.mcp_id: s for s in McpServer.objects.all()}
     # Where the document gives each server and agent: an entry that refers to one whose own entry is not valid
     # says so (its problems are reported there), not that it is unknown.
@@ -1314,8 +1321,9 @@ def _config_import(
 
     named_live = _apply_versions(config.agents, agents, actor=actor, via=via, report=report, problems=problems)
     # Checked once every entry is in, for every agent (a server's prefix or a tool switched on may clash in an
-    # agent the document does not list): entry by entry, a prefix and the binding that fixes it were refused.
-    for slug, clash in tool_name_clashes().items():
+    # agent the document does not list): entry by entry, a prefix and the binding that fixes it were refused. Only
+    # a clash the import makes: one there before does not refuse every later import.
+    for slug, clash in tool_name_clashes_made(conflicts_before, agent_tool_name_conflicts()).items():
         if slug not in clashing:
             problems.add(f"agents[{agent_entries[slug]}] ({slug})" if slug in agent_entries else slug, clash)
 

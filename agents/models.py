@@ -221,6 +221,9 @@ class Agent(AuditedModel):
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
 
     change_audit = ChangeAudit(entity="agent", operational_fields=frozenset({"updated_at"}))
+    # Set on a probe that checks a version's frozen settings (``agents.services.version_content_problems``): what
+    # its runs read as they read stored settings is not refused as a new value would be.
+    checked_as_frozen = False
 
     class Meta:
         verbose_name = _("agent")
@@ -418,8 +421,9 @@ class Agent(AuditedModel):
         # Checked whatever the provider: a value kept for another provider is refused now, not when the agent
         # switches to it.
         try:
-            # A max_tokens stored before a text or a bool was refused for it is read as a run reads it (STORED).
-            context = None if changed("max_tokens") else STORED
+            # A max_tokens stored before a text or a bool was refused for it is read as a run reads it (STORED), and
+            # so is a version's frozen one (``checked_as_frozen``: a roll back to it, its import).
+            context = STORED if self.checked_as_frozen or not changed("max_tokens") else None
             parsed = ModelParams.model_validate(params, context=context)
         except PydanticValidationError as exc:
             # Each names where and, for a nested key (retry.attempts), the keys that level has.

@@ -224,7 +224,7 @@ def tool_name_conflicts(
     return {name: ids for name, ids in owners.items() if len(ids) > 1}
 
 
-def _conflicts_text(conflicts: dict[str, list[str]]) -> str:
+def _conflicts_text(conflicts: Mapping[str, list[str]]) -> str:
     return "; ".join(f"{name} ({', '.join(ids)})" for name, ids in conflicts.items())
 
 
@@ -241,19 +241,19 @@ def tool_name_conflict_problem(servers: list[McpServer]) -> str:
     ) % {"conflicts": _conflicts_text(conflicts)}
 
 
-def tool_name_clashes(
+def agent_tool_name_conflicts(
     *,
     server_ids: Collection[Any] | None = None,
     prefixes: Mapping[Any, str] | None = None,
     enabling: Collection[Any] = (),
-) -> dict[str, str]:
-    """The agents (slug → why) that would be offered two tools of one name (every run of theirs fails,
-    ``config:tool_name_conflict``) with the servers' tool name ``prefixes`` (pk → prefix) and the tools
-    ``enabling`` (pks) switched on: by the servers they bind, or those of a version they serve (live, shadow, an
-    A/B arm); of the agents that use one of ``server_ids`` (None: every agent)."""
+) -> dict[str, dict[str, set[str]]]:
+    """Per agent (slug), the tool names it would be offered by more than one server (name → their ids) with the
+    servers' tool name ``prefixes`` (pk → prefix) and the tools ``enabling`` (pks) switched on: by the servers it
+    binds, or those of a version it serves (live, shadow, an A/B arm); of the agents that use one of
+    ``server_ids`` (None: every agent). Agents with none are left out."""
     servers = {s.mcp_id: s for s in McpServer.objects.prefetch_related("tools")}
     agents = Agent.objects.prefetch_related("servers", "arms__version").select_related("live_version", "shadow_version")
-    found: dict[str, str] = {}
+    found: dict[str, dict[str, set[str]]] = {}
     for agent in agents.order_by("slug"):
         versions = [agent.live_version, agent.shadow_version, *(arm.version for arm in agent.arms.all())]
         bindings = [sorted(s.mcp_id for s in agent.servers.all())] + [
@@ -263,24 +263,38 @@ def tool_name_clashes(
             bound = [servers[m] for m in mcp_ids if m in servers]
             if server_ids is not None and not any(s.pk in server_ids for s in bound):
                 continue
-            if conflicts := tool_name_conflicts(bound, prefixes=prefixes, enabling=enabling):
-                found[agent.slug] = _(
-                    "Agent %(agent)s would be offered two tools of one name: %(conflicts)s; every run of it would "
-                    "fail. Give one of the servers another tool name prefix, or disable the duplicate tool."
-                ) % {"agent": agent.slug, "conflicts": _conflicts_text(conflicts)}
-                break
+            for name, ids in tool_name_conflicts(bound, prefixes=prefixes, enabling=enabling).items():
+                found.setdefault(agent.slug, {}).setdefault(name, set()).update(ids)
     return found
+
+
+def tool_name_clashes_made(
+    before: Mapping[str, Mapping[str, set[str]]], after: Mapping[str, Mapping[str, set[str]]]
+) -> dict[str, str]:
+    """The agents (slug → why) that ``after`` gives a clash ``before`` did not have: a name two servers share that
+    was not shared, or now by a server that did not share it. A clash that was there already (stored before such
+    changes were refused, or made by discovery) is not the change's: it does not refuse the prefix that undoes
+    part of it, nor an import that does not touch it."""
+    made: dict[str, str] = {}
+    for slug, conflicts in after.items():
+        new = {name: ids for name, ids in conflicts.items() if not ids <= set(before.get(slug, {}).get(name, set()))}
+        if new:
+            made[slug] = _(
+                "Agent %(agent)s would be offered two tools of one name: %(conflicts)s; every run of it would "
+                "fail. Give one of the servers another tool name prefix, or disable the duplicate tool."
+            ) % {"agent": slug, "conflicts": _conflicts_text({name: sorted(ids) for name, ids in new.items()})}
+    return made
 
 
 def agents_tool_name_problems(*, server_ids: Collection[Any], **check: Any) -> list[str]:
     """The receiver of ``mcpregistry.signals.tool_names_check`` (connected in ``AgentsConfig.ready``): a server's
-    tool name prefix changed or a tool switched on is refused where an agent would be offered two tools of one name
-    (``tool_name_clashes``)."""
-    return list(
-        tool_name_clashes(
-            server_ids=server_ids, prefixes=check.get("prefixes"), enabling=check.get("enabling") or ()
-        ).values()
+    tool name prefix changed or a tool switched on is refused where it would offer an agent two tools of one name
+    that it was not offered before (``tool_name_clashes_made``)."""
+    before = agent_tool_name_conflicts(server_ids=server_ids)
+    after = agent_tool_name_conflicts(
+        server_ids=server_ids, prefixes=check.get("prefixes"), enabling=check.get("enabling") or ()
     )
+    return list(tool_name_clashes_made(before, after).values())
 
 
 def servers_leaving(*, agent: Agent, servers: list[McpServer]) -> set[str]:

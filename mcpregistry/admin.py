@@ -872,7 +872,17 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
         permissions=["change"],
     )
     def approve_reviewed_changes(self, request: HttpRequest, queryset: QuerySet[McpTool]) -> None:
-        count = sum(mcp_tool_review_approve(tool=tool, actor=request.user, via=ADMIN_VIA) for tool in queryset)
+        count = 0
+        for tool in queryset:
+            try:
+                count += mcp_tool_review_approve(tool=tool, actor=request.user, via=ADMIN_VIA)
+            except ValidationError as exc:  # enabled again, it would give an agent two tools of one name
+                self.message_user(
+                    request,
+                    _("The review of %(tool)s was not approved: %(why)s")
+                    % {"tool": tool, "why": " ".join(exc.messages)},
+                    level=messages.ERROR,
+                )
         self.message_user(request, _("%(n)d tool(s) approved.") % {"n": count})
 
 

@@ -545,12 +545,13 @@ class McpTool(AuditedModel):
 
     @property
     def callable(self) -> bool:
-        return self.enabled and self.callable_once_enabled
+        return self.enabled and not self.review_required and self.callable_once_enabled
 
     @property
     def callable_once_enabled(self) -> bool:
-        """Whether switching the tool on makes it callable: nothing else holds it back."""
-        return self.available and not self.review_required and not self.schema_error
+        """Whether switching the tool on (its review approved, where it waits for one) makes it callable: nothing
+        else holds it back."""
+        return self.available and not self.schema_error
 
 
 class ToolContract(AuditedModel):

@@ -42,7 +42,7 @@ from mcpregistry.contracts import argument_constraints, contract_defaults, schem
 from mcpregistry.crypto import PREFIX, EncryptedJSONField, decrypt_json, rotate_token
 from mcpregistry.embeddings import refresh_after_discovery
 from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract
-from mcpregistry.signals import registry_contracts_changed_send
+from mcpregistry.signals import registry_contracts_changed_send, tool_name_problems
 
 
 def mcp_server_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> McpServer:
@@ -217,13 +217,20 @@ def mcp_tool_update(*, tool: McpTool, actor: Any, via: str, data: Mapping[str, A
 @transaction.atomic
 def mcp_tool_review_approve(*, tool: McpTool, actor: Any, via: str) -> bool:
     """Accept a tool's changed description/schema (a rug-pull review): enabled again if it was when its review
-    began (an admin's "off" stays off). Returns False (and records nothing) if the tool awaits no review. ``tool``
+    began (an admin's "off" stays off). Returns False (and records nothing) if the tool awaits no review. Raises
+    ValidationError (``enabled``, nothing written) where enabling it again would offer an agent two tools of one
+    name (``mcpregistry.signals.tool_name_problems``). ``tool``
     is read again under the configuration's lock (an admin action's rows were read before it): a review approved
     meanwhile is not approved twice, and the approval is of the row as stored."""
     with change_scope(actor=actor, via=via):
         tool.refresh_from_db()
         if not tool.review_required:
             return False
+        if tool.enabled_before_review and (
+            problems := tool_name_problems(server_ids=[tool.server_id], enabling=[tool.pk])
+        ):
+            # Enabled again by the approval, its name would be one another server of an agent's already offers.
+            raise ValidationError({"enabled": problems})
         previous_schema = tool.previous_input_schema
         audited_save(
             tool,

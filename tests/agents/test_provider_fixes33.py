@@ -262,3 +262,25 @@ def test_a_run_whose_model_fails_after_a_tool_call_keeps_that_calls_result(demo_
     ai = next(e for e in run.messages if e["type"] == "ai")
     assert tool[0]["tool_call_id"] == ai["tool_calls"][0]["id"]
     assert [m["type"] for m in run.conversation] == ["system", "human", "ai", "tool"]
+
+
+@pytest.mark.django_db
+def test_a_version_frozen_with_a_text_max_tokens_can_still_be_rolled_back_to() -> None:
+    """Its runs read "100" as 100 (``stored_model_params``): a roll back to it, or its import, was refused as if it
+    were a new value typed today."""
+    from agents.models import AgentVersion
+    from agents.services import agent_create, agent_update, agent_version_publish, agent_version_rollback
+    from audit.changes import audited_save
+
+    agent = agent_create(actor="test", via="tests", data={"slug": "old", "name": "old"})
+    audited_save(agent, actor="test", via="tests", data={"model_params": {"max_tokens": "100"}}, validate=False)
+    first = agent_version_publish(agent=Agent.objects.get(pk=agent.pk), actor="test", via="tests")
+    agent_update(
+        agent=Agent.objects.get(pk=agent.pk), actor="test", via="tests", data={"model_params": {"max_tokens": 200}}
+    )
+    agent_version_publish(agent=Agent.objects.get(pk=agent.pk), actor="test", via="tests")
+
+    agent_version_rollback(version=AgentVersion.objects.get(pk=first.pk), actor="test", via="tests")
+
+    live = Agent.objects.get(pk=agent.pk).live_version
+    assert live.content["agent"]["model_params"] == {"max_tokens": "100"}

@@ -22,7 +22,7 @@ from agents.models import Agent
 from agents.services import agent_update, agent_version_publish
 from audit.models import AuditEvent
 from mcpregistry.models import McpServer, McpTool
-from mcpregistry.services import mcp_server_update, mcp_tool_update
+from mcpregistry.services import mcp_server_update, mcp_tool_review_approve, mcp_tool_update
 from tests.agents.test_agent_settings_round_trip import page_as_posted
 
 pytestmark = pytest.mark.django_db
@@ -139,3 +139,63 @@ def test_the_server_page_refuses_the_prefix_with_the_reason_at_its_field(admin_c
     assert response.status_code == 200
     assert "Agent dup would be offered two tools of one name: ping (sa, sb)" in response.content.decode()
     assert McpServer.objects.get(mcp_id="sb").tool_prefix == "b_"
+
+
+def three_servers_sharing_ping() -> None:
+    """sa, sb and sc all expose ping unprefixed, all bound to dup: a clash stored before such changes were refused."""
+    document = installation()
+    document["servers"].append({"mcp_id": "sc", "name": "C", "tool_prefix": "c_", **STDIO})
+    document["contracts"].append({"mcp_id": "sc", "tool": "ping", "risk": "read"})
+    document["agents"][0]["servers"] = ["sa", "sb", "sc"]
+    config_import(actor="test", document=document)
+    McpServer.objects.filter(mcp_id__in=["sb", "sc"]).update(tool_prefix="")  # as stored before the check
+
+
+def test_a_prefix_that_undoes_part_of_a_clash_there_before_is_taken() -> None:
+    three_servers_sharing_ping()
+    for mcp_id in ("sa", "sb"):  # the message's own advice: each step leaves fewer servers sharing the name
+        server = McpServer.objects.get(mcp_id=mcp_id)
+        mcp_server_update(server=server, actor="admin", via="tests", data={"tool_prefix": f"{mcp_id}_"})
+    assert set(McpServer.objects.values_list("tool_prefix", flat=True)) == {"sa_", "sb_", ""}
+
+
+def test_a_clash_there_before_refuses_neither_an_unrelated_import_nor_an_unrelated_prefix() -> None:
+    three_servers_sharing_ping()
+    McpServer.objects.filter(mcp_id="sc").update(tool_prefix="c_")  # sa and sb clash; sc does not
+    config_import(actor="test", document={"servers": [{"mcp_id": "other", "name": "O", **STDIO}]})
+    server = McpServer.objects.get(mcp_id="sc")
+    mcp_server_update(server=server, actor="admin", via="tests", data={"tool_prefix": "cc_"})
+    with pytest.raises(ValidationError, match=r"ping \(sa, sb, sc\)"):  # joining the clash is a new one
+        mcp_server_update(server=server, actor="admin", via="tests", data={"tool_prefix": ""})
+
+
+def waiting_for_review() -> McpTool:
+    """sb grows a ping of its own after its first discovery: stored disabled, waiting for a review, enabled again
+    once approved (``enabled_before_review``)."""
+    config_import(actor="test", document=installation())
+    ping = McpTool.objects.get(server__mcp_id="sb", name="ping")
+    McpTool.objects.filter(pk=ping.pk).update(enabled=False, review_required=True, enabled_before_review=True)
+    McpServer.objects.filter(mcp_id="sb").update(tool_prefix="")  # its ping, waiting, clashes with no one yet
+    return McpTool.objects.get(pk=ping.pk)
+
+
+def test_approving_a_review_that_would_enable_a_clashing_tool_is_refused_naming_the_agent() -> None:
+    ping = waiting_for_review()
+    with pytest.raises(ValidationError) as refused:
+        mcp_tool_review_approve(tool=ping, actor="admin", via="tests")
+    assert refused.value.message_dict["enabled"][0].startswith("Agent dup would be offered two tools of one name")
+    ping.refresh_from_db()
+    assert (ping.enabled, ping.review_required) == (False, True)
+
+
+def test_the_approve_action_says_which_tool_was_not_approved_and_why(admin_client: Client) -> None:
+    ping = waiting_for_review()
+    response = admin_client.post(
+        "/admin/mcpregistry/mcptool/",
+        {"action": "approve_reviewed_changes", "_selected_action": [ping.pk]},
+        follow=True,
+    )
+    page = response.content.decode()
+    assert "The review of sb.ping was not approved: Agent dup would be offered two tools of one name" in page
+    assert "0 tool(s) approved." in page
+    assert McpTool.objects.get(pk=ping.pk).review_required
