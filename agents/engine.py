@@ -775,8 +775,9 @@ def execute(plan: RunPlan) -> RunOutcome:
         final_messages = _conversation_so_far(messages, new_turns, answered)  # the turns it made, kept
         outcome.status = "failed"
         outcome.error_code = "max_iterations"
-        # The admin's run page reads this text back in its reader's language (``agents.admin_runs``).
-        outcome.error_message = _("the agent did not finish within %(n)s iterations") % {"n": plan.max_iterations}
+        # Stored in English, as the workers' own texts are: the admin's run page reads it back in its reader's
+        # language (``agents.admin_runs._KNOWN_MESSAGES``, which matches the English text).
+        outcome.error_message = f"the agent did not finish within {plan.max_iterations} iterations"
     except RunCancelled:
         # Cancelled, out of time or taken over between its steps: the turns it made are kept, their tokens were
         # spent (a run stopped by its time limit recorded 0 tokens and no model call under its model turns).
