@@ -251,20 +251,37 @@ def agent_tool_name_conflicts(
     servers' tool name ``prefixes`` (pk → prefix) and the tools ``enabling`` (pks) switched on: by the servers it
     binds, or those of a version it serves (live, shadow, an A/B arm); of the agents that use one of
     ``server_ids`` (None: every agent). Agents with none are left out."""
+    return _conflicts_by_agent(_agent_bindings(server_ids), prefixes=prefixes, enabling=enabling)
+
+
+def _agent_bindings(server_ids: Collection[Any] | None) -> list[tuple[str, list[McpServer]]]:
+    """Each agent's server lists (slug, servers with their tools): the servers it binds and those of each version it
+    serves; only the lists holding one of ``server_ids`` (None: all). Read in a fixed number of queries."""
     servers = {s.mcp_id: s for s in McpServer.objects.prefetch_related("tools")}
     agents = Agent.objects.prefetch_related("servers", "arms__version").select_related("live_version", "shadow_version")
-    found: dict[str, dict[str, set[str]]] = {}
+    found: list[tuple[str, list[McpServer]]] = []
     for agent in agents.order_by("slug"):
         versions = [agent.live_version, agent.shadow_version, *(arm.version for arm in agent.arms.all())]
-        bindings = [sorted(s.mcp_id for s in agent.servers.all())] + [
+        lists = [sorted(s.mcp_id for s in agent.servers.all())] + [
             list((v.content or {}).get("servers") or []) for v in versions if v is not None
         ]
-        for mcp_ids in bindings:
+        for mcp_ids in lists:
             bound = [servers[m] for m in mcp_ids if m in servers]
-            if server_ids is not None and not any(s.pk in server_ids for s in bound):
-                continue
-            for name, ids in tool_name_conflicts(bound, prefixes=prefixes, enabling=enabling).items():
-                found.setdefault(agent.slug, {}).setdefault(name, set()).update(ids)
+            if server_ids is None or any(s.pk in server_ids for s in bound):
+                found.append((agent.slug, bound))
+    return found
+
+
+def _conflicts_by_agent(
+    bindings: list[tuple[str, list[McpServer]]],
+    *,
+    prefixes: Mapping[Any, str] | None = None,
+    enabling: Collection[Any] = (),
+) -> dict[str, dict[str, set[str]]]:
+    found: dict[str, dict[str, set[str]]] = {}
+    for slug, bound in bindings:
+        for name, ids in tool_name_conflicts(bound, prefixes=prefixes, enabling=enabling).items():
+            found.setdefault(slug, {}).setdefault(name, set()).update(ids)
     return found
 
 
@@ -290,10 +307,9 @@ def agents_tool_name_problems(*, server_ids: Collection[Any], **check: Any) -> l
     """The receiver of ``mcpregistry.signals.tool_names_check`` (connected in ``AgentsConfig.ready``): a server's
     tool name prefix changed or a tool switched on is refused where it would offer an agent two tools of one name
     that it was not offered before (``tool_name_clashes_made``)."""
-    before = agent_tool_name_conflicts(server_ids=server_ids)
-    after = agent_tool_name_conflicts(
-        server_ids=server_ids, prefixes=check.get("prefixes"), enabling=check.get("enabling") or ()
-    )
+    bindings = _agent_bindings(server_ids)  # read once: before and after differ only by the change asked
+    before = _conflicts_by_agent(bindings)
+    after = _conflicts_by_agent(bindings, prefixes=check.get("prefixes"), enabling=check.get("enabling") or ())
     return list(tool_name_clashes_made(before, after).values())
 
 

@@ -19,7 +19,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import pgettext_lazy
 
 from agent_platform.json import UnicodeJSONEncoder
-from agent_platform.slugs import ASCII_SLUG_REFUSAL, validate_ascii_slug
+from agent_platform.slugs import validate_ascii_slug
 from agents.models import Agent, Run
 from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration
 
@@ -27,9 +27,6 @@ CASE_TYPES = ("single_tool", "multi_tool", "no_tool", "no_answer", "guardrail")
 
 # A set's name is an ASCII slug: it is a path segment of the API (/api/v1/evals/sets/<name>), an argument of
 # ``run_eval`` and a key of configuration documents, checked by the platform's one slug check (not SlugField's).
-# The names below stay for migration 0005 and the callers that knew them: the same refusal, the same check.
-EVAL_SET_NAME_REFUSAL = ASCII_SLUG_REFUSAL
-validate_eval_set_name = validate_ascii_slug
 
 
 class EvalSet(AuditedModel):

@@ -2,7 +2,7 @@
 
 from django.db import migrations, models
 
-import evals.models
+import agent_platform.slugs
 
 
 class Migration(migrations.Migration):
@@ -18,7 +18,7 @@ class Migration(migrations.Migration):
                 help_text="ASCII letters (a–z, A–Z), digits, _ and - only, e.g. seed-001-tools: the name is used in API URLs, in run_eval and in configuration documents.",
                 max_length=100,
                 unique=True,
-                validators=[evals.models.validate_eval_set_name],
+                validators=[agent_platform.slugs.validate_ascii_slug],
                 verbose_name="name",
             ),
         ),

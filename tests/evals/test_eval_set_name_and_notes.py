@@ -20,10 +20,11 @@ from django.utils import translation
 from django.utils.html import escape
 from rest_framework.test import APIClient
 
+from agent_platform.slugs import ASCII_SLUG_REFUSAL, validate_ascii_slug
 from agents.admin_versions import version_note_text
 from agents.models import Agent
 from agents.services import agent_version_publish, agent_version_rollback, api_key_create
-from evals.models import EVAL_SET_NAME_REFUSAL, EvalSet, validate_eval_set_name
+from evals.models import EvalSet
 from evals.services import EVAL_FREEZE_NOTE
 
 pytestmark = pytest.mark.django_db
@@ -35,7 +36,7 @@ DJANGO_SLUG_MESSAGE_KO = "문자, 숫자"
 
 def _refusal_in(language: str) -> str:
     with translation.override(language):
-        return str(EVAL_SET_NAME_REFUSAL)
+        return str(ASCII_SLUG_REFUSAL)
 
 
 def _superuser_client() -> Client:
@@ -49,13 +50,13 @@ def _superuser_client() -> Client:
 
 @pytest.mark.parametrize("name", ["seed-001-tools", "A_b-9", "x"])
 def test_an_ascii_slug_is_a_name(name: str) -> None:
-    validate_eval_set_name(name)
+    validate_ascii_slug(name)
 
 
 @pytest.mark.parametrize("name", [KOREAN_NAME, "café", "two words", "a/b", "tools\n", "ａｂｃ"])
 def test_anything_else_is_refused_saying_what_a_name_may_hold(name: str) -> None:
     with pytest.raises(ValidationError) as refused, translation.override("en"):
-        validate_eval_set_name(name)
+        validate_ascii_slug(name)
     assert refused.value.messages == [
         "Use ASCII letters (a–z, A–Z), digits, _ and - only (e.g. team-a_v2): the name is used in URLs and commands."
     ]
