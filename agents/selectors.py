@@ -313,6 +313,20 @@ def agents_tool_name_problems(*, server_ids: Collection[Any], **check: Any) -> l
     return list(tool_name_clashes_made(before, after).values())
 
 
+def tool_names_taken_by_agents(*, server_id: Any, names: Collection[str], **_: Any) -> dict[str, list[str]]:
+    """The receiver of ``mcpregistry.signals.tool_names_taken`` (connected in ``AgentsConfig.ready``): of the tool
+    ``names`` the server ``server_id`` would offer (its prefix added), those another server it is bound beside
+    already offers an agent (by the servers it binds, or a version it serves), each with those agents."""
+    taken: dict[str, set[str]] = {}
+    for slug, bound in _agent_bindings([server_id]):
+        server = next(s for s in bound if s.pk == server_id)
+        offered = {f"{s.tool_prefix}{t.name}" for s in bound if s.pk != server_id for t in s.tools.all() if t.callable}
+        for name in names:
+            if f"{server.tool_prefix}{name}" in offered:
+                taken.setdefault(name, set()).add(slug)
+    return {name: sorted(slugs) for name, slugs in taken.items()}
+
+
 def servers_leaving(*, agent: Agent, servers: list[McpServer]) -> set[str]:
     """The ids of the servers ``agent`` binds now and would no longer bind with ``servers``."""
     if agent.pk is None:

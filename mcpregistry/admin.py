@@ -557,7 +557,7 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
     def _discover(self, request: HttpRequest, server: McpServer) -> None:
         report = mcp_server_discover(server=server, actor=request.user, via=ADMIN_VIA)
-        level = messages.SUCCESS if report.ok and not report.schema_errors else messages.WARNING
+        level = messages.SUCCESS if report.ok and not (report.schema_errors or report.name_taken) else messages.WARNING
         self.message_user(request, discovery_message(report), level=level if report.ok else messages.ERROR)
 
     def _check_health(self, request: HttpRequest, server: McpServer) -> None:
@@ -620,6 +620,10 @@ def discovery_message(report: DiscoveryReport) -> str:
         (_("vanished"), report.vanished),
         (_("review required"), report.review_required),
         (_("a secret of the binding masked in the input schema"), report.secrets_masked),
+        (
+            _("left off: another server bound to the same agent offers this name (give one a tool name prefix)"),
+            report.name_taken,
+        ),
         (_("unusable input schema"), report.schema_errors),
     ):
         if names:

@@ -42,7 +42,7 @@ from mcpregistry.contracts import argument_constraints, contract_defaults, schem
 from mcpregistry.crypto import PREFIX, EncryptedJSONField, decrypt_json, rotate_token
 from mcpregistry.embeddings import refresh_after_discovery
 from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract
-from mcpregistry.signals import registry_contracts_changed_send, tool_name_problems
+from mcpregistry.signals import registry_contracts_changed_send, tool_name_problems, tool_names_taken_elsewhere
 
 
 def mcp_server_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> McpServer:
@@ -331,6 +331,9 @@ class DiscoveryReport:
     # Tools whose input schema held a secret of the binding (an allowed value, a default), stored masked: each
     # waits for a review, and the mask is no allowed value of its first contract (``_first_contract``).
     secrets_masked: list[str] = field(default_factory=list)
+    # Tools left off although they would be switched on (new at a binding's first discovery, or listed again after
+    # vanishing), because another server bound beside this one offers an agent a tool of that name: "name (agents)".
+    name_taken: list[str] = field(default_factory=list)
     tool_count: int = 0
 
     def health_problems(self) -> list[str]:
@@ -417,6 +420,11 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
         # The first discovery of a binding an admin has just made enables its tools; a tool that appears later
         # (the server grew one) starts disabled until an admin reviews it.
         first_discovery = not any(t.discovered_at is not None for t in existing.values())
+        # A tool switched on here that another server bound beside this one offers an agent by the same name would
+        # fail every run of that agent (``config:tool_name_conflict``): it stays off, and the report says why.
+        taken = tool_names_taken_elsewhere(
+            server_id=server.pk, names=_names_switched_on(listing, existing, first_discovery=first_discovery)
+        )
         seen: set[str] = set()
         for listed in listing.tools:
             name = listed["name"]
@@ -445,7 +453,7 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
                         annotations=listed.get("annotations") or {},
                         schema_error=problem or "",
                         discovered_at=now,
-                        enabled=first_discovery and not reviewed_first,
+                        enabled=first_discovery and not reviewed_first and name not in taken,
                         review_required=not first_discovery or reviewed_first,
                     ),
                     actor=actor,
@@ -463,6 +471,8 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
                 report.added.append(name)
                 if not first_discovery or reviewed_first:
                     report.review_required.append(name)
+                elif name in taken:
+                    report.name_taken.append(f"{name} ({', '.join(taken[name])})")
                 continue
             if not ToolContract.objects.filter(tool=tool).exists():
                 audited_save(
@@ -502,6 +512,10 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
                 # grew it, as a new tool, and it is reviewed as one.
                 updates.update(enabled=False, review_required=True)
                 report.review_required.append(name)
+            elif not tool.available and tool.enabled and name in taken:
+                # Listed again after it vanished, while another server took its name for an agent: not back on.
+                updates.update(enabled=False)
+                report.name_taken.append(f"{name} ({', '.join(taken[name])})")
             audited_save(tool, actor=actor, via=via, data=updates, validate=False)
         for name, tool in existing.items():
             if name not in seen and tool.available:
@@ -520,6 +534,17 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
         )
         if report.added or report.updated or report.vanished:
             registry_contracts_changed_send(server_ids=[server.pk], actor=actor, via=via)
+
+
+def _names_switched_on(listing: Any, existing: Mapping[str, McpTool], *, first_discovery: bool) -> list[str]:
+    """The listed tools a discovery would switch on: the new ones at a binding's first discovery, and the enabled
+    ones listed again after they vanished."""
+    names = []
+    for listed in listing.tools:
+        tool = existing.get(listed["name"])
+        if (tool is None and first_discovery) or (tool is not None and tool.enabled and not tool.available):
+            names.append(listed["name"])
+    return names
 
 
 TOOL_NAME_MAX = 200  # McpTool.name's max_length

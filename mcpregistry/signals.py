@@ -62,3 +62,23 @@ def tool_name_problems(
     ):
         found.extend(answer or [])
     return found
+
+
+# ``tool_names_taken`` asks which tool names a server would clash on if it started offering them: keyword arguments
+# ``server_id`` and ``names`` (the tools' names as the server lists them; its prefix is added). ``agents`` answers
+# with a mapping: each of ``names`` that another server already offers an agent binding this one → those agents'
+# slugs. Discovery switches such a tool on neither at a binding's first listing nor when it is listed again.
+tool_names_taken = Signal()
+
+
+def tool_names_taken_elsewhere(*, server_id: Any, names: Iterable[str]) -> dict[str, list[str]]:
+    """Of ``names``, those another server already offers an agent that binds the server ``server_id`` (name →
+    the agents), as the receivers of ``tool_names_taken`` say."""
+    wanted = sorted(set(names))
+    taken: dict[str, set[str]] = {}
+    if not wanted:
+        return {}
+    for _receiver, answer in tool_names_taken.send(sender=None, server_id=server_id, names=wanted):
+        for name, agents in (answer or {}).items():
+            taken.setdefault(name, set()).update(agents)
+    return {name: sorted(agents) for name, agents in sorted(taken.items())}

@@ -90,6 +90,16 @@ class Command(BaseCommand):
                     % {"server": server.mcp_id, "tools": ", ".join(report.review_required)}
                 )
             )
+        if report.name_taken:
+            self.stdout.write(
+                self.style.WARNING(
+                    _(
+                        "%(server)s: left off (another server bound to the same agent offers the name; give one a "
+                        "tool name prefix, then enable them): %(tools)s"
+                    )
+                    % {"server": server.mcp_id, "tools": ", ".join(report.name_taken)}
+                )
+            )
         problems = report.health_problems()  # the health's error, as discovery recorded it
         if not problems and server.health == McpServer.Health.ERROR and server.last_error:
             problems.append(server.last_error)  # recorded by a check that ran beside this discovery
