@@ -2,9 +2,10 @@
 
 What a run called is read from its audit record (the gate writes one event per attempt): the first attempt of
 every call, refusals included (a write blocked in an eval, ``eval:write_blocked``, still counts as the call the
-run attempted). Retries of one call are one call. A call the gate refused for its arguments (``args:*``) was tried
-but never made: it meets no expected tool and no expected argument, and still counts against precision, the
-sequence and the forbidden tools, as any call the run tried does.
+run attempted). Retries of one call are one call. A call the gate refused before sending it, for its arguments
+(``args:*``) or because the run could not call that tool then (``tool:unknown``, ``tool:not_offered``,
+``tool:withdrawn``), was tried but never made: it meets no expected tool and no expected argument, and still counts
+against precision, the sequence and the forbidden tools, as any call the run tried does.
 
 The arguments were recorded masked (``audit.masking``): an expected argument the record masks (``session_id``,
 a token, a password) could never match, so a case is refused one (``case_problems``), and one stored before is
@@ -301,10 +302,10 @@ def _score_against(
     """The tool scores of ``calls`` against one expected list. ``calls_free``: nothing is expected and no call is a
     mistake (see ``score_case``), so calls cost neither precision nor the sequence.
 
-    A call refused for its arguments (``refused_for_arguments``) was tried, not made: it meets no expected tool and
-    no expected argument (the tool never ran with them), and still counts as tried, against precision and the
-    sequence."""
-    made = [c for c in calls if not refused_for_arguments(c)]
+    A call refused before it was sent (``refused_unsent``: for its arguments, or a tool not offered) was tried, not
+    made: it meets no expected tool and no expected argument (the tool never ran with them), and still counts as
+    tried, against precision and the sequence."""
+    made = [c for c in calls if not refused_unsent(c)]
     tried_names, made_names = [c.name for c in calls], [c.name for c in made]
     want = [e["name"] for e in expected]
     tried_set, want_set = set(tried_names), set(want)
@@ -324,10 +325,17 @@ def _score_against(
     return {"precision": precision, "recall": recall, "sequence_match": sequence, "argument_match": argument_match}
 
 
-def refused_for_arguments(call: ToolCall) -> bool:
-    """Whether the gate refused ``call`` for its arguments before sending it (``args:type:warehouse``, ``args:json``):
-    the tool never ran, with those arguments or any."""
-    return not call.ok and call.reason.startswith("args:")
+# The gate's refusals of a tool the run could not call at that turn: a name no bound server has, a tool top-K
+# selection did not offer, one withdrawn from the offer. Like an argument refusal, the tool never ran.
+NOT_CALLABLE_REASONS = frozenset({"tool:unknown", "tool:not_offered", "tool:withdrawn"})
+
+
+def refused_unsent(call: ToolCall) -> bool:
+    """Whether the gate refused ``call`` before sending it, for its arguments (``args:type:warehouse``,
+    ``args:json``) or because the tool was not one the run could call then (``NOT_CALLABLE_REASONS``): the tool
+    never ran, with those arguments or any. (A write an eval blocked, ``eval:write_blocked``, passed every check
+    of the call: it is the call the run attempted.)"""
+    return not call.ok and (call.reason.startswith("args:") or call.reason in NOT_CALLABLE_REASONS)
 
 
 def _in_sequence(called: list[str], want: list[str], ordered: bool) -> bool:

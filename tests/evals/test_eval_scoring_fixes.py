@@ -247,3 +247,13 @@ def test_a_version_of_the_wrong_json_type_is_a_400_naming_it(version: Any) -> No
     assert refused.status_code == 400, refused.content
     assert "version" in refused.json()["error"].get("fields", {})
     assert not EvalRun.objects.exists()
+
+
+@pytest.mark.parametrize("reason", ["tool:not_offered", "tool:unknown", "tool:withdrawn"])
+def test_a_call_refused_as_not_callable_then_meets_no_expected_tool_but_counts_as_tried(reason: str) -> None:
+    """A tool top-K selection did not offer (or one withdrawn, or a name no server has) never ran: the model
+    guessing its name is no call made (it met the expected tool, recall 1, the case passed)."""
+    guessed = ToolCall(name="lookup_stock", args={"sku": "1001"}, ok=False, reason=reason)
+    alone = _score([{"name": "lookup_stock", "args": {"sku": "1001"}}], [guessed])
+    assert not alone.passed and alone.recall == 0.0 and alone.argument_match == 0.0
+    assert _score(["lookup_stock"], [guessed, ToolCall(name="lookup_stock", args={}, ok=True)]).passed
