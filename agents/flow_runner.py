@@ -1,9 +1,14 @@
 """Flow mode (seed 000): the agent's own LangGraph graph, built by the function its ``flow_graph`` names.
 
 Its nodes call tools through ``MCPHandle``, i.e. through the gate (source ``flow``); the answer is the final
-state's ``output``. A flow's failure is a value (``flow:error``; ``SystemExit`` included), except the errors of
-``agents.errors.MUST_PROPAGATE`` (a database error, the time limit, a cancellation), which propagate as they do
-from the ReAct loop and the deterministic stage.
+state's ``output``. A flow's failure is a value (``flow:error``; ``SystemExit`` and any other ``BaseException`` it
+raises included), except the errors of ``agents.errors.MUST_PROPAGATE`` (a database error, the time limit, a
+cancellation), which propagate as they do from the ReAct loop and the deterministic stage, and the worker's own
+interruptions (``worker_interruption``).
+
+Nothing of a graph that is not registered (``agents.flows.registered_flow_graphs``) is imported, neither to run it
+nor to check an agent's options: taking it out of ``PLATFORM_FLOW_GRAPHS`` is how an operator stops trusting its
+code, and importing a module runs its top-level code.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import billiard.common
 from asgiref.sync import async_to_sync, sync_to_async
 from celery.exceptions import WorkerShutdown, WorkerTerminate
 from django.utils.translation import gettext as _
@@ -308,6 +314,37 @@ class FlowInterrupted(Exception):
     """The flow called LangGraph's ``interrupt()``: it stopped for a person's input, which a run cannot give."""
 
 
+class FlowCancelledItself(Exception):
+    """The flow raised ``asyncio.CancelledError`` while nothing cancelled it (its builder, say: LangGraph makes a
+    node's own a ``NodeCancelledError``): its failure, told apart from a cancellation of its coroutine by the
+    worker, which propagates."""
+
+    def __init__(self, cancellation: asyncio.CancelledError) -> None:
+        super().__init__(cancellation)
+        self.cancellation = cancellation
+
+
+# billiard's handler of a terminate signal in a pool's child process (``_shutdown_cleanup``) raises a plain
+# ``SystemExit`` and says so here. Its type stubs do not list the function.
+_terminate_handler_fired: Callable[[], bool] = getattr(billiard.common, "terminate_handler_fired", lambda: False)
+
+
+def worker_interruption(exc: BaseException) -> bool:
+    """Whether ``exc``, no ``Exception``, out of a flow is the worker's own interruption, which propagates (the
+    run is then redelivered or ended by its task, not failed as the flow's): Celery's shutdown (``WorkerShutdown``,
+    ``WorkerTerminate``), billiard's ``SystemExit`` once its terminate handler fired, a ``KeyboardInterrupt`` and a
+    ``GeneratorExit``, and a cancellation of the flow's coroutine (the flow's own is a ``FlowCancelledItself``).
+
+    Anything else is the flow's failure (``sys.exit()`` in a node, a library's ``BaseException`` subclass): let
+    through, it would leave its run ``running``. Unlike a local tool's thread (``mcpregistry.local_tools``), the
+    flow's code is not alone: ``check`` and ``emit`` run in the worker's own thread, where a signal arrives, and
+    what they raise goes back through the flow's nodes; a ``KeyboardInterrupt`` may be a person's Ctrl-C there.
+    Celery's time limits are ``Exception`` s (``SoftTimeLimitExceeded`` is in ``MUST_PROPAGATE``)."""
+    if isinstance(exc, WorkerShutdown | WorkerTerminate | KeyboardInterrupt | GeneratorExit | asyncio.CancelledError):
+        return True
+    return isinstance(exc, SystemExit) and _terminate_handler_fired()
+
+
 # The options every flow may be given (``model_params["flow"]``): the server the shipped templates call. A flow
 # module that reads options of its own names them in its own ``FLOW_OPTIONS`` (a tuple of names): any other key is
 # refused when the agent is saved (a typo would otherwise be ignored, and the flow run with its default).
@@ -316,10 +353,11 @@ FLOW_OPTIONS: tuple[str, ...] = ("mcp_id",)
 
 def flow_option_keys(path: str) -> list[str]:
     """The option keys the flow ``path`` takes: ``FLOW_OPTIONS`` and its module's own ``FLOW_OPTIONS``. Only
-    ``FLOW_OPTIONS`` where ``path`` cannot be loaded (its own error is told about ``flow_graph``)."""
+    ``FLOW_OPTIONS`` where ``path`` cannot be loaded (its own error is told about ``flow_graph``) or is not
+    registered: its module is not imported then (an agent stored with a graph taken out of the list still saves)."""
     keys = list(FLOW_OPTIONS)
     module_name = path.rpartition(".")[0]
-    if module_name:
+    if module_name and path in registered_flow_graphs():
         try:
             own = getattr(import_user_module(module_name), "FLOW_OPTIONS", ())
         except CodeRuleError:
@@ -329,8 +367,19 @@ def flow_option_keys(path: str) -> list[str]:
     return keys
 
 
+def flow_graph_not_registered(path: str) -> str:
+    """Why the graph ``path`` is refused when it is not one of ``registered_flow_graphs``, naming those."""
+    return _("flow graph '%(path)s' is not registered; the registered ones are: %(graphs)s") % {
+        "path": path,
+        "graphs": ", ".join(registered_flow_graphs()),
+    }
+
+
 def load_flow_builder(path: str) -> Callable[[FlowSettings], Any]:
-    """The function ``path`` names. Raises ``CodeRuleError`` when it cannot be imported or is not callable."""
+    """The function ``path`` names. Raises ``CodeRuleError`` when it is not registered (checked before its module
+    is imported), cannot be imported or is not callable."""
+    if path not in registered_flow_graphs():
+        raise CodeRuleError(flow_graph_not_registered(path))
     module_name, _dot, attribute = path.rpartition(".")
     if not module_name:
         raise CodeRuleError(
@@ -356,7 +405,8 @@ def flow_run(
     call_ids: FlowCallIds | None = None,
 ) -> FlowResult:
     """Build the flow's graph and stream it to its end; each node's update goes to ``trace`` and ``emit``.
-    Returns the answer or a ``flow:error``; raises only ``MUST_PROPAGATE``.
+    Returns the answer or a ``flow:error``; raises only ``MUST_PROPAGATE`` and the worker's own interruptions
+    (``worker_interruption``).
 
     ``check`` runs after each node and once the flow ends (the run's ``RunClaim.check``: it raises if the run
     was cancelled, is out of time or was taken over; a flow that caught that exception still stops). The flow's
@@ -371,11 +421,7 @@ def flow_run(
     agent or a version was saved with it) is a ``flow:error`` before anything of it is imported: taking it out is
     how an operator stops trusting its code."""
     if flow_graph not in registered_flow_graphs():
-        return FlowResult(
-            error_code="flow:error",
-            error_message=_("flow graph '%(path)s' is not registered; the registered ones are: %(graphs)s")
-            % {"path": flow_graph, "graphs": ", ".join(registered_flow_graphs())},
-        )
+        return FlowResult(error_code="flow:error", error_message=flow_graph_not_registered(flow_graph))
 
     async def run_flow() -> dict[str, Any]:
         builder = load_flow_builder(flow_graph)
@@ -414,7 +460,7 @@ def flow_run(
             await sync_to_async(check, thread_sensitive=True)()
         return final
 
-    async def bounded() -> dict[str, Any]:
+    async def within_time() -> dict[str, Any]:
         left = time_left()
         if left is None:
             return await run_flow()
@@ -427,6 +473,17 @@ def flow_run(
                 raise  # the flow's own (a read that timed out): its error, not the run's time limit
             await sync_to_async(check, thread_sensitive=True)()  # out of time: raises (the claim says why)
             raise FlowTimedOut() from None
+
+    async def bounded() -> dict[str, Any]:
+        try:
+            return await within_time()
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # Cancelled from outside (the task that waits for the flow was stopped): the worker's own. The
+                # time limit's cancellation is a TimeoutError by now, its scope having taken it back.
+                raise
+            raise FlowCancelledItself(exc) from exc
 
     try:
         state = async_to_sync(bounded)()
@@ -462,19 +519,25 @@ def flow_run(
     except GraphRecursionError as exc:  # its own bound, not a bug: no traceback
         logger.warning("flow %s ran past its recursion_limit in run %s: %s", flow_graph, settings.run_id, exc)
         return flow_too_many_steps(exc)
-    except Exception as exc:  # a flow's bug ends the run as a value, not a crash
-        logger.exception("flow %s failed in run %s", flow_graph, settings.run_id)
-        return FlowResult(error_code="flow:error", error_message=f"{type(exc).__name__}: {exc}")
-    except (WorkerShutdown, WorkerTerminate):
-        raise  # the worker's own shutdown (SystemExit's subclasses): the run is redelivered, not failed
-    except SystemExit as exc:
-        # sys.exit() in a flow's node is its failure too: let through, it would end the worker and leave the run
-        # "running" (redelivered until worker_lost). KeyboardInterrupt and GeneratorExit still propagate.
-        logger.error("flow %s raised SystemExit(%s) in run %s", flow_graph, exc.code, settings.run_id)
-        return FlowResult(error_code="flow:error", error_message=f"SystemExit: {exc}")
+    except FlowCancelledItself as exc:
+        return _flow_failed(flow_graph, settings.run_id, exc.cancellation)
+    except Exception as exc:  # noqa: BLE001 - a flow's bug ends the run as a value (logged there), not a crash
+        return _flow_failed(flow_graph, settings.run_id, exc)
+    except BaseException as exc:
+        if worker_interruption(exc):
+            raise  # the run is redelivered or ended by its task, not failed as the flow's
+        # sys.exit() in a node, a BaseException subclass of a library's: let through, it would end the worker or
+        # escape the run's task and leave the run "running" (redelivered until worker_lost).
+        return _flow_failed(flow_graph, settings.run_id, exc)
     if call_ids is not None and call_ids.unnamed is not None:  # whatever the flow made of the exception
         return FlowResult(error_code="flow:error", error_message=call_ids.unnamed.message)
     return _flow_answer(state)
+
+
+def _flow_failed(flow_graph: str, run_id: Any, exc: BaseException) -> FlowResult:
+    """A flow's failure, ``exc`` (its bug, not the run's nor the worker's), as a ``flow:error`` naming it."""
+    logger.error("flow %s failed in run %s", flow_graph, run_id, exc_info=exc)
+    return FlowResult(error_code="flow:error", error_message=f"{type(exc).__name__}: {exc}")
 
 
 def _flow_answer(state: Any) -> FlowResult:

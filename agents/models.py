@@ -224,6 +224,9 @@ class Agent(AuditedModel):
     # Set on a probe that checks a version's frozen settings (``agents.services.version_content_problems``): what
     # its runs read as they read stored settings is not refused as a new value would be.
     checked_as_frozen = False
+    # Set on that probe too: the MCP ids the version's content names (its ``servers``), which its runs bind; a
+    # probe has no servers of its own (``_flow_callable_servers``).
+    frozen_servers: list[str] | None = None
 
     class Meta:
         verbose_name = _("agent")
@@ -260,7 +263,8 @@ class Agent(AuditedModel):
                 }
             )
         self._clean_flow_graph_registered()
-        if self.mode == self.Mode.FLOW:
+        # A graph left unregistered (stored so, unchanged) is not imported: its module's code is no longer trusted.
+        if self.mode == self.Mode.FLOW and self.flow_graph in registered_flow_graphs():
             try:
                 load_flow_builder(self.flow_graph)
             except CodeRuleError as exc:
@@ -537,12 +541,17 @@ class Agent(AuditedModel):
         template, the templates' default (``agents.flows.common.default_mcp_id``). A value that is no object failed
         every run as ``internal``; a typo or another server, every run as ``mcp:not_loaded`` or with the default
         server. The server is checked where the options, the mode or the graph change (a server unbound later does
-        not make every other save of the agent fail)."""
+        not make every other save of the agent fail).
+
+        A graph no longer registered (stored so, unchanged) is not imported for its module's keys: the stored
+        options' keys, accepted when it was, are kept beside ``FLOW_OPTIONS``."""
         from agents.flow_runner import flow_option_keys
         from agents.flows.common import default_mcp_id
         from mcpregistry.contracts import unknown_key_problem
 
         keys = flow_option_keys(self.flow_graph or "")
+        if self.flow_graph not in registered_flow_graphs() and isinstance(stored, dict):
+            keys.extend(str(key) for key in stored if str(key) not in keys)
         if options is not None and not isinstance(options, dict):
             return [
                 "flow: "
@@ -596,7 +605,9 @@ class Agent(AuditedModel):
         """The MCP ids a flow of this agent can call, as its validation can know them: those it binds once stored
         with servers, else every registered one. The servers are a many-to-many set after the row is validated
         (by the services and the admin), so a new agent's, or a change made together with the agent's, are not
-        seen here."""
+        seen here. A version's probe has its content's, exactly (``frozen_servers``): its runs bind those."""
+        if self.frozen_servers is not None:
+            return sorted(self.frozen_servers)
         bound = sorted(self.servers.values_list("mcp_id", flat=True)) if self.pk is not None else []
         return bound or sorted(McpServer.objects.values_list("mcp_id", flat=True))
 

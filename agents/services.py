@@ -486,6 +486,8 @@ def version_content_problems(*, agent: Agent, content: VersionContent | dict[str
     frozen_agent = content.get("agent") or {}
     probe = Agent(slug=agent.slug, name=agent.name, model_secrets=agent.model_secrets, time_limit_s=agent.time_limit_s)
     probe.checked_as_frozen = True  # its max_tokens read as its runs read it (a version frozen with "100")
+    # Its flow's server must be one the version binds, as an agent's must be one the agent binds.
+    probe.frozen_servers = [str(mcp_id) for mcp_id in content.get("servers") or []]
     mistyped = _mistyped_fields(Agent, {name: frozen_agent[name] for name in AGENT_FIELDS if name in frozen_agent})
     for name, message in mistyped.items():
         problems.append(f"agent.{name}: {message}")
