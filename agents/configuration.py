@@ -37,7 +37,7 @@ from agent_platform.errors import ApplicationError
 from agent_platform.json import json_error_text
 from agent_platform.json import loads as json_loads
 from agent_platform.slugs import ASCII_SLUG_REFUSAL, validate_ascii_slug
-from agent_platform.text import nfc_value
+from agent_platform.text import nfc, nfc_value
 from agents.deterministic import RuleSpec as EngineRuleSpec
 from agents.models import MAX_ITERATIONS_LIMIT, TIME_LIMIT_MAX_S, Agent, AgentArm, AgentVersion, DeterministicRule
 from agents.selectors import (
@@ -708,30 +708,44 @@ def _capped(lines: list[str]) -> list[str]:
     return [*lines[:MAX_PROBLEMS_SHOWN], _("… and %(count)s more") % {"count": len(lines) - MAX_PROBLEMS_SHOWN}]
 
 
+# What an entry passes to the OS or the network as written, kept byte-exact by ``_composed``: a path is bytes on
+# Linux (a folder made on macOS keeps its decomposed Korean, and the composed spelling names no folder), a URL's
+# path is what the server routes, a secret is bytes. ``*`` is every value of a map (its names are composed).
+_AS_WRITTEN: dict[str, tuple[tuple[str, ...], ...]] = {
+    "servers": (("command",), ("args",), ("cwd",), ("url",), ("env", "*"), ("headers", "*")),
+    "agents": (("model", "secrets", "*"),),
+}
+
+
 def _composed(document: dict[str, Any]) -> dict[str, Any]:
-    """``document`` with every text composed (Unicode NFC; ``agents.deterministic.nfc_value``), names, keywords
+    """``document`` with every text composed (Unicode NFC; ``agent_platform.text.nfc_value``), names, keywords
     and regexes included: a rule named in decomposed Korean (macOS, a pasted file name) was stored beside its
-    composed namesake as a second rule. Secret values are kept exactly as given (a key is bytes, not words)."""
+    composed namesake as a second rule. What ``_AS_WRITTEN`` names is kept exactly as given: composed, a
+    server's decomposed folder no longer existed after an installation re-imported its own export."""
     composed = nfc_value(document)
-
-    def keep_secret_values(given: Any, normalized: Any) -> None:
-        if isinstance(given, dict) and isinstance(normalized, dict) and len(given) == len(normalized):
-            for (_name, spec), normalized_spec in zip(given.items(), normalized.values(), strict=True):
-                if isinstance(spec, dict) and isinstance(normalized_spec, dict) and "value" in spec:
-                    normalized_spec["value"] = spec["value"]
-
-    for section, maps in (("servers", (("env",), ("headers",))), ("agents", (("model", "secrets"),))):
-        given_entries, normalized_entries = document.get(section), composed.get(section)
-        if not (isinstance(given_entries, list) and isinstance(normalized_entries, list)):
+    for section, paths in _AS_WRITTEN.items():
+        given_entries, composed_entries = document.get(section), composed.get(section)
+        if not (isinstance(given_entries, list) and isinstance(composed_entries, list)):
             continue
-        for given_entry, normalized_entry in zip(given_entries, normalized_entries, strict=True):
-            for keys in maps:
-                given, normalized = given_entry, normalized_entry
-                for key in keys:
-                    given = given.get(key) if isinstance(given, dict) else None
-                    normalized = normalized.get(key) if isinstance(normalized, dict) else None
-                keep_secret_values(given, normalized)
+        for given_entry, composed_entry in zip(given_entries, composed_entries, strict=True):
+            for path in paths:
+                _keep_as_written(given_entry, composed_entry, path)
     return cast(dict[str, Any], composed)
+
+
+def _keep_as_written(given: Any, composed: Any, path: tuple[str, ...]) -> None:
+    """Put the value at ``path`` of ``given`` into ``composed`` (its composed copy) as written. A map's names
+    along the path are found composed, as ``nfc_value`` wrote them."""
+    if not (isinstance(given, dict) and isinstance(composed, dict)):
+        return
+    key, rest = path[0], path[1:]
+    keys = list(given) if key == "*" else [key] if key in given else []
+    for name in keys:
+        composed_name = nfc(name) if isinstance(name, str) else name
+        if rest:
+            _keep_as_written(given[name], composed.get(composed_name), rest)
+        else:
+            composed[composed_name] = copy.deepcopy(given[name])
 
 
 def _named_twice(config: ConfigDocument, extra: dict[str, Any], sections: dict[str, Any]) -> list[str]:

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agents.answers import TOOL_DATA_NOTICE
 from agents.deterministic import PLACEHOLDER
 from audit.visible import tool_data_block
-from mcpregistry.contracts import pydantic_message
+from mcpregistry.contracts import spec_message
 
 READ_RESOURCE_TOOL = "read_resource"
 
@@ -70,7 +70,7 @@ def mcp_context_settings(raw: Any) -> McpContextSettings:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "mcp_context"
-        raise ValueError(f"{where}: {pydantic_message(first)}") from exc
+        raise ValueError(f"{where}: {spec_message(first, McpContextSettings)}") from exc
 
 
 def read_resource_spec(uris: list[str]) -> dict[str, Any]:

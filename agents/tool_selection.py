@@ -32,7 +32,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_platform.text import nfc
-from mcpregistry.contracts import pydantic_message
+from mcpregistry.contracts import spec_message
 
 __all__ = [
     "EmbeddingRanker",
@@ -75,7 +75,7 @@ def tool_selection_settings(raw: Any) -> ToolSelectionSettings:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "tool_selection"
-        raise ValueError(f"{where}: {pydantic_message(first)}") from exc
+        raise ValueError(f"{where}: {spec_message(first, ToolSelectionSettings)}") from exc
 
 
 @dataclass(frozen=True)

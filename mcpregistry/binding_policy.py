@@ -219,7 +219,10 @@ def url_problem(url: str, allowed: Iterable[str], *, target: Literal["server", "
     """Why a server URL (``target="server"``, allowed by ``PLATFORM_MCP_ALLOW_PRIVATE_URLS``) or a model's base URL
     (``"model"``, allowed by ``PLATFORM_MODEL_ALLOW_PRIVATE_URLS``, the setting its refusal names) may not be used,
     or None. ``allowed`` is that setting's value."""
-    parsed = urlparse(url or "")
+    try:
+        parsed = urlparse(url or "")
+    except ValueError:  # a bracket left open ("http://[::1/v1"): no URL, and not a crash of the form or import
+        return _("Enter an http:// or https:// URL.")
     if parsed.scheme not in {"http", "https"} or not parsed.hostname:
         return _("Enter an http:// or https:// URL.")
     try:

@@ -366,11 +366,18 @@ def spec_problems(exc: PydanticValidationError, model: type[BaseModel], *, prefi
     for error in exc.errors():
         loc = list(error["loc"])
         where = ".".join([prefix, *map(str, loc)] if prefix else map(str, loc)) or "(root)"
-        if error["type"] == "extra_forbidden" and loc:
-            problems.append(f"{where}: {unknown_key_problem(str(loc[-1]), spec_keys(model, loc[:-1]) or [])}")
-        else:
-            problems.append(f"{where}: {pydantic_message(error)}")
+        problems.append(f"{where}: {spec_message(error, model)}")
     return problems
+
+
+def spec_message(error: Any, model: type[BaseModel]) -> str:
+    """One error of validating ``model`` as ``pydantic_message`` words it; a key ``model``'s shape does not have
+    is named with the keys it does have (the closest one suggested), where pydantic wrote only, in English,
+    "Extra inputs are not permitted"."""
+    loc = list(error.get("loc", ()))
+    if error.get("type") == "extra_forbidden" and loc:
+        return unknown_key_problem(str(loc[-1]), spec_keys(model, loc[:-1]) or [])
+    return pydantic_message(error)
 
 
 def unknown_key_problem(key: str, keys: Sequence[str]) -> str:

@@ -97,6 +97,16 @@ def _setting_secret_problem(name: str, entry: Any) -> str | None:
     return None
 
 
+def _http_url(url: str) -> bool:
+    """Whether ``url`` reads as an http(s) URL with a host part. One ``urlparse`` refuses (a bracket left open:
+    ``http://[::1/mcp``) is not one: it raised out of ``clean``, a traceback for an import, a 500 for the admin."""
+    try:
+        parsed = urlparse(url)
+    except ValueError:
+        return False
+    return parsed.scheme in {"http", "https"} and bool(parsed.netloc)
+
+
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110's token
 _HEADER_VALUE = re.compile(r"[\x20-\x7e\t]*")  # visible ASCII, spaces and tabs
 
@@ -257,8 +267,7 @@ class McpServer(AuditedModel):
                 # dropped.
                 self.url = ""
         else:
-            parsed = urlparse(self.url or "")
-            if parsed.scheme not in {"http", "https"} or not parsed.netloc:
+            if not _http_url(self.url or ""):
                 errors.setdefault("url", []).append(_("Enter an http:// or https:// URL."))
             elif problem := url_problem(self.url, settings.PLATFORM_MCP_ALLOW_PRIVATE_URLS) or (
                 # Where the URL changes: a server stored before the check still saves as it is.
