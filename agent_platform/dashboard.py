@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -162,16 +163,17 @@ def dashboard_usage(request: HttpRequest) -> dict[str, Any] | None:
     month_start, _end = period_bounds(Budget.Period.MONTH, now)
     month = runs.filter(created_at__gte=month_start)
 
-    def top(field: str) -> list[dict[str, Any]]:
+    def top(field: str, *shown: str, name: Callable[[dict[str, Any]], str]) -> list[dict[str, Any]]:
+        """The month's ``USAGE_ROWS`` dearest, grouped by ``field`` (an id: two keys of one name are two rows),
+        each named by ``name`` from the ``shown`` fields."""
         rows = (
             month.exclude(**{f"{field}__isnull": True})
-            .values(field)
+            .values(field, *shown)
             .annotate(tokens=Sum("tokens"), cost=Sum("cost_micros"), n=Count("id"))
-            .order_by("-cost", "-tokens")[:USAGE_ROWS]
+            .order_by("-cost", "-tokens", field)[:USAGE_ROWS]
         )
         return [
-            {"name": r[field], "runs": r["n"], "tokens": r["tokens"] or 0, "cost_usd": usd_text(r["cost"])}
-            for r in rows
+            {"name": name(r), "runs": r["n"], "tokens": r["tokens"] or 0, "cost_usd": usd_text(r["cost"])} for r in rows
         ]
 
     cost_micros = month.aggregate(c=Sum("cost_micros"))["c"] or 0
@@ -189,11 +191,16 @@ def dashboard_usage(request: HttpRequest) -> dict[str, Any] | None:
         "tokens_month": month.aggregate(t=Sum("tokens"))["t"] or 0,
         "cost_month": usd_text(cost_micros),
         "priced": bool(cost_micros),
-        "agents": top("agent__slug"),
-        "keys": top("api_key__name"),
+        "agents": top("agent", "agent__slug", name=lambda r: r["agent__slug"]),
+        # A key by its name and prefix, as the admin's list of keys shows it (``ApiKey.__str__``): names repeat.
+        "keys": top("api_key", "api_key__name", "api_key__prefix", name=_api_key_label),
         "budgets_url": _changelist_url(request, Budget),
         "prices_url": _changelist_url(request, ModelPrice),
     }
+
+
+def _api_key_label(row: dict[str, Any]) -> str:
+    return f"{row['api_key__name']} ({row['api_key__prefix']}…)"
 
 
 def dashboard_my_changes(request: HttpRequest) -> dict[str, Any]:

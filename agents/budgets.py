@@ -16,10 +16,13 @@ changed the period while it was in flight (``budget_update`` carries open reserv
 
 **The bound.** Before each model call the engine caps the call to what is left of the run's reservation
 (``agents.engine.input_token_bound`` bounds its input; ``max_tokens`` caps its output; a call whose input bound
-does not fit is not made: ``budget:run_ceiling``), so a run never spends more than its reservation and the
-period's spend never exceeds the limit (given the input bound, one token per UTF-8 byte, holds), unless the
-run's agent was switched to a dearer model after the run was admitted: such a run is charged what that model
-costs (``run_price``), past its reservation's cost if need be.
+does not fit is not made: ``budget:run_ceiling``; a call whose provider reports no usage is charged that input
+bound and its output counted the same way, at most its ``max_tokens``: ``agents.engine.usage_estimate``), so a run
+never spends more than its reservation and the period's spend never exceeds the limit (given the input bound, one
+token per UTF-8 byte, holds), unless the run's agent was switched to a dearer model after the run was admitted:
+such a run is charged what that model costs (``run_price``), past its reservation's cost if need be. A run
+cancelled while a live worker holds it keeps its reservation until that worker stops (a model call it has out
+spends up to what the reservation allows) or the reconciler finds its time up (``agents.services.run_cancel``).
 """
 
 from __future__ import annotations

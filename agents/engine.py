@@ -29,6 +29,7 @@ from langchain_core.messages import (
     messages_from_dict,
     messages_to_dict,
 )
+from langchain_core.messages.ai import UsageMetadata
 from langgraph.errors import GraphRecursionError
 from pydantic import ValidationError
 
@@ -314,6 +315,8 @@ def message_to_trace(message: BaseMessage, secrets: list[str]) -> dict[str, Any]
         entry["guardrail"] = mask_value(intervention, secrets=secrets)
     if isinstance(message, AIMessage) and is_history_answer(message):
         entry["history"] = True  # an earlier turn's answer (A2A contextId), given to the model: no turn of this run
+    if isinstance(message, AIMessage) and usage_was_estimated(message):
+        entry["usage_estimated"] = True  # its provider reported no usage: charged an upper bound of it
     if isinstance(message, ToolMessage):
         entry["tool_call_id"] = message.tool_call_id
         entry["name"] = message.name
@@ -670,8 +673,25 @@ def execute(plan: RunPlan) -> RunOutcome:
     # worker, whose turns were never stored) what its model_turn events say, whichever is more.
     spent_tokens = [max(_tokens_of(messages), plan.spent_before)]
     new_turns: list[AIMessage] = []
+    # The call under way: its input bound and the ``max_tokens`` it was given (``before_model_call``), which a
+    # turn whose provider reports no usage is charged (``usage_estimate``); whether the run has warned of one.
+    call_bounds: list[tuple[int, int | None]] = [(0, None)]
+    estimated: list[bool] = [False]
 
     def on_model_turn(message: AIMessage) -> None:
+        if plan.provider != "offline" and not _usage_reported(message):
+            # Charged nothing, such a turn made the run free and its later calls' caps as large as the whole
+            # reservation: the ceiling and the budget held nothing.
+            input_bound, max_tokens = call_bounds[0]
+            usage_estimate(message, input_bound=input_bound, max_tokens=max_tokens)
+            if not estimated[0]:
+                estimated[0] = True
+                logger.warning(
+                    "run %s: the model (%s %s) reported no token usage; each such turn is charged an upper bound",
+                    plan.run_id,
+                    plan.provider,
+                    plan.model_id,
+                )
         # The turn's tokens travel with its event: a run that ends without storing an outcome (cancelled, timed
         # out, its worker lost) is charged from these (``agents.budgets.run_spent_usage``).
         plan.emit("model_turn", {**message_to_trace(message, secrets), "usage": _token_usage([message])})
@@ -693,12 +713,16 @@ def execute(plan: RunPlan) -> RunOutcome:
     def before_model_call(messages: Sequence[BaseMessage], specs: list[dict[str, Any]]) -> dict[str, Any]:
         # The call may spend at most what is left of the reservation: its input bound must fit, and its output is
         # capped to the rest (see ``input_token_bound`` and the README's Budgets). The offline model reads nothing
-        # and spends no token: its turn is no call to bound (a small reservation failed every offline run).
-        if plan.token_ceiling is None or plan.provider == "offline":
+        # and spends no token: its turn is no call to bound (a small reservation failed every offline run). A run
+        # without a budget bounds its calls too: a turn whose provider reports no usage is charged the bound.
+        if plan.provider == "offline":
             return {}
         specs_json = json.dumps(specs, ensure_ascii=False, sort_keys=True, default=str)
         input_bound = input_token_bound(messages, specs_json=specs_json, previous_specs_json=previous_specs[0])
         previous_specs[0] = specs_json
+        if plan.token_ceiling is None:
+            call_bounds[0] = (input_bound, configured_max_tokens)
+            return {}
         left = plan.token_ceiling - spent_tokens[0]
         if input_bound >= left:
             raise TokenCeilingReached(
@@ -708,6 +732,7 @@ def execute(plan: RunPlan) -> RunOutcome:
         max_tokens = left - input_bound
         if configured_max_tokens is not None:
             max_tokens = min(max_tokens, configured_max_tokens)
+        call_bounds[0] = (input_bound, max_tokens)
         return {"max_tokens": max_tokens}
 
     graph = build_react_graph(
@@ -1232,10 +1257,11 @@ def _utf8_size(message: BaseMessage) -> int:
 def input_token_bound(messages: Sequence[BaseMessage], *, specs_json: str, previous_specs_json: str | None) -> int:
     """An upper bound on the input tokens of a model call over ``messages`` with these tool specs.
 
-    From the last model turn that reported its usage: that call's input and output tokens (what it read and what
-    it wrote are the prefix of this call) plus, for every message after it, one token per UTF-8 byte and
-    ``MESSAGE_OVERHEAD_TOKENS``; a conversation with no reported turn counts every message so. The tool specs
-    count one token per byte unless they are the previous call's (then they are in its input already). No
+    From the last model turn that reported its usage (or was charged an estimate of it, ``usage_estimate``): that
+    call's input and output tokens (what it read and what it wrote are the prefix of this call) plus, for every
+    message after it, one token per UTF-8 byte and ``MESSAGE_OVERHEAD_TOKENS``; a conversation with no reported
+    turn counts every message so. The tool specs count one token per byte unless they are the previous call's
+    (then they are in its input already, or in the estimate it was charged). No
     byte-level tokenizer (GPT, Claude, Llama, byte-fallback SentencePiece) makes more tokens of a text than it
     has bytes, so the bound holds but for a provider's own per-request preamble beyond the overheads counted."""
     start, bound = 0, 0
@@ -1253,6 +1279,39 @@ def input_token_bound(messages: Sequence[BaseMessage], *, specs_json: str, previ
     return bound
 
 
+# Set in a model turn's ``response_metadata`` where its usage is the platform's estimate (``usage_estimate``).
+USAGE_ESTIMATED = "usage_estimated"
+
+
+def _usage_reported(message: AIMessage) -> bool:
+    """Whether the provider reported the turn's tokens: a call reads at least its prompt, so a report of none
+    (a server that sends zeros where it counts nothing) is none."""
+    usage = message.usage_metadata
+    if not usage:
+        return False
+    return int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0) > 0
+
+
+def usage_was_estimated(message: AIMessage) -> bool:
+    return bool((message.response_metadata or {}).get(USAGE_ESTIMATED))
+
+
+def usage_estimate(message: AIMessage, *, input_bound: int, max_tokens: int | None) -> None:
+    """Give a model turn whose provider reported no usage an upper bound of it, as its own ``usage_metadata``
+    (marked ``usage_estimated`` in its ``response_metadata``): its call's input bound (``input_token_bound``, the
+    tool specs included where the previous call's input did not hold them) and its output counted as that bound
+    counts a message (one token per UTF-8 byte and ``MESSAGE_OVERHEAD_TOKENS``), never more than the
+    ``max_tokens`` it was given. The run's spend, its ceiling, the next calls' input bounds and its budgets then
+    count the turn as a reported one, and its stored conversation keeps the estimate for a resumed pass."""
+    output = _utf8_size(message)
+    if max_tokens is not None:
+        output = min(output, max_tokens)
+    message.usage_metadata = UsageMetadata(
+        input_tokens=input_bound, output_tokens=output, total_tokens=input_bound + output
+    )
+    message.response_metadata = {**(message.response_metadata or {}), USAGE_ESTIMATED: True}
+
+
 def _tokens_of(messages: list[BaseMessage]) -> int:
     usage = _token_usage(messages)
     return usage["input_tokens"] + usage["output_tokens"]
@@ -1260,12 +1319,15 @@ def _tokens_of(messages: list[BaseMessage]) -> int:
 
 def _token_usage(messages: list[BaseMessage]) -> dict[str, int]:
     """The run's tokens over every model turn of its conversation (a resumed run's earlier turns included, the
-    earlier turns of its A2A conversation not): input, output, total, and the prompt-cache reads and writes where
-    the provider reports them."""
+    earlier turns of its A2A conversation not): input, output, total, the prompt-cache reads and writes where
+    the provider reports them, and ``model_calls_estimated`` where it reported none for some (``usage_estimate``:
+    their tokens are upper bounds)."""
     totals = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "model_calls": 0}
     for m in messages:
         if isinstance(m, AIMessage) and not is_history_answer(m):
             totals["model_calls"] += 1
+            if usage_was_estimated(m):
+                totals["model_calls_estimated"] = totals.get("model_calls_estimated", 0) + 1
             usage: dict[str, Any] = dict(m.usage_metadata or {})
             for key in ("input_tokens", "output_tokens", "total_tokens"):
                 totals[key] += int(usage.get(key, 0) or 0)

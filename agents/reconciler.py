@@ -25,7 +25,8 @@ In order:
 7. **runs cancelled while they ran**: once the worker of a run cancelled while it ran is surely gone (its hard
    time limit has passed: the run's ``lease_expires_at``, which ``run_cancel`` set to it), the run's last
    ``status`` event (``cancelled``) is appended if that worker never wrote it (it died first), so that event
-   streams, the admin's live view and ``?wait`` see the run's end.
+   streams, the admin's live view and ``?wait`` see the run's end, and its budgets are settled (the cancellation
+   left its reservation to that worker, whose model call under way could still spend it).
 
 Steps 2 and 3 handle at most ``PLATFORM_RECONCILE_BATCH`` runs per pass, oldest first, so a backlog does not
 flood the broker.
@@ -281,8 +282,8 @@ def _end_approvals_of(run_id: Any) -> int:
 
 def _end_runs_cancelled_while_running(now: datetime) -> None:
     """Step 7: the ``cancelled`` event of each run cancelled while it ran whose worker's time is up (its
-    ``lease_expires_at`` passed) and who never wrote it; the lease is cleared (compare-and-swap), so each run is
-    handled once."""
+    ``lease_expires_at`` passed) and who never wrote it, with its budgets' settlement
+    (``RunEventWriter.emit_cancelled``); the lease is cleared (compare-and-swap), so each run is handled once."""
     batch = int(lifecycle_setting("PLATFORM_RECONCILE_BATCH"))
     due = list(
         Run.objects.filter(status=Run.Status.CANCELLED, lease_expires_at__lte=now)

@@ -74,9 +74,10 @@ def run_fail_unheld(*, run_id: Any, match: dict[str, Any], error_code: str, erro
     transaction; its approvals end and its budgets are settled in it.
 
     A failure that cannot be recorded whole (an approval of the run or its agent that cannot be read, such as a
-    secret this process cannot decrypt) is logged and recorded bare, the run's status and its ``status`` event: the
-    run never stays ``running`` because of what it left behind; its approvals end at the reconciler's step 6. Only
-    what a retry can fix (``RETRYABLE_ERRORS``: the database or the broker) is raised, for the caller to retry."""
+    secret this process cannot decrypt) is logged and recorded bare, the run's status and its ``status`` event, its
+    budgets settled: the run never stays ``running`` because of what it left behind; its approvals end at the
+    reconciler's step 6. Only what a retry can fix (``RETRYABLE_ERRORS``: the database or the broker) is raised,
+    for the caller to retry."""
     try:
         failed = _run_fail_recorded(run_id=run_id, match=match, error_code=error_code, error_message=error_message)
     except RETRYABLE_ERRORS:
@@ -98,7 +99,7 @@ def run_fail_unheld(*, run_id: Any, match: dict[str, Any], error_code: str, erro
 def _run_fail_recorded(
     *, run_id: Any, match: dict[str, Any], error_code: str, error_message: str, bare: bool = False
 ) -> bool:
-    """``run_fail_unheld``'s transaction. ``bare``: the status and its event alone."""
+    """``run_fail_unheld``'s transaction. ``bare``: the status, its event and the budgets' settlement alone."""
     with transaction.atomic():
         failed = Run.objects.filter(id=run_id, **match).update(
             status=Run.Status.FAILED,
@@ -114,7 +115,9 @@ def _run_fail_recorded(
             if not bare:
                 approvals_interrupted(run_id=run_id, why=error_code)
                 approvals_unused(run_id=run_id, why=error_code)
-                budget_settle(run_id=run_id)
+            # Bare too: the settlement reads no approval, and nothing settles a finished run's reservation later
+            # (it held its budget's room for good). Once: each reservation is settled by compare-and-swap.
+            budget_settle(run_id=run_id)
     return failed == 1
 
 
@@ -255,8 +258,13 @@ class RunEventWriter:
 
     def emit_cancelled(self) -> None:
         """The last ``status`` event of a run cancelled (written by whoever records its end: the cancel itself, the
-        worker that stopped, or the reconciler once that worker is surely gone)."""
-        self.emit("status", {"status": "cancelled", "answer": "", "error": "cancelled"})
+        worker that stopped, or the reconciler once that worker is surely gone), with its budgets' settlement in
+        the same transaction: a cancelled run's reservation, which a live worker's model call may still spend, is
+        given back only as its end is recorded, and whoever sees that end sees its spend counted. Settled once
+        (``budget_settle``: compare-and-swap; a later call adds only what was spent since)."""
+        with transaction.atomic():
+            budget_settle(run_id=self.run_id)
+            self.emit("status", {"status": "cancelled", "answer": "", "error": "cancelled"})
 
     def emit(self, kind: str, data: dict[str, Any]) -> None:
         self.emit_many([(kind, data)])

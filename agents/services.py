@@ -978,7 +978,9 @@ def run_cancel(*, run: Run, actor: str, source: Literal["admin", "api", "eval"] 
 
     A ``status`` event (``cancelled``) is appended where no live worker holds the run; a live worker appends its own
     when it stops, and the run's ``lease_expires_at`` is left at the end of that worker's hard time limit, by which
-    the reconciler appends it if the worker died first (``agents.reconciler``). Audited as ``run.cancel`` under
+    the reconciler appends it if the worker died first (``agents.reconciler``). Its budgets are settled likewise: at
+    once where no live worker holds the run, else by that worker as it stops (a model call it has out still spends
+    the reservation) or by the reconciler at that limit. Audited as ``run.cancel`` under
     ``source`` (``api`` when an API caller cancels, the key as ``actor``), with the approvals it ended. Returns the
     run, fresh. Raises ApplicationError 409 for a finished run."""
     now = timezone.now()
@@ -1028,10 +1030,13 @@ def run_cancel(*, run: Run, actor: str, source: Literal["admin", "api", "eval"] 
     )
     expired = approvals_unused(run_id=run.pk, why="cancelled", keep=carried_on, reason=CANCELLED_APPROVAL)
     ended = Approval.objects.filter(run_id=run.pk, status=Approval.Status.EXPIRED, reason=CANCELLED_APPROVAL)
-    # A running run is charged for the model calls it made so far (their events); its worker adds a call that was
-    # under way when it sees the cancellation (``agents.budgets.budget_settle``).
-    budget_settle(run_id=run.pk)
+    # Settled now where no worker holds the run, charged for the model calls it made (their events). A live worker
+    # may have a model call out that spends up to what the reservation allows: released now, that room was let to
+    # a new run while the call still spent it, and the period passed its limit. Its reservation holds until that
+    # worker records the run's end, or the reconciler does once that worker's time is up (step 7): each settles
+    # with the ``cancelled`` event (``RunEventWriter.emit_cancelled``, as here, where it finds this done).
     if worker_due is None:
+        budget_settle(run_id=run.pk)
         RunEventWriter(run_id=run.pk, secrets=[]).emit_cancelled()
     audit_event_record(
         source=source,
