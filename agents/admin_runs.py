@@ -23,6 +23,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.exceptions import NotRegistered
+from django.contrib.admin.filters import ListFilter
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -1274,6 +1275,18 @@ class DateDrillDownChangeList(ChangeList):
     """A change list whose date drill-down reads two rows, not the whole table (``_DrillDownRows``); the
     drill-down's filter itself (a range of the date) is Django's. For an admin with ``date_hierarchy`` over a
     large table (runs, audit events): its ``get_changelist``."""
+
+    def get_filters(self, request: HttpRequest) -> tuple[list[ListFilter], bool, dict[str, bool | str], bool, bool]:
+        try:
+            return super().get_filters(request)
+        except ValueError as exc:
+            year = _whole_number(self.params.get(f"{self.date_hierarchy}__year")) if self.date_hierarchy else None
+            if year != dt.MAXYEAR:
+                raise
+            # Django bounds a drilled-down year by the next one (``replace(year=year + 1)``): after 9999 there is
+            # none, and the ValueError was a server error. A filter out of range, answered as one (the list without
+            # its filters, and why: agent_platform/admin_filters.py), as a month or day past the last one is.
+            raise OverflowError(str(exc)) from exc
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)

@@ -11,6 +11,7 @@ import gzip
 import json
 import logging
 import os
+import re
 import threading
 import zlib
 from collections.abc import Callable, Iterator
@@ -52,7 +53,6 @@ from audit.chain import (
     json_value_plain,
     pending_hash,
     record_check,
-    sqlite_row_as_orm,
 )
 from audit.chain_keys import chain_keyring
 from audit.models import AuditChainHead, AuditCheckpoint, AuditEvent, AuditPendingEvent
@@ -139,7 +139,9 @@ def chain_break_words(problem: ChainBreak) -> str:
         case "missing":
             return _("seq %(first)s to %(last)s missing — removed") % {"first": problem.seq, "last": details["last"]}
         case "unreadable":
-            return _("%(event)s: unreadable (%(error)s) — altered") % {"event": event, "error": details["error"]}
+            return _("%(event)s: unreadable (%(error)s) — altered") % {
+                "event": event, "error": _stored_form_words(details["error"])
+            }  # fmt: skip
         case "hash_mismatch":
             return _("%(event)s: hash mismatch — altered") % {"event": event}
         case "prev_hash":
@@ -161,6 +163,15 @@ def chain_break_words(problem: ChainBreak) -> str:
                 return _("tail truncated: %(label)s says seq %(seq)s, last event is %(last)s") % values
             return _("tail truncated: %(label)s says seq %(seq)s, no event after seq %(last)s") % values
     return problem.message
+
+
+def _stored_form_words(error: Any) -> str:
+    """Why an event was unreadable, in the active language where it is a :class:`StoredForm` (else as it is)."""
+    if isinstance(error, StoredForm):
+        return _("%(column)s stored as %(stored)s, not in the form the platform writes") % {
+            "column": error.column, "stored": error.stored
+        }  # fmt: skip
+    return str(error)
 
 
 def _start_words(problem: ChainBreak) -> str:
@@ -312,13 +323,51 @@ def _events_checked(
 
 _RAW_VENDORS = ("postgresql", "sqlite")
 _RAW_NAMES = ("id", *(name for name in HASHED_FIELDS if name not in ("args", "result")), "hash", "mac", "nonce")
-# SQLite keeps a time as Django writes it, UTC without an offset (``2026-01-02 03:04:05.000006``): that form is
-# turned into the hashed text in the query; any other (no microseconds, an offset) comes back as it is stored and
-# is parsed as the ORM would (``audit.chain.sqlite_row_as_orm``).
-_SQLITE_CANONICAL_TIME = (
-    "CASE WHEN created_at GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9]."
-    "[0-9][0-9][0-9][0-9][0-9][0-9]' THEN replace(created_at, ' ', 'T') || '+00:00' ELSE created_at END"
-)
+# What Django writes on SQLite (django.db.backends.sqlite3): a time as ``str()`` of the naive UTC datetime (no
+# fraction where the microseconds are 0), a UUID as 32 lower-case hex digits, a bool as the integer 0 or 1. The
+# auditor's filters compare what is stored (``?since``, ``?run``, ``?agent``, a run's trace, ``?ok``), so a row
+# holding another spelling of the same value (an offset, upper case, 0.5) would hash alike and yet escape them:
+# only the writer's own form is read (``_sqlite_row_as_hashed``); any other is the event's problem, as altered.
+# The time and ``ok`` are read with a unary plus, which keeps the stored value but drops the declared type, so that
+# no converter of Django's parses it (any spelling) or turns it into a bool (anything but 1 as False).
+_SQLITE_TIME = re.compile(r"([0-9]{4}-[0-9]{2}-[0-9]{2}) ([0-9]{2}:[0-9]{2}:[0-9]{2})(\.(?!0{6})[0-9]{6})?")
+_SQLITE_UUID = re.compile(r"[0-9a-f]{32}")
+
+
+class StoredForm(str):
+    """Why a row is read as altered though its values would hash alike: a column stored in another form than the
+    platform writes (on SQLite). The English text, a ``str`` (the unreadable reason of
+    :class:`audit.chain.ChainBreak`), with the ``column`` and the ``stored`` value (its ``repr``) to word it."""
+
+    column: str
+    stored: str
+
+    def __new__(cls, column: str, stored: Any) -> StoredForm:
+        text = f"{column} stored as {stored!r}, not in the form the platform writes"
+        problem = super().__new__(cls, text)
+        problem.column, problem.stored = column, repr(stored)
+        return problem
+
+
+def _sqlite_row_as_hashed(record: dict[str, Any]) -> StoredForm | None:
+    """A raw SQLite row's time, run id and ``ok`` put in the form the hash takes, in place (as
+    :func:`audit.chain.record_check` would, without a parse); the first that is not stored as the platform writes
+    it, if any (the record is then not to be hashed)."""
+    created = record["created_at"]
+    parts = _SQLITE_TIME.fullmatch(created) if isinstance(created, str) else None
+    if parts is None:
+        return StoredForm("created_at", created)
+    record["created_at"] = f"{parts[1]}T{parts[2]}{parts[3] or '.000000'}+00:00"
+    run_id = record["run_id"]
+    if run_id is not None:
+        if not (isinstance(run_id, str) and _SQLITE_UUID.fullmatch(run_id)):
+            return StoredForm("run_id", run_id)
+        record["run_id"] = f"{run_id[:8]}-{run_id[8:12]}-{run_id[12:16]}-{run_id[16:20]}-{run_id[20:]}"
+    ok = record["ok"]
+    if type(ok) is not int or ok not in (0, 1):
+        return StoredForm("ok", ok)
+    record["ok"] = ok == 1
+    return None
 
 
 def _events_raw(
@@ -326,16 +375,17 @@ def _events_raw(
 ) -> Iterator[tuple[dict[str, Any], EventCheck]]:
     """The fast path of :func:`_events_checked` (``as_hashed``): one SQL query, streamed (a server-side cursor on
     PostgreSQL), rows turned into the hashed form without the ORM's per-value converters and each hashed and its
-    MAC checked (:func:`audit.chain.record_check`). On SQLite a time comes back as UTC without an offset and
-    ``ok`` as 0/1: both are given back as the ORM would."""
+    MAC checked (:func:`audit.chain.record_check`). On SQLite the time, the run id and ``ok`` come back as
+    stored, and must be stored exactly as the platform writes them (:func:`_sqlite_row_as_hashed`)."""
     table = connection.ops.quote_name(AuditEvent._meta.db_table)
     as_text = "::text" if connection.vendor == "postgresql" else ""
     selected = {name: name for name in _RAW_NAMES}
     if connection.vendor == "postgresql":  # the time and the run id in the text the hash takes (audit/chain.py)
         selected["created_at"] = POSTGRES_CANONICAL_TIME
         selected["run_id"] = "run_id::text"
-    else:  # SQLite: the time (the run id is 32 hex digits there, made canonical in Python)
-        selected["created_at"] = _SQLITE_CANONICAL_TIME
+    else:  # SQLite: the time and ``ok`` as stored, checked and made canonical in Python (see _SQLITE_TIME)
+        selected["created_at"] = "+created_at"
+        selected["ok"] = "+ok"
     columns = ", ".join((*selected.values(), f"args{as_text}", f"result{as_text}"))
     bounds = [(">=", low), ("<=", high)]
     where = " AND ".join(f"seq {op} %s" for op, value in bounds if value is not None)
@@ -361,12 +411,15 @@ def _raw_checked(row: tuple[Any, ...], sqlite: bool, keyring: ChainKeyring) -> t
     record = {name: row[slot] for name, slot in _PLAIN_SLOTS}
     record["args"], args_plain = json_value_plain(row[-2])
     record["result"], result_plain = json_value_plain(row[-1])
-    if sqlite:
-        sqlite_row_as_orm(record)
+    stored_form = _sqlite_row_as_hashed(record) if sqlite else None
     nonce = row[_NONCE_SLOT]
     if nonce is not None:  # hashed only where there is one (audit/chain.py)
         record["nonce"] = nonce
-    checked = record_check(record, row[_MAC_SLOT], keyring, plain=args_plain and result_plain)
+    checked: EventCheck = (
+        (None, stored_form, None)
+        if stored_form is not None
+        else record_check(record, row[_MAC_SLOT], keyring, plain=args_plain and result_plain)
+    )
     record["id"], record["hash"], record["mac"], record["nonce"] = row[_ID_SLOT], row[_HASH_SLOT], row[_MAC_SLOT], nonce
     return record, checked
 
@@ -895,6 +948,7 @@ def audit_archive_verify(paths: list[Path], *, checkpoint_file: Path | None = No
         return report, summaries
     start: tuple[int, str] | None = None
     signed_in: Path | None = None
+    unvouched: tuple[Path, int, int] | None = None  # the first file nothing authenticated yet: its last seq, index
     for path in paths:
         verifier = archive_file_verify(
             path, start=start, recorded=recorded, report=report, keyring=keyring, anchors=anchors.by_seq, signed=signed
@@ -902,11 +956,22 @@ def audit_archive_verify(paths: list[Path], *, checkpoint_file: Path | None = No
         if report.problem:
             return report, summaries
         summaries.append(report.notes.pop())
+        if _archive_vouched_for(verifier, recorded):
+            unvouched = None  # a file linked to the ones before it vouches for them too: its chain holds their hash
+        elif unvouched is None:
+            unvouched = (path, verifier.last_seq, len(summaries) - 1)
         if signed is not None and verifier.last_seq - verifier.count < signed[0] <= verifier.last_seq:
             signed_in = path
         report.count += verifier.count
         report.head_seq, report.head_hash = verifier.last_seq, verifier.last_hash
         start = (verifier.next_seq, verifier.last_hash)
+    if unvouched is not None:
+        report.problem = _(
+            "archive %(path)s: its lines carry no MAC and the database holds no checkpoint at seq %(seq)s that "
+            "vouches for it — unauthenticated (anyone can write such a file: check it against the database that "
+            "archived it)"
+        ) % {"path": unvouched[0], "seq": unvouched[1]}
+        return report, summaries[: unvouched[2]]  # no "verified" line for what is not
     if signed is not None:
         report.notes.append(
             _signed_checked_note(signed[0], signed_in)
@@ -915,6 +980,18 @@ def audit_archive_verify(paths: list[Path], *, checkpoint_file: Path | None = No
             % {"seq": signed[0]}
         )
     return report, summaries
+
+
+def _archive_vouched_for(verifier: ChainVerifier, recorded: dict[int, str]) -> bool:
+    """Whether an archive file that verified is authenticated: its lines carry MACs (checked), or its last hash is
+    the one of the database's checkpoint at its end (MAC-checked, ``recorded``) or of an anchor or signed checkpoint
+    file at its last seq (checked as the file was walked). A file without MACs (written before events had one, or
+    stripped of them) is otherwise only a chain of hashes, which anyone can compute."""
+    return (
+        verifier.keyring is not None
+        or recorded.get(verifier.last_seq) == verifier.last_hash
+        or verifier.last_seq in verifier.anchors
+    )
 
 
 def _signed_checkpoint_of_archives(path: Path, report: ChainReport) -> tuple[int, str] | None:

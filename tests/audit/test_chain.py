@@ -119,7 +119,8 @@ def insert_raw(event: dict[str, Any]) -> int:
     values = [
         json.dumps(event[name], ensure_ascii=False) if name in ("args", "result") else event[name] for name in columns
     ]
-    values[columns.index("created_at")] = event["created_at"].isoformat()
+    # As Django writes it on SQLite (naive UTC, ``str``): verification refuses another spelling of the same time.
+    values[columns.index("created_at")] = str(event["created_at"].astimezone(dt.UTC).replace(tzinfo=None))
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO audit_auditevent ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))})", values
@@ -776,7 +777,7 @@ for seq in (1, 2, 3):
         cursor.execute(
             "INSERT INTO audit_auditevent (seq, prev_hash, hash, created_at, source, action, mcp_id, tool, call_id,"
             " args, ok, reason, attempt, actor) VALUES (%s, %s, %s, %s, 'agent', 'tool.call', 'demo', 'old', '',"
-            " '{}', 1, '', 1, '')", [seq, event["prev_hash"], prev, event["created_at"].isoformat()])
+            " '{}', 1, '', 1, '')", [seq, event["prev_hash"], prev, str(event["created_at"].replace(tzinfo=None))])
 with connection.cursor() as cursor:
     cursor.execute("UPDATE audit_auditchainhead SET seq = 3, hash = %s WHERE id = 1", [prev])
 """
