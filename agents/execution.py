@@ -50,6 +50,7 @@ from agents import engine
 from agents.approvals import RunApprovals
 from agents.budgets import budget_settle, run_spent_usage, run_usage_fields, token_ceiling_sql
 from agents.config_cache import run_parts
+from agents.conversations import in_context
 from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_time_limits
 from agents.errors import RunCancelled
 from agents.models import Agent, Approval, Run
@@ -503,9 +504,11 @@ CONVERSATION_TURNS = 10
 
 
 def conversation_history(run: Run) -> list[dict[str, str]]:
-    """The earlier turns of the run's conversation: the succeeded runs of the same agent and caller (API key) with
-    the same ``context.contextId`` (A2A's conversation id), created before this one, at most
-    ``CONVERSATION_TURNS``, oldest first, as their stored (masked) question and answer. None without a contextId.
+    """The earlier turns of the run's conversation: the succeeded runs of the same agent and caller (API key) in
+    the conversation its ``context.contextId`` names (A2A's conversation id: ``agents.conversations.in_context``,
+    which also finds the run whose own id it is where that run keeps none, as its task reports it), created before
+    this one, at most ``CONVERSATION_TURNS``, oldest first, as their stored (masked) question and answer. None
+    without a contextId.
 
     A shadow run replays its live run, so it is given its live run's history (that caller's live turns before it),
     not the earlier shadows of the contextId: those belong to whichever calls were sampled, of any caller (a shadow
@@ -531,11 +534,11 @@ def conversation_history(run: Run) -> list[dict[str, str]]:
     turns = Run.objects.filter(
         agent_id=run.agent_id,
         api_key_id=run.api_key_id,
-        context__contextId=str(context_id),
         status=Run.Status.SUCCEEDED,
         purpose=run.purpose,
         created_at__lt=run.created_at,
     )
+    turns = turns.filter(in_context(turns, str(context_id)))
     if run.purpose == Run.Purpose.EVAL:
         # The runs of a result of the eval run that holds a result of this run.
         turns = turns.filter(eval_results__eval_run__results__run_id=run.pk)

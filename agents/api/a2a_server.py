@@ -17,7 +17,8 @@ official ``a2a-sdk`` 1.x client speaks it).
 A task is a run: its id is the run's id; its status's ``timestamp`` is when the run reached its state (finished,
 else its latest ``status`` event), which ``ListTasks`` orders and filters by; its ``contextId`` is the
 conversation, kept in the run's ``context`` (``contextId``) with the caller's ``metadata.context`` (``userId``,
-``sessionId``, ``chatbotId``…). A message's
+``sessionId``, ``chatbotId``…); a run kept without one (sent to REST without one, or by MCP) reports its own id,
+and a message sent under that id goes on in its conversation (``agents.conversations``). A message's
 parts map onto the run as the REST API maps an A2A message (``agents.api.a2a``): text → query, data → ``a2a_data``,
 url/raw → ``a2a_files`` metadata. The message's ``messageId`` is the run's idempotency key (a retried send gets
 the same task). ``awaiting_approval`` is ``TASK_STATE_INPUT_REQUIRED``: its status message names the pending calls;
@@ -50,7 +51,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.db import transaction
-from django.db.models import OuterRef, Q, QuerySet, Subquery
+from django.db.models import OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 from django.utils import translation
@@ -62,7 +63,7 @@ from rest_framework.exceptions import ValidationError
 
 from agent_platform.errors import ApplicationError
 from agent_platform.text import nfc
-from agents.api.a2a import run_input_from_message
+from agents.api.a2a import context_id_problem, run_input_from_message
 from agents.api.config import api_setting
 from agents.api.protocol_http import (
     KeyRecheck,
@@ -86,6 +87,7 @@ from agents.api.serializers import PART_CONTENTS, A2AMessageSerializer, A2APartF
 from agents.api.throttling import stream_slot_release
 from agents.approvals import approval_decide
 from agents.config_cache import RunConfiguration, described_configuration, tools_served
+from agents.conversations import context_id_of, in_context, same_context
 from agents.models import Agent, ApiKey, Approval, Run, RunEvent
 from agents.run_state import RunEventWriter, run_row_lock
 from agents.selectors import (
@@ -97,6 +99,8 @@ from agents.selectors import (
 )
 from agents.services import request_digest, run_cancel, run_submit
 from audit.change_guard import config_generation
+from audit.masking import mask_text
+from mcpregistry.crypto import SecretDecryptionError
 
 logger = logging.getLogger(__name__)
 
@@ -281,9 +285,31 @@ def agent_card(*, agent: Agent, root: str) -> dict[str, Any]:
 
 
 def agent_description(agent: Agent, served: ServedAgent) -> str:
-    """What an agent does, for a card: the first line of the system prompt it runs with, else its name."""
-    prompt = served.system_prompt.strip()
-    return prompt.splitlines()[0][:500] if prompt else agent.name
+    """What an agent does, for a card: the first line of the system prompt it runs with, masked as its runs are
+    (``prompt_summary``), else its name."""
+    secrets = description_secrets(agent, served.configuration)
+    return prompt_summary(served.system_prompt, secrets=secrets, max_chars=500) or agent.name
+
+
+def description_secrets(agent: Agent, configuration: RunConfiguration) -> list[str]:
+    """The secrets a run of ``agent`` with ``configuration`` is masked with (as ``agents.execution`` collects
+    them: the configuration's ``server_secrets``, its servers' and the other bindings' credentials, and the agent's
+    model key), for what shows its system prompt to a caller: its cards and its MCP tool. An admin may have written
+    a binding's token into the prompt, which every API caller was shown. A secret this process cannot decrypt is
+    not known here, so not among them (``described_configuration`` says the same of the servers')."""
+    try:
+        own = agent.secret_values()
+    except SecretDecryptionError:
+        own = []
+    return [*configuration.server_secrets, *own]
+
+
+def prompt_summary(prompt: str, *, secrets: list[str], max_chars: int) -> str:
+    """The first line of ``prompt`` ("" for none), masked (``audit.masking.mask_text``: ``secrets``, those this
+    process registered, and what looks like a credential) before it is cut to ``max_chars``: a secret cut in two is
+    not found."""
+    masked = mask_text(prompt.strip(), secrets=secrets)
+    return masked.splitlines()[0][:max_chars] if masked else ""
 
 
 def agent_skills(served: ServedAgent) -> list[dict[str, Any]]:
@@ -419,16 +445,6 @@ def _timestamp(run: Run) -> str:
 
 def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def context_id_of(run: Run) -> str:
-    return str((run.context or {}).get("contextId") or run.id)
-
-
-def same_context(given: str, run: Run) -> bool:
-    """Whether a caller's ``given`` contextId is ``run``'s, compared composed: a run stores its context composed
-    (``agents.services.run_input_guarded``), and Korean typed on macOS comes decomposed."""
-    return nfc(given) == context_id_of(run)
 
 
 def _agent_message(run: Run, suffix: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -593,15 +609,14 @@ def message_send(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> Ru
     parts = message.get("parts")
     if not isinstance(parts, list) or not parts:
         raise invalid_params(_("The message needs at least one part."))
+    metadata = _object_param(params, "metadata")
+    context = _request_context(metadata, message)
     if message.get("taskId"):
         return _answer_input(agent=agent, api_key=api_key, message=message)
     rest_message = {"role": "user", "parts": [_rest_part(p, i) for i, p in enumerate(parts)]}
     serializer = A2AMessageSerializer(data=rest_message)
     if not serializer.is_valid():
         raise invalid_params(_("The message is not valid: %(errors)s") % {"errors": _fields_text(serializer.errors)})
-    metadata = an_object(params.get("metadata"))
-    context = an_object(metadata.get("context"))
-    context = {**context, "contextId": str(message.get("contextId") or uuid.uuid4())}
     run_input = run_input_from_message(serializer.validated_data, context=context)
     if len(run_input.query) > settings.PLATFORM_RUN_QUERY_MAX_CHARS:
         raise invalid_params(
@@ -626,6 +641,30 @@ def message_send(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> Ru
             raise message_id_reused() from None
         raise
     return submission.run
+
+
+def _request_context(metadata: dict[str, Any], message: dict[str, Any]) -> dict[str, Any]:
+    """The run's context from a ``SendMessageRequest``'s ``metadata.context`` (``userId``, ``sessionId``…), with
+    its conversation: the message's ``contextId``, else the context's own, else a new one. As the REST API reads a
+    request's ``context``: one that is not an object, a ``contextId`` in it that is not text, or one that differs
+    from the message's, is refused (each was dropped without a word: the run went into another conversation)."""
+    context = metadata.get("context")
+    if context is None:
+        context = {}
+    if not isinstance(context, dict):
+        raise invalid_params(_("'%(field)s' must be an object.") % {"field": "metadata.context"})
+    problem = context_id_problem(context, field="metadata.context.contextId")
+    if problem is not None:
+        raise invalid_params(problem)
+    given = message.get("contextId")
+    if given and "contextId" in context and nfc(context["contextId"]) != nfc(given):
+        raise invalid_params(
+            _(
+                "'message.contextId' and 'metadata.context.contextId' differ: send one of them, or the same value in "
+                "both."
+            )
+        )
+    return {**context, "contextId": str(given or context.get("contextId") or uuid.uuid4())}
 
 
 def message_id_reused() -> ApplicationError:
@@ -892,8 +931,14 @@ def tasks_list(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> dict
         .filter(api_key=api_key, agent=agent)
         .annotate(status_at=status_at_expression())
     )
-    if params.get("contextId") is not None:
-        runs = runs.filter(_of_context(runs, str(params["contextId"])))
+    context_id = params.get("contextId")
+    if context_id is not None:
+        if not isinstance(context_id, str) or len(context_id) > MESSAGE_ID_MAX_CHARS:  # {"a": 1} found nothing
+            raise invalid_params(
+                _("'%(key)s' must be text of at most %(max)d characters.")
+                % {"key": "contextId", "max": MESSAGE_ID_MAX_CHARS}
+            )
+        runs = runs.filter(in_context(runs, context_id))
     state = params.get("status")
     if state not in (None, "", "TASK_STATE_UNSPECIFIED"):
         if state not in A2A_TASK_STATES:
@@ -906,6 +951,7 @@ def tasks_list(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> dict
     size = LIST_PAGE_SIZE if params.get("pageSize") is None else params["pageSize"]
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= LIST_PAGE_MAX:
         raise invalid_params(_("'pageSize' must be a whole number from 1 to %(max)d.") % {"max": LIST_PAGE_MAX})
+    include_artifacts = _flag_param(params, "includeArtifacts")
     total = runs.count()
     ordered = runs.order_by("-status_at", "-id")
     if params.get("pageToken"):
@@ -917,28 +963,11 @@ def tasks_list(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> dict
     tasks = []
     for run in page:
         task = task_of(run, history_length=0 if history is None else history)
-        if params.get("includeArtifacts") is not True:  # a boolean: "false" is no yes
+        if not include_artifacts:
             task.pop("artifacts", None)
         tasks.append(task)
     token = _page_token(page[-1]) if more and page else ""
     return {"tasks": tasks, "nextPageToken": token, "pageSize": size, "totalSize": total}
-
-
-def _of_context(runs: QuerySet[Any], context_id: str) -> Q:
-    """Which of ``runs`` are tasks that report ``context_id`` as their ``contextId`` (``context_id_of``): those
-    that keep it in their context, and the run whose id it is where that run keeps none (a REST run sent without
-    one, every MCP run), whose task reports its own id. Filtering on the context alone missed that one. Compared
-    composed, as runs keep it (``same_context``)."""
-    context_id = nfc(context_id)
-    matches = Q(context__contextId=context_id)
-    try:
-        run_id = uuid.UUID(context_id)
-    except ValueError:
-        run_id = None
-    own = runs.filter(pk=run_id).first() if run_id is not None else None
-    if own is not None and same_context(context_id, own):
-        matches |= Q(pk=own.pk)
-    return matches
 
 
 def _in_utc(moment: datetime) -> datetime:
@@ -973,6 +1002,26 @@ def _page_cursor(token: Any) -> tuple[datetime, uuid.UUID]:
         raise invalid_params(_("'pageToken' is not one this server gave.")) from None
 
 
+def _flag_param(params: dict[str, Any], name: str) -> bool:
+    """A boolean member of ``params``: absent (or null) is false; anything but true or false ("false", "yes", 1)
+    is refused, as A2A's own JSON binding refuses it, not read as one or the other."""
+    value = params.get(name)
+    if value is not None and not isinstance(value, bool):
+        raise invalid_params(_("'%(name)s' must be true or false.") % {"name": name})
+    return bool(value)
+
+
+def _object_param(params: dict[str, Any], name: str) -> dict[str, Any]:
+    """An object member of ``params`` (``configuration``, ``metadata``): absent (or null) is an empty one; anything
+    else (a list, a string) is refused: what it asked for was silently not done."""
+    value = params.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise invalid_params(_("'%(field)s' must be an object.") % {"field": name})
+    return value
+
+
 def _history_length(params: dict[str, Any]) -> int | None:
     """``historyLength``: absent (the whole history), or a whole number 0 or more; anything else (-1, "3", 1.5)
     is refused, not taken for absent."""
@@ -998,16 +1047,15 @@ def rpc_call(*, agent: Agent, api_key: ApiKey, method: str, params: dict[str, An
     ``("wait", run, history_length)`` tuple for a blocking ``SendMessage`` (the view waits without holding a thread).
     Raises A2AError or ApplicationError."""
     if method == "SendMessage":
-        configuration = an_object(params.get("configuration"))
+        configuration = _object_param(params, "configuration")
         history_length = _history_length(configuration)  # refused before the run exists, never after
-        return_immediately = configuration.get("returnImmediately")
-        if return_immediately is not None and not isinstance(return_immediately, bool):  # "false" is no yes
-            raise invalid_params(_("'%(name)s' must be true or false.") % {"name": "returnImmediately"})
+        return_immediately = _flag_param(configuration, "returnImmediately")  # "false" is no yes
         run = message_send(agent=agent, api_key=api_key, params=params)
         if return_immediately or run.status in STOPPED:
             return {"task": task_of(run, history_length=history_length)}
         return ("wait", run, history_length)
     if method == "SendStreamingMessage":
+        _object_param(params, "configuration")  # as SendMessage reads it: a list is refused, not ignored
         before = 0
         message = an_object(params.get("message"))
         if message.get("taskId"):  # answering input: follow the task from where it is now

@@ -45,7 +45,8 @@ from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
 
 from agent_platform.errors import ApplicationError
-from agents.api.a2a_server import served_system_prompt
+from agents.api.a2a import CONTEXT_ID_MAX_CHARS, context_id_problem
+from agents.api.a2a_server import description_secrets, prompt_summary
 from agents.api.config import api_setting
 from agents.api.protocol_http import (
     KeyRecheck,
@@ -68,9 +69,11 @@ from agents.api.protocol_http import (
     tool_progress_text,
 )
 from agents.api.throttling import stream_slot_release
-from agents.models import Agent, ApiKey, Approval, Run
+from agents.config_cache import described_configuration
+from agents.models import Agent, AgentVersion, ApiKey, Approval, Run
 from agents.selectors import agent_list_for_key, run_events_after, run_tool_calls
 from agents.services import run_cancel, run_create, secrets_readable_or_refused
+from audit.change_guard import config_generation
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +90,14 @@ def input_schema() -> dict[str, Any]:
         "type": "object",
         "properties": {
             "query": {"type": "string", "description": _("The question for the agent.")},
-            "context": {"type": "object", "description": _("A2A context: userId, sessionId, chatbotId, …")},
+            "context": {
+                "type": "object",
+                "description": _("A2A context: userId, sessionId, chatbotId, …"),
+                # The conversation (A2A's contextId): text, not blank, as ``tool_call_start`` checks it.
+                "properties": {
+                    "contextId": {"type": "string", "minLength": 1, "maxLength": CONTEXT_ID_MAX_CHARS, "pattern": r"\S"}
+                },
+            },
             "data": {"type": "object", "description": _("Structured input (one entry of the run's a2a_data).")},
         },
         "required": ["query"],
@@ -120,12 +130,9 @@ def tool_name(agent: Agent) -> str:
     return f"{TOOL_PREFIX}{agent.slug}"
 
 
-def tool_of(agent: Agent, live_prompt: str | None = None) -> dict[str, Any]:
-    """The agent as an MCP tool, described by the prompt live traffic runs with (``served_system_prompt``, as its
-    A2A card is): a published agent's unpublished draft is not what a call of it runs, and must not be announced.
-    ``live_prompt``: that prompt where the caller read it already (``tools_listed``)."""
-    prompt = (served_system_prompt(agent) if live_prompt is None else live_prompt).strip()
-    summary = prompt.splitlines()[0][:300] if prompt else ""
+def tool_of(agent: Agent, summary: str) -> dict[str, Any]:
+    """The agent as an MCP tool, described by ``summary``: the first line of the prompt live traffic runs with,
+    masked (``tools_listed``)."""
     asked = _("Ask the agent '%(name)s'.") % {"name": agent.name}
     return {
         "name": tool_name(agent),
@@ -137,18 +144,29 @@ def tool_of(agent: Agent, live_prompt: str | None = None) -> dict[str, Any]:
 
 
 def tools_listed(*, api_key: ApiKey) -> list[dict[str, Any]]:
-    """``tools/list``: one tool per agent the key may use (sync), each described by its live version's prompt: read
-    in one query, that prompt alone (a version's content holds every contract it froze)."""
+    """``tools/list``: one tool per agent the key may use (sync), each described as its A2A card is: by the prompt
+    live traffic runs with (``served_system_prompt``: a published agent's unpublished draft is not what a call of it
+    runs, and must not be announced), masked with the secrets its runs are masked with (``description_secrets``).
+    The live prompts are read in one query, that prompt alone, and the live versions without their content (a
+    version's content holds every contract it froze): the configuration that names the secrets is this process's
+    copy while the configuration has not changed (``described_configuration``)."""
     agents = agent_list_for_key(api_key=api_key)
-    live_prompts = dict(
-        Agent.objects.filter(pk__in=[agent.pk for agent in agents], live_version__isnull=False).values_list(
-            "pk", "live_version__content__agent__system_prompt"
-        )
-    )
-    return [
-        tool_of(agent, live_prompt=live_prompts[agent.pk] or "" if agent.pk in live_prompts else None)
-        for agent in agents
-    ]
+    live = {
+        pk: (version_id, prompt)
+        for pk, version_id, prompt in Agent.objects.filter(
+            pk__in=[agent.pk for agent in agents], live_version__isnull=False
+        ).values_list("pk", "live_version_id", "live_version__content__agent__system_prompt")
+    }
+    versions = AgentVersion.objects.defer("content").in_bulk([version_id for version_id, _prompt in live.values()])
+    generation = config_generation()
+    tools = []
+    for agent in agents:
+        version_id, prompt = live.get(agent.pk, (None, agent.system_prompt))
+        version = versions.get(version_id) if version_id is not None else None
+        configuration = described_configuration(agent=agent, version=version, generation=generation)
+        secrets = description_secrets(agent, configuration)
+        tools.append(tool_of(agent, prompt_summary(prompt or "", secrets=secrets, max_chars=300)))
+    return tools
 
 
 def call_result(run: Run) -> dict[str, Any]:
@@ -239,6 +257,9 @@ def tool_call_start(*, api_key: ApiKey, params: dict[str, Any], session_id: str,
     for field in ("context", "data"):
         if field in arguments and not isinstance(arguments[field], dict):
             raise ApplicationError(_("'%(field)s' must be an object.") % {"field": field}, code="invalid_input")
+    problem = context_id_problem(arguments.get("context") or {}, field="context.contextId")
+    if problem is not None:  # a number was kept as it came: the run's conversation, which nothing finds
+        raise ApplicationError(problem, code="invalid_input")
     with secrets_readable_or_refused():  # a secret this process cannot decrypt: config:secret_unreadable, as REST
         return run_create(
             agent_slug=agents[name].slug,

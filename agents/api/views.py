@@ -44,6 +44,7 @@ from agents.api.serializers import (
     A2AFileSerializer,
     A2AMessageSerializer,
     ApprovalOutputSerializer,
+    RunContextField,
     RunOutputSerializer,
     RunPageSerializer,
     RunSummarySerializer,
@@ -128,8 +129,10 @@ class RunCreateApi(ApiView):
             required=False, trim_whitespace=True, allow_blank=False, help_text="The question. Not with `message`."
         )
         message = A2AMessageSerializer(required=False, help_text="An A2A message instead of `query`/`data`/`files`.")
-        context = serializers.DictField(
-            required=False, default=dict, help_text="A2A context: userId, sessionId, chatbotId, …"
+        context = RunContextField(
+            required=False,
+            default=dict,
+            help_text="A2A context: userId, sessionId, chatbotId, …; `contextId` (the conversation) is text.",
         )
         data = serializers.ListField(
             child=serializers.DictField(), required=False, default=list, max_length=100, help_text="A2A data objects."

@@ -724,5 +724,5 @@ def test_list_tasks_filters_pages_and_counts_as_a2a_says(api_caller: ApiCaller, 
     assert bad["error"]["code"] == -32602
     no_date = rpc(client, "company-assistant", "ListTasks", {"statusTimestampAfter": "2024-13-45T00:00:00Z"})
     assert no_date["error"]["code"] == -32602  # it was an internal error (-32603)
-    loose = rpc(client, "company-assistant", "ListTasks", {"pageSize": None, "includeArtifacts": "false"})["result"]
+    loose = rpc(client, "company-assistant", "ListTasks", {"pageSize": None, "includeArtifacts": None})["result"]
     assert loose["pageSize"] == 50 and all("artifacts" not in t for t in loose["tasks"])
