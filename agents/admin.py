@@ -315,6 +315,9 @@ class AgentForm(forms.ModelForm):
             if cleaned.get(name) in (None, ""):
                 cleaned[name] = getattr(self.instance, name)
         servers = cleaned.get("servers")
+        if servers is not None:
+            # The model's validation (next) checks the flow's server against the servers posted, not those stored.
+            self.instance.servers_given = [server.mcp_id for server in servers]
         self._check_settings(servers)
         self._check_tool_choice(cleaned, servers)
         if servers is not None:

@@ -60,6 +60,39 @@ def named_tool_refused(*, setting: str, model_id: str) -> str:
     )
 
 
+def rule_params_secret_problem(params: Any) -> str | None:
+    """Why a rule's ``params`` may not be stored, or None: a secret in them is stored, shown and exported in clear
+    while the audit hides it (a rule's, and a version's frozen rule's: ``agents.services.version_content_problems``).
+    A text with a placeholder is filled in from the query at run time: judged without its placeholders, and where
+    that holds no secret, as the mask (``{"token": "Bearer {context.token}"}`` is fine)."""
+    from agents.deterministic import PLACEHOLDER
+    from audit.masking import MASK, holds_secret
+    from mcpregistry.binding_policy import setting_secret_problem
+
+    def placeholders_masked(value: Any) -> Any:
+        if isinstance(value, str) and PLACEHOLDER.search(value):
+            rest = PLACEHOLDER.sub(" ", value)
+            return rest if holds_secret(rest) else MASK
+        if isinstance(value, dict):
+            return {key: placeholders_masked(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [placeholders_masked(item) for item in value]
+        return value
+
+    where = str(_("a secret header or environment value of the rule's server"))
+    problem = setting_secret_problem("params", placeholders_masked(params), where)
+    return str(problem) if problem else None
+
+
+def empty_keyword_problems(when: dict[str, Any]) -> list[str]:
+    """An empty keyword of a rule's (valid) conditions is in every query: the rule would match all of them."""
+    return [
+        str(_("%(field)s: an empty keyword matches every query; remove it.") % {"field": name})
+        for name in ("all_keywords", "any_keywords")
+        if any(not str(k).strip() for k in when.get(name) or [])
+    ]
+
+
 class Agent(AuditedModel):
     """An agent: a system prompt, a model, the MCP servers whose tools it may call, and its rules."""
 
@@ -224,9 +257,11 @@ class Agent(AuditedModel):
     # Set on a probe that checks a version's frozen settings (``agents.services.version_content_problems``): what
     # its runs read as they read stored settings is not refused as a new value would be.
     checked_as_frozen = False
-    # Set on that probe too: the MCP ids the version's content names (its ``servers``), which its runs bind; a
-    # probe has no servers of its own (``_flow_callable_servers``).
-    frozen_servers: list[str] | None = None
+    # The MCP ids the agent binds once this save is done, where its validation cannot read them from the row
+    # (``_flow_callable_servers``): a version's probe has its content's ``servers``, which its runs bind; a change
+    # that binds servers has those it binds (``agents.services.agent_create`` / ``agent_update``, the admin's
+    # form), since the many-to-many is set after the row is validated. None: the stored binding.
+    servers_given: list[str] | None = None
 
     class Meta:
         verbose_name = _("agent")
@@ -540,8 +575,9 @@ class Agent(AuditedModel):
         can call (``_flow_callable_servers``): its ``mcp_id``, or where it names none and the graph is a shipped
         template, the templates' default (``agents.flows.common.default_mcp_id``). A value that is no object failed
         every run as ``internal``; a typo or another server, every run as ``mcp:not_loaded`` or with the default
-        server. The server is checked where the options, the mode or the graph change (a server unbound later does
-        not make every other save of the agent fail).
+        server. The server is checked where the options, the mode, the graph or the servers bound change (a server
+        unbound by another change, a deleted one, does not make every other save of the agent fail; a save that
+        unbinds the very server the flow calls is refused).
 
         A graph no longer registered (stored so, unchanged) is not imported for its module's keys: the stored
         options' keys, accepted when it was, are kept beside ``FLOW_OPTIONS``."""
@@ -571,6 +607,7 @@ class Agent(AuditedModel):
             self.pk is None
             or options != stored
             or any(getattr(self, name) != stored_value(self, name) for name in ("mode", "flow_graph"))
+            or self._binding_changes()
         )
         if not flow_changed:
             return problems
@@ -602,14 +639,20 @@ class Agent(AuditedModel):
         return problems
 
     def _flow_callable_servers(self) -> list[str]:
-        """The MCP ids a flow of this agent can call, as its validation can know them: those it binds once stored
-        with servers, else every registered one. The servers are a many-to-many set after the row is validated
-        (by the services and the admin), so a new agent's, or a change made together with the agent's, are not
-        seen here. A version's probe has its content's, exactly (``frozen_servers``): its runs bind those."""
-        if self.frozen_servers is not None:
-            return sorted(self.frozen_servers)
+        """The MCP ids a flow of this agent can call: those the save binds where it is told them (``servers_given``:
+        a version's content, a change that binds servers; exactly, as its runs bind those), else those it binds
+        once stored with servers, else every registered one (a save made without the services, whose binding is
+        not known here)."""
+        if self.servers_given is not None:
+            return sorted(self.servers_given)
         bound = sorted(self.servers.values_list("mcp_id", flat=True)) if self.pk is not None else []
         return bound or sorted(McpServer.objects.values_list("mcp_id", flat=True))
+
+    def _binding_changes(self) -> bool:
+        """Whether this save of a stored agent binds other servers than it binds now (``servers_given``)."""
+        if self.pk is None or self.servers_given is None:
+            return False
+        return set(self.servers_given) != set(self.servers.values_list("mcp_id", flat=True))
 
 
 class DeterministicRule(AuditedModel):
@@ -706,11 +749,9 @@ class DeterministicRule(AuditedModel):
         from django.core.exceptions import ValidationError
         from pydantic import ValidationError as PydanticValidationError
 
-        from agents.deterministic import PLACEHOLDER, WhenSpec, placeholder_problems, template_problems
+        from agents.deterministic import WhenSpec, placeholder_problems, template_problems
         from agents.providers import supports_tool_choice
         from agents.tools import CodeRuleError, load_code_rule
-        from audit.masking import MASK, holds_secret
-        from mcpregistry.binding_policy import setting_secret_problem
         from mcpregistry.contracts import argument_constraints, spec_problems
 
         errors: dict[str, list[str]] = {}
@@ -746,23 +787,12 @@ class DeterministicRule(AuditedModel):
                 )
                 if outside:
                     errors["force_first_tool"] = outside
-        if self.params and (self.pk is None or self.params != stored_value(self, "params")):
-            # A secret in the params is stored, shown and exported in clear while the audit hides it. A text with
-            # a placeholder is filled in from the query at run time: judged without its placeholders, and where
-            # that holds no secret, as the mask ({"token": "Bearer {context.token}"} is fine).
-            def placeholders_masked(value: Any) -> Any:
-                if isinstance(value, str) and PLACEHOLDER.search(value):
-                    rest = PLACEHOLDER.sub(" ", value)
-                    return rest if holds_secret(rest) else MASK
-                if isinstance(value, dict):
-                    return {key: placeholders_masked(item) for key, item in value.items()}
-                if isinstance(value, list):
-                    return [placeholders_masked(item) for item in value]
-                return value
-
-            where = str(_("a secret header or environment value of the rule's server"))
-            if problem := setting_secret_problem("params", placeholders_masked(self.params), where):
-                errors["params"] = [problem]
+        if (
+            self.params
+            and (self.pk is None or self.params != stored_value(self, "params"))
+            and (problem := rule_params_secret_problem(self.params))
+        ):
+            errors["params"] = [problem]
         if self.code:
             try:
                 _fn, mcp_id = load_code_rule(self.code)
@@ -794,17 +824,9 @@ class DeterministicRule(AuditedModel):
             except PydanticValidationError as exc:
                 errors["when"] = spec_problems(exc, WhenSpec)
             else:
-                empty = [
-                    name
-                    for name in ("all_keywords", "any_keywords")
-                    if any(not str(k).strip() for k in (self.when or {}).get(name) or [])
-                ]
+                empty = empty_keyword_problems(self.when or {})
                 if empty and (self.pk is None or switched_on or self.when != stored_value(self, "when")):
-                    # An empty keyword is in every query: the rule would match all of them.
-                    errors["when"] = [
-                        str(_("%(field)s: an empty keyword matches every query; remove it.") % {"field": name})
-                        for name in empty
-                    ]
+                    errors["when"] = empty
             # Checks that came after rules were stored read only what changed: a stored rule saves as it is (its
             # literal braces, which its tool may read itself; a template naming a parameter it never sent; text
             # where its tool takes another type), unless it is switched on.

@@ -25,7 +25,17 @@ from agents.budgets import budget_reserve, budget_settle
 from agents.config_cache import SubmissionParts, submission_parts
 from agents.decision_reasons import CANCELLED_APPROVAL
 from agents.dispatch import run_dispatch, run_time_limits
-from agents.models import Agent, AgentArm, AgentVersion, ApiKey, Approval, DeterministicRule, Run
+from agents.models import (
+    Agent,
+    AgentArm,
+    AgentVersion,
+    ApiKey,
+    Approval,
+    DeterministicRule,
+    Run,
+    empty_keyword_problems,
+    rule_params_secret_problem,
+)
 from agents.run_state import SECRET_UNREADABLE, RunEventWriter, approvals_interrupted, approvals_unused
 from agents.selectors import rules_calling, servers_leaving
 from agents.versions import (
@@ -157,13 +167,29 @@ def _settings_checked(
         raise ValidationError(problems)
 
 
+@contextmanager
+def _servers_given(agent: Agent, servers: list[McpServer] | None) -> Iterator[None]:
+    """Within: ``agent``'s validation reads ``servers`` as those it binds (``Agent.servers_given``; None: the
+    stored ones). The many-to-many is set after the row is validated: a flow's server was checked against the
+    servers bound before the save (a new agent: every registered one), and a flow calling one the save leaves out
+    was accepted, every run failing."""
+    agent.servers_given = None if servers is None else [server.mcp_id for server in servers]
+    try:
+        yield
+    finally:
+        agent.servers_given = None
+
+
 def agent_create(*, actor: Any, via: str, data: Mapping[str, Any], servers: Iterable[McpServer] = ()) -> Agent:
     """Define an agent with its bound servers (published at once when it is set to publish on save). Raises
-    ValidationError where its tool selection or MCP context could never work with those servers."""
+    ValidationError where its tool selection or MCP context could never work with those servers, or its flow
+    calls a server it does not bind."""
     servers = list(servers)
     _settings_checked(Agent(), data, servers, creating=True)
     with transaction.atomic(), change_scope(actor=actor, via=via):
-        agent = audited_save(Agent(), actor=actor, via=via, data=data, m2m={"servers": list(servers)})
+        agent = Agent()
+        with _servers_given(agent, servers):
+            audited_save(agent, actor=actor, via=via, data=data, m2m={"servers": list(servers)})
         _publish_if_on_save(agent, actor=actor, via=via)
     return agent
 
@@ -184,7 +210,8 @@ def agent_update(
     the agent would stop binding a server its enabled rules call (``unbinding_refused``); ``check_rules=False``:
     the caller checks that once its rules are changed too (an import). Raises ValidationError
     (``tool_selection``, ``mcp_context``) where those settings, or the servers, change so that they could never
-    work (``_settings_checked``).
+    work (``_settings_checked``), and (``model_params``) where the flow's options, mode or graph, or the servers,
+    change so that the flow calls a server the agent does not bind (``Agent._flow_options_problems``).
 
     Writes only what this change sets (``audit.changes.audited_save``): an admin's form instance read before a
     publish does not put back the ``live_version`` or ``shadow_version`` it was read with. The change scope takes
@@ -197,9 +224,10 @@ def agent_update(
     _settings_checked(agent, data, servers, creating=False)
     with transaction.atomic(), change_scope(actor=actor, via=via):
         before = _stored_before_edit(agent)
-        audited_save(
-            agent, actor=actor, via=via, data=data, m2m=None if servers is None else {"servers": list(servers)}
-        )
+        with _servers_given(agent, servers):
+            audited_save(
+                agent, actor=actor, via=via, data=data, m2m=None if servers is None else {"servers": list(servers)}
+            )
         if _edit_publishes_on_save(agent, before, live_named="live_version" in (data or {})):
             _publish_on_save(agent, actor=actor, via=via)
     return agent
@@ -487,7 +515,7 @@ def version_content_problems(*, agent: Agent, content: VersionContent | dict[str
     probe = Agent(slug=agent.slug, name=agent.name, model_secrets=agent.model_secrets, time_limit_s=agent.time_limit_s)
     probe.checked_as_frozen = True  # its max_tokens read as its runs read it (a version frozen with "100")
     # Its flow's server must be one the version binds, as an agent's must be one the agent binds.
-    probe.frozen_servers = [str(mcp_id) for mcp_id in content.get("servers") or []]
+    probe.servers_given = [str(mcp_id) for mcp_id in content.get("servers") or []]
     mistyped = _mistyped_fields(Agent, {name: frozen_agent[name] for name in AGENT_FIELDS if name in frozen_agent})
     for name, message in mistyped.items():
         problems.append(f"agent.{name}: {message}")
@@ -586,8 +614,11 @@ def _missing_servers_warnings(agent: Agent, number: int, content: VersionContent
 
 
 def _frozen_rule_check(rule: dict[str, Any]) -> None:
-    """A frozen rule's values, as ``DeterministicRule.clean`` checks a rule's (without its server's tools: the
-    version's run reads those)."""
+    """A frozen rule's values, as ``DeterministicRule.clean`` checks a new rule's (without its server's tools: the
+    version's run reads those): a server and a tool named, no empty keyword (it matched every query), no secret in
+    its params (stored, shown on the version's page and exported in clear; an imported version's were taken
+    unchecked). A rule for a server the version does not bind is no problem here: it stays, and its runs fail it
+    as seed 000 says (``agents.selectors.deterministic_rule_specs``)."""
     from pydantic import ValidationError as PydanticValidationError
 
     from agents.deterministic import WhenSpec, placeholder_problems
@@ -618,6 +649,15 @@ def _frozen_rule_check(rule: dict[str, Any]) -> None:
         elif isinstance(when, dict) and not errors:
             for field_name, found in placeholder_problems(when, params, str(rule.get("answer_template") or "")).items():
                 errors.setdefault(field_name, []).extend(found)
+        if "when" not in errors and isinstance(when, dict) and (empty := empty_keyword_problems(when)):
+            errors["when"] = empty
+        if "mcp_id" not in errors and not rule.get("mcp_id"):
+            errors["mcp_id"] = [_("Choose the server (or give a code rule).")]
+        if "tool_name" not in errors and not rule.get("tool_name"):
+            errors["tool_name"] = [_("Name the tool to call (or give a code rule).")]
+    params = rule.get("params")
+    if isinstance(params, dict) and params and (problem := rule_params_secret_problem(params)):
+        errors.setdefault("params", []).append(problem)
     if errors:
         raise ValidationError(errors)
 

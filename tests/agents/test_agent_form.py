@@ -67,11 +67,13 @@ def test_a_flow_agent_and_its_settings_are_saved(admin_client: Client) -> None:
     from mcpregistry.models import McpServer
 
     # The template calls the default server (PLATFORM_FLOW_DEFAULT_MCP_ID): an agent that could not is refused.
-    McpServer.objects.create(
+    # Bound: its runs call only the servers the agent binds (a flow calling one it does not bind is refused).
+    server = McpServer.objects.create(
         mcp_id="sds-company-data", name="demo", transport="streamable_http", url="http://127.0.0.1:9/mcp"
     )
     response = admin_client.post(
-        "/admin/agents/agent/add/", agent_post(mode="flow", flow_graph="agents.flows.sequential.build_graph")
+        "/admin/agents/agent/add/",
+        agent_post(mode="flow", flow_graph="agents.flows.sequential.build_graph", servers=[str(server.pk)]),
     )
     assert response.status_code == 302
     agent = Agent.objects.get(slug="flowing")
