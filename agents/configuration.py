@@ -710,10 +710,10 @@ def _capped(lines: list[str]) -> list[str]:
 
 # What an entry passes to the OS or the network as written, kept byte-exact by ``_composed``: a path is bytes on
 # Linux (a folder made on macOS keeps its decomposed Korean, and the composed spelling names no folder), a URL's
-# path is what the server routes, a secret is bytes. ``*`` is every value of a map (its names are composed).
+# path is what the server routes (a model's ``base_url`` too), a secret is bytes. ``*`` is every value of a map (its names are composed).
 _AS_WRITTEN: dict[str, tuple[tuple[str, ...], ...]] = {
     "servers": (("command",), ("args",), ("cwd",), ("url",), ("env", "*"), ("headers", "*")),
-    "agents": (("model", "secrets", "*"),),
+    "agents": (("model", "secrets", "*"), ("model", "params", "base_url")),
 }
 
 

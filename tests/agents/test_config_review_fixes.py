@@ -177,3 +177,18 @@ def test_the_agent_form_tells_an_unknown_tool_selection_key_only_with_the_valid_
     )
     shown = errors_shown(response.content.decode())
     assert TOPK_IN_KOREAN in shown and "Extra inputs are not permitted" not in shown
+
+
+def test_a_model_base_url_with_a_decomposed_korean_path_re_imports_unchanged(settings: Any) -> None:
+    """The model server routes the path as written: composed, it named another path."""
+    from agents.services import agent_create
+
+    settings.PLATFORM_MODEL_ALLOW_PRIVATE_URLS = ["127.0.0.1"]
+    url = "http://127.0.0.1:8000/" + unicodedata.normalize("NFD", "모델") + "/v1"
+    data = {"slug": "llm", "name": "llm", "model_provider": "openai_compatible", "model_id": "m"}
+    agent = agent_create(actor="t", via="tests", data={**data, "model_params": {"base_url": url}}, servers=[])
+
+    report = config_import(actor="t", document=config_export())
+
+    assert "agent llm" not in report.updated
+    assert Agent.objects.get(pk=agent.pk).model_params["base_url"] == url
