@@ -7,12 +7,18 @@ headers are only believed from a proxy: a peer whose address is in ``PLATFORM_TR
 set it to the proxies' own addresses where other hosts share those ranges). From any other peer
 (``ForwardedHeadersMiddleware``) they are dropped before anything reads them: a client that reaches the web
 server directly could otherwise claim 127.0.0.1 (and read ``/metrics``, dodge its login lockout and bad-key
-throttle) or claim HTTPS."""
+throttle) or claim HTTPS.
+
+An address is read by ``ipaddress`` wherever it comes from: a proxy that appends ``IP:port`` (Azure Application
+Gateway, IIS ARR) or ``[v6]:port`` gives its host, and an entry that is no address at all is never taken for a
+client's identity (the proxy's own address stands in, and it is logged once)."""
 
 from __future__ import annotations
 
 import functools
 import ipaddress
+import logging
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,6 +28,14 @@ from django.http import HttpRequest, HttpResponse
 FORWARDED_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_X_FORWARDED_PROTO", "HTTP_X_FORWARDED_HOST", "HTTP_FORWARDED")
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+logger = logging.getLogger(__name__)
+
+# ``[2001:db8::1]:443``, ``[2001:db8::1]``, ``203.0.113.5:40001``: a host and the port a proxy appended.
+_BRACKETED = re.compile(r"\[(?P<host>[^\]]+)\](?::[0-9]{1,5})?")
+_WITH_PORT = re.compile(r"(?P<host>[^:]+):[0-9]{1,5}")
+_unreadable_entry_logged = False
 
 
 @functools.lru_cache(maxsize=8)
@@ -45,18 +59,80 @@ def from_trusted_proxy(meta: Mapping[str, Any]) -> bool:
     return any(peer in network for network in _networks(tuple(n for n in configured if n != "unix")))
 
 
-def client_ip(meta: Mapping[str, Any]) -> str:
-    """``REMOTE_ADDR``; behind ``PLATFORM_PROXY_HOPS`` trusted proxies (each appending to ``X-Forwarded-For``),
-    the address the outermost of them saw, where the peer is one of them (``from_trusted_proxy``). Entries further
-    left are the client's own claims and are never used: anyone can send ``X-Forwarded-For``. Returns
-    ``"unknown"`` when there is nothing to go by."""
-    remote = str(meta.get("REMOTE_ADDR") or "").strip()
+def ip_canonical(text: str) -> str | None:
+    """The one spelling of an address that the login lockouts key, record and lift it by: as ``ipaddress`` reads
+    it (``2001:DB8:0::1`` → ``2001:db8::1``), an IPv4-mapped IPv6 address as its IPv4, so that both spellings meet
+    (a dual-stack socket reports the IPv4 client 10.0.0.7 as ``::ffff:10.0.0.7``, Python 3.11 writes that
+    ``::ffff:a00:7``: each is ``10.0.0.7``). None where ``text`` is no address."""
+    try:
+        address = ipaddress.ip_address(text.strip())
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
+
+
+def _spelled(address: Address) -> str:
+    # An IPv4-mapped address keeps its form (``/metrics``' allowlist tells ``::ffff:0:0/96`` from ``10.0.0.0/8``),
+    # its IPv4 part dotted, as Python 3.13 writes it (3.11 writes ``::ffff:a00:7``).
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return f"::ffff:{address.ipv4_mapped}"
+    return str(address)
+
+
+def _address_of(entry: str) -> Address | None:
+    """The address of an ``X-Forwarded-For`` entry: the entry itself, or the host of ``IP:port`` and ``[v6]:port``
+    (proxies that append the client's port). None where it is no address."""
+    match = _BRACKETED.fullmatch(entry) or _WITH_PORT.fullmatch(entry)  # never an address as it stands
+    try:
+        return ipaddress.ip_address(match["host"] if match else entry)
+    except ValueError:
+        return None
+
+
+def forwarded_client(meta: Mapping[str, Any]) -> str | None:
+    """The address the outermost of ``PLATFORM_PROXY_HOPS`` trusted proxies (each appending to
+    ``X-Forwarded-For``) saw, where the peer is one of them (``from_trusted_proxy``); entries further left are the
+    client's own claims and are never used: anyone can send ``X-Forwarded-For``. None where no proxy says who the
+    client is: no hops, a peer that is no trusted proxy, fewer entries than hops, or an entry that is no address
+    (logged at warning once per process: a proxy that writes such entries leaves every client behind it with its
+    own address)."""
+    global _unreadable_entry_logged
     hops = int(getattr(settings, "PLATFORM_PROXY_HOPS", 0))
-    if hops > 0 and from_trusted_proxy(meta):
-        forwarded = [part.strip() for part in str(meta.get("HTTP_X_FORWARDED_FOR") or "").split(",") if part.strip()]
-        if len(forwarded) >= hops:
-            return forwarded[-hops][:64]
-    return remote[:64] or "unknown"
+    if hops <= 0 or not from_trusted_proxy(meta):
+        return None
+    forwarded = [part.strip() for part in str(meta.get("HTTP_X_FORWARDED_FOR") or "").split(",") if part.strip()]
+    if len(forwarded) < hops:
+        return None
+    address = _address_of(forwarded[-hops])
+    if address is not None:
+        return _spelled(address)
+    if not _unreadable_entry_logged:
+        _unreadable_entry_logged = True
+        logger.warning(
+            "X-Forwarded-For entry %r (PLATFORM_PROXY_HOPS=%d from the end) is no IP address; the proxy's own "
+            "address is used as the client's (logged once)",
+            forwarded[-hops][:64],
+            hops,
+        )
+    return None
+
+
+def client_ip(meta: Mapping[str, Any]) -> str:
+    """The client's address: the one the trusted proxies forwarded (``forwarded_client``), else ``REMOTE_ADDR``.
+    Spelled as ``ipaddress`` reads it, a port a proxy appended left off; an IPv4-mapped address keeps its form here
+    (the login lockouts read it as its IPv4: ``ip_canonical``). A ``REMOTE_ADDR`` that is no address (the web
+    server's, never a client's, text) is returned as it is, to 64 characters; ``"unknown"`` when there is nothing
+    to go by."""
+    forwarded = forwarded_client(meta)
+    if forwarded is not None:
+        return forwarded
+    remote = str(meta.get("REMOTE_ADDR") or "").strip()
+    try:
+        return _spelled(ipaddress.ip_address(remote))
+    except ValueError:
+        return remote[:64] or "unknown"
 
 
 class ForwardedHeadersMiddleware:

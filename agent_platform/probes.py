@@ -36,7 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from agent_platform.client_ip import FORWARDED_HEADERS, client_ip
+from agent_platform.client_ip import FORWARDED_HEADERS, client_ip, forwarded_client
 from agent_platform.errors import database_unreachable
 from audit.archive import TOOL_CALL_BUCKETS_S
 from audit.masking import mask_text
@@ -251,12 +251,11 @@ def _forwarded_client_unknown(meta: Mapping[str, Any]) -> bool:
     """Whether a proxy forwarded the request (it carries forwarded headers, which ``ForwardedHeadersMiddleware``
     left only on a trusted proxy's requests) without saying who the client is: no ``PLATFORM_PROXY_HOPS``, or
     fewer ``X-Forwarded-For`` entries than hops. ``client_ip`` is then the proxy's own address, loopback for a
-    proxy on this machine, and every client behind it would pass for a local scraper."""
+    proxy on this machine, and every client behind it would pass for a local scraper. So does an entry that is
+    no address (``unknown``): ``client_ip`` falls back to the proxy's own address then (``forwarded_client``)."""
     if not any(meta.get(name) for name in FORWARDED_HEADERS):
         return False
-    hops = int(settings.PLATFORM_PROXY_HOPS)
-    forwarded = [part for part in str(meta.get("HTTP_X_FORWARDED_FOR") or "").split(",") if part.strip()]
-    return hops <= 0 or len(forwarded) < hops
+    return forwarded_client(meta) is None
 
 
 def _scraper_allowed(request: HttpRequest) -> bool:

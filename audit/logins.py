@@ -13,6 +13,12 @@ The lockout is written to the audit record once (``security.lockout``); lifting 
 ``manage.py unlock_login``) is audited too (``security.lockout_lift``). A successful login clears the username's
 count (not the address's: one good account must not reset a guesser's count for others).
 
+A username and an address are each counted, locked, recorded and lifted under one spelling, however they were
+typed or arrived: a username stripped, casefolded and composed (NFC: Korean typed on macOS comes decomposed), an
+address as ``ipaddress`` reads it, an IPv4-mapped one as its IPv4 (``agent_platform.client_ip.ip_canonical``).
+Counts and lockouts written under an older spelling (before this rule) are no longer consulted: they lapse with
+their window or lockout, minutes.
+
 Who signed in, and who tried, is on the record too: every wrong password (the admin's form, Basic auth, the old
 password on the own password page) is a
 ``security.login_failed`` event with the address and the path it came to; its username only when such a user
@@ -28,7 +34,6 @@ rate limits: an outage of Redis must not lock everyone out.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import logging
 import math
 import time
@@ -44,7 +49,8 @@ from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.utils.translation import gettext as _
 
-from agent_platform.client_ip import client_ip
+from agent_platform.client_ip import client_ip, ip_canonical
+from agent_platform.text import nfc
 from audit.services import audit_event_record
 
 logger = logging.getLogger(__name__)
@@ -76,7 +82,13 @@ class Lockout:
 
 
 def _normalized_username(username: str) -> str:
-    return username.strip().casefold()[:150]
+    """A username as the lockouts compare it: stripped, casefolded, composed (NFC; casefolding may decompose)."""
+    return nfc(nfc(username.strip()).casefold())[:150]
+
+
+def _normalized_ip(ip: str) -> str:
+    """An address as the lockouts key and record it (``ip_canonical``); text that is no address as it is."""
+    return ip_canonical(ip) or ip
 
 
 def _key(kind: Literal["fail", "lock"], subject: Subject, value: str) -> str:
@@ -90,7 +102,7 @@ def _subjects(username: str | None, ip: str) -> list[tuple[Subject, str]]:
     if username:
         found.append(("user", _normalized_username(username)))
     if ip and ip != "unknown":
-        found.append(("ip", ip))
+        found.append(("ip", _normalized_ip(ip)))
     return found
 
 
@@ -127,7 +139,7 @@ def login_failed_audit(*, username: str | None, ip: str, path: str) -> None:
         source="admin",
         action=FAILED_ACTION,
         tool="login",
-        args={"user": username if known else None, "ip": ip, "path": path[:200]},
+        args={"user": username if known else None, "ip": _normalized_ip(ip), "path": path[:200]},
         ok=False,
         reason="login:failed:password" if known else "login:failed:unknown_user",
         actor=GUARD_ACTOR,
@@ -135,9 +147,14 @@ def login_failed_audit(*, username: str | None, ip: str, path: str) -> None:
 
 
 def login_audit(*, user: Any, ip: str, action: str) -> None:
-    """A sign-in (``security.login``) or sign-out (``security.logout``) of a person, on the record."""
+    """A sign-in (``security.login``) or sign-out (``security.logout``) of a person, on the record, its address
+    spelled as the lockouts spell it."""
     audit_event_record(
-        source="admin", action=action, tool="login", args={"ip": ip}, actor=f"admin:{user.get_username()}"
+        source="admin",
+        action=action,
+        tool="login",
+        args={"ip": _normalized_ip(ip)},
+        actor=f"admin:{user.get_username()}",
     )
 
 
@@ -237,6 +254,7 @@ def password_check_throttled(*, username: str, ip: str, path: str, check: Callab
     down (``security.login_failed``) and stays counted; the one that fills a limit starts its lockout. A right one
     clears the username's count and takes itself off the address's (one good account must not reset a guesser's
     count for others). A check that raises counts as nothing."""
+    ip = _normalized_ip(ip)
     if login_lockout_get(username=username, ip=ip) is not None:
         raise PermissionDenied
     counts = _reserve(_subjects(username, ip))
@@ -265,12 +283,13 @@ def login_success_record(*, username: str) -> None:
 
 
 def login_subject_parse(user_or_ip: str) -> tuple[Subject, str]:
-    """``"10.0.0.7"`` → ("ip", "10.0.0.7"); anything that is not an IP address is a username."""
-    text = user_or_ip.strip()
-    try:
-        return "ip", str(ipaddress.ip_address(text))
-    except ValueError:
-        return "user", _normalized_username(text)
+    """``"10.0.0.7"`` and ``"::ffff:10.0.0.7"`` → ("ip", "10.0.0.7"); anything that is not an IP address is a
+    username (``"감사자"``, composed or not → ("user", "감사자")): each spelled as a failure or lockout of it is
+    recorded."""
+    address = ip_canonical(user_or_ip)
+    if address is not None:
+        return "ip", address
+    return "user", _normalized_username(user_or_ip)
 
 
 def login_lockout_lift(*, user_or_ip: str, actor: str) -> bool:

@@ -105,6 +105,9 @@ def test_metrics_refuse_a_client_a_proxy_on_this_machine_forwarded(settings: Any
     settings.PLATFORM_PROXY_HOPS = 1  # the client's own address, outside the allowed networks
     assert via_local_proxy.get("/metrics", **forwarded).status_code == 403
     assert via_local_proxy.get("/metrics", HTTP_X_FORWARDED_PROTO="https").status_code == 403  # no address given
+    # An entry that is no address (a proxy writing "unknown"): the client stands for the proxy's loopback no more.
+    assert via_local_proxy.get("/metrics", HTTP_X_FORWARDED_FOR="unknown").status_code == 403
+    assert via_local_proxy.get("/metrics", HTTP_X_FORWARDED_FOR="127.0.0.1:5544").status_code == 200  # its host
 
     assert via_local_proxy.get("/metrics", HTTP_X_FORWARDED_FOR="127.0.0.1").status_code == 200  # a local scraper
     assert via_local_proxy.get("/metrics").status_code == 200  # straight to the web server, no proxy
