@@ -1,8 +1,10 @@
 """Traces (OpenTelemetry) and JSON log lines: small helpers the rest of the code calls in a few places.
 
 Tracing is opt-in by the standard ``OTEL_*`` variables: it is on when ``OTEL_TRACES_EXPORTER`` names an exporter
-(``otlp``, ``console``) or ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set, and
-``OTEL_SDK_DISABLED`` is not true. ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES`` and the exporter's own
+(``otlp``, ``console``, or both as the spec's comma-separated list) or ``OTEL_EXPORTER_OTLP_ENDPOINT`` /
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set, and ``OTEL_SDK_DISABLED`` is not true. An exporter this platform
+does not ship (``zipkin``, ``jaeger``, a typo) leaves traces off with a warning at start, naming it, rather than
+exporting OTLP to wherever the default endpoint points. ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES`` and the exporter's own
 variables (headers, timeout) are read by the SDK; the service is named ``agent-platform`` only where neither names
 it. The exporter speaks OTLP over HTTP with protobuf only: an ``OTEL_EXPORTER_OTLP_PROTOCOL`` (or ``…_TRACES_…``)
 naming another (``grpc``, ``http/json``) leaves traces off with a warning at start, rather than sending HTTP to a
@@ -59,15 +61,28 @@ _configured_lock = threading.Lock()
 _configured = False
 
 
+# The exporters OTEL_TRACES_EXPORTER may name (``none``, alone, turns traces off).
+TRACES_EXPORTERS = ("otlp", "console")
+
+
+def traces_exporters(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The exporters ``OTEL_TRACES_EXPORTER`` names, lower-cased, in order, each once: a comma-separated list (the
+    OpenTelemetry spec's form; ``otlp`` alone is the usual value). Empty or unset: ``[]`` (the SDK's default,
+    ``otlp``, where an endpoint asks for traces)."""
+    env = os.environ if environ is None else environ
+    named = (name.strip() for name in env.get("OTEL_TRACES_EXPORTER", "").lower().split(","))
+    return list(dict.fromkeys(name for name in named if name))
+
+
 def tracing_requested(environ: Mapping[str, str] | None = None) -> bool:
     """Whether the ``OTEL_*`` variables ask for traces (see the module's docstring)."""
     env = os.environ if environ is None else environ
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() in {"1", "true", "yes", "on"}:
         return False
-    exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
-    if exporter == "none":
+    exporters = traces_exporters(env)
+    if exporters == ["none"]:
         return False
-    return bool(exporter or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+    return bool(exporters or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
 
 
 # The service name where neither OTEL_SERVICE_NAME nor OTEL_RESOURCE_ATTRIBUTES gives one.
@@ -85,11 +100,12 @@ def otlp_protocol(environ: Mapping[str, str] | None = None) -> str:
 
 
 def configure_tracing() -> bool:
-    """Install the SDK's tracer provider with a batch exporter, once per process, when the ``OTEL_*`` variables ask
-    for traces. Returns whether this call installed it. An OTLP protocol other than ``http/protobuf`` installs
-    nothing and logs a warning saying so (the exporter would send HTTP wherever a gRPC collector listens, every batch
-    failing). The batch processor re-creates its thread in a forked child (Celery's pool processes), so configuring
-    before the fork is safe."""
+    """Install the SDK's tracer provider with a batch exporter (one per exporter named), once per process, when the
+    ``OTEL_*`` variables ask for traces. Returns whether this call installed it. An exporter other than
+    ``TRACES_EXPORTERS``, or an OTLP protocol other than ``http/protobuf``, installs nothing and logs a warning
+    saying so (OTLP would go to a default endpoint where no collector listens, or HTTP wherever a gRPC collector
+    listens, every batch failing). The batch processor re-creates its thread in a forked child (Celery's pool
+    processes), so configuring before the fork is safe."""
     global _configured
     with _configured_lock:
         if _configured or not tracing_requested():
@@ -98,11 +114,17 @@ def configure_tracing() -> bool:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
-        exporter_name = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() or "otlp"
-        exporter: SpanExporter
-        if exporter_name == "console":
-            exporter = ConsoleSpanExporter()
-        else:
+        exporter_names = traces_exporters() or ["otlp"]
+        if any(name not in TRACES_EXPORTERS for name in exporter_names):
+            logger.warning(
+                "traces are off: OTEL_TRACES_EXPORTER is %r, but this platform exports traces with %s only (one of "
+                "them, both comma-separated, or none to turn traces off)",
+                os.environ.get("OTEL_TRACES_EXPORTER", "").strip(),
+                " or ".join(TRACES_EXPORTERS),
+            )
+            return False
+        exporters: list[SpanExporter] = []
+        if "otlp" in exporter_names:
             protocol = otlp_protocol()
             if protocol != OTLP_PROTOCOL:
                 logger.warning(
@@ -116,13 +138,16 @@ def configure_tracing() -> bool:
                 return False
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-            exporter = OTLPSpanExporter()
+            exporters.append(OTLPSpanExporter())
+        if "console" in exporter_names:
+            exporters.append(ConsoleSpanExporter())
         # The SDK reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES itself, and an attribute given here would
         # override both: the default name only where neither gives one.
         named = SERVICE_NAME in OTELResourceDetector().detect().attributes
         resource = Resource.create({} if named else {SERVICE_NAME: DEFAULT_SERVICE_NAME})
         provider = TracerProvider(resource=resource)
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        for exporter in exporters:
+            provider.add_span_processor(BatchSpanProcessor(exporter))
         trace.set_tracer_provider(provider)
         _configured = True
         return True
