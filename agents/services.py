@@ -490,7 +490,9 @@ def agent_version_import(
     return audited_save(version, actor=actor, via=via, verb="import")
 
 
-def version_content_problems(*, agent: Agent, content: VersionContent | dict[str, Any]) -> list[str]:
+def version_content_problems(
+    *, agent: Agent, content: VersionContent | dict[str, Any], stored_here: bool = False
+) -> list[str]:
     """What a version's frozen content holds that its runs could not use or must not: checked as the agent's own
     settings, rules and contracts are when they are saved (a run takes a version's values as they are). The agent
     settings are validated as the agent's would be (the model's base URL against the address policy, a flow graph
@@ -501,7 +503,11 @@ def version_content_problems(*, agent: Agent, content: VersionContent | dict[str
     Each value must have its field's type exactly (text a ``str``, a whole number an ``int`` and not a ``bool``):
     ``clean_fields`` converts ``"5"`` to 5 for its check, but the content is stored, and run, as written. A server
     the content names that does not exist is no problem here (``agent_version_import`` warns of it): its runs
-    leave it out, as the runs of the installation that published it do."""
+    leave it out, as the runs of the installation that published it do.
+
+    ``stored_here``: the content is a version this installation stores (a rollback), not one brought in: its
+    rules skip the checks that came after versions were frozen (``_frozen_rule_check``'s ``brought_in``), as a
+    stored rule skips them where its value is unchanged; a rule stored before them is frozen as it saves."""
     from mcpregistry.gate_records import contract_from_snapshot
     from mcpregistry.models import ToolContract
 
@@ -533,7 +539,7 @@ def version_content_problems(*, agent: Agent, content: VersionContent | dict[str
     for i, rule in enumerate(content.get("rules") or []):
         where = f"rules[{i}] ({rule.get('name', '')})"
         try:
-            _frozen_rule_check(rule)
+            _frozen_rule_check(rule, brought_in=not stored_here)
         except ValidationError as exc:
             collect(where, exc)
     for key, snapshot in (content.get("contracts") or {}).items():
@@ -613,12 +619,14 @@ def _missing_servers_warnings(agent: Agent, number: int, content: VersionContent
     ]
 
 
-def _frozen_rule_check(rule: dict[str, Any]) -> None:
-    """A frozen rule's values, as ``DeterministicRule.clean`` checks a new rule's (without its server's tools: the
-    version's run reads those): a server and a tool named, no empty keyword (it matched every query), no secret in
-    its params (stored, shown on the version's page and exported in clear; an imported version's were taken
-    unchecked). A rule for a server the version does not bind is no problem here: it stays, and its runs fail it
-    as seed 000 says (``agents.selectors.deterministic_rule_specs``)."""
+def _frozen_rule_check(rule: dict[str, Any], *, brought_in: bool) -> None:
+    """A frozen rule's values, as ``DeterministicRule.clean`` checks a rule's (without its server's tools: the
+    version's run reads those). ``brought_in`` (an imported version, taken unchecked from another installation):
+    also as a new rule's, a server and a tool named, no empty keyword (it matched every query), no secret in its
+    params (stored, shown on the version's page and exported in clear). A version this installation froze from its
+    own stored rules skips those: a rule stored before them saves as it is, and a rollback to the version it was
+    frozen in was refused. A rule for a server the version does not bind is no problem here: it stays, and its
+    runs fail it as seed 000 says (``agents.selectors.deterministic_rule_specs``)."""
     from pydantic import ValidationError as PydanticValidationError
 
     from agents.deterministic import WhenSpec, placeholder_problems
@@ -649,14 +657,15 @@ def _frozen_rule_check(rule: dict[str, Any]) -> None:
         elif isinstance(when, dict) and not errors:
             for field_name, found in placeholder_problems(when, params, str(rule.get("answer_template") or "")).items():
                 errors.setdefault(field_name, []).extend(found)
-        if "when" not in errors and isinstance(when, dict) and (empty := empty_keyword_problems(when)):
-            errors["when"] = empty
-        if "mcp_id" not in errors and not rule.get("mcp_id"):
-            errors["mcp_id"] = [_("Choose the server (or give a code rule).")]
-        if "tool_name" not in errors and not rule.get("tool_name"):
-            errors["tool_name"] = [_("Name the tool to call (or give a code rule).")]
+        if brought_in:
+            if "when" not in errors and isinstance(when, dict) and (empty := empty_keyword_problems(when)):
+                errors["when"] = empty
+            if "mcp_id" not in errors and not rule.get("mcp_id"):
+                errors["mcp_id"] = [_("Choose the server (or give a code rule).")]
+            if "tool_name" not in errors and not rule.get("tool_name"):
+                errors["tool_name"] = [_("Name the tool to call (or give a code rule).")]
     params = rule.get("params")
-    if isinstance(params, dict) and params and (problem := rule_params_secret_problem(params)):
+    if brought_in and isinstance(params, dict) and params and (problem := rule_params_secret_problem(params)):
         errors.setdefault("params", []).append(problem)
     if errors:
         raise ValidationError(errors)
@@ -673,8 +682,10 @@ def agent_version_rollback(*, version: AgentVersion, actor: Any, via: str) -> Ag
 
     Raises ValidationError where ``version_content_problems`` finds any: content frozen long ago is checked as an
     imported version's is (a flow graph or a code rule no longer registered, a base URL the address policy now
-    refuses), since its runs would fail or do what is no longer allowed."""
-    if problems := version_content_problems(agent=version.agent, content=version.content):
+    refuses), since its runs would fail or do what is no longer allowed. Its rules are not judged as new ones
+    (``stored_here``): the version is stored here, frozen from this installation's rules or checked on import,
+    and a rule stored before a check is frozen as it saves."""
+    if problems := version_content_problems(agent=version.agent, content=version.content, stored_here=True):
         raise ValidationError({"content": problems})
     return agent_version_publish(
         agent=version.agent,
