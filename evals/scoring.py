@@ -23,6 +23,7 @@ import regex  # type: ignore[import-untyped]
 from django.utils.translation import gettext as _
 
 from agent_platform.text import bounded_regex, nfc, nfc_value, regex_error_text
+from agents.conversations import context_id_problem
 from audit.masking import mask_value
 from evals.notation import NO_TOOL
 
@@ -232,6 +233,11 @@ def case_problems(
                 alt_problems += _tool_list_problems(alternative["tools"], f"[{i}].tools")
     if alt_problems:
         problems["alternatives"] = alt_problems
+    # Its contextId names the conversation its cases share, as a run's does: text (or null: none). A number was
+    # stored as it came: the eval ordered such cases as one conversation, and each was scored without the turns
+    # before it (the history compares the JSON number 7 with "7").
+    if isinstance(context, dict) and (problem := context_id_problem(context, field="context.contextId")):
+        problems["context"] = [problem]
     given = {
         "expected_tools": expected_tools,
         "forbidden_tools": forbidden_tools,

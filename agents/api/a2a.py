@@ -6,22 +6,20 @@ part's ``data`` object is one entry of ``a2a_data``; each file part is one entry
 only (``name``, ``mimeType``, ``uri``, ``size``): inline ``bytes`` are counted, never stored. The request's
 ``context`` (``userId``, ``sessionId``, ``chatbotId``, …) is the run's ``context`` either way, with the message's
 ``contextId`` (its conversation, as the A2A endpoint keeps it) as ``context.contextId``. A ``contextId`` given in a
-context (REST's ``context``, MCP's ``arguments.context``, A2A's ``metadata.context``) is text, as a message's is
-(``context_id_problem``).
+context (REST's ``context``, MCP's ``arguments.context``, A2A's ``metadata.context``) is text, as a message's is,
+or ``null`` for none (``agents.conversations.context_id_problem``, named here too).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.utils.translation import gettext as _
-
-# A conversation's id (A2A's ``contextId``) is text of at most this many characters, as a message's ids are.
-CONTEXT_ID_MAX_CHARS = 200
+# Where a context's contextId is checked for every door; named here as well, where it was first.
+from agents.conversations import CONTEXT_ID_MAX_CHARS as CONTEXT_ID_MAX_CHARS
+from agents.conversations import context_id_problem as context_id_problem
 
 
 @dataclass(frozen=True)
@@ -48,19 +46,6 @@ def file_metadata(file: dict[str, Any]) -> dict[str, Any]:
         if size is not None:
             kept["size"] = size
     return kept
-
-
-def context_id_problem(context: Mapping[str, Any], *, field: str) -> str | None:
-    """Why ``context``'s ``contextId`` (called ``field`` in the text) cannot name a conversation, or None where it
-    can or there is none: it must be text, not blank, of at most ``CONTEXT_ID_MAX_CHARS`` characters. A number was
-    kept as it came and an object as Python's text of it: reported back as the task's contextId ("12345",
-    "{'a': [1]}"), and found by nothing."""
-    if "contextId" not in context:
-        return None
-    value = context["contextId"]
-    if isinstance(value, str) and value.strip() and len(value) <= CONTEXT_ID_MAX_CHARS:
-        return None
-    return _("'%(field)s' must be text of 1 to %(max)d characters.") % {"field": field, "max": CONTEXT_ID_MAX_CHARS}
 
 
 def run_input_from_message(message: dict[str, Any], *, context: dict[str, Any]) -> RunInput:

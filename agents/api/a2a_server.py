@@ -63,7 +63,7 @@ from rest_framework.exceptions import ValidationError
 
 from agent_platform.errors import ApplicationError
 from agent_platform.text import nfc
-from agents.api.a2a import context_id_problem, run_input_from_message
+from agents.api.a2a import run_input_from_message
 from agents.api.config import api_setting
 from agents.api.protocol_http import (
     KeyRecheck,
@@ -87,7 +87,13 @@ from agents.api.serializers import PART_CONTENTS, A2AMessageSerializer, A2APartF
 from agents.api.throttling import stream_slot_release
 from agents.approvals import approval_decide
 from agents.config_cache import RunConfiguration, described_configuration, tools_served
-from agents.conversations import context_id_of, in_context, same_context
+from agents.conversations import (
+    context_id_of,
+    context_id_problem,
+    context_without_null_id,
+    in_context,
+    same_context,
+)
 from agents.models import Agent, ApiKey, Approval, Run, RunEvent
 from agents.run_state import RunEventWriter, run_row_lock
 from agents.selectors import (
@@ -647,12 +653,14 @@ def _request_context(metadata: dict[str, Any], message: dict[str, Any]) -> dict[
     """The run's context from a ``SendMessageRequest``'s ``metadata.context`` (``userId``, ``sessionId``…), with
     its conversation: the message's ``contextId``, else the context's own, else a new one. As the REST API reads a
     request's ``context``: one that is not an object, a ``contextId`` in it that is not text, or one that differs
-    from the message's, is refused (each was dropped without a word: the run went into another conversation)."""
+    from the message's, is refused (each was dropped without a word: the run went into another conversation). A
+    ``null`` one is none (``context_without_null_id``), as a message's ``null`` contextId is."""
     context = metadata.get("context")
     if context is None:
         context = {}
     if not isinstance(context, dict):
         raise invalid_params(_("'%(field)s' must be an object.") % {"field": "metadata.context"})
+    context = context_without_null_id(context)
     problem = context_id_problem(context, field="metadata.context.contextId")
     if problem is not None:
         raise invalid_params(problem)

@@ -45,7 +45,6 @@ from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
 
 from agent_platform.errors import ApplicationError
-from agents.api.a2a import CONTEXT_ID_MAX_CHARS, context_id_problem
 from agents.api.a2a_server import description_secrets, prompt_summary
 from agents.api.config import api_setting
 from agents.api.protocol_http import (
@@ -70,6 +69,7 @@ from agents.api.protocol_http import (
 )
 from agents.api.throttling import stream_slot_release
 from agents.config_cache import described_configuration
+from agents.conversations import CONTEXT_ID_MAX_CHARS, context_id_problem, context_without_null_id
 from agents.models import Agent, AgentVersion, ApiKey, Approval, Run
 from agents.selectors import agent_list_for_key, run_events_after, run_tool_calls
 from agents.services import run_cancel, run_create, secrets_readable_or_refused
@@ -93,9 +93,14 @@ def input_schema() -> dict[str, Any]:
             "context": {
                 "type": "object",
                 "description": _("A2A context: userId, sessionId, chatbotId, …"),
-                # The conversation (A2A's contextId): text, not blank, as ``tool_call_start`` checks it.
+                # The conversation (A2A's contextId): text, not blank, as ``tool_call_start`` checks it; null: none.
                 "properties": {
-                    "contextId": {"type": "string", "minLength": 1, "maxLength": CONTEXT_ID_MAX_CHARS, "pattern": r"\S"}
+                    "contextId": {
+                        "type": ["string", "null"],
+                        "minLength": 1,
+                        "maxLength": CONTEXT_ID_MAX_CHARS,
+                        "pattern": r"\S",
+                    }
                 },
             },
             "data": {"type": "object", "description": _("Structured input (one entry of the run's a2a_data).")},
@@ -257,7 +262,8 @@ def tool_call_start(*, api_key: ApiKey, params: dict[str, Any], session_id: str,
     for field in ("context", "data"):
         if field in arguments and not isinstance(arguments[field], dict):
             raise ApplicationError(_("'%(field)s' must be an object.") % {"field": field}, code="invalid_input")
-    problem = context_id_problem(arguments.get("context") or {}, field="context.contextId")
+    context = context_without_null_id(arguments.get("context") or {})  # a null contextId: none, the run its own
+    problem = context_id_problem(context, field="context.contextId")
     if problem is not None:  # a number was kept as it came: the run's conversation, which nothing finds
         raise ApplicationError(problem, code="invalid_input")
     with secrets_readable_or_refused():  # a secret this process cannot decrypt: config:secret_unreadable, as REST
@@ -265,7 +271,7 @@ def tool_call_start(*, api_key: ApiKey, params: dict[str, Any], session_id: str,
             agent_slug=agents[name].slug,
             query=query.strip(),
             api_key=api_key,
-            context=arguments.get("context") or {},
+            context=context,
             a2a_data=[arguments["data"]] if arguments.get("data") else [],
             idempotency_key=call_idempotency_key(session_id, rpc_id),
         )

@@ -20,7 +20,8 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.fields import SkipField
 from rest_framework.relations import PKOnlyObject
 
-from agents.api.a2a import CONTEXT_ID_MAX_CHARS, context_id_problem, decoded_size
+from agents.api.a2a import decoded_size
+from agents.conversations import CONTEXT_ID_MAX_CHARS, context_id_problem, context_without_null_id
 from agents.decision_reasons import approval_reason_text
 from agents.models import Approval, Run
 from agents.selectors import run_approvals, run_tool_calls
@@ -179,9 +180,11 @@ def kind_shaped_part(part: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-# A conversation's id where a schema states it (the run's ``context.contextId``): what ``context_id_problem`` takes.
+# A conversation's id where a schema states it (the run's ``context.contextId``): what ``context_id_problem`` takes,
+# ``null`` (no conversation: the run is its own) included.
 CONTEXT_ID_SCHEMA: dict[str, Any] = {
     "type": "string",
+    "nullable": True,
     "minLength": 1,
     "maxLength": CONTEXT_ID_MAX_CHARS,
     "pattern": r"\S",
@@ -191,10 +194,11 @@ CONTEXT_ID_SCHEMA: dict[str, Any] = {
 @extend_schema_field({"type": "object", "additionalProperties": {}, "properties": {"contextId": CONTEXT_ID_SCHEMA}})
 class RunContextField(serializers.DictField):
     """A run's ``context`` (``userId``, ``sessionId``, ``chatbotId``, …): any object, whose ``contextId`` (the
-    conversation) is text where it is given (``context_id_problem``), as a message's ``contextId`` is."""
+    conversation) is text where it is given (``context_id_problem``), as a message's ``contextId`` is. A ``null``
+    one is none, left out (``context_without_null_id``): the run is its own conversation, as before it was checked."""
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
-        context: dict[str, Any] = super().to_internal_value(data)
+        context = context_without_null_id(super().to_internal_value(data))
         problem = context_id_problem(context, field="context.contextId")
         if problem is not None:
             raise ValidationError({"contextId": [problem]})

@@ -145,7 +145,7 @@ def test_a_run_is_not_in_the_conversation_its_id_names_for_another_caller_or_whe
     assert conversation_history(Run.objects.get(pk=under_kept_id["id"])) == []  # that run's conversation is 대화-7
 
 
-@pytest.mark.parametrize("context_id", [12345, {"a": [1]}, None, "", "   ", "x" * 201])
+@pytest.mark.parametrize("context_id", [12345, {"a": [1]}, "", "   ", "x" * 201])  # null: none (test_context_id_doors)
 def test_a_context_id_that_is_not_text_is_refused_by_rest_naming_the_field(
     api_caller: ApiCaller, quiet: Agent, context_id: Any
 ) -> None:
@@ -171,7 +171,7 @@ def test_a_context_id_that_is_not_text_is_refused_by_mcp_and_a2a(api_caller: Api
     assert "'metadata.context.contextId'" in invalid_params(sent)
     assert not Run.objects.exists()
     accepted = mcp(client, "tools/list", {})["result"]["tools"][0]["inputSchema"]["properties"]["context"]
-    assert accepted["properties"]["contextId"]["type"] == "string"  # the schema says what is refused
+    assert accepted["properties"]["contextId"]["type"] == ["string", "null"]  # the schema says what is refused
 
 
 def test_a_text_context_id_is_still_taken_on_every_door(api_caller: ApiCaller, quiet: Agent) -> None:

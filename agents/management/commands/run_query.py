@@ -16,6 +16,7 @@ from agent_platform.json import BoundedJSONDecoder, json_error_text
 from agents.admin_runs import error_message_text
 from agents.api.config import api_setting
 from agents.api.parsers import json_parse_bounded
+from agents.conversations import context_id_problem, context_without_null_id
 from agents.decision_reasons import reason_text
 from agents.execution import run_execute
 from agents.models import Approval, Run
@@ -67,6 +68,12 @@ class Command(BaseCommand):
         context = context_parsed(options["context"])
         if not isinstance(context, dict):
             raise CommandError(_("--context must be a JSON object"))
+        # Its contextId read as every door reads one (text; null: none, the run its own conversation): a number was
+        # kept as it came, and no later run of the conversation was given this one's turn.
+        context = context_without_null_id(context)
+        problem = context_id_problem(context, field="context.contextId")
+        if problem is not None:
+            raise CommandError(problem)
         # Stripped, and refused when nothing is left, as the API's and MCP's query is (run_create takes an empty one:
         # an A2A message of data parts alone has none).
         query = options["query"].strip()
