@@ -28,7 +28,7 @@ from audit.chain import ChainKeyring, ChainVerifier, checkpoint_message
 from audit.chain_keys import chain_keyring
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.services import audit_chain_catch_up
-from audit.verification import _events_in_chain_order, chain_break_words
+from audit.verification import _events_as_stored, _nonce_problem, chain_break_words
 
 logger = logging.getLogger(__name__)
 
@@ -158,8 +158,12 @@ def tool_call_figures_total() -> ToolCallFigures:
 
 
 def _event_line(event: dict[str, Any]) -> str:
+    """An event as its archive line: its time and run id in the text the hash takes (as the raw reading gives
+    them already, :func:`audit.verification._events_as_stored`; a datetime and a UUID from the ORM's)."""
     line = dict(event)
-    line["created_at"] = event["created_at"].astimezone(dt.UTC).isoformat(timespec="microseconds")
+    created = event["created_at"]
+    if isinstance(created, dt.datetime):
+        line["created_at"] = created.astimezone(dt.UTC).isoformat(timespec="microseconds")
     line["run_id"] = None if event["run_id"] is None else str(event["run_id"])
     return json.dumps(line, ensure_ascii=False, sort_keys=True)
 
@@ -187,7 +191,9 @@ def audit_events_archive(
     """Move the events older than ``older_than_days`` days out of the database into a gzip JSONL file.
 
     Takes the longest run of events from the start of the chain that are all older than the cutoff, checks
-    their chain while writing them (a broken chain is never archived: the evidence would be deleted), ends
+    their chain while writing them, each event read and checked as ``verify_audit`` reads and checks it (on
+    SQLite a time, run id or ``ok`` stored in another form than the platform writes is altered), and that no
+    two events share a nonce (a broken chain is never archived: the evidence would be deleted), ends
     the file with ``{"checkpoint": {"seq": S, "hash": H}}``, syncs it to disk, and then in one transaction
     records an :class:`~audit.models.AuditCheckpoint` and deletes events ``seq <= S``: the only delete the
     audit table allows (on PostgreSQL by ``SET LOCAL audit.allow_archive = 'on'``, which the append-only trigger
@@ -308,9 +314,15 @@ def _archive_write(
     chunk_size: int,
     written: Callable[[int], None],
 ) -> None:
+    replayed = _nonce_problem()  # a copy chained again: archived with its original, verify_audit would not see it
+    if replayed is not None:
+        raise ApplicationError(
+            _("The audit chain is broken, nothing was archived: %(problem)s") % {"problem": replayed},
+            code="audit_chain_broken",
+        )
     with partial.open("wb") as raw, gzip.GzipFile(filename=name, fileobj=raw, mode="wb") as compressed:
-        for event in _events_in_chain_order(chunk_size=chunk_size, up_to_seq=last_seq):
-            problem = verifier.feed(event)
+        for event, checked in _events_as_stored(chunk_size=chunk_size, up_to_seq=last_seq):
+            problem = verifier.feed(event, checked=checked)
             if problem is not None:
                 raise ApplicationError(
                     _("The audit chain is broken, nothing was archived: %(problem)s")

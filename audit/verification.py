@@ -51,6 +51,7 @@ from audit.chain import (
     head_message,
     json_value,
     json_value_plain,
+    json_values,
     pending_hash,
     record_check,
 )
@@ -301,6 +302,16 @@ def _events_in_chain_order(
     return (event for event, _ in _events_checked(chunk_size=chunk_size, high=up_to_seq, as_hashed=as_hashed))
 
 
+def _events_as_stored(*, chunk_size: int, up_to_seq: int) -> Iterator[tuple[dict[str, Any], EventCheck | None]]:
+    """The events up to ``up_to_seq`` in seq order as ``archive_audit`` writes them (:func:`_raw_checked`'s
+    ``as_stored``), each with the check ``verify_audit`` makes of it: the same reading of the same row (on SQLite
+    its stored forms, :func:`_sqlite_row_as_hashed`), so that an event verification names as altered is never
+    archived. On a database of no raw reading, as the ORM gives them, unchecked (None: the verifier checks them)."""
+    if connection.vendor in _RAW_VENDORS:
+        return _events_raw(chunk_size=chunk_size, high=up_to_seq, as_stored=True)
+    return ((event, None) for event in _events_in_chain_order(chunk_size=chunk_size, up_to_seq=up_to_seq))
+
+
 def _events_checked(
     *, chunk_size: int, low: int | None = None, high: int | None = None, as_hashed: bool = False
 ) -> Iterator[tuple[dict[str, Any], EventCheck | None]]:
@@ -371,12 +382,13 @@ def _sqlite_row_as_hashed(record: dict[str, Any]) -> StoredForm | None:
 
 
 def _events_raw(
-    *, chunk_size: int, low: int | None = None, high: int | None = None
+    *, chunk_size: int, low: int | None = None, high: int | None = None, as_stored: bool = False
 ) -> Iterator[tuple[dict[str, Any], EventCheck]]:
     """The fast path of :func:`_events_checked` (``as_hashed``): one SQL query, streamed (a server-side cursor on
     PostgreSQL), rows turned into the hashed form without the ORM's per-value converters and each hashed and its
     MAC checked (:func:`audit.chain.record_check`). On SQLite the time, the run id and ``ok`` come back as
-    stored, and must be stored exactly as the platform writes them (:func:`_sqlite_row_as_hashed`)."""
+    stored, and must be stored exactly as the platform writes them (:func:`_sqlite_row_as_hashed`).
+    ``as_stored``: each event as ``archive_audit`` writes it (see :func:`_raw_checked`), checked the same way."""
     table = connection.ops.quote_name(AuditEvent._meta.db_table)
     as_text = "::text" if connection.vendor == "postgresql" else ""
     selected = {name: name for name in _RAW_NAMES}
@@ -399,19 +411,54 @@ def _events_raw(
         )
         while rows := cursor.fetchmany(chunk_size):
             for row in rows:
-                yield _raw_checked(row, sqlite, keyring)
+                yield _raw_checked(row, sqlite, keyring, as_stored=as_stored)
 
 
 _PLAIN_SLOTS = tuple((name, _RAW_NAMES.index(name)) for name in HASHED_FIELDS if name not in ("args", "result"))
 _ID_SLOT, _HASH_SLOT, _MAC_SLOT, _NONCE_SLOT = (_RAW_NAMES.index(name) for name in ("id", "hash", "mac", "nonce"))
 
 
-def _raw_checked(row: tuple[Any, ...], sqlite: bool, keyring: ChainKeyring) -> tuple[dict[str, Any], EventCheck]:
-    """A raw row as the event the verifier reads, and its :func:`audit.chain.record_check`."""
+def _not_json(text: Any) -> bool:
+    if text is None:
+        return False
+    try:
+        json.loads(text)
+    except ValueError:
+        return True
+    return False
+
+
+def _raw_checked(
+    row: tuple[Any, ...], sqlite: bool, keyring: ChainKeyring, *, as_stored: bool = False
+) -> tuple[dict[str, Any], EventCheck]:
+    """A raw row as the event the verifier reads, and its :func:`audit.chain.record_check`.
+
+    ``as_stored``: the event given back is the one ``archive_audit`` writes instead: ``args``, ``result`` and
+    ``latency_ms`` as the database gives them back (an integral float stays a float), the time and the run id in
+    the text the hash takes; the check is still of the row as the verifier reads it (on SQLite its stored forms
+    included), so that no event is archived that ``verify_audit`` would name."""
     record = {name: row[slot] for name, slot in _PLAIN_SLOTS}
-    record["args"], args_plain = json_value_plain(row[-2])
-    record["result"], result_plain = json_value_plain(row[-1])
-    stored_form = _sqlite_row_as_hashed(record) if sqlite else None
+    as_read: dict[str, Any] | None = None
+    stored_form: StoredForm | None = None
+    try:
+        if as_stored:
+            args, record["args"], args_plain = (None, None, True) if row[-2] is None else json_values(row[-2])
+            result, record["result"], result_plain = (None, None, True) if row[-1] is None else json_values(row[-1])
+            as_read = {"args": args, "result": result}
+        else:
+            record["args"], args_plain = json_value_plain(row[-2])
+            record["result"], result_plain = json_value_plain(row[-1])
+    except ValueError:
+        # Text that is no JSON in a JSON column (written with the database's checks off): the event's problem, named
+        # as altered, not a crash of the verification (nor of an archive, which would then write nothing).
+        column = "args" if _not_json(row[-2]) else "result"
+        stored_form = StoredForm(column, str(row[-2] if column == "args" else row[-1])[:80])
+        record["args"] = record["result"] = None
+        args_plain = result_plain = True
+    if stored_form is None and sqlite:
+        stored_form = _sqlite_row_as_hashed(record)
+    # Copied before record_check puts the latency in its hashed form, in place.
+    event = record if as_read is None else {**record, **as_read}
     nonce = row[_NONCE_SLOT]
     if nonce is not None:  # hashed only where there is one (audit/chain.py)
         record["nonce"] = nonce
@@ -420,8 +467,8 @@ def _raw_checked(row: tuple[Any, ...], sqlite: bool, keyring: ChainKeyring) -> t
         if stored_form is not None
         else record_check(record, row[_MAC_SLOT], keyring, plain=args_plain and result_plain)
     )
-    record["id"], record["hash"], record["mac"], record["nonce"] = row[_ID_SLOT], row[_HASH_SLOT], row[_MAC_SLOT], nonce
-    return record, checked
+    event["id"], event["hash"], event["mac"], event["nonce"] = row[_ID_SLOT], row[_HASH_SLOT], row[_MAC_SLOT], nonce
+    return event, checked
 
 
 # --- verification in segments ---------------------------------------------------------------------------------

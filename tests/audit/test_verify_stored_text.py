@@ -114,6 +114,20 @@ def test_another_spelling_of_a_stored_value_is_named_as_altered(monkeypatch: pyt
 
 @on_sqlite
 @pytest.mark.usefixtures("both_chain_modes")
+def test_a_json_column_holding_no_json_is_named_as_altered_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Written with the database's checks off: verification crashed (JSONDecodeError) instead of naming it."""
+    events = written(monkeypatch)
+    sql("PRAGMA ignore_check_constraints = ON")
+    try:
+        sql("UPDATE audit_auditevent SET result = %s WHERE seq = 4", ["abc"])
+    finally:
+        sql("PRAGMA ignore_check_constraints = OFF")
+
+    assert verify() == altered(events[3], "result", "abc")
+
+
+@on_sqlite
+@pytest.mark.usefixtures("both_chain_modes")
 def test_a_run_id_in_upper_case_hides_the_event_from_its_run_and_is_named_as_altered(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
