@@ -9,12 +9,10 @@ taken meanwhile. Such a tool stays off now, the report naming it with the agents
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 
@@ -24,40 +22,26 @@ from agents.services import agent_create
 from mcpregistry.admin import discovery_message
 from mcpregistry.models import McpServer, McpTool
 from mcpregistry.pool import get_default_pool
-from mcpregistry.services import mcp_server_create, mcp_server_discover, mcp_server_update, mcp_tool_update
+from mcpregistry.services import mcp_server_discover, mcp_server_update, mcp_tool_update
+from tests.mcpregistry.test_health_and_header_fixes import SCHEMA, raw_server
 
 pytestmark = pytest.mark.django_db
 
-SCHEMA = {"type": "object", "properties": {"x": {"type": "string"}}}
+
+def tools(*names: str) -> list[dict[str, Any]]:
+    return [{"name": name, "description": name, "inputSchema": SCHEMA} for name in names]
 
 
 def listing(*names: str) -> dict[str, str]:
-    return {"TOOLS": json.dumps([{"name": name, "description": name, "inputSchema": SCHEMA} for name in names])}
-
-
-def raw_server(mcp_id: str, *names: str) -> McpServer:
-    return mcp_server_create(
-        actor="admin",
-        via="tests",
-        data={
-            "mcp_id": mcp_id,
-            "name": mcp_id,
-            "transport": "stdio",
-            "command": sys.executable,
-            "args": ["-m", "tests.mcp_fixtures.raw_jsonrpc_server"],
-            "cwd": str(settings.BASE_DIR),
-            "env": listing(*names),
-            "public_env": ["TOOLS"],
-        },
-    )
+    return {"TOOLS": json.dumps(tools(*names))}
 
 
 @pytest.fixture
 def servers() -> Iterator[tuple[McpServer, McpServer]]:
     """ra (discovered, exposing ping) and rb (listing ping and other, not discovered yet)."""
-    ra = raw_server("ra", "ping")
+    ra = raw_server("ra", tools("ping"))
     assert mcp_server_discover(server=ra, actor="admin", via="tests").ok
-    rb = raw_server("rb", "ping", "other")
+    rb = raw_server("rb", tools("ping", "other"))
     yield ra, rb
     for mcp_id in ("ra", "rb"):
         get_default_pool().close(mcp_id)
