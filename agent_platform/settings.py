@@ -435,15 +435,6 @@ LOG_FORMAT = (os.environ.get("LOG_FORMAT") or "").strip().lower() or "plain"
 _LOG_FORMATS = ("json", "plain")
 if LOG_FORMAT not in _LOG_FORMATS:
     raise ImproperlyConfigured(f"LOG_FORMAT must be one of {', '.join(_LOG_FORMATS)}, not {LOG_FORMAT!r}")
-# The web server's own lines (uvicorn's start and error lines, and its access log: one line per request, the query
-# string included) leave through the handlers below too, masked and in LOG_FORMAT, and each once (not propagating):
-# whether uvicorn runs alone (``uvicorn agent_platform.asgi:application``, which gave these loggers its own plain,
-# unmasked handlers before it imported the application, in each worker process) or as gunicorn's worker. Their
-# levels stay the server's (uvicorn's --log-level: bin/up's ``warning`` still hides the access log; gunicorn.conf.py's
-# levels). An access log the server switched off stays off: uvicorn's --no-access-log, or gunicorn without
-# ``accesslog``, leave ``uvicorn.access`` with no handler and not propagating by the time this is read.
-_server_access_logger = logging.getLogger("uvicorn.access")
-_SERVER_ACCESS_LOG_OFF = not _server_access_logger.handlers and not _server_access_logger.propagate
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -457,13 +448,6 @@ LOGGING = {
             "class": "logging.StreamHandler",
             "formatter": "json" if LOG_FORMAT == "json" else "plain",
             "filters": ["mask_secrets"],
-        },
-        # The server's access log, on stdout as uvicorn's and gunicorn's own; everything else on stderr.
-        "access_console": {
-            "class": "logging.StreamHandler",
-            "formatter": "json" if LOG_FORMAT == "json" else "plain",
-            "filters": ["mask_secrets"],
-            "stream": "ext://sys.stdout",
         },
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
@@ -482,10 +466,6 @@ LOGGING = {
         "mcp.client.streamable_http": {"level": "CRITICAL"},
         "mcp.client.sse": {"level": "CRITICAL"},
         "kombu.connection": {"level": "ERROR"},
-        # No "level": the server's own (see above).
-        "uvicorn": {"handlers": ["console"], "propagate": False},
-        "uvicorn.error": {"handlers": ["console"], "propagate": False},
-        "uvicorn.access": {"handlers": [] if _SERVER_ACCESS_LOG_OFF else ["access_console"], "propagate": False},
     },
 }
 # Python's warnings (a library's deprecation, Django's ASGI handler serving a static file through a synchronous

@@ -71,7 +71,12 @@ def traces_exporters(environ: Mapping[str, str] | None = None) -> list[str]:
     ``otlp``, where an endpoint asks for traces)."""
     env = os.environ if environ is None else environ
     named = (name.strip() for name in env.get("OTEL_TRACES_EXPORTER", "").lower().split(","))
-    return list(dict.fromkeys(name for name in named if name))
+    return list(dict.fromkeys(TRACES_EXPORTER_ALIASES.get(name, name) for name in named if name))
+
+
+# The names the installed exporter packages register for the exporters above (their ``opentelemetry_traces_exporter``
+# entry points): ``otlp_proto_http`` is the OTLP/HTTP exporter the platform uses.
+TRACES_EXPORTER_ALIASES = {"otlp_proto_http": "otlp"}
 
 
 def tracing_requested(environ: Mapping[str, str] | None = None) -> bool:
@@ -548,6 +553,36 @@ class TracingMiddleware:
 
 
 # ---- logs -----------------------------------------------------------------------------------------------------
+
+
+# The web server's own loggers (uvicorn's start and error lines, and its access log: one line per request, the query
+# string included).
+SERVER_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
+
+
+def server_log_handlers_adopted(log_format: str) -> None:
+    """Mask what the web server's own loggers write, and write it as JSON objects under ``LOG_FORMAT=json``: called
+    as the application is loaded (``agent_platform.asgi``), in each process that serves it, after the server set
+    up its logging. uvicorn run alone gave them its own plain, unmasked handlers (a URL's ``?api_key=`` in clear).
+    The handlers stay the server's, with their destinations and levels (``--log-config``, ``--log-level``,
+    ``--no-access-log``, gunicorn.conf.py's): only uvicorn's own formatters give way to the JSON one."""
+    from audit.masking import install_logging_filter
+
+    install_logging_filter()  # every handler there is, these included: idempotent
+    for name in SERVER_LOGGERS:
+        for handler in logging.getLogger(name).handlers:
+            formatter = handler.formatter
+            if not type(formatter).__module__.startswith("uvicorn."):
+                continue  # the operator's, or gunicorn's (gunicorn.conf.py): theirs
+            if log_format == "json":
+                handler.setFormatter(JsonLogFormatter())
+            elif type(formatter).__name__ == "AccessFormatter":
+                # It reads the request's parts from the record's arguments, which the masking filter has formatted
+                # into its (masked) message: the same line from that message (only the status' phrase is gone).
+                from uvicorn.logging import DefaultFormatter
+
+                colours = getattr(formatter, "use_colors", None)
+                handler.setFormatter(DefaultFormatter("%(levelprefix)s %(message)s", use_colors=colours))
 
 
 class JsonLogFormatter(logging.Formatter):

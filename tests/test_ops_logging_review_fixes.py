@@ -2,8 +2,9 @@
 
 1. Under plain uvicorn (the README's ``uvicorn agent_platform.asgi:application … --workers 2``) the server's own
    lines, its access log with a request's query string among them, were uvicorn's plain text and unmasked, with
-   ``LOG_FORMAT=json`` too: they now leave through the platform's handlers (masked; JSON under ``LOG_FORMAT=json``),
-   while uvicorn's ``--log-level warning`` (bin/up's) and ``--no-access-log`` still hide the access log.
+   ``LOG_FORMAT=json`` too: they are masked now, and JSON under ``LOG_FORMAT=json``, through the server's own
+   handlers (an operator's ``--log-config`` keeps its file and format), while uvicorn's ``--log-level warning``
+   (bin/up's) and ``--no-access-log`` still hide the access log.
 2. An ``OTEL_TRACES_EXPORTER`` the platform does not ship (``zipkin``, a typo) exported OTLP to the default
    endpoint without a word: traces are now off, with a warning naming the value and the supported ones; the
    spec's comma-separated list (``otlp,console``) exports to each.
@@ -137,7 +138,28 @@ def test_uvicorns_access_line_is_masked_plain_text_without_log_format(tmp_path: 
     assert not [line for line in lines if API_KEY in line or ACCESS_TOKEN in line], lines
     (access,) = [line for line in lines if "api_key=" in line]
     assert as_json(access) is None
-    assert " INFO uvicorn.access " in access and "GET /healthz?api_key=***&access_token=***" in access
+    assert access.startswith("INFO: ") and "GET /healthz?api_key=***&access_token=*** HTTP/1.1" in access  # uvicorn's
+
+
+@pytest.mark.slow
+def test_an_operators_log_config_keeps_its_handlers_and_format_masked(tmp_path: Path) -> None:
+    """``uvicorn --log-config``: the operator's file and format stay theirs (the platform only masks them), under
+    LOG_FORMAT=json too, as gunicorn.conf.py's formats stay gunicorn's."""
+    log_file = tmp_path / "access.log"
+    config = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"custom": {"format": "CUSTOM %(message)s"}},
+        "handlers": {"file": {"class": "logging.FileHandler", "filename": str(log_file), "formatter": "custom"}},
+        "loggers": {"uvicorn.access": {"handlers": ["file"], "level": "INFO", "propagate": False}},
+    }
+    config_path = tmp_path / "log.json"
+    config_path.write_text(json.dumps(config))
+
+    server_output(readme_uvicorn("--log-config", str(config_path)), tmp_path, LOG_FORMAT="json")
+
+    (access,) = [line for line in log_file.read_text().splitlines() if "api_key=" in line]
+    assert access.startswith("CUSTOM ") and "GET /healthz?api_key=***&access_token=*** HTTP/1.1" in access
 
 
 @pytest.mark.slow
@@ -180,6 +202,12 @@ def test_an_unsupported_traces_exporter_leaves_traces_off_saying_so(
     (warning,) = [r for r in caplog.records if r.name == "agent_platform.telemetry"]
     message = warning.getMessage()
     assert "traces are off" in message and repr(value) in message and "otlp or console" in message
+
+
+def test_the_otlp_http_exporters_registered_name_is_otlp() -> None:
+    """``otlp_proto_http`` is the entry point name of the OTLP/HTTP exporter the platform uses: it exported
+    before the unknown names were refused, and must still."""
+    assert telemetry.traces_exporters({"OTEL_TRACES_EXPORTER": "otlp_proto_http, console"}) == ["otlp", "console"]
 
 
 def test_none_and_an_empty_list_leave_traces_off_without_a_warning(
