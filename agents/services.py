@@ -21,7 +21,7 @@ from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
 from agent_platform.text import nfc_value
-from agents.budgets import budget_reserve, budget_settle
+from agents.budgets import budget_reserve
 from agents.config_cache import SubmissionParts, submission_parts
 from agents.decision_reasons import CANCELLED_APPROVAL
 from agents.dispatch import run_dispatch, run_time_limits
@@ -1081,13 +1081,12 @@ def run_cancel(*, run: Run, actor: str, source: Literal["admin", "api", "eval"] 
     )
     expired = approvals_unused(run_id=run.pk, why="cancelled", keep=carried_on, reason=CANCELLED_APPROVAL)
     ended = Approval.objects.filter(run_id=run.pk, status=Approval.Status.EXPIRED, reason=CANCELLED_APPROVAL)
-    # Settled now where no worker holds the run, charged for the model calls it made (their events). A live worker
-    # may have a model call out that spends up to what the reservation allows: released now, that room was let to
-    # a new run while the call still spent it, and the period passed its limit. Its reservation holds until that
-    # worker records the run's end, or the reconciler does once that worker's time is up (step 7): each settles
-    # with the ``cancelled`` event (``RunEventWriter.emit_cancelled``, as here, where it finds this done).
+    # Settled with the ``cancelled`` event (``RunEventWriter.emit_cancelled``): now where no worker holds the run,
+    # charged for the model calls it made (their events). A live worker may have a model call out that spends up to
+    # what the reservation allows: released now, that room was let to a new run while the call still spent it, and
+    # the period passed its limit. Its reservation holds until that worker records the run's end, or the reconciler
+    # does once that worker's time is up (step 7).
     if worker_due is None:
-        budget_settle(run_id=run.pk)
         RunEventWriter(run_id=run.pk, secrets=[]).emit_cancelled()
     audit_event_record(
         source=source,
