@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from typing import Any
 
 from django import forms
@@ -117,6 +118,8 @@ def json_error_text(exc: BaseException) -> str:
     from django.utils.translation import gettext as _
 
     if not isinstance(exc, json.JSONDecodeError):
+        if "sys.set_int_max_str_digits" in str(exc):  # Python's advice to a developer, in English
+            return _("a number with more than %(limit)s digits") % {"limit": sys.get_int_max_str_digits()}
         return str(exc)
     what = {
         "Expecting value": _("a value was expected"),

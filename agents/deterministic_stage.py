@@ -442,6 +442,10 @@ def _decide(
         # A date, a set, NaN: no tool can be sent it (nor can the run record it). The rule's bug, as a value.
         step.failure = _rule_error(f"{rule.name} returned params that are not JSON ({exc})")
         return step
+    if not all(isinstance(name, str) for name in params):
+        # json.dumps writes a key 1 or None as text: the arguments would name "1", which the rule never meant.
+        step.failure = _rule_error(f"{rule.name} returned params that are not JSON (an argument's name is not text)")
+        return step
     step.tool = returned["tool_name"]
     step.decision = RuleDecision(rule.rule_id, rule.name, True, "matched", params=params, tool_name=step.tool)
     return step

@@ -749,11 +749,16 @@ class DeterministicRule(AuditedModel):
         from django.core.exceptions import ValidationError
         from pydantic import ValidationError as PydanticValidationError
 
+        from agent_platform.text import nfc_value
         from agents.deterministic import WhenSpec, placeholder_problems, template_problems
         from agents.providers import supports_tool_choice
         from agents.tools import CodeRuleError, load_code_rule
         from mcpregistry.contracts import argument_constraints, spec_problems
 
+        # Its literals composed, as a query and its placeholders are (and as import_config stores them): a name typed
+        # decomposed (macOS) was sent so, and the tool found no such employee.
+        if isinstance(self.params, dict):
+            self.params = nfc_value(self.params)
         errors: dict[str, list[str]] = {}
         switched_on = self._switched_on()
         if self.force_first_tool and self.agent_id:

@@ -500,7 +500,8 @@ def check_args(
     URL's host (``allowed_hosts``: ``args:host:<arg>``, see ``url_host_problem``). A bool
     is not an int and a numeric string is not a number. With ``unknown="drop"`` unknown arguments are removed.
     """
-    if not isinstance(args, dict):
+    if not isinstance(args, dict) or not all(isinstance(name, str) for name in args):
+        # An object's names are text in JSON; a caller's dict keyed 1 or None (a flow's, a code rule's) is none.
         return {}, Verdict("args:json", _("the arguments are not a JSON object"))
     names = argument_names(constraints, input_schema)
     known = set(names) if names is not None else set()

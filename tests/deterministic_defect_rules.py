@@ -16,6 +16,11 @@ def route_with_a_date(ctx: DeterministicContext) -> dict | None:
 
 
 @deterministic_tool(mcp_id="sds-company-data")
+def route_with_a_number_as_a_name(ctx: DeterministicContext) -> dict | None:
+    return {"tool_name": "list_projects", "params": {"team": "물류플랫폼팀", 1: "x"}}
+
+
+@deterministic_tool(mcp_id="sds-company-data")
 def route_with_a_set(ctx: DeterministicContext) -> dict | None:
     return {"tool_name": "list_projects", "params": {"team": {"물류플랫폼팀"}}}
 

@@ -108,7 +108,14 @@ def test_the_tester_survives_a_code_rule_whose_params_hold_a_date(admin_client, 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    ("route", "why"), [("route_with_a_set", "set"), ("route_with_a_date", "date"), ("route_with_nan", "float")]
+    ("route", "why"),
+    [
+        ("route_with_a_set", "set"),
+        ("route_with_a_date", "date"),
+        ("route_with_nan", "float"),
+        # JSON wrote the key 1 as "1"; the gate's hint then crashed on it (the tester's page was a 500).
+        ("route_with_a_number_as_a_name", "an argument's name is not text"),
+    ],
 )
 def test_a_code_rule_returning_params_that_are_not_json_fails_as_a_rule_error(demo_server, route, why) -> None:
     agent = make_agent(slug="notjson", servers=[demo_server], with_demo_rules=False)
@@ -310,3 +317,47 @@ def test_the_tester_refuses_numbers_no_run_can_be_given(admin_client, demo_serve
     assert response.status_code == 200
     assert field in response.context["form"].errors
     assert "NaN and Infinity are not JSON" in str(response.context["form"].errors[field])
+
+
+def test_a_number_past_pythons_digit_limit_is_told_in_the_readers_words() -> None:
+    """The rule tester's JSON fields said Python's "use sys.set_int_max_str_digits() to increase the limit"."""
+    import json as std_json
+    import sys
+
+    from django.utils import translation
+
+    from agent_platform.json import json_error_text
+
+    with pytest.raises(ValueError) as refused:
+        std_json.loads('{"a": ' + "9" * (sys.get_int_max_str_digits() + 1) + "}")
+    with translation.override("ko"):
+        told = json_error_text(refused.value)
+    assert "set_int_max_str_digits" not in told and str(sys.get_int_max_str_digits()) in told
+
+
+@pytest.mark.django_db
+def test_a_rules_literal_typed_decomposed_is_stored_composed(demo_server) -> None:
+    """A name typed on macOS (NFD) was stored and sent so: the tool found no such employee, and the run
+    "succeeded" with that answer. Stored composed now, as import_config stores it."""
+    import unicodedata
+
+    from agents.services import deterministic_rule_create
+
+    agent = make_agent(slug="literal", servers=[demo_server], with_demo_rules=False)
+    decomposed = unicodedata.normalize("NFD", "김하늘")
+    rule = deterministic_rule_create(
+        actor="admin",
+        via="tests",
+        data={
+            "agent": agent,
+            "name": "lit",
+            "order": 1,
+            "server": demo_server,
+            "tool_name": "search_employee",
+            "when": {"any_keywords": ["소속"]},
+            "params": {"name": decomposed},
+        },
+    )
+    assert DeterministicRule.objects.get(pk=rule.pk).params == {"name": "김하늘"}
+    run = run_now(agent, "김하늘 소속?")
+    assert run.status == Run.Status.SUCCEEDED and "클라우드운영팀" in run.answer

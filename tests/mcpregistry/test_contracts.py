@@ -376,3 +376,10 @@ def test_a_pattern_too_large_to_compile_is_refused_as_not_valid_not_a_crash(patt
 def test_a_servers_pattern_too_large_to_compile_is_left_out_of_the_first_contract() -> None:
     schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "a{99999999999}"}}}
     assert "pattern" not in contract_defaults(schema, {})["args"]["code"]  # discovery went on (it raised)
+
+
+@pytest.mark.parametrize("name", [1, None, ("a",)])
+def test_arguments_whose_names_are_not_text_are_no_json_object_not_a_crash(name: object) -> None:
+    """A flow's or a code rule's dict keyed 1 or None: the hint for an unknown name crashed on it (str methods)."""
+    _args, verdict = check_args({"name": {"type": "str"}}, {"name": "김하늘", name: "x"})
+    assert verdict is not None and verdict.reason == "args:json"
