@@ -10,6 +10,7 @@ instead of an API key; each event makes the page fetch the timeline again (one s
 from __future__ import annotations
 
 import calendar
+import copy
 import datetime as dt
 import json
 import math
@@ -202,7 +203,7 @@ def _approval_step(approval: Approval | None, *, label: str, title: str, args: A
     step.status_text = approval.get_status_display()
     if approval.decided_by:
         step.status_text += " · " + gettext("by %(who)s") % {"who": approval.decided_by}
-    step.note = approval_reason_text(approval.reason)
+    step.note = _reason_shown(approval.reason)
     recorded = approval.result
     if isinstance(recorded, dict) and "ok" in recorded:
         if recorded.get("ok"):
@@ -214,6 +215,12 @@ def _approval_step(approval: Approval | None, *, label: str, title: str, args: A
     elif recorded:
         step.result = _pretty(recorded)
     return step
+
+
+def _reason_shown(reason: str) -> str:
+    """An approval's reason as shown: in the reader's language where the platform wrote it, a person's as written,
+    each character that does not show itself written out (``audit.visible``); the stored reason is left as it is."""
+    return visible_text(approval_reason_text(reason))
 
 
 def _outcome_unknown(step: TimelineStep, approval: Approval) -> None:
@@ -669,7 +676,7 @@ class _Timeline:
         if approval.decided_by:
             step.note += " · " + gettext("by %(who)s") % {"who": approval.decided_by}
         if approval.reason:
-            step.note += f" · {approval_reason_text(approval.reason)}"
+            step.note += f" · {_reason_shown(approval.reason)}"
         if approval.status == Approval.Status.OUTCOME_UNKNOWN:
             _outcome_unknown(step, approval)
         return approval
@@ -708,10 +715,12 @@ class _Timeline:
                 wanted.append(f"→ {_str(call.get('name')) or '?'}({_str(call.get('args'))})")
             else:
                 wanted.append(f"→ {_str(call)}")
+        # The calls as the arguments' table shows them: a direction override in an argument written out, not
+        # turning the line around.
         step = TimelineStep(
             kind="model",
             label=gettext("model turn %(n)d") % {"n": self.turns},
-            title="\n".join(wanted),
+            title=visible_text("\n".join(wanted)),
             result=_text(entry.get("content", "")),
         )
         if entry.get("guardrail"):
@@ -724,8 +733,9 @@ class _Timeline:
         step = TimelineStep(kind="tool", label=gettext("tool call"), title=_str(entry.get("name")))
         failed = entry.get("status") == "error"
         content = _text(entry.get("content", ""))
-        # A failure's message is the gate's, its details in a block; a result is the tool's own text, as it is.
-        step.result = _tool_data_shown(content) if failed else content
+        # A failure's message is the gate's, its details in a block; a result is the tool's own text, as it is, but
+        # for the characters that do not show themselves, written out (a rejection's reason, a tool's output).
+        step.result = visible_text(_tool_data_shown(content) if failed else content)
         events = self.pass_calls(call_id)
         if events and events[0].args:
             step.with_args(events[0].args)
@@ -1142,6 +1152,10 @@ def _pending_detail(approval: Approval) -> str:
     return f"{args} · {short}" if args else short
 
 
+def _past_expiry(approval: Approval) -> bool:
+    return approval.expires_at is not None and approval.expires_at <= timezone.now()
+
+
 def _events_url(admin_site: admin.AdminSite, run_id: Any) -> str:
     return f"{reverse('admin:audit_auditevent_changelist', current_app=admin_site.name)}?run={run_id}"
 
@@ -1367,7 +1381,8 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
     @admin.display(description=_("trace (raw)"))
     def trace_json(self, obj: Run) -> str:
-        return format_html('<pre style="white-space:pre-wrap">{}</pre>', _pretty(obj.messages))
+        """The stored trace as JSON, each character that does not show itself written out (still JSON)."""
+        return format_html('<pre style="white-space:pre-wrap">{}</pre>', visible_text(_pretty(obj.messages)))
 
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
@@ -1527,9 +1542,11 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
     # The masked arguments are shown by ``shown_args`` (characters that do not show themselves written out); the
     # exact ones are never shown.
     readonly_fields = [
-        "shown_args" if f.name == "args" else f.name for f in Approval._meta.fields if f.name != "exact_args"
+        {"args": "shown_args", "reason": "reason_text"}.get(f.name, f.name)
+        for f in Approval._meta.fields
+        if f.name != "exact_args"
     ]
-    exclude = ["args", "exact_args"]
+    exclude = ["args", "exact_args", "reason"]
     list_select_related = ["run__agent"]
 
     @admin.display(description=_("arguments (masked)"))
@@ -1560,7 +1577,7 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
 
     @admin.display(description=_("reason"), ordering="reason")
     def reason_text(self, obj: Approval) -> str:
-        return approval_reason_text(obj.reason)
+        return _reason_shown(obj.reason)
 
     @admin.display(description=_("expires"), ordering="expires_at")
     def expires(self, obj: Approval) -> str:
@@ -1589,7 +1606,13 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
         ]
 
     def may_decide(self, request: HttpRequest, approval: Approval) -> bool:
-        return bool(self.has_change_permission(request, approval)) and approval.status == Approval.Status.PENDING
+        """Whether ``request``'s user may decide ``approval`` now: pending and not past its expiry (one that is
+        past it, not yet swept, would be refused as expired)."""
+        return (
+            bool(self.has_change_permission(request, approval))
+            and approval.status == Approval.Status.PENDING
+            and not _past_expiry(approval)
+        )
 
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
@@ -1604,11 +1627,19 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
         return super().change_view(request, object_id, form_url, extra)
 
     def _approval_context(self, request: HttpRequest, approval: Approval) -> dict[str, Any]:
+        """What an approval's page and its confirmation show. A pending approval past its expiry, which the
+        periodic expiry has not reached yet, is shown as the expired one it is (no "expires at" a past time, no
+        decision offered); the stored row, in "All fields", stays as it is until then."""
         name = self.admin_site.name
         may_view_run = may_view(self.admin_site, request, Run)
+        shown, reason = approval, _reason_shown(approval.reason)
+        if approval.status == Approval.Status.PENDING and _past_expiry(approval):
+            shown = copy.copy(approval)
+            shown.status = Approval.Status.EXPIRED
+            reason = gettext("This approval has expired.")
         return {
-            "approval": approval,
-            "reason_text": approval_reason_text(approval.reason),
+            "approval": shown,
+            "reason_text": reason,
             "args_pretty": visible_text(_pretty(approval.args)) or "{}",
             "arg_rows": argument_rows(approval.args),
             "may_decide": self.may_decide(request, approval),
