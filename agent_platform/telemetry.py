@@ -63,6 +63,9 @@ _configured = False
 
 # The exporters OTEL_TRACES_EXPORTER may name (``none``, alone, turns traces off).
 TRACES_EXPORTERS = ("otlp", "console")
+# The names the installed exporter packages register for them (their ``opentelemetry_traces_exporter`` entry points):
+# ``otlp_proto_http`` is the OTLP/HTTP exporter the platform uses.
+TRACES_EXPORTER_ALIASES = {"otlp_proto_http": "otlp"}
 
 
 def traces_exporters(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -72,11 +75,6 @@ def traces_exporters(environ: Mapping[str, str] | None = None) -> list[str]:
     env = os.environ if environ is None else environ
     named = (name.strip() for name in env.get("OTEL_TRACES_EXPORTER", "").lower().split(","))
     return list(dict.fromkeys(TRACES_EXPORTER_ALIASES.get(name, name) for name in named if name))
-
-
-# The names the installed exporter packages register for the exporters above (their ``opentelemetry_traces_exporter``
-# entry points): ``otlp_proto_http`` is the OTLP/HTTP exporter the platform uses.
-TRACES_EXPORTER_ALIASES = {"otlp_proto_http": "otlp"}
 
 
 def tracing_requested(environ: Mapping[str, str] | None = None) -> bool:

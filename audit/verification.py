@@ -418,14 +418,19 @@ _PLAIN_SLOTS = tuple((name, _RAW_NAMES.index(name)) for name in HASHED_FIELDS if
 _ID_SLOT, _HASH_SLOT, _MAC_SLOT, _NONCE_SLOT = (_RAW_NAMES.index(name) for name in ("id", "hash", "mac", "nonce"))
 
 
-def _not_json(text: Any) -> bool:
-    if text is None:
-        return False
+def _json_column(text: Any, column: str, *, as_stored: bool) -> tuple[Any, Any, bool] | StoredForm:
+    """A JSON column's value as the database gives it back (``as_stored``; else None), as hashed, and whether that
+    is plain (``audit.chain.json_values``, ``json_value_plain``). Text that is no JSON (written with the database's
+    checks off) is the event's problem, named as altered: not a crash of the verification, nor of an archive."""
     try:
-        json.loads(text)
+        if text is None:
+            return None, None, True
+        if as_stored:
+            return json_values(text)
+        hashed, plain = json_value_plain(text)
+        return None, hashed, plain
     except ValueError:
-        return True
-    return False
+        return StoredForm(column, str(text)[:80])
 
 
 def _raw_checked(
@@ -438,25 +443,17 @@ def _raw_checked(
     the text the hash takes; the check is still of the row as the verifier reads it (on SQLite its stored forms
     included), so that no event is archived that ``verify_audit`` would name."""
     record = {name: row[slot] for name, slot in _PLAIN_SLOTS}
-    as_read: dict[str, Any] | None = None
-    stored_form: StoredForm | None = None
-    try:
-        if as_stored:
-            args, record["args"], args_plain = (None, None, True) if row[-2] is None else json_values(row[-2])
-            result, record["result"], result_plain = (None, None, True) if row[-1] is None else json_values(row[-1])
-            as_read = {"args": args, "result": result}
-        else:
-            record["args"], args_plain = json_value_plain(row[-2])
-            record["result"], result_plain = json_value_plain(row[-1])
-    except ValueError:
-        # Text that is no JSON in a JSON column (written with the database's checks off): the event's problem, named
-        # as altered, not a crash of the verification (nor of an archive, which would then write nothing).
-        column = "args" if _not_json(row[-2]) else "result"
-        stored_form = StoredForm(column, str(row[-2] if column == "args" else row[-1])[:80])
-        record["args"] = record["result"] = None
+    args = _json_column(row[-2], "args", as_stored=as_stored)
+    result = _json_column(row[-1], "result", as_stored=as_stored)
+    stored_form: StoredForm | None
+    if isinstance(args, StoredForm) or isinstance(result, StoredForm):
+        stored_form = args if isinstance(args, StoredForm) else result
+        args_read = result_read = record["args"] = record["result"] = None
         args_plain = result_plain = True
-    if stored_form is None and sqlite:
-        stored_form = _sqlite_row_as_hashed(record)
+    else:
+        (args_read, record["args"], args_plain), (result_read, record["result"], result_plain) = args, result
+        stored_form = _sqlite_row_as_hashed(record) if sqlite else None
+    as_read = {"args": args_read, "result": result_read} if as_stored else None
     # Copied before record_check puts the latency in its hashed form, in place.
     event = record if as_read is None else {**record, **as_read}
     nonce = row[_NONCE_SLOT]
