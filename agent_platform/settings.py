@@ -508,9 +508,17 @@ PLATFORM_MODEL_ALLOW_PRIVATE_URLS = _env_list("PLATFORM_MODEL_ALLOW_PRIVATE_URLS
 # A pending approval of a write call expires after this long; the run then goes on without the call.
 PLATFORM_APPROVAL_TTL_S = _env_int("PLATFORM_APPROVAL_TTL_S", 3600, at_least=1)
 
+# How long the Redis cache may take to connect and to answer (seconds): the rate limits, the login lockouts and the
+# gate's memo fail open when it does not, so a Redis that accepts connections and never answers delays a request by
+# this much instead of holding it (and its web thread or worker) for ever.
+REDIS_CACHE_TIMEOUT_S = _env_float("REDIS_CACHE_TIMEOUT_S", 1.0, above=0)
 CACHES = {
     "default": (
-        {"BACKEND": "agent_platform.redis_cache.RedisCache", "LOCATION": REDIS_URL}
+        {
+            "BACKEND": "agent_platform.redis_cache.RedisCache",
+            "LOCATION": REDIS_URL,
+            "OPTIONS": {"socket_connect_timeout": REDIS_CACHE_TIMEOUT_S, "socket_timeout": REDIS_CACHE_TIMEOUT_S},
+        }
         if REDIS_URL
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     )

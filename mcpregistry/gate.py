@@ -1028,7 +1028,7 @@ def _memo_get(who: GateCall, contract: ToolContract, key: str) -> Any:
         if _memo_fits(contract, remembered):
             return remembered
     if contract.memo_ttl_s and contract.risk == ToolContract.Risk.READ and not who.writes_blocked:
-        hit = cache.get(_cache_key(key))
+        hit = _shared_memo_read(key)
         if hit is not None:
             entry = json.loads(hit)
             # The entry may have been written under another contract (another version's: an A/B arm) that keeps
@@ -1059,7 +1059,24 @@ def _memo_put(who: GateCall, contract: ToolContract, key: str, value: Any, secre
         # Kept in the cache (Redis, across runs) masked, as every reader gets it: no secret at rest outside the
         # encrypted store; with when it was written, which a reader holds against its own contract's TTL.
         entry = {"at": memo_clock(), "value": mask_value(value, secrets=secrets)}
-        cache.set(_cache_key(key), json.dumps(entry, ensure_ascii=False, default=str), timeout=contract.memo_ttl_s)
+        try:
+            cache.set(_cache_key(key), json.dumps(entry, ensure_ascii=False, default=str), timeout=contract.memo_ttl_s)
+        # The tool answered: an unreachable cache (any backend's error) only means no later run reuses it.
+        except Exception as exc:  # noqa: BLE001
+            logger.warning(
+                "the memo cache is unavailable (%s): the answer is not kept for later runs", type(exc).__name__
+            )
+
+
+def _shared_memo_read(key: str) -> str | None:
+    """The cross-run memo's entry for ``key``, if any. The memo is a cache, never a dependency: a cache that
+    refuses connections or does not answer within ``REDIS_CACHE_TIMEOUT_S`` is a miss, and the tool is called."""
+    try:
+        hit = cache.get(_cache_key(key))
+    except Exception as exc:  # noqa: BLE001 - any cache backend's error
+        logger.warning("the memo cache is unavailable (%s): the tool is called", type(exc).__name__)
+        return None
+    return hit if isinstance(hit, str) else None
 
 
 def _cache_key(key: str) -> str:

@@ -54,6 +54,7 @@ SECONDS: list[tuple[str, str, str | None]] = [
     ("PLATFORM_TOOL_TIMEOUT_MAX_S", "0.5", "0"),
     ("PLATFORM_MCP_IDLE_CLOSE_S", "-1", None),
     ("PLATFORM_EMBEDDINGS_TIMEOUT_S", "0.5", "0"),
+    ("REDIS_CACHE_TIMEOUT_S", "0.05", "0"),
     ("AUDIT_ANCHOR_INTERVAL_S", "-1", None),
     ("AUDIT_CHAIN_INTERVAL_S", "-1", None),
     ("AUDIT_CHAIN_GATHER_S", "0", "-0.01"),
