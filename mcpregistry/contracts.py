@@ -802,21 +802,32 @@ def backoff_delay(
 
 _RETRY_AFTER = re.compile(r"retry[-_ ]after[\"':= ]+(\d+(?:\.\d+)?)", re.IGNORECASE)
 # A 429 as a status (leading the text, or after HTTP/status/code/error), not any number 429 a message quotes.
+# A status opening a text: after punctuation ("[429]", "(504)") but never a quote mark, and followed by none: a quoted
+# number is a value the tool echoes ("'429' 자산을 찾을 수 없습니다": asset 429 was not found), no status.
+_QUOTES = "'\"`‘’“”«»「」『』"
+
+
+def _status(code: str) -> str:
+    """``code`` as a status: opening the text, or after the word that names one ("HTTP 429", "status code: 504")."""
+    unquoted = rf"{code}\b(?![{_QUOTES}])"
+    return (
+        rf"^[^\w{_QUOTES}]*(?:error\W*)?{unquoted}"
+        rf"|\b(?:HTTP(?:/[\d.]+)?|status(?:\s+code)?|code|error)[^\w{_QUOTES}]{{0,3}}{unquoted}"
+    )
+
+
 # Rate-limit words count where they say one was hit ("rate limit exceeded", "rate limited"), not where a text
 # names them (a list of modes "none, timeout, rate_limit", a setting's name).
 _RATE_LIMITED = re.compile(
-    r"^\W*(?:error\W*)?429\b|\b(?:HTTP(?:/[\d.]+)?|status(?:\s+code)?|code|error)\W{0,3}429\b"
-    r"|\brate[ _-]?limit(?:ed\b|s?\W{0,3}(?:was\s+|has\s+been\s+|is\s+)?(?:exceeded|reached|hit)\b)"
+    _status("429") + r"|\brate[ _-]?limit(?:ed\b|s?\W{0,3}(?:was\s+|has\s+been\s+|is\s+)?(?:exceeded|reached|hit)\b)"
     r"|too many requests",
     re.IGNORECASE,
 )
-_TIMED_OUT = re.compile(
-    r"^\s*timeout\b|\btimed out\b|\bdeadline exceeded\b"
-    r"|^\W*(?:error\W*)?504\b|\b(?:HTTP(?:/[\d.]+)?|status(?:\s+code)?|code|error)\W{0,3}504\b",
-    re.IGNORECASE,
-)
+_TIMED_OUT = re.compile(r"^\s*timeout\b|\btimed out\b|\bdeadline exceeded\b|" + _status("504"), re.IGNORECASE)
 # A text that opens with a rate limit (its status, or its words) is one, whatever it says after.
-_OPENS_RATE_LIMITED = re.compile(r"^\W*(?:error\W*)?(?:429\b|rate[ _-]?limit|too many requests)", re.IGNORECASE)
+_OPENS_RATE_LIMITED = re.compile(
+    rf"^[^\w{_QUOTES}]*(?:error\W*)?(?:429\b(?![{_QUOTES}])|rate[ _-]?limit|too many requests)", re.IGNORECASE
+)
 
 
 def classify_tool_error(text: str) -> tuple[str, float | None]:

@@ -223,6 +223,19 @@ def test_a_429_a_message_quotes_is_no_rate_limit_and_a_timeout_it_reports_wins()
     assert classify_tool_error("order 504 was not found") == ("tool:error", None)
 
 
+def test_a_quoted_429_or_504_opening_a_message_is_a_value_it_echoes_no_status() -> None:
+    """The demo server's "unknown asset" error opens with the id it was given: asset 429 or 504 was read as a rate
+    limit or a timeout (retried, counted by the breaker, the model sent to the backup)."""
+    assert classify_tool_error("'429' 자산을 찾을 수 없습니다. 등록된 자산: A-1001") == ("tool:error", None)
+    assert classify_tool_error("'504' 자산을 찾을 수 없습니다. 등록된 자산: A-1001") == ("tool:error", None)
+    assert classify_tool_error('"429" not found') == ("tool:error", None)
+    assert classify_tool_error("「504」 없음") == ("tool:error", None)
+    assert classify_tool_error("Error: '429' not found") == ("tool:error", None)
+    assert classify_tool_error("[429] slow down") == ("rate_limit", None)
+    assert classify_tool_error("(504) gateway") == ("timeout", None)
+    assert classify_tool_error('"429 Too Many Requests"') == ("rate_limit", None)
+
+
 def test_rate_limit_words_a_text_only_names_are_no_rate_limit() -> None:
     """The demo server's refusal of a mistyped FAILURE_MODE names the modes: it is a tool error (retried as a
     rate limit, and sent to the model as "use the backup", it hid the typo)."""
