@@ -49,7 +49,7 @@ from agents.versions import (
 )
 from audit.change_guard import actor_label
 from audit.changes import audited_delete, audited_save, change_scope, config_change_record
-from audit.masking import MASK, is_secret_key, mask_text
+from audit.masking import MASK, mask_text, mask_value
 from audit.row_statements import RowInsert, RowRead
 from audit.services import audit_event_record
 from mcpregistry.crypto import SecretDecryptionError
@@ -899,30 +899,35 @@ _EARLIER_COLUMNS = ("id", "request_digest", "api_key", "idempotency_key", "creat
 def run_input_guarded(value: Any, secrets: list[str]) -> Any:
     """A caller's input (a query, its context, its data or files) as a run stores and the rules read it: composed
     (``agents.deterministic.nfc``: the same words typed on any keyboard meet the same rules and reach the tools the
-    same) and masked (``_mask_strings``). The rule tester reads its input through this too."""
-    return _mask_strings(nfc_value(value), secrets)
+    same) and masked (``_caller_input_masked``). The rule tester reads its input through this too."""
+    return _caller_input_masked(nfc_value(value), secrets)
 
 
-def _mask_strings(value: Any, secrets: list[str]) -> Any:
-    """Mask secrets inside a caller's input: known secrets and value patterns everywhere, and the value of a key
-    that names a secret (``password``, ``api_key``, ``token``: ``audit.masking.is_secret_key``), except a
-    session's: an A2A ``sessionId`` is a conversation id, not a credential. Recursive: the input's nesting is
-    bounded by the API's parser."""
-    if isinstance(value, str):
-        return mask_text(value, secrets=secrets)
-    if isinstance(value, dict):
-        return {k: MASK if _caller_secret_key(k) and _given(v) else _mask_strings(v, secrets) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_mask_strings(v, secrets) for v in value]
-    return value
+def _caller_input_masked(value: Any, secrets: list[str]) -> Any:
+    """``value`` masked by the audit's own rules (``audit.masking.mask_value``: secret key names, name/value
+    entries and header pairs, one-time codes, known secrets and value patterns), so the run a caller reads back
+    hides what its audit rows hide. One exemption: the value under a session's id (``sessionId``, ``session_id``)
+    is masked as any other value, not hidden whole: it names a conversation, not a credential, and rules and
+    tool params read it (``{context.sessionId}``); a key that merely holds "session" (``session_token``) is one."""
+    masked = mask_value(value, secrets=secrets)
+    # Walk the input and its masked copy side by side (the copy keeps every container's order and length).
+    pairs: list[tuple[Any, Any]] = [(value, masked)]
+    while pairs:
+        given, shown = pairs.pop()
+        if isinstance(given, dict) and isinstance(shown, dict) and len(given) == len(shown):
+            for (key, item), shown_key in zip(given.items(), list(shown), strict=True):
+                if shown[shown_key] == MASK and _session_id_key(key):
+                    shown[shown_key] = mask_value(item, secrets=secrets)
+                else:
+                    pairs.append((item, shown[shown_key]))
+        elif isinstance(given, list) and isinstance(shown, list) and len(given) == len(shown):
+            pairs.extend(zip(given, shown, strict=True))
+    return masked
 
 
-def _caller_secret_key(key: Any) -> bool:
-    return is_secret_key(key) and "session" not in str(key).lower()
-
-
-def _given(value: Any) -> bool:
-    return value not in (None, "", [], {})
+def _session_id_key(key: Any) -> bool:
+    """Whether a key names a session's id (``sessionId``, ``session_id``, ``SESSION-ID``)."""
+    return isinstance(key, str) and key.lower().replace("_", "").replace("-", "") == "sessionid"
 
 
 def run_query_check(query: Any) -> None:

@@ -464,8 +464,8 @@ class RunCursorPagination:
                 direction, moment, run_id = text.split("|")
             else:
                 legacy = parse_qs(text, keep_blank_values=True)
-                if "p" not in legacy:
-                    return None
+                if "p" not in legacy:  # text that decodes ("YWJj" is "abc") but holds no position at all
+                    raise ValueError(raw)
                 (moment,) = legacy["p"]
                 direction = "p" if legacy.get("r") == ["1"] else "n"
                 run_id = str(uuid.UUID(int=0) if direction == "n" else uuid.UUID(int=2**128 - 1))
