@@ -39,11 +39,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
 
+import httpx
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone, translation
+from django.utils.translation import gettext
 
 import agent_platform.telemetry as telemetry
 from agents import engine
@@ -68,9 +70,10 @@ from agents.selectors import RUN_READ
 from agents.shadow import shadow_after_store
 from agents.versions import AGENT_FIELDS
 from audit.change_guard import config_generation_sql
-from audit.masking import register_secrets
+from audit.masking import mask_text, register_secrets
 from audit.row_statements import RowUpdate
 from audit.services import audit_chain_held_off
+from mcpregistry.binding_policy import url_problem
 from mcpregistry.crypto import SecretDecryptionError
 from mcpregistry.pool import get_default_pool
 
@@ -562,6 +565,9 @@ def _execute_claimed(claim: RunClaim) -> None:
     servers, rules = list(configuration.servers), list(configuration.rules)
     contracts = configuration.contracts
     secrets = [*configuration.server_secrets, *agent.secret_values()]
+    # The agent's key is for the endpoint the agent is stored with; a version frozen with another one is not sent it.
+    model_api_key = agent.model_api_key()
+    moved_endpoint = _version_model_endpoint_moved(run=run, run_settings=settings_of) if model_api_key else None
     # Every binding's secrets, for this process's masking: the gate masks what a server answers with that server's
     # secrets and those registered, and a tool may answer with another binding's token.
     register_secrets(secrets)
@@ -613,7 +619,7 @@ def _execute_claimed(claim: RunClaim) -> None:
         parallel_per_run=settings.PLATFORM_PARALLEL_TOOL_CALLS,
         parallel_per_server=settings.PLATFORM_PARALLEL_TOOL_CALLS_PER_SERVER,
         mcp_context=settings_of.get("mcp_context") or {},
-        model_api_key=agent.model_api_key(),
+        model_api_key=None if moved_endpoint else model_api_key,
         token_ceiling=token_ceiling,
         # A run taken over from a lost worker (or resumed): its ceiling counts what its model calls spent already.
         spent_before=_tokens_spent_before(run.id) if token_ceiling is not None and not fresh else 0,
@@ -632,7 +638,10 @@ def _execute_claimed(claim: RunClaim) -> None:
             ),
             translation.override(plan.language or translation.get_language()),
         ):
-            outcome = engine.execute(plan)
+            if moved_endpoint:
+                outcome = _model_endpoint_changed(run=run, version_endpoint=moved_endpoint, secrets=secrets)
+            else:
+                outcome = engine.execute(plan)
             telemetry.run_outcome(status=outcome.status, error_code=outcome.error_code, token_usage=outcome.token_usage)
     except _TIME_LIMIT_OR_RETRYABLE:
         raise
@@ -648,6 +657,65 @@ def _execute_claimed(claim: RunClaim) -> None:
     # A first pass that asked for no approval has none to leave unused.
     unused = not fresh or approvals.asked
     _store_outcome(claim, run, _judged(claim, outcome), writer, settle=settle, unused=unused, asked=approvals)
+
+
+# The reason code of a run of a version whose model endpoint is no longer the agent's: a version's content (which
+# is exported) never holds the agent's model key, so its run would send the agent's current key, entered for the
+# current endpoint, to the version's; it fails before any model request instead.
+MODEL_ENDPOINT_CHANGED = "config:model_endpoint_changed"
+
+
+def _key_endpoint(base_url: str | None) -> str | None:
+    """An OpenAI-compatible base URL as its client addresses it: scheme and host as httpx reads them (lower case,
+    the scheme's own port left out), the path without its trailing slash (the OpenAI SDK adds one); a URL no client
+    takes as it is written. None where there is none."""
+    if base_url is None:
+        return None
+    try:
+        url = httpx.URL(base_url)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return base_url
+    return str(url.copy_with(path=url.path.rstrip("/") or "/"))
+
+
+def _base_url(params: Any) -> str | None:
+    value = params.get("base_url") if isinstance(params, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+def _version_model_endpoint_moved(*, run: Run, run_settings: dict[str, Any]) -> str | None:
+    """The base URL of the run's version where it is not the agent's (stored) one: the agent's model key would go
+    to it (an OpenAI-compatible model sends it there); None otherwise, and for a run of the agent as it is stored,
+    or of a model that sends no key (Bedrock reads AWS credentials; the offline and scripted models, none)."""
+    if run.version is None or run_settings["model_provider"] != Agent.Provider.OPENAI_COMPATIBLE:
+        return None
+    frozen = _base_url(run_settings["model_params"])
+    if frozen is None or _key_endpoint(frozen) == _key_endpoint(_base_url(run.agent.model_params)):
+        return None  # (a version without one fails where its model is made, sending nothing)
+    if url_problem(frozen, settings.PLATFORM_MODEL_ALLOW_PRIVATE_URLS, target="model"):
+        # Refused where its model is made (``model:unavailable``), before any request: that reason is the one to
+        # give, as putting the base URL back would be refused too.
+        return None
+    return frozen
+
+
+def _model_endpoint_changed(*, run: Run, version_endpoint: str, secrets: list[str]) -> engine.RunOutcome:
+    """The failed outcome of a run whose version's model endpoint is no longer the agent's, in the run's language,
+    masked; what an earlier pass recorded is kept."""
+    assert run.version is not None  # only a version's run has an endpoint of its own
+    message = gettext(
+        "Version %(number)s sends its model requests to %(endpoint)s, which is no longer the agent's model "
+        "endpoint: the agent's model API key is kept for its current endpoint, so the run was not made. Publish a "
+        "version with the current endpoint, or set the agent's base_url back to %(endpoint)s."
+    ) % {"number": run.version.number, "endpoint": version_endpoint}
+    return engine.RunOutcome(
+        status="failed",
+        error_code=MODEL_ENDPOINT_CHANGED,
+        error_message=mask_text(message, secrets=secrets),
+        deterministic_results=list(run.deterministic_results or []),
+        messages=list(run.messages or []),
+        conversation=list(run.conversation or []),
+    )
 
 
 def _tokens_spent_before(run_id: Any) -> int:

@@ -110,6 +110,9 @@ _REASONS: dict[str, Callable[[], str]] = {
     "max_iterations": lambda: pgettext("audit reason", "the agent reached its iteration limit"),
     "config:agent": lambda: pgettext("audit reason", "the agent's configuration is not valid"),
     "config:tool_name_conflict": lambda: pgettext("audit reason", "two tools share a name"),
+    "config:model_endpoint_changed": lambda: pgettext(
+        "audit reason", "the version's model endpoint is no longer the agent's"
+    ),
     "cancelled": lambda: pgettext("audit reason", "cancelled"),
     "worker_lost": lambda: pgettext("audit reason", "its worker stopped"),
     "time_limit": lambda: pgettext("audit reason", "time limit reached"),
