@@ -27,7 +27,7 @@ from agent_platform.json import bounded_json_overrides
 from agent_platform.text import nfc
 from agents import (
     admin_runs,  # noqa: F401  (registers RunAdmin and ApprovalAdmin)
-    admin_versions,  # noqa: F401  (registers AgentVersionAdmin, AgentArmAdmin, ShadowComparisonAdmin)
+    admin_versions,  # registers AgentVersionAdmin, AgentArmAdmin, ShadowComparisonAdmin; says what publish did
 )
 from agents.agent_settings_form import (
     McpContextWidget,
@@ -503,12 +503,9 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
     def publish(self, request: HttpRequest, queryset: Any) -> None:
         for agent in queryset:
             version = agent_version_publish(agent=agent, actor=request.user, via=ADMIN_VIA)
-            self.message_user(
-                request,
-                # Starts with a word: the admin capitalizes a message's first letter, and a slug is spelled as is.
-                _("Agent %(agent)s: v%(number)s is live.") % {"agent": agent.slug, "number": version.number},
-                messages.SUCCESS,
-            )
+            # A warning while weighted A/B arms take the live traffic, as the roll back's (``admin_versions``).
+            text, warning = admin_versions.publish_message(agent=agent, number=version.number)
+            self.message_user(request, text, messages.WARNING if warning else messages.SUCCESS)
 
     def service_save(self, *, obj: Agent, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
         if change:

@@ -26,6 +26,7 @@ from agents.version_view import content_html
 from agents.versions import version_diff
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from audit.admin_readonly import ReadOnlyAdminMixin
+from audit.visible import visible_text
 from mcpregistry.list_fields import value_text
 
 
@@ -85,22 +86,59 @@ ROLLBACK_NOTE = re.compile(r"roll back to v([0-9]{1,9})")
 
 def version_note_text(note: str) -> str:
     """A version's note as a reader takes it: one the platform wrote (``SYSTEM_VERSION_NOTES``, a roll back's) in
-    the active language, any other exactly as stored."""
+    the active language, any other as stored, with what does not show itself written out (``audit.visible``)."""
     if note in SYSTEM_VERSION_NOTES:
         return gettext(note)
     if rollback := ROLLBACK_NOTE.fullmatch(note):
         return gettext("roll back to v%(number)s") % {"number": rollback[1]}
-    return note
+    return visible_text(note)
 
 
 def _cell(value: Any) -> str:
     """A changed leaf as a reader takes it: text as written (its lines kept; quoted where it would read as a
-    number or a switch, so ``"5"`` and ``5`` differ), nothing as ``—``, else JSON."""
+    number or a switch, so ``"5"`` and ``5`` differ), nothing as ``—``, else JSON; each character that does not
+    show itself written out (``⟦U+E0049⟧``, ``audit.visible``), for two leaves that differ only in such characters
+    (a prompt with an instruction spelled in tag characters appended) would otherwise look the same."""
     if value is None:
         return "—"
     if isinstance(value, str):
-        return value_text(value)
-    return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, default=str)
+        return visible_text(value_text(value))
+    return visible_text(json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True, default=str))
+
+
+def weighted_arms(agent: Agent) -> str:
+    """The agent's A/B arms of positive weight with their versions, ``a (v1), b (v2)``; "" when it has none. They
+    take its live traffic before its live version does (``agents.versions.run_version_choice``)."""
+    weighted = agent.arms.filter(weight__gt=0).select_related("version").order_by("name")
+    return ", ".join(f"{arm.name} (v{arm.version.number})" for arm in weighted)
+
+
+# Each returns what a publish or a roll back made live, as the admin's actions and ``manage.py agent_version`` say it,
+# and whether that is a warning: while arms of positive weight take the live traffic, the live version reaches no
+# caller until their weights are 0, and "is live" read as if it did (a caller's run still ran an arm's version).
+# Each text starts with a word: the admin capitalizes a message's first letter, and a slug is spelled as is.
+
+
+def publish_message(*, agent: Agent, number: int) -> tuple[str, bool]:
+    words = {"agent": agent.slug, "number": number}
+    if arms := weighted_arms(agent):
+        text = gettext(
+            "Agent %(agent)s: v%(number)s is the live version, but live traffic still follows the A/B arms "
+            "%(arms)s until their weights are set to 0."
+        )
+        return text % {**words, "arms": arms}, True
+    return gettext("Agent %(agent)s: v%(number)s is live.") % words, False
+
+
+def rollback_message(*, agent: Agent, old: int, new: int) -> tuple[str, bool]:
+    words = {"agent": agent.slug, "old": old, "new": new}
+    if arms := weighted_arms(agent):
+        text = gettext(
+            "Agent %(agent)s: v%(old)s published again as v%(new)s, the live version, but live traffic still "
+            "follows the A/B arms %(arms)s until their weights are set to 0."
+        )
+        return text % {**words, "arms": arms}, True
+    return gettext("Agent %(agent)s: v%(old)s published again as v%(new)s, now live.") % words, False
 
 
 @admin.register(AgentVersion)
@@ -158,28 +196,8 @@ class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 messages.ERROR,
             )
             return
-        words = {"agent": version.agent.slug, "old": version.number, "new": new.number}
-        weighted = version.agent.arms.filter(weight__gt=0).select_related("version").order_by("name")
-        arms = ", ".join(f"{arm.name} (v{arm.version.number})" for arm in weighted)
-        if not arms:
-            self.message_user(
-                request,
-                # Starts with a word: the admin capitalizes a message's first letter, and a slug is spelled as is.
-                gettext("Agent %(agent)s: v%(old)s published again as v%(new)s, now live.") % words,
-                messages.SUCCESS,
-            )
-            return
-        # Arms of positive weight take live traffic before the live version (``run_version_choice``): the roll
-        # back reaches no caller until their weights are 0, and "now live" read as if it had.
-        self.message_user(
-            request,
-            gettext(
-                "Agent %(agent)s: v%(old)s published again as v%(new)s, the live version, but live traffic still "
-                "follows the A/B arms %(arms)s until their weights are set to 0."
-            )
-            % {**words, "arms": arms},
-            messages.WARNING,
-        )
+        text, warning = rollback_message(agent=version.agent, old=version.number, new=new.number)
+        self.message_user(request, text, messages.WARNING if warning else messages.SUCCESS)
 
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
@@ -227,7 +245,10 @@ class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 {"pk": other.pk, "number": other.number, "note": version_note_text(other.note)}
                 for other in others.exclude(pk=version.pk).order_by("-number").only("pk", "number", "note")
             ],
-            "rows": [{**row, "old": _cell(row["old"]), "new": _cell(row["new"])} for row in rows],
+            # The path names a rule by its name, which may hide characters too.
+            "rows": [
+                {"path": visible_text(row["path"]), "old": _cell(row["old"]), "new": _cell(row["new"])} for row in rows
+            ],
             "opts": self.model._meta,
         }
         return TemplateResponse(request, "admin/agents/agentversion/diff.html", context)

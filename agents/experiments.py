@@ -118,13 +118,20 @@ def two_proportion_z(x1: int, n1: int, x2: int, n2: int) -> tuple[float, float] 
 
 
 def welch_z(a: list[float], b: list[float]) -> tuple[float, float] | None:
-    """(z, two-sided p) of Welch's test of ``mean(a) == mean(b)`` (normal approximation); None when undefined."""
+    """(z, two-sided p) of Welch's test of ``mean(a) == mean(b)`` (normal approximation); None when undefined
+    (fewer than two observations in an arm, or no variance in either and equal means: nothing to tell apart).
+
+    Without variance in either arm and different means (every rating -1 in one, +1 in the other) the result is
+    (±inf, 0), the limit as the variances shrink: every observation of one arm differs from every one of the
+    other by the same amount, the clearest difference there is. It was None, and the page said "no significant
+    difference" of arms that disagreed on every run."""
     if len(a) < 2 or len(b) < 2:
         return None
     se = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
+    difference = statistics.fmean(a) - statistics.fmean(b)
     if se == 0:
-        return None
-    z = (statistics.fmean(a) - statistics.fmean(b)) / se
+        return None if difference == 0 else (math.copysign(math.inf, difference), 0.0)
+    z = difference / se
     return z, math.erfc(abs(z) / math.sqrt(2))
 
 

@@ -1,6 +1,7 @@
 """A published version's frozen content as a reviewer reads it: the agent's settings by their labels, the bound
 servers, the rules in order (in ``agents.rule_summary``'s words) and each tool's contract in words
-(``mcpregistry.contract_words``); the content as frozen (JSON) folded beneath."""
+(``mcpregistry.contract_words``); the content as frozen (JSON) folded beneath. Characters that do not show
+themselves are written out everywhere on it (``⟦U+202E⟧``, ``audit.visible``), as on the run page."""
 
 from __future__ import annotations
 
@@ -17,9 +18,24 @@ from django.utils.translation import pgettext
 from agents.models import Agent
 from agents.rule_summary import conditions_html, parameters_html, summary_lines, target_html
 from agents.versions import flatten_leaves, version_contracts, version_rules
+from audit.visible import visible_text
 from mcpregistry.contract_words import argument_words, failure_words, other_words, result_words
 from mcpregistry.list_fields import value_text
 from mcpregistry.models import ToolContract
+
+
+def visible_content(value: Any) -> Any:
+    """``value`` (a version's content, or a part of it) as a reviewer is shown it: each text in it, keys included,
+    with the characters that do not show themselves written out (``audit.visible.visible_text``). A prompt ending
+    in tag characters otherwise reads as the one before it, and a direction override turns a rule's name or
+    template around. For showing only: the stored content, its digest and the diff keep the characters."""
+    if isinstance(value, str):
+        return visible_text(value)
+    if isinstance(value, dict):
+        return {visible_content(key): visible_content(child) for key, child in value.items()}
+    if isinstance(value, list):
+        return [visible_content(child) for child in value]
+    return value
 
 
 def setting_html(name: str, value: Any) -> SafeString | str:
@@ -62,9 +78,16 @@ def _contract_lines(contract: ToolContract) -> SafeString:
     return summary_lines([(label, " · ".join(lines)) for label, lines in groups])
 
 
-def content_html(content: Any) -> SafeString:
-    if not isinstance(content, dict):
-        return format_html("<pre>{}</pre>", json.dumps(content, ensure_ascii=False, indent=2))
+def _frozen_json(content: Any) -> str:
+    return visible_text(json.dumps(content, ensure_ascii=False, indent=2, sort_keys=True, default=str))
+
+
+def content_html(frozen: Any) -> SafeString:
+    """The version page's content: ``frozen`` (a version's content) in words, every text as ``visible_content``
+    shows it, and its JSON, with the same characters written out, folded beneath."""
+    if not isinstance(frozen, dict):
+        return format_html("<pre>{}</pre>", _frozen_json(frozen))
+    content = visible_content(frozen)
     settings = content.get("agent") if isinstance(content.get("agent"), dict) else {}
     settings_rows = format_html_join(
         "", "<tr><th>{}</th><td>{}</td></tr>", ((_label(name), setting_html(name, v)) for name, v in settings.items())
@@ -109,5 +132,5 @@ def content_html(content: Any) -> SafeString:
         _("contract"),
         contract_rows or format_html('<tr><td colspan="2">{}</td></tr>', _("no tools")),
         _("the content as frozen (JSON)"),
-        json.dumps(content, ensure_ascii=False, indent=2, sort_keys=True, default=str),
+        _frozen_json(frozen),
     )

@@ -18,9 +18,11 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
+from agents.admin_versions import publish_message, rollback_message
 from agents.models import Agent, AgentVersion
 from agents.services import agent_shadow_set, agent_version_publish, agent_version_rollback
 from agents.versions import version_diff
+from audit.visible import visible_text
 
 ACTOR = "system:agent_version"
 VIA = "command"
@@ -81,16 +83,22 @@ class Command(BaseCommand):
                 agent=agent, actor=ACTOR, via=VIA, note=options["note"], make_live=not options["candidate"]
             )
             self.stdout.write(f"v{version.number}")
+            if not options["candidate"]:
+                self._warn_of_arms(*publish_message(agent=agent, number=version.number))
         elif action == "rollback":
             try:
                 version = agent_version_rollback(version=self._version(agent, options["number"]), actor=ACTOR, via=VIA)
             except ValidationError as exc:
                 raise CommandError("; ".join(exc.messages)) from None
             self.stdout.write(f"v{version.number}")
+            self._warn_of_arms(*rollback_message(agent=agent, old=options["number"], new=version.number))
         elif action == "diff":
             old, new = self._version(agent, options["old"]), self._version(agent, options["new"])
             for row in version_diff(old.content, new.content):
-                self.stdout.write(json.dumps(row, ensure_ascii=False, default=str))
+                # As the admin's diff page: what does not show itself is written out (``audit.visible``), or a
+                # prompt with an instruction in tag characters appended reads as the one before it. Outside the
+                # JSON's quotes nothing is changed, so each line stays JSON; Korean stays as written.
+                self.stdout.write(visible_text(json.dumps(row, ensure_ascii=False, default=str)))
         else:
             given = options["version"].strip()
             if given != "off" and not given.isdecimal():
@@ -109,6 +117,12 @@ class Command(BaseCommand):
                 self.stdout.write(
                     _("shadow %(version)s at %(rate)s") % {"version": f"v{chosen.number}", "rate": f"{rate:g}"}
                 )
+
+    def _warn_of_arms(self, text: str, warning: bool) -> None:
+        """On stderr, so that stdout stays the version's number for a script: while weighted A/B arms take the
+        live traffic, the version just made live reaches no caller (``admin_versions.publish_message``)."""
+        if warning:
+            self.stderr.write(text)
 
     @staticmethod
     def _shadow_rate(agent: Agent, chosen: AgentVersion | None, given: float | None) -> float:
