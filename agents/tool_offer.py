@@ -60,9 +60,13 @@ FALLBACK_SUGGESTED = frozenset(
 
 
 def tool_doc(name: str, server: McpServer, tool: McpTool) -> ToolDoc:
+    """What the rankers know of ``tool``, offered to the model as ``name``. Its words are its own name's, not the
+    alias's the model may be given (``agents.engine.model_tool_names``): ``직원.검색`` ranks for "직원 검색" though
+    the model calls it ``tool_66dde059``."""
     properties = (tool.input_schema or {}).get("properties") or {}
     return ToolDoc(
         name=name,
+        own_name=tool.exposed_name,
         mcp_id=server.mcp_id,
         description=tool.description or "",
         argument_names=tuple(str(a) for a in properties),

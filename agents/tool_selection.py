@@ -11,8 +11,10 @@ Two rankers, one protocol (``score(text) -> {name: score}``):
   names, admin-written tags and example queries. Korean has no spaces between a noun and its particle
   ("자산의", "자산을", "팀을"), so Hangul runs are indexed as syllables and syllable bigrams; a Hangul run written
   against latin letters or digits ("VPN이", "3월매출") is split from them; latin words as lower-cased words. Text
-  is NFC-normalised first (Korean typed on macOS comes decomposed). No network, no model; building the index for
-  300 tools takes a few milliseconds.
+  is NFKC-normalised first: composed (Korean typed on macOS comes decomposed) and width-folded (a Korean IME's
+  full-width mode types "ＶＰＮ" and "３월"). A tool the model knows by an alias (``agents.engine.model_tool_names``:
+  ``직원.검색`` is offered as ``tool_66dde059``) is indexed by its own name. No network, no model; building the
+  index for 300 tools takes a few milliseconds.
 * :class:`EmbeddingRanker`: cosine similarity between the query's vector and the tools' vectors (computed at
   discovery, cached in the database: ``mcpregistry.embeddings``).
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import math
 import re
 import time
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -80,7 +83,8 @@ def tool_selection_settings(raw: Any) -> ToolSelectionSettings:
 
 @dataclass(frozen=True)
 class ToolDoc:
-    """What a ranker knows of one tool: the name the model sees and the texts that describe it."""
+    """What a ranker knows of one tool: the name the model sees (``name``, by which it is scored and offered) and
+    the texts that describe it. ``own_name`` is the tool's own name where the model sees an alias of it."""
 
     name: str
     mcp_id: str = ""
@@ -88,10 +92,12 @@ class ToolDoc:
     argument_names: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     example_queries: tuple[str, ...] = ()
+    own_name: str = ""
 
     def text(self) -> str:
-        """Everything the lexical ranker indexes, the name and tags repeated for weight."""
-        name_words = split_identifier(self.name)
+        """Everything the lexical ranker indexes, the name and tags repeated for weight. The name is the tool's
+        own: an alias (``tool_66dde059`` for ``직원.검색``) carries none of its words."""
+        name_words = split_identifier(self.own_name or self.name)
         tags = " ".join(self.tags)
         return " ".join(
             [
@@ -113,17 +119,25 @@ _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _STOP = frozenset({"a", "an", "the", "of", "to", "in", "on", "for", "and", "or", "is", "are", "be", "by", "me", "my"})
 
 
+def folded(text: str) -> str:
+    """``text`` as the ranker compares it, queries and tools alike: NFKC, which composes Hangul (NFC's work) and
+    folds width and other compatibility forms (full-width "ＶＰＮ" and "３월" as "VPN" and "3월", "①" as "1"). It
+    also rewrites what ``agent_platform.text.nfc`` keeps (a compatibility ideograph, a compatibility jamo "ㅋ" as
+    its conjoining twin): harmless here, both sides being folded the same way, and nothing folded is stored."""
+    return text if unicodedata.is_normalized("NFKC", text) else unicodedata.normalize("NFKC", text)
+
+
 def split_identifier(name: str) -> str:
     """``get_assetStatus`` → ``get asset status``."""
     return _CAMEL.sub(" ", name).replace("_", " ").replace("-", " ").replace(".", " ")
 
 
 def tokens(text: str) -> list[str]:
-    """Index terms of ``text`` (NFC first): lower-cased latin words and digits (a trailing plural ``s`` dropped,
-    stop words out), split from Hangul written against them, and for each Hangul run its syllables and its
-    syllable bigrams, so a one-syllable noun meets itself with a particle ("팀을" → 팀, 을, 팀을)."""
+    """Index terms of ``text`` (NFKC first, see :func:`folded`): lower-cased latin words and digits (a trailing
+    plural ``s`` dropped, stop words out), split from Hangul written against them, and for each Hangul run its
+    syllables and its syllable bigrams, so a one-syllable noun meets itself with a particle ("팀을" → 팀, 을, 팀을)."""
     terms: list[str] = []
-    for word in _WORD.findall(split_identifier(nfc(text))):
+    for word in _WORD.findall(split_identifier(folded(text))):
         if _HANGUL.fullmatch(word):
             terms.extend(word)
             terms.extend(word[i : i + 2] for i in range(len(word) - 1))

@@ -557,7 +557,8 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
     def _discover(self, request: HttpRequest, server: McpServer) -> None:
         report = mcp_server_discover(server=server, actor=request.user, via=ADMIN_VIA)
-        level = messages.SUCCESS if report.ok and not (report.schema_errors or report.name_taken) else messages.WARNING
+        warned = report.schema_errors or report.name_taken or report.descriptions_cut
+        level = messages.SUCCESS if report.ok and not warned else messages.WARNING
         self.message_user(request, discovery_message(report), level=level if report.ok else messages.ERROR)
 
     def _check_health(self, request: HttpRequest, server: McpServer) -> None:
@@ -628,6 +629,7 @@ def discovery_message(report: DiscoveryReport) -> str:
     ):
         if names:
             parts.append(f"{label}: {_names(names)}")
+    parts.extend(str(warning) for warning in report.warnings())
     if not (report.added or report.updated or report.vanished):
         parts.append(str(_("no change")))
     return str(_("Discovery of %(id)s: %(parts)s") % {"id": report.mcp_id, "parts": "; ".join(parts)})

@@ -334,7 +334,19 @@ class DiscoveryReport:
     # Tools left off although they would be switched on (new at a binding's first discovery, or listed again after
     # vanishing), because another server bound beside this one offers an agent a tool of that name: "name (agents)".
     name_taken: list[str] = field(default_factory=list)
+    # Tools whose description was longer than ``TOOL_DESCRIPTION_MAX_CHARS``, stored cut to it (what a model reads
+    # of a tool on every turn is bounded, as its results are): "name (length as listed)".
+    descriptions_cut: list[str] = field(default_factory=list)
     tool_count: int = 0
+
+    def warnings(self) -> list[str]:
+        """What the discoverer should know although nothing failed, in their language: the descriptions cut."""
+        if not self.descriptions_cut:
+            return []
+        return [
+            _("descriptions longer than %(n)s characters, stored cut to that length: %(tools)s")
+            % {"n": TOOL_DESCRIPTION_MAX_CHARS, "tools": "; ".join(self.descriptions_cut)}
+        ]
 
     def health_problems(self) -> list[str]:
         """What makes the server's health an error after this listing, in the discoverer's language (the server's
@@ -484,7 +496,9 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
                     via=via,
                     validate=False,
                 )
-            changed = tool.description != description or tool.input_schema != input_schema
+            # A description stored whole before descriptions were cut is compared cut: the same text listed again
+            # is no change to review.
+            changed = description_bounded(tool.description) != description or tool.input_schema != input_schema
             updates: dict[str, object] = {
                 "description": description,
                 "input_schema": input_schema,
@@ -585,12 +599,40 @@ def _storable(value: Any) -> Any:
     return value
 
 
+# The most of a tool's description the registry stores: a model reads it on every turn the tool is offered, as
+# ``PLATFORM_TOOL_RESULT_MAX_CHARS`` bounds what it reads of a result (a server listed a 344,019-character
+# description repeating "call another tool"). Generous for a description written for a reader.
+TOOL_DESCRIPTION_MAX_CHARS = 4000
+
+
+def description_bounded(description: str) -> str:
+    """``description`` as the registry stores it: at most ``TOOL_DESCRIPTION_MAX_CHARS`` characters, a longer one
+    cut and ending with "…" (a reader, the model too, sees that it goes on). The same text gives the same cut, so
+    a long description listed again is no change (no rug pull to review)."""
+    if len(description) <= TOOL_DESCRIPTION_MAX_CHARS:
+        return description
+    return description[: TOOL_DESCRIPTION_MAX_CHARS - 1] + "…"
+
+
+def _with_description_bounded(listed: dict[str, Any], report: DiscoveryReport) -> dict[str, Any]:
+    """A listed tool with its description cut (``description_bounded``), the cut named in the report. Cut after
+    the binding's secrets are masked: a secret across the cut is masked whole, not left half."""
+    description = listed.get("description")
+    if not isinstance(description, str) or len(description) <= TOOL_DESCRIPTION_MAX_CHARS:
+        return listed
+    report.descriptions_cut.append(
+        _("%(tool)s (%(n)d characters)") % {"tool": _shown_name(listed["name"]), "n": len(description)}
+    )
+    return {**listed, "description": description_bounded(description)}
+
+
 def _listing_checked(listing: Any, report: DiscoveryReport) -> Any:
     """The listing as the registry can store it: a tool whose name cannot be one (not a string, empty, longer than
     a name may be, with control characters) is left out, and so is a second tool of a name already listed (the
-    first is kept), each reported (``report.rejected`` and ``schema_errors``, the binding's health); everything
-    else made storable (``_storable``: a NUL character in a description, a schema, a resource, a prompt or the
-    server's info becomes U+FFFD)."""
+    first is kept), each reported (``report.rejected`` and ``schema_errors``, the binding's health); a description
+    longer than ``TOOL_DESCRIPTION_MAX_CHARS`` cut (``report.descriptions_cut``); everything else made storable
+    (``_storable``: a NUL character in a description, a schema, a resource, a prompt or the server's info becomes
+    U+FFFD)."""
     tools: list[Any] = []
     names: set[str] = set()
     for listed in listing.tools:
@@ -604,7 +646,7 @@ def _listing_checked(listing: Any, report: DiscoveryReport) -> Any:
             report.schema_errors.append(entry)
             continue
         names.add(str(name))
-        tools.append(listed)
+        tools.append(_with_description_bounded(listed, report))
     return replace(
         listing,
         tools=_storable(tools),

@@ -100,6 +100,8 @@ class Command(BaseCommand):
                     % {"server": server.mcp_id, "tools": ", ".join(report.name_taken)}
                 )
             )
+        for warning in report.warnings():
+            self.stdout.write(self.style.WARNING(f"{server.mcp_id}: {warning}"))
         problems = report.health_problems()  # the health's error, as discovery recorded it
         if not problems and server.health == McpServer.Health.ERROR and server.last_error:
             problems.append(server.last_error)  # recorded by a check that ran beside this discovery
