@@ -75,9 +75,9 @@ class ToolResultInvalid(RuntimeError):
 
 
 class ToolResultTooBig(ToolResultInvalid):
-    """A tool answered with a line longer than the pool reads (``pool._stdio_line_max``): the tool answered (the
-    call is no timeout, and is not sent again as one), and its answer was refused unread. The gate reads it as
-    ``result:too_big``."""
+    """A tool answered at a length the pool does not read (``pool._answer_max_bytes``: a stdio server's line, a
+    streamable HTTP answer's body or event): the tool answered (the call is no timeout, and is not sent again as one),
+    and its answer was refused unread. The gate reads it as ``result:too_big``."""
 
 
 class ClientSession(SdkClientSession):

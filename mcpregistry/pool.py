@@ -15,10 +15,11 @@ fresh session: nothing reached the server. Sessions idle for longer than ``idle_
 none ended within it) are closed; a session with a call in flight is never closed for idleness.
 ``shutdown()`` closes every session, which ends every stdio server process this pool started.
 
-A session on which a call timed out is retired: the request is left in a state nobody knows. Over streamable
-HTTP the SDK keeps that call's HTTP request open (nothing in the protocol ends it, and a server's keep-alive
-comments keep resetting its read timeout), and a session's HTTP client has a bounded number of connections, so
-after enough timeouts every call on the session would wait for a connection that never frees. Over stdio a server
+A session on which a call timed out is retired, as is one whose call its caller stopped waiting for (Celery's soft
+time limit cancels the call): the request is left in a state nobody knows. Over streamable HTTP the SDK keeps that
+call's HTTP request open (nothing in the protocol ends it, and a server's keep-alive comments keep resetting its read
+timeout), and a session's HTTP client has a bounded number of connections, so after enough timeouts every call on the
+session would wait for a connection that never frees. Over stdio a server
 written with FastMCP whose tool works in a thread goes on working after ``notifications/cancelled``, and its late
 answer to the cancelled request ends the server (modelcontextprotocol/python-sdk#2416): a call sent meanwhile is
 lost, a write among them recorded as of unknown outcome. New calls open a fresh session at once; the retired one
@@ -38,11 +39,13 @@ import json
 import logging
 import os
 import re
+import signal
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from functools import partial
+from typing import Any, NoReturn, TypeVar, cast
 
 import anyio
 import anyio.abc
@@ -102,8 +105,9 @@ STDERR_MASK_MARGIN = 4096
 # answer is the call's deadline's to end (a timeout, said as one), never the HTTP client's.
 READ_TIMEOUT_MARGIN_S = 60.0
 
-# The longest line read from a stdio server (an answer is one line), in bytes (:func:`_stdio_line_max`), and how much
-# of the head and the tail of a longer one is kept, to read the id of the answer it is.
+# The longest answer read from a server, in bytes (:func:`_answer_max_bytes`): a stdio server's line (an answer is one
+# line), a streamable HTTP server's JSON body or one event of its event stream; and how much of the head and the tail
+# of a longer line is kept, to read the id of the answer it is.
 STDIO_LINE_MAX_BYTES = 16 * 1024 * 1024
 LINE_TOO_LONG_KEPT = 64 * 1024
 
@@ -262,17 +266,22 @@ class _OwnerEnded(Exception):
         self.error = error
 
 
-async def _until_owner_ends(pooled: _PooledSession, awaitable: Awaitable[T]) -> T:
+async def _until_owner_ends(pooled: _PooledSession, awaitable: Awaitable[T], *, abandoned: Callable[[], None]) -> T:
     """``awaitable``'s result, or ``_OwnerEnded`` as soon as the session's owner task ends first (its transport
-    failed: an HTTP transport's error ends the owner, and the request would otherwise wait for its timeout)."""
+    failed: an HTTP transport's error ends the owner, and the request would otherwise wait for its timeout).
+
+    Cancelled (the call's deadline, or its caller stopped waiting: Celery's soft time limit), it calls ``abandoned``
+    at once, before it waits for the operation's own cancellation: a call submitted right after the cancelled one may
+    already be looking for a session, and must not be sent on the one whose request was abandoned."""
     owner = pooled.task
     operation = asyncio.ensure_future(awaitable)
-    if owner is None:
-        return await operation
     try:
+        if owner is None:
+            return await operation
         done, _pending = await asyncio.wait({operation, owner}, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        operation.cancel()  # cancelled (the timeout): the operation is too, as it was when awaited directly
+    except asyncio.CancelledError:
+        abandoned()
+        operation.cancel()  # the operation is cancelled too, as it was when awaited directly
         with contextlib.suppress(BaseException):
             await operation
         raise
@@ -356,11 +365,11 @@ class _LineTooLong(Exception):
         self.tail = tail
 
 
-def _stdio_line_max() -> int:
-    """The longest line read from a stdio server, in bytes: ``STDIO_LINE_MAX_BYTES``, or more where the platform's
-    result cap asks for it (a character is up to 12 bytes as escaped JSON, and a tool may send its answer twice: as
-    text and as structured content). A longer answer is refused unread (:class:`ToolResultTooBig`), whatever a
-    contract's own ``max_chars`` allows."""
+def _answer_max_bytes() -> int:
+    """The longest answer read from a server (a stdio server's line, an HTTP answer's body or event), in bytes:
+    ``STDIO_LINE_MAX_BYTES``, or more where the platform's result cap asks for it (a character is up to 12 bytes as
+    escaped JSON, and a tool may send its answer twice: as text and as structured content). A longer answer is refused
+    unread (:class:`ToolResultTooBig`), whatever a contract's own ``max_chars`` allows."""
     chars = int(getattr(settings, "PLATFORM_TOOL_RESULT_MAX_CHARS", 0)) if settings.configured else 0
     return max(STDIO_LINE_MAX_BYTES, 24 * chars)
 
@@ -456,18 +465,36 @@ async def _stdio_streams(
         try:
             yield read_stream, write_stream
         finally:
-            if process.stdin:
-                with contextlib.suppress(Exception):  # already closed
-                    await process.stdin.aclose()
             try:
-                with anyio.fail_after(PROCESS_TERMINATION_TIMEOUT):
-                    await process.wait()
-            except TimeoutError:
-                await _terminate_process_tree(process)
-            except ProcessLookupError:
-                pass
+                if process.stdin:
+                    with contextlib.suppress(Exception):  # already closed
+                        await process.stdin.aclose()
+                try:
+                    with anyio.fail_after(PROCESS_TERMINATION_TIMEOUT):
+                        await process.wait()
+                except TimeoutError:
+                    await _terminate_process_tree(process)
+                except ProcessLookupError:
+                    pass
+            finally:
+                # The server ended (or its end was cancelled: then it is killed, as anyio kills it), and so does
+                # whatever it left running.
+                _kill_process_group(process.pid)
             for stream in (read_stream, write_stream, read_stream_writer, write_stream_reader):
                 await stream.aclose()
+
+
+def _kill_process_group(group: int) -> None:
+    """Kill what is left of a stdio server's process group once the server has ended (it was started in a session of
+    its own, so the group's id is its pid): a helper it started and did not end would outlive it, an orphan nobody
+    stops, holding the server's stderr open (and the thread that reads it alive), one more at each open and close.
+    SIGKILL, not SIGTERM: the server, which alone knew how to end its helpers gracefully, is gone.
+
+    The group's id stays taken while a member of it lives, so the signal reaches no other process; with none left, the
+    id would have to come round again (pids are handed out in turn) between the server's end and this call for the
+    signal to find another group."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGKILL)
 
 
 def _stdio_message(line: bytes | _LineTooLong) -> SessionMessage | Exception:
@@ -553,11 +580,23 @@ class McpSessionPool:
     async def _reap_idle_forever(self) -> None:
         while True:
             await asyncio.sleep(min(30.0, max(self.idle_close_s / 2, 0.05)))
-            now = time.monotonic()
-            for key, pooled in list(self._sessions.items()):
-                # A call in flight may run for as long as its own timeout: its session is busy, not idle.
-                if pooled.in_flight == 0 and now - pooled.last_used > self.idle_close_s:
-                    await self._drop(key)
+            for pooled in list(self._sessions.values()):
+                if self._idle(pooled):
+                    await self._discard(pooled)
+
+    def _idle(self, pooled: _PooledSession) -> bool:
+        """Whether ``pooled`` is the live session of its key and has been idle for longer than ``idle_close_s``.
+
+        Asked of each session as the reaper comes to it, not of the list it took: the reaper waits for each session it
+        closes (a server slow to end takes seconds), and meanwhile another session of its list may have been replaced
+        (its server died, a fresh one was opened under the same key, a call went out on it). The reaper closes the
+        session it asked about, by identity: never the one that holds its key now."""
+        # A call in flight may run for as long as its own timeout: its session is busy, not idle.
+        return (
+            self._sessions.get(pooled.key) is pooled
+            and pooled.in_flight == 0
+            and time.monotonic() - pooled.last_used > self.idle_close_s
+        )
 
     def _read_timeout(self, call_timeout_s: float = 0.0) -> httpx.Timeout:
         """An HTTP transport's timeouts: the SDK's for connecting and writing, and a read that outlasts the longest
@@ -580,9 +619,14 @@ class McpSessionPool:
                 await _fail_refused_post(session, response)
 
         async def fail_request(request_id: int | str, error: types.ErrorData) -> None:
-            # Over streamable HTTP, a request answered on its own POST with an answer that is not its own.
+            # Over streamable HTTP, a request answered on its own POST with an answer that is not its own, or with
+            # one longer than the pool reads.
             if session is not None:
                 await _fail_pending_request(session, request_id, error)
+
+        async def bound_answer(response: httpx.Response) -> None:
+            # Over streamable HTTP, every answer is read up to the bound a stdio server's line is read to.
+            _bound_answer(response, max_bytes=_answer_max_bytes(), fail=fail_request)
 
         try:
             async with contextlib.AsyncExitStack() as stack:
@@ -592,11 +636,12 @@ class McpSessionPool:
                     env.update(dict(conn.env))
                     params = StdioServerParameters(command=conn.command, args=list(conn.args), env=env, cwd=conn.cwd)
                     read, write = await stack.enter_async_context(
-                        _stdio_streams(params, errlog=stderr_pipe.writer, line_max=_stdio_line_max())
+                        _stdio_streams(params, errlog=stderr_pipe.writer, line_max=_answer_max_bytes())
                     )
                 elif conn.transport == "streamable_http":
+                    answers = _http_client_factory(on_response=bound_answer)
                     http_client = await stack.enter_async_context(
-                        create_mcp_http_client(headers=dict(conn.headers) or None, timeout=self._read_timeout())
+                        answers(headers=dict(conn.headers) or None, timeout=self._read_timeout())
                     )
                     pooled.http_client = http_client
                     read, write = await stack.enter_async_context(
@@ -620,6 +665,8 @@ class McpSessionPool:
                 async def keep_noise(message: Any) -> None:
                     if not isinstance(message, Exception):
                         return
+                    if isinstance(message, _AnswerTooLong):
+                        return  # an HTTP answer too long to read: its request was failed as it was read
                     if conn.transport != "stdio" and (content_type := _unexpected_content_type(message)) is not None:
                         # The SDK hands the request's answer (a proxy's login page, an HTML error page) to this
                         # handler only: the request would wait for its whole deadline. Nothing MCP will come on
@@ -824,7 +871,9 @@ class McpSessionPool:
             pooled.in_flight += 1
             try:
                 async with asyncio.timeout(timeout_s):
-                    answer = await _until_owner_ends(pooled, operation(pooled))
+                    # Abandoned (its deadline passed, or its caller was stopped), the request is in a state nobody
+                    # knows, as after a timeout: the session is retired (python-sdk#2416, the module's docstring).
+                    answer = await _until_owner_ends(pooled, operation(pooled), abandoned=partial(self._retire, pooled))
                 if after_answer is not None:
                     await after_answer()  # on the session still: it is in flight until this ends
                 return answer
@@ -1326,8 +1375,8 @@ async def _fail_unreadable_answer(session: ClientSession, exc: Exception) -> boo
 
 
 ANSWER_TOO_LONG = "platform:answer_too_long"
-"""The ``data["platform"]`` of the JSON-RPC error a request is failed with when its answer is a line longer than the
-pool reads from a stdio server (:class:`_LineTooLong`)."""
+"""The ``data["platform"]`` of the JSON-RPC error a request is failed with when its answer is longer than the pool
+reads: a stdio server's line (:class:`_LineTooLong`), a streamable HTTP answer or event (:class:`_BoundedAnswer`)."""
 
 # The id of a JSON-RPC answer that ends a line, as its last key (the object's closing brace the only one after it).
 _LAST_ID = re.compile(rb'(?<!\\)"id"\s*:\s*(-?[0-9]+|"(?:[^"\\]|\\.)*")\s*\}\s*$')
@@ -1349,12 +1398,17 @@ async def _fail_too_long_answer(session: ClientSession, line: _LineTooLong) -> b
     request_id = _too_long_answer_id(line)
     if request_id is None:
         return False
-    error = types.ErrorData(
+    return await _fail_pending_request(session, request_id, _answer_too_long_error(str(line), line.size, line.line_max))
+
+
+def _answer_too_long_error(message: str, size: int | None, max_bytes: int) -> types.ErrorData:
+    """The error a request is failed with when its answer is longer than the pool reads: ``size`` its size in bytes,
+    None where it is not known (an HTTP answer cut as it was read)."""
+    return types.ErrorData(
         code=types.INTERNAL_ERROR,
-        message=str(line),
-        data={"platform": ANSWER_TOO_LONG, "bytes": line.size, "max_bytes": line.line_max},
+        message=message,
+        data={"platform": ANSWER_TOO_LONG, "bytes": size, "max_bytes": max_bytes},
     )
-    return await _fail_pending_request(session, request_id, error)
 
 
 def _too_long_answer_data(exc: McpError) -> dict[str, Any] | None:
@@ -1365,6 +1419,10 @@ def _too_long_answer_data(exc: McpError) -> dict[str, Any] | None:
 
 def _too_long_answer_text(data: dict[str, Any]) -> str:
     """The pool's sentence for an answer too long to read."""
+    if data["bytes"] is None:
+        return _("the answer is longer than the %(max_bytes)s bytes read; refused unread") % {
+            "max_bytes": data["max_bytes"]
+        }
     return _("the answer is %(bytes)s bytes long, more than the %(max_bytes)s bytes read; refused unread") % {
         "bytes": data["bytes"],
         "max_bytes": data["max_bytes"],
@@ -1622,6 +1680,97 @@ class _OwnAnswerWriter:
             await self._writer.send(item)
         else:
             await self._fail(self._request_id, _unmatched_answer_error(answer, self._request_id))
+
+
+class _AnswerTooLong(Exception):
+    """An HTTP answer (a JSON body, or one event of an event stream) longer than the pool reads: read no further, and
+    its request failed as it was read (:class:`_BoundedAnswer`). ``size`` is the answer's whole size where its
+    ``Content-Length`` said it, None where it was cut while it was read."""
+
+    def __init__(self, size: int | None, max_bytes: int) -> None:
+        said = f"an HTTP answer of {size} bytes" if size is not None else "an HTTP answer"
+        super().__init__(f"{said}, more than the {max_bytes} bytes read")
+        self.size = size
+        self.max_bytes = max_bytes
+
+
+# Where one event of an event stream ends: a blank line, that is two line ends in a row ("\r\n" is one line end).
+_EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n){2}")
+
+
+class _BoundedAnswer(httpx.AsyncByteStream):
+    """The body of one streamable HTTP answer, read up to ``max_bytes``, as a stdio server's line is (:class:`_Line`):
+    a JSON body whole, an event stream each of its events (a stream carries any number of them). Counted decoded: a
+    compressed answer is bounded as it unpacks, not as it came. A body whose ``Content-Length`` already says more is
+    refused before it is read. Past the bound, the request the answer is to (named by the body of the POST that
+    carried it) is failed with :data:`ANSWER_TOO_LONG` through ``fail`` (the call raises :class:`ToolResultTooBig`,
+    as for a stdio line), and the read raises :class:`_AnswerTooLong`, which ends that one HTTP answer (its connection
+    dropped); the session goes on, as after a stdio server's long line.
+
+    The SDK's HTTP client has no bound of its own: a 200 MB answer was read and parsed (1.5 GB of the worker's memory)
+    while a stdio server's longer line was refused unread. Installed by :func:`_bound_answer`, a response hook."""
+
+    def __init__(
+        self,
+        response: httpx.Response,
+        *,
+        max_bytes: int,
+        fail: Callable[[int | str, types.ErrorData], Awaitable[None]],
+    ) -> None:
+        # A response of its own reads and decodes the body (httpx's decoders, whatever the encoding); the response
+        # the SDK reads is handed the decoded bytes, its ``Content-Encoding`` taken away (:func:`_bound_answer`).
+        self._decoded = httpx.Response(
+            response.status_code, headers=response.headers, stream=response.stream, request=response.request
+        )
+        self._request = response.request
+        self._max_bytes = max_bytes
+        self._fail = fail
+        content_type = response.headers.get("content-type", "").lower()
+        self._events = content_type.startswith("text/event-stream")
+        encoded = response.headers.get("content-encoding", "identity").strip().lower() != "identity"
+        declared = response.headers.get("content-length", "")
+        self._declared = int(declared) if declared.isdigit() and not encoded and not self._events else None
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._declared is not None and self._declared > self._max_bytes:
+            await self._refuse(self._declared)
+        size, seen = 0, b""
+        async for chunk in self._decoded.aiter_bytes():
+            if self._events:
+                size, seen = _event_size(size, seen, chunk)
+            else:
+                size += len(chunk)
+            if size > self._max_bytes:
+                await self._refuse(None)
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._decoded.aclose()
+
+    async def _refuse(self, size: int | None) -> NoReturn:
+        too_long = _AnswerTooLong(size, self._max_bytes)
+        request_id = _carried_request_id(self._request)
+        if request_id is not None:  # None: the session's own event stream (a GET), which answers no request
+            await self._fail(request_id, _answer_too_long_error(str(too_long), size, self._max_bytes))
+        raise too_long
+
+
+def _event_size(size: int, seen: bytes, chunk: bytes) -> tuple[int, bytes]:
+    """The size of the event being read once ``chunk`` is read (``size`` before it), and the last bytes read: a blank
+    line may begin in one chunk and end in the next (``seen`` is the last 3 bytes of the chunks before)."""
+    read = seen + chunk
+    ends = [end.end() for end in _EVENT_END.finditer(read)]
+    size = len(read) - ends[-1] if ends else size + len(chunk)
+    return size, read[-3:]
+
+
+def _bound_answer(
+    response: httpx.Response, *, max_bytes: int, fail: Callable[[int | str, types.ErrorData], Awaitable[None]]
+) -> None:
+    """Have ``response`` (a streamable HTTP answer, not read yet: a response hook) read through a
+    :class:`_BoundedAnswer`, which hands on its bytes decoded."""
+    response.stream = _BoundedAnswer(response, max_bytes=max_bytes, fail=fail)
+    response.headers.pop("content-encoding", None)
 
 
 class _StreamableHttpTransport(StreamableHTTPTransport):
