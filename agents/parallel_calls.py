@@ -1,22 +1,25 @@
 """Several tool calls in one model turn (seed 002 §1): the independent read calls run concurrently through the
 gate; everything else runs one by one, in the order the model asked.
 
-A run of consecutive calls forms a concurrent batch when each would go to the gate (known, offered, not
-withdrawn), the risk of the contract the gate will apply (for a published version's run, the one it froze) is
-``read`` (a write needs an approval and is sent at most once: it stays sequential) and no earlier call in the
-batch has the same tool and arguments (the second then runs after the batch and is answered by the gate's memo,
-as it would be sequentially). A batch runs on a thread pool of at most ``per_run`` threads, at most
-``per_server`` at once on one server. Each thread makes one ``gate.call`` — contract check, memo, breaker,
-timeout, retries, audit, all of it — on its own database connection (closed afterwards); the run's bookkeeping
-(trace, events, correction counts) stays on the run's thread, and the results go back to the model in the order
-asked. Should the gate still park a batched call (a safety net: the check above and the gate read the same
-contract), the run parks there as it would sequentially; the batch's later calls, already sent, run again on
-resume. A batch takes no call of a tool once the tool's argument errors (counted so far, and those of its calls in
-the batch, judged ahead by the contract's own check) reach its correction cap: that call runs after the batch and
-is refused as ``tool:withdrawn``; a fan-out of well-formed calls to one tool stays one batch. Each call runs in a copy of the run's context
-(``contextvars``: its gate span is a child of the run's, its log lines carry the run's ids). Inside a transaction on the run's connection (a test wrapped in one) calls
-stay sequential: another connection could not see its uncommitted rows. The trace gets one ``parallel_calls``
-entry per batch with each call's start and end (ms from the batch start) and the most calls that overlapped.
+A run of consecutive calls forms a concurrent batch when each would go to the gate (known, offered, not withdrawn),
+the risk of the contract the gate will apply (for a published version's run, the one it froze) is ``read`` (a write
+needs an approval and is sent at most once: it stays sequential), and stays ``read`` in the database now (an admin
+who marks a tool ``write`` mid-run: the run's contracts were loaded at its start; the turn's tools are read once, in
+one query, before its batches form) and no earlier call in the batch has the same tool and arguments (the second
+then runs after the batch and is answered by the gate's memo, as it would be sequentially). A batch runs on a thread
+pool of at most ``per_run`` threads, at most ``per_server`` at once on one server. Each thread makes one
+``gate.call`` — contract check, memo, breaker, timeout, retries, audit, all of it — on its own database connection
+(closed afterwards); the run's bookkeeping (trace, events, correction counts) stays on the run's thread, and the
+results go back to the model in the order asked. Should the gate still park a batched call (a safety net: the gate
+reads the tool's risk again at each call, and an admin may mark it ``write`` between the two reads), the run parks
+there as it would sequentially; the batch's later calls, already sent, run again on resume. A batch takes no call of
+a tool once the tool's argument errors (counted so far, and those of its calls in the batch, judged ahead by the
+contract's own check) reach its correction cap: that call runs after the batch and is refused as ``tool:withdrawn``;
+a fan-out of well-formed calls to one tool stays one batch. Each call runs in a copy of the run's context
+(``contextvars``: its gate span is a child of the run's, its log lines carry the run's ids). Inside a transaction on
+the run's connection (a test wrapped in one) calls stay sequential: another connection could not see its uncommitted
+rows. The trace gets one ``parallel_calls`` entry per batch with each call's start and end (ms from the batch start)
+and the most calls that overlapped.
 """
 
 from __future__ import annotations
@@ -56,6 +59,18 @@ class ParallelCalls:
     # The stop a batch's thread met before sending its call (``run``), for the caller to raise.
     stopped: Exception | None = None
     _server_slots: dict[str, threading.BoundedSemaphore] = field(default_factory=dict)
+    # The names of the turn's tools whose risk is ``write`` in the database now (``read_risks``).
+    _now_write: frozenset[str] = frozenset()
+
+    def read_risks(self, calls: list[dict[str, Any]]) -> None:
+        """Read which of the tools ``calls`` name an admin has marked ``write`` since the run loaded its contracts:
+        one query for the turn, none where no batch can form. Those calls stay out of a batch."""
+        self._now_write = frozenset()
+        if len(calls) < 2 or self.per_run < 2 or connection.in_atomic_block:
+            return
+        tools = {c["name"]: self.index[c["name"]][1] for c in calls if c["name"] in self.index}
+        written = gate.tools_now_write(list(tools.values()))
+        self._now_write = frozenset(name for name, tool in tools.items() if tool.pk in written)
 
     def eligible(self, tool_call: dict[str, Any]) -> bool:
         found = self.index.get(tool_call["name"])
@@ -66,7 +81,7 @@ class ParallelCalls:
         name = tool_call["name"]
         if name in self.offer.withdrawn or (self.offer.active and name not in self.offer.offered):
             return False
-        return self._applied(tool_call).risk == ToolContract.Risk.READ
+        return name not in self._now_write and self._applied(tool_call).risk == ToolContract.Risk.READ
 
     def _applied(self, tool_call: dict[str, Any]) -> ToolContract:
         """The contract the gate will apply to the call: a published version's frozen one, not the draft's."""
@@ -168,6 +183,7 @@ def call_batch(
     """Answer a model turn's calls in order: runs of eligible read calls concurrently, the rest one by one.
     Stops at a call that must wait for approval (its id is returned; the calls after it stay unanswered)."""
     answered: list[ToolMessage] = []
+    parallel.read_risks(calls)
     i = 0
     while i < len(calls):
         batch: list[dict[str, Any]] = []

@@ -430,6 +430,13 @@ def contract_applied(*, who: GateCall, server: McpServer, tool: McpTool) -> Tool
     return _contract_for(who, server, tool)
 
 
+def tools_now_write(tools: list[McpTool]) -> set[int]:
+    """The ids of ``tools`` whose saved contract's risk is ``write`` in the database now, in one query: what a run
+    loaded at its start may be older (``agents.parallel_calls`` keeps such a call out of a concurrent batch)."""
+    contracts = ToolContract.objects.filter(tool__in=[t.pk for t in tools], risk=ToolContract.Risk.WRITE)
+    return set(contracts.values_list("tool_id", flat=True))
+
+
 def refuse_unknown(*, tool_name: str, args: Any, who: GateCall, offered: list[str]) -> ToolResult:
     """A call to a tool no bound server offers (a model's invention or typo): refused and audited, never sent."""
     message = _("Tool '%(tool)s' does not exist. Use one of: %(tools)s.") % {
@@ -496,11 +503,7 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
     server, tool_name, who = this.server, this.tool_name, this.who
     # 1. resolve
     if not server.enabled:
-        return this.refuse(
-            f"mcp:not_loaded:{server.mcp_id}",
-            _("MCP '%(mcp_id)s' tools not loaded: the server is disabled. Do not call it again.")
-            % {"mcp_id": server.mcp_id},
-        )
+        return _refuse_disabled_server(this)
     tool = next((t for t in server.tools.all() if t.name == tool_name), None) if known_tool else None
     if tool is None:
         # A name the server does not have is the caller's text (a model may write anything there): it is
@@ -509,13 +512,20 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
     if tool is None or not offered(who, server, tool):
         # A run of a published version calls only the tools the version froze (a tool approved or added since
         # waits for the next publish); a tool disabled since is withdrawn from every version at once.
-        names = sorted(t.name for t in server.tools.all() if offered(who, server, t))
-        return this.refuse(
-            "tool:unknown",
-            _("Tool '%(tool)s' does not exist on '%(mcp_id)s' (or is disabled). Use one of: %(tools)s.")
-            % {"tool": tool_name, "mcp_id": server.mcp_id, "tools": ", ".join(names) or "-"},
-        )
+        return _refuse_unknown_tool(this)
+    # The run loaded its server, tools and contracts once, at its start: what an admin changed since (a tool or
+    # server disabled in an emergency, a risk corrected to write) applies from this call on, not the next run's.
+    now = _tool_now(tool)
+    if now is not None and not now.server_enabled:
+        return _refuse_disabled_server(this)
+    if now is None or not now.callable:
+        return _refuse_unknown_tool(this)
     contract = _contract_for(who, server, tool)
+    if now.write and contract.risk == ToolContract.Risk.READ:
+        # The stricter of the two risks applies (a change to read waits for the next run): a copy, as the run's
+        # contract is shared by its other calls and, cached, by this process's other runs.
+        contract = copy.copy(contract)
+        contract.risk = ToolContract.Risk.WRITE
     this.to_sink = contract.risk == ToolContract.Risk.READ
 
     # 2. arguments, before anything is sent
@@ -685,6 +695,53 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
     else:
         this.result.message = _failure_message(tool_name, reason, detail, fallback=None, secrets=this.secrets)
     return this.finish()
+
+
+@dataclass(frozen=True)
+class _ToolNow:
+    """What the gate reads of a tool at each call, whatever the run loaded at its start."""
+
+    callable: bool  # as ``McpTool.callable`` says
+    server_enabled: bool
+    write: bool  # its saved contract's risk is ``write``
+
+
+# The fields ``McpTool.callable`` reads.
+_CALLABLE_FIELDS = ("enabled", "review_required", "available", "schema_error")
+
+
+def _tool_now(tool: McpTool) -> _ToolNow | None:
+    """``tool``'s state in the database now, in one query: None where the tool is gone (a discovery removed it)."""
+    try:
+        row = McpTool.objects.values(*_CALLABLE_FIELDS, "server__enabled", "contract__risk").get(pk=tool.pk)
+    except McpTool.DoesNotExist:
+        return None
+    return _ToolNow(
+        # An unsaved copy, so that the rule of what is callable stays in one place.
+        callable=McpTool(**{name: row[name] for name in _CALLABLE_FIELDS}).callable,
+        server_enabled=bool(row["server__enabled"]),
+        write=row["contract__risk"] == ToolContract.Risk.WRITE,
+    )
+
+
+def _refuse_disabled_server(this: _Call) -> ToolResult:
+    return this.refuse(
+        f"mcp:not_loaded:{this.server.mcp_id}",
+        _("MCP '%(mcp_id)s' tools not loaded: the server is disabled. Do not call it again.")
+        % {"mcp_id": this.server.mcp_id},
+    )
+
+
+def _refuse_unknown_tool(this: _Call) -> ToolResult:
+    """``tool:unknown``: a name the server does not have, or a tool ``this.who`` may not call (disabled, not frozen
+    in its version); the message lists the ones it may, as the run loaded them, less this one."""
+    server, who = this.server, this.who
+    names = sorted(t.name for t in server.tools.all() if t.name != this.tool_name and offered(who, server, t))
+    return this.refuse(
+        "tool:unknown",
+        _("Tool '%(tool)s' does not exist on '%(mcp_id)s' (or is disabled). Use one of: %(tools)s.")
+        % {"tool": this.tool_name, "mcp_id": server.mcp_id, "tools": ", ".join(names) or "-"},
+    )
 
 
 # Seed 001's fallback is for a backend that failed (it timed out, hit its rate limit, answered in another shape or
@@ -1093,9 +1150,14 @@ def _argument_message(tool: str, verdict: Verdict) -> str:
 
 
 def _reads(who: GateCall, server: McpServer, tool_name: str) -> bool:
-    """Whether ``tool_name`` is a tool of ``server`` whose contract (as this call applies it) only reads."""
+    """Whether ``tool_name`` is a tool of ``server`` whose contract (as this call applies it) only reads, and whose
+    saved risk has not become ``write`` since the run loaded it (the gate would call it itself: a write nobody asked
+    for, parked for approval in a live run, sent in an eval's sandbox)."""
     tool = next((t for t in server.tools.all() if t.name == tool_name), None)
-    return tool is not None and _contract_for(who, server, tool).risk == ToolContract.Risk.READ
+    if tool is None or _contract_for(who, server, tool).risk != ToolContract.Risk.READ:
+        return False
+    now = _tool_now(tool)
+    return now is not None and not now.write
 
 
 # The most characters of a failure's detail (a tool's own error text, an exception's) that its message quotes.

@@ -13,7 +13,7 @@ from agents.models import Agent, Run
 
 QUESTION = "김하늘 님은 어느 팀 소속인가요?"
 # The demo agent's rules are evaluated in turn (one matches: one tool call); its answer comes from the offline
-# model. 22 measured, of which 16 statements and 6 savepoints (this test runs in a transaction; a worker commits
+# model. 23 measured, of which 17 statements and 6 savepoints (this test runs in a transaction; a worker commits
 # instead): the claim (2: the run's row with its agent's time limit, the configuration's generation and the
 # run's token ceiling, then the compare-and-swap; the run goes on with what the claim read: the agent, its
 # version, its servers, tools, contracts and rules are this process's cached copy after the first run; no
@@ -22,9 +22,10 @@ QUESTION = "김하늘 님은 어느 팀 소속인가요?"
 # SQLite chaining inline — the rule decision before the call, then the call's own event with the decisions
 # after it, written with the call's result event: the gate hands a read call's audit event to the stage), the
 # cancellation checks (2: before the rule's call, as before each step of the loop: a run cancelled, out of time or
-# taken over sends no rule call, an approved write included) and the outcome (1). A query per rule, per event or
-# per tool more (an N+1) fails here.
-MAX_QUERIES_PER_RUN = 22
+# taken over sends no rule call, an approved write included), the gate's read of the called tool's state (1: an
+# admin's change since the run loaded its configuration applies to its next call) and the outcome (1). A query per
+# rule, per event or per tool more (an N+1) fails here.
+MAX_QUERIES_PER_RUN = 23
 
 
 def _run(agent: Agent) -> Run:
