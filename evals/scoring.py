@@ -1,11 +1,12 @@
 """Scoring an eval case from what its run did, and an eval run from its cases. No Django models here.
 
-What a run called is read from its audit record (the gate writes one event per attempt): the first attempt of
-every call, refusals included (a write blocked in an eval, ``eval:write_blocked``, still counts as the call the
-run attempted). Retries of one call are one call. A call the gate refused before sending it, for its arguments
-(``args:*``) or because the run could not call that tool then (``tool:unknown``, ``tool:not_offered``,
-``tool:withdrawn``), was tried but never made: it meets no expected tool and no expected argument, and still counts
-against precision, the sequence and the forbidden tools, as any call the run tried does.
+What a run called is read from its audit record (the gate writes one event per attempt): one ``ToolCall`` per
+call, refusals included (a write blocked in an eval, ``eval:write_blocked``, still counts as the call the run
+attempted). Retries of one call are one call, shown as its final attempt ended. A call the gate refused before
+sending it, for its arguments (``args:*``) or because the run could not call that tool then (``tool:unknown``,
+``tool:not_offered``, ``tool:withdrawn``), was tried but never made: it meets no expected tool and no expected
+argument, and still counts against precision, the sequence and the forbidden tools, as any call the run tried
+does.
 
 The arguments were recorded masked (``audit.masking``): an expected argument the record masks (``session_id``,
 a token, a password) could never match, so a case is refused one (``case_problems``), and one stored before is
@@ -25,6 +26,7 @@ from django.utils.translation import gettext as _
 from agent_platform.text import bounded_regex, nfc, nfc_value, regex_error_text
 from agents.conversations import context_id_problem
 from audit.masking import mask_value
+from evals.documents import case_input_problems
 from evals.notation import NO_TOOL
 
 RATE_METRICS = ("pass_rate", "precision", "recall", "sequence_match", "argument_match", "answer_checks")
@@ -64,10 +66,14 @@ APOSTROPHES = str.maketrans({"\u2018": "'", "\u2019": "'"})
 
 @dataclass
 class ToolCall:
+    """One call a run made. ``ok`` and ``reason``: how its final attempt ended (a call that timed out and
+    succeeded on its retry succeeded); ``attempts``: how many were sent (0: none, a refusal or a memo hit)."""
+
     name: str
     args: dict[str, Any]
     ok: bool
     reason: str = ""
+    attempts: int = 1
 
 
 @dataclass
@@ -207,8 +213,12 @@ def case_problems(
     context: Any = None,
     data: Any = None,
 ) -> dict[str, list[str]]:
-    """What is wrong with a case's JSON fields, by field (empty when nothing is)."""
-    problems: dict[str, list[str]] = {}
+    """What is wrong with a case's JSON fields, by field (empty when nothing is). ``context`` and ``data`` (None:
+    not given) are refused as the import refuses them (``evals.documents.case_input_problems``, in its words): a
+    case stored past that rule would stop its set's export from importing again."""
+    problems: dict[str, list[str]] = case_input_problems(
+        context={} if context is None else context, data=[] if data is None else data
+    )
     if p := _tool_list_problems(expected_tools, "expected_tools"):
         problems["expected_tools"] = p
     if not isinstance(forbidden_tools, list) or not all(isinstance(n, str) and n for n in forbidden_tools):
@@ -237,7 +247,7 @@ def case_problems(
     # stored as it came: the eval ordered such cases as one conversation, and each was scored without the turns
     # before it (the history compares the JSON number 7 with "7").
     if isinstance(context, dict) and (problem := context_id_problem(context, field="context.contextId")):
-        problems["context"] = [problem]
+        problems.setdefault("context", []).append(problem)
     given = {
         "expected_tools": expected_tools,
         "forbidden_tools": forbidden_tools,
@@ -321,14 +331,77 @@ def _score_against(
     precision = len(hit) / len(tried_set) if tried_set else 1.0
     recall = len(hit) / len(want_set) if want_set else 1.0
     sequence = _in_sequence(tried_names, want, ordered) and _in_sequence(made_names, want, ordered)
-    with_args = [e for e in expected if e.get("args")]
-    argument_match = (
-        sum(1 for e in with_args if any(c.name == e["name"] and _subset(e["args"], c.args) for c in made))
-        / len(with_args)
-        if with_args
-        else None
-    )
-    return {"precision": precision, "recall": recall, "sequence_match": sequence, "argument_match": argument_match}
+    argument_match, arguments_in_order = _argument_match(expected, made, ordered)
+    return {
+        "precision": precision,
+        "recall": recall,
+        "sequence_match": sequence and arguments_in_order,
+        "argument_match": argument_match,
+    }
+
+
+def _argument_match(expected: list[dict[str, Any]], made: list[ToolCall], ordered: bool) -> tuple[float | None, bool]:
+    """The share of the expected entries with arguments that the calls met (None: no entry has any), and whether
+    they were met in order.
+
+    Unordered: an entry is met by any call of its tool with its arguments. Ordered: the k-th entry of a tool by the
+    k-th call of that tool, so ``transfer{step: 1}`` then ``transfer{step: 2}`` is not met by the two calls made
+    the other way round. When only another order would meet every entry (each by a call of its own), the
+    arguments were all given and the order is what failed: the share is 1 and the calls are out of order
+    (``tools:order``, never ``tools:args``)."""
+    with_args = [i for i, e in enumerate(expected) if e.get("args")]
+    if not with_args:
+        return None, True
+    if not ordered:
+        met = [
+            any(c.name == expected[i]["name"] and _subset(expected[i]["args"], c.args) for c in made) for i in with_args
+        ]
+        return sum(met) / len(with_args), True
+    in_place = _met_in_place(expected, made)
+    if all(in_place[i] for i in with_args):
+        return 1.0, True
+    if _met_one_to_one(expected, made):
+        return 1.0, False
+    return sum(1 for i in with_args if in_place[i]) / len(with_args), True
+
+
+def _meets(entry: dict[str, Any], call: ToolCall) -> bool:
+    return call.name == entry["name"] and _subset(entry.get("args") or {}, call.args)
+
+
+def _met_in_place(expected: list[dict[str, Any]], made: list[ToolCall]) -> list[bool]:
+    """For each expected entry, whether the call in its place meets it: the k-th entry of a tool is compared with
+    the k-th call of that tool (calls of other tools are precision's and the sequence's to count)."""
+    calls_of: dict[str, list[ToolCall]] = {}
+    for call in made:
+        calls_of.setdefault(call.name, []).append(call)
+    seen: dict[str, int] = {}
+    placed = []
+    for entry in expected:
+        k = seen.get(entry["name"], 0)
+        seen[entry["name"]] = k + 1
+        calls = calls_of.get(entry["name"], [])
+        placed.append(k < len(calls) and _meets(entry, calls[k]))
+    return placed
+
+
+def _met_one_to_one(expected: list[dict[str, Any]], made: list[ToolCall]) -> bool:
+    """Whether every expected entry can be given a call of its own that meets it, in whatever order (a bipartite
+    matching, by augmenting paths: the lists are a case's few calls)."""
+    meets = [[j for j, call in enumerate(made) if _meets(entry, call)] for entry in expected]
+    owner: dict[int, int] = {}  # call → the entry it is given to
+
+    def give(i: int, tried: set[int]) -> bool:
+        for j in meets[i]:
+            if j in tried:
+                continue
+            tried.add(j)
+            if j not in owner or give(owner[j], tried):
+                owner[j] = i
+                return True
+        return False
+
+    return all(give(i, set()) for i in range(len(expected)))
 
 
 # The gate's refusals of a tool the run could not call at that turn: a name no bound server has, a tool top-K
@@ -347,7 +420,8 @@ def refused_unsent(call: ToolCall) -> bool:
 def _in_sequence(called: list[str], want: list[str], ordered: bool) -> bool:
     """Whether ``called`` (tool names, in the order the run made the calls) is the expected sequence. Unordered:
     which tools, not how often. A tool called twice (a memo hit, a rule's call and the model's again) is not a wrong
-    run; ordered cases compare the exact sequence, repeats included."""
+    run; ordered cases compare the exact sequence, repeats included (and their arguments in order:
+    ``_argument_match``)."""
     return called == want if ordered else set(called) == set(want)
 
 

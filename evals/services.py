@@ -10,7 +10,7 @@ looks at it, and a case whose run never finishes is timed out).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
@@ -22,14 +22,14 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.errors import ApplicationError
 from agent_platform.text import nfc_value
 from agents.budgets import budget_refused_for_runs_in_flight
 from agents.dispatch import repaired_alone
-from agents.models import Agent, AgentVersion, Run, RunEvent
+from agents.models import Agent, AgentVersion, Approval, Run, RunEvent
 from agents.services import (
     agent_version_publish,
     run_cancel,
@@ -42,6 +42,7 @@ from audit.change_guard import config_write_lock
 from audit.changes import audited_delete, audited_save
 from audit.models import AuditEvent, AuditPendingEvent
 from audit.services import audit_chain_catch_up
+from evals.documents import CaseInputs, StrictDocument, pydantic_problem_list, pydantic_problems
 from evals.models import EvalCase, EvalCaseResult, EvalRun, EvalSet, case_snapshot
 from evals.notation import parse_expected_source
 from evals.scoring import (
@@ -115,62 +116,7 @@ def eval_case_delete(*, case: EvalCase, actor: Any, via: str) -> None:
 # ---- the document form of a set (import_config's "eval_sets", the API's POST) --------------------------------
 
 
-class _Strict(BaseModel):
-    # ``allow_inf_nan=False``: "inf" and "NaN" (which a float field otherwise reads) are no JSON a column stores.
-    # ``strict=True``: a value of the wrong JSON type is refused naming its field, as the admin's form refuses it
-    # (its alternatives box by these very models, ``alternatives_problems``), never converted (a threshold ``true``
-    # stored 1.0, ``"0.5"`` 0.5, ``"ordered": "yes"`` true, ``"order": true`` 1). A whole number where a number is
-    # expected stays accepted (``{"recall": 1}`` is 1.0).
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
-
-
-def _pydantic_problem(error: Any) -> str:
-    """One pydantic error in the active language (the common kinds; any other in pydantic's English)."""
-    ctx = error.get("ctx") or {}
-    kind = error["type"]
-    if kind == "string_too_short" and ctx.get("min_length") == 1:
-        return _("must not be empty")
-    messages = {
-        "missing": _("required"),
-        "extra_forbidden": _("not a known field"),
-        "string_too_short": _("at least %(min_length)s characters"),
-        "string_too_long": _("at most %(max_length)s characters"),
-        "string_type": _("must be a text"),
-        "int_type": _("must be a whole number"),
-        "int_parsing": _("must be a whole number"),
-        "int_from_float": _("must be a whole number"),
-        "float_type": _("must be a number"),
-        "float_parsing": _("must be a number"),
-        "finite_number": _("must be a finite number"),
-        "bool_type": _("must be true or false"),
-        "bool_parsing": _("must be true or false"),
-        "list_type": _("must be a list"),
-        "dict_type": _("must be an object"),
-        "model_type": _("must be an object"),
-        "model_attributes_type": _("must be an object"),
-        "greater_than_equal": _("must be at least %(ge)s"),
-        "less_than_equal": _("must be at most %(le)s"),
-    }
-    message = messages.get(kind)
-    if message is None:
-        return str(error["msg"])
-    try:
-        return message % ctx if "%(" in message else message
-    except (KeyError, TypeError, ValueError):
-        return str(error["msg"])
-
-
-def pydantic_problem_list(exc: PydanticValidationError) -> list[str]:
-    """A pydantic error as ``where: what`` parts, in the active language."""
-    return [f"{'.'.join(str(p) for p in e['loc'])}: {_pydantic_problem(e)}" for e in exc.errors()]
-
-
-def pydantic_problems(exc: PydanticValidationError) -> str:
-    """A pydantic error as ``where: what`` parts joined by ``; ``, in the active language."""
-    return "; ".join(pydantic_problem_list(exc))
-
-
-class AlternativeSpec(_Strict):
+class AlternativeSpec(StrictDocument):
     """One of a case's alternatives: the one definition of its keys and their types, for a document and for the
     admin's alternatives box alike (``alternatives_problems``). ``ordered`` absent: as the case's own."""
 
@@ -179,7 +125,7 @@ class AlternativeSpec(_Strict):
     ordered: bool | None = None
 
 
-class CaseAlternatives(_Strict):
+class CaseAlternatives(StrictDocument):
     """A case's ``alternatives`` alone, under the key a document gives them (its problems are named as a document's
     are: ``alternatives.0.ordered``)."""
 
@@ -197,16 +143,15 @@ def alternatives_problems(value: Any) -> list[str]:
     return []
 
 
-class CaseDocument(_Strict):
+class CaseDocument(CaseInputs):
     """A case as a document gives it: either ``expected_source`` in any of the seed's four notations, or the
-    explicit ``expected_tools`` / ``forbidden_tools`` / ``answer_checks``."""
+    explicit ``expected_tools`` / ``forbidden_tools`` / ``answer_checks``. Its ``context`` and ``data`` are
+    ``CaseInputs``', the rule a case is checked by wherever it is written (``evals.scoring.case_problems``)."""
 
     key: str | None = None
     order: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)  # absent: after the case before it
     query: str = Field(min_length=1)
     type: str = "single_tool"
-    context: dict[str, Any] = Field(default_factory=dict)
-    data: list[dict[str, Any]] = Field(default_factory=list)
     expected_source: Any = None
     expected_tools: list[str | dict[str, Any]] | None = None
     ordered: bool = False
@@ -216,7 +161,7 @@ class CaseDocument(_Strict):
     note: str = ""
 
 
-class EvalSetDocument(_Strict):
+class EvalSetDocument(StrictDocument):
     name: str = Field(min_length=1, max_length=100)
     description: str = ""
     agent: str | None = None
@@ -638,19 +583,43 @@ def eval_run_submit(*, eval_run: EvalRun, window: int | None = None) -> int:
 
 def run_tool_calls_for_scoring(run_id: Any) -> list[ToolCall]:
     """The calls a run made, in the order it made them, from its audit record: one per call (its first attempt,
-    or the refusal or memo hit that stood for it), retries left out, and so are those of a delivery that did not
-    finish: a worker that died mid-run, whose run was delivered again and made its reads again (its writes are
-    found, not sent again), did not make the run's calls twice. A delivery's calls lie between its ``status:
-    running`` event and the next delivery's of the same pass (a pass resumed after an approval starts again at
-    delivery 1), by their times: the workers' clocks are taken to agree (NTP), as the reconciler's leases take them
-    to. The events of a parallel batch, written as its calls finished, are put back in the order the model asked
-    for them (its ``model_turn`` events; ``evals.scoring.in_call_order``). Each call's arguments are the record's,
+    or the refusal or memo hit that stood for it), shown as its final attempt ended with the attempts counted (a
+    call that timed out and succeeded on its retry succeeded; ``_audited_calls``), and those of a delivery that
+    did not finish left out: a worker that died mid-run, whose run was delivered again and made its reads again,
+    did not make the run's calls twice. A delivery's calls lie between its ``status: running`` event and the next
+    delivery's of the same pass (a pass resumed after an approval starts again at delivery 1), by their times: the
+    workers' clocks are taken to agree (NTP), as the reconciler's leases take them to.
+
+    A write is sent once: a delivery after the one that sent it finds its approval executed and takes the recorded
+    outcome, writing no event, or finds its outcome unknown and is refused. A write sent by a delivery that did
+    not finish counts once all the same: by its send's events, or by that refusal (``_with_writes_found_sent``).
+
+    The events of a parallel batch, written as its calls finished, are put back in the order the model asked for
+    them (its ``model_turn`` events; ``evals.scoring.in_call_order``). Each call's arguments are the record's,
     masked (``audit.masking``): the scoring compares an expected argument masked too (``evals.scoring._subset``),
     and a case is refused one the record masks (``evals.scoring.case_problems``).
 
     Events committed but not chained yet (PostgreSQL's deferred chain: a worker's chainer holds off while it
     executes a run) are chained first, so a run just finished is read whole (see ``eval_run_refresh``)."""
     audit_chain_catch_up()
+    kept = _kept_deliveries(run_id)
+    calls = _audited_calls(AuditEvent.objects.filter(run_id=run_id, action="tool.call").order_by("id"))
+    found = [c for c in calls if kept(c.first.created_at)]
+    found = _with_writes_found_sent(run_id, found, lost=[c for c in calls if not kept(c.first.created_at)], kept=kept)
+    turns = [
+        [str(c.get("id") or "") for c in (data or {}).get("tool_calls") or [] if isinstance(c, dict)]
+        for at, data in RunEvent.objects.filter(run_id=run_id, kind="model_turn")
+        .order_by("seq")
+        .values_list("created_at", "data")
+        if kept(at)
+    ]
+    found = [found[i] for i in in_call_order([c.first.call_id for c in found], turns)]
+    return [c.as_tool_call() for c in found]
+
+
+def _kept_deliveries(run_id: Any) -> Callable[[Any], bool]:
+    """Whether a time lies outside every delivery of the run that did not finish (one followed by a delivery
+    again of the same pass, ``delivery`` > 1)."""
     starts = list(
         RunEvent.objects.filter(run_id=run_id, kind="status", data__status="running")
         .order_by("seq")
@@ -661,24 +630,108 @@ def run_tool_calls_for_scoring(run_id: Any) -> list[ToolCall]:
         for i, (began, _data) in enumerate(starts[:-1])
         if int((starts[i + 1][1] or {}).get("delivery") or 1) > 1
     ]
+    return lambda at: not any(began <= at < ended for began, ended in lost)
 
-    def kept(at: Any) -> bool:
-        return not any(began <= at < ended for began, ended in lost)
 
-    events = [
-        e
-        for e in AuditEvent.objects.filter(run_id=run_id, action="tool.call", attempt__lte=1).order_by("id")
-        if kept(e.created_at)
-    ]
-    turns = [
-        [str(c.get("id") or "") for c in (data or {}).get("tool_calls") or [] if isinstance(c, dict)]
-        for at, data in RunEvent.objects.filter(run_id=run_id, kind="model_turn")
+@dataclass
+class _AuditedCall:
+    """One call as its audit events tell it: the event that opened it (its first attempt, or the refusal or memo
+    hit that stood for it) and its last attempt (the same event when it was not retried)."""
+
+    first: AuditEvent
+    last: AuditEvent
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.first.call_id, self.first.mcp_id, self.first.tool
+
+    def as_tool_call(self) -> ToolCall:
+        return ToolCall(
+            name=self.first.tool,
+            args=self.first.args or {},
+            ok=self.last.ok,
+            reason=self.last.reason,
+            attempts=self.last.attempt,
+        )
+
+
+def _audited_calls(events: Iterable[AuditEvent]) -> list[_AuditedCall]:
+    """The calls ``events`` (in the order they were written) tell, in the order they were opened. A retry
+    (attempt 2, 3, ...) belongs to the last call opened with its call id, server and tool whose attempt before it
+    is the one before; the events of a parallel batch's other calls may lie between them. A retry with no such call
+    is no call of its own."""
+    calls: list[_AuditedCall] = []
+    last_opened: dict[tuple[str, str, str], _AuditedCall] = {}
+    for event in events:
+        key = (event.call_id, event.mcp_id, event.tool)
+        if event.attempt > 1:
+            retried = last_opened.get(key)
+            if retried is not None and retried.last.attempt == event.attempt - 1:
+                retried.last = event
+            continue
+        call = _AuditedCall(first=event, last=event)
+        calls.append(call)
+        last_opened[key] = call
+    return calls
+
+
+# An approval in these states was sent: a delivery that finds it so never sends it again.
+SENT_APPROVALS = (Approval.Status.EXECUTED, Approval.Status.OUTCOME_UNKNOWN)
+# What the gate audits for a write it finds sent with no outcome recorded: the refusal that stands for that send.
+OUTCOME_UNKNOWN_REFUSAL = "approval:outcome_unknown"
+
+
+def _with_writes_found_sent(
+    run_id: Any, found: list[_AuditedCall], *, lost: list[_AuditedCall], kept: Callable[[Any], bool]
+) -> list[_AuditedCall]:
+    """``found`` (the kept deliveries' calls) with the writes the run's approvals record as sent by a delivery
+    that did not finish. Each counts once, by its send's events:
+
+    - executed: a later delivery that asks for the write again is handed the recorded outcome and the gate
+      writes no event, so its send is the only record of it;
+    - outcome unknown: a later delivery that asks again is refused, audited (``approval:outcome_unknown``); that
+      refusal stands for the send, which is then not added too.
+
+    A send added is placed where a kept delivery first reported the same write after it (a model's or a flow's
+    ``tool_call``, a rule's ``deterministic_result``), else where it was sent. The same write is the same server,
+    tool and recorded arguments: a redelivered model names its call anew, so the call id does not tell (the
+    approvals find it by its tool and exact arguments too)."""
+    placed_at = [c.first.created_at for c in found]
+    refusals = [c for c in found if c.last.reason == OUTCOME_UNKNOWN_REFUSAL]
+    sent = Approval.objects.filter(run_id=run_id, status__in=SENT_APPROVALS).exclude(call_id="").order_by("created_at")
+    for call_id, mcp_id, tool, status in sent.values_list("call_id", "mcp_id", "tool", "status"):
+        send = next((c for c in lost if c.key == (call_id, mcp_id, tool) and c.first.attempt >= 1), None)
+        if send is None:
+            continue  # sent by a kept delivery (counted), or never sent
+        write = _write_of(send.first)
+        if status == Approval.Status.OUTCOME_UNKNOWN:
+            refusal = next((c for c in refusals if _write_of(c.first) == write), None)
+            if refusal is not None:
+                refusals.remove(refusal)
+                continue
+        at = _reported_at(run_id, write=write, after=send.first.created_at, kept=kept) or send.first.created_at
+        place = next((i for i, t in enumerate(placed_at) if t > at), len(found))
+        found.insert(place, send)
+        placed_at.insert(place, at)
+    return found
+
+
+def _write_of(event: AuditEvent) -> tuple[str, str, Any]:
+    return event.mcp_id, event.tool, event.args
+
+
+def _reported_at(run_id: Any, *, write: tuple[str, str, Any], after: Any, kept: Callable[[Any], bool]) -> Any:
+    """When a kept delivery first reported ``write`` (``_write_of``) after ``after``; None when none did."""
+    reports = (
+        RunEvent.objects.filter(run_id=run_id, kind__in=("tool_call", "deterministic_result"), created_at__gt=after)
         .order_by("seq")
         .values_list("created_at", "data")
-        if kept(at)
-    ]
-    events = [events[i] for i in in_call_order([e.call_id for e in events], turns)]
-    return [ToolCall(name=e.tool, args=e.args or {}, ok=e.ok, reason=e.reason) for e in events]
+    )
+    for at, data in reports:
+        report = data if isinstance(data, dict) else {}
+        if kept(at) and (report.get("mcp_id"), report.get("tool"), report.get("args")) == write:
+            return at
+    return None
 
 
 # How long a finished run's calls may still wait to be chained before its case is scored without them: the chain
@@ -739,7 +792,9 @@ def _score(result: EvalCaseResult, run: Run, *, calls: list[ToolCall], timed_out
         scored=True,
         passed=score.passed,
         scores={**score.as_dict(), **({"timed_out": True} if timed_out else {})},
-        called_tools=[{"name": c.name, "args": c.args, "ok": c.ok, "reason": c.reason} for c in calls],
+        called_tools=[
+            {"name": c.name, "args": c.args, "ok": c.ok, "reason": c.reason, "attempts": c.attempts} for c in calls
+        ],
         answer=run.answer or run.error_message,
     )
 

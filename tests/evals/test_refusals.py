@@ -220,7 +220,7 @@ def test_a_sandbox_server_deleted_since_does_not_block_the_set_it_is_stored_in()
 
 
 def test_a_documents_field_problems_are_the_platforms_words_not_pydantics(admin_key_client: APIClient) -> None:
-    """Each in a msgid of ours (``evals.services._pydantic_problem``), so each is translated as any other."""
+    """Each in a msgid of ours (``evals.documents._pydantic_problem``), so each is translated as any other."""
     message = _refused(admin_key_client, {"name": "words", "owner": "x"})
     assert "owner: not a known field" in message
     message = _refused(admin_key_client, {"name": "words", "cases": [{"question_text": "q"}]})
