@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 from django.utils.translation import gettext as _
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
+from pydantic_core import PydanticSerializationError, to_json
 
 from agent_platform.text import regex_error_text
 from mcpregistry.binding_policy import url_problem
@@ -490,19 +491,37 @@ def unknown_argument_hint(name: str, known: Collection[str]) -> str:
     return _("; the arguments are: %(names)s") % {"names": ", ".join(sorted(known))}
 
 
+def json_unwritable(args: Any) -> bool:
+    """Whether ``args`` cannot be written as the JSON of an MCP request: text that is not valid Unicode (a lone
+    surrogate, ``"\\ud83d"``, in a name or a value: no UTF-8 encoder writes it) or a value JSON has no form for.
+    Written as the MCP SDK writes its requests (pydantic's encoder): such a request fails in the session before
+    anything is sent."""
+    try:
+        to_json(args)
+    except (PydanticSerializationError, ValueError, TypeError):
+        return True
+    return False
+
+
 def check_args(
     constraints: dict[str, dict[str, Any]], args: Any, *, unknown: str = "refuse", input_schema: Any = None
 ) -> tuple[dict[str, Any], Verdict | None]:
     """Check arguments before the call. Returns (the arguments to send, None) or (args, the first failure).
 
-    Order: JSON object, unknown names (those ``argument_names`` does not list, given the tool's
-    ``input_schema``), missing, then per argument type, allowed, range, length, pattern, and a
+    Order: JSON object (one a request can carry: ``json_unwritable``), unknown names (those ``argument_names``
+    does not list, given the tool's ``input_schema``), missing, then per argument type, allowed, range, length, pattern, and a
     URL's host (``allowed_hosts``: ``args:host:<arg>``, see ``url_host_problem``). A bool
     is not an int and a numeric string is not a number. With ``unknown="drop"`` unknown arguments are removed.
     """
     if not isinstance(args, dict) or not all(isinstance(name, str) for name in args):
         # An object's names are text in JSON; a caller's dict keyed 1 or None (a flow's, a code rule's) is none.
         return {}, Verdict("args:json", _("the arguments are not a JSON object"))
+    if json_unwritable(args):
+        # Never quoted: the text is what no encoder writes (the refusal goes back to the model and the audit).
+        return {}, Verdict(
+            "args:json",
+            _("the arguments hold text that is not valid Unicode (an unpaired surrogate) or a value JSON cannot hold"),
+        )
     names = argument_names(constraints, input_schema)
     known = set(names) if names is not None else set()
     extra = sorted(set(args) - known) if names is not None else []
@@ -803,16 +822,16 @@ def backoff_delay(
 _RETRY_AFTER = re.compile(r"retry[-_ ]after[\"':= ]+(\d+(?:\.\d+)?)", re.IGNORECASE)
 # A 429 as a status (leading the text, or after HTTP/status/code/error), not any number 429 a message quotes.
 # A status opening a text: after punctuation ("[429]", "(504)") but never a quote mark, and followed by none: a quoted
-# number is a value the tool echoes ("'429' 자산을 찾을 수 없습니다": asset 429 was not found), no status.
+# number opening a text is a value the tool echoes ("'429' 자산을 찾을 수 없습니다": asset 429 was not found).
 _QUOTES = "'\"`‘’“”«»「」『』"
 
 
 def _status(code: str) -> str:
-    """``code`` as a status: opening the text, or after the word that names one ("HTTP 429", "status code: 504")."""
-    unquoted = rf"{code}\b(?![{_QUOTES}])"
+    """``code`` as a status: opening the text unquoted, or after the word that names one, however it is written
+    ("HTTP 429", "status code: 504", a JSON error's ``{"code": 429}``)."""
     return (
-        rf"^[^\w{_QUOTES}]*(?:error\W*)?{unquoted}"
-        rf"|\b(?:HTTP(?:/[\d.]+)?|status(?:\s+code)?|code|error)[^\w{_QUOTES}]{{0,3}}{unquoted}"
+        rf"^[^\w{_QUOTES}]*(?:error\W*)?{code}\b(?![{_QUOTES}])"
+        rf"|\b(?:HTTP(?:/[\d.]+)?|status(?:\s+code)?|code|error)\W{{0,3}}{code}\b"
     )
 
 
