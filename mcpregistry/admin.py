@@ -170,7 +170,9 @@ class McpServerForm(forms.ModelForm):
     new_headers = SecretLinesField(
         label=_("set header values"),
         required=False,
-        widget=forms.Textarea(
+        # Its own placeholder, but never shown back either: a page refused for another field wrote the typed
+        # header values (a bearer token) into the page.
+        widget=UnshownTextarea(
             attrs={
                 "rows": 3,
                 "cols": 60,
@@ -811,19 +813,21 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
     def model_view(self, obj: McpTool) -> str:
         """The arguments as a model is told of them: the schema with this contract's limits written in
         (``contracts.schema_with_contract``, as ``agents.engine.tool_specs`` builds it), so an admin sees that a
-        limit set below reaches the model before the gate refuses a call for it."""
-        if obj.schema_error:
+        limit set below reaches the model before the gate refuses a call for it. Read as saved
+        (:meth:`saved_tool`): a page refused for its contract shows what runs are sent, not its unsaved limits."""
+        saved = self.saved_tool(obj)
+        if saved.schema_error:
             return str(_("Not offered to a model: the schema is unusable."))
-        shown = schema_with_contract(obj.input_schema, contract_of(obj).args)
+        shown = schema_with_contract(saved.input_schema, contract_of(saved).args)
         return format_html(
             "<p>{}</p>{}",
             format_html(
                 "{} <code>{}</code>. {}{}",
                 _("Named"),
-                obj.exposed_name,
+                saved.exposed_name,
                 _("Runs of a published version are shown the contract it froze; this is the contract as saved."),
                 ""
-                if obj.callable
+                if saved.callable
                 else format_html(
                     " <b>{}</b>",
                     _(
@@ -832,9 +836,15 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
                 ),
             ),
             discovery_view.arguments_table(
-                shown, secrets=page_secrets(obj.server), folded=_("the schema the model is sent (JSON)")
+                shown, secrets=page_secrets(saved.server), folded=_("the schema the model is sent (JSON)")
             ),
         )
+
+    @staticmethod
+    def saved_tool(tool: McpTool) -> McpTool:
+        """``tool`` and its contract as stored, read again: a refused page's forms have already written what was
+        posted (its contract's limits, the enabled box) onto the objects it shows."""
+        return McpTool.objects.select_related("server", "contract").filter(pk=tool.pk).first() or tool
 
     @admin.display(description=_("annotations (hints from the server, not trusted)"))
     def annotations_pretty(self, obj: McpTool) -> str:

@@ -7,6 +7,8 @@ is taken as it is. Values an admin left as they were keep their stored form (a k
 is shown comma-separated only where that reads back as the same list, else as JSON; an argument the contract does
 not list stays out of it), so saving an unchanged page records no change. The whole contract is also offered as
 the JSON entry that ``export_config`` writes and ``import_config`` reads; when an admin edits that text, it wins.
+Whichever way a contract comes in, a text in it with a NUL or another control character is refused at the field it
+came in by, as tags and keywords are (``list_fields.changed_texts_problems``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ from agent_platform.json import loads as json_loads
 from mcpregistry.contract_document import ContractSpec, contract_entry, contract_fields
 from mcpregistry.contracts import DEFAULT_RETRY, JSON_TYPES, RETRYABLE, spec_problems
 from mcpregistry.gate_records import CONTRACT_FIELDS
+
+# The base of every structured editor, named here as well, where it was first (the rule, agent settings and eval
+# case editors import it from here).
+from mcpregistry.list_fields import EditorWidget as EditorWidget
+from mcpregistry.list_fields import changed_texts_problems, control_character_problem
 from mcpregistry.models import (
     McpTool,
     ToolContract,
@@ -113,25 +120,6 @@ def list_text(values: list[Any], item_type: str = "") -> str:
 def allowed_text(allowed: Any, arg_type: str = "") -> str:
     """An argument's allowed values as the editor shows them (:func:`list_text`); "" when it has none."""
     return list_text(allowed, arg_type) if isinstance(allowed, list) else ""
-
-
-class EditorWidget(forms.Widget):
-    """A structured editor of a JSON field: its inputs are named ``<name>__…`` beside a ``<name>__editor`` marker.
-    A post that carries the JSON itself under ``<name>`` (the advanced view, a script) wins; a post with neither
-    leaves the field out. Subclasses read their inputs in :meth:`value_from_editor`."""
-
-    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
-        return name not in data and f"{name}__editor" not in data
-
-    def value_from_datadict(self, data: MultiValueDict[str, Any], files: Any, name: str) -> Any:
-        if name in data:
-            return data[name]
-        if f"{name}__editor" not in data:
-            return None
-        return self.value_from_editor(data, name)
-
-    def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
-        raise NotImplementedError
 
 
 class ArgsTableWidget(EditorWidget):
@@ -360,10 +348,18 @@ class ReturnsWidget(EditorWidget):
 
 class OpenChoiceField(forms.ChoiceField):
     """A choice whose value the model validates (so a refused value gets the model's message, which names the
-    valid ones, not the generic "not one of the available choices")."""
+    valid ones, not the generic "not one of the available choices"). A value not offered that holds a NUL or another
+    control character is refused first (``list_fields.control_character_problem``): on PostgreSQL, the model's check
+    that looks the name up was a 500."""
 
     def valid_value(self, value: Any) -> bool:
         return True
+
+    def validate(self, value: Any) -> None:
+        super().validate(value)
+        offered = forms.ChoiceField.valid_value(self, value)  # a tool, an argument or the value stored: as it is
+        if value and not offered and (problem := control_character_problem(str(value))):
+            raise ValidationError(problem, code="control_characters")
 
 
 def fallback_choices(tool: McpTool, contract_args: dict[str, Any] | None) -> list[tuple[str, str]]:
@@ -432,10 +428,37 @@ class ToolContractForm(forms.ModelForm):
                 self.add_error(name, problem)
         raw = (self.data.get(self.add_prefix("contract_json")) or "").strip()
         initial = _loads(self.initial.get("contract_json") or "")
-        if not raw or _loads(raw) == initial:
-            return cleaned
-        self._apply_document(raw, cleaned)
+        from_document = bool(raw) and _loads(raw) != initial
+        if from_document:
+            self._apply_document(raw, cleaned)
+        self._refuse_no_object(cleaned)
+        self._refuse_control_characters(cleaned, from_document=from_document)
         return cleaned
+
+    def _refuse_no_object(self, cleaned: dict[str, Any]) -> None:
+        """``returns`` or ``retry`` posted as its JSON ``null``, or empty (a script posting the field's JSON), is
+        refused: the model's check reads no value as no constraints, but its column holds no NULL (the save was a
+        500). A page that leaves the field out keeps it as stored; ``args`` is refused so by the model."""
+        for name in ("returns", "retry"):
+            posted = not self.fields[name].widget.value_omitted_from_data(self.data, self.files, self.add_prefix(name))
+            if posted and name in cleaned and cleaned[name] is None:
+                self.add_error(name, _("Enter a JSON object."))
+
+    def _refuse_control_characters(self, cleaned: dict[str, Any], *, from_document: bool) -> None:
+        """A NUL (PostgreSQL's jsonb refuses it: the save was a 500) or another control character but tab and line
+        breaks, in a text of the arguments, the result or the retry policy, wherever it was typed (a pattern, an
+        allowed value, a required key, a posted JSON), is refused as the tags and keywords refuse it
+        (``list_fields.control_character_problem``), naming the entry; an entry as stored is left alone. Said
+        at the JSON view when that is what the admin edited."""
+        for name in ("args", "returns", "retry"):
+            problems = changed_texts_problems(cleaned.get(name), getattr(self.instance, name))
+            if not problems:
+                continue
+            if from_document:
+                cleaned.pop(name)  # never handed to the model's checks, which may write the text into the page
+                self.add_error("contract_json", [f"{name}.{problem}" for problem in problems])
+            else:
+                self.add_error(name, problems)
 
     def _apply_document(self, raw: str, cleaned: dict[str, Any]) -> None:
         try:

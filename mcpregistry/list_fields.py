@@ -5,7 +5,10 @@
   carry (a word with a comma, an argument with a line break, a first item that starts with ``[``) is shown as
   JSON, so opening and saving a page never changes what is stored. An item with a NUL character (PostgreSQL's
   JSON refuses it: the page was a 500) or another control character but tab and line breaks is refused at the
-  field (:func:`control_character_problem`).
+  field (:func:`control_character_problem`); so is a text anywhere in a JSON value an admin changed
+  (:func:`changed_texts_problems`: a tool contract's arguments, result and retry policy).
+- :class:`EditorWidget`: the base of every structured editor of a JSON field (the contract, rule, agent settings
+  and eval case editors): inputs read back into the JSON, or the JSON itself where a post carries it.
 - :class:`LinesWidget` and its ``KEY=value`` form :class:`KeyValueLinesWidget` (a JSON field edited as lines;
   values typed as the rule editor types them: ``3`` a number, ``true`` a boolean, ``{...}`` an object), with
   :class:`EditedJSONField`, which refuses lines that do not read, naming the line, and shows them again as typed.
@@ -28,7 +31,25 @@ from django.utils.translation import gettext
 from agent_platform.json import BoundedJSONField
 from agent_platform.json import loads as json_loads
 from audit.visible import visible_text
-from mcpregistry.contract_form import EditorWidget
+
+
+class EditorWidget(forms.Widget):
+    """A structured editor of a JSON field: its inputs are named ``<name>__…`` beside a ``<name>__editor`` marker.
+    A post that carries the JSON itself under ``<name>`` (the advanced view, a script) wins; a post with neither
+    leaves the field out. Subclasses read their inputs in :meth:`value_from_editor`."""
+
+    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
+        return name not in data and f"{name}__editor" not in data
+
+    def value_from_datadict(self, data: MultiValueDict[str, Any], files: Any, name: str) -> Any:
+        if name in data:
+            return data[name]
+        if f"{name}__editor" not in data:
+            return None
+        return self.value_from_editor(data, name)
+
+    def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
+        raise NotImplementedError
 
 
 class TextListField(forms.CharField):
@@ -121,6 +142,36 @@ def control_character_problem(text: str) -> str:
     if any(unicodedata.category(c) == "Cc" and c not in _TEXT_CONTROLS for c in text):
         return gettext("Control characters other than tab and line breaks are not allowed.")
     return ""
+
+
+def texts_problem(value: Any) -> str:
+    """The first :func:`control_character_problem` among the texts of a JSON value (an object's keys too), or ""."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend([*item.keys(), *item.values()])
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str) and (problem := control_character_problem(item)):
+            return problem
+    return ""
+
+
+def changed_texts_problems(value: Any, stored: Any) -> list[str]:
+    """``KEY: problem`` for each entry of an object whose key or texts hold what :func:`texts_problem` refuses; an
+    entry as stored is left alone (saving a page unchanged saves what an import stored as it is). The key is
+    written visibly (a NUL in it would be written into the page)."""
+    if not isinstance(value, dict):
+        return []
+    stored = stored if isinstance(stored, dict) else {}
+    problems = []
+    for key, part in value.items():
+        if key in stored and part == stored[key]:
+            continue
+        if problem := texts_problem({key: part}):
+            problems.append(f"{visible_text(str(key))}: {problem}")
+    return problems
 
 
 def one_line(text: str) -> bool:
