@@ -628,6 +628,13 @@ class McpSessionPool:
             # Over streamable HTTP, every answer is read up to the bound a stdio server's line is read to.
             _bound_answer(response, max_bytes=_answer_max_bytes(), fail=fail_request)
 
+        async def sse_answer(response: httpx.Response) -> None:
+            # Over SSE, the answers come on the session's one event stream (a GET, carrying no request), each event
+            # read to the same bound: a longer one ends the stream, and the session with it (its calls fail as
+            # transport errors), instead of being read whole into the worker's memory.
+            await fail_refused_post(response)
+            _bound_answer(response, max_bytes=_answer_max_bytes(), fail=fail_request)
+
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if conn.transport == "stdio":
@@ -653,7 +660,7 @@ class McpSessionPool:
                             conn.url,
                             headers=dict(conn.headers) or None,
                             sse_read_timeout=self._read_timeout().read or MCP_DEFAULT_TIMEOUT,
-                            httpx_client_factory=_http_client_factory(on_response=fail_refused_post),
+                            httpx_client_factory=_http_client_factory(on_response=sse_answer),
                         )
                     )
                 else:
