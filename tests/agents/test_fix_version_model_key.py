@@ -76,7 +76,8 @@ def assert_failed_unsent(run: Run, version_url: str) -> None:
     assert (run.status, run.error_code) == (Run.Status.FAILED, "config:model_endpoint_changed"), run.error_message
     # The message names the version's endpoint and what to do, never the key.
     assert version_url in run.error_message
-    assert "Publish a version with the current endpoint" in run.error_message
+    # In the agent's language (the demo agent's is Korean): what to do.
+    assert "현재 엔드포인트로 버전을 게시하거나" in run.error_message
     assert NEW_KEY not in run.error_message
 
 
