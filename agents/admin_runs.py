@@ -1069,6 +1069,14 @@ _KNOWN_MESSAGES: list[tuple[str, re.Pattern[str], Any]] = [
         re.compile(r"the worker running it was lost (?P<n>\d+) times"),
         lambda m: gettext("the worker running it was lost %(n)s times") % {"n": m["n"]},
     ),
+    (
+        "retries_exhausted",
+        re.compile(r"(?P<n>\d+) passes met an error a retry can fix \(the last: (?P<error>\w+)\); not retried again"),
+        lambda m: (
+            gettext("%(n)s passes met an error a retry can fix (the last: %(error)s); not retried again")
+            % {"n": m["n"], "error": m["error"]}
+        ),
+    ),
 ]
 
 

@@ -6,8 +6,10 @@ Every change of a run's status is compare-and-swap. A run's life::
 
     queued ──claim──► running ──store──► succeeded | failed | awaiting_approval (──resume──► queued)
       ▲                 │ worker, delivery_count + 1, lease_expires_at = now + lease (a heartbeat extends it)
-      └── reconciler ───┘ lease expired: queued again (fewer than PLATFORM_RUN_MAX_DELIVERIES) or failed
-                          (``worker_lost``); past the agent's time limit: failed (``time_limit``)
+      ├── reconciler ───┤ lease expired: queued again (lost fewer than PLATFORM_RUN_MAX_DELIVERIES times) or
+      │                 │ failed (``worker_lost``); past the agent's time limit: failed (``time_limit``)
+      └── release ──────┘ an error a retry can fix: given back for the task's retry, or failed
+                          (``retries_exhausted``) at the ``RETRIED_PASSES_MAX``-th such pass
 
 - A delivery of a run that is ``running`` under a live lease does nothing: another worker has it.
 - A delivery of a run whose lease expired (its worker died) re-claims it, ``running → running`` by
@@ -24,7 +26,8 @@ run, its message's — if no worker has claimed the run by then, the reconciler 
 dispatches another (NULL: ``created_at`` + ``PLATFORM_RUN_QUEUED_STALE_S``); for a run cancelled while a live
 worker held it, when that worker is surely gone (its hard time limit: the reconciler then records the run's end if
 the worker did not). ``delivery_count`` counts the
-claims since the run was submitted or last resumed after an approval.
+claims since the run was submitted or last resumed after an approval; the times its worker was lost are those
+claims less the passes given back on an error a retry can fix (``agents.reconciler.run_worker_losses``).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from agents.conversations import in_context
 from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_time_limits
 from agents.errors import RunCancelled
 from agents.models import Agent, Approval, Run
+from agents.reconciler import run_retried_passes, run_worker_losses
 from agents.run_state import (
     CONFIGURATION_UNREADABLE_MESSAGE,
     SECRET_UNREADABLE,
@@ -182,8 +186,10 @@ class RunClaim:
         """Give the run back to the queue (a retryable error: the task's retry claims it again), with its
         ``status`` event ``{"status": "queued", "reason": "retryable"}`` in the same transaction: the retry is a
         later delivery, and the run's page reads the reason to tell it from a pass that took the run over from a
-        lost worker (``worker_lost: …``, or no ``queued`` event between the passes: a lapsed claim). Best effort:
-        if the database is down, the lease lapses instead."""
+        lost worker (``worker_lost: …``, or no ``queued`` event between the passes: a lapsed claim), as the count of
+        lost workers does (``agents.reconciler.run_worker_losses``: a retry is no lost worker) and the bound on
+        retried passes (``RETRIED_PASSES_MAX``). Best effort: if the database is down, the lease lapses instead
+        (and the pass counts as a lost worker's)."""
         stale = timedelta(seconds=float(lifecycle_setting("PLATFORM_RUN_QUEUED_STALE_S")))
         try:
             with transaction.atomic():
@@ -361,7 +367,8 @@ _OUTCOME = RowUpdate(Run, _OUTCOME_FIELDS, ("id", "status", "worker", "delivery_
 def run_claim(*, run_id: str, began: float | None = None) -> RunClaim | None:
     """Claim a run for this worker, compare-and-swap: ``queued → running``, or ``running → running`` when the
     lease of the worker that had it expired. Returns None when there is nothing to do: the run is finished,
-    parked, held by a live worker, or gone; or it was lost too often (then it is failed, ``worker_lost``).
+    parked, held by a live worker, or gone; or its worker was lost too often (then it is failed, ``worker_lost``:
+    ``PLATFORM_RUN_MAX_DELIVERIES`` lost workers, not counting the passes given back for a retry).
 
     ``began`` (on ``clock``) is when this delivery started, from which the run's time limit counts."""
     began = clock() if began is None else began
@@ -400,12 +407,13 @@ def run_claim(*, run_id: str, began: float | None = None) -> RunClaim | None:
             "delivery_count": run.delivery_count,
             "lease_expires_at": run.lease_expires_at,
         }
-        if run.delivery_count >= int(lifecycle_setting("PLATFORM_RUN_MAX_DELIVERIES")):
+        losses = run_worker_losses(run_id=run_id, delivery_count=run.delivery_count)
+        if losses >= int(lifecycle_setting("PLATFORM_RUN_MAX_DELIVERIES")):
             run_fail_unheld(
                 run_id=run_id,
                 match=previous,
                 error_code="worker_lost",
-                error_message=f"the worker running it was lost {run.delivery_count} times",
+                error_message=f"the worker running it was lost {losses} times",
             )
             return None
         claimed = _CLAIM_LAPSED.execute(claim_fields, {"id": run.id, **previous})
@@ -445,7 +453,8 @@ def run_execute(*, run_id: str) -> None:
     run as values (the gate and the engine own them); a soft time limit ends it ``failed`` (``time_limit``); any
     other fault of the pass (setting it up, storing its end) ends it ``failed`` too, on this delivery
     (``_fail_on_fault``). Raises only what a retry can fix (``RETRYABLE_ERRORS``: the database or the broker
-    hiccuped), after giving the run back to the queue, so that the task's retry claims it again."""
+    hiccuped), after giving the run back to the queue, so that the task's retry claims it again; the
+    ``RETRIED_PASSES_MAX``-th such pass fails the run instead (``_retries_exhausted``) and raises nothing."""
     # The process's audit chainer thread chains the run's events after it (or, for a long run, within
     # AUDIT_CHAIN_HOLD_OFF_S), not in the middle of it.
     with audit_chain_held_off():
@@ -459,14 +468,41 @@ def run_execute(*, run_id: str) -> None:
         except SoftTimeLimitExceeded:
             if not claim.fail("time_limit", "the run did not finish within its time limit"):
                 _ended_elsewhere(claim)
-        except RETRYABLE_ERRORS:
-            logger.warning("run %s: retryable failure; giving the run back to the queue", run_id, exc_info=True)
-            claim.release()
-            raise
+        except RETRYABLE_ERRORS as exc:
+            if not _retries_exhausted(claim, exc):
+                logger.warning("run %s: retryable failure; giving the run back to the queue", run_id, exc_info=True)
+                claim.release()
+                raise
         except Exception as exc:  # noqa: BLE001 - the run ends failed, its cause logged (``_fail_on_fault``)
             _fail_on_fault(claim, exc)
         finally:
             claim.stop_heartbeat()
+
+
+# The passes of a run (since it was submitted or last resumed) that may end on an error a retry can fix before it
+# fails (``retries_exhausted``): as many as the deliveries of its task (``agents.tasks.run_agent``: the first and
+# its 5 retries), so that an error every pass meets ends the run when the task stops retrying, rather than leave
+# it queued for the reconciler to send again every ``PLATFORM_RUN_QUEUED_STALE_S``, for ever.
+RETRIED_PASSES_MAX = 6
+
+
+def _retries_exhausted(claim: RunClaim, exc: BaseException) -> bool:
+    """Whether this pass, ended by ``exc`` (an error a retry can fix), is the run's ``RETRIED_PASSES_MAX``-th such
+    pass; if so, the run is failed (``retries_exhausted``, the message naming ``exc``'s class, never its text, which
+    may quote what the statement held). False where the passes cannot be counted or the run cannot be failed (the
+    database is what fails): the run is given back for a retry, as before."""
+    try:
+        passes = run_retried_passes(run_id=claim.run_id) + 1
+        if passes < RETRIED_PASSES_MAX:
+            return False
+        message = f"{passes} passes met an error a retry can fix (the last: {type(exc).__name__}); not retried again"
+        logger.error("run %s: %s", claim.run_id, message, exc_info=exc)
+        if not claim.fail("retries_exhausted", message):
+            _ended_elsewhere(claim)
+    except DatabaseError as failed:
+        logger.warning("run %s: could not end it after its retries (%s)", claim.run_id, type(failed).__name__)
+        return False
+    return True
 
 
 def _fail_on_fault(claim: RunClaim, exc: Exception) -> None:

@@ -10,8 +10,8 @@ In order:
    longer ago than its hard time limit — Celery's limits had their chance, or did not apply (a pool without
    them) — fails with ``time_limit``;
 2. **lost workers**: a ``running`` run whose lease expired (its worker stopped heart-beating) is queued again
-   and dispatched, or fails with ``worker_lost`` once it has been delivered ``PLATFORM_RUN_MAX_DELIVERIES``
-   times;
+   and dispatched, or fails with ``worker_lost`` once its worker has been lost ``PLATFORM_RUN_MAX_DELIVERIES``
+   times (``run_worker_losses``: a pass that gave the run back on an error a retry can fix lost no worker);
 3. **lost messages**: a ``queued`` run that no worker claimed before its ``lease_expires_at`` (else
    ``created_at`` + ``PLATFORM_RUN_QUEUED_STALE_S``: the process died between commit and publish, or the broker
    lost the message) is dispatched again; its deadline moves on, so each is re-sent once per period;
@@ -170,13 +170,37 @@ def _recover_runs_of_lost_workers(now: datetime) -> tuple[int, int]:
     )
     requeued = lost = 0
     for row in expired:
+        losses = run_worker_losses(run_id=row["id"], delivery_count=row["delivery_count"])
         queued = None
-        if row["delivery_count"] < max_deliveries:
+        if losses < max_deliveries:
             queued = repaired_alone("queue it again", partial(_requeue_lost_run, row), None, run_id=row["id"])
             requeued += bool(queued)
         if queued is None:  # its last delivery was lost, or it could not be queued again: never left running
-            lost += repaired_alone("fail it (worker lost)", partial(_fail_lost_run, row), False, run_id=row["id"])
+            lost += repaired_alone(
+                "fail it (worker lost)", partial(_fail_lost_run, row, losses), False, run_id=row["id"]
+            )
     return requeued, lost
+
+
+def run_worker_losses(*, run_id: Any, delivery_count: int) -> int:
+    """How many times the run's worker was lost since it was submitted or last resumed, its lapsed pass included:
+    its deliveries (``delivery_count``, the claims since then) less the passes that gave it back to the queue on an
+    error a retry can fix (``run_retried_passes``), which the next delivery claims too. Without that, two database
+    hiccups and one lost worker read as three lost workers, and the run failed where it should be taken over."""
+    return max(delivery_count - run_retried_passes(run_id=run_id), 0)
+
+
+def run_retried_passes(*, run_id: Any) -> int:
+    """The passes since the run was submitted or last resumed (a resumed run's deliveries are counted afresh:
+    ``run_resume``, after the park's ``awaiting_approval`` event) that gave it back to the queue on an error a
+    retry can fix: its ``status`` events ``{"status": "queued", "reason": "retryable"}`` (``RunClaim.release``
+    writes one with the release, in its transaction)."""
+    statuses = RunEvent.objects.filter(run_id=run_id, kind="status")
+    parked_at = statuses.filter(data__status="awaiting_approval").order_by("-seq").values_list("seq", flat=True).first()
+    retried = statuses.filter(data__status="queued", data__reason="retryable")
+    if parked_at is not None:
+        retried = retried.filter(seq__gt=parked_at)
+    return retried.count()
 
 
 def _lost_run_as_read(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -198,12 +222,12 @@ def _requeue_lost_run(row: Mapping[str, Any]) -> bool:
     )
 
 
-def _fail_lost_run(row: Mapping[str, Any]) -> bool:
+def _fail_lost_run(row: Mapping[str, Any], losses: int) -> bool:
     return run_fail_unheld(
         run_id=row["id"],
         match=_lost_run_as_read(row),
         error_code="worker_lost",
-        error_message=f"the worker running it was lost {row['delivery_count']} times",
+        error_message=f"the worker running it was lost {losses} times",
     )
 
 

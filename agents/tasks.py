@@ -22,6 +22,8 @@ from agents.dispatch import RETRYABLE_ERRORS, RUN_TASK
     retry_backoff=2,
     retry_backoff_max=60,
     retry_jitter=True,
+    # With the first delivery, ``agents.execution.RETRIED_PASSES_MAX`` passes: the last fails the run
+    # (``retries_exhausted``) where every pass met such an error, rather than leave it queued for ever.
     max_retries=5,
 )
 def run_agent(run_id: str) -> None:

@@ -115,6 +115,7 @@ _REASONS: dict[str, Callable[[], str]] = {
     ),
     "cancelled": lambda: pgettext("audit reason", "cancelled"),
     "worker_lost": lambda: pgettext("audit reason", "its worker stopped"),
+    "retries_exhausted": lambda: pgettext("audit reason", "an error a retry can fix came back at every pass"),
     "time_limit": lambda: pgettext("audit reason", "time limit reached"),
     "internal": lambda: pgettext("audit reason", "internal error"),
     "config:secret_unreadable": lambda: pgettext("audit reason", "a stored secret cannot be decrypted"),

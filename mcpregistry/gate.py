@@ -408,6 +408,8 @@ def call(
     try:
         return _call(this, known_tool=known_tool, fallback_depth=_fallback_depth)
     except (SoftTimeLimitExceeded, DatabaseError):
+        # The run's to handle. Every send is in ``_attempts``, which audits one the time limit cut short before
+        # it re-raises; anywhere else, the limit comes before a send or after its attempt's event.
         raise
     except Exception as exc:
         logger.exception("unexpected failure in the gate calling %s.%s", server.mcp_id, tool_name)
@@ -857,8 +859,12 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
             reason, detail, value, answered = "result:too_big", str(exc), None, True
         except ToolResultInvalid as exc:  # the tool answered; its structured result breaks its own outputSchema
             reason, detail, value, answered = "result:shape", str(exc), None, True
-        except (SoftTimeLimitExceeded, DatabaseError):
-            raise  # the run's time is up, or the database failed: the task handles those, not the tool's record
+        except DatabaseError:
+            raise  # the database failed: the task handles it, and nothing is written to it here
+        except SoftTimeLimitExceeded:
+            # The run's time is up with this attempt out (or its answer being read): recorded, then the run ends.
+            _record_cut_short(this, attempt=attempt, started=started, answered=answered, writes=writes)
+            raise
         except Exception as exc:  # logged with its traceback (masked), never retried (for a write: unknown)
             logger.exception("unexpected failure calling %s.%s", server.mcp_id, this.tool_name)
             reason, detail, value = "unexpected", type(exc).__name__, None
@@ -897,6 +903,36 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
     # result check says the write was carried out): its outcome is unknown.
     unknown = maybe_done and not (reason or "").startswith("result:")
     return value, reason, detail, unknown, reached
+
+
+def _record_cut_short(this: _Call, *, attempt: int, started: float, answered: bool, writes: bool) -> None:
+    """The audit event of an attempt that the run's soft time limit (Celery's ``SoftTimeLimitExceeded``) cut short
+    after its request went out, or may have (the gate cannot tell a session still opening from a request on its
+    way): not ok, reason ``time_limit``; a write's outcome is unknown unless the tool had answered (its approval ends
+    ``outcome_unknown`` when the run fails, ``agents.run_state.approvals_interrupted``). Without it, the server ran
+    a call that no audit event and no run's ``tool_calls`` named.
+
+    Only the event: nothing is sent, waited for or retried, and the circuit breaker is not told (the server did not
+    fail). Never raises: a failure to write is logged, and the caller re-raises the interruption, which the run must
+    see (an audit write that hangs meets the run's hard time limit, as anything else of the run would)."""
+    result: dict[str, Any] = {"interrupted": "time_limit", "answered": answered}
+    if writes:
+        result["outcome_unknown"] = not answered
+    try:
+        this.audit(
+            ok=False,
+            reason="time_limit",
+            result=result,
+            attempt=attempt,
+            latency_ms=(clock.monotonic() - started) * 1000,
+        )
+    except Exception:  # the database may be what failed: the interruption goes on regardless
+        logger.warning(
+            "the attempt of %s.%s cut short by the time limit could not be audited",
+            this.server.mcp_id,
+            this.tool_name,
+            exc_info=True,
+        )
 
 
 def _value_source(outcome: ToolCallOutcome) -> tuple[str, Any]:
