@@ -65,9 +65,10 @@ from agents.mcp_context import (
 from agents.model_tracing import ModelCallTracer
 from agents.parallel_calls import ParallelCalls, call_batch
 from agents.providers import (
-    CUT_AT_TOKEN_LIMIT,
     RETRYABLE_BY_DEFAULT,
+    UNFINISHED_TURN_CODES,
     ModelCallFailed,
+    answered_without_choice,
     attempts_text,
     guardrail_intervention,
     model_error_kind,
@@ -702,9 +703,10 @@ def execute(plan: RunPlan) -> RunOutcome:
                 f"the run used {spent_tokens[0]} tokens, its budget reservation is {plan.token_ceiling}"
             )
         stopped = stop_reason(message.response_metadata or {})
-        if stopped in CUT_AT_TOKEN_LIMIT and turn_calls(message):
-            # A call cut off is half written (its arguments end mid-way): it must never run, and asked again
-            # under the same limit the model would be cut again on every iteration.
+        if stopped in UNFINISHED_TURN_CODES and turn_calls(message):
+            # A call cut off is half written (its arguments end mid-way), and a filtered or malformed one is no call
+            # to trust: it must never run, and asked again under the same limit (the same filter) the model would
+            # be stopped again on every iteration.
             raise ToolCallsCutShort(stopped)
 
     configured_max_tokens = _configured_max_tokens(plan.model_params)
@@ -768,15 +770,15 @@ def execute(plan: RunPlan) -> RunOutcome:
         else:
             last = final_messages[-1] if final_messages else None
             answer = text_of(last.content) if isinstance(last, AIMessage) else ""
-            stopped = stop_reason(last.response_metadata or {}) if isinstance(last, AIMessage) else None
-            failure = ""
-            if stopped in CUT_AT_TOKEN_LIMIT:
-                # A text cut short reads as a whole answer: the run fails rather than pass off its first part.
-                failure = "model:max_tokens"
-                outcome.error_message = cut_at_token_limit_text()
+            metadata = (last.response_metadata or {}) if isinstance(last, AIMessage) else {}
+            stopped = stop_reason(metadata)
+            failure = UNFINISHED_TURN_CODES.get(stopped or "", "")
+            if failure:
+                # A text cut short (or filtered) reads as a whole answer: the run fails rather than pass it off.
+                outcome.error_message = unfinished_turn_text(failure)
             elif not answer.strip():
                 failure = "model:empty"
-                outcome.error_message = _("The model gave no answer: its last turn held no text and asked for no tool.")
+                outcome.error_message = empty_turn_text(no_choice=answered_without_choice(metadata))
             if failure:
                 logger.warning("model failure in run %s: %s", plan.run_id, failure)
                 outcome.status, outcome.error_code = "failed", failure
@@ -791,11 +793,11 @@ def execute(plan: RunPlan) -> RunOutcome:
         outcome.error_message = str(exc)
     except ToolCallsCutShort as exc:
         # The cut turn is kept (its tokens were spent and are charged); none of its calls was sent.
-        logger.warning("model failure in run %s: model:max_tokens (a tool call cut off)", plan.run_id)
+        logger.warning("model failure in run %s: %s (a tool call stopped short)", plan.run_id, exc.code)
         final_messages = _conversation_so_far(messages, new_turns, answered)
-        outcome.status, outcome.error_code = "failed", "model:max_tokens"
-        outcome.error_message = cut_at_token_limit_text()
-        trace.append({"type": "outcome", "reason": "model:max_tokens", "stop_reason": exc.stop_reason})
+        outcome.status, outcome.error_code = "failed", exc.code
+        outcome.error_message = unfinished_turn_text(exc.code)
+        trace.append({"type": "outcome", "reason": exc.code, "stop_reason": exc.stop_reason})
     except (MaxIterationsReached, GraphRecursionError):
         final_messages = _conversation_so_far(messages, new_turns, answered)  # the turns it made, kept
         outcome.status = "failed"
@@ -868,6 +870,37 @@ def cut_at_token_limit_text() -> str:
         "The model's answer was cut off at its token limit: raise the agent's max_tokens (model parameters), or "
         "the token reservation of the run's budget."
     )
+
+
+def unfinished_turn_text(code: str) -> str:
+    """Why a run whose model turn its provider said was unfinished failed (``UNFINISHED_TURN_CODES``), in the run's
+    language."""
+    if code == "model:context_window":
+        return _(
+            "The model stopped because its context window was full: the conversation, with the tools' results, is "
+            "more than this model can read. Use a model with a larger context window, or ask a narrower question."
+        )
+    if code == "model:content_filter":
+        return _(
+            "The model provider's content filter stopped the model's answer, so none of it is used. Rephrase the "
+            "question, or check the provider's content filter settings."
+        )
+    if code == "model:malformed":
+        return _(
+            "The model provider could not read the model's answer or tool call (it was malformed), so none of it "
+            "was used. Running the query again may succeed; if it recurs, try another model."
+        )
+    return cut_at_token_limit_text()
+
+
+def empty_turn_text(*, no_choice: bool) -> str:
+    """Why a run whose last model turn held nothing failed (``model:empty``), in the run's language."""
+    if no_choice:
+        return _(
+            "The model server's reply held no choice (its choices list was empty), so there was no answer to read; "
+            "the tokens it reported are counted."
+        )
+    return _("The model gave no answer: its last turn held no text and asked for no tool.")
 
 
 # What a run's error message holds at most (the provider's detail is cut to fit, after it is masked).
@@ -1234,12 +1267,14 @@ class TokenCeilingReached(Exception):
 
 
 class ToolCallsCutShort(Exception):
-    """A model turn cut off at its token limit (``stop_reason``: ``length``, ``max_tokens``) that asks for tools:
-    the run fails (``model:max_tokens``) and none of its calls is sent."""
+    """A model turn its provider said was unfinished (``UNFINISHED_TURN_CODES``: cut off at its token limit or its
+    context window, filtered, malformed) that asks for tools: the run fails with ``code`` (``model:max_tokens``...)
+    and none of its calls is sent."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.stop_reason = reason
+        self.code = UNFINISHED_TURN_CODES[reason]
 
 
 # What a provider may add per message around its text (role markers, a tool call's framing).

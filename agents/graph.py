@@ -8,6 +8,7 @@ updates; they never touch the ORM (the gate writes the audit).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -112,7 +113,8 @@ def turn_calls(ai: AIMessage) -> list[dict[str, Any]]:
     like any other, with their arguments as the text the model wrote, and come back refused (``args:json``) with
     what to do next: the model sees why its call did not run instead of the run ending on a turn that seems to
     have asked for nothing. A turn cut off at its token limit is the exception: asked again under the same limit,
-    the model would be cut again, so the engine fails the run (``model:max_tokens``) and sends none of its calls."""
+    the model would be cut again, so the engine fails the run (``model:max_tokens``) and sends none of its calls;
+    so it does for a turn its provider filtered or found malformed (``providers.UNFINISHED_TURN_CODES``)."""
     calls: list[dict[str, Any]] = list(ai.tool_calls)  # type: ignore[arg-type]
     for invalid in ai.invalid_tool_calls:
         calls.append(
@@ -196,6 +198,48 @@ def with_unique_call_ids(response: AIMessage, earlier: list[AnyMessage]) -> AIMe
     return response.model_copy(
         update={"tool_calls": calls, "invalid_tool_calls": invalid, "content": content, "additional_kwargs": additional}
     )
+
+
+# A UTF-16 surrogate code point, which no UTF-8 encoder writes: half of a pair, as a JSON "\ud83d" without its other
+# half decodes.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _holds_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        return not value.isascii() and _SURROGATE.search(value) is not None
+    if isinstance(value, dict):
+        return any(_holds_surrogate(k) or _holds_surrogate(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_holds_surrogate(item) for item in value)
+    return False
+
+
+def _valid_unicode(value: Any) -> Any:
+    """``value`` with each text in it (its names too) valid Unicode: a lone surrogate becomes U+FFFD, and the two
+    halves of a pair that arrived apart are joined again."""
+    if isinstance(value, str):
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    if isinstance(value, dict):
+        return {_valid_unicode(k): _valid_unicode(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_valid_unicode(item) for item in value)
+    return value
+
+
+_TURN_PARTS = ("content", "tool_calls", "invalid_tool_calls", "additional_kwargs", "response_metadata")
+
+
+def with_valid_unicode(response: AIMessage) -> AIMessage:
+    """``response`` with a lone surrogate (``"\\ud83d"``, valid JSON in a provider's reply) replaced by U+FFFD
+    wherever the turn holds text: its content, its tool calls' names and arguments (parsed or as written), the
+    provider's own forms of them. Made as the turn is received, before anything reads it: no UTF-8 encoder writes
+    a lone surrogate, so the MCP request carrying such an argument failed to encode (taken for the server's
+    transport failure, retried and counted by its circuit breaker), and so did every later model request, which
+    sends the turn back. Returns ``response`` itself where it holds none."""
+    changed = {part: getattr(response, part) for part in _TURN_PARTS}
+    changed = {part: _valid_unicode(value) for part, value in changed.items() if _holds_surrogate(value)}
+    return response.model_copy(update=changed) if changed else response
 
 
 @dataclass(frozen=True)
@@ -311,7 +355,7 @@ def _agent(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
         runnable = _bound(parts.model, specs, tool_choice)
     response = runnable.invoke(state["messages"], **parts.before_model_call(state["messages"], specs))
     if isinstance(response, AIMessage):
-        response = with_unique_call_ids(response, state["messages"])
+        response = with_unique_call_ids(with_valid_unicode(response), state["messages"])
         parts.on_model_turn(response)
     return {"messages": [response], "model_turns": turns + 1}
 

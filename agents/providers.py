@@ -9,6 +9,10 @@ What they share:
   attempts) are retried with exponential backoff and jitter, as the gate retries tool calls by reason; what is
   left becomes ``ModelCallFailed`` with the code ``model:<kind>``, which the engine turns into a failed run. The
   SDKs' own retries are switched off so that this policy is the only one.
+- **A turn that is no finished one.** A turn the provider says was cut off (at its token limit or its context
+  window), filtered or malformed (``UNFINISHED_TURN_CODES``) fails the run with its own code and none of its calls
+  is sent (``agents.engine``); a reply that holds no choice is an empty turn (``model:empty``) with the usage it
+  reported; an error object sent with HTTP 200 is the failure its code names (``ModelErrorAnswer``).
 - **Forced tool choice.** Both accept ``bind_tools(tools, tool_choice=...)`` (``"auto"``, ``"any"``, or a tool's
   name) and declare it: ``supports_tool_choice(provider=..., model_id=..., kind="any" | "tool")`` (some Bedrock
   models take "any" but no named tool). ``model_params["tool_choice"]`` is read as a word (``tool_choice_name``:
@@ -277,6 +281,32 @@ class ModelStreamCutShort(ConnectionError):
     failure (retried by the agent's policy), one whose request reached the provider."""
 
 
+class ModelErrorAnswer(Exception):
+    """A model server's reply that is an error object where a completion belongs (``{"error": {"message": "model
+    overloaded", "code": 503}}``, with HTTP 200, as some gateways and servers send it). ``status`` is the HTTP status
+    its code names (0 where it names none): the failure is the kind that status is (``model_error_kind``), so an
+    overloaded server's 503 is ``unavailable`` and retried by the agent's policy, as a 503 response is."""
+
+    def __init__(self, error: Any) -> None:
+        super().__init__(f"the model server's reply is an error: {json.dumps(error, ensure_ascii=False, default=str)}")
+        self.status = _error_status(error)
+
+
+def _error_status(error: Any) -> int:
+    """The HTTP status an error object's ``code`` names (``503``, ``"503"``), or 0 (``"rate_limit_exceeded"``)."""
+    code = error.get("code") if isinstance(error, dict) else None
+    if isinstance(code, str) and code.isascii() and code.isdigit():
+        code = int(code)
+    return code if type(code) is int and 100 <= code <= 599 else 0
+
+
+def _status_kind(status: int) -> ModelErrorKind:
+    """The kind of a failure answered with the HTTP ``status``."""
+    if status in (401, 403):
+        return "auth"
+    return "throttled" if status == 429 else "unavailable" if status >= 500 else "error"
+
+
 def model_error_kind(exc: BaseException) -> ModelErrorKind:
     """The kind of a provider failure, from the exception the SDK raised (botocore, openai, httpx) or a plain
     ``TimeoutError``/``ConnectionError``. Anything else is ``error`` (not retried by default)."""
@@ -286,17 +316,15 @@ def model_error_kind(exc: BaseException) -> ModelErrorKind:
     if isinstance(exc, boto.ClientError):
         code = str(exc.response.get("Error", {}).get("Code", ""))
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-        if code in _BOTO_CODES:
-            return _BOTO_CODES[code]
-        if status in (401, 403):
-            return "auth"
-        return "throttled" if status == 429 else "unavailable" if status >= 500 else "error"
+        return _BOTO_CODES.get(code) or _status_kind(status)
     if isinstance(exc, (boto.ReadTimeoutError, boto.ConnectTimeoutError)):
         return "timeout"
     if isinstance(exc, (boto.EndpointConnectionError, boto.ConnectionClosedError)):
         return "connection"
     if isinstance(exc, (boto.NoCredentialsError, boto.PartialCredentialsError)):
         return "auth"
+    if isinstance(exc, ModelErrorAnswer):
+        return _status_kind(exc.status)
     if isinstance(exc, openai.APITimeoutError):
         return "timeout"
     if isinstance(exc, openai.APIConnectionError):
@@ -488,6 +516,10 @@ class PlatformChatOpenAI(_RetriedByKind, ChatOpenAI):  # type: ignore[misc]
         # langchain-openai builds the turn's message with the parsed arguments of each call, and a pydantic error
         # fails the whole turn for arguments that are JSON but no object. Marked here, refused as invalid calls.
         answer = response.model_dump(warnings=False) if isinstance(response, openai.BaseModel) else response
+        if isinstance(answer, dict) and answer.get("error"):
+            raise ModelErrorAnswer(answer["error"])  # langchain raised a ValueError, read as no kind of failure
+        if isinstance(answer, dict) and answer.get("choices") == []:
+            return self._no_choice_result(answer, generation_info)
         marked = False
         for choice in (answer.get("choices") or []) if isinstance(answer, dict) else []:
             message = choice.get("message") if isinstance(choice, dict) else None
@@ -499,6 +531,15 @@ class PlatformChatOpenAI(_RetriedByKind, ChatOpenAI):  # type: ignore[misc]
         if not marked:
             return super()._create_chat_result(response, generation_info)
         return _with_refused_not_objects(super()._create_chat_result(answer, generation_info))
+
+    def _no_choice_result(self, answer: dict[str, Any], generation_info: dict[str, Any] | None) -> ChatResult:
+        """A reply that holds no choice (``"choices": []``): an empty turn marked ``NO_CHOICE``, with the usage the
+        server reported, which the run is charged (the engine fails it: ``model:empty``). langchain failed it with
+        an IndexError, and its tokens were never counted."""
+        empty = {"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": None}
+        result = super()._create_chat_result({**answer, "choices": [empty]}, generation_info)
+        result.generations[0].message.response_metadata[NO_CHOICE] = True
+        return result
 
 
 class PlatformChatBedrockConverse(_RetriedByKind, ChatBedrockConverse):  # type: ignore[misc]
@@ -656,9 +697,30 @@ def guardrail_intervention(response_metadata: dict[str, Any]) -> dict[str, Any] 
     return found
 
 
-# The stop reasons of a turn the model's token limit cut short: Converse's ``stopReason`` and Chat Completions'
-# ``finish_reason``.
-CUT_AT_TOKEN_LIMIT = frozenset({"max_tokens", "length"})
+# The stop reasons (Converse's ``stopReason``, Chat Completions' ``finish_reason``) of a turn that is no finished
+# answer or call, with the reason code its run fails with: none of its calls is sent, its text is no answer. Cut off
+# at the token limit, or where the model's context window was full (raising ``max_tokens`` does not help there);
+# stopped by the provider's content filter; or written malformed, as the provider read it. Converse's other stop
+# reasons end a turn as the model meant to (``end_turn``, ``tool_use``, ``stop_sequence``) or with the guardrail's
+# own message, which its admin wrote as the answer (``guardrail_intervened``, recorded in the trace).
+UNFINISHED_TURN_CODES: dict[str, str] = {
+    "max_tokens": "model:max_tokens",
+    "length": "model:max_tokens",
+    "model_context_window_exceeded": "model:context_window",
+    "content_filtered": "model:content_filter",
+    "content_filter": "model:content_filter",
+    "malformed_model_output": "model:malformed",
+    "malformed_tool_use": "model:malformed",
+}
+
+
+# Marks the empty turn made of a reply that held no choice (``PlatformChatOpenAI``): what the run's failure says.
+NO_CHOICE = "platform_no_choice"
+
+
+def answered_without_choice(response_metadata: dict[str, Any]) -> bool:
+    """Whether a model turn stands for a reply that held no choice (``"choices": []``)."""
+    return bool(response_metadata.get(NO_CHOICE))
 
 
 def stop_reason(response_metadata: dict[str, Any]) -> str | None:

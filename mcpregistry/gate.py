@@ -66,6 +66,7 @@ from mcpregistry.contracts import (
     check_args,
     check_result,
     classify_tool_error,
+    json_unwritable,
 )
 from mcpregistry.gate_records import ApprovalState, contract_of
 from mcpregistry.local_tools import LOCAL_TRANSPORT, local_runner
@@ -852,7 +853,17 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
         except McpTimeoutError as exc:
             reason, detail, value, unanswered = "timeout", str(exc), None, exc.sent
         except McpTransportError as exc:
-            reason, detail, value, unanswered = "transport", str(exc), None, exc.sent
+            if json_unwritable(args):
+                # The session could not write the request (``check_args`` refuses such arguments; this is its
+                # defence): it failed before anything was sent, by the arguments' fault, not the server's. Neither
+                # retried nor counted by the server's breaker, which a bad argument would otherwise open for all.
+                detail = _(
+                    "the arguments hold text that is not valid Unicode (an unpaired surrogate) or a value JSON "
+                    "cannot hold"
+                )
+                reason, value = "args:json", None
+            else:
+                reason, detail, value, unanswered = "transport", str(exc), None, exc.sent
         except McpError as exc:
             reason, detail, value, answered = "protocol", str(exc), None, True
         except ToolResultTooBig as exc:  # the tool answered; a line longer than the pool reads, refused unread
