@@ -188,6 +188,11 @@ def test_the_exports_take_the_lists_date_drill_down_and_say_they_do_not_search(a
         "model:error",
         "model:max_tokens",
         "model:empty",
+        "model:context_window",
+        "model:content_filter",
+        "model:malformed",
+        "retries_exhausted",
+        "config:model_endpoint_changed",
     ],
 )
 def test_every_way_a_run_can_end_has_words(code: str) -> None:
