@@ -24,9 +24,18 @@ from agent_platform.settings_deploy import _env_float, _env_int
 # negative values always meant what its 0 means (off, at once, one by one), and a deployment may still set them.
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def _env_or_default(name: str, default: str | Path) -> str:
+    """The variable's value, or ``default`` where it is unset, empty or only spaces, as for the number variables
+    (``PLATFORM_VAR_DIR=`` made the current directory the platform's folder; ``TIME_ZONE=`` stopped every command)."""
+    value = os.environ.get(name, "")
+    return value if value.strip() else str(default)
+
+
 # Absolute: the paths made from it are recorded (an archive's file in its checkpoint) and opened again by other
 # processes, which may run from another working directory.
-VAR_DIR = Path(os.environ.get("PLATFORM_VAR_DIR", BASE_DIR / "var")).resolve()
+VAR_DIR = Path(_env_or_default("PLATFORM_VAR_DIR", BASE_DIR / "var")).resolve()
 # The platform's own files (database, keys, broker messages, logs) are this user's alone: folders 0700, files
 # 0600, whatever the shell's umask.
 os.umask(0o077)
@@ -204,7 +213,7 @@ if LANGUAGE_CODE not in {code for code, _name in LANGUAGES}:
 # languages (agent_platform/formats/).
 FORMAT_MODULE_PATH = ["agent_platform.formats"]
 LOCALE_PATHS = [BASE_DIR / "locale"]
-TIME_ZONE = os.environ.get("TIME_ZONE", "Asia/Seoul")
+TIME_ZONE = _env_or_default("TIME_ZONE", "Asia/Seoul").strip()  # no zone's name has spaces around it
 USE_I18N = True
 USE_TZ = True
 
@@ -335,10 +344,10 @@ PLATFORM_EMBEDDINGS_TIMEOUT_S = _env_float("PLATFORM_EMBEDDINGS_TIMEOUT_S", 10.0
 # Comma-separated keys, 32+ characters each: the first signs, all verify. Never in the database. Without
 # it, a local key is generated once into AUDIT_CHAIN_KEY_FILE (mode 0600).
 AUDIT_CHAIN_KEY = _env_list("AUDIT_CHAIN_KEY")
-AUDIT_CHAIN_KEY_FILE = Path(os.environ.get("AUDIT_CHAIN_KEY_FILE", VAR_DIR / "audit_chain_key"))
+AUDIT_CHAIN_KEY_FILE = Path(_env_or_default("AUDIT_CHAIN_KEY_FILE", VAR_DIR / "audit_chain_key"))
 # Where `audit_anchor` writes the chain head: an append-only JSONL file, or, where a bucket is named, objects
 # under object lock in an S3-compatible bucket (credentials from the standard AWS chain).
-AUDIT_ANCHOR_PATH = Path(os.environ.get("AUDIT_ANCHOR_PATH", VAR_DIR / "audit_anchors.jsonl"))
+AUDIT_ANCHOR_PATH = Path(_env_or_default("AUDIT_ANCHOR_PATH", VAR_DIR / "audit_anchors.jsonl"))
 AUDIT_ANCHOR_S3_BUCKET = os.environ.get("AUDIT_ANCHOR_S3_BUCKET", "")
 AUDIT_ANCHOR_S3_PREFIX = os.environ.get("AUDIT_ANCHOR_S3_PREFIX", "audit-anchors/")
 AUDIT_ANCHOR_S3_ENDPOINT_URL = os.environ.get("AUDIT_ANCHOR_S3_ENDPOINT_URL") or None

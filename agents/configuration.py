@@ -8,7 +8,9 @@ Secret values are given inline (``{"value": "..."}``, encrypted on import) or by
 ``config_export`` never writes a secret value: a stored value is exported as ``{"set": true}``.
 A secret map left out of an entry (a server's ``env`` or ``headers``, an agent's ``model.secrets``) keeps the stored
 secrets; ``{}`` removes them all, and a map that is given removes the names it leaves out (each one reported as
-deleted). A setting left out of an existing agent's entry is left as it is; a new agent takes the defaults.
+deleted). A setting left out of an existing agent's entry is left as it is; a new agent takes the defaults. A key
+left out of a contract's entry keeps the stored value; a tool without a contract yet takes what the gate applies
+to it without one, and the risk discovery proposes (``write``).
 """
 
 from __future__ import annotations
@@ -61,9 +63,9 @@ from agents.services import (
 from agents.versions import AGENT_FIELDS, VersionContent, version_content_portable
 from mcpregistry.binding_policy import masked_secret_given
 from mcpregistry.contract_document import ContractSpec, contract_entry, contract_fields
-from mcpregistry.contracts import pydantic_message, spec_keys, unknown_key_problem
+from mcpregistry.contracts import contract_defaults, pydantic_message, spec_keys, unknown_key_problem
 from mcpregistry.crypto import SecretDecryptionError, readable
-from mcpregistry.gate_records import CONTRACT_FIELDS
+from mcpregistry.gate_records import CONTRACT_FIELDS, contract_of
 from mcpregistry.models import (
     INT32_MAX,
     McpServer,
@@ -807,6 +809,39 @@ def _label(section: str, entry: Any) -> str:
     return ".".join(str(entry.get(k)) for k in keys.get(section, ("name",)) if entry.get(k) is not None)
 
 
+# The contract's fields whose entry key is another name (``contract_fields``); the others are their own key.
+_CONTRACT_ENTRY_KEYS = {"fallback_tool": "fallback"}
+
+
+def _contract_given(cspec: ContractSpec) -> dict[str, Any]:
+    """The contract's field values ``cspec`` gives (``contract_fields``), without those of the keys it leaves out.
+    An export gives every key, so its entries still set the whole contract."""
+    given = cspec.model_fields_set
+    return {
+        name: value for name, value in contract_fields(cspec).items() if _CONTRACT_ENTRY_KEYS.get(name, name) in given
+    }
+
+
+def _contract_without_entry(tool: McpTool) -> ToolContract:
+    """The unsaved contract an entry's keys are set on for a tool with none stored: what the gate applies to it
+    without one (``contract_of``: its arguments read off its input schema), with the risk discovery gives a tool
+    it lists (``contract_defaults``: ``write`` until an admin marks it read). Discovery keeps a contract saved
+    before it, so a left-out risk taken as "read" would never be proposed ``write``: a silent downgrade."""
+    contract = contract_of(tool)
+    contract.risk = contract_defaults(tool.input_schema or {}, tool.annotations or {})["risk"]
+    return contract
+
+
+def _contract_updated_key(cspec: ContractSpec, changed: list[str]) -> str:
+    """An updated contract's report line, naming the entry's keys whose values changed (as an agent's does)."""
+    keys = sorted(_CONTRACT_ENTRY_KEYS.get(name, name) for name in changed if name in CONTRACT_FIELDS)
+    return _("contract %(server)s.%(tool)s (%(fields)s)") % {
+        "server": cspec.mcp_id,
+        "tool": cspec.tool,
+        "fields": ", ".join(keys),
+    }
+
+
 def _public_env_problems(
     public_env: list[str], env: dict[str, SecretSpec], server: McpServer, *, created: bool
 ) -> list[str]:
@@ -915,9 +950,11 @@ def _save(
     before: dict[str, Any] | None,
     where: str,
     problems: _Problems,
+    *,
+    updated_key: Callable[[list[str]], str] | None = None,
 ) -> None:
     """Save through ``save`` (a service, which validates and records the change); a validation error becomes a
-    problem of the entry."""
+    problem of the entry. ``updated_key``: an updated entry's line from the fields that changed (their attnames)."""
     try:
         save()
     except ValidationError as exc:
@@ -929,7 +966,8 @@ def _save(
     if created:
         report.created.append(key)
     elif before != after:
-        report.updated.append(key)
+        changed = [name for name, value in after.items() if before is None or before.get(name) != value]
+        report.updated.append(updated_key(changed) if updated_key else key)
     else:
         report.unchanged.append(key)
 
@@ -1181,9 +1219,11 @@ def _config_import(
                 report.created.append(_("tool %(server)s.%(tool)s") % {"server": cspec.mcp_id, "tool": cspec.tool})
             contract = ToolContract.objects.filter(tool=tool).first()
             created = contract is None
-            contract = contract or ToolContract(tool=tool)
+            contract = contract or _contract_without_entry(tool)
             before = None if created else _fields(contract)
-            for name, value in contract_fields(cspec).items():
+            # Only the keys the entry gives: one left out keeps the stored value, as a server's or an agent's
+            # does (it was set back to the model's default: a write tool became read, its calls unapproved).
+            for name, value in _contract_given(cspec).items():
                 setattr(contract, name, value)
             known = len(problems.items)
             _save(
@@ -1195,6 +1235,7 @@ def _config_import(
                 before,
                 where,
                 problems,
+                updated_key=functools.partial(_contract_updated_key, cspec),
             )
             if len(problems.items) == known:
                 saved_contracts.append((where, contract, before))

@@ -419,7 +419,16 @@ def agent_version_publish(
     configuration write keeps: ``audit.change_guard.config_write_lock``; locking the agent first deadlocked with a
     contract or rule edit publishing on save). Holding it, the publish reads the configuration as one whole: no
     change (an import changing contracts and rules together) commits between the reads of ``version_content``.
-    Concurrent publishes of one agent are serialized on it, and on the agent's row."""
+    Concurrent publishes of one agent are serialized on it, and on the agent's row. Raises ValidationError for a
+    note longer than a version keeps (it was cut short unsaid)."""
+    limit = AgentVersion._meta.get_field("note").max_length
+    if limit is not None and len(note) > limit:
+        raise ValidationError(
+            {
+                "note": _("A version's note has at most %(limit)s characters; this one has %(length)s.")
+                % {"limit": limit, "length": len(note)}
+            }
+        )
     with change_scope(actor=actor, via=via):
         locked = Agent.objects.select_for_update().get(pk=agent.pk)
         frozen = content if content is not None else version_content(locked)
@@ -433,7 +442,7 @@ def agent_version_publish(
             number=(last or 0) + 1,
             content=frozen,
             digest=digest,
-            note=note[:500],
+            note=note,
             published_by=actor_label(actor),
         )
         audited_save(version, actor=actor, via=via, verb="publish")

@@ -97,7 +97,9 @@ IMPORTED = {
             "headers": {"Authorization": {"value": "Bearer " + TOKEN}},
         }
     ],
-    "contracts": [{"mcp_id": "vault", "tool": "lookup", "args": {"name": {"type": "str", "required": True}}}],
+    "contracts": [
+        {"mcp_id": "vault", "tool": "lookup", "risk": "read", "args": {"name": {"type": "str", "required": True}}}
+    ],
     "agents": [{"slug": "clock", "name": "시계", "servers": ["vault"]}],
     "rules": [{"agent": "clock", "name": "조회", "mcp_id": "vault", "tool": "lookup", "params": {"name": "{query}"}}],
 }

@@ -9,7 +9,9 @@ agent_version shadow AGENT (NUMBER | off) [--rate 0.1]
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -18,6 +20,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
+from agent_platform.command_args import whole_number
 from agents.admin_versions import publish_message, rollback_message
 from agents.models import Agent, AgentVersion
 from agents.services import agent_shadow_set, agent_version_publish, agent_version_rollback
@@ -26,6 +29,18 @@ from audit.visible import visible_text
 
 ACTOR = "system:agent_version"
 VIA = "command"
+
+
+def sample_rate(text: str) -> float:
+    """``shadow --rate``: the share of live runs shadowed, a number from 0 to 1, refused in the reader's language
+    (argparse's ``float`` said "invalid float value" in English, and took ``nan``)."""
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = math.nan
+    if not 0.0 <= rate <= 1.0:
+        raise argparse.ArgumentTypeError(_("a share from 0 to 1, e.g. 0.1"))
+    return rate
 
 
 class Command(BaseCommand):
@@ -40,22 +55,27 @@ class Command(BaseCommand):
         listing.add_argument("agent")
         publish = sub.add_parser("publish")
         publish.add_argument("agent")
-        publish.add_argument("--note", default="")
+        publish.add_argument("--note", default="", help=_("A note kept with the version (at most 500 characters)."))
         publish.add_argument(
             "--candidate", action="store_true", help=_("Publish without making it live (for a shadow or an A/B arm).")
         )
         rollback = sub.add_parser("rollback")
         rollback.add_argument("agent")
-        rollback.add_argument("number", type=int)
+        rollback.add_argument("number", type=whole_number(1), help=_("The version whose content is published again."))
         diff = sub.add_parser("diff")
         diff.add_argument("agent")
-        diff.add_argument("old", type=int)
-        diff.add_argument("new", type=int)
+        diff.add_argument("old", type=whole_number(1), help=_("The version compared from."))
+        diff.add_argument("new", type=whole_number(1), help=_("The version compared to."))
         shadow = sub.add_parser("shadow")
         shadow.add_argument("agent")
         shadow.add_argument("version", help=_("A version number, or 'off'."))
         # No default here: "off" leaves the stored rate alone, a version without --rate is shadowed on every run.
-        shadow.add_argument("--rate", type=float, default=None)
+        shadow.add_argument(
+            "--rate",
+            type=sample_rate,
+            default=None,
+            help=_("The share of live runs also run on the shadow version, from 0 to 1 (default 1)."),
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         agent = Agent.objects.filter(slug=options["agent"]).first()
@@ -79,9 +99,12 @@ class Command(BaseCommand):
                     f"{version.note}\t{','.join(marks)}"
                 )
         elif action == "publish":
-            version = agent_version_publish(
-                agent=agent, actor=ACTOR, via=VIA, note=options["note"], make_live=not options["candidate"]
-            )
+            try:
+                version = agent_version_publish(
+                    agent=agent, actor=ACTOR, via=VIA, note=options["note"], make_live=not options["candidate"]
+                )
+            except ValidationError as exc:
+                raise CommandError("; ".join(exc.messages)) from None
             self.stdout.write(f"v{version.number}")
             if not options["candidate"]:
                 self._warn_of_arms(*publish_message(agent=agent, number=version.number))
