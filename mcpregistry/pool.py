@@ -630,8 +630,9 @@ class McpSessionPool:
 
         async def sse_answer(response: httpx.Response) -> None:
             # Over SSE, the answers come on the session's one event stream (a GET, carrying no request), each event
-            # read to the same bound: a longer one ends the stream, and the session with it (its calls fail as
-            # transport errors), instead of being read whole into the worker's memory.
+            # read to the same bound: a longer one fails the call it answers (its id read from the event's head) as
+            # a result too long, and ends the stream (the session is opened afresh), instead of being read whole
+            # into the worker's memory.
             await fail_refused_post(response)
             _bound_answer(response, max_bytes=_answer_max_bytes(), fail=fail_request)
 
@@ -1741,23 +1742,29 @@ class _BoundedAnswer(httpx.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         if self._declared is not None and self._declared > self._max_bytes:
             await self._refuse(self._declared)
-        size, seen = 0, b""
+        size, seen, head = 0, b"", b""
         async for chunk in self._decoded.aiter_bytes():
             if self._events:
+                head = _event_head(head, seen, chunk)
                 size, seen = _event_size(size, seen, chunk)
             else:
                 size += len(chunk)
             if size > self._max_bytes:
-                await self._refuse(None)
+                await self._refuse(None, event_head=head)
             yield chunk
 
     async def aclose(self) -> None:
         await self._decoded.aclose()
 
-    async def _refuse(self, size: int | None) -> NoReturn:
+    async def _refuse(self, size: int | None, *, event_head: bytes = b"") -> NoReturn:
         too_long = _AnswerTooLong(size, self._max_bytes)
+        # The request the POST carried; on a session's own event stream (a GET: SSE's, where every answer comes),
+        # the one the event answers, read from its head (servers write the id before the result). Failed so, the
+        # call is a result too long (not retried, not counted by the breaker), not a transport failure.
         request_id = _carried_request_id(self._request)
-        if request_id is not None:  # None: the session's own event stream (a GET), which answers no request
+        if request_id is None and event_head:
+            request_id = _event_answer_id(event_head)
+        if request_id is not None:
             await self._fail(request_id, _answer_too_long_error(str(too_long), size, self._max_bytes))
         raise too_long
 
@@ -1769,6 +1776,23 @@ def _event_size(size: int, seen: bytes, chunk: bytes) -> tuple[int, bytes]:
     ends = [end.end() for end in _EVENT_END.finditer(read)]
     size = len(read) - ends[-1] if ends else size + len(chunk)
     return size, read[-3:]
+
+
+def _event_head(head: bytes, seen: bytes, chunk: bytes) -> bytes:
+    """The first bytes (at most ``LINE_TOO_LONG_KEPT``) of the event being read once ``chunk`` is read: ``head`` of
+    the event before it, ``seen`` the last bytes of the chunks before (a blank line may span two chunks)."""
+    read = seen + chunk
+    ends = [end.end() for end in _EVENT_END.finditer(read)]
+    if ends:
+        return read[ends[-1] :][:LINE_TOO_LONG_KEPT]
+    return head if len(head) >= LINE_TOO_LONG_KEPT else (head + chunk)[:LINE_TOO_LONG_KEPT]
+
+
+def _event_answer_id(head: bytes) -> int | str | None:
+    """The id of the JSON-RPC answer an event's first bytes begin (its ``data:`` lines joined), if they show one."""
+    lines = head.decode("utf-8", errors="replace").splitlines()
+    data = [line[5:].removeprefix(" ") for line in lines if line.startswith("data:")]
+    return _response_id("\n".join(data)) if data else None
 
 
 def _bound_answer(

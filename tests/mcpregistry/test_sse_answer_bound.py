@@ -10,12 +10,16 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import mcpregistry.pool as pool_module
+from mcpregistry import gate
 from mcpregistry.client_session import ToolResultTooBig
-from mcpregistry.pool import McpSessionPool, McpTransportError
+from mcpregistry.models import McpServer, ToolContract
+from mcpregistry.pool import McpSessionPool, get_default_pool
+from tests.conftest import discover_as_admin
 
 SERVER = Path(__file__).resolve().parents[1] / "mcp_fixtures" / "long_answer_server.py"
 
@@ -53,9 +57,36 @@ def test_an_sse_event_longer_than_the_bound_is_not_read_whole(sse_url: str, monk
     config = {"mcp_id": "long-sse", "transport": "sse", "url": sse_url, "headers": {}}
     try:
         assert pool.call_tool(config, "answer", {"n": 1_000}, timeout_s=20).text == "가" * 1_000
-        with pytest.raises((McpTransportError, ToolResultTooBig)):
+        with pytest.raises(ToolResultTooBig):  # the call it answers, named by the event's head: not a transport error
             pool.call_tool(config, "answer", {"n": 200_000}, timeout_s=20)  # 600 kB of UTF-8
         # A fresh session answers again.
         assert pool.call_tool(config, "answer", {"n": 10}, timeout_s=20).text == "가" * 10
     finally:
         pool.shutdown()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_through_the_gate_an_sse_answer_too_long_is_result_too_big_once_and_opens_no_circuit(
+    sse_url: str, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    settings.PLATFORM_MCP_ALLOW_PRIVATE_URLS = ["127.0.0.1"]
+    monkeypatch.setattr(pool_module, "STDIO_LINE_MAX_BYTES", 100_000)
+    server = McpServer.objects.create(mcp_id="long-sse", name="long", transport="sse", url=sse_url, timeout_s=20)
+    assert discover_as_admin(server=server).ok
+    ToolContract.objects.filter(tool__server=server).update(risk="read", memo=False)
+    try:
+        for i in range(3):
+            result = gate.call(
+                server=McpServer.objects.get(pk=server.pk),
+                tool_name="answer",
+                args={"n": 200_000 + i},
+                who=gate.GateCall(source="agent", call_id=f"c{i}"),
+            )
+            assert (result.error, result.attempts) == ("result:too_big", 1)
+        stored = McpServer.objects.get(pk=server.pk)
+        assert (stored.breaker_state, stored.breaker_failures) == ("closed", 0)
+        small = gate.call(server=stored, tool_name="answer", args={"n": 5}, who=gate.GateCall(source="agent"))
+        assert small.ok and small.value == "가" * 5
+    finally:
+        get_default_pool().close("long-sse")
