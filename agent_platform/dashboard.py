@@ -1,8 +1,9 @@
 """The admin's landing page (``/admin/``): what needs a person now, above Django's list of models.
 
-Servers with their health and circuit, pending approvals oldest first (one click to decide), the last 24 hours'
-runs by status, and the tools failing most. Each panel is shown to whoever may view what it lists: an auditor
-sees runs, approvals (read-only) and tool metrics, never the bindings.
+Servers with their health and circuit, pending approvals oldest first (one click to decide; one past its expiry,
+not yet swept, shown expired), the last 24 hours' runs by status, and the tools failing most. Each panel is shown
+to whoever may view what it lists: an auditor sees runs, approvals (read-only) and tool metrics, never the
+bindings.
 """
 
 from __future__ import annotations
@@ -48,11 +49,16 @@ def _url(name: str, *args: Any) -> str | None:
 
 
 def _changelist_url(request: HttpRequest, model: type[Model]) -> str | None:
-    """The model's admin list, for a reader its page lets in (the page's own rule: may view or change), else None:
-    the dashboard links to no page that answers its reader with a 403."""
-    if not admin.site.get_model_admin(model).has_view_permission(request):
+    """The model's admin list, for a reader its page lets in (``_may_view``), else None."""
+    if not _may_view(request, model):
         return None
     return _url(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist")
+
+
+def _may_view(request: HttpRequest, model: type[Model]) -> bool:
+    """Whether the model's admin pages let this reader in (may view or change): the dashboard links to no page
+    that answers its reader with a 403."""
+    return bool(admin.site.get_model_admin(model).has_view_permission(request))
 
 
 def _compact(value: Any, limit: int = 160) -> str:
@@ -82,25 +88,41 @@ def dashboard_servers(request: HttpRequest) -> list[dict[str, Any]] | None:
 
 
 def dashboard_approvals(request: HttpRequest) -> dict[str, Any] | None:
+    """The approvals waiting for a decision, oldest first, then those past their expiry that the periodic expiry
+    has not reached yet: shown expired, as their own page shows them, with no decision offered (one would be
+    refused as expired) and not counted as waiting."""
     if not request.user.has_perm("agents.view_approval"):
         return None
+    now = timezone.now()
     pending = Approval.objects.filter(status=Approval.Status.PENDING).select_related("run__agent")
+    waiting = pending.filter(expires_at__gt=now)
+    shown = list(waiting.order_by("created_at")[:PENDING_SHOWN])
+    shown += pending.filter(expires_at__lte=now).order_by("created_at")[: PENDING_SHOWN - len(shown)]
     may_decide = request.user.has_perm("agents.change_approval")
-    rows = [
-        {
-            "approval": approval,
-            "args": _compact(approval.args),
-            "url": _url("admin:agents_approval_change", approval.pk),
-            "run_url": _url("admin:agents_run_change", approval.run_id),
-            "approve_url": _url("admin:agents_approval_decide", approval.pk, "approve") if may_decide else None,
-            "reject_url": _url("admin:agents_approval_decide", approval.pk, "reject") if may_decide else None,
-        }
-        for approval in pending.order_by("created_at")[:PENDING_SHOWN]
-    ]
+    # The run's page only for whoever it lets in, as the approval pages link it: one who may decide approvals but
+    # not view runs is linked to no page that answers a 403.
+    may_view_run = _may_view(request, Run)
     return {
-        "count": pending.count(),
-        "rows": rows,
+        "count": waiting.count(),
+        "rows": [
+            _approval_row(approval, now=now, may_decide=may_decide, may_view_run=may_view_run) for approval in shown
+        ],
         "list_url": f"{_url('admin:agents_approval_changelist')}?status__exact=pending",
+    }
+
+
+def _approval_row(approval: Approval, *, now: dt.datetime, may_decide: bool, may_view_run: bool) -> dict[str, Any]:
+    expired = approval.expires_at <= now
+    decides = may_decide and not expired
+    return {
+        "approval": approval,
+        "expired": expired,
+        "expired_label": Approval.Status.EXPIRED.label,
+        "args": _compact(approval.args),
+        "url": _url("admin:agents_approval_change", approval.pk),
+        "run_url": _url("admin:agents_run_change", approval.run_id) if may_view_run else None,
+        "approve_url": _url("admin:agents_approval_decide", approval.pk, "approve") if decides else None,
+        "reject_url": _url("admin:agents_approval_decide", approval.pk, "reject") if decides else None,
     }
 
 

@@ -1577,6 +1577,12 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         return {}  # decisions are taken one at a time, with the arguments in view (the approval's page)
 
+    def history_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> HttpResponse:
+        """A record's page, as a run's (``ReadOnlyAdminMixin``): nobody edits an approval, its request and decisions
+        are audit events. Django's page read its own log, never written here, and said the approval "probably
+        wasn't added via this admin site", which reads as a gap in the record."""
+        return ReadOnlyAdminMixin.history_view(self, request, object_id, extra_context)  # type: ignore[arg-type]
+
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, obj: Approval) -> str:
         return format_html(

@@ -39,6 +39,14 @@ def _with_args(approvals: Iterable[Approval], masked_args: dict[str, Any]) -> Ap
     return next((approval for approval in approvals if approval.args == stored_args), None)
 
 
+def _the_call_among(same_id: list[Approval], call_id: str, masked_args: dict[str, Any]) -> Approval | None:
+    """Of the approvals asked for under ``call_id`` (oldest first), the call's: a model's call is known by its masked
+    arguments too; a rule's or a flow's by its id alone (``RunApprovals._approval_of_call`` says why)."""
+    if not same_id or not asked_by_the_model_call(call_id):
+        return same_id[-1] if same_id else None
+    return _with_args(same_id, masked_args)
+
+
 def _exact_args(approval: Approval) -> dict[str, Any] | None:
     """The approval's exact arguments, or None: none stored, or stored with a key this process lacks. Only an
     approved call is sent with them, and such a one is never sent (``RunApprovals._unreadable_args_failure``); a
@@ -57,6 +65,9 @@ class RunApprovals:
         self.secrets = secrets
         self.asked = False  # whether this pass asked for an approval (a call of its own may be left unused)
         self._used: set[Any] = set()  # the approvals this pass's calls stand for
+        # The run's approvals, as ``asked_for`` compares them: read once, when the pass first needs them, and
+        # joined by those this pass asks for (no one else asks for one of this run while it runs).
+        self._held: list[Approval] | None = None
 
     def request(
         self, *, mcp_id: str, tool: str, args: dict[str, Any], call_id: str, call_hash: str, approved_by: str = ""
@@ -105,6 +116,8 @@ class RunApprovals:
                     approval_expiry_audit(approval, actor=self.actor)
             approval.refresh_from_db()
         self._used.add(approval.pk)
+        if self._held is not None and all(held.pk != approval.pk for held in self._held):
+            self._held.append(approval)
         if approval.status == Approval.Status.APPROVED and (
             not readable(approval.exact_args) or approval.result == UNREADABLE_ARGS_RESULT
         ):
@@ -165,9 +178,56 @@ class RunApprovals:
         found under its id, as before: the gate compares the exact arguments and refuses a numbered call that does
         not match (``approval:mismatch``)."""
         same_id = list(Approval.objects.filter(run_id=self.run_id, call_id=call_id).order_by("created_at"))
-        if not same_id or not asked_by_the_model_call(call_id):
-            return same_id[-1] if same_id else None
-        return _with_args(same_id, masked_args)
+        return _the_call_among(same_id, call_id, masked_args)
+
+    def asked_for(
+        self,
+        *,
+        mcp_id: str,
+        tool: str,
+        args: dict[str, Any],
+        call_id: str,
+        call_hash: str,
+        approved_by: str = "",
+    ) -> bool:
+        """Whether ``request`` would find an approval of ``tool`` for this call; asks for nothing. The gate asks it
+        of every read call: a call asked for as a write (its tool marked ``read`` since) is decided by its approval.
+
+        Found as ``request`` finds it, among the run's approvals read once for the pass (``_held``): a run without
+        any (most) pays one query per pass, and a read call no lookup but a list's."""
+        held = self._run_approvals()
+        if not held:
+            return False
+        if call_id:
+            same_id = [approval for approval in held if approval.call_id == call_id]
+            found = _the_call_among(same_id, call_id, mask_value(args, secrets=self.secrets)) if same_id else None
+        else:
+            found = next((a for a in held if a.call_hash == call_hash and a.call_id == ""), None)
+        if found is None and approved_by and call_id:
+            found = next(
+                (
+                    approval
+                    for approval in held
+                    if approval.call_hash == call_hash
+                    and approval.decided_by == approved_by[:200]
+                    and approval.pk not in self._used
+                ),
+                None,
+            )
+        # Another tool's approval under this id (a read fallback the gate calls under its call's id) is not this
+        # call's.
+        return found is not None and (found.mcp_id, found.tool) == (mcp_id, tool)
+
+    def _run_approvals(self) -> list[Approval]:
+        """The run's approvals, oldest first, with what ``asked_for`` compares (not the exact arguments, which it
+        would decrypt): read from the database the first time a pass needs them."""
+        if self._held is None:
+            self._held = list(
+                Approval.objects.filter(run_id=self.run_id)
+                .only("id", "mcp_id", "tool", "args", "call_hash", "call_id", "decided_by", "created_at")
+                .order_by("created_at")
+            )
+        return self._held
 
     def approved_args(self, *, call_id: str, args: dict[str, Any]) -> dict[str, Any] | None:
         """The exact arguments of the approval of the call ``call_id`` whose masked arguments are ``args`` masked,

@@ -184,6 +184,21 @@ class ApprovalPort(Protocol):
         ``args`` masked (what ``request`` would find), or None. Asks for nothing."""
         ...
 
+    def asked_for(
+        self,
+        *,
+        mcp_id: str,
+        tool: str,
+        args: dict[str, Any],
+        call_id: str,
+        call_hash: str,
+        approved_by: str = "",
+    ) -> bool:
+        """Whether ``request`` would find an approval of this tool for this call (it asks for nothing): the call
+        was asked for as a write, and that approval governs it even where the tool reads now. Asked of every read
+        call of a run: answered without a query of its own per call."""
+        ...
+
     def claim_execution(self, approval_id: str) -> bool: ...
 
     def record_execution(self, approval_id: str, result: dict[str, Any]) -> None: ...
@@ -525,16 +540,19 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         return _refuse_unknown_tool(this)
     contract = _contract_for(who, server, tool)
     if now.write and contract.risk == ToolContract.Risk.READ:
-        # The stricter of the two risks applies (a change to read waits for the next run): a copy, as the run's
-        # contract is shared by its other calls and, cached, by this process's other runs.
-        contract = copy.copy(contract)
-        contract.risk = ToolContract.Risk.WRITE
-    this.to_sink = contract.risk == ToolContract.Risk.READ
+        # The stricter of the two risks applies (a change to read waits for the next run).
+        contract = _as_write(contract)
 
     # 2. arguments, before anything is sent
     args, verdict = check_args(
         contract.args or {}, this.raw_args, unknown=contract.unknown_args, input_schema=tool.input_schema
     )
+    if contract.risk == ToolContract.Risk.READ and _asked_as_write(this, args):
+        # A call a person was asked about is governed by that approval whatever its tool's risk became while it
+        # waited (marked ``read``): rejected or expired, refused; approved, claimed and sent once; waiting, it waits.
+        # Taken for a read, a resumed run would send a write a person rejected.
+        contract = _as_write(contract)
+    this.to_sink = contract.risk == ToolContract.Risk.READ
     approved_args = (
         _approved_args(this, args) if verdict is not None and contract.risk == ToolContract.Risk.WRITE else None
     )
@@ -1086,6 +1104,32 @@ def _approval(
     if state.status in {"executing", "outcome_unknown"} or not who.approvals.claim_execution(state.approval_id):
         return None, this.refuse("approval:outcome_unknown", _outcome_unknown_message(this.tool_name))
     return state, None
+
+
+def _as_write(contract: ToolContract) -> ToolContract:
+    """``contract`` with risk ``write``: a copy, as the run's contract is shared by its other calls and, cached, by
+    this process's other runs."""
+    contract = copy.copy(contract)
+    contract.risk = ToolContract.Risk.WRITE
+    return contract
+
+
+def _asked_as_write(this: _Call, args: dict[str, Any]) -> bool:
+    """Whether the run holds an approval that step 3 would find for this call of a tool whose contract now reads
+    (checked ``args``): the call was a write when it was asked for. Answered from the approvals the port read once
+    for the pass: a read call of a run without approvals costs no query of its own."""
+    who = this.who
+    if who.approvals is None:
+        return False
+    sandboxed = who.writes_blocked and this.server.mcp_id in who.write_sandbox
+    return who.approvals.asked_for(
+        mcp_id=this.server.mcp_id,
+        tool=this.tool_name,
+        args=args,
+        call_id=who.call_id,
+        call_hash=call_hash(this.server.mcp_id, this.tool_name, args),
+        approved_by=f"sandbox:{who.source}" if sandboxed and who.call_id else "",
+    )
 
 
 def _approved_args(this: _Call, args: dict[str, Any]) -> dict[str, Any] | None:
