@@ -24,6 +24,7 @@ from django.utils.translation import gettext_lazy as _
 from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.json import bounded_json_overrides
+from agent_platform.model_choices import InRangeModelMultipleChoiceField, key_in_range
 from agent_platform.text import nfc
 from agents import (
     admin_runs,  # noqa: F401  (registers RunAdmin and ApprovalAdmin)
@@ -70,6 +71,7 @@ from agents.services import (
     agent_delete,
     agent_update,
     agent_version_publish,
+    agents_publish_held_on_save,
     api_key_create,
     api_key_delete,
     api_key_revoke,
@@ -78,6 +80,7 @@ from agents.services import (
     deterministic_rule_delete,
     deterministic_rule_update,
     keys_left_without_agents,
+    publish_on_save_deferred,
     unbinding_refused,
 )
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
@@ -85,7 +88,13 @@ from audit.models import AuditEvent
 from mcpregistry.binding_policy import readable_variables_text
 from mcpregistry.contracts import pydantic_message
 from mcpregistry.crypto import readable
-from mcpregistry.list_fields import EditedJSONField, KeyValueLinesWidget, object_from_path_lines, path_lines
+from mcpregistry.list_fields import (
+    EditedJSONField,
+    KeyValueLinesWidget,
+    changed_texts_problems,
+    object_from_path_lines,
+    path_lines,
+)
 from mcpregistry.models import McpServer
 
 
@@ -242,7 +251,7 @@ class AgentForm(forms.ModelForm):
             "mcp_context": McpContextWidget,
             "model_params": ModelParamsWidget,
         }
-        field_classes = {"model_params": EditedJSONField}
+        field_classes = {"model_params": EditedJSONField, "servers": InRangeModelMultipleChoiceField}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -299,6 +308,32 @@ class AgentForm(forms.ModelForm):
             errors = ValidationError({(field if k == "model_secrets" else k): v for k, v in errors.error_dict.items()})
         super()._update_errors(errors)
 
+    def clean_model_params(self) -> Any:
+        return self._posted_settings("model_params", _("Enter a JSON object: parameter name → its value."))
+
+    def clean_tool_selection(self) -> Any:
+        return self._posted_settings("tool_selection", f"(root): {_('must be a JSON object')}")
+
+    def clean_mcp_context(self) -> Any:
+        return self._posted_settings("mcp_context", f"(root): {_('must be a JSON object')}")
+
+    def _posted_settings(self, name: str, no_object: str) -> Any:
+        """The JSON settings ``name`` as posted, refused with ``no_object`` where the post gave no object (``null``
+        typed into its JSON: the column holds no NULL and the save was a 500; ``[]``, stored as a list no reader
+        takes), and where a text in an entry holds a NUL (PostgreSQL's jsonb refuses it: a 500) or another control
+        character, as a rule's parameters are (``list_fields.changed_texts_problems``; an entry saved unchanged is
+        left as stored). A post that leaves the field out keeps the stored value."""
+        value = self.cleaned_data.get(name)
+        widget = self.fields[name].widget
+        if widget.value_omitted_from_data(self.data, self.files, self.add_prefix(name)):
+            return value
+        if not isinstance(value, dict):
+            raise forms.ValidationError(no_object, code="invalid")
+        stored = getattr(self.instance, name) if self.instance.pk else {}
+        if problems := changed_texts_problems(value, stored):
+            raise forms.ValidationError(problems, code="control_characters")
+        return value
+
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
         # Applied before the model's own validation (``Agent.clean`` checks a from_env name).
@@ -353,7 +388,10 @@ class AgentForm(forms.ModelForm):
     def _bound_servers(self) -> list[McpServer]:
         """The servers the page binds: those posted (a bound form), else the agent's."""
         if self.is_bound:
-            ids = [i for i in self.data.getlist(self.add_prefix("servers")) if str(i).isdigit()]
+            # Ids the lookup can take (``²`` is a digit to ``isdigit``; one past 64 bits overflows SQLite): the
+            # field refuses the others, naming them.
+            posted = [str(i) for i in self.data.getlist(self.add_prefix("servers"))]
+            ids = [i for i in posted if i.isascii() and i.isdigit() and key_in_range(McpServer.objects.all(), i)]
             return list(McpServer.objects.filter(pk__in=ids).order_by("mcp_id"))
         return list(self.instance.servers.order_by("mcp_id")) if self.instance.pk else []
 
@@ -514,6 +552,49 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
             saved = agent_create(actor=actor, via=ADMIN_VIA, data=form_data(obj), servers=m2m.get("servers", []))
             obj.pk = saved.pk
             obj._state.adding = False
+
+    # One save of the page (the agent and its rule rows) publishes on save at most once, at its end
+    # (``save_related``), as ``config_import`` does for a document: a publish per step put versions in the
+    # history that no one saved, and a rule row's publish undid the live version the same save chose.
+
+    def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
+        with publish_on_save_deferred() as held:
+            super().save_model(request, obj, form, change)
+        obj.__dict__["_publishes_held"] = set(held)
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        """Saves the rule rows, then publishes what the agent's edit and its rows held back, in the page's
+        transaction; not where the same save chose the live version (the admin's choice wins, as for the agent's
+        own edit: ``agents.services._edit_publishes_on_save``)."""
+        agent = form.instance
+        with publish_on_save_deferred() as held:
+            super().save_related(request, form, formsets, change)
+        held |= agent.__dict__.pop("_publishes_held", set())
+        live_chosen = "live_version" in form.changed_data
+        if live_chosen:
+            held.discard(agent.pk)
+        published = agents_publish_held_on_save(agent_ids=held, actor=request.user, via=ADMIN_VIA)
+        if agent.pk in published:
+            agent.live_version = published[agent.pk]
+        agent.__dict__["_live_version_told"] = live_chosen or agent.pk in published
+
+    def response_add(self, request: HttpRequest, obj: Agent, post_url_continue: str | None = None) -> HttpResponse:
+        response = super().response_add(request, obj, post_url_continue)
+        self._tell_live_version(request, obj)
+        return response
+
+    def response_change(self, request: HttpRequest, obj: Agent) -> HttpResponse:
+        response = super().response_change(request, obj)
+        self._tell_live_version(request, obj)
+        return response
+
+    def _tell_live_version(self, request: HttpRequest, agent: Agent) -> None:
+        """Where the save published on save or chose the live version: which version is live now (a warning while
+        weighted A/B arms take the live traffic, as the publish action's)."""
+        if not agent.__dict__.pop("_live_version_told", False) or agent.live_version is None:
+            return
+        text, warning = admin_versions.publish_message(agent=agent, number=agent.live_version.number)
+        self.message_user(request, text, messages.WARNING if warning else messages.SUCCESS)
 
     def service_delete(self, *, obj: Agent, actor: Any) -> None:
         agent_delete(agent=obj, actor=actor, via=ADMIN_VIA)
@@ -679,6 +760,7 @@ class ApiKeyForm(forms.ModelForm):
     class Meta:
         model = ApiKey
         fields = ["name", "agents", "rate", "admin"]
+        field_classes = {"agents": InRangeModelMultipleChoiceField}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

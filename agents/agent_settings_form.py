@@ -356,7 +356,9 @@ def selection_problems(
     so a service importing configuration may leave it to the run, whose trace then says it ranked lexically).
     ``servers`` are the agent's (looked up by ``server_ids`` when not given)."""
     try:
-        settings = ToolSelectionSettings.model_validate(raw or {})
+        # None is no value given (the defaults); any other value that is no object (``[]``, ``0``) is refused as
+        # ``5`` is, not read as the defaults and stored as it is.
+        settings = ToolSelectionSettings.model_validate({} if raw is None else raw)
     except PydanticValidationError as exc:
         return spec_problems(exc, ToolSelectionSettings)
     problems: list[str] = []
@@ -419,7 +421,7 @@ def context_problems(raw: Any, *, servers: Sequence[McpServer]) -> list[str]:
     (named with the valid ones); prompt arguments the prompt does not declare, required ones missing, and
     placeholders no run can fill; and the ``read_resource`` tool where a bound server has a tool of that name."""
     try:
-        settings = McpContextSettings.model_validate(raw or {})
+        settings = McpContextSettings.model_validate({} if raw is None else raw)  # as in selection_problems
     except PydanticValidationError as exc:
         return spec_problems(exc, McpContextSettings)
     by_id = {s.mcp_id: s for s in servers}

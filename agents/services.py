@@ -332,6 +332,17 @@ def _publish_on_save(agent: Agent, *, actor: Any, via: str) -> None:
         agent_version_publish(agent=agent, actor=actor, via=via, note="published on save")
 
 
+def agents_publish_held_on_save(*, agent_ids: Iterable[int], actor: Any, via: str) -> dict[int, AgentVersion]:
+    """The end of a block that held publish on save back (``publish_on_save_deferred``), in its transaction: each
+    agent among ``agent_ids`` that still publishes on save publishes its draft once, as the whole block left it.
+    The caller leaves out an agent whose live version the block chose (the admin's choice wins). Returns the live
+    version of each agent published, by its id (the live one as it was where the draft holds nothing new)."""
+    agents = Agent.objects.filter(pk__in=list(agent_ids), publish_on_save=True).order_by("slug")
+    return {
+        agent.pk: agent_version_publish(agent=agent, actor=actor, via=via, note="published on save") for agent in agents
+    }
+
+
 def _publish_if_on_save(agent: Agent | None, *, actor: Any, via: str) -> None:
     if agent is not None and Agent.objects.filter(pk=agent.pk, publish_on_save=True).exists():
         _publish_on_save(agent, actor=actor, via=via)

@@ -18,6 +18,7 @@ from django.forms import ModelMultipleChoiceField
 from django.http import HttpRequest, HttpResponse
 from django.utils.translation import gettext as _
 
+from agent_platform.model_choices import InRangeModelMultipleChoiceField
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin
 from audit.labels import permission_label
 from audit.login_form import LockoutAwareAdminAuthenticationForm
@@ -31,6 +32,8 @@ class PermissionsInWordsMixin:
     as Django stored its name (``Can view approval``)."""
 
     def formfield_for_manytomany(self, db_field: ManyToManyField, request: HttpRequest, **kwargs: Any) -> Any:
+        # An id past the database's integer range is an invalid choice, not SQLite's OverflowError (a 500).
+        kwargs.setdefault("form_class", InRangeModelMultipleChoiceField)
         field = super().formfield_for_manytomany(db_field, request, **kwargs)  # type: ignore[misc]
         if isinstance(field, ModelMultipleChoiceField) and db_field.related_model is Permission:
             field.label_from_instance = permission_label  # type: ignore[method-assign]

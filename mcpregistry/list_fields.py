@@ -23,6 +23,7 @@ import unicodedata
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import ProhibitNullCharactersValidator
 from django.utils.datastructures import MultiValueDict
@@ -399,16 +400,23 @@ def key_value_lines(lines: list[str], *, first: int = 1) -> dict[str, Any]:
 # --- A2A data parts as PATH=value lines ---------------------------------------------------------------------------
 
 
-def _paths(part: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]] | None:
+def max_path_depth() -> int:
+    """How many keys a ``PATH=value`` line may name: as deep as the API lets JSON nest
+    (``PLATFORM_API_MAX_JSON_DEPTH``), an object per key. Deeper, the path that read was a ``RecursionError`` where
+    its JSON was written (the page was a 500), and no reader of these values goes so deep."""
+    return int(settings.PLATFORM_API_MAX_JSON_DEPTH)
+
+
+def _paths(part: dict[str, Any], prefix: str = "", *, depth: int = 1) -> list[tuple[str, Any]] | None:
     """A data part's leaves as ``(a.b.c, value)``, or None when a line could not carry it back (a key with a
-    dot, an empty object)."""
+    dot, an empty object, a path longer than :func:`max_path_depth`)."""
     leaves: list[tuple[str, Any]] = []
     for key, value in part.items():
         if not key_fits(key) or "." in key:
             return None
         path = f"{prefix}.{key}" if prefix else key
         if isinstance(value, dict):
-            below = _paths(value, path) if value else None
+            below = _paths(value, path, depth=depth + 1) if value and depth < max_path_depth() else None
             if below is None:
                 return None
             leaves += below
@@ -459,9 +467,11 @@ def data_parts_from_text(text: str) -> list[dict[str, Any]]:
 
 def put_path(target: dict[str, Any], path: str, value: Any, *, number: int) -> None:
     """Set ``a.b.c`` in ``target`` (the objects on the way made as needed); a path given twice, or both as a
-    value and as an object, is refused naming line ``number``."""
+    value and as an object, or of more keys than :func:`max_path_depth`, is refused naming line ``number``."""
     node = target
     *above, leaf = path.split(".")
+    if len(above) >= max_path_depth():
+        raise line_problem(number, gettext("a path may name at most %(limit)d keys") % {"limit": max_path_depth()})
     if not all(key.strip() for key in [*above, leaf]):
         raise line_problem(
             number,
