@@ -18,13 +18,18 @@ contract's own check) reach its correction cap: that call runs after the batch a
 a fan-out of well-formed calls to one tool stays one batch. Each call runs in a copy of the run's context
 (``contextvars``: its gate span is a child of the run's, its log lines carry the run's ids). Inside a transaction on
 the run's connection (a test wrapped in one) calls stay sequential: another connection could not see its uncommitted
-rows. The trace gets one ``parallel_calls`` entry per batch with each call's start and end (ms from the batch start)
-and the most calls that overlapped.
+rows. The run's soft time limit (Celery raises it on the run's thread only) ends a batch at once: each attempt
+out is audited ``time_limit`` then, by the run's thread, and the batch's threads send nothing more (no retry, no
+backoff wait; ``BatchStop``), the answer or timeout they still wait for being nobody's. The trace gets one
+``parallel_calls`` entry per batch with each call's start and end (ms from the batch start) and the most calls that
+overlapped.
 """
 
 from __future__ import annotations
 
 import contextvars
+import dataclasses
+import itertools
 import threading
 import time
 from collections import Counter
@@ -33,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.db import connection
 from django.utils import translation
 from langchain_core.messages import ToolMessage
@@ -43,6 +49,42 @@ from mcpregistry.contracts import check_args
 from mcpregistry.models import McpServer, McpTool, ToolContract
 
 CallTool = Callable[..., tuple[ToolMessage, str | None]]
+
+
+class BatchStop:
+    """The run's time limit as a batch's threads learn of it (``gate.CallStop``). Celery raises its soft time
+    limit on the run's thread only; a thread of the batch would otherwise run its call's timeout, back off and
+    send it again, long after the run ended. ``cut_short`` (on the run's thread) sets the stop, and records each
+    attempt out at that moment as cut short (``time_limit``), once: the thread that sent it writes nothing when
+    its answer or its timeout comes, and sends nothing more."""
+
+    def __init__(self) -> None:
+        self._set = threading.Event()
+        self._lock = threading.Lock()
+        self._tickets = itertools.count()
+        self._out: dict[object, Callable[[], None]] = {}  # each attempt out, with what records it cut short
+
+    def is_set(self) -> bool:
+        return self._set.is_set()
+
+    def sending(self, cut_short: Callable[[], None]) -> object | None:
+        with self._lock:
+            if self._set.is_set():
+                return None
+            ticket = next(self._tickets)
+            self._out[ticket] = cut_short
+            return ticket
+
+    def back(self, ticket: object) -> bool:
+        with self._lock:
+            return self._out.pop(ticket, None) is not None
+
+    def cut_short(self) -> None:
+        with self._lock:
+            self._set.set()
+            out, self._out = list(self._out.values()), {}
+        for record in out:  # outside the lock: each writes its audit event (and never raises)
+            record()
 
 
 @dataclass
@@ -110,7 +152,9 @@ class ParallelCalls:
         must stop (cancelled, out of time, taken over) before the pool starts: nothing is sent. Once it has, a call
         that has not started yet (waiting for a thread or its server's slot) is not sent: its result is None and
         ``stopped`` holds the stop, for the caller to raise once it has recorded the calls that were sent (they end
-        and are audited as the gate audits them, and belong in the run's record as a sequential call would)."""
+        and are audited as the gate audits them, and belong in the run's record as a sequential call would). The
+        run's soft time limit, raised on this thread while the calls are out, is raised on at once (``BatchStop``):
+        each attempt out is audited ``time_limit``, and nothing more is sent."""
         self.stopped = None
         self.check_cancelled()
         for tool_call in batch:
@@ -118,6 +162,7 @@ class ParallelCalls:
         language = translation.get_language()
         started = time.perf_counter()
         spans: list[tuple[float, float]] = [(0.0, 0.0)] * len(batch)
+        stop = BatchStop()
 
         def one(position: int) -> gate.ToolResult | None:
             tool_call = batch[position]
@@ -127,15 +172,17 @@ class ParallelCalls:
                 with slot, translation.override(language):
                     try:
                         self.check_cancelled()  # on this thread's connection, closed below
-                    except Exception as stop:  # noqa: BLE001 - the run's stop, raised by the caller once recorded
-                        self.stopped = self.stopped or stop
+                    except Exception as cancelled:  # noqa: BLE001 - the run's stop, raised by the caller once recorded
+                        self.stopped = self.stopped or cancelled
                         return None
+                    if stop.is_set():
+                        return None  # the run's time is up: nobody reads this call's result
                     begin = time.perf_counter()
                     result = gate.call(
                         server=server,
                         tool_name=mcp_tool.name,
                         args=tool_call.get("args"),
-                        who=self.who("agent", tool_call.get("id") or ""),
+                        who=dataclasses.replace(self.who("agent", tool_call.get("id") or ""), stop=stop),
                     )
                     spans[position] = (begin - started, time.perf_counter() - started)
                     return result
@@ -146,8 +193,16 @@ class ParallelCalls:
             self._server_slots.setdefault(server.mcp_id, threading.BoundedSemaphore(self.per_server))
         # Taken on the run's thread: each call's span and log context continue the run's (a pool thread has none).
         contexts = [contextvars.copy_context() for _call in batch]
-        with ThreadPoolExecutor(max_workers=min(self.per_run, len(batch)), thread_name_prefix="tool-call") as pool:
+        pool = ThreadPoolExecutor(max_workers=min(self.per_run, len(batch)), thread_name_prefix="tool-call")
+        try:
             results = list(pool.map(lambda position: contexts[position].run(one, position), range(len(batch))))
+        except SoftTimeLimitExceeded:
+            # The run's time is up (raised on this thread only): the calls out are recorded cut short now, their
+            # threads send nothing more, and the run ends without waiting for their timeouts.
+            stop.cut_short()
+            raise
+        finally:
+            pool.shutdown(wait=not stop.is_set(), cancel_futures=stop.is_set())
         entry = {
             "type": "parallel_calls",
             "calls": [

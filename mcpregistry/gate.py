@@ -219,6 +219,25 @@ class AuditSink(Protocol):
     def flush(self) -> None: ...
 
 
+class CallStop(Protocol):
+    """The end of the run's time for a call sent from a thread other than the run's (a concurrent batch's,
+    ``agents.parallel_calls.BatchStop``): Celery's soft time limit falls on the run's thread only, and the batch
+    passes it on. Once it is set, ``_attempts`` sends nothing more (no attempt, no retry, no backoff wait) and
+    raises ``SoftTimeLimitExceeded``; an attempt out then is recorded cut short by the run's thread at once, not
+    when its own timeout passes on a thread nobody waits for."""
+
+    def is_set(self) -> bool: ...
+
+    def sending(self, cut_short: Callable[[], None]) -> object | None:
+        """Note an attempt about to be sent and what records it cut short: its ticket; None (send nothing) once
+        the stop is set."""
+        ...
+
+    def back(self, ticket: object) -> bool:
+        """The attempt noted as ``ticket`` is back: False where the stop has recorded it cut short already."""
+        ...
+
+
 @dataclass
 class GateCall:
     """Who is asking: the run (if any), the source and the actor for the audit; the run's memo; its approver;
@@ -242,6 +261,8 @@ class GateCall:
     # No model reads a suggestion (an offline run, or the rule tester trying an offline agent's rules): a read
     # tool's fallback the contract suggests is called here, as with the ``call`` policy.
     follow_fallback: bool = False
+    # Sent from a concurrent batch's thread: the run's time limit as that thread learns of it (``CallStop``).
+    stop: CallStop | None = None
 
 
 def canonical_args(args: dict[str, Any]) -> str:
@@ -827,7 +848,10 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
     value: Any = None
     reached = False  # an attempt may have reached the tool
     maybe_done = False  # a write's attempt may have done the work, and no answer said how it ended
+    stop = who.stop
     for attempt in range(1, max_attempts + 1):
+        if stop is not None and stop.is_set():
+            raise SoftTimeLimitExceeded()  # the run's time is up (a batch's thread learns it here): nothing is sent
         this.result.attempts = attempt
         admitted = breaker_admit(server.pk)
         # A fallback tool goes out past a circuit that other calls opened (seed 001: the backup always answers).
@@ -838,6 +862,16 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
             this.audit(ok=False, reason=reason, result=detail, attempt=attempt, latency_ms=None)
             return None, reason, detail, maybe_done, reached
         started = clock.monotonic()
+        ticket: object | None = None
+        if stop is not None:
+
+            def cut_short(attempt: int = attempt, started: float = started) -> None:
+                _record_cut_short(this, attempt=attempt, started=started, answered=False, writes=writes)
+
+            # Should the run's time run out with this attempt out, the run's thread records it cut short at once.
+            ticket = stop.sending(cut_short)
+            if ticket is None:
+                raise SoftTimeLimitExceeded()
         retry_after: float | None = None
         unanswered = False  # sent (or perhaps sent), and no answer came
         answered = False  # the server answered (a result, its own error, a protocol refusal)
@@ -897,6 +931,11 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
         except Exception as exc:  # logged with its traceback (masked), never retried (for a write: unknown)
             logger.exception("unexpected failure calling %s.%s", server.mcp_id, this.tool_name)
             reason, detail, value = "unexpected", type(exc).__name__, None
+        finally:
+            # False: the run's thread recorded this attempt cut short; its outcome came too late for the run.
+            cut_off = stop is not None and ticket is not None and not stop.back(ticket)
+        if cut_off:
+            raise SoftTimeLimitExceeded()  # audited once, by the run's thread; not sent again
         latency_ms = (clock.monotonic() - started) * 1000
         this.audit(
             ok=reason is None,
@@ -927,7 +966,15 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
             break  # the tool answered with its own error (a rate limit, say): told as it is, never sent again
         if reason not in retry_on or attempt == max_attempts:
             break
-        clock.sleep(backoff_delay(reason=reason, attempt=attempt, retry=retry, retry_after_s=retry_after, rng=_rng))
+        delay = backoff_delay(reason=reason, attempt=attempt, retry=retry, retry_after_s=retry_after, rng=_rng)
+        if stop is None:
+            clock.sleep(delay)
+        # A batch's thread waits in short steps (on the gate's clock still): the run's time running out ends the
+        # wait, and the retry is not sent (the check at the loop's top).
+        while stop is not None and delay > 0 and not stop.is_set():
+            step = min(delay, 0.05)
+            clock.sleep(step)
+            delay -= step
     # A keyed write whose send went out unanswered and that no later answer settled (an answer that fails the
     # result check says the write was carried out): its outcome is unknown.
     unknown = maybe_done and not (reason or "").startswith("result:")
@@ -939,7 +986,9 @@ def _record_cut_short(this: _Call, *, attempt: int, started: float, answered: bo
     after its request went out, or may have (the gate cannot tell a session still opening from a request on its
     way): not ok, reason ``time_limit``; a write's outcome is unknown unless the tool had answered (its approval ends
     ``outcome_unknown`` when the run fails, ``agents.run_state.approvals_interrupted``). Without it, the server ran
-    a call that no audit event and no run's ``tool_calls`` named.
+    a call that no audit event and no run's ``tool_calls`` named. An attempt out on a concurrent batch's thread is
+    recorded by the run's thread (``CallStop``), which the limit reaches: the attempt's own thread writes nothing
+    more when its answer or timeout comes.
 
     Only the event: nothing is sent, waited for or retried, and the circuit breaker is not told (the server did not
     fail). Never raises: a failure to write is logged, and the caller re-raises the interruption, which the run must
