@@ -59,15 +59,16 @@ def _exact_args(approval: Approval) -> dict[str, Any] | None:
 class RunApprovals:
     """Approvals of one run's write calls, kept in the database so a resumed run (on any worker) sees them."""
 
-    def __init__(self, *, run_id: Any, actor: str, secrets: list[str]) -> None:
+    def __init__(self, *, run_id: Any, actor: str, secrets: list[str], none_yet: bool = False) -> None:
         self.run_id = run_id
         self.actor = actor
         self.secrets = secrets
         self.asked = False  # whether this pass asked for an approval (a call of its own may be left unused)
         self._used: set[Any] = set()  # the approvals this pass's calls stand for
         # The run's approvals, as ``asked_for`` compares them: read once, when the pass first needs them, and
-        # joined by those this pass asks for (no one else asks for one of this run while it runs).
-        self._held: list[Approval] | None = None
+        # joined by those this pass asks for (no one else asks for one of this run while it runs). ``none_yet``: the
+        # run's first pass, which has none to read (the run's query budget counts that read).
+        self._held: list[Approval] | None = [] if none_yet else None
 
     def request(
         self, *, mcp_id: str, tool: str, args: dict[str, Any], call_id: str, call_hash: str, approved_by: str = ""

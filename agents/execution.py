@@ -617,7 +617,7 @@ def _execute_claimed(claim: RunClaim) -> None:
     writer = RunEventWriter(
         run_id=run.id, secrets=secrets, last_seq=0 if fresh else None, appends_while=claim.may_append
     )
-    approvals = RunApprovals(run_id=run.id, actor=actor, secrets=secrets)
+    approvals = RunApprovals(run_id=run.id, actor=actor, secrets=secrets, none_yet=fresh)
     # This event marks the start of the pass: the reconciler counts the time limit from it.
     writer.emit("status", {"status": "running", "delivery": claim.delivery})
     plan = engine.RunPlan(

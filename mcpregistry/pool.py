@@ -1387,13 +1387,18 @@ ANSWER_TOO_LONG = "platform:answer_too_long"
 reads: a stdio server's line (:class:`_LineTooLong`), a streamable HTTP answer or event (:class:`_BoundedAnswer`)."""
 
 # The id of a JSON-RPC answer that ends a line, as its last key (the object's closing brace the only one after it).
+# How much of a too-long answer's head is read for its id (servers write it before the result): the reading
+# restarts at each escaped quote of a string the cut leaves open, its time growing with the square of what it reads
+# (64 KiB of a JSON text quoted in the result held the pool's loop, every session of the worker, for 18 s).
+ANSWER_ID_HEAD_BYTES = 2048
+
 _LAST_ID = re.compile(rb'(?<!\\)"id"\s*:\s*(-?[0-9]+|"(?:[^"\\]|\\.)*")\s*\}\s*$')
 
 
 def _too_long_answer_id(line: _LineTooLong) -> int | str | None:
     """The ``id`` of the answer ``line`` is: read from its head (where servers write it, before the result), else
     as the last key of its tail; None where neither shows one (its request then waits for its deadline)."""
-    found = _response_id(line.head.decode("utf-8", errors="replace"))
+    found = _response_id(line.head[:ANSWER_ID_HEAD_BYTES].decode("utf-8", errors="replace"))
     if found is None and (last := _LAST_ID.search(line.tail)) is not None:
         with contextlib.suppress(ValueError):
             found = json.loads(last[1])
@@ -1790,7 +1795,7 @@ def _event_head(head: bytes, seen: bytes, chunk: bytes) -> bytes:
 
 def _event_answer_id(head: bytes) -> int | str | None:
     """The id of the JSON-RPC answer an event's first bytes begin (its ``data:`` lines joined), if they show one."""
-    lines = head.decode("utf-8", errors="replace").splitlines()
+    lines = head[:ANSWER_ID_HEAD_BYTES].decode("utf-8", errors="replace").splitlines()
     data = [line[5:].removeprefix(" ") for line in lines if line.startswith("data:")]
     return _response_id("\n".join(data)) if data else None
 

@@ -4,6 +4,7 @@ as a transport error) instead of being read whole into the worker's memory. A sh
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -90,3 +91,14 @@ def test_through_the_gate_an_sse_answer_too_long_is_result_too_big_once_and_open
         assert small.ok and small.value == "가" * 5
     finally:
         get_default_pool().close("long-sse")
+
+
+def test_only_the_head_s_first_bytes_are_read_for_the_answer_s_id() -> None:
+    """Reading an id restarts at each escaped quote of a string the cut leaves open (its time grows with the square
+    of what it reads: 64 KiB of quoted JSON held the pool's loop for 18 s), so only the first
+    ``ANSWER_ID_HEAD_BYTES`` are read; servers write the id before the result."""
+    quoted = json.dumps([{"id": i, "q": "x"} for i in range(5000)])
+    first = json.dumps({"jsonrpc": "2.0", "id": 5, "result": {"content": [{"type": "text", "text": quoted}]}})
+    assert pool_module._event_answer_id(("event: message\ndata: " + first).encode()[:65536]) == 5
+    late = '{"jsonrpc": "2.0", "result": {"pad": "' + "a" * pool_module.ANSWER_ID_HEAD_BYTES + '"}, "id": 6}'
+    assert pool_module._event_answer_id(("data: " + late).encode()) is None
