@@ -30,11 +30,11 @@ from agents.models import Agent, DeterministicRule
 from mcpregistry.contract_form import EditorWidget, OpenChoiceField
 from mcpregistry.contracts import argument_constraints, spec_problems
 from mcpregistry.list_fields import (
-    control_character_problem,
     key_fits,
     key_value_lines,
     one_line,
     reads_back,
+    texts_problem,
     typed_value,
     value_text,
 )
@@ -53,21 +53,6 @@ def key_value_pairs(text: str, where: str) -> dict[str, Any]:
 
 # The parts of ``when`` the editor has a field for, in the order of the page.
 WHEN_PARTS = ("all_keywords", "any_keywords", "regex", "context", "data", "tool_available")
-
-
-def texts_problem(value: Any) -> str:
-    """The first :func:`~mcpregistry.list_fields.control_character_problem` among the texts of a JSON value (an
-    object's keys too), or ""."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend([*item.keys(), *item.values()])
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, str) and (problem := control_character_problem(item)):
-            return problem
-    return ""
 
 
 def changed_texts_problems(value: Any, stored: Any) -> list[str]:
