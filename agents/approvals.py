@@ -194,8 +194,8 @@ class RunApprovals:
         """Whether ``request`` would find an approval of ``tool`` for this call; asks for nothing. The gate asks it
         of every read call: a call asked for as a write (its tool marked ``read`` since) is decided by its approval.
 
-        Found as ``request`` finds it, among the run's approvals read once for the pass (``_held``): a run without
-        any (most) pays one query per pass, and a read call no lookup but a list's."""
+        Found as ``request`` finds it, among the run's approvals read once for the pass (``_held``; none on a run's
+        first pass, which has none to read): a read call costs no lookup but a list's."""
         held = self._run_approvals()
         if not held:
             return False
