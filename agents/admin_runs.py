@@ -1070,6 +1070,28 @@ _KNOWN_MESSAGES: list[tuple[str, re.Pattern[str], Any]] = [
         lambda m: gettext("the worker running it was lost %(n)s times") % {"n": m["n"]},
     ),
     (
+        "budget:run_ceiling",
+        re.compile(r"the run used (?P<used>\d+) tokens, its budget reservation is (?P<ceiling>\d+)"),
+        lambda m: (
+            gettext("the run used %(used)s tokens, its budget reservation is %(ceiling)s")
+            % {"used": m["used"], "ceiling": m["ceiling"]}
+        ),
+    ),
+    (
+        "budget:run_ceiling",
+        re.compile(
+            r"the run used (?P<used>\d+) tokens and its next model call may read (?P<bound>\d+); its budget "
+            r"reservation is (?P<ceiling>\d+)"
+        ),
+        lambda m: (
+            gettext(
+                "the run used %(used)s tokens and its next model call may read %(bound)s; its budget reservation "
+                "is %(ceiling)s"
+            )
+            % {"used": m["used"], "bound": m["bound"], "ceiling": m["ceiling"]}
+        ),
+    ),
+    (
         "retries_exhausted",
         re.compile(r"(?P<n>\d+) passes met an error a retry can fix \(the last: (?P<error>\w+)\); not retried again"),
         lambda m: (

@@ -698,7 +698,11 @@ def execute(plan: RunPlan) -> RunOutcome:
         plan.emit("model_turn", {**message_to_trace(message, secrets), "usage": _token_usage([message])})
         spent_tokens[0] += _tokens_of([message])
         new_turns.append(message)
-        if plan.token_ceiling is not None and spent_tokens[0] >= plan.token_ceiling:
+        # A turn that calls tools needs another call, which nothing is left for; a final answer that fit its call's
+        # cap is the run's answer (a turn charged its cap in full, as an estimate may be, spends the reservation
+        # exactly: the call was allowed, and its answer is kept).
+        ceiling = plan.token_ceiling
+        if ceiling is not None and (spent_tokens[0] > ceiling or (spent_tokens[0] == ceiling and turn_calls(message))):
             raise TokenCeilingReached(
                 f"the run used {spent_tokens[0]} tokens, its budget reservation is {plan.token_ceiling}"
             )
@@ -1319,12 +1323,11 @@ USAGE_ESTIMATED = "usage_estimated"
 
 
 def _usage_reported(message: AIMessage) -> bool:
-    """Whether the provider reported the turn's tokens: a call reads at least its prompt, so a report of none
-    (a server that sends zeros where it counts nothing) is none."""
+    """Whether the provider reported the turn's tokens: a call reads at least its prompt, so a report of no input
+    (a server that sends zeros where it counts nothing; Ollama's ``prompt_tokens: 0`` for a cached prompt, with
+    its output counted) is no report of what the call read."""
     usage = message.usage_metadata
-    if not usage:
-        return False
-    return int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0) > 0
+    return bool(usage) and int(usage.get("input_tokens") or 0) > 0
 
 
 def usage_was_estimated(message: AIMessage) -> bool:
@@ -1332,15 +1335,16 @@ def usage_was_estimated(message: AIMessage) -> bool:
 
 
 def usage_estimate(message: AIMessage, *, input_bound: int, max_tokens: int | None) -> None:
-    """Give a model turn whose provider reported no usage an upper bound of it, as its own ``usage_metadata``
-    (marked ``usage_estimated`` in its ``response_metadata``): its call's input bound (``input_token_bound``, the
+    """Give a model turn whose provider reported no usage (or only a part of it) an upper bound of it, as its own
+    ``usage_metadata`` (marked ``usage_estimated`` in its ``response_metadata``): its call's input bound (``input_token_bound``, the
     tool specs included where the previous call's input did not hold them) and its output counted as that bound
     counts a message (one token per UTF-8 byte and ``MESSAGE_OVERHEAD_TOKENS``), never more than the
     ``max_tokens`` it was given. The run's spend, its ceiling, the next calls' input bounds and its budgets then
     count the turn as a reported one, and its stored conversation keeps the estimate for a resumed pass."""
-    output = _utf8_size(message)
-    if max_tokens is not None:
-        output = min(output, max_tokens)
+    # An output the provider did count (where it sent no count of the prompt) is kept.
+    output = int((message.usage_metadata or {}).get("output_tokens") or 0)
+    if output <= 0:
+        output = _utf8_size(message) if max_tokens is None else min(_utf8_size(message), max_tokens)
     message.usage_metadata = UsageMetadata(
         input_tokens=input_bound, output_tokens=output, total_tokens=input_bound + output
     )

@@ -85,6 +85,8 @@ def test_a_rejected_approval_says_so_on_its_tool_call(writer, admin_client, djan
         ("time_limit", "the run did not finish within its time limit (30 s)", "«the run did not finish within its time limit (%(s)s s)»30"),
         ("worker_lost", "the worker running it was lost 3 times", "«the worker running it was lost %(n)s times»3"),
         ("config:tool_name_conflict", "the agent's servers expose the same tool name(s): a, b; set a tool name prefix", "«the agent's servers expose the same tool name(s): %(names)s; set a tool name prefix»a, b"),
+        ("budget:run_ceiling", "the run used 900 tokens, its budget reservation is 800", "«the run used %(used)s tokens, its budget reservation is %(ceiling)s»900800"),
+        ("budget:run_ceiling", "the run used 100 tokens and its next model call may read 750; its budget reservation is 800", "«the run used %(used)s tokens and its next model call may read %(bound)s; its budget reservation is %(ceiling)s»100750800"),
         ("model:error", "boom", "boom"),
     ],
 )  # fmt: skip
