@@ -125,7 +125,7 @@ SECURE_SSL_REDIRECT = _env_bool("SECURE_SSL_REDIRECT", default=PLATFORM_TLS == "
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 # Trusted only where a proxy sets it: anywhere else a client could claim HTTPS with this header.
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if PLATFORM_TLS == "proxy" else None
-SECURE_HSTS_SECONDS = _env_int("SECURE_HSTS_SECONDS", 31_536_000 if _TLS else 0)
+SECURE_HSTS_SECONDS = _env_int("SECURE_HSTS_SECONDS", 31_536_000 if _TLS else 0, at_least=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=_TLS)
 SECURE_HSTS_PRELOAD = _env_bool("SECURE_HSTS_PRELOAD", default=_TLS)
 # The proxy redirects to HTTPS (see above); with PLATFORM_TLS=off or django nothing is silenced.
@@ -139,25 +139,27 @@ SILENCED_SYSTEM_CHECKS = ["security.W008"] if PLATFORM_TLS == "proxy" and not SE
 # usually (bench/recovery.py: worker_loss_recovery_s_p50). Was 60 (with a 30-s interval: 89-109 s).
 PLATFORM_RUN_LEASE_S = _env_float("PLATFORM_RUN_LEASE_S", 15.0)
 # Deliveries (claims) of one pass of a run before a lost worker fails it with ``worker_lost``.
-PLATFORM_RUN_MAX_DELIVERIES = _env_int("PLATFORM_RUN_MAX_DELIVERIES", 3)
+PLATFORM_RUN_MAX_DELIVERIES = _env_int("PLATFORM_RUN_MAX_DELIVERIES", 3, at_least=1)
 # A queued run that no worker has claimed after this long is dispatched again (its message was lost).
 PLATFORM_RUN_QUEUED_STALE_S = _env_float("PLATFORM_RUN_QUEUED_STALE_S", 300.0)
 # Soft time limit of a run = its agent's time_limit_s, capped here; the hard limit (the worker process is
-# killed) comes this much later. The broker's visibility timeout must exceed cap + grace (agents.checks).
-PLATFORM_RUN_MAX_TIME_LIMIT_S = _env_int("PLATFORM_RUN_MAX_TIME_LIMIT_S", 1800)
-PLATFORM_RUN_TIME_LIMIT_GRACE_S = _env_int("PLATFORM_RUN_TIME_LIMIT_GRACE_S", 30)
+# killed) comes this much later. The broker's visibility timeout must exceed cap + grace (agents.checks). A cap of
+# 0 failed every run (``time_limit``) while checks and /readyz said all was well; no grace left the run no time to
+# record how it ended.
+PLATFORM_RUN_MAX_TIME_LIMIT_S = _env_int("PLATFORM_RUN_MAX_TIME_LIMIT_S", 1800, at_least=1)
+PLATFORM_RUN_TIME_LIMIT_GRACE_S = _env_int("PLATFORM_RUN_TIME_LIMIT_GRACE_S", 30, at_least=1)
 # The reconciler: every worker runs it on a timer (no beat needed, also on the embedded broker), and
 # ``celery beat`` may run it too (agents.reconcile_runs); every change it makes is compare-and-swap.
 # Every worker's pass also runs early when the earliest lease of a running run is due (agent_platform.celery).
 PLATFORM_RECONCILE_INTERVAL_S = _env_float("PLATFORM_RECONCILE_INTERVAL_S", 10.0)
 PLATFORM_RECONCILE_IN_WORKER = _env_bool("PLATFORM_RECONCILE_IN_WORKER", default=True)
 # At most this many runs re-dispatched (and as many re-queued) per pass, so a backlog does not flood the broker.
-PLATFORM_RECONCILE_BATCH = _env_int("PLATFORM_RECONCILE_BATCH", 100)
+PLATFORM_RECONCILE_BATCH = _env_int("PLATFORM_RECONCILE_BATCH", 100, at_least=1)
 # A worker process keeps its database connection across runs for this many seconds (or until it breaks); 0 opens
 # one per run (agent_platform/celery.py).
-PLATFORM_WORKER_DB_CONN_MAX_AGE = _env_int("PLATFORM_WORKER_DB_CONN_MAX_AGE", 600)
+PLATFORM_WORKER_DB_CONN_MAX_AGE = _env_int("PLATFORM_WORKER_DB_CONN_MAX_AGE", 600, at_least=0)
 # Redis (and SQS) redeliver an unacknowledged message after this long: longer than any run's hard time limit.
-CELERY_VISIBILITY_TIMEOUT_S = _env_int("CELERY_VISIBILITY_TIMEOUT_S", 3600)
+CELERY_VISIBILITY_TIMEOUT_S = _env_int("CELERY_VISIBILITY_TIMEOUT_S", 3600, at_least=1)
 # A broker connection blip must not kill running runs: their leases guard them, and a message that cannot be
 # acknowledged any more is redelivered later and finds its run finished.
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
