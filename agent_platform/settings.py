@@ -378,8 +378,8 @@ AUDIT_CHAIN_HOLD_OFF_S = _env_float("AUDIT_CHAIN_HOLD_OFF_S", 1.0)
 # suite sets "tests", which also lets test code itself create fixtures directly (audit/change_guard.py).
 # Fernet keys for bindings' secrets at rest, comma-separated; the first encrypts (mcpregistry/crypto.py).
 SECRETS_ENCRYPTION_KEYS = os.environ.get("SECRETS_ENCRYPTION_KEYS", "")
-# The demo's admin (manage.py seed_demo).
-PLATFORM_DEMO_ADMIN_USERNAME = os.environ.get("DEMO_ADMIN_USERNAME", "admin")
+# The demo's admin (manage.py seed_demo; bin/up names it): blank means the default, as bin/up reads it.
+PLATFORM_DEMO_ADMIN_USERNAME = os.environ.get("DEMO_ADMIN_USERNAME", "").strip() or "admin"
 PLATFORM_DEMO_ADMIN_PASSWORD = os.environ.get("DEMO_ADMIN_PASSWORD", "")
 PLATFORM_CHANGE_GUARD = os.environ.get("PLATFORM_CHANGE_GUARD", "refuse")
 # The groups data migrations make (the auditor and reviewer roles) are recorded in the audit at the end of the

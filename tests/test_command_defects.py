@@ -152,6 +152,14 @@ def test_agent_version_list_prints_local_time_with_its_zone() -> None:
     assert out.getvalue().split("\t")[1] == f"{created:%Y-%m-%d %H:%M:%S} KST"
 
 
+def test_agent_version_list_says_so_when_the_agent_has_no_version() -> None:
+    make_agent(slug="versioned", servers=[], with_demo_rules=False)
+    out, err = io.StringIO(), io.StringIO()
+    call_command("agent_version", "list", "versioned", stdout=out, stderr=err)
+    assert out.getvalue() == ""  # one line per version for scripts: none
+    assert err.getvalue().strip() == "versioned has no published version yet."
+
+
 # ---- 4. and 7. API keys --------------------------------------------------------------------------------------
 
 

@@ -83,7 +83,11 @@ class Command(BaseCommand):
             raise CommandError(_("no agent %(agent)s") % {"agent": repr(options["agent"])})
         action = options["action"]
         if action == "list":
-            for version in AgentVersion.objects.filter(agent=agent).order_by("number"):
+            versions = AgentVersion.objects.filter(agent=agent).order_by("number")
+            if not versions.exists():
+                # Said on stderr: stdout stays one line per version for scripts, and an empty list is not silence.
+                self.stderr.write(_("%(agent)s has no published version yet.") % {"agent": agent.slug})
+            for version in versions:
                 marks = [
                     m
                     for m, on in (
