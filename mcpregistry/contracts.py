@@ -61,22 +61,66 @@ def misplaced_bounds(spec: dict[str, Any]) -> list[str]:
     return [bound for bound in _BOUNDS if spec.get(bound) not in (None, "") and bound not in fitting]
 
 
+# How deeply a tool's input schema may nest (objects and lists, the root counting one): checking a schema nested
+# much deeper (a chain of ``anyOf``, some 80 levels) exhausts Python's recursion in ``jsonschema``, below what the
+# pool parses. A tool's arguments need a few levels; this leaves room for many.
+SCHEMA_MAX_DEPTH = 64
+# Keywords a model provider refuses at the root of a tool's input schema: Anthropic's models (on Bedrock too)
+# answer "input_schema does not support oneOf, allOf, or anyOf at the top level" and fail the whole request. They
+# are left off what a model is offered (``_object_root``; the server still checks the calls against them); a root
+# that names its arguments only inside them offers the model none, and is refused (``schema_problem``).
+ROOT_COMBINATORS = ("anyOf", "oneOf", "allOf")
+
+
 def schema_problem(input_schema: Any) -> str | None:
-    """Why a discovered input schema cannot be offered to a model, or None. It must be a valid JSON schema
-    describing an object (MCP requires it; a model provider such as Bedrock refuses anything else)."""
+    """Why a discovered input schema cannot be offered to a model, or None (in the active language). It must be a
+    valid JSON schema describing an object (MCP requires it; a model provider such as Bedrock refuses anything
+    else) whose arguments are not named only in an ``anyOf``/``oneOf``/``allOf`` at its root
+    (``ROOT_COMBINATORS``), nested at most ``SCHEMA_MAX_DEPTH`` levels.
+    A missing root ``type`` is an object's (``schema_with_contract`` writes it in). Never raises."""
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
 
     if not isinstance(input_schema, dict):
-        return "the input schema is not a JSON object"
+        return _("the input schema is not a JSON object")
     if input_schema.get("type", "object") != "object":
-        return f"the input schema's type is {input_schema.get('type')!r}, not 'object'"
+        return _("the input schema's type is %(type)s, not 'object'") % {"type": repr(input_schema.get("type"))}
+    combinators = [key for key in ROOT_COMBINATORS if key in input_schema]
+    if combinators and not input_schema.get("properties"):
+        return _("the input schema names its arguments only inside %(keywords)s at its root") % {
+            "keywords": ", ".join(combinators)
+        }
+    if json_depth(input_schema) > SCHEMA_MAX_DEPTH:
+        return _too_deep()
     try:
         Draft202012Validator.check_schema(input_schema)
     except SchemaError as exc:
         where = "/".join(str(p) for p in exc.path) or "(root)"
-        return f"the input schema is not valid JSON schema at {where}: {exc.message}"
+        return _("the input schema is not valid JSON schema at %(where)s: %(error)s") % {
+            "where": where,
+            "error": exc.message,
+        }
+    except RecursionError:  # under the bound, but called from deep in a stack already
+        return _too_deep()
     return None
+
+
+def _too_deep() -> str:
+    return _("the input schema is nested more than %(levels)s levels deep") % {"levels": SCHEMA_MAX_DEPTH}
+
+
+def json_depth(value: Any) -> int:
+    """How many objects and lists ``value`` nests (a scalar 0, ``{}`` 1, ``{"a": []}`` 2). Walked without
+    recursion: the value may be nested deeper than Python's recursion allows."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        pending.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def argument_constraints(input_schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -129,10 +173,11 @@ def schema_with_contract(schema: Any, constraints: Any) -> dict[str, Any]:
     constraints written in as JSON Schema (``allowed`` → ``enum``, ``min``/``max`` → ``minimum``/``maximum``,
     ``max_length`` → ``maxLength``, or ``maxItems`` for a list, ``pattern``, ``required``), so that the model
     meets the limits an admin set before the gate refuses a call for them. The inverse of
-    ``argument_constraints``; the discovered schema is not changed."""
-    merged: dict[str, Any] = dict(schema) if isinstance(schema, dict) else {"type": "object", "properties": {}}
+    ``argument_constraints``; the discovered schema is not changed. Its root is always an object's
+    (``_object_root``), whatever the server listed."""
+    merged: dict[str, Any] = dict(schema) if isinstance(schema, dict) else {}
     if not isinstance(constraints, dict) or not constraints:
-        return merged
+        return _object_root(merged)
     properties = dict(merged.get("properties") or {}) if isinstance(merged.get("properties"), dict) else {}
     required = [str(n) for n in merged.get("required") or []] if isinstance(merged.get("required"), list) else []
     for name, spec in constraints.items():
@@ -161,8 +206,20 @@ def schema_with_contract(schema: Any, constraints: Any) -> dict[str, Any]:
     merged["properties"] = properties
     if required:
         merged["required"] = required
-    merged.setdefault("type", "object")
-    return merged
+    return _object_root(merged)
+
+
+def _object_root(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with the root every provider takes: ``"type": "object"`` and ``properties``. An argument-less
+    tool may list ``{}`` (``schema_problem`` reads a missing type as an object's), which Bedrock refuses
+    ("inputSchema.json.type must be one of the following: object"), failing every run offered the tool. A root
+    ``anyOf``/``oneOf``/``allOf`` ("an id or a name") is left off: Anthropic's models refuse the whole request for
+    it; the server still checks the calls against it."""
+    rooted = {key: value for key, value in schema.items() if key not in ROOT_COMBINATORS}
+    rooted["type"] = "object"
+    if not isinstance(rooted.get("properties"), dict):
+        rooted["properties"] = {}
+    return rooted
 
 
 def _checkable(spec: dict[str, Any]) -> dict[str, Any]:
