@@ -215,20 +215,35 @@ def model_tool_names(exposed_names: Sequence[str]) -> dict[str, str]:
     (``MODEL_TOOL_NAME``) is given as it is; another (MCP allows ``projects.list``, ``직원 검색`` or 100 characters,
     which Converse and Chat Completions refuse, failing every call of the run) is given an alias: its runs of other
     characters as ``_``, or, where that is empty, too long, or another tool's name (or the platform's
-    ``read_resource``), the same cut to 55 characters with ``_`` and 8 hex digits of the name's digest. The same
-    tools give the same aliases on every pass of a run (a parked run resumes with the names its conversation
-    holds)."""
+    ``read_resource``), the same cut to 55 characters with ``_`` and 8 hex digits of a digest (``_digest_alias``).
+    No two tools get one alias, and the same names give the same aliases whatever their order, on every pass of a
+    run (a parked run resumes with the names its conversation holds)."""
     valid = [name for name in exposed_names if MODEL_TOOL_NAME.fullmatch(name)]
     names = {name: name for name in valid}
     taken = {*valid, READ_RESOURCE_TOOL}
-    for name in sorted(set(exposed_names) - set(valid)):
+    for name in sorted(set(exposed_names) - set(valid)):  # sorted: the aliases do not depend on the order given
         alias = re.sub(r"[^A-Za-z0-9_-]+", "_", name).strip("_")
         if not alias or len(alias) > 64 or alias in taken:
-            digest = hashlib.sha256(unicodedata.normalize("NFC", name).encode()).hexdigest()[:8]
-            alias = f"{(alias or 'tool')[:55]}_{digest}"
+            alias = _digest_alias(name, stem=(alias or "tool")[:55], taken=taken)
         taken.add(alias)
         names[name] = alias
     return names
+
+
+def _digest_alias(name: str, *, stem: str, taken: set[str]) -> str:
+    """``stem``, ``_`` and 8 hex digits of a digest, an alias no name in ``taken`` has: the digest of the name's NFC
+    form (the alias the name has always had), or, where that is taken, of that form with a count, the first that is
+    free. A digest alias can be another tool's valid name (``a_b_2e7336dc`` beside ``a.b``), and two names that
+    differ only in their Unicode form (``직원검색`` composed, and decomposed as text written on macOS arrives) have
+    one NFC digest: given one alias, one of the two tools would vanish from the run and its calls reach the other."""
+    normal = unicodedata.normalize("NFC", name)
+    count = 0
+    while True:
+        seed = normal if count == 0 else f"{normal}\n{count}"
+        alias = f"{stem}_{hashlib.sha256(seed.encode()).hexdigest()[:8]}"
+        if alias not in taken:
+            return alias
+        count += 1
 
 
 def _tool_index(plan: RunPlan) -> dict[str, tuple[McpServer, McpTool]]:
@@ -344,6 +359,24 @@ def _only_numbers(value: Any) -> bool:
     if isinstance(value, Mapping):
         return all(_only_numbers(item) for item in value.values())
     return type(value) in (int, float)
+
+
+def readable_resources(servers: Sequence[McpServer]) -> dict[str, tuple[McpServer, str]]:
+    """The resources the ``read_resource`` tool offers, by the name the model reads each by → its server and the URI
+    that server listed. A URI one server lists is its own name; one that more than one lists (``docs://handbook`` on
+    two document servers) is offered once per server as ``docs://handbook (hr-docs)``: offered once, every read went
+    to one of them, and the other's document could never be read, without the model knowing. (A URI holds no
+    space, RFC 3986, so the qualified name is no other resource's.)"""
+    listed_by: dict[str, dict[str, McpServer]] = {}
+    for server in servers:
+        for resource in server.resources or []:
+            if isinstance(resource, dict):
+                listed_by.setdefault(str(resource.get("uri")), {})[server.mcp_id] = server
+    readable: dict[str, tuple[McpServer, str]] = {}
+    for uri, owners in listed_by.items():
+        for mcp_id, server in owners.items():
+            readable[uri if len(owners) == 1 else f"{uri} ({mcp_id})"] = (server, uri)
+    return readable
 
 
 def execute(plan: RunPlan) -> RunOutcome:
@@ -529,10 +562,8 @@ def execute(plan: RunPlan) -> RunOutcome:
             messages=trace,
         )
     enabled_servers = {s.mcp_id: s for s in plan.servers if s.enabled}
-    resource_servers = {
-        str(r.get("uri")): s for s in enabled_servers.values() for r in (s.resources or []) if isinstance(r, dict)
-    }
-    if context_settings.read_resource_tool and resource_servers:
+    resources = readable_resources(list(enabled_servers.values()))
+    if context_settings.read_resource_tool and resources:
         if READ_RESOURCE_TOOL in index:
             # A bound server's own tool has the name: the model's calls to it go to that tool, and the platform's
             # is not offered beside it (two tools of one name; a call could not say which it meant).
@@ -551,7 +582,7 @@ def execute(plan: RunPlan) -> RunOutcome:
                 }
             )
         else:
-            offer.extra_specs[READ_RESOURCE_TOOL] = read_resource_spec(list(resource_servers))
+            offer.extra_specs[READ_RESOURCE_TOOL] = read_resource_spec(list(resources))
 
     def call_tool(tool_call: dict[str, Any], sent: gate.ToolResult | None = None) -> tuple[ToolMessage, str | None]:
         """One call: refused here (unknown, not offered, withdrawn) or sent through the gate; ``sent`` is the
@@ -569,18 +600,19 @@ def execute(plan: RunPlan) -> RunOutcome:
             withdrawn_now = offer.record(name, result.error)
         elif found is None and name == READ_RESOURCE_TOOL and READ_RESOURCE_TOOL in offer.extra_specs:
             uri = str((args or {}).get("uri", "")) if isinstance(args, dict) else ""
-            owner = resource_servers.get(uri)
-            if owner is None:
+            resource = resources.get(uri)
+            if resource is None:
                 result = gate.refuse_call(
                     tool_name=name,
                     args=args,
                     who=who("agent", call_id),
                     reason="resource:unknown",
                     message=_("Resource '%(uri)s' is not available. Use one of: %(uris)s.")
-                    % {"uri": uri, "uris": ", ".join(sorted(resource_servers))},
+                    % {"uri": uri, "uris": ", ".join(sorted(resources))},
                 )
             else:
-                result = gate.read_resource(server=owner, uri=uri, who=who("agent", call_id))
+                owner, listed_uri = resource
+                result = gate.read_resource(server=owner, uri=listed_uri, who=who("agent", call_id))
         elif found is None:
             result = gate.refuse_unknown(
                 tool_name=name, args=args, who=who("agent", call_id), offered=list(offer.offered)
@@ -1327,7 +1359,7 @@ def _usage_reported(message: AIMessage) -> bool:
     (a server that sends zeros where it counts nothing; Ollama's ``prompt_tokens: 0`` for a cached prompt, with
     its output counted) is no report of what the call read."""
     usage = message.usage_metadata
-    return bool(usage) and int(usage.get("input_tokens") or 0) > 0
+    return usage is not None and int(usage.get("input_tokens") or 0) > 0
 
 
 def usage_was_estimated(message: AIMessage) -> bool:
@@ -1335,14 +1367,16 @@ def usage_was_estimated(message: AIMessage) -> bool:
 
 
 def usage_estimate(message: AIMessage, *, input_bound: int, max_tokens: int | None) -> None:
-    """Give a model turn whose provider reported no usage (or only a part of it) an upper bound of it, as its own
-    ``usage_metadata`` (marked ``usage_estimated`` in its ``response_metadata``): its call's input bound (``input_token_bound``, the
-    tool specs included where the previous call's input did not hold them) and its output counted as that bound
-    counts a message (one token per UTF-8 byte and ``MESSAGE_OVERHEAD_TOKENS``), never more than the
-    ``max_tokens`` it was given. The run's spend, its ceiling, the next calls' input bounds and its budgets then
-    count the turn as a reported one, and its stored conversation keeps the estimate for a resumed pass."""
+    """Give a model turn whose provider reported no usage (or only its output) an upper bound of it, as its own
+    ``usage_metadata`` (marked ``usage_estimated`` in its ``response_metadata``): its call's input bound
+    (``input_token_bound``, the tool specs included where the previous call's input did not hold them) and its
+    output as reported, or else counted as that bound counts a message (one token per UTF-8 byte and
+    ``MESSAGE_OVERHEAD_TOKENS``), never more than the ``max_tokens`` it was given. The run's spend, its ceiling,
+    the next calls' input bounds and its budgets then count the turn as a reported one, and its stored
+    conversation keeps the estimate for a resumed pass."""
     # An output the provider did count (where it sent no count of the prompt) is kept.
-    output = int((message.usage_metadata or {}).get("output_tokens") or 0)
+    reported = message.usage_metadata
+    output = int(reported.get("output_tokens") or 0) if reported is not None else 0
     if output <= 0:
         output = _utf8_size(message) if max_tokens is None else min(_utf8_size(message), max_tokens)
     message.usage_metadata = UsageMetadata(

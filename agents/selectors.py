@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import unicodedata
 import uuid
 from collections.abc import Collection, Mapping
 from datetime import timedelta
@@ -213,15 +214,22 @@ def _reread(run: Run) -> None:
 def tool_name_conflicts(
     servers: list[McpServer], *, prefixes: Mapping[Any, str] | None = None, enabling: Collection[Any] = ()
 ) -> dict[str, list[str]]:
-    """Tool names (as the model sees them, prefix included) that more than one of ``servers`` exposes; as they
-    would be with the servers' tool name ``prefixes`` (pk → prefix) and the tools ``enabling`` (pks) switched on."""
+    """Tool names (as the model sees them, prefix included, in NFC: ``same_tool_name``) that more than one of
+    ``servers`` exposes; as they would be with the servers' tool name ``prefixes`` (pk → prefix) and the tools
+    ``enabling`` (pks) switched on."""
     owners: dict[str, list[str]] = {}
     for server in servers:
         prefix = (prefixes or {}).get(server.pk, server.tool_prefix)
         for tool in server.tools.all():
             if tool.callable or (tool.pk in enabling and tool.callable_once_enabled):
-                owners.setdefault(f"{prefix}{tool.name}", []).append(server.mcp_id)
+                owners.setdefault(same_tool_name(f"{prefix}{tool.name}"), []).append(server.mcp_id)
     return {name: ids for name, ids in owners.items() if len(ids) > 1}
+
+
+def same_tool_name(name: str) -> str:
+    """The form in which two tool names are compared: NFC. ``직원검색`` written on macOS arrives decomposed (NFD),
+    another server sends it composed; a person and a model read one name, which the raw strings would not be."""
+    return unicodedata.normalize("NFC", name)
 
 
 def _conflicts_text(conflicts: Mapping[str, list[str]]) -> str:
@@ -320,9 +328,15 @@ def tool_names_taken_by_agents(*, server_id: Any, names: Collection[str], **_: A
     taken: dict[str, set[str]] = {}
     for slug, bound in _agent_bindings([server_id]):
         server = next(s for s in bound if s.pk == server_id)
-        offered = {f"{s.tool_prefix}{t.name}" for s in bound if s.pk != server_id for t in s.tools.all() if t.callable}
+        offered = {
+            same_tool_name(f"{s.tool_prefix}{t.name}")
+            for s in bound
+            if s.pk != server_id
+            for t in s.tools.all()
+            if t.callable
+        }
         for name in names:
-            if f"{server.tool_prefix}{name}" in offered:
+            if same_tool_name(f"{server.tool_prefix}{name}") in offered:
                 taken.setdefault(name, set()).add(slug)
     return {name: sorted(slugs) for name, slugs in taken.items()}
 
