@@ -58,6 +58,7 @@ from agents.run_state import CONFIGURATION_UNREADABLE_MESSAGE
 from agents.services import CANCELLABLE, run_cancel
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from audit.labels import breakable, reason_label, when_cell
+from audit.models import AuditEvent
 from audit.visible import TOOL_DATA_CLOSE, TOOL_DATA_OPEN, visible_text
 from mcpregistry.list_fields import argument_rows
 
@@ -1454,7 +1455,10 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             "cancel_url": reverse("admin:agents_run_cancel", args=[run.pk], current_app=name),
             "timeline_url": reverse("admin:agents_run_timeline", args=[run.pk], current_app=name),
             "events_stream_url": reverse("admin:agents_run_events", args=[run.pk], current_app=name),
-            "audit_events_url": _events_url(self.admin_site, run.pk),
+            # Linked only for whoever the audit list lets in (a reviewer views runs, not their audit events).
+            "audit_events_url": _events_url(self.admin_site, run.pk)
+            if may_view(self.admin_site, request, AuditEvent)
+            else "",
             "pending_approvals": [
                 {
                     "approval": a,
@@ -1686,7 +1690,9 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
             if may_view_run
             else "",
             "timeline": run_timeline(approval.run) if may_view_run else None,
-            "audit_events_url": _events_url(self.admin_site, approval.run_id),
+            "audit_events_url": _events_url(self.admin_site, approval.run_id)
+            if may_view(self.admin_site, request, AuditEvent)
+            else "",
         }
 
     def decide_view(self, request: HttpRequest, object_id: str, decision: str) -> HttpResponse:
