@@ -945,6 +945,23 @@ def _caller_input_masked(value: Any, secrets: list[str]) -> Any:
     return masked
 
 
+def run_context_id_check(*, given: Mapping[str, Any], guarded: Mapping[str, Any]) -> None:
+    """Refuse a conversation's id (``contextId``) that the input guardrail would change (``guarded``: ``given`` as
+    ``run_input_guarded`` keeps it): one that looks like a secret (``sk-…``, ``ghp_…``, ``AKIA…``, ``password=…``)
+    or holds a bound one. Stored masked it named another conversation: every such id of a key became "***", one
+    conversation, whose history each of them was given, and none was found again by its own id. Every door
+    (REST, A2A, MCP, a command, an eval) submits through ``run_create``, so each refuses it, in its own words for
+    bad input. Raises ApplicationError 400 ``invalid_input`` naming ``context.contextId``; never echoes the id."""
+    context_id = given.get("contextId")
+    if not isinstance(context_id, str) or guarded.get("contextId") == nfc_value(context_id):
+        return
+    message = _(
+        "The contextId looks like a secret (an API key, a token or a password), which the platform never stores: "
+        "name the conversation with an id that holds none."
+    )
+    raise ApplicationError(message, code="invalid_input", status=400, fields={"context": {"contextId": [message]}})
+
+
 def _session_id_key(key: Any) -> bool:
     """Whether a key names a session's id (``sessionId``, ``session_id``, ``SESSION-ID``)."""
     return isinstance(key, str) and key.lower().replace("_", "").replace("-", "") == "sessionid"
@@ -1000,17 +1017,20 @@ def run_create(
     version, e.g. for an eval (``purpose="eval"``, whose writes the gate blocks outside ``write_sandbox``, a list
     of MCP server ids); otherwise live traffic runs the caller's A/B arm or the agent's live version.
 
-    Raises ApplicationError 404 (no such agent, not one this key may use, or no such version) and 409 (agent
-    disabled). What it reads of the configuration (the agent, the key's agents, arms, versions, servers' secrets,
-    budgets) is this process's copy while the configuration has not changed (``agents.config_cache``)."""
+    Raises ApplicationError 400 (a ``contextId`` that looks like a secret: ``run_context_id_check``), 404 (no such
+    agent, not one this key may use, or no such version) and 409 (agent disabled). What it reads of the
+    configuration (the agent, the key's agents, arms, versions, servers' secrets, budgets) is this process's copy
+    while the configuration has not changed (``agents.config_cache``)."""
     run_query_check(query)
     agent, parts = run_submission_parts(agent_slug=agent_slug, api_key=api_key)
+    # Input guardrail: a secret a caller pastes (or one bound to the platform) is never stored or shown.
+    secrets = parts.server_secrets
+    guarded_context = run_input_guarded(context or {}, secrets)
+    run_context_id_check(given=context or {}, guarded=guarded_context)
     chosen, arm = run_version_choice(
         agent=agent, api_key=api_key, context=context, version=version, purpose=purpose, parts=parts
     )
     with transaction.atomic():
-        # Input guardrail: a secret a caller pastes (or one bound to the platform) is never stored or shown.
-        secrets = parts.server_secrets
         run = Run(
             version=chosen,
             arm=arm,
@@ -1019,7 +1039,7 @@ def run_create(
             agent=agent,
             api_key=api_key,
             query=run_input_guarded(query, secrets),
-            context=run_input_guarded(context or {}, secrets),
+            context=guarded_context,
             a2a_data=run_input_guarded(a2a_data or [], secrets),
             a2a_files=run_input_guarded(a2a_files or [], secrets),
             idempotency_key=idempotency_key,

@@ -7,7 +7,8 @@ official ``a2a-sdk`` 1.x client speaks it).
   skills are the agents the key may use, each with its A2A base URL (``agents`` lists them too).
 - ``POST /a2a/<slug>/``: JSON-RPC 2.0. ``SendMessage`` (waits, up to ``PLATFORM_API_MAX_WAIT_S``, until the
   run finishes or asks for input, unless ``configuration.returnImmediately``; the answer's body starts at once
-  and is kept alive with JSON's whitespace meanwhile), ``SendStreamingMessage`` and
+  and is kept alive with JSON's whitespace meanwhile; its key is checked again as a stream's is, and before the
+  task is sent), ``SendStreamingMessage`` and
   ``SubscribeToTask`` (server-sent events, one JSON-RPC response per event; the key is checked again every
   ``PLATFORM_SSE_AUTH_RECHECK_S``: a revoked one's stream ends with the error -32030 ``UNAUTHENTICATED``, and one
   that may no longer read the task (taken off its agent, or the agent disabled) with -32001 ``TASK_NOT_FOUND``, as
@@ -828,31 +829,25 @@ class TaskFeed:
     def _status_update(self, run: Run, status: dict[str, Any]) -> str:
         return self._event({"statusUpdate": {"taskId": str(run.id), "contextId": context_id_of(run), "status": status}})
 
-    def closing_event(self, loss: StreamLoss) -> str:
-        """The stream's last response once its recheck ends it: the error a request of the key would get now
-        (``UNAUTHENTICATED`` for a revoked key; ``TASK_NOT_FOUND``, as ``GetTask`` answers, for a task it may no
-        longer read)."""
-        if loss == "revoked":
-            code, reason = UNAUTHENTICATED
-            error = A2AError(code, reason, revoked_message(), our_code="authentication_failed")
-        else:
-            code, reason = _ERRORS["run_not_found"]
-            error = A2AError(code, reason, run_unreadable_message(), our_code="run_not_found")
-        return f"data: {dumps(_rpc_error(self.rpc_id, error))}\n\n"
-
     def poll(self) -> tuple[list[str], PollState]:
         with translation.override(self.language):
             loss = self.recheck.lost() if self.recheck is not None else None
             if loss is not None:
-                return [self.closing_event(loss)], "done"
+                return [closing_event(self.rpc_id, loss)], "done"
             return self._poll()
 
     def _poll(self) -> tuple[list[str], PollState]:
-        run = Run.objects.select_related("agent").get(pk=self.run_id)
         chunks: list[str] = []
         if self.send_task:
             self.send_task = False
+            run, shown_seq = _run_with_last_seq(self.run_id)
+            # After the task, only what came after it: its state and its tool calls (``metadata.toolCalls``) are in
+            # it already, and an older event sent after it took the task back in time (an answer's own "queued",
+            # SUBMITTED, after a task the worker had taken meanwhile, WORKING).
+            self.last_seq = max(self.last_seq, shown_seq)
             chunks.append(self._event({"task": task_of(run)}))
+        else:
+            run = Run.objects.select_related("agent").get(pk=self.run_id)
         events = run_events_after(run_id=run.pk, after=self.last_seq, limit=200)
         for event in events:
             self.last_seq = event.seq
@@ -899,6 +894,27 @@ class TaskFeed:
 
 def last_seq_of(run: Run) -> int:
     return int(run.events.order_by("-seq").values_list("seq", flat=True).first() or 0)
+
+
+def _run_with_last_seq(run_id: Any) -> tuple[Run, int]:
+    """The run and the seq of its latest event, read in one statement, so both are of the same moment (on
+    PostgreSQL two statements may each see another commit): every event up to that seq is in the run as read."""
+    latest = RunEvent.objects.filter(run=OuterRef("pk")).order_by("-seq").values("seq")[:1]
+    run = Run.objects.select_related("agent").annotate(shown_seq=Subquery(latest)).get(pk=run_id)
+    return run, int(getattr(run, "shown_seq", None) or 0)
+
+
+def closing_event(rpc_id: Any, loss: StreamLoss) -> str:
+    """The last response of a stream, or of a blocking ``SendMessage``'s wait, once its key recheck ends it: the
+    error a request of the key would get now (``UNAUTHENTICATED`` for a revoked key; ``TASK_NOT_FOUND``, as
+    ``GetTask`` answers, for a task it may no longer read)."""
+    if loss == "revoked":
+        code, reason = UNAUTHENTICATED
+        error = A2AError(code, reason, revoked_message(), our_code="authentication_failed")
+    else:
+        code, reason = _ERRORS["run_not_found"]
+        error = A2AError(code, reason, run_unreadable_message(), our_code="run_not_found")
+    return f"data: {dumps(_rpc_error(rpc_id, error))}\n\n"
 
 
 # --- JSON-RPC --------------------------------------------------------------------------------------------
@@ -1212,7 +1228,8 @@ async def rpc_view(request: HttpRequest, slug: str) -> HttpResponseBase:
         # Every error that can be told by its HTTP status was found above; the wait's answer is a 200 whose body
         # starts at once (JSON's whitespace until the task is ready: ``json_body``).
         _wait, run, history_length = result
-        poll = json_body(TaskWait(run=run, rpc_id=rpc_id, history_length=history_length).poll)
+        recheck = KeyRecheck(api_key, None, run_id=run.pk)  # no slot: a blocking SendMessage holds none
+        poll = json_body(TaskWait(run=run, rpc_id=rpc_id, history_length=history_length, recheck=recheck).poll)
         body = paced_async(poll, None) if isinstance(request, ASGIRequest) else paced_sync(poll, None)
         response = StreamingHttpResponse(body, content_type="application/json")
         response["Cache-Control"] = "no-cache"
@@ -1227,12 +1244,17 @@ class TaskWait:
     without a byte, before it learnt the task's id), then one JSON-RPC response once the run stops or
     ``PLATFORM_API_MAX_WAIT_S`` has passed: the task (the run as it is then), or, where reading it fails, an
     ``INTERNAL`` error naming the task, which goes on (the response's 200 was sent with its first space). A client
-    that leaves meanwhile leaves the task to go on, as ``returnImmediately`` would."""
+    that leaves meanwhile leaves the task to go on, as ``returnImmediately`` would.
 
-    def __init__(self, *, run: Run, rpc_id: Any, history_length: int | None) -> None:
+    Its key is checked again as a stream's is (``recheck``, every ``PLATFORM_SSE_AUTH_RECHECK_S``), and once more
+    before the task is sent: a key revoked (or taken off the agent) while it waited gets the error a stream would
+    end with (``closing_event``), never the task's answer; the task goes on."""
+
+    def __init__(self, *, run: Run, rpc_id: Any, history_length: int | None, recheck: KeyRecheck | None = None) -> None:
         self.run_id = run.pk
         self.rpc_id = rpc_id
         self.history_length = history_length
+        self.recheck = recheck
         self.language = translation.get_language()  # the caller's (the body outlives the request's translation)
         self.deadline = time.monotonic() + float(api_setting("PLATFORM_API_MAX_WAIT_S"))
         self.keepalive_s = float(api_setting("PLATFORM_SSE_KEEPALIVE_S"))
@@ -1241,8 +1263,14 @@ class TaskWait:
     def poll(self) -> tuple[list[str], PollState]:
         with translation.override(self.language):
             try:
+                loss = self.recheck.lost() if self.recheck is not None else None
+                if loss is not None:
+                    return [closing_event(self.rpc_id, loss)], "done"
                 run = Run.objects.select_related("agent").get(pk=self.run_id)
                 if run.status in STOPPED or time.monotonic() >= self.deadline:
+                    loss = self._loss_before_answer()
+                    if loss is not None:
+                        return [closing_event(self.rpc_id, loss)], "done"
                     task = task_of(run, history_length=self.history_length)
                     answer = {"jsonrpc": "2.0", "id": self.rpc_id, "result": {"task": task}}
                     return [f"data: {dumps(answer)}\n\n"], "done"
@@ -1257,3 +1285,15 @@ class TaskWait:
             self.last_sent = time.monotonic()
             return [": keep-alive\n\n"], "wait"
         return [], "wait"
+
+    def _loss_before_answer(self) -> StreamLoss | None:
+        """Why the task must not be sent now, asked whatever the recheck's interval (the questions and their order
+        of ``KeyRecheck.lost``): the answer is sent whole, at once, so a key revoked a moment before it must not get
+        it, as a stream would have sent it nothing more after its next check."""
+        if self.recheck is None:
+            return None
+        if not self.recheck.still_authorized():
+            return "revoked"
+        if not self.recheck.still_readable():
+            return "run_not_found"
+        return None

@@ -8,6 +8,7 @@ import binascii
 import datetime as dt
 import hashlib
 import re
+import time
 import unicodedata
 import uuid
 from collections.abc import Collection, Iterable, Mapping
@@ -28,7 +29,7 @@ from drf_spectacular.utils import (
     extend_schema,
     extend_schema_serializer,
 )
-from rest_framework import serializers, status
+from rest_framework import exceptions, serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -39,6 +40,7 @@ from agent_platform.errors import ApplicationError
 from agents.api.a2a import run_input_from_body
 from agents.api.auth import caller_of
 from agents.api.config import api_setting
+from agents.api.protocol_http import KeyRecheck
 from agents.api.schema import ERROR_DESCRIPTIONS, RETRY_AFTER, ErrorSerializer, error_responses
 from agents.api.serializers import (
     A2AFileSerializer,
@@ -55,7 +57,7 @@ from agents.api.serializers import (
 from agents.api.throttling import ApiKeyRateThrottle
 from agents.approvals import approval_decide
 from agents.budgets import api_key_usage
-from agents.models import Run
+from agents.models import ApiKey, Run
 from agents.selectors import run_get, run_list, run_wait
 from agents.services import request_digest, run_cancel, run_feedback_record, run_query_check, run_submit
 
@@ -286,13 +288,34 @@ class RunCreateApi(ApiView):
         run = submission.run
         headers = {"Idempotent-Replayed": "true"} if submission.replayed else None
         if wait_s:
-            run = run_wait(run=run, timeout_s=wait_s)
+            run = _run_waited(run=run, api_key=caller_of(request), wait_s=wait_s)
         done = submission.replayed or run.is_finished
         return Response(
             RunOutputSerializer(run).data,
             status=status.HTTP_200_OK if done else status.HTTP_202_ACCEPTED,
             headers=headers,
         )
+
+
+def _run_waited(*, run: Run, api_key: ApiKey, wait_s: float) -> Run:
+    """``run_wait`` for ``?wait=N``, its key checked again as an open stream's is (``KeyRecheck``'s questions, every
+    ``PLATFORM_SSE_AUTH_RECHECK_S`` and once more before the run is answered). Raises ``AuthenticationFailed`` (401)
+    for a key revoked while it waited and ApplicationError 404 ``run_not_found`` for one that may no longer read the
+    run (taken off its agent, the agent disabled), as the key's next request is answered: never the run's answer.
+    The run goes on."""
+    recheck = KeyRecheck(api_key, None, run_id=run.pk)
+    deadline = time.monotonic() + wait_s
+    while True:
+        part_s = max(0.0, min(deadline - time.monotonic(), recheck.recheck_s))
+        part_ends = time.monotonic() + part_s
+        run = run_wait(run=run, timeout_s=part_s)
+        if not recheck.still_authorized():
+            raise exceptions.AuthenticationFailed(_("The API key was revoked while the request waited for the run."))
+        if not recheck.still_readable():
+            raise ApplicationError(_("Run not found."), code="run_not_found", status=404)
+        # ``run_wait`` ended before its time: the run stopped (finished, parked on an approval).
+        if time.monotonic() < part_ends or part_ends >= deadline:
+            return run
 
 
 def _idempotency_key(request: Request) -> str:
