@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,8 @@ logger = logging.getLogger(__name__)
 # A regex group's name is any identifier (``(?P<팀>…)`` as ``{match.팀}``), as the answer template reads it.
 PLACEHOLDER = re.compile(r"\{(query|context\.[^{}\s]+|data\.[^{}\s]+|match\.[^\W\d]\w*)\}")
 _MISSING = object()
+# Spaces, tabs, no-break and ideographic spaces, line breaks: one space where a keyword is looked for.
+_WHITESPACE_RUN = re.compile(r"\s+")
 
 REGEX_TIMEOUT_S = 0.1
 """How long a rule's regex may search one query. A pattern that backtracks catastrophically (``(a|aa)+$``) on a
@@ -132,14 +135,15 @@ def match_conditions(
     available_tools: set[str],
 ) -> tuple[bool, str, dict[str, str]]:
     """Evaluate every condition of ``when`` (all must hold). Returns (matched, reason, regex named groups). Text is
-    compared composed (``nfc``) on both sides: a keyword typed on one keyboard meets a query typed on another."""
-    lowered = nfc(query).casefold()
+    compared composed (``nfc``) on both sides: a keyword typed on one keyboard meets a query typed on another;
+    keywords are looked for as :func:`keyword_text` reads both sides (full-width letters, no-break spaces)."""
+    searched = keyword_text(query)
     all_keywords = [nfc(str(k)) for k in when.get("all_keywords") or []]
-    missing = [k for k in all_keywords if k.casefold() not in lowered]
+    missing = [k for k in all_keywords if keyword_text(k) not in searched]
     if missing:
         return False, f"keyword missing: {missing[0]}", {}
     any_keywords = [nfc(str(k)) for k in when.get("any_keywords") or []]
-    if any_keywords and not any(k.casefold() in lowered for k in any_keywords):
+    if any_keywords and not any(keyword_text(k) in searched for k in any_keywords):
         return False, "none of the keywords present", {}
     groups: dict[str, str] = {}
     pattern = when.get("regex")
@@ -168,6 +172,17 @@ def match_conditions(
     if tool and tool not in available_tools:
         return False, f"tool {tool} not available", groups
     return True, "matched", groups
+
+
+def keyword_text(text: str) -> str:
+    """``text`` as a keyword condition reads it, the keyword and the query alike: compatibility-composed (NFKC:
+    full-width ``ＶＰＮ`` is ``VPN``, a no-break or ideographic space is a space), case-folded, and each run of
+    whitespace one space. A query pasted from a web page or typed with a full-width input method says the same
+    words as the keyword written in the rule. A rule's regex reads the query only composed (``nfc``): its
+    author may mean a full-width character or a no-break space, and says so in the pattern."""
+    # Normalised again after the case fold, which can undo a composition (``ǰ`` folds to ``j`` and a combining caron).
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+    return _WHITESPACE_RUN.sub(" ", folded)
 
 
 def same_value(a: Any, b: Any) -> bool:

@@ -36,6 +36,7 @@ import agent_platform.telemetry as telemetry
 from agents.deterministic import RuleDecision, RuleSpec, decide
 from agents.errors import DETERMINISTIC_STAGE_FAILED, MCP_NOT_LOADED, MUST_PROPAGATE, RunCancelled
 from agents.tools import CodeRuleError, DeterministicContext, load_code_rule
+from audit.masking import mask_text, mask_value
 from audit.services import audit_events_record
 from mcpregistry import gate
 from mcpregistry.contracts import argument_constraints, check_args
@@ -74,6 +75,9 @@ class RuleStep:
     # A write of the code rule's own (``ctx.mcp_tools``) waiting for a person: the run parks on it, and the rule is
     # decided again once it is decided (its calls numbered the same way, the approved one found by its number).
     parked_on: gate.ToolResult | None = None
+    # The decision's parameters as the trace and the rule tester show them: masked as its audit event masks them
+    # (``params_masked``). The tool is sent ``decision.params``.
+    params_shown: dict[str, Any] | None = None
 
 
 @dataclass
@@ -121,7 +125,9 @@ def deterministic_stage(
     contract (``RuleStep.verdict``), as ``check_contracts`` also asks in execute mode.
 
     ``who(call_id)`` names the caller for the gate. Each decision goes to ``stage.trace`` and ``stage.emit``, and,
-    for a run (``run_id`` set, execute mode), to the audit. Never raises for a rule's failure (it is the
+    for a run (``run_id`` set, execute mode), to the audit, the failure that ends the stage included (with its
+    code as the reason); the trace, the events and ``RuleStep.params_shown`` hold its parameters masked as the
+    audit holds them, and only the tool is sent the real ones. Never raises for a rule's failure (it is the
     outcome's ``failure``); the errors of ``agents.errors.MUST_PROPAGATE`` propagate, ``stage.check``'s
     ``RunCancelled`` among them (raised before a call, which is then not sent; the decisions so far are written).
     """
@@ -196,7 +202,8 @@ def _stage_rules(
     outcome = StageOutcome()
     # A stage parked on an approval is run again on resume: finished calls are reused, not repeated.
     earlier = {r["rule_id"]: r for r in stage.previous_results if r.get("error") != "approval:pending"}
-    # The decisions' audit source, as the gate's caller names it: "deterministic", or an eval/shadow purpose.
+    # The decisions' audit source, as the gate's caller names it: "deterministic", or an eval/shadow purpose; a run's
+    # decisions only are audited (a dry run's, and the rule tester's, are shown where they are asked for).
     audit_source = who("").source if mode == "execute" and stage.run_id is not None else ""
     for rule in telemetry.spans_per_item(stage.rules, "deterministic_rule", _rule_span_attributes):
         if rule.rule_id in earlier:
@@ -211,32 +218,29 @@ def _stage_rules(
             )
             outcome.parked_on = waiting.approval_id
             return outcome
+        server = servers.get(step.mcp_id)  # None: an admin rule for a server not bound here, which did not match
+        secrets = server.secret_values() if server is not None else []  # what its audit event is masked with
         if step.failure is not None:
-            stage.trace.append({"type": "rule", "rule": rule.name, "matched": False, "reason": step.failure.code})
+            _failure_recorded(stage, decisions, step, source=audit_source, secrets=secrets)
             outcome.failure = step.failure
             return outcome
         decision = step.decision
         assert decision is not None
-        server = servers.get(step.mcp_id)  # None: an admin rule for a server not bound here, which did not match
-        record = {**decision.as_dict(), "mcp_id": step.mcp_id, "tool": step.tool}
+        step.params_shown = params_masked(decision.params, secrets=secrets)
+        record = {**decision.as_dict(), "params": step.params_shown, "mcp_id": step.mcp_id, "tool": step.tool}
         telemetry.set_attributes({"platform.rule.matched": decision.matched, "platform.reason_code": decision.reason})
         stage.trace.append({"type": "rule", **record})
         audit = None
-        if mode == "execute" and stage.run_id is not None:
-            audit = {
-                "source": audit_source,
-                "action": "rule.decision",
-                "run_id": stage.run_id,
-                "mcp_id": step.mcp_id,
-                "tool": step.tool,
-                "call_id": f"rule:{rule.rule_id}",
-                "args": decision.params or {},
-                "result": {"rule": rule.name, "matched": decision.matched, "reason": decision.reason},
-                "reason": "rule:matched" if decision.matched else "rule:skipped",
-                "attempt": 0,
-                "actor": stage.actor,
-                "secrets": server.secret_values() if server is not None else [],
-            }
+        if audit_source:
+            audit = _decision_audit(
+                stage,
+                step,
+                source=audit_source,
+                args=decision.params or {},
+                result={"rule": rule.name, "matched": decision.matched, "reason": decision.reason},
+                reason="rule:matched" if decision.matched else "rule:skipped",
+                secrets=secrets,
+            )
         decisions.add_decision(record, audit)
         if not decision.matched or server is None:
             continue
@@ -250,7 +254,9 @@ def _stage_rules(
             f"{DETERMINISTIC_STAGE_FAILED}: '{step.tool}' tool이 MCP '{step.mcp_id}'에 없습니다.",
         )
         if mode == "dry_run" or check_contracts:
-            step.verdict = contract_verdict(server, step.tool, decision.params, contracts=stage.contracts)
+            # Its objection quotes the value (``got '…'``): masked as the gate masks its refusal's message.
+            verdict = contract_verdict(server, step.tool, decision.params, contracts=stage.contracts)
+            step.verdict = mask_text(verdict, secrets=secrets)
         if mode == "dry_run":
             if not known:
                 step.failure = outcome.failure = unknown
@@ -288,6 +294,71 @@ def _stage_rules(
             step.failure = outcome.failure = unknown
             return outcome
     return outcome
+
+
+def params_masked(params: dict[str, Any] | None, *, secrets: list[str]) -> dict[str, Any] | None:
+    """A decision's parameters as the run's trace, its events and the rule tester show them: masked exactly as its
+    audit event masks them (``audit.services`` masks ``args`` with ``mask_value``: the server's ``secrets``, every
+    registered one, secret key names, value patterns). A code rule may put a bound secret, or a value under a
+    secret key, into what it sends; a run's page, which auditors read too, must not show what the audit hides.
+    The tool itself is sent the real parameters."""
+    return None if params is None else mask_value(params, secrets=secrets)
+
+
+def _failure_recorded(
+    stage: StageInput, decisions: _DecisionLog, step: RuleStep, *, source: str, secrets: list[str]
+) -> None:
+    """A rule that ends the stage (seed 000's errors: it raised or could not be loaded, its server is not loaded)
+    is a decision too: in the trace and the run's events and, for a run (``source`` set), in the audit, with the
+    failure's code as its reason (recorded not ok: the run fails there), written with the decisions before it."""
+    assert step.failure is not None
+    rule, code = step.rule, step.failure.code
+    record = {"rule_id": rule.rule_id, "rule": rule.name, "matched": False, "reason": code, "params": None}
+    record |= {"mcp_id": step.mcp_id, "tool": step.tool}
+    telemetry.set_attributes({"platform.rule.matched": False, "platform.reason_code": code})
+    stage.trace.append({"type": "rule", **record})
+    audit = None
+    if source:
+        audit = _decision_audit(
+            stage,
+            step,
+            source=source,
+            args={},
+            result={"rule": rule.name, "matched": False, "reason": code, "message": step.failure.message},
+            reason=code,
+            secrets=secrets,
+            ok=False,
+        )
+    decisions.add_decision(record, audit)
+
+
+def _decision_audit(
+    stage: StageInput,
+    step: RuleStep,
+    *,
+    source: str,
+    args: dict[str, Any],
+    result: dict[str, Any],
+    reason: str,
+    secrets: list[str],
+    ok: bool = True,
+) -> dict[str, Any]:
+    """A rule decision's audit event (``audit_event_record``'s arguments: masked as it is recorded)."""
+    return {
+        "source": source,
+        "action": "rule.decision",
+        "run_id": stage.run_id,
+        "mcp_id": step.mcp_id,
+        "tool": step.tool,
+        "call_id": f"rule:{step.rule.rule_id}",
+        "args": args,
+        "result": result,
+        "ok": ok,
+        "reason": reason,
+        "attempt": 0,
+        "actor": stage.actor,
+        "secrets": secrets,
+    }
 
 
 def _rule_span_attributes(rule: RuleSpec) -> dict[str, Any]:

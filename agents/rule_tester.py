@@ -18,11 +18,14 @@ from django.utils.translation import gettext_lazy as _
 
 from agent_platform.errors import ApplicationError
 from agent_platform.json import FiniteJSONDecoder, json_error_text
+from agents.api.config import api_setting
+from agents.api.parsers import json_depth as json_text_depth
 from agents.decision_reasons import reason_text
 from agents.models import Agent, AgentVersion
 from agents.rule_form import key_value_pairs
 from audit.labels import reason_label
 from audit.masking import register_secrets
+from mcpregistry.contracts import json_depth
 from mcpregistry.crypto import SecretDecryptionError
 from mcpregistry.list_fields import data_parts_from_text, line_blocks, line_problem
 
@@ -66,8 +69,8 @@ class RuleTrial:
 
     @property
     def params_json(self) -> str:
-        """The rendered parameters as JSON (what the tool is sent), Korean as itself; a value that is no JSON
-        (a code rule's date, which fails the stage) as its text."""
+        """The rendered parameters as JSON (what the tool is sent, masked as its audit event records it), Korean as
+        itself; a value that is no JSON (a code rule's date, which fails the stage) as its text."""
         return "" if self.params is None else json.dumps(self.params, ensure_ascii=False, default=str)
 
     @property
@@ -129,6 +132,25 @@ class RuleTesterForm(forms.Form):
     execute = forms.BooleanField(label=_("also call the matched tools through the gate (audited)"), required=False)
 
     def _parse(self, name: str, expected: type) -> Any:
+        """The field's JSON (or lines) as the value a trial is given; a problem is told at the field, and the
+        field then reads as empty. Nested no deeper than the API lets a run's JSON nest
+        (``PLATFORM_API_MAX_JSON_DEPTH``), refused in the API's words: deeper, the trial was a 500 (a
+        ``RecursionError`` where the input is composed and masked) or tried input that no run can be given."""
+        value = self._read(name, expected)
+        if json_depth(value) > self._max_depth():
+            self._refuse_too_deep(name)
+            return expected()
+        return value
+
+    @staticmethod
+    def _max_depth() -> int:
+        return int(api_setting("PLATFORM_API_MAX_JSON_DEPTH"))
+
+    def _refuse_too_deep(self, name: str) -> None:
+        # The API's own refusal (``agents.api.parsers.json_parse_bounded``), word for word.
+        self.add_error(name, gettext("JSON nested deeper than %(max)d levels.") % {"max": self._max_depth()})
+
+    def _read(self, name: str, expected: type) -> Any:
         raw = (self.cleaned_data.get(name) or "").strip()
         if not raw:
             return expected()
@@ -140,6 +162,10 @@ class RuleTesterForm(forms.Form):
             except ValueError as exc:
                 self.add_error(name, str(exc))
                 return []
+        if json_text_depth(raw) > self._max_depth():
+            # Measured on the text, before it is parsed: Python's parser gives up at its own recursion limit.
+            self._refuse_too_deep(name)
+            return expected()
         try:
             # NaN and Infinity refused, as the API refuses them: a trial on input no run can be given is no trial.
             value = json.loads(raw, cls=FiniteJSONDecoder)
@@ -410,7 +436,7 @@ def rules_trial(
         if step.decision is not None:
             trial.matched = step.decision.matched and step.failure is None
             trial.reason = trial.reason or step.decision.reason
-            trial.params = step.decision.params
+            trial.params = step.params_shown  # masked as the run's trace and audit show them (never the secrets)
         if step.result is not None:
             trial.result = step.result.as_dict()
         if trial.matched:
