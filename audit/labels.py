@@ -22,6 +22,7 @@ from django.utils.translation import pgettext
 
 from audit.change_guard import policy_of
 from audit.changes import CONFIG_ACTION_PREFIX
+from audit.visible import visible_text
 
 _ACTIONS: dict[str, Callable[[], str]] = {
     "tool.call": lambda: pgettext("audit action", "tool call"),
@@ -168,7 +169,8 @@ def action_label(action: str) -> str:
 
 def reason_label(reason: str) -> str:
     """``reason`` in words (``args:allowed:region`` → "argument region not an allowed value"); "" for none; an
-    unknown code as it is."""
+    unknown code as it is. The name a reason quotes (an argument the model wrote, a server) is written with what
+    does not show itself written out (``⟦U+202E⟧``, ``audit.visible``): it is a caller's text, shown in words."""
     if not reason:
         return ""
     fixed = _REASONS.get(reason)
@@ -178,10 +180,10 @@ def reason_label(reason: str) -> str:
     if kind == "args" and rest:
         check, _sep, argument = rest.partition(":")
         if argument and check in _ARGUMENT_REASONS:
-            return _ARGUMENT_REASONS[check](argument)
+            return _ARGUMENT_REASONS[check](visible_text(argument))
     if reason.startswith("mcp:not_loaded:"):
         return pgettext("audit reason", "server %(server)s not connected") % {
-            "server": reason.removeprefix("mcp:not_loaded:")
+            "server": visible_text(reason.removeprefix("mcp:not_loaded:"))
         }
     return reason
 
@@ -189,8 +191,10 @@ def reason_label(reason: str) -> str:
 def breakable(code: str) -> str:
     """``code`` (``config.tool_contract.update``, ``api_key:apk_x``, ``deterministic:tool_failed``) as HTML with
     places to break after its dots, colons and underscores, so a narrow column wraps it there rather than after
-    any letter."""
-    return format_html_join("", "{}<wbr>", ((piece,) for piece in re.split(r"(?<=[.:_])", code) if piece))
+    any letter. What does not show itself is written out (``⟦U+202E⟧``, ``audit.visible``): a recorded tool name
+    or actor is a server's or a caller's text, and ``get\\u202eeteled`` would read ``getdeleted`` in the column."""
+    pieces = re.split(r"(?<=[.:_])", visible_text(code))
+    return format_html_join("", "{}<wbr>", ((piece,) for piece in pieces if piece))
 
 
 def when_cell(moment: Any) -> str:

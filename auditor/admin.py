@@ -103,7 +103,7 @@ class AgentFilter(_ChoiceFilter):
     parameter_name = "agent"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(slug, slug) for slug in Agent.objects.order_by("slug").values_list("slug", flat=True)]
+        return [(slug, visible_text(slug)) for slug in Agent.objects.order_by("slug").values_list("slug", flat=True)]
 
 
 class ServerFilter(_ChoiceFilter):
@@ -112,7 +112,7 @@ class ServerFilter(_ChoiceFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         values = AuditEvent.objects.exclude(mcp_id="").order_by("mcp_id").values_list("mcp_id", flat=True).distinct()
-        return [(v, v) for v in values]
+        return [(v, visible_text(v)) for v in values]
 
 
 class ToolFilter(_ChoiceFilter):
@@ -125,7 +125,8 @@ class ToolFilter(_ChoiceFilter):
         events = AuditEvent.objects.exclude(tool="").exclude(action__startswith="config.")
         if request.GET.get("mcp_id"):
             events = events.filter(mcp_id=request.GET["mcp_id"])  # the chosen server's tools only
-        return [(v, v) for v in events.order_by("tool").values_list("tool", flat=True).distinct()]
+        # A tool's name is its server's text: shown with what does not show itself written out (``audit.visible``).
+        return [(v, visible_text(v)) for v in events.order_by("tool").values_list("tool", flat=True).distinct()]
 
 
 class SourceFilter(_ChoiceFilter):
@@ -146,7 +147,9 @@ class ActionFilter(_ChoiceFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         actions = list(AuditEvent.objects.order_by("action").values_list("action", flat=True).distinct())
         prefixes = sorted({a.split(".", 1)[0] + ".*" for a in actions if a.startswith("config.")})
-        return [(p, str(_("every configuration change"))) for p in prefixes] + [(a, action_label(a)) for a in actions]
+        return [(p, str(_("every configuration change"))) for p in prefixes] + [
+            (a, visible_text(action_label(a))) for a in actions
+        ]
 
 
 NEUTRAL_REASONS: dict[str, bool] = {
@@ -156,6 +159,18 @@ NEUTRAL_REASONS: dict[str, bool] = {
 """Reasons that are neither a success nor a failure, each with the ``ok`` it is recorded with (what the API's
 ``ok`` filter sees). The list shows them by their words, without ✓ or ✗, and leaves them out of both outcome
 filters: an approval awaited was shown and counted as a failed event, a skipped rule as a succeeded one."""
+
+
+def _outcome_icon(event: AuditEvent) -> str:
+    """✓ or ✗ with its words (in the reader's language) as the icon's text; nothing for an event of a neutral
+    reason (``NEUTRAL_REASONS``), which is neither."""
+    if event.reason in NEUTRAL_REASONS:
+        return ""
+    return format_html(
+        '<img src="{}" alt="{}">',
+        static(f"admin/img/icon-{'yes' if event.ok else 'no'}.svg"),
+        gettext("succeeded") if event.ok else gettext("failed"),
+    )
 
 
 class OutcomeFilter(admin.SimpleListFilter):
@@ -201,7 +216,7 @@ class ReasonFilter(_ChoiceFilter):
         # Each run writes a decision for every rule it tried: the ones that did not match are left out in a click
         # (the same "!" the API takes, so the export links carry it).
         fewer = [("!rule:skipped", gettext("all but skipped rule decisions"))] if "rule:skipped" in values else []
-        return fewer + [(v, reason_label(v)) for v in values]
+        return fewer + [(v, visible_text(reason_label(v))) for v in values]
 
 
 class _InputFilter(admin.ListFilter):
@@ -330,17 +345,17 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         "agent",
         "source",
         "action_text",
-        "mcp_id",
-        "tool",
-        "call_id",
+        "server_text",
+        "tool_text",
+        "call_id_text",
         "args_pretty",
         "args_rows",
         "result_pretty",
-        "ok",
+        "outcome_text",
         "reason_text",
         "attempt",
         "latency",
-        "actor",
+        "actor_text",
         "seq",
         "prev_hash",
         "hash",
@@ -367,7 +382,7 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         arguments and result); the record as stored; the chain's fields. Codes and raw numbers are shown
         through their readable forms, beside them."""
         chain = [f for f in ("seq", "prev_hash", "hash") if f in {f.name for f in AuditEvent._meta.get_fields()}]
-        head = ["id", "created_at", "action_text", "source", "actor"]
+        head = ["id", "created_at", "action_text", "source", "actor_text"]
         recorded = (_("As recorded (masked)"), {"fields": ["args_pretty", "result_pretty"], "classes": ["collapse"]})
         if obj is not None:
             # This page's readings of the record, made once for this reader (who may follow which links).
@@ -385,18 +400,39 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         elif obj is not None and obj.action == "rule.decision":
             sections = [
                 (None, {"fields": [*head, "run_page", "agent"]}),
-                (_("Decision"), {"fields": ["decision_summary", "mcp_id", "tool", "args_rows", "reason_text"]}),
+                (
+                    _("Decision"),
+                    {"fields": ["decision_summary", "server_text", "tool_text", "args_rows", "reason_text"]},
+                ),
                 (_("As recorded (masked)"), {"fields": ["result_pretty"], "classes": ["collapse"]}),
             ]
         else:
             # A tool call's arguments a row each; a record of another kind as it was recorded.
             args = "args_rows" if obj is not None and str(obj.action).startswith("tool.") else "args_pretty"
-            call = ["mcp_id", "tool", "call_id", args, "result_pretty", "ok", "reason_text", "attempt"]
+            call = [
+                *("server_text", "tool_text", "call_id_text", args, "result_pretty"),
+                *("outcome_text", "reason_text", "attempt"),
+            ]
             sections = [
                 (None, {"fields": [*head, "run_page", "agent"]}),
                 (_("Call"), {"fields": [*call, "latency"]}),
             ]
         return [*sections, (_("Chain"), {"fields": chain})] if chain else sections
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Any = None,
+    ) -> HttpResponse:
+        # The title (``#185 tool.call · local.calculate``) names the recorded tool: shown, in the title, the heading
+        # and the breadcrumbs (the template's ``event_title``), with what does not show itself written out.
+        if obj is not None:
+            context["subtitle"] = context["event_title"] = visible_text(str(obj))
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     @admin.display(description=_("what was changed"))
     def change_summary(self, obj: AuditEvent) -> str:
@@ -432,7 +468,7 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         """What happened, in words, who asked for it (the source), and the action's code."""
         return format_html(
             '{}<div class="audit-sub">{}</div><code class="audit-code">{}</code>',
-            action_label(obj.action),
+            visible_text(action_label(obj.action)),
             obj.get_source_display(),
             breakable(obj.action),
         )
@@ -449,17 +485,11 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         """Succeeded or failed (an icon), why in words with its code, and the attempt's number when it was a retry.
         An event of a neutral reason (``NEUTRAL_REASONS``: waiting for an approval, a rule skipped) has no icon:
         its reason's words say what happened, neither a success nor a failure."""
-        icon = (
-            format_html(
-                '<img src="{}" alt="{}">',
-                static(f"admin/img/icon-{'yes' if obj.ok else 'no'}.svg"),
-                gettext("succeeded") if obj.ok else gettext("failed"),
-            )
-            if obj.reason not in NEUTRAL_REASONS
-            else ""
-        )
+        icon = _outcome_icon(obj)
         reason = (
-            format_html(' {}<code class="audit-code">{}</code>', reason_label(obj.reason), breakable(obj.reason))
+            format_html(
+                ' {}<code class="audit-code">{}</code>', visible_text(reason_label(obj.reason)), breakable(obj.reason)
+            )
             if obj.reason
             else ""
         )
@@ -469,7 +499,7 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
     @admin.display(description=_("agent"), ordering="agent_slug")
     def agent(self, obj: AuditEvent) -> str:
-        return getattr(obj, "agent_slug", None) or "—"
+        return visible_text(getattr(obj, "agent_slug", None) or "—")
 
     @admin.display(description=_("actor"), ordering="actor")
     def actor_column(self, obj: AuditEvent) -> str:
@@ -477,22 +507,57 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
     @admin.display(description=_("action"))
     def action_text(self, obj: AuditEvent) -> str:
-        return format_html('{} <code class="audit-code">{}</code>', action_label(obj.action), obj.action)
+        return format_html(
+            '{} <code class="audit-code">{}</code>', visible_text(action_label(obj.action)), visible_text(obj.action)
+        )
+
+    # The event page's recorded texts, each with what does not show itself written out (``audit.visible``), as
+    # the list shows them: a tool's name is its server's text, an actor and a call id a caller's, and a direction
+    # override in ``get\u202eeteled`` would make it read ``getdeleted`` (the admin shows a model field's text raw).
+
+    @admin.display(description=_("server"))
+    def server_text(self, obj: AuditEvent) -> str:
+        return visible_text(obj.mcp_id) or "—"
+
+    @admin.display(description=_("tool"))
+    def tool_text(self, obj: AuditEvent) -> str:
+        return visible_text(obj.tool) or "—"
+
+    @admin.display(description=_("call id"))
+    def call_id_text(self, obj: AuditEvent) -> str:
+        return visible_text(obj.call_id) or "—"
+
+    @admin.display(description=_("actor"))
+    def actor_text(self, obj: AuditEvent) -> str:
+        return visible_text(obj.actor) or "—"
+
+    @admin.display(description=_("outcome"))
+    def outcome_text(self, obj: AuditEvent) -> str:
+        """As the list shows it: ✓ or ✗ with its words in the reader's language, and for a neutral reason
+        (``NEUTRAL_REASONS``: an approval awaited, a rule skipped) neither; the reason's words follow."""
+        if obj.reason in NEUTRAL_REASONS:
+            return gettext("neither succeeded nor failed")
+        return format_html("{} {}", _outcome_icon(obj), gettext("succeeded") if obj.ok else gettext("failed"))
 
     @admin.display(description=_("reason code"))
     def reason_text(self, obj: AuditEvent) -> str:
         if not obj.reason:
             return "—"
         # A reason may quote a caller's text (``args:unknown:<a name the model wrote>``).
-        return format_html('{} <code class="audit-code">{}</code>', reason_label(obj.reason), visible_text(obj.reason))
+        return format_html(
+            '{} <code class="audit-code">{}</code>', visible_text(reason_label(obj.reason)), visible_text(obj.reason)
+        )
 
     @admin.display(description=_("agent and run"), ordering="agent_slug")
     def run_link(self, obj: AuditEvent) -> str:
         if not obj.run_id:
-            return getattr(obj, "agent_slug", None) or "—"
+            return visible_text(getattr(obj, "agent_slug", None) or "—")
         url = reverse("admin:agents_run_change", args=[obj.run_id], current_app=self.admin_site.name)
         return format_html(
-            '{}<div><a href="{}">{}</a></div>', getattr(obj, "agent_slug", None) or "", url, str(obj.run_id)[:8]
+            '{}<div><a href="{}">{}</a></div>',
+            visible_text(getattr(obj, "agent_slug", None) or ""),
+            url,
+            str(obj.run_id)[:8],
         )
 
     @admin.display(description=_("arguments (masked)"))

@@ -4,7 +4,9 @@ to its page while it exists), and a rule decision as a sentence (the rule, match
 words). The event's stored JSON is unchanged and shown too: these are readings of it, never replacements.
 
 Anything these readings do not know (a change recorded in another shape, a model since removed) is shown as it
-was recorded.
+was recorded. Every recorded text is shown through :func:`audit.visible.visible_text`, as the folded JSON is: a
+tool's description, a name or a value may hold characters that do not show themselves (tag characters a model
+reads, a direction override that makes a name read backwards), written out as ``⟦U+202E⟧``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from agents.decision_reasons import reason_text
 from audit.changes import CONFIG_ACTION_PREFIX
 from audit.labels import permission_label
 from audit.models import AuditEvent
+from audit.visible import visible_text
 
 # What a change of a set of names did (a secret map's names, a user's groups): the kinds the recorders write.
 _NAME_CHANGES: dict[str, Callable[[], str]] = {
@@ -41,6 +44,11 @@ _NAME_CHANGES: dict[str, Callable[[], str]] = {
 }
 
 _EMPTY: tuple[Any, ...] = (None, "", [], {})
+
+
+def _shown(value: Any) -> str:
+    """A recorded value as text a reader sees whole: what does not show itself written out (``⟦U+202E⟧``)."""
+    return visible_text(str(value))
 
 
 @dataclass(frozen=True)
@@ -85,16 +93,16 @@ def value_html(value: Any, field: Any = None) -> SafeString:
         return format_html("{}", gettext("Yes") if value else gettext("No"))
     choices = dict(getattr(field, "flatchoices", None) or ())
     if isinstance(value, (str, int)) and value in choices and str(choices[value]) != str(value):
-        return format_html('{} <code class="audit-code">{}</code>', choices[value], value)
+        return format_html('{} <code class="audit-code">{}</code>', choices[value], _shown(value))
     if isinstance(value, str):
-        return format_html('<div class="audit-text">{}</div>', value)
+        return format_html('<div class="audit-text">{}</div>', _shown(value))
     if isinstance(value, (int, float)):
         return format_html("{}", value)
     if isinstance(value, list) and all(isinstance(item, (str, int, float)) for item in value):
         return format_html(
-            '<ul class="audit-list">{}</ul>', SafeString("".join(format_html("<li>{}</li>", i) for i in value))
+            '<ul class="audit-list">{}</ul>', SafeString("".join(format_html("<li>{}</li>", _shown(i)) for i in value))
         )
-    return format_html("<pre>{}</pre>", json.dumps(value, ensure_ascii=False, indent=2))
+    return format_html("<pre>{}</pre>", _shown(json.dumps(value, ensure_ascii=False, indent=2)))
 
 
 def _names_html(change: Mapping[str, Any]) -> SafeString:
@@ -103,8 +111,10 @@ def _names_html(change: Mapping[str, Any]) -> SafeString:
     lines = [
         format_html(
             "<li>{}: {}</li>",
-            _NAME_CHANGES[kind]() if kind in _NAME_CHANGES else kind,
-            ", ".join(str(n) for n in names) if isinstance(names, list) else json.dumps(names, ensure_ascii=False),
+            _NAME_CHANGES[kind]() if kind in _NAME_CHANGES else _shown(kind),
+            _shown(
+                ", ".join(str(n) for n in names) if isinstance(names, list) else json.dumps(names, ensure_ascii=False)
+            ),
         )
         for kind, names in change.items()
     ]
@@ -129,7 +139,7 @@ def _permissions_in_words(value: Any) -> Any:
             "".join(
                 format_html('<li>{} <code class="audit-code">{}</code></li>', permission_label(known[v]), v)
                 if v in known
-                else format_html("<li>{}</li>", v)
+                else format_html("<li>{}</li>", _shown(v))
                 for v in value
             )
         ),
@@ -156,7 +166,7 @@ def change_rows(event: AuditEvent) -> list[ChangeRow] | None:
         else:
             return None
         label = label if label and label != name else ""
-        rows.append(ChangeRow(label, name, before, after, names=isinstance(change, dict)))
+        rows.append(ChangeRow(label, _shown(name), before, after, names=isinstance(change, dict)))
     return rows
 
 
@@ -169,8 +179,8 @@ def _object_html(reference: Mapping[str, Any], *, site_name: str, can_view: CanV
     linked to its page while it exists, for a reader who may view it (to anyone else: the record's words only,
     which tell nothing of what exists now)."""
     model = _model(reference.get("model"))
-    kind = str(model._meta.verbose_name) if model is not None else str(reference.get("model") or "")
-    text = format_html("{} #{} {}", kind, reference.get("id", "?"), reference.get("name", ""))
+    kind = str(model._meta.verbose_name) if model is not None else _shown(reference.get("model") or "")
+    text = format_html("{} #{} {}", kind, _shown(reference.get("id", "?")), _shown(reference.get("name", "")))
     if model is None or reference.get("id") is None or not can_view(model):
         return text
     try:
@@ -197,12 +207,12 @@ def change_html(event: AuditEvent, *, site_name: str, can_view: CanView) -> Safe
     also = result.get("also_deleted")
     context = {
         "target": _object_html(result, site_name=site_name, can_view=can_view),
-        "via": result.get("via", ""),
+        "via": _shown(result.get("via", "")),
         "deleted_with": _object_html(result["deleted_with"], site_name=site_name, can_view=can_view)
         if isinstance(result.get("deleted_with"), dict)
         else None,
         "also_deleted": [
-            format_html("{} × {}", str(m._meta.verbose_name_plural) if (m := _model(label)) else label, count)
+            format_html("{} × {}", str(m._meta.verbose_name_plural) if (m := _model(label)) else _shown(label), count)
             for label, count in also.items()
         ]
         if isinstance(also, dict)
@@ -229,7 +239,7 @@ def rule_decision_html(event: AuditEvent, *, site_name: str, can_view: CanView) 
     matched = bool(result.get("matched"))
     rule_name = str(result.get("rule", ""))
     rule_id = event.call_id.removeprefix("rule:") if event.call_id.startswith("rule:") else ""
-    rule: SafeString = format_html("«{}»", rule_name)
+    rule: SafeString = format_html("«{}»", _shown(rule_name))
     if rule_id.isascii() and rule_id.isdigit():
         reference = {"model": "agents.deterministicrule", "id": int(rule_id), "name": f"«{rule_name}»"}
         rule = _object_html(reference, site_name=site_name, can_view=can_view)
@@ -239,5 +249,5 @@ def rule_decision_html(event: AuditEvent, *, site_name: str, can_view: CanView) 
         "{}: <strong>{}</strong>{}",
         rule,
         verdict,
-        format_html(" — {}", reason_text(reason)) if reason and reason != "matched" else "",
+        format_html(" — {}", _shown(reason_text(reason))) if reason and reason != "matched" else "",
     )
