@@ -874,6 +874,26 @@ class _Timeline:
             % {"n": "?" if count is None else f"{count:g}"},
         )
 
+    def _tool_left_out(self, entry: dict[str, Any]) -> TimelineStep:
+        """A published version's tool not offered: its server's arguments changed after the publish
+        (``agents.engine.tools_left_out``), told in the reader's words."""
+        return TimelineStep(
+            kind="withdrawn",
+            label=gettext("tool left out"),
+            title=visible_text(_str(entry.get("tool"))),
+            status="skipped",
+            status_text=gettext("not offered"),
+            note=gettext(
+                "Tool %(tool)s of server %(server)s is left out: its server's arguments changed after %(version)s "
+                "was published. Publish the agent again."
+            )
+            % {
+                "tool": visible_text(_str(entry.get("tool"))),
+                "server": visible_text(_str(entry.get("mcp_id"))),
+                "version": _str(entry.get("version")) or "?",
+            },
+        )
+
     def _model_error(self, entry: dict[str, Any]) -> TimelineStep:
         attempts = _number(entry.get("attempts"))
         return TimelineStep(
@@ -963,6 +983,7 @@ _HANDLED = frozenset(
         "tool_selection",
         "parallel_calls",
         "tool_withdrawn",
+        "tool_left_out",
         "model_error",
         "prompt",
         "resource",

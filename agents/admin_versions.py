@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
@@ -22,7 +23,7 @@ from agents.experiments import arm_comparisons, arm_metrics
 from agents.models import Agent, AgentArm, AgentVersion, ShadowComparison
 from agents.services import agent_arm_create, agent_arm_delete, agent_arm_update, agent_version_rollback
 from agents.shadow import ANSWER_AGREEMENT
-from agents.version_view import content_html
+from agents.version_view import content_html, version_stale_tools
 from agents.versions import version_diff
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from audit.admin_readonly import ReadOnlyAdminMixin
@@ -141,6 +142,16 @@ def rollback_message(*, agent: Agent, old: int, new: int) -> tuple[str, bool]:
     return gettext("Agent %(agent)s: v%(old)s published again as v%(new)s, now live.") % words, False
 
 
+def stale_tools_message(*, version: AgentVersion, stale: list[str]) -> str:
+    """What a version's page says of the tools whose frozen contracts no longer fit their servers
+    (``agents.version_view.version_stale_tools``): its runs are not offered them, and publishing again is the cure
+    (the version's contracts are never fitted for it)."""
+    return gettext(
+        "Agent %(agent)s: the arguments of %(tools)s changed on their servers after v%(number)s was published. "
+        "Runs of v%(number)s are not offered these tools; publish the agent again to offer them."
+    ) % {"agent": version.agent.slug, "number": version.number, "tools": ", ".join(map(visible_text, stale))}
+
+
 @admin.register(AgentVersion)
 class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Versions are immutable: viewed, compared, rolled back to (which publishes a new version)."""
@@ -157,6 +168,16 @@ class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     def has_rollback_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm("agents.change_agent"))
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The version's page, warning where its frozen contracts no longer fit their tools: its runs are not
+        offered those tools (``agents.engine.tools_left_out``), and nothing else tells an admin to publish again."""
+        version = self.get_object(request, unquote(object_id)) if request.method == "GET" else None
+        if version is not None and (stale := version_stale_tools(version.content)):
+            self.message_user(request, stale_tools_message(version=version, stale=stale), messages.WARNING)
+        return super().change_view(request, object_id, form_url, extra_context)
 
     @admin.display(description=_("note"), ordering="note")
     def note_text(self, obj: AgentVersion) -> str:

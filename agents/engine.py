@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from django.conf import settings as django_settings
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.translation import gettext as _
 from langchain_core.messages import (
     AIMessage,
@@ -63,6 +64,7 @@ from agents.mcp_context import (
     read_resource_spec,
 )
 from agents.model_tracing import ModelCallTracer
+from agents.models import Run
 from agents.parallel_calls import ParallelCalls, call_batch
 from agents.providers import (
     RETRYABLE_BY_DEFAULT,
@@ -88,6 +90,7 @@ from agents.tool_selection import (
     tool_selection_settings,
 )
 from agents.tools import ToolFailure
+from agents.version_view import contract_out_of_date
 from audit.masking import mask_text, mask_value, register_secrets
 from audit.visible import invisible_characters, visible_text
 from mcpregistry import gate
@@ -247,12 +250,76 @@ def _digest_alias(name: str, *, stem: str, taken: set[str]) -> str:
 
 
 def _tool_index(plan: RunPlan) -> dict[str, tuple[McpServer, McpTool]]:
-    """The tools the run may call (``tools_served``), by the name the model sees (``model_tool_names``): the
-    model's calls are resolved here to their server and tool, whose own name the gate, the audit and the events
-    carry."""
-    served = list(tools_served(plan.servers, plan.frozen_contracts))
+    """The tools the run may call (``tools_served``, less ``tools_left_out``), by the name the model sees
+    (``model_tool_names``): the model's calls are resolved here to their server and tool, whose own name the gate,
+    the audit and the events carry."""
+    left_out = {(server.mcp_id, mcp_tool.name) for server, mcp_tool in tools_left_out(plan)}
+    served = [
+        (server, mcp_tool)
+        for server, mcp_tool in tools_served(plan.servers, plan.frozen_contracts)
+        if (server.mcp_id, mcp_tool.name) not in left_out
+    ]
     names = model_tool_names([mcp_tool.exposed_name for _server, mcp_tool in served])
     return {names[mcp_tool.exposed_name]: (server, mcp_tool) for server, mcp_tool in served}
+
+
+def tools_left_out(plan: RunPlan) -> list[tuple[McpServer, McpTool]]:
+    """A published version's tools (``tools_served``) whose frozen contract no longer fits the tool's input schema
+    as discovered now (``contract_out_of_date``: the server changed its arguments after the publish). The gate
+    applies the version's contract, never the draft's fitted one, so the model would be offered both lists of
+    arguments and every call refused: the tool is not offered until the agent is published again. None for a run
+    of an agent never published (the registry's contracts, fitted when a schema's review is approved)."""
+    frozen = plan.frozen_contracts
+    if frozen is None:
+        return []
+    return [
+        (server, mcp_tool)
+        for server, mcp_tool in tools_served(plan.servers, frozen)
+        if contract_out_of_date(
+            getattr(frozen.get(f"{server.mcp_id}/{mcp_tool.name}"), "args", None), mcp_tool.input_schema
+        )
+    ]
+
+
+def _tools_left_out_told(plan: RunPlan, trace: list[dict[str, Any]]) -> None:
+    """Each of ``tools_left_out`` in the run's trace, in words, and in the worker's log: live traffic lost the tool
+    until the agent is published again, and an admin must learn why (the version's page says so too)."""
+    left_out = tools_left_out(plan)
+    if not left_out:
+        return
+    version = _version_label(plan.run_id)
+    for server, mcp_tool in left_out:
+        logger.warning(
+            "run %s: tool %s of server %s is not offered: its arguments changed after %s was published; "
+            "publish the agent again",
+            plan.run_id,
+            mcp_tool.name,
+            server.mcp_id,
+            version,
+        )
+        message = _(
+            "Tool %(tool)s of server %(server)s is left out: its server's arguments changed after %(version)s "
+            "was published. Publish the agent again."
+        ) % {"tool": mcp_tool.exposed_name, "server": server.mcp_id, "version": version}
+        trace.append(
+            {
+                "type": "tool_left_out",
+                "mcp_id": server.mcp_id,
+                "tool": mcp_tool.exposed_name,
+                "version": version,
+                "message": message,
+            }
+        )
+
+
+def _version_label(run_id: Any) -> str:
+    """The version the run runs as the admin names it (``v3``), for the words of a note; ``v?`` for a run that is
+    not stored (a plan made by a test)."""
+    try:
+        number = Run.objects.filter(pk=run_id).values_list("version__number", flat=True).first()
+    except (ValueError, DjangoValidationError):  # not a run's id at all
+        number = None
+    return f"v{number}" if number is not None else "v?"
 
 
 def names_the_model_knows(index: Mapping[str, tuple[McpServer, McpTool]]) -> dict[Any, dict[str, str]]:
@@ -540,6 +607,7 @@ def execute(plan: RunPlan) -> RunOutcome:
         )
 
     index = _tool_index(plan)
+    _tools_left_out_told(plan, trace)
     known_as = names_the_model_knows(index)
     specs = tool_specs(index, plan.frozen_contracts)  # once per run: the offer and the graph share them
     try:
