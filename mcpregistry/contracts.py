@@ -67,16 +67,15 @@ def misplaced_bounds(spec: dict[str, Any]) -> list[str]:
 SCHEMA_MAX_DEPTH = 64
 # Keywords a model provider refuses at the root of a tool's input schema: Anthropic's models (on Bedrock too)
 # answer "input_schema does not support oneOf, allOf, or anyOf at the top level" and fail the whole request. They
-# are left off what a model is offered (``_object_root``; the server still checks the calls against them); a root
-# that names its arguments only inside them offers the model none, and is refused (``schema_problem``).
+# are left off what a model is offered, their branches' arguments offered beside the root's (``_object_root``); the
+# server still checks the calls against them.
 ROOT_COMBINATORS = ("anyOf", "oneOf", "allOf")
 
 
 def schema_problem(input_schema: Any) -> str | None:
     """Why a discovered input schema cannot be offered to a model, or None (in the active language). It must be a
     valid JSON schema describing an object (MCP requires it; a model provider such as Bedrock refuses anything
-    else) whose arguments are not named only in an ``anyOf``/``oneOf``/``allOf`` at its root
-    (``ROOT_COMBINATORS``), nested at most ``SCHEMA_MAX_DEPTH`` levels.
+    else), nested at most ``SCHEMA_MAX_DEPTH`` levels.
     A missing root ``type`` is an object's (``schema_with_contract`` writes it in). Never raises."""
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
@@ -85,11 +84,6 @@ def schema_problem(input_schema: Any) -> str | None:
         return _("the input schema is not a JSON object")
     if input_schema.get("type", "object") != "object":
         return _("the input schema's type is %(type)s, not 'object'") % {"type": repr(input_schema.get("type"))}
-    combinators = [key for key in ROOT_COMBINATORS if key in input_schema]
-    if combinators and not input_schema.get("properties"):
-        return _("the input schema names its arguments only inside %(keywords)s at its root") % {
-            "keywords": ", ".join(combinators)
-        }
     if json_depth(input_schema) > SCHEMA_MAX_DEPTH:
         return _too_deep()
     try:
@@ -213,12 +207,20 @@ def _object_root(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` with the root every provider takes: ``"type": "object"`` and ``properties``. An argument-less
     tool may list ``{}`` (``schema_problem`` reads a missing type as an object's), which Bedrock refuses
     ("inputSchema.json.type must be one of the following: object"), failing every run offered the tool. A root
-    ``anyOf``/``oneOf``/``allOf`` ("an id or a name") is left off: Anthropic's models refuse the whole request for
-    it; the server still checks the calls against it."""
+    ``anyOf``/``oneOf``/``allOf`` ("an id or a name") is left off, Anthropic's models refusing the whole request
+    for it; the arguments its branches name are offered beside the root's, none required (the root's own win where
+    both name one): a tool whose arguments were named only there kept them. The server still checks the calls
+    against its own schema."""
     rooted = {key: value for key, value in schema.items() if key not in ROOT_COMBINATORS}
     rooted["type"] = "object"
-    if not isinstance(rooted.get("properties"), dict):
-        rooted["properties"] = {}
+    properties = dict(rooted["properties"]) if isinstance(rooted.get("properties"), dict) else {}
+    for combinator in ROOT_COMBINATORS:
+        branches = schema.get(combinator)
+        for branch in branches if isinstance(branches, list) else []:
+            named = branch.get("properties") if isinstance(branch, dict) else None
+            for name, spec in named.items() if isinstance(named, dict) else []:
+                properties.setdefault(name, spec)
+    rooted["properties"] = properties
     return rooted
 
 

@@ -629,8 +629,9 @@ def _with_description_bounded(listed: dict[str, Any], report: DiscoveryReport) -
 def _listing_checked(listing: Any, report: DiscoveryReport) -> Any:
     """The listing as the registry can store it: a tool whose name cannot be one (not a string, empty, longer than
     a name may be, with control characters) is left out, and so is a second tool of a name already listed (the
-    first is kept), each reported (``report.rejected`` and ``schema_errors``, the binding's health); a description
-    longer than ``TOOL_DESCRIPTION_MAX_CHARS`` cut (``report.descriptions_cut``); everything else made storable
+    first is kept; names compared in NFC: a composed and a decomposed ``직원검색`` are one name to a person and to
+    an agent's conflict check, which failed every run of one server listing both), each reported
+    (``report.rejected`` and ``schema_errors``, the binding's health); a description longer than ``TOOL_DESCRIPTION_MAX_CHARS`` cut (``report.descriptions_cut``); everything else made storable
     (``_storable``: a NUL character in a description, a schema, a resource, a prompt or the server's info becomes
     U+FFFD)."""
     tools: list[Any] = []
@@ -638,14 +639,14 @@ def _listing_checked(listing: Any, report: DiscoveryReport) -> Any:
     for listed in listing.tools:
         name = listed.get("name") if isinstance(listed, dict) else None
         problem = tool_name_problem(name)
-        if not problem and name in names:
+        if not problem and unicodedata.normalize("NFC", name) in names:
             problem = str(_("listed more than once (the first is kept)"))
         if problem:
             entry = f"{_shown_name(name)}: {problem}"
             report.rejected.append(entry)
             report.schema_errors.append(entry)
             continue
-        names.add(str(name))
+        names.add(unicodedata.normalize("NFC", str(name)))
         tools.append(_with_description_bounded(listed, report))
     return replace(
         listing,

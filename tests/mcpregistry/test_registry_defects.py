@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+import unicodedata
 from collections.abc import Iterator
 from datetime import timedelta
 from html.parser import HTMLParser
@@ -469,3 +470,22 @@ def test_closed_run_scopes_leave_nothing_behind(pool: McpSessionPool) -> None:
     assert len(pool._open_locks) == 1
     pool.close("raw")
     assert pool._open_locks == {}
+
+
+def test_one_name_listed_composed_and_decomposed_is_one_name_listed_twice(db) -> None:
+    # 직원검색 written on macOS arrives decomposed: beside its composed form on one server, the agent's conflict check
+    # (which compares in NFC) failed every run of that server with config:tool_name_conflict, and no prefix could
+    # part them. The second is reported and left out, as any name listed twice.
+    composed = "직원검색"
+    decomposed = unicodedata.normalize("NFD", composed)
+    server = raw_server(
+        "hangul",
+        [
+            {"name": composed, "description": "first", "inputSchema": SCHEMA},
+            {"name": decomposed, "description": "second", "inputSchema": SCHEMA},
+        ],
+    )
+    report = mcp_server_discover(server=server, actor="test", via="tests")
+    assert report.added == [composed] and report.tool_count == 1
+    assert len(report.rejected) == 1 and report.rejected[0].endswith("listed more than once (the first is kept)")
+    assert [tool.description for tool in McpTool.objects.filter(server=server)] == ["first"]
