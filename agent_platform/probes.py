@@ -385,6 +385,9 @@ class PlatformCollector(Collector):
             RUN_BUCKETS_S,
         )
 
+        # The chain's lag as it stands, read before this scrape chains anything: chained first, it read 0 whether or
+        # not a chainer runs, and an alert on it could never fire for a dead one.
+        lag = audit_chain_lag()
         # Production figures: eval and shadow runs (and their tool calls) stay out of them. Events committed but
         # not chained yet (deferred chaining) are chained first, so that they are counted.
         audit_chain_catch_up()
@@ -442,7 +445,6 @@ class PlatformCollector(Collector):
             "Write calls waiting for a person's decision.",
             value=Approval.objects.filter(status=Approval.Status.PENDING).count(),
         )
-        lag = audit_chain_lag()
         yield GaugeMetricFamily(
             "platform_audit_chain_lag_seconds",
             "How long the oldest audit event not yet chained has waited (0: the chain is current).",

@@ -605,4 +605,6 @@ class JsonLogFormatter(logging.Formatter):
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
             entry["exception"] = record.exc_text
+        if record.stack_info:  # ``stack_info=True``: where the line was logged from (the plain format shows it too)
+            entry["stack"] = self.formatStack(record.stack_info)
         return json.dumps(entry, ensure_ascii=False, default=str)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import importlib
 import inspect
 import json
@@ -329,7 +330,8 @@ class LocalToolRunner:
         if target is None:
             raise McpError(types.ErrorData(code=types.METHOD_NOT_FOUND, message=f"Unknown local tool: {tool}"))
         coroutine_call = _CoroutineCall() if _is_coroutine_tool(target) else None
-        future = self._executor.submit(_invoke, target, arguments, coroutine_call)
+        # Run in the caller's context (its run id, its span): the tool's log lines and spans belong to the run's.
+        future = self._executor.submit(contextvars.copy_context().run, _invoke, target, arguments, coroutine_call)
         try:
             return future.result(timeout=timeout_s)
         except concurrent.futures.TimeoutError:
