@@ -21,7 +21,7 @@ from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration, stor
 from audit.models import AuditEvent
 from audit.services import audit_chain_catch_up
 from mcpregistry.crypto import EncryptedJSONField
-from mcpregistry.models import INT32_MAX, McpServer
+from mcpregistry.models import INT32_MAX, McpServer, secret_entry_value
 
 # The most model turns a run may take: an agent's field, an agent entry of a configuration document and a
 # version's frozen content are held to it (a version stored with more ran unbounded; an agent saved here with
@@ -49,6 +49,18 @@ def tool_choice_name(choice: Any) -> str | None:
     from agents.providers import tool_choice_name as provider_tool_choice_name
 
     return provider_tool_choice_name(choice)
+
+
+# A model API key as HTTP sends it in ``Authorization: Bearer <key>``: visible ASCII, no space.
+_SENDABLE_KEY = re.compile(r"[\x21-\x7e]+")
+
+
+def _unsendable_key(entry: Any) -> bool:
+    """Whether a model key given as a value (not read from the environment) cannot be sent as a header."""
+    if isinstance(entry, dict) and "from_env" in entry:
+        return False
+    value = secret_entry_value(entry)
+    return value is not None and value != "" and not _SENDABLE_KEY.fullmatch(value)
 
 
 def named_tool_refused(*, setting: str, model_id: str) -> str:
@@ -552,6 +564,19 @@ class Agent(AuditedModel):
             errors["model_secrets"] = [str(_('The model secrets hold one entry: "api_key".'))]
         elif problem := from_env_problem(secrets.values(), settings.PLATFORM_MCP_ENV_PASSTHROUGH):
             errors["model_secrets"] = [problem]
+        elif _unsendable_key(secrets.get("api_key")) and (
+            self.pk is None or secrets != stored_value(self, "model_secrets")
+        ):
+            # Sent as ``Authorization: Bearer <key>``: a Korean character or a pasted zero-width space failed every
+            # run with UnicodeEncodeError, a line break as "the model server could not be reached", no request sent.
+            errors["model_secrets"] = [
+                str(
+                    _(
+                        "The model API key can be sent only as visible ASCII text on one line (no Korean, no space, "
+                        "no line break, no hidden character): check what was pasted."
+                    )
+                )
+            ]
         elif masked_secret_given(secret_entry_value(secrets.get("api_key")) if "api_key" in secrets else None) and (
             self.pk is None or secrets != stored_value(self, "model_secrets")
         ):
