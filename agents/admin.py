@@ -76,6 +76,8 @@ from agents.services import (
     api_key_delete,
     api_key_revoke,
     api_key_update,
+    api_key_widened,
+    api_key_widening_refused,
     deterministic_rule_create,
     deterministic_rule_delete,
     deterministic_rule_update,
@@ -772,13 +774,17 @@ class ApiKeyForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         """A tick sent for the disabled box (a forged or stale form) is refused, not silently dropped: the user
-        asked for an admin key and is told why there is none."""
+        asked for an admin key and is told why there is none. Unticking a key's last agent is refused at the
+        field: with none it could use every agent (``api_key_update`` refuses it too; here the page says why)."""
         super().clean()
         field = self.fields.get("admin")
         if field is not None and field.disabled and not self.instance.admin:
             ticked = field.widget.value_from_datadict(self.data, self.files, self.add_prefix("admin"))
             if ticked:
                 self.add_error("admin", ADMIN_KEY_REFUSED)
+        agents = self.cleaned_data.get("agents")
+        if agents is not None and api_key_widened(api_key=self.instance, agents=list(agents)):
+            self.add_error("agents", api_key_widening_refused())
         return self.cleaned_data
 
     def clean_name(self) -> str:

@@ -93,9 +93,32 @@ def api_key_update(
     data: Mapping[str, Any] | None = None,
     agents: Iterable[Agent] | None = None,
 ) -> ApiKey:
-    """Change a key's name, rate limit or agents."""
-    return audited_save(
-        api_key, actor=actor, via=via, data=data, m2m=None if agents is None else {"agents": list(agents)}
+    """Change a key's name, rate limit or agents. Raises ValidationError (``agents``, code ``key_scope_widened``)
+    where ``agents`` is empty for a live key that has some: a key with no agents may use every agent, so that edit
+    would open every agent to it, not narrow it (``api_key_widened``). Nothing is written or audited then. Checked
+    under the configuration's lock, as ``agent_delete`` checks the keys an agent's delete would leave with none."""
+    with transaction.atomic(), change_scope(actor=actor, via=via):
+        m2m = None if agents is None else {"agents": list(agents)}
+        if m2m is not None and api_key_widened(api_key=api_key, agents=m2m["agents"]):
+            refusal = ValidationError(api_key_widening_refused(), code="key_scope_widened")
+            raise ValidationError({"agents": [refusal]})
+        return audited_save(api_key, actor=actor, via=via, data=data, m2m=m2m)
+
+
+def api_key_widened(*, api_key: ApiKey, agents: list[Agent]) -> bool:
+    """Whether giving ``api_key`` the agents ``agents`` would widen it to every agent: a stored key that may use
+    some agents left with none. A key for every agent (none stored) keeps that scope on any edit; a revoked key
+    uses nothing any more (as ``keys_left_without_agents`` reads it, and it is never live again)."""
+    if agents or api_key.pk is None:
+        return False
+    return ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True, agents__isnull=False).exists()
+
+
+def api_key_widening_refused() -> str:
+    """Why a key's last agent cannot be taken off (``api_key_widened``), and what to do instead."""
+    return _(
+        "Without agents this key could use every agent: keep at least one, or revoke it and create a key for every "
+        "agent."
     )
 
 
