@@ -1563,7 +1563,11 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
     def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         run = self._run_or_404(request, object_id)
-        if request.method != "POST" or not self.may_cancel(request):
+        if request.method != "POST":  # a copied address: the run's page, where its Cancel button is (it said 403)
+            return HttpResponseRedirect(
+                reverse("admin:agents_run_change", args=[run.pk], current_app=self.admin_site.name)
+            )
+        if not self.may_cancel(request):
             raise PermissionDenied
         try:
             run_cancel(run=run, actor=f"admin:{request.user.get_username()}")

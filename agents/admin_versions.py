@@ -142,6 +142,16 @@ def rollback_message(*, agent: Agent, old: int, new: int) -> tuple[str, bool]:
     return gettext("Agent %(agent)s: v%(old)s published again as v%(new)s, now live.") % words, False
 
 
+def nothing_published_message(*, agent: Agent, old: int, live: int) -> str:
+    words = {"agent": agent.slug, "old": old, "live": live}
+    if old == live:
+        return gettext("Agent %(agent)s: v%(old)s is already the live version; nothing was published.") % words
+    return (
+        gettext("Agent %(agent)s: the live version v%(live)s already has v%(old)s's content; nothing was published.")
+        % words
+    )
+
+
 def stale_tools_message(*, version: AgentVersion, stale: list[str]) -> str:
     """What a version's page says of the tools whose frozen contracts no longer fit their servers
     (``agents.version_view.version_stale_tools``): its runs are not offered them, and publishing again is the cure
@@ -207,6 +217,8 @@ class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             self.message_user(request, gettext("Choose exactly one version to roll back to."), messages.ERROR)
             return
         version = queryset.select_related("agent").get()
+        latest = AgentVersion.objects.filter(agent=version.agent).order_by("-number").values_list("number", flat=True)
+        before = latest.first()
         try:
             new = agent_version_rollback(version=version, actor=request.user, via=ADMIN_VIA)
         except ValidationError as exc:
@@ -215,6 +227,13 @@ class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 gettext("Agent %(agent)s: v%(old)s cannot be published again: %(problems)s")
                 % {"agent": version.agent.slug, "old": version.number, "problems": "; ".join(exc.messages)},
                 messages.ERROR,
+            )
+            return
+        if before is not None and new.number <= before:
+            # The live version already held this content: publishing it again made no version (and no audit
+            # event); "published again as v2" said otherwise.
+            self.message_user(
+                request, nothing_published_message(agent=version.agent, old=version.number, live=new.number)
             )
             return
         text, warning = rollback_message(agent=version.agent, old=version.number, new=new.number)

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import QuerySet
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from agent_platform.json import UnicodeJSONEncoder
@@ -1393,8 +1394,13 @@ class Budget(AuditedModel):
         ordering = ["id"]
 
     def __str__(self) -> str:
-        owner = f"key {self.api_key}" if self.api_key_id else f"agent {self.agent}"
-        return f"{owner} / {self.period}"
+        # In the reader's words on the admin's pages; the audit records it in none (``audit.changes.recorded_name``).
+        owner = (
+            gettext("API key %(key)s") % {"key": self.api_key}
+            if self.api_key_id
+            else gettext("agent %(agent)s") % {"agent": self.agent}
+        )
+        return f"{owner} / {self.get_period_display()}"
 
     def clean(self) -> None:
         from django.core.exceptions import ValidationError

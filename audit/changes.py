@@ -37,6 +37,7 @@ from django.core.exceptions import FieldDoesNotExist
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models, router, transaction
 from django.db.models.deletion import Collector, ProtectedError, RestrictedError
+from django.utils import translation
 
 from audit.change_guard import (
     ChangeAudit,
@@ -108,7 +109,15 @@ def related_names(rows: Any) -> list[str]:
     page, "Agents | approval | …" from a command), and the record must not depend on who read which page."""
     if getattr(rows, "model", None) is Permission:
         return [f"{p.content_type.app_label}.{p.codename}" for p in rows.select_related("content_type")]
-    return [str(row) for row in rows]
+    return [recorded_name(row) for row in rows]
+
+
+def recorded_name(obj: Any) -> str:
+    """How the record names a row: its ``str`` in no language (the msgids, English), whoever's page made the
+    change: a row's name may be said in its reader's language on the admin's pages (a budget: "API 키 … / 일"),
+    and the record must not depend on who read which page."""
+    with translation.override(None):
+        return str(obj)
 
 
 def snapshot(obj: models.Model | None, names: list[str]) -> dict[str, Any]:
@@ -232,7 +241,7 @@ def config_change_record(
         result={
             "model": obj._meta.label_lower,
             "id": pk if pk is not None else obj.pk,
-            "name": str(obj),
+            "name": recorded_name(obj),
             "via": scope.via,
             **dict(extra or {}),
         },
@@ -356,7 +365,7 @@ def audited_delete(obj: models.Model, *, actor: Any, via: str) -> None:
             for n, v in stored.items()
             if v not in _EMPTY
         }
-        target, pk, label = _target(obj), obj.pk, str(obj)
+        target, pk, label = _target(obj), obj.pk, recorded_name(obj)
         collector = _collected(obj)
         cascaded = _cascade(obj, collector)
         staying = _staying_changed(obj, collector)

@@ -88,7 +88,8 @@ def test_an_admin_cancels_a_running_run_and_an_auditor_cannot(admin_client, audi
     assert "Cancel run" in admin_client.get(f"/admin/agents/run/{run.pk}/change/").content.decode()
     assert "Cancel run" not in auditor_client.get(f"/admin/agents/run/{run.pk}/change/").content.decode()
     assert auditor_client.post(f"/admin/agents/run/{run.pk}/cancel/").status_code == 403
-    assert admin_client.get(f"/admin/agents/run/{run.pk}/cancel/").status_code == 403  # a GET changes nothing
+    # A GET changes nothing: a copied address leads to the run's page (it said "not allowed" to an admin).
+    assert admin_client.get(f"/admin/agents/run/{run.pk}/cancel/")["Location"] == f"/admin/agents/run/{run.pk}/change/"
     run.refresh_from_db()
     assert run.status == Run.Status.RUNNING
     response = admin_client.post(f"/admin/agents/run/{run.pk}/cancel/", follow=True)
