@@ -11,7 +11,9 @@ throttle) or claim HTTPS.
 
 An address is read by ``ipaddress`` wherever it comes from: a proxy that appends ``IP:port`` (Azure Application
 Gateway, IIS ARR) or ``[v6]:port`` gives its host, and an entry that is no address at all is never taken for a
-client's identity (the proxy's own address stands in, and it is logged once)."""
+client's identity (the proxy's own address stands in, and it is logged once). The limits kept per client (the
+login lockout, the unknown-key throttle) count an IPv6 client by its /64 (``ip_subject``), which one host normally
+holds whole."""
 
 from __future__ import annotations
 
@@ -60,10 +62,11 @@ def from_trusted_proxy(meta: Mapping[str, Any]) -> bool:
 
 
 def ip_canonical(text: str) -> str | None:
-    """The one spelling of an address that the login lockouts key, record and lift it by: as ``ipaddress`` reads
-    it (``2001:DB8:0::1`` → ``2001:db8::1``), an IPv4-mapped IPv6 address as its IPv4, so that both spellings meet
-    (a dual-stack socket reports the IPv4 client 10.0.0.7 as ``::ffff:10.0.0.7``, Python 3.11 writes that
-    ``::ffff:a00:7``: each is ``10.0.0.7``). None where ``text`` is no address."""
+    """The one spelling of an address that the record writes it in (the per-address limits count its client as
+    ``ip_subject``, built on this): as ``ipaddress`` reads it (``2001:DB8:0::1`` → ``2001:db8::1``), an
+    IPv4-mapped IPv6 address as its IPv4, so that both spellings meet (a dual-stack socket reports the IPv4 client
+    10.0.0.7 as ``::ffff:10.0.0.7``, Python 3.11 writes that ``::ffff:a00:7``: each is ``10.0.0.7``). None where
+    ``text`` is no address."""
     try:
         address = ipaddress.ip_address(text.strip())
     except ValueError:
@@ -71,6 +74,39 @@ def ip_canonical(text: str) -> str | None:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return str(address.ipv4_mapped)
     return str(address)
+
+
+# The IPv6 network one client is counted by: a host, a home or a cloud instance is normally given a whole /64 (and
+# may take a new address in it for each request), so counting each address let one guesser be 2^64 clients.
+IPV6_SUBJECT_PREFIX = 64
+
+
+def ip_subject(text: str) -> str | None:
+    """The client the per-address limits (the login lockout, the unknown-key throttle) count and lock ``text`` as:
+    an IPv4 address as ``ip_canonical`` spells it (an IPv4-mapped one as its IPv4), an IPv6 address as its /64
+    (``2001:db8:1:2::5`` → ``2001:db8:1:2::/64``). A /64 written as such (as a lockout names it, the host part
+    set or not) is itself, so that an operator may name a lockout as it is recorded or by any address inside it.
+    None where ``text`` is neither."""
+    try:
+        address = ipaddress.ip_address(text.strip())
+    except ValueError:
+        return _ipv6_subject_named(text)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is None:
+        # From the integer: a scope (``fe80::1%eth0``) is no part of the network.
+        return str(ipaddress.IPv6Network((int(address), IPV6_SUBJECT_PREFIX), strict=False))
+    return ip_canonical(text)
+
+
+def _ipv6_subject_named(text: str) -> str | None:
+    """``2001:db8:1:2::/64`` (or ``2001:db8:1:2::5/64``) as ``ip_subject`` spells it; None for any other text,
+    another prefix length among it: no lockout is kept under one."""
+    try:
+        network = ipaddress.ip_network(text.strip(), strict=False)
+    except ValueError:
+        return None
+    if isinstance(network, ipaddress.IPv6Network) and network.prefixlen == IPV6_SUBJECT_PREFIX:
+        return str(network)
+    return None
 
 
 def _spelled(address: Address) -> str:
@@ -122,7 +158,8 @@ def forwarded_client(meta: Mapping[str, Any]) -> str | None:
 def client_ip(meta: Mapping[str, Any]) -> str:
     """The client's address: the one the trusted proxies forwarded (``forwarded_client``), else ``REMOTE_ADDR``.
     Spelled as ``ipaddress`` reads it, a port a proxy appended left off; an IPv4-mapped address keeps its form here
-    (the login lockouts read it as its IPv4: ``ip_canonical``). A ``REMOTE_ADDR`` that is no address (the web
+    (the record reads it as its IPv4: ``ip_canonical``; the per-address limits count an IPv6 client by its /64:
+    ``ip_subject``). A ``REMOTE_ADDR`` that is no address (the web
     server's, never a client's, text) is returned as it is, to 64 characters; ``"unknown"`` when there is nothing
     to go by."""
     forwarded = forwarded_client(meta)

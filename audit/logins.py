@@ -16,6 +16,10 @@ count (not the address's: one good account must not reset a guesser's count for 
 A username and an address are each counted, locked, recorded and lifted under one spelling, however they were
 typed or arrived: a username stripped, casefolded and composed (NFC: Korean typed on macOS comes decomposed), an
 address as ``ipaddress`` reads it, an IPv4-mapped one as its IPv4 (``agent_platform.client_ip.ip_canonical``).
+An IPv6 client is counted and locked by its /64 (``agent_platform.client_ip.ip_subject``): one host normally
+holds a whole /64 and may take a new address in it for each attempt, so that counting each address let one
+guesser past the address limit (and onto the record) without end. Its wrong passwords are recorded with the
+address they came from; its lockout names the /64, which ``unlock_login`` lifts by the /64 or any address in it.
 Counts and lockouts written under an older spelling (before this rule) are no longer consulted: they lapse with
 their window or lockout, minutes.
 
@@ -49,7 +53,7 @@ from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.utils.translation import gettext as _
 
-from agent_platform.client_ip import client_ip, ip_canonical
+from agent_platform.client_ip import client_ip, ip_canonical, ip_subject
 from agent_platform.text import nfc
 from audit.services import audit_event_record
 
@@ -87,8 +91,14 @@ def _normalized_username(username: str) -> str:
 
 
 def _normalized_ip(ip: str) -> str:
-    """An address as the lockouts key and record it (``ip_canonical``); text that is no address as it is."""
+    """An address as the record writes it (``ip_canonical``); text that is no address as it is."""
     return ip_canonical(ip) or ip
+
+
+def _ip_subject(ip: str) -> str:
+    """The client an address is counted and locked as (``ip_subject``: an IPv6 address's /64); text that is no
+    address as it is."""
+    return ip_subject(ip) or ip
 
 
 def _key(kind: Literal["fail", "lock"], subject: Subject, value: str) -> str:
@@ -102,7 +112,7 @@ def _subjects(username: str | None, ip: str) -> list[tuple[Subject, str]]:
     if username:
         found.append(("user", _normalized_username(username)))
     if ip and ip != "unknown":
-        found.append(("ip", _normalized_ip(ip)))
+        found.append(("ip", _ip_subject(ip)))
     return found
 
 
@@ -121,9 +131,9 @@ def login_lockout_get(*, username: str | None, ip: str) -> Lockout | None:
 
 
 def _recorded_subject(subject: Subject, value: str) -> str | None:
-    """What the record says of a login's subject: an address as it is, a username only when such a user exists
-    (compared as the lockouts compare them, case aside): a password typed into the username field is never
-    written down."""
+    """What the record says of a login's subject: an address (an IPv6 client's /64) as it is, a username only when
+    such a user exists (compared as the lockouts compare them, case aside): a password typed into the username
+    field is never written down."""
     if subject == "ip":
         return value
     model = get_user_model()
@@ -283,10 +293,10 @@ def login_success_record(*, username: str) -> None:
 
 
 def login_subject_parse(user_or_ip: str) -> tuple[Subject, str]:
-    """``"10.0.0.7"`` and ``"::ffff:10.0.0.7"`` → ("ip", "10.0.0.7"); anything that is not an IP address is a
-    username (``"감사자"``, composed or not → ("user", "감사자")): each spelled as a failure or lockout of it is
-    recorded."""
-    address = ip_canonical(user_or_ip)
+    """``"10.0.0.7"`` and ``"::ffff:10.0.0.7"`` → ("ip", "10.0.0.7"); ``"2001:db8:1:2::5"`` and
+    ``"2001:db8:1:2::/64"`` → ("ip", "2001:db8:1:2::/64"); anything that is not an IP address (or an IPv6 /64) is a
+    username (``"감사자"``, composed or not → ("user", "감사자")): each spelled as a lockout of it is recorded."""
+    address = ip_subject(user_or_ip)
     if address is not None:
         return "ip", address
     return "user", _normalized_username(user_or_ip)

@@ -22,6 +22,7 @@ from django.core.cache import cache
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
+from agent_platform.client_ip import ip_subject
 from agents.api.config import api_setting
 from agents.models import ApiKey
 
@@ -93,13 +94,17 @@ def _bad_key_rate() -> Rate:
 
 
 def _bad_key_cache_key(ip: str, rate: Rate, window: int) -> str:
-    return f"throttle:bad_key:ip:{ip}:{rate.requests}/{rate.period_s}:{window}"
+    # Counted per client as ``ip_subject`` has it: an IPv6 client by its /64, or each address of it (one host may
+    # take a new one for every request) would have its own count. Text that is no address (``unknown``) as it is.
+    subject = ip_subject(ip) or ip
+    return f"throttle:bad_key:ip:{subject}:{rate.requests}/{rate.period_s}:{window}"
 
 
 def bad_key_wait(ip: str, *, now: float | None = None) -> float | None:
-    """None if requests from ``ip`` may still present an API key; else the seconds until they may. An address
-    past ``PLATFORM_API_BAD_KEY_RATE`` unknown or revoked keys is refused whatever key it sends, so guessing
-    learns nothing more until the window ends. Fails open when the cache cannot be reached."""
+    """None if requests from ``ip`` may still present an API key; else the seconds until they may. A client (an
+    IPv4 address, an IPv6 /64) past ``PLATFORM_API_BAD_KEY_RATE`` unknown or revoked keys is refused whatever key
+    it sends, so guessing learns nothing more until the window ends. Fails open when the cache cannot be
+    reached."""
     rate = _bad_key_rate()
     now = time.time() if now is None else now
     window = int(now // rate.period_s)
@@ -114,7 +119,8 @@ def bad_key_wait(ip: str, *, now: float | None = None) -> float | None:
 
 
 def bad_key_record(ip: str, *, now: float | None = None) -> None:
-    """Count one request from ``ip`` with an unknown or revoked API key."""
+    """Count one request from ``ip`` with an unknown or revoked API key, with every address of its /64 if it is
+    IPv6."""
     rate = _bad_key_rate()
     now = time.time() if now is None else now
     try:

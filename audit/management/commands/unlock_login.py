@@ -1,7 +1,11 @@
-"""``manage.py unlock_login USER_OR_IP``: lift a login lockout (``audit/logins.py``) before it ends. Audited."""
+"""``manage.py unlock_login USER_OR_IP``: lift a login lockout (``audit/logins.py``) before it ends. Audited.
+
+An IPv6 client is locked by its /64 (``agent_platform.client_ip.ip_subject``): the /64 as the lockout names it
+(``2001:db8:1:2::/64``) or any address inside it lifts it."""
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from django.core.cache import caches
@@ -28,7 +32,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.description = _(self.help)  # marked above, translated now: argparse takes no lazy string
-        parser.add_argument("user_or_ip", help=_("a username, or an IPv4/IPv6 address"))
+        parser.add_argument(
+            "user_or_ip",
+            help=_("a username, an IPv4/IPv6 address, or an IPv6 /64 (an IPv6 client is locked by its /64)"),
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         text: str = options["user_or_ip"]
@@ -43,6 +50,15 @@ class Command(BaseCommand):
                 )
             )
         subject, value = login_subject_parse(text)
+        if subject == "user" and _is_network(text):
+            # No username looks like one (Django's have no "/"): lifted as a username it would say "was not locked".
+            raise CommandError(
+                _(
+                    "%(value)s: lockouts are kept per IPv4 address and per IPv6 /64; give an address, or the /64 "
+                    "as the lockout names it"
+                )
+                % {"value": text.strip()}
+            )
         try:
             was_locked = login_lockout_lift(user_or_ip=text, actor="system:unlock_login")
         except RedisError as exc:  # the lift reads and clears the cache before it writes its audit event: none then
@@ -53,7 +69,13 @@ class Command(BaseCommand):
                 )
                 % {"error": exc}
             ) from None
-        if subject == "ip":
+        if subject == "ip" and "/" in value:
+            outcome = (
+                _("network %(value)s: lifted")
+                if was_locked
+                else _("network %(value)s: was not locked; its failure count is cleared")
+            )
+        elif subject == "ip":
             outcome = (
                 _("address %(value)s: lifted")
                 if was_locked
@@ -66,3 +88,11 @@ class Command(BaseCommand):
                 else _("username %(value)s: was not locked; its failure count is cleared")
             )
         self.stdout.write(outcome % {"value": value})
+
+
+def _is_network(text: str) -> bool:
+    try:
+        ipaddress.ip_network(text.strip(), strict=False)
+    except ValueError:
+        return False
+    return True
