@@ -30,7 +30,9 @@ from audit.services import audit_chain_catch_up
 from auditor.selectors import EXPORT_CHUNK_SIZE, AuditEventFilters, audit_event_filter
 
 # Tool calls of eval and shadow runs: visible and filterable, never in production metrics.
-NOT_PRODUCTION_SOURCES = (AuditEvent.Source.EVAL, AuditEvent.Source.SHADOW)
+# Calls that are not live traffic: eval and shadow runs', and an admin's trials (the rule tester's "also call",
+# which counted a refused trial as a failing tool on the dashboard). Each is still counted where asked for by source.
+NOT_PRODUCTION_SOURCES = (AuditEvent.Source.EVAL, AuditEvent.Source.SHADOW, AuditEvent.Source.ADMIN)
 
 DEFAULT_PERIOD = dt.timedelta(days=7)
 PERCENTILES = (0.50, 0.95)
@@ -96,7 +98,7 @@ def tool_metrics(
     filters = filters or AuditEventFilters()
     audit_chain_catch_up()  # events committed but not chained yet (deferred chaining) are counted too
     calls = AuditEvent.objects.filter(action="tool.call")
-    if not filters.source:  # production metrics: eval and shadow runs' calls only when asked for by source
+    if not filters.source:  # production metrics: eval, shadow and admin trial calls only when asked for by source
         calls = calls.exclude(source__in=NOT_PRODUCTION_SOURCES)
     base = audit_event_filter(calls, filters)
     base = base.filter(created_at__gte=since, created_at__lt=until)
@@ -317,7 +319,7 @@ def tool_metrics_series(
     filters = filters or AuditEventFilters()
     audit_chain_catch_up()  # events committed but not chained yet (deferred chaining) are counted too
     calls = AuditEvent.objects.filter(action="tool.call")
-    if not filters.source:  # production metrics: eval and shadow runs' calls only when asked for by source
+    if not filters.source:  # production metrics: eval, shadow and admin trial calls only when asked for by source
         calls = calls.exclude(source__in=NOT_PRODUCTION_SOURCES)
     base = audit_event_filter(calls, filters)
     base = base.filter(created_at__gte=since, created_at__lt=until)

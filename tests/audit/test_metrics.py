@@ -203,7 +203,7 @@ def test_the_audit_list_links_to_the_metrics_page_and_to_exports_of_what_it_show
     assert f'href="{exported}&amp;format=jsonl"' in page
 
 
-def test_eval_and_shadow_calls_stay_out_of_production_metrics_unless_asked_for(db) -> None:
+def test_eval_shadow_and_admin_trial_calls_stay_out_of_production_metrics_unless_asked_for(db) -> None:
     from auditor.selectors import AuditEventFilters
 
     AuditEvent.objects.bulk_create(
@@ -211,12 +211,16 @@ def test_eval_and_shadow_calls_stay_out_of_production_metrics_unless_asked_for(d
             event(mcp_id="hr", tool="search_employee", latency_ms=10),
             event(mcp_id="hr", tool="search_employee", source="eval", latency_ms=20),
             event(mcp_id="hr", tool="search_employee", source="shadow", ok=False, reason="eval:write_blocked"),
+            # The rule tester's "also call", refused: an admin's trial, no failing tool of live traffic.
+            event(mcp_id="hr", tool="search_employee", source="admin", ok=False, reason="approval:unavailable"),
         ]
     )
     production = {(t.mcp_id, t.tool): t.calls for t in tool_metrics().tools}
     assert production == {("hr", "search_employee"): 1}
     evals = tool_metrics(filters=AuditEventFilters(source="eval")).tools
     assert [(t.tool, t.calls) for t in evals] == [("search_employee", 1)]
+    trials = tool_metrics(filters=AuditEventFilters(source="admin")).tools
+    assert [(t.tool, t.calls, t.errors) for t in trials] == [("search_employee", 1, 1)]
 
 
 def test_a_period_too_long_for_hours_is_charted_by_the_day_or_only_counted(auditor_client, known_events) -> None:
