@@ -631,6 +631,21 @@ def discovery_message(report: DiscoveryReport) -> str:
     ):
         if names:
             parts.append(f"{label}: {_names(names)}")
+    if report.added:
+        # Every added tool starts as a write: without this, an admin's first run parked for approval of a clock lookup.
+        parts.append(
+            str(
+                _(
+                    "each added tool asks a person to approve every call (risk: write) until you mark it read on "
+                    "its page"
+                )
+            )
+        )
+    if report.added_read_only_hinted:
+        parts.append(
+            str(_("saying they only read (readOnlyHint, the server's word, not checked): %(tools)s"))
+            % {"tools": _names(report.added_read_only_hinted)}
+        )
     parts.extend(str(warning) for warning in report.warnings())
     if not (report.added or report.updated or report.vanished):
         parts.append(str(_("no change")))

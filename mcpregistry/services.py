@@ -337,6 +337,9 @@ class DiscoveryReport:
     # Tools whose description was longer than ``TOOL_DESCRIPTION_MAX_CHARS``, stored cut to it (what a model reads
     # of a tool on every turn is bounded, as its results are): "name (length as listed)".
     descriptions_cut: list[str] = field(default_factory=list)
+    # Of the tools added, those that say they only read (MCP's ``readOnlyHint``): every added tool starts as a
+    # write (each call waits for a person) until an admin marks it read, and the hint is the server's word only.
+    added_read_only_hinted: list[str] = field(default_factory=list)
     tool_count: int = 0
 
     def warnings(self) -> list[str]:
@@ -481,6 +484,8 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
                     validate=False,
                 )
                 report.added.append(name)
+                if isinstance(tool.annotations, dict) and tool.annotations.get("readOnlyHint") is True:
+                    report.added_read_only_hinted.append(name)
                 if not first_discovery or reviewed_first:
                     report.review_required.append(name)
                 elif name in taken:

@@ -44,6 +44,11 @@ def test_the_page_has_discover_and_health_buttons_that_report_in_a_message(admin
     [message] = page_messages(response)
     assert message.startswith("Discovery of sds-lower-case-id: 7 tools listed; added: ")
     assert "search_employee" in message
+    # Every added tool starts as a write: said, with those that say they only read (a first run parked for
+    # approval of a lookup, and nothing had told the admin why).
+    assert "each added tool asks a person to approve every call (risk: write) until you mark it read" in message
+    hinted = message.split("saying they only read (readOnlyHint, the server's word, not checked): ")[1]
+    assert "search_employee" in hinted.split(";")[0]
     response = admin_client.post(f"/admin/mcpregistry/mcpserver/{server.pk}/health/")
     message = page_messages(response)[-1]
     assert re.match(r"Health of sds-lower-case-id: ok, 7 tools listed in \d+ ms$", message), message
