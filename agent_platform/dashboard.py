@@ -34,6 +34,7 @@ from mcpregistry.models import McpServer
 
 RECENT = dt.timedelta(hours=24)
 PENDING_SHOWN = 10
+QUERY_SHOWN_CHARS = 120
 FAILED_RUNS_SHOWN = 5
 TOOLS_SHOWN = 5
 USAGE_DAYS = 30
@@ -111,6 +112,19 @@ def dashboard_approvals(request: HttpRequest) -> dict[str, Any] | None:
     }
 
 
+def _shortened(text: str, limit: int = QUERY_SHOWN_CHARS) -> str:
+    """``text`` with what does not show itself written out (``audit.visible``), cut to ``limit`` characters with
+    an ellipsis; a written-out character (``⟦U+E0049⟧``) is never cut in two."""
+    shown = visible_text(text)
+    if len(shown) <= limit:
+        return shown
+    cut = shown[: limit - 1]
+    opened = cut.rfind("⟦")
+    if opened > cut.rfind("⟧"):
+        cut = cut[:opened]
+    return cut + "…"
+
+
 def _approval_row(approval: Approval, *, now: dt.datetime, may_decide: bool, may_view_run: bool) -> dict[str, Any]:
     expired = approval.expires_at <= now
     decides = may_decide and not expired
@@ -118,6 +132,8 @@ def _approval_row(approval: Approval, *, now: dt.datetime, may_decide: bool, may
         "approval": approval,
         "expired": expired,
         "expired_label": Approval.Status.EXPIRED.label,
+        # The question that led to the call (masked, as stored), shortened: the approval's page has it whole.
+        "query": _shortened(approval.run.query),
         "args": _compact(approval.args),
         "url": _url("admin:agents_approval_change", approval.pk),
         "run_url": _url("admin:agents_run_change", approval.run_id) if may_view_run else None,

@@ -85,6 +85,7 @@ from agents.services import (
     publish_on_save_deferred,
     unbinding_refused,
 )
+from agents.versions import content_digest, version_content
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from audit.models import AuditEvent
 from mcpregistry.binding_policy import readable_variables_text
@@ -460,6 +461,44 @@ def _rule_history_name(event: AuditEvent) -> str:
     return pgettext("object history", "rule %(name)s") % {"name": name}
 
 
+# A published agent's edit is a draft that live traffic does not run until the agent is published again (unless it
+# publishes on save). The admin's "was changed successfully" said nothing of it: an admin edited a rule and the next
+# API run used the live version without it. A save that changed an agent's draft so that it is not the live version
+# says so; one that published (on save), or that changed nothing a version freezes, keeps the usual messages.
+
+
+def draft_digests(agents: QuerySet[Agent]) -> dict[int, str]:
+    """The digest of what publishing each of ``agents`` that has a live version would freeze, as stored now, by
+    its id: read before a save, for ``draft_notes`` after it."""
+    return {agent.pk: content_digest(version_content(agent)) for agent in agents.exclude(live_version=None)}
+
+
+def draft_notes(before: dict[int, str]) -> list[str]:
+    """For each agent of ``before`` (``draft_digests``, read before the save) whose draft the save changed and that
+    does not run it (its live version froze other content): that the change is a draft and which version stays
+    live. Read in the save's transaction (the admin's POST holds the configuration's lock), after any publish."""
+    agents = Agent.objects.filter(pk__in=list(before)).exclude(live_version=None).select_related("live_version")
+    notes = []
+    for agent in agents.order_by("slug"):
+        digest = content_digest(version_content(agent))
+        live = agent.live_version
+        if live is not None and digest != before[agent.pk] and digest != live.digest:
+            notes.append(
+                gettext(
+                    "Agent %(agent)s: saved as a draft. v%(number)s stays live until you publish the agent (the "
+                    "Publish action of the agents list)."
+                )
+                % {"agent": agent.slug, "number": live.number}
+            )
+    return notes
+
+
+def tell_draft_notes(model_admin: admin.ModelAdmin[Any], request: HttpRequest, before: dict[int, str]) -> None:
+    """``draft_notes`` as warnings below the save's own message: live traffic does not get the change yet."""
+    for note in draft_notes(before):
+        model_admin.message_user(request, note, messages.WARNING)
+
+
 @admin.register(Agent)
 class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
     form = AgentForm
@@ -560,6 +599,7 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
     # history that no one saved, and a rule row's publish undid the live version the same save chose.
 
     def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
+        obj.__dict__["_drafts_before"] = draft_digests(Agent.objects.filter(pk=obj.pk)) if change else {}
         with publish_on_save_deferred() as held:
             super().save_model(request, obj, form, change)
         obj.__dict__["_publishes_held"] = set(held)
@@ -587,6 +627,7 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
     def response_change(self, request: HttpRequest, obj: Agent) -> HttpResponse:
         response = super().response_change(request, obj)
+        tell_draft_notes(self, request, obj.__dict__.pop("_drafts_before", {}))  # next to the save's own message
         self._tell_live_version(request, obj)
         return response
 
@@ -684,6 +725,30 @@ class DeterministicRuleAdmin(ServiceAdminMixin, admin.ModelAdmin):
             return JsonResponse({"valid": False, "message": "; ".join(pydantic_message(e) for e in exc.errors())})
         index = regex.compile(nfc(pattern)).groupindex if pattern else {}  # composed, as the rules compile it
         return JsonResponse({"valid": True, "groups": sorted(index, key=index.__getitem__)})
+
+    def save_model(self, request: HttpRequest, obj: DeterministicRule, form: Any, change: bool) -> None:
+        obj.__dict__["_drafts_before"] = draft_digests(self._agents_reached(obj))
+        super().save_model(request, obj, form, change)
+
+    @staticmethod
+    def _agents_reached(rule: DeterministicRule) -> QuerySet[Agent]:
+        """The agents whose draft a save of ``rule`` may change: its agent before and after the save; every agent
+        where it is (or was) a global rule, which reaches the agents bound to its server (a code rule, any)."""
+        stored = DeterministicRule.objects.filter(pk=rule.pk).values_list("agent_id", flat=True) if rule.pk else []
+        agent_ids = {*stored, rule.agent_id}
+        return Agent.objects.all() if None in agent_ids else Agent.objects.filter(pk__in=agent_ids)
+
+    def response_add(
+        self, request: HttpRequest, obj: DeterministicRule, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        response = super().response_add(request, obj, post_url_continue)
+        tell_draft_notes(self, request, obj.__dict__.pop("_drafts_before", {}))
+        return response
+
+    def response_change(self, request: HttpRequest, obj: DeterministicRule) -> HttpResponse:
+        response = super().response_change(request, obj)
+        tell_draft_notes(self, request, obj.__dict__.pop("_drafts_before", {}))
+        return response
 
     def service_save(self, *, obj: DeterministicRule, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
         if change:

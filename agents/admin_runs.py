@@ -1705,6 +1705,9 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
         return {
             "approval": shown,
             "reason_text": reason,
+            # The question that led to the call, as stored (masked), whole: an approver weighs the call against
+            # it, and had to open the run's page for it (which not every approver may view).
+            "run_query": visible_text(approval.run.query),
             "args_pretty": visible_text(_pretty(approval.args)) or "{}",
             "arg_rows": argument_rows(approval.args),
             "may_decide": self.may_decide(request, approval),

@@ -84,8 +84,14 @@ def _calls(run: Run) -> list[tuple[str, str, str]]:
     """The tool calls a run made or attempted, in order: (server, tool, canonical arguments). Retries of one call
     count once; a call refused before it was sent (a blocked write, a bad argument) counts as attempted."""
     calls = []
+    # The idempotency key the gate adds to a write it sends (``<run id>:<call>``, recorded as sent) is the run's own:
+    # left out, or a live keyed write never matched its shadow's refused call.
+    gate_key = f"{run.id}:"
     for event in run.audit_events.filter(action="tool.call", attempt__lte=1).order_by("id"):
-        args = json.dumps(event.args or {}, sort_keys=True, ensure_ascii=False, default=str)
+        given = event.args or {}
+        if isinstance(given, dict):
+            given = {k: v for k, v in given.items() if not (isinstance(v, str) and v.startswith(gate_key))}
+        args = json.dumps(given, sort_keys=True, ensure_ascii=False, default=str)
         calls.append((event.mcp_id, event.tool, args))
     return calls
 

@@ -251,7 +251,7 @@ def test_a_runs_arguments_are_a_row_each_and_a_followed_fallback_reads_as_such(a
 
 @pytest.mark.parametrize(
     ("language", "words"),
-    [("en", "every deterministic call failed (deterministic:tool_failed)"), ("ko", "결정론적 호출이 모두 실패함")],
+    [("en", "every deterministic call failed (deterministic:tool_failed)"), ("ko", "확정 호출이 모두 실패함")],
 )
 def test_a_failed_runs_error_step_says_in_words_how_it_ended(admin_client, language: str, words: str) -> None:
     run = a_run(

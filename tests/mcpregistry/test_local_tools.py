@@ -14,6 +14,7 @@ from agents.execution import run_execute
 from agents.models import Run
 from audit.models import AuditEvent
 from auditor.metrics import tool_metrics
+from auditor.selectors import AuditEventFilters
 from mcpregistry import gate
 from mcpregistry.models import McpServer, ToolContract
 from tests import local_tool_fixtures as fixtures
@@ -266,7 +267,7 @@ def test_a_write_local_tool_waits_for_approval_and_then_runs_exactly_once(
 def test_local_tool_calls_count_in_the_tool_metrics(local) -> None:
     call(local, "lookup_stock", {"sku": "A-1"})
     call(local, "explode", {"reason": "x"})
-    report = tool_metrics()
+    report = tool_metrics(filters=AuditEventFilters(source="admin"))  # called as an admin's trial: asked for by source
     by_tool = {(m.mcp_id, m.tool): m for m in report.tools}
     assert by_tool[("local-test", "lookup_stock")].calls == 1
     assert by_tool[("local-test", "explode")].errors_by_reason == {"tool:error": 1}
