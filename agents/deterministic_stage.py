@@ -39,7 +39,7 @@ from agents.tools import CodeRuleError, DeterministicContext, load_code_rule
 from audit.masking import mask_text, mask_value
 from audit.services import audit_events_record
 from mcpregistry import gate
-from mcpregistry.contracts import argument_constraints, check_args
+from mcpregistry.contracts import argument_constraints, check_args, gate_filled_argument
 from mcpregistry.models import McpServer, ToolContract
 
 logger = logging.getLogger(__name__)
@@ -379,7 +379,13 @@ def contract_verdict(
         contract = ToolContract.objects.filter(tool=tool).first()
     constraints = contract.args if contract else argument_constraints(tool.input_schema)
     unknown = contract.unknown_args if contract else "refuse"
-    _clean, verdict = check_args(constraints or {}, params, unknown=unknown, input_schema=tool.input_schema)
+    _clean, verdict = check_args(
+        constraints or {},
+        params,
+        unknown=unknown,
+        input_schema=tool.input_schema,
+        idempotency_arg=gate_filled_argument(contract),
+    )
     return f"{verdict.reason}: {verdict.detail}" if verdict else "ok"
 
 

@@ -94,7 +94,7 @@ from agents.version_view import contract_out_of_date
 from audit.masking import mask_text, mask_value, register_secrets
 from audit.visible import invisible_characters, visible_text
 from mcpregistry import gate
-from mcpregistry.contracts import schema_with_contract
+from mcpregistry.contracts import gate_filled_argument, schema_with_contract
 from mcpregistry.gate_records import contract_of
 from mcpregistry.models import McpServer, McpTool
 
@@ -368,11 +368,17 @@ def tool_specs(
     argument constraints of the contract the gate will apply written in (``schema_with_contract``; a published
     version's run: the contract it froze)."""
 
-    def constraints(server: McpServer, mcp_tool: McpTool) -> Any:
+    def contract(server: McpServer, mcp_tool: McpTool) -> Any:
         if frozen_contracts is not None:
-            frozen = frozen_contracts.get(f"{server.mcp_id}/{mcp_tool.name}")
-            return getattr(frozen, "args", None)
-        return contract_of(mcp_tool).args
+            return frozen_contracts.get(f"{server.mcp_id}/{mcp_tool.name}")
+        return contract_of(mcp_tool)
+
+    def parameters(server: McpServer, mcp_tool: McpTool) -> dict[str, Any]:
+        applied = contract(server, mcp_tool)
+        # A write's idempotency argument is the gate's to fill in: not offered to the model (``gate_filled_argument``).
+        return schema_with_contract(
+            mcp_tool.input_schema, getattr(applied, "args", None), idempotency_arg=gate_filled_argument(applied)
+        )
 
     return [
         {
@@ -380,7 +386,7 @@ def tool_specs(
             "function": {
                 "name": name,
                 "description": mcp_tool.description or mcp_tool.name,
-                "parameters": schema_with_contract(mcp_tool.input_schema, constraints(server, mcp_tool)),
+                "parameters": parameters(server, mcp_tool),
             },
         }
         for name, (server, mcp_tool) in index.items()

@@ -45,7 +45,7 @@ from langchain_core.messages import ToolMessage
 
 from agents.tool_offer import ToolOffer
 from mcpregistry import gate
-from mcpregistry.contracts import check_args
+from mcpregistry.contracts import check_args, gate_filled_argument
 from mcpregistry.models import McpServer, McpTool, ToolContract
 
 CallTool = Callable[..., tuple[ToolMessage, str | None]]
@@ -143,7 +143,11 @@ class ParallelCalls:
         applied = self._applied(tool_call)
         input_schema = self.index[tool_call["name"]][1].input_schema
         _args, verdict = check_args(
-            applied.args or {}, tool_call.get("args"), unknown=applied.unknown_args, input_schema=input_schema
+            applied.args or {},
+            tool_call.get("args"),
+            unknown=applied.unknown_args,
+            input_schema=input_schema,
+            idempotency_arg=gate_filled_argument(applied),
         )
         return verdict is not None
 

@@ -29,7 +29,7 @@ from audit.visible import invisible_characters, visible_text
 from mcpregistry import discovery_view
 from mcpregistry.binding_policy import readable_variables_text
 from mcpregistry.contract_form import ToolContractForm
-from mcpregistry.contracts import schema_with_contract
+from mcpregistry.contracts import gate_filled_argument, schema_with_contract
 from mcpregistry.crypto import readable
 from mcpregistry.gate_records import contract_of
 from mcpregistry.list_fields import TextListField
@@ -833,7 +833,8 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
         saved = self.saved_tool(obj)
         if saved.schema_error:
             return str(_("Not offered to a model: the schema is unusable."))
-        shown = schema_with_contract(saved.input_schema, contract_of(saved).args)
+        applied = contract_of(saved)
+        shown = schema_with_contract(saved.input_schema, applied.args, idempotency_arg=gate_filled_argument(applied))
         return format_html(
             "<p>{}</p>{}",
             format_html(

@@ -162,16 +162,20 @@ def optional_branch(prop: dict[str, Any]) -> dict[str, Any]:
     return prop
 
 
-def schema_with_contract(schema: Any, constraints: Any) -> dict[str, Any]:
+def schema_with_contract(schema: Any, constraints: Any, *, idempotency_arg: str = "") -> dict[str, Any]:
     """The tool's input schema as the model is shown it: the discovered schema with the contract's argument
     constraints written in as JSON Schema (``allowed`` → ``enum``, ``min``/``max`` → ``minimum``/``maximum``,
     ``max_length`` → ``maxLength``, or ``maxItems`` for a list, ``pattern``, ``required``), so that the model
     meets the limits an admin set before the gate refuses a call for them. The inverse of
     ``argument_constraints``; the discovered schema is not changed. Its root is always an object's
-    (``_object_root``), whatever the server listed."""
+    (``_object_root``), whatever the server listed.
+
+    ``idempotency_arg`` (:func:`gate_filled_argument`): the argument the gate writes a write call's key into is
+    not offered at all, neither as a property nor as required (the server's schema may require it): a model
+    offered it had to invent a key, which the gate overwrote, or was refused for leaving it out."""
     merged: dict[str, Any] = dict(schema) if isinstance(schema, dict) else {}
     if not isinstance(constraints, dict) or not constraints:
-        return _object_root(merged)
+        return _without_argument(_object_root(merged), idempotency_arg)
     properties = dict(merged.get("properties") or {}) if isinstance(merged.get("properties"), dict) else {}
     required = [str(n) for n in merged.get("required") or []] if isinstance(merged.get("required"), list) else []
     for name, spec in constraints.items():
@@ -200,7 +204,33 @@ def schema_with_contract(schema: Any, constraints: Any) -> dict[str, Any]:
     merged["properties"] = properties
     if required:
         merged["required"] = required
-    return _object_root(merged)
+    return _without_argument(_object_root(merged), idempotency_arg)
+
+
+def _without_argument(schema: dict[str, Any], name: str) -> dict[str, Any]:
+    """``schema`` (an object's, ``_object_root``'s) without the argument ``name`` in its properties or its
+    ``required``; as it is where ``name`` is empty."""
+    if not name:
+        return schema
+    trimmed = {**schema, "properties": {key: spec for key, spec in schema["properties"].items() if key != name}}
+    required = schema.get("required")
+    if isinstance(required, list):
+        kept = [key for key in required if key != name]
+        if kept:
+            trimmed["required"] = kept
+        else:
+            del trimmed["required"]
+    return trimmed
+
+
+def gate_filled_argument(contract: Any) -> str:
+    """The argument the gate writes itself into every send of a call to the tool: a write's idempotency key
+    (``<run id>:<call id>``), never one the model or a rule gives. Empty for a read (the gate adds no key to one)
+    and for a contract that names none. What callers pass as ``idempotency_arg`` to :func:`check_args` and
+    :func:`schema_with_contract`."""
+    if getattr(contract, "risk", "") != "write":
+        return ""
+    return str(getattr(contract, "idempotency_arg", "") or "")
 
 
 def _object_root(schema: dict[str, Any]) -> dict[str, Any]:
@@ -563,7 +593,12 @@ def json_unwritable(args: Any) -> bool:
 
 
 def check_args(
-    constraints: dict[str, dict[str, Any]], args: Any, *, unknown: str = "refuse", input_schema: Any = None
+    constraints: dict[str, dict[str, Any]],
+    args: Any,
+    *,
+    unknown: str = "refuse",
+    input_schema: Any = None,
+    idempotency_arg: str = "",
 ) -> tuple[dict[str, Any], Verdict | None]:
     """Check arguments before the call. Returns (the arguments to send, None) or (args, the first failure).
 
@@ -571,10 +606,17 @@ def check_args(
     does not list, given the tool's ``input_schema``), missing, then per argument type, allowed, range, length, pattern, and a
     URL's host (``allowed_hosts``: ``args:host:<arg>``, see ``url_host_problem``). A bool
     is not an int and a numeric string is not a number. With ``unknown="drop"`` unknown arguments are removed.
+
+    ``idempotency_arg`` (:func:`gate_filled_argument`): the argument the gate writes the key into after these
+    checks is neither required nor checked, and a value the caller gave it is dropped: the key is the gate's.
     """
     if not isinstance(args, dict) or not all(isinstance(name, str) for name in args):
         # An object's names are text in JSON; a caller's dict keyed 1 or None (a flow's, a code rule's) is none.
         return {}, Verdict("args:json", _("the arguments are not a JSON object"))
+    if idempotency_arg:
+        # A key a model made up would be overwritten by the gate's anyway: dropped before anything looks at it (an
+        # approval shows the call without it, and the hash a person approves does not depend on it).
+        args = {name: value for name, value in args.items() if name != idempotency_arg}
     if json_unwritable(args):
         # Never quoted: the text is what no encoder writes (the refusal goes back to the model and the audit).
         return {}, Verdict(
@@ -596,6 +638,8 @@ def check_args(
         )
     clean = {k: v for k, v in args.items() if k in known} if (extra and unknown == "drop") else dict(args)
     for name, spec in constraints.items():
+        if name == idempotency_arg:
+            continue  # the gate's to fill in
         if name not in clean:
             if spec.get("required"):
                 return clean, Verdict(
@@ -865,7 +909,9 @@ def backoff_delay(
     ``backoff_cap_s``) and a jitter of up to a quarter of that on top, or the server's ``Retry-After`` when it
     gives one; a transport error waits a short jittered backoff. The jitter is added, never taken off: seed 001
     waits 2 s, then 4 s, because a server called again sooner refuses again (an "equal jitter" between half the
-    wait and all of it waited 1.5 s, then 3 s, on average)."""
+    wait and all of it waited 1.5 s, then 3 s, on average). No wait is longer than ``backoff_cap_s``, the longest
+    the contract's summary shows: a wait at the cap gets no jitter, one near it only what fits below it (with the
+    default 8 s cap, the third wait was up to 10 s)."""
     if reason == "timeout":
         return 0.0
     base = float(retry.get("backoff_base_s", DEFAULT_RETRY["backoff_base_s"]))
@@ -875,7 +921,7 @@ def backoff_delay(
     ceiling = min(cap, base * (2 ** (attempt - 1)))
     if reason == "transport":
         ceiling = min(ceiling, base)
-    return rng.uniform(ceiling, ceiling * (1 + BACKOFF_JITTER))
+    return rng.uniform(ceiling, min(cap, ceiling * (1 + BACKOFF_JITTER)))
 
 
 _RETRY_AFTER = re.compile(r"retry[-_ ]after[\"':= ]+(\d+(?:\.\d+)?)", re.IGNORECASE)

@@ -66,12 +66,13 @@ from mcpregistry.contracts import (
     check_args,
     check_result,
     classify_tool_error,
+    gate_filled_argument,
     json_unwritable,
 )
 from mcpregistry.gate_records import ApprovalState, contract_of
 from mcpregistry.local_tools import LOCAL_TRANSPORT, local_runner
 from mcpregistry.models import McpServer, McpTool, ToolContract
-from mcpregistry.pool import McpTimeoutError, McpTransportError, ToolCallOutcome, get_default_pool
+from mcpregistry.pool import McpRateLimited, McpTimeoutError, McpTransportError, ToolCallOutcome, get_default_pool
 
 logger = logging.getLogger(__name__)
 
@@ -565,8 +566,14 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         contract = _as_write(contract)
 
     # 2. arguments, before anything is sent
+    # The write's idempotency key is the gate's to write (step 3): never required of the model, nor checked.
+    filled = gate_filled_argument(contract)
     args, verdict = check_args(
-        contract.args or {}, this.raw_args, unknown=contract.unknown_args, input_schema=tool.input_schema
+        contract.args or {},
+        this.raw_args,
+        unknown=contract.unknown_args,
+        input_schema=tool.input_schema,
+        idempotency_arg=filled,
     )
     if contract.risk == ToolContract.Risk.READ and _asked_as_write(this, args):
         # A call a person was asked about is governed by that approval whatever its tool's risk became while it
@@ -581,7 +588,11 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         # The call is found by these arguments (step 3), as it was when a person was asked; what is sent is the
         # approved ones, checked here.
         verdict = check_args(
-            contract.args or {}, approved_args, unknown=contract.unknown_args, input_schema=tool.input_schema
+            contract.args or {},
+            approved_args,
+            unknown=contract.unknown_args,
+            input_schema=tool.input_schema,
+            idempotency_arg=filled,
         )[1]
     if verdict is not None:
         return this.refuse(verdict.reason, _argument_message(tool_name, verdict))
@@ -629,6 +640,8 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         # a repeat from a new call, which is what lets the contract's retries apply to a write.
         call_key = who.call_id or (approval.approval_id if approval is not None else uuid.uuid4().hex)
         args = {**args, contract.idempotency_arg: f"{who.run_id}:{call_key}"}
+        # Recorded as sent: the audit of each attempt and the result carry the gate's key, not the model's.
+        this.result.args = args
 
     # 4. memo
     memo_key = f"{server.mcp_id}\n{tool_name}\n{canonical_args(args)}"
@@ -899,11 +912,17 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
                 if outcome.is_error:
                     reason, retry_after = classify_tool_error(outcome.text)
                     detail = outcome.text.strip()
+                elif reports_error(value):
+                    reason, detail = _error_value_verdict(value, writes=writes)
                 else:
                     verdict = check_result(contract.returns or {}, value)
                     reason, detail = (verdict.reason, verdict.detail) if verdict else (None, "")
         except McpTimeoutError as exc:
             reason, detail, value, unanswered = "timeout", str(exc), None, exc.sent
+        except McpRateLimited as exc:
+            # An HTTP 429: the server answered, refusing the request, so nothing was done (a write is not unknown).
+            # A rate limit as a tool's own is: retried after its Retry-After; a write without a key is not sent again.
+            reason, detail, value, answered, retry_after = "rate_limit", str(exc), None, True, exc.retry_after_s
         except McpTransportError as exc:
             if json_unwritable(args):
                 # The session could not write the request (``check_args`` refuses such arguments; this is its
@@ -1042,6 +1061,22 @@ def reports_error(value: Any) -> bool:
     "fallback": "skip"|"retry"}``): an object with a non-empty ``error`` text."""
     error = value.get("error") if isinstance(value, dict) else None
     return isinstance(error, str) and bool(error.strip())
+
+
+def _error_value_verdict(value: Any, *, writes: bool) -> tuple[str | None, str]:
+    """How a tool's own error returned as a value (``reports_error``) ends its call, as ``(reason, detail)``. The
+    contract's result checks are not applied to it: its ``returns`` describe the tool's answers, not its errors,
+    and an error lacking a required key was ``result:shape``, which told the model "do not retry" where the tool
+    said retry, and for a write that the write was carried out where the tool had done nothing.
+
+    A read's is its answer (None): the model reads it as the tool wrote it and decides (seed 002 §8: skip, retry,
+    another tool); it is never remembered nor handed to a fallback. A write's is ``tool:error`` with the tool's
+    words as the detail, as when it raises its error: its approval, its audit event and the model say the tool
+    refused it, never that it was carried out; it is not sent again (a tool's error is not retried) nor handed to a
+    fallback (another write)."""
+    if not writes:
+        return None, ""
+    return "tool:error", json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _result_cap(contract: ToolContract) -> int:

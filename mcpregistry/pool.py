@@ -34,6 +34,7 @@ import atexit
 import concurrent.futures
 import contextlib
 import dataclasses
+import email.utils
 import hashlib
 import json
 import logging
@@ -44,6 +45,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any, NoReturn, TypeVar, cast
 
@@ -142,6 +144,20 @@ class McpTransportError(_CallError):
 
 class McpTimeoutError(_CallError):
     """The server did not answer within the deadline."""
+
+
+class McpRateLimited(McpTransportError):
+    """The server refused the request with HTTP 429 Too Many Requests (seed 001's rate limit): it did not carry it
+    out (``sent`` is False: a write is known not done), and the session goes on (over SSE, whose client sends
+    nothing more after a refused POST, a fresh one is opened). ``retry_after_s``: how long the server asked to be
+    left alone (its ``Retry-After``, in seconds or as an HTTP date), None where it did not say.
+
+    A transport error to whoever does not know it (a discovery, a resource read); the gate reads it as the
+    ``rate_limit`` it is: retried after ``Retry-After``, counted by the breaker as a rate limit."""
+
+    def __init__(self, message: str, *, retry_after_s: float | None) -> None:
+        super().__init__(message, sent=False)
+        self.retry_after_s = retry_after_s
 
 
 # What writing a request into a session that is already closed raises (the session's receive loop ended when
@@ -773,6 +789,8 @@ class McpSessionPool:
             raise
         except McpError as exc:
             await self._finish(pooled)
+            if (limited := _rate_limited_data(exc)) is not None:
+                raise _rate_limited(connection, limited) from exc  # the server is there, and asks to wait
             detail = pooled.failure_detail()
             message = _("server '%(server)s' failed to initialize: %(error)s") % {
                 "server": connection.mcp_id,
@@ -781,6 +799,8 @@ class McpSessionPool:
             raise McpTransportError(f"{message} ({detail})" if detail else message, sent=False) from exc
         except Exception as exc:
             await self._finish(pooled)
+            if (limited := _rate_limited_data(exc)) is not None:
+                raise _rate_limited(connection, limited) from exc  # the server is there, and asks to wait
             detail = pooled.failure_detail()
             if exc is pooled.failure:  # it was reached: what answered is no MCP server
                 sentence = _("server '%(server)s' did not answer as an MCP server: %(error)s")
@@ -911,6 +931,10 @@ class McpSessionPool:
                     continue
                 raise McpTransportError(_broke(connection, _describe(exc)), sent=False) from exc
             except McpError as exc:
+                if (limited := _rate_limited_data(exc)) is not None:
+                    if connection.transport == "sse":
+                        self._retire(pooled)  # the SDK's SSE client sends nothing more after a refused POST
+                    raise _rate_limited(connection, limited) from exc
                 if _session_ended_by_server(exc):
                     # The server answered 404 for this session's id (it restarted, or ended the session): the
                     # request was not taken, so it is sent again, once, on a fresh session (a write too).
@@ -1471,6 +1495,10 @@ async def _fail_refused_post(session: ClientSession, response: httpx.Response) -
     request_id = _carried_request_id(response.request)
     if request_id is None:
         return  # a notification, or the answer to a server's request: nobody waits for it
+    if response.status_code == HTTP_TOO_MANY_REQUESTS:
+        # Refused, not lost: the server did not carry it out (the URL is not said: its query may hold a key).
+        await _fail_pending_request(session, request_id, _rate_limited_error(response, address=False))
+        return
     status = _http_status_text(response)
     await _fail_pending_request(session, request_id, _answer_lost_error(status))
 
@@ -1478,6 +1506,84 @@ async def _fail_refused_post(session: ClientSession, response: httpx.Response) -
 def _http_status_text(response: httpx.Response) -> str:
     """``HTTP 403 Forbidden``: an answer's status as the pool's messages name it."""
     return f"HTTP {response.status_code} {httpx.codes.get_reason_phrase(response.status_code)}".strip()
+
+
+HTTP_TOO_MANY_REQUESTS = 429
+
+RATE_LIMITED = "platform:rate_limited"
+"""The ``data["platform"]`` of the JSON-RPC error a request is failed with when the server answered its HTTP request
+with 429 Too Many Requests: the pool raises it as :class:`McpRateLimited`."""
+
+_DELAY_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")  # RFC 9110 says whole seconds; "1.5" is read too
+
+
+def retry_after_seconds(response: httpx.Response) -> float | None:
+    """How long an HTTP answer's ``Retry-After`` asks the client to wait, in seconds (RFC 9110 §10.2.3): its
+    delay-seconds, or the time from the answer's own ``Date`` to its HTTP date (the server's clock against itself:
+    the worker's may differ from it by more than the wait), from now where the answer has no ``Date``; never below
+    0. None where it has no ``Retry-After`` or one that is neither."""
+    value = response.headers.get("retry-after", "").strip()
+    if _DELAY_SECONDS.fullmatch(value):
+        return float(value)
+    until = _http_date(value)
+    if until is None:
+        return None
+    now = _http_date(response.headers.get("date", "")) or datetime.now(UTC)
+    return max((until - now).total_seconds(), 0.0)
+
+
+def _http_date(value: str) -> datetime | None:
+    """An HTTP date (``Wed, 21 Oct 2015 07:28:00 GMT``, or one of the older forms) as an aware datetime; None for
+    anything else."""
+    try:
+        parsed = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)  # HTTP dates are GMT
+
+
+def _rate_limited_error(response: httpx.Response, *, address: bool) -> types.ErrorData:
+    """The error a request is failed with when its HTTP answer was 429 (:data:`RATE_LIMITED`): the status, where
+    ``address`` the address that answered (never its query: :func:`_address_shown`), and the ``Retry-After`` in
+    seconds, read when the answer came (an HTTP date counts down from then). The sentence is made in the caller's
+    language by :func:`_rate_limited`."""
+    status = _http_status_text(response)
+    data = {
+        "platform": RATE_LIMITED,
+        "status": status,
+        "url": _address_shown(response.request.url) if address else "",
+        "retry_after_s": retry_after_seconds(response),
+    }
+    return types.ErrorData(code=types.INTERNAL_ERROR, message=status, data=data)
+
+
+def _rate_limited_data(exc: BaseException) -> dict[str, Any] | None:
+    """The data of a :data:`RATE_LIMITED` error, ``exc`` or one in its group (a session's opening fails in its
+    task group); None for any other."""
+    if isinstance(exc, BaseExceptionGroup):
+        return next(filter(None, map(_rate_limited_data, exc.exceptions)), None)
+    data = exc.error.data if isinstance(exc, McpError) else None
+    return data if isinstance(data, dict) and data.get("platform") == RATE_LIMITED else None
+
+
+def _rate_limited(connection: ServerConnection, data: dict[str, Any]) -> McpRateLimited:
+    """The pool's error for a request the server refused with HTTP 429 (``data``: :func:`_rate_limited_error`'s)."""
+    status = data["status"]
+    if data["url"]:
+        status = _("%(status)s from %(url)s") % {"status": status, "url": data["url"]}
+    retry_after_s = data["retry_after_s"]
+    if retry_after_s is None:
+        message = _("server '%(server)s' refused the request as rate limited: %(error)s") % {
+            "server": connection.mcp_id,
+            "error": status,
+        }
+    else:
+        message = _("server '%(server)s' refused the request as rate limited: %(error)s; retry after %(seconds)s s") % {
+            "server": connection.mcp_id,
+            "error": status,
+            "seconds": f"{retry_after_s:g}",
+        }
+    return McpRateLimited(message, retry_after_s=retry_after_s)
 
 
 def _answer_lost_error(detail: str) -> types.ErrorData:
@@ -1823,7 +1929,14 @@ class _StreamableHttpTransport(StreamableHTTPTransport):
             writer = _OwnAnswerWriter(ctx.read_stream_writer, request.id, self._fail)
             # Only ``send`` is asked of the writer (the JSON answer, the event stream, a reconnection, a 404).
             ctx = dataclasses.replace(ctx, read_stream_writer=cast(Any, writer))
-        await super()._handle_post_request(ctx)
+        try:
+            await super()._handle_post_request(ctx)
+        except httpx.HTTPStatusError as exc:
+            if not isinstance(request, types.JSONRPCRequest) or exc.response.status_code != HTTP_TOO_MANY_REQUESTS:
+                raise
+            # The SDK raises every error status, which ends the whole session (every call on it failing as a broken
+            # transport, a write's outcome unknown). A 429 refuses this request only: it fails as a rate limit.
+            await self._fail(request.id, _rate_limited_error(exc.response, address=True))
 
 
 @contextlib.asynccontextmanager
