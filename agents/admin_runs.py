@@ -875,7 +875,7 @@ class _Timeline:
         )
 
     def _tool_left_out(self, entry: dict[str, Any]) -> TimelineStep:
-        """A published version's tool not offered: its server's arguments changed after the publish
+        """A published version's tool not offered: its frozen contract no longer fits its server's arguments
         (``agents.engine.tools_left_out``), told in the reader's words."""
         return TimelineStep(
             kind="withdrawn",
@@ -884,8 +884,8 @@ class _Timeline:
             status="skipped",
             status_text=gettext("not offered"),
             note=gettext(
-                "Tool %(tool)s of server %(server)s is left out: its server's arguments changed after %(version)s "
-                "was published. Publish the agent again."
+                "Tool %(tool)s of server %(server)s is left out: the contract %(version)s froze for it does not fit "
+                "the arguments its server lists now. Fit the tool's contract and publish the agent again."
             )
             % {
                 "tool": visible_text(_str(entry.get("tool"))),

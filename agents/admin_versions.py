@@ -157,8 +157,8 @@ def stale_tools_message(*, version: AgentVersion, stale: list[str]) -> str:
     (``agents.version_view.version_stale_tools``): its runs are not offered them, and publishing again is the cure
     (the version's contracts are never fitted for it)."""
     return gettext(
-        "Agent %(agent)s: the arguments of %(tools)s changed on their servers after v%(number)s was published. "
-        "Runs of v%(number)s are not offered these tools; publish the agent again to offer them."
+        "Agent %(agent)s: the contracts v%(number)s froze for %(tools)s do not fit the arguments their servers "
+        "list now. Runs of v%(number)s are not offered these tools; fit their contracts and publish the agent again."
     ) % {"agent": version.agent.slug, "number": version.number, "tools": ", ".join(map(visible_text, stale))}
 
 

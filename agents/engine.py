@@ -290,7 +290,7 @@ def _tools_left_out_told(plan: RunPlan, trace: list[dict[str, Any]]) -> None:
     version = _version_label(plan.run_id)
     for server, mcp_tool in left_out:
         logger.warning(
-            "run %s: tool %s of server %s is not offered: its arguments changed after %s was published; "
+            "run %s: tool %s of server %s is not offered: the contract %s froze does not fit its arguments now; "
             "publish the agent again",
             plan.run_id,
             mcp_tool.name,
@@ -298,8 +298,8 @@ def _tools_left_out_told(plan: RunPlan, trace: list[dict[str, Any]]) -> None:
             version,
         )
         message = _(
-            "Tool %(tool)s of server %(server)s is left out: its server's arguments changed after %(version)s "
-            "was published. Publish the agent again."
+            "Tool %(tool)s of server %(server)s is left out: the contract %(version)s froze for it does not fit "
+            "the arguments its server lists now. Fit the tool's contract and publish the agent again."
         ) % {"tool": mcp_tool.exposed_name, "server": server.mcp_id, "version": version}
         trace.append(
             {

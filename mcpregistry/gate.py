@@ -575,11 +575,12 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         input_schema=tool.input_schema,
         idempotency_arg=filled,
     )
-    if contract.risk == ToolContract.Risk.READ and _asked_as_write(this, args):
+    if contract.risk == ToolContract.Risk.READ and _asked_as_write(this, keyed := _without_gate_key(args, contract)):
         # A call a person was asked about is governed by that approval whatever its tool's risk became while it
         # waited (marked ``read``): rejected or expired, refused; approved, claimed and sent once; waiting, it waits.
-        # Taken for a read, a resumed run would send a write a person rejected.
-        contract = _as_write(contract)
+        # Taken for a read, a resumed run would send a write a person rejected. It was asked for without the key the
+        # gate writes into a write's sends (the model's own dropped): looked for, and sent, so.
+        contract, args = _as_write(contract), keyed
     this.to_sink = contract.risk == ToolContract.Risk.READ
     approved_args = (
         _approved_args(this, args) if verdict is not None and contract.risk == ToolContract.Risk.WRITE else None
@@ -912,7 +913,7 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
                 if outcome.is_error:
                     reason, retry_after = classify_tool_error(outcome.text)
                     detail = outcome.text.strip()
-                elif reports_error(value):
+                elif error_report(value):
                     reason, detail = _error_value_verdict(value, writes=writes)
                 else:
                     verdict = check_result(contract.returns or {}, value)
@@ -1063,6 +1064,18 @@ def reports_error(value: Any) -> bool:
     return isinstance(error, str) and bool(error.strip())
 
 
+# What a tool's own report of a failure holds (seed 002 §8: ``{"error": "...", "fallback": "retry"}``, with perhaps
+# its message or code). An answer with anything more (a job's status carrying an ``error`` field beside its data)
+# is an answer: checked against the contract's ``returns`` as any other.
+ERROR_REPORT_KEYS = frozenset({"error", "fallback", "message", "detail", "code", "reason", "retry_after"})
+
+
+def error_report(value: Any) -> bool:
+    """Whether a result is nothing but the tool's own report of a failure (``reports_error``, and no key beyond
+    ``ERROR_REPORT_KEYS``): the result checks are not applied to it (``_error_value_verdict``)."""
+    return reports_error(value) and set(value) <= ERROR_REPORT_KEYS
+
+
 def _error_value_verdict(value: Any, *, writes: bool) -> tuple[str | None, str]:
     """How a tool's own error returned as a value (``reports_error``) ends its call, as ``(reason, detail)``. The
     contract's result checks are not applied to it: its ``returns`` describe the tool's answers, not its errors,
@@ -1196,6 +1209,13 @@ def _as_write(contract: ToolContract) -> ToolContract:
     contract = copy.copy(contract)
     contract.risk = ToolContract.Risk.WRITE
     return contract
+
+
+def _without_gate_key(args: dict[str, Any], contract: ToolContract) -> dict[str, Any]:
+    """``args`` without the argument the contract names for a write's idempotency key: what a write call was
+    checked, asked for and approved as (``check_args`` drops the model's key; the gate writes its own)."""
+    name = contract.idempotency_arg
+    return {k: v for k, v in args.items() if k != name} if name else args
 
 
 def _asked_as_write(this: _Call, args: dict[str, Any]) -> bool:

@@ -127,8 +127,8 @@ def test_a_published_version_is_not_offered_a_tool_whose_arguments_changed_and_i
     [note] = [entry for entry in run.messages if entry.get("type") == "tool_left_out"]
     assert (note["mcp_id"], note["tool"]) == ("stale", "lookup")
     assert note["message"] == (
-        "Tool lookup of server stale is left out: its server's arguments changed after v1 was published. "
-        "Publish the agent again."
+        "Tool lookup of server stale is left out: the contract v1 froze for it does not fit the arguments its "
+        "server lists now. Fit the tool's contract and publish the agent again."
     )
     assert any(
         "lookup" in r.getMessage() and "v1" in r.getMessage() for r in caplog.records if r.levelname == "WARNING"
@@ -140,7 +140,7 @@ def test_a_published_version_is_not_offered_a_tool_whose_arguments_changed_and_i
     assert "'name'" not in run.answer
     # The run's page says so in its reader's words, not as a raw trace entry.
     [step] = [s for s in run_timeline(run) if s.label == "tool left out"]
-    assert (step.title, step.status_text) == ("lookup", "not offered") and "after v1 was published" in step.note
+    assert (step.title, step.status_text) == ("lookup", "not offered") and "the contract v1 froze" in step.note
 
 
 @pytest.mark.slow
@@ -179,15 +179,15 @@ def test_the_version_page_warns_of_the_tools_whose_arguments_changed_until_the_a
         assert response.status_code == 200
         return response.content.decode()
 
-    warning = "the arguments of stale-page/lookup changed on their servers after v1 was published"
+    warning = "the contracts v1 froze for stale-page/lookup do not fit the arguments their servers list now"
     assert warning not in page(first)
 
     rename_lookups_argument(server, admin_user)
     assert version_stale_tools(first.content) == ["stale-page/lookup"]
     shown = page(first)
     assert warning in shown
-    assert "Runs of v1 are not offered these tools; publish the agent again to offer them." in shown
+    assert "Runs of v1 are not offered these tools; fit their contracts and publish the agent again." in shown
 
     second = published(Agent.objects.get(pk=agent.pk), admin_user)
     assert version_stale_tools(second.content) == []
-    assert "changed on their servers" not in page(second)
+    assert "do not fit the arguments their servers list now" not in page(second)
