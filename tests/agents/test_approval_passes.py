@@ -94,10 +94,12 @@ def test_a_pass_made_again_whose_model_gives_another_write_the_same_id_asks_for_
     run.refresh_from_db()
     assert run.status == Run.Status.SUCCEEDED, run.error_message
     assert lines(notes) == [f"B: 100만원 송금\t{run.id}:call_0"]
+    # What was sent is recorded: the approved arguments and the idempotency key the gate wrote into them.
+    sent_args = {"text": "B: 100만원 송금", "idempotency_key": f"{run.id}:call_0"}
     [call] = client.get(f"/api/v1/runs/{run.id}").json()["tool_calls"]
-    assert (call["args"], call["ok"]) == ({"text": "B: 100만원 송금"}, True)
+    assert (call["args"], call["ok"]) == (sent_args, True)
     sent = AuditEvent.objects.get(run_id=run.id, action="tool.call", ok=True)
-    assert sent.args == {"text": "B: 100만원 송금"}
+    assert sent.args == sent_args
     approved = AuditEvent.objects.get(run_id=run.id, action="approval.approve")
     assert approved.args == {"text": "B: 100만원 송금"}
 
@@ -144,9 +146,10 @@ def test_an_approved_call_records_the_arguments_it_sent_not_those_of_the_call_th
     run.refresh_from_db()
     assert [line.split("\t")[0] for line in lines(notes)] == ["규칙이 저장"]
     [result] = run.deterministic_results
-    assert result["args"] == {"text": "규칙이 저장"}
+    sent_args = {"text": "규칙이 저장", "idempotency_key": lines(notes)[0].split("\t")[1]}  # the gate's key, as sent
+    assert result["args"] == sent_args
     sent = AuditEvent.objects.get(run_id=run.id, action="tool.call", ok=True)
-    assert sent.args == {"text": "규칙이 저장"}
+    assert sent.args == sent_args
 
 
 # ---- 2. an earlier pass's approvals, as the pass made again parks -----------------------------------------------
