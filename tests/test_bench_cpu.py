@@ -41,6 +41,7 @@ def test_the_benchmark_itself_is_the_client_whatever_its_command_line() -> None:
     assert part_of([sys.executable, "-m", "celery"], pid=ME, client_pid=ME) == "client"
 
 
+@pytest.mark.slow
 def test_a_process_that_works_inside_the_window_is_counted_in_its_part() -> None:
     window = CpuWindow()
     window.start()

@@ -17,6 +17,7 @@ OPTIONS = "settings.DATABASES['default'].get('OPTIONS', {})"
 
 
 @pytest.mark.parametrize(("value", "expected"), [(None, 0), ("60", 60)])
+@pytest.mark.slow
 def test_sqlite_keeps_its_connections_as_long_as_db_conn_max_age_says(
     value: str | None, expected: int, tmp_path
 ) -> None:
@@ -34,6 +35,7 @@ def test_sqlite_keeps_its_connections_as_long_as_db_conn_max_age_says(
         ({"DB_SERVER_SIDE_BINDING": "0"}, {"server_side_binding": False, "prepare_threshold": 5, "connect_timeout": 5}),
     ],
 )
+@pytest.mark.slow
 def test_postgresql_binds_on_the_server_and_prepares_repeated_statements_unless_told_not_to(
     environment: dict[str, str], expected: dict[str, object], tmp_path
 ) -> None:

@@ -141,6 +141,7 @@ def test_an_approved_write_whose_int_passcode_is_masked_is_made_with_the_exact_n
     assert approval.status == Approval.Status.EXECUTED
 
 
+@pytest.mark.slow
 def test_arguments_the_contract_refuses_are_refused_before_anyone_is_asked(db: None, notes: Path) -> None:
     # Masked as the approved text is ("token=***"), but the model's own text fails the pattern: no approval.
     run, _client = a_note_with_a_token_pattern(notes, "token=ABCD1234EFGH5678")

@@ -291,6 +291,7 @@ async def build_write_caught_then_read(settings: Any) -> Any:
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_a_flow_that_catches_its_park_calls_nothing_more(tmp_path: Path, settings: Any) -> None:
     graph = f"{__name__}.build_write_caught_then_read"
     settings.PLATFORM_FLOW_GRAPHS = [graph]

@@ -51,6 +51,7 @@ def errors_shown(page: str) -> str:
 # ---- kept as written ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_export_re_imports_unchanged_with_a_server_in_a_folder_named_in_decomposed_korean(tmp_path: Path) -> None:
     # A folder made on macOS keeps its decomposed name; Linux names are bytes, and the composed one names nothing.
     folder = tmp_path / DECOMPOSED

@@ -73,6 +73,7 @@ def test_a_scripted_model_calls_a_demo_tool_and_answers_from_its_result(demo_ser
     assert run.token_usage["model_calls"] == 2
 
 
+@pytest.mark.slow
 def test_a_failing_tool_is_a_message_to_the_model_and_the_run_still_answers(db) -> None:
     server = bind_demo_server(mcp_id="assets-down", failure_mode="rate_limit")
     agent = make_agent(

@@ -63,6 +63,7 @@ def server_got(path: Path, lines: set[str]) -> Callable[[], bool]:
     return lambda: path.exists() and lines <= set(path.read_text(encoding="utf-8").splitlines())
 
 
+@pytest.mark.slow
 def test_a_batch_cut_short_by_the_soft_time_limit_audits_each_read_once_as_time_limit_and_sends_none_again(
     hanging_reads: tuple[McpServer, Path], api_caller: Any, api_client: Any
 ) -> None:
@@ -110,6 +111,7 @@ def test_a_batch_cut_short_by_the_soft_time_limit_audits_each_read_once_as_time_
     ]
 
 
+@pytest.mark.slow
 def test_a_batch_call_waiting_to_retry_when_the_time_is_up_is_not_sent_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

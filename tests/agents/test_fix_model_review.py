@@ -267,6 +267,7 @@ def test_the_new_ways_a_run_can_end_have_words(code: str) -> None:
 # --- 3. a reply with no choice, or an error object with HTTP 200 ----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_reply_with_no_choice_fails_as_empty_with_its_tokens_counted(demo_server) -> None:
     body = {"id": "c", "object": "chat.completion", "created": 1, "model": "m", "choices": []}
     body["usage"] = {"prompt_tokens": 5, "completion_tokens": 0, "total_tokens": 5}

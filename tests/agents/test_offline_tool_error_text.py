@@ -95,6 +95,7 @@ def test_the_tools_text_is_cut_as_the_models_message_cuts_it(db: None, monkeypat
     assert result.error == "tool:error" and len(result.tool_error_text) == 500
 
 
+@pytest.mark.slow
 def test_an_error_text_the_gate_reads_as_a_rate_limit_is_not_shown(
     db: None, monkeypatch: pytest.MonkeyPatch, gate_clock: Any
 ) -> None:

@@ -139,6 +139,7 @@ def test_a_failed_call_is_named_in_words_with_its_code(admin_client, demo_agent)
     assert '<b style="color:#ba2121">실패</b>' in page and "args:pattern:asset_id" in page
 
 
+@pytest.mark.slow
 def test_the_tester_follows_a_suggested_fallback_for_an_offline_agent_as_its_runs_do(admin_client, db) -> None:
     from tests.conftest import bind_demo_server, make_agent
 

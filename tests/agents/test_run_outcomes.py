@@ -39,6 +39,7 @@ def test_offline_a_backend_that_times_out_or_is_rate_limited_is_answered_by_the_
     assert (handed.tool, handed.reason) == ("get_asset_status", reason)
 
 
+@pytest.mark.slow
 def test_offline_a_run_follows_the_fallback_its_contract_suggests_since_no_model_would(db) -> None:
     """Seed 001's recovery in the shipped demo: the backend answers in the wrong shape; with no model to read
     "use the backup", the gate calls the contract's fallback itself and the answer says where it came from."""

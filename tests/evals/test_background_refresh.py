@@ -25,6 +25,7 @@ def _start() -> EvalRun:
     return eval_run_start(eval_set=eval_set, agent=agent, actor="admin", window=5)  # every case in flight
 
 
+@pytest.mark.slow
 def test_the_background_pass_scores_finished_cases_and_finishes_the_eval_run() -> None:
     eval_run = _start()
     runs = list(Run.objects.filter(eval_results__eval_run=eval_run).order_by("created_at"))

@@ -101,6 +101,7 @@ def _in_flight(eval_run: EvalRun) -> list[Run]:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_a_key_lost_after_the_start_ends_that_eval_run_and_the_others_go_on() -> None:
     healthy, poisoned = _two_eval_runs()
     for run in [*_in_flight(healthy), *_in_flight(poisoned)]:

@@ -77,6 +77,7 @@ def test_a_rug_pull_is_a_warning_that_names_the_tools_held_for_review() -> None:
     assert not server.tools.filter(enabled=True).exists()
 
 
+@pytest.mark.slow
 def test_the_servers_resources_and_prompts_are_counted() -> None:
     McpServer.objects.create(
         mcp_id="ctx",

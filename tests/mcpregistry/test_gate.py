@@ -71,6 +71,7 @@ def test_an_invented_argument_name_is_refused(probe_server) -> None:
     assert result.error == "args:unknown:key_id"
 
 
+@pytest.mark.slow
 def test_a_tool_without_arguments_refuses_an_invented_one_before_sending(db) -> None:
     server = bind_demo_server(mcp_id="noargs")
     result = call(server, "ping", {"verbose": True})
@@ -265,6 +266,7 @@ def test_a_write_tool_without_an_approver_is_refused(probe_server, tmp_path) -> 
     assert result.error == "approval:unavailable"
 
 
+@pytest.mark.slow
 def test_an_eval_run_never_sends_a_write_and_audits_the_attempt_under_its_purpose(db, tmp_path) -> None:
     notes = tmp_path / "notes.txt"
     server = probe("probe_eval", NOTES_FILE=str(notes))

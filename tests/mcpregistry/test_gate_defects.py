@@ -74,6 +74,7 @@ def reloaded(server: McpServer) -> McpServer:
     ("mcp_id", "retry"),
     [("keyed-once", {"max_attempts": 1}), ("keyed-not-on", {"max_attempts": 3, "on": ["rate_limit"]})],
 )
+@pytest.mark.slow
 def test_a_keyed_write_sent_and_unanswered_is_outcome_unknown_and_never_handed_to_its_fallback(
     file: Path, mcp_id: str, retry: dict[str, Any]
 ) -> None:

@@ -430,6 +430,7 @@ def test_an_agent_whose_servers_share_a_tool_name_is_refused(admin_client) -> No
     assert admin_client.post("/admin/agents/agent/add/", data).status_code == 302
 
 
+@pytest.mark.slow
 def test_a_run_on_servers_with_clashing_tool_names_fails_with_a_clear_message(db) -> None:
     agent = make_agent(slug="clash", servers=[mutable_server("first"), mutable_server("second")], with_demo_rules=False)
     run = Run.objects.create(agent=agent, query="hi")

@@ -32,7 +32,7 @@ from tests.agents.test_bedrock import (
 )
 from tests.conftest import discover_as_admin
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]  # each starts real servers
 
 TOO_DEEP = f"the input schema is nested more than {SCHEMA_MAX_DEPTH} levels deep"
 
