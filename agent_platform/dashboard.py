@@ -63,8 +63,7 @@ def _may_view(request: HttpRequest, model: type[Model]) -> bool:
 
 
 def _compact(value: Any, limit: int = 160) -> str:
-    text = visible_text(json.dumps(value, ensure_ascii=False, separators=(", ", ": ")))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return _shortened(json.dumps(value, ensure_ascii=False, separators=(", ", ": ")), limit)
 
 
 def dashboard_servers(request: HttpRequest) -> list[dict[str, Any]] | None:

@@ -249,15 +249,15 @@ def _digest_alias(name: str, *, stem: str, taken: set[str]) -> str:
         count += 1
 
 
-def _tool_index(plan: RunPlan) -> dict[str, tuple[McpServer, McpTool]]:
-    """The tools the run may call (``tools_served``, less ``tools_left_out``), by the name the model sees
-    (``model_tool_names``): the model's calls are resolved here to their server and tool, whose own name the gate,
-    the audit and the events carry."""
-    left_out = {(server.mcp_id, mcp_tool.name) for server, mcp_tool in tools_left_out(plan)}
+def _tool_index(plan: RunPlan, left_out: list[tuple[McpServer, McpTool]]) -> dict[str, tuple[McpServer, McpTool]]:
+    """The tools the run may call (``tools_served``, less ``left_out``: ``tools_left_out``), by the name the model
+    sees (``model_tool_names``): the model's calls are resolved here to their server and tool, whose own name the
+    gate, the audit and the events carry."""
+    left = {(server.mcp_id, mcp_tool.name) for server, mcp_tool in left_out}
     served = [
         (server, mcp_tool)
         for server, mcp_tool in tools_served(plan.servers, plan.frozen_contracts)
-        if (server.mcp_id, mcp_tool.name) not in left_out
+        if (server.mcp_id, mcp_tool.name) not in left
     ]
     names = model_tool_names([mcp_tool.exposed_name for _server, mcp_tool in served])
     return {names[mcp_tool.exposed_name]: (server, mcp_tool) for server, mcp_tool in served}
@@ -281,10 +281,9 @@ def tools_left_out(plan: RunPlan) -> list[tuple[McpServer, McpTool]]:
     ]
 
 
-def _tools_left_out_told(plan: RunPlan, trace: list[dict[str, Any]]) -> None:
-    """Each of ``tools_left_out`` in the run's trace, in words, and in the worker's log: live traffic lost the tool
-    until the agent is published again, and an admin must learn why (the version's page says so too)."""
-    left_out = tools_left_out(plan)
+def _tools_left_out_told(plan: RunPlan, left_out: list[tuple[McpServer, McpTool]], trace: list[dict[str, Any]]) -> None:
+    """Each of ``left_out`` (``tools_left_out``) in the run's trace, in words, and in the worker's log: live traffic
+    lost the tool until the agent is published again, and an admin must learn why (the version's page says so too)."""
     if not left_out:
         return
     version = _version_label(plan.run_id)
@@ -612,8 +611,9 @@ def execute(plan: RunPlan) -> RunOutcome:
             messages=trace,
         )
 
-    index = _tool_index(plan)
-    _tools_left_out_told(plan, trace)
+    left_out = tools_left_out(plan)  # a published version's tools its frozen contracts no longer fit
+    index = _tool_index(plan, left_out)
+    _tools_left_out_told(plan, left_out, trace)
     known_as = names_the_model_knows(index)
     specs = tool_specs(index, plan.frozen_contracts)  # once per run: the offer and the graph share them
     try:
