@@ -25,7 +25,7 @@ from agents.models import Agent, AgentVersion, ApiKey, Approval, DeterministicRu
 from agents.services import agent_version_publish
 from tests.agents.test_admin_runs import a_run, an_approval
 from tests.agents.test_fix_publish_on_save_rules import _BrowserForm, agent_page, row, saved
-from tests.conftest import logged_in
+from tests.conftest import logged_in, make_agent
 from tests.test_admin_views_access import staff
 
 pytestmark = pytest.mark.django_db
@@ -91,6 +91,21 @@ def test_changing_a_rule_on_its_own_page_says_which_agents_change_is_a_draft(
 
     assert DeterministicRule.objects.get(pk=rule.pk).order == 78
     assert told[0][0] == constants.SUCCESS and "was changed successfully" in told[0][1]
+    assert told[1:] == [(constants.WARNING, DRAFT_NOTE.format(slug=demo_agent.slug, number=1))]
+
+
+def test_changing_a_global_rule_speaks_of_the_agents_bound_to_its_server_only(
+    admin_client: Client, demo_agent: Agent
+) -> None:
+    published(demo_agent)
+    elsewhere = make_agent(slug="elsewhere", servers=[], with_demo_rules=False)
+    published(elsewhere)  # bound to no server: the rule cannot reach it, and it is not looked at
+    rule = first_rule(demo_agent)
+    DeterministicRule.objects.filter(pk=rule.pk).update(agent=None)  # a global rule of the demo server
+    url, posted = rule_page(admin_client, DeterministicRule.objects.get(pk=rule.pk))
+    posted["order"] = ["79"]
+    told = saved(admin_client, url, posted)
+
     assert told[1:] == [(constants.WARNING, DRAFT_NOTE.format(slug=demo_agent.slug, number=1))]
 
 
