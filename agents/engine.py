@@ -249,10 +249,14 @@ def _digest_alias(name: str, *, stem: str, taken: set[str]) -> str:
         count += 1
 
 
-def _tool_index(plan: RunPlan, left_out: list[tuple[McpServer, McpTool]]) -> dict[str, tuple[McpServer, McpTool]]:
-    """The tools the run may call (``tools_served``, less ``left_out``: ``tools_left_out``), by the name the model
-    sees (``model_tool_names``): the model's calls are resolved here to their server and tool, whose own name the
-    gate, the audit and the events carry."""
+def _tool_index(
+    plan: RunPlan, left_out: list[tuple[McpServer, McpTool]] | None = None
+) -> dict[str, tuple[McpServer, McpTool]]:
+    """The tools the run may call (``tools_served``, less ``left_out``: ``tools_left_out``, found here where the
+    caller has not), by the name the model sees (``model_tool_names``): the model's calls are resolved here to their
+    server and tool, whose own name the gate, the audit and the events carry."""
+    if left_out is None:
+        left_out = tools_left_out(plan)
     left = {(server.mcp_id, mcp_tool.name) for server, mcp_tool in left_out}
     served = [
         (server, mcp_tool)
