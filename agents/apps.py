@@ -14,9 +14,18 @@ class AgentsConfig(AppConfig):
             checks,  # noqa: F401 - registers the run lifecycle's system checks
             tasks,  # noqa: F401 - registers the Celery tasks, so agents.dispatch publishes them by name in any process
         )
-        from agents.selectors import agents_tool_name_problems, tool_names_taken_by_agents
+        from agents.selectors import (
+            agents_tool_name_problems,
+            rules_refused_by_tool_contract,
+            tool_names_taken_by_agents,
+        )
         from agents.services import agents_publish_on_registry_change
-        from mcpregistry.signals import registry_contracts_changed, tool_names_check, tool_names_taken
+        from mcpregistry.signals import (
+            contract_rules_check,
+            registry_contracts_changed,
+            tool_names_check,
+            tool_names_taken,
+        )
 
         # A contract edit publishes the agents that publish on save (mcpregistry cannot import agents).
         registry_contracts_changed.connect(
@@ -27,3 +36,5 @@ class AgentsConfig(AppConfig):
         tool_names_check.connect(agents_tool_name_problems, dispatch_uid="agents.tool_name_problems")
         # Discovery does not switch on a tool another server bound beside it already offers an agent by that name.
         tool_names_taken.connect(tool_names_taken_by_agents, dispatch_uid="agents.tool_names_taken")
+        # A contract's save names the stored rules it leaves refused (the rule editor refuses them).
+        contract_rules_check.connect(rules_refused_by_tool_contract, dispatch_uid="agents.rules_refused_by_contract")

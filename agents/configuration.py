@@ -45,6 +45,7 @@ from agents.models import MAX_ITERATIONS_LIMIT, TIME_LIMIT_MAX_S, Agent, AgentAr
 from agents.selectors import (
     agent_tool_name_conflicts,
     rules_calling,
+    rules_refused_by_tool_contract,
     servers_leaving,
     tool_name_clashes_made,
     tool_name_conflict_problem,
@@ -1399,6 +1400,11 @@ def _config_import(
         raise ApplicationError(
             _("configuration was not imported:") + "\n" + "\n".join(_capped(problems.items)), code="invalid_config"
         )
+    # A contract may tighten what a stored rule sends on purpose (the rule editor refuses the reverse): the rules
+    # every call of which the imported contracts now refuse are named, as on the contract's page.
+    for _where, contract, before in saved_contracts:
+        if before != _fields(contract):
+            report.warnings.extend(rules_refused_by_tool_contract(tool=contract.tool))
     if dry_run:
         transaction.set_rollback(True)
     return report

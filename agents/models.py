@@ -776,10 +776,10 @@ class DeterministicRule(AuditedModel):
         from pydantic import ValidationError as PydanticValidationError
 
         from agent_platform.text import nfc_value
-        from agents.deterministic import WhenSpec, placeholder_problems, template_problems
+        from agents.deterministic import WhenSpec, placeholder_problems
         from agents.providers import supports_tool_choice
         from agents.tools import CodeRuleError, load_code_rule
-        from mcpregistry.contracts import argument_constraints, spec_problems
+        from mcpregistry.contracts import spec_problems
 
         # Its literals composed, as a query and its placeholders are (and as import_config stores them): a name typed
         # decomposed (macOS) was sent so, and the tool found no such employee.
@@ -894,24 +894,31 @@ class DeterministicRule(AuditedModel):
                         )
                     ]
                 elif tool is not None:
-                    contract = getattr(tool, "contract", None)
-                    constraints = contract.args if contract is not None else argument_constraints(tool.input_schema)
-                    refuse = contract is None or contract.unknown_args == "refuse"
                     call_kept = params_kept and (
                         type(self)._base_manager.filter(pk=self.pk).values_list("server_id", "tool_name").first()
                         == (self.server_id, self.tool_name)
                     )
-                    problems = template_problems(
-                        constraints or {},
-                        self.params or {},
-                        refuse_unknown=refuse,
-                        input_schema=tool.input_schema,
-                        text_into_typed=not call_kept,
-                    )
-                    if problems:
+                    if problems := self.call_problems(tool, text_into_typed=not call_kept):
                         errors.setdefault("params", []).extend(problems)
         if errors:
             raise ValidationError(errors)
+
+    def call_problems(self, tool: Any, *, text_into_typed: bool = True) -> list[str]:
+        """What ``tool``'s stored contract (without one, its input schema) refuses of this rule's parameters
+        (``template_problems``): each names a call the gate would refuse before sending it. The rule's save refuses
+        them; a contract's save names the stored rules it leaves refused (``agents.selectors``)."""
+        from agents.deterministic import template_problems
+        from mcpregistry.contracts import argument_constraints
+
+        contract = getattr(tool, "contract", None)
+        constraints = contract.args if contract is not None else argument_constraints(tool.input_schema)
+        return template_problems(
+            constraints or {},
+            self.params or {},
+            refuse_unknown=contract is None or contract.unknown_args == "refuse",
+            input_schema=tool.input_schema,
+            text_into_typed=text_into_typed,
+        )
 
 
 class AgentVersion(AuditedModel):

@@ -321,6 +321,28 @@ def agents_tool_name_problems(*, server_ids: Collection[Any], **check: Any) -> l
     return list(tool_name_clashes_made(before, after).values())
 
 
+def rules_refused_by_tool_contract(*, tool: Any, **_signal: Any) -> list[str]:
+    """The receiver of ``mcpregistry.signals.contract_rules_check`` (connected in ``AgentsConfig.ready``): the
+    enabled rules that call ``tool`` with parameters its contract, as stored, refuses (``call_problems``), a text
+    each naming the rule, its agent and why. The rule editor refuses such parameters; a contract may tighten them
+    on purpose, and its page says which rules to mend."""
+    from mcpregistry.models import McpTool
+
+    stored = McpTool.objects.select_related("contract").filter(pk=tool.pk).first()
+    if stored is None:
+        return []
+    rules = DeterministicRule.objects.filter(server_id=stored.server_id, tool_name=stored.name, enabled=True)
+    found = []
+    for rule in rules.select_related("agent").order_by("agent__slug", "order", "id"):
+        if problems := rule.call_problems(stored):
+            owner = rule.agent.slug if rule.agent is not None else _("every agent bound to its server")
+            found.append(
+                _("Rule %(rule)s (%(agent)s) calls this tool with parameters the contract refuses: %(problems)s")
+                % {"rule": rule.name, "agent": owner, "problems": "; ".join(problems)}
+            )
+    return found
+
+
 def tool_names_taken_by_agents(*, server_id: Any, names: Collection[str], **_: Any) -> dict[str, list[str]]:
     """The receiver of ``mcpregistry.signals.tool_names_taken`` (connected in ``AgentsConfig.ready``): of the tool
     ``names`` the server ``server_id`` would offer (its prefix added), those another server it is bound beside

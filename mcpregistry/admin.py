@@ -53,6 +53,7 @@ from mcpregistry.services import (
     tool_contract_update,
     tool_enable_refused,
 )
+from mcpregistry.signals import rules_refused_by_contract
 
 # A whole value ``${VAR}`` on a secret line: read VAR from the worker's environment (``{"from_env": "VAR"}``).
 FROM_ENV_LINE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
@@ -788,6 +789,14 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
     def service_save(self, *, obj: McpTool, actor: Any, m2m: dict[str, list[Any]], change: bool) -> None:
         mcp_tool_update(tool=obj, actor=actor, via=ADMIN_VIA)
+
+    def response_change(self, request: HttpRequest, obj: McpTool) -> HttpResponse:
+        """Below the save's own message: the stored rules its contract now refuses (``contract_rules_check``),
+        each a rule whose every call is refused until it is mended or the contract loosened."""
+        response = super().response_change(request, obj)
+        for text in rules_refused_by_contract(tool=obj):
+            self.message_user(request, text, messages.WARNING)
+        return response
 
     def service_delete(self, *, obj: McpTool, actor: Any) -> None:
         mcp_tool_delete(tool=obj, actor=actor, via=ADMIN_VIA)

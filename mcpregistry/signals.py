@@ -82,3 +82,19 @@ def tool_names_taken_elsewhere(*, server_id: Any, names: Iterable[str]) -> dict[
         for name, agents in (answer or {}).items():
             taken.setdefault(name, set()).update(agents)
     return {name: sorted(agents) for name, agents in sorted(taken.items())}
+
+
+# ``contract_rules_check`` asks which stored rules a tool's contract, as saved, leaves refused: keyword argument
+# ``tool`` (the ``McpTool``, its contract as stored). ``agents`` answers with texts naming its enabled rules that
+# call the tool with fixed parameters the contract refuses (every call of theirs is refused before it is sent). A
+# rule's save refuses such parameters; a contract's save, which may tighten them on purpose, names them instead.
+contract_rules_check = Signal()
+
+
+def rules_refused_by_contract(*, tool: Any) -> list[str]:
+    """The stored rules ``tool``'s contract now refuses, one text each, as the receivers of
+    ``contract_rules_check`` say."""
+    found: list[str] = []
+    for _receiver, answer in contract_rules_check.send(sender=None, tool=tool):
+        found.extend(answer or [])
+    return found
