@@ -14,7 +14,9 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
+from django.apps import apps
 from django.contrib import admin
+from django.core.exceptions import ValidationError
 from django.db.models import Count, Model, Sum
 from django.http import HttpRequest, HttpResponse
 from django.urls import NoReverseMatch, reverse
@@ -24,7 +26,7 @@ from django.utils.translation import gettext
 from agents.budgets import MICROS_PER_USD, period_bounds, usage_by_day, usd_text
 from agents.models import Approval, Budget, ModelPrice, Run
 from audit.change_guard import actor_label
-from audit.changes import CONFIG_ACTION_PREFIX
+from audit.changes import CONFIG_ACTION_PREFIX, recorded_name
 from audit.labels import action_label
 from audit.models import AuditEvent
 from audit.visible import visible_text
@@ -240,6 +242,34 @@ def _api_key_label(row: dict[str, Any]) -> str:
     return f"{row['api_key__name']} ({row['api_key__prefix']}…)"
 
 
+def _names_in_readers_language(events: list[AuditEvent]) -> dict[int, str]:
+    """Each change event's row as its reader calls it: the record names a row in no language (``recorded_name``:
+    "key … / day" for a budget a Korean page changed); where the row is still there and still so named, its
+    ``str`` now, in the page's language. A row deleted or renamed since keeps the name recorded."""
+    recorded = {e.pk: e.result for e in events if isinstance(e.result, dict)}
+    wanted: dict[str, set[Any]] = {}
+    for result in recorded.values():
+        if isinstance(result.get("model"), str) and result.get("id") is not None:
+            wanted.setdefault(result["model"], set()).add(result["id"])
+    live: dict[tuple[str, str], Model] = {}
+    for label, ids in wanted.items():
+        try:
+            model = apps.get_model(label)
+        except (LookupError, ValueError):
+            continue
+        try:
+            rows = model._base_manager.in_bulk(list(ids))
+        except (ValueError, TypeError, ValidationError):  # an id its key type does not take: none live
+            continue
+        live.update({(label, str(pk)): row for pk, row in rows.items()})
+    names = {}
+    for pk, result in recorded.items():
+        name = str(result.get("name", ""))
+        row = live.get((str(result.get("model")), str(result.get("id"))))
+        names[pk] = str(row) if row is not None and recorded_name(row) == name else name
+    return names
+
+
 def dashboard_my_changes(request: HttpRequest) -> dict[str, Any]:
     """The reader's own latest changes of the configuration, from the audit record (Django's "recent actions"
     log is never written here: every change is an audit event), each linked to its event for whoever may read
@@ -247,14 +277,16 @@ def dashboard_my_changes(request: HttpRequest) -> dict[str, Any]:
     actor = actor_label(request.user)
     events = AuditEvent.objects.filter(source="admin", actor=actor, action__startswith=CONFIG_ACTION_PREFIX)
     can_read = request.user.has_perm("audit.view_auditevent")
+    shown = list(events.order_by("-id")[:MY_CHANGES_SHOWN])
+    names = _names_in_readers_language(shown)
     rows = [
         {
             "action": action_label(event.action),
-            "name": str(event.result.get("name", "")) if isinstance(event.result, dict) else "",
+            "name": names.get(event.pk, ""),
             "created_at": event.created_at,
             "url": _url("admin:audit_auditevent_change", event.pk) if can_read else None,
         }
-        for event in events.order_by("-id")[:MY_CHANGES_SHOWN]
+        for event in shown
     ]
     list_url = _url("admin:audit_auditevent_changelist") if can_read else None
     return {

@@ -204,3 +204,22 @@ def test_a_servers_last_check_is_a_date_above_a_time(admin_client) -> None:
     page = admin_client.get("/admin/").content.decode()
     row = page[page.index('id="dashboard-servers"') :]
     assert '<span class="nowrap">' in row and "<br>" in row.split("</tr>")[1]
+
+
+@pytest.mark.django_db
+def test_my_changes_name_a_row_in_the_readers_language_and_a_deleted_one_as_recorded(admin_client, admin_user) -> None:
+    """The record names a row in no language ("agent ledger / day" for a budget whoever changed it); the panel is
+    read in Korean: a row still there and still so named is called as its page calls it, a deleted one keeps the
+    name recorded."""
+    from agents.budgets import budget_create
+    from agents.services import agent_create, agent_delete
+
+    agent = agent_create(actor=admin_user, via="admin", data={"slug": "ledger", "name": "장부 도우미"})
+    budget_create(actor=admin_user, via="admin", data={"agent": agent, "period": "day", "max_tokens": 100_000})
+    gone = agent_create(actor=admin_user, via="admin", data={"slug": "gone", "name": "지운 것"})
+    agent_delete(agent=gone, actor=admin_user, via="admin")
+    page = admin_client.get("/admin/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+    panel = page[page.index('id="recent-actions-module"') :]
+    panel = panel[: panel.index("</ul>")]
+    assert "에이전트 ledger / 일" in panel and "agent ledger / day" not in panel
+    assert "gone" in panel  # deleted: as recorded
