@@ -22,10 +22,17 @@ def timeout_seconds(text: str) -> float:
     return seconds
 
 
+# The largest count or number an option takes: what every integer column holds on every database (a larger one
+# reached the database, ``run_eval --workers 99999999999999999999`` a traceback: SQLite's OverflowError,
+# PostgreSQL's check constraint on a window wrapped negative), and more than any command can use.
+WHOLE_NUMBER_MAX = 2**31 - 1
+
+
 def whole_number(minimum: int) -> Callable[[str], int]:
-    """A count for options such as ``--workers`` or ``--chunk-size``: a whole number, ``minimum`` or more. argparse's
-    ``int`` takes ``-3``, which the commands then read as something else (``verify_audit --workers -3`` verified
-    in one process, ``--chunk-size 0`` fetched one row at a time) instead of saying the value is wrong."""
+    """A count for options such as ``--workers`` or ``--chunk-size``: a whole number, ``minimum`` or more, at most
+    ``WHOLE_NUMBER_MAX``. argparse's ``int`` takes ``-3``, which the commands then read as something else
+    (``verify_audit --workers -3`` verified in one process, ``--chunk-size 0`` fetched one row at a time) instead
+    of saying the value is wrong."""
 
     def parse(text: str) -> int:
         try:
@@ -34,6 +41,10 @@ def whole_number(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(_("a whole number, e.g. %(example)s") % {"example": minimum + 1}) from None
         if number < minimum:
             raise argparse.ArgumentTypeError(_("a whole number, %(minimum)s or more") % {"minimum": minimum})
+        if number > WHOLE_NUMBER_MAX:
+            raise argparse.ArgumentTypeError(
+                _("a whole number, at most %(maximum)s") % {"maximum": f"{WHOLE_NUMBER_MAX:,}"}
+            )
         return number
 
     parse.__name__ = "whole_number"  # argparse names the type in its "invalid … value" message

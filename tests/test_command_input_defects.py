@@ -202,6 +202,11 @@ def test_create_auditor_refuses_a_password_that_was_no_utf8() -> None:
         ("verify_audit", ["--workers", "two"]),
         ("archive_audit", ["--older-than-days", "365", "--progress-every", "0"]),
         ("run_eval", ["nobody", "no-set", "--workers", "0"]),
+        # Past what an integer column holds: it reached the database (SQLite's OverflowError, a window wrapped
+        # negative on PostgreSQL), a traceback.
+        ("run_eval", ["nobody", "no-set", "--workers", "99999999999999999999"]),
+        ("run_eval", ["nobody", "no-set", "--workers", "2147483648"]),
+        ("agent_version", ["rollback", "nobody", "99999999999999999999"]),
     ],
 )
 def test_a_count_below_what_the_command_can_use_is_refused_not_read_as_something_else(
@@ -209,7 +214,10 @@ def test_a_count_below_what_the_command_can_use_is_refused_not_read_as_something
 ) -> None:
     # verify_audit --workers -3 verified in one process, --chunk-size 0 one row at a time: the operator was never
     # told the value was wrong.
-    option = next(argument for argument in arguments if argument.startswith("--") and argument != "--older-than-days")
+    option = next(
+        (argument for argument in arguments if argument.startswith("--") and argument != "--older-than-days"),
+        "number",  # a positional one: argparse names it
+    )
     with pytest.raises(CommandError, match=option):
         call_command(command, *arguments, stdout=io.StringIO(), stderr=io.StringIO())
     assert not AuditEvent.objects.filter(action__startswith="audit.").exists()
