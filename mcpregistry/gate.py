@@ -1547,6 +1547,8 @@ def _mcp_read_gated(
             answered = True
         except McpTimeoutError as exc:
             reason, detail = "timeout", str(exc)
+        except McpRateLimited as exc:  # an HTTP 429: the server is there and asks to wait (its words say how long)
+            reason, detail, answered = "rate_limit", str(exc), True
         except McpTransportError as exc:
             reason, detail = "transport", str(exc)
         except McpError as exc:
@@ -1563,7 +1565,7 @@ def _mcp_read_gated(
             latency_ms=latency,
             action=action,
         )
-        if reason in {"timeout", "transport", "protocol"}:
+        if reason in {"timeout", "transport", "protocol", "rate_limit"}:
             # The server's words (a protocol error's message is its own): data after the platform's, never all
             # the model is told.
             this.result.message = _with_details(

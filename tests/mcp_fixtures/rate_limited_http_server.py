@@ -4,7 +4,8 @@ as a rate-limited server or the gateway in front of it does, served from a threa
 ``/messages``).
 
 Its tools: ``lookup`` (a read), ``book`` (a write whose schema requires ``idempotency_key``, as a payment backend's
-does) and ``backup``. A ``tools/call`` of a tool with refusals left (:attr:`RateLimited.refusals`; ``initialize``
+does) and ``backup``; its one resource :data:`RESOURCE` (``refuse("resources/read", n)`` refuses its reads, over
+streamable HTTP). A ``tools/call`` of a tool with refusals left (:attr:`RateLimited.refusals`; ``initialize``
 for the streamable HTTP session's opening) is answered 429
 with :attr:`RateLimited.retry_after` as its ``Retry-After`` (``"date+5"``: an HTTP date 5 s after the answer's own
 ``Date``; empty: no header); any other is answered ``"<tool>: done"``. Over SSE a refusal is the POST's answer, and
@@ -37,6 +38,9 @@ TOOLS = {
     },
     "backup": {"type": "object", "properties": {"key": STRING}, "required": ["key"]},
 }
+
+
+RESOURCE = "notes://runbook"  # its one resource; a read of it is refused as a tool call is (``resources/read``)
 
 
 class RateLimited:
@@ -84,12 +88,16 @@ def _answer_to(message: dict[str, Any]) -> dict[str, Any]:
             message["id"],
             {
                 "protocolVersion": params["protocolVersion"],
-                "capabilities": {"tools": {}},
+                "capabilities": {"tools": {}, "resources": {}},
                 "serverInfo": {"name": "rate-limited", "version": "1"},
             },
         )
     if message["method"] == "tools/list":
         return _result(message["id"], {"tools": [{"name": n, "inputSchema": s} for n, s in TOOLS.items()]})
+    if message["method"] == "resources/list":
+        return _result(message["id"], {"resources": [{"uri": RESOURCE, "name": "runbook"}]})
+    if message["method"] == "resources/read":
+        return _result(message["id"], {"contents": [{"uri": RESOURCE, "text": "런북: 재시작"}]})
     return _result(message["id"], {})
 
 
@@ -143,6 +151,8 @@ def _handler(state: RateLimited) -> type[http.server.BaseHTTPRequestHandler]:
                 if state._take_refusal("initialize"):
                     return self._refuse()
                 return self._send(200, json.dumps(_answer_to(message)).encode(), Mcp_Session_Id=uuid.uuid4().hex)
+            if message["method"] == "resources/read" and state._take_refusal("resources/read"):
+                return self._refuse()
             if message["method"] != "tools/call":
                 return self._send(200, json.dumps(_answer_to(message)).encode())
             name = self._record(message, self.headers.get("Mcp-Session-Id", ""))

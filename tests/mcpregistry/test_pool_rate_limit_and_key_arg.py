@@ -335,3 +335,35 @@ def test_no_backoff_wait_is_longer_than_the_cap(reason: str) -> None:
         assert max(waits) <= retry["backoff_cap_s"]
     first = [backoff_delay(reason="rate_limit", attempt=1, retry=DEFAULT_RETRY, retry_after_s=None, rng=rng)]
     assert 2.0 <= first[0] <= 2.5  # below the cap the jitter still lengthens a wait, never shortens it
+
+
+# ---- a resource read refused with 429 ---------------------------------------------------------------------------
+@pytest.mark.django_db
+def test_a_resource_read_refused_with_429_is_a_rate_limit_with_the_servers_wait_not_an_unreachable_server(
+    endpoint: RateLimited,
+) -> None:
+    """A resource read is answered by the same pool: its 429 was reported as ``transport`` ("the server could not
+    be reached"), counted by the breaker as such, and the model was not told to wait."""
+    from tests.mcp_fixtures.rate_limited_http_server import RESOURCE
+
+    server = McpServer.objects.create(
+        mcp_id="limited-http",
+        name="limited",
+        transport="streamable_http",
+        url=endpoint.url("/mcp"),
+        timeout_s=CALL_TIMEOUT_S,
+        resources=[{"uri": RESOURCE, "name": "runbook"}],
+    )
+    endpoint.retry_after = "7"
+    endpoint.refuse("resources/read", 1)
+    try:
+        refused = gate.read_resource(server=server, uri=RESOURCE, who=gate.GateCall(source="admin", actor="t"))
+        assert (refused.ok, refused.error) == (False, "rate_limit")
+        assert "retry after 7 s" in refused.message and "could not be reached" not in refused.message
+        event = AuditEvent.objects.get(action="resource.read")
+        assert (event.ok, event.reason) == (False, "rate_limit")
+
+        read = gate.read_resource(server=server, uri=RESOURCE, who=gate.GateCall(source="admin", actor="t"))
+        assert (read.ok, read.value) == (True, "런북: 재시작")  # the same session goes on
+    finally:
+        get_default_pool().close("limited-http")
