@@ -41,7 +41,7 @@ from agents.answers import (
     system_message_text,
     text_of,
 )
-from agents.config_cache import tools_served
+from agents.config_cache import frozen_out_of_date, tools_served
 from agents.deterministic import ParamsRenderError, RuleSpec, render_params
 from agents.deterministic_stage import StageInput, deterministic_stage
 from agents.errors import MUST_PROPAGATE, RunCancelled
@@ -90,7 +90,6 @@ from agents.tool_selection import (
     tool_selection_settings,
 )
 from agents.tools import ToolFailure
-from agents.version_view import contract_out_of_date
 from audit.masking import mask_text, mask_value, register_secrets
 from audit.visible import invisible_characters, visible_text
 from mcpregistry import gate
@@ -279,9 +278,7 @@ def tools_left_out(plan: RunPlan) -> list[tuple[McpServer, McpTool]]:
     return [
         (server, mcp_tool)
         for server, mcp_tool in tools_served(plan.servers, frozen)
-        if contract_out_of_date(
-            getattr(frozen.get(f"{server.mcp_id}/{mcp_tool.name}"), "args", None), mcp_tool.input_schema
-        )
+        if frozen_out_of_date(frozen, server, mcp_tool)
     ]
 
 

@@ -22,28 +22,9 @@ from agents.rule_summary import conditions_html, parameters_html, summary_lines,
 from agents.versions import flatten_leaves, version_contracts, version_rules
 from audit.visible import visible_text
 from mcpregistry.contract_words import argument_words, failure_words, other_words, result_words
-from mcpregistry.contracts import argument_names
+from mcpregistry.contracts import contract_out_of_date
 from mcpregistry.list_fields import value_text
 from mcpregistry.models import McpTool, ToolContract
-
-
-def contract_out_of_date(contract_args: Any, input_schema: Any) -> bool:
-    """Whether a published version's frozen contract arguments no longer fit the tool's input schema as discovered
-    now: they name an argument the schema no longer declares (where its list is closed: ``argument_names``), or,
-    where they list the arguments, the schema requires one they do not know. A contract without arguments takes
-    the schema's, so it never contradicts it.
-
-    Such a contract is not fitted to the new schema for the version (approving the schema's review fits the draft's
-    contract only): the version stays as published, and its runs are not offered the tool, whose offer would
-    merge both lists (``lookup(name)`` renamed ``lookup(full_name)`` was offered both as required, and the call
-    with ``full_name`` refused as ``args:unknown``, "did you mean 'name'?"), until the agent is published again."""
-    if not isinstance(contract_args, dict) or not contract_args:
-        return False
-    declared = argument_names({}, input_schema)
-    if declared is not None and any(str(name) not in declared for name in contract_args):
-        return True
-    required = input_schema.get("required") if isinstance(input_schema, dict) else None
-    return isinstance(required, list) and any(str(name) not in contract_args for name in required)
 
 
 def version_stale_tools(content: Any) -> list[str]:

@@ -66,6 +66,7 @@ from mcpregistry.contracts import (
     check_args,
     check_result,
     classify_tool_error,
+    contract_out_of_date,
     gate_filled_argument,
     json_unwritable,
 )
@@ -560,6 +561,8 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         return _refuse_disabled_server(this)
     if now is None or not now.callable:
         return _refuse_unknown_tool(this)
+    if _frozen_out_of_date(who, server, tool):
+        return _refuse_out_of_date(this)
     contract = _contract_for(who, server, tool)
     if now.write and contract.risk == ToolContract.Risk.READ:
         # The stricter of the two risks applies (a change to read waits for the next run).
@@ -785,6 +788,29 @@ def _refuse_disabled_server(this: _Call) -> ToolResult:
         f"mcp:not_loaded:{this.server.mcp_id}",
         _("MCP '%(mcp_id)s' tools not loaded: the server is disabled. Do not call it again.")
         % {"mcp_id": this.server.mcp_id},
+    )
+
+
+def _frozen_out_of_date(who: GateCall, server: McpServer, tool: McpTool) -> bool:
+    """Whether the contract ``who``'s version froze for ``tool`` no longer fits the arguments its server lists now
+    (``contract_out_of_date``: the server changed them after the publish). Its checks would pass arguments the
+    server no longer takes (a write among them), and refuse those it takes now."""
+    frozen = who.contracts.get(f"{server.mcp_id}/{tool.name}") if who.contracts is not None else None
+    return frozen is not None and contract_out_of_date(getattr(frozen, "args", None), tool.input_schema)
+
+
+def _refuse_out_of_date(this: _Call) -> ToolResult:
+    """``tool:out_of_date``: the caller's version froze a contract for the tool that its server's arguments no
+    longer fit. A run's model is not offered such a tool (``agents.engine.tools_left_out``); a rule's or a flow
+    node's call of it is refused here, before anything is sent, until the agent is published again."""
+    return this.refuse(
+        "tool:out_of_date",
+        _(
+            "Tool '%(tool)s' of '%(mcp_id)s' takes other arguments since this agent version was published: the "
+            "contract it froze no longer fits them, and nothing was sent. Do not call it in this run; an admin "
+            "must fit its contract and publish the agent again."
+        )
+        % {"tool": this.tool_name, "mcp_id": this.server.mcp_id},
     )
 
 

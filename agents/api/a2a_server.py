@@ -87,7 +87,7 @@ from agents.api.protocol_http import (
 from agents.api.serializers import PART_CONTENTS, A2AMessageSerializer, A2APartField, part_contents_message
 from agents.api.throttling import stream_slot_release
 from agents.approvals import approval_decide
-from agents.config_cache import RunConfiguration, described_configuration, tools_served
+from agents.config_cache import RunConfiguration, described_configuration, frozen_out_of_date, tools_served
 from agents.conversations import (
     context_id_of,
     context_id_problem,
@@ -332,6 +332,8 @@ def agent_skills(served: ServedAgent) -> list[dict[str, Any]]:
             {"id": f"rule-{rule.rule_id}", "name": rule.name, "description": rule.name, "tags": tags or ["rule"]}
         )
     for server, tool in tools_served(configuration.servers, configuration.contracts):
+        if frozen_out_of_date(configuration.contracts, server, tool):
+            continue  # not offered to its runs until the agent is published again (``agents.engine.tools_left_out``)
         skills.append(
             {
                 "id": f"tool-{server.mcp_id}-{tool.name}",

@@ -191,3 +191,38 @@ def test_the_version_page_warns_of_the_tools_whose_arguments_changed_until_the_a
     second = published(Agent.objects.get(pk=agent.pk), admin_user)
     assert version_stale_tools(second.content) == []
     assert "do not fit the arguments their servers list now" not in page(second)
+
+
+@pytest.mark.slow
+def test_a_published_versions_rule_does_not_send_the_old_arguments_to_a_tool_whose_arguments_changed(
+    admin_user,
+) -> None:
+    """The model is not offered the tool; a rule of the version (and a flow node, through the same gate) called it
+    with the arguments the version froze, checked against the frozen contract: the old ``name`` passed the gate
+    and reached a server that takes ``full_name`` now (a write would have been sent what its server no longer
+    takes). The gate refuses it, ``tool:out_of_date``, before anything is sent; the agent's A2A card no longer
+    lists it either."""
+    from agents.api.a2a_server import agent_served, agent_skills
+    from agents.models import DeterministicRule
+
+    server = stale_contract_server("stale-rule")
+    agent = make_agent(slug="stale-rule", servers=[server], with_demo_rules=False)
+    DeterministicRule.objects.create(
+        agent=agent,
+        name="팀 조회",
+        server=server,
+        tool_name="lookup",
+        params={"name": "{match.who}"},
+        when={"regex": r"(?P<who>\S+) 님은"},
+    )
+    published(agent, admin_user)
+    rename_lookups_argument(server, admin_user)
+
+    run = run_of(agent, "박도윤 님은 어느 팀인가요?")
+
+    [call] = AuditEvent.objects.filter(run_id=run.id, action="tool.call")
+    assert (call.ok, call.reason, call.attempt) == (False, "tool:out_of_date", 0)  # refused: nothing was sent
+    [result] = [m for m in run.messages if m.get("type") == "deterministic_call"]
+    assert result["error"] == "tool:out_of_date" and "publish the agent again" in result["message"]
+    skills = [skill["name"] for skill in agent_skills(agent_served(Agent.objects.get(pk=agent.pk)))]
+    assert "lookup" not in skills and "list_teams" in skills
