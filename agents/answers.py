@@ -63,9 +63,20 @@ def no_rule_matched_text(*, agent_text: str, language: str) -> str:
         return _("This question is not one this assistant can answer without a model. Please rephrase it.")
 
 
-def tool_unavailable_text(*, tool: str, language: str) -> str:
-    """What an end user reads in place of a failed call's result (never the model's guidance)."""
+def tool_unavailable_text(*, tool: str, language: str, error: str | None = None) -> str:
+    """What an end user reads in place of a failed call's result (never the model's guidance). A write a person
+    was asked about is no information that could not be retrieved: one rejected or left to expire was not carried
+    out, and one interrupted (``approval:outcome_unknown``) may have been: "try again" would make it twice."""
     with translation.override(language or None):
+        if error == "approval:outcome_unknown":
+            return _(
+                "%(tool)s: the request was interrupted and may or may not have been carried out. Check whether it "
+                "took effect before asking again."
+            ) % {"tool": tool}
+        if error == "approval:rejected":
+            return _("%(tool)s: not carried out: its approval was rejected.") % {"tool": tool}
+        if error == "approval:expired":
+            return _("%(tool)s: not carried out: it was not approved in time.") % {"tool": tool}
         return _("%(tool)s: the information could not be retrieved right now.") % {"tool": tool}
 
 
@@ -101,6 +112,12 @@ def all_calls_failed_text(
 
 
 def _all_calls_failed_sentence(kinds: set[str]) -> str:
+    if "approval:outcome_unknown" in kinds:
+        # Whatever else failed: a write that may have been made must not be asked for again unchecked.
+        return _(
+            "This request was interrupted and may or may not have been carried out. Check whether it took effect "
+            "before asking again."
+        )
     if kinds == {"approval:rejected"}:
         return _("This request was not carried out: its approval was rejected.")
     if kinds and kinds <= {"approval:rejected", "approval:expired"}:
@@ -139,7 +156,7 @@ def compose_offline_answer(
             value = r["value"] if isinstance(r["value"], str) else json.dumps(r["value"], ensure_ascii=False)
             lines.append(f"{r['tool']}: {value}")
         else:
-            lines.append(tool_unavailable_text(tool=r["tool"], language=language))
+            lines.append(tool_unavailable_text(tool=r["tool"], language=language, error=r.get("error")))
     body = "\n".join(lines)
     if answer_template.strip():
         return answer_template.replace("{results}", body).replace("{query}", query)
