@@ -154,9 +154,10 @@ class _DecisionLog:
     are written with the call's result event and the decisions after it, a transaction and a turn on the chain
     head fewer per call; the decisions before a call are written before it is sent, and whatever the gate writes
     itself (a write call's approval and audit events) is written after what was collected, as the gate flushes
-    first. A read call's audit event thus lands when the stage next writes (the rules after it are decided
-    without a model, and a rule's own tool calls are collected in order with them); a worker that dies in
-    between loses it with the call's result event, and the run, redelivered, makes the call again."""
+    first. A decision's read call's audit event thus lands when the stage next writes (the rules after it are
+    decided without a model or a call; a worker that dies in between loses it with the call's result event, and
+    the run, redelivered, makes the call again). A code rule's own calls are written as each returns: its code
+    may run on for long after a read (another call, its own work)."""
 
     def __init__(self, stage: StageInput) -> None:
         self.stage = stage
@@ -209,7 +210,7 @@ def _stage_rules(
         if rule.rule_id in earlier:
             outcome.results.append(earlier[rule.rule_id])
             continue
-        step = _decide(stage, rule, servers, mode=mode, who=who)
+        step = _decide(stage, rule, servers, mode=mode, who=who, flush=decisions.flush)
         outcome.steps.append(step)
         if step.parked_on is not None:
             waiting = step.parked_on
@@ -404,11 +405,13 @@ def _decide(
     *,
     mode: StageMode,
     who: Callable[[str], gate.GateCall],
+    flush: Callable[[], None] = lambda: None,
 ) -> RuleStep:
     """Decide one rule: a step with a decision, or with the failure that ends the stage. An admin rule's
     conditions are read first: its server not loaded (not bound, or disabled) fails the stage only for a query
     the rule matches, so one rule left behind does not fail every run. A code rule names its server in its
-    decorator (seed 000): it fails before it runs."""
+    decorator (seed 000): it fails before it runs; ``flush`` writes what the stage collected around each call
+    it makes itself."""
     if not rule.code:
         step = RuleStep(rule=rule, mcp_id=rule.mcp_id, tool=rule.tool_name)
         server = servers.get(rule.mcp_id)
@@ -455,6 +458,7 @@ def _decide(
             not_called=not_called,
             check=stage.check,
             stopped=stopped,
+            flush=flush,
         ),
     )
     try:
@@ -551,6 +555,7 @@ def _rule_tools(
     not_called: list[str] | None = None,
     check: Callable[[], None] = lambda: None,
     stopped: list[RunCancelled] | None = None,
+    flush: Callable[[], None] = lambda: None,
 ) -> list[BaseTool]:
     """``DeterministicContext.mcp_tools``: the server's callable tools as LangChain tools (name, description,
     input schema). Calling one goes through the gate like everything else; in a dry run it calls nothing.
@@ -573,6 +578,11 @@ def _rule_tools(
                 raise RuleParked(parked[0].message)
             if stopped:  # the rule caught its run's stop and called on: nothing more goes out
                 raise stopped[0]
+            # What the stage collected (the decisions before) is written before the call goes out, as before a
+            # decision's call, and the call's own audit events once it returns: the rule's code may go on for long
+            # (another call, its own work), and a worker that dies meanwhile must not take the record of a read
+            # that returned data with it (as the model's loop, each read is audited at once).
+            flush()
             try:
                 check()
             except RunCancelled as stop:
@@ -581,6 +591,7 @@ def _rule_tools(
                 raise
             call_id = f"rule:{rule.rule_id}:call:{next(numbers)}"
             result = gate.call(server=server, tool_name=tool_name, args=kwargs, who=who(call_id))
+            flush()
             if result.error == "approval:pending" and result.approval_id:
                 parked.append(result)
                 raise RuleParked(result.message)

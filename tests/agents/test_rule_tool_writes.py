@@ -51,6 +51,23 @@ def write_and_swallow_the_wait(ctx: DeterministicContext) -> dict[str, Any] | No
     return {"tool_name": "record_read", "params": {"key": "went-on"}}
 
 
+# What the audit held when the rule made its second call (``read_then_read_again``).
+AUDITED_BEFORE_SECOND_CALL: list[list[tuple[str, str]]] = []
+
+
+@deterministic_tool(mcp_id=MCP_ID)
+def read_then_read_again(ctx: DeterministicContext) -> dict[str, Any] | None:
+    from audit.models import AuditEvent
+
+    tools = {t.name: t for t in ctx.mcp_tools}
+    tools["record_read"].invoke({"key": "개인정보"})
+    AUDITED_BEFORE_SECOND_CALL.append(
+        list(AuditEvent.objects.filter(action="tool.call").values_list("tool", "call_id").order_by("id"))
+    )
+    tools["record_read"].invoke({"key": "다음"})
+    return None
+
+
 @pytest.fixture
 def file(tmp_path: Path) -> Any:
     yield tmp_path / "side-effects.txt"
@@ -279,3 +296,21 @@ def test_an_unused_approval_reads_in_the_admins_language_with_why_it_ended(file:
     assert '<td class="field-expires">—</td>' in listed  # no time to come for an ended approval
     page = admin_client.get(f"/admin/agents/approval/{approval.pk}/change/", HTTP_ACCEPT_LANGUAGE="ko").content
     assert "실행이 이 호출을 하지 않고 끝났습니다" in page.decode() and "만료됩니다" not in page.decode()
+
+
+def test_a_code_rules_read_is_audited_before_its_next_call_goes_out(file: Path) -> None:
+    """A code rule's reads went to the stage's collected record, written only before a decision's call or when the
+    stage ended: a worker killed during the rule's next call (seconds, on a slow tool) took with it the record of
+    a read that had returned personal data. Now each is written as its call returns, as the model's loop does."""
+    from mcpregistry.models import ToolContract
+
+    AUDITED_BEFORE_SECOND_CALL.clear()
+    agent, rule = rule_agent(file, "read_then_read_again")
+    ToolContract.objects.filter(tool__server__mcp_id=MCP_ID, tool__name="record_read").update(risk="read")
+    run = Run.objects.create(agent=agent, query="조회해줘")
+
+    run_execute(run_id=str(run.id))
+
+    assert lines(file) == ["read:개인정보", "read:다음"]
+    [audited] = AUDITED_BEFORE_SECOND_CALL
+    assert audited == [("record_read", f"rule:{rule.pk}:call:1")]
