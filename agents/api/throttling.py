@@ -100,33 +100,43 @@ def _bad_key_cache_key(ip: str, rate: Rate, window: int) -> str:
     return f"throttle:bad_key:ip:{subject}:{rate.requests}/{rate.period_s}:{window}"
 
 
-def bad_key_wait(ip: str, *, now: float | None = None) -> float | None:
-    """None if requests from ``ip`` may still present an API key; else the seconds until they may. A client (an
-    IPv4 address, an IPv6 /64) past ``PLATFORM_API_BAD_KEY_RATE`` unknown or revoked keys is refused whatever key
-    it sends, so guessing learns nothing more until the window ends. Fails open when the cache cannot be
-    reached."""
+def bad_key_reserve(ip: str, *, now: float | None = None) -> tuple[float | None, str | None]:
+    """Count a request from ``ip`` that presents an API key against its allowance of unknown or revoked keys
+    (``PLATFORM_API_BAD_KEY_RATE``) *before* the key is looked up, and return ``(wait, counted)``. ``wait``: None
+    if the key may be looked up; else the seconds until the client (an IPv4 address, an IPv6 /64) may present a
+    key again, whatever key it sends, so guessing learns nothing more until the window ends (this request is then
+    not counted: nothing was tried). ``counted``: the counter this request was counted in, to give back with
+    :func:`bad_key_release` when its key turns out to be known; None where nothing was counted.
+
+    Counted first, then compared: read first and counted after a failed lookup, every request of a burst passed
+    the check before any was counted (150 at once: 64 keys looked up against an allowance of 20), as the admin's
+    login lockout counts an attempt before its password is checked. Fails open when the cache cannot be reached."""
     rate = _bad_key_rate()
     now = time.time() if now is None else now
     window = int(now // rate.period_s)
+    cache_key = _bad_key_cache_key(ip, rate, window)
     try:
-        count = cache.get(_bad_key_cache_key(ip, rate, window)) or 0
+        count = _window_count(cache_key, rate.period_s + 1)
     except Exception:
         logger.warning("rate limit cache unavailable; unknown-key throttle skipped", exc_info=True)
-        return None
-    if int(count) < rate.requests:
-        return None
-    return max(1.0, math.ceil((window + 1) * rate.period_s - now))
+        return None, None
+    if count <= rate.requests:
+        return None, cache_key
+    bad_key_release(cache_key)
+    return max(1.0, math.ceil((window + 1) * rate.period_s - now)), None
 
 
-def bad_key_record(ip: str, *, now: float | None = None) -> None:
-    """Count one request from ``ip`` with an unknown or revoked API key, with every address of its /64 if it is
-    IPv6."""
-    rate = _bad_key_rate()
-    now = time.time() if now is None else now
+def bad_key_release(counted: str | None) -> None:
+    """Give back the count :func:`bad_key_reserve` took (``counted``) for a request whose key was known, or that
+    was refused before its key was looked up."""
+    if counted is None:
+        return
     try:
-        _window_count(_bad_key_cache_key(ip, rate, int(now // rate.period_s)), rate.period_s + 1)
+        cache.decr(counted)
+    except ValueError:
+        pass  # the window's counter is gone already (expired)
     except Exception:
-        logger.warning("rate limit cache unavailable; unknown key from %s not counted", ip, exc_info=True)
+        logger.warning("rate limit cache unavailable; a known key's count not given back", exc_info=True)
 
 
 def api_key_rate_check(api_key: ApiKey, *, now: float | None = None) -> float | None:

@@ -113,3 +113,28 @@ def test_a_key_holds_at_most_n_streams_and_a_closed_one_frees_its_slot(running_r
     next(open_streams[-1])
     for stream in open_streams[1:]:
         stream.close()
+
+
+def test_a_burst_of_unknown_keys_is_held_to_the_allowance_before_any_key_is_looked_up(settings) -> None:
+    """The allowance was read before a key was looked up and counted after its lookup failed: every request of a
+    burst passed the check before any was counted (150 at once on PostgreSQL and Redis: 64 keys looked up against
+    20). Each is counted before its lookup now: of 40 requests in flight together, 5 may look theirs up."""
+    from agents.api.throttling import bad_key_reserve
+
+    settings.PLATFORM_API_BAD_KEY_RATE = "5/15min"
+    in_flight = [bad_key_reserve("203.0.113.9") for _n in range(40)]  # none of them looked up yet
+    assert sum(wait is None for wait, _counted in in_flight) == 5
+    assert all(wait is not None and wait >= 1 for wait, _counted in in_flight[5:])
+
+
+def test_a_known_key_gives_its_count_back(api_caller, settings) -> None:
+    settings.PLATFORM_API_BAD_KEY_RATE = "3/15min"
+    client = Client()
+    for _n in range(10):
+        response = client.get(RUNS, HTTP_AUTHORIZATION=f"Bearer {api_caller.raw_key}", REMOTE_ADDR="203.0.113.7")
+        assert response.status_code == 200
+    guesses = [
+        client.get(RUNS, HTTP_AUTHORIZATION=f"Bearer guess-{n}", REMOTE_ADDR="203.0.113.7").status_code
+        for n in range(4)
+    ]
+    assert guesses == [401, 401, 401, 429]
