@@ -82,8 +82,10 @@ from agents.services import (
     deterministic_rule_delete,
     deterministic_rule_update,
     keys_left_without_agents,
+    live_version_clearing_refused,
     publish_on_save_deferred,
     unbinding_refused,
+    version_unrunnable_problem,
 )
 from agents.versions import content_digest, version_content
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
@@ -358,6 +360,7 @@ class AgentForm(forms.ModelForm):
             self.instance.servers_given = [server.mcp_id for server in servers]
         self._check_settings(servers)
         self._check_tool_choice(cleaned, servers)
+        self._check_version_choices(cleaned)
         if servers is not None:
             leaving = servers_leaving(agent=self.instance, servers=list(servers))
             if needing := rules_calling(agent=self.instance, mcp_ids=leaving):
@@ -365,6 +368,19 @@ class AgentForm(forms.ModelForm):
         if servers is not None and (conflict := tool_name_conflict_problem(list(servers))):
             raise forms.ValidationError(conflict)
         return cleaned
+
+    def _check_version_choices(self, cleaned: dict[str, Any]) -> None:
+        """``agent_update``'s refusals of the live version and the shadow, told at their fields (raised by the
+        service they were a server error): a published agent's live version left empty (its draft would serve live
+        traffic), and another version chosen that can no longer run. A version left as it was is not checked."""
+        for name in ("live_version", "shadow_version"):
+            if self.instance.pk is None or name not in cleaned or name not in self.changed_data:
+                continue
+            version = cleaned[name]  # one of this agent's versions (the field's choices) or None
+            if version is None and name == "live_version":
+                self.add_error(name, live_version_clearing_refused())
+            elif version is not None and (problem := version_unrunnable_problem(version)):
+                self.add_error(name, problem)
 
     def _check_tool_choice(self, cleaned: dict[str, Any], servers: Any) -> None:
         """``model_params.tool_choice`` naming one tool: a tool the model is offered (one of the chosen servers'),

@@ -7,10 +7,11 @@ import json
 import re
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -20,8 +21,14 @@ from django.utils.translation import gettext, gettext_noop
 from django.utils.translation import gettext_lazy as _
 
 from agents.experiments import arm_comparisons, arm_metrics
-from agents.models import Agent, AgentArm, AgentVersion, ShadowComparison
-from agents.services import agent_arm_create, agent_arm_delete, agent_arm_update, agent_version_rollback
+from agents.models import Agent, AgentArm, AgentVersion, Run, ShadowComparison
+from agents.services import (
+    agent_arm_create,
+    agent_arm_delete,
+    agent_arm_update,
+    agent_version_rollback,
+    version_unrunnable_problem,
+)
 from agents.shadow import ANSWER_AGREEMENT
 from agents.version_view import content_html, version_stale_tools
 from agents.versions import version_diff
@@ -294,10 +301,36 @@ class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return TemplateResponse(request, "admin/agents/agentversion/diff.html", context)
 
 
+class AgentArmForm(forms.ModelForm):
+    """An arm's page. A version chosen that can no longer run is refused at its field, as the arm's services refuse
+    it (raised by the service it was a server error); an arm saved with its version unchanged is not checked, so
+    that its weight can still be set to 0."""
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        version, agent = cleaned.get("version"), cleaned.get("agent")
+        changed = self.instance.pk is None or "version" in self.changed_data
+        # A version of another agent is refused by the model ("Choose a version of this agent").
+        ours = version is not None and agent is not None and version.agent_id == agent.pk
+        if changed and ours and (problem := version_unrunnable_problem(version)):
+            self.add_error("version", problem)
+        return cleaned
+
+
+def agents_with_arm_results() -> QuerySet[Agent]:
+    """The agents the A/B results page offers: those with arms, and those whose runs ran under an arm (their arms
+    deleted once the experiment stopped, the results stay). Each by an indexed lookup (``Run.arm``), not a join
+    that walks every run."""
+    armed = Exists(AgentArm.objects.filter(agent=OuterRef("pk")))
+    ran_under_arm = Q(pk__in=Run.objects.filter(arm__gt="").values("agent_id"))  # arm is never NULL: "" is none
+    return Agent.objects.filter(Q(armed) | ran_under_arm).order_by("slug")
+
+
 @admin.register(AgentArm)
 class AgentArmAdmin(ServiceAdminMixin, admin.ModelAdmin):
     """An agent's A/B arms, and the metrics page that compares them (``metrics/?agent=<slug>``)."""
 
+    form = AgentArmForm
     list_display = ["agent", "name", "version", "weight", "metrics_link"]
     list_filter = ["agent"]
     fields = ["agent", "name", "version", "weight"]
@@ -326,7 +359,7 @@ class AgentArmAdmin(ServiceAdminMixin, admin.ModelAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         agent = Agent.objects.filter(slug=request.GET.get("agent", "")).first()
-        agents = Agent.objects.filter(arms__isnull=False).distinct().order_by("slug")
+        agents = agents_with_arm_results()
         if agent is None:
             agent = agents.first()
         arms = arm_metrics(agent=agent) if agent is not None else []

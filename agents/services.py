@@ -234,7 +234,10 @@ def agent_update(
     the caller checks that once its rules are changed too (an import). Raises ValidationError
     (``tool_selection``, ``mcp_context``) where those settings, or the servers, change so that they could never
     work (``_settings_checked``), and (``model_params``) where the flow's options, mode or graph, or the servers,
-    change so that the flow calls a server the agent does not bind (``Agent._flow_options_problems``).
+    change so that the flow calls a server the agent does not bind (``Agent._flow_options_problems``). Raises
+    ValidationError (``live_version``, ``shadow_version``) where the edit clears the live version of a published
+    agent (``live_version_clearing_refused``) or points live traffic or the shadow at another version that can no
+    longer run (``version_unrunnable_problem``); checked on the row as saved, and the transaction rolls back.
 
     Writes only what this change sets (``audit.changes.audited_save``): an admin's form instance read before a
     publish does not put back the ``live_version`` or ``shadow_version`` it was read with. The change scope takes
@@ -251,6 +254,7 @@ def agent_update(
             audited_save(
                 agent, actor=actor, via=via, data=data, m2m=None if servers is None else {"servers": list(servers)}
             )
+        _version_choices_checked(agent, before)
         if _edit_publishes_on_save(agent, before, live_named="live_version" in (data or {})):
             _publish_on_save(agent, actor=actor, via=via)
     return agent
@@ -374,6 +378,7 @@ def _publish_if_on_save(agent: Agent | None, *, actor: Any, via: str) -> None:
 class _StoredBeforeEdit(TypedDict):
     publish_on_save: bool
     live_version_id: int | None
+    shadow_version_id: int | None
     frozen_digest: str | None  # of what a version would freeze; read only where the agent publishes on save
 
 
@@ -381,15 +386,70 @@ def _stored_before_edit(agent: Agent) -> _StoredBeforeEdit | None:
     """The agent as an edit finds it (read under the configuration's lock, which ``agent_update`` holds), for
     ``_edit_publishes_on_save``; None for an agent not stored yet."""
     stored = (
-        Agent.objects.filter(pk=agent.pk).values("publish_on_save", "live_version_id").first() if agent.pk else None
+        Agent.objects.filter(pk=agent.pk).values("publish_on_save", "live_version_id", "shadow_version_id").first()
+        if agent.pk
+        else None
     )
     if stored is None:
         return None
     return {
         "publish_on_save": stored["publish_on_save"],
         "live_version_id": stored["live_version_id"],
+        "shadow_version_id": stored["shadow_version_id"],
         "frozen_digest": content_digest(version_content(agent)) if stored["publish_on_save"] else None,
     }
+
+
+def _version_choices_checked(agent: Agent, before: _StoredBeforeEdit | None) -> None:
+    """Refuse (ValidationError per field) an agent edit, ``agent`` as it saved it and ``before`` as it found it,
+    that cleared the live version of a published agent (its runs would run the unpublished draft, recorded as
+    never published) or pointed the live version or the shadow at another version that can no longer run. A
+    version unchanged is not checked: an agent whose version went bad meanwhile still saves its other fields."""
+    if before is None:
+        return
+    errors: dict[str, list[ValidationError]] = {}
+    if agent.live_version_id is None and before["live_version_id"] is not None:
+        errors["live_version"] = [ValidationError(live_version_clearing_refused(), code="live_version_required")]
+    chosen = (
+        ("live_version", agent.live_version_id, before["live_version_id"]),
+        ("shadow_version", agent.shadow_version_id, before["shadow_version_id"]),
+    )
+    for name, now, was in chosen:
+        if now is not None and now != was and (problem := version_unrunnable_problem(AgentVersion.objects.get(pk=now))):
+            errors[name] = [ValidationError(problem, code="version_unrunnable")]
+    if errors:
+        raise ValidationError(errors)
+
+
+def live_version_clearing_refused() -> str:
+    """Why a published agent's live version cannot be left empty, and what to do instead: without it live traffic
+    runs the stored draft, unreviewed, and its runs say "never published"."""
+    return _(
+        "Without a live version, live traffic would run the unpublished draft: choose the version to serve, or "
+        "publish the draft to serve it."
+    )
+
+
+def version_unrunnable_problem(version: AgentVersion) -> str | None:
+    """Why live traffic, an A/B arm or a shadow cannot be sent to ``version``: what in its content can no longer
+    run (``version_content_problems``, as a roll back to it is refused: a flow graph or a code rule no longer
+    registered, a base URL the address policy now refuses); None where it can run."""
+    problems = version_content_problems(agent=version.agent, content=version.content, stored_here=True)
+    if not problems:
+        return None
+    return _("v%(number)s can no longer run (choose another version): %(problems)s") % {
+        "number": version.number,
+        "problems": "; ".join(problems),
+    }
+
+
+def _version_change_checked(version: AgentVersion | None, *, before_id: int | None, field: str) -> None:
+    """Refuse (ValidationError on ``field``) pointing an arm or a shadow at ``version`` where it is another version
+    than ``before_id`` (the stored one) and can no longer run (``version_unrunnable_problem``)."""
+    if version is None or version.pk == before_id:
+        return
+    if problem := version_unrunnable_problem(version):
+        raise ValidationError({field: [ValidationError(problem, code="version_unrunnable")]})
 
 
 def _edit_publishes_on_save(agent: Agent, before: _StoredBeforeEdit | None, *, live_named: bool) -> bool:
@@ -715,8 +775,13 @@ def _frozen_rule_check(rule: dict[str, Any], *, brought_in: bool) -> None:
 
 
 def agent_shadow_set(*, agent: Agent, actor: Any, via: str, version: AgentVersion | None, rate: float) -> Agent:
-    """Name the candidate version sampled live runs are shadowed on (None: no shadow) and the sample rate."""
-    return audited_save(agent, actor=actor, via=via, data={"shadow_version": version, "shadow_sample_rate": rate})
+    """Name the candidate version sampled live runs are shadowed on (None: no shadow) and the sample rate. Raises
+    ValidationError (``shadow_version``) for another version than the stored one that can no longer run
+    (``version_unrunnable_problem``): every shadow run would fail."""
+    with transaction.atomic(), change_scope(actor=actor, via=via):
+        stored = Agent.objects.filter(pk=agent.pk).values_list("shadow_version_id", flat=True).first()
+        _version_change_checked(version, before_id=stored, field="shadow_version")
+        return audited_save(agent, actor=actor, via=via, data={"shadow_version": version, "shadow_sample_rate": rate})
 
 
 def agent_version_rollback(*, version: AgentVersion, actor: Any, via: str) -> AgentVersion:
@@ -741,12 +806,24 @@ def agent_version_rollback(*, version: AgentVersion, actor: Any, via: str) -> Ag
 
 def agent_arm_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> AgentArm:
     """Add an A/B arm (a version of the agent and its weight). An agent with arms of positive weight splits
-    its live traffic between them, sticky per caller; without, it runs its live version."""
-    return audited_save(AgentArm(), actor=actor, via=via, data=data)
+    its live traffic between them, sticky per caller; without, it runs its live version. Raises ValidationError
+    (``version``) for a version that can no longer run (``version_unrunnable_problem``): every run of the arm
+    would fail."""
+    with transaction.atomic(), change_scope(actor=actor, via=via):
+        arm = audited_save(AgentArm(), actor=actor, via=via, data=data)
+        _version_change_checked(arm.version, before_id=None, field="version")  # on the row as validated
+    return arm
 
 
 def agent_arm_update(*, arm: AgentArm, actor: Any, via: str, data: Mapping[str, Any] | None = None) -> AgentArm:
-    return audited_save(arm, actor=actor, via=via, data=data)
+    """Change an arm (``arm`` may carry the changes, as the admin's form instance does). Raises ValidationError
+    (``version``) where it moves to another version that can no longer run; an arm whose version went bad
+    meanwhile still saves a change of its weight or name (a weight of 0 takes it off live traffic)."""
+    with transaction.atomic(), change_scope(actor=actor, via=via):
+        before = AgentArm.objects.filter(pk=arm.pk).values_list("version_id", flat=True).first()
+        audited_save(arm, actor=actor, via=via, data=data)
+        _version_change_checked(arm.version, before_id=before, field="version")
+    return arm
 
 
 def agent_arm_delete(*, arm: AgentArm, actor: Any, via: str) -> None:

@@ -189,12 +189,11 @@ def test_the_report_labels_go_through_gettext() -> None:
     assert all(item.startswith("⟦") for item in armed.unchanged)
 
     exported["agents"][0]["arms"] = []
-    exported["agents"][0]["live_version"] = None
-    exported["agents"][0]["publish_on_save"] = False
+    exported["agents"][0]["publish_on_save"] = False  # a published agent keeps its live version (v1)
     with bracketed():
         unarmed = config_import(actor="test", document=exported)
     assert unarmed.deleted == ["⟦arm assistant.a⟧"]
-    assert unarmed.updated == ["⟦agent assistant (live_version, publish_on_save)⟧"]
+    assert unarmed.updated == ["⟦agent assistant (publish_on_save)⟧"]
 
     exported["agents"][0]["versions"][0]["content"]["agent"]["system_prompt"] = "another prompt"
     with bracketed(), pytest.raises(ApplicationError) as refused:
