@@ -612,7 +612,7 @@ def version_content_problems(
     rules skip the checks that came after versions were frozen (``_frozen_rule_check``'s ``brought_in``), as a
     stored rule skips them where its value is unchanged; a rule stored before them is frozen as it saves."""
     from mcpregistry.gate_records import contract_from_snapshot
-    from mcpregistry.models import ToolContract
+    from mcpregistry.models import McpTool, ToolContract
 
     problems: list[str] = []
 
@@ -657,8 +657,17 @@ def version_content_problems(
             contract.clean()
         except ValidationError as exc:
             collect(f"contracts.{key}", exc)
+            continue
         except (TypeError, ValueError, AttributeError) as exc:
             problems.append(f"contracts.{key}: {exc}")
+            continue
+        # The frozen contract has no tool, so what only a tool can say (its fallback, its idempotency argument) is
+        # checked against the tool of that name here, where there is one: a key its tool does not take made each
+        # unanswered send of an approved write a new write.
+        mcp_id, _sep, tool_name = str(key).partition("/")
+        tool = None if stored_here else McpTool.objects.filter(server__mcp_id=mcp_id, name=tool_name).first()
+        if tool is not None:
+            problems.extend(f"contracts.{key}.{name}: {m}" for name, m in contract.tool_problems(tool).items())
     return problems
 
 

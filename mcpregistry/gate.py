@@ -62,6 +62,7 @@ from mcpregistry.contracts import (
     DEFAULT_RETRY,
     RETRYABLE,
     Verdict,
+    argument_names,
     backoff_delay,
     check_args,
     check_result,
@@ -563,7 +564,7 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         return _refuse_unknown_tool(this)
     if _frozen_out_of_date(who, server, tool):
         return _refuse_out_of_date(this)
-    contract = _contract_for(who, server, tool)
+    contract = _key_the_tool_takes(_contract_for(who, server, tool), tool)
     if now.write and contract.risk == ToolContract.Risk.READ:
         # The stricter of the two risks applies (a change to read waits for the next run).
         contract = _as_write(contract)
@@ -789,6 +790,28 @@ def _refuse_disabled_server(this: _Call) -> ToolResult:
         _("MCP '%(mcp_id)s' tools not loaded: the server is disabled. Do not call it again.")
         % {"mcp_id": this.server.mcp_id},
     )
+
+
+def _key_the_tool_takes(contract: ToolContract, tool: McpTool) -> ToolContract:
+    """``contract``, without its ``idempotency_arg`` where the tool's input schema closes its argument list without
+    it (``argument_names``). A key the tool does not take is no key to its server (one that ignores unknown
+    arguments made every resend a new write): a write is sent again only on the strength of an argument its tool
+    declares. A contract's save refuses such a name; a version's frozen contract may hold one (brought in from
+    another installation, or frozen before the server changed its arguments)."""
+    key = contract.idempotency_arg
+    declared = argument_names({}, tool.input_schema) if key else None
+    if declared is None or key in declared:
+        return contract
+    logger.warning(
+        "tool %s of %s: its contract's idempotency argument %r is not one the tool takes; its writes are sent at "
+        "most once",
+        tool.name,
+        tool.server_id,
+        key,
+    )
+    keyless = copy.copy(contract)
+    keyless.idempotency_arg = ""
+    return keyless
 
 
 def _frozen_out_of_date(who: GateCall, server: McpServer, tool: McpTool) -> bool:

@@ -685,15 +685,9 @@ class ToolContract(AuditedModel):
                     % {"cap": f"{cap:g}"}
                 )
             ]
-        if self.fallback_tool and self.tool_id:
-            if self.fallback_tool == self.tool.name:
-                errors["fallback_tool"] = [str(_("A tool cannot be its own fallback: choose another tool."))]
-            else:
-                problem = fallback_problem(
-                    self.tool, self.fallback_tool, self.args if isinstance(self.args, dict) else {}
-                )
-                if problem:
-                    errors["fallback_tool"] = [problem]
+        if self.tool_id:
+            for field_name, problem in self.tool_problems(self.tool).items():
+                errors.setdefault(field_name, []).append(problem)
         if self.risk == self.Risk.WRITE and self.fallback_policy == self.FallbackPolicy.CALL:
             # The gate never calls a write's fallback: after a failed write it cannot know the work was not done, and
             # a second write tool would do it again.
@@ -711,19 +705,29 @@ class ToolContract(AuditedModel):
             )
             for field_name, problem in fallback_call_problems(self, became_write=became_write):
                 errors.setdefault(field_name, []).append(problem)
-        if self.idempotency_arg and self.tool_id:
-            names = idempotency_choices(self.tool, self.args if isinstance(self.args, dict) else {})
-            if self.idempotency_arg not in names:
-                # The gate adds the key after the arguments are checked: a name the tool does not take would be
-                # sent to the server unnoticed, and the write retried with a key the server never reads.
-                errors["idempotency_arg"] = [
-                    str(
-                        _("'%(name)s' is not an argument of %(tool)s; choose one of: %(names)s.")
-                        % {"name": self.idempotency_arg, "tool": self.tool.name, "names": ", ".join(names) or "-"}
-                    )
-                ]
         if errors:
             raise ValidationError(errors)
+
+    def tool_problems(self, tool: McpTool) -> dict[str, str]:
+        """What this contract's fallback and idempotency argument say that ``tool`` (its own, or, for a version
+        brought in from another installation, the tool of that name here) does not take, by field: a fallback
+        that is the tool itself or cannot be called with its arguments, an idempotency argument that is not one
+        of its arguments."""
+        problems: dict[str, str] = {}
+        args = self.args if isinstance(self.args, dict) else {}
+        if self.fallback_tool:
+            if self.fallback_tool == tool.name:
+                problems["fallback_tool"] = str(_("A tool cannot be its own fallback: choose another tool."))
+            elif problem := fallback_problem(tool, self.fallback_tool, args):
+                problems["fallback_tool"] = problem
+        if self.idempotency_arg and self.idempotency_arg not in (names := idempotency_choices(tool, args)):
+            # The gate adds the key after the arguments are checked: a name the tool does not take would be sent to
+            # the server unnoticed, and the write retried with a key the server never reads.
+            problems["idempotency_arg"] = str(
+                _("'%(name)s' is not an argument of %(tool)s; choose one of: %(names)s.")
+                % {"name": self.idempotency_arg, "tool": tool.name, "names": ", ".join(names) or "-"}
+            )
+        return problems
 
 
 # Set while ``import_config`` saves its contracts: the checks between contracts (``fallback_call_problems``) are

@@ -217,3 +217,31 @@ def test_the_admin_form_checks_a_new_flow_agent_against_the_servers_ticked(
     response = admin_client.post("/admin/agents/agent/add/", {**post, "servers": [str(demo_server.pk)]})
     assert response.status_code == 302
     assert list(Agent.objects.get(slug="flowing").servers.values_list("mcp_id", flat=True)) == ["sds-company-data"]
+
+
+# ---- What only a tool can say of a frozen contract --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "told"),
+    [
+        ({"idempotency_arg": "request_ref"}, ".idempotency_arg: 'request_ref' is not an argument of"),
+        ({"fallback_tool": "SELF"}, ".fallback_tool: A tool cannot be its own fallback"),
+    ],
+    ids=["untaken-key", "own-fallback"],
+)
+def test_an_imported_versions_contract_is_checked_against_the_tool_here(
+    demo_agent: Agent, change: dict[str, str], told: str
+) -> None:
+    """The frozen contract has no tool, and the checks that need one were skipped: a version naming an idempotency
+    argument its tool does not take was imported and made live, and every unanswered send of its approved write
+    went out again (a server ignoring the unknown key wrote three times). Checked against the tool of that name
+    here, and refused naming where, as the contract's own entry is."""
+    published = agent_version_publish(agent=demo_agent, actor="t", via="tests")
+    content = copy.deepcopy(published.content)
+    key = next(iter(content["contracts"]))
+    tool = key.partition("/")[2]
+    content["contracts"][key].update({name: tool if value == "SELF" else value for name, value in change.items()})
+    problems = version_content_problems(agent=demo_agent, content=content)
+    assert any(p.startswith(f"contracts.{key}") and told in p for p in problems), problems
+    assert not [p for p in version_content_problems(agent=demo_agent, content=content, stored_here=True) if told in p]

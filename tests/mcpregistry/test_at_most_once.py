@@ -195,6 +195,22 @@ def test_a_write_with_an_idempotency_argument_is_sent_again_with_the_same_key(fi
     assert run.answer == f"결과: already done: {key}"
 
 
+def test_a_write_whose_idempotency_argument_its_tool_does_not_take_is_sent_once(file: Path) -> None:
+    """A contract's save refuses an idempotency argument the tool does not take; a version's frozen contract could
+    hold one (imported from another installation, or frozen before the server changed its arguments), and every
+    unanswered send of the write was sent again under a key its server never read: each a new write. The gate
+    sends such a write at most once."""
+    server = side_effect_server("dies-untaken-key", file, mode="exit")
+    ToolContract.objects.filter(tool__server=server, tool__name="append_line").update(idempotency_arg="request_ref")
+    run, approval = approved_run(server)
+
+    run_execute(run_id=str(run.id))
+
+    assert lines(file) == ["송금 1건\t"]
+    assert attempts(run.id, "append_line") == [(1, False, "transport")]
+    assert_ended_outcome_unknown(run, approval)
+
+
 def test_a_write_whose_tool_reports_its_backend_timed_out_is_neither_repeated_nor_handed_to_its_fallback(
     file: Path,
 ) -> None:
