@@ -1649,6 +1649,10 @@ def config_export() -> dict[str, Any]:
         if (enabled := t.enabled_before_review if t.review_required else t.enabled) is False
         or t.tags
         or t.example_queries
+        # Every tool its server lists, at its defaults too: left out, a tool switched on again or its tags cleared
+        # here was left as it was by the import elsewhere, reported unchanged. One no longer listed (vanished) is
+        # written only where an admin set something on it.
+        or t.available
     ]
     contracts = [
         {**entry, **{k: _sorted_keys(entry[k]) for k in ("args", "returns", "retry")}}

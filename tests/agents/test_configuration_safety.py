@@ -342,7 +342,8 @@ def test_for_a_tool_waiting_for_a_review_enabled_is_what_approving_restores(demo
         enabled=False, review_required=True, enabled_before_review=True
     )
     exported = config_export()
-    assert not [t for t in exported["tools"] if t["tool"] == "ping"]  # enabled once approved, no tags
+    [ping] = [t for t in exported["tools"] if t["tool"] == "ping"]
+    assert (ping["enabled"], ping["tags"]) == (True, [])  # enabled once approved, no tags
     before = AuditEvent.objects.count()
     config_import(actor="t", document=exported)
     assert AuditEvent.objects.count() == before
@@ -422,3 +423,21 @@ def test_text_stored_decomposed_re_imports_as_the_same_rule_and_version(demo_age
     assert not again.created and not again.updated, (again.created, again.updated)
     assert AuditEvent.objects.count() == before
     assert DeterministicRule.objects.filter(agent=demo_agent, name__in=[decomposed, "직원 소속 조회"]).count() == 1
+
+
+def test_a_tool_set_back_to_its_defaults_is_exported_so_another_installation_follows(demo_agent: Agent) -> None:
+    """The export wrote only tools disabled or carrying tags or example questions: a tool switched on again, or
+    its tags cleared, was left out, and an installation importing the document kept it off (or its old tags),
+    reported unchanged. Every tool its server lists is written."""
+    tool = McpTool.objects.get(server__mcp_id="sds-company-data", name="ping")
+    mcp_tool_update(tool=tool, actor="t", via="tests", data={"enabled": False, "tags": ["핑"]})
+    elsewhere = config_export()  # another installation's, as it stands
+    mcp_tool_update(tool=McpTool.objects.get(pk=tool.pk), actor="t", via="tests", data={"enabled": True, "tags": []})
+    here = config_export()
+    [ping] = [t for t in here["tools"] if t["tool"] == "ping"]
+    assert (ping["enabled"], ping["tags"]) == (True, [])
+
+    config_import(actor="t", document=elsewhere)  # the other installation, then this one's document
+    config_import(actor="t", document=here)
+    tool.refresh_from_db()
+    assert (tool.enabled, tool.tags) == (True, [])
