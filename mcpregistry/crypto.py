@@ -140,7 +140,11 @@ class EncryptedJSONField(models.TextField):
     def get_prep_value(self, value: Any) -> str:
         if isinstance(value, UnreadableSecrets):
             return value.token
-        return encrypt_json(value if value is not None else {})
+        if value is None or value == {}:
+            # Nothing to keep secret: stored empty, read back as ``{}``. Encrypted, a map with no secret in it was
+            # unreadable once its key was lost, and the row named among those whose secrets must be entered again.
+            return ""
+        return encrypt_json(value)
 
     def value_to_string(self, obj: Any) -> str:
         # Serialization (dumpdata) writes the ciphertext, never the values.

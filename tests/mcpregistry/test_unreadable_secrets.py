@@ -312,3 +312,24 @@ def test_pages_that_list_servers_answer_on_postgres() -> None:
         "/admin/agents/deterministicrule/add/ 200",
         "after True",
     ], done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_a_row_without_secrets_stores_none_and_never_asks_for_them_again_after_a_key_is_lost(
+    demo_server: McpServer, settings: Any
+) -> None:
+    """An empty secret map was stored encrypted: with the key lost, the server and agents with no secret at all
+    were named among those whose secrets "cannot be decrypted" (export_config refused, pages asked to enter them
+    again). Nothing is stored for a map with nothing in it."""
+    from cryptography.fernet import Fernet
+
+    from agents.configuration import config_export
+
+    plain = Agent.objects.create(slug="no-secrets", name="비밀 없음")
+    assert raw(Agent, "model_secrets", plain.pk) == ""
+    McpServer.objects.filter(pk=demo_server.pk).update(env={}, headers={})  # through the field: stored empty
+    settings.SECRETS_ENCRYPTION_KEYS = Fernet.generate_key().decode()  # every older key lost
+    Agent.objects.exclude(pk=plain.pk).delete()
+    McpServer.objects.exclude(pk=demo_server.pk).delete()
+    exported = config_export()  # refused before, naming both
+    assert {a["slug"] for a in exported["agents"]} == {"no-secrets"}
+    assert Agent.objects.get(pk=plain.pk).model_secrets == {}
