@@ -563,6 +563,8 @@ def _yaml_problems() -> dict[str, str | None]:
         "expected '<document start>'": _("there is more after the document's value"),
         "found character": None,
         "found a tab character": None,
+        # libyaml's own limit (some thousand brackets), before the bounded decoder's
+        "exceeded maximum nesting depth": _("nested too deeply"),
     }
 
 

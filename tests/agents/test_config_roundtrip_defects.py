@@ -277,6 +277,8 @@ def test_an_unquoted_on_key_is_the_text_on(tmp_path: Path) -> None:
         ("digits.yaml", "rules:\n- order: " + "1" * 5000 + "\n", "a number with more than 4300 digits, at line 2, column 10"),
         ("digits.json", '{"rules": [{"name": "' + "7" * 5000 + '", "order": ' + "1" * 5000 + "}]}",
          "a number with more than 4300 digits, at line 1, column 5034"),
+        # libyaml's own limit, past which it said "exceeded maximum nesting depth" in English in a Korean message
+        ("deep.yaml", "servers: " + "[" * 5000, "nested too deeply, at line 1, column"),
     ],
 )  # fmt: skip
 def test_a_parse_error_is_told_in_the_readers_words_with_its_line_and_column(
