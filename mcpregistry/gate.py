@@ -792,6 +792,15 @@ def _refuse_disabled_server(this: _Call) -> ToolResult:
     )
 
 
+def _waits_past_the_cap(reason: str | None, retry_after_s: float | None, retry: dict[str, Any]) -> bool:
+    """Whether a rate limit's ``Retry-After`` asks for a longer wait than the contract lets a call wait
+    (``backoff_cap_s``): sent again at the cap, before the server's time, it was refused again (another attempt
+    spent, another failure counted by the breaker). Such a call is not retried; its message quotes the wait."""
+    if reason != "rate_limit" or retry_after_s is None or not retry.get("honor_retry_after", True):
+        return False
+    return retry_after_s > float(retry.get("backoff_cap_s", DEFAULT_RETRY["backoff_cap_s"]))
+
+
 def _key_the_tool_takes(contract: ToolContract, tool: McpTool) -> ToolContract:
     """``contract``, without its ``idempotency_arg`` where the tool's input schema closes its argument list without
     it (``argument_names``). A key the tool does not take is no key to its server (one that ignores unknown
@@ -1035,6 +1044,8 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
             break  # the tool answered with its own error (a rate limit, say): told as it is, never sent again
         if reason not in retry_on or attempt == max_attempts:
             break
+        if _waits_past_the_cap(reason, retry_after, retry):
+            break  # sent at the cap it would be refused again: the model is told the server's wait instead
         delay = backoff_delay(reason=reason, attempt=attempt, retry=retry, retry_after_s=retry_after, rng=_rng)
         if stop is None:
             clock.sleep(delay)

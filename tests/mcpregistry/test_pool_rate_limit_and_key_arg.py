@@ -215,6 +215,27 @@ def test_a_read_still_refused_tells_the_model_of_the_rate_limit(endpoint: RateLi
 
 
 @pytest.mark.django_db
+def test_a_read_whose_server_asks_to_wait_past_the_cap_is_not_sent_again_before_its_time(
+    endpoint: RateLimited, gate_clock: FakeClock
+) -> None:
+    """Retry-After 30 s against a contract that waits at most 8 s: it was sent again at 8 s, and 16 s, each refused
+    again (three attempts spent, three failures for the breaker). Told once, with the server's wait."""
+    server = limited_server(endpoint)
+    set_contract(server, "lookup", risk="read")
+    endpoint.retry_after = "30"
+    endpoint.refuse("lookup", 5)
+    try:
+        result = gate.call(server=server, tool_name="lookup", args={"key": "a"}, who=gate.GateCall(source="agent"))
+    finally:
+        get_default_pool().close("limited")
+
+    assert (result.ok, result.error, result.attempts) == (False, "rate_limit", 1)
+    assert gate_clock.slept == []
+    assert "retry after 30 s" in result.message
+    assert len(endpoint.calls_of("lookup")) == 1
+
+
+@pytest.mark.django_db
 def test_an_approved_write_refused_with_429_is_sent_once_and_known_not_done(
     endpoint: RateLimited, gate_clock: FakeClock
 ) -> None:
