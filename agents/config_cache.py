@@ -31,6 +31,7 @@ from audit.change_guard import config_generation, rows_read_only
 from mcpregistry.contracts import contract_out_of_date
 from mcpregistry.crypto import SecretDecryptionError
 from mcpregistry.models import McpServer, McpTool, ToolContract
+from mcpregistry.services import credential_like
 
 logger = logging.getLogger(__name__)
 
@@ -207,18 +208,12 @@ def _load(
 
 def _masking_secrets(servers: list[McpServer], generation: str | None) -> list[str]:
     """What masks a run: its own servers' secrets, every one (``McpServer.secret_values``), and the other bindings'
-    that look like credentials (``_credential_like``): a tool may answer with another server's token. A short or
+    that look like credentials (``credential_like``): a tool may answer with another server's token. A short or
     numeric secret of another server (``none``, ``3600``: a setting an admin kept secret) would hide words and
     numbers in the answers of every agent."""
     own = [value for server in servers for value in server.secret_values()]
     others = _held(_rows, ("every_binding_secret",), generation, every_binding_secret)
-    return list(dict.fromkeys([*own, *(value for value in others if _credential_like(value))]))
-
-
-def _credential_like(value: str) -> bool:
-    """Whether another binding's secret is one worth masking in every run: 8 characters or more, not digits alone."""
-    text = value.strip()
-    return len(text) >= 8 and not text.isdigit()
+    return list(dict.fromkeys([*own, *(value for value in others if credential_like(value))]))
 
 
 def every_binding_secret() -> list[str]:

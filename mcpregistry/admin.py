@@ -37,6 +37,7 @@ from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract
 from mcpregistry.services import (
     DiscoveryReport,
     HealthReport,
+    discovery_secrets,
     mcp_server_create,
     mcp_server_delete,
     mcp_server_discover,
@@ -139,9 +140,10 @@ def unreadable_secrets_text() -> str:
 
 
 def page_secrets(server: McpServer) -> list[str]:
-    """The values a page masks in what ``server`` told at discovery: its secrets, or none where this process cannot
-    decrypt them (it holds nothing it could show; the texts were masked when they were discovered)."""
-    return server.secret_values() if server.secrets_readable() else []
+    """The values a page masks in what ``server`` told at discovery: those discovery masks (``discovery_secrets``:
+    its secrets, and the other bindings' that look like credentials, which a discovery before that stored), or
+    none of its own where this process cannot decrypt them (the texts were masked when they were discovered)."""
+    return discovery_secrets(server) if server.secrets_readable() else []
 
 
 def secret_choices(server: McpServer) -> list[tuple[str, str]]:

@@ -389,7 +389,7 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
     from mcpregistry.local_tools import runner_for  # the session pool and the MCP SDK: loaded when one is called
 
     runner = runner_for(server.transport)
-    secrets = server.secret_values()
+    secrets = discovery_secrets(server)
     register_secrets(secrets)  # what the server writes to its stderr (logged at DEBUG) is masked in this process
     try:
         listing = runner.list_tools(server.connection_config(), timeout_s=max(server.timeout_s, 30.0), scope=scope)
@@ -418,6 +418,31 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
     report.tool_count = len(listing.tools)
     refresh_after_discovery([t for t in server.tools.all() if t.available])
     return report
+
+
+def credential_like(value: str) -> bool:
+    """Whether another binding's secret is one worth masking beyond its own server: 8 characters or more, not
+    digits alone (a short or numeric secret, ``none``, ``3600``, a setting an admin kept secret, would hide words
+    and numbers everywhere)."""
+    text = value.strip()
+    return len(text) >= 8 and not text.isdigit()
+
+
+def discovery_secrets(server: McpServer) -> list[str]:
+    """What discovery, a health check and the pages showing what they found mask in what ``server`` tells: its
+    own secrets, every one, and the other bindings' that look like credentials (``credential_like``), as a run
+    masks its tools' answers (``agents.config_cache``). Masked with the server's own alone, a listing or a startup
+    error repeating a shared configuration's token of another system was stored, audited (for good), exported,
+    shown and offered to the model. A binding this process cannot decrypt adds nothing (it cannot leak what it
+    cannot read)."""
+    others = [
+        value
+        for row in McpServer.objects.exclude(pk=server.pk)
+        if row.secrets_readable()
+        for value in row.secret_values()
+        if credential_like(value)
+    ]
+    return list(dict.fromkeys([*server.secret_values(), *others]))
 
 
 def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, actor: Any, via: str) -> None:
@@ -849,7 +874,7 @@ def mcp_server_health_check(*, server: McpServer) -> HealthReport:
     from mcpregistry.local_tools import runner_for  # the session pool and the MCP SDK: loaded when one is called
 
     runner = runner_for(server.transport)
-    secrets = server.secret_values()
+    secrets = discovery_secrets(server)
     register_secrets(secrets)  # the server's stderr, logged at DEBUG, is masked in this process
     started = time.monotonic()
     try:
