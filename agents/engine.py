@@ -312,6 +312,13 @@ def _tools_left_out_told(plan: RunPlan, left_out: list[tuple[McpServer, McpTool]
         )
 
 
+def _failed_call(message: ToolMessage) -> bool:
+    """Whether a tool message answers a call that failed: with its failure, or with its fallback's answer."""
+    return message.status == "error" or (
+        isinstance(message.artifact, dict) and bool(message.artifact.get("fallback_for"))
+    )
+
+
 def _version_label(run_id: Any) -> str:
     """The version the run runs as the admin names it (``v3``), for the words of a note; ``v?`` for a run that is
     not stored (a plan made by a test)."""
@@ -529,7 +536,9 @@ def execute(plan: RunPlan) -> RunOutcome:
     deterministic_ms = clock.ms_since(t0)
     public_results = [{k: v for k, v in r.items() if k != "answer_template"} for r in results]
     outcome.deterministic_results = results
-    outcome.tool_failures = sum(1 for r in results if not r.get("ok"))
+    # A call the gate answered from its fallback failed all the same (a model that calls the fallback itself
+    # leaves the failed call in the count): the run is not shown clean while its tool fails.
+    outcome.tool_failures = sum(1 for r in results if not r.get("ok") or r.get("fallback_for"))
     if failed is not None:
         failed.deterministic_results = results
         failed.tool_failures = outcome.tool_failures
@@ -735,6 +744,8 @@ def execute(plan: RunPlan) -> RunOutcome:
         if result.error:
             # Kept with the conversation (never sent to the model): a resumed run recounts its argument errors.
             message.artifact = {"error": result.error}
+        elif result.fallback_for:
+            message.artifact = {"fallback_for": result.fallback_for}  # a failed call, answered by its fallback
         return message, None
 
     # Each call's result by its call id, as the graph gets it: a run that stops inside the graph (a failed model
@@ -946,7 +957,7 @@ def execute(plan: RunPlan) -> RunOutcome:
     outcome.messages = trace
     outcome.conversation = stored_conversation(final_messages, secrets)
     outcome.token_usage = _token_usage(final_messages)
-    outcome.tool_failures += sum(1 for m in final_messages if isinstance(m, ToolMessage) and m.status == "error")
+    outcome.tool_failures += sum(1 for m in final_messages if isinstance(m, ToolMessage) and _failed_call(m))
     outcome.timings = {
         "deterministic_ms": deterministic_ms,
         "model_ms": round(max(loop_ms - clock.tools_ms, 0.0), 2),

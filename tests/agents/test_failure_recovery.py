@@ -98,3 +98,27 @@ def test_rate_limits_back_off_like_the_seed(agent_log, gate_clock) -> None:
     run_with("rate_limit")
     first, second = gate_clock.slept
     assert 2.0 <= first <= 2.5 and 4.0 <= second <= 5.0
+
+
+@pytest.mark.parametrize("provider", ["scripted", "offline"])
+def test_a_recovered_failure_counts_as_a_failed_call_whoever_followed_the_fallback(
+    provider: str, agent_log, gate_clock
+) -> None:  # type: ignore[no-untyped-def]
+    """The model recovering through the backup left its failed call counted (1); the demo's rules, whose failed call
+    the gate answers from the backup itself, counted none: every failure-injection run of the shipped demo read clean
+    in the runs list and the API. Both count the failed call."""
+    server = bind_demo_server(mcp_id=f"counted-{provider}", failure_mode="bad_schema")
+    agent = make_agent(
+        slug=f"counted-{provider}",
+        servers=[server],
+        provider=provider,
+        script=FOLLOWS_THE_FALLBACK if provider == "scripted" else None,
+        with_demo_rules=provider == "offline",
+    )
+    run = Run.objects.create(agent=agent, query=QUESTION)
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+
+    assert run.status == Run.Status.SUCCEEDED, run.error_message
+    assert "백업 스냅샷 기준" in run.answer
+    assert run.tool_failures == 1
