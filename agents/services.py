@@ -1117,10 +1117,14 @@ def run_create(
     version: int | None = None,
     purpose: str = Run.Purpose.LIVE,
     write_sandbox: Iterable[str] = (),
+    dispatch: bool = True,
 ) -> Run:
     """Create a queued run and dispatch it to a worker once the transaction commits (``run_dispatch``: with the
     agent's time limits; a broker that cannot be reached leaves the run queued for the reconciler, never an
-    error to the caller, since the run exists).
+    error to the caller, since the run exists). ``dispatch=False``: the caller executes it itself
+    (``run_query --inline``; a worker took the run first and ran it under its own code and settings, and with
+    none running the message waited on the broker for the next); a caller that dies first leaves it queued for the
+    reconciler.
 
     The run records the version it runs (``run_version_choice``): ``version`` (a number) runs that published
     version, e.g. for an eval (``purpose="eval"``, whose writes the gate blocks outside ``write_sandbox``, a list
@@ -1158,7 +1162,10 @@ def run_create(
         # Refused (429 budget_exceeded, rolling the run back) when a budget of the key or the agent is spent.
         budget_reserve(run=run, agent=agent, api_key=api_key, budgets=parts.budgets)
         time_limit_s, run_purpose = agent.time_limit_s, run.purpose
-        transaction.on_commit(lambda: run_dispatch(run_id=str(run.id), time_limit_s=time_limit_s, purpose=run_purpose))
+        if dispatch:
+            transaction.on_commit(
+                lambda: run_dispatch(run_id=str(run.id), time_limit_s=time_limit_s, purpose=run_purpose)
+            )
     return run
 
 

@@ -118,7 +118,25 @@ def test_run_query_exits_with_its_own_status_for_a_run_awaiting_approval(monkeyp
     message = str(refused.value)
     assert refused.value.returncode == 3
     assert f"crm.delete_customer ({approval.id})" in message
-    assert "/admin/agents/approval/" in message and f"/api/v1/runs/{approval.run_id}/approvals/" in message
+    assert "/admin/agents/approval/" in message
+    # Not the REST route: a run of no API key is no key's to see or decide (that POST answered 404 to every key).
+    assert "/api/v1/" not in message
+
+
+def test_run_query_inline_is_executed_here_and_never_sent_to_a_worker(
+    monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    """``--inline`` dispatched the run too: a running worker took it first and ran it under its own code and
+    settings ("held by …; nothing to do" here), and with none running its message waited on the broker."""
+    sent: list[str] = []
+    monkeypatch.setattr("agents.services.run_dispatch", lambda *, run_id, **_kw: sent.append(run_id))
+
+    def answer(run: Run) -> None:
+        Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED, answer="답")
+
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:  # as a commit runs them
+        query(monkeypatch, answer)
+    assert sent == [] and callbacks is not None
 
 
 def test_run_query_prints_the_status_and_a_rules_reason_in_the_platforms_language(

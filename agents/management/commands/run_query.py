@@ -81,7 +81,13 @@ class Command(BaseCommand):
             raise CommandError(_("The query is empty."))
         try:
             with secrets_readable_or_refused():
-                run = run_create(agent_slug=options["agent"], query=query, api_key=None, context=context)
+                run = run_create(
+                    agent_slug=options["agent"],
+                    query=query,
+                    api_key=None,
+                    context=context,
+                    dispatch=not options["inline"],  # executed here, not by whichever worker takes it first
+                )
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
         self.stderr.write(_("run %(id)s queued") % {"id": run.id})
@@ -119,8 +125,7 @@ class Command(BaseCommand):
             raise CommandError(
                 _(
                     "run %(id)s is waiting for a person to approve %(calls)s: approve or reject it in the admin "
-                    "(%(admin)s) or with POST /api/v1/runs/%(id)s/approvals/<approval id> and "
-                    '{"decision": "approve"}; the run goes on once it is decided'
+                    "(%(admin)s); a worker carries the run on once it is decided"
                 )
                 % {
                     "id": run.id,
