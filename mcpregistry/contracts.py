@@ -948,7 +948,51 @@ _RETRY_AFTER = re.compile(r"retry[-_ ]after[\"':= ]+(\d+(?:\.\d+)?)", re.IGNOREC
 # A 429 as a status (leading the text, or after HTTP/status/code/error), not any number 429 a message quotes.
 # A status opening a text: after punctuation ("[429]", "(504)") but never a quote mark, and followed by none: a quoted
 # number opening a text is a value the tool echoes ("'429' 자산을 찾을 수 없습니다": asset 429 was not found).
-_QUOTES = "'\"`‘’“”«»「」『』"
+_QUOTE_PAIRS = ("''", '""', "``", "‘’", "“”", "«»", "「」", "『』")
+_QUOTES = "".join(dict.fromkeys("".join(_QUOTE_PAIRS)))
+# A quoted span: its mark opens after a non-word character or at the text's start, the matching mark closes it where
+# no Latin letter or digit follows (a Korean particle may: "'X'를"), on one line, within 200 characters. So an
+# apostrophe inside a word ("didn't", "the server's backend") neither opens a quote nor closes one, and a mark left
+# open swallows nothing.
+_QUOTED = re.compile(
+    "|".join(
+        rf"(?<!\w){re.escape(pair[0])}[^\r\n]{{0,200}}?{re.escape(pair[1])}(?![A-Za-z0-9])" for pair in _QUOTE_PAIRS
+    )
+)
+_QUOTED_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_QUOTED_KEY = re.compile(r"[\w-]{1,64}")
+_KEY_COLON = re.compile(r"\s*:")
+
+
+def _blank_quoted(text: str) -> str:
+    """``text`` with the words of each quoted span replaced by ``_`` (its marks stay). A quoted number stays (the
+    status patterns tell an echoed value from a status by the marks around it), and so does a key of a JSON or
+    Python error body (``{"status": 429}``, ``{'code': 504}``): one word followed by a colon."""
+
+    def blank(found: re.Match[str]) -> str:
+        quoted = found.group()
+        words = quoted[1:-1]
+        if _QUOTED_NUMBER.fullmatch(words) or (
+            _QUOTED_KEY.fullmatch(words) and _KEY_COLON.match(text, found.end()) is not None
+        ):
+            return quoted
+        return f"{quoted[0]}_{quoted[-1]}"
+
+    return _QUOTED.sub(blank, text)
+
+
+def _without_echoed_words(text: str) -> str:
+    """The part of a tool's error text that is the tool's own: the words it quotes are a caller's, an argument it
+    echoes (the demo server's "'<asset_id>' 자산을 찾을 수 없습니다"), and any user whose words reach an argument
+    could otherwise write a status there ("X timed out", "status 429") and open the server's circuit for everyone.
+    A text quoted whole is a tool's message written as a string ("\"429 Too Many Requests\""): its words are read,
+    the spans it quotes are not. Marks a caller's words carry themselves (an id with a quote in it) can still end
+    a span early: the server should escape what it echoes."""
+    stripped = text.strip()
+    whole = _QUOTED.match(stripped)
+    if whole is not None and whole.end() == len(stripped):
+        return stripped[0] + _blank_quoted(stripped[1:-1]) + stripped[-1]
+    return _blank_quoted(text)
 
 
 def _status(code: str) -> str:
@@ -978,10 +1022,12 @@ def classify_tool_error(text: str) -> tuple[str, float | None]:
     """The reason of a tool's own error (``isError``): ``rate_limit`` (with a Retry-After, if stated),
     ``timeout`` (the tool's backend timed out: worth another try) or ``tool:error``. A text that opens with a rate
     limit is one; another that mentions a timeout is a timeout, whatever else it quotes (a 429 in an argument it
-    echoes): for a write, the reason that leaves its outcome unknown (``gate._attempts``)."""
-    if not _OPENS_RATE_LIMITED.search(text or "") and _TIMED_OUT.search(text or ""):
+    echoes): for a write, the reason that leaves its outcome unknown (``gate._attempts``). Words the text quotes
+    are never read for a status (``_without_echoed_words``): "'X timed out' 자산을 찾을 수 없습니다" is a tool error."""
+    own = _without_echoed_words(text or "")
+    if not _OPENS_RATE_LIMITED.search(own) and _TIMED_OUT.search(own):
         return "timeout", None
-    if _RATE_LIMITED.search(text or ""):
-        found = _RETRY_AFTER.search(text)
+    if _RATE_LIMITED.search(own):
+        found = _RETRY_AFTER.search(own)
         return "rate_limit", float(found.group(1)) if found else None
     return "tool:error", None
