@@ -96,28 +96,24 @@ def test_the_rate_limits_count_through_it(redis_url: str, settings: object) -> N
     assert 0 < redis.Redis.from_url(redis_url).ttl(cache.make_key("throttle:k:1")) <= 61
 
 
-def test_an_unknown_key_burst_is_held_to_its_allowance_and_a_known_key_gives_its_count_back(
-    redis_url: str, settings: object
-) -> None:
-    """``bad_key_reserve`` counts before the lookup and ``bad_key_release`` gives a known key's count back, on
-    Redis as on the local cache: 8 threads of 10 requests against an allowance of 20."""
-    from agents.api.throttling import bad_key_release, bad_key_reserve
+def test_an_unknown_key_burst_is_told_invalid_no_more_than_its_allowance(redis_url: str, settings: object) -> None:
+    """``bad_key_record`` counts each unknown key and answers by the count, on Redis as on the local cache: 8
+    threads of 10 failed lookups against an allowance of 20."""
+    from agents.api.throttling import bad_key_record
 
     settings.CACHES = {"default": {"BACKEND": "agent_platform.redis_cache.RedisCache", "LOCATION": redis_url}}  # type: ignore[attr-defined]
     settings.PLATFORM_API_BAD_KEY_RATE = "20/15min"  # type: ignore[attr-defined]
     from django.core.cache import caches
 
     caches["default"].clear()
-    _wait, known = bad_key_reserve("203.0.113.20")
-    bad_key_release(known)  # a known key: not counted
-    admitted: list[bool] = []
+    told_invalid: list[bool] = []
     lock = threading.Lock()
 
     def burst() -> None:
         for _ in range(10):
-            wait, _counted = bad_key_reserve("203.0.113.20")
+            wait = bad_key_record("203.0.113.20")
             with lock:
-                admitted.append(wait is None)
+                told_invalid.append(wait is None)
 
     threads = [threading.Thread(target=burst) for _ in range(8)]
     for thread in threads:
@@ -125,4 +121,4 @@ def test_an_unknown_key_burst_is_held_to_its_allowance_and_a_known_key_gives_its
     for thread in threads:
         thread.join()
 
-    assert admitted.count(True) == 20
+    assert told_invalid.count(True) == 20

@@ -9,7 +9,7 @@ from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
 from agent_platform.client_ip import client_ip
-from agents.api.throttling import bad_key_release, bad_key_reserve
+from agents.api.throttling import bad_key_record, bad_key_wait
 from agents.models import ApiKey
 from agents.services import api_key_authenticate
 
@@ -29,13 +29,17 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         scheme, _sep, raw = header.partition(" ")
         if scheme.lower() != self.keyword.lower() or not raw.strip():
             raise exceptions.AuthenticationFailed(_("Use 'Authorization: Bearer <api key>'."))
-        wait, counted = bad_key_reserve(client_ip(request.META))  # counted before the key is looked up
-        if wait is not None:
-            raise exceptions.Throttled(wait=wait, detail=_("Too many requests with unknown API keys from here."))
+        ip = client_ip(request.META)
+        refused = _("Too many requests with unknown API keys from here.")
+        if (wait := bad_key_wait(ip)) is not None:
+            raise exceptions.Throttled(wait=wait, detail=refused)
         key = api_key_authenticate(raw_key=raw.strip())
         if key is None:
+            # Counted, and told "invalid" only within the allowance: of a burst that passed the read above
+            # together, the ones past it are refused as the later ones would be.
+            if (wait := bad_key_record(ip)) is not None:
+                raise exceptions.Throttled(wait=wait, detail=refused)
             raise exceptions.AuthenticationFailed(_("Invalid or revoked API key."))
-        bad_key_release(counted)  # a known key is no guess
         return key, None
 
     def authenticate_header(self, request: Request) -> str:

@@ -100,43 +100,42 @@ def _bad_key_cache_key(ip: str, rate: Rate, window: int) -> str:
     return f"throttle:bad_key:ip:{subject}:{rate.requests}/{rate.period_s}:{window}"
 
 
-def bad_key_reserve(ip: str, *, now: float | None = None) -> tuple[float | None, str | None]:
-    """Count a request from ``ip`` that presents an API key against its allowance of unknown or revoked keys
-    (``PLATFORM_API_BAD_KEY_RATE``) *before* the key is looked up, and return ``(wait, counted)``. ``wait``: None
-    if the key may be looked up; else the seconds until the client (an IPv4 address, an IPv6 /64) may present a
-    key again, whatever key it sends, so guessing learns nothing more until the window ends (this request is then
-    not counted: nothing was tried). ``counted``: the counter this request was counted in, to give back with
-    :func:`bad_key_release` when its key turns out to be known; None where nothing was counted.
-
-    Counted first, then compared: read first and counted after a failed lookup, every request of a burst passed
-    the check before any was counted (150 at once: 64 keys looked up against an allowance of 20), as the admin's
-    login lockout counts an attempt before its password is checked. Fails open when the cache cannot be reached."""
+def bad_key_wait(ip: str, *, now: float | None = None) -> float | None:
+    """None if requests from ``ip`` may still present an API key; else the seconds until they may. A client (an
+    IPv4 address, an IPv6 /64) past ``PLATFORM_API_BAD_KEY_RATE`` unknown or revoked keys is refused whatever key
+    it sends, so guessing learns nothing more until the window ends. One read (a known key's only cost); fails
+    open when the cache cannot be reached."""
     rate = _bad_key_rate()
     now = time.time() if now is None else now
     window = int(now // rate.period_s)
-    cache_key = _bad_key_cache_key(ip, rate, window)
     try:
-        count = _window_count(cache_key, rate.period_s + 1)
+        count = cache.get(_bad_key_cache_key(ip, rate, window)) or 0
     except Exception:
         logger.warning("rate limit cache unavailable; unknown-key throttle skipped", exc_info=True)
-        return None, None
-    if count <= rate.requests:
-        return None, cache_key
-    bad_key_release(cache_key)
-    return max(1.0, math.ceil((window + 1) * rate.period_s - now)), None
+        return None
+    return _bad_key_refusal(int(count) >= rate.requests, rate, window, now)
 
 
-def bad_key_release(counted: str | None) -> None:
-    """Give back the count :func:`bad_key_reserve` took (``counted``) for a request whose key was known, or that
-    was refused before its key was looked up."""
-    if counted is None:
-        return
+def bad_key_record(ip: str, *, now: float | None = None) -> float | None:
+    """Count one request from ``ip`` with an unknown or revoked API key (with every address of its /64 if it is
+    IPv6), and answer as :func:`bad_key_wait` does for it: None where it was within the allowance (its answer is
+    "invalid key"), else the seconds until the client may present a key again. The count decides, not the read
+    before the lookup: every request of a burst passed that read before any was counted (150 at once: 64 told
+    "invalid" against an allowance of 20); now no more than the allowance is ever told so. A known key is never
+    counted (a caller's own requests in flight never fill its allowance)."""
+    rate = _bad_key_rate()
+    now = time.time() if now is None else now
+    window = int(now // rate.period_s)
     try:
-        cache.decr(counted)
-    except ValueError:
-        pass  # the window's counter is gone already (expired)
+        count = _window_count(_bad_key_cache_key(ip, rate, window), rate.period_s + 1)
     except Exception:
-        logger.warning("rate limit cache unavailable; a known key's count not given back", exc_info=True)
+        logger.warning("rate limit cache unavailable; unknown key from %s not counted", ip, exc_info=True)
+        return None
+    return _bad_key_refusal(count > rate.requests, rate, window, now)
+
+
+def _bad_key_refusal(refused: bool, rate: Rate, window: int, now: float) -> float | None:
+    return max(1.0, math.ceil((window + 1) * rate.period_s - now)) if refused else None
 
 
 def api_key_rate_check(api_key: ApiKey, *, now: float | None = None) -> float | None:

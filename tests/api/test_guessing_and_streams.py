@@ -115,19 +115,22 @@ def test_a_key_holds_at_most_n_streams_and_a_closed_one_frees_its_slot(running_r
         stream.close()
 
 
-def test_a_burst_of_unknown_keys_is_held_to_the_allowance_before_any_key_is_looked_up(settings) -> None:
+def test_a_burst_of_unknown_keys_is_told_invalid_no_more_than_the_allowance(settings) -> None:
     """The allowance was read before a key was looked up and counted after its lookup failed: every request of a
-    burst passed the check before any was counted (150 at once on PostgreSQL and Redis: 64 keys looked up against
-    20). Each is counted before its lookup now: of 40 requests in flight together, 5 may look theirs up."""
-    from agents.api.throttling import bad_key_reserve
+    burst passed the read before any was counted (150 at once on PostgreSQL and Redis: 64 told "invalid" against
+    20). The count decides the answer now: of 40 unknown keys looked up together, 5 are told "invalid", the rest
+    refused as throttled."""
+    from agents.api.throttling import bad_key_record, bad_key_wait
 
     settings.PLATFORM_API_BAD_KEY_RATE = "5/15min"
-    in_flight = [bad_key_reserve("203.0.113.9") for _n in range(40)]  # none of them looked up yet
-    assert sum(wait is None for wait, _counted in in_flight) == 5
-    assert all(wait is not None and wait >= 1 for wait, _counted in in_flight[5:])
+    passed = [bad_key_wait("203.0.113.9") for _n in range(40)]  # all read before any lookup failed
+    assert passed == [None] * 40
+    answers = [bad_key_record("203.0.113.9") for _n in range(40)]  # their lookups fail, one after another
+    assert sum(wait is None for wait in answers) == 5
+    assert all(wait is not None and wait >= 1 for wait in answers[5:])
 
 
-def test_a_known_key_gives_its_count_back(api_caller, settings) -> None:
+def test_a_known_key_is_never_counted(api_caller, settings) -> None:
     settings.PLATFORM_API_BAD_KEY_RATE = "3/15min"
     client = Client()
     for _n in range(10):
