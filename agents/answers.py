@@ -73,6 +73,8 @@ def tool_unavailable_text(*, tool: str, language: str, error: str | None = None)
                 "%(tool)s: the request was interrupted and may or may not have been carried out. Check whether it "
                 "took effect before asking again."
             ) % {"tool": tool}
+        if error == "tool:out_of_date":
+            return _("%(tool)s: this assistant must be updated by an administrator to use it again.") % {"tool": tool}
         if error == "approval:rejected":
             return _("%(tool)s: not carried out: its approval was rejected.") % {"tool": tool}
         if error == "approval:expired":
@@ -118,6 +120,9 @@ def _all_calls_failed_sentence(kinds: set[str]) -> str:
             "This request was interrupted and may or may not have been carried out. Check whether it took effect "
             "before asking again."
         )
+    if kinds == {"tool:out_of_date"}:
+        # Not worth trying again: a tool changed under the published version, and only publishing again mends it.
+        return _("This assistant must be updated by an administrator before it can answer this.")
     if kinds == {"approval:rejected"}:
         return _("This request was not carried out: its approval was rejected.")
     if kinds and kinds <= {"approval:rejected", "approval:expired"}:

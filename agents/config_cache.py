@@ -28,7 +28,6 @@ from agents.models import Agent, AgentArm, AgentVersion, ApiKey, Budget, Run
 from agents.selectors import deterministic_rule_specs
 from agents.versions import version_contracts, version_rules, version_servers
 from audit.change_guard import config_generation, rows_read_only
-from mcpregistry.contracts import contract_out_of_date
 from mcpregistry.crypto import SecretDecryptionError
 from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.services import credential_like
@@ -252,11 +251,3 @@ def tools_served(servers: Iterable[McpServer], frozen: Mapping[str, Any] | None)
             for mcp_tool in server.tools.all():
                 if mcp_tool.callable and (frozen is None or f"{server.mcp_id}/{mcp_tool.name}" in frozen):
                     yield server, mcp_tool
-
-
-def frozen_out_of_date(frozen: Mapping[str, Any] | None, server: McpServer, tool: McpTool) -> bool:
-    """Whether the contract a published version froze for ``tool`` (``frozen``: its contracts) no longer fits the
-    arguments its server lists now (``contract_out_of_date``): its runs are not offered the tool
-    (``agents.engine.tools_left_out``), its card does not list it, and the gate refuses its calls."""
-    contract = frozen.get(f"{server.mcp_id}/{tool.name}") if frozen is not None else None
-    return contract is not None and contract_out_of_date(getattr(contract, "args", None), tool.input_schema)

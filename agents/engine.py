@@ -41,7 +41,7 @@ from agents.answers import (
     system_message_text,
     text_of,
 )
-from agents.config_cache import frozen_out_of_date, tools_served
+from agents.config_cache import tools_served
 from agents.deterministic import ParamsRenderError, RuleSpec, render_params
 from agents.deterministic_stage import StageInput, deterministic_stage
 from agents.errors import MUST_PROPAGATE, RunCancelled
@@ -93,7 +93,7 @@ from agents.tools import ToolFailure
 from audit.masking import mask_text, mask_value, register_secrets
 from audit.visible import invisible_characters, visible_text
 from mcpregistry import gate
-from mcpregistry.contracts import gate_filled_argument, schema_with_contract
+from mcpregistry.contracts import frozen_out_of_date, gate_filled_argument, schema_with_contract
 from mcpregistry.gate_records import contract_of
 from mcpregistry.models import McpServer, McpTool
 
@@ -278,7 +278,7 @@ def tools_left_out(plan: RunPlan) -> list[tuple[McpServer, McpTool]]:
     return [
         (server, mcp_tool)
         for server, mcp_tool in tools_served(plan.servers, frozen)
-        if frozen_out_of_date(frozen, server, mcp_tool)
+        if frozen_out_of_date(frozen, server.mcp_id, mcp_tool)
     ]
 
 

@@ -589,6 +589,29 @@ def contract_out_of_date(contract_args: Any, input_schema: Any) -> bool:
     return isinstance(required, list) and any(str(name) not in contract_args for name in required)
 
 
+def frozen_out_of_date(frozen: Any, mcp_id: str, tool: Any) -> bool:
+    """Whether the contract a published version froze for ``tool`` of the server ``mcp_id`` (``frozen``: its
+    contracts by ``mcp_id/tool``, or None for a run of no version) no longer fits the arguments the tool lists now
+    (``contract_out_of_date``): its runs' model is not offered the tool, its card does not list it."""
+    contract = frozen.get(f"{mcp_id}/{tool.name}") if frozen is not None else None
+    return contract is not None and contract_out_of_date(getattr(contract, "args", None), tool.input_schema)
+
+
+def call_out_of_date(frozen: Any, mcp_id: str, tool: Any, args: Any, *, filled: str = "") -> bool:
+    """Whether a call of ``tool`` with ``args`` by a published version whose frozen contract no longer fits the
+    tool (``frozen_out_of_date``) sends what its server no longer takes: an argument its closed list no longer
+    declares, or none of one it requires now (``filled``: the argument the gate writes itself). A call whose
+    arguments still fit goes out as before (a rule sending only ``name`` where the server dropped an optional
+    ``limit``)."""
+    if not isinstance(args, dict) or not frozen_out_of_date(frozen, mcp_id, tool):
+        return False
+    declared = argument_names({}, tool.input_schema)
+    if declared is not None and any(str(name) not in declared for name in args):
+        return True
+    required = tool.input_schema.get("required") if isinstance(tool.input_schema, dict) else None
+    return isinstance(required, list) and any(str(n) not in args and str(n) != filled for n in required)
+
+
 def unknown_argument_hint(name: str, known: Collection[str]) -> str:
     """What to say after "'name' is not an argument of this tool": the closest argument, the list, or that the
     tool takes none."""

@@ -64,10 +64,10 @@ from mcpregistry.contracts import (
     Verdict,
     argument_names,
     backoff_delay,
+    call_out_of_date,
     check_args,
     check_result,
     classify_tool_error,
-    contract_out_of_date,
     gate_filled_argument,
     json_unwritable,
 )
@@ -562,9 +562,10 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         return _refuse_disabled_server(this)
     if now is None or not now.callable:
         return _refuse_unknown_tool(this)
-    if _frozen_out_of_date(who, server, tool):
-        return _refuse_out_of_date(this)
     contract = _key_the_tool_takes(_contract_for(who, server, tool), tool)
+    if call_out_of_date(who.contracts, server.mcp_id, tool, this.raw_args, filled=gate_filled_argument(contract)):
+        # The version's checks would pass arguments the server no longer takes (a write among them).
+        return _refuse_out_of_date(this)
     if now.write and contract.risk == ToolContract.Risk.READ:
         # The stricter of the two risks applies (a change to read waits for the next run).
         contract = _as_write(contract)
@@ -823,18 +824,11 @@ def _key_the_tool_takes(contract: ToolContract, tool: McpTool) -> ToolContract:
     return keyless
 
 
-def _frozen_out_of_date(who: GateCall, server: McpServer, tool: McpTool) -> bool:
-    """Whether the contract ``who``'s version froze for ``tool`` no longer fits the arguments its server lists now
-    (``contract_out_of_date``: the server changed them after the publish). Its checks would pass arguments the
-    server no longer takes (a write among them), and refuse those it takes now."""
-    frozen = who.contracts.get(f"{server.mcp_id}/{tool.name}") if who.contracts is not None else None
-    return frozen is not None and contract_out_of_date(getattr(frozen, "args", None), tool.input_schema)
-
-
 def _refuse_out_of_date(this: _Call) -> ToolResult:
     """``tool:out_of_date``: the caller's version froze a contract for the tool that its server's arguments no
-    longer fit. A run's model is not offered such a tool (``agents.engine.tools_left_out``); a rule's or a flow
-    node's call of it is refused here, before anything is sent, until the agent is published again."""
+    longer fit, and the call sends what the server no longer takes (``call_out_of_date``). A run's model is not
+    offered such a tool (``agents.engine.tools_left_out``); a rule's or a flow node's call is refused here, before
+    anything is sent, until the agent is published again."""
     return this.refuse(
         "tool:out_of_date",
         _(

@@ -87,7 +87,7 @@ from agents.api.protocol_http import (
 from agents.api.serializers import PART_CONTENTS, A2AMessageSerializer, A2APartField, part_contents_message
 from agents.api.throttling import stream_slot_release
 from agents.approvals import approval_decide
-from agents.config_cache import RunConfiguration, described_configuration, frozen_out_of_date, tools_served
+from agents.config_cache import RunConfiguration, described_configuration, tools_served
 from agents.conversations import (
     context_id_of,
     context_id_problem,
@@ -107,6 +107,7 @@ from agents.selectors import (
 from agents.services import request_digest, run_cancel, run_submit
 from audit.change_guard import config_generation
 from audit.masking import mask_text
+from mcpregistry.contracts import frozen_out_of_date
 from mcpregistry.crypto import SecretDecryptionError
 
 logger = logging.getLogger(__name__)
@@ -332,7 +333,7 @@ def agent_skills(served: ServedAgent) -> list[dict[str, Any]]:
             {"id": f"rule-{rule.rule_id}", "name": rule.name, "description": rule.name, "tags": tags or ["rule"]}
         )
     for server, tool in tools_served(configuration.servers, configuration.contracts):
-        if frozen_out_of_date(configuration.contracts, server, tool):
+        if frozen_out_of_date(configuration.contracts, server.mcp_id, tool):
             continue  # not offered to its runs until the agent is published again (``agents.engine.tools_left_out``)
         skills.append(
             {

@@ -124,6 +124,7 @@ def test_a_write_interrupted_beside_a_read_is_not_said_to_be_information_not_ret
         ("approval:rejected", "approval was rejected"),
         ("approval:expired", "not approved in time"),
         ("timeout", "could not be retrieved right now"),
+        ("tool:out_of_date", "must be updated by an administrator"),  # trying again cannot mend it
     ],
 )
 def test_a_failed_calls_line_says_what_became_of_it(error: str, said: str) -> None:
@@ -133,3 +134,8 @@ def test_a_failed_calls_line_says_what_became_of_it(error: str, said: str) -> No
 def test_an_interrupted_write_among_failed_calls_is_what_the_run_says() -> None:
     text = all_calls_failed_text(language="en", codes=["timeout", "approval:outcome_unknown"])
     assert text.startswith("This request was interrupted and may or may not have been carried out.")
+
+
+def test_a_run_whose_only_call_met_a_changed_tool_is_not_told_to_try_again() -> None:
+    text = all_calls_failed_text(language="en", codes=["tool:out_of_date"])
+    assert "try again" not in text and "updated by an administrator" in text

@@ -226,3 +226,43 @@ def test_a_published_versions_rule_does_not_send_the_old_arguments_to_a_tool_who
     assert result["error"] == "tool:out_of_date" and "publish the agent again" in result["message"]
     skills = [skill["name"] for skill in agent_skills(agent_served(Agent.objects.get(pk=agent.pk)))]
     assert "lookup" not in skills and "list_teams" in skills
+
+
+@pytest.mark.slow
+def test_a_published_versions_rule_whose_arguments_still_fit_calls_the_changed_tool(admin_user) -> None:
+    """The server dropped an optional argument the rule never sends (``limit``): the frozen contract no longer fits
+    the tool's list, but the call does. It goes out as before (every such rule was refused ``tool:out_of_date``
+    until the agent was published again)."""
+    from agents.models import DeterministicRule
+
+    server = stale_contract_server("stale-optional")
+    McpServer.objects.filter(pk=server.pk).update(env={"LOOKUP_ARG": "name_limit"})
+    server.refresh_from_db()
+    get_default_pool().close(server.mcp_id)
+    assert mcp_server_discover(server=server, actor="test", via="tests").ok
+    tool = McpTool.objects.get(server=server, name="lookup")
+    if tool.review_required:
+        assert mcp_tool_review_approve(tool=tool, actor=admin_user, via="tests")
+    assert "limit" in ToolContract.objects.get(tool=tool).args
+    agent = make_agent(slug="stale-optional", servers=[server], with_demo_rules=False)
+    DeterministicRule.objects.create(
+        agent=agent,
+        name="팀 조회",
+        server=server,
+        tool_name="lookup",
+        params={"name": "{match.who}"},
+        when={"regex": r"(?P<who>\S+) 님은"},
+    )
+    published(agent, admin_user)
+    server.env = {"LOOKUP_ARG": "name"}  # limit dropped
+    server.save()
+    get_default_pool().close(server.mcp_id)
+    assert mcp_server_discover(server=server, actor="test", via="tests").ok
+    tool = McpTool.objects.get(server=server, name="lookup")
+    assert tool.review_required and mcp_tool_review_approve(tool=tool, actor=admin_user, via="tests")
+    assert version_stale_tools(Agent.objects.get(pk=agent.pk).live_version.content) == ["stale-optional/lookup"]
+
+    run = run_of(agent, "박도윤 님은 어느 팀인가요?")
+
+    [call] = AuditEvent.objects.filter(run_id=run.id, action="tool.call")
+    assert (call.ok, call.reason) == (True, "")

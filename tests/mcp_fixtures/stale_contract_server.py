@@ -1,6 +1,7 @@
 """A stdio MCP server whose ``lookup`` renames its argument, as a server changes under a published agent version:
-``lookup(name)`` by default, ``lookup(full_name)`` with ``LOOKUP_ARG=full_name``. ``list_teams`` never changes
-(a tool a stale version keeps)."""
+``lookup(name)`` by default, ``lookup(full_name)`` with ``LOOKUP_ARG=full_name``, ``lookup(name, limit=10)`` with
+``LOOKUP_ARG=name_limit`` (an optional argument the default drops). ``list_teams`` never changes (a tool a stale
+version keeps)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ if os.environ.get("LOOKUP_ARG", "name") == "full_name":
     @mcp.tool(description="Finds an employee's team.")
     def lookup(full_name: str) -> str:
         return f"{full_name}: 물류플랫폼팀"
+
+elif os.environ.get("LOOKUP_ARG") == "name_limit":
+
+    @mcp.tool(description="Finds an employee's team.")
+    def lookup(name: str, limit: int = 10) -> str:  # type: ignore[misc]
+        return f"{name}: 물류플랫폼팀"
 
 else:
 
