@@ -120,9 +120,7 @@ def secrets_rotate(*, actor: Any, via: str) -> SecretsRotation:
                 for row_pk, *stored in rows:
                     last = row_pk
                     try:
-                        rotated = [
-                            rotate_token(v) if isinstance(v, str) and v.startswith(PREFIX) else v for v in stored
-                        ]
+                        rotated = [_rotated(v) for v in stored]
                     except InvalidToken:
                         report.unreadable.setdefault(label, []).append(str(row_pk))
                         continue
@@ -149,6 +147,16 @@ def secrets_rotate(*, actor: Any, via: str) -> SecretsRotation:
                     actor=scope.actor,
                 )
     return report
+
+
+def _rotated(value: Any) -> Any:
+    """A stored secret column's value re-encrypted with the newest key; a map with nothing in it stored empty, as
+    a save now stores it (encrypted before that, a row with no secret was named unreadable once its key was lost).
+    Raises InvalidToken where no configured key decrypts it."""
+    if not (isinstance(value, str) and value.startswith(PREFIX)):
+        return value
+    rotated = rotate_token(value)
+    return "" if decrypt_json(rotated) == {} else rotated
 
 
 def _record_row_rotation(model: type[models.Model], row_pk: Any, fields: list[Any], tokens: list[Any]) -> None:

@@ -333,3 +333,24 @@ def test_a_row_without_secrets_stores_none_and_never_asks_for_them_again_after_a
     exported = config_export()  # refused before, naming both
     assert {a["slug"] for a in exported["agents"]} == {"no-secrets"}
     assert Agent.objects.get(pk=plain.pk).model_secrets == {}
+
+
+def test_rotation_stores_an_empty_map_encrypted_before_as_empty(settings: Any) -> None:
+    """Rows saved before an empty map was stored empty hold it encrypted: rotate_secrets stores it empty, so that
+    retiring the old key leaves no row named unreadable for secrets it never had."""
+    from cryptography.fernet import Fernet
+
+    from agents.configuration import config_export
+    from mcpregistry.crypto import encrypt_json
+
+    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    settings.SECRETS_ENCRYPTION_KEYS = old
+    legacy = Agent.objects.create(slug="legacy", name="예전 행")
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE agents_agent SET model_secrets = %s WHERE id = %s", [encrypt_json({}), legacy.pk])
+    settings.SECRETS_ENCRYPTION_KEYS = f"{new},{old}"
+    call_command("rotate_secrets", stdout=io.StringIO())
+    settings.SECRETS_ENCRYPTION_KEYS = new  # the old key retired
+
+    assert raw(Agent, "model_secrets", legacy.pk) == ""
+    assert {a["slug"] for a in config_export()["agents"]} >= {"legacy"}
