@@ -11,9 +11,10 @@ What is masked, and how:
   HTML-escaped (``/`` as ``&#x2F;`` or ``&#47;`` too) forms, each in both Unicode normalization forms (a Korean
   value bound composed, NFC, is masked where a server writes it decomposed, NFD, and the reverse); and for values of
   :data:`MIN_ENCODED_SECRET_LENGTH` characters or more also their hex (either case), base32 (either case, with
-  and without padding) and reversed forms, and the value with whitespace between any of its characters
-  (``s k - 1 2 3 …``, a value split over lines). Values shorter than :data:`MIN_SECRET_LENGTH` characters are
-  ignored: masking ``"a"`` everywhere would destroy the text.
+  and without padding) and reversed forms, and the value and its base64, hex and base32 forms with whitespace
+  between any of their characters (``s k - 1 2 3 …``, a value split over lines, base64 wrapped at 76 columns by
+  ``base64.encodebytes`` or PEM-style, ``xxd``'s ``6372 6d54 …``). Values shorter than :data:`MIN_SECRET_LENGTH`
+  characters are ignored: masking ``"a"`` everywhere would destroy the text.
 * **Value patterns** - AWS access key ids, labelled AWS secret access keys, ``Bearer``/``Basic``
   credentials, JWTs, well-known API key formats (``sk-...``, ``sk_live_...``, ``xoxb-...``, ``ghp_...``, ...,
   and this platform's own ``apk_...``), PEM private key blocks, passwords in URLs, secret-looking query parameters.
@@ -442,27 +443,27 @@ def _distinctive(part: str) -> bool:
     return len(part) >= MIN_ENCODED_SECRET_LENGTH and (len(part) >= 16 or not (part.isalpha() or part.isdigit()))
 
 
+def _normalization_variants(secret: str) -> set[str]:
+    """``secret`` in either Unicode normalization form: a Korean secret bound composed (NFC) may come back decomposed
+    (NFD, as macOS file names and some servers write it), or the reverse: the same text to a reader, other code
+    points (and other bytes to encode) to a matcher."""
+    if secret.isascii():
+        return {secret}
+    return {secret, unicodedata.normalize("NFC", secret), unicodedata.normalize("NFD", secret)}
+
+
 def _secret_forms(secret: str) -> set[str]:
     """``secret`` as it may appear in text: raw, base64, URL-encoded, JSON-escaped, HTML-escaped, in either Unicode
     normalization form (:func:`_encoded_forms` of each)."""
-    if secret.isascii():
-        return _encoded_forms(secret)
-    # A Korean secret bound composed (NFC) may come back decomposed (NFD, as macOS file names and some servers
-    # write it), or the reverse: the same text to a reader, other code points to a matcher.
     forms: set[str] = set()
-    for variant in {secret, unicodedata.normalize("NFC", secret), unicodedata.normalize("NFD", secret)}:
+    for variant in _normalization_variants(secret):
         forms |= _encoded_forms(variant)
     return forms
 
 
 def _encoded_forms(secret: str) -> set[str]:
-    forms = {secret}
     raw = secret.encode("utf-8")
-    for encode in (base64.b64encode, base64.urlsafe_b64encode):
-        encoded = encode(raw).decode("ascii")
-        forms.add(encoded)
-        forms.add(encoded.rstrip("="))
-        forms |= _base64_cores(raw, encode)
+    forms = {secret} | _base64_forms(raw)
     for url_form in (quote(secret, safe=""), quote(secret), quote_plus(secret), quote_plus(secret, safe="/")):
         forms.add(url_form)
         forms.add(_PERCENT_ESCAPE.sub(lambda m: m[0].lower(), url_form))
@@ -475,11 +476,27 @@ def _encoded_forms(secret: str) -> set[str]:
     if "/" in secret:  # "/" as HTML escapers that go beyond ``html.escape`` write it
         forms |= {html_form.replace("/", entity) for entity in ("&#x2F;", "&#x2f;", "&#47;")}
     if len(secret) >= MIN_ENCODED_SECRET_LENGTH:
-        hexed = raw.hex()
-        forms |= {hexed, hexed.upper(), secret[::-1], secret.upper(), secret.lower()}
-        b32 = base64.b32encode(raw).decode("ascii")
-        forms |= {b32, b32.rstrip("="), b32.lower(), b32.rstrip("=").lower()}
+        forms |= _hex_base32_forms(raw) | {secret[::-1], secret.upper(), secret.lower()}
     return {form for form in forms if len(form) >= MIN_SECRET_LENGTH}
+
+
+def _base64_forms(raw: bytes) -> set[str]:
+    """``raw`` in base64, standard and URL-safe, with and without padding, and its :func:`_base64_cores`."""
+    forms: set[str] = set()
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        encoded = encode(raw).decode("ascii")
+        forms |= {encoded, encoded.rstrip("=")} | _base64_cores(raw, encode)
+    return forms
+
+
+def _hex_base32_forms(raw: bytes) -> set[str]:
+    """``raw`` in hex and in base32, each in either case. Base32 with and without padding, and its characters that
+    depend on its bytes alone where it starts a group of five bytes inside a longer encoded text (a config file
+    encoded whole). At the other four offsets it is not matched: five more forms per case that could start with any
+    letter would make every text's scan markedly slower."""
+    b32 = base64.b32encode(raw).decode("ascii")
+    forms = {raw.hex(), b32, b32.rstrip("="), b32[: 8 * len(raw) // 5]}
+    return forms | {form.upper() for form in forms} | {form.lower() for form in forms}
 
 
 def _base64_cores(raw: bytes, encode: Any) -> set[str]:
@@ -497,53 +514,82 @@ def _base64_cores(raw: bytes, encode: Any) -> set[str]:
     return cores
 
 
-def _spaced_pattern(secret: str) -> str | None:
-    """A regex for ``secret`` with whitespace between any of its characters (only for long enough values; the
-    plain form is matched by the literal forms)."""
-    chars = [c for c in secret if not c.isspace()]
-    if len(chars) < MIN_ENCODED_SECRET_LENGTH:
-        return None
-    return r"\s*".join(re.escape(c) for c in chars)
+def _splittable_forms(secret: str) -> set[str]:
+    """The forms of ``secret`` that are also masked with whitespace between any two of their characters (a value
+    split over lines; ``base64.encodebytes`` and PEM wrapping at 64 or 76 columns; ``xxd``'s ``6372 6d54 …``; base32
+    wrapped): the value without its own whitespace, and for values of :data:`MIN_ENCODED_SECRET_LENGTH` characters
+    or more its base64 (:func:`_base64_forms`), hex and base32 (:func:`_hex_base32_forms`) forms, in either Unicode
+    normalization form. Only for long enough values; the unbroken forms are matched by the literal forms."""
+    forms: set[str] = set()
+    for variant in _normalization_variants(secret):
+        chars = "".join(c for c in variant if not c.isspace())
+        if len(chars) < MIN_ENCODED_SECRET_LENGTH:
+            continue
+        forms.add(chars)
+        if len(variant) < MIN_ENCODED_SECRET_LENGTH:
+            continue
+        raw = variant.encode("utf-8")
+        forms |= _base64_forms(raw) | _hex_base32_forms(raw)
+    return forms
 
 
 _PERCENT_ESCAPE = re.compile(r"%[0-9A-F]{2}")
 
 
 _WHITESPACE = re.compile(r"\s")  # what ``str.isspace`` finds, at C speed
+_SPLIT = r"\s*"  # what may stand between two characters of a splittable form: spaces, tabs, line breaks
 
 
 class _SecretMatcher:
     """One compiled regex matching every form of a set of secrets, longest first."""
 
-    __slots__ = ("memos", "numbers", "pattern", "recheck", "spaced")
+    __slots__ = ("gate", "memos", "numbers", "pattern", "recheck", "spaced")
 
     def __init__(self, forms: Iterable[str], spaced: Iterable[str] = (), numbers: Iterable[str] = ()) -> None:
         self.memos = _Memos()
         # The secrets made of digits only (a PIN, an account number): a JSON number equal to one is masked too.
         self.numbers = frozenset(numbers)
-        forms = sorted(set(forms), key=lambda form: (-len(form), form))
-        try:
-            self.pattern = re.compile(_trie_regex(forms))
-        except (RecursionError, re.error, OverflowError):  # pathological sets: plain alternation
-            self.pattern = re.compile("|".join(map(re.escape, forms)))
+        forms, spaced = set(forms), set(spaced)
+        self.pattern = _compile_words(forms)
         # A secret containing "*" can reappear next to an inserted MASK: such sets are re-checked.
         self.recheck = any("*" in form for form in forms)
-        # Whitespace-split forms: only tried where the text has whitespace inside a run of non-space characters.
-        patterns = sorted(set(spaced), key=len, reverse=True)
-        self.spaced = re.compile("|".join(patterns)) if patterns else None
+        # Whitespace-split forms (:func:`_splittable_forms`), ``\s*`` between any two characters: only tried where the
+        # text has whitespace.
+        self.spaced = _compile_words(spaced, separator=_SPLIT) if spaced else None
+        # Every form with its whitespace taken out: a text with whitespace in which none is found once its whitespace
+        # is taken out holds no form, split or not. One pass (most texts: a tool's result, a log line) instead of the
+        # two of the literal and the split forms. Mostly the literal forms themselves (no secret with whitespace).
+        gate = {"".join(form.split()) for form in forms | spaced} - {""}
+        self.gate = self.pattern if gate == forms else _compile_words(gate) if gate else None
 
     def sub(self, text: str) -> str:
-        text = self.pattern.sub(MASK, text)
-        if self.spaced is not None and _WHITESPACE.search(text):
-            text = self.spaced.sub(MASK, text)
+        if _WHITESPACE.search(text) is None:
+            text = self.pattern.sub(MASK, text)
+        elif self.gate is None or self.gate.search("".join(text.split())) is None:  # split: what ``\s`` finds
+            return text
+        else:  # the split forms first: a form split after its first characters is masked whole, not the part of it
+            # that is a literal form (a base32 core before its last character and padding on the next line)
+            if self.spaced is not None:
+                text = self.spaced.sub(MASK, text)
+            text = self.pattern.sub(MASK, text)
         if self.recheck:  # every round shortens the text (forms are longer than MASK), so this ends
             while (again := self.pattern.sub(MASK, text)) != text:
                 text = again
         return text
 
 
-def _trie_regex(words: list[str]) -> str:
-    """A regex matching any of ``words`` (longest at a position wins), factored as a prefix trie.
+def _compile_words(words: set[str], *, separator: str = "") -> re.Pattern[str]:
+    """:func:`_trie_regex` of ``words`` compiled (a plain alternation, longest first, for a pathological set)."""
+    ordered = sorted(words, key=lambda word: (-len(word), word))
+    try:
+        return re.compile(_trie_regex(ordered, separator=separator))
+    except (RecursionError, re.error, OverflowError):
+        return re.compile("|".join(separator.join(map(re.escape, word)) for word in ordered))
+
+
+def _trie_regex(words: list[str], *, separator: str = "") -> str:
+    """A regex matching any of ``words`` (longest at a position wins), factored as a prefix trie; ``separator``
+    (a regex) is allowed between any two characters of a word, never before its first or after its last.
 
     Python's ``re`` tries alternatives one by one; a trie makes it fail after one character per branch
     point instead of once per word, several times faster for dozens of secrets.
@@ -556,20 +602,21 @@ def _trie_regex(words: list[str]) -> str:
             node = node.setdefault(char, {})
         node[end] = {}
 
-    def build(node: dict[str, Any]) -> str:
+    def build(node: dict[str, Any], lead: str) -> str:
         branches = []
         for char in sorted(k for k in node if k != end):
-            piece, child = re.escape(char), node[char]
+            piece, child = lead + re.escape(char), node[char]
             while len(child) == 1 and end not in child:  # collapse single-child chains
                 ((next_char, child),) = child.items()
-                piece += re.escape(next_char)
-            branches.append(piece + build(child))
+                piece += separator + re.escape(next_char)
+            branches.append(piece + build(child, separator))
         if not branches:
             return ""
         body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
-        return f"(?:{body})?" if end in node else body  # greedy optional: longer words first
+        # Greedy optional: longer words first. The separator is inside it, so a word ending here takes none.
+        return f"(?:{body})?" if end in node else body
 
-    return build(trie)
+    return build(trie, "")
 
 
 @functools.lru_cache(maxsize=128)
@@ -581,8 +628,7 @@ def _matcher_for(secrets: frozenset[str]) -> _SecretMatcher | None:
     spaced: set[str] = set()
     for secret in secrets:
         forms |= _secret_forms(secret)
-        if (pattern := _spaced_pattern(secret)) is not None:
-            spaced.add(pattern)
+        spaced |= _splittable_forms(secret)
     numbers = {secret.strip() for secret in secrets if _DIGITS.fullmatch(secret.strip())}
     return _SecretMatcher(forms, spaced, numbers)
 
