@@ -9,24 +9,21 @@ reviewer found it with a real worker; the server is real (``tests/mcp_fixtures/s
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
-from django.utils import timezone
 
 from agents.answers import all_calls_failed_text, tool_unavailable_text
 from agents.approvals import approval_decide
 from agents.execution import run_execute
 from agents.models import Approval, DeterministicRule, Run
 from agents.services import api_key_create
-from mcpregistry.models import McpServer, ToolContract
+from mcpregistry.models import ToolContract
 from mcpregistry.pool import get_default_pool
-from tests.conftest import discover_as_admin, make_agent
+from tests.conftest import make_agent
+from tests.mcpregistry.test_at_most_once import side_effect_server, taken_over_mid_call
 
 pytestmark = pytest.mark.django_db
 
@@ -40,17 +37,7 @@ def side_file(tmp_path: Path) -> Iterator[Path]:
 
 
 def writer_agent(side_file: Path, *, with_read: bool) -> Any:
-    server = McpServer.objects.create(
-        mcp_id=MCP_ID,
-        name=MCP_ID,
-        command=sys.executable,
-        args=["-m", "tests.mcp_fixtures.side_effect_server"],
-        cwd=str(settings.BASE_DIR),
-        env={"SIDE_EFFECT_FILE": str(side_file), "SIDE_EFFECT_MODE": "ok"},
-        public_env=["SIDE_EFFECT_FILE", "SIDE_EFFECT_MODE"],
-        session_scope="shared",
-    )
-    assert discover_as_admin(server=server).ok
+    server = side_effect_server(MCP_ID, side_file, mode="ok")
     agent = make_agent(slug="rule-writer", servers=[server], provider="offline", with_demo_rules=False)
     DeterministicRule.objects.create(
         agent=agent,
@@ -83,14 +70,7 @@ def interrupted_after_approval(agent: Any) -> tuple[Run, Approval]:
     assert run.status == Run.Status.AWAITING_APPROVAL, (run.status, run.error_code, run.error_message)
     approval = run.approvals.get()
     approval_decide(run=run, approval_id=str(approval.pk), decision="approve", actor="reviewer")
-    # What a SIGKILLed worker leaves mid-call: the approval claimed, the run's lease lapsed.
-    Approval.objects.filter(pk=approval.pk).update(status=Approval.Status.EXECUTING)
-    Run.objects.filter(pk=run.pk).update(
-        status=Run.Status.RUNNING,
-        worker="dead-host:42",
-        delivery_count=1,
-        lease_expires_at=timezone.now() - timedelta(seconds=1),
-    )
+    taken_over_mid_call(approval)
     run_execute(run_id=str(run.id))  # the redelivered task takes the run over
     run.refresh_from_db()
     approval.refresh_from_db()

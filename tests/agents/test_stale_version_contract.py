@@ -16,7 +16,7 @@ from django.urls import reverse
 
 from agents.admin_runs import run_timeline
 from agents.execution import run_execute
-from agents.models import Agent, AgentVersion, Run
+from agents.models import Agent, AgentVersion, DeterministicRule, Run
 from agents.services import agent_version_publish, run_submit
 from agents.version_view import contract_out_of_date, version_stale_tools
 from audit.models import AuditEvent
@@ -98,6 +98,18 @@ def run_of(agent: Agent, query: str) -> Run:
     run = run_submit(agent_slug=agent.slug, query=query, api_key=None).run
     run_execute(run_id=str(run.id))
     return Run.objects.get(pk=run.id)
+
+
+def team_rule(agent: Agent, server: McpServer) -> None:
+    """A rule that calls ``lookup`` with the name the question gives, as the version froze it."""
+    DeterministicRule.objects.create(
+        agent=agent,
+        name="팀 조회",
+        server=server,
+        tool_name="lookup",
+        params={"name": "{match.who}"},
+        when={"regex": r"(?P<who>\S+) 님은"},
+    )
 
 
 def offered(model: ScriptedOpenAIServer) -> dict[str, Any]:
@@ -203,18 +215,10 @@ def test_a_published_versions_rule_does_not_send_the_old_arguments_to_a_tool_who
     takes). The gate refuses it, ``tool:out_of_date``, before anything is sent; the agent's A2A card no longer
     lists it either."""
     from agents.api.a2a_server import agent_served, agent_skills
-    from agents.models import DeterministicRule
 
     server = stale_contract_server("stale-rule")
     agent = make_agent(slug="stale-rule", servers=[server], with_demo_rules=False)
-    DeterministicRule.objects.create(
-        agent=agent,
-        name="팀 조회",
-        server=server,
-        tool_name="lookup",
-        params={"name": "{match.who}"},
-        when={"regex": r"(?P<who>\S+) 님은"},
-    )
+    team_rule(agent, server)
     published(agent, admin_user)
     rename_lookups_argument(server, admin_user)
 
@@ -233,8 +237,6 @@ def test_a_published_versions_rule_whose_arguments_still_fit_calls_the_changed_t
     """The server dropped an optional argument the rule never sends (``limit``): the frozen contract no longer fits
     the tool's list, but the call does. It goes out as before (every such rule was refused ``tool:out_of_date``
     until the agent was published again)."""
-    from agents.models import DeterministicRule
-
     server = stale_contract_server("stale-optional")
     McpServer.objects.filter(pk=server.pk).update(env={"LOOKUP_ARG": "name_limit"})
     server.refresh_from_db()
@@ -245,14 +247,7 @@ def test_a_published_versions_rule_whose_arguments_still_fit_calls_the_changed_t
         assert mcp_tool_review_approve(tool=tool, actor=admin_user, via="tests")
     assert "limit" in ToolContract.objects.get(tool=tool).args
     agent = make_agent(slug="stale-optional", servers=[server], with_demo_rules=False)
-    DeterministicRule.objects.create(
-        agent=agent,
-        name="팀 조회",
-        server=server,
-        tool_name="lookup",
-        params={"name": "{match.who}"},
-        when={"regex": r"(?P<who>\S+) 님은"},
-    )
+    team_rule(agent, server)
     published(agent, admin_user)
     server.env = {"LOOKUP_ARG": "name"}  # limit dropped
     server.save()

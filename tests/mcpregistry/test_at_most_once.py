@@ -61,6 +61,18 @@ def lines(file: Path) -> list[str]:
     return file.read_text(encoding="utf-8").splitlines() if file.exists() else []
 
 
+def taken_over_mid_call(approval: Approval) -> None:
+    """The run as a worker leaves it that claimed the approved call's execution (and perhaps sent it), then died:
+    the approval executing, the run running under a lapsed lease, for the redelivered task to take over."""
+    Approval.objects.filter(pk=approval.pk).update(status=Approval.Status.EXECUTING)
+    Run.objects.filter(pk=approval.run_id).update(
+        status=Run.Status.RUNNING,
+        worker="dead-host:42",
+        delivery_count=1,
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
+    )
+
+
 def attempts(run_id: Any, tool: str) -> list[tuple[int, bool, str]]:
     rows = AuditEvent.objects.filter(run_id=run_id, tool=tool, action="tool.call").order_by("id")
     return [(e.attempt, e.ok, e.reason) for e in rows]
@@ -275,14 +287,7 @@ def test_the_pool_never_sends_a_call_again_after_its_session_dropped(file: Path)
 def test_a_run_taken_over_from_a_dead_worker_ends_the_approval_it_had_claimed_outcome_unknown(file: Path) -> None:
     server = side_effect_server("taken-over", file, mode="ok")
     run, approval = approved_run(server)
-    # The worker that resumed the run claimed the execution (and perhaps sent it), then died: its lease lapsed.
-    Approval.objects.filter(pk=approval.pk).update(status=Approval.Status.EXECUTING)
-    Run.objects.filter(pk=run.pk).update(
-        status=Run.Status.RUNNING,
-        worker="dead-host:42",
-        delivery_count=1,
-        lease_expires_at=timezone.now() - timedelta(seconds=1),
-    )
+    taken_over_mid_call(approval)
 
     run_execute(run_id=str(run.id))  # the redelivered task takes the run over
 
