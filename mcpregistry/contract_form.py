@@ -414,6 +414,10 @@ class ToolContractForm(forms.ModelForm):
             if contract.pk:
                 self.initial["contract_json"] = json.dumps(contract_entry(contract), ensure_ascii=False, indent=2)
         self.fields["timeout_s"].help_text = _("More than 0 and at most the platform's cap. Empty: the server's.")
+        self.fields["memo_ttl_s"].help_text = _(
+            "Read tools only. Empty: off. Kept for later runs only where the server's session is shared (a run's "
+            "own session may shape its answers) and while the binding stays as it is."
+        )
         # A page that does not show the cap (an older form, a script posting the fields it knows) keeps it.
         self.fields["correction_cap"].required = False
 

@@ -74,7 +74,14 @@ from mcpregistry.contracts import (
 from mcpregistry.gate_records import ApprovalState, contract_of
 from mcpregistry.local_tools import LOCAL_TRANSPORT, local_runner
 from mcpregistry.models import McpServer, McpTool, ToolContract
-from mcpregistry.pool import McpRateLimited, McpTimeoutError, McpTransportError, ToolCallOutcome, get_default_pool
+from mcpregistry.pool import (
+    McpRateLimited,
+    McpTimeoutError,
+    McpTransportError,
+    ServerConnection,
+    ToolCallOutcome,
+    get_default_pool,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -651,7 +658,8 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
 
     # 4. memo
     memo_key = f"{server.mcp_id}\n{tool_name}\n{canonical_args(args)}"
-    remembered = _memo_get(who, contract, memo_key)
+    shared_key = _shared_memo_key(server, memo_key)
+    remembered = _memo_get(who, contract, memo_key, shared_key)
     if remembered is not None:
         this.result.ok, this.result.value, this.result.memo_hit = True, remembered, True
         this.audit(ok=True, reason="memo:hit", result=remembered, attempt=0, latency_ms=0.0)
@@ -689,7 +697,7 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         if contract.memo and not reports_error(outcome_value):
             # A tool's own error as a value (seed 002 §8: ``{"error": ..., "fallback": "retry"}``) is handed to the
             # model as the tool wrote it, and never remembered: the retry it asks for must reach the tool.
-            _memo_put(who, contract, memo_key, outcome_value, this.secrets)
+            _memo_put(who, contract, memo_key, shared_key, outcome_value, this.secrets)
         return this.finish()
 
     # 6. fallback
@@ -1321,9 +1329,20 @@ def _outcome_unknown_message(tool: str) -> str:
 memo_clock: Callable[[], float] = time.time
 
 
-def _memo_get(who: GateCall, contract: ToolContract, key: str) -> Any:
-    """A remembered success for the call, or None: the run's own (its memo), else the cross-run cache's while it is
-    younger than the contract's ``memo_ttl_s``. An eval or shadow run (writes blocked) reuses only its own: it
+def _shared_memo_key(server: McpServer, memo_key: str) -> str | None:
+    """The cross-run memo's key for a call (``memo_key``: the server, the tool and its arguments), or None where
+    the server gives each run a session of its own (``per_run``): what a run did in its session (a login) may shape
+    the answer, and one caller's "my orders" answered another's. Else the binding as configured leads it (its
+    command, URL, env and headers: ``ServerConnection.key``): a binding moved to another backend, tenant or
+    credential, or deleted and made again, is never answered with what the old one said."""
+    if server.session_scope != McpServer.SessionScope.SHARED and server.transport != LOCAL_TRANSPORT:
+        return None  # (a local tool is a function of this process: no session, nothing a run leaves in it)
+    return f"{ServerConnection.from_config(server.connection_config()).key}\n{memo_key}"
+
+
+def _memo_get(who: GateCall, contract: ToolContract, key: str, shared_key: str | None) -> Any:
+    """A remembered success for the call, or None: the run's own (its memo, by ``key``), else the cross-run
+    cache's (by ``shared_key``, None: none) while it is younger than the contract's ``memo_ttl_s``. An eval or shadow run (writes blocked) reuses only its own: it
     measures what its version does, so a value a live run read (under the live version's contract) must not
     stand in for a call it would make, as its own reads never reach live runs (``_memo_put``)."""
     if not contract.memo or contract.risk == ToolContract.Risk.WRITE:
@@ -1333,8 +1352,13 @@ def _memo_get(who: GateCall, contract: ToolContract, key: str) -> Any:
         remembered = who.memo[key].value
         if _memo_fits(contract, remembered):
             return remembered
-    if contract.memo_ttl_s and contract.risk == ToolContract.Risk.READ and not who.writes_blocked:
-        hit = _shared_memo_read(key)
+    if (
+        shared_key is not None
+        and contract.memo_ttl_s
+        and contract.risk == ToolContract.Risk.READ
+        and not who.writes_blocked
+    ):
+        hit = _shared_memo_read(shared_key)
         if hit is not None:
             entry = json.loads(hit)
             # The entry may have been written under another contract (another version's: an A/B arm) that keeps
@@ -1356,9 +1380,13 @@ def _memo_fits(contract: ToolContract, value: Any) -> bool:
     return size <= _result_cap(contract) and check_result(contract.returns or {}, value) is None
 
 
-def _memo_put(who: GateCall, contract: ToolContract, key: str, value: Any, secrets: list[str]) -> None:
+def _memo_put(
+    who: GateCall, contract: ToolContract, key: str, shared_key: str | None, value: Any, secrets: list[str]
+) -> None:
     if who.memo is not None:
         who.memo[key] = ToolResult(ok=True, value=value)
+    if shared_key is None:
+        return  # a run's own session: its answer is the run's alone (``_shared_memo_key``)
     # An eval or shadow run (writes blocked) keeps its reads to itself: it runs a version that is not the live one
     # (its contract's TTL and result checks may differ) and must not change what later live runs get.
     if contract.memo_ttl_s and contract.risk == ToolContract.Risk.READ and not who.writes_blocked:
@@ -1366,7 +1394,9 @@ def _memo_put(who: GateCall, contract: ToolContract, key: str, value: Any, secre
         # encrypted store; with when it was written, which a reader holds against its own contract's TTL.
         entry = {"at": memo_clock(), "value": mask_value(value, secrets=secrets)}
         try:
-            cache.set(_cache_key(key), json.dumps(entry, ensure_ascii=False, default=str), timeout=contract.memo_ttl_s)
+            cache.set(
+                _cache_key(shared_key), json.dumps(entry, ensure_ascii=False, default=str), timeout=contract.memo_ttl_s
+            )
         # The tool answered: an unreachable cache (any backend's error) only means no later run reuses it.
         except Exception as exc:  # noqa: BLE001
             logger.warning(
@@ -1386,8 +1416,8 @@ def _shared_memo_read(key: str) -> str | None:
 
 
 def _cache_key(key: str) -> str:
-    # "2": entries that carry when they were written (an entry of the earlier form is never read as one).
-    return "gate-memo:2:" + hashlib.sha256(key.encode()).hexdigest()
+    # "3": entries keyed by the binding as configured (one of the earlier forms is never read as one).
+    return "gate-memo:3:" + hashlib.sha256(key.encode()).hexdigest()
 
 
 def _argument_message(tool: str, verdict: Verdict) -> str:

@@ -45,21 +45,21 @@ def reads(ttl_s: int) -> ToolContract:
 
 def test_an_entry_written_under_a_longer_ttl_is_reused_only_within_the_readers_own(clock: Clock) -> None:
     # An A/B arm's version keeps the read for an hour; the other arm's contract allows a minute.
-    _memo_put(GateCall(source="deterministic"), reads(3600), KEY, {"status": "ok"}, [])
+    _memo_put(GateCall(source="deterministic"), reads(3600), KEY, KEY, {"status": "ok"}, [])
     clock.now += 30
-    assert _memo_get(GateCall(source="deterministic"), reads(60), KEY) == {"status": "ok"}
+    assert _memo_get(GateCall(source="deterministic"), reads(60), KEY, KEY) == {"status": "ok"}
     clock.now += 31
-    assert _memo_get(GateCall(source="deterministic"), reads(60), KEY) is None
-    assert _memo_get(GateCall(source="deterministic"), reads(3600), KEY) == {"status": "ok"}
+    assert _memo_get(GateCall(source="deterministic"), reads(60), KEY, KEY) is None
+    assert _memo_get(GateCall(source="deterministic"), reads(3600), KEY, KEY) == {"status": "ok"}
 
 
 def test_a_run_with_writes_blocked_keeps_its_reads_to_itself(clock: Clock) -> None:
     shadow = GateCall(source="deterministic", writes_blocked=True, memo={})
-    _memo_put(shadow, reads(3600), KEY, {"status": "ok"}, [])
+    _memo_put(shadow, reads(3600), KEY, KEY, {"status": "ok"}, [])
     # Reused within the eval or shadow run, never by another run.
     assert shadow.memo == {KEY: ToolResult(ok=True, value={"status": "ok"})}
-    assert _memo_get(shadow, reads(3600), KEY) == {"status": "ok"}
-    assert _memo_get(GateCall(source="deterministic"), reads(3600), KEY) is None
+    assert _memo_get(shadow, reads(3600), KEY, KEY) == {"status": "ok"}
+    assert _memo_get(GateCall(source="deterministic"), reads(3600), KEY, KEY) is None
 
 
 @pytest.mark.slow
