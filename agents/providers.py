@@ -43,6 +43,7 @@ turn's ``response_metadata`` and the engine records it in the run's trace) and c
 from __future__ import annotations
 
 import functools
+import http.cookiejar
 import json
 import logging
 import random
@@ -592,8 +593,18 @@ def _openai_http_clients() -> tuple[Any, Any]:
     """The OpenAI SDK's own HTTP clients (its default timeout and connection limits) that do not follow redirects,
     one pair per process, shared by every model as langchain shares its default ones (their connections are
     reused across runs). A redirect is answered as a failure: followed, the model's key and the conversation went
-    to an address the base URL policy never saw."""
-    return openai.DefaultHttpxClient(follow_redirects=False), openai.DefaultAsyncHttpxClient(follow_redirects=False)
+    to an address the base URL policy never saw. They keep no cookies: shared by every agent's key, a gateway's
+    session cookie set for one agent's requests went with the next agent's (identified, limited or billed as the
+    first)."""
+    return (
+        openai.DefaultHttpxClient(follow_redirects=False, cookies=_no_cookies()),
+        openai.DefaultAsyncHttpxClient(follow_redirects=False, cookies=_no_cookies()),
+    )
+
+
+def _no_cookies() -> http.cookiejar.CookieJar:
+    """A cookie jar that takes none (its policy allows no domain)."""
+    return http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
 
 
 def build_provider_model(
