@@ -40,7 +40,7 @@ def context_id_problem(context: Mapping[str, Any], *, field: str) -> str | None:
     value = context.get("contextId")
     if value is None:
         return None
-    if isinstance(value, str) and value.strip() and len(value) <= CONTEXT_ID_MAX_CHARS:
+    if isinstance(value, str) and value.strip() and len(nfc(value)) <= CONTEXT_ID_MAX_CHARS:  # counted as stored
         return None
     return _("'%(field)s' must be text of 1 to %(max)d characters.") % {"field": field, "max": CONTEXT_ID_MAX_CHARS}
 

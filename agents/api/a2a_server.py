@@ -628,7 +628,7 @@ def message_send(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> Ru
     if not serializer.is_valid():
         raise invalid_params(_("The message is not valid: %(errors)s") % {"errors": _fields_text(serializer.errors)})
     run_input = run_input_from_message(serializer.validated_data, context=context)
-    if len(run_input.query) > settings.PLATFORM_RUN_QUERY_MAX_CHARS:
+    if len(nfc(run_input.query)) > settings.PLATFORM_RUN_QUERY_MAX_CHARS:  # counted composed, as it is stored
         raise invalid_params(
             _("The query is longer than %(max)d characters.") % {"max": settings.PLATFORM_RUN_QUERY_MAX_CHARS},
             "query_too_long",
@@ -960,7 +960,7 @@ def tasks_list(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> dict
     )
     context_id = params.get("contextId")
     if context_id is not None:
-        if not isinstance(context_id, str) or len(context_id) > MESSAGE_ID_MAX_CHARS:  # {"a": 1} found nothing
+        if not isinstance(context_id, str) or len(nfc(context_id)) > MESSAGE_ID_MAX_CHARS:  # {"a": 1} found nothing
             raise invalid_params(
                 _("'%(key)s' must be text of at most %(max)d characters.")
                 % {"key": "contextId", "max": MESSAGE_ID_MAX_CHARS}

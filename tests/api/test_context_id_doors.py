@@ -211,3 +211,27 @@ def test_the_rest_schema_says_a_context_id_may_be_null() -> None:
     schema = Client().get("/api/v1/schema/?format=json").json()
     context = schema["components"]["schemas"]["RunCreateRequest"]["properties"]["context"]
     assert context["properties"]["contextId"]["nullable"] is True
+
+
+def test_a_korean_query_and_context_id_typed_decomposed_are_measured_as_stored(api_client, demo_agent, settings) -> None:
+    """Lengths were counted on the text as sent: Korean typed on a Mac (decomposed, 2–3 code points a syllable) was
+    refused at some 40% of the limit and told it was past it ("질의가 8000자를 초과합니다." for 4,000 characters).
+    Counted composed, as stored: the same words are taken whichever keyboard typed them."""
+    import unicodedata
+
+    settings.PLATFORM_RUN_QUERY_MAX_CHARS = 100
+    query = ("김하늘님은어느팀소속인가요" * 10)[:100]
+    context_id = "대화" * 40  # 80 characters composed, 200 decomposed
+    for form in ("NFC", "NFD"):
+        response = api_client.post(
+            "/api/v1/runs",
+            {
+                "agent": demo_agent.slug,
+                "query": unicodedata.normalize(form, query),
+                "context": {"contextId": unicodedata.normalize(form, context_id + form)},
+            },
+            format="json",
+        )
+        assert response.status_code == 202, (form, response.content.decode())
+    too_long = api_client.post("/api/v1/runs", {"agent": demo_agent.slug, "query": query + "요"}, format="json")
+    assert too_long.status_code == 413
