@@ -293,7 +293,9 @@ def metrics(request: HttpRequest) -> HttpResponse:
     """The platform's figures in Prometheus' text format (see the module's docstring for where they come from)."""
     if not _scraper_allowed(request):
         return JsonResponse(
-            {"error": {"code": "forbidden", "message": _("Not allowed to read the metrics.")}}, status=403
+            {"error": {"code": "forbidden", "message": _("Not allowed to read the metrics.")}},
+            status=403,
+            json_dumps_params={"ensure_ascii": False},  # "메트릭을 읽을 권한이 없습니다.", not \uba54…
         )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(PlatformCollector())

@@ -78,6 +78,24 @@ _REGEX_ERRORS: tuple[tuple[re.Pattern[str], Any], ...] = tuple(
 )
 
 
+_GRAPHEME = regex.compile(r"\X")
+
+
+def grapheme_cut(text: str, max_chars: int) -> str:
+    """``text`` (composed first: ``nfc``) cut to at most ``max_chars`` characters on a boundary a reader sees: never
+    inside a syllable typed decomposed (ᄀ+ᅵ+ᆷ cut after ᅵ reads 기, another syllable than 김), a combining
+    sequence or an emoji joined by ZWJ (👩‍💻 cut leaves 👩 and a bare joiner)."""
+    text = nfc(text)
+    if len(text) <= max_chars:
+        return text
+    end = 0
+    for cluster in _GRAPHEME.finditer(text):
+        if cluster.end() > max_chars:
+            break
+        end = cluster.end()
+    return text[:end]
+
+
 def regex_error_text(exc: BaseException) -> str:
     """Why a pattern did not compile, in the reader's language: an error of ``re`` or ``regex`` as a phrase (with
     what it quoted: ``\\q``, ``z-a``) and where, counted from 1 as a person counts ("at character 3"; ``regex``

@@ -63,7 +63,7 @@ from rest_framework import exceptions
 from rest_framework.exceptions import ValidationError
 
 from agent_platform.errors import ApplicationError
-from agent_platform.text import nfc
+from agent_platform.text import grapheme_cut, nfc
 from agents.api.a2a import run_input_from_message
 from agents.api.config import api_setting
 from agents.api.protocol_http import (
@@ -315,9 +315,9 @@ def description_secrets(agent: Agent, configuration: RunConfiguration) -> list[s
 def prompt_summary(prompt: str, *, secrets: list[str], max_chars: int) -> str:
     """The first line of ``prompt`` ("" for none), masked (``audit.masking.mask_text``: ``secrets``, those this
     process registered, and what looks like a credential) before it is cut to ``max_chars``: a secret cut in two is
-    not found."""
+    not found. Cut where a reader sees a boundary (``grapheme_cut``)."""
     masked = mask_text(prompt.strip(), secrets=secrets)
-    return masked.splitlines()[0][:max_chars] if masked else ""
+    return grapheme_cut(masked.splitlines()[0], max_chars) if masked else ""
 
 
 def agent_skills(served: ServedAgent) -> list[dict[str, Any]]:
