@@ -4,6 +4,7 @@ keyset pages, and the streamed export. Nothing here materializes an unbounded qu
 from __future__ import annotations
 
 import datetime as dt
+import unicodedata
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -127,14 +128,21 @@ def with_agent_slug(queryset: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:
     return queryset.annotate(agent_slug=Subquery(Run.objects.filter(pk=OuterRef("run_id")).values("agent__slug")[:1]))
 
 
+def _spellings(text: str) -> list[str]:
+    """``text`` as given and in both Unicode normalization forms: a name an auditor pastes decomposed finds the
+    events recorded composed, and the reverse."""
+    return list(dict.fromkeys([text, unicodedata.normalize("NFC", text), unicodedata.normalize("NFD", text)]))
+
+
 def audit_event_filter(queryset: QuerySet[AuditEvent], filters: AuditEventFilters) -> QuerySet[AuditEvent]:
     """``queryset`` narrowed by ``filters`` (the admin's list and the API share this)."""
     if filters.agent:
         queryset = queryset.filter(run_id__in=Run.objects.filter(agent__slug=filters.agent).values("id"))
     if filters.mcp_id:
         queryset = queryset.filter(mcp_id=filters.mcp_id)
+    # A Korean name pasted decomposed (macOS) and one stored composed are one name: both spellings are looked for.
     if filters.tool:
-        queryset = queryset.filter(tool=filters.tool)
+        queryset = queryset.filter(tool__in=_spellings(filters.tool))
     if filters.source:
         queryset = queryset.filter(source=filters.source)
     if filters.action:
@@ -144,10 +152,11 @@ def audit_event_filter(queryset: QuerySet[AuditEvent], filters: AuditEventFilter
     if filters.reason:
         queryset = _code_filter(queryset, "reason", filters.reason)
     if filters.actor:
+        actors = _spellings(filters.actor)
         queryset = queryset.filter(
-            Q(actor=filters.actor)
+            Q(actor__in=actors)
             | Q(
-                run_id__in=Run.objects.filter(Q(api_key__name=filters.actor) | Q(api_key__prefix=filters.actor)).values(
+                run_id__in=Run.objects.filter(Q(api_key__name__in=actors) | Q(api_key__prefix=filters.actor)).values(
                     "id"
                 )
             )

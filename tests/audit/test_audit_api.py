@@ -409,3 +409,19 @@ def test_on_postgresql_the_group_exists_and_the_export_streams_from_a_server_sid
     assert outcome["first"]["tool"] == "조회" and outcome["first"]["args"] == {"i": 0}
     assert outcome["p50"] == 49.5
     assert outcome["open_cursors"] == 1
+
+
+def test_an_actor_or_tool_pasted_decomposed_finds_the_events_recorded_composed(auditor_client) -> None:
+    """Korean names compare by code point: 홍길동 pasted from a decomposed source (macOS) found none of the events
+    recorded composed, and the auditor saw an empty list. Both spellings are looked for."""
+    import unicodedata
+
+    from audit.services import audit_event_record
+
+    audit_event_record(source="model", mcp_id="m", tool="도구", args={}, result={"ok": 1}, actor="홍길동")
+    for actor, tool in (
+        ("홍길동", "도구"),
+        (unicodedata.normalize("NFD", "홍길동"), unicodedata.normalize("NFD", "도구")),
+    ):
+        found = auditor_client.get(EVENTS, {"actor": actor, "tool": tool}).json()
+        assert [event["tool"] for event in found["results"]] == ["도구"], (actor, found)
