@@ -818,6 +818,7 @@ ADMIN_KEY_PERMISSIONS = (
     "evals.delete_evalcase",
     "evals.view_evalrun",
     "evals.add_evalrun",
+    "evals.change_evalrun",  # an admin key may cancel an eval run (POST /api/v1/evals/runs/{id}/cancel)
 )
 ADMIN_KEY_REFUSED = _(
     "Only a superuser, or a user who may manage eval sets and start eval runs, may make a key an admin key: "

@@ -36,6 +36,7 @@ _ACTIONS: dict[str, Callable[[], str]] = {
     "approval.outcome_unknown": lambda: pgettext("audit action", "write outcome unknown"),
     "approval.unused": lambda: pgettext("audit action", "approval left unused"),
     "run.cancel": lambda: pgettext("audit action", "run cancelled"),
+    "eval_run.cancel": lambda: pgettext("audit action", "eval run cancelled"),
     "run.feedback": lambda: pgettext("audit action", "feedback on a run"),
     "security.lockout": lambda: pgettext("audit action", "sign-in locked"),
     "security.lockout_lift": lambda: pgettext("audit action", "sign-in lock lifted"),
@@ -94,6 +95,7 @@ _REASONS: dict[str, Callable[[], str]] = {
     "flow:too_many_steps": lambda: pgettext("audit reason", "flow ran past its step limit"),
     "eval:timeout": lambda: pgettext("audit reason", "evaluation timed out"),
     "eval:write_blocked": lambda: pgettext("audit reason", "write held back in an evaluation"),
+    "eval:cancelled": lambda: pgettext("audit reason", "its eval run was cancelled"),
     "budget:run_ceiling": lambda: pgettext("audit reason", "run budget reached"),
     # How a run ended (its error code), as the runs list and a run's trace name it.
     "deterministic:tool_failed": lambda: pgettext("audit reason", "every deterministic call failed"),

@@ -8,6 +8,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
 from django.forms.models import BaseInlineFormSet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -15,12 +16,14 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.text import capfirst, format_lazy
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from agent_platform.errors import ApplicationError
 from agent_platform.json import bounded_json_overrides
 from agent_platform.text import nfc_value
+from agents.models import Run
+from agents.services import CANCELLABLE
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from audit.labels import breakable, when_cell
@@ -41,7 +44,7 @@ from evals.case_editor import (
     normalized_tools,
 )
 from evals.labels import CASE_TYPE_NAMES, SCORE_LABELS
-from evals.models import CASE_TYPES, EvalCase, EvalRun, EvalSet
+from evals.models import CASE_TYPES, EvalCase, EvalCaseResult, EvalRun, EvalSet
 from evals.scoring import MAX_METRICS, RATE_METRICS
 from evals.services import (
     CASE_TEXT_FIELDS,
@@ -49,6 +52,7 @@ from evals.services import (
     eval_case_create,
     eval_case_delete,
     eval_case_update,
+    eval_run_cancel,
     eval_run_compare,
     eval_run_refresh,
     eval_run_start,
@@ -461,22 +465,43 @@ class EvalSetAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
 @admin.register(EvalRun)
 class EvalRunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
-    """Eval runs are read here (nothing edits one); two selected runs can be compared."""
+    """Eval runs are read here (nothing edits one); two selected runs can be compared, and a running one cancelled
+    (its page's Cancel button, or the list's action), each after a page that asks to confirm, by whoever may
+    change eval runs (``evals.services.eval_run_cancel``)."""
 
     change_form_template = "admin/evals/evalrun/change_form.html"
     list_display = ["started", "what_ran", "label", "progress", "pass_rate", "verdict"]
     list_filter = ["eval_set", "agent", "status"]
     readonly_fields = [f.name for f in EvalRun._meta.fields]
-    fields = ["eval_set", "agent", "version", "label", "status", "total", "done", "started_by", "created_at"]
-    actions = ["compare"]
+    fields = [
+        "eval_set",
+        "agent",
+        "version",
+        "label",
+        "status",
+        "total",
+        "done",
+        "started_by",
+        "created_at",
+        "finished_at",
+    ]
+    actions = ["compare", "cancel_selected"]
 
     def has_compare_permission(self, request: HttpRequest) -> bool:
         return self.has_view_permission(request)
 
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        """Who may cancel an eval run: whoever may change eval runs (nobody edits one here: cancelling is the one
+        change this page makes)."""
+        return bool(request.user.has_perm("evals.change_evalrun"))
+
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        # The compare action only reads: let those who may view eval runs use it.
-        if request.method == "POST" and request.POST.get("action") == "compare":
-            if not self.has_view_permission(request):
+        # The compare action only reads: let those who may view eval runs use it. The cancel action is for those
+        # who may cancel (the action's own permission; its confirmation is this list's POST too).
+        action = request.POST.get("action") if request.method == "POST" else None
+        if action in ("compare", "cancel_selected"):
+            allowed = self.has_view_permission(request) and (action == "compare" or self.has_cancel_permission(request))
+            if not allowed:
                 raise PermissionDenied
             return admin.ModelAdmin.changelist_view(self, request, extra_context)
         return super().changelist_view(request, extra_context)
@@ -509,6 +534,8 @@ class EvalRunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
     @admin.display(description=_("thresholds"))
     def verdict(self, obj: EvalRun) -> str:
+        if obj.status == EvalRun.Status.CANCELLED:
+            return format_html('<span class="eval-fail">{}</span>', gettext("cancelled"))
         if obj.passed is None:
             return gettext("running")
         if obj.passed:
@@ -528,9 +555,95 @@ class EvalRunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             return None
         return HttpResponseRedirect(f"{reverse('admin:evals_evalrun_compare')}?a={chosen[0].pk}&b={chosen[1].pk}")
 
+    @admin.action(description=_("Cancel the selected eval runs"), permissions=["cancel"])
+    def cancel_selected(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+        """The first POST (the action chosen) asks to confirm, listing the selected eval runs that are running; the
+        confirmation's POST (``post=yes``) cancels them, each through the service."""
+        chosen = list(queryset.select_related("eval_set", "agent").order_by("created_at"))
+        running = [r for r in chosen if r.status == EvalRun.Status.RUNNING]
+        if not running:
+            self.message_user(request, gettext("None of the selected eval runs is running."), messages.WARNING)
+            return None
+        if request.POST.get("post") != "yes":
+            return self._cancel_confirmation(request, running, skipped=len(chosen) - len(running))
+        cancelled = 0
+        for eval_run in running:
+            try:
+                eval_run_cancel(eval_run=eval_run, actor=_admin_actor(request), via=ADMIN_VIA)
+                cancelled += 1
+            except ApplicationError as exc:  # finished meanwhile
+                self.message_user(request, f"{eval_run}: {exc.message}", messages.WARNING)
+        if cancelled:
+            cancelled_text = ngettext("%(n)d eval run cancelled.", "%(n)d eval runs cancelled.", cancelled)
+            self.message_user(request, cancelled_text % {"n": cancelled}, messages.SUCCESS)
+        return None
+
+    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """An eval run's Cancel button: a page that asks to confirm (a GET, or a POST without ``post=yes``), then
+        the confirmation's POST cancels it and goes back to its page."""
+        if not (self.has_view_permission(request) and self.has_cancel_permission(request)):
+            raise PermissionDenied
+        eval_run = (
+            EvalRun.objects.select_related("eval_set", "agent").filter(pk=object_id).first()
+            if _is_uuid(object_id)
+            else None
+        )
+        if eval_run is None:
+            raise Http404
+        change_url = reverse("admin:evals_evalrun_change", args=[eval_run.pk], current_app=self.admin_site.name)
+        if request.method == "POST" and request.POST.get("post") == "yes":
+            try:
+                eval_run_cancel(eval_run=eval_run, actor=_admin_actor(request), via=ADMIN_VIA)
+            except ApplicationError as exc:
+                self.message_user(request, exc.message, messages.WARNING)
+            else:
+                self.message_user(request, gettext("The eval run was cancelled."), messages.SUCCESS)
+            return HttpResponseRedirect(change_url)
+        if eval_run.status != EvalRun.Status.RUNNING:
+            self.message_user(
+                request,
+                gettext("The eval run has already ended (%(status)s).") % {"status": eval_run.get_status_display()},
+                messages.WARNING,
+            )
+            return HttpResponseRedirect(change_url)
+        return self._cancel_confirmation(request, [eval_run], skipped=0)
+
+    def _cancel_confirmation(self, request: HttpRequest, eval_runs: list[EvalRun], *, skipped: int) -> HttpResponse:
+        """The page that asks to confirm cancelling ``eval_runs`` (all running), each with what its cancellation
+        ends: its cases not yet scored and its runs not finished."""
+        rows = []
+        for eval_run in eval_runs:
+            results = EvalCaseResult.objects.filter(eval_run=eval_run)
+            rows.append(
+                {
+                    "eval_run": eval_run,
+                    "change_url": reverse(
+                        "admin:evals_evalrun_change", args=[eval_run.pk], current_app=self.admin_site.name
+                    ),
+                    "unscored": results.filter(scored=False).count(),
+                    "unsubmitted": results.filter(scored=False, run__isnull=True).count(),
+                    "runs": Run.objects.filter(eval_results__eval_run=eval_run, status__in=CANCELLABLE).count(),
+                }
+            )
+        single = len(eval_runs) == 1 and request.POST.get("action") != "cancel_selected"
+        context = {
+            **self.admin_site.each_context(request),
+            "title": gettext("Cancel this eval run?") if len(eval_runs) == 1 else gettext("Cancel these eval runs?"),
+            "opts": self.model._meta,
+            "rows": rows,
+            "skipped": skipped,
+            "single": single,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "back_url": rows[0]["change_url"]
+            if single
+            else reverse("admin:evals_evalrun_changelist", current_app=self.admin_site.name),
+        }
+        return TemplateResponse(request, "admin/evals/evalrun/cancel.html", context)
+
     def get_urls(self) -> list[URLPattern]:
         return [
             path("compare/", self.admin_site.admin_view(self.compare_view), name="evals_evalrun_compare"),
+            path("<path:object_id>/cancel/", self.admin_site.admin_view(self.cancel_view), name="evals_evalrun_cancel"),
             *super().get_urls(),
         ]
 
@@ -551,6 +664,11 @@ class EvalRunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
                 "results": results,
                 "summary_rows": [(label, eval_run.summary.get(key)) for key, label in SUMMARY_ROWS],
                 "percent": (100 * eval_run.done // eval_run.total) if eval_run.total else 100,
+                "cancelled_cases": sum(1 for r in results if r.cancelled),
+                "may_cancel": eval_run.status == EvalRun.Status.RUNNING and self.has_cancel_permission(request),
+                "cancel_url": reverse(
+                    "admin:evals_evalrun_cancel", args=[eval_run.pk], current_app=self.admin_site.name
+                ),
             }
         return super().change_view(request, object_id, form_url, extra_context)
 
@@ -581,6 +699,11 @@ class EvalRunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             "summary_rows": [(label, a.summary.get(key), b.summary.get(key)) for key, label in SUMMARY_ROWS],
         }
         return TemplateResponse(request, "admin/evals/evalrun/compare.html", context)
+
+
+def _admin_actor(request: HttpRequest) -> str:
+    """The actor an admin's cancellation is recorded under, as a run's cancellation from its page is."""
+    return f"admin:{request.user.get_username()}"
 
 
 def _is_uuid(value: str) -> bool:

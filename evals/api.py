@@ -19,6 +19,7 @@ from rest_framework import permissions, serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.reverse import reverse
 from rest_framework.utils.urls import replace_query_param
 from rest_framework.views import APIView
 
@@ -29,6 +30,7 @@ from agents.api.views import query_params_check
 from agents.models import Agent, ApiKey
 from evals.models import EvalCaseResult, EvalRun, EvalSet
 from evals.services import (
+    eval_run_cancel,
     eval_run_compare,
     eval_run_refresh,
     eval_run_start,
@@ -99,8 +101,10 @@ def _result(r: EvalCaseResult) -> dict[str, Any]:
         "type": case.case_type,
         "query": case.query,
         "run": str(r.run_id) if r.run_id else None,
-        "scored": r.scored,
-        "passed": r.passed if r.scored else None,
+        # A case its eval run's cancellation ended has no score: not scored, neither passed nor failed.
+        "scored": r.scored and not r.cancelled,
+        "cancelled": r.cancelled,
+        "passed": r.passed if r.scored and not r.cancelled else None,
         "called_tools": r.called_tools,
         "scores": r.scores,
         "answer": r.answer,
@@ -298,16 +302,36 @@ class EvalRunDetailApi(EvalsApi):
         after = _after_cursor(filters.validated_data.get("cursor"))
         if eval_run.status == EvalRun.Status.RUNNING:
             eval_run = eval_run_refresh(eval_run=eval_run)
-        results = eval_run.results.select_related("case").order_by("pk")
-        if after is not None:
-            results = results.filter(pk__gt=after)
-        page = list(results[: size + 1])
-        more = len(page) > size
-        page = page[:size]
-        next_url = (
-            replace_query_param(request.build_absolute_uri(), "cursor", _cases_cursor(page[-1].pk)) if more else None
-        )
-        return Response({**_run(eval_run), "cases": [_result(r) for r in page], "cases_next": next_url})
+        return Response(_run_with_cases(eval_run, detail_url=request.build_absolute_uri(), size=size, after=after))
+
+
+def _run_with_cases(eval_run: EvalRun, *, detail_url: str, size: int, after: int | None) -> dict[str, Any]:
+    """The eval run as ``GET /evals/runs/{id}`` answers it: ``_run`` with a page of ``size`` cases after result
+    ``after`` and ``cases_next``, ``detail_url`` (the detail's address, with its query) for the next page."""
+    results = eval_run.results.select_related("case").order_by("pk")
+    if after is not None:
+        results = results.filter(pk__gt=after)
+    page = list(results[: size + 1])
+    more = len(page) > size
+    page = page[:size]
+    next_url = replace_query_param(detail_url, "cursor", _cases_cursor(page[-1].pk)) if more else None
+    return {**_run(eval_run), "cases": [_result(r) for r in page], "cases_next": next_url}
+
+
+class EvalRunCancelApi(EvalsApi):
+    """``POST``: cancel a running eval run (``evals.services.eval_run_cancel``): its unfinished runs are cancelled
+    (their pending approvals expire, their budget reservations are released), its cases not yet scored end
+    unscored (``eval:cancelled``) and are never submitted; cases already scored keep their scores. Answers the eval
+    run as ``GET /evals/runs/{id}`` does (its first page of cases), ``cancelled``. An eval run the key may not read
+    is a 404, as for ``GET``; one that has already finished or been cancelled, a 409 ``eval_run_finished``. The
+    body is not read."""
+
+    def post(self, request: Request, run_id: str) -> Response:
+        query_params_check(request.query_params)
+        eval_run = _eval_run_get(run_id, api_key=request.user)
+        eval_run = eval_run_cancel(eval_run=eval_run, actor=request.user.audit_actor_label(), via="api")
+        detail = reverse("eval-run-detail", kwargs={"run_id": str(eval_run.pk)}, request=request)
+        return Response(_run_with_cases(eval_run, detail_url=detail, size=CASES_PAGE_SIZE, after=None))
 
 
 class EvalRunCompareApi(EvalsApi):

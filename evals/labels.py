@@ -43,6 +43,7 @@ _CHECKS = {
     "tools:order": gettext_lazy("the expected tools in another order"),
     "tools:args": gettext_lazy("not the expected arguments"),
     "eval:timeout": gettext_lazy("stopped at the eval's time limit"),
+    "eval:cancelled": gettext_lazy("not scored: its eval run was cancelled"),
     "dont_know": gettext_lazy("the answer does not say it does not know"),
 }
 

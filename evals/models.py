@@ -168,6 +168,9 @@ class EvalRun(models.Model):
     class Status(models.TextChoices):
         RUNNING = "running", _("running")
         FINISHED = "finished", pgettext_lazy("an eval run's status", "finished")
+        # Stopped by a person or ``run_eval`` interrupted (``evals.services.eval_run_cancel``): its cases not yet
+        # scored were ended unscored, and it never passes.
+        CANCELLED = "cancelled", pgettext_lazy("an eval run's status", "cancelled")
 
     id = models.UUIDField(_("ID"), primary_key=True, default=uuid.uuid4, editable=False)
     eval_set = models.ForeignKey(EvalSet, on_delete=models.PROTECT, related_name="runs", verbose_name=_("eval set"))
@@ -204,6 +207,10 @@ class EvalRun(models.Model):
 
     @property
     def passed(self) -> bool | None:
+        """Whether it met every threshold: None while it runs; a cancelled eval run never passes (what was scored
+        before it was stopped is no measure of the set)."""
+        if self.status == self.Status.CANCELLED:
+            return False
         if self.status != self.Status.FINISHED:
             return None
         return not self.failed_thresholds
@@ -264,6 +271,7 @@ class EvalCaseResult(models.Model):
     run = models.ForeignKey(
         Run, on_delete=models.SET_NULL, null=True, blank=True, related_name="eval_results", verbose_name=_("run")
     )
+    # Settled: scored, or ended without a score (``cancelled``); a compare-and-swap on it settles a case once.
     scored = models.BooleanField(_("scored"), default=False)
     passed = models.BooleanField(_("passed"), default=False)
     scores = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("scores"), default=dict, blank=True)
@@ -285,6 +293,12 @@ class EvalCaseResult(models.Model):
 
     def __str__(self) -> str:
         return f"{self.case.key} ({'pass' if self.passed else 'fail'})"
+
+    @property
+    def cancelled(self) -> bool:
+        """Ended unscored because its eval run was cancelled (``evals.services.eval_run_cancel``): ``scored`` is set
+        (nothing scores it any more) but it has no score, and its eval run's summary leaves it out."""
+        return isinstance(self.scores, dict) and self.scores.get("cancelled") is True
 
     def case_as_run(self) -> EvalCase:
         """The case as its eval run started with it: a copy of the case (never saved) carrying the snapshot's

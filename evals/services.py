@@ -31,6 +31,7 @@ from agents.budgets import budget_refused_for_runs_in_flight
 from agents.dispatch import repaired_alone
 from agents.models import Agent, AgentVersion, Approval, Run, RunEvent
 from agents.services import (
+    CANCELLABLE,
     agent_version_publish,
     run_cancel,
     run_create,
@@ -41,7 +42,7 @@ from agents.versions import content_digest, version_content
 from audit.change_guard import config_write_lock
 from audit.changes import audited_delete, audited_save
 from audit.models import AuditEvent, AuditPendingEvent
-from audit.services import audit_chain_catch_up
+from audit.services import audit_chain_catch_up, audit_event_record
 from evals.documents import CaseInputs, StrictDocument, pydantic_problem_list, pydantic_problems
 from evals.models import EvalCase, EvalCaseResult, EvalRun, EvalSet, case_snapshot
 from evals.notation import parse_expected_source
@@ -552,11 +553,14 @@ def eval_run_submit(*, eval_run: EvalRun, window: int | None = None) -> int:
     until the cases before it in its conversation are scored, so that its run is given their turns as its history
     (``agents.execution.conversation_history``). Several refreshers at once take turns on the eval run's row, so
     together they never pass the window. A case refused because the runs in flight hold what is left of a budget
-    stays pending, and so do the cases after it, for a later refresh (``_submit_case``). Returns how many were
+    stays pending, and so do the cases after it, for a later refresh (``_submit_case``). An eval run that is no
+    longer running (cancelled, ``eval_run_cancel``, which holds the same row lock) gets none. Returns how many were
     submitted (or scored as not submitted)."""
     submitted = 0
     with transaction.atomic():
-        EvalRun.objects.select_for_update().filter(pk=eval_run.pk).values_list("pk", flat=True).first()
+        status = EvalRun.objects.select_for_update().filter(pk=eval_run.pk).values_list("status", flat=True).first()
+        if status != EvalRun.Status.RUNNING:  # cancelled (or finished) meanwhile: nothing more is submitted
+            return 0
         unscored = list(
             EvalCaseResult.objects.filter(eval_run=eval_run, scored=False).select_related("case").order_by("pk")
         )
@@ -831,7 +835,14 @@ def eval_run_refresh(*, eval_run: EvalRun, window: int | None = None, now: Any =
     A case whose run is still unfinished ``PLATFORM_EVAL_CASE_TIMEOUT_S`` after it was submitted (0: never) is
     cancelled and scored as failed (``timed_out``), so that an eval run always ends. A case whose run's calls are
     still waiting to be chained (``run_tool_calls_for_scoring`` could not chain them here) is scored at a later
-    refresh, for at most ``CALLS_PENDING_WAIT_S``: scored without them, it would have failed for good."""
+    refresh, for at most ``CALLS_PENDING_WAIT_S``: scored without them, it would have failed for good.
+
+    An eval run cancelled (``eval_run_cancel``) is left alone: returned as stored, nothing scored, submitted or
+    timed out; one cancelled while this refresh runs keeps its cancellation (every write here is a compare-and-swap
+    on a case not settled, or on the eval run still running)."""
+    if not EvalRun.objects.filter(pk=eval_run.pk, status=EvalRun.Status.RUNNING).exists():
+        eval_run.refresh_from_db()
+        return eval_run
     timeout_s = float(settings.PLATFORM_EVAL_CASE_TIMEOUT_S)
     now = now or timezone.now()
     deadline = now - timedelta(seconds=timeout_s) if timeout_s > 0 else None
@@ -852,7 +863,9 @@ def eval_run_refresh(*, eval_run: EvalRun, window: int | None = None, now: Any =
     EvalRun.objects.filter(pk=eval_run.pk, status=EvalRun.Status.RUNNING).update(done=done)
     if done >= eval_run.total:
         scores = list(EvalCaseResult.objects.filter(eval_run=eval_run).values_list("scores", flat=True))
-        summary = summarize(scores)
+        # Settled by a cancellation that came while this refresh ran (which the update below then leaves as it is):
+        # no score to count.
+        summary = summarize([s for s in scores if not (isinstance(s, dict) and s.get("cancelled") is True)])
         EvalRun.objects.filter(pk=eval_run.pk, status=EvalRun.Status.RUNNING).update(
             status=EvalRun.Status.FINISHED,
             summary=summary,
@@ -891,6 +904,94 @@ def _open_eval_run_refresh(*, pk: Any, now: Any) -> bool:
     return eval_run_refresh(eval_run=eval_run, now=now).status == EvalRun.Status.FINISHED
 
 
+# ---- cancelling an eval run --------------------------------------------------------------------------------
+
+# A case ended unscored because its eval run was cancelled (as ``eval:not_submitted:<code>`` names a case that could
+# not become a run, and ``eval:timeout`` one stopped at the case's time limit).
+CANCELLED_CHECK = "eval:cancelled"
+# ``via`` of an eval run's cancellation, and the audit source it is recorded under (``api``: an API key's act, as a
+# run's cancellation through the API; the admin and ``run_eval``: an administrator's).
+CANCEL_SOURCES = {"admin": "admin", "api": "api", "run_eval": "admin"}
+
+
+def eval_run_cancel(*, eval_run: EvalRun, actor: str, via: str) -> EvalRun:
+    """Stop a running eval run, in one transaction with its row locked (``select_for_update``; SQLite serialises
+    writers instead): it becomes ``cancelled``, ``finished_at`` set.
+
+    - Every case of it whose run has not finished (queued, running, or parked on an approval, a case already
+      scored included: an eval never waits for a person) has that run cancelled through ``agents.services.run_cancel``
+      (source ``eval``): its pending approvals expire, and what it reserved of a budget is given back, as for any
+      cancelled run (by its live worker as it stops, where one holds it).
+    - Every case not yet scored, submitted or not, is settled unscored: ``cancelled``, failed check
+      ``eval:cancelled`` (``CANCELLED_CHECK``), never submitted afterwards (``eval_run_submit`` and
+      ``eval_run_refresh`` leave a cancelled eval run alone; the compare-and-swap on ``scored`` keeps a refresh
+      that read it before from scoring it). A case whose run had just finished and was not yet scored is settled so
+      too. Cases already scored keep their scores.
+    - The summary holds the scores of the cases scored before, and ``cancelled``: how many cases were not. Its
+      thresholds are not judged (``failed_thresholds`` empty) and it never passes (``EvalRun.passed`` is False).
+
+    Audited in the same transaction as ``eval_run.cancel`` (source ``api`` for ``via="api"``, else ``admin``; the
+    eval run named in ``result`` as a configuration change names its object), with how many runs and cases were
+    cancelled; each run's own cancellation is its ``run.cancel`` event. ``via``: ``admin``, ``api`` or
+    ``run_eval``. Returns the eval run, fresh. Raises ApplicationError 409 ``eval_run_finished`` for an eval run
+    that has already finished or been cancelled, 404 for one that no longer exists."""
+    with transaction.atomic():
+        locked = EvalRun.objects.select_for_update().filter(pk=eval_run.pk).first()
+        if locked is None:
+            raise ApplicationError(_("%(what)s not found.") % {"what": _("Eval run")}, code="not_found", status=404)
+        if locked.status != EvalRun.Status.RUNNING:
+            raise ApplicationError(
+                _("The eval run has already ended (%(status)s).") % {"status": EvalRun.Status(locked.status).label},
+                code="eval_run_finished",
+                status=409,
+            )
+        results = list(EvalCaseResult.objects.filter(eval_run=locked).select_related("run").order_by("pk"))
+        cancelled_runs: list[str] = []
+        for result in results:
+            run = result.run
+            if run is None or run.status not in CANCELLABLE:
+                continue
+            try:
+                with transaction.atomic():
+                    # The run's page says who stopped it and why: "cancelled by admin:kim (eval run cancelled)".
+                    run_cancel(run=run, actor=f"{actor} (eval run cancelled)"[:200], source="eval")
+            except ApplicationError:  # it ended meanwhile (409): nothing of it left to stop
+                continue
+            cancelled_runs.append(str(run.pk))
+        unscored = [r.pk for r in results if not r.scored]
+        cancelled_cases = EvalCaseResult.objects.filter(pk__in=unscored, scored=False).update(
+            scored=True,
+            passed=False,
+            scores={"cancelled": True, "failed_checks": [CANCELLED_CHECK]},
+            called_tools=[],
+            answer="",
+        )
+        settled = list(EvalCaseResult.objects.filter(eval_run=locked).order_by("pk").values_list("scores", flat=True))
+        scores = [s for s in settled if not (isinstance(s, dict) and s.get("cancelled") is True)]
+        summary = {**summarize(scores), "cancelled": len(settled) - len(scores)}
+        EvalRun.objects.filter(pk=locked.pk, status=EvalRun.Status.RUNNING).update(
+            status=EvalRun.Status.CANCELLED,
+            done=len(scores),
+            summary=summary,
+            failed_thresholds=[],
+            finished_at=timezone.now(),
+        )
+        audit_event_record(
+            source=CANCEL_SOURCES.get(via, "admin"),
+            action="eval_run.cancel",
+            args={
+                "runs_cancelled": len(cancelled_runs),
+                "cases_cancelled": cancelled_cases,
+                "cases_scored": len(scores),
+                "run_ids": cancelled_runs,
+            },
+            result={"model": EvalRun._meta.label_lower, "id": str(locked.pk), "name": str(locked), "via": via},
+            actor=actor,
+        )
+    eval_run.refresh_from_db()
+    return eval_run
+
+
 # ---- comparing two eval runs -------------------------------------------------------------------------------
 
 
@@ -907,10 +1008,11 @@ class CaseComparison:
     @property
     def changed(self) -> bool:
         """The outcome changed: passed in one and not the other, or other tools called. A case not scored yet in
-        one run or both (still running, or waiting to be submitted) has no outcome to compare: not changed."""
+        one run or both (still running, or waiting to be submitted), or ended unscored by a cancellation, has no
+        outcome to compare: not changed."""
         if self.a is None or self.b is None:
             return True
-        if not (self.a.scored and self.b.scored):
+        if not (self.a.scored and self.b.scored) or self.a.cancelled or self.b.cancelled:
             return False
         tools_a = [c["name"] for c in self.a.called_tools]
         tools_b = [c["name"] for c in self.b.called_tools]

@@ -213,7 +213,9 @@ def test_the_rest_schema_says_a_context_id_may_be_null() -> None:
     assert context["properties"]["contextId"]["nullable"] is True
 
 
-def test_a_korean_query_and_context_id_typed_decomposed_are_measured_as_stored(api_client, demo_agent, settings) -> None:
+def test_a_korean_query_and_context_id_typed_decomposed_are_measured_as_stored(
+    api_client, demo_agent, settings
+) -> None:
     """Lengths were counted on the text as sent: Korean typed on a Mac (decomposed, 2–3 code points a syllable) was
     refused at some 40% of the limit and told it was past it ("질의가 8000자를 초과합니다." for 4,000 characters).
     Counted composed, as stored: the same words are taken whichever keyboard typed them."""

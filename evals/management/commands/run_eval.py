@@ -4,6 +4,10 @@ Each case is an ordinary run (``purpose="eval"``) executed by the Celery workers
 (default ``PLATFORM_EVAL_WINDOW``) are in flight at once, so an eval does not crowd out live traffic. Prints a
 progress bar, the scores per case and for the set, and exits non-zero when a score misses one of the set's
 thresholds (so it can gate a deploy).
+
+Interrupted while it waits (Ctrl-C), it cancels the eval run (``eval_run_cancel``, actor ``system:run_eval``: its
+unfinished runs cancelled, its cases not yet scored never submitted), says so and exits 130; an eval run cancelled
+elsewhere (the admin, the API) while it waits ends it with exit status 1. A cancelled eval run never passes.
 """
 
 from __future__ import annotations
@@ -22,9 +26,12 @@ from agent_platform.command_args import timeout_seconds, whole_number
 from agent_platform.errors import ApplicationError
 from agents.models import Agent, Run
 from evals.models import EvalRun, EvalSet
-from evals.services import eval_run_refresh, eval_run_start
+from evals.services import eval_run_cancel, eval_run_refresh, eval_run_start
 
 BAR_WIDTH = 30
+ACTOR = "system:run_eval"
+# The exit status of a run_eval interrupted with Ctrl-C (its eval run cancelled): 128 + SIGINT, as a shell reports it.
+INTERRUPTED_EXIT = 130
 
 
 def progress_bar(done: int, total: int) -> str:
@@ -74,7 +81,7 @@ class Command(BaseCommand):
             eval_run = eval_run_start(
                 eval_set=eval_set,
                 agent=agent,
-                actor="system:run_eval",
+                actor=ACTOR,
                 version=options["version"],
                 label=options["label"],
                 window=options["workers"],
@@ -109,6 +116,8 @@ class Command(BaseCommand):
                         }
                     )
                 time.sleep(0.2)
+        except KeyboardInterrupt:
+            self._cancel(eval_run)
         finally:
             if options["inline"]:
                 from mcpregistry.pool import shutdown_default_pool
@@ -117,10 +126,35 @@ class Command(BaseCommand):
         if sys.stderr.isatty():
             self.stderr.write("")
         self._print(eval_run, as_json=options["json"])
+        if eval_run.status == EvalRun.Status.CANCELLED:
+            raise CommandError(
+                _("eval run %(id)s was cancelled: %(cancelled)s cases not scored")
+                % {"id": eval_run.id, "cancelled": eval_run.summary.get("cancelled", 0)}
+            )
         if eval_run.failed_thresholds:
             raise CommandError(
                 _("below the set's thresholds: %(thresholds)s") % {"thresholds": "; ".join(eval_run.failed_thresholds)}
             )
+
+    def _cancel(self, eval_run: EvalRun) -> None:
+        """Ctrl-C: cancel the eval run (unless it ended meanwhile), say so, and stop with ``INTERRUPTED_EXIT``."""
+        if sys.stderr.isatty():
+            self.stderr.write("")
+        try:
+            eval_run = eval_run_cancel(eval_run=eval_run, actor=ACTOR, via="run_eval")
+        except ApplicationError as exc:  # it finished (or was cancelled elsewhere) first
+            self.stderr.write(_("interrupted: eval run %(id)s: %(why)s") % {"id": eval_run.id, "why": exc.message})
+            raise CommandError(_("interrupted"), returncode=INTERRUPTED_EXIT) from None
+        self.stderr.write(
+            _("interrupted: eval run %(id)s cancelled: %(done)s/%(total)s cases scored, %(cancelled)s not scored")
+            % {
+                "id": eval_run.id,
+                "done": eval_run.done,
+                "total": eval_run.total,
+                "cancelled": eval_run.summary.get("cancelled", 0),
+            }
+        )
+        raise CommandError(_("eval run %(id)s cancelled") % {"id": eval_run.id}, returncode=INTERRUPTED_EXIT)
 
     def _execute_queued(self, eval_run: EvalRun) -> None:
         from agents.execution import run_execute
@@ -147,13 +181,15 @@ class Command(BaseCommand):
                 "set": eval_run.eval_set.name,
                 "agent": eval_run.agent.slug,
                 "version": eval_run.version,
+                "status": eval_run.status,
                 "summary": eval_run.summary,
                 "failed_thresholds": eval_run.failed_thresholds,
                 "cases": [
                     {
                         "key": case.key,
                         "type": case.case_type,
-                        "passed": r.passed,
+                        "passed": None if r.cancelled else r.passed,
+                        "cancelled": r.cancelled,
                         "called_tools": [c["name"] for c in r.called_tools],
                         "scores": r.scores,
                     }
@@ -164,6 +200,8 @@ class Command(BaseCommand):
             return
         for r, case in zip(results, cases, strict=True):
             mark = self.style.SUCCESS("PASS") if r.passed else self.style.ERROR("FAIL")
+            if r.cancelled:
+                mark = self.style.WARNING("STOP")
             called = ", ".join(c["name"] for c in r.called_tools) or "-"
             why = " ".join(r.scores.get("failed_checks") or [])
             line = _("%(mark)s %(key)s [%(type)s] called: %(called)s %(why)s") % {
