@@ -337,7 +337,7 @@ def rules_refused_by_tool_contract(*, tool: Any, **_signal: Any) -> list[str]:
         if problems := rule.call_problems(stored):
             owner = rule.agent.slug if rule.agent is not None else _("every agent bound to its server")
             found.append(
-                _("Rule %(rule)s (%(agent)s) calls this tool with parameters the contract refuses: %(problems)s")
+                _("Rule '%(rule)s' (%(agent)s) calls this tool with parameters the contract refuses: %(problems)s")
                 % {"rule": rule.name, "agent": owner, "problems": "; ".join(problems)}
             )
     return found

@@ -207,3 +207,6 @@ def test_the_ab_results_page_offers_an_agent_whose_arms_were_deleted(
     response = admin_client.get("/admin/agents/agentarm/metrics/")
     assert [agent.slug for agent in response.context["agents"]] == [demo_agent.slug]
     assert response.context["agent"] == demo_agent
+    # And the arms list leads there, with no arm left to link from its rows.
+    listing = admin_client.get("/admin/agents/agentarm/").content.decode()
+    assert 'id="compare-the-arms"' in listing and "/admin/agents/agentarm/metrics/" in listing
