@@ -14,6 +14,7 @@ class AgentsConfig(AppConfig):
             checks,  # noqa: F401 - registers the run lifecycle's system checks
             tasks,  # noqa: F401 - registers the Celery tasks, so agents.dispatch publishes them by name in any process
         )
+        from agents.config_cache import agents_model_secrets
         from agents.selectors import (
             agents_tool_name_problems,
             rules_refused_by_tool_contract,
@@ -23,6 +24,7 @@ class AgentsConfig(AppConfig):
         from mcpregistry.signals import (
             contract_rules_check,
             registry_contracts_changed,
+            secrets_elsewhere,
             tool_names_check,
             tool_names_taken,
         )
@@ -38,3 +40,5 @@ class AgentsConfig(AppConfig):
         tool_names_taken.connect(tool_names_taken_by_agents, dispatch_uid="agents.tool_names_taken")
         # A contract's save names the stored rules it leaves refused (the rule editor refuses them).
         contract_rules_check.connect(rules_refused_by_tool_contract, dispatch_uid="agents.rules_refused_by_contract")
+        # Discovery masks the agents' model keys as runs do (mcpregistry cannot read agents).
+        secrets_elsewhere.connect(agents_model_secrets, dispatch_uid="agents.model_secrets")

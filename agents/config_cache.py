@@ -220,11 +220,17 @@ def every_binding_secret() -> list[str]:
     one server may answer with another's token (a shared configuration file, a log line it read), which was masked
     only in a process that had happened to use that other binding before. Read with the configuration, so once
     per change."""
-    found = [*_readable_secrets(McpServer.objects.all()), *_readable_secrets(Agent.objects.all())]
+    found = [*readable_secrets(McpServer.objects.all()), *readable_secrets(Agent.objects.all())]
     return list(dict.fromkeys(found))
 
 
-def _readable_secrets(rows: Any) -> list[str]:
+def agents_model_secrets(**_signal: Any) -> list[str]:
+    """The receiver of ``mcpregistry.signals.secrets_elsewhere`` (connected in ``AgentsConfig.ready``): every
+    agent's model secrets this process can read, for discovery to mask as runs do (``every_binding_secret``)."""
+    return readable_secrets(Agent.objects.all())
+
+
+def readable_secrets(rows: Any) -> list[str]:
     """The secrets of ``rows``, less those of a row this process cannot decrypt (read one by one where one fails):
     it cannot use (so cannot leak) them, and one such row must not fail the runs of every other agent; its own
     runs fail with ``config:secret_unreadable``."""

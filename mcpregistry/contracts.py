@@ -982,40 +982,57 @@ _QUOTED = re.compile(
         rf"(?<!\w){re.escape(pair[0])}[^\r\n]{{0,200}}?{re.escape(pair[1])}(?![A-Za-z0-9])" for pair in _QUOTE_PAIRS
     )
 )
-_QUOTED_NUMBER = re.compile(r"\d+(?:\.\d+)?")
-_QUOTED_KEY = re.compile(r"[\w-]{1,64}")
-_KEY_COLON = re.compile(r"\s*:")
 
 
-def _blank_quoted(text: str) -> str:
-    """``text`` with the words of each quoted span replaced by ``_`` (its marks stay). A quoted number stays (the
-    status patterns tell an echoed value from a status by the marks around it), and so does a key of a JSON or
-    Python error body (``{"status": 429}``, ``{'code': 504}``): one word followed by a colon."""
+def _blank_quoted(text: str, echoed: Collection[str]) -> str:
+    """``text`` with the words of each quoted span that holds one of the caller's values (``echoed``) replaced by
+    ``_`` (its marks stay). Spans of the tool's own are read as written: a JSON error body's values
+    (``{"error": "upstream timed out"}``) and a message it quotes from upstream are its status."""
 
     def blank(found: re.Match[str]) -> str:
         quoted = found.group()
-        words = quoted[1:-1]
-        if _QUOTED_NUMBER.fullmatch(words) or (
-            _QUOTED_KEY.fullmatch(words) and _KEY_COLON.match(text, found.end()) is not None
-        ):
-            return quoted
-        return f"{quoted[0]}_{quoted[-1]}"
+        words = unicodedata.normalize("NFC", quoted[1:-1]).casefold()
+        return f"{quoted[0]}_{quoted[-1]}" if any(value in words for value in echoed) else quoted
 
     return _QUOTED.sub(blank, text)
 
 
-def _without_echoed_words(text: str) -> str:
-    """The part of a tool's error text that is the tool's own: the words it quotes are a caller's, an argument it
-    echoes (the demo server's "'<asset_id>' 자산을 찾을 수 없습니다"), and any user whose words reach an argument
-    could otherwise write a status there ("X timed out", "status 429") and open the server's circuit for everyone.
-    A text quoted whole is a tool's message written as a string ("\"429 Too Many Requests\""): its words are read,
-    the spans it quotes are not. Marks a caller's words carry themselves (an id with a quote in it) can still end
-    a span early: the server should escape what it echoes."""
+def argument_texts(args: Any) -> list[str]:
+    """The text values of a call's arguments (nested ones too), composed and case-folded: what a tool's error may
+    echo back (``classify_tool_error``'s ``echoed``). Values of one character are left out: quoted, they say too
+    little to be told from the tool's own words."""
+    found: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            text = unicodedata.normalize("NFC", value).strip().casefold()
+            if len(text) > 1:
+                found.append(text)
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                walk(item)
+
+    walk(args)
+    return found
+
+
+def _without_echoed_words(text: str, echoed: Collection[str]) -> str:
+    """The part of a tool's error text that is the tool's own: a quoted span holding a value the caller sent is
+    the caller's words echoed (the demo server's "'<asset_id>' 자산을 찾을 수 없습니다"), and any user whose words
+    reach an argument could otherwise write a status there ("X timed out", "status 429") and open the server's
+    circuit for everyone. A text quoted whole is a tool's message written as a string
+    ("\"429 Too Many Requests\""): its words are read, the echoes it quotes are not. Marks a caller's words carry
+    themselves (an id with a quote in it) can still end a span early: the server should escape what it echoes."""
+    if not echoed:
+        return text
     stripped = text.strip()
     whole = _QUOTED.match(stripped)
     if whole is not None and whole.end() == len(stripped):
-        return stripped[0] + _blank_quoted(stripped[1:-1]) + stripped[-1]
-    return _blank_quoted(text)
+        return stripped[0] + _blank_quoted(stripped[1:-1], echoed) + stripped[-1]
+    return _blank_quoted(text, echoed)
 
 
 def _status(code: str) -> str:
@@ -1041,13 +1058,15 @@ _OPENS_RATE_LIMITED = re.compile(
 )
 
 
-def classify_tool_error(text: str) -> tuple[str, float | None]:
+def classify_tool_error(text: str, echoed: Collection[str] = ()) -> tuple[str, float | None]:
     """The reason of a tool's own error (``isError``): ``rate_limit`` (with a Retry-After, if stated),
     ``timeout`` (the tool's backend timed out: worth another try) or ``tool:error``. A text that opens with a rate
     limit is one; another that mentions a timeout is a timeout, whatever else it quotes (a 429 in an argument it
-    echoes): for a write, the reason that leaves its outcome unknown (``gate._attempts``). Words the text quotes
-    are never read for a status (``_without_echoed_words``): "'X timed out' 자산을 찾을 수 없습니다" is a tool error."""
-    own = _without_echoed_words(text or "")
+    echoes): for a write, the reason that leaves its outcome unknown (``gate._attempts``). A quoted span holding one
+    of the call's own values (``echoed``: ``argument_texts``) is never read for a status
+    (``_without_echoed_words``): "'X timed out' 자산을 찾을 수 없습니다" for the asset id "X timed out" is a tool
+    error, while ``{"error": "upstream timed out"}`` is a timeout."""
+    own = _without_echoed_words(text or "", echoed)
     if not _OPENS_RATE_LIMITED.search(own) and _TIMED_OUT.search(own):
         return "timeout", None
     if _RATE_LIMITED.search(own):

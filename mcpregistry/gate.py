@@ -63,6 +63,7 @@ from mcpregistry.contracts import (
     RETRYABLE,
     Verdict,
     argument_names,
+    argument_texts,
     backoff_delay,
     call_out_of_date,
     check_args,
@@ -971,7 +972,7 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
             else:
                 value = _answer_value(outcome, text, structured, contract)
                 if outcome.is_error:
-                    reason, retry_after = classify_tool_error(outcome.text)
+                    reason, retry_after = classify_tool_error(outcome.text, echoed=argument_texts(args))
                     detail = outcome.text.strip()
                 elif error_report(value):
                     reason, detail = _error_value_verdict(value, writes=writes)

@@ -42,7 +42,12 @@ from mcpregistry.contracts import argument_constraints, contract_defaults, schem
 from mcpregistry.crypto import PREFIX, EncryptedJSONField, decrypt_json, rotate_token
 from mcpregistry.embeddings import refresh_after_discovery
 from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract
-from mcpregistry.signals import registry_contracts_changed_send, tool_name_problems, tool_names_taken_elsewhere
+from mcpregistry.signals import (
+    registry_contracts_changed_send,
+    secrets_kept_elsewhere,
+    tool_name_problems,
+    tool_names_taken_elsewhere,
+)
 
 
 def mcp_server_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> McpServer:
@@ -441,16 +446,16 @@ def discovery_secrets(server: McpServer) -> list[str]:
     own secrets, every one, and the other bindings' that look like credentials (``credential_like``), as a run
     masks its tools' answers (``agents.config_cache``). Masked with the server's own alone, a listing or a startup
     error repeating a shared configuration's token of another system was stored, audited (for good), exported,
-    shown and offered to the model. A binding this process cannot decrypt adds nothing (it cannot leak what it
-    cannot read)."""
+    shown and offered to the model. The agents' model keys too (``secrets_elsewhere``). A binding this process
+    cannot decrypt adds nothing (it cannot leak what it cannot read)."""
     others = [
         value
         for row in McpServer.objects.exclude(pk=server.pk)
         if row.secrets_readable()
         for value in row.secret_values()
-        if credential_like(value)
     ]
-    return list(dict.fromkeys([*server.secret_values(), *others]))
+    kept = [value for value in [*others, *secrets_kept_elsewhere()] if credential_like(value)]
+    return list(dict.fromkeys([*server.secret_values(), *kept]))
 
 
 def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, actor: Any, via: str) -> None:

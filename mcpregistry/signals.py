@@ -98,3 +98,17 @@ def rules_refused_by_contract(*, tool: Any) -> list[str]:
     for _receiver, answer in contract_rules_check.send(sender=None, tool=tool):
         found.extend(answer or [])
     return found
+
+
+# ``secrets_elsewhere`` asks the apps built on the registry for the secrets they keep that a server's listing or
+# error may repeat (``agents``: the agents' model keys), for discovery and health checks to mask as runs do
+# (``mcpregistry.services.discovery_secrets``). No arguments; each answer is a list of values.
+secrets_elsewhere = Signal()
+
+
+def secrets_kept_elsewhere() -> list[str]:
+    """The secrets the receivers of ``secrets_elsewhere`` keep."""
+    found: list[str] = []
+    for _receiver, answer in secrets_elsewhere.send(sender=None):
+        found.extend(answer or [])
+    return found

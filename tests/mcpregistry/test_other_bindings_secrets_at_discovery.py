@@ -74,3 +74,18 @@ def test_a_startup_error_quoting_another_bindings_token_is_recorded_masked(crm: 
     assert not discovered.ok and not checked.ok
     assert TOKEN not in discovered.error and TOKEN not in checked.error
     assert TOKEN not in McpServer.objects.get(pk=failing.pk).last_error
+
+
+def test_an_agents_model_key_in_a_listing_is_masked_as_a_run_masks_it() -> None:
+    """Runs mask the agents' model keys too (``every_binding_secret``); discovery masked the bindings' alone, and a
+    listing repeating a gateway key an agent holds stored it in clear."""
+    from agents.models import Agent
+
+    Agent.objects.create(slug="gateway-user", name="게이트웨이", model_secrets={"api_key": TOKEN})
+    server = sharing("agent-key")
+    try:
+        assert mcp_server_discover(server=server, actor="admin", via="tests").ok
+    finally:
+        get_default_pool().close("agent-key")
+    tool = McpTool.objects.get(server=server, name="lookup")
+    assert TOKEN not in json.dumps([tool.description, tool.input_schema], ensure_ascii=False)

@@ -1,8 +1,10 @@
-"""A tool's error text is read for a status (timeout, rate limit) without the words it quotes: those are the
-caller's, an argument the tool echoes. The demo server's unknown-asset error quotes the id it was given
+"""A tool's error text is read for a status (timeout, rate limit) without the quoted words that hold the caller's
+own values: an argument the tool echoes. The demo server's unknown-asset error quotes the id it was given
 ("'<id>' 자산을 찾을 수 없습니다. 등록된 자산: …"); with an asset_id "X timed out" or "status 429" the call was read
 as a timeout or a rate limit: retried, counted by the breaker (two such runs opened the circuit for every caller of
-the server) and the model sent to the backup tool. A status the tool writes outside quotes still counts."""
+the server) and the model sent to the backup tool. A status the tool writes outside quotes still counts, and so
+does one it quotes of its own (a JSON error body's value, an upstream message): a first version that read no quoted
+words at all took a write's ``{"error": "upstream timed out"}`` for a plain failure, its outcome known."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 from agents.execution import run_execute
 from agents.models import Run
 from audit.models import AuditEvent
-from mcpregistry.contracts import classify_tool_error
+from mcpregistry.contracts import argument_texts, classify_tool_error
 from mcpregistry.demo_server.server import ASSETS
 from mcpregistry.pool import get_default_pool
 from tests.conftest import FakeClock, bind_demo_server, make_agent
@@ -26,33 +28,57 @@ def unknown_asset(asset_id: str) -> str:
 
 @pytest.mark.parametrize("asset_id", ECHOED_IDS)
 def test_a_status_in_an_id_the_demo_server_echoes_is_a_tool_error(asset_id: str) -> None:
-    assert classify_tool_error(unknown_asset(asset_id)) == ("tool:error", None)
+    assert classify_tool_error(unknown_asset(asset_id), echoed=argument_texts({"asset_id": asset_id})) == (
+        "tool:error",
+        None,
+    )
 
 
 @pytest.mark.parametrize("asset_id", ECHOED_IDS)
 def test_a_status_in_words_quoted_by_any_mark_is_a_tool_error(asset_id: str) -> None:
+    echoed = argument_texts({"asset_id": asset_id})
     for opening, closing in ("''", '""', "``", "‘’", "“”", "«»", "「」", "『』"):
-        assert classify_tool_error(f"no asset {opening}{asset_id}{closing} here") == ("tool:error", None)
+        assert classify_tool_error(f"no asset {opening}{asset_id}{closing} here", echoed) == ("tool:error", None)
     # A Korean particle right after the closing mark still closes it.
-    assert classify_tool_error(f"'{asset_id}'를 찾을 수 없습니다") == ("tool:error", None)
-    assert classify_tool_error(f"Error: asset '{asset_id}' not found") == ("tool:error", None)
+    assert classify_tool_error(f"'{asset_id}'를 찾을 수 없습니다", echoed) == ("tool:error", None)
+    assert classify_tool_error(f"Error: asset '{asset_id}' not found", echoed) == ("tool:error", None)
 
 
 def test_a_status_the_tool_writes_outside_its_quotes_still_counts() -> None:
+    echoed = argument_texts({"asset_id": "A-1", "note": "X timed out"})
+    assert classify_tool_error("asset 'A-1' lookup failed: HTTP 504", echoed) == ("timeout", None)
+    assert classify_tool_error("'A-1': upstream status 429, Retry-After: 3", echoed) == ("rate_limit", 3.0)
+    assert classify_tool_error("code: 429 for 'X timed out'", echoed) == ("rate_limit", None)
+    assert classify_tool_error("\"asset 'X timed out' not found\"", echoed) == ("tool:error", None)
     assert classify_tool_error("timeout: backend did not answer") == ("timeout", None)
     assert classify_tool_error("429 rate_limit: 에러: 호출 한도를 초과했습니다.") == ("rate_limit", None)
     assert classify_tool_error("Error: request timed out after 5s") == ("timeout", None)
-    assert classify_tool_error("asset 'A-1' lookup failed: HTTP 504") == ("timeout", None)
-    assert classify_tool_error("'A-1': upstream status 429, Retry-After: 3") == ("rate_limit", 3.0)
     assert classify_tool_error("error 504 while reading 'A-1'") == ("timeout", None)
-    assert classify_tool_error("code: 429 for 'X timed out'") == ("rate_limit", None)
-    assert classify_tool_error('{"error": {"code": 429, "message": "X timed out"}, "Retry-After": "2"}') == (
+    assert classify_tool_error('{"error": {"code": 429, "message": "X timed out"}, "Retry-After": "2"}', echoed) == (
         "rate_limit",
         2.0,
     )
     # A message quoted whole (as a JSON string) is the tool's own; what it quotes inside is not.
     assert classify_tool_error('"Too many requests, slow down"') == ("rate_limit", None)
-    assert classify_tool_error("\"asset 'X timed out' not found\"") == ("tool:error", None)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ('{"error": "Too Many Requests", "retry_after": 5}', "rate_limit"),
+        ('{"error": {"message": "Rate limit exceeded"}}', "rate_limit"),
+        ('{"detail": "upstream timed out"}', "timeout"),
+        ('Request failed: {"message":"Deadline exceeded"}', "timeout"),
+        ('Error executing tool: "Connection timed out"', "timeout"),
+        ("error: 'deadline exceeded'", "timeout"),
+        ('backend said "rate limit exceeded", retry after 3', "rate_limit"),
+        ("「timed out」 으로 실패", "timeout"),
+    ],
+)
+def test_a_status_the_tool_quotes_of_its_own_counts(text: str, reason: str) -> None:
+    """A JSON error body's values and an upstream message the tool quotes are its own words: with the call's own
+    values elsewhere, they are read (a write's quoted timeout is an outcome unknown, never a failure known)."""
+    assert classify_tool_error(text, argument_texts({"asset_id": "A-1001", "text": "송금 1건"}))[0] == reason
 
 
 def test_an_apostrophe_in_a_word_opens_no_quote_that_hides_a_status_after_it() -> None:
