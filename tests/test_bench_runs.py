@@ -82,6 +82,15 @@ CASES = [
         id="evals",
         marks=SERVERS,
     ),
+    # Without its in-run baseline: it printed a figure of the embedded setting it did not run (nan) and no headline.
+    pytest.param(
+        ["bench.latency", "--settings", "redis_sqlite", "--runs", "2", "--c8-runs", "8", "--no-baseline"],
+        {},
+        "client_over_worker_p50",
+        {},
+        id="latency-no-baseline",
+        marks=SERVERS,
+    ),
     # Short leases so that the kill is taken over within seconds (the workers inherit the bench's environment).
     pytest.param(
         ["bench.recovery", "--samples", "1"],
@@ -111,7 +120,9 @@ def figures_of(stdout: str) -> list[tuple[str, float]]:
 def test_the_bench_runs_and_prints_its_figures_with_the_headline_ratio_last(
     tmp_path: Path, command: list[str], env: dict[str, str], headline: str, expected: dict[str, float]
 ) -> None:
-    if command[0] in {"bench.shadow", "bench.evals", "bench.recovery"} and shutil.which("redis-server") is None:
+    if command[0] in {"bench.shadow", "bench.evals", "bench.recovery", "bench.latency"} and not shutil.which(
+        "redis-server"
+    ):
         pytest.skip("redis-server is not installed")
     base = {k: v for k, v in os.environ.items() if k not in NOT_PASSED_ON}
     done = subprocess.run(
@@ -128,6 +139,7 @@ def test_the_bench_runs_and_prints_its_figures_with_the_headline_ratio_last(
     assert "password" not in done.stdout  # a seeding command's report (the demo admin's password) is not a figure
     figures = figures_of(done.stdout)
     assert figures, done.stdout
+    assert all(math.isfinite(value) for _name, value in figures), done.stdout  # no figure of what was not measured
     last_line = done.stdout.strip().splitlines()[-1]
     name, value = figures[-1]
     assert last_line.startswith(f"{name}: ")  # the last line of all is a figure: the headline
