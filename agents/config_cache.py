@@ -30,7 +30,7 @@ from agents.versions import version_contracts, version_rules, version_servers
 from audit.change_guard import config_generation, rows_read_only
 from mcpregistry.crypto import SecretDecryptionError
 from mcpregistry.models import McpServer, McpTool, ToolContract
-from mcpregistry.services import credential_like
+from mcpregistry.services import credential_like, readable_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -228,24 +228,6 @@ def agents_model_secrets(**_signal: Any) -> list[str]:
     """The receiver of ``mcpregistry.signals.secrets_elsewhere`` (connected in ``AgentsConfig.ready``): every
     agent's model secrets this process can read, for discovery to mask as runs do (``every_binding_secret``)."""
     return readable_secrets(Agent.objects.all())
-
-
-def readable_secrets(rows: Any) -> list[str]:
-    """The secrets of ``rows``, less those of a row this process cannot decrypt (read one by one where one fails):
-    it cannot use (so cannot leak) them, and one such row must not fail the runs of every other agent; its own
-    runs fail with ``config:secret_unreadable``."""
-    try:
-        return [value for row in rows for value in row.secret_values()]
-    except SecretDecryptionError:
-        found: list[str] = []
-        for pk in rows.values_list("pk", flat=True):
-            try:
-                found += rows.get(pk=pk).secret_values()
-            except SecretDecryptionError:
-                logger.warning(
-                    "%s %s: its secrets cannot be decrypted; not among those masked", rows.model.__name__, pk
-                )
-        return found
 
 
 def tools_served(servers: Iterable[McpServer], frozen: Mapping[str, Any] | None) -> Iterator[tuple[McpServer, McpTool]]:

@@ -582,11 +582,17 @@ def contract_out_of_date(contract_args: Any, input_schema: Any) -> bool:
     gate refuses its calls from any caller of that version (``tool:out_of_date``: a rule's, a flow node's)."""
     if not isinstance(contract_args, dict) or not contract_args:
         return False
+    return _names_misfit(contract_args, input_schema)
+
+
+def _names_misfit(names: Collection[Any], input_schema: Any, *, filled: str = "") -> bool:
+    """Whether argument ``names`` do not fit ``input_schema``: one its closed list does not declare
+    (``argument_names``), or none of one it requires (``filled``, the gate's own argument, aside)."""
     declared = argument_names({}, input_schema)
-    if declared is not None and any(str(name) not in declared for name in contract_args):
+    if declared is not None and any(str(name) not in declared for name in names):
         return True
     required = input_schema.get("required") if isinstance(input_schema, dict) else None
-    return isinstance(required, list) and any(str(name) not in contract_args for name in required)
+    return isinstance(required, list) and any(str(n) not in names and str(n) != filled for n in required)
 
 
 def frozen_out_of_date(frozen: Any, mcp_id: str, tool: Any) -> bool:
@@ -605,11 +611,7 @@ def call_out_of_date(frozen: Any, mcp_id: str, tool: Any, args: Any, *, filled: 
     ``limit``)."""
     if not isinstance(args, dict) or not frozen_out_of_date(frozen, mcp_id, tool):
         return False
-    declared = argument_names({}, tool.input_schema)
-    if declared is not None and any(str(name) not in declared for name in args):
-        return True
-    required = tool.input_schema.get("required") if isinstance(tool.input_schema, dict) else None
-    return isinstance(required, list) and any(str(n) not in args and str(n) != filled for n in required)
+    return _names_misfit(args, tool.input_schema, filled=filled)
 
 
 def unknown_argument_hint(name: str, known: Collection[str]) -> str:

@@ -659,7 +659,7 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
 
     # 4. memo
     memo_key = f"{server.mcp_id}\n{tool_name}\n{canonical_args(args)}"
-    shared_key = _shared_memo_key(server, memo_key)
+    shared_key = _shared_memo_key(who, server, contract, memo_key)
     remembered = _memo_get(who, contract, memo_key, shared_key)
     if remembered is not None:
         this.result.ok, this.result.value, this.result.memo_hit = True, remembered, True
@@ -1330,22 +1330,28 @@ def _outcome_unknown_message(tool: str) -> str:
 memo_clock: Callable[[], float] = time.time
 
 
-def _shared_memo_key(server: McpServer, memo_key: str) -> str | None:
-    """The cross-run memo's key for a call (``memo_key``: the server, the tool and its arguments), or None where
-    the server gives each run a session of its own (``per_run``): what a run did in its session (a login) may shape
-    the answer, and one caller's "my orders" answered another's. Else the binding as configured leads it (its
-    command, URL, env and headers: ``ServerConnection.key``): a binding moved to another backend, tenant or
-    credential, or deleted and made again, is never answered with what the old one said."""
+def _shared_memo_key(who: GateCall, server: McpServer, contract: ToolContract, memo_key: str) -> str | None:
+    """The cross-run memo's key for a call (``memo_key``: the server, the tool and its arguments), or None where the
+    call keeps no answer for later runs: the contract keeps none (a read with a ``memo_ttl_s``), the run keeps its
+    reads to itself (an eval or shadow run, writes blocked: it runs another version than the live one, whose TTL
+    and result checks may differ), or the server gives each run a session of its own (``per_run``: what a run did
+    in its session, a login, may shape the answer, and one caller's "my orders" answered another's). Else the
+    binding as configured leads it (its command, URL, env and headers: ``ServerConnection.key``): a binding moved
+    to another backend, tenant or credential, or deleted and made again, is never answered with what the old one
+    said. Worked out only for such a call: the binding's digest is no cost of every call."""
+    if not (contract.memo and contract.memo_ttl_s and contract.risk == ToolContract.Risk.READ) or who.writes_blocked:
+        return None  # (``_memo_get`` and ``_memo_put`` hold to the same, whatever key they are given)
     if server.session_scope != McpServer.SessionScope.SHARED and server.transport != LOCAL_TRANSPORT:
         return None  # (a local tool is a function of this process: no session, nothing a run leaves in it)
     return f"{ServerConnection.from_config(server.connection_config()).key}\n{memo_key}"
 
 
 def _memo_get(who: GateCall, contract: ToolContract, key: str, shared_key: str | None) -> Any:
-    """A remembered success for the call, or None: the run's own (its memo, by ``key``), else the cross-run
-    cache's (by ``shared_key``, None: none) while it is younger than the contract's ``memo_ttl_s``. An eval or shadow run (writes blocked) reuses only its own: it
-    measures what its version does, so a value a live run read (under the live version's contract) must not
-    stand in for a call it would make, as its own reads never reach live runs (``_memo_put``)."""
+    """A remembered success for the call, or None: the run's own (its memo, by ``key``), else the cross-run cache's
+    (by ``shared_key``: ``_shared_memo_key``, None where the call keeps none) while it is younger than the
+    contract's ``memo_ttl_s``. An eval or shadow run (writes blocked) reuses only its own: it measures what its
+    version does, so a value a live run read (under the live version's contract) must not stand in for a call it
+    would make, as its own reads never reach live runs (``_memo_put``)."""
     if not contract.memo or contract.risk == ToolContract.Risk.WRITE:
         # A write asked for twice is two writes (each with its approval), never the first one's answer again.
         return None

@@ -39,7 +39,7 @@ from audit.masking import MASK, MIN_SECRET_LENGTH, mask_known, mask_text, regist
 from audit.services import audit_event_record
 from audit.visible import invisible_characters
 from mcpregistry.contracts import argument_constraints, contract_defaults, schema_problem
-from mcpregistry.crypto import PREFIX, EncryptedJSONField, decrypt_json, rotate_token
+from mcpregistry.crypto import PREFIX, EncryptedJSONField, SecretDecryptionError, decrypt_json, rotate_token
 from mcpregistry.embeddings import refresh_after_discovery
 from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract
 from mcpregistry.signals import (
@@ -441,6 +441,24 @@ def credential_like(value: str) -> bool:
     return len(text) >= 8 and not text.isdigit()
 
 
+def readable_secrets(rows: Any) -> list[str]:
+    """The secrets of ``rows``, less those of a row this process cannot decrypt (read one by one where one fails):
+    it cannot use (so cannot leak) them, and one such row must not fail the runs of every other agent; its own
+    runs fail with ``config:secret_unreadable``."""
+    try:
+        return [value for row in rows for value in row.secret_values()]
+    except SecretDecryptionError:
+        found: list[str] = []
+        for pk in rows.values_list("pk", flat=True):
+            try:
+                found += rows.get(pk=pk).secret_values()
+            except SecretDecryptionError:
+                logger.warning(
+                    "%s %s: its secrets cannot be decrypted; not among those masked", rows.model.__name__, pk
+                )
+        return found
+
+
 def discovery_secrets(server: McpServer) -> list[str]:
     """What discovery, a health check and the pages showing what they found mask in what ``server`` tells: its
     own secrets, every one, and the other bindings' that look like credentials (``credential_like``), as a run
@@ -448,12 +466,7 @@ def discovery_secrets(server: McpServer) -> list[str]:
     error repeating a shared configuration's token of another system was stored, audited (for good), exported,
     shown and offered to the model. The agents' model keys too (``secrets_elsewhere``). A binding this process
     cannot decrypt adds nothing (it cannot leak what it cannot read)."""
-    others = [
-        value
-        for row in McpServer.objects.exclude(pk=server.pk)
-        if row.secrets_readable()
-        for value in row.secret_values()
-    ]
+    others = readable_secrets(McpServer.objects.exclude(pk=server.pk))
     kept = [value for value in [*others, *secrets_kept_elsewhere()] if credential_like(value)]
     return list(dict.fromkeys([*server.secret_values(), *kept]))
 

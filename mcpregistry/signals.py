@@ -56,12 +56,12 @@ def tool_name_problems(
     on ([]: they may), as the receivers of ``tool_names_check`` say."""
     if _tool_name_checks_deferred.get():
         return []
-    found: list[str] = []
-    for _receiver, answer in tool_names_check.send(
-        sender=None, server_ids=sorted(set(server_ids)), prefixes=dict(prefixes or {}), enabling=frozenset(enabling)
-    ):
-        found.extend(answer or [])
-    return found
+    return _answers(
+        tool_names_check,
+        server_ids=sorted(set(server_ids)),
+        prefixes=dict(prefixes or {}),
+        enabling=frozenset(enabling),
+    )
 
 
 # ``tool_names_taken`` asks which tool names a server would clash on if it started offering them: keyword arguments
@@ -94,10 +94,7 @@ contract_rules_check = Signal()
 def rules_refused_by_contract(*, tool: Any) -> list[str]:
     """The stored rules ``tool``'s contract now refuses, one text each, as the receivers of
     ``contract_rules_check`` say."""
-    found: list[str] = []
-    for _receiver, answer in contract_rules_check.send(sender=None, tool=tool):
-        found.extend(answer or [])
-    return found
+    return _answers(contract_rules_check, tool=tool)
 
 
 # ``secrets_elsewhere`` asks the apps built on the registry for the secrets they keep that a server's listing or
@@ -108,7 +105,12 @@ secrets_elsewhere = Signal()
 
 def secrets_kept_elsewhere() -> list[str]:
     """The secrets the receivers of ``secrets_elsewhere`` keep."""
-    found: list[str] = []
-    for _receiver, answer in secrets_elsewhere.send(sender=None):
+    return _answers(secrets_elsewhere)
+
+
+def _answers(signal: Signal, **arguments: Any) -> list[Any]:
+    """What every receiver of ``signal`` answered (each a list, or nothing), one list in their order."""
+    found: list[Any] = []
+    for _receiver, answer in signal.send(sender=None, **arguments):
         found.extend(answer or [])
     return found

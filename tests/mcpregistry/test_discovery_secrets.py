@@ -93,7 +93,10 @@ def test_a_result_remembered_across_runs_is_kept_masked_in_the_cache(careless: M
 
     assert first.value == again.value == "the backend said ***"
     assert again.memo_hit
-    key = gate._shared_memo_key(server, f"careless\necho\n{gate.canonical_args(args)}")
+    contract = ToolContract.objects.get(tool__server=careless, tool__name="echo")
+    key = gate._shared_memo_key(
+        gate.GateCall(source="admin"), server, contract, f"careless\necho\n{gate.canonical_args(args)}"
+    )
     assert key is not None  # the server's session is shared: its answers are kept for later runs
     stored = cache.get(gate._cache_key(key))
     assert stored is not None and TOKEN not in stored
