@@ -934,7 +934,8 @@ def eval_run_cancel(*, eval_run: EvalRun, actor: str, via: str) -> EvalRun:
     eval run named in ``result`` as a configuration change names its object), with how many runs and cases were
     cancelled; each run's own cancellation is its ``run.cancel`` event. ``via``: ``admin``, ``api`` or
     ``run_eval``. Returns the eval run, fresh. Raises ApplicationError 409 ``eval_run_finished`` for an eval run
-    that has already finished or been cancelled, 404 for one that no longer exists."""
+    that has already finished or been cancelled, 409 ``run_busy`` (nothing changed: the transaction is undone) where
+    a case's run kept changing state under ``run_cancel``, 404 for one that no longer exists."""
     with transaction.atomic():
         locked = EvalRun.objects.select_for_update().filter(pk=eval_run.pk).first()
         if locked is None:
@@ -955,8 +956,12 @@ def eval_run_cancel(*, eval_run: EvalRun, actor: str, via: str) -> EvalRun:
                 with transaction.atomic():
                     # The run's page says who stopped it and why: "cancelled by admin:kim (eval run cancelled)".
                     run_cancel(run=run, actor=f"{actor} (eval run cancelled)"[:200], source="eval")
-            except ApplicationError:  # it ended meanwhile (409): nothing of it left to stop
-                continue
+            except ApplicationError as refused:
+                if refused.code == "run_busy":  # still changing state: marking its case cancelled would not stop it
+                    raise ApplicationError(
+                        _("A run of this eval run is changing state; try again."), code="run_busy", status=409
+                    ) from refused
+                continue  # it ended meanwhile (409): nothing of it left to stop
             cancelled_runs.append(str(run.pk))
         unscored = [r.pk for r in results if not r.scored]
         cancelled_cases = EvalCaseResult.objects.filter(pk__in=unscored, scored=False).update(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import types
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -18,8 +19,10 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from agent_platform.errors import ApplicationError
@@ -181,6 +184,46 @@ def test_cancelling_a_finished_or_cancelled_eval_run_is_refused(settings: Any) -
     with pytest.raises(ApplicationError):
         eval_run_cancel(eval_run=eval_run, actor="admin:kim", via="admin")
     assert AuditEvent.objects.filter(action="eval_run.cancel").count() == 1
+
+
+def test_a_case_run_that_keeps_changing_state_refuses_the_whole_cancellation_not_only_its_case(settings: Any) -> None:
+    """``run_cancel`` gives up on a run whose row changes under each of its compare-and-swaps (``run_busy``): a
+    live worker renewing its lease at those moments. Marking that case cancelled would leave its run going on, its
+    eval run told cancelled: the cancellation is refused (409) and nothing of it is kept."""
+    eval_run = notifier_eval(settings)
+    busy = result_of(eval_run, "c0").run
+    assert busy is not None
+    lease = timezone.now() + timedelta(minutes=5)
+    Run.objects.filter(pk=busy.pk).update(
+        status=Run.Status.RUNNING, lease_expires_at=lease, pass_started_at=timezone.now()
+    )
+    renewals = []
+
+    def worker_renews_its_lease(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if sql.startswith('UPDATE "agents_run"') and '"error_code"' in sql:  # run_cancel's compare-and-swap
+            renewals.append(sql)
+            execute(
+                'UPDATE "agents_run" SET "lease_expires_at" = %s WHERE "id" = %s',
+                [lease + timedelta(seconds=len(renewals)), busy.pk.hex],
+                False,
+                context,
+            )
+        return execute(sql, params, many, context)
+
+    with pytest.raises(ApplicationError) as refused, connection.execute_wrapper(worker_renews_its_lease):
+        eval_run_cancel(eval_run=eval_run, actor="admin:kim", via="admin")
+
+    assert (refused.value.code, refused.value.status) == ("run_busy", 409) and renewals
+    eval_run.refresh_from_db()
+    assert eval_run.status == EvalRun.Status.RUNNING
+    assert not EvalCaseResult.objects.filter(eval_run=eval_run, scored=True).exists()
+    assert set(Run.objects.filter(purpose=Run.Purpose.EVAL).values_list("status", flat=True)) == {
+        Run.Status.RUNNING,
+        Run.Status.QUEUED,
+    }
+    assert not AuditEvent.objects.filter(action__in=["eval_run.cancel", "run.cancel"]).exists()
+    # Once the worker lets go, the same cancellation goes through.
+    assert eval_run_cancel(eval_run=eval_run, actor="admin:kim", via="admin").status == EvalRun.Status.CANCELLED
 
 
 # ---- the API ---------------------------------------------------------------------------------------------------
