@@ -959,7 +959,9 @@ def eval_run_cancel(*, eval_run: EvalRun, actor: str, via: str) -> EvalRun:
             except ApplicationError as refused:
                 if refused.code == "run_busy":  # still changing state: marking its case cancelled would not stop it
                     raise ApplicationError(
-                        _("A run of this eval run is changing state; try again."), code="run_busy", status=409
+                        _("A run of this eval run is changing state; nothing was cancelled. Try again."),
+                        code="run_busy",
+                        status=409,
                     ) from refused
                 continue  # it ended meanwhile (409): nothing of it left to stop
             cancelled_runs.append(str(run.pk))
