@@ -243,7 +243,8 @@ class Agent(AuditedModel):
         related_name="+",
         verbose_name=_("live version"),
         help_text=_(
-            "The published version live traffic runs. Empty: the agent was never published (it runs as edited)."
+            "The published version live traffic runs. Empty only until the agent is first published (it runs as "
+            "edited); once published it cannot be emptied, only pointed at another version."
         ),
     )
     publish_on_save = models.BooleanField(
