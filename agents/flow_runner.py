@@ -14,6 +14,7 @@ code, and importing a module runs its top-level code.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import inspect
 import json
@@ -486,7 +487,10 @@ def flow_run(
             raise FlowCancelledItself(exc) from exc
 
     try:
-        state = async_to_sync(bounded)()
+        # In a context of its own: async_to_sync copies the context variables the coroutine set back into this
+        # thread, and an ``MCPHandle``'s binding (agents.tools) would outlive the run in the worker's thread, where a
+        # later run's flow that calls the handle without binding it would call through this run's gate.
+        state = contextvars.copy_context().run(async_to_sync(bounded))
         check()  # a flow that caught the stop (or the cancellation) must not finish the run as if not stopped
     except MUST_PROPAGATE:
         raise

@@ -27,7 +27,7 @@ from agents.flow_runner import FlowSettings, flow_run
 from agents.flows.common import FlowState
 from agents.models import Agent, Run
 from agents.services import agent_version_publish, version_content_problems
-from agents.tools import ToolFailure
+from agents.tools import MCPHandle, ToolFailure
 from audit.models import AuditEvent
 from mcpregistry.models import McpServer, McpTool
 from mcpregistry.pool import get_default_pool
@@ -276,6 +276,67 @@ def test_the_sequential_template_reads_the_name_of_a_data_part() -> None:
     result, called = in_process("sequential", "", answers, a2a_data=[{"name": "김하늘"}])
     assert result.answer == "김하늘 님은 클라우드운영팀 소속이며, 진행 중인 프로젝트는 클라우드 비용 최적화입니다."
     assert called == ["search_employee", "list_projects"]
+
+
+# ---- a flow's MCPHandle binding is its run's own --------------------------------------------------------------
+
+shared_handle = MCPHandle()
+
+
+async def calls_the_shared_handle(state: FlowState) -> dict[str, Any]:
+    return {"output": str(await shared_handle.call("search_employee", params={"name": "김하늘"}))}
+
+
+async def build_binds_the_shared_handle(settings: Any) -> Any:
+    await shared_handle.bind_registry(settings, mcp_ids=["sds-company-data"], mcp_id="sds-company-data")
+    return await one_node(calls_the_shared_handle)(settings)
+
+
+build_forgets_to_bind = one_node(calls_the_shared_handle)  # a flow that calls the handle without binding it
+
+
+def test_a_handle_bound_by_one_run_is_not_bound_in_the_next_run_on_the_same_thread() -> None:
+    """async_to_sync copies the coroutine's context variables back into the calling thread: the handle's binding
+    made in run A's build stayed in the worker's thread, and run B, whose flow calls the handle unbound, called
+    through run A's gate (its claim check, its audit). B must fail as a flow error instead."""
+    gates: list[str] = []
+
+    def settings_of(run_id: str) -> FlowSettings:
+        def call_tool(mcp_id: str, tool: str, params: dict[str, Any]) -> Any:
+            gates.append(run_id)
+            return f"answered through run {run_id}'s gate"
+
+        return FlowSettings(run_id=run_id, query="김하늘", context={}, a2a_data=[], a2a_files=[],
+                            bound_mcp_ids=["sds-company-data"], options={}, call_tool=call_tool)  # fmt: skip
+
+    first = flow_run(flow_graph=f"{__name__}.build_binds_the_shared_handle", settings=settings_of("A"), trace=[],
+                     emit=lambda k, d: None)  # fmt: skip
+    assert first.answer == "answered through run A's gate"
+    assert shared_handle.mcp_id is None  # nothing of run A's binding left in this thread
+
+    second = flow_run(flow_graph=f"{__name__}.build_forgets_to_bind", settings=settings_of("B"), trace=[],
+                      emit=lambda k, d: None)  # fmt: skip
+
+    assert gates == ["A"]
+    assert (second.error_code, second.error_message) == (
+        "flow:error",
+        "RuntimeError: MCPHandle.call before bind_registry",
+    )
+
+
+@pytest.mark.django_db
+def test_a_run_whose_flow_calls_an_unbound_handle_fails_as_a_value_after_a_run_that_bound_it(demo_server: Any) -> None:
+    """The same with real runs of the demo server: run B used to call through run A's gate, whose claim check
+    (run A's, finished) made B discard its own outcome and stay ``running``, unaudited."""
+    binds = run(flow_agent(demo_server, "flow-binds", f"{__name__}.build_binds_the_shared_handle"), "김하늘")
+    assert binds.status == Run.Status.SUCCEEDED and "김하늘" in binds.answer
+
+    forgets = run(flow_agent(demo_server, "flow-forgets", f"{__name__}.build_forgets_to_bind"), "김하늘")
+
+    assert (forgets.status, forgets.error_code) == (Run.Status.FAILED, "flow:error")
+    assert "MCPHandle.call before bind_registry" in forgets.error_message
+    assert not AuditEvent.objects.filter(run_id=forgets.id, action="tool.call").exists()
+    assert AuditEvent.objects.filter(run_id=binds.id, action="tool.call").count() == 1
 
 
 # ---- 5. sys.exit() in a flow ------------------------------------------------------------------------------------
