@@ -104,9 +104,15 @@ class ToolCallFigures:
         return figures
 
 
+# Calls that are not live traffic: eval and shadow runs', and an admin's trials (the rule tester's "also call",
+# which counted a refused trial as a failing tool). Each is still counted where asked for by source. The auditor's
+# figures and /metrics read "production" alike.
+NOT_PRODUCTION_SOURCES = (AuditEvent.Source.EVAL, AuditEvent.Source.SHADOW, AuditEvent.Source.ADMIN)
+
+
 def tool_call_figures(events: QuerySet[AuditEvent]) -> ToolCallFigures:
     """The figures of the production ``tool.call`` events among ``events`` (two aggregate queries)."""
-    calls = events.filter(action="tool.call").exclude(source__in=(AuditEvent.Source.EVAL, AuditEvent.Source.SHADOW))
+    calls = events.filter(action="tool.call").exclude(source__in=NOT_PRODUCTION_SOURCES)
     figures = ToolCallFigures()
     for row in calls.values("mcp_id", "ok", "reason").annotate(n=Count("id")).order_by():
         labels = (row["mcp_id"], "ok" if row["ok"] else "failed", tool_call_reason_label(row["reason"]))

@@ -25,14 +25,12 @@ from django.db.models import Avg, Count, Max, Q, QuerySet
 from django.utils import timezone
 
 from agents.models import ApiKey
+from audit.archive import NOT_PRODUCTION_SOURCES
 from audit.models import AuditEvent
 from audit.services import audit_chain_catch_up
 from auditor.selectors import EXPORT_CHUNK_SIZE, AuditEventFilters, audit_event_filter
 
-# Tool calls of eval and shadow runs: visible and filterable, never in production metrics.
-# Calls that are not live traffic: eval and shadow runs', and an admin's trials (the rule tester's "also call",
-# which counted a refused trial as a failing tool on the dashboard). Each is still counted where asked for by source.
-NOT_PRODUCTION_SOURCES = (AuditEvent.Source.EVAL, AuditEvent.Source.SHADOW, AuditEvent.Source.ADMIN)
+# Tool calls of eval and shadow runs and an admin's trials: visible and filterable, never in production metrics.
 
 DEFAULT_PERIOD = dt.timedelta(days=7)
 PERCENTILES = (0.50, 0.95)

@@ -141,7 +141,7 @@ def _open_circuit(server: McpServer) -> None:
 def test_a_call_refused_by_an_open_circuit_is_no_latency_observation(client, demo_server: McpServer) -> None:
     _open_circuit(demo_server)
     result = gate.call(
-        server=demo_server, tool_name="search_employee", args={"name": "김하늘"}, who=gate.GateCall(source="admin")
+        server=demo_server, tool_name="search_employee", args={"name": "김하늘"}, who=gate.GateCall(source="agent")
     )
     assert result.error == "circuit:open"
     (event,) = AuditEvent.objects.filter(reason="circuit:open")
@@ -186,6 +186,8 @@ def test_archiving_audit_events_never_makes_the_tool_call_figures_go_down(
     _record_old(monkeypatch, 60, mcp_id="m", ok=False, reason="args:unknown:colour", attempt=0)
     _record_old(monkeypatch, 60, mcp_id="m", ok=False, reason="circuit:open", attempt=1)
     _record_old(monkeypatch, 60, source="eval", mcp_id="m", ok=True, reason="", attempt=1, latency_ms=1.0)
+    # An admin's trial (the rule tester's "also call"): not live traffic, as in the auditor's figures.
+    _record_old(monkeypatch, 60, source="admin", mcp_id="m", ok=False, reason="approval:unavailable", attempt=0)
     _record_old(monkeypatch, 40, mcp_id="n", ok=True, reason="memo:hit", attempt=0, latency_ms=0.0)
     _record_old(monkeypatch, 40, mcp_id="m", ok=False, reason="timeout", attempt=1, latency_ms=12000.0)
     audit_event_record(source="agent", mcp_id="m", tool="t", args={}, result="r", ok=True, attempt=1, latency_ms=8.0)
@@ -196,6 +198,7 @@ def test_archiving_audit_events_never_makes_the_tool_call_figures_go_down(
         before[("platform_tool_calls_total", (("mcp_id", "m"), ("outcome", "failed"), ("reason", "args:unknown")))] == 2
     )
     assert before[("platform_tool_call_duration_seconds_count", (("mcp_id", "m"),))] == 7
+    assert not [key for key in before if ("reason", "approval:unavailable") in key[1]]
 
     call_command("archive_audit", "--older-than-days", "50", "--output", str(tmp_path / "a.jsonl.gz"))
     assert _tool_figures(scrape(client)) == before
@@ -204,13 +207,14 @@ def test_archiving_audit_events_never_makes_the_tool_call_figures_go_down(
     assert _tool_figures(scrape(client)) == before  # every sample: counts, buckets and sums
 
     audit_event_record(source="agent", mcp_id="m", tool="t", args={}, result="r", ok=True, attempt=1, latency_ms=1.0)
+    audit_event_record(source="admin", mcp_id="m", tool="t", args={}, result="r", ok=True, attempt=1, latency_ms=1.0)
     after = scrape(client)
     assert after[("platform_tool_calls_total", labels)] == 7
     assert after[("platform_tool_call_duration_seconds_bucket", (("le", "0.005"), ("mcp_id", "m")))] == 3
     # The saved figures are outside the checkpoint's MAC: the chain and both checkpoints still verify.
     out = io.StringIO()
     call_command("verify_audit", stdout=out)
-    assert out.getvalue().strip().splitlines()[-1].startswith("verified 2 events")
+    assert out.getvalue().strip().splitlines()[-1].startswith("verified 3 events")
 
 
 def test_a_checkpoint_made_before_the_figures_were_saved_counts_as_none(client) -> None:

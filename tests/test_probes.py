@@ -153,7 +153,9 @@ def test_metrics_count_runs_tool_calls_breakers_queue_approvals_and_workers(clie
     run_agent.apply(args=[str(done.id)])
     Run.objects.create(agent=demo_agent, query="queued one")
     server = McpServer.objects.get(mcp_id="sds-company-data")
-    gate.call(server=server, tool_name="search_employee", args={"unexpected": 1}, who=gate.GateCall(source="admin"))
+    gate.call(server=server, tool_name="search_employee", args={"unexpected": 1}, who=gate.GateCall(source="agent"))
+    # An admin's trial is not live traffic (as in the auditor's figures): not counted.
+    gate.call(server=server, tool_name="search_employee", args={"unexpected": 2}, who=gate.GateCall(source="admin"))
     McpServer.objects.filter(pk=server.pk).update(breaker_state="open", breaker_failures=3)
     Approval.objects.create(
         run=done, mcp_id="sds-company-data", tool="x", args={}, call_hash="h", expires_at=timezone.now()

@@ -241,7 +241,7 @@ def test_what_a_model_makes_up_reaches_no_span_audit_column_or_metric_label_as_i
     from tests.test_probes import scrape
 
     credential = "sk-live-AbCdEf0123456789abcd"
-    who = gate.GateCall(source="admin", actor="tester")
+    who = gate.GateCall(source="agent", actor="tester")
     sentence = gate.call(
         server=demo_server, tool_name="search_employee", args={f"what is the salary 0 {credential}": 1}, who=who
     )
