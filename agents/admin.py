@@ -40,6 +40,7 @@ from agents.agent_settings_form import (
 )
 from agents.api.throttling import parse_rate
 from agents.budgets import (
+    BUDGET_OWNER_FIELDS,
     MICROS_PER_USD,
     budget_create,
     budget_delete,
@@ -1090,6 +1091,11 @@ class BudgetAdmin(ServiceAdminMixin, admin.ModelAdmin):
     list_select_related = ["agent", "api_key"]  # named by each row (``Budget.__str__``)
     list_filter = ["period", "enabled"]
     fields = ["api_key", "agent", "period", "max_tokens", "max_cost", "run_reservation_tokens", "enabled"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Budget | None = None) -> Any:
+        # A stored budget's owner is shown, not offered: its spend is theirs (``budget_update`` refuses the change).
+        fields = list(super().get_readonly_fields(request, obj))
+        return fields if obj is None else [*fields, *BUDGET_OWNER_FIELDS]
 
     def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         formfield = super().formfield_for_dbfield(db_field, request, **kwargs)

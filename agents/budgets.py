@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum
 from django.db.models.functions import TruncDate
@@ -95,15 +96,47 @@ def budget_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> Budget:
     return audited_save(Budget(), actor=actor, via=via, data=data)
 
 
+# What a budget belongs to: fixed once it exists (``budget_update``).
+BUDGET_OWNER_FIELDS = ("api_key", "agent")
+
+
 @transaction.atomic
 def budget_update(*, budget: Budget, actor: Any, via: str, data: Mapping[str, Any] | None = None) -> Budget:
     """Change the budget (audited). A change of its period carries the reservations of its runs in flight to the
-    new period's counters in the same transaction (``_reservations_carry``)."""
-    period_before = Budget.objects.filter(pk=budget.pk).values_list("period", flat=True).first()
+    new period's counters in the same transaction (``_reservations_carry``).
+
+    A change of its owner (``api_key``, ``agent``) is refused (ValidationError at the field, nothing written): its
+    counters and the reservations of its runs in flight are the owner's spend, and would go with it to the new
+    owner (shown and limited by the old owner's spend, and charged the old owner's runs in flight). Another owner
+    gets a new budget."""
+    stored = Budget.objects.filter(pk=budget.pk).values("period", *(f"{name}_id" for name in BUDGET_OWNER_FIELDS))
+    before = stored.first()
+    if before is not None:
+        _owner_change_refuse(budget, before, data or {})
+    period_before = before["period"] if before is not None else None
     budget = audited_save(budget, actor=actor, via=via, data=data)
     if budget.period != period_before:
         _reservations_carry(budget)
     return budget
+
+
+def _owner_change_refuse(budget: Budget, before: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+    """Raise a ValidationError naming each owner field that ``budget`` (or ``data``) sets to another than the
+    stored ``before``."""
+    changed = []
+    for name in BUDGET_OWNER_FIELDS:
+        if name in data:
+            asked = getattr(data[name], "pk", data[name])
+        else:
+            asked = data.get(f"{name}_id", getattr(budget, f"{name}_id"))
+        if asked != before[f"{name}_id"]:
+            changed.append(name)
+    if changed:
+        message = _(
+            "A budget's API key or agent cannot be changed once it exists (its spend and runs in flight are "
+            "theirs): create a new budget for the other owner."
+        )
+        raise ValidationError({name: ValidationError(message, code="owner_fixed") for name in changed})
 
 
 def _reservations_carry(budget: Budget) -> None:
@@ -592,8 +625,9 @@ def budget_state(budget: Budget, *, now: dt.datetime, usages: Iterable[BudgetUsa
 
 
 def api_key_usage(*, api_key: ApiKey, days: int = 30) -> dict[str, Any]:
-    """What ``GET /api/v1/usage`` shows a key: today's and this month's totals, per agent and per day, and the
-    budgets that apply to it (its own, and those of the agents it may use)."""
+    """What ``GET /api/v1/usage`` shows a key: today's and this month's totals (``period_starts``: where each
+    began, midnight UTC), per agent and per day, and the budgets that apply to it (its own, and those of the agents
+    it may use)."""
     now = timezone.now()
     runs = Run.objects.filter(api_key=api_key)
     day_start, _day_end = period_bounds(Budget.Period.DAY, now)
@@ -608,6 +642,11 @@ def api_key_usage(*, api_key: ApiKey, days: int = 30) -> dict[str, Any]:
     budgets = Budget.objects.filter(Q(api_key=api_key) | Q(agent__in=agents), enabled=True).select_related("agent")
     return {
         "api_key": api_key.prefix,
+        # Days and months here (``today``, ``this_month``, ``by_day``, the budgets' periods) are UTC ones, said so in
+        # the answer (the run times elsewhere in the API are in the server's time zone); beside the totals, whose
+        # members callers compare whole.
+        "day_boundary": "UTC",
+        "period_starts": {"today": day_start.isoformat(), "this_month": month_start.isoformat()},
         "today": _totals(runs.filter(created_at__gte=day_start)).as_dict(),
         "this_month": _totals(month_runs).as_dict(),
         "by_agent": [

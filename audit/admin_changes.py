@@ -227,8 +227,25 @@ def _field_label(opts: Any, name: str) -> str:
         return name
 
 
-class ServiceAdminMixin:
-    """Saves and deletes through the entity's services (see the module docstring). A model's JSON field is read
+class WritesRefusedMixin:
+    """A POST to the list (an action, a bulk edit) by someone who may not change what it lists is a 403: Django
+    would otherwise answer 200 and change nothing, which reads as success. An action offered to them is theirs to
+    post all the same (its own permissions decided that: "delete" for Django's ``delete_selected``)."""
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        if request.method == "POST" and not self._list_post_allowed(request):
+            raise PermissionDenied
+        return super().changelist_view(request, extra_context)  # type: ignore[misc]
+
+    def _list_post_allowed(self, request: HttpRequest) -> bool:
+        if self.has_change_permission(request):  # type: ignore[attr-defined]
+            return True
+        return request.POST.get("action") in self.get_actions(request)  # type: ignore[attr-defined]
+
+
+class ServiceAdminMixin(WritesRefusedMixin):
+    """Saves and deletes through the entity's services (see the module docstring); a list's POST by someone who may
+    neither change its rows nor run the action posted is a 403 (``WritesRefusedMixin``). A model's JSON field is read
     with :class:`agent_platform.json.BoundedJSONField`: text nested too deeply is refused at its field, not a
     server error."""
 

@@ -4,20 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 
-from audit.admin_changes import history_page
+from audit.admin_changes import WritesRefusedMixin, history_page
 
-
-class WritesRefusedMixin:
-    """A POST to the list (an action, a bulk edit) by someone who may not change what it lists is a 403: Django
-    would otherwise answer 200 and change nothing, which reads as success."""
-
-    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        if request.method == "POST" and not self.has_change_permission(request):  # type: ignore[attr-defined]
-            raise PermissionDenied
-        return super().changelist_view(request, extra_context)  # type: ignore[misc]
+__all__ = ["ReadOnlyAdminMixin", "WritesRefusedMixin"]
 
 
 class ReadOnlyAdminMixin:

@@ -618,6 +618,14 @@ class UsageTotalsSerializer(serializers.Serializer):
     cost_usd = serializers.FloatField(help_text="At the admin's price table.")
 
 
+@extend_schema_serializer(component_name="UsagePeriodStarts")
+class UsagePeriodStartsSerializer(serializers.Serializer):
+    """Where the periods of `today` and `this_month` began: midnight UTC."""
+
+    today = serializers.DateTimeField()
+    this_month = serializers.DateTimeField()
+
+
 @extend_schema_serializer(component_name="AgentUsage")
 class AgentUsageSerializer(UsageTotalsSerializer):
     """The key's runs, tokens and cost with one agent this month."""
@@ -656,6 +664,12 @@ class UsageSerializer(serializers.Serializer):
     """The calling key's tokens, cost and budgets (UTC periods)."""
 
     api_key = serializers.CharField(help_text="The key's prefix.")
+    day_boundary = serializers.ChoiceField(
+        choices=["UTC"],
+        help_text="Where a day starts for `today`, `this_month`, `by_day` and the budgets' periods: midnight UTC "
+        "(run times elsewhere in the API are in the server's time zone).",
+    )
+    period_starts = UsagePeriodStartsSerializer()
     today = UsageTotalsSerializer()
     this_month = UsageTotalsSerializer()
     by_agent = AgentUsageSerializer(many=True, help_text="This month, per agent.")

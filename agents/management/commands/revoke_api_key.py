@@ -36,11 +36,11 @@ class Command(BaseCommand):
         # Composed or not: names are stored composed (NFC) now, and were stored as typed before.
         spellings = {given, *(unicodedata.normalize(form, given) for form in ("NFC", "NFD"))}
         named = Q(name=options["key"]) | Q(trimmed_name__in=spellings)
-        keys = list(
-            ApiKey.objects.annotate(trimmed_name=Trim("name"))
-            .filter(Q(prefix=given) | Q(digest=api_key_digest(given)) | named)
-            .order_by("created_at")
-        )
+        # A prefix or a whole key names one key: it is taken before names, which anyone may set to look like a
+        # prefix (a key named after another's prefix left that prefix unable to revoke its key).
+        keys = list(ApiKey.objects.filter(Q(prefix=given) | Q(digest=api_key_digest(given))).order_by("created_at"))
+        if not keys:
+            keys = list(ApiKey.objects.annotate(trimmed_name=Trim("name")).filter(named).order_by("created_at"))
         if not keys:
             raise CommandError(_("no API key with the prefix or name %(given)s") % {"given": repr(given)})
         live = [k for k in keys if k.revoked_at is None]
