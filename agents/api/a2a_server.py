@@ -28,8 +28,10 @@ a message on that task with a data part ``{"decision": "approve"|"reject", "appr
 ``POST /runs/{id}/approvals/{id}`` would, and the task goes on; the same reply sent again under its ``messageId``
 returns the task and decides nothing.
 Our error codes become A2A errors (``run_not_found`` → -32001 TaskNotFound, ``run_finished`` on cancel → -32002,
-invalid input → -32602, …) with our code in the error's ``ErrorInfo`` metadata; a refusal to come back later (a
-spent budget, a key whose stream slots are all taken) is -32029 in an HTTP 429 with ``Retry-After``. A message's
+invalid input → -32602, a refusal of what the caller may not do → -32031, …) with our code in the error's
+``ErrorInfo`` metadata; a refusal to come back later (a spent budget, a key whose stream slots are all taken) is
+-32029 in an HTTP 429 with ``Retry-After``, and the server's own failure (a 503 ``config:secret_unreadable``) is
+-32603 in the REST API's status, with its ``Retry-After``. A message's
 ``contextId`` is compared and filtered on composed (NFC), as the run keeps it.
 """
 
@@ -211,9 +213,16 @@ RESOURCE_EXHAUSTED = (-32029, "RESOURCE_EXHAUSTED")
 # The stream's API key was revoked while it was open: a server-defined code (A2A has none; its other bindings say
 # UNAUTHENTICATED / 401), with our ``authentication_failed`` in the metadata, as the run events API says it.
 UNAUTHENTICATED = (-32030, "UNAUTHENTICATED")
+# The caller may not do this (a model's write only a reviewer may approve): a server-defined code, as A2A's other
+# bindings say PERMISSION_DENIED / 403; it was "invalid params", which no change of the params would fix.
+PERMISSION_DENIED = (-32031, "PERMISSION_DENIED")
 
 
 def a2a_error_of(exc: ApplicationError) -> A2AError:
+    """Our error as an A2A error, by its HTTP status as the REST API answers it: 429 ``RESOURCE_EXHAUSTED``; a
+    5xx (a secret this process cannot decrypt: 503) the server's own ``INTERNAL`` error, in the same HTTP status
+    with its ``Retry-After`` (and a ``RetryInfo``), as a 429 is; 403 ``PERMISSION_DENIED``; the codes of
+    ``_ERRORS``; any other refusal invalid params."""
     if exc.status == 429:
         code, reason = RESOURCE_EXHAUSTED
         # A budget's: when it resets, and whether it is used up or held by runs in flight (``agents.budgets``).
@@ -221,6 +230,12 @@ def a2a_error_of(exc: ApplicationError) -> A2AError:
         return A2AError(
             code, reason, exc.message, our_code=exc.code, http_status=429, headers=exc.headers, metadata=metadata
         )
+    if exc.status >= 500:
+        # Not the caller's input: the same request may succeed later (it read as a bad request, with no wait).
+        return A2AError(-32603, "INTERNAL", exc.message, our_code=exc.code, http_status=exc.status, headers=exc.headers)
+    if exc.status == 403:
+        code, reason = PERMISSION_DENIED
+        return A2AError(code, reason, exc.message, our_code=exc.code)
     code, reason = _ERRORS.get(exc.code, (-32602, "INVALID_PARAMS"))
     return A2AError(code, reason, exc.message, our_code=exc.code)
 
@@ -580,11 +595,21 @@ class Decision:
     reason: str
 
 
+# The members of a decision's data part; any other is refused.
+DECISION_KEYS = frozenset({"decision", "approvalId", "reason"})
+
+
 def decision_of(parts: list[Any]) -> Decision | None:
     """A reply to ``input-required``: a data part with ``decision``, or the text ``approve``/``reject``."""
     for part in parts:
         if isinstance(part, dict) and isinstance(part.get("data"), dict) and "decision" in part["data"]:
             data = part["data"]
+            unknown = sorted(str(key) for key in data if key not in DECISION_KEYS)
+            if unknown:  # as the REST API's strict serializer refuses them: a misspelt "approval_id" decided all
+                raise invalid_params(
+                    _("Unknown fields in the decision: %(fields)s. Send only decision, approvalId and reason.")
+                    % {"fields": ", ".join(unknown)}
+                )
             for key, limit in (("decision", 20), ("approvalId", 100), ("reason", 2000)):
                 # As the REST API reads a decision: text, bounded (an object was stored as Python's text of it,
                 # and the audit event kept a reason of any length).
@@ -669,6 +694,12 @@ def _request_context(metadata: dict[str, Any], message: dict[str, Any]) -> dict[
     if problem is not None:
         raise invalid_params(problem)
     given = message.get("contextId")
+    if given is not None:
+        # Blank is no conversation's id: "   " put every blank-context message of a key into one history (one
+        # user's turns reached another's model), and "" was quietly replaced by a new one; REST refuses both.
+        problem = context_id_problem({"contextId": given}, field="message.contextId")
+        if problem is not None:
+            raise invalid_params(problem)
     if given and "contextId" in context and nfc(context["contextId"]) != nfc(given):
         raise invalid_params(
             _(
@@ -834,10 +865,14 @@ class TaskFeed:
 
     def poll(self) -> tuple[list[str], PollState]:
         with translation.override(self.language):
-            loss = self.recheck.lost() if self.recheck is not None else None
-            if loss is not None:
-                return [closing_event(self.rpc_id, loss)], "done"
-            return self._poll()
+            try:
+                loss = self.recheck.lost() if self.recheck is not None else None
+                if loss is not None:
+                    return [closing_event(self.rpc_id, loss)], "done"
+                return self._poll()
+            except Exception:  # the stream ends with an answer, as ``TaskWait``'s; the task is not the client's to lose
+                logger.exception("A2A stream: reading run %s failed", self.run_id)
+                return [internal_error_event(self.rpc_id, self.run_id)], "done"
 
     def _poll(self) -> tuple[list[str], PollState]:
         chunks: list[str] = []
@@ -920,6 +955,15 @@ def closing_event(rpc_id: Any, loss: StreamLoss) -> str:
     return f"data: {dumps(_rpc_error(rpc_id, error))}\n\n"
 
 
+def internal_error_event(rpc_id: Any, run_id: Any) -> str:
+    """The last response of a stream, or of a blocking ``SendMessage``'s wait, that failed to read its task (the
+    database hiccups): an ``INTERNAL`` error naming the task, which goes on (the client reads it with ``GetTask``
+    or subscribes again, rather than sending its message again)."""
+    message = _("Internal error while waiting for the task; it goes on: GetTask %(task_id)s") % {"task_id": run_id}
+    error = A2AError(-32603, "INTERNAL", message, metadata={"taskId": str(run_id)})
+    return f"data: {dumps(_rpc_error(rpc_id, error))}\n\n"
+
+
 # --- JSON-RPC --------------------------------------------------------------------------------------------
 
 
@@ -960,7 +1004,9 @@ def tasks_list(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> dict
     )
     context_id = params.get("contextId")
     if context_id is not None:
-        if not isinstance(context_id, str) or len(nfc(context_id)) > MESSAGE_ID_MAX_CHARS:  # {"a": 1} found nothing
+        if (
+            not isinstance(context_id, str) or not context_id.strip() or len(nfc(context_id)) > MESSAGE_ID_MAX_CHARS
+        ):  # {"a": 1} found nothing, and "" found the tasks of every blank-context message
             raise invalid_params(
                 _("'%(key)s' must be text of at most %(max)d characters.")
                 % {"key": "contextId", "max": MESSAGE_ID_MAX_CHARS}
@@ -1279,11 +1325,7 @@ class TaskWait:
                     return [f"data: {dumps(answer)}\n\n"], "done"
             except Exception:  # answered as an error; the task is not the client's to lose
                 logger.exception("A2A SendMessage: reading run %s failed", self.run_id)
-                message = _("Internal error while waiting for the task; it goes on: GetTask %(task_id)s") % {
-                    "task_id": self.run_id
-                }
-                error = A2AError(-32603, "INTERNAL", message, metadata={"taskId": str(self.run_id)})
-                return [f"data: {dumps(_rpc_error(self.rpc_id, error))}\n\n"], "done"
+                return [internal_error_event(self.rpc_id, self.run_id)], "done"
         if time.monotonic() - self.last_sent >= self.keepalive_s:
             self.last_sent = time.monotonic()
             return [": keep-alive\n\n"], "wait"

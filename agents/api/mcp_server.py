@@ -11,7 +11,10 @@ before the answer, cancels the run. A call, answered on an event stream or as a 
 the key's stream slots (``PLATFORM_SSE_MAX_STREAMS_PER_KEY``; none free: an ``isError`` result saying to call
 again), and checks its key again every ``PLATFORM_SSE_AUTH_RECHECK_S``: once the key is revoked it ends with an
 ``isError`` result (``authentication_failed``), once the key may no longer read the run (taken off its agent, or the
-agent disabled) with one saying ``run_not_found``, the run left to go on either way.
+agent disabled) with one saying ``run_not_found``, the run left to go on either way. A request over its key's rate
+limit is answered in a 200 as the stream slots' refusal is (an HTTP 429 ends the official client's whole session):
+a ``tools/call`` with an ``isError`` result, any other request with the JSON-RPC error ``THROTTLED``, both saying
+when to ask again; a notification is not counted against the limit.
 
 Written as plain Django views rather than the ``mcp`` SDK's session manager, because the platform serves from
 several processes (gunicorn's uvicorn workers, or ``runserver``) and an SDK session lives in one process's
@@ -38,7 +41,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
@@ -59,15 +62,17 @@ from agents.api.protocol_http import (
     key_may_read_run,
     paced_async,
     paced_sync,
+    retry_after,
     revoked_message,
     rpc_body,
     run_unreadable_message,
     status_progress_text,
     stream_slot_take,
+    throttled_message,
     too_many_streams,
     tool_progress_text,
 )
-from agents.api.throttling import stream_slot_release
+from agents.api.throttling import api_key_rate_check, stream_slot_release
 from agents.config_cache import described_configuration
 from agents.conversations import CONTEXT_ID_MAX_CHARS, context_id_problem, context_without_null_id
 from agents.models import Agent, AgentVersion, ApiKey, Approval, Run
@@ -374,6 +379,41 @@ def _rpc_error(rpc_id: Any, code: int, message: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": rpc_id, "error": {"code": code, "message": message}}
 
 
+# A request over its key's rate limit: a server-defined JSON-RPC code (A2A's RESOURCE_EXHAUSTED has the same).
+THROTTLED = -32029
+
+
+def _valid_id(rpc_id: Any) -> bool:
+    """Whether ``rpc_id`` is a request id a client can match its answer to (MCP: a string or an integer, never
+    null), short enough to echo."""
+    return not isinstance(rpc_id, bool) and (
+        isinstance(rpc_id, int) or (isinstance(rpc_id, str) and len(rpc_id) <= 200)
+    )
+
+
+def _id_echoed(body: Any) -> Any:
+    """The id of an invalid request to answer under: its own where it is a valid one, else null."""
+    rpc_id = body.get("id") if isinstance(body, dict) else None
+    return rpc_id if _valid_id(rpc_id) else None
+
+
+def throttled_answer(body: Any, wait: float) -> JsonResponse:
+    """A request over its key's rate limit, answered as the stream slots' refusal is, in a 200 (an HTTP 429 makes
+    the official client raise in its task group and ends the whole session): a ``tools/call``'s own ``isError``
+    result, any other request's JSON-RPC error, each saying when to ask again. What is no request (no id a client
+    could match) keeps the REST API's 429."""
+    message = throttled_message(wait)
+    rpc_id = _id_echoed(body)
+    if rpc_id is None:
+        return error_response("throttled", message, 429, headers=retry_after(wait))
+    if body.get("method") == "tools/call":
+        result = {"content": [{"type": "text", "text": f"throttled: {message}"}], "isError": True}
+        return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": result}, headers=retry_after(wait))
+    error = _rpc_error(rpc_id, THROTTLED, message)
+    error["error"]["data"] = {"code": "throttled", "retryAfter": int(wait)}
+    return json_response(error, headers=retry_after(wait))
+
+
 def _initialize(params: dict[str, Any]) -> dict[str, Any]:
     asked = params.get("protocolVersion")
     version = asked if asked in SERVER_VERSIONS else SERVER_VERSIONS[0]
@@ -398,44 +438,49 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
             405,
             headers={"Allow": "POST"},
         )
-    caller = await sync_to_async(caller_authenticate)(request)
+    # Counted against the key's rate once the body says what it is: a notification is not (it has no answer to
+    # carry a refusal, and its 429 ended the official client's session).
+    caller = await sync_to_async(caller_authenticate)(request, counted=False)
     if caller.api_key is None:
         return caller.refusal  # type: ignore[return-value]
     api_key = caller.api_key
+    body: Any = None
+    refusal: JsonResponse | None = None
     charset = str((request.content_params or {}).get("charset", "")).lower()
     if request.body and (request.content_type != "application/json" or charset not in ("", "utf-8", "utf8")):
         # As the MCP SDK's own server answers: the body is JSON in UTF-8, said so (a text/plain body, or one in
         # EUC-KR, was read all the same, or read wrong).
         message = _("Send the message as application/json in UTF-8.")
-        return json_response(_rpc_error(None, -32600, message), status=415)
-    try:
-        body = rpc_body(request)
-    except exceptions.ParseError as exc:
-        return json_response(_rpc_error(None, -32700, str(exc.detail)), status=400)
+        refusal = json_response(_rpc_error(None, -32600, message), status=415)
+    else:
+        try:
+            body = rpc_body(request)
+        except exceptions.ParseError as exc:
+            refusal = json_response(_rpc_error(None, -32700, str(exc.detail)), status=400)
+    if not (isinstance(body, dict) and "id" not in body and isinstance(body.get("method"), str)):
+        wait = await sync_to_async(api_key_rate_check)(api_key)
+        if wait is not None:
+            return throttled_answer(body, wait)
+    if refusal is not None:
+        return refusal
     if not isinstance(body, dict) or body.get("jsonrpc") != "2.0":
-        return json_response(_rpc_error(None, -32600, _("Send one JSON-RPC 2.0 message.")), status=400)
+        return json_response(_rpc_error(_id_echoed(body), -32600, _("Send one JSON-RPC 2.0 message.")), status=400)
     version = request.headers.get("MCP-Protocol-Version", "").strip()
     if version and version not in SERVER_VERSIONS and body.get("method") != "initialize":
-        # MCP 2025-06-18: a version the server does not speak is a 400 (it was answered as if it were one).
+        # MCP 2025-06-18: a version the server does not speak is a 400 (it was answered as if it were one). Quoted
+        # as printable ASCII: a header's other bytes came back as Latin-1 mojibake.
+        shown = "".join(ch if " " <= ch <= "~" else "?" for ch in version[:40])
         message = _("Unsupported MCP-Protocol-Version %(version)s; this server speaks %(versions)s.") % {
-            "version": version[:40],
+            "version": shown,
             "versions": ", ".join(SERVER_VERSIONS),
         }
-        return json_response(
-            _rpc_error(body.get("id") if isinstance(body.get("id"), str | int) else None, -32600, message), status=400
-        )
+        return json_response(_rpc_error(_id_echoed(body), -32600, message), status=400)
     session_id = request.headers.get("Mcp-Session-Id", "")[:100]
     method = body.get("method")
     if "method" in body and not isinstance(method, str):
         # JSON-RPC: a method is a string; anything else is an Invalid Request (as the A2A server answers), not a
         # method that was looked for and not found.
-        rpc_id = body.get("id")
-        valid_id = not isinstance(rpc_id, bool) and (
-            isinstance(rpc_id, int) or (isinstance(rpc_id, str) and len(rpc_id) <= 200)
-        )
-        return json_response(
-            _rpc_error(rpc_id if valid_id else None, -32600, _("Expected a JSON-RPC 2.0 request.")), status=400
-        )
+        return json_response(_rpc_error(_id_echoed(body), -32600, _("Expected a JSON-RPC 2.0 request.")), status=400)
     if "id" not in body or method is None:  # a notification, or a response to a request we never send
         if method == "notifications/cancelled" and isinstance(body.get("params"), dict):
             await sync_to_async(tool_call_cancel)(
@@ -443,14 +488,15 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
             )
         return HttpResponse(status=202)
     rpc_id = body["id"]
-    if isinstance(rpc_id, bool) or not isinstance(rpc_id, str | int) or (isinstance(rpc_id, str) and len(rpc_id) > 200):
+    if not _valid_id(rpc_id):
         # MCP: a request's id is a string or an integer (never null); any other could not be matched to its answer.
-        return json_response(
-            _rpc_error(None, -32600, _("The request's 'id' must be a string (at most 200 characters) or an integer."))
-        )
+        # A 400, as every other invalid request's (a null id's was a 200).
+        message = _("The request's 'id' must be a string (at most 200 characters) or an integer.")
+        return json_response(_rpc_error(None, -32600, message), status=400)
     params: dict[str, Any] = body["params"] if isinstance(body.get("params"), dict) else {}
     if method == "initialize":
-        headers = {"Mcp-Session-Id": session_id or secrets.token_urlsafe(24)}
+        # Always the server's own: a client's header was sent back unchecked, so it chose its session's id.
+        headers = {"Mcp-Session-Id": secrets.token_urlsafe(24)}
         return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": _initialize(params)}, headers=headers)
     if method == "ping":
         return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": {}})

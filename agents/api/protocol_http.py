@@ -67,8 +67,9 @@ class Caller:
     refusal: JsonResponse | None
 
 
-def caller_authenticate(request: HttpRequest) -> Caller:
-    """``Authorization: Bearer <api key>`` as the REST API reads it, counted against the key's rate limit."""
+def caller_authenticate(request: HttpRequest, *, counted: bool = True) -> Caller:
+    """``Authorization: Bearer <api key>`` as the REST API reads it, counted against the key's rate limit (unless
+    not ``counted``: the caller counts it, ``api_key_rate_check``, once it knows what the request is)."""
     auth = ApiKeyAuthentication()
     challenge = {"WWW-Authenticate": auth.authenticate_header(request)}  # type: ignore[arg-type]
     try:
@@ -82,11 +83,19 @@ def caller_authenticate(request: HttpRequest) -> Caller:
         message = str(exceptions.NotAuthenticated.default_detail)
         return Caller(None, error_response("not_authenticated", message, 401, headers=challenge))
     api_key = found[0]
-    wait = api_key_rate_check(api_key)
+    wait = api_key_rate_check(api_key) if counted else None
     if wait is not None:
-        message = _("Request was throttled. Expected available in %(wait)d seconds.") % {"wait": wait}
-        return Caller(None, error_response("throttled", message, 429, headers={"Retry-After": str(int(wait))}))
+        return Caller(None, error_response("throttled", throttled_message(wait), 429, headers=retry_after(wait)))
     return Caller(api_key, None)
+
+
+def throttled_message(wait: float) -> str:
+    """What a request over its key's rate limit is told: when to ask again."""
+    return _("Request was throttled. Expected available in %(wait)d seconds.") % {"wait": wait}
+
+
+def retry_after(wait: float) -> dict[str, str]:
+    return {"Retry-After": str(int(wait))}
 
 
 def stream_timing() -> tuple[float, float]:
@@ -242,12 +251,17 @@ def json_body(poll: Poll) -> Poll:
 
 def tool_progress_text(run: Run, call: dict[str, Any]) -> str:
     """A tool call's progress line for A2A and MCP clients, in the run's language (its version's, ``Run.language``):
-    ``tool search_employee: ok``."""
+    ``tool search_employee: ok``; a call that waits for approval, or a rule's call that was skipped, is said so
+    (the run's trace says "awaiting approval" and "rule skipped"), not that it failed."""
     tool = call.get("name") or call.get("tool") or ""
     reason = call.get("reason") or call.get("error") or ""
     with translation.override(run.language or None):
         if call.get("ok"):
             return _("tool %(tool)s: ok") % {"tool": tool}
+        if "approval:pending" in (call.get("error"), call.get("reason")):
+            return _("tool %(tool)s: waiting for approval") % {"tool": tool}
+        if "rule:skipped" in (call.get("error"), call.get("reason")):
+            return _("tool %(tool)s: skipped") % {"tool": tool}
         if not reason:
             return _("tool %(tool)s: failed") % {"tool": tool}
         return _("tool %(tool)s: failed (%(reason)s)") % {"tool": tool, "reason": reason}

@@ -109,7 +109,7 @@ def test_approving_every_pending_call_decides_none_when_one_may_not_be_approved(
     message = {"messageId": "m-all", "role": "ROLE_USER", "taskId": str(run.pk), "parts": [{"text": "approve"}]}
 
     answer = send(api_caller, message)
-    assert (answer["error"]["code"], our_code(answer)) == (-32602, "approval_needs_reviewer")
+    assert (answer["error"]["code"], our_code(answer)) == (-32031, "approval_needs_reviewer")
     assert str(model_call.pk) in answer["error"]["message"]
     for approval in (rule_call, model_call):
         approval.refresh_from_db()
