@@ -1,4 +1,5 @@
-"""What the flow templates share: the state, and reading names and teams out of a Korean question."""
+"""What the flow templates share: the state, reading names and teams out of a Korean question, and the answers for
+a call that brought nothing to answer from."""
 
 from __future__ import annotations
 
@@ -8,10 +9,24 @@ from typing import Any, TypedDict
 from django.conf import settings as django_settings
 
 from agent_platform.json import loads as json_loads
+from agents.answers import all_calls_failed_text
 from agents.tools import ToolFailure
+from mcpregistry.gate import reports_error
 
-NAME = re.compile(r"([가-힣]{2,4})\s*님")
 TEAM = re.compile(r"([가-힣A-Za-z]+팀)")
+WORD = re.compile(r"[가-힣A-Za-z0-9]+")
+HANGUL_NAME = re.compile(r"[가-힣]{2,4}")
+# What follows a name in a question: a particle, an honorific, a title ("김하늘의", "박도윤 팀장님은"). A particle
+# but 의 and 에게 is taken off only where three syllables are left: "정하은" (은) and "김영이" (이) are names.
+HONORIFIC = "님"
+TITLES = ("팀장", "매니저", "부장", "차장", "과장", "대리", "사원", "선임", "책임", "수석", "프로", "씨")
+PARTICLES = ("은", "는", "이", "가", "을", "를")
+# The words of the questions these templates answer, question words and a request's endings ("알려줘", "있어?"):
+# no one's name; nor is a word with 팀 in it (a team, "팀장").
+NOT_NAMES = frozenset({"프로젝트", "자산", "노트북", "모니터", "인원", "인원수", "명단", "소속", "직원", "정보",
+                       "목록", "전체", "우리", "저희", "사람", "담당자", "현황"})  # fmt: skip
+QUESTION_WORDS = ("몇", "누구", "어디", "어느", "어떤", "무엇", "뭐")
+REQUEST_ENDINGS = ("줘", "요", "야", "까", "어", "죠")
 
 
 def default_mcp_id() -> str:
@@ -35,9 +50,48 @@ class FlowState(TypedDict, total=False):
     output: Any
 
 
+def _name_stem(word: str) -> tuple[str, bool]:
+    """``word`` less the particle, honorific and title that follow a name, and whether it had any ("김하늘의",
+    "김하늘님", "김하늘팀장님" are "김하늘", marked; "팀장님은" is "", marked)."""
+    stem = word
+    if stem.endswith("에게"):
+        stem = stem[:-2]
+    elif stem.endswith("의") or (stem.endswith(PARTICLES) and len(stem) > 3):
+        stem = stem[:-1]
+    stem = stem.removesuffix(HONORIFIC)
+    for title in TITLES:
+        if stem.endswith(title):
+            stem = stem[: -len(title)].removesuffix(HONORIFIC)
+            break
+    return stem, stem != word
+
+
+def _could_be_a_name(stem: str) -> bool:
+    bare = stem[:-1] if stem.endswith(PARTICLES) else stem  # "자산을": a particle after two syllables
+    return (
+        HANGUL_NAME.fullmatch(stem) is not None
+        and "팀" not in stem
+        and not {stem, bare} & NOT_NAMES
+        and not stem.startswith(QUESTION_WORDS)
+        and not stem.endswith(REQUEST_ENDINGS)
+    )
+
+
 def name_in(query: str) -> str | None:
-    found = NAME.search(query)
-    return found.group(1) if found else None
+    """The person a question is about: a word followed by a particle, an honorific or a title ("김하늘의 노트북",
+    "김하늘 팀장님 노트북", "김하늘님"), else its first word that reads as a name ("박도윤 프로젝트?"); ``None`` where
+    none does ("프로젝트 알려줘", "클라우드운영팀 몇명이야?"). A name is two to four Hangul syllables, no team, none
+    of the words the templates are asked about nor a request's ending."""
+    words = WORD.findall(query)
+    stems = [_name_stem(word) for word in words]
+    candidates = []
+    for at, (stem, marked) in enumerate(stems):
+        if not _could_be_a_name(stem):
+            continue
+        # "김하늘 님", "김하늘 팀장님": the next word is an honorific or a title only.
+        followed = at + 1 < len(stems) and stems[at + 1][1] and not stems[at + 1][0]
+        candidates.append((not (marked or followed), at, stem))
+    return min(candidates)[2] if candidates else None
 
 
 def team_in(query: str) -> str | None:
@@ -50,6 +104,13 @@ def failed(result: Any) -> bool:
     return isinstance(result, ToolFailure)
 
 
+def unanswered(result: Any) -> bool:
+    """Whether a call brought nothing to answer from: it failed (``failed``), or the tool answered its own error as
+    a value (``{"error": "인사 시스템 점검 중", "fallback": "retry"}``, ``mcpregistry.gate.reports_error``), which
+    the gate hands a read's caller as an answer."""
+    return failed(result) or reports_error(as_data(result))
+
+
 def as_data(result: Any) -> Any:
     """Tool results are JSON text on the demo server; the gate parses them. Keep strings as they are."""
     if isinstance(result, str):
@@ -60,19 +121,41 @@ def as_data(result: Any) -> Any:
     return result
 
 
-def unavailable(what: str) -> str:
-    """The end user's answer where a call failed (``failed``): ``what`` (with its particle, "직원 정보를") could
-    not be fetched. Never the failure's own message: that is the gate's guidance for a model (how to call again),
-    shown on the run page with the call, not to the user."""
-    return f"{what} 지금 가져오지 못했습니다. 잠시 후 다시 시도해 주세요."
+# The gate's reasons a later call may not meet: it did not get through this time (it timed out, hit a rate limit,
+# found the server unreachable or answering out of protocol, failed unexpectedly), or the server's breaker is open
+# for a while. A tool's own error value says so itself ("fallback": "retry").
+RETRY_MAY_FIX = frozenset({"timeout", "rate_limit", "transport", "protocol", "unexpected", "circuit:open"})
 
 
-def project_names(projects: Any) -> str:
-    """The projects' names, comma-separated; the tool's text answer as it is (the demo server's "no projects").
-    A failed call is told as such (callers check ``failed`` first, to say so in a sentence of their own)."""
-    if failed(projects):
-        return unavailable("프로젝트 목록을")
+def unavailable(what: str, result: Any) -> str:
+    """The end user's answer where a call brought nothing (``unanswered``): ``what`` (with its particle, "직원
+    정보를") could not be fetched, and what to do, by the failure's reason code as the rule path says it
+    (``agents.answers.all_calls_failed_text``): "try again later" only where a retry may fix it (``RETRY_MAY_FIX``,
+    and a tool's own error value); an out-of-date tool needs an administrator, a value the tool refuses would be
+    refused again. A failure the rule path does not tell apart from the retryable ones (an unknown or disabled
+    tool, a disabled server, an answer out of contract) is no matter of time here: an administrator must look.
+    Never the failure's own message: that is the gate's guidance for a model (how to call again), shown on the run
+    page with the call, not to the user."""
+    code = str(result.get("error") or "") if failed(result) else ""
+    if not code or code in RETRY_MAY_FIX:
+        return f"{what} 지금 가져오지 못했습니다. 잠시 후 다시 시도해 주세요."
+    said = all_calls_failed_text(language="ko", codes=[code])
+    if said == all_calls_failed_text(language="ko", codes=[]):  # the rule path's "try again later"
+        said = "다시 시도해도 해결되지 않으니 관리자에게 문의해 주세요."
+    return f"{what} 가져오지 못했습니다. {said}"
+
+
+def ask_for_a_name(example: str) -> str:
+    """The answer to a question that names no one (a template never calls a tool with an empty name)."""
+    return f"이름을 알려 주세요. (예: {example})"
+
+
+def project_names(projects: Any) -> str | None:
+    """The projects' names, comma-separated; ``None`` where the answer names none: the tool's text (the demo
+    server's "no projects", which callers tell as it is), an answer that is no list of projects, a call that brought
+    nothing (callers check ``unanswered`` first, to say so in a sentence of their own)."""
     rows = as_data(projects)
-    if isinstance(rows, list):
-        return ", ".join(str(p.get("name")) for p in rows if isinstance(p, dict))
-    return str(rows)
+    if not isinstance(rows, list) or unanswered(projects):
+        return None
+    names = [str(p["name"]) for p in rows if isinstance(p, dict) and p.get("name")]
+    return ", ".join(names) or None

@@ -4,7 +4,8 @@ The request comes as an A2A data part ``{"request": {"method": "GET", "path": "/
 query itself (``GET /teams/클라우드운영팀/members``). Routes: ``/employees/{name}``, ``/teams/{team}/members``,
 ``/teams/{team}/projects``, ``/assets?owner={name}``. The output is ``{"status": ..., "body": ...}``: 200 with
 the data, 400 for a path that cannot be read, 404 where there is none (the server's text as ``error``), 405 for a
-method but GET, 502 where the call failed (its reason code as ``error``).
+method but GET, 502 where the call failed (its reason code as ``error``) or the tool answered its own error as a
+value (``{"error": "인사 시스템 점검 중"}``: ``tool:error``, the gate's code for a tool's own error).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from agents.flows.common import FlowState, as_data, default_mcp_id, failed, unavailable
+from agents.flows.common import FlowState, as_data, default_mcp_id, failed, unanswered, unavailable
 from agents.tools import MCPHandle
 
 mcp = MCPHandle()
@@ -56,10 +57,11 @@ async def dispatch(state: FlowState) -> dict[str, Any]:
         tool, arg, found = match
         params = {arg: found.group("value")}
     result = as_data(await mcp.call(tool, params=params))
-    if failed(result):
+    if unanswered(result):
         # The failure's reason code, not its message (the gate's guidance for a model; the run page shows it).
-        message = unavailable("요청한 정보를")
-        return {"response": {"status": 502, "body": {"error": result.get("error"), "message": message}}}
+        code = result.get("error") if failed(result) else "tool:error"
+        message = unavailable("요청한 정보를", result)
+        return {"response": {"status": 502, "body": {"error": code, "message": message}}}
     if isinstance(result, str):
         # The demo server answers its data as JSON and "nothing found" as text (no such employee or team, no
         # assets or projects for it): every route's nothing is a 404.

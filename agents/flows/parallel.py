@@ -7,35 +7,64 @@ from typing import Any
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from agents.flows.common import FlowState, as_data, default_mcp_id, failed, name_in, unavailable
+from agents.flows.common import (
+    FlowState,
+    as_data,
+    ask_for_a_name,
+    default_mcp_id,
+    name_in,
+    unanswered,
+    unavailable,
+)
 from agents.tools import MCPHandle
 
 mcp = MCPHandle()
 
+# A question that names no one ("자산 보여줘") calls neither tool: the join asks for a name.
+
 
 async def employee(state: FlowState) -> dict[str, Any]:
-    return {"employee": as_data(await mcp.call("search_employee", params={"name": name_in(state["query"]) or ""}))}
+    name = name_in(state["query"])
+    return {"employee": as_data(await mcp.call("search_employee", params={"name": name})) if name else None}
 
 
 async def assets(state: FlowState) -> dict[str, Any]:
-    return {"assets": as_data(await mcp.call("get_asset", params={"owner": name_in(state["query"]) or ""}))}
+    owner = name_in(state["query"])
+    return {"assets": as_data(await mcp.call("get_asset", params={"owner": owner})) if owner else None}
+
+
+def assets_text(owned: Any) -> str:
+    """The assets part of the answer: ``{"count", "assets"}`` listed (an asset without its id by its type alone),
+    the server's text (no assets) as it is, "not found" for an answer that is neither."""
+    if unanswered(owned):
+        return unavailable("자산 정보를", owned)
+    if isinstance(owned, str):
+        return owned  # the server's text: no assets
+    rows = owned.get("assets") if isinstance(owned, dict) else None
+    if not isinstance(rows, list):
+        return "자산 정보를 찾지 못했습니다."
+    items = [
+        f"{a.get('type') or '자산'}({a['asset_id']})" if a.get("asset_id") else str(a.get("type") or "자산")
+        for a in rows
+        if isinstance(a, dict)
+    ]
+    return f"자산 {owned.get('count', len(items))}건: {', '.join(items)}"
 
 
 async def join(state: FlowState) -> dict[str, Any]:
     person, owned = state.get("employee"), state.get("assets")
-    if failed(person):
-        return {"output": unavailable("직원 정보를")}
+    if person is None:
+        return {"output": ask_for_a_name("김하늘 님의 자산")}
+    if unanswered(person):
+        return {"output": unavailable("직원 정보를", person)}
     if not isinstance(person, dict):
         # The server's own answer where nobody has that name (it names the registered ones).
         return {"output": f"직원 정보를 찾지 못했습니다: {person}"}
-    if failed(owned):
-        owned_text = unavailable("자산 정보를")
-    elif isinstance(owned, dict):
-        items = ", ".join(f"{a['type']}({a['asset_id']})" for a in owned.get("assets", []))
-        owned_text = f"자산 {owned.get('count', 0)}건: {items}"
-    else:
-        owned_text = str(owned)  # the server's text: no assets
-    return {"output": f"{person['name']} 님 ({person['team']}, {person['role']}) — {owned_text}"}
+    if not person.get("name"):
+        return {"output": "직원 정보를 찾지 못했습니다."}  # an answer that is no employee's record
+    about = ", ".join(str(person[key]) for key in ("team", "role") if person.get(key))
+    who = f"{person['name']} 님 ({about})" if about else f"{person['name']} 님"
+    return {"output": f"{who} — {assets_text(owned)}"}
 
 
 async def build_graph(settings: Any) -> CompiledStateGraph:

@@ -7,15 +7,24 @@ from typing import Any
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from agents.flows.common import FlowState, as_data, default_mcp_id, failed, name_in, project_names, unavailable
+from agents.flows.common import (
+    FlowState,
+    as_data,
+    ask_for_a_name,
+    default_mcp_id,
+    name_in,
+    project_names,
+    unanswered,
+    unavailable,
+)
 from agents.tools import MCPHandle
 
 mcp = MCPHandle()
 
 
 def name_asked(state: FlowState) -> str:
-    """The employee asked about: "<이름> 님" in the question, else an A2A data part's ``name`` (a message with
-    data only), else the question's first word; "" when there is none of them."""
+    """The employee asked about: the name in the question (``name_in``: "김하늘의 프로젝트", "박도윤 프로젝트"),
+    else an A2A data part's ``name`` (a message with data only); "" when there is neither ("프로젝트 알려줘")."""
     found = name_in(state["query"])
     if found:
         return found
@@ -23,8 +32,7 @@ def name_asked(state: FlowState) -> str:
         name = part.get("name") if isinstance(part, dict) else None
         if isinstance(name, str) and name.strip():
             return name.strip()
-    words = state["query"].split()
-    return words[0] if words else ""
+    return ""
 
 
 async def lookup_employee(state: FlowState) -> dict[str, Any]:
@@ -36,30 +44,35 @@ async def lookup_employee(state: FlowState) -> dict[str, Any]:
 
 async def team_projects(state: FlowState) -> dict[str, Any]:
     employee = state.get("employee")
-    if not isinstance(employee, dict) or failed(employee):
+    if not isinstance(employee, dict) or unanswered(employee) or not employee.get("team"):
         return {"projects": None}
-    team = employee["team"]
+    team = str(employee["team"])
     return {"team": team, "projects": await mcp.call("list_projects", params={"team": team})}
 
 
 async def respond(state: FlowState) -> dict[str, Any]:
     employee = state.get("employee")
     if employee is None:
-        return {"output": "이름을 알려 주세요. (예: 김하늘 님의 프로젝트)"}
-    if failed(employee):
-        return {"output": unavailable("직원 정보를")}
+        return {"output": ask_for_a_name("김하늘 님의 프로젝트")}
+    if unanswered(employee):
+        return {"output": unavailable("직원 정보를", employee)}
     if not isinstance(employee, dict):
         # The server's own answer where nobody has that name (it names the registered ones).
         return {"output": f"직원 정보를 찾지 못했습니다: {employee}"}
+    if not employee.get("name") or "team" not in state:
+        return {"output": "직원 정보를 찾지 못했습니다."}  # an answer that is no employee's record
     projects = state.get("projects")
-    if failed(projects):
+    belongs = f"{employee['name']} 님은 {state['team']} 소속"
+    if unanswered(projects):
+        return {"output": f"{belongs}입니다. " + unavailable("진행 중인 프로젝트 목록을", projects)}
+    names = project_names(projects)
+    if names is None:
+        # The server's own answer where the team has none, else an answer that names no project.
+        found = as_data(projects)
         return {
-            "output": f"{employee['name']} 님은 {state['team']} 소속입니다. " + unavailable("진행 중인 프로젝트 목록을")
+            "output": f"{belongs}입니다. " + (found if isinstance(found, str) else "프로젝트 목록을 찾지 못했습니다.")
         }
-    return {
-        "output": f"{employee['name']} 님은 {state['team']} 소속이며, 진행 중인 프로젝트는 "
-        f"{project_names(projects)}입니다."
-    }
+    return {"output": f"{belongs}이며, 진행 중인 프로젝트는 {names}입니다."}
 
 
 async def build_graph(settings: Any) -> CompiledStateGraph:

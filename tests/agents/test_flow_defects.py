@@ -221,9 +221,10 @@ def test_a_flow_run_whose_call_failed_says_so_and_counts_it(demo_server: Any) ->
     McpTool.objects.filter(server=demo_server, name="list_projects").update(enabled=False)
     result = run(flow_agent(demo_server, "flow-failure"), "김하늘 님의 프로젝트")
     assert result.status == Run.Status.SUCCEEDED, result.error_message
+    # A disabled tool (tool:unknown) stays disabled: no "try again later" (tests/agents/test_s38_flow_templates.py).
     assert result.answer == (
-        "김하늘 님은 클라우드운영팀 소속입니다. 진행 중인 프로젝트 목록을 지금 가져오지 못했습니다. "
-        "잠시 후 다시 시도해 주세요."
+        "김하늘 님은 클라우드운영팀 소속입니다. 진행 중인 프로젝트 목록을 가져오지 못했습니다. "
+        "다시 시도해도 해결되지 않으니 관리자에게 문의해 주세요."
     )
     assert result.tool_failures == 1
 
