@@ -101,7 +101,7 @@ def _check_worker() -> None:
     seen = worker_last_seen()
     max_age_s = float(settings.PLATFORM_READY_WORKER_MAX_AGE_S)
     if seen is None:
-        raise LookupError("no worker has ever answered")
+        raise LookupError("no worker is running (none has a heartbeat)")
     age_s = (timezone.now() - seen).total_seconds()
     if age_s > max_age_s:
         raise LookupError(f"the last worker answered {age_s:.0f} s ago (more than {max_age_s:.0f} s)")
