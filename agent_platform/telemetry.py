@@ -237,7 +237,9 @@ def payloads_enabled() -> bool:
 
 def traced_gate_call(call: Callable[..., R]) -> Callable[..., R]:
     """Wrap the gate's ``call(*, server, tool_name, args, who, ...)`` in its span (``gate_span``) and record the
-    outcome of the ``ToolResult`` it returns (``gate_outcome``; its args and value are masked by then)."""
+    outcome of the ``ToolResult`` it returns (``gate_outcome``; its args and value are masked by then). Where the
+    contract's fallback answered, the span is still the asked tool's, with that tool's failure, and names the backup
+    (``platform.fallback_tool``)."""
 
     @functools.wraps(call)
     def traced(**kwargs: Any) -> R:
@@ -248,9 +250,22 @@ def traced_gate_call(call: Callable[..., R]) -> Callable[..., R]:
             result = call(**kwargs)
             outcome: Any = result
             # Named from the result: a name the server does not have (a model may write anything there) is
-            # masked by the gate by then.
-            current.update_name(f"execute_tool {outcome.tool}")
-            current.set_attribute("gen_ai.tool.name", outcome.tool)
+            # masked by the gate by then. Where the contract's fallback answered, the span is the asked tool's, with
+            # its own failure; the backup's call is a span of its own inside this one.
+            asked = outcome.fallback_for or outcome.tool
+            current.update_name(f"execute_tool {asked}")
+            current.set_attribute("gen_ai.tool.name", asked)
+            if outcome.fallback_for:
+                current.set_attribute("platform.fallback_tool", outcome.tool)
+                gate_outcome(
+                    ok=False,
+                    reason=outcome.fallback_for_error,
+                    attempts=outcome.fallback_for_attempts,
+                    memo_hit=False,
+                    args=outcome.args,
+                    value=None,
+                )
+                return result
             gate_outcome(
                 ok=outcome.ok,
                 reason=outcome.error,

@@ -125,6 +125,9 @@ class ToolResult:
     memo_hit: bool = False
     approval_id: str | None = None
     fallback_for: str | None = None
+    # With ``fallback_for``: that tool's own reason code and attempts, for its trace span (``traced_gate_call``).
+    fallback_for_error: str | None = None
+    fallback_for_attempts: int = 0
     tool_error_text: str = ""
 
     def for_model(self, names: Mapping[str, str] | None = None) -> str:
@@ -749,6 +752,8 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
             backup = call(server=server, tool_name=fallback, args=args, who=who, _fallback_depth=1)
             if backup.ok:
                 backup.fallback_for = tool_name
+                backup.fallback_for_error = reason
+                backup.fallback_for_attempts = this.result.attempts
                 return backup
             # Tried already: not suggested again.
             this.result.message = _failure_message(

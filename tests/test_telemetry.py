@@ -21,7 +21,7 @@ from agents.models import Run
 from agents.tasks import run_agent
 from mcpregistry import gate
 from mcpregistry.models import McpServer
-from tests.conftest import DEMO_SECRET, discover_as_admin, make_agent
+from tests.conftest import DEMO_SECRET, bind_demo_server, discover_as_admin, make_agent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -291,3 +291,35 @@ def test_a_resource_read_and_a_prompt_carry_the_trace_context_to_the_server(span
     for text in (read.text, prompt.text):
         traceparent = json.loads(text)["traceparent"]
         assert int(traceparent.split("-")[1], 16) == trace_id
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "failure_mode, reason, attempts", [("bad_schema", "result:shape", 1), ("timeout", "timeout", 3)]
+)
+def test_a_call_its_fallback_answered_is_the_failed_tools_span_naming_the_backup(
+    spans, failure_mode: str, reason: str, attempts: int
+) -> None:
+    """Searching the traces for a failing tool finds its calls, also those its fallback answered: the span is the
+    asked tool's, with its own failure, and names the backup, whose own call is a span inside it."""
+    from tests.mcpregistry.test_gate import call, contract
+
+    server = bind_demo_server(mcp_id=f"fallback-{failure_mode}", failure_mode=failure_mode)
+    contract(server, "get_asset_status", fallback_policy="call")
+    result = call(server, "get_asset_status", {"asset_id": "A-1001"})
+    assert (result.ok, result.tool, result.fallback_for) == (True, "get_asset_status_backup", "get_asset_status")
+
+    named = by_name(spans.get_finished_spans())
+    (asked,) = named["execute_tool get_asset_status"]
+    assert asked.attributes["gen_ai.tool.name"] == "get_asset_status"
+    assert asked.attributes["platform.fallback_tool"] == "get_asset_status_backup"
+    assert (asked.attributes["platform.ok"], asked.attributes["platform.reason_code"]) == (False, reason)
+    assert asked.attributes["platform.attempts"] == attempts
+    assert asked.status.status_code == trace.StatusCode.ERROR
+    tried = [(e.attributes["platform.action"], e.attributes["platform.reason_code"]) for e in asked.events]
+    assert tried == [("tool.call", reason)] * attempts + [("tool.fallback", reason)]
+    (backup,) = named["execute_tool get_asset_status_backup"]
+    assert backup.parent.span_id == asked.context.span_id
+    assert backup.attributes["gen_ai.tool.name"] == "get_asset_status_backup"
+    assert (backup.attributes["platform.ok"], backup.attributes["platform.attempts"]) == (True, 1)
+    assert "platform.fallback_tool" not in backup.attributes
