@@ -1577,6 +1577,35 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         return HttpResponseRedirect(reverse("admin:agents_run_change", args=[run.pk], current_app=self.admin_site.name))
 
 
+def _status_shown(approval: Approval) -> str:
+    """An approval's status as people are shown it: one pending past its expiry, which the periodic expiry has not
+    reached yet, is expired (a decision would be refused as expired)."""
+    if approval.status == Approval.Status.PENDING and _past_expiry(approval):
+        return Approval.Status.EXPIRED
+    return approval.status
+
+
+class ApprovalStatusFilter(admin.SimpleListFilter):
+    """The approvals by their status as the list shows it (``_status_shown``): "pending" leaves out those past their
+    expiry, "expired" takes them in. Its parameter is the field's own, which the dashboard's link uses."""
+
+    title = Approval._meta.get_field("status").verbose_name
+    parameter_name = "status__exact"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[Any, str]]:
+        return list(Approval.Status.choices)
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Approval]) -> QuerySet[Approval]:
+        value, now = self.value(), timezone.now()
+        if value is None:
+            return queryset
+        if value == Approval.Status.PENDING:
+            return queryset.filter(status=value, expires_at__gt=now)
+        if value == Approval.Status.EXPIRED:
+            return queryset.filter(Q(status=value) | Q(status=Approval.Status.PENDING, expires_at__lte=now))
+        return queryset.filter(status=value)
+
+
 @admin.register(Approval)
 class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
     """Approvals, pending first (oldest first among them: closest to expiring), with their masked arguments. A
@@ -1596,7 +1625,7 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
         "expires",
     ]
     list_display_links = ["created_at"]
-    list_filter = ["status", "mcp_id", "tool"]
+    list_filter = [ApprovalStatusFilter, "mcp_id", "tool"]
     search_fields = ["tool", "run__id"]
     # The masked arguments are shown by ``shown_args`` (characters that do not show themselves written out); the
     # exact ones are never shown.
@@ -1636,8 +1665,9 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
 
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, obj: Approval) -> str:
+        shown = _status_shown(obj)
         return format_html(
-            '<span class="approval-status approval-status-{}">{}</span>', obj.status, obj.get_status_display()
+            '<span class="approval-status approval-status-{}">{}</span>', shown, Approval.Status(shown).label
         )
 
     @admin.display(description=_("reason"), ordering="reason")
@@ -1646,8 +1676,8 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
 
     @admin.display(description=_("expires"), ordering="expires_at")
     def expires(self, obj: Approval) -> str:
-        """When a pending approval expires; an ended one's "expires" is no time to come."""
-        return when_cell(obj.expires_at) if obj.status == Approval.Status.PENDING else "—"
+        """When a pending approval expires; an ended one's "expires" (one past it too) is no time to come."""
+        return when_cell(obj.expires_at) if _status_shown(obj) == Approval.Status.PENDING else "—"
 
     @admin.display(description=_("call"))
     def call(self, obj: Approval) -> str:

@@ -87,7 +87,8 @@ def all_calls_failed_text(
 ) -> str:
     """The short message of a run that fails because every deterministic call it rests on failed, by what failed
     them (seed 004: tell what trying again can fix from what it cannot). Calls a person declined (their approval
-    rejected, or left to expire) are said to be so; a value the tool's contract refuses, or an answer that was
+    rejected, or left to expire) are said to be so, first, whatever else failed (and then no "try again later":
+    it would ask for the declined write again); a value the tool's contract refuses, or an answer that was
     empty, would be the same on the next try; a tool's own error may be about the request or its backend (both
     are said); only the rest (a timeout, a rate limit, a server down or paused) is worth trying again later.
 
@@ -123,10 +124,19 @@ def _all_calls_failed_sentence(kinds: set[str]) -> str:
     if kinds == {"tool:out_of_date"}:
         # Not worth trying again: a tool changed under the published version, and only publishing again mends it.
         return _("This assistant must be updated by an administrator before it can answer this.")
-    if kinds == {"approval:rejected"}:
-        return _("This request was not carried out: its approval was rejected.")
-    if kinds and kinds <= {"approval:rejected", "approval:expired"}:
-        return _("This request was not carried out: it was not approved in time.")
+    declined = kinds & {"approval:rejected", "approval:expired"}
+    if declined:
+        # A write a person declined was not carried out, whatever else failed: "try again later" would ask for it
+        # again. A read that failed beside it is said after it, with no invitation to try again.
+        if declined == {"approval:rejected"}:
+            sentence = _("This request was not carried out: its approval was rejected.")
+        elif declined == {"approval:expired"}:
+            sentence = _("This request was not carried out: it was not approved in time.")
+        else:
+            sentence = _("This request was not carried out: it was not approved.")
+        if kinds == declined:
+            return sentence
+        return " ".join([sentence, _("The other information needed for this answer could not be retrieved either.")])
     if kinds == {"args"}:
         return _("This request could not be looked up as asked: a value in it is not one the tool accepts.")
     if kinds == {"result:empty"}:

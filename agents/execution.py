@@ -49,6 +49,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone, translation
 from django.utils.translation import gettext
+from rest_framework.fields import DateTimeField
 
 import agent_platform.telemetry as telemetry
 from agents import engine
@@ -786,7 +787,8 @@ def _approval_events(run_id: Any) -> list[tuple[str, dict[str, Any]]]:
                 "tool": approval.tool,
                 "call_id": approval.call_id,
                 "args": approval.args,
-                "expires_at": approval.expires_at.isoformat(),
+                # As ``GET /runs/{id}`` writes it (DRF's, in the server's zone): one moment, one spelling.
+                "expires_at": DateTimeField().to_representation(approval.expires_at),
             },
         )
         for approval in pending

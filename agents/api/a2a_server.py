@@ -489,7 +489,7 @@ def pending_approvals(run: Run) -> list[dict[str, Any]]:
             "mcpId": a.mcp_id,
             "tool": a.tool,
             "args": a.args,
-            "expiresAt": a.expires_at.isoformat(),
+            "expiresAt": _iso(a.expires_at),  # in A2A's form, as its other times
         }
         for a in run.approvals.filter(status=Approval.Status.PENDING).order_by("created_at")
     ]

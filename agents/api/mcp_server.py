@@ -46,6 +46,7 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
+from rest_framework.fields import DateTimeField
 
 from agent_platform.errors import ApplicationError
 from agents.api.a2a_server import description_secrets, prompt_summary
@@ -187,7 +188,7 @@ def call_result(run: Run) -> dict[str, Any]:
             "mcp_id": a.mcp_id,
             "tool": a.tool,
             "args": a.args,
-            "expires_at": a.expires_at.isoformat(),
+            "expires_at": DateTimeField().to_representation(a.expires_at),  # as GET /runs/{id} writes it
         }
         for a in run.approvals.filter(status=Approval.Status.PENDING).order_by("created_at")
     ]

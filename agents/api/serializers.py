@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field, extend_schema_serializer
@@ -337,7 +338,9 @@ class ToolCallSerializer(serializers.Serializer):
 class ApprovalOutputSerializer(serializers.ModelSerializer):
     """A write call that waits (or waited) for a person's decision before it runs. Its `reason` is for programs:
     the platform's own reasons (a cancelled run, a call the run did not make) in stable English, the same in every
-    language; `reason_text` is for people: the same reason in the caller's language."""
+    language; `reason_text` is for people: the same reason in the caller's language. One that waits past its
+    `expires_at` is `expired`, whether or not the periodic expiry has reached it yet (a decision would be refused
+    as expired)."""
 
     reason_text = serializers.SerializerMethodField(
         help_text=(
@@ -374,6 +377,14 @@ class ApprovalOutputSerializer(serializers.ModelSerializer):
 
     def get_reason_text(self, approval: Approval) -> str:
         return approval_reason_text(approval.reason)
+
+    def to_representation(self, instance: Approval) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        if instance.status == Approval.Status.PENDING and instance.expires_at <= timezone.now():
+            # Past its expiry, not yet reached by the periodic expiry: expired, as a decision would find it (409)
+            # and as the dashboard and the approval's page show it.
+            data["status"] = Approval.Status.EXPIRED.value
+        return data
 
 
 @extend_schema_serializer(component_name="RunFeedbackRecorded")
