@@ -246,10 +246,10 @@ def test_a_refused_signature_or_credential_is_an_auth_failure(demo_server, stubb
 # --- 6. a Bedrock agent without a region -------------------------------------------------------------------------
 
 
-def test_a_bedrock_agent_without_a_region_fails_as_the_model_unavailable(demo_server, monkeypatch) -> None:
+def test_a_bedrock_agent_without_a_region_fails_as_the_model_unavailable(demo_server, monkeypatch, tmp_path) -> None:
     for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))  # "/nonexistent" may exist (root)
     agent = make_agent(slug="no-region", servers=[demo_server], provider="bedrock", with_demo_rules=False)
     agent.model_id = HAIKU
     agent.model_params = {}

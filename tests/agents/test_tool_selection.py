@@ -620,11 +620,11 @@ def test_the_ranker_reads_the_text_of_a_bedrock_turn_not_its_tool_use_blocks(dem
 
 
 def test_an_embedding_client_that_cannot_be_built_falls_back_to_lexical_and_the_trace_says_why(
-    demo_server, settings, monkeypatch
+    demo_server, settings, monkeypatch, tmp_path
 ) -> None:
     for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))  # "/nonexistent" may exist (root)
     settings.PLATFORM_EMBEDDINGS_URL, settings.PLATFORM_EMBEDDINGS_MODEL = "bedrock", "amazon.titan-embed-text-v2:0"
     agent = scripted_agent(demo_server, [{"content": "ok"}], {"enabled": True, "top_k": 2, "ranker": "embedding"})
 
