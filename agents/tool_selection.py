@@ -41,6 +41,7 @@ __all__ = [
     "EmbeddingRanker",
     "LexicalRanker",
     "Ranker",
+    "RankingError",
     "Selection",
     "ToolDoc",
     "ToolSelectionSettings",
@@ -151,6 +152,12 @@ def tokens(text: str) -> list[str]:
     return terms
 
 
+class RankingError(ValueError):
+    """A ranker's input it cannot rank with (a query vector that is empty, not finite, or not of the tools'
+    dimension). Its message says why in words safe for the trace (no text, no vector): :func:`select_tools` writes
+    it as the fallback's reason (``embedding:query vector has 8 dimensions, tools have 256``)."""
+
+
 class Ranker(Protocol):
     name: str
 
@@ -192,22 +199,38 @@ class LexicalRanker:
 
 
 class EmbeddingRanker:
-    """Cosine similarity of the query's vector to each tool's cached vector. ``embed_query`` may fail (a
-    provider outage): :func:`select_tools` then falls back to the lexical ranker and says so."""
+    """Cosine similarity of the query's vector to each tool's cached vector (checked by
+    ``mcpregistry.embeddings``: finite, of one dimension). ``embed_query`` may fail (a provider outage) or answer
+    what is not a vector of the tools' dimension (:class:`RankingError`, never zipped short nor scored NaN):
+    :func:`select_tools` then falls back to the lexical ranker and says so."""
 
     name = "embedding"
 
     def __init__(self, vectors: Mapping[str, Sequence[float]], embed_query: Callable[[str], Sequence[float]]) -> None:
         self.vectors = {name: _unit(v) for name, v in vectors.items() if v}
+        self.dimensions = {len(v) for v in self.vectors.values()}
         self.embed_query = embed_query
 
     def score(self, text: str) -> dict[str, float]:
-        query = _unit(self.embed_query(text))
-        return {name: sum(a * b for a, b in zip(query, v, strict=False)) for name, v in self.vectors.items()}
+        raw: Any = self.embed_query(text)  # the service's answer, whatever its type says
+        if not isinstance(raw, Sequence) or isinstance(raw, str):
+            raise RankingError("query vector is not a list of numbers")
+        if not raw:
+            raise RankingError("query vector is empty")
+        if not all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in raw):
+            raise RankingError("query vector has a value that is not a finite number")
+        if self.dimensions - {len(raw)}:
+            tools = " or ".join(str(d) for d in sorted(self.dimensions))
+            raise RankingError(f"query vector has {len(raw)} dimensions, tools have {tools}")
+        query = _unit(raw)
+        scores = {name: sum(a * b for a, b in zip(query, v, strict=True)) for name, v in self.vectors.items()}
+        if not all(math.isfinite(s) for s in scores.values()):
+            raise RankingError("a tool vector has a value that is not a finite number")
+        return scores
 
 
 def _unit(vector: Sequence[float]) -> list[float]:
-    norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+    norm = math.hypot(*vector) or 1.0  # hypot: no overflow to inf for large finite values
     return [x / norm for x in vector]
 
 
@@ -295,7 +318,8 @@ def select_tools(
         except Exception as exc:  # an embedding outage must not end the run: lexical takes over
             if fallback_ranker is None:
                 raise
-            used_ranker, fallback = fallback_ranker.name, f"{ranker.name}:{type(exc).__name__}"
+            why = str(exc) if isinstance(exc, RankingError) else type(exc).__name__
+            used_ranker, fallback = fallback_ranker.name, f"{ranker.name}:{why}"
             scores = fallback_ranker.score(text)
     offered: list[str] = []
     reasons: dict[str, str] = {}

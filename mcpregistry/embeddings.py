@@ -4,14 +4,18 @@ The embedding service is named by ``PLATFORM_EMBEDDINGS_URL`` + ``PLATFORM_EMBED
 OpenAI-compatible ``/embeddings`` endpoint (the ``openai`` client, key from ``PLATFORM_EMBEDDINGS_API_KEY`` in
 the environment, never the database), or ``bedrock`` as the URL for Bedrock embeddings through langchain-aws.
 A tool's vector is computed at discovery and cached in ``ToolEmbedding`` keyed by the digest of the embedded
-text, so it is recomputed only when the description, arguments, tags or example queries change. Failures are
-logged and never fail a discovery or a run: the ranker is then unavailable and selection falls back to BM25.
+text, so it is recomputed only when the description, arguments, tags or example queries change. Every vector is
+checked where it enters (the service's answer, the cache read): a non-empty list of finite numbers, all of one
+dimension (:func:`embedding_vectors`), so a NaN or a vector of another model is never stored nor ranked with.
+Failures are logged and never fail a discovery or a run: the ranker is then unavailable and selection falls back to
+BM25.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +29,32 @@ from mcpregistry.models import McpTool, ToolEmbedding
 logger = logging.getLogger(__name__)
 
 Embedder = Callable[[list[str]], list[list[float]]]
+
+
+class EmbeddingVectorError(ValueError):
+    """A vector the embedding service answered, or the cache holds, that cannot be ranked with. Its message says
+    why in words safe for a run's trace (no text, no vector): the ranker's fallback reason."""
+
+
+def embedding_vectors(raw: Any, *, count: int, dimensions: int | None = None) -> list[list[float]]:
+    """``raw`` (tools' vectors) as ``count`` vectors, each a non-empty list of finite numbers, all of one
+    dimension (``dimensions`` where given). Raises :class:`EmbeddingVectorError` otherwise: a NaN stored would
+    make the cache unreadable as JSON, and an empty or shorter vector would rank every tool the same or on a
+    truncated vector, silently."""
+    if not isinstance(raw, list) or len(raw) != count:
+        answered = len(raw) if isinstance(raw, list) else 0
+        raise EmbeddingVectorError(f"embedding service answered {answered} vectors for {count} texts")
+    vectors: list[list[float]] = []
+    for vector in raw:
+        if not isinstance(vector, list | tuple) or not vector:
+            raise EmbeddingVectorError("tool vector is empty")
+        if not all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in vector):
+            raise EmbeddingVectorError("tool vector has a value that is not a finite number")
+        if dimensions is not None and len(vector) != dimensions:
+            raise EmbeddingVectorError(f"tool vector has {len(vector)} dimensions, other tools have {dimensions}")
+        dimensions = len(vector)
+        vectors.append([float(x) for x in vector])
+    return vectors
 
 
 def tool_embedding_text(tool: McpTool) -> str:
@@ -79,26 +109,49 @@ def configured_embedder() -> tuple[str, Embedder] | None:
 
 def tool_embeddings_refresh(tools: Sequence[McpTool], *, embedder: tuple[str, Embedder] | None = None) -> int:
     """Compute the vectors of ``tools`` whose cached one is missing or stale. Returns how many were computed;
-    0 when no service is configured. Raises the embedding client's error (callers decide whether it matters)."""
+    0 when no service is configured. Raises the embedding client's error, or :class:`EmbeddingVectorError` for an
+    answer that is not a vector (nothing of that answer is stored; callers decide whether it matters).
+
+    Stale: its text changed, or the cached vector is not one (empty, not finite), or the cached vectors disagree
+    on their dimension, or the service now answers vectors of another dimension than the cached ones (the model
+    behind the URL changed while ``PLATFORM_EMBEDDINGS_MODEL`` did not): then every tool is embedded again."""
     embedder = embedder or configured_embedder()
     if embedder is None or not tools:
         return 0
     model, embed = embedder
     cached = {e.tool_id: e for e in ToolEmbedding.objects.filter(tool__in=list(tools), model=model)}
-    stale = []
+    stale: list[tuple[McpTool, str]] = []
+    kept: list[tuple[McpTool, str, int]] = []
     for tool in tools:
         text = tool_embedding_text(tool)
         entry = cached.get(tool.pk)
-        if entry is None or entry.text_digest != _digest(text):
+        if entry is None or entry.text_digest != _digest(text) or not _usable(entry.vector):
             stale.append((tool, text))
+        else:
+            kept.append((tool, text, len(entry.vector)))
+    if len({dimensions for _tool, _text, dimensions in kept}) > 1:
+        stale, kept = stale + [(tool, text) for tool, text, _dimensions in kept], []
     if not stale:
         return 0
-    vectors = embed([text for _tool, text in stale])
+    vectors = embedding_vectors(embed([text for _tool, text in stale]), count=len(stale))
+    outdated = [(tool, text) for tool, text, dimensions in kept if dimensions != len(vectors[0])]
+    if outdated:
+        more = embed([text for _tool, text in outdated])
+        vectors += embedding_vectors(more, count=len(outdated), dimensions=len(vectors[0]))
+        stale += outdated
     for (tool, text), vector in zip(stale, vectors, strict=True):
         ToolEmbedding.objects.update_or_create(
             tool=tool, model=model, defaults={"text_digest": _digest(text), "vector": vector}
         )
     return len(stale)
+
+
+def _usable(vector: Any) -> bool:
+    try:
+        embedding_vectors([vector], count=1)
+    except EmbeddingVectorError:
+        return False
+    return True
 
 
 def refresh_after_discovery(tools: Sequence[McpTool]) -> None:
@@ -112,8 +165,8 @@ def refresh_after_discovery(tools: Sequence[McpTool]) -> None:
 @dataclass(frozen=True)
 class RankerInputs:
     """What the embedding ranker needs (the tools' vectors by the name the model sees, the query embedder), or
-    why it cannot be had: ``unavailable`` is ``"not_configured"`` or the failure's class name, and then the
-    vectors are empty."""
+    why it cannot be had: ``unavailable`` is ``"not_configured"``, the failure's class name, or what is wrong with
+    a vector (:class:`EmbeddingVectorError`'s message), and then the vectors are empty."""
 
     vectors: dict[str, list[float]] = field(default_factory=dict)
     embed_query: Callable[[str], Any] | None = None
@@ -122,8 +175,9 @@ class RankerInputs:
 
 def embedding_ranker_setup(index: dict[str, McpTool]) -> RankerInputs:
     """The embedding ranker's inputs for ``index``, refreshing stale vectors. Never raises for the embedding
-    service or its configuration (a misconfigured client, a missing region, an outage): the reason is returned
-    and the run ranks lexically. A database error propagates (the task's to retry)."""
+    service or its configuration (a misconfigured client, a missing region, an outage, an answer that is not a
+    vector): the reason is returned and the run ranks lexically. A database error propagates (the task's to
+    retry). The query's vector is checked by ``agents.tool_selection.EmbeddingRanker``, against the tools'."""
     try:
         embedder = configured_embedder()
         if embedder is None:
@@ -132,12 +186,20 @@ def embedding_ranker_setup(index: dict[str, McpTool]) -> RankerInputs:
         tool_embeddings_refresh(list(index.values()), embedder=embedder)
     except DatabaseError:
         raise
+    except EmbeddingVectorError as exc:
+        logger.warning("tool embeddings unavailable: %s", exc)
+        return RankerInputs(unavailable=str(exc))
     except Exception as exc:  # noqa: BLE001 - the run falls back to the lexical ranker
         logger.warning("tool embeddings unavailable: %s", type(exc).__name__)
         return RankerInputs(unavailable=type(exc).__name__)
     by_pk = {e.tool_id: e.vector for e in ToolEmbedding.objects.filter(tool__in=list(index.values()), model=model)}
-    vectors = {name: by_pk[tool.pk] for name, tool in index.items() if tool.pk in by_pk}
-    return RankerInputs(vectors=vectors, embed_query=lambda text: embed([text])[0])
+    names = [name for name, tool in index.items() if tool.pk in by_pk]
+    try:
+        checked = embedding_vectors([by_pk[index[name].pk] for name in names], count=len(names))
+    except EmbeddingVectorError as exc:  # changed since the refresh (another worker's): not ranked with
+        logger.warning("tool embeddings unavailable: %s", exc)
+        return RankerInputs(unavailable=str(exc))
+    return RankerInputs(vectors=dict(zip(names, checked, strict=True)), embed_query=lambda text: embed([text])[0])
 
 
 def embedding_ranker_inputs(index: dict[str, McpTool]) -> tuple[dict[str, list[float]], Callable[[str], Any]] | None:

@@ -1,6 +1,9 @@
 """A small OpenAI-compatible ``/embeddings`` HTTP server for tests and the bench: deterministic vectors (hashed
 character bigrams and lower-cased words, 256 dimensions), so similar texts get similar vectors without a model
-or a network. It counts the texts it embedded, so a test can tell a cached vector from a recomputed one."""
+or a network. It counts the texts it embedded, so a test can tell a cached vector from a recomputed one. Its
+``answer`` (settable while it serves) says what it answers: ``"hashed"`` (the vectors above), ``"nan"`` (vectors of
+NaN, written as JSON's non-standard ``NaN`` as Python writes it), ``"empty"`` (``[]`` for each text) or
+``"short"`` (hashed vectors of 8 dimensions: another model behind the same URL)."""
 
 from __future__ import annotations
 
@@ -9,24 +12,36 @@ import json
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
 
 DIMENSIONS = 256
+SHORT_DIMENSIONS = 8
+
+Answer = Literal["hashed", "nan", "empty", "short"]
 
 
-def hashed_vector(text: str) -> list[float]:
-    vector = [0.0] * DIMENSIONS
+def hashed_vector(text: str, dimensions: int = DIMENSIONS) -> list[float]:
+    vector = [0.0] * dimensions
     for word in re.findall(r"\w+", text.lower()):
         grams = [word] if len(word) < 2 else [word[i : i + 2] for i in range(len(word) - 1)] + [word]
         for gram in grams:
-            slot = int(hashlib.md5(gram.encode(), usedforsecurity=False).hexdigest()[:8], 16) % DIMENSIONS
+            slot = int(hashlib.md5(gram.encode(), usedforsecurity=False).hexdigest()[:8], 16) % dimensions
             vector[slot] += 1.0
     return vector
 
 
+def answered_vector(text: str, answer: Answer) -> list[float]:
+    if answer == "nan":
+        return [float("nan")] * DIMENSIONS
+    if answer == "empty":
+        return []
+    return hashed_vector(text, SHORT_DIMENSIONS if answer == "short" else DIMENSIONS)
+
+
 class EmbeddingServer:
-    def __init__(self) -> None:
+    def __init__(self, answer: Answer = "hashed") -> None:
         self.embedded: list[str] = []
+        self.answer: Answer = answer
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -34,7 +49,10 @@ class EmbeddingServer:
                 body: dict[str, Any] = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
                 outer.embedded.extend(texts)
-                data = [{"object": "embedding", "index": i, "embedding": hashed_vector(t)} for i, t in enumerate(texts)]
+                data = [
+                    {"object": "embedding", "index": i, "embedding": answered_vector(t, outer.answer)}
+                    for i, t in enumerate(texts)
+                ]
                 payload = json.dumps(
                     {
                         "object": "list",
