@@ -787,7 +787,10 @@ def execute(plan: RunPlan) -> RunOutcome:
             # Marked: an earlier turn's answer is no model turn of this run (its iterations, its forced first turn).
             earlier += [HumanMessage(turn["query"]), history_answer(turn["answer"])]
         system_text = "\n\n".join(part for part in (text, attachment) if part)
-        messages = [SystemMessage(system_text), *earlier, HumanMessage(plan.query)]
+        messages = [SystemMessage(system_text), HumanMessage(plan.query)]
+        if earlier and plan.token_ceiling is not None and plan.provider != "offline":
+            earlier = _history_within_reservation(earlier, messages, [*specs, *offer.extra_specs.values()], plan)
+        messages = [messages[0], *earlier, messages[1]]
     # What the run spent before this pass: its stored conversation's turns, or (a run taken over from a lost
     # worker, whose turns were never stored) what its model_turn events say, whichever is more.
     spent_tokens = [max(_tokens_of(messages), plan.spent_before)]
@@ -1411,6 +1414,24 @@ def _utf8_size(message: BaseMessage) -> int:
     return size + MESSAGE_OVERHEAD_TOKENS
 
 
+def _history_within_reservation(
+    earlier: list[BaseMessage], messages: list[BaseMessage], specs: list[dict[str, Any]], plan: RunPlan
+) -> list[BaseMessage]:
+    """The conversation's earlier turns (question and answer pairs, oldest first) that the run's first model call
+    can read within its budget reservation: the newest, as many as take at most half of what the reservation
+    leaves past the call's own ``messages`` (system text, question) and every tool spec, by ``input_token_bound``;
+    the other half is for the call's answer. Their whole would fail every later turn of the conversation
+    (``budget:run_ceiling``), and a failed run never joins it: the conversation stuck for good."""
+    assert plan.token_ceiling is not None
+    specs_json = json.dumps(specs, ensure_ascii=False, sort_keys=True, default=str)
+    own = input_token_bound(messages, specs_json=specs_json, previous_specs_json=None)
+    room = (plan.token_ceiling - plan.spent_before - own) // 2
+    kept = len(earlier)
+    while kept and sum(_utf8_size(m) for m in earlier[len(earlier) - kept :]) > room:
+        kept -= 2
+    return earlier[len(earlier) - kept :]
+
+
 def input_token_bound(messages: Sequence[BaseMessage], *, specs_json: str, previous_specs_json: str | None) -> int:
     """An upper bound on the input tokens of a model call over ``messages`` with these tool specs.
 
@@ -1476,6 +1497,10 @@ def _tokens_of(messages: list[BaseMessage]) -> int:
     return usage["input_tokens"] + usage["output_tokens"]
 
 
+# The input token details that count prompt-cache writes (``UsageMetadata``'s ``InputTokenDetails``).
+_CACHE_WRITE_DETAILS = ("cache_creation", "ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")
+
+
 def _token_usage(messages: list[BaseMessage]) -> dict[str, int]:
     """The run's tokens over every model turn of its conversation (a resumed run's earlier turns included, the
     earlier turns of its A2A conversation not): input, output, total, the prompt-cache reads and writes where
@@ -1491,7 +1516,11 @@ def _token_usage(messages: list[BaseMessage]) -> dict[str, int]:
             for key in ("input_tokens", "output_tokens", "total_tokens"):
                 totals[key] += int(usage.get(key, 0) or 0)
             details = usage.get("input_token_details") or {}
-            for detail, key in (("cache_read", "cache_read_tokens"), ("cache_creation", "cache_creation_tokens")):
-                if details.get(detail):
-                    totals[key] = totals.get(key, 0) + int(details[detail])
+            if details.get("cache_read"):
+                totals["cache_read_tokens"] = totals.get("cache_read_tokens", 0) + int(details["cache_read"])
+            # A write may be told by its cache's lifetime instead (langchain-aws from Bedrock's ``cacheDetails``,
+            # langchain-anthropic: ``cache_creation`` is then 0). One write price covers both lifetimes.
+            written = sum(int(details.get(detail) or 0) for detail in _CACHE_WRITE_DETAILS)
+            if written:
+                totals["cache_creation_tokens"] = totals.get("cache_creation_tokens", 0) + written
     return totals

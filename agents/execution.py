@@ -47,11 +47,13 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import QuerySet
+from django.db.models.functions import Substr
 from django.utils import timezone, translation
 from django.utils.translation import gettext
 from rest_framework.fields import DateTimeField
 
 import agent_platform.telemetry as telemetry
+from agent_platform.text import grapheme_cut, nfc
 from agents import engine
 from agents.approvals import RunApprovals
 from agents.budgets import budget_settle, run_spent_usage, run_usage_fields, token_ceiling_sql
@@ -541,14 +543,27 @@ def _ended_elsewhere(claim: RunClaim) -> None:
 
 # How many earlier turns of a conversation (A2A contextId) a run gives the model.
 CONVERSATION_TURNS = 10
+# The most characters of an earlier question or answer a run gives the model (cut where a reader sees a boundary,
+# then marked ``HISTORY_CUT_MARK``), and of the earlier turns together (the newest kept, the oldest dropped first):
+# ten earlier answers of any length were sent whole with every call of every later run, and stored with it again.
+HISTORY_TEXT_CHARS = 2_000
+HISTORY_CHARS = 12_000
+HISTORY_CUT_MARK = "…(cut)"
+# What is read of a stored question or answer: enough for ``HISTORY_TEXT_CHARS`` composed characters (a syllable
+# typed decomposed is up to three), never the whole of a long answer.
+_HISTORY_READ_CHARS = HISTORY_TEXT_CHARS * 4
 
 
 def conversation_history(run: Run) -> list[dict[str, str]]:
     """The earlier turns of the run's conversation: the succeeded runs of the same agent and caller (API key) in
     the conversation its ``context.contextId`` names (A2A's conversation id: ``agents.conversations.in_context``,
     which also finds the run whose own id it is where that run keeps none, as its task reports it), created before
-    this one, at most ``CONVERSATION_TURNS``, oldest first, as their stored (masked) question and answer. None
-    without a contextId.
+    this one, at most ``CONVERSATION_TURNS``, oldest first, as their stored (masked) question and answer, each cut
+    to ``HISTORY_TEXT_CHARS`` and the oldest dropped beyond ``HISTORY_CHARS`` in all. None without a contextId.
+
+    A run with no API key is given the turns of runs that never had one (``run_query``, an admin's run: no request
+    digest); an API run always has a digest, so one whose key was deleted since (``Run.api_key`` is SET_NULL) is
+    neither given the keyless runs' turns nor (its own caller's being lost with the key) any.
 
     A shadow run replays its live run, so it is given its live run's history (that caller's live turns before it),
     not the earlier shadows of the contextId: those belong to whichever calls were sampled, of any caller (a shadow
@@ -566,11 +581,13 @@ def conversation_history(run: Run) -> list[dict[str, str]]:
     if run.shadow_of_id is not None:
         live = (
             Run.objects.filter(pk=run.shadow_of_id)
-            .only("id", "agent_id", "api_key_id", "context", "purpose", "created_at", "shadow_of_id")
+            .only("id", "agent_id", "api_key_id", "request_digest", "context", "purpose", "created_at", "shadow_of_id")
             .first()
         )
         # (A live run is never a shadow itself; the check keeps this from ever recursing twice.)
         return conversation_history(live) if live is not None and live.shadow_of_id is None else []
+    if run.api_key_id is None and run.request_digest:
+        return []  # an API run whose key was deleted
     turns = Run.objects.filter(
         agent_id=run.agent_id,
         api_key_id=run.api_key_id,
@@ -578,12 +595,33 @@ def conversation_history(run: Run) -> list[dict[str, str]]:
         purpose=run.purpose,
         created_at__lt=run.created_at,
     )
+    if run.api_key_id is None:
+        turns = turns.filter(request_digest="")  # not the runs of a deleted key
     turns = turns.filter(in_context(turns, str(context_id)))
     if run.purpose == Run.Purpose.EVAL:
         # The runs of a result of the eval run that holds a result of this run.
         turns = turns.filter(eval_results__eval_run__results__run_id=run.pk)
-    earlier = turns.exclude(pk=run.pk).order_by("-created_at").values_list("query", "answer")[:CONVERSATION_TURNS]
-    return [{"query": query, "answer": answer} for query, answer in reversed(list(earlier))]
+    newest = turns.exclude(pk=run.pk).order_by("-created_at")
+    earlier = newest.values_list(Substr("query", 1, _HISTORY_READ_CHARS), Substr("answer", 1, _HISTORY_READ_CHARS))
+    kept: list[dict[str, str]] = []
+    room = HISTORY_CHARS
+    for query, answer in earlier[:CONVERSATION_TURNS]:
+        turn = {"query": _history_text(query), "answer": _history_text(answer)}
+        room -= len(turn["query"]) + len(turn["answer"])
+        if room < 0:
+            break
+        kept.append(turn)
+    return kept[::-1]
+
+
+def _history_text(text: str) -> str:
+    """An earlier question or answer as read (at most ``_HISTORY_READ_CHARS``), cut to ``HISTORY_TEXT_CHARS``
+    where a reader sees a boundary and marked where cut. Where the read stopped short of the stored text its last
+    cluster may be a part (ᄀ+ᅵ of 김 reads 기): it is dropped."""
+    whole = len(text) < _HISTORY_READ_CHARS
+    composed = nfc(text)
+    kept = grapheme_cut(composed, HISTORY_TEXT_CHARS if whole else min(HISTORY_TEXT_CHARS, len(composed) - 1))
+    return kept if whole and kept == composed else kept + HISTORY_CUT_MARK
 
 
 def _execute_claimed(claim: RunClaim) -> None:

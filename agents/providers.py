@@ -340,6 +340,10 @@ def model_error_kind(exc: BaseException) -> ModelErrorKind:
         if 300 <= exc.status_code < 400:
             return "validation"  # a redirect, not followed: the base URL is the one to change
         return "unavailable" if exc.status_code >= 500 else "error"
+    if isinstance(exc, openai.APIError) and isinstance(exc.body, dict):
+        # An error event in a stream (``data: {"error": {"message": "model overloaded", "code": 503}}``): the kind
+        # its code names, as the same error object in a JSON reply is (``ModelErrorAnswer``).
+        return _status_kind(_error_status(exc.body))
     if isinstance(exc, httpx.TimeoutException | TimeoutError):
         return "timeout"
     if isinstance(exc, httpx.TransportError | ConnectionError):

@@ -4,7 +4,9 @@
 and OpenAI do. Only the model is scripted: the platform's client (langchain-openai over httpx) talks real HTTP.
 
 A turn is ``{"content": str}``, ``{"tool_calls": [{"name", "args"}]}``, or ``{"status": 429, "error": str}`` (an
-error response, e.g. to test retries); ``"delay_s"`` makes a turn answer late (a timeout). ``{last_tool_result}`` in content is replaced by the latest tool message.
+error response, e.g. to test retries), or ``{"error_object": {...}}`` (HTTP 200 with ``{"error": {...}}`` as the
+body, or as the one event of a stream, as some servers and gateways answer a failure); ``"delay_s"`` makes a turn
+answer late (a timeout). ``{last_tool_result}`` in content is replaced by the latest tool message.
 Every request is kept (``requests``: method, path, headers, JSON body) for the tests to check what was sent.
 """
 
@@ -124,7 +126,12 @@ class ScriptedOpenAIServer:
                 if "status" in turn:
                     self._json(int(turn["status"]), {"error": {"message": turn.get("error", "error"), "type": "x"}})
                     return
-                completion = server.completion(body, turn)
+                if "error_object" in turn:
+                    completion = {"error": turn["error_object"]}
+                    chunks: Iterator[dict[str, Any]] = iter([completion])
+                else:
+                    completion = server.completion(body, turn)
+                    chunks = server.chunks(completion)
                 if not body.get("stream"):
                     self._json(200, completion)
                     return
@@ -132,7 +139,7 @@ class ScriptedOpenAIServer:
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Cache-Control", "no-cache")
                 self.end_headers()
-                for chunk in server.chunks(completion):
+                for chunk in chunks:
                     self.wfile.write(f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode())
                     self.wfile.flush()
                 self.wfile.write(b"data: [DONE]\n\n")
