@@ -76,6 +76,7 @@ _REASONS: dict[str, Callable[[], str]] = {
     "tool:withdrawn": lambda: pgettext("audit reason", "tool withdrawn after repeated invalid arguments"),
     "tool:not_offered": lambda: pgettext("audit reason", "tool not offered to this agent"),
     "circuit:open": lambda: pgettext("audit reason", "server paused after repeated failures"),
+    "local:busy": lambda: pgettext("audit reason", "not started: the binding's earlier calls still run"),
     "unexpected": lambda: pgettext("audit reason", "unexpected error"),
     "rule:matched": lambda: pgettext("audit reason", "rule matched"),
     "rule:skipped": lambda: pgettext("audit reason", "rule skipped"),

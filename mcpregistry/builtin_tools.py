@@ -2,7 +2,10 @@
 ``classify_request``. Bound by a ``local`` server whose arguments name this module (``manage.py seed_demo``).
 
 ``calculate`` parses arithmetic itself (Python's ``ast``, evaluated over ``Decimal``): numbers, + - * / // %
-**, unary signs and parentheses; no names, calls or attributes (the seed's ``eval`` is "교육용" only). Its size
+** (× and ÷ read as * and /), unary signs and parentheses; no names, calls or attributes (the seed's ``eval`` is
+"교육용" only). A number may group its digits with commas as amounts are written (``1,200,000``: a comma only
+between groups of three digits, anything else is refused, never read as Python's tuple), and a ``원`` right after
+a number is read as the number (``1,000원 * 3`` is 3000: the answer is the number, without the unit). Its size
 is bounded (characters, nodes, digits), and so are exponents and every value (at most 10^30, and 0 or at least
 10^-30 away from it). Its answers are exact or say they are not: a number is read from its own text (never
 through a binary float), + - * // % and powers compute in 64 significant digits and refuse a result that would
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import decimal
+import re
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -31,6 +35,13 @@ MAX_EXPRESSION_CHARS = 200
 # Full-width ASCII (U+FF01–U+FF5E: "４８ ＊ １．１２", as a Korean or Japanese input method types in full-width
 # mode) and the ideographic space, read as the ASCII they stand for. Only these: NFKC would also read "3²" as "32".
 FULL_WIDTH_AS_ASCII = {0xFF01 + i: 0x21 + i for i in range(94)} | {0x3000: 0x20}
+# × and ÷ as written by hand (and by a model quoting the user), read as Python's operators.
+OPERATOR_SIGNS = {ord("×"): ord("*"), ord("÷"): ord("/")}
+# A number whose digits are grouped by commas, three to a group (1,200,000), not inside a longer word or number
+# (0x1,000 and 1.5,000 are refused): its commas are dropped. Any other comma is Python's tuple, refused.
+_DIGIT_GROUPS = re.compile(r"(?<![\w.])[0-9]{1,3}(?:,[0-9]{3})+(?!\w)")
+# The won sign right after a number (1,000원), not a word that starts with it (1000원짜리 is refused).
+_WON = re.compile(r"(?<=[0-9])\s*원(?!\w)")
 MAX_NODES = 100
 MAX_LITERAL_DIGITS = 30
 MAX_EXPONENT = 100
@@ -50,7 +61,10 @@ _ROUNDED = decimal.Context(prec=SIGNIFICANT_DIGITS, traps=_SIGNALS)
 
 class CalculateInput(BaseModel):
     expression: str = Field(
-        description="산술식 하나. 숫자, + - * / // % ** 와 괄호만 쓴다. 예: '48 * 1.12', '(3 + 4) * 2000000'",
+        description=(
+            "산술식 하나. 숫자, + - * / // % ** (×, ÷) 와 괄호만 쓴다. 천 단위 쉼표(1,200,000)와 금액 뒤 '원'은 "
+            "읽는다. 예: '48 * 1.12', '(3 + 4) * 2000000', '1,200,000 * 0.1'"
+        ),
         min_length=1,
         max_length=MAX_EXPRESSION_CHARS,
     )
@@ -65,7 +79,7 @@ def calculate(expression: str) -> str:
     """
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise ValueError(_("the expression is longer than %(limit)d characters") % {"limit": MAX_EXPRESSION_CHARS})
-    source = expression.translate(FULL_WIDTH_AS_ASCII).strip()
+    source = _arithmetic_source(expression)
     try:
         tree = ast.parse(source, mode="eval")
     except SyntaxError as exc:
@@ -79,6 +93,23 @@ def calculate(expression: str) -> str:
             "%(digits)d significant digits)"
         ) % {"value": _decimal_text(result.value), "digits": SIGNIFICANT_DIGITS}
     return _decimal_text(result.value)
+
+
+def _arithmetic_source(expression: str) -> str:
+    """``expression`` as Python's arithmetic: full-width characters as the ASCII they stand for, × and ÷ as * and
+    /, a ``원`` after a number dropped, and a number's digit-group commas (1,200,000) dropped."""
+    source = expression.translate(FULL_WIDTH_AS_ASCII | OPERATOR_SIGNS).strip()
+    source = _WON.sub("", source)
+    return _DIGIT_GROUPS.sub(lambda number: number.group().replace(",", ""), source)
+
+
+def _not_arithmetic() -> ValueError:
+    return ValueError(
+        _(
+            "only numbers, the operators + - * / // % ** (× and ÷ too) and parentheses are allowed; a comma only "
+            "between groups of three digits, as in 1,200,000"
+        )
+    )
 
 
 class _Number(NamedTuple):
@@ -130,7 +161,7 @@ def _evaluate(node: ast.AST, source: str) -> _Number:
     if isinstance(node, ast.BinOp):
         operation = _BINARY.get(type(node.op))
         if operation is None:
-            raise ValueError(_("the operator %(operator)s is not arithmetic") % {"operator": type(node.op).__name__})
+            raise _not_arithmetic()
         left, right = _evaluate(node.left, source), _evaluate(node.right, source)
         if isinstance(node.op, ast.Pow):
             exponent = right.value
@@ -144,9 +175,7 @@ def _evaluate(node: ast.AST, source: str) -> _Number:
         # A division, or a power below zero (1 / x ** n), may have no exact decimal result: only those round.
         may_round = isinstance(node.op, ast.Div) or (isinstance(node.op, ast.Pow) and right.value < 0)
         return _apply(operation, node.op, left, right, may_round=may_round)
-    raise ValueError(
-        _("only numbers and arithmetic operators are allowed, not %(node)s") % {"node": type(node).__name__}
-    )
+    raise _not_arithmetic()
 
 
 def _literal(node: ast.Constant, source: str) -> Decimal:

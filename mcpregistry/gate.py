@@ -11,7 +11,9 @@ For each call, in order:
 4. memo: a success for the same tool and canonical arguments within the run is reused (failures never are, nor
    a tool's own error returned as a value, ``{"error": ...}``); ``read`` tools may also reuse one across runs for
    ``memo_ttl_s``; a remembered value must pass the result checks of the contract that applies now;
-5. call over the pooled session (a local tool: in a worker thread, ``mcpregistry.local_tools``) with a hard timeout, behind the server's circuit breaker (``circuit:open``),
+5. call over the pooled session (a local tool: in a worker thread, ``mcpregistry.local_tools``; ``local:busy``, not
+   started, where its binding's earlier calls hold their threads) with a hard timeout, behind the server's circuit
+   breaker (``circuit:open``),
    retrying only what a retry can fix (``timeout`` at once, ``rate_limit`` with backoff and jitter or the
    server's Retry-After, ``transport``) up to the contract's cap. A ``write`` call is sent at most once: when
    its request went out and no answer came (a timeout, a dropped session), it is not sent again unless its
@@ -73,7 +75,7 @@ from mcpregistry.contracts import (
     json_unwritable,
 )
 from mcpregistry.gate_records import ApprovalState, contract_of
-from mcpregistry.local_tools import LOCAL_TRANSPORT, local_runner
+from mcpregistry.local_tools import LOCAL_TRANSPORT, LocalToolBusy, local_runner
 from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.pool import (
     McpRateLimited,
@@ -885,6 +887,7 @@ _HANDED_OVER = frozenset(
         "result:too_big",
         "result:range",
         "circuit:open",
+        "local:busy",
     }
 )
 _HANDED_OVER_BY_POLICY = _HANDED_OVER | {"tool:error"}
@@ -990,6 +993,10 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
             # An HTTP 429: the server answered, refusing the request, so nothing was done (a write is not unknown).
             # A rate limit as a tool's own is: retried after its Retry-After; a write without a key is not sent again.
             reason, detail, value, answered, retry_after = "rate_limit", str(exc), None, True, exc.retry_after_s
+        except LocalToolBusy as exc:
+            # The local binding's threads are held by its earlier calls: not started (a write is known not done),
+            # not retried, and not counted by the breaker (its stuck calls' timeouts were).
+            reason, detail, value = "local:busy", str(exc), None
         except McpTransportError as exc:
             if json_unwritable(args):
                 # The session could not write the request (``check_args`` refuses such arguments; this is its
@@ -1484,6 +1491,7 @@ def _failure_guidance(tool: str, reason: str, *, fallback: str | None) -> str:
         "result:too_big": _("its answer was too big"),
         "result:range": _("a value in its answer was out of range"),
         "circuit:open": _("the server failed repeatedly and is paused"),
+        "local:busy": _("its binding's earlier calls are still running, so it was not started"),
         "unexpected": _("something unexpected went wrong"),
         "config:secret_unreadable": _("what it needs was stored with a key this server lacks, so it was not made"),
     }.get(reason, reason)

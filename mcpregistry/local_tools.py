@@ -14,15 +14,18 @@ contract, risk and approval, memo, timeout, retries, breaker, fallback, audit an
 A call runs in a worker thread; the caller stops waiting at the timeout (``McpTimeoutError``), but Python
 cannot stop a thread: a stuck function keeps its thread until it returns, and a call still queued behind busy
 threads is cancelled (then it never ran: ``sent=False``), as it is when the caller is interrupted while it waits
-(the run's soft time limit, raised as it is). A coroutine tool (an ``async def``) is awaited on an event loop of
-its own in its worker thread, with the same deadline; at the timeout or the caller's interruption it is cancelled
-at its next ``await`` (a thread cannot be stopped, a coroutine can), so it does not run on as a function does
-(Django refuses its ORM's synchronous calls in it: an async context). A tool that raises is an ``is_error``
-answer, the gate's ``tool:error`` (never an exception out of the gate), whatever it raises: also ``SystemExit``
-(argparse on bad input, a library's ``sys.exit()``) and ``KeyboardInterrupt``, which would otherwise end the
-worker's process and leave its run ``running``, the call unaudited and re-run on every redelivery. A function
-that reads the database does so on its own connection in the worker thread (closed after each call), so it sees
-committed data only.
+(the run's soft time limit, raised as it is). So that one binding's stuck functions cannot hold every thread of the
+process (and time out the other bindings' calls, other agents' included, against their breakers), a binding has
+at most ``THREADS_PER_BINDING`` calls in flight: a call past that is not started at all (``LocalToolBusy``, the
+gate's ``local:busy``: not sent, not retried, not counted by the breaker, a write known not done). A coroutine
+tool (an ``async def``) is awaited on an event loop of its own in its worker thread, with the same deadline; at
+the timeout or the caller's interruption it is cancelled at its next ``await`` (a thread cannot be stopped, a
+coroutine can), so it does not run on as a function does (Django refuses its ORM's synchronous calls in it: an
+async context). A tool that raises is an ``is_error`` answer, the gate's ``tool:error`` (never an exception out
+of the gate), whatever it raises: also ``SystemExit`` (argparse on bad input, a library's ``sys.exit()``) and
+``KeyboardInterrupt``, which would otherwise end the worker's process and leave its run ``running``, the call
+unaudited and re-run on every redelivery. A function that reads the database does so on its own connection in
+the worker thread (closed after each call), so it sees committed data only.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from mcp import McpError, types
 from pydantic import BaseModel
 
+from mcpregistry.client_session import ToolResultInvalid
 from mcpregistry.pool import (
     McpSessionPool,
     McpTimeoutError,
@@ -57,10 +61,22 @@ LOCAL_TRANSPORT = "local"
 LOCAL_PROTOCOL = "local"
 # Marks a tool made by the platform's decorator (LangChain's own @tool is accepted too).
 MARKER = "platform_local_tool"
+# Calls of one binding in flight at once in a process (a stuck function holds its thread until it returns), and
+# the process's threads for all bindings together: several bindings' stuck functions leave threads for the rest.
+THREADS_PER_BINDING = 4
+THREADS = 32
 
 
 class LocalToolError(ValueError):
     """A dotted path that does not name usable local tools (not allowed, not importable, not a tool)."""
+
+
+class LocalToolBusy(McpTransportError):
+    """The binding already has ``THREADS_PER_BINDING`` calls in flight (functions past their timeout hold their
+    threads): this call was not started (``sent`` is False). The gate reads it as ``local:busy``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, sent=False)
 
 
 @overload
@@ -120,8 +136,8 @@ def _module_tools(module: Any) -> list[BaseTool]:
     """The tools defined in ``module`` (not those it imports from elsewhere)."""
     found = []
     for value in vars(module).values():
-        function = getattr(value, "func", None) or getattr(value, "coroutine", None)
-        if isinstance(value, BaseTool) and getattr(function, "__module__", None) == module.__name__:
+        # A BaseTool subclass's code is its class's: found as it is when bound by its dotted path.
+        if isinstance(value, BaseTool) and _defining_module(value) == module.__name__:
             found.append(value)
     return found
 
@@ -259,7 +275,10 @@ def _invoke(tool: BaseTool, arguments: dict[str, Any], coroutine_call: _Coroutin
     so ``SystemExit`` or ``KeyboardInterrupt`` here came from the tool's code (argparse, ``sys.exit()``), and left
     to the future it would be raised in the caller's thread as the caller's own and end the worker's process. A
     coroutine cancelled is an answer too: nobody waits for it when the caller cancelled it, and one the tool
-    cancelled itself is the tool's failure."""
+    cancelled itself is the tool's failure.
+
+    A value that is no JSON (a dict with tuple keys, a circular reference) raises ``ToolResultInvalid`` (the gate's
+    ``result:shape``): the function finished, a write was carried out, its answer cannot be read."""
     try:
         value = coroutine_call.run(tool, arguments) if coroutine_call is not None else tool.invoke(arguments)
     except BaseException as exc:  # noqa: BLE001 - raised by the tool's own code in its own thread: an answer
@@ -268,7 +287,12 @@ def _invoke(tool: BaseTool, arguments: dict[str, Any], coroutine_call: _Coroutin
     finally:
         # This worker thread's own database connections (a tool may read configuration): never left open.
         connections.close_all()
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    try:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    except BaseException as exc:  # noqa: BLE001 - json's refusal, or the tool's own __str__ (``default=str``)
+        raise ToolResultInvalid(
+            _("the tool's value cannot be written as JSON: %(error)s") % {"error": f"{type(exc).__name__}: {exc}"}
+        ) from None
     return ToolCallOutcome(
         is_error=False, text=text, structured=_structured(value), content=[{"type": "text", "text": text}]
     )
@@ -289,8 +313,17 @@ def _structured(value: Any) -> Any:
 class LocalToolRunner:
     """Runs local tools in worker threads, with the pool's ``call_tool``/``list_tools`` signatures."""
 
-    def __init__(self, *, max_workers: int = 8) -> None:
+    def __init__(self, *, max_workers: int = THREADS, per_binding: int = THREADS_PER_BINDING) -> None:
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="local-tool")
+        self._per_binding = per_binding
+        self._slots: dict[Any, threading.BoundedSemaphore] = {}
+        self._slots_lock = threading.Lock()
+
+    def _binding_slots(self, config: dict[str, Any]) -> threading.BoundedSemaphore:
+        """The binding's calls in flight, counted by its ``mcp_id`` (by its paths where it has none)."""
+        key = config.get("mcp_id") or tuple(config.get("args") or [])
+        with self._slots_lock:
+            return self._slots.setdefault(key, threading.BoundedSemaphore(self._per_binding))
 
     def list_tools(self, config: dict[str, Any], *, timeout_s: float = 30.0, scope: str | None = None) -> ServerListing:
         """The binding's tools as a listing (no process, no session). Raises ``McpTransportError`` when its
@@ -316,12 +349,14 @@ class LocalToolRunner:
     ) -> ToolCallOutcome:
         """Run ``tool`` in a worker thread and wait at most ``timeout_s``.
 
-        Raises ``McpTransportError(sent=False)`` when the binding no longer loads, ``McpError`` for a tool the
-        binding does not have, ``McpTimeoutError`` past the deadline (``sent`` False only if the call never
-        started). A tool that raises comes back as ``is_error=True`` with ``"<ExceptionType>: <message>"``
-        (``SystemExit`` and ``KeyboardInterrupt`` too: raised in the tool's thread, they are the tool's); what
-        interrupts the caller while it waits (Celery's ``SoftTimeLimitExceeded``) is raised, the call cancelled if it
-        had not started. A coroutine tool under way is cancelled at the deadline and at the interruption too."""
+        Raises ``McpTransportError(sent=False)`` when the binding no longer loads, ``LocalToolBusy`` (not started)
+        when the binding has ``per_binding`` calls in flight already, ``McpError`` for a tool the binding does not
+        have, ``McpTimeoutError`` past the deadline (``sent`` False only if the call never started),
+        ``ToolResultInvalid`` for a value that is no JSON (the function finished). A tool that raises comes back
+        as ``is_error=True`` with ``"<ExceptionType>: <message>"`` (``SystemExit`` and ``KeyboardInterrupt`` too:
+        raised in the tool's thread, they are the tool's); what interrupts the caller while it waits (Celery's
+        ``SoftTimeLimitExceeded``) is raised, the call cancelled if it had not started. A coroutine tool under way
+        is cancelled at the deadline and at the interruption too."""
         try:
             tools = load_local_tools(config.get("args") or [])
         except LocalToolError as exc:
@@ -330,10 +365,27 @@ class LocalToolRunner:
         if target is None:
             raise McpError(types.ErrorData(code=types.METHOD_NOT_FOUND, message=f"Unknown local tool: {tool}"))
         coroutine_call = _CoroutineCall() if _is_coroutine_tool(target) else None
-        # Run in the caller's context (its run id, its span): the tool's log lines and spans belong to the run's.
-        future = self._executor.submit(contextvars.copy_context().run, _invoke, target, arguments, coroutine_call)
+        slots = self._binding_slots(config)
+        if not slots.acquire(blocking=False):
+            raise LocalToolBusy(
+                _(
+                    "local tool '%(tool)s' was not started: %(count)d earlier calls of its binding are still running "
+                    "(a function past its timeout keeps its thread until it returns)"
+                )
+                % {"tool": tool, "count": self._per_binding}
+            )
+        try:
+            # Run in the caller's context (its run id, its span): the tool's log lines and spans belong to the run's.
+            future = self._executor.submit(contextvars.copy_context().run, _invoke, target, arguments, coroutine_call)
+        except BaseException:
+            slots.release()
+            raise
+        # The slot is the binding's until the function returns, or until the call is cancelled before it started.
+        future.add_done_callback(lambda _done: slots.release())
         try:
             return future.result(timeout=timeout_s)
+        except ToolResultInvalid:
+            raise  # the tool's answer, not the caller's interruption
         except concurrent.futures.TimeoutError:
             started = not future.cancel()
             if coroutine_call is not None:

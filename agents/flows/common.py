@@ -124,7 +124,9 @@ def as_data(result: Any) -> Any:
 # The gate's reasons a later call may not meet: it did not get through this time (it timed out, hit a rate limit,
 # found the server unreachable or answering out of protocol, failed unexpectedly), or the server's breaker is open
 # for a while. A tool's own error value says so itself ("fallback": "retry").
-RETRY_MAY_FIX = frozenset({"timeout", "rate_limit", "transport", "protocol", "unexpected", "circuit:open"})
+RETRY_MAY_FIX = frozenset(
+    {"timeout", "rate_limit", "transport", "protocol", "unexpected", "circuit:open", "local:busy"}
+)
 
 
 def unavailable(what: str, result: Any) -> str:
