@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.apps import AppConfig, apps
 from django.conf import settings
@@ -70,6 +73,52 @@ def append_only_put_back(*, using: str) -> None:
         logger.exception("the audit tables' append-only triggers could not be put back on database %r", using)
 
 
+# The process's own secrets shorter than this are not masked everywhere: a short password would hide ordinary words.
+PROCESS_SECRET_MIN_CHARS = 8
+
+
+def _url_password(url: Any) -> str:
+    """The password of a connection URL (``redis://:pw@host``), or ""."""
+    if not isinstance(url, str):
+        return ""
+    try:
+        return urlsplit(url).password or ""
+    except ValueError:  # a malformed port or bracket: no password can be read, so none is leaked by this process
+        return ""
+
+
+def _local_key(path: Any) -> str:
+    """The key in a local key file (the secrets' and the audit chain's, made on their first use), or "" where there
+    is none yet (nothing is created here)."""
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, TypeError, ValueError):
+        return ""
+
+
+def process_secrets() -> list[str]:
+    """This process's own secrets, which every mask hides (audit rows, tool results and errors, logs): a local tool
+    runs in the process and can read (and return, or raise with) any of them. Django's keys, the Fernet keys of the
+    bindings' secrets, the audit chain's keys (the settings', and the local key files' where they exist), the
+    metrics token, the database passwords, the broker's and Redis's URL passwords, the embeddings API key and the
+    AWS secret credentials of the environment. Only values of ``PROCESS_SECRET_MIN_CHARS`` characters or more that
+    are not digits alone: a short or numeric one would hide words and numbers everywhere."""
+    values: list[Any] = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", ())]
+    values += str(getattr(settings, "SECRETS_ENCRYPTION_KEYS", "") or "").split(",")
+    values.append(_local_key(Path(settings.VAR_DIR) / "secrets_key"))  # mcpregistry.crypto's local key
+    values += list(getattr(settings, "AUDIT_CHAIN_KEY", ()) or ())
+    values.append(_local_key(getattr(settings, "AUDIT_CHAIN_KEY_FILE", "")))
+    values += [getattr(settings, "PLATFORM_METRICS_TOKEN", ""), getattr(settings, "PLATFORM_DEMO_ADMIN_PASSWORD", "")]
+    values += [database.get("PASSWORD") for database in settings.DATABASES.values()]
+    values += [_url_password(getattr(settings, name, "")) for name in ("CELERY_BROKER_URL", "REDIS_URL")]
+    values += [_url_password(cache.get("LOCATION")) for cache in settings.CACHES.values()]
+    values += [
+        os.environ.get(name) for name in ("PLATFORM_EMBEDDINGS_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+    ]
+    found = [value.strip() for value in values if isinstance(value, str)]
+    return list(dict.fromkeys(v for v in found if len(v) >= PROCESS_SECRET_MIN_CHARS and not v.isdigit()))
+
+
 class AuditConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "audit"
@@ -83,7 +132,10 @@ class AuditConfig(AppConfig):
         )
         from audit.admin_changes import link_tables_named
         from audit.change_guard import ChangeAudit, m2m_changed_guard, policy_of, raw_save_guard
+        from audit.masking import register_process_secrets
 
+        # Before anything is masked: a local tool's answer, an error quoting a setting, a log line.
+        register_process_secrets(process_secrets())
         roles.connect()
         link_tables_named()
         user_logged_out.connect(logins.logout_record, dispatch_uid="audit.logins.logout")

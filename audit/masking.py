@@ -6,10 +6,11 @@ Pure Python (no Django), safe to import anywhere, thread-safe.
 What is masked, and how:
 
 * **Known secret values** - the ``secrets`` passed to a call plus every value given to
-  :func:`register_secrets` - wherever they appear, together with their base64 (standard and URL-safe, with
-  and without padding), URL-encoded (``quote`` / ``quote_plus``), JSON-escaped (``/`` as ``\\/`` too) and
-  HTML-escaped (``/`` as ``&#x2F;`` or ``&#47;`` too) forms, each in both Unicode normalization forms (a Korean
-  value bound composed, NFC, is masked where a server writes it decomposed, NFD, and the reverse); and for values of
+  :func:`register_secrets` or :func:`register_process_secrets` (the process's own keys and passwords) - wherever
+  they appear, together with their base64 (standard and URL-safe, with and without padding), URL-encoded
+  (``quote`` / ``quote_plus``), JSON-escaped (``/`` as ``\\/`` too) and HTML-escaped (``/`` as ``&#x2F;`` or
+  ``&#47;`` too) forms, each in both Unicode normalization forms (a Korean value bound composed, NFC, is masked where
+  a server writes it decomposed, NFD, and the reverse); and for values of
   :data:`MIN_ENCODED_SECRET_LENGTH` characters or more also their hex (either case), base32 (either case, with
   and without padding) and reversed forms, and the value and its base64, hex and base32 forms with whitespace
   between any of their characters (``s k - 1 2 3 …``, a value split over lines, base64 wrapped at 76 columns by
@@ -83,6 +84,7 @@ __all__ = [
     "is_secret_key",
     "mask_text",
     "mask_value",
+    "register_process_secrets",
     "register_secrets",
     "registered_secrets",
     "truncate",
@@ -351,6 +353,10 @@ def _are_variable_names(first: str, second: str) -> bool:
 
 _registry_lock = threading.Lock()
 _registered: frozenset[str] = frozenset()
+_process_secrets: frozenset[str] = frozenset()
+_known: frozenset[str] = frozenset()
+"""Both sets above, kept joined as they change: every mask reads this one (no union per call), so the matcher of
+the same known set is built once and found in the cache after."""
 
 
 def register_secrets(values: Iterable[str]) -> None:
@@ -359,25 +365,44 @@ def register_secrets(values: Iterable[str]) -> None:
     Thread-safe. Values shorter than :data:`MIN_SECRET_LENGTH` are ignored; a value with surrounding
     whitespace is also registered stripped. A ``str`` is taken as one value, a mapping as its values.
     """
-    global _registered
+    global _registered, _known
     new = _normalise_secrets(values)
     if not new:
         return
     with _registry_lock:
         if not new <= _registered:
             _registered = _registered | new
+            _known = _registered | _process_secrets
+
+
+def register_process_secrets(values: Iterable[str]) -> None:
+    """Add the process's own secrets (its settings' keys and passwords: ``audit.apps`` registers them at start)
+    to those every later call masks, as :func:`register_secrets` does; unlike those, they are not forgotten by
+    :func:`clear_registered_secrets` (a test starts without the bindings' secrets of the tests before it, never
+    without the process's own) nor listed by :func:`registered_secrets`. Thread-safe; normalised as
+    :func:`register_secrets` normalises."""
+    global _process_secrets, _known
+    new = _normalise_secrets(values)
+    if not new:
+        return
+    with _registry_lock:
+        if not new <= _process_secrets:
+            _process_secrets = _process_secrets | new
+            _known = _registered | _process_secrets
 
 
 def registered_secrets() -> frozenset[str]:
-    """The process-wide set of known secrets (as normalised by :func:`register_secrets`)."""
+    """The process-wide set of secrets given to :func:`register_secrets` (as normalised by it)."""
     return _registered
 
 
 def clear_registered_secrets() -> None:
-    """Forget every registered secret. Meant for tests."""
-    global _registered
+    """Forget every secret given to :func:`register_secrets`; the process's own
+    (:func:`register_process_secrets`) stay. Meant for tests."""
+    global _registered, _known
     with _registry_lock:
         _registered = frozenset()
+        _known = _process_secrets
 
 
 def _normalise_secrets(values: Iterable[str] | str | Mapping[Any, Any] | None) -> frozenset[str]:
@@ -647,7 +672,7 @@ def _secret_number(value: Any, numbers: frozenset[str]) -> bool:
 
 def _resolve_matcher(secrets: Iterable[str] | None) -> _SecretMatcher | None:
     extra = _normalise_secrets(secrets) if secrets else frozenset()
-    registered = _registered
+    registered = _known
     if extra and not extra <= registered:
         return _matcher_for(registered | extra)
     return _matcher_for(registered)

@@ -25,6 +25,7 @@ from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from agent_platform.text import grapheme_cut
 from audit.change_guard import policy_of
 from audit.changes import (
     CONFIG_ACTION_PREFIX,
@@ -38,7 +39,7 @@ from audit.changes import (
 from audit.masking import MASK, MIN_SECRET_LENGTH, mask_known, mask_text, register_secrets, storable_text
 from audit.services import audit_event_record
 from audit.visible import invisible_characters
-from mcpregistry.contracts import argument_constraints, contract_defaults, schema_problem
+from mcpregistry.contracts import SCHEMA_MAX_DEPTH, argument_constraints, contract_defaults, schema_problem
 from mcpregistry.crypto import PREFIX, EncryptedJSONField, SecretDecryptionError, decrypt_json, rotate_token
 from mcpregistry.embeddings import refresh_after_discovery
 from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract
@@ -350,19 +351,40 @@ class DiscoveryReport:
     # Tools whose description was longer than ``TOOL_DESCRIPTION_MAX_CHARS``, stored cut to it (what a model reads
     # of a tool on every turn is bounded, as its results are): "name (length as listed)".
     descriptions_cut: list[str] = field(default_factory=list)
+    # Tools whose input schema held a ``description`` or ``title`` longer than ``TOOL_SCHEMA_TEXT_MAX_CHARS`` (an
+    # argument's, a definition's), stored cut to it: "name (length of the longest as listed)".
+    schema_texts_cut: list[str] = field(default_factory=list)
+    # Tools whose input schema is longer than ``TOOL_SCHEMA_MAX_CHARS`` of JSON even so (its texts cut): each is
+    # stored off and waits for a review, as a tool with hidden characters does: "name (length)".
+    schemas_oversized: list[str] = field(default_factory=list)
     # Of the tools added, those that say they only read (MCP's ``readOnlyHint``): every added tool starts as a
     # write (each call waits for a person) until an admin marks it read, and the hint is the server's word only.
     added_read_only_hinted: list[str] = field(default_factory=list)
     tool_count: int = 0
 
     def warnings(self) -> list[str]:
-        """What the discoverer should know although nothing failed, in their language: the descriptions cut."""
-        if not self.descriptions_cut:
-            return []
-        return [
-            _("descriptions longer than %(n)s characters, stored cut to that length: %(tools)s")
-            % {"n": TOOL_DESCRIPTION_MAX_CHARS, "tools": "; ".join(self.descriptions_cut)}
-        ]
+        """What the discoverer should know although nothing failed, in their language: the descriptions and the
+        input schemas' texts cut, the input schemas too long to offer unreviewed."""
+        warnings = []
+        if self.descriptions_cut:
+            warnings.append(
+                _("descriptions longer than %(n)s characters, stored cut to that length: %(tools)s")
+                % {"n": TOOL_DESCRIPTION_MAX_CHARS, "tools": "; ".join(self.descriptions_cut)}
+            )
+        if self.schema_texts_cut:
+            warnings.append(
+                _(
+                    "input schema descriptions or titles longer than %(n)s characters, stored cut to that length: "
+                    "%(tools)s"
+                )
+                % {"n": TOOL_SCHEMA_TEXT_MAX_CHARS, "tools": "; ".join(self.schema_texts_cut)}
+            )
+        if self.schemas_oversized:
+            warnings.append(
+                _("input schemas longer than %(n)s characters, stored off until a review: %(tools)s")
+                % {"n": TOOL_SCHEMA_MAX_CHARS, "tools": "; ".join(self.schemas_oversized)}
+            )
+        return warnings
 
     def health_problems(self) -> list[str]:
         """What makes the server's health an error after this listing, in the discoverer's language (the server's
@@ -503,10 +525,14 @@ def _discovery_apply(server: McpServer, listing: Any, report: Any, *, now: Any, 
             # Text a model reads but a person does not see (Unicode tag characters, direction overrides,
             # zero-width characters): such a tool is reviewed first, even on a binding's first discovery, its
             # page writing them out (``audit.visible``). So is one whose schema quoted the binding's secret (now
-            # masked): the server wrote it where a model reads what to send, and a value it listed is unusable.
+            # masked): the server wrote it where a model reads what to send, and a value it listed is unusable. So
+            # is one whose schema is too long (``TOOL_SCHEMA_MAX_CHARS``): a model would read it on every turn.
             secret_masked = name in report.secrets_masked
-            reviewed_first = secret_masked or bool(
-                invisible_characters(description + json.dumps(input_schema, ensure_ascii=False))
+            schema_text = json.dumps(input_schema, ensure_ascii=False)
+            reviewed_first = (
+                secret_masked
+                or len(schema_text) > TOOL_SCHEMA_MAX_CHARS
+                or bool(invisible_characters(description + schema_text))
             )
             tool = existing.get(name)
             if tool is None:
@@ -682,12 +708,84 @@ def _with_description_bounded(listed: dict[str, Any], report: DiscoveryReport) -
     return {**listed, "description": description_bounded(description)}
 
 
+# The most of each ``description`` and ``title`` of a tool's input schema (an argument's, a nested object's, a
+# definition's) the registry stores, and of the whole schema's JSON text: a model reads them with the tool's
+# description (``TOOL_DESCRIPTION_MAX_CHARS``) on every turn the tool is offered (a local tool's argument was
+# described in 90,005 characters). Texts are cut; a schema still longer is stored off, waiting for a review.
+TOOL_SCHEMA_TEXT_MAX_CHARS = 1000
+TOOL_SCHEMA_MAX_CHARS = 32_000
+_SCHEMA_TEXT_KEYS = frozenset({"description", "title"})
+# Where a schema holds schemas: one (``items`` of older drafts: a list too), a list, or a map of them. Never the
+# values it validates against (``enum``, ``const``, ``default``, ``examples``): those are kept as listed.
+_SUBSCHEMA_KEYS = frozenset(
+    {"items", "additionalItems", "additionalProperties", "unevaluatedItems", "unevaluatedProperties", "contains",
+     "propertyNames", "not", "if", "then", "else", "anyOf", "oneOf", "allOf", "prefixItems"}
+)  # fmt: skip
+_SUBSCHEMA_MAP_KEYS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+
+
+def _schema_text_bounded(text: str) -> str:
+    """A schema's ``description`` or ``title`` as the registry stores it: at most ``TOOL_SCHEMA_TEXT_MAX_CHARS``
+    characters, a longer one cut where a reader sees a boundary (``grapheme_cut``) and ending with "…". The same
+    text gives the same cut, so the same schema listed again is no change to review."""
+    if len(text) <= TOOL_SCHEMA_TEXT_MAX_CHARS:
+        return text
+    return grapheme_cut(text, TOOL_SCHEMA_TEXT_MAX_CHARS - 1) + "…"
+
+
+def _schema_texts_bounded(schema: Any, longest: list[int], depth: int = 0) -> Any:
+    """``schema`` with every ``description`` and ``title`` of it and of its subschemas (properties, items,
+    ``$defs``/``definitions``, ``anyOf``/``oneOf``/``allOf``, ...) cut (``_schema_text_bounded``); every other
+    keyword kept as listed, so what the schema allows is unchanged (texts are annotations: no check reads them).
+    The length of the longest text cut is appended to ``longest``. Deeper than ``SCHEMA_MAX_DEPTH`` is left as
+    it is (such a schema is refused: ``schema_problem``)."""
+    if not isinstance(schema, dict) or depth > SCHEMA_MAX_DEPTH:
+        return schema
+    bounded = dict(schema)
+    for key, value in schema.items():
+        if key in _SCHEMA_TEXT_KEYS and isinstance(value, str) and len(value) > TOOL_SCHEMA_TEXT_MAX_CHARS:
+            bounded[key] = _schema_text_bounded(value)
+            longest.append(len(value))
+        elif key in _SUBSCHEMA_KEYS and isinstance(value, list):
+            bounded[key] = [_schema_texts_bounded(item, longest, depth + 1) for item in value]
+        elif key in _SUBSCHEMA_KEYS:
+            bounded[key] = _schema_texts_bounded(value, longest, depth + 1)
+        elif key in _SUBSCHEMA_MAP_KEYS and isinstance(value, dict):
+            bounded[key] = {name: _schema_texts_bounded(item, longest, depth + 1) for name, item in value.items()}
+    return bounded
+
+
+def _with_schema_bounded(listed: dict[str, Any], report: DiscoveryReport) -> dict[str, Any]:
+    """A listed tool with its input schema's texts cut (``_schema_texts_bounded``), the cut named in the report, and
+    a schema still longer than ``TOOL_SCHEMA_MAX_CHARS`` named too (``_discovery_apply`` stores such a tool off,
+    for a review). Cut after the binding's secrets are masked, as the description is."""
+    schema = listed.get("inputSchema")
+    if not isinstance(schema, dict):
+        return listed
+    longest: list[int] = []
+    bounded = _schema_texts_bounded(schema, longest)
+    if longest:
+        report.schema_texts_cut.append(
+            _("%(tool)s (%(n)d characters)") % {"tool": _shown_name(listed["name"]), "n": max(longest)}
+        )
+        listed = {**listed, "inputSchema": bounded}
+    size = len(json.dumps(bounded, ensure_ascii=False, default=str))
+    if size > TOOL_SCHEMA_MAX_CHARS:
+        report.schemas_oversized.append(
+            _("%(tool)s (%(n)d characters)") % {"tool": _shown_name(listed["name"]), "n": size}
+        )
+    return listed
+
+
 def _listing_checked(listing: Any, report: DiscoveryReport) -> Any:
     """The listing as the registry can store it: a tool whose name cannot be one (not a string, empty, longer than
     a name may be, with control characters) is left out, and so is a second tool of a name already listed (the
     first is kept; names compared in NFC: a composed and a decomposed ``직원검색`` are one name to a person and to
     an agent's conflict check, which failed every run of one server listing both), each reported
-    (``report.rejected`` and ``schema_errors``, the binding's health); a description longer than ``TOOL_DESCRIPTION_MAX_CHARS`` cut (``report.descriptions_cut``); everything else made storable
+    (``report.rejected`` and ``schema_errors``, the binding's health); a description longer than
+    ``TOOL_DESCRIPTION_MAX_CHARS`` cut (``report.descriptions_cut``), and so is an input schema's description or
+    title longer than ``TOOL_SCHEMA_TEXT_MAX_CHARS`` (``report.schema_texts_cut``; a schema longer than
+    ``TOOL_SCHEMA_MAX_CHARS`` even so is named in ``report.schemas_oversized``); everything else made storable
     (``_storable``: a NUL character in a description, a schema, a resource, a prompt or the server's info becomes
     U+FFFD)."""
     tools: list[Any] = []
@@ -703,7 +801,7 @@ def _listing_checked(listing: Any, report: DiscoveryReport) -> Any:
             report.schema_errors.append(entry)
             continue
         names.add(unicodedata.normalize("NFC", str(name)))
-        tools.append(_with_description_bounded(listed, report))
+        tools.append(_with_schema_bounded(_with_description_bounded(listed, report), report))
     return replace(
         listing,
         tools=_storable(tools),
