@@ -43,7 +43,11 @@ def test_readyz_wants_a_worker_that_answered_recently(client) -> None:
     assert response.status_code == 503
     checks = response.json()["checks"]
     assert checks["database"]["ok"] and checks["broker"]["ok"]
-    assert checks["worker"] == {"ok": False, "error": "no worker is running (none has a heartbeat)", "ms": checks["worker"]["ms"]}
+    assert checks["worker"] == {
+        "ok": False,
+        "error": "no worker is running (none has a heartbeat)",
+        "ms": checks["worker"]["ms"],
+    }
 
     worker_heartbeat_record(worker="old@host:1", now=timezone.now() - timedelta(minutes=5))
     stale = client.get("/readyz")
