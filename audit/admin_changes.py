@@ -240,7 +240,10 @@ class WritesRefusedMixin:
     def _list_post_allowed(self, request: HttpRequest) -> bool:
         if self.has_change_permission(request):  # type: ignore[attr-defined]
             return True
-        return request.POST.get("action") in self.get_actions(request)  # type: ignore[attr-defined]
+        offered = self.get_actions(request)  # type: ignore[attr-defined]
+        chosen = request.POST.get("action")
+        # "Go" with no action chosen, where some are offered: Django says "No action selected", not a 403.
+        return chosen in offered or (bool(offered) and not chosen and "_save" not in request.POST)
 
 
 class ServiceAdminMixin(WritesRefusedMixin):

@@ -178,6 +178,16 @@ def test_who_may_change_or_delete_still_runs_the_lists_actions() -> None:
     assert response.status_code == 302, response.content
     assert not Budget.objects.filter(pk=budget_pk).exists()
 
+    # "Go" with no action chosen: Django's own "No action selected", not a 403, for who is offered actions.
+    other = lists["/admin/agents/apikey/"][1]
+    response = deleter.post(
+        "/admin/agents/budget/", {"action": "", "index": "0", "_selected_action": [str(other)]}, follow=True
+    )
+    assert response.status_code == 200 and "No action selected" in response.content.decode()
+    viewer = _staff("viewer-only", "view_budget")
+    response = viewer.post("/admin/agents/budget/", {"action": "", "index": "0", "_selected_action": [str(other)]})
+    assert response.status_code == 403  # offered no action at all
+
 
 # --- revoke_api_key --------------------------------------------------------------------------------------------
 
