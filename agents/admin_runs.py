@@ -50,7 +50,7 @@ from agent_platform.errors import ApplicationError
 from agents.api.config import api_setting
 from agents.api.events import RunEventFeed, stream_async, stream_sync
 from agents.api.throttling import StreamSlot
-from agents.approvals import REASON_MAX_CHARS, approval_decide, asked_by_the_model
+from agents.approvals import REASON_MAX_CHARS, approval_decide, approvals_waiting, asked_by_the_model
 from agents.budgets import usd_text
 from agents.decision_reasons import approval_reason_text, reason_text
 from agents.models import Approval, Run, ShadowComparison
@@ -1461,7 +1461,7 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             for step in timeline:
                 if step.approval_id:
                     step.url = reverse("admin:agents_approval_change", args=[step.approval_id], current_app=name)
-        pending = list(run.approvals.filter(status=Approval.Status.PENDING).order_by("created_at"))
+        pending = list(approvals_waiting(run))
         calls = [f"{a.mcp_id}.{a.tool}" for a in pending]
         return {
             "run": run,

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -287,6 +288,14 @@ never stored cut while its audit event keeps the whole."""
 
 REVIEWER_GROUP = "reviewer"
 """The group whose members may view runs and decide approvals in the admin (migration agents/0006)."""
+
+
+def approvals_waiting(run: Run) -> QuerySet[Approval]:
+    """The run's approvals a person may still decide, oldest first: pending and not past their expiry (one past it
+    is expired, whether or not the periodic sweep has marked it yet: it is never offered as waiting)."""
+    now = timezone.now()
+    waiting = run.approvals.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now), status=Approval.Status.PENDING)
+    return waiting.order_by("created_at")
 
 
 def asked_by_the_model(approval: Approval) -> bool:

@@ -88,7 +88,7 @@ from agents.api.protocol_http import (
 )
 from agents.api.serializers import PART_CONTENTS, A2AMessageSerializer, A2APartField, part_contents_message
 from agents.api.throttling import stream_slot_release
-from agents.approvals import approval_decide
+from agents.approvals import approval_decide, approvals_waiting
 from agents.config_cache import RunConfiguration, described_configuration, tools_served
 from agents.conversations import (
     context_id_of,
@@ -97,7 +97,7 @@ from agents.conversations import (
     in_context,
     same_context,
 )
-from agents.models import Agent, ApiKey, Approval, Run, RunEvent
+from agents.models import Agent, ApiKey, Run, RunEvent
 from agents.run_state import RunEventWriter, run_row_lock
 from agents.selectors import (
     agent_get_for_key,
@@ -491,7 +491,7 @@ def pending_approvals(run: Run) -> list[dict[str, Any]]:
             "args": a.args,
             "expiresAt": _iso(a.expires_at),  # in A2A's form, as its other times
         }
-        for a in run.approvals.filter(status=Approval.Status.PENDING).order_by("created_at")
+        for a in approvals_waiting(run)
     ]
 
 

@@ -74,9 +74,10 @@ from agents.api.protocol_http import (
     tool_progress_text,
 )
 from agents.api.throttling import api_key_rate_check, stream_slot_release
+from agents.approvals import approvals_waiting
 from agents.config_cache import described_configuration
 from agents.conversations import CONTEXT_ID_MAX_CHARS, context_id_problem, context_without_null_id
-from agents.models import Agent, AgentVersion, ApiKey, Approval, Run
+from agents.models import Agent, AgentVersion, ApiKey, Run
 from agents.selectors import agent_list_for_key, run_events_after, run_tool_calls
 from agents.services import run_cancel, run_create, secrets_readable_or_refused
 from audit.change_guard import config_generation
@@ -190,7 +191,7 @@ def call_result(run: Run) -> dict[str, Any]:
             "args": a.args,
             "expires_at": DateTimeField().to_representation(a.expires_at),  # as GET /runs/{id} writes it
         }
-        for a in run.approvals.filter(status=Approval.Status.PENDING).order_by("created_at")
+        for a in approvals_waiting(run)
     ]
     error = {"code": run.error_code, "message": run.error_message} if run.error_code else None
     # In the caller's language, the status by its label (as the A2A and run events APIs show it).

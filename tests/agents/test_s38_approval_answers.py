@@ -13,7 +13,9 @@ from django.test import Client
 from django.utils import timezone
 
 from agents.answers import all_calls_failed_text
+from agents.api.a2a_server import pending_approvals
 from agents.api.mcp_server import call_result
+from agents.approvals import approvals_waiting
 from agents.models import Agent, Approval, DeterministicRule, RunEvent
 from tests.agents.test_approvals import (  # noqa: F401
     a_rule_that_saves_the_notes,
@@ -100,6 +102,14 @@ def test_an_approval_past_its_expiry_not_yet_swept_reads_expired_in_the_admin_li
     assert change_url not in browser.get("/admin/agents/approval/?status__exact=pending").content.decode()
     assert change_url in browser.get("/admin/agents/approval/?status__exact=expired").content.decode()
 
+    # Nor is it offered as waiting anywhere else: A2A's and MCP's pending lists, the run page's bar, run_query.
+    run.refresh_from_db()
+    assert pending_approvals(run) == []
+    assert call_result(run)["structuredContent"]["approvals_pending"] == []
+    run_page = browser.get(f"/admin/agents/run/{run.pk}/change/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    assert 'class="run-pending"' not in run_page  # "Waiting for a decision:" names none
+    assert list(approvals_waiting(run)) == []
+
 
 def test_a_pending_approval_is_still_pending_in_the_list_its_filter_and_the_api(
     writer,  # noqa: F811 - the fixture
@@ -107,6 +117,9 @@ def test_a_pending_approval_is_still_pending_in_the_list_its_filter_and_the_api(
     run, client = writer
     approval = park(run)
     assert [a["status"] for a in client.get(f"/api/v1/runs/{run.id}").json()["approvals"]] == ["pending"]
+    run.refresh_from_db()
+    assert [a["approvalId"] for a in pending_approvals(run)] == [str(approval.pk)]
+    assert [a["approval_id"] for a in call_result(run)["structuredContent"]["approvals_pending"]] == [str(approval.pk)]
     boss = get_user_model().objects.create_superuser("boss", "", "pw-for-tests-only")
     browser = Client()
     browser.force_login(boss)

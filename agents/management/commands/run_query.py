@@ -16,10 +16,11 @@ from agent_platform.json import BoundedJSONDecoder, json_error_text
 from agents.admin_runs import error_message_text
 from agents.api.config import api_setting
 from agents.api.parsers import json_parse_bounded
+from agents.approvals import approvals_waiting
 from agents.conversations import context_id_problem, context_without_null_id
 from agents.decision_reasons import reason_text
 from agents.execution import run_execute
-from agents.models import Approval, Run
+from agents.models import Run
 from agents.selectors import run_tool_calls
 from agents.services import run_create, secrets_readable_or_refused
 from mcpregistry.pool import shutdown_default_pool
@@ -121,7 +122,7 @@ class Command(BaseCommand):
             )
         if run.status == Run.Status.AWAITING_APPROVAL:
             # Not an answer and not a failure: its own exit status, so that a script can tell it apart.
-            pending = run.approvals.filter(status=Approval.Status.PENDING).order_by("created_at")
+            pending = approvals_waiting(run)
             raise CommandError(
                 _(
                     "run %(id)s is waiting for a person to approve %(calls)s: approve or reject it in the admin "
