@@ -16,15 +16,22 @@ from mcpregistry.gate import reports_error
 TEAM = re.compile(r"([가-힣A-Za-z]+팀)")
 WORD = re.compile(r"[가-힣A-Za-z0-9]+")
 HANGUL_NAME = re.compile(r"[가-힣]{2,4}")
-# What follows a name in a question: a particle, an honorific, a title ("김하늘의", "박도윤 팀장님은"). A particle
-# but 의 and 에게 is taken off only where three syllables are left: "정하은" (은) and "김영이" (이) are names.
+# What follows a name in a question: a particle, an honorific, a title ("김하늘의", "김하늘한테", "박도윤 팀장님은").
+# The particles of two syllables and 의 are always taken off; one of one syllable only where three are left:
+# "정하은" (은), "김영이" (이), "박도" are names.
 HONORIFIC = "님"
 TITLES = ("팀장", "매니저", "부장", "차장", "과장", "대리", "사원", "선임", "책임", "수석", "프로", "씨")
-PARTICLES = ("은", "는", "이", "가", "을", "를")
-# The words of the questions these templates answer, question words and a request's endings ("알려줘", "있어?"):
-# no one's name; nor is a word with 팀 in it (a team, "팀장").
+LONG_PARTICLES = ("에게서", "에게", "한테", "께서", "이랑", "에서", "보다", "처럼")
+PARTICLES = ("은", "는", "이", "가", "을", "를", "에", "와", "과", "랑", "도", "만")
+# The words of the questions these templates answer, question words, words of time and manner, the modifiers a
+# question puts before a noun ("노트북 가진 사람") and a request's endings ("알려줘", "있어?"): no one's name; nor
+# is a word with 팀 in it (a team, "팀장").
 NOT_NAMES = frozenset({"프로젝트", "자산", "노트북", "모니터", "인원", "인원수", "명단", "소속", "직원", "정보",
-                       "목록", "전체", "우리", "저희", "사람", "담당자", "현황"})  # fmt: skip
+                       "목록", "전체", "우리", "저희", "사람", "담당자", "현황", "오늘", "어제", "내일", "지금",
+                       "혹시", "그럼", "그리고", "요즘", "최근", "이번", "지난", "다음", "현재", "새로", "모든",
+                       "같은", "가진", "있는", "없는", "맡은", "쓰는", "입사한", "관련", "대해", "대한"})  # fmt: skip
+# A word before one of these is what the question is about: "오늘 김하늘 자산" asks about 김하늘, not 오늘.
+TOPIC_WORDS = frozenset({"프로젝트", "자산", "노트북", "모니터", "소속", "정보", "팀"})
 QUESTION_WORDS = ("몇", "누구", "어디", "어느", "어떤", "무엇", "뭐")
 REQUEST_ENDINGS = ("줘", "요", "야", "까", "어", "죠")
 
@@ -54,8 +61,9 @@ def _name_stem(word: str) -> tuple[str, bool]:
     """``word`` less the particle, honorific and title that follow a name, and whether it had any ("김하늘의",
     "김하늘님", "김하늘팀장님" are "김하늘", marked; "팀장님은" is "", marked)."""
     stem = word
-    if stem.endswith("에게"):
-        stem = stem[:-2]
+    long = next((p for p in LONG_PARTICLES if stem.endswith(p) and len(stem) > len(p) + 1), None)
+    if long is not None:
+        stem = stem[: -len(long)]
     elif stem.endswith("의") or (stem.endswith(PARTICLES) and len(stem) > 3):
         stem = stem[:-1]
     stem = stem.removesuffix(HONORIFIC)
@@ -79,9 +87,10 @@ def _could_be_a_name(stem: str) -> bool:
 
 def name_in(query: str) -> str | None:
     """The person a question is about: a word followed by a particle, an honorific or a title ("김하늘의 노트북",
-    "김하늘 팀장님 노트북", "김하늘님"), else its first word that reads as a name ("박도윤 프로젝트?"); ``None`` where
-    none does ("프로젝트 알려줘", "클라우드운영팀 몇명이야?"). A name is two to four Hangul syllables, no team, none
-    of the words the templates are asked about nor a request's ending."""
+    "김하늘 팀장님 노트북", "김하늘님"), else a word before what is asked about ("오늘 김하늘 자산"), else its first
+    word that reads as a name ("박도윤 프로젝트?"); ``None`` where none does ("프로젝트 알려줘", "클라우드운영팀
+    몇명이야?"). A name is two to four Hangul syllables, no team, none of the words the templates are asked about,
+    of time or manner, a modifier nor a request's ending."""
     words = WORD.findall(query)
     stems = [_name_stem(word) for word in words]
     candidates = []
@@ -90,8 +99,9 @@ def name_in(query: str) -> str | None:
             continue
         # "김하늘 님", "김하늘 팀장님": the next word is an honorific or a title only.
         followed = at + 1 < len(stems) and stems[at + 1][1] and not stems[at + 1][0]
-        candidates.append((not (marked or followed), at, stem))
-    return min(candidates)[2] if candidates else None
+        before_topic = at + 1 < len(words) and _name_stem(words[at + 1])[0] in TOPIC_WORDS
+        candidates.append((not (marked or followed), not before_topic, at, stem))
+    return min(candidates)[3] if candidates else None
 
 
 def team_in(query: str) -> str | None:

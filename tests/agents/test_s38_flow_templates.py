@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from agents.execution import run_execute
+from agents.flows.common import name_in
 from agents.models import Agent, Run
 from agents.services import agent_version_publish, run_submit
 from agents.tools import ToolFailure
@@ -335,3 +336,22 @@ def test_a_template_reads_the_name_or_team_of_a_korean_question_or_asks_for_one(
     assert (result.status, result.answer) == (Run.Status.SUCCEEDED, expected), result.error_message
     made = AuditEvent.objects.filter(run_id=result.id, action="tool.call").order_by("seq")
     assert sorted((e.tool, e.args) for e in made) == sorted(calls)
+
+
+@pytest.mark.parametrize(
+    ("query", "name"),
+    [
+        ("오늘 김하늘 자산 알려줘", "김하늘"),  # a word before what is asked about, not the first word
+        ("혹시 김하늘 팀 알려줘", "김하늘"),
+        ("어제 입사한 김하늘 팀", "김하늘"),
+        ("노트북 가진 사람 누구?", None),  # a modifier is no name
+        ("김하늘이랑 같은 팀 누구야?", "김하늘"),
+        ("김하늘에 대해 알려줘", "김하늘"),
+        ("김하늘과 박도윤 프로젝트", "김하늘"),
+        ("김하늘한테 노트북 있어?", "김하늘"),
+        ("김영이 자산", "김영이"),  # a one-syllable particle is taken off only where three syllables are left
+        ("이서준 자산", "이서준"),
+    ],
+)
+def test_a_name_is_read_past_the_particles_times_and_modifiers_of_a_question(query: str, name: str | None) -> None:
+    assert name_in(query) == name
