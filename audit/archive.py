@@ -62,7 +62,7 @@ class ToolCallLatency:
 
 @dataclass
 class ToolCallFigures:
-    """What ``/metrics`` reports of production tool calls (eval and shadow runs' left out): counts by (server,
+    """What ``/metrics`` reports of production tool calls (``NOT_PRODUCTION_SOURCES`` left out): counts by (server,
     outcome, reason label), and each server's latency histogram of the attempts sent (``attempt >= 1`` with a
     latency: refusals, memo hits and calls the open circuit refused were never sent)."""
 

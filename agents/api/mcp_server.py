@@ -14,7 +14,8 @@ again), and checks its key again every ``PLATFORM_SSE_AUTH_RECHECK_S``: once the
 agent disabled) with one saying ``run_not_found``, the run left to go on either way. A request over its key's rate
 limit is answered in a 200 as the stream slots' refusal is (an HTTP 429 ends the official client's whole session):
 a ``tools/call`` with an ``isError`` result, any other request with the JSON-RPC error ``THROTTLED``, both saying
-when to ask again; a notification is not counted against the limit.
+when to ask again; a notification is counted too, and one over the limit is dropped (not acted on) with its usual
+202.
 
 Written as plain Django views rather than the ``mcp`` SDK's session manager, because the platform serves from
 several processes (gunicorn's uvicorn workers, or ``runserver``) and an SDK session lives in one process's
@@ -440,8 +441,9 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
             405,
             headers={"Allow": "POST"},
         )
-    # Counted against the key's rate once the body says what it is: a notification is not (it has no answer to
-    # carry a refusal, and its 429 ended the official client's session).
+    # Counted against the key's rate once the body says what it is: a notification over the limit is dropped with
+    # its usual 202 (it has no answer to carry a refusal, and a 429 ended the official client's session), so a
+    # stream of them is no way around the limit.
     caller = await sync_to_async(caller_authenticate)(request, counted=False)
     if caller.api_key is None:
         return caller.refusal  # type: ignore[return-value]
@@ -459,10 +461,11 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
             body = rpc_body(request)
         except exceptions.ParseError as exc:
             refusal = json_response(_rpc_error(None, -32700, str(exc.detail)), status=400)
-    if not (isinstance(body, dict) and "id" not in body and isinstance(body.get("method"), str)):
-        wait = await sync_to_async(api_key_rate_check)(api_key)
-        if wait is not None:
-            return throttled_answer(body, wait)
+    wait = await sync_to_async(api_key_rate_check)(api_key)
+    if wait is not None:
+        if isinstance(body, dict) and "id" not in body and isinstance(body.get("method"), str):
+            return HttpResponse(status=202)  # a notification: not acted on
+        return throttled_answer(body, wait)
     if refusal is not None:
         return refusal
     if not isinstance(body, dict) or body.get("jsonrpc") != "2.0":
