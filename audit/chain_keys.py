@@ -19,6 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from agent_platform.key_files import key_file
 from audit.chain import ChainKeyring
+from audit.masking import register_process_secrets
 
 __all__ = ["chain_keyring"]
 
@@ -27,7 +28,9 @@ __all__ = ["chain_keyring"]
 def _local_key(where: str) -> str:
     """The local key (in the file named ``where``), created once (``agent_platform/key_files.py``). Read once per
     process (every append needs it)."""
-    return key_file(Path(where), lambda: secrets.token_urlsafe(32))
+    key = key_file(Path(where), lambda: secrets.token_urlsafe(32))
+    register_process_secrets([key])  # masked from its first use: one made now was missed at start
+    return key
 
 
 @lru_cache(maxsize=8)

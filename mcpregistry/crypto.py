@@ -19,6 +19,7 @@ from django.db import models
 from django.utils.translation import gettext as _
 
 from agent_platform.key_files import key_file
+from audit.masking import register_process_secrets
 
 PREFIX = "fernet:"
 
@@ -31,7 +32,9 @@ class SecretDecryptionError(ImproperlyConfigured):
 def _local_key(where: str) -> str:
     """The local key (in the file named ``where``), created once (``agent_platform/key_files.py``). Read once per
     process: every secret read from the database or written to it needs it."""
-    return key_file(Path(where), lambda: Fernet.generate_key().decode())
+    key = key_file(Path(where), lambda: Fernet.generate_key().decode())
+    register_process_secrets([key])  # masked from its first use: one made now was missed at start
+    return key
 
 
 def configured_keys() -> list[str]:

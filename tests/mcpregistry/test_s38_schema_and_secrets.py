@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -214,3 +215,18 @@ def test_the_process_secrets_are_those_of_its_settings_and_environment(settings:
     masking.clear_registered_secrets()  # as each test starts: the process's own stay
     text = f"fernet {fernet_keys[1]} aws {aws_secret} done"
     assert mask_text(text, secrets=[]) == f"fernet {MASK} aws {MASK} done"
+
+
+def test_a_local_key_file_made_after_start_is_masked_from_its_first_use(tmp_path: Path, monkeypatch: Any) -> None:
+    """The local keys are made on first use (the bindings' Fernet key, the audit chain's), after the process
+    registered its secrets at start: each is masked from the moment it is read or made."""
+    from audit import chain_keys
+    from mcpregistry import crypto
+
+    monkeypatch.setattr(masking, "_process_secrets", masking._process_secrets)  # restored after the test
+    monkeypatch.setattr(masking, "_known", masking._known)
+    fernet_key = crypto._local_key.__wrapped__(str(tmp_path / "secrets_key"))
+    chain_key = chain_keys._local_key.__wrapped__(str(tmp_path / "audit_chain_key"))
+
+    assert (tmp_path / "secrets_key").read_text().strip() == fernet_key
+    assert mask_text(f"a {fernet_key} b {chain_key} c", secrets=[]) == f"a {MASK} b {MASK} c"
