@@ -562,7 +562,13 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
     def _discover(self, request: HttpRequest, server: McpServer) -> None:
         report = mcp_server_discover(server=server, actor=request.user, via=ADMIN_VIA)
-        warned = report.schema_errors or report.name_taken or report.descriptions_cut
+        warned = (
+            report.schema_errors
+            or report.name_taken
+            or report.descriptions_cut
+            or report.schema_texts_cut
+            or report.schemas_oversized
+        )
         level = messages.SUCCESS if report.ok and not warned else messages.WARNING
         self.message_user(request, discovery_message(report), level=level if report.ok else messages.ERROR)
 

@@ -230,3 +230,12 @@ def test_a_local_key_file_made_after_start_is_masked_from_its_first_use(tmp_path
 
     assert (tmp_path / "secrets_key").read_text().strip() == fernet_key
     assert mask_text(f"a {fernet_key} b {chain_key} c", secrets=[]) == f"a {MASK} b {MASK} c"
+
+
+@pytest.mark.django_db
+def test_the_admins_discovery_of_a_cut_or_oversized_schema_is_a_warning(admin_client: Any) -> None:
+    for tool in ("lookup_long_described", "many_arguments"):
+        server, _report = bind(tool)
+        page = admin_client.post(f"/admin/mcpregistry/mcpserver/{server.pk}/discover/", follow=True)
+        [message] = list(page.context["messages"])
+        assert message.level_tag == "warning", (tool, message.message)
