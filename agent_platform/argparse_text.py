@@ -17,7 +17,15 @@ from typing import Any
 
 from django.apps import apps
 from django.utils import translation
-from django.utils.translation import gettext_noop, ngettext_lazy
+from django.utils.translation import ngettext_lazy
+
+
+def gettext_noop(message: str) -> str:
+    """Marks ``message`` for ``makemessages`` (which finds it by this name) and returns it as it is. Django's own
+    reads the settings, and this module is imported with ``agent_platform`` before any settings are (uvicorn
+    imports ``agent_platform.asgi``, whose package this is, before the module names them)."""
+    return message
+
 
 # What argparse says to a user of a command (its messages for a programming error, such as a conflicting option
 # string, are left out: a user never meets them).

@@ -8,7 +8,10 @@ from __future__ import annotations
 import argparse
 import ast
 import inspect
+import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -188,3 +191,21 @@ def test_a_real_manage_py_prints_argparses_errors_in_korean(tmp_path: Path) -> N
     assert done.stderr.endswith(
         korean["%(prog)s: error: %(message)s\n"] % {"prog": "manage.py run_query", "message": required}
     )
+
+
+def test_the_asgi_application_loads_before_any_settings_are_named(tmp_path: Path) -> None:
+    """uvicorn (./bin/up) imports ``agent_platform.asgi`` with no DJANGO_SETTINGS_MODULE: its package is imported
+    first, and argparse's texts marked there with Django's ``gettext_noop`` read the settings, unnamed yet (the
+    quick start's web server did not start)."""
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env["PLATFORM_VAR_DIR"] = str(tmp_path / "var")
+    done = subprocess.run(
+        [sys.executable, "-c", "import agent_platform.asgi as a; print(callable(a.application))"],
+        cwd=Path(__file__).resolve().parent.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "True"), done.stderr[-2000:]
