@@ -1097,6 +1097,17 @@ class BudgetAdmin(ServiceAdminMixin, admin.ModelAdmin):
         fields = list(super().get_readonly_fields(request, obj))
         return fields if obj is None else [*fields, *BUDGET_OWNER_FIELDS]
 
+    def get_fieldsets(self, request: HttpRequest, obj: Budget | None = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None:
+            return fieldsets
+        # Said where the fields are shown: the form offers no way to change them, and why is not obvious.
+        told = _(
+            "The API key or agent a budget belongs to cannot be changed (its spend and runs in flight are theirs): "
+            "create a new budget for another."
+        )
+        return [(name, {**options, "description": told}) for name, options in fieldsets]
+
     def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         formfield = super().formfield_for_dbfield(db_field, request, **kwargs)
         if db_field.name == "api_key" and formfield is not None and hasattr(formfield.widget, "can_add_related"):

@@ -50,6 +50,8 @@ def test_a_stored_budgets_key_is_not_changed_on_its_change_page(
     assert submit(api_client).status_code == 202  # queued: holds the whole limit on the first key's budget
     page = admin_client.get(f"/admin/agents/budget/{budget.pk}/change/").content.decode()
     assert 'name="api_key"' not in page and 'name="agent"' not in page
+    assert "cannot be changed (its spend and runs in flight are theirs)" in page  # the page says why
+    assert "cannot be changed" not in admin_client.get("/admin/agents/budget/add/").content.decode()
 
     posted = {
         "api_key": other_caller.key.pk,
