@@ -137,13 +137,13 @@ def match_conditions(
     """Evaluate every condition of ``when`` (all must hold). Returns (matched, reason, regex named groups). Text is
     compared composed (``nfc``) on both sides: a keyword typed on one keyboard meets a query typed on another;
     keywords are looked for as :func:`keyword_text` reads both sides (full-width letters, no-break spaces)."""
-    searched = keyword_text(query)
+    searched = _spaceless(keyword_text(query))
     all_keywords = [nfc(str(k)) for k in when.get("all_keywords") or []]
-    missing = [k for k in all_keywords if keyword_text(k) not in searched]
+    missing = [k for k in all_keywords if _spaceless(keyword_text(k)) not in searched]
     if missing:
         return False, f"keyword missing: {missing[0]}", {}
     any_keywords = [nfc(str(k)) for k in when.get("any_keywords") or []]
-    if any_keywords and not any(keyword_text(k) in searched for k in any_keywords):
+    if any_keywords and not any(_spaceless(keyword_text(k)) in searched for k in any_keywords):
         return False, "none of the keywords present", {}
     groups: dict[str, str] = {}
     pattern = when.get("regex")
@@ -154,24 +154,52 @@ def match_conditions(
             return False, f"regex gave up after {REGEX_TIMEOUT_S:g} s on this query", {}
         if found is None:
             return False, "regex did not match", {}
-        groups = {nfc(k): v for k, v in found.groupdict().items() if v is not None}
+        # Compatibility-composed, as keywords are read: "A-１００４" typed in full-width mode matches ``A-\d{4}`` and
+        # is sent as the A-1004 the tool knows (it was sent as typed, and not found).
+        groups = {nfc(k): unicodedata.normalize("NFKC", v) for k, v in found.groupdict().items() if v is not None}
     # The input is stored composed (``run_input_guarded``): only the values compared are composed again here.
     # Values are compared by kind too (``same_value``): a condition's true is not a 1 (seed 004's trap).
     for key, expected in (when.get("context") or {}).items():
         found = lookup_context(context, nfc(str(key)))
         value = nfc_value(None if found is _MISSING else found)  # absent reads as null, as it always has
-        if not same_value(value, nfc_value(expected)):
+        if not condition_value_matches(value, nfc_value(expected)):
             return False, f"context.{key} is not {expected!r}", groups
     for path, expected in (when.get("data") or {}).items():
         value = lookup_data(a2a_data, nfc(str(path)))
         if value is _MISSING:
             return False, f"data.{path} absent", groups
-        if expected != "*" and not same_value(nfc_value(value), nfc_value(expected)):
+        if expected != "*" and not condition_value_matches(nfc_value(value), nfc_value(expected)):
             return False, f"data.{path} is not {expected!r}", groups
     tool = when.get("tool_available")
     if tool and tool not in available_tools:
         return False, f"tool {tool} not available", groups
     return True, "matched", groups
+
+
+_HANGUL_SPACE = re.compile(r"(?<=[가-힣]) (?=[가-힣])")
+
+
+def _spaceless(text: str) -> str:
+    # Korean spacing varies freely ("몇 명", "몇명"): a space between two Hangul syllables is not looked for, on
+    # either side. Other spaces are (" VPN " is a word of its own; "V P N" is not "VPN").
+    return _HANGUL_SPACE.sub("", text)
+
+
+_NUMBER_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?")
+
+
+def condition_value_matches(found: Any, expected: Any) -> bool:
+    """Whether a context or data value meets a condition's: equal as JSON (``same_value``), or a number and the
+    same number written as text (``1234`` and ``"1234"``: the rule editor reads ``chatbotId=1234`` as a number,
+    and callers send ids as JSON text; it never matched, and the tester said it did). A boolean still meets only a
+    boolean (seed 004's trap)."""
+    if same_value(found, expected):
+        return True
+    for number, text in ((found, expected), (expected, found)):
+        if isinstance(number, int | float) and not isinstance(number, bool) and isinstance(text, str):
+            written = text.strip()
+            return _NUMBER_TEXT.fullmatch(written) is not None and float(written) == number
+    return False
 
 
 def keyword_text(text: str) -> str:
@@ -368,6 +396,8 @@ def placeholder_problems(
         groups: set[str] | None = set(_compiled(pattern).groupindex) if isinstance(pattern, str) and pattern else set()
     except (regex.error, OverflowError, RecursionError, MemoryError):
         groups = None  # the regex's own error is reported on the conditions: its groups are not known
+    if when is None:
+        groups = None  # conditions that could not be read (their own error is said): their groups are not known
     problems: dict[str, list[str]] = {}
 
     def unmatched(name: str) -> str | None:

@@ -690,6 +690,9 @@ class DeterministicRule(AuditedModel):
     string values may use ``{query}``, ``{context.KEY}``, ``{data.PATH}`` and ``{match.NAME}``.
     """
 
+    # Said of a rule that names no tool and no code (a form that refused the tool it was given takes it back).
+    UNNAMED_TOOL = _("Name the tool to call (or give a code rule).")
+
     agent = models.ForeignKey(
         Agent,
         on_delete=models.CASCADE,
@@ -850,7 +853,7 @@ class DeterministicRule(AuditedModel):
                         )
                     ]
             if not self.tool_name:
-                errors["tool_name"] = [str(_("Name the tool to call (or give a code rule)."))]
+                errors["tool_name"] = [str(self.UNNAMED_TOOL)]
             try:
                 WhenSpec.model_validate(self.when or {})
             except PydanticValidationError as exc:

@@ -462,6 +462,10 @@ class DeterministicRuleForm(forms.ModelForm):
         if raw and _json(raw) != _json(self.initial.get("rule_json") or ""):
             self._apply_document(raw, cleaned)
         self._check_target(cleaned)
+        if self.has_error("when"):
+            # Its conditions unread: the model's checks of ``{match.X}`` read no regex (a false "the regex has no
+            # named group" beside the conditions' own error). ``None`` leaves the groups unknown, unchecked.
+            self.instance.when = None
         forced = cleaned.get("force_first_tool") or ""
         agent = self.cleaned_data.get("agent")
         if forced not in ("", "any") and forced not in self.model_tools:
@@ -476,6 +480,16 @@ class DeterministicRuleForm(forms.ModelForm):
             for problem in rule_forcing_problems(forced, tool_selection=agent.tool_selection, servers=servers):
                 self.add_error("force_first_tool", problem)
         return cleaned
+
+    def _post_clean(self) -> None:
+        refused_tool = self.has_error("tool_name")
+        super()._post_clean()
+        if refused_tool:
+            # The model's "name the tool to call" read a tool name this form had refused (and so never set): said
+            # beside the refusal, of a name that was given.
+            unnamed = str(DeterministicRule.UNNAMED_TOOL)
+            kept = [e for e in self.errors.get("tool_name", []) if str(e) != unnamed]
+            self.errors["tool_name"] = self.error_class(kept, renderer=self.renderer)
 
     def _check_target(self, cleaned: dict[str, Any]) -> None:
         agent, server, tool = cleaned.get("agent"), cleaned.get("server"), cleaned.get("tool_name")

@@ -29,7 +29,8 @@ PARTICLES = ("은", "는", "이", "가", "을", "를", "에", "와", "과", "랑
 NOT_NAMES = frozenset({"프로젝트", "자산", "노트북", "모니터", "인원", "인원수", "명단", "소속", "직원", "정보",
                        "목록", "전체", "우리", "저희", "사람", "담당자", "현황", "오늘", "어제", "내일", "지금",
                        "혹시", "그럼", "그리고", "요즘", "최근", "이번", "지난", "다음", "현재", "새로", "모든",
-                       "같은", "가진", "있는", "없는", "맡은", "쓰는", "입사한", "관련", "대해", "대한"})  # fmt: skip
+                       "같은", "가진", "있는", "없는", "맡은", "쓰는", "입사한", "관련", "대해", "대한", "진행", "중인",
+                       "담당", "관리", "문의"})  # fmt: skip
 # A word before one of these is what the question is about: "오늘 김하늘 자산" asks about 김하늘, not 오늘.
 TOPIC_WORDS = frozenset({"프로젝트", "자산", "노트북", "모니터", "소속", "정보", "팀"})
 QUESTION_WORDS = ("몇", "누구", "어디", "어느", "어떤", "무엇", "뭐")
@@ -60,6 +61,8 @@ class FlowState(TypedDict, total=False):
 def _name_stem(word: str) -> tuple[str, bool]:
     """``word`` less the particle, honorific and title that follow a name, and whether it had any ("김하늘의",
     "김하늘님", "김하늘팀장님" are "김하늘", marked; "팀장님은" is "", marked)."""
+    if word.startswith(HONORIFIC) and word[1:] in ("", "의", *PARTICLES, *LONG_PARTICLES):
+        return "", True  # "이서준 님이": the honorific, a particle after it, marks the word before
     stem = word
     long = next((p for p in LONG_PARTICLES if stem.endswith(p) and len(stem) > len(p) + 1), None)
     if long is not None:
@@ -99,7 +102,9 @@ def name_in(query: str) -> str | None:
             continue
         # "김하늘 님", "김하늘 팀장님": the next word is an honorific or a title only.
         followed = at + 1 < len(stems) and stems[at + 1][1] and not stems[at + 1][0]
-        before_topic = at + 1 < len(words) and _name_stem(words[at + 1])[0] in TOPIC_WORDS
+        # A full name (three syllables) right before what is asked about ("오늘 김하늘 자산"), not a modifier
+        # ("진행 중인 프로젝트").
+        before_topic = len(stem) == 3 and at + 1 < len(words) and _name_stem(words[at + 1])[0] in TOPIC_WORDS
         candidates.append((not (marked or followed), not before_topic, at, stem))
     return min(candidates)[3] if candidates else None
 

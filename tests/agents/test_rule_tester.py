@@ -4,6 +4,7 @@ verdicts, and calls nothing; asked to, it calls the matched tools through the ga
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from django.test import Client
@@ -65,6 +66,8 @@ def test_code_rules_are_tried_too(admin_client, db) -> None:
     ).content.decode()
     assert "get_customer_profile" in page and "u-9" in page
     assert "raised KeyError" in page
+    # The rule that raised named no tool: its server alone, not "server." with an empty tool.
+    assert "<code>seed-crm.</code>" not in page and not re.search(r"<code>[\w-]+\.</code>", page)
 
 
 def test_bad_json_is_explained(admin_client, demo_agent) -> None:

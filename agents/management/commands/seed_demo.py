@@ -46,12 +46,20 @@ SYSTEM_PROMPT = (
     "도구가 실패하면 그 안내를 따르고, 확인하지 못한 내용은 지어내지 마세요."
 )
 
+# A name before 님, a title between them or not ("김하늘 님", "박도윤 팀장님"): the title is no name ("팀장님" alone
+# names no one; the rule read "팀장" as the person's name and answered that no such employee exists).
+TITLES = "팀장|부장|차장|과장|대리|매니저|선임|책임|수석|프로"
+NAME_BEFORE_NIM = r"(?P<{group}>(?!(?:" + TITLES + r")\s*님)[가-힣]{{2,4}})\s*(?:(?:" + TITLES + r")\s*)?님"
+
 DEMO_RULES: list[dict[str, Any]] = [
     {
         "name": "직원 소속 조회",
         "order": 10,
         "tool_name": "search_employee",
-        "when": {"regex": r"(?P<name>[가-힣]{2,4})\s*님", "any_keywords": ["팀", "소속", "부서", "직무", "이메일"]},
+        "when": {
+            "regex": NAME_BEFORE_NIM.format(group="name"),
+            "any_keywords": ["팀", "소속", "부서", "직무", "이메일"],
+        },
         "params": {"name": "{match.name}"},
         "answer_template": "{result.name} 님은 {result.team} 소속이며, 직무는 {result.role}입니다 (이메일: {result.email}).",
     },
@@ -75,7 +83,7 @@ DEMO_RULES: list[dict[str, Any]] = [
         "name": "직원 보유 자산 조회",
         "order": 40,
         "tool_name": "get_asset",
-        "when": {"regex": r"(?P<owner>[가-힣]{2,4})\s*님", "any_keywords": ["자산", "노트북", "모니터", "장비"]},
+        "when": {"regex": NAME_BEFORE_NIM.format(group="owner"), "any_keywords": ["자산", "노트북", "모니터", "장비"]},
         "params": {"owner": "{match.owner}"},
         "answer_template": "{params.owner} 님의 자산은 {result.count}건입니다: {result.assets.*.model}",
     },
