@@ -188,7 +188,7 @@ class ArchiveReport:
 def audit_events_archive(
     *,
     older_than_days: int,
-    output: Path | None = None,
+    output: Path | str | None = None,
     chunk_size: int = 2000,
     now: dt.datetime | None = None,
     progress: Callable[[str], None] | None = None,
@@ -206,6 +206,7 @@ def audit_events_archive(
     reads and which ends with the transaction). Raises ``ApplicationError`` if the chain is broken, the file
     exists or cannot be written (naming why), or the table changed underneath; nothing is deleted then. ``count`` 0 means nothing was old enough.
     ``progress`` is told each step and every ``progress_every`` events written (a long table takes minutes).
+    ``output``: the file, or a folder to write it in under its default name (:func:`_archive_path`).
     """
     tell = progress or (lambda _message: None)
     if older_than_days < 0:
@@ -226,7 +227,8 @@ def audit_events_archive(
         return report
     # Absolute, so that the checkpoint names the file wherever verify_audit runs (a path relative to this
     # process's working directory would name another file, or none, from any other).
-    path = output or Path(settings.VAR_DIR) / "audit-archive" / f"audit-{first_seq:012d}-{last_seq:012d}.jsonl.gz"
+    name = f"audit-{first_seq:012d}-{last_seq:012d}.jsonl.gz"
+    path = _archive_path(output, name) if output is not None else Path(settings.VAR_DIR) / "audit-archive" / name
     path = path.resolve()
     if path.exists():
         raise ApplicationError(
@@ -261,6 +263,15 @@ def audit_events_archive(
             _file_remove(report.path)
         raise
     return report
+
+
+def _archive_path(output: Path | str, name: str) -> Path:
+    """Where ``--output`` puts the archive: the file it names, or ``name`` inside it where it is a folder (one that
+    exists, or one written with a separator at its end: made)."""
+    text = os.fspath(output)
+    if text.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)) or Path(text).is_dir():
+        return Path(text) / name
+    return Path(text)
 
 
 def _file_remove(path: Path) -> None:

@@ -200,8 +200,11 @@ def _masked_event(fields: dict[str, Any]) -> tuple[AuditEvent, _JsonContent]:
     secret_list = list(f["secrets"])
     # Stored as the database gives them back (dates and decimals as text), so that the hash taken now is the
     # hash recomputed from the row later; and hashed in the chain's number form, parsed from the same text.
+    # A call's arguments are a caller's (a model's) text, cut as its result is; a configuration change's are the
+    # change itself (its settings before and after), kept whole.
+    args_max = None if str(f["action"]).startswith("config.") else settings.PLATFORM_AUDIT_RESULT_MAX_CHARS
     args_text, stored_args, hashed_args, args_plain = _stored_json(
-        _masked_args(f["args"] or {}, secrets=secret_list, named_rows=frozenset(f["named_rows"]))
+        _masked_args(f["args"] or {}, secrets=secret_list, named_rows=frozenset(f["named_rows"])), max_chars=args_max
     )
     result_text, stored_result, hashed_result, result_plain = _stored_json(
         mask_value(f["result"], secrets=secret_list), max_chars=settings.PLATFORM_AUDIT_RESULT_MAX_CHARS

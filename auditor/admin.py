@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import SEARCH_VAR, ChangeList
 from django.core.exceptions import PermissionDenied
@@ -31,14 +32,23 @@ from django.utils.translation import gettext_lazy as _
 from agents.admin_runs import DateDrillDownChangeList
 from agents.models import Agent
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
+from audit.archive import tool_call_reason_label
 from audit.labels import action_label, breakable, reason_label, when_cell
+from audit.masking import truncate
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.services import audit_chain_catch_up
 from audit.verification import CannotCheck
 from audit.visible import visible_text
 from auditor.charts import bar_chart
 from auditor.event_details import change_html, rule_decision_html
-from auditor.metrics import MAX_BUCKETS, ToolSeries, series_bucket, tool_metrics, tool_metrics_series
+from auditor.metrics import (
+    MAX_BUCKETS,
+    ToolSeries,
+    archived_part,
+    series_bucket,
+    tool_metrics,
+    tool_metrics_series,
+)
 from auditor.selectors import (
     AuditEventFilters,
     audit_event_filter,
@@ -216,7 +226,21 @@ class ReasonFilter(_ChoiceFilter):
         # Each run writes a decision for every rule it tried: the ones that did not match are left out in a click
         # (the same "!" the API takes, so the export links carry it).
         fewer = [("!rule:skipped", gettext("all but skipped rule decisions"))] if "rule:skipped" in values else []
-        return fewer + [(v, visible_text(reason_label(v))) for v in values]
+        # An unknown argument's name is the model's: every name it made up is one entry (``args:unknown:*``, a
+        # prefix the filter and the API take), as ``/metrics`` folds its label, not an entry per name.
+        codes = dict.fromkeys(_reason_choice(v) for v in values)
+        return fewer + [
+            (c, gettext("unknown argument (any name)") if c == UNKNOWN_ARGUMENTS else visible_text(reason_label(c)))
+            for c in codes
+        ]
+
+
+UNKNOWN_ARGUMENTS = "args:unknown:*"
+"""The reason filter's one entry for every unknown argument's name (``args:unknown:<name>``)."""
+
+
+def _reason_choice(reason: str) -> str:
+    return UNKNOWN_ARGUMENTS if tool_call_reason_label(reason) != reason else reason
 
 
 class _InputFilter(admin.ListFilter):
@@ -562,12 +586,13 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
     @admin.display(description=_("arguments (masked)"))
     def args_pretty(self, obj: AuditEvent) -> str:
-        return format_html("<pre>{}</pre>", visible_text(json.dumps(obj.args, ensure_ascii=False, indent=2)))
+        shown = json.dumps(_args_shown(obj), ensure_ascii=False, indent=2)
+        return format_html("<pre>{}</pre>", visible_text(shown))
 
     @admin.display(description=_("arguments (masked)"))
     def args_rows(self, obj: AuditEvent) -> str:
         """A call's arguments a row each (name, value as the rule editor writes it); other shapes as JSON."""
-        rows = argument_rows(obj.args)
+        rows = argument_rows(obj.args) if _args_shown(obj) is obj.args else None
         if rows is None:
             return self.args_pretty(obj)
         if not rows:
@@ -599,6 +624,7 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             "audit_export_url": f"{export}?{urlencode(chosen)}{'&' if chosen else ''}" if export else None,
             # The API has no search: an export of a searched list would hold more than the list shows.
             "audit_export_unsearched": bool(request.GET.get(SEARCH_VAR, "").strip()),
+            "audit_archived_note": _list_archived_note(str(chosen.get("since") or "")),
         }
         return super().changelist_view(request, extra_context)
 
@@ -627,6 +653,13 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             raise PermissionDenied
         since, until = _period(request)
         report = tool_metrics(since=since, until=until)
+        # A row's link lists the calls the row counts: the same period, tool calls only (of every source: the
+        # note under the table says so).
+        period_query = {
+            "since": request.GET["since"].strip() if since is not None else report.since.isoformat(),
+            "until": request.GET["until"].strip() if until is not None else report.until.isoformat(),
+            "action": "tool.call",
+        }
         most_calls = max((t.calls for t in report.tools), default=0)
         slowest = max((t.latency_p95_ms or 0.0 for t in report.tools), default=0.0)
         events_url = reverse("admin:audit_auditevent_changelist", current_app=self.admin_site.name)
@@ -638,11 +671,17 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
                 "error_pct_bar": _pct(t.errors, t.calls),
                 "p95_pct": _pct(t.latency_p95_ms or 0.0, slowest),
                 "reasons": _reasons_in_words(t.errors_by_reason),
-                "callers": sorted(t.callers.items(), key=lambda kv: (-kv[1], kv[0])),
-                "events_url": f"{events_url}?{urlencode({'mcp_id': t.mcp_id, 'tool': t.tool})}",
+                # Recorded texts (a server's tool name, a caller) with what does not show itself written out.
+                "server": visible_text(t.mcp_id),
+                "name": visible_text(t.tool),
+                "callers": [
+                    (visible_text(actor), n) for actor, n in sorted(t.callers.items(), key=lambda kv: (-kv[1], kv[0]))
+                ],
+                "events_url": f"{events_url}?{urlencode({'mcp_id': t.mcp_id, 'tool': t.tool, **period_query})}",
             }
             for t in report.tools
         ]
+        callers = [{"caller": c, "actor": visible_text(c.actor), "name": visible_text(c.name)} for c in report.callers]
         metrics_api = api_url("audit-metrics")
         period = {"since": request.GET.get("since", ""), "until": request.GET.get("until", "")}
         asked = request.GET.get("bucket", "")
@@ -661,6 +700,14 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             "opts": self.model._meta,
             "report": report,
             "rows": rows,
+            "callers": callers,
+            "archived_note": _archived_note(
+                report.since,
+                gettext(
+                    "Events before %(date)s (up to seq %(seq)s) are archived in %(file)s; their figures are not "
+                    "shown here."
+                ),
+            ),
             "error_rate_pct": round(report.error_rate * 100, 1),
             "since_value": period["since"],
             "until_value": period["until"],
@@ -724,10 +771,36 @@ def _period(request: HttpRequest) -> tuple[dt.datetime | None, dt.datetime | Non
                     request, gettext("%(value)s is not a date (YYYY-MM-DD) or date-time.") % {"value": value}
                 )
     since, until = bounds["since"], bounds["until"]
-    if since and until and since >= until:
+    if since and since >= (until or timezone.now()):  # a since in the future ends before it starts too
         messages.error(request, gettext("The period ends before it starts; showing the last 7 days."))
         return None, None
     return since, until
+
+
+def _archived_note(since: dt.datetime | None, words: str) -> str:
+    """Where a page's period (from ``since``; None: from the start) reaches into the archived part of the record
+    (``archive_audit``), ``words`` that say so: which events, up to which seq, in which file (``%(date)s``,
+    ``%(seq)s``, ``%(file)s``); else "". An archived period reads as one without events otherwise."""
+    archived = archived_part()
+    if archived is None or (since is not None and since >= archived.before):
+        return ""
+    return words % {
+        "date": date_format(timezone.localtime(archived.before), "DATETIME_FORMAT"),
+        "seq": archived.seq,
+        "file": visible_text(archived.file_name),
+    }
+
+
+def _list_archived_note(since: str | None) -> str:
+    """The list's :func:`_archived_note`, from the period it shows (a ``since`` it refuses: none, it says why)."""
+    try:
+        moment = moment_parse(since) if since else None
+    except ValueError:
+        return ""
+    return _archived_note(
+        moment,
+        gettext("Events before %(date)s (up to seq %(seq)s) are archived in %(file)s; they are not listed here."),
+    )
 
 
 def _series_charts(series: list[ToolSeries], *, bucket: str) -> list[dict[str, Any]]:
@@ -737,7 +810,7 @@ def _series_charts(series: list[ToolSeries], *, bucket: str) -> list[dict[str, A
         labels = [date_format(p.start, "Y-m-d H:00" if bucket == "hour" else "Y-m-d") for p in line.points]
         charts.append(
             {
-                "name": f"{line.mcp_id}.{line.tool}" if line.tool else gettext("all tools"),
+                "name": visible_text(f"{line.mcp_id}.{line.tool}") if line.tool else gettext("all tools"),
                 "calls": line.calls,
                 "calls_chart": bar_chart(
                     [p.calls for p in line.points], labels, colour="#417690", title=gettext("calls")
@@ -764,8 +837,16 @@ def _reasons_in_words(errors_by_reason: dict[str, int]) -> list[dict[str, Any]]:
     rows = []
     for code, count in sorted(errors_by_reason.items(), key=lambda kv: (-kv[1], kv[0])):
         words = reason_label(code)
-        rows.append({"code": code, "words": words if words != code else "", "count": count})
+        rows.append({"code": visible_text(code), "words": words if words != code else "", "count": count})
     return rows
+
+
+def _args_shown(event: AuditEvent) -> Any:
+    """A call's arguments as its page shows them: cut as they are stored now (``truncate``: an event recorded before
+    they were kept whole, megabytes of them); a configuration change's whole, as they are stored."""
+    if event.action.startswith("config."):
+        return event.args
+    return truncate(event.args, max_chars=settings.PLATFORM_AUDIT_RESULT_MAX_CHARS)
 
 
 def _pct(part: float, whole: float) -> int:
@@ -776,5 +857,5 @@ def _pct(part: float, whole: float) -> int:
 class AuditCheckpointAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Where archived events end: what ``verify_audit`` starts from. Read-only."""
 
-    list_display = ["seq", "hash", "archived_at", "count"]
+    list_display = ["seq", "hash", "archived_at", "count", "file_name"]
     readonly_fields = [f.name for f in AuditCheckpoint._meta.fields]

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from agents.models import ApiKey
 from audit.archive import NOT_PRODUCTION_SOURCES
-from audit.models import AuditEvent
+from audit.models import AuditCheckpoint, AuditEvent
 from audit.services import audit_chain_catch_up
 from auditor.selectors import EXPORT_CHUNK_SIZE, AuditEventFilters, audit_event_filter
 
@@ -184,6 +184,29 @@ def tool_metrics(
         tools=tools,
         callers=callers,
     )
+
+
+@dataclass
+class ArchivedPart:
+    """What ``archive_audit`` took out of the table, as its latest checkpoint says: every event created before
+    ``before`` (seq 1 to ``seq``) is in the archive files, the last of them ``file_name``; a period that starts
+    before ``before`` is counted here without them."""
+
+    before: dt.datetime
+    seq: int
+    file_name: str
+
+
+def archived_part() -> ArchivedPart | None:
+    """The archived part of the record (None: nothing archived). An archive takes the events older than its cutoff
+    from the start of the chain, so each one archived was created before the first event it left in the table,
+    and before the archive was made."""
+    latest = AuditCheckpoint.objects.order_by("-seq").values_list("seq", "file_name", "archived_at").first()
+    if latest is None:
+        return None
+    seq, file_name, archived_at = latest
+    first_left = AuditEvent.objects.filter(seq__gt=seq).order_by("seq").values_list("created_at", flat=True).first()
+    return ArchivedPart(before=min(archived_at, first_left or archived_at), seq=seq, file_name=file_name)
 
 
 def percentile_positions(count: int, fraction: float) -> tuple[int, int, float]:

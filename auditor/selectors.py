@@ -64,10 +64,16 @@ class AuditEventFilters:
 
 
 def _code_filter(queryset: QuerySet[AuditEvent], field: str, value: str) -> QuerySet[AuditEvent]:
-    """``value`` exact, a prefix when it ends with ``*``, and either of them left out when it starts with ``!``."""
+    """``value`` exact, a prefix when it ends with ``*``, and either of them left out when it starts with ``!``; in
+    either Unicode normalization form (``args:allowed:지역`` pasted decomposed finds the code recorded composed)."""
     negated = value.startswith("!")
     code = value[1:] if negated else value
-    condition = Q(**{f"{field}__startswith": code[:-1]}) if code.endswith("*") else Q(**{field: code})
+    if code.endswith("*"):
+        condition = Q()
+        for prefix in _spellings(code[:-1]):
+            condition |= Q(**{f"{field}__startswith": prefix})
+    else:
+        condition = Q(**{f"{field}__in": _spellings(code)})
     return queryset.exclude(condition) if negated else queryset.filter(condition)
 
 

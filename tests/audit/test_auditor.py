@@ -96,6 +96,7 @@ def test_create_auditor_makes_a_staff_user_in_the_auditor_group_with_view_only_r
     assert auditor_user.check_password(AUDITOR_PASSWORD)
     assert auditor_user.get_all_permissions() == {
         "audit.view_auditevent",
+        "audit.view_auditcheckpoint",
         "agents.view_run",
         "agents.view_approval",
         "agents.view_runevent",
@@ -106,6 +107,7 @@ def test_the_auditor_group_exists_after_migrate_with_exactly_the_view_permission
     group = Group.objects.get(name="auditor")
     assert sorted(group.permissions.values_list("codename", flat=True)) == [
         "view_approval",
+        "view_auditcheckpoint",
         "view_auditevent",
         "view_run",
         "view_runevent",

@@ -51,7 +51,10 @@ def test_a_csv_cell_longer_than_a_spreadsheet_holds_is_cut_with_a_marker_and_jso
     auditor_api: APIClient,
 ) -> None:
     prompt = "당신은 회사 도우미입니다. " * 1_300  # an 18,000-character system prompt, changed from one to another
-    audit_event_record(source="admin", action="agent.update", tool="long", args={"system_prompt": [prompt, prompt]})
+    # A configuration change keeps its args whole (a tool call's are cut at PLATFORM_AUDIT_RESULT_MAX_CHARS).
+    audit_event_record(
+        source="admin", action="config.agent.update", tool="long", args={"system_prompt": [prompt, prompt]}
+    )
     audit_event_record(source="agent", tool="short", args={"name": "김하늘"})
 
     rows = {row["tool"]: row for row in csv_rows(auditor_api.get(EVENTS, {"format": "csv"}))}
@@ -80,8 +83,8 @@ def test_a_cut_cell_counts_characters_outside_the_bmp_as_a_spreadsheet_does(audi
 
 
 def test_a_cut_korean_cell_keeps_its_start_as_itself(auditor_api: APIClient) -> None:
-    audit_event_record(source="agent", tool="long", args={"q": "가" * 40_000})
-    (row,) = csv_rows(auditor_api.get(EVENTS, {"format": "csv", "source": "agent"}))
+    audit_event_record(source="admin", action="config.agent.update", tool="long", args={"q": "가" * 40_000})
+    (row,) = csv_rows(auditor_api.get(EVENTS, {"format": "csv", "tool": "long"}))
     assert utf16_units(row["args"]) <= CSV_CELL_MAX_UNITS
     assert row["args"].startswith('{"q": "가가가')  # raw UTF-8, not escaped
 

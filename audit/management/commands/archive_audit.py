@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -27,7 +26,7 @@ class Command(BaseCommand):
         parser.add_argument("--older-than-days", type=_days, required=True, metavar="N")
         parser.add_argument(
             "--output",
-            type=Path,
+            type=str,  # as typed: a trailing separator names a folder (a Path drops it)
             metavar="PATH",
             help=_(
                 "the archive file (default var/audit-archive/audit-<first seq>-<last seq>.jsonl.gz); never overwritten"
