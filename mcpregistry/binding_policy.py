@@ -30,7 +30,7 @@ import re
 import shlex
 import socket
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 from urllib.parse import urlparse
 
 import httpx
@@ -53,55 +53,395 @@ METADATA_ADDRESSES = frozenset(
     ipaddress.ip_address(a) for a in ("169.254.169.254", "169.254.170.2", "100.100.100.200", "fd00:ec2::254")
 )
 
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "csh", "tcsh", "ash", "busybox"})
-# Interpreter → the options that take inline code.
-INLINE_CODE_OPTIONS: dict[str, frozenset[str]] = {
-    "python": frozenset({"-c"}),
-    "node": frozenset({"-e", "--eval", "-p", "--print"}),
-    "nodejs": frozenset({"-e", "--eval", "-p", "--print"}),
-    "deno": frozenset({"eval"}),
-    "bun": frozenset({"-e", "--eval", "-p", "--print"}),
-    "perl": frozenset({"-e", "-E"}),
-    "ruby": frozenset({"-e"}),
-    "php": frozenset({"-r"}),
-    "lua": frozenset({"-e"}),
-    "rscript": frozenset({"-e"}),
-    "pwsh": frozenset({"-c", "-command", "-encodedcommand", "-ec"}),
-    "powershell": frozenset({"-c", "-command", "-encodedcommand", "-ec"}),
-    "osascript": frozenset({"-e"}),
+# What a program name means to the policy: ``/usr/bin/python3.11`` → ``python``, ``perl5.36.0`` → ``perl``,
+# ``rbash`` → ``sh``. A name no pattern matches is itself (lower case, without ``.exe``).
+_PROGRAM_NAMES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (name, re.compile(pattern))
+    for name, pattern in (
+        ("python", r"(?:python|pypy|ipython|jython|graalpy)[\d.]*[a-z]?(?:-dbg)?"),
+        ("node", r"node(?:js)?[\d.]*"),
+        ("perl", r"perl[\d.]*"),
+        ("ruby", r"(?:j|truffle)?ruby[\d.]*"),
+        ("php", r"php[\d.]*(?:-cli)?"),
+        ("lua", r"(?:lua|luajit)[\d.]*"),
+        ("rscript", r"r|rscript"),
+        ("sh", r"(?:ba|rba|da|a|k|mk|pdk|ok|lk|z|tc|c|ya|po|o)?sh[\d.]*|ksh93|fish|elvish|xonsh|nu"),
+        ("awk", r"[gmn]?awk"),
+        ("sed", r"g?sed"),
+        ("expect", r"expect"),
+        ("pwsh", r"pwsh|powershell"),
+        ("nc", r"nc|ncat|netcat(?:\.[a-z]+)?"),
+    )
+)
+
+
+class _Interpreter(NamedTuple):
+    """How an interpreter reads its options: ``code``, the short option letters whose value is inline code (also
+    inside a cluster: ``-Ic``, ``-we``, ``-pe``); ``valued``, the letters that take the rest of the argument or the
+    next one as their value (``-W error``, ``-Mstrict``); ``numbered``, those followed by digits only (perl's
+    ``-0777``, ``-l``); ``long_code``, the long options whose value is code; ``long_valued``, the long options
+    that take the next argument; ``loaders``, the options that load a module, refused with a ``data:`` or
+    ``http(s):`` URL (code written in the argument)."""
+
+    code: str
+    valued: str = ""
+    numbered: str = ""
+    long_code: frozenset[str] = frozenset()
+    long_valued: frozenset[str] = frozenset()
+    loaders: frozenset[str] = frozenset()
+
+
+_NODE_VALUED = frozenset(
+    "--" + o
+    for o in [
+        "allow-fs-read",
+        "allow-fs-write",
+        "build-snapshot-config",
+        "conditions",
+        "cpu-prof-dir",
+        "cpu-prof-interval",
+        "cpu-prof-name",
+        "diagnostic-dir",
+        "disable-proto",
+        "disable-warning",
+        "dns-result-order",
+        "env-file",
+        "env-file-if-exists",
+        "experimental-default-type",
+        "experimental-policy",
+        "experimental-sea-config",
+        "heap-prof-dir",
+        "heap-prof-interval",
+        "heap-prof-name",
+        "heapsnapshot-near-heap-limit",
+        "heapsnapshot-signal",
+        "icu-data-dir",
+        "import",
+        "input-type",
+        "inspect-publish-uid",
+        "max-http-header-size",
+        "openssl-config",
+        "policy-integrity",
+        "redirect-warnings",
+        "report-filename",
+        "report-signal",
+        "require",
+        "secure-heap",
+        "secure-heap-min",
+        "snapshot-blob",
+        "test-concurrency",
+        "test-name-pattern",
+        "test-reporter",
+        "test-reporter-destination",
+        "test-shard",
+        "test-timeout",
+        "title",
+        "tls-cipher-list",
+        "tls-keylog",
+        "trace-event-categories",
+        "trace-event-file-pattern",
+        "trace-require-module",
+        "unhandled-rejections",
+        "use-largepages",
+        "v8-pool-size",
+        "watch-path",
+        "loader",
+        "experimental-loader",
+    ]
+)
+_SHELL = _Interpreter(code="c", valued="oO", long_valued=frozenset({"--rcfile", "--init-file"}))
+INTERPRETERS: dict[str, _Interpreter] = {
+    "sh": _SHELL,
+    "python": _Interpreter(code="c", valued="WXm", long_valued=frozenset({"--check-hash-based-pycs"})),
+    "node": _Interpreter(
+        code="ep",
+        valued="rC",
+        long_code=frozenset({"--eval", "--print"}),
+        long_valued=_NODE_VALUED,
+        loaders=frozenset({"-r", "--require", "--import", "--loader", "--experimental-loader"}),
+    ),
+    "bun": _Interpreter(code="ep", valued="r", long_code=frozenset({"--eval", "--print"})),
+    "deno": _Interpreter(code=""),
+    "perl": _Interpreter(code="eE", valued="IMmxidDCV", numbered="0l"),
+    "ruby": _Interpreter(code="e", valued="IrCEFiTWxX", numbered="0"),
+    "php": _Interpreter(
+        code="rBRE",
+        valued="cdfzt",
+        long_code=frozenset({"--run", "--process-begin", "--process-code", "--process-end"}),
+    ),
+    "lua": _Interpreter(code="e", valued="l"),
+    "rscript": _Interpreter(code="e", long_code=frozenset({"--expr"})),
+    "expect": _Interpreter(code="c", valued="fD"),
+    "osascript": _Interpreter(code="e"),
+    "pdb": _Interpreter(code="c", long_code=frozenset({"--command"})),
+    "vim": _Interpreter(code="c", long_code=frozenset({"--cmd"})),
+    "nc": _Interpreter(code="ec"),  # nc -e sh: a shell for whoever is at the other end
 }
+# Programs whose (first) argument is a program of their own: refused unless it is read from a file.
+_SCRIPT_FROM_FILE = {"awk": ("fE", "vFWil", ""), "sed": ("f", "l", "i")}
+# Programs that run the program named among their arguments (``env VAR=1 prog``, ``timeout 10 prog``): the program
+# they run is checked with its arguments. Those that take a shell command line are refused with the option that
+# takes it.
+WRAPPERS = frozenset(
+    [
+        "env",
+        "timeout",
+        "nice",
+        "nohup",
+        "setsid",
+        "stdbuf",
+        "xargs",
+        "chroot",
+        "strace",
+        "ltrace",
+        "sudo",
+        "doas",
+        "runuser",
+        "ionice",
+        "taskset",
+        "time",
+        "command",
+        "exec",
+        "builtin",
+        "unbuffer",
+        "chrt",
+        "cgexec",
+        "firejail",
+        "bwrap",
+        "nsenter",
+        "unshare",
+        "prlimit",
+        "numactl",
+        "catchsegv",
+        "valgrind",
+        "busybox",
+        "toybox",
+        "find",
+        "flock",
+        "script",
+        "su",
+        "sg",
+        "newgrp",
+        "pkexec",
+        "proot",
+        "fakeroot",
+        "faketime",
+        "torsocks",
+        "proxychains",
+        "proxychains4",
+        "xvfb-run",
+        "dbus-run-session",
+        "systemd-run",
+        "caffeinate",
+    ]
+)
+_WRAPPER_SHELL_OPTIONS = {
+    "flock": ("c", "--command"),
+    "script": ("c", "--command"),
+    "su": ("c", "--command", "--session-command"),
+    "runuser": ("c", "--command", "--session-command"),
+    "sudo": ("si", "--shell", "--login"),
+    "sg": ("c",),
+    "xvfb-run": ("", "--xauth-command"),
+}
+# Runners that fetch a package and run one of its programs (``npx -y pkg``, ``uvx mcp-server-time``): refused with
+# the option that runs a shell command line; the program they run is checked like a wrapper's.
+_RUNNERS: dict[str, tuple[str, ...]] = {
+    "npx": ("c", "--call", "--shell-mode"),
+    "pnpx": ("c", "--call", "--shell-mode"),
+    "bunx": ("", "--call"),
+    "uvx": ("",),
+    "pipx": ("",),
+    "uv": ("",),
+}
+_RUNNER_COMMANDS = {"npm": {"exec", "x"}, "pnpm": {"dlx", "exec"}, "yarn": {"dlx", "exec"}, "bun": {"x"}}
+# Programs whose arguments are code: ``python -m timeit CODE``, ``watch CMD`` (a shell command line).
+_CODE_ARGUMENTS = frozenset({"timeit", "watch", "eval"})
+_CODE_URL = re.compile(r"(?:data|https?):", re.IGNORECASE)
 
 
 def _program(command: str) -> str:
-    """``/usr/bin/python3.11`` → ``python``; ``bash`` → ``bash``."""
-    name = os.path.basename(command).lower()
-    for suffix in (".exe",):
-        name = name.removesuffix(suffix)
-    if name.startswith("python"):
-        return "python"
+    """``/usr/bin/python3.11`` → ``python``; ``rbash`` → ``sh``; ``timeout`` → ``timeout``."""
+    name = os.path.basename(command).lower().removesuffix(".exe")
+    for canonical, pattern in _PROGRAM_NAMES:
+        if pattern.fullmatch(name):
+            return canonical
     return name
 
 
-def _inline_code(program: str, args: list[str]) -> str | None:
-    """The option that gives ``program`` inline code in ``args``, or None."""
-    if program in SHELLS:
-        for arg in args:
-            if arg == "--":
+def _options(spec: _Interpreter, args: list[str]) -> tuple[str | None, list[str]]:
+    """The argument of ``args`` that gives the interpreter inline code, or None; and, for ``python -m MODULE``, the
+    module and its arguments (a program of its own: ``-m timeit CODE``)."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        following = args[i + 1] if i + 1 < len(args) else ""
+        if arg in {"--", "-"} or not arg.startswith(("-", "+")) or (arg.startswith("+") and spec is not _SHELL):
+            return None, []  # the script: the arguments after it are its own
+        if arg.startswith("--"):
+            name, equals, value = arg.partition("=")
+            name = name.lower()
+            if name in spec.long_code:
+                return arg, []
+            if not equals and name in spec.long_valued:
+                value, i = following, i + 1
+            if name in spec.loaders and _CODE_URL.match(value.strip()):
+                return arg, []
+            i += 1
+            continue
+        letters = arg[1:]
+        j = 0
+        while j < len(letters):
+            letter = letters[j]
+            if letter in spec.code and arg.startswith("-"):
+                return arg, []
+            if letter in spec.numbered:
+                j += 1
+                while j < len(letters) and (letters[j].isdigit() or letters[j] in "xX"):
+                    j += 1
+                continue
+            if letter in spec.valued:
+                value = letters[j + 1 :]
+                if not value:
+                    value, i = following, i + 1
+                if f"-{letter}" in spec.loaders and _CODE_URL.match(value.strip()):
+                    return arg, []
+                if spec is INTERPRETERS["perl"] and letter in "Mm" and not _PERL_MODULE.fullmatch(value):
+                    return arg, []  # -M'strict;system(...)': perl writes "use strict;system(...);"
+                if spec is INTERPRETERS["python"] and letter == "m":
+                    return None, [value, *args[i + 1 :]]
                 break
-            # -c, and combined short options such as -lc or -ec
-            if arg.startswith("-") and not arg.startswith("--") and "c" in arg[1:]:
+            j += 1
+        i += 1
+    return None, []
+
+
+_PERL_MODULE = re.compile(r"-?[\w:]+(?:=[\w,.:/+-]*)?")
+
+
+def _script_from_file(spec: tuple[str, str, str], args: list[str]) -> str | None:
+    """For ``awk``/``sed`` (``spec``: the option letters that read the program from a file, those that take another
+    value, those whose value can only follow in the same argument): the argument that gives the program inline, or
+    None when it is read from a file."""
+    file_letters, valued, attached = spec
+    from_file, i = False, 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--" or not arg.startswith("-") or arg == "-":
+            break
+        name = arg.partition("=")[0].lower()
+        if name in {"--source", "--expression"}:
+            return arg
+        if name in {"--file", "--exec", "--include", "--load"}:
+            from_file = from_file or name in {"--file", "--exec"}
+            i += 1 if "=" in arg else 2
+            continue
+        if arg.startswith("--"):
+            i += 1
+            continue
+        for j, letter in enumerate(arg[1:]):
+            if letter == "e":
                 return arg
+            if letter in attached:
+                break
+            if letter in file_letters or letter in valued:
+                from_file = from_file or letter in file_letters
+                i += 0 if arg[j + 2 :] else 1
+                break
+        i += 1
+    if from_file:
         return None
-    options = INLINE_CODE_OPTIONS.get(program)
-    if options is None:
+    return args[i] if i < len(args) else None
+
+
+def _expanded(args: list[str]) -> list[str] | None:
+    """``env``'s arguments with its ``-S STRING`` (``--split-string``) split as ``env`` splits it, or None where
+    the string cannot be read (unbalanced quotes, a ``$`` to expand)."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg, string = args[i], None
+        name, equals, value = arg.partition("=")
+        if len(name) > 3 and "--split-string".startswith(name):
+            string = value if equals else (args[i + 1] if i + 1 < len(args) else "")
+            i += 0 if equals else 1
+        elif arg.startswith("-") and not arg.startswith("--") and "S" in arg:
+            value = arg[arg.index("S") + 1 :]
+            string = value if value else (args[i + 1] if i + 1 < len(args) else "")
+            i += 0 if value else 1
+        if string is None:
+            out.append(arg)
+        else:
+            if "$" in string:
+                return None
+            try:
+                out.extend(shlex.split(string))
+            except ValueError:
+                return None
+        i += 1
+    return out
+
+
+def _inline_code(command: str, args: list[str], depth: int = 0) -> str | None:
+    """The argument that runs inline code (or a shell command line) when ``command args`` runs, or None."""
+    program = _program(command)
+    if depth > 20:
+        return command
+    if program in _CODE_ARGUMENTS:
+        return command
+    if program in _SCRIPT_FROM_FILE:
+        return _script_from_file(_SCRIPT_FROM_FILE[program], args)
+    if (spec := INTERPRETERS.get(program)) is not None:
+        if program == "pwsh":
+            return next((a for a in args if a.startswith(("-", "/")) and _pwsh_command(a[1:].lower())), None)
+        if program == "deno":
+            return next((a for a in args if a == "eval"), None)
+        inline, module = _options(spec, args)
+        if inline is None and module:
+            return _inline_code(module[0], module[1:], depth + 1)
+        return inline
+    runner = program in _RUNNERS or (bool(args) and args[0] in _RUNNER_COMMANDS.get(program, ()))
+    if program not in WRAPPERS and not runner:
         return None
+    options = _RUNNERS.get(program) or _WRAPPER_SHELL_OPTIONS.get(program) or ("",)
+    if runner and program in _RUNNER_COMMANDS:
+        options = _RUNNERS["npx"]
+    if program == "env":
+        expanded = _expanded(args)
+        if expanded is None:
+            return next((a for a in args if "S" in a.partition("=")[0]), command)
+        args = expanded
+    skip = False
     for arg in args:
-        lowered = arg.lower()
-        if lowered in options or any(lowered.startswith(o + "=") for o in options if o.startswith("--")):
+        if arg == "--":
+            break
+        if skip:  # the value of env's -u NAME or -C DIR
+            skip = False
+            continue
+        name = arg.partition("=")[0].lower()
+        if program == "env" and arg in {"-u", "-C", "-a", "--unset", "--chdir", "--argv0"}:
+            skip = True
+            continue
+        if arg.startswith("--") and name in options[1:]:
             return arg
-        if program == "python" and lowered.startswith("-c") and len(lowered) > 2:  # python -cprint(1)
+        if arg.startswith("-") and not arg.startswith("--") and any(letter in options[0] for letter in arg[1:]):
             return arg
+        if program == "env" and arg.startswith("-") and not arg.startswith("--") and "P" in arg:
+            return arg  # BSD env -P DIR: looks the program up in DIR
+        if program == "env" and not arg.startswith("-") and "=" not in arg:
+            break  # the program env runs: its own options follow
+    # The program run is one of the arguments: each that may be one is checked with the arguments after it.
+    for i, arg in enumerate(args):
+        if arg and not arg.startswith(("-", "+")) and (found := _inline_code(arg, args[i + 1 :], depth + 1)):
+            return found
     return None
+
+
+def _pwsh_command(option: str) -> bool:
+    """Whether a PowerShell option (any unambiguous prefix) is ``-Command`` or ``-EncodedCommand``."""
+    return bool(option) and (
+        "command".startswith(option) or "encodedcommand".startswith(option) or option in {"ec", "cwa"}
+    )
 
 
 def command_problem(command: str, args: list[str], allowlist: Iterable[str]) -> str | None:
@@ -111,20 +451,102 @@ def command_problem(command: str, args: list[str], allowlist: Iterable[str]) -> 
     exact = {tuple(shlex.split(e)) for e in entries if len(shlex.split(e)) > 1}
     if tuple(line) in exact:
         return None
-    # Look through wrappers that run another program: env VAR=x bash -c ...
-    program, rest = _program(command), list(args)
-    while program == "env" and rest:
-        while rest and ("=" in rest[0] or rest[0].startswith("-")):
-            rest = rest[1:]
-        if not rest:
-            break
-        program, rest = _program(rest[0]), rest[1:]
-    inline = _inline_code(program, rest)
+    inline = _inline_code(command, list(args))
     if inline is not None:
         return _(
             "'%(command)s' with '%(option)s' runs inline code with the worker's rights; bind a program or script "
             "instead, or list this exact command line in PLATFORM_STDIO_COMMAND_ALLOWLIST"
         ) % {"command": command, "option": inline}
+    return None
+
+
+# Variables that change which program runs or what code it loads (a preloaded library, a startup file, options or
+# a module path read by an interpreter, a shell's startup file or exported function), with the worker's rights.
+ENV_NAMES_REFUSED = frozenset(
+    [
+        "PATH",
+        "BASH_ENV",
+        "ENV",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "PROMPT_COMMAND",
+        "IFS",
+        "PS4",
+        "CDPATH",
+        "GLOBIGNORE",
+        "ZDOTDIR",
+        "NODE_OPTIONS",
+        "NODE_PATH",
+        "PERL5OPT",
+        "PERL5LIB",
+        "PERLLIB",
+        "PERL5DB",
+        "RUBYOPT",
+        "RUBYLIB",
+        "PYTHONSTARTUP",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PYTHONINSPECT",
+        "PYTHONWARNINGS",
+        "PYTHONUSERBASE",
+        "PYTHONBREAKPOINT",
+        "PYTHONEXECUTABLE",
+        "PYTHONPYCACHEPREFIX",
+        "PYTHONPLATLIBDIR",
+        "JAVA_TOOL_OPTIONS",
+        "_JAVA_OPTIONS",
+        "JDK_JAVA_OPTIONS",
+        "PHPRC",
+        "PHP_INI_SCAN_DIR",
+        "TCLLIBPATH",
+        "R_PROFILE",
+        "R_PROFILE_USER",
+        "R_ENVIRON",
+        "R_ENVIRON_USER",
+        "GCONV_PATH",
+        "GLIBC_TUNABLES",
+        "OPENSSL_CONF",
+        "OPENSSL_MODULES",
+        "OPENSSL_ENGINES",
+        "GIT_SSH",
+        "GIT_SSH_COMMAND",
+        "GIT_EXTERNAL_DIFF",
+        "GIT_PAGER",
+        "GIT_EDITOR",
+        "GIT_ASKPASS",
+        "SSH_ASKPASS",
+        "GIT_EXEC_PATH",
+        "GIT_TEMPLATE_DIR",
+        "GIT_PROXY_COMMAND",
+    ]
+)
+ENV_PREFIXES_REFUSED = ("LD_", "DYLD_", "BASH_FUNC_", "LUA_INIT", "LUA_PATH", "LUA_CPATH", "GIT_CONFIG", "NPM_CONFIG_")
+
+
+def env_name_problem(name: Any) -> str | None:
+    """Why a binding may not set the environment variable ``name`` for its server, or None."""
+    upper = str(name).upper()
+    if upper not in ENV_NAMES_REFUSED and not upper.startswith(ENV_PREFIXES_REFUSED):
+        return None
+    return _(
+        "Environment variable %(name)s changes which program runs or what code it loads, with the worker's rights: "
+        "a binding may not set it."
+    ) % {"name": name}
+
+
+def env_names_problem(names: Iterable[Any]) -> str | None:
+    """The first refused name's problem among ``names`` (``env_name_problem``), or None."""
+    return next((p for n in names if (p := env_name_problem(n)) is not None), None)
+
+
+def binding_problem(config: dict[str, Any], settings: Any) -> str | None:
+    """Why a stored binding's connection (``McpServer.connection_config``) may not be opened now, or None: its URL
+    and its environment's names are checked again at use, for a binding saved while a setting allowed it, before
+    a rule existed, restored from a dump or written around ``clean`` (``.update()``)."""
+    if config.get("transport") == "stdio":
+        return env_names_problem(config.get("env") or {})
+    if config.get("transport") in {"streamable_http", "sse"}:
+        return url_problem(str(config.get("url") or ""), getattr(settings, "PLATFORM_MCP_ALLOW_PRIVATE_URLS", []))
     return None
 
 
@@ -206,12 +628,12 @@ def _client_host(url: str) -> tuple[str, str, int | None] | None:
     name, which IDNA maps to the ASCII dots of the address the client then connects to."""
     try:
         parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError, ValueError):
+        if not parsed.raw_host:
+            return None
+        host = parsed.raw_host.decode("ascii").lower().rstrip(".")
+        shown = parsed.host.lower().rstrip(".")  # decodes IDNA: raises for a malformed "xn--" label
+    except (httpx.InvalidURL, TypeError, ValueError):  # UnicodeError and idna.IDNAError are ValueErrors
         return None
-    if not parsed.raw_host:
-        return None
-    host = parsed.raw_host.decode("ascii").lower().rstrip(".")
-    shown = parsed.host.lower().rstrip(".")
     return host, shown, parsed.port if parsed.port is not None else {"http": 80, "https": 443}.get(parsed.scheme)
 
 
@@ -257,6 +679,7 @@ def url_problem(url: str, allowed: Iterable[str], *, target: Literal["server", "
         or address.is_reserved
         or address.is_multicast
         or address.is_unspecified
+        or not address.is_global  # also 100.64.0.0/10 (shared address space: carrier NAT, Tailscale)
     ):
         if target == "model":
             return _(

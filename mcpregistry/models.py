@@ -26,6 +26,7 @@ from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration, stor
 from audit.masking import holds_secret
 from mcpregistry.binding_policy import (
     command_problem,
+    env_name_problem,
     from_env_problem,
     masked_secret_given,
     setting_secret_problem,
@@ -337,6 +338,11 @@ class McpServer(AuditedModel):
                 _("Environment variable %(name)s: a name may not be empty or hold '=' or a NUL character.")
                 % {"name": json.dumps(name, ensure_ascii=False)}
             )
+        # A variable that swaps the program or loads code into it (PATH, LD_PRELOAD, BASH_ENV, NODE_OPTIONS, ...):
+        # refused whenever it is stored (the pool refuses it at use too).
+        for name in self.env if isinstance(self.env, dict) and self.transport == self.Transport.STDIO else {}:
+            if isinstance(name, str) and (problem := env_name_problem(name)):
+                errors.setdefault("env", []).append(problem)
         stored_headers = readable_map(stored_value(self, "headers") if self.pk is not None else None)
         for name, entry in (self.headers or {}).items() if isinstance(self.headers, dict) else ():
             # HTTP sends a header's name as a token and its value as ASCII (httpx refuses other text at the first

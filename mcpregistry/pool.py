@@ -40,6 +40,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import threading
 import time
@@ -72,6 +73,7 @@ from mcp.shared.message import SessionMessage
 
 import agent_platform.telemetry as telemetry
 from audit.masking import mask_text, registered_secrets
+from mcpregistry.binding_policy import binding_problem
 from mcpregistry.client_session import ClientSession, ToolResultInvalid, ToolResultTooBig
 
 logger = logging.getLogger(__name__)
@@ -658,7 +660,12 @@ class McpSessionPool:
                     stderr_pipe = pooled.stderr_pipe = _StderrPipe(conn.mcp_id, pooled.stderr_tail)
                     env = {k: os.environ[k] for k in SAFE_ENV_KEYS if k in os.environ}
                     env.update(dict(conn.env))
-                    params = StdioServerParameters(command=conn.command, args=list(conn.args), env=env, cwd=conn.cwd)
+                    # The program is looked up on the worker's own PATH, not the binding's (the child's PATH is
+                    # where the process is looked up: a binding's PATH would swap an allowed program for another).
+                    command = conn.command
+                    if os.path.basename(command) == command:
+                        command = shutil.which(command, path=os.environ.get("PATH", os.defpath)) or command
+                    params = StdioServerParameters(command=command, args=list(conn.args), env=env, cwd=conn.cwd)
                     read, write = await stack.enter_async_context(
                         _stdio_streams(params, errlog=stderr_pipe.writer, line_max=_answer_max_bytes())
                     )
@@ -758,6 +765,14 @@ class McpSessionPool:
         pooled = self._sessions.get(key)
         if pooled is not None and not pooled.dead:
             return pooled
+        # The binding policy again, as the connection is opened: a binding saved before a rule or while a setting
+        # allowed it, restored from a dump or written around its checks (``.update()``) is not used.
+        if settings.configured and apps.ready and (problem := binding_problem(_policy_view(connection), settings)):
+            message = _("server '%(server)s' is refused by the binding policy: %(problem)s") % {
+                "server": connection.mcp_id,
+                "problem": problem,
+            }
+            raise McpTransportError(message, sent=False)
         # Close an older session of the same server in the same scope (its binding changed) first.
         for other_key, other in list(self._sessions.items()):
             if other.connection.mcp_id == connection.mcp_id and other_key != key and _scope_of(other_key) == scope:
@@ -1265,6 +1280,17 @@ async def _send_cancelled(session: ClientSession, request_id: int) -> None:
     )
     with contextlib.suppress(Exception):
         await asyncio.wait_for(session.send_notification(notification), timeout=5)
+
+
+def _policy_view(connection: ServerConnection) -> dict[str, Any]:
+    """``connection`` as the binding policy reads a binding (``binding_policy.binding_problem``)."""
+    return {
+        "transport": connection.transport,
+        "command": connection.command,
+        "args": list(connection.args),
+        "env": dict(connection.env),
+        "url": connection.url,
+    }
 
 
 def _session_key(connection: ServerConnection, scope: str | None) -> str:
