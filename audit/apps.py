@@ -101,8 +101,8 @@ def process_secrets() -> list[str]:
     runs in the process and can read (and return, or raise with) any of them. Django's keys, the Fernet keys of the
     bindings' secrets, the audit chain's keys (the settings', and the local key files' where they exist), the
     metrics token, the database passwords, the broker's and Redis's URL passwords, the embeddings API key and the
-    AWS secret credentials of the environment. Only values of ``PROCESS_SECRET_MIN_CHARS`` characters or more that
-    are not digits alone: a short or numeric one would hide words and numbers everywhere."""
+    AWS secret credentials of the environment. Only values that cannot be ordinary text (``_maskable``): a short,
+    numeric or one-kind one (a word) would hide words and numbers everywhere."""
     values: list[Any] = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", ())]
     values += str(getattr(settings, "SECRETS_ENCRYPTION_KEYS", "") or "").split(",")
     values.append(_local_key(Path(settings.VAR_DIR) / "secrets_key"))  # mcpregistry.crypto's local key
@@ -116,7 +116,20 @@ def process_secrets() -> list[str]:
         os.environ.get(name) for name in ("PLATFORM_EMBEDDINGS_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
     ]
     found = [value.strip() for value in values if isinstance(value, str)]
-    return list(dict.fromkeys(v for v in found if len(v) >= PROCESS_SECRET_MIN_CHARS and not v.isdigit()))
+    return list(dict.fromkeys(v for v in found if _maskable(v)))
+
+
+def _maskable(value: str) -> bool:
+    """Whether a process secret can be masked everywhere without hiding ordinary text: ``PROCESS_SECRET_MIN_CHARS``
+    or more characters, not digits alone, and of two kinds of character at least (lower and upper case letters,
+    digits, others) unless it is long. A generated key always is; a word is not: the compose stack's database
+    password "platform" (its user's name too) was masked in every tool result, audit row and log line, and so were
+    "postgres" and "password"."""
+    if len(value) < PROCESS_SECRET_MIN_CHARS or value.isdigit():
+        return False
+    kinds = (str.islower, str.isupper, str.isdigit, lambda ch: not ch.isalnum())
+    varied = sum(any(kind(ch) for ch in value) for kind in kinds) >= 2
+    return varied or len(value) >= 20
 
 
 class AuditConfig(AppConfig):

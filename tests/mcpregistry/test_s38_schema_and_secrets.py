@@ -239,3 +239,18 @@ def test_the_admins_discovery_of_a_cut_or_oversized_schema_is_a_warning(admin_cl
         page = admin_client.post(f"/admin/mcpregistry/mcpserver/{server.pk}/discover/", follow=True)
         [message] = list(page.context["messages"])
         assert message.level_tag == "warning", (tool, message.message)
+
+
+def test_a_password_that_is_a_word_is_not_masked_everywhere(settings: Any, monkeypatch: Any) -> None:
+    """The compose stack's DATABASE_URL is postgres://platform:platform@…: "platform" was masked in every tool
+    result the model read ("The *** team"), audit row and log line."""
+    from audit.apps import process_secrets
+
+    settings.DATABASES = {**settings.DATABASES, "compose": {**settings.DATABASES["default"], "PASSWORD": "platform"}}
+    settings.CELERY_BROKER_URL = "redis://:password@redis:6379/0"
+    settings.REDIS_URL = "redis://:Zq8-generated-Kx2@redis:6379/1"
+
+    found = process_secrets()
+
+    assert not {"platform", "password"} & set(found)
+    assert "Zq8-generated-Kx2" in found and settings.SECRET_KEY in found
