@@ -14,6 +14,7 @@ import logging
 import re
 import unicodedata
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import regex  # type: ignore[import-untyped]
@@ -137,13 +138,13 @@ def match_conditions(
     """Evaluate every condition of ``when`` (all must hold). Returns (matched, reason, regex named groups). Text is
     compared composed (``nfc``) on both sides: a keyword typed on one keyboard meets a query typed on another;
     keywords are looked for as :func:`keyword_text` reads both sides (full-width letters, no-break spaces)."""
-    searched = _spaceless(keyword_text(query))
+    searched = keyword_text(query)
     all_keywords = [nfc(str(k)) for k in when.get("all_keywords") or []]
-    missing = [k for k in all_keywords if _spaceless(keyword_text(k)) not in searched]
+    missing = [k for k in all_keywords if not _keyword_found(k, searched)]
     if missing:
         return False, f"keyword missing: {missing[0]}", {}
     any_keywords = [nfc(str(k)) for k in when.get("any_keywords") or []]
-    if any_keywords and not any(_spaceless(keyword_text(k)) in searched for k in any_keywords):
+    if any_keywords and not any(_keyword_found(k, searched) for k in any_keywords):
         return False, "none of the keywords present", {}
     groups: dict[str, str] = {}
     pattern = when.get("regex")
@@ -179,10 +180,17 @@ def match_conditions(
 _HANGUL_SPACE = re.compile(r"(?<=[가-힣]) (?=[가-힣])")
 
 
-def _spaceless(text: str) -> str:
-    # Korean spacing varies freely ("몇 명", "몇명"): a space between two Hangul syllables is not looked for, on
-    # either side. Other spaces are (" VPN " is a word of its own; "V P N" is not "VPN").
-    return _HANGUL_SPACE.sub("", text)
+@functools.lru_cache(maxsize=4096)
+def _keyword_pattern(keyword: str) -> re.Pattern[str]:
+    # A space the keyword puts between two Hangul syllables may be left out in the query ("몇 명" meets "몇명"):
+    # Korean spacing varies. Never the other way round: "사원" must not meet "회사 원격", nor "급여" "지급 여부".
+    # Other spaces stay (" VPN " is a word of its own; "V P N" is not "VPN").
+    return re.compile(" ?".join(re.escape(part) for part in _HANGUL_SPACE.split(keyword_text(keyword))))
+
+
+def _keyword_found(keyword: str, searched: str) -> bool:
+    """Whether ``keyword`` is in ``searched`` (a query as ``keyword_text`` reads it)."""
+    return _keyword_pattern(keyword).search(searched) is not None
 
 
 _NUMBER_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?")
@@ -198,7 +206,8 @@ def condition_value_matches(found: Any, expected: Any) -> bool:
     for number, text in ((found, expected), (expected, found)):
         if isinstance(number, int | float) and not isinstance(number, bool) and isinstance(text, str):
             written = text.strip()
-            return _NUMBER_TEXT.fullmatch(written) is not None and float(written) == number
+            # Exactly, as decimals: through float, 9007199254740993 met 9007199254740992.
+            return _NUMBER_TEXT.fullmatch(written) is not None and Decimal(written) == Decimal(repr(number))
     return False
 
 

@@ -223,8 +223,11 @@ def test_a_keyword_still_misses_what_the_query_does_not_say_and_a_regex_reads_th
     def matched(when: dict[str, Any], query: str) -> bool:
         return match_conditions(when, query=query, context={}, a2a_data=None, available_tools=set())[0]
 
-    # Between two Hangul syllables a space is optional, as Koreans space freely (since 2026-12-06); elsewhere not.
-    assert matched({"all_keywords": ["몇 명"]}, "몇명인가요?") and matched({"all_keywords": ["몇명"]}, "몇 명인가요?")
+    # A keyword's space between two Hangul syllables may be left out (since 2026-12-06), never added: "몇명" is not
+    # looked for across words ("사원" in "회사 원격").
+    assert matched({"all_keywords": ["몇 명"]}, "몇명인가요?") and not matched(
+        {"all_keywords": ["몇명"]}, "몇 명인가요?"
+    )
     assert not matched({"all_keywords": ["VPN"]}, "V P N")
     assert not matched({"regex": "VPN"}, "ＶＰＮ 접속")  # a regex's author says what width they mean
     assert matched({"regex": "ＶＰＮ"}, "ＶＰＮ 접속")
