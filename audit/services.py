@@ -65,6 +65,7 @@ from django.db.models import Count, Min
 from django.utils import timezone
 
 from agent_platform.json import UnicodeJSONEncoder
+from agent_platform.text import grapheme_cut
 from audit.chain import (
     GENESIS_HASH,
     POSTGRES_CANONICAL_TIME,
@@ -203,9 +204,10 @@ def _masked_event(fields: dict[str, Any]) -> tuple[AuditEvent, _JsonContent]:
     # A call's arguments are a caller's (a model's) text, cut as its result is; a configuration change's are the
     # change itself (its settings before and after), kept whole.
     args_max = None if str(f["action"]).startswith("config.") else settings.PLATFORM_AUDIT_RESULT_MAX_CHARS
-    args_text, stored_args, hashed_args, args_plain = _stored_json(
-        _masked_args(f["args"] or {}, secrets=secret_list, named_rows=frozenset(f["named_rows"])), max_chars=args_max
-    )
+    masked_args = _masked_args(f["args"] or {}, secrets=secret_list, named_rows=frozenset(f["named_rows"]))
+    if args_max is not None:
+        masked_args = _long_texts_cut(masked_args, args_max)
+    args_text, stored_args, hashed_args, args_plain = _stored_json(masked_args, max_chars=args_max)
     result_text, stored_result, hashed_result, result_plain = _stored_json(
         mask_value(f["result"], secrets=secret_list), max_chars=settings.PLATFORM_AUDIT_RESULT_MAX_CHARS
     )
@@ -260,6 +262,33 @@ class _StoredJSONEncoder(UnicodeJSONEncoder):
 
 _STORED_JSON = _StoredJSONEncoder()
 _encoding = threading.local()
+
+
+# The most characters of one text kept in a call's arguments over ``PLATFORM_AUDIT_RESULT_MAX_CHARS``.
+ARGUMENT_TEXT_KEPT_CHARS = 1000
+
+
+def _long_texts_cut(args: Any, max_chars: int) -> Any:
+    """A call's arguments whose JSON is longer than ``max_chars``, with each text longer than
+    ``ARGUMENT_TEXT_KEPT_CHARS`` cut to it and marked with its length: its names and its short values stay as they
+    were (a stand-in for the whole call lost them, and an eval case that expects ``{"title": …}`` of a call whose
+    body was long failed ``tools:args``). Arguments still over the bound after that are cut whole, as a result is."""
+    try:
+        if len(_STORED_JSON.encode(args)) <= max_chars:
+            return args
+    except (TypeError, ValueError, RecursionError):
+        return args  # ``_stored_json`` meets it (``truncate``'s own way)
+
+    def cut(value: Any) -> Any:
+        if isinstance(value, str) and len(value) > ARGUMENT_TEXT_KEPT_CHARS:
+            return f"{grapheme_cut(value, ARGUMENT_TEXT_KEPT_CHARS)}…[cut: {len(value)} characters]"
+        if isinstance(value, dict):
+            return {key: cut(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [cut(item) for item in value]
+        return value
+
+    return cut(args)
 
 
 def _stored_json(value: Any, *, max_chars: int | None = None) -> tuple[str | None, Any, Any, bool]:

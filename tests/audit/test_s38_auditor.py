@@ -98,9 +98,12 @@ def test_a_calls_arguments_are_stored_cut_as_its_result_is_and_the_chain_verifie
     event = audit_event_record(source="agent", mcp_id="hr", tool="메모", args={"본문": "가" * 2_000_000})
     stored = AuditEvent.objects.get(pk=event.pk)
     limit = settings.PLATFORM_AUDIT_RESULT_MAX_CHARS
-    assert stored.args["truncated"] is True and stored.args["original_chars"] == 2_000_010
-    assert len(stored.args["preview"]) == limit
-    assert len(json.dumps(stored.args, ensure_ascii=False)) < limit + 200
+    assert stored.args == {"본문": "가" * 1000 + "…[cut: 2000000 characters]"}  # its long text cut, its name kept
+    # Arguments still over the bound once their long texts are cut (many of them) are cut whole, as a result is.
+    many = audit_event_record(source="agent", mcp_id="hr", tool="메모", args={f"k{i}": "가" * 900 for i in range(40)})
+    whole = AuditEvent.objects.get(pk=many.pk).args
+    assert whole["truncated"] is True and len(whole["preview"]) == limit
+    assert len(json.dumps(whole, ensure_ascii=False)) < limit + 200
     assert verify().startswith("verified ")
     page = admin_client.get(f"/admin/audit/auditevent/{event.pk}/change/")
     assert page.status_code == 200 and len(page.content) < 4 * limit + 100_000
@@ -156,3 +159,16 @@ def test_archive_audit_given_a_folder_with_a_trailing_separator_writes_inside_it
     folder = tmp_path / "archives"
     call_command("archive_audit", "--older-than-days", "30", "--output", f"{folder}/", stdout=io.StringIO())
     assert folder.is_dir() and [p.suffix for p in folder.iterdir()] == [".gz"]
+
+
+@pytest.mark.django_db
+def test_a_calls_long_arguments_keep_their_names_and_short_values() -> None:
+    """Cut whole, an event's arguments were a stand-in: an eval case expecting {"title": "Q3 report"} of a call
+    whose body was long failed ``tools:args``, and the run page showed no argument."""
+    from evals.scoring import _subset
+
+    audit_event_record(source="agent", tool="write_report", args={"title": "Q3 report", "body": "가" * 25_000})
+    event = AuditEvent.objects.get(tool="write_report")
+    assert event.args["title"] == "Q3 report"
+    assert event.args["body"].startswith("가" * 1000) and event.args["body"].endswith("…[cut: 25000 characters]")
+    assert _subset({"title": "Q3 report"}, event.args)
