@@ -59,7 +59,7 @@ _PROGRAM_NAMES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (name, re.compile(pattern))
     for name, pattern in (
         ("python", r"(?:python|pypy|ipython|jython|graalpy)[\d.]*[a-z]?(?:-dbg)?"),
-        ("node", r"node(?:js)?[\d.]*"),
+        ("node", r"node(?:js)?[\d.]*|tsx|ts-node(?:-esm)?"),
         ("perl", r"perl[\d.]*"),
         ("ruby", r"(?:j|truffle)?ruby[\d.]*"),
         ("php", r"php[\d.]*(?:-cli)?"),
@@ -255,8 +255,21 @@ _RUNNERS: dict[str, tuple[str, ...]] = {
     "uv": ("",),
 }
 _RUNNER_COMMANDS = {"npm": {"exec", "x"}, "pnpm": {"dlx", "exec"}, "yarn": {"dlx", "exec"}, "bun": {"x"}}
-# Programs whose arguments are code: ``python -m timeit CODE``, ``watch CMD`` (a shell command line).
-_CODE_ARGUMENTS = frozenset({"timeit", "watch", "eval"})
+# A runner's words before the program it runs (``uv run``, ``uv tool run``, ``pipx run``), and its options that take
+# the next argument as their value (``npx -p pkg``, ``uvx --from pkg``): the first other argument is the program
+# (package) it runs, and what follows is that program's own (``npx -y server-filesystem /srv/watch`` is no
+# ``watch``; ``npx -y pkg -c cfg`` is the package's ``-c``).
+_RUNNER_WORDS = frozenset({"run", "tool", "exec", "x", "dlx"})
+_RUNNER_VALUED = frozenset(
+    {"-p", "--package", "--from", "--with", "--with-editable", "--with-requirements", "--python", "--spec",
+     "--index", "--index-url", "--extra-index-url", "--default-index", "--find-links", "-f", "--constraints",
+     "--overrides", "--pip-args", "-w", "--workspace", "--directory", "--project", "--env-file"}
+)  # fmt: skip
+# Programs whose arguments are code: ``python -m timeit CODE``, ``watch CMD`` (a shell command line),
+# ``python -m idlelib -c CODE``.
+_CODE_ARGUMENTS = frozenset({"timeit", "watch", "eval", "idlelib"})
+# Python modules that run another module or script as Python does (``python -m cProfile -m timeit CODE``).
+_PYTHON_RUNNING_MODULES = frozenset({"cprofile", "profile", "trace", "runpy"})
 _CODE_URL = re.compile(r"(?:data|https?):", re.IGNORECASE)
 
 
@@ -389,6 +402,10 @@ def _inline_code(command: str, args: list[str], depth: int = 0) -> str | None:
         return command
     if program in _CODE_ARGUMENTS:
         return command
+    if program in _PYTHON_RUNNING_MODULES:
+        # Its own options, then ``-m MODULE`` or ``-c CODE`` as Python reads them: checked as Python would run them.
+        at = next((i for i, a in enumerate(args) if a in {"-m", "-c"} or a.startswith(("-c", "--command"))), None)
+        return None if at is None else _inline_code("python", args[at:], depth + 1)
     if program in _SCRIPT_FROM_FILE:
         return _script_from_file(_SCRIPT_FROM_FILE[program], args)
     if (spec := INTERPRETERS.get(program)) is not None:
@@ -411,6 +428,8 @@ def _inline_code(command: str, args: list[str], depth: int = 0) -> str | None:
         if expanded is None:
             return next((a for a in args if "S" in a.partition("=")[0]), command)
         args = expanded
+    if runner:
+        return _runner_inline_code(program, args, options, depth)
     skip = False
     for arg in args:
         if arg == "--":
@@ -435,6 +454,33 @@ def _inline_code(command: str, args: list[str], depth: int = 0) -> str | None:
         if arg and not arg.startswith(("-", "+")) and (found := _inline_code(arg, args[i + 1 :], depth + 1)):
             return found
     return None
+
+
+def _runner_inline_code(program: str, args: list[str], options: tuple[str, ...], depth: int) -> str | None:
+    """For a runner (``npx``, ``uvx``, ``uv run``, ``pipx run``, ``npm exec``): its option that runs a shell command
+    line, or what the program it runs (its first argument that is no option, option value or runner word) does with
+    the arguments after it."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name = arg.partition("=")[0].lower()
+        if arg == "--":
+            i += 1
+            break
+        if arg.startswith("--") and name in options[1:]:
+            return arg
+        if arg.startswith("-") and not arg.startswith("--") and any(letter in options[0] for letter in arg[1:]):
+            return arg
+        if name in _RUNNER_VALUED and "=" not in arg:
+            i += 2
+            continue
+        if arg.startswith("-") or arg.lower() in _RUNNER_WORDS:
+            i += 1
+            continue
+        break
+    if i >= len(args):
+        return None
+    return _inline_code(args[i], args[i + 1 :], depth + 1)
 
 
 def _pwsh_command(option: str) -> bool:

@@ -79,6 +79,13 @@ pytestmark = pytest.mark.django_db
         ("uv", ["run", "python", "-c", "1"]),
         ("pipx", ["run", "python", "-c", "1"]),
         ("npx", ["-y", "node", "-e", "1"]),
+        ("npx", ["-p", "pkg", "-c", "id"]),  # -p takes a value: the -c after it is still npx's
+        ("npx", ["-y", "tsx", "-e", "1"]),
+        ("npx", ["-y", "ts-node", "-e", "1"]),
+        ("uv", ["tool", "run", "python", "-c", "1"]),
+        ("python3", ["-m", "cProfile", "-m", "timeit", "import os"]),
+        ("python3", ["-m", "cProfile", "-o", "out", "-m", "timeit", "import os"]),
+        ("python3", ["-m", "idlelib", "-c", "1"]),
     ],
 )
 def test_inline_code_is_refused_in_every_spelling(command: str, args: list[str]) -> None:
@@ -100,6 +107,14 @@ def test_inline_code_is_refused_in_every_spelling(command: str, args: list[str])
         ("timeout", ["600", "python3", "-m", "server"]),
         ("perl", ["-Mstrict", "-w", "server.pl"]),
         ("awk", ["-f", "prog.awk"]),
+        # What follows the package a runner runs is the package's own (they were refused as programs of their own).
+        ("npx", ["-y", "@modelcontextprotocol/server-filesystem", "/srv/watch"]),
+        ("npx", ["-y", "@modelcontextprotocol/server-filesystem", "/data/awk", "/data/other"]),
+        ("npx", ["-y", "mcp-server-kubernetes", "-c", "/etc/kube.yaml"]),
+        ("npx", ["-y", "@company/mcp-server", "-vc", "cfg.json"]),
+        ("uvx", ["mcp-server-git", "--repository", "/srv/repos/eval"]),
+        ("uvx", ["some-mcp", "watch"]),
+        ("uv", ["run", "server.py"]),
     ],
 )
 def test_programs_scripts_and_runners_of_packages_are_still_accepted(command: str, args: list[str]) -> None:
