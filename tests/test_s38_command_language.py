@@ -168,6 +168,7 @@ KEY_MESSAGES = (
 )
 
 
+@pytest.mark.slow
 def test_a_real_manage_py_prints_argparses_errors_in_korean(tmp_path: Path) -> None:
     with override_settings(LANGUAGE_CODE="ko"), translation.override("ko"):
         korean = {msgid: translation.gettext(msgid) for msgid in KEY_MESSAGES}
@@ -193,6 +194,7 @@ def test_a_real_manage_py_prints_argparses_errors_in_korean(tmp_path: Path) -> N
     )
 
 
+@pytest.mark.slow
 def test_the_asgi_application_loads_before_any_settings_are_named(tmp_path: Path) -> None:
     """uvicorn (./bin/up) imports ``agent_platform.asgi`` with no DJANGO_SETTINGS_MODULE: its package is imported
     first, and argparse's texts marked there with Django's ``gettext_noop`` read the settings, unnamed yet (the

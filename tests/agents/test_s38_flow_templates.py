@@ -221,6 +221,7 @@ DOWN_SERVER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     ("graph", "query", "expected"),
@@ -261,6 +262,7 @@ def test_a_real_servers_error_value_is_told_as_unavailable(graph: str, query: st
 # ---- 3. Reading a Korean question, on the real demo server ----------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     ("graph", "query", "expected", "calls"),

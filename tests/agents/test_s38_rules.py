@@ -23,6 +23,7 @@ def calls(run: Run) -> list[tuple[str, dict[str, Any]]]:
     return [(e.tool, e.args) for e in made]
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     ("query", "called", "said"),

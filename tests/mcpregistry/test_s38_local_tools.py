@@ -93,6 +93,7 @@ def approved_write(server: McpServer, tool: str, args: dict[str, Any]) -> tuple[
 # --- 1. hung tools of two bindings leave threads for a third -------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_two_bindings_hung_tools_do_not_stop_a_third_bindings_calculate(allowed: None) -> None:
     hung = [bind([MODULE + ".hang"], "hung-a"), bind([MODULE + ".hang"], "hung-c")]
