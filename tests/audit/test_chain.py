@@ -859,7 +859,7 @@ from audit.services import audit_chain_pending, audit_event_record
 audit_event_record(
     source="agent", tool="garbled", args={"q\\x00": "a\\x00b"}, result={"text": "x\\ud800y", "note": ["\\x00"]}, ok=True
 )
-audit_chain_pending()
+audit_chain_pending(wait=True)
 from audit.models import AuditEvent
 row = AuditEvent.objects.filter(tool="garbled").order_by("-seq").first()
 print(json.dumps([row.args, row.result]))

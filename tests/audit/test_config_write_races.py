@@ -285,7 +285,7 @@ def interleaved(first, second, owner, name):
     return errors
 
 def updates(action, **where):
-    audit_chain_pending()
+    audit_chain_pending(wait=True)  # a chainer thread of this process may hold the lock: wait, then chain
     return [[e.actor, e.args] for e in AuditEvent.objects.filter(action=action, **where).order_by("seq")]
 """
 

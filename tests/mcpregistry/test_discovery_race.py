@@ -50,7 +50,7 @@ threads = [threading.Thread(target=one, args=(f"admin-{n}",)) for n in range(2)]
 for t in threads: t.start()
 for t in threads: t.join(timeout=120)
 from audit.services import audit_chain_pending
-audit_chain_pending()  # PostgreSQL chains after commit: the events join the record first
+audit_chain_pending(wait=True)  # PostgreSQL chains after commit: the events join the record first
 names = list(McpTool.objects.filter(server=server).values_list("name", flat=True))
 created = list(AuditEvent.objects.filter(action="config.mcp_tool.create", mcp_id=server.mcp_id).values_list("tool", flat=True))
 print(json.dumps({
