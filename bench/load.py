@@ -176,7 +176,7 @@ from collections import Counter
 from agents.models import RunEvent
 from audit.models import AuditEvent
 from audit.services import audit_chain_pending
-audit_chain_pending()  # whatever a killed writer left pending joins the record first
+audit_chain_pending(wait=True, rounds=None)  # what a killed writer left pending, or a worker's chainer holds, joins the record first
 ids = json.load(open({path!r}))
 terminal, claims = Counter(), Counter()
 for run_id, status in RunEvent.objects.filter(run_id__in=ids, kind="status").values_list("run_id", "data__status"):
