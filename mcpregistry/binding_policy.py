@@ -28,6 +28,7 @@ import ipaddress
 import os
 import re
 import shlex
+import shutil
 import socket
 from collections.abc import Iterable
 from typing import Any, Literal, NamedTuple
@@ -490,6 +491,16 @@ def _pwsh_command(option: str) -> bool:
     )
 
 
+def program_problem(command: str, allowlist: Iterable[str]) -> str | None:
+    """Why the program ``command`` may not be bound where ``allowlist`` (``PLATFORM_STDIO_COMMAND_ALLOWLIST``)
+    names the programs allowed, or None (an empty list allows any program): the command as written or as found on
+    this machine's PATH must be an entry's program."""
+    programs = {entry.split()[0] for entry in allowlist if entry.split()}
+    if not programs or command in programs or (shutil.which(command) or "") in programs:
+        return None
+    return _("Command '%(cmd)s' is not in PLATFORM_STDIO_COMMAND_ALLOWLIST.") % {"cmd": command}
+
+
 def command_problem(command: str, args: list[str], allowlist: Iterable[str]) -> str | None:
     """Why ``command args`` may not be bound, or None."""
     entries = [e for e in allowlist if e.strip()]
@@ -586,11 +597,17 @@ def env_names_problem(names: Iterable[Any]) -> str | None:
 
 
 def binding_problem(config: dict[str, Any], settings: Any) -> str | None:
-    """Why a stored binding's connection (``McpServer.connection_config``) may not be opened now, or None: its URL
-    and its environment's names are checked again at use, for a binding saved while a setting allowed it, before
+    """Why a stored binding's connection (``McpServer.connection_config``) may not be opened now, or None: its URL,
+    or its program, arguments and environment's names, are checked again at use, for a binding saved while a setting allowed it, before
     a rule existed, restored from a dump or written around ``clean`` (``.update()``)."""
     if config.get("transport") == "stdio":
-        return env_names_problem(config.get("env") or {})
+        command, args = str(config.get("command") or ""), [str(a) for a in config.get("args") or []]
+        allowlist = list(getattr(settings, "PLATFORM_STDIO_COMMAND_ALLOWLIST", []))
+        return (
+            env_names_problem(config.get("env") or {})
+            or program_problem(command, allowlist)
+            or command_problem(command, args, allowlist)
+        )
     if config.get("transport") in {"streamable_http", "sse"}:
         return url_problem(str(config.get("url") or ""), getattr(settings, "PLATFORM_MCP_ALLOW_PRIVATE_URLS", []))
     return None

@@ -29,6 +29,7 @@ from mcpregistry.binding_policy import (
     env_name_problem,
     from_env_problem,
     masked_secret_given,
+    program_problem,
     setting_secret_problem,
     url_credentials_problem,
     url_problem,
@@ -251,11 +252,8 @@ class McpServer(AuditedModel):
                         % {"cmd": self.command}
                     )
                 allowlist = settings.PLATFORM_STDIO_COMMAND_ALLOWLIST
-                programs = {entry.split()[0] for entry in allowlist if entry.split()}
-                if allowlist and self.command not in programs and (resolved or "") not in programs:
-                    errors.setdefault("command", []).append(
-                        _("Command '%(cmd)s' is not in PLATFORM_STDIO_COMMAND_ALLOWLIST.") % {"cmd": self.command}
-                    )
+                if problem := program_problem(self.command, allowlist):
+                    errors.setdefault("command", []).append(problem)
                 args = self.args if isinstance(self.args, list) else []
                 problem = command_problem(self.command, [str(a) for a in args], allowlist)
                 if problem:

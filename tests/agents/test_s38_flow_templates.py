@@ -28,6 +28,7 @@ from mcpregistry.models import McpServer, McpTool
 from mcpregistry.pool import get_default_pool
 from tests.agents.test_flow_defects import flow_agent, in_process, run
 from tests.conftest import discover_as_admin, make_agent
+from tests.mcp_fixtures.scripts import script_file
 
 EMPLOYEE = {"id": 1, "name": "김하늘", "team": "클라우드운영팀", "role": "팀장"}
 ERROR_VALUE = {"error": "인사 시스템 점검 중", "fallback": "retry"}
@@ -241,7 +242,11 @@ DOWN_SERVER = textwrap.dedent(
 )
 def test_a_real_servers_error_value_is_told_as_unavailable(graph: str, query: str, expected: str) -> None:
     server = McpServer.objects.create(
-        mcp_id="hr-down", name="hr-down", command=sys.executable, args=["-c", DOWN_SERVER], session_scope="shared"
+        mcp_id="hr-down",
+        name="hr-down",
+        command=sys.executable,
+        args=[script_file(DOWN_SERVER)],
+        session_scope="shared",
     )
     assert discover_as_admin(server=server).ok
     agent = make_agent(slug=f"hr-down-{graph.replace('_', '-')}", servers=[server], with_demo_rules=False)

@@ -21,6 +21,7 @@ from audit.models import AuditEvent
 from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.services import mcp_server_discover
 from tests.agents.test_openai_compatible import openai_agent, submit
+from tests.mcp_fixtures.scripts import script_file
 from tests.openai_server import ScriptedOpenAIServer
 
 PROVIDER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -57,7 +58,7 @@ def stdio_server(mcp_id: str, *, label: str, form: str = "NFC", prefix: str = ""
         name=mcp_id,
         transport=McpServer.Transport.STDIO,
         command=sys.executable,
-        args=["-c", SERVER_SCRIPT],
+        args=[script_file(SERVER_SCRIPT)],
         timeout_s=10,
         tool_prefix=prefix,
         env={"LABEL": label, "FORM": form, "TOOL": EMPLOYEE_SEARCH},

@@ -30,6 +30,7 @@ from audit.models import AuditEvent
 from mcpregistry.models import McpServer, McpTool
 from mcpregistry.pool import McpSessionPool, _StderrPipe
 from tests.conftest import discover_as_admin, make_agent
+from tests.mcp_fixtures.scripts import script_file
 
 # Marked slow: out of the fast loop (several seconds of real servers, processes or timeouts per test); the full
 # suite runs it.
@@ -212,7 +213,7 @@ def status_server() -> Iterator[Callable[[int], str]]:
 # ---- a server that fails to start -------------------------------------------------------------------------------
 LAST_WORDS = "fatal: config file /etc/probe.toml missing"
 CANNOT_START = {
-    "exits-at-once": {"args": ["-c", f"import sys; sys.stderr.write({LAST_WORDS!r} + '\\n'); sys.exit(3)"]},
+    "exits-at-once": {"args": [script_file(f"import sys; sys.stderr.write({LAST_WORDS!r} + '\\n'); sys.exit(3)")]},
     "no-such-command": {"command": "/nonexistent/bin/mcp-server", "args": []},
 }
 

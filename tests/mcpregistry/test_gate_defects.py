@@ -26,6 +26,7 @@ from mcpregistry.contracts import DEFAULT_RETRY, backoff_delay, check_args, chec
 from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import get_default_pool
 from tests.conftest import discover_as_admin
+from tests.mcp_fixtures.scripts import script_file
 from tests.mcpregistry.test_at_most_once import approved_run, lines, side_effect_server
 from tests.mcpregistry.test_gate import call, contract, probe
 
@@ -177,7 +178,7 @@ def test_a_write_whose_server_could_not_be_reached_may_be_suggested_its_fallback
         fallback_tool="append_line_backup", retry={"max_attempts": 2, "backoff_base_s": 0.01}
     )
     get_default_pool().close(server.mcp_id)
-    McpServer.objects.filter(pk=server.pk).update(args=["-c", "import sys; sys.exit(3)"])
+    McpServer.objects.filter(pk=server.pk).update(args=[script_file("import sys; sys.exit(3)")])
 
     result = gate.call(server=reloaded(server), tool_name="append_line", args={"text": "송금"}, who=sandboxed(server))
 

@@ -13,6 +13,7 @@ import pytest
 from django.conf import settings
 
 from mcpregistry.pool import McpSessionPool, McpTransportError
+from tests.mcp_fixtures.scripts import script_file
 
 # Marked slow: out of the fast loop (several seconds of real servers, processes or timeouts per test); the full
 # suite runs it.
@@ -132,7 +133,7 @@ def test_a_changed_binding_gets_a_new_session_and_the_old_one_closes(pool: McpSe
 
 
 def test_a_server_that_cannot_start_is_a_transport_error(pool: McpSessionPool) -> None:
-    config = demo_config() | {"command": sys.executable, "args": ["-c", "import sys; sys.exit(3)"]}
+    config = demo_config() | {"command": sys.executable, "args": [script_file("import sys; sys.exit(3)")]}
     with pytest.raises(McpTransportError):
         pool.call_tool(config, "ping", {}, timeout_s=5)
     assert pool.live_sessions() == {}

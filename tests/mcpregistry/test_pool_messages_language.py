@@ -25,6 +25,7 @@ from django.utils.translation import trans_real
 from mcpregistry.models import McpServer
 from mcpregistry.pool import McpSessionPool, McpTimeoutError, McpTransportError
 from mcpregistry.services import mcp_server_discover
+from tests.mcp_fixtures.scripts import script_file
 
 PROVISIONAL_KOREAN = {
     "server '%(server)s' could not be reached: %(error)s": "서버 '%(server)s'에 연결할 수 없음: %(error)s",
@@ -122,7 +123,7 @@ def test_the_server_s_non_mcp_output_is_quoted_in_the_callers_language(
         "mcp_id": "noisy",
         "transport": "stdio",
         "command": sys.executable,
-        "args": ["-c", "print('Usage: tool [--serve]')"],
+        "args": [script_file("print('Usage: tool [--serve]')")],
     }
 
     korean = _failure(pool, config, "ko")

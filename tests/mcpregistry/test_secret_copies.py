@@ -29,6 +29,7 @@ from mcpregistry.contracts import schema_with_contract
 from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.pool import ServerListing, get_default_pool
 from mcpregistry.services import _listing_without_secrets, mcp_server_create, mcp_server_discover, mcp_server_update
+from tests.mcp_fixtures.scripts import script_file
 from tests.mcpregistry.test_registry import post_server_form
 
 pytestmark = pytest.mark.django_db
@@ -66,7 +67,7 @@ def tenant_server(db: Any) -> Any:
         mcp_id="tenants",
         name="tenants",
         command=sys.executable,
-        args=["-c", TENANT_SERVER],
+        args=[script_file(TENANT_SERVER)],
         cwd=str(settings.BASE_DIR),
         env={"TENANT_KEY": TENANT_KEY},
         session_scope="shared",

@@ -34,6 +34,7 @@ from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import McpSessionPool, get_default_pool
 from tests import local_tool_fixtures as fixtures
 from tests.conftest import discover_as_admin, make_agent
+from tests.mcp_fixtures.scripts import script_file
 
 
 @pytest.fixture
@@ -193,7 +194,7 @@ def test_an_approved_write_whose_session_was_opening_at_the_soft_time_limit_is_n
         mcp_id="slowstart",
         name="slowstart",
         command="/bin/sh",
-        args=["-c", f"sleep 2; exec {sys.executable} -m tests.mcp_fixtures.probe_server"],
+        args=[script_file(f"sleep 2; exec {sys.executable} -m tests.mcp_fixtures.probe_server\n", ".sh")],
         cwd=str(dj_settings.BASE_DIR),
         env={"NOTES_FILE": str(notes)},  # type: ignore[misc]
         session_scope="shared",

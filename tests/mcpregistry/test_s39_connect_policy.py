@@ -1,0 +1,57 @@
+"""A stored binding's program and arguments are checked again when its session opens, as its URL and environment's
+names are: a row written around ``clean`` (``.update()``, a dump restored) or saved before the operator narrowed
+``PLATFORM_STDIO_COMMAND_ALLOWLIST`` ran its inline code or its program at the next discovery or call."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings as dj_settings
+
+from mcpregistry.binding_policy import binding_problem
+from mcpregistry.models import McpServer
+from mcpregistry.services import mcp_server_create, mcp_server_discover
+
+pytestmark = pytest.mark.django_db
+
+
+def test_inline_code_written_around_clean_never_runs(tmp_path: Path) -> None:
+    mark = tmp_path / "ran"
+    server = mcp_server_create(
+        actor="t",
+        via="t",
+        data={"mcp_id": "around", "name": "a", "command": sys.executable, "args": ["-m", "mcpregistry.demo_server"]},
+    )
+    code = f"open({str(mark)!r}, 'w').write('ran')"
+    McpServer.objects.filter(pk=server.pk).update(args=["-c", code])
+
+    report = mcp_server_discover(server=McpServer.objects.get(pk=server.pk), actor="t", via="t")
+
+    assert not report.ok and "-c" in (report.error or "") and "inline code" in (report.error or ""), report.error
+    assert not mark.exists()
+
+
+def test_a_program_the_operator_took_off_the_allowlist_is_not_started(settings: Any, tmp_path: Path) -> None:
+    data = {"mcp_id": "listed", "name": "l", "command": sys.executable, "args": ["-m", "mcpregistry.demo_server"]}
+    server = mcp_server_create(actor="t", via="t", data=data | {"cwd": str(dj_settings.BASE_DIR)})
+    assert mcp_server_discover(server=server, actor="t", via="t").ok
+
+    settings.PLATFORM_STDIO_COMMAND_ALLOWLIST = ["npx"]
+    from mcpregistry.pool import get_default_pool
+
+    get_default_pool().close(server.mcp_id)  # the open session was made under the old setting
+    report = mcp_server_discover(server=McpServer.objects.get(pk=server.pk), actor="t", via="t")
+
+    assert not report.ok and "PLATFORM_STDIO_COMMAND_ALLOWLIST" in (report.error or ""), report.error
+
+
+def test_an_exact_line_the_operator_listed_still_connects(settings: Any) -> None:
+    line = [sys.executable, "-c", "print(1)"]
+    config = {"transport": "stdio", "command": line[0], "args": line[1:], "env": {}}
+    assert binding_problem(config, settings) is not None
+    settings.PLATFORM_STDIO_COMMAND_ALLOWLIST = [f"{sys.executable} -c 'print(1)'"]
+    assert binding_problem(config, settings) is None
+    assert binding_problem(config | {"args": ["-c", "print(2)"]}, settings) is not None
