@@ -578,12 +578,23 @@ ENV_NAMES_REFUSED = frozenset(
     ]
 )
 ENV_PREFIXES_REFUSED = ("LD_", "DYLD_", "BASH_FUNC_", "LUA_INIT", "LUA_PATH", "LUA_CPATH", "GIT_CONFIG", "NPM_CONFIG_")
+# npm's settings that say where packages come from and how they are fetched, not what runs (``npx`` behind an
+# internal mirror or proxy): allowed despite the ``NPM_CONFIG_`` prefix, whose other names can run a shell
+# (``script_shell``, ``call``), load code (``node_options``, ``onload_script``) or read another config file.
+NPM_CONFIG_ALLOWED = frozenset(
+    "NPM_CONFIG_" + name
+    for name in [
+        "REGISTRY", "CACHE", "PROXY", "HTTPS_PROXY", "NOPROXY", "NO_PROXY", "STRICT_SSL", "CAFILE", "LOGLEVEL",
+        "YES", "UPDATE_NOTIFIER", "FUND", "AUDIT", "PREFER_OFFLINE", "PREFER_ONLINE", "OFFLINE", "FETCH_RETRIES",
+        "FETCH_TIMEOUT", "FETCH_RETRY_MINTIMEOUT", "FETCH_RETRY_MAXTIMEOUT", "PROGRESS", "COLOR",
+    ]
+)  # fmt: skip
 
 
 def env_name_problem(name: Any) -> str | None:
     """Why a binding may not set the environment variable ``name`` for its server, or None."""
     upper = str(name).upper()
-    if upper not in ENV_NAMES_REFUSED and not upper.startswith(ENV_PREFIXES_REFUSED):
+    if upper in NPM_CONFIG_ALLOWED or (upper not in ENV_NAMES_REFUSED and not upper.startswith(ENV_PREFIXES_REFUSED)):
         return None
     return _(
         "Environment variable %(name)s changes which program runs or what code it loads, with the worker's rights: "

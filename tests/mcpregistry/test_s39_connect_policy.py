@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.conf import settings as dj_settings
 
-from mcpregistry.binding_policy import binding_problem
+from mcpregistry.binding_policy import binding_problem, env_name_problem
 from mcpregistry.models import McpServer
 from mcpregistry.services import mcp_server_create, mcp_server_discover
 
@@ -55,3 +55,17 @@ def test_an_exact_line_the_operator_listed_still_connects(settings: Any) -> None
     settings.PLATFORM_STDIO_COMMAND_ALLOWLIST = [f"{sys.executable} -c 'print(1)'"]
     assert binding_problem(config, settings) is None
     assert binding_problem(config | {"args": ["-c", "print(2)"]}, settings) is not None
+
+
+@pytest.mark.parametrize("name", ["NPM_CONFIG_REGISTRY", "npm_config_registry", "NPM_CONFIG_HTTPS_PROXY"])
+def test_an_npm_mirror_or_proxy_may_be_set(name: str) -> None:
+    """An internal npm mirror is how ``npx`` servers are fetched in many companies: refused with every
+    ``NPM_CONFIG_`` name, an old binding using one no longer imported nor connected."""
+    assert env_name_problem(name) is None
+
+
+@pytest.mark.parametrize(
+    "name", ["NPM_CONFIG_SCRIPT_SHELL", "NPM_CONFIG_NODE_OPTIONS", "NPM_CONFIG_CALL", "NPM_CONFIG_USERCONFIG"]
+)
+def test_npm_settings_that_run_or_load_code_stay_refused(name: str) -> None:
+    assert env_name_problem(name) is not None
