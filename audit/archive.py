@@ -6,31 +6,40 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
+import fcntl
 import gzip
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
+from agent_platform.os_errors import os_error_text
 from audit.anchors import file_unwritable, parent_folder_make
 from audit.append_only import archive_delete_allow, archive_delete_end
 from audit.chain import ChainKeyring, ChainVerifier, checkpoint_message
 from audit.chain_keys import chain_keyring
 from audit.models import AuditCheckpoint, AuditEvent
-from audit.services import audit_chain_catch_up
+from audit.services import audit_chain_catch_up, audit_event_record
 from audit.verification import _events_as_stored, _nonce_problem, chain_break_words
 
 logger = logging.getLogger(__name__)
+
+# How an archive records itself in the chain (the event that says which events it deleted, into which file).
+ARCHIVE_ACTION = "audit.archive"
+ARCHIVE_ACTOR = "system:archive_audit"
+# The archive runs' advisory lock on PostgreSQL (a constant of our own: "audit_ar" in ASCII).
+_ARCHIVE_LOCK_KEY = 0x61756469745F6172
 
 
 # --- tool-call figures (/metrics) ----------------------------------------------------------------------------
@@ -207,14 +216,38 @@ def audit_events_archive(
     exists or cannot be written (naming why), or the table changed underneath; nothing is deleted then. ``count`` 0 means nothing was old enough.
     ``progress`` is told each step and every ``progress_every`` events written (a long table takes minutes).
     ``output``: the file, or a folder to write it in under its default name (:func:`_archive_path`).
+
+    One run at a time (:func:`_archive_lock`; a second is refused, nothing done). The file is written as
+    ``<name>.partial``, created by this run only (``O_EXCL``), and takes its name only after the checkpoint
+    committed (a link that never replaces a file): a file under an archive's name always has its checkpoint. In
+    the transaction of the checkpoint and the delete, an ``audit.archive`` event (actor ``system:archive_audit``)
+    records the seq range, count, file and hash; it follows the events it describes, so it stays in the table.
     """
     tell = progress or (lambda _message: None)
     if older_than_days < 0:
         raise ApplicationError(_("--older-than-days must be 0 or more."), code="archive_days")
-    cutoff = (now or timezone.now()) - dt.timedelta(days=older_than_days)
+    with _archive_lock():
+        return _archive_locked(
+            output=output,
+            chunk_size=chunk_size,
+            tell=tell,
+            progress_every=progress_every,
+            cutoff=(now or timezone.now()) - dt.timedelta(days=older_than_days),
+        )
+
+
+def _archive_locked(
+    *,
+    output: Path | str | None,
+    chunk_size: int,
+    tell: Callable[[str], None],
+    progress_every: int,
+    cutoff: dt.datetime,
+) -> ArchiveReport:
     tell(_("chaining the events appended but not chained yet…"))
     audit_chain_catch_up()  # events committed but not chained yet (deferred chaining) are archived with the rest
     verifier = _archive_start(chain_keyring())
+    _interrupted_publish(tell)
     first_seq = verifier.next_seq
     first_young = AuditEvent.objects.filter(created_at__gte=cutoff).order_by("seq").values_list("seq", flat=True)
     young = first_young.first()
@@ -230,6 +263,17 @@ def audit_events_archive(
     name = f"audit-{first_seq:012d}-{last_seq:012d}.jsonl.gz"
     path = _archive_path(output, name) if output is not None else Path(settings.VAR_DIR) / "audit-archive" / name
     path = path.resolve()
+    named = AuditCheckpoint.objects.filter(file_name=str(path)).exists()
+    if path.exists() and not named:
+        raise ApplicationError(
+            _(
+                "%(path)s exists: an archive is never overwritten. No archive checkpoint names it: an archive_audit "
+                "run interrupted before it committed may have left it (its events are still in the table); move it "
+                "away and run archive_audit again."
+            )
+            % {"path": path},
+            code="archive_exists",
+        )
     if path.exists():
         raise ApplicationError(
             _("%(path)s exists: an archive is never overwritten.") % {"path": path}, code="archive_exists"
@@ -238,13 +282,24 @@ def audit_events_archive(
         parent_folder_make(path)
     except OSError as exc:
         raise file_unwritable(path, exc) from exc
-    partial = path.with_name(path.name + ".partial")
+    partial = _partial_of(path)
+    if partial.is_file() and not named:  # no run writes it now (the lock): a run killed before it committed left it
+        tell(_("removing %(path)s, left by an archive_audit run that was interrupted…") % {"path": partial})
+        _file_remove(partial)
     tell(
         _("checking and writing seq %(first)s to %(last)s to %(path)s…")
         % {"first": first_seq, "last": last_seq, "path": path}
     )
+    created = False
     try:
+        try:
+            raw = os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb")
+        except OSError as exc:
+            why = IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR)) if partial.is_dir() else exc
+            raise file_unwritable(path, why) from exc  # a folder there: O_EXCL says it exists
+        created = True
         _archive_file_write(
+            raw,
             partial,
             path,
             verifier,
@@ -256,13 +311,96 @@ def audit_events_archive(
         )
         report.count, report.hash, report.path = verifier.count, verifier.last_hash, path
         tell(_("recording the checkpoint and deleting %(count)s events…") % {"count": f"{report.count:,}"})
-        _archive_commit(report)
+        _archive_commit(report, start_seq=first_seq - 1)
     except BaseException:
-        _file_remove(partial)
-        if report.path is not None:
-            _file_remove(report.path)
+        if created:  # only the file this run made: never a file another run wrote or published
+            _file_remove(partial)
         raise
+    _archive_publish(partial, path)
     return report
+
+
+@contextlib.contextmanager
+def _archive_lock() -> Iterator[None]:
+    """Hold the archive runs' lock for the whole run, or refuse at once where another run holds it: two runs
+    picked the same events and file, and the later one's cleanup removed the archive the first had committed.
+    PostgreSQL: a session advisory lock of its own on the run's connection; SQLite: an exclusive ``flock`` on
+    ``<database file>.archive-lock`` (in ``VAR_DIR`` for a database in memory). Both end with the process."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_lock(%s)", [_ARCHIVE_LOCK_KEY])
+            taken = cursor.fetchone()[0]
+        if not taken:
+            raise _archive_busy()
+        try:
+            yield
+        finally:
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_unlock(%s)", [_ARCHIVE_LOCK_KEY])
+            except DatabaseError:  # a broken connection: closing it lets go of the lock
+                connection.close()
+        return
+    name = str(connection.settings_dict["NAME"])
+    in_memory = name == ":memory:" or "mode=memory" in name or not name
+    lock_path = Path(settings.VAR_DIR) / "audit-archive.lock" if in_memory else Path(name + ".archive-lock")
+    try:
+        descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise file_unwritable(lock_path, exc) from exc
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _archive_busy() from None
+        yield
+    finally:
+        os.close(descriptor)  # lets go of the lock
+
+
+def _archive_busy() -> ApplicationError:
+    return ApplicationError(
+        _("Another archive_audit is running on this database; nothing was archived. Run it again when it has ended."),
+        code="archive_busy",
+        status=409,
+    )
+
+
+def _partial_of(path: Path) -> Path:
+    """Where the archive for ``path`` is written until its checkpoint commits."""
+    return path.with_name(path.name + ".partial")
+
+
+def _archive_publish(partial: Path, path: Path) -> None:
+    """Give the committed archive its name: a link (which never replaces a file), then the partial name goes."""
+    try:
+        os.link(partial, path)
+        partial.unlink()
+        _fsync_directory(path.parent)
+    except OSError as exc:
+        raise ApplicationError(
+            _(
+                "The checkpoint is recorded and the events were deleted, but the archive could not be named %(path)s "
+                "(%(why)s): it is %(partial)s."
+            )
+            % {"path": path, "why": os_error_text(exc), "partial": partial},
+            code="archive_unpublished",
+        ) from exc
+
+
+def _interrupted_publish(tell: Callable[[str], None]) -> None:
+    """Name the latest checkpoint's archive where the run that committed it was interrupted before it did (its
+    file still ``.partial``, complete and synced before the commit)."""
+    latest = AuditCheckpoint.objects.order_by("-seq").values_list("file_name", flat=True).first()
+    if latest is None:
+        return
+    path = Path(latest)
+    partial = _partial_of(path)
+    if path.exists() or not partial.exists():
+        return
+    tell(_("naming %(path)s: the archive_audit run that committed it was interrupted before it did…") % {"path": path})
+    _archive_publish(partial, path)
 
 
 def _archive_path(output: Path | str, name: str) -> Path:
@@ -304,6 +442,7 @@ def _archive_start(keyring: ChainKeyring) -> ChainVerifier:
 
 
 def _archive_file_write(
+    raw: Any,
     partial: Path,
     path: Path,
     verifier: ChainVerifier,
@@ -312,18 +451,17 @@ def _archive_file_write(
     chunk_size: int,
     written: Callable[[int], None],
 ) -> None:
-    """Write the archive to ``partial``, then put it in ``path``, synced. Raises ApplicationError where the file
-    cannot be written (a folder it may not write, a full disk), naming it and why."""
+    """Write the archive to ``raw`` (``partial``, open), synced, with its folder. Raises ApplicationError where the
+    file cannot be written (a folder it may not write, a full disk), naming it and why."""
     try:
-        _archive_write(partial, verifier, name=path.name, last_seq=last_seq, chunk_size=chunk_size, written=written)
-        os.replace(partial, path)
+        _archive_write(raw, verifier, name=path.name, last_seq=last_seq, chunk_size=chunk_size, written=written)
         _fsync_directory(path.parent)
     except OSError as exc:
         raise file_unwritable(path, exc) from exc
 
 
 def _archive_write(
-    partial: Path,
+    raw: Any,
     verifier: ChainVerifier,
     *,
     name: str,
@@ -333,11 +471,12 @@ def _archive_write(
 ) -> None:
     replayed = _nonce_problem()  # a copy chained again: archived with its original, verify_audit would not see it
     if replayed is not None:
+        raw.close()
         raise ApplicationError(
             _("The audit chain is broken, nothing was archived: %(problem)s") % {"problem": replayed},
             code="audit_chain_broken",
         )
-    with partial.open("wb") as raw, gzip.GzipFile(filename=name, fileobj=raw, mode="wb") as compressed:
+    with raw, gzip.GzipFile(filename=name, fileobj=raw, mode="wb") as compressed:
         for event, checked in _events_as_stored(chunk_size=chunk_size, up_to_seq=last_seq):
             problem = verifier.feed(event, checked=checked)
             if problem is not None:
@@ -369,13 +508,26 @@ def _fsync_directory(directory: Path) -> None:
         os.close(descriptor)
 
 
-def _archive_commit(report: ArchiveReport) -> None:
+def _archive_commit(report: ArchiveReport, *, start_seq: int) -> None:
+    """Record the checkpoint, delete the archived events and record the archive's own event, in one transaction;
+    refused (nothing deleted) where the latest checkpoint is no longer ``start_seq``, the one the run started
+    after, or the table changed underneath."""
     connection = connections[DEFAULT_DB_ALIAS]
     events_table = connection.ops.quote_name(AuditEvent._meta.db_table)
     mac = chain_keyring().sign("checkpoint", checkpoint_message(report.last_seq, report.hash, report.count))
     with transaction.atomic(), connection.cursor() as cursor:
         # What /metrics counted of the events about to leave the table, added to what the previous checkpoint saved.
         previous_seq, saved = _latest_checkpoint()
+        if previous_seq != start_seq:
+            raise ApplicationError(
+                _(
+                    "Another archive committed while this one ran (the latest checkpoint is seq %(seq)s, this run "
+                    "started after seq %(start)s); nothing was deleted."
+                )
+                % {"seq": previous_seq, "start": start_seq},
+                code="archive_conflict",
+                status=409,
+            )
         figures = ToolCallFigures.from_json(saved)
         figures.add(tool_call_figures(AuditEvent.objects.filter(seq__gt=previous_seq, seq__lte=report.last_seq)))
         archive_delete_allow(cursor, connection)
@@ -397,3 +549,17 @@ def _archive_commit(report: ArchiveReport) -> None:
                 code="archive_conflict",
                 status=409,
             )
+        # The archive's own record, after the events it deleted (its seq is the head's next): chained like any
+        # event, never in the range it describes. Not a tool call: the auditor's figures and /metrics skip it.
+        audit_event_record(
+            source=AuditEvent.Source.ADMIN,
+            action=ARCHIVE_ACTION,
+            actor=ARCHIVE_ACTOR,
+            args={
+                "first_seq": report.first_seq,
+                "last_seq": report.last_seq,
+                "count": report.count,
+                "file": str(report.path),
+                "hash": report.hash,
+            },
+        )

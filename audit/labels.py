@@ -37,6 +37,7 @@ _ACTIONS: dict[str, Callable[[], str]] = {
     "approval.unused": lambda: pgettext("audit action", "approval left unused"),
     "run.cancel": lambda: pgettext("audit action", "run cancelled"),
     "eval_run.cancel": lambda: pgettext("audit action", "eval run cancelled"),
+    "audit.archive": lambda: pgettext("audit action", "events archived and deleted"),
     "run.feedback": lambda: pgettext("audit action", "feedback on a run"),
     "security.lockout": lambda: pgettext("audit action", "sign-in locked"),
     "security.lockout_lift": lambda: pgettext("audit action", "sign-in lock lifted"),

@@ -221,6 +221,12 @@ def _chain_start(
             ) % {"seq": checkpoint.seq, "count": checkpoint.count, "before": start_seq - 1}
             return None
         path = _archive_file_of(checkpoint, archive_dir)
+        if not path.exists() and archive_dir is not None:
+            report.problem = CannotCheck(
+                _("archive checkpoint seq %(seq)s: its archive file %(name)s is not in %(dir)s (--archive-dir)")
+                % {"seq": checkpoint.seq, "name": path.name, "dir": archive_dir}
+            )
+            return None
         if not path.exists():
             report.problem = CannotCheck(
                 _(

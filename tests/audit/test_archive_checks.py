@@ -56,7 +56,9 @@ def test_an_archive_written_to_a_relative_path_verifies_from_another_directory(
     written = (tmp_path / "a" / "arch" / "a.jsonl.gz").resolve()
     assert AuditCheckpoint.objects.get().file_name == str(written)
     monkeypatch.chdir(tmp_path / "b")
-    assert command("verify_audit") == f"verified 2 events, head {young[-1].hash}"
+    recorded = AuditEvent.objects.get(action="audit.archive")  # the archive's own event, after the young ones
+    assert recorded.prev_hash == young[-1].hash
+    assert command("verify_audit") == f"verified 3 events, head {recorded.hash}"
     assert auditor_admin.audit_chain_verdict().ok
 
 
@@ -199,4 +201,6 @@ def test_a_gzip_archive_line_keeps_korean_text_after_a_rewrite(archived: tuple[P
     rewrite_archive(archive, lines)
     with gzip.open(archive, "rt", encoding="utf-8") as text:
         assert "김하늘" in text.read()
-    assert command("verify_audit") == f"verified 2 events, head {young[-1].hash}"
+    recorded = AuditEvent.objects.get(action="audit.archive")  # the archive's own event, after the young ones
+    assert recorded.prev_hash == young[-1].hash
+    assert command("verify_audit") == f"verified 3 events, head {recorded.hash}"

@@ -190,13 +190,14 @@ def test_a_copy_of_an_archived_events_row_is_named_by_verify_audit(
     audit_chain_pending()
     archived = audit_events_archive(older_than_days=30, output=tmp_path / "a.jsonl.gz")
     assert (archived.first_seq, archived.last_seq) == (1, 1)
-    assert verify().startswith("verified 2 events")
+    assert audit_chain_pending() == 1  # the archive's own event, seq 4
+    assert verify().startswith("verified 3 events")
 
     put_back(copy)
     assert audit_chain_pending() == 1
-    replayed = AuditEvent.objects.get(seq=4)
+    replayed = AuditEvent.objects.get(seq=5)
     assert verify() == (
-        f"FAILED: event seq 4 (id {replayed.pk}): the nonce of archived event seq 1 ({tmp_path / 'a.jsonl.gz'})"
+        f"FAILED: event seq 5 (id {replayed.pk}): the nonce of archived event seq 1 ({tmp_path / 'a.jsonl.gz'})"
         " — replayed (a copy of its pending row chained again)"
     )
 
@@ -291,7 +292,8 @@ def test_an_archive_committed_while_verify_audit_runs_is_no_removal(
     assert verify().startswith("verified 7 events")
     made = archive_right_after_the_checkpoints_are_read(monkeypatch, tmp_path / "a.jsonl.gz")
 
-    assert verify() == f"verified 2 events, head {AuditEvent.objects.get(seq=7).hash}"
+    # The events after the archive, and the archive's own event (seq 8), appended while verify_audit ran.
+    assert verify() == f"verified 3 events, head {AuditEvent.objects.get(seq=8, action='audit.archive').hash}"
     assert made == [5]
 
 
@@ -299,10 +301,10 @@ def test_an_archive_of_every_event_committed_while_verify_audit_runs_is_no_trunc
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     record(3, days_ago=40, monkeypatch=monkeypatch)
-    head = AuditEvent.objects.get(seq=3).hash
     made = archive_right_after_the_checkpoints_are_read(monkeypatch, tmp_path / "a.jsonl.gz")
 
-    assert verify() == f"verified 0 events, head {head}"
+    # Only the archive's own event is left (seq 4), appended while verify_audit ran.
+    assert verify() == f"verified 1 events, head {AuditEvent.objects.get(seq=4, action='audit.archive').hash}"
     assert made == [3]
 
 

@@ -89,7 +89,7 @@ def test_a_signed_seq_that_was_archived_is_checked_there_before_the_file_moves_o
 
     assert failure is None
     assert f"signed checkpoint file's seq 5: checked in archive {archive}" in lines
-    assert json.loads(signed_at_5.read_text())["seq"] == 7
+    assert json.loads(signed_at_5.read_text())["seq"] == 8  # the table's head: the archive's own event
 
 
 def test_the_file_is_kept_where_the_archive_that_holds_its_seq_is_missing(
@@ -134,15 +134,15 @@ def test_archives_that_hold_the_signed_seq_say_so_and_those_that_do_not_say_it_w
     assert failure is None
     assert f"signed checkpoint file's seq 5: checked in archive {archive}" in lines
 
-    verify("--checkpoint-file", str(signed_at_5))  # moves it on to the table's head, seq 7
+    verify("--checkpoint-file", str(signed_at_5))  # moves it on to the table's head, seq 8 (the archive's event)
     lines, failure = verify("--archive", str(archive), "--checkpoint-file", str(signed_at_5))
     assert failure is None
-    assert "signed checkpoint file's seq 7 is in none of these archives: not checked" in lines
-    assert json.loads(signed_at_5.read_text())["seq"] == 7 and signed_at_5.read_bytes() != signed
+    assert "signed checkpoint file's seq 8 is in none of these archives: not checked" in lines
+    assert json.loads(signed_at_5.read_text())["seq"] == 8 and signed_at_5.read_bytes() != signed
 
     missing = tmp_path / "nowhere.json"
     assert verify("--archive", str(archive), "--checkpoint-file", str(missing))[1] == (
         f"checkpoint file {missing} does not exist"
     )
     assert not missing.exists()
-    assert AuditEvent.objects.count() == 2
+    assert AuditEvent.objects.count() == 3  # two after the archive, and its own event

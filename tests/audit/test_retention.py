@@ -90,7 +90,12 @@ def test_archiving_moves_the_old_events_to_a_file_and_the_rest_still_verifies(
     said = command("archive_audit", "--older-than-days", "30", "--output", str(archive))
 
     assert said == f"archived 8 events (seq 1 to 8) to {archive}, checkpoint {old[-1].hash}"
-    assert list(AuditEvent.objects.order_by("seq").values_list("seq", flat=True)) == [9, 10, 11]
+    assert list(AuditEvent.objects.order_by("seq").values_list("seq", flat=True)) == [
+        9,
+        10,
+        11,
+        12,
+    ]  # 12: the archive's
     checkpoint = AuditCheckpoint.objects.get()
     assert (checkpoint.seq, checkpoint.hash, checkpoint.count, checkpoint.file_name) == (
         8,
@@ -98,7 +103,14 @@ def test_archiving_moves_the_old_events_to_a_file_and_the_rest_still_verifies(
         8,
         str(archive),
     )
-    assert command("verify_audit") == f"verified 3 events, head {new[-1].hash}"
+    recorded = AuditEvent.objects.get(seq=12)
+    assert (recorded.action, recorded.actor, recorded.args) == (
+        "audit.archive",
+        "system:archive_audit",
+        {"first_seq": 1, "last_seq": 8, "count": 8, "file": str(archive), "hash": old[-1].hash},
+    )
+    assert recorded.prev_hash == new[-1].hash
+    assert command("verify_audit") == f"verified 4 events, head {recorded.hash}"
 
 
 def test_the_archive_holds_every_field_as_stored_one_event_a_line_then_its_checkpoint(
@@ -145,7 +157,10 @@ def test_archives_taken_one_after_another_verify_as_one_chain(monkeypatch: pytes
         "archived 4 events (seq 6 to 9)"
     )
 
-    assert command("verify_audit") == f"verified 2 events, head {recent[-1].hash}"
+    recorded = AuditEvent.objects.filter(action="audit.archive").order_by("seq")
+    assert [(e.seq, e.args["first_seq"], e.args["last_seq"]) for e in recorded] == [(12, 1, 5), (13, 6, 9)]
+    assert recent[-1].seq == 11
+    assert command("verify_audit") == f"verified 4 events, head {recorded.last().hash}"  # type: ignore[union-attr]
     both = command("verify_audit", "--archive", str(first), "--archive", str(second))
     assert both.startswith("verified 9 archived events, head ")
     assert command("verify_audit", "--archive", str(second)).startswith("verified 4 archived events")
@@ -219,7 +234,11 @@ def test_an_archive_file_is_never_overwritten(
 
     said = command("archive_audit", "--older-than-days", "30", "--output", str(archive))
 
-    assert said == f"FAILED: {archive} exists: an archive is never overwritten."
+    assert said == (
+        f"FAILED: {archive} exists: an archive is never overwritten. No archive checkpoint names it: an "
+        "archive_audit run interrupted before it committed may have left it (its events are still in the table); "
+        "move it away and run archive_audit again."
+    )
     assert archive.read_bytes() == b"an earlier archive"
     assert AuditEvent.objects.count() == 11
 
@@ -261,14 +280,19 @@ def test_new_events_after_an_archive_continue_the_chain(
     old_and_new: tuple[list[AuditEvent], list[AuditEvent]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     command("archive_audit", "--older-than-days", "0", "--output", str(tmp_path / "all.jsonl.gz"))
-    assert not AuditEvent.objects.exists()
-    assert command("verify_audit").startswith("verified 0 events, head ")
+    (recorded,) = AuditEvent.objects.all()  # only the archive's own event, which follows the checkpoint
+    assert (recorded.seq, recorded.action, recorded.prev_hash) == (
+        12,
+        "audit.archive",
+        AuditCheckpoint.objects.get().hash,
+    )
+    assert command("verify_audit") == f"verified 1 events, head {recorded.hash}"
 
     (event,) = record(1, monkeypatch=monkeypatch)
 
-    assert event.seq == 12
-    assert event.prev_hash == AuditCheckpoint.objects.get().hash
-    assert command("verify_audit") == f"verified 1 events, head {event.hash}"
+    assert event.seq == 13
+    assert event.prev_hash == recorded.hash
+    assert command("verify_audit") == f"verified 2 events, head {event.hash}"
 
 
 ARCHIVE_ON_POSTGRES = """

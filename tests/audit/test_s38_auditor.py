@@ -111,11 +111,11 @@ def test_a_calls_arguments_are_stored_cut_as_its_result_is_and_the_chain_verifie
 
 def test_archive_output_may_name_a_folder(tmp_path: Path) -> None:
     recorded_days_ago(40, source="agent", mcp_id="hr", tool="x")
+    recorded_days_ago(35, source="agent", mcp_id="hr", tool="x")
     folder = tmp_path / "archives"
-    report = audit_events_archive(older_than_days=30, output=f"{folder}/")  # missing, with a separator: made
+    report = audit_events_archive(older_than_days=38, output=f"{folder}/")  # missing, with a separator: made
     assert folder.is_dir() and report.path == folder / "audit-000000000001-000000000001.jsonl.gz"
     assert report.path.is_file()
-    recorded_days_ago(35, source="agent", mcp_id="hr", tool="x")
     out = io.StringIO()
     call_command(
         "archive_audit", "--older-than-days", "30", "--output", str(folder), stdout=out, stderr=io.StringIO()

@@ -436,12 +436,13 @@ def test_the_replay_of_an_archived_events_row_and_two_events_with_one_nonce_are_
     audit_chain_pending()
     path = tmp_path / "a.jsonl.gz"
     audit_events_archive(older_than_days=30, output=path)
+    assert audit_chain_pending() == 1  # the archive's own event, seq 4
     put_back(copy)
     assert audit_chain_pending() == 1
-    replayed = AuditEvent.objects.get(seq=4)
+    replayed = AuditEvent.objects.get(seq=5)
     with shouted():
         assert verify()[1] == (
-            f"⟦EVENT SEQ 4 (ID {replayed.pk}): THE NONCE OF ARCHIVED EVENT SEQ 1 ({path})"
+            f"⟦EVENT SEQ 5 (ID {replayed.pk}): THE NONCE OF ARCHIVED EVENT SEQ 1 ({path})"
             " — REPLAYED (A COPY OF ITS PENDING ROW CHAINED AGAIN)⟧"
         )
 
@@ -455,10 +456,10 @@ def test_the_replay_of_an_archived_events_row_and_two_events_with_one_nonce_are_
     monkeypatch.setattr(services, "_chain_reads", reads_that_do_not_look)
     put_back(copy)
     assert audit_chain_pending() == 1
-    again = AuditEvent.objects.get(seq=5)
+    again = AuditEvent.objects.get(seq=6)
     monkeypatch.setattr("audit.verification._archived_replay_candidates", lambda: {})
     with shouted():
         assert verify()[1] == (
-            f"⟦EVENT SEQ 5 (ID {again.pk}): THE NONCE OF EVENT SEQ 4 — REPLAYED"
+            f"⟦EVENT SEQ 6 (ID {again.pk}): THE NONCE OF EVENT SEQ 5 — REPLAYED"
             " (A COPY OF ITS PENDING ROW CHAINED AGAIN)⟧"
         )

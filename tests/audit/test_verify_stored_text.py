@@ -159,8 +159,8 @@ def test_a_time_with_an_offset_moves_the_event_out_of_its_day_and_is_named_as_al
 
 
 def archived_without_macs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[Path, Path]:
-    """Eight events archived 40 days old, then three of today: two archive files (each with its checkpoint in the
-    database), their MACs taken off, as a file written before events had one."""
+    """Eight events archived 40 days old, then three of today and the first archive's own event: two archive files
+    (each with its checkpoint in the database), their MACs taken off, as a file written before events had one."""
     record_days_ago(8, days_ago=40, monkeypatch=monkeypatch)
     record_days_ago(3, monkeypatch=monkeypatch)
     old, new = tmp_path / "old.jsonl.gz", tmp_path / "new.jsonl.gz"
@@ -187,11 +187,11 @@ def test_an_archive_without_macs_verifies_where_the_database_checkpoint_vouches_
 
     assert command("verify_audit", "--archive", str(old)).startswith("verified 8 archived events, head ")
     assert command("verify_audit", "--archive", str(old), "--archive", str(new)) == (
-        f"verified 11 archived events, head {head}"
+        f"verified 12 archived events, head {head}"
     )
     # The first file's checkpoint gone: the second, linked to it, still vouches for both.
     sql("DELETE FROM audit_auditcheckpoint WHERE seq = 8")
-    assert command("verify_audit", "--archive", str(old), "--archive", str(new)).startswith("verified 11 ")
+    assert command("verify_audit", "--archive", str(old), "--archive", str(new)).startswith("verified 12 ")
 
 
 def test_an_archive_without_macs_that_no_checkpoint_vouches_for_is_unauthenticated(
