@@ -204,6 +204,11 @@ class DeterministicRuleInline(admin.TabularInline):
         return parameters_html(rule)
 
 
+# The agent's settings that change without its page (a publish or a roll back moves the live version,
+# ``agent_version shadow`` the shadow): a save keeps them as stored where the page left them as it showed them.
+MOVED_ELSEWHERE = ("live_version", "shadow_version", "shadow_sample_rate")
+
+
 class AgentForm(forms.ModelForm):
     """Every setting of an agent; the page shows those of its mode (``agents/static/agents/agent_form.js``)."""
 
@@ -306,6 +311,12 @@ class AgentForm(forms.ModelForm):
         # A post that leaves these out (a script written before they were on the form) keeps their values.
         for name in ("time_limit_s", "language", "shadow_sample_rate"):
             self.fields[name].required = False
+        # What the page showed travels with the post (``initial-<name>``), so that a save tells a value the admin
+        # chose from one a publish or a roll back moved meanwhile (``_keep_moved_versions``).
+        for name in MOVED_ELSEWHERE:
+            if name in self.fields:
+                self.fields[name].show_hidden_initial = True
+        self.kept_notes: list[str] = []
 
     def _update_errors(self, errors: ValidationError) -> None:
         # The model validates model_secrets; on this form the key is entered as a key or a worker variable.
@@ -361,6 +372,7 @@ class AgentForm(forms.ModelForm):
             self.instance.servers_given = [server.mcp_id for server in servers]
         self._check_settings(servers)
         self._check_tool_choice(cleaned, servers)
+        self._keep_moved_versions(cleaned)
         self._check_version_choices(cleaned)
         if servers is not None:
             leaving = servers_leaving(agent=self.instance, servers=list(servers))
@@ -369,6 +381,33 @@ class AgentForm(forms.ModelForm):
         if servers is not None and (conflict := tool_name_conflict_problem(list(servers))):
             raise forms.ValidationError(conflict)
         return cleaned
+
+    def _keep_moved_versions(self, cleaned: dict[str, Any]) -> None:
+        """The live version, the shadow and its rate as stored where the admin left them as the page showed them
+        and they moved since it was opened (a publish, a roll back, ``agent_version shadow``): the page's old value
+        put the old version back live, unsaid, on a save of the name alone. Each kept is said
+        (``kept_notes``). A post without the page's values (``initial-<name>``: a script) is taken as posted."""
+        if self.instance.pk is None:
+            return
+        for name in MOVED_ELSEWHERE:
+            if name not in cleaned or name not in self.fields or name in self.changed_data:
+                continue
+            if self[name].html_initial_name not in self.data:
+                continue
+            stored = getattr(self.instance, name)
+            if cleaned[name] == stored:
+                continue
+            cleaned[name] = stored
+            shown = (
+                "—" if stored is None else f"v{stored.number}" if isinstance(stored, AgentVersion) else f"{stored:g}"
+            )
+            self.kept_notes.append(
+                gettext(
+                    "Agent %(agent)s: the %(field)s changed to %(value)s after this page was opened (a publish, a "
+                    "roll back or another save); this save kept %(value)s."
+                )
+                % {"agent": self.instance.slug, "field": Agent._meta.get_field(name).verbose_name, "value": shown}
+            )
 
     def _check_version_choices(self, cleaned: dict[str, Any]) -> None:
         """``agent_update``'s refusals of the live version and the shadow, told at their fields (raised by the
@@ -516,6 +555,15 @@ def tell_draft_notes(model_admin: admin.ModelAdmin[Any], request: HttpRequest, b
         model_admin.message_user(request, note, messages.WARNING)
 
 
+def publish_refused_message(agent: Agent, exc: ValidationError) -> str:
+    """Why the publish action published nothing for ``agent`` (``agent_version_publish``'s refusal), worded as a
+    refused roll back is."""
+    return gettext("Agent %(agent)s cannot be published: %(problems)s") % {
+        "agent": agent.slug,
+        "problems": "; ".join(exc.messages),
+    }
+
+
 @admin.register(Agent)
 class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
     form = AgentForm
@@ -598,7 +646,11 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
     )
     def publish(self, request: HttpRequest, queryset: Any) -> None:
         for agent in queryset:
-            version = agent_version_publish(agent=agent, actor=request.user, via=ADMIN_VIA)
+            try:
+                version = agent_version_publish(agent=agent, actor=request.user, via=ADMIN_VIA)
+            except ValidationError as exc:  # a draft that cannot run: nothing published, as a roll back refused
+                self.message_user(request, publish_refused_message(agent, exc), messages.ERROR)
+                continue
             # A warning while weighted A/B arms take the live traffic, as the roll back's (``admin_versions``).
             text, warning = admin_versions.publish_message(agent=agent, number=version.number)
             self.message_user(request, text, messages.WARNING if warning else messages.SUCCESS)
@@ -620,6 +672,7 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
         with publish_on_save_deferred() as held:
             super().save_model(request, obj, form, change)
         obj.__dict__["_publishes_held"] = set(held)
+        obj.__dict__["_kept_notes"] = list(getattr(form, "kept_notes", []))
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         """Saves the rule rows, then publishes what the agent's edit and its rows held back, in the page's
@@ -632,21 +685,41 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
         live_chosen = "live_version" in form.changed_data
         if live_chosen:
             held.discard(agent.pk)
-        published = agents_publish_held_on_save(agent_ids=held, actor=request.user, via=ADMIN_VIA)
+        # One agent at a time: a draft that cannot run is refused (``agent_version_publish``) and stays a draft,
+        # said, while the page's edit is saved and the others publish.
+        published: dict[int, AgentVersion] = {}
+        refused: list[str] = []
+        for held_agent in Agent.objects.filter(pk__in=held).order_by("slug"):
+            try:
+                published |= agents_publish_held_on_save(agent_ids=[held_agent.pk], actor=request.user, via=ADMIN_VIA)
+            except ValidationError as exc:
+                refused.append(
+                    gettext("Agent %(agent)s was not published on save: %(problems)s")
+                    % {"agent": held_agent.slug, "problems": "; ".join(exc.messages)}
+                )
         if agent.pk in published:
             agent.live_version = published[agent.pk]
         agent.__dict__["_live_version_told"] = live_chosen or agent.pk in published
+        agent.__dict__["_publishes_refused"] = refused
 
     def response_add(self, request: HttpRequest, obj: Agent, post_url_continue: str | None = None) -> HttpResponse:
         response = super().response_add(request, obj, post_url_continue)
+        self._tell_refusals(request, obj)
         self._tell_live_version(request, obj)
         return response
 
     def response_change(self, request: HttpRequest, obj: Agent) -> HttpResponse:
         response = super().response_change(request, obj)
+        self._tell_refusals(request, obj)
         tell_draft_notes(self, request, obj.__dict__.pop("_drafts_before", {}))  # next to the save's own message
         self._tell_live_version(request, obj)
         return response
+
+    def _tell_refusals(self, request: HttpRequest, agent: Agent) -> None:
+        """The versions the save kept as stored (``AgentForm._keep_moved_versions``) and the publishes on save
+        refused (a draft that cannot run), as warnings below the save's own message."""
+        for note in [*agent.__dict__.pop("_kept_notes", []), *agent.__dict__.pop("_publishes_refused", [])]:
+            self.message_user(request, note, messages.WARNING)
 
     def _tell_live_version(self, request: HttpRequest, agent: Agent) -> None:
         """Where the save published on save or chose the live version: which version is live now (a warning while

@@ -1376,6 +1376,23 @@ def may_view(admin_site: admin.AdminSite, request: HttpRequest, model: type[Any]
         return False
 
 
+class RunArmFilter(admin.SimpleListFilter):
+    """The runs of one A/B arm (``Run.arm``, by its name; an arm's name stays on its runs after the arm is
+    deleted): the arms any run ran under, read by the column's index. Not the field's own filter, which listed
+    the runs under no arm ("") as an empty entry."""
+
+    title = Run._meta.get_field("arm").verbose_name
+    parameter_name = "arm"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[Any, str]]:
+        arms = Run.objects.filter(arm__gt="").order_by("arm").values_list("arm", flat=True).distinct()
+        return [(arm, visible_text(arm)) for arm in arms]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Run]) -> QuerySet[Run]:
+        value = self.value()
+        return queryset if value is None else queryset.filter(arm=value)
+
+
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     """Runs are read-only here (no add, change or delete for anyone); an admin may cancel one that has not
@@ -1385,7 +1402,7 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     # Beside the menu and the filters at 1,400 px: the start's date above its time, the error code under the status.
     list_display = ["created", "agent", "status_badge", "short_query", "tool_failures", "total_ms"]
     list_display_links = ["created"]
-    list_filter = ["status", "purpose", "agent"]
+    list_filter = ["status", "purpose", "agent", RunArmFilter]
     search_fields = ["id", "query", "answer"]
     date_hierarchy = "created_at"  # from the ends of the created_at index (DateDrillDownChangeList)
     readonly_fields = [f.name for f in Run._meta.fields if f.name not in ("messages", "conversation")] + ["trace_json"]
@@ -1470,6 +1487,8 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             "version_text": gettext("version %(number)s") % {"number": f"v{run.version.number}"}
             if run.version is not None
             else gettext("the agent's draft (no published version)"),
+            # The A/B arm that chose the version for this caller (``agents.services.run_version_choice``).
+            "arm_text": gettext("arm %(name)s") % {"name": visible_text(run.arm)} if run.arm else "",
             "related_runs": self._related_runs(request, run),
             "finished": run.is_finished,
             "may_cancel": self.may_cancel(request) and run.status in CANCELLABLE,

@@ -20,6 +20,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext, gettext_noop
 from django.utils.translation import gettext_lazy as _
 
+from agent_platform.model_choices import key_in_range
 from agents.experiments import arm_comparisons, arm_metrics
 from agents.models import Agent, AgentArm, AgentVersion, Run, ShadowComparison
 from agents.services import (
@@ -304,7 +305,21 @@ class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 class AgentArmForm(forms.ModelForm):
     """An arm's page. A version chosen that can no longer run is refused at its field, as the arm's services refuse
     it (raised by the service it was a server error); an arm saved with its version unchanged is not checked, so
-    that its weight can still be set to 0."""
+    that its weight can still be set to 0. Its versions are those of its agent (the arm's; on a new arm's page the
+    agent posted or given as ``?agent=<id>``), each labelled with its agent: every agent's versions were offered."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        versions = self.fields.get("version")
+        if versions is None:
+            return
+        # The agent as posted, else as the page shows it (the arm's, or ``?agent=``); an id the lookup cannot take
+        # (``²``, past 64 bits) is refused at the agent's field, and leaves the versions unfiltered.
+        agent_id = str(self["agent"].value() or "") if "agent" in self.fields else ""
+        chosen = AgentVersion.objects.select_related("agent").order_by("agent__slug", "-number")
+        if agent_id.isascii() and agent_id.isdigit() and key_in_range(Agent.objects.all(), agent_id):
+            chosen = chosen.filter(agent_id=int(agent_id))
+        versions.queryset = chosen  # type: ignore[attr-defined]
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()

@@ -352,11 +352,18 @@ def publish_on_save_deferred() -> Iterator[set[int]]:
 
 
 def _publish_on_save(agent: Agent, *, actor: Any, via: str) -> None:
+    """Publish ``agent``'s draft on save (held back inside ``publish_on_save_deferred``). A draft that cannot run
+    (``agent_version_publish`` refuses it) stays a draft, logged: the edit is saved, as one that does not publish on
+    save is, and the live version stays (refusing it refused every edit, and every discovery of a bound server,
+    until the draft ran again)."""
     deferred = _deferred_publishes.get()
     if deferred is not None:
         deferred.add(agent.pk)
-    else:
+        return
+    try:
         agent_version_publish(agent=agent, actor=actor, via=via, note="published on save")
+    except ValidationError as exc:
+        logger.warning("agent %s: not published on save, kept as a draft: %s", agent.slug, "; ".join(exc.messages))
 
 
 def agents_publish_held_on_save(*, agent_ids: Iterable[int], actor: Any, via: str) -> dict[int, AgentVersion]:
@@ -506,8 +513,14 @@ def agent_version_publish(
 ) -> AgentVersion:
     """Freeze the agent as it is stored now (or ``content``, for a roll back) as its next version and make that
     the version live traffic runs (``make_live=False``: a candidate for a shadow or an A/B arm, live traffic
-    unchanged). Publishing content identical to the live version's changes nothing and returns the live version. Audited as ``config.agent_version.publish`` (with the content) and
-    ``config.agent.update`` (``live_version``), in one transaction.
+    unchanged). Publishing content identical to the live version's changes nothing and returns the live version;
+    a candidate identical to a version the agent has returns that version (a second ``--candidate`` made a twin).
+    Audited as ``config.agent_version.publish`` (with the content) and ``config.agent.update`` (``live_version``),
+    in one transaction.
+
+    Raises ValidationError (``content``) where ``version_content_problems`` finds any, as a roll back does, and
+    publishes nothing: a draft whose code rule no longer loads was made live and every run failed
+    ``deterministic:rule_error``.
 
     The change scope opens first, taking the configuration's lock before the agent's row (the order every
     configuration write keeps: ``audit.change_guard.config_write_lock``; locking the agent first deadlocked with a
@@ -530,6 +543,11 @@ def agent_version_publish(
         live = locked.live_version
         if live is not None and live.digest == digest:
             return live
+        twins = AgentVersion.objects.filter(agent=locked, digest=digest).order_by("-number")
+        if not make_live and (twin := twins.first()) is not None:
+            return twin
+        if content is None and (problems := version_content_problems(agent=locked, content=frozen, stored_here=True)):
+            raise ValidationError({"content": problems})
         last = AgentVersion.objects.filter(agent=locked).order_by("-number").values_list("number", flat=True).first()
         version = AgentVersion(
             agent=locked,

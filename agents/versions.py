@@ -18,7 +18,7 @@ from dataclasses import asdict
 from typing import Any, TypedDict
 
 from agent_platform.text import nfc
-from agents.deterministic import RuleSpec
+from agents.deterministic import RuleSpec, same_value
 from agents.models import Agent, AgentVersion
 from agents.selectors import deterministic_rule_specs
 from mcpregistry.gate_records import contract_from_snapshot, contract_snapshot
@@ -147,12 +147,21 @@ def version_servers(content: VersionContent | dict[str, Any]) -> list[McpServer]
     return [found[mcp_id] for mcp_id in ids if mcp_id in found]
 
 
+def path_key(key: Any) -> str:
+    """One key of a dotted path: as written, or quoted as JSON where it holds a ``.`` or a ``"`` or is empty, so
+    that a key ``"order.kind"`` and the key ``kind`` inside ``order`` get two paths (``"order.kind"`` and
+    ``order.kind``), never one (a rule's ``when.data`` matches them differently)."""
+    text = str(key)
+    return json.dumps(text, ensure_ascii=False) if not text or "." in text or '"' in text else text
+
+
 def flatten_leaves(value: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested object's leaves by their dotted paths, keys sorted (an empty object is a leaf)."""
+    """A nested object's leaves by their dotted paths (each key by ``path_key``), keys sorted (an empty object is
+    a leaf)."""
     if isinstance(value, dict) and value:
         flat: dict[str, Any] = {}
-        for key in sorted(value):
-            flat.update(flatten_leaves(value[key], f"{prefix}.{key}" if prefix else str(key)))
+        for key in sorted(value, key=str):
+            flat.update(flatten_leaves(value[key], f"{prefix}.{path_key(key)}" if prefix else path_key(key)))
         return flat
     return {prefix: value}
 
@@ -203,7 +212,8 @@ def version_diff(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any
     "new"}`` with ``None`` where the leaf is absent on one side. A rule is matched by its row id (frozen with it;
     by name where it has none) and shown under its name, or, where names repeat, its name and id
     (``_rule_labels``): a change to one of two rules of one name is a change of that one. A reordered rule shows as
-    a change of its ``position``."""
+    a change of its ``position``. Leaves are compared as JSON values (``same_value``): ``true`` is not ``1``, which
+    Python's ``==`` calls equal, and a rule's condition matches them differently."""
     old_rules, new_rules = list(old.get("rules", [])), list(new.get("rules", []))
     old_ids, new_ids = _rule_identities(old_rules), _rule_identities(new_rules)
     # A renamed rule is labelled by its new name.
@@ -225,7 +235,7 @@ def version_diff(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any
     before, after = flatten_leaves(keyed(old, old_ids), ""), flatten_leaves(keyed(new, new_ids), "")
     rows = []
     for path in sorted(set(before) | set(after)):
-        if before.get(path) != after.get(path):
+        if not same_value(before.get(path), after.get(path)):
             rows.append({"path": path, "old": before.get(path), "new": after.get(path)})
     return rows
 

@@ -89,7 +89,9 @@ def test_a_roll_back_to_a_version_whose_graph_is_no_longer_registered_is_refused
     settings.PLATFORM_FLOW_GRAPHS = [GRAPH]
     agent = saved_flow_agent("flow-unregistered-rollback")
     v1 = agent_version_publish(agent=agent, actor="t", via="tests")
-    Agent.objects.filter(pk=agent.pk).update(flow_graph="agents.flows.sequential.build_graph")
+    Agent.objects.filter(pk=agent.pk).update(
+        flow_graph="agents.flows.sequential.build_graph", model_params={"flow": {"mcp_id": "unused"}}
+    )
     agent.refresh_from_db()
     v2 = agent_version_publish(agent=agent, actor="t", via="tests")
     settings.PLATFORM_FLOW_GRAPHS = []

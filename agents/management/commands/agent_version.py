@@ -21,7 +21,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from agent_platform.command_args import whole_number
-from agents.admin_versions import publish_message, rollback_message
+from agents.admin_versions import nothing_published_message, publish_message, rollback_message
 from agents.models import Agent, AgentVersion
 from agents.services import agent_shadow_set, agent_version_publish, agent_version_rollback
 from agents.versions import version_diff
@@ -113,12 +113,19 @@ class Command(BaseCommand):
             if not options["candidate"]:
                 self._warn_of_arms(*publish_message(agent=agent, number=version.number))
         elif action == "rollback":
+            latest = AgentVersion.objects.filter(agent=agent).order_by("-number").values_list("number", flat=True)
+            before = latest.first()
             try:
                 version = agent_version_rollback(version=self._version(agent, options["number"]), actor=ACTOR, via=VIA)
             except ValidationError as exc:
                 raise CommandError("; ".join(exc.messages)) from None
             self.stdout.write(f"v{version.number}")
-            self._warn_of_arms(*rollback_message(agent=agent, old=options["number"], new=version.number))
+            if before is not None and version.number <= before:
+                # The live version already held this content: no version was made ("published again as v7" said
+                # otherwise), as the admin's roll back says.
+                self.stderr.write(nothing_published_message(agent=agent, old=options["number"], live=version.number))
+            else:
+                self._warn_of_arms(*rollback_message(agent=agent, old=options["number"], new=version.number))
         elif action == "diff":
             old, new = self._version(agent, options["old"]), self._version(agent, options["new"])
             for row in version_diff(old.content, new.content):
