@@ -62,6 +62,7 @@ from agents.services import (
     unbinding_refused,
 )
 from agents.versions import AGENT_FIELDS, VersionContent, version_content_portable
+from audit.change_guard import values_differ
 from mcpregistry.binding_policy import masked_secret_given
 from mcpregistry.contract_document import ContractSpec, contract_entry, contract_fields
 from mcpregistry.contracts import contract_defaults, pydantic_message, spec_keys, unknown_key_problem
@@ -722,6 +723,31 @@ _AS_WRITTEN: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 
 
+# ``_AS_WRITTEN`` by the model fields that store it: the path inside the field (``()``: the whole field).
+_AS_WRITTEN_FIELDS: dict[type[Any], dict[str, tuple[str, ...]]] = {
+    McpServer: {"command": (), "args": (), "cwd": (), "url": (), "env": ("*",), "headers": ("*",)},
+    Agent: {"model_secrets": ("*",), "model_params": ("base_url",)},
+}
+
+
+def _stored_where_composed_alike(obj: Any, before: dict[str, Any] | None) -> None:
+    """Put back on ``obj`` the stored value (``before``, by attname) of each field the entry gave the same text
+    composed: stored decomposed (typed on macOS), it was written again composed, reported updated with an audit
+    event whose before and after read alike. What ``_AS_WRITTEN`` names is compared as written."""
+    if before is None:
+        return
+    as_written = _AS_WRITTEN_FIELDS.get(type(obj), {})
+    for model_field in obj._meta.concrete_fields:
+        name, path = model_field.attname, as_written.get(model_field.attname)
+        if name not in before or path == () or not values_differ(getattr(obj, name), before[name]):
+            continue
+        composed = nfc_value(before[name])
+        if path:
+            _keep_as_written(before[name], composed, path)
+        if not values_differ(getattr(obj, name), composed):
+            setattr(obj, name, copy.deepcopy(before[name]))
+
+
 def _composed(document: dict[str, Any]) -> dict[str, Any]:
     """``document`` with every text composed (Unicode NFC; ``agent_platform.text.nfc_value``), names, keywords
     and regexes included: a rule named in decomposed Korean (macOS, a pasted file name) was stored beside its
@@ -1070,8 +1096,8 @@ def config_import(
     Versions: an agent's ``versions`` are stored under their numbers (a number the agent has already must have
     the same content: versions never change), then its ``live_version``, ``shadow`` and ``arms`` are set to
     the versions they name, then ``publish_on_save``. Publishing on save is held back while the entries apply;
-    at the end an agent that publishes on save and changed publishes once, unless the document names its live
-    version."""
+    at the end an agent that publishes on save and changed publishes once, unless the document chooses another
+    live version than the one live before (naming the one live, as an export does, is no choice)."""
     with publish_on_save_deferred() as deferred, tool_name_checks_deferred():
         return _config_import(document=document, actor=actor, via=via, dry_run=dry_run, deferred=deferred)
 
@@ -1150,6 +1176,7 @@ def _config_import(
         report.deleted.extend(
             _("secret %(name)s of server %(server)s") % {"name": name, "server": spec.mcp_id} for name in removed
         )
+        _stored_where_composed_alike(server, before)
         _save(
             functools.partial(mcp_server_update, server=server, actor=actor, via=via),
             server,
@@ -1180,6 +1207,7 @@ def _config_import(
         switch = _tool_switch(tool, tspec.enabled)
         for name, value in switch.items():
             setattr(tool, name, value)
+        _stored_where_composed_alike(tool, before)
         save = (
             functools.partial(
                 mcp_tool_create,
@@ -1228,6 +1256,7 @@ def _config_import(
             # does (it was set back to the model's default: a write tool became read, its calls unapproved).
             for name, value in _contract_given(cspec).items():
                 setattr(contract, name, value)
+            _stored_where_composed_alike(contract, before)
             known = len(problems.items)
             _save(
                 functools.partial(tool_contract_update, contract=contract, actor=actor, via=via),
@@ -1300,6 +1329,7 @@ def _config_import(
             # on the next run, it was one more round of fixing and importing again.
             _refusals_add(problems, where, _every_refusal(agent, {}, kept=kept))
             continue
+        _stored_where_composed_alike(agent, before)
         bound = [servers[m] for m in names]
         if conflict := tool_name_conflict_problem(bound):
             problems.add(where, f"servers: {conflict}")
@@ -1360,6 +1390,7 @@ def _config_import(
         rule.code = rspec.code
         rule.when, rule.params, rule.answer_template = rspec.when, rspec.params, rspec.answer_template
         rule.force_first_tool = rspec.force_first_tool
+        _stored_where_composed_alike(rule, before)
         _save(
             functools.partial(deterministic_rule_update, rule=rule, actor=actor, via=via),
             rule,
@@ -1391,7 +1422,14 @@ def _config_import(
     if not problems.items:
         for agent in Agent.objects.filter(pk__in=deferred - named_live, publish_on_save=True).order_by("slug"):
             live = agent.live_version_id
-            version = agent_version_publish(agent=agent, actor=actor, via=via, note="published on save")
+            try:
+                version = agent_version_publish(agent=agent, actor=actor, via=via, note="published on save")
+            except ValidationError as exc:  # a draft that cannot run stays a draft, as an admin's edit does
+                report.warnings.append(
+                    _("Agent %(agent)s was not published on save: %(problems)s")
+                    % {"agent": agent.slug, "problems": "; ".join(exc.messages)}
+                )
+                continue
             if version.pk != live:  # the same content as the live version's publishes nothing
                 report.created.append(
                     _("version %(agent)s v%(number)s") % {"agent": agent.slug, "number": version.number}
@@ -1422,7 +1460,10 @@ def _apply_versions(
     problems: _Problems,
 ) -> set[int]:
     """The agents' versions, live version, shadow, arms and publish on save, through the services. Returns the
-    ids of the agents whose live version the document names."""
+    ids of the agents whose live version the document chooses: one other than the version live before the import.
+    The version already live, named (an export's round trip, edited), is no choice: an agent that publishes on save
+    publishes its draft at the end, as the same edit in the admin does. A setting naming a version this import
+    refused or that is missing is left as it is (its problem is the version's, named once)."""
     named_live: set[int] = set()
     for i, aspec in enumerate(specs):
         agent = agents.get(aspec.slug)
@@ -1430,6 +1471,7 @@ def _apply_versions(
             continue  # its problem is reported already
         where = f"agents[{i}] ({aspec.slug})"
         versions = {v.number: v for v in AgentVersion.objects.filter(agent=agent)}
+        refused: set[int] = set()  # the numbers of the versions this entry gives that were refused
         for vspec in aspec.versions:
             label = _("version %(agent)s v%(number)s") % {"agent": aspec.slug, "number": vspec.number}
             content = vspec.content.model_dump()
@@ -1448,6 +1490,7 @@ def _apply_versions(
                 except ValidationError as exc:
                     for message in exc.messages:
                         problems.add(where, f"versions: v{vspec.number}: {message}")
+                    refused.add(vspec.number)
                     continue
                 report.created.append(label)
             elif nfc_value(version_content_portable(stored.content)) == version_content_portable(content):
@@ -1464,15 +1507,25 @@ def _apply_versions(
                 )
 
         def version(
-            number: int | None, what: str, versions: dict[int, AgentVersion] = versions, where: str = where
+            number: int | None,
+            what: str,
+            versions: dict[int, AgentVersion] = versions,
+            where: str = where,
+            refused: set[int] = refused,
         ) -> AgentVersion | None:
             found = versions.get(number) if number is not None else None
-            if number is not None and found is None:
+            if number is not None and found is None and number not in refused:
                 problems.add(where, f"{what}: " + _("no version %(number)s (give it in versions)") % {"number": number})
             return found
 
+        def unresolved(number: int | None, versions: dict[int, AgentVersion] = versions) -> bool:
+            """Whether ``number`` names a version there is not (missing, or refused): its problem is named once,
+            and the setting naming it is left as it is (set to none, it added "Without a live version…")."""
+            return number is not None and number not in versions
+
         given = aspec.model_fields_set
         agent.refresh_from_db()
+        live_before = agent.live_version_id
         publishes_on_save = aspec.publish_on_save if aspec.publish_on_save is not None else agent.publish_on_save
         data: dict[str, Any] = {}
         if "publish_on_save" in given and aspec.publish_on_save is not None:
@@ -1480,12 +1533,17 @@ def _apply_versions(
         if "live_version" in given and (aspec.live_version is not None or not publishes_on_save):
             # An agent that publishes on save has its draft live: a null live version leaves that to publish on
             # save (unset, it was published again by every import of the document).
-            data["live_version"] = version(aspec.live_version, "live_version")
-            if aspec.live_version is not None:
+            live = version(aspec.live_version, "live_version")
+            if not unresolved(aspec.live_version):
+                data["live_version"] = live
+            if live is not None and live.pk != live_before:
                 named_live.add(agent.pk)
         if "shadow" in given:
-            data["shadow_version"] = version(aspec.shadow.version, "shadow") if aspec.shadow else None
-            data["shadow_sample_rate"] = aspec.shadow.sample_rate if aspec.shadow else 0.0
+            shadow_number = aspec.shadow.version if aspec.shadow else None
+            shadow = version(shadow_number, "shadow")
+            if not unresolved(shadow_number):
+                data["shadow_version"] = shadow
+                data["shadow_sample_rate"] = aspec.shadow.sample_rate if aspec.shadow else 0.0
         changed = sorted(name for name, value in data.items() if getattr(agent, name) != value)
         if changed:
             try:
@@ -1710,7 +1768,9 @@ def config_export() -> dict[str, Any]:
         entries = section.section_export()
         if entries:
             document[name] = entries
-    return document
+    # Written composed, as an import reads it (``_composed``): text stored decomposed (typed on macOS) re-imported
+    # as "updated" with before and after alike, and another installation's export of the import differed.
+    return _composed(document)
 
 
 def rule_entry(rule: DeterministicRule) -> dict[str, Any]:

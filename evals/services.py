@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import Annotated, Any
 
 from django.conf import settings
 from django.core.exceptions import NON_FIELD_ERRORS
@@ -22,7 +22,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from pydantic import Field
+from pydantic import Field, ValidatorFunctionWrapHandler, WrapValidator
 from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.errors import ApplicationError
@@ -51,6 +51,7 @@ from evals.scoring import (
     CaseSpec,
     ToolCall,
     in_call_order,
+    json_equal,
     score_case,
     summarize,
     threshold_failures,
@@ -162,12 +163,19 @@ class CaseDocument(CaseInputs):
     note: str = ""
 
 
+def _number_as_given(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A JSON number as given: checked as a number (strict: no boolean, no numeric text), a whole number kept whole
+    (read as a float, 5000 was stored as 5000.0 by every import, with no audit event: it compares equal)."""
+    number = handler(value)
+    return value if isinstance(value, int) else number
+
+
 class EvalSetDocument(StrictDocument):
     name: str = Field(min_length=1, max_length=100)
     description: str = ""
     agent: str | None = None
     sandbox_servers: list[str] = Field(default_factory=list)
-    thresholds: dict[str, float] = Field(default_factory=dict)
+    thresholds: dict[str, Annotated[float, WrapValidator(_number_as_given)]] = Field(default_factory=dict)
     cases: list[dict[str, Any]] = Field(default_factory=list)
 
 
@@ -277,9 +285,15 @@ def eval_set_apply(*, document: Mapping[str, Any], actor: Any, via: str) -> SetI
             if eval_set is None:
                 eval_set = eval_set_create(actor=actor, via=via, data=values)
             else:
+                # Compared as JSON values (a boolean is no number; 5000 and 5000.0 are one number) and composed (a
+                # description stored decomposed is the document's composed one): a set that differs in nothing else
+                # is not written (a value written anyway changed its JSON text with no audit event).
                 before = {k: getattr(eval_set, k) for k in values}
-                eval_set_update(eval_set=eval_set, actor=actor, via=via, data=values)
-                set_changed = before != values
+                set_changed = not all(
+                    json_equal(before[k], values[k]) or json_equal(nfc_value(before[k]), values[k]) for k in values
+                )
+                if set_changed:
+                    eval_set_update(eval_set=eval_set, actor=actor, via=via, data=values)
             result = SetImport(eval_set=eval_set, created=created, changed=["(set)"] if set_changed else [])
             existing = {c.key: c for c in eval_set.cases.all()}
             refused: list[str] = []

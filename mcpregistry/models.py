@@ -532,8 +532,9 @@ class McpTool(AuditedModel):
         return self.server.mcp_id, self.name
 
     def clean(self) -> None:
-        """Tags and example queries are lists of non-empty strings; tags are stored composed (NFC), as the agents'
-        tag filters and the ranker compare them (a tag typed on macOS comes decomposed)."""
+        """Tags and example queries are lists of non-empty strings, stored without surrounding whitespace (as an
+        import stores them: kept, each import of the tool's own export changed them); tags are stored composed
+        (NFC), as the agents' tag filters and the ranker compare them (a tag typed on macOS comes decomposed)."""
         errors: dict[str, list[str]] = {}
         for field_name in ("tags", "example_queries"):
             if getattr(self, field_name) is None:  # an emptied admin field
@@ -549,7 +550,8 @@ class McpTool(AuditedModel):
                 errors["enabled"] = problems
         if errors:
             raise ValidationError(errors)
-        self.tags = [nfc(tag) for tag in self.tags]
+        self.tags = [nfc(tag.strip()) for tag in self.tags]
+        self.example_queries = [query.strip() for query in self.example_queries]
 
     @property
     def exposed_name(self) -> str:
