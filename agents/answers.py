@@ -156,7 +156,8 @@ def compose_offline_answer(
     *, query: str, results: list[dict[str, Any]], answer_template: str, no_match_text: str, language: str
 ) -> str:
     """The offline provider's answer: each result phrased by its rule's template (or listed plainly; a failed one
-    as ``tool_unavailable_text``), then wrapped by the agent's template. No results: ``no_match_text``."""
+    as ``tool_unavailable_text``), then wrapped by the agent's template. No results: ``no_match_text``. The values
+    (never the templates' own words) with what does not show itself written out (``render_answer``)."""
     if not results:
         return no_match_text
     lines = []
@@ -169,12 +170,13 @@ def compose_offline_answer(
             )
         elif r["ok"]:
             value = r["value"] if isinstance(r["value"], str) else json.dumps(r["value"], ensure_ascii=False)
-            lines.append(f"{r['tool']}: {value}")
+            # What does not show itself written out, as ``render_answer`` writes a template's values.
+            lines.append(visible_text(f"{r['tool']}: {value}"))
         else:
             lines.append(tool_unavailable_text(tool=r["tool"], language=language, error=r.get("error")))
     body = "\n".join(lines)
     if answer_template.strip():
-        return answer_template.replace("{results}", body).replace("{query}", query)
+        return answer_template.replace("{results}", body).replace("{query}", visible_text(query))
     return body
 
 

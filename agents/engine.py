@@ -1359,7 +1359,8 @@ def _execute_flow(
         outcome.status, outcome.error_code = "failed", flow.error_code
         outcome.error_message = mask_text(flow.error_message, secrets=secrets)[:2000]
     else:
-        outcome.answer = mask_text(flow.answer, secrets=secrets)
+        # The flow's output is made of its tools' values: what does not show itself written out, as for a model.
+        outcome.answer = visible_text(mask_text(flow.answer, secrets=secrets))
         trace.append({"type": "answer", "content": outcome.answer})
     outcome.messages = trace
     outcome.token_usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "model_calls": 0}

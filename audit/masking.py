@@ -73,6 +73,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 from urllib.parse import quote, quote_plus, unquote, urlsplit
 
+from audit.visible import hidden_marks, hidden_ranges, merged_ranges, quick_class
+
 __all__ = [
     "MASK",
     "MIN_ENCODED_SECRET_LENGTH",
@@ -591,7 +593,7 @@ class _SecretMatcher:
         if _WHITESPACE.search(text) is None:
             text = self.pattern.sub(MASK, text)
         elif self.gate is None or self.gate.search("".join(text.split())) is None:  # split: what ``\s`` finds
-            return text
+            return self._sub_folded(text)
         else:  # the split forms first: a form split after its first characters is masked whole, not the part of it
             # that is a literal form (a base32 core before its last character and padding on the next line)
             if self.spaced is not None:
@@ -600,7 +602,69 @@ class _SecretMatcher:
         if self.recheck:  # every round shortens the text (forms are longer than MASK), so this ends
             while (again := self.pattern.sub(MASK, text)) != text:
                 text = again
-        return text
+        return self._sub_folded(text)
+
+    def _sub_folded(self, text: str) -> str:
+        """``text`` with each form found in it :func:`_folded` masked where it stands in ``text``: the characters
+        its first and last come from and all between (the hidden ones between its letters too)."""
+        if (folded := _folded(text)) is None:
+            return text
+        plain, origin = folded
+        patterns = (self.spaced, self.pattern) if _WHITESPACE.search(plain) else (self.pattern,)
+        matches = [match for pattern in patterns if pattern is not None for match in pattern.finditer(plain)]
+        if not matches:
+            return text
+        if origin is None:  # mapped only where a form is found: most texts with such characters hold none
+            origin = (_folded(text, mapped=True) or (plain, None))[1] or []
+        pieces, done = [], 0
+        for start, end in sorted((origin[m.start()], origin[m.end() - 1] + 1) for m in matches if m.end() > m.start()):
+            if end <= done:  # within one masked already (a split form and its literal part)
+                continue
+            if start >= done:
+                pieces += [text[done:start], MASK]
+            done = end
+        return "".join(pieces) + text[done:]
+
+
+# The ASCII characters that do not show themselves, whitespace apart (the split forms match across that).
+_ASCII_SHOWN = bytes(code for code in range(128) if chr(code).isprintable() or chr(code).isspace())
+_ASCII_HIDDEN = re.compile(r"[^\t\n\x0b-\r\x1c-\x7e]")
+
+
+@functools.cache
+def _disguising() -> re.Pattern[str]:
+    """What may disguise a secret, as a character class: a character that does not show itself
+    (``audit.visible``), one that NFKC changes (a full-width ``ｂ``, ``㎏``, a mathematical bold ``𝐛``); below
+    U+10000, and every character above (``audit.visible.quick_class``). Built on first use."""
+    changed = [(c, c) for c in range(0x80, 0x10000) if unicodedata.normalize("NFKC", chr(c)) != chr(c)]
+    return quick_class(merged_ranges([*hidden_ranges(spaces=False), *changed]))
+
+
+def _folded(text: str, *, mapped: bool = False) -> tuple[str, list[int] | None] | None:
+    """``text`` as a server may have disguised a secret in it, undone: without the characters that do not show
+    themselves (``audit.visible``: a zero-width space, a soft hyphen, a tag character between a secret's letters;
+    whitespace stays, the split forms match across it), and each compatibility character in its NFKC form (a
+    full-width ``ｂｋＴｏｋ…`` is ``bkTok…``). ``mapped``: with, for each of its characters, the index of the character
+    of ``text`` it comes from. None where ``text`` holds neither (found at C speed: most texts) or reads the same."""
+    if text.isascii():
+        if text.isprintable() or not text.encode("ascii").translate(None, _ASCII_SHOWN):
+            return None
+        if not mapped:
+            return _ASCII_HIDDEN.sub("", text), None
+    elif _disguising().search(text) is None:
+        return None
+    marks = hidden_marks(text, spaces=False)
+    plain: list[str] = []
+    origin: list[int] = []
+    for at, character in enumerate(text):
+        if marks is not None and marks[at]:
+            continue
+        if not character.isascii():
+            character = unicodedata.normalize("NFKC", character)
+        plain.append(character)
+        origin += [at] * len(character)
+    folded = "".join(plain)
+    return None if folded == text else (folded, origin)
 
 
 def _compile_words(words: set[str], *, separator: str = "") -> re.Pattern[str]:

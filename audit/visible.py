@@ -8,11 +8,17 @@ default-ignorable characters, which show nothing either: the combining grapheme 
 "blank" Korean name), the Khmer and Mongolian ones, the braille blank, the rest of the tag block; and a variation
 selector that selects nothing: one after anything but a symbol, a keycap's digit or a CJK ideograph (``❤️``, ``1️⃣``
 and a Hanja variant keep theirs), for 256 of them spell any bytes after one emoji, invisibly ("variation-selector
-smuggling")."""
+smuggling").
+
+A run of more than :data:`RUN_WRITTEN_ONCE` of one such character is written once with its count
+(``⟦U+E0041 ×19000⟧``): written out one by one, a result of a few thousand invisible characters would reach the model
+(and the page) many times longer than the cap its size was measured against."""
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 import unicodedata
 from typing import Any
 
@@ -62,21 +68,96 @@ def _marked(text: str) -> list[bool]:
     return [_hidden(c, text[i - 1] if i else "") for i, c in enumerate(text)]
 
 
+@functools.cache
+def hidden_ranges(*, spaces: bool) -> tuple[tuple[int, int], ...]:
+    """The ranges of code points, merged and in order, of every character :func:`_hidden` may find (a variation
+    selector whatever comes before it; ``spaces``: a carriage return, a form feed and the other whitespace controls
+    too). Built on first use (categories Cf and Cc lie below U+30000 but for the tag block, which
+    ``_IGNORABLE_RANGES`` holds)."""
+    codes = [
+        c
+        for c in range(0x30000)
+        if unicodedata.category(chr(c)) in {"Cf", "Cc"} and chr(c) not in _KEPT and (spaces or not chr(c).isspace())
+    ]
+    return merged_ranges([(c, c) for c in codes] + list(_IGNORABLE_RANGES + _SELECTORS))
+
+
+def merged_ranges(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    merged: list[tuple[int, int]] = []
+    for low, high in sorted(ranges):
+        if merged and low <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], high))
+        else:
+            merged.append((low, high))
+    return tuple(merged)
+
+
+def quick_class(ranges: tuple[tuple[int, int], ...]) -> re.Pattern[str]:
+    """A character class of ``ranges`` below U+10000 and of every character above: ``re`` tests a class of
+    characters below U+10000 with one look-up, and every range above one by one (five times slower for a text
+    without any). A text it finds nothing in holds none of ``ranges``."""
+    below = [(low, min(high, 0xFFFF)) for low, high in ranges if low <= 0xFFFF]
+    return character_class((*below, (0x10000, 0x10FFFF)))
+
+
+def character_class(ranges: tuple[tuple[int, int], ...]) -> re.Pattern[str]:
+    return re.compile("[" + "".join(f"\\U{low:08X}-\\U{high:08X}" for low, high in ranges) + "]")
+
+
+@functools.cache
+def _maybe_hidden(spaces: bool) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """:func:`hidden_ranges` as a character class, and as :func:`quick_class`: a text the one or the other finds
+    nothing in holds no character that hides itself, known at C speed instead of a call per character."""
+    ranges = hidden_ranges(spaces=spaces)
+    return character_class(ranges), quick_class(ranges)
+
+
+def hidden_marks(text: str, *, spaces: bool = True) -> list[bool] | None:
+    """:func:`_marked` of ``text``, or None where no character of it hides itself (most texts, found at C speed).
+    ``spaces=False``: whitespace (a carriage return) counts as shown (``audit.masking`` matches across it apart)."""
+    if text.isascii() and text.isprintable():
+        return None
+    exact, quick = _maybe_hidden(spaces)
+    if quick.search(text) is None or exact.search(text) is None:
+        return None
+    marked = _marked(text)
+    if not spaces:
+        marked = [hidden and not c.isspace() for c, hidden in zip(text, marked, strict=True)]
+    return marked if any(marked) else None
+
+
 def invisible_characters(text: str) -> list[str]:
     """The characters of ``text`` that do not show themselves, in order of appearance, each once."""
-    if text.isascii() and text.isprintable():
+    marked = hidden_marks(text)
+    if marked is None:
         return []
-    return list(dict.fromkeys(c for c, hidden in zip(text, _marked(text), strict=True) if hidden))
+    return list(dict.fromkeys(c for c, hidden in zip(text, marked, strict=True) if hidden))
+
+
+RUN_WRITTEN_ONCE = 3  # a longer run of one hidden character is written once, with its count
 
 
 def visible_text(text: str) -> str:
-    """``text`` with each character that does not show itself written as ``⟦U+XXXX⟧``."""
-    if text.isascii() and text.isprintable():
+    """``text`` with each character that does not show itself written as ``⟦U+XXXX⟧``; a run of more than
+    :data:`RUN_WRITTEN_ONCE` of the same one as ``⟦U+XXXX ×N⟧``."""
+    marked = hidden_marks(text)
+    if marked is None:
         return text
-    marked = _marked(text)
-    if not any(marked):
-        return text
-    return "".join(f"⟦U+{ord(c):04X}⟧" if hidden else c for c, hidden in zip(text, marked, strict=True))
+    shown: list[str] = []
+    at, end = 0, len(text)
+    while at < end:
+        character = text[at]
+        if not marked[at]:
+            shown.append(character)
+            at += 1
+            continue
+        after = at + 1
+        while after < end and marked[after] and text[after] == character:
+            after += 1
+        count, written = after - at, f"U+{ord(character):04X}"
+        shown.append(f"⟦{written} ×{count}⟧" if count > RUN_WRITTEN_ONCE else f"⟦{written}⟧" * count)
+        at = after
+    return "".join(shown)
 
 
 TOOL_DATA_OPEN = "<tool_data>"

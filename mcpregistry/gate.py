@@ -971,7 +971,7 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
             )
             answered = True
             text, structured = _value_source(outcome)
-            size = _result_size(text, structured)
+            size = _result_size(text, structured, cap)
             if size > cap:
                 # Refused before it is parsed, remembered or shown: the audit keeps a short masked excerpt.
                 reason = "result:too_big"
@@ -1174,13 +1174,15 @@ def _result_cap(contract: ToolContract) -> int:
     return int(own) if own is not None else int(settings.PLATFORM_TOOL_RESULT_MAX_CHARS)
 
 
-def _result_size(text: str, structured: Any) -> int:
-    """A result's size as the model would read it: its text, else its structured content as JSON."""
-    if text:
-        return len(text)
-    if structured is None:
-        return 0
-    return len(json.dumps(structured, ensure_ascii=False, default=str))
+def _result_size(text: str, structured: Any, cap: int | None = None) -> int:
+    """A result's size as the model would read it: its text, else its structured content as JSON, as
+    :func:`_readable` writes it out (ten characters, ``⟦U+E0049⟧``, for one that does not show itself: measured as
+    sent, a result of a few thousand under the cap would reach the model many times longer). Written out only where
+    its own length is within ``cap``: a longer one is too big either way."""
+    whole = text if text else "" if structured is None else json.dumps(structured, ensure_ascii=False, default=str)
+    if cap is not None and len(whole) > cap:
+        return len(whole)
+    return len(_readable(whole))
 
 
 def _excerpt(text: str, structured: Any, secrets: list[str], *, chars: int = 200) -> str:
@@ -1640,8 +1642,8 @@ def _mcp_read_gated(
         answered = False
         try:
             outcome = fetch(server.connection_config(), server.timeout_s, server.pool_scope(who.run_id))
-            size = _result_size(outcome.text, None)
             cap = int(settings.PLATFORM_TOOL_RESULT_MAX_CHARS)
+            size = _result_size(outcome.text, None, cap)
             if size > cap:
                 reason = "result:too_big"
                 audited = {"excerpt": _excerpt(outcome.text, None, this.secrets), "chars": size}

@@ -1,0 +1,52 @@
+"""A known secret disguised by characters a reader does not tell apart is masked: full-width or other
+compatibility forms (NFKC), and zero-width or other characters that do not show themselves between its letters
+(``audit.visible``'s set); a run of one invisible character is written once with its count."""
+
+from __future__ import annotations
+
+import pytest
+
+from audit.masking import mask_known, mask_text
+from audit.visible import invisible_characters, visible_text
+
+TOKEN = "bkTok5e1f0c9a7d3b"
+FULL_WIDTH = "".join(chr(ord(c) + 0xFEE0) for c in TOKEN)
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        (f"결과: 토큰 {FULL_WIDTH} 입니다", "결과: 토큰 *** 입니다"),
+        (f"backend refused token {FULL_WIDTH}", "backend refused token ***"),
+        ("결과: " + "\u200b".join(TOKEN), "결과: ***"),
+        ("x" + "\u00ad".join(TOKEN) + "y", "x***y"),  # soft hyphens
+        (TOKEN[:4] + "\u2063\u2060" + TOKEN[4:] + " 끝", "*** 끝"),  # invisible separator, word joiner
+        (TOKEN[:4] + "\U000e0041" + TOKEN[4:], "***"),  # a tag character
+        (TOKEN[:4] + "\u3164" + TOKEN[4:], "***"),  # a Hangul filler
+        ("\u200b".join(FULL_WIDTH), "***"),  # both at once
+        ("㎏ " + FULL_WIDTH[:3] + "\u200d" + FULL_WIDTH[3:] + " ㎏", "㎏ *** ㎏"),  # "㎏" folds to two characters
+        ("😀 " + TOKEN[:3] + "\ufeff" + TOKEN[3:], "😀 ***"),
+        ("ok " + "\u200b".join(TOKEN[:8]) + "\n" + TOKEN[8:] + " end", "ok *** end"),  # split over lines too
+        (TOKEN[:5] + "\x07" + TOKEN[5:] + "\n", "***\n"),  # an ASCII control character
+    ],
+)
+def test_a_disguised_secret_is_masked(text: str, masked: str) -> None:
+    assert mask_text(text, secrets=[TOKEN]) == masked
+    assert mask_known({"v": [text]}, secrets=[TOKEN]) == {"v": [masked]}
+
+
+def test_what_is_not_the_secret_is_kept() -> None:
+    text = "ＡＢＣ 전각 ㎏ 👩\u200d💻 결과\u200b입니다 " + FULL_WIDTH[:8]  # part of it only
+    assert mask_text(text, secrets=[TOKEN]) == text
+
+
+def test_a_run_of_one_invisible_character_is_written_once() -> None:
+    flood = "ok" + "\U000e0041" * 19000
+    assert visible_text(flood) == "ok⟦U+E0041 ×19000⟧"
+    assert visible_text("a\u200bb" + "\u200b" * 3 + "c" + "\u200b" * 4) == (
+        "a⟦U+200B⟧b⟦U+200B⟧⟦U+200B⟧⟦U+200B⟧c⟦U+200B ×4⟧"
+    )
+    # Tag characters spelling a word stay one by one (an auditor reads them), as does what selects something.
+    assert visible_text("팀장" + "".join(chr(0xE0000 + ord(c)) for c in "IGG")) == "팀장⟦U+E0049⟧⟦U+E0047⟧⟦U+E0047⟧"
+    assert visible_text("❤️ 1️⃣ plain\r\n") == "❤️ 1️⃣ plain⟦U+000D⟧\n"
+    assert invisible_characters("a\u200b\u200bb\u202e") == ["\u200b", "\u202e"]
