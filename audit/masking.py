@@ -73,7 +73,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 from urllib.parse import quote, quote_plus, unquote, urlsplit
 
-from audit.visible import hidden_marks, hidden_ranges, merged_ranges, quick_class
+from audit.visible import hidden_ranges, merged_ranges
 
 __all__ = [
     "MASK",
@@ -605,19 +605,27 @@ class _SecretMatcher:
         return self._sub_folded(text)
 
     def _sub_folded(self, text: str) -> str:
-        """``text`` with each form found in it :func:`_folded` masked where it stands in ``text``: the characters
-        its first and last come from and all between (the hidden ones between its letters too)."""
-        if (folded := _folded(text)) is None:
+        """``text`` with each form found where a secret may be disguised (:func:`_disguised_runs`, read as
+        :func:`_fold` undoes it) masked where it stands in ``text``: the characters its first and last come from and
+        all between (the hidden ones between its letters too)."""
+        spans: list[tuple[int, int]] = []
+        for run_start, run_end in _disguised_runs(text):
+            patterns = (self.spaced, self.pattern) if _WHITESPACE.search(text, run_start, run_end) else (self.pattern,)
+            run = text[run_start:run_end]
+            if not any(p is not None and p.search(run.translate(_fold_table())) for p in patterns):
+                continue  # most runs hold none (read at C speed); mapped back only where one is found
+            plain, origin = _fold(run)
+            spans += [
+                (run_start + origin[m.start()], run_start + origin[m.end() - 1] + 1)
+                for pattern in patterns
+                if pattern is not None
+                for m in pattern.finditer(plain)
+                if m.end() > m.start()
+            ]
+        if not spans:
             return text
-        plain, origin = folded
-        patterns = (self.spaced, self.pattern) if _WHITESPACE.search(plain) else (self.pattern,)
-        matches = [match for pattern in patterns if pattern is not None for match in pattern.finditer(plain)]
-        if not matches:
-            return text
-        if origin is None:  # mapped only where a form is found: most texts with such characters hold none
-            origin = (_folded(text, mapped=True) or (plain, None))[1] or []
         pieces, done = [], 0
-        for start, end in sorted((origin[m.start()], origin[m.end() - 1] + 1) for m in matches if m.end() > m.start()):
+        for start, end in sorted(spans):
             if end <= done:  # within one masked already (a split form and its literal part)
                 continue
             if start >= done:
@@ -628,43 +636,107 @@ class _SecretMatcher:
 
 # The ASCII characters that do not show themselves, whitespace apart (the split forms match across that).
 _ASCII_SHOWN = bytes(code for code in range(128) if chr(code).isprintable() or chr(code).isspace())
-_ASCII_HIDDEN = re.compile(r"[^\t\n\x0b-\r\x1c-\x7e]")
 
 
 @functools.cache
-def _disguising() -> re.Pattern[str]:
-    """What may disguise a secret, as a character class: a character that does not show itself
-    (``audit.visible``), one that NFKC changes (a full-width ``ｂ``, ``㎏``, a mathematical bold ``𝐛``); below
-    U+10000, and every character above (``audit.visible.quick_class``). Built on first use."""
-    changed = [(c, c) for c in range(0x80, 0x10000) if unicodedata.normalize("NFKC", chr(c)) != chr(c)]
-    return quick_class(merged_ranges([*hidden_ranges(spaces=False), *changed]))
+def _disguising() -> tuple[re.Pattern[str], frozenset[str], frozenset[str]]:
+    """Where a secret (ASCII, as keys and tokens are) may be disguised in a text: a character NFKC makes ASCII (a
+    full-width ``ｂ``, ``㎏``, a mathematical bold ``𝐛``), or characters that do not show themselves
+    (``audit.visible``) between two that are or may be ASCII (``b\u200bk``). Returns a pattern that finds them at C
+    speed (below U+10000 exactly; above, every character but the pictographs, checked one by one after it), the
+    characters NFKC makes ASCII, and those that do not show themselves. Built on first use."""
+    folded = [
+        (c, c)
+        for c in range(0x80, 0x20000)
+        if (form := unicodedata.normalize("NFKC", chr(c))) != chr(c) and form.isascii() and form.isprintable()
+    ]
+    to_ascii, hidden = merged_ranges(folded), hidden_ranges(spaces=False)
+
+    def below(ranges: tuple[tuple[int, int], ...]) -> str:
+        return "".join(f"\\U{low:08X}-\\U{high:08X}" for low, high in ranges if high <= 0xFFFF)
+
+    # Above U+FFFF: one class of two ranges that leaves out only the pictographs and emoticons (U+1F200–U+1FAFF,
+    # which hold neither; checked one by one after it); a class of the exact ranges there is tested range by range
+    # at every character of a text, sixty times slower on Korean text than a look-up.
+    above = [r for r in (*to_ascii, *hidden) if r[1] > 0xFFFF]
+    assert not [r for r in above if r[0] <= 0x1FAFF and r[1] >= 0x1F200], "a disguise among the pictographs"
+    fold, shown = below(to_ascii), "!-~" + below(to_ascii)
+    found = re.compile(
+        f"[{fold}]+|[{shown}][{below(hidden)}]+[{shown}]|[\\U00010000-\\U0001F1FF\\U0001FB00-\\U0010FFFF]"
+    )
+
+    def characters(ranges: tuple[tuple[int, int], ...]) -> frozenset[str]:
+        return frozenset(chr(code) for low, high in ranges for code in range(low, high + 1))
+
+    return found, characters(to_ascii), characters(hidden)
 
 
-def _folded(text: str, *, mapped: bool = False) -> tuple[str, list[int] | None] | None:
-    """``text`` as a server may have disguised a secret in it, undone: without the characters that do not show
-    themselves (``audit.visible``: a zero-width space, a soft hyphen, a tag character between a secret's letters;
-    whitespace stays, the split forms match across it), and each compatibility character in its NFKC form (a
-    full-width ``ｂｋＴｏｋ…`` is ``bkTok…``). ``mapped``: with, for each of its characters, the index of the character
-    of ``text`` it comes from. None where ``text`` holds neither (found at C speed: most texts) or reads the same."""
-    if text.isascii():
-        if text.isprintable() or not text.encode("ascii").translate(None, _ASCII_SHOWN):
-            return None
-        if not mapped:
-            return _ASCII_HIDDEN.sub("", text), None
-    elif _disguising().search(text) is None:
-        return None
-    marks = hidden_marks(text, spaces=False)
+@functools.cache
+def _fold_table() -> dict[int, str | None]:
+    """:func:`_fold`'s undoing as a ``str.translate`` table: each character NFKC makes ASCII to its NFKC form, each
+    that does not show itself (whitespace apart) to nothing."""
+    _found, to_ascii, hidden = _disguising()
+    table: dict[int, str | None] = {ord(c): unicodedata.normalize("NFKC", c) for c in to_ascii}
+    table.update({ord(c): None for c in hidden})
+    return table
+
+
+def _disguised_runs(text: str) -> list[tuple[int, int]]:
+    """The spans of ``text`` in which a secret may stand disguised (:func:`_disguising`), or none (most texts, known
+    at C speed): around each character NFKC makes ASCII, and each run of hidden ones between two characters that
+    are or may be ASCII, the run of such characters, ASCII and whitespace a disguised secret is made of. Korean
+    text (NFKC changes its compatibility jamo, ``ㅋ``, into other Hangul, not ASCII) and emoji joined by a
+    zero-width joiner hold none: a pass over each character of such a text was five to sixty times slower."""
+    if text.isascii():  # an ASCII control character between a secret's letters: the whole text, read at C speed
+        shown = text.isprintable() or not text.encode("ascii").translate(None, _ASCII_SHOWN)
+        return [] if shown else [(0, len(text))]
+    found, to_ascii, hidden = _disguising()
+    if found.search(text) is None:
+        return []
+
+    def part(character: str) -> bool:  # of a disguised secret: ASCII, whitespace or disguise
+        return (character.isascii() and (character.isprintable() or character.isspace())) or character in to_ascii
+
+    spans: list[tuple[int, int]] = []
+    end = len(text)
+    for match in found.finditer(text):
+        at = match.start()
+        if spans and at < spans[-1][1]:
+            continue
+        character = match.group()
+        if ord(character[0]) > 0xFFFF and character not in to_ascii:  # above U+FFFF: found by a wider class
+            if character not in hidden:
+                continue
+            before, after = at - 1, at + 1
+            while before >= 0 and text[before] in hidden:
+                before -= 1
+            while after < end and text[after] in hidden:
+                after += 1
+            if before < 0 or after >= end or not part(text[before]) or not part(text[after]):
+                continue
+        start, stop = at, at + 1
+        while start > 0 and (part(text[start - 1]) or text[start - 1] in hidden):
+            start -= 1
+        while stop < end and (part(text[stop]) or text[stop] in hidden):
+            stop += 1
+        spans.append((start, stop))
+    return spans
+
+
+def _fold(text: str) -> tuple[str, list[int]]:
+    """``text`` as a server may have disguised a secret in it, undone (:func:`_fold_table`: without the characters
+    that do not show themselves, a zero-width space, a soft hyphen, a tag character between a secret's letters;
+    whitespace stays, the split forms match across it; each compatibility character in its NFKC form, a full-width
+    ``ｂｋＴｏｋ…`` is ``bkTok…``); with, for each of its characters, the index in ``text`` of the one it comes from."""
+    table = _fold_table()
     plain: list[str] = []
     origin: list[int] = []
     for at, character in enumerate(text):
-        if marks is not None and marks[at]:
-            continue
-        if not character.isascii():
-            character = unicodedata.normalize("NFKC", character)
-        plain.append(character)
-        origin += [at] * len(character)
-    folded = "".join(plain)
-    return None if folded == text else (folded, origin)
+        form = table.get(ord(character), character)
+        if form:
+            plain.append(form)
+            origin += [at] * len(form)
+    return "".join(plain), origin
 
 
 def _compile_words(words: set[str], *, separator: str = "") -> re.Pattern[str]:
