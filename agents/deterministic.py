@@ -22,7 +22,7 @@ from django.utils.translation import gettext
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent_platform.text import bounded_regex, nfc, nfc_value, regex_error_text
-from audit.visible import visible_text
+from audit.visible import readable_text
 
 logger = logging.getLogger(__name__)
 
@@ -318,15 +318,15 @@ def render_answer(template: str, *, query: str, match: dict[str, str], params: d
     (``{result.owner|없음}``: written where the value is missing, null or empty).
 
     What a placeholder stands for (the tool's value, the query) has the characters that do not show themselves
-    written out (``⟦U+E0049⟧``, ``audit.visible``), as the model's copy has: the answer reaches people and the A2A or
-    MCP caller (often another agent, whose model reads a tag character as text). The template's own words are the
-    agent's, kept as written (a ``👩‍💻`` holds a zero-width joiner)."""
-    plain = visible_text(value if isinstance(value, str) else _compact(value))
+    written out (``⟦U+E0049⟧``, ``audit.visible.readable_text``: a line's ``\\r\\n`` and an emoji's joiner kept), as
+    the model's copy has: the answer reaches people and the A2A or MCP caller (often another agent, whose model reads
+    a tag character as text). The template's own words are the agent's, kept as written."""
+    plain = readable_text(value if isinstance(value, str) else _compact(value))
 
     def sub(m: re.Match[str]) -> str:
         name, default = m.group(1), m.group(2)
         if name == "query":
-            return visible_text(query) or (default or "")
+            return readable_text(query) or (default or "")
         if name == "result":
             return ("" if value is None else plain) or (default or "")
         head, _, rest = name.partition(".")
@@ -334,7 +334,7 @@ def render_answer(template: str, *, query: str, match: dict[str, str], params: d
         found = _lookup_each(source, rest) if source is not None else _MISSING
         if found is _MISSING and source is not None and nfc(rest) != rest:
             found = _lookup_each(source, nfc(rest))  # a regex group's name is composed (``match_conditions``)
-        text = "" if found is _MISSING else visible_text(_readable(found))
+        text = "" if found is _MISSING else readable_text(_readable(found))
         if default is not None and not text:
             return default
         if found is _MISSING:

@@ -91,7 +91,7 @@ from agents.tool_selection import (
 )
 from agents.tools import ToolFailure
 from audit.masking import mask_text, mask_value, register_secrets
-from audit.visible import invisible_characters, visible_text
+from audit.visible import invisible_characters, readable_text, visible_text
 from mcpregistry import gate
 from mcpregistry.contracts import frozen_out_of_date, gate_filled_argument, schema_with_contract
 from mcpregistry.gate_records import contract_of
@@ -1360,7 +1360,7 @@ def _execute_flow(
         outcome.error_message = mask_text(flow.error_message, secrets=secrets)[:2000]
     else:
         # The flow's output is made of its tools' values: what does not show itself written out, as for a model.
-        outcome.answer = visible_text(mask_text(flow.answer, secrets=secrets))
+        outcome.answer = readable_text(mask_text(flow.answer, secrets=secrets))
         trace.append({"type": "answer", "content": outcome.answer})
     outcome.messages = trace
     outcome.token_usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "model_calls": 0}

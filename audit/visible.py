@@ -143,6 +143,39 @@ def visible_text(text: str) -> str:
     marked = hidden_marks(text)
     if marked is None:
         return text
+    return _written_out(text, marked)
+
+
+_ZWJ = "\u200d"
+
+
+def _pictograph(character: str) -> bool:
+    """Whether ``character`` is one an emoji sequence joins (``👩``, ``💻``, ``🌈``; a skin tone, a symbol)."""
+    return unicodedata.category(character) in {"So", "Sk"}
+
+
+def readable_text(text: str) -> str:
+    """``text`` as people and models read a tool's value (an answer, a result): what does not show itself written
+    out (:func:`visible_text`), but a line's ``\r\n`` end, kept as the line break it is (a lone ``\r``, which can
+    hide what came before it, is written out), and a zero-width joiner between two pictographs, which joins an emoji
+    (``👩‍💻``, ``🏳️‍🌈``; it read ``👩⟦U+200D⟧💻``)."""
+    text = text.replace("\r\n", "\n")
+    marked = hidden_marks(text)
+    if marked is None:
+        return text
+    if _ZWJ in text:
+        for at in range(1, len(text) - 1):
+            if text[at] == _ZWJ and marked[at] and _pictograph(text[at + 1]):
+                before = at - 1
+                while before > 0 and not marked[before] and text[before] in "\ufe0f\ufe0e":
+                    before -= 1  # a selector that selects the pictograph's emoji form
+                marked[at] = not _pictograph(text[before])
+        if not any(marked):
+            return text
+    return _written_out(text, marked)
+
+
+def _written_out(text: str, marked: list[bool]) -> str:
     shown: list[str] = []
     at, end = 0, len(text)
     while at < end:

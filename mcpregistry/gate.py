@@ -57,7 +57,7 @@ import agent_platform.telemetry as telemetry
 from agent_platform.json import loads as json_loads
 from audit.masking import mask_text, mask_value, register_secrets
 from audit.services import audit_event_record
-from audit.visible import TOOL_DATA_OPEN, tool_data_block, visible_text
+from audit.visible import TOOL_DATA_OPEN, readable_text, tool_data_block
 from mcpregistry.breaker import breaker_admit, breaker_record
 from mcpregistry.client_session import ToolResultInvalid, ToolResultTooBig
 from mcpregistry.contracts import (
@@ -1535,7 +1535,7 @@ def _with_details(guidance: str, detail: str, secrets: list[str]) -> str:
 def _readable(text: str) -> str:
     """``text`` as a model reads it: what does not show itself written out, a line's ``\\r\\n`` end kept as the
     line break it is (a lone ``\\r``, which can hide what came before it, is written out)."""
-    return visible_text(text.replace("\r\n", "\n"))
+    return readable_text(text)
 
 
 # ---- resources and prompts (seed 003 §3.1) ------------------------------------------------------------------------

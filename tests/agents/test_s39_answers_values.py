@@ -26,3 +26,15 @@ def test_an_offline_answer_writes_out_its_values() -> None:
         query="q", results=results, answer_template="\u2063{results}", no_match_text="", language="ko"
     )
     assert answer == f"\u2063who: {SHOWN}"
+
+
+def test_a_value_s_line_ends_and_emoji_read_as_written_and_a_joiner_between_letters_is_written_out() -> None:
+    """Answers are read by people: ``\\r\\n`` (a browser form's line end) read ``행1⟦U+000D⟧``, and an emoji joined
+    by a zero-width joiner (``👩‍💻``, ``🏳️‍🌈``) lost its join; a joiner between letters hides nothing less for that."""
+    from audit.visible import readable_text
+
+    assert readable_text("행1\r\n행2") == "행1\n행2"
+    assert readable_text("👩\u200d💻 🏳️\u200d🌈 👍🏽") == "👩\u200d💻 🏳️\u200d🌈 👍🏽"
+    assert readable_text("a\u200db 행\u200d1 \r끝") == "a⟦U+200D⟧b 행⟦U+200D⟧1 ⟦U+000D⟧끝"
+    answer = render_answer("{query}: {result}", query="👩\u200d💻 찾아줘", match={}, params={}, value="개발팀\r\n")
+    assert answer == "👩\u200d💻 찾아줘: 개발팀\n"
