@@ -25,6 +25,7 @@ from agents.budgets import budget_reserve
 from agents.config_cache import SubmissionParts, submission_parts
 from agents.decision_reasons import CANCELLED_APPROVAL
 from agents.dispatch import run_dispatch, run_time_limits
+from agents.flows import registered_flow_graphs
 from agents.models import (
     Agent,
     AgentArm,
@@ -546,7 +547,9 @@ def agent_version_publish(
         twins = AgentVersion.objects.filter(agent=locked, digest=digest).order_by("-number")
         if not make_live and (twin := twins.first()) is not None:
             return twin
-        if content is None and (problems := version_content_problems(agent=locked, content=frozen, stored_here=True)):
+        if content is None and (
+            problems := version_content_problems(agent=locked, content=frozen, stored_here=True, draft=True)
+        ):
             raise ValidationError({"content": problems})
         last = AgentVersion.objects.filter(agent=locked).order_by("-number").values_list("number", flat=True).first()
         version = AgentVersion(
@@ -612,7 +615,7 @@ def agent_version_import(
 
 
 def version_content_problems(
-    *, agent: Agent, content: VersionContent | dict[str, Any], stored_here: bool = False
+    *, agent: Agent, content: VersionContent | dict[str, Any], stored_here: bool = False, draft: bool = False
 ) -> list[str]:
     """What a version's frozen content holds that its runs could not use or must not: checked as the agent's own
     settings, rules and contracts are when they are saved (a run takes a version's values as they are). The agent
@@ -628,7 +631,12 @@ def version_content_problems(
 
     ``stored_here``: the content is a version this installation stores (a rollback), not one brought in: its
     rules skip the checks that came after versions were frozen (``_frozen_rule_check``'s ``brought_in``), as a
-    stored rule skips them where its value is unchanged; a rule stored before them is frozen as it saves."""
+    stored rule skips them where its value is unchanged; a rule stored before them is frozen as it saves.
+
+    ``draft``: the content is the agent's stored draft, being published: its settings are checked as the stored
+    agent's (a check added later applies where a value changes: an agent stored before it publishes as it saves,
+    where it was refused at every publish), but for what fails every run whatever its age, a flow graph no longer
+    registered."""
     from mcpregistry.gate_records import contract_from_snapshot
     from mcpregistry.models import McpTool, ToolContract
 
@@ -640,6 +648,15 @@ def version_content_problems(
 
     frozen_agent = content.get("agent") or {}
     probe = Agent(slug=agent.slug, name=agent.name, model_secrets=agent.model_secrets, time_limit_s=agent.time_limit_s)
+    if draft:
+        probe.pk = agent.pk
+        mode, graph = frozen_agent.get("mode"), frozen_agent.get("flow_graph")
+        if mode == Agent.Mode.FLOW and graph and graph not in registered_flow_graphs():
+            problems.append(
+                "agent.flow_graph: "
+                + _("flow graph '%(path)s' is not registered; the registered ones are: %(graphs)s")
+                % {"path": graph, "graphs": ", ".join(registered_flow_graphs())}
+            )
     probe.checked_as_frozen = True  # its max_tokens read as its runs read it (a version frozen with "100")
     # Its flow's server must be one the version binds, as an agent's must be one the agent binds.
     probe.servers_given = [str(mcp_id) for mcp_id in content.get("servers") or []]

@@ -264,3 +264,28 @@ def test_a_runs_page_names_its_arm_and_the_runs_list_filters_by_it(admin_client:
     assert listing.status_code == 200
     assert [str(run.pk) for run in listing.context["cl"].result_list] == [str(armed.pk)]
     assert "?arm=b-arm" in listing.content.decode()
+
+
+def test_an_agent_stored_before_a_check_still_publishes_as_it_saves(demo_agent: Agent, settings: object) -> None:
+    """The publish checks the stored draft as the stored agent is checked: a check added later applies where a
+    value changes. A base URL with a user and password stored before that was refused (the agent still saved)
+    was refused at every publish, and publish on save kept every later edit a draft."""
+    settings.PLATFORM_MODEL_ALLOW_PRIVATE_URLS = ["127.0.0.1"]  # type: ignore[attr-defined]
+    Agent.objects.filter(pk=demo_agent.pk).update(
+        model_provider="openai_compatible",
+        model_id="m",
+        model_params={"base_url": "http://svc:hunter2pass@127.0.0.1:11434/v1"},
+    )
+    demo_agent.refresh_from_db()
+    demo_agent.full_clean()
+    assert publish(demo_agent).number == 1
+
+
+def test_a_draft_whose_flow_graph_is_no_longer_registered_is_not_published(demo_agent: Agent, settings: object) -> None:
+    Agent.objects.filter(pk=demo_agent.pk).update(
+        mode=Agent.Mode.FLOW, flow_graph="tests.no_such.graph", model_params={"flow": {"mcp_id": "unused"}}
+    )
+    demo_agent.refresh_from_db()
+    with pytest.raises(ValidationError) as refused:
+        publish(demo_agent)
+    assert "flow graph 'tests.no_such.graph' is not registered" in "; ".join(refused.value.messages)
