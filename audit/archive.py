@@ -255,6 +255,9 @@ def _archive_locked(
         last_seq = young - 1
     else:
         last_seq = AuditEvent.objects.order_by("-seq").values_list("seq", flat=True).first() or 0
+    in_range = AuditEvent.objects.filter(seq__gte=first_seq, seq__lte=last_seq)
+    if last_seq >= first_seq and not in_range.exclude(action=ARCHIVE_ACTION).exists():
+        last_seq = first_seq - 1  # only archives' own events: an archive of them would record one more, each time
     report = ArchiveReport(first_seq=first_seq, last_seq=last_seq)
     if last_seq < first_seq:
         return report
@@ -372,11 +375,23 @@ def _partial_of(path: Path) -> Path:
     return path.with_name(path.name + ".partial")
 
 
+# Where a folder's file system makes no hard links (exFAT, some network and FUSE mounts).
+_NO_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.ENOSYS, errno.EMLINK})
+
+
 def _archive_publish(partial: Path, path: Path) -> None:
-    """Give the committed archive its name: a link (which never replaces a file), then the partial name goes."""
+    """Give the committed archive its name: a link (which never replaces a file), then the partial name goes. Where
+    the file system makes no links, a rename where nothing has the name (the archive runs' lock is held: no other
+    run names a file meanwhile)."""
     try:
-        os.link(partial, path)
-        partial.unlink()
+        try:
+            os.link(partial, path)
+        except OSError as exc:
+            if exc.errno not in _NO_LINKS or path.exists():
+                raise
+            os.rename(partial, path)
+        else:
+            partial.unlink()
         _fsync_directory(path.parent)
     except OSError as exc:
         raise ApplicationError(

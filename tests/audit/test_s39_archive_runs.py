@@ -240,3 +240,38 @@ def test_verify_audit_says_an_archive_is_not_in_the_archive_dir_given(db: Any, t
     assert str(failed.value).endswith(
         f"archive checkpoint seq 3: its archive file a.jsonl.gz is not in {tmp_path / 'elsewhere'} (--archive-dir)"
     )
+
+
+def test_archives_of_nothing_but_archives_own_events_archive_nothing(db: Any, tmp_path: Path) -> None:
+    """``--older-than-days 0`` run again and again archived the previous run's own event each time, never
+    "nothing to archive"."""
+    from audit.archive import audit_events_archive
+    from audit.services import audit_event_record
+
+    audit_event_record(source="agent", mcp_id="m", tool="t", args={}, result="r", ok=True)
+    assert audit_events_archive(older_than_days=0, output=tmp_path / "a.jsonl.gz").count == 1
+    again = audit_events_archive(older_than_days=0, output=tmp_path / "b.jsonl.gz")
+    assert again.count == 0 and not (tmp_path / "b.jsonl.gz").exists()
+
+
+def test_a_folder_without_hard_links_still_gets_its_archive_named(
+    db: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """exFAT and some network mounts make no hard links: the archive was left ``.partial`` after its events were
+    deleted, and every later run was refused."""
+    import errno
+    import os
+
+    from audit.archive import audit_events_archive
+    from audit.services import audit_event_record
+
+    def no_links(*_args: object, **_kwargs: object) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    audit_event_record(source="agent", mcp_id="m", tool="t", args={}, result="r", ok=True)
+    report = audit_events_archive(older_than_days=0, output=tmp_path / "a.jsonl.gz")
+    assert report.path == (tmp_path / "a.jsonl.gz").resolve() and report.path.is_file()
+    assert not list(tmp_path.glob("*.partial"))
+    audit_event_record(source="agent", mcp_id="m", tool="t", args={}, result="r", ok=True)
+    assert audit_events_archive(older_than_days=0, output=tmp_path / "b.jsonl.gz").count == 2
