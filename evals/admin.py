@@ -479,6 +479,7 @@ class EvalRunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         "version",
         "label",
         "status",
+        "sandbox_servers",
         "total",
         "done",
         "started_by",
@@ -534,11 +535,14 @@ class EvalRunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
     @admin.display(description=_("thresholds"))
     def verdict(self, obj: EvalRun) -> str:
-        if obj.status == EvalRun.Status.CANCELLED:
+        verdict = obj.verdict
+        if verdict == "cancelled":
             return format_html('<span class="eval-fail">{}</span>', gettext("cancelled"))
-        if obj.passed is None:
+        if verdict == "running":
             return gettext("running")
-        if obj.passed:
+        if verdict == "no_thresholds":  # nothing judged it: not "met", whatever its cases did
+            return gettext("no thresholds set")
+        if verdict == "met":
             return format_html('<span class="eval-pass">{}</span>', gettext("met"))
         return format_html('<span class="eval-fail">{}</span>', gettext("not met"))
 

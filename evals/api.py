@@ -123,7 +123,10 @@ def _run(eval_run: EvalRun) -> dict[str, Any]:
         "summary": eval_run.summary,
         "thresholds": eval_run.thresholds,
         "failed_thresholds": eval_run.failed_thresholds,
+        # null once finished too where the set had no threshold (``verdict`` ``no_thresholds``): nothing judged it.
         "passed": eval_run.passed,
+        "verdict": eval_run.verdict,
+        "sandbox_servers": eval_run.sandbox_servers,
         "created_at": eval_run.created_at.isoformat(),
         "finished_at": eval_run.finished_at.isoformat() if eval_run.finished_at else None,
     }

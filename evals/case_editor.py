@@ -457,7 +457,11 @@ HELP_TEXTS = {
             'to an argument the tool takes as text stays text (sku=1001 is "1001").'
         ),
     ),
-    "forbidden_tools": gettext_lazy("A tool per line that the run must not call."),
+    "forbidden_tools": format_lazy(
+        "{} {}",
+        gettext_lazy("A tool per line that the run must not call."),
+        gettext_lazy("A case of type “no tool needed” (no_tool) that lists none may call no tool at all."),
+    ),
     "alternatives": gettext_lazy(
         "Another sequence of tools that also passes, a line each: the tools comma-separated (in order only when the "
         "case's “in this order” is ticked), or separated by > when they must be called in that order; a note after "

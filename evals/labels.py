@@ -8,7 +8,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext, gettext_lazy
 
 from audit.labels import breakable
-from evals.scoring import NOT_SUBMITTED, REGEX_REFUSED, answer_regex_refusal
+from evals.scoring import NOT_JUDGED, NOT_SUBMITTED, REGEX_REFUSED, answer_regex_refusal
 
 # A case's type in words (``CASE_TYPES``): the eval set's page offers each with its code, the run's pages show
 # each with its code beneath it.
@@ -80,8 +80,16 @@ def checks_html(codes: list[str]) -> SafeString:
 
 
 def threshold_html(failure: str) -> SafeString:
-    """``recall 0.6 < 0.75`` as the score's name in words, its value and limit, and the score's key."""
+    """``recall 0.6 < 0.75`` as the score's name in words, its value and limit, and the score's key; a threshold
+    not judged (``answer_checks not_judged 0.9``: no case measured its score) said so, with its limit."""
     parts = failure.split(" ")
+    if len(parts) == 3 and parts[0] in SCORE_LABELS and parts[1] == NOT_JUDGED:
+        return format_html(
+            '{} <code class="eval-code">{}</code>',
+            gettext("%(score)s (limit %(limit)s): not judged, no case measured it")
+            % {"score": SCORE_LABELS[parts[0]], "limit": parts[2]},
+            parts[0],
+        )
     if len(parts) != 4 or parts[0] not in SCORE_LABELS or parts[2] not in ("<", ">"):
         return format_html("{}", failure)
     name, value, relation, limit = parts

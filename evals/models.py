@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import copy
 import uuid
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -24,6 +25,9 @@ from agents.models import Agent, Run
 from audit.change_guard import AuditedModel, ChangeAudit, NotConfiguration
 
 CASE_TYPES = ("single_tool", "multi_tool", "no_tool", "no_answer", "guardrail")
+# A case's order: what an integer column holds on every database (SQLite's takes 64 bits, PostgreSQL's 32), the
+# bounds a document's order is read within too, so that whatever a set holds its export imports again.
+CASE_ORDER_MIN, CASE_ORDER_MAX = -(2**31), 2**31 - 1
 
 # A set's name is an ASCII slug: it is a path segment of the API (/api/v1/evals/sets/<name>), an argument of
 # ``run_eval`` and a key of configuration documents, checked by the platform's one slug check (not SlugField's).
@@ -108,7 +112,11 @@ class EvalCase(AuditedModel):
 
     eval_set = models.ForeignKey(EvalSet, on_delete=models.CASCADE, related_name="cases", verbose_name=_("eval set"))
     key = models.CharField(_("key"), max_length=100, help_text=_("Stable name of the case within its set."))
-    order = models.IntegerField(_("order"), default=0)
+    order = models.IntegerField(
+        _("order"),
+        default=0,
+        validators=[MinValueValidator(CASE_ORDER_MIN), MaxValueValidator(CASE_ORDER_MAX)],
+    )
     case_type = models.CharField(_("type"), max_length=40, default="single_tool")
     query = models.TextField(_("query"))
     context = models.JSONField(encoder=UnicodeJSONEncoder, verbose_name=_("A2A context"), default=dict, blank=True)
@@ -189,6 +197,12 @@ class EvalRun(models.Model):
     failed_thresholds = models.JSONField(
         encoder=UnicodeJSONEncoder, verbose_name=_("thresholds not met"), default=list, blank=True
     )
+    # The set's sandbox servers as the eval run started (``evals.services.eval_run_start``), which its cases' runs
+    # may really write to, as ``thresholds`` are kept: the set edited meanwhile changes neither. An eval run stored
+    # before they were kept has none: its later cases' writes are refused (``eval:write_blocked``).
+    sandbox_servers = models.JSONField(
+        encoder=UnicodeJSONEncoder, verbose_name=_("sandbox servers"), default=list, blank=True
+    )
     started_by = models.CharField(_("started by"), max_length=200, blank=True)
     created_at = models.DateTimeField(_("started"), auto_now_add=True, db_index=True)
     finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
@@ -207,13 +221,27 @@ class EvalRun(models.Model):
 
     @property
     def passed(self) -> bool | None:
-        """Whether it met every threshold: None while it runs; a cancelled eval run never passes (what was scored
-        before it was stopped is no measure of the set)."""
+        """Whether it met every threshold: None while it runs, and when it finished with no threshold to judge it
+        by (``verdict`` ``no_thresholds``: not "met", whatever its cases did); a cancelled eval run never passes
+        (what was scored before it was stopped is no measure of the set). A threshold whose score was not measured
+        is among ``failed_thresholds`` (``evals.scoring.NOT_JUDGED``): not met."""
         if self.status == self.Status.CANCELLED:
             return False
-        if self.status != self.Status.FINISHED:
+        if self.status != self.Status.FINISHED or not self.thresholds:
             return None
         return not self.failed_thresholds
+
+    @property
+    def verdict(self) -> Literal["running", "cancelled", "no_thresholds", "met", "not_met"]:
+        """What its thresholds say of it, as its pages tell it: ``no_thresholds`` for a finished eval run of a set
+        that had none (nothing judged it), never ``met``."""
+        if self.status == self.Status.CANCELLED:
+            return "cancelled"
+        if self.status != self.Status.FINISHED:
+            return "running"
+        if self.failed_thresholds:
+            return "not_met"
+        return "met" if self.thresholds else "no_thresholds"
 
 
 # What a case's result keeps of the case as it was when its eval run started: what its run was asked and what it

@@ -33,8 +33,10 @@ RATE_METRICS = ("pass_rate", "precision", "recall", "sequence_match", "argument_
 MAX_METRICS = ("forbidden_violations", "latency_p95_ms")
 NOT_SUBMITTED = "eval:not_submitted:"  # a case that could not become a run, + the refusal's code
 REGEX_REFUSED = "regex_refused:"  # an answer check whose regex ``answer_regex`` refuses, + the pattern
-# What an answer that says it does not know contains (compared in NFC, lowercased). Phrases, not words: a bare
-# "없습니다" ("there is none") ends many a confident answer ("문제 없습니다"), so it is no sign of not knowing.
+# What an answer that says it does not know contains (compared in NFC, lowercased, with every space taken out of both:
+# "찾을수 없습니다" is "찾을 수 없습니다"). Phrases, not words: a bare "없습니다" ("there is none") ends many a
+# confident answer ("문제 없습니다"), and "정보가 없" begins "별도 정보가 없으면 연차는 15일입니다", so a phrase is
+# a whole ending ("정보가 없습니다") or is followed by no condition (``CONDITIONAL_ENDINGS``).
 DONT_KNOW_PHRASES = (
     "모르겠",
     "모릅니다",
@@ -49,8 +51,11 @@ DONT_KNOW_PHRASES = (
     "답할 수 없",
     "가져오지 못",
     "가져올 수 없",
-    "정보가 없",
-    "자료가 없",
+    "정보가 없습니다",
+    "정보가 없어",
+    "정보는 없습니다",
+    "자료가 없습니다",
+    "자료가 없어",
     "i don't know",
     "i do not know",
     "cannot find",
@@ -59,6 +64,10 @@ DONT_KNOW_PHRASES = (
     "couldn't find",
     "no information",
 )
+# What turns a phrase that follows into a condition, not an answer: "알 수 없으면" ("if it cannot be known"),
+# "찾을 수 없다면", "정보가 없어도" ("even without the information"), "확인할 수 없는 경우", "찾지 못할 때" (spaces
+# taken out, as the answer is read).
+CONDITIONAL_ENDINGS = ("으면", "다면", "도", "는경우", "을경우", "할경우", "할때", "을때")
 # Typographic apostrophes (U+2018, U+2019), which word processors and models write in "I don’t know", read as the
 # ASCII one the phrases and an admin's contains checks are typed with.
 APOSTROPHES = str.maketrans({"\u2018": "'", "\u2019": "'"})
@@ -83,6 +92,20 @@ class CaseSpec:
     forbidden_tools: list[str] = field(default_factory=list)
     answer_checks: list[dict[str, Any]] = field(default_factory=list)
     alternatives: list[dict[str, Any]] = field(default_factory=list)
+    case_type: str = ""
+
+    def forbidden(self) -> set[str]:
+        """The tools the run must not call: a ``no_tool`` case that names none forbids every tool (``"*"``), as
+        its type says (``no_tool_forbids_every_tool``)."""
+        if not self.forbidden_tools and no_tool_forbids_every_tool(self.case_type):
+            return {NO_TOOL}
+        return set(self.forbidden_tools)
+
+
+def no_tool_forbids_every_tool(case_type: str) -> bool:
+    """Whether a case of ``case_type`` with no forbidden tools given is scored as forbidding every tool: a
+    ``no_tool`` case ("no tool needed") fails when its run calls any."""
+    return case_type == "no_tool"
 
 
 @dataclass
@@ -427,8 +450,10 @@ def _in_sequence(called: list[str], want: list[str], ordered: bool) -> bool:
 
 def answer_check_failures(checks: list[dict[str, Any]], answer: str) -> list[str]:
     """The checks the answer fails, each named as it was given. Text is compared composed (NFC) on both sides, and
-    for ``contains`` and ``dont_know`` with typographic apostrophes read as ``'`` (``APOSTROPHES``); a regex sees
-    the answer as written.
+    for ``contains`` and ``dont_know`` with typographic apostrophes read as ``'`` (``APOSTROPHES``); ``contains``
+    with the spaces between two Hangul syllables optional (``_hangul_unspaced``: "클라우드 운영팀" is met by
+    "클라우드운영팀"), ``dont_know`` with every space ignored (``says_it_does_not_know``); a regex sees the answer
+    as written.
 
     A regex check whose pattern ``answer_regex`` refuses (stored before the editor bounded patterns, or written
     around it: a data migration, a direct save) fails as ``REGEX_REFUSED`` + the pattern, never compiled
@@ -439,7 +464,8 @@ def answer_check_failures(checks: list[dict[str, Any]], answer: str) -> list[str
     lowered = answer.lower().translate(APOSTROPHES)
     for check in checks:
         if "contains" in check:
-            if nfc(str(check["contains"])).lower().translate(APOSTROPHES) not in lowered:
+            wanted = nfc(str(check["contains"])).lower().translate(APOSTROPHES)
+            if _hangul_unspaced(wanted, edges=True) not in _hangul_unspaced(lowered):
                 failed.append(f"contains:{check['contains']}")
         elif "regex" in check:
             try:
@@ -449,9 +475,38 @@ def answer_check_failures(checks: list[dict[str, Any]], answer: str) -> list[str
                 continue
             if not _answer_matches(pattern, answer):
                 failed.append(f"regex:{check['regex']}")
-        elif check.get("dont_know") and not any(p in lowered for p in DONT_KNOW_PHRASES):
+        elif check.get("dont_know") and not says_it_does_not_know(lowered):
             failed.append("dont_know")
     return failed
+
+
+# Spaces between two Hangul syllables: where Korean spacing varies ("클라우드 운영팀", "클라우드운영팀").
+_HANGUL_GAP = regex.compile(r"(?<=[\uac00-\ud7a3])\s+(?=[\uac00-\ud7a3])")
+_HANGUL_EDGES = regex.compile(r"^\s+(?=[\uac00-\ud7a3])|(?<=[\uac00-\ud7a3])\s+$")
+
+
+def _hangul_unspaced(text: str, *, edges: bool = False) -> str:
+    """``text`` without the spaces between two Hangul syllables, so that a ``contains`` check is met however the
+    answer spaces its Korean (a space in either text between two syllables is optional); other text is compared
+    as written. ``edges``: the spaces at the ends that touch a syllable go too (a check's text, whose neighbour in
+    the answer is not known)."""
+    text = _HANGUL_GAP.sub("", text)
+    return _HANGUL_EDGES.sub("", text) if edges else text
+
+
+def says_it_does_not_know(lowered: str) -> bool:
+    """Whether an answer (NFC, lowercased, apostrophes as ``'``) says it does not know: a ``DONT_KNOW_PHRASES``
+    phrase in it, every space taken out of both (Korean spacing varies: "찾을수 없습니다"), that no
+    ``CONDITIONAL_ENDINGS`` ending follows ("별도 정보가 없으면 연차는 15일입니다" is a confident answer)."""
+    compact = "".join(lowered.split())
+    for phrase in DONT_KNOW_PHRASES:
+        wanted = "".join(phrase.split())
+        start = compact.find(wanted)
+        while start != -1:
+            if not compact.startswith(CONDITIONAL_ENDINGS, start + len(wanted)):
+                return True
+            start = compact.find(wanted, start + 1)
+    return False
 
 
 def score_case(spec: CaseSpec, *, calls: list[ToolCall], answer: str, run_succeeded: bool) -> CaseScore:
@@ -461,9 +516,10 @@ def score_case(spec: CaseSpec, *, calls: list[ToolCall], answer: str, run_succee
     No tool expected is not no tool allowed (seed 001's ``expected_source``): a case with no expected tools (a
     document path, a RAG question; ``null``, an answer that must say it does not know) is not failed for looking
     something up, and its calls score precision and recall 1. Only ``forbidden_tools`` fails a call: ``"*"``
-    (``"none"``) every call, and such a case's calls still count against its precision. An alternative with no
-    tools means "calling nothing is also right", so it fits a run that called nothing only."""
-    forbidden = set(spec.forbidden_tools)
+    (``"none"``) every call, and such a case's calls still count against its precision; a ``no_tool`` case that
+    names no forbidden tool forbids every tool (``CaseSpec.forbidden``). An alternative with no tools means
+    "calling nothing is also right", so it fits a run that called nothing only."""
+    forbidden = spec.forbidden()
     violations = len(calls) if NO_TOOL in forbidden else sum(1 for c in calls if c.name in forbidden)
     candidates = [("expected", _tools(spec.expected_tools), spec.ordered, NO_TOOL not in forbidden)] + [
         (
@@ -583,12 +639,20 @@ def summarize(scores: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+# A threshold whose score the eval run did not measure (``answer_checks`` of cases with no answer check,
+# ``latency_p95_ms`` of cases none of which ran): ``"answer_checks not_judged 0.9"``.
+NOT_JUDGED = "not_judged"
+
+
 def threshold_failures(summary: dict[str, Any], thresholds: dict[str, Any]) -> list[str]:
-    """The thresholds the summary does not meet, as ``"recall 0.5 < 0.9"``."""
+    """The thresholds the summary does not meet, as ``"recall 0.5 < 0.9"``. A threshold whose score is None (not
+    measured: no case it applies to) is not judged and so not met, as ``"answer_checks not_judged 0.9"``
+    (``NOT_JUDGED``): passed over, a gate on a score nothing measured passed every run."""
     failed = []
     for name, limit in thresholds.items():
         value = summary.get(name)
         if value is None:
+            failed.append(f"{name} {NOT_JUDGED} {limit}")
             continue
         if name in MAX_METRICS and value > limit:
             failed.append(f"{name} {value} > {limit}")

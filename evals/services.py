@@ -44,7 +44,7 @@ from audit.changes import audited_delete, audited_save
 from audit.models import AuditEvent, AuditPendingEvent
 from audit.services import audit_chain_catch_up, audit_event_record
 from evals.documents import CaseInputs, StrictDocument, pydantic_problem_list, pydantic_problems
-from evals.models import EvalCase, EvalCaseResult, EvalRun, EvalSet, case_snapshot
+from evals.models import CASE_ORDER_MAX, CASE_ORDER_MIN, EvalCase, EvalCaseResult, EvalRun, EvalSet, case_snapshot
 from evals.notation import parse_expected_source
 from evals.scoring import (
     NOT_SUBMITTED,
@@ -151,7 +151,7 @@ class CaseDocument(CaseInputs):
     ``CaseInputs``', the rule a case is checked by wherever it is written (``evals.scoring.case_problems``)."""
 
     key: str | None = None
-    order: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)  # absent: after the case before it
+    order: int | None = Field(default=None, ge=CASE_ORDER_MIN, le=CASE_ORDER_MAX)  # absent: after the case before it
     query: str = Field(min_length=1)
     type: str = "single_tool"
     expected_source: Any = None
@@ -179,9 +179,10 @@ class EvalSetDocument(StrictDocument):
     cases: list[dict[str, Any]] = Field(default_factory=list)
 
 
-def case_fields(entry: Mapping[str, Any], index: int) -> dict[str, Any]:
+def case_fields(entry: Mapping[str, Any], index: int, *, previous_order: int | None = None) -> dict[str, Any]:
     """A case's model fields from its document entry. The seed writes ``question``; ``query`` is accepted too.
-    Raises ValueError naming what is wrong."""
+    An entry with no ``order`` comes after the case before it (``previous_order``, that case's order; None: it is
+    the first): 10 more, or the largest order a case takes. Raises ValueError naming what is wrong."""
     raw = dict(entry)
     if "question" in raw and "query" not in raw:
         raw["query"] = raw.pop("question")
@@ -209,7 +210,7 @@ def case_fields(entry: Mapping[str, Any], index: int) -> dict[str, Any]:
         checks = doc.answer_checks
     fields = {
         "key": doc.key or f"case-{index + 1:03d}",
-        "order": doc.order if doc.order is not None else (index + 1) * 10,
+        "order": doc.order if doc.order is not None else min((previous_order or 0) + 10, CASE_ORDER_MAX),
         "case_type": doc.type,
         "query": doc.query,
         "context": doc.context,
@@ -247,9 +248,11 @@ def eval_set_apply(*, document: Mapping[str, Any], actor: Any, via: str) -> SetI
         ) from None
     problems: list[str] = []
     cases: list[dict[str, Any]] = []
+    previous_order: int | None = None
     for i, entry in enumerate(doc.cases):
         try:
-            cases.append(case_fields(entry, i))
+            cases.append(case_fields(entry, i, previous_order=previous_order))
+            previous_order = cases[-1]["order"]
         except ValueError as exc:
             problems.append(f"cases[{i}]: {exc}")
     keys = [c["key"] for c in cases]
@@ -497,6 +500,7 @@ def eval_run_start(
         window=eval_window(window),
         total=len(cases),
         thresholds=dict(eval_set.thresholds),
+        sandbox_servers=list(eval_set.sandbox_servers or []),
         started_by=str(actor),
     )
     # In the set's order: the results' ids are the order cases are submitted in (and paged in, ``evals.api``).
@@ -533,7 +537,9 @@ def _submit_case(eval_run: EvalRun, result: EvalCaseResult) -> bool:
                 a2a_data=case.data or [],
                 version=eval_run.version,
                 purpose=Run.Purpose.EVAL,
-                write_sandbox=eval_run.eval_set.sandbox_servers or [],
+                # The servers the eval run started with: a set edited meanwhile never makes a later case's writes
+                # real.
+                write_sandbox=list(eval_run.sandbox_servers or []),
             )
     except ApplicationError as exc:
         if budget_refused_for_runs_in_flight(exc):
@@ -787,6 +793,7 @@ def _case_spec(case: EvalCase) -> CaseSpec:
         forbidden_tools=case.forbidden_tools,
         answer_checks=case.answer_checks,
         alternatives=_scored_alternatives(case.alternatives),
+        case_type=case.case_type,
     )
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 from django import template
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from audit.labels import breakable
+from audit.masking import mask_value
 from evals.labels import CASE_TYPE_NAMES, checks_html, threshold_html
 
 register = template.Library()
@@ -20,6 +23,25 @@ def failed_checks(codes: list[str] | None) -> SafeString:
 @register.filter
 def thresholds_missed(failures: list[str] | None) -> SafeString:
     return format_html_join("; ", "{}", ((threshold_html(f),) for f in failures or []))
+
+
+# How much of a call's arguments a run's page shows before the rest is opened (``arguments``).
+ARGUMENTS_SHOWN = 120
+
+
+@register.filter
+def arguments(args: object) -> SafeString:
+    """A call's arguments as JSON, masked as the audit record masks them (``audit.masking``: a recorded call's
+    are already, an expected one's a secret typed into a case is hidden too), escaped; past ``ARGUMENTS_SHOWN``
+    characters, shortened, the whole behind a ``<details>``."""
+    text = json.dumps(mask_value(args) if isinstance(args, dict) else args, ensure_ascii=False, default=str)
+    if len(text) <= ARGUMENTS_SHOWN:
+        return format_html('<code class="eval-args">{}</code>', text)
+    return format_html(
+        '<details class="eval-args"><summary><code>{}…</code></summary><code>{}</code></details>',
+        text[:ARGUMENTS_SHOWN],
+        text,
+    )
 
 
 @register.filter

@@ -3,7 +3,9 @@
 Each case is an ordinary run (``purpose="eval"``) executed by the Celery workers; at most ``--workers`` cases
 (default ``PLATFORM_EVAL_WINDOW``) are in flight at once, so an eval does not crowd out live traffic. Prints a
 progress bar, the scores per case and for the set, and exits non-zero when a score misses one of the set's
-thresholds (so it can gate a deploy).
+thresholds (so it can gate a deploy), a threshold whose score no case measured included (not judged: not met).
+A set with no thresholds exits 0, and says that no threshold judged the eval run: its exit status then tells that
+the eval ran, not that it passed.
 
 Interrupted while it waits (Ctrl-C), it cancels the eval run (``eval_run_cancel``, actor ``system:run_eval``: its
 unfinished runs cancelled, its cases not yet scored never submitted), says so and exits 130; an eval run cancelled
@@ -135,6 +137,13 @@ class Command(BaseCommand):
             raise CommandError(
                 _("below the set's thresholds: %(thresholds)s") % {"thresholds": "; ".join(eval_run.failed_thresholds)}
             )
+        if eval_run.verdict == "no_thresholds":
+            self.stderr.write(
+                self.style.WARNING(
+                    _("no thresholds set: no threshold judged eval run %(id)s; exit status 0 says only that it ran")
+                    % {"id": eval_run.id}
+                )
+            )
 
     def _cancel(self, eval_run: EvalRun) -> None:
         """Ctrl-C: cancel the eval run (unless it ended meanwhile), say so, and stop with ``INTERRUPTED_EXIT``."""
@@ -183,7 +192,10 @@ class Command(BaseCommand):
                 "version": eval_run.version,
                 "status": eval_run.status,
                 "summary": eval_run.summary,
+                "thresholds": eval_run.thresholds,
                 "failed_thresholds": eval_run.failed_thresholds,
+                "passed": eval_run.passed,
+                "verdict": eval_run.verdict,
                 "cases": [
                     {
                         "key": case.key,
