@@ -266,4 +266,6 @@ def test_the_code_and_sentence_rules_stay_cheap_on_adversarial_text(text: str, l
             best = min(best, time.perf_counter() - started)
         return best
 
-    assert cost(text) < max(0.1, 5 * cost(like))
+    # A bound against a blow-up (quadratic: seconds), not a timing: five times with a 0.1 s floor failed once on a
+    # loaded machine (0.153 s against 0.134 s).
+    assert cost(text) < max(0.5, 10 * cost(like))
