@@ -73,7 +73,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 from urllib.parse import quote, quote_plus, unquote, urlsplit
 
-from audit.visible import hidden_ranges, merged_ranges
+from audit.visible import hidden_marks, hidden_ranges, merged_ranges
 
 __all__ = [
     "MASK",
@@ -570,7 +570,7 @@ _SPLIT = r"\s*"  # what may stand between two characters of a splittable form: s
 class _SecretMatcher:
     """One compiled regex matching every form of a set of secrets, longest first."""
 
-    __slots__ = ("gate", "memos", "numbers", "pattern", "recheck", "spaced")
+    __slots__ = ("beyond_ascii", "gate", "memos", "numbers", "pattern", "recheck", "spaced")
 
     def __init__(self, forms: Iterable[str], spaced: Iterable[str] = (), numbers: Iterable[str] = ()) -> None:
         self.memos = _Memos()
@@ -580,6 +580,9 @@ class _SecretMatcher:
         self.pattern = _compile_words(forms)
         # A secret containing "*" can reappear next to an inserted MASK: such sets are re-checked.
         self.recheck = any("*" in form for form in forms)
+        # A secret not in ASCII (Korean): hidden characters between its letters are looked for anywhere in a text
+        # that holds any (``_sub_folded``), not only between ASCII letters.
+        self.beyond_ascii = not all(form.isascii() for form in forms)
         # Whitespace-split forms (:func:`_splittable_forms`), ``\s*`` between any two characters: only tried where the
         # text has whitespace.
         self.spaced = _compile_words(spaced, separator=_SPLIT) if spaced else None
@@ -609,7 +612,10 @@ class _SecretMatcher:
         :func:`_fold` undoes it) masked where it stands in ``text``: the characters its first and last come from and
         all between (the hidden ones between its letters too)."""
         spans: list[tuple[int, int]] = []
-        for run_start, run_end in _disguised_runs(text):
+        runs = _disguised_runs(text)
+        if not runs and self.beyond_ascii and hidden_marks(text, spaces=False) is not None:
+            runs = [(0, len(text))]  # a secret not in ASCII (Korean) with hidden characters between its letters
+        for run_start, run_end in runs:
             patterns = (self.spaced, self.pattern) if _WHITESPACE.search(text, run_start, run_end) else (self.pattern,)
             run = text[run_start:run_end]
             if not any(p is not None and p.search(run.translate(_fold_table())) for p in patterns):
@@ -660,7 +666,7 @@ def _disguising() -> tuple[re.Pattern[str], frozenset[str], frozenset[str]]:
     # at every character of a text, sixty times slower on Korean text than a look-up.
     above = [r for r in (*to_ascii, *hidden) if r[1] > 0xFFFF]
     assert not [r for r in above if r[0] <= 0x1FAFF and r[1] >= 0x1F200], "a disguise among the pictographs"
-    fold, shown = below(to_ascii), "!-~" + below(to_ascii)
+    fold, shown = below(to_ascii), "\\s!-~" + below(to_ascii)  # whitespace too: a secret split over two lines
     found = re.compile(
         f"[{fold}]+|[{shown}][{below(hidden)}]+[{shown}]|[\\U00010000-\\U0001F1FF\\U0001FB00-\\U0010FFFF]"
     )

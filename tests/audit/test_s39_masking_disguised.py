@@ -50,3 +50,23 @@ def test_a_run_of_one_invisible_character_is_written_once() -> None:
     assert visible_text("팀장" + "".join(chr(0xE0000 + ord(c)) for c in "IGG")) == "팀장⟦U+E0049⟧⟦U+E0047⟧⟦U+E0047⟧"
     assert visible_text("❤️ 1️⃣ plain\r\n") == "❤️ 1️⃣ plain⟦U+000D⟧\n"
     assert invisible_characters("a\u200b\u200bb\u202e") == ["\u200b", "\u202e"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "키는 bkTok9\u200b\nxQ2mZ7pL 입니다",  # a hidden character at the end of a line
+        "키는 bkTok9\u00ad\nxQ2mZ7pL 입니다",  # a soft hyphen where the line was wrapped
+        "키는 bkTok9\n\u200bxQ2mZ7pL 입니다",
+        "키는 bkTok9\u200b \u200bxQ2mZ7pL 입니다",
+    ],
+)
+def test_a_secret_split_over_a_line_with_a_hidden_character_beside_the_break_is_masked(text: str) -> None:
+    assert mask_text(text, secrets=["bkTok9xQ2mZ7pL"]) == "키는 *** 입니다"
+
+
+def test_a_korean_secret_with_hidden_characters_between_its_letters_is_masked() -> None:
+    secret = "비밀정보한글토큰값"
+    disguised = "\u200b".join(secret)
+    assert mask_text(f"값: {disguised} 끝", secrets=[secret]) == "값: *** 끝"
+    assert mask_text("값: 비밀이 아닌 글 끝", secrets=[secret]) == "값: 비밀이 아닌 글 끝"
