@@ -15,6 +15,7 @@ compared as the record shows it (``_subset``).
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import asdict, dataclass, field
@@ -97,7 +98,7 @@ class CaseSpec:
     def forbidden(self) -> set[str]:
         """The tools the run must not call: a ``no_tool`` case that names none forbids every tool (``"*"``), as
         its type says (``no_tool_forbids_every_tool``)."""
-        if not self.forbidden_tools and no_tool_forbids_every_tool(self.case_type):
+        if not self.forbidden_tools and not self.expected_tools and no_tool_forbids_every_tool(self.case_type):
             return {NO_TOOL}
         return set(self.forbidden_tools)
 
@@ -451,8 +452,8 @@ def _in_sequence(called: list[str], want: list[str], ordered: bool) -> bool:
 def answer_check_failures(checks: list[dict[str, Any]], answer: str) -> list[str]:
     """The checks the answer fails, each named as it was given. Text is compared composed (NFC) on both sides, and
     for ``contains`` and ``dont_know`` with typographic apostrophes read as ``'`` (``APOSTROPHES``); ``contains``
-    with the spaces between two Hangul syllables optional (``_hangul_unspaced``: "클라우드 운영팀" is met by
-    "클라우드운영팀"), ``dont_know`` with every space ignored (``says_it_does_not_know``); a regex sees the answer
+    with a space the check puts between two Hangul syllables optional (``_contains_pattern``: "클라우드 운영팀"
+    is met by "클라우드운영팀"), ``dont_know`` with every space ignored (``says_it_does_not_know``); a regex sees the answer
     as written.
 
     A regex check whose pattern ``answer_regex`` refuses (stored before the editor bounded patterns, or written
@@ -465,7 +466,7 @@ def answer_check_failures(checks: list[dict[str, Any]], answer: str) -> list[str
     for check in checks:
         if "contains" in check:
             wanted = nfc(str(check["contains"])).lower().translate(APOSTROPHES)
-            if _hangul_unspaced(wanted, edges=True) not in _hangul_unspaced(lowered):
+            if _contains_pattern(wanted).search(lowered) is None:
                 failed.append(f"contains:{check['contains']}")
         elif "regex" in check:
             try:
@@ -480,18 +481,26 @@ def answer_check_failures(checks: list[dict[str, Any]], answer: str) -> list[str
     return failed
 
 
-# Spaces between two Hangul syllables: where Korean spacing varies ("클라우드 운영팀", "클라우드운영팀").
-_HANGUL_GAP = regex.compile(r"(?<=[\uac00-\ud7a3])\s+(?=[\uac00-\ud7a3])")
-_HANGUL_EDGES = regex.compile(r"^\s+(?=[\uac00-\ud7a3])|(?<=[\uac00-\ud7a3])\s+$")
+def _syllable(character: str) -> bool:
+    """A Hangul syllable (가–힣): between two, Korean spacing varies ("클라우드 운영팀", "클라우드운영팀")."""
+    return "\uac00" <= character <= "\ud7a3"
 
 
-def _hangul_unspaced(text: str, *, edges: bool = False) -> str:
-    """``text`` without the spaces between two Hangul syllables, so that a ``contains`` check is met however the
-    answer spaces its Korean (a space in either text between two syllables is optional); other text is compared
-    as written. ``edges``: the spaces at the ends that touch a syllable go too (a check's text, whose neighbour in
-    the answer is not known)."""
-    text = _HANGUL_GAP.sub("", text)
-    return _HANGUL_EDGES.sub("", text) if edges else text
+@functools.lru_cache(maxsize=256)
+def _contains_pattern(wanted: str) -> regex.Pattern[str]:
+    """A ``contains`` check's text as a pattern: as written, but a space it puts between two Hangul syllables is
+    optional in the answer ("클라우드 운영팀" is met by "클라우드운영팀"), and any run of spaces is any other.
+    Never a space the check does not have: "정상" is not met by "일정 상세" (it was, the answer's spaces taken out)."""
+    wanted = wanted.strip()
+    parts: list[str] = []
+    at = 0
+    for gap in regex.finditer(r"\s+", wanted):
+        parts.append(regex.escape(wanted[at : gap.start()]))
+        between = _syllable(wanted[gap.start() - 1]) and _syllable(wanted[gap.end()])
+        parts.append(r"\s*" if between else r"\s+")
+        at = gap.end()
+    parts.append(regex.escape(wanted[at:]))
+    return regex.compile("".join(parts))
 
 
 def says_it_does_not_know(lowered: str) -> bool:

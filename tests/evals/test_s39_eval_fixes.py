@@ -61,11 +61,24 @@ def test_a_confident_answer_with_a_conditional_does_not_pass_as_not_knowing(answ
 
 def test_contains_takes_a_space_between_hangul_syllables_as_optional_and_other_text_as_written() -> None:
     assert answer_check_failures([{"contains": "클라우드 운영팀"}], "김하늘님은 클라우드운영팀입니다.") == []
-    assert answer_check_failures([{"contains": "클라우드운영팀"}], "김하늘님은 클라우드 운영팀입니다.") == []
+    assert answer_check_failures([{"contains": "클라우드 운영팀"}], "김하늘님은 클라우드  운영팀입니다.") == []
     assert answer_check_failures([{"contains": " 운영팀"}], "클라우드운영팀") == []
+    # A space the check does not have is not made up: words of the answer do not run into each other (a review
+    # found "정상" met by "점검 일정 상세는 확인할 수 없습니다").
+    assert answer_check_failures([{"contains": "정상"}], "A-1001의 점검 일정 상세는 확인할 수 없습니다") == [
+        "contains:정상"
+    ]
+    assert answer_check_failures([{"contains": "가능"}], "휴가 능력 평가는 불가합니다") == ["contains:가능"]
     # Not between two Hangul syllables: compared as written.
     assert answer_check_failures([{"contains": "A-1 B"}], "자산 A-1B") == ["contains:A-1 B"]
     assert answer_check_failures([{"contains": "15일"}], "연차는 15 일") == ["contains:15일"]
+
+
+def test_a_no_tool_case_that_expects_a_tool_is_scored_by_what_it_expects() -> None:
+    """A case typed ``no_tool`` by mistake that expects a tool could never pass (it forbade the tool it expects)."""
+    spec = CaseSpec(expected_tools=[{"name": "search_employee"}], case_type="no_tool")
+    called = score_case(spec, calls=[ToolCall("search_employee", {}, True)], answer="", run_succeeded=True)
+    assert called.passed and called.forbidden_violations == 0
 
 
 def test_a_no_tool_case_that_names_no_forbidden_tool_fails_when_its_run_calls_one() -> None:
