@@ -376,7 +376,7 @@ def _expanded(args: list[str]) -> list[str] | None:
     while i < len(args):
         arg, string = args[i], None
         name, equals, value = arg.partition("=")
-        if len(name) > 3 and "--split-string".startswith(name):
+        if len(name) >= 3 and "--split-string".startswith(name):  # GNU getopt takes any unambiguous prefix: --s
             string = value if equals else (args[i + 1] if i + 1 < len(args) else "")
             i += 0 if equals else 1
         elif arg.startswith("-") and not arg.startswith("--") and "S" in arg:
@@ -412,8 +412,11 @@ def _inline_code(command: str, args: list[str], depth: int = 0) -> str | None:
     if (spec := INTERPRETERS.get(program)) is not None:
         if program == "pwsh":
             return next((a for a in args if a.startswith(("-", "/")) and _pwsh_command(a[1:].lower())), None)
-        if program == "deno":
-            return next((a for a in args if a == "eval"), None)
+        if program == "deno":  # its subcommand, the first argument no option: ``deno run server.ts --mode eval``
+            subcommand = next((a for a in args if not a.startswith("-")), None)
+            if subcommand == "repl":
+                return next((a for a in args if a.startswith("--eval")), None)
+            return subcommand if subcommand == "eval" else None
         inline, module = _options(spec, args)
         if inline is None and module:
             return _inline_code(module[0], module[1:], depth + 1)

@@ -69,3 +69,12 @@ def test_an_npm_mirror_or_proxy_may_be_set(name: str) -> None:
 )
 def test_npm_settings_that_run_or_load_code_stay_refused(name: str) -> None:
     assert env_name_problem(name) is not None
+
+
+def test_env_s_abbreviated_is_read_as_split_string_and_deno_s_eval_only_as_its_subcommand() -> None:
+    from mcpregistry.binding_policy import command_problem
+
+    assert command_problem("env", ["--s=sh -c id"], []) is not None  # GNU env reads --s as --split-string
+    assert command_problem("deno", ["eval", "console.log(1)"], []) is not None
+    assert command_problem("deno", ["repl", "--eval=Deno.exit()"], []) is not None
+    assert command_problem("deno", ["run", "-A", "server.ts", "--mode", "eval"], []) is None  # the server's own
