@@ -453,11 +453,68 @@ def _inline_code(command: str, args: list[str], depth: int = 0) -> str | None:
             return arg  # BSD env -P DIR: looks the program up in DIR
         if program == "env" and not arg.startswith("-") and "=" not in arg:
             break  # the program env runs: its own options follow
-    # The program run is one of the arguments: each that may be one is checked with the arguments after it.
-    for i, arg in enumerate(args):
+    # The program run is one of the arguments: each that may be one is checked with the arguments after it, up to
+    # the one a wrapper whose options are known runs (found on this machine): what follows it is that program's own
+    # (``env FOO=1 node server.js --mode watch`` was refused for ``watch``, ``timeout 1h uvx … /srv/eval`` for
+    # ``eval``).
+    known = _wrapped_program(program, args)
+    for i, arg in enumerate(args[: None if known is None else known + 1]):
         if arg and not arg.startswith(("-", "+")) and (found := _inline_code(arg, args[i + 1 :], depth + 1)):
             return found
     return None
+
+
+# Wrappers whose options are known whole (their man pages): (the options that take a value, short letters and long
+# names; the positional arguments before the program; whether ``NAME=VALUE`` arguments may come before it).
+_WRAPPER_SYNTAX: dict[str, tuple[str, tuple[str, ...], int, bool]] = {
+    "env": ("uCSaP", ("--unset", "--chdir", "--split-string", "--argv0", "--block-signal", "--default-signal",
+                      "--ignore-signal"), 0, True),
+    "timeout": ("sk", ("--signal", "--kill-after"), 1, False),
+    "nice": ("n", ("--adjustment",), 0, False),
+    "nohup": ("", (), 0, False),
+    "setsid": ("", (), 0, False),
+    "stdbuf": ("ioe", ("--input", "--output", "--error"), 0, False),
+    "ionice": ("cnpPu", ("--class", "--classdata", "--pid", "--pgid", "--uid"), 0, False),
+    "sudo": ("CDghprRtTUu", ("--close-from", "--chdir", "--group", "--host", "--prompt", "--chroot", "--role",
+                             "--type", "--command-timeout", "--other-user", "--user"), 0, True),
+}  # fmt: skip
+
+
+def _wrapped_program(wrapper: str, args: list[str]) -> int | None:
+    """The index in ``args`` of the program a wrapper of :data:`_WRAPPER_SYNTAX` runs, where it is found on this
+    machine (a value of an option not known would be taken for it: then None, and every argument is looked at)."""
+    syntax = _WRAPPER_SYNTAX.get(wrapper)
+    if syntax is None:
+        return None
+    letters, names, positional, assignments = syntax
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            i += 1
+            break
+        if arg.startswith("--"):
+            name = arg.partition("=")[0].lower()
+            i += 2 if "=" not in arg and any(n.startswith(name) for n in names) else 1
+            continue
+        if arg.startswith("-") and len(arg) > 1:
+            valued = next((j for j, letter in enumerate(arg[1:], 1) if letter in letters), None)
+            i += 2 if valued is not None and valued == len(arg) - 1 else 1
+            continue
+        if assignments and "=" in arg:
+            i += 1
+            continue
+        if positional:
+            positional -= 1
+            i += 1
+            continue
+        break
+    if i >= len(args):
+        return None
+    program = args[i]
+    if shutil.which(program) is None and not (os.path.isfile(program) and os.access(program, os.X_OK)):
+        return None
+    return i
 
 
 def _runner_inline_code(program: str, args: list[str], options: tuple[str, ...], depth: int) -> str | None:

@@ -78,3 +78,39 @@ def test_env_s_abbreviated_is_read_as_split_string_and_deno_s_eval_only_as_its_s
     assert command_problem("deno", ["eval", "console.log(1)"], []) is not None
     assert command_problem("deno", ["repl", "--eval=Deno.exit()"], []) is not None
     assert command_problem("deno", ["run", "-A", "server.ts", "--mode", "eval"], []) is None  # the server's own
+
+
+@pytest.mark.parametrize(
+    ("command", "args"),
+    [
+        ("env", ["FOO=1", "node", "server.js", "--mode", "watch"]),
+        ("env", ["LOG_LEVEL=info", "python3", "-m", "server", "--data-dir", "/var/lib/mcp/watch"]),
+        ("nice", ["-n", "10", "node", "server.js", "--runtime", "python", "-c", "config.json"]),
+        ("timeout", ["--signal", "KILL", "600", "node", "server.js", "--mode", "eval"]),
+        ("sudo", ["-u", "mcp", "node", "server.js", "--mode", "watch"]),
+    ],
+)
+def test_what_follows_the_program_a_known_wrapper_runs_is_that_program_s_own(command: str, args: list[str]) -> None:
+    """A wrapper's every later argument was read as a program: ``watch``, ``/var/lib/mcp/watch`` or ``python -c
+    config.json`` given to the server refused the binding, where the same line without ``env`` was accepted."""
+    from mcpregistry.binding_policy import command_problem
+
+    assert command_problem(command, args, []) is None
+
+
+@pytest.mark.parametrize(
+    ("command", "args"),
+    [
+        ("sudo", ["-u", "python", "sh", "-c", "id"]),  # an option's value named like an interpreter
+        ("sudo", ["--close-from", "3", "sh", "-c", "id"]),
+        ("timeout", ["--sig", "KILL", "600", "sh", "-c", "id"]),  # an abbreviated long option
+        ("timeout", ["-k5", "600", "node", "-e", "1"]),
+        ("nice", ["-10", "sh", "-c", "id"]),
+        ("stdbuf", ["-oL", "python3", "-c", "1"]),
+        ("timeout", ["600", "/nowhere/server", "sh", "-c", "id"]),  # a program not found here: every argument read
+    ],
+)
+def test_a_known_wrapper_s_program_is_still_checked_with_its_arguments(command: str, args: list[str]) -> None:
+    from mcpregistry.binding_policy import command_problem
+
+    assert command_problem(command, args, []) is not None
