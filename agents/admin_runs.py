@@ -42,6 +42,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone, translation
 from django.utils.crypto import constant_time_compare
+from django.utils.formats import date_format
 from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -53,13 +54,13 @@ from agents.api.throttling import StreamSlot
 from agents.approvals import REASON_MAX_CHARS, approval_decide, approvals_waiting, asked_by_the_model
 from agents.budgets import usd_text
 from agents.decision_reasons import approval_reason_text, reason_text
-from agents.models import Approval, Run, ShadowComparison
+from agents.models import Agent, Approval, Run, ShadowComparison
 from agents.run_state import CONFIGURATION_UNREADABLE_MESSAGE
 from agents.services import CANCELLABLE, run_cancel
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from audit.labels import breakable, reason_label, when_cell
 from audit.models import AuditEvent
-from audit.visible import TOOL_DATA_CLOSE, TOOL_DATA_OPEN, visible_text
+from audit.visible import TOOL_DATA_CLOSE, TOOL_DATA_OPEN, readable_text, visible_text
 from mcpregistry.list_fields import argument_rows
 
 StepStatus = str
@@ -75,6 +76,9 @@ class Attempt:
     latency_ms: float | None
     # Named where a step's attempts went to more than one tool (the contract's fallback called by the gate).
     tool: str = ""
+    # What a failed attempt got back, as its audit event stores it (masked): the tool's answer, the server's
+    # message; cut short (``_attempt_said``).
+    said: str = ""
 
     @property
     def reason_words(self) -> str:
@@ -103,6 +107,8 @@ class TimelineStep:
     # view approvals (``RunAdmin.timeline_context``).
     approval_id: str = ""
     url: str = ""
+    # An approval's times: when it was requested, decided, or expires (local, ``_local_time``).
+    when: str = ""
 
     def with_args(self, value: Any) -> TimelineStep:
         """Set the arguments: rows for an object, its JSON otherwise (nothing when there are none)."""
@@ -149,11 +155,31 @@ def _failed_text(reason: str) -> str:
     return gettext("failed: %(reason)s") % {"reason": shown}
 
 
+# The most characters of a failed attempt's answer or message shown under it.
+ATTEMPT_SAID_MAX_CHARS = 500
+
+
+def _attempt_said(value: Any) -> str:
+    """A failed attempt's stored result (masked: the tool's answer, the server's message) as shown: at most
+    ``ATTEMPT_SAID_MAX_CHARS`` characters ("…" where cut), what does not show itself written out. A result the
+    audit stored cut short (``audit.masking.truncate``) shows its preview."""
+    stored = _dict(value)
+    text = _str(stored["preview"]) if stored.get("truncated") is True and "preview" in stored else _str(value)
+    if len(text) > ATTEMPT_SAID_MAX_CHARS:
+        text = text[:ATTEMPT_SAID_MAX_CHARS] + "…"
+    return readable_text(text)
+
+
 def _call_step(step: TimelineStep, events: list[Any], *, ok_in_trace: bool | None, error: str = "") -> TimelineStep:
     """Fill a tool call's outcome, attempts and duration from its audit events (or, with none, from the trace)."""
     sent = [e for e in events if e.attempt >= 1]
     several = len({e.tool for e in sent}) > 1
-    step.attempts = [Attempt(e.attempt, e.ok, e.reason, e.latency_ms, e.tool if several else "") for e in sent]
+    step.attempts = [
+        Attempt(
+            e.attempt, e.ok, e.reason, e.latency_ms, e.tool if several else "", "" if e.ok else _attempt_said(e.result)
+        )
+        for e in sent
+    ]
     timed = [e.latency_ms for e in sent if e.latency_ms is not None]
     if timed:  # an attempt the open circuit never let through has no time: none at all is no "0 ms"
         step.duration_ms = round(sum(timed), 2)
@@ -204,6 +230,14 @@ def _approval_step(approval: Approval | None, *, label: str, title: str, args: A
     step.status_text = approval.get_status_display()
     if approval.decided_by:
         step.status_text += " · " + gettext("by %(who)s") % {"who": approval.decided_by}
+    times = [gettext("requested %(time)s") % {"time": _local_time(approval.created_at)}]
+    if approval.status == Approval.Status.EXPIRED:
+        times.append(gettext("expired %(time)s") % {"time": _local_time(approval.expires_at)})
+    elif approval.decided_at is not None:
+        times.append(gettext("decided %(time)s") % {"time": _local_time(approval.decided_at)})
+    else:  # undecided: when it lapses
+        times.append(gettext("expires %(time)s") % {"time": _local_time(approval.expires_at)})
+    step.when = " · ".join(times)
     step.note = _reason_shown(approval.reason)
     recorded = approval.result
     if isinstance(recorded, dict) and "ok" in recorded:
@@ -216,6 +250,11 @@ def _approval_step(approval: Approval | None, *, label: str, title: str, args: A
     elif recorded:
         step.result = _pretty(recorded)
     return step
+
+
+def _local_time(moment: dt.datetime) -> str:
+    """A time as the run's page writes it: local, with its zone (``2026-12-04 03:32:41 KST``)."""
+    return date_format(timezone.localtime(moment) if timezone.is_aware(moment) else moment, "Y-m-d H:i:s T")
 
 
 def _reason_shown(reason: str) -> str:
@@ -579,6 +618,15 @@ class _Timeline:
             by_pass = self.calls_by_pass.setdefault(event.call_id, {})
             by_pass.setdefault(bisect_right(starts, event.created_at), []).append(event)
         self.approvals = list(run.approvals.order_by("created_at"))
+        # The offline provider's turn is no model's: it answers from the deterministic results. The provider is the
+        # run's version's (its frozen content), or the agent's where it ran the draft, as the worker reads it.
+        provider = (
+            _dict(_dict(run.version.content).get("agent")).get("model_provider")
+            if run.version is not None
+            else run.agent.model_provider
+        )
+        self.offline = provider == Agent.Provider.OFFLINE
+        self.answer = run.answer
         self.by_id = {str(a.pk): a for a in self.approvals}
         self.by_call = {a.call_id: a for a in self.approvals if a.call_id}
         self.shown: set[str] = set()
@@ -588,6 +636,12 @@ class _Timeline:
         # the model turns counted before it began (a pass that takes a lost one over counts from there again).
         self.pass_now: int | None = None
         self.turns_before_pass = 0
+
+    def offline_turn(self, entry: dict[str, Any]) -> bool:
+        """Whether a model turn is the offline provider's: its one turn, which calls no tool and is the answer."""
+        if not self.offline or self.turns != 1 or entry.get("tool_calls"):
+            return False
+        return bool(self.answer) and _text(entry.get("content", "")) == self.answer
 
     def pass_calls(self, key: str) -> list[Any]:
         """The audit events of the call ``key`` in the pass being read (in the last pass that made it, where that
@@ -720,7 +774,9 @@ class _Timeline:
         # turning the line around.
         step = TimelineStep(
             kind="model",
-            label=gettext("model turn %(n)d") % {"n": self.turns},
+            label=gettext("answer without a model (offline provider)")
+            if self.offline_turn(entry)
+            else gettext("model turn %(n)d") % {"n": self.turns},
             title=visible_text("\n".join(wanted)),
             result=_text(entry.get("content", "")),
         )
@@ -1133,6 +1189,22 @@ def error_message_text(code: str, message: str) -> str:
     return message
 
 
+def _tools_ms(run: Run, timings: dict[str, Any]) -> float | None:
+    """The time the run's tool calls took: the model's (a flow's) calls (``tools_ms``) and the deterministic stage's
+    (each ``deterministic_call`` entry's, in the stored trace). None where no time was recorded, or no call was
+    made (a run the rules answered without a call): no "tools 0 ms"."""
+    recorded = _number(timings.get("tools_ms"))
+    if recorded is None:
+        return None
+    stored = run.messages if isinstance(run.messages, list) else []
+    calls = [e for e in stored if isinstance(e, dict) and e.get("type") in ("tool", "flow_call", "deterministic_call")]
+    rules = [
+        n for e in calls if e.get("type") == "deterministic_call" and (n := _number(e.get("latency_ms"))) is not None
+    ]
+    total = recorded + sum(rules)
+    return total if total > 0 or calls else None
+
+
 def run_summary(run: Run) -> list[str]:
     """What the run's summary line says besides its status: its time (in all, and in its deterministic stage,
     its model turns and its tools), its tokens (input, output, cache), its model calls (and those rules saved)
@@ -1142,6 +1214,7 @@ def run_summary(run: Run) -> list[str]:
     total = _number(timings.get("total_ms"))
     if total is not None:
         parts.append(gettext("%(ms)s ms in all") % {"ms": _ms(total)})
+    tools_ms = _tools_ms(run, timings)
     split = [
         gettext("deterministic %(ms)s ms") % {"ms": _ms(timings["deterministic_ms"])}
         if _number(timings.get("deterministic_ms")) is not None
@@ -1149,9 +1222,7 @@ def run_summary(run: Run) -> list[str]:
         gettext("model %(ms)s ms") % {"ms": _ms(timings["model_ms"])}
         if _number(timings.get("model_ms")) is not None
         else "",
-        gettext("tools %(ms)s ms") % {"ms": _ms(timings["tools_ms"])}
-        if _number(timings.get("tools_ms")) is not None
-        else "",
+        gettext("tools %(ms)s ms") % {"ms": _ms(tools_ms)} if tools_ms is not None else "",
     ]
     if any(split):
         parts.append(" · ".join(s for s in split if s))
