@@ -20,7 +20,7 @@ from mcpregistry.models import McpServer
 from mcpregistry.pool import get_default_pool
 from tests.conftest import discover_as_admin, make_agent
 
-pytestmark = [pytest.mark.django_db]
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]  # a real stdio server each, 1.5 s or more
 
 TOKEN = "bkTok5e1f0c9a7d3b"
 FULL_WIDTH = "".join(chr(ord(c) + 0xFEE0) for c in TOKEN)

@@ -70,3 +70,13 @@ def test_a_korean_secret_with_hidden_characters_between_its_letters_is_masked() 
     disguised = "\u200b".join(secret)
     assert mask_text(f"값: {disguised} 끝", secrets=[secret]) == "값: *** 끝"
     assert mask_text("값: 비밀이 아닌 글 끝", secrets=[secret]) == "값: 비밀이 아닌 글 끝"
+
+
+def test_a_flood_of_hidden_characters_is_read_once_not_once_per_character() -> None:
+    """Each hidden character of a run looked back and forth over the whole run: 19,000 tag characters took 80 s to
+    mask (a bound against that blow-up, not a timing)."""
+    import time
+
+    started = time.perf_counter()
+    assert mask_text("ok" + "\U000e0041" * 40_000, secrets=["bkTok5e1f0c9a7d3b"]).startswith("ok")
+    assert time.perf_counter() - started < 10
