@@ -293,6 +293,11 @@ def _number(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _count(value: float | None) -> str:
+    """A stored count as shown: grouped by thousands, "?" where none is stored."""
+    return "?" if value is None else f"{value:,g}"
+
+
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -334,7 +339,7 @@ _MESSAGE_TYPES = frozenset({"system", "human", "ai", "tool"})
 # tell more.
 _STEP_TYPES = frozenset({"rule", "deterministic_call", "flow_call", "flow_node", "ai", "tool"})
 # What the stored trace says of the model's context and no event does (besides the conversation's earlier answers).
-_CONTEXT_TYPES = frozenset({"prompt", "resource", "resource_tool", "system", "human"})
+_CONTEXT_TYPES = frozenset({"prompt", "resource", "resource_tool", "history_left_out", "system", "human"})
 
 
 def _in_order(entries: list[dict[str, Any]], call_of_approval: dict[str, str]) -> list[dict[str, Any]]:
@@ -950,6 +955,22 @@ class _Timeline:
             },
         )
 
+    def _history_left_out(self, entry: dict[str, Any]) -> TimelineStep:
+        """Earlier turns of the conversation the model was not given: with them its first call would not have
+        fit the run's token reservation (``agents.engine._history_within_reservation``)."""
+        turns, kept, ceiling = (_number(entry.get(k)) for k in ("turns", "kept", "token_ceiling"))
+        return TimelineStep(
+            kind="message",
+            label=gettext("earlier turns left out"),
+            status="skipped",
+            status_text=gettext("%(n)s earlier turn(s) not given to the model") % {"n": _count(turns)},
+            note=gettext(
+                "The oldest turns of the conversation were left out so that the model's first call fits the run's "
+                "token reservation (%(ceiling)s tokens); the newest %(kept)s turn(s) were given."
+            )
+            % {"ceiling": _count(ceiling), "kept": _count(kept)},
+        )
+
     def _model_error(self, entry: dict[str, Any]) -> TimelineStep:
         attempts = _number(entry.get("attempts"))
         return TimelineStep(
@@ -1040,6 +1061,7 @@ _HANDLED = frozenset(
         "parallel_calls",
         "tool_withdrawn",
         "tool_left_out",
+        "history_left_out",
         "model_error",
         "prompt",
         "resource",

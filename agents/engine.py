@@ -101,7 +101,16 @@ logger = logging.getLogger(__name__)
 
 
 PREFIX_TRACE_TYPES = frozenset(
-    {"rule", "deterministic_call", "approval", "tool_selection", "resource", "prompt", "tool_withdrawn"}
+    {
+        "rule",
+        "deterministic_call",
+        "approval",
+        "tool_selection",
+        "resource",
+        "prompt",
+        "tool_withdrawn",
+        "history_left_out",
+    }
 )
 
 
@@ -789,7 +798,12 @@ def execute(plan: RunPlan) -> RunOutcome:
         system_text = "\n\n".join(part for part in (text, attachment) if part)
         messages = [SystemMessage(system_text), HumanMessage(plan.query)]
         if earlier and plan.token_ceiling is not None and plan.provider != "offline":
-            earlier = _history_within_reservation(earlier, messages, [*specs, *offer.extra_specs.values()], plan)
+            fitted = _history_within_reservation(earlier, messages, [*specs, *offer.extra_specs.values()], plan)
+            if len(fitted) < len(earlier):
+                # Said in the trace: a reader of the run sees why the model did not know what was said before.
+                left_out = {"turns": (len(earlier) - len(fitted)) // 2, "kept": len(fitted) // 2}
+                trace.append({"type": "history_left_out", **left_out, "token_ceiling": plan.token_ceiling})
+            earlier = fitted
         messages = [messages[0], *earlier, messages[1]]
     # What the run spent before this pass: its stored conversation's turns, or (a run taken over from a lost
     # worker, whose turns were never stored) what its model_turn events say, whichever is more.
