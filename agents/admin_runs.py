@@ -231,11 +231,11 @@ def _approval_step(approval: Approval | None, *, label: str, title: str, args: A
     if approval.decided_by:
         step.status_text += " · " + gettext("by %(who)s") % {"who": approval.decided_by}
     times = [gettext("requested %(time)s") % {"time": _local_time(approval.created_at)}]
-    if approval.status == Approval.Status.EXPIRED:
-        times.append(gettext("expired %(time)s") % {"time": _local_time(approval.expires_at)})
-    elif approval.decided_at is not None:
+    if approval.decided_at is not None:
         times.append(gettext("decided %(time)s") % {"time": _local_time(approval.decided_at)})
-    else:  # undecided: when it lapses
+    if approval.status == Approval.Status.EXPIRED:  # lapsed, or ended unused (then, ``approvals_unused``)
+        times.append(gettext("expired %(time)s") % {"time": _local_time(approval.expires_at)})
+    elif approval.decided_at is None:  # undecided: when it lapses
         times.append(gettext("expires %(time)s") % {"time": _local_time(approval.expires_at)})
     step.when = " · ".join(times)
     step.note = _reason_shown(approval.reason)
@@ -623,14 +623,8 @@ class _Timeline:
             by_pass = self.calls_by_pass.setdefault(event.call_id, {})
             by_pass.setdefault(bisect_right(starts, event.created_at), []).append(event)
         self.approvals = list(run.approvals.order_by("created_at"))
-        # The offline provider's turn is no model's: it answers from the deterministic results. The provider is the
-        # run's version's (its frozen content), or the agent's where it ran the draft, as the worker reads it.
-        provider = (
-            _dict(_dict(run.version.content).get("agent")).get("model_provider")
-            if run.version is not None
-            else run.agent.model_provider
-        )
-        self.offline = provider == Agent.Provider.OFFLINE
+        # The offline provider's turn is no model's: it answers from the deterministic results.
+        self.offline = run_provider_is_offline(run)
         self.answer = run.answer
         self.by_id = {str(a.pk): a for a in self.approvals}
         self.by_call = {a.call_id: a for a in self.approvals if a.call_id}
@@ -1211,39 +1205,67 @@ def error_message_text(code: str, message: str) -> str:
     return message
 
 
-def _tools_ms(run: Run, timings: dict[str, Any]) -> float | None:
-    """The time the run's tool calls took: the model's (a flow's) calls (``tools_ms``) and the deterministic stage's
-    (each ``deterministic_call`` entry's, in the stored trace). None where no time was recorded, or no call was
-    made (a run the rules answered without a call): no "tools 0 ms"."""
+def _rules_tools_ms(run: Run) -> float | None:
+    """The time the deterministic stage's tool calls took (each ``deterministic_call`` entry's, in the stored
+    trace): a part of the stage's time. None where none was recorded (a run the rules answered without a call)."""
+    stored = run.messages if isinstance(run.messages, list) else []
+    timed = [
+        n
+        for e in stored
+        if isinstance(e, dict)
+        and e.get("type") == "deterministic_call"
+        and (n := _number(e.get("latency_ms"))) is not None
+    ]
+    return sum(timed) if timed else None
+
+
+def _loop_tools_ms(run: Run, timings: dict[str, Any]) -> float | None:
+    """The time the model's (a flow's) tool calls took (``tools_ms``). None where no time was recorded, or no such
+    call was made: no "tools 0 ms"."""
     recorded = _number(timings.get("tools_ms"))
     if recorded is None:
         return None
     stored = run.messages if isinstance(run.messages, list) else []
-    calls = [e for e in stored if isinstance(e, dict) and e.get("type") in ("tool", "flow_call", "deterministic_call")]
-    rules = [
-        n for e in calls if e.get("type") == "deterministic_call" and (n := _number(e.get("latency_ms"))) is not None
-    ]
-    total = recorded + sum(rules)
-    return total if total > 0 or calls else None
+    called = any(isinstance(e, dict) and e.get("type") in ("tool", "flow_call") for e in stored)
+    return recorded if recorded > 0 or called else None
+
+
+def run_provider_is_offline(run: Run) -> bool:
+    """Whether the run was answered by the offline provider, which is no model: the provider is the run's
+    version's (its frozen content), or the agent's where it ran the draft, as the worker reads it."""
+    if run.version_id is not None:
+        provider = _dict(_dict(run.version.content).get("agent")).get("model_provider")
+    else:
+        provider = run.agent.model_provider if run.agent_id is not None else None
+    return bool(provider == Agent.Provider.OFFLINE)
 
 
 def run_summary(run: Run) -> list[str]:
-    """What the run's summary line says besides its status: its time (in all, and in its deterministic stage,
-    its model turns and its tools), its tokens (input, output, cache), its model calls (and those rules saved)
-    and its cost. Only what was recorded; an odd stored shape is left out."""
+    """What the run's summary line says besides its status: its time (in all, and in its deterministic stage, of
+    which its tool calls, its model turns and the model's tool calls: the parts never count a time twice), its
+    tokens (input, output, cache), its model calls (and those rules saved) and its cost. The offline provider's
+    turn is said to be what it is, an answer made without a model. Only what was recorded; an odd stored shape is
+    left out."""
     parts: list[str] = []
     timings = _dict(run.timings)
+    offline = run_provider_is_offline(run)
     total = _number(timings.get("total_ms"))
     if total is not None:
         parts.append(gettext("%(ms)s ms in all") % {"ms": _ms(total)})
-    tools_ms = _tools_ms(run, timings)
+    deterministic = ""
+    if _number(timings.get("deterministic_ms")) is not None:
+        deterministic = gettext("deterministic %(ms)s ms") % {"ms": _ms(timings["deterministic_ms"])}
+        if (rules_tools := _rules_tools_ms(run)) is not None:
+            deterministic += " " + gettext("(its tool calls %(ms)s ms)") % {"ms": _ms(rules_tools)}
+    model = ""
+    if _number(timings.get("model_ms")) is not None:
+        model = (gettext("answer without a model %(ms)s ms") if offline else gettext("model %(ms)s ms")) % {
+            "ms": _ms(timings["model_ms"])
+        }
+    tools_ms = _loop_tools_ms(run, timings)
     split = [
-        gettext("deterministic %(ms)s ms") % {"ms": _ms(timings["deterministic_ms"])}
-        if _number(timings.get("deterministic_ms")) is not None
-        else "",
-        gettext("model %(ms)s ms") % {"ms": _ms(timings["model_ms"])}
-        if _number(timings.get("model_ms")) is not None
-        else "",
+        deterministic,
+        model,
         gettext("tools %(ms)s ms") % {"ms": _ms(tools_ms)} if tools_ms is not None else "",
     ]
     if any(split):
@@ -1254,7 +1276,7 @@ def run_summary(run: Run) -> list[str]:
         number = _number(usage.get(key))
         return "" if number is None else f"{number:,.0f}"
 
-    if tokens("input_tokens") or tokens("output_tokens"):
+    if any((_number(usage.get(key)) or 0) > 0 for key in ("input_tokens", "output_tokens")):
         text = gettext("tokens: %(input)s in, %(output)s out") % {
             "input": tokens("input_tokens") or "0",
             "output": tokens("output_tokens") or "0",
@@ -1264,7 +1286,7 @@ def run_summary(run: Run) -> list[str]:
         if tokens("cache_creation_tokens"):
             text += ", " + gettext("%(n)s written to the cache") % {"n": tokens("cache_creation_tokens")}
         parts.append(text)
-    if tokens("model_calls"):
+    if tokens("model_calls") and not offline:
         text = gettext("model calls: %(n)s") % {"n": tokens("model_calls")}
         if tokens("model_calls_saved") and tokens("model_calls_saved") != "0":
             text += " " + gettext("(%(n)s saved by rules)") % {"n": tokens("model_calls_saved")}

@@ -801,8 +801,10 @@ def execute(plan: RunPlan) -> RunOutcome:
             fitted = _history_within_reservation(earlier, messages, [*specs, *offer.extra_specs.values()], plan)
             if len(fitted) < len(earlier):
                 # Said in the trace: a reader of the run sees why the model did not know what was said before.
-                left_out = {"turns": (len(earlier) - len(fitted)) // 2, "kept": len(fitted) // 2}
-                trace.append({"type": "history_left_out", **left_out, "token_ceiling": plan.token_ceiling})
+                dropped, given = (len(earlier) - len(fitted)) // 2, len(fitted) // 2
+                trace.append(
+                    {"type": "history_left_out", "turns": dropped, "kept": given, "token_ceiling": plan.token_ceiling}
+                )
             earlier = fitted
         messages = [messages[0], *earlier, messages[1]]
     # What the run spent before this pass: its stored conversation's turns, or (a run taken over from a lost

@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
 from agents.budgets import budget_settle
@@ -166,14 +167,17 @@ def approvals_unused(*, run_id: Any, why: str, keep: Iterable[Any] = (), reason:
     that took another branch when it was decided again, a model that answered instead). They end ``expired``
     (``reason``, translated where shown), each audited as ``approval.unused``, so that no approval reads
     "approved" for a call that was never made. Call it once no worker will run the run again, or, with ``keep``
-    (the approvals a parking pass asked for), as a pass parks (``RunApprovals.end_unasked``). Returns how many
-    changed."""
+    (the approvals a parking pass asked for), as a pass parks (``RunApprovals.end_unasked``). An approval that
+    would have lapsed later is marked lapsed now (its ``expires_at``). Returns how many changed."""
     changed = 0
     waiting = (Approval.Status.PENDING, Approval.Status.APPROVED)
     left = Approval.objects.filter(run_id=run_id, status__in=waiting).exclude(pk__in=list(keep))
     for approval in left.order_by("created_at"):
+        # It lapses now: its ``expires_at`` said a later time (a page read "expired" at a time still to come).
+        now = timezone.now()
+        lapsed = Case(When(expires_at__gt=now, then=Value(now)), default=F("expires_at"))
         if Approval.objects.filter(pk=approval.pk, status=approval.status).update(
-            status=Approval.Status.EXPIRED, reason=reason
+            status=Approval.Status.EXPIRED, reason=reason, expires_at=lapsed
         ):
             changed += 1
             approval_ended_record(

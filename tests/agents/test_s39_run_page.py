@@ -95,15 +95,22 @@ def test_a_long_answer_is_cut_and_its_hidden_characters_are_written_out(admin_cl
     assert shown.endswith("…") and shown.count("가") == ATTEMPT_SAID_MAX_CHARS - len("<b>x</b>\u202e")
 
 
-def test_a_run_the_rules_answered_counts_its_calls_in_the_tool_time(demo_server: McpServer) -> None:
+def test_a_run_the_rules_answered_shows_its_calls_time_within_the_deterministic_stage(demo_server: McpServer) -> None:
     run = executed(make_agent(slug="rules-only", servers=[demo_server]))
     assert run.timings["tools_ms"] == 0.0 and run.status == Run.Status.SUCCEEDED
     called = sum(e["latency_ms"] for e in run.messages if e["type"] == "deterministic_call")
     assert called > 0
     summary = " ".join(run_summary(run))
-    assert "tools 0 ms" not in summary and "tools " in summary
-    shown = float(summary.split("tools ")[1].split(" ms")[0].replace(",", ""))
+    # A part of the stage's time, never a part of its own beside it: the parts added up to more than the whole
+    # (the stage's time holds its calls'). No "tools 0 ms" for the model's calls, which it did not make.
+    assert "tools " not in summary.replace("(its tool calls", "")
+    shown = float(summary.split("(its tool calls ")[1].split(" ms")[0].replace(",", ""))
     assert shown == pytest.approx(called, abs=0.01)
+    stage = float(summary.split("deterministic ")[1].split(" ms")[0].replace(",", ""))
+    assert shown <= stage
+    # The offline provider's answer is no model's: said so, and no "model calls: 1".
+    assert "answer without a model " in summary and "model calls" not in summary and "· model " not in summary
+    assert "tokens:" not in summary  # none were read or written: no "tokens: 0 in, 0 out"
 
 
 def test_a_run_without_a_tool_call_shows_no_tool_time() -> None:
@@ -144,3 +151,29 @@ def test_the_offline_providers_turn_is_no_model_turn(admin_client: Any, demo_ser
     page = page_of(admin_client, run)
     assert "answer without a model (offline provider)" in page
     assert "model turn" not in page
+
+
+def test_an_approval_a_cancelled_run_leaves_says_it_ended_then_not_at_its_later_expiry(admin_client: Any) -> None:
+    from agents.services import run_cancel
+
+    agent = Agent.objects.create(slug="cancelled-approval", name="cancelled-approval")
+    run = Run.objects.create(agent=agent, query="q", status=Run.Status.AWAITING_APPROVAL)
+    later = timezone.now() + timedelta(hours=1)
+    decided = timezone.now() - timedelta(minutes=1)
+    for status in ("pending", "approved"):
+        Approval.objects.create(
+            run=run, mcp_id="notes", tool=f"append_{status}", args={}, call_hash=status.ljust(64, "0"),
+            status=status, expires_at=later, decided_at=decided if status == "approved" else None,
+            decided_by="alice" if status == "approved" else "",
+        )  # fmt: skip
+    before = timezone.now()
+    run_cancel(run=run, actor="admin")
+    ended = {a.tool: a for a in Approval.objects.filter(run=run)}
+    assert {a.status for a in ended.values()} == {Approval.Status.EXPIRED}
+    # It lapsed when the run was cancelled: "expired" an hour from now was a time still to come.
+    assert all(before <= a.expires_at <= timezone.now() for a in ended.values())
+    page = page_of(admin_client, run)
+    approved = step_at(page, "notes.append_approved")
+    at = f"{localtime(decided):%Y-%m-%d %H:%M:%S} KST"
+    assert f"decided {at}" in approved and "expired " in approved
+    assert f"{localtime(later):%Y-%m-%d %H:%M}" not in page
