@@ -412,11 +412,8 @@ def _inline_code(command: str, args: list[str], depth: int = 0) -> str | None:
     if (spec := INTERPRETERS.get(program)) is not None:
         if program == "pwsh":
             return next((a for a in args if a.startswith(("-", "/")) and _pwsh_command(a[1:].lower())), None)
-        if program == "deno":  # its subcommand, the first argument no option: ``deno run server.ts --mode eval``
-            subcommand = next((a for a in args if not a.startswith("-")), None)
-            if subcommand == "repl":
-                return next((a for a in args if a.startswith("--eval")), None)
-            return subcommand if subcommand == "eval" else None
+        if program == "deno":
+            return _deno_inline_code(args)
         inline, module = _options(spec, args)
         if inline is None and module:
             return _inline_code(module[0], module[1:], depth + 1)
@@ -464,44 +461,99 @@ def _inline_code(command: str, args: list[str], depth: int = 0) -> str | None:
     return None
 
 
-# Wrappers whose options are known whole (their man pages): (the options that take a value, short letters and long
-# names; the positional arguments before the program; whether ``NAME=VALUE`` arguments may come before it).
-_WRAPPER_SYNTAX: dict[str, tuple[str, tuple[str, ...], int, bool]] = {
-    "env": ("uCSaP", ("--unset", "--chdir", "--split-string", "--argv0", "--block-signal", "--default-signal",
-                      "--ignore-signal"), 0, True),
-    "timeout": ("sk", ("--signal", "--kill-after"), 1, False),
-    "nice": ("n", ("--adjustment",), 0, False),
-    "nohup": ("", (), 0, False),
-    "setsid": ("", (), 0, False),
-    "stdbuf": ("ioe", ("--input", "--output", "--error"), 0, False),
-    "ionice": ("cnpPu", ("--class", "--classdata", "--pid", "--pgid", "--uid"), 0, False),
-    "sudo": ("CDghprRtTUu", ("--close-from", "--chdir", "--group", "--host", "--prompt", "--chroot", "--role",
-                             "--type", "--command-timeout", "--other-user", "--user"), 0, True),
+class _OptionSyntax(NamedTuple):
+    """How a program reads its options (its man page or ``--help``): ``valued``, the short letters that take a value
+    (the rest of the argument or the next one); ``flags``, those that take none; ``long_valued`` and ``long_flags``,
+    the long names (one whose value is optional takes it only after ``=``: a flag here); ``positional``, the
+    arguments before the program it runs (``timeout DURATION``); ``assignments``, whether ``NAME=VALUE`` arguments
+    may come before it; ``abbreviated``, whether a long name may be shortened to any unambiguous prefix (GNU
+    getopt: ``--u`` is ``--user``); ``flag_prefixes``, the beginnings of long names that take no value but after
+    ``=`` (deno's ``--allow-read=/srv``)."""
+
+    valued: str
+    flags: str
+    long_valued: frozenset[str] = frozenset()
+    long_flags: frozenset[str] = frozenset({"--help", "--version"})
+    positional: int = 0
+    assignments: bool = False
+    abbreviated: bool = True
+    flag_prefixes: tuple[str, ...] = ()
+
+
+# Wrappers whose options are known whole (GNU coreutils, util-linux, sudo's parse_args): an option not listed here
+# stops the reading of their arguments (its value could be taken for the program), then each is looked at.
+_WRAPPER_SYNTAX: dict[str, _OptionSyntax] = {
+    "env": _OptionSyntax(
+        "uCSaPLU", "i0v", frozenset({"--unset", "--chdir", "--split-string", "--argv0"}),
+        frozenset({"--ignore-environment", "--null", "--debug", "--list-signal-handling", "--block-signal",
+                   "--default-signal", "--ignore-signal", "--help", "--version"}), assignments=True),
+    "timeout": _OptionSyntax(
+        "ks", "v", frozenset({"--signal", "--kill-after"}),
+        frozenset({"--preserve-status", "--foreground", "--verbose", "--help", "--version"}), positional=1),
+    "nice": _OptionSyntax("n", "0123456789+", frozenset({"--adjustment"})),  # nice -10: an old spelling of -n 10
+    "nohup": _OptionSyntax("", ""),
+    "setsid": _OptionSyntax("", "cfwhV", long_flags=frozenset({"--ctty", "--fork", "--wait", "--help", "--version"})),
+    "stdbuf": _OptionSyntax("ioe", "", frozenset({"--input", "--output", "--error"})),
+    "ionice": _OptionSyntax(
+        "cnpPu", "thV", frozenset({"--class", "--classdata", "--pid", "--pgid", "--uid"}),
+        frozenset({"--ignore", "--help", "--version"})),
+    # -h HOST takes the next argument unless it is an option (then it is --help): read as taking it.
+    "sudo": _OptionSyntax(
+        "aCcDghpRrTtUu", "AbBEeHiKklNnPSsVv",
+        frozenset({"--auth-type", "--close-from", "--login-class", "--chdir", "--group", "--host", "--prompt",
+                   "--chroot", "--role", "--type", "--command-timeout", "--other-user", "--user"}),
+        frozenset({"--askpass", "--background", "--bell", "--preserve-env", "--edit", "--set-home", "--help",
+                   "--login", "--remove-timestamp", "--reset-timestamp", "--list", "--no-update",
+                   "--non-interactive", "--preserve-groups", "--stdin", "--shell", "--validate", "--version"}),
+        assignments=True),
 }  # fmt: skip
+
+
+def _takes_value(syntax: _OptionSyntax, arg: str) -> bool | None:
+    """Whether the option ``arg`` (``-a``, a cluster ``-ab``, ``-uNAME``, ``--name``, ``--name=VALUE``) takes the
+    next argument as its value; None where ``syntax`` does not know it (nor, then, whether it does)."""
+    if arg.startswith("--"):
+        name, equals, _value = arg.partition("=")
+        if name in syntax.long_flags:  # a name written whole is that option, also where it begins a longer one
+            return False
+        if name in syntax.long_valued or (syntax.abbreviated and any(n.startswith(name) for n in syntax.long_valued)):
+            return not equals  # an ambiguous prefix is refused by the program: read as taking a value
+        if (syntax.abbreviated and any(n.startswith(name) for n in syntax.long_flags)) or (
+            syntax.flag_prefixes and name.startswith(syntax.flag_prefixes)
+        ):
+            return False
+        return None
+    letters = arg[1:]
+    for j, letter in enumerate(letters):
+        if letter in syntax.valued:
+            return not letters[j + 1 :]
+        if letter not in syntax.flags:
+            return None
+        if letters[j + 1 : j + 2] == "=":  # a flag's value after "=" (deno's -R=/srv)
+            return False
+    return False if letters else None
 
 
 def _wrapped_program(wrapper: str, args: list[str]) -> int | None:
     """The index in ``args`` of the program a wrapper of :data:`_WRAPPER_SYNTAX` runs, where it is found on this
-    machine (a value of an option not known would be taken for it: then None, and every argument is looked at)."""
+    machine; None where it is not, or where an option not known comes before it (its value could be taken for the
+    program: ``sudo -a ls node -e CODE``): then every argument is looked at."""
     syntax = _WRAPPER_SYNTAX.get(wrapper)
     if syntax is None:
         return None
-    letters, names, positional, assignments = syntax
-    i = 0
+    positional, i = syntax.positional, 0
     while i < len(args):
         arg = args[i]
         if arg == "--":
             i += 1
             break
-        if arg.startswith("--"):
-            name = arg.partition("=")[0].lower()
-            i += 2 if "=" not in arg and any(n.startswith(name) for n in names) else 1
-            continue
         if arg.startswith("-") and len(arg) > 1:
-            valued = next((j for j, letter in enumerate(arg[1:], 1) if letter in letters), None)
-            i += 2 if valued is not None and valued == len(arg) - 1 else 1
+            takes = _takes_value(syntax, arg)
+            if takes is None:
+                return None
+            i += 2 if takes else 1
             continue
-        if assignments and "=" in arg:
+        if syntax.assignments and "=" in arg:
             i += 1
             continue
         if positional:
@@ -515,6 +567,35 @@ def _wrapped_program(wrapper: str, args: list[str]) -> int | None:
     if shutil.which(program) is None and not (os.path.isfile(program) and os.access(program, os.X_OK)):
         return None
     return i
+
+
+# deno's options before its subcommand known here (``deno --help``: its global options, and those of ``deno run``
+# that ``deno SCRIPT`` takes); a permission's value follows only after "=" (``-R=/srv``, ``--allow-net=host``).
+_DENO_OPTIONS = _OptionSyntax(
+    "Lc", "qhVvAPRWNESI", frozenset({"--log-level", "--config"}),
+    frozenset({"--quiet", "--help", "--version", "--allow-all", "--no-prompt"}), abbreviated=False,
+    flag_prefixes=("--allow-", "--deny-", "--unstable"),
+)  # fmt: skip
+
+
+def _deno_inline_code(args: list[str]) -> str | None:
+    """``deno eval CODE``, ``deno repl --eval CODE``: deno's subcommand is its first argument that is no option nor
+    an option's value (``deno -L info eval CODE``; ``deno run server.ts --mode eval`` runs a script). After an option
+    not known here (the next argument may be its value), any later ``eval``, or ``repl`` then ``--eval``, is taken
+    for the subcommand."""
+    i, known = 0, True
+    while known and i < len(args) and args[i].startswith("-") and args[i] != "--":
+        takes = _takes_value(_DENO_OPTIONS, args[i])
+        known = takes is not None
+        i += 2 if takes else 1
+    if args[i : i + 1] == ["--"]:
+        i += 1
+    for at in range(i, len(args) if not known else min(i + 1, len(args))):
+        if args[at] == "eval":
+            return args[at]
+        if args[at] == "repl" and (found := next((a for a in args[at + 1 :] if a.startswith("--eval")), None)):
+            return found
+    return None
 
 
 def _runner_inline_code(program: str, args: list[str], options: tuple[str, ...], depth: int) -> str | None:
