@@ -73,7 +73,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 from urllib.parse import quote, quote_plus, unquote, urlsplit
 
-from audit.visible import hidden_marks, hidden_ranges, merged_ranges
+from audit.visible import hidden_ranges, merged_ranges
 
 __all__ = [
     "MASK",
@@ -580,8 +580,8 @@ class _SecretMatcher:
         self.pattern = _compile_words(forms)
         # A secret containing "*" can reappear next to an inserted MASK: such sets are re-checked.
         self.recheck = any("*" in form for form in forms)
-        # A secret not in ASCII (Korean): hidden characters between its letters are looked for anywhere in a text
-        # that holds any (``_sub_folded``), not only between ASCII letters.
+        # A secret not in ASCII (Korean): hidden characters between its letters, and compatibility forms of its ASCII
+        # letters, are looked for anywhere in a text that holds any (``_sub_folded``), not only between ASCII letters.
         self.beyond_ascii = not all(form.isascii() for form in forms)
         # Whitespace-split forms (:func:`_splittable_forms`), ``\s*`` between any two characters: only tried where the
         # text has whitespace.
@@ -612,13 +612,18 @@ class _SecretMatcher:
         :func:`_fold` undoes it) masked where it stands in ``text``: the characters its first and last come from and
         all between (the hidden ones between its letters too)."""
         spans: list[tuple[int, int]] = []
-        runs = _disguised_runs(text)
-        if not runs and self.beyond_ascii and hidden_marks(text, spaces=False) is not None:
-            runs = [(0, len(text))]  # a secret not in ASCII (Korean) with hidden characters between its letters
+        if self.beyond_ascii:
+            # A secret not in ASCII (Korean, or Korean with ASCII letters) is in no run (those hold ASCII and its
+            # disguises only): the whole text is read wherever it holds anything :func:`_fold` undoes, whatever else
+            # it holds (a full-width digit elsewhere once left a Korean secret with hidden characters in clear).
+            runs = [(0, len(text))] if _folding().search(text) is not None else []
+        else:
+            runs = _disguised_runs(text)
         for run_start, run_end in runs:
             patterns = (self.spaced, self.pattern) if _WHITESPACE.search(text, run_start, run_end) else (self.pattern,)
             run = text[run_start:run_end]
-            if not any(p is not None and p.search(run.translate(_fold_table())) for p in patterns):
+            folded = _folded(run) if self.beyond_ascii else run.translate(_fold_table())  # a run: mostly disguise
+            if not any(p is not None and p.search(folded) for p in patterns):
                 continue  # most runs hold none (read at C speed); mapped back only where one is found
             plain, origin = _fold(run)
             spans += [
@@ -685,6 +690,22 @@ def _fold_table() -> dict[int, str | None]:
     table: dict[int, str | None] = {ord(c): unicodedata.normalize("NFKC", c) for c in to_ascii}
     table.update({ord(c): None for c in hidden})
     return table
+
+
+@functools.cache
+def _folding() -> re.Pattern[str]:
+    """A pattern that finds each run of the characters :func:`_fold_table` changes: exactly below U+10000, above it
+    every character but the pictographs (as :func:`_disguising`'s; a character it changes not is kept)."""
+    ranges = merged_ranges([(code, code) for code in _fold_table()])
+    below = "".join(f"\\U{low:08X}-\\U{min(high, 0xFFFF):08X}" for low, high in ranges if low <= 0xFFFF)
+    return re.compile(f"[{below}\\U00010000-\\U0001F1FF\\U0001FB00-\\U0010FFFF]+")
+
+
+def _folded(text: str) -> str:
+    """``text`` translated by :func:`_fold_table`, only where :func:`_folding` finds something: ``str.translate``
+    looks each character of a (Korean) text up in the table, several times slower where it holds few to undo."""
+    table = _fold_table()
+    return _folding().sub(lambda match: match[0].translate(table), text)
 
 
 def _disguised_runs(text: str) -> list[tuple[int, int]]:
