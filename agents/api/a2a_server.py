@@ -24,7 +24,7 @@ parts map onto the run as the REST API maps an A2A message (``agents.api.a2a``):
 url/raw → ``a2a_files`` metadata. The message's ``messageId`` is the run's idempotency key (a retried send gets
 the same task). ``awaiting_approval`` is ``TASK_STATE_INPUT_REQUIRED``: its status message names the pending calls;
 a message on that task with a data part ``{"decision": "approve"|"reject", "approvalId"?, "reason"?}`` (or the text
-``approve``/``reject``) decides them (all of them, or none where one is refused), as
+``approve``/``reject``, ``승인``/``거절``, as the whole message) decides them (all of them, or none where one is refused), as
 ``POST /runs/{id}/approvals/{id}`` would, and the task goes on; the same reply sent again under its ``messageId``
 returns the task and decides nothing.
 Our error codes become A2A errors (``run_not_found`` → -32001 TaskNotFound, ``run_finished`` on cancel → -32002,
@@ -97,11 +97,13 @@ from agents.conversations import (
     in_context,
     same_context,
 )
+from agents.error_texts import error_message_text
 from agents.models import Agent, ApiKey, Run, RunEvent
 from agents.run_state import RunEventWriter, run_row_lock
 from agents.selectors import (
     agent_get_for_key,
     agent_list_for_key,
+    run_end_recorded,
     run_events_after,
     run_get,
     run_tool_calls,
@@ -109,6 +111,7 @@ from agents.selectors import (
 from agents.services import request_digest, run_cancel, run_submit
 from audit.change_guard import config_generation
 from audit.masking import mask_text
+from audit.visible import readable_text, visible_text
 from mcpregistry.contracts import frozen_out_of_date
 from mcpregistry.crypto import SecretDecryptionError
 
@@ -499,7 +502,9 @@ def task_status(run: Run) -> dict[str, Any]:
     status: dict[str, Any] = {"state": TASK_STATE[Run.Status(run.status)], "timestamp": _timestamp(run)}
     if run.status == Run.Status.AWAITING_APPROVAL:
         approvals = pending_approvals(run)
-        calls = ", ".join(f"{a['tool']} {json.dumps(a['args'], ensure_ascii=False)}" for a in approvals)
+        # The arguments as the admin shows them to an approver: a character that hides itself (a direction override
+        # that makes ``invoice‮fdp.exe`` read ``invoiceexe.pdf``) written out, in the very text the caller decides on.
+        calls = ", ".join(f"{a['tool']} {visible_text(json.dumps(a['args'], ensure_ascii=False))}" for a in approvals)
         text = _(
             "Approval needed before these calls: %(calls)s. Reply on this task with a data part "
             '{"decision": "approve" or "reject", "approvalId": "...", "reason": "..."}.'
@@ -515,7 +520,7 @@ def task_status(run: Run) -> dict[str, Any]:
             run,
             "error",
             [
-                {"text": f"{run.error_code}: {run.error_message}"},
+                {"text": f"{run.error_code}: {error_message_text(run.error_code, run.error_message)}"},
                 {"data": {"error": error}, "mediaType": "application/json"},
             ],
         )
@@ -599,8 +604,20 @@ class Decision:
 DECISION_KEYS = frozenset({"decision", "approvalId", "reason"})
 
 
+# A text reply that decides, as the whole text (composed, trimmed, in any case): English and Korean words.
+DECISION_WORDS = {
+    "approve": "approve",
+    "reject": "reject",
+    "승인": "approve",
+    "승인합니다": "approve",
+    "거절": "reject",
+    "거절합니다": "reject",
+}
+
+
 def decision_of(parts: list[Any]) -> Decision | None:
-    """A reply to ``input-required``: a data part with ``decision``, or the text ``approve``/``reject``."""
+    """A reply to ``input-required``: a data part with ``decision``, or a text part that is one of
+    ``DECISION_WORDS`` (``approve``/``reject``, ``승인``/``거절``)."""
     for part in parts:
         if isinstance(part, dict) and isinstance(part.get("data"), dict) and "decision" in part["data"]:
             data = part["data"]
@@ -621,8 +638,8 @@ def decision_of(parts: list[Any]) -> Decision | None:
             return Decision(str(data["decision"]), str(data.get("approvalId") or ""), str(data.get("reason") or ""))
     for part in parts:
         if isinstance(part, dict) and isinstance(part.get("text"), str):
-            word = part["text"].strip().lower()
-            if word in {"approve", "reject"}:
+            word = DECISION_WORDS.get(nfc(part["text"]).strip().lower())  # the whole text, never a part of it
+            if word is not None:
                 return Decision(word, "", "")
     return None
 
@@ -886,11 +903,14 @@ class TaskFeed:
             chunks.append(self._event({"task": task_of(run)}))
         else:
             run = Run.objects.select_related("agent").get(pk=self.run_id)
+        # Asked before the events are read, as the REST event stream asks it: a run cancelled while it ran reads
+        # cancelled at once, and its worker records the call it was making (a write, perhaps) and its end later.
+        ended = run_stopped(run)
         events = run_events_after(run_id=run.pk, after=self.last_seq, limit=200)
         for event in events:
             self.last_seq = event.seq
             if event.kind in TOOL_EVENTS:
-                call = event.data
+                call = readable_call(event.data)
                 progress = {
                     "state": "TASK_STATE_WORKING",
                     "timestamp": _iso(event.created_at),  # when this call ended, not when the run did
@@ -906,7 +926,7 @@ class TaskFeed:
                 chunks.append(self._status_update(run, {"state": state, "timestamp": _iso(event.created_at)}))
         if len(events) == 200:
             return chunks, "wait"
-        if run.status in STOPPED:
+        if ended:
             if run.status == Run.Status.SUCCEEDED:
                 chunks.append(
                     self._event(
@@ -928,6 +948,37 @@ class TaskFeed:
             self.last_sent = time.monotonic()
             chunks.append(": keep-alive\n\n")
         return chunks, "wait"
+
+
+def run_stopped(run: Run) -> bool:
+    """Whether ``run`` (as just read) has stopped, its events all written: finished or asking for input, and, where
+    it was cancelled while it ran, its worker's end recorded (``run_end_recorded``: the call it was making, which
+    may have written something, comes first; bounded by the worker's hard time limit)."""
+    if run.status not in STOPPED:
+        return False
+    return run.status != Run.Status.CANCELLED or run_end_recorded(run_id=run.pk)
+
+
+# The members of a tool call's event a calling agent's model reads as text: a value, a tool's error text, a message.
+READABLE_CALL_KEYS = ("value", "tool_error_text", "message")
+
+
+def readable_value(value: Any) -> Any:
+    """``value`` with each string in it (keys too, at any depth) as ``readable_text`` writes it: a character that
+    does not show itself (a tag character, a zero-width space) written out, as the answer writes it."""
+    if isinstance(value, str):
+        return readable_text(value)
+    if isinstance(value, dict):
+        return {readable_value(k) if isinstance(k, str) else k: readable_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [readable_value(v) for v in value]
+    return value
+
+
+def readable_call(call: dict[str, Any]) -> dict[str, Any]:
+    """A tool call's run event as an A2A message carries it to the caller (an agent whose model reads it): its value,
+    error text and message ``readable_value``; the run's events and the audit keep them as they came."""
+    return {key: readable_value(item) if key in READABLE_CALL_KEYS else item for key, item in call.items()}
 
 
 def last_seq_of(run: Run) -> int:
@@ -1316,7 +1367,7 @@ class TaskWait:
                 if loss is not None:
                     return [closing_event(self.rpc_id, loss)], "done"
                 run = Run.objects.select_related("agent").get(pk=self.run_id)
-                if run.status in STOPPED or time.monotonic() >= self.deadline:
+                if run_stopped(run) or time.monotonic() >= self.deadline:
                     loss = self._loss_before_answer()
                     if loss is not None:
                         return [closing_event(self.rpc_id, loss)], "done"

@@ -50,7 +50,7 @@ from rest_framework import exceptions
 from rest_framework.fields import DateTimeField
 
 from agent_platform.errors import ApplicationError
-from agents.api.a2a_server import description_secrets, prompt_summary
+from agents.api.a2a_server import description_secrets, prompt_summary, run_stopped
 from agents.api.config import api_setting
 from agents.api.protocol_http import (
     KeyRecheck,
@@ -78,10 +78,12 @@ from agents.api.throttling import api_key_rate_check, stream_slot_release
 from agents.approvals import approvals_waiting
 from agents.config_cache import described_configuration
 from agents.conversations import CONTEXT_ID_MAX_CHARS, context_id_problem, context_without_null_id
+from agents.error_texts import error_message_text
 from agents.models import Agent, AgentVersion, ApiKey, Run
 from agents.selectors import agent_list_for_key, run_events_after, run_tool_calls
 from agents.services import run_cancel, run_create, secrets_readable_or_refused
 from audit.change_guard import config_generation
+from audit.visible import visible_text
 
 logger = logging.getLogger(__name__)
 
@@ -206,7 +208,8 @@ def call_result(run: Run) -> dict[str, Any]:
             _("%(tool)s %(args)s (decide with POST /api/v1/runs/%(run_id)s/approvals/%(approval_id)s)")
             % {
                 "tool": p["tool"],
-                "args": json.dumps(p["args"], ensure_ascii=False),
+                # As the admin shows them to an approver: a character that hides itself written out.
+                "args": visible_text(json.dumps(p["args"], ensure_ascii=False)),
                 "run_id": run.id,
                 "approval_id": p["approval_id"],
             }
@@ -214,7 +217,7 @@ def call_result(run: Run) -> dict[str, Any]:
         )
         text = f"{label}: {calls}"
     elif error:
-        text = f"{label}: {error['code']}: {error['message']}"
+        text = f"{label}: {error['code']}: {error_message_text(run.error_code, run.error_message)}"
     else:
         text = _("status: %(status)s") % {"status": label}
     structured = {
@@ -315,17 +318,34 @@ def tool_call_run_cancel(*, api_key: ApiKey, run_id: Any, why: str) -> None:
     if run is None or run.is_finished or not key_may_read_run(api_key=api_key, run_id=run.pk):
         return
     with contextlib.suppress(ApplicationError):  # it finished in between
-        run_cancel(run=run, actor=f"api_key:{api_key.prefix} ({why})", source="api")
+        run_cancel(run=run, actor=call_cancel_actor(api_key, why), source="api")
+
+
+def call_cancel_actor(api_key: ApiKey, why: str) -> str:
+    """Who cancelled a call's run, as its ``run.cancel`` audit event and its error message name it: the key, and why
+    (``cancelled``: the client's ``notifications/cancelled``; ``client gone``)."""
+    return f"api_key:{api_key.prefix} ({why})"
 
 
 class CallFeed:
     """A ``tools/call`` on an event stream: progress notifications while the run goes, then the result."""
 
-    def __init__(self, *, run: Run, rpc_id: Any, progress_token: Any, recheck: KeyRecheck | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        run: Run,
+        rpc_id: Any,
+        progress_token: Any,
+        recheck: KeyRecheck | None = None,
+        cancel_notice_actor: str | None = None,
+    ) -> None:
         """``recheck`` asks again whether the key is live and may still read the run (and renews the call's
         stream slot); once it is not, the call ends with an ``isError`` result saying why (nothing of the run),
-        the run left to go on."""
+        the run left to go on. ``cancel_notice_actor``: who a ``notifications/cancelled`` for this call cancels its
+        run as (``call_cancel_actor``); a run cancelled so ends the stream with no answer (MCP: a receiver of the
+        notification should not answer the request)."""
         self.run_id = run.pk
+        self.cancelled_by_notice = f"cancelled by {cancel_notice_actor}" if cancel_notice_actor else None
         self.rpc_id = rpc_id
         self.recheck = recheck
         self.language = translation.get_language()  # the caller's (the stream outlives the request's translation)
@@ -360,6 +380,9 @@ class CallFeed:
 
     def _poll(self) -> tuple[list[str], PollState]:
         run = Run.objects.select_related("agent").get(pk=self.run_id)
+        if run.status == Run.Status.CANCELLED and run.error_message == self.cancelled_by_notice:
+            return [], "done"  # the client cancelled this request: it is not answered
+        ended = run_stopped(run)  # before the events: a run cancelled while it ran records its call, then its end
         chunks: list[str] = []
         for event in run_events_after(run_id=run.pk, after=self.last_seq, limit=200):
             self.last_seq = event.seq
@@ -369,7 +392,7 @@ class CallFeed:
                 chunks.append(self._progress(status_progress_text(run, str(event.data.get("status") or ""))))
             elif event.kind in TOOL_EVENTS:
                 chunks.append(self._progress(tool_progress_text(run, event.data)))
-        if run.status in STOPPED or time.monotonic() >= self.deadline:
+        if ended or time.monotonic() >= self.deadline:
             chunks.append(self._message({"jsonrpc": "2.0", "id": self.rpc_id, "result": call_result(run)}))
             return chunks, "done"
         if not chunks and time.monotonic() - self.last_sent >= self.keepalive_s:
@@ -551,7 +574,14 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
         logger.exception("MCP tools/call failed")
         return json_response(_rpc_error(rpc_id, -32603, _("Internal error.")))
     left = functools.partial(abandon, run)  # the client going away from here on cancels this run
-    feed = CallFeed(run=run, rpc_id=rpc_id, progress_token=token, recheck=KeyRecheck(api_key, slot, run_id=run.pk))
+    feed = CallFeed(
+        run=run,
+        rpc_id=rpc_id,
+        progress_token=token,
+        recheck=KeyRecheck(api_key, slot, run_id=run.pk),
+        # On an event stream only: a JSON body, begun with its 200, must end with one JSON-RPC message.
+        cancel_notice_actor=call_cancel_actor(api_key, "cancelled") if streaming else None,
+    )
     poll = _answered_whatever_happens(feed.poll, rpc_id, run.pk)
     if not streaming:
         # A client that takes no event stream gets the JSON answer, sent as the body of a response that starts at
