@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import re
+import time
 import unicodedata
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -119,10 +120,21 @@ class RegexTooSlow(Exception):
 
 
 def regex_search(pattern: str, text: str) -> regex.Match[str] | None:
-    """Search ``text`` (composed) with a rule's ``pattern``, for at most ``REGEX_TIMEOUT_S``. Raises RegexTooSlow
-    past it."""
+    """Search ``text`` with a rule's ``pattern``: composed (``nfc``) as written first, then, where it reads
+    otherwise, compatibility-composed (NFKC), as keywords read it: ``Ａ-１００４`` typed in a Korean input method's
+    full-width mode meets ``A-\\d{4}`` (a pattern written for a full-width character still meets it as typed). Both
+    searches together take at most ``REGEX_TIMEOUT_S``. Raises RegexTooSlow past it."""
+    composed = nfc(text)
+    deadline = time.monotonic() + REGEX_TIMEOUT_S
     try:
-        return _compiled(pattern).search(nfc(text), timeout=REGEX_TIMEOUT_S)
+        for searched in dict.fromkeys((composed, unicodedata.normalize("NFKC", composed))):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            found = _compiled(pattern).search(searched, timeout=left)
+            if found is not None:
+                return found
+        return None
     except TimeoutError:
         logger.warning("a rule's regex %r gave up on a query of %d characters", pattern[:200], len(text))
         raise RegexTooSlow from None
@@ -138,7 +150,9 @@ def match_conditions(
 ) -> tuple[bool, str, dict[str, str]]:
     """Evaluate every condition of ``when`` (all must hold). Returns (matched, reason, regex named groups). Text is
     compared composed (``nfc``) on both sides: a keyword typed on one keyboard meets a query typed on another;
-    keywords are looked for as :func:`keyword_text` reads both sides (full-width letters, no-break spaces)."""
+    keywords are looked for as :func:`keyword_text` reads both sides (full-width letters, no-break spaces), and a
+    regex, a context or a data value that does not meet as composed is tried compatibility-composed (NFKC), so
+    text typed in a full-width input mode meets a rule written half-width, in the rule tester as in a run."""
     searched = keyword_text(query)
     all_keywords = [nfc(str(k)) for k in when.get("all_keywords") or []]
     missing = [k for k in all_keywords if not _keyword_found(k, searched)]
@@ -157,25 +171,46 @@ def match_conditions(
         if found is None:
             return False, "regex did not match", {}
         # Compatibility-composed, as keywords are read: "A-１００４" typed in full-width mode matches ``A-\d{4}`` and
-        # is sent as the A-1004 the tool knows (it was sent as typed, and not found).
+        # is sent as the A-1004 the tool knows (it was sent as typed, and not found); so is a group found in the
+        # query as written (a pattern that names a full-width character).
         groups = {nfc(k): unicodedata.normalize("NFKC", v) for k, v in found.groupdict().items() if v is not None}
     # The input is stored composed (``run_input_guarded``): only the values compared are composed again here.
     # Values are compared by kind too (``same_value``): a condition's true is not a 1 (seed 004's trap).
     for key, expected in (when.get("context") or {}).items():
         found = lookup_context(context, nfc(str(key)))
         value = nfc_value(None if found is _MISSING else found)  # absent reads as null, as it always has
-        if not condition_value_matches(value, nfc_value(expected)):
+        if not _condition_text_matches(value, nfc_value(expected)):
             return False, f"context.{key} is not {expected!r}", groups
     for path, expected in (when.get("data") or {}).items():
         value = lookup_data(a2a_data, nfc(str(path)))
         if value is _MISSING:
             return False, f"data.{path} absent", groups
-        if expected != "*" and not condition_value_matches(nfc_value(value), nfc_value(expected)):
+        if expected != "*" and not _condition_text_matches(nfc_value(value), nfc_value(expected)):
             return False, f"data.{path} is not {expected!r}", groups
     tool = when.get("tool_available")
     if tool and tool not in available_tools:
         return False, f"tool {tool} not available", groups
     return True, "matched", groups
+
+
+def _condition_text_matches(found: Any, expected: Any) -> bool:
+    """``condition_value_matches`` on the composed values, else on their compatibility-composed (NFKC) texts, as
+    keywords and regexes read the query: a context's ``ＶＩＰ`` or ``１２３４`` typed in full-width mode meets a
+    condition's ``VIP`` or ``1234``."""
+    return condition_value_matches(found, expected) or condition_value_matches(
+        _nfkc_value(found), _nfkc_value(expected)
+    )
+
+
+def _nfkc_value(value: Any) -> Any:
+    """Every string of a JSON value (keys too) compatibility-composed (NFKC)."""
+    if isinstance(value, str):
+        return unicodedata.normalize("NFKC", value)
+    if isinstance(value, dict):
+        return {_nfkc_value(k) if isinstance(k, str) else k: _nfkc_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nfkc_value(v) for v in value]
+    return value
 
 
 _HANGUL_SPACE = re.compile(r"(?<=[가-힣]) (?=[가-힣])")
@@ -216,8 +251,9 @@ def keyword_text(text: str) -> str:
     """``text`` as a keyword condition reads it, the keyword and the query alike: compatibility-composed (NFKC:
     full-width ``ＶＰＮ`` is ``VPN``, a no-break or ideographic space is a space), case-folded, and each run of
     whitespace one space. A query pasted from a web page or typed with a full-width input method says the same
-    words as the keyword written in the rule. A rule's regex reads the query only composed (``nfc``): its
-    author may mean a full-width character or a no-break space, and says so in the pattern."""
+    words as the keyword written in the rule. A rule's regex reads the query composed (``nfc``) and, where that
+    finds nothing, compatibility-composed (``regex_search``), never case-folded: its author says in the pattern
+    whether case matters."""
     # Normalised again after the case fold, which can undo a composition (``ǰ`` folds to ``j`` and a combining caron).
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
     return _WHITESPACE_RUN.sub(" ", folded)

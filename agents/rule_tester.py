@@ -52,6 +52,21 @@ class RuleTrial:
     # A match on a write tool (its contract's risk, as a run applies it): a run waits there for a person's
     # approval before it calls the tool (``approval:pending``), and decides the rules after it once approved.
     waits_for_approval: bool = False
+    # The agent's runs have no model to read a failed call (the offline provider): where every call of the stage
+    # fails, the run fails (``deterministic:tool_failed``), as ``agents.engine.execute`` ends it.
+    no_model: bool = False
+
+    @property
+    def call_failure(self) -> str:
+        """Why a matched rule's call fails, as a run's result names it (``args:range:expression``), else "": through
+        the gate, the call's own error (a write waiting for its approval has not failed); in a dry run, the
+        contract's objection to the rendered parameters, on which the gate refuses the call before sending it."""
+        if not self.matched:
+            return ""
+        if self.result is not None:
+            error = str(self.result.get("error") or "")
+            return "" if self.result.get("ok") or error == "approval:pending" else error
+        return self.verdict.partition(": ")[0] if self.verdict not in ("", "ok") else ""
 
     @property
     def undecided(self) -> bool:
@@ -76,8 +91,7 @@ class RuleTrial:
     @property
     def error_text(self) -> str:
         """A failed call's reason in words with its code (``args:allowed:region``), as the audit pages name it."""
-        error = (self.result or {}).get("error") or ""
-        return f"{reason_label(error)} · {error}" if error and reason_label(error) != error else error
+        return reason_in_words((self.result or {}).get("error") or "")
 
     @property
     def value_json(self) -> str:
@@ -89,6 +103,12 @@ class RuleTrial:
     def result_json(self) -> str:
         """The call's result as JSON, indented: its value, and the gate's outcome (ok, error, attempts, latency)."""
         return "" if self.result is None else json.dumps(self.result, ensure_ascii=False, indent=2, default=str)
+
+
+def reason_in_words(code: str) -> str:
+    """A reason code in words with the code (``argument expression out of range · args:range:expression``), as the
+    audit pages name it; the code alone where no words are known."""
+    return f"{reason_label(code)} · {code}" if code and reason_label(code) != code else code
 
 
 def _json_field(label: StrOrPromise, help_text: StrOrPromise = "") -> forms.CharField:
@@ -315,28 +335,34 @@ def trials_summary(trials: list[RuleTrial]) -> str:
     if last is not None and (last.failed or (not last.matched and last.reason.startswith(("deterministic:", "mcp:")))):
         # A failure the stage ends at (seed 000's errors): the trial list ends with it, as the run would.
         return str(_("A run would fail at rule %(rule)s (%(reason)s).") % {"rule": last.name, "reason": last.reason})
-    called = [f"{t.mcp_id}.{t.tool}" for t in trials if t.matched]
-    writes = [f"{t.mcp_id}.{t.tool}" for t in trials if t.matched and t.waits_for_approval]
+    matched = [t for t in trials if t.matched]
+    # A call its contract refuses is not sent (nor asked a person about: the gate checks the arguments first).
+    failing = [t for t in matched if t.call_failure]
+    called = [f"{t.mcp_id}.{t.tool}" for t in matched if not t.call_failure]
+    writes = [f"{t.mcp_id}.{t.tool}" for t in matched if t.waits_for_approval and not t.call_failure]
     undecided = {
         "rules": ", ".join(t.name for t in trials if t.undecided),
         "option": RuleTesterForm.base_fields["execute"].label,
     }
-    if called:
+    if matched:
         # A write is not called at once: the run parks on it (``approval:pending``) until a person decides.
-        text = (
-            gettext(
+        if not called:
+            text = gettext("%(matched)d of %(rules)d rules matched.")
+        elif writes:
+            text = gettext(
                 "%(matched)d of %(rules)d rules matched: a run calls %(tools)s before the model, but waits for a "
                 "person to approve each write first (%(writes)s): it parks there until the approval is decided."
             )
-            if writes
-            else gettext("%(matched)d of %(rules)d rules matched: a run calls %(tools)s before the model.")
-        )
+        else:
+            text = gettext("%(matched)d of %(rules)d rules matched: a run calls %(tools)s before the model.")
         summary = text % {
-            "matched": len(called),
+            "matched": len(matched),
             "rules": len(trials),
             "tools": ", ".join(called),
             "writes": ", ".join(writes),
         }
+        if failing:
+            summary += " " + _failures_told(failing, others_called=bool(called), undecided=bool(undecided["rules"]))
         if undecided["rules"]:
             summary += (
                 " "
@@ -358,6 +384,43 @@ def trials_summary(trials: list[RuleTrial]) -> str:
     return str(
         _("No rule matched: a run goes to the model (or the agent's no-match answer) with no tool called first.")
     )
+
+
+def _failures_told(failing: list[RuleTrial], *, others_called: bool, undecided: bool) -> str:
+    """The matched calls that fail, each with its reason in words, and what a run then does, as
+    ``agents.engine.execute`` does it: with other calls that succeed, it goes on (the model, or the offline
+    provider's answer, reads the failures beside their results); where every call fails, a run with no model to
+    read the failures fails ``deterministic:tool_failed``, and a model answers without their results. Where rules
+    were not decided (they may call more), the run's end is left to them."""
+    told = []
+    for trial in failing:
+        code = trial.call_failure
+        values = {"tool": f"{trial.mcp_id}.{trial.tool}", "reason": reason_in_words(code)}
+        if code.startswith("args:"):  # the gate's refusal before anything is sent
+            told.append(
+                gettext("Its contract refuses the call of %(tool)s (%(reason)s): a run does not send it.") % values
+            )
+        else:
+            told.append(gettext("The call of %(tool)s fails (%(reason)s).") % values)
+    no_model = failing[0].no_model
+    if others_called:
+        told.append(
+            gettext("A run goes on with the other calls: its answer says which tools could not answer.")
+            if no_model
+            else gettext("A run goes on with the other calls: the model reads these failures with their results.")
+        )
+    elif not undecided:
+        code = "deterministic:tool_failed"
+        told.append(
+            gettext(
+                "Every call a run would make fails and no model reads the failures: the run fails with %(code)s "
+                "(%(reason)s)."
+            )
+            % {"code": code, "reason": reason_label(code)}
+            if no_model
+            else gettext("Every call a run would make fails: the model reads the failures and answers without them.")
+        )
+    return " ".join(told)
 
 
 def tested_label(agent: Agent, version: AgentVersion | None) -> str:
@@ -430,6 +493,7 @@ def rules_trial(
         rule = step.rule
         trial = RuleTrial(position, rule.name, "code" if rule.code else "admin", step.mcp_id, step.tool, False, "")
         trial.verdict, trial.notes = step.verdict, list(step.notes)
+        trial.no_model = provider == "offline"  # as a run decides whether it fails where every call failed
         if step.failure is not None:
             # Also where the rule matched first (its tool is gone): the run fails here, it calls nothing more.
             trial.reason, trial.failed = f"{step.failure.code}: {step.failure.message}", True

@@ -219,7 +219,7 @@ def test_a_keyword_meets_the_query_across_spaces_and_widths(keyword: str, query:
         )
 
 
-def test_a_keyword_still_misses_what_the_query_does_not_say_and_a_regex_reads_the_query_as_written() -> None:
+def test_a_keyword_still_misses_what_the_query_does_not_say_and_a_regex_meets_full_width_text() -> None:
     def matched(when: dict[str, Any], query: str) -> bool:
         return match_conditions(when, query=query, context={}, a2a_data=None, available_tools=set())[0]
 
@@ -229,7 +229,9 @@ def test_a_keyword_still_misses_what_the_query_does_not_say_and_a_regex_reads_th
         {"all_keywords": ["몇명"]}, "몇 명인가요?"
     )
     assert not matched({"all_keywords": ["VPN"]}, "V P N")
-    assert not matched({"regex": "VPN"}, "ＶＰＮ 접속")  # a regex's author says what width they mean
+    # A query typed in full-width mode meets a regex as a keyword does (since 2026-12-07: "Ａ-１００４" met no
+    # `A-\d{4}` rule while "ＶＰＮ" met the keyword "VPN"): tried as typed, then compatibility-composed (NFKC).
+    assert matched({"regex": "VPN"}, "ＶＰＮ 접속")
     assert matched({"regex": "ＶＰＮ"}, "ＶＰＮ 접속")
     # A keyword's own spaces around it stay (one each): " VPN " is a word of its own.
     assert matched({"all_keywords": [" VPN "]}, "사내\u00a0ＶＰＮ\u3000접속")
