@@ -504,6 +504,10 @@ def _encoded_forms(secret: str) -> set[str]:
         forms |= {html_form.replace("/", entity) for entity in ("&#x2F;", "&#x2f;", "&#47;")}
     if len(secret) >= MIN_ENCODED_SECRET_LENGTH:
         forms |= _hex_base32_forms(raw) | {secret[::-1], secret.upper(), secret.lower()}
+        # Every byte percent-encoded, letters too (``%72%76%54…``: what ``quote`` leaves readable, a tool echoing
+        # the secret disguised may encode): upper- and lower-case hex.
+        every_byte = "".join(f"%{byte:02X}" for byte in raw)
+        forms |= {every_byte, every_byte.lower()}
     return {form for form in forms if len(form) >= MIN_SECRET_LENGTH}
 
 
