@@ -15,6 +15,7 @@ class AgentsConfig(AppConfig):
             tasks,  # noqa: F401 - registers the Celery tasks, so agents.dispatch publishes them by name in any process
         )
         from agents.config_cache import agents_model_secrets
+        from agents.rule_dependents import rules_left_failing_for_registry
         from agents.selectors import (
             agents_tool_name_problems,
             rules_refused_by_tool_contract,
@@ -27,6 +28,7 @@ class AgentsConfig(AppConfig):
             secrets_elsewhere,
             tool_names_check,
             tool_names_taken,
+            tool_rules_check,
         )
 
         # A contract edit publishes the agents that publish on save (mcpregistry cannot import agents).
@@ -40,5 +42,7 @@ class AgentsConfig(AppConfig):
         tool_names_taken.connect(tool_names_taken_by_agents, dispatch_uid="agents.tool_names_taken")
         # A contract's save names the stored rules it leaves refused (the rule editor refuses them).
         contract_rules_check.connect(rules_refused_by_tool_contract, dispatch_uid="agents.rules_refused_by_contract")
+        # A tool or server switched off, or its deletion's confirmation, names the rules left failing their runs.
+        tool_rules_check.connect(rules_left_failing_for_registry, dispatch_uid="agents.rules_left_failing")
         # Discovery masks the agents' model keys as runs do (mcpregistry cannot read agents).
         secrets_elsewhere.connect(agents_model_secrets, dispatch_uid="agents.model_secrets")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from django import forms
@@ -14,6 +15,7 @@ from django.contrib.admin.options import IS_POPUP_VAR
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
@@ -54,7 +56,7 @@ from mcpregistry.services import (
     tool_contract_update,
     tool_enable_refused,
 )
-from mcpregistry.signals import rules_refused_by_contract
+from mcpregistry.signals import rules_left_failing, rules_refused_by_contract
 
 # A whole value ``${VAR}`` on a secret line: read VAR from the worker's environment (``{"from_env": "VAR"}``).
 FROM_ENV_LINE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
@@ -340,6 +342,37 @@ class McpServerForm(forms.ModelForm):
         super()._update_errors(errors)
 
 
+class RulesLeftMixin:
+    """A tool's or server's deletion, confirmed on its own page or by the list's bulk action, names above Django's
+    confirmation the enabled rules it leaves failing (``rules_left``, as ``tool_rules_check`` answers): a rule is
+    not deleted with what it calls, and without a word its runs failed (``deterministic:tool_unknown``) while the
+    rule still read enabled. The pages are this app's ``admin/mcpregistry/delete_confirmation.html`` and
+    ``delete_selected_confirmation.html``, which Django's admin looks up for each model of the app by itself."""
+
+    def rules_left(self, objs: Iterable[Any]) -> list[str]:
+        """The texts naming the enabled rules that deleting ``objs`` leaves failing."""
+        raise NotImplementedError
+
+    def render_delete_form(self, request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
+        context["rules_left"] = self.rules_left([context["object"]])
+        return super().render_delete_form(request, context)  # type: ignore[misc, no-any-return]
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions: dict[str, Any] = super().get_actions(request)  # type: ignore[misc]
+        if "delete_selected" not in actions:  # not offered to this reader
+            return actions
+        delete, name, description = actions["delete_selected"]
+
+        def delete_naming_rules(modeladmin: Any, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
+            response = delete(modeladmin, request, queryset)
+            if isinstance(response, TemplateResponse) and response.context_data is not None:  # the confirmation
+                response.context_data["rules_left"] = self.rules_left(queryset)
+            return response
+
+        actions["delete_selected"] = (delete_naming_rules, name, description)
+        return actions
+
+
 # The server page lists its tools read-only, as links (a tool is enabled, reviewed and given its contract on its own
 # page): a form field per tool made a server of a few hundred tools unsavable (Django's limit on a request's fields,
 # DATA_UPLOAD_MAX_NUMBER_FIELDS, answered 400). Past this many, the rest are in the filtered tool list.
@@ -396,7 +429,7 @@ def server_tools_table(server: McpServer) -> str:
 
 
 @admin.register(McpServer)
-class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
+class McpServerAdmin(RulesLeftMixin, ServiceAdminMixin, admin.ModelAdmin):
     form = McpServerForm
     list_display = [
         "mcp_id",
@@ -488,6 +521,17 @@ class McpServerAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
     def service_delete(self, *, obj: McpServer, actor: Any) -> None:
         mcp_server_delete(server=obj, actor=actor, via=ADMIN_VIA)
+
+    def response_change(self, request: HttpRequest, obj: McpServer) -> HttpResponse:
+        """Below the save's own message: the enabled rules the server, disabled, leaves failing their runs
+        (``tool_rules_check``), each linked to its page."""
+        response = super().response_change(request, obj)
+        for text in rules_left_failing(server_id=obj.pk):
+            self.message_user(request, text, messages.WARNING)
+        return response
+
+    def rules_left(self, objs: Iterable[McpServer]) -> list[str]:
+        return [text for server in objs for text in rules_left_failing(server_id=server.pk, deleting=True)]
 
     @admin.display(description=_("server info"))
     def server_info_pretty(self, obj: McpServer) -> str:
@@ -753,7 +797,7 @@ class McpToolForm(forms.ModelForm):
 
 
 @admin.register(McpTool)
-class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
+class McpToolAdmin(RulesLeftMixin, ServiceAdminMixin, admin.ModelAdmin):
     form = McpToolForm
     list_display = ["name", "server", "enabled", "available", "review_state", "risk", "discovered_at"]
     list_select_related = ["server", "contract"]  # the server's id and the contract's risk, in every row
@@ -800,11 +844,24 @@ class McpToolAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
     def response_change(self, request: HttpRequest, obj: McpTool) -> HttpResponse:
         """Below the save's own message: the stored rules its contract now refuses (``contract_rules_check``),
-        each a rule whose every call is refused until it is mended or the contract loosened."""
+        each a rule whose every call is refused until it is mended or the contract loosened; and the enabled rules
+        that call it while runs cannot (it or its server disabled: ``tool_rules_check``), each linked to its page."""
         response = super().response_change(request, obj)
         for text in rules_refused_by_contract(tool=obj):
             self.message_user(request, text, messages.WARNING)
+        for text in rules_left_failing(server_id=obj.server_id, tool_names=[obj.name]):
+            self.message_user(request, text, messages.WARNING)
         return response
+
+    def rules_left(self, objs: Iterable[McpTool]) -> list[str]:
+        by_server: dict[Any, list[str]] = {}
+        for tool in objs:
+            by_server.setdefault(tool.server_id, []).append(tool.name)
+        return [
+            text
+            for server_id, names in by_server.items()
+            for text in rules_left_failing(server_id=server_id, tool_names=names, deleting=True)
+        ]
 
     def service_delete(self, *, obj: McpTool, actor: Any) -> None:
         mcp_tool_delete(tool=obj, actor=actor, via=ADMIN_VIA)

@@ -97,6 +97,24 @@ def rules_refused_by_contract(*, tool: Any) -> list[str]:
     return _answers(contract_rules_check, tool=tool)
 
 
+# ``tool_rules_check`` asks which stored rules would fail the runs they decide for want of a tool: keyword arguments
+# ``server_id`` (the ``McpServer``), ``tool_names`` (those of its tools; None: the server itself) and ``deleting``
+# (True: they are about to be deleted; False: as stored now). ``agents`` answers with its enabled rules that call
+# such a tool (a code rule: that name the server) while it is disabled, deleted or its server disabled, each a text
+# (safe HTML) naming the rule with a link to it, its agent and the reason its runs fail
+# (``deterministic:tool_unknown``, ``mcp:not_loaded:<id>``). Switching a tool or a server off, or deleting it, is not
+# refused for them (the rules stay, as they are); the pages that do it name them.
+tool_rules_check = Signal()
+
+
+def rules_left_failing(*, server_id: Any, tool_names: Iterable[str] | None = None, deleting: bool = False) -> list[str]:
+    """The stored rules that fail their runs where the server ``server_id``'s tools ``tool_names`` (None: the
+    server itself) are off now, or once deleted, one text each (safe HTML), as the receivers of
+    ``tool_rules_check`` say."""
+    names = None if tool_names is None else sorted(set(tool_names))
+    return _answers(tool_rules_check, server_id=server_id, tool_names=names, deleting=deleting)
+
+
 # ``secrets_elsewhere`` asks the apps built on the registry for the secrets they keep that a server's listing or
 # error may repeat (``agents``: the agents' model keys), for discovery and health checks to mask as runs do
 # (``mcpregistry.services.discovery_secrets``). No arguments; each answer is a list of values.
