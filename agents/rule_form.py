@@ -41,18 +41,58 @@ from mcpregistry.list_fields import (
 from mcpregistry.models import McpServer, McpTool
 
 
-def key_value_pairs(text: str, where: str) -> dict[str, Any]:
+def key_value_pairs(text: str, where: str, *, syntax: str | None = None) -> dict[str, Any]:
     """``KEY=value`` lines (blank lines skipped), each value typed as the rule editor types it (``3`` a number,
     ``true`` a boolean), read as every line editor reads them (``list_fields.key_value_lines``); a line without
-    ``=`` or a key given twice is refused, naming ``where`` and the line."""
+    ``=`` or a key given twice is refused, naming ``where`` and the line. ``syntax``, where given, is what a line
+    without ``=`` is told to be written as (the rule editor's context takes ``KEY=value``, its data
+    ``PATH=value``, both a JSON object too)."""
+    lines = text.splitlines()
+    for number, line in enumerate(lines, start=1):
+        key, sep, _value = line.strip().partition("=")
+        if syntax is not None and line.strip() and (not sep or not key.strip()):
+            raise ValidationError(f"{where}, {syntax % {'n': number}}", code="invalid")
     try:
-        return key_value_lines(text.splitlines())
+        return key_value_lines(lines)
     except ValueError as exc:
         raise ValidationError(_("%(where)s, %(problem)s.") % {"where": where, "problem": exc}, code="invalid") from None
 
 
 # The parts of ``when`` the editor has a field for, in the order of the page.
 WHEN_PARTS = ("all_keywords", "any_keywords", "regex", "context", "data", "tool_available")
+
+# Each part as its errors name it: the start of its label on the page (``rule_when.html``), not its JSON key.
+WHEN_LABELS = {
+    "all_keywords": _("all of these keywords"),
+    "any_keywords": _("any of these keywords"),
+    "regex": _("regex"),
+    "context": _("context equals"),
+    "data": _("A2A data"),
+    "tool_available": _("only when this tool is available"),
+}
+
+# How a context or data line is written, said of a line that is not (``%(n)d``: its number).
+MATCHER_SYNTAX = {
+    "context": _("line %(n)d: write KEY=value lines, or a JSON object."),
+    "data": _("line %(n)d: write PATH=value lines (PATH=* for present), or a JSON object."),
+}
+# Said of a context or data text that starts as a JSON object but is none.
+MATCHER_NO_OBJECT = {
+    "context": _("%(where)s: write KEY=value lines, or a JSON object."),
+    "data": _("%(where)s: write PATH=value lines, or a JSON object."),
+}
+
+
+def when_part_problem(problem: str) -> tuple[str | None, str]:
+    """The part of ``when`` a problem worded with its JSON key is about (``regex: …``, ``context.day: …``, as the
+    model's and import_config's checks word them), and the problem worded with that part's label; ``None`` and
+    the problem as it is for one about no part (``(root): …``)."""
+    for part in WHEN_PARTS:
+        for mark in (": ", "."):
+            if problem.startswith(part + mark):
+                rest = problem[len(part) + len(mark) :]
+                return part, f"{WHEN_LABELS[part]}: {rest}"
+    return None, problem
 
 
 def changed_texts_problems(value: Any, stored: Any) -> list[str]:
@@ -159,6 +199,8 @@ class WhenWidget(EditorWidget):
         self.server = ""
         # The stored conditions: a part whose field comes back as it was shown keeps its stored value.
         self.stored: dict[str, Any] = {}
+        # The parts with a problem (``DeterministicRuleForm.clean_when``): only their inputs are outlined.
+        self.invalid: set[str] = set()
 
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
@@ -179,6 +221,7 @@ class WhenWidget(EditorWidget):
                 "tool_available": texts["tool_available"],
                 "tool_groups": self.tool_groups(texts["tool_available"]),
                 "server_tools": json.dumps(self.server_tools, ensure_ascii=False),
+                "invalid": sorted(self.invalid),
             }
         )
         return context
@@ -389,6 +432,8 @@ class DeterministicRuleForm(forms.ModelForm):
         params_widget.arguments = (self.catalogue.get(server.mcp_id, {}) if server else {}).get(tool or "", {})
         # A field posted as it was shown keeps the stored value it showed: saving a rule unchanged saves it as it is.
         when_widget.stored = rule.when if rule.pk and isinstance(rule.when, dict) else {}
+        when_widget.invalid = set()  # the widget is a shallow copy of the class's: its own set per form
+        self.when_widget = when_widget
         params_widget.stored = rule.params if rule.pk and isinstance(rule.params, dict) else {}
         self.model_tools = agent_tool_names(servers)
         # Offered: the tools the agent's tool selection keeps (one outside its servers and tags is refused on save).
@@ -398,8 +443,14 @@ class DeterministicRuleForm(forms.ModelForm):
         if rule.force_first_tool and rule.force_first_tool not in dict(forced):
             forced.append((rule.force_first_tool, rule.force_first_tool))  # shown as stored, refused on save
         self.fields["force_first_tool"].choices = forced
-        if rule.pk:
-            self.initial["rule_json"] = json.dumps(rule_entry(rule), ensure_ascii=False, indent=2)
+        # The JSON view is posted back as the page showed it (``initial-rule_json``): a JSON view left as it was
+        # never overrides the fields' edits (it was compared with the rule as stored when the post came, so a page
+        # loaded before another save wrote its old JSON over both), and a page loaded before another save of the
+        # rule is refused rather than saved over it (``_changed_elsewhere``).
+        self.fields["rule_json"].show_hidden_initial = True
+        self.stored_entry = rule_entry(rule) if rule.pk else None
+        if self.stored_entry is not None:
+            self.initial["rule_json"] = json.dumps(self.stored_entry, ensure_ascii=False, indent=2)
 
     def _chosen(self, model: type[Any], field: str) -> Any:
         if not self.is_bound:
@@ -409,43 +460,52 @@ class DeterministicRuleForm(forms.ModelForm):
 
     def clean_when(self) -> Any:
         """Keywords or a context or data matcher the editor could not read come back as their text: the error
-        names the part (and, for KEY=value lines, the line). Every part's problem is said at once, a regular
-        expression's too (the model's check of it does not run once this field has an error): one at a time, an
-        admin fixed the context, saved, and only then learned the data and the pattern were wrong as well."""
+        names the part by its label on the page (and, for KEY=value or PATH=value lines, the line), and only that
+        part's input is outlined. Every part's problem is said at once, a regular expression's too (the model's
+        check of it does not run once this field has an error): one at a time, an admin fixed the context, saved,
+        and only then learned the data and the pattern were wrong as well."""
         when = self.cleaned_data.get("when")
-        problems: list[ValidationError] = []
+        problems: list[str] = []
         if isinstance(when, dict):
             for key in ("all_keywords", "any_keywords"):
                 if isinstance(when.get(key), str):
+                    self.when_widget.invalid.add(key)
                     problems.append(
-                        ValidationError(
-                            _("%(where)s: write the words separated by commas, or a JSON list of texts.")
-                            % {"where": key},
-                            code="invalid",
-                        )
+                        _("%(where)s: write the words separated by commas, or a JSON list of texts.")
+                        % {"where": WHEN_LABELS[key]}
                     )
             for key in ("context", "data"):
                 if isinstance(when.get(key), str):
+                    self.when_widget.invalid.add(key)
                     if when[key].strip().startswith("{"):
-                        problems.append(
-                            ValidationError(
-                                _("%(where)s: write KEY=value lines, or a JSON object.") % {"where": key},
-                                code="invalid",
-                            )
-                        )
+                        problems.append(MATCHER_NO_OBJECT[key] % {"where": WHEN_LABELS[key]})
                         continue
                     try:
-                        key_value_pairs(when[key], key)  # raises, naming the line
+                        key_value_pairs(when[key], str(WHEN_LABELS[key]), syntax=str(MATCHER_SYNTAX[key]))
                     except ValidationError as exc:
-                        problems.append(exc)
+                        problems += exc.messages
             if problems:
-                problems += [ValidationError(problem, code="invalid") for problem in _regex_problems(when)]
-        if problems:
-            raise ValidationError(problems)
+                problems += _regex_problems(when)
         stored = self.instance.when if self.instance.pk else {}
+        if problems:
+            raise ValidationError([self._when_problem(problem) for problem in problems], code="invalid")
         if texts := changed_texts_problems(when, stored):
-            raise ValidationError(texts, code="control_characters")
+            raise ValidationError([self._when_problem(text) for text in texts], code="control_characters")
         return when
+
+    def _when_problem(self, problem: str) -> str:
+        """``problem`` worded with the label of the part of ``when`` it is about, that part's input outlined."""
+        part, worded = when_part_problem(str(problem))
+        if part is not None:
+            self.when_widget.invalid.add(part)
+        return worded
+
+    def _update_errors(self, errors: ValidationError) -> None:
+        # The model's checks of the conditions word a part by its JSON key (``regex: …``): here, by its label.
+        if hasattr(errors, "error_dict") and "when" in errors.error_dict:
+            when = [self._when_problem(problem) for problem in ValidationError(errors.error_dict["when"]).messages]
+            errors = ValidationError({**errors.error_dict, "when": when})
+        super()._update_errors(errors)
 
     def clean_params(self) -> Any:
         """A parameter's text with a NUL or another control character (not tab or a line break) is refused, naming
@@ -458,9 +518,23 @@ class DeterministicRuleForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
+        if changed := self._changed_elsewhere():
+            self.add_error(
+                None,
+                _(
+                    "This rule was saved elsewhere after this page was loaded (changed: %(settings)s); nothing was "
+                    "saved here. Reload the page to see the rule as it is now, then make your change again."
+                )
+                % {"settings": ", ".join(changed)},
+            )
+            return cleaned
         raw = (self.data.get(self.add_prefix("rule_json")) or "").strip()
-        if raw and _json(raw) != _json(self.initial.get("rule_json") or ""):
+        if raw and _json(raw) != _json(self._shown_json()):
             self._apply_document(raw, cleaned)
+            # The document gives every setting: what the fields said of them (an empty name "required") is moot.
+            for name in DOCUMENT_FIELDS.values():
+                self._errors.pop(name, None)
+            self.when_widget.invalid.clear()
         self._check_target(cleaned)
         if self.has_error("when"):
             # Its conditions unread: the model's checks of ``{match.X}`` read no regex (a false "the regex has no
@@ -480,6 +554,40 @@ class DeterministicRuleForm(forms.ModelForm):
             for problem in rule_forcing_problems(forced, tool_selection=agent.tool_selection, servers=servers):
                 self.add_error("force_first_tool", problem)
         return cleaned
+
+    def _shown_json(self) -> str:
+        """The JSON view as the page showed it, posted back beside it; for a post without it (a script), the
+        rule as stored."""
+        name = self["rule_json"].html_initial_name
+        if name in self.data:
+            return str(self.data.get(name) or "")
+        return str(self.initial.get("rule_json") or "")
+
+    def _changed_elsewhere(self) -> list[str]:
+        """The settings (by their labels; the conditions' parts too) in which the stored rule differs from the rule
+        as this page showed it: someone saved it after the page was loaded, and a save of this page would write the
+        page's old values over theirs. Empty for a new rule and for a post without what was shown (a script)."""
+        name = self["rule_json"].html_initial_name
+        if self.stored_entry is None or name not in self.data:
+            return []
+        shown = _json(str(self.data.get(name) or ""))
+        if not isinstance(shown, dict):
+            return []
+        changed = []
+        for key, field in DOCUMENT_FIELDS.items():
+            was, now = shown.get(key), self.stored_entry[key]
+            if _same_json(was, now):
+                continue
+            label = str(self.fields[field].label)
+            if key == "when" and isinstance(was, dict) and isinstance(now, dict):
+                parts = [
+                    str(WHEN_LABELS.get(part, part))
+                    for part in dict.fromkeys([*WHEN_PARTS, *was, *now])
+                    if not _same_json(was.get(part), now.get(part))
+                ]
+                label = f"{label} ({', '.join(parts)})"
+            changed.append(label)
+        return changed
 
     def _post_clean(self) -> None:
         refused_tool = self.has_error("tool_name")
@@ -541,6 +649,22 @@ class DeterministicRuleForm(forms.ModelForm):
             answer_template=spec.answer_template,
             force_first_tool=spec.force_first_tool,
         )
+
+
+# The rule JSON's keys (``configuration.rule_entry``) and the form's fields that hold them.
+DOCUMENT_FIELDS = {
+    "agent": "agent",
+    "name": "name",
+    "order": "order",
+    "enabled": "enabled",
+    "mcp_id": "server",
+    "tool": "tool_name",
+    "code": "code",
+    "when": "when",
+    "params": "params",
+    "answer_template": "answer_template",
+    "force_first_tool": "force_first_tool",
+}
 
 
 def _json(text: str) -> Any:

@@ -26,6 +26,7 @@ from django.utils.translation import gettext
 
 from agent_platform import urls as platform_urls
 from agents.models import Agent, DeterministicRule
+from agents.rule_form import WHEN_LABELS
 from mcpregistry.models import McpServer, McpTool, RequestCategory
 from mcpregistry.services import request_category_create
 from tests.agents.test_rule_form_roundtrip import agent, as_browser_posts, change_url, stored_rule  # noqa: F401
@@ -145,6 +146,9 @@ def test_a_rule_part_with_a_nul_is_refused_naming_it(
     response = rule_post(admin_client, rule, **{field: typed})
     assert response.status_code == 200
     part = field.split("__")[-1]
+    if refused == "when":  # a condition named by its label on the page (in Korean here), not its JSON key
+        with translation.override("ko"):
+            part = str(WHEN_LABELS[part])
     assert refusals(response) == f"{refused}: {part}: {NUL_REFUSED_KO}"
     rule.refresh_from_db()
     assert (rule.when, rule.params) == ({"any_keywords": ["방"]}, {"q": "x"})

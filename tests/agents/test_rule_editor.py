@@ -146,8 +146,11 @@ def test_a_matcher_line_without_an_equals_sign_is_refused_with_its_line_and_show
     )
     assert response.status_code == 200
     page = response.content.decode()
-    where = field.removeprefix("when__")
-    assert f"{where}, line 2: write KEY=value." in errors(page)
+    said = {
+        "when__context": "context equals, line 2: write KEY=value lines",
+        "when__data": "A2A data, line 2: write PATH=value lines",
+    }
+    assert said[field] in errors(page)  # the part by its label on the page, and how its lines are written
     assert "tier=3\nchatbotId premium</textarea>" in page  # what was typed, to correct
     assert not DeterministicRule.objects.exists()
 
@@ -161,9 +164,9 @@ def test_every_unreadable_part_of_when_and_a_bad_pattern_are_said_at_once(admin_
     )
     assert response.status_code == 200
     said = errors(response.content.decode())
-    assert "context, line 1: write KEY=value." in said
-    assert "data, line 1: write KEY=value." in said
-    assert "regex" in said.split("data, line 1")[1]
+    assert "context equals, line 1: write KEY=value lines, or a JSON object." in said
+    assert "A2A data, line 1: write PATH=value lines (PATH=* for present), or a JSON object." in said
+    assert "regex" in said.split("A2A data, line 1")[1]
     assert not DeterministicRule.objects.exists()
 
 
@@ -173,7 +176,8 @@ def test_a_matcher_key_given_twice_is_refused_not_silently_overwritten(
 ) -> None:
     response = admin_client.post("/admin/agents/deterministicrule/add/", rule_post(ledger, **{field: "tier=3\ntier=4"}))
     assert response.status_code == 200
-    assert f"{field.removeprefix('when__')}, line 2: tier is given twice." in errors(response.content.decode())
+    label = {"when__context": "context equals", "when__data": "A2A data"}[field]
+    assert f"{label}, line 2: tier is given twice." in errors(response.content.decode())
     assert not DeterministicRule.objects.exists()
 
 
@@ -195,7 +199,8 @@ def test_a_matcher_key_given_twice_is_refused_not_silently_overwritten(
         ({"answer_template": "{answer}"}, "{answer}: use {query}, {result}, {result.KEY}"),
         (
             {"when__tool_available": "no_such_tool"},
-            "tool_available: &#x27;no_such_tool&#x27; is not a tool of this server; its tools are: erase, lookup",
+            "only when this tool is available: &#x27;no_such_tool&#x27; is not a tool of this server; its tools are: "
+            "erase, lookup",
         ),
     ],
 )

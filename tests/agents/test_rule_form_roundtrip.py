@@ -204,9 +204,13 @@ def test_an_admin_edits_such_values_in_their_json_or_leaves_them_while_editing_o
 @pytest.mark.parametrize(
     ("field", "typed", "expected"),
     [
-        ("when__any_keywords", '["1,000원", ', "any_keywords: write the words separated by commas, or a JSON list"),
-        ("when__context", '{"k": 1', "context: write KEY=value lines, or a JSON object."),
-        ("when__data", "[1]", "data, line 1: write KEY=value."),
+        (
+            "when__any_keywords",
+            '["1,000원", ',
+            "any of these keywords: write the words separated by commas, or a JSON list",
+        ),
+        ("when__context", '{"k": 1', "context equals: write KEY=value lines, or a JSON object."),
+        ("when__data", "[1]", "A2A data, line 1: write PATH=value lines (PATH=* for present), or a JSON object."),
     ],
 )
 def test_json_that_does_not_read_is_refused_naming_its_part(

@@ -135,10 +135,45 @@
     regexTimer = setTimeout(checkRegex, 250);
   }
 
+  // The paths a JSON object holds, dotted (as PATH=value lines name them: {"order": {"id": 1}} holds order.id);
+  // an empty object is a value of its own.
+  function pathsOf(object, prefix) {
+    return Object.entries(object).flatMap(([key, value]) => {
+      const path = prefix ? prefix + "." + key : key;
+      const nested = value !== null && typeof value === "object" && !Array.isArray(value) && Object.keys(value).length;
+      return nested ? pathsOf(value, path) : [path];
+    });
+  }
+
+  // The keys a context or data condition names, as the form reads it: a JSON object's paths, or the KEY of each
+  // KEY=value line (a line without "=" names none, and neither does JSON that does not read yet).
   function keysOf(selector) {
     const area = document.querySelector(selector);
     if (!area) return [];
-    return area.value.split("\n").map((line) => line.split("=")[0].trim()).filter(Boolean);
+    const text = area.value.trim();
+    if (text.startsWith("{")) {
+      try {
+        const object = JSON.parse(text);
+        return object !== null && typeof object === "object" && !Array.isArray(object) ? pathsOf(object, "") : [];
+      } catch (error) {
+        return [];
+      }
+    }
+    return area.value.split("\n")
+      .filter((line) => line.includes("="))
+      .map((line) => line.slice(0, line.indexOf("=")).trim())
+      .filter(Boolean);
+  }
+
+  // The rule as JSON stays open where it holds an edit that was not saved: a save refused for an error elsewhere
+  // (the tool it names, say) folded it shut over what was pasted. (Django leaves a part holding its own error open.)
+  function openEditedJson() {
+    const area = document.querySelector("textarea.rule-json");
+    const details = area && area.closest("details");
+    const shown = area && area.form && area.form.elements["initial-" + area.name];
+    if (!details || !shown) return;
+    const text = (value) => value.replace(/\r\n?/g, "\n").trim();
+    if (text(area.value) !== text(shown.value)) details.open = true;
   }
 
   function offerPlaceholders() {
@@ -170,6 +205,7 @@
   });
 
   document.addEventListener("DOMContentLoaded", () => {
+    openEditedJson();
     const catalogueNode = document.getElementById("rule-tool-catalogue");
     if (!catalogueNode) return;
     catalogue = JSON.parse(catalogueNode.textContent);
