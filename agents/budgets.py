@@ -6,7 +6,8 @@ adds the budget's ``run_reservation_tokens`` (and their cost at the dearest toke
 price the reservation keeps with that model, at which the run is charged while it runs that model:
 ``run_price``) to ``reserved`` with one conditional ``UPDATE … WHERE used + reserved + reservation <= limit``;
 when no row is updated the run is refused (``429 budget_exceeded``: ``Retry-After`` until the period ends where
-its spend leaves no room, a few seconds where the reservations of runs in flight hold it) and the transaction
+its spend leaves no room, a few seconds where the reservations of runs in flight hold it, or until the first
+approval expires where runs parked awaiting approval alone hold it) and the transaction
 rolls back any other budget's reservation. The condition is evaluated by the database on the row
 it updates (PostgreSQL re-checks it after taking the row lock; SQLite writes one transaction at a time), so
 concurrent admissions can never reserve more than the limit together. When the run ends (``budget_settle``, once,
@@ -35,11 +36,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, F, Prefetch, Q, QuerySet, Sum
+from django.db.models import Count, F, Min, Prefetch, Q, QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
@@ -47,6 +50,7 @@ from agents.models import MICROS_PER_USD as MICROS_PER_USD
 from agents.models import (
     Agent,
     ApiKey,
+    Approval,
     Budget,
     BudgetReservation,
     BudgetUsage,
@@ -66,7 +70,9 @@ from mcpregistry.models import INT32_MAX
 # named here too, where their callers import them from.
 
 # How long a caller refused because runs in flight hold what is left of a budget is asked to wait: such a run
-# ends (and gives back what it did not use) in seconds or minutes, not when the period ends.
+# ends (and gives back what it did not use) in seconds or minutes, not when the period ends. Where only runs parked
+# awaiting approval hold it, until the first of their approvals expires (``_parked_runs_hold_until``), at most
+# ``PLATFORM_APPROVAL_TTL_S``, and never less than this.
 IN_FLIGHT_RETRY_AFTER_S = 5
 
 # ``fields["reason"]`` of a ``429 budget_exceeded``: the period's spend leaves no room for a run's reservation
@@ -354,7 +360,9 @@ def _budget_refusal(
 ) -> ApplicationError:
     """The 429 ``budget_exceeded`` of a reservation that did not fit. Where what was used leaves room for it, the
     runs in flight hold that room and give back what they do not use within seconds or minutes: the caller is told
-    so and to try again shortly (``runs_in_flight``), not to wait for the period's end (``used_up``)."""
+    so and to try again shortly (``runs_in_flight``), not to wait for the period's end (``used_up``); runs parked
+    awaiting approval hold it until decided, and where only such runs hold it the caller is told so, and to try
+    again when the first of their approvals expires (still ``runs_in_flight``)."""
     used_tokens, used_cost = (
         BudgetUsage.objects.filter(pk=usage.pk).values_list("used_tokens", "used_cost_micros").get()
     )
@@ -363,13 +371,23 @@ def _budget_refusal(
         limit is not None and used_cost > limit - cost
     )
     period = budget.get_period_display()
+    until_end = max(1, math.ceil((end - now).total_seconds()))
     if used_up:
+        # Told in the reader's time zone, named (the period's bounds are UTC ones): ``fields`` keep the ISO value.
         message = _("The %(period)s budget of %(owner)s is used up; it resets at %(end)s.") % {
             "period": period,
             "owner": owner,
-            "end": end.isoformat(),
+            "end": date_format(timezone.localtime(end), "Y-m-d H:i T"),
         }
-        retry_after, reason = max(1, math.ceil((end - now).total_seconds())), REFUSED_USED_UP
+        retry_after, reason = until_end, REFUSED_USED_UP
+    elif (parked_until := _parked_runs_hold_until(usage)) is not None:
+        message = _(
+            "The room left in the %(period)s budget of %(owner)s is held by runs awaiting approval; try again when "
+            "one of them has been decided or its approval has expired."
+        ) % {"period": period, "owner": owner}
+        wait = math.ceil((parked_until - now).total_seconds())
+        retry_after = min(max(IN_FLIGHT_RETRY_AFTER_S, wait), settings.PLATFORM_APPROVAL_TTL_S, until_end)
+        reason = REFUSED_RUNS_IN_FLIGHT
     else:
         message = _(
             "The room left in the %(period)s budget of %(owner)s is held by runs in flight; try again when one of "
@@ -383,6 +401,19 @@ def _budget_refusal(
         headers={"Retry-After": str(retry_after)},
         fields={"budget": budget.pk, "resets_at": end.isoformat(), "reason": reason},
     )
+
+
+def _parked_runs_hold_until(usage: BudgetUsage) -> dt.datetime | None:
+    """When the first approval expires that the runs holding the counters' room wait for, where every one of them
+    is parked awaiting approval (such a run holds its reservation until a person decides, or its approval expires
+    after ``PLATFORM_APPROVAL_TTL_S``: not seconds); None where one of them runs (it ends within seconds or minutes)
+    or none waits for an approval."""
+    holders = BudgetReservation.objects.filter(usage=usage, settled_at__isnull=True).values("run_id")
+    if Run.objects.filter(pk__in=holders).exclude(status=Run.Status.AWAITING_APPROVAL).exists():
+        return None
+    pending = Approval.objects.filter(run_id__in=holders, status=Approval.Status.PENDING)
+    earliest: dt.datetime | None = pending.aggregate(at=Min("expires_at"))["at"]
+    return earliest
 
 
 def budget_refused_for_runs_in_flight(exc: ApplicationError) -> bool:
@@ -458,7 +489,10 @@ def budget_settle(*, run_id: Any) -> int:
             extra_tokens, extra_cost = tokens - run.tokens, cost - run.cost_micros
     now = timezone.now()
     settled = 0
-    for reservation in BudgetReservation.objects.filter(run_id=run_id):
+    # Their counters locked in the order an admission locks them (``budget_reserve``: by budget): in the table's
+    # order (which a period's change rewrites, ``_reservations_carry``) a settlement and an admission of the same
+    # budgets could each hold the row the other waits for, and one of them failed (a deadlock).
+    for reservation in BudgetReservation.objects.filter(run_id=run_id).order_by("usage__budget_id", "pk"):
         if reservation.settled_at is not None:
             if extra_tokens or extra_cost:  # settled before: only what was spent since
                 BudgetUsage.objects.filter(pk=reservation.usage_id).update(

@@ -169,7 +169,8 @@ class RunClaim:
         its claim holds the run, or once the run was cancelled while it held it (it records the cancellation last).
         Without a query while the hold was confirmed less than half a lease ago: another worker takes a run over only
         once its lease has lapsed, so a run's events cost nothing more; a process that was paused longer (stopped,
-        swapped out) reads the run's holder first, and once it finds the run another's or ended, appends nothing."""
+        swapped out) reads the run's holder first, and once it finds the run another's or ended, appends none of its
+        progress but its model calls' usage (``RunEventWriter._appendable``: a call that returns late is charged)."""
         if self.ended_elsewhere:
             return False
         at = clock()

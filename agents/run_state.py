@@ -229,6 +229,11 @@ def _ends_a_wait(kind: str, data: Any) -> bool:
     return kind == "status" and not (isinstance(data, dict) and data.get("status") == "running")
 
 
+# What a worker's writer appends after its claim lost the run (``RunEventWriter._appendable``): its claim's own
+# ``status`` events, and the usage of a model call it had out (the run is charged for it).
+_APPENDED_WHEN_LOST = frozenset({"status", "model_turn"})
+
+
 class RunEventWriter:
     """Appends a run's progress to ``RunEvent`` (masked), numbered after what was written before.
 
@@ -246,11 +251,13 @@ class RunEventWriter:
     ) -> None:
         """``last_seq``: the run's last event number where the caller knows it (0 for a run no worker has
         started: one query fewer; a wrong guess costs a collision, numbered again as any other).
-        ``appends_while``: a worker's writer appends its progress (every event but ``status``) only while this
-        says so, i.e. while its claim holds the run (``agents.execution.RunClaim.may_append``): a worker that
-        lost the run and woke late (its process paused past its lease) appends nothing after the run's end or
-        into another worker's pass; what its calls did is in the audit log, written by the gate. Its ``status``
-        events are its claim's own (each stored with a compare-and-swap, or the cancellation it ends with)."""
+        ``appends_while``: a worker's writer appends its progress (every event but ``status`` and ``model_turn``)
+        only while this says so, i.e. while its claim holds the run (``agents.execution.RunClaim.may_append``): a
+        worker that lost the run and woke late (its process paused past its lease) appends none of its steps
+        after the run's end or into another worker's pass; what its calls did is in the audit log, written by the
+        gate. Its ``status`` events are its claim's own (each stored with a compare-and-swap, or the cancellation
+        it ends with); its ``model_turn`` events carry what its model calls used, which the run is charged
+        whenever they return (``agents.budgets.run_spent_usage``), so they are appended still, marked ``late``."""
         self.run_id = run_id
         self.secrets = secrets
         self.seq = self._last_seq() if last_seq is None else last_seq
@@ -281,13 +288,21 @@ class RunEventWriter:
             self._write([(kind, mask_value(data, secrets=self.secrets)) for kind, data in kept])
 
     def _appendable(self, events: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
-        """``events`` less the progress ones a worker that lost the run may no longer append (``appends_while``)."""
+        """``events`` less the progress ones a worker that lost the run may no longer append (``appends_while``).
+        A model call that returns after that is still charged: its ``model_turn`` event (its usage) is kept,
+        marked ``late`` (made by a worker that no longer held the run), and counted when the run is settled, or
+        settled again if it was (``agents.execution._count_late_tokens``)."""
         if self.appends_while is None or all(kind == "status" for kind, _ in events) or self.appends_while():
             return events
-        kept = [(kind, data) for kind, data in events if kind == "status"]
-        logger.info(
-            "run %s: no longer held by this worker: %d event(s) not appended", self.run_id, len(events) - len(kept)
-        )
+        kept = [
+            (kind, {**data, "late": True} if kind == "model_turn" else data)
+            for kind, data in events
+            if kind in _APPENDED_WHEN_LOST
+        ]
+        if len(kept) < len(events):
+            logger.info(
+                "run %s: no longer held by this worker: %d event(s) not appended", self.run_id, len(events) - len(kept)
+            )
         return kept
 
     def _write(self, masked: list[tuple[str, Any]]) -> None:
