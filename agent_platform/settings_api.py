@@ -23,6 +23,7 @@ __all__ = [
     "PLATFORM_API_BAD_KEY_RATE",
     "PLATFORM_API_MAX_BODY_BYTES",
     "PLATFORM_API_MAX_JSON_DEPTH",
+    "PLATFORM_API_MAX_JSON_ITEMS",
     "PLATFORM_API_MAX_WAIT_S",
     "PLATFORM_API_RATE",
     "PLATFORM_SSE_AUTH_RECHECK_S",
@@ -73,6 +74,10 @@ PLATFORM_API_RATE = os.environ.get("PLATFORM_API_RATE", "120/min")
 PLATFORM_API_MAX_BODY_BYTES = _env_int("PLATFORM_API_MAX_BODY_BYTES", 2 * 1024 * 1024, at_least=1)
 # JSON nested deeper than this (arrays and objects) is a 400 invalid_json.
 PLATFORM_API_MAX_JSON_DEPTH = _env_int("PLATFORM_API_MAX_JSON_DEPTH", 32, at_least=1)
+# JSON with more values than this (arrays, objects and their elements: agents/api/parsers.py counts them) is a 400
+# too_many_json_values on the REST API, a parse error on A2A and MCP: a body of many tiny values within the byte
+# limit cost seconds of web CPU (parsing, masking, normalizing).
+PLATFORM_API_MAX_JSON_ITEMS = _env_int("PLATFORM_API_MAX_JSON_ITEMS", 10_000, at_least=1)
 # Requests with an unknown or revoked API key, per client IP: past this, every request from that IP is a 429
 # (with Retry-After) until the window ends, whatever key it carries.
 PLATFORM_API_BAD_KEY_RATE = os.environ.get("PLATFORM_API_BAD_KEY_RATE", "20/15min")

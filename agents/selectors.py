@@ -84,10 +84,25 @@ def _run_of_key(run_id: uuid.UUID, api_key: ApiKey) -> Run | None:
     return run
 
 
+# What ``RunSummarySerializer`` reads of a run, its agent and its version (any other column, read there, would be
+# one more query per listed run).
+RUN_SUMMARY_COLUMNS = (
+    *("id", "status", "query", "answer", "error_code", "error_message", "arm", "created_at", "started_at"),
+    *("finished_at", "agent", "agent__slug", "version", "version__number"),
+)
+
+
 def run_list(*, api_key: ApiKey, agent_slug: str | None = None, status: str | None = None) -> QuerySet[Run]:
     """The caller's runs of the agents it may use now (as ``run_get`` sees them), newest first, optionally of one
-    agent and/or in one status."""
-    runs = Run.objects.select_related("agent", "version").filter(api_key=api_key).filter(_in_key_scope(api_key))
+    agent and/or in one status: the columns a list shows (``RunSummarySerializer``) alone. Read whole, a run's JSON
+    columns (its context, data, trace, conversation; its version's content) were decoded for every listed run,
+    megabytes of them for a run sent a large ``a2a_data``, and none of them is shown."""
+    runs = (
+        Run.objects.select_related("agent", "version")
+        .only(*RUN_SUMMARY_COLUMNS)
+        .filter(api_key=api_key)
+        .filter(_in_key_scope(api_key))
+    )
     if agent_slug:
         runs = runs.filter(agent__slug=agent_slug)
     if status:

@@ -971,13 +971,16 @@ def run_submit(
     idempotency_key: str = "",
     digest: str = "",
     former_key: str = "",
+    former_digests: tuple[str, ...] = (),
 ) -> RunSubmission:
     """Create a queued run (``run_create``), once per ``(api_key, idempotency_key)``.
 
     The same key with the same ``digest`` (of the request body) returns the run the first request created;
     with another digest it is a 409. ``former_key``: the key the same request was stored under before its form
     changed (A2A's ``a2a:<messageId>``): a run found there is replayed only for the same digest (another request
-    may have used that text as its own key), so a retry across an upgrade is not run twice.
+    may have used that text as its own key), so a retry across an upgrade is not run twice. ``former_digests``:
+    what the same request's digest was before its form changed (the REST API took it of the body's bytes until
+    2026-12-07): a run stored with one of them is the same request's, replayed, not a 409.
 
     Two identical requests racing are serialized on the API key's row (``SELECT … FOR UPDATE`` on PostgreSQL;
     SQLite's ``BEGIN IMMEDIATE`` takes the write lock at the start of the transaction), so only one of them
@@ -1014,7 +1017,7 @@ def run_submit(
         if earlier is not None:
             run_submission_parts(agent_slug=agent_slug, api_key=api_key)
             earlier_pk, earlier_digest = earlier
-            if earlier_digest != digest:
+            if earlier_digest != digest and earlier_digest not in former_digests:
                 raise ApplicationError(
                     _("This Idempotency-Key was used with another request body."),
                     code="idempotency_key_reused",

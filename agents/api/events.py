@@ -21,9 +21,11 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
+from django.core.exceptions import TooManyFieldsSent
 from django.core.handlers.asgi import ASGIRequest
-from django.db import InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponseBase, JsonResponse, StreamingHttpResponse
+from django.db import DatabaseError, InterfaceError, OperationalError
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
+from django.urls import reverse
 from django.utils import translation
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
@@ -32,7 +34,7 @@ from rest_framework import exceptions
 from agent_platform.errors import ApplicationError, database_unreachable
 from agents.api.auth import ApiKeyAuthentication
 from agents.api.config import api_setting
-from agents.api.errors import DATABASE_RETRY_AFTER_S
+from agents.api.errors import DATABASE_RETRY_AFTER_S, too_many_fields_message
 from agents.api.protocol_http import key_may_read_run, run_unreadable_message
 from agents.api.throttling import (
     StreamSlot,
@@ -164,6 +166,24 @@ class RunEventFeed:
         return chunks, "wait"
 
 
+def polled(feed: RunEventFeed) -> tuple[list[str], PollState]:
+    """``feed.poll``, or, where the database fails while the stream is open, the stream's last event: an
+    ``event: error`` ``unavailable`` for a database that cannot answer now (the client reconnects with
+    ``Last-Event-ID``, as after any other close), ``server_error`` for any other database error (a bug: logged with
+    its traceback). Uncaught, the error cut the stream off with no word of why."""
+    try:
+        return feed.poll()
+    except DatabaseError as exc:
+        with translation.override(feed.language):  # the stream outlives the request's translation
+            if database_unreachable(exc):
+                logger.warning("API event stream: the database did not answer: %s", exc)
+                last = format_error("unavailable", _("The database is not available right now. Try again shortly."))
+            else:
+                logger.exception("API event stream: a database error ended the stream of run %s", feed.run_id)
+                last = format_error("server_error", _("The run's events could not be read; the stream is closed."))
+        return [last], "done"
+
+
 async def stream_async(feed: RunEventFeed, slot: StreamSlot) -> AsyncIterator[str]:
     """The feed, paced; the slot is released however the stream ends (finished, revoked, client gone)."""
     watch = await sync_to_async(RunWatch)(feed.run_id)
@@ -171,7 +191,7 @@ async def stream_async(feed: RunEventFeed, slot: StreamSlot) -> AsyncIterator[st
         await sync_to_async(watch.__enter__, thread_sensitive=False)()
         yield feed.opening()
         while True:
-            chunks, state = await sync_to_async(feed.poll)()
+            chunks, state = await sync_to_async(polled)(feed)
             for chunk in chunks:
                 yield chunk
             if state == "done":
@@ -188,7 +208,7 @@ def stream_sync(feed: RunEventFeed, slot: StreamSlot) -> Iterator[str]:
         with RunWatch(feed.run_id) as watch:
             yield feed.opening()
             while True:
-                chunks, state = feed.poll()
+                chunks, state = polled(feed)
                 yield from chunks
                 if state == "done":
                     return
@@ -196,6 +216,33 @@ def stream_sync(feed: RunEventFeed, slot: StreamSlot) -> Iterator[str]:
                     watch.wait(feed.poll_s)
     finally:
         stream_slot_release(slot)
+
+
+class _SlotStream:
+    """A stream's chunks whose ``close`` (Django calls it when the response is closed: the client gone, or the
+    stream done) releases the stream's slot, even where its generator never started: a client that left before the
+    first chunk would otherwise hold the slot until its lease ran out (a generator's ``finally`` runs only once it
+    has started). Releasing twice is harmless (``stream_slot_release`` frees only the slot it still holds)."""
+
+    def __init__(self, chunks: Iterator[str] | AsyncIterator[str], slot: StreamSlot) -> None:
+        self.chunks = chunks
+        self.slot = slot
+
+    def close(self) -> None:
+        close = getattr(self.chunks, "close", None)
+        if close is not None:
+            close()  # a sync generator under way: its ``finally`` (the run's watch closed) runs now
+        stream_slot_release(self.slot)
+
+
+class _SyncSlotStream(_SlotStream):
+    def __iter__(self) -> Iterator[str]:
+        return self.chunks  # type: ignore[return-value]
+
+
+class _AsyncSlotStream(_SlotStream):
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self.chunks  # type: ignore[return-value]
 
 
 def _error(
@@ -217,7 +264,9 @@ def _authenticate(request: HttpRequest) -> ApiKey:
 
 
 def _after(request: HttpRequest) -> int:
-    """``Last-Event-ID`` (what an EventSource sends on reconnecting) or ``?after=``; 0 for the whole stream."""
+    """``Last-Event-ID`` (what an EventSource sends on reconnecting) or ``?after=``; 0 for the whole stream. Both
+    are checked, whichever is read (``Last-Event-ID`` first): a bad ``?after=`` is a 400 with a good header too."""
+    given: list[int] = []
     for name, raw in (("Last-Event-ID", request.headers.get("Last-Event-ID")), ("after", request.GET.get("after"))):
         if raw is None or raw.strip() == "":
             continue
@@ -229,8 +278,8 @@ def _after(request: HttpRequest) -> int:
                 status=400,
                 fields={name: [_("Invalid value.")]},
             )
-        return int(raw.strip())
-    return 0
+        given.append(int(raw.strip()))
+    return given[0] if given else 0
 
 
 @csrf_exempt  # a bearer key's API (no cookie is read): any other method is told its 405, not Django's CSRF 403
@@ -251,14 +300,15 @@ async def run_events(request: HttpRequest, run_id: str) -> HttpResponseBase:
         )
 
 
+# As every REST endpoint of the API: HEAD is GET without a body (here: the stream's headers, no stream opened),
+# OPTIONS its description. Each is authenticated and counted as GET is.
+ALLOWED = "GET, HEAD, OPTIONS"
+
+
 async def _open_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
-    if request.method != "GET":
-        return _error(
-            "method_not_allowed",
-            _('Method "%(method)s" not allowed.') % {"method": request.method},
-            405,
-            headers={"Allow": "GET"},
-        )
+    if request.method not in ALLOWED.split(", "):
+        refused = exceptions.MethodNotAllowed(request.method)  # the REST views' words
+        return _error("method_not_allowed", str(refused.detail), 405, headers={"Allow": ALLOWED})
     auth = ApiKeyAuthentication()
     try:
         api_key = await sync_to_async(_authenticate)(request)
@@ -270,11 +320,18 @@ async def _open_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
         return _error(code, str(exc.detail), 401, headers={"WWW-Authenticate": auth.authenticate_header(request)})  # type: ignore[arg-type]
     wait = await sync_to_async(api_key_rate_check)(api_key)
     if wait is not None:
-        return _error(
-            "throttled",
-            _("Request was throttled. Expected available in %(wait)d seconds.") % {"wait": wait},
-            429,
-            headers={"Retry-After": str(int(wait))},
+        throttled = exceptions.Throttled(wait=wait)  # the REST views' words
+        return _error("throttled", str(throttled.detail), 429, headers={"Retry-After": str(throttled.wait)})
+    if request.method == "OPTIONS":
+        return JsonResponse(
+            {
+                "name": "Run Events",
+                "description": _("Described in the OpenAPI schema: %(url)s") % {"url": reverse("api-schema")},
+                "renders": ["text/event-stream"],
+                "parses": [],
+            },
+            headers={"Allow": ALLOWED},
+            json_dumps_params={"ensure_ascii": False},
         )
     try:
         query_params_check(request.GET, accepted=("after",))
@@ -283,6 +340,12 @@ async def _open_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
     except ApplicationError as exc:
         extra = {"fields": exc.fields} if exc.fields else {}
         return _error(exc.code, exc.message, exc.status, **extra)
+    except TooManyFieldsSent:
+        # A caller's mistake, answered as the REST views answer it: left to Django, it was logged as a security
+        # error with its traceback.
+        return _error("too_many_fields", too_many_fields_message(), 400)
+    if request.method == "HEAD":
+        return _stream_headers(HttpResponse(content_type=EVENT_STREAM))
     poll_s = float(api_setting("PLATFORM_SSE_POLL_S"))
     recheck_s = min(15.0, float(api_setting("PLATFORM_SSE_AUTH_RECHECK_S")))
     lease_s = 2 * recheck_s + poll_s + 5
@@ -308,8 +371,18 @@ async def _open_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
         on_recheck=lambda: stream_slot_renew(held, lease_s=lease_s),
         language=translation.get_language(),
     )
-    stream = stream_async(feed, slot) if isinstance(request, ASGIRequest) else stream_sync(feed, slot)
-    response = StreamingHttpResponse(stream, content_type="text/event-stream; charset=utf-8")
+    stream: _SlotStream
+    if isinstance(request, ASGIRequest):
+        stream = _AsyncSlotStream(stream_async(feed, slot), slot)
+    else:
+        stream = _SyncSlotStream(stream_sync(feed, slot), slot)
+    return _stream_headers(StreamingHttpResponse(stream, content_type=EVENT_STREAM))
+
+
+EVENT_STREAM = "text/event-stream; charset=utf-8"
+
+
+def _stream_headers(response: HttpResponseBase) -> HttpResponseBase:
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response

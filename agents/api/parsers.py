@@ -7,10 +7,16 @@
   ``agent_platform/body_limit.py`` have already refused one that states it);
 - nesting deeper than ``PLATFORM_API_MAX_JSON_DEPTH`` (checked on the raw text before parsing: Python's parser
   and every recursive walk after it — masking, digests, storage — would otherwise raise ``RecursionError``);
+- more than ``PLATFORM_API_MAX_JSON_ITEMS`` values (counted in the same pass over the raw text: a body of many
+  tiny values, ``[[],[],…]``, cost seconds of parsing, masking and normalizing within the byte limit), answered
+  ``400 too_many_json_values`` naming the limit;
+- an object that gives a key twice (Python's parser keeps the last: ``{"decision": "reject", "decision":
+  "approve"}`` would approve), at any depth;
 - ``NaN``, ``Infinity``, ``-Infinity`` and numbers that overflow to them (``1e999``): neither JSON nor storable;
 - integers beyond 64 bits (what SQLite and most clients hold) and text with NUL characters or unpaired
   surrogates (``"\\ud800"``): PostgreSQL refuses the first, no UTF-8 encoder takes the second;
-- text that is not UTF-8 (RFC 8259 JSON is UTF-8; a ``charset`` other than UTF-8 is refused).
+- text that is not UTF-8 (RFC 8259 JSON is UTF-8; a ``charset`` other than UTF-8 is refused, one Python does not
+  know included: Django drops those, and the body was read as UTF-8).
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from rest_framework.parsers import BaseParser
 from agent_platform.errors import ApplicationError
 from agent_platform.json import json_error_text
 from agents.api.config import api_setting
+from audit.masking import mask_text
+from audit.visible import visible_text
 
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 # A string, or an unterminated one to the end of the text: the first attempt from each quote always matches,
@@ -36,18 +44,70 @@ INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 _STRING = re.compile(r'"(?:[^"\\]|\\.?)*(?:"|\Z)', re.DOTALL)
 _NOT_A_BRACKET = re.compile(r"[^\[\]{}]+")
 _DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+# The most characters of a caller's text (a key, a charset) repeated in an error message.
+SHOWN_MAX_CHARS = 100
 
 
 class _Refused(ValueError):
     """A value the parser hooks refuse; its message is for the caller."""
 
 
-def json_depth(text: str) -> int:
-    """How deeply arrays and objects nest in ``text`` (brackets inside strings do not count). Linear, and
-    without recursion, so it is safe on any input; on text that is not JSON the number means little, and the
-    parser that runs next refuses that text anyway."""
-    brackets = _NOT_A_BRACKET.sub("", _STRING.sub("", text))
+class TooManyJSONValues(ParseError):
+    """JSON with more values than ``PLATFORM_API_MAX_JSON_ITEMS``: a ``ParseError`` (the A2A and MCP endpoints
+    answer it as any parse error), which the REST parser answers as ``400 too_many_json_values``."""
+
+
+def shown_text(text: str) -> str:
+    """A caller's ``text`` for an error message: its first :data:`SHOWN_MAX_CHARS` characters (``…`` after them
+    where there were more), what does not show itself written out (``⟦U+0085⟧``)."""
+    cut = text[:SHOWN_MAX_CHARS]
+    return visible_text(cut) + ("…" if len(text) > SHOWN_MAX_CHARS else "")
+
+
+def _outside_strings(text: str) -> str:
+    """``text`` without its strings. Linear, and without recursion, so it is safe on any input (as is all that is
+    measured on it below); on text that is not JSON the measures mean little, and the parser refuses that text."""
+    return _STRING.sub("", text)
+
+
+def _brackets(outside: str) -> str:
+    return _NOT_A_BRACKET.sub("", outside.replace(",", ""))  # commas first: in C, not one regex match each
+
+
+def _depth(brackets: str) -> int:
     return max(accumulate(_DEPTH_STEP[c] for c in brackets), default=0)
+
+
+def _deeper_at_a_glance(brackets: str, max_depth: int) -> bool:
+    """Whether more than ``max_depth`` arrays or objects open in a row (a search in C; the exact depth is a walk in
+    Python, which a body of too many values need not wait for)."""
+    return re.search("[\\[{]{%d}" % (max_depth + 1), brackets) is not None  # noqa: UP031 (braces of the regex)
+
+
+def _values(outside: str) -> int:
+    """The values counted outside strings: each array and object, and each element or member after a comma (a
+    flat array of N numbers counts N, an object of N members N; the scalar at the top counts 0)."""
+    return outside.count("[") + outside.count("{") + outside.count(",")
+
+
+def json_depth(text: str) -> int:
+    """How deeply arrays and objects nest in ``text`` (brackets inside strings do not count); see
+    :func:`_outside_strings`."""
+    return _depth(_brackets(_outside_strings(text)))
+
+
+def _object_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's members as a dict; raises ``_Refused`` naming the first key given twice."""
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        for key, _value in pairs:
+            if key in seen:
+                raise _Refused(
+                    _('The key "%(key)s" is given twice in one object.') % {"key": shown_text(mask_text(key))}
+                )
+            seen.add(key)
+    return found
 
 
 def _refuse_constant(name: str) -> Any:
@@ -89,20 +149,34 @@ def _refuse_unstorable_text(value: Any) -> None:
                 raise _Refused(_("Text may not contain unpaired surrogates (\\ud800–\\udfff).")) from None
 
 
-def json_parse_bounded(raw: bytes, *, max_depth: int) -> Any:
+def json_parse_bounded(raw: bytes, *, max_depth: int, max_values: int | None = None) -> Any:
     """``raw`` (UTF-8 JSON) as Python values. Raises ``ParseError`` (400 ``invalid_json``) for anything the module
-    docstring lists, never ``RecursionError`` or another exception."""
+    docstring lists (``TooManyJSONValues`` past ``max_values``, by default ``PLATFORM_API_MAX_JSON_ITEMS``), never
+    ``RecursionError`` or another exception."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ParseError(_("The body is not UTF-8 text.")) from None
     if text.startswith("\ufeff"):
         text = text[1:]
-    depth = json_depth(text)
-    if depth > max_depth:
+    if max_values is None:
+        max_values = int(api_setting("PLATFORM_API_MAX_JSON_ITEMS"))
+    outside = _outside_strings(text)
+    brackets = _brackets(outside)
+    too_many = _values(outside) > max_values
+    # Nesting is named first, as it was before values were counted; past the count, only what shows at a glance.
+    if (too_many and _deeper_at_a_glance(brackets, max_depth)) or (not too_many and _depth(brackets) > max_depth):
         raise ParseError(_("JSON nested deeper than %(max)d levels.") % {"max": max_depth})
+    if too_many:
+        raise TooManyJSONValues(_("JSON with more than %(max)d values.") % {"max": max_values})
     try:
-        value = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_bounded_int)
+        value = json.loads(
+            text,
+            object_pairs_hook=_object_once,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+            parse_int=_bounded_int,
+        )
         _refuse_unstorable_text(value)
     except _Refused as exc:
         raise ParseError(str(exc)) from None
@@ -138,10 +212,17 @@ class BoundedJSONParser(BaseParser):
     media_type = "application/json"
 
     def parse(self, stream: IO[bytes] | None, media_type: str | None = None, parser_context: Any = None) -> Any:
-        encoding = ((parser_context or {}).get("encoding") or "utf-8").lower().replace("_", "-")
-        if encoding not in {"utf-8", "utf8"}:
-            raise ParseError(_("JSON must be UTF-8, not %(charset).40s.") % {"charset": encoding})
+        context = parser_context or {}
+        # The charset as sent: Django keeps only one Python knows (``request.encoding``), and DRF then reads the
+        # body as UTF-8, so ``charset=nonsense`` passed where ``charset=latin-1`` was refused.
+        params = getattr(context.get("request"), "content_params", None) or {}
+        charset = str(params.get("charset") or context.get("encoding") or "utf-8")
+        if charset.lower().replace("_", "-") not in {"utf-8", "utf8"}:
+            raise ParseError(_("JSON must be UTF-8, not %(charset)s.") % {"charset": shown_text(charset)})
         raw = read_bounded(stream, limit=int(api_setting("PLATFORM_API_MAX_BODY_BYTES")))
         if not raw.strip():
             raise ParseError(_("The body is empty: send a JSON object."))
-        return json_parse_bounded(raw, max_depth=int(api_setting("PLATFORM_API_MAX_JSON_DEPTH")))
+        try:
+            return json_parse_bounded(raw, max_depth=int(api_setting("PLATFORM_API_MAX_JSON_DEPTH")))
+        except TooManyJSONValues as exc:
+            raise ApplicationError(str(exc.detail), code="too_many_json_values", status=400) from None

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from django.db.models import Q, QuerySet
+from django.http import QueryDict
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -37,7 +38,8 @@ from rest_framework.utils.urls import remove_query_param, replace_query_param
 from rest_framework.views import APIView
 
 from agent_platform.errors import ApplicationError
-from agents.api.a2a import run_input_from_body
+from agent_platform.text import nfc_value
+from agents.api.a2a import RunInput, run_input_from_body
 from agents.api.auth import caller_of
 from agents.api.config import api_setting
 from agents.api.protocol_http import KeyRecheck
@@ -46,6 +48,7 @@ from agents.api.serializers import (
     A2AFileSerializer,
     A2AMessageSerializer,
     ApprovalOutputSerializer,
+    BoundedListField,
     RunContextField,
     RunOutputSerializer,
     RunPageSerializer,
@@ -78,10 +81,29 @@ class ApiView(APIView):
 def query_params_check(query_params: Iterable[str], *, accepted: Collection[str] = ()) -> None:
     """Refuses (``400 invalid_input``) every query parameter an endpoint does not take, each named in ``fields``
     and the ones it takes named in the message. Ignored, a misspelt ``?wiat=30`` would answer at once, without the
-    wait the caller asked for, and nothing would tell them why. Raises ``ApplicationError``: the REST views and the
-    event stream (``agents.api.events``) answer it in the one error shape."""
+    wait the caller asked for, and nothing would tell them why. A parameter given more than once (``?wait=5&wait=6``)
+    is refused too, naming it: one of its values would be read and the others silently dropped. Raises
+    ``ApplicationError``: the REST views and the event stream (``agents.api.events``) answer it in the one error
+    shape."""
     unknown = [name for name in query_params if name not in accepted]
     if not unknown:
+        repeated = (
+            [name for name, values in query_params.lists() if len(values) > 1]
+            if isinstance(query_params, QueryDict)
+            else []
+        )
+        if repeated:
+            raise ApplicationError(
+                ngettext(
+                    "This query parameter was given more than once: %(names)s. Give it once.",
+                    "These query parameters were given more than once: %(names)s. Give each once.",
+                    len(repeated),
+                )
+                % {"names": _quoted(repeated)},
+                code="invalid_input",
+                status=400,
+                fields={name: [_("Given more than once.")] for name in repeated},
+            )
         return
     named = ngettext("Unknown query parameter: %(names)s.", "Unknown query parameters: %(names)s.", len(unknown)) % {
         "names": _quoted(unknown)
@@ -136,10 +158,10 @@ class RunCreateApi(ApiView):
             default=dict,
             help_text="A2A context: userId, sessionId, chatbotId, …; `contextId` (the conversation) is text.",
         )
-        data = serializers.ListField(
+        data = BoundedListField(
             child=serializers.DictField(), required=False, default=list, max_length=100, help_text="A2A data objects."
         )
-        files = serializers.ListField(
+        files = BoundedListField(
             child=A2AFileSerializer(), required=False, default=list, max_length=100, help_text="A2A files."
         )
 
@@ -193,10 +215,11 @@ class RunCreateApi(ApiView):
                     "type": "string",
                     "minLength": 1,
                     "maxLength": IDEMPOTENCY_KEY_MAX_CHARS,
-                    "pattern": f"^[!-~]{{1,{IDEMPOTENCY_KEY_MAX_CHARS}}}$",
+                    # Printable ASCII but the comma (repeated headers arrive joined by commas).
+                    "pattern": f"^[!-+\\--~]{{1,{IDEMPOTENCY_KEY_MAX_CHARS}}}$",
                 },
                 OpenApiParameter.HEADER,
-                description="At most 200 printable ASCII characters, no spaces; scoped to the API key.",
+                description="At most 200 printable ASCII characters, no spaces or commas; scoped to the API key.",
             ),
             RETRY_AFTER,
             # Described here with the submission's own 503 (the shared one is added where an operation has none).
@@ -274,7 +297,9 @@ class RunCreateApi(ApiView):
                 a2a_data=run_input.a2a_data,
                 a2a_files=run_input.a2a_files,
                 idempotency_key=idempotency_key or _message_idempotency_key(message_id),
-                digest=request_digest(request.data),
+                digest=_submission_digest(serializer.validated_data["agent"], run_input),
+                # A retry of a request stored before the digest was of the run's input (it was of the body).
+                former_digests=(request_digest(request.data),),
             )
         except ApplicationError as exc:
             if idempotency_key or exc.code != "idempotency_key_reused":
@@ -295,6 +320,24 @@ class RunCreateApi(ApiView):
             status=status.HTTP_200_OK if done else status.HTTP_202_ACCEPTED,
             headers=headers,
         )
+
+
+def _submission_digest(agent_slug: str, run_input: RunInput) -> str:
+    """The digest an Idempotency-Key (or ``messageId``) is held to: of the run the request asks for (its agent,
+    query, context, data and files, composed and with their defaults, as the run stores them), not of the body's
+    bytes. A resent request that means the same (its query typed decomposed, a trailing space the query loses, an
+    empty ``context`` given or left out) is the same request, replayed, not a ``409 idempotency_key_reused``."""
+    return request_digest(
+        nfc_value(
+            {
+                "agent": agent_slug,
+                "query": run_input.query,
+                "context": run_input.context,
+                "data": run_input.a2a_data,
+                "files": run_input.a2a_files,
+            }
+        )
+    )
 
 
 def _run_waited(*, run: Run, api_key: ApiKey, wait_s: float) -> Run:
@@ -327,6 +370,18 @@ def _idempotency_key(request: Request) -> str:
         raise ApplicationError(
             _("'Idempotency-Key' must be 1 to %(max)d printable ASCII characters without spaces.")
             % {"max": IDEMPOTENCY_KEY_MAX_CHARS},
+            code="invalid_input",
+            status=400,
+            fields={"Idempotency-Key": [_("Invalid value.")]},
+        )
+    if "," in key:
+        # Headers sent more than once arrive joined by commas: two keys would be taken for a third, one the
+        # client never sent (and a later request sending that one would replay this run).
+        raise ApplicationError(
+            _(
+                "'Idempotency-Key' must be sent once and hold no comma: headers sent more than once arrive "
+                "joined by commas, as one key the client never sent."
+            ),
             code="invalid_input",
             status=400,
             fields={"Idempotency-Key": [_("Invalid value.")]},
@@ -369,17 +424,17 @@ def _wait_seconds(request: Request) -> float:
     if raw in (None, ""):
         return 0.0
     limit = float(api_setting("PLATFORM_API_MAX_WAIT_S"))
+    # What was wrong, in words (the value itself, the caller's, is theirs to see: echoed, it could be any length).
+    told = {"wait": [_("A number of seconds from 0 to %(max)d, such as 5 or 0.5.") % {"max": limit}]}
     if not _SECONDS.fullmatch(raw):  # float() would also take "1_0", " 5", "1e1" and "nan"
-        raise ApplicationError(
-            _("'wait' must be a number of seconds."), code="invalid_input", status=400, fields={"wait": [raw]}
-        )
+        raise ApplicationError(_("'wait' must be a number of seconds."), code="invalid_input", status=400, fields=told)
     value = float(raw)
     if not 0 <= value <= limit:  # NaN fails both
         raise ApplicationError(
             _("'wait' must be between 0 and %(max)d seconds.") % {"max": limit},
             code="invalid_input",
             status=400,
-            fields={"wait": [raw]},
+            fields=told,
         )
     return value
 
@@ -407,7 +462,9 @@ class RunCursorPagination:
     max_page_size = 100
     cursor_query_param = "cursor"
 
-    def __init__(self) -> None:
+    def __init__(self, page_size: int | None = None) -> None:
+        """``page_size``: the caller's, as ``RunListApi.FilterSerializer`` validated it (1-100; None: 20)."""
+        self.size = page_size or self.page_size
         self.request: Request | None = None
         self.next_position: RunPosition | None = None
         self.previous_position: RunPosition | None = None
@@ -415,7 +472,7 @@ class RunCursorPagination:
 
     def paginate_queryset(self, queryset: QuerySet[Run], request: Request, view: Any = None) -> list[Run]:
         self.request = request
-        size = self._page_size(request)
+        size = self.size
         position = self._decode(request.query_params.get(self.cursor_query_param))
         if position is None:
             runs = list(queryset.order_by("-created_at", "-id")[: size + 1])
@@ -452,12 +509,6 @@ class RunCursorPagination:
         if self.previous_position is not None:
             return self._link(self.previous_position)
         return self._link(None) if self.previous_is_first_page else None
-
-    def _page_size(self, request: Request) -> int:
-        raw = request.query_params.get(self.page_size_query_param)
-        if raw and raw.isdigit() and int(raw) > 0:
-            return min(int(raw), self.max_page_size)
-        return self.page_size
 
     @staticmethod
     def _at(run: Run, *, older: bool) -> RunPosition:
@@ -558,7 +609,8 @@ class RunListApi(ApiView):
             agent_slug=filters.validated_data.get("agent"),
             status=filters.validated_data.get("status"),
         )
-        paginator = RunCursorPagination()
+        # The size validated above (``2.0``, ``+2`` and `` 2`` read as 2 there), not the query's text read again.
+        paginator = RunCursorPagination(page_size=filters.validated_data.get("page_size"))
         page = paginator.paginate_queryset(runs, request, view=self)
         return Response(
             {

@@ -92,12 +92,13 @@ def test_a_rejected_approval_says_so_on_its_tool_call(writer, admin_client, djan
 )  # fmt: skip
 def test_a_known_errors_message_is_said_in_the_readers_words(admin_client, monkeypatch, code, stored, shown) -> None:  # type: ignore[no-untyped-def]
     import agents.admin_runs
+    import agents.error_texts
 
     class Marked(str):
         def __mod__(self, values: Any) -> str:
             return str(self) + "".join(str(v) for v in values.values())
 
-    monkeypatch.setattr(agents.admin_runs, "gettext", lambda text: Marked(f"«{text}»"))
+    monkeypatch.setattr(agents.error_texts, "gettext", lambda text: Marked(f"«{text}»"))  # the words live there
     run = a_run(status=Run.Status.FAILED, answer="", error_code=code, error_message=stored)
     error = next(s for s in agents.admin_runs.run_timeline(run) if s.kind == "error")
     assert error.result == shown

@@ -133,11 +133,13 @@ def test_a_bad_position_is_a_400(sse_client, finished_run, query, headers, field
 
 
 @pytest.mark.parametrize("method", ["post", "put", "patch", "delete"])
-def test_another_method_is_a_405_naming_get_not_a_csrf_refusal(sse_client, finished_run, method: str) -> None:
+def test_another_method_is_a_405_naming_get_head_and_options_not_a_csrf_refusal(
+    sse_client, finished_run, method: str
+) -> None:
     response = getattr(
         Client(enforce_csrf_checks=True, HTTP_AUTHORIZATION=sse_client.defaults["HTTP_AUTHORIZATION"]), method
     )(f"{URL}/{finished_run.id}/events")
-    assert response.status_code == 405 and response["Allow"] == "GET"
+    assert response.status_code == 405 and response["Allow"] == "GET, HEAD, OPTIONS"
     assert response.json()["error"]["code"] == "method_not_allowed"
 
 
@@ -163,7 +165,7 @@ def test_another_callers_run_is_a_404(finished_run, other_caller) -> None:
 def test_a_post_is_a_405(sse_client, finished_run) -> None:
     response = sse_client.post(f"{URL}/{finished_run.id}/events")
     assert response.status_code == 405
-    assert response["Allow"] == "GET"
+    assert response["Allow"] == "GET, HEAD, OPTIONS"
 
 
 class FakeClock:

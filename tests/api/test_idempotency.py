@@ -59,12 +59,25 @@ def test_the_same_key_with_another_body_is_a_409(api_client, demo_agent) -> None
 
 
 @pytest.mark.django_db
-def test_the_request_digest_is_the_sha256_of_the_canonical_body(api_client, demo_agent) -> None:
+def test_the_request_digest_is_the_sha256_of_the_canonical_run_input(api_client, demo_agent) -> None:
+    # Of the run the request asks for (since 2026-12-07), not of the body's bytes: the same query typed decomposed,
+    # or with a space the query loses, is the same request.
     run_id = post(api_client, BODY).json()["id"]
-    canonical = json.dumps(BODY, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    run_input = {"agent": BODY["agent"], "query": BODY["query"], "context": BODY["context"], "data": [], "files": []}
+    canonical = json.dumps(run_input, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     expected = hashlib.sha256(canonical.encode()).hexdigest()
     run = Run.objects.get(id=run_id)
     assert (run.idempotency_key, run.request_digest) == ("order-7f3a", expected)
+
+
+@pytest.mark.django_db
+def test_a_retry_of_a_run_stored_with_the_bodys_digest_is_replayed(api_client, demo_agent) -> None:
+    # A run stored before the digest was of the run's input holds the body's: a retry across the upgrade replays it.
+    run_id = post(api_client, BODY).json()["id"]
+    canonical = json.dumps(BODY, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    Run.objects.filter(id=run_id).update(request_digest=hashlib.sha256(canonical.encode()).hexdigest())
+    again = post(api_client, BODY)
+    assert again.status_code == 200 and again.json()["id"] == run_id and again["Idempotent-Replayed"] == "true"
 
 
 @pytest.mark.django_db
