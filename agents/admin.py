@@ -143,6 +143,46 @@ class RuleRowForm(forms.ModelForm):
     its tool's contract, say) is told on the row, naming the setting and where to fix it, instead of failing
     the page."""
 
+    # The row's settings a page edits in place: each posts back, beside what is typed, what the page showed
+    # (``show_hidden_initial``), so an untouched row on a page opened before another save is untouched, not a change
+    # back to what it showed, and a row edited over a newer save is refused (``clean``).
+    IN_PLACE = ("order", "name", "enabled")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in self.IN_PLACE:
+            # A post without what the page showed (a script's) compares with the stored row, as before.
+            if name in self.fields and not (self.is_bound and self[name].html_initial_name not in self.data):
+                self.fields[name].show_hidden_initial = True
+        if "name" in self.fields:  # a Korean rule's name whole ("프리미엄 고객 자산 조회" was cut at "자신")
+            self.fields["name"].widget.attrs.setdefault("size", 28)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean()
+        if self.instance.pk is None or not self.has_changed():
+            return cleaned
+        # Saved elsewhere since the page showed it: the stored row (read as this post came) differs from what the
+        # page showed. A post without what it showed (a script) is taken as it comes, as before.
+        changed = []
+        for name in self.IN_PLACE:
+            if name not in self.fields or not self.fields[name].show_hidden_initial:
+                continue
+            field = self.fields[name]
+            shown = field.to_python(
+                field.hidden_widget().value_from_datadict(self.data, self.files, self[name].html_initial_name)
+            )
+            if field.has_changed(getattr(self.instance, name), shown):
+                changed.append(str(field.label))
+        if changed:
+            raise ValidationError(
+                gettext(
+                    "This rule was saved elsewhere after this page was loaded (changed: %(settings)s); nothing "
+                    "was saved here. Reload the page to see the rule as it is now, then make your change again."
+                )
+                % {"settings": ", ".join(changed)}
+            )
+        return cleaned
+
     def _post_clean(self) -> None:
         if self.instance.pk is not None and not self.has_changed():
             return  # an untouched row is not saved, so a stale rule does not stop the agent's own changes
