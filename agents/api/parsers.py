@@ -34,6 +34,7 @@ from rest_framework.parsers import BaseParser
 
 from agent_platform.errors import ApplicationError
 from agent_platform.json import json_error_text
+from agent_platform.text import nfc
 from agents.api.config import api_setting
 from audit.masking import mask_text
 from audit.visible import visible_text
@@ -97,16 +98,20 @@ def json_depth(text: str) -> int:
 
 
 def _object_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object's members as a dict; raises ``_Refused`` naming the first key given twice."""
+    """A JSON object's members as a dict; raises ``_Refused`` naming the first key given twice, keys compared
+    composed (NFC): what a run stores is composed, so "부서" typed composed and decomposed became one key, the
+    last value silently winning."""
     found = dict(pairs)
-    if len(found) != len(pairs):
+    if len(found) != len(pairs) or (
+        not all(key.isascii() for key in found) and len({nfc(k) for k in found}) != len(found)
+    ):
         seen: set[str] = set()
         for key, _value in pairs:
-            if key in seen:
+            if nfc(key) in seen:
                 raise _Refused(
                     _('The key "%(key)s" is given twice in one object.') % {"key": shown_text(mask_text(key))}
                 )
-            seen.add(key)
+            seen.add(nfc(key))
     return found
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import unicodedata
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -219,6 +220,15 @@ def test_a_key_given_twice_is_refused_at_any_depth(key: str, demo_agent: Any, bo
     assert error["code"] == "invalid_json"
     assert ('"query"' in error["message"]) or ('"decision"' in error["message"])
     assert not Run.objects.exists()
+
+
+def test_a_key_given_composed_and_decomposed_is_given_twice() -> None:
+    # What a run stores is composed: the two became one key, the last value silently winning.
+    nfd = unicodedata.normalize("NFD", "부서")
+    with pytest.raises(ParseError) as refused:
+        json_parse_bounded(f'{{"context": {{"부서": "A", "{nfd}": "B"}}}}'.encode(), max_depth=32)
+    assert "given twice" in str(refused.value.detail)
+    assert json_parse_bounded('{"부서": "A", "부서장": "B"}'.encode(), max_depth=32) == {"부서": "A", "부서장": "B"}
 
 
 def test_a_repeated_key_is_named_masked_and_bounded() -> None:
