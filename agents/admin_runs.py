@@ -505,6 +505,8 @@ def _entries_from_events(run: Run) -> list[dict[str, Any]]:
             entries.append({**data, "type": "rule"})
         elif kind == "deterministic_result":
             entries.append({**data, "type": "deterministic_call"})
+        elif kind == "model_turn" and data.get("late") is True:
+            continue  # a lost worker's call that came back after its run was taken over: charged, never used
         elif kind == "model_turn":
             entries.append({**data, "type": "ai"})
         elif kind == "tool_call" and data.get("source") == "flow":

@@ -289,13 +289,15 @@ class RunEventWriter:
 
     def _appendable(self, events: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
         """``events`` less the progress ones a worker that lost the run may no longer append (``appends_while``).
-        A model call that returns after that is still charged: its ``model_turn`` event (its usage) is kept,
+        A model call that returns after that is still charged: its ``model_turn`` event is kept as its usage alone,
         marked ``late`` (made by a worker that no longer held the run), and counted when the run is settled, or
         settled again if it was (``agents.execution._count_late_tokens``)."""
         if self.appends_while is None or all(kind == "status" for kind, _ in events) or self.appends_while():
             return events
+        # Of a late model turn only what it cost: its text and the calls it asked for were never used (a run page
+        # showed them as a turn after the answer, asking for a call never made).
         kept = [
-            (kind, {**data, "late": True} if kind == "model_turn" else data)
+            (kind, {"usage": data.get("usage"), "late": True} if kind == "model_turn" else data)
             for kind, data in events
             if kind in _APPENDED_WHEN_LOST
         ]

@@ -1,5 +1,5 @@
 """A model call still out when its worker loses the run is charged when it returns, however long after: its
-``model_turn`` event (its usage) is appended, marked ``late``, and counted to the run's tokens and its budget,
+``model_turn`` event (its usage alone) is appended, marked ``late``, and counted to the run's tokens and its budget,
 once; nothing else of that worker (its tool calls, its outcome) is appended."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 
 import agents.execution as execution
+from agents.admin_runs import run_timeline
 from agents.budgets import budget_create, budget_settle
 from agents.execution import run_execute
 from agents.models import BudgetUsage, Run, RunEvent
@@ -72,6 +73,16 @@ def test_a_call_returning_after_the_lease_lapsed_and_the_new_worker_finished_is_
     assert len(events) == 4  # the new worker's three turns, then the lost worker's late one
     turns = list(RunEvent.objects.filter(run=run, kind="model_turn").order_by("seq").values_list("data", flat=True))
     assert [bool(turn.get("late")) for turn in turns] == [False, False, False, True]
+    # What it cost alone: its text and the call it asked for were never used, and the run's page does not show it
+    # as a turn after the answer.
+    assert set(turns[-1]) == {"usage", "late"}
+    steps = [step.label for step in run_timeline(run)]
+    assert [label for label in steps if label.startswith("model turn")] == [
+        "model turn 1",
+        "model turn 2",
+        "model turn 3",
+    ]
+    assert steps[-1] == "answer", steps
     # Its tool call (the turn asked for one) is not appended: only the new worker's two.
     assert RunEvent.objects.filter(run=run, kind="tool_call").count() == 2
     assert_charged_once(run, events)
