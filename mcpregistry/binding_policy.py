@@ -442,7 +442,7 @@ def _inline_code(command: str, args: list[str], depth: int = 0) -> str | None:
         if program == "env" and arg in {"-u", "-C", "-a", "--unset", "--chdir", "--argv0"}:
             skip = True
             continue
-        if arg.startswith("--") and name in options[1:]:
+        if arg.startswith("--") and _names_long_option(name, options[1:]):
             return arg
         if arg.startswith("-") and not arg.startswith("--") and any(letter in options[0] for letter in arg[1:]):
             return arg
@@ -459,6 +459,14 @@ def _inline_code(command: str, args: list[str], depth: int = 0) -> str | None:
         if arg and not arg.startswith(("-", "+")) and (found := _inline_code(arg, args[i + 1 :], depth + 1)):
             return found
     return None
+
+
+def _names_long_option(name: str, long_options: tuple[str, ...]) -> bool:
+    """Whether the long option ``name`` (``--comm``, lowercased, its ``=value`` cut) is one of ``long_options`` or
+    a shortening of one: getopt_long (util-linux's ``su``/``flock``/``script``, ``sudo``) and npm's parser take any
+    unambiguous prefix, so ``su --comm CMD`` runs CMD as ``--command`` does (an ambiguous one is an error there,
+    refused here alike)."""
+    return len(name) > 2 and any(option.startswith(name) for option in long_options)
 
 
 class _OptionSyntax(NamedTuple):
@@ -488,7 +496,7 @@ _WRAPPER_SYNTAX: dict[str, _OptionSyntax] = {
         frozenset({"--ignore-environment", "--null", "--debug", "--list-signal-handling", "--block-signal",
                    "--default-signal", "--ignore-signal", "--help", "--version"}), assignments=True),
     "timeout": _OptionSyntax(
-        "ks", "v", frozenset({"--signal", "--kill-after"}),
+        "ks", "vfp", frozenset({"--signal", "--kill-after"}),  # -f, -p: --foreground, --preserve-status (9.6)
         frozenset({"--preserve-status", "--foreground", "--verbose", "--help", "--version"}), positional=1),
     "nice": _OptionSyntax("n", "0123456789+", frozenset({"--adjustment"})),  # nice -10: an old spelling of -n 10
     "nohup": _OptionSyntax("", ""),
@@ -572,9 +580,10 @@ def _wrapped_program(wrapper: str, args: list[str]) -> int | None:
 # deno's options before its subcommand known here (``deno --help``: its global options, and those of ``deno run``
 # that ``deno SCRIPT`` takes); a permission's value follows only after "=" (``-R=/srv``, ``--allow-net=host``).
 _DENO_OPTIONS = _OptionSyntax(
-    "Lc", "qhVvAPRWNESI", frozenset({"--log-level", "--config"}),
-    frozenset({"--quiet", "--help", "--version", "--allow-all", "--no-prompt"}), abbreviated=False,
-    flag_prefixes=("--allow-", "--deny-", "--unstable"),
+    "Lc", "qhVvAPRWNESIr", frozenset({"--log-level", "--config"}),
+    frozenset({"--quiet", "--help", "--version", "--allow-all", "--cached-only"}), abbreviated=False,
+    # --reload[=URLS], --v8-flags[=FLAGS]: a value only after "="; --no-check, --no-remote, --no-prompt…
+    flag_prefixes=("--allow-", "--deny-", "--unstable", "--reload", "--v8-flags", "--no-"),
 )  # fmt: skip
 
 
@@ -609,7 +618,7 @@ def _runner_inline_code(program: str, args: list[str], options: tuple[str, ...],
         if arg == "--":
             i += 1
             break
-        if arg.startswith("--") and name in options[1:]:
+        if arg.startswith("--") and _names_long_option(name, options[1:]):
             return arg
         if arg.startswith("-") and not arg.startswith("--") and any(letter in options[0] for letter in arg[1:]):
             return arg
