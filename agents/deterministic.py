@@ -119,15 +119,26 @@ class RegexTooSlow(Exception):
     """A rule's regex did not finish searching the query within ``REGEX_TIMEOUT_S``."""
 
 
+# Full-width ASCII (U+FF01-U+FF5E) and the ideographic space as their half-width forms: what a Korean input
+# method's full-width mode types. Not the rest of compatibility composition (NFKC), which makes "10²" read "102",
+# "①②③④" read "1234" and "Ⅳ" read "IV": a rule matching those would send a value the caller never meant.
+_WIDTH_FOLD = {0x3000: " ", **{code: chr(code - 0xFEE0) for code in range(0xFF01, 0xFF5F)}}
+
+
+def width_folded(text: str) -> str:
+    """``text`` with full-width ASCII and the ideographic space written half-width (``_WIDTH_FOLD``)."""
+    return text.translate(_WIDTH_FOLD)
+
+
 def regex_search(pattern: str, text: str) -> regex.Match[str] | None:
     """Search ``text`` with a rule's ``pattern``: composed (``nfc``) as written first, then, where it reads
-    otherwise, compatibility-composed (NFKC), as keywords read it: ``Ａ-１００４`` typed in a Korean input method's
-    full-width mode meets ``A-\\d{4}`` (a pattern written for a full-width character still meets it as typed). Both
-    searches together take at most ``REGEX_TIMEOUT_S``. Raises RegexTooSlow past it."""
+    otherwise, width-folded (``width_folded``): ``Ａ-１００４`` typed in a Korean input method's full-width mode
+    meets ``A-\\d{4}`` (a pattern written for a full-width character still meets it as typed). Both searches together
+    take at most ``REGEX_TIMEOUT_S``. Raises RegexTooSlow past it."""
     composed = nfc(text)
     deadline = time.monotonic() + REGEX_TIMEOUT_S
     try:
-        for searched in dict.fromkeys((composed, unicodedata.normalize("NFKC", composed))):
+        for searched in dict.fromkeys((composed, width_folded(composed))):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError
@@ -151,7 +162,7 @@ def match_conditions(
     """Evaluate every condition of ``when`` (all must hold). Returns (matched, reason, regex named groups). Text is
     compared composed (``nfc``) on both sides: a keyword typed on one keyboard meets a query typed on another;
     keywords are looked for as :func:`keyword_text` reads both sides (full-width letters, no-break spaces), and a
-    regex, a context or a data value that does not meet as composed is tried compatibility-composed (NFKC), so
+    regex, a context or a data value that does not meet as composed is tried width-folded (``width_folded``), so
     text typed in a full-width input mode meets a rule written half-width, in the rule tester as in a run."""
     searched = keyword_text(query)
     all_keywords = [nfc(str(k)) for k in when.get("all_keywords") or []]
@@ -170,10 +181,10 @@ def match_conditions(
             return False, f"regex gave up after {REGEX_TIMEOUT_S:g} s on this query", {}
         if found is None:
             return False, "regex did not match", {}
-        # Compatibility-composed, as keywords are read: "A-１００４" typed in full-width mode matches ``A-\d{4}`` and
-        # is sent as the A-1004 the tool knows (it was sent as typed, and not found); so is a group found in the
-        # query as written (a pattern that names a full-width character).
-        groups = {nfc(k): unicodedata.normalize("NFKC", v) for k, v in found.groupdict().items() if v is not None}
+        # Width-folded: "A-１００４" typed in full-width mode matches ``A-\d{4}`` and is sent as the A-1004 the tool
+        # knows (it was sent as typed, and not found); so is a group found in the query as written (a pattern that
+        # names a full-width character). Only the width: a "①" or "²" a group holds is sent as typed.
+        groups = {nfc(k): width_folded(v) for k, v in found.groupdict().items() if v is not None}
     # The input is stored composed (``run_input_guarded``): only the values compared are composed again here.
     # Values are compared by kind too (``same_value``): a condition's true is not a 1 (seed 004's trap).
     for key, expected in (when.get("context") or {}).items():
@@ -194,22 +205,22 @@ def match_conditions(
 
 
 def _condition_text_matches(found: Any, expected: Any) -> bool:
-    """``condition_value_matches`` on the composed values, else on their compatibility-composed (NFKC) texts, as
-    keywords and regexes read the query: a context's ``ＶＩＰ`` or ``１２３４`` typed in full-width mode meets a
-    condition's ``VIP`` or ``1234``."""
+    """``condition_value_matches`` on the composed values, else on their width-folded texts, as regexes read the
+    query: a context's ``ＶＩＰ`` or ``１２３４`` typed in full-width mode meets a condition's ``VIP`` or ``1234``
+    (a ``①`` does not meet ``1``)."""
     return condition_value_matches(found, expected) or condition_value_matches(
-        _nfkc_value(found), _nfkc_value(expected)
+        _width_folded_value(found), _width_folded_value(expected)
     )
 
 
-def _nfkc_value(value: Any) -> Any:
-    """Every string of a JSON value (keys too) compatibility-composed (NFKC)."""
+def _width_folded_value(value: Any) -> Any:
+    """Every string of a JSON value (keys too) width-folded."""
     if isinstance(value, str):
-        return unicodedata.normalize("NFKC", value)
+        return width_folded(value)
     if isinstance(value, dict):
-        return {_nfkc_value(k) if isinstance(k, str) else k: _nfkc_value(v) for k, v in value.items()}
+        return {_width_folded_value(k) if isinstance(k, str) else k: _width_folded_value(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_nfkc_value(v) for v in value]
+        return [_width_folded_value(v) for v in value]
     return value
 
 

@@ -178,3 +178,22 @@ def test_a_context_or_data_value_typed_full_width_meets_the_condition() -> None:
     assert _matched(when, context=context, a2a_data=[{"고객": {"등급": "ＧＯＬＤ"}}]) == (True, "matched", {})
     # Still compared by kind: a full-width "ｔｒｕｅ" is text, never the boolean true.
     assert _matched({"context": {"flag": True}}, context={"flag": "ｔｒｕｅ"})[0] is False
+
+
+@pytest.mark.parametrize(
+    ("when", "query", "context"),
+    [
+        ({"regex": r"(?P<n>\d{3})"}, "면적 10² 이상", {}),  # NFKC read "10²" as "102"
+        ({"regex": r"(?P<w>[가-힣]{2})"}, "ㄱㅏㄴㅏ", {}),  # compatibility jamo composed to "가나"
+        ({"context": {"grade": "1"}}, "q", {"grade": "①"}),
+        ({"context": {"plan": "IV"}}, "q", {"plan": "Ⅳ"}),
+    ],
+)
+def test_only_the_width_is_folded_not_every_compatibility_form(
+    when: dict[str, Any], query: str, context: dict[str, Any]
+) -> None:
+    # A review of the first version (full NFKC) found these matched: a rule sent a value the caller never meant.
+    matched, _reason, _groups = match_conditions(
+        when, query=query, context=context, a2a_data=None, available_tools=set()
+    )
+    assert not matched
