@@ -473,10 +473,16 @@ def _distinctive(part: str) -> bool:
 def _normalization_variants(secret: str) -> set[str]:
     """``secret`` in either Unicode normalization form: a Korean secret bound composed (NFC) may come back decomposed
     (NFD, as macOS file names and some servers write it), or the reverse: the same text to a reader, other code
-    points (and other bytes to encode) to a matcher."""
+    points (and other bytes to encode) to a matcher. And compatibility-composed (NFKC): a secret bound with full-width
+    letters (``암호Ａ１２３４``) echoed half-width, or disguised (folded text reads it half-width)."""
     if secret.isascii():
         return {secret}
-    return {secret, unicodedata.normalize("NFC", secret), unicodedata.normalize("NFD", secret)}
+    return {
+        secret,
+        unicodedata.normalize("NFC", secret),
+        unicodedata.normalize("NFD", secret),
+        unicodedata.normalize("NFKC", secret),
+    }
 
 
 def _secret_forms(secret: str) -> set[str]:
@@ -1516,9 +1522,11 @@ def storable_text(text: str) -> str:
 
 
 def _mask_str(text: str, matcher: _SecretMatcher | None) -> str:
-    text = storable_text(text)
+    # The secrets first, then what no database stores: a NUL between a secret's letters is a hidden character
+    # there (masked with the secret); made U+FFFD first, it split the secret and left it in clear.
     if matcher is not None:
         text = matcher.sub(text)
+    text = storable_text(text)
     if len(text) <= _SHORT_TEXT and _MAYBE_SENSITIVE.search(text) is None:
         return text
     text = _mask_patterns(text)

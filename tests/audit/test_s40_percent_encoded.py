@@ -1,5 +1,6 @@
-"""A secret echoed back with every byte percent-encoded (``%72%76%54…``, letters too) was masked nowhere: its hex
-and base64 forms were, and ``quote``'s form (which leaves letters readable)."""
+"""Secrets in disguises reviews found masked nowhere: every byte percent-encoded (``%72%76%54…``, letters too; its
+hex and base64 forms were masked), split by a NUL character, and bound with full-width letters but echoed
+half-width."""
 
 from __future__ import annotations
 
@@ -28,3 +29,16 @@ def test_a_korean_secret_percent_encoded_byte_by_byte_is_masked() -> None:
 def test_other_percent_encoded_text_is_left_as_it_is() -> None:
     text = "검색어: %ED%95%9C%EA%B8%80 and %41%42%43"
     assert mask_text(text, secrets=[SECRET]) == text
+
+
+def test_a_secret_split_by_a_nul_character_is_masked() -> None:
+    # The NUL was made U+FFFD (what a database stores) before the secrets were looked for: it split the secret.
+    assert mask_text("x tok_ABCD\x00EFGH12 y", secrets=["tok_ABCDEFGH12"]) == "x *** y"
+    assert mask_text("x 비밀\x00토큰값한글 y", secrets=["비밀토큰값한글"]) == "x *** y"
+    assert mask_text("a\x00b", secrets=["tok_ABCDEFGH12"]) == "a\ufffdb"  # still stored without the NUL
+
+
+def test_a_secret_bound_with_full_width_letters_is_masked_half_width_and_disguised() -> None:
+    secret = "암호Ａ１２３４"
+    for echoed in ("암호A1234", "암호Ａ\u200b１２３４", "암호Ａ１２３４"):
+        assert mask_text(f"값 {echoed} 끝", secrets=[secret]) == "값 *** 끝"
