@@ -959,8 +959,9 @@ def run_stopped(run: Run) -> bool:
     return run.status != Run.Status.CANCELLED or run_end_recorded(run_id=run.pk)
 
 
-# The members of a tool call's event a calling agent's model reads as text: a value, a tool's error text, a message.
-READABLE_CALL_KEYS = ("value", "tool_error_text", "message")
+# The members of a tool call's event a calling agent's model reads as text: the tool and its arguments (a direction
+# override in an argument read reversed), a value, a tool's error text, a message.
+READABLE_CALL_KEYS = ("tool", "args", "value", "tool_error_text", "message")
 
 
 def readable_value(value: Any) -> Any:

@@ -97,6 +97,8 @@ def test_an_a2a_tool_call_update_writes_out_hidden_characters_and_the_event_keep
     run = Run.objects.create(agent=quiet, query="q", status=Run.Status.RUNNING)
     call = {
         "name": "lookup",
+        "tool": "look\u202eup",
+        "args": {"file": "invoice\u202efdp.exe"},
         "ok": False,
         "value": HIDDEN_VALUE,
         "tool_error_text": "틀림\U000e0049",
@@ -113,6 +115,7 @@ def test_an_a2a_tool_call_update_writes_out_hidden_characters_and_the_event_keep
         "rows": [{"k⟦U+200B⟧": "a⟦U+202E⟧b"}],
     }
     assert sent["tool_error_text"] == "틀림⟦U+E0049⟧"
+    assert sent["args"] == {"file": "invoice⟦U+202E⟧fdp.exe"} and sent["tool"] == "look⟦U+202E⟧up"
     assert not any(c in s for s in strings_of(sent) for c in "\u200b\u202e\U000e0041\U000e0049")
     assert RunEvent.objects.get(run=run, seq=1).data == call  # the record keeps what came
 
