@@ -591,7 +591,10 @@ def _deno_inline_code(args: list[str]) -> str | None:
     """``deno eval CODE``, ``deno repl --eval CODE``: deno's subcommand is its first argument that is no option nor
     an option's value (``deno -L info eval CODE``; ``deno run server.ts --mode eval`` runs a script). After an option
     not known here (the next argument may be its value), any later ``eval``, or ``repl`` then ``--eval``, is taken
-    for the subcommand."""
+    for the subcommand. A ``data:`` URL anywhere is code given inline too (``deno run data:text/javascript,…``
+    runs it as the main module, as node's ``--import data:…`` would)."""
+    if found := next((a for a in args if a.lower().startswith("data:")), None):
+        return found
     i, known = 0, True
     while known and i < len(args) and args[i].startswith("-") and args[i] != "--":
         takes = _takes_value(_DENO_OPTIONS, args[i])

@@ -53,7 +53,16 @@ def test_legitimate_lines_with_those_options_are_accepted(line: str) -> None:
     assert command_problem(program, args, []) is None
 
 
-@pytest.mark.parametrize("line", ["deno --reload eval CODE", "deno -rL info eval CODE", "deno --no-check eval CODE"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "deno --reload eval CODE",
+        "deno -rL info eval CODE",
+        "deno --no-check eval CODE",
+        "deno run data:text/javascript,Deno.exit(0)",  # a data: URL is the main module, inline
+        "deno run -A DATA:text/javascript;base64,RGVubw==",
+    ],
+)
 def test_deno_eval_after_those_options_is_still_refused(line: str) -> None:
     program, *args = line.split()
     assert command_problem(program, args, []) is not None
