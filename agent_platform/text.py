@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 import regex  # type: ignore[import-untyped]
@@ -25,15 +26,20 @@ def nfc(text: str) -> str:
     return "".join(part if i % 2 else unicodedata.normalize("NFC", part) for i, part in enumerate(parts))
 
 
+def strings_mapped(value: Any, text: Callable[[str], str]) -> Any:
+    """A JSON value with ``text`` applied to every string in it, keys too, at any depth."""
+    if isinstance(value, str):
+        return text(value)
+    if isinstance(value, dict):
+        return {text(k) if isinstance(k, str) else k: strings_mapped(v, text) for k, v in value.items()}
+    if isinstance(value, list):
+        return [strings_mapped(v, text) for v in value]
+    return value
+
+
 def nfc_value(value: Any) -> Any:
     """``nfc`` for every string of a JSON value (keys too)."""
-    if isinstance(value, str):
-        return nfc(value)
-    if isinstance(value, dict):
-        return {nfc(k) if isinstance(k, str) else k: nfc_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [nfc_value(v) for v in value]
-    return value
+    return strings_mapped(value, nfc)
 
 
 # The messages of ``re`` and ``regex`` (both modules word most of them alike) a person is likely to meet, each

@@ -22,7 +22,7 @@ import regex  # type: ignore[import-untyped]
 from django.utils.translation import gettext
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agent_platform.text import bounded_regex, nfc, nfc_value, regex_error_text
+from agent_platform.text import bounded_regex, nfc, nfc_value, regex_error_text, strings_mapped
 from audit.visible import readable_text
 
 logger = logging.getLogger(__name__)
@@ -215,13 +215,7 @@ def _condition_text_matches(found: Any, expected: Any) -> bool:
 
 def _width_folded_value(value: Any) -> Any:
     """Every string of a JSON value (keys too) width-folded."""
-    if isinstance(value, str):
-        return width_folded(value)
-    if isinstance(value, dict):
-        return {_width_folded_value(k) if isinstance(k, str) else k: _width_folded_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_width_folded_value(v) for v in value]
-    return value
+    return strings_mapped(value, width_folded)
 
 
 _HANGUL_SPACE = re.compile(r"(?<=[가-힣]) (?=[가-힣])")

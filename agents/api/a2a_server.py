@@ -65,7 +65,7 @@ from rest_framework import exceptions
 from rest_framework.exceptions import ValidationError
 
 from agent_platform.errors import ApplicationError
-from agent_platform.text import grapheme_cut, nfc
+from agent_platform.text import grapheme_cut, nfc, strings_mapped
 from agents.api.a2a import run_input_from_message
 from agents.api.config import api_setting
 from agents.api.protocol_http import (
@@ -967,13 +967,7 @@ READABLE_CALL_KEYS = ("tool", "args", "value", "tool_error_text", "message")
 def readable_value(value: Any) -> Any:
     """``value`` with each string in it (keys too, at any depth) as ``readable_text`` writes it: a character that
     does not show itself (a tag character, a zero-width space) written out, as the answer writes it."""
-    if isinstance(value, str):
-        return readable_text(value)
-    if isinstance(value, dict):
-        return {readable_value(k) if isinstance(k, str) else k: readable_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [readable_value(v) for v in value]
-    return value
+    return strings_mapped(value, readable_text)
 
 
 def readable_call(call: dict[str, Any]) -> dict[str, Any]:
