@@ -45,6 +45,7 @@ WHOLE_NUMBERS: list[tuple[str, str, str | None]] = [
     ("PLATFORM_APPROVAL_TTL_S", "1", "0"),
     ("PLATFORM_API_MAX_BODY_BYTES", "1", "0"),
     ("PLATFORM_API_MAX_JSON_DEPTH", "1", "0"),
+    ("PLATFORM_API_MAX_JSON_ITEMS", "1", "0"),
     ("PLATFORM_SSE_MAX_STREAMS_PER_KEY", "1", "0"),
 ]
 SECONDS: list[tuple[str, str, str | None]] = [

@@ -167,6 +167,7 @@ def test_a_models_read_of_a_resource_shows_its_audited_outcome(admin_client) -> 
 
 
 def test_the_summary_says_tokens_model_calls_cost_and_where_the_time_went(admin_client) -> None:
+    Agent.objects.create(slug="ledger", name="장부", model_provider=Agent.Provider.BEDROCK)  # a model's run
     run = a_run(
         timings={"deterministic_ms": 3.5, "model_ms": 120.25, "tools_ms": 40, "total_ms": 170.5},
         token_usage={"input_tokens": 1200, "output_tokens": 80, "total_tokens": 1280, "model_calls": 2,
