@@ -297,6 +297,7 @@ def test_a_run_submitted_and_a_scrape_while_the_database_is_down_answer_503(tmp_
 # --- 4. probes under PLATFORM_TLS=django ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # ≥ 1.5 s: the fast loop stays under five minutes
 def test_the_probes_answer_on_plain_http_where_django_redirects_to_https(tmp_path: Path) -> None:
     script = (
         "import json\nfrom django.test import Client\n"

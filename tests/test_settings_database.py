@@ -44,6 +44,7 @@ def test_postgresql_binds_on_the_server_and_prepares_repeated_statements_unless_
     assert settings_seen(OPTIONS, tmp_path, DATABASE_URL=database_url, **environment) == expected
 
 
+@pytest.mark.slow  # ≥ 1.5 s: the fast loop stays under five minutes
 def test_sqlite_has_no_postgresql_options(tmp_path) -> None:
     options = settings_seen(OPTIONS, tmp_path)
 

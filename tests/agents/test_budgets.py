@@ -229,6 +229,7 @@ def test_usage_needs_a_key() -> None:
     assert response.status_code == 401
 
 
+@pytest.mark.slow  # ≥ 1.5 s: the fast loop stays under five minutes
 @pytest.mark.django_db(transaction=True)
 def test_a_budget_holds_under_50_concurrent_submissions_on_one_key(settings) -> None:
     """50 requests at once on one key whose budget holds 7 reservations: exactly 7 are admitted, the rest get a

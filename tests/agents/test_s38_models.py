@@ -138,6 +138,7 @@ def test_an_overloaded_servers_error_object_is_retried_streamed_or_not(demo_serv
 # --- 4. a deleted key's turns are no keyless run's --------------------------------------------------------------
 
 
+@pytest.mark.slow  # ≥ 1.5 s: the fast loop stays under five minutes
 def test_a_deleted_keys_turns_are_not_given_to_a_run_with_no_key(demo_server, api_caller: ApiCaller) -> None:
     with ScriptedOpenAIServer([{"content": "키A에게만 준 답"}, {"content": "운영자 답"}]).running() as server:
         agent = openai_agent(server, demo_server, slug="deleted-key")

@@ -700,6 +700,7 @@ def assert_not_leaked(secret: str, output: str) -> None:
         assert form not in output, f"{form!r} survived in {output!r}"
 
 
+@pytest.mark.slow  # ≥ 1.5 s: the fast loop stays under five minutes
 @property_settings
 @given(secret=secrets, before=surrounding_text, after=surrounding_text, data=st.data())
 def test_a_given_secret_never_survives_mask_text_in_any_form(
@@ -710,6 +711,7 @@ def test_a_given_secret_never_survives_mask_text_in_any_form(
     assert_not_leaked(secret, output)
 
 
+@pytest.mark.slow  # ≥ 1.5 s: the fast loop stays under five minutes
 @property_settings
 @given(secret=secrets, before=surrounding_text, after=surrounding_text, data=st.data())
 def test_a_registered_secret_never_survives_mask_text_in_any_form(

@@ -130,6 +130,7 @@ def test_a_key_lost_after_the_start_ends_that_eval_run_and_the_others_go_on() ->
 # ---- 3. one eval run that cannot be refreshed at all ------------------------------------------------------------
 
 
+@pytest.mark.slow  # ≥ 1.5 s: the fast loop stays under five minutes
 @pytest.mark.django_db(transaction=True)
 def test_an_eval_run_that_cannot_be_refreshed_is_logged_by_id_and_the_pass_goes_on(
     caplog: pytest.LogCaptureFixture,
