@@ -1521,11 +1521,33 @@ def storable_text(text: str) -> str:
     return text
 
 
+# A run of URL text holding percent escapes: what a secret percent-encoded in any mix (``%72v%54o%6B…``, upper- and
+# lower-case hex) stands in. Decoded, it is looked at for the secrets (``_percent_encoded_secrets``).
+_PERCENT_RUN = re.compile(r"[A-Za-z0-9._~+-]*(?:%[0-9A-Fa-f]{2}[A-Za-z0-9._~+-]*){2,}")
+
+
+def _percent_encoded_secrets(text: str, matcher: _SecretMatcher) -> str:
+    """``text`` with each run of percent-encoded URL text that holds a secret once decoded masked whole: the forms
+    the matcher knows are the whole secret encoded in one case; a tool may encode some bytes and not others."""
+
+    def masked(run: re.Match[str]) -> str:
+        decoded = unquote(run[0])
+        return MASK if decoded != run[0] and matcher.sub(decoded) != decoded else run[0]
+
+    return _PERCENT_RUN.sub(masked, text)
+
+
+def _known_secrets_masked(text: str, matcher: _SecretMatcher) -> str:
+    """``text`` with the known secrets masked in the forms the matcher knows, and in percent-encoded URL text."""
+    text = matcher.sub(text)
+    return _percent_encoded_secrets(text, matcher) if "%" in text else text
+
+
 def _mask_str(text: str, matcher: _SecretMatcher | None) -> str:
     # The secrets first, then what no database stores: a NUL between a secret's letters is a hidden character
     # there (masked with the secret); made U+FFFD first, it split the secret and left it in clear.
     if matcher is not None:
-        text = matcher.sub(text)
+        text = _known_secrets_masked(text, matcher)
     text = storable_text(text)
     if len(text) <= _SHORT_TEXT and _MAYBE_SENSITIVE.search(text) is None:
         return text
@@ -1560,7 +1582,7 @@ def mask_known(value: Any, *, secrets: Iterable[str] = ()) -> Any:
 
     def walk(item: Any) -> Any:
         if isinstance(item, str):
-            return matcher.sub(item)
+            return _known_secrets_masked(item, matcher)
         if isinstance(item, dict):
             return {key: walk(child) for key, child in item.items()}
         if isinstance(item, list):

@@ -42,3 +42,16 @@ def test_a_secret_bound_with_full_width_letters_is_masked_half_width_and_disguis
     secret = "암호Ａ１２３４"
     for echoed in ("암호A1234", "암호Ａ\u200b１２３４", "암호Ａ１２３４"):
         assert mask_text(f"값 {echoed} 끝", secrets=[secret]) == "값 *** 끝"
+
+
+def test_a_secret_percent_encoded_in_mixed_case_or_in_part_is_masked() -> None:
+    raw = SECRET.encode()
+    mixed = "".join(f"%{b:02x}" if i % 2 else f"%{b:02X}" for i, b in enumerate(raw))
+    partly = "".join(f"%{b:02X}" if i % 2 else chr(b) for i, b in enumerate(raw))
+    for encoded in (mixed, partly):
+        masked = mask_text(f"요청: https://api.example/v1?token={encoded}&q=1", secrets=[SECRET])
+        assert masked == "요청: https://api.example/v1?token=***&q=1"
+        assert mask_known({"url": f"?t={encoded}"}, secrets=[SECRET]) == {"url": "?t=***"}
+    # Percent-encoded text that holds no secret is left as it is.
+    text = "검색: q=%ED%95%9C%EA%B8%80&x=%41%42%43"
+    assert mask_text(text, secrets=[SECRET]) == text
