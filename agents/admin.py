@@ -64,7 +64,7 @@ from agents.models import (
     scripted_model_allowed,
     tool_choice_name,
 )
-from agents.rule_form import DeterministicRuleForm
+from agents.rule_form import DeterministicRuleForm, saved_elsewhere_text
 from agents.rule_summary import conditions_html, parameters_html, target_html
 from agents.selectors import rules_calling, servers_leaving, tool_name_conflict_problem
 from agents.services import (
@@ -174,13 +174,7 @@ class RuleRowForm(forms.ModelForm):
             if field.has_changed(getattr(self.instance, name), shown):
                 changed.append(str(field.label))
         if changed:
-            raise ValidationError(
-                gettext(
-                    "This rule was saved elsewhere after this page was loaded (changed: %(settings)s); nothing "
-                    "was saved here. Reload the page to see the rule as it is now, then make your change again."
-                )
-                % {"settings": ", ".join(changed)}
-            )
+            raise ValidationError(saved_elsewhere_text(changed))
         return cleaned
 
     def _post_clean(self) -> None:

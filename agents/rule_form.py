@@ -371,6 +371,15 @@ def _regex_problems(when: dict[str, Any]) -> list[str]:
     return []
 
 
+def saved_elsewhere_text(changed: list[str]) -> str:
+    """Why a save of a rule changed since its page was loaded was refused, naming the ``changed`` settings: the
+    rule editor's and the agent page's rules table's alike."""
+    return _(
+        "This rule was saved elsewhere after this page was loaded (changed: %(settings)s); nothing was saved here. "
+        "Reload the page to see the rule as it is now, then make your change again."
+    ) % {"settings": ", ".join(changed)}
+
+
 class DeterministicRuleForm(forms.ModelForm):
     tool_name = OpenChoiceField(label=_("tool"), required=False)
     force_first_tool = OpenChoiceField(
@@ -519,14 +528,7 @@ class DeterministicRuleForm(forms.ModelForm):
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
         if changed := self._changed_elsewhere():
-            self.add_error(
-                None,
-                _(
-                    "This rule was saved elsewhere after this page was loaded (changed: %(settings)s); nothing was "
-                    "saved here. Reload the page to see the rule as it is now, then make your change again."
-                )
-                % {"settings": ", ".join(changed)},
-            )
+            self.add_error(None, saved_elsewhere_text(changed))
             return cleaned
         raw = (self.data.get(self.add_prefix("rule_json")) or "").strip()
         if raw and _json(raw) != _json(self._shown_json()):
