@@ -23,6 +23,7 @@ from agents.decision_reasons import UNUSED_APPROVAL
 from agents.dispatch import RETRYABLE_ERRORS, lifecycle_setting, run_dispatch
 from agents.models import Approval, Run, RunEvent
 from agents.run_wakeup import run_changed
+from agents.selectors import cancellation_recorded
 from agents.shadow import shadow_after_store
 from audit.masking import mask_value
 from audit.row_statements import RowInsert
@@ -272,10 +273,16 @@ class RunEventWriter:
         worker that stopped, or the reconciler once that worker is surely gone), with its budgets' settlement in
         the same transaction: a cancelled run's reservation, which a live worker's model call may still spend, is
         given back only as its end is recorded, and whoever sees that end sees its spend counted. Settled once
-        (``budget_settle``: compare-and-swap; a later call adds only what was spent since)."""
+        (``budget_settle``: compare-and-swap; a later call adds only what was spent since).
+
+        Written once: a worker paused past its lease, whose run a cancel found unheld and ended, stops later and
+        ends it too; it settles what it spent since, and appends no second end (the run's row is locked first, so
+        two recording it at once take turns)."""
         with transaction.atomic():
+            Run.objects.select_for_update().filter(pk=self.run_id).values_list("pk", flat=True).first()
             budget_settle(run_id=self.run_id)
-            self.emit("status", {"status": "cancelled", "answer": "", "error": "cancelled"})
+            if not cancellation_recorded(run_id=self.run_id):
+                self.emit("status", {"status": "cancelled", "answer": "", "error": "cancelled"})
 
     def emit(self, kind: str, data: dict[str, Any]) -> None:
         self.emit_many([(kind, data)])

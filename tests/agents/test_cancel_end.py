@@ -213,3 +213,32 @@ def test_a_pending_approval_of_a_cancelled_run_is_refused_and_ends_unused(demo_a
     assert not AuditEvent.objects.filter(run_id=run.pk, action=f"approval.{decision}").exists()
     assert Approval.objects.get(pk=approved.pk).status == Approval.Status.APPROVED  # another's end is not this one's
     assert Run.objects.get(pk=run.pk).status == Run.Status.CANCELLED
+
+
+# --- 4d. one end, whoever records it ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stop", ["soft_time_limit", "returns"])
+def test_a_worker_paused_past_its_lease_adds_no_second_end_to_a_run_its_cancel_ended(
+    demo_agent: Agent, monkeypatch: pytest.MonkeyPatch, stop: str
+) -> None:
+    run = Run.objects.create(agent=demo_agent, query="q")
+    real_execute = engine.execute
+
+    def a_call_paused_past_the_lease(plan: Any) -> Any:
+        # The worker's process stalls in its call past its lease; a cancel then finds no live worker and records
+        # the run's end itself. The worker wakes and stops: it must not record that end a second time.
+        Run.objects.filter(pk=plan.run_id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+        run_cancel(run=Run.objects.get(pk=plan.run_id), actor="admin:alice")
+        assert status_events(run).count(CANCELLED) == 1
+        if stop == "soft_time_limit":
+            raise SoftTimeLimitExceeded()
+        return real_execute(plan)
+
+    monkeypatch.setattr(engine, "execute", a_call_paused_past_the_lease)
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert (run.status, run.error_code) == (Run.Status.CANCELLED, "cancelled")
+    assert status_events(run).count(CANCELLED) == 1
+    assert status_events(run)[-1] == CANCELLED
+    assert run_end_recorded(run_id=run.pk)
