@@ -42,6 +42,7 @@ from agent_platform.slugs import ASCII_SLUG_REFUSAL, validate_ascii_slug
 from agent_platform.text import nfc, nfc_value
 from agents.deterministic import RuleSpec as EngineRuleSpec
 from agents.models import MAX_ITERATIONS_LIMIT, TIME_LIMIT_MAX_S, Agent, AgentArm, AgentVersion, DeterministicRule
+from agents.rule_dependents import rules_failing_for_want_of_a_tool
 from agents.selectors import (
     agent_tool_name_conflicts,
     rules_calling,
@@ -1120,6 +1121,7 @@ def _config_import(
     problems = _Problems()
     report = ImportReport()
     conflicts_before = agent_tool_name_conflicts()  # the clashes there are: the import is refused only its own
+    failing_before = rules_failing_for_want_of_a_tool()  # likewise: the report names the rules the import fails
     servers: dict[str, McpServer] = {s.mcp_id: s for s in McpServer.objects.all()}
     # Where the document gives each server and agent: an entry that refers to one whose own entry is not valid
     # says so (its problems are reported there), not that it is unknown.
@@ -1445,6 +1447,9 @@ def _config_import(
     for _where, contract, before in saved_contracts:
         if before != _fields(contract):
             report.warnings.extend(rules_refused_by_tool_contract(tool=contract.tool))
+    # A tool or server the document switches off, or a rule it switches on or points at a tool runs cannot call:
+    # the enabled rules that now fail every run they decide, as the tool's and the server's pages name them.
+    report.warnings.extend(text for pk, text in rules_failing_for_want_of_a_tool().items() if pk not in failing_before)
     if dry_run:
         transaction.set_rollback(True)
     return report

@@ -12,11 +12,13 @@ admin rule that asks for its tool (``when.tool_available``) only skips instead, 
 
 from __future__ import annotations
 
+import html
+from collections.abc import Iterable
 from typing import Any
 
 from django.db.models import F
 from django.urls import NoReverseMatch, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, strip_tags
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 
@@ -57,6 +59,52 @@ def rules_left_failing_for_registry(
     ]
 
 
+def rules_failing_for_want_of_a_tool() -> dict[int, str]:
+    """Every enabled rule that fails the runs it decides for want of a tool now, as ``rules_left_failing_for_registry``
+    names it (plain text, without its link), keyed by the rule's id: an admin rule whose tool runs cannot call
+    (disabled, waiting for a review, vanished, not listed) on an enabled server, or whose server is disabled; a code
+    rule whose server is disabled. What an import compares before and after itself (``agents.configuration``): the
+    rules it leaves failing are named in its report, as the tool's and the server's pages name them.
+
+    Not the rules of an enabled server never discovered: it has no tools listed yet (an import names them before
+    discovery lists them, and discovery is the step after an import of a new server)."""
+    from mcpregistry.models import McpTool
+
+    rules = list(DeterministicRule.objects.filter(enabled=True).select_related("agent", "server").order_by("id"))
+    tools = McpTool.objects.filter(server__enabled=True).only(
+        "server_id", "name", "enabled", "review_required", "available", "schema_error", "discovered_at"
+    )
+    callable_tools, discovered = set(), set()
+    for tool in tools:
+        if tool.callable:
+            callable_tools.add((tool.server_id, tool.name))
+        if tool.discovered_at is not None:
+            discovered.add(tool.server_id)
+    found: dict[int, SafeString] = {}
+    for rule in rules:
+        if rule.code or rule.server is None:
+            continue
+        if not rule.server.enabled:
+            if not _asks_for_a_tool(rule, any_tool=True):
+                found[rule.pk] = _server_off_text(rule, rule.server)
+        elif (
+            rule.server_id in discovered
+            and (rule.server_id, rule.tool_name) not in callable_tools
+            and not _asks_for_a_tool(rule, any_tool=False)
+        ):
+            found[rule.pk] = _tool_text(rule, deleting=False)
+    servers_off = {server.mcp_id: server for server in McpServer.objects.filter(enabled=False)}
+    for rule, mcp_id in _code_rules_with_server([rule for rule in rules if rule.code]):
+        if mcp_id in servers_off:
+            found[rule.pk] = _code_rule_text(rule, servers_off[mcp_id], deleting=False)
+    return {pk: plain_text(text) for pk, text in found.items()}
+
+
+def plain_text(text: SafeString) -> str:
+    """One of this module's texts as plain text (a command's line, an import's report): its link left out."""
+    return html.unescape(strip_tags(text))
+
+
 def _asks_for_a_tool(rule: DeterministicRule, *, any_tool: bool) -> bool:
     """Whether ``rule`` matches only while a tool is callable (``when.tool_available``): its own tool, or, with
     ``any_tool`` (its server is off: none is), any tool. Such a rule skips its runs; it does not fail them."""
@@ -66,18 +114,27 @@ def _asks_for_a_tool(rule: DeterministicRule, *, any_tool: bool) -> bool:
 
 def _code_rules_naming(rules: Any, server: McpServer, *, deleting: bool) -> list[SafeString]:
     """The code rules among ``rules`` whose decorator names ``server`` (one that cannot be loaded fails its runs
-    already, ``deterministic:rule_error``, and is not named). ``agents.tools`` is read here, where a code rule is
-    loaded: at module level it took LangChain into Django's start (this module is connected at start)."""
+    already, ``deterministic:rule_error``, and is not named)."""
+    return [
+        _code_rule_text(rule, server, deleting=deleting)
+        for rule, mcp_id in _code_rules_with_server(rules.exclude(code=""))
+        if mcp_id == server.mcp_id
+    ]
+
+
+def _code_rules_with_server(rules: Iterable[DeterministicRule]) -> list[tuple[DeterministicRule, str]]:
+    """Each of the code ``rules`` that loads, with the server its decorator names. ``agents.tools`` is read here,
+    where a code rule is loaded: at module level it took LangChain into Django's start (this module is connected
+    at start)."""
     from agents.tools import CodeRuleError, load_code_rule
 
     found = []
-    for rule in rules.exclude(code=""):
+    for rule in rules:
         try:
             _fn, mcp_id = load_code_rule(rule.code)
         except CodeRuleError:
             continue
-        if mcp_id == server.mcp_id:
-            found.append(_code_rule_text(rule, server, deleting=deleting))
+        found.append((rule, mcp_id))
     return found
 
 

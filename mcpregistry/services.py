@@ -8,6 +8,7 @@ validation errors are Django's ``ValidationError`` (nothing is written then).
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 import math
@@ -23,6 +24,7 @@ from django.apps import apps
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
+from django.utils.html import strip_tags
 from django.utils.translation import gettext as _
 
 from agent_platform.text import grapheme_cut
@@ -45,6 +47,7 @@ from mcpregistry.embeddings import refresh_after_discovery
 from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract
 from mcpregistry.signals import (
     registry_contracts_changed_send,
+    rules_left_failing,
     secrets_kept_elsewhere,
     tool_name_problems,
     tool_names_taken_elsewhere,
@@ -360,6 +363,9 @@ class DiscoveryReport:
     # Of the tools added, those that say they only read (MCP's ``readOnlyHint``): every added tool starts as a
     # write (each call waits for a person) until an admin marks it read, and the hint is the server's word only.
     added_read_only_hinted: list[str] = field(default_factory=list)
+    # The enabled rules that fail every run they decide now that this discovery took their tool out of the runs'
+    # reach (vanished, or held for a review), as the tool's page names them (``tool_rules_check``): plain text each.
+    rules_left: list[str] = field(default_factory=list)
     tool_count: int = 0
 
     def warnings(self) -> list[str]:
@@ -384,6 +390,7 @@ class DiscoveryReport:
                 _("input schemas longer than %(n)s characters, stored off until a review: %(tools)s")
                 % {"n": TOOL_SCHEMA_MAX_CHARS, "tools": "; ".join(self.schemas_oversized)}
             )
+        warnings.extend(self.rules_left)
         return warnings
 
     def health_problems(self) -> list[str]:
@@ -451,6 +458,10 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
         return DiscoveryReport(mcp_id=server.mcp_id, ok=False, error=error)  # nothing of this one was kept
     report.ok = True
     report.tool_count = len(listing.tools)
+    if taken_out := sorted({*report.vanished, *report.review_required}):
+        report.rules_left = [
+            html.unescape(strip_tags(text)) for text in rules_left_failing(server_id=server.pk, tool_names=taken_out)
+        ]
     refresh_after_discovery([t for t in server.tools.all() if t.available])
     return report
 
