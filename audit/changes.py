@@ -164,17 +164,31 @@ def secret_diff(before: Mapping[str, str], after: Mapping[str, str]) -> dict[str
 _EMPTY: tuple[Any, ...] = (None, "", [], {})
 
 
+def _recorded_differ(a: Any, b: Any) -> bool:
+    """Whether a field's value changed in what it means: JSON by its text with its keys sorted (``true``, ``1`` and
+    ``1.0`` differ; the order of an object's keys, which a re-import or a form may change, does not), anything else
+    as ``values_differ`` compares it."""
+    if isinstance(a, dict | list) or isinstance(b, dict | list):
+        try:
+            return json.dumps(a, sort_keys=True, default=str) != json.dumps(b, sort_keys=True, default=str)
+        except (TypeError, ValueError):  # keys JSON cannot sort (mixed types): as Python compares them
+            return bool(a != b)
+    return values_differ(a, b)
+
+
 def change_diff(
     model: type[models.Model], before: Mapping[str, Any], after: Mapping[str, Any], *, creating: bool = False
 ) -> dict[str, Any]:
     """``{field: [old, new]}`` for each recorded field that differs (on create: each that is not empty); a
-    secret map as ``{field: {set|changed|cleared: [NAME, ...]}}``."""
+    secret map as ``{field: {set|changed|cleared: [NAME, ...]}}``. Differs as JSON reads it (``_recorded_differ``):
+    a JSON value that changes only its type (``1`` → ``true`` → ``1.0``, equal to Python's ``==``) is written, and
+    was recorded nowhere."""
     diff: dict[str, Any] = {}
     for name in after.keys() | before.keys():
         old, new = before.get(name), after.get(name)
         if creating and new in _EMPTY:
             continue
-        if old == new:
+        if not _recorded_differ(old, new):
             continue
         if is_secret_field(model._meta.get_field(name)):
             names = secret_diff(old or {}, new or {})

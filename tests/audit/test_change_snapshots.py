@@ -86,3 +86,40 @@ def test_an_object_carrying_a_changed_key_records_the_stored_row_s_name_as_befor
     edited.server = second
     audited_save(edited, actor="test-admin", via="tests", validate=False)
     assert _last_change("config.deterministic_rule.update").args["server"] == ["crm", "erp"]
+
+
+# --- a JSON value that changes only its type is a change ------------------------------------------------------
+
+
+def test_a_json_value_that_changes_only_its_type_is_written_and_recorded(demo_agent) -> None:  # type: ignore[no-untyped-def]
+    """Python's ``==`` calls ``1``, ``true`` and ``1.0`` equal; JSON, the stored row and the gate's checks do not:
+    each change was written and recorded nowhere (the audit's diff compared with ``==``)."""
+    from agents.models import DeterministicRule
+    from audit.changes import audited_save
+    from audit.models import AuditEvent
+
+    rule = DeterministicRule.objects.filter(agent=demo_agent).order_by("order").first()
+    assert rule is not None
+    audited_save(rule, actor="admin:alice", via="tests", data={"params": {"n": 1}}, validate=False)
+    previous: object = 1
+    for value in (True, 1.0, 1):
+        before = AuditEvent.objects.count()
+        audited_save(rule, actor="admin:alice", via="tests", data={"params": {"n": value}}, validate=False)
+        events = AuditEvent.objects.order_by("-id")[: AuditEvent.objects.count() - before]
+        assert [event.args["params"] for event in events] == [[{"n": previous}, {"n": value}]]
+        previous = value
+        stored = DeterministicRule.objects.get(pk=rule.pk).params["n"]
+        assert (type(stored), stored) == (type(value), value)
+
+
+def test_the_order_of_a_json_objects_keys_is_no_change_to_record(demo_agent) -> None:  # type: ignore[no-untyped-def]
+    from agents.models import DeterministicRule
+    from audit.changes import audited_save
+    from audit.models import AuditEvent
+
+    rule = DeterministicRule.objects.filter(agent=demo_agent).order_by("order").first()
+    assert rule is not None
+    audited_save(rule, actor="admin:alice", via="tests", data={"params": {"a": 1, "b": [1, True]}}, validate=False)
+    before = AuditEvent.objects.count()
+    audited_save(rule, actor="admin:alice", via="tests", data={"params": {"b": [1, True], "a": 1}}, validate=False)
+    assert AuditEvent.objects.count() == before
