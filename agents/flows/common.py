@@ -16,12 +16,12 @@ from mcpregistry.gate import reports_error
 TEAM = re.compile(r"([가-힣A-Za-z]+팀)")
 WORD = re.compile(r"[가-힣A-Za-z0-9]+")
 HANGUL_NAME = re.compile(r"[가-힣]{2,4}")
-# What follows a name in a question: a particle, an honorific, a title ("김하늘의", "김하늘한테", "박도윤 팀장님은").
-# The particles of two syllables and 의 are always taken off; one of one syllable only where three are left:
-# "정하은" (은), "김영이" (이), "박도" are names.
+# What follows a name in a question: a particle, an honorific, a title ("김하늘의", "김하늘한테", "박도윤 팀장님은"),
+# the copula ("김하늘이야", "나 김하늘인데"). The particles of two syllables or more and 의 are always taken off; one
+# of one syllable only where three are left: "정하은" (은), "김영이" (이), "박도" are names.
 HONORIFIC = "님"
 TITLES = ("팀장", "매니저", "부장", "차장", "과장", "대리", "사원", "선임", "책임", "수석", "프로", "씨")
-LONG_PARTICLES = ("에게서", "에게", "한테", "께서", "이랑", "에서", "보다", "처럼")
+LONG_PARTICLES = ("에게서", "에게", "한테", "께서", "이랑", "에서", "보다", "처럼", "이에요", "입니다", "이야", "인데")
 PARTICLES = ("은", "는", "이", "가", "을", "를", "에", "와", "과", "랑", "도", "만")
 # The words of the questions these templates answer, question words, words of time and manner, the modifiers a
 # question puts before a noun ("노트북 가진 사람") and a request's endings ("알려줘", "있어?"): no one's name; nor
@@ -33,7 +33,8 @@ NOT_NAMES = frozenset({"프로젝트", "자산", "노트북", "모니터", "인�
                        "담당", "관리", "문의"})  # fmt: skip
 # A word before one of these is what the question is about: "오늘 김하늘 자산" asks about 김하늘, not 오늘.
 TOPIC_WORDS = frozenset({"프로젝트", "자산", "노트북", "모니터", "소속", "정보", "팀"})
-QUESTION_WORDS = ("몇", "누구", "어디", "어느", "어떤", "무엇", "뭐")
+# Question words and their particle forms ("누가", "누구가", "무슨", "어떻게", "언제", "왜"): no name begins so.
+QUESTION_WORDS = ("몇", "누구", "누가", "어디", "어느", "어떤", "어떻", "무엇", "무슨", "뭐", "언제", "왜", "얼마")
 REQUEST_ENDINGS = ("줘", "요", "야", "까", "어", "죠")
 
 

@@ -9,6 +9,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from agents.flows.common import (
+    TEAM,
     FlowState,
     as_data,
     ask_for_a_name,
@@ -28,45 +29,67 @@ MEMBERS = re.compile(r"인원|명단|몇\s*명|누구|누가")
 
 def route(state: FlowState) -> str:
     """The branch: assets, projects, a team's members (its head count or names: "몇명", "몇 명", "누구 있어", where
-    the question names a team or no one), else one employee."""
+    the question names a team or no one), else one employee. The words are looked for outside the team and the
+    person named: "모니터링팀 몇 명이야?" asks for members, "자산관리팀 누구 있어?" too, "프로젝트관리팀 인원" as
+    well; "클라우드모니터링팀 프로젝트" asks for projects."""
     query = state["query"]
-    if any(word in query for word in ("자산", "노트북", "모니터")):
+    team, name = team_in(query), name_in(query)
+    rest = TEAM.sub(" ", query)
+    if name:
+        rest = rest.replace(name, " ")
+    if any(word in rest for word in ("자산", "노트북", "모니터")):
         return "assets"
-    if "프로젝트" in query:
+    if "프로젝트" in rest:
         return "projects"
-    if MEMBERS.search(query) and (team_in(query) or not name_in(query)):
+    if MEMBERS.search(rest) and (team or not name):
         return "members"
     return "employee"
 
 
 # A call that brought nothing (``unanswered``: it failed, or the tool answered its own error) is answered in a
 # sentence of its own (``unavailable``); the server's text answer (nobody of that name, no such team) is the
-# answer as it is. No tool is called with an empty name or team: the answer asks for one. Assets and projects
-# without a name or team are everyone's (the tools' empty filter).
+# answer as it is. No tool is called with an empty name or team: the answer asks for one. Assets are a person's
+# (``get_asset`` filters by owner only: "클라우드운영팀 노트북" asks for a name); projects a team's, the one named
+# or the named person's (looked up first, as the sequential template does).
 
 
 async def assets(state: FlowState) -> dict[str, Any]:
-    owner = name_in(state["query"]) or ""
+    owner = name_in(state["query"])
+    if not owner:
+        return {"output": ask_for_a_name("김하늘 님의 자산")}
     found = as_data(await mcp.call("get_asset", params={"owner": owner}))
     if unanswered(found):
-        return {"output": unavailable(f"{owner or '전체'} 자산 정보를", found)}
+        return {"output": unavailable(f"{owner} 자산 정보를", found)}
     if isinstance(found, dict) and "count" in found:
-        return {"output": f"{owner or '전체'} 자산 {found['count']}건"}
+        return {"output": f"{owner} 자산 {found['count']}건"}
     if isinstance(found, str):
         return {"output": found}
-    return {"output": f"{owner or '전체'} 자산 정보를 찾지 못했습니다."}
+    return {"output": f"{owner} 자산 정보를 찾지 못했습니다."}
 
 
 async def projects(state: FlowState) -> dict[str, Any]:
-    team = team_in(state["query"]) or ""
+    team, belongs = team_in(state["query"]), ""
+    if not team:
+        name = name_in(state["query"])
+        if not name:
+            return {"output": ask_for_a_name("김하늘 님의 프로젝트")}
+        employee = as_data(await mcp.call("search_employee", params={"name": name}))
+        if unanswered(employee):
+            return {"output": unavailable("직원 정보를", employee)}
+        if isinstance(employee, str):
+            return {"output": employee}  # the server's own answer where nobody has that name
+        if not isinstance(employee, dict) or not employee.get("name") or not employee.get("team"):
+            return {"output": "직원 정보를 찾지 못했습니다."}
+        team = str(employee["team"])
+        belongs = f"{employee['name']} 님은 {team} 소속입니다. "
     found = await mcp.call("list_projects", params={"team": team})
     if unanswered(found):
-        return {"output": unavailable(f"{team or '전체'} 프로젝트 목록을", found)}
+        return {"output": belongs + unavailable(f"{team} 프로젝트 목록을", found)}
     names = project_names(found)
     if names is None:
         text = as_data(found)
-        return {"output": text if isinstance(text, str) else f"{team or '전체'} 프로젝트 목록을 찾지 못했습니다."}
-    return {"output": f"{team or '전체'} 프로젝트: {names}"}
+        return {"output": belongs + (text if isinstance(text, str) else f"{team} 프로젝트 목록을 찾지 못했습니다.")}
+    return {"output": f"{belongs}{team} 프로젝트: {names}"}
 
 
 async def members(state: FlowState) -> dict[str, Any]:

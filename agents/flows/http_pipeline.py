@@ -17,6 +17,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
+from agent_platform.text import nfc
+from agents.deterministic import width_folded
 from agents.flows.common import FlowState, as_data, default_mcp_id, failed, unanswered, unavailable
 from agents.tools import MCPHandle
 
@@ -33,22 +35,25 @@ async def parse_request(state: FlowState) -> dict[str, Any]:
     for part in state.get("a2a_data") or []:
         if isinstance(part.get("request"), dict):
             return {"request": part["request"]}
-    method, _, path = state["query"].strip().partition(" ")
+    # Any whitespace between the method and the path: a tab, the ideographic space of a Korean input method.
+    method, path = [*state["query"].split(None, 1), "", ""][:2]
     return {"request": {"method": method.upper(), "path": path.strip()}}
 
 
 async def dispatch(state: FlowState) -> dict[str, Any]:
     request = state["request"]
-    if str(request.get("method", "")).upper() != "GET":
+    # The method as a Korean input method's full-width mode types it too ("ＧＥＴ").
+    if width_folded(str(request.get("method", ""))).strip().upper() != "GET":
         return {"response": {"status": 405, "body": {"error": "only GET is supported"}}}
     try:
         url = urlsplit(str(request.get("path", "")))
         query = parse_qs(url.query)
     except ValueError:  # "//[oops": a netloc that is no host (urlsplit refuses it)
         return {"response": {"status": 400, "body": {"error": "malformed path"}}}
-    path = unquote(url.path)
+    # Composed as the data is (``nfc``): a name percent-encoded as macOS types it is decomposed (NFD) once decoded.
+    path = nfc(unquote(url.path))
     if path == "/assets":
-        owner = (query.get("owner") or [""])[0]
+        owner = nfc((query.get("owner") or [""])[0])
         tool, params = "get_asset", {"owner": owner}
     else:
         match = next(((tool, arg, m) for pattern, tool, arg in ROUTES if (m := pattern.match(path))), None)
