@@ -624,7 +624,8 @@ class _Timeline:
             self.calls.setdefault(event.call_id, []).append(event)
             by_pass = self.calls_by_pass.setdefault(event.call_id, {})
             by_pass.setdefault(bisect_right(starts, event.created_at), []).append(event)
-        self.approvals = list(run.approvals.order_by("created_at"))
+        # A pending approval past its expiry, not yet swept, reads as the expired one it is (``_approval_shown``).
+        self.approvals = [_approval_shown(a) for a in run.approvals.order_by("created_at")]
         # The offline provider's turn is no model's: it answers from the deterministic results.
         self.offline = run_provider_is_offline(run)
         self.answer = run.answer
@@ -1239,6 +1240,17 @@ def _past_expiry(approval: Approval) -> bool:
     return approval.expires_at is not None and approval.expires_at <= timezone.now()
 
 
+def _approval_shown(approval: Approval) -> Approval:
+    """``approval`` as people are shown it (``_status_shown``): one pending past its expiry, which the periodic
+    expiry has not reached yet, is a copy that reads expired (its page's title, its step on the run's timeline);
+    the stored row is left as it is."""
+    if _status_shown(approval) == approval.status:
+        return approval
+    shown = copy.copy(approval)
+    shown.status = _status_shown(approval)
+    return shown
+
+
 def _events_url(admin_site: admin.AdminSite, run_id: Any) -> str:
     return f"{reverse('admin:audit_auditevent_changelist', current_app=admin_site.name)}?run={run_id}"
 
@@ -1663,16 +1675,17 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
     own; nobody edits or deletes an approval."""
 
     change_form_template = "admin/agents/approval/change_form.html"
+    # When a pending one expires right after its status: in view without scrolling on a narrow screen.
     list_display = [
         "created_at",
         "status_badge",
+        "expires",
         "call",
         "masked_args",
         "run_link",
         "requested_by",
         "decided_by",
         "reason_text",
-        "expires",
     ]
     list_display_links = ["created_at"]
     list_filter = [ApprovalStatusFilter, "mcp_id", "tool"]
@@ -1708,10 +1721,25 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
         return {}  # decisions are taken one at a time, with the arguments in view (the approval's page)
 
     def history_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> HttpResponse:
-        """A record's page, as a run's (``ReadOnlyAdminMixin``): nobody edits an approval, its request and decisions
-        are audit events. Django's page read its own log, never written here, and said the approval "probably
-        wasn't added via this admin site", which reads as a gap in the record."""
-        return ReadOnlyAdminMixin.history_view(self, request, object_id, extra_context)  # type: ignore[arg-type]
+        """The audit record's page of an object (``ReadOnlyAdminMixin``), with an approval's own text: nobody edits
+        an approval, but its status changes (pending → approved → executing → executed), each change an audit
+        event of its run, linked for whoever may view them. Django's page read its own log, never written here,
+        and said the approval "probably wasn't added via this admin site", which reads as a gap in the record."""
+        extra = dict(extra_context or {})
+        approval = self.get_object(request, object_id)
+        if approval is not None:
+            shown = _approval_shown(approval)
+            extra.update(
+                object=shown,
+                title=gettext("History: %(object)s") % {"object": shown},
+                audit_events_url=_events_url(self.admin_site, approval.run_id)
+                if may_view(self.admin_site, request, AuditEvent)
+                else "",
+            )
+        response = ReadOnlyAdminMixin.history_view(self, request, object_id, extra)  # type: ignore[arg-type]
+        if isinstance(response, TemplateResponse):  # not rendered yet: the approval's text in place of a record's
+            response.template_name = "admin/agents/approval/object_history.html"
+        return response
 
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, obj: Approval) -> str:
@@ -1769,6 +1797,10 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
         extra.update(show_save=False, show_save_and_continue=False, show_save_and_add_another=False, show_delete=False)
         if approval is not None and self.has_view_permission(request, approval):
             extra.update(self._approval_context(request, approval))
+            # Nothing on it is edited ("View approval", as a run's page reads "View run"); its heading, title and
+            # breadcrumb name its status as shown: expired for one past its expiry not yet swept.
+            shown = _approval_shown(approval)
+            extra.update(title=gettext("View approval"), subtitle=str(shown), original=shown)
         return super().change_view(request, object_id, form_url, extra)
 
     def _approval_context(self, request: HttpRequest, approval: Approval) -> dict[str, Any]:
@@ -1777,10 +1809,8 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
         decision offered); the stored row, in "All fields", stays as it is until then."""
         name = self.admin_site.name
         may_view_run = may_view(self.admin_site, request, Run)
-        shown, reason = approval, _reason_shown(approval.reason)
-        if approval.status == Approval.Status.PENDING and _past_expiry(approval):
-            shown = copy.copy(approval)
-            shown.status = Approval.Status.EXPIRED
+        shown, reason = _approval_shown(approval), _reason_shown(approval.reason)
+        if shown.status == Approval.Status.EXPIRED and not reason:  # lapsed: swept, or past its expiry not yet
             reason = gettext("This approval has expired.")
         return {
             "approval": shown,
@@ -1814,11 +1844,18 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
         if not self.has_change_permission(request, approval):
             raise PermissionDenied
         error = ""
+        # A rule's or a flow's call has no model to tell: the run goes on without the call and ends with the
+        # rejection, which its caller sees.
+        by_the_model = asked_by_the_model(approval)
         # A browser sends a textarea's line breaks as CRLF and counts each as one character against ``maxlength``.
         reason = request.POST.get("reason", "").replace("\r\n", "\n").strip() if request.method == "POST" else ""
         if request.method == "POST":
             if decision == "reject" and not reason:
-                error = gettext("Give a reason for rejecting: the model and the caller are told it.")
+                error = (
+                    gettext("Give a reason for rejecting: the model and the caller are told it.")
+                    if by_the_model
+                    else gettext("Give a reason for rejecting: the caller is told it.")
+                )
             elif len(reason) > REASON_MAX_CHARS:
                 # Refused here, the text kept in the form to shorten (approval_decide would refuse it too).
                 error = gettext("Give a reason of at most %(max)d characters (this one has %(count)d).") % {
@@ -1838,8 +1875,12 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
                     self.message_user(request, exc.message, messages.ERROR)
                 else:
                     done = gettext("Approved: the run resumes and makes the call once.")
-                    if decision == "reject":
+                    if decision == "reject" and by_the_model:
                         done = gettext("Rejected: the run resumes and the model is told why.")
+                    elif decision == "reject":
+                        done = gettext(
+                            "Rejected: the call is not made; the run ends and its caller sees the rejection."
+                        )
                     self.message_user(request, done, messages.SUCCESS)
                 if not error:  # the run's page, where it can be followed; the approval's for one who cannot view runs
                     name = self.admin_site.name
@@ -1850,10 +1891,18 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
                     return HttpResponseRedirect(
                         reverse("admin:agents_approval_change", args=[approval.pk], current_app=name)
                     )
+        approval_context = self._approval_context(request, approval)
+        title = gettext("Approve this call?") if decision == "approve" else gettext("Reject this call?")
+        # Ended (or past its expiry): nothing to confirm, and maybe nobody decided it.
+        if not approval_context["may_decide"]:
+            title = gettext("Approval %(call)s: %(status)s") % {
+                "call": f"{approval.mcp_id}.{approval.tool}",
+                "status": approval_context["approval"].get_status_display(),
+            }
         context = {
             **self.admin_site.each_context(request),
-            **self._approval_context(request, approval),
-            "title": gettext("Approve this call?") if decision == "approve" else gettext("Reject this call?"),
+            **approval_context,
+            "title": title,
             "opts": self.model._meta,
             "decision": decision,
             "reason": reason,

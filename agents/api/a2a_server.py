@@ -505,10 +505,15 @@ def task_status(run: Run) -> dict[str, Any]:
         # The arguments as the admin shows them to an approver: a character that hides itself (a direction override
         # that makes ``invoice‮fdp.exe`` read ``invoiceexe.pdf``) written out, in the very text the caller decides on.
         calls = ", ".join(f"{a['tool']} {visible_text(json.dumps(a['args'], ensure_ascii=False))}" for a in approvals)
-        text = _(
-            "Approval needed before these calls: %(calls)s. Reply on this task with a data part "
-            '{"decision": "approve" or "reject", "approvalId": "...", "reason": "..."}.'
-        ) % {"calls": calls}
+        text = (
+            _(
+                "Approval needed before these calls: %(calls)s. Reply on this task with a data part "
+                '{"decision": "approve" or "reject", "approvalId": "...", "reason": "..."}.'
+            )
+            % {"calls": calls}
+            + " "
+            + decision_words_text()
+        )
         status["message"] = _agent_message(
             run,
             f"input-{len(approvals)}",
@@ -604,7 +609,8 @@ class Decision:
 DECISION_KEYS = frozenset({"decision", "approvalId", "reason"})
 
 
-# A text reply that decides, as the whole text (composed, trimmed, in any case): English and Korean words.
+# A text reply that decides, as the whole text (composed, trimmed, in any case, a closing full stop or the like
+# left out): English and Korean words.
 DECISION_WORDS = {
     "approve": "approve",
     "reject": "reject",
@@ -614,10 +620,20 @@ DECISION_WORDS = {
     "거절합니다": "reject",
 }
 
+# What may close a text reply after its word ("승인합니다.", "승인!", "거절합니다。", "승인~"): left out before the
+# lookup, as the spaces around it. Not a question mark: "승인?" asks, it does not decide.
+DECISION_WORD_END = ".!。~…！．"
+
+
+def decision_words_text() -> str:
+    """The sentence that names the words a text reply decides with (``DECISION_WORDS``), for the prompt of an
+    ``input-required`` task and the error of an answer that decides nothing."""
+    return _("Or reply with one of these words as the whole text: %(words)s.") % {"words": ", ".join(DECISION_WORDS)}
+
 
 def decision_of(parts: list[Any]) -> Decision | None:
     """A reply to ``input-required``: a data part with ``decision``, or a text part that is one of
-    ``DECISION_WORDS`` (``approve``/``reject``, ``승인``/``거절``)."""
+    ``DECISION_WORDS`` (``approve``/``reject``, ``승인``/``거절``), a closing ``DECISION_WORD_END`` left out."""
     for part in parts:
         if isinstance(part, dict) and isinstance(part.get("data"), dict) and "decision" in part["data"]:
             data = part["data"]
@@ -638,7 +654,8 @@ def decision_of(parts: list[Any]) -> Decision | None:
             return Decision(str(data["decision"]), str(data.get("approvalId") or ""), str(data.get("reason") or ""))
     for part in parts:
         if isinstance(part, dict) and isinstance(part.get("text"), str):
-            word = DECISION_WORDS.get(nfc(part["text"]).strip().lower())  # the whole text, never a part of it
+            # The whole text, never a part of it: "승인합니다." decides, "승인 안 함" does not.
+            word = DECISION_WORDS.get(nfc(part["text"]).strip().rstrip(DECISION_WORD_END + " \t\r\n").lower())
             if word is not None:
                 return Decision(word, "", "")
     return None
@@ -845,7 +862,10 @@ def _answer_targets(*, run: Run, parts: list[Any]) -> tuple[list[str], Decision]
     decision = decision_of(parts)
     if decision is None:
         raise invalid_params(
-            _('Answer with a data part {"decision": "approve" or "reject", "approvalId": "..."}.'), "decision_missing"
+            _('Answer with a data part {"decision": "approve" or "reject", "approvalId": "..."}.')
+            + " "
+            + decision_words_text(),
+            "decision_missing",
         )
     if decision.approval_id:
         return [decision.approval_id], decision

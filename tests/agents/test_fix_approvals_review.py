@@ -184,7 +184,7 @@ def test_an_approvals_history_page_is_a_records_page(admin_client: Client) -> No
     response = admin_client.get(f"/admin/agents/approval/{approval.pk}/history/")
     page = response.content.decode()
     assert response.status_code == 200
-    assert 'id="history-note"' in page and "What it records is in the audit record." in page
+    assert 'id="history-note"' in page and "pending → approved → executing → executed" in page
     assert "added via this admin site" not in page
 
 
