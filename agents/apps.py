@@ -21,10 +21,11 @@ class AgentsConfig(AppConfig):
             rules_refused_by_tool_contract,
             tool_names_taken_by_agents,
         )
-        from agents.services import agents_publish_on_registry_change
+        from agents.services import agents_frozen_before_registry_change, agents_publish_on_registry_change
         from mcpregistry.signals import (
             contract_rules_check,
             registry_contracts_changed,
+            registry_contracts_frozen,
             secrets_elsewhere,
             tool_names_check,
             tool_names_taken,
@@ -34,6 +35,10 @@ class AgentsConfig(AppConfig):
         # A contract edit publishes the agents that publish on save (mcpregistry cannot import agents).
         registry_contracts_changed.connect(
             agents_publish_on_registry_change, dispatch_uid="agents.publish_on_registry_change"
+        )
+        # ... only those whose frozen content the edit changed: read before it.
+        registry_contracts_frozen.connect(
+            agents_frozen_before_registry_change, dispatch_uid="agents.frozen_before_registry_change"
         )
         # A server's prefix changed or a tool switched on is refused where an agent would be offered two tools of
         # one name.

@@ -62,7 +62,7 @@ from agents.services import (
     publish_on_save_deferred,
     unbinding_refused,
 )
-from agents.versions import AGENT_FIELDS, VersionContent, version_content_portable
+from agents.versions import AGENT_FIELDS, VersionContent, content_digest, version_content, version_content_portable
 from audit.change_guard import values_differ
 from mcpregistry.binding_policy import masked_secret_given
 from mcpregistry.contract_document import ContractSpec, contract_entry, contract_fields
@@ -90,6 +90,11 @@ from mcpregistry.signals import tool_name_checks_deferred
 # time it is used: a few lines of aliases expanded to gigabytes), nested at most this deep.
 MAX_DOCUMENT_BYTES = 64 * 1024 * 1024  # the alias bombs are the value count's; an installation's export is far under
 MAX_DOCUMENT_VALUES = 1_000_000
+# The first and the last key of an export (``config_export``): a document cut short (a copy stopped at a line, a
+# truncated upload) is still valid JSON or YAML, and left out, a server's env map deleted the secrets it lost.
+# ``config_import`` refuses a document with the first but not the last; a hand-written one carries neither.
+EXPORT_HEADER = "export_format"
+EXPORT_END = "end"
 # libyaml's safe loader where installed (a large export read in a second, not ten), else PyYAML's own.
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_DOCUMENT_DEPTH = 100
@@ -982,13 +987,15 @@ def _save(
     problems: _Problems,
     *,
     updated_key: Callable[[list[str]], str] | None = None,
+    name_from: str | None = None,
 ) -> None:
     """Save through ``save`` (a service, which validates and records the change); a validation error becomes a
-    problem of the entry. ``updated_key``: an updated entry's line from the fields that changed (their attnames)."""
+    problem of the entry. ``updated_key``: an updated entry's line from the fields that changed (their attnames).
+    ``name_from``: the field the entry's name, not given, was taken from (``_given_name_only``)."""
     try:
         save()
     except ValidationError as exc:
-        for name, messages in exc.message_dict.items():
+        for name, messages in _given_name_only(exc.message_dict, name_from).items():
             for message in messages:
                 problems.add(where, f"{name}: {message}" if name != "__all__" else message)
         return
@@ -1000,6 +1007,15 @@ def _save(
         report.updated.append(updated_key(changed) if updated_key else key)
     else:
         report.unchanged.append(key)
+
+
+def _given_name_only(refusals: dict[str, list[str]], name_from: str | None) -> dict[str, list[str]]:
+    """``refusals`` without the name's where the entry gave no name and the field it was taken from
+    (``name_from``: a server's mcp_id, an agent's slug) is refused: the problem is that field's, named once (an
+    empty or too long mcp_id was also reported as a name the entry never gave)."""
+    if name_from is None or name_from not in refusals:
+        return refusals
+    return {name: messages for name, messages in refusals.items() if name != "name"}
 
 
 def _refusal_messages(exc: ValidationError) -> dict[str, list[str]]:
@@ -1112,7 +1128,16 @@ def _config_import(
         )
     if found := document_problems(document):
         raise ApplicationError(_not_valid(found), code="invalid_config")
-    document = _composed(document)
+    if EXPORT_HEADER in document and document.get(EXPORT_END) is not True:
+        raise ApplicationError(
+            _(
+                "the document was cut short: it begins as export_config writes one (%(header)s) but lacks the "
+                "last key an export ends with (%(end)s: true). Export it again, or copy all of it."
+            )
+            % {"header": EXPORT_HEADER, "end": EXPORT_END},
+            code="invalid_config",
+        )
+    document = _composed({k: v for k, v in document.items() if k not in (EXPORT_HEADER, EXPORT_END)})
     sections = config_sections()
     extra = {name: document[name] for name in sections if name in document}
     config = _parse({k: v for k, v in document.items() if k not in sections}, sections=sorted(sections))
@@ -1122,6 +1147,9 @@ def _config_import(
     report = ImportReport()
     conflicts_before = agent_tool_name_conflicts()  # the clashes there are: the import is refused only its own
     failing_before = rules_failing_for_want_of_a_tool()  # likewise: the report names the rules the import fails
+    # What each agent that publishes on save would freeze before the import: at the end only those whose frozen
+    # content it changed publish (after a roll back, the same document published the draft and undid it).
+    frozen_before = {a.pk: content_digest(version_content(a)) for a in Agent.objects.filter(publish_on_save=True)}
     servers: dict[str, McpServer] = {s.mcp_id: s for s in McpServer.objects.all()}
     # Where the document gives each server and agent: an entry that refers to one whose own entry is not valid
     # says so (its problems are reported there), not that it is unknown.
@@ -1188,6 +1216,7 @@ def _config_import(
             before,
             where,
             problems,
+            name_from=None if spec.name else "mcp_id",
         )
         servers[spec.mcp_id] = server
 
@@ -1300,6 +1329,7 @@ def _config_import(
             set(ModelSpec.model_fields) if created else aspec.model.model_fields_set if "model" in given else set()
         )
         agent.name = aspec.name or agent.name or aspec.slug
+        name_from = None if aspec.name else "slug"
         for name in _AGENT_SETTINGS:
             if name in given:
                 setattr(agent, name, getattr(aspec, name))
@@ -1329,7 +1359,7 @@ def _config_import(
         if missing:
             # Not applied without its servers, but what the agent's own validation refuses is named now too: found
             # on the next run, it was one more round of fixing and importing again.
-            _refusals_add(problems, where, _every_refusal(agent, {}, kept=kept))
+            _refusals_add(problems, where, _given_name_only(_every_refusal(agent, {}, kept=kept), name_from))
             continue
         _stored_where_composed_alike(agent, before)
         bound = [servers[m] for m in names]
@@ -1341,7 +1371,8 @@ def _config_import(
             # Its rules may move with it: whether a rule still calls a server it leaves is checked once they are in.
             agent_update(agent=agent, actor=actor, via=via, servers=bound, check_rules=False)
         except ValidationError as exc:
-            _refusals_add(problems, where, _every_refusal(agent, _refusal_messages(exc), kept=kept))
+            refused = _every_refusal(agent, _refusal_messages(exc), kept=kept)
+            _refusals_add(problems, where, _given_name_only(refused, name_from))
             continue
         after = {**_fields(agent), "servers": sorted(names)}
         (report.created if created else report.updated if before != after else report.unchanged).append(
@@ -1423,6 +1454,8 @@ def _config_import(
 
     if not problems.items:
         for agent in Agent.objects.filter(pk__in=deferred - named_live, publish_on_save=True).order_by("slug"):
+            if agent.pk in frozen_before and content_digest(version_content(agent)) == frozen_before[agent.pk]:
+                continue
             live = agent.live_version_id
             try:
                 version = agent_version_publish(agent=agent, actor=actor, via=via, note="published on save")
@@ -1535,9 +1568,13 @@ def _apply_versions(
         data: dict[str, Any] = {}
         if "publish_on_save" in given and aspec.publish_on_save is not None:
             data["publish_on_save"] = aspec.publish_on_save
-        if "live_version" in given and (aspec.live_version is not None or not publishes_on_save):
-            # An agent that publishes on save has its draft live: a null live version leaves that to publish on
-            # save (unset, it was published again by every import of the document).
+        if "live_version" in given and (
+            aspec.live_version is not None or not (publishes_on_save or live_before is not None)
+        ):
+            # A null live version is no choice: an agent that publishes on save has its draft live, and null leaves
+            # that to publish on save (unset, it was published again by every import of the document); one that
+            # has a live version keeps it (an export of an agent that publishes on save, whose live version it
+            # leaves null, with publish on save turned off in the document).
             live = version(aspec.live_version, "live_version")
             if not unresolved(aspec.live_version):
                 data["live_version"] = live
@@ -1557,9 +1594,11 @@ def _apply_versions(
                 for name, messages in exc.message_dict.items():
                     problems.add(where, f"{name}: {'; '.join(messages)}")
             else:
-                report.updated.append(
-                    _("agent %(agent)s (%(fields)s)") % {"agent": aspec.slug, "fields": ", ".join(changed)}
-                )
+                # A new agent's publish on save and live version are part of its creation, reported once.
+                if _("agent %(agent)s") % {"agent": aspec.slug} not in report.created:
+                    report.updated.append(
+                        _("agent %(agent)s (%(fields)s)") % {"agent": aspec.slug, "fields": ", ".join(changed)}
+                    )
 
         if aspec.arms is None:
             continue
@@ -1605,11 +1644,16 @@ def agent_versions_entry(agent: Agent) -> dict[str, Any]:
     shadow candidate and rate, the arms, and the versions these name (their frozen content, portable). The rest
     of the history stays in the installation (and its audit record)."""
     arms = list(AgentArm.objects.filter(agent=agent).select_related("version").order_by("name"))
-    named = [v for v in (agent.live_version, agent.shadow_version, *(arm.version for arm in arms)) if v is not None]
+    live = agent.live_version
+    if live is not None and agent.publish_on_save and live.digest == content_digest(version_content(agent)):
+        # The draft published on save, no choice of a version: null leaves it to publish on save. Written as its
+        # number, the next import of the same document, edited, chose that old version again and set it live.
+        live = None
+    named = [v for v in (live, agent.shadow_version, *(arm.version for arm in arms)) if v is not None]
     shadowed = agent.shadow_version is not None or agent.shadow_sample_rate
     return {
         "publish_on_save": agent.publish_on_save,
-        "live_version": agent.live_version.number if agent.live_version else None,
+        "live_version": live.number if live else None,
         "shadow": (
             {
                 "version": agent.shadow_version.number if agent.shadow_version else None,
@@ -1763,6 +1807,7 @@ def config_export() -> dict[str, Any]:
         )
     ]
     document: dict[str, Any] = {
+        EXPORT_HEADER: 1,
         "servers": servers,
         "tools": tools,
         "contracts": contracts,
@@ -1773,6 +1818,7 @@ def config_export() -> dict[str, Any]:
         entries = section.section_export()
         if entries:
             document[name] = entries
+    document[EXPORT_END] = True  # the last key: an import refuses a document cut before it
     # Written composed, as an import reads it (``_composed``): text stored decomposed (typed on macOS) re-imported
     # as "updated" with before and after alike, and another installation's export of the import differed.
     return _composed(document)

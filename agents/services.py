@@ -306,8 +306,10 @@ def deterministic_rule_create(*, actor: Any, via: str, data: Mapping[str, Any]) 
     """Add a rule (validated: a code rule importable, an admin rule's tool known and its params fitting). Like
     every rule change, a draft for a published agent unless it publishes on save."""
     with transaction.atomic(), change_scope(actor=actor, via=via):
+        agent = data.get("agent")
+        before = _frozen_digests([agent.pk if isinstance(agent, Agent) else agent])
         rule = audited_save(DeterministicRule(), actor=actor, via=via, data=data)
-        _publish_rule_agents_on_save([rule.agent_id], actor=actor, via=via)
+        _publish_rule_agents_on_save([rule.agent_id], before=before, actor=actor, via=via)
     return rule
 
 
@@ -319,17 +321,21 @@ def deterministic_rule_update(
     (``audit.change_guard.config_write_lock``): the order a publish and an agent's edit keep too."""
     with transaction.atomic(), change_scope(actor=actor, via=via):
         stored = DeterministicRule.objects.filter(pk=rule.pk).values_list("agent_id", flat=True)
-        before = [stored.get()] if rule.pk is not None and stored.exists() else []
+        was = [stored.get()] if rule.pk is not None and stored.exists() else []
+        agent = (data or {}).get("agent", rule.agent_id)
+        ids = [*was, agent.pk if isinstance(agent, Agent) else agent]
+        before = _frozen_digests(ids)
         audited_save(rule, actor=actor, via=via, data=data)
-        _publish_rule_agents_on_save([*before, rule.agent_id], actor=actor, via=via)
+        _publish_rule_agents_on_save([*ids, rule.agent_id], before=before, actor=actor, via=via)
     return rule
 
 
 def deterministic_rule_delete(*, rule: DeterministicRule, actor: Any, via: str) -> None:
     with transaction.atomic(), change_scope(actor=actor, via=via):
         agent_id = rule.agent_id
+        before = _frozen_digests([agent_id])
         audited_delete(rule, actor=actor, via=via)
-        _publish_rule_agents_on_save([agent_id], actor=actor, via=via)
+        _publish_rule_agents_on_save([agent_id], before=before, actor=actor, via=via)
 
 
 # --- versions ---------------------------------------------------------------------------------------------
@@ -480,25 +486,62 @@ def _edit_publishes_on_save(agent: Agent, before: _StoredBeforeEdit | None, *, l
     return content_digest(version_content(agent)) != before["frozen_digest"]
 
 
-def _publish_rule_agents_on_save(agent_ids: Iterable[int | None], *, actor: Any, via: str) -> None:
-    """After a rule changed (``agent_ids``: the agent it belonged to before and after, None for a global rule):
-    the agents that publish on save and whose runs may evaluate it publish. A global rule reaches the agents
-    bound to its server (or, a code rule, any agent), so then every agent that publishes on save is considered;
-    one whose frozen content did not change gets no new version (``agent_version_publish``)."""
+def _agents_publishing_on_save(agent_ids: Iterable[int | None]) -> list[Agent]:
+    """The agents that publish on save among ``agent_ids``; every one of them where one is None (a global rule
+    reaches the agents bound to its server or, a code rule, any agent)."""
     ids = list(agent_ids)
     agents = Agent.objects.filter(publish_on_save=True)
     if None not in ids:
-        agents = agents.filter(pk__in=ids)
-    for agent in agents.order_by("slug"):
+        agents = agents.filter(pk__in=[pk for pk in ids if pk is not None])
+    return list(agents.order_by("slug"))
+
+
+def _frozen_digests(agent_ids: Iterable[int | None]) -> dict[int, str]:
+    """What a version of each agent among ``agent_ids`` that publishes on save would freeze now (agent id →
+    ``content_digest``), read before a rule change. Empty inside ``publish_on_save_deferred``: the block's end
+    compares (``config_import``)."""
+    if _deferred_publishes.get() is not None:
+        return {}
+    return {agent.pk: content_digest(version_content(agent)) for agent in _agents_publishing_on_save(agent_ids)}
+
+
+def _publish_rule_agents_on_save(
+    agent_ids: Iterable[int | None], *, before: Mapping[int, str], actor: Any, via: str
+) -> None:
+    """After a rule changed (``agent_ids``: the agent it belonged to before and after, None for a global rule;
+    ``before``: ``_frozen_digests`` read before the change): the agents that publish on save whose frozen content
+    the change changed publish. One it left as it was does not: after a roll back its draft differs from the live
+    version, and an unchanged save (an admin pressing Save) published that draft and undid the roll back."""
+    for agent in _agents_publishing_on_save(agent_ids):
+        if agent.pk in before and content_digest(version_content(agent)) == before[agent.pk]:
+            continue
         _publish_on_save(agent, actor=actor, via=via)
 
 
-def agents_publish_on_registry_change(*, server_ids: Iterable[Any], actor: Any, via: str, **_signal: Any) -> None:
+def agents_frozen_before_registry_change(*, server_ids: Iterable[Any], **_signal: Any) -> dict[int, str]:
+    """Receiver of ``mcpregistry.signals.registry_contracts_frozen`` (connected in ``AgentsConfig.ready``), before a
+    change to the contracts or callable tools of ``server_ids``: what a version of each agent bound to one of them
+    that publishes on save would freeze now (agent id → ``content_digest``), for
+    ``agents_publish_on_registry_change`` to compare after it. Nothing inside ``publish_on_save_deferred``: the
+    block's end compares (``config_import``)."""
+    if _deferred_publishes.get() is not None:
+        return {}
+    agents = Agent.objects.filter(publish_on_save=True, servers__in=list(server_ids)).distinct()
+    return {agent.pk: content_digest(version_content(agent)) for agent in agents}
+
+
+def agents_publish_on_registry_change(
+    *, server_ids: Iterable[Any], actor: Any, via: str, before: Mapping[int, str] | None = None, **_signal: Any
+) -> None:
     """Receiver of ``mcpregistry.signals.registry_contracts_changed`` (connected in ``AgentsConfig.ready``), in
-    the transaction of the contract change: the agents bound to one of ``server_ids`` that publish on save
-    publish a version that freezes the changed contracts (none when their frozen content is unchanged)."""
+    the transaction of the contract change: the agents bound to one of ``server_ids`` that publish on save publish
+    a version that freezes the changed contracts. Where the service read what they froze before the change
+    (``before``, ``agents_frozen_before_registry_change``), only those whose frozen content the change changed: a
+    tool or contract saved unchanged after a roll back published the draft and undid the roll back."""
     agents = Agent.objects.filter(publish_on_save=True, servers__in=list(server_ids)).distinct().order_by("slug")
     for agent in agents:
+        if before is not None and before.get(agent.pk) == content_digest(version_content(agent)):
+            continue
         _publish_on_save(agent, actor=actor, via=via)
 
 

@@ -47,6 +47,7 @@ from mcpregistry.embeddings import refresh_after_discovery
 from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract
 from mcpregistry.signals import (
     registry_contracts_changed_send,
+    registry_contracts_changing,
     rules_left_failing,
     secrets_kept_elsewhere,
     tool_name_problems,
@@ -226,8 +227,8 @@ def mcp_tool_update(*, tool: McpTool, actor: Any, via: str, data: Mapping[str, A
             asked.update(data or {})
             if asked.get("enabled") and not stored.enabled and stored.review_required:
                 raise ValidationError({"enabled": [tool_enable_refused()]})
-        audited_save(tool, actor=actor, via=via, data=data, only=TOOL_SETTINGS)
-    registry_contracts_changed_send(server_ids=[tool.server_id], actor=actor, via=via)
+        with registry_contracts_changing(server_ids=[tool.server_id], actor=actor, via=via):
+            audited_save(tool, actor=actor, via=via, data=data, only=TOOL_SETTINGS)
     return tool
 
 
@@ -299,15 +300,14 @@ def _contract_fitted_to_schema(tool: McpTool, *, previous_schema: Any, actor: An
 @transaction.atomic
 def mcp_tool_delete(*, tool: McpTool, actor: Any, via: str) -> None:
     """Remove a tool row (and its contract); a later discovery lists it again if the server still has it."""
-    server_id = tool.server_id
-    audited_delete(tool, actor=actor, via=via)
-    registry_contracts_changed_send(server_ids=[server_id], actor=actor, via=via)
+    with registry_contracts_changing(server_ids=[tool.server_id], actor=actor, via=via):
+        audited_delete(tool, actor=actor, via=via)
 
 
 @transaction.atomic
 def tool_contract_create(*, tool: McpTool, actor: Any, via: str, data: Mapping[str, Any]) -> ToolContract:
-    contract = audited_save(ToolContract(tool=tool), actor=actor, via=via, data=data)
-    registry_contracts_changed_send(server_ids=[tool.server_id], actor=actor, via=via)
+    with registry_contracts_changing(server_ids=[tool.server_id], actor=actor, via=via):
+        contract = audited_save(ToolContract(tool=tool), actor=actor, via=via, data=data)
     return contract
 
 
@@ -317,16 +317,15 @@ def tool_contract_update(
 ) -> ToolContract:
     """Change a contract: its argument and result constraints, retries, timeout, fallback, risk, memo. Agents
     bound to its server that publish on save get a new version in the same transaction."""
-    audited_save(contract, actor=actor, via=via, data=data)
-    registry_contracts_changed_send(server_ids=[contract.tool.server_id], actor=actor, via=via)
+    with registry_contracts_changing(server_ids=[contract.tool.server_id], actor=actor, via=via):
+        audited_save(contract, actor=actor, via=via, data=data)
     return contract
 
 
 @transaction.atomic
 def tool_contract_delete(*, contract: ToolContract, actor: Any, via: str) -> None:
-    server_id = contract.tool.server_id
-    audited_delete(contract, actor=actor, via=via)
-    registry_contracts_changed_send(server_ids=[server_id], actor=actor, via=via)
+    with registry_contracts_changing(server_ids=[contract.tool.server_id], actor=actor, via=via):
+        audited_delete(contract, actor=actor, via=via)
 
 
 logger = logging.getLogger(__name__)

@@ -20,11 +20,34 @@ from django.dispatch import Signal
 registry_contracts_changed = Signal()
 
 
-def registry_contracts_changed_send(*, server_ids: Iterable[Any], actor: Any, via: str) -> None:
-    """Tell the receivers that the contracts (or callable tools) of these servers changed."""
+# ``registry_contracts_frozen`` is sent before such a change (``registry_contracts_changing``): its receivers answer
+# with a mapping of what they hold of the servers now (``agents``: the content each agent that publishes on save
+# would freeze), merged and handed to ``registry_contracts_changed``'s receivers as ``before``.
+registry_contracts_frozen = Signal()
+
+
+def registry_contracts_changed_send(
+    *, server_ids: Iterable[Any], actor: Any, via: str, before: Mapping[Any, Any] | None = None
+) -> None:
+    """Tell the receivers that the contracts (or callable tools) of these servers changed (``before``: what
+    ``registry_contracts_frozen``'s receivers answered before the change, where the caller asked them)."""
     ids = sorted({pk for pk in server_ids if pk is not None})
     if ids:
-        registry_contracts_changed.send(sender=None, server_ids=ids, actor=actor, via=via)
+        registry_contracts_changed.send(sender=None, server_ids=ids, actor=actor, via=via, before=before)
+
+
+@contextmanager
+def registry_contracts_changing(*, server_ids: Iterable[Any], actor: Any, via: str) -> Iterator[None]:
+    """A change to the contracts (or callable tools) of ``server_ids`` made in the block: what the receivers hold of
+    them is asked before it, and the change announced after it with that answer, so that a save that changed
+    nothing they freeze changes nothing of theirs (an unchanged save after a roll back published the draft)."""
+    ids = sorted({pk for pk in server_ids if pk is not None})
+    before: dict[Any, Any] = {}
+    if ids:
+        for _receiver, answer in registry_contracts_frozen.send(sender=None, server_ids=ids):
+            before.update(answer or {})
+    yield
+    registry_contracts_changed_send(server_ids=ids, actor=actor, via=via, before=before)
 
 
 # ``tool_names_check`` asks (``send``'s answers are lists of problem texts) what a change of the names the model is

@@ -82,7 +82,7 @@ def test_an_edited_export_publishes_an_agent_that_publishes_on_save(
     assert demo_agent.live_version is not None and demo_agent.live_version.number == 1
     path = tmp_path / "config.json"
     document = exported_to(path)
-    assert agent_entry(document)["live_version"] == 1
+    assert agent_entry(document)["live_version"] is None  # its draft published on save: no choice to export
     edit(document)
 
     # A dry run writes nothing, the publish included.
