@@ -217,7 +217,8 @@ def _masked_event(fields: dict[str, Any]) -> tuple[AuditEvent, _JsonContent]:
         action=str(f["action"]),
         mcp_id=str(f["mcp_id"]),
         tool=str(f["tool"])[:200],  # a name a model made up is masked by the gate, which knows the real ones
-        call_id=str(f["call_id"])[:100],
+        # A call id is a caller's (a model's) text: masked as the reason is, then cut.
+        call_id=mask_text(str(f["call_id"]), secrets=secret_list)[:100],
         args=stored_args,
         result=stored_result,
         ok=bool(f["ok"]),

@@ -18,7 +18,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.views.main import SEARCH_VAR, ChangeList
 from django.core.exceptions import PermissionDenied
 from django.core.management import CommandError, call_command
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.templatetags.static import static
@@ -126,17 +126,54 @@ class ServerFilter(_ChoiceFilter):
 
 
 class ToolFilter(_ChoiceFilter):
+    """The tools that were called or decided on. A name a model made up (a call refused ``tool:unknown``) is the
+    model's, not a tool: every such name is one entry, "unknown tool (any name)", which chooses the reason
+    ``tool:unknown`` (so the export link carries it), as the reason filter folds ``args:unknown:*``."""
+
     title = _("tool")
     parameter_name = "tool"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        # The tools that were called or decided on; a configuration change names what it changed there (a request
-        # category its department), which is no tool.
+        # A configuration change names what it changed there (a request category its department), and a sign-in
+        # (``security.login*``) records "login": neither is a tool.
         events = AuditEvent.objects.exclude(tool="").exclude(action__startswith="config.")
+        events = events.exclude(action__startswith="security.")
         if request.GET.get("mcp_id"):
             events = events.filter(mcp_id=request.GET["mcp_id"])  # the chosen server's tools only
+        # The names refused as unknown, each with how many of its events were not (a tool of another server, say):
+        # a name never anything but refused is made up. Grouped apart, so that the names are read, as before, from
+        # the (tool, action) index alone.
+        refused = (
+            events.filter(tool__in=events.filter(reason=UNKNOWN_TOOL).values("tool"))
+            .values("tool")
+            .annotate(other=Count("id", filter=~Q(reason=UNKNOWN_TOOL)))
+            .order_by()
+        )
+        made_up = {row["tool"] for row in refused if not row["other"]}
+        names = events.order_by("tool").values_list("tool", flat=True).distinct()
         # A tool's name is its server's text: shown with what does not show itself written out (``audit.visible``).
-        return [(v, visible_text(v)) for v in events.order_by("tool").values_list("tool", flat=True).distinct()]
+        choices = [(v, visible_text(v)) for v in names if v not in made_up]
+        if refused:
+            choices.append((UNKNOWN_TOOL, gettext("unknown tool (any name)")))
+        return choices
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:
+        # The folded entry's events (its count beside it, ``?tool=tool:unknown`` typed by hand).
+        if self.value() == UNKNOWN_TOOL:
+            return _filtered(request, queryset, reason=UNKNOWN_TOOL)
+        return super().queryset(request, queryset)
+
+    def choices(self, changelist: Any) -> Iterator[Any]:
+        """The folded entry links to the reason ``tool:unknown`` (the API's parameter), and is chosen by it."""
+        folded = not self.value() and self.request.GET.get("reason") == UNKNOWN_TOOL
+        entries = iter(super().choices(changelist))
+        every = next(entries)
+        yield {**every, "selected": every["selected"] and not folded}
+        for (value, _title), entry in zip(self.lookup_choices, entries, strict=True):
+            if value == UNKNOWN_TOOL:
+                query = changelist.get_query_string({"reason": UNKNOWN_TOOL}, remove=[self.parameter_name])
+                entry = {**entry, "selected": folded or entry["selected"], "query_string": query}
+            yield entry
 
 
 class SourceFilter(_ChoiceFilter):
@@ -237,6 +274,10 @@ class ReasonFilter(_ChoiceFilter):
 
 UNKNOWN_ARGUMENTS = "args:unknown:*"
 """The reason filter's one entry for every unknown argument's name (``args:unknown:<name>``)."""
+
+UNKNOWN_TOOL = "tool:unknown"
+"""The reason of a call to a tool its server does not have (a name a model made up): the tool filter's one entry
+for every such name."""
 
 
 def _reason_choice(reason: str) -> str:

@@ -237,11 +237,23 @@ class AuditMetricsApi(_AuditorApi):
                 fields.pop(name)
             return fields
 
+        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            """The period's end is ``until`` or now, and both ends are written in the current time zone: a
+            ``since`` now or later ends before it starts (refused, as the admin's metrics page refuses it), and
+            a report's ``since`` and ``until`` read in one zone whichever offsets were typed."""
+            attrs = super().validate(attrs)
+            attrs["until"] = timezone.localtime(attrs.get("until") or timezone.now())
+            if attrs.get("since"):
+                attrs["since"] = timezone.localtime(attrs["since"])
+                if attrs["since"] >= attrs["until"]:
+                    raise serializers.ValidationError({"until": [_("'until' must be later than 'since'.")]})
+            return attrs
+
     def get(self, request: Request) -> Response:
         serializer = _validated(self.InputSerializer, request)
         data = serializer.validated_data
         filters = AuditEventFilters(**{name: data.get(name) for name in ("agent", "mcp_id", "tool", "source", "actor")})
-        report = tool_metrics(since=data.get("since"), until=data.get("until"), filters=filters)
+        report = tool_metrics(since=data.get("since"), until=data["until"], filters=filters)
         return Response(report.as_dict())
 
 
