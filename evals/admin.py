@@ -21,7 +21,7 @@ from django.utils.translation import gettext_lazy as _
 
 from agent_platform.errors import ApplicationError
 from agent_platform.json import bounded_json_overrides
-from agent_platform.text import nfc_value
+from agent_platform.text import nfc, nfc_value
 from agents.models import Run
 from agents.services import CANCELLABLE
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
@@ -45,7 +45,7 @@ from evals.case_editor import (
 )
 from evals.labels import CASE_TYPE_NAMES, SCORE_LABELS
 from evals.models import CASE_TYPES, EvalCase, EvalCaseResult, EvalRun, EvalSet
-from evals.scoring import MAX_METRICS, RATE_METRICS
+from evals.scoring import MAX_METRICS, RATE_METRICS, same_json, tool_case_problem
 from evals.services import (
     CASE_TEXT_FIELDS,
     alternatives_problems,
@@ -185,10 +185,11 @@ class EvalCaseForm(forms.ModelForm):
         self.fields["case_type"].initial = stored or "single_tool"
 
     def _as_stored(self, name: str, same: Any) -> Any:
-        """The cleaned value, or the stored one when both mean the same (no change to record)."""
+        """The cleaned value, or the stored one when both mean the same (no change to record), as JSON: ``limit=true``
+        or ``limit=1.0`` typed over a stored ``limit=1`` is a change (Python's ``==`` calls them equal)."""
         value = self.cleaned_data.get(name)
         stored = getattr(self.instance, name) if self.instance.pk else None
-        return stored if stored is not None and same(value) == same(stored) else value
+        return stored if stored is not None and same_json(same(value), same(stored)) else value
 
     def clean_query(self) -> Any:
         return text_as_stored(self, "query")
@@ -225,6 +226,15 @@ class EvalCaseForm(forms.ModelForm):
         for name in CASE_TEXT_FIELDS:
             if name in self.cleaned_data:
                 self.cleaned_data[name] = nfc_value(self.cleaned_data[name])
+        # A single_tool or multi_tool case that expects no tool passed whatever its run called: refused where its
+        # type or its tools are written (a stored row sent back as it is stays as it is).
+        stored = self.instance if self.instance.pk else None
+        kept = stored is not None and self.cleaned_data.get("case_type") == stored.case_type
+        kept = kept and stored is not None and same_json(self.cleaned_data.get("expected_tools"), stored.expected_tools)
+        if not kept and (
+            problem := tool_case_problem(self.cleaned_data.get("case_type"), self.cleaned_data.get("expected_tools"))
+        ):
+            self.add_error("expected_tools", problem)
         names_by_field = {
             "expected_tools": case_tool_names(cleaned.get("expected_tools")),
             "forbidden_tools": [n for n in case_tool_names(cleaned.get("forbidden_tools")) if n != NO_TOOL],
@@ -354,7 +364,15 @@ class EvalSetForm(forms.ModelForm):
         )
 
     def clean_description(self) -> Any:
-        return text_as_stored(self, "description")
+        """Composed (NFC), as the import stores it; a stored one that differs only in that (or its line breaks) is
+        kept, as the import keeps it: no change."""
+        value = text_as_stored(self, "description")
+        stored = getattr(self.instance, "description", None) if self.instance.pk else None
+        if not isinstance(value, str):
+            return value
+        if isinstance(stored, str) and nfc(_lf(stored)) == nfc(value):
+            return stored
+        return nfc(value)
 
 
 @admin.register(EvalSet)

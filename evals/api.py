@@ -241,7 +241,9 @@ class EvalRunCollectionApi(EvalsApi):
         agent = StrictCharField(max_length=64, required=False, allow_blank=True)
 
     def get(self, request: Request) -> Response:
-        # Filters as the runs and audit APIs take theirs: an unknown or misspelt one is a 400, not ignored.
+        # Filters as the runs and audit APIs take theirs: an unknown or misspelt one is a 400, not ignored, and so is
+        # one given twice (``.dict()`` read the last: ?set=nope&set=s1 answered s1's runs).
+        query_params_check(request.query_params, accepted=tuple(self.FilterSerializer().fields))
         self.FilterSerializer(data=request.query_params.dict()).is_valid(raise_exception=True)
         eval_set = agent = None
         if name := request.query_params.get("set"):
@@ -299,6 +301,7 @@ class EvalRunDetailApi(EvalsApi):
 
     def get(self, request: Request, run_id: str) -> Response:
         eval_run = _eval_run_get(run_id, api_key=request.user)
+        query_params_check(request.query_params, accepted=tuple(self.FilterSerializer().fields))
         filters = self.FilterSerializer(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
         size = filters.validated_data.get("page_size", CASES_PAGE_SIZE)

@@ -7,17 +7,21 @@ Seed 001's eval set mixes four notations in one column, and which one a row uses
 - ``null``: nothing may be cited (``no_answer``): no tool expected, and the answer must say it does not know;
 - the string ``"none"``: no tool may be called (``no_tool``): every tool is forbidden (``"*"``);
 - tool names, one or several, comma-separated with or without spaces (``"classify_request, calculate"``,
-  ``"search_employee,list_projects"``): those tools are expected.
+  ``"search_employee,list_projects"``; a full-width ``，`` or an ideographic ``、``, as a Korean keyboard types
+  them, is a comma too): those tools are expected.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.utils.translation import gettext as _
 
 NO_TOOL = "*"
+# Commas a Korean keyboard or IME types between names (full-width, ideographic), read as ",".
+COMMAS = str.maketrans({"\uff0c": ",", "\u3001": ","})
 
 
 @dataclass
@@ -45,7 +49,7 @@ def parse_expected_source(value: Any, *, case_type: str = "") -> ExpectedSource:
         raise ValueError(
             _('expected_source must be a path, null, "none" or tool names, not %(value)s') % {"value": repr(value)}
         )
-    text = value.strip()
+    text = value.translate(COMMAS).strip()
     if text.lower() in {"none", ""}:
         if not text and case_type in {"single_tool", "multi_tool"}:
             raise ValueError(_("a %(type)s case needs the names of its tools") % {"type": case_type})
@@ -55,7 +59,7 @@ def parse_expected_source(value: Any, *, case_type: str = "") -> ExpectedSource:
     names = [part.strip() for part in text.split(",")]
     if any(not name for name in names):
         raise ValueError(_("empty tool name in %(value)s") % {"value": repr(value)})
-    bad = [n for n in names if _is_path(n) or " " in n]
+    bad = [n for n in names if _is_path(n) or any(c.isspace() or unicodedata.category(c) == "Cf" for c in n)]
     if bad:
-        raise ValueError(_("not a tool name: %(names)s") % {"names": ", ".join(bad)})
+        raise ValueError(_("not a tool name: %(names)s") % {"names": ", ".join(repr(n) for n in bad)})
     return ExpectedSource(expected_tools=[{"name": n} for n in names])

@@ -16,8 +16,10 @@ compared as the record shows it (``_subset``).
 from __future__ import annotations
 
 import functools
+import json
 import math
 import statistics
+import unicodedata
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -50,6 +52,15 @@ DONT_KNOW_PHRASES = (
     "답변할 수 없",
     "답변드릴 수 없",
     "답할 수 없",
+    "답변드리기 어렵",
+    "답변하기 어렵",
+    "답하기 어렵",
+    "확인이 어렵",
+    "확인하기 어렵",
+    "확인되지 않",
+    "포함되어 있지 않",
+    "포함되지 않",
+    "나와 있지 않",
     "가져오지 못",
     "가져올 수 없",
     "정보가 없습니다",
@@ -64,11 +75,21 @@ DONT_KNOW_PHRASES = (
     "could not find",
     "couldn't find",
     "no information",
+    "not sure",
 )
+# "정보/내용/자료" with its particle, and a few words on (``NOUN_LACKING_SPAN`` characters, spaces taken out, within one
+# sentence) "없": "정보는 제공된 문서에 없습니다", "내용이 없습니다", "정보가 없네요". Not "자료에 따르면 ... 없이": the
+# noun must carry a subject or topic particle.
+NOUN_LACKING = regex.compile(r"(?:정보|내용|자료)(?:가|이|는|은|도|에는|에도)")
+NOUN_LACKING_SPAN = 12
+SENTENCE_ENDS = ".!?。,，"
 # What turns a phrase that follows into a condition, not an answer: "알 수 없으면" ("if it cannot be known"),
 # "찾을 수 없다면", "정보가 없어도" ("even without the information"), "확인할 수 없는 경우", "찾지 못할 때" (spaces
 # taken out, as the answer is read).
-CONDITIONAL_ENDINGS = ("으면", "다면", "도", "는경우", "을경우", "할경우", "할때", "을때")
+CONDITIONAL_ENDINGS = ("으면", "다면", "도", "어도", "는경우", "을경우", "할경우", "할때", "을때")
+# A phrase followed by "는"/"은" and a noun describes the noun ("알 수 없는 오류가 발생했지만 연차는 15일입니다"): no
+# statement of not knowing. Except these, which go on with the statement ("없는데요", "없는지", "없는 것 같습니다").
+STATEMENT_AFTER_ADNOMINAL = ("데", "지", "것", "듯", "거", "걸")
 # Typographic apostrophes (U+2018, U+2019), which word processors and models write in "I don’t know", read as the
 # ASCII one the phrases and an admin's contains checks are typed with.
 APOSTROPHES = str.maketrans({"\u2018": "'", "\u2019": "'"})
@@ -128,6 +149,48 @@ class CaseScore:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# The case types whose tools are the point of the case: one with no expected tools would pass whatever its run
+# called (nothing expected, no call is a mistake: ``score_case``).
+TOOL_CASE_TYPES = ("single_tool", "multi_tool")
+
+
+def tool_case_problem(case_type: Any, expected_tools: Any) -> str | None:
+    """Why a case of ``case_type`` may not expect ``expected_tools``: a ``single_tool`` or ``multi_tool`` case
+    that expects none; None when it may."""
+    if case_type in TOOL_CASE_TYPES and isinstance(expected_tools, list) and not expected_tools:
+        return _("a %(type)s case needs the names of its tools") % {"type": case_type}
+    return None
+
+
+def not_a_tool_name(name: str) -> bool:
+    """Whether ``name`` holds a space (an ideographic one included) or an invisible format character (a zero-width
+    space, a joiner): no tool is named so, and the case would fail on every run."""
+    return any(c.isspace() or unicodedata.category(c) == "Cf" for c in name)
+
+
+def tool_name_problems(*, expected_tools: Any, forbidden_tools: Any, alternatives: Any) -> list[str]:
+    """The tool names of a case that no tool has (``not_a_tool_name``), each named where it is: a document's
+    ``"get asset"``, a name with a zero-width space (the admin's lines refuse them as they read them)."""
+    named: list[tuple[str, Any]] = [(f"expected_tools[{i}]", t) for i, t in enumerate(_listed(expected_tools))]
+    named += [(f"forbidden_tools[{i}]", t) for i, t in enumerate(_listed(forbidden_tools))]
+    for i, alternative in enumerate(_listed(alternatives)):
+        tools = alternative.get("tools") if isinstance(alternative, dict) else None
+        named += [(f"alternatives[{i}].tools[{j}]", t) for j, t in enumerate(_listed(tools))]
+    problems = []
+    for where, tool in named:
+        name = tool.get("name") if isinstance(tool, dict) else tool
+        if isinstance(name, str) and not_a_tool_name(name):
+            problems.append(
+                _("%(where)s: %(name)s is not a tool name (it holds a space or an invisible character)")
+                % {"where": where, "name": repr(name)}
+            )
+    return problems
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _tool_list_problems(value: Any, where: str) -> list[str]:
@@ -323,6 +386,16 @@ def json_equal(one: Any, other: Any) -> bool:
     return type(one) is type(other) and bool(one == other)
 
 
+def same_json(one: Any, other: Any) -> bool:
+    """Whether two values are one JSON text, keys sorted: key order does not count, type does (``true`` is not
+    ``1``, nor ``1.0`` ``1``, which Python's ``==`` calls equal, and the audit records as a change)."""
+    return _json_text(one) == _json_text(other)
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
 def _subset(expected: dict[str, Any], actual: dict[str, Any]) -> bool:
     """Whether ``actual`` (a call's arguments as the audit recorded them) holds every argument of ``expected``, as
     JSON values (``json_equal``), Korean text compared composed (NFC) on both sides: a case typed decomposed (NFD)
@@ -503,18 +576,37 @@ def _contains_pattern(wanted: str) -> regex.Pattern[str]:
     return regex.compile("".join(parts))
 
 
+def _stated(compact: str, end: int) -> bool:
+    """Whether a phrase that ends at ``end`` of ``compact`` states that the answer is not known: no condition
+    follows it (``CONDITIONAL_ENDINGS``: "정보가 없으면", "정보가 없어서 추측하면"), nor a noun it describes
+    (``STATEMENT_AFTER_ADNOMINAL``: "알 수 없는 오류")."""
+    rest = compact[end:]
+    if rest.startswith(CONDITIONAL_ENDINGS):
+        return False
+    return not (
+        rest[:1] in {"는", "은"} and len(rest) > 1 and _syllable(rest[1]) and rest[1] not in STATEMENT_AFTER_ADNOMINAL
+    )
+
+
 def says_it_does_not_know(lowered: str) -> bool:
     """Whether an answer (NFC, lowercased, apostrophes as ``'``) says it does not know: a ``DONT_KNOW_PHRASES``
-    phrase in it, every space taken out of both (Korean spacing varies: "찾을수 없습니다"), that no
-    ``CONDITIONAL_ENDINGS`` ending follows ("별도 정보가 없으면 연차는 15일입니다" is a confident answer)."""
+    phrase in it, or a ``NOUN_LACKING`` noun a few words before "없" ("정보는 제공된 문서에 없습니다"), every space
+    taken out of both (Korean spacing varies: "찾을수 없습니다"), that states it (``_stated``: "별도 정보가 없으면
+    연차는 15일입니다" and "알 수 없는 오류가 발생했지만 ..." are confident answers)."""
     compact = "".join(lowered.split())
     for phrase in DONT_KNOW_PHRASES:
         wanted = "".join(phrase.split())
         start = compact.find(wanted)
         while start != -1:
-            if not compact.startswith(CONDITIONAL_ENDINGS, start + len(wanted)):
+            if _stated(compact, start + len(wanted)):
                 return True
             start = compact.find(wanted, start + 1)
+    for noun in NOUN_LACKING.finditer(compact):
+        span = compact[noun.end() : noun.end() + NOUN_LACKING_SPAN + 1]
+        cut = min((span.find(mark) for mark in SENTENCE_ENDS if mark in span), default=len(span))
+        for at, character in enumerate(span[:cut]):
+            if character == "없" and _stated(compact, noun.end() + at + 1):
+                return True
     return False
 
 

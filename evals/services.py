@@ -26,7 +26,7 @@ from pydantic import Field, ValidatorFunctionWrapHandler, WrapValidator
 from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.errors import ApplicationError
-from agent_platform.text import nfc_value
+from agent_platform.text import nfc, nfc_value
 from agents.budgets import budget_refused_for_runs_in_flight
 from agents.dispatch import repaired_alone
 from agents.models import Agent, AgentVersion, Approval, Run, RunEvent
@@ -52,9 +52,12 @@ from evals.scoring import (
     ToolCall,
     in_call_order,
     json_equal,
+    same_json,
     score_case,
     summarize,
     threshold_failures,
+    tool_case_problem,
+    tool_name_problems,
 )
 from mcpregistry.models import McpServer
 
@@ -208,6 +211,9 @@ def case_fields(entry: Mapping[str, Any], index: int, *, previous_order: int | N
         forbidden = doc.forbidden_tools
     if doc.answer_checks is not None:
         checks = doc.answer_checks
+    alternatives = [a.model_dump() for a in doc.alternatives]
+    if names := tool_name_problems(expected_tools=expected, forbidden_tools=forbidden, alternatives=alternatives):
+        raise ValueError("; ".join(names))
     fields = {
         "key": doc.key or f"case-{index + 1:03d}",
         "order": doc.order if doc.order is not None else min((previous_order or 0) + 10, CASE_ORDER_MAX),
@@ -249,12 +255,26 @@ def eval_set_apply(*, document: Mapping[str, Any], actor: Any, via: str) -> SetI
     problems: list[str] = []
     cases: list[dict[str, Any]] = []
     previous_order: int | None = None
+    # A case typed single_tool or multi_tool that expects no tool passed whatever its run called: refused as the
+    # admin refuses it, unless it is stored so already (an export imported again). A case given no type is
+    # single_tool by default, and one that expects no tool is taken as sets have always given it.
+    stored_cases = {c.key: c for c in EvalCase.objects.filter(eval_set__name=doc.name)}
     for i, entry in enumerate(doc.cases):
         try:
             cases.append(case_fields(entry, i, previous_order=previous_order))
             previous_order = cases[-1]["order"]
         except ValueError as exc:
             problems.append(f"cases[{i}]: {exc}")
+            continue
+        stored_case, fields = stored_cases.get(cases[-1]["key"]), cases[-1]
+        kept = stored_case is not None and stored_case.case_type == fields["case_type"]
+        kept = kept and stored_case is not None and same_json(stored_case.expected_tools, fields["expected_tools"])
+        if (
+            "type" in entry
+            and not kept
+            and (problem := tool_case_problem(fields["case_type"], fields["expected_tools"]))
+        ):
+            problems.append(f"cases[{i}].expected_tools: {problem}")
     keys = [c["key"] for c in cases]
     if len(set(keys)) != len(keys):
         problems.append(_("cases: two cases with the same key"))
@@ -279,7 +299,7 @@ def eval_set_apply(*, document: Mapping[str, Any], actor: Any, via: str) -> SetI
             created = eval_set is None
             values = {
                 "name": doc.name,
-                "description": doc.description,
+                "description": nfc(doc.description),
                 "agent": agent,
                 "sandbox_servers": doc.sandbox_servers,
                 "thresholds": doc.thresholds,
@@ -308,9 +328,11 @@ def eval_set_apply(*, document: Mapping[str, Any], actor: Any, via: str) -> SetI
                             eval_case_create(actor=actor, via=via, data={"eval_set": eval_set, **fields})
                             result.changed.append(fields["key"])
                         else:
+                            # As JSON, keys sorted: {"n": 1} -> {"n": true} (or 1.0) is a change (the audit
+                            # records it), which Python's == calls none.
                             before = {k: getattr(case, k) for k in fields}
                             eval_case_update(case=case, actor=actor, via=via, data=fields)
-                            if before != fields:
+                            if not all(same_json(before[k], fields[k]) for k in fields):
                                 result.changed.append(fields["key"])
                 except ValidationError as exc:
                     refused.append(_case_refusal(i, exc))
