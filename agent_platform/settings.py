@@ -309,6 +309,9 @@ PLATFORM_FLOW_GRAPHS = [p.strip() for p in os.environ.get("PLATFORM_FLOW_GRAPHS"
 # made and the run fails as flow:too_many_calls. The shipped templates make one to three; a flow that loops on its
 # calls would otherwise write an audit event, a run event and a trace entry for each until its time limit.
 PLATFORM_FLOW_MAX_CALLS = _env_int("PLATFORM_FLOW_MAX_CALLS", 200, at_least=1)
+# The most tool calls one model turn makes (agents/engine.py): the turn's later calls are not sent, refused to the
+# model as tool:too_many_calls (audited), which asks for fewer at once.
+PLATFORM_MAX_TOOL_CALLS_PER_TURN = _env_int("PLATFORM_MAX_TOOL_CALLS_PER_TURN", 20, at_least=1)
 # The longest timeout a tool contract may set (seconds); a contract's timeout must be > 0 and at most this.
 PLATFORM_TOOL_TIMEOUT_MAX_S = _env_float("PLATFORM_TOOL_TIMEOUT_MAX_S", 3600.0, above=0)
 # A pooled MCP session idle for longer than this is closed (0 or less: as soon as the reaper sees it idle).

@@ -67,7 +67,6 @@ from agents.model_tracing import ModelCallTracer
 from agents.models import Run
 from agents.parallel_calls import ParallelCalls, call_batch
 from agents.providers import (
-    RETRYABLE_BY_DEFAULT,
     UNFINISHED_TURN_CODES,
     ModelCallFailed,
     answered_without_choice,
@@ -75,6 +74,7 @@ from agents.providers import (
     guardrail_intervention,
     model_error_kind,
     model_failure_text,
+    retries_stop_when_cancelled,
     stop_reason,
     stored_model_params,
     supports_tool_choice,
@@ -609,10 +609,13 @@ def execute(plan: RunPlan) -> RunOutcome:
         model = build_chat_model(
             provider=plan.provider,
             model_id=plan.model_id,
-            params=_budgeted_params(plan.model_params) if plan.token_ceiling is not None else plan.model_params,
+            params=plan.model_params,
             offline_answer=_offline_answer(plan, results),
             api_key=plan.model_api_key,
-            # A budgeted run's call cut after its request reached the provider is not sent again (``_budgeted_params``).
+            # A budgeted run's call that timed out or was cut after its request reached the provider is not sent
+            # again: the provider may have finished (and billed) it without the answer reaching us, its tokens are
+            # never reported, and a second send could spend past the reservation that bounds each call once (README,
+            # Budgets). Only a call that could not connect (a connect timeout among them) is sent again.
             retry_sent_requests=plan.token_ceiling is None,
         )
     except MUST_PROPAGATE:
@@ -630,6 +633,7 @@ def execute(plan: RunPlan) -> RunOutcome:
             messages=trace,
         )
 
+    retries_stop_when_cancelled(model, plan.check_cancelled)  # a cancelled run's failed call is not sent again
     left_out = tools_left_out(plan)  # a published version's tools its frozen contracts no longer fit
     index = _tool_index(plan, left_out)
     _tools_left_out_told(plan, left_out, trace)
@@ -757,6 +761,7 @@ def execute(plan: RunPlan) -> RunOutcome:
             message.artifact = {"fallback_for": result.fallback_for}  # a failed call, answered by its fallback
         return message, None
 
+    calls_per_turn = max_tool_calls_per_turn()
     # Each call's result by its call id, as the graph gets it: a run that stops inside the graph (a failed model
     # call, its iterations used up) keeps them with the turns that asked for them (``_conversation_so_far``).
     answered: dict[str, ToolMessage] = {}
@@ -768,6 +773,26 @@ def execute(plan: RunPlan) -> RunOutcome:
         if parked_on is None:
             answered[message.tool_call_id] = message
         return message, parked_on
+
+    def refuse_over_cap(tool_call: dict[str, Any]) -> ToolMessage:
+        """A call of a model turn past the turn's cap (``PLATFORM_MAX_TOOL_CALLS_PER_TURN``): refused and
+        audited, never sent; the model is told to ask for fewer at once."""
+        name, call_id = tool_call["name"], tool_call.get("id") or ""
+        found = index.get(name)
+        refusal = gate.refuse_call(
+            tool_name=found[1].exposed_name if found is not None else name,
+            args=tool_call.get("args"),
+            who=who("agent", call_id),
+            reason=TOO_MANY_CALLS,
+            message=_(
+                "Not called: a model turn may ask for at most %(limit)d tool calls, and this call came after them. "
+                "Ask for fewer calls at once; call it again in a later turn if you still need it."
+            )
+            % {"limit": calls_per_turn},
+            mcp_id=found[0].mcp_id if found is not None else None,
+        )
+        message, _parked = call_tool_recorded(tool_call, refusal)
+        return message
 
     parallel = ParallelCalls(
         index=index,
@@ -811,6 +836,7 @@ def execute(plan: RunPlan) -> RunOutcome:
     # worker, whose turns were never stored) what its model_turn events say, whichever is more.
     spent_tokens = [max(_tokens_of(messages), plan.spent_before)]
     new_turns: list[AIMessage] = []
+    unread_turns: list[AIMessage] = []  # replies that arrived but could not be read (``ModelCallFailed.usage``)
     # The call under way: its input bound and the ``max_tokens`` it was given (``before_model_call``), which a
     # turn whose provider reports no usage is charged (``usage_estimate``); whether the run has warned of one.
     call_bounds: list[tuple[int, int | None]] = [(0, None)]
@@ -888,6 +914,8 @@ def execute(plan: RunPlan) -> RunOutcome:
         turn_tools=offer.turn_tools,
         call_batch=lambda calls: call_batch(calls, call_tool=call_tool_recorded, parallel=parallel),
         before_model_call=before_model_call,
+        max_calls_per_turn=calls_per_turn,
+        refuse_over_cap=refuse_over_cap,
     )
     t1 = time.perf_counter()
     final_messages: list[BaseMessage] = messages
@@ -962,6 +990,12 @@ def execute(plan: RunPlan) -> RunOutcome:
         outcome.error_code = exc.code
         outcome.error_message = model_failure_message(exc, secrets)
         trace.append({"type": "model_error", "reason": exc.code, "attempts": exc.attempts})
+        if exc.usage:
+            # A reply that arrived but could not be read: its tokens were spent. Charged as a model call (its event
+            # carries them, as a turn's does), kept out of the conversation (there is no turn to send back).
+            unread = AIMessage("", usage_metadata=exc.usage)
+            unread_turns.append(unread)
+            plan.emit("model_turn", {**message_to_trace(unread, secrets), "usage": _token_usage([unread])})
     except Exception as exc:  # the run ends as a value, not a crash
         # Not the model's failure (a provider's comes as ModelCallFailed, its refusal of the tools too): a fault of
         # the platform's own, past or between the model calls. The turns made are kept: their tokens were spent.
@@ -975,7 +1009,7 @@ def execute(plan: RunPlan) -> RunOutcome:
     trace.extend(message_to_trace(m, secrets) for m in final_messages)
     outcome.messages = trace
     outcome.conversation = stored_conversation(final_messages, secrets)
-    outcome.token_usage = _token_usage(final_messages)
+    outcome.token_usage = _token_usage([*final_messages, *unread_turns])
     outcome.tool_failures += sum(1 for m in final_messages if isinstance(m, ToolMessage) and _failed_call(m))
     outcome.timings = {
         "deterministic_ms": deterministic_ms,
@@ -1059,7 +1093,9 @@ def model_failure_message(exc: ModelCallFailed, secrets: list[str]) -> str:
     """A failed model call as the run's error message says it: what its kind means, in the run's language, then
     the provider's words (masked) and how many times the call was sent."""
     after = attempts_text(exc.attempts) if exc.attempts else ""
-    return _with_detail(model_failure_text(exc.kind), exc.detail, secrets, after=after)
+    # An overflow refused by the provider is said as the same overflow told as a stop reason is.
+    sentence = unfinished_turn_text(exc.code) if exc.kind == "context_window" else model_failure_text(exc.kind)
+    return _with_detail(sentence, exc.detail, secrets, after=after)
 
 
 def _configured_max_tokens(params: dict[str, Any]) -> int | None:
@@ -1390,18 +1426,15 @@ def _execute_flow(
     return outcome
 
 
-def _budgeted_params(params: dict[str, Any]) -> dict[str, Any]:
-    """A budgeted run's model parameters: a call that timed out is not sent again. The provider may have finished
-    (and billed) it without the answer reaching us: its tokens are never reported, so a second send could spend
-    past the reservation that bounds each call once (README, Budgets). A connection failure is held to the same
-    rule by the model the engine builds for a budgeted run (``retry_sent_requests=False``): sent again only when
-    its request never reached the provider (it could not connect), never when it was cut after (a stream dropped
-    partway, a read or protocol error)."""
-    given = params.get("retry")
-    retry: dict[str, Any] = given if isinstance(given, dict) else {}
-    listed = retry.get("on")
-    kinds: list[Any] = listed if isinstance(listed, list) else list(RETRYABLE_BY_DEFAULT)
-    return {**params, "retry": {**retry, "on": [kind for kind in kinds if kind != "timeout"]}}
+# The reason a model turn's calls past ``PLATFORM_MAX_TOOL_CALLS_PER_TURN`` are refused with (never sent).
+TOO_MANY_CALLS = "tool:too_many_calls"
+
+
+def max_tool_calls_per_turn() -> int:
+    """How many tool calls one model turn may make (``PLATFORM_MAX_TOOL_CALLS_PER_TURN``, default 20): the
+    turn's later calls are refused (``tool:too_many_calls``), as a flow's calls are capped
+    (``PLATFORM_FLOW_MAX_CALLS``)."""
+    return int(django_settings.PLATFORM_MAX_TOOL_CALLS_PER_TURN)
 
 
 class TokenCeilingReached(Exception):

@@ -62,6 +62,8 @@ TurnTools = Callable[[list[AnyMessage], int], tuple[list[dict[str, Any]], str | 
 # Given the conversation and the tool specs about to be bound, the keyword arguments of this model call (the
 # engine caps ``max_tokens`` to what is left of the run's budget reservation); it raises to refuse the call.
 BeforeModelCall = Callable[[list[AnyMessage], list[dict[str, Any]]], dict[str, Any]]
+# A model turn's call past its cap (``max_calls_per_turn``): its refusal, never sent (the engine audits it).
+OverCapRefuser = Callable[[dict[str, Any]], ToolMessage]
 
 
 # An answer of an earlier turn of the conversation (A2A ``contextId``), given to the model before the run's question:
@@ -257,6 +259,8 @@ class ReactParts:
     call_batch: BatchCaller | None
     tool_specs: list[dict[str, Any]]
     before_model_call: BeforeModelCall
+    max_calls_per_turn: int | None = None
+    refuse_over_cap: OverCapRefuser | None = None
 
 
 class ReactGraph:
@@ -299,13 +303,17 @@ def build_react_graph(
     turn_tools: TurnTools | None = None,
     call_batch: BatchCaller | None = None,
     before_model_call: BeforeModelCall = lambda messages, specs: {},
+    max_calls_per_turn: int | None = None,
+    refuse_over_cap: OverCapRefuser | None = None,
 ) -> ReactGraph:
     """``call_tool(tool_call)`` returns the ToolMessage for the model and, if the call must wait for approval,
     the approval id (the graph then stops with ``parked_on`` set). With ``turn_tools``, each model turn binds
     the tools it returns (top-K selection, a forced first call) instead of ``tool_specs``, and the choice it
     returns is the only one forced (the model's ``first_turn_tool_choice`` is then ``turn_tools``' to apply).
     ``before_model_call``
-    runs before every model call and gives the call's keyword arguments, or raises to refuse it."""
+    runs before every model call and gives the call's keyword arguments, or raises to refuse it. With
+    ``max_calls_per_turn``, a turn's calls after that many (by their place in the turn) are never sent: each is
+    answered with ``refuse_over_cap(tool_call)``."""
     return ReactGraph(
         ReactParts(
             model=model,
@@ -319,6 +327,8 @@ def build_react_graph(
             call_batch=call_batch,
             tool_specs=tool_specs,
             before_model_call=before_model_call,
+            max_calls_per_turn=max_calls_per_turn,
+            refuse_over_cap=refuse_over_cap,
         )
     )
 
@@ -376,21 +386,42 @@ def _bound(model: BaseChatModel, specs: list[dict[str, Any]], tool_choice: Any) 
         raise ModelCallFailed(kind="validation", detail=f"{type(exc).__name__}: {exc}", attempts=0) from exc
 
 
+def _over_cap(messages: Sequence[BaseMessage], limit: int | None) -> set[str]:
+    """The ids of the last model turn's calls past its first ``limit`` (none without a limit). By their place in
+    the turn, not among the calls still unanswered: a run resumed after an approval sends no more of the turn's
+    calls than one that never stopped."""
+    last_ai = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+    if limit is None or last_ai is None:
+        return set()
+    return {str(c.get("id")) for c in turn_calls(last_ai)[limit:]}
+
+
 def _tools(state: AgentState, config: RunnableConfig) -> dict[str, Any]:
     parts = _parts(config)
+    calls = unanswered_tool_calls(state["messages"])
+    over = _over_cap(state["messages"], parts.max_calls_per_turn) if parts.refuse_over_cap is not None else set()
+    sent = [c for c in calls if str(c.get("id")) not in over]
+    refused = [c for c in calls if str(c.get("id")) in over]
     if parts.call_batch is not None:
         # The batch caller checks before each call it sends (the engine's ``call_tool``, ``ParallelCalls.run``).
-        answered, parked = parts.call_batch(unanswered_tool_calls(state["messages"]))
-        return {"messages": answered, "parked_on": parked}
+        answered, parked = parts.call_batch(sent)
+        return {"messages": [*answered, *_refused_over_cap(parts, refused)], "parked_on": parked}
     results: list[ToolMessage] = []
-    for tool_call in unanswered_tool_calls(state["messages"]):
+    for tool_call in sent:
         # Before each call, not once per turn: a run stopped after a turn's first call sends none of the rest.
         parts.check_cancelled()
         message, parked_on = parts.call_tool(tool_call)
         if parked_on is not None:
-            return {"messages": results, "parked_on": parked_on}
+            return {"messages": [*results, *_refused_over_cap(parts, refused)], "parked_on": parked_on}
         results.append(message)
-    return {"messages": results, "parked_on": None}
+    return {"messages": [*results, *_refused_over_cap(parts, refused)], "parked_on": None}
+
+
+def _refused_over_cap(parts: ReactParts, calls: list[dict[str, Any]]) -> list[ToolMessage]:
+    """The refusals of a turn's calls past its cap, in the turn's order (none sent)."""
+    if not calls or parts.refuse_over_cap is None:
+        return []
+    return [parts.refuse_over_cap(call) for call in calls]
 
 
 def _after_agent(state: AgentState) -> str:

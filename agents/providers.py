@@ -4,7 +4,8 @@ OpenAI-compatible ``/v1/chat/completions``: vLLM, Ollama, LiteLLM, OpenAI itself
 What they share:
 
 - **Failures are values with reason codes.** A provider exception is classified by kind (``model_error_kind``):
-  ``throttled``, ``timeout``, ``connection``, ``unavailable`` (5xx), ``validation``, ``auth``, ``error``. Kinds in
+  ``throttled``, ``timeout``, ``connection``, ``unavailable`` (5xx), ``validation``, ``auth``, ``error``, and
+  ``context_window`` (the conversation is longer than the model can read; never retried). Kinds in
   the agent's retry policy (``model_params["retry"]``, default: throttled, timeout, connection, unavailable, three
   attempts) are retried with exponential backoff and jitter, as the gate retries tool calls by reason; what is
   left becomes ``ModelCallFailed`` with the code ``model:<kind>``, which the engine turns into a failed run. The
@@ -22,15 +23,18 @@ What they share:
   on every turn, the model could never answer. Bedrock's Converse API has no ``"none"`` (only auto, any and a
   tool): there the model is given no tools.
 - **What a call may be sent again.** A budgeted run's model (``retry_sent_requests=False``) retries a connection
-  failure only when the request never reached the provider (it could not connect): one cut after it was sent (a
-  read or protocol error, a stream that ended early) may have been generated and billed, and its tokens are never
-  reported. A streamed turn that ends without its finish reason is such a cut (``ModelStreamCutShort``), never a
-  finished answer.
+  failure or a timeout only when the request never reached the provider (it could not connect, a connect timeout
+  among them): one that timed out or was cut after it was sent (a read or protocol error, a stream that ended
+  early) may have been generated and billed, and its tokens are never reported. A streamed turn that ends without
+  its finish reason is such a cut (``ModelStreamCutShort``), never a finished answer. A reply that arrived but
+  that langchain could not read is not asked for again; its failure carries the tokens it reported, which the run
+  is charged. No call is sent again once the run is cancelled.
 - **Redirects are not followed.** The OpenAI-compatible client answers a 3xx as a failure (``model:validation``):
   the model's key and the conversation go only to the base URL that the address policy checked.
 - **Tool calls whose arguments are JSON but no object** (``[1, 2]``) are the model's malformed calls, as arguments
   that are no JSON are: langchain's ``invalid_tool_calls`` (the arguments as the model wrote them), which the gate
-  refuses with ``args:json`` and the model is told of; the turn and its token usage are kept.
+  refuses with ``args:json`` and the model is told of; the turn and its token usage are kept. Arguments sent as a
+  JSON object where their text belongs are the call they write.
 - **Secrets.** The OpenAI-compatible key is the agent's encrypted ``model_secrets["api_key"]`` (a value, or
   ``{"from_env": NAME}`` read on the worker); it is never in ``model_params``. Bedrock's credentials come from
   boto3's standard chain, never from the database.
@@ -42,13 +46,15 @@ turn's ``response_metadata`` and the engine records it in the run's trace) and c
 
 from __future__ import annotations
 
+import copy
 import functools
 import http.cookiejar
 import json
 import logging
 import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from typing import Any, Literal
 
 import openai
@@ -56,7 +62,9 @@ from botocore.exceptions import BotoCoreError
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from langchain_aws import ChatBedrockConverse
+from langchain_core.exceptions import ContextOverflowError
 from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages.ai import UsageMetadata
 from langchain_core.messages.tool import invalid_tool_call
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import RunnableConfig
@@ -70,6 +78,9 @@ logger = logging.getLogger(__name__)
 
 ModelErrorKind = Literal["throttled", "timeout", "connection", "unavailable", "validation", "auth", "error"]
 RETRYABLE_BY_DEFAULT: tuple[ModelErrorKind, ...] = ("throttled", "timeout", "connection", "unavailable")
+# A failure's kind: one a retry policy may name, or the conversation too long for the model's context window
+# (``model:context_window``, as the same overflow told as a stop reason is), which is never sent again.
+ModelFailureKind = Literal[ModelErrorKind, "context_window"]
 
 # What each provider can do; ``tool_choice``: ``bind_tools(tools, tool_choice=...)`` forces a tool call.
 PROVIDER_CAPABILITIES: dict[str, frozenset[str]] = {
@@ -222,16 +233,31 @@ class ModelCallFailed(Exception):
     message holds the provider's text whole, neither masked nor cut: mask it before it is shown or stored, and cut
     it only after."""
 
-    def __init__(self, *, kind: ModelErrorKind, detail: str, attempts: int) -> None:
+    def __init__(
+        self, *, kind: ModelFailureKind, detail: str, attempts: int, usage: UsageMetadata | None = None
+    ) -> None:
         # Attempts 0: the model refused before any call was sent (the tools or the tool choice, as they were bound).
         super().__init__(f"{detail} (after {attempts} attempt{'s' if attempts != 1 else ''})" if attempts else detail)
         self.kind = kind
         self.code = f"model:{kind}"
         self.attempts = attempts
         self.detail = detail
+        # The tokens of a reply that arrived but could not be read (``ModelReplyUnreadable``): spent, and charged.
+        self.usage = usage
 
 
-def model_failure_text(kind: ModelErrorKind) -> str:
+class ModelReplyUnreadable(Exception):
+    """A model's reply that arrived, with the tokens it used, but that langchain could not read (a content block
+    it does not know, a tool call of a shape it refuses): raised from langchain's exception, with the reply's
+    ``usage``. The call is not sent again (its tokens were spent); its failure carries the usage, which the run is
+    charged (``ModelCallFailed.usage``)."""
+
+    def __init__(self, usage: UsageMetadata) -> None:
+        super().__init__("the model's reply could not be read")
+        self.usage = usage
+
+
+def model_failure_text(kind: ModelFailureKind) -> str:
     """What a model failure of ``kind`` means, in the active language (the run's): the platform's sentence that
     comes before the provider's own words, which are in English, its SDK's."""
     texts: dict[str, str] = {
@@ -308,9 +334,38 @@ def _status_kind(status: int) -> ModelErrorKind:
     return "throttled" if status == 429 else "unavailable" if status >= 500 else "error"
 
 
-def model_error_kind(exc: BaseException) -> ModelErrorKind:
+# What a provider's refusal says of a conversation longer than the model's context window, where its SDK did not
+# raise langchain's ``ContextOverflowError`` for it (vLLM's "This model's maximum context length is 8192 tokens",
+# Bedrock's "Input is too long for requested model."), lowercase.
+_CONTEXT_OVERFLOW_TEXTS = (
+    "maximum context length",
+    "context_length_exceeded",
+    "context window",
+    "input is too long",
+    "prompt is too long",
+    "input tokens exceed",
+)
+
+
+def _context_overflow(exc: BaseException) -> bool:
+    """Whether the provider refused the request because the conversation is longer than the model can read."""
+    if isinstance(exc, ContextOverflowError):
+        return True
+    text = str(exc).lower()
+    return any(marker in text for marker in _CONTEXT_OVERFLOW_TEXTS)
+
+
+def model_error_kind(exc: BaseException) -> ModelFailureKind:
     """The kind of a provider failure, from the exception the SDK raised (botocore, openai, httpx) or a plain
-    ``TimeoutError``/``ConnectionError``. Anything else is ``error`` (not retried by default)."""
+    ``TimeoutError``/``ConnectionError``. Anything else is ``error`` (not retried by default). A refusal of a
+    conversation longer than the model's context window is ``context_window``, never retried."""
+    kind = _provider_error_kind(exc)
+    if kind in ("validation", "error") and _context_overflow(exc):
+        return "context_window"
+    return kind
+
+
+def _provider_error_kind(exc: BaseException) -> ModelErrorKind:
     import botocore.exceptions as boto
     import httpx
 
@@ -383,6 +438,8 @@ def _detail(exc: BaseException) -> str:
     """The provider's failure as text, whole: never cut here. The engine masks it (with the run's secrets, the
     model's key among them) and only then cuts it; a cut first would leave a secret that straddles it as a prefix
     that neither the secret's value nor any pattern matches."""
+    if isinstance(exc, ModelReplyUnreadable) and exc.__cause__ is not None:
+        return _detail(exc.__cause__)
     if isinstance(exc, openai.APIStatusError) and 300 <= exc.status_code < 400:
         return _(
             "The model server answered with a redirect (HTTP %(status)d to %(location)s), which is not followed: the "
@@ -398,9 +455,15 @@ _NOT_AN_OBJECT = "__platform_arguments_not_an_object__"
 
 
 def _not_an_object(arguments: Any) -> bool:
-    """Whether a tool call's arguments, as the model wrote them (JSON text), parse to something other than an
-    object: ``[1, 2]``, ``"x"``, ``3``, ``null``. Text that is no JSON is langchain's to refuse, as it does."""
-    if not isinstance(arguments, str) or not arguments.strip():
+    """Whether a tool call's arguments, as the model's server sent them, are something other than an object: JSON
+    text that parses to none (``[1, 2]``, ``"x"``, ``3``, ``null``), or such a JSON value sent where the text
+    belongs. Text that is no JSON is langchain's to refuse, as it does; none (``null``, ``""``) is an empty object,
+    as langchain reads it."""
+    if arguments is None or isinstance(arguments, dict):
+        return False
+    if not isinstance(arguments, str):
+        return True
+    if not arguments.strip():
         return False
     try:
         return not isinstance(json.loads(arguments), dict)
@@ -447,9 +510,19 @@ def _with_refused_not_objects(result: ChatResult) -> ChatResult:
     return result
 
 
+# The usage of the Converse reply being read (``PlatformChatBedrockConverse._generate``), as the client's
+# ``after-call`` hook saw it: langchain-aws may fail to read the reply after its tokens were spent.
+_CONVERSE_USAGE: ContextVar[dict[str, Any] | None] = ContextVar("converse_usage", default=None)
+
+
 def _mark_converse_not_objects(parsed: dict[str, Any] | None = None, **kwargs: Any) -> None:
     """botocore's ``after-call`` hook of Converse: a ``toolUse`` whose input is no object gets the marker object
-    (``_NOT_AN_OBJECT``) holding it as JSON text, which ``PlatformChatBedrockConverse`` makes an invalid call."""
+    (``_NOT_AN_OBJECT``) holding it as JSON text, which ``PlatformChatBedrockConverse`` makes an invalid call. The
+    reply's usage is kept aside for the model reading it (``_CONVERSE_USAGE``)."""
+    holder = _CONVERSE_USAGE.get()
+    usage = (parsed or {}).get("usage")
+    if holder is not None and isinstance(usage, dict):
+        holder.update(copy.deepcopy(usage))
     message = ((parsed or {}).get("output") or {}).get("message") or {}
     for block in message.get("content") or []:
         tool_use = block.get("toolUse") if isinstance(block, dict) else None
@@ -470,6 +543,9 @@ class _RetriedByKind:
     # a forcing choice on the run's first turn (the ReAct graph passes it then).
     default_tool_choice: str | None
     first_turn_tool_choice: str | None
+    # The run's check (``retries_stop_when_cancelled``), made before each retry: it raises ``RunCancelled`` where
+    # the run was cancelled, ran out of time or was taken over, and no call is sent again then.
+    check_cancelled: Callable[[], None] | None
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> BaseMessage:
         policy = self.retry_policy
@@ -482,15 +558,25 @@ class _RetriedByKind:
                 raise
             except Exception as exc:
                 kind = model_error_kind(exc)
-                resend = kind in policy.on and (
-                    self.retry_sent_requests or kind not in ("connection", "timeout") or request_never_sent(exc)
+                # A reply that arrived but could not be read is not asked for again: its tokens were spent.
+                usage = exc.usage if isinstance(exc, ModelReplyUnreadable) else None
+                resend = (
+                    usage is None
+                    and kind in policy.on
+                    and (self.retry_sent_requests or kind not in ("connection", "timeout") or request_never_sent(exc))
                 )
                 if not resend or attempt >= policy.max_attempts:
-                    raise ModelCallFailed(kind=kind, detail=_detail(exc), attempts=attempt) from exc
+                    raise ModelCallFailed(kind=kind, detail=_detail(exc), attempts=attempt, usage=usage) from exc
                 delay = min(policy.max_backoff_s, policy.backoff_s * 2 ** (attempt - 1))
                 delay *= 0.5 + random.random() / 2  # noqa: S311 - jitter, not a secret
                 logger.info("model call failed (%s), attempt %d; retrying in %.2fs", kind, attempt, delay)
+                self._stop_if_cancelled()
                 time.sleep(delay)
+                self._stop_if_cancelled()
+
+    def _stop_if_cancelled(self) -> None:
+        if self.check_cancelled is not None:
+            self.check_cancelled()
 
     def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
         return super().bind_tools(  # type: ignore[misc]
@@ -504,6 +590,7 @@ class PlatformChatOpenAI(_RetriedByKind, ChatOpenAI):  # type: ignore[misc]
     # "none" is the Chat Completions API's own: sent as it is, with the tools, on every turn.
     default_tool_choice: str | None = None
     first_turn_tool_choice: str | None = None
+    check_cancelled: Callable[[], None] | None = Field(default=None, exclude=True)
 
     def _stream(self, *args: Any, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
         # A stream that stops without a finish reason was cut (a server's connection-close framing ends it cleanly):
@@ -525,17 +612,31 @@ class PlatformChatOpenAI(_RetriedByKind, ChatOpenAI):  # type: ignore[misc]
             raise ModelErrorAnswer(answer["error"])  # langchain raised a ValueError, read as no kind of failure
         if isinstance(answer, dict) and answer.get("choices") == []:
             return self._no_choice_result(answer, generation_info)
-        marked = False
+        changed = marked = False
         for choice in (answer.get("choices") or []) if isinstance(answer, dict) else []:
             message = choice.get("message") if isinstance(choice, dict) else None
             for call in (message.get("tool_calls") or []) if isinstance(message, dict) else []:
                 function = call.get("function") if isinstance(call, dict) else None
-                if isinstance(function, dict) and _not_an_object(function.get("arguments")):
-                    function["arguments"] = json.dumps({_NOT_AN_OBJECT: function["arguments"]}, ensure_ascii=False)
-                    marked = True
-        if not marked:
-            return super()._create_chat_result(response, generation_info)
-        return _with_refused_not_objects(super()._create_chat_result(answer, generation_info))
+                arguments = function.get("arguments") if isinstance(function, dict) else None
+                if isinstance(function, dict) and isinstance(arguments, dict):
+                    # An object where its JSON text belongs (some servers send it so): the call it writes.
+                    function["arguments"] = json.dumps(arguments, ensure_ascii=False)
+                    changed = True
+                elif isinstance(function, dict) and _not_an_object(arguments):
+                    written = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+                    function["arguments"] = json.dumps({_NOT_AN_OBJECT: written}, ensure_ascii=False)
+                    changed = marked = True
+        try:
+            result = super()._create_chat_result(answer if changed else response, generation_info)
+        except MUST_PROPAGATE:
+            raise
+        except Exception as exc:
+            # The reply arrived, and with it the tokens it used: its failure carries them (the run is charged).
+            usage = answer.get("usage") if isinstance(answer, dict) else None
+            if not isinstance(usage, dict):
+                raise
+            raise ModelReplyUnreadable(_openai_usage(usage)) from exc
+        return _with_refused_not_objects(result) if marked else result
 
     def _no_choice_result(self, answer: dict[str, Any], generation_info: dict[str, Any] | None) -> ChatResult:
         """A reply that holds no choice (``"choices": []``): an empty turn marked ``NO_CHOICE``, with the usage the
@@ -552,10 +653,25 @@ class PlatformChatBedrockConverse(_RetriedByKind, ChatBedrockConverse):  # type:
     retry_sent_requests: bool = True
     default_tool_choice: str | None = None
     first_turn_tool_choice: str | None = None
+    check_cancelled: Callable[[], None] | None = Field(default=None, exclude=True)
 
     def _generate(self, *args: Any, **kwargs: Any) -> ChatResult:
-        # The client's Converse hook (``_mark_converse_not_objects``) marked the calls whose input is no object.
-        return _with_refused_not_objects(super()._generate(*args, **kwargs))
+        # The client's Converse hook (``_mark_converse_not_objects``) marked the calls whose input is no object, and
+        # kept the reply's usage aside: a reply langchain-aws cannot read (a content block it does not know) fails
+        # after its tokens were spent, and its failure carries them.
+        usage: dict[str, Any] = {}
+        token = _CONVERSE_USAGE.set(usage)
+        try:
+            result = super()._generate(*args, **kwargs)
+        except MUST_PROPAGATE:
+            raise
+        except Exception as exc:
+            if not usage:
+                raise
+            raise ModelReplyUnreadable(_converse_usage(usage)) from exc
+        finally:
+            _CONVERSE_USAGE.reset(token)
+        return _with_refused_not_objects(result)
 
     def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
         # Converse's toolChoice is auto, any or a tool: langchain-aws would send "none" as a tool named "none",
@@ -564,6 +680,27 @@ class PlatformChatBedrockConverse(_RetriedByKind, ChatBedrockConverse):  # type:
         if (tool_choice if tool_choice is not None else self.default_tool_choice) == "none":
             return self
         return super().bind_tools(tools, tool_choice=tool_choice, **kwargs)
+
+
+def _openai_usage(usage: dict[str, Any]) -> UsageMetadata:
+    """A Chat Completions reply's ``usage`` as langchain-openai reads it."""
+    from langchain_openai.chat_models.base import _create_usage_metadata
+
+    return _create_usage_metadata(usage)
+
+
+def _converse_usage(usage: dict[str, Any]) -> UsageMetadata:
+    """A Converse reply's ``usage`` as langchain-aws reads it (its cache reads and writes counted as input)."""
+    from langchain_aws.chat_models.bedrock_converse import _extract_usage_metadata
+
+    return _extract_usage_metadata({"usage": usage})
+
+
+def retries_stop_when_cancelled(model: Any, check_cancelled: Callable[[], None]) -> None:
+    """Give a network model the run's cancellation check, made before each retry of a failed call (and after its
+    backoff): a run cancelled, out of time or taken over sends no call again. Other models make no retries."""
+    if isinstance(model, _RetriedByKind):
+        model.check_cancelled = check_cancelled
 
 
 FORCING_NOT = (None, "auto", "none")

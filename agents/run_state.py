@@ -235,6 +235,12 @@ def _ends_a_wait(kind: str, data: Any) -> bool:
 _APPENDED_WHEN_LOST = frozenset({"status", "model_turn"})
 
 
+def _only_numbers(value: Any) -> bool:
+    if isinstance(value, dict):
+        return all(_only_numbers(item) for item in value.values())
+    return type(value) in (int, float)
+
+
 class RunEventWriter:
     """Appends a run's progress to ``RunEvent`` (masked), numbered after what was written before.
 
@@ -292,7 +298,17 @@ class RunEventWriter:
         collision) numbered again after what the other writer wrote."""
         kept = self._appendable(events)
         if kept:
-            self._write([(kind, mask_value(data, secrets=self.secrets)) for kind, data in kept])
+            self._write([(kind, self._masked(data)) for kind, data in kept])
+
+    def _masked(self, data: dict[str, Any]) -> Any:
+        """``data`` masked with the run's secrets, except its ``usage`` where that holds only numbers: token counts
+        are no secret, and one masked as text (a secret made of digits that equals it: ``PAGE_SIZE=1024`` and 1024
+        input tokens) was counted as nothing by ``run_spent_usage``."""
+        usage = data.get("usage") if isinstance(data, dict) else None
+        if not isinstance(usage, dict) or not _only_numbers(usage):
+            return mask_value(data, secrets=self.secrets)
+        masked = mask_value({key: value for key, value in data.items() if key != "usage"}, secrets=self.secrets)
+        return {**masked, "usage": dict(usage)}
 
     def _appendable(self, events: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
         """``events`` less the progress ones a worker that lost the run may no longer append (``appends_while``).

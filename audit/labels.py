@@ -74,6 +74,7 @@ _REASONS: dict[str, Callable[[], str]] = {
     "protocol": lambda: pgettext("audit reason", "request refused by the server"),
     "tool:error": lambda: pgettext("audit reason", "the tool reported an error"),
     "tool:unknown": lambda: pgettext("audit reason", "unknown tool"),
+    "tool:too_many_calls": lambda: pgettext("audit reason", "too many tool calls in one model turn"),
     "tool:withdrawn": lambda: pgettext("audit reason", "tool withdrawn after repeated invalid arguments"),
     "tool:not_offered": lambda: pgettext("audit reason", "tool not offered to this agent"),
     "circuit:open": lambda: pgettext("audit reason", "server paused after repeated failures"),

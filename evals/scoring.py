@@ -503,7 +503,7 @@ def _met_one_to_one(expected: list[dict[str, Any]], made: list[ToolCall]) -> boo
 
 # The gate's refusals of a tool the run could not call at that turn: a name no bound server has, a tool top-K
 # selection did not offer, one withdrawn from the offer. Like an argument refusal, the tool never ran.
-NOT_CALLABLE_REASONS = frozenset({"tool:unknown", "tool:not_offered", "tool:withdrawn"})
+NOT_CALLABLE_REASONS = frozenset({"tool:unknown", "tool:not_offered", "tool:withdrawn", "tool:too_many_calls"})
 
 
 def refused_unsent(call: ToolCall) -> bool:

@@ -28,6 +28,7 @@ WHOLE_NUMBERS: list[tuple[str, str, str | None]] = [
     ("DB_CONN_MAX_AGE", "-1", None),
     ("DB_PREPARE_THRESHOLD", "-1", None),
     ("PLATFORM_FLOW_MAX_CALLS", "1", "0"),
+    ("PLATFORM_MAX_TOOL_CALLS_PER_TURN", "1", "0"),
     ("PLATFORM_RUN_QUERY_MAX_CHARS", "1", "-5"),
     ("PLATFORM_AUDIT_RESULT_MAX_CHARS", "0", "-1"),
     ("PLATFORM_TOOL_RESULT_MAX_CHARS", "1", "0"),
