@@ -85,6 +85,7 @@ from agents.services import (
     keys_left_without_agents,
     live_version_clearing_refused,
     publish_on_save_deferred,
+    publish_on_save_digests,
     unbinding_refused,
     version_unrunnable_problem,
 )
@@ -703,6 +704,9 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
         obj.__dict__["_drafts_before"] = draft_digests(Agent.objects.filter(pk=obj.pk)) if change else {}
+        # What each agent that publishes on save freezes before the page's save (a rule row can reach any): only
+        # those whose frozen content it changed publish (a disabled rule renamed undid a roll back).
+        obj.__dict__["_frozen_before"] = publish_on_save_digests(Agent.objects.filter(publish_on_save=True))
         with publish_on_save_deferred() as held:
             super().save_model(request, obj, form, change)
         obj.__dict__["_publishes_held"] = set(held)
@@ -716,6 +720,7 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
         with publish_on_save_deferred() as held:
             super().save_related(request, form, formsets, change)
         held |= agent.__dict__.pop("_publishes_held", set())
+        frozen_before = agent.__dict__.pop("_frozen_before", None)
         live_chosen = "live_version" in form.changed_data
         if live_chosen:
             held.discard(agent.pk)
@@ -725,7 +730,9 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
         refused: list[str] = []
         for held_agent in Agent.objects.filter(pk__in=held).order_by("slug"):
             try:
-                published |= agents_publish_held_on_save(agent_ids=[held_agent.pk], actor=request.user, via=ADMIN_VIA)
+                published |= agents_publish_held_on_save(
+                    agent_ids=[held_agent.pk], actor=request.user, via=ADMIN_VIA, before=frozen_before
+                )
             except ValidationError as exc:
                 refused.append(
                     gettext("Agent %(agent)s was not published on save: %(problems)s")

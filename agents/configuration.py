@@ -60,6 +60,8 @@ from agents.services import (
     agent_version_publish,
     deterministic_rule_update,
     publish_on_save_deferred,
+    publish_on_save_digests,
+    publishes_after,
     unbinding_refused,
 )
 from agents.versions import AGENT_FIELDS, VersionContent, content_digest, version_content, version_content_portable
@@ -1149,7 +1151,7 @@ def _config_import(
     failing_before = rules_failing_for_want_of_a_tool()  # likewise: the report names the rules the import fails
     # What each agent that publishes on save would freeze before the import: at the end only those whose frozen
     # content it changed publish (after a roll back, the same document published the draft and undid it).
-    frozen_before = {a.pk: content_digest(version_content(a)) for a in Agent.objects.filter(publish_on_save=True)}
+    frozen_before = publish_on_save_digests(Agent.objects.filter(publish_on_save=True))
     servers: dict[str, McpServer] = {s.mcp_id: s for s in McpServer.objects.all()}
     # Where the document gives each server and agent: an entry that refers to one whose own entry is not valid
     # says so (its problems are reported there), not that it is unknown.
@@ -1454,7 +1456,7 @@ def _config_import(
 
     if not problems.items:
         for agent in Agent.objects.filter(pk__in=deferred - named_live, publish_on_save=True).order_by("slug"):
-            if agent.pk in frozen_before and content_digest(version_content(agent)) == frozen_before[agent.pk]:
+            if not publishes_after(agent, frozen_before):
                 continue
             live = agent.live_version_id
             try:

@@ -373,14 +373,19 @@ def _publish_on_save(agent: Agent, *, actor: Any, via: str) -> None:
         logger.warning("agent %s: not published on save, kept as a draft: %s", agent.slug, "; ".join(exc.messages))
 
 
-def agents_publish_held_on_save(*, agent_ids: Iterable[int], actor: Any, via: str) -> dict[int, AgentVersion]:
+def agents_publish_held_on_save(
+    *, agent_ids: Iterable[int], actor: Any, via: str, before: Mapping[int, str] | None = None
+) -> dict[int, AgentVersion]:
     """The end of a block that held publish on save back (``publish_on_save_deferred``), in its transaction: each
-    agent among ``agent_ids`` that still publishes on save publishes its draft once, as the whole block left it.
-    The caller leaves out an agent whose live version the block chose (the admin's choice wins). Returns the live
-    version of each agent published, by its id (the live one as it was where the draft holds nothing new)."""
+    agent among ``agent_ids`` that still publishes on save, and whose frozen content the block changed (``before``:
+    ``publish_on_save_digests`` read before it), publishes its draft once, as the whole block left it. The caller
+    leaves out an agent whose live version the block chose (the admin's choice wins). Returns the live version of
+    each agent published, by its id (the live one as it was where the draft holds nothing new)."""
     agents = Agent.objects.filter(pk__in=list(agent_ids), publish_on_save=True).order_by("slug")
     return {
-        agent.pk: agent_version_publish(agent=agent, actor=actor, via=via, note="published on save") for agent in agents
+        agent.pk: agent_version_publish(agent=agent, actor=actor, via=via, note="published on save")
+        for agent in agents
+        if publishes_after(agent, before)
     }
 
 
@@ -496,13 +501,27 @@ def _agents_publishing_on_save(agent_ids: Iterable[int | None]) -> list[Agent]:
     return list(agents.order_by("slug"))
 
 
+def publish_on_save_digests(agents: Iterable[Agent]) -> dict[int, str]:
+    """What a version of each of ``agents`` would freeze now (agent id → ``content_digest``): read before a change,
+    so that only an agent whose frozen content the change changed publishes on save. After a roll back the draft
+    still holds the newer content: an unchanged save (a rule's, a tool's, an agent page's, an unchanged export
+    imported again) published that draft and undid the roll back."""
+    return {agent.pk: content_digest(version_content(agent)) for agent in agents}
+
+
+def publishes_after(agent: Agent, before: Mapping[int, str] | None) -> bool:
+    """Whether ``agent``, which publishes on save, publishes after a change (``before``: ``publish_on_save_digests``
+    read before it, None where not read): unless its frozen content is the one read."""
+    return before is None or agent.pk not in before or content_digest(version_content(agent)) != before[agent.pk]
+
+
 def _frozen_digests(agent_ids: Iterable[int | None]) -> dict[int, str]:
-    """What a version of each agent among ``agent_ids`` that publishes on save would freeze now (agent id →
-    ``content_digest``), read before a rule change. Empty inside ``publish_on_save_deferred``: the block's end
-    compares (``config_import``)."""
+    """``publish_on_save_digests`` of the agents among ``agent_ids`` that publish on save, read before a rule
+    change. Empty inside ``publish_on_save_deferred``: the block's end compares (``config_import``, the agent's
+    admin page)."""
     if _deferred_publishes.get() is not None:
         return {}
-    return {agent.pk: content_digest(version_content(agent)) for agent in _agents_publishing_on_save(agent_ids)}
+    return publish_on_save_digests(_agents_publishing_on_save(agent_ids))
 
 
 def _publish_rule_agents_on_save(
@@ -513,9 +532,8 @@ def _publish_rule_agents_on_save(
     the change changed publish. One it left as it was does not: after a roll back its draft differs from the live
     version, and an unchanged save (an admin pressing Save) published that draft and undid the roll back."""
     for agent in _agents_publishing_on_save(agent_ids):
-        if agent.pk in before and content_digest(version_content(agent)) == before[agent.pk]:
-            continue
-        _publish_on_save(agent, actor=actor, via=via)
+        if publishes_after(agent, before):
+            _publish_on_save(agent, actor=actor, via=via)
 
 
 def agents_frozen_before_registry_change(*, server_ids: Iterable[Any], **_signal: Any) -> dict[int, str]:
@@ -526,8 +544,7 @@ def agents_frozen_before_registry_change(*, server_ids: Iterable[Any], **_signal
     block's end compares (``config_import``)."""
     if _deferred_publishes.get() is not None:
         return {}
-    agents = Agent.objects.filter(publish_on_save=True, servers__in=list(server_ids)).distinct()
-    return {agent.pk: content_digest(version_content(agent)) for agent in agents}
+    return publish_on_save_digests(Agent.objects.filter(publish_on_save=True, servers__in=list(server_ids)).distinct())
 
 
 def agents_publish_on_registry_change(
@@ -540,9 +557,8 @@ def agents_publish_on_registry_change(
     tool or contract saved unchanged after a roll back published the draft and undid the roll back."""
     agents = Agent.objects.filter(publish_on_save=True, servers__in=list(server_ids)).distinct().order_by("slug")
     for agent in agents:
-        if before is not None and before.get(agent.pk) == content_digest(version_content(agent)):
-            continue
-        _publish_on_save(agent, actor=actor, via=via)
+        if before is None or publishes_after(agent, before):
+            _publish_on_save(agent, actor=actor, via=via)
 
 
 @transaction.atomic

@@ -168,3 +168,26 @@ def test_an_agent_name_not_given_is_not_reported_for_its_slug(demo_server: McpSe
     with pytest.raises(ApplicationError) as refused:
         config_import(document=document, actor="ops", via="import_config")
     assert "slug" in refused.value.message and "name:" not in refused.value.message
+
+
+def test_an_agent_page_save_that_changes_nothing_a_version_freezes_keeps_the_roll_back(
+    admin_client: Any, demo_agent: Agent
+) -> None:
+    """A disabled rule renamed on the agent's page (its rows held back their publish to the page's end, which
+    published without comparing) undid the roll back; a change a version freezes still publishes once."""
+    from tests.agents.test_fix_publish_on_save_rules import agent_page, row, saved
+
+    rule = DeterministicRule.objects.filter(agent=demo_agent).order_by("id").first()
+    assert rule is not None
+    DeterministicRule.objects.filter(pk=rule.pk).update(enabled=False)
+    v3 = rolled_back(demo_agent)
+    url, posted = agent_page(admin_client, demo_agent)
+    posted[f"{row(posted, demo_agent, rule)}-name"] = ["꺼진 규칙"]
+    saved(admin_client, url, posted)
+    rule.refresh_from_db()
+    assert rule.name == "꺼진 규칙"
+    assert live_number(demo_agent) == v3.number
+    url, posted = agent_page(admin_client, demo_agent)
+    posted["system_prompt"] = ["세 번째 지시"]
+    saved(admin_client, url, posted)
+    assert live_number(demo_agent) == v3.number + 1
