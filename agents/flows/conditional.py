@@ -48,9 +48,10 @@ def route(state: FlowState) -> str:
 
 # A call that brought nothing (``unanswered``: it failed, or the tool answered its own error) is answered in a
 # sentence of its own (``unavailable``); the server's text answer (nobody of that name, no such team) is the
-# answer as it is. No tool is called with an empty name or team: the answer asks for one. Assets are a person's
-# (``get_asset`` filters by owner only: "클라우드운영팀 노트북" asks for a name); projects a team's, the one named
-# or the named person's (looked up first, as the sequential template does).
+# answer as it is. Assets are a person's (``get_asset`` filters by owner only: "클라우드운영팀 노트북" and a question
+# naming nobody ask for a name); projects a team's, the one named or the named person's (looked up first, as the
+# sequential template does), or, where nobody is named, every team's ("전체 프로젝트 보여줘": the tool's empty
+# filter means every team).
 
 
 async def assets(state: FlowState) -> dict[str, Any]:
@@ -69,10 +70,8 @@ async def assets(state: FlowState) -> dict[str, Any]:
 
 async def projects(state: FlowState) -> dict[str, Any]:
     team, belongs = team_in(state["query"]), ""
-    if not team:
-        name = name_in(state["query"])
-        if not name:
-            return {"output": ask_for_a_name("김하늘 님의 프로젝트")}
+    name = "" if team else name_in(state["query"])
+    if name:
         employee = as_data(await mcp.call("search_employee", params={"name": name}))
         if unanswered(employee):
             return {"output": unavailable("직원 정보를", employee)}
@@ -82,14 +81,16 @@ async def projects(state: FlowState) -> dict[str, Any]:
             return {"output": "직원 정보를 찾지 못했습니다."}
         team = str(employee["team"])
         belongs = f"{employee['name']} 님은 {team} 소속입니다. "
-    found = await mcp.call("list_projects", params={"team": team})
+    # Nobody named: every team's (the tool's empty filter, "빈 문자열이면 전체": "전체 프로젝트 보여줘").
+    found = await mcp.call("list_projects", params={"team": team or ""})
+    label = team or "전체"
     if unanswered(found):
-        return {"output": belongs + unavailable(f"{team} 프로젝트 목록을", found)}
+        return {"output": belongs + unavailable(f"{label} 프로젝트 목록을", found)}
     names = project_names(found)
     if names is None:
         text = as_data(found)
-        return {"output": belongs + (text if isinstance(text, str) else f"{team} 프로젝트 목록을 찾지 못했습니다.")}
-    return {"output": f"{belongs}{team} 프로젝트: {names}"}
+        return {"output": belongs + (text if isinstance(text, str) else f"{label} 프로젝트 목록을 찾지 못했습니다.")}
+    return {"output": f"{belongs}{label} 프로젝트: {names}"}
 
 
 async def members(state: FlowState) -> dict[str, Any]:
