@@ -445,6 +445,8 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
     report.secrets_masked = _tools_with_masked_schema(listing.tools, masked.tools)
     listing = _listing_checked(masked, report)
     now = timezone.now()
+    # The rules failing already for want of one of the server's tools: not this discovery's doing, not named.
+    failing_before = set(_rules_left_text(server, list(server.tools.values_list("name", flat=True))))
     try:
         _discovery_apply(server, listing, report, now=now, actor=actor, via=via)
     except IntegrityError as exc:
@@ -458,11 +460,17 @@ def mcp_server_discover(*, server: McpServer, actor: Any, via: str) -> Discovery
     report.ok = True
     report.tool_count = len(listing.tools)
     if taken_out := sorted({*report.vanished, *report.review_required}):
-        report.rules_left = [
-            html.unescape(strip_tags(text)) for text in rules_left_failing(server_id=server.pk, tool_names=taken_out)
-        ]
+        report.rules_left = [text for text in _rules_left_text(server, taken_out) if text not in failing_before]
     refresh_after_discovery([t for t in server.tools.all() if t.available])
     return report
+
+
+def _rules_left_text(server: McpServer, tool_names: list[str]) -> list[str]:
+    """The enabled rules that fail their runs for want of one of ``tool_names`` of ``server`` now, as the tool's
+    page names them (``tool_rules_check``), as plain text (a command's line, a message): their links left out."""
+    if not tool_names:
+        return []
+    return [html.unescape(strip_tags(text)) for text in rules_left_failing(server_id=server.pk, tool_names=tool_names)]
 
 
 def credential_like(value: str) -> bool:

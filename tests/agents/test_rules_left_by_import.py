@@ -110,3 +110,25 @@ def test_a_discovery_in_which_a_tool_vanished_names_the_rules_calling_it() -> No
     out = StringIO()
     call_command("mcp_discover", "mutable", stdout=out)  # listed the same again: nothing taken out, nothing named
     assert "추가 도구" not in out.getvalue()
+
+
+@pytest.mark.slow
+def test_a_discovery_names_no_rule_that_was_failing_before_it() -> None:
+    """A tool already held for a review whose listing changed again is held again: its rules failed before this
+    discovery, which does not name them again (as an import names only the rules it leaves failing)."""
+    server = mutable_server(TOOL_DESCRIPTION="Looks a key up.")
+    agent = Agent.objects.create(slug="mutable-agent", name="m")
+    agent.servers.set([server])
+    DeterministicRule.objects.create(
+        agent=agent, server=server, name="조회", order=10, tool_name="lookup", when={"any_keywords": ["조회"]}
+    )
+    for description in ("Looks a key up, changed.", "Looks a key up, changed again."):
+        server.env = {"TOOL_DESCRIPTION": description}
+        server.save()
+        get_default_pool().close(server.mcp_id)
+        report = mcp_server_discover(server=server, actor="test", via="tests")
+        assert report.ok and report.review_required == ["lookup"]
+        if description.endswith("changed."):
+            assert [line.split(" calls ")[0] for line in report.rules_left] == ["Rule '조회' (mutable-agent)"]
+        else:
+            assert report.rules_left == []
