@@ -16,6 +16,8 @@ before the view runs, the same way.
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +28,12 @@ from django.db.models import JSONField, Model
 from django.db.models.constants import LOOKUP_SEP
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.translation import gettext as _
+
+logger = logging.getLogger(__name__)
+
+# What Python's dates say of a year they cannot hold (``year 10000 is out of range``, ``year -1 is out of range``,
+# ``year 0 is out of range``): Django's year lookups build such dates from a list's ``__year`` filter.
+_DATE_OUT_OF_RANGE = re.compile(r"^year -?\d+ is out of range$")
 
 REFUSED_LOOKUPS = frozenset({"regex", "iregex"})
 """Lookups no list takes, at any place in a parameter (``hash__regex``, ``run__query__iregex``)."""
@@ -56,11 +64,16 @@ class AdminFilterOverflowMiddleware:
         return HttpResponseRedirect(f"{request.path}?{ERROR_FLAG}=1")
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
-        # ValueError: a year the database reads but Python's dates cannot hold (``year 10000 is out of range``).
-        if not isinstance(exception, OverflowError | ValueError) or request.method != "GET" or not request.GET:
+        # ValueError: a year the database reads but Python's dates cannot hold (``year 10000 is out of range``),
+        # that one alone: any other is a bug, and is left to show as one.
+        out_of_range = isinstance(exception, OverflowError) or (
+            type(exception) is ValueError and _DATE_OUT_OF_RANGE.search(str(exception)) is not None
+        )
+        if not out_of_range or request.method != "GET" or not request.GET:
             return None
         if not _is_admin_list(request):
             return None  # elsewhere such an error is a bug, and is left to show as one
+        logger.info("admin list %s: a filter out of range (%s), shown without filters", request.path, exception)
         messages.error(request, _("A filter's value is out of range; the list is shown without filters."))
         return HttpResponseRedirect(f"{request.path}?{ERROR_FLAG}=1")
 

@@ -169,3 +169,16 @@ def test_the_metrics_api_writes_both_ends_of_its_period_in_one_time_zone(auditor
         body = _quiet(auditor_user).get("/api/v1/audit/metrics", query).json()
         ends = [dt.datetime.fromisoformat(body[end]) for end in ("since", "until")]
         assert ends[0].utcoffset() == ends[1].utcoffset() == timezone.localtime().utcoffset(), query
+
+
+def test_a_value_error_that_is_a_bug_is_not_hidden_as_a_filter_out_of_range(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.contrib.auth.admin import GroupAdmin
+
+    def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise ValueError("a bug, not a filter")
+
+    monkeypatch.setattr(GroupAdmin, "get_search_results", broken)
+    with pytest.raises(ValueError, match="a bug"):
+        admin_client.get("/admin/auth/group/?q=운영")
