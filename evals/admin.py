@@ -45,7 +45,7 @@ from evals.case_editor import (
 )
 from evals.labels import CASE_TYPE_NAMES, SCORE_LABELS
 from evals.models import CASE_TYPES, EvalCase, EvalCaseResult, EvalRun, EvalSet
-from evals.scoring import MAX_METRICS, RATE_METRICS, same_json, tool_case_problem
+from evals.scoring import MAX_METRICS, RATE_METRICS, same_json, written_tool_case_problem
 from evals.services import (
     CASE_TEXT_FIELDS,
     alternatives_problems,
@@ -229,10 +229,11 @@ class EvalCaseForm(forms.ModelForm):
         # A single_tool or multi_tool case that expects no tool passed whatever its run called: refused where its
         # type or its tools are written (a stored row sent back as it is stays as it is).
         stored = self.instance if self.instance.pk else None
-        kept = stored is not None and self.cleaned_data.get("case_type") == stored.case_type
-        kept = kept and stored is not None and same_json(self.cleaned_data.get("expected_tools"), stored.expected_tools)
-        if not kept and (
-            problem := tool_case_problem(self.cleaned_data.get("case_type"), self.cleaned_data.get("expected_tools"))
+        if problem := written_tool_case_problem(
+            self.cleaned_data.get("case_type"),
+            self.cleaned_data.get("expected_tools"),
+            stored_type=stored.case_type if stored is not None else None,
+            stored_tools=stored.expected_tools if stored is not None else None,
         ):
             self.add_error("expected_tools", problem)
         names_by_field = {

@@ -24,6 +24,12 @@ NO_TOOL = "*"
 COMMAS = str.maketrans({"\uff0c": ",", "\u3001": ","})
 
 
+def not_a_tool_name(name: str) -> bool:
+    """Whether ``name`` holds a space (an ideographic one included) or an invisible format character (a zero-width
+    space, a joiner): no tool is named so, and the case would fail on every run."""
+    return any(c.isspace() or unicodedata.category(c) == "Cf" for c in name)
+
+
 @dataclass
 class ExpectedSource:
     expected_tools: list[dict[str, Any]] = field(default_factory=list)
@@ -59,7 +65,7 @@ def parse_expected_source(value: Any, *, case_type: str = "") -> ExpectedSource:
     names = [part.strip() for part in text.split(",")]
     if any(not name for name in names):
         raise ValueError(_("empty tool name in %(value)s") % {"value": repr(value)})
-    bad = [n for n in names if _is_path(n) or any(c.isspace() or unicodedata.category(c) == "Cf" for c in n)]
+    bad = [n for n in names if _is_path(n) or not_a_tool_name(n)]
     if bad:
         raise ValueError(_("not a tool name: %(names)s") % {"names": ", ".join(repr(n) for n in bad)})
     return ExpectedSource(expected_tools=[{"name": n} for n in names])

@@ -19,7 +19,6 @@ import functools
 import json
 import math
 import statistics
-import unicodedata
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -30,7 +29,7 @@ from agent_platform.text import bounded_regex, nfc, nfc_value, regex_error_text
 from agents.conversations import context_id_problem
 from audit.masking import mask_value
 from evals.documents import case_input_problems
-from evals.notation import NO_TOOL
+from evals.notation import NO_TOOL, not_a_tool_name
 
 RATE_METRICS = ("pass_rate", "precision", "recall", "sequence_match", "argument_match", "answer_checks")
 MAX_METRICS = ("forbidden_violations", "latency_p95_ms")
@@ -57,10 +56,6 @@ DONT_KNOW_PHRASES = (
     "답하기 어렵",
     "확인이 어렵",
     "확인하기 어렵",
-    "확인되지 않",
-    "포함되어 있지 않",
-    "포함되지 않",
-    "나와 있지 않",
     "가져오지 못",
     "가져올 수 없",
     "정보가 없습니다",
@@ -78,10 +73,14 @@ DONT_KNOW_PHRASES = (
     "not sure",
 )
 # "정보/내용/자료" with its particle, and a few words on (``NOUN_LACKING_SPAN`` characters, spaces taken out, within one
-# sentence) "없": "정보는 제공된 문서에 없습니다", "내용이 없습니다", "정보가 없네요". Not "자료에 따르면 ... 없이": the
-# noun must carry a subject or topic particle.
+# sentence) what says it is not there (``LACKING``): "정보는 제공된 문서에 없습니다", "내용이 없습니다", "정보가
+# 없네요", "해당 내용은 규정 문서에 포함되어 있지 않습니다". Not "자료에 따르면 ... 없이": the noun must carry a
+# subject or topic particle; nor "내용은 문제없이 처리되었습니다", "자료는 빠짐없이 확인했습니다": "없이" is an adverb's
+# ending. Alone, without such a noun, "포함되지 않습니다" and "확인되지 않았습니다" state facts ("수습기간은 포함되지
+# 않습니다", "이상 징후는 확인되지 않았습니다").
 NOUN_LACKING = regex.compile(r"(?:정보|내용|자료)(?:가|이|는|은|도|에는|에도)")
 NOUN_LACKING_SPAN = 12
+LACKING = ("없", "포함되어있지않", "포함되지않", "나와있지않", "확인되지않")
 SENTENCE_ENDS = ".!?。,，"
 # What turns a phrase that follows into a condition, not an answer: "알 수 없으면" ("if it cannot be known"),
 # "찾을 수 없다면", "정보가 없어도" ("even without the information"), "확인할 수 없는 경우", "찾지 못할 때" (spaces
@@ -164,10 +163,15 @@ def tool_case_problem(case_type: Any, expected_tools: Any) -> str | None:
     return None
 
 
-def not_a_tool_name(name: str) -> bool:
-    """Whether ``name`` holds a space (an ideographic one included) or an invisible format character (a zero-width
-    space, a joiner): no tool is named so, and the case would fail on every run."""
-    return any(c.isspace() or unicodedata.category(c) == "Cf" for c in name)
+def written_tool_case_problem(
+    case_type: Any, expected_tools: Any, *, stored_type: Any = None, stored_tools: Any = None
+) -> str | None:
+    """``tool_case_problem`` of a case as written (an API's or a document's entry, the admin's row), unless it is
+    the stored case's type and tools as they are (``stored_type``/``stored_tools``; None for a new case): a case
+    stored so before the check is sent back (an exported set imported again, a row saved unchanged)."""
+    if stored_type is not None and stored_type == case_type and same_json(stored_tools, expected_tools):
+        return None
+    return tool_case_problem(case_type, expected_tools)
 
 
 def tool_name_problems(*, expected_tools: Any, forbidden_tools: Any, alternatives: Any) -> list[str]:
@@ -578,7 +582,7 @@ def _contains_pattern(wanted: str) -> regex.Pattern[str]:
 
 def _stated(compact: str, end: int) -> bool:
     """Whether a phrase that ends at ``end`` of ``compact`` states that the answer is not known: no condition
-    follows it (``CONDITIONAL_ENDINGS``: "정보가 없으면", "정보가 없어서 추측하면"), nor a noun it describes
+    follows it (``CONDITIONAL_ENDINGS``: "정보가 없으면", "정보가 없어도"), nor a noun it describes
     (``STATEMENT_AFTER_ADNOMINAL``: "알 수 없는 오류")."""
     rest = compact[end:]
     if rest.startswith(CONDITIONAL_ENDINGS):
@@ -604,9 +608,12 @@ def says_it_does_not_know(lowered: str) -> bool:
     for noun in NOUN_LACKING.finditer(compact):
         span = compact[noun.end() : noun.end() + NOUN_LACKING_SPAN + 1]
         cut = min((span.find(mark) for mark in SENTENCE_ENDS if mark in span), default=len(span))
-        for at, character in enumerate(span[:cut]):
-            if character == "없" and _stated(compact, noun.end() + at + 1):
-                return True
+        for at in range(cut):
+            for lacking in LACKING:
+                end = noun.end() + at + len(lacking)
+                fits = span.startswith(lacking, at) and at + len(lacking) <= cut
+                if fits and compact[end : end + 1] != "이" and _stated(compact, end):
+                    return True
     return False
 
 

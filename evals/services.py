@@ -56,8 +56,8 @@ from evals.scoring import (
     score_case,
     summarize,
     threshold_failures,
-    tool_case_problem,
     tool_name_problems,
+    written_tool_case_problem,
 )
 from mcpregistry.models import McpServer
 
@@ -267,12 +267,13 @@ def eval_set_apply(*, document: Mapping[str, Any], actor: Any, via: str) -> SetI
             problems.append(f"cases[{i}]: {exc}")
             continue
         stored_case, fields = stored_cases.get(cases[-1]["key"]), cases[-1]
-        kept = stored_case is not None and stored_case.case_type == fields["case_type"]
-        kept = kept and stored_case is not None and same_json(stored_case.expected_tools, fields["expected_tools"])
-        if (
-            "type" in entry
-            and not kept
-            and (problem := tool_case_problem(fields["case_type"], fields["expected_tools"]))
+        if "type" in entry and (
+            problem := written_tool_case_problem(
+                fields["case_type"],
+                fields["expected_tools"],
+                stored_type=stored_case.case_type if stored_case is not None else None,
+                stored_tools=stored_case.expected_tools if stored_case is not None else None,
+            )
         ):
             problems.append(f"cases[{i}].expected_tools: {problem}")
     keys = [c["key"] for c in cases]
