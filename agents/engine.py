@@ -1052,8 +1052,9 @@ def unfinished_turn_text(code: str) -> str:
     language."""
     if code == "model:context_window":
         return _(
-            "The model stopped because its context window was full: the conversation, with the tools' results, is "
-            "more than this model can read. Use a model with a larger context window, or ask a narrower question."
+            "The model's context window was full: the conversation, with the tools' results, and the answer's "
+            "max_tokens are more than this model can read. Use a model with a larger context window, ask a "
+            "narrower question, or lower max_tokens (model parameters)."
         )
     if code == "model:content_filter":
         return _(
