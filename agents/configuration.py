@@ -97,6 +97,7 @@ MAX_DOCUMENT_VALUES = 1_000_000
 # ``config_import`` refuses a document with the first but not the last; a hand-written one carries neither.
 EXPORT_HEADER = "export_format"
 EXPORT_END = "end"
+EXPORT_FORMAT = 1  # what an export's first key holds: a document of another format is refused, not guessed at
 # libyaml's safe loader where installed (a large export read in a second, not ten), else PyYAML's own.
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_DOCUMENT_DEPTH = 100
@@ -1130,6 +1131,16 @@ def _config_import(
         )
     if found := document_problems(document):
         raise ApplicationError(_not_valid(found), code="invalid_config")
+    if EXPORT_HEADER in document and not (
+        isinstance(document[EXPORT_HEADER], int)
+        and not isinstance(document[EXPORT_HEADER], bool)
+        and document[EXPORT_HEADER] == EXPORT_FORMAT
+    ):
+        raise ApplicationError(
+            _("%(header)s: %(value)s is not a format this installation reads (it writes and reads %(format)s)")
+            % {"header": EXPORT_HEADER, "value": json.dumps(document[EXPORT_HEADER])[:40], "format": EXPORT_FORMAT},
+            code="invalid_config",
+        )
     if EXPORT_HEADER in document and document.get(EXPORT_END) is not True:
         raise ApplicationError(
             _(
@@ -1809,7 +1820,7 @@ def config_export() -> dict[str, Any]:
         )
     ]
     document: dict[str, Any] = {
-        EXPORT_HEADER: 1,
+        EXPORT_HEADER: EXPORT_FORMAT,
         "servers": servers,
         "tools": tools,
         "contracts": contracts,

@@ -191,3 +191,11 @@ def test_an_agent_page_save_that_changes_nothing_a_version_freezes_keeps_the_rol
     posted["system_prompt"] = ["세 번째 지시"]
     saved(admin_client, url, posted)
     assert live_number(demo_agent) == v3.number + 1
+
+
+@pytest.mark.parametrize("value", [2, "1", True, None])
+def test_an_export_format_this_installation_does_not_write_is_refused(demo_agent: Agent, value: Any) -> None:
+    document = config_export()
+    document["export_format"] = value
+    with pytest.raises(ApplicationError, match="is not a format this installation reads"):
+        config_import(document=document, actor="ops", via="import_config")
