@@ -1581,13 +1581,9 @@ def _apply_versions(
         data: dict[str, Any] = {}
         if "publish_on_save" in given and aspec.publish_on_save is not None:
             data["publish_on_save"] = aspec.publish_on_save
-        if "live_version" in given and (
-            aspec.live_version is not None or not (publishes_on_save or live_before is not None)
-        ):
-            # A null live version is no choice: an agent that publishes on save has its draft live, and null leaves
-            # that to publish on save (unset, it was published again by every import of the document); one that
-            # has a live version keeps it (an export of an agent that publishes on save, whose live version it
-            # leaves null, with publish on save turned off in the document).
+        if "live_version" in given and (aspec.live_version is not None or not publishes_on_save):
+            # An agent that publishes on save has its draft live: a null live version leaves that to publish on
+            # save (unset, it was published again by every import of the document).
             live = version(aspec.live_version, "live_version")
             if not unresolved(aspec.live_version):
                 data["live_version"] = live

@@ -188,7 +188,8 @@ def test_the_report_labels_go_through_gettext() -> None:
     assert all(item.startswith("⟦") for item in armed.unchanged)
 
     exported["agents"][0]["arms"] = []
-    exported["agents"][0]["publish_on_save"] = False  # a published agent keeps its live version (v1)
+    exported["agents"][0]["publish_on_save"] = False  # a published agent keeps its live version (v1): named
+    exported["agents"][0]["live_version"] = 1
     with bracketed():
         unarmed = config_import(actor="test", document=exported)
     assert unarmed.deleted == ["⟦arm assistant.a⟧"]
