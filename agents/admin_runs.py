@@ -1720,6 +1720,12 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         return {}  # decisions are taken one at a time, with the arguments in view (the approval's page)
 
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        """Titled to view, as the run list is: nobody edits an approval (a decider decides on its page), and Django
+        titled the list "Select approval to change" for whoever may decide."""
+        title = gettext("Select %s to view") % self.model._meta.verbose_name
+        return super().changelist_view(request, {"title": title, **(extra_context or {})})
+
     def history_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> HttpResponse:
         """The audit record's page of an object (``ReadOnlyAdminMixin``), with an approval's own text: nobody edits
         an approval, but its status changes (pending → approved → executing → executed), each change an audit

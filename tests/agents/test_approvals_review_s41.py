@@ -223,3 +223,9 @@ def test_an_approvals_history_page_says_its_status_changes_and_links_its_runs_au
     assert "pending → approved → executing → executed" in page
     assert "never changed once written" not in page
     assert f'href="/admin/audit/auditevent/?run={approval.run_id}" id="approval-audit-events"' in page
+
+
+def test_the_approvals_list_is_titled_to_view(admin_client: Any) -> None:
+    """Nobody edits an approval: its list read "Select approval to change" for whoever may decide."""
+    page = admin_client.get("/admin/agents/approval/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    assert "Select approval to view" in page and "Select approval to change" not in page
