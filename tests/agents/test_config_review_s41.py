@@ -5,7 +5,6 @@ reported created only; a server's or an agent's name not given is not reported f
 
 from __future__ import annotations
 
-import copy
 import io
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from agents.services import (
 from audit.models import AuditEvent
 from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.services import mcp_tool_update, tool_contract_update
-from tests.conftest import DEMO_SECRET
+from tests.agents.test_configuration_versions import with_secrets
 
 pytestmark = pytest.mark.django_db
 
@@ -44,15 +43,6 @@ def live_number(agent: Agent) -> int:
     agent.refresh_from_db()
     assert agent.live_version is not None
     return agent.live_version.number
-
-
-def with_secrets(document: dict[str, Any]) -> dict[str, Any]:
-    document = copy.deepcopy(document)
-    for server in document["servers"]:
-        for name, value in server["env"].items():
-            if value == {"set": True}:
-                server["env"][name] = {"value": DEMO_SECRET}
-    return document
 
 
 def test_an_unchanged_rule_save_keeps_the_roll_back(demo_agent: Agent) -> None:
