@@ -242,11 +242,14 @@ class AuditMetricsApi(_AuditorApi):
             ``since`` now or later ends before it starts (refused, as the admin's metrics page refuses it), and
             a report's ``since`` and ``until`` read in one zone whichever offsets were typed."""
             attrs = super().validate(attrs)
+            until_given = attrs.get("until") is not None
             attrs["until"] = timezone.localtime(attrs.get("until") or timezone.now())
             if attrs.get("since"):
                 attrs["since"] = timezone.localtime(attrs["since"])
-                if attrs["since"] >= attrs["until"]:
+                if attrs["since"] >= attrs["until"] and until_given:
                     raise serializers.ValidationError({"until": [_("'until' must be later than 'since'.")]})
+                if attrs["since"] >= attrs["until"]:  # the period ends now: the parameter given is the one to mend
+                    raise serializers.ValidationError({"since": [_("'since' must be in the past.")]})
             return attrs
 
     def get(self, request: Request) -> Response:

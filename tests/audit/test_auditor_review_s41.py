@@ -160,7 +160,11 @@ def test_the_metrics_api_refuses_a_period_that_starts_after_now(auditor_user) ->
     since = (timezone.localdate() + dt.timedelta(days=2)).isoformat()
     response = _quiet(auditor_user).get("/api/v1/audit/metrics", {"since": since})
     assert response.status_code == 400
-    assert "until" in response.json()["error"]["fields"]
+    assert list(response.json()["error"]["fields"]) == ["since"]  # the parameter given, not the one left out
+    later = (timezone.localdate() + dt.timedelta(days=1)).isoformat()
+    response = _quiet(auditor_user).get("/api/v1/audit/metrics", {"since": since, "until": later})
+    assert response.status_code == 400
+    assert list(response.json()["error"]["fields"]) == ["until"]
 
 
 def test_the_metrics_api_writes_both_ends_of_its_period_in_one_time_zone(auditor_user) -> None:
