@@ -74,7 +74,6 @@ from agents.providers import (
     guardrail_intervention,
     model_error_kind,
     model_failure_text,
-    retries_stop_when_cancelled,
     stop_reason,
     stored_model_params,
     supports_tool_choice,
@@ -617,6 +616,7 @@ def execute(plan: RunPlan) -> RunOutcome:
             # never reported, and a second send could spend past the reservation that bounds each call once (README,
             # Budgets). Only a call that could not connect (a connect timeout among them) is sent again.
             retry_sent_requests=plan.token_ceiling is None,
+            check_cancelled=plan.check_cancelled,  # a cancelled run's failed call is not sent again
         )
     except MUST_PROPAGATE:
         raise
@@ -633,7 +633,6 @@ def execute(plan: RunPlan) -> RunOutcome:
             messages=trace,
         )
 
-    retries_stop_when_cancelled(model, plan.check_cancelled)  # a cancelled run's failed call is not sent again
     left_out = tools_left_out(plan)  # a published version's tools its frozen contracts no longer fit
     index = _tool_index(plan, left_out)
     _tools_left_out_told(plan, left_out, trace)

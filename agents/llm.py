@@ -171,12 +171,14 @@ def build_chat_model(
     offline_answer: str,
     api_key: str | None = None,
     retry_sent_requests: bool = True,
+    check_cancelled: Callable[[], None] | None = None,
 ) -> BaseChatModel:
     """The chat model for an agent. The network providers (``bedrock``, ``openai_compatible``) are built in
     ``agents.providers``; ``api_key`` is the agent's decrypted model secret (never from ``params``), and AWS
     credentials for Bedrock come from the standard chain, never from the database. ``retry_sent_requests=False``
     (a budgeted run): a network model retries a connection failure only where its request never reached the
-    provider (``agents.providers.request_never_sent``)."""
+    provider (``agents.providers.request_never_sent``). ``check_cancelled``: the run's check, made before each retry
+    of a failed call (the offline and scripted models make none)."""
     if provider == "offline":
         return OfflineChatModel(answer=offline_answer)
     if provider == "scripted":
@@ -194,6 +196,7 @@ def build_chat_model(
             params=params,
             api_key=api_key,
             retry_sent_requests=retry_sent_requests,
+            check_cancelled=check_cancelled,
         )
         return model
     raise ValueError(f"unknown model provider {provider!r}")

@@ -543,8 +543,9 @@ class _RetriedByKind:
     # a forcing choice on the run's first turn (the ReAct graph passes it then).
     default_tool_choice: str | None
     first_turn_tool_choice: str | None
-    # The run's check (``retries_stop_when_cancelled``), made before each retry: it raises ``RunCancelled`` where
-    # the run was cancelled, ran out of time or was taken over, and no call is sent again then.
+    # The run's check (``build_provider_model``'s ``check_cancelled``), made before each retry and after its
+    # backoff: it raises ``RunCancelled`` where the run was cancelled, ran out of time or was taken over, and no
+    # call is sent again then.
     check_cancelled: Callable[[], None] | None
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> BaseMessage:
@@ -696,13 +697,6 @@ def _converse_usage(usage: dict[str, Any]) -> UsageMetadata:
     return _extract_usage_metadata({"usage": usage})
 
 
-def retries_stop_when_cancelled(model: Any, check_cancelled: Callable[[], None]) -> None:
-    """Give a network model the run's cancellation check, made before each retry of a failed call (and after its
-    backoff): a run cancelled, out of time or taken over sends no call again. Other models make no retries."""
-    if isinstance(model, _RetriedByKind):
-        model.check_cancelled = check_cancelled
-
-
 FORCING_NOT = (None, "auto", "none")
 
 
@@ -749,11 +743,18 @@ def _no_cookies() -> http.cookiejar.CookieJar:
 
 
 def build_provider_model(
-    *, provider: str, model_id: str, params: dict[str, Any], api_key: str | None, retry_sent_requests: bool = True
+    *,
+    provider: str,
+    model_id: str,
+    params: dict[str, Any],
+    api_key: str | None,
+    retry_sent_requests: bool = True,
+    check_cancelled: Callable[[], None] | None = None,
 ) -> Any:
     """The chat model of a network provider. Raises ``ValueError`` for parameters it cannot use (the engine fails
     the run with ``model:unavailable``). ``retry_sent_requests=False`` (a budgeted run): a connection failure is
-    retried only where the request never reached the provider."""
+    retried only where the request never reached the provider. ``check_cancelled``: the run's check, made before
+    each retry of a failed call: a run cancelled, out of time or taken over sends no call again."""
     from pydantic import ValidationError
 
     try:
@@ -791,6 +792,7 @@ def build_provider_model(
             http_async_client=async_client,
             retry_policy=parsed.retry,
             retry_sent_requests=retry_sent_requests,
+            check_cancelled=check_cancelled,
             **_split_tool_choice(parsed.tool_choice),
             **options,
         )
@@ -819,6 +821,7 @@ def build_provider_model(
             guardrails=guardrail,
             retry_policy=parsed.retry,
             retry_sent_requests=retry_sent_requests,
+            check_cancelled=check_cancelled,
             **_split_tool_choice(parsed.tool_choice),
             **options,
         )
