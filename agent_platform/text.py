@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import html
 import re
 import unicodedata
 from collections.abc import Callable
 from typing import Any
 
 import regex  # type: ignore[import-untyped]
+from django.utils.html import strip_tags
 from django.utils.translation import gettext, gettext_lazy
 
 # CJK compatibility ideographs (KS X 1001's duplicate hanja, U+F900–U+FAFF, U+2F800–U+2FA1F): NFC would replace
@@ -24,6 +26,11 @@ def nfc(text: str) -> str:
         return text
     parts = _COMPATIBILITY_IDEOGRAPHS.split(text)  # odd places: the ideographs, kept
     return "".join(part if i % 2 else unicodedata.normalize("NFC", part) for i, part in enumerate(parts))
+
+
+def plain_text(html_text: str) -> str:
+    """A text written as HTML (a page's message with its links) as plain text: a command's line, a report's."""
+    return html.unescape(strip_tags(html_text))
 
 
 def strings_mapped(value: Any, text: Callable[[str], str]) -> Any:

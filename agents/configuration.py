@@ -1131,10 +1131,8 @@ def _config_import(
         )
     if found := document_problems(document):
         raise ApplicationError(_not_valid(found), code="invalid_config")
-    if EXPORT_HEADER in document and not (
-        isinstance(document[EXPORT_HEADER], int)
-        and not isinstance(document[EXPORT_HEADER], bool)
-        and document[EXPORT_HEADER] == EXPORT_FORMAT
+    if EXPORT_HEADER in document and (
+        type(document[EXPORT_HEADER]) is not int or document[EXPORT_HEADER] != EXPORT_FORMAT  # not true, not 1.0
     ):
         raise ApplicationError(
             _("%(header)s: %(value)s is not a format this installation reads (it writes and reads %(format)s)")

@@ -12,16 +12,16 @@ admin rule that asks for its tool (``when.tool_available``) only skips instead, 
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterable
 from typing import Any
 
 from django.db.models import F
 from django.urls import NoReverseMatch, reverse
-from django.utils.html import format_html, strip_tags
+from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 
+from agent_platform.text import plain_text
 from agents.models import DeterministicRule
 from mcpregistry.models import McpServer
 
@@ -98,11 +98,6 @@ def rules_failing_for_want_of_a_tool() -> dict[int, str]:
         if mcp_id in servers_off:
             found[rule.pk] = _code_rule_text(rule, servers_off[mcp_id], deleting=False)
     return {pk: plain_text(text) for pk, text in found.items()}
-
-
-def plain_text(text: SafeString) -> str:
-    """One of this module's texts as plain text (a command's line, an import's report): its link left out."""
-    return html.unescape(strip_tags(text))
 
 
 def _asks_for_a_tool(rule: DeterministicRule, *, any_tool: bool) -> bool:

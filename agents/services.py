@@ -557,7 +557,7 @@ def agents_publish_on_registry_change(
     tool or contract saved unchanged after a roll back published the draft and undid the roll back."""
     agents = Agent.objects.filter(publish_on_save=True, servers__in=list(server_ids)).distinct().order_by("slug")
     for agent in agents:
-        if before is None or publishes_after(agent, before):
+        if publishes_after(agent, before):
             _publish_on_save(agent, actor=actor, via=via)
 
 

@@ -8,7 +8,6 @@ validation errors are Django's ``ValidationError`` (nothing is written then).
 
 from __future__ import annotations
 
-import html
 import json
 import logging
 import math
@@ -24,10 +23,9 @@ from django.apps import apps
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
-from django.utils.html import strip_tags
 from django.utils.translation import gettext as _
 
-from agent_platform.text import grapheme_cut
+from agent_platform.text import grapheme_cut, plain_text
 from audit.change_guard import policy_of
 from audit.changes import (
     CONFIG_ACTION_PREFIX,
@@ -470,7 +468,7 @@ def _rules_left_text(server: McpServer, tool_names: list[str]) -> list[str]:
     page names them (``tool_rules_check``), as plain text (a command's line, a message): their links left out."""
     if not tool_names:
         return []
-    return [html.unescape(strip_tags(text)) for text in rules_left_failing(server_id=server.pk, tool_names=tool_names)]
+    return [plain_text(text) for text in rules_left_failing(server_id=server.pk, tool_names=tool_names)]
 
 
 def credential_like(value: str) -> bool:
