@@ -212,7 +212,8 @@ class VersionContentSpec(_Strict):
 
 class VersionSpec(_Strict):
     number: int = Field(ge=1, le=INT32_MAX)
-    note: str = ""
+    # The model's own bound, refused by name as ``agent_version publish`` refuses it: the import cut it silently.
+    note: Annotated[str, StringConstraints(max_length=AgentVersion._meta.get_field("note").max_length)] = ""
     content: VersionContentSpec
 
 

@@ -244,3 +244,26 @@ def test_the_commands_carry_versions_and_the_import_says_what_it_would_create_an
     assert "would be deleted: arm company-assistant.b" in out.getvalue()
     assert "unchanged: version company-assistant v2" in out.getvalue()
     assert AgentArm.objects.filter(agent=demo_agent).count() == 2  # a dry run
+
+
+def test_a_versions_note_over_the_models_bound_is_refused_by_name_not_cut(demo_agent: Agent) -> None:
+    """The import cut a note to 500 characters without a word (``agent_version publish`` refuses it); a note
+    written decomposed is counted composed, as it is stored."""
+    import unicodedata
+
+    versioned(demo_agent)
+    document = config_export()
+    entry = agent_entry(document)
+    entry["versions"][0]["note"] = "가" * 501
+    with pytest.raises(ApplicationError) as failure:
+        config_import(actor="t", document=document)
+    assert "note" in failure.value.message and "500" in failure.value.message
+    assert AgentVersion.objects.get(agent=demo_agent, number=1).note == "첫 버전"
+
+    fresh = config_export()
+    written = unicodedata.normalize("NFD", "한" * 400)  # 1,200 code points decomposed, 400 composed
+    new = copy.deepcopy(agent_entry(fresh)["versions"][-1])
+    new.update(number=9, note=written)
+    agent_entry(fresh)["versions"].append(new)
+    config_import(actor="t", document=with_secrets(fresh))
+    assert AgentVersion.objects.get(agent=demo_agent, number=9).note == "한" * 400
