@@ -13,6 +13,11 @@ use. Such a call is no trial: its success closes nothing (the failing tool stays
 as any other's, and once one of them is seen after the circuit opened (or opened it), the fallback is held off
 too until the circuit's next trial.
 
+Only live traffic moves the circuit. A call of an eval or shadow run (its writes blocked: ``live=False``) runs a
+version that is not the live one (its frozen contract may tighten a timeout the server meets), so it respects an
+open (or half-open) circuit but never claims its trial, and its outcome, a success or a failure, is not recorded:
+it can neither open the circuit for live runs nor close it for them.
+
 On the hot path (a healthy server) each process keeps what it last read for one second, so a call to a closed
 circuit costs no query; a circuit another worker opened is seen within that second.
 """
@@ -37,8 +42,11 @@ _seen_closed: dict[int, float] = {}  # server id -> monotonic time this process 
 _failed_at: dict[tuple[int, str], datetime] = {}
 
 
-def breaker_admit(server_id: int, *, recovery_tool: str = "", now: datetime | None = None) -> bool:
+def breaker_admit(server_id: int, *, recovery_tool: str = "", live: bool = True, now: datetime | None = None) -> bool:
     """Whether a call to this server may go out now.
+
+    ``live``: False for a call that is not production traffic (an eval or shadow run's): it goes out only while the
+    circuit is closed (or as the recovery path), and never claims the half-open trial, which is live traffic's.
 
     ``recovery_tool``: ask for the recovery path of a call the plain check refused, naming a tool that a contract
     on the server names as its fallback. It is let through while the circuit is open or half open, unless that
@@ -60,7 +68,7 @@ def breaker_admit(server_id: int, *, recovery_tool: str = "", now: datetime | No
     if recovery_tool:
         failed_at = _failed_at.get((server_id, recovery_tool))
         return failed_at is None or failed_at < opened_at
-    if now - opened_at < timedelta(seconds=row["breaker_cooldown_s"]):
+    if not live or now - opened_at < timedelta(seconds=row["breaker_cooldown_s"]):
         return False
     # Cool-down over: exactly one caller wins the trial (a stale half-open trial is retried the same way).
     claimed = McpServer.objects.filter(
@@ -77,6 +85,7 @@ def breaker_record(
     answered: bool = False,
     tool: str = "",
     past_open: bool = False,
+    live: bool = True,
     now: datetime | None = None,
 ) -> None:
     """Record a call's outcome. Failures that are the caller's (arguments) or the tool's answer don't count; an
@@ -85,8 +94,9 @@ def breaker_record(
 
     ``past_open``: the call went out past the open circuit as the recovery path (``breaker_admit``'s
     ``recovery_tool``): only its counted failure is recorded, so that the fallback's answer does not reopen the
-    way for the tool that failed. ``tool``: the tool called, whose counted failures hold its recovery path off."""
-    if past_open and (ok or reason not in COUNTED):
+    way for the tool that failed. ``tool``: the tool called, whose counted failures hold its recovery path off.
+    ``live``: False for a call that is not production traffic (``breaker_admit``'s): nothing is recorded."""
+    if not live or (past_open and (ok or reason not in COUNTED)):
         return
     if not ok and answered and reason not in COUNTED:
         McpServer.objects.filter(pk=server_id, breaker_state=State.HALF_OPEN).update(

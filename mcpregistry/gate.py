@@ -932,11 +932,12 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
     reached = False  # an attempt may have reached the tool
     maybe_done = False  # a write's attempt may have done the work, and no answer said how it ended
     stop = who.stop
+    live = not who.writes_blocked  # an eval or shadow run's attempts respect the circuit breaker, never move it
     for attempt in range(1, max_attempts + 1):
         if stop is not None and stop.is_set():
             raise SoftTimeLimitExceeded()  # the run's time is up (a batch's thread learns it here): nothing is sent
         this.result.attempts = attempt
-        admitted = breaker_admit(server.pk)
+        admitted = breaker_admit(server.pk, live=live)
         # A fallback tool goes out past a circuit that other calls opened (seed 001: the backup always answers).
         past_open = not admitted and _recovery_path(this) and breaker_admit(server.pk, recovery_tool=this.tool_name)
         if not admitted and not past_open:
@@ -1044,6 +1045,7 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
             answered=answered,
             tool=this.tool_name,
             past_open=past_open,
+            live=live,
         )
         reached = reached or answered or unanswered or reason == "unexpected"
         if reason is None:
@@ -1630,7 +1632,8 @@ def _mcp_read_gated(
         if server.transport == LOCAL_TRANSPORT or not known:
             return this.refuse(unknown_reason, unknown_message)
         this.result.attempts = 1
-        if not breaker_admit(server.pk):
+        live = not who.writes_blocked  # an eval or shadow run's read respects the circuit, never moves it
+        if not breaker_admit(server.pk, live=live):
             detail = _("the server failed repeatedly and is paused; try again later")
             this.audit(ok=False, reason="circuit:open", result=detail, attempt=1, latency_ms=None, action=action)
             this.result.error, this.result.message = "circuit:open", detail
@@ -1662,7 +1665,7 @@ def _mcp_read_gated(
         else:
             detail = this.result.message
         latency = (clock.monotonic() - started) * 1000
-        breaker_record(server.pk, ok=reason is None, reason=reason or "", answered=answered)
+        breaker_record(server.pk, ok=reason is None, reason=reason or "", answered=answered, live=live)
         this.audit(
             ok=reason is None,
             reason=reason or "",

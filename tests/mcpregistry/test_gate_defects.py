@@ -119,18 +119,22 @@ def test_a_keyed_write_sent_and_unanswered_in_a_run_ends_its_approval_outcome_un
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_a_keyed_write_whose_retry_meets_an_open_circuit_is_outcome_unknown(file: Path) -> None:
+    # A live run's approved write: its own first failure opens the breaker (an eval's or a shadow's never does).
     server = side_effect_server("keyed-breaker", file, mode="exit")
     McpServer.objects.filter(pk=server.pk).update(breaker_threshold=1, breaker_cooldown_s=600)
     ToolContract.objects.filter(tool__server=server, tool__name="append_line").update(
         idempotency_arg="idempotency_key", retry={"max_attempts": 3, "backoff_base_s": 0.01}
     )
+    run, approval = approved_run(server)
 
-    result = gate.call(server=reloaded(server), tool_name="append_line", args={"text": "송금"}, who=sandboxed(server))
+    run_execute(run_id=str(run.id))
 
     assert len(lines(file)) == 1
     # Not "the server failed repeatedly and is paused": the first send's effect is not forgotten.
-    assert result.error == "approval:outcome_unknown", (result.error, result.message)
+    approval.refresh_from_db()
+    assert approval.status == Approval.Status.OUTCOME_UNKNOWN, (approval.status, approval.result)
     calls = AuditEvent.objects.filter(tool="append_line", action="tool.call").order_by("id")
     assert [(e.attempt, e.reason) for e in calls] == [(1, "transport"), (2, "circuit:open")]
 
