@@ -617,6 +617,8 @@ def execute(plan: RunPlan) -> RunOutcome:
             # Budgets). Only a call that could not connect (a connect timeout among them) is sent again.
             retry_sent_requests=plan.token_ceiling is None,
             check_cancelled=plan.check_cancelled,  # a cancelled run's failed call is not sent again
+            # Each call sent but unanswered is charged an estimate (``charge_unanswered``, made below).
+            on_unanswered_call=lambda kind: charge_unanswered(kind),
         )
     except MUST_PROPAGATE:
         raise
@@ -874,6 +876,20 @@ def execute(plan: RunPlan) -> RunOutcome:
             # to trust: it must never run, and asked again under the same limit (the same filter) the model would
             # be stopped again on every iteration.
             raise ToolCallsCutShort(stopped)
+
+    def charge_unanswered(kind: str) -> None:
+        # A call that timed out or was cut after its request was (or may have been) sent: the provider may have read
+        # its prompt and written up to its ``max_tokens``, and billed them, with no usage told. Charged that bound,
+        # as a turn is (its event), marked estimated; kept out of the conversation, as an unread reply is. Each
+        # such attempt, those sent again (a run without a budget) included.
+        input_bound, max_tokens = call_bounds[0]
+        unanswered = unanswered_call_estimate(input_bound=input_bound, max_tokens=max_tokens)
+        unread_turns.append(unanswered)
+        spent_tokens[0] += _tokens_of([unanswered])
+        plan.emit(
+            "model_turn",
+            {**message_to_trace(unanswered, secrets), "usage": _token_usage([unanswered]), "unanswered": kind},
+        )
 
     configured_max_tokens = _configured_max_tokens(plan.model_params)
     previous_specs: list[str | None] = [None]
@@ -1540,6 +1556,18 @@ def usage_estimate(message: AIMessage, *, input_bound: int, max_tokens: int | No
         input_tokens=input_bound, output_tokens=output, total_tokens=input_bound + output
     )
     message.response_metadata = {**(message.response_metadata or {}), USAGE_ESTIMATED: True}
+
+
+def unanswered_call_estimate(*, input_bound: int, max_tokens: int | None) -> AIMessage:
+    """The turn a model call that got no answer after its request was (or may have been) sent is charged as
+    (``agents.providers.unanswered_after_sending``): its input bound (``input_token_bound``) and the ``max_tokens``
+    it was given (none where it was given none: its output cannot be bounded), marked ``usage_estimated``."""
+    output = max_tokens or 0
+    return AIMessage(
+        "",
+        usage_metadata=UsageMetadata(input_tokens=input_bound, output_tokens=output, total_tokens=input_bound + output),
+        response_metadata={USAGE_ESTIMATED: True},
+    )
 
 
 def _tokens_of(messages: list[BaseMessage]) -> int:

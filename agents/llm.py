@@ -172,13 +172,16 @@ def build_chat_model(
     api_key: str | None = None,
     retry_sent_requests: bool = True,
     check_cancelled: Callable[[], None] | None = None,
+    on_unanswered_call: Callable[[str], None] | None = None,
 ) -> BaseChatModel:
     """The chat model for an agent. The network providers (``bedrock``, ``openai_compatible``) are built in
     ``agents.providers``; ``api_key`` is the agent's decrypted model secret (never from ``params``), and AWS
     credentials for Bedrock come from the standard chain, never from the database. ``retry_sent_requests=False``
     (a budgeted run): a network model retries a connection failure only where its request never reached the
     provider (``agents.providers.request_never_sent``). ``check_cancelled``: the run's check, made before each retry
-    of a failed call (the offline and scripted models make none)."""
+    of a failed call (the offline and scripted models make none). ``on_unanswered_call``: told (with the failure's
+    kind) of each call of a network model that timed out or was cut after its request was, or may have been, sent
+    (``agents.providers.unanswered_after_sending``)."""
     if provider == "offline":
         return OfflineChatModel(answer=offline_answer)
     if provider == "scripted":
@@ -197,6 +200,7 @@ def build_chat_model(
             api_key=api_key,
             retry_sent_requests=retry_sent_requests,
             check_cancelled=check_cancelled,
+            on_unanswered_call=on_unanswered_call,
         )
         return model
     raise ValueError(f"unknown model provider {provider!r}")

@@ -28,7 +28,10 @@ What they share:
   early) may have been generated and billed, and its tokens are never reported. A streamed turn that ends without
   its finish reason is such a cut (``ModelStreamCutShort``), never a finished answer. A reply that arrived but
   that langchain could not read is not asked for again; its failure carries the tokens it reported, which the run
-  is charged. No call is sent again once the run is cancelled.
+  is charged. Every attempt that timed out or was cut after its request was (or may have been) sent, the ones sent
+  again included, is told to the model's ``on_unanswered_call``, which charges the run an estimate of it
+  (``agents.engine``); one that never reached the provider costs nothing. No call is sent again once the run is
+  cancelled.
 - **Redirects are not followed.** The OpenAI-compatible client answers a 3xx as a failure (``model:validation``):
   the model's key and the conversation go only to the base URL that the address policy checked.
 - **Tool calls whose arguments are JSON but no object** (``[1, 2]``) are the model's malformed calls, as arguments
@@ -434,6 +437,13 @@ def request_never_sent(exc: BaseException) -> bool:
     return False
 
 
+def unanswered_after_sending(kind: ModelFailureKind, exc: BaseException) -> bool:
+    """Whether a failed call of ``kind`` timed out or was cut after its request was, or may have been, sent (not
+    ``request_never_sent``): the provider may have read its prompt and generated up to its ``max_tokens``, and billed
+    them, while no answer (nor its usage) reached the run. A refusal the provider answered is no such call."""
+    return kind in ("timeout", "connection") and not request_never_sent(exc)
+
+
 def _detail(exc: BaseException) -> str:
     """The provider's failure as text, whole: never cut here. The engine masks it (with the run's secrets, the
     model's key among them) and only then cuts it; a cut first would leave a secret that straddles it as a prefix
@@ -547,6 +557,9 @@ class _RetriedByKind:
     # backoff: it raises ``RunCancelled`` where the run was cancelled, ran out of time or was taken over, and no
     # call is sent again then.
     check_cancelled: Callable[[], None] | None
+    # Told of each attempt that timed out or was cut (its kind) after its request was, or may have been, sent, and
+    # that brought no usage back: the provider may have read the prompt and generated its answer, and billed them.
+    on_unanswered_call: Callable[[ModelFailureKind], None] | None
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> BaseMessage:
         policy = self.retry_policy
@@ -561,6 +574,8 @@ class _RetriedByKind:
                 kind = model_error_kind(exc)
                 # A reply that arrived but could not be read is not asked for again: its tokens were spent.
                 usage = exc.usage if isinstance(exc, ModelReplyUnreadable) else None
+                if usage is None and unanswered_after_sending(kind, exc) and self.on_unanswered_call is not None:
+                    self.on_unanswered_call(kind)  # before it is sent again or fails: each such attempt is charged
                 resend = (
                     usage is None
                     and kind in policy.on
@@ -592,6 +607,7 @@ class PlatformChatOpenAI(_RetriedByKind, ChatOpenAI):  # type: ignore[misc]
     default_tool_choice: str | None = None
     first_turn_tool_choice: str | None = None
     check_cancelled: Callable[[], None] | None = Field(default=None, exclude=True)
+    on_unanswered_call: Callable[[ModelFailureKind], None] | None = Field(default=None, exclude=True)
 
     def _stream(self, *args: Any, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
         # A stream that stops without a finish reason was cut (a server's connection-close framing ends it cleanly):
@@ -655,6 +671,7 @@ class PlatformChatBedrockConverse(_RetriedByKind, ChatBedrockConverse):  # type:
     default_tool_choice: str | None = None
     first_turn_tool_choice: str | None = None
     check_cancelled: Callable[[], None] | None = Field(default=None, exclude=True)
+    on_unanswered_call: Callable[[ModelFailureKind], None] | None = Field(default=None, exclude=True)
 
     def _generate(self, *args: Any, **kwargs: Any) -> ChatResult:
         # The client's Converse hook (``_mark_converse_not_objects``) marked the calls whose input is no object, and
@@ -750,11 +767,14 @@ def build_provider_model(
     api_key: str | None,
     retry_sent_requests: bool = True,
     check_cancelled: Callable[[], None] | None = None,
+    on_unanswered_call: Callable[[ModelFailureKind], None] | None = None,
 ) -> Any:
     """The chat model of a network provider. Raises ``ValueError`` for parameters it cannot use (the engine fails
     the run with ``model:unavailable``). ``retry_sent_requests=False`` (a budgeted run): a connection failure is
     retried only where the request never reached the provider. ``check_cancelled``: the run's check, made before
-    each retry of a failed call: a run cancelled, out of time or taken over sends no call again."""
+    each retry of a failed call: a run cancelled, out of time or taken over sends no call again.
+    ``on_unanswered_call``: told of each attempt that timed out or was cut after its request was (or may have been)
+    sent (``unanswered_after_sending``), with its kind."""
     from pydantic import ValidationError
 
     try:
@@ -793,6 +813,7 @@ def build_provider_model(
             retry_policy=parsed.retry,
             retry_sent_requests=retry_sent_requests,
             check_cancelled=check_cancelled,
+            on_unanswered_call=on_unanswered_call,
             **_split_tool_choice(parsed.tool_choice),
             **options,
         )
@@ -822,6 +843,7 @@ def build_provider_model(
             retry_policy=parsed.retry,
             retry_sent_requests=retry_sent_requests,
             check_cancelled=check_cancelled,
+            on_unanswered_call=on_unanswered_call,
             **_split_tool_choice(parsed.tool_choice),
             **options,
         )
