@@ -48,7 +48,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -73,21 +73,30 @@ from agents.api.protocol_http import (
     PollState,
     StreamLoss,
     caller_authenticate,
+    charset_is_utf8,
     dumps,
     error_response,
     json_body,
     json_response,
     paced_async,
     paced_sync,
+    retry_after,
     revoked_message,
     rpc_body,
     run_unreadable_message,
     stream_slot_take,
+    throttled_message,
     too_many_streams,
     tool_progress_text,
 )
-from agents.api.serializers import PART_CONTENTS, A2AMessageSerializer, A2APartField, part_contents_message
-from agents.api.throttling import stream_slot_release
+from agents.api.serializers import (
+    PART_CONTENTS,
+    A2AMessageSerializer,
+    A2APartField,
+    BoundedListField,
+    part_contents_message,
+)
+from agents.api.throttling import api_key_rate_check, stream_slot_release
 from agents.approvals import approval_decide, approvals_waiting
 from agents.config_cache import RunConfiguration, described_configuration, tools_served
 from agents.conversations import (
@@ -98,7 +107,7 @@ from agents.conversations import (
     same_context,
 )
 from agents.error_texts import error_message_text
-from agents.models import Agent, ApiKey, Run, RunEvent
+from agents.models import Agent, ApiKey, Approval, Run, RunEvent
 from agents.run_state import RunEventWriter, run_row_lock
 from agents.selectors import (
     agent_get_for_key,
@@ -631,9 +640,10 @@ def decision_words_text() -> str:
     return _("Or reply with one of these words as the whole text: %(words)s.") % {"words": ", ".join(DECISION_WORDS)}
 
 
-def decision_of(parts: list[Any]) -> Decision | None:
-    """A reply to ``input-required``: a data part with ``decision``, or a text part that is one of
-    ``DECISION_WORDS`` (``approve``/``reject``, ``승인``/``거절``), a closing ``DECISION_WORD_END`` left out."""
+def decision_of(parts: list[dict[str, Any]]) -> Decision | None:
+    """A reply to ``input-required``, its parts validated (``_rest_part``, ``kind``-shaped): a data part with
+    ``decision``, or a text part that is one of ``DECISION_WORDS`` (``approve``/``reject``, ``승인``/``거절``), a
+    closing ``DECISION_WORD_END`` left out."""
     for part in parts:
         if isinstance(part, dict) and isinstance(part.get("data"), dict) and "decision" in part["data"]:
             data = part["data"]
@@ -651,7 +661,11 @@ def decision_of(parts: list[Any]) -> Decision | None:
                     raise invalid_params(
                         _("'%(key)s' must be text of at most %(max)d characters.") % {"key": key, "max": limit}
                     )
-            return Decision(str(data["decision"]), str(data.get("approvalId") or ""), str(data.get("reason") or ""))
+            if data["decision"] not in ("approve", "reject"):
+                # Read before anything is looked up: a decision that decides nothing ({"decision": null}, "maybe")
+                # was accepted where no call was left to decide, and recorded as the messageId's answer.
+                raise invalid_params(_("'decision' must be 'approve' or 'reject'."))
+            return Decision(data["decision"], str(data.get("approvalId") or ""), str(data.get("reason") or ""))
     for part in parts:
         if isinstance(part, dict) and isinstance(part.get("text"), str):
             # The whole text, never a part of it: "승인합니다." decides, "승인 안 함" does not.
@@ -678,11 +692,18 @@ def message_send(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> Ru
     parts = message.get("parts")
     if not isinstance(parts, list) or not parts:
         raise invalid_params(_("The message needs at least one part."))
+    _parts_bounded(parts)
+    # Every part checked, an answer's too (its bogus member, or a part with two contents, decided all the same).
+    rest_parts = [_rest_part(p, i) for i, p in enumerate(parts)]
     metadata = _object_param(params, "metadata")
     context = _request_context(metadata, message)
     if message.get("taskId"):
-        return _answer_input(agent=agent, api_key=api_key, message=message)
-    rest_message = {"role": "user", "parts": [_rest_part(p, i) for i, p in enumerate(parts)]}
+        # The conversation the answer names, in the message or in ``metadata.context`` (they agree, above).
+        named = message.get("contextId") or an_object(metadata.get("context")).get("contextId")
+        return _answer_input(
+            agent=agent, api_key=api_key, message=message, parts=rest_parts, context_id=str(named or "")
+        )
+    rest_message = {"role": "user", "parts": rest_parts}
     serializer = A2AMessageSerializer(data=rest_message)
     if not serializer.is_valid():
         raise invalid_params(_("The message is not valid: %(errors)s") % {"errors": _fields_text(serializer.errors)})
@@ -710,6 +731,15 @@ def message_send(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> Ru
             raise message_id_reused() from None
         raise
     return submission.run
+
+
+def _parts_bounded(parts: list[Any]) -> None:
+    """Refuse a message of more parts than the REST API takes (``A2AMessageSerializer``'s bound, its words), before
+    any part is read: each was validated first, seconds of work for thousands of them before the refusal."""
+    field = cast(BoundedListField, A2AMessageSerializer().fields["parts"])
+    if field.max_length is not None and len(parts) > field.max_length:
+        errors = {"parts": [str(field.error_messages["max_length"]).format(max_length=field.max_length)]}
+        raise invalid_params(_("The message is not valid: %(errors)s") % {"errors": _fields_text(errors)})
 
 
 def _request_context(metadata: dict[str, Any], message: dict[str, Any]) -> dict[str, Any]:
@@ -767,14 +797,19 @@ def _idempotency_key(message_id: str) -> str:
 ANSWER_EVENT = "approval_answer"
 
 
-def _answer_input(*, agent: Agent, api_key: ApiKey, message: dict[str, Any]) -> Run:
-    """Decide the approvals the task ``message`` answers waits for (``decision_of``: the one it names, else every
-    pending one), as ``POST /runs/{id}/approvals/{id}`` decides one. Returns the run.
+def _answer_input(
+    *, agent: Agent, api_key: ApiKey, message: dict[str, Any], parts: list[dict[str, Any]], context_id: str
+) -> Run:
+    """Decide the approvals the task ``message`` answers waits for (``decision_of`` of its validated ``parts``: the
+    one it names, else every pending one), as ``POST /runs/{id}/approvals/{id}`` decides one. ``context_id``: the
+    conversation it names (its own or its ``metadata.context``'s), which must be the task's. Returns the run.
 
     All of them or none: one transaction, the run's row locked first (as every decision and expiry locks it), so
     that a refused one (decided meanwhile, expired, or a model's write the caller may not approve) leaves every
     other undecided and the run parked, never approved in part and queued again without it. An expired one is
-    left for the reconciler to expire (its expiry is undone with the rest).
+    left for the reconciler to expire (its expiry is undone with the rest). Where nothing is waiting any more because
+    every pending one is past its expiry (the sweep has not run yet), they are decided as the REST API decides
+    them (``_expire_due``): expired, the run resumed, and the answer refused as REST's 409 is; nothing is recorded.
 
     With a ``messageId``, the answer is recorded (``ANSWER_EVENT``) in that transaction, and the same messageId
     from the same key again (a client's retry) returns the task as it is now and decides nothing: not "the task
@@ -783,7 +818,6 @@ def _answer_input(*, agent: Agent, api_key: ApiKey, message: dict[str, Any]) -> 
     run = run_get(run_id=str(message["taskId"]), api_key=api_key)
     if run.agent_id != agent.pk:
         raise ApplicationError(_("Run not found."), code="run_not_found", status=404)
-    context_id = str(message.get("contextId") or "")
     if context_id and not same_context(context_id, run):  # A2A §3.4.3: a message names its task's own context
         raise invalid_params(
             _("The message's contextId is not the task's (%(context)s).") % {"context": context_id_of(run)},
@@ -800,7 +834,8 @@ def _answer_input(*, agent: Agent, api_key: ApiKey, message: dict[str, Any]) -> 
         run.refresh_from_db()
         if message_id and _answered_before(run=run, answer=answer):
             return run
-        targets, decision = _answer_targets(run=run, parts=message["parts"])
+        targets, decision = _answer_targets(run=run, parts=parts)
+        refusal = None if targets else _expire_due(run=run, decision=decision, actor=f"api_key:{api_key.prefix}")
         for approval_id in targets:
             try:
                 approval_decide(
@@ -820,11 +855,39 @@ def _answer_input(*, agent: Agent, api_key: ApiKey, message: dict[str, Any]) -> 
                     code=exc.code,
                     status=exc.status,
                 ) from None
-        if message_id:
+        if message_id and targets:  # an answer that decided nothing is no answer a retry should find
             decided = {"decision": decision.decision, "approval_ids": targets}
             RunEventWriter(run_id=run.pk, secrets=[]).emit(ANSWER_EVENT, {**answer, **decided})
+    if refusal is not None:  # raised once the expiries are stored, as the REST API's 409 leaves them
+        raise refusal
     run.refresh_from_db()
     return run
+
+
+def _expire_due(*, run: Run, decision: Decision, actor: str) -> ApplicationError | A2AError:
+    """An answer to a task none of whose approvals waits any more (each pending one past its expiry, which the
+    periodic sweep has not marked yet; the run's row locked): each is decided through ``approval_decide``, as
+    ``POST /runs/{id}/approvals/{id}`` decides it, which expires it and resumes the run (the model is told the call
+    was not made). Returns the refusal to answer with, the REST API's (409 ``approval_expired``); the caller raises
+    it once the transaction has stored the expiries (raised inside it, they were undone, and the answer was a
+    success that decided nothing). A task with no pending approval at all is not waiting for input."""
+    due = run.approvals.filter(status=Approval.Status.PENDING).order_by("created_at").values_list("pk", flat=True)
+    refusal: ApplicationError | None = None
+    for approval_id in due:
+        try:
+            approval_decide(
+                run=run,
+                approval_id=str(approval_id),
+                decision=decision.decision,
+                actor=actor,
+                reason=decision.reason,
+                by_caller=True,
+            )
+        except ApplicationError as exc:
+            refusal = refusal or exc
+    if refusal is None:
+        return invalid_params(_("The task is not waiting for input."), "run_not_waiting")
+    return refusal
 
 
 def _answered_before(*, run: Run, answer: dict[str, Any]) -> bool:
@@ -847,7 +910,7 @@ def _answered_before(*, run: Run, answer: dict[str, Any]) -> bool:
     return True
 
 
-def _answer_targets(*, run: Run, parts: list[Any]) -> tuple[list[str], Decision]:
+def _answer_targets(*, run: Run, parts: list[dict[str, Any]]) -> tuple[list[str], Decision]:
     """The approvals an answer decides (the one it names, else every pending one) and its decision; refuses an
     answer to a task not waiting for input, or one that decides nothing."""
     if run.status != Run.Status.AWAITING_APPROVAL:
@@ -1233,6 +1296,23 @@ def streams_busy_error() -> A2AError:
     return A2AError(code, reason, busy["message"], our_code=busy["code"], http_status=429, headers=headers)
 
 
+def throttled_error(wait: float) -> A2AError:
+    """The key is over its rate limit: the REST API's ``throttled`` (its words and ``Retry-After``) as a JSON-RPC
+    error, answered as a spent budget and busy stream slots are (``RESOURCE_EXHAUSTED`` in an HTTP 429 with
+    ``Retry-After``), as the MCP server answers it in JSON-RPC too: the REST error body had no ``jsonrpc`` or
+    ``id`` for an A2A client to read."""
+    code, reason = RESOURCE_EXHAUSTED
+    return A2AError(
+        code, reason, throttled_message(wait), our_code="throttled", http_status=429, headers=retry_after(wait)
+    )
+
+
+def utf8_refusal() -> A2AError:
+    """A body said to be in a charset other than UTF-8 (``charset_is_utf8``): refused with a 415, as the REST API
+    and the MCP server refuse it, before it is read (it was read as UTF-8 all the same)."""
+    return A2AError(-32600, "INVALID_REQUEST", _("Send the message as application/json in UTF-8."), http_status=415)
+
+
 def _rpc_error(rpc_id: Any, error: A2AError) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": rpc_id, "error": error.as_error()}
 
@@ -1293,14 +1373,26 @@ async def rpc_view(request: HttpRequest, slug: str) -> HttpResponseBase:
         )
     if request.method != "POST":
         return error_response("method_not_allowed", _("Use POST."), 405, headers={"Allow": "POST"})
-    caller = await sync_to_async(caller_authenticate)(request)
+    # Counted here, as the MCP server counts it, so that a request over the key's rate limit is answered in
+    # JSON-RPC (``throttled_error``), under the request's own id where its body has one.
+    caller = await sync_to_async(caller_authenticate)(request, counted=False)
     if caller.api_key is None:
         return caller.refusal  # type: ignore[return-value]
     api_key = caller.api_key
+    utf8 = charset_is_utf8(request)
+    wait = await sync_to_async(api_key_rate_check)(api_key)
+    if wait is not None:
+        throttled = throttled_error(wait)
+        parsed = _parse_request(request) if utf8 else None
+        rpc_id = parsed[0] if isinstance(parsed, tuple) else None
+        return json_response(_rpc_error(rpc_id, throttled), status=throttled.http_status, headers=throttled.headers)
     try:
         agent = await sync_to_async(agent_get_for_key)(slug=slug, api_key=api_key)
     except ApplicationError as exc:
         return error_response(exc.code, exc.message, exc.status)
+    if not utf8:
+        refused = utf8_refusal()
+        return json_response(_rpc_error(None, refused), status=refused.http_status)
     version = request.headers.get("A2A-Version", "").strip()
     parsed = _parse_request(request)
     if isinstance(parsed, dict):

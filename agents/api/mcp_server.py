@@ -57,6 +57,7 @@ from agents.api.protocol_http import (
     Poll,
     PollState,
     caller_authenticate,
+    charset_is_utf8,
     dumps,
     error_response,
     json_body,
@@ -440,6 +441,23 @@ def throttled_answer(body: Any, wait: float) -> JsonResponse:
     return json_response(error, headers=retry_after(wait))
 
 
+def refusal_result(exc: ApplicationError) -> dict[str, Any]:
+    """A ``tools/call`` refused before its run was made, as an ``isError`` result: the text (our code and message),
+    and in ``structuredContent`` what the REST API and A2A carry beside them: our ``code``, and where known a spent
+    budget's ``reason`` (``used_up``, ``runs_in_flight``), ``resets_at`` and ``retryAfter`` (its ``Retry-After``, in
+    seconds), so a client knows whether and when to call again (the text alone lost them)."""
+    structured: dict[str, Any] = {"code": exc.code}
+    structured.update({key: str(exc.fields[key]) for key in ("reason", "resets_at") if key in exc.fields})
+    wait = str(exc.headers.get("Retry-After", ""))
+    if wait.isdigit():
+        structured["retryAfter"] = int(wait)
+    return {
+        "content": [{"type": "text", "text": f"{exc.code}: {exc.message}"}],
+        "structuredContent": structured,
+        "isError": True,
+    }
+
+
 def _initialize(params: dict[str, Any]) -> dict[str, Any]:
     asked = params.get("protocolVersion")
     version = asked if asked in SERVER_VERSIONS else SERVER_VERSIONS[0]
@@ -473,8 +491,7 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
     api_key = caller.api_key
     body: Any = None
     refusal: JsonResponse | None = None
-    charset = str((request.content_params or {}).get("charset", "")).lower()
-    if request.body and (request.content_type != "application/json" or charset not in ("", "utf-8", "utf8")):
+    if request.body and (request.content_type != "application/json" or not charset_is_utf8(request)):
         # As the MCP SDK's own server answers: the body is JSON in UTF-8, said so (a text/plain body, or one in
         # EUC-KR, was read all the same, or read wrong).
         message = _("Send the message as application/json in UTF-8.")
@@ -567,8 +584,7 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
         if isinstance(exc, McpError):
             return json_response(_rpc_error(rpc_id, exc.code, exc.message))
         if isinstance(exc, ApplicationError):
-            result = {"content": [{"type": "text", "text": f"{exc.code}: {exc.message}"}], "isError": True}
-            return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": result})
+            return json_response({"jsonrpc": "2.0", "id": rpc_id, "result": refusal_result(exc)})
         if not isinstance(exc, Exception):  # cancelled (the client went away), or the process is stopping
             raise
         logger.exception("MCP tools/call failed")

@@ -49,6 +49,14 @@ def rpc_body(request: HttpRequest) -> Any:
     return json_parse_bounded(request.body, max_depth=int(api_setting("PLATFORM_API_MAX_JSON_DEPTH")))
 
 
+def charset_is_utf8(request: HttpRequest) -> bool:
+    """Whether the body's declared charset (``Content-Type: …; charset=…``) is UTF-8, or none is declared (JSON is
+    UTF-8): a body said to be in another (Latin-1, EUC-KR) is refused with a 415 by the REST API, the MCP server and
+    the A2A endpoint alike, never read as UTF-8 all the same (or read wrong)."""
+    charset = str((request.content_params or {}).get("charset", "")).lower()
+    return charset in ("", "utf-8", "utf8")
+
+
 def dumps(value: Any) -> str:
     """One line of JSON, Korean text kept as it is (SSE ``data`` lines)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
