@@ -11,7 +11,11 @@ is bounded (characters, nodes, digits), and so are exponents and every value (at
 through a binary float), + - * // % and powers compute in 64 significant digits and refuse a result that would
 need more, and only a division that does not end (1/3, 3 ** -1) is rounded, the answer then saying so. ``//`` and
 ``%`` are Python's, as the syntax is: floor division (``-7 // 2`` is -4) and a remainder with the divisor's sign
-(``-7 % 2`` is 1).
+(``-7 % 2`` is 1, ``7 % -2`` is -1). A ``%`` right after a number or a closing parenthesis with no operand after
+it (at the end, or before ``)``, ``*``, ``/``, or, written against its number, before ``+`` or ``-``) is a
+percentage, as people write one (``200000 * 15% - 1000`` is 29000, ``48 * 112%`` is 53.76): that operand divided by
+100. ``17 % 5`` (an operand after it, a sign against it too: ``7 % -2``) is the remainder. A spaced ``%`` before a
+spaced sign (``15 % - 1000``) could be either and is refused, saying how to write each.
 ``classify_request`` reads its keyword → department table from ``RequestCategory`` rows that admins edit.
 """
 
@@ -19,7 +23,9 @@ from __future__ import annotations
 
 import ast
 import decimal
+import io
 import re
+import tokenize
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -62,8 +68,9 @@ _ROUNDED = decimal.Context(prec=SIGNIFICANT_DIGITS, traps=_SIGNALS)
 class CalculateInput(BaseModel):
     expression: str = Field(
         description=(
-            "산술식 하나. 숫자, + - * / // % ** (×, ÷) 와 괄호만 쓴다. 천 단위 쉼표(1,200,000)와 금액 뒤 '원'은 "
-            "읽는다. 예: '48 * 1.12', '(3 + 4) * 2000000', '1,200,000 * 0.1'"
+            "산술식 하나. 숫자, + - * / // % ** (×, ÷) 와 괄호만 쓴다. 숫자 바로 뒤의 % 는 퍼센트(15% 는 0.15), "
+            "양쪽에 피연산자가 있는 % 는 나머지(17 % 5 는 2)다. 천 단위 쉼표(1,200,000)와 금액 뒤 '원'은 읽는다. "
+            "예: '48 * 1.12', '200000 * 15% - 1000', '(3 + 4) * 2000000', '1,200,000 * 0.1'"
         ),
         min_length=1,
         max_length=MAX_EXPRESSION_CHARS,
@@ -75,11 +82,12 @@ def calculate(expression: str) -> str:
     """수학 계산을 정확하게 수행한다. 수치 계산이 필요하면 암산하지 말고 이 도구를 쓴다.
 
     산술식(숫자, 사칙연산, //, %, **, 괄호)만 받는다. 변수나 함수 이름은 쓸 수 없다.
+    숫자 바로 뒤의 % 는 퍼센트다 ('200000 * 15% - 1000' → '29000'). 양쪽에 피연산자가 있는 % 는 나머지다 ('17 % 5' → '2').
     결과는 소수 표기 문자열이다 (예: '48 * 1.12' → '53.76'). 식이 잘못되면 무엇이 잘못됐는지 알려 준다.
     """
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise ValueError(_("the expression is longer than %(limit)d characters") % {"limit": MAX_EXPRESSION_CHARS})
-    source = _arithmetic_source(expression)
+    source = _percentages(_arithmetic_source(expression))
     try:
         tree = ast.parse(source, mode="eval")
     except SyntaxError as exc:
@@ -97,10 +105,77 @@ def calculate(expression: str) -> str:
 
 def _arithmetic_source(expression: str) -> str:
     """``expression`` as Python's arithmetic: full-width characters as the ASCII they stand for, × and ÷ as * and
-    /, a ``원`` after a number dropped, and a number's digit-group commas (1,200,000) dropped."""
-    source = expression.translate(FULL_WIDTH_AS_ASCII | OPERATOR_SIGNS).strip()
+    /, a ``원`` after a number dropped, and a number's digit-group commas (1,200,000) dropped. Composed (NFC) first:
+    a ``원`` typed decomposed (three jamo, as macOS sends it) is the sign too."""
+    source = nfc(expression).translate(FULL_WIDTH_AS_ASCII | OPERATOR_SIGNS).strip()
     source = _WON.sub("", source)
     return _DIGIT_GROUPS.sub(lambda number: number.group().replace(",", ""), source)
+
+
+# What may follow a percent sign: nothing, a closing parenthesis, or an operator that takes no sign (a remainder
+# could not be followed by these). ``+`` and ``-`` may also start the remainder's divisor (``17 % -5``).
+_AFTER_PERCENT = frozenset({")", "*", "/", "**", "//"})
+_SIGNS = frozenset({"+", "-"})
+
+
+def _percentages(source: str) -> str:
+    """``source`` with each ``%`` that is a percentage as the division of its operand by 100: ``15%`` as
+    ``(15/100)``, ``(3 + 4)%`` as ``((3 + 4)/100)``. A ``%`` is a percentage right after a number or a closing
+    parenthesis where no operand follows it: at the end, before ``)``, ``*``, ``/``, ``**``, ``//``, or, written
+    against its operand (``15% - 1000``), before ``+`` or ``-``; anything else is Python's remainder (``17 % 5``,
+    ``7 % -2``: a sign written against its number). A spaced ``%`` before a spaced sign (``15 % - 1000``) is
+    refused: it reads either way. A source that does not tokenize is returned as it is, for the parser to say why."""
+    try:
+        tokens = [
+            t
+            for t in tokenize.generate_tokens(io.StringIO(source).readline)
+            if t.type not in {tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER, tokenize.INDENT, tokenize.DEDENT}
+        ]
+    except (tokenize.TokenError, SyntaxError):
+        return source
+    line_starts = [0]
+    for line in source.splitlines(keepends=True):
+        line_starts.append(line_starts[-1] + len(line))
+
+    def offset(position: tuple[int, int]) -> int:
+        return line_starts[position[0] - 1] + position[1]
+
+    opened: list[int] = []
+    group_start: dict[int, int] = {}  # a closing parenthesis's token index -> its opening one's
+    edits: list[tuple[int, int, str]] = []  # (start, end, text) in the source
+    for index, token in enumerate(tokens):
+        if token.type == tokenize.OP and token.string == "(":
+            opened.append(index)
+        elif token.type == tokenize.OP and token.string == ")" and opened:
+            group_start[index] = opened.pop()
+        if token.type != tokenize.OP or token.string != "%" or index == 0:
+            continue
+        before = tokens[index - 1]
+        if before.type == tokenize.NUMBER:
+            operand = before
+        elif before.string == ")" and index - 1 in group_start:
+            operand = tokens[group_start[index - 1]]
+        else:
+            continue  # no operand before it: the parser says why
+        following = tokens[index + 1] if index + 1 < len(tokens) else None
+        after = following.string if following is not None else None
+        if following is not None and after in _SIGNS and before.end != token.start:
+            if index + 2 < len(tokens) and tokens[index + 2].start == following.end:
+                continue  # the sign is its divisor's: 7 % -2, a remainder
+            raise ValueError(
+                _(
+                    "'%%' followed by a sign is ambiguous: write a percentage as a decimal (15%% is 0.15) or "
+                    "right after its number (15%% - 1000), and a remainder's negative divisor in parentheses "
+                    "(17 %% (-5))"
+                )
+                % {}
+            )
+        if after is None or after in _AFTER_PERCENT or after in _SIGNS:
+            edits.append((offset(operand.start), offset(operand.start), "("))
+            edits.append((offset(token.start), offset(token.end), "/100)"))
+    for start, end, text in sorted(edits, reverse=True):
+        source = source[:start] + text + source[end:]
+    return source
 
 
 def _not_arithmetic() -> ValueError:

@@ -15,7 +15,7 @@ import types
 import unicodedata
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, TypeGuard, Union, get_args, get_origin
 from urllib.parse import urlparse
 
 from django.utils.translation import gettext as _
@@ -118,7 +118,11 @@ def json_depth(value: Any) -> int:
 
 
 def argument_constraints(input_schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per-argument constraints read off a JSON schema (type, required, allowed, min/max, max length, pattern)."""
+    """Per-argument constraints read off a JSON schema (type, required, allowed, min/max, max length, pattern).
+    The schema's bounds the contract has no key for are read as the nearest ones that let no more through: an
+    exclusive bound (``exclusiveMinimum``, Pydantic's ``Field(gt=0)``) as ``min``/``max`` (``_exclusive_bounds``),
+    ``minLength`` as a ``pattern`` (``_min_length_pattern``). Left out, the tool itself refused such a value after
+    a person had approved the call."""
     properties = input_schema.get("properties") if isinstance(input_schema, dict) else None
     if not isinstance(properties, dict):
         return {}
@@ -144,8 +148,61 @@ def argument_constraints(input_schema: dict[str, Any]) -> dict[str, dict[str, An
         ):
             if prop.get(source) is not None:
                 spec[target] = prop[source]
+        _exclusive_bounds(spec, prop)
+        if isinstance(prop.get("minLength"), int) and not isinstance(prop["minLength"], bool) and prop["minLength"] > 0:
+            spec["pattern"] = _min_length_pattern(prop["minLength"], spec.get("pattern"))
         constraints[str(name)] = _checkable(spec)
     return constraints
+
+
+def _number(value: Any) -> TypeGuard[float]:
+    """Whether ``value`` is a finite JSON number (not true or false)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _exclusive_bounds(spec: dict[str, Any], prop: dict[str, Any]) -> None:
+    """Write ``prop``'s exclusive bounds into ``spec`` as the inclusive ``min``/``max`` that let the same values
+    through: for an integer the next whole number inside (``exclusiveMinimum: 0`` is ``min: 1``), for any other
+    number the next float inside (every float above 0 is at least ``5e-324``). The stricter of an exclusive and an
+    inclusive bound wins; draft 4's boolean form (``"minimum": 0, "exclusiveMinimum": true``) makes its
+    ``minimum`` the exclusive one."""
+    whole = spec.get("type") == "int"
+    for exclusive, inclusive, target, inward in (
+        ("exclusiveMinimum", "minimum", "min", math.inf),
+        ("exclusiveMaximum", "maximum", "max", -math.inf),
+    ):
+        bound = prop.get(exclusive)
+        if bound is True and _number(prop.get(inclusive)):
+            bound = prop[inclusive]
+            spec.pop(target, None)  # exclusive, not inclusive
+        if not _number(bound):
+            continue
+        if whole:
+            inside: float = math.floor(bound) + 1 if inward > 0 else math.ceil(bound) - 1
+        else:
+            inside = math.nextafter(bound, inward)
+        current = spec.get(target)
+        if not _number(current) or (inside > current if inward > 0 else inside < current):
+            spec[target] = inside
+
+
+def _min_length_pattern(length: int, pattern: Any) -> str:
+    """A ``pattern`` that holds only for a text of at least ``length`` characters (JSON Schema's ``minLength``:
+    the contract has no key for it), and for ``pattern`` too where the schema gives one (``search`` as the gate
+    reads patterns: the lookahead measures the whole text, then ``pattern`` is found anywhere in it). Written in
+    the syntax Python and JSON Schema share; ``pattern`` alone where it cannot be joined (a global flag, ``(?i)``,
+    is only allowed at the start)."""
+    at_least = f"^[\\s\\S]{{{length},}}"
+    if not isinstance(pattern, str) or not pattern:
+        return at_least
+    joined = f"^(?=[\\s\\S]{{{length}}})[\\s\\S]*?(?:{pattern})"
+    for candidate in (joined, pattern):
+        try:
+            re.compile(candidate)
+        except (re.error, OverflowError, RecursionError):
+            continue
+        return candidate
+    return at_least  # the schema's pattern is none Python reads (``_checkable`` would drop it): the length holds
 
 
 def optional_branch(prop: dict[str, Any]) -> dict[str, Any]:
@@ -1060,14 +1117,64 @@ _OPENS_RATE_LIMITED = re.compile(
 )
 
 
+# Pydantic's kinds of error as the argument refusals ``check_args`` makes (``args:<family>:<argument>``): a local tool
+# whose own schema refuses an argument the contract let through (``local_tools``) is refused as the gate refuses one.
+_PYDANTIC_REFUSALS = {
+    "missing": "args:missing",
+    "extra_forbidden": "args:unknown",
+    "greater_than": "args:range",
+    "greater_than_equal": "args:range",
+    "less_than": "args:range",
+    "less_than_equal": "args:range",
+    "string_too_short": "args:range",
+    "string_too_long": "args:range",
+    "too_short": "args:range",
+    "too_long": "args:range",
+    "string_pattern_mismatch": "args:pattern",
+    "literal_error": "args:allowed",
+    "enum": "args:allowed",
+}
+# The text of such a refusal opens with its reason code (``argument_refusal``); ``classify_tool_error`` reads it.
+_ARGUMENT_REFUSAL = re.compile(r"(args:(?:missing|unknown|type|allowed|range|pattern)(?::[^\W\d][\w.-]{0,63})?): ")
+
+
+def argument_refusal(errors: Sequence[Any]) -> str:
+    """A local tool's arguments that its own schema refused (pydantic's ``ValidationError.errors()``) as the text of
+    the tool's error answer: the reason code of the first (``args:range:amount``; a kind not named in
+    ``_PYDANTIC_REFUSALS`` is a type's), then what is wrong with each argument, in the reader's language, and that
+    the caller should fix it. ``classify_tool_error`` reads the code back: the call is an argument refusal the model
+    can correct, not a tool's error it must not retry."""
+    problems: list[str] = []
+    reason = "args:type"
+    for index, error in enumerate(errors):
+        loc = [str(part) for part in error.get("loc", ())]
+        if index == 0:
+            reason = _PYDANTIC_REFUSALS.get(str(error.get("type", "")), "args:type")
+            if loc and _ARGUMENT_NAME.fullmatch(loc[0]):
+                reason = f"{reason}:{loc[0]}"
+        problems.append(
+            _("'%(name)s' %(problem)s") % {"name": ".".join(loc), "problem": pydantic_message(error)}
+            if loc
+            else pydantic_message(error)
+        )
+    # The code stays out of the translated words: it must open the text, in every language.
+    return f"{reason}: " + _("%(problems)s. Fix the argument and call the tool again.") % {
+        "problems": "; ".join(problems)
+    }
+
+
 def classify_tool_error(text: str, echoed: Collection[str] = ()) -> tuple[str, float | None]:
     """The reason of a tool's own error (``isError``): ``rate_limit`` (with a Retry-After, if stated),
-    ``timeout`` (the tool's backend timed out: worth another try) or ``tool:error``. A text that opens with a rate
+    ``timeout`` (the tool's backend timed out: worth another try) or ``tool:error``; a local tool's arguments its own
+    schema refused (``argument_refusal``'s text) are that refusal's ``args:*`` code. A text that opens with a rate
     limit is one; another that mentions a timeout is a timeout, whatever else it quotes (a 429 in an argument it
     echoes): for a write, the reason that leaves its outcome unknown (``gate._attempts``). A quoted span holding one
     of the call's own values (``echoed``: ``argument_texts``) is never read for a status
     (``_without_echoed_words``): "'X timed out' 자산을 찾을 수 없습니다" for the asset id "X timed out" is a tool
     error, while ``{"error": "upstream timed out"}`` is a timeout."""
+    refused = _ARGUMENT_REFUSAL.match(text or "")
+    if refused is not None:
+        return refused.group(1), None
     own = _without_echoed_words(text or "", echoed)
     if not _OPENS_RATE_LIMITED.search(own) and _TIMED_OUT.search(own):
         return "timeout", None

@@ -45,9 +45,10 @@ from django.db import connections
 from django.utils.translation import gettext as _
 from langchain_core.tools import BaseTool, StructuredTool
 from mcp import McpError, types
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from mcpregistry.client_session import ToolResultInvalid
+from mcpregistry.contracts import argument_refusal
 from mcpregistry.pool import (
     McpSessionPool,
     McpTimeoutError,
@@ -277,9 +278,20 @@ def _invoke(tool: BaseTool, arguments: dict[str, Any], coroutine_call: _Coroutin
     coroutine cancelled is an answer too: nobody waits for it when the caller cancelled it, and one the tool
     cancelled itself is the tool's failure.
 
+    Arguments the tool's own schema refuses (a Pydantic ``Field(gt=0)`` the contract does not hold) are not the
+    tool's failure: the function is not run, and the answer is ``argument_refusal``'s text, which the gate reads as
+    the ``args:*`` refusal it is (the model is to fix the argument), not a ``tool:error`` not to retry.
+
     A value that is no JSON (a dict with tuple keys, a circular reference) raises ``ToolResultInvalid`` (the gate's
-    ``result:shape``): the function finished, a write was carried out, its answer cannot be read."""
+    ``result:shape``): the function finished, a write was carried out, its answer cannot be read. ``None`` (a
+    lookup that found nothing) is an answer with no content, as FastMCP gives it: the text ``null`` would pass a
+    contract's ``returns.non_empty`` and be remembered."""
     try:
+        refused = _arguments_refused(tool, arguments)
+        if refused is not None:
+            return ToolCallOutcome(
+                is_error=True, text=refused, structured=None, content=[{"type": "text", "text": refused}]
+            )
         value = coroutine_call.run(tool, arguments) if coroutine_call is not None else tool.invoke(arguments)
     except BaseException as exc:  # noqa: BLE001 - raised by the tool's own code in its own thread: an answer
         text = f"{type(exc).__name__}: {exc}"
@@ -287,6 +299,8 @@ def _invoke(tool: BaseTool, arguments: dict[str, Any], coroutine_call: _Coroutin
     finally:
         # This worker thread's own database connections (a tool may read configuration): never left open.
         connections.close_all()
+    if value is None:
+        return ToolCallOutcome(is_error=False, text="", structured=None, content=[])
     try:
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     except BaseException as exc:  # noqa: BLE001 - json's refusal, or the tool's own __str__ (``default=str``)
@@ -296,6 +310,21 @@ def _invoke(tool: BaseTool, arguments: dict[str, Any], coroutine_call: _Coroutin
     return ToolCallOutcome(
         is_error=False, text=text, structured=_structured(value), content=[{"type": "text", "text": text}]
     )
+
+
+def _arguments_refused(tool: BaseTool, arguments: dict[str, Any]) -> str | None:
+    """Why the tool's own schema refuses ``arguments`` (``argument_refusal``'s text), or None. Checked against the
+    arguments a model fills in (``tool_call_schema``: no injected ones), before the function runs: a
+    ``ValidationError`` the function raises itself (a backend's data it validates) stays its own error. A tool
+    whose schema is no Pydantic v2 model (a JSON schema, a v1 model) is left to its own parsing."""
+    schema = tool.tool_call_schema
+    if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+        return None
+    try:
+        schema.model_validate(arguments)
+    except ValidationError as exc:
+        return argument_refusal(exc.errors())
+    return None
 
 
 def _structured(value: Any) -> Any:
