@@ -22,6 +22,7 @@ a miss or a call a run would make.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -39,7 +40,7 @@ from agents.tools import CodeRuleError, DeterministicContext, load_code_rule
 from audit.masking import mask_text, mask_value
 from audit.services import audit_events_record
 from mcpregistry import gate
-from mcpregistry.contracts import argument_constraints, check_args, gate_filled_argument
+from mcpregistry.contracts import argument_constraints, call_out_of_date, check_args, gate_filled_argument
 from mcpregistry.models import McpServer, ToolContract
 
 logger = logging.getLogger(__name__)
@@ -117,12 +118,19 @@ class StageInput:
 
 
 def deterministic_stage(
-    stage: StageInput, *, mode: StageMode, who: Callable[[str], gate.GateCall], check_contracts: bool = False
+    stage: StageInput,
+    *,
+    mode: StageMode,
+    who: Callable[[str], gate.GateCall],
+    check_contracts: bool = False,
+    sends_writes: bool = True,
 ) -> StageOutcome:
     """Evaluate ``stage.rules`` in order. In ``execute`` mode every match calls its tool through the gate, one
     after another (also across servers), and the results accumulate; a call waiting for approval parks the stage
     (``parked_on``). In ``dry_run`` mode nothing is called: each match's parameters are checked against the tool's
-    contract (``RuleStep.verdict``), as ``check_contracts`` also asks in execute mode.
+    contract (``RuleStep.verdict``), as ``check_contracts`` also asks in execute mode. ``sends_writes`` False (the
+    rule tester, whose caller cannot ask a person): a match on a write is not sent in execute mode either, where a
+    run would wait for a person's approval; it is checked as a dry run checks it, and the rules after it decided.
 
     ``who(call_id)`` names the caller for the gate. Each decision goes to ``stage.trace`` and ``stage.emit``, and,
     for a run (``run_id`` set, execute mode), to the audit, the failure that ends the stage included (with its
@@ -140,7 +148,9 @@ def deterministic_stage(
             return replace(given_who(call_id), audit_sink=decisions)
 
     try:
-        return _stage_rules(stage, decisions, mode=mode, who=who, check_contracts=check_contracts)
+        return _stage_rules(
+            stage, decisions, mode=mode, who=who, check_contracts=check_contracts, sends_writes=sends_writes
+        )
     finally:
         decisions.flush()
 
@@ -198,6 +208,7 @@ def _stage_rules(
     mode: StageMode,
     who: Callable[[str], gate.GateCall],
     check_contracts: bool,
+    sends_writes: bool,
 ) -> StageOutcome:
     servers = {s.mcp_id: s for s in stage.servers}
     outcome = StageOutcome()
@@ -264,6 +275,8 @@ def _stage_rules(
                 return outcome
             continue
         assert caller is not None  # only a dry run has none, and it stopped above
+        if not sends_writes and known and _write(caller, server, step.tool):
+            continue  # not sent: a run waits here for a person's approval (the tester tells it by its risk)
         decisions.flush()
         stage.check()  # a run cancelled (or out of time, or taken over) sends nothing more
         result = gate.call(
@@ -369,8 +382,9 @@ def _rule_span_attributes(rule: RuleSpec) -> dict[str, Any]:
 def contract_verdict(
     server: McpServer, tool_name: str, params: Any, *, contracts: Mapping[str, ToolContract] | None = None
 ) -> str:
-    """``ok``, ``tool:unknown``, or the contract's first objection to ``params`` (``args:<reason>:<arg>: …``);
-    ``contracts``: a published version's frozen ones (``StageInput.contracts``)."""
+    """``ok``, ``tool:unknown``, ``tool:out_of_date`` (as the gate refuses the call: ``call_out_of_date``), or the
+    contract's first objection to ``params`` (``args:<reason>:<arg>: …``); ``contracts``: a published version's
+    frozen ones (``StageInput.contracts``)."""
     tool = next((t for t in server.tools.all() if t.name == tool_name), None)
     if tool is None or not _offered(None, server, tool, contracts):
         return "tool:unknown"
@@ -378,6 +392,10 @@ def contract_verdict(
         contract: ToolContract | None = contracts.get(f"{server.mcp_id}/{tool_name}")
     else:
         contract = ToolContract.objects.filter(tool=tool).first()
+    if call_out_of_date(contracts, server.mcp_id, tool, params, filled=gate_filled_argument(contract)):
+        # The gate's own check, before the arguments' (``gate.call``): the version's contract no longer fits the
+        # tool's arguments, and the call sends what its server no longer takes. The gate refuses it unsent.
+        return "tool:out_of_date"
     constraints = contract.args if contract else argument_constraints(tool.input_schema)
     unknown = contract.unknown_args if contract else "refuse"
     _clean, verdict = check_args(
@@ -445,9 +463,11 @@ def _decide(
         return step
     ctx = DeterministicContext(
         query=stage.query,
-        context=dict(stage.context),
-        a2a_data=list(stage.a2a_data) or None,
-        a2a_files=list(stage.a2a_files) or None,
+        # Its own copies, to the last member: what a rule changes in them (``part.pop(...)``) is neither what the
+        # rules after it read nor what the run keeps (its input, read again after the stage).
+        context=copy.deepcopy(stage.context),
+        a2a_data=copy.deepcopy(stage.a2a_data) or None,
+        a2a_files=copy.deepcopy(stage.a2a_files) or None,
         mcp_tools=_rule_tools(
             server,
             rule=rule,
@@ -610,6 +630,12 @@ def _rule_tools(
         for t in server.tools.all()
         if _offered(caller, server, t, contracts)
     ]
+
+
+def _write(caller: gate.GateCall, server: McpServer, tool_name: str) -> bool:
+    """Whether the gate applies a write's contract to ``caller``'s call of ``tool_name`` (a run asks a person first)."""
+    tool = next(t for t in server.tools.all() if t.name == tool_name)
+    return gate.contract_applied(who=caller, server=server, tool=tool).risk == ToolContract.Risk.WRITE
 
 
 def _offered(

@@ -14,6 +14,7 @@ conditions make available.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from django import forms
@@ -39,6 +40,10 @@ from mcpregistry.list_fields import (
     value_text,
 )
 from mcpregistry.models import McpServer, McpTool
+
+# What separates the words of a list typed in one line: a comma, also as a full-width input method types it
+# (``，`` U+FF0C, ``、`` U+3001). A word holding one is shown as a JSON list.
+_LIST_COMMA = re.compile("[,，、]")
 
 
 def key_value_pairs(text: str, where: str, *, syntax: str | None = None) -> dict[str, Any]:
@@ -112,12 +117,15 @@ def changed_texts_problems(value: Any, stored: Any) -> list[str]:
 
 def keywords_text(words: Any) -> str:
     """Keywords as their field shows them: comma-separated where that reads back as exactly these words, else as
-    a JSON list (a word with a comma, ``1,000원``, or with spaces around it would come back as other words)."""
+    a JSON list (a word with a comma, ``1,000원`` or a full-width one, or with spaces around it would come back as
+    other words)."""
     if not words:
         return ""
     carried = (
         isinstance(words, list)
-        and all(isinstance(w, str) and w and w == w.strip() and "," not in w and one_line(w) for w in words)
+        and all(
+            isinstance(w, str) and w and w == w.strip() and not _LIST_COMMA.search(w) and one_line(w) for w in words
+        )
         and not words[0].startswith("[")
     )
     return ", ".join(words) if carried else json.dumps(words, ensure_ascii=False)
@@ -166,7 +174,7 @@ def _read_keywords(text: str) -> Any:
         except ValueError:
             return text
         return words if isinstance(words, list) else text
-    return [w.strip() for w in text.split(",") if w.strip()] or None
+    return [w.strip() for w in _LIST_COMMA.split(text) if w.strip()] or None
 
 
 def _read_matcher(text: str, where: str) -> Any:
@@ -328,7 +336,7 @@ def param_value(text: str, arg_type: str | None) -> Any:
     """The inverse of :func:`param_text`: for a list argument, comma-separated items (each typed as a value is:
     ``1`` a number) unless the text is a JSON list or exactly one placeholder (which keeps its value's type)."""
     if arg_type == "list" and not text.startswith("[") and not PLACEHOLDER.fullmatch(text):
-        return [typed_value(item.strip()) for item in text.split(",") if item.strip()]
+        return [typed_value(item.strip()) for item in _LIST_COMMA.split(text) if item.strip()]
     return typed_value(text)
 
 
@@ -338,7 +346,13 @@ def _plain_item(item: Any) -> bool:
         return False
     if isinstance(item, int | float):
         return True
-    return isinstance(item, str) and reads_back(item) and "," not in item and item == item.strip() and bool(item)
+    return (
+        isinstance(item, str)
+        and reads_back(item)
+        and not _LIST_COMMA.search(item)
+        and item == item.strip()
+        and bool(item)
+    )
 
 
 def tool_catalogue(servers: list[McpServer]) -> dict[str, dict[str, dict[str, Any]]]:

@@ -22,12 +22,12 @@ from agents.api.config import api_setting
 from agents.api.parsers import json_depth as json_text_depth
 from agents.decision_reasons import reason_text
 from agents.models import Agent, AgentVersion
-from agents.rule_form import key_value_pairs
+from agents.selectors import deterministic_rule_specs
 from audit.labels import reason_label
 from audit.masking import register_secrets
 from mcpregistry.contracts import json_depth
 from mcpregistry.crypto import SecretDecryptionError
-from mcpregistry.list_fields import data_parts_from_text, line_blocks, line_problem
+from mcpregistry.list_fields import data_parts_from_text, line_blocks, line_problem, typed_value
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -125,7 +125,14 @@ class RuleTesterForm(forms.Form):
     agent = forms.ModelChoiceField(queryset=Agent.objects.order_by("slug"), label=_("agent"))
     # Empty where data parts or files are given: an A2A message of only those runs with an empty query.
     query = forms.CharField(label=_("query"), required=False, widget=forms.TextInput(attrs={"size": 80}))
-    context = _json_field(_("A2A context (KEY=value lines, as in the rule editor, or a JSON object)"))
+    context = _json_field(
+        _("A2A context (KEY=value lines, as in the rule editor, or a JSON object)"),
+        _(
+            "Each value of a KEY=value line is text, as callers send context values (empno=1234 is the text 1234), "
+            "unless written as quoted JSON text, an object or a list; for a number, a boolean or null, write the "
+            "field as a JSON object."
+        ),
+    )
     a2a_data = _json_field(
         _("A2A data parts (PATH=value lines as in the rule editor, a blank line between parts, or a JSON list)")
     )
@@ -218,13 +225,15 @@ class RuleTesterForm(forms.Form):
         return query
 
     def _key_value_lines(self, name: str, raw: str) -> dict[str, Any]:
-        """``KEY=value`` lines, read as the rule editor reads a context condition (values typed the same way, so
-        ``tier=3`` meets a rule's ``tier=3``)."""
+        """``KEY=value`` lines, each value text as typed, as callers send a context's values (``empno=1234`` is
+        ``"1234"``, which a rule's ``empno=1234`` meets too: ``condition_value_matches``); a value written as a JSON
+        object, list or quoted text is that. A number, a boolean or null is written in the field's JSON object."""
         try:
-            return key_value_pairs(raw, str(self.fields[name].label))
-        except forms.ValidationError as exc:
-            self.add_error(name, exc)
+            pairs = text_pairs(list(enumerate(raw.splitlines(), start=1)))
+        except ValueError as exc:
+            self.add_error(name, str(exc))
             return {}
+        return {key: _text_or_json(value) for key, value in pairs.items()}
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
@@ -300,18 +309,29 @@ class RuleTesterForm(forms.Form):
 def file_parts_from_text(text: str) -> list[dict[str, Any]]:
     """Files as ``KEY=value`` lines, a blank line between files; each value is text as typed (a file's name
     ``2024`` stays a name). A line without ``=``, or a key given twice in one file, is refused naming the line."""
-    files: list[dict[str, Any]] = []
-    for block in line_blocks(text):
-        file: dict[str, Any] = {}
-        for number, line in block:
-            key, sep, value = line.strip().partition("=")
-            if not sep or not key.strip():
-                raise line_problem(number, gettext("write KEY=value"))
-            if key.strip() in file:
-                raise line_problem(number, gettext("%(key)s is given twice") % {"key": key.strip()})
-            file[key.strip()] = value.strip()
-        files.append(file)
-    return files
+    return [text_pairs(block) for block in line_blocks(text)]
+
+
+def _text_or_json(text: str) -> Any:
+    """A context line's value: a JSON object, list or quoted text as that, anything else as the text typed."""
+    value = typed_value(text)
+    return value if isinstance(value, dict | list | str) else text
+
+
+def text_pairs(lines: list[tuple[int, str]]) -> dict[str, Any]:
+    """Numbered ``KEY=value`` lines as an object, each value text as typed (blank lines skipped). A line without
+    ``=``, or a key given twice, is refused naming the line."""
+    pairs: dict[str, Any] = {}
+    for number, line in lines:
+        if not line.strip():
+            continue
+        key, sep, value = line.strip().partition("=")
+        if not sep or not key.strip():
+            raise line_problem(number, gettext("write KEY=value"))
+        if key.strip() in pairs:
+            raise line_problem(number, gettext("%(key)s is given twice") % {"key": key.strip()})
+        pairs[key.strip()] = value.strip()
+    return pairs
 
 
 def frozen_version(version: AgentVersion | None) -> AgentVersion | None:
@@ -487,6 +507,7 @@ def rules_trial(
         mode="execute" if execute else "dry_run",
         who=who,
         check_contracts=True,
+        sends_writes=False,  # a trial never writes: a run asks a person first, which a trial cannot
     )
     trials: list[RuleTrial] = []
     for position, step in enumerate(stage.steps, start=1):
@@ -511,6 +532,13 @@ def rules_trial(
                 and tool is not None
                 and (gate.contract_applied(who=who(""), server=server, tool=tool).risk == ToolContract.Risk.WRITE)
             )
+            if execute and trial.waits_for_approval and trial.result is None:
+                trial.notes.append(
+                    gettext(
+                        "Not called: it changes things, and a run waits for a person to approve the call first. "
+                        "The rule tester never sends a write."
+                    )
+                )
         trials.append(trial)
     return trials
 
@@ -554,7 +582,10 @@ def _trial_shown(request: HttpRequest, form: RuleTesterForm) -> tuple[list[RuleT
             )
         )
     if data["agent_version"] is None:  # the agent as stored (the form keeps only a version with content)
-        names = list(data["agent"].rules.filter(enabled=False).order_by("order", "id").values_list("name", flat=True))
+        disabled_rules = deterministic_rule_specs(
+            agent=data["agent"], server_ids=[server.pk for server in configuration.servers], enabled=False
+        )
+        names = [rule.name for rule in disabled_rules]
         if names:
             disabled = str(_("Not evaluated, disabled: %(names)s.") % {"names": ", ".join(names)})
     # The page shows the input back as the trial read it: a server's secret typed in is not shown again.

@@ -407,15 +407,18 @@ def rules_calling(*, agent: Agent, mcp_ids: set[str]) -> list[str]:
     return calling
 
 
-def deterministic_rule_specs(*, agent: Agent, server_ids: list[Any] | None = None) -> list[RuleSpec]:
+def deterministic_rule_specs(
+    *, agent: Agent, server_ids: list[Any] | None = None, enabled: bool = True
+) -> list[RuleSpec]:
     """The enabled rules a run of ``agent`` evaluates, in order: its own, and the global ones for its servers: an
     admin rule's server, a code rule's ``@deterministic_tool(mcp_id=...)`` (a global code rule whose function does
     not load is kept: the stage reports it). An agent's own code rule for a server it does not bind stays, and
     fails as seed 000 says (``mcp:not_loaded``). ``server_ids``: the agent's servers' ids where the caller has
-    them already (one query fewer)."""
+    them already (one query fewer). ``enabled`` False: the disabled rules it would evaluate, were they enabled
+    (the rule tester names them)."""
     bound = list(agent.servers.values_list("pk", flat=True)) if server_ids is None else server_ids
     rules = list(
-        DeterministicRule.objects.filter(enabled=True)
+        DeterministicRule.objects.filter(enabled=enabled)
         .filter(Q(agent=agent) | Q(agent__isnull=True, server__in=bound) | Q(agent__isnull=True, code__gt=""))
         .select_related("server")
         .order_by("order", "id")

@@ -84,8 +84,8 @@ def test_the_context_is_written_as_in_the_rule_editor_and_each_bad_field_is_told
         {"agent": demo_agent.pk, "query": "q", "context": "chatbotId = premium-support\n\ntier=3", "a2a_data": ""}
     )
     assert form.is_valid(), form.errors
-    # Typed as the rule editor types a condition: tier=3 meets a rule's tier=3.
-    assert form.cleaned_data["context"] == {"chatbotId": "premium-support", "tier": 3}
+    # Text, as callers send context values (a rule's condition tier=3 meets the text "3" as it meets the number).
+    assert form.cleaned_data["context"] == {"chatbotId": "premium-support", "tier": "3"}
     both = RuleTesterForm({"agent": demo_agent.pk, "query": "q", "context": "no equals sign", "a2a_data": "[1,2"})
     assert not both.is_valid()
     assert set(both.errors) == {"context", "a2a_data"}  # both told at once
