@@ -8,7 +8,8 @@ compare-and-swap throughout, so running it in several places at once is safe.
 ``PLATFORM_RECONCILE_IN_WORKER=0`` turns the worker's timer off (e.g. where beat runs it).
 
 Every worker also writes its heartbeat (``agents.WorkerHeartbeat``, for ``/readyz``) every
-``PLATFORM_WORKER_HEARTBEAT_S`` seconds (0 turns it off), on a timer thread, and removes it when it stops cleanly.
+``PLATFORM_WORKER_HEARTBEAT_S`` seconds (0 turns it off), on a timer thread, while its consumer is connected to the
+broker and consuming (``ConsumerConnected``); it removes it while the consumer is not, and when it stops cleanly.
 
 Every worker also anchors the audit chain's head outside the database (``audit.anchors``) every
 ``AUDIT_ANCHOR_INTERVAL_S`` seconds (0 turns it off), on a second timer thread.
@@ -26,7 +27,7 @@ import socket
 import threading
 from collections.abc import Callable
 
-from celery import Celery
+from celery import Celery, bootsteps
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
@@ -300,10 +301,41 @@ def _worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _worker_heartbeat() -> None:
-    from agents.heartbeats import worker_heartbeat_record
+# Set while this worker's consumer is connected to the broker and consuming (``ConsumerConnected``).
+_consuming = threading.Event()
 
-    worker_heartbeat_record(worker=_worker_name())
+
+class ConsumerConnected(bootsteps.StartStopStep):
+    """A step of the worker's consumer, started once it connected to the broker and its task consumer started, and
+    stopped whenever the consumer restarts (the broker connection was lost: it reconnects, retrying, before it
+    starts its steps again) or stops. The heartbeat says a worker is alive only while this step runs: the timer
+    thread keeps running while the consumer cannot reach the broker, and a worker that takes no task must not
+    count as one for ``/readyz`` and ``platform_workers_alive``."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def start(self, parent: object) -> None:
+        _consuming.set()
+
+    def stop(self, parent: object) -> None:
+        _consuming.clear()
+
+    shutdown = stop
+
+
+app.steps["consumer"].add(ConsumerConnected)
+
+
+def _worker_heartbeat() -> None:
+    """This worker's heartbeat while its consumer is connected and consuming; none while it is not (the broker is
+    away: the consumer retries), so that the probes stop counting it within one heartbeat, not only once the row
+    ages out."""
+    from agents.heartbeats import worker_heartbeat_forget, worker_heartbeat_record
+
+    if _consuming.is_set():
+        worker_heartbeat_record(worker=_worker_name())
+    else:
+        worker_heartbeat_forget(worker=_worker_name())
 
 
 @worker_ready.connect

@@ -247,13 +247,26 @@ def readyz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503)
 
 
+# Headers in which other proxies name the client instead of ``X-Forwarded-For`` (nginx's ``X-Real-IP``, Akamai's and
+# Cloudflare's, ingress controllers'): the platform never reads them for an address, but a request that carries one
+# came through a proxy all the same.
+CLIENT_ADDRESS_HEADERS = (
+    "HTTP_X_REAL_IP",
+    "HTTP_TRUE_CLIENT_IP",
+    "HTTP_CF_CONNECTING_IP",
+    "HTTP_X_CLIENT_IP",
+    "HTTP_X_ORIGINAL_FORWARDED_FOR",
+)
+
+
 def _forwarded_client_unknown(meta: Mapping[str, Any]) -> bool:
     """Whether a proxy forwarded the request (it carries forwarded headers, which ``ForwardedHeadersMiddleware``
-    left only on a trusted proxy's requests) without saying who the client is: no ``PLATFORM_PROXY_HOPS``, or
-    fewer ``X-Forwarded-For`` entries than hops. ``client_ip`` is then the proxy's own address, loopback for a
-    proxy on this machine, and every client behind it would pass for a local scraper. So does an entry that is
-    no address (``unknown``): ``client_ip`` falls back to the proxy's own address then (``forwarded_client``)."""
-    if not any(meta.get(name) for name in FORWARDED_HEADERS):
+    left only on a trusted proxy's requests, or a client's address in a header of another proxy's,
+    ``CLIENT_ADDRESS_HEADERS``) without saying who the client is: no ``PLATFORM_PROXY_HOPS``, or fewer
+    ``X-Forwarded-For`` entries than hops. ``client_ip`` is then the proxy's own address, loopback for a proxy on
+    this machine, and every client behind it would pass for a local scraper. So does an entry that is no address
+    (``unknown``): ``client_ip`` falls back to the proxy's own address then (``forwarded_client``)."""
+    if not any(meta.get(name) for name in (*FORWARDED_HEADERS, *CLIENT_ADDRESS_HEADERS)):
         return False
     return forwarded_client(meta) is None
 

@@ -20,7 +20,8 @@ masked. ``mcp_request_meta()`` is what the pool sends to an MCP server in the re
 trace context crosses a boundary (``traceparent``, ``tracestate``): a caller's ``baggage`` is neither read from a
 request nor passed on to the broker or an MCP server.
 
-This module imports no app of the platform (the apps import it).
+This module imports no app of the platform as it loads (the apps import it); a gate call's span masks the tool's
+name with ``audit.masking``, imported when called.
 """
 
 from __future__ import annotations
@@ -34,12 +35,15 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +147,7 @@ def configure_tracing() -> bool:
 
             exporters.append(OTLPSpanExporter())
         if "console" in exporter_names:
-            exporters.append(ConsoleSpanExporter())
+            exporters.append(ConsoleSpanExporter(formatter=console_span_text))
         # The SDK reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES itself, and an attribute given here would
         # override both: the default name only where neither gives one.
         named = SERVICE_NAME in OTELResourceDetector().detect().attributes
@@ -154,6 +158,12 @@ def configure_tracing() -> bool:
         trace.set_tracer_provider(provider)
         _configured = True
         return True
+
+
+def console_span_text(finished: ReadableSpan) -> str:
+    """A finished span as the console exporter prints it: the SDK's JSON, with Korean (any text) as written, not
+    as ``\\uXXXX`` escapes (the SDK's own ``to_json`` escapes every character outside ASCII)."""
+    return json.dumps(json.loads(finished.to_json()), ensure_ascii=False, indent=4) + os.linesep
 
 
 # Before a provider is installed this is OpenTelemetry's proxy, which follows the provider once there is one.
@@ -239,15 +249,29 @@ def traced_gate_call(call: Callable[..., R]) -> Callable[..., R]:
     """Wrap the gate's ``call(*, server, tool_name, args, who, ...)`` in its span (``gate_span``) and record the
     outcome of the ``ToolResult`` it returns (``gate_outcome``; its args and value are masked by then). Where the
     contract's fallback answered, the span is still the asked tool's, with that tool's failure, and names the backup
-    (``platform.fallback_tool``)."""
+    (``platform.fallback_tool``). The span is opened under the asked tool's name, masked as ``refuse_call`` masks
+    it (a model may write anything there): a call that raises (the run's time limit, the database) is named too."""
 
     @functools.wraps(call)
     def traced(**kwargs: Any) -> R:
+        from audit.masking import mask_text
+
         who = kwargs["who"]
         with gate_span(
-            mcp_id=kwargs["server"].mcp_id, tool="", source=who.source, run_id=who.run_id, call_id=who.call_id
+            mcp_id=kwargs["server"].mcp_id,
+            tool=mask_text(kwargs["tool_name"]),
+            source=who.source,
+            run_id=who.run_id,
+            call_id=who.call_id,
         ) as current:
-            result = call(**kwargs)
+            try:
+                result = call(**kwargs)
+            except BaseException:
+                # Masked again: the gate registered the server's secrets as it started.
+                asked = mask_text(kwargs["tool_name"])
+                current.update_name(f"execute_tool {asked}")
+                current.set_attribute("gen_ai.tool.name", asked)
+                raise
             outcome: Any = result
             # Named from the result: a name the server does not have (a model may write anything there) is
             # masked by the gate by then. Where the contract's fallback answered, the span is the asked tool's, with

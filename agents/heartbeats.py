@@ -1,7 +1,8 @@
 """Workers' heartbeats: each worker writes one row every ``PLATFORM_WORKER_HEARTBEAT_S`` (its timer thread,
-``agent_platform.celery``); ``/readyz`` asks whether any was written within ``PLATFORM_READY_WORKER_MAX_AGE_S``.
-A worker that stops cleanly removes its own row; the row of one that was killed ages out, and rows of workers gone
-for a day are removed by the next heartbeat of any worker."""
+``agent_platform.celery``) while its consumer is connected to the broker, and removes it while not; ``/readyz``
+asks whether any was written within ``PLATFORM_READY_WORKER_MAX_AGE_S``. A worker that stops cleanly removes its
+own row; the row of one that was killed ages out, and rows of workers gone for a day are removed by the next
+heartbeat of any worker."""
 
 from __future__ import annotations
 
