@@ -192,7 +192,9 @@ def dashboard_tools(request: HttpRequest, *, since: dt.datetime) -> list[dict[st
 
 
 def dashboard_usage(request: HttpRequest) -> dict[str, Any] | None:
-    """Tokens and cost per day over the last 30 days (charts), and this month's agents and keys by cost."""
+    """Tokens and cost per day over the last 30 days (charts), and this month's agents and keys by cost. Its days
+    and month are UTC ones, as ``GET /api/v1/usage``'s and the budgets' (``usage_by_day``, ``period_bounds``), and
+    labelled so: the admin shows other times in the server's time zone."""
     if not request.user.has_perm("agents.view_run"):
         return None
     now = timezone.now()
@@ -218,13 +220,13 @@ def dashboard_usage(request: HttpRequest) -> dict[str, Any] | None:
     cost_micros = month.aggregate(c=Sum("cost_micros"))["c"] or 0
     return {
         "tokens_chart": bar_chart(
-            [d["tokens"] for d in days], labels, colour="#417690", title=gettext("tokens per day")
+            [d["tokens"] for d in days], labels, colour="#417690", title=gettext("tokens per day (UTC)")
         ),
         "cost_chart": bar_chart(
             [round(d["cost_usd"] * MICROS_PER_USD) for d in days],
             labels,
             colour="#ba6c0b",
-            title=gettext("cost per day (USD)"),
+            title=gettext("cost per day (USD, UTC)"),
             show=lambda micros: f"${usd_text(micros)}",
         ),
         "tokens_month": month.aggregate(t=Sum("tokens"))["t"] or 0,

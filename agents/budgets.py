@@ -14,6 +14,9 @@ concurrent admissions can never reserve more than the limit together. When the r
 by compare-and-swap on the reservation) its reservation is released and its real tokens and cost are added to
 ``used``, on the row it reserved on: the period it was admitted in, or the budget's new period where an admin
 changed the period while it was in flight (``budget_update`` carries open reservations to the new period's row).
+A budget's creation, a change of its period and switching it on count on the period's counters what its API key or
+agent spent in the period so far (``_usage_open``); a model without a price under a cost limit is refused
+(``409 budget_misconfigured``), never free.
 
 **The bound.** Before each model call the engine caps the call to what is left of the run's reservation
 (``agents.engine.input_token_bound`` bounds its input; ``max_tokens`` caps its output; a call whose input bound
@@ -40,7 +43,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, Min, Prefetch, Q, QuerySet, Sum
-from django.db.models.functions import TruncDate
+from django.db.models.functions import Greatest, TruncDate
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
@@ -48,6 +51,7 @@ from django.utils.translation import gettext as _
 from agent_platform.errors import ApplicationError
 from agents.models import MICROS_PER_USD as MICROS_PER_USD
 from agents.models import (
+    UNPAID_PROVIDERS,
     Agent,
     ApiKey,
     Approval,
@@ -75,9 +79,11 @@ from mcpregistry.models import INT32_MAX
 # ``PLATFORM_APPROVAL_TTL_S``, and never less than this.
 IN_FLIGHT_RETRY_AFTER_S = 5
 
-# ``fields["reason"]`` of a ``429 budget_exceeded``: the period's spend leaves no room for a run's reservation
-# (it waits for the period's end), or it would leave room but the reservations of runs in flight take it.
+# ``fields["reason"]`` of a ``429 budget_exceeded``: the period's spend reached a limit, or what it leaves is less
+# than one run's reservation (both wait for the period's end), or it would leave room but the reservations of runs
+# in flight take it.
 REFUSED_USED_UP = "used_up"
+REFUSED_LESS_THAN_A_RUN = "less_than_a_run"
 REFUSED_RUNS_IN_FLIGHT = "runs_in_flight"
 
 # What the counters (``BudgetUsage``, ``BudgetReservation``: 64-bit columns) hold.
@@ -98,8 +104,15 @@ def model_price_delete(*, price: ModelPrice, actor: Any, via: str) -> None:
     audited_delete(price, actor=actor, via=via)
 
 
+@transaction.atomic
 def budget_create(*, actor: Any, via: str, data: Mapping[str, Any]) -> Budget:
-    return audited_save(Budget(), actor=actor, via=via, data=data)
+    """Create the budget (audited). Switched on, it opens its period's counters with what its API key or agent
+    spent in the period so far (``_usage_open``): a budget created mid-month limits the month, not what is left
+    of it."""
+    budget = audited_save(Budget(), actor=actor, via=via, data=data)
+    if budget.enabled:
+        _usage_open(budget)
+    return budget
 
 
 # What a budget belongs to: fixed once it exists (``budget_update``).
@@ -109,20 +122,26 @@ BUDGET_OWNER_FIELDS = ("api_key", "agent")
 @transaction.atomic
 def budget_update(*, budget: Budget, actor: Any, via: str, data: Mapping[str, Any] | None = None) -> Budget:
     """Change the budget (audited). A change of its period carries the reservations of its runs in flight to the
-    new period's counters in the same transaction (``_reservations_carry``).
+    new period's counters in the same transaction (``_reservations_carry``), and those counters count what the
+    budget's API key or agent spent in that period so far, as does switching the budget on (``_usage_open``).
 
     A change of its owner (``api_key``, ``agent``) is refused (ValidationError at the field, nothing written): its
     counters and the reservations of its runs in flight are the owner's spend, and would go with it to the new
     owner (shown and limited by the old owner's spend, and charged the old owner's runs in flight). Another owner
     gets a new budget."""
-    stored = Budget.objects.filter(pk=budget.pk).values("period", *(f"{name}_id" for name in BUDGET_OWNER_FIELDS))
+    stored = Budget.objects.filter(pk=budget.pk).values(
+        "period", "enabled", *(f"{name}_id" for name in BUDGET_OWNER_FIELDS)
+    )
     before = stored.first()
     if before is not None:
         _owner_change_refuse(budget, before, data or {})
     period_before = before["period"] if before is not None else None
+    enabled_before = before["enabled"] if before is not None else False
     budget = audited_save(budget, actor=actor, via=via, data=data)
     if budget.period != period_before:
         _reservations_carry(budget)
+    if budget.period != period_before or (budget.enabled and not enabled_before):
+        _usage_open(budget)
     return budget
 
 
@@ -179,6 +198,37 @@ def _reservations_carry(budget: Budget) -> None:
     BudgetUsage.objects.filter(pk=usage.pk).update(
         reserved_tokens=F("reserved_tokens") + sum(tokens for tokens, _cost in left.values()),
         reserved_cost_micros=F("reserved_cost_micros") + sum(cost for _tokens, cost in left.values()),
+    )
+
+
+def _usage_open(budget: Budget) -> None:
+    """Count on the budget's counters for its period now what its API key or agent spent in that period (the runs
+    ``GET /usage`` sums, ``period_runs``), in the transaction of the change that opens them (the budget's
+    creation, a change of its period, switching it on), after ``_reservations_carry``. Opened empty, they
+    forgot that spend, and admitted runs past the limit (a key that spent 3,052 of a day's 5,000 tokens was
+    admitted two more runs when the budget became a month one: 6,104 spent against 5,000).
+
+    The counters are raised to that spend, never lowered: it is a total of the runs, not an addition, so a row
+    the usual path opened (``budget_reserve``, at a period's start) and charged its runs on, or a period the budget
+    changes back to, counts no run twice. Left out: the runs holding an open reservation of the budget (they add
+    their spend to these counters when they settle, ``budget_settle``). Counted besides: the runs settled on these
+    counters that were created before the period (a month's run in flight carried to a new day's counters)."""
+    start, _end = period_bounds(budget.period, timezone.now())
+    reservations = BudgetReservation.objects.filter(usage__budget=budget)
+    runs = budget_runs(budget)
+    counted = period_runs(runs, start=start)
+    usage = BudgetUsage.objects.filter(budget=budget, period_start=start).first()
+    if usage is not None:
+        counted |= runs.filter(pk__in=reservations.filter(usage=usage).values("run_id"))
+    spent = _totals(counted.exclude(pk__in=reservations.filter(settled_at__isnull=True).values("run_id")))
+    if not (spent.tokens or spent.cost_micros):
+        return  # nothing to count: the counters are left as they are, or to the first admission to open
+    usage = usage or _usage_row(budget, start)
+    if usage is None:
+        return
+    BudgetUsage.objects.filter(pk=usage.pk).update(
+        used_tokens=Greatest(F("used_tokens"), spent.tokens),
+        used_cost_micros=Greatest(F("used_cost_micros"), spent.cost_micros),
     )
 
 
@@ -269,7 +319,14 @@ def budget_reserve(*, run: Run, agent: Agent, api_key: ApiKey | None, budgets: l
         tokens = budget.run_reservation_tokens
         cost = _reservation_cost_micros(price=price, tokens=tokens)
         owner = _("this API key") if budget.api_key_id else _("agent '%(slug)s'") % {"slug": agent.slug}
-        _reservation_fit_check(budget, owner=owner, tokens=tokens, cost=cost, model=model_id or provider)
+        _reservation_fit_check(
+            budget,
+            owner=owner,
+            tokens=tokens,
+            cost=cost,
+            model=model_id or provider,
+            priced=price is not None or provider in UNPAID_PROVIDERS,
+        )
         start, end = period_bounds(budget.period, now)
         usage = _usage_row(budget, start)
         if usage is None:
@@ -301,11 +358,13 @@ def _cost_limit_micros(budget: Budget) -> int | None:
     return int(budget.max_cost * MICROS_PER_USD) if budget.max_cost is not None else None
 
 
-def _reservation_fit_check(budget: Budget, *, owner: str, tokens: int, cost: int, model: str) -> None:
+def _reservation_fit_check(budget: Budget, *, owner: str, tokens: int, cost: int, model: str, priced: bool) -> None:
     """Raises ApplicationError 409 ``budget_misconfigured`` where no run can be admitted until an admin changes the
     budget: its reservation cannot be counted (stored before the field's bound), or alone exceeds a limit (its
     cost at the run's model's price, which an API key's budget does not know when it is saved; a price raised
-    since an agent's budget was saved). Told as such, not as a budget used up that resets at the period's end."""
+    since an agent's budget was saved), or the budget limits cost and the run's model has no price (``priced``
+    False: its runs would cost nothing, and the limit would never hold one back). Told as such, not as a budget
+    used up that resets at the period's end."""
     refusal = None
     if tokens > INT32_MAX or cost > COUNTER_MAX:
         # Its cost would not fit the counters (a database error on every submission).
@@ -323,6 +382,11 @@ def _reservation_fit_check(budget: Budget, *, owner: str, tokens: int, cost: int
             "owner": owner,
             "limit": f"{budget.max_tokens:,}",
         }
+    elif budget.max_cost is not None and not priced:
+        refusal = _(
+            "The %(period)s budget of %(owner)s limits cost, but model %(model)s has no price: its runs would cost "
+            "nothing against the limit. No such run is admitted until an admin sets the model's price."
+        ) % {"period": budget.get_period_display(), "owner": owner, "model": model}
     elif (limit := _cost_limit_micros(budget)) is not None and cost > limit:
         refusal = _(
             "A run reserves %(tokens)s tokens, which cost up to US$%(cost)s at the price of model %(model)s, more "
@@ -360,26 +424,40 @@ def _budget_refusal(
 ) -> ApplicationError:
     """The 429 ``budget_exceeded`` of a reservation that did not fit. Where what was used leaves room for it, the
     runs in flight hold that room and give back what they do not use within seconds or minutes: the caller is told
-    so and to try again shortly (``runs_in_flight``), not to wait for the period's end (``used_up``); runs parked
+    so and to try again shortly (``runs_in_flight``), not to wait for the period's end (``used_up`` where the spend
+    reached a limit, ``less_than_a_run`` where what it leaves is less than one run's reservation); runs parked
     awaiting approval hold it until decided, and where only such runs hold it the caller is told so, and to try
     again when the first of their approvals expires (still ``runs_in_flight``)."""
     used_tokens, used_cost = (
         BudgetUsage.objects.filter(pk=usage.pk).values_list("used_tokens", "used_cost_micros").get()
     )
     limit = _cost_limit_micros(budget)
-    used_up = (budget.max_tokens is not None and used_tokens > budget.max_tokens - tokens) or (
-        limit is not None and used_cost > limit - cost
-    )
+    tokens_left = budget.max_tokens - used_tokens if budget.max_tokens is not None else None
+    cost_left = limit - used_cost if limit is not None else None
     period = budget.get_period_display()
     until_end = max(1, math.ceil((end - now).total_seconds()))
-    if used_up:
-        # Told in the reader's time zone, named (the period's bounds are UTC ones): ``fields`` keep the ISO value.
+    # Told in the reader's time zone, named (the period's bounds are UTC ones): ``fields`` keep the ISO value.
+    resets = date_format(timezone.localtime(end), "Y-m-d H:i T")
+    if (tokens_left is not None and tokens_left <= 0) or (cost_left is not None and cost_left <= 0):
         message = _("The %(period)s budget of %(owner)s is used up; it resets at %(end)s.") % {
             "period": period,
             "owner": owner,
-            "end": date_format(timezone.localtime(end), "Y-m-d H:i T"),
+            "end": resets,
         }
         retry_after, reason = until_end, REFUSED_USED_UP
+    elif tokens_left is not None and tokens_left < tokens:
+        # Not used up (``GET /usage`` shows what is left): too little is left for one run's reservation.
+        message = _(
+            "The %(period)s budget of %(owner)s has %(left)s tokens left, less than one run's reservation of "
+            "%(reserved)s tokens; it resets at %(end)s."
+        ) % {"period": period, "owner": owner, "left": f"{tokens_left:,}", "reserved": f"{tokens:,}", "end": resets}
+        retry_after, reason = until_end, REFUSED_LESS_THAN_A_RUN
+    elif cost_left is not None and cost_left < cost:
+        message = _(
+            "The %(period)s budget of %(owner)s has US$%(left)s left, less than one run's reservation of "
+            "US$%(reserved)s; it resets at %(end)s."
+        ) % {"period": period, "owner": owner, "left": usd_text(cost_left), "reserved": usd_text(cost), "end": resets}
+        retry_after, reason = until_end, REFUSED_LESS_THAN_A_RUN
     elif (parked_until := _parked_runs_hold_until(usage)) is not None:
         message = _(
             "The room left in the %(period)s budget of %(owner)s is held by runs awaiting approval; try again when "
@@ -592,6 +670,27 @@ class UsageTotals:
         return {"runs": self.runs, "tokens": self.tokens, "cost_usd": usd(self.cost_micros)}
 
 
+def key_runs(api_key: ApiKey | int) -> QuerySet[Run]:
+    """The runs an API key's spend is (``api_key``: the key or its id): every run it submitted."""
+    return Run.objects.filter(api_key=api_key)
+
+
+def budget_runs(budget: Budget) -> QuerySet[Run]:
+    """The runs a budget limits (``budgets_for``): its API key's (``key_runs``, as ``GET /usage`` sums them), or
+    every run of its agent (callers', evaluations', shadows')."""
+    if budget.api_key_id is not None:
+        return key_runs(budget.api_key_id)
+    assert budget.agent_id is not None  # one or the other (``Budget.clean``)
+    return Run.objects.filter(agent_id=budget.agent_id)
+
+
+def period_runs(runs: QuerySet[Run], *, start: dt.datetime) -> QuerySet[Run]:
+    """Those of ``runs`` that count in the period that began at ``start`` (``period_bounds``: a UTC day's or
+    month's): the runs created since. ``GET /usage``'s ``today`` and ``this_month`` and a budget's counters when
+    they are opened (``_usage_open``) count these."""
+    return runs.filter(created_at__gte=start)
+
+
 def _totals(runs: Any) -> UsageTotals:
     agg = runs.aggregate(n=Count("id"), tokens=Sum("tokens"), cost=Sum("cost_micros"))
     return UsageTotals(runs=runs.count(), tokens=int(agg["tokens"] or 0), cost_micros=int(agg["cost"] or 0))
@@ -663,10 +762,10 @@ def api_key_usage(*, api_key: ApiKey, days: int = 30) -> dict[str, Any]:
     began, midnight UTC), per agent and per day, and the budgets that apply to it (its own, and those of the agents
     it may use)."""
     now = timezone.now()
-    runs = Run.objects.filter(api_key=api_key)
+    runs = key_runs(api_key)
     day_start, _day_end = period_bounds(Budget.Period.DAY, now)
     month_start, _month_end = period_bounds(Budget.Period.MONTH, now)
-    month_runs = runs.filter(created_at__gte=month_start)
+    month_runs = period_runs(runs, start=month_start)
     by_agent = (
         month_runs.values("agent__slug")
         .annotate(tokens=Sum("tokens"), cost=Sum("cost_micros"), n=Count("id"))
@@ -681,7 +780,7 @@ def api_key_usage(*, api_key: ApiKey, days: int = 30) -> dict[str, Any]:
         # members callers compare whole.
         "day_boundary": "UTC",
         "period_starts": {"today": day_start.isoformat(), "this_month": month_start.isoformat()},
-        "today": _totals(runs.filter(created_at__gte=day_start)).as_dict(),
+        "today": _totals(period_runs(runs, start=day_start)).as_dict(),
         "this_month": _totals(month_runs).as_dict(),
         "by_agent": [
             {

@@ -1333,6 +1333,12 @@ def usd_text(micros: int | float | None) -> str:
     return f"{'-' if value < 0 else ''}{whole:,}.{fraction}"
 
 
+# The platform's own model that calls no service (it answers from the deterministic results): its runs cost nothing,
+# priced or not, so a cost limit is not void for it as it is for a model with no price
+# (``Budget._reservation_cost_check``). The scripted model stands in for a paid one (tests and demos price it).
+UNPAID_PROVIDERS = frozenset({Agent.Provider.OFFLINE})
+
+
 def model_price_for(*, provider: str, model_id: str) -> ModelPrice | None:
     """The price of this exact model, else the provider's catch-all row (empty model id), else None (free)."""
     prices = {p.model_id: p for p in ModelPrice.objects.filter(provider=provider, model_id__in=[model_id, ""])}
@@ -1439,15 +1445,26 @@ class Budget(AuditedModel):
 
     def _reservation_cost_check(self) -> None:
         """An agent's budget whose cost limit is below what one run's reservation costs at its model's price would
-        admit no run: every submission would be told the budget is used up. An API key's budget is checked at
-        each submission instead (``agents.budgets.budget_reserve``): the key's runs may call any model. Judged only
-        where this save sets the figures it reads or switches the budget on (``_reservation_cost_judged``)."""
+        admit no run: every submission would be told the budget is used up; one whose model has no price would
+        limit nothing (its runs cost nothing). An API key's budget is checked at each submission instead
+        (``agents.budgets.budget_reserve``): the key's runs may call any model. Judged only where this save sets
+        the figures it reads or switches the budget on (``_reservation_cost_judged``)."""
         from django.core.exceptions import ValidationError
 
         if self.max_cost is None or self.agent is None or not self._reservation_cost_judged():
             return
         provider, model_id = self._priced_model()
         price = model_price_for(provider=provider, model_id=model_id)
+        if price is None and provider not in UNPAID_PROVIDERS:
+            raise ValidationError(
+                {
+                    "max_cost": _(
+                        "Model %(model)s has no price: its runs would cost nothing and the cost limit would limit "
+                        "nothing. Set its price under Model prices first, or give a token limit only."
+                    )
+                    % {"model": model_id or provider}
+                }
+            )
         cost = reservation_cost_micros(price=price, tokens=self.run_reservation_tokens)
         limit = int(self.max_cost * MICROS_PER_USD)
         if cost <= limit:

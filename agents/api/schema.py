@@ -46,8 +46,9 @@ class ErrorDetailSerializer(serializers.Serializer):
                 "(or header, or query parameter) and its problems, nested as the body is. A budget's refusal "
                 "(`budget_exceeded`, `budget_misconfigured`): `budget`, the budget's id (as in `GET /usage`), and "
                 "for `budget_exceeded` `resets_at`, when its period ends (ISO 8601), and `reason`: `used_up` (the "
-                "period's spend leaves no room for a run: `Retry-After` until it ends) or `runs_in_flight` (runs in "
-                "flight hold what is left: `Retry-After` a few seconds)."
+                "period's spend reached a limit: `Retry-After` until it ends), `less_than_a_run` (what is left is "
+                "less than one run's reservation: `Retry-After` until it ends) or `runs_in_flight` (runs in flight "
+                "hold what is left: `Retry-After` a few seconds)."
             ),
         )
         return declared

@@ -94,7 +94,9 @@ def test_a_failure_outside_the_engine_after_its_model_calls_keeps_their_tokens_w
     assert api_client.get("/api/v1/usage").json()["today"]["tokens"] == sum(events)
 
 
-@pytest.mark.parametrize("priced_at_admission", [True, False], ids=["price_raised", "price_first_set"])
+# A model first priced after its run was admitted under a cost limit is no case any more: unpriced, the run is refused
+# (409 budget_misconfigured, tests/agents/test_budgets_s42.py).
+@pytest.mark.parametrize("priced_at_admission", [True], ids=["price_raised"])
 def test_a_run_a_budget_admitted_is_charged_at_the_price_it_was_admitted_at(
     api_client, api_caller, priced_at_admission
 ) -> None:

@@ -145,7 +145,7 @@ def test_a_budget_its_spend_leaves_no_room_in_is_used_up_until_its_period_ends(
     scripted_agent()
     budget = key_budget(api_caller, period="month")
     assert submit(api_client).status_code == 202
-    BudgetUsage.objects.filter(budget=budget).update(used_tokens=501)
+    BudgetUsage.objects.filter(budget=budget).update(used_tokens=1000)  # the limit reached
     refused = submit(api_client)
     error = refused.json()["error"]
     assert (refused.status_code, error["code"], error["fields"]["reason"]) == (429, "budget_exceeded", "used_up")

@@ -125,7 +125,7 @@ def test_a_used_up_budget_tells_its_reset_in_the_readers_time_zone_and_keeps_the
         data={"api_key": api_caller.key, "period": "day", "max_tokens": 1000, "run_reservation_tokens": 500},
     )
     assert submit(api_client).status_code == 202
-    BudgetUsage.objects.filter(budget=budget).update(used_tokens=501)
+    BudgetUsage.objects.filter(budget=budget).update(used_tokens=1000)  # the limit reached
     with timezone.override("Asia/Seoul"):
         refused = api_client.post(
             "/api/v1/runs", {"agent": "budgeted", "query": "질문"}, format="json", HTTP_ACCEPT_LANGUAGE="ko"
