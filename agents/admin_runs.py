@@ -785,6 +785,20 @@ class _Timeline:
         if entry.get("guardrail"):
             step.status, step.status_text = "degraded", gettext("stopped by a guardrail")
             step.note = _str(entry.get("guardrail"))
+        elif entry.get("unanswered"):
+            # A call sent and never answered (``agents.engine``'s ``charge_unanswered``): an empty turn otherwise.
+            step.status, step.status_text = "failed", gettext("no answer came back")
+            step.note = (
+                (
+                    gettext("It timed out after its request was sent.")
+                    if entry.get("unanswered") == "timeout"
+                    else gettext("Its connection was cut after its request was sent.")
+                )
+                + " "
+                + gettext("It is charged an estimate: its input and the max_tokens it was given.")
+            )
+        elif entry.get("usage_estimated"):
+            step.note = gettext("Its tokens are an estimate: the provider did not report them.")
         return step
 
     def _tool(self, entry: dict[str, Any]) -> TimelineStep:

@@ -56,12 +56,17 @@ def prompt_bytes(request: dict) -> int:
     return sum(len(str(m.get("content") or "").encode()) for m in request["body"]["messages"])
 
 
-def test_a_budgeted_call_that_timed_out_is_charged_its_input_bound_and_max_tokens(demo_server) -> None:
+def timed_out_run(demo_server) -> tuple[Run, list[dict]]:
+    """A budgeted run whose one model call timed out after it was sent, and the requests the server got."""
     with ScriptedOpenAIServer([{"delay_s": 2, "content": "늦은 답변 " * 50}]).running() as server:
         agent = openai_agent(server, demo_server, timeout_s=0.5, retry=NO_RETRY_WAIT)
         budgeted(agent)
         run = run_of(agent, "안녕하세요")
-        requests = list(server.requests)
+        return run, list(server.requests)
+
+
+def test_a_budgeted_call_that_timed_out_is_charged_its_input_bound_and_max_tokens(demo_server) -> None:
+    run, requests = timed_out_run(demo_server)
     assert len(requests) == 1  # a budgeted run sends a timed-out call once
     assert (run.status, run.error_code) == (Run.Status.FAILED, "model:timeout")
     usage = run.token_usage
@@ -76,6 +81,16 @@ def test_a_budgeted_call_that_timed_out_is_charged_its_input_bound_and_max_token
     assert event["usage"]["input_tokens"] == usage["input_tokens"] and event["usage"]["output_tokens"] == 512
     [counter] = BudgetUsage.objects.all()
     assert (counter.used_tokens, counter.reserved_tokens) == (run.tokens, 0)
+
+
+def test_the_run_page_says_a_turn_got_no_answer_and_is_charged_an_estimate(demo_server, admin_client) -> None:
+    """The turn was an empty "model turn 1" on the run's page, in both languages."""
+    run, _requests = timed_out_run(demo_server)
+    english = admin_client.get(f"/admin/agents/run/{run.pk}/change/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    assert "no answer came back" in english and "It timed out after its request was sent." in english
+    assert "charged an estimate" in english
+    korean = admin_client.get(f"/admin/agents/run/{run.pk}/change/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+    assert "응답이 오지 않았습니다" in korean and "추정" in korean
 
 
 @contextmanager
