@@ -217,7 +217,8 @@ class ArgsTableWidget(EditorWidget):
             _merge(spec, "allowed", allowed)
         for key in ARG_NUMBER_KEYS:
             _merge(spec, key, _number(field(key)) if field(key) else None)
-        _merge(spec, "max_length", _number(field("max_length")) if field("max_length") else None)
+        for key in ("min_length", "max_length"):
+            _merge(spec, key, _number(field(key)) if field(key) else None)
         _merge(spec, "pattern", field("pattern") or None)
         return spec
 

@@ -41,6 +41,8 @@ def argument_words(name: str, spec: Any) -> str:
         words.append(_("one of: %(values)s") % {"values": allowed_text(spec["allowed"])})
     if spec.get("min") is not None or spec.get("max") is not None:
         words.append(_range(spec.get("min"), spec.get("max")))
+    if spec.get("min_length") is not None:
+        words.append(_("at least %(n)s long") % {"n": spec["min_length"]})
     if spec.get("max_length") is not None:
         words.append(_("at most %(n)s long") % {"n": spec["max_length"]})
     if spec.get("pattern"):

@@ -44,12 +44,12 @@ JSON_SCHEMA_TYPES = {ours: theirs for theirs, ours in JSON_TYPES.items()}
 ARGUMENT_BOUNDS: dict[str, frozenset[str]] = {
     "int": frozenset({"min", "max"}),
     "float": frozenset({"min", "max"}),
-    "str": frozenset({"max_length", "pattern"}),
-    "list": frozenset({"max_length"}),
+    "str": frozenset({"min_length", "max_length", "pattern"}),
+    "list": frozenset({"min_length", "max_length"}),
     "bool": frozenset(),
     "dict": frozenset(),
 }
-_BOUNDS = ("min", "max", "max_length", "pattern")
+_BOUNDS = ("min", "max", "min_length", "max_length", "pattern")
 
 
 def misplaced_bounds(spec: dict[str, Any]) -> list[str]:
@@ -118,11 +118,11 @@ def json_depth(value: Any) -> int:
 
 
 def argument_constraints(input_schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per-argument constraints read off a JSON schema (type, required, allowed, min/max, max length, pattern).
-    The schema's bounds the contract has no key for are read as the nearest ones that let no more through: an
-    exclusive bound (``exclusiveMinimum``, Pydantic's ``Field(gt=0)``) as ``min``/``max`` (``_exclusive_bounds``),
-    ``minLength`` as a ``pattern`` (``_min_length_pattern``). Left out, the tool itself refused such a value after
-    a person had approved the call."""
+    """Per-argument constraints read off a JSON schema (type, required, allowed, min/max, min and max length,
+    pattern): ``minLength`` (``minItems`` for a list) is ``min_length``, ``maxLength`` ``max_length``. An exclusive
+    bound (``exclusiveMinimum``, Pydantic's ``Field(gt=0)``), which the contract has no key for, is read as the
+    inclusive ``min``/``max`` that lets no more through (``_exclusive_bounds``). Left out, the tool itself refused
+    such a value after a person had approved the call."""
     properties = input_schema.get("properties") if isinstance(input_schema, dict) else None
     if not isinstance(properties, dict):
         return {}
@@ -149,8 +149,10 @@ def argument_constraints(input_schema: dict[str, Any]) -> dict[str, dict[str, An
             if prop.get(source) is not None:
                 spec[target] = prop[source]
         _exclusive_bounds(spec, prop)
-        if isinstance(prop.get("minLength"), int) and not isinstance(prop["minLength"], bool) and prop["minLength"] > 0:
-            spec["pattern"] = _min_length_pattern(prop["minLength"], spec.get("pattern"))
+        # At least 0 characters or items is no bound: not proposed.
+        shortest = prop.get("minItems" if spec.get("type") == "list" else "minLength")
+        if shortest is not None and shortest != 0:
+            spec["min_length"] = shortest
         constraints[str(name)] = _checkable(spec)
     return constraints
 
@@ -186,25 +188,6 @@ def _exclusive_bounds(spec: dict[str, Any], prop: dict[str, Any]) -> None:
             spec[target] = inside
 
 
-def _min_length_pattern(length: int, pattern: Any) -> str:
-    """A ``pattern`` that holds only for a text of at least ``length`` characters (JSON Schema's ``minLength``:
-    the contract has no key for it), and for ``pattern`` too where the schema gives one (``search`` as the gate
-    reads patterns: the lookahead measures the whole text, then ``pattern`` is found anywhere in it). Written in
-    the syntax Python and JSON Schema share; ``pattern`` alone where it cannot be joined (a global flag, ``(?i)``,
-    is only allowed at the start)."""
-    at_least = f"^[\\s\\S]{{{length},}}"
-    if not isinstance(pattern, str) or not pattern:
-        return at_least
-    joined = f"^(?=[\\s\\S]{{{length}}})[\\s\\S]*?(?:{pattern})"
-    for candidate in (joined, pattern):
-        try:
-            re.compile(candidate)
-        except (re.error, OverflowError, RecursionError):
-            continue
-        return candidate
-    return at_least  # the schema's pattern is none Python reads (``_checkable`` would drop it): the length holds
-
-
 def optional_branch(prop: dict[str, Any]) -> dict[str, Any]:
     """An optional argument as Pydantic writes it (``Optional[int]``: ``{"anyOf": [{"type": "integer",
     "minimum": 1}, {"type": "null"}]}``): its one non-null branch, with the property's own keys (description,
@@ -222,10 +205,10 @@ def optional_branch(prop: dict[str, Any]) -> dict[str, Any]:
 def schema_with_contract(schema: Any, constraints: Any, *, idempotency_arg: str = "") -> dict[str, Any]:
     """The tool's input schema as the model is shown it: the discovered schema with the contract's argument
     constraints written in as JSON Schema (``allowed`` → ``enum``, ``min``/``max`` → ``minimum``/``maximum``,
-    ``max_length`` → ``maxLength``, or ``maxItems`` for a list, ``pattern``, ``required``), so that the model
-    meets the limits an admin set before the gate refuses a call for them. The inverse of
-    ``argument_constraints``; the discovered schema is not changed. Its root is always an object's
-    (``_object_root``), whatever the server listed.
+    ``min_length``/``max_length`` → ``minLength``/``maxLength``, or ``minItems``/``maxItems`` for a list,
+    ``pattern``, ``required``), so that the model meets the limits an admin set before the gate refuses a call for
+    them. The inverse of ``argument_constraints``; the discovered schema is not changed. Its root is always an
+    object's (``_object_root``), whatever the server listed.
 
     ``idempotency_arg`` (:func:`gate_filled_argument`): the argument the gate writes a write call's key into is
     not offered at all, neither as a property nor as required (the server's schema may require it): a model
@@ -249,10 +232,11 @@ def schema_with_contract(schema: Any, constraints: Any, *, idempotency_arg: str 
             prop["minimum"] = spec["min"]
         if spec.get("max") is not None and "max" not in unchecked:
             prop["maximum"] = spec["max"]
+        listed = prop.get("type") == "array" or spec.get("type") == "list"
+        if spec.get("min_length") is not None and "min_length" not in unchecked:
+            prop["minItems" if listed else "minLength"] = spec["min_length"]
         if spec.get("max_length") is not None and "max_length" not in unchecked:
-            prop["maxItems" if prop.get("type") == "array" or spec.get("type") == "list" else "maxLength"] = spec[
-                "max_length"
-            ]
+            prop["maxItems" if listed else "maxLength"] = spec["max_length"]
         if spec.get("pattern") and "pattern" not in unchecked and not PYTHON_ONLY_REGEX.search(str(spec["pattern"])):
             prop["pattern"] = spec["pattern"]  # one only Python's re reads is checked by the gate, not shown
         properties[name] = prop
@@ -322,9 +306,12 @@ def _checkable(spec: dict[str, Any]) -> dict[str, Any]:
             del kept[bound]
     if "min" in kept and "max" in kept and kept["min"] > kept["max"]:
         del kept["min"], kept["max"]
-    length = kept.get("max_length")
-    if "max_length" in kept and (isinstance(length, bool) or not isinstance(length, int) or length < 0):
-        del kept["max_length"]
+    for bound in ("min_length", "max_length"):
+        length = kept.get(bound)
+        if bound in kept and (isinstance(length, bool) or not isinstance(length, int) or length < 0):
+            del kept[bound]
+    if "min_length" in kept and "max_length" in kept and kept["min_length"] > kept["max_length"]:
+        del kept["min_length"], kept["max_length"]
     if "pattern" in kept:
         try:
             re.compile(kept["pattern"])
@@ -391,6 +378,9 @@ class ArgSpec(_Strict):
     max: float | None = Field(default=None, allow_inf_nan=False)
     max_length: int | None = Field(default=None, ge=0)
     pattern: str | None = None
+    # At least this many characters of a text, items of a list (after ``pattern``: the keys an admin is told are
+    # valid keep the order they had).
+    min_length: int | None = Field(default=None, ge=0)
     # A URL argument's hosts: exact names or addresses, ``host:port``, ``*.example.com`` (any subdomain).
     allowed_hosts: list[str] | None = None
 
@@ -409,6 +399,11 @@ class ArgSpec(_Strict):
     @model_validator(mode="after")
     def _a_value_fits(self) -> ArgSpec:
         _range_fits(self)
+        if self.min_length is not None and self.max_length is not None and self.min_length > self.max_length:
+            raise ValueError(
+                _("min_length (%(min)s) is greater than max_length (%(max)s): no value fits")
+                % {"min": self.min_length, "max": self.max_length}
+            )
         misplaced = misplaced_bounds({bound: getattr(self, bound) for bound in _BOUNDS} | {"type": self.type})
         if misplaced:
             # The gate checks a range on numbers only, a length and a pattern on texts (a length on lists too):
@@ -797,6 +792,12 @@ def check_args(
             else:
                 detail = _("'%(name)s' must be at most %(high)s; got %(value)s") % limits
             return clean, Verdict(f"args:range:{name}", detail)
+        if isinstance(value, str | list) and spec.get("min_length") is not None and len(value) < spec["min_length"]:
+            return clean, Verdict(
+                f"args:range:{name}",
+                _("'%(name)s' is shorter than %(limit)s (%(length)s)")
+                % {"name": name, "limit": spec["min_length"], "length": len(value)},
+            )
         if isinstance(value, str | list) and spec.get("max_length") is not None and len(value) > spec["max_length"]:
             return clean, Verdict(
                 f"args:range:{name}",
@@ -1134,16 +1135,14 @@ _PYDANTIC_REFUSALS = {
     "literal_error": "args:allowed",
     "enum": "args:allowed",
 }
-# The text of such a refusal opens with its reason code (``argument_refusal``); ``classify_tool_error`` reads it.
-_ARGUMENT_REFUSAL = re.compile(r"(args:(?:missing|unknown|type|allowed|range|pattern)(?::[^\W\d][\w.-]{0,63})?): ")
 
 
-def argument_refusal(errors: Sequence[Any]) -> str:
-    """A local tool's arguments that its own schema refused (pydantic's ``ValidationError.errors()``) as the text of
-    the tool's error answer: the reason code of the first (``args:range:amount``; a kind not named in
-    ``_PYDANTIC_REFUSALS`` is a type's), then what is wrong with each argument, in the reader's language, and that
-    the caller should fix it. ``classify_tool_error`` reads the code back: the call is an argument refusal the model
-    can correct, not a tool's error it must not retry."""
+def argument_refusal(errors: Sequence[Any]) -> tuple[str, str]:
+    """A local tool's arguments that its own schema refused (pydantic's ``ValidationError.errors()``) as the refusal
+    ``check_args`` would have made: the reason code of the first (``args:range:amount``; a kind not named in
+    ``_PYDANTIC_REFUSALS`` is a type's), and what is wrong with each argument, in the reader's language. The local
+    runner hands the code to the gate beside its text (``ToolCallOutcome.refused``), never inside it: a server's
+    error text is never read for one."""
     problems: list[str] = []
     reason = "args:type"
     for index, error in enumerate(errors):
@@ -1157,24 +1156,18 @@ def argument_refusal(errors: Sequence[Any]) -> str:
             if loc
             else pydantic_message(error)
         )
-    # The code stays out of the translated words: it must open the text, in every language.
-    return f"{reason}: " + _("%(problems)s. Fix the argument and call the tool again.") % {
-        "problems": "; ".join(problems)
-    }
+    return reason, "; ".join(problems)
 
 
 def classify_tool_error(text: str, echoed: Collection[str] = ()) -> tuple[str, float | None]:
     """The reason of a tool's own error (``isError``): ``rate_limit`` (with a Retry-After, if stated),
-    ``timeout`` (the tool's backend timed out: worth another try) or ``tool:error``; a local tool's arguments its own
-    schema refused (``argument_refusal``'s text) are that refusal's ``args:*`` code. A text that opens with a rate
-    limit is one; another that mentions a timeout is a timeout, whatever else it quotes (a 429 in an argument it
-    echoes): for a write, the reason that leaves its outcome unknown (``gate._attempts``). A quoted span holding one
-    of the call's own values (``echoed``: ``argument_texts``) is never read for a status
-    (``_without_echoed_words``): "'X timed out' 자산을 찾을 수 없습니다" for the asset id "X timed out" is a tool
-    error, while ``{"error": "upstream timed out"}`` is a timeout."""
-    refused = _ARGUMENT_REFUSAL.match(text or "")
-    if refused is not None:
-        return refused.group(1), None
+    ``timeout`` (the tool's backend timed out: worth another try) or ``tool:error``, never an argument refusal
+    (``args:*``), whatever the text says: only the platform's own local runner makes one (``argument_refusal``,
+    ``ToolCallOutcome.refused``). A text that opens with a rate limit is one; another that mentions a timeout is a
+    timeout, whatever else it quotes (a 429 in an argument it echoes): for a write, the reason that leaves its
+    outcome unknown (``gate._attempts``). A quoted span holding one of the call's own values (``echoed``:
+    ``argument_texts``) is never read for a status (``_without_echoed_words``): "'X timed out' 자산을 찾을 수
+    없습니다" for the asset id "X timed out" is a tool error, while ``{"error": "upstream timed out"}`` is a timeout."""
     own = _without_echoed_words(text or "", echoed)
     if not _OPENS_RATE_LIMITED.search(own) and _TIMED_OUT.search(own):
         return "timeout", None

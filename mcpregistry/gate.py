@@ -980,7 +980,11 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
                 value, audited = (None, {"excerpt": _excerpt(text, structured, this.secrets), "chars": size})
             else:
                 value = _answer_value(outcome, text, structured, contract)
-                if outcome.is_error:
+                if outcome.is_error and outcome.refused:
+                    # A local tool's own schema refused the arguments (the local runner's word, never a server's):
+                    # the function did not run, and the model is to fix the argument.
+                    reason, detail = outcome.refused, outcome.text.strip()
+                elif outcome.is_error:
                     reason, retry_after = classify_tool_error(outcome.text, echoed=argument_texts(args))
                     detail = outcome.text.strip()
                 elif error_report(value):
@@ -1484,6 +1488,14 @@ def _failure_message(
 
 
 def _failure_guidance(tool: str, reason: str, *, fallback: str | None) -> str:
+    if reason.startswith("args:"):
+        # Arguments refused without the tool having run (a local tool's own schema, a request that could not be
+        # written): as a contract's refusal (``_argument_message``), to be corrected, not a failure to give up on,
+        # nor one for the fallback tool, which would be handed the same arguments.
+        return _(
+            "Tool '%(tool)s' was not called: its arguments were refused [%(reason)s]. Fix the argument as the "
+            "details say and call it again."
+        ) % {"tool": tool, "reason": reason}
     what = {
         "timeout": _("it did not answer in time"),
         "rate_limit": _("the backend's rate limit was hit"),

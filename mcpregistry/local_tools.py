@@ -279,8 +279,9 @@ def _invoke(tool: BaseTool, arguments: dict[str, Any], coroutine_call: _Coroutin
     cancelled itself is the tool's failure.
 
     Arguments the tool's own schema refuses (a Pydantic ``Field(gt=0)`` the contract does not hold) are not the
-    tool's failure: the function is not run, and the answer is ``argument_refusal``'s text, which the gate reads as
-    the ``args:*`` refusal it is (the model is to fix the argument), not a ``tool:error`` not to retry.
+    tool's failure: the function is not run, and the answer carries ``argument_refusal``'s reason in ``refused``
+    (what is wrong in its text), which the gate takes as the ``args:*`` refusal it is (the model is to fix the
+    argument), not a ``tool:error`` not to retry.
 
     A value that is no JSON (a dict with tuple keys, a circular reference) raises ``ToolResultInvalid`` (the gate's
     ``result:shape``): the function finished, a write was carried out, its answer cannot be read. ``None`` (a
@@ -289,8 +290,13 @@ def _invoke(tool: BaseTool, arguments: dict[str, Any], coroutine_call: _Coroutin
     try:
         refused = _arguments_refused(tool, arguments)
         if refused is not None:
+            reason, problems = refused
             return ToolCallOutcome(
-                is_error=True, text=refused, structured=None, content=[{"type": "text", "text": refused}]
+                is_error=True,
+                text=problems,
+                structured=None,
+                content=[{"type": "text", "text": problems}],
+                refused=reason,
             )
         value = coroutine_call.run(tool, arguments) if coroutine_call is not None else tool.invoke(arguments)
     except BaseException as exc:  # noqa: BLE001 - raised by the tool's own code in its own thread: an answer
@@ -312,9 +318,9 @@ def _invoke(tool: BaseTool, arguments: dict[str, Any], coroutine_call: _Coroutin
     )
 
 
-def _arguments_refused(tool: BaseTool, arguments: dict[str, Any]) -> str | None:
-    """Why the tool's own schema refuses ``arguments`` (``argument_refusal``'s text), or None. Checked against the
-    arguments a model fills in (``tool_call_schema``: no injected ones), before the function runs: a
+def _arguments_refused(tool: BaseTool, arguments: dict[str, Any]) -> tuple[str, str] | None:
+    """Why the tool's own schema refuses ``arguments`` (``argument_refusal``'s reason and text), or None. Checked
+    against the arguments a model fills in (``tool_call_schema``: no injected ones), before the function runs: a
     ``ValidationError`` the function raises itself (a backend's data it validates) stays its own error. A tool
     whose schema is no Pydantic v2 model (a JSON schema, a v1 model) is left to its own parsing."""
     schema = tool.tool_call_schema

@@ -573,9 +573,10 @@ class ToolContract(AuditedModel):
     """How a tool may be called and what it must return (seed 004), enforced by the gate on every call.
 
     ``args``: per argument ``{"type": "str|int|float|bool|list|dict", "required", "allowed", "min", "max",
-    "max_length", "pattern"}``. ``returns``: ``{"type", "required" (keys), "non_empty", "max_items",
-    "max_chars", "fields": {key: {"type", "non_empty", "max_items", "min", "max"}}}``. ``retry``:
-    ``{"max_attempts", "on": [reasons], "backoff_base_s", "backoff_cap_s", "honor_retry_after"}``.
+    "min_length", "max_length", "pattern"}`` (a length counts a text's characters, a list's items). ``returns``:
+    ``{"type", "required" (keys), "non_empty", "max_items", "max_chars", "fields": {key: {"type", "non_empty",
+    "max_items", "min", "max"}}}``. ``retry``: ``{"max_attempts", "on": [reasons], "backoff_base_s",
+    "backoff_cap_s", "honor_retry_after"}``.
     """
 
     class Risk(models.TextChoices):

@@ -206,13 +206,17 @@ class ServerConnection:
 class ToolCallOutcome:
     """What the server answered to ``tools/call``: ``is_error`` is the server's own verdict; ``text`` its text
     blocks (what is parsed as JSON); ``notes`` what its other blocks say (an embedded text resource's text, a note
-    of each image, audio or binary resource: never its bytes), for a result that has no text of its own."""
+    of each image, audio or binary resource: never its bytes), for a result that has no text of its own.
+    ``refused``: the ``args:*`` reason of arguments a local tool's own schema refused (``text`` then says what is
+    wrong with them), set only by the platform's own local runner (``local_tools``), never read from a server's
+    words; empty otherwise."""
 
     is_error: bool
     text: str
     structured: Any
     content: list[dict[str, Any]]
     notes: str = ""
+    refused: str = ""
 
 
 @dataclass

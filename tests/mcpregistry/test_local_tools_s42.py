@@ -6,12 +6,15 @@
 3. Pydantic constraints the pre-filled contract left out reached the tool: ``Field(gt=0)`` and ``min_length`` had no
    contract key, so ``amount=0`` of a write went to a person's approval and then failed, and the tool's own refusal
    (pydantic's English) was ``tool:error``, "do not retry". The contract now reads an exclusive bound as the
-   ``min``/``max`` that lets the same values through and ``minLength`` as a ``pattern``; arguments the tool's own
-   schema refuses are not run and come back as the ``args:*`` refusal they are, in the reader's language.
+   ``min``/``max`` that lets the same values through and ``minLength`` as its own key, ``min_length``; arguments the
+   tool's own schema refuses are not run and come back as the ``args:*`` refusal they are, in the reader's language,
+   with guidance to fix the argument. The reason travels beside the text (``ToolCallOutcome.refused``, set by the
+   local runner only): a server's error text that opens like a reason code is its ``tool:error``.
 """
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -26,7 +29,9 @@ from mcpregistry import gate
 from mcpregistry.contracts import argument_constraints, classify_tool_error
 from mcpregistry.local_tools import LocalToolRunner, local_tool
 from mcpregistry.models import McpServer, ToolContract
+from mcpregistry.services import tool_contract_update
 from tests.conftest import discover_as_admin, make_agent
+from tests.mcp_fixtures.scripts import script_file
 
 MODULE = "tests.mcpregistry.test_local_tools_s42"
 EXECUTED: dict[str, list[Any]] = defaultdict(list)
@@ -108,7 +113,7 @@ def test_none_fails_returns_non_empty_and_is_not_remembered() -> None:
 # --- 3. constraints the contract had no key for --------------------------------------------------------------------
 
 
-def test_exclusive_bounds_and_min_length_become_the_contract_keys_that_let_no_more_through() -> None:
+def test_exclusive_bounds_and_min_length_become_the_contract_keys_that_hold_them() -> None:
     schema = {
         "properties": {
             "count": {"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10.5},
@@ -125,8 +130,8 @@ def test_exclusive_bounds_and_min_length_become_the_contract_keys_that_let_no_mo
         "rate": {"required": False, "type": "float", "min": 5e-324, "max": 1},
         "old": {"required": False, "type": "float", "min": 5.000000000000001},
         "stricter": {"required": False, "type": "int", "min": 3},
-        "reason": {"required": False, "type": "str", "pattern": r"^[\s\S]{2,}"},
-        "code": {"required": False, "type": "str", "pattern": r"^(?=[\s\S]{3})[\s\S]*?(?:^\d+$)"},
+        "reason": {"required": False, "type": "str", "min_length": 2},
+        "code": {"required": False, "type": "str", "min_length": 3, "pattern": r"^\d+$"},
         "empty_ok": {"required": False, "type": "str"},
     }
 
@@ -138,7 +143,7 @@ def test_a_write_whose_arguments_its_schema_refuses_is_refused_before_anyone_is_
     assert tool_contract.risk == "write"
     assert tool_contract.args == {
         "amount": {"required": True, "type": "int", "min": 1},
-        "reason": {"required": True, "type": "str", "pattern": r"^[\s\S]{2,}"},
+        "reason": {"required": True, "type": "str", "min_length": 2},
     }
     agent = make_agent(
         slug="refunder",
@@ -169,8 +174,8 @@ def test_arguments_the_tools_own_schema_refuses_are_an_argument_refusal_not_a_to
     refused = call(server, "refund", {"amount": 0, "reason": "x"})
     assert (refused.ok, refused.error) == (False, "args:range:amount")
     assert "'amount' must be more than 0; 'reason' must be at least 2 characters" in refused.message
-    assert "Fix the argument and call the tool again." in refused.message
-    assert "validation error" not in refused.message
+    assert "Fix the argument as the details say and call it again." in refused.message
+    assert "validation error" not in refused.message and "Do not retry" not in refused.message
     assert EXECUTED["refund"] == []  # the function never ran
     empty = call(server, "calculate", {"expression": ""})
     assert (empty.ok, empty.error) == (False, "args:range:expression")
@@ -187,8 +192,63 @@ def test_a_validation_error_the_function_raises_itself_stays_its_own_error() -> 
     assert EXECUTED["read_backend"] == ["k"]
 
 
-def test_only_a_text_that_opens_with_an_argument_refusals_code_is_one() -> None:
-    assert classify_tool_error("args:range:amount: 'amount' must be more than 0.") == ("args:range:amount", None)
-    assert classify_tool_error("args:missing: 'x' is required.") == ("args:missing", None)
-    assert classify_tool_error("ValueError: args:range:amount: no") == ("tool:error", None)
-    assert classify_tool_error("args:whatever:x: no") == ("tool:error", None)
+# A FastMCP server whose tool answers with its own error, the text it is given.
+ERROR_TEXT_SERVER = """
+from fastmcp import FastMCP
+from fastmcp.exceptions import ToolError
+
+mcp = FastMCP("error-text")
+
+@mcp.tool(description="Answers with the error text it is given.")
+def fail(x: int, text: str) -> str:
+    raise ToolError(text)
+
+mcp.run(transport="stdio", show_banner=False)
+"""
+
+
+def test_no_text_is_read_as_an_argument_refusal() -> None:
+    assert classify_tool_error("args:range:amount: 'amount' must be more than 0.") == ("tool:error", None)
+    assert classify_tool_error("args:missing: 'x' is required.") == ("tool:error", None)
+
+
+@pytest.mark.django_db
+def test_a_servers_error_text_that_opens_like_a_reason_code_is_its_tool_error() -> None:
+    server = McpServer.objects.create(
+        mcp_id="error-text-s42",
+        name="error-text-s42",
+        transport=McpServer.Transport.STDIO,
+        command=sys.executable,
+        args=[script_file(ERROR_TEXT_SERVER)],
+        timeout_s=10,
+    )
+    report = discover_as_admin(server=server)
+    assert report.ok, report.error
+    ToolContract.objects.filter(tool__server=server).update(risk="read")
+    result = call(server, "fail", {"x": 1, "text": "args:range:x: nope"})
+    assert (result.ok, result.error) == (False, "tool:error")
+    assert "the tool reported an error" in result.message and "args:range:x: nope" in result.message
+    assert list(AuditEvent.objects.filter(tool="fail", action="tool.call").values_list("reason", flat=True)) == [
+        "tool:error"
+    ]
+
+
+@pytest.mark.django_db
+def test_a_local_tools_refusal_of_a_bound_the_contract_does_not_hold_tells_the_model_to_fix_it() -> None:
+    server = bind([f"{MODULE}.refund"])
+    contract = ToolContract.objects.get(tool__server=server, tool__name="refund")
+    tool_contract_update(
+        contract=contract,
+        actor="test-admin",
+        via="tests",
+        data={"risk": "read", "args": {"amount": {"required": True, "type": "int"}, "reason": {"type": "str"}}},
+    )
+    refused = call(server, "refund", {"amount": 0, "reason": "파손"})
+    assert (refused.ok, refused.error) == (False, "args:range:amount")
+    assert refused.message.startswith(
+        "Tool 'refund' was not called: its arguments were refused [args:range:amount]. Fix the argument as the "
+        "details say and call it again."
+    )
+    assert "'amount' must be more than 0" in refused.message
+    assert "args:range:amount: " not in refused.message  # the code is beside the text, not in it
+    assert EXECUTED["refund"] == []
