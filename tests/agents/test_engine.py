@@ -36,7 +36,31 @@ def test_a_deterministic_rule_answers_the_seed_question_offline(demo_agent) -> N
 
 def test_the_team_size_question_is_answered_from_list_team_members(demo_agent) -> None:
     run = submit(demo_agent, "클라우드운영팀 인원이 몇 명인지 알려주세요.")
-    assert run.answer == "클라우드운영팀 인원은 3명입니다."
+    assert run.answer == "클라우드운영팀 인원은 3명입니다: 김하늘, 이서준, 정하은."
+
+
+def test_a_question_for_a_teams_members_is_answered_with_their_names(demo_agent) -> None:
+    """명단 asks who is in the team: the count alone did not answer it."""
+    run = submit(demo_agent, "클라우드운영팀 명단 보여줘")
+    assert run.answer == "클라우드운영팀 인원은 3명입니다: 김하늘, 이서준, 정하은."
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "김하늘 님 팀 알려줘",
+        "클라우드운영팀 명단 보여줘",
+        "물류플랫폼팀 프로젝트 알려줘",
+        "박도윤 님 자산 알려줘",
+        "A-1004 상태 알려줘",
+    ],
+)
+def test_the_demo_servers_examples_the_no_match_answer_gives_are_answered_by_the_rules(demo_agent, query) -> None:
+    from agents.management.commands.seed_demo import NO_MATCH_ANSWER
+
+    assert f"({query})" in NO_MATCH_ANSWER
+    run = submit(demo_agent, query)
+    assert run.status == Run.Status.SUCCEEDED and run.deterministic_results, (run.error_message, run.answer)
 
 
 def test_every_rule_decision_is_in_the_trace(demo_agent) -> None:

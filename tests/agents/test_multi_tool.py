@@ -45,6 +45,27 @@ def test_the_demo_agent_binds_the_local_tools_beside_its_mcp_server(demo) -> Non
     assert set(demo.tools.values_list("contract__risk", flat=True)) == {"read"}
 
 
+def test_the_demo_agents_answer_when_no_rule_matched_says_what_it_answers(demo) -> None:
+    """Seed 001's no-tool question got "ask otherwise" and nothing of what the demo answers."""
+    from agents.management.commands.seed_demo import NO_MATCH_ANSWER
+
+    run = Run.objects.create(agent=Agent.objects.get(slug="company-assistant"), query="어떤 일을 도와줄 수 있어?")
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert (run.status, run.answer) == (Run.Status.SUCCEEDED, NO_MATCH_ANSWER)
+
+
+@pytest.mark.parametrize("query", ["'프린터가 고장 났어요' 문의 부서 분류해줘", "48건이 12% 늘면 몇 건인지 계산해줘"])
+def test_the_local_examples_the_no_match_answer_gives_are_answered_by_the_rules(demo, query: str) -> None:
+    from agents.management.commands.seed_demo import NO_MATCH_ANSWER
+
+    assert f"({query})" in NO_MATCH_ANSWER
+    run = Run.objects.create(agent=Agent.objects.get(slug="company-assistant"), query=query)
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED and run.deterministic_results, (run.error_message, run.answer)
+
+
 def test_the_multi_tool_question_is_answered_by_the_demo_rules_with_both_local_tools(demo) -> None:
     run = Run.objects.create(agent=Agent.objects.get(slug="company-assistant"), query=QUESTION)
     run_execute(run_id=str(run.id))

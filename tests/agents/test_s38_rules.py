@@ -33,7 +33,7 @@ def calls(run: Run) -> list[tuple[str, dict[str, Any]]]:
         (
             "클라우드운영팀 몇명이야?",
             ("list_team_members", {"team": "클라우드운영팀"}),
-            "클라우드운영팀 인원은 3명입니다.",
+            "클라우드운영팀 인원은 3명입니다: 김하늘",
         ),
         ("A-１００４ 상태 알려줘", ("get_asset_status", {"asset_id": "A-1004"}), "A-1004"),
     ],

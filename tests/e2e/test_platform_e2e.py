@@ -48,7 +48,7 @@ def check_the_seed_questions(platform: RunningPlatform) -> None:
     assert "김하늘" in rows[0][4]
 
     run = ask_and_wait(platform, "클라우드운영팀 인원이 몇 명인지 알려주세요.")
-    assert run["answer"] == "클라우드운영팀 인원은 3명입니다."
+    assert run["answer"] == "클라우드운영팀 인원은 3명입니다: 김하늘, 이서준, 정하은."
 
 
 def test_a_query_travels_through_a_real_worker_on_the_embedded_broker(tmp_path: Path) -> None:

@@ -69,7 +69,8 @@ DEMO_RULES: list[dict[str, Any]] = [
         "tool_name": "list_team_members",
         "when": {"regex": r"(?P<team>[가-힣A-Za-z]+팀)", "any_keywords": ["인원", "몇 명", "명단", "구성원", "멤버"]},
         "params": {"team": "{match.team}"},
-        "answer_template": "{params.team} 인원은 {result.count}명입니다.",
+        # The names too: 명단, 구성원 and 멤버 ask who is in the team, which the count alone did not answer.
+        "answer_template": "{params.team} 인원은 {result.count}명입니다: {result.members.*.name}.",
     },
     {
         "name": "팀 프로젝트 조회",
@@ -245,6 +246,15 @@ def apply_local_contracts(server: McpServer, *, tools: Collection[str] | None = 
             tool_contract_update(contract=contract, actor=SEED_ACTOR, via=SEED_VIA, data=values)
 
 
+NO_MATCH_ANSWER = (
+    "이 도우미는 모델 없이 정해진 질문에만 답합니다. 이렇게 물어봐 주세요: "
+    "직원 소속 (김하늘 님 팀 알려줘), 팀 인원과 명단 (클라우드운영팀 명단 보여줘), "
+    "팀 프로젝트 (물류플랫폼팀 프로젝트 알려줘), 직원의 자산 (박도윤 님 자산 알려줘), "
+    "자산 상태 (A-1004 상태 알려줘), 문의 부서 ('프린터가 고장 났어요' 문의 부서 분류해줘), "
+    "증감 계산 (48건이 12% 늘면 몇 건인지 계산해줘)."
+)
+
+
 def seed_demo_rules(agent: Agent, servers: list[McpServer]) -> int:
     """Add the demo's rules for ``servers`` (the demo server's, the local tools') to ``agent``, each that it has
     no rule of the name of; returns how many were added."""
@@ -355,6 +365,8 @@ class Command(BaseCommand):
                 "system_prompt": SYSTEM_PROMPT,
                 "model_provider": Agent.Provider.OFFLINE,
                 "max_iterations": 6,
+                # What the offline demo answers, where no rule matched (the generic text said only "ask otherwise").
+                "no_match_answer": NO_MATCH_ANSWER,
             }
             agent = agent_create(
                 actor=SEED_ACTOR, via=SEED_VIA, data={"slug": DEMO_AGENT, **agent_values}, servers=[server, local]
