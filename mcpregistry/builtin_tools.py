@@ -15,7 +15,11 @@ need more, and only a division that does not end (1/3, 3 ** -1) is rounded, the 
 it (at the end, or before ``)``, ``*``, ``/``, or, written against its number, before ``+`` or ``-``) is a
 percentage, as people write one (``200000 * 15% - 1000`` is 29000, ``48 * 112%`` is 53.76): that operand divided by
 100. ``17 % 5`` (an operand after it, a sign against it too: ``7 % -2``) is the remainder. A spaced ``%`` before a
-spaced sign (``15 % - 1000``) could be either and is refused, saying how to write each.
+spaced sign (``15 % - 1000``) could be either and is refused, saying how to write each. A percentage is a factor
+(of ``*``, ``/``, ``//``, ``%``, ``**``): one added to or subtracted from a number (``1000 + 10%``, ``50% - 10``,
+``-10% + 5``) is refused as ambiguous, as a pocket calculator reads it as 1100 and the syntax as 1000.1; the refusal
+says how to write each. Percentages added to each other (``200000 * (15% + 5%)``) are one percentage. A minus sign
+(U+2212, ``−``, as documents print it) is ``-``.
 ``classify_request`` reads its keyword → department table from ``RequestCategory`` rows that admins edit.
 """
 
@@ -41,8 +45,11 @@ MAX_EXPRESSION_CHARS = 200
 # Full-width ASCII (U+FF01–U+FF5E: "４８ ＊ １．１２", as a Korean or Japanese input method types in full-width
 # mode) and the ideographic space, read as the ASCII they stand for. Only these: NFKC would also read "3²" as "32".
 FULL_WIDTH_AS_ASCII = {0xFF01 + i: 0x21 + i for i in range(94)} | {0x3000: 0x20}
-# × and ÷ as written by hand (and by a model quoting the user), read as Python's operators.
-OPERATOR_SIGNS = {ord("×"): ord("*"), ord("÷"): ord("/")}
+# × and ÷ as written by hand (and by a model quoting the user), and the minus sign (U+2212) as documents print it
+# (text copied from one: ``1000 − 200``), read as Python's operators.
+OPERATOR_SIGNS = {ord("×"): ord("*"), ord("÷"): ord("/"), ord("\N{MINUS SIGN}"): ord("-")}
+# The line breaks Python's parser reads (a lone carriage return is one), for the positions of its nodes.
+_LINE_BREAK = re.compile(r"\r\n?|\n")
 # A number whose digits are grouped by commas, three to a group (1,200,000), not inside a longer word or number
 # (0x1,000 and 1.5,000 are refused): its commas are dropped. Any other comma is Python's tuple, refused.
 _DIGIT_GROUPS = re.compile(r"(?<![\w.])[0-9]{1,3}(?:,[0-9]{3})+(?!\w)")
@@ -69,7 +76,9 @@ class CalculateInput(BaseModel):
     expression: str = Field(
         description=(
             "산술식 하나. 숫자, + - * / // % ** (×, ÷) 와 괄호만 쓴다. 숫자 바로 뒤의 % 는 퍼센트(15% 는 0.15), "
-            "양쪽에 피연산자가 있는 % 는 나머지(17 % 5 는 2)다. 천 단위 쉼표(1,200,000)와 금액 뒤 '원'은 읽는다. "
+            "양쪽에 피연산자가 있는 % 는 나머지(17 % 5 는 2)다. 퍼센트는 곱하거나 나누는 인수로만 쓴다: 숫자에 "
+            "더하거나 빼는 퍼센트('1000 + 10%')는 모호해서 거절된다. 10% 더하기는 '1000 * 1.1', 10% 할인은 "
+            "'1000 * 0.9' 로 쓴다. 천 단위 쉼표(1,200,000)와 금액 뒤 '원'은 읽는다. "
             "예: '48 * 1.12', '200000 * 15% - 1000', '(3 + 4) * 2000000', '1,200,000 * 0.1'"
         ),
         min_length=1,
@@ -83,18 +92,21 @@ def calculate(expression: str) -> str:
 
     산술식(숫자, 사칙연산, //, %, **, 괄호)만 받는다. 변수나 함수 이름은 쓸 수 없다.
     숫자 바로 뒤의 % 는 퍼센트다 ('200000 * 15% - 1000' → '29000'). 양쪽에 피연산자가 있는 % 는 나머지다 ('17 % 5' → '2').
+    퍼센트는 곱하거나 나누는 인수로만 쓴다. '1000 + 10%' 처럼 숫자에 더하거나 빼면 모호해서 거절된다:
+    10% 더하기는 '1000 * 1.1', 10% 할인은 '1000 * 0.9' 로 쓴다.
     결과는 소수 표기 문자열이다 (예: '48 * 1.12' → '53.76'). 식이 잘못되면 무엇이 잘못됐는지 알려 준다.
     """
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise ValueError(_("the expression is longer than %(limit)d characters") % {"limit": MAX_EXPRESSION_CHARS})
-    source = _percentages(_arithmetic_source(expression))
+    source, percentages = _percentages(_arithmetic_source(expression))
     try:
         tree = ast.parse(source, mode="eval")
     except SyntaxError as exc:
         raise ValueError(_("not an arithmetic expression: %(error)s") % {"error": exc.msg}) from None
     if sum(1 for _node in ast.walk(tree)) > MAX_NODES:
         raise ValueError(_("the expression has more than %(limit)d parts") % {"limit": MAX_NODES})
-    result = _evaluate(tree.body, source)
+    result = _evaluate(tree.body, source)  # first: what is not arithmetic is refused as that
+    _refuse_percentage_sums(tree.body, percentages)
     if result.rounded:
         return _(
             "about %(value)s (not exact: a division in the expression does not end and was rounded to "
@@ -116,25 +128,31 @@ def _arithmetic_source(expression: str) -> str:
 # could not be followed by these). ``+`` and ``-`` may also start the remainder's divisor (``17 % -5``).
 _AFTER_PERCENT = frozenset({")", "*", "/", "**", "//"})
 _SIGNS = frozenset({"+", "-"})
+# What a percentage's ``%`` is written as (after a ``(`` before its operand): its operand divided by 100.
+_PER_HUNDRED = "/100)"
 
 
-def _percentages(source: str) -> str:
+def _percentages(source: str) -> tuple[str, frozenset[tuple[int, int]]]:
     """``source`` with each ``%`` that is a percentage as the division of its operand by 100: ``15%`` as
-    ``(15/100)``, ``(3 + 4)%`` as ``((3 + 4)/100)``. A ``%`` is a percentage right after a number or a closing
-    parenthesis where no operand follows it: at the end, before ``)``, ``*``, ``/``, ``**``, ``//``, or, written
-    against its operand (``15% - 1000``), before ``+`` or ``-``; anything else is Python's remainder (``17 % 5``,
-    ``7 % -2``: a sign written against its number). A spaced ``%`` before a spaced sign (``15 % - 1000``) is
-    refused: it reads either way. A source that does not tokenize is returned as it is, for the parser to say why."""
+    ``(15/100)``, ``(3 + 4)%`` as ``((3 + 4)/100)``; and where each of those ``100`` is, as the parser's nodes say
+    (line, UTF-8 column), to tell a percentage from a division written as one. A ``%`` is a percentage right after
+    a number or a closing parenthesis where no operand follows it: at the end, before ``)``, ``*``, ``/``, ``**``,
+    ``//``, or, written against its operand (``15% - 1000``), before ``+`` or ``-``; anything else is Python's
+    remainder (``17 % 5``, ``7 % -2``: a sign written against its number). A spaced ``%`` before a spaced sign
+    (``15 % - 1000``) is refused: it reads either way. A source that does not tokenize is returned as it is, for the
+    parser to say why."""
+    # The lines as the tokenizer reads them (``splitlines`` would also break at a form feed, misplacing an edit).
+    lines = io.StringIO(source).readlines()
     try:
         tokens = [
             t
-            for t in tokenize.generate_tokens(io.StringIO(source).readline)
+            for t in tokenize.generate_tokens(iter([*lines, ""]).__next__)
             if t.type not in {tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER, tokenize.INDENT, tokenize.DEDENT}
         ]
     except (tokenize.TokenError, SyntaxError):
-        return source
+        return source, frozenset()
     line_starts = [0]
-    for line in source.splitlines(keepends=True):
+    for line in lines:
         line_starts.append(line_starts[-1] + len(line))
 
     def offset(position: tuple[int, int]) -> int:
@@ -165,17 +183,63 @@ def _percentages(source: str) -> str:
             raise ValueError(
                 _(
                     "'%%' followed by a sign is ambiguous: write a percentage as a decimal (15%% is 0.15) or "
-                    "right after its number (15%% - 1000), and a remainder's negative divisor in parentheses "
-                    "(17 %% (-5))"
+                    "right after its number (200000 * 15%% - 1000), and a remainder's negative divisor in "
+                    "parentheses (17 %% (-5))"
                 )
                 % {}
             )
         if after is None or after in _AFTER_PERCENT or after in _SIGNS:
             edits.append((offset(operand.start), offset(operand.start), "("))
-            edits.append((offset(token.start), offset(token.end), "/100)"))
-    for start, end, text in sorted(edits, reverse=True):
-        source = source[:start] + text + source[end:]
-    return source
+            edits.append((offset(token.start), offset(token.end), _PER_HUNDRED))
+    written: list[str] = []
+    hundreds: set[tuple[int, int]] = set()
+    copied = 0
+    for start, end, text in sorted(edits):
+        written.append(source[copied:start])
+        if text == _PER_HUNDRED:
+            *lines_before, line = _LINE_BREAK.split("".join(written) + "/")
+            hundreds.add((len(lines_before) + 1, len(line.encode())))
+        written.append(text)
+        copied = end
+    written.append(source[copied:])
+    return "".join(written), frozenset(hundreds)
+
+
+def _is_percentage(node: ast.expr, percentages: frozenset[tuple[int, int]]) -> bool:
+    """Whether ``node`` is a percentage: one ``_percentages`` wrote (its ``100`` where it put one), one signed
+    (``-10%``), or a sum or difference of two (``15% + 5%``, itself a percentage)."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.UAdd | ast.USub):
+        return _is_percentage(node.operand, percentages)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub):
+        return _is_percentage(node.left, percentages) and _is_percentage(node.right, percentages)
+    return (
+        isinstance(node, ast.BinOp)
+        and isinstance(node.op, ast.Div)
+        and (node.right.lineno, node.right.col_offset) in percentages
+    )
+
+
+def _refuse_percentage_sums(tree: ast.expr, percentages: frozenset[tuple[int, int]]) -> None:
+    """Refuses a percentage added to or subtracted from a number (``1000 + 10%``, ``50% - 10``, ``(1 + 10%)``,
+    ``-10% + 5``), at any depth: a pocket calculator reads ``1000 + 10%`` as 1100, the syntax as 1000.1, and either
+    answer would be wrong for someone. A percentage is a factor (``200000 * 15% - 1000``: the product is the
+    operand of ``-``); percentages added to each other are one percentage."""
+    if not percentages:
+        return
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.Add | ast.Sub)
+            and _is_percentage(node.left, percentages) != _is_percentage(node.right, percentages)
+        ):
+            raise ValueError(
+                _(
+                    "a percentage added to or subtracted from a number is ambiguous (1000 + 10%% may mean 1000.1 "
+                    "or 1100): write 1000 * 1.1 (or 1000 * (1 + 0.1)) to add 10%%, 1000 * 0.9 to take 10%% off, "
+                    "or 1000 + 0.1 to add the number 0.1"
+                )
+                % {}
+            )
 
 
 def _not_arithmetic() -> ValueError:
