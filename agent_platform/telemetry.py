@@ -11,7 +11,8 @@ naming another (``grpc``, ``http/json``) leaves traces off with a warning at sta
 gRPC port. Off, every helper here is OpenTelemetry's no-op.
 
 Spans: one per API request (``TracingMiddleware``), Celery task (the publish injects the trace context into the
-message headers, the worker continues it), run (``run_span``), deterministic rule (``spans_per_item``), model
+message headers, the worker continues it; a run's later pass also links to the trace that created the run,
+``Run.traceparent``), run (``run_span``), deterministic rule (``spans_per_item``), model
 call (``agents.model_tracing``), gate call (``gate_span``, a call refused before the gate too; each attempt is a
 span event) and gated read (``gate_read_span``: ``resources/read``, ``prompts/get``). Attributes follow the
 GenAI semantic conventions (``gen_ai.*``) plus ours (``platform.*``: run id, agent, reason code). A tool's
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 if TYPE_CHECKING:
@@ -224,6 +225,18 @@ def trace_id_hex() -> str | None:
     """The current trace's id as 32 hex digits, or None outside a recorded trace."""
     context = trace.get_current_span().get_span_context()
     return format(context.trace_id, "032x") if context.is_valid else None
+
+
+def traceparent_current() -> str:
+    """The W3C ``traceparent`` of the current span, where this process records it (tracing on, the span sampled),
+    else ``""``: a process that does not trace continues a caller's ``traceparent`` in a span it never exports, and
+    a run created there has no trace of its own to link to. A run stores it (``Run.traceparent``)."""
+    current = trace.get_current_span()
+    if not current.is_recording() or not current.get_span_context().is_valid:
+        return ""
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier)
+    return carrier.get("traceparent", "")
 
 
 def mcp_request_meta() -> dict[str, Any] | None:
@@ -440,6 +453,10 @@ def run_outcome(*, status: str, error_code: str | None, token_usage: Mapping[str
 _task_spans: dict[str, tuple[Span, object]] = {}
 _task_spans_lock = threading.Lock()
 
+# The task message's header with the run's first trace (``Run.traceparent``), sent with each later pass of the run
+# (``agents.dispatch.run_dispatch``): the pass's task span links to it, its parent staying the publisher's.
+RUN_TRACEPARENT_HEADER = "platform_run_traceparent"
+
 
 def _before_task_publish(headers: dict[str, Any] | None = None, **_kwargs: Any) -> None:
     """Put the publisher's trace context into the task message's headers (W3C ``traceparent``)."""
@@ -474,6 +491,7 @@ def _task_prerun(task_id: str = "", task: Any = None, args: Any = None, **_kwarg
         f"celery.task {task.name}",
         context=parent,
         kind=SpanKind.CONSUMER,
+        links=_run_trace_links(task.request, parent),
         attributes=_clean(
             {
                 "messaging.system": "celery",
@@ -487,6 +505,18 @@ def _task_prerun(task_id: str = "", task: Any = None, args: Any = None, **_kwarg
     token = otel_context.attach(trace.set_span_in_context(started, parent))
     with _task_spans_lock:
         _task_spans[task_id] = (started, token)
+
+
+def _run_trace_links(request: Any, parent: otel_context.Context) -> list[Link]:
+    """A later pass of a run (resumed after an approval, queued again by the reconciler): a link to the run's first
+    trace, which its message names (``RUN_TRACEPARENT_HEADER``); none where the pass is in that trace already."""
+    stored = _RequestGetter().get(request, RUN_TRACEPARENT_HEADER)
+    if not stored:
+        return []
+    first = trace.get_current_span(_W3C.extract({"traceparent": stored[0]})).get_span_context()
+    if not first.is_valid or first.trace_id == trace.get_current_span(parent).get_span_context().trace_id:
+        return []
+    return [Link(first)]
 
 
 def _task_failure(task_id: str = "", exception: BaseException | None = None, **_kwargs: Any) -> None:

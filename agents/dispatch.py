@@ -17,6 +17,8 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from kombu.exceptions import OperationalError as BrokerError
 
+from agent_platform.telemetry import RUN_TRACEPARENT_HEADER
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -50,14 +52,16 @@ def run_queue(purpose: str | None) -> str | None:
     return None
 
 
-def run_dispatch(*, run_id: str, time_limit_s: int, purpose: str | None = None) -> bool:
+def run_dispatch(*, run_id: str, time_limit_s: int, purpose: str | None = None, traceparent: str = "") -> bool:
     """Publish the run's task with its soft and hard time limits, retrying the publish (``PUBLISH_RETRY_POLICY``).
 
     Call it once the run's row is committed (``transaction.on_commit``). Returns False, and logs, when the broker
     cannot be reached even after the retries: the run stays queued and the reconciler dispatches it again after
     ``PLATFORM_RUN_QUEUED_STALE_S``. Never raises for a broker failure (the caller's transaction has committed).
     ``purpose``: the run's (``Run.purpose``), which picks its queue (``run_queue``); every dispatch of one run
-    passes it, so that a run sent again goes where it was first sent."""
+    passes it, so that a run sent again goes where it was first sent. ``traceparent``: the run's first trace
+    (``Run.traceparent``), passed by every later pass (a resume, a re-dispatch), whose task span links to it
+    (``agent_platform.telemetry.RUN_TRACEPARENT_HEADER``); the first pass's parent is that trace already."""
     soft, hard = run_time_limits(time_limit_s)
     options: dict[str, Any] = {
         "soft_time_limit": soft,
@@ -68,6 +72,8 @@ def run_dispatch(*, run_id: str, time_limit_s: int, purpose: str | None = None) 
     queue = run_queue(purpose)
     if queue:
         options["queue"] = queue
+    if traceparent:
+        options["headers"] = {RUN_TRACEPARENT_HEADER: traceparent}
     try:
         task = current_app.tasks.get(RUN_TASK)
         if task is not None:

@@ -1112,6 +1112,9 @@ class Run(models.Model):
     worker = models.CharField(_("worker"), max_length=200, blank=True, editable=False)
     heartbeat_at = models.DateTimeField(_("last heartbeat"), null=True, blank=True, editable=False)
     lease_expires_at = models.DateTimeField(_("lease expires"), null=True, blank=True, editable=False)
+    # The W3C ``traceparent`` of the span that created the run (the ``POST /api/v1/runs`` request's), where that
+    # process records traces: each later pass's task span links to it (``agent_platform.telemetry``). Ids only.
+    traceparent = models.CharField(_("trace context"), max_length=55, blank=True, editable=False)
     created_at = models.DateTimeField(_("created"), auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(_("started"), null=True, blank=True)
     # When the current pass was claimed (a resumed run's pass starts again): the reconciler counts the time limit

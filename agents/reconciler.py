@@ -166,7 +166,9 @@ def _recover_runs_of_lost_workers(now: datetime) -> tuple[int, int]:
     expired = (
         Run.objects.filter(status=Run.Status.RUNNING, lease_expires_at__lte=now)
         .order_by("lease_expires_at")
-        .values("id", "worker", "delivery_count", "lease_expires_at", "agent__time_limit_s", "purpose")[:batch]
+        .values("id", "worker", "delivery_count", "lease_expires_at", "agent__time_limit_s", "purpose", "traceparent")[
+            :batch
+        ]
     )
     requeued = lost = 0
     for row in expired:
@@ -218,6 +220,7 @@ def _requeue_lost_run(row: Mapping[str, Any]) -> bool:
         match=_lost_run_as_read(row),
         time_limit_s=row["agent__time_limit_s"],
         purpose=row["purpose"],
+        traceparent=row["traceparent"],
         reason=f"worker_lost: {row['worker']} stopped renewing its lease",
     )
 
@@ -238,7 +241,7 @@ def _redispatch_stale_queued_runs(now: datetime) -> int:
         Run.objects.filter(status=Run.Status.QUEUED)
         .filter(Q(lease_expires_at__lte=now) | Q(lease_expires_at__isnull=True, created_at__lte=now - stale))
         .order_by("created_at")
-        .values("id", "lease_expires_at", "agent__time_limit_s", "purpose")[:batch]
+        .values("id", "lease_expires_at", "agent__time_limit_s", "purpose", "traceparent")[:batch]
     )
     redispatched = 0
     for row in due:
@@ -250,7 +253,12 @@ def _redispatch_stale_queued_runs(now: datetime) -> int:
             logger.warning(
                 "run %s was still queued after %s s; dispatching it again", row["id"], int(stale.total_seconds())
             )
-            run_dispatch(run_id=str(row["id"]), time_limit_s=row["agent__time_limit_s"], purpose=row["purpose"])
+            run_dispatch(
+                run_id=str(row["id"]),
+                time_limit_s=row["agent__time_limit_s"],
+                purpose=row["purpose"],
+                traceparent=row["traceparent"],
+            )
             redispatched += 1
     return redispatched
 

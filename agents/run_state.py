@@ -62,8 +62,14 @@ def run_resume(*, run_id: str) -> bool:
     )
     if resumed == 1:
         RunEventWriter(run_id=run_id, secrets=[]).emit("status", {"status": "queued"})
-        time_limit_s, purpose = Run.objects.filter(id=run_id).values_list("agent__time_limit_s", "purpose").get()
-        transaction.on_commit(lambda: run_dispatch(run_id=str(run_id), time_limit_s=time_limit_s, purpose=purpose))
+        time_limit_s, purpose, traceparent = (
+            Run.objects.filter(id=run_id).values_list("agent__time_limit_s", "purpose", "traceparent").get()
+        )
+        transaction.on_commit(
+            lambda: run_dispatch(
+                run_id=str(run_id), time_limit_s=time_limit_s, purpose=purpose, traceparent=traceparent
+            )
+        )
     return resumed == 1
 
 
@@ -124,11 +130,18 @@ def _run_fail_recorded(
 
 
 def run_requeue_unheld(
-    *, run_id: Any, match: dict[str, Any], time_limit_s: int, reason: str, purpose: str | None = None
+    *,
+    run_id: Any,
+    match: dict[str, Any],
+    time_limit_s: int,
+    reason: str,
+    purpose: str | None = None,
+    traceparent: str = "",
 ) -> bool:
     """Put a running run whose worker is gone back in the queue, if it still is as read (compare-and-swap on
     ``match``), with its ``status`` event; its task is dispatched again when the transaction commits, to the
-    queue of its ``purpose`` (``agents.dispatch.run_queue``)."""
+    queue of its ``purpose`` (``agents.dispatch.run_queue``), its span linked to the run's first trace
+    (``traceparent``, ``Run.traceparent`` as read)."""
     stale = timedelta(seconds=float(lifecycle_setting("PLATFORM_RUN_QUEUED_STALE_S")))
     with transaction.atomic():
         requeued = Run.objects.filter(id=run_id, **match).update(
@@ -137,7 +150,11 @@ def run_requeue_unheld(
         if requeued == 1:
             RunEventWriter(run_id=run_id, secrets=[]).emit("status", {"status": "queued", "reason": reason})
             approvals_interrupted(run_id=run_id, why="worker_lost")
-            transaction.on_commit(lambda: run_dispatch(run_id=str(run_id), time_limit_s=time_limit_s, purpose=purpose))
+            transaction.on_commit(
+                lambda: run_dispatch(
+                    run_id=str(run_id), time_limit_s=time_limit_s, purpose=purpose, traceparent=traceparent
+                )
+            )
     if requeued == 1:
         logger.warning("run %s queued again: %s", run_id, reason)
     return requeued == 1

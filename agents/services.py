@@ -20,6 +20,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from agent_platform.errors import ApplicationError
+from agent_platform.telemetry import traceparent_current
 from agent_platform.text import nfc, nfc_value
 from agents.budgets import budget_reserve
 from agents.config_cache import SubmissionParts, submission_parts
@@ -1255,6 +1256,8 @@ def run_create(
             a2a_files=run_input_guarded(a2a_files or [], secrets),
             idempotency_key=idempotency_key,
             request_digest=digest,
+            # The trace that created it (the request's span), for its later passes to link to: part of the INSERT.
+            traceparent=traceparent_current(),
         )
         _RUN_INSERT.insert([run])
         # Refused (429 budget_exceeded, rolling the run back) when a budget of the key or the agent is spent.
