@@ -15,8 +15,8 @@ by compare-and-swap on the reservation) its reservation is released and its real
 ``used``, on the row it reserved on: the period it was admitted in, or the budget's new period where an admin
 changed the period while it was in flight (``budget_update`` carries open reservations to the new period's row).
 A budget's creation, a change of its period and switching it on count on the period's counters what its API key or
-agent spent in the period so far (``_usage_open``); a model without a price under a cost limit is refused
-(``409 budget_misconfigured``), never free.
+agent spent in the period so far, and reserve there for its runs in flight admitted without it (``_usage_open``); a
+model without a price under a cost limit is refused (``409 budget_misconfigured``), never free.
 
 **The bound.** Before each model call the engine caps the call to what is left of the run's reservation
 (``agents.engine.input_token_bound`` bounds its input; ``max_tokens`` caps its output; a call whose input bound
@@ -138,10 +138,9 @@ def budget_update(*, budget: Budget, actor: Any, via: str, data: Mapping[str, An
     period_before = before["period"] if before is not None else None
     enabled_before = before["enabled"] if before is not None else False
     budget = audited_save(budget, actor=actor, via=via, data=data)
-    if budget.period != period_before:
-        _reservations_carry(budget)
-    if budget.period != period_before or (budget.enabled and not enabled_before):
-        _usage_open(budget)
+    period_changed = budget.period != period_before
+    if period_changed or (budget.enabled and not enabled_before):
+        _usage_open(budget, carry=period_changed)
     return budget
 
 
@@ -201,27 +200,43 @@ def _reservations_carry(budget: Budget) -> None:
     )
 
 
-def _usage_open(budget: Budget) -> None:
+def _usage_open(budget: Budget, *, carry: bool = False) -> None:
     """Count on the budget's counters for its period now what its API key or agent spent in that period (the runs
     ``GET /usage`` sums, ``period_runs``), in the transaction of the change that opens them (the budget's
-    creation, a change of its period, switching it on), after ``_reservations_carry``. Opened empty, they
-    forgot that spend, and admitted runs past the limit (a key that spent 3,052 of a day's 5,000 tokens was
-    admitted two more runs when the budget became a month one: 6,104 spent against 5,000).
+    creation, a change of its period, switching it on); ``carry``: a change of its period, whose open reservations
+    are carried to these counters first (``_reservations_carry``). Opened empty, they forgot that spend, and
+    admitted runs past the limit (a key that spent 3,052 of a day's 5,000 tokens was admitted two more runs when
+    the budget became a month one: 6,104 spent against 5,000).
 
     The counters are raised to that spend, never lowered: it is a total of the runs, not an addition, so a row
     the usual path opened (``budget_reserve``, at a period's start) and charged its runs on, or a period the budget
     changes back to, counts no run twice. Left out: the runs holding an open reservation of the budget (they add
     their spend to these counters when they settle, ``budget_settle``). Counted besides: the runs settled on these
-    counters that were created before the period (a month's run in flight carried to a new day's counters)."""
+    counters that were created before the period (a month's run in flight carried to a new day's counters).
+
+    Switched on, the budget also reserves on these counters for each of its runs in flight that holds no
+    reservation of it (admitted before it existed or was on, ``_in_flight_reserve``): such a run settled onto
+    nothing, and runs were admitted beside it past the limit (two runs in flight when a day's 5,000 tokens budget
+    was created, then two more admitted: 6,184 spent). Their rows are locked first, before any reservation or
+    counter (as a run's end takes its row, then its reservations, then its counters): one ending meanwhile is
+    counted as ended (``spent``), one ending after this commits settles its new reservation."""
     start, _end = period_bounds(budget.period, timezone.now())
     reservations = BudgetReservation.objects.filter(usage__budget=budget)
     runs = budget_runs(budget)
+    in_flight = _runs_in_flight_locked(runs.exclude(pk__in=reservations.values("run_id"))) if budget.enabled else []
+    if carry:
+        _reservations_carry(budget)
     counted = period_runs(runs, start=start)
     usage = BudgetUsage.objects.filter(budget=budget, period_start=start).first()
     if usage is not None:
         counted |= runs.filter(pk__in=reservations.filter(usage=usage).values("run_id"))
-    spent = _totals(counted.exclude(pk__in=reservations.filter(settled_at__isnull=True).values("run_id")))
-    if not (spent.tokens or spent.cost_micros):
+    # The runs given a reservation here are left out too: they count their whole spend when they settle.
+    spent = _totals(
+        counted.exclude(pk__in=reservations.filter(settled_at__isnull=True).values("run_id")).exclude(
+            pk__in=[run.pk for run in in_flight]
+        )
+    )
+    if not (spent.tokens or spent.cost_micros or in_flight):
         return  # nothing to count: the counters are left as they are, or to the first admission to open
     usage = usage or _usage_row(budget, start)
     if usage is None:
@@ -229,6 +244,54 @@ def _usage_open(budget: Budget) -> None:
     BudgetUsage.objects.filter(pk=usage.pk).update(
         used_tokens=Greatest(F("used_tokens"), spent.tokens),
         used_cost_micros=Greatest(F("used_cost_micros"), spent.cost_micros),
+    )
+    if in_flight:
+        _in_flight_reserve(budget, usage, in_flight)
+
+
+# The statuses of a run that has not ended: it may still spend, and settles when it ends (``budget_settle``).
+RUN_IN_FLIGHT_STATUSES = (Run.Status.QUEUED, Run.Status.RUNNING, Run.Status.AWAITING_APPROVAL)
+
+
+def _runs_in_flight_locked(runs: QuerySet[Run]) -> list[Run]:
+    """Those of ``runs`` that have not ended, their rows held until the transaction ends (a run's end waits, then
+    finds the reservations given them), with what prices them (``run_model``)."""
+    return list(
+        runs.filter(status__in=RUN_IN_FLIGHT_STATUSES)
+        .select_for_update(no_key=True, of=("self",))
+        .select_related("agent", "version")
+        .defer("agent__model_secrets")
+        .order_by("pk")
+    )
+
+
+def _in_flight_reserve(budget: Budget, usage: BudgetUsage, runs: list[Run]) -> None:
+    """Reserve on the counters for each of ``runs`` (in flight, holding no reservation of the budget) what
+    ``budget_reserve`` would have, at its model's price, as if it had been admitted now; never refused (the run is
+    already in flight): what they reserve may take the counters past the limit, which holds back new admissions
+    until they settle."""
+    prices: dict[tuple[str, str], ModelPrice | None] = {}
+    created = []
+    for run in runs:
+        provider, model_id = run_model(run)
+        if (provider, model_id) not in prices:
+            prices[provider, model_id] = model_price_for(provider=provider, model_id=model_id)
+        price = prices[provider, model_id]
+        created.append(
+            BudgetReservation(
+                run=run,
+                usage=usage,
+                tokens=budget.run_reservation_tokens,
+                cost_micros=_reservation_cost_micros(price=price, tokens=budget.run_reservation_tokens),
+                provider=provider,
+                model_id=model_id,
+                **_admission_price_fields(price),
+            )
+        )
+    BudgetReservation.objects.bulk_create(created)
+    BudgetUsage.objects.filter(pk=usage.pk).update(
+        reserved_tokens=F("reserved_tokens") + sum(reservation.tokens for reservation in created),
+        reserved_cost_micros=F("reserved_cost_micros") + sum(reservation.cost_micros for reservation in created),
     )
 
 

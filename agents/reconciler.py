@@ -26,7 +26,10 @@ In order:
    time limit has passed: the run's ``lease_expires_at``, which ``run_cancel`` set to it), the run's last
    ``status`` event (``cancelled``) is appended if that worker never wrote it (it died first), so that event
    streams, the admin's live view and ``?wait`` see the run's end, and its budgets are settled (the cancellation
-   left its reservation to that worker, whose model call under way could still spend it).
+   left its reservation to that worker, whose model call under way could still spend it);
+8. **reservations of finished runs**: once a finished run's worker is surely gone (as in step 6), a budget
+   reservation it still holds open is settled (``budget_settle``): a budget created or switched on while the run
+   was running reserved for it (``agents.budgets``), and the pass, claimed without a reservation, did not settle.
 
 Steps 2 and 3 handle at most ``PLATFORM_RECONCILE_BATCH`` runs per pass, oldest first, so a backlog does not
 flood the broker.
@@ -52,8 +55,9 @@ from django.db.models import Exists, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from agents.approvals import approvals_expire_due
+from agents.budgets import budget_settle
 from agents.dispatch import lifecycle_setting, repaired_alone, run_dispatch, run_time_limits
-from agents.models import Approval, Run, RunEvent
+from agents.models import Approval, BudgetReservation, Run, RunEvent
 from agents.run_state import (
     RunEventWriter,
     approvals_interrupted,
@@ -104,6 +108,7 @@ def runs_reconcile(*, now: datetime | None = None) -> ReconcileReport:
     )
     # Logged, not a figure of the report (which reconcile_runs prints).
     repaired_alone("end the runs cancelled while running", lambda: _end_runs_cancelled_while_running(now), None)
+    repaired_alone("settle the reservations of finished runs", lambda: _settle_finished_runs(now), None)
     if report.changed:
         logger.info("reconciled runs: %s", report.as_dict())
     return report
@@ -303,6 +308,30 @@ def _end_approvals_of_finished_runs(now: datetime) -> int:
             continue  # its worker may still be finishing a call (a run cancelled while it ran)
         ended += repaired_alone("end its approvals", partial(_end_approvals_of, run_id), 0, run_id=run_id)
     return ended
+
+
+def _settle_finished_runs(now: datetime) -> None:
+    """Step 8: settle the open budget reservations of finished runs whose worker is surely gone (its hard time
+    limit has passed since the run finished: a call under way when it was cancelled has written its spend)."""
+    batch = int(lifecycle_setting("PLATFORM_RECONCILE_BATCH"))
+    left = (
+        BudgetReservation.objects.filter(
+            settled_at__isnull=True, run__status__in=[Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED]
+        )
+        .values_list("run_id", "run__finished_at", "run__agent__time_limit_s")
+        .order_by("run__finished_at")
+        .distinct()[:batch]
+    )
+    for run_id, finished_at, time_limit_s in left:
+        _soft, hard = run_time_limits(time_limit_s)
+        if finished_at is not None and finished_at + timedelta(seconds=hard) > now:
+            continue  # its worker may still be settling it, or finishing a call
+        repaired_alone("settle its budgets", partial(_settle_alone, run_id), 0, run_id=run_id)
+
+
+@transaction.atomic
+def _settle_alone(run_id: Any) -> int:
+    return budget_settle(run_id=run_id)
 
 
 @transaction.atomic

@@ -19,7 +19,7 @@ from agents.budgets import (
     budget_update,
     period_bounds,
 )
-from agents.models import Agent, Budget, BudgetUsage, Run
+from agents.models import Agent, Budget, BudgetReservation, BudgetUsage, Run
 from tests.agents.test_budgets import finish, price_house_model, scripted_agent, submit
 from tests.conftest import ApiCaller
 
@@ -271,3 +271,133 @@ def test_a_cost_limit_on_the_offline_model_which_calls_no_service_is_accepted_an
     )
     response = api_client.post("/api/v1/runs", {"agent": demo_agent.slug, "query": "김하늘 팀"}, format="json")
     assert response.status_code == 202, response.json()
+
+
+# --- 5. runs in flight when a budget is opened ----------------------------------------------------------------------
+
+
+def reservations_per_run(budget: Budget) -> dict[Any, int]:
+    rows = BudgetReservation.objects.filter(usage__budget=budget).values_list("run_id", flat=True)
+    return {run_id: list(rows).count(run_id) for run_id in set(rows)}
+
+
+def test_runs_in_flight_when_a_budget_is_created_are_counted_on_it(
+    api_client: APIClient, api_caller: ApiCaller
+) -> None:
+    scripted_agent(turns=2, output_tokens=1500)  # about 1,526 tokens a run
+    in_flight = [submit(api_client).json()["id"] for _ in range(2)]  # admitted with no budget
+    budget = budget_create(
+        actor="t",
+        via="tests",
+        data={"api_key": api_caller.key, "period": "day", "max_tokens": 5000, "run_reservation_tokens": 2000},
+    )
+    row = period_row(budget)
+    assert (row.used_tokens, row.reserved_tokens) == (0, 4000)
+    assert submit(api_client).status_code == 429  # their reservations hold the room
+    for run_id in in_flight:
+        assert finish(run_id).tokens > 1000
+
+    admitted, refused = run_until_refused(api_client)
+    day_start, _end = period_bounds("day", timezone.now())
+    assert (admitted, refused.status_code) == (0, 429)
+    assert spent_since(day_start) <= 5000
+    row = period_row(budget)
+    assert (row.used_tokens, row.reserved_tokens) == (spent_since(day_start), 0)
+    usage = api_client.get("/api/v1/usage").json()
+    assert [b["used_tokens"] for b in usage["budgets"]] == [usage["today"]["tokens"]]
+
+
+def test_a_run_in_flight_when_a_budget_is_switched_on_is_counted_on_it(
+    api_client: APIClient, api_caller: ApiCaller
+) -> None:
+    price_house_model()  # 2,000 tokens at $15 per 1M reserve US$0.03
+    scripted_agent(turns=2, output_tokens=1500)
+    budget = budget_create(
+        actor="t",
+        via="tests",
+        data={
+            "api_key": api_caller.key,
+            "period": "day",
+            "max_tokens": 5000,
+            "run_reservation_tokens": 2000,
+            "enabled": False,
+        },
+    )
+    in_flight = submit(api_client).json()["id"]
+    budget_update(budget=Budget.objects.get(pk=budget.pk), actor="t", via="tests", data={"enabled": True})
+    reservation = BudgetReservation.objects.get(usage__budget=budget)
+    assert (str(reservation.run_id), reservation.tokens, reservation.cost_micros) == (in_flight, 2000, 30_000)
+    row = period_row(budget)
+    assert (row.reserved_tokens, row.reserved_cost_micros) == (2000, 30_000)
+
+    run = finish(in_flight)
+    row = period_row(budget)
+    assert run.tokens > 1000
+    assert (row.used_tokens, row.used_cost_micros, row.reserved_tokens, row.reserved_cost_micros) == (
+        run.tokens,
+        run.cost_micros,
+        0,
+        0,
+    )
+    usage = api_client.get("/api/v1/usage").json()
+    assert [b["used_tokens"] for b in usage["budgets"]] == [usage["today"]["tokens"]] == [run.tokens]
+
+
+def test_a_change_of_period_gives_no_run_in_flight_a_second_reservation(
+    api_client: APIClient, api_caller: ApiCaller
+) -> None:
+    scripted_agent()
+    budget = budget_create(
+        actor="t",
+        via="tests",
+        data={
+            "api_key": api_caller.key,
+            "period": "day",
+            "max_tokens": 100_000,
+            "run_reservation_tokens": 500,
+            "enabled": False,
+        },
+    )
+    unreserved = submit(api_client).json()["id"]  # admitted while the budget was off
+    budget_update(budget=Budget.objects.get(pk=budget.pk), actor="t", via="tests", data={"enabled": True})
+    reserved = submit(api_client).json()["id"]  # admitted by the budget
+    for period in ("month", "day"):
+        budget_update(budget=Budget.objects.get(pk=budget.pk), actor="t", via="tests", data={"period": period})
+        counts = reservations_per_run(budget)
+        assert {str(run_id): n for run_id, n in counts.items()} == {unreserved: 1, reserved: 1}
+        assert period_row(budget).reserved_tokens == 1000
+
+    tokens = [finish(run_id).tokens for run_id in (unreserved, reserved)]
+    row = period_row(budget)
+    assert (row.used_tokens, row.reserved_tokens) == (sum(tokens), 0)
+    usage = api_client.get("/api/v1/usage").json()
+    assert usage["budgets"][0]["used_tokens"] == usage["today"]["tokens"]
+
+
+def test_a_run_already_running_when_a_budget_opens_is_settled_by_the_reconciler_once_it_has_finished(
+    api_client: APIClient, api_caller: ApiCaller
+) -> None:
+    """Its pass was claimed without a reservation, so it does not settle: the reservation the budget gave it is
+    settled once its worker is surely gone (it held the room for good)."""
+    from agents.reconciler import runs_reconcile
+
+    scripted_agent()
+    run_id = submit(api_client).json()["id"]
+    Run.objects.filter(pk=run_id).update(status=Run.Status.RUNNING, started_at=timezone.now())  # its worker's claim
+    budget = budget_create(
+        actor="t",
+        via="tests",
+        data={"api_key": api_caller.key, "period": "day", "max_tokens": 5000, "run_reservation_tokens": 2000},
+    )
+    assert period_row(budget).reserved_tokens == 2000
+    finished = timezone.now()
+    Run.objects.filter(pk=run_id).update(status=Run.Status.SUCCEEDED, tokens=1234, finished_at=finished)
+
+    runs_reconcile(now=finished + dt.timedelta(seconds=5))  # its worker may still be at it: left alone
+    assert BudgetReservation.objects.get(run_id=run_id).settled_at is None
+    runs_reconcile(now=finished + dt.timedelta(days=1))
+    row = period_row(budget)
+    assert (row.used_tokens, row.reserved_tokens) == (1234, 0)
+    assert BudgetReservation.objects.get(run_id=run_id).settled_at is not None
+    runs_reconcile(now=finished + dt.timedelta(days=1))  # once
+    assert period_row(budget).used_tokens == 1234
