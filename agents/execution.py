@@ -653,7 +653,9 @@ def _execute_claimed(claim: RunClaim) -> None:
     # Settling is needed where the run holds a reservation (taken at admission, so none appears later) or where
     # tokens may have been spent outside this pass's outcome (an earlier delivery or pass).
     settle = token_ceiling is not None or not fresh
-    actor = f"api_key:{parts.api_key_prefix}" if parts.api_key_prefix is not None else "local"
+    # A run no key submitted (an evaluation's, a shadow's, one made in code) acts as the platform, by its purpose:
+    # "local" read as the local tools' server beside it in the audit list.
+    actor = f"api_key:{parts.api_key_prefix}" if parts.api_key_prefix is not None else f"system:{run.purpose}"
     writer = RunEventWriter(
         run_id=run.id, secrets=secrets, last_seq=0 if fresh else None, appends_while=claim.may_append
     )

@@ -64,6 +64,8 @@ def test_the_local_examples_the_no_match_answer_gives_are_answered_by_the_rules(
     run_execute(run_id=str(run.id))
     run.refresh_from_db()
     assert run.status == Run.Status.SUCCEEDED and run.deterministic_results, (run.error_message, run.answer)
+    # A run no key submitted acts as the platform, by its purpose: "local" read as the local tools' server.
+    assert set(AuditEvent.objects.filter(run_id=run.id).values_list("actor", flat=True)) == {"system:live"}
 
 
 def test_the_multi_tool_question_is_answered_by_the_demo_rules_with_both_local_tools(demo) -> None:
