@@ -17,6 +17,7 @@ from typing import Any
 
 from django.utils.datastructures import MultiValueDict
 from django.utils.translation import gettext_lazy as _
+from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.text import nfc
@@ -46,6 +47,46 @@ def _in_stored_order(posted: list[Any], stored: Any, key: Any = None) -> list[An
     kept = [item for item in stored if same(item) in posted_by_key] if isinstance(stored, list) else []
     kept_keys = {same(item) for item in kept}
     return [*kept, *(item for k, item in posted_by_key.items() if k not in kept_keys)]
+
+
+def _switches_and_counts(model: type[BaseModel]) -> list[str]:
+    """The keys of ``model`` that are a true/false or a whole number."""
+    return [key for key, info in model.model_fields.items() if info.annotation in (bool, int)]
+
+
+def _as_runs_read(settings: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    """``settings`` with their switches and numbers as a run reads them (pydantic's lax parsing: ``"false"`` is
+    off), for the editor to show: a stored ``"false"`` was shown on, and the page saved back switched it on.
+    Settings that do not validate are shown as they are (their check names what is wrong)."""
+    try:
+        parsed = model.model_validate(settings)
+    except PydanticValidationError:
+        return settings
+    return {**settings, **{key: getattr(parsed, key) for key in _switches_and_counts(model) if key in settings}}
+
+
+def _loose_value_problems(raw: Any, model: type[BaseModel]) -> list[str]:
+    """A switch or a number given as what only lax parsing reads as one (``"false"``, ``"0"`` or ``1`` for
+    ``enabled``; ``"5"`` or ``true`` for ``top_k``), refused naming the key, as ``model_params`` refuses a text or
+    a bool for ``max_tokens``: stored as given, the editor and a reader of the JSON took ``"false"`` for on while
+    runs took it for off. A whole number written ``5.0`` is a number (runs read 5)."""
+    if not isinstance(raw, dict):
+        return []
+
+    def loose(key: str, value: Any) -> bool:
+        if model.model_fields[key].annotation is bool:
+            return not isinstance(value, bool)
+        return isinstance(value, bool | str)
+
+    keys = _switches_and_counts(model)
+    given = {key: value for key, value in raw.items() if key in keys and loose(key, value)}
+    if not given:
+        return []
+    try:
+        model.model_validate(given, strict=True)
+    except PydanticValidationError as exc:
+        return spec_problems(exc, model)
+    return []
 
 
 def _json_view(value: Any) -> str:
@@ -95,7 +136,7 @@ class ToolSelectionWidget(_SettingsWidget):
 
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
-        current = {**SELECTION_DEFAULTS, **context["widget"]["settings"]}
+        current = {**SELECTION_DEFAULTS, **_as_runs_read(context["widget"]["settings"], ToolSelectionSettings)}
         pinned = [str(p) for p in current.get("pinned") or []]
         servers = [str(s) for s in current.get("servers") or []]
         forced = str(current.get("force_first_tool") or "")
@@ -163,7 +204,7 @@ class McpContextWidget(_SettingsWidget):
 
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
-        current = context["widget"]["settings"]
+        current = _as_runs_read(context["widget"]["settings"], McpContextSettings)
         chosen = [r for r in current.get("resources") or [] if isinstance(r, dict)]
         chosen_keys = {(str(r.get("mcp_id")), str(r.get("uri"))) for r in chosen}
         resources: list[dict[str, Any]] = []
@@ -177,7 +218,8 @@ class McpContextWidget(_SettingsWidget):
             for r in chosen
             if (str(r.get("mcp_id")), str(r.get("uri"))) not in offered
         ]
-        prompt = current.get("prompt") if isinstance(current.get("prompt"), dict) else {}
+        given_prompt = current.get("prompt")
+        prompt: dict[str, Any] = given_prompt if isinstance(given_prompt, dict) else {}
         prompt_value = _prompt_value(prompt) if prompt else ""
         prompts: list[tuple[str, str, str]] = [("", str(_("— none (the agent's system prompt) —")), "")]
         for server in self.servers:
@@ -361,7 +403,7 @@ def selection_problems(
         settings = ToolSelectionSettings.model_validate({} if raw is None else raw)
     except PydanticValidationError as exc:
         return spec_problems(exc, ToolSelectionSettings)
-    problems: list[str] = []
+    problems = _loose_value_problems(raw, ToolSelectionSettings)
     names = ", ".join(tool_names) or "—"
     unknown = [p for p in settings.pinned if p not in tool_names]
     if unknown:
@@ -426,7 +468,7 @@ def context_problems(raw: Any, *, servers: Sequence[McpServer]) -> list[str]:
         return spec_problems(exc, McpContextSettings)
     by_id = {s.mcp_id: s for s in servers}
     ids = ", ".join(by_id) or "—"
-    problems: list[str] = []
+    problems = _loose_value_problems(raw, McpContextSettings)
     for ref in settings.resources:
         server = by_id.get(ref.mcp_id)
         if server is None:

@@ -32,6 +32,7 @@ from agents.tool_selection import (
     ToolSelectionSettings,
     WideningState,
     select_tools,
+    within_filters,
 )
 from mcpregistry.models import McpServer, McpTool
 
@@ -110,6 +111,7 @@ class ToolOffer:
 
     def __post_init__(self) -> None:
         self.docs = [tool_doc(name, server, tool) for name, (server, tool) in self.index.items()]
+        self.docs_by_name = {d.name: d for d in self.docs}
         filtered = bool(self.settings.servers or self.settings.tags)
         self.active = self.settings.enabled and (len(self.index) > self.settings.top_k or filtered)
         if self.active and self.ranker is None:
@@ -199,11 +201,18 @@ class ToolOffer:
         return f"{self.query} {said[-CONVERSATION_CHARS:]}" if said else self.query
 
     def check(self, name: str) -> Verdict:
-        """May a model's call to ``name`` (a tool of the index) go to the gate this turn?"""
+        """May a model's call to ``name`` (a tool of the index) go to the gate this turn? A call to a tool not
+        offered widens the next offers with it (a bounded number of times), unless the hard filters keep it out for
+        good: no offer could add it, and the widening it used up was refused to a tool they do let in."""
         if name in self.withdrawn:
             return "withdrawn"
         if self.active and name not in self.offered:
-            if self.widening.widenings < self.settings.max_widenings and name not in self.widening.extra:
+            if (
+                self.widening.widenings < self.settings.max_widenings
+                and name not in self.widening.extra
+                and (doc := self.docs_by_name.get(name)) is not None
+                and within_filters(doc, self.settings)
+            ):
                 self.widening.widenings += 1
                 self.widening.extra.append(name)
             return "not_offered"

@@ -30,7 +30,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -48,6 +48,7 @@ __all__ = [
     "select_tools",
     "tokens",
     "tool_selection_settings",
+    "within_filters",
 ]
 
 
@@ -198,18 +199,37 @@ class LexicalRanker:
         return scores
 
 
+@runtime_checkable
+class ToolVectorSource(Protocol):
+    """A query embedder that can also embed the tools again (``mcpregistry.embeddings.QueryEmbedder``)."""
+
+    def __call__(self, text: str) -> Sequence[float]: ...
+
+    def tool_vectors(self, dimensions: int) -> Mapping[str, Sequence[float]]:
+        """The tools' vectors as the service answers them now, of ``dimensions`` (those cached of another
+        embedded again). Raises when the service fails or answers what is no such vector."""
+        ...
+
+
 class EmbeddingRanker:
     """Cosine similarity of the query's vector to each tool's cached vector (checked by
     ``mcpregistry.embeddings``: finite, of one dimension). ``embed_query`` may fail (a provider outage) or answer
     what is not a vector of the tools' dimension (:class:`RankingError`, never zipped short nor scored NaN):
-    :func:`select_tools` then falls back to the lexical ranker and says so."""
+    :func:`select_tools` then falls back to the lexical ranker and says so. A query's vector of another dimension
+    than the tools' is first taken as the service's new model: an ``embed_query`` that can
+    (:class:`ToolVectorSource`) has the tools embedded again, and they are ranked with; only if that fails, or
+    still disagrees, does the run fall back (the cached vectors were otherwise never embedded again, as no tool's
+    text had changed, and every run fell back for good)."""
 
     name = "embedding"
 
     def __init__(self, vectors: Mapping[str, Sequence[float]], embed_query: Callable[[str], Sequence[float]]) -> None:
+        self._use(vectors)
+        self.embed_query = embed_query
+
+    def _use(self, vectors: Mapping[str, Sequence[float]]) -> None:
         self.vectors = {name: _unit(v) for name, v in vectors.items() if v}
         self.dimensions = {len(v) for v in self.vectors.values()}
-        self.embed_query = embed_query
 
     def score(self, text: str) -> dict[str, float]:
         raw: Any = self.embed_query(text)  # the service's answer, whatever its type says
@@ -219,6 +239,8 @@ class EmbeddingRanker:
             raise RankingError("query vector is empty")
         if not all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in raw):
             raise RankingError("query vector has a value that is not a finite number")
+        if self.dimensions - {len(raw)} and isinstance(self.embed_query, ToolVectorSource):
+            self._use(self.embed_query.tool_vectors(len(raw)))
         if self.dimensions - {len(raw)}:
             tools = " or ".join(str(d) for d in sorted(self.dimensions))
             raise RankingError(f"query vector has {len(raw)} dimensions, tools have {tools}")
@@ -277,6 +299,16 @@ class WideningState:
     extra: list[str] = field(default_factory=list)
 
 
+def within_filters(doc: ToolDoc, settings: ToolSelectionSettings) -> bool:
+    """Whether ``doc`` passes the settings' hard filters (``servers``, ``tags``): a tool outside them is never
+    offered, so no call to it widens an offer. Tags compare composed (NFC) on both sides, as the ranker reads them:
+    a tag typed decomposed (macOS) on the tool or in the filter is the same tag, and the filter must not leave the
+    model no tool at all."""
+    if settings.servers and doc.mcp_id not in settings.servers:
+        return False
+    return not settings.tags or bool({nfc(t) for t in settings.tags} & {nfc(t) for t in doc.tags})
+
+
 def select_tools(
     *,
     ranker: Ranker,
@@ -295,14 +327,7 @@ def select_tools(
     ``none``): no ranker is asked, so no embedding service is called for nothing. A ranker's failure hands over
     to ``fallback_ranker`` (the Selection's ``fallback`` says why), except for the ``must_propagate`` errors."""
     started = time.perf_counter()
-    # Tags compare composed (NFC) on both sides, as the ranker reads them: a tag typed decomposed (macOS) on the
-    # tool or in the filter is the same tag, and the filter must not leave the model no tool at all.
-    tags = {nfc(t) for t in settings.tags}
-    allowed = [
-        d
-        for d in candidates
-        if (not settings.servers or d.mcp_id in settings.servers) and (not tags or tags & {nfc(t) for t in d.tags})
-    ]
+    allowed = [d for d in candidates if within_filters(d, settings)]
     allowed_names = {d.name for d in allowed}
     k = settings.top_k + (settings.widen_step * widening.widenings if widening else 0)
     used_ranker: str = ranker.name

@@ -24,6 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError
 
+from agent_platform.text import nfc
 from mcpregistry.models import McpTool, ToolEmbedding
 
 logger = logging.getLogger(__name__)
@@ -58,10 +59,12 @@ def embedding_vectors(raw: Any, *, count: int, dimensions: int | None = None) ->
 
 
 def tool_embedding_text(tool: McpTool) -> str:
-    """What is embedded for a tool: its name, description, argument names, tags and example queries."""
+    """What is embedded for a tool: its name, description, argument names, tags and example queries, composed
+    (NFC) as the query is (:func:`embedding_ranker_setup`): a server's description or an example query written
+    decomposed (Korean typed on macOS) would embed far from the same words composed."""
     arguments = " ".join(str(a) for a in ((tool.input_schema or {}).get("properties") or {}))
     parts = [tool.name.replace("_", " "), tool.description or "", arguments, " ".join(tool.tags or [])]
-    return "\n".join(p for p in [*parts, *(tool.example_queries or [])] if p)
+    return nfc("\n".join(p for p in [*parts, *(tool.example_queries or [])] if p))
 
 
 def _digest(text: str) -> str:
@@ -107,14 +110,18 @@ def configured_embedder() -> tuple[str, Embedder] | None:
     return model, embed
 
 
-def tool_embeddings_refresh(tools: Sequence[McpTool], *, embedder: tuple[str, Embedder] | None = None) -> int:
+def tool_embeddings_refresh(
+    tools: Sequence[McpTool], *, embedder: tuple[str, Embedder] | None = None, dimensions: int | None = None
+) -> int:
     """Compute the vectors of ``tools`` whose cached one is missing or stale. Returns how many were computed;
     0 when no service is configured. Raises the embedding client's error, or :class:`EmbeddingVectorError` for an
     answer that is not a vector (nothing of that answer is stored; callers decide whether it matters).
 
     Stale: its text changed, or the cached vector is not one (empty, not finite), or the cached vectors disagree
     on their dimension, or the service now answers vectors of another dimension than the cached ones (the model
-    behind the URL changed while ``PLATFORM_EMBEDDINGS_MODEL`` did not): then every tool is embedded again."""
+    behind the URL changed while ``PLATFORM_EMBEDDINGS_MODEL`` did not): then every tool is embedded again.
+    ``dimensions``: the dimension the service is known to answer now (a query's vector said so, where no tool's text
+    changed to tell): a cached vector of another is stale, and an answer of another is refused."""
     embedder = embedder or configured_embedder()
     if embedder is None or not tools:
         return 0
@@ -125,7 +132,12 @@ def tool_embeddings_refresh(tools: Sequence[McpTool], *, embedder: tuple[str, Em
     for tool in tools:
         text = tool_embedding_text(tool)
         entry = cached.get(tool.pk)
-        if entry is None or entry.text_digest != _digest(text) or not _usable(entry.vector):
+        if (
+            entry is None
+            or entry.text_digest != _digest(text)
+            or not _usable(entry.vector)
+            or (dimensions is not None and len(entry.vector) != dimensions)
+        ):
             stale.append((tool, text))
         else:
             kept.append((tool, text, len(entry.vector)))
@@ -133,7 +145,7 @@ def tool_embeddings_refresh(tools: Sequence[McpTool], *, embedder: tuple[str, Em
         stale, kept = stale + [(tool, text) for tool, text, _dimensions in kept], []
     if not stale:
         return 0
-    vectors = embedding_vectors(embed([text for _tool, text in stale]), count=len(stale))
+    vectors = embedding_vectors(embed([text for _tool, text in stale]), count=len(stale), dimensions=dimensions)
     outdated = [(tool, text) for tool, text, dimensions in kept if dimensions != len(vectors[0])]
     if outdated:
         more = embed([text for _tool, text in outdated])
@@ -169,20 +181,48 @@ class RankerInputs:
     a vector (:class:`EmbeddingVectorError`'s message), and then the vectors are empty."""
 
     vectors: dict[str, list[float]] = field(default_factory=dict)
-    embed_query: Callable[[str], Any] | None = None
+    embed_query: QueryEmbedder | None = None
     unavailable: str = ""
+
+
+@dataclass(frozen=True)
+class QueryEmbedder:
+    """A run's query embedder (``agents.tool_selection.EmbeddingRanker``'s ``embed_query``): the query's vector,
+    its text composed (NFC) as the tools' are, and the tools' vectors embedded again (``tool_vectors``) when the
+    query's vector says the service now answers another dimension than the cached ones: the model behind the URL
+    changed and no tool's text did, so no refresh at run start could tell."""
+
+    index: dict[str, McpTool]
+    embedder: tuple[str, Embedder]
+
+    def __call__(self, text: str) -> list[float]:
+        return self.embedder[1]([nfc(text)])[0]
+
+    def tool_vectors(self, dimensions: int) -> dict[str, list[float]]:
+        """The tools' vectors, those of another dimension than ``dimensions`` embedded again and cached. Raises the
+        embedding client's error, or :class:`EmbeddingVectorError` (an answer that is not such a vector)."""
+        tool_embeddings_refresh(list(self.index.values()), embedder=self.embedder, dimensions=dimensions)
+        return _cached_vectors(self.index, self.embedder[0])
+
+
+def _cached_vectors(index: dict[str, McpTool], model: str) -> dict[str, list[float]]:
+    """The cached vectors of ``index``'s tools by the name the model sees, checked (:func:`embedding_vectors`)."""
+    by_pk = {e.tool_id: e.vector for e in ToolEmbedding.objects.filter(tool__in=list(index.values()), model=model)}
+    names = [name for name, tool in index.items() if tool.pk in by_pk]
+    checked = embedding_vectors([by_pk[index[name].pk] for name in names], count=len(names))
+    return dict(zip(names, checked, strict=True))
 
 
 def embedding_ranker_setup(index: dict[str, McpTool]) -> RankerInputs:
     """The embedding ranker's inputs for ``index``, refreshing stale vectors. Never raises for the embedding
     service or its configuration (a misconfigured client, a missing region, an outage, an answer that is not a
     vector): the reason is returned and the run ranks lexically. A database error propagates (the task's to
-    retry). The query's vector is checked by ``agents.tool_selection.EmbeddingRanker``, against the tools'."""
+    retry). The query's vector is checked by ``agents.tool_selection.EmbeddingRanker``, against the tools': of
+    another dimension, the ranker has the tools embedded again (:meth:`QueryEmbedder.tool_vectors`)."""
     try:
         embedder = configured_embedder()
         if embedder is None:
             return RankerInputs(unavailable="not_configured")
-        model, embed = embedder
         tool_embeddings_refresh(list(index.values()), embedder=embedder)
     except DatabaseError:
         raise
@@ -192,14 +232,12 @@ def embedding_ranker_setup(index: dict[str, McpTool]) -> RankerInputs:
     except Exception as exc:  # noqa: BLE001 - the run falls back to the lexical ranker
         logger.warning("tool embeddings unavailable: %s", type(exc).__name__)
         return RankerInputs(unavailable=type(exc).__name__)
-    by_pk = {e.tool_id: e.vector for e in ToolEmbedding.objects.filter(tool__in=list(index.values()), model=model)}
-    names = [name for name, tool in index.items() if tool.pk in by_pk]
     try:
-        checked = embedding_vectors([by_pk[index[name].pk] for name in names], count=len(names))
+        vectors = _cached_vectors(index, embedder[0])
     except EmbeddingVectorError as exc:  # changed since the refresh (another worker's): not ranked with
         logger.warning("tool embeddings unavailable: %s", exc)
         return RankerInputs(unavailable=str(exc))
-    return RankerInputs(vectors=dict(zip(names, checked, strict=True)), embed_query=lambda text: embed([text])[0])
+    return RankerInputs(vectors=vectors, embed_query=QueryEmbedder(index, embedder))
 
 
 def embedding_ranker_inputs(index: dict[str, McpTool]) -> tuple[dict[str, list[float]], Callable[[str], Any]] | None:

@@ -533,8 +533,9 @@ class McpTool(AuditedModel):
 
     def clean(self) -> None:
         """Tags and example queries are lists of non-empty strings, stored without surrounding whitespace (as an
-        import stores them: kept, each import of the tool's own export changed them); tags are stored composed
-        (NFC), as the agents' tag filters and the ranker compare them (a tag typed on macOS comes decomposed)."""
+        import stores them: kept, each import of the tool's own export changed them) and composed (NFC), as the
+        agents' tag filters and the rankers compare them (Korean typed on macOS comes decomposed, and its vector
+        missed the composed query's)."""
         errors: dict[str, list[str]] = {}
         for field_name in ("tags", "example_queries"):
             if getattr(self, field_name) is None:  # an emptied admin field
@@ -551,7 +552,7 @@ class McpTool(AuditedModel):
         if errors:
             raise ValidationError(errors)
         self.tags = [nfc(tag.strip()) for tag in self.tags]
-        self.example_queries = [query.strip() for query in self.example_queries]
+        self.example_queries = [nfc(query.strip()) for query in self.example_queries]
 
     @property
     def exposed_name(self) -> str:
