@@ -60,6 +60,7 @@ from agents.models import (
     Budget,
     DeterministicRule,
     ModelPrice,
+    Run,
     registered_flow_graphs,
     scripted_model_allowed,
     tool_choice_name,
@@ -79,6 +80,7 @@ from agents.services import (
     api_key_update,
     api_key_widened,
     api_key_widening_refused,
+    api_key_with_runs_refused,
     deterministic_rule_create,
     deterministic_rule_delete,
     deterministic_rule_update,
@@ -345,7 +347,8 @@ class AgentForm(forms.ModelForm):
                 )
         # A post that leaves these out (a script written before they were on the form) keeps their values.
         for name in ("time_limit_s", "language", "shadow_sample_rate"):
-            self.fields[name].required = False
+            if name in self.fields:  # not on a page its reader may only view
+                self.fields[name].required = False
         # What the page showed travels with the post (``initial-<name>``), so that a save tells a value the admin
         # chose from one a publish or a roll back moved meanwhile (``_keep_moved_versions``).
         for name in MOVED_ELSEWHERE:
@@ -1125,6 +1128,15 @@ class ApiKeyAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
     def service_delete(self, *, obj: ApiKey, actor: Any) -> None:
         api_key_delete(api_key=obj, actor=actor, via=ADMIN_VIA)
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        # A key with runs is not deleted (``api_key_delete``): the page names it among what stops the delete, with
+        # the way out (revoke it), as Django names the rows that protect an object.
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        keys = list(objs)
+        with_runs = set(Run.objects.filter(api_key__in=keys).values_list("api_key_id", flat=True).distinct())
+        protected = [*protected, *(api_key_with_runs_refused(key) for key in keys if key.pk in with_runs)]
+        return deleted, counts, perms_needed, protected
 
     @admin.action(description=_("Revoke the selected API keys"), permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: Any) -> None:

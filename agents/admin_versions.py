@@ -34,7 +34,7 @@ from agents.shadow import ANSWER_AGREEMENT
 from agents.version_view import content_html, version_stale_tools
 from agents.versions import version_diff
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
-from audit.admin_readonly import ReadOnlyAdminMixin
+from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from audit.visible import visible_text
 from mcpregistry.list_fields import value_text
 
@@ -171,7 +171,7 @@ def stale_tools_message(*, version: AgentVersion, stale: list[str]) -> str:
 
 
 @admin.register(AgentVersion)
-class AgentVersionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class AgentVersionAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     """Versions are immutable: viewed, compared, rolled back to (which publishes a new version)."""
 
     list_display = ["__str__", "agent", "number", "created_at", "published_by", "note_text", "is_live", "diff_link"]
@@ -419,7 +419,7 @@ class AgentArmAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(ShadowComparison)
-class ShadowComparisonAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class ShadowComparisonAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     """Live runs and their shadows on the candidate, disagreements first (read-only)."""
 
     # Narrow enough for the admin's content column beside its filters: what differs is one column.

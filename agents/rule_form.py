@@ -450,7 +450,10 @@ class DeterministicRuleForm(forms.ModelForm):
         server_tools: dict[str, list[str]] = {}
         for mcp_id, name in tools.order_by("server__mcp_id", "name").values_list("server__mcp_id", "name"):
             server_tools.setdefault(mcp_id, []).append(name)
-        when_widget, params_widget = self.fields["when"].widget, self.fields["params"].widget
+        # On a page its reader may only view, the form has neither field: their editors are set up all the same
+        # (a clean reads ``self.when_widget``), shown nowhere.
+        when_widget = self.fields["when"].widget if "when" in self.fields else WhenWidget()
+        params_widget = self.fields["params"].widget if "params" in self.fields else ParamsWidget()
         when_widget.server_tools, when_widget.server = server_tools, server.mcp_id if server else ""
         params_widget.arguments = (self.catalogue.get(server.mcp_id, {}) if server else {}).get(tool or "", {})
         # A field posted as it was shown keeps the stored value it showed: saving a rule unchanged saves it as it is.

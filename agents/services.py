@@ -125,7 +125,24 @@ def api_key_widening_refused() -> str:
 
 
 def api_key_delete(*, api_key: ApiKey, actor: Any, via: str) -> None:
-    audited_delete(api_key, actor=actor, via=via)
+    """Delete a key that has made no run. Refused (ApplicationError 409, nothing written) while it has runs: its
+    delete would leave them with no key (``Run.api_key`` is set to NULL), and the record would not say which runs
+    were its. Such a key is revoked instead (``api_key_revoke``); it keeps its runs."""
+    with transaction.atomic(), change_scope(actor=actor, via=via):
+        # Locked first: a run inserted meanwhile (its key read ``FOR KEY SHARE``) is committed, and seen, before this
+        # reads the key's runs.
+        ApiKey.objects.select_for_update().filter(pk=api_key.pk).values_list("pk", flat=True).first()
+        if api_key.pk is not None and Run.objects.filter(api_key_id=api_key.pk).exists():
+            raise ApplicationError(api_key_with_runs_refused(api_key), code="api_key_has_runs", status=409)
+        audited_delete(api_key, actor=actor, via=via)
+
+
+def api_key_with_runs_refused(api_key: ApiKey) -> str:
+    """Why a key that has runs is not deleted (``api_key_delete``), and what to do instead."""
+    return _(
+        "API key %(name)s (%(prefix)s…) has runs: deleting it would take them off it. Revoke it instead; it keeps "
+        "its runs."
+    ) % {"name": api_key.name, "prefix": api_key.prefix}
 
 
 # ``last_used_at`` is written at most this often per key (a write per request would be a commit per request).

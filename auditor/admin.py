@@ -895,7 +895,7 @@ def _pct(part: float, whole: float) -> int:
 
 
 @admin.register(AuditCheckpoint)
-class AuditCheckpointAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class AuditCheckpointAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     """Where archived events end: what ``verify_audit`` starts from. Read-only."""
 
     list_display = ["seq", "hash", "archived_at", "count", "file_name"]
