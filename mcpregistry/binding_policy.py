@@ -773,7 +773,11 @@ def binding_problem(config: dict[str, Any], settings: Any) -> str | None:
             or command_problem(command, args, allowlist)
         )
     if config.get("transport") in {"streamable_http", "sse"}:
-        return url_problem(str(config.get("url") or ""), getattr(settings, "PLATFORM_MCP_ALLOW_PRIVATE_URLS", []))
+        url = str(config.get("url") or "")
+        # A user and password in the URL: httpx would send them as Basic auth, a secret stored and shown in clear.
+        return url_problem(url, getattr(settings, "PLATFORM_MCP_ALLOW_PRIVATE_URLS", [])) or url_credentials_problem(
+            url, _("a secret header (Authorization)")
+        )
     return None
 
 

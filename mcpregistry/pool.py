@@ -647,7 +647,11 @@ class McpSessionPool:
                 await _fail_pending_request(session, request_id, error)
 
         async def bound_answer(response: httpx.Response) -> None:
-            # Over streamable HTTP, every answer is read up to the bound a stdio server's line is read to.
+            # Over streamable HTTP, every answer is read up to the bound a stdio server's line is read to; a 4xx to a
+            # request's POST is read now (the SDK raises its status unread), for the transport to read its body.
+            if _refusal_to_keep(response):
+                await _keep_refusal(response)
+                return
             _bound_answer(response, max_bytes=_answer_max_bytes(), fail=fail_request)
 
         async def sse_answer(response: httpx.Response) -> None:
@@ -954,9 +958,12 @@ class McpSessionPool:
                     if connection.transport == "sse":
                         self._retire(pooled)  # the SDK's SSE client sends nothing more after a refused POST
                     raise _rate_limited(connection, limited) from exc
-                if _session_ended_by_server(exc):
-                    # The server answered 404 for this session's id (it restarted, or ended the session): the
-                    # request was not taken, so it is sent again, once, on a fresh session (a write too).
+                if isinstance(exc.error, _SessionEndedSeen):
+                    # The transport saw the server answer this request's own POST, which carried the session's id, with
+                    # 404 (or the TypeScript SDK's 400 for an unknown session: :func:`_session_not_valid`): the server
+                    # restarted or ended the session, and the request was not taken, so it is sent again, once, on a
+                    # fresh session (a write too). Never read from a server's words: its JSON-RPC error is no such
+                    # error, whatever it says (a tool that carried out a write and then said "session terminated").
                     await self._discard(pooled)
                     if attempt == 1:
                         continue
@@ -965,6 +972,16 @@ class McpSessionPool:
                         "error": exc,
                     }
                     raise McpTransportError(message, sent=False) from exc
+                if isinstance(exc.error, _RefusedSeen):
+                    # The server refused this request's own POST with an HTTP 4xx and no JSON-RPC answer to it: not
+                    # processed, and answered (the server is there): the server's refusal, as a JSON-RPC error is
+                    # (the gate's ``protocol``: not sent again, not counted by the breaker; a 401 sent three times
+                    # was three refusals). The session goes on for the calls beside it.
+                    message = _("server '%(server)s' refused the request: %(error)s") % {
+                        "server": connection.mcp_id,
+                        "error": exc.error.message,
+                    }
+                    raise McpError(types.ErrorData(code=types.INVALID_REQUEST, message=message)) from exc
                 if exc.error.data == ANSWER_LOST:
                     # The request went out and its answer was lost on the way (the connection dropped while its body
                     # was read; over SSE, the POST that carried it was refused): a broken transport, told at once,
@@ -1332,17 +1349,6 @@ def _base64_size(data: str) -> int:
     return len(data) * 3 // 4 - data[-2:].count("=")
 
 
-def _session_ended_by_server(exc: McpError) -> bool:
-    """The streamable HTTP client's answer to a request the server refused with 404 because it no longer knows the
-    session (MCP: the client must start a new session); the request itself was not processed."""
-    error = getattr(exc, "error", None)
-    # 32600 as the SDK sends it (JSON-RPC's invalid request is -32600: either is taken).
-    return (
-        getattr(error, "code", None) in (32600, -32600)
-        and "session terminated" in str(getattr(error, "message", "")).lower()
-    )
-
-
 def _session_broke(pooled: _PooledSession, exc: McpError) -> bool:
     """Whether ``exc`` says the session broke (the SDK answers every pending request with ``CONNECTION_CLOSED``
     when its transport ends), not that the server refused the request: decided by the error's code and the
@@ -1394,8 +1400,15 @@ def _http_error_text(response: httpx.Response) -> str:
 
 def _address_shown(url: httpx.URL) -> str:
     """``url`` as a message may quote it: its scheme, host, port and path; never its query, fragment or user-info, the
-    parts of a URL that carry credentials (``?token=…``, ``https://user:password@host``)."""
-    return str(url.copy_with(query=None, fragment=None, userinfo=b""))
+    parts of a URL that carry credentials (``?token=…``, ``https://user:password@host``). An international name is
+    shown as written (``사내도구.한국``, as ``binding_policy._client_host`` shows it), not in its ``xn--`` form."""
+    try:
+        host = url.host  # decodes IDNA: raises for a malformed "xn--" label (the binding policy refuses those)
+    except ValueError:
+        host = url.raw_host.decode("ascii", errors="replace")
+    host = f"[{host}]" if ":" in host else host
+    port = f":{url.port}" if url.port is not None else ""
+    return f"{url.scheme}://{host}{port}{url.path}"
 
 
 def _broke(connection: ServerConnection, error: str) -> str:
@@ -1539,6 +1552,118 @@ def _http_status_text(response: httpx.Response) -> str:
 
 
 HTTP_TOO_MANY_REQUESTS = 429
+HTTP_NOT_FOUND = 404
+HTTP_BAD_REQUEST = 400
+
+# How much of the body of an HTTP 4xx answer to a request's POST is read (:func:`_keep_refusal`): a JSON-RPC error is
+# short; a longer body is no answer the pool hands on.
+REFUSAL_MAX_BYTES = 64 * 1024
+
+# The TypeScript SDK's answer to a POST whose ``mcp-session-id`` it does not know (its example servers' and
+# server-everything's, after a restart): HTTP 400 with this JSON-RPC error, its id null, the request's, or left out
+# (server-everything's ``id: req?.body?.id``, its body not parsed there). The Python SDK's servers answer 404 (MCP's
+# word for it).
+TS_SESSION_NOT_VALID = (-32000, "Bad Request: No valid session ID provided")
+
+
+class _TransportSeen(types.ErrorData):
+    """A request's failure as this pool's HTTP transport saw it: the status of the HTTP answer to the request's own POST
+    (a 429, a 404, a refusal), never what a server wrote. The transport hands it to the waiting request itself, so
+    the caller's ``McpError`` holds this very object; every JSON-RPC error a server sends is parsed into a plain
+    ``ErrorData``: whatever its code, its words or its ``data``, a server cannot make one of these."""
+
+
+class _SessionEndedSeen(_TransportSeen):
+    """The server answered the request's own POST, which carried the session's id, with 404 (MCP: the session is not
+    known; the client must open a new one), or with the TypeScript SDK's 400 that says the same
+    (:func:`_session_not_valid`): the request was refused before it was processed."""
+
+
+class _RefusedSeen(_TransportSeen):
+    """The server refused the request's own POST with an HTTP 4xx (other than 429, or 404 to a session's request) and
+    no JSON-RPC answer to it: the request was not processed (a 4xx is the client's error, refused as it came)."""
+
+
+def _refused_seen(response: httpx.Response) -> _RefusedSeen:
+    return _RefusedSeen(code=types.INVALID_REQUEST, message=_http_error_text(response))
+
+
+def _session_not_valid(response: httpx.Response) -> bool:
+    """Whether ``response`` is the TypeScript SDK's answer to a POST carrying an ``mcp-session-id`` it does not know
+    (a server that restarted): HTTP 400 whose whole body is the JSON-RPC error :data:`TS_SESSION_NOT_VALID` (its id
+    null, the request's, or none). Read from the status and the SDK's fixed body, as a 404 is read from its status.
+
+    It cannot stand for a request that was processed: an answer after processing is HTTP 200 (or an event stream); a
+    4xx refuses the request as it came (every other 4xx fails its request as not processed too:
+    :class:`_RefusedSeen`). A server's JSON-RPC error in a 200 answer, whatever its words, is its answer, and never
+    read so."""
+    request = response.request
+    if (
+        response.status_code != HTTP_BAD_REQUEST
+        or request.method != "POST"
+        or not request.headers.get("mcp-session-id")
+    ):
+        return False
+    try:
+        body = json.loads(response.content)
+    except (httpx.ResponseNotRead, ValueError):
+        return False
+    if not isinstance(body, dict) or body.keys() - {"id"} != {"jsonrpc", "error"} or body["jsonrpc"] != "2.0":
+        return False
+    error, answered = body["error"], body.get("id")
+    carried = _carried_request_id(request)
+    return (
+        isinstance(error, dict)
+        and error.keys() == {"code", "message"}
+        and (error["code"], error["message"]) == TS_SESSION_NOT_VALID
+        and (answered is None or (carried is not None and _is_request_id(answered, carried)))
+    )
+
+
+def _error_answer(response: httpx.Response, request_id: int | str) -> types.JSONRPCError | None:
+    """The JSON-RPC error for ``request_id`` that a 4xx ``response`` carries as its body (read by :func:`_keep_refusal`),
+    or None where its body is no such error (an HTML page, an error for another id or none)."""
+    try:
+        message = types.JSONRPCMessage.model_validate_json(response.content)
+    except (httpx.ResponseNotRead, ValueError):  # pydantic's ValidationError is a ValueError
+        return None
+    answer = message.root
+    if isinstance(answer, types.JSONRPCError) and _is_request_id(answer.id, request_id):
+        return answer
+    return None
+
+
+def _refusal_to_keep(response: httpx.Response) -> bool:
+    """Whether ``response`` is an HTTP 4xx to a POST whose body :class:`_StreamableHttpTransport` reads (the SDK raises
+    its status unread): not a 404 or a 429, which say all in their status and headers."""
+    return (
+        response.request.method == "POST"
+        and 400 <= response.status_code < 500
+        and response.status_code not in (HTTP_NOT_FOUND, HTTP_TOO_MANY_REQUESTS)
+    )
+
+
+async def _keep_refusal(response: httpx.Response) -> None:
+    """Read the body of ``response`` (an HTTP 4xx: :func:`_refusal_to_keep`, a response hook, before the SDK sees it)
+    up to :data:`REFUSAL_MAX_BYTES`, decoded, so that its content is there once the SDK has raised its status and
+    closed it. A longer body is cut (no JSON-RPC error then); a connection dropped while it is read leaves what came."""
+    decoded = httpx.Response(
+        response.status_code, headers=response.headers, stream=response.stream, request=response.request
+    )
+    kept = b""
+    try:
+        async for chunk in decoded.aiter_bytes():
+            kept += chunk
+            if len(kept) > REFUSAL_MAX_BYTES:
+                break
+    except httpx.HTTPError:
+        pass  # the status refused the request already: its body is only what the server said of it
+    finally:
+        await decoded.aclose()
+    response.stream = httpx.ByteStream(kept[:REFUSAL_MAX_BYTES])
+    response.headers.pop("content-encoding", None)
+    await response.aread()
+
 
 RATE_LIMITED = "platform:rate_limited"
 """The ``data["platform"]`` of the JSON-RPC error a request is failed with when the server answered its HTTP request
@@ -1584,7 +1709,7 @@ def _rate_limited_error(response: httpx.Response, *, address: bool) -> types.Err
         "url": _address_shown(response.request.url) if address else "",
         "retry_after_s": retry_after_seconds(response),
     }
-    return types.ErrorData(code=types.INTERNAL_ERROR, message=status, data=data)
+    return _TransportSeen(code=types.INTERNAL_ERROR, message=status, data=data)
 
 
 def _rate_limited_data(exc: BaseException) -> dict[str, Any] | None:
@@ -1592,7 +1717,8 @@ def _rate_limited_data(exc: BaseException) -> dict[str, Any] | None:
     task group); None for any other."""
     if isinstance(exc, BaseExceptionGroup):
         return next(filter(None, map(_rate_limited_data, exc.exceptions)), None)
-    data = exc.error.data if isinstance(exc, McpError) else None
+    # Only the pool's own error (:class:`_TransportSeen`): a server's JSON-RPC error with the same ``data`` is its answer.
+    data = exc.error.data if isinstance(exc, McpError) and isinstance(exc.error, _TransportSeen) else None
     return data if isinstance(data, dict) and data.get("platform") == RATE_LIMITED else None
 
 
@@ -1947,7 +2073,17 @@ def _bound_answer(
 
 class _StreamableHttpTransport(StreamableHTTPTransport):
     """The SDK's streamable HTTP transport, each request's POST answered by that request's answer only
-    (:class:`_OwnAnswerWriter`; the SDK offers no hook for it, so its private ``_handle_post_request`` is wrapped)."""
+    (:class:`_OwnAnswerWriter`; the SDK offers no hook for it, so its private ``_handle_post_request`` is wrapped), and
+    an HTTP error status on one request's POST that request's failure alone (the SDK raises it, which ends the whole
+    session: every call in flight on it failed as a broken transport, a finished write's outcome made unknown).
+
+    What it saw is told to the request as a :class:`_TransportSeen` (a server cannot forge one): a 404 to a request
+    that carried the session's id, or the TypeScript SDK's 400 for an unknown session, as the session's end
+    (:class:`_SessionEndedSeen`: the pool opens a new one and sends the request there, once); another 4xx as the
+    request's refusal, handed on as its answer where the body is a JSON-RPC error for it, else
+    :class:`_RefusedSeen` (not processed); a 5xx as an answer lost (:data:`ANSWER_LOST`: the request may have been
+    processed, its outcome unknown). An error status on the ``initialize`` request, or on a notification, still ends
+    the session, as the SDK has it (nothing else is in flight on a session that is opening)."""
 
     def __init__(self, url: str, *, fail: Callable[[int | str, types.ErrorData], Awaitable[None]]) -> None:
         super().__init__(url)
@@ -1962,11 +2098,38 @@ class _StreamableHttpTransport(StreamableHTTPTransport):
         try:
             await super()._handle_post_request(ctx)
         except httpx.HTTPStatusError as exc:
-            if not isinstance(request, types.JSONRPCRequest) or exc.response.status_code != HTTP_TOO_MANY_REQUESTS:
+            response = exc.response
+            if not isinstance(request, types.JSONRPCRequest):
                 raise
-            # The SDK raises every error status, which ends the whole session (every call on it failing as a broken
-            # transport, a write's outcome unknown). A 429 refuses this request only: it fails as a rate limit.
-            await self._fail(request.id, _rate_limited_error(exc.response, address=True))
+            if response.status_code == HTTP_TOO_MANY_REQUESTS:
+                # A 429 refuses this request only: it fails as a rate limit.
+                await self._fail(request.id, _rate_limited_error(response, address=True))
+                return
+            if self._is_initialization_request(ctx.session_message.message) or not 400 <= response.status_code < 600:
+                raise
+            if _session_not_valid(response):
+                await self._fail(
+                    request.id, _SessionEndedSeen(code=types.INVALID_REQUEST, message=_http_status_text(response))
+                )
+            elif response.status_code >= 500:
+                # A gateway's 502, a server's 500: the request may have been processed (outcome unknown).
+                await self._fail(request.id, _answer_lost_error(_http_error_text(response)))
+            elif (answer := _error_answer(response, request.id)) is not None:
+                await ctx.read_stream_writer.send(SessionMessage(types.JSONRPCMessage(answer)))  # the server's answer
+            else:
+                await self._fail(request.id, _refused_seen(response))
+
+    async def _send_session_terminated_error(self, read_stream_writer: Any, request_id: types.RequestId) -> None:
+        """What the SDK does on a 404 to a request: it calls this, and reads nothing more of the answer. To a request
+        that carried the session's id (every request once ``initialize`` gave one), the session's end; to one that
+        carried none (the ``initialize`` itself, a server that keeps no sessions), a refusal: the address is wrong."""
+        status = f"HTTP {HTTP_NOT_FOUND} {httpx.codes.get_reason_phrase(HTTP_NOT_FOUND)}"
+        if self.get_session_id():
+            await self._fail(request_id, _SessionEndedSeen(code=types.INVALID_REQUEST, message=status))
+        else:
+            address = _address_shown(httpx.URL(self.url))
+            message = _("%(status)s from %(url)s") % {"status": status, "url": address}
+            await self._fail(request_id, _RefusedSeen(code=types.INVALID_REQUEST, message=message))
 
 
 @contextlib.asynccontextmanager
