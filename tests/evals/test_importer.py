@@ -102,4 +102,5 @@ def test_export_writes_the_sets_back_in_a_form_import_reads() -> None:
     assert [s["name"] for s in exported["eval_sets"]] == ["seed-001-tools"]
     report = config_import(document=exported, actor="ops")
     assert report.unchanged[-1] == "eval set seed-001-tools"
-    assert "질문" not in out.getvalue() and "김하늘 님은 어느 팀 소속인가요?" in out.getvalue()
+    # Korean written as it is, never as \u escapes.
+    assert "\\uc9c8" not in out.getvalue() and "김하늘 님은 어느 팀 소속인가요?" in out.getvalue()

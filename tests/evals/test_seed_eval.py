@@ -92,4 +92,4 @@ def test_under_a_timeout_the_backup_tool_is_accepted() -> None:
     assert [c["name"] for c in asset.called_tools] == ["get_asset_status", "get_asset_status_backup"]
     assert asset.called_tools[0]["ok"] is False
     assert asset.passed
-    assert asset.scores["matched"].startswith("backend failing")
+    assert asset.scores["matched"].startswith("백엔드 장애")
