@@ -32,6 +32,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar, cast
 
+from django.apps import apps
 from django.contrib.auth.models import Permission
 from django.core.exceptions import FieldDoesNotExist
 from django.core.serializers.json import DjangoJSONEncoder
@@ -48,6 +49,7 @@ from audit.change_guard import (
     current_scope,
     policy_of,
     remember_loaded,
+    rows_read_only,
     values_differ,
 )
 from audit.services import audit_event_record
@@ -60,6 +62,7 @@ __all__ = [
     "audited_save",
     "change_scope",
     "config_change_record",
+    "configured_secrets",
     "instance_changes",
 ]
 
@@ -230,6 +233,47 @@ def _named_fields(model: type[models.Model], diff: Mapping[str, Any]) -> list[st
     return names
 
 
+def _credential_like(value: str) -> bool:
+    """As ``mcpregistry.services.credential_like`` judges another binding's secret worth masking everywhere: 8
+    characters or more, not digits alone (a short or numeric one, ``none``, ``3600``, would hide words and numbers)."""
+    text = value.strip()
+    return len(text) >= 8 and not text.isdigit()
+
+
+def _holds_credential_like_text(value: Any) -> bool:
+    """Whether a change's diff holds a text that may quote a bound secret (as long as ``_credential_like`` asks): a
+    change of numbers or flags alone is recorded without reading every binding's secrets."""
+    if isinstance(value, str):
+        return len(value.strip()) >= 8
+    if isinstance(value, Mapping):
+        return any(_holds_credential_like_text(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return any(_holds_credential_like_text(item) for item in value)
+    return False
+
+
+def configured_secrets() -> list[str]:
+    """Every secret the configuration binds now that looks like a credential (``_credential_like``), read from the
+    database: each configuration model with a secret field gives its rows' own (``secret_values()``: a binding's
+    env and header values but those marked public, an agent's model key), a row this process cannot decrypt
+    (``unreadable_secrets``) none. What masks a change's record and what the auditors are shown, whichever process
+    records or shows it: the registered secrets (``audit.masking.register_secrets``) are only those this process
+    has used, and a value bound after an event recorded it was in none of them then."""
+    found: list[str] = []
+    with rows_read_only():
+        for model in apps.get_models():
+            secret_fields = [f.attname for f in model._meta.concrete_fields if is_secret_field(f)]
+            if not secret_fields or not isinstance(policy_of(model), ChangeAudit):
+                continue
+            if not callable(getattr(model, "secret_values", None)):
+                continue
+            for row in model._default_manager.all():
+                if any(getattr(getattr(row, name), "unreadable_secrets", False) for name in secret_fields):
+                    continue
+                found += [value for value in cast(Any, row).secret_values() if _credential_like(str(value))]
+    return list(dict.fromkeys(found))
+
+
 def config_change_record(
     *,
     obj: models.Model,
@@ -260,6 +304,8 @@ def config_change_record(
             **dict(extra or {}),
         },
         actor=scope.actor,
+        # Every binding's, not only those this process happened to register; read only where the diff may quote one.
+        secrets=configured_secrets() if _holds_credential_like_text(diff) else (),
     )
 
 

@@ -618,6 +618,7 @@ def audit_chain_verify(
     progress_every: int = 100_000,
     chunk_size: int = 2000,
     workers: int | None = None,
+    progress_note: Callable[[str], None] | None = None,
 ) -> ChainReport:
     """Verify the whole record, streaming, and fail closed: anything missing or unauthenticated is a problem.
 
@@ -633,7 +634,8 @@ def audit_chain_verify(
     ``workers``: processes that verify the events in parallel, each a segment of the chain on a connection of its
     own, the segments then joined in order (see :func:`_verify_workers` for the default; 0 or 1: none). Where a
     segment does not verify or join, the whole record is verified again in this process, so that the verdict
-    and its words are the verifier's alone.
+    and its words are the verifier's alone; ``progress_note`` (where progress is shown) is told so first, for the
+    counts then start again from the beginning.
 
     An ``archive_audit`` that commits while it runs (after the checkpoints were read, before the events were)
     takes away the events it was to start with: where nothing verified from the start because the first events
@@ -643,7 +645,7 @@ def audit_chain_verify(
     """
     options: dict[str, Any] = {
         "checkpoint_file": checkpoint_file, "archive_dir": archive_dir, "progress": progress,
-        "progress_every": progress_every, "chunk_size": chunk_size, "workers": workers,
+        "progress_every": progress_every, "chunk_size": chunk_size, "workers": workers, "progress_note": progress_note,
     }  # fmt: skip
     for _attempt in range(_ARCHIVE_RACE_RETRIES):
         report, archived_meanwhile = _chain_verify(**options)
@@ -674,6 +676,7 @@ def _chain_verify(
     progress_every: int,
     chunk_size: int,
     workers: int | None,
+    progress_note: Callable[[str], None] | None,
 ) -> tuple[ChainReport, bool]:
     """:func:`audit_chain_verify` once: the report, and whether it failed only because an archive committed while
     it ran (nothing verified from the start, and a checkpoint now covers the start)."""
@@ -710,6 +713,13 @@ def _chain_verify(
             verifier, segments, workers=workers, chunk_size=chunk_size, progress=progress, progress_every=progress_every
         )
         if not joined:  # something does not verify: the verifier alone finds it and names it, word for word
+            if progress_note is not None:  # its counts start again from the first event: say why before they do
+                progress_note(
+                    _(
+                        "the worker processes did not verify every segment: verifying the chain again in this "
+                        "process, from the start, to name the first break"
+                    )
+                )
             again = audit_chain_verify(
                 checkpoint_file=checkpoint_file,
                 archive_dir=archive_dir,
@@ -717,6 +727,7 @@ def _chain_verify(
                 progress_every=progress_every,
                 chunk_size=chunk_size,
                 workers=0,
+                progress_note=progress_note,
             )
             again.notes.append(_("the worker processes did not verify every segment: verified again in this one"))
             return again, False
@@ -978,7 +989,8 @@ def _checkpoint_file_write(path: Path, *, seq: int, hash_hex: str) -> None:
 
 
 def audit_archive_verify(paths: list[Path], *, checkpoint_file: Path | None = None) -> tuple[ChainReport, list[str]]:
-    """Check archive files, in the order given, as one chain: each line's hash, MAC, links and seq continuity,
+    """Check archive files as one chain, oldest first whatever the order given (:func:`_archives_in_chain_order`;
+    a note names the order used where it differs): each line's hash, MAC, links and seq continuity,
     the final checkpoint line against the last event, the anchors that fall inside them, and where the database
     still records a checkpoint at a file's start or end, that it is authentic and agrees. Returns the report
     and one summary line per file.
@@ -999,6 +1011,9 @@ def audit_archive_verify(paths: list[Path], *, checkpoint_file: Path | None = No
     start: tuple[int, str] | None = None
     signed_in: Path | None = None
     unvouched: tuple[Path, int, int] | None = None  # the first file nothing authenticated yet: its last seq, index
+    paths, reordered = _archives_in_chain_order(paths)
+    if reordered is not None:
+        report.notes.append(reordered)  # before the loop, which takes each file's summary from the notes' end
     for path in paths:
         verifier = archive_file_verify(
             path, start=start, recorded=recorded, report=report, keyring=keyring, anchors=anchors.by_seq, signed=signed
@@ -1030,6 +1045,36 @@ def audit_archive_verify(paths: list[Path], *, checkpoint_file: Path | None = No
             % {"seq": signed[0]}
         )
     return report, summaries
+
+
+def _archives_in_chain_order(paths: list[Path]) -> tuple[list[Path], str | None]:
+    """``paths`` by the seq of their first event: archives are one sequence, so the order they are given in does not
+    matter (given newest first, the older file's first event read as inserted after the newer one). With a note
+    naming the order used where it differs from the one given. Where a file's first seq cannot be read (missing,
+    not gzip, not an event first), the order given: that file's check names its problem."""
+    firsts: list[int] = []
+    for path in paths:
+        seq = _archive_first_seq(path)
+        if seq is None:
+            return paths, None
+        firsts.append(seq)
+    ordered = [path for _first, _given, path in sorted(zip(firsts, range(len(paths)), paths, strict=True))]
+    if ordered == paths:
+        return paths, None
+    return ordered, _("archives checked oldest first (by their first seq), in this order: %(paths)s") % {
+        "paths": ", ".join(str(path) for path in ordered)
+    }
+
+
+def _archive_first_seq(path: Path) -> int | None:
+    """The seq of the first line of an archive file, or None where it cannot be read as an event's."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as lines:
+            first = json.loads(lines.readline())
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    seq = first.get("seq") if isinstance(first, dict) else None
+    return seq if type(seq) is int else None
 
 
 def _archive_vouched_for(verifier: ChainVerifier, recorded: dict[int, str]) -> bool:

@@ -33,6 +33,7 @@ from agents.admin_runs import DateDrillDownChangeList
 from agents.models import Agent
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from audit.archive import tool_call_reason_label
+from audit.changes import configured_secrets
 from audit.labels import action_label, breakable, reason_label, when_cell
 from audit.masking import truncate
 from audit.models import AuditCheckpoint, AuditEvent
@@ -40,7 +41,7 @@ from audit.services import audit_chain_catch_up
 from audit.verification import CannotCheck
 from audit.visible import visible_text
 from auditor.charts import bar_chart
-from auditor.event_details import change_html, rule_decision_html
+from auditor.event_details import change_html, event_masked_when_shown, rule_decision_html
 from auditor.metrics import (
     MAX_BUCKETS,
     ToolSeries,
@@ -517,6 +518,22 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return DateDrillDownChangeList
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
+        """The event as its page shows it: masked again with the secrets bound now (``event_masked_when_shown``),
+        which one recorded before a value was bound as a secret was not masked with. Never saved."""
+        obj = super().get_object(request, object_id, from_field)
+        if obj is not None:
+            event_masked_when_shown(obj, configured_secrets())
+        return obj
+
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+        """The list's page of events, its texts (tool, reason, actor) masked as an event's page masks them."""
+        changelist = super().get_changelist_instance(request)
+        secrets = configured_secrets()
+        for event in changelist.result_list:
+            event_masked_when_shown(event, secrets, fields=("tool", "reason", "actor"))
+        return changelist
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AuditEvent]:
         audit_chain_catch_up()  # events committed but not chained yet (deferred chaining) are listed too

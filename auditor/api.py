@@ -31,8 +31,10 @@ from rest_framework.views import APIView
 from agent_platform.client_ip import client_ip
 from agents.api.auth import ApiKeyAuthentication
 from agents.api.errors import LoginLocked
+from audit.changes import configured_secrets
 from audit.logins import login_lockout_get
 from audit.models import AuditEvent
+from auditor.event_details import MASKED_AFTER_RECORDING, masked_when_shown
 from auditor.metrics import tool_metrics
 from auditor.selectors import (
     EXPORT_COLUMNS,
@@ -212,6 +214,10 @@ class AuditEventListApi(_AuditorApi):
                 raise serializers.ValidationError(paging)
             return _export_response(request, filters, data["format"])
         events, next_cursor = audit_event_page(filters=filters, after_id=data.get("cursor"), limit=data["limit"])
+        secrets = configured_secrets()
+        for event in events:
+            if masked_when_shown(event, secrets):
+                event[MASKED_AFTER_RECORDING] = True
         next_url = None
         if next_cursor is not None:
             query = request.query_params.copy()
@@ -267,7 +273,12 @@ def _export_response(request: Request, filters: AuditEventFilters, kind: str) ->
     rows = audit_event_export_rows(filters=filters)
     # Translated now, in the request's language: the blocks are written after the view has returned.
     cut_marker = _("…[cut: %(cut)d of %(total)d characters; the whole event is in ?format=jsonl]")
-    blocks = _csv_blocks(rows, cut_marker=cut_marker) if kind == "csv" else _jsonl_blocks(rows)
+    secrets = configured_secrets()  # read now, on the request's thread: masks every event served (_served)
+    blocks = (
+        _csv_blocks(rows, cut_marker=cut_marker, secrets=secrets)
+        if kind == "csv"
+        else _jsonl_blocks(rows, secrets=secrets)
+    )
     content_type = "text/csv; charset=utf-8" if kind == "csv" else "application/x-ndjson; charset=utf-8"
     stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
     response = StreamingHttpResponse(_streamed(request, blocks), content_type=content_type)
@@ -293,6 +304,13 @@ def _streamed(request: Request, blocks: Iterator[bytes]) -> Iterator[bytes] | As
             await close()
 
     return stream()
+
+
+def _served(row: tuple[Any, ...], secrets: list[str]) -> tuple[dict[str, Any], bool]:
+    """An exported row by column, masked as it is served (``masked_when_shown``: with the secrets bound now, which
+    an event recorded before one was bound was not masked with), and whether that changed it."""
+    event = dict(zip(EXPORT_COLUMNS, row, strict=True))
+    return event, masked_when_shown(event, secrets)
 
 
 def _plain(value: Any) -> Any:
@@ -338,9 +356,10 @@ def _csv_json(value: Any, *, cut_marker: str) -> str:
     return kept + cut_marker % {"cut": len(text) - len(kept), "total": len(text)}
 
 
-def _csv_blocks(rows: Iterable[tuple[Any, ...]], *, cut_marker: str) -> Iterator[bytes]:
+def _csv_blocks(rows: Iterable[tuple[Any, ...]], *, cut_marker: str, secrets: list[str]) -> Iterator[bytes]:
     """The CSV export, a block of rows at a time: a BOM and the header first (before any row is read), then
-    every row; ``args`` and ``result`` are JSON in their cells, cut to ``CSV_CELL_MAX_UNITS`` (``_csv_json``)."""
+    every row, masked as served (``_served``); ``args`` and ``result`` are JSON in their cells, cut to
+    ``CSV_CELL_MAX_UNITS`` (``_csv_json``)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     buffer.write("\ufeff")
@@ -350,10 +369,11 @@ def _csv_blocks(rows: Iterable[tuple[Any, ...]], *, cut_marker: str) -> Iterator
     buffer.truncate()
     json_columns = {EXPORT_COLUMNS.index("args"), EXPORT_COLUMNS.index("result")}
     for count, row in enumerate(rows, start=1):
+        event, _masked = _served(row, secrets)
         writer.writerow(
             [
                 _csv_json(cell, cut_marker=cut_marker) if i in json_columns else _csv_text(cell)
-                for i, cell in enumerate(row)
+                for i, cell in enumerate(event.values())
             ]
         )
         if count % EXPORT_BLOCK_ROWS == 0:
@@ -364,11 +384,17 @@ def _csv_blocks(rows: Iterable[tuple[Any, ...]], *, cut_marker: str) -> Iterator
         yield buffer.getvalue().encode("utf-8")
 
 
-def _jsonl_blocks(rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
-    """The JSON Lines export: one event per line (``EXPORT_COLUMNS`` as keys), Korean text as itself."""
+def _jsonl_blocks(rows: Iterable[tuple[Any, ...]], *, secrets: list[str]) -> Iterator[bytes]:
+    """The JSON Lines export: one event per line (``EXPORT_COLUMNS`` as keys), Korean text as itself, masked as
+    served (``_served``). A line that masking changed no longer hashes to its ``hash`` (that is of the event as
+    recorded): it says so, ``"masked_after_recording": true``, for whoever recomputes the chain from the export."""
     lines: list[str] = []
     for row in rows:
-        lines.append(_json({name: _plain(cell) for name, cell in zip(EXPORT_COLUMNS, row, strict=True)}))
+        event, masked = _served(row, secrets)
+        line = {name: _plain(cell) for name, cell in event.items()}
+        if masked:
+            line[MASKED_AFTER_RECORDING] = True
+        lines.append(_json(line))
         if len(lines) == EXPORT_BLOCK_ROWS:
             yield ("\n".join(lines) + "\n").encode("utf-8")
             lines = []

@@ -12,7 +12,7 @@ reads, a direction override that makes a name read backwards), written out as ``
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +29,49 @@ from django.utils.translation import gettext, pgettext
 from agents.decision_reasons import reason_text
 from audit.changes import CONFIG_ACTION_PREFIX
 from audit.labels import permission_label
+from audit.masking import mask_known
 from audit.models import AuditEvent
 from audit.visible import visible_text
+
+MASKED_WHEN_SHOWN = ("args", "result", "tool", "call_id", "reason", "actor")
+"""What an auditor is served of an event that may quote a caller's, a model's or a tool's text: masked again when
+it is shown or exported (:func:`masked_when_shown`), with the secrets bound now (``audit.changes.configured_secrets``):
+an event was masked with those known when it was recorded, and a value bound as a secret after (a token a user had
+typed, then given to a server) is in none of them."""
+
+MASKED_AFTER_RECORDING = "masked_after_recording"
+"""The member an exported event (the API's JSON, ``?format=jsonl``) carries, ``true``, where masking it when served
+changed it: its ``hash`` is of the event as recorded, so the event as exported no longer hashes to it."""
+
+
+def masked_when_shown(
+    values: dict[str, Any], secrets: Iterable[str], *, fields: Iterable[str] = MASKED_WHEN_SHOWN
+) -> bool:
+    """Mask ``values``'s ``fields`` (an event's, by name) in place with the known ``secrets`` (and the registered
+    ones: ``audit.masking.mask_known``, nothing else, so a recorded structure keeps its shape). Returns whether any
+    changed."""
+    changed = False
+    for name in fields:
+        if name in values and values[name] is not None:
+            shown = mask_known(values[name], secrets=secrets)
+            if shown != values[name]:
+                values[name] = shown
+                changed = True
+    return changed
+
+
+def event_masked_when_shown(
+    event: AuditEvent, secrets: Iterable[str], *, fields: Iterable[str] = MASKED_WHEN_SHOWN
+) -> bool:
+    """:func:`masked_when_shown` on an event loaded to be shown (never saved: the audit record is read-only)."""
+    names = list(fields)
+    values = {name: getattr(event, name) for name in names}
+    if not masked_when_shown(values, secrets, fields=names):
+        return False
+    for name, value in values.items():
+        setattr(event, name, value)
+    return True
+
 
 # What a change of a set of names did (a secret map's names, a user's groups): the kinds the recorders write.
 _NAME_CHANGES: dict[str, Callable[[], str]] = {

@@ -29,8 +29,8 @@ class Command(BaseCommand):
             type=Path,
             metavar="PATH",
             help=_(
-                "check an archive file written by archive_audit instead of the database (repeat, oldest first, "
-                "to check that archives chain into each other)"
+                "check an archive file written by archive_audit instead of the database (repeat to check that "
+                "archives chain into each other: they are checked oldest first, in whatever order they are given)"
             ),
         )
         parser.add_argument(
@@ -89,6 +89,7 @@ class Command(BaseCommand):
             progress_every=options["progress_every"],
             chunk_size=options["chunk_size"],
             workers=options["workers"],
+            progress_note=lambda text: self.stderr.write("  " + text),
         )
         for note in report.notes:
             self.stdout.write(note)
