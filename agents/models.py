@@ -1562,6 +1562,11 @@ class BudgetReservation(models.Model):
     class Meta:
         verbose_name = _("budget reservation")
         verbose_name_plural = _("budget reservations")
+        # The open ones, which the reconciler looks through every pass (``agents.reconciler``, step 8): a few,
+        # however many a budget has settled.
+        indexes = [
+            models.Index(fields=["run"], condition=models.Q(settled_at__isnull=True), name="budgetreservation_open")
+        ]
 
     def __str__(self) -> str:
         return f"{self.run_id}: {self.tokens}"

@@ -27,9 +27,11 @@ In order:
    ``status`` event (``cancelled``) is appended if that worker never wrote it (it died first), so that event
    streams, the admin's live view and ``?wait`` see the run's end, and its budgets are settled (the cancellation
    left its reservation to that worker, whose model call under way could still spend it);
-8. **reservations of finished runs**: once a finished run's worker is surely gone (as in step 6), a budget
-   reservation it still holds open is settled (``budget_settle``): a budget created or switched on while the run
-   was running reserved for it (``agents.budgets``), and the pass, claimed without a reservation, did not settle.
+8. **reservations of finished runs**: a budget reservation a finished run still holds open is settled
+   (``budget_settle``: once, by compare-and-swap, whoever else settles it): a budget created or switched on while
+   the run was running reserved for it (``agents.budgets``), and the pass, claimed without a reservation, did not
+   settle. A model call that was under way when the run was cancelled adds what it spent when it comes back
+   (``agents.execution``'s late count), so nothing waits for its worker.
 
 Steps 2 and 3 handle at most ``PLATFORM_RECONCILE_BATCH`` runs per pass, oldest first, so a backlog does not
 flood the broker.
@@ -108,7 +110,7 @@ def runs_reconcile(*, now: datetime | None = None) -> ReconcileReport:
     )
     # Logged, not a figure of the report (which reconcile_runs prints).
     repaired_alone("end the runs cancelled while running", lambda: _end_runs_cancelled_while_running(now), None)
-    repaired_alone("settle the reservations of finished runs", lambda: _settle_finished_runs(now), None)
+    repaired_alone("settle the reservations of finished runs", _settle_finished_runs, None)
     if report.changed:
         logger.info("reconciled runs: %s", report.as_dict())
     return report
@@ -310,22 +312,21 @@ def _end_approvals_of_finished_runs(now: datetime) -> int:
     return ended
 
 
-def _settle_finished_runs(now: datetime) -> None:
-    """Step 8: settle the open budget reservations of finished runs whose worker is surely gone (its hard time
-    limit has passed since the run finished: a call under way when it was cancelled has written its spend)."""
+def _settle_finished_runs() -> None:
+    """Step 8: settle the open budget reservations of finished runs (held, they kept a budget's room from new runs
+    with "runs in flight hold it", no run being in flight)."""
     batch = int(lifecycle_setting("PLATFORM_RECONCILE_BATCH"))
     left = (
         BudgetReservation.objects.filter(
             settled_at__isnull=True, run__status__in=[Run.Status.SUCCEEDED, Run.Status.FAILED, Run.Status.CANCELLED]
         )
-        .values_list("run_id", "run__finished_at", "run__agent__time_limit_s")
-        .order_by("run__finished_at")
+        # A run cancelled while it ran keeps its reservation for its worker's call under way (step 7 settles it).
+        .exclude(run__status=Run.Status.CANCELLED, run__lease_expires_at__isnull=False)
+        .values_list("run_id", flat=True)
+        .order_by("run_id")
         .distinct()[:batch]
     )
-    for run_id, finished_at, time_limit_s in left:
-        _soft, hard = run_time_limits(time_limit_s)
-        if finished_at is not None and finished_at + timedelta(seconds=hard) > now:
-            continue  # its worker may still be settling it, or finishing a call
+    for run_id in left:
         repaired_alone("settle its budgets", partial(_settle_alone, run_id), 0, run_id=run_id)
 
 
