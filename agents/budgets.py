@@ -295,6 +295,16 @@ def _in_flight_reserve(budget: Budget, usage: BudgetUsage, runs: list[Run]) -> N
     )
 
 
+@transaction.atomic
+def budget_key_rotate(*, budget: Budget, api_key: ApiKey, actor: Any, via: str) -> Budget:
+    """Move an API key's budget to the key that replaces it (``create_api_key --replace``: the same caller's key
+    rotated), with its counters and the reservations of its runs in flight (audited as the budget's change): its
+    spend so far keeps limiting the caller. Copied to the new key, the budget opened empty counters, and every
+    rotation (``bin/up`` replaces its key at each start) gave the caller a fresh period. The one change of a
+    budget's owner there is (``budget_update`` refuses it: another owner's spend is not this one's)."""
+    return audited_save(budget, actor=actor, via=via, data={"api_key": api_key})
+
+
 def budget_delete(*, budget: Budget, actor: Any, via: str) -> None:
     audited_delete(budget, actor=actor, via=via)
 

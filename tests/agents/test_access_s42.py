@@ -99,7 +99,10 @@ def test_a_replaced_key_keeps_its_agents_rate_and_budgets(demo_agent: Agent, dem
     assert new.rate == "5/min" and new.admin is False
     assert list(new.budgets.values_list("period", "max_tokens", "enabled")) == [("day", 100000, True)]
     assert "company-assistant" in said and "5/min" in said
-    assert AuditEvent.objects.filter(action="config.budget.create", result__id=new.budgets.get().pk).exists()
+    # Moved with its counters (its spend keeps limiting the caller), audited as the budget's change.
+    assert not old.budgets.exists()
+    moved = AuditEvent.objects.filter(action="config.budget.update").order_by("-id").first()
+    assert moved is not None and set(moved.args) == {"api_key"}
     refused = Client(HTTP_AUTHORIZATION=f"Bearer {raw}").post(
         "/api/v1/runs", {"agent": "hr-secret", "query": "급여 알려줘"}, content_type="application/json"
     )
@@ -195,3 +198,31 @@ def test_a_roll_back_by_someone_who_may_change_the_agent_still_runs(demo_agent: 
     )
     assert posted.status_code == 302
     assert AgentVersion.objects.filter(agent=demo_agent).count() == 3
+
+
+def test_a_rotated_key_keeps_its_budgets_spend_so_far() -> None:
+    """Copied to the new key, the budget's counters started empty: each rotation (bin/up replaces its key at every
+    start) gave the caller a fresh day (6,104 tokens spent against a day's 5,000)."""
+    from rest_framework.test import APIClient
+
+    from tests.agents.test_budgets import finish, scripted_agent, submit
+
+    scripted_agent(turns=2, output_tokens=1500)
+    raw, _said = _issued("partner")
+    budget_create(
+        actor="t",
+        via="tests",
+        data={"api_key": ApiKey.objects.get(), "period": "day", "max_tokens": 5000, "run_reservation_tokens": 2000},
+    )
+    old_client = APIClient()
+    old_client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    admitted = 0
+    while (response := submit(old_client)).status_code == 202:
+        finish(response.json()["id"])
+        admitted += 1
+        assert admitted < 10
+    new_raw, _said = _issued("partner", "--replace")
+    new_client = APIClient()
+    new_client.credentials(HTTP_AUTHORIZATION=f"Bearer {new_raw}")
+    refused = submit(new_client)
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "budget_exceeded"

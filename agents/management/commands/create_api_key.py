@@ -9,7 +9,7 @@ from django.db import models, transaction
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop, ngettext
 
-from agents.budgets import budget_create
+from agents.budgets import budget_key_rotate
 from agents.models import Agent, ApiKey, Budget
 from agents.services import api_key_create, api_key_revoke
 
@@ -60,8 +60,10 @@ class Command(BaseCommand):
                     actor=ACTOR,
                     via=VIA,
                 )
-                for figures in carried.get("budgets", ()):
-                    budget_create(actor=ACTOR, via=VIA, data={**dict(figures), "api_key": key})
+                if carried.get("budgets"):
+                    # Moved, not copied: their counters hold the period's spend (copied, they started empty).
+                    for budget in Budget.objects.filter(api_key=earlier[0]).order_by("pk"):
+                        budget_key_rotate(budget=budget, api_key=key, actor=ACTOR, via=VIA)
                 replaced = sum(api_key_revoke(api_key=old, actor=ACTOR, via=VIA) for old in earlier)
         except ValidationError as exc:  # an empty name, one too long: the model's own words, not a traceback
             raise CommandError("; ".join(exc.messages)) from None
