@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_platform.text import nfc
 from mcpregistry.contracts import spec_message
+from mcpregistry.embeddings import EmbeddingVectorError
 
 __all__ = [
     "EmbeddingRanker",
@@ -343,7 +344,8 @@ def select_tools(
         except Exception as exc:  # an embedding outage must not end the run: lexical takes over
             if fallback_ranker is None:
                 raise
-            why = str(exc) if isinstance(exc, RankingError) else type(exc).__name__
+            # Words safe for the trace: a ranker's own, the embedding module's about a vector (no text, no vector).
+            why = str(exc) if isinstance(exc, RankingError | EmbeddingVectorError) else type(exc).__name__
             used_ranker, fallback = fallback_ranker.name, f"{ranker.name}:{why}"
             scores = fallback_ranker.score(text)
     offered: list[str] = []

@@ -17,6 +17,7 @@ import hashlib
 import logging
 import math
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -200,9 +201,35 @@ class QueryEmbedder:
 
     def tool_vectors(self, dimensions: int) -> dict[str, list[float]]:
         """The tools' vectors, those of another dimension than ``dimensions`` embedded again and cached. Raises the
-        embedding client's error, or :class:`EmbeddingVectorError` (an answer that is not such a vector)."""
-        tool_embeddings_refresh(list(self.index.values()), embedder=self.embedder, dimensions=dimensions)
+        embedding client's error, or :class:`EmbeddingVectorError` (an answer that is not such a vector). Where
+        that failed, this process does not try again for ``REEMBED_RETRY_S`` (a service that answers queries in
+        one dimension and tools in another had every run embed every tool, for nothing)."""
+        key = (self.embedder[0], dimensions)
+        failed_at = _reembed_failed.get(key)
+        if failed_at is not None and time.monotonic() - failed_at < REEMBED_RETRY_S:
+            raise EmbeddingVectorError(
+                f"query vector has {dimensions} dimensions; the tools embedded again did not answer so "
+                f"(not tried again within {int(REEMBED_RETRY_S)} s)"
+            )
+        try:
+            tool_embeddings_refresh(list(self.index.values()), embedder=self.embedder, dimensions=dimensions)
+        except DatabaseError:
+            raise
+        except Exception as exc:
+            _reembed_failed[key] = time.monotonic()
+            if isinstance(exc, EmbeddingVectorError):
+                raise EmbeddingVectorError(
+                    f"query vector has {dimensions} dimensions; embedding the tools again: {exc}"
+                ) from exc
+            raise
+        _reembed_failed.pop(key, None)
         return _cached_vectors(self.index, self.embedder[0])
+
+
+# How long a process leaves the tools' vectors alone after embedding them again in a query's dimension failed
+# (``QueryEmbedder.tool_vectors``), per embedding model and dimension: monotonic time of the failure.
+REEMBED_RETRY_S = 600.0
+_reembed_failed: dict[tuple[str, int], float] = {}
 
 
 def _cached_vectors(index: dict[str, McpTool], model: str) -> dict[str, list[float]]:

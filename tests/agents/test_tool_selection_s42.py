@@ -164,3 +164,33 @@ def test_a_call_to_a_tool_outside_the_hard_filters_is_refused_without_using_up_a
     calls = [(e.tool, e.reason) for e in AuditEvent.objects.filter(run_id=run.id).order_by("pk") if e.tool]
     assert ("ping", "tool:not_offered") in calls
     assert [reason for tool, reason in calls if tool == "list_projects"][-1] != "tool:not_offered"
+
+
+def test_a_service_answering_queries_in_another_dimension_than_tools_is_not_asked_for_every_tool_each_run(
+    embeddings, monkeypatch
+) -> None:
+    """Every run embedded every tool again, failed, and fell back, for good: the failure is remembered."""
+    import tests.embedding_server as embedding_server
+    from mcpregistry import embeddings as embedding_module
+
+    query = "A-1001 자산 상태 알려줘"
+    server = bind_demo_server()
+    agent = scripted_agent(server, [{"content": "ok"}], EMBEDDING)
+    answered = embedding_server.answered_vector
+    # The query (a one-text request of the run's query) comes back shorter; the tools' texts as before.
+    monkeypatch.setattr(
+        embedding_server, "answered_vector", lambda t, a: answered(t, "short") if query in t else answered(t, a)
+    )
+    try:
+        per_run = []
+        for _ in range(3):
+            before = len(embeddings.embedded)
+            selection = selections(run_query(agent, query))[0]
+            per_run.append((len(embeddings.embedded) - before, selection["ranker"], selection["fallback"]))
+    finally:
+        embedding_module._reembed_failed.clear()
+    tools = server.tools.count()
+    assert per_run[0][0] == 1 + tools  # the query, then every tool once
+    assert [n for n, _ranker, _why in per_run[1:]] == [1, 1]  # the query alone
+    assert all(ranker == "lexical" for _n, ranker, _why in per_run)
+    assert all(f"query vector has {SHORT_DIMENSIONS} dimensions" in why for _n, _ranker, why in per_run), per_run
