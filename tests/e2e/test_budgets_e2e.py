@@ -53,8 +53,9 @@ def test_runs_on_one_key_are_admitted_until_its_budget_is_spent_then_refused_wit
         usage = first.json()["token_usage"]
         per_run = usage["input_tokens"] + usage["output_tokens"]
         assert first.json()["status"] == "succeeded" and per_run > 0
-        # Room for three more runs' real tokens, not for a fourth run's reservation on top.
-        limit = 3 * per_run + RESERVATION - 1
+        # Room for three more runs' real tokens, not for a fourth run's reservation on top: the budget, created
+        # mid-day, counts the day's first run too.
+        limit = 4 * per_run + RESERVATION - 1
         key_budget(p, max_tokens=limit, reservation=RESERVATION)
         answered = [ask(p) for _ in range(3)]
         assert [(r.status_code, r.json()["status"]) for r in answered] == [(200, "succeeded")] * 3
@@ -66,7 +67,7 @@ def test_runs_on_one_key_are_admitted_until_its_budget_is_spent_then_refused_wit
         assert 0 < int(refused.headers["Retry-After"]) <= 86400
         # Each admitted run settled on the worker with what it used; nothing is left reserved.
         [(used, reserved)] = p.query("SELECT used_tokens, reserved_tokens FROM agents_budgetusage")
-        assert (used, reserved) == (3 * per_run, 0)
+        assert (used, reserved) == (4 * per_run, 0)
         assert p.query("SELECT COUNT(*), COUNT(DISTINCT worker) FROM agents_run WHERE worker != ''") == [(4, 1)]
 
 
