@@ -274,8 +274,11 @@ class A2AMessageSerializer(StrictSerializer):
     # min_length as well as allow_empty: the schema says minItems; allow_empty's own message is the one answered.
     parts = BoundedListField(child=A2APartField(), allow_empty=False, min_length=1, max_length=100)
     kind = serializers.ChoiceField(choices=["message"], required=False)
+    # Ids are kept exactly as sent (DRF trims a CharField's spaces): " conv " from a REST message was "conv",
+    # another conversation than the same id sent to A2A or in ``context``, and said to differ from the latter.
     messageId = StrictCharField(
         required=False,
+        trim_whitespace=False,
         max_length=200,
         help_text=(
             "Without an `Idempotency-Key` header, the submission's idempotency key: the same messageId and body "
@@ -285,6 +288,7 @@ class A2AMessageSerializer(StrictSerializer):
     )
     contextId = StrictCharField(
         required=False,
+        trim_whitespace=False,
         max_length=200,
         help_text=(
             "The conversation: the run's `context.contextId` (runs with the same one are one conversation, here "
@@ -293,6 +297,7 @@ class A2AMessageSerializer(StrictSerializer):
     )
     taskId = StrictCharField(
         required=False,
+        trim_whitespace=False,
         max_length=200,
         help_text=(
             "Accepted and not used here (the A2A endpoint `/a2a/{slug}/` reads it: the task a reply answers); "
@@ -311,6 +316,13 @@ class A2AMessageSerializer(StrictSerializer):
 
     def validate_role(self, role: str) -> str:
         return "user"
+
+    def validate_contextId(self, context_id: str) -> str:  # DRF names it after the field
+        """As every door checks a conversation's id (``context_id_problem``): a blank one names no conversation."""
+        problem = context_id_problem({"contextId": context_id}, field="message.contextId")
+        if problem:
+            raise ValidationError(problem)
+        return context_id
 
     def validate_parts(self, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
         has_text = any(p["kind"] == "text" and p["text"].strip() for p in parts)
