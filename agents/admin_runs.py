@@ -56,6 +56,7 @@ from agents.budgets import usd_text
 from agents.decision_reasons import approval_reason_text, reason_text
 from agents.error_texts import _KNOWN_MESSAGES, error_message_text  # noqa: F401 (read here by others)
 from agents.models import Agent, Approval, Run, ShadowComparison
+from agents.selectors import run_end_recorded
 from agents.services import CANCELLABLE, run_cancel
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from audit.labels import breakable, reason_label, when_cell
@@ -1547,7 +1548,9 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             # The A/B arm that chose the version for this caller (``agents.services.run_version_choice``).
             "arm_text": gettext("arm %(name)s") % {"name": visible_text(run.arm)} if run.arm else "",
             "related_runs": self._related_runs(request, run),
-            "finished": run.is_finished,
+            # A run cancelled while its worker held it is followed until the worker records its end (the call under
+            # way, perhaps an approved write, and its last status): the page stopped following it at the cancel.
+            "finished": run.is_finished and (run.status != Run.Status.CANCELLED or run_end_recorded(run_id=run.pk)),
             "may_cancel": self.may_cancel(request) and run.status in CANCELLABLE,
             "cancel_url": reverse("admin:agents_run_cancel", args=[run.pk], current_app=name),
             "timeline_url": reverse("admin:agents_run_timeline", args=[run.pk], current_app=name),

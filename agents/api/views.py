@@ -61,7 +61,7 @@ from agents.api.throttling import ApiKeyRateThrottle
 from agents.approvals import approval_decide
 from agents.budgets import api_key_usage
 from agents.models import ApiKey, Run
-from agents.selectors import run_get, run_list, run_wait
+from agents.selectors import run_end_recorded, run_get, run_list, run_wait
 from agents.services import request_digest, run_cancel, run_feedback_record, run_query_check, run_submit
 
 IDEMPOTENCY_KEY_MAX_CHARS = 200
@@ -314,7 +314,11 @@ class RunCreateApi(ApiView):
         headers = {"Idempotent-Replayed": "true"} if submission.replayed else None
         if wait_s:
             run = _run_waited(run=run, api_key=caller_of(request), wait_s=wait_s)
-        done = submission.replayed or run.is_finished
+        # A run cancelled while its worker held it reads cancelled at once, its worker's last events still to come
+        # (the call it was making, its end): not finished for the caller yet (202: read it again).
+        done = submission.replayed or (
+            run.is_finished and (run.status != Run.Status.CANCELLED or run_end_recorded(run_id=run.pk))
+        )
         return Response(
             RunOutputSerializer(run).data,
             status=status.HTTP_200_OK if done else status.HTTP_202_ACCEPTED,
@@ -425,13 +429,19 @@ def _wait_seconds(request: Request) -> float:
         return 0.0
     limit = float(api_setting("PLATFORM_API_MAX_WAIT_S"))
     # What was wrong, in words (the value itself, the caller's, is theirs to see: echoed, it could be any length).
-    told = {"wait": [_("A number of seconds from 0 to %(max)d, such as 5 or 0.5.") % {"max": limit}]}
+    # The limit as set (2.5 read "2"), and an example within it.
+    told = {
+        "wait": [
+            _("A number of seconds from 0 to %(max)s, such as %(example)s.")
+            % {"max": f"{limit:g}", "example": _("5 or 0.5") if limit >= 5 else f"{limit / 2:g}"}
+        ]
+    }
     if not _SECONDS.fullmatch(raw):  # float() would also take "1_0", " 5", "1e1" and "nan"
         raise ApplicationError(_("'wait' must be a number of seconds."), code="invalid_input", status=400, fields=told)
     value = float(raw)
     if not 0 <= value <= limit:  # NaN fails both
         raise ApplicationError(
-            _("'wait' must be between 0 and %(max)d seconds.") % {"max": limit},
+            _("'wait' must be between 0 and %(max)s seconds.") % {"max": f"{limit:g}"},
             code="invalid_input",
             status=400,
             fields=told,
