@@ -97,6 +97,7 @@ def query(monkeypatch: pytest.MonkeyPatch, outcome: Any) -> tuple[str, str]:
     return out.getvalue(), err.getvalue()
 
 
+@pytest.mark.slow
 def test_run_query_exits_non_zero_for_a_cancelled_run(monkeypatch: pytest.MonkeyPatch) -> None:
     with translation.override("ko"), pytest.raises(CommandError) as refused:
         query(monkeypatch, lambda run: run_cancel(run=run, actor="운영자"))

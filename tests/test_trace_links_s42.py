@@ -188,6 +188,7 @@ def test_a_run_created_where_nothing_is_traced_keeps_no_trace_context(
     assert Run.objects.get(pk=run.pk).traceparent == ""
 
 
+@pytest.mark.slow
 def test_a_process_that_does_not_trace_stores_no_callers_traceparent(tmp_path: Path) -> None:
     script = (
         "from django.http import HttpResponse\n"

@@ -65,6 +65,7 @@ def timed_out_run(demo_server) -> tuple[Run, list[dict]]:
         return run, list(server.requests)
 
 
+@pytest.mark.slow
 def test_a_budgeted_call_that_timed_out_is_charged_its_input_bound_and_max_tokens(demo_server) -> None:
     run, requests = timed_out_run(demo_server)
     assert len(requests) == 1  # a budgeted run sends a timed-out call once
@@ -83,6 +84,7 @@ def test_a_budgeted_call_that_timed_out_is_charged_its_input_bound_and_max_token
     assert (counter.used_tokens, counter.reserved_tokens) == (run.tokens, 0)
 
 
+@pytest.mark.slow
 def test_the_run_page_says_a_turn_got_no_answer_and_is_charged_an_estimate(demo_server, admin_client) -> None:
     """The turn was an empty "model turn 1" on the run's page, in both languages."""
     run, _requests = timed_out_run(demo_server)
@@ -149,6 +151,7 @@ def test_a_budgeted_call_cut_after_its_request_was_sent_is_charged_the_estimate(
     assert (counter.used_tokens, counter.reserved_tokens) == (run.tokens, 0) and run.tokens > 512
 
 
+@pytest.mark.slow
 def test_a_retried_timed_out_attempt_of_a_run_without_a_budget_is_charged_beside_the_answered_one(
     demo_server,
 ) -> None:

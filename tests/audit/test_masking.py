@@ -778,6 +778,7 @@ def test_a_given_secret_never_survives_mask_value_in_any_form(data: st.DataObjec
     assert_not_leaked(secret, mask_text(json.dumps(value, ensure_ascii=False), secrets=[secret]))
 
 
+@pytest.mark.slow
 @property_settings
 @given(value=json_values)
 def test_mask_value_never_mutates_and_keeps_the_shape(value: Any) -> None:

@@ -48,6 +48,7 @@ def test_the_background_pass_scores_finished_cases_and_finishes_the_eval_run() -
     assert eval_runs_refresh_open() == 0  # a finished eval run is left alone
 
 
+@pytest.mark.slow
 @override_settings(PLATFORM_EVAL_CASE_TIMEOUT_S=60)
 def test_a_case_whose_run_never_finishes_is_cancelled_and_scored_as_timed_out() -> None:
     eval_run = _start()

@@ -247,6 +247,7 @@ def key_client(*, agents: list[Agent] | None = None, admin: bool = True) -> APIC
     return client
 
 
+@pytest.mark.slow
 def test_the_api_cancels_an_eval_run_and_answers_it_as_get_does() -> None:
     eval_run = demo_eval_run()
     client = key_client()

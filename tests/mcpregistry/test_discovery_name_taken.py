@@ -100,6 +100,7 @@ def test_an_enabled_tool_listed_again_after_its_name_was_taken_stays_off(servers
     assert agent_tool_name_conflicts() == {}
 
 
+@pytest.mark.slow
 def test_mcp_discover_says_which_tools_it_left_off(servers: Any, capsys: Any) -> None:
     ra, rb = servers
     agent_binding(ra, rb)

@@ -212,6 +212,7 @@ def test_no_text_is_read_as_an_argument_refusal() -> None:
     assert classify_tool_error("args:missing: 'x' is required.") == ("tool:error", None)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_servers_error_text_that_opens_like_a_reason_code_is_its_tool_error() -> None:
     server = McpServer.objects.create(

@@ -570,6 +570,7 @@ def test_values_stored_before_a_check_was_added_still_save_and_import(admin_clie
     assert "locale" in ToolContract.objects.get(tool=tool).args
 
 
+@pytest.mark.slow
 def test_the_resources_discovery_finds_are_recorded_as_the_servers_change(db) -> None:
     """The resources are what ``read_resource`` may read: discovery changed them with no audit event."""
     from audit.models import AuditEvent

@@ -34,6 +34,7 @@ def test_inline_code_written_around_clean_never_runs(tmp_path: Path) -> None:
     assert not mark.exists()
 
 
+@pytest.mark.slow
 def test_a_program_the_operator_took_off_the_allowlist_is_not_started(settings: Any, tmp_path: Path) -> None:
     data = {"mcp_id": "listed", "name": "l", "command": sys.executable, "args": ["-m", "mcpregistry.demo_server"]}
     server = mcp_server_create(actor="t", via="t", data=data | {"cwd": str(dj_settings.BASE_DIR)})
