@@ -51,6 +51,7 @@ from django.utils.translation import gettext as _
 from agent_platform.errors import ApplicationError
 from agents.models import MICROS_PER_USD as MICROS_PER_USD
 from agents.models import (
+    RUN_IN_FLIGHT_STATUSES,
     UNPAID_PROVIDERS,
     Agent,
     ApiKey,
@@ -247,10 +248,6 @@ def _usage_open(budget: Budget, *, carry: bool = False) -> None:
     )
     if in_flight:
         _in_flight_reserve(budget, usage, in_flight)
-
-
-# The statuses of a run that has not ended: it may still spend, and settles when it ends (``budget_settle``).
-RUN_IN_FLIGHT_STATUSES = (Run.Status.QUEUED, Run.Status.RUNNING, Run.Status.AWAITING_APPROVAL)
 
 
 def _runs_in_flight_locked(runs: QuerySet[Run]) -> list[Run]:

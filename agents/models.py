@@ -1249,6 +1249,11 @@ class Approval(models.Model):
         return f"{self.mcp_id}.{self.tool} ({self.get_status_display()})"
 
 
+# The statuses of a run that has not ended: it may still be cancelled, may still spend, and settles its budgets when
+# it ends.
+RUN_IN_FLIGHT_STATUSES = (Run.Status.QUEUED, Run.Status.AWAITING_APPROVAL, Run.Status.RUNNING)
+
+
 class RunEvent(models.Model):
     """What a run did, as it happened, in order: what ``GET /api/v1/runs/{id}/events`` streams."""
 

@@ -28,6 +28,7 @@ from agents.decision_reasons import CANCELLED_APPROVAL
 from agents.dispatch import run_dispatch, run_time_limits
 from agents.flows import registered_flow_graphs
 from agents.models import (
+    RUN_IN_FLIGHT_STATUSES,
     Agent,
     AgentArm,
     AgentVersion,
@@ -1287,7 +1288,7 @@ def run_create(
     return run
 
 
-CANCELLABLE = (Run.Status.QUEUED, Run.Status.AWAITING_APPROVAL, Run.Status.RUNNING)
+CANCELLABLE = RUN_IN_FLIGHT_STATUSES
 
 
 @transaction.atomic

@@ -52,6 +52,7 @@ from audit.change_guard import (
     rows_read_only,
     values_differ,
 )
+from audit.masking import credential_like
 from audit.services import audit_event_record
 
 __all__ = [
@@ -233,18 +234,11 @@ def _named_fields(model: type[models.Model], diff: Mapping[str, Any]) -> list[st
     return names
 
 
-def _credential_like(value: str) -> bool:
-    """As ``mcpregistry.services.credential_like`` judges another binding's secret worth masking everywhere: 8
-    characters or more, not digits alone (a short or numeric one, ``none``, ``3600``, would hide words and numbers)."""
-    text = value.strip()
-    return len(text) >= 8 and not text.isdigit()
-
-
 def _holds_credential_like_text(value: Any) -> bool:
-    """Whether a change's diff holds a text that may quote a bound secret (as long as ``_credential_like`` asks): a
+    """Whether a change's diff holds a text that may quote a bound secret (as long as ``credential_like`` asks): a
     change of numbers or flags alone is recorded without reading every binding's secrets."""
     if isinstance(value, str):
-        return len(value.strip()) >= 8
+        return credential_like(value)  # a text that holds such a secret is one too
     if isinstance(value, Mapping):
         return any(_holds_credential_like_text(item) for item in value.values())
     if isinstance(value, list | tuple):
@@ -253,7 +247,7 @@ def _holds_credential_like_text(value: Any) -> bool:
 
 
 def configured_secrets() -> list[str]:
-    """Every secret the configuration binds now that looks like a credential (``_credential_like``), read from the
+    """Every secret the configuration binds now that looks like a credential (``credential_like``), read from the
     database: each configuration model with a secret field gives its rows' own (``secret_values()``: a binding's
     env and header values but those marked public, an agent's model key), a row this process cannot decrypt
     (``unreadable_secrets``) none. What masks a change's record and what the auditors are shown, whichever process
@@ -270,7 +264,7 @@ def configured_secrets() -> list[str]:
             for row in model._default_manager.all():
                 if any(getattr(getattr(row, name), "unreadable_secrets", False) for name in secret_fields):
                     continue
-                found += [value for value in cast(Any, row).secret_values() if _credential_like(str(value))]
+                found += [value for value in cast(Any, row).secret_values() if credential_like(str(value))]
     return list(dict.fromkeys(found))
 
 

@@ -361,6 +361,14 @@ _known: frozenset[str] = frozenset()
 the same known set is built once and found in the cache after."""
 
 
+def credential_like(value: str) -> bool:
+    """Whether another binding's secret is one worth masking beyond its own server: 8 characters or more, not
+    digits alone (a short or numeric secret, ``none``, ``3600``, a setting an admin kept secret, would hide words
+    and numbers everywhere)."""
+    text = value.strip()
+    return len(text) >= 8 and not text.isdigit()
+
+
 def register_secrets(values: Iterable[str]) -> None:
     """Add values to the process-wide set of known secrets, masked by every later call.
 

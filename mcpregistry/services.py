@@ -36,7 +36,15 @@ from audit.changes import (
     config_change_record,
     instance_changes,
 )
-from audit.masking import MASK, MIN_SECRET_LENGTH, mask_known, mask_text, register_secrets, storable_text
+from audit.masking import (
+    MASK,
+    MIN_SECRET_LENGTH,
+    credential_like,
+    mask_known,
+    mask_text,
+    register_secrets,
+    storable_text,
+)
 from audit.services import audit_event_record
 from audit.visible import invisible_characters
 from mcpregistry.contracts import SCHEMA_MAX_DEPTH, argument_constraints, contract_defaults, schema_problem
@@ -469,14 +477,6 @@ def _rules_left_text(server: McpServer, tool_names: list[str]) -> list[str]:
     if not tool_names:
         return []
     return [plain_text(text) for text in rules_left_failing(server_id=server.pk, tool_names=tool_names)]
-
-
-def credential_like(value: str) -> bool:
-    """Whether another binding's secret is one worth masking beyond its own server: 8 characters or more, not
-    digits alone (a short or numeric secret, ``none``, ``3600``, a setting an admin kept secret, would hide words
-    and numbers everywhere)."""
-    text = value.strip()
-    return len(text) >= 8 and not text.isdigit()
 
 
 def readable_secrets(rows: Any) -> list[str]:

@@ -35,6 +35,7 @@ from mcpregistry import gate
 from tests.conftest import bind_demo_server
 from tests.e2e.harness import redis_server, wait_until
 from tests.e2e.workers import Platform, Worker, platform_without_workers
+from tests.mcpregistry.test_fix_pool_review import soft_time_limit_in
 
 # --- 1. the heartbeat of a worker cut off from its broker ------------------------------------------------------
 
@@ -103,22 +104,6 @@ def test_a_worker_that_cannot_reach_its_broker_has_no_heartbeat_until_it_reconne
 
 
 # --- 2. the span of a gate call that raised ---------------------------------------------------------------------
-
-
-@contextmanager
-def soft_time_limit_in(seconds: float) -> Iterator[None]:
-    """Celery's soft time limit, as its worker raises it: from a signal handler, in the thread that runs the task."""
-
-    def soft_limit(signum: int, frame: Any) -> None:
-        raise SoftTimeLimitExceeded()
-
-    old = signal.signal(signal.SIGALRM, soft_limit)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 @pytest.mark.django_db(transaction=True)
