@@ -262,28 +262,25 @@ def traced_gate_call(call: Callable[..., R]) -> Callable[..., R]:
     """Wrap the gate's ``call(*, server, tool_name, args, who, ...)`` in its span (``gate_span``) and record the
     outcome of the ``ToolResult`` it returns (``gate_outcome``; its args and value are masked by then). Where the
     contract's fallback answered, the span is still the asked tool's, with that tool's failure, and names the backup
-    (``platform.fallback_tool``). The span is opened under the asked tool's name, masked as ``refuse_call`` masks
-    it (a model may write anything there): a call that raises (the run's time limit, the database) is named too."""
+    (``platform.fallback_tool``). A call that raises (the run's time limit, the database) is named by the asked
+    tool's name, masked as ``refuse_call`` masks it (a model may write anything there): it was left unnamed."""
 
     @functools.wraps(call)
     def traced(**kwargs: Any) -> R:
-        from audit.masking import mask_text
-
         who = kwargs["who"]
         with gate_span(
-            mcp_id=kwargs["server"].mcp_id,
-            tool=mask_text(kwargs["tool_name"]),
-            source=who.source,
-            run_id=who.run_id,
-            call_id=who.call_id,
+            mcp_id=kwargs["server"].mcp_id, tool="", source=who.source, run_id=who.run_id, call_id=who.call_id
         ) as current:
             try:
                 result = call(**kwargs)
             except BaseException:
-                # Masked again: the gate registered the server's secrets as it started.
-                asked = mask_text(kwargs["tool_name"])
-                current.update_name(f"execute_tool {asked}")
-                current.set_attribute("gen_ai.tool.name", asked)
+                if current.is_recording():
+                    from audit.masking import mask_text
+
+                    # Masked once the gate registered the server's secrets (as it started).
+                    asked = mask_text(kwargs["tool_name"])
+                    current.update_name(f"execute_tool {asked}")
+                    current.set_attribute("gen_ai.tool.name", asked)
                 raise
             outcome: Any = result
             # Named from the result: a name the server does not have (a model may write anything there) is
