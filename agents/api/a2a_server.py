@@ -736,7 +736,8 @@ def message_send(*, agent: Agent, api_key: ApiKey, params: dict[str, Any]) -> Ru
 def _parts_bounded(parts: list[Any]) -> None:
     """Refuse a message of more parts than the REST API takes (``A2AMessageSerializer``'s bound, its words), before
     any part is read: each was validated first, seconds of work for thousands of them before the refusal."""
-    field = cast(BoundedListField, A2AMessageSerializer().fields["parts"])
+    # The declared field itself: a serializer made for it built every field again on each message.
+    field = cast(BoundedListField, A2AMessageSerializer._declared_fields["parts"])
     if field.max_length is not None and len(parts) > field.max_length:
         errors = {"parts": [str(field.error_messages["max_length"]).format(max_length=field.max_length)]}
         raise invalid_params(_("The message is not valid: %(errors)s") % {"errors": _fields_text(errors)})
