@@ -56,7 +56,7 @@ from agents.budgets import usd_text
 from agents.decision_reasons import approval_reason_text, reason_text
 from agents.error_texts import _KNOWN_MESSAGES, error_message_text  # noqa: F401 (read here by others)
 from agents.models import Agent, Approval, Run, ShadowComparison
-from agents.selectors import run_end_recorded
+from agents.selectors import run_seen_finished
 from agents.services import CANCELLABLE, run_cancel
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from audit.labels import breakable, reason_label, when_cell
@@ -1550,7 +1550,7 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             "related_runs": self._related_runs(request, run),
             # A run cancelled while its worker held it is followed until the worker records its end (the call under
             # way, perhaps an approved write, and its last status): the page stopped following it at the cancel.
-            "finished": run.is_finished and (run.status != Run.Status.CANCELLED or run_end_recorded(run_id=run.pk)),
+            "finished": run_seen_finished(run),
             "may_cancel": self.may_cancel(request) and run.status in CANCELLABLE,
             "cancel_url": reverse("admin:agents_run_cancel", args=[run.pk], current_app=name),
             "timeline_url": reverse("admin:agents_run_timeline", args=[run.pk], current_app=name),

@@ -162,6 +162,12 @@ def run_end_recorded(*, run_id: Any) -> bool:
     return since is None or timezone.now() >= since + timedelta(seconds=hard)
 
 
+def run_seen_finished(run: Run) -> bool:
+    """Whether a reader may take ``run`` (as read) as finished, its events complete: a run cancelled while its worker
+    held it is not, until its end is recorded (``run_end_recorded``, asked only then: no query for any other run)."""
+    return run.is_finished and (run.status != Run.Status.CANCELLED or run_end_recorded(run_id=run.pk))
+
+
 def api_key_is_live(*, api_key_id: Any) -> bool:
     """Whether the key still exists and is not revoked (an open event stream asks this again and again)."""
     return ApiKey.objects.filter(pk=api_key_id, revoked_at__isnull=True).exists()

@@ -61,7 +61,7 @@ from agents.api.throttling import ApiKeyRateThrottle
 from agents.approvals import approval_decide
 from agents.budgets import api_key_usage
 from agents.models import ApiKey, Run
-from agents.selectors import run_end_recorded, run_get, run_list, run_wait
+from agents.selectors import run_get, run_list, run_seen_finished, run_wait
 from agents.services import request_digest, run_cancel, run_feedback_record, run_query_check, run_submit
 
 IDEMPOTENCY_KEY_MAX_CHARS = 200
@@ -316,9 +316,7 @@ class RunCreateApi(ApiView):
             run = _run_waited(run=run, api_key=caller_of(request), wait_s=wait_s)
         # A run cancelled while its worker held it reads cancelled at once, its worker's last events still to come
         # (the call it was making, its end): not finished for the caller yet (202: read it again).
-        done = submission.replayed or (
-            run.is_finished and (run.status != Run.Status.CANCELLED or run_end_recorded(run_id=run.pk))
-        )
+        done = submission.replayed or run_seen_finished(run)
         return Response(
             RunOutputSerializer(run).data,
             status=status.HTTP_200_OK if done else status.HTTP_202_ACCEPTED,
