@@ -162,7 +162,7 @@ def test_metrics_count_runs_tool_calls_breakers_queue_approvals_and_workers(clie
     gate.call(server=server, tool_name="search_employee", args={"unexpected": 2}, who=gate.GateCall(source="admin"))
     McpServer.objects.filter(pk=server.pk).update(breaker_state="open", breaker_failures=3)
     Approval.objects.create(
-        run=done, mcp_id="sds-company-data", tool="x", args={}, call_hash="h", expires_at=timezone.now()
+        run=done, mcp_id="sds-company-data", tool="x", args={}, call_hash="h", expires_at=timezone.now() + timedelta(hours=1)
     )
     worker_heartbeat_record(worker="w1@host:2")
 
