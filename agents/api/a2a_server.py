@@ -24,7 +24,7 @@ parts map onto the run as the REST API maps an A2A message (``agents.api.a2a``):
 url/raw → ``a2a_files`` metadata. The message's ``messageId`` is the run's idempotency key (a retried send gets
 the same task). ``awaiting_approval`` is ``TASK_STATE_INPUT_REQUIRED``: its status message names the pending calls;
 a message on that task with a data part ``{"decision": "approve"|"reject", "approvalId"?, "reason"?}`` (or the text
-``approve``/``reject``, ``승인``/``거절``, as the whole message) decides them (all of them, or none where one is refused), as
+``approve``/``reject``, ``승인``/``거절``/``거부``, as the whole message) decides them (all of them, or none where one is refused), as
 ``POST /runs/{id}/approvals/{id}`` would, and the task goes on; the same reply sent again under its ``messageId``
 returns the task and decides nothing.
 Our error codes become A2A errors (``run_not_found`` → -32001 TaskNotFound, ``run_finished`` on cancel → -32002,
@@ -627,6 +627,8 @@ DECISION_WORDS = {
     "승인합니다": "approve",
     "거절": "reject",
     "거절합니다": "reject",
+    "거부": "reject",  # the word the Korean screens decide with ("거부…", "예, 거부합니다")
+    "거부합니다": "reject",
 }
 
 # What may close a text reply after its word ("승인합니다.", "승인!", "거절합니다。", "승인~"): left out before the
@@ -642,7 +644,7 @@ def decision_words_text() -> str:
 
 def decision_of(parts: list[dict[str, Any]]) -> Decision | None:
     """A reply to ``input-required``, its parts validated (``_rest_part``, ``kind``-shaped): a data part with
-    ``decision``, or a text part that is one of ``DECISION_WORDS`` (``approve``/``reject``, ``승인``/``거절``), a
+    ``decision``, or a text part that is one of ``DECISION_WORDS`` (``approve``/``reject``, ``승인``/``거절``/``거부``), a
     closing ``DECISION_WORD_END`` left out."""
     for part in parts:
         if isinstance(part, dict) and isinstance(part.get("data"), dict) and "decision" in part["data"]:
