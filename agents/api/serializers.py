@@ -24,6 +24,7 @@ from rest_framework.relations import PKOnlyObject
 from agents.api.a2a import decoded_size
 from agents.conversations import CONTEXT_ID_MAX_CHARS, context_id_problem, context_without_null_id
 from agents.decision_reasons import approval_reason_text
+from agents.error_texts import error_message_text
 from agents.models import Approval, Run
 from agents.selectors import run_approvals, run_tool_calls
 
@@ -574,7 +575,7 @@ class RunOutputSerializer(BuiltOnceFields, serializers.ModelSerializer):
     def get_error(self, run: Run) -> dict[str, str] | None:
         if not run.error_code:
             return None
-        return {"code": run.error_code, "message": run.error_message}
+        return {"code": run.error_code, "message": error_message_text(run.error_code, run.error_message)}
 
     def get_cost_usd(self, run: Run) -> float:
         return round(run.cost_micros / 1_000_000, 6)
@@ -628,7 +629,7 @@ class RunSummarySerializer(BuiltOnceFields, serializers.ModelSerializer):
     def get_error(self, run: Run) -> dict[str, str] | None:
         if not run.error_code:
             return None
-        return {"code": run.error_code, "message": run.error_message}
+        return {"code": run.error_code, "message": error_message_text(run.error_code, run.error_message)}
 
 
 @extend_schema_serializer(component_name="RunPage")
