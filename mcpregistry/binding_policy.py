@@ -70,7 +70,11 @@ _PROGRAM_NAMES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("awk", r"[gmn]?awk"),
         ("sed", r"g?sed"),
         ("expect", r"expect"),
-        ("pwsh", r"pwsh|powershell"),
+        ("pwsh", r"pwsh(?:-preview)?|powershell"),
+        ("julia", r"julia[\d.-]*"),
+        ("guile", r"guile[\d.-]*"),
+        ("gdb", r"gdb(?:-multiarch)?"),
+        ("make", r"g?make"),
         ("nc", r"nc|ncat|netcat(?:\.[a-z]+)?"),
     )
 )
@@ -80,9 +84,12 @@ class _Interpreter(NamedTuple):
     """How an interpreter reads its options: ``code``, the short option letters whose value is inline code (also
     inside a cluster: ``-Ic``, ``-we``, ``-pe``); ``valued``, the letters that take the rest of the argument or the
     next one as their value (``-W error``, ``-Mstrict``); ``numbered``, those followed by digits only (perl's
-    ``-0777``, ``-l``); ``long_code``, the long options whose value is code; ``long_valued``, the long options
-    that take the next argument; ``loaders``, the options that load a module, refused with a ``data:`` or
-    ``http(s):`` URL (code written in the argument)."""
+    ``-0777``, ``-l``); ``long_code``, the long options whose value is code (with one dash for those that spell
+    their long options so: ``erl -eval``, ``gdb -ex``); ``long_valued``, the long options that take the next
+    argument; ``loaders``, the options that load a module, refused with a ``data:`` or ``http(s):`` URL (code
+    written in the argument); ``abbreviated``, whether a long option may be shortened to any unambiguous prefix
+    (getopt_long: ``dc --expr``, ``gdb -eval``); ``permuted``, whether options may follow the other arguments
+    (getopt's permutation: ``dc FILE -e CODE``), up to one of ``ends`` (``--``; erl's ``-extra``)."""
 
     code: str
     valued: str = ""
@@ -90,6 +97,9 @@ class _Interpreter(NamedTuple):
     long_code: frozenset[str] = frozenset()
     long_valued: frozenset[str] = frozenset()
     loaders: frozenset[str] = frozenset()
+    abbreviated: bool = False
+    permuted: bool = False
+    ends: frozenset[str] = frozenset({"--", "-"})
 
 
 _NODE_VALUED = frozenset(
@@ -150,6 +160,19 @@ _NODE_VALUED = frozenset(
         "experimental-loader",
     ]
 )
+_JULIA_VALUED = frozenset(
+    {"--home", "--load", "--sysimage", "--cpu-target", "--procs", "--threads", "--gcthreads", "--machine-file",
+     "--color", "--history-file", "--startup-file", "--compile", "--depwarn", "--check-bounds", "--banner",
+     "--math-mode", "--inline", "--module", "--handle-signals"}
+)  # fmt: skip
+# gdb reads its long options with one dash or two (getopt_long_only).
+_GDB_CODE = frozenset(
+    {"-ex", "--ex", "-iex", "--iex", "-eval-command", "--eval-command", "-init-eval-command", "--init-eval-command"}
+)
+_MAKE_VALUED = frozenset(
+    {"--directory", "--file", "--makefile", "--include-dir", "--old-file", "--assume-old", "--what-if", "--new-file",
+     "--assume-new"}
+)  # fmt: skip
 _SHELL = _Interpreter(code="c", valued="oO", long_valued=frozenset({"--rcfile", "--init-file"}))
 INTERPRETERS: dict[str, _Interpreter] = {
     "sh": _SHELL,
@@ -177,6 +200,44 @@ INTERPRETERS: dict[str, _Interpreter] = {
     "pdb": _Interpreter(code="c", long_code=frozenset({"--command"})),
     "vim": _Interpreter(code="c", long_code=frozenset({"--cmd"})),
     "nc": _Interpreter(code="ec"),  # nc -e sh: a shell for whoever is at the other end
+    # dc's "!" runs a shell command line.
+    "dc": _Interpreter(
+        code="e",
+        valued="f",
+        long_code=frozenset({"--expression"}),
+        long_valued=frozenset({"--file"}),
+        abbreviated=True,
+        permuted=True,
+        ends=frozenset({"--"}),
+    ),
+    "julia": _Interpreter(
+        code="eE",
+        valued="HLJCtpOgm",
+        long_code=frozenset({"--eval", "--print"}),
+        long_valued=_JULIA_VALUED,
+        abbreviated=True,
+    ),
+    # -s FILE: a script, and what follows is its own.
+    "guile": _Interpreter(code="c", valued="lLCxe"),
+    # Options anywhere but after -extra (after "--" too, up to the next option); +flags are the emulator's.
+    "erl": _Interpreter(code="", long_code=frozenset({"-eval"}), permuted=True, ends=frozenset({"-extra"})),
+    "gdb": _Interpreter(
+        code="",
+        long_code=_GDB_CODE,
+        abbreviated=True,
+        permuted=True,
+        ends=frozenset({"--", "--args", "-args"}),
+    ),
+    # make's --eval TEXT is read as a makefile: "$(shell …)" runs a shell command line.
+    "make": _Interpreter(
+        code="E",
+        valued="CfIoW",
+        long_code=frozenset({"--eval"}),
+        long_valued=_MAKE_VALUED,
+        abbreviated=True,
+        permuted=True,
+        ends=frozenset({"--"}),
+    ),
 }
 # Programs whose (first) argument is a program of their own: refused unless it is read from a file.
 _SCRIPT_FROM_FILE = {"awk": ("fE", "vFWil", ""), "sed": ("f", "l", "i")}
@@ -290,14 +351,19 @@ def _options(spec: _Interpreter, args: list[str]) -> tuple[str | None, list[str]
     while i < len(args):
         arg = args[i]
         following = args[i + 1] if i + 1 < len(args) else ""
-        if arg in {"--", "-"} or not arg.startswith(("-", "+")) or (arg.startswith("+") and spec is not _SHELL):
+        if arg in spec.ends:
+            return None, []
+        if arg == "-" or not arg.startswith(("-", "+")) or (arg.startswith("+") and spec is not _SHELL):
+            if spec.permuted:  # a file, a target: options may follow it
+                i += 1
+                continue
             return None, []  # the script: the arguments after it are its own
+        if _long_option(spec, arg.partition("=")[0].lower(), spec.long_code):
+            return arg, []
         if arg.startswith("--"):
             name, equals, value = arg.partition("=")
             name = name.lower()
-            if name in spec.long_code:
-                return arg, []
-            if not equals and name in spec.long_valued:
+            if not equals and _long_option(spec, name, spec.long_valued):
                 value, i = following, i + 1
             if name in spec.loaders and _CODE_URL.match(value.strip()):
                 return arg, []
@@ -331,6 +397,14 @@ def _options(spec: _Interpreter, args: list[str]) -> tuple[str | None, list[str]
 
 
 _PERL_MODULE = re.compile(r"-?[\w:]+(?:=[\w,.:/+-]*)?")
+
+
+def _long_option(spec: _Interpreter, name: str, options: frozenset[str]) -> bool:
+    """Whether the long option ``name`` (lowercased, its ``=value`` cut) is one of ``options``, or, where ``spec``
+    takes shortened long options, a prefix of one (an ambiguous prefix is an error there, taken alike here)."""
+    return name in options or (
+        spec.abbreviated and len(name.lstrip("-")) > 1 and any(option.startswith(name) for option in options)
+    )
 
 
 def _script_from_file(spec: tuple[str, str, str], args: list[str]) -> str | None:
@@ -409,9 +483,9 @@ def _inline_code(command: str, args: list[str], depth: int = 0) -> str | None:
         return None if at is None else _inline_code("python", args[at:], depth + 1)
     if program in _SCRIPT_FROM_FILE:
         return _script_from_file(_SCRIPT_FROM_FILE[program], args)
+    if program == "pwsh":
+        return next((a for a in args if _pwsh_command(a)), None)
     if (spec := INTERPRETERS.get(program)) is not None:
-        if program == "pwsh":
-            return next((a for a in args if a.startswith(("-", "/")) and _pwsh_command(a[1:].lower())), None)
         if program == "deno":
             return _deno_inline_code(args)
         inline, module = _options(spec, args)
@@ -637,10 +711,24 @@ def _runner_inline_code(program: str, args: list[str], options: tuple[str, ...],
     return _inline_code(args[i], args[i + 1 :], depth + 1)
 
 
-def _pwsh_command(option: str) -> bool:
-    """Whether a PowerShell option (any unambiguous prefix) is ``-Command`` or ``-EncodedCommand``."""
+# What an option may begin with for PowerShell: one of these dashes (``-``, ``–``, ``—``, ``―``) or two, or ``/``.
+_PWSH_DASHES = "-\u2013\u2014\u2015"
+
+
+def _pwsh_command(arg: str) -> bool:
+    """Whether the PowerShell argument ``arg`` is ``-Command``, ``-CommandWithArgs`` or ``-EncodedCommand`` (any
+    prefix: ``-c``, ``-enc``; ``--command``, ``/Command``, ``-Command:…``)."""
+    if not arg.startswith(("/", *_PWSH_DASHES)):
+        return False
+    option = arg[1:]
+    if arg[0] != "/" and option.startswith(tuple(_PWSH_DASHES)):
+        option = option[1:]
+    option = option.partition(":")[0].lower()
     return bool(option) and (
-        "command".startswith(option) or "encodedcommand".startswith(option) or option in {"ec", "cwa"}
+        "command".startswith(option)
+        or "commandwithargs".startswith(option)
+        or "encodedcommand".startswith(option)
+        or option in {"ec", "cwa"}
     )
 
 
