@@ -4,9 +4,9 @@ What a run called is read from its audit record (the gate writes one event per a
 call, refusals included (a write blocked in an eval, ``eval:write_blocked``, still counts as the call the run
 attempted). Retries of one call are one call, shown as its final attempt ended. A call the gate refused before
 sending it, for its arguments (``args:*``) or because the run could not call that tool then (``tool:unknown``,
-``tool:not_offered``, ``tool:withdrawn``), was tried but never made: it meets no expected tool and no expected
-argument, and still counts against precision, the sequence and the forbidden tools, as any call the run tried
-does.
+``tool:not_offered``, ``tool:withdrawn``, ``tool:out_of_date``), was tried but never made: it meets no expected tool
+and no expected argument, and still counts against precision, the sequence and the forbidden tools, as any call the
+run tried does.
 
 The arguments were recorded masked (``audit.masking``): an expected argument the record masks (``session_id``,
 a token, a password) could never match, so a case is refused one (``case_problems``), and one stored before is
@@ -38,7 +38,9 @@ REGEX_REFUSED = "regex_refused:"  # an answer check whose regex ``answer_regex``
 # What an answer that says it does not know contains (compared in NFC, lowercased, with every space taken out of both:
 # "찾을수 없습니다" is "찾을 수 없습니다"). Phrases, not words: a bare "없습니다" ("there is none") ends many a
 # confident answer ("문제 없습니다"), and "정보가 없" begins "별도 정보가 없으면 연차는 15일입니다", so a phrase is
-# a whole ending ("정보가 없습니다") or is followed by no condition (``CONDITIONAL_ENDINGS``).
+# followed by no condition (``CONDITIONAL_ENDINGS``) and no clause it is the reason of (``CLAUSE_LINKS``). "드릴 수
+# 없" is any "X해 드릴 수 없" ("답변(을) 드릴 수 없", "알려드릴 수 없", "안내해 드릴 수 없"). "정보가 없습니다" and
+# the like are ``NOUN_LACKING``'s.
 DONT_KNOW_PHRASES = (
     "모르겠",
     "모릅니다",
@@ -49,20 +51,16 @@ DONT_KNOW_PHRASES = (
     "확인하지 못",
     "확인할 수 없",
     "답변할 수 없",
-    "답변드릴 수 없",
+    "답변을 할 수 없",
+    "드릴 수 없",
     "답할 수 없",
-    "답변드리기 어렵",
+    "드리기 어렵",
     "답변하기 어렵",
     "답하기 어렵",
     "확인이 어렵",
     "확인하기 어렵",
     "가져오지 못",
     "가져올 수 없",
-    "정보가 없습니다",
-    "정보가 없어",
-    "정보는 없습니다",
-    "자료가 없습니다",
-    "자료가 없어",
     "i don't know",
     "i do not know",
     "cannot find",
@@ -72,23 +70,42 @@ DONT_KNOW_PHRASES = (
     "no information",
     "not sure",
 )
-# "정보/내용/자료" with its particle, and a few words on (``NOUN_LACKING_SPAN`` characters, spaces taken out, within one
-# sentence) what says it is not there (``LACKING``): "정보는 제공된 문서에 없습니다", "내용이 없습니다", "정보가
-# 없네요", "해당 내용은 규정 문서에 포함되어 있지 않습니다". Not "자료에 따르면 ... 없이": the noun must carry a
-# subject or topic particle; nor "내용은 문제없이 처리되었습니다", "자료는 빠짐없이 확인했습니다": "없이" is an adverb's
-# ending. Alone, without such a noun, "포함되지 않습니다" and "확인되지 않았습니다" state facts ("수습기간은 포함되지
-# 않습니다", "이상 징후는 확인되지 않았습니다").
-NOUN_LACKING = regex.compile(r"(?:정보|내용|자료)(?:가|이|는|은|도|에는|에도)")
+# "정보/내용/자료/문서/규정/근거" with its particle, and a few words on (``NOUN_LACKING_SPAN`` characters, spaces taken
+# out, within one sentence) what says it is not there (``LACKING``): "정보는 제공된 문서에 없습니다", "내용이
+# 없습니다", "정보가 없네요", "해당 내용은 규정 문서에 포함되어 있지 않습니다", "문서에는 육아휴직 규정이 없습니다".
+# Not "자료에 따르면 ... 없이": the noun must carry a subject or topic particle; nor "내용은 문제없이 처리되었습니다",
+# "자료는 빠짐없이 확인했습니다": "없이" is an adverb's ending. Alone, without such a noun, "포함되지 않습니다" and
+# "확인되지 않았습니다" state facts ("수습기간은 포함되지 않습니다", "이상 징후는 확인되지 않았습니다"). A noun
+# qualified as more of it (``MORE_OF``: "그 밖의 정보는 없습니다", "자세한 내용은 나와 있지 않습니다") says only that
+# nothing more is known: no answer that does not know.
+NOUN_LACKING = regex.compile(r"(?:정보|내용|자료|문서|규정|근거)(?:가|이|는|은|도|에는|에도)")
 NOUN_LACKING_SPAN = 12
 LACKING = ("없", "포함되어있지않", "포함되지않", "나와있지않", "확인되지않")
-SENTENCE_ENDS = ".!?。,，"
+MORE_OF = ("다른", "그밖의", "추가", "추가적인", "자세한", "상세한", "더이상", "더이상의", "기타")
+# Where it looked, and not found there, ending its sentence: "관련 문서에서 확인되지 않습니다" (not "이상 징후는
+# 확인되지 않습니다", which states a finding).
+NOT_FOUND_IN = regex.compile(r"(?:에서|에서는|으로는|로는)확인되지않습니다(?=[.!?。\n]|$)")
+SENTENCE_ENDS = ".!?。,，\n"
+FULL_STOPS = ".!?。\n"  # what ends a sentence for ``_fact_before`` (a comma goes on with it)
 # What turns a phrase that follows into a condition, not an answer: "알 수 없으면" ("if it cannot be known"),
 # "찾을 수 없다면", "정보가 없어도" ("even without the information"), "확인할 수 없는 경우", "찾지 못할 때" (spaces
 # taken out, as the answer is read).
 CONDITIONAL_ENDINGS = ("으면", "다면", "도", "어도", "는경우", "을경우", "할경우", "할때", "을때")
+# What, within ``CLAUSE_LINK_SPAN`` characters after a phrase, makes it the reason of (or a concession to) what its
+# sentence goes on to say: "정보가 없으므로 일반 기준으로 답했습니다", "없어서", "못해서", "없으니", "없지만",
+# "없기 때문에". It says it does not know only where the rest of the sentence is an apology or sends the asker on
+# (``LINKED_REFUSAL``: "확인할 수 없어서 죄송합니다", "정보가 없으니 인사팀에 문의하세요"), or is itself a refusal
+# ("정보가 없어서 답변을 드릴 수 없습니다": that phrase counts on its own).
+CLAUSE_LINKS = ("므로", "어서", "해서", "하여", "으니", "지만", "때문에")
+CLAUSE_LINK_SPAN = 5
+LINKED_REFUSAL = ("죄송", "미안", "양해", "문의", "연락", "확인해주", "확인하시")
 # A phrase followed by "는"/"은" and a noun describes the noun ("알 수 없는 오류가 발생했지만 연차는 15일입니다"): no
 # statement of not knowing. Except these, which go on with the statement ("없는데요", "없는지", "없는 것 같습니다").
 STATEMENT_AFTER_ADNOMINAL = ("데", "지", "것", "듯", "거", "걸")
+# How a sentence that states something ends ("1년입니다", "쓸 수 있습니다", "가능합니다", "1년이에요"), and what
+# makes one a courtesy instead ("죄송합니다", "감사합니다"): ``_fact_before``.
+CLAIM_ENDINGS = ("입니다", "있습니다", "없습니다", "됩니다", "가능합니다", "이에요", "예요", "있어요", "없어요", "돼요")
+COURTESIES = ("죄송", "미안", "감사", "안녕", "양해")
 # Typographic apostrophes (U+2018, U+2019), which word processors and models write in "I don’t know", read as the
 # ASCII one the phrases and an admin's contains checks are typed with.
 APOSTROPHES = str.maketrans({"\u2018": "'", "\u2019": "'"})
@@ -506,8 +523,11 @@ def _met_one_to_one(expected: list[dict[str, Any]], made: list[ToolCall]) -> boo
 
 
 # The gate's refusals of a tool the run could not call at that turn: a name no bound server has, a tool top-K
-# selection did not offer, one withdrawn from the offer. Like an argument refusal, the tool never ran.
-NOT_CALLABLE_REASONS = frozenset({"tool:unknown", "tool:not_offered", "tool:withdrawn", "tool:too_many_calls"})
+# selection did not offer, one withdrawn from the offer, one whose frozen contract no longer fits the tool's schema
+# (``tool:out_of_date``: "nothing was sent"). Like an argument refusal, the tool never ran.
+NOT_CALLABLE_REASONS = frozenset(
+    {"tool:unknown", "tool:not_offered", "tool:withdrawn", "tool:too_many_calls", "tool:out_of_date"}
+)
 
 
 def refused_unsent(call: ToolCall) -> bool:
@@ -583,29 +603,33 @@ def _contains_pattern(wanted: str) -> regex.Pattern[str]:
 def _stated(compact: str, end: int) -> bool:
     """Whether a phrase that ends at ``end`` of ``compact`` states that the answer is not known: no condition
     follows it (``CONDITIONAL_ENDINGS``: "정보가 없으면", "정보가 없어도"), nor a noun it describes
-    (``STATEMENT_AFTER_ADNOMINAL``: "알 수 없는 오류")."""
+    (``STATEMENT_AFTER_ADNOMINAL``: "알 수 없는 오류"), nor a clause it is the reason of (``CLAUSE_LINKS``: "정보가
+    없으므로 일반 기준으로 답했습니다") unless that clause apologises or sends the asker on (``LINKED_REFUSAL``)."""
     rest = compact[end:]
     if rest.startswith(CONDITIONAL_ENDINGS):
         return False
-    return not (
-        rest[:1] in {"는", "은"} and len(rest) > 1 and _syllable(rest[1]) and rest[1] not in STATEMENT_AFTER_ADNOMINAL
-    )
+    if rest[:1] in {"는", "은"} and len(rest) > 1 and _syllable(rest[1]) and rest[1] not in STATEMENT_AFTER_ADNOMINAL:
+        return False
+    sentence = rest[: min((rest.find(mark) for mark in FULL_STOPS if mark in rest), default=len(rest))]
+    if any(link in sentence[:CLAUSE_LINK_SPAN] for link in CLAUSE_LINKS):
+        return any(word in sentence for word in LINKED_REFUSAL)
+    return True
 
 
-def says_it_does_not_know(lowered: str) -> bool:
-    """Whether an answer (NFC, lowercased, apostrophes as ``'``) says it does not know: a ``DONT_KNOW_PHRASES``
-    phrase in it, or a ``NOUN_LACKING`` noun a few words before "없" ("정보는 제공된 문서에 없습니다"), every space
-    taken out of both (Korean spacing varies: "찾을수 없습니다"), that states it (``_stated``: "별도 정보가 없으면
-    연차는 15일입니다" and "알 수 없는 오류가 발생했지만 ..." are confident answers)."""
-    compact = "".join(lowered.split())
+def _refusals(compact: str) -> list[int]:
+    """Where in ``compact`` a statement that the answer is not known begins (``says_it_does_not_know``)."""
+    found = []
     for phrase in DONT_KNOW_PHRASES:
         wanted = "".join(phrase.split())
         start = compact.find(wanted)
         while start != -1:
             if _stated(compact, start + len(wanted)):
-                return True
+                found.append(start)
             start = compact.find(wanted, start + 1)
+    found += [m.start() for m in NOT_FOUND_IN.finditer(compact)]
     for noun in NOUN_LACKING.finditer(compact):
+        if compact[: noun.start()].endswith(MORE_OF):
+            continue
         span = compact[noun.end() : noun.end() + NOUN_LACKING_SPAN + 1]
         cut = min((span.find(mark) for mark in SENTENCE_ENDS if mark in span), default=len(span))
         for at in range(cut):
@@ -613,8 +637,37 @@ def says_it_does_not_know(lowered: str) -> bool:
                 end = noun.end() + at + len(lacking)
                 fits = span.startswith(lacking, at) and at + len(lacking) <= cut
                 if fits and compact[end : end + 1] != "이" and _stated(compact, end):
-                    return True
+                    found.append(noun.start())
+    return found
+
+
+def _fact_before(compact: str, start: int) -> bool:
+    """Whether a sentence of ``compact`` before the one in which ``start`` stands states a fact: holds a digit ("1년",
+    "15일", "2024") or ends as a statement does (``CLAIM_ENDINGS``: "쓸 수 있습니다", "가능합니다"), and is
+    neither a courtesy (``COURTESIES``: "죄송합니다") nor itself says it does not know."""
+    before = compact[:start]
+    begins = max((before.rfind(mark) for mark in FULL_STOPS), default=-1)
+    for sentence in regex.split(r"[.!?。\n]", before[: max(begins, 0)]):
+        if not sentence or _refusals(sentence) or any(word in sentence for word in COURTESIES):
+            continue
+        if any(c.isdigit() for c in sentence) or sentence.rstrip(")\"'」』").endswith(CLAIM_ENDINGS):
+            return True
     return False
+
+
+def says_it_does_not_know(lowered: str) -> bool:
+    """Whether an answer (NFC, lowercased, apostrophes as ``'``) says it does not know, every space taken out
+    (Korean spacing varies: "찾을수 없습니다"; a line break ends a sentence): a ``DONT_KNOW_PHRASES`` phrase in it, a
+    ``NOUN_LACKING`` noun a few words before "없" ("정보는 제공된 문서에 없습니다"; not one of more of it, ``MORE_OF``:
+    "그 밖의 정보는 없습니다"), or where it looked and did not find it (``NOT_FOUND_IN``: "관련 문서에서 확인되지
+    않습니다"), that states it (``_stated``: "별도 정보가 없으면 연차는 15일입니다", "알 수 없는 오류가 발생했지만
+    ...", "정보가 없으므로 일반 기준으로 답했습니다" are confident answers).
+
+    And no sentence before the one that says so states a fact (``_fact_before``: a digit, or a sentence that ends
+    as a statement and is no courtesy): "육아휴직은 최대 1년까지 쓸 수 있습니다. 다른 규정은 없습니다" answers, and
+    what it says it does not know is only the rest (seed 001's ``no_answer`` asks that nothing is made up)."""
+    compact = "\n".join("".join(line.split()) for line in lowered.splitlines())
+    return any(not _fact_before(compact, start) for start in _refusals(compact))
 
 
 def score_case(spec: CaseSpec, *, calls: list[ToolCall], answer: str, run_succeeded: bool) -> CaseScore:
