@@ -36,6 +36,7 @@ _ACTIONS: dict[str, Callable[[], str]] = {
     "approval.outcome_unknown": lambda: pgettext("audit action", "write outcome unknown"),
     "approval.unused": lambda: pgettext("audit action", "approval left unused"),
     "run.cancel": lambda: pgettext("audit action", "run cancelled"),
+    "eval_run.start": lambda: pgettext("audit action", "eval run started"),
     "eval_run.cancel": lambda: pgettext("audit action", "eval run cancelled"),
     "audit.archive": lambda: pgettext("audit action", "events archived and deleted"),
     "run.feedback": lambda: pgettext("audit action", "feedback on a run"),

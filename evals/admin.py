@@ -468,7 +468,7 @@ class EvalSetAdmin(ServiceAdminMixin, admin.ModelAdmin):
                 continue
             try:
                 started.append(
-                    eval_run_start(eval_set=eval_set, agent=eval_set.agent, actor=request.user.get_username())
+                    eval_run_start(eval_set=eval_set, agent=eval_set.agent, actor=_admin_actor(request), via=ADMIN_VIA)
                 )
             except ApplicationError as exc:
                 self.message_user(request, f"{eval_set.name}: {exc.message}", messages.ERROR)
@@ -725,7 +725,8 @@ class EvalRunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
 
 def _admin_actor(request: HttpRequest) -> str:
-    """The actor an admin's cancellation is recorded under, as a run's cancellation from its page is."""
+    """The actor an admin's start or cancellation of an eval run is recorded under, as a run's cancellation from its
+    page is."""
     return f"admin:{request.user.get_username()}"
 
 

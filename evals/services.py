@@ -140,11 +140,19 @@ class CaseAlternatives(StrictDocument):
 def alternatives_problems(value: Any) -> list[str]:
     """What ``eval_set_apply`` refuses in a case's ``alternatives`` (a key it does not know, ``"ordered": "false"``),
     each as it names it (``alternatives.0.ordered: must be true or false``), in the active language; empty when
-    nothing. The admin's alternatives box is checked with this, so it stores nothing an import would refuse."""
+    nothing. The admin's alternatives box is checked with this, so it stores nothing an import would refuse. A key
+    it does not know is named with the keys it does (``alternatives.0.orderd: not a known field (the keys are tools,
+    note, ordered)``), as an expected tool's is."""
     try:
         CaseAlternatives.model_validate({"alternatives": value})
     except PydanticValidationError as exc:
-        return pydantic_problem_list(exc)
+        keys = ", ".join(AlternativeSpec.model_fields)
+        return [
+            _("%(problem)s (the keys are %(keys)s)") % {"problem": problem, "keys": keys}
+            if error["type"] == "extra_forbidden" and len(error["loc"]) == 3
+            else problem
+            for error, problem in zip(exc.errors(), pydantic_problem_list(exc), strict=True)
+        ]
     return []
 
 
@@ -489,6 +497,7 @@ def eval_run_start(
     version: int | None = None,
     label: str = "",
     window: int | None = None,
+    via: str | None = None,
 ) -> EvalRun:
     """Create the eval run with one pending result per case, each holding the case as it is now (its snapshot: what
     the case's run is asked and scored against, whatever edits come meanwhile), and submit the first ``window``
@@ -498,7 +507,13 @@ def eval_run_start(
     published, its draft frozen as it is now), recorded as the eval run's version: a version published or a draft
     edited while the eval runs does not move its remaining cases. Raises ApplicationError: 400 for a set without
     cases or a label longer than its column, 404 for an unknown version, 409 for a disabled agent, 503
-    ``config:secret_unreadable`` where a secret its runs read cannot be decrypted (``eval_secrets_check``)."""
+    ``config:secret_unreadable`` where a secret its runs read cannot be decrypted (``eval_secrets_check``).
+
+    Audited in the same transaction as ``eval_run.start`` (an eval run makes its sandbox servers' writes, may freeze
+    a version and spends the agent's budget): the set, the agent, the version, the sandbox servers and the window,
+    the eval run named in ``result`` as ``eval_run.cancel`` names it; source ``api`` for ``via="api"``, else
+    ``admin`` (``CANCEL_SOURCES``). ``via``: ``admin``, ``api`` or ``run_eval``; None: read from ``actor`` (an API
+    key's ``api_key:<prefix>`` is ``api``, ``system:run_eval`` is ``run_eval``, anyone else ``admin``)."""
     agent_version_check(agent=agent, version=version)
     label_max = EvalRun._meta.get_field("label").max_length or 0
     if len(label) > label_max:
@@ -530,8 +545,30 @@ def eval_run_start(
     EvalCaseResult.objects.bulk_create(
         [EvalCaseResult(eval_run=eval_run, case=case, case_snapshot=case_snapshot(case)) for case in cases]
     )
+    via = via or _start_via(str(actor))
+    audit_event_record(
+        source=CANCEL_SOURCES.get(via, "admin"),
+        action="eval_run.start",
+        args={
+            "eval_set": eval_set.name,
+            "agent": agent.slug,
+            "version": version,
+            "sandbox_servers": eval_run.sandbox_servers,
+            "window": eval_run.window,
+            "cases": eval_run.total,
+        },
+        result={"model": EvalRun._meta.label_lower, "id": str(eval_run.pk), "name": str(eval_run), "via": via},
+        actor=str(actor),
+    )
     eval_run_submit(eval_run=eval_run, window=eval_run.window)
     return eval_run
+
+
+def _start_via(actor: str) -> str:
+    """The door an eval run was started through, as its actor names it (``eval_run_start`` without ``via``)."""
+    if actor.startswith("api_key:"):
+        return "api"
+    return "run_eval" if actor == "system:run_eval" else "admin"
 
 
 def eval_secrets_check(*, agent: Agent) -> None:
@@ -953,8 +990,9 @@ def _open_eval_run_refresh(*, pk: Any, now: Any) -> bool:
 # A case ended unscored because its eval run was cancelled (as ``eval:not_submitted:<code>`` names a case that could
 # not become a run, and ``eval:timeout`` one stopped at the case's time limit).
 CANCELLED_CHECK = "eval:cancelled"
-# ``via`` of an eval run's cancellation, and the audit source it is recorded under (``api``: an API key's act, as a
-# run's cancellation through the API; the admin and ``run_eval``: an administrator's).
+# ``via`` of an eval run's cancellation (and of its start, ``eval_run_start``), and the audit source it is recorded
+# under (``api``: an API key's act, as a run's cancellation through the API; the admin and ``run_eval``: an
+# administrator's).
 CANCEL_SOURCES = {"admin": "admin", "api": "api", "run_eval": "admin"}
 
 
