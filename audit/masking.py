@@ -62,6 +62,7 @@ import decimal
 import enum
 import functools
 import html
+import ipaddress
 import json
 import logging
 import math
@@ -84,6 +85,7 @@ __all__ = [
     "holds_secret",
     "install_logging_filter",
     "is_secret_key",
+    "mask_internal_locations",
     "mask_text",
     "mask_value",
     "register_process_secrets",
@@ -1577,6 +1579,66 @@ def mask_text(text: object, *, secrets: Iterable[str] = ()) -> str:
     A non-``str`` ``text`` is converted with ``str()`` first. Idempotent in practice: masked text stays masked.
     """
     return _mask_str(text if isinstance(text, str) else str(text), _resolve_matcher(secrets))
+
+
+# --- internal locations ---------------------------------------------------------------------------------
+
+INTERNAL_ADDRESS = "[internal address]"
+"""What replaces a private or loopback address (with its port) in an exception's message."""
+
+INTERNAL_PATH = "[path]"
+"""What replaces an absolute file path (with the line it names) in an exception's message."""
+
+# An IPv4 address (with its port), a bracketed IPv6 one, a bare IPv6 one (judged by ``ipaddress``: a time such as
+# 12:30:45 is none), or ``localhost``; not part of a longer word or number (a version 1.2.3.4.5).
+_ADDRESS = re.compile(
+    r"(?<![\w.])(?P<v4>[0-9]{1,3}(?:\.[0-9]{1,3}){3})(?::[0-9]{1,5})?(?!\w|\.[0-9])"
+    r"|\[(?P<v6>[0-9A-Fa-f:.]+)(?:%[\w.-]+)?\](?::[0-9]{1,5})?"
+    r"|(?<![\w:.])(?P<bare>(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4})(?![\w:])"
+    r"|(?<![\w.-])(?P<name>localhost)(?::[0-9]{1,5})?(?![\w-])"
+)
+# An absolute file path of two parts or more (POSIX, from the home directory, a file URL, or Windows), with the line
+# it names after it (``/srv/app/db.py line 42``, ``"/srv/app/db.py", line 42``: a traceback's, the quote kept;
+# ``/srv/app/db.py:42``). Not a relative path or a URL's path (``a/b``, ``https://host/a/b``: the character before
+# it is a word's, a ``:`` or a ``/``), nor a division (``1 / 2``).
+_PATH_PART = r"(?:\.{1,2}|\.?[\w@+-]+(?:\.[\w@+-]+)*)"
+_FILE_PATH = re.compile(
+    rf"(?:file://|(?<![\w/:.\])\]~])~?)/{_PATH_PART}(?:/{_PATH_PART})+/?"
+    rf"|(?<![\w/\\])[A-Za-z]:\\(?:[^\\\s\"'<>|:*?]+\\)*[^\\\s\"'<>|:*?;,]+"
+)
+_LINE_AFTER_PATH = re.compile(r"(?P<quote>[\"']?)(?:,?[ \t]*line[ \t]+[0-9]+|(?::[0-9]+){1,2}(?![\w.]))")
+
+
+def _internal_address(match: re.Match[str]) -> str:
+    if match["name"]:
+        return INTERNAL_ADDRESS
+    try:
+        address = ipaddress.ip_address(match["v4"] or match["v6"] or match["bare"])
+    except ValueError:
+        return match[0]
+    internal = address.is_private or address.is_loopback or address.is_link_local or address.is_unspecified
+    return INTERNAL_ADDRESS if internal else match[0]
+
+
+def mask_internal_locations(text: str) -> str:
+    """``text`` (an exception's message) without where the code behind it runs: private, loopback and link-local
+    addresses with their ports (``10.0.3.17:5432``, ``[::1]:8000``, ``localhost:5432``) as
+    :data:`INTERNAL_ADDRESS`, absolute file paths with the line they name (``/srv/app/db.py line 42``,
+    ``C:\\app\\db.py``) as :data:`INTERNAL_PATH`. A public address, a relative path, a URL's path and a "line 3" that
+    names no file stay: they may be what the message is about. Secrets are :func:`mask_text`'s."""
+    text = _ADDRESS.sub(_internal_address, text)
+    parts: list[str] = []
+    copied = 0
+    for path in _FILE_PATH.finditer(text):
+        parts.append(text[copied : path.start()])
+        parts.append(INTERNAL_PATH)
+        copied = path.end()
+        line = _LINE_AFTER_PATH.match(text, copied)
+        if line is not None:
+            parts.append(line["quote"])
+            copied = line.end()
+    parts.append(text[copied:])
+    return "".join(parts)
 
 
 def mask_known(value: Any, *, secrets: Iterable[str] = ()) -> Any:

@@ -19,7 +19,9 @@ spaced sign (``15 % - 1000``) could be either and is refused, saying how to writ
 (of ``*``, ``/``, ``//``, ``%``, ``**``): one added to or subtracted from a number (``1000 + 10%``, ``50% - 10``,
 ``-10% + 5``) is refused as ambiguous, as a pocket calculator reads it as 1100 and the syntax as 1000.1; the refusal
 says how to write each. Percentages added to each other (``200000 * (15% + 5%)``) are one percentage. A minus sign
-(U+2212, ``−``, as documents print it) is ``-``.
+(U+2212, ``−``, as documents print it) is ``-``. A refusal of the expression as written (what is not arithmetic, an
+ambiguous ``%``) is ``ArgumentRefused``: the gate asks the model to rewrite it; what fails in computing one (a
+division by zero, a value past the bounds) is the tool's error.
 ``classify_request`` reads its keyword → department table from ``RequestCategory`` rows that admins edit.
 """
 
@@ -38,7 +40,7 @@ from django.utils.translation import gettext as _
 from pydantic import BaseModel, Field
 
 from agent_platform.text import nfc
-from mcpregistry.local_tools import local_tool
+from mcpregistry.local_tools import ArgumentRefused, local_tool
 from mcpregistry.models import RequestCategory
 
 MAX_EXPRESSION_CHARS = 200
@@ -97,14 +99,14 @@ def calculate(expression: str) -> str:
     결과는 소수 표기 문자열이다 (예: '48 * 1.12' → '53.76'). 식이 잘못되면 무엇이 잘못됐는지 알려 준다.
     """
     if len(expression) > MAX_EXPRESSION_CHARS:
-        raise ValueError(_("the expression is longer than %(limit)d characters") % {"limit": MAX_EXPRESSION_CHARS})
+        raise _refused(_("the expression is longer than %(limit)d characters") % {"limit": MAX_EXPRESSION_CHARS})
     source, percentages = _percentages(_arithmetic_source(expression))
     try:
         tree = ast.parse(source, mode="eval")
     except SyntaxError as exc:
-        raise ValueError(_("not an arithmetic expression: %(error)s") % {"error": exc.msg}) from None
+        raise _refused(_("not an arithmetic expression: %(error)s") % {"error": exc.msg}) from None
     if sum(1 for _node in ast.walk(tree)) > MAX_NODES:
-        raise ValueError(_("the expression has more than %(limit)d parts") % {"limit": MAX_NODES})
+        raise _refused(_("the expression has more than %(limit)d parts") % {"limit": MAX_NODES})
     result = _evaluate(tree.body, source)  # first: what is not arithmetic is refused as that
     _refuse_percentage_sums(tree.body, percentages)
     if result.rounded:
@@ -180,7 +182,7 @@ def _percentages(source: str) -> tuple[str, frozenset[tuple[int, int]]]:
         if following is not None and after in _SIGNS and before.end != token.start:
             if index + 2 < len(tokens) and tokens[index + 2].start == following.end:
                 continue  # the sign is its divisor's: 7 % -2, a remainder
-            raise ValueError(
+            raise _refused(
                 _(
                     "'%%' followed by a sign is ambiguous: write a percentage as a decimal (15%% is 0.15) or "
                     "right after its number (200000 * 15%% - 1000), and a remainder's negative divisor in "
@@ -232,7 +234,7 @@ def _refuse_percentage_sums(tree: ast.expr, percentages: frozenset[tuple[int, in
             and isinstance(node.op, ast.Add | ast.Sub)
             and _is_percentage(node.left, percentages) != _is_percentage(node.right, percentages)
         ):
-            raise ValueError(
+            raise _refused(
                 _(
                     "a percentage added to or subtracted from a number is ambiguous (1000 + 10%% may mean 1000.1 "
                     "or 1100): write 1000 * 1.1 (or 1000 * (1 + 0.1)) to add 10%%, 1000 * 0.9 to take 10%% off, "
@@ -242,8 +244,15 @@ def _refuse_percentage_sums(tree: ast.expr, percentages: frozenset[tuple[int, in
             )
 
 
+def _refused(message: str) -> ArgumentRefused:
+    """A refusal of the expression as written, which the model can rewrite (the message says how): the gate's
+    ``args:*`` refusal, counted toward the tool's self-correction cap, not a ``tool:error`` not to retry. What
+    fails in computing a well-written expression (a division by zero, a value past the bounds) stays an error."""
+    return ArgumentRefused(message, argument="expression")
+
+
 def _not_arithmetic() -> ValueError:
-    return ValueError(
+    return _refused(
         _(
             "only numbers, the operators + - * / // % ** (× and ÷ too) and parentheses are allowed; a comma only "
             "between groups of three digits, as in 1,200,000"

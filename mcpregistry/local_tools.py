@@ -22,10 +22,13 @@ tool (an ``async def``) is awaited on an event loop of its own in its worker thr
 the timeout or the caller's interruption it is cancelled at its next ``await`` (a thread cannot be stopped, a
 coroutine can), so it does not run on as a function does (Django refuses its ORM's synchronous calls in it: an
 async context). A tool that raises is an ``is_error`` answer, the gate's ``tool:error`` (never an exception out
-of the gate), whatever it raises: also ``SystemExit`` (argparse on bad input, a library's ``sys.exit()``) and
+of the gate; an accident's message without the internal addresses and file paths it names, ``_error_text``), whatever
+it raises (but ``ArgumentRefused``, arguments the model is to fix: an ``args:*`` refusal, as the tool's own schema
+makes one): also ``SystemExit`` (argparse on bad input, a library's ``sys.exit()``) and
 ``KeyboardInterrupt``, which would otherwise end the worker's process and leave its run ``running``, the call
 unaudited and re-run on every redelivery. A function that reads the database does so on its own connection in
-the worker thread (closed after each call), so it sees committed data only.
+the worker thread (closed after each call), so it sees committed data only, and in the caller's language (a Korean
+agent's tool refuses in Korean).
 """
 
 from __future__ import annotations
@@ -36,17 +39,20 @@ import contextvars
 import importlib
 import inspect
 import json
+import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, overload
+from typing import Any, TypeGuard, overload
 
 from django.conf import settings
 from django.db import connections
+from django.utils import translation
 from django.utils.translation import gettext as _
 from langchain_core.tools import BaseTool, StructuredTool
 from mcp import McpError, types
 from pydantic import BaseModel, ValidationError
 
+from audit.masking import mask_internal_locations
 from mcpregistry.client_session import ToolResultInvalid
 from mcpregistry.contracts import argument_refusal
 from mcpregistry.pool import (
@@ -66,6 +72,12 @@ MARKER = "platform_local_tool"
 # the process's threads for all bindings together: several bindings' stuck functions leave threads for the rest.
 THREADS_PER_BINDING = 4
 THREADS = 32
+# The exceptions a tool's author raises on purpose, their text written for the caller: classes (or their bases) of
+# these names (LangChain's ``ToolException``, FastMCP's and the MCP SDK's ``ToolError``), told by name, so that
+# neither library is imported here.
+ON_PURPOSE = frozenset({"ToolError", "ToolException"})
+
+logger = logging.getLogger(__name__)
 
 
 class LocalToolError(ValueError):
@@ -78,6 +90,18 @@ class LocalToolBusy(McpTransportError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, sent=False)
+
+
+class ArgumentRefused(ValueError):
+    """Raised by a local tool's function, before it does anything, for arguments the model can fix (an expression it
+    cannot read, a value a business rule refuses): the message says what is wrong and how to write it, in the
+    reader's language; ``argument`` names the argument at fault. The gate takes it as the ``args:*`` refusal a
+    Pydantic validator's ``ValueError`` is (``argument_refusal``), not a ``tool:error`` not to retry, and counts it
+    toward the tool's self-correction cap. Still a ``ValueError`` to whoever calls the tool directly."""
+
+    def __init__(self, message: str, *, argument: str = "") -> None:
+        super().__init__(message)
+        self.argument = argument
 
 
 @overload
@@ -281,7 +305,7 @@ def _invoke(tool: BaseTool, arguments: dict[str, Any], coroutine_call: _Coroutin
     Arguments the tool's own schema refuses (a Pydantic ``Field(gt=0)`` the contract does not hold) are not the
     tool's failure: the function is not run, and the answer carries ``argument_refusal``'s reason in ``refused``
     (what is wrong in its text), which the gate takes as the ``args:*`` refusal it is (the model is to fix the
-    argument), not a ``tool:error`` not to retry.
+    argument), not a ``tool:error`` not to retry; so is an ``ArgumentRefused`` the function raises.
 
     A value that is no JSON (a dict with tuple keys, a circular reference) raises ``ToolResultInvalid`` (the gate's
     ``result:shape``): the function finished, a write was carried out, its answer cannot be read. ``None`` (a
@@ -299,8 +323,14 @@ def _invoke(tool: BaseTool, arguments: dict[str, Any], coroutine_call: _Coroutin
                 refused=reason,
             )
         value = coroutine_call.run(tool, arguments) if coroutine_call is not None else tool.invoke(arguments)
+    except ArgumentRefused as exc:
+        error = {"type": "value_error", "loc": (exc.argument,) if exc.argument else (), "ctx": {"error": exc}}
+        reason, problems = argument_refusal([error])
+        return ToolCallOutcome(
+            is_error=True, text=problems, structured=None, content=[{"type": "text", "text": problems}], refused=reason
+        )
     except BaseException as exc:  # noqa: BLE001 - raised by the tool's own code in its own thread: an answer
-        text = f"{type(exc).__name__}: {exc}"
+        text = _error_text(tool, exc)
         return ToolCallOutcome(is_error=True, text=text, structured=None, content=[{"type": "text", "text": text}])
     finally:
         # This worker thread's own database connections (a tool may read configuration): never left open.
@@ -318,19 +348,47 @@ def _invoke(tool: BaseTool, arguments: dict[str, Any], coroutine_call: _Coroutin
     )
 
 
+def _is_model(schema: Any) -> TypeGuard[type[BaseModel]]:
+    return isinstance(schema, type) and issubclass(schema, BaseModel)
+
+
 def _arguments_refused(tool: BaseTool, arguments: dict[str, Any]) -> tuple[str, str] | None:
     """Why the tool's own schema refuses ``arguments`` (``argument_refusal``'s reason and text), or None. Checked
-    against the arguments a model fills in (``tool_call_schema``: no injected ones), before the function runs: a
-    ``ValidationError`` the function raises itself (a backend's data it validates) stays its own error. A tool
-    whose schema is no Pydantic v2 model (a JSON schema, a v1 model) is left to its own parsing."""
-    schema = tool.tool_call_schema
-    if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+    before the function runs against the tool's own ``args_schema``, its validators included (a ``field_validator``'s
+    business rule: its ``ValueError`` is an argument refusal with the author's own words); LangChain's
+    ``tool_call_schema`` is a copy without them. Only the arguments a model fills in are judged: an error at an
+    injected argument (``InjectedToolArg``: not in ``tool_call_schema``) is left to the call. A ``ValidationError``
+    the function raises itself (a backend's data it validates) stays its own error. A tool whose schema is no
+    Pydantic v2 model (a JSON schema, a v1 model) is left to its own parsing."""
+    filled = tool.tool_call_schema
+    schema = tool.args_schema if _is_model(tool.args_schema) else filled
+    if not _is_model(schema):
         return None
     try:
         schema.model_validate(arguments)
     except ValidationError as exc:
-        return argument_refusal(exc.errors())
+        errors = exc.errors()
+        if schema is not filled and _is_model(filled):
+            names = {n for name, f in filled.model_fields.items() for n in (name, f.alias) if n}
+            errors = [e for e in errors if not e.get("loc") or str(e["loc"][0]) in names]
+        return argument_refusal(errors) if errors else None
     return None
+
+
+def _error_text(tool: BaseTool, exc: BaseException) -> str:
+    """What a tool's exception tells the model, the gate's audit and, for a read, the person: ``"<Type>: <message>"``.
+    An error its author raised on purpose (``ON_PURPOSE``) keeps its message as written; any other is an accident
+    whose message may carry where the tool's backend lives (``ConnectionError: could not connect to 10.0.3.17:5432
+    via /srv/app/db.py line 42``): its internal addresses, file paths and line numbers are left out
+    (``mask_internal_locations``; secrets are the gate's to mask, as for every text), and the whole exception is
+    logged for the operator, its secrets masked by the logging filter."""
+    text = str(exc)
+    if not any(cls.__name__ in ON_PURPOSE for cls in type(exc).__mro__):
+        masked = mask_internal_locations(text)
+        if masked != text:
+            logger.warning("local tool %s raised %s", tool.name, type(exc).__name__, exc_info=exc)
+        text = masked
+    return f"{type(exc).__name__}: {text}"
 
 
 def _structured(value: Any) -> Any:
@@ -343,6 +401,18 @@ def _structured(value: Any) -> Any:
     if isinstance(value, bool | int | float):
         return {"result": value}
     return None
+
+
+def _in_language(
+    language: str | None,
+    invoke: Callable[[BaseTool, dict[str, Any], _CoroutineCall | None], ToolCallOutcome],
+    tool: BaseTool,
+    arguments: dict[str, Any],
+    coroutine_call: _CoroutineCall | None,
+) -> ToolCallOutcome:
+    """``invoke`` in the worker thread with the caller's active language (``language``)."""
+    with translation.override(language):
+        return invoke(tool, arguments, coroutine_call)
 
 
 class LocalToolRunner:
@@ -388,7 +458,7 @@ class LocalToolRunner:
         when the binding has ``per_binding`` calls in flight already, ``McpError`` for a tool the binding does not
         have, ``McpTimeoutError`` past the deadline (``sent`` False only if the call never started),
         ``ToolResultInvalid`` for a value that is no JSON (the function finished). A tool that raises comes back
-        as ``is_error=True`` with ``"<ExceptionType>: <message>"`` (``SystemExit`` and ``KeyboardInterrupt`` too:
+        as ``is_error=True`` with ``"<ExceptionType>: <message>"`` (``_error_text``; ``SystemExit`` and ``KeyboardInterrupt`` too:
         raised in the tool's thread, they are the tool's); what interrupts the caller while it waits (Celery's
         ``SoftTimeLimitExceeded``) is raised, the call cancelled if it had not started. A coroutine tool under way
         is cancelled at the deadline and at the interruption too."""
@@ -410,8 +480,13 @@ class LocalToolRunner:
                 % {"tool": tool, "count": self._per_binding}
             )
         try:
-            # Run in the caller's context (its run id, its span): the tool's log lines and spans belong to the run's.
-            future = self._executor.submit(contextvars.copy_context().run, _invoke, target, arguments, coroutine_call)
+            # Run in the caller's context (its run id, its span): the tool's log lines and spans belong to the run's;
+            # and in its language, which the context does not carry (Django's is the thread's): a Korean agent's tool
+            # refuses in Korean.
+            language = translation.get_language()
+            future = self._executor.submit(
+                contextvars.copy_context().run, _in_language, language, _invoke, target, arguments, coroutine_call
+            )
         except BaseException:
             slots.release()
             raise
