@@ -1375,7 +1375,13 @@ def _execute_flow(
             raise FlowParked(result.approval_id)
         if result.ok:
             return result.value
-        return ToolFailure(ok=False, error=result.error, message=result.message)
+        # A read tool's own words (``tool_error_text``, kept by the gate for a caller with no model), with the tool
+        # that said them: what the templates show a person (``agents.flows.common.unavailable``), as the rule path
+        # quotes them. Only where the gate kept them: other failures stay ``{"ok", "error", "message"}``.
+        said = {"tool": result.tool or tool_name, "tool_error_text": result.tool_error_text}
+        return ToolFailure(
+            ok=False, error=result.error, message=result.message, **(said if result.tool_error_text else {})
+        )
 
     options = plan.model_params.get("flow") or {}
     settings = FlowSettings(

@@ -20,7 +20,7 @@ HANGUL_NAME = re.compile(r"[가-힣]{2,4}")
 # the copula ("김하늘이야", "나 김하늘인데"). The particles of two syllables or more and 의 are always taken off; one
 # of one syllable only where three are left: "정하은" (은), "김영이" (이), "박도" are names.
 HONORIFIC = "님"
-TITLES = ("팀장", "매니저", "부장", "차장", "과장", "대리", "사원", "선임", "책임", "수석", "프로", "씨")
+TITLES = ("팀장", "팀원", "매니저", "부장", "차장", "과장", "대리", "사원", "선임", "책임", "수석", "프로", "씨")
 LONG_PARTICLES = ("에게서", "에게", "한테", "께서", "이랑", "에서", "보다", "처럼", "이에요", "입니다", "이야", "인데")
 PARTICLES = ("은", "는", "이", "가", "을", "를", "에", "와", "과", "랑", "도", "만")
 # The words of the questions these templates answer, question words, words of time and manner, the modifiers a
@@ -30,7 +30,17 @@ NOT_NAMES = frozenset({"프로젝트", "자산", "노트북", "모니터", "인�
                        "목록", "전체", "우리", "저희", "사람", "담당자", "현황", "오늘", "어제", "내일", "지금",
                        "혹시", "그럼", "그리고", "요즘", "최근", "이번", "지난", "다음", "현재", "새로", "모든",
                        "같은", "가진", "있는", "없는", "맡은", "쓰는", "입사한", "관련", "대해", "대한", "진행", "중인",
-                       "담당", "관리", "문의", "올해", "작년", "내년", "신규", "회사", "가능한"})  # fmt: skip
+                       "담당", "관리", "문의", "올해", "작년", "내년", "신규", "회사", "가능한",
+                       "구성원", "멤버"})  # fmt: skip
+# ``TEAM`` reads a name written together with its title ("김하늘팀장님", "박도윤팀원") as a team ("김하늘팀"): such a
+# name is told from a team's lead or members ("클라우드운영팀장", "개발팀원") by its shape, a full name of three
+# syllables whose first is a common family name and that reads as a name (``_could_be_a_name``); the teams of three
+# syllables that begin with a family name ("서비스팀") are teams. A given name alone ("하늘팀장님") reads as a team.
+GLUED_TITLES = ("팀장", "팀원")
+FAMILY_NAMES = frozenset(
+    "김이박최정강조윤장임한오서신권황안송전홍유고문양손배백허남심노하곽성차주우구민류나진지엄채원천방공"
+)
+TEAM_STEMS = frozenset({"서비스", "신사업", "차세대", "정보화", "공급망"})
 # A word before one of these is what the question is about: "오늘 김하늘 자산" asks about 김하늘, not 오늘.
 TOPIC_WORDS = frozenset({"프로젝트", "자산", "노트북", "모니터", "소속", "정보", "팀"})
 # Question words and their particle forms ("누가", "누구가", "무슨", "어떻게", "언제", "왜"): no name begins so.
@@ -89,17 +99,24 @@ def _could_be_a_name(stem: str) -> bool:
     )
 
 
+def _glued_name(stem: str) -> bool:
+    """Whether ``stem``, the word before a title written together with it ("김하늘" of "김하늘팀장"), is a person's
+    name (``GLUED_TITLES``), not a team's ("클라우드운영" of "클라우드운영팀장")."""
+    return len(stem) == 3 and stem[0] in FAMILY_NAMES and stem not in TEAM_STEMS and _could_be_a_name(stem)
+
+
 def name_in(query: str) -> str | None:
     """The person a question is about: a word followed by a particle, an honorific or a title ("김하늘의 노트북",
     "김하늘 팀장님 노트북", "김하늘님"), else a word before what is asked about ("오늘 김하늘 자산"), else its first
     word that reads as a name ("박도윤 프로젝트?"); ``None`` where none does ("프로젝트 알려줘", "클라우드운영팀
     몇명이야?"). A name is two to four Hangul syllables, no team, none of the words the templates are asked about,
-    of time or manner, a modifier nor a request's ending."""
+    of time or manner, a modifier nor a request's ending; with a title written together with it ("김하늘팀장님"),
+    a full name (``_glued_name``: "개발팀장" is a team's lead, as ``team_in`` reads it)."""
     words = WORD.findall(query)
     stems = [_name_stem(word) for word in words]
     candidates = []
     for at, (stem, marked) in enumerate(stems):
-        if not _could_be_a_name(stem):
+        if not _could_be_a_name(stem) or ("팀" in words[at] and not _glued_name(stem)):
             continue
         # "김하늘 님", "김하늘 팀장님": the next word is an honorific or a title only.
         followed = at + 1 < len(stems) and stems[at + 1][1] and not stems[at + 1][0]
@@ -110,9 +127,31 @@ def name_in(query: str) -> str | None:
     return min(candidates)[3] if candidates else None
 
 
+def _teams(query: str) -> list[re.Match[str]]:
+    """The teams ``query`` names: the words ending in 팀, but a name with a title written together with it
+    ("김하늘팀장님", "박도윤팀원": ``_glued_name``), which is a person's."""
+    return [
+        found
+        for found in TEAM.finditer(query)
+        if not (query.startswith(GLUED_TITLES, found.end() - 1) and _glued_name(found.group(1)[:-1]))
+    ]
+
+
 def team_in(query: str) -> str | None:
-    found = TEAM.search(query)
-    return found.group(1) if found else None
+    """The first team ``query`` names ("클라우드운영팀 몇 명", "클라우드운영팀장 누구야"); ``None`` where it names
+    none ("김하늘팀장님 프로젝트" names a person)."""
+    teams = _teams(query)
+    return teams[0].group(1) if teams else None
+
+
+def without_teams(query: str) -> str:
+    """``query`` with the teams it names blanked out (what is asked is looked for in the rest: "모니터링팀 몇
+    명"), but for the 팀 of a team's lead or members written together with it ("클라우드운영팀장 누구야?": " 팀장
+    누구야?")."""
+    for found in reversed(_teams(query)):
+        kept = "팀" if query.startswith(GLUED_TITLES, found.end() - 1) else ""
+        query = f"{query[: found.start()]} {kept}{query[found.end() :]}"
+    return query
 
 
 def failed(result: Any) -> bool:
@@ -152,11 +191,20 @@ def unavailable(what: str, result: Any) -> str:
     and a tool's own error value); an out-of-date tool needs an administrator, a value the tool refuses would be
     refused again. A failure the rule path does not tell apart from the retryable ones (an unknown or disabled
     tool, a disabled server, an answer out of contract) is no matter of time here: an administrator must look.
-    Never the failure's own message: that is the gate's guidance for a model (how to call again), shown on the run
-    page with the call, not to the user."""
+    A read tool's own error (``tool:error``) is said with its own words where the call carries them
+    (``tool_error_text``). Never the failure's own message: that is the gate's guidance for a model (how to call
+    again), shown on the run page with the call, not to the user."""
     code = str(result.get("error") or "") if failed(result) else ""
     if not code or code in RETRY_MAY_FIX:
         return f"{what} 지금 가져오지 못했습니다. 잠시 후 다시 시도해 주세요."
+    if code == "tool:error":
+        # The rule path's sentence says itself that the information could not be retrieved: said once, of
+        # ``what``, then the tool's own words as the rule path quotes them (where the call carries them:
+        # ``tool_error_text``).
+        sentence = all_calls_failed_text(language="ko", codes=[code])
+        quoted = all_calls_failed_text(language="ko", results=[result]).removeprefix(sentence).strip()
+        told = f"{what} 가져오지 못했습니다: 도구가 오류를 알렸습니다. 요청 내용을 확인하시거나 잠시 후 다시 시도해 주세요."
+        return f"{told} {quoted}" if quoted else told
     said = all_calls_failed_text(language="ko", codes=[code])
     if said == all_calls_failed_text(language="ko", codes=[]):  # the rule path's "try again later"
         said = "다시 시도해도 해결되지 않으니 관리자에게 문의해 주세요."

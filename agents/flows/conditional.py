@@ -9,7 +9,6 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from agents.flows.common import (
-    TEAM,
     FlowState,
     as_data,
     ask_for_a_name,
@@ -19,29 +18,39 @@ from agents.flows.common import (
     team_in,
     unanswered,
     unavailable,
+    without_teams,
 )
 from agents.tools import MCPHandle
 
 mcp = MCPHandle()
 
-MEMBERS = re.compile(r"인원|명단|몇\s*명|누구|누가")
+MEMBERS = re.compile(r"인원|명단|몇\s*명|누구|누가|구성원|멤버|팀원")
+# Of the members, who they are ("누구 있어", "명단", "팀원 알려줘"), not how many ("몇 명", "인원"), and who leads.
+WHO = re.compile(r"누구|누가|명단|구성원|멤버")
+COUNT = re.compile(r"인원|몇\s*명")
+LEAD = re.compile(r"팀장\S*\s*(?:누구|누가)|(?:누구|누가)\S*\s*팀장")
+# A person's team ("김하늘 팀원 누구야", "김하늘이랑 같은 팀 몇 명이야"), not their title ("김하늘 팀장 누구야").
+THEIR_TEAM = re.compile(r"팀(?!장)")
+
+
+def asked(query: str) -> str:
+    """What ``query`` asks, outside the team and the person it names ("모니터링팀 몇 명이야?": " 몇 명이야?")."""
+    rest, name = without_teams(query), name_in(query)
+    return rest.replace(name, " ") if name else rest
 
 
 def route(state: FlowState) -> str:
     """The branch: assets, projects, a team's members (its head count or names: "몇명", "몇 명", "누구 있어", where
-    the question names a team or no one), else one employee. The words are looked for outside the team and the
-    person named: "모니터링팀 몇 명이야?" asks for members, "자산관리팀 누구 있어?" too, "프로젝트관리팀 인원" as
-    well; "클라우드모니터링팀 프로젝트" asks for projects."""
+    the question names a team, a person's team ("박도윤팀장 팀원 몇 명이야?") or no one), else one employee. The
+    words are looked for outside the team and the person named: "모니터링팀 몇 명이야?" asks for members,
+    "자산관리팀 누구 있어?" too, "프로젝트관리팀 인원" as well; "클라우드모니터링팀 프로젝트" asks for projects."""
     query = state["query"]
-    team, name = team_in(query), name_in(query)
-    rest = TEAM.sub(" ", query)
-    if name:
-        rest = rest.replace(name, " ")
+    team, name, rest = team_in(query), name_in(query), asked(query)
     if any(word in rest for word in ("자산", "노트북", "모니터")):
         return "assets"
     if "프로젝트" in rest:
         return "projects"
-    if MEMBERS.search(rest) and (team or not name):
+    if MEMBERS.search(rest) and (team or not name or THEIR_TEAM.search(rest)):
         return "members"
     return "employee"
 
@@ -68,19 +77,27 @@ async def assets(state: FlowState) -> dict[str, Any]:
     return {"output": f"{owner} 자산 정보를 찾지 못했습니다."}
 
 
+async def team_of(name: str) -> tuple[str, str]:
+    """The team of the person named and the sentence that says so ("김하늘 님은 클라우드운영팀 소속입니다. "); or
+    "" and the answer where it cannot be told (the call brought nothing, nobody has that name)."""
+    employee = as_data(await mcp.call("search_employee", params={"name": name}))
+    if unanswered(employee):
+        return "", unavailable("직원 정보를", employee)
+    if isinstance(employee, str):
+        return "", employee  # the server's own answer where nobody has that name
+    if not isinstance(employee, dict) or not employee.get("name") or not employee.get("team"):
+        return "", "직원 정보를 찾지 못했습니다."
+    team = str(employee["team"])
+    return team, f"{employee['name']} 님은 {team} 소속입니다. "
+
+
 async def projects(state: FlowState) -> dict[str, Any]:
     team, belongs = team_in(state["query"]), ""
     name = "" if team else name_in(state["query"])
     if name:
-        employee = as_data(await mcp.call("search_employee", params={"name": name}))
-        if unanswered(employee):
-            return {"output": unavailable("직원 정보를", employee)}
-        if isinstance(employee, str):
-            return {"output": employee}  # the server's own answer where nobody has that name
-        if not isinstance(employee, dict) or not employee.get("name") or not employee.get("team"):
-            return {"output": "직원 정보를 찾지 못했습니다."}
-        team = str(employee["team"])
-        belongs = f"{employee['name']} 님은 {team} 소속입니다. "
+        team, belongs = await team_of(name)
+        if not team:
+            return {"output": belongs}
     # Nobody named: every team's (the tool's empty filter, "빈 문자열이면 전체": "전체 프로젝트 보여줘").
     found = await mcp.call("list_projects", params={"team": team or ""})
     label = team or "전체"
@@ -94,17 +111,43 @@ async def projects(state: FlowState) -> dict[str, Any]:
 
 
 async def members(state: FlowState) -> dict[str, Any]:
-    team = team_in(state["query"])
+    """The team named, or the named person's (looked up first, as for projects): its head count where that is
+    asked ("몇 명", "인원"), else who is in it, as the demo rule says it ("클라우드운영팀 인원은 3명입니다: 김하늘(팀장),
+    …"), with the role each has; "팀장 누구" names the members whose role is the team's lead."""
+    query = state["query"]
+    team, belongs = team_in(query), ""
+    name = "" if team else name_in(query)
+    if name:
+        team, belongs = await team_of(name)
+        if not team:
+            return {"output": belongs}
     if not team:
         return {"output": "팀 이름을 알려 주세요. (예: 클라우드운영팀 몇 명이야?)"}
     found = as_data(await mcp.call("list_team_members", params={"team": team}))
     if unanswered(found):
-        return {"output": unavailable(f"{team} 인원 정보를", found)}
+        return {"output": belongs + unavailable(f"{team} 인원 정보를", found)}
     if isinstance(found, dict) and "count" in found:
-        return {"output": f"{team} 인원은 {found['count']}명입니다."}
+        return {"output": belongs + members_text(team, found, asked(query))}
     if isinstance(found, str):
-        return {"output": found}
-    return {"output": f"{team} 인원 정보를 찾지 못했습니다."}
+        return {"output": belongs + found}
+    return {"output": f"{belongs}{team} 인원 정보를 찾지 못했습니다."}
+
+
+def members_text(team: str, found: dict[str, Any], rest: str) -> str:
+    """The answer from ``list_team_members``'s ``{"count", "members"}``: the count alone where only it is asked
+    (``COUNT`` and no ``WHO``), else the members by name (and role): an answer that names none says the count."""
+    count = f"{team} 인원은 {found['count']}명입니다"
+    rows = found.get("members")
+    people = [row for row in rows if isinstance(row, dict) and row.get("name")] if isinstance(rows, list) else []
+    if not people or (COUNT.search(rest) and not WHO.search(rest)):
+        return f"{count}."
+    roster = ", ".join(f"{p['name']}({p['role']})" if p.get("role") else str(p["name"]) for p in people)
+    if LEAD.search(rest):
+        leads = [str(p["name"]) for p in people if "팀장" in str(p.get("role") or "")]
+        if leads:
+            return f"{team} 팀장은 {', '.join(leads)} 님입니다."
+        return f"{team}에는 팀장으로 등록된 사람이 없습니다. {count}: {roster}."
+    return f"{count}: {roster}."
 
 
 async def employee(state: FlowState) -> dict[str, Any]:

@@ -3,9 +3,10 @@
 The request comes as an A2A data part ``{"request": {"method": "GET", "path": "/employees/김하늘"}}`` or as the
 query itself (``GET /teams/클라우드운영팀/members``). Routes: ``/employees/{name}``, ``/teams/{team}/members``,
 ``/teams/{team}/projects``, ``/assets?owner={name}``. The output is ``{"status": ..., "body": ...}``: 200 with
-the data, 400 for a path that cannot be read, 404 where there is none (the server's text as ``error``), 405 for a
-method but GET, 502 where the call failed (its reason code as ``error``) or the tool answered its own error as a
-value (``{"error": "인사 시스템 점검 중"}``: ``tool:error``, the gate's code for a tool's own error).
+the data, 400 for a path that cannot be read or that names no one (``/assets`` without an owner: no tool is
+called), 404 where there is none (the server's text as ``error``), 405 for a method but GET, 502 where the call
+failed (its reason code as ``error``) or the tool answered its own error as a value (``{"error": "인사 시스템 점검
+중"}``: ``tool:error``, the gate's code for a tool's own error).
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ from langgraph.graph.state import CompiledStateGraph
 
 from agent_platform.text import nfc
 from agents.deterministic import width_folded
-from agents.flows.common import FlowState, as_data, default_mcp_id, failed, unanswered, unavailable
+from agents.flows.common import (
+    FlowState,
+    as_data,
+    ask_for_a_name,
+    default_mcp_id,
+    failed,
+    unanswered,
+    unavailable,
+)
 from agents.tools import MCPHandle
 
 mcp = MCPHandle()
@@ -29,6 +38,13 @@ ROUTES: list[tuple[re.Pattern[str], str, str]] = [
     (re.compile(r"^/teams/(?P<value>[^/]+)/members$"), "list_team_members", "team"),
     (re.compile(r"^/teams/(?P<value>[^/]+)/projects$"), "list_projects", "team"),
 ]
+# What a request that names no one is told to send instead.
+EXAMPLES = {
+    "get_asset": "GET /assets?owner=김하늘",
+    "search_employee": "GET /employees/김하늘",
+    "list_team_members": "GET /teams/클라우드운영팀/members",
+    "list_projects": "GET /teams/클라우드운영팀/projects",
+}
 
 
 async def parse_request(state: FlowState) -> dict[str, Any]:
@@ -53,14 +69,20 @@ async def dispatch(state: FlowState) -> dict[str, Any]:
     # Composed as the data is (``nfc``): a name percent-encoded as macOS types it is decomposed (NFD) once decoded.
     path = nfc(unquote(url.path))
     if path == "/assets":
-        owner = nfc((query.get("owner") or [""])[0])
-        tool, params = "get_asset", {"owner": owner}
+        tool, arg, value = "get_asset", "owner", nfc((query.get("owner") or [""])[0]).strip()
     else:
         match = next(((tool, arg, m) for pattern, tool, arg in ROUTES if (m := pattern.match(path))), None)
         if match is None:
             return {"response": {"status": 404, "body": {"error": f"no route for {path}"}}}
         tool, arg, found = match
-        params = {arg: found.group("value")}
+        value = found.group("value").strip()
+    if not value:
+        # No one named ("/assets", "?owner=", "/employees/%20"): the tool is not called with an empty filter (the
+        # demo server's get_asset answers every owner's assets for it); the caller is asked for one, as every
+        # template asks.
+        body = {"error": f"{arg} is required", "message": ask_for_a_name(EXAMPLES[tool])}
+        return {"response": {"status": 400, "body": body}}
+    params = {arg: value}
     result = as_data(await mcp.call(tool, params=params))
     if unanswered(result):
         # The failure's reason code, not its message (the gate's guidance for a model; the run page shows it).

@@ -301,7 +301,7 @@ def test_a_real_servers_error_value_is_told_as_unavailable(graph: str, query: st
         (
             "conditional",
             "물류플랫폼팀에 누구 있어?",
-            "물류플랫폼팀 인원은 2명입니다.",
+            "물류플랫폼팀 인원은 2명입니다: 박도윤(백엔드), 최민준(프론트엔드).",
             [("list_team_members", {"team": "물류플랫폼팀"})],
         ),
         ("conditional", "김하늘의 노트북", "김하늘 자산 2건", [("get_asset", {"owner": "김하늘"})]),
