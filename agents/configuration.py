@@ -9,7 +9,7 @@ Secret values are given inline (``{"value": "..."}``, encrypted on import) or by
 A secret map left out of an entry (a server's ``env`` or ``headers``, an agent's ``model.secrets``) keeps the stored
 secrets; ``{}`` removes them all, and a map that is given removes the names it leaves out (each one reported as
 deleted). A setting left out of an existing agent's entry is left as it is; a new agent takes the defaults. A key
-left out of a contract's entry keeps the stored value; a tool without a contract yet takes what the gate applies
+left out of a contract's, a rule's or a tool's entry keeps the stored value; a tool without a contract yet takes what the gate applies
 to it without one, and the risk discovery proposes (``write``).
 """
 
@@ -22,11 +22,11 @@ import json
 import math
 import re
 import sys
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 import yaml
 from django.core.exceptions import ValidationError
@@ -343,6 +343,9 @@ class ImportReport:
     warnings: list[str] = field(default_factory=list)
 
 
+_Entry = TypeVar("_Entry")
+
+
 class _Problems:
     def __init__(self) -> None:
         self.items: list[str] = []
@@ -351,13 +354,17 @@ class _Problems:
         self.items.append(f"{where}: {message}")
 
 
-def _named(rows: Any, name: str) -> Any:
-    """The row of ``rows`` named ``name`` (composed, as the document is), also where it was stored decomposed (the
-    admin and the services keep text as typed): an entry is matched to its row, never made a second one."""
-    exact = rows.filter(name=name).first()
-    if exact is not None:
-        return exact
-    return next((row for row in rows if nfc_value(row.name) == name), None)
+def _by_name(rows: Any) -> dict[str, Any]:
+    """``rows`` by their composed name (as the document names them), also those stored decomposed (the admin and
+    the services keep text as typed): an entry is matched to its row, never made a second one; a row stored as
+    the entry names it comes first. Read once per server and import: looked up row by row, each new tool read
+    all of its server's rows (a thousand new tools, half a million rows)."""
+    found: dict[str, Any] = {}
+    for row in rows:
+        name = nfc(row.name)
+        if name not in found or (row.name == name and found[name].name != name):
+            found[name] = row
+    return found
 
 
 _YAML_BOOL = "tag:yaml.org,2002:bool"
@@ -460,14 +467,23 @@ def _path_to(document: Any, target: Any) -> str:
     return ""
 
 
-def load_document(path: str | Path) -> dict[str, Any]:
-    """Read a JSON or YAML configuration file. Raises ApplicationError for a file over ``MAX_DOCUMENT_BYTES``,
-    not UTF-8 (a byte order mark is read past), not valid JSON or YAML (nesting past the bounded decoder's limit
-    included; a key given twice in one object, which the parsers resolve by keeping the last), or not an
-    object. What the values may be is checked by ``config_import`` (``document_problems``)."""
-    kind = "YAML" if str(path).endswith((".yaml", ".yml")) else "JSON"
-    with open(path, "rb") as stream:  # read to the limit, not to the end: a device or a pipe may have none
-        raw = stream.read(MAX_DOCUMENT_BYTES + 1)
+def load_document(path: str | Path, *, kind: Literal["json", "yaml"] | None = None) -> dict[str, Any]:
+    """Read a JSON or YAML configuration file (``-``: the standard input). Raises ApplicationError for a file over
+    ``MAX_DOCUMENT_BYTES``, not UTF-8 (a byte order mark is read past), not valid JSON or YAML (nesting past the
+    bounded decoder's limit included; a key given twice in one object, which the parsers resolve by keeping the
+    last), or not an object. What the values may be is checked by ``config_import`` (``document_problems``).
+
+    ``kind`` left out: YAML for a name ending in ``.yaml`` or ``.yml``, JSON for ``.json`` (in any case: a
+    ``config.YAML`` was read as JSON); another name (``/dev/stdin``, ``-``, a pipe) is read as JSON, and as YAML
+    where the text does not begin as JSON does (an export piped as YAML was refused as no JSON at its first
+    character)."""
+    suffix = Path(str(path)).suffix.lower()
+    chosen = kind.upper() if kind else "YAML" if suffix in (".yaml", ".yml") else "JSON" if suffix == ".json" else ""
+    if str(path) == "-":
+        raw = sys.stdin.buffer.read(MAX_DOCUMENT_BYTES + 1)
+    else:
+        with open(path, "rb") as stream:  # read to the limit, not to the end: a device or a pipe may have none
+            raw = stream.read(MAX_DOCUMENT_BYTES + 1)
     if len(raw) > MAX_DOCUMENT_BYTES:
         raise ApplicationError(
             _("%(path)s: larger than %(limit)s MB") % {"path": path, "limit": MAX_DOCUMENT_BYTES // (1024 * 1024)},
@@ -482,26 +498,25 @@ def load_document(path: str | Path) -> dict[str, Any]:
             _("%(path)s: not UTF-8 text (byte %(position)s)") % {"path": path, "position": bom + exc.start + 1},
             code="invalid_config",
         ) from None
-    repeated: list[tuple[dict[Any, Any], Any]] = []
+    kind_read = chosen or "JSON"
     try:
-        if kind == "YAML":
-            loader = _DocumentLoader(text)
-            try:
-                data = loader.get_single_data()
-            finally:
-                loader.dispose()
-            repeated = loader.repeated
-        else:
-            data = json_loads(text, object_pairs_hook=functools.partial(_json_object, repeated))
+        try:
+            data, repeated = _read(text, kind_read)
+        except json.JSONDecodeError as exc:
+            if chosen or exc.pos != len(text) - len(text.lstrip(" \t\n\r")):
+                raise
+            kind_read = "YAML"  # not JSON from its first character: a name that says neither, read as YAML
+            data, repeated = _read(text, kind_read)
     except (ValueError, yaml.YAMLError) as exc:
         error = _yaml_error_text(exc, text) if isinstance(exc, yaml.YAMLError) else _json_value_error_text(exc, text)
         raise ApplicationError(
-            _("%(path)s: not valid %(kind)s: %(error)s") % {"path": path, "kind": kind, "error": error},
+            _("%(path)s: not valid %(kind)s: %(error)s") % {"path": path, "kind": kind_read, "error": error},
             code="invalid_config",
         ) from None
     except RecursionError:
         raise ApplicationError(
-            _("%(path)s: not valid %(kind)s: nested too deeply") % {"path": path, "kind": kind}, code="invalid_config"
+            _("%(path)s: not valid %(kind)s: nested too deeply") % {"path": path, "kind": kind_read},
+            code="invalid_config",
         ) from None
     if repeated:
         mapping, key = repeated[0]
@@ -516,6 +531,18 @@ def load_document(path: str | Path) -> dict[str, Any]:
             code="invalid_config",
         )
     return data
+
+
+def _read(text: str, kind: str) -> tuple[Any, list[tuple[dict[Any, Any], Any]]]:
+    """``text`` read as ``kind`` (``JSON`` or ``YAML``), with the objects in which a key is given twice."""
+    if kind == "YAML":
+        loader = _DocumentLoader(text)
+        try:
+            return loader.get_single_data(), loader.repeated
+        finally:
+            loader.dispose()
+    repeated: list[tuple[dict[Any, Any], Any]] = []
+    return json_loads(text, object_pairs_hook=functools.partial(_json_object, repeated)), repeated
 
 
 def _at(what: str, line: int, column: int) -> str:
@@ -729,7 +756,12 @@ def _capped(lines: list[str]) -> list[str]:
 # path is what the server routes (a model's ``base_url`` too), a secret is bytes. ``*`` is every value of a map (its names are composed).
 _AS_WRITTEN: dict[str, tuple[tuple[str, ...], ...]] = {
     "servers": (("command",), ("args",), ("cwd",), ("url",), ("env", "*"), ("headers", "*")),
-    "agents": (("model", "secrets", "*"), ("model", "params", "base_url")),
+    "agents": (
+        ("model", "secrets", "*"),
+        ("model", "params", "base_url"),
+        # Each version's frozen copy of it (a list: each of its items is walked).
+        ("versions", "content", "agent", "model_params", "base_url"),
+    ),
 }
 
 
@@ -776,7 +808,12 @@ def _composed(document: dict[str, Any]) -> dict[str, Any]:
 
 def _keep_as_written(given: Any, composed: Any, path: tuple[str, ...]) -> None:
     """Put the value at ``path`` of ``given`` into ``composed`` (its composed copy) as written. A map's names
-    along the path are found composed, as ``nfc_value`` wrote them."""
+    along the path are found composed, as ``nfc_value`` wrote them; a list along it has each of its items
+    walked."""
+    if isinstance(given, list) and isinstance(composed, list):
+        for given_item, composed_item in zip(given, composed, strict=True):
+            _keep_as_written(given_item, composed_item, path)
+        return
     if not (isinstance(given, dict) and isinstance(composed, dict)):
         return
     key, rest = path[0], path[1:]
@@ -826,7 +863,7 @@ def _named_twice(config: ConfigDocument, extra: dict[str, Any], sections: dict[s
 
 def _rules_by_name(agent: Agent | None) -> dict[str, list[DeterministicRule]]:
     """``agent``'s rules (None: the rules of no agent) by their composed name, each name's rules in the order the
-    export writes them (``order``, then id). A rule stored decomposed is its composed namesake's, as ``_named``
+    export writes them (``order``, then id). A rule stored decomposed is its composed namesake's, as ``_by_name``
     finds a row."""
     rules: dict[str, list[DeterministicRule]] = {}
     for rule in DeterministicRule.objects.filter(agent=agent).order_by("order", "id"):
@@ -858,6 +895,30 @@ def _contract_given(cspec: ContractSpec) -> dict[str, Any]:
     given = cspec.model_fields_set
     return {
         name: value for name, value in contract_fields(cspec).items() if _CONTRACT_ENTRY_KEYS.get(name, name) in given
+    }
+
+
+# A rule entry's keys by the rule's field each one sets (``mcp_id``: the server it names).
+_RULE_ENTRY_KEYS = {
+    "order": "order",
+    "enabled": "enabled",
+    "mcp_id": "server",
+    "tool": "tool_name",
+    "code": "code",
+    "when": "when",
+    "params": "params",
+    "answer_template": "answer_template",
+    "force_first_tool": "force_first_tool",
+}
+
+
+def _rule_updated_key(rspec: RuleSpec, changed: list[str]) -> str:
+    """An updated rule's report line, naming the entry's keys whose values changed (as a contract's does)."""
+    keys = {attribute if attribute != "server" else "server_id": key for key, attribute in _RULE_ENTRY_KEYS.items()}
+    return _("rule %(agent)s.%(rule)s (%(fields)s)") % {
+        "agent": rspec.agent or "*",
+        "rule": rspec.name,
+        "fields": ", ".join(sorted(keys[name] for name in changed if name in keys)),
     }
 
 
@@ -1104,7 +1165,13 @@ def _fields(obj: Any) -> dict[str, Any]:
 
 @transaction.atomic
 def config_import(
-    *, document: dict[str, Any], actor: Any, via: str = "import_config", dry_run: bool = False
+    *,
+    document: dict[str, Any],
+    actor: Any,
+    via: str = "import_config",
+    dry_run: bool = False,
+    progress: Callable[[str], None] | None = None,
+    progress_every: int = 500,
 ) -> ImportReport:
     """Apply a configuration document. Raises ApplicationError naming every offending entry; then nothing
     was changed. With ``dry_run`` the changes are computed and rolled back, their audit events with them.
@@ -1118,14 +1185,48 @@ def config_import(
     the same content: versions never change), then its ``live_version``, ``shadow`` and ``arms`` are set to
     the versions they name, then ``publish_on_save``. Publishing on save is held back while the entries apply;
     at the end an agent that publishes on save and changed publishes once, unless the document chooses another
-    live version than the one live before (naming the one live, as an export does, is no choice)."""
+    live version than the one live before (naming the one live, as an export does, is no choice).
+
+    ``progress`` is told, for a section of ``progress_every`` entries or more, each time that many more are
+    applied and when the section is done ("tools: 500/1000"): a large document takes minutes."""
     with publish_on_save_deferred() as deferred, tool_name_checks_deferred():
-        return _config_import(document=document, actor=actor, via=via, dry_run=dry_run, deferred=deferred)
+        return _config_import(
+            document=document,
+            actor=actor,
+            via=via,
+            dry_run=dry_run,
+            deferred=deferred,
+            progress=progress,
+            progress_every=progress_every,
+        )
+
+
+def _counted(
+    section: str, entries: list[_Entry], *, tell: Callable[[str], None] | None, every: int
+) -> Iterator[tuple[int, _Entry]]:
+    """``enumerate(entries)``, telling ``tell`` how many of the section's entries are applied (each yielded
+    entry's turn is over when the next is asked for), every ``every`` entries and at the end; a section of
+    fewer entries is not told of."""
+    for index, entry in enumerate(entries):
+        yield index, entry
+        done = index + 1
+        if tell is not None and len(entries) >= every and (done % every == 0 or done == len(entries)):
+            tell(_("%(section)s: %(done)s/%(total)s") % {"section": section, "done": done, "total": len(entries)})
 
 
 def _config_import(
-    *, document: dict[str, Any], actor: Any, via: str, dry_run: bool, deferred: set[int]
+    *,
+    document: dict[str, Any],
+    actor: Any,
+    via: str,
+    dry_run: bool,
+    deferred: set[int],
+    progress: Callable[[str], None] | None,
+    progress_every: int,
 ) -> ImportReport:
+    def counted(section: str, entries: list[_Entry]) -> Iterator[tuple[int, _Entry]]:
+        return _counted(section, entries, tell=progress, every=progress_every)
+
     if not isinstance(document, dict):
         raise ApplicationError(
             _("the document must be an object with servers, contracts, agents, rules"), code="invalid_config"
@@ -1176,7 +1277,7 @@ def _config_import(
             }
         return _("unknown server '%(server)s'") % {"server": mcp_id}
 
-    for i, spec in enumerate(config.servers):
+    for i, spec in counted("servers", config.servers):
         where = f"servers[{i}] ({spec.mcp_id})"
         server = servers.get(spec.mcp_id)
         created = server is None
@@ -1232,21 +1333,32 @@ def _config_import(
         )
         servers[spec.mcp_id] = server
 
-    for i, tspec in enumerate(config.tools):
+    tools_by_name: dict[int, dict[str, McpTool]] = {}  # each server's tools (``_by_name``), read once
+
+    def server_tools(server: McpServer) -> dict[str, McpTool]:
+        if server.pk not in tools_by_name:
+            tools_by_name[server.pk] = _by_name(McpTool.objects.filter(server=server).order_by("name", "pk"))
+        return tools_by_name[server.pk]
+
+    for i, tspec in counted("tools", config.tools):
         where = f"tools[{i}] ({tspec.mcp_id}.{tspec.tool})"
         server = servers.get(tspec.mcp_id)
         if server is None or server.pk is None:
             problems.add(where, server_problem(tspec.mcp_id))
             continue
         # As for a contract: a tool named before discovery is registered now and filled in by discovery.
-        tool = _named(McpTool.objects.filter(server=server), tspec.tool)
+        tool = server_tools(server).get(tspec.tool)
         if tool is None and (problem := _new_tool_problem(server, tspec.tool)):
             problems.add(where, f"tool: {problem}")
             continue
         created = tool is None
         tool = tool or McpTool(server=server, name=tspec.tool)
         before = None if created else _fields(tool)
-        tool.tags, tool.example_queries = tspec.tags, tspec.example_queries
+        # A key left out of an existing tool's entry keeps the stored value, as a contract's does (its tags and
+        # example queries, which top-K selection reads, were emptied by an entry that only switched it on).
+        for name in ("tags", "example_queries"):
+            if created or name in tspec.model_fields_set:
+                setattr(tool, name, getattr(tspec, name))
         switch = _tool_switch(tool, tspec.enabled)
         for name, value in switch.items():
             setattr(tool, name, value)
@@ -1265,12 +1377,14 @@ def _config_import(
         )
         label = _("tool %(server)s.%(tool)s") % {"server": tspec.mcp_id, "tool": tspec.tool}
         _save(save, tool, label, report, created, before, where, problems)
+        if created and (row := McpTool.objects.filter(server=server, name=tspec.tool).first()) is not None:
+            server_tools(server)[tspec.tool] = row
 
     # Whether a contract's fallback called in the gate is a write is checked once every contract is saved, on what
     # the document leaves (entry by entry, the answer depended on the entries' order).
     saved_contracts: list[tuple[str, ToolContract, dict[str, Any] | None]] = []
     with fallback_checks_deferred():
-        for i, cspec in enumerate(config.contracts):
+        for i, cspec in counted("contracts", config.contracts):
             where = f"contracts[{i}] ({cspec.mcp_id}.{cspec.tool})"
             server = servers.get(cspec.mcp_id)
             if server is None or server.pk is None:
@@ -1282,14 +1396,16 @@ def _config_import(
                 )
                 continue
             # A contract may come before discovery: the tool row is created now and filled in by discovery.
-            tool = _named(McpTool.objects.filter(server=server), cspec.tool)
+            tool = server_tools(server).get(cspec.tool)
             if tool is None and (problem := _new_tool_problem(server, cspec.tool)):
                 problems.add(where, f"tool: {problem}")
                 continue
             if tool is None:
                 # Its own change and audit event (config.mcp_tool.create): reported as the tools section's are, so
                 # that the report accounts for every event the import writes.
-                tool = mcp_tool_create(server=server, name=cspec.tool, actor=actor, via=via)
+                tool = server_tools(server)[cspec.tool] = mcp_tool_create(
+                    server=server, name=cspec.tool, actor=actor, via=via
+                )
                 report.created.append(_("tool %(server)s.%(tool)s") % {"server": cspec.mcp_id, "tool": cspec.tool})
             contract = ToolContract.objects.filter(tool=tool).first()
             created = contract is None
@@ -1324,7 +1440,7 @@ def _config_import(
     agents: dict[str, Agent] = {a.slug: a for a in Agent.objects.all()}
     leaving: dict[str, set[str]] = {}
     clashing: set[str] = set()  # the agents whose entry was refused for two tools of one name
-    for i, aspec in enumerate(config.agents):
+    for i, aspec in counted("agents", config.agents):
         where = f"agents[{i}] ({aspec.slug})"
         agent = agents.get(aspec.slug)
         created = agent is None
@@ -1407,7 +1523,7 @@ def _config_import(
         for rank, i in enumerate(sorted(indices, key=lambda i: (config.rules[i].order, i))):
             occurrences[i] = rank
     stored_rules: dict[str | None, dict[str, list[DeterministicRule]]] = {}
-    for i, rspec in enumerate(config.rules):
+    for i, rspec in counted("rules", config.rules):
         where = f"rules[{i}] ({rspec.agent or '*'}.{rspec.name})"
         occurrence = occurrences[i]
         agent = agents.get(rspec.agent) if rspec.agent else None
@@ -1431,10 +1547,13 @@ def _config_import(
         created = rule is None
         rule = rule or DeterministicRule(agent=agent, name=rspec.name)
         before = None if created else _fields(rule)
-        rule.order, rule.enabled, rule.server, rule.tool_name = rspec.order, rspec.enabled, server, rspec.tool
-        rule.code = rspec.code
-        rule.when, rule.params, rule.answer_template = rspec.when, rspec.params, rspec.answer_template
-        rule.force_first_tool = rspec.force_first_tool
+        # A key left out of an existing rule's entry keeps the stored value, as a contract's does (a disabled rule
+        # was switched back on and moved to order 100 by an entry that changed its template); a new rule takes the
+        # defaults.
+        given = set(RuleSpec.model_fields) if created else rspec.model_fields_set
+        for key, attribute in _RULE_ENTRY_KEYS.items():
+            if key in given:
+                setattr(rule, attribute, server if key == "mcp_id" else getattr(rspec, key))
         _stored_where_composed_alike(rule, before)
         _save(
             functools.partial(deterministic_rule_update, rule=rule, actor=actor, via=via),
@@ -1445,6 +1564,7 @@ def _config_import(
             before,
             where,
             problems,
+            updated_key=functools.partial(_rule_updated_key, rspec),
         )
 
     for i, aspec in enumerate(config.agents):
@@ -1543,7 +1663,8 @@ def _apply_versions(
                     refused.add(vspec.number)
                     continue
                 report.created.append(label)
-            elif nfc_value(version_content_portable(stored.content)) == version_content_portable(content):
+            # Both composed: the document's base URL is as written (``_AS_WRITTEN``), one stored may be either.
+            elif nfc_value(version_content_portable(stored.content)) == nfc_value(version_content_portable(content)):
                 report.unchanged.append(label)
             else:
                 problems.add(

@@ -73,6 +73,23 @@ def named_tool_refused(*, setting: str, model_id: str) -> str:
     )
 
 
+def rule_context_secret_problem(when: Any) -> str | None:
+    """Why a rule's conditions (``when``) may not be stored, or None: a value its ``context`` compares the caller's
+    context with that holds a secret (the audit hides it) is stored, shown and exported in clear, as a secret in
+    its ``params`` is (``rule_params_secret_problem``)."""
+    from mcpregistry.binding_policy import setting_secret_problem
+
+    context = when.get("context") if isinstance(when, dict) else None
+    if not isinstance(context, dict) or not setting_secret_problem("context", context, ""):
+        return None
+    return str(
+        _(
+            "context: this holds a secret (the audit record hides it), but a rule's conditions are stored, shown and "
+            "exported in clear: compare the caller's context with a value that is no secret."
+        )
+    )
+
+
 def rule_params_secret_problem(params: Any) -> str | None:
     """Why a rule's ``params`` may not be stored, or None: a secret in them is stored, shown and exported in clear
     while the audit hides it (a rule's, and a version's frozen rule's: ``agents.services.version_content_problems``).
@@ -828,6 +845,12 @@ class DeterministicRule(AuditedModel):
             and (problem := rule_params_secret_problem(self.params))
         ):
             errors["params"] = [problem]
+        if (
+            self.when
+            and (self.pk is None or self.when != stored_value(self, "when"))
+            and (problem := rule_context_secret_problem(self.when))
+        ):
+            errors.setdefault("when", []).append(problem)
         if self.code:
             try:
                 _fn, mcp_id = load_code_rule(self.code)

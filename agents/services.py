@@ -37,6 +37,7 @@ from agents.models import (
     DeterministicRule,
     Run,
     empty_keyword_problems,
+    rule_context_secret_problem,
     rule_params_secret_problem,
 )
 from agents.run_state import SECRET_UNREADABLE, RunEventWriter, approvals_interrupted, approvals_unused
@@ -674,7 +675,10 @@ def agent_version_import(
     if problems := version_content_problems(agent=agent, content=content):
         raise ValidationError({"content": problems})
     if warn is not None:
-        for warning in _missing_servers_warnings(agent, number, content):
+        for warning in [
+            *_missing_servers_warnings(agent, number, content),
+            *_unlisted_tools_warnings(agent, number, content),
+        ]:
             warn(warning)
     rule_ids = version_rule_ids(agent, content)
     frozen: VersionContent = {
@@ -844,6 +848,47 @@ def _missing_servers_warnings(agent: Agent, number: int, content: VersionContent
     ]
 
 
+def _unlisted_tools_warnings(agent: Agent, number: int, content: VersionContent | dict[str, Any]) -> list[str]:
+    """A warning for each tool the content's rules call that their server, discovered here, does not list, naming
+    the version and the rules (``_missing_servers_warnings`` names a server missing altogether). No refusal: an
+    old version may name a tool since renamed. But made live, each query such a rule matches fails with
+    ``deterministic:tool_unknown``; the same rule in a document's rules section is refused. A server not
+    discovered yet has no list to check against."""
+    from mcpregistry.models import McpTool
+
+    calls: dict[tuple[str, str], list[str]] = {}
+    for i, rule in enumerate(content.get("rules") or []):
+        if not isinstance(rule, dict) or rule.get("code") or not rule.get("mcp_id") or not rule.get("tool_name"):
+            continue
+        calls.setdefault((str(rule["mcp_id"]), str(rule["tool_name"])), []).append(
+            f"rules[{i}] ({rule.get('name', '')})"
+        )
+    listed: dict[str, set[str]] = {}
+    discovered: set[str] = set()
+    tools = McpTool.objects.filter(server__mcp_id__in={mcp_id for mcp_id, _tool in calls})
+    for mcp_id, name, discovered_at in tools.values_list("server__mcp_id", "name", "discovered_at"):
+        listed.setdefault(mcp_id, set()).add(name)
+        if discovered_at is not None:
+            discovered.add(mcp_id)
+    return [
+        _(
+            "version %(agent)s v%(number)s calls tool '%(tool)s' of MCP server '%(mcp_id)s' (%(places)s), which "
+            "that server does not list (its tools are: %(names)s): imported as published; made live, each query "
+            "that rule matches fails with deterministic:tool_unknown"
+        )
+        % {
+            "agent": agent.slug,
+            "number": number,
+            "tool": tool,
+            "mcp_id": mcp_id,
+            "places": ", ".join(places[:3]) + (", …" if len(places) > 3 else ""),
+            "names": ", ".join(sorted(listed[mcp_id])),
+        }
+        for (mcp_id, tool), places in sorted(calls.items())
+        if mcp_id in discovered and tool not in listed[mcp_id]
+    ]
+
+
 def _frozen_rule_check(rule: dict[str, Any], *, brought_in: bool) -> None:
     """A frozen rule's values, as ``DeterministicRule.clean`` checks a rule's (without its server's tools: the
     version's run reads those). ``brought_in`` (an imported version, taken unchecked from another installation):
@@ -892,6 +937,8 @@ def _frozen_rule_check(rule: dict[str, Any], *, brought_in: bool) -> None:
     params = rule.get("params")
     if brought_in and isinstance(params, dict) and params and (problem := rule_params_secret_problem(params)):
         errors.setdefault("params", []).append(problem)
+    if brought_in and "when" not in errors and (problem := rule_context_secret_problem(rule.get("when"))):
+        errors.setdefault("when", []).append(problem)
     if errors:
         raise ValidationError(errors)
 

@@ -281,6 +281,7 @@ class McpServer(AuditedModel):
             ("url", self.url, header),
             ("args", self.args, env_value),
             ("command", self.command, env_value),
+            ("cwd", self.cwd, env_value),
         ):
             if field_name in errors or not value or (self.pk is not None and value == stored_value(self, field_name)):
                 continue

@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
+from agent_platform.command_args import whole_number
 from agent_platform.errors import ApplicationError
 from agent_platform.os_errors import os_error_text
 from agents.configuration import config_import, load_document
@@ -18,13 +19,33 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.description = _(self.help)  # marked above, translated now: argparse takes no lazy string
-        parser.add_argument("path")
+        parser.add_argument("path", help=_("the file to read; - reads the standard input"))
         parser.add_argument("--dry-run", action="store_true", help=_("validate and report, change nothing"))
+        parser.add_argument(
+            "--format",
+            choices=["json", "yaml"],
+            default=None,
+            help=_(
+                "how the file is written (default: YAML for a name ending in .yaml or .yml, JSON for .json; another "
+                "name is read as JSON, and as YAML where it does not begin as JSON does)"
+            ),
+        )
+        parser.add_argument(
+            "--progress-every",
+            type=whole_number(1),
+            default=500,
+            metavar="N",
+            help=_("print progress every N entries of a section (default 500)"),
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             report = config_import(
-                document=load_document(options["path"]), actor="system:import_config", dry_run=options["dry_run"]
+                document=load_document(options["path"], kind=options["format"]),
+                actor="system:import_config",
+                dry_run=options["dry_run"],
+                progress=lambda message: self.stderr.write("  " + message),
+                progress_every=options["progress_every"],
             )
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
