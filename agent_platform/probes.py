@@ -411,8 +411,9 @@ class PlatformCollector(Collector):
         figures = tool_call_figures_total()
         calls = CounterMetricFamily(
             "platform_tool_calls",
-            "Gated tool calls (every attempt, refusal and memo hit) by server, outcome and reason code.",
-            labels=["mcp_id", "outcome", "reason"],
+            "Gated tool calls (every attempt, refusal and memo hit) by server, tool, outcome and reason code (tool "
+            '"(unknown)": a name no server lists).',
+            labels=["mcp_id", "tool", "outcome", "reason"],
         )
         for labels, n in sorted(figures.calls.items()):
             calls.add_metric(list(labels), n)
@@ -421,16 +422,17 @@ class PlatformCollector(Collector):
         tool_rows: list[dict[str, Any]] = [
             {
                 "mcp_id": mcp_id,
+                "tool": tool,
                 "count": histogram.count,
                 "sum_s": histogram.sum_ms / 1000,
                 **{f"le_{i}": n for i, n in enumerate(histogram.le)},
             }
-            for mcp_id, histogram in sorted(figures.latency.items())
+            for (mcp_id, tool), histogram in sorted(figures.latency.items())
         ]
         yield _histogram(
             "platform_tool_call_duration_seconds",
-            "Tool calls sent to a server (each attempt), by server.",
-            ["mcp_id"],
+            "Tool calls sent to a server (each attempt), by server and tool.",
+            ["mcp_id", "tool"],
             tool_rows,
             TOOL_BUCKETS_S,
         )

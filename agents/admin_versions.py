@@ -11,7 +11,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Avg, Count, Exists, OuterRef, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -418,6 +418,35 @@ class AgentArmAdmin(ServiceAdminMixin, admin.ModelAdmin):
         return TemplateResponse(request, "admin/agents/agentarm/metrics.html", context)
 
 
+def shadow_summary(comparisons: QuerySet[ShadowComparison]) -> list[dict[str, Any]]:
+    """Per candidate version of ``comparisons`` (the list as filtered), in one query: how many, the share that
+    agrees, and the mean answer similarity, Δ latency and Δ tokens, written as the list writes each comparison's
+    ("—" where no comparison has one)."""
+    rows = (
+        comparisons.order_by()
+        .values("candidate", "candidate__agent__slug", "candidate__number")
+        .annotate(
+            n=Count("id"),
+            agreeing=Count("id", filter=Q(agrees=True)),
+            similarity=Avg("answer_similarity"),
+            latency_ms=Avg("latency_delta_ms"),
+            tokens=Avg("tokens_delta"),
+        )
+        .order_by("candidate__agent__slug", "candidate__number")
+    )
+    return [
+        {
+            "candidate": f"{row['candidate__agent__slug']} v{row['candidate__number']}",
+            "n": row["n"],
+            "agree": f"{100.0 * row['agreeing'] / row['n']:.1f} %",
+            "similarity": f"{row['similarity']:.2f}",
+            "latency": "—" if row["latency_ms"] is None else f"{row['latency_ms']:+.1f} ms",
+            "tokens": "—" if row["tokens"] is None else f"{row['tokens']:+.1f}",
+        }
+        for row in rows
+    ]
+
+
 @admin.register(ShadowComparison)
 class ShadowComparisonAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     """Live runs and their shadows on the candidate, disagreements first (read-only)."""
@@ -432,9 +461,17 @@ class ShadowComparisonAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelA
         "latency_delta",
         "tokens_difference",
     ]
-    list_filter = ["agrees", "agent", "same_tools"]
+    # The candidate: a shadow version changed mid-way leaves comparisons of two candidates in one list.
+    list_filter = ["agrees", "agent", ("candidate", admin.RelatedOnlyFieldListFilter), "same_tools"]
     list_select_related = ["candidate__agent"]
     readonly_fields = [f.name for f in ShadowComparison._meta.fields]
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        response = super().changelist_view(request, extra_context)
+        context = getattr(response, "context_data", None)
+        if context is not None and "cl" in context:
+            context["shadow_summary"] = shadow_summary(context["cl"].queryset)
+        return response
 
     @admin.display(description=_("what differs"))
     def differences(self, obj: ShadowComparison) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Case, Count, F, Q, QuerySet, Sum, Value, When
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -48,15 +48,30 @@ _ARCHIVE_LOCK_KEY = 0x61756469745F6172
 TOOL_CALL_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
+# The ``tool`` label of calls to a name no server lists (``tool:unknown`` refusals, and refusals that name no server):
+# the caller's made-up names fold into this one value, so that a model cannot add a series per name.
+UNKNOWN_TOOL = "(unknown)"
+# The ``tool`` label of the calls a checkpoint saved before the saved figures kept the tool (the tool of events
+# archived then is in the archive files only): their counts stay, under this one value, and never go down.
+ARCHIVED_TOOL = "(archived)"
+
+
 def tool_call_reason_label(reason: str) -> str:
     """A reason code as a metric label: an unknown argument's name (the caller's) is left out, so that a model
     that makes up names cannot add a series per name (``args:unknown:regoin`` → ``args:unknown``)."""
     return "args:unknown" if reason.startswith("args:unknown:") else reason
 
 
+def _tool_label() -> Case:
+    """An event's tool as a metric label: its own where its server resolved it, ``UNKNOWN_TOOL`` where the gate
+    refused the name as unknown or no server was named (the name is then the caller's text). Read from the event
+    alone, so the label a call counts under never changes afterwards (a counter never moves between series)."""
+    return Case(When(Q(reason="tool:unknown") | Q(mcp_id=""), then=Value(UNKNOWN_TOOL)), default=F("tool"))
+
+
 @dataclass
 class ToolCallLatency:
-    """One server's latency histogram: attempts sent, their total in ms, and how many took at most each bucket
+    """One tool's latency histogram: attempts sent, their total in ms, and how many took at most each bucket
     of ``TOOL_CALL_BUCKETS_S`` (cumulative, as Prometheus')."""
 
     count: int = 0
@@ -72,36 +87,40 @@ class ToolCallLatency:
 @dataclass
 class ToolCallFigures:
     """What ``/metrics`` reports of production tool calls (``NOT_PRODUCTION_SOURCES`` left out): counts by (server,
-    outcome, reason label), and each server's latency histogram of the attempts sent (``attempt >= 1`` with a
-    latency: refusals, memo hits and calls the open circuit refused were never sent)."""
+    tool label, outcome, reason label), and each (server, tool label)'s latency histogram of the attempts sent
+    (``attempt >= 1`` with a latency: refusals, memo hits and calls the open circuit refused were never sent)."""
 
-    calls: dict[tuple[str, str, str], int] = field(default_factory=dict)
-    latency: dict[str, ToolCallLatency] = field(default_factory=dict)
+    calls: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
+    latency: dict[tuple[str, str], ToolCallLatency] = field(default_factory=dict)
 
     def add(self, other: ToolCallFigures) -> None:
         for labels, n in other.calls.items():
             self.calls[labels] = self.calls.get(labels, 0) + n
-        for mcp_id, histogram in other.latency.items():
-            self.latency.setdefault(mcp_id, ToolCallLatency()).add(histogram)
+        for key, histogram in other.latency.items():
+            self.latency.setdefault(key, ToolCallLatency()).add(histogram)
 
     def as_json(self) -> dict[str, Any]:
         return {
             "buckets_s": list(TOOL_CALL_BUCKETS_S),
             "calls": [[*labels, n] for labels, n in sorted(self.calls.items())],
-            "latency": [[mcp_id, h.count, h.sum_ms, h.le] for mcp_id, h in sorted(self.latency.items())],
+            "latency": [[*key, h.count, h.sum_ms, h.le] for key, h in sorted(self.latency.items())],
         }
 
     @classmethod
     def from_json(cls, data: Any) -> ToolCallFigures:
         """Figures saved by ``as_json`` (``{}``: none). Saved with other buckets (changed since), each bucket takes
-        the count of the largest saved bound at or under it: fewer than were, never a histogram that decreases."""
+        the count of the largest saved bound at or under it: fewer than were, never a histogram that decreases.
+        Saved before the figures kept the tool (rows one shorter), they count under ``ARCHIVED_TOOL``."""
         figures = cls()
         if not isinstance(data, dict):
             return figures
-        for mcp_id, outcome, reason, n in data.get("calls") or []:
-            figures.calls[(str(mcp_id), str(outcome), str(reason))] = int(n)
+        for row in data.get("calls") or []:
+            mcp_id, tool, outcome, reason, n = row if len(row) == 5 else (row[0], ARCHIVED_TOOL, *row[1:])
+            labels = (str(mcp_id), str(tool), str(outcome), str(reason))
+            figures.calls[labels] = figures.calls.get(labels, 0) + int(n)
         saved_bounds = [float(b) for b in data.get("buckets_s") or []]
-        for mcp_id, count, sum_ms, le in data.get("latency") or []:
+        for row in data.get("latency") or []:
+            mcp_id, tool, count, sum_ms, le = row if len(row) == 5 else (row[0], ARCHIVED_TOOL, *row[1:])
             if saved_bounds == list(TOOL_CALL_BUCKETS_S):
                 counts = [int(n) for n in le]
             else:
@@ -109,7 +128,9 @@ class ToolCallFigures:
                     max((int(n) for b, n in zip(saved_bounds, le, strict=False) if b <= bound), default=0)
                     for bound in TOOL_CALL_BUCKETS_S
                 ]
-            figures.latency[str(mcp_id)] = ToolCallLatency(count=int(count), sum_ms=float(sum_ms), le=counts)
+            figures.latency.setdefault((str(mcp_id), str(tool)), ToolCallLatency()).add(
+                ToolCallLatency(count=int(count), sum_ms=float(sum_ms), le=counts)
+            )
         return figures
 
 
@@ -121,14 +142,21 @@ NOT_PRODUCTION_SOURCES = (AuditEvent.Source.EVAL, AuditEvent.Source.SHADOW, Audi
 
 def tool_call_figures(events: QuerySet[AuditEvent]) -> ToolCallFigures:
     """The figures of the production ``tool.call`` events among ``events`` (two aggregate queries)."""
-    calls = events.filter(action="tool.call").exclude(source__in=NOT_PRODUCTION_SOURCES)
+    calls = (
+        events.filter(action="tool.call").exclude(source__in=NOT_PRODUCTION_SOURCES).annotate(tool_label=_tool_label())
+    )
     figures = ToolCallFigures()
-    for row in calls.values("mcp_id", "ok", "reason").annotate(n=Count("id")).order_by():
-        labels = (row["mcp_id"], "ok" if row["ok"] else "failed", tool_call_reason_label(row["reason"]))
+    for row in calls.values("mcp_id", "tool_label", "ok", "reason").annotate(n=Count("id")).order_by():
+        labels = (
+            row["mcp_id"],
+            row["tool_label"],
+            "ok" if row["ok"] else "failed",
+            tool_call_reason_label(row["reason"]),
+        )
         figures.calls[labels] = figures.calls.get(labels, 0) + row["n"]
     sent = (
         calls.filter(attempt__gte=1, latency_ms__isnull=False)
-        .values("mcp_id")
+        .values("mcp_id", "tool_label")
         .annotate(
             count=Count("id"),
             sum_ms=Sum("latency_ms"),
@@ -140,7 +168,7 @@ def tool_call_figures(events: QuerySet[AuditEvent]) -> ToolCallFigures:
         .order_by()
     )
     for row in sent:
-        figures.latency[row["mcp_id"]] = ToolCallLatency(
+        figures.latency[(row["mcp_id"], row["tool_label"])] = ToolCallLatency(
             count=int(row["count"] or 0),
             sum_ms=float(row["sum_ms"] or 0.0),
             le=[int(row[f"le_{i}"] or 0) for i in range(len(TOOL_CALL_BUCKETS_S))],

@@ -147,9 +147,9 @@ def test_a_call_refused_by_an_open_circuit_is_no_latency_observation(client, dem
     (event,) = AuditEvent.objects.filter(reason="circuit:open")
     assert (event.attempt, event.latency_ms) == (1, None)  # the attempt it would have been, never sent
     m = scrape(client)
-    sds = ("mcp_id", demo_server.mcp_id)
-    assert m.get(("platform_tool_call_duration_seconds_count", (sds,)), 0) == 0
-    assert m[("platform_tool_calls_total", (sds, ("outcome", "failed"), ("reason", "circuit:open")))] == 1
+    sds, tool = ("mcp_id", demo_server.mcp_id), ("tool", "search_employee")
+    assert m.get(("platform_tool_call_duration_seconds_count", (sds, tool)), 0) == 0
+    assert m[("platform_tool_calls_total", (sds, ("outcome", "failed"), ("reason", "circuit:open"), tool))] == 1
 
 
 def test_a_resource_read_refused_by_an_open_circuit_has_no_latency(demo_server: McpServer) -> None:
@@ -192,12 +192,11 @@ def test_archiving_audit_events_never_makes_the_tool_call_figures_go_down(
     _record_old(monkeypatch, 40, mcp_id="m", ok=False, reason="timeout", attempt=1, latency_ms=12000.0)
     audit_event_record(source="agent", mcp_id="m", tool="t", args={}, result="r", ok=True, attempt=1, latency_ms=8.0)
     before = _tool_figures(scrape(client))
-    labels = (("mcp_id", "m"), ("outcome", "ok"), ("reason", ""))
+    m, t = ("mcp_id", "m"), ("tool", "t")
+    labels = (m, ("outcome", "ok"), ("reason", ""), t)
     assert before[("platform_tool_calls_total", labels)] == 6
-    assert (
-        before[("platform_tool_calls_total", (("mcp_id", "m"), ("outcome", "failed"), ("reason", "args:unknown")))] == 2
-    )
-    assert before[("platform_tool_call_duration_seconds_count", (("mcp_id", "m"),))] == 7
+    assert before[("platform_tool_calls_total", (m, ("outcome", "failed"), ("reason", "args:unknown"), t))] == 2
+    assert before[("platform_tool_call_duration_seconds_count", (m, t))] == 7
     assert not [key for key in before if ("reason", "approval:unavailable") in key[1]]
 
     call_command("archive_audit", "--older-than-days", "50", "--output", str(tmp_path / "a.jsonl.gz"))
@@ -210,7 +209,7 @@ def test_archiving_audit_events_never_makes_the_tool_call_figures_go_down(
     audit_event_record(source="admin", mcp_id="m", tool="t", args={}, result="r", ok=True, attempt=1, latency_ms=1.0)
     after = scrape(client)
     assert after[("platform_tool_calls_total", labels)] == 7
-    assert after[("platform_tool_call_duration_seconds_bucket", (("le", "0.005"), ("mcp_id", "m")))] == 3
+    assert after[("platform_tool_call_duration_seconds_bucket", (("le", "0.005"), m, t))] == 3
     # The saved figures are outside the checkpoint's MAC: the chain and both checkpoints still verify.
     out = io.StringIO()
     call_command("verify_audit", stdout=out)
@@ -223,7 +222,7 @@ def test_a_checkpoint_made_before_the_figures_were_saved_counts_as_none(client) 
     AuditCheckpoint.objects.create(seq=0, hash="0" * 64, file_name="old.jsonl.gz", count=0, mac="", tool_calls=None)
     audit_event_record(source="agent", mcp_id="m", tool="t", args={}, result="r", ok=True, attempt=1, latency_ms=8.0)
     figures = tool_call_figures_total()
-    assert figures.calls == {("m", "ok", ""): 1}
+    assert figures.calls == {("m", "t", "ok", ""): 1}
     assert ToolCallFigures.from_json(None).calls == {}
 
 
@@ -231,7 +230,7 @@ def test_figures_saved_with_other_buckets_stay_a_valid_histogram() -> None:
     from audit.archive import TOOL_CALL_BUCKETS_S, ToolCallFigures
 
     saved = {"buckets_s": [0.01, 1.0], "calls": [["m", "ok", "", 4]], "latency": [["m", 4, 900.0, [1, 3]]]}
-    latency = ToolCallFigures.from_json(saved).latency["m"]
+    latency = ToolCallFigures.from_json(saved).latency[("m", "(archived)")]
     assert latency.count == 4 and len(latency.le) == len(TOOL_CALL_BUCKETS_S)
     assert latency.le == sorted(latency.le) and max(latency.le) <= latency.count
 

@@ -162,7 +162,12 @@ def test_metrics_count_runs_tool_calls_breakers_queue_approvals_and_workers(clie
     gate.call(server=server, tool_name="search_employee", args={"unexpected": 2}, who=gate.GateCall(source="admin"))
     McpServer.objects.filter(pk=server.pk).update(breaker_state="open", breaker_failures=3)
     Approval.objects.create(
-        run=done, mcp_id="sds-company-data", tool="x", args={}, call_hash="h", expires_at=timezone.now() + timedelta(hours=1)
+        run=done,
+        mcp_id="sds-company-data",
+        tool="x",
+        args={},
+        call_hash="h",
+        expires_at=timezone.now() + timedelta(hours=1),
     )
     worker_heartbeat_record(worker="w1@host:2")
 
@@ -174,13 +179,14 @@ def test_metrics_count_runs_tool_calls_breakers_queue_approvals_and_workers(clie
     assert m[("platform_run_duration_seconds_bucket", (agent, ("le", "+Inf"), ("status", "succeeded")))] == 1
     assert m[("platform_run_duration_seconds_sum", (agent, ("status", "succeeded")))] > 0
     sds = ("mcp_id", "sds-company-data")
-    assert m[("platform_tool_calls_total", (sds, ("outcome", "ok"), ("reason", "")))] == 1
+    tool = ("tool", "search_employee")
+    assert m[("platform_tool_calls_total", (sds, ("outcome", "ok"), ("reason", ""), tool))] == 1
     refused = [
         v for (name, labels), v in m.items() if name == "platform_tool_calls_total" and ("outcome", "failed") in labels
     ]
     assert refused == [1]
-    assert m[("platform_tool_call_duration_seconds_count", (sds,))] == 1
-    assert m[("platform_tool_call_duration_seconds_bucket", (("le", "30.0"), sds))] == 1
+    assert m[("platform_tool_call_duration_seconds_count", (sds, tool))] == 1
+    assert m[("platform_tool_call_duration_seconds_bucket", (("le", "30.0"), sds, tool))] == 1
     assert m[("platform_breaker_state", (sds, ("state", "open")))] == 1
     assert m[("platform_breaker_state", (sds, ("state", "closed")))] == 0
     assert m[("platform_breaker_failures", (sds,))] == 3
@@ -222,10 +228,10 @@ def test_metrics_are_computed_the_same_way_on_postgresql(postgres_url: str) -> N
     assert samples[("platform_run_duration_seconds_bucket", (agent, ("le", "1.0"), ("status", "succeeded")))] == 0
     assert samples[("platform_run_duration_seconds_bucket", (agent, ("le", "2.5"), ("status", "succeeded")))] == 1
     assert samples[("platform_run_duration_seconds_sum", (agent, ("status", "succeeded")))] == pytest.approx(2.0)
-    server = ("mcp_id", "pg-metrics-server")
-    assert samples[("platform_tool_call_duration_seconds_bucket", (("le", "0.01"), server))] == 0
-    assert samples[("platform_tool_call_duration_seconds_bucket", (("le", "0.025"), server))] == 1
-    assert samples[("platform_tool_calls_total", (server, ("outcome", "ok"), ("reason", "")))] == 1
+    server, tool = ("mcp_id", "pg-metrics-server"), ("tool", "t")
+    assert samples[("platform_tool_call_duration_seconds_bucket", (("le", "0.01"), server, tool))] == 0
+    assert samples[("platform_tool_call_duration_seconds_bucket", (("le", "0.025"), server, tool))] == 1
+    assert samples[("platform_tool_calls_total", (server, ("outcome", "ok"), ("reason", ""), tool))] == 1
 
 
 def test_the_address_bin_up_prints_leads_to_the_admin_not_a_404() -> None:

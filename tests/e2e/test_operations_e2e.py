@@ -180,4 +180,6 @@ def test_one_trace_crosses_web_broker_worker_and_the_probes_and_metrics_see_the_
     text = metrics.text
     assert 'platform_runs{agent="company-assistant",status="succeeded"} 1.0' in text
     assert "platform_workers_alive 1.0" in text
-    assert 'platform_tool_calls_total{mcp_id="sds-company-data",outcome="ok",reason=""} 1.0' in text
+    assert (
+        'platform_tool_calls_total{mcp_id="sds-company-data",outcome="ok",reason="",tool="search_employee"} 1.0' in text
+    )
