@@ -615,7 +615,8 @@ def _rule_tools(
             if result.error == "approval:pending" and result.approval_id:
                 parked.append(result)
                 raise RuleParked(result.message)
-            return result.for_model()
+            # Code reads it, no model: the value as its text (``for_code``), which the rule's code may parse.
+            return result.for_code()
 
         return run
 

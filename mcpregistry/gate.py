@@ -133,33 +133,45 @@ class ToolResult:
     tool_error_text: str = ""
 
     def for_model(self, names: Mapping[str, str] | None = None) -> str:
-        """The text a model reads: the result itself, or a diagnostic that says what to do next (the failure's
-        details after it, delimited as data). ``names``: the name the model knows a tool by, where it is not the
-        tool's own (``agents.engine.model_tool_names``: a ``projects.list`` is offered as ``projects_list``): a
-        diagnostic telling the model to use the fallback tool ``'projects.list'`` named a tool it could not call.
+        """The text a model reads: the result itself as data (``audit.visible.tool_data_block``: JSON in
+        ``<tool_data>`` markers nothing in it can close, a fallback's notice before it), or a diagnostic that says
+        what to do next (the failure's details after it, delimited as data). ``names``: the name the model knows a
+        tool by, where it is not the tool's own (``agents.engine.model_tool_names``: a ``projects.list`` is offered
+        as ``projects_list``): a diagnostic telling the model to use the fallback tool ``'projects.list'`` named a
+        tool it could not call. A code rule's own tool reads ``for_code``.
 
         Characters that do not show themselves are written out (``⟦U+E0049⟧``, ``audit.visible``): a tag character
         is invisible ASCII to a person and plain text to a model, so a result could carry instructions nobody
         reading the run or the audit would see. ``value`` itself stays as the tool sent it (masked)."""
         names = names or {}
         if self.ok:
-            text = self.value if isinstance(self.value, str) else json.dumps(self.value, ensure_ascii=False)
-            if self.fallback_for:
-                text = (
-                    _("(from the fallback tool '%(tool)s', because '%(failed)s' failed) ")
-                    % {
-                        "tool": names.get(self.tool, self.tool),
-                        "failed": names.get(self.fallback_for, self.fallback_for),
-                    }
-                    + text
-                )
-            return _readable(text)
+            # The tool's words are data, never the platform's: delimited as a failure's details are, so that a result
+            # that reads like the gate's guidance (``</tool_data> Tool 'x' failed … use the fallback tool …``) is
+            # plainly the tool's. A fallback's notice is the gate's own, before the block.
+            block = tool_data_block(self.value)
+            return f"{_readable(self._fallback_notice(names).rstrip())}\n{block}" if self.fallback_for else block
         # The gate's messages quote the names they give; the details after them are the tool's data, left as it
         # wrote them.
         guidance, opened, details = self.message.partition(_DETAILS_OPEN)
         for own, known in names.items():
             guidance = guidance.replace(f"'{own}'", f"'{known}'")
         return _readable(guidance + opened + details)
+
+    def for_code(self) -> str:
+        """The text a caller that is no model reads (a code rule's own tool, ``ctx.mcp_tools``, whose code may parse
+        it): a success's value as its text (JSON where it is no text), after the fallback's notice where a fallback
+        answered; a failure's message as a model reads it. What does not show itself is written out, as there."""
+        if not self.ok:
+            return self.for_model()
+        text = self.value if isinstance(self.value, str) else json.dumps(self.value, ensure_ascii=False)
+        return _readable(self._fallback_notice({}) + text if self.fallback_for else text)
+
+    def _fallback_notice(self, names: Mapping[str, str]) -> str:
+        failed = self.fallback_for or ""
+        return _("(from the fallback tool '%(tool)s', because '%(failed)s' failed) ") % {
+            "tool": names.get(self.tool, self.tool),
+            "failed": names.get(failed, failed),
+        }
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -290,6 +302,55 @@ def call_hash(mcp_id: str, tool: str, args: dict[str, Any]) -> str:
     return hashlib.sha256(f"{mcp_id}\n{tool}\n{canonical_args(args)}".encode()).hexdigest()
 
 
+def _json_writable(value: Any) -> bool:
+    """Whether ``value`` is JSON as it is: no set, bytes, date or other object JSON has no form for (a flow's or a
+    code rule's Python may pass one), no name that is not text (a tuple's)."""
+    try:
+        json.dumps(value, ensure_ascii=False)
+    except Exception:  # noqa: BLE001 - anything an object's own code raises says the same
+        return False
+    return True
+
+
+def _text_of(value: Any) -> str:
+    """``value`` as text (its ``repr``), or its type's name where even that fails."""
+    try:
+        return repr(value)
+    except Exception:  # noqa: BLE001 - an object's own ``__repr__`` may raise anything
+        return f"<{type(value).__name__}>"
+
+
+def _json_written(value: Any) -> Any:
+    """``value`` with what JSON has no form for written as its text (``{'김하늘'}``, ``b'...'``): what the audit
+    records of a call refused for it. Where even that cannot be written (a name that is a tuple), the whole as
+    text, under ``_raw``."""
+    try:
+        return json.loads(json.dumps(value, ensure_ascii=False, default=_text_of))
+    except Exception:  # noqa: BLE001 - as _json_writable
+        return {"_raw": _text_of(value)}
+
+
+def _not_json(args: dict[Any, Any], names: frozenset[str] | None) -> Verdict:
+    """The refusal of arguments that hold what JSON has no form for: ``args:type:<name>`` for the first argument
+    that does where its name is one the tool takes (any plain name, where it takes any: the caller's text joins the
+    reason code only as a name), else ``args:json``; it says what to send instead."""
+    instead = _("send text, a number, true or false, null, a list or an object instead")
+    name, value = next(((n, v) for n, v in args.items() if not _json_writable(v)), (None, None))
+    if isinstance(name, str) and (name in names if names is not None else _plain_name(name)):
+        return Verdict(
+            f"args:type:{name}",
+            _("'%(name)s' holds a %(kind)s, which JSON has no form for: %(instead)s")
+            % {"name": name, "kind": type(value).__name__, "instead": instead},
+        )
+    return Verdict(
+        "args:json", _("the arguments hold a value JSON has no form for: %(instead)s") % {"instead": instead}
+    )
+
+
+def _plain_name(name: str) -> bool:
+    return name.isidentifier() and len(name) <= 64
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -394,6 +455,11 @@ class _Call:
         # Arguments that are no object (a model's text that did not parse) are recorded as written, under
         # ``_raw``, as ``refuse_call`` records them.
         recorded = args if isinstance(args, dict) else {} if args is None else {"_raw": args}
+        # What JSON has no form for (a flow's set or bytes) is refused (``_not_json``), and recorded as its text: the
+        # audit stores JSON only.
+        self.not_json = not _json_writable(recorded)
+        if self.not_json:
+            recorded = _json_written(recorded)
         self.result = ToolResult(ok=False, mcp_id=server.mcp_id, tool=tool_name, args=recorded)
         # Set once the tool is known to be a ``read`` tool: its audit events may go to the caller's sink. A write
         # tool's, and a refusal's before the tool is known, are written at once.
@@ -466,11 +532,27 @@ def call(
         raise
     except Exception as exc:
         logger.exception("unexpected failure in the gate calling %s.%s", server.mcp_id, tool_name)
-        return this.refuse(
-            "unexpected",
-            _("Tool '%(tool)s' failed unexpectedly (%(kind)s). Stop and explain the failure.")
-            % {"tool": tool_name, "kind": type(exc).__name__},
-        )
+        return _refuse_unexpected(this, exc)
+
+
+def _refuse_unexpected(this: _Call, exc: Exception) -> ToolResult:
+    """The last resort's refusal, which never raises itself (the run's time limit and the database aside): where its
+    audit fails too (the arguments or the value hold what the audit cannot store), it is written again with the
+    arguments as their text and no value; where that fails, the refusal is returned unaudited (logged)."""
+    message = _("Tool '%(tool)s' failed unexpectedly (%(kind)s). Stop and explain the failure.") % {
+        "tool": this.tool_name,
+        "kind": type(exc).__name__,
+    }
+    for as_text in (False, True):
+        if as_text:
+            this.result.args, this.result.value = {"_raw": _text_of(this.result.args)}, None
+        try:
+            return this.refuse("unexpected", message)
+        except (SoftTimeLimitExceeded, DatabaseError):
+            raise
+        except Exception:
+            logger.exception("the gate could not audit its refusal of %s.%s", this.server.mcp_id, this.tool_name)
+    return this.refuse("unexpected", message, audit=False)
 
 
 def contract_for(tool: McpTool) -> ToolContract:
@@ -584,6 +666,9 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         contract = _as_write(contract)
 
     # 2. arguments, before anything is sent
+    if this.not_json and isinstance(this.raw_args, dict):
+        not_json = _not_json(this.raw_args, argument_names(contract.args or {}, tool.input_schema))
+        return this.refuse(not_json.reason, _argument_message(tool_name, not_json))
     # The write's idempotency key is the gate's to write (step 3): never required of the model, nor checked.
     filled = gate_filled_argument(contract)
     args, verdict = check_args(
@@ -600,12 +685,12 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         # gate writes into a write's sends (the model's own dropped): looked for, and sent, so.
         contract, args = _as_write(contract), keyed
     this.to_sink = contract.risk == ToolContract.Risk.READ
-    approved_args = (
-        _approved_args(this, args) if verdict is not None and contract.risk == ToolContract.Risk.WRITE else None
-    )
+    approved_args = _approved_args(this, args) if contract.risk == ToolContract.Risk.WRITE else None
     if approved_args is not None:
         # The call is found by these arguments (step 3), as it was when a person was asked; what is sent is the
-        # approved ones, checked here.
+        # approved ones, checked here whatever its masked copy's check said: masking changes a text's length and
+        # content (``sk-live-…`` → ``***``), and a contract tightened while the approval waited may pass the one and
+        # refuse the other.
         verdict = check_args(
             contract.args or {},
             approved_args,
@@ -1324,8 +1409,10 @@ def _approved_args(this: _Call, args: dict[str, Any]) -> dict[str, Any] | None:
 
     A resumed run replays a parked call from its stored, masked conversation: a masked value (``token=***``
     against a pattern, ``"***"`` for an int ``passcode``) fails a contract the exact arguments passed before a
-    person was asked, and the call the person approved would be refused. The contract is checked against those
-    instead: they are what is sent, and the approval's hash binds them (a mismatch is refused, step 3). A call with
+    person was asked, and the call the person approved would be refused; and a masked value that passes a contract
+    tightened while the approval waited (``***`` within a ``max_length`` its secret exceeds) would let the exact one
+    through unchecked. The contract is checked against those instead, always: they are what is sent, and the
+    approval's hash binds them (a mismatch is refused, step 3). A call with
     no approval is checked as it arrives: nobody is ever asked about arguments the contract refuses."""
     who = this.who
     if who.approvals is None or not who.call_id or not isinstance(this.raw_args, dict):

@@ -95,7 +95,7 @@ def test_a_run_is_one_trace_from_the_publisher_through_the_broker_to_the_worker_
     assert [e.name for e in tool.events] == ["gate.attempt"]
     assert tool.events[0].attributes["platform.attempt"] == 1
     # The server received the gate call's span as its parent, in the request's _meta.
-    received = json.loads(run.answer.removeprefix("meta: "))
+    received = json.loads(run.answer.removeprefix("meta: <tool_data>").removesuffix("</tool_data>"))
     _version, meta_trace_id, meta_span_id, _flags = received["traceparent"].split("-")
     assert int(meta_trace_id, 16) == trace_id
     assert int(meta_span_id, 16) == tool.context.span_id

@@ -19,7 +19,7 @@ from agents.models import Agent, Run
 from agents.services import agent_update
 from audit.change_guard import change_scope
 from audit.models import AuditEvent
-from audit.visible import TOOL_DATA_CLOSE, TOOL_DATA_OPEN
+from audit.visible import TOOL_DATA_CLOSE, TOOL_DATA_OPEN, tool_data_block
 from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import get_default_pool
 from tests.conftest import discover_as_admin, make_agent
@@ -127,7 +127,7 @@ def test_a_servers_own_read_resource_tool_keeps_the_platforms_from_being_offered
     (entry,) = [m for m in run.messages if m.get("type") == "resource_tool"]
     assert (entry["offered"], entry["error"], entry["mcp_id"]) == (False, "config:tool_name_conflict", "ctx")
     # The model's call is the server's tool's, as the one tool of that name it was offered.
-    assert run.answer == "SERVER TOOL answered for notes://doc"
+    assert run.answer == tool_data_block("SERVER TOOL answered for notes://doc")
     assert not AuditEvent.objects.filter(run_id=run.id, action="resource.read").exists()
 
 

@@ -17,6 +17,7 @@ from agents.execution import run_execute
 from agents.models import Run
 from audit.masking import clear_registered_secrets
 from audit.models import AuditEvent
+from audit.visible import tool_data_block
 from mcpregistry.models import ToolContract
 from mcpregistry.pool import get_default_pool
 from mcpregistry.services import mcp_server_create
@@ -118,4 +119,4 @@ def test_settings_with_credential_words_in_their_names_stay_settings_and_short_s
     finally:
         get_default_pool().close("ctx")
     run.refresh_from_db()
-    assert run.answer == "결과: 세션 만료 3600초, 오류 none"
+    assert run.answer == "결과: " + tool_data_block("세션 만료 3600초, 오류 none")

@@ -76,7 +76,7 @@ def test_disguised_secrets_are_masked_everywhere(leaky: McpServer, api_client: A
     for name in ("fullwidth", "zerowidth", "fullwidth_error"):
         assert "***" in said[name] and not _leaks(said[name]), said[name]
     # 19,000 tag characters (under the 20,000 cap) reach the model written once, not 171,002 characters long.
-    assert said["invisible_flood"] == "ok⟦U+E0041 ×19000⟧"
+    assert said["invisible_flood"] == '<tool_data>\n"ok⟦U+E0041 ×19000⟧"\n</tool_data>'
     assert not _leaks(json.dumps(run.messages, ensure_ascii=False))
 
     events = AuditEvent.objects.filter(run_id=run.id, action="tool.call")
@@ -87,7 +87,7 @@ def test_disguised_secrets_are_masked_everywhere(leaky: McpServer, api_client: A
 
     answer = api_client.get(f"/api/v1/runs/{run.id}")
     assert answer.status_code == 200
-    assert answer.json()["answer"] == run.answer == "answer: ok⟦U+E0041 ×19000⟧"
+    assert answer.json()["answer"] == run.answer == 'answer: <tool_data>\n"ok⟦U+E0041 ×19000⟧"\n</tool_data>'
     assert not _leaks(answer.content.decode())
 
 

@@ -20,6 +20,7 @@ from agents.models import Agent, AgentVersion, DeterministicRule, Run
 from agents.services import agent_version_publish, run_submit
 from agents.version_view import contract_out_of_date, version_stale_tools
 from audit.models import AuditEvent
+from audit.visible import tool_data_block
 from mcpregistry.models import McpServer, McpTool, ToolContract
 from mcpregistry.pool import get_default_pool
 from mcpregistry.services import mcp_server_discover, mcp_tool_review_approve
@@ -172,7 +173,7 @@ def test_a_draft_run_is_offered_the_contract_fitted_to_the_new_arguments(admin_u
     assert list(offered(model)["lookup"]["properties"]) == ["full_name"]
     assert not [entry for entry in run.messages if entry.get("type") == "tool_left_out"]
     [call] = AuditEvent.objects.filter(run_id=run.id, action="tool.call")
-    assert call.ok and run.answer == "r: 박도윤: 물류플랫폼팀"
+    assert call.ok and run.answer == "r: " + tool_data_block("박도윤: 물류플랫폼팀")
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ import pytest
 from agents.engine import model_tool_names
 from agents.models import Run
 from audit.models import AuditEvent
+from audit.visible import tool_data_block
 from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.services import mcp_server_discover
 from tests.agents.test_openai_compatible import openai_agent, submit
@@ -134,4 +135,6 @@ def test_a_diagnostic_names_each_tool_as_the_model_knows_it_and_leaves_other_tex
     failed = ToolResult(ok=False, message="Tool 'search' failed. Use the fallback tool 'projects.list'; search again.")
     assert failed.for_model(names) == ("Tool 'crm_search' failed. Use the fallback tool 'projects_list'; search again.")
     backup = ToolResult(ok=True, value="search: 3", tool="projects.list", fallback_for="search")
-    assert backup.for_model(names).endswith("'projects_list', because 'crm_search' failed) search: 3")
+    assert backup.for_model(names).endswith(
+        "'projects_list', because 'crm_search' failed)\n" + tool_data_block("search: 3")
+    )

@@ -110,9 +110,12 @@ def test_a_tools_error_text_follows_the_whole_guidance_as_data_it_cannot_close(i
 def test_a_successful_result_reaches_the_model_with_its_hidden_characters_written_out(injecting_server) -> None:
     run = submit(english_agent(injecting_server, CALLS_EACH_TOOL), "김하늘 님 소속?")
 
-    assert told(run, "employee_title") == "김하늘 팀장" + SHOWN_ORDER
+    # The result is data too, in a block it cannot close (JSON: a text as a JSON string).
+    assert told(run, "employee_title") == f'<tool_data>\n"김하늘 팀장{SHOWN_ORDER}"\n</tool_data>'
     # JSON stays JSON, Korean stays Korean: only what does not show itself is written out.
-    assert json.loads(told(run, "employee_record")) == {
+    record = told(run, "employee_record")
+    assert record.startswith("<tool_data>\n") and record.endswith("\n</tool_data>")
+    assert json.loads(record.removeprefix("<tool_data>").removesuffix("</tool_data>")) == {
         "name": "김하늘",
         "team": "클라우드운영팀",
         "role": "팀장" + SHOWN_ORDER,

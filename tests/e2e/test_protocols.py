@@ -263,7 +263,7 @@ def test_an_approval_round_trip_goes_through_input_required(platform) -> None:  
             done = the_task(await collect(client.send_message(SendMessageRequest(message=reply))))
             assert done.id == task.id
             assert done.status.state == TaskState.TASK_STATE_COMPLETED, done
-            assert done.artifacts[0].parts[0].text == "결과: notes: 1"
+            assert done.artifacts[0].parts[0].text == '결과: <tool_data>\n"notes: 1"\n</tool_data>'
             assert notes.read_text(encoding="utf-8").startswith("회의록 저장\t")
             # A finished task takes no more input.
             with pytest.raises(UnsupportedOperationError, match="finished"):

@@ -114,7 +114,7 @@ def test_a_run_whose_worker_is_killed_mid_call_is_delivered_again_and_completes_
     second = platform.start_worker("second")
     row = wait_until_finished(platform, run_id)
     assert row["status"] == "succeeded", row["error_message"]
-    assert row["answer"] == f"done: slept {SLEEP_S}"
+    assert row["answer"] == f'done: <tool_data>\n"slept {SLEEP_S}"\n</tool_data>'  # the model reads data
     # Delivered twice: the first worker's claim, then the second's after the reconciler queued it again. Its
     # lease (3 s) was renewed by the heartbeat through the 8-s sleep, or it would have been taken over again.
     [second_pool] = second.pool_processes()
@@ -140,7 +140,7 @@ def test_a_redelivery_while_the_lease_lives_waits_for_the_reconciler(platform: P
     killed = worker.kill_pool_process()
     row = wait_until_finished(platform, run_id)
     assert row["status"] == "succeeded", row["error_message"]
-    assert row["answer"] == f"done: slept {SLEEP_S}"
+    assert row["answer"] == f'done: <tool_data>\n"slept {SLEEP_S}"\n</tool_data>'  # the model reads data
     assert row["delivery_count"] == 2 and row["worker"].split(":")[1] != str(killed)
     log = worker.log.read_text(errors="replace")
     assert "WorkerLostError" in log

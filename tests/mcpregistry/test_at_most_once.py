@@ -25,6 +25,7 @@ from agents.models import Approval, Run
 from agents.reconciler import runs_reconcile
 from agents.services import api_key_create
 from audit.models import AuditEvent
+from audit.visible import tool_data_block
 from mcpregistry import gate
 from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import McpSessionPool, McpTransportError, get_default_pool
@@ -204,7 +205,7 @@ def test_a_write_with_an_idempotency_argument_is_sent_again_with_the_same_key(fi
     approval.refresh_from_db()
     assert approval.status == Approval.Status.EXECUTED
     run.refresh_from_db()
-    assert run.answer == f"결과: already done: {key}"
+    assert run.answer == "결과: " + tool_data_block(f"already done: {key}")
 
 
 def test_a_write_whose_idempotency_argument_its_tool_does_not_take_is_sent_once(file: Path) -> None:

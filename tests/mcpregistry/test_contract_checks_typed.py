@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import unicodedata
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from audit.models import AuditEvent
+from audit.visible import tool_data_block
 from mcpregistry import gate
 from mcpregistry.contracts import ArgSpec, argument_constraints, check_args, check_result, schema_with_contract
 from mcpregistry.local_tools import local_tool
@@ -111,7 +111,7 @@ def test_an_int_float_or_bool_a_fastmcp_tool_returns_passes_its_contract_type(
     result = call(typed, tool)
     assert (result.ok, result.error) == (True, None), result.message
     assert result.value == expected and type(result.value) is type(expected)
-    assert result.for_model() == json.dumps(expected)
+    assert result.for_model() == tool_data_block(expected)
     assert audited(tool) == expected and type(audited(tool)) is type(expected)
 
 

@@ -27,6 +27,7 @@ from django.conf import settings
 from agents.execution import run_execute
 from agents.models import Run
 from audit.models import AuditEvent
+from audit.visible import tool_data_block
 from mcpregistry.models import McpServer, McpTool
 from mcpregistry.pool import McpSessionPool, _StderrPipe
 from tests.conftest import discover_as_admin, make_agent
@@ -293,7 +294,7 @@ def test_a_few_garbage_lines_before_the_protocol_are_tolerated(before: set[int])
     assert server.health == McpServer.Health.OK, server.last_error
     run = run_calling(server)
     assert run.status == Run.Status.SUCCEEDED
-    assert run.answer == "diagnostic: hello"
+    assert run.answer == "diagnostic: " + tool_data_block("hello")
     event = the_audited_call(run)
     assert (event.ok, event.reason) == (True, "")
     assert_no_process_left_behind(before)
@@ -399,7 +400,7 @@ def test_a_malformed_tool_schema_never_crashes_a_run_and_the_good_tools_still_an
     assert server.tools.filter(name="broken").exists()  # recorded either way, for the admin to see
     run = run_calling(server, tool="echo", args={"text": "still here"})
     assert run.status == Run.Status.SUCCEEDED, (run.error_code, run.error_message)
-    assert run.answer == "diagnostic: still here"
+    assert run.answer == "diagnostic: " + tool_data_block("still here")
     assert the_audited_call(run).ok is True
     assert_no_process_left_behind(before)
 

@@ -21,6 +21,7 @@ from django.core.exceptions import ValidationError
 from agents.execution import run_execute
 from agents.models import Approval
 from audit.models import AuditEvent
+from audit.visible import tool_data_block
 from mcpregistry import gate
 from mcpregistry.contracts import DEFAULT_RETRY, backoff_delay, check_args, check_result
 from mcpregistry.models import McpServer, ToolContract
@@ -305,7 +306,7 @@ def test_a_seed_002_error_dict_is_handed_to_the_model_and_never_memoized(list_se
     # The tool's own words reach the model as it wrote them (seed 002 §8: it decides to skip, retry or use another
     # tool); the retry it asks for reaches the tool.
     assert first.value == {"error": "domain_classifier_unavailable", "fallback": "retry"}
-    assert json.loads(first.for_model()) == first.value
+    assert first.for_model() == tool_data_block(first.value)
     assert memo == {}
     again = gate.call(server=server, tool_name="classify_domain_group", args=args, who=who)
     assert not again.memo_hit and again.value == {"group": "환자정보", "confidence": 0.87}, again.as_dict()

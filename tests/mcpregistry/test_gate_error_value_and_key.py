@@ -22,6 +22,7 @@ from agents.execution import run_execute
 from agents.models import Approval, Run
 from agents.services import api_key_create
 from audit.models import AuditEvent
+from audit.visible import tool_data_block
 from mcpregistry import gate
 from mcpregistry.models import McpServer, ToolContract
 from mcpregistry.pool import get_default_pool
@@ -127,7 +128,7 @@ def test_a_read_tools_error_value_reaches_the_model_as_written_and_its_retry_rea
     first = gate.call(server=server, tool_name="classify_term", args={"term": "환자식별번호"}, who=who)
 
     assert (first.ok, first.error, first.fallback_for) == (True, None, None), first.as_dict()
-    assert json.loads(first.for_model()) == {"error": "classifier_unavailable", "fallback": "retry"}
+    assert first.for_model() == tool_data_block({"error": "classifier_unavailable", "fallback": "retry"})
     assert received(ledger, "classify_backup") == []  # the tool's own verdict, not one for its fallback
     # The retry it asks for reaches the tool (an error is never remembered).
     again = gate.call(server=server, tool_name="classify_term", args={"term": "환자식별번호"}, who=who)
