@@ -203,7 +203,7 @@ class EvalSetCollectionApi(EvalsApi):
             and not _sets_in_scope(request.user).filter(name=name).exists()
         ):
             raise _not_found(_("Eval set"))  # another agent's, out of the key's scope: not replaced, not named
-        applied = eval_set_apply(document=request.data, actor=request.user, via="api")
+        applied = eval_set_apply(document=request.data, actor=request.user, via="api", replace=True)
         body = eval_set_document(applied.eval_set)
         return Response(body, status=status.HTTP_201_CREATED if applied.created else status.HTTP_200_OK)
 

@@ -248,9 +248,15 @@ class SetImport:
     changed: list[str] = field(default_factory=list)
 
 
-def eval_set_apply(*, document: Mapping[str, Any], actor: Any, via: str) -> SetImport:
+def eval_set_apply(*, document: Mapping[str, Any], actor: Any, via: str, replace: bool = False) -> SetImport:
     """Create or update a set and its cases from a document (idempotent: cases by ``key``; cases no longer in the
-    document are deleted). Raises ApplicationError (400) naming every offending entry; then nothing changed."""
+    document are deleted). Raises ApplicationError (400) naming every offending entry; then nothing changed.
+
+    A key left out of an existing set's document keeps what the set holds, as ``import_config``'s other sections
+    do (``cases`` left out keeps every case, ``"cases": []`` removes them all; ``"thresholds": {}`` clears them):
+    an entry giving only a name and cases cleared the set's agent, description and thresholds, so that
+    ``run_eval`` no longer failed a deploy. With ``replace`` (the API's ``POST``, which creates or replaces the
+    set) a key left out takes its default, as it does for a new set."""
     from django.core.exceptions import ValidationError
 
     try:
@@ -260,6 +266,8 @@ def eval_set_apply(*, document: Mapping[str, Any], actor: Any, via: str) -> SetI
             _("The eval set is not valid: %(problems)s") % {"problems": pydantic_problems(exc)},
             code="invalid_eval_set",
         ) from None
+    stored = EvalSet.objects.filter(name=doc.name).first()
+    given = set(EvalSetDocument.model_fields) if stored is None or replace else doc.model_fields_set
     problems: list[str] = []
     cases: list[dict[str, Any]] = []
     previous_order: int | None = None
@@ -288,12 +296,12 @@ def eval_set_apply(*, document: Mapping[str, Any], actor: Any, via: str) -> SetI
     if len(set(keys)) != len(keys):
         problems.append(_("cases: two cases with the same key"))
     agent = None
-    if doc.agent:
+    if doc.agent and "agent" in given:
         agent = Agent.objects.filter(slug=doc.agent).first()
         if agent is None:
             problems.append(_("agent: unknown agent '%(slug)s'") % {"slug": doc.agent})
     # A sandbox server must exist (as the admin's choices are the servers); one the set holds already stays.
-    held = EvalSet.objects.filter(name=doc.name).values_list("sandbox_servers", flat=True).first() or []
+    held = stored.sandbox_servers if stored is not None else []
     known = set(McpServer.objects.filter(mcp_id__in=doc.sandbox_servers).values_list("mcp_id", flat=True))
     if unknown := [s for s in doc.sandbox_servers if s not in known and s not in held]:
         problems.append(_("sandbox_servers: no MCP server %(ids)s") % {"ids": ", ".join(unknown)})
@@ -307,11 +315,15 @@ def eval_set_apply(*, document: Mapping[str, Any], actor: Any, via: str) -> SetI
             eval_set = EvalSet.objects.filter(name=doc.name).first()
             created = eval_set is None
             values = {
-                "name": doc.name,
-                "description": nfc(doc.description),
-                "agent": agent,
-                "sandbox_servers": doc.sandbox_servers,
-                "thresholds": doc.thresholds,
+                name: value
+                for name, value in (
+                    ("name", doc.name),
+                    ("description", nfc(doc.description)),
+                    ("agent", agent),
+                    ("sandbox_servers", doc.sandbox_servers),
+                    ("thresholds", doc.thresholds),
+                )
+                if name in given
             }
             set_changed = False
             if eval_set is None:
@@ -350,7 +362,8 @@ def eval_set_apply(*, document: Mapping[str, Any], actor: Any, via: str) -> SetI
                     _("The eval set is not valid: %(problems)s") % {"problems": "; ".join(refused)},
                     code="invalid_eval_set",
                 )
-            for case in existing.values():
+            # A case the document's ``cases`` leave out is deleted; ``cases`` left out keeps every case.
+            for case in existing.values() if "cases" in given else []:
                 if case.results.exists():
                     raise ApplicationError(
                         _("Case '%(key)s' has results in eval runs and cannot be removed from the set.")
