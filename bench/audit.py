@@ -27,7 +27,8 @@ Both on PostgreSQL (``DATABASE_URL`` if set: it must be a throwaway database, th
 refuses, before writing anything, one that holds an audit event or a run; else a private cluster started as the tests do, ``tests/postgres.py``, with durable settings: fsync and synchronous
 commit on), lines prefixed ``postgres_``, then on a throwaway SQLite database, prefixed ``sqlite_``. The last
 line is the headline: ``postgres_deferred_vs_inline_8_writers_ratio``, eight PostgreSQL writers with the
-deferred chain against the inline one, measured in the same run.
+deferred chain against the inline one, measured in the same run (``sqlite_`` where PostgreSQL is not there; with
+``--writers 0``, one writer's: ``postgres_deferred_vs_inline_1_writer_ratio``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from bench._stats import non_negative_int, positive_int
 
 REPO = Path(__file__).resolve().parent.parent
 PAYLOAD_ARGS = {"name": "김하늘", "api_key": "sk-live-abcdefgh12345678"}
@@ -302,13 +305,21 @@ def run_postgres(options: argparse.Namespace) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=2000, help="events written each way (default 2000)")
+    parser.add_argument("--events", type=positive_int, default=2000, help="events written each way (default 2000)")
     parser.add_argument(
-        "--verify-events", type=int, default=100_000, help="chain length verified (default 100000, at least 20000)"
+        "--verify-events",
+        type=positive_int,
+        default=100_000,
+        help="chain length verified (default 100000, at least 20000)",
     )
-    parser.add_argument("--writers", type=int, default=8, help="concurrent writer processes (default 8; 0: skip)")
     parser.add_argument(
-        "--concurrent-events", type=int, default=8000, help="events written by the writers in all (default 8000)"
+        "--writers", type=non_negative_int, default=8, help="concurrent writer processes (default 8; 0: skip)"
+    )
+    parser.add_argument(
+        "--concurrent-events",
+        type=positive_int,
+        default=8000,
+        help="events written by the writers in all (default 8000)",
     )
     parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -327,13 +338,16 @@ def main() -> None:
     print_figures(figures["concurrent"], prefix="sqlite_")
     print_figures(figures["verify"], prefix="sqlite_")
     # The headline, last: eight PostgreSQL writers with the deferred chain against the inline one, in this run
-    # (SQLite's when PostgreSQL is not there).
-    headline = f"deferred_vs_inline_{options.writers}_writers_ratio"
+    # (SQLite's when PostgreSQL is not there); with ``--writers 0``, one writer's.
+    if options.writers > 0:
+        headline, part = f"deferred_vs_inline_{options.writers}_writers_ratio", "concurrent"
+    else:
+        headline, part = "deferred_vs_inline_1_writer_ratio", "writes"
     found = [line for line in postgres if line.startswith(f"postgres_{headline}:")]
     if found:
         print(found[-1], flush=True)
-    elif headline in figures["concurrent"]:
-        print_figures({headline: figures["concurrent"][headline]}, prefix="sqlite_")
+    elif headline in figures[part]:
+        print_figures({headline: figures[part][headline]}, prefix="sqlite_")
 
 
 if __name__ == "__main__":

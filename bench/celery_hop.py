@@ -14,6 +14,9 @@ hash. It then publishes ``--tasks`` of Celery's built-in no-op task (``celery.ac
 The baseline, in the same run: one process ``LPUSH``-es a message with its time to a list that another process
 waits on with ``BRPOP``, as a worker's main process waits on the queue.
 
+The baseline pushes as many messages as the Celery side publishes (``--tasks`` and 20 first ones), and both are
+measured over the same ``--tasks`` after them.
+
 Figures (``name: value``, ms, medians over the tasks after the first 20): ``send_task_ms_p50`` (the publishing
 call, as the web server makes it at a run's commit), ``publish_to_received_ms_p50``, ``received_to_task_start_ms_p50``
 (the hand-over to the pool process), ``celery_hop_ms_p50`` (publish to task start), ``redis_hop_ms_p50`` (the
@@ -26,7 +29,6 @@ import argparse
 import contextlib
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
@@ -35,8 +37,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench._stats import positive_int
+
 HOP_REDIS_ENV = "BENCH_CELERY_HOP_REDIS"  # set in the worker's environment: where it notes its times
 RECEIVED, STARTED = "bench:celery_hop:received", "bench:celery_hop:started"
+WARM = 20  # the first messages of each side, not measured
 
 
 def _note_in_worker() -> None:
@@ -102,13 +107,14 @@ def _pop(url: str, key: str, messages: int, results: Any) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", type=int, default=200)
+    parser.add_argument("--tasks", type=positive_int, default=200, help="measured tasks (after 20 not measured)")
     parser.add_argument("--gap-ms", type=float, default=30.0, help="pause between two publishes")
     options = parser.parse_args()
-    warm = 20
     gap_s = options.gap_ms / 1000
 
-    from bench.load import percentile, report  # here: the worker imports this module, and needs none of it
+    # Here: the worker imports this module, and needs none of it.
+    from bench._stats import median, percentile
+    from bench.load import report
     from tests.e2e.harness import redis_server
     from tests.e2e.workers import platform_without_workers
 
@@ -120,8 +126,9 @@ def main() -> None:
             platform_without_workers(workdir, broker_url=broker_url, env={"LOG_LEVEL": "WARNING"})
         )
         platform.start_worker("hop", env={HOP_REDIS_ENV: broker_url}, args=("--include=bench.celery_hop",))
-        print(f"redis: {options.tasks} pushes, one every {options.gap_ms} ms…", file=sys.stderr)
-        redis_hops = _redis_hop(broker_url, options.tasks, gap_s)
+        # As many as the Celery side sends, so that both measure ``--tasks`` after the same warm-up.
+        print(f"redis: {options.tasks + WARM} pushes, one every {options.gap_ms} ms…", file=sys.stderr)
+        redis_hops = _redis_hop(broker_url, options.tasks + WARM, gap_s)
 
         for name, value in platform.env.items():
             os.environ[name] = value
@@ -137,7 +144,7 @@ def main() -> None:
         print(f"celery: {options.tasks} tasks, one every {options.gap_ms} ms…", file=sys.stderr)
         published: dict[str, tuple[float, float]] = {}
         send_cpu: dict[str, float] = {}
-        for i in range(options.tasks + warm):
+        for i in range(options.tasks + WARM):
             task_id = str(uuid.uuid4())
             t0, c0 = time.time(), time.thread_time()
             current_app.send_task("celery.accumulate", args=[i], task_id=task_id, soft_time_limit=soft, time_limit=hard)
@@ -151,21 +158,24 @@ def main() -> None:
         received = {str(k): float(v) for k, v in notes.hgetall(RECEIVED).items()}
         started = {str(k): float(v) for k, v in notes.hgetall(STARTED).items()}
 
-    measured = [task_id for task_id in list(published)[warm:] if task_id in started and task_id in received]
+    measured = [task_id for task_id in list(published)[WARM:] if task_id in started and task_id in received]
     if len(measured) < options.tasks:
         sys.exit(f"only {len(measured)} of {options.tasks} tasks were seen starting")
+    redis_measured = redis_hops[WARM:]
+    if len(redis_measured) < options.tasks:
+        sys.exit(f"only {len(redis_measured)} of {options.tasks} Redis pushes were popped")
     send = [(published[t][1] - published[t][0]) * 1000 for t in measured]
     to_received = [(received[t] - published[t][0]) * 1000 for t in measured]
     to_start = [(started[t] - received[t]) * 1000 for t in measured]
     hop = [(started[t] - published[t][0]) * 1000 for t in measured]
-    report("send_task_ms_p50", statistics.median(send), 3)
-    report("send_task_cpu_ms_p50", statistics.median(send_cpu[t] for t in measured), 3)
-    report("publish_to_received_ms_p50", statistics.median(to_received), 3)
-    report("received_to_task_start_ms_p50", statistics.median(to_start), 3)
-    report("celery_hop_ms_p50", statistics.median(hop), 3)
+    report("send_task_ms_p50", median(send), 3)
+    report("send_task_cpu_ms_p50", median(send_cpu[t] for t in measured), 3)
+    report("publish_to_received_ms_p50", median(to_received), 3)
+    report("received_to_task_start_ms_p50", median(to_start), 3)
+    report("celery_hop_ms_p50", median(hop), 3)
     report("celery_hop_ms_p95", percentile(hop, 0.95), 3)
-    report("redis_hop_ms_p50", statistics.median(redis_hops[warm:]), 3)
-    report("celery_hop_vs_redis_hop_ratio", statistics.median(hop) / statistics.median(redis_hops[warm:]), 3)
+    report("redis_hop_ms_p50", median(redis_measured), 3)
+    report("celery_hop_vs_redis_hop_ratio", median(hop) / median(redis_measured), 3)
 
 
 if __name__ == "__main__":

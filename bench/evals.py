@@ -17,11 +17,14 @@ Figures (``name: value`` lines):
 - ``eval_seconds``: the eval run's own start to finish (``EvalRun.created_at`` → ``finished_at``): submitting,
   executing and scoring every case.
 - ``eval_cases_per_second``: cases / ``eval_seconds``.
-- ``live_runs_per_second``: the same queries as live runs, POSTed to ``/api/v1/runs`` by 16 threads, first
-  ``created_at`` → last ``finished_at``: the baseline, measured in the same run on the same workers.
+- ``live_runs_per_second``: the same queries as live runs, POSTed to ``/api/v1/runs`` by 16 threads: the
+  succeeded ones over their first ``created_at`` → last ``finished_at``: the baseline, measured in the same run on
+  the same workers; ``live_runs_failed``: those that did not succeed (failed, or unfinished after 300 s; the
+  bench then exits 1 once its figures are printed).
 - ``caller_p50_ms_without_shadow``, ``caller_p50_ms_with_shadow``, ``shadow_added_latency_ms_p50`` (and
   ``_back_to_back``): what a shadow adds to the caller's latency, from ``python -m bench.shadow --runs
-  --shadow-runs`` on a platform of its own (its docstring says how); ``--shadow-runs 0`` skips it.
+  --shadow-runs`` on a platform of its own (its docstring says how); ``--shadow-runs 0`` skips it. The eval's
+  figures are printed before it starts; where it fails, its stderr shows why and the bench exits 1.
 - ``eval_vs_live_throughput``: ``eval_cases_per_second / live_runs_per_second`` (1.0: an eval costs what the
   same traffic costs; the eval's windowing and scoring are its overhead).
 """
@@ -37,6 +40,9 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
+
+from bench._stats import non_negative_int, positive_int
 
 SEED_SET = Path(__file__).resolve().parent.parent / "evals" / "fixtures" / "seed_001_tool_questions.json"
 
@@ -53,7 +59,7 @@ def when(text: str) -> datetime:
     return datetime.fromisoformat(str(text).replace(" ", "T"))
 
 
-def bench_set(cases: int) -> dict:
+def bench_set(cases: int) -> dict[str, Any]:
     seed = json.loads(SEED_SET.read_text(encoding="utf-8"))["eval_sets"][0]
     rows = seed["cases"]
     return {
@@ -66,12 +72,12 @@ def bench_set(cases: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", type=int, default=200)
-    parser.add_argument("--workers", type=int, default=8, help="run_eval's cases in flight")
+    parser.add_argument("--cases", type=positive_int, default=200)
+    parser.add_argument("--workers", type=positive_int, default=8, help="run_eval's cases in flight")
     parser.add_argument("--keep", action="store_true", help="keep the working folder (database, logs)")
     parser.add_argument(
         "--shadow-runs",
-        type=int,
+        type=non_negative_int,
         default=30,
         help="runs per condition of the shadow figure (bench.shadow, on a platform of its own; 0: skip it)",
     )
@@ -138,32 +144,45 @@ def main() -> None:
                 if not left:
                     break
                 time.sleep(0.2)
-            first, last = platform.query(
-                f"SELECT MIN(created_at), MAX(finished_at) FROM agents_run WHERE id IN ({marks})", *ids
+            # Succeeded runs only, over their own span: a failed run is no throughput, and one unfinished at the
+            # deadline has no finished_at (MAX() skipped it, and the rate counted it as done).
+            live_succeeded, first, last = platform.query(
+                f"SELECT COUNT(*), MIN(created_at), MAX(finished_at) FROM agents_run WHERE id IN ({marks}) "
+                "AND status = 'succeeded'",
+                *ids,
             )[0]
-            live_s = (when(last) - when(first)).total_seconds()
+    live_failed = len(live) - int(live_succeeded)
+    live_rate = int(live_succeeded) / (when(last) - when(first)).total_seconds() if live_succeeded else 0.0
+
+    # The eval's figures first: a failing shadow step below loses none of them.
+    report("eval_cases", scores["cases"])
+    report("eval_passed", scores["passed"])
+    report("eval_seconds", eval_s)
+    report("eval_cases_per_second", scores["cases"] / eval_s)
+    report("live_runs_failed", live_failed)
+    report("live_runs_per_second", live_rate)
+    if not live_succeeded:
+        sys.exit("no live run succeeded: no baseline")
 
     shadow: dict[str, str] = {}
     if options.shadow_runs > 0:
         progress(f"shadow: python -m bench.shadow --runs {options.shadow_runs}")
         import subprocess
 
+        # Its stderr (progress, and why it failed) goes to ours; its stdout is its figures.
         finished_shadow = subprocess.run(
             [sys.executable, "-m", "bench.shadow", "--runs", str(options.shadow_runs)],
-            capture_output=True,
+            stdout=subprocess.PIPE,
             text=True,
-            check=True,
+            check=False,
         )
+        if finished_shadow.returncode != 0:
+            sys.exit(f"python -m bench.shadow failed ({finished_shadow.returncode}); the figures above stand")
         for line in finished_shadow.stdout.splitlines():
             name, _, value = line.partition(": ")
             if value:
                 shadow[name] = value
 
-    report("eval_cases", scores["cases"])
-    report("eval_passed", scores["passed"])
-    report("eval_seconds", eval_s)
-    report("eval_cases_per_second", scores["cases"] / eval_s)
-    report("live_runs_per_second", len(live) / live_s)
     for name in (
         "caller_p50_ms_without_shadow",
         "caller_p50_ms_with_shadow",
@@ -172,11 +191,13 @@ def main() -> None:
     ):
         if name in shadow:
             print(f"{name}: {shadow[name]}", flush=True)
-    report("eval_vs_live_throughput", (scores["cases"] / eval_s) / (len(live) / live_s))
+    report("eval_vs_live_throughput", (scores["cases"] / eval_s) / live_rate)
     if not options.keep:
         import shutil
 
         shutil.rmtree(workdir, ignore_errors=True)
+    if live_failed:
+        sys.exit(f"{live_failed} live runs did not succeed (live_runs_failed)")
 
 
 if __name__ == "__main__":

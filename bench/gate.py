@@ -14,19 +14,15 @@ median over the direct call's, both measured in this run.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+from bench._stats import median, percentile, positive_int
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--calls", type=positive_int, default=1000)
     options = parser.parse_args()
 
     from bench._django import bind_bench_demo_server, setup_django
@@ -58,7 +54,7 @@ def main() -> None:
         if (i + 1) % 250 == 0:
             print(f"  {i + 1}/{options.calls}", file=sys.stderr)
     shutdown_default_pool()
-    direct_p50, gate_p50 = statistics.median(direct), statistics.median(gated)
+    direct_p50, gate_p50 = median(direct), median(gated)
     print(f"database: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}", file=sys.stderr)
     print(f"direct_p50_ms: {direct_p50:.3f}")
     print(f"direct_p95_ms: {percentile(direct, 0.95):.3f}")

@@ -15,16 +15,17 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import statistics
 import sys
 import time
 from typing import Any
 
+from bench._stats import median, positive_int
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--requests", type=int, default=200)
-    parser.add_argument("--history", type=int, default=20_000)
+    parser.add_argument("--requests", type=positive_int, default=200)
+    parser.add_argument("--history", type=positive_int, default=20_000)
     options = parser.parse_args()
 
     os.environ["PLATFORM_API_RATE"] = "100000000/min"
@@ -59,7 +60,7 @@ def main() -> None:
             assert answer.status_code == 200, answer.content
         runs = Run.objects.filter(api_key=key).count()
         print(f"  {label}: {runs} runs of the key", file=sys.stderr)
-        return {"runs": runs, "post": statistics.median(post), "page": statistics.median(page)}
+        return {"runs": runs, "post": median(post), "page": median(page)}
 
     print(f"{options.requests} requests of each kind per size…", file=sys.stderr)
     for i in range(20):  # warm: the first requests load what the process caches

@@ -49,6 +49,8 @@ from typing import Any
 
 import httpx
 
+from bench._stats import median, non_negative_int, positive_int
+
 QUESTIONS = [
     "김하늘 님은 어느 팀 소속인가요?",
     "클라우드운영팀 인원이 몇 명인지 알려주세요.",
@@ -68,10 +70,7 @@ def report(name: str, value: float | int, digits: int = 2) -> None:
 
 
 def p50(values: list[float]) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[(len(ordered) - 1) // 2]
+    return median(values)
 
 
 def _ms(later: str, earlier: str) -> float:
@@ -211,9 +210,11 @@ def report_setting(name: str, found: dict[str, list[Sample] | float]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=30, help="sequential runs per setting")
-    parser.add_argument("--c8-runs", type=int, default=64, help="runs from 8 concurrent clients per setting (0: none)")
-    parser.add_argument("--baseline-runs", type=int, default=10)
+    parser.add_argument("--runs", type=positive_int, default=30, help="sequential runs per setting")
+    parser.add_argument(
+        "--c8-runs", type=non_negative_int, default=64, help="runs from 8 concurrent clients per setting (0: none)"
+    )
+    parser.add_argument("--baseline-runs", type=positive_int, default=10)
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--idle-s", type=float, default=3.0, help="seconds to measure the idle workers' CPU")
     parser.add_argument("--settings", default=",".join(SETTINGS))

@@ -1,10 +1,10 @@
 """Load: many runs submitted at once through the API to two Celery workers, from submission to ``succeeded``.
 
 Run from the repo root: ``python -m bench.load [--runs 500] [--clients 100] [--web gunicorn|uvicorn|runserver]
-[--postgres] [--workers 2] [--kill-midway]``.
+[--postgres] [--workers 2] [--kill-midway] [--write-every N]``.
 
-Scale-out: ``python -m bench.load --postgres --workers 4 --runs 2000 --clients 200 [--kill-midway]`` (four worker
-processes, Redis, PostgreSQL). With ``--kill-midway`` one worker is SIGKILLed with everything it started once
+Scale-out: ``python -m bench.load --postgres --workers 4 --runs 2000 --clients 200 [--kill-midway --write-every
+10]`` (four worker processes, Redis, PostgreSQL). With ``--kill-midway`` one worker is SIGKILLed with everything it started once
 half of the runs have finished, and a replacement is started at once; the workers then run with short leases
 (``PLATFORM_RUN_LEASE_S=3``, ``PLATFORM_RECONCILE_INTERVAL_S=1``, as ``tests/e2e/test_worker_loss.py``) so that
 the killed worker's run is taken over within seconds. After the runs, the database is read (``manage.py
@@ -20,11 +20,21 @@ turn of the offline model, which composes the answer from the call's result. ``-
 questions in turn) are POSTed by ``--clients`` threads sharing one httpx client, all released together; the
 runs are then polled (``GET /api/v1/runs/{id}``) until every one has finished, or ``--timeout`` passed.
 
+With ``--write-every N`` (default 0: none, the figures recorded so far), every N-th run asks seed 001's
+arithmetic question instead, which the demo's rule answers with the local ``calculate`` tool, marked a write tool
+for the benchmark (``tool_contract_update``, ``risk=write``). A write call waits for an approval (every write
+does): the poller approves it as the run's API caller (``POST /api/v1/runs/{id}/approvals/{approval_id}``, which
+a rule's call allows) and the run resumes and makes the call. These runs' ``e2e`` includes that wait. Without
+writes, ``write_calls_twice`` checks nothing (every tool of the demo reads): use it with ``--kill-midway``.
+
 Figures (``name: value`` lines; the last is the headline ratio ``runs_per_second_over_at_full_cpu``, or
 ``runs_per_second`` where ``/proc`` is not there), from each run's own timestamps and audit:
 
-- ``lost``: runs not ``succeeded`` at the end (failed, or still queued/running): must be 0.
-- ``submit_p50_ms``/``_p95``: the POST's latency as the client saw it.
+- ``lost``: runs not ``succeeded`` at the end: must be 0; of them ``failed``, ``cancelled`` and ``unfinished``
+  (still queued, running or waiting for an approval at ``--timeout``). When no run succeeded, only these counts
+  (and the database's) are printed, and the benchmark exits 1.
+- ``submit_p50_ms``/``_p95``: a submission's latency as the client saw it, its retries included;
+  ``submit_retries``: POSTs sent again after a transport error or a ``429`` (its ``Retry-After`` waited).
 - ``e2e_p50_ms``/``_p95``: submit → succeeded, ``finished_at - created_at`` (the server's clock, so polling
   adds nothing). With every run submitted at once this is mostly waiting for a worker: ``queue_wait_*``.
 - ``exec_p50_ms``/``_p95``: ``finished_at - started_at``, a worker's time for one run from its claim to its
@@ -38,10 +48,12 @@ Figures (``name: value`` lines; the last is the headline ratio ``runs_per_second
   ``platform_share_e2e``: Σ(e2e - tool) / Σ e2e — its share of what callers waited, queueing included.
 - ``runs_finished_twice``: runs with more than one terminal status event (must be 0); ``write_calls_twice``:
   (run, call) pairs of a write tool whose call succeeded more than once in the audit record (must be 0: a write
-  runs at most once, even when its worker dies); ``read_calls_repeated``: the same for read tools, which a run
+  runs at most once, even when its worker dies), out of ``write_calls_checked`` such pairs (0 without
+  ``--write-every``; with it, 0 is an error); ``read_calls_repeated``: the same for read tools, which a run
   taken over from a dead worker may call again (its first worker's results died with it);
   ``reads_repeated_outside_taken_over_runs``: repeated reads in runs claimed once (must be 0);
-  ``runs_claimed_again``: runs claimed by a second delivery (the killed worker's run, with ``--kill-midway``).
+  ``runs_claimed_again``: runs claimed by a second delivery (the killed worker's run, with ``--kill-midway``; a
+  run resumed after an approval starts its deliveries afresh, and is not counted).
 - ``cpu_ms_per_run_<part>`` (Linux): the CPU time each part of the machine spent from the first submission to the
   last run's end, per succeeded run (``bench/_cpu.py``): ``client`` (this process: the submitting and polling
   threads), ``web``, ``workers``, ``mcp_servers``, ``redis``, ``postgres``, ``other`` (the benchmark's own
@@ -52,6 +64,7 @@ Figures (``name: value`` lines; the last is the headline ratio ``runs_per_second
   the bound, and only a cheaper part (or more cores) raises the rate; a large ``outside`` means the machine was
   shared while it ran (the rate is then the shared machine's).
 - ``runs_per_second``: succeeded runs / (last ``finished_at`` - first ``created_at``).
+- Percentiles interpolate between the closest samples (``bench/_stats.py``: a p50 is the median).
 - ``runs_per_second_over_at_full_cpu`` (the headline, last; Linux): ``runs_per_second`` /
   ``runs_per_second_at_full_cpu``, both from this run: near 1, the machine's CPU is the bound; well below, the
   runs waited on something else (a lock, the broker, a worker's turn).
@@ -78,6 +91,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from bench._cpu import CpuWindow, pids_with
+from bench._stats import non_negative_int, percentile, positive_int
 
 QUESTIONS = [
     "김하늘 님은 어느 팀 소속인가요?",
@@ -86,6 +100,10 @@ QUESTIONS = [
     "김하늘 님 보유 자산 알려줘",
 ]
 FINISHED = {"succeeded", "failed", "cancelled"}
+# Seed 001's multi_tool arithmetic: the demo's rule calls the local ``calculate``, which ``--write-every`` marks a
+# write tool (its calls then wait for an approval that the benchmark gives, as the run's API caller).
+WRITE_QUESTION = "48건이 12% 늘면 몇 건인지 계산해줘."
+WRITE_TOOL = ("local", "calculate")
 
 
 def progress(message: str) -> None:
@@ -96,39 +114,43 @@ def report(name: str, value: float | int, digits: int = 2) -> None:
     print(f"{name}: {round(value, digits) if isinstance(value, float) else value}", flush=True)
 
 
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def when(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
-def submit_all(client: httpx.Client, runs: int, clients: int) -> tuple[list[str], list[float]]:
+def query_of(i: int, write_every: int) -> str:
+    """The query of the ``i``-th run: every ``write_every``-th one (0: none) calls the write tool, the others ask
+    the seed's questions in turn."""
+    if write_every and i % write_every == write_every - 1:
+        return WRITE_QUESTION
+    return QUESTIONS[i % len(QUESTIONS)]
+
+
+def submit_all(
+    client: httpx.Client, runs: int, clients: int, *, write_every: int = 0
+) -> tuple[list[str], list[float], int]:
+    """Submit ``runs`` runs from ``clients`` threads released together. Returns the run ids, each submission's
+    milliseconds (its retries and their pauses included) and the retries in all (transport errors, 429s)."""
     release = threading.Event()
 
-    def submit(i: int) -> tuple[str, float]:
+    def submit(i: int) -> tuple[str, float, int]:
         release.wait()
         # An Idempotency-Key per submission: a POST retried after a dropped connection (a keep-alive connection
         # the server closed as it was reused, under load) answers with the run it created, never a second run.
         key = {"Idempotency-Key": f"bench-load-{uuid.uuid4()}"}
-        for _attempt in range(20):
-            t0 = time.perf_counter()
+        t0 = time.perf_counter()
+        for attempt in range(20):
             try:
                 response = client.post(
                     "/api/v1/runs",
-                    json={"agent": "company-assistant", "query": QUESTIONS[i % len(QUESTIONS)]},
+                    json={"agent": "company-assistant", "query": query_of(i, write_every)},
                     headers=key,
                 )
             except httpx.TransportError:
                 time.sleep(0.5)
                 continue
-            elapsed = (time.perf_counter() - t0) * 1000
             if response.status_code in (200, 202):
-                return str(response.json()["id"]), elapsed
+                return str(response.json()["id"]), (time.perf_counter() - t0) * 1000, attempt
             if response.status_code != 429:
                 raise RuntimeError(f"submit {i}: {response.status_code} {response.text[:200]}")
             time.sleep(float(response.headers.get("Retry-After", "1")))
@@ -138,7 +160,18 @@ def submit_all(client: httpx.Client, runs: int, clients: int) -> tuple[list[str]
         futures = [pool.submit(submit, i) for i in range(runs)]
         release.set()
         done = [f.result() for f in futures]
-    return [run_id for run_id, _ in done], [ms for _, ms in done]
+    return [run_id for run_id, _, _ in done], [ms for _, ms, _ in done], sum(retries for _, _, retries in done)
+
+
+def approve_pending(client: httpx.Client, body: dict[str, Any]) -> None:
+    """Approve, as the run's API caller, the pending approvals of a run that waits for them (the write tool's
+    calls, asked for by a rule: the caller may approve them)."""
+    for approval in body.get("approvals") or []:
+        if approval.get("status") != "pending":
+            continue
+        with contextlib.suppress(httpx.TransportError):
+            # A 409 (decided meanwhile, or the run finished) leaves nothing to do: the next poll sees the run.
+            client.post(f"/api/v1/runs/{body['id']}/approvals/{approval['id']}", json={"decision": "approve"})
 
 
 def poll_until_finished(
@@ -147,11 +180,13 @@ def poll_until_finished(
     timeout: float,
     on_progress: Any = None,
 ) -> dict[str, dict[str, Any]]:
-    """Each run's final body. Runs are taken in submission order (the queue is first in, first out), so by the
-    time one is asked about, most after it have finished too: about one GET per run. Timestamps come from the
-    server, so how often this asks changes no figure."""
+    """Each finished run's final body (a run not finished by ``timeout`` is left out). Runs are taken in
+    submission order (the queue is first in, first out), so by the time one is asked about, most after it have
+    finished too: about one GET per run. Timestamps come from the server, so how often this asks changes no
+    figure. A run that waits for an approval has it approved (``approve_pending``)."""
     finished: dict[str, dict[str, Any]] = {}
     deadline = time.monotonic() + timeout
+    shown = -1  # the count last shown: a line each time it reaches a hundred more, and one at the end
     for run_id in run_ids:
         while time.monotonic() < deadline:
             try:
@@ -162,12 +197,31 @@ def poll_until_finished(
             if body.get("status") in FINISHED:
                 finished[run_id] = body
                 break
+            if body.get("status") == "awaiting_approval":
+                approve_pending(client, body)
             time.sleep(0.2)
-        if len(finished) % 100 == 0:
-            progress(f"  {len(finished)}/{len(run_ids)} finished")
+        if len(finished) != shown and len(finished) % 100 == 0:
+            shown = len(finished)
+            progress(f"  {shown}/{len(run_ids)} finished")
         if on_progress is not None:
             on_progress(len(finished))
+    if len(finished) != shown:
+        progress(f"  {len(finished)}/{len(run_ids)} finished")
     return finished
+
+
+def outcomes(run_ids: list[str], finished: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """How the runs ended: ``succeeded``, ``lost`` (every other run), and of those ``failed``, ``cancelled`` and
+    ``unfinished`` (still queued, running or waiting for an approval when the benchmark stopped waiting)."""
+    statuses = [finished.get(run_id, {}).get("status") for run_id in run_ids]
+    succeeded = statuses.count("succeeded")
+    return {
+        "succeeded": succeeded,
+        "lost": len(run_ids) - succeeded,
+        "failed": statuses.count("failed"),
+        "cancelled": statuses.count("cancelled"),
+        "unfinished": sum(1 for status in statuses if status not in FINISHED),
+    }
 
 
 TWICE_CHECK = """
@@ -178,12 +232,13 @@ from audit.models import AuditEvent
 from audit.services import audit_chain_pending
 audit_chain_pending(wait=True, rounds=None)  # what a killed writer left pending, or a worker's chainer holds, joins the record first
 ids = json.load(open({path!r}))
-terminal, claims = Counter(), Counter()
-for run_id, status in RunEvent.objects.filter(run_id__in=ids, kind="status").values_list("run_id", "data__status"):
+terminal, later_deliveries = Counter(), Counter()
+statuses = RunEvent.objects.filter(run_id__in=ids, kind="status")
+for run_id, status, delivery in statuses.values_list("run_id", "data__status", "data__delivery"):
     if status in ("succeeded", "failed", "cancelled"):
         terminal[run_id] += 1
-    elif status == "running":
-        claims[run_id] += 1
+    elif status == "running" and int(delivery or 1) > 1:  # a run resumed after an approval is delivery 1 again
+        later_deliveries[run_id] += 1
 from mcpregistry.models import ToolContract
 writes = set(
     ToolContract.objects.exclude(risk=ToolContract.Risk.READ).values_list("tool__server__mcp_id", "tool__name")
@@ -196,13 +251,22 @@ calls = Counter(
 twice = [key for key, n in calls.items() if n > 1]
 print(json.dumps({{
     "runs_finished_twice": sum(1 for n in terminal.values() if n > 1),
+    "write_calls_checked": sum(1 for key in calls if (key[2], key[3]) in writes),
     "write_calls_twice": sum(1 for key in twice if (key[2], key[3]) in writes),
     "read_calls_repeated": sum(1 for key in twice if (key[2], key[3]) not in writes),
     "reads_repeated_outside_taken_over_runs": sum(
-        1 for key in twice if (key[2], key[3]) not in writes and claims[key[0]] < 2
+        1 for key in twice if (key[2], key[3]) not in writes and not later_deliveries[key[0]]
     ),
-    "runs_claimed_again": sum(1 for n in claims.values() if n > 1),
+    "runs_claimed_again": len(later_deliveries),
 }}, default=str))
+"""
+
+
+MARK_WRITE = """
+from mcpregistry.models import ToolContract
+from mcpregistry.services import tool_contract_update
+contract = ToolContract.objects.get(tool__server__mcp_id={mcp_id!r}, tool__name={tool!r})
+tool_contract_update(contract=contract, actor="system:bench", via="bench", data={{"risk": ToolContract.Risk.WRITE}})
 """
 
 
@@ -218,19 +282,25 @@ def twice_check(platform: Any, run_ids: list[str], workdir: Path) -> dict[str, i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=500)
-    parser.add_argument("--clients", type=int, default=100, help="submitting threads")
+    parser.add_argument("--runs", type=positive_int, default=500)
+    parser.add_argument("--clients", type=positive_int, default=100, help="submitting threads")
     parser.add_argument("--web", choices=["gunicorn", "uvicorn", "runserver"], default="gunicorn")
     parser.add_argument("--timeout", type=float, default=150.0, help="seconds to wait for the runs to finish")
     parser.add_argument(
         "--postgres", action="store_true", help="a private PostgreSQL cluster (tests.postgres) instead of SQLite"
     )
     parser.add_argument("--keep", action="store_true", help="keep the working folder (database, logs)")
-    parser.add_argument("--workers", type=int, default=2, help="worker processes (--concurrency=1 each)")
+    parser.add_argument("--workers", type=positive_int, default=2, help="worker processes (--concurrency=1 each)")
     parser.add_argument(
         "--kill-midway",
         action="store_true",
         help="SIGKILL one worker once half of the runs finished, and start a replacement",
+    )
+    parser.add_argument(
+        "--write-every",
+        type=non_negative_int,
+        default=0,
+        help="every N-th run calls a write tool, approved by the benchmark (default 0: none)",
     )
     options = parser.parse_args()
 
@@ -263,6 +333,8 @@ def main() -> None:
                 web=options.web,
             )
         )
+        if options.write_every:
+            platform.manage("shell", "-c", MARK_WRITE.format(mcp_id=WRITE_TOOL[0], tool=WRITE_TOOL[1]))
         progress(f"platform up in {time.monotonic() - started:.1f} s ({workdir}); starting {options.workers} workers")
         for n in range(options.workers):
             platform.start_worker(f"w{n + 1}", wait=False)
@@ -271,7 +343,7 @@ def main() -> None:
         limits = httpx.Limits(max_connections=options.clients, max_keepalive_connections=options.clients)
         with platform.client(limits=limits, timeout=120) as client:
             # Two runs first (one per worker, as a rule): they open the pooled MCP sessions a running worker has.
-            warm, _ = submit_all(client, 2, 2)
+            warm, _, _ = submit_all(client, 2, 2)
             poll_until_finished(client, warm, 60)
             progress(f"submitting {options.runs} runs from {options.clients} threads")
             # The PostgreSQL server detaches from its starter: named as the benchmark's own by its port.
@@ -280,7 +352,9 @@ def main() -> None:
             if cpu is not None:
                 cpu.start()
             t0 = time.monotonic()
-            run_ids, submit_ms = submit_all(client, options.runs, options.clients)
+            run_ids, submit_ms, submit_retries = submit_all(
+                client, options.runs, options.clients, write_every=options.write_every
+            )
             progress(f"  submitted in {time.monotonic() - t0:.1f} s")
             killed: list[str] = []
 
@@ -297,8 +371,21 @@ def main() -> None:
         cpu_spent = cpu.stop() if cpu is not None else {}
         twice = twice_check(platform, run_ids, workdir)
 
+    counts = outcomes(run_ids, finished)
+    report("workers", options.workers)
+    report("workers_killed", len(killed))
+    report("runs", len(run_ids))
+    for name, count in counts.items():
+        report(name, count)
+    report("wall_s", wall_s)
+    report("submit_retries", submit_retries)
+    if not counts["succeeded"]:
+        for name, value in twice.items():
+            report(name, value)
+        progress(f"no run succeeded; logs and database kept in {workdir}")
+        sys.exit(1)
     succeeded = [finished[r] for r in run_ids if finished.get(r, {}).get("status") == "succeeded"]
-    lost = len(run_ids) - len(succeeded)
+    lost = counts["lost"]
     e2e, queue, execution, tool, platform_exec = [], [], [], [], []
     for run in succeeded:
         created, started_at, done = when(run["created_at"]), when(run["started_at"]), when(run["finished_at"])
@@ -311,12 +398,6 @@ def main() -> None:
     first = min(when(r["created_at"]) for r in succeeded)
     last = max(when(r["finished_at"]) for r in succeeded)
 
-    report("workers", options.workers)
-    report("workers_killed", len(killed))
-    report("runs", len(run_ids))
-    report("succeeded", len(succeeded))
-    report("lost", lost)
-    report("wall_s", wall_s)
     report("submit_p50_ms", percentile(submit_ms, 0.5))
     report("submit_p95_ms", percentile(submit_ms, 0.95))
     report("e2e_p50_ms", percentile(e2e, 0.5))
@@ -352,6 +433,7 @@ def main() -> None:
         or twice["runs_finished_twice"]
         or twice["write_calls_twice"]
         or twice["reads_repeated_outside_taken_over_runs"]
+        or (options.write_every and not twice["write_calls_checked"])  # the write check would have checked nothing
     )
     if options.keep or broken:
         progress(f"logs and database kept in {workdir}")

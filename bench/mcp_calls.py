@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import gc
 import os
-import statistics
 import sys
 import time
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ from langchain_mcp_adapters.client import MultiServerMCPClient
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from bench._stats import median, percentile, positive_int
 from mcpregistry.pool import SAFE_ENV_KEYS, McpSessionPool
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -62,11 +62,9 @@ def report(name: str, value: float | int, digits: int = 2) -> None:
 
 
 def report_latencies(name: str, samples_ms: list[float]) -> float:
-    p50 = statistics.median(samples_ms)
+    p50 = median(samples_ms)
     report(f"{name}_p50_ms", p50)
-    # statistics.quantiles needs two points before Python 3.13: one sample (``--baseline-calls 1``) is its own p95.
-    p95 = statistics.quantiles(samples_ms, n=20, method="inclusive")[18] if len(samples_ms) > 1 else samples_ms[0]
-    report(f"{name}_p95_ms", p95)
+    report(f"{name}_p95_ms", percentile(samples_ms, 0.95))  # one sample (``--baseline-calls 1``) is its own p95
     return p50
 
 
@@ -161,9 +159,9 @@ def soak(pool: McpSessionPool, calls: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=1000, help="timed calls for pool and bare_session")
-    parser.add_argument("--baseline-calls", type=int, default=10, help="timed calls for session_per_call")
-    parser.add_argument("--soak", type=int, default=10_000, help="pooled calls in the soak")
+    parser.add_argument("--calls", type=positive_int, default=1000, help="timed calls for pool and bare_session")
+    parser.add_argument("--baseline-calls", type=positive_int, default=10, help="timed calls for session_per_call")
+    parser.add_argument("--soak", type=positive_int, default=10_000, help="pooled calls in the soak")
     args = parser.parse_args()
 
     pool = McpSessionPool()

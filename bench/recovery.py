@@ -17,11 +17,11 @@ Figures (``name: value`` lines; the last is the headline ratio):
 - ``lease_s``, ``reconcile_interval_s``: the settings the workers ran with.
 - ``worker_loss_recovery_s_p50`` / ``_max``: from the kill to the second delivery's claim (its ``running``
   status event, the server's clock), over the samples; ``worker_loss_samples``: how many; ``worker_loss_lost``:
-  runs that did not succeed in the end (must be 0).
+  runs that did not succeed in the end (must be 0: the bench exits 1 otherwise, once its figures are printed).
 - ``documented_baseline_worker_loss_recovery_s``: the baseline is **not measured in this run**: it is the
   documented figure from before this change (lease 60 s, interval 30 s, no early pass when a lease fell due: the
   same kill was taken over after 89-109 s; the baseline is that range's middle, 99 s; ``--baseline-s`` to change
-  it). A line on stdout says so, and ``baseline_measured_in_this_run`` is 0. Why not measured: the old behaviour
+  it). A line on stderr says so (stdout holds only figures), and ``baseline_measured_in_this_run`` is 0. Why not measured: the old behaviour
   is not reachable by settings (the early pass is code), so the old lease and interval on this code would be
   taken over up to a lease (60 s) after the kill, not after 99 s; and it would cost 70-100 s a sample.
 - ``worker_loss_recovery_speedup_vs_documented_baseline`` (the headline, last): documented baseline / p50.
@@ -36,13 +36,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shutil
-import statistics
 import sys
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from bench._stats import median, positive_int
 
 SLEEP_S = 6.0
 # Documented, not measured in the run: before this change (lease 60 s, interval 30 s, no early pass) the kill was
@@ -145,7 +146,7 @@ def one_sample(platform: Any, deadline: float) -> tuple[float, bool]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--samples", type=int, default=3, help="kills (at most 10)")
+    parser.add_argument("--samples", type=positive_int, default=3, help="kills (at most 10)")
     parser.add_argument("--timeout", type=float, default=420.0, help="seconds for all the samples together")
     parser.add_argument(
         "--baseline-s",
@@ -200,7 +201,7 @@ def main() -> None:
     report("worker_loss_lost", lost)
     if not recoveries:
         raise SystemExit("no sample was taken (--timeout too short?)")
-    p50 = statistics.median(recoveries)
+    p50 = median(recoveries)
     report("worker_loss_recovery_s_max", max(recoveries))
     # Said on stderr: stdout holds only ``name: value`` lines, for whoever parses them.
     print(
@@ -213,6 +214,8 @@ def main() -> None:
     report("documented_baseline_worker_loss_recovery_s", options.baseline_s)
     report("worker_loss_recovery_s_p50", p50)
     report("worker_loss_recovery_speedup_vs_documented_baseline", options.baseline_s / p50)
+    if lost:
+        sys.exit(f"{lost} runs did not succeed after their worker was killed (worker_loss_lost)")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ Run from the repo root: ``python -m bench.rules [--rounds N] [--model-latency-ms
    tools itself: the baseline). The demo server's shared session is opened by a warm-up run first (not counted),
    so that no variant's first run pays the server's start.
 
-Printed as a table, then ``name: value`` lines: per variant ``<variant>_model_calls_per_run``, ``_tokens_per_run``
+Printed as a table, then ``name: value`` lines: ``runs_failed`` (runs that did not succeed: the bench then stops
+there and exits 1, their time and tokens being no run's cost); per variant ``<variant>_model_calls_per_run``, ``_tokens_per_run``
 and ``_ms_per_run``; ``model_calls_saved_by_rules`` (the fraction of the baseline's model calls that the rules
 save); ``rules_1000_eval_ms_p95`` / ``_p50``; and last the headline ``rules_over_no_rules_ms_per_run``: the rules'
 milliseconds per run over the baseline's, both measured in this run.
@@ -23,10 +24,11 @@ from __future__ import annotations
 import argparse
 import io
 import random
-import statistics
 import sys
 import time
 from typing import Any
+
+from bench._stats import median, percentile, positive_int
 
 QUESTIONS: list[dict[str, Any]] = [
     {
@@ -97,7 +99,7 @@ def eval_rules_ms(rounds: int) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--rounds", type=positive_int, default=200)
     parser.add_argument("--model-latency-ms", type=float, default=200.0)
     options = parser.parse_args()
 
@@ -161,6 +163,7 @@ def main() -> None:
 
     rows = []
     totals: dict[str, dict[str, float]] = {}
+    runs_failed = 0
     for index, item in enumerate(QUESTIONS):
         for variant in ("no_rules", "rules", "rules_direct"):
             turns = item["model_finds"] if variant == "no_rules" else item["after_rules"]
@@ -185,6 +188,9 @@ def main() -> None:
                 )
             )
             bucket = totals.setdefault(variant, {"calls": 0, "tokens": 0, "ms": 0, "runs": 0})
+            if run.status != Run.Status.SUCCEEDED:
+                runs_failed += 1  # shown in the table; its time, calls and tokens are no run's cost
+                continue
             bucket["calls"] += usage.get("model_calls", 0)
             bucket["tokens"] += usage.get("total_tokens", 0)
             bucket["ms"] += elapsed
@@ -196,6 +202,9 @@ def main() -> None:
     for row in [header, *rows]:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
     print()
+    print(f"runs_failed: {runs_failed}")
+    if runs_failed:
+        sys.exit(f"{runs_failed} runs did not succeed (the table's status column): no figure of them")
     for variant, bucket in totals.items():
         runs = bucket["runs"]
         print(f"{variant}_model_calls_per_run: {bucket['calls'] / runs:.2f}")
@@ -203,8 +212,8 @@ def main() -> None:
         print(f"{variant}_ms_per_run: {bucket['ms'] / runs:.0f}")
     saved = 1 - totals["rules"]["calls"] / max(totals["no_rules"]["calls"], 1)
     print(f"model_calls_saved_by_rules: {saved:.3f}")
-    print(f"rules_1000_eval_ms_p95: {sorted(rule_ms)[int(0.95 * (len(rule_ms) - 1))]:.3f}")
-    print(f"rules_1000_eval_ms_p50: {statistics.median(rule_ms):.3f}")
+    print(f"rules_1000_eval_ms_p95: {percentile(rule_ms, 0.95):.3f}")
+    print(f"rules_1000_eval_ms_p50: {median(rule_ms):.3f}")
     # The headline: what a run costs with the demo's rules against the same questions without them, this run.
     ms_per_run = {variant: bucket["ms"] / bucket["runs"] for variant, bucket in totals.items()}
     print(f"rules_over_no_rules_ms_per_run: {ms_per_run['rules'] / ms_per_run['no_rules']:.3f}")

@@ -20,7 +20,8 @@ Figures (``name: value`` lines, the last is the headline ratio):
 
 - ``caller_p50_ms_without_shadow`` / ``_with_shadow`` / ``_with_shadow_back_to_back``: the caller's latency,
   submit → finished (``finished_at - created_at``, the server's clock, so polling adds nothing);
-- ``runs_sampled`` / ``runs_not_sampled``; ``late_shadows``: unsampled runs whose shadow appeared only after the
+- ``runs_sampled`` / ``runs_not_sampled``; ``runs_failed``: runs that did not succeed within a minute, left out of
+  every median (the bench then exits 1); ``late_shadows``: unsampled runs whose shadow appeared only after the
   bench had classified them (they would have run beside the next caller; 0 expected);
 - ``shadows_started`` / ``shadows_compared``: shadow runs made and comparisons stored (equal at the end);
 - ``shadow_added_latency_ms_p50_back_to_back``: back-to-back median minus the unsampled median;
@@ -45,6 +46,8 @@ from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
 
+from bench._stats import median, positive_int
+
 QUESTIONS = [
     "김하늘 님은 어느 팀 소속인가요?",
     "클라우드운영팀 인원이 몇 명인지 알려주세요.",
@@ -66,15 +69,11 @@ def report(name: str, value: float | int, digits: int = 2) -> None:
     print(f"{name}: {round(value, digits) if isinstance(value, float) else value}", flush=True)
 
 
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=100, help="runs per condition (sampled, not sampled, back to back)")
+    parser.add_argument(
+        "--runs", type=positive_int, default=100, help="runs per condition (sampled, not sampled, back to back)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the working folder (logs, database)")
     options = parser.parse_args()
 
@@ -105,14 +104,22 @@ def main() -> None:
         def compared() -> int:
             return int(platform.query("SELECT COUNT(*) FROM agents_shadowcomparison")[0][0])
 
-        def caller_ms(query: str, condition: str) -> tuple[str, float]:
+        failed: list[str] = []
+
+        def caller_ms(query: str, condition: str) -> tuple[str, float | None]:
+            """The run and its caller's milliseconds; None for a run that did not succeed within a minute (it is
+            counted in ``runs_failed``, and left out of every median)."""
             run_id = client.post("/api/v1/runs", json={"agent": "company-assistant", "query": query}).json()["id"]
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:  # the database, not the API: polling would hit the rate limit
-                if platform.run_row(run_id)["status"] in {"succeeded", "failed"}:
+                if platform.run_row(run_id)["status"] in {"succeeded", "failed", "cancelled"}:
                     break
                 time.sleep(0.02)
             row = platform.run_row(run_id)
+            if row["status"] != "succeeded":
+                progress(f"  run {run_id} ({condition}) ended {row['status']}")
+                failed.append(run_id)
+                return run_id, None
             created = datetime.fromisoformat(str(row["created_at"]))
             started = datetime.fromisoformat(str(row["started_at"]))
             finished = datetime.fromisoformat(str(row["finished_at"]))
@@ -148,6 +155,8 @@ def main() -> None:
             made += 1
             time.sleep(SAMPLING_SETTLE_S)  # the live worker starts the shadow right after storing the outcome
             asked = (made - 1) % len(QUESTIONS)
+            if elapsed is None:
+                continue
             if shadow_of(run_id) is None:
                 latencies["off"].append(elapsed)
                 by_question["off"][asked].append(elapsed)
@@ -168,7 +177,8 @@ def main() -> None:
         )
         for _ in range(options.runs):
             _, elapsed = caller_ms(QUESTIONS[made % len(QUESTIONS)], "on_back_to_back")
-            latencies["on_back_to_back"].append(elapsed)
+            if elapsed is not None:
+                latencies["on_back_to_back"].append(elapsed)
             made += 1
         shadows = int(platform.query("SELECT COUNT(*) FROM agents_run WHERE purpose = 'shadow'")[0][0])
         try:
@@ -180,6 +190,7 @@ def main() -> None:
     report("runs_sampled", len(latencies["on"]))
     report("runs_not_sampled", len(latencies["off"]))
     report("late_shadows", late)
+    report("runs_failed", len(failed))
     report("caller_p50_ms_without_shadow", without)
     report("caller_p50_ms_with_shadow", median(latencies["on"]))
     report("caller_p50_ms_with_shadow_back_to_back", median(latencies["on_back_to_back"]))
@@ -194,10 +205,12 @@ def main() -> None:
     pairs = [(on, off) for on, off in zip(by_question["on"], by_question["off"], strict=True) if on and off]
     report("shadow_added_latency_ms_p50", sum(median(on) - median(off) for on, off in pairs) / max(1, len(pairs)))
     report("caller_p50_with_shadow_over_without", median(latencies["on"]) / without, 3)
-    if options.keep:
+    if options.keep or failed:
         progress(f"logs and database kept in {workdir}")
     else:
         shutil.rmtree(workdir, ignore_errors=True)
+    if failed:
+        sys.exit(f"{len(failed)} runs did not succeed (runs_failed): the medians leave them out")
 
 
 if __name__ == "__main__":

@@ -27,9 +27,10 @@ import io
 import json
 import os
 import shutil
-import statistics
 import sys
 from typing import Any
+
+from bench._stats import median, positive_int
 
 # (English object, Korean object, domain in English, domain in Korean, id argument)
 OBJECTS: list[tuple[str, str, str, str]] = [
@@ -223,8 +224,8 @@ def build_registry(progress: Any, everything: Any) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--k", type=int, default=5)
-    parser.add_argument("--repeat", type=int, default=5, help="timing passes over the query set")
+    parser.add_argument("--k", type=positive_int, default=5)
+    parser.add_argument("--repeat", type=positive_int, default=5, help="timing passes over the query set")
     options = parser.parse_args()
 
     from bench._django import setup_django
@@ -300,7 +301,7 @@ def main() -> None:
             f"{name}_recall_at_5: {hits5 / n:.3f}",
             f"{name}_recall_at_3: {hits3 / n:.3f}",
             f"{name}_mrr: {rr / n:.3f}",
-            f"{name}_selection_ms_p50: {statistics.median(times):.3f}",
+            f"{name}_selection_ms_p50: {median(times):.3f}",
         ]
     stack.close()
 

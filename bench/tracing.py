@@ -10,20 +10,16 @@ one event per attempt and sends its ``traceparent`` to the server in the request
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from collections.abc import Sequence
 
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+from bench._stats import median, percentile, positive_int
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--calls", type=positive_int, default=1000)
     options = parser.parse_args()
 
     from bench._django import bind_bench_demo_server, setup_django
@@ -70,7 +66,7 @@ def main() -> None:
             print(f"  {i + 1}/{options.calls}", file=sys.stderr)
     provider.force_flush()
     shutdown_default_pool()
-    untraced_p50, traced_p50 = statistics.median(samples["untraced"]), statistics.median(samples["traced"])
+    untraced_p50, traced_p50 = median(samples["untraced"]), median(samples["traced"])
     print(f"spans_exported: {exporter.count}")
     print(f"untraced_p50_ms: {untraced_p50:.3f}")
     print(f"untraced_p95_ms: {percentile(samples['untraced'], 0.95):.3f}")

@@ -66,6 +66,14 @@ CASES = [
         {"sqlite_verify_events": 20000},
         id="audit",
     ),
+    # No concurrent writers (``--writers 0``): the headline is one writer's ratio (it printed none).
+    pytest.param(
+        ["bench.audit", "--events", "50", "--writers", "0", "--verify-events", "20000", "--no-postgres"],
+        {},
+        "sqlite_deferred_vs_inline_1_writer_ratio",
+        {"sqlite_verify_events": 20000},
+        id="audit-no-writers",
+    ),
     pytest.param(
         ["bench.shadow", "--runs", "4"],
         {},
