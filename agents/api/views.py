@@ -302,8 +302,15 @@ class RunCreateApi(ApiView):
                 former_digests=(request_digest(request.data),),
             )
         except ApplicationError as exc:
-            if idempotency_key or exc.code != "idempotency_key_reused":
+            if exc.code != "idempotency_key_reused":
                 raise
+            if idempotency_key:  # named, as the messageId is below
+                raise ApplicationError(
+                    exc.message,
+                    code=exc.code,
+                    status=exc.status,
+                    fields={"Idempotency-Key": [_("Used with another request body.")]},
+                ) from None
             raise ApplicationError(  # the caller sent no Idempotency-Key: name what they did send
                 _("This messageId was used with another request body."),
                 code=exc.code,
@@ -682,6 +689,17 @@ class RunCancelApi(ApiView):
     )
     def post(self, request: Request, run_id: str) -> Response:
         query_params_check(request.query_params)
+        # No body, or an empty object: a field sent here would be ignored (a reason, say), so it is refused, named,
+        # as every other endpoint refuses what it does not take.
+        if not isinstance(request.data, dict):
+            raise ApplicationError(_("The body must be a JSON object."), code="invalid_input", status=400)
+        if request.data:
+            raise ApplicationError(
+                _("A cancellation takes no fields."),
+                code="invalid_input",
+                status=400,
+                fields={str(name): [_("Unknown field.")] for name in request.data},
+            )
         run = run_get(run_id=run_id, api_key=caller_of(request))
         run = run_cancel(run=run, actor=f"api_key:{caller_of(request).prefix}", source="api")
         return Response(RunOutputSerializer(run).data)
