@@ -82,6 +82,11 @@ def tool_unavailable_text(*, tool: str, language: str, error: str | None = None)
         return _("%(tool)s: the information could not be retrieved right now.") % {"tool": tool}
 
 
+# A read tool's own error, raised (``tool:error``) or returned as a value (``tool:error_value``, seed 002 §8's
+# ``{"error": ..., "fallback": "retry"}``): said with the tool's own words (``tool_error_text``).
+TOOL_OWN_ERRORS = frozenset({"tool:error", "tool:error_value"})
+
+
 def all_calls_failed_text(
     *, language: str, codes: list[str] | None = None, results: list[dict[str, Any]] | None = None
 ) -> str:
@@ -93,11 +98,11 @@ def all_calls_failed_text(
     are said); only the rest (a timeout, a rate limit, a server down or paused) is worth trying again later.
 
     ``results``: the failed calls (``ToolResult.as_dict``), whose ``error`` codes stand for ``codes`` when it is
-    not given. A read tool's own error text (``tool_error_text``, which the gate keeps for ``tool:error`` only)
-    follows the sentence, quoted, as the tool wrote it (masked and cut by the gate; characters that do not show
-    themselves written out as ``⟦U+…⟧``, a CRLF kept as a line break): seed 001's good error says
-    what is needed to choose ("등록된 자산: …"), which no generic sentence can. The model's guidance
-    (``message``) is never shown."""
+    not given. A read tool's own error text (``tool_error_text``, which the gate keeps for ``TOOL_OWN_ERRORS``
+    only) follows the sentence, quoted, as the tool wrote it (masked and cut by the gate; characters that do not
+    show themselves written out as ``⟦U+…⟧``, a CRLF kept as a line break): seed 001's good error says what is
+    needed to choose ("등록된 자산: …"), which no generic sentence can. The model's guidance (``message``) is never
+    shown."""
     failed = results or []
     if codes is None:
         codes = [r.get("error") or "" for r in failed]
@@ -110,7 +115,7 @@ def all_calls_failed_text(
             # CRLF end stays the line break it is (``readable_text``), as in the answer's values.
             _("%(tool)s said: “%(text)s”") % {"tool": r.get("tool") or "", "text": readable_text(r["tool_error_text"])}
             for r in failed
-            if r.get("error") == "tool:error" and r.get("tool_error_text")
+            if r.get("error") in TOOL_OWN_ERRORS and r.get("tool_error_text")
         ]
     return " ".join([sentence, *said])
 
@@ -144,8 +149,9 @@ def _all_calls_failed_sentence(kinds: set[str]) -> str:
         return _("Nothing was found for this request.")
     if kinds and kinds <= {"args", "result:empty"}:
         return _("The information for this request could not be found. Please check what you asked for.")
-    if kinds and kinds <= {"args", "result:empty", "tool:error"}:
-        # A tool's own error may be about the request (an unknown id) or its backend: both are said.
+    if kinds and kinds <= {"args", "result:empty", *TOOL_OWN_ERRORS}:
+        # A tool's own error (raised, or returned as a value) may be about the request (an unknown id) or its
+        # backend: both are said.
         return _(
             "The information needed for this answer could not be retrieved: the tool reported an error. "
             "Please check what you asked for, or try again later."

@@ -74,6 +74,7 @@ _REASONS: dict[str, Callable[[], str]] = {
     "transport": lambda: pgettext("audit reason", "server unreachable"),
     "protocol": lambda: pgettext("audit reason", "request refused by the server"),
     "tool:error": lambda: pgettext("audit reason", "the tool reported an error"),
+    "tool:error_value": lambda: pgettext("audit reason", "the tool answered with its own error report"),
     "tool:unknown": lambda: pgettext("audit reason", "unknown tool"),
     "tool:too_many_calls": lambda: pgettext("audit reason", "too many tool calls in one model turn"),
     "tool:withdrawn": lambda: pgettext("audit reason", "tool withdrawn after repeated invalid arguments"),

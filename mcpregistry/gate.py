@@ -42,7 +42,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -110,10 +110,10 @@ _rng = random.Random()  # noqa: S311 - jitter, not cryptography
 class ToolResult:
     """The outcome of one gated call. ``value`` is the tool's result (parsed JSON where the text is JSON);
     ``error`` is a reason code; ``message`` is what the model is told (masked). ``tool_error_text``: for a read
-    tool's ``tool:error`` only (it answered with ``isError``, or raised a ``ToolError``), the tool's own text,
-    masked and cut as the model's message quotes it: data a caller may show a person (delimited), where the
-    message's guidance is for the model only; empty otherwise (a write's error is not kept: what a person is
-    told of a write is its approval's outcome)."""
+    tool's ``tool:error`` (it answered with ``isError``, or raised a ``ToolError``) and ``tool:error_value`` (its
+    own error as a value: its words) only, the tool's own text, masked and cut as the model's message quotes it:
+    data a caller may show a person (delimited), where the message's guidance is for the model only; empty
+    otherwise (a write's error is not kept: what a person is told of a write is its approval's outcome)."""
 
     ok: bool
     value: Any = None
@@ -741,8 +741,11 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
             this.result.args = args
     if contract.risk == ToolContract.Risk.WRITE and contract.idempotency_arg:
         # Every send of this call carries one key (an approved call's, a sandboxed eval's alike): the server tells
-        # a repeat from a new call, which is what lets the contract's retries apply to a write.
-        call_key = who.call_id or (approval.approval_id if approval is not None else uuid.uuid4().hex)
+        # a repeat from a new call, which is what lets the contract's retries apply to a write. The key is the
+        # approval's where there is one: the same write finds the same approval on every pass, and another write
+        # never shares it, whereas a model's call id names another write on a pass made again (a model that numbers
+        # its calls per turn says ``call_0`` each time), which an idempotent server would answer "already done".
+        call_key = approval.approval_id if approval is not None else who.call_id or uuid.uuid4().hex
         args = {**args, contract.idempotency_arg: f"{who.run_id}:{call_key}"}
         # Recorded as sent: the audit of each attempt and the result carry the gate's key, not the model's.
         this.result.args = args
@@ -786,8 +789,8 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         this.result.ok = True
         this.result.value = outcome_value
         if contract.memo and not reports_error(outcome_value):
-            # A tool's own error as a value (seed 002 §8: ``{"error": ..., "fallback": "retry"}``) is handed to the
-            # model as the tool wrote it, and never remembered: the retry it asks for must reach the tool.
+            # An answer that carries an ``error`` beside its data is never remembered either (a tool's own error
+            # value, ``error_report``, failed the call): the retry it may ask for must reach the tool.
             _memo_put(who, contract, memo_key, shared_key, outcome_value, this.secrets)
         return this.finish()
 
@@ -812,6 +815,11 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
             and reason not in _NO_FALLBACK
             and contract.fallback_policy == ToolContract.FallbackPolicy.SUGGEST
         )
+        if _refused_with_retry(reason, outcome_value):
+            # The tool refused the write and says it may be asked again (a ledger locked): "do not retry" would
+            # contradict it. Asked again, it is another call, with an approval of its own.
+            this.result.message = _write_refused_retry_message(tool_name, reason, detail, this.secrets)
+            return this.finish()
         this.result.message = _failure_message(
             tool_name, reason, detail, fallback=fallback if suggest else None, secrets=this.secrets
         )
@@ -820,6 +828,9 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         # A read tool's own words (an id it does not know, with the ones it does): what a caller with no model
         # shows a person, cut and masked as the model's message quotes them. Kept if the fallback fails too.
         this.result.tool_error_text = _masked_cut(detail, _DETAIL_CHARS, this.secrets)
+    elif reason == "tool:error_value":
+        # Its own error value's words, as a person reads them (not its JSON, nor its "fallback" hint for a model).
+        this.result.tool_error_text = _masked_cut(_error_value_words(outcome_value), _DETAIL_CHARS, this.secrets)
     if fallback and fallback != tool_name and fallback_depth == 0 and reason not in _NO_FALLBACK:
         # Where no model reads the suggestion, or the policy says "call", a read tool's fallback is called here if
         # it only reads too: a write is never done implicitly (a sandboxed eval would carry it out unasked; a live
@@ -959,8 +970,9 @@ def _refuse_unknown_tool(this: _Call) -> ToolResult:
 # empty answer is not a failure a backup can fix (seed 004: asking again gives the same empty answer). A tool's
 # own error may be about the input (an unknown id, whose valid ones the tool lists) or its backend's (seed 001's
 # "조회 실패"): it is handed over where the admin's policy says "call", and otherwise left to the model, which is
-# told when to use the fallback; with no model to read that, the tool's own answer stands.
-_NO_FALLBACK = frozenset({"result:empty"})
+# told when to use the fallback; with no model to read that, the tool's own answer stands. A tool's own error
+# value (``tool:error_value``) is its verdict, with its own hint (seed 002 §8): neither handed over nor suggested.
+_NO_FALLBACK = frozenset({"result:empty", "tool:error_value"})
 _HANDED_OVER = frozenset(
     {
         "timeout",
@@ -1073,7 +1085,9 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
                     reason, retry_after = classify_tool_error(outcome.text, echoed=argument_texts(args))
                     detail = outcome.text.strip()
                 elif error_report(value):
-                    reason, detail = _error_value_verdict(value, writes=writes)
+                    reason, detail, retry_after = _error_value_verdict(
+                        value, writes=writes, echoed=argument_texts(args)
+                    )
                 else:
                     verdict = check_result(contract.returns or {}, value)
                     reason, detail = (verdict.reason, verdict.detail) if verdict else (None, "")
@@ -1242,20 +1256,36 @@ def error_report(value: Any) -> bool:
     return reports_error(value) and set(value) <= ERROR_REPORT_KEYS
 
 
-def _error_value_verdict(value: Any, *, writes: bool) -> tuple[str | None, str]:
-    """How a tool's own error returned as a value (``reports_error``) ends its call, as ``(reason, detail)``. The
-    contract's result checks are not applied to it: its ``returns`` describe the tool's answers, not its errors,
-    and an error lacking a required key was ``result:shape``, which told the model "do not retry" where the tool
-    said retry, and for a write that the write was carried out where the tool had done nothing.
+def _error_value_verdict(value: Any, *, writes: bool, echoed: Collection[str]) -> tuple[str, str, float | None]:
+    """How a tool's own error returned as a value (``error_report``) ends its call, as ``(reason, detail,
+    retry_after)``, the detail being the value as the tool wrote it. The contract's result checks are not applied to
+    it: its ``returns`` describe the tool's answers, not its errors, and an error lacking a required key was
+    ``result:shape``, which told the model "do not retry" where the tool said retry, and for a write that the write
+    was carried out where the tool had done nothing.
 
-    A read's is its answer (None): the model reads it as the tool wrote it and decides (seed 002 §8: skip, retry,
-    another tool); it is never remembered nor handed to a fallback. A write's is ``tool:error`` with the tool's
-    words as the detail, as when it raises its error: its approval, its audit event and the model say the tool
-    refused it, never that it was carried out; it is not sent again (a tool's error is not retried) nor handed to a
-    fallback (another write)."""
+    A read's is ``tool:error_value``: a failed call (its audit event, the metrics, a rule's answer and the citation
+    count say so; a rule's template never phrases it as an answer), whose model is shown the value as data and told
+    to act on it (seed 002 §8: skip, retry, another tool). The tool answered: it is not retried, not counted by the
+    circuit breaker, never remembered nor handed to a fallback. A write's words (``error``, ``message``) are read
+    as a raised error's are (``classify_tool_error``, the call's own values not read for a status): the tool's
+    report that its backend timed out is a ``timeout`` that leaves the write's outcome unknown, as when it raises
+    it; any other is ``tool:error``: its approval, its audit event and the model say the tool refused it, never
+    that it was carried out; it is not sent again nor handed to a fallback (another write)."""
+    detail = json.dumps(value, ensure_ascii=False, default=str)
     if not writes:
-        return None, ""
-    return "tool:error", json.dumps(value, ensure_ascii=False, default=str)
+        return "tool:error_value", detail, None
+    reason, retry_after = classify_tool_error(_error_value_words(value), echoed=echoed)
+    return reason, detail, retry_after
+
+
+def _error_value_words(value: dict[str, Any]) -> str:
+    """The words of a tool's own error value (``error_report``): its ``error``, then its ``message`` and ``detail``
+    where they are text, as a person or ``classify_tool_error`` reads them (never its ``fallback`` hint)."""
+    words = [value["error"].strip()]
+    words += [
+        str(value[k]).strip() for k in ("message", "detail") if isinstance(value.get(k), str) and value[k].strip()
+    ]
+    return ": ".join(dict.fromkeys(words))
 
 
 def _result_cap(contract: ToolContract) -> int:
@@ -1358,6 +1388,8 @@ def _approval(
             this.result.message = ""
         elif reason.startswith("result:"):  # carried out; its answer failed the check
             this.result.message = _write_answer_unreadable_message(this.tool_name, reason, "", this.secrets)
+        elif _refused_with_retry(reason, this.result.value):
+            this.result.message = _write_refused_retry_message(this.tool_name, reason, "", this.secrets)
         else:
             this.result.message = _failure_message(this.tool_name, reason, "", fallback=None, secrets=this.secrets)
         return None, this.finish()
@@ -1565,6 +1597,21 @@ def _write_answer_unreadable_message(tool: str, reason: str, detail: str, secret
     return _with_details(text, detail, secrets)
 
 
+def _refused_with_retry(reason: str, value: Any) -> bool:
+    """Whether a write's tool refused it with its own error value that says it may be tried again (``"fallback":
+    "retry"``, and no timeout: ``_error_value_verdict``): the write was not carried out."""
+    return reason == "tool:error" and error_report(value) and value.get("fallback") == "retry"
+
+
+def _write_refused_retry_message(tool: str, reason: str, detail: str, secrets: list[str]) -> str:
+    text = _(
+        "Tool '%(tool)s' did not carry out the write: it answered with its own error report [%(reason)s], which "
+        "says it may be tried again. Tell the user it was not done; if they still want it, call the tool again "
+        "(it will need a new approval)."
+    ) % {"tool": tool, "reason": reason}
+    return _with_details(text, detail, secrets)
+
+
 def _failure_message(
     tool: str, reason: str, detail: str, *, fallback: str | None, secrets: list[str], then_also: str = ""
 ) -> str:
@@ -1575,6 +1622,13 @@ def _failure_message(
 
 
 def _failure_guidance(tool: str, reason: str, *, fallback: str | None) -> str:
+    if reason == "tool:error_value":
+        # The tool answered, with its own report of what went wrong (seed 002 §8): the model acts on what it says.
+        return _(
+            "Tool '%(tool)s' answered with its own error report [%(reason)s], shown below as data. Act on what it "
+            "says: call the tool again once if it says to retry, use another tool, or tell the user what could not "
+            "be found."
+        ) % {"tool": tool, "reason": reason}
     if reason.startswith("args:"):
         # Arguments refused without the tool having run (a local tool's own schema, a request that could not be
         # written): as a contract's refusal (``_argument_message``), to be corrected, not a failure to give up on,

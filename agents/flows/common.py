@@ -160,9 +160,10 @@ def failed(result: Any) -> bool:
 
 
 def unanswered(result: Any) -> bool:
-    """Whether a call brought nothing to answer from: it failed (``failed``), or the tool answered its own error as
-    a value (``{"error": "인사 시스템 점검 중", "fallback": "retry"}``, ``mcpregistry.gate.reports_error``), which
-    the gate hands a read's caller as an answer."""
+    """Whether a call brought nothing to answer from: it failed (``failed``; the tool's own error as a value,
+    ``{"error": "인사 시스템 점검 중", "fallback": "retry"}``, fails it as ``tool:error_value``), or its answer
+    carries an error beside other data (``mcpregistry.gate.reports_error``), which the gate hands over as an
+    answer."""
     return failed(result) or reports_error(as_data(result))
 
 
@@ -195,7 +196,7 @@ def unavailable(what: str, result: Any) -> str:
     (``tool_error_text``). Never the failure's own message: that is the gate's guidance for a model (how to call
     again), shown on the run page with the call, not to the user."""
     code = str(result.get("error") or "") if failed(result) else ""
-    if not code or code in RETRY_MAY_FIX:
+    if not code or code in RETRY_MAY_FIX or code == "tool:error_value":
         return f"{what} 지금 가져오지 못했습니다. 잠시 후 다시 시도해 주세요."
     if code == "tool:error":
         # The rule path's sentence says itself that the information could not be retrieved: said once, of

@@ -93,9 +93,10 @@ def test_a_pass_made_again_whose_model_gives_another_write_the_same_id_asks_for_
         assert decide(client, run, second, "approve").status_code == 200
     run.refresh_from_db()
     assert run.status == Run.Status.SUCCEEDED, run.error_message
-    assert lines(notes) == [f"B: 100만원 송금\t{run.id}:call_0"]
+    # Keyed by its own approval (never by the model's call id, which named the first write too).
+    assert lines(notes) == [f"B: 100만원 송금\t{run.id}:{second.pk}"]
     # What was sent is recorded: the approved arguments and the idempotency key the gate wrote into them.
-    sent_args = {"text": "B: 100만원 송금", "idempotency_key": f"{run.id}:call_0"}
+    sent_args = {"text": "B: 100만원 송금", "idempotency_key": f"{run.id}:{second.pk}"}
     [call] = client.get(f"/api/v1/runs/{run.id}").json()["tool_calls"]
     assert (call["args"], call["ok"]) == (sent_args, True)
     sent = AuditEvent.objects.get(run_id=run.id, action="tool.call", ok=True)

@@ -137,7 +137,7 @@ def test_an_approved_call_runs_exactly_once_with_its_idempotency_key(
     assert run.status == Run.Status.SUCCEEDED, run.error_message
     assert "notes: 1" in run.answer
     [line] = lines(notes)
-    assert line == f"회의록 저장\t{run.id}:{approval.call_id}"
+    assert line == f"회의록 저장\t{run.id}:{approval.pk}"  # the approval's key
     approval.refresh_from_db()
     assert approval.status == "executed"
     actions = list(AuditEvent.objects.filter(run_id=run.id).order_by("id").values_list("action", "ok"))

@@ -94,7 +94,7 @@ def test_an_approved_write_is_made_once_as_approved_when_its_tool_is_marked_read
     approval.refresh_from_db()
     assert run.status == Run.Status.SUCCEEDED, run.error_message
     # Sent with the approval's idempotency key, claimed and recorded: executed, not left unused.
-    assert lines(notes) == [f"회의록 저장\t{run.id}:{approval.call_id}"]
+    assert lines(notes) == [f"회의록 저장\t{run.id}:{approval.pk}"]
     assert approval.status == Approval.Status.EXECUTED
     assert approval.result is not None and approval.result["ok"] is True
     assert tool_calls(run) == [(True, "")]

@@ -533,7 +533,7 @@ def test_an_approved_write_made_before_the_worker_died_is_not_made_again_on_rede
     run = fresh(run)
     assert (run.status, run.delivery_count) == (Run.Status.SUCCEEDED, 2), run.error_message
     assert "notes: 1" in run.answer
-    assert notes.read_text(encoding="utf-8").splitlines() == [f"회의록 저장\t{run.id}:call_note"]
+    assert notes.read_text(encoding="utf-8").splitlines() == [f"회의록 저장\t{run.id}:{approval.pk}"]
     calls = AuditEvent.objects.filter(run_id=run.id, action="tool.call", tool="append_note")
     assert [(c.ok, c.attempt) for c in calls] == [(True, 1)]
 

@@ -234,7 +234,7 @@ DOWN_SERVER = textwrap.dedent(
             "http_pipeline",
             "GET /employees/김하늘",
             json.dumps(
-                {"status": 502, "body": {"error": "tool:error", "message": f"요청한 정보를 {UNAVAILABLE}"}},
+                {"status": 502, "body": {"error": "tool:error_value", "message": f"요청한 정보를 {UNAVAILABLE}"}},
                 ensure_ascii=False,
             ),
         ),

@@ -198,7 +198,7 @@ def test_a_write_with_an_idempotency_argument_is_sent_again_with_the_same_key(fi
 
     run_execute(run_id=str(run.id))
 
-    key = f"{run.id}:call_write"
+    key = f"{run.id}:{approval.pk}"  # the approval's: the same write finds it on every pass
     # Two sends, both audited, with one key: the server carried it out once and recognised the repeat.
     assert lines(file) == [f"송금 1건\t{key}"]
     assert attempts(run.id, "append_line") == [(1, False, "transport"), (2, True, "")]

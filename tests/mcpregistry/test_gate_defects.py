@@ -304,9 +304,11 @@ def test_a_seed_002_error_dict_is_handed_to_the_model_and_never_memoized(list_se
     args = {"term_korean": "환자식별번호"}
     first = gate.call(server=server, tool_name="classify_domain_group", args=args, who=who)
     # The tool's own words reach the model as it wrote them (seed 002 §8: it decides to skip, retry or use another
-    # tool); the retry it asks for reaches the tool.
-    assert first.value == {"error": "domain_classifier_unavailable", "fallback": "retry"}
-    assert first.for_model() == tool_data_block(first.value)
+    # tool), as the data of a failed call (s43: ``tool:error_value``); the retry it asks for reaches the tool.
+    assert (first.ok, first.error) == (False, "tool:error_value")
+    assert first.for_model().endswith(
+        tool_data_block('{"error": "domain_classifier_unavailable", "fallback": "retry"}')
+    )
     assert memo == {}
     again = gate.call(server=server, tool_name="classify_domain_group", args=args, who=who)
     assert not again.memo_hit and again.value == {"group": "환자정보", "confidence": 0.87}, again.as_dict()

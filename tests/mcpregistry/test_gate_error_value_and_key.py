@@ -127,8 +127,9 @@ def test_a_read_tools_error_value_reaches_the_model_as_written_and_its_retry_rea
 
     first = gate.call(server=server, tool_name="classify_term", args={"term": "환자식별번호"}, who=who)
 
-    assert (first.ok, first.error, first.fallback_for) == (True, None, None), first.as_dict()
-    assert first.for_model() == tool_data_block({"error": "classifier_unavailable", "fallback": "retry"})
+    # A failed call of its own reason (s43), the value shown to the model as the tool wrote it, as data.
+    assert (first.ok, first.error, first.fallback_for) == (False, "tool:error_value", None), first.as_dict()
+    assert first.for_model().endswith(tool_data_block('{"error": "classifier_unavailable", "fallback": "retry"}'))
     assert received(ledger, "classify_backup") == []  # the tool's own verdict, not one for its fallback
     # The retry it asks for reaches the tool (an error is never remembered).
     again = gate.call(server=server, tool_name="classify_term", args={"term": "환자식별번호"}, who=who)
@@ -192,7 +193,7 @@ def test_the_audit_records_the_idempotency_key_that_was_sent(server: McpServer, 
 
     run, approval = approved_run(server, script)
 
-    key = f"{run.id}:call_t"
+    key = f"{run.id}:{approval.pk}"  # the approval's key, not the model's call id
     assert approval.status == Approval.Status.EXECUTED and approval.result["ok"] is True
     assert received(ledger, "transfer") == [{"amount": 5, "to": SECRET, "idempotency_key": key}]
     [event] = tool_calls(run.id, "transfer")

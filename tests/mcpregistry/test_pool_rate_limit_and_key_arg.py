@@ -340,7 +340,8 @@ def test_a_write_called_without_its_required_idempotency_key_is_sent_with_the_ga
     finally:
         get_default_pool().close("limited-key")
 
-    assert endpoint.calls_of("book") == [{"seat": "12A", "idempotency_key": f"{run.id}:call_book"}]
+    key = f"{run.id}:{run.approvals.get().pk}"  # the approval's key
+    assert endpoint.calls_of("book") == [{"seat": "12A", "idempotency_key": key}]
 
 
 # ---- backoff: never past the cap the contract's summary shows ------------------------------------------------------
