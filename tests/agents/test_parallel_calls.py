@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import pytest
 from django.conf import settings as django_settings
@@ -76,6 +77,12 @@ def tool_messages(run: Run) -> list[dict]:
     return [m for m in run.conversation if m["type"] == "tool"]
 
 
+def data_of(content: str) -> Any:
+    """A tool answer as the model read it: the value inside its ``<tool_data>`` block."""
+    assert content.startswith("<tool_data>\n") and content.endswith("\n</tool_data>"), content
+    return json.loads(content.removeprefix("<tool_data>\n").removesuffix("\n</tool_data>"))
+
+
 def batches(run: Run) -> list[dict]:
     return [m for m in run.messages if m.get("type") == "parallel_calls"]
 
@@ -91,7 +98,7 @@ def test_two_read_calls_of_one_turn_overlap_and_come_back_in_the_order_asked() -
     )
     assert run.status == Run.Status.SUCCEEDED, run.error_message
     # Each call waited at the barrier for the other: they were in flight together.
-    answers = [(m["data"]["tool_call_id"], m["data"]["content"]) for m in tool_messages(run)]
+    answers = [(m["data"]["tool_call_id"], data_of(m["data"]["content"])) for m in tool_messages(run)]
     assert answers == [("c-1", "met first"), ("c-2", "met second")]
     (batch,) = batches(run)
     assert batch["max_overlap"] == 2
@@ -265,7 +272,11 @@ def gather_calls(count: int, *, parties: int, wait_s: float) -> list[dict]:
 
 
 def gathered(run: Run) -> list[dict]:
-    return [json.loads(m["data"]["content"]) for m in tool_messages(run)]
+    return [_parsed(data_of(m["data"]["content"])) for m in tool_messages(run)]
+
+
+def _parsed(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
 
 
 @pytest.mark.slow
