@@ -76,17 +76,33 @@ DONT_KNOW_PHRASES = (
 # Not "자료에 따르면 ... 없이": the noun must carry a subject or topic particle; nor "내용은 문제없이 처리되었습니다",
 # "자료는 빠짐없이 확인했습니다": "없이" is an adverb's ending. Alone, without such a noun, "포함되지 않습니다" and
 # "확인되지 않았습니다" state facts ("수습기간은 포함되지 않습니다", "이상 징후는 확인되지 않았습니다"). A noun
-# qualified as more of it (``MORE_OF``: "그 밖의 정보는 없습니다", "자세한 내용은 나와 있지 않습니다") says only that
-# nothing more is known: no answer that does not know.
+# qualified as more of it (``MORE_OF``: "그 밖의 정보는 없습니다", "그 외 정보는 없습니다", "자세한 내용은 나와 있지
+# 않습니다") says only that nothing more is known: no answer that does not know.
 NOUN_LACKING = regex.compile(r"(?:정보|내용|자료|문서|규정|근거)(?:가|이|는|은|도|에는|에도)")
 NOUN_LACKING_SPAN = 12
 LACKING = ("없", "포함되어있지않", "포함되지않", "나와있지않", "확인되지않")
-MORE_OF = ("다른", "그밖의", "추가", "추가적인", "자세한", "상세한", "더이상", "더이상의", "기타")
+MORE_OF = (
+    "다른",
+    "그밖",
+    "그밖의",
+    "그밖에",
+    "그외",
+    "그외의",
+    "이외",
+    "이외의",
+    "추가",
+    "추가적인",
+    "자세한",
+    "상세한",
+    "더이상",
+    "더이상의",
+    "기타",
+)
 # Where it looked, and not found there, ending its sentence: "관련 문서에서 확인되지 않습니다" (not "이상 징후는
 # 확인되지 않습니다", which states a finding).
 NOT_FOUND_IN = regex.compile(r"(?:에서|에서는|으로는|로는)확인되지않습니다(?=[.!?。\n]|$)")
 SENTENCE_ENDS = ".!?。,，\n"
-FULL_STOPS = ".!?。\n"  # what ends a sentence for ``_fact_before`` (a comma goes on with it)
+FULL_STOPS = ".!?。\n"  # what ends a sentence for ``_stated`` (a comma goes on with it)
 # What turns a phrase that follows into a condition, not an answer: "알 수 없으면" ("if it cannot be known"),
 # "찾을 수 없다면", "정보가 없어도" ("even without the information"), "확인할 수 없는 경우", "찾지 못할 때" (spaces
 # taken out, as the answer is read).
@@ -103,9 +119,15 @@ LINKED_REFUSAL = ("죄송", "미안", "양해", "문의", "연락", "확인해�
 # statement of not knowing. Except these, which go on with the statement ("없는데요", "없는지", "없는 것 같습니다").
 STATEMENT_AFTER_ADNOMINAL = ("데", "지", "것", "듯", "거", "걸")
 # How a sentence that states something ends ("1년입니다", "쓸 수 있습니다", "가능합니다", "1년이에요"), and what
-# makes one a courtesy instead ("죄송합니다", "감사합니다"): ``_fact_before``.
+# makes one a courtesy instead ("죄송합니다", "감사합니다"), one that sends the asker on ("인사팀에 문의해 주세요",
+# "도와드릴 수 있습니다"), or one that says where it looked ("검색 결과 3건을 확인했습니다"): ``_states_fact``.
 CLAIM_ENDINGS = ("입니다", "있습니다", "없습니다", "됩니다", "가능합니다", "이에요", "예요", "있어요", "없어요", "돼요")
 COURTESIES = ("죄송", "미안", "감사", "안녕", "양해")
+REDIRECTS = ("문의", "연락", "확인해주", "확인하시", "도와드", "안내해드")
+SEARCHED = ("검색했", "확인했", "찾아보았", "찾아봤", "살펴보았", "살펴봤", "조회했")
+# What ends a sentence or clause for ``_fact_around``: a full stop, or a comma that a claim ends before ("연차는
+# 15일입니다, 그 외 정보는 없습니다"); any other comma goes on with its sentence ("정보가 없어, 답할 수 없습니다").
+CLAUSE_ENDS = regex.compile(r"[.!?。\n]|(?<=(?:" + "|".join(CLAIM_ENDINGS) + r")[)\"'」』]*)[,，]")
 # Typographic apostrophes (U+2018, U+2019), which word processors and models write in "I don’t know", read as the
 # ASCII one the phrases and an admin's contains checks are typed with.
 APOSTROPHES = str.maketrans({"\u2018": "'", "\u2019": "'"})
@@ -616,8 +638,9 @@ def _stated(compact: str, end: int) -> bool:
     return True
 
 
-def _refusals(compact: str) -> list[int]:
-    """Where in ``compact`` a statement that the answer is not known begins (``says_it_does_not_know``)."""
+def _refusals(compact: str, *, more_of: bool = False) -> list[int]:
+    """Where in ``compact`` a statement that the answer is not known begins (``says_it_does_not_know``); with
+    ``more_of``, one that says only that nothing more is known ("그 밖의 정보는 없습니다") as well."""
     found = []
     for phrase in DONT_KNOW_PHRASES:
         wanted = "".join(phrase.split())
@@ -628,7 +651,7 @@ def _refusals(compact: str) -> list[int]:
             start = compact.find(wanted, start + 1)
     found += [m.start() for m in NOT_FOUND_IN.finditer(compact)]
     for noun in NOUN_LACKING.finditer(compact):
-        if compact[: noun.start()].endswith(MORE_OF):
+        if not more_of and compact[: noun.start()].endswith(MORE_OF):
             continue
         span = compact[noun.end() : noun.end() + NOUN_LACKING_SPAN + 1]
         cut = min((span.find(mark) for mark in SENTENCE_ENDS if mark in span), default=len(span))
@@ -641,33 +664,46 @@ def _refusals(compact: str) -> list[int]:
     return found
 
 
-def _fact_before(compact: str, start: int) -> bool:
-    """Whether a sentence of ``compact`` before the one in which ``start`` stands states a fact: holds a digit ("1년",
-    "15일", "2024") or ends as a statement does (``CLAIM_ENDINGS``: "쓸 수 있습니다", "가능합니다"), and is
-    neither a courtesy (``COURTESIES``: "죄송합니다") nor itself says it does not know."""
-    before = compact[:start]
-    begins = max((before.rfind(mark) for mark in FULL_STOPS), default=-1)
-    for sentence in regex.split(r"[.!?。\n]", before[: max(begins, 0)]):
-        if not sentence or _refusals(sentence) or any(word in sentence for word in COURTESIES):
-            continue
-        if any(c.isdigit() for c in sentence) or sentence.rstrip(")\"'」』").endswith(CLAIM_ENDINGS):
-            return True
-    return False
+def _states_fact(sentence: str) -> bool:
+    """Whether a sentence (or a clause a claim ends before a comma) states a fact: it ends as a statement does
+    (``CLAIM_ENDINGS``: "1년입니다", "쓸 수 있습니다", "가능합니다"; a digit alone is none: "2024년 개정판을
+    검색했습니다"), and is neither a courtesy (``COURTESIES``: "죄송합니다"), nor sends the asker on (``REDIRECTS``: "인사팀에
+    문의하시면 확인 가능합니다"), nor says where it looked (``SEARCHED``: "검색 결과 3건을 확인했습니다"), nor itself
+    says it does not know or knows no more ("다른 정보도 없습니다")."""
+    if not sentence or any(word in sentence for word in COURTESIES + REDIRECTS + SEARCHED):
+        return False
+    if _refusals(sentence, more_of=True):
+        return False
+    return sentence.rstrip(")\"'」』").endswith(CLAIM_ENDINGS)
+
+
+def _fact_around(compact: str, start: int) -> bool:
+    """Whether a sentence of ``compact`` before or after the one in which ``start`` stands states a fact
+    (``_states_fact``); a comma a claim ends before ends a sentence here (``CLAUSE_ENDS``)."""
+    ends = [m.start() for m in CLAUSE_ENDS.finditer(compact)]
+    begins = max((at for at in ends if at < start), default=-1)
+    stops = min((at for at in ends if at >= start), default=len(compact))
+    others = (compact[: max(begins, 0)], compact[stops + 1 :])
+    return any(_states_fact(sentence) for part in others for sentence in CLAUSE_ENDS.split(part))
 
 
 def says_it_does_not_know(lowered: str) -> bool:
     """Whether an answer (NFC, lowercased, apostrophes as ``'``) says it does not know, every space taken out
     (Korean spacing varies: "찾을수 없습니다"; a line break ends a sentence): a ``DONT_KNOW_PHRASES`` phrase in it, a
     ``NOUN_LACKING`` noun a few words before "없" ("정보는 제공된 문서에 없습니다"; not one of more of it, ``MORE_OF``:
-    "그 밖의 정보는 없습니다"), or where it looked and did not find it (``NOT_FOUND_IN``: "관련 문서에서 확인되지
-    않습니다"), that states it (``_stated``: "별도 정보가 없으면 연차는 15일입니다", "알 수 없는 오류가 발생했지만
-    ...", "정보가 없으므로 일반 기준으로 답했습니다" are confident answers).
+    "그 밖의 정보는 없습니다", "그 외 정보는 없습니다"), or where it looked and did not find it (``NOT_FOUND_IN``:
+    "관련 문서에서 확인되지 않습니다"), that states it (``_stated``: "별도 정보가 없으면 연차는 15일입니다", "알 수
+    없는 오류가 발생했지만 ...", "정보가 없으므로 일반 기준으로 답했습니다" are confident answers).
 
-    And no sentence before the one that says so states a fact (``_fact_before``: a digit, or a sentence that ends
-    as a statement and is no courtesy): "육아휴직은 최대 1년까지 쓸 수 있습니다. 다른 규정은 없습니다" answers, and
-    what it says it does not know is only the rest (seed 001's ``no_answer`` asks that nothing is made up)."""
+    And no other sentence, before or after the one that says so, states a fact (``_fact_around``, ``_states_fact``):
+    one that ends as a claim does ("1년입니다", "사용할 수 있습니다"), a comma after such an ending ending it too.
+    "육아휴직은 최대 1년까지 쓸 수 있습니다. 다른 규정은 없습니다", "정보가 없습니다. 하지만 연차는 15일입니다"
+    and "연차는 15일입니다, 그 외 정보는 없습니다" answer, and what they say they do not know is only the rest (seed
+    001's ``no_answer`` asks that nothing is made up). A digit alone states nothing, nor does a sentence that says
+    where it looked ("사내 규정집 2024년 개정판을 검색했습니다. 해당 내용은 문서에 없습니다" does not know), a
+    courtesy ("죄송합니다") or one that sends the asker on ("인사팀에 문의해 주세요")."""
     compact = "\n".join("".join(line.split()) for line in lowered.splitlines())
-    return any(not _fact_before(compact, start) for start in _refusals(compact))
+    return any(not _fact_around(compact, start) for start in _refusals(compact))
 
 
 def score_case(spec: CaseSpec, *, calls: list[ToolCall], answer: str, run_succeeded: bool) -> CaseScore:
