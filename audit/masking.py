@@ -1590,12 +1590,16 @@ INTERNAL_PATH = "[path]"
 """What replaces an absolute file path (with the line it names) in an exception's message."""
 
 # An IPv4 address (with its port), a bracketed IPv6 one, a bare IPv6 one (judged by ``ipaddress``: a time such as
-# 12:30:45 is none), or ``localhost``; not part of a longer word or number (a version 1.2.3.4.5).
+# 12:30:45 is none), ``localhost``, or a host name of a private network (``postgres-primary.svc.cluster.local``,
+# ``hr.corp.local:8080``, ``ledger.internal``: ending .local, .internal, .svc, .corp or .lan); not part of a longer
+# word, number or path (a version 1.2.3.4.5, a public name ``docs.internal.example.com``, ``/etc/app/settings.local``).
 _ADDRESS = re.compile(
     r"(?<![\w.])(?P<v4>[0-9]{1,3}(?:\.[0-9]{1,3}){3})(?::[0-9]{1,5})?(?!\w|\.[0-9])"
     r"|\[(?P<v6>[0-9A-Fa-f:.]+)(?:%[\w.-]+)?\](?::[0-9]{1,5})?"
     r"|(?<![\w:.])(?P<bare>(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4})(?![\w:])"
     r"|(?<![\w.-])(?P<name>localhost)(?::[0-9]{1,5})?(?![\w-])"
+    r"|(?:(?<=//)|(?<![\w./\\-]))(?P<host>(?:[A-Za-z0-9-]+\.)+(?i:local|internal|svc|corp|lan))(?::[0-9]{1,5})?"
+    r"(?![\w-]|\.\w)"
 )
 # An absolute file path of two parts or more (POSIX, from the home directory, a file URL, or Windows), with the line
 # it names after it (``/srv/app/db.py line 42``, ``"/srv/app/db.py", line 42``: a traceback's, the quote kept;
@@ -1605,12 +1609,17 @@ _PATH_PART = r"(?:\.{1,2}|\.?[\w@+-]+(?:\.[\w@+-]+)*)"
 _FILE_PATH = re.compile(
     rf"(?:file://|(?<![\w/:.\])\]~])~?)/{_PATH_PART}(?:/{_PATH_PART})+/?"
     rf"|(?<![\w/\\])[A-Za-z]:\\(?:[^\\\s\"'<>|:*?]+\\)*[^\\\s\"'<>|:*?;,]+"
+    rf"|(?<![\w\\:])\\\\[\w.$-]+(?:\\[^\\\s\"'<>|:*?]+)*\\[^\\\s\"'<>|:*?;,]+"
 )
+# A path that opens a quoted span runs to the span's closing mark on its line (``'/srv/데이터/설정 파일.yaml'``,
+# ``"C:\Program Files\app.ini"``): its parts may hold spaces.
+_CLOSING_QUOTE = {"'": "'", '"': '"', "`": "`", "\u201c": "\u201d", "\u2018": "\u2019"}
+_QUOTED_PATH_MAX = 400
 _LINE_AFTER_PATH = re.compile(r"(?P<quote>[\"']?)(?:,?[ \t]*line[ \t]+[0-9]+|(?::[0-9]+){1,2}(?![\w.]))")
 
 
 def _internal_address(match: re.Match[str]) -> str:
-    if match["name"]:
+    if match["name"] or match["host"]:
         return INTERNAL_ADDRESS
     try:
         address = ipaddress.ip_address(match["v4"] or match["v6"] or match["bare"])
@@ -1622,17 +1631,25 @@ def _internal_address(match: re.Match[str]) -> str:
 
 def mask_internal_locations(text: str) -> str:
     """``text`` (an exception's message) without where the code behind it runs: private, loopback and link-local
-    addresses with their ports (``10.0.3.17:5432``, ``[::1]:8000``, ``localhost:5432``) as
-    :data:`INTERNAL_ADDRESS`, absolute file paths with the line they name (``/srv/app/db.py line 42``,
-    ``C:\\app\\db.py``) as :data:`INTERNAL_PATH`. A public address, a relative path, a URL's path and a "line 3" that
-    names no file stay: they may be what the message is about. Secrets are :func:`mask_text`'s."""
+    addresses and private networks' host names with their ports (``10.0.3.17:5432``, ``[::1]:8000``,
+    ``localhost:5432``, ``db.svc.cluster.local``) as :data:`INTERNAL_ADDRESS`, absolute file paths with the line they
+    name (``/srv/app/db.py line 42``, ``C:\\app\\db.py``, ``\\\\fileserver\\hr\\x.xlsx``; a quoted one to its closing
+    quote) as :data:`INTERNAL_PATH`. A public address, a relative path, a URL's path and a "line 3" that names no
+    file stay: they may be what the message is about. Secrets are :func:`mask_text`'s."""
     text = _ADDRESS.sub(_internal_address, text)
     parts: list[str] = []
     copied = 0
     for path in _FILE_PATH.finditer(text):
+        if path.start() < copied:
+            continue  # inside the quoted path before it
         parts.append(text[copied : path.start()])
         parts.append(INTERNAL_PATH)
         copied = path.end()
+        closing = _CLOSING_QUOTE.get(text[path.start() - 1]) if path.start() else None
+        if closing is not None:
+            end = text.find(closing, copied, path.start() + _QUOTED_PATH_MAX)
+            if end != -1 and "\n" not in text[copied:end]:
+                copied = end
         line = _LINE_AFTER_PATH.match(text, copied)
         if line is not None:
             parts.append(line["quote"])

@@ -1111,7 +1111,15 @@ _RATE_LIMITED = re.compile(
     r"|too many requests",
     re.IGNORECASE,
 )
-_TIMED_OUT = re.compile(r"^\s*timeout\b|\btimed out\b|\bdeadline exceeded\b|" + _status("504"), re.IGNORECASE)
+# A timeout in English or Korean ("응답 시간 초과", "타임아웃: …", "백엔드 응답이 계속 지연됩니다", "did not respond in
+# time"): Korean words join their particles ("시간초과로", "응답하지 않습니다"), so they are found inside a word.
+_TIMED_OUT = re.compile(
+    r"^\s*timeout\b|\btimed[ -]out\b|\bdeadline exceeded\b"
+    r"|\b(?:did\s+not|didn't|failed\s+to)\s+respond\s+in\s+time\b|\bno\s+response\s+within\b"
+    r"|\b(?:request|gateway)\s+time-?out\b"
+    r"|시간\s?초과|타임\s?아웃|응답(?:이|은)?\s?(?:계속\s?)?지연|응답하지\s?않|응답이?\s?없|" + _status("504"),
+    re.IGNORECASE,
+)
 # A text that opens with a rate limit (its status, or its words) is one, whatever it says after.
 _OPENS_RATE_LIMITED = re.compile(
     rf"^[^\w{_QUOTES}]*(?:error\W*)?(?:429\b(?![{_QUOTES}])|rate[ _-]?limit|too many requests)", re.IGNORECASE
