@@ -8,9 +8,12 @@ language instead.
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from typing import Any
 
+from django.conf import settings
 from django.utils import translation
 from django.utils.translation import gettext as _
 
@@ -118,6 +121,82 @@ def all_calls_failed_text(
             if r.get("error") in TOOL_OWN_ERRORS and r.get("tool_error_text")
         ]
     return " ".join([sentence, *said])
+
+
+def all_calls_failed_text_again(message: str) -> str | None:
+    """A message ``all_calls_failed_text`` wrote (in the run's language, any of ``settings.LANGUAGES``), in the
+    current language: the run stores it as its agent's answer says it, and a reader of its error (``GET /runs/{id}``,
+    the admin, the A2A and MCP servers: ``agents.error_texts``) reads it in theirs. Each tool's own words are kept as
+    stored. None where ``message`` is no text it writes."""
+    for language, sentence, kinds in _stored_sentences():
+        if message != sentence and not message.startswith(sentence + " "):
+            continue
+        said = _quotes_read_back(message[len(sentence) + 1 :], language)
+        if said is not None:
+            words = _("%(tool)s said: “%(text)s”")
+            return " ".join([_all_calls_failed_sentence(set(kinds)), *(words % quote for quote in said)])
+    return None
+
+
+# One set of what failed for each sentence ``_all_calls_failed_sentence`` says.
+_SENTENCE_KINDS = (
+    frozenset({"approval:outcome_unknown"}),
+    frozenset({"tool:out_of_date"}),
+    frozenset({"approval:rejected"}),
+    frozenset({"approval:expired"}),
+    frozenset({"approval:rejected", "approval:expired"}),
+    frozenset({"approval:rejected", "timeout"}),
+    frozenset({"approval:expired", "timeout"}),
+    frozenset({"approval:rejected", "approval:expired", "timeout"}),
+    frozenset({"args"}),
+    frozenset({"result:empty"}),
+    frozenset({"args", "result:empty"}),
+    frozenset({"tool:error"}),
+    frozenset({"timeout"}),
+)
+
+
+@functools.cache
+def _stored_sentences() -> list[tuple[str, str, frozenset[str]]]:
+    """Each sentence ``_all_calls_failed_sentence`` says, in each of the platform's languages, as (language,
+    sentence, what failed), the longest first: a declined write's sentence is the start of the one that says
+    something else failed too."""
+    found: dict[tuple[str, str], frozenset[str]] = {}
+    for language, _name in settings.LANGUAGES:
+        with translation.override(language):
+            for kinds in _SENTENCE_KINDS:
+                found.setdefault((language, _all_calls_failed_sentence(set(kinds))), kinds)
+    return sorted(((lang, text, kinds) for (lang, text), kinds in found.items()), key=lambda s: -len(s[1]))
+
+
+def _quotes_read_back(text: str, language: str) -> list[dict[str, str]] | None:
+    """The tools' own words quoted after the sentence (``%(tool)s said: “%(text)s”``, in ``language``, one after
+    another), as each was written; None where ``text`` is not that."""
+    with translation.override(language):
+        words = _("%(tool)s said: “%(text)s”")
+    opening, found, closing = words.partition("%(text)s")
+    if not found or "%(tool)s" not in opening:
+        return None
+    head, tool = re.escape(opening), re.escape("%(tool)s")
+    # A tool's words end at the closing mark that the next quote's opening (or the end) follows.
+    quote = re.compile(
+        head.replace(tool, r"(?P<tool>\S*)")
+        + r"(?P<text>.*?)"
+        + re.escape(closing)
+        + r"(?= "
+        + head.replace(tool, r"\S*")
+        + r"|\Z)",
+        re.S,
+    )
+    said: list[dict[str, str]] = []
+    at = 0
+    while at < len(text):
+        found_quote = quote.match(text, at)
+        if found_quote is None:
+            return None
+        said.append({"tool": found_quote["tool"], "text": found_quote["text"]})
+        at = found_quote.end() + 1  # past the space before the next
+    return said
 
 
 def _all_calls_failed_sentence(kinds: set[str]) -> str:

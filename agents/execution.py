@@ -80,6 +80,7 @@ from audit.change_guard import config_generation_sql
 from audit.masking import mask_text, register_secrets
 from audit.row_statements import RowUpdate
 from audit.services import audit_chain_held_off
+from mcpregistry import gate
 from mcpregistry.binding_policy import url_problem
 from mcpregistry.crypto import SecretDecryptionError
 from mcpregistry.pool import get_default_pool
@@ -163,6 +164,12 @@ class RunClaim:
         if self.time_is_up():
             self.stop_reason = "time_limit"
             raise RunStopped("time limit")
+
+    def cancelled(self) -> bool:
+        """Whether the run was cancelled (one query): what the gate asks of a call that failed before it sends it
+        again or hands it to a fallback (``gate.run_cancellation``), where no step of the run's checks it."""
+        row = _run_holder(self.run_id)
+        return row is not None and row[0] == Run.Status.CANCELLED
 
     def may_append(self) -> bool:
         """Whether this worker may still append the run's progress events (``RunEventWriter.appends_while``): while
@@ -715,6 +722,8 @@ def _execute_claimed(claim: RunClaim) -> None:
                 model=settings_of["model_id"],
             ),
             translation.override(plan.language or translation.get_language()),
+            # A call that failed is neither sent again nor handed to its fallback once the run is cancelled.
+            gate.run_cancellation(claim.cancelled),
         ):
             if moved_endpoint:
                 outcome = _model_endpoint_changed(run=run, version_endpoint=moved_endpoint, secrets=secrets)

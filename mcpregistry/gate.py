@@ -24,7 +24,8 @@ For each call, in order:
    the audit keeps a short masked excerpt of it; then ``result:shape|empty|too_big|range``. A failure may go to
    the contract's fallback tool, suggested to the model or called here (a read tool's: a write tool's fallback is
    never called, and suggested only where no attempt reached the tool); a write whose send went out unanswered
-   ends ``approval:outcome_unknown`` even where its ``idempotency_arg`` let it be retried;
+   ends ``approval:outcome_unknown`` even where its ``idempotency_arg`` let it be retried; a call of a run
+   cancelled meanwhile is neither sent again nor handed to a fallback (``run_cancellation``);
 7. write one masked audit event per attempt (and for a memo hit, a refusal, or a fallback the gate calls:
    ``tool.fallback``, why the next call happens); a read tool's go to
    the caller's audit sink where it has one (``GateCall.audit_sink``: the deterministic stage writes them with
@@ -42,7 +43,9 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -104,6 +107,23 @@ class Clock:
 
 clock = Clock()
 _rng = random.Random()  # noqa: S311 - jitter, not cryptography
+
+# Whether the run making the calls was cancelled (its worker's check, one query: ``run_cancellation``). None outside
+# a run's worker (the admin's test call, the rule tester).
+_run_cancelled_check: ContextVar[Callable[[], bool] | None] = ContextVar("gate_run_cancelled_check", default=None)
+
+
+@contextmanager
+def run_cancellation(cancelled: Callable[[], bool]) -> Iterator[None]:
+    """Within it, a call that failed asks ``cancelled`` (whether its run was cancelled) before it is sent again and
+    before it is handed to its fallback, never before its first attempt (the run checks before each call it makes):
+    a cancelled run's call under way finishes and is audited, and nothing follows it. Set by the worker around its
+    run; a concurrent batch's threads, a flow's and LangGraph's run in copies of its context and ask it too."""
+    token = _run_cancelled_check.set(cancelled)
+    try:
+        yield
+    finally:
+        _run_cancelled_check.reset(token)
 
 
 @dataclass
@@ -464,6 +484,7 @@ class _Call:
         # Set once the tool is known to be a ``read`` tool: its audit events may go to the caller's sink. A write
         # tool's, and a refusal's before the tool is known, are written at once.
         self.to_sink = False
+        self.run_cancelled = False  # found by ``_run_cancelled`` (and audited): nothing more is sent
 
     def audit(
         self, *, ok: bool, reason: str, result: Any, attempt: int, latency_ms: float | None, action: str = "tool.call"
@@ -837,7 +858,7 @@ def _call(this: _Call, *, known_tool: bool, fallback_depth: int) -> ToolResult:
         # run would ask a person for an approval the run never waits on). A write fallback is left to the model.
         calls_it = contract.fallback_policy == ToolContract.FallbackPolicy.CALL and reason in _HANDED_OVER_BY_POLICY
         follow = who.follow_fallback and reason in _HANDED_OVER
-        if (calls_it or follow) and _reads(who, server, fallback):
+        if (calls_it or follow) and _reads(who, server, fallback) and not _run_cancelled(this, not_sent="fallback"):
             # Why the next call happens, for the record: this tool failed for ``reason`` and the gate hands over.
             this.audit(
                 ok=False,
@@ -1030,9 +1051,12 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
     maybe_done = False  # a write's attempt may have done the work, and no answer said how it ended
     stop = who.stop
     live = not who.writes_blocked  # an eval or shadow run's attempts respect the circuit breaker, never move it
+    waited = False  # a backoff before this attempt, during which the run may have been cancelled
     for attempt in range(1, max_attempts + 1):
         if stop is not None and stop.is_set():
             raise SoftTimeLimitExceeded()  # the run's time is up (a batch's thread learns it here): nothing is sent
+        if waited and _run_cancelled(this, not_sent="retry"):
+            break  # cancelled during the backoff: not sent
         this.result.attempts = attempt
         admitted = breaker_admit(server.pk, live=live)
         # A fallback tool goes out past a circuit that other calls opened (seed 001: the backup always answers).
@@ -1166,7 +1190,10 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
             break
         if _waits_past_the_cap(reason, retry_after, retry):
             break  # sent at the cap it would be refused again: the model is told the server's wait instead
+        if _run_cancelled(this, not_sent="retry"):
+            break  # the run was cancelled while this attempt was out: not sent again, nor waited for
         delay = backoff_delay(reason=reason, attempt=attempt, retry=retry, retry_after_s=retry_after, rng=_rng)
+        waited = delay > 0
         if stop is None:
             clock.sleep(delay)
         # A batch's thread waits in short steps (on the gate's clock still): the run's time running out ends the
@@ -1179,6 +1206,27 @@ def _attempts(this: _Call, contract: ToolContract, args: dict[str, Any]) -> tupl
     # result check says the write was carried out): its outcome is unknown.
     unknown = maybe_done and not (reason or "").startswith("result:")
     return value, reason, detail, unknown, reached
+
+
+def _run_cancelled(this: _Call, *, not_sent: Literal["retry", "fallback"]) -> bool:
+    """Whether the call's run was cancelled (``run_cancellation``; False outside a run's worker), asked of a call
+    that failed before it is sent again (``not_sent`` "retry") or handed to its fallback ("fallback"). Found so, the
+    decision is audited once, as the call's (``tool.call``, reason ``cancelled``, never sent: attempt 0, no latency),
+    and not asked again: the call ends with the failure of its last attempt."""
+    if this.run_cancelled:
+        return True
+    cancelled = _run_cancelled_check.get()
+    if cancelled is None or this.who.run_id is None or not cancelled():
+        return False
+    this.run_cancelled = True
+    this.audit(
+        ok=False,
+        reason="cancelled",
+        result={"interrupted": "cancelled", "not_sent": not_sent},
+        attempt=0,
+        latency_ms=None,
+    )
+    return True
 
 
 def _record_cut_short(this: _Call, *, attempt: int, started: float, answered: bool, writes: bool) -> None:
