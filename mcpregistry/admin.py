@@ -29,13 +29,20 @@ from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from audit.models import AuditEvent
 from audit.visible import invisible_characters, visible_text
 from mcpregistry import discovery_view
-from mcpregistry.binding_policy import readable_variables_text
+from mcpregistry.binding_policy import readable_variables_text, setting_secret_problem, url_credentials_problem
 from mcpregistry.contract_form import ToolContractForm
 from mcpregistry.contracts import gate_filled_argument, schema_with_contract
 from mcpregistry.crypto import readable
 from mcpregistry.gate_records import contract_of
 from mcpregistry.list_fields import TextListField
-from mcpregistry.models import McpServer, McpTool, RequestCategory, ToolContract, readable_map
+from mcpregistry.models import (
+    McpServer,
+    McpTool,
+    RequestCategory,
+    ToolContract,
+    _setting_secret_problem,
+    readable_map,
+)
 from mcpregistry.services import (
     DiscoveryReport,
     HealthReport,
@@ -333,6 +340,55 @@ class McpServerForm(forms.ModelForm):
             self.instance.headers = merge_secrets(self.instance.headers, header_changes, clear=clear)
         return cleaned
 
+    def full_clean(self) -> None:
+        super().full_clean()
+        if self.is_bound and self._errors:
+            self._not_sent_back()
+
+    def _not_sent_back(self) -> None:
+        """A refused page sends back no secret: what was typed in the secret boxes (never shown) is named, so that
+        it is entered again, and a setting refused for holding a secret is shown without it (the field blank, a
+        settings line left out), its error saying so. A value as stored is shown as it was."""
+        for field in ("new_env", "new_headers"):
+            lines = str(self.data.get(self.add_prefix(field)) or "").splitlines()
+            names = list(dict.fromkeys(n.strip() for n, sep, _v in (line.partition("=") for line in lines) if sep))
+            names = [name for name in names if name]
+            if names:
+                self.add_error(
+                    field,
+                    ngettext(
+                        "%(names)s: enter its value again; values are never sent back.",
+                        "%(names)s: enter their values again; values are never sent back.",
+                        len(names),
+                    )
+                    % {"names": ", ".join(names)},
+                )
+        shown = self.data.copy()
+        for field in ("url", "args", "command", "cwd"):
+            text = str(self.data.get(self.add_prefix(field)) or "")
+            # Refused for it, or dropped unsaid (a stdio server's URL, its field hidden): either way not shown.
+            if field not in self.changed_data or not _holds_secret(field, text):
+                continue
+            shown[self.add_prefix(field)] = ""
+            self.add_error(field, _("It was not sent back, as it holds a secret: enter it again without it."))
+        if "env_settings" in self._errors and "env_settings" in self.changed_data:
+            stored = set(str(self.initial.get("env_settings") or "").splitlines())
+            kept, left_out = [], []
+            for line in str(self.data.get(self.add_prefix("env_settings")) or "").splitlines():
+                name, _sep, value = line.partition("=")
+                if line not in stored and _setting_secret_problem(name.strip(), value.strip()):
+                    left_out.append(name.strip())
+                else:
+                    kept.append(line)
+            if left_out:
+                shown[self.add_prefix("env_settings")] = "\n".join(kept)
+                self.add_error(
+                    "env_settings",
+                    _("%(names)s: not sent back, as it holds a secret: enter it again as a secret value.")
+                    % {"names": ", ".join(left_out)},
+                )
+        self.data = shown
+
     def _update_errors(self, errors: ValidationError) -> None:
         # The model validates env/headers; on this form they are entered as new_env/new_headers, and the settings
         # (public_env) as env_settings.
@@ -340,6 +396,15 @@ class McpServerForm(forms.ModelForm):
             renamed = {"env": "new_env", "headers": "new_headers", "public_env": "env_settings"}
             errors = ValidationError({renamed.get(k, k): v for k, v in errors.error_dict.items()})
         super()._update_errors(errors)
+
+
+def _holds_secret(field: str, text: str) -> bool:
+    """Whether the server setting ``field``, as typed (``args`` a line each), holds what the model refuses as a
+    secret: a URL's user and password, or what the audit hides."""
+    value: Any = [line.strip() for line in text.splitlines() if line.strip()] if field == "args" else text.strip()
+    if field == "url" and url_credentials_problem(text.strip(), ""):
+        return True
+    return bool(value) and setting_secret_problem(field, value, "") is not None
 
 
 class RulesLeftMixin:
@@ -372,6 +437,9 @@ class RulesLeftMixin:
         actions["delete_selected"] = (delete_naming_rules, name, description)
         return actions
 
+
+# A discovery waits for its server at least this long (``mcp_server_discover``: ``max(timeout_s, 30)``).
+DISCOVERY_WAIT_MIN_S = 30.0
 
 # The server page lists its tools read-only, as links (a tool is enabled, reviewed and given its contract on its own
 # page): a form field per tool made a server of a few hundred tools unsavable (Django's limit on a request's fields,
@@ -500,6 +568,12 @@ class McpServerAdmin(RulesLeftMixin, ServiceAdminMixin, admin.ModelAdmin):
             },
         ),
     ]
+
+    def render_change_form(self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        server = context.get("original")
+        if server is not None:  # what the Discover tools button says it waits at most (as ``mcp_server_discover``)
+            context["discovery_wait_s"] = f"{max(server.timeout_s, DISCOVERY_WAIT_MIN_S):g}"
+        return super().render_change_form(request, context, *args, **kwargs)
 
     def get_fieldsets(self, request: HttpRequest, obj: McpServer | None = None) -> Any:
         fieldsets = list(super().get_fieldsets(request, obj))

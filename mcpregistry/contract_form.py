@@ -86,10 +86,14 @@ def _merge(stored: dict[str, Any], key: str, value: Any, *, default: Any = None)
         stored[key] = value
 
 
+# A bool argument's allowed values typed as words (its JSON list, ``[true, false]``, reads as well).
+BOOL_WORDS = {"true": True, "false": False}
+
+
 def list_value(text: str, item_type: str = "") -> list[Any] | None:
     """A list as typed into a text box: a JSON list when the text is one, else comma-separated values (numbers
-    where ``item_type`` is int or float; ``[긴급], [일반]`` is two values, where it was kept as one); None for no
-    text."""
+    where ``item_type`` is int or float, ``true``/``false`` where it is bool; ``[긴급], [일반]`` is two values, where
+    it was kept as one); None for no text."""
     text = text.strip()
     if not text:
         return None
@@ -101,6 +105,8 @@ def list_value(text: str, item_type: str = "") -> list[Any] | None:
         else:
             return parsed if isinstance(parsed, list) else [parsed]
     items = [item.strip() for item in text.split(",") if item.strip()]
+    if item_type == "bool":
+        return [BOOL_WORDS.get(item.lower(), item) for item in items]
     return [_number(item) for item in items] if item_type in {"int", "float"} else items
 
 
@@ -138,6 +144,8 @@ class ArgsTableWidget(EditorWidget):
         self.schema: dict[str, Any] = {}
         self.stored: dict[str, Any] = {}
         self.problem: str | None = None
+        # The form's errors at this field (``arg.key: ...``), so that the cells they name are marked, not every one.
+        self.errors: list[str] = []
 
     def schema_arguments(self) -> dict[str, Any]:
         properties = self.schema.get("properties")
@@ -166,6 +174,10 @@ class ArgsTableWidget(EditorWidget):
                     # lists it, or lists nothing (then the input schema's arguments are allowed).
                     "listed": arg in self.stored,
                     "in_contract": arg in specs or not specs,
+                    # A URL's hosts: offered where the argument may be a text, and wherever some are set.
+                    "hosts": allowed_text(spec.get("allowed_hosts")),
+                    "hosts_shown": spec.get("type") in (None, "", "str") or "allowed_hosts" in spec,
+                    "bad": self.error_keys(arg),
                 }
             )
         context["widget"].update(
@@ -177,6 +189,17 @@ class ArgsTableWidget(EditorWidget):
             }
         )
         return context
+
+    def error_keys(self, arg: str) -> set[str]:
+        """The keys of ``arg``'s row that an error names (``room.pattern: ...`` names ``pattern``); "" for an
+        error about the argument as a whole (``room: ...``)."""
+        keys = set()
+        for error in self.errors:
+            if error.startswith(f"{arg}."):
+                keys.add(error[len(arg) + 1 :].partition(":")[0].partition(".")[0])
+            elif error.startswith(f"{arg}:"):
+                keys.add("")
+        return keys
 
     def value_from_editor(self, data: MultiValueDict[str, Any], name: str) -> Any:
         result: dict[str, Any] = {}
@@ -220,6 +243,10 @@ class ArgsTableWidget(EditorWidget):
         for key in ("min_length", "max_length"):
             _merge(spec, key, _number(field(key)) if field(key) else None)
         _merge(spec, "pattern", field("pattern") or None)
+        if f"{prefix}__allowed_hosts" in data:  # offered on this row (a text's): else kept as stored
+            hosts = list_value(field("allowed_hosts"))
+            if hosts != spec.get("allowed_hosts"):
+                _merge(spec, "allowed_hosts", hosts)
         return spec
 
 
@@ -409,8 +436,9 @@ class ToolContractForm(forms.ModelForm):
                 names.append(contract.idempotency_arg)  # shown as stored, refused on save
             self.fields["idempotency_arg"].choices = [("", str(_("— none —"))), *((n, n) for n in names)]
             self.fields["idempotency_arg"].help_text = _(
-                "Write tools: the argument that carries each call's idempotency key (run + call id), so that a "
-                "call whose outcome is unknown may be sent again with the same key. None: sent at most once."
+                "Write tools: the argument that carries each call's idempotency key (<run id>:<approval id>; a "
+                "write with no approval: <run id>:<call id>), so that a call whose outcome is unknown may be sent "
+                "again with the same key. None: sent at most once."
             )
             if contract.pk:
                 self.initial["contract_json"] = json.dumps(contract_entry(contract), ensure_ascii=False, indent=2)
@@ -421,6 +449,11 @@ class ToolContractForm(forms.ModelForm):
         )
         # A page that does not show the cap (an older form, a script posting the fields it knows) keeps it.
         self.fields["correction_cap"].required = False
+
+    def full_clean(self) -> None:
+        super().full_clean()
+        if self._errors:  # the argument table marks the cells its errors name
+            self.fields["args"].widget.errors = [str(error) for error in self._errors.get("args", [])]
 
     def clean_correction_cap(self) -> int:
         value = self.cleaned_data.get("correction_cap")

@@ -286,7 +286,9 @@ class McpServer(AuditedModel):
             if field_name in errors or not value or (self.pk is not None and value == stored_value(self, field_name)):
                 continue
             if problem := setting_secret_problem(field_name, value, str(where)):
-                errors.setdefault(field_name, []).append(problem)
+                # Named as the page names the field (a list under "args" is judged as a command line: by its name).
+                shown = str(self._meta.get_field(field_name).verbose_name)
+                errors.setdefault(field_name, []).append(setting_secret_problem(shown, value, str(where)) or problem)
         # "***" is what the audit shows in place of a secret: stored as one, it replaced the real value unseen.
         public = set(self.public_env or []) if isinstance(self.public_env, list) else set()
         for field_name, entries in (("env", self.env), ("headers", self.headers)):
@@ -622,7 +624,10 @@ class ToolContract(AuditedModel):
         _("idempotency key argument"),
         max_length=100,
         blank=True,
-        help_text=_("If set, write calls pass their idempotency key (run + call id) in this argument."),
+        help_text=_(
+            "If set, write calls pass their idempotency key in this argument: <run id>:<approval id> (a write "
+            "with no approval: <run id>:<call id>)."
+        ),
     )
     correction_cap = models.PositiveIntegerField(
         _("argument corrections per run"),

@@ -22,8 +22,38 @@
     });
   }
 
+  // Discover tools and Check health wait for the server: once one is sent, both buttons are disabled (a second
+  // click queued a second discovery), and the discovery says how long it may take (its text is the page's, in the
+  // reader's language). A page come back to from the next one gets its buttons back.
+  function busyButtons() {
+    const buttons = [...document.querySelectorAll(".server-tools button[type=submit]")];
+    const restore = buttons.map((button) => [button, button.textContent]);
+    buttons.forEach((button) => {
+      button.form.addEventListener("submit", (event) => {
+        if (buttons.some((b) => b.disabled)) {
+          event.preventDefault();
+          return;
+        }
+        buttons.forEach((b) => {
+          b.disabled = true;
+        });
+        if (button.dataset.busy) button.textContent = button.dataset.busy;
+        button.setAttribute("aria-busy", "true");
+      });
+    });
+    window.addEventListener("pageshow", (event) => {
+      if (!event.persisted) return;
+      restore.forEach(([button, text]) => {
+        button.disabled = false;
+        button.textContent = text;
+        button.removeAttribute("aria-busy");
+      });
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
     apply();
+    busyButtons();
     const transport = document.getElementById("id_transport");
     if (transport) transport.addEventListener("change", apply);
   });
