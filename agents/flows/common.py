@@ -9,7 +9,7 @@ from typing import Any, TypedDict
 from django.conf import settings as django_settings
 
 from agent_platform.json import loads as json_loads
-from agents.answers import all_calls_failed_text
+from agents.answers import TOOL_OWN_ERRORS, all_calls_failed_text
 from agents.tools import ToolFailure
 from mcpregistry.gate import reports_error
 
@@ -32,10 +32,13 @@ NOT_NAMES = frozenset({"프로젝트", "자산", "노트북", "모니터", "인�
                        "같은", "가진", "있는", "없는", "맡은", "쓰는", "입사한", "관련", "대해", "대한", "진행", "중인",
                        "담당", "관리", "문의", "올해", "작년", "내년", "신규", "회사", "가능한",
                        "구성원", "멤버"})  # fmt: skip
-# ``TEAM`` reads a name written together with its title ("김하늘팀장님", "박도윤팀원") as a team ("김하늘팀"): such a
-# name is told from a team's lead or members ("클라우드운영팀장", "개발팀원") by its shape, a full name of three
-# syllables whose first is a common family name and that reads as a name (``_could_be_a_name``); the teams of three
-# syllables that begin with a family name ("서비스팀") are teams. A given name alone ("하늘팀장님") reads as a team.
+# ``TEAM`` reads a name written together with its title ("김하늘팀장님", "박도윤팀원") as a team ("김하늘팀"), and
+# so it is read (``team_in``): "백엔드팀장", "신제품팀원" are a team's lead and members, though their words begin as
+# a family name does. Only an honorific after the title ("김하늘팀장님") makes a full name of three syllables whose
+# first is a common family name and that reads as a name (``_glued_name``) a person's: where there is no team of
+# that name, a template reads the rest as the person (``glued_person``: "박도윤팀장 팀원 몇 명이야?"). The teams of
+# three syllables that begin with a family name ("서비스팀") are teams even so. A given name alone ("하늘팀장님")
+# reads as a team.
 GLUED_TITLES = ("팀장", "팀원")
 FAMILY_NAMES = frozenset(
     "김이박최정강조윤장임한오서신권황안송전홍유고문양손배백허남심노하곽성차주우구민류나진지엄채원천방공"
@@ -111,7 +114,8 @@ def name_in(query: str) -> str | None:
     word that reads as a name ("박도윤 프로젝트?"); ``None`` where none does ("프로젝트 알려줘", "클라우드운영팀
     몇명이야?"). A name is two to four Hangul syllables, no team, none of the words the templates are asked about,
     of time or manner, a modifier nor a request's ending; with a title written together with it ("김하늘팀장님"),
-    a full name (``_glued_name``: "개발팀장" is a team's lead, as ``team_in`` reads it)."""
+    a full name (``_glued_name``: "개발팀장" is a team's lead, as ``team_in`` reads it; "박도윤팀장" is named, and
+    ``team_in`` reads a team in it too, which the templates ask for first)."""
     words = WORD.findall(query)
     stems = [_name_stem(word) for word in words]
     candidates = []
@@ -128,18 +132,32 @@ def name_in(query: str) -> str | None:
 
 
 def _teams(query: str) -> list[re.Match[str]]:
-    """The teams ``query`` names: the words ending in 팀, but a name with a title written together with it
-    ("김하늘팀장님", "박도윤팀원": ``_glued_name``), which is a person's."""
+    """The teams ``query`` names: the words ending in 팀, but a name with a title and an honorific written together
+    with it ("김하늘팀장님": ``_glued_name``), which is a person's ("박도윤팀장", "백엔드팀장" are teams' leads)."""
     return [
         found
         for found in TEAM.finditer(query)
-        if not (query.startswith(GLUED_TITLES, found.end() - 1) and _glued_name(found.group(1)[:-1]))
+        if not (
+            query.startswith(GLUED_TITLES, found.end() - 1)
+            and query.startswith(HONORIFIC, found.end() + 1)
+            and _glued_name(found.group(1)[:-1])
+        )
     ]
 
 
+def glued_person(query: str, team: str) -> str | None:
+    """The person ``team`` (as ``team_in`` read it) may be instead: the name written together with a title
+    ("박도윤" of "박도윤팀장 팀원 몇 명이야?", ``_glued_name``), which a template looks up where there is no such
+    team; ``None`` where the team cannot be a name ("클라우드운영팀장", "서비스팀원", "김하늘팀 프로젝트")."""
+    stem = team.removesuffix("팀")
+    glued = any(stem + title in query for title in GLUED_TITLES)
+    return stem if glued and _glued_name(stem) else None
+
+
 def team_in(query: str) -> str | None:
-    """The first team ``query`` names ("클라우드운영팀 몇 명", "클라우드운영팀장 누구야"); ``None`` where it names
-    none ("김하늘팀장님 프로젝트" names a person)."""
+    """The first team ``query`` names ("클라우드운영팀 몇 명", "클라우드운영팀장 누구야", "백엔드팀장 누구야",
+    "박도윤팀장": ``glued_person`` may be the one meant); ``None`` where it names none ("김하늘팀장님 프로젝트"
+    names a person)."""
     teams = _teams(query)
     return teams[0].group(1) if teams else None
 
@@ -179,7 +197,7 @@ def as_data(result: Any) -> Any:
 
 # The gate's reasons a later call may not meet: it did not get through this time (it timed out, hit a rate limit,
 # found the server unreachable or answering out of protocol, failed unexpectedly), or the server's breaker is open
-# for a while. A tool's own error value says so itself ("fallback": "retry").
+# for a while.
 RETRY_MAY_FIX = frozenset(
     {"timeout", "rate_limit", "transport", "protocol", "unexpected", "circuit:open", "local:busy"}
 )
@@ -189,16 +207,18 @@ def unavailable(what: str, result: Any) -> str:
     """The end user's answer where a call brought nothing (``unanswered``): ``what`` (with its particle, "직원
     정보를") could not be fetched, and what to do, by the failure's reason code as the rule path says it
     (``agents.answers.all_calls_failed_text``): "try again later" only where a retry may fix it (``RETRY_MAY_FIX``,
-    and a tool's own error value); an out-of-date tool needs an administrator, a value the tool refuses would be
-    refused again. A failure the rule path does not tell apart from the retryable ones (an unknown or disabled
-    tool, a disabled server, an answer out of contract) is no matter of time here: an administrator must look.
-    A read tool's own error (``tool:error``) is said with its own words where the call carries them
-    (``tool_error_text``). Never the failure's own message: that is the gate's guidance for a model (how to call
-    again), shown on the run page with the call, not to the user."""
+    and an error the tool answered beside its data, which the gate hands over as an answer); an out-of-date tool
+    needs an administrator, a value the tool refuses would be refused again. A failure the rule path does not tell
+    apart from the retryable ones (an unknown or disabled tool, a disabled server, an answer out of contract) is no
+    matter of time here: an administrator must look. A read tool's own error, raised (``tool:error``) or returned
+    as a value (``tool:error_value``: "등록되지 않은 직원입니다 (등록된 직원: …)"), is said with its own words
+    where the call carries them (``tool_error_text``), as the rule path says it. Never the failure's own message:
+    that is the gate's guidance for a model (how to call again), shown on the run page with the call, not to the
+    user."""
     code = str(result.get("error") or "") if failed(result) else ""
-    if not code or code in RETRY_MAY_FIX or code == "tool:error_value":
+    if not code or code in RETRY_MAY_FIX:
         return f"{what} 지금 가져오지 못했습니다. 잠시 후 다시 시도해 주세요."
-    if code == "tool:error":
+    if code in TOOL_OWN_ERRORS:
         # The rule path's sentence says itself that the information could not be retrieved: said once, of
         # ``what``, then the tool's own words as the rule path quotes them (where the call carries them:
         # ``tool_error_text``).

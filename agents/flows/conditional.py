@@ -13,6 +13,7 @@ from agents.flows.common import (
     as_data,
     ask_for_a_name,
     default_mcp_id,
+    glued_person,
     name_in,
     project_names,
     team_in,
@@ -60,7 +61,8 @@ def route(state: FlowState) -> str:
 # answer as it is. Assets are a person's (``get_asset`` filters by owner only: "클라우드운영팀 노트북" and a question
 # naming nobody ask for a name); projects a team's, the one named or the named person's (looked up first, as the
 # sequential template does), or, where nobody is named, every team's ("전체 프로젝트 보여줘": the tool's empty
-# filter means every team).
+# filter means every team). A team written together with a title that may be a name ("박도윤팀장") is asked for
+# first, then, where there is no such team, the person of that name's (``of_team``).
 
 
 async def assets(state: FlowState) -> dict[str, Any]:
@@ -91,6 +93,29 @@ async def team_of(name: str) -> tuple[str, str]:
     return team, f"{employee['name']} 님은 {team} 소속입니다. "
 
 
+def no_such_team(found: Any) -> bool:
+    """Whether a team's lookup found nothing of it: the server's text ("'백엔드팀' 팀을 찾을 수 없습니다", "팀의
+    프로젝트가 없습니다") or an empty answer; a call that brought nothing (``unanswered``) is no answer of that."""
+    data = as_data(found)
+    if unanswered(found):
+        return False
+    return isinstance(data, str) or not data or (isinstance(data, dict) and not data.get("count"))
+
+
+async def of_team(query: str, tool: str, team: str) -> tuple[str, str, Any]:
+    """``tool``'s answer for ``team``, with the team it is of and the sentence that says whose it is: where there is
+    no such team and the team is a name written together with a title (``glued_person``: "박도윤팀장 팀원 몇
+    명이야?"), that person's team's ("박도윤 님은 물류플랫폼팀 소속입니다. "); where nobody has that name either
+    ("백엔드팀장 누구야?"), the team's answer."""
+    found = await mcp.call(tool, params={"team": team})
+    person = glued_person(query, team)
+    if person and no_such_team(found):
+        their_team, belongs = await team_of(person)
+        if their_team:
+            return their_team, belongs, await mcp.call(tool, params={"team": their_team})
+    return team, "", found
+
+
 async def projects(state: FlowState) -> dict[str, Any]:
     team, belongs = team_in(state["query"]), ""
     name = "" if team else name_in(state["query"])
@@ -98,8 +123,12 @@ async def projects(state: FlowState) -> dict[str, Any]:
         team, belongs = await team_of(name)
         if not team:
             return {"output": belongs}
-    # Nobody named: every team's (the tool's empty filter, "빈 문자열이면 전체": "전체 프로젝트 보여줘").
-    found = await mcp.call("list_projects", params={"team": team or ""})
+        found = await mcp.call("list_projects", params={"team": team})
+    elif team:
+        team, belongs, found = await of_team(state["query"], "list_projects", team)
+    else:
+        # Nobody named: every team's (the tool's empty filter, "빈 문자열이면 전체": "전체 프로젝트 보여줘").
+        found = await mcp.call("list_projects", params={"team": ""})
     label = team or "전체"
     if unanswered(found):
         return {"output": belongs + unavailable(f"{label} 프로젝트 목록을", found)}
@@ -121,9 +150,12 @@ async def members(state: FlowState) -> dict[str, Any]:
         team, belongs = await team_of(name)
         if not team:
             return {"output": belongs}
-    if not team:
+        found = await mcp.call("list_team_members", params={"team": team})
+    elif team:
+        team, belongs, found = await of_team(query, "list_team_members", team)
+    else:
         return {"output": "팀 이름을 알려 주세요. (예: 클라우드운영팀 몇 명이야?)"}
-    found = as_data(await mcp.call("list_team_members", params={"team": team}))
+    found = as_data(found)
     if unanswered(found):
         return {"output": belongs + unavailable(f"{team} 인원 정보를", found)}
     if isinstance(found, dict) and "count" in found:

@@ -5,8 +5,9 @@ query itself (``GET /teams/클라우드운영팀/members``). Routes: ``/employee
 ``/teams/{team}/projects``, ``/assets?owner={name}``. The output is ``{"status": ..., "body": ...}``: 200 with
 the data, 400 for a path that cannot be read or that names no one (``/assets`` without an owner: no tool is
 called), 404 where there is none (the server's text as ``error``), 405 for a method but GET, 502 where the call
-failed (its reason code as ``error``) or the tool answered its own error as a value (``{"error": "인사 시스템 점검
-중"}``: ``tool:error``, the gate's code for a tool's own error).
+failed (its reason code as ``error``: a read tool's own error raised is ``tool:error``, returned as a value
+``tool:error_value``, each with the tool's own words in ``message``) or the tool answered its own error beside its
+data, which the gate hands over as an answer (``tool:error``).
 """
 
 from __future__ import annotations

@@ -116,6 +116,14 @@ def test_a_flow_call_refused_as_out_of_date_tells_the_user_an_administrator_must
 UNAVAILABLE = f"지금 가져오지 못했습니다. {TRY_AGAIN}"
 
 
+def told(tool: str) -> str:
+    """A tool's own error report, quoted once after the sentence (the gate's ``tool:error_value``)."""
+    return (
+        "가져오지 못했습니다: 도구가 오류를 알렸습니다. 요청 내용을 확인하시거나 잠시 후 다시 시도해 주세요. "
+        f"{tool} 도구의 답: “인사 시스템 점검 중”"
+    )
+
+
 @pytest.mark.parametrize(
     ("graph", "query", "answers", "expected"),
     [
@@ -227,14 +235,17 @@ DOWN_SERVER = textwrap.dedent(
 @pytest.mark.parametrize(
     ("graph", "query", "expected"),
     [
-        ("sequential", "김하늘 님의 프로젝트", f"직원 정보를 {UNAVAILABLE}"),
-        ("parallel", "김하늘 님의 자산", f"직원 정보를 {UNAVAILABLE}"),
-        ("conditional", "김하늘의 노트북", f"김하늘 자산 정보를 {UNAVAILABLE}"),
+        ("sequential", "김하늘 님의 프로젝트", f"직원 정보를 {told('search_employee')}"),
+        ("parallel", "김하늘 님의 자산", f"직원 정보를 {told('search_employee')}"),
+        ("conditional", "김하늘의 노트북", f"김하늘 자산 정보를 {told('get_asset')}"),
         (
             "http_pipeline",
             "GET /employees/김하늘",
             json.dumps(
-                {"status": 502, "body": {"error": "tool:error_value", "message": f"요청한 정보를 {UNAVAILABLE}"}},
+                {
+                    "status": 502,
+                    "body": {"error": "tool:error_value", "message": f"요청한 정보를 {told('search_employee')}"},
+                },
                 ensure_ascii=False,
             ),
         ),
