@@ -898,8 +898,11 @@ def _contract_given(cspec: ContractSpec) -> dict[str, Any]:
     }
 
 
-# A rule entry's keys by the rule's field each one sets (``mcp_id``: the server it names).
-_RULE_ENTRY_KEYS = {
+# A rule entry's keys by the rule's field each one sets (``mcp_id``: the server it names); the rule editor's JSON
+# view holds the same keys (``agents.rule_form``).
+RULE_DOCUMENT_FIELDS = {
+    "agent": "agent",
+    "name": "name",
     "order": "order",
     "enabled": "enabled",
     "mcp_id": "server",
@@ -910,6 +913,8 @@ _RULE_ENTRY_KEYS = {
     "answer_template": "answer_template",
     "force_first_tool": "force_first_tool",
 }
+# What an existing rule's entry may change (its agent and name are how it is found).
+_RULE_ENTRY_KEYS = {key: field for key, field in RULE_DOCUMENT_FIELDS.items() if key not in {"agent", "name"}}
 
 
 def _rule_updated_key(rspec: RuleSpec, changed: list[str]) -> str:

@@ -25,7 +25,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.json import loads as json_loads
 from agents.agent_settings_form import agent_tool_names, rule_forcing_problems, tools_outside_filters
-from agents.configuration import RuleSpec, document_problems, rule_entry
+from agents.configuration import RULE_DOCUMENT_FIELDS, RuleSpec, document_problems, rule_entry
 from agents.deterministic import PLACEHOLDER, WhenSpec
 from agents.models import Agent, DeterministicRule
 from mcpregistry.contract_form import EditorWidget, OpenChoiceField
@@ -671,19 +671,7 @@ class DeterministicRuleForm(forms.ModelForm):
 
 
 # The rule JSON's keys (``configuration.rule_entry``) and the form's fields that hold them.
-DOCUMENT_FIELDS = {
-    "agent": "agent",
-    "name": "name",
-    "order": "order",
-    "enabled": "enabled",
-    "mcp_id": "server",
-    "tool": "tool_name",
-    "code": "code",
-    "when": "when",
-    "params": "params",
-    "answer_template": "answer_template",
-    "force_first_tool": "force_first_tool",
-}
+DOCUMENT_FIELDS = RULE_DOCUMENT_FIELDS
 
 
 def _json(text: str) -> Any:
