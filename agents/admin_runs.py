@@ -149,6 +149,22 @@ def _tool_data_shown(text: str) -> str:
     return _TOOL_DATA_BLOCK.sub(shown, text) if TOOL_DATA_OPEN in text else text
 
 
+def _tool_answer_shown(text: str) -> str:
+    """A successful call's text as the model read it (``gate.ToolResult.for_model``: the tool's answer in a
+    ``<tool_data>`` block, a fallback's notice before it) as a person reads the tool's answer: the block's value
+    itself, a text as it is and anything else as indented JSON; the notice stays. A block that is no JSON (cut
+    short), and a text stored before answers were delimited, stay as they are."""
+
+    def shown(block: re.Match[str]) -> str:
+        try:
+            value = json.loads(block.group(1))
+        except ValueError:
+            return block.group(0)
+        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=2)
+
+    return _TOOL_DATA_BLOCK.sub(shown, text) if TOOL_DATA_OPEN in text else text
+
+
 def _failed_text(reason: str) -> str:
     """ "failed: <the reason in words> (<its code>)", or the code alone where there are no words for it."""
     words = reason_label(reason) if reason else ""
@@ -809,7 +825,9 @@ class _Timeline:
         content = _text(entry.get("content", ""))
         # A failure's message is the gate's, its details in a block; a result is the tool's own text, as it is, but
         # for the characters that do not show themselves, written out (a rejection's reason, a tool's output).
-        step.result = visible_text(_tool_data_shown(content) if failed else content)
+        # A success reached the model as data in a block (``gate.ToolResult.for_model``): shown here as the tool's
+        # answer, as a rule's call is.
+        step.result = visible_text(_tool_data_shown(content) if failed else _tool_answer_shown(content))
         events = self.pass_calls(call_id)
         if events and events[0].args:
             step.with_args(events[0].args)
