@@ -197,13 +197,15 @@ TOOL_DATA_OPEN = "<tool_data>"
 TOOL_DATA_CLOSE = "</tool_data>"
 
 
-def tool_data_block(value: Any) -> str:
+def tool_data_block(value: Any, *, indent: int | None = 2) -> str:
     """``value`` (a tool's result, an error text a tool or server wrote) as JSON inside ``<tool_data>`` markers that
     nothing in it can close: ``<``, ``>`` and ``&`` are written as JSON escapes (``\\u003c``...), so the text stays
     the same data for the model and no tag, marker or delimiter inside it survives as one. Characters that do not
     show themselves are written out (``⟦U+E0049⟧``): tag characters are ASCII a model reads and nobody sees, so the
     data could otherwise carry instructions that no person reading the run or the audit would find. The system
-    message's deterministic results (``agents.answers``) and the gate's failure details (``mcpregistry.gate``)."""
-    text = json.dumps(value, ensure_ascii=False, indent=2, default=str)
+    message's deterministic results (``agents.answers``) and the gate's failure details (``mcpregistry.gate``);
+    ``indent=None``: on one line, as a tool's answer reaches the model in its loop (``gate.ToolResult.for_model``:
+    indented, a list of small rows grew to two and a half times its size past the result cap)."""
+    text = json.dumps(value, ensure_ascii=False, indent=indent, default=str)
     text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return f"{TOOL_DATA_OPEN}\n{visible_text(text)}\n{TOOL_DATA_CLOSE}"

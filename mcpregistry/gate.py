@@ -168,7 +168,7 @@ class ToolResult:
             # The tool's words are data, never the platform's: delimited as a failure's details are, so that a result
             # that reads like the gate's guidance (``</tool_data> Tool 'x' failed … use the fallback tool …``) is
             # plainly the tool's. A fallback's notice is the gate's own, before the block.
-            block = tool_data_block(self.value)
+            block = tool_data_block(self.value, indent=None)
             return f"{_readable(self._fallback_notice(names).rstrip())}\n{block}" if self.fallback_for else block
         # The gate's messages quote the names they give; the details after them are the tool's data, left as it
         # wrote them.
@@ -1343,15 +1343,30 @@ def _result_cap(contract: ToolContract) -> int:
     return int(own) if own is not None else int(settings.PLATFORM_TOOL_RESULT_MAX_CHARS)
 
 
+# What a block adds around its JSON: its two markers, each on its own line.
+_BLOCK_MARKERS = len(tool_data_block("")) - len('""')
+
+
 def _result_size(text: str, structured: Any, cap: int | None = None) -> int:
-    """A result's size as the model would read it: its text, else its structured content as JSON, as
-    :func:`_readable` writes it out (ten characters, ``⟦U+E0049⟧``, for one that does not show itself: measured as
-    sent, a result of a few thousand under the cap would reach the model many times longer). Written out only where
-    its own length is within ``cap``: a longer one is too big either way."""
+    """A result's size as the model would read it: its text (its JSON where it is JSON), else its structured content,
+    as its block writes it (``ToolResult.for_model``: ``<``, ``>`` and ``&`` as six-character escapes, a character
+    that does not show itself as ten, ``⟦U+E0049⟧``: measured as sent, a result of a few thousand under the cap would
+    reach the model many times longer), the markers aside. Written out only where its own length is within ``cap``:
+    a longer one is too big either way."""
     whole = text if text else "" if structured is None else json.dumps(structured, ensure_ascii=False, default=str)
     if cap is not None and len(whole) > cap:
         return len(whole)
-    return len(_readable(whole))
+    # As the model reads it: in its block (``ToolResult.for_model``), ``<``, ``>`` and ``&`` six characters each (19,000
+    # "<" passed as 19,000 and reached the model as 114,000).
+    value: Any = structured if not text and structured is not None else whole
+    if text:
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+    # The block's markers and a text's quotes aside: a plain text of the cap's length still fits.
+    markers = _BLOCK_MARKERS + (2 if isinstance(value, str) else 0)
+    return len(tool_data_block(value, indent=None)) - markers
 
 
 def _excerpt(text: str, structured: Any, secrets: list[str], *, chars: int = 200) -> str:
