@@ -106,6 +106,7 @@ def test_run_query_exits_non_zero_for_a_cancelled_run(monkeypatch: pytest.Monkey
     assert str(refused.value) == f"실행 {run.id} 이(가) 취소되었습니다: 운영자이(가) 취소함"
 
 
+@pytest.mark.slow
 def test_run_query_exits_with_its_own_status_for_a_run_awaiting_approval(monkeypatch: pytest.MonkeyPatch) -> None:
     def park(run: Run) -> None:
         Approval.objects.create(

@@ -274,6 +274,7 @@ def test_a_database_error_that_is_the_platforms_own_is_no_outage() -> None:
     assert exception_handler(wrapped("no such table: agents_run"), {}) is None  # Django's 500, its traceback logged
 
 
+@pytest.mark.slow
 def test_a_run_submitted_and_a_scrape_while_the_database_is_down_answer_503(tmp_path: Path) -> None:
     script = (
         "import json\nfrom django.test import Client\n"

@@ -186,6 +186,7 @@ def test_json_log_lines_carry_the_run_id_and_the_trace_id_and_mask_secrets(spans
     assert "run_id" not in outside and "trace_id" not in outside
 
 
+@pytest.mark.slow
 def test_log_format_json_switches_the_platforms_log_lines_to_json(tmp_path) -> None:
     env = {"PLATFORM_VAR_DIR": str(tmp_path), "LOG_FORMAT": "json", "DJANGO_SETTINGS_MODULE": "agent_platform.settings"}
     done = subprocess.run(

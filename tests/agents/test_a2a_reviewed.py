@@ -92,6 +92,7 @@ def test_a_decomposed_context_id_answers_its_task_and_lists_it(api_caller: ApiCa
         assert (listed["totalSize"], [t["id"] for t in listed["tasks"]]) == (1, [task["id"]])
 
 
+@pytest.mark.slow
 def test_a_reply_in_another_context_is_still_refused(api_caller: ApiCaller, demo_agent: Agent) -> None:
     message = {"messageId": "m-ctx", "role": "ROLE_USER", "contextId": CONTEXT, "parts": [{"text": "메모 저장"}]}
     task = send(api_caller, message)["result"]["task"]

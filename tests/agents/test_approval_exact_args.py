@@ -102,6 +102,7 @@ def close_sessions() -> Iterator[None]:
         get_default_pool().close(mcp_id)
 
 
+@pytest.mark.slow
 def test_an_approved_write_whose_masked_text_fails_its_pattern_is_made_with_the_exact_text(
     db: None, notes: Path, django_capture_on_commit_callbacks: Any
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from django.utils import timezone
 
 from agents.approvals import RunApprovals, approvals_expire_due
@@ -19,6 +20,7 @@ def expiry_events(run: Run) -> list[tuple[str, str, str, bool, int]]:
     return list(rows.values_list("action", "tool", "source", "ok", "attempt"))
 
 
+@pytest.mark.slow
 def test_an_expired_write_leaves_one_audit_event(writer, notes, django_capture_on_commit_callbacks) -> None:  # noqa: F811
     run, _client = writer
     approval = park(run)
@@ -51,6 +53,7 @@ def test_a_decision_that_comes_too_late_audits_the_expiry_once(
     assert expiry_events(run) == [("tool.call", "append_note", "agent", False, 0)]
 
 
+@pytest.mark.slow
 def test_a_run_that_finds_its_approval_past_its_time_audits_the_expiry_once(writer, notes) -> None:  # noqa: F811
     run, _client = writer
     approval = park(run)

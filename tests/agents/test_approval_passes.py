@@ -132,6 +132,7 @@ def test_a_sandboxed_write_made_again_under_its_id_with_other_arguments_is_not_t
     ]
 
 
+@pytest.mark.slow
 def test_an_approved_call_records_the_arguments_it_sent_not_those_of_the_call_that_found_it(
     writer, notes, django_capture_on_commit_callbacks
 ) -> None:
@@ -156,6 +157,7 @@ def test_an_approved_call_records_the_arguments_it_sent_not_those_of_the_call_th
 # ---- 2. an earlier pass's approvals, as the pass made again parks -----------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_approval_a_pass_made_again_left_behind_ends_unused_and_is_not_listed(
     writer, notes, django_capture_on_commit_callbacks, monkeypatch
 ) -> None:
@@ -187,6 +189,7 @@ def test_the_approval_a_pass_made_again_left_behind_ends_unused_and_is_not_liste
     assert len(lines(notes)) == 1
 
 
+@pytest.mark.slow
 def test_a_decision_on_the_pass_made_again_taken_while_it_runs_queues_the_run(
     writer, notes, django_capture_on_commit_callbacks, monkeypatch
 ) -> None:
@@ -214,6 +217,7 @@ def test_a_decision_on_the_pass_made_again_taken_while_it_runs_queues_the_run(
     ]
 
 
+@pytest.mark.slow
 def test_an_earlier_passs_approval_approved_while_the_pass_made_again_runs_ends_unused_as_it_parks(
     writer, notes, monkeypatch
 ) -> None:
@@ -239,6 +243,7 @@ def test_an_earlier_passs_approval_approved_while_the_pass_made_again_runs_ends_
 # ---- 3. a decision's reason is never stored cut -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_admin_refuses_a_rejection_reason_over_the_limit_and_keeps_the_text(writer, notes) -> None:
     run, _client = writer
     approval = park(run)
@@ -265,6 +270,7 @@ def test_the_admin_refuses_a_rejection_reason_over_the_limit_and_keeps_the_text(
     assert approval.status == "rejected" and approval.reason == exactly.replace("\r\n", "\n").strip()
 
 
+@pytest.mark.slow
 def test_the_decision_service_refuses_a_reason_over_the_limit_and_audits_what_it_stores(writer, notes) -> None:
     run, _client = writer
     approval = park(run)

@@ -24,6 +24,7 @@ writer, notes, eager_tasks = test_approvals.writer, test_approvals.notes, test_a
 pytestmark = pytest.mark.django_db(transaction=False)
 
 
+@pytest.mark.slow
 def test_a_decision_taken_while_the_pass_that_asked_still_runs_is_not_lost(
     writer, notes, monkeypatch, django_capture_on_commit_callbacks
 ) -> None:
@@ -53,6 +54,7 @@ def test_a_decision_taken_while_the_pass_that_asked_still_runs_is_not_lost(
     assert Approval.objects.get(run_id=run.id).status == Approval.Status.EXECUTED
 
 
+@pytest.mark.slow
 def test_the_reconciler_queues_a_parked_run_with_no_approval_pending(
     writer, notes, django_capture_on_commit_callbacks
 ) -> None:
@@ -146,6 +148,7 @@ def test_a_pass_cut_short_after_its_run_was_cancelled_ends_the_call_it_claimed(w
     assert Run.objects.get(pk=run.pk).status == Run.Status.CANCELLED
 
 
+@pytest.mark.slow
 def test_the_reconciler_ends_what_a_dead_worker_left_claimed_on_a_finished_run(writer, notes) -> None:
     from agents.services import run_cancel
     from audit.models import AuditEvent
@@ -164,6 +167,7 @@ def test_the_reconciler_ends_what_a_dead_worker_left_claimed_on_a_finished_run(w
     assert runs_reconcile().approvals_ended == 0
 
 
+@pytest.mark.slow
 def test_a_sandboxed_write_is_not_sent_again_when_its_pass_is_made_again(writer, notes, monkeypatch) -> None:
     # An eval run may write on its sandbox server without a person; the model names the call anew on each pass.
     from django.db import OperationalError as DatabaseHiccup

@@ -56,6 +56,7 @@ def assert_refused_as_unreadable(response: Any) -> None:
 # --- 1. the run's agent or server cannot be read ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_call_of_an_agent_whose_secret_cannot_be_read_is_rejected_its_reason_masked(
     writer,  # noqa: F811
     notes,  # noqa: F811
@@ -80,6 +81,7 @@ def test_a_call_of_an_agent_whose_secret_cannot_be_read_is_rejected_its_reason_m
     assert (run.status, run.error_code) == (Run.Status.FAILED, UNREADABLE)  # resumed, it meets the agent's key
 
 
+@pytest.mark.slow
 def test_approving_a_call_of_an_agent_whose_secret_cannot_be_read_is_a_503_and_leaves_it_pending(
     writer,  # noqa: F811
     notes,  # noqa: F811
@@ -137,6 +139,7 @@ def test_the_admin_says_why_it_cannot_approve_and_still_rejects(writer, notes) -
 # --- 2. the approval's own exact arguments cannot be read -----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_approving_a_call_whose_exact_arguments_cannot_be_read_is_refused_at_once(
     writer,  # noqa: F811
     notes,  # noqa: F811
@@ -155,6 +158,7 @@ def test_approving_a_call_whose_exact_arguments_cannot_be_read_is_refused_at_onc
     assert lines(notes) == []
 
 
+@pytest.mark.slow
 def test_a_rejected_call_whose_exact_arguments_cannot_be_read_is_told_as_a_rejection(
     writer,  # noqa: F811
     notes,  # noqa: F811
@@ -175,6 +179,7 @@ def test_a_rejected_call_whose_exact_arguments_cannot_be_read_is_told_as_a_rejec
     assert lines(notes) == []
 
 
+@pytest.mark.slow
 def test_an_approved_call_whose_exact_arguments_became_unreadable_is_never_sent_and_fails_as_such(
     writer,  # noqa: F811
     notes,  # noqa: F811

@@ -100,6 +100,7 @@ def decide(client: APIClient, run: Run, approval: Approval, decision: str, reaso
     )
 
 
+@pytest.mark.slow
 def test_a_write_call_parks_the_run_until_someone_decides(writer, notes) -> None:
     run, client = writer
     approval = park(run)
@@ -111,6 +112,7 @@ def test_a_write_call_parks_the_run_until_someone_decides(writer, notes) -> None
     assert body["approvals"][0]["id"] == str(approval.id)
 
 
+@pytest.mark.slow
 def test_the_answer_of_a_run_with_approvals_is_drf_s_own(writer, notes) -> None:
     from tests.api.test_runs_api import drf_answers
 
@@ -125,6 +127,7 @@ def test_the_answer_of_a_run_with_approvals_is_drf_s_own(writer, notes) -> None:
         assert ours == drf and list(ours) == list(drf)
 
 
+@pytest.mark.slow
 def test_an_approved_call_runs_exactly_once_with_its_idempotency_key(
     writer, notes, django_capture_on_commit_callbacks
 ) -> None:
@@ -161,6 +164,7 @@ def test_a_rejected_call_is_not_made_and_the_model_is_told(writer, notes, django
     assert AuditEvent.objects.filter(run_id=run.id, action="approval.reject").exists()
 
 
+@pytest.mark.slow
 def test_an_expired_approval_fails_the_call(writer, notes, django_capture_on_commit_callbacks) -> None:
     run, client = writer
     approval = park(run)
@@ -174,6 +178,7 @@ def test_an_expired_approval_fails_the_call(writer, notes, django_capture_on_com
     assert decide(client, run, approval, "approve").status_code == 409
 
 
+@pytest.mark.slow
 def test_an_approval_is_bound_to_its_run(writer, notes) -> None:
     run, client = writer
     approval = park(run)
@@ -187,6 +192,7 @@ def test_an_approval_is_bound_to_its_run(writer, notes) -> None:
     assert decide(client, run, approval, "maybe").status_code == 400
 
 
+@pytest.mark.slow
 def test_a_worker_restart_between_approval_and_execution_still_executes_once(writer, notes) -> None:
     run, client = writer
     approval = park(run)
@@ -235,6 +241,7 @@ def test_an_admin_approves_in_the_admin(writer, notes, django_capture_on_commit_
     assert len(lines(notes)) == 1
 
 
+@pytest.mark.slow
 def test_rejecting_in_the_admin_needs_a_reason(writer, notes, django_capture_on_commit_callbacks) -> None:
     run, _client = writer
     approval = park(run)
@@ -294,6 +301,7 @@ def test_an_approved_call_runs_with_its_exact_arguments_though_the_stored_conver
 # ---- who may approve --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_by_default_the_caller_may_not_approve_a_write_the_model_asked_for_but_a_reviewer_may(
     writer, notes, django_capture_on_commit_callbacks
 ) -> None:
@@ -320,6 +328,7 @@ def test_by_default_the_caller_may_not_approve_a_write_the_model_asked_for_but_a
     assert len(lines(notes)) == 1
 
 
+@pytest.mark.slow
 def test_the_caller_may_still_reject_a_write_the_model_asked_for(writer, django_capture_on_commit_callbacks) -> None:
     run, client = writer
     Agent.objects.filter(pk=run.agent_id).update(caller_approves_model_writes=False)
@@ -332,6 +341,7 @@ def test_the_caller_may_still_reject_a_write_the_model_asked_for(writer, django_
     assert (decision.source, decision.actor[:8]) == ("api", "api_key:")  # the caller's, not an admin's
 
 
+@pytest.mark.slow
 def test_the_caller_may_approve_a_write_a_deterministic_rule_made(
     writer, notes, django_capture_on_commit_callbacks
 ) -> None:
@@ -346,6 +356,7 @@ def test_the_caller_may_approve_a_write_a_deterministic_rule_made(
     assert lines(notes)[0].startswith("규칙이 저장")
 
 
+@pytest.mark.slow
 def test_a_parked_run_tells_its_event_stream_which_approval_it_waits_for(writer) -> None:
     from agents.models import RunEvent
 
@@ -361,6 +372,7 @@ def test_a_parked_run_tells_its_event_stream_which_approval_it_waits_for(writer)
     assert events[-1][1]["status"] == "awaiting_approval"
 
 
+@pytest.mark.slow
 def test_an_offline_run_whose_rule_write_the_caller_rejected_says_so_not_to_try_again_later(
     writer, notes, django_capture_on_commit_callbacks
 ) -> None:
@@ -377,6 +389,7 @@ def test_an_offline_run_whose_rule_write_the_caller_rejected_says_so_not_to_try_
     assert lines(notes) == []
 
 
+@pytest.mark.slow
 def test_a_tool_withdrawn_counts_its_argument_errors_across_a_parked_run(
     writer, notes, django_capture_on_commit_callbacks
 ) -> None:
@@ -410,6 +423,7 @@ def test_a_tool_withdrawn_counts_its_argument_errors_across_a_parked_run(
     assert {"type": "tool_withdrawn", "tool": "echo", "corrections": 2} in run.messages
 
 
+@pytest.mark.slow
 def test_a_tool_withdrawn_before_the_run_parked_is_still_withdrawn_after_it_resumes(
     writer, notes, django_capture_on_commit_callbacks
 ) -> None:

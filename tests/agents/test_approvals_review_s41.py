@@ -153,6 +153,7 @@ def test_the_decide_page_of_an_approval_past_its_expiry_says_it_has_expired(admi
 # --- 4. rejecting a rule's call names no model ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_rejecting_a_rules_call_says_the_run_ends_and_its_caller_sees_it_not_that_the_model_is_told(
     writer,  # type: ignore[no-untyped-def]
     notes: Path,

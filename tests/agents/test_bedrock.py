@@ -81,6 +81,7 @@ def test_a_bedrock_agent_with_a_guardrail_calls_a_tool_through_the_gate_and_answ
     assert not any(s.get("guardrail") for s in run.messages)  # the guardrail let both turns through
 
 
+@pytest.mark.slow
 def test_under_a_budget_each_converse_call_is_capped_to_what_is_left_of_the_runs_reservation(
     demo_server, stubbed_bedrock
 ) -> None:

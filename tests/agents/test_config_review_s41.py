@@ -83,6 +83,7 @@ def test_re_importing_an_unchanged_export_keeps_the_roll_back(demo_agent: Agent)
     assert not AuditEvent.objects.filter(id__gt=last).exists()
 
 
+@pytest.mark.slow
 def test_the_same_edited_export_imported_again_keeps_its_live_version(demo_agent: Agent) -> None:
     agent_update(agent=demo_agent, actor="t", via="tests", data={"publish_on_save": True})
     assert live_number(demo_agent) == 1
@@ -160,6 +161,7 @@ def test_an_agent_name_not_given_is_not_reported_for_its_slug(demo_server: McpSe
     assert "slug" in refused.value.message and "name:" not in refused.value.message
 
 
+@pytest.mark.slow
 def test_an_agent_page_save_that_changes_nothing_a_version_freezes_keeps_the_roll_back(
     admin_client: Any, demo_agent: Agent
 ) -> None:

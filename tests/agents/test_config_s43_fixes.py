@@ -115,6 +115,7 @@ def test_a_versions_base_url_is_exported_as_written() -> None:
 # ---- 4. many new tools ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_new_tools_are_matched_without_reading_the_server_for_each(tmp_path: Path) -> None:
     count = 120
     server = {

@@ -281,6 +281,7 @@ def test_a_blank_tag_or_an_unknown_server_is_named() -> None:
     assert not McpTool.objects.exists()
 
 
+@pytest.mark.slow
 def test_an_agents_selection_and_context_import_before_their_servers_are_discovered() -> None:
     # A new installation's import binds servers it has not connected to: what their tools and resources are is not
     # known yet, so settings that name them are not refused (the services check them once the servers are known).

@@ -284,6 +284,7 @@ def test_a_tool_or_an_eval_set_named_twice_is_refused(demo_agent: Agent) -> None
 # --- 7. publish on save with no live version named --------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_publish_on_save_with_a_null_live_version_publishes_once_over_many_imports(demo_agent: Agent) -> None:
     doc = config_export()
     entry = agent_entry(doc)
@@ -301,6 +302,7 @@ def test_publish_on_save_with_a_null_live_version_publishes_once_over_many_impor
 # --- 8. the tool switch and the circuit breaker travel ----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_disabled_tool_and_the_breaker_settings_round_trip_through_an_empty_installation(
     demo_agent: Agent,
 ) -> None:

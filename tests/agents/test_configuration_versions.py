@@ -142,6 +142,7 @@ def test_a_dry_run_applies_nothing_and_writes_no_event(demo_agent: Agent) -> Non
     assert not Agent.objects.exists() and not AgentVersion.objects.exists() and not AgentArm.objects.exists()
 
 
+@pytest.mark.slow
 def test_the_document_sets_shadow_and_arms_and_removes_arms_it_does_not_name(demo_agent: Agent) -> None:
     versioned(demo_agent)
     document = config_export()
@@ -176,6 +177,7 @@ def test_a_version_whose_content_differs_from_the_stored_one_is_refused_and_noth
     assert AuditEvent.objects.count() == before and AgentArm.objects.filter(agent=demo_agent).count() == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("change", "message"),
     [

@@ -130,6 +130,7 @@ def rules_as(request, seed_agent) -> Agent:  # type: ignore[no-untyped-def]
     return seed_agent
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_the_keyword_example_calls_get_order(rules_as) -> None:
     assert called(run(rules_as, "주문 조회 부탁해")) == [("order-service", "get_order", {"query": "주문 조회 부탁해"})]
@@ -285,6 +286,7 @@ def test_a_code_rule_is_validated_on_save(seed_agent) -> None:
     DeterministicRule(agent=seed_agent, name="ok", code="tests.example_rules.route_order_lookup").full_clean()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_an_admin_rules_params_are_checked_against_the_tools_contract(db) -> None:
     server = bind_demo_server()

@@ -43,6 +43,7 @@ def tool_calls(run: Run) -> list[tuple[bool, str]]:
 # --- a call asked for as a write stays one -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_rejected_write_is_not_made_when_its_tool_is_marked_read_while_it_waits(
     writer,
     notes: Path,
@@ -61,6 +62,7 @@ def test_a_rejected_write_is_not_made_when_its_tool_is_marked_read_while_it_wait
     assert tool_calls(run) == []  # the rejection is the approval's event; nothing was sent
 
 
+@pytest.mark.slow
 def test_an_expired_write_is_not_made_when_its_tool_is_marked_read_while_it_waits(
     writer,
     notes: Path,
@@ -80,6 +82,7 @@ def test_an_expired_write_is_not_made_when_its_tool_is_marked_read_while_it_wait
     assert tool_calls(run) == [(False, "approval:expired")]
 
 
+@pytest.mark.slow
 def test_an_approved_write_is_made_once_as_approved_when_its_tool_is_marked_read_while_it_waits(
     writer,
     notes: Path,
@@ -100,6 +103,7 @@ def test_an_approved_write_is_made_once_as_approved_when_its_tool_is_marked_read
     assert tool_calls(run) == [(True, "")]
 
 
+@pytest.mark.slow
 def test_a_waiting_write_still_waits_when_its_tool_is_marked_read_and_the_run_resumes(
     writer,
     notes: Path,

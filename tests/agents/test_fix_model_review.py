@@ -167,6 +167,7 @@ def test_the_gate_refuses_a_lone_surrogate_before_anything_is_sent(demo_server) 
     assert breaker_of(demo_server) == ("closed", 0)
 
 
+@pytest.mark.slow
 def test_a_request_the_session_cannot_encode_is_no_transport_failure_of_the_server(
     demo_server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -194,6 +195,7 @@ def test_every_converse_stop_reason_is_either_an_ending_or_an_unfinished_turn() 
     assert set(model.shape_for("StopReason").enum) - endings <= set(UNFINISHED_TURN_CODES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("stop_reason", "code"),
     [

@@ -123,6 +123,7 @@ def live(agent: Agent) -> AgentVersion | None:
     return agent.live_version
 
 
+@pytest.mark.slow
 def test_rolling_back_and_changing_a_rule_row_in_one_save_keeps_the_chosen_version_live(
     admin_client: Client, demo_agent: Agent
 ) -> None:
@@ -146,6 +147,7 @@ def test_rolling_back_and_changing_a_rule_row_in_one_save_keeps_the_chosen_versi
     assert told[-1] == (constants.SUCCESS, f"Agent {demo_agent.slug}: v1 is live.")
 
 
+@pytest.mark.slow
 def test_one_save_of_three_rule_rows_publishes_one_version_after_every_row(
     admin_client: Client, demo_agent: Agent
 ) -> None:
@@ -210,6 +212,7 @@ def test_ticking_publish_on_save_with_a_rule_row_changed_publishes_once(
     assert told[-1] == (constants.SUCCESS, f"Agent {demo_agent.slug}: v1 is live.")
 
 
+@pytest.mark.slow
 def test_a_save_that_changes_nothing_a_version_freezes_publishes_nothing_and_says_nothing_of_versions(
     admin_client: Client, demo_agent: Agent
 ) -> None:
@@ -222,6 +225,7 @@ def test_a_save_that_changes_nothing_a_version_freezes_publishes_nothing_and_say
     assert not any("is live" in text for _, text in told)
 
 
+@pytest.mark.slow
 def test_a_rule_saved_on_its_own_page_still_publishes_on_save(admin_client: Client, demo_agent: Agent) -> None:
     publishing_on_save(admin_client, demo_agent)
     rule = DeterministicRule.objects.filter(agent=demo_agent).order_by("order", "id").first()

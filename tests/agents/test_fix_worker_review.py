@@ -98,6 +98,7 @@ def has_line(path: Path, line: str) -> Callable[[], bool]:
     return lambda: path.exists() and line in path.read_text(encoding="utf-8").splitlines()
 
 
+@pytest.mark.slow
 def test_a_models_read_cut_short_by_the_soft_time_limit_is_audited_and_listed_in_the_runs_tool_calls(
     hanging_server: tuple[McpServer, Path], api_caller: Any, api_client: Any
 ) -> None:
@@ -127,6 +128,7 @@ def test_a_models_read_cut_short_by_the_soft_time_limit_is_audited_and_listed_in
     )
 
 
+@pytest.mark.slow
 def test_a_rules_read_cut_short_by_the_soft_time_limit_is_audited_through_the_stages_record(
     hanging_server: tuple[McpServer, Path],
 ) -> None:
@@ -152,6 +154,7 @@ def test_a_rules_read_cut_short_by_the_soft_time_limit_is_audited_through_the_st
     assert (event.ok, event.reason) == (False, "time_limit")
 
 
+@pytest.mark.slow
 def test_an_approved_write_cut_short_by_the_soft_time_limit_is_audited_with_its_outcome_unknown(
     hanging_server: tuple[McpServer, Path], api_caller: Any
 ) -> None:

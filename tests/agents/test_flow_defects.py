@@ -184,6 +184,7 @@ def test_a_version_with_odd_flow_options_is_refused(demo_server: Any) -> None:
         assert any(p.startswith(told) for p in problems), (flow, problems)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_flow_options_stored_as_no_object_fail_the_run_as_the_flows_error(demo_server: Any) -> None:
     agent = flow_agent(demo_server, "flow-options-stored")
@@ -325,6 +326,7 @@ def test_a_handle_bound_by_one_run_is_not_bound_in_the_next_run_on_the_same_thre
     )
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_run_whose_flow_calls_an_unbound_handle_fails_as_a_value_after_a_run_that_bound_it(demo_server: Any) -> None:
     """The same with real runs of the demo server: run B used to call through run A's gate, whose claim check
@@ -374,6 +376,7 @@ def test_a_flow_that_exits_ends_its_run_as_a_value(demo_server: Any) -> None:
 # ---- a flow agent's runs skip the deterministic stage (seed 000) ---------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_flow_agent_evaluates_no_rules_and_the_tester_says_so(demo_server: McpServer, admin_client: Any) -> None:
     """Seed 000: a flow calls its tools in its own nodes. The stage ran before the flow: the demo rules called
     search_employee again (its result reached no node), and a rule for a server the agent lacks failed the run."""

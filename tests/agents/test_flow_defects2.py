@@ -105,6 +105,7 @@ def test_a_flow_that_stops_for_input_is_a_flow_error_that_says_to_use_an_approva
     assert all(entry.get("node") != "__interrupt__" for entry in trace), trace
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_flow_run_without_an_output_fails(demo_server: McpServer) -> None:
     result = run(flow_agent(demo_server, "flow-no-output", f"{__name__}.build_answers_nothing"), "q")
@@ -165,6 +166,7 @@ async def build_reads_on_and_on(settings: Any) -> Any:
     return await one_node(reads_on_and_on)(settings)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_a_flow_that_calls_past_the_cap_fails_its_run_even_if_it_catches_the_stop(
     demo_server: McpServer, settings: Any

@@ -153,6 +153,7 @@ def test_a_sequential_flows_calls_say_their_number_in_the_runs_order(admin_clien
     assert "list_projects" in calls["flow:2"][1]
 
 
+@pytest.mark.slow
 def test_the_korean_page_names_the_node_of_each_parallel_call(admin_client: Any, demo_server: Any) -> None:
     graph = "agents.flows.parallel.build_graph"
     result = run(flow_agent(demo_server, "flow-parallel-ko", graph), "김하늘 님 자산")
@@ -184,6 +185,7 @@ def flow_entry(graph: str, **more: Any) -> dict[str, Any]:
     return {"slug": "imported-flow", "servers": ["sds-company-data"], "mode": "flow", "flow_graph": graph, **more}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("graph", [BRANCHES, "json.loads"])
 def test_an_import_naming_a_flow_graph_that_is_not_registered_is_refused(
     demo_server: Any, settings: Any, graph: str

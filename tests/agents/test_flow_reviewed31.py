@@ -286,6 +286,7 @@ def test_a_node_that_turns_its_park_into_its_own_error_still_waits_for_the_appro
 # ---- 2. the next node after a caught park ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_node_after_one_that_caught_its_park_calls_nothing_until_the_run_resumes(
     side_effects: tuple[McpServer, Path],
 ) -> None:

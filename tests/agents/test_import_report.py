@@ -139,6 +139,7 @@ def test_a_valid_entry_with_an_unknown_server_is_refused_for_the_server_alone() 
     assert lines == ["agents[0] (helper): unknown server(s): ghost"]
 
 
+@pytest.mark.slow
 def test_a_stored_agents_entry_names_all_its_problems_and_changes_nothing() -> None:
     config_import(actor="test", document={"agents": [{"slug": "helper", "system_prompt": "as stored"}]})
     last = last_event_id()

@@ -117,6 +117,7 @@ class StepClock:
 # --- the claim ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_claim_takes_a_queued_run_in_this_workers_name_with_a_lease(demo_agent, settings) -> None:
     settings.PLATFORM_RUN_LEASE_S = 60
     run = submit(demo_agent)

@@ -136,6 +136,7 @@ def test_the_form_refuses_the_read_resource_tool_beside_a_servers_tool_of_that_n
     assert any(p.startswith("read_resource_tool: the server ctx has a tool named read_resource") for p in problems)
 
 
+@pytest.mark.slow
 def test_the_form_refuses_prompt_arguments_the_prompt_does_not_take_or_no_run_can_fill(context_server) -> None:
     def problems(arguments: dict) -> list[str]:
         return context_problems(
@@ -152,6 +153,7 @@ def test_the_form_refuses_prompt_arguments_the_prompt_does_not_take_or_no_run_ca
     assert "{context.city" in open_brace
 
 
+@pytest.mark.slow
 def test_a_service_can_ask_for_the_forms_checks_of_both_settings(context_server) -> None:
     from agents.agent_settings_form import agent_settings_problems
 

@@ -252,6 +252,7 @@ def test_an_openai_compatible_maximum_context_length_refusal_is_model_context_wi
 # --- 3. token counts are no secret ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_turns_token_counts_equal_to_a_bindings_secret_value_are_kept_in_its_event(stubbed: Any) -> None:
     server = bind_demo_server(PAGE_SIZE="1024")
     server.public_env = [name for name in server.public_env if name != "PAGE_SIZE"]

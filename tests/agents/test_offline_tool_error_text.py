@@ -52,6 +52,7 @@ def call(server: McpServer, tool: str, args: dict[str, Any], **who: Any) -> gate
     return gate.call(server=server, tool_name=tool, args=args, who=gate.GateCall(source="admin", **who))
 
 
+@pytest.mark.slow
 def test_the_gate_keeps_a_read_tools_own_error_text_apart_from_the_models_guidance(db: None) -> None:
     server = bind_demo_server(mcp_id="assets")
     result = call(server, "get_asset_status", {"asset_id": "A-9999"})
@@ -88,6 +89,7 @@ def test_a_secret_in_the_tools_error_text_is_masked_in_the_message_the_user_read
     assert result["tool_error_text"] and DEMO_SECRET not in result["tool_error_text"]
 
 
+@pytest.mark.slow
 def test_the_tools_text_is_cut_as_the_models_message_cuts_it(db: None, monkeypatch: pytest.MonkeyPatch) -> None:
     server = bind_demo_server(mcp_id="assets-long")
     monkeypatch.setattr(gate, "get_default_pool", lambda: AnsweringWithAnError("등록된 자산: " + "가" * 5000))
@@ -113,6 +115,7 @@ def test_an_error_text_the_gate_reads_as_a_rate_limit_is_not_shown(
     assert "호출 한도" not in run.error_message and "get_asset_status_backup" not in run.error_message
 
 
+@pytest.mark.slow
 def test_a_write_tools_own_error_text_is_not_kept_for_a_person(db: None, monkeypatch: pytest.MonkeyPatch) -> None:
     server = bind_demo_server(mcp_id="assets-write")
     ToolContract.objects.filter(tool__server=server, tool__name="get_asset_status").update(risk="write")

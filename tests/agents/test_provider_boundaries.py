@@ -280,6 +280,7 @@ def budgeted(agent: Agent) -> Run:
     return run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cut", [dropped_partway, ends_after_a_first_chunk], ids=["dropped", "ended"])
 def test_a_budgeted_run_does_not_send_a_call_cut_after_the_provider_began_again(
     demo_server: McpServer, cut: Answer

@@ -124,6 +124,7 @@ def test_the_tester_opens_on_the_rules_agent_or_the_only_one(admin_client, demo_
     assert chosen == other.pk
 
 
+@pytest.mark.slow
 def test_a_failed_call_is_named_in_words_with_its_code(admin_client, demo_agent) -> None:
     """The demo's rule for an asset's status, with the demo server's contract refusing the ID's shape: the call
     fails before the tool; the tester says so in the reader's language, with the reason's code."""

@@ -102,6 +102,7 @@ def test_the_failed_runs_message_says_whether_trying_again_later_can_help(codes,
         assert text == expected
 
 
+@pytest.mark.slow
 def test_offline_a_run_whose_calls_all_failed_fails_with_the_calls_codes_in_the_trace(db) -> None:
     server = bind_demo_server(mcp_id="assets-broken", failure_mode="bad_schema")
     ToolContract.objects.filter(tool__server=server, tool__name="get_asset_status").update(fallback_tool="")

@@ -81,6 +81,7 @@ def test_a_finished_flow_keeps_its_first_pass_and_where_it_resumed(admin_client:
     assert as_shown(run) == live_view_of(run)
 
 
+@pytest.mark.slow
 def test_a_finished_model_run_marks_where_it_resumed_after_its_approval(writer: Any, admin_client: Any) -> None:  # noqa: F811
     run, _client = writer
     approve_and_finish(run)
@@ -104,6 +105,7 @@ def rule_writes_a_note(writer: Any) -> Run:  # noqa: F811
     return Run.objects.create(agent=agent, query="메모: 내일 10시 회의")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("language", ["en", "ko"])
 def test_a_rules_approved_write_says_why_it_was_decided_twice_and_notes_its_approval(
     admin_client: Any, rule_writes_a_note: Run, language: str

@@ -109,6 +109,7 @@ def resumed_flow(run: Run) -> Approval:
     return approval
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("language", ["en", "ko"])
 def test_a_resumed_flows_approval_sits_before_the_call_it_let_through(
     admin_client: Any,
@@ -136,6 +137,7 @@ def test_a_resumed_flows_approval_sits_before_the_call_it_let_through(
     assert html.count(f'href="{approval_url(approval)}"') == 3
 
 
+@pytest.mark.slow
 def test_an_approval_whose_call_failed_says_why_in_words(admin_client: Any, flow_run: Any) -> None:  # noqa: F811
     run, _file = flow_run
     approval = resumed_flow(run)

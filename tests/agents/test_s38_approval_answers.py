@@ -52,6 +52,7 @@ def test_a_rejected_and_an_expired_write_are_not_told_not_approved_in_time() -> 
     assert "제시간에" not in all_calls_failed_text(language="ko", codes=["approval:rejected", "approval:expired"])
 
 
+@pytest.mark.slow
 def test_an_offline_run_whose_rule_write_was_rejected_and_whose_read_failed_says_the_write_was_not_carried_out(
     writer,  # noqa: F811 - the fixture
     notes,  # noqa: F811 - the fixture
@@ -80,6 +81,7 @@ def test_an_offline_run_whose_rule_write_was_rejected_and_whose_read_failed_says
     assert lines(notes) == []
 
 
+@pytest.mark.slow
 def test_an_approval_past_its_expiry_not_yet_swept_reads_expired_in_the_admin_list_and_the_api(
     writer,  # noqa: F811 - the fixture
 ) -> None:
@@ -111,6 +113,7 @@ def test_an_approval_past_its_expiry_not_yet_swept_reads_expired_in_the_admin_li
     assert list(approvals_waiting(run)) == []
 
 
+@pytest.mark.slow
 def test_a_pending_approval_is_still_pending_in_the_list_its_filter_and_the_api(
     writer,  # noqa: F811 - the fixture
 ) -> None:
@@ -132,6 +135,7 @@ def test_a_pending_approval_is_still_pending_in_the_list_its_filter_and_the_api(
     )
 
 
+@pytest.mark.slow
 def test_an_approvals_expiry_is_written_the_same_in_its_event_the_api_and_mcp(
     writer,  # noqa: F811 - the fixture
 ) -> None:

@@ -47,6 +47,7 @@ def sent_texts(server: ScriptedOpenAIServer, index: int = 0) -> list[tuple[str, 
 # --- 1. a conversation's earlier answers are bounded ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_budgeted_conversation_of_long_answers_goes_on_with_its_newest_turns(demo_server) -> None:
     # Ten earlier answers of 1,200 Korean characters under the default reservation (20,000 tokens): every later turn
     # failed budget:run_ceiling, and a failed run never joins the conversation.

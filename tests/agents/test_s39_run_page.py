@@ -48,6 +48,7 @@ def step_at(page: str, title: str) -> str:
     return step[: step.index("</li>")]
 
 
+@pytest.mark.slow
 def test_a_failed_attempts_wrong_shaped_answer_shows_under_it(admin_client: Any) -> None:
     server = bind_demo_server(mcp_id="bad-shape", failure_mode="bad_schema")
     run = executed(make_agent(slug="bad-shape-page", servers=[server]))
@@ -60,6 +61,7 @@ def test_a_failed_attempts_wrong_shaped_answer_shows_under_it(admin_client: Any)
     assert step.count('class="attempt-said') == 1
 
 
+@pytest.mark.slow
 def test_each_rate_limited_attempt_shows_the_servers_advice(admin_client: Any) -> None:
     server = bind_demo_server(mcp_id="limited", failure_mode="rate_limit")
     run = executed(make_agent(slug="limited-page", servers=[server]))

@@ -106,6 +106,7 @@ def test_a_refusal_names_the_changed_settings_in_the_readers_language(admin_clie
     assert DeterministicRule.objects.get(pk=rule.pk).name == "다른 이름"
 
 
+@pytest.mark.slow
 def test_an_edited_json_view_is_still_what_is_saved(admin_client: Client, ledger: Agent) -> None:
     rule = stored_rule(ledger)
     posted = as_browser_posts(admin_client.get(change_url(rule)).content.decode())

@@ -140,6 +140,7 @@ def notes_server(db, tmp_path: Path):  # type: ignore[no-untyped-def]
     get_default_pool().close("notes")
 
 
+@pytest.mark.slow
 def test_a_shadow_never_executes_a_write_and_its_disagreement_is_listed_first(
     demo_agent: Agent, notes_server: McpServer, tmp_path: Path
 ) -> None:
@@ -184,6 +185,7 @@ def test_a_shadow_never_executes_a_write_and_its_disagreement_is_listed_first(
     assert [c.live_run_id for c in ShadowComparison.objects.all()] == [run.id, first.id]
 
 
+@pytest.mark.slow
 def test_a_tool_marked_write_after_versions_froze_it_as_read_is_a_write_for_them_too(
     demo_agent: Agent, notes_server: McpServer, tmp_path: Path
 ) -> None:

@@ -91,6 +91,7 @@ def resume_and_stop(run: Run, monkeypatch: pytest.MonkeyPatch, stop: Callable[..
 RULES = {"admin rule": a_rule_that_saves_the_notes, "code rule": a_code_rule_that_saves_the_notes}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make_rule", RULES.values(), ids=RULES.keys())
 def test_an_approved_rule_write_is_not_sent_once_the_run_is_cancelled(
     writer: Any,  # noqa: F811 - the fixture
@@ -109,6 +110,7 @@ def test_an_approved_rule_write_is_not_sent_once_the_run_is_cancelled(
     assert run.events.filter(kind="status", data__status="cancelled").count() == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make_rule", RULES.values(), ids=RULES.keys())
 def test_a_worker_that_lost_its_run_does_not_send_the_approved_rule_write(
     writer: Any,  # noqa: F811 - the fixture

@@ -117,6 +117,7 @@ def test_a_tool_the_model_params_force_is_offered_on_the_first_turn_under_top_k_
     assert {o["name"]: o["why"] for o in selection["offered"]}["get_asset_status"] == "forced"
 
 
+@pytest.mark.slow
 def test_a_tool_the_model_params_force_is_not_forced_where_the_hard_filters_leave_it_out(
     demo_server: McpServer, stubbed_bedrock: Stubber
 ) -> None:
@@ -142,6 +143,7 @@ def test_a_tool_the_model_params_force_is_not_forced_where_the_hard_filters_leav
 # --- 2. the object forms of tool_choice reach each provider as its own form --------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("choice", "expected"),
     [

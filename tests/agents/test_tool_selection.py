@@ -242,6 +242,7 @@ def test_a_published_version_keeps_the_correction_cap_it_froze_though_the_draft_
 # ---- forced first tools ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_forced_first_tool_is_passed_as_tool_choice_on_the_first_turn_only(demo_server) -> None:
     agent = scripted_agent(
         demo_server,
@@ -681,6 +682,7 @@ class RefusingEmbeddings:
         self.httpd.server_close()
 
 
+@pytest.mark.slow
 def test_after_one_embedding_failure_the_run_ranks_lexically_without_asking_the_service_again(
     embeddings, settings
 ) -> None:

@@ -90,6 +90,7 @@ def test_tool_vectors_of_another_dimension_than_the_service_now_answers_are_embe
     assert len(embeddings.embedded) - before == 1  # the query only: the tools' new vectors are cached
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [

@@ -156,6 +156,7 @@ def export_after_the_notes_server_was_deleted(agent: Agent, notes: McpServer) ->
     return exported
 
 
+@pytest.mark.slow
 def test_an_export_whose_version_names_a_deleted_server_imports_with_a_warning_and_exports_again(
     demo_agent: Agent, notes_server: McpServer
 ) -> None:

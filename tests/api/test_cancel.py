@@ -158,6 +158,7 @@ def test_a_run_awaiting_approval_is_cancelled_and_its_approvals_expire(
     assert not notes.exists()
 
 
+@pytest.mark.slow
 def test_a_run_approved_then_cancelled_before_it_resumed_leaves_no_approval_approved(
     api_client, parked_note, django_capture_on_commit_callbacks
 ) -> None:

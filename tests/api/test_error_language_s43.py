@@ -46,6 +46,7 @@ def errors_by_language(client: APIClient, run: Run) -> dict[str, Any]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("agent_language", ["ko", "en"])
 def test_a_rejected_rule_writes_message_reads_in_the_callers_language(
     writer: tuple[Run, APIClient],  # noqa: F811 - the fixture

@@ -88,6 +88,7 @@ def test_unknown_keys_from_many_addresses_of_one_64_are_throttled_together(api_c
     assert client.get(RUNS, HTTP_AUTHORIZATION="Bearer guess", REMOTE_ADDR="2001:db8:1:3::1").status_code == 401
 
 
+@pytest.mark.slow
 def test_wrong_passwords_from_many_addresses_of_one_64_lock_it_and_stop_the_record(settings: Any) -> None:
     settings.PLATFORM_LOGIN_IP_MAX_FAILURES = 5
     fail_logins([in_prefix(host) for host in range(1, 101)])

@@ -333,6 +333,7 @@ def test_the_list_action_asks_to_confirm_then_cancels(admin_client: Client) -> N
     assert "cancelled" in admin_client.get(url).content.decode()
 
 
+@pytest.mark.slow
 def test_only_who_may_change_eval_runs_may_cancel_one_and_only_by_post_with_its_token() -> None:
     eval_run = demo_eval_run()
     cancel_url = reverse("admin:evals_evalrun_cancel", args=[eval_run.pk])

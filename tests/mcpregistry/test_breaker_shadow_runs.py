@@ -87,6 +87,7 @@ def test_live_failures_still_open_the_breaker_and_a_shadow_respects_it(probe_ser
     assert AuditEvent.objects.filter(tool="sleep", source="shadow").get().latency_ms is None
 
 
+@pytest.mark.slow
 def test_a_shadow_or_eval_never_claims_the_trial_nor_closes_a_half_open_circuit(probe_server) -> None:
     frozen = frozen_with_timeout(probe_server, 10)
     shadow = gate.GateCall(source="shadow", writes_blocked=True, contracts=frozen)

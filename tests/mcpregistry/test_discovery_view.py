@@ -87,6 +87,7 @@ def test_annotations_resources_and_prompts_read_in_words_and_are_masked() -> Non
     assert discovery_view.server_info_text({"name": "demo", "version": "1.2"}) == "demo 1.2"
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_the_tool_page_shows_the_arguments_table_and_the_annotations_in_words(admin_client: Client) -> None:
     server = bind_demo_server(mcp_id="shown")

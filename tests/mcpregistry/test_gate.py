@@ -245,6 +245,7 @@ def test_a_failed_trial_reopens_the_circuit(db) -> None:
     get_default_pool().close("breaker2")
 
 
+@pytest.mark.slow
 def test_an_unexpected_error_is_not_retried_and_is_logged_masked(probe_server, monkeypatch, caplog) -> None:
     class Exploding:
         def call_tool(self, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -261,6 +262,7 @@ def test_an_unexpected_error_is_not_retried_and_is_logged_masked(probe_server, m
     assert "Stop and explain" in result.message or "unexpected" in result.message
 
 
+@pytest.mark.slow
 def test_a_write_tool_without_an_approver_is_refused(probe_server, tmp_path) -> None:
     result = call(probe_server, "append_note", {"text": "x"})
     assert result.error == "approval:unavailable"
@@ -289,6 +291,7 @@ def test_an_eval_run_never_sends_a_write_and_audits_the_attempt_under_its_purpos
         get_default_pool().close("probe_eval")
 
 
+@pytest.mark.slow
 def test_a_trial_the_server_answers_with_its_own_error_closes_the_circuit(probe_server) -> None:
     """The server is there: its tool's own error is no failure of the server. The trial used to leave the circuit
     half open, one call let through per cool-down for as long as trials ended in a tool's error."""

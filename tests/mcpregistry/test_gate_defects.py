@@ -285,6 +285,7 @@ def test_an_empty_list_result_is_empty_and_a_list_is_a_list(list_server: McpServ
     assert (empty.ok, empty.value) == (True, [])
 
 
+@pytest.mark.slow
 def test_an_empty_string_result_is_the_empty_string(list_server: McpServer) -> None:
     who = gate.GateCall(source="admin")
     assert gate.call(server=list_server, tool_name="note_text", args={"n": 2}, who=who).value == "가가"

@@ -48,6 +48,7 @@ def called(server: McpServer, tool: str, args: Any) -> gate.ToolResult:
 # ---- 1. arguments JSON has no form for ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("value", "kind", "recorded"), [({"김하늘"}, "set", "{'김하늘'}"), (b"kim", "bytes", "b'kim'")]
 )
