@@ -9,6 +9,7 @@ language instead.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 from typing import Any
@@ -138,21 +139,18 @@ def all_calls_failed_text_again(message: str) -> str | None:
     return None
 
 
-# One set of what failed for each sentence ``_all_calls_failed_sentence`` says.
-_SENTENCE_KINDS = (
-    frozenset({"approval:outcome_unknown"}),
-    frozenset({"tool:out_of_date"}),
-    frozenset({"approval:rejected"}),
-    frozenset({"approval:expired"}),
-    frozenset({"approval:rejected", "approval:expired"}),
-    frozenset({"approval:rejected", "timeout"}),
-    frozenset({"approval:expired", "timeout"}),
-    frozenset({"approval:rejected", "approval:expired", "timeout"}),
-    frozenset({"args"}),
-    frozenset({"result:empty"}),
-    frozenset({"args", "result:empty"}),
-    frozenset({"tool:error"}),
-    frozenset({"timeout"}),
+# What ``_all_calls_failed_sentence`` tells apart (``all_calls_failed_text``'s kinds; any other code, a rate
+# limit or a server down, reads as ``timeout`` does). Each set of these is asked once, so a sentence it gains is
+# read back without a list kept by hand beside it.
+_SENTENCE_WORDS = (
+    "approval:outcome_unknown",
+    "tool:out_of_date",
+    "approval:rejected",
+    "approval:expired",
+    "args",
+    "result:empty",
+    "timeout",
+    *sorted(TOOL_OWN_ERRORS),
 )
 
 
@@ -161,10 +159,15 @@ def _stored_sentences() -> list[tuple[str, str, frozenset[str]]]:
     """Each sentence ``_all_calls_failed_sentence`` says, in each of the platform's languages, as (language,
     sentence, what failed), the longest first: a declined write's sentence is the start of the one that says
     something else failed too."""
+    subsets = [
+        frozenset(kinds)
+        for size in range(1, len(_SENTENCE_WORDS) + 1)
+        for kinds in itertools.combinations(_SENTENCE_WORDS, size)
+    ]
     found: dict[tuple[str, str], frozenset[str]] = {}
     for language, _name in settings.LANGUAGES:
         with translation.override(language):
-            for kinds in _SENTENCE_KINDS:
+            for kinds in subsets:
                 found.setdefault((language, _all_calls_failed_sentence(set(kinds))), kinds)
     return sorted(((lang, text, kinds) for (lang, text), kinds in found.items()), key=lambda s: -len(s[1]))
 
