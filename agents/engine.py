@@ -63,6 +63,7 @@ from agents.mcp_context import (
     mcp_context_settings,
     read_resource_spec,
 )
+from agents.model_texts import attempts_text, model_failure_text
 from agents.model_tracing import ModelCallTracer
 from agents.models import Run
 from agents.parallel_calls import ParallelCalls, call_batch
@@ -70,10 +71,8 @@ from agents.providers import (
     UNFINISHED_TURN_CODES,
     ModelCallFailed,
     answered_without_choice,
-    attempts_text,
     guardrail_intervention,
     model_error_kind,
-    model_failure_text,
     stop_reason,
     stored_model_params,
     supports_tool_choice,

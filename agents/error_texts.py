@@ -10,6 +10,7 @@ from typing import Any
 from django.utils.translation import gettext
 
 from agents.answers import all_calls_failed_text_again
+from agents.model_texts import model_failure_text_again
 from agents.run_state import CONFIGURATION_UNREADABLE_MESSAGE
 
 # Stored error messages of known codes (English, written by the engine and the workers), read back into the
@@ -92,9 +93,12 @@ _KNOWN_MESSAGES: list[tuple[str, re.Pattern[str], Any]] = [
 def error_message_text(code: str, message: str) -> str:
     """A run's stored error message in the reader's language where its code is known and its parameters can be
     read back from it; as stored otherwise. A rule run's ``deterministic:tool_failed`` is stored in the run's
-    language, as its answer is said (``agents.answers.all_calls_failed_text``), and read back from any."""
+    language, as its answer is said (``agents.answers.all_calls_failed_text``), and read back from any; so is a
+    model failure's (``model:<kind>``: ``agents.engine.model_failure_message``), its provider's words kept."""
     if code == "deterministic:tool_failed":
         return all_calls_failed_text_again(message or "") or message
+    if code.startswith("model:"):
+        return model_failure_text_again(code.removeprefix("model:"), message or "") or message
     for known, pattern, words in _KNOWN_MESSAGES:
         if code == known and (found := pattern.fullmatch(message or "")):
             return str(words(found))

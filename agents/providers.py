@@ -62,8 +62,8 @@ from typing import Any, Literal
 
 import openai
 from botocore.exceptions import BotoCoreError
+from django.conf import settings
 from django.utils.translation import gettext as _
-from django.utils.translation import ngettext
 from langchain_aws import ChatBedrockConverse
 from langchain_core.exceptions import ContextOverflowError
 from langchain_core.messages import AIMessage, BaseMessage
@@ -76,14 +76,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from pydantic_core import PydanticCustomError
 
 from agents.errors import MUST_PROPAGATE
+from agents.model_texts import ModelErrorKind, ModelFailureKind
 
 logger = logging.getLogger(__name__)
 
-ModelErrorKind = Literal["throttled", "timeout", "connection", "unavailable", "validation", "auth", "error"]
 RETRYABLE_BY_DEFAULT: tuple[ModelErrorKind, ...] = ("throttled", "timeout", "connection", "unavailable")
-# A failure's kind: one a retry policy may name, or the conversation too long for the model's context window
-# (``model:context_window``, as the same overflow told as a stop reason is), which is never sent again.
-ModelFailureKind = Literal[ModelErrorKind, "context_window"]
 
 # What each provider can do; ``tool_choice``: ``bind_tools(tools, tool_choice=...)`` forces a tool call.
 PROVIDER_CAPABILITIES: dict[str, frozenset[str]] = {
@@ -258,28 +255,6 @@ class ModelReplyUnreadable(Exception):
     def __init__(self, usage: UsageMetadata) -> None:
         super().__init__("the model's reply could not be read")
         self.usage = usage
-
-
-def model_failure_text(kind: ModelFailureKind) -> str:
-    """What a model failure of ``kind`` means, in the active language (the run's): the platform's sentence that
-    comes before the provider's own words, which are in English, its SDK's."""
-    texts: dict[str, str] = {
-        "throttled": _("The model provider refused the call for its rate limit or quota."),
-        "timeout": _("The model did not answer in time."),
-        "connection": _("The model server could not be reached, or the connection to it broke off."),
-        "unavailable": _("The model provider is unavailable: it answered with a server error."),
-        "validation": _("The model provider refused the request: check the model id and the model parameters."),
-        "auth": _(
-            "The model provider refused the credentials: check the model's API key, or the worker's AWS "
-            "credentials and their access to the model."
-        ),
-    }
-    return texts.get(kind) or _("The model call failed.")
-
-
-def attempts_text(attempts: int) -> str:
-    """How many times the failed call was sent, in the active language: "(after 2 attempts)"."""
-    return ngettext("(after %(count)d attempt)", "(after %(count)d attempts)", attempts) % {"count": attempts}
 
 
 _BOTO_CODES: dict[str, ModelErrorKind] = {
@@ -789,8 +764,6 @@ def build_provider_model(
             raise ValueError("the openai_compatible provider needs model_params.base_url")
         # Again where the model is built: a stored version (an import, one published before the policy changed)
         # must not send the model's key to an address the policy refuses now.
-        from django.conf import settings
-
         from mcpregistry.binding_policy import url_problem
 
         if problem := url_problem(parsed.base_url, settings.PLATFORM_MODEL_ALLOW_PRIVATE_URLS, target="model"):

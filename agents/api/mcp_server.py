@@ -538,6 +538,9 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
         # A 400, as every other invalid request's (a null id's was a 200).
         message = _("The request's 'id' must be a string (at most 200 characters) or an integer.")
         return json_response(_rpc_error(None, -32600, message), status=400)
+    if method in ("initialize", "tools/call") and "params" in body and not isinstance(body["params"], dict):
+        # JSON-RPC: params are an object (by name) where given; a string's call read as "Unknown tool: None".
+        return json_response(_rpc_error(rpc_id, -32602, _("'params' must be an object.")))
     params: dict[str, Any] = body["params"] if isinstance(body.get("params"), dict) else {}
     if method == "initialize":
         # Always the server's own: a client's header was sent back unchecked, so it chose its session's id.

@@ -8,6 +8,7 @@ Only shapes live here (no logic, per the style guide): each operation's own ``In
 from __future__ import annotations
 
 import copy
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -75,24 +76,40 @@ class StrictSerializer(serializers.Serializer):
         return value
 
 
+# The schemes a file's ``uri`` may have: a file a client can fetch (on the web or in an object store), or one it
+# carries (RFC 2397). Not ``javascript:`` (a screen that shows the run's files as links would run it).
+FILE_URI_SCHEMES = ("http", "https", "s3", "gs", "data")
+
+
 @extend_schema_serializer(component_name="A2AFile")
 class A2AFileSerializer(StrictSerializer):
     """An A2A file: `uri` or base64 `bytes` (exactly one). Only metadata is kept: never the bytes."""
 
     name = StrictCharField(required=False, allow_blank=True, max_length=255)
     mimeType = StrictCharField(required=False, allow_blank=True, max_length=255)
-    uri = StrictCharField(required=False, max_length=2048, help_text="Where the file is (kept with the run).")
+    uri = StrictCharField(
+        required=False,
+        max_length=2048,
+        help_text="Where the file is (kept with the run): an http, https, s3, gs or data URI.",
+    )
     bytes = StrictCharField(
         required=False, trim_whitespace=False, help_text="Base64 content: counted (size), never stored."
     )
 
     def validate_uri(self, value: str) -> str:
+        if any(char.isspace() or unicodedata.category(char) == "Cc" for char in value):
+            # urlsplit takes "http://x/ a" (and drops a tab or a newline): not a URI, and not the one a reader sees.
+            raise ValidationError(_("Enter a URI without spaces or control characters."))
         try:
-            scheme = urlsplit(value).scheme
+            parts = urlsplit(value)
         except ValueError:  # "http://[::1", or a host NFKC changes ("a\uff03b"): not a URI, and not a 500
             raise ValidationError(_("Enter a valid URL.")) from None
-        if not scheme:
-            raise ValidationError(_("Enter a URI with a scheme, e.g. https://…"))
+        if parts.scheme not in FILE_URI_SCHEMES:  # "javascript:…", "no-scheme": not a file a run can be given
+            raise ValidationError(
+                _("Enter a URI of one of the schemes %(schemes)s.") % {"schemes": ", ".join(FILE_URI_SCHEMES)}
+            )
+        if parts.scheme != "data" and not parts.hostname:  # "https://", "http:x"
+            raise ValidationError(_("Enter a valid URL."))
         return value
 
     def validate_bytes(self, value: str) -> str:

@@ -10,8 +10,9 @@ from django.utils import translation
 from agents import providers
 from agents.budgets import budget_create, budget_reserve
 from agents.execution import run_execute
+from agents.model_texts import attempts_text
 from agents.models import Agent, Run
-from agents.providers import attempts_text, supports_tool_choice
+from agents.providers import supports_tool_choice
 from audit.models import AuditEvent
 from tests.conftest import make_agent
 

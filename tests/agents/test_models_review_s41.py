@@ -29,8 +29,8 @@ from agents import providers
 from agents.budgets import budget_create, budget_reserve, run_spent_usage
 from agents.engine import max_tool_calls_per_turn, unfinished_turn_text
 from agents.execution import run_execute
+from agents.model_texts import model_failure_text
 from agents.models import Agent, Run, RunEvent
-from agents.providers import model_failure_text
 from agents.services import run_cancel
 from audit.models import AuditEvent
 from tests.agents.test_bedrock import bedrock_agent, converse_reply, submit

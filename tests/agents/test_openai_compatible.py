@@ -14,8 +14,8 @@ from django.utils import translation
 
 from agents.budgets import budget_create, budget_reserve
 from agents.execution import run_execute
+from agents.model_texts import attempts_text
 from agents.models import Agent, Run
-from agents.providers import attempts_text
 from agents.services import agent_update
 from audit.models import AuditEvent
 from tests.conftest import make_agent

@@ -14,8 +14,9 @@ from django.utils import translation
 
 from agents import providers
 from agents.graph import _bound
+from agents.model_texts import attempts_text
 from agents.models import Run
-from agents.providers import ModelCallFailed, attempts_text, build_provider_model
+from agents.providers import ModelCallFailed, build_provider_model
 from audit.masking import mask_text
 from tests.agents.test_openai_compatible import openai_agent, submit
 from tests.openai_server import ScriptedOpenAIServer
