@@ -11,6 +11,7 @@ import regex  # type: ignore[import-untyped]
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.widgets import AdminBigIntegerFieldWidget
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
@@ -44,6 +45,7 @@ from agents.budgets import (
     MICROS_PER_USD,
     budget_create,
     budget_delete,
+    budget_runs_spend,
     budget_state,
     budget_update,
     budgets_with_current_usage,
@@ -1189,11 +1191,52 @@ class ModelPriceAdmin(ServiceAdminMixin, admin.ModelAdmin):
         model_price_delete(price=obj, actor=actor, via=ADMIN_VIA)
 
 
+class _UnrevokedKeyChoices(forms.models.ModelChoiceIterator):
+    """The API keys a budget may be given: those not revoked (a revoked key submits no run to limit)."""
+
+    def __init__(self, field: forms.ModelChoiceField) -> None:
+        super().__init__(field)
+        self.queryset = self.queryset.filter(revoked_at__isnull=True)
+
+
 class BudgetForm(forms.ModelForm):
     """A limit refused at its own field (a negative one, a word) is told there only: the model, which never saw
-    it, would also say that no limit was given."""
+    it, would also say that no limit was given.
+
+    The API keys offered are those not revoked; one posted all the same (revoked since the page was read) is
+    refused by name (``clean_api_key``), not as a choice the list lacks. The cost limit is a text input: a number
+    input in a browser whose locale writes a decimal comma drops the comma ("1,5" was saved as $15), where the
+    server's refusal of "1,5" is what the admin must see."""
 
     LIMITS = ("max_tokens", "max_cost")
+
+    class Meta:
+        # ``modelform_factory`` (the admin's ``get_form``) takes these into the form it builds.
+        help_texts = {"period": _("A UTC day or month: a day starts at 00:00 UTC (09:00 in Seoul).")}
+        widgets = {
+            # The admin's narrow integer input cut the default (20000) at 800 px; as wide as the token limit's.
+            "run_reservation_tokens": AdminBigIntegerFieldWidget,
+            "max_cost": forms.TextInput(attrs={"inputmode": "decimal", "class": "vBigIntegerField"}),
+        }
+        error_messages = {
+            "max_cost": {"invalid": _("Enter a number in US dollars with a dot for cents: 1.5, not 1,5.")}
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        key = self.fields.get("api_key")
+        if isinstance(key, forms.ModelChoiceField):
+            key.widget.choices = _UnrevokedKeyChoices(key)
+
+    def clean_api_key(self) -> ApiKey | None:
+        key = self.cleaned_data.get("api_key")
+        if key is not None and key.revoked_at is not None:
+            raise ValidationError(
+                _("API key %(key)s is revoked: a budget on it would limit nothing. Choose a key in use.")
+                % {"key": key},
+                code="revoked",
+            )
+        return key
 
     def add_error(self, field: str | None, error: Any) -> None:
         if (
@@ -1210,12 +1253,20 @@ class BudgetForm(forms.ModelForm):
         super().add_error(field, error)
 
 
+class UtcPeriodFilter(admin.ChoicesFieldListFilter):
+    """A budget's period, titled as what it is: a UTC day or month (a Korean admin's day resets at 09:00)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.title = _("period (UTC)")
+
+
 @admin.register(Budget)
 class BudgetAdmin(ServiceAdminMixin, admin.ModelAdmin):
     form = BudgetForm
-    list_display = ["__str__", "period", "max_tokens", "max_cost", "run_reservation_tokens", "enabled", "used_now"]
+    list_display = ["__str__", "period_utc", "max_tokens", "max_cost", "run_reservation_tokens", "enabled", "used_now"]
     list_select_related = ["agent", "api_key"]  # named by each row (``Budget.__str__``)
-    list_filter = ["period", "enabled"]
+    list_filter = [("period", UtcPeriodFilter), "enabled"]
     fields = ["api_key", "agent", "period", "max_tokens", "max_cost", "run_reservation_tokens", "enabled"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Budget | None = None) -> Any:
@@ -1246,8 +1297,19 @@ class BudgetAdmin(ServiceAdminMixin, admin.ModelAdmin):
         # and a row's cell shows that row as unused: the new period's use is (nearly) none.
         return budgets_with_current_usage(super().get_queryset(request), now=timezone.now())
 
+    @admin.display(description=_("period (UTC)"), ordering="period")
+    def period_utc(self, obj: Budget) -> str:
+        return obj.get_period_display()
+
     @admin.display(description=_("used this period"))
     def used_now(self, obj: Budget) -> str:
+        if not obj.enabled:
+            # Its counters stopped when it was switched off (no admission reserves on it): its runs tell the spend.
+            tokens, cost = budget_runs_spend(obj, now=timezone.now())
+            return _("%(tokens)s tokens, $%(cost)s (spent by its runs; not enforced while switched off)") % {
+                "tokens": tokens,
+                "cost": usd_text(cost),
+            }
         state = budget_state(obj, now=timezone.now(), usages=getattr(obj, "current_usage", None))
         return _("%(tokens)s tokens, $%(cost)s (reserved: %(reserved)s tokens)") % {
             "tokens": state["used_tokens"],

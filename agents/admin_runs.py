@@ -1481,17 +1481,13 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     list_filter = ["status", "purpose", "agent", RunArmFilter]
     search_fields = ["id", "query", "answer"]
     date_hierarchy = "created_at"  # from the ends of the created_at index (DateDrillDownChangeList)
-    readonly_fields = [f.name for f in Run._meta.fields if f.name not in ("messages", "conversation")] + ["trace_json"]
-    fieldsets = [
-        (
-            _("Raw data"),
-            {
-                "classes": ["collapse"],
-                "fields": [f.name for f in Run._meta.fields if f.name not in ("messages", "conversation")]
-                + ["trace_json"],
-            },
-        )
-    ]
+    # The error message in the reader's language, as the timeline says it (``error_message_shown``), not as stored.
+    readonly_fields = [
+        "error_message_shown" if f.name == "error_message" else f.name
+        for f in Run._meta.fields
+        if f.name not in ("messages", "conversation")
+    ] + ["trace_json"]
+    fieldsets = [(_("Raw data"), {"classes": ["collapse"], "fields": list(readonly_fields)})]
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return DateDrillDownChangeList
@@ -1523,6 +1519,10 @@ class RunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     def total_ms(self, obj: Run) -> Any:
         total = _number(_dict(obj.timings).get("total_ms"))
         return "—" if total is None else f"{total:,.1f}"
+
+    @admin.display(description=Run._meta.get_field("error_message").verbose_name)
+    def error_message_shown(self, obj: Run) -> str:
+        return error_message_text(obj.error_code, obj.error_message)
 
     @admin.display(description=_("trace (raw)"))
     def trace_json(self, obj: Run) -> str:

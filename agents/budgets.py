@@ -42,8 +42,22 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, F, Min, Prefetch, Q, QuerySet, Sum
-from django.db.models.functions import Greatest, TruncDate
+from django.db.models import (
+    BigIntegerField,
+    Case,
+    Count,
+    F,
+    Min,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce, Greatest, TruncDate
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
@@ -794,11 +808,47 @@ def usage_by_day(runs: Any, *, days: int, now: dt.datetime) -> list[dict[str, An
 
 def budgets_with_current_usage(budgets: QuerySet[Budget], *, now: dt.datetime) -> QuerySet[Budget]:
     """``budgets`` with their counter rows of the day and the month that hold ``now`` read alongside, in one
-    query for all of them (``current_usage``, for ``budget_state``'s ``usages``): a list of budgets reads no
+    query for all of them (``current_usage``, for ``budget_state``'s ``usages``), and, for each one switched
+    off, its period's spend summed from its runs in the budgets' own query (``runs_tokens``,
+    ``runs_cost_micros``, for ``budget_runs_spend``; None on a budget switched on): a list of budgets reads no
     row per budget."""
-    starts = [period_bounds(period, now)[0] for period in (Budget.Period.DAY, Budget.Period.MONTH)]
-    current = BudgetUsage.objects.filter(period_start__in=starts)
-    return budgets.prefetch_related(Prefetch("usage", queryset=current, to_attr="current_usage"))
+    day_start, month_start = (period_bounds(period, now)[0] for period in (Budget.Period.DAY, Budget.Period.MONTH))
+    current = BudgetUsage.objects.filter(period_start__in=[day_start, month_start])
+    budgets = budgets.annotate(
+        runs_period_start=Case(When(period=Budget.Period.MONTH, then=Value(month_start)), default=Value(day_start))
+    )
+
+    def runs_total(column: str) -> Case:
+        def of(owner: str) -> Coalesce:
+            # ``period_runs(budget_runs(budget))`` of each row: its key's runs, or every run of its agent.
+            runs = Run.objects.filter(**{owner: OuterRef(owner)}, created_at__gte=OuterRef("runs_period_start"))
+            total = runs.order_by().values(owner).annotate(total=Sum(column)).values("total")
+            return Coalesce(Subquery(total), 0, output_field=BigIntegerField())
+
+        return Case(
+            When(enabled=True, then=Value(None)),
+            When(api_key__isnull=False, then=of("api_key")),
+            default=of("agent"),
+            output_field=BigIntegerField(),
+        )
+
+    return budgets.annotate(
+        runs_tokens=runs_total("tokens"), runs_cost_micros=runs_total("cost_micros")
+    ).prefetch_related(Prefetch("usage", queryset=current, to_attr="current_usage"))
+
+
+def budget_runs_spend(budget: Budget, *, now: dt.datetime) -> tuple[int, int]:
+    """The tokens and cost (micros) its API key or agent spent in the budget's period that holds ``now``, summed
+    from their runs (``period_runs`` of ``budget_runs``: what ``GET /usage`` sums, and what ``_usage_open`` counts
+    when the budget is switched back on). The spend of a budget switched off: no admission reserves on it
+    (``budgets_for``), so its counters stopped when it was switched off. Read with the page where
+    ``budgets_with_current_usage`` read it."""
+    tokens, cost = getattr(budget, "runs_tokens", None), getattr(budget, "runs_cost_micros", None)
+    if tokens is not None and cost is not None:
+        return int(tokens), int(cost)
+    start, _end = period_bounds(budget.period, now)
+    spent = _totals(period_runs(budget_runs(budget), start=start))
+    return spent.tokens, spent.cost_micros
 
 
 def budget_state(budget: Budget, *, now: dt.datetime, usages: Iterable[BudgetUsage] | None = None) -> dict[str, Any]:
