@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlencode
 
@@ -31,7 +32,7 @@ from audit.labels import action_label
 from audit.models import AuditEvent
 from audit.visible import visible_text
 from auditor.charts import bar_chart
-from auditor.metrics import tool_metrics
+from auditor.metrics import ToolMetrics, tool_metrics
 from mcpregistry.models import McpServer
 
 RECENT = dt.timedelta(hours=24)
@@ -171,24 +172,59 @@ def dashboard_runs(request: HttpRequest, *, since: dt.datetime) -> dict[str, Any
     return {"total": sum(counts.values()), "by_status": by_status, "failed": failed}
 
 
+UNKNOWN_TOOL_REASON = "tool:unknown"
+"""The reason of a call to a name its server does not have (a name a model made up)."""
+
+
 def dashboard_tools(request: HttpRequest, *, since: dt.datetime) -> list[dict[str, Any]] | None:
     if not request.user.has_perm("audit.view_auditevent"):
         return None
     report = tool_metrics(since=since)
+    tools, unknown = _unknown_tools_folded(report.tools)
     # Only tools that failed: a tool at 0 % is not "failing most", however often it was called.
     worst = sorted(
-        (t for t in report.tools if t.calls and t.error_rate > 0),
+        (t for t in [*tools, *([unknown] if unknown else [])] if t.calls and t.error_rate > 0),
         key=lambda t: (-t.error_rate, -t.calls, t.mcp_id, t.tool),
     )
     events = _url("admin:audit_auditevent_changelist")
-    return [
-        {
-            "tool": t,
-            "error_pct": round(t.error_rate * 100, 1),
-            "events_url": f"{events}?{urlencode({'mcp_id': t.mcp_id, 'tool': t.tool, 'ok': 'false'})}",
-        }
-        for t in worst[:TOOLS_SHOWN]
-    ]
+    rows = []
+    for t in worst[:TOOLS_SHOWN]:
+        # The folded row lists what the audit list's "unknown tool (any name)" lists: the reason's events.
+        folded = t is unknown
+        query = {"reason": UNKNOWN_TOOL_REASON} if folded else {"mcp_id": t.mcp_id, "tool": t.tool, "ok": "false"}
+        rows.append(
+            {
+                "tool": t,
+                "label": t.tool if folded else f"{t.mcp_id}.{t.tool}",
+                "error_pct": round(t.error_rate * 100, 1),
+                "events_url": f"{events}?{urlencode(query)}",
+            }
+        )
+    return rows
+
+
+def _unknown_tools_folded(tools: list[ToolMetrics]) -> tuple[list[ToolMetrics], ToolMetrics | None]:
+    """``tools`` less the calls to a name no server has (refused ``tool:unknown``, or naming no server: the model's
+    made-up names), and those calls as one row, "unknown tool (any name)" (None: there were none), as ``/metrics``
+    counts them under one label and the audit list's tool filter lists them once: a model that makes up names
+    takes one row of the panel, not every row."""
+    kept: list[ToolMetrics] = []
+    calls = errors = 0
+    for tool in tools:
+        refused = tool.calls if not tool.mcp_id else tool.errors_by_reason.get(UNKNOWN_TOOL_REASON, 0)
+        failed = tool.errors if not tool.mcp_id else refused  # a refusal is a failed call
+        calls, errors = calls + refused, errors + failed
+        if refused < tool.calls:
+            left_calls, left_errors = tool.calls - refused, tool.errors - failed
+            kept.append(replace(tool, calls=left_calls, errors=left_errors, error_rate=left_errors / left_calls))
+    if not calls:
+        return kept, None
+    unknown = ToolMetrics(
+        mcp_id="", tool=gettext("unknown tool (any name)"), calls=calls, errors=errors, error_rate=errors / calls,
+        errors_by_reason={}, retries=0, latency_p50_ms=None, latency_p95_ms=None, latency_mean_ms=None, runs=0,
+        calls_per_run=None,
+    )  # fmt: skip
+    return kept, unknown
 
 
 def dashboard_usage(request: HttpRequest) -> dict[str, Any] | None:

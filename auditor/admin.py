@@ -35,7 +35,7 @@ from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from audit.archive import tool_call_reason_label
 from audit.changes import configured_secrets
 from audit.labels import action_label, breakable, reason_label, when_cell
-from audit.masking import truncate
+from audit.masking import mask_known, truncate
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.services import audit_chain_catch_up
 from audit.verification import CannotCheck
@@ -89,6 +89,15 @@ def _drilled_period(query: Any, *, since: str | None, until: str | None) -> dict
     return {"since": drilled_since, "until": drilled_until}
 
 
+def _drilled_past_since(query: Any, drilled: Mapping[str, str]) -> bool:
+    """Whether the date drilled into (``drilled``: :func:`_drilled_period`) ends before it starts (a ``since``
+    later than the date), where the period typed does not itself (the period filter refuses that one)."""
+    if not drilled or moment_parse(drilled["since"]) < moment_parse(drilled["until"], end_of_day=True):
+        return False
+    since, until = query.get("since", "").strip(), query.get("until", "").strip()
+    return not (since and until and moment_parse(since) >= moment_parse(until, end_of_day=True))
+
+
 def _filtered(request: HttpRequest, queryset: QuerySet[AuditEvent], **filters: Any) -> QuerySet[AuditEvent]:
     return audit_event_filter(queryset, AuditEventFilters(**filters))
 
@@ -97,6 +106,21 @@ def _refused(request: HttpRequest, queryset: QuerySet[AuditEvent], message: str)
     """A filter value that cannot be used shows no events and says why (rather than every event)."""
     messages.error(request, message)
     return queryset.none()
+
+
+def _secrets_of(request: HttpRequest) -> list[str]:
+    """The secrets bound now (``configured_secrets``), read once for the request's filters and rows."""
+    secrets: list[str] | None = getattr(request, "_audit_secrets", None)
+    if secrets is None:
+        secrets = configured_secrets()
+        request._audit_secrets = secrets  # type: ignore[attr-defined]
+    return secrets
+
+
+def _shown_as_recorded(value: str, secrets: list[str]) -> bool:
+    """Whether a recorded value shows as it was recorded: a value holding a secret bound since (the events show it
+    masked, ``masked_when_shown``) is no filter's choice, whose link would carry it in clear."""
+    return bool(mask_known(value, secrets=secrets) == value)
 
 
 class _ChoiceFilter(admin.SimpleListFilter):
@@ -123,7 +147,8 @@ class ServerFilter(_ChoiceFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         values = AuditEvent.objects.exclude(mcp_id="").order_by("mcp_id").values_list("mcp_id", flat=True).distinct()
-        return [(v, visible_text(v)) for v in values]
+        secrets = _secrets_of(request)
+        return [(v, visible_text(v)) for v in values if _shown_as_recorded(v, secrets)]
 
 
 class ToolFilter(_ChoiceFilter):
@@ -153,7 +178,8 @@ class ToolFilter(_ChoiceFilter):
         made_up = {row["tool"] for row in refused if not row["other"]}
         names = events.order_by("tool").values_list("tool", flat=True).distinct()
         # A tool's name is its server's text: shown with what does not show itself written out (``audit.visible``).
-        choices = [(v, visible_text(v)) for v in names if v not in made_up]
+        secrets = _secrets_of(request)
+        choices = [(v, visible_text(v)) for v in names if v not in made_up and _shown_as_recorded(v, secrets)]
         if refused:
             choices.append((UNKNOWN_TOOL, gettext("unknown tool (any name)")))
         return choices
@@ -266,7 +292,8 @@ class ReasonFilter(_ChoiceFilter):
         fewer = [("!rule:skipped", gettext("all but skipped rule decisions"))] if "rule:skipped" in values else []
         # An unknown argument's name is the model's: every name it made up is one entry (``args:unknown:*``, a
         # prefix the filter and the API take), as ``/metrics`` folds its label, not an entry per name.
-        codes = dict.fromkeys(_reason_choice(v) for v in values)
+        secrets = _secrets_of(request)
+        codes = dict.fromkeys(c for c in map(_reason_choice, values) if _shown_as_recorded(c, secrets))
         return fewer + [
             (c, gettext("unknown argument (any name)") if c == UNKNOWN_ARGUMENTS else visible_text(reason_label(c)))
             for c in codes
@@ -530,7 +557,7 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
         """The list's page of events, its texts (tool, reason, actor) masked as an event's page masks them."""
         changelist = super().get_changelist_instance(request)
-        secrets = configured_secrets()
+        secrets = _secrets_of(request)
         for event in changelist.result_list:
             event_masked_when_shown(event, secrets, fields=("tool", "reason", "actor"))
         return changelist
@@ -672,9 +699,23 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         chosen = {k: v for k, v in request.GET.items() if k in FILTER_PARAMETERS and v}
-        chosen.update(_drilled_period(request.GET, since=chosen.get("since"), until=chosen.get("until")))
+        drilled = _drilled_period(request.GET, since=chosen.get("since"), until=chosen.get("until"))
+        chosen.update(drilled)
+        if chosen.get("tool") == UNKNOWN_TOOL and chosen.get("reason", UNKNOWN_TOOL) == UNKNOWN_TOOL:
+            # The tool filter's folded entry, typed by hand: its events are the reason's (``ToolFilter.queryset``).
+            del chosen["tool"]
+            chosen["reason"] = UNKNOWN_TOOL
         chosen.update(_export_outcome(chosen))
         export = api_url("audit-event-list")
+        if _drilled_past_since(request.GET, drilled):
+            # A date drilled into that ends before the period's ``since``: refused as the period filter refuses
+            # one, rather than an empty list that says nothing and an export link the API refuses.
+            messages.error(
+                request,
+                gettext("Period: %(since)s to %(until)s ends before it starts.")
+                % {"since": drilled["since"], "until": drilled["until"]},
+            )
+            export = None
         extra_context = {
             **(extra_context or {}),
             "audit_metrics_url": reverse("admin:audit_auditevent_metrics", current_app=self.admin_site.name),
@@ -710,7 +751,8 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         since, until = _period(request)
-        report = tool_metrics(since=since, until=until)
+        secrets = configured_secrets()  # masks the report's texts and its charts' names alike
+        report = tool_metrics(since=since, until=until, secrets=secrets)
         # A row's link lists the calls the row counts: the same period, tool calls only (of every source: the
         # note under the table says so).
         period_query = {
@@ -773,7 +815,8 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             "bucket": bucket or "day",
             "series": (
                 _series_charts(
-                    tool_metrics_series(since=report.since, until=report.until, bucket=bucket), bucket=bucket
+                    tool_metrics_series(since=report.since, until=report.until, bucket=bucket, secrets=secrets),
+                    bucket=bucket,
                 )
                 if bucket is not None
                 else []

@@ -13,6 +13,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
+from urllib.parse import quote
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -35,7 +36,7 @@ from audit.changes import configured_secrets
 from audit.logins import login_lockout_get
 from audit.models import AuditEvent
 from auditor.event_details import MASKED_AFTER_RECORDING, masked_when_shown
-from auditor.metrics import tool_metrics
+from auditor.metrics import ArchivedPart, archived_part, tool_metrics
 from auditor.selectors import (
     EXPORT_COLUMNS,
     AuditEventFilters,
@@ -107,6 +108,19 @@ class MomentField(serializers.CharField):
             ) from None
 
 
+class OutcomeField(serializers.BooleanField):
+    """``ok``: true or false (1 or 0), as the admin's list takes it; any other word (DRF's yes, on, t) is refused
+    there, so it is here too, rather than an export that holds other events than the list it was linked from."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        text = str(data).lower()
+        if text in {"true", "1"}:
+            return True
+        if text in {"false", "0"}:
+            return False
+        raise serializers.ValidationError(_("Use true or false (or 1 or 0)."))
+
+
 class FiltersSerializer(serializers.Serializer):
     """The filters both operations read from the query string (``AuditEventFilters``)."""
 
@@ -115,7 +129,7 @@ class FiltersSerializer(serializers.Serializer):
     tool = serializers.CharField(required=False, max_length=200)
     source = serializers.ChoiceField(required=False, choices=AuditEvent.Source.choices)
     action = serializers.CharField(required=False, max_length=100)
-    ok = serializers.BooleanField(required=False, allow_null=True, default=None)
+    ok = OutcomeField(required=False, allow_null=True, default=None)
     reason = serializers.CharField(required=False, max_length=200)
     actor = serializers.CharField(required=False, max_length=200)
     run = serializers.CharField(
@@ -223,11 +237,18 @@ class AuditEventListApi(_AuditorApi):
             query = request.query_params.copy()
             query["cursor"] = str(next_cursor)
             next_url = request.build_absolute_uri(f"{request.path}?{query.urlencode()}")
+        archived = _archived_in(filters)
         return Response(
             {
                 "results": events,
                 "next_cursor": str(next_cursor) if next_cursor is not None else None,
                 "next": next_url,
+                # The events of the period that ``archive_audit`` moved out are in no page: where they are.
+                "archived": (
+                    {"seq": archived.seq, "file": archived.file_name, "before": archived.before.isoformat()}
+                    if archived is not None
+                    else None
+                ),
             }
         )
 
@@ -284,7 +305,19 @@ def _export_response(request: Request, filters: AuditEventFilters, kind: str) ->
     response = StreamingHttpResponse(_streamed(request, blocks), content_type=content_type)
     response["Content-Disposition"] = f'attachment; filename="audit-events-{stamp}.{kind}"'
     response["Cache-Control"] = "no-store"
+    archived = _archived_in(filters)
+    if archived is not None:  # the period's archived events are in no export: where they are
+        response["X-Audit-Archived"] = f"seq<={archived.seq}; file={quote(archived.file_name)}"
     return response
+
+
+def _archived_in(filters: AuditEventFilters) -> ArchivedPart | None:
+    """The archived part of the record (``archive_audit``) where the period asked for (from ``since``; none: from
+    the start) reaches into it, else None: its events are in the archive files, not served here."""
+    archived = archived_part()
+    if archived is None or (filters.since is not None and filters.since >= archived.before):
+        return None
+    return archived
 
 
 def _streamed(request: Request, blocks: Iterator[bytes]) -> Iterator[bytes] | AsyncIterator[bytes]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -26,6 +26,8 @@ from django.utils import timezone
 
 from agents.models import ApiKey
 from audit.archive import NOT_PRODUCTION_SOURCES
+from audit.changes import configured_secrets
+from audit.masking import mask_known
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.services import audit_chain_catch_up
 from auditor.selectors import EXPORT_CHUNK_SIZE, AuditEventFilters, audit_event_filter
@@ -86,11 +88,17 @@ class ToolMetricsReport:
 
 
 def tool_metrics(
-    *, since: dt.datetime | None = None, until: dt.datetime | None = None, filters: AuditEventFilters | None = None
+    *,
+    since: dt.datetime | None = None,
+    until: dt.datetime | None = None,
+    filters: AuditEventFilters | None = None,
+    secrets: Iterable[str] | None = None,
 ) -> ToolMetricsReport:
     """The metrics of tool calls from ``since`` (inclusive, default ``until`` minus 7 days) to ``until``
     (exclusive, default now), narrowed by ``filters`` (their own ``since``/``until`` are ignored). Tools are
-    ordered by calls, most first; callers likewise."""
+    ordered by calls, most first; callers likewise. Its recorded texts (a tool's name, a reason, a caller) are
+    masked with ``secrets`` (default: those bound now, ``configured_secrets``), as the events are when shown: a
+    value bound as a secret after a call recorded it is in no mask of the record."""
     until = until or timezone.now()
     since = since or until - DEFAULT_PERIOD
     filters = filters or AuditEventFilters()
@@ -173,6 +181,13 @@ def tool_metrics(
         calls=Count("id"), errors=Count("id", filter=Q(ok=False)), runs=Count("run_id", distinct=True),
         calls_in_runs=Count("id", filter=_IN_RUN),
     )  # fmt: skip
+    shown = _shown(configured_secrets() if secrets is None else secrets)
+    for tool in tools:
+        tool.mcp_id, tool.tool = shown(tool.mcp_id), shown(tool.tool)
+        tool.errors_by_reason = _counts_shown(tool.errors_by_reason, shown)
+        tool.callers = _counts_shown(tool.callers, shown)
+    for caller in callers:
+        caller.actor, caller.name = shown(caller.actor), shown(caller.name)
     return ToolMetricsReport(
         since=since,
         until=until,
@@ -184,6 +199,25 @@ def tool_metrics(
         tools=tools,
         callers=callers,
     )
+
+
+def _shown(secrets: Iterable[str]) -> Callable[[str], str]:
+    """A recorded text as a report shows it: masked with ``secrets`` and the registered ones (``mask_known``)."""
+    known = list(secrets)
+
+    def shown(text: str) -> str:
+        return str(mask_known(text, secrets=known))
+
+    return shown
+
+
+def _counts_shown(counts: dict[str, int], shown: Callable[[str], str]) -> dict[str, int]:
+    """``counts`` by their texts as shown: two texts that mask alike are counted together."""
+    masked: dict[str, int] = {}
+    for text, n in counts.items():
+        label = shown(text)
+        masked[label] = masked.get(label, 0) + n
+    return masked
 
 
 @dataclass
@@ -331,10 +365,12 @@ def tool_metrics_series(
     until: dt.datetime | None = None,
     bucket: Bucket = "hour",
     filters: AuditEventFilters | None = None,
+    secrets: Iterable[str] | None = None,
 ) -> list[ToolSeries]:
     """Calls, errors and p95 latency per ``bucket`` for every tool together (first) and for the
     ``SERIES_TOOLS`` most called tools, over the same events as :func:`tool_metrics` counts. One streamed pass;
-    it keeps the latencies of one period in memory to take their p95 (use days over long periods)."""
+    it keeps the latencies of one period in memory to take their p95 (use days over long periods). Tools are
+    named as :func:`tool_metrics` names them (masked with ``secrets``)."""
     until = until or timezone.now()
     since = since or until - DEFAULT_PERIOD
     filters = filters or AuditEventFilters()
@@ -365,13 +401,15 @@ def tool_metrics_series(
             counts[key][index][1] += 0 if ok else 1
             if attempt >= 1 and latency_ms is not None:
                 latencies[key][index].append(latency_ms)
+    shown = _shown(configured_secrets() if secrets is None else secrets)
     series = []
     for key in keys:
         points = [
             SeriesPoint(start=start, calls=calls, errors=errors, latency_p95_ms=_p95(latencies[key][i]))
             for i, (start, (calls, errors)) in enumerate(zip(starts, counts[key], strict=True))
         ]
-        series.append(ToolSeries(mcp_id=key[0], tool=key[1], calls=sum(p.calls for p in points), points=points))
+        calls_in_all = sum(p.calls for p in points)
+        series.append(ToolSeries(mcp_id=shown(key[0]), tool=shown(key[1]), calls=calls_in_all, points=points))
     return series
 
 
