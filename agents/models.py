@@ -73,45 +73,103 @@ def named_tool_refused(*, setting: str, model_id: str) -> str:
     )
 
 
-def rule_context_secret_problem(when: Any) -> str | None:
-    """Why a rule's conditions (``when``) may not be stored, or None: a value its ``context`` compares the caller's
-    context with that holds a secret (the audit hides it) is stored, shown and exported in clear, as a secret in
-    its ``params`` is (``rule_params_secret_problem``)."""
+def rule_context_secret_keys(when: Any) -> list[str]:
+    """The keys of a rule's ``context`` conditions whose value holds a secret (the audit hides it), each judged as
+    the audit records it; every key where only the whole holds one."""
     from mcpregistry.binding_policy import setting_secret_problem
 
     context = when.get("context") if isinstance(when, dict) else None
     if not isinstance(context, dict) or not setting_secret_problem("context", context, ""):
-        return None
-    return str(
-        _(
-            "context: this holds a secret (the audit record hides it), but a rule's conditions are stored, shown and "
-            "exported in clear: compare the caller's context with a value that is no secret."
+        return []
+    keys = [str(key) for key, value in context.items() if setting_secret_problem("context", {key: value}, "")]
+    return keys or [str(key) for key in context]
+
+
+def rule_context_secret_problems(when: Any) -> list[str]:
+    """Why a rule's conditions (``when``) may not be stored, one problem per key: a value its ``context`` compares
+    the caller's context with that holds a secret (the audit hides it) is stored, shown and exported in clear, as
+    a secret in its ``params`` is (``rule_params_secret_problems``)."""
+    return [
+        str(
+            _(
+                "context: this holds a secret under its key '%(key)s' (the audit record hides it), but a rule's "
+                "conditions are stored, shown and exported in clear: compare the caller's context with a value "
+                "that is no secret."
+            )
+            % {"key": key}
         )
-    )
+        for key in rule_context_secret_keys(when)
+    ]
+
+
+def rule_context_secret_problem(when: Any) -> str | None:
+    """``rule_context_secret_problems`` as one text, or None."""
+    return " ".join(rule_context_secret_problems(when)) or None
+
+
+def _placeholders_masked(value: Any) -> Any:
+    """A params value as the secret check reads it: a text with a placeholder is filled in from the query at run
+    time, so it is judged without its placeholders, and where that holds no secret, as the mask."""
+    from agents.deterministic import PLACEHOLDER
+    from audit.masking import MASK, holds_secret
+
+    if isinstance(value, str) and PLACEHOLDER.search(value):
+        rest = PLACEHOLDER.sub(" ", value)
+        return rest if holds_secret(rest) else MASK
+    if isinstance(value, dict):
+        return {key: _placeholders_masked(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_placeholders_masked(item) for item in value]
+    return value
+
+
+def rule_params_secret_arguments(params: Any) -> list[str]:
+    """The arguments of a rule's ``params`` whose value holds a secret (``rule_params_secret_problems``), each
+    judged as the audit records it; every argument where only the whole holds one."""
+    from mcpregistry.binding_policy import setting_secret_problem
+
+    if not params or not setting_secret_problem("params", _placeholders_masked(params), ""):
+        return []
+    if not isinstance(params, dict):
+        return [""]
+    found = [
+        str(name)
+        for name, value in params.items()
+        if setting_secret_problem("params", _placeholders_masked({name: value}), "")
+    ]
+    return found or [str(name) for name in params]
+
+
+def rule_params_secret_problems(params: Any) -> list[str]:
+    """Why a rule's ``params`` may not be stored, one problem per argument: a secret in them is stored, shown and
+    exported in clear while the audit hides it (a rule's, and a version's frozen rule's:
+    ``agents.services.version_content_problems``). A text with a placeholder is filled in from the query at run
+    time: judged without its placeholders, and where that holds no secret, as the mask (``{"token": "Bearer
+    {context.token}"}`` is fine)."""
+    from mcpregistry.binding_policy import setting_secret_problem
+
+    where = str(_("a secret header or environment value of the rule's server"))
+    problems = []
+    for name in rule_params_secret_arguments(params):
+        if not name:  # not an object: said of the whole
+            problems.append(str(setting_secret_problem("params", _placeholders_masked(params), where)))
+            continue
+        problems.append(
+            str(
+                _(
+                    "This holds a secret under its argument '%(name)s' (the audit record hides it), but the "
+                    "parameters template is stored, shown and exported in clear: give the secret as %(where)s "
+                    "instead, which is encrypted at rest and never shown."
+                )
+                % {"name": name, "where": where}
+            )
+        )
+    return problems
 
 
 def rule_params_secret_problem(params: Any) -> str | None:
-    """Why a rule's ``params`` may not be stored, or None: a secret in them is stored, shown and exported in clear
-    while the audit hides it (a rule's, and a version's frozen rule's: ``agents.services.version_content_problems``).
-    A text with a placeholder is filled in from the query at run time: judged without its placeholders, and where
-    that holds no secret, as the mask (``{"token": "Bearer {context.token}"}`` is fine)."""
-    from agents.deterministic import PLACEHOLDER
-    from audit.masking import MASK, holds_secret
-    from mcpregistry.binding_policy import setting_secret_problem
-
-    def placeholders_masked(value: Any) -> Any:
-        if isinstance(value, str) and PLACEHOLDER.search(value):
-            rest = PLACEHOLDER.sub(" ", value)
-            return rest if holds_secret(rest) else MASK
-        if isinstance(value, dict):
-            return {key: placeholders_masked(item) for key, item in value.items()}
-        if isinstance(value, list):
-            return [placeholders_masked(item) for item in value]
-        return value
-
-    where = str(_("a secret header or environment value of the rule's server"))
-    problem = setting_secret_problem("params", placeholders_masked(params), where)
-    return str(problem) if problem else None
+    """``rule_params_secret_problems`` as one text, or None."""
+    return " ".join(rule_params_secret_problems(params)) or None
 
 
 def empty_keyword_problems(when: dict[str, Any]) -> list[str]:
@@ -788,7 +846,8 @@ class DeterministicRule(AuditedModel):
         return self.pk is not None and self.enabled and stored_value(self, "enabled") is False
 
     def clean(self) -> None:
-        """A code rule must be importable, decorated, and name a server bound to its agent; an admin rule needs a
+        """A code rule must be importable, decorated, name a server bound to its agent, and take none of the settings
+        its code decides (``UNUSED_BY_CODE``, where they are new to it); an admin rule needs a
         known tool on its server, valid conditions, and a params template that fits the tool's contract. A stored
         rule skips the checks that came after rules were stored where what they read is unchanged, unless it is
         being switched on (``_switched_on``); a secret in its params is judged where they change only (that is
@@ -842,15 +901,15 @@ class DeterministicRule(AuditedModel):
         if (
             self.params
             and (self.pk is None or self.params != stored_value(self, "params"))
-            and (problem := rule_params_secret_problem(self.params))
+            and (found := rule_params_secret_problems(self.params))
         ):
-            errors["params"] = [problem]
+            errors["params"] = found
         if (
             self.when
             and (self.pk is None or self.when != stored_value(self, "when"))
-            and (problem := rule_context_secret_problem(self.when))
+            and (found := rule_context_secret_problems(self.when))
         ):
-            errors.setdefault("when", []).append(problem)
+            errors.setdefault("when", []).extend(found)
         if self.code:
             try:
                 _fn, mcp_id = load_code_rule(self.code)
@@ -860,6 +919,16 @@ class DeterministicRule(AuditedModel):
                 errors["code"] = [
                     str(_("The rule is for MCP '%(id)s', which this agent does not bind.") % {"id": mcp_id})
                 ]
+            if unused := self._unused_by_code():
+                errors.setdefault("code", []).append(
+                    str(
+                        _(
+                            "A code rule decides its own conditions, tool and parameters in its code (its decorator "
+                            "names the server), and no run applies them here: clear %(fields)s."
+                        )
+                        % {"fields": ", ".join(unused)}
+                    )
+                )
         else:
             if self.server_id is None:
                 errors["server"] = [str(_("Choose the server (or give a code rule)."))]
@@ -926,9 +995,54 @@ class DeterministicRule(AuditedModel):
                         == (self.server_id, self.tool_name)
                     )
                     if problems := self.call_problems(tool, text_into_typed=not call_kept):
-                        errors.setdefault("params", []).extend(problems)
+                        errors.setdefault("params", []).extend(self._unknown_arguments_worded(tool, problems))
         if errors:
             raise ValidationError(errors)
+
+    # What a code rule decides in its code (seed 000), which no run reads of it; its answer template and the model's
+    # first tool are applied to its matches as to an admin rule's.
+    UNUSED_BY_CODE = ("when", "server", "tool_name", "params")
+
+    def _unused_by_code(self) -> list[str]:
+        """The labels of the settings a code rule has that no run applies (``UNUSED_BY_CODE``), where they are new
+        to it: a code rule stored with them before the check (or with a code of its own since) saves as it is,
+        so that it can still be switched off, moved or renamed."""
+        if not self.code:
+            return []
+        kept = self.pk is not None and stored_value(self, "code") == self.code
+        unused = []
+        for name in self.UNUSED_BY_CODE:
+            field = self._meta.get_field(name)
+            value = getattr(self, field.attname)
+            if value not in (None, "", {}) and not (kept and value == stored_value(self, field.attname)):
+                unused.append(str(field.verbose_name))
+        return unused
+
+    def _unknown_arguments_worded(self, tool: Any, problems: list[str]) -> list[str]:
+        """``call_problems`` as the rule's page says them: an argument the tool does not have, without the gate's
+        reason code, with the arguments it has."""
+        from mcpregistry.contracts import argument_constraints, argument_names
+
+        contract = getattr(tool, "contract", None)
+        constraints = contract.args if contract is not None else argument_constraints(tool.input_schema)
+        names = sorted(argument_names(constraints or {}, tool.input_schema) or [])
+        params = self.params if isinstance(self.params, dict) else {}
+        unknown = {f"args:unknown:{name}: ": name for name in params if name not in names}
+        worded = []
+        for problem in problems:
+            name = next((n for prefix, n in unknown.items() if problem.startswith(prefix)), None)
+            if name is None:
+                worded.append(problem)
+            elif names:
+                worded.append(
+                    str(
+                        _("The tool has no argument '%(name)s'; its arguments are: %(names)s.")
+                        % {"name": name, "names": ", ".join(names)}
+                    )
+                )
+            else:
+                worded.append(str(_("The tool has no argument '%(name)s'; it takes none.") % {"name": name}))
+        return worded
 
     def call_problems(self, tool: Any, *, text_into_typed: bool = True) -> list[str]:
         """What ``tool``'s stored contract (without one, its input schema) refuses of this rule's parameters

@@ -20,14 +20,16 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 from django.utils.datastructures import MultiValueDict
+from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 from pydantic import ValidationError as PydanticValidationError
 
 from agent_platform.json import loads as json_loads
 from agents.agent_settings_form import agent_tool_names, rule_forcing_problems, tools_outside_filters
 from agents.configuration import RULE_DOCUMENT_FIELDS, RuleSpec, document_problems, rule_entry
 from agents.deterministic import PLACEHOLDER, WhenSpec
-from agents.models import Agent, DeterministicRule
+from agents.models import Agent, DeterministicRule, rule_context_secret_keys, rule_params_secret_arguments
 from mcpregistry.contract_form import EditorWidget, OpenChoiceField
 from mcpregistry.contracts import argument_constraints, spec_problems
 from mcpregistry.list_fields import (
@@ -209,6 +211,8 @@ class WhenWidget(EditorWidget):
         self.stored: dict[str, Any] = {}
         # The parts with a problem (``DeterministicRuleForm.clean_when``): only their inputs are outlined.
         self.invalid: set[str] = set()
+        # The context keys refused for holding a secret: a refused page does not send their values back.
+        self.withheld: set[str] = set()
 
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
@@ -217,6 +221,8 @@ class WhenWidget(EditorWidget):
         except ValueError:
             when = {}
         when = when if isinstance(when, dict) else {}
+        if self.withheld and isinstance(when.get("context"), dict):
+            when = {**when, "context": {k: v for k, v in when["context"].items() if k not in self.withheld}}
         texts = when_texts(when)
         context["widget"].update(
             {
@@ -276,6 +282,8 @@ class ParamsWidget(EditorWidget):
         self.arguments: dict[str, dict[str, Any]] = {}
         # The stored params: an argument whose field comes back as it was shown keeps its stored value.
         self.stored: dict[str, Any] = {}
+        # The arguments refused for holding a secret: a refused page shows their fields blank.
+        self.withheld: set[str] = set()
 
     def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
         context = super().get_context(name, value, attrs)
@@ -290,7 +298,9 @@ class ParamsWidget(EditorWidget):
             rows.append(
                 {
                     "name": arg,
-                    "value": param_text(params[arg], spec.get("type")) if arg in params else "",
+                    "value": param_text(params[arg], spec.get("type"))
+                    if arg in params and arg not in self.withheld
+                    else "",
                     "type": spec.get("type", ""),
                     "required": bool(spec.get("required")),
                     "allowed": ", ".join(map(str, spec.get("allowed") or [])),
@@ -395,9 +405,10 @@ def saved_elsewhere_text(changed: list[str]) -> str:
 
 
 class DeterministicRuleForm(forms.ModelForm):
-    tool_name = OpenChoiceField(label=_("tool"), required=False)
+    # Capitalised as the model's fields are labelled (``formfield`` writes their verbose names so).
+    tool_name = OpenChoiceField(label=capfirst(_("tool")), required=False)
     force_first_tool = OpenChoiceField(
-        label=_("force the model's first tool"),
+        label=capfirst(_("force the model's first tool")),
         required=False,
         help_text=_(
             "When this rule matches, the model's first call must be this tool (or any tool); for providers that "
@@ -405,7 +416,7 @@ class DeterministicRuleForm(forms.ModelForm):
         ),
     )
     rule_json = forms.CharField(
-        label=_("rule as JSON"),
+        label=capfirst(_("rule as JSON")),
         required=False,
         widget=forms.Textarea(attrs={"rows": 10, "cols": 100, "class": "rule-json", "spellcheck": "false"}),
         help_text=_(
@@ -459,7 +470,8 @@ class DeterministicRuleForm(forms.ModelForm):
         # A field posted as it was shown keeps the stored value it showed: saving a rule unchanged saves it as it is.
         when_widget.stored = rule.when if rule.pk and isinstance(rule.when, dict) else {}
         when_widget.invalid = set()  # the widget is a shallow copy of the class's: its own set per form
-        self.when_widget = when_widget
+        when_widget.withheld, params_widget.withheld = set(), set()
+        self.when_widget, self.params_widget = when_widget, params_widget
         params_widget.stored = rule.params if rule.pk and isinstance(rule.params, dict) else {}
         self.model_tools = agent_tool_names(servers)
         # Offered: the tools the agent's tool selection keeps (one outside its servers and tags is refused on save).
@@ -573,6 +585,73 @@ class DeterministicRuleForm(forms.ModelForm):
             for problem in rule_forcing_problems(forced, tool_selection=agent.tool_selection, servers=servers):
                 self.add_error("force_first_tool", problem)
         return cleaned
+
+    def full_clean(self) -> None:
+        super().full_clean()
+        if self.is_bound and self._errors:
+            self._not_sent_back()
+
+    def _not_sent_back(self) -> None:
+        """A refused page sends back no secret (as the MCP server's page): a context value or an argument that holds
+        one, typed here or in the JSON view, is shown blank (its line left out), its error saying to type it again
+        without the secret. A value as stored was shown already and is shown as it was."""
+        stored_when = self._stored("when")
+        stored_params = self._stored("params")
+        stored_context = stored_when.get("context") if isinstance(stored_when.get("context"), dict) else {}
+        document = _json(str(self.data.get(self.add_prefix("rule_json")) or ""))
+        document = document if isinstance(document, dict) else {}
+        keys: set[str] = set()
+        arguments: set[str] = set()
+        for when in (self._posted("when"), self.instance.when, document.get("when")):
+            context = when.get("context") if isinstance(when, dict) else None
+            if isinstance(context, dict):
+                changed = {k: v for k, v in context.items() if k not in stored_context or stored_context[k] != v}
+                keys.update(rule_context_secret_keys({"context": changed}))
+        for params in (self._posted("params"), self.instance.params, document.get("params")):
+            if isinstance(params, dict):
+                changed = {k: v for k, v in params.items() if k not in stored_params or stored_params[k] != v}
+                arguments.update(rule_params_secret_arguments(changed))
+        if not keys and not arguments:
+            return
+        self.when_widget.withheld, self.params_widget.withheld = keys, arguments
+        left = dict(document)
+        if isinstance(left.get("when"), dict) and isinstance(left["when"].get("context"), dict):
+            context = {k: v for k, v in left["when"]["context"].items() if k not in keys}
+            left["when"] = {**left["when"], "context": context}
+        if isinstance(left.get("params"), dict):
+            left["params"] = {k: v for k, v in left["params"].items() if k not in arguments}
+        shown = self.data.copy()
+        if left != document:
+            shown[self.add_prefix("rule_json")] = json.dumps(left, ensure_ascii=False, indent=2)
+        for name in ("when", "params"):
+            # Its hidden initial value (a field with a callable default has one) is shown as the page first
+            # showed it, not as posted (where a post left it out, it would show what was typed).
+            if name in self.fields and self.fields[name].show_hidden_initial:
+                shown[self[name].html_initial_name] = self.fields[name].prepare_value(self[name].initial)
+        self.data = shown
+        for field, names in (("when", keys), ("params", arguments)):
+            if names:
+                said = ngettext(
+                    "%(names)s: not sent back, as it holds a secret: type it again without the secret.",
+                    "%(names)s: not sent back, as they hold secrets: type them again without the secrets.",
+                    len(names),
+                ) % {"names": ", ".join(sorted(names))}
+                # A context key's, worded with the label of the conditions' context input (and that outlined).
+                self.add_error(field, self._when_problem(f"context: {said}") if field == "when" else said)
+
+    def _stored(self, field: str) -> dict[str, Any]:
+        """``field`` of the rule as stored (empty for a new rule, or where it is no object)."""
+        if self.instance.pk is None:
+            return {}
+        value = DeterministicRule.objects.filter(pk=self.instance.pk).values_list(field, flat=True).first()
+        return value if isinstance(value, dict) else {}
+
+    def _posted(self, field: str) -> Any:
+        """``field`` as this page posted it (its editor's inputs, or its JSON), read as JSON; None where unread."""
+        if field not in self.fields:
+            return None
+        value = self[field].data
+        return _json(value) if isinstance(value, str) else value
 
     def _shown_json(self) -> str:
         """The JSON view as the page showed it, posted back beside it; for a post without it (a script), the
