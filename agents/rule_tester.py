@@ -134,7 +134,10 @@ class RuleTesterForm(forms.Form):
         ),
     )
     a2a_data = _json_field(
-        _("A2A data parts (PATH=value lines as in the rule editor, a blank line between parts, or a JSON list)")
+        _(
+            "A2A data parts (PATH=value lines as in the rule editor, a blank line between parts, a JSON object, or "
+            "a JSON list of objects)"
+        )
     )
     a2a_files = _json_field(
         _("A2A files (what a code rule reads as ctx.a2a_files)"),
@@ -183,9 +186,9 @@ class RuleTesterForm(forms.Form):
             return expected()
         if expected is dict and not raw.startswith("{"):
             return self._key_value_lines(name, raw)
-        if expected is list and not raw.startswith("["):
+        if expected is list and not raw.startswith(("[", "{")):
             try:
-                return file_parts_from_text(raw) if name == "a2a_files" else data_parts_from_text(raw)
+                return file_parts_from_text(raw) if name == "a2a_files" else self._data_lines(raw)
             except ValueError as exc:
                 self.add_error(name, str(exc))
                 return []
@@ -199,6 +202,8 @@ class RuleTesterForm(forms.Form):
         except ValueError as exc:
             self.add_error(name, _("Not valid JSON: %(error)s") % {"error": json_error_text(exc)})
             return expected()
+        if expected is list and isinstance(value, dict):
+            value = [value]  # one data part (or file) written as its JSON object, as the rule editor's data field
         if not isinstance(value, expected):
             self.add_error(name, _("Expected a JSON %(kind)s.") % {"kind": expected.__name__})
             return expected()
@@ -212,6 +217,18 @@ class RuleTesterForm(forms.Form):
                 )
                 return []
         return value
+
+    @staticmethod
+    def _data_lines(raw: str) -> list[dict[str, Any]]:
+        """Data parts as ``PATH=value`` lines (``data_parts_from_text``); a line without ``=`` is refused in the
+        field's own words, naming the line (the lines' own "write KEY=value" named neither paths nor JSON)."""
+        for number, line in enumerate(raw.splitlines(), start=1):
+            key, sep, _value = line.strip().partition("=")
+            if line.strip() and (not sep or not key.strip()):
+                raise line_problem(
+                    number, gettext("write PATH=value lines, or a JSON object, or a JSON list of objects")
+                )
+        return data_parts_from_text(raw)
 
     def clean_query(self) -> str:
         """The query, checked as the API checks a run's (``run_query_check``): a form error, never a 413."""
@@ -595,6 +612,20 @@ def _trial_shown(request: HttpRequest, form: RuleTesterForm) -> tuple[list[RuleT
     return trials, summary, disabled, tested
 
 
+def tester_initial(request: HttpRequest, agent: Agent | None) -> dict[str, Any]:
+    """The form as a link opens it: its agent, and which of its rules are tested (``?tested=stored``, the link on a
+    rule's page: the rule just edited, not the live version; ``?version=N``: that published version)."""
+    initial: dict[str, Any] = {"agent": agent} if agent else {}
+    tested = request.GET.get("tested", "")
+    if tested in dict(RuleTesterForm.base_fields["tested"].choices):  # type: ignore[attr-defined]
+        initial["tested"] = tested
+    version = request.GET.get("version", "")
+    if version.isascii() and version.isdigit() and int(version) > 0:
+        initial["version"] = int(version)
+        initial.setdefault("tested", "version")
+    return initial
+
+
 @permission_required("agents.change_deterministicrule", raise_exception=True)
 def rule_tester_view(request: HttpRequest) -> HttpResponse:
     # The agent chosen: the one named (?agent=, the link on a rule's page), else the only one there is.
@@ -602,7 +633,7 @@ def rule_tester_view(request: HttpRequest) -> HttpResponse:
     chosen = agents.filter(slug=request.GET.get("agent", "")).first() or (
         agents.first() if agents.count() == 1 else None
     )
-    form = RuleTesterForm(request.POST or None, initial={"agent": chosen} if chosen else None)
+    form = RuleTesterForm(request.POST or None, initial=tester_initial(request, chosen))
     trials: list[RuleTrial] | None = None
     summary, disabled, tested = "", "", ""
     if request.method == "POST" and form.is_valid():

@@ -115,7 +115,7 @@ def test_the_tester_opens_on_the_rules_agent_or_the_only_one(admin_client, demo_
 
     rule = demo_agent.rules.order_by("order").first()
     page = admin_client.get(f"/admin/agents/deterministicrule/{rule.pk}/change/").content.decode()
-    assert f'href="/admin/agents/rule-tester/?agent={demo_agent.slug}"' in page
+    assert f'href="/admin/agents/rule-tester/?agent={demo_agent.slug}&amp;tested=stored"' in page
     form = admin_client.get("/admin/agents/rule-tester/").context["form"]
     assert form["agent"].value() == demo_agent.pk  # the only agent
     other = Agent.objects.create(slug="other", name="다른 에이전트")
