@@ -63,7 +63,7 @@ from agents.mcp_context import (
     mcp_context_settings,
     read_resource_spec,
 )
-from agents.model_texts import attempts_text, model_failure_text
+from agents.model_texts import attempts_text, empty_turn_text, model_failure_text, unfinished_turn_text
 from agents.model_tracing import ModelCallTracer
 from agents.models import Run
 from agents.parallel_calls import ParallelCalls, call_batch
@@ -1050,47 +1050,6 @@ def _conversation_so_far(
         if turn not in messages:
             so_far += [turn, *results_of(turn_calls(turn))]
     return so_far
-
-
-def cut_at_token_limit_text() -> str:
-    """Why a run whose model turn was cut off at its token limit failed (``model:max_tokens``), in the run's
-    language."""
-    return _(
-        "The model's answer was cut off at its token limit: raise the agent's max_tokens (model parameters), or "
-        "the token reservation of the run's budget."
-    )
-
-
-def unfinished_turn_text(code: str) -> str:
-    """Why a run whose model turn its provider said was unfinished failed (``UNFINISHED_TURN_CODES``), in the run's
-    language."""
-    if code == "model:context_window":
-        return _(
-            "The model's context window was full: the conversation, with the tools' results, and the answer's "
-            "max_tokens are more than this model can read. Use a model with a larger context window, ask a "
-            "narrower question, or lower max_tokens (model parameters)."
-        )
-    if code == "model:content_filter":
-        return _(
-            "The model provider's content filter stopped the model's answer, so none of it is used. Rephrase the "
-            "question, or check the provider's content filter settings."
-        )
-    if code == "model:malformed":
-        return _(
-            "The model provider could not read the model's answer or tool call (it was malformed), so none of it "
-            "was used. Running the query again may succeed; if it recurs, try another model."
-        )
-    return cut_at_token_limit_text()
-
-
-def empty_turn_text(*, no_choice: bool) -> str:
-    """Why a run whose last model turn held nothing failed (``model:empty``), in the run's language."""
-    if no_choice:
-        return _(
-            "The model server's reply held no choice (its choices list was empty), so there was no answer to read; "
-            "the tokens it reported are counted."
-        )
-    return _("The model gave no answer: its last turn held no text and asked for no tool.")
 
 
 # What a run's error message holds at most (the provider's detail is cut to fit, after it is masked).

@@ -94,7 +94,8 @@ def error_message_text(code: str, message: str) -> str:
     """A run's stored error message in the reader's language where its code is known and its parameters can be
     read back from it; as stored otherwise. A rule run's ``deterministic:tool_failed`` is stored in the run's
     language, as its answer is said (``agents.answers.all_calls_failed_text``), and read back from any; so is a
-    model failure's (``model:<kind>``: ``agents.engine.model_failure_message``), its provider's words kept."""
+    model failure's (``model:<kind>``: a failed call's, its provider's words kept, and a turn's its provider said was
+    unfinished or that held nothing: ``agents.model_texts.model_failure_text_again``)."""
     if code == "deterministic:tool_failed":
         return all_calls_failed_text_again(message or "") or message
     if code.startswith("model:"):

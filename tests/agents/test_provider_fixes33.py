@@ -14,7 +14,7 @@ from botocore.stub import Stubber
 from django.core.exceptions import ValidationError
 from django.utils import translation
 
-from agents import engine, providers
+from agents import engine, model_texts, providers
 from agents.budgets import budget_create, budget_reserve
 from agents.execution import run_execute
 from agents.models import Agent, Run
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.django_db
 def cut_hint(agent: Agent) -> str:
     """The hint a run fails with when its model turn is cut off at the token limit, in the agent's language."""
     with translation.override(agent.language or translation.get_language()):
-        return engine.cut_at_token_limit_text()
+        return model_texts.cut_at_token_limit_text()
 
 
 def sent_caps(server: ScriptedOpenAIServer) -> list[Any]:
@@ -183,7 +183,7 @@ def test_a_bedrock_tool_use_cut_off_at_max_tokens_fails_the_run_and_is_never_sen
 def test_a_failed_model_call_says_what_failed_in_the_agents_language_then_the_providers_words(
     demo_server: McpServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    marked_translations(monkeypatch, providers)
+    marked_translations(monkeypatch, model_texts)
     with ScriptedOpenAIServer([{"status": 429, "error": "slow down"}] * 2).running() as server:
         agent = in_language("ko", openai_agent(server, demo_server, retry={"max_attempts": 2, "backoff_s": 0}))
         run = submit(agent, "안녕하세요")
