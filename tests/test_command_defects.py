@@ -103,7 +103,7 @@ def test_run_query_exits_non_zero_for_a_cancelled_run(monkeypatch: pytest.Monkey
         query(monkeypatch, lambda run: run_cancel(run=run, actor="운영자"))
     run = Run.objects.get()
     assert refused.value.returncode == 1
-    assert str(refused.value) == f"실행 {run.id} 이(가) 취소되었습니다: 운영자이(가) 취소함"
+    assert str(refused.value) == f"실행 {run.id}이(가) 취소되었습니다: 운영자이(가) 취소함"
 
 
 @pytest.mark.slow

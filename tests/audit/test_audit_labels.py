@@ -25,7 +25,7 @@ from audit.services import audit_event_record
         ("ko", "config.tool_contract.update", "도구 계약 변경"),
         ("ko", "config.api_key.revoke", "API 키 폐기"),
         ("ko", "config.group.create", "그룹 생성"),
-        ("ko", "approval.reject", "거절"),
+        ("ko", "approval.reject", "거부"),
         ("ko", "config.nothing_like_it.update", "config.nothing_like_it.update"),  # no such entity
         ("ko", "config.agent.teleport", "config.agent.teleport"),  # no such change
         ("ko", "something.new", "something.new"),

@@ -357,7 +357,7 @@ def test_a_runs_page_shows_approvals_and_their_decisions(admin_client, auditor_c
     assert "failed: rejected by a person (approval:rejected)" in page  # the reason in words, with its code
     assert page.index(">approval requested<") < page.index(">answer<")
     korean = auditor_client.get(f"/admin/agents/run/{run.pk}/change/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
-    assert "사람이 거절함 (approval:rejected)" in korean
+    assert "사람이 거부함 (approval:rejected)" in korean
 
 
 def test_the_run_admin_is_still_read_only_for_an_admin(admin_client) -> None:
