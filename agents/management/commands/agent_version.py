@@ -21,7 +21,12 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from agent_platform.command_args import whole_number
-from agents.admin_versions import nothing_published_message, publish_message, rollback_message
+from agents.admin_versions import (
+    nothing_published_message,
+    publish_message,
+    rollback_message,
+    version_note_text,
+)
 from agents.models import Agent, AgentVersion
 from agents.services import agent_shadow_set, agent_version_publish, agent_version_rollback
 from agents.versions import version_diff
@@ -88,11 +93,13 @@ class Command(BaseCommand):
                 # Said on stderr: stdout stays one line per version for scripts, and an empty list is not silence.
                 self.stderr.write(_("%(agent)s has no published version yet.") % {"agent": agent.slug})
             for version in versions:
+                # The marks and a note the platform wrote in the reader's language, as the admin's versions list
+                # shows them (``version_note_text``; they were English under a Korean platform).
                 marks = [
                     m
                     for m, on in (
-                        ("live", agent.live_version_id == version.pk),
-                        ("shadow", agent.shadow_version_id == version.pk),
+                        (_("live"), agent.live_version_id == version.pk),
+                        (_("shadow"), agent.shadow_version_id == version.pk),
                     )
                     if on
                 ]
@@ -100,7 +107,7 @@ class Command(BaseCommand):
                 created = timezone.localtime(version.created_at)
                 self.stdout.write(
                     f"v{version.number}\t{created:%Y-%m-%d %H:%M:%S %Z}\t{version.published_by}\t"
-                    f"{version.note}\t{','.join(marks)}"
+                    f"{version_note_text(version.note)}\t{','.join(marks)}"
                 )
         elif action == "publish":
             try:

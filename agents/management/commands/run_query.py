@@ -13,12 +13,13 @@ from rest_framework.exceptions import ParseError
 from agent_platform.command_args import timeout_seconds
 from agent_platform.errors import ApplicationError
 from agent_platform.json import BoundedJSONDecoder, json_error_text
-from agents.admin_runs import error_message_text
+from agents.admin_runs import run_provider_is_offline
 from agents.api.config import api_setting
 from agents.api.parsers import json_parse_bounded
 from agents.approvals import approvals_waiting
 from agents.conversations import context_id_problem, context_without_null_id
 from agents.decision_reasons import reason_text
+from agents.error_texts import error_message_text
 from agents.execution import run_execute
 from agents.models import Run
 from agents.selectors import run_tool_calls
@@ -153,9 +154,15 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(payload, ensure_ascii=False, indent=2))
             return
         self.stdout.write(self.style.MIGRATE_HEADING(_("answer")))
+        # Without an answer, the status, and its code and message where it has one: a run parked for an approval
+        # has neither (it printed "(awaiting approval:  )").
         failure = error_message_text(run.error_code, run.error_message)
-        self.stdout.write(run.answer or f"({run.get_status_display()}: {run.error_code} {failure})")
+        why = " ".join(part for part in (run.error_code, failure) if part)
+        self.stdout.write(run.answer or f"({run.get_status_display()}{f': {why}' if why else ''})")
         self.stdout.write(self.style.MIGRATE_HEADING(_("trace")))
+        # The offline provider's turn is no model's, as the run page says (``admin_runs._Timeline.offline_turn``):
+        # its one turn, which calls no tool and is the answer.
+        offline, turns = run_provider_is_offline(run), 0
         for step in run.messages:
             kind = step.get("type")
             if kind == "rule":
@@ -184,6 +191,7 @@ class Command(BaseCommand):
                     )
                 )
             elif kind == "ai":
+                turns += 0 if step.get("history") else 1
                 for call in step.get("tool_calls") or []:
                     self.stdout.write(
                         "  "
@@ -191,7 +199,11 @@ class Command(BaseCommand):
                         % {"call": f"{call['name']}({json.dumps(call['args'], ensure_ascii=False)})"}
                     )
                 if step.get("content"):
-                    self.stdout.write("  " + _("model: %(content)s") % {"content": str(step["content"])[:200]})
+                    content = str(step["content"])
+                    if offline and turns == 1 and not step.get("tool_calls") and run.answer and content == run.answer:
+                        self.stdout.write(f"  {_('answer without a model (offline provider)')}: {content[:200]}")
+                    else:
+                        self.stdout.write("  " + _("model: %(content)s") % {"content": content[:200]})
             elif kind == "tool":
                 self.stdout.write(
                     "  "

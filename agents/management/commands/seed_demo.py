@@ -203,7 +203,7 @@ def seed_demo_server() -> tuple[McpServer, bool]:
         via=SEED_VIA,
         data={
             "mcp_id": DEMO_MCP_ID,
-            "name": "SDS company data (seed 001 demo)",
+            "name": "SDS 회사 데이터 (company data, seed 001 demo)",
             "transport": McpServer.Transport.STDIO,
             "env": {"FAILURE_MODE": "none", "INTERNAL_API_KEY": "sk-demo-" + secrets.token_hex(16)},
             "public_env": DEMO_PUBLIC_ENV,
@@ -224,7 +224,7 @@ def seed_local_tools() -> McpServer:
         return server
     binding = {
         "mcp_id": LOCAL_MCP_ID,
-        "name": "Local tools (calculate, classify_request)",
+        "name": "로컬 도구 (local tools: calculate, classify_request)",
         "transport": McpServer.Transport.LOCAL,
         "args": [LOCAL_TOOL_MODULE],
         "session_scope": McpServer.SessionScope.SHARED,
