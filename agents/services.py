@@ -56,7 +56,7 @@ from audit.changes import audited_delete, audited_save, change_scope, config_cha
 from audit.masking import MASK, mask_text, mask_value
 from audit.row_statements import RowInsert, RowRead
 from audit.services import audit_event_record
-from mcpregistry.crypto import SecretDecryptionError
+from mcpregistry.crypto import SecretDecryptionError, readable
 from mcpregistry.models import McpServer
 
 logger = logging.getLogger(__name__)
@@ -1060,12 +1060,24 @@ def secrets_readable_or_refused() -> Iterator[None]:
     """A submission that meets a secret this process cannot decrypt (the agent's model key, a binding's env or
     headers, read with the configuration: ``SecretDecryptionError``) is refused as what it is, a 503
     ``config:secret_unreadable`` telling an operator to check ``SECRETS_ENCRYPTION_KEYS``, not a 500; neither the
-    answer nor the log holds the secret (the error names the setting)."""
+    answer nor the log holds the secret (the error names the setting; the log, for the operator, also the servers
+    and agents whose secrets cannot be decrypted)."""
     try:
         yield
     except SecretDecryptionError as exc:
-        logger.error("a run submission was refused: %s", exc)
+        rows = _secrets_unreadable_rows()
+        logger.error("a run submission was refused: %s%s", exc, f" (the secrets of {rows})" if rows else "")
         raise secret_unreadable_refusal() from None
+
+
+def _secrets_unreadable_rows(most: int = 20) -> str:
+    """The servers (by ``mcp_id``) and agents (by slug) whose stored secrets this process cannot decrypt, for the
+    log line of a refused submission: the error raised where a secret was used names no row."""
+    rows = [
+        *(f"server {s.mcp_id}" for s in McpServer.objects.only("mcp_id", "env", "headers") if not s.secrets_readable()),
+        *(f"agent {a.slug}" for a in Agent.objects.only("slug", "model_secrets") if not readable(a.model_secrets)),
+    ]
+    return ", ".join(rows[:most]) + (" …" if len(rows) > most else "")
 
 
 def secret_unreadable_refusal(message: str | None = None) -> ApplicationError:

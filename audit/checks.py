@@ -20,7 +20,8 @@ A key that is set but cannot be used fails only where it is first used, at every
 only, and ``/readyz`` answers 503 for them (``unusable_keys``; ``agent_platform/probes.py``):
 
 - ``audit.E001``: an ``AUDIT_CHAIN_KEY`` key shorter than the chain's minimum (``audit.chain.MIN_KEY_CHARS``).
-- ``audit.E003``: a ``SECRETS_ENCRYPTION_KEYS`` value that is no Fernet key.
+- ``audit.E003``: a ``SECRETS_ENCRYPTION_KEYS`` value that is no Fernet key, or, without the variable, a local key
+  file (``var/secrets_key``) that holds none (emptied, damaged).
 
 And one of the proxy in front (``agent_platform/client_ip.py``):
 
@@ -109,7 +110,9 @@ def check_secrets_encryption_keys(app_configs: Any = None, **kwargs: Any) -> lis
             f"own machine ({Path(settings.VAR_DIR) / 'secrets_key'}). Processes in other containers or on other "
             "machines would each make their own, and could not read the secrets the others stored.",
             hint="Set SECRETS_ENCRYPTION_KEYS (Fernet keys, comma-separated, the same in every process), e.g. "
-            "python3 -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'.",
+            "python3 -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())', then run "
+            "manage.py rotate_secrets: it re-encrypts the secrets stored so far with that key (until then the local "
+            "key file still decrypts them; keep it until rotate_secrets reports no row left).",
             id="audit.W003",
         )
     ]
@@ -144,11 +147,24 @@ def audit_chain_key_problem() -> str | None:
 
 
 def secrets_encryption_keys_problem() -> str | None:
-    """Why the configured ``SECRETS_ENCRYPTION_KEYS`` cannot make the secrets' Fernet keys, or None where they can
-    or none is set (the local key: ``audit.W003``). Built as ``mcpregistry.crypto`` builds them (which this module
-    may not import), each named by its place in the list, never quoted."""
+    """Why the configured ``SECRETS_ENCRYPTION_KEYS`` cannot make the secrets' Fernet keys, or None where they can.
+    Built as ``mcpregistry.crypto`` builds them (which this module may not import), each named by its place in the
+    list, never quoted. Without the variable, the local key file (``audit.W003``) where there is one: emptied or
+    damaged, it is named by its path (with the variable set it only decrypts, and one that holds no key is left
+    out). None where there is no file yet: it is made at first use."""
     configured = str(getattr(settings, "SECRETS_ENCRYPTION_KEYS", "") or "")
     keys = [key.strip() for key in configured.split(",") if key.strip()]
+    if not keys:
+        local = Path(settings.VAR_DIR) / "secrets_key"
+        try:
+            key = local.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"the local secrets key file {local} cannot be read ({exc.strerror})"
+        if _unusable([key], lambda local_key: Fernet(local_key.encode())):
+            return f"the local secrets key file {local} holds no Fernet key (44 characters of URL-safe base64)"
+        return None
     places = _unusable(keys, lambda key: Fernet(key.encode()))
     if not places:
         return None
@@ -186,7 +202,9 @@ def check_secrets_encryption_keys_usable(app_configs: Any = None, **kwargs: Any)
         Error(
             f"{problem}: every MCP binding's stored secret would fail to be read or written.",
             hint="Make a key with python3 -c 'from cryptography.fernet import Fernet; "
-            "print(Fernet.generate_key().decode())'; keep the keys the stored secrets were encrypted with.",
+            "print(Fernet.generate_key().decode())'; keep the keys the stored secrets were encrypted with. A local "
+            "key file: put back the key it held (a backup); without it, remove the file and enter the stored "
+            "secrets again in the admin.",
             id="audit.E003",
         )
     ]

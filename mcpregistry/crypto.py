@@ -2,7 +2,12 @@
 
 Keys come from ``SECRETS_ENCRYPTION_KEYS`` (comma-separated Fernet keys; the first encrypts, all decrypt, so a
 key is rotated by putting the new one first and running ``manage.py rotate_secrets``). Without the variable, a
-key is generated once for local use into ``var/secrets_key`` (git-ignored).
+key is generated once for local use into ``var/secrets_key`` (git-ignored). Once the variable is set, a key in that
+file is kept as the last key, to decrypt only: what it encrypted stays readable until ``rotate_secrets`` moves it
+to the variable's first key (``audit.W003`` says to set the variable and then rotate).
+
+A local key file that holds no Fernet key (emptied, damaged) is a ``SecretDecryptionError`` naming the file: the
+rows load with their secrets unreadable (``UnreadableSecrets``), as with a lost key, never a 500 of every admin page.
 """
 
 from __future__ import annotations
@@ -31,16 +36,48 @@ class SecretDecryptionError(ImproperlyConfigured):
 @lru_cache(maxsize=4)
 def _local_key(where: str) -> str:
     """The local key (in the file named ``where``), created once (``agent_platform/key_files.py``). Read once per
-    process: every secret read from the database or written to it needs it."""
+    process: every secret read from the database or written to it needs it. Raises ``SecretDecryptionError``
+    naming the file where it holds no Fernet key (not cached: read again until it is mended)."""
     key = key_file(Path(where), lambda: Fernet.generate_key().decode())
     register_process_secrets([key])  # masked from its first use: one made now was missed at start
+    try:
+        Fernet(key.encode())
+    except ValueError:
+        raise SecretDecryptionError(local_key_unusable(where)) from None
     return key
 
 
+def local_key_unusable(where: str) -> str:
+    """Why the local key file ``where`` cannot be used (it holds no Fernet key)."""
+    return _(
+        "the local secrets key file %(path)s holds no Fernet key (44 characters of URL-safe base64): put back the "
+        "key it held, or set SECRETS_ENCRYPTION_KEYS to it"
+    ) % {"path": where}
+
+
 def configured_keys() -> list[str]:
+    """The keys, the first of which encrypts: ``SECRETS_ENCRYPTION_KEYS``'s, then the local key file's where there
+    is one (it decrypts what was stored before the variable was set, until ``rotate_secrets``; one that holds no
+    Fernet key is left out, having encrypted nothing this process could read); without the variable, the local
+    key alone (made now if there is none)."""
     raw = getattr(settings, "SECRETS_ENCRYPTION_KEYS", "") or ""
     keys = [k.strip() for k in raw.split(",") if k.strip()]
-    return keys or [_local_key(str(settings.VAR_DIR / "secrets_key"))]
+    where = settings.VAR_DIR / "secrets_key"
+    if not keys:
+        return [_local_key(str(where))]
+    if where.exists():
+        try:
+            local = _local_key(str(where))
+        except (SecretDecryptionError, OSError):
+            return keys
+        if local not in keys:
+            keys.append(local)
+    return keys
+
+
+@lru_cache(maxsize=4)
+def _newest(key: str) -> Fernet:
+    return Fernet(key.encode())
 
 
 @lru_cache(maxsize=4)
@@ -83,17 +120,19 @@ class UnreadableSecrets:
     The row loads (a page that lists servers, a select that offers them, the admin index): one lost key must not
     take down every admin page, or the page where the secrets are entered again. Any use of the values raises
     ``SecretDecryptionError`` where it is made, as the load did before (a run of its agent fails with
-    ``config:secret_unreadable``, a submission is a 503). Saved back as it was loaded, the stored ciphertext is
-    kept unchanged. ``unreadable_secrets`` names it to code that may not import this module (the change audit)."""
+    ``config:secret_unreadable``, a submission is a 503) with the reason of the load (``reason``: a key missing, or
+    the local key file that holds no key). Saved back as it was loaded, the stored ciphertext is kept unchanged.
+    ``unreadable_secrets`` names it to code that may not import this module (the change audit)."""
 
-    __slots__ = ("token",)
+    __slots__ = ("reason", "token")
     unreadable_secrets = True
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, reason: str = UNDECRYPTABLE) -> None:
         self.token = token
+        self.reason = reason
 
     def _refuse(self, *_args: Any, **_kwargs: Any) -> Any:
-        raise SecretDecryptionError(UNDECRYPTABLE)
+        raise SecretDecryptionError(self.reason)
 
     __iter__ = __len__ = __bool__ = __getitem__ = __contains__ = _refuse
     keys = values = items = get = copy = _refuse
@@ -113,8 +152,14 @@ def readable(value: Any) -> bool:
 
 
 def rotate_token(token: str) -> str:
-    """Re-encrypt a stored token with the first (newest) key."""
-    return PREFIX + fernet().rotate(token[len(PREFIX) :].encode()).decode()
+    """Re-encrypt a stored token with the first (newest) key; one that key decrypts already is returned as it is
+    (Fernet's rotation makes a new token every time: ``rotate_secrets`` would rewrite every row on every run)."""
+    multi, body = fernet(), token[len(PREFIX) :].encode()
+    try:
+        _newest(configured_keys()[0]).decrypt(body)
+    except InvalidToken:
+        return PREFIX + multi.rotate(body).decode()
+    return token
 
 
 class EncryptedJSONField(models.TextField):
@@ -130,9 +175,9 @@ class EncryptedJSONField(models.TextField):
             return {}
         try:
             return decrypt_json(value)
-        except SecretDecryptionError:
+        except SecretDecryptionError as exc:
             if value is not None and value.startswith(PREFIX):
-                return UnreadableSecrets(value)
+                return UnreadableSecrets(value, str(exc))
             raise
 
     def to_python(self, value: Any) -> Any:

@@ -89,8 +89,9 @@ ROTATE_BATCH = 500
 
 @dataclass
 class SecretsRotation:
-    """What ``secrets_rotate`` did, per model label: rows re-encrypted, and the ids of rows that no configured key
-    decrypts (left as they were: their key is missing from ``SECRETS_ENCRYPTION_KEYS``)."""
+    """What ``secrets_rotate`` did, per model label: rows re-encrypted (not those the newest key encrypted already),
+    and the rows that no configured key decrypts (left as they were: their key is missing from
+    ``SECRETS_ENCRYPTION_KEYS``), each named by its id and, a configuration row, its natural key: ``3 (billing)``."""
 
     rotated: dict[str, int] = field(default_factory=dict)
     unreadable: dict[str, list[str]] = field(default_factory=dict)
@@ -102,8 +103,10 @@ def secrets_rotate(*, actor: Any, via: str) -> SecretsRotation:
     every model (``EncryptedJSONField``: a binding's env and headers, an agent's model secrets, an approval's exact
     arguments, whichever app declares them), so that the older keys can be retired. The values do not change.
     Works on the stored ciphertext (Fernet's own rotation), column by column, row by row (locked where the database
-    can). Returns the rows re-encrypted per model (each model that has encrypted fields), and the rows that no
-    configured key decrypts: those are left as they are and reported, never a reason to stop the others.
+    can). A row whose secrets the newest key encrypted already is left alone (neither written nor recorded): run
+    twice, the second run re-encrypts nothing. Returns the rows re-encrypted per model (each model that has
+    encrypted fields), and the rows that no configured key decrypts: those are left as they are and reported, never
+    a reason to stop the others.
 
     Recorded: a configuration row (a binding, an agent) whose secrets hold names gets its own event
     (``config.<entity>.rotate_secrets``, naming the re-encrypted names, never a value); rows that are not
@@ -138,7 +141,7 @@ def secrets_rotate(*, actor: Any, via: str) -> SecretsRotation:
                     try:
                         rotated = [_rotated(v) for v in stored]
                     except InvalidToken:
-                        report.unreadable.setdefault(label, []).append(str(row_pk))
+                        report.unreadable.setdefault(label, []).append(_row_named(model, row_pk, configuration))
                         continue
                     if rotated == stored:
                         continue
@@ -165,10 +168,18 @@ def secrets_rotate(*, actor: Any, via: str) -> SecretsRotation:
     return report
 
 
+def _row_named(model: type[models.Model], row_pk: Any, configuration: bool) -> str:
+    """A row of ``secrets_rotate``'s report: its id, and a configuration row's natural key (a server's ``mcp_id``,
+    an agent's slug: what it is shown as) where it has one."""
+    obj = model._base_manager.filter(pk=row_pk).first() if configuration else None
+    name = str(obj) if obj is not None else ""
+    return f"{row_pk} ({name})" if name and name != str(row_pk) else str(row_pk)
+
+
 def _rotated(value: Any) -> Any:
-    """A stored secret column's value re-encrypted with the newest key; a map with nothing in it stored empty, as
-    a save now stores it (encrypted before that, a row with no secret was named unreadable once its key was lost).
-    Raises InvalidToken where no configured key decrypts it."""
+    """A stored secret column's value re-encrypted with the newest key (as it is where that key encrypted it
+    already); a map with nothing in it stored empty, as a save now stores it (encrypted before that, a row with no
+    secret was named unreadable once its key was lost). Raises InvalidToken where no configured key decrypts it."""
     if not (isinstance(value, str) and value.startswith(PREFIX)):
         return value
     rotated = rotate_token(value)

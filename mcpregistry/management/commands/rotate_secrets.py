@@ -25,16 +25,22 @@ class Command(BaseCommand):
             report = secrets_rotate(actor="system:rotate_secrets", via="rotate_secrets")
         except ImproperlyConfigured as exc:  # a key that is not a Fernet key: its line, not a traceback
             raise CommandError(str(exc)) from None
-        for label, count in report.rotated.items():
+        total = sum(report.rotated.values())
+        if not total:  # a second run: the newest key encrypts every row it can read already
             self.stdout.write(
-                _("%(model)s (%(label)s): %(count)s row(s) re-encrypted")
-                % {"model": apps.get_model(label)._meta.verbose_name_plural, "label": label, "count": count}
+                self.style.SUCCESS(
+                    _("nothing to re-encrypt: every stored secret this process can read has the newest key already")
+                )
             )
-        self.stdout.write(
-            self.style.SUCCESS(
-                _("re-encrypted %(count)s row(s) with the newest key") % {"count": sum(report.rotated.values())}
+        else:
+            for label, count in report.rotated.items():
+                self.stdout.write(
+                    _("%(model)s (%(label)s): %(count)s row(s) re-encrypted")
+                    % {"model": apps.get_model(label)._meta.verbose_name_plural, "label": label, "count": count}
+                )
+            self.stdout.write(
+                self.style.SUCCESS(_("re-encrypted %(count)s row(s) with the newest key") % {"count": total})
             )
-        )
         if report.unreadable:
             # The rest is committed; these rows keep their old ciphertext, and the key they need must not be retired.
             rows = "; ".join(
