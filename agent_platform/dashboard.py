@@ -28,7 +28,7 @@ from agents.budgets import MICROS_PER_USD, period_bounds, usage_by_day, usd_text
 from agents.models import Approval, Budget, ModelPrice, Run
 from audit.change_guard import actor_label
 from audit.changes import CONFIG_ACTION_PREFIX, recorded_name
-from audit.labels import action_label
+from audit.labels import action_label, actor_in_words
 from audit.models import AuditEvent
 from audit.visible import visible_text
 from auditor.charts import bar_chart
@@ -137,6 +137,8 @@ def _approval_row(approval: Approval, *, now: dt.datetime, may_decide: bool, may
         # The question that led to the call (masked, as stored), shortened: the approval's page has it whole.
         "query": _shortened(approval.run.query),
         "args": _compact(approval.args),
+        # Who asked, in words (``system:live`` → "live run (no API key)"); the record keeps its code.
+        "requested_by": actor_in_words(approval.requested_by),
         "url": _url("admin:agents_approval_change", approval.pk),
         "run_url": _url("admin:agents_run_change", approval.run_id) if may_view_run else None,
         "approve_url": _url("admin:agents_approval_decide", approval.pk, "approve") if decides else None,

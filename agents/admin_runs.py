@@ -59,7 +59,7 @@ from agents.models import Agent, Approval, Run, ShadowComparison
 from agents.selectors import run_seen_finished
 from agents.services import CANCELLABLE, run_cancel
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
-from audit.labels import breakable, reason_label, when_cell
+from audit.labels import actor_in_words, breakable, reason_label, when_cell
 from audit.models import AuditEvent
 from audit.visible import TOOL_DATA_CLOSE, TOOL_DATA_OPEN, readable_text, visible_text
 from mcpregistry.list_fields import argument_rows
@@ -246,7 +246,7 @@ def _approval_step(approval: Approval | None, *, label: str, title: str, args: A
     step.status = _APPROVAL_STATUS.get(approval.status, "")
     step.status_text = approval.get_status_display()
     if approval.decided_by:
-        step.status_text += " · " + gettext("by %(who)s") % {"who": approval.decided_by}
+        step.status_text += " · " + gettext("by %(who)s") % {"who": actor_in_words(approval.decided_by)}
     times = [gettext("requested %(time)s") % {"time": _local_time(approval.created_at)}]
     if approval.decided_at is not None:
         times.append(gettext("decided %(time)s") % {"time": _local_time(approval.decided_at)})
@@ -748,7 +748,7 @@ class _Timeline:
         step.approval_id = str(approval.pk)
         step.note = gettext("approval: %(status)s") % {"status": approval.get_status_display()}
         if approval.decided_by:
-            step.note += " · " + gettext("by %(who)s") % {"who": approval.decided_by}
+            step.note += " · " + gettext("by %(who)s") % {"who": actor_in_words(approval.decided_by)}
         if approval.reason:
             step.note += f" · {_reason_shown(approval.reason)}"
         if approval.status == Approval.Status.OUTCOME_UNKNOWN:

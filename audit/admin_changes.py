@@ -36,7 +36,7 @@ from django.utils.translation import pgettext
 from agent_platform.json import bounded_json_overrides
 from audit.change_guard import config_write_lock
 from audit.changes import CONFIG_ACTION_PREFIX
-from audit.labels import action_label, permission_label
+from audit.labels import action_label, permission_label, via_label
 from audit.models import AuditEvent
 
 ADMIN_VIA = "admin"
@@ -135,7 +135,8 @@ def history_page(
                 for name in (entry.event.args or {})
                 if not str(name).startswith("_")
             ),
-            "via": (entry.event.result or {}).get("via", "") if isinstance(entry.event.result, dict) else "",
+            # The path in words, as the event's page names its source ("admin"); the record keeps its code.
+            "via": via_label(str(entry.event.result.get("via", ""))) if isinstance(entry.event.result, dict) else "",
             "url": reverse(
                 "admin:audit_auditevent_change", args=[entry.event.pk], current_app=model_admin.admin_site.name
             )

@@ -2,8 +2,8 @@
 
 The record keeps its codes as written (``tool.call``, ``config.tool_contract.update``, ``args:allowed:region``):
 stable, the same in every export and whatever language its reader has. The pages people read show them through
-:func:`action_label` and :func:`reason_label`, which name the known codes in words and leave any other code as it
-is (a code is never hidden: the pages show it beside its words).
+:func:`action_label`, :func:`reason_label`, :func:`actor_in_words` and :func:`via_label`, which name the known
+codes in words and leave any other code as it is (a code is never hidden: the pages show it beside its words).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.apps import apps
+from django.core.management import get_commands
 from django.db import models
 from django.utils import timezone
 from django.utils.formats import date_format
@@ -22,6 +23,7 @@ from django.utils.translation import pgettext
 
 from audit.change_guard import policy_of
 from audit.changes import CONFIG_ACTION_PREFIX
+from audit.models import AuditEvent
 from audit.visible import visible_text
 
 _ACTIONS: dict[str, Callable[[], str]] = {
@@ -193,6 +195,64 @@ def reason_label(reason: str) -> str:
             "server": visible_text(reason.removeprefix("mcp:not_loaded:"))
         }
     return reason
+
+
+# Who did it, as the record names them (``audit.change_guard.actor_label``, and the runs and approvals that write
+# their own): fixed actors, then the kinds whose name follows a colon.
+_ACTORS: dict[str, Callable[[], str]] = {
+    "system:live": lambda: pgettext("audit actor", "live run (no API key)"),
+    "system:eval": lambda: pgettext("audit actor", "eval run"),
+    "system:shadow": lambda: pgettext("audit actor", "shadow run"),
+    "system:unattributed": lambda: pgettext("audit actor", "unattributed (outside the platform's services)"),
+    "system:login_guard": lambda: pgettext("audit actor", "sign-in guard"),
+    "eval:timeout": lambda: pgettext("audit actor", "eval case time limit"),
+}
+
+_ACTOR_KINDS: dict[str, Callable[[str], str]] = {
+    "admin": lambda name: pgettext("audit actor", "%(user)s (admin)") % {"user": name},
+    "rule-tester": lambda name: pgettext("audit actor", "%(user)s (rule tester)") % {"user": name},
+    "api_key": lambda prefix: pgettext("audit actor", "API key %(prefix)s…") % {"prefix": prefix},
+}
+
+
+def actor_in_words(actor: str) -> str:
+    """Who did it, in words: ``admin:alice`` → "alice (admin)", ``api_key:apk_ab12`` → "API key apk_ab12…",
+    ``system:live`` → "live run (no API key)", ``system:run_eval`` → "run_eval command"; "" for none; any other
+    form (a username, as a change made on the admin pages records it) as it is. What the record adds after a space
+    (``api_key:apk_ab12 (client gone)``) follows as recorded. The stored code stays the record's: filters and
+    exports use it. The name an actor quotes is written with what does not show itself written out
+    (``audit.visible``)."""
+    if not actor:
+        return ""
+    who, space, rest = actor.partition(" ")
+    fixed = _ACTORS.get(who)
+    kind, _colon, name = who.partition(":")
+    if fixed is not None:
+        words = fixed()
+    elif name and kind in _ACTOR_KINDS:
+        words = _ACTOR_KINDS[kind](visible_text(name))
+    elif name and kind == "system" and name in get_commands():
+        words = pgettext("audit actor", "%(command)s command") % {"command": name}
+    else:
+        return visible_text(actor)
+    return f"{words}{space}{visible_text(rest)}"
+
+
+def via_label(via: str) -> str:
+    """The path a configuration change took (its ``via``), in words: a path that is an event's source (``admin``,
+    ``api``) as the audit list names that source ("admin"), a command's ("seed_demo") as "seed_demo command"; ""
+    for none; any other as it is."""
+    if not via:
+        return ""
+    if via in AuditEvent.Source.values:
+        return str(AuditEvent.Source(via).label)
+    if via == "command":
+        return pgettext("audit via", "a command")
+    if via == "django":
+        return pgettext("audit via", "outside the platform's services")
+    if via in get_commands():
+        return pgettext("audit actor", "%(command)s command") % {"command": via}
+    return visible_text(via)
 
 
 def breakable(code: str) -> str:

@@ -34,7 +34,7 @@ from agents.models import Agent
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from audit.archive import tool_call_reason_label
 from audit.changes import configured_secrets
-from audit.labels import action_label, breakable, reason_label, when_cell
+from audit.labels import action_label, actor_in_words, breakable, reason_label, when_cell
 from audit.masking import mask_known, truncate
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.services import audit_chain_catch_up
@@ -775,13 +775,13 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
                 "server": visible_text(t.mcp_id),
                 "name": visible_text(t.tool),
                 "callers": [
-                    (visible_text(actor), n) for actor, n in sorted(t.callers.items(), key=lambda kv: (-kv[1], kv[0]))
+                    (_caller_html(actor), n) for actor, n in sorted(t.callers.items(), key=lambda kv: (-kv[1], kv[0]))
                 ],
                 "events_url": f"{events_url}?{urlencode({'mcp_id': t.mcp_id, 'tool': t.tool, **period_query})}",
             }
             for t in report.tools
         ]
-        callers = [{"caller": c, "actor": visible_text(c.actor), "name": visible_text(c.name)} for c in report.callers]
+        callers = [{"caller": c, "actor": _caller_html(c.actor), "name": visible_text(c.name)} for c in report.callers]
         metrics_api = api_url("audit-metrics")
         period = {"since": request.GET.get("since", ""), "until": request.GET.get("until", "")}
         asked = request.GET.get("bucket", "")
@@ -823,6 +823,14 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
             ),
         }
         return TemplateResponse(request, "admin/audit/metrics.html", context)
+
+
+def _caller_html(actor: str) -> str:
+    """Who called, in words ("API key apk_ab12…", "live run (no API key)"), the recorded code in its title (what the
+    list's actor filter takes); "" for none."""
+    if not actor:
+        return ""
+    return format_html('<span title="{}">{}</span>', visible_text(actor), actor_in_words(actor))
 
 
 @dataclass

@@ -26,7 +26,7 @@ from agents.models import Run
 from agents.services import CANCELLABLE
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
-from audit.labels import breakable, when_cell
+from audit.labels import actor_in_words, breakable, when_cell
 from evals.case_editor import (
     HELP_TEXTS,
     NO_TOOL,
@@ -491,7 +491,8 @@ class EvalRunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     change_form_template = "admin/evals/evalrun/change_form.html"
     list_display = ["started", "what_ran", "label", "progress", "pass_rate", "verdict"]
     list_filter = ["eval_set", "agent", "status"]
-    readonly_fields = [f.name for f in EvalRun._meta.fields]
+    # Who started it in words (``started_by_text``), not as the record codes it (``admin:alice``).
+    readonly_fields = [*(f.name for f in EvalRun._meta.fields), "started_by_text"]
     fields = [
         "eval_set",
         "agent",
@@ -501,7 +502,7 @@ class EvalRunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
         "sandbox_servers",
         "total",
         "done",
-        "started_by",
+        "started_by_text",
         "created_at",
         "finished_at",
     ]
@@ -535,6 +536,10 @@ class EvalRunAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
     @admin.display(description=_("started"), ordering="created_at")
     def started(self, obj: EvalRun) -> str:
         return when_cell(obj.created_at)
+
+    @admin.display(description=EvalRun._meta.get_field("started_by").verbose_name)
+    def started_by_text(self, obj: EvalRun) -> str:
+        return actor_in_words(obj.started_by) or "—"
 
     @admin.display(description=_("eval set and agent"), ordering="eval_set__name")
     def what_ran(self, obj: EvalRun) -> str:

@@ -353,7 +353,7 @@ def test_a_runs_page_shows_approvals_and_their_decisions(admin_client, auditor_c
     run, _approval = a_run_with_a_decided_approval(a_secret_binding(admin_client))
     page = auditor_client.get(f"/admin/agents/run/{run.pk}/change/").content.decode()
     assert ">approval requested<" in page
-    assert "rejected" in page and "by admin:boss" in page and "위험한 변경" in page
+    assert "rejected" in page and "by boss (admin)" in page and "위험한 변경" in page
     assert "failed: rejected by a person (approval:rejected)" in page  # the reason in words, with its code
     assert page.index(">approval requested<") < page.index(">answer<")
     korean = auditor_client.get(f"/admin/agents/run/{run.pk}/change/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
