@@ -121,4 +121,4 @@ def test_a_history_pages_path_is_named_as_the_events_page_names_it(admin_client:
 
     page = admin_client.get(f"/admin/agents/apikey/{pk}/history/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
     paths = re.findall(r'<td>[^<]*</td>\s*<td>([^<]*)</td>\s*<td>[^<]*</td>\s*<td><a href="/admin/audit/', page)
-    assert paths == ["관리자", "create_api_key command"]  # newest first; a command's name is its own
+    assert paths == ["관리자", "create_api_key 명령"]  # newest first; a command's name is its own
