@@ -1718,8 +1718,8 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
         "call",
         "masked_args",
         "run_link",
-        "requested_by",
-        "decided_by",
+        "requested_by_words",
+        "decided_by_words",
         "reason_text",
     ]
     list_display_links = ["created_at"]
@@ -1728,12 +1728,25 @@ class ApprovalAdmin(WritesRefusedMixin, admin.ModelAdmin):
     # The masked arguments are shown by ``shown_args`` (characters that do not show themselves written out); the
     # exact ones are never shown.
     readonly_fields = [
-        {"args": "shown_args", "reason": "reason_text"}.get(f.name, f.name)
+        {
+            "args": "shown_args",
+            "reason": "reason_text",
+            "requested_by": "requested_by_words",
+            "decided_by": "decided_by_words",
+        }.get(f.name, f.name)
         for f in Approval._meta.fields
         if f.name != "exact_args"
     ]
     exclude = ["args", "exact_args", "reason"]
     list_select_related = ["run__agent"]
+
+    @admin.display(description=_("requested by"), ordering="requested_by")
+    def requested_by_words(self, obj: Approval) -> str:
+        return actor_in_words(obj.requested_by)
+
+    @admin.display(description=_("decided by"), ordering="decided_by")
+    def decided_by_words(self, obj: Approval) -> str:
+        return actor_in_words(obj.decided_by)
 
     @admin.display(description=_("arguments (masked)"))
     def shown_args(self, obj: Approval) -> str:

@@ -12,6 +12,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
+from django.utils import timezone
 
 from agents.execution import run_execute
 from agents.models import Agent, Approval, Run
@@ -120,5 +121,32 @@ def test_a_history_pages_path_is_named_as_the_events_page_names_it(admin_client:
     assert response.status_code == 302
 
     page = admin_client.get(f"/admin/agents/apikey/{pk}/history/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
-    paths = re.findall(r'<td>[^<]*</td>\s*<td>([^<]*)</td>\s*<td>[^<]*</td>\s*<td><a href="/admin/audit/', page)
+    paths = re.findall(r'<td[^>]*>[^<]*</td>\s*<td>([^<]*)</td>\s*<td>[^<]*</td>\s*<td><a href="/admin/audit/', page)
     assert paths == ["관리자", "create_api_key 명령"]  # newest first; a command's name is its own
+
+
+def test_the_approval_list_and_a_history_page_name_who_acted_in_words(admin_client: Client) -> None:
+    agent = Agent.objects.create(slug="words", name="words")
+    run = Run.objects.create(agent=agent, query="q")
+    Approval.objects.create(
+        run=run,
+        mcp_id="notes",
+        tool="append_note",
+        args={},
+        call_hash="h",
+        requested_by="system:live",
+        decided_by="admin:boss",
+        status=Approval.Status.REJECTED,
+        expires_at=timezone.now(),
+    )
+    listing = admin_client.get("/admin/agents/approval/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    assert "live run (no API key)" in listing and "boss (admin)" in listing
+    assert ">system:live<" not in listing and ">admin:boss<" not in listing
+
+    call_command("create_api_key", "배치 키", stdout=io.StringIO(), stderr=io.StringIO())
+    created = AuditEvent.objects.get(action="config.api_key.create")
+    assert created.actor == "system:create_api_key"
+    history = admin_client.get(
+        f"/admin/agents/apikey/{created.result['id']}/history/", HTTP_ACCEPT_LANGUAGE="en"
+    ).content.decode()
+    assert '<td title="system:create_api_key">create_api_key command</td>' in history
