@@ -35,7 +35,7 @@ from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
 from audit.archive import tool_call_reason_label
 from audit.changes import configured_secrets
 from audit.labels import action_label, actor_in_words, breakable, reason_label, when_cell
-from audit.masking import mask_known, truncate
+from audit.masking import MASK, mask_known, truncate
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.services import audit_chain_catch_up
 from audit.verification import CannotCheck
@@ -777,7 +777,9 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
                 "callers": [
                     (_caller_html(actor), n) for actor, n in sorted(t.callers.items(), key=lambda kv: (-kv[1], kv[0]))
                 ],
-                "events_url": f"{events_url}?{urlencode({'mcp_id': t.mcp_id, 'tool': t.tool, **period_query})}",
+                # A name masked for a secret bound since its calls were recorded filters on what is left of it: the
+                # masked text matches no event (the link listed none), and the recorded one must not be shown.
+                "events_url": f"{events_url}?{urlencode({**_unmasked(mcp_id=t.mcp_id, tool=t.tool), **period_query})}",
             }
             for t in report.tools
         ]
@@ -956,6 +958,11 @@ def _args_shown(event: AuditEvent) -> Any:
     if event.action.startswith("config."):
         return event.args
     return truncate(event.args, max_chars=settings.PLATFORM_AUDIT_RESULT_MAX_CHARS)
+
+
+def _unmasked(**names: str) -> dict[str, str]:
+    """The ``names`` a link may filter on: those no secret was masked in."""
+    return {key: value for key, value in names.items() if MASK not in value}
 
 
 def _pct(part: float, whole: float) -> int:

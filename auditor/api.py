@@ -32,6 +32,8 @@ from rest_framework.views import APIView
 from agent_platform.client_ip import client_ip
 from agents.api.auth import ApiKeyAuthentication
 from agents.api.errors import LoginLocked
+from agents.api.serializers import AsciiIntegerField
+from agents.api.views import query_params_once_check
 from audit.changes import configured_secrets
 from audit.logins import login_lockout_get
 from audit.models import AuditEvent
@@ -158,10 +160,13 @@ class FiltersSerializer(serializers.Serializer):
 
 def _validated(serializer_class: type[FiltersSerializer], request: Request) -> FiltersSerializer:
     """The query string, validated: empty values are absent, an unknown parameter is an error (a misspelt
-    filter must not silently return everything)."""
+    filter must not silently return everything), and so is one given more than once, as the REST API refuses it
+    (``?ok=false&ok=true`` read only its last value)."""
     params = {k: v for k, v in request.query_params.dict().items() if v != ""}
     serializer = serializer_class(data=params)
     unknown = sorted(set(params) - set(serializer.fields))
+    if not unknown:
+        query_params_once_check(request.query_params)
     serializer.is_valid(raise_exception=False)
     errors = dict(serializer.errors)
     for name in unknown:
@@ -210,8 +215,8 @@ class AuditEventListApi(_AuditorApi):
     ``?format=csv`` (UTF-8 with a BOM, so Excel shows Korean) or ``?format=jsonl``."""
 
     class InputSerializer(FiltersSerializer):
-        cursor = serializers.IntegerField(required=False, min_value=0)
-        limit = serializers.IntegerField(required=False, min_value=1, max_value=1000, default=100)
+        cursor = AsciiIntegerField(required=False, min_value=0)
+        limit = AsciiIntegerField(required=False, min_value=1, max_value=1000, default=100)
         format = serializers.ChoiceField(required=False, choices=["json", "csv", "jsonl"], default="json")
 
     def get(self, request: Request) -> Response | StreamingHttpResponse:

@@ -95,10 +95,12 @@ def run_reference_parse(value: str) -> tuple[uuid.UUID | None, str | None]:
     raise ValueError(f"not a run id or the start of one: {value!r}")
 
 
-EARLIEST = dt.datetime(1900, 1, 1, tzinfo=dt.UTC)
+EARLIEST = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 LATEST = dt.datetime(9000, 1, 1, tzinfo=dt.UTC)
 """The range a typed moment is kept in: ``since=0001-01-01`` means "from the start" and ``until=9999-12-31``
-"to the end" (both as typed would overflow on the way to UTC or in date arithmetic: a 500, not an answer)."""
+"to the end" (both as typed would overflow on the way to UTC or in date arithmetic: a 500, not an answer). The
+start is 1970, not earlier: a moment before 1908 in Asia/Seoul carries its local mean time's offset (+08:27:52),
+which the API echoed and JavaScript's ``Date`` cannot read."""
 
 
 def moment_parse(value: str, *, end_of_day: bool = False) -> dt.datetime:
@@ -119,13 +121,13 @@ def moment_parse(value: str, *, end_of_day: bool = False) -> dt.datetime:
         moment = parse_datetime(text.replace(" ", "+", 1) if text.count(" ") == 1 and "T" in text else text)
     if moment is None:
         raise ValueError(f"not an ISO 8601 date or date-time: {value!r}")
-    if moment.year <= EARLIEST.year:
+    if moment.year < EARLIEST.year - 1:  # (1969 is compared below: late in it with an offset is 1970 in UTC)
         return EARLIEST
     if moment.year >= LATEST.year:
         return LATEST
     if timezone.is_naive(moment):
         moment = timezone.make_aware(moment)
-    return moment
+    return max(moment, EARLIEST)
 
 
 def with_agent_slug(queryset: QuerySet[AuditEvent]) -> QuerySet[AuditEvent]:

@@ -471,6 +471,14 @@ def _initialize(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _accepted() -> HttpResponse:
+    """``202 Accepted`` without a body (a notification, a JSON-RPC response): with no ``Content-Type`` either, where
+    Django's default claimed ``text/html``."""
+    response = HttpResponse(status=202)
+    del response["Content-Type"]
+    return response
+
+
 @csrf_exempt
 async def mcp_view(request: HttpRequest) -> HttpResponseBase:
     if request.method != "POST":
@@ -504,7 +512,7 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
     wait = await sync_to_async(api_key_rate_check)(api_key)
     if wait is not None:
         if isinstance(body, dict) and "id" not in body and isinstance(body.get("method"), str):
-            return HttpResponse(status=202)  # a notification: not acted on
+            return _accepted()  # a notification: not acted on
         return throttled_answer(body, wait)
     if refusal is not None:
         return refusal
@@ -531,7 +539,7 @@ async def mcp_view(request: HttpRequest) -> HttpResponseBase:
             await sync_to_async(tool_call_cancel)(
                 api_key=api_key, session_id=session_id, rpc_id=body["params"].get("requestId"), why="cancelled"
             )
-        return HttpResponse(status=202)
+        return _accepted()
     rpc_id = body["id"]
     if not _valid_id(rpc_id):
         # MCP: a request's id is a string or an integer (never null); any other could not be matched to its answer.

@@ -15,8 +15,9 @@
 - ``NaN``, ``Infinity``, ``-Infinity`` and numbers that overflow to them (``1e999``): neither JSON nor storable;
 - integers beyond 64 bits (what SQLite and most clients hold) and text with NUL characters or unpaired
   surrogates (``"\\ud800"``): PostgreSQL refuses the first, no UTF-8 encoder takes the second;
-- text that is not UTF-8 (RFC 8259 JSON is UTF-8; a ``charset`` other than UTF-8 is refused, one Python does not
-  know included: Django drops those, and the body was read as UTF-8).
+- text that is not UTF-8 (RFC 8259 JSON is UTF-8); a ``charset`` other than UTF-8, one Python does not know
+  included (Django drops those, and the body was read as UTF-8), is a ``415 unsupported_media_type``, as the A2A
+  and MCP endpoints answer it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from itertools import accumulate
 from typing import IO, Any
 
 from django.utils.translation import gettext as _
-from rest_framework.exceptions import ParseError
+from rest_framework.exceptions import ParseError, UnsupportedMediaType
 from rest_framework.parsers import BaseParser
 
 from agent_platform.errors import ApplicationError
@@ -212,7 +213,7 @@ def body_too_large(limit: int) -> ApplicationError:
 
 
 class BoundedJSONParser(BaseParser):
-    """DRF's ``JSONParser``, bounded (see the module docstring). Only UTF-8 is accepted."""
+    """DRF's ``JSONParser``, bounded (see the module docstring). Only UTF-8 is accepted (another charset: a 415)."""
 
     media_type = "application/json"
 
@@ -223,7 +224,10 @@ class BoundedJSONParser(BaseParser):
         params = getattr(context.get("request"), "content_params", None) or {}
         charset = str(params.get("charset") or context.get("encoding") or "utf-8")
         if charset.lower().replace("_", "-") not in {"utf-8", "utf8"}:
-            raise ParseError(_("JSON must be UTF-8, not %(charset)s.") % {"charset": shown_text(charset)})
+            raise UnsupportedMediaType(
+                media_type or self.media_type,
+                detail=_("JSON must be UTF-8, not %(charset)s.") % {"charset": shown_text(charset)},
+            )
         raw = read_bounded(stream, limit=int(api_setting("PLATFORM_API_MAX_BODY_BYTES")))
         if not raw.strip():
             raise ParseError(_("The body is empty: send a JSON object."))

@@ -11,6 +11,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import serializers
 
 from agents.api.config import api_setting
+from agents.api.serializers import DATA_PART_HELP
 
 SECURITY_SCHEME = "bearerAuth"
 
@@ -76,7 +77,7 @@ ERROR_DESCRIPTIONS = {
         "`query_too_long`: the run's `query` is longer than `PLATFORM_RUN_QUERY_MAX_CHARS`; or, on any operation "
         "(a `GET` with a body too), `body_too_large`: the body is larger than `PLATFORM_API_MAX_BODY_BYTES`."
     ),
-    415: "The body is not `application/json`.",
+    415: "The body is not `application/json`, or its `charset` is not UTF-8.",
     429: (
         "The key's rate limit is used up (`throttled`), or, submitting a run, a budget of the key or the agent "
         "(`budget_exceeded`; its `fields.reason` says whether the period's spend or the runs in flight leave no "
@@ -147,15 +148,20 @@ STRICT_REQUEST_COMPONENTS = (
 
 def forbid_unknown_request_fields(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
     """Postprocessing hook: ``additionalProperties: false`` on the request bodies that refuse unknown keys, and
-    ``POST /runs``'s exactly one of ``query`` and ``message`` (the serializer's ``validate``, which drf-spectacular
-    cannot read). The last hook of ``SPECTACULAR_SETTINGS``, it runs the ones below too: the A2A 1.0 parts, and
-    the statuses every operation may answer."""
+    ``POST /runs``'s exactly one of ``query`` and ``message``, the latter without ``data`` and ``files`` (the
+    serializer's ``validate``, which drf-spectacular cannot read). The last hook of ``SPECTACULAR_SETTINGS``, it
+    runs the ones below too: the A2A 1.0 parts, and the statuses every operation may answer."""
     schemas = result.get("components", {}).get("schemas", {})
     for name in STRICT_REQUEST_COMPONENTS:
         if name in schemas:
             schemas[name]["additionalProperties"] = False
     if "RunCreateRequest" in schemas:
-        schemas["RunCreateRequest"]["oneOf"] = [{"required": ["query"]}, {"required": ["message"]}]
+        # With ``message``, its data and files are parts of it: ``data`` and ``files`` beside it are refused (even
+        # empty), so that branch says so too.
+        schemas["RunCreateRequest"]["oneOf"] = [
+            {"required": ["query"]},
+            {"required": ["message"], "not": {"anyOf": [{"required": ["data"]}, {"required": ["files"]}]}},
+        ]
     result = describe_a2a_1_0_parts(result, generator, request, public)
     result = declare_setting_limits(result, generator, request, public)
     return document_shared_statuses(result, generator, request, public)
@@ -249,7 +255,7 @@ A2A_1_0_PARTS: dict[str, dict[str, Any]] = {
         "type": "object",
         "description": "An A2A 1.0 data part: one entry of the run's a2a_data.",
         "properties": {
-            "data": {"type": "object", "additionalProperties": {}},
+            "data": {"description": DATA_PART_HELP},
             **_file_naming(kept=False),
             "metadata": _metadata(),
         },

@@ -58,6 +58,16 @@ class BoundedListField(serializers.ListField):
         return super().to_internal_value(data)
 
 
+class AsciiIntegerField(serializers.IntegerField):
+    """DRF's IntegerField, written in ASCII: DRF (Python's ``int``) reads full-width and other Unicode digits
+    (``?page_size=５``) as a number, which the other numbers of the query (``wait``, ``after``) refuse."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, str) and not data.isascii():
+            self.fail("invalid")
+        return super().to_internal_value(data)  # type: ignore[no-any-return]
+
+
 class StrictSerializer(serializers.Serializer):
     """Refuses keys it does not declare (DRF would drop them silently), naming each one."""
 
@@ -132,12 +142,29 @@ class A2ATextPartSerializer(StrictSerializer):
     metadata = serializers.DictField(required=False)
 
 
+DATA_PART_HELP = (
+    "Structured input: one entry of the run's a2a_data. Any JSON value, as A2A 1.0's `Part.data` is: one that is "
+    'not an object is kept as `{"value": <it>}`.'
+)
+
+
+@extend_schema_field({"description": DATA_PART_HELP})
+class DataPartField(serializers.DictField):
+    """A data part's ``data``: any JSON value, as the A2A endpoint takes it; one that is not an object (a list,
+    a number, null) is kept as ``{"value": ...}``, which rules and tools read as an object."""
+
+    def run_validation(self, data: Any = serializers.empty) -> Any:
+        if data is not serializers.empty and not isinstance(data, Mapping):
+            data = {"value": data}
+        return super().run_validation(data)
+
+
 @extend_schema_serializer(component_name="A2ADataPart")
 class A2ADataPartSerializer(StrictSerializer):
     """An A2A 0.3 data part: one entry of the run's a2a_data."""
 
     kind = serializers.ChoiceField(choices=["data"])
-    data = serializers.DictField(help_text="Structured input: one entry of the run's a2a_data.")
+    data = DataPartField(help_text=DATA_PART_HELP)
     metadata = serializers.DictField(required=False)
 
 

@@ -48,6 +48,7 @@ from agents.api.serializers import (
     A2AFileSerializer,
     A2AMessageSerializer,
     ApprovalOutputSerializer,
+    AsciiIntegerField,
     BoundedListField,
     RunContextField,
     RunOutputSerializer,
@@ -87,23 +88,7 @@ def query_params_check(query_params: Iterable[str], *, accepted: Collection[str]
     shape."""
     unknown = [name for name in query_params if name not in accepted]
     if not unknown:
-        repeated = (
-            [name for name, values in query_params.lists() if len(values) > 1]
-            if isinstance(query_params, QueryDict)
-            else []
-        )
-        if repeated:
-            raise ApplicationError(
-                ngettext(
-                    "This query parameter was given more than once: %(names)s. Give it once.",
-                    "These query parameters were given more than once: %(names)s. Give each once.",
-                    len(repeated),
-                )
-                % {"names": _quoted(repeated)},
-                code="invalid_input",
-                status=400,
-                fields={name: [_("Given more than once.")] for name in repeated},
-            )
+        query_params_once_check(query_params)
         return
     named = ngettext("Unknown query parameter: %(names)s.", "Unknown query parameters: %(names)s.", len(unknown)) % {
         "names": _quoted(unknown)
@@ -118,6 +103,29 @@ def query_params_check(query_params: Iterable[str], *, accepted: Collection[str]
         status=400,
         fields={name: [_("Unknown query parameter.")] for name in unknown},
     )
+
+
+def query_params_once_check(query_params: Iterable[str]) -> None:
+    """Refuses (``400 invalid_input``, raising ``ApplicationError``) a query parameter given more than once
+    (``?ok=false&ok=true``), each named in ``fields`` and the message: one of its values would be read and the
+    others silently dropped. Also the auditors' API's check (``auditor.api``), in the same words."""
+    repeated = (
+        [name for name, values in query_params.lists() if len(values) > 1]
+        if isinstance(query_params, QueryDict)
+        else []
+    )
+    if repeated:
+        raise ApplicationError(
+            ngettext(
+                "This query parameter was given more than once: %(names)s. Give it once.",
+                "These query parameters were given more than once: %(names)s. Give each once.",
+                len(repeated),
+            )
+            % {"names": _quoted(repeated)},
+            code="invalid_input",
+            status=400,
+            fields={name: [_("Given more than once.")] for name in repeated},
+        )
 
 
 def _quoted(names: Iterable[str]) -> str:
@@ -580,7 +588,7 @@ class RunListApi(ApiView):
 
         agent = StrictCharField(required=False, max_length=64)
         status = serializers.ChoiceField(choices=Run.Status.choices, required=False)
-        page_size = serializers.IntegerField(required=False, min_value=1, max_value=100)
+        page_size = AsciiIntegerField(required=False, min_value=1, max_value=100)
         cursor = StrictCharField(required=False, max_length=1000)
 
     @extend_schema(

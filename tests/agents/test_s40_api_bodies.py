@@ -250,8 +250,8 @@ def test_an_unknown_charset_is_refused_as_latin_1_is(key: str, demo_agent: Any) 
     body = json.dumps({"agent": "company-assistant", "query": "a"})
     for charset in ("latin-1", "nonsense"):
         response = post(Client(), RUNS, body, key=key, content_type=f"application/json; charset={charset}")
-        assert response.status_code == 400
-        assert response.json()["error"]["code"] == "invalid_json"
+        assert response.status_code == 415
+        assert response.json()["error"]["code"] == "unsupported_media_type"
         assert charset in response.json()["error"]["message"]
     assert post(Client(), RUNS, body, key=key, content_type="application/json; charset=UTF-8").status_code == 202
 
@@ -259,7 +259,7 @@ def test_an_unknown_charset_is_refused_as_latin_1_is(key: str, demo_agent: Any) 
 def test_a_charset_is_repeated_at_most_100_characters_written_out(key: str) -> None:
     charset = "c\x9b" + "c" * 150  # a terminal's CSI
     response = post(Client(), RUNS, "{}", key=key, content_type=f"application/json; charset={charset}")
-    assert response.status_code == 400
+    assert response.status_code == 415
     message = response.json()["error"]["message"]
     assert "c⟦U+009B⟧" + "c" * 98 + "…" in message
     assert "c" * 100 not in message

@@ -98,8 +98,8 @@ def test_a_body_that_is_not_utf8_is_refused(raw_client, key) -> None:
     response = post_raw(
         raw_client, '{"a": 1}'.encode("utf-16"), key=key, content_type="application/json; charset=utf-16"
     )
-    assert response.status_code == 400
-    assert response.json()["error"]["code"] == "invalid_json"
+    assert response.status_code == 415  # a charset other than UTF-8: as on A2A and MCP
+    assert response.json()["error"]["code"] == "unsupported_media_type"
 
 
 # --- the body's size, before anything reads it -------------------------------------------------------------
