@@ -154,8 +154,12 @@ _SENTENCE_WORDS = (
 )
 
 
-@functools.cache
 def _stored_sentences() -> list[tuple[str, str, frozenset[str]]]:
+    return _sentences_in(tuple(code for code, _name in settings.LANGUAGES))
+
+
+@functools.cache
+def _sentences_in(languages: tuple[str, ...]) -> list[tuple[str, str, frozenset[str]]]:
     """Each sentence ``_all_calls_failed_sentence`` says, in each of the platform's languages, as (language,
     sentence, what failed), the longest first: a declined write's sentence is the start of the one that says
     something else failed too."""
@@ -165,7 +169,7 @@ def _stored_sentences() -> list[tuple[str, str, frozenset[str]]]:
         for kinds in itertools.combinations(_SENTENCE_WORDS, size)
     ]
     found: dict[tuple[str, str], frozenset[str]] = {}
-    for language, _name in settings.LANGUAGES:
+    for language in languages:
         with translation.override(language):
             for kinds in subsets:
                 found.setdefault((language, _all_calls_failed_sentence(set(kinds))), kinds)

@@ -913,6 +913,8 @@ RULE_DOCUMENT_FIELDS = {
     "answer_template": "answer_template",
     "force_first_tool": "force_first_tool",
 }
+# What a code rule's entry does not hold: its code decides them (``DeterministicRule.UNUSED_BY_CODE``).
+CODE_RULE_UNUSED_KEYS = ("when", "mcp_id", "tool", "params")
 # What an existing rule's entry may change (its agent and name are how it is found).
 _RULE_ENTRY_KEYS = {key: field for key, field in RULE_DOCUMENT_FIELDS.items() if key not in {"agent", "name"}}
 
@@ -1541,8 +1543,17 @@ def _config_import(
                 else _("unknown agent '%(agent)s'") % {"agent": rspec.agent},
             )
             continue
-        server = servers.get(rspec.mcp_id) if rspec.mcp_id else None
-        if rspec.mcp_id and (server is None or server.pk is None):
+        # A code rule decides its own conditions, tool and parameters (seed 000): what an export written before the
+        # rule refused them still carries of them is left out, with a warning, so that it imports (it was refused,
+        # and the whole document with it).
+        unused = [key for key in CODE_RULE_UNUSED_KEYS if rspec.code and getattr(rspec, key)]
+        if unused:
+            report.warnings.append(
+                _("%(where)s: a code rule decides its own conditions, tool and parameters; left out: %(keys)s")
+                % {"where": where, "keys": ", ".join(unused)}
+            )
+        server = servers.get(rspec.mcp_id) if rspec.mcp_id and "mcp_id" not in unused else None
+        if rspec.mcp_id and "mcp_id" not in unused and (server is None or server.pk is None):
             problems.add(where, server_problem(rspec.mcp_id))
             continue
         if rspec.agent not in stored_rules:  # read before any of its rules is saved: the order is the stored one
@@ -1555,7 +1566,7 @@ def _config_import(
         # A key left out of an existing rule's entry keeps the stored value, as a contract's does (a disabled rule
         # was switched back on and moved to order 100 by an entry that changed its template); a new rule takes the
         # defaults.
-        given = set(RuleSpec.model_fields) if created else rspec.model_fields_set
+        given = (set(RuleSpec.model_fields) if created else rspec.model_fields_set) - set(unused)
         for key, attribute in _RULE_ENTRY_KEYS.items():
             if key in given:
                 setattr(rule, attribute, server if key == "mcp_id" else getattr(rspec, key))
@@ -1959,8 +1970,11 @@ def config_export() -> dict[str, Any]:
 
 
 def rule_entry(rule: DeterministicRule) -> dict[str, Any]:
-    """A rule as a document entry (``export_config``'s ``rules[]``; the rule editor's JSON view)."""
-    return {
+    """A rule as a document entry (``export_config``'s ``rules[]``; the rule editor's JSON view). A code rule's
+    holds no conditions, server, tool or parameters (``CODE_RULE_UNUSED_KEYS``): its code decides them, and one
+    stored with them before they were refused kept them, which no run read and an import into another
+    installation refused."""
+    entry = {
         "agent": rule.agent.slug if rule.agent else None,
         "name": rule.name,
         "order": rule.order,
@@ -1973,3 +1987,6 @@ def rule_entry(rule: DeterministicRule) -> dict[str, Any]:
         "answer_template": rule.answer_template,
         "force_first_tool": rule.force_first_tool,
     }
+    if rule.code:
+        entry.update({"mcp_id": None, "tool": "", "when": {}, "params": {}})
+    return entry

@@ -96,6 +96,9 @@ def error_message_text(code: str, message: str) -> str:
     language, as its answer is said (``agents.answers.all_calls_failed_text``), and read back from any; so is a
     model failure's (``model:<kind>``: a failed call's, its provider's words kept, and a turn's its provider said was
     unfinished or that held nothing: ``agents.model_texts.model_failure_text_again``)."""
+    code = code or ""
+    if not isinstance(message, str):
+        return message
     if code == "deterministic:tool_failed":
         return all_calls_failed_text_again(message or "") or message
     if code.startswith("model:"):

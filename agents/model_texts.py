@@ -125,13 +125,17 @@ def model_failure_text_again(kind: str, message: str) -> str | None:
     return None
 
 
-@functools.cache
 def _stored_failure_sentences() -> list[tuple[str, str, str, int]]:
+    return _failure_sentences_in(tuple(code for code, _name in settings.LANGUAGES))
+
+
+@functools.cache
+def _failure_sentences_in(languages: tuple[str, ...]) -> list[tuple[str, str, str, int]]:
     """Each sentence ``_failure_sentences`` says for each of ``_READ_BACK_KINDS``, in each of the platform's
     languages, as (language, sentence, kind, its place in ``_failure_sentences(kind)``): the longest first, so a
     sentence that begins another is tried after it."""
     found: list[tuple[str, str, str, int]] = []
-    for language, _name in settings.LANGUAGES:
+    for language in languages:
         with translation.override(language):
             for kind in _READ_BACK_KINDS:
                 found += [(language, sentence, kind, place) for place, sentence in enumerate(_failure_sentences(kind))]

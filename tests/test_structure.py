@@ -128,12 +128,10 @@ def forbidden_arrows(edges: dict[str, set[str]]) -> list[str]:
     return sorted(found)
 
 
-@pytest.mark.slow
 def test_no_module_imports_against_the_arrows() -> None:
     assert forbidden_arrows(import_graph()) == []
 
 
-@pytest.mark.slow
 def test_no_circle_of_imports_between_or_inside_the_apps() -> None:
     assert circles(import_graph()) == []
 
@@ -160,7 +158,6 @@ def _loaded_after(script: str) -> list[str]:
     return ast.literal_eval(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.slow
 def test_django_s_start_its_checks_and_the_web_urlconf_load_none_of_the_run_path() -> None:
     # What every manage.py command does before its work (the system checks load the URLconf), and what a web
     # process does to route a request: the admin's pages, the API, the auditor's and the evals' endpoints.

@@ -18,8 +18,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.test import Client
 
-from agent_platform.errors import ApplicationError
-from agents.configuration import config_import
+from agents.configuration import config_export, config_import
 from agents.models import Agent, DeterministicRule
 from agents.services import deterministic_rule_update
 from mcpregistry.models import McpServer
@@ -80,7 +79,7 @@ def test_a_stored_code_rule_with_them_still_saves_but_takes_no_new_ones(demo_ser
         admin_rule.full_clean()
 
 
-def test_the_editor_and_the_import_refuse_a_code_rule_with_a_keyword(admin_client: Client, db: Any) -> None:
+def test_the_editor_refuses_a_code_rule_with_a_keyword_the_import_leaves_it_out(admin_client: Client, db: Any) -> None:
     post = {
         "name": "주문",
         "order": "10",
@@ -94,8 +93,38 @@ def test_the_editor_and_the_import_refuse_a_code_rule_with_a_keyword(admin_clien
     page = admin_client.post(ADD, post).content.decode()
     assert "no run applies them here: clear conditions." in errors(page)
     assert not DeterministicRule.objects.exists()
-    with pytest.raises(ApplicationError, match="code: A code rule decides its own conditions"):
-        config_import(actor="t", document={"rules": [{"name": "주문", "code": CODE, "when": {"any_keywords": ["x"]}}]})
+    # An export written before the refusal still imports: what no run reads is left out, with a warning.
+    report = config_import(
+        actor="t", document={"rules": [{"name": "주문", "code": CODE, "when": {"any_keywords": ["x"]}}]}
+    )
+    assert any("a code rule decides its own conditions" in w and "left out: when" in w for w in report.warnings)
+    assert DeterministicRule.objects.get(name="주문").when == {}
+
+
+def test_an_export_of_a_code_rule_stored_with_conditions_imports_into_an_empty_installation(db: Any) -> None:
+    """A code rule stored with conditions, a server, a tool and parameters before they were refused: its export
+    holds none of them, and an older export that does imports, into an installation without the rule too."""
+    server = McpServer.objects.create(mcp_id="order-service", name="order-service", command="python3", args=[])
+    agent = Agent.objects.create(slug="desk", name="desk")
+    agent.servers.set([server])
+    rule = DeterministicRule.objects.create(
+        agent=agent,
+        name="주문",
+        code=CODE,
+        server=server,
+        tool_name="lookup",
+        when={"any_keywords": ["주문"]},
+        params={"q": "{query}"},
+    )
+    entry = next(e for e in config_export()["rules"] if e["name"] == "주문")
+    assert (entry["mcp_id"], entry["tool"], entry["when"], entry["params"]) == (None, "", {}, {})
+
+    older = {**entry, "mcp_id": "order-service", "tool": "lookup", "when": {"any_keywords": ["주문"]}}
+    rule.delete()
+    report = config_import(actor="t", document={"rules": [older]})
+    imported = DeterministicRule.objects.get(name="주문")
+    assert (imported.code, imported.server, imported.when) == (CODE, None, {})
+    assert any("left out: when, mcp_id, tool" in w for w in report.warnings), report.warnings
 
 
 # ---- 2 and 3. secrets: named, and not sent back ---------------------------------------------------------------------

@@ -86,6 +86,10 @@ def test_the_metrics_page_masks_a_value_bound_since(auditor_client: Client) -> N
     text = page.content.decode()
     assert SECRET not in text
     assert "args:allowed:***" in text
+    # The masked tool's row links to the events it can name without the secret: they are listed, not none.
+    row = next(r for r in page.context["rows"] if "***" in r["tool"].tool)
+    assert "tool=" not in row["events_url"] and "***" not in row["events_url"]
+    assert auditor_client.get(row["events_url"]).context["cl"].result_count >= 1
 
 
 @pytest.mark.usefixtures("quoted_then_bound")
