@@ -49,7 +49,8 @@ from typing import Any, Literal, TypeVar
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
-from django.core.cache import cache
+from django.core.cache import cache, caches
+from django.core.cache.backends.locmem import LocMemCache
 from django.core.exceptions import PermissionDenied
 from django.utils.translation import gettext as _
 
@@ -69,6 +70,12 @@ FAILED_ACTION = "security.login_failed"
 GUARD_ACTOR = "system:login_guard"
 
 
+def cache_is_process_local() -> bool:
+    """Whether the default cache lives in each process's memory (then no other process can see its entries, and
+    ``unlock_login`` cannot reach the web server's lockouts)."""
+    return isinstance(caches["default"], LocMemCache)
+
+
 @dataclass(frozen=True)
 class Lockout:
     """A username or address that may not log in for ``retry_after_s`` more seconds."""
@@ -78,7 +85,14 @@ class Lockout:
     retry_after_s: int
 
     def message(self) -> str:
+        """What the refused caller reads: who can lift it, where someone can (``unlock_login`` reaches a shared
+        cache only: on the embedded default, each process's own, it refuses, and the message said to use it)."""
         minutes = max(1, math.ceil(self.retry_after_s / 60))
+        if cache_is_process_local():
+            return _(
+                "Too many failed logins. Logins are refused for about %(minutes)d more minutes; "
+                "an administrator can lift this by restarting the web server."
+            ) % {"minutes": minutes}
         return _(
             "Too many failed logins. Logins are refused for about %(minutes)d more minutes; "
             "an administrator can lift this (manage.py unlock_login)."

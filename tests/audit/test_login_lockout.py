@@ -234,3 +234,16 @@ def test_a_sign_in_with_an_empty_field_shows_the_form_again(admin_user, fields) 
     response = client.post("/admin/login/?next=/admin/", fields)
     assert response.status_code == 200 and "This field is required" in response.content.decode()
     assert not AuditEvent.objects.filter(action=logins.LOGIN_ACTION).exists()
+
+
+def test_the_lockout_names_unlock_login_only_where_it_can_lift_it(auditor_user, settings) -> None:
+    """``unlock_login`` reaches a shared cache only: on the embedded default (each process's own) it refuses, so the
+    refused caller is not told to have it run."""
+    client = Client()
+    for _ in range(5):
+        response = client.get("/api/v1/audit/events", HTTP_AUTHORIZATION=basic(auditor_user.username, "wrong"))
+    assert response.status_code == 429
+    message = response.json()["error"]["message"]
+    assert "unlock_login" not in message and "restarting the web server" in message
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.dummy.DummyCache"}}  # a shared one's kind
+    assert "manage.py unlock_login" in logins.Lockout(subject="user", value="x", retry_after_s=60).message()

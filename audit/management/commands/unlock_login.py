@@ -8,19 +8,12 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from django.core.cache import caches
-from django.core.cache.backends.locmem import LocMemCache
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 from redis.exceptions import RedisError
 
-from audit.logins import login_lockout_lift, login_subject_parse
-
-
-def cache_is_process_local() -> bool:
-    """Whether the default cache lives in each process's memory (then no other process can see its entries)."""
-    return isinstance(caches["default"], LocMemCache)
+from audit.logins import cache_is_process_local, login_lockout_lift, login_subject_parse
 
 
 class Command(BaseCommand):
