@@ -323,3 +323,20 @@ def test_libyamls_words_for_an_open_bracket_or_a_bad_escape_are_told_as_the_read
         load_document(path)
     assert told in refused.value.message
     assert "did not find" not in refused.value.message and "found invalid" not in refused.value.message
+
+
+def test_create_api_key_replace_that_finds_no_key_in_use_says_so() -> None:
+    """A key revoked (or named otherwise) is no key to replace: the new one, for every agent at the default rate, was
+    issued with nothing said."""
+    first, _said = issue("리뷰-키", "--replace")
+    call_command("revoke_api_key", first[:12], stdout=io.StringIO())
+    _second, said = issue("리뷰-키", "--replace")
+    assert said.strip() == (
+        "no key in use is named 리뷰-키: nothing was replaced, and nothing carried over "
+        "(the new key may use every agent, at the default rate)"
+    )
+
+
+def test_create_api_key_replace_of_a_name_never_used_says_nothing_more() -> None:
+    _first, said = issue("처음-키", "--replace")  # ./bin/up's first start
+    assert said == ""

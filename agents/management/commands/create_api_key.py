@@ -71,6 +71,18 @@ class Command(BaseCommand):
         if any(carried.values()):
             words = "; ".join(f"{_part_label(part)}: {_part_words(part, value)}" for part, value in carried.items())
             self.stderr.write(_("carried over from the replaced key: %(scope)s") % {"scope": words})
+        if options["replace"] and not earlier and ApiKey.objects.filter(name=name).exclude(pk=key.pk).exists():
+            # Said, as a replace that found its key would be: one whose keys of that name were all revoked got a key
+            # for every agent at the default rate, with nothing said (a first key of the name, as ./bin/up's first
+            # start mints, replaces nothing and is not told so).
+            self.stderr.write(
+                _("no key in use is named %(name)s: nothing was replaced, and nothing carried over") % {"name": name}
+                + (
+                    _(" (the new key may use every agent, at the default rate)")
+                    if options["agents"] is None and not options["admin"]
+                    else ""
+                )
+            )
         if replaced:
             self.stderr.write(
                 ngettext(
