@@ -248,6 +248,25 @@ class DeterministicRuleInline(admin.TabularInline):
 MOVED_ELSEWHERE = ("live_version", "shadow_version", "shadow_sample_rate")
 
 
+# The model parameters each network provider reads (``agents.providers.build_provider_model``); the offline model
+# reads none of them. The scripted one (tests, demos) is not checked.
+_NETWORK_PARAMS = ("temperature", "max_tokens", "top_p", "timeout_s", "tool_choice", "retry")
+PROVIDER_PARAMS: dict[str, frozenset[str]] = {
+    Agent.Provider.BEDROCK: frozenset({*_NETWORK_PARAMS, "region_name", "guardrail"}),
+    Agent.Provider.OPENAI_COMPATIBLE: frozenset({*_NETWORK_PARAMS, "base_url", "stream"}),
+    Agent.Provider.OFFLINE: frozenset(),
+}
+
+# The providers that send no model API key, and why.
+KEYLESS_PROVIDERS = {
+    Agent.Provider.BEDROCK: _(
+        "Bedrock takes no model API key: it uses the worker's AWS credentials (its environment, profile or role). "
+        "Leave this empty."
+    ),
+    Agent.Provider.OFFLINE: _("The offline model calls no model service and reads no API key. Leave this empty."),
+}
+
+
 class AgentForm(forms.ModelForm):
     """Every setting of an agent; the page shows those of its mode (``agents/static/agents/agent_form.js``)."""
 
@@ -358,6 +377,23 @@ class AgentForm(forms.ModelForm):
                 self.fields[name].show_hidden_initial = True
         self.kept_notes: list[str] = []
 
+    def full_clean(self) -> None:
+        super().full_clean()
+        if self.is_bound and self._errors:
+            self.key_not_kept()
+
+    def key_not_kept(self) -> None:
+        """A refused page sends no key back (the box is blank): a model API key typed in it is said to be not kept,
+        so that it is typed again (left empty, the next save kept the old key, unsaid). Never echoes the key."""
+        name = "new_model_api_key"
+        if (
+            name not in self.fields
+            or name in (self._errors or {})
+            or not str(self.data.get(self.add_prefix(name)) or "")
+        ):
+            return
+        self.add_error(name, _("The key typed here was not kept, as the page was refused: type it again."))
+
     def _update_errors(self, errors: ValidationError) -> None:
         # The model validates model_secrets; on this form the key is entered as a key or a worker variable.
         if hasattr(errors, "error_dict") and "model_secrets" in errors.error_dict:
@@ -397,6 +433,13 @@ class AgentForm(forms.ModelForm):
         new_key, from_env = cleaned.get("new_model_api_key"), (cleaned.get("model_api_key_from_env") or "").strip()
         if new_key and from_env:
             raise forms.ValidationError(_("Give the model API key or a variable to read it from, not both."))
+        provider = cleaned.get("model_provider")
+        if (new_key or from_env) and provider in KEYLESS_PROVIDERS:
+            # Stored, it was never sent: Bedrock signs with the worker's AWS credentials, the offline model calls
+            # nothing.
+            self.add_error("new_model_api_key" if new_key else "model_api_key_from_env", KEYLESS_PROVIDERS[provider])
+            new_key = from_env = ""
+        self._check_unread_params(cleaned)
         if cleaned.get("clear_model_api_key"):
             self.instance.model_secrets = {}
         if new_key:
@@ -421,6 +464,43 @@ class AgentForm(forms.ModelForm):
         if servers is not None and (conflict := tool_name_conflict_problem(list(servers))):
             raise forms.ValidationError(conflict)
         return cleaned
+
+    def _check_unread_params(self, cleaned: dict[str, Any]) -> None:
+        """Model parameters the chosen provider never reads (``PROVIDER_PARAMS``, as
+        ``agents.providers.build_provider_model`` reads them), said after the save naming each and the provider
+        (``kept_notes``): saved unsaid, they looked in force (a Bedrock agent's base_url, an offline agent's
+        temperature). A warning, not a refusal: a parameter kept for another provider is meant to stay (an agent
+        switched back and forth, the many stored so). Said for a model agent where the parameter or the provider
+        changes."""
+        provider, params = cleaned.get("model_provider"), cleaned.get("model_params")
+        if provider not in PROVIDER_PARAMS or not isinstance(params, dict) or cleaned.get("mode") == Agent.Mode.FLOW:
+            return
+        stored = self.instance.model_params if self.instance.pk and isinstance(self.instance.model_params, dict) else {}
+        provider_changed = self.instance.pk is None or provider != self.instance.model_provider
+        from agents.providers import ModelParams  # the providers' SDKs load when an agent is saved
+
+        unread = [
+            key
+            for key in params
+            if key in ModelParams.model_fields
+            and key not in PROVIDER_PARAMS[provider]
+            and (provider_changed or params[key] != stored.get(key))
+        ]
+        if unread:
+            self.kept_notes.append(
+                ngettext(
+                    "Agent %(agent)s: the %(provider)s provider does not read the model parameter %(names)s; it "
+                    "was saved but has no effect (remove it).",
+                    "Agent %(agent)s: the %(provider)s provider does not read the model parameters %(names)s; "
+                    "they were saved but have no effect (remove them).",
+                    len(unread),
+                )
+                % {
+                    "agent": cleaned.get("slug") or self.instance.slug,
+                    "names": ", ".join(map(str, unread)),
+                    "provider": provider,
+                }
+            )
 
     def _keep_moved_versions(self, cleaned: dict[str, Any]) -> None:
         """The live version, the shadow and its rate as stored where the admin left them as the page showed them
@@ -680,6 +760,20 @@ class AgentAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
     inline_services = {DeterministicRule: (_rule_save, _rule_delete)}
     inline_history_names = {DeterministicRule: _rule_history_name}
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Agent | None = None,
+    ) -> HttpResponse:
+        form = context["adminform"].form if "adminform" in context else None
+        if request.method == "POST" and isinstance(form, AgentForm) and form.is_bound:
+            form.key_not_kept()  # refused for a rule row alone, the agent's form has no error of its own
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     @admin.action(
         description=_("Publish the selected agents (their edits become the live version)"), permissions=["change"]

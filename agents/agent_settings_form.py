@@ -140,13 +140,16 @@ class ToolSelectionWidget(_SettingsWidget):
         pinned = [str(p) for p in current.get("pinned") or []]
         servers = [str(s) for s in current.get("servers") or []]
         forced = str(current.get("force_first_tool") or "")
+        # Tags are a list; anything else (a text typed in the JSON view) is shown as it is, not split into letters.
+        tags = current.get("tags")
+        tags_text = ", ".join(map(str, tags)) if isinstance(tags, list) else "" if tags is None else str(tags)
         context["widget"].update(
             {
                 "current": current,
                 "rankers": RANKER_CHOICES,
                 "tools": [(t, t in pinned) for t in dict.fromkeys([*self.tool_names, *pinned])],
                 "servers": [(s, s in servers) for s in dict.fromkeys([*self.server_ids, *servers])],
-                "tags_text": ", ".join(map(str, current.get("tags") or [])),
+                "tags_text": tags_text,
                 "known_tags": ", ".join(self.known_tags),
                 "force_choices": [
                     ("", _("— the model chooses —")),
@@ -235,7 +238,8 @@ class McpContextWidget(_SettingsWidget):
                         )
                     )
         if prompt_value and prompt_value not in {p[0] for p in prompts}:
-            prompts.append((prompt_value, f"{prompt.get('mcp_id')}: {prompt.get('name')}", ""))
+            owner = prompt.get("mcp_id") or _("(no server)")
+            prompts.append((prompt_value, f"{owner}: {prompt.get('name')}", ""))
         stored_arguments = prompt.get("arguments")
         arguments: dict[str, Any] = stored_arguments if isinstance(stored_arguments, dict) else {}
         context["widget"].update(

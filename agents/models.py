@@ -374,39 +374,45 @@ class Agent(AuditedModel):
     def clean(self) -> None:
         """The scripted provider replays canned model turns: offered only where ``PLATFORM_ALLOW_SCRIPTED_MODEL``
         (tests, ``DEBUG``) allows it, never to admins in production."""
+        from collections.abc import Callable
+
         from django.core.exceptions import ValidationError
 
         from agents.flow_runner import load_flow_builder
+        from agents.mcp_context import mcp_context_settings
         from agents.tools import CodeRuleError
 
+        # Every problem is told at once, each at its field (the first one alone hid the others until it was fixed).
+        errors: dict[str, Any] = {}
+
+        def check(validate: Callable[[], None]) -> None:
+            try:
+                validate()
+            except ValidationError as exc:
+                exc.update_error_dict(errors)
+
         if self.mode == self.Mode.FLOW and not self.flow_graph:
-            raise ValidationError(
-                {
-                    "flow_graph": _("Flow mode needs a flow graph; the registered ones are: %(graphs)s")
-                    % {"graphs": ", ".join(registered_flow_graphs())}
-                }
-            )
-        self._clean_flow_graph_registered()
+            errors["flow_graph"] = [
+                _("Flow mode needs a flow graph; the registered ones are: %(graphs)s")
+                % {"graphs": ", ".join(registered_flow_graphs())}
+            ]
+        check(self._clean_flow_graph_registered)
         # A graph left unregistered (stored so, unchanged) is not imported: its module's code is no longer trusted.
-        if self.mode == self.Mode.FLOW and self.flow_graph in registered_flow_graphs():
+        if self.mode == self.Mode.FLOW and self.flow_graph in registered_flow_graphs() and "flow_graph" not in errors:
             try:
                 load_flow_builder(self.flow_graph)
             except CodeRuleError as exc:
-                raise ValidationError({"flow_graph": str(exc)}) from None
-        self._clean_tool_selection()
-        from agents.mcp_context import mcp_context_settings
-
+                errors["flow_graph"] = [str(exc)]
+        check(self._clean_tool_selection)
         try:
             mcp_context_settings(self.mcp_context)
         except ValueError as exc:
-            raise ValidationError({"mcp_context": str(exc)}) from None
-        self._clean_model()
+            errors.setdefault("mcp_context", []).append(str(exc))
+        check(self._clean_model)
         if self.language not in dict(settings.LANGUAGES):
-            raise ValidationError(
-                {
-                    "language": _("Choose one of the platform's languages: %(codes)s.")
-                    % {"codes": ", ".join(code for code, _name in settings.LANGUAGES)}
-                }
+            errors.setdefault("language", []).append(
+                _("Choose one of the platform's languages: %(codes)s.")
+                % {"codes": ", ".join(code for code, _name in settings.LANGUAGES)}
             )
         unknown = sorted(set(re.findall(r"\{([^{}]*)\}", self.answer_template or "")) - {"query", "results"})
         leftover = re.sub(r"\{(?:query|results)\}", "", self.answer_template or "")
@@ -414,37 +420,33 @@ class Agent(AuditedModel):
             self.pk is None or self.answer_template != stored_value(self, "answer_template")
         ):
             # An end user would read the placeholder as written ("{bogus} 김하늘…"), or a brace left open.
-            raise ValidationError(
-                {
-                    "answer_template": _(
-                        "Use only the placeholders {query} and {results}, each written whole%(found)s."
-                    )
-                    % {
-                        "found": _(" (found: %(names)s)") % {"names": ", ".join(f"{{{n}}}" for n in unknown)}
-                        if unknown
-                        else ""
-                    }
+            errors.setdefault("answer_template", []).append(
+                _("Use only the placeholders {query} and {results}, each written whole%(found)s.")
+                % {
+                    "found": _(" (found: %(names)s)") % {"names": ", ".join(f"{{{n}}}" for n in unknown)}
+                    if unknown
+                    else ""
                 }
             )
         if self.max_iterations is not None and self.max_iterations < 1:
-            raise ValidationError({"max_iterations": _("At least 1: the model needs one turn to answer.")})
+            errors.setdefault("max_iterations", []).append(_("At least 1: the model needs one turn to answer."))
         if self.time_limit_s is not None and self.time_limit_s < 1:
-            raise ValidationError({"time_limit_s": _("At least 1 second.")})
+            errors.setdefault("time_limit_s", []).append(_("At least 1 second."))
         if not 0.0 <= float(self.shadow_sample_rate) <= 1.0:
-            raise ValidationError({"shadow_sample_rate": _("Enter a share from 0 to 1.")})
+            errors.setdefault("shadow_sample_rate", []).append(_("Enter a share from 0 to 1."))
         for name in ("live_version", "shadow_version"):
             version = getattr(self, name)
             if version is not None and self.pk is not None and version.agent_id != self.pk:
-                raise ValidationError({name: _("Choose a version of this agent.")})
+                errors.setdefault(name, []).append(_("Choose a version of this agent."))
         if self.model_provider == self.Provider.SCRIPTED and not scripted_model_allowed():
-            raise ValidationError(
-                {
-                    "model_provider": _(
-                        "The scripted provider is for tests and demos; set PLATFORM_ALLOW_SCRIPTED_MODEL=1 (or "
-                        "DEBUG) to use it."
-                    )
-                }
+            errors.setdefault("model_provider", []).append(
+                _(
+                    "The scripted provider is for tests and demos; set PLATFORM_ALLOW_SCRIPTED_MODEL=1 (or "
+                    "DEBUG) to use it."
+                )
             )
+        if errors:
+            raise ValidationError(errors)
 
     def _clean_tool_selection(self) -> None:
         """The ``tool_selection`` JSON has the shape ``agents.tool_selection`` reads, and a forced first tool
@@ -630,6 +632,20 @@ class Agent(AuditedModel):
                     )
                 )
             ]
+        if (
+            self.model_provider == self.Provider.SCRIPTED
+            and not (isinstance(params.get("script"), list) and params["script"])
+            and (changed("script") or self.model_provider != stored_value(self, "model_provider"))
+        ):
+            # The scripted model replays these turns; without them every run failed model:empty.
+            errors.setdefault("model_params", []).append(
+                str(
+                    _(
+                        'The scripted provider replays the model turns of "script": give them as a list, e.g. '
+                        '{"script": [{"content": "…"}, {"tool_calls": [{"name": "…", "args": {}}]}]}.'
+                    )
+                )
+            )
         if flow_problems := self._flow_options_problems(params.get("flow"), stored.get("flow")):
             errors.setdefault("model_params", []).extend(flow_problems)
         if any(k in params for k in SECRET_PARAM_KEYS):

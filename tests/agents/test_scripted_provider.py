@@ -38,7 +38,9 @@ def test_a_stored_scripted_agent_cannot_run_in_production(production: None) -> N
 
 
 def test_tests_and_debug_may_use_it() -> None:
-    Agent(slug="canned", name="canned", model_provider="scripted").full_clean()
+    Agent(
+        slug="canned", name="canned", model_provider="scripted", model_params={"script": [{"content": "ok"}]}
+    ).full_clean()
     assert "scripted" in [value for value, _label in AgentForm().fields["model_provider"].choices]
 
 
