@@ -52,6 +52,10 @@ def _shadow_start(run_id: Any) -> Run | None:
     rate = float(agent.shadow_sample_rate or 0.0)
     if agent.shadow_version_id is None or rate <= 0.0 or (rate < 1.0 and _rng.random() >= rate):
         return None
+    # A live run that already ran the candidate (its A/B arm's version, or the candidate made live) is not shadowed:
+    # the pair would always agree, inflating the candidate's agreement, and spend a second run of calls and budget.
+    if live.version_id == agent.shadow_version_id:
+        return None
     with transaction.atomic():
         savepoint = transaction.savepoint()
         shadow = Run.objects.create(

@@ -22,7 +22,7 @@ from django.utils.translation import gettext_lazy as _
 from agent_platform.errors import ApplicationError
 from agent_platform.json import bounded_json_overrides
 from agent_platform.text import nfc, nfc_value
-from agents.models import Run
+from agents.models import Agent, Run
 from agents.services import CANCELLABLE
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
@@ -61,6 +61,8 @@ from evals.services import (
     eval_set_delete,
     eval_set_update,
 )
+from mcpregistry.contracts import argument_names
+from mcpregistry.gate_records import contract_of
 from mcpregistry.list_fields import EditedJSONField
 from mcpregistry.models import McpServer, McpTool
 
@@ -255,7 +257,37 @@ class EvalCaseForm(forms.ModelForm):
                     _("%(names)s: no server has a tool of this name; the agent's tools: %(tools)s")
                     % {"names": ", ".join(unknown), "tools": ", ".join(self.agent_tools) or "—"},
                 )
+        self._unknown_arguments_refused(self.cleaned_data)
         return cleaned
+
+    def _unknown_arguments_refused(self, cleaned: dict[str, Any]) -> None:
+        """An expected argument the tool does not take (``nmae=김하늘``) failed the case's ``tools:args`` on every
+        run: refused at its field, naming the arguments the tool takes, as a rule's page does, where the tool lists
+        them (``argument_names``; every server's tool of that name). An argument the case already held passes."""
+        stored = set(_tool_arguments(self._stored_tool_lists())) if self.instance.pk else set()
+        for field in ("expected_tools", "alternatives"):
+            value = cleaned.get(field)
+            lists = [value] if field == "expected_tools" else _alternative_tool_lists(value)
+            given: dict[str, list[str]] = {}
+            for name, arg in _tool_arguments(lists):
+                if (name, arg) not in stored and arg not in given.setdefault(name, []):
+                    given[name].append(arg)
+            for name, args in given.items():
+                takes = _arguments_taken(name)
+                unknown = [a for a in args if takes is not None and a not in takes]
+                if not unknown or field not in self.fields:
+                    continue
+                words = {"tool": name, "names": ", ".join(unknown), "takes": ", ".join(sorted(takes or ()))}
+                if takes:
+                    self.add_error(
+                        field, _("%(tool)s has no argument %(names)s; its arguments are: %(takes)s.") % words
+                    )
+                else:
+                    self.add_error(field, _("%(tool)s has no argument %(names)s; it takes none.") % words)
+
+    def _stored_tool_lists(self) -> list[Any]:
+        case = self.instance
+        return [case.expected_tools, *_alternative_tool_lists(case.alternatives)]
 
     def _stored_tool_names(self) -> list[str]:
         case = self.instance
@@ -264,6 +296,34 @@ class EvalCaseForm(forms.ModelForm):
             *case_tool_names(case.forbidden_tools),
             *alternative_tool_names(case.alternatives),
         ]
+
+
+def _alternative_tool_lists(value: Any) -> list[Any]:
+    """The tool lists of a case's alternatives."""
+    return [a.get("tools") for a in value if isinstance(a, dict)] if isinstance(value, list) else []
+
+
+def _tool_arguments(tool_lists: list[Any]) -> list[tuple[str, str]]:
+    """(tool name, argument name) for every argument the tool lists expect, in order."""
+    pairs = []
+    for tools in tool_lists:
+        for item in tools if isinstance(tools, list) else []:
+            if isinstance(item, dict) and isinstance(item.get("name"), str) and isinstance(item.get("args"), dict):
+                pairs += [(item["name"], str(arg)) for arg in item["args"]]
+    return pairs
+
+
+def _arguments_taken(tool_name: str) -> frozenset[str] | None:
+    """The argument names the registered tools named ``tool_name`` take (their contract's, else their input
+    schema's), or None where one of them takes any name or no server has the tool."""
+    tools = list(McpTool.objects.filter(name=tool_name).select_related("contract"))
+    taken: set[str] = set()
+    for tool in tools:
+        names = argument_names(contract_of(tool).args or {}, tool.input_schema)
+        if names is None:
+            return None
+        taken |= names
+    return frozenset(taken) if tools else None
 
 
 def tell_at_row(form: forms.BaseForm, error: ValidationError) -> None:
@@ -290,6 +350,25 @@ class EvalCaseFormSet(BaseInlineFormSet):
     # A row a case's service refused when the page was saved: told at the row when the page is made again.
     refused: CaseRefused | None = None
 
+    def validate_unique(self) -> None:
+        """Two rows with one key: told at the second row's key and above the rows, by the field's name (Django's own
+        check told it above the rows only, naming the column: ``key의 중복된 데이터``)."""
+        seen: set[str] = set()
+        message = ""
+        for form in self.forms:
+            if not form.is_valid() or form in self.deleted_forms:
+                continue
+            key = form.cleaned_data.get("key")
+            if key in seen:
+                label = EvalCase._meta.get_field("key").verbose_name
+                message = gettext("Please correct the duplicate data for %(field)s.") % {"field": label}
+                form.add_error("key", message)
+            elif isinstance(key, str):
+                seen.add(key)
+        super().validate_unique()
+        if message:
+            raise ValidationError(message, code="unique")
+
     def clean(self) -> None:
         super().clean()
         refused = self.refused
@@ -307,10 +386,19 @@ class EvalCaseInline(admin.StackedInline):
 
     def get_formset(self, request: HttpRequest, obj: EvalSet | None = None, **kwargs: Any) -> Any:
         formset: Any = super().get_formset(request, obj, **kwargs)
-        agent = obj.agent if obj is not None and obj.agent_id else None
-        if agent is not None:
-            tools = tuple(sorted(set(McpTool.objects.filter(server__agents=agent).values_list("name", flat=True))))
-            formset.form = type(formset.form.__name__, (formset.form,), {"agent_tools": tools})
+        if obj is not None:
+            agent = obj.agent if obj.agent_id else None
+        else:  # the add page: the agent posted, or (none chosen yet) every enabled tool
+            posted = request.POST.get("agent", "") if request.method == "POST" else ""
+            agent = Agent.objects.filter(pk=posted).first() if posted.isdigit() else None
+        if agent is not None or obj is None:
+            tools = (
+                McpTool.objects.filter(server__agents=agent)
+                if agent is not None
+                else McpTool.objects.filter(enabled=True, server__enabled=True)
+            )
+            names = tuple(sorted(set(tools.values_list("name", flat=True))))
+            formset.form = type(formset.form.__name__, (formset.form,), {"agent_tools": names})
         formset.refused = getattr(request, REFUSED_CASE, None)
         return formset
 

@@ -126,7 +126,7 @@ def test_a_rules_approved_write_says_why_it_was_decided_twice_and_notes_its_appr
     ], kinds
     call = run_timeline(run)[rules[1] + 1]
     assert (call.kind, call.approval_id) == ("deterministic", str(approval.pk))
-    assert "admin:reviewer" in found[rules[1] + 1][2]
+    assert ("reviewer (관리자)" if language == "ko" else "reviewer (admin)") in found[rules[1] + 1][2]
     page = admin_client.get(f"/admin/agents/run/{run.pk}/change/").content.decode()
     assert page.count(f'href="/admin/agents/approval/{approval.pk}/change/"') == 2  # the approval's step and its call's
     assert as_shown(run) == live_view_of(run)

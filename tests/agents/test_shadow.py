@@ -11,9 +11,10 @@ import pytest
 from django.conf import settings
 
 from agents.execution import run_execute
-from agents.models import Agent, Approval, DeterministicRule, Run, ShadowComparison
+from agents.models import Agent, AgentVersion, Approval, DeterministicRule, Run, ShadowComparison
 from agents.services import (
     agent_shadow_set,
+    agent_update,
     agent_version_publish,
     agent_version_rollback,
     deterministic_rule_create,
@@ -30,6 +31,16 @@ from tests.conftest import ApiCaller, discover_as_admin
 pytestmark = pytest.mark.django_db
 
 ASSET_QUESTION = "A-1001 자산의 현재 상태를 알려주세요."
+
+
+def twin_candidate(agent: Agent) -> AgentVersion:
+    """The agent published (v1 live) and a candidate that behaves as v1 does (its system prompt, which the offline
+    model never reads, written otherwise): a live run is never shadowed on its own version, which agrees with itself
+    by construction and spent a second run."""
+    agent_version_publish(agent=agent, actor="test-admin", via="tests")
+    agent.refresh_from_db()
+    agent_update(agent=agent, actor="test-admin", via="tests", data={"system_prompt": agent.system_prompt + " "})
+    return agent_version_publish(agent=agent, actor="test-admin", via="tests", make_live=False)
 
 
 def live_run(agent: Agent, caller: ApiCaller | None = None, query: str = ASSET_QUESTION) -> Run:
@@ -112,9 +123,8 @@ def test_a_shadow_run_is_never_shadowed_itself_even_at_sample_rate_one(demo_agen
 
 
 def test_an_identical_candidate_agrees(demo_agent: Agent) -> None:
-    agent_version_publish(agent=demo_agent, actor="test-admin", via="tests")
-    demo_agent.refresh_from_db()
-    agent_shadow_set(agent=demo_agent, actor="test-admin", via="tests", version=demo_agent.live_version, rate=1.0)
+    candidate = twin_candidate(demo_agent)
+    agent_shadow_set(agent=demo_agent, actor="test-admin", via="tests", version=candidate, rate=1.0)
     run = live_run(demo_agent)
     shadow = Run.objects.get(shadow_of=run)
     run_execute(run_id=str(shadow.id))
@@ -147,9 +157,8 @@ def test_a_shadow_never_executes_a_write_and_its_disagreement_is_listed_first(
     demo_agent.servers.add(notes_server)
     agreeing = demo_agent
     # An identical shadow first (it agrees), then a candidate that writes a note for every question.
-    agent_version_publish(agent=agreeing, actor="test-admin", via="tests")
-    agreeing.refresh_from_db()
-    agent_shadow_set(agent=agreeing, actor="test-admin", via="tests", version=agreeing.live_version, rate=1.0)
+    twin = twin_candidate(agreeing)
+    agent_shadow_set(agent=agreeing, actor="test-admin", via="tests", version=twin, rate=1.0)
     first = live_run(agreeing)
     run_execute(run_id=str(Run.objects.get(shadow_of=first).id))
 
@@ -237,9 +246,8 @@ def test_a_shadow_reserves_its_share_of_the_agents_budget_and_is_skipped_when_it
     from agents.models import BudgetReservation, BudgetUsage
     from agents.shadow import shadow_after_live
 
-    agent_version_publish(agent=demo_agent, actor="test-admin", via="tests")
-    demo_agent.refresh_from_db()
-    agent_shadow_set(agent=demo_agent, actor="test-admin", via="tests", version=demo_agent.live_version, rate=1.0)
+    candidate = twin_candidate(demo_agent)
+    agent_shadow_set(agent=demo_agent, actor="test-admin", via="tests", version=candidate, rate=1.0)
     budget = budget_create(
         actor="test-admin",
         via="tests",

@@ -15,8 +15,9 @@ from agents import engine
 from agents.execution import conversation_history, run_execute
 from agents.models import Agent, ApiKey, Run, ShadowComparison
 from agents.reconciler import runs_reconcile
-from agents.services import agent_shadow_set, agent_version_publish, api_key_create, run_create
+from agents.services import agent_shadow_set, api_key_create, run_create
 from agents.tasks import run_agent
+from tests.agents.test_shadow import twin_candidate
 
 pytestmark = pytest.mark.django_db
 
@@ -30,10 +31,10 @@ def _not_sent(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def shadow_everything(agent: Agent, rate: float = 1.0) -> None:
-    """The agent published (v1 live) and its live runs shadowed on v1 at ``rate``."""
-    agent_version_publish(agent=agent, actor="test-admin", via="tests")
-    agent.refresh_from_db()
-    agent_shadow_set(agent=agent, actor="test-admin", via="tests", version=agent.live_version, rate=rate)
+    """The agent published (v1 live) and its live runs shadowed at ``rate`` on a candidate that behaves as v1
+    (``twin_candidate``: a run is never shadowed on its own version)."""
+    candidate = twin_candidate(agent)
+    agent_shadow_set(agent=agent, actor="test-admin", via="tests", version=candidate, rate=rate)
 
 
 def live_run(agent: Agent, key: ApiKey | None = None, context: dict[str, Any] | None = None) -> Run:
@@ -80,7 +81,7 @@ def test_a_shadow_of_a_second_turn_sees_the_first_turn_even_when_that_one_was_no
     first = live_run(demo_agent, key, {"contextId": "c2"})  # not shadowed
     assert first.status == Run.Status.SUCCEEDED and not Run.objects.filter(shadow_of=first).exists()
     demo_agent.refresh_from_db()
-    agent_shadow_set(agent=demo_agent, actor="test-admin", via="tests", version=demo_agent.live_version, rate=1.0)
+    agent_shadow_set(agent=demo_agent, actor="test-admin", via="tests", version=demo_agent.shadow_version, rate=1.0)
     second = live_run(demo_agent, key, {"contextId": "c2"})
     expected = [{"query": first.query, "answer": first.answer}]
     assert conversation_history(second) == expected
