@@ -223,7 +223,9 @@ def test_two_cases_with_one_key_are_told_at_the_second_rows_key(admin_client: Cl
     html = response.content.decode()
     assert "key의 중복된 데이터" not in html
     formset = response.context["inline_admin_formsets"][0].formset
-    assert formset.forms[1].errors["key"] == list(formset.non_form_errors()) == ["키에 중복된 값이 있습니다. 고쳐 주세요."]
+    assert (
+        formset.forms[1].errors["key"] == list(formset.non_form_errors()) == ["키에 중복된 값이 있습니다. 고쳐 주세요."]
+    )
 
 
 # ---- 6. Korean text in lists ------------------------------------------------------------------------------------
