@@ -5,7 +5,8 @@ Run from the repo root: ``python -m bench.shadow [--runs 100]``.
 It starts the platform as ``tests/e2e`` does (``tests.e2e.workers``): its own SQLite file, a private
 ``redis-server`` as the broker, migrate, ``seed_demo``, an API key, the web server, a worker for live runs
 (``--concurrency=1``) and a worker for the shadow queue (``PLATFORM_SHADOW_QUEUE=shadow``). The demo agent is
-published (v1) and shadowed on v1 itself (the same work again, on the same machine). Callers submit the seed's
+published (v1) and shadowed on a twin candidate, v2, which differs only in a system prompt the offline model
+never reads (the same work again, on the same machine; a run is never shadowed on the version it ran). Callers submit the seed's
 questions one after another; each run is polled until it has finished (in the database: polling the API would
 hit the key's rate limit).
 
@@ -77,7 +78,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the working folder (logs, database)")
     options = parser.parse_args()
 
-    from tests.e2e.harness import redis_server, wait_until
+    from tests.e2e.harness import publish_with_twin_candidate, redis_server, wait_until
     from tests.e2e.workers import platform_without_workers
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-shadow-"))
@@ -93,7 +94,7 @@ def main() -> None:
                 env={"PLATFORM_SHADOW_QUEUE": "shadow", "PLATFORM_API_RATE": "1000000/min"},
             )
         )
-        platform.manage("agent_version", "publish", "company-assistant")
+        candidate = publish_with_twin_candidate(platform.manage)
         progress(f"platform up ({workdir}); starting the live and the shadow worker")
         platform.start_worker("live", wait=False)
         platform.start_worker("shadow", queues="shadow", wait=False)
@@ -128,7 +129,7 @@ def main() -> None:
 
         # Warm-up: both workers open their MCP sessions (a shadowed run).
         progress("warming both workers' MCP sessions")
-        platform.manage("agent_version", "shadow", "company-assistant", "1", "--rate", "1")
+        platform.manage("agent_version", "shadow", "company-assistant", candidate, "--rate", "1")
         for query in QUESTIONS:
             caller_ms(query, "warm-up")
         wait_until(lambda: compared() >= len(QUESTIONS), timeout=120, what="the warm-up shadows")
@@ -146,7 +147,7 @@ def main() -> None:
         # sampled and unsampled runs interleave in time and the machine's drift falls on both alike. The next
         # caller comes once the previous caller's shadow (if any) has been compared.
         progress(f"randomized: until {options.runs} runs sampled and {options.runs} not")
-        platform.manage("agent_version", "shadow", "company-assistant", "1", "--rate", "0.5")
+        platform.manage("agent_version", "shadow", "company-assistant", candidate, "--rate", "0.5")
         unsampled: list[str] = []
         by_question: dict[str, list[list[float]]] = {g: [[] for _ in QUESTIONS] for g in ("on", "off")}
         made = 0
@@ -169,7 +170,7 @@ def main() -> None:
         late = sum(1 for run_id in unsampled if shadow_of(run_id) is not None)
         # Back to back: every run shadowed, the next caller at once (its run competes with the previous shadow).
         progress(f"back to back: {options.runs} runs, every one shadowed")
-        platform.manage("agent_version", "shadow", "company-assistant", "1", "--rate", "1")
+        platform.manage("agent_version", "shadow", "company-assistant", candidate, "--rate", "1")
         wait_until(
             lambda: compared() >= int(platform.query("SELECT COUNT(*) FROM agents_run WHERE purpose = 'shadow'")[0][0]),
             timeout=120,

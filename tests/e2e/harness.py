@@ -150,6 +150,22 @@ class RunningPlatform:
         return httpx.Client(base_url=self.base_url, headers={"Authorization": f"Bearer {self.api_key}"}, timeout=30)
 
 
+def publish_with_twin_candidate(manage: Callable[..., str], agent: str = "company-assistant") -> str:
+    """``agent`` published (v1, live) and a candidate that behaves as v1 does (its system prompt, which the offline
+    model never reads, written otherwise), for a shadow: a live run is never shadowed on the version it ran, which
+    agreed with itself by construction. Returns the candidate's number."""
+    manage("agent_version", "publish", agent)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False, encoding="utf-8") as document:
+        json.dump(
+            {"agents": [{"slug": agent, "system_prompt": "섀도 후보: 같은 규칙, 다른 시스템 프롬프트."}]}, document
+        )
+    try:
+        manage("import_config", document.name)
+    finally:
+        os.unlink(document.name)
+    return manage("agent_version", "publish", agent, "--candidate").strip().lstrip("v")
+
+
 def _stop(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)

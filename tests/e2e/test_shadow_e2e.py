@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import redis_server, wait_until
+from tests.e2e.harness import publish_with_twin_candidate, redis_server, wait_until
 from tests.e2e.workers import platform_without_workers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
@@ -22,8 +22,9 @@ def test_the_caller_never_waits_for_the_shadow_and_the_pair_is_compared(tmp_path
         redis_server(tmp_path) as broker_url,
         platform_without_workers(tmp_path, broker_url=broker_url, env={"PLATFORM_SHADOW_QUEUE": "shadow"}) as p,
     ):
-        assert p.manage("agent_version", "publish", "company-assistant").strip() == "v1"
-        p.manage("agent_version", "shadow", "company-assistant", "1", "--rate", "1")
+        candidate = publish_with_twin_candidate(p.manage)
+        assert candidate == "2"
+        p.manage("agent_version", "shadow", "company-assistant", candidate, "--rate", "1")
         p.start_worker("live")
         with p.client() as client:
             run_id = client.post("/api/v1/runs", json={"agent": "company-assistant", "query": QUESTION}).json()["id"]
@@ -75,8 +76,8 @@ def test_a_shadow_run_whose_message_was_lost_is_sent_again_to_the_shadow_queue(t
         redis_server(tmp_path) as broker_url,
         platform_without_workers(tmp_path, broker_url=broker_url, env={"PLATFORM_SHADOW_QUEUE": "shadow"}) as p,
     ):
-        p.manage("agent_version", "publish", "company-assistant")
-        p.manage("agent_version", "shadow", "company-assistant", "1", "--rate", "1")
+        candidate = publish_with_twin_candidate(p.manage)
+        p.manage("agent_version", "shadow", "company-assistant", candidate, "--rate", "1")
         p.start_worker("live")
         with p.client() as client:
             run_id = client.post("/api/v1/runs", json={"agent": "company-assistant", "query": QUESTION}).json()["id"]

@@ -179,6 +179,12 @@ def test_a_server_that_cannot_be_decrypted_is_deleted_and_the_record_says_what_w
 def test_an_agents_key_that_cannot_be_read_is_kept_by_other_edits_and_replaced_by_a_new_one(
     admin_client: Client, demo_agent: Agent
 ) -> None:
+    # A provider that reads a key (the offline model refuses one typed for it).
+    Agent.objects.filter(pk=demo_agent.pk).update(
+        model_provider="openai_compatible",
+        model_id="gpt-4o-mini",
+        model_params={"base_url": "https://llm.example.com/v1"},
+    )
     poison_agent(demo_agent)
     stored = raw(Agent, "model_secrets", demo_agent.pk)
     url = f"/admin/agents/agent/{demo_agent.pk}/change/"
