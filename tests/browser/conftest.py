@@ -72,6 +72,23 @@ def screenshot(driver: Any, name: str, folder: Path | None = None) -> Path:
     return path
 
 
+def pages_in_both_languages(
+    browser: Any, path: str, name: str, widths: tuple[int, ...] = (1280, 800)
+) -> Iterator[tuple[str, int]]:
+    """``path`` at each of ``widths``, in English and Korean: yields (language, width) with the page loaded; a
+    picture of each is kept (``$PLATFORM_VAR_DIR/screenshots/s44-<name>-<language>-<width>``)."""
+    for language in ("en", "ko"):
+        browser.add_cookie({"name": settings.LANGUAGE_COOKIE_NAME, "value": language, "path": "/"})
+        for width in widths:
+            browser.set_window_size(width, 900)
+            browser.get(f"{browser.base_url}{path}")
+            yield language, width
+            height = browser.execute_script("return document.documentElement.scrollHeight")
+            browser.set_window_size(width, min(height + 100, 4000))
+            screenshot(browser, f"s44-{name}-{language}-{width}")
+            browser.set_window_size(width, 900)
+
+
 @pytest.fixture
 def browser(chromium: Any, live_server: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     """The session's Chromium, pointed at this test's live server; a screenshot is saved if the test fails."""

@@ -5,43 +5,25 @@ text the chart's viewBox scaled down to about 6 px high."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.utils import timezone
 
 from agents.models import Approval, Run
 from audit.services import audit_event_record
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import pages_in_both_languages
 from tests.conftest import make_agent
 
 pytestmark = pytest.mark.browser
 
-WIDTHS = (1280, 800)
 ARGUMENTS = (
     {"text": "회의록 저장: 오늘 회의에서 결정된 내용을 정리하고 담당자에게 공유합니다. " * 4, "notebook_id": "nb-1"},
     {"text": "회의록저장오늘회의에서결정된내용을정리합니다" * 6, "notebook_id": "nb-2"},
     {"url": "https://wiki.example.com/pages/" + "meeting-notes-2026-12-06-" * 8},
 )
 LONG_TOOL = "append_meeting_note_to_shared_notebook_with_attachments"
-
-
-def _pages(browser: Any, path: str, name: str) -> Iterator[tuple[str, int]]:
-    """``path`` at each width, in English and Korean: yields (language, width) with the page loaded; a picture of
-    each is kept (``$PLATFORM_VAR_DIR/screenshots/s44-…``)."""
-    for language in ("en", "ko"):
-        browser.add_cookie({"name": settings.LANGUAGE_COOKIE_NAME, "value": language, "path": "/"})
-        for width in WIDTHS:
-            browser.set_window_size(width, 900)
-            browser.get(f"{browser.base_url}{path}")
-            yield language, width
-            height = browser.execute_script("return document.documentElement.scrollHeight")
-            browser.set_window_size(width, min(height + 100, 4000))
-            screenshot(browser, f"s44-{name}-{language}-{width}")
-            browser.set_window_size(width, 900)
 
 
 def test_the_dashboards_decision_links_are_inside_the_approvals_panel_which_never_scrolls_sideways(
@@ -59,7 +41,7 @@ def test_the_dashboards_decision_links_are_inside_the_approvals_panel_which_neve
         )  # fmt: skip
     browser = admin_in_browser
     problems = {}
-    for language, width in _pages(browser, "/admin/", "dashboard-approvals"):
+    for language, width in pages_in_both_languages(browser, "/admin/", "dashboard-approvals"):
         found = browser.execute_script(
             """const panel = document.querySelector('#dashboard-approvals'), box = panel.getBoundingClientRect();
             const links = [...panel.querySelectorAll('.approve-link, .reject-link')];
@@ -85,7 +67,9 @@ def test_the_tool_metrics_charts_labels_are_readable(admin_in_browser: Any) -> N
     browser = admin_in_browser
     small = {}
     wider = {}
-    for language, width in _pages(browser, "/admin/audit/auditevent/metrics/?bucket=hour", "metrics-charts"):
+    for language, width in pages_in_both_languages(
+        browser, "/admin/audit/auditevent/metrics/?bucket=hour", "metrics-charts"
+    ):
         # A long tool name breaks where it must: whole, it pushed the page past the window at 1280 px.
         page, window = browser.execute_script(
             "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]"

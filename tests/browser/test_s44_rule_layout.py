@@ -10,16 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.conf import settings
 
 from agents.models import Agent, DeterministicRule
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import pages_in_both_languages, screenshot
 from tests.browser.navigation import submit
 from tests.conftest import bind_demo_server, make_agent
 
 pytestmark = pytest.mark.browser
 
-WIDTHS = (1280, 800)
 LONG_NAME = ("자산번호 코드 규칙 " * 20)[:200]
 SHORT_NAMES = ("자산번호 코드 규칙", "주문 자산 데이터 조회")
 
@@ -54,27 +52,14 @@ def rules_agent(transactional_db: Any) -> tuple[Agent, DeterministicRule]:
     return agent, long_rule
 
 
-def _pages(browser: Any, path: str, name: str) -> Any:
-    """``path`` at each width, in English and Korean: yields (language, width) with the page loaded; a picture of
-    each is kept (``$PLATFORM_VAR_DIR/screenshots/s44-…``)."""
-    for language in ("en", "ko"):
-        browser.add_cookie({"name": settings.LANGUAGE_COOKIE_NAME, "value": language, "path": "/"})
-        for width in WIDTHS:
-            browser.set_window_size(width, 900)
-            browser.get(f"{browser.base_url}{path}")
-            yield language, width
-            height = browser.execute_script("return document.documentElement.scrollHeight")
-            browser.set_window_size(width, min(height + 100, 4000))
-            screenshot(browser, f"s44-{name}-{language}-{width}")
-            browser.set_window_size(width, 900)
-
-
 def test_the_rule_editors_inputs_and_labels_stay_inside_their_row(
     admin_in_browser: Any, rules_agent: tuple[Agent, DeterministicRule]
 ) -> None:
     browser, (_agent, rule) = admin_in_browser, rules_agent
     problems = {}
-    for language, width in _pages(browser, f"/admin/agents/deterministicrule/{rule.pk}/change/", "rule-editor"):
+    for language, width in pages_in_both_languages(
+        browser, f"/admin/agents/deterministicrule/{rule.pk}/change/", "rule-editor"
+    ):
         shown = ".rule-when :is(input, textarea, select, label), .rule-params :is(input, button, th, td)"
         assert len(browser.find_elements("css selector", shown)) > 10
         cut = browser.execute_script(CUT_OFF, shown)
@@ -90,7 +75,9 @@ def test_a_long_rule_name_is_never_under_the_pages_tools(
     browser, (_agent, rule) = admin_in_browser, rules_agent
     overlaps = {}
     for page in (f"/admin/agents/deterministicrule/{rule.pk}/change/", "/admin/agents/deterministicrule/"):
-        for language, width in _pages(browser, page, "rule-title" if "change" in page else "rules-list-title"):
+        for language, width in pages_in_both_languages(
+            browser, page, "rule-title" if "change" in page else "rules-list-title"
+        ):
             overlap = browser.execute_script(
                 """const tools = document.querySelector('.object-tools').getBoundingClientRect();
                 return [...document.querySelectorAll('#content > h1, #content > h2')].map(h => {
@@ -111,7 +98,9 @@ def test_the_rule_testers_results_fit_or_scroll_in_their_own_box(
 
     browser, (agent, _rule) = admin_in_browser, rules_agent
     problems = {}
-    for language, width in _pages(browser, f"/admin/agents/rule-tester/?agent={agent.slug}", "rule-tester"):
+    for language, width in pages_in_both_languages(
+        browser, f"/admin/agents/rule-tester/?agent={agent.slug}", "rule-tester"
+    ):
         browser.find_element(By.NAME, "query").send_keys("김하늘 님은 어느 팀 소속인가요? A-1004 상태")
         submit(browser, browser.find_element(By.CSS_SELECTOR, "input[type=submit].default"))
         page = browser.execute_script(PAGE_WIDTH)
@@ -134,7 +123,7 @@ def test_the_agents_rule_rows_show_their_names_and_keep_the_page_within_the_wind
 ) -> None:
     browser, (agent, _rule) = admin_in_browser, rules_agent
     problems = {}
-    for language, width in _pages(browser, f"/admin/agents/agent/{agent.pk}/change/", "agent-rules"):
+    for language, width in pages_in_both_languages(browser, f"/admin/agents/agent/{agent.pk}/change/", "agent-rules"):
         if width != 1280:
             continue  # the agent's other settings are not these pages' (at 800 px they overflow on their own)
         cut = browser.execute_script(
@@ -157,7 +146,7 @@ def test_the_rules_list_shows_its_switch_at_1280_and_whole_names_at_800(
 ) -> None:
     browser = admin_in_browser
     problems = {}
-    for language, width in _pages(browser, "/admin/agents/deterministicrule/", "rules-list"):
+    for language, width in pages_in_both_languages(browser, "/admin/agents/deterministicrule/", "rules-list"):
         hidden = browser.execute_script(
             """const results = document.querySelector('#changelist .results').getBoundingClientRect();
             const shown = arguments[0] === 1280 ? '#result_list th.column-enabled, #result_list td.field-enabled'
