@@ -51,7 +51,10 @@ from auditor.selectors import (
 EXPORT_BLOCK_ROWS = 500
 """Rows per block written to the client (one hop to the database thread per block under ASGI)."""
 
-_CSV_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# The ASCII starts, their full-width forms (a spreadsheet in a CJK locale reads ＝ as =) and the spaces a
+# spreadsheet skips before reading one.
+_CSV_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "＝", "＋", "－", "＠")
+_CSV_SKIPPED_SPACES = " \u00a0\u3000"
 
 CSV_CELL_MAX_UNITS = 32_000
 """The longest JSON cell (``args``, ``result``) a CSV export writes, in UTF-16 code units as Excel counts them: a
@@ -373,7 +376,7 @@ def _csv_text(value: Any) -> str:
     if isinstance(value, int | float):
         return str(value)
     text = str(_plain(value))
-    return f"'{text}" if text.startswith(_CSV_FORMULA_STARTS) else text
+    return f"'{text}" if text.lstrip(_CSV_SKIPPED_SPACES).startswith(_CSV_FORMULA_STARTS) else text
 
 
 def _utf16_units(text: str) -> int:

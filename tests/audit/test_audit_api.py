@@ -277,6 +277,17 @@ def test_the_csv_export_never_hands_a_spreadsheet_a_formula(auditor_client, two_
     assert last["tool"] == "'=cmd|' /C calc'!A0" and last["actor"] == "'@evil"
 
 
+def test_the_csv_export_guards_full_width_and_space_led_formulas_too(auditor_client, two_runs) -> None:
+    audit_event_record(source="agent", tool="＝cmd|' /C calc'!A0", actor=" =evil", ok=False, reason="tool:unknown")
+    audit_event_record(source="agent", tool="\u3000＋1", actor="＠x", ok=False, reason="tool:unknown")
+    rows = list(csv.reader(io.StringIO(read(auditor_client.get(f"{EVENTS}?format=csv")).decode("utf-8-sig"))))
+    cells = [dict(zip(rows[0], row, strict=True)) for row in rows[-2:]]
+    assert [(c["tool"], c["actor"]) for c in cells] == [
+        ("'＝cmd|' /C calc'!A0", "' =evil"),
+        ("'\u3000＋1", "'＠x"),
+    ]
+
+
 def test_the_jsonl_export_is_one_event_per_line_with_korean_as_itself(auditor_client, two_runs) -> None:
     response = auditor_client.get(f"{EVENTS}?format=jsonl&agent=hr")
     assert isinstance(response, StreamingHttpResponse)
