@@ -12,14 +12,16 @@ from django.utils.translation import gettext
 from agents.answers import all_calls_failed_text_again
 from agents.model_texts import model_failure_text_again
 from agents.run_state import CONFIGURATION_UNREADABLE_MESSAGE
+from audit.labels import actor_in_words
 
 # Stored error messages of known codes (English, written by the engine and the workers), read back into the
-# reader's language where their parameters can be.
+# reader's language where their parameters can be; a cancellation's actor (stored as its code, ``admin:boss``) in
+# words.
 _KNOWN_MESSAGES: list[tuple[str, re.Pattern[str], Any]] = [
     (
         "cancelled",
         re.compile(r"cancelled by (?P<actor>.+)", re.S),
-        lambda m: gettext("cancelled by %(actor)s") % {"actor": m["actor"]},
+        lambda m: gettext("cancelled by %(actor)s") % {"actor": actor_in_words(m["actor"])},
     ),
     ("cancelled", re.compile(r"the run was cancelled"), lambda m: gettext("the run was cancelled")),
     (

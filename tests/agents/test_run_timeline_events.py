@@ -80,7 +80,8 @@ def test_a_rejected_approval_says_so_on_its_tool_call(writer, admin_client, djan
 @pytest.mark.parametrize(
     ("code", "stored", "shown"),
     [
-        ("cancelled", "cancelled by admin:boss", "«cancelled by %(actor)s»admin:boss"),
+        ("cancelled", "cancelled by admin:boss", "«cancelled by %(actor)s»boss (admin)"),
+        ("cancelled", "cancelled by api_key:apk_ab12 (client gone)", "«cancelled by %(actor)s»API key apk_ab12… (client gone)"),
         ("max_iterations", "the agent did not finish within 6 iterations", "«the agent did not finish within %(n)s iterations»6"),
         ("time_limit", "the run did not finish within its time limit (30 s)", "«the run did not finish within its time limit (%(s)s s)»30"),
         ("worker_lost", "the worker running it was lost 3 times", "«the worker running it was lost %(n)s times»3"),
