@@ -495,8 +495,11 @@ def eval_version_pin(*, agent: Agent, actor: Any) -> int:
     content = version_content(locked)
     frozen = AgentVersion.objects.filter(agent=locked, digest=content_digest(content)).order_by("-number").first()
     if frozen is None:
+        # An admin's eval run is started as ``admin:<username>`` (as a run's cancellation from its page is); a publish
+        # on the admin pages records the username, and so does this one: an auditor filtering by the user finds both.
+        publisher = actor.removeprefix("admin:") if isinstance(actor, str) else actor
         frozen = agent_version_publish(
-            agent=locked, actor=actor, via="eval", note=EVAL_FREEZE_NOTE, content=content, make_live=False
+            agent=locked, actor=publisher, via="eval", note=EVAL_FREEZE_NOTE, content=content, make_live=False
         )
     return frozen.number
 

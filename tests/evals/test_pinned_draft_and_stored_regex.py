@@ -85,6 +85,18 @@ def test_evals_of_an_unchanged_draft_pin_one_frozen_version(server: McpServer) -
     assert eval_run_start(eval_set=eval_set, agent=agent, actor="ops").version == published.number
 
 
+def test_an_admins_eval_freezes_the_draft_as_published_by_the_username_as_the_admins_own_publish_records(
+    server: McpServer,
+) -> None:
+    agent = scripted_agent(slug="stock-agent", server=server, script=LOOKUP)
+    eval_run = eval_run_start(eval_set=stock_set(*CASES), agent=agent, actor="admin:alice", via="admin")
+
+    assert eval_run.started_by == "admin:alice"  # the eval run's own record, as a run's cancellation names it
+    frozen = AgentVersion.objects.get(agent=agent)
+    assert frozen.published_by == "alice"
+    assert AuditEvent.objects.get(action="config.agent_version.publish").actor == "alice"
+
+
 def test_an_eval_started_through_the_api_on_an_agent_never_published_pins_its_frozen_draft(
     server: McpServer,
 ) -> None:
