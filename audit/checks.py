@@ -146,24 +146,26 @@ def audit_chain_key_problem() -> str | None:
     return f"AUDIT_CHAIN_KEY: {_places(places, len(keys))} shorter than {MIN_KEY_CHARS} characters"
 
 
-def secrets_encryption_keys_problem() -> str | None:
+def secrets_encryption_keys_problem(*, full_path: bool = True) -> str | None:
     """Why the configured ``SECRETS_ENCRYPTION_KEYS`` cannot make the secrets' Fernet keys, or None where they can.
     Built as ``mcpregistry.crypto`` builds them (which this module may not import), each named by its place in the
     list, never quoted. Without the variable, the local key file (``audit.W003``) where there is one: emptied or
     damaged, it is named by its path (with the variable set it only decrypts, and one that holds no key is left
-    out). None where there is no file yet: it is made at first use."""
+    out); without ``full_path`` (``/readyz``, which anyone reaching the port reads) by its name in
+    ``PLATFORM_VAR_DIR`` only. None where there is no file yet: it is made at first use."""
     configured = str(getattr(settings, "SECRETS_ENCRYPTION_KEYS", "") or "")
     keys = [key.strip() for key in configured.split(",") if key.strip()]
     if not keys:
         local = Path(settings.VAR_DIR) / "secrets_key"
+        named = str(local) if full_path else f"{local.name} in PLATFORM_VAR_DIR"
         try:
             key = local.read_text(encoding="utf-8").strip()
         except FileNotFoundError:
             return None
         except OSError as exc:
-            return f"the local secrets key file {local} cannot be read ({exc.strerror})"
+            return f"the local secrets key file {named} cannot be read ({exc.strerror})"
         if _unusable([key], lambda local_key: Fernet(local_key.encode())):
-            return f"the local secrets key file {local} holds no Fernet key (44 characters of URL-safe base64)"
+            return f"the local secrets key file {named} holds no Fernet key (44 characters of URL-safe base64)"
         return None
     places = _unusable(keys, lambda key: Fernet(key.encode()))
     if not places:
@@ -172,9 +174,10 @@ def secrets_encryption_keys_problem() -> str | None:
 
 
 def unusable_keys() -> list[str]:
-    """What ``audit.E001`` and ``audit.E003`` find, for ``/readyz``: no key in the answer, and cheap (a hash and a
-    base64 decoding per key)."""
-    return [problem for problem in (audit_chain_key_problem(), secrets_encryption_keys_problem()) if problem]
+    """What ``audit.E001`` and ``audit.E003`` find, for ``/readyz``: no key in the answer, no path of this machine's
+    (the local key file by its name), and cheap (a hash and a base64 decoding per key)."""
+    found = (audit_chain_key_problem(), secrets_encryption_keys_problem(full_path=False))
+    return [problem for problem in found if problem]
 
 
 @register(Tags.security)

@@ -32,7 +32,7 @@ from mcpregistry import discovery_view
 from mcpregistry.binding_policy import readable_variables_text, setting_secret_problem, url_credentials_problem
 from mcpregistry.contract_form import ToolContractForm
 from mcpregistry.contracts import gate_filled_argument, schema_with_contract
-from mcpregistry.crypto import readable
+from mcpregistry.crypto import local_key_file_problem, readable
 from mcpregistry.gate_records import contract_of
 from mcpregistry.list_fields import TextListField
 from mcpregistry.models import (
@@ -139,7 +139,14 @@ def secrets_of(stored: McpServer) -> list[tuple[str, str, Any]]:
 
 
 def unreadable_secrets_text() -> str:
-    """What the server page tells of a binding whose secrets this process cannot decrypt."""
+    """What the server page tells of a binding whose secrets this process cannot decrypt: the local key file's fault
+    where it is the only key and cannot be used, else the key missing from ``SECRETS_ENCRYPTION_KEYS``."""
+    fault = local_key_file_problem()
+    if fault is not None:
+        return gettext(
+            "The stored secret values cannot be decrypted: %(fault)s. Runs that use this server fail until they can. "
+            "Other changes save and keep the stored values as they are."
+        ) % {"fault": fault}
     return gettext(
         "The stored secret values cannot be decrypted with this server's keys (SECRETS_ENCRYPTION_KEYS lacks the "
         "key they were encrypted with); runs that use this server fail until they can. Add that key back, or tick "

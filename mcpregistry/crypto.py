@@ -55,6 +55,20 @@ def local_key_unusable(where: str) -> str:
     ) % {"path": where}
 
 
+def local_key_file_problem() -> str | None:
+    """Why the local key file cannot be used where it is the only key (``SECRETS_ENCRYPTION_KEYS`` unset): emptied
+    or damaged, named with its path (``local_key_unusable``); None where it can, or where the variable is set."""
+    if str(getattr(settings, "SECRETS_ENCRYPTION_KEYS", "") or "").strip(" ,"):
+        return None
+    try:
+        _local_key(str(settings.VAR_DIR / "secrets_key"))
+    except SecretDecryptionError as exc:
+        return str(exc)
+    except OSError:
+        return None  # unreadable, not wrong: said as the decryption fails
+    return None
+
+
 def configured_keys() -> list[str]:
     """The keys, the first of which encrypts: ``SECRETS_ENCRYPTION_KEYS``'s, then the local key file's where there
     is one (it decrypts what was stored before the variable was set, until ``rotate_secrets``; one that holds no

@@ -109,13 +109,35 @@ def test_an_emptied_local_key_file_is_named_and_the_pages_show_the_secrets_unrea
     errors = [m for m in run_checks() if m.id == "audit.E003"]
     assert len(errors) == 1 and str(key_file) in errors[0].msg and "SECRETS_ENCRYPTION_KEYS:" not in errors[0].msg
     keys = client.get("/readyz").json()["checks"]["keys"]
-    assert keys["ok"] is False and str(key_file) in keys["error"]
+    # Named by its name only: anyone reaching the port reads /readyz, and this machine's paths are none of theirs.
+    assert keys["ok"] is False and "secrets_key in PLATFORM_VAR_DIR" in keys["error"]
+    assert str(tmp_path) not in keys["error"]
 
     key_file.write_text("not a key")  # with the variable set, a damaged local file is no reason to fail
     settings.SECRETS_ENCRYPTION_KEYS = Fernet.generate_key().decode()
     assert not [m for m in run_checks() if m.id == "audit.E003"]
     server, _agent = make_rows()
     assert McpServer.objects.get(pk=server.pk).env == {"DB_PASSWORD": "비밀값-7f3a9c0000"}
+
+
+def test_a_servers_page_blames_the_emptied_local_key_file_not_the_variable_nobody_set(
+    admin_client: Client, settings: Any, tmp_path: Path
+) -> None:
+    settings.SECRETS_ENCRYPTION_KEYS = ""
+    settings.VAR_DIR = tmp_path / "before"
+    server, _agent = make_rows()  # encrypted with the local key made in before/
+    settings.VAR_DIR = tmp_path / "after"  # the file emptied, as a restarted process reads it
+    key_file = tmp_path / "after" / "secrets_key"
+    key_file.parent.mkdir()
+    key_file.write_text("")
+
+    page = admin_client.get(f"/admin/mcpregistry/mcpserver/{server.pk}/change/").content.decode()
+    assert "holds no Fernet key" in page and str(key_file) in page
+    assert "SECRETS_ENCRYPTION_KEYS lacks" not in page
+
+    settings.SECRETS_ENCRYPTION_KEYS = Fernet.generate_key().decode()  # a key set that never encrypted the rows
+    page = admin_client.get(f"/admin/mcpregistry/mcpserver/{server.pk}/change/").content.decode()
+    assert "SECRETS_ENCRYPTION_KEYS lacks" in page and "holds no Fernet key" not in page
 
 
 # ---- 3. a rotation with nothing to do --------------------------------------------------------------------------
