@@ -612,7 +612,14 @@ class AuditEventAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
 
     @admin.display(description=_("actor"), ordering="actor")
     def actor_column(self, obj: AuditEvent) -> str:
-        return breakable(obj.actor or "—")
+        """Who acted, in words, above its recorded code (which the filters and exports use): ``boss (admin)`` over
+        ``admin:boss``; a username or another form that has no other words, once."""
+        if not obj.actor:
+            return "—"
+        words = actor_in_words(obj.actor)
+        if words == visible_text(obj.actor):
+            return breakable(obj.actor)
+        return format_html('{}<br><code class="audit-code">{}</code>', words, breakable(obj.actor))
 
     @admin.display(description=_("action"))
     def action_text(self, obj: AuditEvent) -> str:

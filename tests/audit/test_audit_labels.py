@@ -85,10 +85,11 @@ def test_the_list_names_each_event_in_words_with_its_code(auditor_client) -> Non
         "sds-company-data list_team_members",
         f"ledger {str(run.pk)[:8]}",
         "도구 계약 변경 관리자 config.tool_contract.update",
-        "api_key:apk_abc",
+        "API 키 apk_abc… api_key:apk_abc",  # who acted in words, above the code the filters use
     ):
         assert shown in text, shown
     assert f'href="/admin/agents/run/{run.pk}/change/"' in page.content.decode()
+    assert "ann ann" not in text  # a username has no other words: once
     audit_event_record(source="agent", run_id=run.pk, mcp_id="crm", tool="slow", latency_ms=900.0, actor="x")
     for column, key in (("latency", lambda e: e.latency_ms or 0), ("run_link", lambda e: e.agent_slug or "")):
         position = page.context["cl"].list_display.index(column)
