@@ -21,6 +21,8 @@ from django.utils.translation import gettext, gettext_noop
 from django.utils.translation import gettext_lazy as _
 
 from agent_platform.model_choices import key_in_range
+from agents.admin_runs import may_view
+from agents.error_texts import error_message_text
 from agents.experiments import arm_comparisons, arm_metrics
 from agents.models import Agent, AgentArm, AgentVersion, Run, ShadowComparison
 from agents.services import (
@@ -35,7 +37,8 @@ from agents.version_view import content_html, version_stale_tools
 from agents.versions import version_diff
 from audit.admin_changes import ADMIN_VIA, ServiceAdminMixin, form_data
 from audit.admin_readonly import ReadOnlyAdminMixin, WritesRefusedMixin
-from audit.visible import visible_text
+from audit.labels import reason_label
+from audit.visible import readable_text, visible_text
 from mcpregistry.list_fields import value_text
 
 
@@ -447,9 +450,46 @@ def shadow_summary(comparisons: QuerySet[ShadowComparison]) -> list[dict[str, An
     ]
 
 
+def shadow_tool_calls(run: Run, stored: list[Any]) -> list[dict[str, str]]:
+    """The tool calls ``run`` made or attempted, as its comparison counted them (``agents.shadow``: its
+    ``tool.call`` audit events, a retry once): each ``tool`` (``server.tool``), its masked ``args`` as one line of
+    JSON (without the idempotency key the gate adds to a write, which is the run's own) and the ``reason`` a
+    refused call was refused for, in words. ``stored`` is the comparison's list of the run's tool names: where the
+    events no longer match it (archived), its names are shown without their arguments."""
+    gate_key = f"{run.pk}:"
+    calls = []
+    for event in run.audit_events.filter(action="tool.call", attempt__lte=1).order_by("id"):
+        given = event.args or {}
+        if isinstance(given, dict):
+            given = {k: v for k, v in given.items() if not (isinstance(v, str) and v.startswith(gate_key))}
+        calls.append(
+            {
+                "tool": visible_text(f"{event.mcp_id}.{event.tool}"),
+                "args": visible_text(json.dumps(given, ensure_ascii=False, default=str)) if given else "",
+                "reason": "" if event.ok else reason_label(event.reason),
+            }
+        )
+    if [call["tool"] for call in calls] != [visible_text(str(name)) for name in stored]:
+        return stored_tool_calls(stored)
+    return calls
+
+
+def _list_of(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def stored_tool_calls(stored: list[Any]) -> list[dict[str, str]]:
+    """The comparison's stored tool names (``ShadowComparison.live_tools``, ``shadow_tools``) as tool calls
+    without their arguments."""
+    return [{"tool": visible_text(str(name)), "args": "", "reason": ""} for name in stored]
+
+
 @admin.register(ShadowComparison)
 class ShadowComparisonAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelAdmin):
-    """Live runs and their shadows on the candidate, disagreements first (read-only)."""
+    """Live runs and their shadows on the candidate, disagreements first (read-only). A comparison's page sets
+    the two runs side by side (``comparison_context``), not its stored fields."""
+
+    change_form_template = "admin/agents/shadowcomparison/change_form.html"
 
     # Narrow enough for the admin's content column beside its filters: what differs is one column.
     list_display = [
@@ -472,6 +512,64 @@ class ShadowComparisonAdmin(ReadOnlyAdminMixin, WritesRefusedMixin, admin.ModelA
         if context is not None and "cl" in context:
             context["shadow_summary"] = shadow_summary(context["cl"].queryset)
         return response
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        comparison = self.get_object(request, unquote(object_id))
+        extra = dict(extra_context or {})
+        if comparison is not None and self.has_view_permission(request, comparison):
+            extra.update(self.comparison_context(request, comparison))
+        return super().change_view(request, object_id, form_url, extra)
+
+    def comparison_context(self, request: HttpRequest, obj: ShadowComparison) -> dict[str, Any]:
+        """What a reviewer deciding on the candidate reads: the verdict and its figures, and the two runs side by
+        side, each with its answer (masked as stored) and its tool calls. The runs' answers and arguments are shown
+        to whoever may view runs, as the run page shows them (the stored tool names to others); a run that no
+        longer exists is said to be gone."""
+        name = self.admin_site.name
+        may_view_runs = may_view(self.admin_site, request, Run)
+        runs = Run.objects.select_related("version").in_bulk([obj.live_run_id, obj.shadow_run_id])
+
+        def side(label: str, run_id: Any, stored: list[Any]) -> dict[str, Any]:
+            run = runs.get(run_id)
+            shown: dict[str, Any] = {"label": label, "short_id": str(run_id)[:8], "run": run, "url": ""}
+            if run is None or not may_view_runs:
+                return {**shown, "tools": stored_tool_calls(stored)}
+            return {
+                **shown,
+                "url": reverse("admin:agents_run_change", args=[run.pk], current_app=name),
+                "version": gettext("version %(number)s") % {"number": f"v{run.version.number}"}
+                if run.version is not None
+                else "",
+                "answer": readable_text(run.answer),
+                "error": error_message_text(run.error_code, run.error_message) if run.error_code else "",
+                "tools": shadow_tool_calls(run, stored),
+            }
+
+        candidate = obj.candidate
+        candidate_text = f"{candidate.agent.slug} v{candidate.number}"
+        return {
+            # Not the row's name, two whole run ids on one line, which ran under the page's history button.
+            "subtitle": f"{candidate_text} · {str(obj.live_run_id)[:8]} / {str(obj.shadow_run_id)[:8]}",
+            "comparison": obj,
+            "differences": self.differences(obj),
+            "candidate_text": candidate_text,
+            "candidate_url": reverse("admin:agents_agentversion_change", args=[candidate.pk], current_app=name)
+            if may_view(self.admin_site, request, AgentVersion)
+            else "",
+            "similarity_percent": f"{100.0 * obj.answer_similarity:.1f} %",
+            "same_answer_percent": f"{100.0 * ANSWER_AGREEMENT:.0f} %",
+            "latency_text": self.latency_delta(obj),
+            "tokens_text": "—"
+            if obj.tokens_delta is None
+            else gettext("%(delta)s tokens") % {"delta": f"{obj.tokens_delta:+d}"},
+            "may_view_runs": may_view_runs,
+            "sides": [
+                side(gettext("live run"), obj.live_run_id, _list_of(obj.live_tools)),
+                side(gettext("shadow run"), obj.shadow_run_id, _list_of(obj.shadow_tools)),
+            ],
+        }
 
     @admin.display(description=_("what differs"))
     def differences(self, obj: ShadowComparison) -> str:
