@@ -62,9 +62,10 @@ from agents.dispatch import lifecycle_setting, repaired_alone, run_dispatch, run
 from agents.models import Approval, BudgetReservation, Run, RunEvent
 from agents.run_state import (
     RunEventWriter,
+    UnheldChange,
     approvals_interrupted,
     approvals_unused,
-    run_fail_unheld,
+    run_fail_unheld_counted,
     run_requeue_unheld,
     run_resume,
     run_row_lock,
@@ -79,10 +80,14 @@ class ReconcileReport:
     timed_out: int = 0
     requeued: int = 0
     worker_lost: int = 0
+    # The approved calls the runs of steps 1 and 2 (failed, or queued again) had claimed, ended ``outcome_unknown``.
+    approvals_interrupted: int = 0
     redispatched: int = 0
     approvals_expired: int = 0
     parked_resumed: int = 0
     approvals_ended: int = 0
+    # Step 7: the ``cancelled`` ends recorded for runs whose worker died after the cancel.
+    cancellations_recorded: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -96,10 +101,13 @@ def runs_reconcile(*, now: datetime | None = None) -> ReconcileReport:
     """One pass (see the module's docstring). Returns what it changed."""
     now = now or timezone.now()
     report = ReconcileReport()
-    report.timed_out = repaired_alone("fail the runs past their time limit", lambda: _fail_overdue_runs(now), 0)
-    report.requeued, report.worker_lost = repaired_alone(
-        "recover the runs of lost workers", lambda: _recover_runs_of_lost_workers(now), (0, 0)
+    report.timed_out, overdue_interrupted = repaired_alone(
+        "fail the runs past their time limit", lambda: _fail_overdue_runs(now), (0, 0)
     )
+    report.requeued, report.worker_lost, lost_interrupted = repaired_alone(
+        "recover the runs of lost workers", lambda: _recover_runs_of_lost_workers(now), (0, 0, 0)
+    )
+    report.approvals_interrupted = overdue_interrupted + lost_interrupted
     report.redispatched = repaired_alone(
         "dispatch stale queued runs again", lambda: _redispatch_stale_queued_runs(now), 0
     )
@@ -108,8 +116,9 @@ def runs_reconcile(*, now: datetime | None = None) -> ReconcileReport:
     report.approvals_ended = repaired_alone(
         "end the approvals of finished runs", lambda: _end_approvals_of_finished_runs(now), 0
     )
-    # Logged, not a figure of the report (which reconcile_runs prints).
-    repaired_alone("end the runs cancelled while running", lambda: _end_runs_cancelled_while_running(now), None)
+    report.cancellations_recorded = repaired_alone(
+        "end the runs cancelled while running", lambda: _end_runs_cancelled_while_running(now), 0
+    )
     repaired_alone("settle the reservations of finished runs", _settle_finished_runs, None)
     if report.changed:
         logger.info("reconciled runs: %s", report.as_dict())
@@ -129,7 +138,8 @@ def runs_next_lease_due_in_s(*, now: datetime | None = None) -> float | None:
     return None if due is None else (due - now).total_seconds()
 
 
-def _fail_overdue_runs(now: datetime) -> int:
+def _fail_overdue_runs(now: datetime) -> tuple[int, int]:
+    """Step 1: the runs failed, and the approved calls they had claimed that ended ``outcome_unknown``."""
     pass_started = Subquery(
         RunEvent.objects.filter(run=OuterRef("pk"), kind="status", data__status="running")
         .order_by("-seq")
@@ -142,18 +152,24 @@ def _fail_overdue_runs(now: datetime) -> int:
             "id", "worker", "delivery_count", "started_at", "pass_started_at", "pass_started", "agent__time_limit_s"
         )
     )
-    failed = 0
+    failed = interrupted = 0
     for row in running:
         began = row["pass_started_at"] or row["pass_started"] or row["started_at"]
         _soft, hard = run_time_limits(row["agent__time_limit_s"])
         if began is None or began + timedelta(seconds=hard) > now:
             continue
-        failed += repaired_alone("fail it (time limit)", partial(_fail_overdue_run, row), False, run_id=row["id"])
-    return failed
+        change = repaired_alone("fail it (time limit)", partial(_fail_overdue_run, row), _UNCHANGED, run_id=row["id"])
+        failed += change.changed
+        interrupted += change.approvals_interrupted
+    return failed, interrupted
 
 
-def _fail_overdue_run(row: Mapping[str, Any]) -> bool:
-    return run_fail_unheld(
+# What a repair that raised changed (``repaired_alone``'s ``nothing``).
+_UNCHANGED = UnheldChange(changed=False)
+
+
+def _fail_overdue_run(row: Mapping[str, Any]) -> UnheldChange:
+    return run_fail_unheld_counted(
         run_id=row["id"],
         # The pass as read: a pass claimed since (a resumed run counts its deliveries afresh) is not this one.
         match={
@@ -167,7 +183,9 @@ def _fail_overdue_run(row: Mapping[str, Any]) -> bool:
     )
 
 
-def _recover_runs_of_lost_workers(now: datetime) -> tuple[int, int]:
+def _recover_runs_of_lost_workers(now: datetime) -> tuple[int, int, int]:
+    """Step 2: the runs queued again, those failed, and the approved calls they had claimed that ended
+    ``outcome_unknown``."""
     batch = int(lifecycle_setting("PLATFORM_RECONCILE_BATCH"))
     max_deliveries = int(lifecycle_setting("PLATFORM_RUN_MAX_DELIVERIES"))
     expired = (
@@ -177,18 +195,22 @@ def _recover_runs_of_lost_workers(now: datetime) -> tuple[int, int]:
             :batch
         ]
     )
-    requeued = lost = 0
+    requeued = lost = interrupted = 0
     for row in expired:
         losses = run_worker_losses(run_id=row["id"], delivery_count=row["delivery_count"])
         queued = None
         if losses < max_deliveries:
             queued = repaired_alone("queue it again", partial(_requeue_lost_run, row), None, run_id=row["id"])
-            requeued += bool(queued)
         if queued is None:  # its last delivery was lost, or it could not be queued again: never left running
-            lost += repaired_alone(
-                "fail it (worker lost)", partial(_fail_lost_run, row, losses), False, run_id=row["id"]
+            failed = repaired_alone(
+                "fail it (worker lost)", partial(_fail_lost_run, row, losses), _UNCHANGED, run_id=row["id"]
             )
-    return requeued, lost
+            lost += failed.changed
+            interrupted += failed.approvals_interrupted
+        else:
+            requeued += queued.changed
+            interrupted += queued.approvals_interrupted
+    return requeued, lost, interrupted
 
 
 def run_worker_losses(*, run_id: Any, delivery_count: int) -> int:
@@ -221,7 +243,7 @@ def _lost_run_as_read(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _requeue_lost_run(row: Mapping[str, Any]) -> bool:
+def _requeue_lost_run(row: Mapping[str, Any]) -> UnheldChange:
     return run_requeue_unheld(
         run_id=row["id"],
         match=_lost_run_as_read(row),
@@ -232,8 +254,8 @@ def _requeue_lost_run(row: Mapping[str, Any]) -> bool:
     )
 
 
-def _fail_lost_run(row: Mapping[str, Any], losses: int) -> bool:
-    return run_fail_unheld(
+def _fail_lost_run(row: Mapping[str, Any], losses: int) -> UnheldChange:
+    return run_fail_unheld_counted(
         run_id=row["id"],
         match=_lost_run_as_read(row),
         error_code="worker_lost",
@@ -342,16 +364,18 @@ def _end_approvals_of(run_id: Any) -> int:
     )
 
 
-def _end_runs_cancelled_while_running(now: datetime) -> None:
+def _end_runs_cancelled_while_running(now: datetime) -> int:
     """Step 7: the ``cancelled`` event of each run cancelled while it ran whose worker's time is up (its
     ``lease_expires_at`` passed) and who never wrote it, with its budgets' settlement
-    (``RunEventWriter.emit_cancelled``); the lease is cleared (compare-and-swap), so each run is handled once."""
+    (``RunEventWriter.emit_cancelled``); the lease is cleared (compare-and-swap), so each run is handled once.
+    Returns how many ends it recorded."""
     batch = int(lifecycle_setting("PLATFORM_RECONCILE_BATCH"))
     due = list(
         Run.objects.filter(status=Run.Status.CANCELLED, lease_expires_at__lte=now)
         .order_by("lease_expires_at")
         .values_list("id", "lease_expires_at")[:batch]
     )
+    recorded = 0
     for run_id, lease_expires_at in due:
         with transaction.atomic():
             if not Run.objects.filter(id=run_id, status=Run.Status.CANCELLED, lease_expires_at=lease_expires_at).update(
@@ -361,4 +385,6 @@ def _end_runs_cancelled_while_running(now: datetime) -> None:
             if cancellation_recorded(run_id=run_id):
                 continue  # its worker recorded its end
             RunEventWriter(run_id=run_id, secrets=[]).emit_cancelled()
+        recorded += 1
         logger.warning("run %s: its worker never recorded the cancellation; its end is recorded now", run_id)
+    return recorded

@@ -10,7 +10,8 @@ run, is as light).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -76,7 +77,24 @@ def run_resume(*, run_id: str) -> bool:
 # --- state changes made without a live worker (a claim that finds its worker gone, the reconciler) ------------
 
 
+@dataclass(frozen=True)
+class UnheldChange:
+    """What a change of a run nobody holds did (``run_requeue_unheld``, ``run_fail_unheld_counted``): whether the
+    run was still as read, and changed; and how many of its approved calls left claimed it ended
+    ``outcome_unknown`` with it (``approvals_interrupted``), which the reconciler reports."""
+
+    changed: bool
+    approvals_interrupted: int = 0
+
+
 def run_fail_unheld(*, run_id: Any, match: dict[str, Any], error_code: str, error_message: str) -> bool:
+    """``run_fail_unheld_counted``: whether the run was failed."""
+    return run_fail_unheld_counted(
+        run_id=run_id, match=match, error_code=error_code, error_message=error_message
+    ).changed
+
+
+def run_fail_unheld_counted(*, run_id: Any, match: dict[str, Any], error_code: str, error_message: str) -> UnheldChange:
     """Fail a run nobody should be running any more (time limit passed, worker lost, a pass that crashed), if it
     still is as read: compare-and-swap on ``match`` (status, worker, delivery, …), with its ``status`` event, in one
     transaction; its approvals end and its budgets are settled in it.
@@ -95,7 +113,7 @@ def run_fail_unheld(*, run_id: Any, match: dict[str, Any], error_code: str, erro
         failed = _run_fail_recorded(
             run_id=run_id, match=match, error_code=error_code, error_message=error_message, bare=True
         )
-    if failed:
+    if failed.changed:
         logger.warning("run %s failed: %s (%s)", run_id, error_code, error_message)
         # As after a stored outcome (``agents.execution._store_outcome``), once the failure is committed: a live run
         # may start its shadow, a shadow is compared with its live run (a candidate that timed out where the live
@@ -106,8 +124,9 @@ def run_fail_unheld(*, run_id: Any, match: dict[str, Any], error_code: str, erro
 
 def _run_fail_recorded(
     *, run_id: Any, match: dict[str, Any], error_code: str, error_message: str, bare: bool = False
-) -> bool:
+) -> UnheldChange:
     """``run_fail_unheld``'s transaction. ``bare``: the status, its event and the budgets' settlement alone."""
+    interrupted = 0
     with transaction.atomic():
         failed = Run.objects.filter(id=run_id, **match).update(
             status=Run.Status.FAILED,
@@ -121,12 +140,12 @@ def _run_fail_recorded(
                 "status", {"status": "failed", "answer": "", "error": error_code}
             )
             if not bare:
-                approvals_interrupted(run_id=run_id, why=error_code)
+                interrupted = approvals_interrupted(run_id=run_id, why=error_code)
                 approvals_unused(run_id=run_id, why=error_code)
             # Bare too: the settlement reads no approval, and nothing settles a finished run's reservation later
             # (it held its budget's room for good). Once: each reservation is settled by compare-and-swap.
             budget_settle(run_id=run_id)
-    return failed == 1
+    return UnheldChange(changed=failed == 1, approvals_interrupted=interrupted)
 
 
 def run_requeue_unheld(
@@ -137,19 +156,21 @@ def run_requeue_unheld(
     reason: str,
     purpose: str | None = None,
     traceparent: str = "",
-) -> bool:
+) -> UnheldChange:
     """Put a running run whose worker is gone back in the queue, if it still is as read (compare-and-swap on
     ``match``), with its ``status`` event; its task is dispatched again when the transaction commits, to the
     queue of its ``purpose`` (``agents.dispatch.run_queue``), its span linked to the run's first trace
-    (``traceparent``, ``Run.traceparent`` as read)."""
+    (``traceparent``, ``Run.traceparent`` as read). The approved calls that worker left claimed end
+    ``outcome_unknown`` in the same transaction (counted in what it returns)."""
     stale = timedelta(seconds=float(lifecycle_setting("PLATFORM_RUN_QUEUED_STALE_S")))
+    interrupted = 0
     with transaction.atomic():
         requeued = Run.objects.filter(id=run_id, **match).update(
             status=Run.Status.QUEUED, lease_expires_at=timezone.now() + stale
         )
         if requeued == 1:
             RunEventWriter(run_id=run_id, secrets=[]).emit("status", {"status": "queued", "reason": reason})
-            approvals_interrupted(run_id=run_id, why="worker_lost")
+            interrupted = approvals_interrupted(run_id=run_id, why="worker_lost")
             transaction.on_commit(
                 lambda: run_dispatch(
                     run_id=str(run_id), time_limit_s=time_limit_s, purpose=purpose, traceparent=traceparent
@@ -157,7 +178,7 @@ def run_requeue_unheld(
             )
     if requeued == 1:
         logger.warning("run %s queued again: %s", run_id, reason)
-    return requeued == 1
+    return UnheldChange(changed=requeued == 1, approvals_interrupted=interrupted)
 
 
 def approvals_interrupted(*, run_id: Any, why: str) -> int:
@@ -234,6 +255,36 @@ def _requester(call_id: str) -> str:
     return "flow" if call_id.startswith("flow:") else "agent"
 
 
+# --- a cancelled run's failed calls ----------------------------------------------------------------------------
+
+
+def counts_as_failed(result: Mapping[str, Any]) -> bool:
+    """Whether a call counts into the run's ``tool_failures``, by its result (``gate.ToolResult.as_dict()``, as a
+    rule's result and a call's event hold it): it failed, or the gate answered it from its fallback
+    (``fallback_for``): it failed all the same. The rule of the counts an outcome stores (``agents.engine``'s, which
+    a cancelled run's end cannot import: the web process that cancels loads no run path)."""
+    return not result.get("ok") or bool(result.get("fallback_for"))
+
+
+# The events that carry a tool call's result: a rule's (``deterministic_result``), a model's or a flow's
+# (``tool_call``).
+_CALL_EVENTS = ("deterministic_result", "tool_call")
+
+
+def cancelled_pass_failures(*, run_id: Any) -> int:
+    """The failed calls (``counts_as_failed``; a write that waits for a person has not failed, as a flow counts) of
+    the pass a cancellation stopped, by their events: those after the pass's ``status: running`` event where it is
+    the run's last ``status`` event (a pass that parked stored its count; one given back is made again). What
+    earlier passes counted is in the run's ``tool_failures``."""
+    statuses = RunEvent.objects.filter(run_id=run_id, kind="status").order_by("-seq").values_list("seq", "data")
+    last = statuses.first()
+    if last is None or not isinstance(last[1], dict) or last[1].get("status") != Run.Status.RUNNING:
+        return 0
+    calls = RunEvent.objects.filter(run_id=run_id, seq__gt=last[0], kind__in=_CALL_EVENTS)
+    results = [data for data in calls.values_list("data", flat=True) if isinstance(data, dict)]
+    return sum(1 for data in results if counts_as_failed(data) and data.get("error") != "approval:pending")
+
+
 # --- the claim --------------------------------------------------------------------------------------------
 
 
@@ -298,14 +349,23 @@ class RunEventWriter:
         given back only as its end is recorded, and whoever sees that end sees its spend counted. Settled once
         (``budget_settle``: compare-and-swap; a later call adds only what was spent since).
 
+        With the end, the run's ``tool_failures`` counts the failed calls of the pass it stopped
+        (``cancelled_pass_failures``: a cancelled run stores no outcome, which is where the others are counted), and
+        its lease is cleared: no worker holds a run whose end is recorded (the run page showed a lease minutes ahead).
+
         Written once: a worker paused past its lease, whose run a cancel found unheld and ended, stops later and
         ends it too; it settles what it spent since, and appends no second end (the run's row is locked first, so
         two recording it at once take turns)."""
         with transaction.atomic():
             Run.objects.select_for_update().filter(pk=self.run_id).values_list("pk", flat=True).first()
             budget_settle(run_id=self.run_id)
-            if not cancellation_recorded(run_id=self.run_id):
-                self.emit("status", {"status": "cancelled", "answer": "", "error": "cancelled"})
+            cancelled = Run.objects.filter(pk=self.run_id, status=Run.Status.CANCELLED)
+            if cancellation_recorded(run_id=self.run_id):
+                cancelled.update(lease_expires_at=None)
+                return
+            failures = cancelled_pass_failures(run_id=self.run_id)
+            cancelled.update(tool_failures=F("tool_failures") + failures, lease_expires_at=None)
+            self.emit("status", {"status": "cancelled", "answer": "", "error": "cancelled"})
 
     def emit(self, kind: str, data: dict[str, Any]) -> None:
         self.emit_many([(kind, data)])

@@ -710,10 +710,12 @@ def test_reconcile_runs_prints_what_it_changed(demo_agent, dispatched) -> None:
         "timed_out: 0",
         "requeued: 1",
         "worker_lost: 0",
+        "approvals_interrupted: 0",
         "redispatched: 0",
         "approvals_expired: 0",
         "parked_resumed: 0",
         "approvals_ended: 0",
+        "cancellations_recorded: 0",
     ]
 
 

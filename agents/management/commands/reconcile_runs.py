@@ -17,6 +17,9 @@ LINES = {
     "requeued": gettext_noop("requeued: %(count)s"),
     # Translators: runs of a lost worker failed (delivered too many times).
     "worker_lost": gettext_noop("worker_lost: %(count)s"),
+    # Translators: approved tool calls of those runs (failed or queued again) that their lost worker had started,
+    # ended with their outcome unknown.
+    "approvals_interrupted": gettext_noop("approvals_interrupted: %(count)s"),
     # Translators: queued runs whose message was lost, dispatched again.
     "redispatched": gettext_noop("redispatched: %(count)s"),
     # Translators: approvals past their deadline, expired.
@@ -25,6 +28,8 @@ LINES = {
     "parked_resumed": gettext_noop("parked_resumed: %(count)s"),
     # Translators: approvals left by finished runs, ended (outcome unknown or unused).
     "approvals_ended": gettext_noop("approvals_ended: %(count)s"),
+    # Translators: runs cancelled while they ran whose worker died before recording the end, recorded as ended.
+    "cancellations_recorded": gettext_noop("cancellations_recorded: %(count)s"),
 }
 
 
